@@ -1,0 +1,88 @@
+//! Scope-level assembly shared by the dataflow and the naive recompute: given the inputs a
+//! scope sees, which resources it holds. The dataflow decides *what* each scope sees
+//! incrementally; these functions decide what that means in Envoy terms.
+
+use crate::model::*;
+use crate::rules::{egress_bind, egress_listeners, exported_to, gateway_domain};
+use crate::translate::{cluster, listener, route};
+use std::collections::BTreeMap;
+
+/// Clusters every proxy holds whatever it sees.
+pub fn fixed_clusters() -> Vec<Resource> {
+    vec![cluster::passthrough(), cluster::blackhole()]
+}
+
+/// Listeners of a sidecar scope that do not depend on services: one per explicit egress
+/// listener, plus `virtualOutbound` where traffic is captured.
+pub fn sidecar_fixed_listeners(sc: Option<&Sidecar>, interception_none: bool) -> Vec<Resource> {
+    let mut out = Vec::new();
+    for l in egress_listeners(sc) {
+        if let Some(port) = &l.port {
+            if port.protocol.is_http() {
+                let (addr, bind) = egress_bind(&l, interception_none);
+                out.push(listener::http_listener(&addr, port.number, bind, &port.number.to_string(), true));
+            }
+        }
+    }
+    if !interception_none {
+        out.push(listener::virtual_outbound());
+    }
+    out
+}
+
+/// Route configuration names an explicit egress listener needs even with no services.
+pub fn sidecar_fixed_routes(sc: Option<&Sidecar>, interception_none: bool) -> Vec<(u16, bool)> {
+    egress_listeners(sc)
+        .iter()
+        .filter_map(|l| {
+            let port = l.port.as_ref().filter(|p| p.protocol.is_http())?;
+            Some((port.number, !egress_bind(l, interception_none).1))
+        })
+        .collect()
+}
+
+/// The catch-all outbound listener for a captured port (`0.0.0.0_PORT`, not bound).
+pub fn catchall_listener(port: u16) -> Resource {
+    listener::http_listener("0.0.0.0", port, false, &port.to_string(), true)
+}
+
+/// Listeners and route configurations of a gateway proxy selected by `gateways`, with the
+/// VirtualServices bound to each gateway (`(gateway, vs)` pairs).
+pub fn router_resources(gateways: &[&Gateway], vss: &[(&ConfigKey, &ResolvedVs)]) -> Vec<Resource> {
+    let mut listeners: BTreeMap<(String, u16), ()> = BTreeMap::new();
+    let mut routes: BTreeMap<u16, BTreeMap<String, Vec<ResolvedVs>>> = BTreeMap::new();
+    for gw in gateways {
+        for server in gw.servers.iter().filter(|s| s.protocol.is_http()) {
+            let addr = server.bind.clone().unwrap_or_else(|| "0.0.0.0".into());
+            listeners.insert((addr, server.port), ());
+            let vhosts = routes.entry(server.port).or_default();
+            for (gw_key, rvs) in vss.iter().filter(|(k, _)| **k == gw.key) {
+                let vs_ns = &rvs.vs.key.namespace;
+                if !exported_to(&rvs.vs.export_to, vs_ns, &gw_key.namespace) {
+                    continue;
+                }
+                for vs_host in &rvs.vs.hosts {
+                    for server_host in &server.hosts {
+                        if let Some(domain) = gateway_domain(server_host, &gw.key.namespace, vs_ns, vs_host) {
+                            let list = vhosts.entry(domain).or_default();
+                            if !list.iter().any(|v| v.vs.key == rvs.vs.key) {
+                                list.push((*rvs).clone());
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let mut out: Vec<Resource> = listeners
+        .into_keys()
+        .map(|(addr, port)| listener::http_listener(&addr, port, true, &format!("http.{port}"), true))
+        .collect();
+    for (port, mut vhosts) in routes {
+        for list in vhosts.values_mut() {
+            list.sort_by(|a, b| a.vs.key.cmp(&b.vs.key));
+        }
+        out.push(route::gateway_route_config(port, &vhosts));
+    }
+    out
+}

@@ -1,0 +1,416 @@
+//! Domain records that flow through the dataflow: validated, protocol-free views of
+//! Kubernetes and Istio objects. Parsing and validation live in the `meshflow` crate
+//! (`src/model/`); Envoy protobufs live in `translate/`. Every record is totally
+//! ordered and hashable so differential dataflow can arrange and exchange it.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Fully qualified service hostname, e.g. `reviews.default.svc.cluster.local`.
+pub type Hostname = String;
+/// Istio node id of a connected proxy, e.g. `sidecar~10.0.0.1~pod.ns~ns.svc.cluster.local`.
+pub type ProxyId = String;
+/// Kubernetes-style label set; ordered so records compare and hash deterministically.
+pub type Labels = BTreeMap<String, String>;
+
+/// Mesh-wide settings fixed at start-up.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct MeshConfig {
+    /// Namespace whose Sidecar/DestinationRule act as mesh-wide defaults (`istio-system`).
+    pub root_namespace: String,
+    /// Cluster domain suffix (`cluster.local`).
+    pub domain_suffix: String,
+}
+
+impl Default for MeshConfig {
+    fn default() -> Self {
+        MeshConfig { root_namespace: "istio-system".into(), domain_suffix: "cluster.local".into() }
+    }
+}
+
+/// The kind of an input object, as it appears in error messages and debug output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Kind {
+    Namespace,
+    Service,
+    Endpoints,
+    EndpointSlice,
+    Pod,
+    VirtualService,
+    DestinationRule,
+    Gateway,
+    ServiceEntry,
+    Sidecar,
+    WorkloadEntry,
+}
+
+/// Identity of an input object: kind/namespace/name.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ConfigKey {
+    pub kind: Kind,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl ConfigKey {
+    pub fn new(kind: Kind, namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        ConfigKey { kind, namespace: namespace.into(), name: name.into() }
+    }
+}
+
+impl std::fmt::Display for ConfigKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}/{}/{}", self.kind, self.namespace, self.name)
+    }
+}
+
+/// Application protocol of a port, from its name prefix or `appProtocol` (Istio's rules).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Protocol {
+    Http,
+    Http2,
+    Grpc,
+    Tcp,
+}
+
+impl Protocol {
+    pub fn is_http(self) -> bool {
+        matches!(self, Protocol::Http | Protocol::Http2 | Protocol::Grpc)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ServicePort {
+    pub name: String,
+    pub port: u16,
+    pub protocol: Protocol,
+}
+
+/// How a ServiceEntry's endpoints are found; Kubernetes services are always `Static` (EDS).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Resolution {
+    Static,
+    Dns,
+    None,
+}
+
+/// A service from a Kubernetes Service or one host of a ServiceEntry.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Service {
+    pub hostname: Hostname,
+    /// The object that defined it (Service or ServiceEntry).
+    pub origin: ConfigKey,
+    pub ports: Vec<ServicePort>,
+    /// Namespaces the service is exported to (`*`, `.`, `~` or names); empty means `*`.
+    pub export_to: Vec<String>,
+    pub resolution: Resolution,
+}
+
+impl Service {
+    pub fn namespace(&self) -> &str {
+        &self.origin.namespace
+    }
+}
+
+/// An endpoint as a source reports it, before it is matched to a service port.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct RawEndpoint {
+    pub ip: String,
+    /// Name of the service port this endpoint port serves (EndpointSlice port name).
+    pub port_name: String,
+    /// The port on the workload (target port).
+    pub port: u16,
+    pub ready: bool,
+    /// Labels carried by the endpoint itself (ServiceEntry endpoints); pod labels join in by IP.
+    pub labels: Labels,
+    pub origin: ConfigKey,
+}
+
+/// An endpoint resolved to a service port, with the labels of its workload.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Endpoint {
+    pub ip: String,
+    pub port: u16,
+    pub ready: bool,
+    pub labels: Labels,
+}
+
+/// A Pod or WorkloadEntry: where labels of an endpoint come from.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Workload {
+    pub ip: String,
+    pub labels: Labels,
+    pub origin: ConfigKey,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum StringMatch {
+    Exact(String),
+    Prefix(String),
+    Regex(String),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct HttpMatch {
+    pub uri: Option<StringMatch>,
+    pub headers: BTreeMap<String, StringMatch>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct RouteDestination {
+    /// Fully qualified destination host.
+    pub host: Hostname,
+    pub subset: Option<String>,
+    pub port: Option<u16>,
+    pub weight: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Retries {
+    pub attempts: u32,
+    pub per_try_timeout_ms: Option<u64>,
+    pub retry_on: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct HttpRoute {
+    pub name: Option<String>,
+    /// Any of these matches (OR); empty matches everything.
+    pub matches: Vec<HttpMatch>,
+    pub route: Vec<RouteDestination>,
+    pub timeout_ms: Option<u64>,
+    pub retries: Option<Retries>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct VirtualService {
+    pub key: ConfigKey,
+    /// Hosts, fully qualified (short names expanded in the VirtualService's namespace); may be
+    /// wildcards such as `*` or `*.example.com` for gateways.
+    pub hosts: Vec<String>,
+    /// Gateways as `namespace/name`, or `mesh`. Empty means `mesh`.
+    pub gateways: Vec<String>,
+    pub export_to: Vec<String>,
+    pub http: Vec<HttpRoute>,
+}
+
+impl VirtualService {
+    pub fn binds_mesh(&self) -> bool {
+        self.gateways.is_empty() || self.gateways.iter().any(|g| g == "mesh")
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum LoadBalancer {
+    RoundRobin,
+    LeastRequest,
+    Random,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, Default)]
+pub struct TrafficPolicy {
+    pub load_balancer: Option<LoadBalancer>,
+    pub connect_timeout_ms: Option<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Subset {
+    pub name: String,
+    pub labels: Labels,
+    pub traffic_policy: Option<TrafficPolicy>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct DestinationRule {
+    pub key: ConfigKey,
+    /// Fully qualified host the rule applies to.
+    pub host: Hostname,
+    pub export_to: Vec<String>,
+    pub traffic_policy: Option<TrafficPolicy>,
+    pub subsets: Vec<Subset>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct GatewayServer {
+    pub port: u16,
+    pub port_name: String,
+    pub protocol: Protocol,
+    pub bind: Option<String>,
+    /// Hosts as `namespace/host` (`*/host` when the namespace was not given).
+    pub hosts: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Gateway {
+    pub key: ConfigKey,
+    pub selector: Labels,
+    pub servers: Vec<GatewayServer>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct EgressPort {
+    pub number: u16,
+    pub protocol: Protocol,
+    pub name: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct EgressListener {
+    pub port: Option<EgressPort>,
+    pub bind: Option<String>,
+    /// `captureMode: NONE`: the listener binds its address itself instead of relying on
+    /// traffic redirection.
+    pub capture_none: bool,
+    /// `namespace/host` patterns; namespace may be `*`, `.` or `~`.
+    pub hosts: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Sidecar {
+    pub key: ConfigKey,
+    /// `workloadSelector.labels`; `None` makes it the namespace default.
+    pub selector: Option<Labels>,
+    pub egress: Vec<EgressListener>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum ProxyKind {
+    Sidecar,
+    Router,
+}
+
+/// A connected proxy, from its node id and node metadata.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Proxy {
+    pub id: ProxyId,
+    pub kind: ProxyKind,
+    pub ips: Vec<String>,
+    pub namespace: String,
+    pub labels: Labels,
+    /// `INTERCEPTION_MODE: NONE`: no iptables capture, so no virtual listeners.
+    pub interception_none: bool,
+}
+
+/// One input record: what a source inserts or retracts.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Record {
+    Service(Service),
+    Endpoint(Hostname, RawEndpoint),
+    Workload(Workload),
+    VirtualService(VirtualService),
+    DestinationRule(DestinationRule),
+    Gateway(Gateway),
+    Sidecar(Sidecar),
+    Proxy(Proxy),
+}
+
+/// xDS resource types, in make-before-break push order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum ResourceType {
+    Cluster,
+    Endpoint,
+    Listener,
+    Route,
+}
+
+impl ResourceType {
+    pub const ALL: [ResourceType; 4] =
+        [ResourceType::Cluster, ResourceType::Endpoint, ResourceType::Listener, ResourceType::Route];
+
+    pub fn type_url(self) -> &'static str {
+        match self {
+            ResourceType::Cluster => "type.googleapis.com/envoy.config.cluster.v3.Cluster",
+            ResourceType::Endpoint => {
+                "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
+            }
+            ResourceType::Listener => "type.googleapis.com/envoy.config.listener.v3.Listener",
+            ResourceType::Route => {
+                "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
+            }
+        }
+    }
+
+    pub fn from_type_url(url: &str) -> Option<ResourceType> {
+        ResourceType::ALL.into_iter().find(|t| t.type_url() == url)
+    }
+
+    pub fn short(self) -> &'static str {
+        match self {
+            ResourceType::Cluster => "CDS",
+            ResourceType::Endpoint => "EDS",
+            ResourceType::Listener => "LDS",
+            ResourceType::Route => "RDS",
+        }
+    }
+}
+
+/// An encoded resource body, shared (reference-counted) by every proxy that holds it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Body(pub Arc<[u8]>);
+
+/// Content hash of an encoded body: the per-resource xDS version.
+pub fn version_of(bytes: &[u8]) -> String {
+    format!("{:016x}", xxhash_rust::xxh3::xxh3_64(bytes))
+}
+
+/// A named, encoded resource.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Resource {
+    pub rtype: ResourceType,
+    pub name: String,
+    pub version: String,
+    pub body: Body,
+}
+
+impl Resource {
+    pub fn new(rtype: ResourceType, name: String, bytes: Vec<u8>) -> Self {
+        let version = version_of(&bytes);
+        Resource { rtype, name, version, body: Body(bytes.into()) }
+    }
+
+    pub fn key(&self) -> ResourceKey {
+        ResourceKey { rtype: self.rtype, name: self.name.clone(), version: self.version.clone() }
+    }
+}
+
+/// What flows per proxy: a resource's identity and version, never its body.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ResourceKey {
+    pub rtype: ResourceType,
+    pub name: String,
+    pub version: String,
+}
+
+/// A configuration problem found while computing; retracted when the inputs are fixed.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ConfigError {
+    pub object: ConfigKey,
+    pub message: String,
+}
+
+/// A VirtualService with the ports of every destination host it names, so routes can
+/// resolve an omitted destination port the way Istio does.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ResolvedVs {
+    pub vs: VirtualService,
+    pub dest_ports: BTreeMap<Hostname, Vec<u16>>,
+}
+
+/// What a proxy's configuration is computed for. Proxies with the same scope share all
+/// scope-level work; only the inbound part is per proxy.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum ScopeKey {
+    /// A sidecar in `namespace`, under the Sidecar resource in effect (if any).
+    Sidecar { namespace: String, sidecar: Option<ConfigKey>, interception_none: bool },
+    /// A gateway proxy in `namespace` selected by these Gateways (sorted).
+    Router { namespace: String, gateways: Vec<ConfigKey> },
+}
+
+impl ScopeKey {
+    pub fn namespace(&self) -> &str {
+        match self {
+            ScopeKey::Sidecar { namespace, .. } | ScopeKey::Router { namespace, .. } => namespace,
+        }
+    }
+}

@@ -1,0 +1,188 @@
+//! Istio's selection and visibility rules as plain predicates, shared by the incremental
+//! dataflow and the naive recompute used as its oracle.
+
+use crate::model::*;
+
+/// `exportTo`: empty or `*` is everyone, `.` the owner's namespace, `~` no one.
+pub fn exported_to(export_to: &[String], owner_ns: &str, ns: &str) -> bool {
+    export_to.is_empty()
+        || export_to.iter().any(|e| e == "*" || (e == "." && owner_ns == ns) || e == ns)
+}
+
+/// A host pattern: `*`, `*.suffix`, or an exact name.
+pub fn host_matches(pattern: &str, host: &str) -> bool {
+    if pattern == "*" {
+        return true;
+    }
+    match pattern.strip_prefix("*.") {
+        Some(suffix) => host.len() > suffix.len() + 1 && host.ends_with(&format!(".{suffix}")),
+        None => pattern == host,
+    }
+}
+
+/// Every label of `selector` is present in `labels` with the same value.
+pub fn labels_match(selector: &Labels, labels: &Labels) -> bool {
+    selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+}
+
+/// Which namespaces an egress `ns/host` pattern reaches, seen from `scope_ns`.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+pub enum NsKey {
+    Any,
+    Ns(String),
+}
+
+/// Splits an egress host pattern into the namespace it selects and the host pattern;
+/// `None` for `~/…` (nothing).
+pub fn egress_pattern(pattern: &str, scope_ns: &str) -> Option<(NsKey, String)> {
+    let (ns, host) = pattern.split_once('/').unwrap_or(("*", pattern));
+    let key = match ns {
+        "*" => NsKey::Any,
+        "." => NsKey::Ns(scope_ns.to_string()),
+        "~" => return None,
+        n => NsKey::Ns(n.to_string()),
+    };
+    Some((key, host.to_string()))
+}
+
+/// Does egress pattern `pattern` make `svc` visible to a proxy in `scope_ns`?
+pub fn egress_visible(pattern: &str, scope_ns: &str, svc: &Service) -> bool {
+    match egress_pattern(pattern, scope_ns) {
+        None => false,
+        Some((ns, host)) => {
+            let ns_ok = match ns {
+                NsKey::Any => true,
+                NsKey::Ns(n) => n == svc.namespace(),
+            };
+            ns_ok
+                && host_matches(&host, &svc.hostname)
+                && exported_to(&svc.export_to, svc.namespace(), scope_ns)
+        }
+    }
+}
+
+/// Rank of a Sidecar for a sidecar proxy (lower wins): a workloadSelector match in the
+/// proxy's namespace, then the namespace default, then the root namespace default.
+pub fn sidecar_rank(sc: &Sidecar, proxy: &Proxy, root_ns: &str) -> Option<u8> {
+    if sc.key.namespace == proxy.namespace {
+        match &sc.selector {
+            Some(sel) if !sel.is_empty() => labels_match(sel, &proxy.labels).then_some(0),
+            _ => Some(1),
+        }
+    } else if sc.key.namespace == root_ns && sc.selector.is_none() {
+        Some(2)
+    } else {
+        None
+    }
+}
+
+/// A Gateway applies to a router whose labels match its (non-empty) selector.
+pub fn gateway_selects(gw: &Gateway, proxy: &Proxy) -> bool {
+    !gw.selector.is_empty() && labels_match(&gw.selector, &proxy.labels)
+}
+
+/// The egress listeners of a scope: the Sidecar's, or one catch-all `*/*` listener.
+pub fn egress_listeners(sc: Option<&Sidecar>) -> Vec<EgressListener> {
+    match sc {
+        Some(sc) if !sc.egress.is_empty() => sc.egress.clone(),
+        _ => vec![EgressListener { port: None, bind: None, capture_none: false, hosts: vec!["*/*".into()] }],
+    }
+}
+
+/// The namespace a cluster-local hostname belongs to (`name.ns.svc.<suffix>`).
+pub fn host_namespace<'a>(host: &'a str, suffix: &str) -> Option<&'a str> {
+    let prefix = host.strip_suffix(suffix)?.strip_suffix(".svc.")?;
+    prefix.split_once('.').map(|(_, ns)| ns)
+}
+
+/// Rank of a DestinationRule for `host` seen from `scope_ns` (lower wins): the proxy's
+/// namespace, then the service's namespace, then the root namespace, then any other that
+/// exports to the proxy.
+pub fn dr_rank(dr: &DestinationRule, scope_ns: &str, mesh: &MeshConfig) -> Option<u8> {
+    let ns = dr.key.namespace.as_str();
+    if !exported_to(&dr.export_to, ns, scope_ns) {
+        return None;
+    }
+    Some(if ns == scope_ns {
+        0
+    } else if host_namespace(&dr.host, &mesh.domain_suffix) == Some(ns) {
+        1
+    } else if ns == mesh.root_namespace {
+        2
+    } else {
+        3
+    })
+}
+
+/// Rank of a mesh VirtualService for a proxy in `scope_ns` (lower wins): its own namespace
+/// first, then others that export to it.
+pub fn vs_rank(vs: &VirtualService, scope_ns: &str) -> Option<u8> {
+    let ns = vs.key.namespace.as_str();
+    (vs.binds_mesh() && exported_to(&vs.export_to, ns, scope_ns)).then_some(u8::from(ns != scope_ns))
+}
+
+/// `gateways` entries of a VirtualService name Gateways as `ns/name`.
+pub fn gateway_ref(reference: &str) -> Option<ConfigKey> {
+    if reference == "mesh" {
+        return None;
+    }
+    let (ns, name) = reference.split_once('/')?;
+    Some(ConfigKey::new(Kind::Gateway, ns, name))
+}
+
+/// How an explicit egress listener binds: (address, bind_to_port).
+pub fn egress_bind(l: &EgressListener, interception_none: bool) -> (String, bool) {
+    let capture_none = l.capture_none || interception_none;
+    let addr = l
+        .bind
+        .clone()
+        .unwrap_or_else(|| if capture_none { "127.0.0.1".into() } else { "0.0.0.0".into() });
+    (addr, capture_none || l.bind.is_some())
+}
+
+/// The sidecar route configurations a visible service joins through egress listener
+/// `idx`: `(port, allow_any)` pairs. An explicit listener serves only its own port; the
+/// catch-all serves every other HTTP port, and only where traffic is captured.
+pub fn sidecar_route_ports(
+    listeners: &[EgressListener],
+    idx: usize,
+    svc: &Service,
+    interception_none: bool,
+) -> Vec<(u16, bool)> {
+    let Some(l) = listeners.get(idx) else { return Vec::new() };
+    let http_ports = svc.ports.iter().filter(|p| p.protocol.is_http()).map(|p| p.port);
+    match &l.port {
+        Some(ep) => {
+            let allow_any = !egress_bind(l, interception_none).1;
+            http_ports.filter(|p| *p == ep.number).map(|p| (p, allow_any)).collect()
+        }
+        None if interception_none => Vec::new(),
+        None => {
+            let explicit: Vec<u16> =
+                listeners.iter().filter_map(|l| l.port.as_ref().map(|p| p.number)).collect();
+            http_ports.filter(|p| !explicit.contains(p)).map(|p| (p, true)).collect()
+        }
+    }
+}
+
+/// Hosts of a gateway server that a VirtualService in `vs_ns` may attach to, as
+/// the domain it serves: the more specific of the two patterns.
+pub fn gateway_domain(server_host: &str, gw_ns: &str, vs_ns: &str, vs_host: &str) -> Option<String> {
+    let (ns, host) = server_host.split_once('/').unwrap_or(("*", server_host));
+    let ns_ok = ns == "*" || (ns == "." && gw_ns == vs_ns) || ns == vs_ns;
+    if !ns_ok {
+        return None;
+    }
+    if host_matches(host, vs_host) {
+        Some(vs_host.to_string())
+    } else if host_matches(vs_host, host) {
+        Some(host.to_string())
+    } else {
+        None
+    }
+}
+
+/// As [`gateway_ref`], owning its input for use in dataflow closures.
+pub fn gateway_ref_str(reference: &String) -> Option<ConfigKey> {
+    gateway_ref(reference)
+}

@@ -1,0 +1,175 @@
+//! CDS: outbound clusters per service port and DestinationRule subset, inbound clusters
+//! for a proxy's own ports, and the Passthrough/BlackHole clusters.
+
+use super::{ads, duration_ms, inbound_cluster_name, outbound_cluster_name, socket_address};
+use crate::model::{
+    DestinationRule, LoadBalancer, Resolution, Resource, ResourceType, Service, ServicePort,
+    TrafficPolicy,
+};
+use envoy_types::pb::envoy::config::cluster::v3::cluster::{
+    ClusterDiscoveryType, DiscoveryType, EdsClusterConfig, LbPolicy,
+};
+use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+use envoy_types::pb::envoy::config::endpoint::v3::{
+    lb_endpoint::HostIdentifier, ClusterLoadAssignment, Endpoint, LbEndpoint, LocalityLbEndpoints,
+};
+use envoy_types::pb::envoy::extensions::upstreams::http::v3::http_protocol_options::{
+    explicit_http_config::ProtocolConfig, ExplicitHttpConfig, UpstreamProtocolOptions,
+};
+use envoy_types::pb::envoy::extensions::upstreams::http::v3::HttpProtocolOptions;
+use envoy_types::pb::envoy::config::core::v3::Http2ProtocolOptions;
+use envoy_types::util::pack_any;
+use prost::Message;
+
+/// Istio's default connect timeout.
+const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 10_000;
+
+/// The subset-specific policy overrides the rule-wide one, field by field.
+fn effective_policy(dr: Option<&DestinationRule>, subset: Option<&str>) -> TrafficPolicy {
+    let mut policy = dr.and_then(|d| d.traffic_policy.clone()).unwrap_or_default();
+    let sub = dr.and_then(|d| d.subsets.iter().find(|s| Some(s.name.as_str()) == subset));
+    if let Some(p) = sub.and_then(|s| s.traffic_policy.as_ref()) {
+        if p.load_balancer.is_some() {
+            policy.load_balancer = p.load_balancer.clone();
+        }
+        if p.connect_timeout_ms.is_some() {
+            policy.connect_timeout_ms = p.connect_timeout_ms;
+        }
+    }
+    policy
+}
+
+/// One outbound cluster for `service` on `port`, optionally for one subset of `dr`.
+pub fn outbound(
+    service: &Service,
+    port: &ServicePort,
+    dr: Option<&DestinationRule>,
+    subset: Option<&str>,
+) -> Resource {
+    let name = outbound_cluster_name(port.port, subset, &service.hostname);
+    let policy = effective_policy(dr, subset);
+    let mut cluster = Cluster {
+        name: name.clone(),
+        connect_timeout: Some(duration_ms(
+            policy.connect_timeout_ms.unwrap_or(DEFAULT_CONNECT_TIMEOUT_MS),
+        )),
+        lb_policy: match policy.load_balancer {
+            Some(LoadBalancer::LeastRequest) => LbPolicy::LeastRequest as i32,
+            Some(LoadBalancer::Random) => LbPolicy::Random as i32,
+            _ => LbPolicy::RoundRobin as i32,
+        },
+        ..Default::default()
+    };
+    match service.resolution {
+        Resolution::Static => {
+            cluster.cluster_discovery_type =
+                Some(ClusterDiscoveryType::Type(DiscoveryType::Eds as i32));
+            cluster.eds_cluster_config = Some(EdsClusterConfig {
+                eds_config: Some(ads()),
+                service_name: name.clone(),
+            });
+        }
+        Resolution::Dns => {
+            cluster.cluster_discovery_type =
+                Some(ClusterDiscoveryType::Type(DiscoveryType::StrictDns as i32));
+            cluster.load_assignment = Some(single_host(&name, &service.hostname, port.port));
+        }
+        Resolution::None => {
+            cluster.cluster_discovery_type =
+                Some(ClusterDiscoveryType::Type(DiscoveryType::OriginalDst as i32));
+            cluster.lb_policy = LbPolicy::ClusterProvided as i32;
+        }
+    }
+    if matches!(port.protocol, crate::model::Protocol::Http2 | crate::model::Protocol::Grpc) {
+        let options = HttpProtocolOptions {
+            upstream_protocol_options: Some(UpstreamProtocolOptions::ExplicitHttpConfig(
+                ExplicitHttpConfig {
+                    protocol_config: Some(ProtocolConfig::Http2ProtocolOptions(
+                        Http2ProtocolOptions::default(),
+                    )),
+                },
+            )),
+            ..Default::default()
+        };
+        // A single entry, so the map's iteration order cannot change the encoding.
+        cluster.typed_extension_protocol_options.insert(
+            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions".into(),
+            pack_any(options),
+        );
+    }
+    Resource::new(ResourceType::Cluster, name, cluster.encode_to_vec())
+}
+
+fn single_host(cluster: &str, ip_or_host: &str, port: u16) -> ClusterLoadAssignment {
+    ClusterLoadAssignment {
+        cluster_name: cluster.to_string(),
+        endpoints: vec![LocalityLbEndpoints {
+            lb_endpoints: vec![LbEndpoint {
+                host_identifier: Some(HostIdentifier::Endpoint(Endpoint {
+                    address: Some(socket_address(ip_or_host, port)),
+                    ..Default::default()
+                })),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+/// `inbound|PORT||`: traffic arriving for the proxy's own workload, sent to the
+/// application on loopback.
+pub fn inbound(port: u16) -> Resource {
+    let name = inbound_cluster_name(port);
+    let cluster = Cluster {
+        name: name.clone(),
+        connect_timeout: Some(duration_ms(DEFAULT_CONNECT_TIMEOUT_MS)),
+        cluster_discovery_type: Some(ClusterDiscoveryType::Type(DiscoveryType::Static as i32)),
+        load_assignment: Some(single_host(&name, "127.0.0.1", port)),
+        ..Default::default()
+    };
+    Resource::new(ResourceType::Cluster, name, cluster.encode_to_vec())
+}
+
+/// `PassthroughCluster`: forwards to the original destination (ALLOW_ANY egress).
+pub fn passthrough() -> Resource {
+    let cluster = Cluster {
+        name: super::PASSTHROUGH_CLUSTER.into(),
+        connect_timeout: Some(duration_ms(DEFAULT_CONNECT_TIMEOUT_MS)),
+        cluster_discovery_type: Some(ClusterDiscoveryType::Type(DiscoveryType::OriginalDst as i32)),
+        lb_policy: LbPolicy::ClusterProvided as i32,
+        ..Default::default()
+    };
+    Resource::new(ResourceType::Cluster, cluster.name.clone(), cluster.encode_to_vec())
+}
+
+/// `BlackHoleCluster`: a static cluster with no endpoints.
+pub fn blackhole() -> Resource {
+    let cluster = Cluster {
+        name: super::BLACKHOLE_CLUSTER.into(),
+        connect_timeout: Some(duration_ms(DEFAULT_CONNECT_TIMEOUT_MS)),
+        cluster_discovery_type: Some(ClusterDiscoveryType::Type(DiscoveryType::Static as i32)),
+        ..Default::default()
+    };
+    Resource::new(ResourceType::Cluster, cluster.name.clone(), cluster.encode_to_vec())
+}
+
+/// Every outbound cluster of one service under the DestinationRule in effect: the default
+/// cluster per port plus one per subset per port. Returns `(resource, eds subset labels)`;
+/// the labels are `Some` for EDS clusters.
+pub fn outbound_all(
+    service: &Service,
+    dr: Option<&DestinationRule>,
+) -> Vec<(Resource, u16, Option<crate::model::Labels>)> {
+    let mut out = Vec::new();
+    let eds = service.resolution == Resolution::Static;
+    for port in &service.ports {
+        let labels = eds.then(crate::model::Labels::new);
+        out.push((outbound(service, port, dr, None), port.port, labels));
+        for subset in dr.map(|d| d.subsets.as_slice()).unwrap_or(&[]) {
+            let labels = eds.then(|| subset.labels.clone());
+            out.push((outbound(service, port, dr, Some(&subset.name)), port.port, labels));
+        }
+    }
+    out
+}

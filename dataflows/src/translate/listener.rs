@@ -1,0 +1,187 @@
+//! LDS: outbound HTTP listeners (RDS by port name), bound egress listeners, gateway
+//! listeners, and the `virtualOutbound`/`virtualInbound` capture listeners.
+
+use super::{duration_ms, inbound_cluster_name, socket_address, PASSTHROUGH_CLUSTER};
+use crate::model::{Resource, ResourceType};
+use envoy_types::pb::envoy::config::core::v3::TrafficDirection;
+use envoy_types::pb::envoy::config::listener::v3::{
+    filter, listener_filter, Filter, FilterChain, FilterChainMatch, Listener, ListenerFilter,
+};
+use envoy_types::pb::envoy::config::route::v3::{
+    route::Action, route_action::ClusterSpecifier, route_match::PathSpecifier, Route, RouteAction,
+    RouteConfiguration, RouteMatch, VirtualHost,
+};
+use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
+use envoy_types::pb::envoy::extensions::filters::listener::original_dst::v3::OriginalDst;
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+    http_connection_manager::RouteSpecifier, http_filter, HttpConnectionManager, HttpFilter, Rds,
+};
+use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
+    tcp_proxy, TcpProxy,
+};
+use envoy_types::pb::google::protobuf::{BoolValue, UInt32Value};
+use envoy_types::util::pack_any;
+use prost::Message;
+
+fn router_filter() -> HttpFilter {
+    HttpFilter {
+        name: "envoy.filters.http.router".into(),
+        config_type: Some(http_filter::ConfigType::TypedConfig(pack_any(Router::default()))),
+        ..Default::default()
+    }
+}
+
+fn hcm_filter(hcm: HttpConnectionManager) -> Filter {
+    Filter {
+        name: "envoy.filters.network.http_connection_manager".into(),
+        config_type: Some(filter::ConfigType::TypedConfig(pack_any(hcm))),
+    }
+}
+
+fn rds_hcm(stat_prefix: &str, route_name: &str) -> HttpConnectionManager {
+    HttpConnectionManager {
+        stat_prefix: stat_prefix.to_string(),
+        route_specifier: Some(RouteSpecifier::Rds(Rds {
+            config_source: Some(super::ads()),
+            route_config_name: route_name.to_string(),
+        })),
+        http_filters: vec![router_filter()],
+        ..Default::default()
+    }
+}
+
+/// Istio's listener name: `ADDRESS_PORT`.
+pub fn listener_name(ip: &str, port: u16) -> String {
+    format!("{ip}_{port}")
+}
+
+/// An HTTP listener on `ip:port` that takes its routes from RDS `route_name`.
+/// `bind_to_port: false` listeners only receive connections handed over by `virtualOutbound`.
+pub fn http_listener(
+    ip: &str,
+    port: u16,
+    bind_to_port: bool,
+    route_name: &str,
+    outbound: bool,
+) -> Resource {
+    let name = listener_name(ip, port);
+    let direction = if outbound { "outbound" } else { "inbound" };
+    let listener = Listener {
+        name: name.clone(),
+        address: Some(socket_address(ip, port)),
+        filter_chains: vec![FilterChain {
+            filters: vec![hcm_filter(rds_hcm(&format!("{direction}_{name}"), route_name))],
+            ..Default::default()
+        }],
+        bind_to_port: if bind_to_port { None } else { Some(BoolValue { value: false }) },
+        traffic_direction: if outbound {
+            TrafficDirection::Outbound as i32
+        } else {
+            TrafficDirection::Inbound as i32
+        },
+        ..Default::default()
+    };
+    Resource::new(ResourceType::Listener, name, listener.encode_to_vec())
+}
+
+fn tcp_to(cluster: &str, stat_prefix: &str) -> Filter {
+    Filter {
+        name: "envoy.filters.network.tcp_proxy".into(),
+        config_type: Some(filter::ConfigType::TypedConfig(pack_any(TcpProxy {
+            stat_prefix: stat_prefix.into(),
+            cluster_specifier: Some(tcp_proxy::ClusterSpecifier::Cluster(cluster.into())),
+            ..Default::default()
+        }))),
+    }
+}
+
+fn original_dst_filter() -> ListenerFilter {
+    ListenerFilter {
+        name: "envoy.filters.listener.original_dst".into(),
+        config_type: Some(listener_filter::ConfigType::TypedConfig(pack_any(OriginalDst {}))),
+        ..Default::default()
+    }
+}
+
+/// `virtualOutbound` on 15001: captured outbound connections are handed to the listener for
+/// their original destination; the rest pass through.
+pub fn virtual_outbound() -> Resource {
+    let listener = Listener {
+        name: "virtualOutbound".into(),
+        address: Some(socket_address("0.0.0.0", 15001)),
+        use_original_dst: Some(BoolValue { value: true }),
+        filter_chains: vec![FilterChain {
+            name: "virtualOutbound-catchall-tcp".into(),
+            filters: vec![tcp_to(PASSTHROUGH_CLUSTER, PASSTHROUGH_CLUSTER)],
+            ..Default::default()
+        }],
+        traffic_direction: TrafficDirection::Outbound as i32,
+        ..Default::default()
+    };
+    Resource::new(ResourceType::Listener, listener.name.clone(), listener.encode_to_vec())
+}
+
+/// `virtualInbound` on 15006: one HTTP filter chain per port of the proxy's own workload
+/// (sorted), each routing to `inbound|PORT||`; other ports pass through.
+pub fn virtual_inbound(ports: &[u16]) -> Resource {
+    let mut ports = ports.to_vec();
+    ports.sort();
+    ports.dedup();
+    let mut chains: Vec<FilterChain> = ports
+        .iter()
+        .map(|&port| {
+            let cluster = inbound_cluster_name(port);
+            let hcm = HttpConnectionManager {
+                stat_prefix: cluster.clone(),
+                route_specifier: Some(RouteSpecifier::RouteConfig(RouteConfiguration {
+                    name: cluster.clone(),
+                    virtual_hosts: vec![VirtualHost {
+                        name: format!("inbound|http|{port}"),
+                        domains: vec!["*".into()],
+                        routes: vec![Route {
+                            name: "default".into(),
+                            r#match: Some(RouteMatch {
+                                path_specifier: Some(PathSpecifier::Prefix("/".into())),
+                                ..Default::default()
+                            }),
+                            action: Some(Action::Route(RouteAction {
+                                cluster_specifier: Some(ClusterSpecifier::Cluster(cluster.clone())),
+                                timeout: Some(duration_ms(0)),
+                                ..Default::default()
+                            })),
+                            ..Default::default()
+                        }],
+                        ..Default::default()
+                    }],
+                    validate_clusters: Some(BoolValue { value: false }),
+                    ..Default::default()
+                })),
+                http_filters: vec![router_filter()],
+                ..Default::default()
+            };
+            FilterChain {
+                name: cluster,
+                filter_chain_match: Some(FilterChainMatch {
+                    destination_port: Some(UInt32Value { value: port as u32 }),
+                    ..Default::default()
+                }),
+                filters: vec![hcm_filter(hcm)],
+                ..Default::default()
+            }
+        })
+        .collect();
+    chains.push(FilterChain {
+        name: "virtualInbound-catchall-tcp".into(),
+        filters: vec![tcp_to(PASSTHROUGH_CLUSTER, "InboundPassthroughCluster")],
+        ..Default::default()
+    });
+    let listener = Listener {
+        name: "virtualInbound".into(),
+        address: Some(socket_address("0.0.0.0", 15006)),
+        listener_filters: vec![original_dst_filter()],
+        filter_chains: chains,
+        traffic_direction: TrafficDirection::Inbound as i32,
+        ..Default::default()
+    };
+    Resource::new(ResourceType::Listener, listener.name.clone(), listener.encode_to_vec())
+}

@@ -1,0 +1,51 @@
+//! Translation from domain records to Envoy v3 resources: the one place that builds
+//! protobufs. Every builder is a pure function whose output is encoded once with prost
+//! and addressed by its content hash (see [`crate::model::Resource`]).
+
+pub mod cluster;
+pub mod endpoint;
+pub mod listener;
+pub mod route;
+
+use envoy_types::pb::envoy::config::core::v3::{
+    config_source::ConfigSourceSpecifier, socket_address::PortSpecifier, AggregatedConfigSource,
+    ApiVersion, ConfigSource, SocketAddress,
+};
+use envoy_types::pb::envoy::config::core::v3::{address, Address};
+use envoy_types::pb::google::protobuf::Duration;
+
+/// A config source that says "over the same ADS stream".
+pub(crate) fn ads() -> ConfigSource {
+    ConfigSource {
+        config_source_specifier: Some(ConfigSourceSpecifier::Ads(AggregatedConfigSource {})),
+        resource_api_version: ApiVersion::V3 as i32,
+        ..Default::default()
+    }
+}
+
+pub(crate) fn duration_ms(ms: u64) -> Duration {
+    Duration { seconds: (ms / 1000) as i64, nanos: ((ms % 1000) * 1_000_000) as i32 }
+}
+
+pub(crate) fn socket_address(ip: &str, port: u16) -> Address {
+    Address {
+        address: Some(address::Address::SocketAddress(SocketAddress {
+            address: ip.to_string(),
+            port_specifier: Some(PortSpecifier::PortValue(port as u32)),
+            ..Default::default()
+        })),
+    }
+}
+
+/// Istio's outbound cluster name: `outbound|PORT|SUBSET|HOST`.
+pub fn outbound_cluster_name(port: u16, subset: Option<&str>, host: &str) -> String {
+    format!("outbound|{}|{}|{}", port, subset.unwrap_or(""), host)
+}
+
+/// Istio's inbound cluster name: `inbound|PORT||`.
+pub fn inbound_cluster_name(port: u16) -> String {
+    format!("inbound|{port}||")
+}
+
+pub const PASSTHROUGH_CLUSTER: &str = "PassthroughCluster";
+pub const BLACKHOLE_CLUSTER: &str = "BlackHoleCluster";

@@ -1,0 +1,264 @@
+//! RDS: sidecar route configurations named by port (`9080`) with one virtual host per
+//! visible service, and gateway route configurations (`http.8080`) from the
+//! VirtualServices bound to the gateway.
+
+use super::{duration_ms, outbound_cluster_name, PASSTHROUGH_CLUSTER};
+use crate::model::{
+    HttpMatch, HttpRoute, ResolvedVs, Resource, ResourceType, RouteDestination, Service,
+    StringMatch,
+};
+use envoy_types::pb::envoy::config::route::v3::{
+    header_matcher::HeaderMatchSpecifier, route::Action, route_action::ClusterSpecifier,
+    route_match::PathSpecifier, weighted_cluster::ClusterWeight, HeaderMatcher, RetryPolicy,
+    Route, RouteAction, RouteConfiguration, RouteMatch, VirtualHost, WeightedCluster,
+};
+use envoy_types::pb::envoy::r#type::matcher::v3::{
+    string_matcher::MatchPattern, RegexMatcher, StringMatcher,
+};
+use envoy_types::pb::google::protobuf::{BoolValue, UInt32Value};
+use prost::Message;
+
+/// Istio's default retry policy for mesh routes.
+fn default_retry_policy() -> RetryPolicy {
+    RetryPolicy {
+        retry_on: "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes"
+            .into(),
+        num_retries: Some(UInt32Value { value: 2 }),
+        retriable_status_codes: vec![503],
+        ..Default::default()
+    }
+}
+
+fn retry_policy(route: &HttpRoute) -> Option<RetryPolicy> {
+    match &route.retries {
+        None => Some(default_retry_policy()),
+        Some(r) if r.attempts == 0 => None,
+        Some(r) => Some(RetryPolicy {
+            retry_on: r.retry_on.clone().unwrap_or_else(|| default_retry_policy().retry_on),
+            num_retries: Some(UInt32Value { value: r.attempts }),
+            per_try_timeout: r.per_try_timeout_ms.map(duration_ms),
+            ..Default::default()
+        }),
+    }
+}
+
+/// The port a destination means: explicit, else the only port of the destination service,
+/// else the port the request arrived on.
+pub fn resolve_port(dest: &RouteDestination, current: u16, vs: &ResolvedVs) -> u16 {
+    if let Some(p) = dest.port {
+        return p;
+    }
+    match vs.dest_ports.get(&dest.host).map(Vec::as_slice) {
+        Some([only]) => *only,
+        Some(ports) if ports.contains(&current) => current,
+        Some([first, ..]) => *first,
+        _ => current,
+    }
+}
+
+fn cluster_of(dest: &RouteDestination, current: u16, vs: &ResolvedVs) -> String {
+    outbound_cluster_name(resolve_port(dest, current, vs), dest.subset.as_deref(), &dest.host)
+}
+
+fn string_matcher(m: &StringMatch) -> StringMatcher {
+    let pattern = match m {
+        StringMatch::Exact(s) => MatchPattern::Exact(s.clone()),
+        StringMatch::Prefix(s) => MatchPattern::Prefix(s.clone()),
+        StringMatch::Regex(s) => {
+            MatchPattern::SafeRegex(RegexMatcher { regex: s.clone(), ..Default::default() })
+        }
+    };
+    StringMatcher { match_pattern: Some(pattern), ..Default::default() }
+}
+
+fn route_match(m: Option<&HttpMatch>) -> RouteMatch {
+    let path = match m.and_then(|m| m.uri.as_ref()) {
+        None => PathSpecifier::Prefix("/".into()),
+        Some(StringMatch::Exact(s)) => PathSpecifier::Path(s.clone()),
+        Some(StringMatch::Prefix(s)) => PathSpecifier::Prefix(s.clone()),
+        Some(StringMatch::Regex(s)) => {
+            PathSpecifier::SafeRegex(RegexMatcher { regex: s.clone(), ..Default::default() })
+        }
+    };
+    let headers = m
+        .map(|m| {
+            m.headers
+                .iter()
+                .map(|(name, sm)| HeaderMatcher {
+                    name: name.clone(),
+                    header_match_specifier: Some(HeaderMatchSpecifier::StringMatch(
+                        string_matcher(sm),
+                    )),
+                    ..Default::default()
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    RouteMatch { path_specifier: Some(path), headers, ..Default::default() }
+}
+
+fn action(route: &HttpRoute, current: u16, vs: &ResolvedVs) -> RouteAction {
+    let live: Vec<&RouteDestination> = route.route.iter().filter(|d| d.weight > 0).collect();
+    let cluster_specifier = match live.as_slice() {
+        [one] => ClusterSpecifier::Cluster(cluster_of(one, current, vs)),
+        many => ClusterSpecifier::WeightedClusters(WeightedCluster {
+            clusters: many
+                .iter()
+                .map(|d| ClusterWeight {
+                    name: cluster_of(d, current, vs),
+                    weight: Some(UInt32Value { value: d.weight }),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }),
+    };
+    RouteAction {
+        cluster_specifier: Some(cluster_specifier),
+        timeout: Some(duration_ms(route.timeout_ms.unwrap_or(0))),
+        retry_policy: retry_policy(route),
+        ..Default::default()
+    }
+}
+
+/// Envoy routes for one VirtualService: one route per match of each HTTP route, in order.
+pub fn vs_routes(vs: &ResolvedVs, current: u16) -> Vec<Route> {
+    let mut out = Vec::new();
+    for (i, http) in vs.vs.http.iter().enumerate() {
+        let name = http.name.clone().unwrap_or_else(|| format!("{}.{}.{}", vs.vs.key.namespace, vs.vs.key.name, i));
+        let matches: Vec<Option<&HttpMatch>> =
+            if http.matches.is_empty() { vec![None] } else { http.matches.iter().map(Some).collect() };
+        for m in matches {
+            out.push(Route {
+                name: name.clone(),
+                r#match: Some(route_match(m)),
+                action: Some(Action::Route(action(http, current, vs))),
+                ..Default::default()
+            });
+        }
+    }
+    out
+}
+
+fn default_route(service: &Service, port: u16) -> Route {
+    Route {
+        name: "default".into(),
+        r#match: Some(route_match(None)),
+        action: Some(Action::Route(RouteAction {
+            cluster_specifier: Some(ClusterSpecifier::Cluster(outbound_cluster_name(
+                port,
+                None,
+                &service.hostname,
+            ))),
+            timeout: Some(duration_ms(0)),
+            retry_policy: Some(default_retry_policy()),
+            ..Default::default()
+        })),
+        ..Default::default()
+    }
+}
+
+/// The names a client in `proxy_ns` may use for `host`: the FQDN, and for cluster-local
+/// services `name.ns`, `name.ns.svc` and, from the same namespace, the bare `name`;
+/// each with and without `:port`.
+pub fn domains(host: &str, port: u16, proxy_ns: &str, domain_suffix: &str) -> Vec<String> {
+    let mut names = vec![host.to_string()];
+    let local_suffix = format!(".svc.{domain_suffix}");
+    if let Some(prefix) = host.strip_suffix(&local_suffix) {
+        if let Some((name, ns)) = prefix.split_once('.') {
+            names.push(format!("{name}.{ns}.svc"));
+            names.push(format!("{name}.{ns}"));
+            if ns == proxy_ns {
+                names.push(name.to_string());
+            }
+        }
+    }
+    let mut out = Vec::with_capacity(names.len() * 2);
+    for n in names {
+        out.push(format!("{n}:{port}"));
+        out.push(n);
+    }
+    out
+}
+
+/// One entry of a sidecar route configuration: a visible service and the VirtualService in
+/// effect for it, if any.
+pub type SidecarVhost = (Service, Option<ResolvedVs>);
+
+/// The sidecar route configuration for `port`, with a virtual host per service (sorted by
+/// host so the encoding is canonical) and, on captured listeners, Istio's `allow_any`
+/// passthrough host.
+pub fn sidecar_route_config(
+    port: u16,
+    proxy_ns: &str,
+    domain_suffix: &str,
+    vhosts: &[SidecarVhost],
+    allow_any: bool,
+) -> Resource {
+    let mut sorted: Vec<&SidecarVhost> = vhosts.iter().collect();
+    sorted.sort_by(|a, b| a.0.hostname.cmp(&b.0.hostname));
+    let mut virtual_hosts: Vec<VirtualHost> = sorted
+        .into_iter()
+        .map(|(svc, vs)| VirtualHost {
+            name: format!("{}:{}", svc.hostname, port),
+            domains: domains(&svc.hostname, port, proxy_ns, domain_suffix),
+            routes: match vs {
+                Some(vs) => vs_routes(vs, port),
+                None => vec![default_route(svc, port)],
+            },
+            ..Default::default()
+        })
+        .collect();
+    if allow_any {
+        virtual_hosts.push(VirtualHost {
+            name: "allow_any".into(),
+            domains: vec!["*".into()],
+            routes: vec![Route {
+                name: "allow_any".into(),
+                r#match: Some(route_match(None)),
+                action: Some(Action::Route(RouteAction {
+                    cluster_specifier: Some(ClusterSpecifier::Cluster(PASSTHROUGH_CLUSTER.into())),
+                    timeout: Some(duration_ms(0)),
+                    ..Default::default()
+                })),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+    }
+    let rc = RouteConfiguration {
+        name: port.to_string(),
+        virtual_hosts,
+        validate_clusters: Some(BoolValue { value: false }),
+        ..Default::default()
+    };
+    Resource::new(ResourceType::Route, rc.name.clone(), rc.encode_to_vec())
+}
+
+/// The gateway route configuration `http.PORT`: `vhosts` maps each domain to the
+/// VirtualServices serving it, in precedence order; their routes are concatenated.
+pub fn gateway_route_config(
+    port: u16,
+    vhosts: &std::collections::BTreeMap<String, Vec<ResolvedVs>>,
+) -> Resource {
+    let virtual_hosts = vhosts
+        .iter()
+        .map(|(domain, vss)| VirtualHost {
+            name: format!("{domain}:{port}"),
+            domains: if domain == "*" {
+                vec!["*".into()]
+            } else {
+                vec![domain.clone(), format!("{domain}:{port}")]
+            },
+            routes: vss.iter().flat_map(|vs| vs_routes(vs, port)).collect(),
+            ..Default::default()
+        })
+        .collect();
+    let rc = RouteConfiguration {
+        name: format!("http.{port}"),
+        virtual_hosts,
+        validate_clusters: Some(BoolValue { value: false }),
+        ..Default::default()
+    };
+    Resource::new(ResourceType::Route, rc.name.clone(), rc.encode_to_vec())
+}

@@ -1,0 +1,352 @@
+//! The `reviews` fixture of the real-Envoy scenarios: Kubernetes Service, Pods and
+//! EndpointSlice, the Istio DestinationRule and VirtualServices for `reviews` in namespace
+//! `default`, written as files into meshflow's config directory; backends standing in for the
+//! reviews pods; and a client that sends requests through Envoy and tallies who answered.
+//!
+//! Addresses: every test owns one loopback /24, `127.0.<net>.0`; pod `reviews-vN` has
+//! `127.0.<net>.(10 + N)`, so parallel tests never share an address.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use super::{converge, free_port, remove_config, tally, write_config, Backend, Envoy, CONVERGE_TIMEOUT};
+
+pub const NAMESPACE: &str = "default";
+pub const FQDN: &str = "reviews.default.svc.cluster.local";
+
+const SERVICE_FILE: &str = "reviews-service.yaml";
+const PODS_FILE: &str = "reviews-pods.yaml";
+const ENDPOINTS_FILE: &str = "reviews-endpointslice.yaml";
+const DESTINATION_RULE_FILE: &str = "reviews-destinationrule.yaml";
+const VIRTUAL_SERVICE_FILE: &str = "reviews-virtualservice.yaml";
+
+/// Where a VirtualService for `reviews` applies.
+#[derive(Clone, Debug)]
+pub enum Binding {
+    /// Sidecars (`gateways` omitted = `mesh`); `hosts: [reviews]`.
+    Mesh,
+    /// A Gateway in `default`, for one external host.
+    Gateway { gateway: String, host: String },
+}
+
+/// The `reviews` service of one test: its ports, pod addresses and config files.
+pub struct Reviews {
+    net: u8,
+    service_port: u16,
+    backend_port: u16,
+    config_dir: PathBuf,
+}
+
+impl Reviews {
+    /// `net` picks the test's loopback /24; `service_port` is the Service port (the number in
+    /// cluster names); the pods' `targetPort` is a fresh free port.
+    pub fn new(net: u8, service_port: u16, config_dir: &Path) -> Reviews {
+        Reviews {
+            net,
+            service_port,
+            backend_port: free_port(),
+            config_dir: config_dir.to_owned(),
+        }
+    }
+
+    pub fn service_port(&self) -> u16 {
+        self.service_port
+    }
+
+    pub fn backend_port(&self) -> u16 {
+        self.backend_port
+    }
+
+    /// `127.0.<net>.<host>`.
+    pub fn ip(&self, host: u8) -> String {
+        format!("127.0.{}.{host}", self.net)
+    }
+
+    /// The address of pod `reviews-<version>`: `v1` → `.11`, `v2` → `.12`, …
+    pub fn pod_ip(&self, version: &str) -> String {
+        let n: u8 = version
+            .strip_prefix('v')
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("version must look like v1, got {version:?}"));
+        self.ip(10 + n)
+    }
+
+    /// A backend on pod `reviews-<version>`'s address answering `reviews-<version>`.
+    pub fn start_backend(&self, version: &str) -> Backend {
+        Backend::start(
+            &self.pod_ip(version),
+            self.backend_port,
+            &format!("reviews-{version}"),
+        )
+    }
+
+    /// Envoy's name for the cluster of `subset` (`""` for the whole service):
+    /// `outbound|<service port>|<subset>|reviews.default.svc.cluster.local`.
+    pub fn cluster(&self, subset: &str) -> String {
+        format!("outbound|{}|{subset}|{FQDN}", self.service_port)
+    }
+
+    pub fn write(&self, file_name: &str, yaml: &str) {
+        write_config(&self.config_dir, file_name, yaml);
+    }
+
+    /// The Service: selector `app: reviews`, port `http` → the backends' port.
+    pub fn write_service(&self) {
+        let yaml = format!(
+            "\
+apiVersion: v1
+kind: Service
+metadata:
+  name: reviews
+  namespace: {NAMESPACE}
+  labels:
+    app: reviews
+    service: reviews
+spec:
+  type: ClusterIP
+  selector:
+    app: reviews
+  ports:
+  - name: http
+    port: {port}
+    targetPort: {target}
+    protocol: TCP
+",
+            port = self.service_port,
+            target = self.backend_port,
+        );
+        self.write(SERVICE_FILE, &yaml);
+    }
+
+    /// Running pods `reviews-<version>` for each of `versions`.
+    pub fn write_pods(&self, versions: &[&str]) {
+        let pods: Vec<String> = versions
+            .iter()
+            .map(|version| {
+                format!(
+                    "\
+apiVersion: v1
+kind: Pod
+metadata:
+  name: reviews-{version}
+  namespace: {NAMESPACE}
+  labels:
+    app: reviews
+    version: {version}
+spec:
+  containers:
+  - name: reviews
+    image: docker.io/istio/examples-bookinfo-reviews-{version}:1.20.2
+    ports:
+    - containerPort: {port}
+status:
+  phase: Running
+  podIP: {ip}
+  podIPs:
+  - ip: {ip}
+",
+                    ip = self.pod_ip(version),
+                    port = self.backend_port,
+                )
+            })
+            .collect();
+        self.write(PODS_FILE, &pods.join("---\n"));
+    }
+
+    /// One EndpointSlice for the Service with a ready endpoint per pod in `versions`.
+    pub fn write_endpoints(&self, versions: &[&str]) {
+        let endpoints: String = versions
+            .iter()
+            .map(|version| {
+                format!(
+                    "\
+- addresses:
+  - {ip}
+  conditions:
+    ready: true
+    serving: true
+    terminating: false
+  targetRef:
+    kind: Pod
+    name: reviews-{version}
+    namespace: {NAMESPACE}
+",
+                    ip = self.pod_ip(version),
+                )
+            })
+            .collect();
+        let endpoints = if endpoints.is_empty() {
+            " []\n".to_owned()
+        } else {
+            format!("\n{endpoints}")
+        };
+        let yaml = format!(
+            "\
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: reviews-7x2kq
+  namespace: {NAMESPACE}
+  labels:
+    kubernetes.io/service-name: reviews
+addressType: IPv4
+ports:
+- name: http
+  port: {port}
+  protocol: TCP
+endpoints:{endpoints}",
+            port = self.backend_port,
+        );
+        self.write(ENDPOINTS_FILE, &yaml);
+    }
+
+    /// DestinationRule `reviews` with one subset per version, selecting `version: <name>`.
+    pub fn write_destination_rule(&self, subsets: &[&str]) {
+        let subsets: String = subsets
+            .iter()
+            .map(|subset| format!("  - name: {subset}\n    labels:\n      version: {subset}\n"))
+            .collect();
+        let yaml = format!(
+            "\
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata:
+  name: reviews
+  namespace: {NAMESPACE}
+spec:
+  host: reviews
+  subsets:
+{subsets}"
+        );
+        self.write(DESTINATION_RULE_FILE, &yaml);
+    }
+
+    /// VirtualService `reviews`: requests with `end-user: jason` → subset v2; requests under
+    /// `/reviews` → the weighted `split` of subsets. No other route, so other requests get 404.
+    pub fn write_subset_routing(&self, binding: &Binding, split: &[(&str, u32)]) {
+        let destinations: String = split
+            .iter()
+            .map(|(subset, weight)| {
+                format!(
+                    "    - destination:\n        host: reviews\n{port}        subset: {subset}\n      weight: {weight}\n",
+                    port = self.destination_port(binding),
+                )
+            })
+            .collect();
+        let http = format!(
+            "\
+  - name: jason
+    match:
+    - headers:
+        end-user:
+          exact: jason
+    route:
+    - destination:
+        host: reviews
+{port}        subset: v2
+  - name: reviews-split
+    match:
+    - uri:
+        prefix: /reviews
+    route:
+{destinations}",
+            port = self.destination_port(binding),
+        );
+        self.write_virtual_service(binding, &http);
+    }
+
+    /// VirtualService `reviews` with one route to the whole service (no subset): what a Gateway
+    /// needs to reach `reviews` at all.
+    pub fn write_plain_routing(&self, binding: &Binding) {
+        let http = format!(
+            "  - route:\n    - destination:\n        host: reviews\n{port}",
+            port = self.destination_port(binding)
+        );
+        self.write_virtual_service(binding, &http);
+    }
+
+    pub fn delete_virtual_service(&self) {
+        remove_config(&self.config_dir, VIRTUAL_SERVICE_FILE);
+    }
+
+    fn write_virtual_service(&self, binding: &Binding, http_routes: &str) {
+        let target = match binding {
+            Binding::Mesh => "  hosts:\n  - reviews\n".to_owned(),
+            Binding::Gateway { gateway, host } => {
+                format!("  hosts:\n  - {host}\n  gateways:\n  - {gateway}\n")
+            }
+        };
+        let yaml = format!(
+            "\
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata:
+  name: reviews
+  namespace: {NAMESPACE}
+spec:
+{target}  http:
+{http_routes}"
+        );
+        self.write(VIRTUAL_SERVICE_FILE, &yaml);
+    }
+
+    /// Gateway routes name the destination port explicitly (as bookinfo does); mesh routes rely
+    /// on the Service having a single port.
+    fn destination_port(&self, binding: &Binding) -> String {
+        match binding {
+            Binding::Mesh => String::new(),
+            Binding::Gateway { .. } => format!(
+                "        port:\n          number: {}\n",
+                self.service_port
+            ),
+        }
+    }
+}
+
+/// Sends requests through one Envoy listener with a fixed `Host` and tallies who answered.
+pub struct Client<'a> {
+    envoy: &'a Envoy,
+    addr: SocketAddr,
+    host: String,
+}
+
+impl<'a> Client<'a> {
+    pub fn new(envoy: &'a Envoy, addr: SocketAddr, host: &str) -> Client<'a> {
+        Client {
+            envoy,
+            addr,
+            host: host.to_owned(),
+        }
+    }
+
+    /// Outcomes (body of a 200, `status <code>`, or `error: …`) of `n` GETs of `path`.
+    pub fn tally(&self, n: usize, path: &str, headers: &[(&str, &str)]) -> HashMap<String, usize> {
+        tally(n, || super::http_get(self.addr, &self.host, path, headers))
+    }
+
+    /// Sends batches of 10 GETs until a batch satisfies `accept`, then returns a fresh tally of
+    /// `n` GETs (which the caller asserts on). Panics with Envoy's state after the timeout.
+    pub fn converge(
+        &self,
+        what: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        accept: impl Fn(&HashMap<String, usize>) -> bool,
+        n: usize,
+    ) -> HashMap<String, usize> {
+        converge(
+            what,
+            CONVERGE_TIMEOUT,
+            || self.tally(10, path, headers),
+            accept,
+            || self.envoy.summary(),
+        );
+        self.tally(n, path, headers)
+    }
+}
+
+/// How often `key` was seen.
+pub fn count(counts: &HashMap<String, usize>, key: &str) -> usize {
+    counts.get(key).copied().unwrap_or(0)
+}
