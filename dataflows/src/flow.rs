@@ -44,7 +44,7 @@ enum VsPart {
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 enum RouteRow {
     Exists { allow_any: bool },
-    Vhost { allow_any: bool, service: Service, vs: Option<ResolvedVs> },
+    Vhost { allow_any: bool, catch_all: bool, service: Service, vs: Option<ResolvedVs> },
 }
 
 /// What a gateway proxy's resources are computed from.
@@ -288,20 +288,23 @@ pub fn build<'s>(mesh: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
             let listeners = rules::egress_listeners(sc.as_ref());
             rules::sidecar_route_ports(&listeners, *idx, svc, interception_none)
                 .into_iter()
-                .map(|(port, allow_any)| ((s.clone(), svc.hostname.clone()), (port, allow_any, svc.clone())))
+                .map(|(port, allow_any, catch_all)| ((s.clone(), svc.hostname.clone()), (port, allow_any, catch_all, svc.clone())))
                 .collect()
         })
         .flat_map(|rows| rows)
         .distinct();
     let rows_with_vs = view_specs
         .clone()
-        .join_map(vs_chosen.clone(), |(s, _), (port, allow_any, svc), vk| (vk.clone(), (s.clone(), *port, *allow_any, svc.clone())))
-        .join_map(resolved_vs.clone(), |_, (s, port, allow_any, svc), rvs| {
-            ((s.clone(), *port), RouteRow::Vhost { allow_any: *allow_any, service: svc.clone(), vs: Some(rvs.clone()) })
+        .join_map(vs_chosen.clone(), |(s, _), (port, allow_any, catch_all, svc), vk| {
+            (vk.clone(), (s.clone(), *port, *allow_any, *catch_all, svc.clone()))
+        })
+        .join_map(resolved_vs.clone(), |_, (s, port, allow_any, catch_all, svc), rvs| {
+            let row = RouteRow::Vhost { allow_any: *allow_any, catch_all: *catch_all, service: svc.clone(), vs: Some(rvs.clone()) };
+            ((s.clone(), *port), row)
         });
     let rows_without_vs = view_specs
         .antijoin(vs_chosen.map(|(k, _)| k))
-        .map(|((s, _), (port, allow_any, svc))| ((s, port), RouteRow::Vhost { allow_any, service: svc, vs: None }));
+        .map(|((s, _), (port, allow_any, catch_all, svc))| ((s, port), RouteRow::Vhost { allow_any, catch_all, service: svc, vs: None }));
     let route_exists = scope_specs.clone().flat_map(|(s, sc)| match &s {
         ScopeKey::Sidecar { interception_none, .. } => assemble::sidecar_fixed_routes(sc.as_ref(), *interception_none)
             .into_iter()
@@ -313,7 +316,7 @@ pub fn build<'s>(mesh: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     let route_rows = rows_with_vs.concat(rows_without_vs).concat(route_exists);
     let catchall_listeners = route_rows
         .clone()
-        .filter(|(_, row)| matches!(row, RouteRow::Vhost { allow_any: true, .. }))
+        .filter(|(_, row)| matches!(row, RouteRow::Vhost { catch_all: true, .. }))
         .map(|((s, port), _)| (s, port))
         .distinct()
         .filter(|(s, _)| matches!(s, ScopeKey::Sidecar { interception_none: false, .. }));
@@ -323,7 +326,7 @@ pub fn build<'s>(mesh: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         for (row, _) in vals {
             match row {
                 RouteRow::Exists { allow_any: a } => allow_any = *a,
-                RouteRow::Vhost { allow_any: a, service, vs } => {
+                RouteRow::Vhost { allow_any: a, service, vs, .. } => {
                     allow_any = *a;
                     vhosts.push((service.clone(), vs.clone()));
                 }
@@ -332,13 +335,7 @@ pub fn build<'s>(mesh: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         out.push((route::sidecar_route_config(*port, s.namespace(), &suffix, &vhosts, allow_any), 1isize));
     });
     let scope_routes = route_configs.map(|((s, _), r)| (s, r));
-    let scope_catchall = catchall_listeners
-        .filter(|(s, port)| {
-            // An explicit egress listener on the same port already owns it.
-            let _ = (s, port);
-            true
-        })
-        .map(|(s, port)| (s, assemble::catchall_listener(port)));
+    let scope_catchall = catchall_listeners.map(|(s, port)| (s, assemble::catchall_listener(port)));
     let scope_fixed_listeners = scope_specs.clone().flat_map(|(s, sc)| match &s {
         ScopeKey::Sidecar { interception_none, .. } => assemble::sidecar_fixed_listeners(sc.as_ref(), *interception_none)
             .into_iter()

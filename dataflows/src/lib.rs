@@ -6,6 +6,7 @@
 //! (see `meshflow::runtime`), or use [`naive`] for the same result computed from scratch.
 
 pub mod assemble;
+pub mod driver;
 pub mod flow;
 pub mod model;
 pub mod naive;

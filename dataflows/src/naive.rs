@@ -1,1 +1,278 @@
-//! placeholder
+//! A naive full recompute of every proxy's resources from a snapshot of the inputs: plain
+//! loops over everything, no incrementality. It exists as the oracle the dataflow is tested
+//! against (and as the full-push baseline's engine): same rules, same builders, no joins.
+
+use crate::assemble;
+use crate::model::*;
+use crate::rules;
+use crate::translate::{cluster, endpoint, listener, route};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The state of all inputs at one moment.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    pub records: BTreeSet<Record>,
+}
+
+/// Per proxy, per (type, name): the resource it should hold.
+pub type ProxyConfigs = BTreeMap<ProxyId, BTreeMap<(ResourceType, String), Resource>>;
+
+struct View<'a> {
+    services: BTreeMap<&'a str, &'a Service>,
+    endpoints: Vec<(&'a Hostname, &'a RawEndpoint)>,
+    workloads: Vec<&'a Workload>,
+    vss: Vec<&'a VirtualService>,
+    drs: Vec<&'a DestinationRule>,
+    gateways: BTreeMap<&'a ConfigKey, &'a Gateway>,
+    sidecars: Vec<&'a Sidecar>,
+    proxies: Vec<&'a Proxy>,
+}
+
+impl<'a> View<'a> {
+    fn new(snap: &'a Snapshot) -> Self {
+        let mut v = View {
+            services: BTreeMap::new(),
+            endpoints: Vec::new(),
+            workloads: Vec::new(),
+            vss: Vec::new(),
+            drs: Vec::new(),
+            gateways: BTreeMap::new(),
+            sidecars: Vec::new(),
+            proxies: Vec::new(),
+        };
+        // Records iterate in order, so the first service per host is the least one.
+        for r in &snap.records {
+            match r {
+                Record::Service(s) => {
+                    v.services.entry(s.hostname.as_str()).or_insert(s);
+                }
+                Record::Endpoint(h, e) => v.endpoints.push((h, e)),
+                Record::Workload(w) => v.workloads.push(w),
+                Record::VirtualService(vs) => v.vss.push(vs),
+                Record::DestinationRule(dr) => v.drs.push(dr),
+                Record::Gateway(g) => {
+                    v.gateways.insert(&g.key, g);
+                }
+                Record::Sidecar(s) => v.sidecars.push(s),
+                Record::Proxy(p) => v.proxies.push(p),
+            }
+        }
+        v
+    }
+
+    /// Endpoints resolved to `(host, service port)` with workload labels.
+    fn resolved_endpoints(&self) -> Vec<((Hostname, u16), Endpoint)> {
+        let mut out = Vec::new();
+        for (h, e) in &self.endpoints {
+            let Some(svc) = self.services.get(h.as_str()) else { continue };
+            let port = match svc.ports.as_slice() {
+                [only] if e.port_name.is_empty() => Some(only),
+                ports => ports.iter().find(|p| p.name == e.port_name),
+            };
+            let Some(port) = port else { continue };
+            let wls: Vec<&Workload> = self.workloads.iter().copied().filter(|w| w.ip == e.ip).collect();
+            let label_sets: Vec<Labels> =
+                if wls.is_empty() { vec![Labels::new()] } else { wls.iter().map(|w| w.labels.clone()).collect() };
+            for mut labels in label_sets {
+                labels.extend(e.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+                out.push((
+                    ((*h).clone(), port.port),
+                    Endpoint { ip: e.ip.clone(), port: e.port, ready: e.ready, labels },
+                ));
+            }
+        }
+        out
+    }
+
+    fn scope_of(&self, p: &Proxy, mesh: &MeshConfig) -> ScopeKey {
+        match p.kind {
+            ProxyKind::Sidecar => {
+                let chosen = self
+                    .sidecars
+                    .iter()
+                    .filter_map(|sc| rules::sidecar_rank(sc, p, &mesh.root_namespace).map(|r| (r, &sc.key)))
+                    .min();
+                ScopeKey::Sidecar {
+                    namespace: p.namespace.clone(),
+                    sidecar: chosen.map(|(_, k)| k.clone()),
+                    interception_none: p.interception_none,
+                }
+            }
+            ProxyKind::Router => ScopeKey::Router {
+                namespace: p.namespace.clone(),
+                gateways: self
+                    .gateways
+                    .values()
+                    .filter(|g| rules::gateway_selects(g, p))
+                    .map(|g| g.key.clone())
+                    .collect(),
+            },
+        }
+    }
+
+    fn sidecar_spec(&self, s: &ScopeKey) -> Option<&'a Sidecar> {
+        match s {
+            ScopeKey::Sidecar { sidecar: Some(k), .. } => self.sidecars.iter().copied().find(|sc| &sc.key == k),
+            _ => None,
+        }
+    }
+
+    /// Hosts visible through each egress listener of the scope.
+    fn view_hosts(&self, s: &ScopeKey) -> Vec<BTreeSet<&'a str>> {
+        let spec = self.sidecar_spec(s);
+        rules::egress_listeners(spec)
+            .iter()
+            .map(|l| {
+                self.services
+                    .iter()
+                    .filter(|(_, svc)| l.hosts.iter().any(|pat| rules::egress_visible(pat, s.namespace(), svc)))
+                    .map(|(h, _)| *h)
+                    .collect()
+            })
+            .collect()
+    }
+
+    fn dr_for(&self, s: &ScopeKey, host: &str, mesh: &MeshConfig) -> Option<&'a DestinationRule> {
+        self.drs
+            .iter()
+            .copied()
+            .filter(|dr| dr.host == host)
+            .filter_map(|dr| rules::dr_rank(dr, s.namespace(), mesh).map(|r| (r, &dr.key, dr)))
+            .min_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)))
+            .map(|(_, _, dr)| dr)
+    }
+
+    fn resolve(&self, vs: &VirtualService) -> ResolvedVs {
+        let mut dest_ports = BTreeMap::new();
+        for d in vs.http.iter().flat_map(|r| r.route.iter()) {
+            if let Some(svc) = self.services.get(d.host.as_str()) {
+                dest_ports.insert(d.host.clone(), svc.ports.iter().map(|p| p.port).collect());
+            }
+        }
+        ResolvedVs { vs: vs.clone(), dest_ports }
+    }
+
+    fn vs_for(&self, s: &ScopeKey, host: &str) -> Option<&'a VirtualService> {
+        self.vss
+            .iter()
+            .copied()
+            .filter(|vs| vs.hosts.iter().any(|h| h == host))
+            .filter_map(|vs| rules::vs_rank(vs, s.namespace()).map(|r| (r, &vs.key, vs)))
+            .min_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)))
+            .map(|(_, _, vs)| vs)
+    }
+}
+
+/// Computes every connected proxy's resources from scratch.
+pub fn compute(mesh: &MeshConfig, snap: &Snapshot) -> ProxyConfigs {
+    let v = View::new(snap);
+    let eps = v.resolved_endpoints();
+    let scopes: Vec<(&Proxy, ScopeKey)> = v.proxies.iter().map(|p| (*p, v.scope_of(p, mesh))).collect();
+
+    // Clusters per scope, and the EDS cluster definitions in use anywhere.
+    let mut scope_clusters: BTreeMap<&ScopeKey, Vec<Resource>> = BTreeMap::new();
+    let mut eds_defs: BTreeSet<(String, Hostname, u16, Labels)> = BTreeSet::new();
+    for (_, s) in &scopes {
+        if scope_clusters.contains_key(s) {
+            continue;
+        }
+        let hosts: BTreeSet<&str> = v.view_hosts(s).into_iter().flatten().collect();
+        let mut list = assemble::fixed_clusters();
+        for h in hosts {
+            let svc = v.services[h];
+            for (res, port, labels) in cluster::outbound_all(svc, v.dr_for(s, h, mesh)) {
+                if let Some(l) = labels {
+                    eds_defs.insert((res.name.clone(), h.to_string(), port, l));
+                }
+                list.push(res);
+            }
+        }
+        scope_clusters.insert(s, list);
+    }
+    let mut cla_eps: BTreeMap<String, Vec<&Endpoint>> = BTreeMap::new();
+    for (name, h, port, sel) in &eds_defs {
+        let members = cla_eps.entry(name.clone()).or_default();
+        for ((eh, ep_port), ep) in &eps {
+            if eh == h && ep_port == port && rules::labels_match(sel, &ep.labels) {
+                members.push(ep);
+            }
+        }
+    }
+    let clas: BTreeMap<&String, Resource> =
+        cla_eps.iter().map(|(n, list)| (n, endpoint::load_assignment(n, list.iter().copied()))).collect();
+
+    let mut out = ProxyConfigs::new();
+    for (p, s) in &scopes {
+        let mut res: Vec<Resource> = scope_clusters[s].clone();
+        for c in &scope_clusters[s] {
+            if let Some(cla) = clas.get(&c.name) {
+                res.push(cla.clone());
+            }
+        }
+        match s {
+            ScopeKey::Sidecar { interception_none, .. } => {
+                let spec = v.sidecar_spec(s);
+                let listeners = rules::egress_listeners(spec);
+                let mut rows: BTreeMap<u16, (bool, BTreeMap<&str, Option<ResolvedVs>>)> = BTreeMap::new();
+                let mut catch_all_ports = BTreeSet::new();
+                for (port, allow_any) in assemble::sidecar_fixed_routes(spec, *interception_none) {
+                    rows.entry(port).or_insert((allow_any, BTreeMap::new()));
+                }
+                for (idx, hosts) in v.view_hosts(s).into_iter().enumerate() {
+                    for h in hosts {
+                        let svc = v.services[h];
+                        for (port, allow_any, catch_all) in
+                            rules::sidecar_route_ports(&listeners, idx, svc, *interception_none)
+                        {
+                            if catch_all {
+                                catch_all_ports.insert(port);
+                            }
+                            let entry = rows.entry(port).or_insert((allow_any, BTreeMap::new()));
+                            entry.0 = allow_any;
+                            entry.1.insert(h, v.vs_for(s, h).map(|vs| v.resolve(vs)));
+                        }
+                    }
+                }
+                for (port, (allow_any, vhosts)) in rows {
+                    let vhosts: Vec<route::SidecarVhost> =
+                        vhosts.into_iter().map(|(h, vs)| (v.services[h].clone(), vs)).collect();
+                    res.push(route::sidecar_route_config(port, s.namespace(), &mesh.domain_suffix, &vhosts, allow_any));
+                }
+                if !*interception_none {
+                    res.extend(catch_all_ports.into_iter().map(assemble::catchall_listener));
+                }
+                res.extend(assemble::sidecar_fixed_listeners(spec, *interception_none));
+
+                // The proxy's own ports.
+                let ports: BTreeSet<u16> =
+                    eps.iter().filter(|(_, ep)| p.ips.contains(&ep.ip)).map(|(_, ep)| ep.port).collect();
+                res.extend(ports.iter().map(|port| cluster::inbound(*port)));
+                if !p.interception_none {
+                    res.push(listener::virtual_inbound(&ports.iter().copied().collect::<Vec<_>>()));
+                }
+            }
+            ScopeKey::Router { gateways, .. } => {
+                let gws: Vec<&Gateway> = gateways.iter().filter_map(|k| v.gateways.get(k).copied()).collect();
+                let resolved: Vec<(ConfigKey, ResolvedVs)> = v
+                    .vss
+                    .iter()
+                    .flat_map(|vs| {
+                        vs.gateways
+                            .iter()
+                            .filter_map(|g| rules::gateway_ref(g))
+                            .filter(|g| gateways.contains(g))
+                            .map(|g| (g, v.resolve(vs)))
+                            .collect::<Vec<_>>()
+                    })
+                    .collect();
+                let pairs: Vec<(&ConfigKey, &ResolvedVs)> = resolved.iter().map(|(g, r)| (g, r)).collect();
+                res.extend(assemble::router_resources(&gws, &pairs));
+            }
+        }
+        let map = out.entry(p.id.clone()).or_default();
+        for r in res {
+            map.insert((r.rtype, r.name.clone()), r);
+        }
+    }
+    out
+}

@@ -141,26 +141,26 @@ pub fn egress_bind(l: &EgressListener, interception_none: bool) -> (String, bool
 }
 
 /// The sidecar route configurations a visible service joins through egress listener
-/// `idx`: `(port, allow_any)` pairs. An explicit listener serves only its own port; the
+/// `idx`: `(port, allow_any, catch_all)`. An explicit listener serves only its own port; the
 /// catch-all serves every other HTTP port, and only where traffic is captured.
 pub fn sidecar_route_ports(
     listeners: &[EgressListener],
     idx: usize,
     svc: &Service,
     interception_none: bool,
-) -> Vec<(u16, bool)> {
+) -> Vec<(u16, bool, bool)> {
     let Some(l) = listeners.get(idx) else { return Vec::new() };
     let http_ports = svc.ports.iter().filter(|p| p.protocol.is_http()).map(|p| p.port);
     match &l.port {
         Some(ep) => {
             let allow_any = !egress_bind(l, interception_none).1;
-            http_ports.filter(|p| *p == ep.number).map(|p| (p, allow_any)).collect()
+            http_ports.filter(|p| *p == ep.number).map(|p| (p, allow_any, false)).collect()
         }
         None if interception_none => Vec::new(),
         None => {
             let explicit: Vec<u16> =
                 listeners.iter().filter_map(|l| l.port.as_ref().map(|p| p.number)).collect();
-            http_ports.filter(|p| !explicit.contains(p)).map(|p| (p, true)).collect()
+            http_ports.filter(|p| !explicit.contains(p)).map(|p| (p, true, true)).collect()
         }
     }
 }

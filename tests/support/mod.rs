@@ -301,7 +301,10 @@ impl Meshflow {
             command.env("RUST_LOG", "info");
         }
         let child = command.spawn().expect("spawn meshflow");
-        eprintln!("meshflow (xDS on {xds_addr}) logs to {}", log_path.display());
+        eprintln!(
+            "meshflow (xDS on {xds_addr}) logs to {}",
+            log_path.display()
+        );
 
         // Built before waiting, so that a failed start still kills the child and shows the log.
         let mut meshflow = Meshflow {
@@ -320,7 +323,10 @@ impl Meshflow {
                 return;
             }
             if let Some(status) = self.child.try_wait().expect("poll meshflow") {
-                panic!("meshflow exited ({status}) before listening on {}", self.xds_addr);
+                panic!(
+                    "meshflow exited ({status}) before listening on {}",
+                    self.xds_addr
+                );
             }
             if Instant::now() >= deadline {
                 panic!(
@@ -567,7 +573,10 @@ impl Envoy {
                 panic!("envoy exited ({status}) before its admin endpoint was up");
             }
             if Instant::now() >= deadline {
-                panic!("envoy did not write {} within {STARTUP_TIMEOUT:?}", admin_path.display());
+                panic!(
+                    "envoy did not write {} within {STARTUP_TIMEOUT:?}",
+                    admin_path.display()
+                );
             }
             thread::sleep(POLL_INTERVAL);
         }
@@ -600,7 +609,10 @@ impl Envoy {
                 false
             }
         });
-        assert!(live, "envoy not LIVE within {timeout:?}; /ready said: {last}");
+        assert!(
+            live,
+            "envoy not LIVE within {timeout:?}; /ready said: {last}"
+        );
     }
 
     /// GET an admin path; the status and body, or a transport error.
@@ -668,6 +680,20 @@ impl Envoy {
             .map(Duration::from_millis)
             .filter(|latency| *latency <= polled)
             .unwrap_or(polled)
+    }
+
+    /// Waits until listener `name` is active in Envoy.
+    pub fn await_listener(&self, name: &str) {
+        let active = wait_until(STARTUP_TIMEOUT, || {
+            self.listener_names()
+                .iter()
+                .any(|listener| listener == name)
+        });
+        assert!(
+            active,
+            "listener {name} did not become active within {STARTUP_TIMEOUT:?}\n{}",
+            self.summary()
+        );
     }
 
     /// Waits until EDS in Envoy holds exactly `expected` (`ip:port`, any order) for `cluster`.
@@ -756,7 +782,10 @@ impl Envoy {
         }
         match self.admin_request("/stats?filter=update_rejected") {
             Ok((_, text)) => {
-                let rejected: Vec<_> = parse_stats(&text).into_iter().filter(|(_, v)| *v > 0).collect();
+                let rejected: Vec<_> = parse_stats(&text)
+                    .into_iter()
+                    .filter(|(_, v)| *v > 0)
+                    .collect();
                 out += &format!("  rejected updates: {rejected:?}\n");
             }
             Err(e) => out += &format!("  rejected updates: unavailable: {e}\n"),
@@ -891,7 +920,10 @@ pub fn dump_endpoints(dump: &Value, cluster: &str) -> Vec<String> {
 
 /// Panics unless every name in `expected` is in `actual`.
 pub fn assert_contains_all(what: &str, actual: &[String], expected: &[String]) {
-    let missing: Vec<&String> = expected.iter().filter(|name| !actual.contains(name)).collect();
+    let missing: Vec<&String> = expected
+        .iter()
+        .filter(|name| !actual.contains(name))
+        .collect();
     assert!(
         missing.is_empty(),
         "{what}: missing {missing:?}; Envoy holds {actual:?}"
@@ -996,7 +1028,9 @@ pub fn http_request(
         }
         let remaining = deadline.saturating_duration_since(Instant::now());
         if remaining.is_zero() {
-            return Err(format!("no complete response from {addr} within {IO_TIMEOUT:?}"));
+            return Err(format!(
+                "no complete response from {addr} within {IO_TIMEOUT:?}"
+            ));
         }
         stream
             .set_read_timeout(Some(remaining))
@@ -1189,7 +1223,10 @@ pub fn only(counts: &HashMap<String, usize>, key: &str) -> bool {
 
 /// True if the outcomes are exactly `keys`, each seen at least once.
 pub fn exactly(counts: &HashMap<String, usize>, keys: &[&str]) -> bool {
-    counts.len() == keys.len() && keys.iter().all(|key| counts.get(*key).is_some_and(|&n| n > 0))
+    counts.len() == keys.len()
+        && keys
+            .iter()
+            .all(|key| counts.get(*key).is_some_and(|&n| n > 0))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1259,14 +1296,21 @@ impl Drop for Backend {
     }
 }
 
-fn accept_loop(listener: TcpListener, identity: &str, stop: &Arc<AtomicBool>, served: &Arc<AtomicUsize>) {
+fn accept_loop(
+    listener: TcpListener,
+    identity: &str,
+    stop: &Arc<AtomicBool>,
+    served: &Arc<AtomicUsize>,
+) {
     while !stop.load(Ordering::SeqCst) {
         match listener.accept() {
             Ok((stream, _)) => {
                 let (identity, stop, served) = (identity.to_owned(), stop.clone(), served.clone());
                 thread::spawn(move || serve_connection(stream, &identity, &stop, &served));
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => thread::sleep(Duration::from_millis(5)),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                thread::sleep(Duration::from_millis(5))
+            }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => {
                 eprintln!("backend {identity}: accept failed: {e}");
@@ -1278,9 +1322,16 @@ fn accept_loop(listener: TcpListener, identity: &str, stop: &Arc<AtomicBool>, se
 
 /// Serves requests on one connection until the peer closes, asks to close, sends garbage, or the
 /// backend stops (checked every 100 ms).
-fn serve_connection(mut stream: TcpStream, identity: &str, stop: &AtomicBool, served: &AtomicUsize) {
+fn serve_connection(
+    mut stream: TcpStream,
+    identity: &str,
+    stop: &AtomicBool,
+    served: &AtomicUsize,
+) {
     if stream.set_nonblocking(false).is_err()
-        || stream.set_read_timeout(Some(Duration::from_millis(100))).is_err()
+        || stream
+            .set_read_timeout(Some(Duration::from_millis(100)))
+            .is_err()
     {
         return;
     }
@@ -1306,16 +1357,16 @@ fn serve_connection(mut stream: TcpStream, identity: &str, stop: &AtomicBool, se
                 return;
             }
         }
-        if stop.load(Ordering::SeqCst) {
-            return;
-        }
         match stream.read(&mut chunk) {
             Ok(0) => return,
+            _ if stop.load(Ordering::SeqCst) => return,
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
             Err(e)
                 if matches!(
                     e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                        | io::ErrorKind::Interrupted
                 ) => {}
             Err(_) => return,
         }

@@ -10,7 +10,9 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use super::{converge, free_port, remove_config, tally, write_config, Backend, Envoy, CONVERGE_TIMEOUT};
+use super::{
+    converge, free_port, remove_config, tally, write_config, Backend, Envoy, CONVERGE_TIMEOUT,
+};
 
 pub const NAMESPACE: &str = "default";
 pub const FQDN: &str = "reviews.default.svc.cluster.local";
@@ -235,8 +237,7 @@ spec:
             })
             .collect();
         let http = format!(
-            "\
-  - name: jason
+            "  - name: jason
     match:
     - headers:
         end-user:
@@ -296,10 +297,9 @@ spec:
     fn destination_port(&self, binding: &Binding) -> String {
         match binding {
             Binding::Mesh => String::new(),
-            Binding::Gateway { .. } => format!(
-                "        port:\n          number: {}\n",
-                self.service_port
-            ),
+            Binding::Gateway { .. } => {
+                format!("        port:\n          number: {}\n", self.service_port)
+            }
         }
     }
 }

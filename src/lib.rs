@@ -1,0 +1,10 @@
+//! meshflow: a service-mesh control plane whose core is a differential dataflow. Sources
+//! (files) feed validated records into epochs; the dataflow (crate `dataflows`) keeps every
+//! connected proxy's Envoy resources up to date incrementally; the xDS hub and server
+//! stream exactly what changed over Delta or State-of-the-World ADS.
+
+pub mod model;
+pub mod runtime;
+pub mod serve;
+pub mod sources;
+pub mod xds;

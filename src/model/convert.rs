@@ -1,0 +1,522 @@
+//! Conversion of typed Kubernetes/Istio objects into domain records, with validation. The
+//! one place that knows both the wire shape and the domain model.
+
+use super::istio;
+use super::Invalid;
+use dataflows::model::{self as m, ConfigKey, Kind, Labels, MeshConfig, Record};
+use serde::de::DeserializeOwned;
+use serde_yaml_ng::Value;
+
+type Result<T> = std::result::Result<T, Invalid>;
+
+fn typed<T: DeserializeOwned>(value: Value, prefix: &str) -> Result<T> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        let field = match (prefix, path.as_str()) {
+            (p, ".") => p.to_string(),
+            ("", path) => path.to_string(),
+            (p, path) => format!("{p}.{path}"),
+        };
+        Invalid::field(field, e.into_inner().to_string())
+    })
+}
+
+fn spec<T: DeserializeOwned + Default>(value: &Value) -> Result<T> {
+    match value.get("spec") {
+        None | Some(Value::Null) => Ok(T::default()),
+        Some(s) => typed(s.clone(), "spec"),
+    }
+}
+
+fn metadata_map(value: &Value, field: &str) -> Labels {
+    value
+        .get("metadata")
+        .and_then(|m| m.get(field))
+        .and_then(|l| l.as_mapping())
+        .map(|l| {
+            l.iter()
+                .filter_map(|(k, v)| Some((k.as_str()?.to_string(), yaml_scalar(v)?)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn yaml_scalar(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+fn port_u16(n: i64, field: &str) -> Result<u16> {
+    u16::try_from(n).ok().filter(|p| *p > 0).ok_or_else(|| Invalid::field(field, format!("port {n} is not in 1..65535")))
+}
+
+/// Istio's rule for naming protocols by port name prefix (`http-foo`, `grpc`) or
+/// `appProtocol`; anything unknown is treated as HTTP, as protocol sniffing would.
+pub fn protocol_of(name: &str, app_protocol: Option<&str>) -> m::Protocol {
+    let p = app_protocol.unwrap_or_else(|| name.split('-').next().unwrap_or(""));
+    match p.to_ascii_lowercase().as_str() {
+        "http2" | "h2c" => m::Protocol::Http2,
+        "grpc" | "grpc-web" => m::Protocol::Grpc,
+        "tcp" | "tls" | "https" | "mongo" | "mysql" | "redis" => m::Protocol::Tcp,
+        _ => m::Protocol::Http,
+    }
+}
+
+/// Istio's duration strings: `1.5s`, `300ms`, `2m`, `1h`.
+pub fn parse_duration_ms(s: &str, field: &str) -> Result<u64> {
+    let bad = || Invalid::field(field, format!("{s:?} is not a duration such as 1.5s or 300ms"));
+    let (num, unit_ms) = if let Some(n) = s.strip_suffix("ms") {
+        (n, 1.0)
+    } else if let Some(n) = s.strip_suffix('s') {
+        (n, 1000.0)
+    } else if let Some(n) = s.strip_suffix('m') {
+        (n, 60_000.0)
+    } else if let Some(n) = s.strip_suffix('h') {
+        (n, 3_600_000.0)
+    } else {
+        return Err(bad());
+    };
+    let v: f64 = num.parse().map_err(|_| bad())?;
+    if !v.is_finite() || v < 0.0 {
+        return Err(bad());
+    }
+    Ok((v * unit_ms).round() as u64)
+}
+
+/// Expands a short host name relative to the config's namespace, as Istio does:
+/// `reviews` → `reviews.NS.svc.SUFFIX`; names with dots and wildcards are kept.
+pub fn fqdn(host: &str, ns: &str, mesh: &MeshConfig) -> String {
+    if host.contains('.') || host.contains('*') {
+        host.to_string()
+    } else {
+        format!("{host}.{ns}.svc.{}", mesh.domain_suffix)
+    }
+}
+
+fn export_to(list: &[String], field: &str) -> Result<Vec<String>> {
+    for (i, e) in list.iter().enumerate() {
+        if e.is_empty() || e.contains('/') {
+            return Err(Invalid::field(format!("{field}[{i}]"), format!("{e:?} is not \".\", \"*\", \"~\" or a namespace")));
+        }
+    }
+    Ok(list.to_vec())
+}
+
+/// Converts one object to its records.
+pub fn convert(key: &ConfigKey, value: Value, mesh: &MeshConfig) -> Result<Vec<Record>> {
+    match key.kind {
+        Kind::Namespace => Ok(Vec::new()),
+        Kind::Service => service(key, value, mesh),
+        Kind::EndpointSlice => endpoint_slice(key, value, mesh),
+        Kind::Endpoints => endpoints(key, value, mesh),
+        Kind::Pod => pod(key, value),
+        Kind::VirtualService => virtual_service(key, &value, mesh),
+        Kind::DestinationRule => destination_rule(key, &value, mesh),
+        Kind::Gateway => gateway(key, &value),
+        Kind::Sidecar => sidecar(key, &value),
+        Kind::ServiceEntry => service_entry(key, &value),
+        Kind::WorkloadEntry => workload_entry(key, &value),
+    }
+}
+
+fn service(key: &ConfigKey, value: Value, mesh: &MeshConfig) -> Result<Vec<Record>> {
+    let annotations = metadata_map(&value, "annotations");
+    let svc: k8s_openapi::api::core::v1::Service = typed(value, "")?;
+    let spec = svc.spec.unwrap_or_default();
+    if spec.type_.as_deref() == Some("ExternalName") {
+        return Err(Invalid::field("spec.type", "ExternalName services are not supported yet"));
+    }
+    let mut ports = Vec::new();
+    for (i, p) in spec.ports.unwrap_or_default().iter().enumerate() {
+        let name = p.name.clone().unwrap_or_default();
+        if p.protocol.as_deref().is_some_and(|proto| proto != "TCP") {
+            continue; // UDP/SCTP ports carry no HTTP or TCP proxy config
+        }
+        let port = port_u16(p.port.into(), &format!("spec.ports[{i}].port"))?;
+        if ports.iter().any(|q: &m::ServicePort| q.port == port) {
+            return Err(Invalid::field(format!("spec.ports[{i}].port"), format!("port {port} is listed twice")));
+        }
+        ports.push(m::ServicePort { protocol: protocol_of(&name, p.app_protocol.as_deref()), name, port });
+    }
+    let exports: Vec<String> = annotations
+        .get("networking.istio.io/exportTo")
+        .map(|s| s.split(',').map(|e| e.trim().to_string()).collect())
+        .unwrap_or_default();
+    Ok(vec![Record::Service(m::Service {
+        hostname: format!("{}.{}.svc.{}", key.name, key.namespace, mesh.domain_suffix),
+        origin: key.clone(),
+        ports,
+        export_to: export_to(&exports, "metadata.annotations[networking.istio.io/exportTo]")?,
+        resolution: m::Resolution::Static,
+    })])
+}
+
+fn endpoint_slice(key: &ConfigKey, value: Value, mesh: &MeshConfig) -> Result<Vec<Record>> {
+    let labels = metadata_map(&value, "labels");
+    let slice: k8s_openapi::api::discovery::v1::EndpointSlice = typed(value, "")?;
+    let Some(service) = labels.get("kubernetes.io/service-name") else {
+        return Err(Invalid::field(
+            "metadata.labels[kubernetes.io/service-name]",
+            "an EndpointSlice must name its Service in this label",
+        ));
+    };
+    if slice.address_type == "FQDN" {
+        return Err(Invalid::field("addressType", "FQDN EndpointSlices are not supported"));
+    }
+    let host = format!("{service}.{}.svc.{}", key.namespace, mesh.domain_suffix);
+    let mut out = Vec::new();
+    for (pi, p) in slice.ports.unwrap_or_default().iter().enumerate() {
+        let Some(port) = p.port else { continue };
+        let port = port_u16(port.into(), &format!("ports[{pi}].port"))?;
+        for (ei, ep) in slice.endpoints.iter().flatten().enumerate() {
+            let ready = ep.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true);
+            for (ai, ip) in ep.addresses.iter().enumerate() {
+                if ip.parse::<std::net::IpAddr>().is_err() {
+                    return Err(Invalid::field(format!("endpoints[{ei}].addresses[{ai}]"), format!("{ip:?} is not an IP address")));
+                }
+                out.push(Record::Endpoint(
+                    host.clone(),
+                    m::RawEndpoint {
+                        ip: ip.clone(),
+                        port_name: p.name.clone().unwrap_or_default(),
+                        port,
+                        ready,
+                        labels: Labels::new(),
+                        origin: key.clone(),
+                    },
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn endpoints(key: &ConfigKey, value: Value, mesh: &MeshConfig) -> Result<Vec<Record>> {
+    let eps: k8s_openapi::api::core::v1::Endpoints = typed(value, "")?;
+    let host = format!("{}.{}.svc.{}", key.name, key.namespace, mesh.domain_suffix);
+    let mut out = Vec::new();
+    for (si, subset) in eps.subsets.unwrap_or_default().iter().enumerate() {
+        for (pi, p) in subset.ports.iter().flatten().enumerate() {
+            let port = port_u16(p.port.into(), &format!("subsets[{si}].ports[{pi}].port"))?;
+            let ready = subset.addresses.iter().flatten().map(|a| (a, true));
+            let not_ready = subset.not_ready_addresses.iter().flatten().map(|a| (a, false));
+            for (a, ready) in ready.chain(not_ready) {
+                if a.ip.parse::<std::net::IpAddr>().is_err() {
+                    return Err(Invalid::field(format!("subsets[{si}].addresses"), format!("{:?} is not an IP address", a.ip)));
+                }
+                out.push(Record::Endpoint(
+                    host.clone(),
+                    m::RawEndpoint {
+                        ip: a.ip.clone(),
+                        port_name: p.name.clone().unwrap_or_default(),
+                        port,
+                        ready,
+                        labels: Labels::new(),
+                        origin: key.clone(),
+                    },
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn pod(key: &ConfigKey, value: Value) -> Result<Vec<Record>> {
+    let labels = metadata_map(&value, "labels");
+    let pod: k8s_openapi::api::core::v1::Pod = typed(value, "")?;
+    let status = pod.status.unwrap_or_default();
+    let mut ips: Vec<String> = status.pod_ips.unwrap_or_default().into_iter().map(|p| p.ip).collect();
+    if let Some(ip) = status.pod_ip {
+        if !ips.contains(&ip) {
+            ips.insert(0, ip);
+        }
+    }
+    // A pod without an IP yet has no endpoints to label; that is not an error.
+    Ok(ips
+        .into_iter()
+        .map(|ip| Record::Workload(m::Workload { ip, labels: labels.clone(), origin: key.clone() }))
+        .collect())
+}
+
+fn string_match(sm: &istio::StringMatch, field: &str) -> Result<m::StringMatch> {
+    match (&sm.exact, &sm.prefix, &sm.regex) {
+        (Some(e), None, None) => Ok(m::StringMatch::Exact(e.clone())),
+        (None, Some(p), None) => Ok(m::StringMatch::Prefix(p.clone())),
+        (None, None, Some(r)) => Ok(m::StringMatch::Regex(r.clone())),
+        _ => Err(Invalid::field(field, "exactly one of exact, prefix or regex is required")),
+    }
+}
+
+fn virtual_service(key: &ConfigKey, value: &Value, mesh: &MeshConfig) -> Result<Vec<Record>> {
+    let s: istio::VirtualServiceSpec = spec(value)?;
+    let ns = &key.namespace;
+    if s.hosts.is_empty() {
+        return Err(Invalid::field("spec.hosts", "at least one host is required"));
+    }
+    let mut http = Vec::new();
+    for (ri, r) in s.http.iter().enumerate() {
+        let f = format!("spec.http[{ri}]");
+        let mut matches = Vec::new();
+        for (mi, mr) in r.matches.iter().enumerate() {
+            let uri = mr.uri.as_ref().map(|u| string_match(u, &format!("{f}.match[{mi}].uri"))).transpose()?;
+            let mut headers = std::collections::BTreeMap::new();
+            for (h, sm) in &mr.headers {
+                headers.insert(h.to_ascii_lowercase(), string_match(sm, &format!("{f}.match[{mi}].headers.{h}"))?);
+            }
+            matches.push(m::HttpMatch { uri, headers });
+        }
+        if r.route.is_empty() {
+            return Err(Invalid::field(format!("{f}.route"), "at least one destination is required"));
+        }
+        let mut route = Vec::new();
+        for (di, d) in r.route.iter().enumerate() {
+            let df = format!("{f}.route[{di}]");
+            let Some(dest) = d.destination.as_ref().filter(|d| !d.host.is_empty()) else {
+                return Err(Invalid::field(format!("{df}.destination.host"), "a destination host is required"));
+            };
+            let weight = match d.weight {
+                None if r.route.len() == 1 => 100,
+                None => 0,
+                Some(w) if (0..=100).contains(&w) => w as u32,
+                Some(w) => return Err(Invalid::field(format!("{df}.weight"), format!("{w} is not in 0..100"))),
+            };
+            let port = dest
+                .port
+                .as_ref()
+                .and_then(|p| p.number)
+                .map(|n| port_u16(n, &format!("{df}.destination.port.number")))
+                .transpose()?;
+            route.push(m::RouteDestination { host: fqdn(&dest.host, ns, mesh), subset: dest.subset.clone(), port, weight });
+        }
+        let total: u32 = route.iter().map(|d| d.weight).sum();
+        if route.len() > 1 && total != 100 {
+            return Err(Invalid::field(format!("{f}.route"), format!("weights add up to {total}, not 100")));
+        }
+        let timeout_ms = r.timeout.as_deref().map(|t| parse_duration_ms(t, &format!("{f}.timeout"))).transpose()?;
+        let retries = match &r.retries {
+            None => None,
+            Some(rt) => Some(m::Retries {
+                attempts: u32::try_from(rt.attempts.unwrap_or(0))
+                    .map_err(|_| Invalid::field(format!("{f}.retries.attempts"), "must not be negative"))?,
+                per_try_timeout_ms: rt
+                    .per_try_timeout
+                    .as_deref()
+                    .map(|t| parse_duration_ms(t, &format!("{f}.retries.perTryTimeout")))
+                    .transpose()?,
+                retry_on: rt.retry_on.clone(),
+            }),
+        };
+        http.push(m::HttpRoute { name: r.name.clone(), matches, route, timeout_ms, retries });
+    }
+    let gateways = s
+        .gateways
+        .iter()
+        .map(|g| if g == "mesh" || g.contains('/') { g.clone() } else { format!("{ns}/{g}") })
+        .collect();
+    Ok(vec![Record::VirtualService(m::VirtualService {
+        key: key.clone(),
+        hosts: s.hosts.iter().map(|h| fqdn(h, ns, mesh)).collect(),
+        gateways,
+        export_to: export_to(&s.export_to, "spec.exportTo")?,
+        http,
+    })])
+}
+
+fn traffic_policy(tp: &istio::TrafficPolicy, field: &str) -> Result<m::TrafficPolicy> {
+    let load_balancer = match tp.load_balancer.as_ref().and_then(|l| l.simple.as_deref()) {
+        None => None,
+        Some("ROUND_ROBIN") | Some("UNSPECIFIED") => Some(m::LoadBalancer::RoundRobin),
+        Some("LEAST_REQUEST") | Some("LEAST_CONN") => Some(m::LoadBalancer::LeastRequest),
+        Some("RANDOM") => Some(m::LoadBalancer::Random),
+        Some(other) => {
+            return Err(Invalid::field(format!("{field}.loadBalancer.simple"), format!("unknown load balancer {other:?}")))
+        }
+    };
+    let connect_timeout_ms = tp
+        .connection_pool
+        .as_ref()
+        .and_then(|c| c.tcp.as_ref())
+        .and_then(|t| t.connect_timeout.as_deref())
+        .map(|t| parse_duration_ms(t, &format!("{field}.connectionPool.tcp.connectTimeout")))
+        .transpose()?;
+    Ok(m::TrafficPolicy { load_balancer, connect_timeout_ms })
+}
+
+fn destination_rule(key: &ConfigKey, value: &Value, mesh: &MeshConfig) -> Result<Vec<Record>> {
+    let s: istio::DestinationRuleSpec = spec(value)?;
+    if s.host.is_empty() {
+        return Err(Invalid::field("spec.host", "a host is required"));
+    }
+    let mut subsets: Vec<m::Subset> = Vec::new();
+    for (i, sub) in s.subsets.iter().enumerate() {
+        if sub.name.is_empty() {
+            return Err(Invalid::field(format!("spec.subsets[{i}].name"), "a subset needs a name"));
+        }
+        if subsets.iter().any(|x| x.name == sub.name) {
+            return Err(Invalid::field(format!("spec.subsets[{i}].name"), format!("subset {:?} is defined twice", sub.name)));
+        }
+        subsets.push(m::Subset {
+            name: sub.name.clone(),
+            labels: sub.labels.clone(),
+            traffic_policy: sub
+                .traffic_policy
+                .as_ref()
+                .map(|tp| traffic_policy(tp, &format!("spec.subsets[{i}].trafficPolicy")))
+                .transpose()?,
+        });
+    }
+    Ok(vec![Record::DestinationRule(m::DestinationRule {
+        key: key.clone(),
+        host: fqdn(&s.host, &key.namespace, mesh),
+        export_to: export_to(&s.export_to, "spec.exportTo")?,
+        traffic_policy: s.traffic_policy.as_ref().map(|tp| traffic_policy(tp, "spec.trafficPolicy")).transpose()?,
+        subsets,
+    })])
+}
+
+fn server_protocol(p: &str) -> m::Protocol {
+    match p.to_ascii_uppercase().as_str() {
+        "HTTP" => m::Protocol::Http,
+        "HTTP2" => m::Protocol::Http2,
+        "GRPC" => m::Protocol::Grpc,
+        _ => m::Protocol::Tcp,
+    }
+}
+
+fn gateway(key: &ConfigKey, value: &Value) -> Result<Vec<Record>> {
+    let s: istio::GatewaySpec = spec(value)?;
+    if s.selector.is_empty() {
+        return Err(Invalid::field("spec.selector", "a Gateway must select its gateway pods by label"));
+    }
+    let mut servers = Vec::new();
+    for (i, srv) in s.servers.iter().enumerate() {
+        let f = format!("spec.servers[{i}]");
+        let Some(port) = &srv.port else { return Err(Invalid::field(format!("{f}.port"), "a server needs a port")) };
+        if srv.hosts.is_empty() {
+            return Err(Invalid::field(format!("{f}.hosts"), "a server needs at least one host"));
+        }
+        if let Some(b) = &srv.bind {
+            if b.parse::<std::net::IpAddr>().is_err() {
+                return Err(Invalid::field(format!("{f}.bind"), format!("{b:?} is not an IP address")));
+            }
+        }
+        servers.push(m::GatewayServer {
+            port: port_u16(port.number, &format!("{f}.port.number"))?,
+            port_name: port.name.clone(),
+            protocol: server_protocol(&port.protocol),
+            bind: srv.bind.clone(),
+            hosts: srv.hosts.iter().map(|h| if h.contains('/') { h.clone() } else { format!("*/{h}") }).collect(),
+        });
+    }
+    Ok(vec![Record::Gateway(m::Gateway { key: key.clone(), selector: s.selector, servers })])
+}
+
+fn sidecar(key: &ConfigKey, value: &Value) -> Result<Vec<Record>> {
+    let s: istio::SidecarSpec = spec(value)?;
+    let mut egress: Vec<m::EgressListener> = Vec::new();
+    for (i, e) in s.egress.iter().enumerate() {
+        let f = format!("spec.egress[{i}]");
+        if e.hosts.is_empty() {
+            return Err(Invalid::field(format!("{f}.hosts"), "an egress listener needs hosts"));
+        }
+        for (hi, h) in e.hosts.iter().enumerate() {
+            let ok = h.split_once('/').is_some_and(|(ns, host)| !ns.is_empty() && !host.is_empty());
+            if !ok {
+                return Err(Invalid::field(format!("{f}.hosts[{hi}]"), format!("{h:?} is not of the form namespace/host")));
+            }
+        }
+        let port = match &e.port {
+            None => None,
+            Some(p) => Some(m::EgressPort {
+                number: port_u16(p.number, &format!("{f}.port.number"))?,
+                protocol: server_protocol(&p.protocol),
+                name: p.name.clone(),
+            }),
+        };
+        if let Some(b) = &e.bind {
+            if b.parse::<std::net::IpAddr>().is_err() {
+                return Err(Invalid::field(format!("{f}.bind"), format!("{b:?} is not an IP address")));
+            }
+        }
+        let capture_none = match e.capture_mode.as_deref() {
+            None | Some("DEFAULT") | Some("IPTABLES") => false,
+            Some("NONE") => true,
+            Some(other) => return Err(Invalid::field(format!("{f}.captureMode"), format!("unknown capture mode {other:?}"))),
+        };
+        let clash = egress.iter().any(|x| x.port.as_ref().map(|p| p.number) == port.as_ref().map(|p| p.number));
+        if clash {
+            let what = port.as_ref().map(|p| format!("port {}", p.number)).unwrap_or_else(|| "the catch-all".into());
+            return Err(Invalid::field(format!("{f}.port"), format!("{what} has two egress listeners")));
+        }
+        egress.push(m::EgressListener { port, bind: e.bind.clone(), capture_none, hosts: e.hosts.clone() });
+    }
+    let selector = s.workload_selector.map(|w| w.labels).filter(|l| !l.is_empty());
+    Ok(vec![Record::Sidecar(m::Sidecar { key: key.clone(), selector, egress })])
+}
+
+fn service_entry(key: &ConfigKey, value: &Value) -> Result<Vec<Record>> {
+    let s: istio::ServiceEntrySpec = spec(value)?;
+    if s.hosts.is_empty() {
+        return Err(Invalid::field("spec.hosts", "at least one host is required"));
+    }
+    let resolution = match s.resolution.as_deref() {
+        None | Some("NONE") => m::Resolution::None,
+        Some("STATIC") => m::Resolution::Static,
+        Some("DNS") | Some("DNS_ROUND_ROBIN") => m::Resolution::Dns,
+        Some(other) => return Err(Invalid::field("spec.resolution", format!("unknown resolution {other:?}"))),
+    };
+    let mut ports = Vec::new();
+    for (i, p) in s.ports.iter().enumerate() {
+        let proto = if p.protocol.is_empty() { protocol_of(&p.name, None) } else { server_protocol(&p.protocol) };
+        ports.push(m::ServicePort { name: p.name.clone(), port: port_u16(p.number, &format!("spec.ports[{i}].number"))?, protocol: proto });
+    }
+    let exports = export_to(&s.export_to, "spec.exportTo")?;
+    let mut out = Vec::new();
+    for host in &s.hosts {
+        out.push(Record::Service(m::Service {
+            hostname: host.clone(),
+            origin: key.clone(),
+            ports: ports.clone(),
+            export_to: exports.clone(),
+            resolution,
+        }));
+        if resolution != m::Resolution::Static {
+            continue;
+        }
+        for (ei, ep) in s.endpoints.iter().enumerate() {
+            if ep.address.parse::<std::net::IpAddr>().is_err() {
+                return Err(Invalid::field(format!("spec.endpoints[{ei}].address"), format!("{:?} is not an IP address", ep.address)));
+            }
+            for p in &ports {
+                let target = match ep.ports.get(&p.name) {
+                    Some(n) => port_u16(*n, &format!("spec.endpoints[{ei}].ports.{}", p.name))?,
+                    None => p.port,
+                };
+                out.push(Record::Endpoint(
+                    host.clone(),
+                    m::RawEndpoint {
+                        ip: ep.address.clone(),
+                        port_name: p.name.clone(),
+                        port: target,
+                        ready: true,
+                        labels: ep.labels.clone(),
+                        origin: key.clone(),
+                    },
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn workload_entry(key: &ConfigKey, value: &Value) -> Result<Vec<Record>> {
+    let s: istio::WorkloadEntrySpec = spec(value)?;
+    if s.address.parse::<std::net::IpAddr>().is_err() {
+        return Err(Invalid::field("spec.address", format!("{:?} is not an IP address", s.address)));
+    }
+    Ok(vec![Record::Workload(m::Workload { ip: s.address, labels: s.labels, origin: key.clone() })])
+}

@@ -1,0 +1,177 @@
+//! Istio networking API types (networking.istio.io v1/v1beta1/v1alpha3) as they appear in
+//! YAML: camelCase, unknown fields ignored. Only the fields meshflow acts on are typed;
+//! the field names follow Istio's API reference.
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct VirtualServiceSpec {
+    pub hosts: Vec<String>,
+    pub gateways: Vec<String>,
+    pub export_to: Vec<String>,
+    pub http: Vec<HttpRoute>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HttpRoute {
+    pub name: Option<String>,
+    #[serde(rename = "match")]
+    pub matches: Vec<HttpMatchRequest>,
+    pub route: Vec<HttpRouteDestination>,
+    pub timeout: Option<String>,
+    pub retries: Option<HttpRetry>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HttpMatchRequest {
+    pub uri: Option<StringMatch>,
+    pub headers: BTreeMap<String, StringMatch>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct StringMatch {
+    pub exact: Option<String>,
+    pub prefix: Option<String>,
+    pub regex: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HttpRouteDestination {
+    pub destination: Option<Destination>,
+    pub weight: Option<i64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Destination {
+    pub host: String,
+    pub subset: Option<String>,
+    pub port: Option<PortSelector>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct PortSelector {
+    pub number: Option<i64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HttpRetry {
+    pub attempts: Option<i64>,
+    pub per_try_timeout: Option<String>,
+    pub retry_on: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct DestinationRuleSpec {
+    pub host: String,
+    pub export_to: Vec<String>,
+    pub traffic_policy: Option<TrafficPolicy>,
+    pub subsets: Vec<Subset>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct TrafficPolicy {
+    pub load_balancer: Option<LoadBalancerSettings>,
+    pub connection_pool: Option<ConnectionPool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct LoadBalancerSettings {
+    pub simple: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ConnectionPool {
+    pub tcp: Option<TcpSettings>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct TcpSettings {
+    pub connect_timeout: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Subset {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub traffic_policy: Option<TrafficPolicy>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct GatewaySpec {
+    pub selector: BTreeMap<String, String>,
+    pub servers: Vec<Server>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Server {
+    pub port: Option<Port>,
+    pub bind: Option<String>,
+    pub hosts: Vec<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Port {
+    pub number: i64,
+    pub protocol: String,
+    pub name: String,
+    pub target_port: Option<i64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct SidecarSpec {
+    pub workload_selector: Option<WorkloadSelector>,
+    pub egress: Vec<IstioEgressListener>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct WorkloadSelector {
+    pub labels: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct IstioEgressListener {
+    pub port: Option<Port>,
+    pub bind: Option<String>,
+    pub capture_mode: Option<String>,
+    pub hosts: Vec<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ServiceEntrySpec {
+    pub hosts: Vec<String>,
+    pub ports: Vec<Port>,
+    pub resolution: Option<String>,
+    pub endpoints: Vec<WorkloadEntrySpec>,
+    pub export_to: Vec<String>,
+    pub location: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct WorkloadEntrySpec {
+    pub address: String,
+    pub ports: BTreeMap<String, i64>,
+    pub labels: BTreeMap<String, String>,
+}

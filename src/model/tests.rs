@@ -1,0 +1,58 @@
+//! Parsing and validation of input documents.
+
+use super::*;
+use dataflows::model::{Kind, Record};
+
+fn mesh() -> MeshConfig {
+    MeshConfig::default()
+}
+
+#[test]
+fn splits_documents_with_their_lines() {
+    let docs = split_documents("a: 1\n---\n# c\n---\nb: 2\n");
+    assert_eq!(docs, vec![(1, "a: 1\n".to_string()), (5, "b: 2\n".to_string())]);
+}
+
+#[test]
+fn virtual_service_short_hosts_expand_and_weights_validate() {
+    let ok = "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: r, namespace: ns1}\nspec:\n  hosts: [reviews]\n  http:\n  - route:\n    - destination: {host: reviews, subset: v1}\n      weight: 70\n    - destination: {host: reviews, subset: v2}\n      weight: 30\n";
+    let parsed = parse_document(ok, &mesh()).unwrap().unwrap();
+    let Record::VirtualService(vs) = &parsed.records[0] else { panic!() };
+    assert_eq!(vs.hosts, vec!["reviews.ns1.svc.cluster.local"]);
+    assert_eq!(vs.http[0].route[1].weight, 30);
+
+    let bad = ok.replace("weight: 30", "weight: 40");
+    let err = parse_document(&bad, &mesh()).unwrap_err();
+    assert_eq!(err.field, "spec.http[0].route");
+    assert!(err.message.contains("110"), "{}", err.message);
+    assert_eq!(err.object, Some(ConfigKey::new(Kind::VirtualService, "ns1", "r")));
+}
+
+#[test]
+fn type_errors_name_the_field() {
+    let doc = "apiVersion: networking.istio.io/v1beta1\nkind: DestinationRule\nmetadata: {name: d}\nspec:\n  host: reviews\n  subsets:\n  - name: v1\n    labels: [not, a, map]\n";
+    let err = parse_document(doc, &mesh()).unwrap_err();
+    assert_eq!(err.field, "spec.subsets[0].labels");
+    let doc = "apiVersion: v1\nkind: Service\nmetadata: {name: s}\nspec:\n  ports:\n  - port: notanumber\n";
+    let err = parse_document(doc, &mesh()).unwrap_err();
+    assert!(err.field.starts_with("spec.ports[0]"), "{}", err.field);
+}
+
+#[test]
+fn file_errors_carry_file_line_and_object() {
+    let text = "apiVersion: v1\nkind: Service\nmetadata: {name: ok}\nspec: {ports: [{name: http, port: 80}]}\n---\napiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: bad, namespace: x}\nspec:\n  egress:\n  - hosts: [\"no-slash\"]\n";
+    let out = parse_file(std::path::Path::new("dir/f.yaml"), text, &mesh());
+    assert_eq!(out.objects.len(), 1);
+    assert_eq!(out.errors.len(), 1);
+    let msg = out.errors[0].to_string();
+    assert!(msg.starts_with("dir/f.yaml:6: Sidecar x/bad: spec.egress[0].hosts[0]:"), "{msg}");
+}
+
+#[test]
+fn unknown_kinds_are_skipped_and_broken_yaml_is_reported() {
+    let out = parse_file(std::path::Path::new("f.yaml"), "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\n---\n: : :\n  - [\n", &mesh());
+    assert!(out.objects.is_empty());
+    assert_eq!(out.errors.len(), 1);
+    assert_eq!(out.errors[0].line, 5);
+    assert!(out.errors[0].invalid.object.is_none());
+}

@@ -1,0 +1,78 @@
+//! The runtime: owns the dataflow engine on its own threads, batches input changes into
+//! epochs (debounced), steps the dataflow one epoch at a time and hands each epoch's
+//! output to the xDS hub. A proxy never sees half an epoch.
+
+use crate::xds::hub::Hub;
+use dataflows::driver::{Batch, Engine};
+use dataflows::model::{MeshConfig, Proxy, ProxyId, Record};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What the runtime consumes.
+#[derive(Debug)]
+pub enum Input {
+    /// Record changes from a source, with the source's current list of problems.
+    Changes { changes: Vec<(Record, isize)>, errors: Vec<String> },
+    ProxyUp(Proxy),
+    ProxyDown(Proxy),
+}
+
+/// Runs until every sender of `inputs` is gone.
+pub fn run(workers: usize, mesh: MeshConfig, debounce: Duration, inputs: Receiver<Input>, hub: Arc<Hub>) {
+    let engine = Engine::start(workers, mesh);
+    let mut epoch = 0u64;
+    while let Ok(first) = inputs.recv() {
+        let started = Instant::now();
+        let mut batch = vec![first];
+        // Collect what arrives within the debounce window into the same epoch.
+        loop {
+            let left = debounce.saturating_sub(started.elapsed());
+            if left.is_zero() {
+                break;
+            }
+            match inputs.recv_timeout(left) {
+                Ok(i) => batch.push(i),
+                Err(RecvTimeoutError::Timeout) => break,
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        epoch += 1;
+        let mut changes = Vec::new();
+        let mut up: Vec<ProxyId> = Vec::new();
+        let mut down: Vec<ProxyId> = Vec::new();
+        let mut source_errors = None;
+        let mut n_config = 0usize;
+        for input in batch {
+            match input {
+                Input::Changes { changes: c, errors } => {
+                    n_config += c.len();
+                    changes.extend(c);
+                    source_errors = Some(errors);
+                }
+                Input::ProxyUp(p) => {
+                    up.push(p.id.clone());
+                    changes.push((Record::Proxy(p), 1));
+                }
+                Input::ProxyDown(p) => {
+                    down.push(p.id.clone());
+                    changes.push((Record::Proxy(p), -1));
+                }
+            }
+        }
+        let Some(out) = engine.step(Batch { epoch, changes }) else {
+            tracing::error!("dataflow stopped");
+            return;
+        };
+        tracing::debug!(
+            epoch,
+            config_changes = n_config,
+            proxies_up = up.len(),
+            proxies_down = down.len(),
+            output_changes = out.proxy_resources.len(),
+            elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
+            "epoch computed"
+        );
+        hub.apply(out, &up, &down, source_errors);
+    }
+}

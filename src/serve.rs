@@ -1,0 +1,69 @@
+//! `meshflow serve`: wires a file source, the runtime and the xDS server together.
+
+use crate::runtime::{self, Input};
+use crate::sources::files::{self, FileSource};
+use crate::xds::{hub::Hub, server};
+use dataflows::model::MeshConfig;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub struct ServeOptions {
+    pub config_dir: PathBuf,
+    pub xds_addr: SocketAddr,
+    pub workers: usize,
+    pub debounce: Duration,
+    pub mesh: MeshConfig,
+}
+
+pub async fn serve(opts: ServeOptions) -> Result<(), String> {
+    if !opts.config_dir.is_dir() {
+        return Err(format!("--config-dir {}: not a directory", opts.config_dir.display()));
+    }
+    let (inputs_tx, inputs_rx) = std::sync::mpsc::channel::<Input>();
+    let hub = Hub::new(inputs_tx.clone());
+    {
+        let hub = hub.clone();
+        let (workers, mesh, debounce) = (opts.workers, opts.mesh.clone(), opts.debounce);
+        std::thread::Builder::new()
+            .name("meshflow-runtime".into())
+            .spawn(move || runtime::run(workers, mesh, debounce, inputs_rx, hub))
+            .map_err(|e| format!("starting the runtime: {e}"))?;
+    }
+
+    // The initial read of the directory enters the input channel before any proxy can
+    // connect, so no proxy is ever served a config without it.
+    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<Result<(), String>>();
+    let source = FileSource::new(opts.config_dir.clone(), opts.mesh.clone());
+    let tx = inputs_tx.clone();
+    std::thread::Builder::new()
+        .name("meshflow-files".into())
+        .spawn(move || {
+            let mut ready = Some(ready_tx);
+            let result = files::watch(source, Duration::from_millis(5), |scan| {
+                tracing::info!(changes = scan.changes.len(), errors = scan.errors.len(), "config directory read");
+                let ok = tx.send(Input::Changes { changes: scan.changes, errors: scan.errors }).is_ok();
+                if let Some(r) = ready.take() {
+                    let _ = r.send(Ok(()));
+                }
+                ok
+            });
+            if let Err(e) = result {
+                if let Some(r) = ready.take() {
+                    let _ = r.send(Err(format!("watching the config directory: {e}")));
+                } else {
+                    tracing::error!(error = %e, "watching the config directory failed");
+                }
+            }
+        })
+        .map_err(|e| format!("starting the file watcher: {e}"))?;
+    ready_rx.await.map_err(|_| "the file watcher stopped".to_string())??;
+
+    let listener = tokio::net::TcpListener::bind(opts.xds_addr)
+        .await
+        .map_err(|e| format!("binding the xDS address {}: {e}", opts.xds_addr))?;
+    let local = listener.local_addr().map_err(|e| e.to_string())?;
+    tracing::info!(addr = %local, "xDS server listening");
+    eprintln!("meshflow: xDS server listening on {local}");
+    server::serve(hub, listener).await.map_err(|e| format!("xDS server: {e}"))
+}

@@ -1,0 +1,127 @@
+//! Delta ADS, as a pure state machine per stream: subscriptions (wildcard and named), what
+//! the client holds (from `initial_resource_versions` and what was sent), one response in
+//! flight per type, ACK/NACK. It reads a [`ProxyView`] and produces responses; it does no I/O.
+
+use super::hub::ProxyView;
+use super::{resource_type, wildcard_by_default, Nack, ProtocolError, MAX_NAMES};
+use dataflows::model::ResourceType;
+use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DeltaDiscoveryResponse, Resource};
+use envoy_types::pb::google::protobuf::Any;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+#[derive(Default, Debug)]
+struct TypeState {
+    wildcard: bool,
+    names: BTreeSet<String>,
+    /// Name → version the client holds (or was last sent).
+    client: HashMap<String, String>,
+    in_flight: Option<String>,
+}
+
+#[derive(Default, Debug)]
+pub struct DeltaStream {
+    types: BTreeMap<ResourceType, TypeState>,
+    nonce: u64,
+    pub nacks: Vec<Nack>,
+    pub acks: u64,
+}
+
+impl DeltaStream {
+    /// Takes in one request: subscription changes and ACK/NACK of a previous response.
+    pub fn on_request(&mut self, req: &DeltaDiscoveryRequest) -> Result<ResourceType, ProtocolError> {
+        let t = resource_type(&req.type_url)?;
+        let n = req.resource_names_subscribe.len() + req.resource_names_unsubscribe.len() + req.initial_resource_versions.len();
+        if n > MAX_NAMES {
+            return Err(ProtocolError::TooManyNames(n));
+        }
+        let first = !self.types.contains_key(&t);
+        let st = self.types.entry(t).or_default();
+        if first {
+            st.client = req.initial_resource_versions.clone();
+            // The legacy wildcard: a first CDS/LDS request that names nothing.
+            st.wildcard = wildcard_by_default(t) && req.resource_names_subscribe.is_empty();
+        }
+        if !req.response_nonce.is_empty() {
+            if st.in_flight.as_deref() == Some(req.response_nonce.as_str()) {
+                st.in_flight = None;
+            }
+            match &req.error_detail {
+                Some(status) => self.nacks.push(Nack { rtype: t, nonce: req.response_nonce.clone(), message: status.message.clone() }),
+                None => self.acks += 1,
+            }
+        }
+        for name in &req.resource_names_subscribe {
+            if name == "*" {
+                st.wildcard = true;
+            } else {
+                st.names.insert(name.clone());
+            }
+        }
+        for name in &req.resource_names_unsubscribe {
+            if name == "*" {
+                st.wildcard = false;
+            } else {
+                st.names.remove(name);
+            }
+            // The client drops unsubscribed resources itself; forget them so a later
+            // subscription sends them again.
+            if !st.wildcard {
+                st.client.remove(name);
+            }
+        }
+        Ok(t)
+    }
+
+    /// Responses to send now, in make-before-break order (CDS, EDS, LDS, RDS), for every
+    /// type with no response in flight whose subscribed resources differ from what the
+    /// client holds.
+    pub fn pending(&mut self, view: &ProxyView<'_>) -> Vec<DeltaDiscoveryResponse> {
+        let mut out = Vec::new();
+        for t in ResourceType::ALL {
+            let Some(st) = self.types.get_mut(&t) else { continue };
+            if st.in_flight.is_some() {
+                continue;
+            }
+            let current = view.versions(t);
+            let subscribed = |name: &str| st.wildcard || st.names.contains(name);
+            let mut resources = Vec::new();
+            let mut sent = Vec::new();
+            for (name, version) in current {
+                if !subscribed(name) || st.client.get(name) == Some(version) {
+                    continue;
+                }
+                let Some(body) = view.body(t, name, version) else { continue };
+                resources.push(Resource {
+                    name: name.clone(),
+                    version: version.clone(),
+                    resource: Some(Any { type_url: t.type_url().to_string(), value: body.0.to_vec() }),
+                    ..Default::default()
+                });
+                sent.push((name.clone(), version.clone()));
+            }
+            let mut removed: Vec<String> =
+                st.client.keys().filter(|n| !current.contains_key(*n) && subscribed(n)).cloned().collect();
+            removed.sort();
+            if resources.is_empty() && removed.is_empty() {
+                continue;
+            }
+            for n in &removed {
+                st.client.remove(n);
+            }
+            for (n, v) in sent {
+                st.client.insert(n, v);
+            }
+            self.nonce += 1;
+            let nonce = self.nonce.to_string();
+            st.in_flight = Some(nonce.clone());
+            out.push(DeltaDiscoveryResponse {
+                type_url: t.type_url().to_string(),
+                resources,
+                removed_resources: removed,
+                nonce,
+                ..Default::default()
+            });
+        }
+        out
+    }
+}

@@ -1,0 +1,187 @@
+//! The xDS hub: the state the streams serve. It holds, per connected proxy, the name and
+//! version of every resource the dataflow says it should have, and the encoded bodies
+//! once each (shared by every proxy). It applies the dataflow's per-epoch diffs and wakes
+//! only the streams of proxies whose resources changed. No protocol logic lives here.
+
+use crate::runtime::Input;
+use dataflows::driver::EpochOutput;
+use dataflows::model::{Body, ConfigError, Proxy, ProxyId, ResourceType};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex, MutexGuard};
+use tokio::sync::Notify;
+
+/// Resource name → version, for one type.
+pub type Versions = BTreeMap<String, String>;
+
+fn type_index(t: ResourceType) -> usize {
+    match t {
+        ResourceType::Cluster => 0,
+        ResourceType::Endpoint => 1,
+        ResourceType::Listener => 2,
+        ResourceType::Route => 3,
+    }
+}
+
+/// What one connected proxy should hold.
+pub struct ProxyEntry {
+    pub proxy: Proxy,
+    /// Open streams for this node id; the proxy is an input while any is open.
+    streams: usize,
+    /// Its first epoch has been computed; until then there is nothing to send.
+    pub ready: bool,
+    resources: [Versions; 4],
+    notify: Arc<Notify>,
+}
+
+impl ProxyEntry {
+    pub fn versions(&self, t: ResourceType) -> &Versions {
+        &self.resources[type_index(t)]
+    }
+}
+
+type BodyKey = (ResourceType, String, String);
+
+#[derive(Default)]
+pub struct HubState {
+    pub epoch: u64,
+    proxies: HashMap<ProxyId, ProxyEntry>,
+    bodies: HashMap<BodyKey, (Body, isize)>,
+    pub errors: BTreeMap<ConfigError, isize>,
+    pub source_errors: Vec<String>,
+}
+
+/// A proxy's resources with access to their bodies.
+pub struct ProxyView<'a> {
+    pub entry: &'a ProxyEntry,
+    bodies: &'a HashMap<BodyKey, (Body, isize)>,
+}
+
+impl<'a> ProxyView<'a> {
+    pub fn versions(&self, t: ResourceType) -> &'a Versions {
+        self.entry.versions(t)
+    }
+
+    pub fn body(&self, t: ResourceType, name: &str, version: &str) -> Option<&'a Body> {
+        self.bodies.get(&(t, name.to_string(), version.to_string())).map(|(b, _)| b)
+    }
+}
+
+pub struct Hub {
+    state: Mutex<HubState>,
+    inputs: Sender<Input>,
+}
+
+impl Hub {
+    pub fn new(inputs: Sender<Input>) -> Arc<Hub> {
+        Arc::new(Hub { state: Mutex::new(HubState::default()), inputs })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HubState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Registers a stream for `proxy`; the first stream makes the proxy a dataflow input.
+    /// Returns the handle that is notified when the proxy's resources change.
+    pub fn connect(&self, proxy: Proxy) -> Arc<Notify> {
+        let mut st = self.lock();
+        let entry = st.proxies.entry(proxy.id.clone()).or_insert_with(|| ProxyEntry {
+            proxy: proxy.clone(),
+            streams: 0,
+            ready: false,
+            resources: Default::default(),
+            notify: Arc::new(Notify::new()),
+        });
+        entry.streams += 1;
+        if entry.streams == 1 {
+            entry.proxy = proxy.clone();
+            let _ = self.inputs.send(Input::ProxyUp(proxy));
+        }
+        entry.notify.clone()
+    }
+
+    /// Unregisters a stream; the last one retracts the proxy from the dataflow.
+    pub fn disconnect(&self, id: &str) {
+        let mut st = self.lock();
+        if let Some(entry) = st.proxies.get_mut(id) {
+            entry.streams = entry.streams.saturating_sub(1);
+            if entry.streams == 0 {
+                let _ = self.inputs.send(Input::ProxyDown(entry.proxy.clone()));
+            }
+        }
+    }
+
+    /// Applies one epoch of dataflow output. `up` are proxies whose insertion was part of
+    /// this epoch (now ready), `down` those retracted.
+    pub fn apply(&self, out: EpochOutput, up: &[ProxyId], down: &[ProxyId], source_errors: Option<Vec<String>>) {
+        let mut st = self.lock();
+        st.epoch = out.epoch;
+        for (r, d) in out.bodies {
+            let key = (r.rtype, r.name, r.version);
+            let e = st.bodies.entry(key).or_insert((r.body, 0));
+            e.1 += d;
+        }
+        st.bodies.retain(|_, (_, c)| *c > 0);
+        let mut touched: Vec<ProxyId> = Vec::new();
+        // Retractions first, so an update (-old, +new) leaves the new version.
+        let (removals, additions): (Vec<_>, Vec<_>) = out.proxy_resources.into_iter().partition(|(_, d)| *d < 0);
+        for ((id, key), _) in removals {
+            if let Some(e) = st.proxies.get_mut(&id) {
+                let map = &mut e.resources[type_index(key.rtype)];
+                if map.get(&key.name) == Some(&key.version) {
+                    map.remove(&key.name);
+                }
+                touched.push(id);
+            }
+        }
+        for ((id, key), _) in additions {
+            if let Some(e) = st.proxies.get_mut(&id) {
+                e.resources[type_index(key.rtype)].insert(key.name, key.version);
+                touched.push(id);
+            }
+        }
+        for (e, d) in out.errors {
+            *st.errors.entry(e).or_default() += d;
+        }
+        st.errors.retain(|_, c| *c != 0);
+        if let Some(errs) = source_errors {
+            st.source_errors = errs;
+        }
+        for id in down {
+            if st.proxies.get(id).is_some_and(|e| e.streams == 0) {
+                st.proxies.remove(id);
+            }
+        }
+        for id in up {
+            if let Some(e) = st.proxies.get_mut(id) {
+                e.ready = true;
+                touched.push(id.clone());
+            }
+        }
+        touched.sort();
+        touched.dedup();
+        for id in touched {
+            if let Some(e) = st.proxies.get(&id) {
+                e.notify.notify_one();
+            }
+        }
+    }
+
+    /// Runs `f` on the proxy's view if the proxy is connected and computed.
+    pub fn with_view<R>(&self, id: &str, f: impl FnOnce(&ProxyView<'_>) -> R) -> Option<R> {
+        let st = self.lock();
+        let entry = st.proxies.get(id).filter(|e| e.ready)?;
+        Some(f(&ProxyView { entry, bodies: &st.bodies }))
+    }
+
+    /// Runs `f` on the whole state (debug and status reads).
+    pub fn read<R>(&self, f: impl FnOnce(&HubState) -> R) -> R {
+        f(&self.lock())
+    }
+}
+
+impl HubState {
+    pub fn proxies(&self) -> impl Iterator<Item = &ProxyEntry> {
+        self.proxies.values()
+    }
+}

@@ -1,0 +1,167 @@
+//! The tonic ADS server: one task per stream, reading requests and the hub's change
+//! notifications, writing what the protocol state machine says to send. The only place a
+//! `tonic::Status` is made.
+
+use super::delta::DeltaStream;
+use super::hub::{Hub, ProxyView};
+use super::node::proxy_from_node;
+use super::sotw::SotwStream;
+use super::ProtocolError;
+use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::{
+    AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
+};
+use envoy_types::pb::envoy::service::discovery::v3::{
+    DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
+};
+use std::sync::Arc;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+/// Responses buffered per stream before a slow reader holds its task back (and only its).
+const STREAM_BUFFER: usize = 8;
+/// Largest xDS request accepted.
+pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+
+/// The two ADS flavours behind one stream loop.
+trait Protocol: Default + Send + 'static {
+    type Req: Send + 'static;
+    type Resp: Send + 'static;
+    const NAME: &'static str;
+    fn node(req: &Self::Req) -> Option<&Node>;
+    fn on_request(&mut self, req: &Self::Req) -> Result<(), ProtocolError>;
+    fn pending(&mut self, view: &ProxyView<'_>) -> Vec<Self::Resp>;
+    fn nack_messages(&mut self) -> Vec<super::Nack>;
+}
+
+impl Protocol for DeltaStream {
+    type Req = DeltaDiscoveryRequest;
+    type Resp = DeltaDiscoveryResponse;
+    const NAME: &'static str = "delta";
+    fn node(req: &Self::Req) -> Option<&Node> {
+        req.node.as_ref()
+    }
+    fn on_request(&mut self, req: &Self::Req) -> Result<(), ProtocolError> {
+        DeltaStream::on_request(self, req).map(|_| ())
+    }
+    fn pending(&mut self, view: &ProxyView<'_>) -> Vec<Self::Resp> {
+        DeltaStream::pending(self, view)
+    }
+    fn nack_messages(&mut self) -> Vec<super::Nack> {
+        std::mem::take(&mut self.nacks)
+    }
+}
+
+impl Protocol for SotwStream {
+    type Req = DiscoveryRequest;
+    type Resp = DiscoveryResponse;
+    const NAME: &'static str = "sotw";
+    fn node(req: &Self::Req) -> Option<&Node> {
+        req.node.as_ref()
+    }
+    fn on_request(&mut self, req: &Self::Req) -> Result<(), ProtocolError> {
+        SotwStream::on_request(self, req).map(|_| ())
+    }
+    fn pending(&mut self, view: &ProxyView<'_>) -> Vec<Self::Resp> {
+        SotwStream::pending(self, view)
+    }
+    fn nack_messages(&mut self) -> Vec<super::Nack> {
+        std::mem::take(&mut self.nacks)
+    }
+}
+
+async fn serve_stream<P: Protocol>(
+    hub: Arc<Hub>,
+    mut inbound: Streaming<P::Req>,
+    tx: mpsc::Sender<Result<P::Resp, Status>>,
+) {
+    let first = match inbound.message().await {
+        Ok(Some(m)) => m,
+        _ => return,
+    };
+    let proxy = match proxy_from_node(P::node(&first)) {
+        Ok(p) => p,
+        Err(e) => {
+            let _ = tx.send(Err(Status::invalid_argument(e.to_string()))).await;
+            return;
+        }
+    };
+    let id = proxy.id.clone();
+    tracing::info!(proxy = %id, protocol = P::NAME, "stream opened");
+    let notify = hub.connect(proxy);
+    let mut state = P::default();
+    let mut next = Some(first);
+    loop {
+        if let Some(req) = next.take() {
+            if let Err(e) = state.on_request(&req) {
+                let _ = tx.send(Err(Status::invalid_argument(e.to_string()))).await;
+                break;
+            }
+            for nack in state.nack_messages() {
+                tracing::warn!(proxy = %id, rtype = nack.rtype.short(), nonce = %nack.nonce, error = %nack.message, "NACK");
+            }
+        }
+        let responses = hub.with_view(&id, |view| state.pending(view)).unwrap_or_default();
+        for r in responses {
+            if tx.send(Ok(r)).await.is_err() {
+                hub.disconnect(&id);
+                return;
+            }
+        }
+        tokio::select! {
+            msg = inbound.message() => match msg {
+                Ok(Some(req)) => next = Some(req),
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::debug!(proxy = %id, error = %e, "stream ended");
+                    break;
+                }
+            },
+            _ = notify.notified() => {}
+        }
+    }
+    tracing::info!(proxy = %id, protocol = P::NAME, "stream closed");
+    hub.disconnect(&id);
+}
+
+/// The ADS service over a hub.
+pub struct Ads {
+    hub: Arc<Hub>,
+}
+
+#[tonic::async_trait]
+impl AggregatedDiscoveryService for Ads {
+    type StreamAggregatedResourcesStream = ReceiverStream<Result<DiscoveryResponse, Status>>;
+    type DeltaAggregatedResourcesStream = ReceiverStream<Result<DeltaDiscoveryResponse, Status>>;
+
+    async fn stream_aggregated_resources(
+        &self,
+        request: Request<Streaming<DiscoveryRequest>>,
+    ) -> Result<Response<Self::StreamAggregatedResourcesStream>, Status> {
+        let (tx, rx) = mpsc::channel(STREAM_BUFFER);
+        tokio::spawn(serve_stream::<SotwStream>(self.hub.clone(), request.into_inner(), tx));
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn delta_aggregated_resources(
+        &self,
+        request: Request<Streaming<DeltaDiscoveryRequest>>,
+    ) -> Result<Response<Self::DeltaAggregatedResourcesStream>, Status> {
+        let (tx, rx) = mpsc::channel(STREAM_BUFFER);
+        tokio::spawn(serve_stream::<DeltaStream>(self.hub.clone(), request.into_inner(), tx));
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+}
+
+/// Serves ADS on `addr` until the process ends.
+pub async fn serve(hub: Arc<Hub>, listener: tokio::net::TcpListener) -> Result<(), tonic::transport::Error> {
+    let svc = AggregatedDiscoveryServiceServer::new(Ads { hub })
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(usize::MAX);
+    tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(std::time::Duration::from_secs(30)))
+        .add_service(svc)
+        .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
+        .await
+}

@@ -1,0 +1,115 @@
+//! State-of-the-World ADS, as a pure state machine per stream. CDS and LDS responses carry
+//! the full set; EDS and RDS responses carry the subscribed resources that changed (all of
+//! them when the subscription changes). Stale nonces are ignored; one response in flight
+//! per type; a NACK is recorded and the rejected version is not resent.
+
+use super::hub::ProxyView;
+use super::{resource_type, wildcard_by_default, Nack, ProtocolError, MAX_NAMES};
+use dataflows::model::ResourceType;
+use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
+use envoy_types::pb::google::protobuf::Any;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+#[derive(Default, Debug)]
+struct TypeState {
+    names: BTreeSet<String>,
+    wildcard: bool,
+    /// Name → version last sent.
+    sent: HashMap<String, String>,
+    latest_nonce: Option<String>,
+    in_flight: bool,
+    /// The subscription changed: answer with everything it now asks for.
+    must_respond: bool,
+    version: u64,
+}
+
+#[derive(Default, Debug)]
+pub struct SotwStream {
+    types: BTreeMap<ResourceType, TypeState>,
+    nonce: u64,
+    pub nacks: Vec<Nack>,
+    pub acks: u64,
+}
+
+impl SotwStream {
+    pub fn on_request(&mut self, req: &DiscoveryRequest) -> Result<ResourceType, ProtocolError> {
+        let t = resource_type(&req.type_url)?;
+        if req.resource_names.len() > MAX_NAMES {
+            return Err(ProtocolError::TooManyNames(req.resource_names.len()));
+        }
+        let st = self.types.entry(t).or_default();
+        if !req.response_nonce.is_empty() {
+            if st.latest_nonce.as_deref() != Some(req.response_nonce.as_str()) {
+                return Ok(t); // stale: a newer response is on its way
+            }
+            st.in_flight = false;
+            match &req.error_detail {
+                Some(status) => self.nacks.push(Nack { rtype: t, nonce: req.response_nonce.clone(), message: status.message.clone() }),
+                None => self.acks += 1,
+            }
+        }
+        let names: BTreeSet<String> = req.resource_names.iter().filter(|n| *n != "*").cloned().collect();
+        let wildcard = wildcard_by_default(t) && (req.resource_names.is_empty() || req.resource_names.iter().any(|n| n == "*"));
+        if req.response_nonce.is_empty() || names != st.names || wildcard != st.wildcard {
+            st.must_respond = true;
+        }
+        st.names = names;
+        st.wildcard = wildcard;
+        Ok(t)
+    }
+
+    pub fn pending(&mut self, view: &ProxyView<'_>) -> Vec<DiscoveryResponse> {
+        let mut out = Vec::new();
+        for t in ResourceType::ALL {
+            let Some(st) = self.types.get_mut(&t) else { continue };
+            if st.in_flight {
+                continue;
+            }
+            let current = view.versions(t);
+            let chosen: Vec<(&String, &String)> = if wildcard_by_default(t) {
+                // Full set every time, sent when anything in it changed.
+                let selected: Vec<_> =
+                    current.iter().filter(|(n, _)| st.wildcard || st.names.contains(*n)).collect();
+                let unchanged = selected.len() == st.sent.len()
+                    && selected.iter().all(|(n, v)| st.sent.get(*n) == Some(*v));
+                if unchanged && !st.must_respond {
+                    continue;
+                }
+                st.sent = selected.iter().map(|(n, v)| ((*n).clone(), (*v).clone())).collect();
+                selected
+            } else {
+                st.sent.retain(|n, _| st.names.contains(n));
+                let selected: Vec<_> = current
+                    .iter()
+                    .filter(|(n, v)| st.names.contains(*n) && (st.must_respond || st.sent.get(*n) != Some(*v)))
+                    .collect();
+                if selected.is_empty() && !st.must_respond {
+                    continue;
+                }
+                for (n, v) in &selected {
+                    st.sent.insert((*n).clone(), (*v).clone());
+                }
+                selected
+            };
+            let resources: Vec<Any> = chosen
+                .iter()
+                .filter_map(|(n, v)| view.body(t, n, v))
+                .map(|b| Any { type_url: t.type_url().to_string(), value: b.0.to_vec() })
+                .collect();
+            st.must_respond = false;
+            st.in_flight = true;
+            st.version += 1;
+            self.nonce += 1;
+            let nonce = self.nonce.to_string();
+            st.latest_nonce = Some(nonce.clone());
+            out.push(DiscoveryResponse {
+                version_info: st.version.to_string(),
+                resources,
+                type_url: t.type_url().to_string(),
+                nonce,
+                ..Default::default()
+            });
+        }
+        out
+    }
+}
