@@ -41,6 +41,9 @@ enum Command {
         /// Address of the ADS gRPC server.
         #[arg(long, default_value = "0.0.0.0:15010")]
         xds_addr: SocketAddr,
+        /// Address of the debug gRPC API (keep it on loopback unless it is protected).
+        #[arg(long, default_value = "127.0.0.1:15014")]
+        debug_addr: SocketAddr,
         /// Timely worker threads.
         #[arg(long, default_value_t = 1)]
         workers: usize,
@@ -49,6 +52,11 @@ enum Command {
         debounce_ms: u64,
         #[command(flatten)]
         mesh: MeshArgs,
+    },
+    /// Connected proxies and what they hold, per xDS type (from a running meshflow).
+    ProxyStatus {
+        #[arg(long, default_value = "127.0.0.1:15014")]
+        debug_addr: SocketAddr,
     },
     /// Check a directory of YAML and report every rejected object.
     Validate {
@@ -65,10 +73,11 @@ fn main() -> ExitCode {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
     match cli.command {
-        Command::Serve { config_dir, xds_addr, workers, debounce_ms, mesh } => {
+        Command::Serve { config_dir, xds_addr, debug_addr, workers, debounce_ms, mesh } => {
             let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
                 Ok(rt) => rt,
                 Err(e) => {
@@ -79,12 +88,32 @@ fn main() -> ExitCode {
             let opts = ServeOptions {
                 config_dir,
                 xds_addr,
+                debug_addr,
                 workers,
                 debounce: Duration::from_millis(debounce_ms),
                 mesh: mesh.mesh(),
             };
             match rt.block_on(serve(opts)) {
                 Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("meshflow: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::ProxyStatus { debug_addr } => {
+            let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("meshflow: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            match rt.block_on(meshflow::debug::cli::proxy_status(debug_addr)) {
+                Ok(table) => {
+                    print!("{table}");
+                    ExitCode::SUCCESS
+                }
                 Err(e) => {
                     eprintln!("meshflow: {e}");
                     ExitCode::FAILURE

@@ -11,6 +11,8 @@ use std::time::Duration;
 pub struct ServeOptions {
     pub config_dir: PathBuf,
     pub xds_addr: SocketAddr,
+    /// Where the debug API listens; a bind failure is logged and xDS is served regardless.
+    pub debug_addr: SocketAddr,
     pub workers: usize,
     pub debounce: Duration,
     pub mesh: MeshConfig,
@@ -58,6 +60,21 @@ pub async fn serve(opts: ServeOptions) -> Result<(), String> {
         })
         .map_err(|e| format!("starting the file watcher: {e}"))?;
     ready_rx.await.map_err(|_| "the file watcher stopped".to_string())??;
+
+    match tokio::net::TcpListener::bind(opts.debug_addr).await {
+        Ok(l) => {
+            let addr = l.local_addr().map_err(|e| e.to_string())?;
+            tracing::info!(%addr, "debug API listening");
+            let svc = crate::debug::DebugService::server(hub.clone());
+            tokio::spawn(async move {
+                let incoming = tokio_stream::wrappers::TcpListenerStream::new(l);
+                if let Err(e) = tonic::transport::Server::builder().add_service(svc).serve_with_incoming(incoming).await {
+                    tracing::error!(error = %e, "debug API stopped");
+                }
+            });
+        }
+        Err(e) => tracing::warn!(addr = %opts.debug_addr, error = %e, "debug API not started: cannot bind"),
+    }
 
     let listener = tokio::net::TcpListener::bind(opts.xds_addr)
         .await

@@ -264,3 +264,37 @@ async fn invalid_requests_get_invalid_argument() {
     assert!(err.message().contains("not.a.Type"), "{}", err.message());
     let _ = (LDS, RDS);
 }
+
+/// The debug API lists connected proxies with their resources and ACKs per type, and the
+/// configuration errors with the file, line, object and field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn debug_api_lists_proxies_and_config_errors() {
+    use meshflow::debug::pb::debug_client::DebugClient;
+    use meshflow::debug::pb::{ListConfigErrorsRequest, ListProxiesRequest};
+    let dir = TestDir::new("xds-debug");
+    let config = dir.subdir("config");
+    write_mesh(&config);
+    write_config(
+        &config,
+        "bad.yaml",
+        "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: broken, namespace: default}\nspec:\n  hosts: [reviews]\n  http:\n  - route:\n    - destination: {host: reviews}\n      weight: 60\n    - destination: {host: ratings}\n      weight: 60\n",
+    );
+    let debug_addr = SocketAddr::from(([127, 0, 0, 1], support::free_port()));
+    let meshflow = Meshflow::start_with_args(&config, dir.path(), &["--debug-addr", &debug_addr.to_string()]);
+    let mut a = DeltaClient::connect(meshflow.xds_addr(), node("sidecar~10.9.0.7~g-1.default~default.svc.cluster.local", "default", &[])).await;
+    a.sync().await;
+
+    let mut client = DebugClient::connect(format!("http://{debug_addr}")).await.expect("debug API");
+    let proxies = client.list_proxies(ListProxiesRequest {}).await.unwrap().into_inner().proxies;
+    assert_eq!(proxies.len(), 1);
+    let p = &proxies[0];
+    assert_eq!(p.id, "sidecar~10.9.0.7~g-1.default~default.svc.cluster.local");
+    assert_eq!(p.streams, 1);
+    let cds = p.types.iter().find(|t| t.r#type == "CDS").unwrap();
+    assert_eq!(cds.resources as usize, a.names(CDS).len());
+    assert!(cds.acks >= 1);
+
+    let errors = client.list_config_errors(ListConfigErrorsRequest {}).await.unwrap().into_inner().errors;
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(errors[0].contains("bad.yaml:1: VirtualService default/broken: spec.http[0].route: weights add up to 120"), "{}", errors[0]);
+}

@@ -3,7 +3,7 @@
 //! flight per type, ACK/NACK. It reads a [`ProxyView`] and produces responses; it does no I/O.
 
 use super::hub::ProxyView;
-use super::{resource_type, wildcard_by_default, Nack, ProtocolError, MAX_NAMES};
+use super::{resource_type, wildcard_by_default, Feedback, Nack, ProtocolError, MAX_NAMES};
 use dataflows::model::ResourceType;
 use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DeltaDiscoveryResponse, Resource};
 use envoy_types::pb::google::protobuf::Any;
@@ -22,8 +22,8 @@ struct TypeState {
 pub struct DeltaStream {
     types: BTreeMap<ResourceType, TypeState>,
     nonce: u64,
-    pub nacks: Vec<Nack>,
-    pub acks: u64,
+    /// ACKs and NACKs received since the server last drained them.
+    pub feedback: Vec<Feedback>,
 }
 
 impl DeltaStream {
@@ -46,8 +46,12 @@ impl DeltaStream {
                 st.in_flight = None;
             }
             match &req.error_detail {
-                Some(status) => self.nacks.push(Nack { rtype: t, nonce: req.response_nonce.clone(), message: status.message.clone() }),
-                None => self.acks += 1,
+                Some(status) => self.feedback.push(Feedback::Nack(Nack {
+                    rtype: t,
+                    nonce: req.response_nonce.clone(),
+                    message: status.message.clone(),
+                })),
+                None => self.feedback.push(Feedback::Ack(t)),
             }
         }
         for name in &req.resource_names_subscribe {

@@ -32,11 +32,19 @@ pub struct ProxyEntry {
     pub ready: bool,
     resources: [Versions; 4],
     notify: Arc<Notify>,
+    /// ACKs received per type.
+    pub acks: [u64; 4],
+    /// Envoy's message for the last NACK per type.
+    pub last_nack: [Option<String>; 4],
 }
 
 impl ProxyEntry {
     pub fn versions(&self, t: ResourceType) -> &Versions {
         &self.resources[type_index(t)]
+    }
+
+    pub fn streams(&self) -> usize {
+        self.streams
     }
 }
 
@@ -91,6 +99,8 @@ impl Hub {
             ready: false,
             resources: Default::default(),
             notify: Arc::new(Notify::new()),
+            acks: [0; 4],
+            last_nack: Default::default(),
         });
         entry.streams += 1;
         if entry.streams == 1 {
@@ -163,6 +173,17 @@ impl Hub {
         for id in touched {
             if let Some(e) = st.proxies.get(&id) {
                 e.notify.notify_one();
+            }
+        }
+    }
+
+    /// Records an ACK or NACK from one of the proxy's streams.
+    pub fn record_feedback(&self, id: &str, fb: crate::xds::Feedback) {
+        let mut st = self.lock();
+        if let Some(e) = st.proxies.get_mut(id) {
+            match fb {
+                crate::xds::Feedback::Ack(t) => e.acks[type_index(t)] += 1,
+                crate::xds::Feedback::Nack(n) => e.last_nack[type_index(n.rtype)] = Some(n.message),
             }
         }
     }

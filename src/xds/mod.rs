@@ -45,3 +45,10 @@ pub struct Nack {
     pub nonce: String,
     pub message: String,
 }
+
+/// What a proxy said about a response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Feedback {
+    Ack(ResourceType),
+    Nack(Nack),
+}

@@ -6,7 +6,7 @@ use super::delta::DeltaStream;
 use super::hub::{Hub, ProxyView};
 use super::node::proxy_from_node;
 use super::sotw::SotwStream;
-use super::ProtocolError;
+use super::{Feedback, ProtocolError};
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::{
     AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
@@ -32,7 +32,7 @@ trait Protocol: Default + Send + 'static {
     fn node(req: &Self::Req) -> Option<&Node>;
     fn on_request(&mut self, req: &Self::Req) -> Result<(), ProtocolError>;
     fn pending(&mut self, view: &ProxyView<'_>) -> Vec<Self::Resp>;
-    fn nack_messages(&mut self) -> Vec<super::Nack>;
+    fn feedback(&mut self) -> Vec<Feedback>;
 }
 
 impl Protocol for DeltaStream {
@@ -48,8 +48,8 @@ impl Protocol for DeltaStream {
     fn pending(&mut self, view: &ProxyView<'_>) -> Vec<Self::Resp> {
         DeltaStream::pending(self, view)
     }
-    fn nack_messages(&mut self) -> Vec<super::Nack> {
-        std::mem::take(&mut self.nacks)
+    fn feedback(&mut self) -> Vec<Feedback> {
+        std::mem::take(&mut self.feedback)
     }
 }
 
@@ -66,8 +66,8 @@ impl Protocol for SotwStream {
     fn pending(&mut self, view: &ProxyView<'_>) -> Vec<Self::Resp> {
         SotwStream::pending(self, view)
     }
-    fn nack_messages(&mut self) -> Vec<super::Nack> {
-        std::mem::take(&mut self.nacks)
+    fn feedback(&mut self) -> Vec<Feedback> {
+        std::mem::take(&mut self.feedback)
     }
 }
 
@@ -98,8 +98,11 @@ async fn serve_stream<P: Protocol>(
                 let _ = tx.send(Err(Status::invalid_argument(e.to_string()))).await;
                 break;
             }
-            for nack in state.nack_messages() {
-                tracing::warn!(proxy = %id, rtype = nack.rtype.short(), nonce = %nack.nonce, error = %nack.message, "NACK");
+            for fb in state.feedback() {
+                if let Feedback::Nack(nack) = &fb {
+                    tracing::warn!(proxy = %id, rtype = nack.rtype.short(), nonce = %nack.nonce, error = %nack.message, "NACK");
+                }
+                hub.record_feedback(&id, fb);
             }
         }
         let responses = hub.with_view(&id, |view| state.pending(view)).unwrap_or_default();

@@ -4,7 +4,7 @@
 //! per type; a NACK is recorded and the rejected version is not resent.
 
 use super::hub::ProxyView;
-use super::{resource_type, wildcard_by_default, Nack, ProtocolError, MAX_NAMES};
+use super::{resource_type, wildcard_by_default, Feedback, Nack, ProtocolError, MAX_NAMES};
 use dataflows::model::ResourceType;
 use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
 use envoy_types::pb::google::protobuf::Any;
@@ -27,8 +27,8 @@ struct TypeState {
 pub struct SotwStream {
     types: BTreeMap<ResourceType, TypeState>,
     nonce: u64,
-    pub nacks: Vec<Nack>,
-    pub acks: u64,
+    /// ACKs and NACKs received since the server last drained them.
+    pub feedback: Vec<Feedback>,
 }
 
 impl SotwStream {
@@ -44,8 +44,12 @@ impl SotwStream {
             }
             st.in_flight = false;
             match &req.error_detail {
-                Some(status) => self.nacks.push(Nack { rtype: t, nonce: req.response_nonce.clone(), message: status.message.clone() }),
-                None => self.acks += 1,
+                Some(status) => self.feedback.push(Feedback::Nack(Nack {
+                    rtype: t,
+                    nonce: req.response_nonce.clone(),
+                    message: status.message.clone(),
+                })),
+                None => self.feedback.push(Feedback::Ack(t)),
             }
         }
         let names: BTreeSet<String> = req.resource_names.iter().filter(|n| *n != "*").cloned().collect();
