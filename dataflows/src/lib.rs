@@ -11,6 +11,7 @@ pub mod flow;
 pub mod model;
 pub mod naive;
 pub mod rules;
+pub mod synth;
 pub mod translate;
 
 pub use flow::{build, Inputs, Outputs};

@@ -1,0 +1,146 @@
+//! Synthetic meshes of a given shape, for benchmarks and load tests: services with
+//! endpoints and labelled pods spread over namespaces, DestinationRules with subsets and
+//! VirtualServices for a fraction of services, optional per-namespace Sidecar scoping, and
+//! connected sidecar proxies.
+
+use crate::model::*;
+
+#[derive(Clone, Debug)]
+pub struct Shape {
+    pub services: usize,
+    pub endpoints_per_service: usize,
+    pub namespaces: usize,
+    pub proxies: usize,
+    /// Every `vs_every`-th service gets a DestinationRule (v1/v2) and a 90/10 VirtualService.
+    pub vs_every: usize,
+    /// Each namespace gets a Sidecar importing `./*` and the first namespace.
+    pub sidecar_scoping: bool,
+}
+
+impl Shape {
+    pub fn small() -> Shape {
+        Shape { services: 200, endpoints_per_service: 10, namespaces: 10, proxies: 200, vs_every: 4, sidecar_scoping: true }
+    }
+}
+
+pub fn namespace(i: usize) -> String {
+    format!("ns-{i}")
+}
+
+pub fn hostname(s: usize, shape: &Shape, mesh: &MeshConfig) -> String {
+    format!("svc-{s}.{}.svc.{}", namespace(s % shape.namespaces), mesh.domain_suffix)
+}
+
+/// The IP of endpoint `e` of service `s` (10.x.y.z, unique per pair).
+pub fn endpoint_ip(s: usize, e: usize) -> String {
+    let n = s * 1000 + e;
+    format!("10.{}.{}.{}", (n >> 16) & 255, (n >> 8) & 255, n & 255)
+}
+
+pub fn endpoint(s: usize, e: usize, shape: &Shape, mesh: &MeshConfig) -> Record {
+    let ns = namespace(s % shape.namespaces);
+    Record::Endpoint(
+        hostname(s, shape, mesh),
+        RawEndpoint {
+            ip: endpoint_ip(s, e),
+            port_name: "http".into(),
+            port: 8080,
+            ready: true,
+            labels: Labels::new(),
+            origin: ConfigKey::new(Kind::EndpointSlice, ns, format!("svc-{s}")),
+        },
+    )
+}
+
+pub fn proxy(p: usize, shape: &Shape) -> Record {
+    let ns = namespace(p % shape.namespaces);
+    let mut labels = Labels::new();
+    labels.insert("app".into(), format!("client-{p}"));
+    Record::Proxy(Proxy {
+        id: format!("sidecar~10.255.{}.{}~client-{p}.{ns}~{ns}.svc.cluster.local", p / 256, p % 256),
+        kind: ProxyKind::Sidecar,
+        ips: vec![format!("10.255.{}.{}", p / 256, p % 256)],
+        namespace: ns,
+        labels,
+        interception_none: false,
+    })
+}
+
+/// Every record of the mesh, proxies included.
+pub fn records(shape: &Shape, mesh: &MeshConfig) -> Vec<Record> {
+    let mut out = Vec::new();
+    for s in 0..shape.services {
+        let ns = namespace(s % shape.namespaces);
+        let host = hostname(s, shape, mesh);
+        out.push(Record::Service(Service {
+            hostname: host.clone(),
+            origin: ConfigKey::new(Kind::Service, &ns, format!("svc-{s}")),
+            ports: vec![ServicePort { name: "http".into(), port: 80, protocol: Protocol::Http }],
+            export_to: vec![],
+            resolution: Resolution::Static,
+        }));
+        for e in 0..shape.endpoints_per_service {
+            out.push(endpoint(s, e, shape, mesh));
+            let mut labels = Labels::new();
+            labels.insert("app".into(), format!("svc-{s}"));
+            labels.insert("version".into(), if e % 2 == 0 { "v1".into() } else { "v2".into() });
+            out.push(Record::Workload(Workload {
+                ip: endpoint_ip(s, e),
+                labels,
+                origin: ConfigKey::new(Kind::Pod, &ns, format!("svc-{s}-{e}")),
+            }));
+        }
+        if shape.vs_every > 0 && s % shape.vs_every == 0 {
+            let subset = |v: &str| Subset {
+                name: v.into(),
+                labels: [("version".to_string(), v.to_string())].into(),
+                traffic_policy: None,
+            };
+            out.push(Record::DestinationRule(DestinationRule {
+                key: ConfigKey::new(Kind::DestinationRule, &ns, format!("svc-{s}")),
+                host: host.clone(),
+                export_to: vec![],
+                traffic_policy: None,
+                subsets: vec![subset("v1"), subset("v2")],
+            }));
+            out.push(Record::VirtualService(vs(s, 90, shape, mesh)));
+        }
+    }
+    if shape.sidecar_scoping {
+        for n in 0..shape.namespaces {
+            let ns = namespace(n);
+            out.push(Record::Sidecar(Sidecar {
+                key: ConfigKey::new(Kind::Sidecar, &ns, "default"),
+                selector: None,
+                egress: vec![EgressListener {
+                    port: None,
+                    bind: None,
+                    capture_none: false,
+                    hosts: vec!["./*".into(), format!("{}/*", namespace(0))],
+                }],
+            }));
+        }
+    }
+    out.extend((0..shape.proxies).map(|p| proxy(p, shape)));
+    out
+}
+
+/// The VirtualService of service `s` sending `v1_weight`% to v1 and the rest to v2.
+pub fn vs(s: usize, v1_weight: u32, shape: &Shape, mesh: &MeshConfig) -> VirtualService {
+    let ns = namespace(s % shape.namespaces);
+    let host = hostname(s, shape, mesh);
+    let dest = |subset: &str, weight| RouteDestination { host: host.clone(), subset: Some(subset.into()), port: None, weight };
+    VirtualService {
+        key: ConfigKey::new(Kind::VirtualService, &ns, format!("svc-{s}")),
+        hosts: vec![host.clone()],
+        gateways: vec![],
+        export_to: vec![],
+        http: vec![HttpRoute {
+            name: None,
+            matches: vec![],
+            route: vec![dest("v1", v1_weight), dest("v2", 100 - v1_weight)],
+            timeout_ms: None,
+            retries: None,
+        }],
+    }
+}
