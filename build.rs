@@ -6,6 +6,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Safe here: build scripts are single-threaded.
     std::env::set_var("PROTOC", protoc);
     println!("cargo:rerun-if-changed=proto");
-    tonic_prost_build::configure().compile_protos(&["proto/meshflow/debug/v1/debug.proto"], &["proto"])?;
+    tonic_prost_build::configure()
+        .compile_protos(&["proto/meshflow/debug/v1/debug.proto"], &["proto"])?;
     Ok(())
 }

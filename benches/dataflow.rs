@@ -15,7 +15,12 @@ fn one_change(c: &mut Criterion) {
     let records = synth::records(&shape, &mesh);
     let engine = Engine::start(1, mesh.clone());
     let mut epoch = 1;
-    engine.step(Batch { epoch, changes: records.iter().cloned().map(|r| (r, 1)).collect() }).expect("engine");
+    engine
+        .step(Batch {
+            epoch,
+            changes: records.iter().cloned().map(|r| (r, 1)).collect(),
+        })
+        .expect("engine");
     let mut group = c.benchmark_group("one_change");
     group.sample_size(20);
 
@@ -27,7 +32,14 @@ fn one_change(c: &mut Criterion) {
             epoch += 1;
             let diff = if present { -1 } else { 1 };
             present = !present;
-            black_box(engine.step(Batch { epoch, changes: vec![(ep.clone(), diff)] }).expect("engine"));
+            black_box(
+                engine
+                    .step(Batch {
+                        epoch,
+                        changes: vec![(ep.clone(), diff)],
+                    })
+                    .expect("engine"),
+            );
         })
     });
     let vs_a = Record::VirtualService(synth::vs(0, 90, &shape, &mesh));
@@ -38,11 +50,22 @@ fn one_change(c: &mut Criterion) {
             epoch += 1;
             let (old, new) = if flip { (&vs_b, &vs_a) } else { (&vs_a, &vs_b) };
             flip = !flip;
-            black_box(engine.step(Batch { epoch, changes: vec![(old.clone(), -1), (new.clone(), 1)] }).expect("engine"));
+            black_box(
+                engine
+                    .step(Batch {
+                        epoch,
+                        changes: vec![(old.clone(), -1), (new.clone(), 1)],
+                    })
+                    .expect("engine"),
+            );
         })
     });
-    let snapshot = Snapshot { records: records.into_iter().collect() };
-    group.bench_function("any/full_recompute", |b| b.iter(|| black_box(naive::compute(&mesh, &snapshot))));
+    let snapshot = Snapshot {
+        records: records.into_iter().collect(),
+    };
+    group.bench_function("any/full_recompute", |b| {
+        b.iter(|| black_box(naive::compute(&mesh, &snapshot)))
+    });
     group.finish();
 }
 
@@ -52,7 +75,13 @@ fn encoding(c: &mut Criterion) {
     let records = synth::records(&shape, &mesh);
     let svc = records
         .iter()
-        .find_map(|r| if let Record::Service(s) = r { Some(s.clone()) } else { None })
+        .find_map(|r| {
+            if let Record::Service(s) = r {
+                Some(s.clone())
+            } else {
+                None
+            }
+        })
         .expect("a service");
     c.bench_function("encode/outbound_clusters", |b| {
         b.iter(|| black_box(dataflows::translate::cluster::outbound_all(&svc, None)))

@@ -9,7 +9,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 #[derive(Parser)]
-#[command(name = "meshflow", version, about = "A service-mesh control plane built on differential dataflow")]
+#[command(
+    name = "meshflow",
+    version,
+    about = "A service-mesh control plane built on differential dataflow"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -27,7 +31,10 @@ struct MeshArgs {
 
 impl MeshArgs {
     fn mesh(&self) -> MeshConfig {
-        MeshConfig { root_namespace: self.root_namespace.clone(), domain_suffix: self.domain_suffix.clone() }
+        MeshConfig {
+            root_namespace: self.root_namespace.clone(),
+            domain_suffix: self.domain_suffix.clone(),
+        }
     }
 }
 
@@ -77,8 +84,18 @@ fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     match cli.command {
-        Command::Serve { config_dir, xds_addr, debug_addr, workers, debounce_ms, mesh } => {
-            let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Command::Serve {
+            config_dir,
+            xds_addr,
+            debug_addr,
+            workers,
+            debounce_ms,
+            mesh,
+        } => {
+            let rt = match tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+            {
                 Ok(rt) => rt,
                 Err(e) => {
                     eprintln!("meshflow: starting the async runtime: {e}");
@@ -102,7 +119,10 @@ fn main() -> ExitCode {
             }
         }
         Command::ProxyStatus { debug_addr } => {
-            let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
                 Ok(rt) => rt,
                 Err(e) => {
                     eprintln!("meshflow: {e}");

@@ -20,7 +20,10 @@ pub struct ServeOptions {
 
 pub async fn serve(opts: ServeOptions) -> Result<(), String> {
     if !opts.config_dir.is_dir() {
-        return Err(format!("--config-dir {}: not a directory", opts.config_dir.display()));
+        return Err(format!(
+            "--config-dir {}: not a directory",
+            opts.config_dir.display()
+        ));
     }
     let (inputs_tx, inputs_rx) = std::sync::mpsc::channel::<Input>();
     let hub = Hub::new(inputs_tx.clone());
@@ -43,8 +46,17 @@ pub async fn serve(opts: ServeOptions) -> Result<(), String> {
         .spawn(move || {
             let mut ready = Some(ready_tx);
             let result = files::watch(source, Duration::from_millis(5), |scan| {
-                tracing::info!(changes = scan.changes.len(), errors = scan.errors.len(), "config directory read");
-                let ok = tx.send(Input::Changes { changes: scan.changes, errors: scan.errors }).is_ok();
+                tracing::info!(
+                    changes = scan.changes.len(),
+                    errors = scan.errors.len(),
+                    "config directory read"
+                );
+                let ok = tx
+                    .send(Input::Changes {
+                        changes: scan.changes,
+                        errors: scan.errors,
+                    })
+                    .is_ok();
                 if let Some(r) = ready.take() {
                     let _ = r.send(Ok(()));
                 }
@@ -59,7 +71,9 @@ pub async fn serve(opts: ServeOptions) -> Result<(), String> {
             }
         })
         .map_err(|e| format!("starting the file watcher: {e}"))?;
-    ready_rx.await.map_err(|_| "the file watcher stopped".to_string())??;
+    ready_rx
+        .await
+        .map_err(|_| "the file watcher stopped".to_string())??;
 
     match tokio::net::TcpListener::bind(opts.debug_addr).await {
         Ok(l) => {
@@ -68,12 +82,18 @@ pub async fn serve(opts: ServeOptions) -> Result<(), String> {
             let svc = crate::debug::DebugService::server(hub.clone());
             tokio::spawn(async move {
                 let incoming = tokio_stream::wrappers::TcpListenerStream::new(l);
-                if let Err(e) = tonic::transport::Server::builder().add_service(svc).serve_with_incoming(incoming).await {
+                if let Err(e) = tonic::transport::Server::builder()
+                    .add_service(svc)
+                    .serve_with_incoming(incoming)
+                    .await
+                {
                     tracing::error!(error = %e, "debug API stopped");
                 }
             });
         }
-        Err(e) => tracing::warn!(addr = %opts.debug_addr, error = %e, "debug API not started: cannot bind"),
+        Err(e) => {
+            tracing::warn!(addr = %opts.debug_addr, error = %e, "debug API not started: cannot bind")
+        }
     }
 
     let listener = tokio::net::TcpListener::bind(opts.xds_addr)
@@ -82,5 +102,7 @@ pub async fn serve(opts: ServeOptions) -> Result<(), String> {
     let local = listener.local_addr().map_err(|e| e.to_string())?;
     tracing::info!(addr = %local, "xDS server listening");
     eprintln!("meshflow: xDS server listening on {local}");
-    server::serve(hub, listener).await.map_err(|e| format!("xDS server: {e}"))
+    server::serve(hub, listener)
+        .await
+        .map_err(|e| format!("xDS server: {e}"))
 }

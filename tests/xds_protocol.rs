@@ -27,15 +27,26 @@ const RDS: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
 const REVIEWS: &str = "outbound|9080||reviews.default.svc.cluster.local";
 
 fn node(id: &str, ns: &str, labels: &[(&str, &str)]) -> Node {
-    let s = |v: &str| Value { kind: Some(Kind::StringValue(v.into())) };
+    let s = |v: &str| Value {
+        kind: Some(Kind::StringValue(v.into())),
+    };
     let mut l = Struct::default();
     for (k, v) in labels {
         l.fields.insert(k.to_string(), s(v));
     }
     let mut meta = Struct::default();
     meta.fields.insert("NAMESPACE".into(), s(ns));
-    meta.fields.insert("LABELS".into(), Value { kind: Some(Kind::StructValue(l)) });
-    Node { id: id.into(), metadata: Some(meta), ..Default::default() }
+    meta.fields.insert(
+        "LABELS".into(),
+        Value {
+            kind: Some(Kind::StructValue(l)),
+        },
+    );
+    Node {
+        id: id.into(),
+        metadata: Some(meta),
+        ..Default::default()
+    }
 }
 
 fn slice_yaml(ips: &[&str]) -> String {
@@ -56,7 +67,11 @@ fn write_mesh(dir: &std::path::Path) {
         "services.yaml",
         "apiVersion: v1\nkind: Service\nmetadata: {name: reviews, namespace: default}\nspec:\n  ports: [{name: http, port: 9080}]\n---\napiVersion: v1\nkind: Service\nmetadata: {name: ratings, namespace: default}\nspec:\n  ports: [{name: http, port: 9080}]\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: ratings-abc\n  namespace: default\n  labels: {kubernetes.io/service-name: ratings}\naddressType: IPv4\nports:\n- {name: http, port: 9080}\nendpoints:\n- addresses: [\"10.0.2.1\"]\n",
     );
-    write_config(dir, "reviews-slice.yaml", &slice_yaml(&["10.0.1.1", "10.0.1.2"]));
+    write_config(
+        dir,
+        "reviews-slice.yaml",
+        &slice_yaml(&["10.0.1.1", "10.0.1.2"]),
+    );
     write_config(
         dir,
         "sidecar.yaml",
@@ -76,10 +91,22 @@ struct DeltaClient {
 
 impl DeltaClient {
     async fn connect(addr: SocketAddr, node: Node) -> DeltaClient {
-        let mut client = AggregatedDiscoveryServiceClient::connect(format!("http://{addr}")).await.expect("connect");
+        let mut client = AggregatedDiscoveryServiceClient::connect(format!("http://{addr}"))
+            .await
+            .expect("connect");
         let (tx, rx) = mpsc::channel(16);
-        let rx = client.delta_aggregated_resources(ReceiverStream::new(rx)).await.expect("open stream").into_inner();
-        DeltaClient { tx, rx, node: Some(node), held: HashMap::new(), bytes: 0 }
+        let rx = client
+            .delta_aggregated_resources(ReceiverStream::new(rx))
+            .await
+            .expect("open stream")
+            .into_inner();
+        DeltaClient {
+            tx,
+            rx,
+            node: Some(node),
+            held: HashMap::new(),
+            bytes: 0,
+        }
     }
 
     async fn send(&mut self, mut req: DeltaDiscoveryRequest) {
@@ -87,7 +114,12 @@ impl DeltaClient {
         self.tx.send(req).await.expect("send");
     }
 
-    async fn subscribe(&mut self, type_url: &str, names: &[String], initial: HashMap<String, String>) {
+    async fn subscribe(
+        &mut self,
+        type_url: &str,
+        names: &[String],
+        initial: HashMap<String, String>,
+    ) {
         self.send(DeltaDiscoveryRequest {
             type_url: type_url.into(),
             resource_names_subscribe: names.to_vec(),
@@ -99,7 +131,10 @@ impl DeltaClient {
 
     /// The next response within `wait`, applied and ACKed.
     async fn recv(&mut self, wait: Duration) -> Option<DeltaDiscoveryResponse> {
-        let resp = tokio::time::timeout(wait, self.rx.message()).await.ok()?.expect("stream error")?;
+        let resp = tokio::time::timeout(wait, self.rx.message())
+            .await
+            .ok()?
+            .expect("stream error")?;
         self.bytes += resp.encoded_len();
         let held = self.held.entry(resp.type_url.clone()).or_default();
         for r in &resp.resources {
@@ -108,7 +143,11 @@ impl DeltaClient {
         for n in &resp.removed_resources {
             held.remove(n);
         }
-        let ack = DeltaDiscoveryRequest { type_url: resp.type_url.clone(), response_nonce: resp.nonce.clone(), ..Default::default() };
+        let ack = DeltaDiscoveryRequest {
+            type_url: resp.type_url.clone(),
+            response_nonce: resp.nonce.clone(),
+            ..Default::default()
+        };
         self.send(ack).await;
         Some(resp)
     }
@@ -123,15 +162,24 @@ impl DeltaClient {
     }
 
     fn names(&self, type_url: &str) -> Vec<String> {
-        self.held.get(type_url).map(|m| m.keys().cloned().collect()).unwrap_or_default()
+        self.held
+            .get(type_url)
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default()
     }
 
     /// Subscribes like Envoy: wildcard CDS, then EDS for every EDS cluster, wildcard LDS,
     /// then RDS for what listeners reference — and waits until all of it has arrived.
     async fn sync(&mut self) {
         self.subscribe(CDS, &[], HashMap::new()).await;
-        self.recv(Duration::from_secs(10)).await.expect("CDS response");
-        let eds: Vec<String> = self.names(CDS).into_iter().filter(|n| n.starts_with("outbound|")).collect();
+        self.recv(Duration::from_secs(10))
+            .await
+            .expect("CDS response");
+        let eds: Vec<String> = self
+            .names(CDS)
+            .into_iter()
+            .filter(|n| n.starts_with("outbound|"))
+            .collect();
         if !eds.is_empty() {
             self.subscribe(EDS, &eds, HashMap::new()).await;
         }
@@ -155,17 +203,53 @@ async fn setup(label: &str) -> (TestDir, std::path::PathBuf, Meshflow) {
 async fn endpoint_change_sends_one_assignment_to_subscribed_proxies_only() {
     let (_dir, config, meshflow) = setup("xds-endpoint-delta").await;
     let addr = meshflow.xds_addr();
-    let mut a = DeltaClient::connect(addr, node("sidecar~10.9.0.1~a-1.default~default.svc.cluster.local", "default", &[("app", "a")])).await;
-    let mut b = DeltaClient::connect(addr, node("sidecar~10.9.0.2~b-1.default~default.svc.cluster.local", "default", &[("app", "b")])).await;
-    let mut c = DeltaClient::connect(addr, node("sidecar~10.9.0.3~c-1.other~other.svc.cluster.local", "other", &[("app", "isolated")])).await;
+    let mut a = DeltaClient::connect(
+        addr,
+        node(
+            "sidecar~10.9.0.1~a-1.default~default.svc.cluster.local",
+            "default",
+            &[("app", "a")],
+        ),
+    )
+    .await;
+    let mut b = DeltaClient::connect(
+        addr,
+        node(
+            "sidecar~10.9.0.2~b-1.default~default.svc.cluster.local",
+            "default",
+            &[("app", "b")],
+        ),
+    )
+    .await;
+    let mut c = DeltaClient::connect(
+        addr,
+        node(
+            "sidecar~10.9.0.3~c-1.other~other.svc.cluster.local",
+            "other",
+            &[("app", "isolated")],
+        ),
+    )
+    .await;
     for cl in [&mut a, &mut b, &mut c] {
         cl.sync().await;
     }
-    assert!(a.names(CDS).contains(&REVIEWS.to_string()), "{:?}", a.names(CDS));
-    assert!(!c.names(CDS).contains(&REVIEWS.to_string()), "the isolated proxy must not see reviews: {:?}", c.names(CDS));
+    assert!(
+        a.names(CDS).contains(&REVIEWS.to_string()),
+        "{:?}",
+        a.names(CDS)
+    );
+    assert!(
+        !c.names(CDS).contains(&REVIEWS.to_string()),
+        "the isolated proxy must not see reviews: {:?}",
+        c.names(CDS)
+    );
     let before = a.held[EDS][REVIEWS].clone();
 
-    write_config(&config, "reviews-slice.yaml", &slice_yaml(&["10.0.1.1", "10.0.1.2", "10.0.1.3"]));
+    write_config(
+        &config,
+        "reviews-slice.yaml",
+        &slice_yaml(&["10.0.1.1", "10.0.1.2", "10.0.1.3"]),
+    );
     for cl in [&mut a, &mut b] {
         let got = cl.drain(Duration::from_millis(1500)).await;
         assert_eq!(got.len(), 1, "exactly one response: {got:?}");
@@ -187,7 +271,11 @@ async fn endpoint_change_sends_one_assignment_to_subscribed_proxies_only() {
 async fn delta_reconnect_with_current_versions_sends_nothing() {
     let (_dir, _config, meshflow) = setup("xds-reconnect").await;
     let addr = meshflow.xds_addr();
-    let n = node("sidecar~10.9.0.4~d-1.default~default.svc.cluster.local", "default", &[("app", "d")]);
+    let n = node(
+        "sidecar~10.9.0.4~d-1.default~default.svc.cluster.local",
+        "default",
+        &[("app", "d")],
+    );
     let mut first = DeltaClient::connect(addr, n.clone()).await;
     first.sync().await;
     let held = first.held.clone();
@@ -195,23 +283,43 @@ async fn delta_reconnect_with_current_versions_sends_nothing() {
 
     let mut again = DeltaClient::connect(addr, n).await;
     for t in [CDS, EDS, LDS] {
-        let versions: HashMap<String, String> = held.get(t).cloned().unwrap_or_default().into_iter().collect();
-        let names: Vec<String> = if t == EDS { versions.keys().cloned().collect() } else { Vec::new() };
+        let versions: HashMap<String, String> = held
+            .get(t)
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .collect();
+        let names: Vec<String> = if t == EDS {
+            versions.keys().cloned().collect()
+        } else {
+            Vec::new()
+        };
         again.subscribe(t, &names, versions).await;
     }
     let got = again.drain(Duration::from_millis(800)).await;
     assert!(got.is_empty(), "nothing changed, nothing is sent: {got:?}");
 }
 
-async fn sotw_stream(addr: SocketAddr) -> (mpsc::Sender<DiscoveryRequest>, Streaming<DiscoveryResponse>) {
-    let mut client = AggregatedDiscoveryServiceClient::connect(format!("http://{addr}")).await.expect("connect");
+async fn sotw_stream(
+    addr: SocketAddr,
+) -> (mpsc::Sender<DiscoveryRequest>, Streaming<DiscoveryResponse>) {
+    let mut client = AggregatedDiscoveryServiceClient::connect(format!("http://{addr}"))
+        .await
+        .expect("connect");
     let (tx, rx) = mpsc::channel(16);
-    let rx = client.stream_aggregated_resources(ReceiverStream::new(rx)).await.expect("open").into_inner();
+    let rx = client
+        .stream_aggregated_resources(ReceiverStream::new(rx))
+        .await
+        .expect("open")
+        .into_inner();
     (tx, rx)
 }
 
 async fn next(rx: &mut Streaming<DiscoveryResponse>, wait: Duration) -> Option<DiscoveryResponse> {
-    tokio::time::timeout(wait, rx.message()).await.ok()?.expect("stream error")
+    tokio::time::timeout(wait, rx.message())
+        .await
+        .ok()?
+        .expect("stream error")
 }
 
 /// SotW: CDS responses carry the full set; an endpoint change sends only the changed
@@ -220,29 +328,90 @@ async fn next(rx: &mut Streaming<DiscoveryResponse>, wait: Duration) -> Option<D
 async fn sotw_full_cds_and_changed_eds_only() {
     let (_dir, config, meshflow) = setup("xds-sotw").await;
     let (tx, mut rx) = sotw_stream(meshflow.xds_addr()).await;
-    let n = node("sidecar~10.9.0.5~e-1.default~default.svc.cluster.local", "default", &[("app", "e")]);
-    tx.send(DiscoveryRequest { node: Some(n), type_url: CDS.into(), ..Default::default() }).await.unwrap();
+    let n = node(
+        "sidecar~10.9.0.5~e-1.default~default.svc.cluster.local",
+        "default",
+        &[("app", "e")],
+    );
+    tx.send(DiscoveryRequest {
+        node: Some(n),
+        type_url: CDS.into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
     let cds = next(&mut rx, Duration::from_secs(10)).await.expect("CDS");
     assert_eq!(cds.type_url, CDS);
-    assert!(cds.resources.len() >= 4, "full set: reviews, ratings, Passthrough, BlackHole");
-    tx.send(DiscoveryRequest { type_url: CDS.into(), version_info: cds.version_info.clone(), response_nonce: cds.nonce.clone(), ..Default::default() }).await.unwrap();
-    let eds_names = vec![REVIEWS.to_string(), "outbound|9080||ratings.default.svc.cluster.local".to_string()];
-    tx.send(DiscoveryRequest { type_url: EDS.into(), resource_names: eds_names.clone(), ..Default::default() }).await.unwrap();
+    assert!(
+        cds.resources.len() >= 4,
+        "full set: reviews, ratings, Passthrough, BlackHole"
+    );
+    tx.send(DiscoveryRequest {
+        type_url: CDS.into(),
+        version_info: cds.version_info.clone(),
+        response_nonce: cds.nonce.clone(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let eds_names = vec![
+        REVIEWS.to_string(),
+        "outbound|9080||ratings.default.svc.cluster.local".to_string(),
+    ];
+    tx.send(DiscoveryRequest {
+        type_url: EDS.into(),
+        resource_names: eds_names.clone(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
     let eds = next(&mut rx, Duration::from_secs(5)).await.expect("EDS");
     assert_eq!(eds.resources.len(), 2, "both requested assignments");
-    tx.send(DiscoveryRequest { type_url: EDS.into(), resource_names: eds_names.clone(), response_nonce: eds.nonce.clone(), version_info: eds.version_info.clone(), ..Default::default() }).await.unwrap();
+    tx.send(DiscoveryRequest {
+        type_url: EDS.into(),
+        resource_names: eds_names.clone(),
+        response_nonce: eds.nonce.clone(),
+        version_info: eds.version_info.clone(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
     // A stale nonce must not trigger anything.
-    tx.send(DiscoveryRequest { type_url: EDS.into(), resource_names: vec![REVIEWS.into()], response_nonce: "stale".into(), ..Default::default() }).await.unwrap();
-    assert!(next(&mut rx, Duration::from_millis(400)).await.is_none(), "stale nonce ignored");
+    tx.send(DiscoveryRequest {
+        type_url: EDS.into(),
+        resource_names: vec![REVIEWS.into()],
+        response_nonce: "stale".into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    assert!(
+        next(&mut rx, Duration::from_millis(400)).await.is_none(),
+        "stale nonce ignored"
+    );
 
     write_config(&config, "reviews-slice.yaml", &slice_yaml(&["10.0.1.1"]));
-    let upd = next(&mut rx, Duration::from_secs(5)).await.expect("EDS update");
+    let upd = next(&mut rx, Duration::from_secs(5))
+        .await
+        .expect("EDS update");
     assert_eq!(upd.type_url, EDS);
     assert_eq!(upd.resources.len(), 1, "only the changed assignment");
-    let cla = envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment::decode(upd.resources[0].value.as_slice()).unwrap();
+    let cla = envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment::decode(
+        upd.resources[0].value.as_slice(),
+    )
+    .unwrap();
     assert_eq!(cla.cluster_name, REVIEWS);
-    assert_eq!(cla.endpoints.iter().map(|l| l.lb_endpoints.len()).sum::<usize>(), 1);
-    assert!(next(&mut rx, Duration::from_millis(400)).await.is_none(), "no CDS resend for an endpoint change");
+    assert_eq!(
+        cla.endpoints
+            .iter()
+            .map(|l| l.lb_endpoints.len())
+            .sum::<usize>(),
+        1
+    );
+    assert!(
+        next(&mut rx, Duration::from_millis(400)).await.is_none(),
+        "no CDS resend for an endpoint change"
+    );
 }
 
 /// Requests meshflow cannot serve get a clear gRPC status, not a hang or a crash.
@@ -251,15 +420,44 @@ async fn invalid_requests_get_invalid_argument() {
     let (_dir, _config, meshflow) = setup("xds-invalid").await;
     let addr = meshflow.xds_addr();
     let (tx, mut rx) = sotw_stream(addr).await;
-    tx.send(DiscoveryRequest { node: Some(Node { id: "not-an-istio-id".into(), ..Default::default() }), type_url: CDS.into(), ..Default::default() }).await.unwrap();
-    let err = tokio::time::timeout(Duration::from_secs(5), rx.message()).await.expect("answered").expect_err("rejected");
+    tx.send(DiscoveryRequest {
+        node: Some(Node {
+            id: "not-an-istio-id".into(),
+            ..Default::default()
+        }),
+        type_url: CDS.into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let err = tokio::time::timeout(Duration::from_secs(5), rx.message())
+        .await
+        .expect("answered")
+        .expect_err("rejected");
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
-    assert!(err.message().contains("not-an-istio-id"), "{}", err.message());
+    assert!(
+        err.message().contains("not-an-istio-id"),
+        "{}",
+        err.message()
+    );
 
     let (tx, mut rx) = sotw_stream(addr).await;
-    let n = node("sidecar~10.9.0.6~f-1.default~default.svc.cluster.local", "default", &[]);
-    tx.send(DiscoveryRequest { node: Some(n), type_url: "type.googleapis.com/not.a.Type".into(), ..Default::default() }).await.unwrap();
-    let err = tokio::time::timeout(Duration::from_secs(5), rx.message()).await.expect("answered").expect_err("rejected");
+    let n = node(
+        "sidecar~10.9.0.6~f-1.default~default.svc.cluster.local",
+        "default",
+        &[],
+    );
+    tx.send(DiscoveryRequest {
+        node: Some(n),
+        type_url: "type.googleapis.com/not.a.Type".into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let err = tokio::time::timeout(Duration::from_secs(5), rx.message())
+        .await
+        .expect("answered")
+        .expect_err("rejected");
     assert_eq!(err.code(), tonic::Code::InvalidArgument);
     assert!(err.message().contains("not.a.Type"), "{}", err.message());
     let _ = (LDS, RDS);
@@ -280,21 +478,54 @@ async fn debug_api_lists_proxies_and_config_errors() {
         "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: broken, namespace: default}\nspec:\n  hosts: [reviews]\n  http:\n  - route:\n    - destination: {host: reviews}\n      weight: 60\n    - destination: {host: ratings}\n      weight: 60\n",
     );
     let debug_addr = SocketAddr::from(([127, 0, 0, 1], support::free_port()));
-    let meshflow = Meshflow::start_with_args(&config, dir.path(), &["--debug-addr", &debug_addr.to_string()]);
-    let mut a = DeltaClient::connect(meshflow.xds_addr(), node("sidecar~10.9.0.7~g-1.default~default.svc.cluster.local", "default", &[])).await;
+    let meshflow = Meshflow::start_with_args(
+        &config,
+        dir.path(),
+        &["--debug-addr", &debug_addr.to_string()],
+    );
+    let mut a = DeltaClient::connect(
+        meshflow.xds_addr(),
+        node(
+            "sidecar~10.9.0.7~g-1.default~default.svc.cluster.local",
+            "default",
+            &[],
+        ),
+    )
+    .await;
     a.sync().await;
 
-    let mut client = DebugClient::connect(format!("http://{debug_addr}")).await.expect("debug API");
-    let proxies = client.list_proxies(ListProxiesRequest {}).await.unwrap().into_inner().proxies;
+    let mut client = DebugClient::connect(format!("http://{debug_addr}"))
+        .await
+        .expect("debug API");
+    let proxies = client
+        .list_proxies(ListProxiesRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .proxies;
     assert_eq!(proxies.len(), 1);
     let p = &proxies[0];
-    assert_eq!(p.id, "sidecar~10.9.0.7~g-1.default~default.svc.cluster.local");
+    assert_eq!(
+        p.id,
+        "sidecar~10.9.0.7~g-1.default~default.svc.cluster.local"
+    );
     assert_eq!(p.streams, 1);
     let cds = p.types.iter().find(|t| t.r#type == "CDS").unwrap();
     assert_eq!(cds.resources as usize, a.names(CDS).len());
     assert!(cds.acks >= 1);
 
-    let errors = client.list_config_errors(ListConfigErrorsRequest {}).await.unwrap().into_inner().errors;
+    let errors = client
+        .list_config_errors(ListConfigErrorsRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .errors;
     assert_eq!(errors.len(), 1, "{errors:?}");
-    assert!(errors[0].contains("bad.yaml:1: VirtualService default/broken: spec.http[0].route: weights add up to 120"), "{}", errors[0]);
+    assert!(
+        errors[0].contains(
+            "bad.yaml:1: VirtualService default/broken: spec.http[0].route: weights add up to 120"
+        ),
+        "{}",
+        errors[0]
+    );
 }

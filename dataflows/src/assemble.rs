@@ -20,7 +20,13 @@ pub fn sidecar_fixed_listeners(sc: Option<&Sidecar>, interception_none: bool) ->
         if let Some(port) = &l.port {
             if port.protocol.is_http() {
                 let (addr, bind) = egress_bind(&l, interception_none);
-                out.push(listener::http_listener(&addr, port.number, bind, &port.number.to_string(), true));
+                out.push(listener::http_listener(
+                    &addr,
+                    port.number,
+                    bind,
+                    &port.number.to_string(),
+                    true,
+                ));
             }
         }
     }
@@ -63,7 +69,9 @@ pub fn router_resources(gateways: &[&Gateway], vss: &[(&ConfigKey, &ResolvedVs)]
                 }
                 for vs_host in &rvs.vs.hosts {
                     for server_host in &server.hosts {
-                        if let Some(domain) = gateway_domain(server_host, &gw.key.namespace, vs_ns, vs_host) {
+                        if let Some(domain) =
+                            gateway_domain(server_host, &gw.key.namespace, vs_ns, vs_host)
+                        {
                             let list = vhosts.entry(domain).or_default();
                             if !list.iter().any(|v| v.vs.key == rvs.vs.key) {
                                 list.push((*rvs).clone());
@@ -76,7 +84,9 @@ pub fn router_resources(gateways: &[&Gateway], vss: &[(&ConfigKey, &ResolvedVs)]
     }
     let mut out: Vec<Resource> = listeners
         .into_keys()
-        .map(|(addr, port)| listener::http_listener(&addr, port, true, &format!("http.{port}"), true))
+        .map(|(addr, port)| {
+            listener::http_listener(&addr, port, true, &format!("http.{port}"), true)
+        })
         .collect();
     for (port, mut vhosts) in routes {
         for list in vhosts.values_mut() {

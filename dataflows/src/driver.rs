@@ -74,7 +74,16 @@ impl Sessions {
         macro_rules! each {
             ($($f:ident),*) => { $( self.$f.advance_to(t); self.$f.flush(); )* };
         }
-        each!(services, endpoints, workloads, virtual_services, destination_rules, gateways, sidecars, proxies);
+        each!(
+            services,
+            endpoints,
+            workloads,
+            virtual_services,
+            destination_rules,
+            gateways,
+            sidecars,
+            proxies
+        );
     }
 }
 
@@ -129,10 +138,16 @@ impl Engine {
                         );
                         let (c1, c2, c3) = (cap.clone(), cap.clone(), cap.clone());
                         out.proxy_resources
-                            .inspect(move |(d, _t, r)| lock(&c1).proxy_resources.push((d.clone(), *r)))
+                            .inspect(move |(d, _t, r)| {
+                                lock(&c1).proxy_resources.push((d.clone(), *r))
+                            })
                             .probe_with(&probe);
-                        out.bodies.inspect(move |(d, _t, r)| lock(&c2).bodies.push((d.clone(), *r))).probe_with(&probe);
-                        out.errors.inspect(move |(d, _t, r)| lock(&c3).errors.push((d.clone(), *r))).probe_with(&probe);
+                        out.bodies
+                            .inspect(move |(d, _t, r)| lock(&c2).bodies.push((d.clone(), *r)))
+                            .probe_with(&probe);
+                        out.errors
+                            .inspect(move |(d, _t, r)| lock(&c3).errors.push((d.clone(), *r)))
+                            .probe_with(&probe);
                         Sessions {
                             services,
                             endpoints,
@@ -145,7 +160,9 @@ impl Engine {
                         }
                     });
                     if index == 0 {
-                        let Some((batch_rx, out_tx, tick_txs)) = lock(&leader).take() else { return };
+                        let Some((batch_rx, out_tx, tick_txs)) = lock(&leader).take() else {
+                            return;
+                        };
                         while let Ok(batch) = batch_rx.recv() {
                             for tx in &tick_txs {
                                 let _ = tx.send(Tick::Epoch(batch.epoch));
@@ -171,7 +188,10 @@ impl Engine {
                             let _ = tx.send(Tick::Stop);
                         }
                     } else {
-                        let Some(rx) = lock(&followers).get_mut(index).and_then(Option::take) else { return };
+                        let Some(rx) = lock(&followers).get_mut(index).and_then(Option::take)
+                        else {
+                            return;
+                        };
                         while let Ok(Tick::Epoch(epoch)) = rx.recv() {
                             sessions.advance_and_flush(epoch);
                             sessions.advance_and_flush(epoch + 1);
@@ -184,7 +204,11 @@ impl Engine {
                 }
             })
             .expect("spawning the dataflow thread");
-        Engine { batches: Some(batch_tx), outputs: out_rx, thread: Some(thread) }
+        Engine {
+            batches: Some(batch_tx),
+            outputs: out_rx,
+            thread: Some(thread),
+        }
     }
 
     /// Applies one batch and waits for its output. `None` if the dataflow has stopped.

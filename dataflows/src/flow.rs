@@ -41,10 +41,18 @@ enum VsPart {
 }
 
 /// Rows of a sidecar route configuration: a marker that it must exist, or a virtual host.
+#[allow(clippy::large_enum_variant)] // rows live in arrangements, not on hot stacks
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 enum RouteRow {
-    Exists { allow_any: bool },
-    Vhost { allow_any: bool, catch_all: bool, service: Service, vs: Option<ResolvedVs> },
+    Exists {
+        allow_any: bool,
+    },
+    Vhost {
+        allow_any: bool,
+        catch_all: bool,
+        service: Service,
+        vs: Option<ResolvedVs>,
+    },
 }
 
 /// What a gateway proxy's resources are computed from.
@@ -60,7 +68,10 @@ pub fn build<'s>(mesh: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     let mesh_c = mesh.clone();
 
     // One service per hostname: Kubernetes Services win over ServiceEntries, then by name.
-    let services = i.services.clone().reduce(|_h, vals, out| out.push((vals[0].0.clone(), 1isize)));
+    let services = i
+        .services
+        .clone()
+        .reduce(|_h, vals, out| out.push((vals[0].0.clone(), 1isize)));
     let service_conflicts = i.services.reduce(|h, vals, out| {
         for (svc, _) in vals.iter().skip(1) {
             out.push((
@@ -76,7 +87,11 @@ pub fn build<'s>(mesh: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     // Endpoints with the labels of their workload (joined by IP), resolved to service ports.
     let ep_by_ip = i.endpoints.map(|(h, e)| (e.ip.clone(), (h, e)));
     let wl_labels = i.workloads.map(|(ip, w)| (ip, w.labels));
-    let labeled = ep_by_ip.clone().join_map(wl_labels.clone(), |_, (h, e), l| (h.clone(), (e.clone(), l.clone())));
+    let labeled = ep_by_ip
+        .clone()
+        .join_map(wl_labels.clone(), |_, (h, e), l| {
+            (h.clone(), (e.clone(), l.clone()))
+        });
     let unlabeled = ep_by_ip
         .antijoin(wl_labels.map(|(ip, _)| ip).distinct())
         .map(|(_, (h, e))| (h, (e, Labels::new())));
@@ -89,16 +104,34 @@ pub fn build<'s>(mesh: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
             }?;
             let mut labels = wl.clone();
             labels.extend(e.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
-            Some(((h.clone(), port.port), Endpoint { ip: e.ip.clone(), port: e.port, ready: e.ready, labels }))
+            Some((
+                (h.clone(), port.port),
+                Endpoint {
+                    ip: e.ip.clone(),
+                    port: e.port,
+                    ready: e.ready,
+                    labels,
+                },
+            ))
         })
         .flat_map(|x| x);
 
     // Proxy → scope.
-    let sidecar_proxies = i.proxies.clone().filter(|(_, p)| p.kind == ProxyKind::Sidecar);
-    let router_proxies = i.proxies.clone().filter(|(_, p)| p.kind == ProxyKind::Router);
+    let sidecar_proxies = i
+        .proxies
+        .clone()
+        .filter(|(_, p)| p.kind == ProxyKind::Sidecar);
+    let router_proxies = i
+        .proxies
+        .clone()
+        .filter(|(_, p)| p.kind == ProxyKind::Router);
     let px_label_pairs = |c: Coll<'s, (ProxyId, Proxy)>, with_ns: bool| {
         c.flat_map(move |(id, p)| {
-            let ns = if with_ns { p.namespace.clone() } else { String::new() };
+            let ns = if with_ns {
+                p.namespace.clone()
+            } else {
+                String::new()
+            };
             p.labels
                 .iter()
                 .map(|(k, v)| ((ns.clone(), k.clone(), v.clone()), (id.clone(), p.clone())))
@@ -106,7 +139,10 @@ pub fn build<'s>(mesh: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         })
     };
     let sc_by_first_label = i.sidecars.clone().flat_map(|(_, sc)| {
-        let first = sc.selector.as_ref().and_then(|s| s.iter().next().map(|(k, v)| (k.clone(), v.clone())));
+        let first = sc
+            .selector
+            .as_ref()
+            .and_then(|s| s.iter().next().map(|(k, v)| (k.clone(), v.clone())));
         first.map(|(k, v)| ((sc.key.namespace.clone(), k, v), sc))
     });
     let root_s = root.clone();
@@ -119,49 +155,123 @@ pub fn build<'s>(mesh: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     let cand_ns = sidecar_proxies
         .clone()
         .map(|(id, p)| (p.namespace.clone(), id))
-        .join_map(defaults.clone().map(|(k, _)| (k.namespace.clone(), k)), |_, id, k| (id.clone(), (1u8, k.clone())));
+        .join_map(
+            defaults.clone().map(|(k, _)| (k.namespace.clone(), k)),
+            |_, id, k| (id.clone(), (1u8, k.clone())),
+        );
     let root_c = root.clone();
     let root_c2 = root.clone();
     let cand_root = sidecar_proxies
         .clone()
         .map(move |(id, _)| (root_c.clone(), id))
         .join_map(
-            defaults.filter(move |(k, _)| k.namespace == root_c2).map(|(k, _)| (k.namespace.clone(), k)),
+            defaults
+                .filter(move |(k, _)| k.namespace == root_c2)
+                .map(|(k, _)| (k.namespace.clone(), k)),
             |_, id, k| (id.clone(), (2u8, k.clone())),
         );
-    let chosen_sc = cand_sel.concat(cand_ns).concat(cand_root).reduce(|_, vals, out| out.push((vals[0].0 .1.clone(), 1isize)));
-    let with_sc = sidecar_proxies.clone().join_map(chosen_sc.clone(), |id, p, k| {
-        (id.clone(), ScopeKey::Sidecar { namespace: p.namespace.clone(), sidecar: Some(k.clone()), interception_none: p.interception_none })
-    });
-    let without_sc = sidecar_proxies.clone().antijoin(chosen_sc.map(|(id, _)| id)).map(|(id, p)| {
-        (id, ScopeKey::Sidecar { namespace: p.namespace, sidecar: None, interception_none: p.interception_none })
-    });
+    let chosen_sc = cand_sel
+        .concat(cand_ns)
+        .concat(cand_root)
+        .reduce(|_, vals, out| out.push((vals[0].0 .1.clone(), 1isize)));
+    let with_sc = sidecar_proxies
+        .clone()
+        .join_map(chosen_sc.clone(), |id, p, k| {
+            (
+                id.clone(),
+                ScopeKey::Sidecar {
+                    namespace: p.namespace.clone(),
+                    sidecar: Some(k.clone()),
+                    interception_none: p.interception_none,
+                },
+            )
+        });
+    let without_sc = sidecar_proxies
+        .clone()
+        .antijoin(chosen_sc.map(|(id, _)| id))
+        .map(|(id, p)| {
+            (
+                id,
+                ScopeKey::Sidecar {
+                    namespace: p.namespace,
+                    sidecar: None,
+                    interception_none: p.interception_none,
+                },
+            )
+        });
     let gw_by_first_label = i.gateways.clone().flat_map(|(_, gw)| {
-        let first = gw.selector.iter().next().map(|(k, v)| (k.clone(), v.clone()));
+        let first = gw
+            .selector
+            .iter()
+            .next()
+            .map(|(k, v)| (k.clone(), v.clone()));
         first.map(|(k, v)| ((String::new(), k, v), gw))
     });
     let router_gws = px_label_pairs(router_proxies.clone(), false)
-        .join_map(gw_by_first_label, |_, (id, p), gw| rules::gateway_selects(gw, p).then(|| (id.clone(), gw.key.clone())))
+        .join_map(gw_by_first_label, |_, (id, p), gw| {
+            rules::gateway_selects(gw, p).then(|| (id.clone(), gw.key.clone()))
+        })
         .flat_map(|x| x)
-        .reduce(|_, vals, out| out.push((vals.iter().map(|(k, _)| (*k).clone()).collect::<Vec<ConfigKey>>(), 1isize)));
+        .reduce(|_, vals, out| {
+            out.push((
+                vals.iter()
+                    .map(|(k, _)| (*k).clone())
+                    .collect::<Vec<ConfigKey>>(),
+                1isize,
+            ))
+        });
     let routers_scoped = router_proxies
         .clone()
-        .join_map(router_gws.clone(), |id, p, gws| (id.clone(), ScopeKey::Router { namespace: p.namespace.clone(), gateways: gws.clone() }));
+        .join_map(router_gws.clone(), |id, p, gws| {
+            (
+                id.clone(),
+                ScopeKey::Router {
+                    namespace: p.namespace.clone(),
+                    gateways: gws.clone(),
+                },
+            )
+        });
     let routers_unscoped = router_proxies
         .antijoin(router_gws.map(|(id, _)| id))
-        .map(|(id, p)| (id, ScopeKey::Router { namespace: p.namespace, gateways: Vec::new() }));
-    let proxy_scope = with_sc.concat(without_sc).concat(routers_scoped).concat(routers_unscoped);
+        .map(|(id, p)| {
+            (
+                id,
+                ScopeKey::Router {
+                    namespace: p.namespace,
+                    gateways: Vec::new(),
+                },
+            )
+        });
+    let proxy_scope = with_sc
+        .concat(without_sc)
+        .concat(routers_scoped)
+        .concat(routers_unscoped);
     let scopes = proxy_scope.clone().map(|(_, s)| s).distinct();
 
     // Scope → the Sidecar spec in effect (None: defaults; routers see everything exported).
     let scope_specs = scopes
         .clone()
         .flat_map(|s| match &s {
-            ScopeKey::Sidecar { sidecar: Some(k), .. } => Some((k.clone(), s.clone())),
+            ScopeKey::Sidecar {
+                sidecar: Some(k), ..
+            } => Some((k.clone(), s.clone())),
             _ => None,
         })
         .join_map(i.sidecars.clone(), |_, s, sc| (s.clone(), Some(sc.clone())))
-        .concat(scopes.clone().filter(|s| !matches!(s, ScopeKey::Sidecar { sidecar: Some(_), .. })).map(|s| (s, None)));
+        .concat(
+            scopes
+                .clone()
+                .filter(|s| {
+                    !matches!(
+                        s,
+                        ScopeKey::Sidecar {
+                            sidecar: Some(_),
+                            ..
+                        }
+                    )
+                })
+                .map(|s| (s, None)),
+        );
 
     // Visibility: (scope, egress listener index) → hosts, joined on the namespace a
     // pattern names so a scoped Sidecar never meets services outside its namespaces.
@@ -176,13 +286,17 @@ pub fn build<'s>(mesh: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         }
         rows
     });
-    let svc_by_ns = services
-        .clone()
-        .flat_map(|(_, svc)| [(NsKey::Any, svc.clone()), (NsKey::Ns(svc.namespace().to_string()), svc)]);
+    let svc_by_ns = services.clone().flat_map(|(_, svc)| {
+        [
+            (NsKey::Any, svc.clone()),
+            (NsKey::Ns(svc.namespace().to_string()), svc),
+        ]
+    });
     let view_hosts = view_rules
         .join_map(svc_by_ns, |_, (view, host_pat), svc| {
-            (rules::host_matches(host_pat, &svc.hostname) && rules::exported_to(&svc.export_to, svc.namespace(), view.0.namespace()))
-                .then(|| (view.clone(), svc.hostname.clone()))
+            (rules::host_matches(host_pat, &svc.hostname)
+                && rules::exported_to(&svc.export_to, svc.namespace(), view.0.namespace()))
+            .then(|| (view.clone(), svc.hostname.clone()))
         })
         .flat_map(|x| x)
         .distinct();
@@ -193,27 +307,51 @@ pub fn build<'s>(mesh: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     let mesh_dr = mesh_c.clone();
     let dr_chosen = host_scope
         .clone()
-        .join_map(i.destination_rules.clone().map(|(_, dr)| (dr.host.clone(), dr)), move |h, s, dr| {
-            rules::dr_rank(dr, s.namespace(), &mesh_dr).map(|r| ((s.clone(), h.clone()), (r, dr.key.clone())))
-        })
+        .join_map(
+            i.destination_rules
+                .clone()
+                .map(|(_, dr)| (dr.host.clone(), dr)),
+            move |h, s, dr| {
+                rules::dr_rank(dr, s.namespace(), &mesh_dr)
+                    .map(|r| ((s.clone(), h.clone()), (r, dr.key.clone())))
+            },
+        )
         .flat_map(|x| x)
         .reduce(|_, vals, out| out.push((vals[0].0 .1.clone(), 1isize)));
     let scope_host_keyed = scope_hosts.clone().map(|(s, h)| ((s, h), ()));
     let scope_host_dr = scope_host_keyed
         .clone()
-        .join_map(dr_chosen.clone(), |(s, h), _, k| ((h.clone(), Some(k.clone())), s.clone()))
-        .concat(scope_host_keyed.antijoin(dr_chosen.map(|(k, _)| k)).map(|((s, h), _)| ((h, None), s)));
+        .join_map(dr_chosen.clone(), |(s, h), _, k| {
+            ((h.clone(), Some(k.clone())), s.clone())
+        })
+        .concat(
+            scope_host_keyed
+                .antijoin(dr_chosen.map(|(k, _)| k))
+                .map(|((s, h), _)| ((h, None), s)),
+        );
 
     // Clusters, built once per (host, DestinationRule in effect).
     let groups = scope_host_dr.clone().map(|(g, _)| g).distinct();
-    let groups_svc = groups.join_map(services.clone(), |h, d, svc| (d.clone(), (h.clone(), svc.clone())));
+    let groups_svc = groups.join_map(services.clone(), |h, d, svc| {
+        (d.clone(), (h.clone(), svc.clone()))
+    });
     let group_clusters = groups_svc
         .clone()
         .flat_map(|(d, hs)| d.map(|k| (k, hs)))
-        .join_map(i.destination_rules.clone(), |k, (h, svc), dr| ((h.clone(), Some(k.clone())), cluster::outbound_all(svc, Some(dr))))
-        .concat(groups_svc.filter(|(d, _)| d.is_none()).map(|(_, (h, svc))| ((h, None), cluster::outbound_all(&svc, None))))
+        .join_map(i.destination_rules.clone(), |k, (h, svc), dr| {
+            (
+                (h.clone(), Some(k.clone())),
+                cluster::outbound_all(svc, Some(dr)),
+            )
+        })
+        .concat(
+            groups_svc
+                .filter(|(d, _)| d.is_none())
+                .map(|(_, (h, svc))| ((h, None), cluster::outbound_all(&svc, None))),
+        )
         .flat_map(|(g, list)| list.into_iter().map(move |c| (g.clone(), c)));
-    let scope_cluster_rows = scope_host_dr.join_map(group_clusters.clone(), |_, s, c| (s.clone(), c.clone()));
+    let scope_cluster_rows =
+        scope_host_dr.join_map(group_clusters.clone(), |_, s, c| (s.clone(), c.clone()));
 
     // Endpoints: one ClusterLoadAssignment per EDS cluster name, shared by all scopes.
     let eds_defs = group_clusters
@@ -221,12 +359,17 @@ pub fn build<'s>(mesh: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         .distinct();
     let cla_members = eds_defs
         .clone()
-        .join_map(resolved_eps.clone(), |_, (name, sel), ep| rules::labels_match(sel, &ep.labels).then(|| (name.clone(), Some(ep.clone()))))
+        .join_map(resolved_eps.clone(), |_, (name, sel), ep| {
+            rules::labels_match(sel, &ep.labels).then(|| (name.clone(), Some(ep.clone())))
+        })
         .flat_map(|x| x);
     let clas = cla_members
         .concat(eds_defs.map(|(_, (name, _))| (name, None)))
         .reduce(|name: &String, vals: &[(&Option<Endpoint>, isize)], out| {
-            out.push((endpoint::load_assignment(name, vals.iter().filter_map(|(v, _)| v.as_ref())), 1isize))
+            out.push((
+                endpoint::load_assignment(name, vals.iter().filter_map(|(v, _)| v.as_ref())),
+                1isize,
+            ))
         });
     let scope_eds = scope_cluster_rows
         .clone()
@@ -234,19 +377,30 @@ pub fn build<'s>(mesh: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         .join_map(clas, |_, s, cla| (s.clone(), cla.clone()));
     let scope_clusters = scope_cluster_rows.map(|(s, (res, _, _))| (s, res));
     let fixed = assemble::fixed_clusters();
-    let scope_fixed_clusters = scopes.clone().flat_map(move |s| fixed.clone().into_iter().map(move |r| (s.clone(), r)));
+    let scope_fixed_clusters = scopes
+        .clone()
+        .flat_map(move |s| fixed.clone().into_iter().map(move |r| (s.clone(), r)));
 
     // VirtualServices with destination ports resolved.
     let vs_dest_ports = i
         .virtual_services
         .clone()
         .flat_map(|(k, vs)| {
-            let mut hosts: Vec<Hostname> = vs.http.iter().flat_map(|r| r.route.iter().map(|d| d.host.clone())).collect();
+            let mut hosts: Vec<Hostname> = vs
+                .http
+                .iter()
+                .flat_map(|r| r.route.iter().map(|d| d.host.clone()))
+                .collect();
             hosts.sort();
             hosts.dedup();
             hosts.into_iter().map(move |h| (h, k.clone()))
         })
-        .join_map(services.clone(), |h, k, svc| (k.clone(), VsPart::Dest(h.clone(), svc.ports.iter().map(|p| p.port).collect())));
+        .join_map(services.clone(), |h, k, svc| {
+            (
+                k.clone(),
+                VsPart::Dest(h.clone(), svc.ports.iter().map(|p| p.port).collect()),
+            )
+        });
     let resolved_vs = i
         .virtual_services
         .clone()
@@ -275,38 +429,78 @@ pub fn build<'s>(mesh: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         .filter(|(_, vs)| vs.binds_mesh())
         .flat_map(|(_, vs)| vs.hosts.clone().into_iter().map(move |h| (h, vs.clone())));
     let vs_chosen = host_scope
-        .join_map(vs_by_host, |h, s, vs| rules::vs_rank(vs, s.namespace()).map(|r| ((s.clone(), h.clone()), (r, vs.key.clone()))))
+        .join_map(vs_by_host, |h, s, vs| {
+            rules::vs_rank(vs, s.namespace()).map(|r| ((s.clone(), h.clone()), (r, vs.key.clone())))
+        })
         .flat_map(|x| x)
         .reduce(|_, vals, out| out.push((vals[0].0 .1.clone(), 1isize)));
 
     // Sidecar route configurations per (scope, port).
     let view_specs = view_hosts
         .map(|((s, idx), h)| (h, (s, idx)))
-        .join_map(services.clone(), |_, (s, idx), svc| (s.clone(), (*idx, svc.clone())))
+        .join_map(services.clone(), |_, (s, idx), svc| {
+            (s.clone(), (*idx, svc.clone()))
+        })
         .join_map(scope_specs.clone(), |s, (idx, svc), sc| {
-            let ScopeKey::Sidecar { interception_none, .. } = *s else { return Vec::new() };
+            let ScopeKey::Sidecar {
+                interception_none, ..
+            } = *s
+            else {
+                return Vec::new();
+            };
             let listeners = rules::egress_listeners(sc.as_ref());
             rules::sidecar_route_ports(&listeners, *idx, svc, interception_none)
                 .into_iter()
-                .map(|(port, allow_any, catch_all)| ((s.clone(), svc.hostname.clone()), (port, allow_any, catch_all, svc.clone())))
+                .map(|(port, allow_any, catch_all)| {
+                    (
+                        (s.clone(), svc.hostname.clone()),
+                        (port, allow_any, catch_all, svc.clone()),
+                    )
+                })
                 .collect()
         })
         .flat_map(|rows| rows)
         .distinct();
     let rows_with_vs = view_specs
         .clone()
-        .join_map(vs_chosen.clone(), |(s, _), (port, allow_any, catch_all, svc), vk| {
-            (vk.clone(), (s.clone(), *port, *allow_any, *catch_all, svc.clone()))
-        })
-        .join_map(resolved_vs.clone(), |_, (s, port, allow_any, catch_all, svc), rvs| {
-            let row = RouteRow::Vhost { allow_any: *allow_any, catch_all: *catch_all, service: svc.clone(), vs: Some(rvs.clone()) };
-            ((s.clone(), *port), row)
-        });
-    let rows_without_vs = view_specs
-        .antijoin(vs_chosen.map(|(k, _)| k))
-        .map(|((s, _), (port, allow_any, catch_all, svc))| ((s, port), RouteRow::Vhost { allow_any, catch_all, service: svc, vs: None }));
+        .join_map(
+            vs_chosen.clone(),
+            |(s, _), (port, allow_any, catch_all, svc), vk| {
+                (
+                    vk.clone(),
+                    (s.clone(), *port, *allow_any, *catch_all, svc.clone()),
+                )
+            },
+        )
+        .join_map(
+            resolved_vs.clone(),
+            |_, (s, port, allow_any, catch_all, svc), rvs| {
+                let row = RouteRow::Vhost {
+                    allow_any: *allow_any,
+                    catch_all: *catch_all,
+                    service: svc.clone(),
+                    vs: Some(rvs.clone()),
+                };
+                ((s.clone(), *port), row)
+            },
+        );
+    let rows_without_vs = view_specs.antijoin(vs_chosen.map(|(k, _)| k)).map(
+        |((s, _), (port, allow_any, catch_all, svc))| {
+            (
+                (s, port),
+                RouteRow::Vhost {
+                    allow_any,
+                    catch_all,
+                    service: svc,
+                    vs: None,
+                },
+            )
+        },
+    );
     let route_exists = scope_specs.clone().flat_map(|(s, sc)| match &s {
-        ScopeKey::Sidecar { interception_none, .. } => assemble::sidecar_fixed_routes(sc.as_ref(), *interception_none)
+        ScopeKey::Sidecar {
+            interception_none, ..
+        } => assemble::sidecar_fixed_routes(sc.as_ref(), *interception_none)
             .into_iter()
             .map(|(port, allow_any)| ((s.clone(), port), RouteRow::Exists { allow_any }))
             .collect(),
@@ -316,28 +510,56 @@ pub fn build<'s>(mesh: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     let route_rows = rows_with_vs.concat(rows_without_vs).concat(route_exists);
     let catchall_listeners = route_rows
         .clone()
-        .filter(|(_, row)| matches!(row, RouteRow::Vhost { catch_all: true, .. }))
+        .filter(|(_, row)| {
+            matches!(
+                row,
+                RouteRow::Vhost {
+                    catch_all: true,
+                    ..
+                }
+            )
+        })
         .map(|((s, port), _)| (s, port))
         .distinct()
-        .filter(|(s, _)| matches!(s, ScopeKey::Sidecar { interception_none: false, .. }));
-    let route_configs = route_rows.reduce(move |(s, port): &(ScopeKey, u16), vals: &[(&RouteRow, isize)], out| {
-        let mut allow_any = true;
-        let mut vhosts = Vec::new();
-        for (row, _) in vals {
-            match row {
-                RouteRow::Exists { allow_any: a } => allow_any = *a,
-                RouteRow::Vhost { allow_any: a, service, vs, .. } => {
-                    allow_any = *a;
-                    vhosts.push((service.clone(), vs.clone()));
+        .filter(|(s, _)| {
+            matches!(
+                s,
+                ScopeKey::Sidecar {
+                    interception_none: false,
+                    ..
+                }
+            )
+        });
+    let route_configs = route_rows.reduce(
+        move |(s, port): &(ScopeKey, u16), vals: &[(&RouteRow, isize)], out| {
+            let mut allow_any = true;
+            let mut vhosts = Vec::new();
+            for (row, _) in vals {
+                match row {
+                    RouteRow::Exists { allow_any: a } => allow_any = *a,
+                    RouteRow::Vhost {
+                        allow_any: a,
+                        service,
+                        vs,
+                        ..
+                    } => {
+                        allow_any = *a;
+                        vhosts.push((service.clone(), vs.clone()));
+                    }
                 }
             }
-        }
-        out.push((route::sidecar_route_config(*port, s.namespace(), &suffix, &vhosts, allow_any), 1isize));
-    });
+            out.push((
+                route::sidecar_route_config(*port, s.namespace(), &suffix, &vhosts, allow_any),
+                1isize,
+            ));
+        },
+    );
     let scope_routes = route_configs.map(|((s, _), r)| (s, r));
     let scope_catchall = catchall_listeners.map(|(s, port)| (s, assemble::catchall_listener(port)));
     let scope_fixed_listeners = scope_specs.clone().flat_map(|(s, sc)| match &s {
-        ScopeKey::Sidecar { interception_none, .. } => assemble::sidecar_fixed_listeners(sc.as_ref(), *interception_none)
+        ScopeKey::Sidecar {
+            interception_none, ..
+        } => assemble::sidecar_fixed_listeners(sc.as_ref(), *interception_none)
             .into_iter()
             .map(|r| (s.clone(), r))
             .collect(),
@@ -346,36 +568,75 @@ pub fn build<'s>(mesh: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
 
     // Gateway proxies: listeners and routes from the selected Gateways and bound VSs.
     let router_gw = scopes.flat_map(|s| match &s {
-        ScopeKey::Router { gateways, .. } => gateways.iter().map(|g| (g.clone(), s.clone())).collect(),
+        ScopeKey::Router { gateways, .. } => {
+            gateways.iter().map(|g| (g.clone(), s.clone())).collect()
+        }
         _ => Vec::new(),
     });
-    let router_gw_items = router_gw.clone().join_map(i.gateways.clone(), |_, s, gw| (s.clone(), GwItem::Gateway(gw.clone())));
-    let vs_by_gw = i
-        .virtual_services
-        .clone()
-        .flat_map(|(k, vs)| vs.gateways.iter().filter_map(rules::gateway_ref_str).map(|g| (g, k.clone())).collect::<Vec<_>>());
+    let router_gw_items = router_gw.clone().join_map(i.gateways.clone(), |_, s, gw| {
+        (s.clone(), GwItem::Gateway(gw.clone()))
+    });
+    let vs_by_gw = i.virtual_services.clone().flat_map(|(k, vs)| {
+        vs.gateways
+            .iter()
+            .filter_map(rules::gateway_ref_str)
+            .map(|g| (g, k.clone()))
+            .collect::<Vec<_>>()
+    });
     let router_vs_items = router_gw
         .join_map(vs_by_gw, |g, s, vk| (vk.clone(), (s.clone(), g.clone())))
-        .join_map(resolved_vs, |_, (s, g), rvs| (s.clone(), GwItem::Vs(g.clone(), rvs.clone())));
-    let router_res = router_gw_items.concat(router_vs_items).reduce(|_, vals: &[(&GwItem, isize)], out| {
-        let gws: Vec<&Gateway> = vals.iter().filter_map(|(v, _)| if let GwItem::Gateway(g) = v { Some(g) } else { None }).collect();
-        let vss: Vec<(&ConfigKey, &ResolvedVs)> =
-            vals.iter().filter_map(|(v, _)| if let GwItem::Vs(g, r) = v { Some((g, r)) } else { None }).collect();
-        let mut res = assemble::router_resources(&gws, &vss);
-        res.sort();
-        res.dedup();
-        out.extend(res.into_iter().map(|r| (r, 1isize)));
-    });
+        .join_map(resolved_vs, |_, (s, g), rvs| {
+            (s.clone(), GwItem::Vs(g.clone(), rvs.clone()))
+        });
+    let router_res =
+        router_gw_items
+            .concat(router_vs_items)
+            .reduce(|_, vals: &[(&GwItem, isize)], out| {
+                let gws: Vec<&Gateway> = vals
+                    .iter()
+                    .filter_map(|(v, _)| {
+                        if let GwItem::Gateway(g) = v {
+                            Some(g)
+                        } else {
+                            None
+                        }
+                    })
+                    .collect();
+                let vss: Vec<(&ConfigKey, &ResolvedVs)> = vals
+                    .iter()
+                    .filter_map(|(v, _)| {
+                        if let GwItem::Vs(g, r) = v {
+                            Some((g, r))
+                        } else {
+                            None
+                        }
+                    })
+                    .collect();
+                let mut res = assemble::router_resources(&gws, &vss);
+                res.sort();
+                res.dedup();
+                out.extend(res.into_iter().map(|r| (r, 1isize)));
+            });
 
     // Per-proxy inbound part: the proxy's own service ports.
-    let proxy_ips = sidecar_proxies
-        .clone()
-        .flat_map(|(id, p)| p.ips.iter().map(|ip| (ip.clone(), id.clone())).collect::<Vec<_>>());
+    let proxy_ips = sidecar_proxies.clone().flat_map(|(id, p)| {
+        p.ips
+            .iter()
+            .map(|ip| (ip.clone(), id.clone()))
+            .collect::<Vec<_>>()
+    });
     let inbound_ports = proxy_ips
-        .join_map(resolved_eps.map(|(_, ep)| (ep.ip, ep.port)), |_, id, port| (id.clone(), *port))
+        .join_map(
+            resolved_eps.map(|(_, ep)| (ep.ip, ep.port)),
+            |_, id, port| (id.clone(), *port),
+        )
         .distinct();
-    let inbound_clusters = inbound_ports.clone().map(|(id, port)| (id, cluster::inbound(port)));
-    let captured = sidecar_proxies.filter(|(_, p)| !p.interception_none).map(|(id, _)| (id, None));
+    let inbound_clusters = inbound_ports
+        .clone()
+        .map(|(id, port)| (id, cluster::inbound(port)));
+    let captured = sidecar_proxies
+        .filter(|(_, p)| !p.interception_none)
+        .map(|(id, _)| (id, None));
     let virtual_inbound = inbound_ports
         .map(|(id, port)| (id, Some(port)))
         .concat(captured.clone())
@@ -395,10 +656,19 @@ pub fn build<'s>(mesh: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         .concat(router_res);
     let proxy_resources = proxy_scope
         .map(|(id, s)| (s, id))
-        .join_map(scope_res.clone().map(|(s, r)| (s, r.key())), |_, id, k| (id.clone(), k.clone()))
+        .join_map(scope_res.clone().map(|(s, r)| (s, r.key())), |_, id, k| {
+            (id.clone(), k.clone())
+        })
         .concat(proxy_res.clone().map(|(id, r)| (id, r.key())))
         .consolidate();
-    let bodies = scope_res.map(|(_, r)| r).concat(proxy_res.map(|(_, r)| r)).distinct();
+    let bodies = scope_res
+        .map(|(_, r)| r)
+        .concat(proxy_res.map(|(_, r)| r))
+        .distinct();
     let errors = service_conflicts.map(|(_, e)| e);
-    Outputs { proxy_resources, bodies, errors }
+    Outputs {
+        proxy_resources,
+        bodies,
+        errors,
+    }
 }

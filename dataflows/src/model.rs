@@ -25,7 +25,10 @@ pub struct MeshConfig {
 
 impl Default for MeshConfig {
     fn default() -> Self {
-        MeshConfig { root_namespace: "istio-system".into(), domain_suffix: "cluster.local".into() }
+        MeshConfig {
+            root_namespace: "istio-system".into(),
+            domain_suffix: "cluster.local".into(),
+        }
     }
 }
 
@@ -55,7 +58,11 @@ pub struct ConfigKey {
 
 impl ConfigKey {
     pub fn new(kind: Kind, namespace: impl Into<String>, name: impl Into<String>) -> Self {
-        ConfigKey { kind, namespace: namespace.into(), name: name.into() }
+        ConfigKey {
+            kind,
+            namespace: namespace.into(),
+            name: name.into(),
+        }
     }
 }
 
@@ -315,8 +322,12 @@ pub enum ResourceType {
 }
 
 impl ResourceType {
-    pub const ALL: [ResourceType; 4] =
-        [ResourceType::Cluster, ResourceType::Endpoint, ResourceType::Listener, ResourceType::Route];
+    pub const ALL: [ResourceType; 4] = [
+        ResourceType::Cluster,
+        ResourceType::Endpoint,
+        ResourceType::Listener,
+        ResourceType::Route,
+    ];
 
     pub fn type_url(self) -> &'static str {
         match self {
@@ -325,9 +336,7 @@ impl ResourceType {
                 "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
             }
             ResourceType::Listener => "type.googleapis.com/envoy.config.listener.v3.Listener",
-            ResourceType::Route => {
-                "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
-            }
+            ResourceType::Route => "type.googleapis.com/envoy.config.route.v3.RouteConfiguration",
         }
     }
 
@@ -366,11 +375,20 @@ pub struct Resource {
 impl Resource {
     pub fn new(rtype: ResourceType, name: String, bytes: Vec<u8>) -> Self {
         let version = version_of(&bytes);
-        Resource { rtype, name, version, body: Body(bytes.into()) }
+        Resource {
+            rtype,
+            name,
+            version,
+            body: Body(bytes.into()),
+        }
     }
 
     pub fn key(&self) -> ResourceKey {
-        ResourceKey { rtype: self.rtype, name: self.name.clone(), version: self.version.clone() }
+        ResourceKey {
+            rtype: self.rtype,
+            name: self.name.clone(),
+            version: self.version.clone(),
+        }
     }
 }
 
@@ -402,9 +420,16 @@ pub struct ResolvedVs {
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum ScopeKey {
     /// A sidecar in `namespace`, under the Sidecar resource in effect (if any).
-    Sidecar { namespace: String, sidecar: Option<ConfigKey>, interception_none: bool },
+    Sidecar {
+        namespace: String,
+        sidecar: Option<ConfigKey>,
+        interception_none: bool,
+    },
     /// A gateway proxy in `namespace` selected by these Gateways (sorted).
-    Router { namespace: String, gateways: Vec<ConfigKey> },
+    Router {
+        namespace: String,
+        gateways: Vec<ConfigKey>,
+    },
 }
 
 impl ScopeKey {

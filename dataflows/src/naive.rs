@@ -64,20 +64,35 @@ impl<'a> View<'a> {
     fn resolved_endpoints(&self) -> Vec<((Hostname, u16), Endpoint)> {
         let mut out = Vec::new();
         for (h, e) in &self.endpoints {
-            let Some(svc) = self.services.get(h.as_str()) else { continue };
+            let Some(svc) = self.services.get(h.as_str()) else {
+                continue;
+            };
             let port = match svc.ports.as_slice() {
                 [only] if e.port_name.is_empty() => Some(only),
                 ports => ports.iter().find(|p| p.name == e.port_name),
             };
             let Some(port) = port else { continue };
-            let wls: Vec<&Workload> = self.workloads.iter().copied().filter(|w| w.ip == e.ip).collect();
-            let label_sets: Vec<Labels> =
-                if wls.is_empty() { vec![Labels::new()] } else { wls.iter().map(|w| w.labels.clone()).collect() };
+            let wls: Vec<&Workload> = self
+                .workloads
+                .iter()
+                .copied()
+                .filter(|w| w.ip == e.ip)
+                .collect();
+            let label_sets: Vec<Labels> = if wls.is_empty() {
+                vec![Labels::new()]
+            } else {
+                wls.iter().map(|w| w.labels.clone()).collect()
+            };
             for mut labels in label_sets {
                 labels.extend(e.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
                 out.push((
                     ((*h).clone(), port.port),
-                    Endpoint { ip: e.ip.clone(), port: e.port, ready: e.ready, labels },
+                    Endpoint {
+                        ip: e.ip.clone(),
+                        port: e.port,
+                        ready: e.ready,
+                        labels,
+                    },
                 ));
             }
         }
@@ -90,7 +105,9 @@ impl<'a> View<'a> {
                 let chosen = self
                     .sidecars
                     .iter()
-                    .filter_map(|sc| rules::sidecar_rank(sc, p, &mesh.root_namespace).map(|r| (r, &sc.key)))
+                    .filter_map(|sc| {
+                        rules::sidecar_rank(sc, p, &mesh.root_namespace).map(|r| (r, &sc.key))
+                    })
                     .min();
                 ScopeKey::Sidecar {
                     namespace: p.namespace.clone(),
@@ -112,7 +129,9 @@ impl<'a> View<'a> {
 
     fn sidecar_spec(&self, s: &ScopeKey) -> Option<&'a Sidecar> {
         match s {
-            ScopeKey::Sidecar { sidecar: Some(k), .. } => self.sidecars.iter().copied().find(|sc| &sc.key == k),
+            ScopeKey::Sidecar {
+                sidecar: Some(k), ..
+            } => self.sidecars.iter().copied().find(|sc| &sc.key == k),
             _ => None,
         }
     }
@@ -125,7 +144,11 @@ impl<'a> View<'a> {
             .map(|l| {
                 self.services
                     .iter()
-                    .filter(|(_, svc)| l.hosts.iter().any(|pat| rules::egress_visible(pat, s.namespace(), svc)))
+                    .filter(|(_, svc)| {
+                        l.hosts
+                            .iter()
+                            .any(|pat| rules::egress_visible(pat, s.namespace(), svc))
+                    })
                     .map(|(h, _)| *h)
                     .collect()
             })
@@ -149,7 +172,10 @@ impl<'a> View<'a> {
                 dest_ports.insert(d.host.clone(), svc.ports.iter().map(|p| p.port).collect());
             }
         }
-        ResolvedVs { vs: vs.clone(), dest_ports }
+        ResolvedVs {
+            vs: vs.clone(),
+            dest_ports,
+        }
     }
 
     fn vs_for(&self, s: &ScopeKey, host: &str) -> Option<&'a VirtualService> {
@@ -167,7 +193,11 @@ impl<'a> View<'a> {
 pub fn compute(mesh: &MeshConfig, snap: &Snapshot) -> ProxyConfigs {
     let v = View::new(snap);
     let eps = v.resolved_endpoints();
-    let scopes: Vec<(&Proxy, ScopeKey)> = v.proxies.iter().map(|p| (*p, v.scope_of(p, mesh))).collect();
+    let scopes: Vec<(&Proxy, ScopeKey)> = v
+        .proxies
+        .iter()
+        .map(|p| (*p, v.scope_of(p, mesh)))
+        .collect();
 
     // Clusters per scope, and the EDS cluster definitions in use anywhere.
     let mut scope_clusters: BTreeMap<&ScopeKey, Vec<Resource>> = BTreeMap::new();
@@ -198,8 +228,10 @@ pub fn compute(mesh: &MeshConfig, snap: &Snapshot) -> ProxyConfigs {
             }
         }
     }
-    let clas: BTreeMap<&String, Resource> =
-        cla_eps.iter().map(|(n, list)| (n, endpoint::load_assignment(n, list.iter().copied()))).collect();
+    let clas: BTreeMap<&String, Resource> = cla_eps
+        .iter()
+        .map(|(n, list)| (n, endpoint::load_assignment(n, list.iter().copied())))
+        .collect();
 
     let mut out = ProxyConfigs::new();
     for (p, s) in &scopes {
@@ -210,10 +242,13 @@ pub fn compute(mesh: &MeshConfig, snap: &Snapshot) -> ProxyConfigs {
             }
         }
         match s {
-            ScopeKey::Sidecar { interception_none, .. } => {
+            ScopeKey::Sidecar {
+                interception_none, ..
+            } => {
                 let spec = v.sidecar_spec(s);
                 let listeners = rules::egress_listeners(spec);
-                let mut rows: BTreeMap<u16, (bool, BTreeMap<&str, Option<ResolvedVs>>)> = BTreeMap::new();
+                let mut rows: BTreeMap<u16, (bool, BTreeMap<&str, Option<ResolvedVs>>)> =
+                    BTreeMap::new();
                 let mut catch_all_ports = BTreeSet::new();
                 for (port, allow_any) in assemble::sidecar_fixed_routes(spec, *interception_none) {
                     rows.entry(port).or_insert((allow_any, BTreeMap::new()));
@@ -234,9 +269,17 @@ pub fn compute(mesh: &MeshConfig, snap: &Snapshot) -> ProxyConfigs {
                     }
                 }
                 for (port, (allow_any, vhosts)) in rows {
-                    let vhosts: Vec<route::SidecarVhost> =
-                        vhosts.into_iter().map(|(h, vs)| (v.services[h].clone(), vs)).collect();
-                    res.push(route::sidecar_route_config(port, s.namespace(), &mesh.domain_suffix, &vhosts, allow_any));
+                    let vhosts: Vec<route::SidecarVhost> = vhosts
+                        .into_iter()
+                        .map(|(h, vs)| (v.services[h].clone(), vs))
+                        .collect();
+                    res.push(route::sidecar_route_config(
+                        port,
+                        s.namespace(),
+                        &mesh.domain_suffix,
+                        &vhosts,
+                        allow_any,
+                    ));
                 }
                 if !*interception_none {
                     res.extend(catch_all_ports.into_iter().map(assemble::catchall_listener));
@@ -244,15 +287,23 @@ pub fn compute(mesh: &MeshConfig, snap: &Snapshot) -> ProxyConfigs {
                 res.extend(assemble::sidecar_fixed_listeners(spec, *interception_none));
 
                 // The proxy's own ports.
-                let ports: BTreeSet<u16> =
-                    eps.iter().filter(|(_, ep)| p.ips.contains(&ep.ip)).map(|(_, ep)| ep.port).collect();
+                let ports: BTreeSet<u16> = eps
+                    .iter()
+                    .filter(|(_, ep)| p.ips.contains(&ep.ip))
+                    .map(|(_, ep)| ep.port)
+                    .collect();
                 res.extend(ports.iter().map(|port| cluster::inbound(*port)));
                 if !p.interception_none {
-                    res.push(listener::virtual_inbound(&ports.iter().copied().collect::<Vec<_>>()));
+                    res.push(listener::virtual_inbound(
+                        &ports.iter().copied().collect::<Vec<_>>(),
+                    ));
                 }
             }
             ScopeKey::Router { gateways, .. } => {
-                let gws: Vec<&Gateway> = gateways.iter().filter_map(|k| v.gateways.get(k).copied()).collect();
+                let gws: Vec<&Gateway> = gateways
+                    .iter()
+                    .filter_map(|k| v.gateways.get(k).copied())
+                    .collect();
                 let resolved: Vec<(ConfigKey, ResolvedVs)> = v
                     .vss
                     .iter()
@@ -265,7 +316,8 @@ pub fn compute(mesh: &MeshConfig, snap: &Snapshot) -> ProxyConfigs {
                             .collect::<Vec<_>>()
                     })
                     .collect();
-                let pairs: Vec<(&ConfigKey, &ResolvedVs)> = resolved.iter().map(|(g, r)| (g, r)).collect();
+                let pairs: Vec<(&ConfigKey, &ResolvedVs)> =
+                    resolved.iter().map(|(g, r)| (g, r)).collect();
                 res.extend(assemble::router_resources(&gws, &pairs));
             }
         }

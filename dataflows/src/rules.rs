@@ -6,7 +6,9 @@ use crate::model::*;
 /// `exportTo`: empty or `*` is everyone, `.` the owner's namespace, `~` no one.
 pub fn exported_to(export_to: &[String], owner_ns: &str, ns: &str) -> bool {
     export_to.is_empty()
-        || export_to.iter().any(|e| e == "*" || (e == "." && owner_ns == ns) || e == ns)
+        || export_to
+            .iter()
+            .any(|e| e == "*" || (e == "." && owner_ns == ns) || e == ns)
 }
 
 /// A host pattern: `*`, `*.suffix`, or an exact name.
@@ -26,7 +28,9 @@ pub fn labels_match(selector: &Labels, labels: &Labels) -> bool {
 }
 
 /// Which namespaces an egress `ns/host` pattern reaches, seen from `scope_ns`.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub enum NsKey {
     Any,
     Ns(String),
@@ -85,7 +89,12 @@ pub fn gateway_selects(gw: &Gateway, proxy: &Proxy) -> bool {
 pub fn egress_listeners(sc: Option<&Sidecar>) -> Vec<EgressListener> {
     match sc {
         Some(sc) if !sc.egress.is_empty() => sc.egress.clone(),
-        _ => vec![EgressListener { port: None, bind: None, capture_none: false, hosts: vec!["*/*".into()] }],
+        _ => vec![EgressListener {
+            port: None,
+            bind: None,
+            capture_none: false,
+            hosts: vec!["*/*".into()],
+        }],
     }
 }
 
@@ -118,7 +127,8 @@ pub fn dr_rank(dr: &DestinationRule, scope_ns: &str, mesh: &MeshConfig) -> Optio
 /// first, then others that export to it.
 pub fn vs_rank(vs: &VirtualService, scope_ns: &str) -> Option<u8> {
     let ns = vs.key.namespace.as_str();
-    (vs.binds_mesh() && exported_to(&vs.export_to, ns, scope_ns)).then_some(u8::from(ns != scope_ns))
+    (vs.binds_mesh() && exported_to(&vs.export_to, ns, scope_ns))
+        .then_some(u8::from(ns != scope_ns))
 }
 
 /// `gateways` entries of a VirtualService name Gateways as `ns/name`.
@@ -133,10 +143,13 @@ pub fn gateway_ref(reference: &str) -> Option<ConfigKey> {
 /// How an explicit egress listener binds: (address, bind_to_port).
 pub fn egress_bind(l: &EgressListener, interception_none: bool) -> (String, bool) {
     let capture_none = l.capture_none || interception_none;
-    let addr = l
-        .bind
-        .clone()
-        .unwrap_or_else(|| if capture_none { "127.0.0.1".into() } else { "0.0.0.0".into() });
+    let addr = l.bind.clone().unwrap_or_else(|| {
+        if capture_none {
+            "127.0.0.1".into()
+        } else {
+            "0.0.0.0".into()
+        }
+    });
     (addr, capture_none || l.bind.is_some())
 }
 
@@ -149,25 +162,44 @@ pub fn sidecar_route_ports(
     svc: &Service,
     interception_none: bool,
 ) -> Vec<(u16, bool, bool)> {
-    let Some(l) = listeners.get(idx) else { return Vec::new() };
-    let http_ports = svc.ports.iter().filter(|p| p.protocol.is_http()).map(|p| p.port);
+    let Some(l) = listeners.get(idx) else {
+        return Vec::new();
+    };
+    let http_ports = svc
+        .ports
+        .iter()
+        .filter(|p| p.protocol.is_http())
+        .map(|p| p.port);
     match &l.port {
         Some(ep) => {
             let allow_any = !egress_bind(l, interception_none).1;
-            http_ports.filter(|p| *p == ep.number).map(|p| (p, allow_any, false)).collect()
+            http_ports
+                .filter(|p| *p == ep.number)
+                .map(|p| (p, allow_any, false))
+                .collect()
         }
         None if interception_none => Vec::new(),
         None => {
-            let explicit: Vec<u16> =
-                listeners.iter().filter_map(|l| l.port.as_ref().map(|p| p.number)).collect();
-            http_ports.filter(|p| !explicit.contains(p)).map(|p| (p, true, true)).collect()
+            let explicit: Vec<u16> = listeners
+                .iter()
+                .filter_map(|l| l.port.as_ref().map(|p| p.number))
+                .collect();
+            http_ports
+                .filter(|p| !explicit.contains(p))
+                .map(|p| (p, true, true))
+                .collect()
         }
     }
 }
 
 /// Hosts of a gateway server that a VirtualService in `vs_ns` may attach to, as
 /// the domain it serves: the more specific of the two patterns.
-pub fn gateway_domain(server_host: &str, gw_ns: &str, vs_ns: &str, vs_host: &str) -> Option<String> {
+pub fn gateway_domain(
+    server_host: &str,
+    gw_ns: &str,
+    vs_ns: &str,
+    vs_host: &str,
+) -> Option<String> {
     let (ns, host) = server_host.split_once('/').unwrap_or(("*", server_host));
     let ns_ok = ns == "*" || (ns == "." && gw_ns == vs_ns) || ns == vs_ns;
     if !ns_ok {
@@ -183,6 +215,7 @@ pub fn gateway_domain(server_host: &str, gw_ns: &str, vs_ns: &str, vs_host: &str
 }
 
 /// As [`gateway_ref`], owning its input for use in dataflow closures.
+#[allow(clippy::ptr_arg)] // `filter_map` over `&String` items needs exactly this signature
 pub fn gateway_ref_str(reference: &String) -> Option<ConfigKey> {
     gateway_ref(reference)
 }

@@ -19,7 +19,14 @@ pub struct Shape {
 
 impl Shape {
     pub fn small() -> Shape {
-        Shape { services: 200, endpoints_per_service: 10, namespaces: 10, proxies: 200, vs_every: 4, sidecar_scoping: true }
+        Shape {
+            services: 200,
+            endpoints_per_service: 10,
+            namespaces: 10,
+            proxies: 200,
+            vs_every: 4,
+            sidecar_scoping: true,
+        }
     }
 }
 
@@ -28,7 +35,11 @@ pub fn namespace(i: usize) -> String {
 }
 
 pub fn hostname(s: usize, shape: &Shape, mesh: &MeshConfig) -> String {
-    format!("svc-{s}.{}.svc.{}", namespace(s % shape.namespaces), mesh.domain_suffix)
+    format!(
+        "svc-{s}.{}.svc.{}",
+        namespace(s % shape.namespaces),
+        mesh.domain_suffix
+    )
 }
 
 /// The IP of endpoint `e` of service `s` (10.x.y.z, unique per pair).
@@ -57,7 +68,11 @@ pub fn proxy(p: usize, shape: &Shape) -> Record {
     let mut labels = Labels::new();
     labels.insert("app".into(), format!("client-{p}"));
     Record::Proxy(Proxy {
-        id: format!("sidecar~10.255.{}.{}~client-{p}.{ns}~{ns}.svc.cluster.local", p / 256, p % 256),
+        id: format!(
+            "sidecar~10.255.{}.{}~client-{p}.{ns}~{ns}.svc.cluster.local",
+            p / 256,
+            p % 256
+        ),
         kind: ProxyKind::Sidecar,
         ips: vec![format!("10.255.{}.{}", p / 256, p % 256)],
         namespace: ns,
@@ -75,7 +90,11 @@ pub fn records(shape: &Shape, mesh: &MeshConfig) -> Vec<Record> {
         out.push(Record::Service(Service {
             hostname: host.clone(),
             origin: ConfigKey::new(Kind::Service, &ns, format!("svc-{s}")),
-            ports: vec![ServicePort { name: "http".into(), port: 80, protocol: Protocol::Http }],
+            ports: vec![ServicePort {
+                name: "http".into(),
+                port: 80,
+                protocol: Protocol::Http,
+            }],
             export_to: vec![],
             resolution: Resolution::Static,
         }));
@@ -83,7 +102,10 @@ pub fn records(shape: &Shape, mesh: &MeshConfig) -> Vec<Record> {
             out.push(endpoint(s, e, shape, mesh));
             let mut labels = Labels::new();
             labels.insert("app".into(), format!("svc-{s}"));
-            labels.insert("version".into(), if e % 2 == 0 { "v1".into() } else { "v2".into() });
+            labels.insert(
+                "version".into(),
+                if e % 2 == 0 { "v1".into() } else { "v2".into() },
+            );
             out.push(Record::Workload(Workload {
                 ip: endpoint_ip(s, e),
                 labels,
@@ -129,7 +151,12 @@ pub fn records(shape: &Shape, mesh: &MeshConfig) -> Vec<Record> {
 pub fn vs(s: usize, v1_weight: u32, shape: &Shape, mesh: &MeshConfig) -> VirtualService {
     let ns = namespace(s % shape.namespaces);
     let host = hostname(s, shape, mesh);
-    let dest = |subset: &str, weight| RouteDestination { host: host.clone(), subset: Some(subset.into()), port: None, weight };
+    let dest = |subset: &str, weight| RouteDestination {
+        host: host.clone(),
+        subset: Some(subset.into()),
+        port: None,
+        weight,
+    };
     VirtualService {
         key: ConfigKey::new(Kind::VirtualService, &ns, format!("svc-{s}")),
         hosts: vec![host.clone()],

@@ -12,7 +12,10 @@ use std::collections::{BTreeMap, BTreeSet};
 const NAMESPACES: [&str; 3] = ["default", "other", "istio-system"];
 
 fn labels(pairs: &[(&str, &str)]) -> Labels {
-    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
 }
 
 fn host(name: &str, ns: &str) -> String {
@@ -29,9 +32,17 @@ fn random_record(rng: &mut StdRng, slot: usize) -> Record {
     let ns = NAMESPACES[slot % 2];
     let svc_name = format!("svc{}", slot % 4);
     let ports = |rng: &mut StdRng| {
-        let mut ports = vec![ServicePort { name: "http".into(), port: 9080, protocol: Protocol::Http }];
+        let mut ports = vec![ServicePort {
+            name: "http".into(),
+            port: 9080,
+            protocol: Protocol::Http,
+        }];
         if rng.random_bool(0.3) {
-            ports.push(ServicePort { name: "http-alt".into(), port: 8080, protocol: Protocol::Http });
+            ports.push(ServicePort {
+                name: "http-alt".into(),
+                port: 8080,
+                protocol: Protocol::Http,
+            });
         }
         ports
     };
@@ -40,7 +51,11 @@ fn random_record(rng: &mut StdRng, slot: usize) -> Record {
             hostname: host(&svc_name, ns),
             origin: ConfigKey::new(Kind::Service, ns, &svc_name),
             ports: ports(rng),
-            export_to: if rng.random_bool(0.2) { vec![".".into()] } else { vec![] },
+            export_to: if rng.random_bool(0.2) {
+                vec![".".into()]
+            } else {
+                vec![]
+            },
             resolution: Resolution::Static,
         }),
         1 => Record::Endpoint(
@@ -71,7 +86,11 @@ fn random_record(rng: &mut StdRng, slot: usize) -> Record {
             let w = rng.random_range(0..=100);
             Record::VirtualService(VirtualService {
                 key: ConfigKey::new(Kind::VirtualService, ns, format!("vs{}", slot % 3)),
-                hosts: vec![if rng.random_bool(0.5) { "*".to_string() } else { host(&svc_name, ns) }],
+                hosts: vec![if rng.random_bool(0.5) {
+                    "*".to_string()
+                } else {
+                    host(&svc_name, ns)
+                }],
                 gateways: match rng.random_range(0..3) {
                     0 => vec![],
                     1 => vec![format!("{ns}/gw")],
@@ -83,7 +102,8 @@ fn random_record(rng: &mut StdRng, slot: usize) -> Record {
                         name: None,
                         matches: vec![HttpMatch {
                             uri: None,
-                            headers: [("end-user".to_string(), StringMatch::Exact("jason".into()))].into(),
+                            headers: [("end-user".to_string(), StringMatch::Exact("jason".into()))]
+                                .into(),
                         }],
                         route: vec![dest(Some("v2"), 100)],
                         timeout_ms: None,
@@ -91,7 +111,10 @@ fn random_record(rng: &mut StdRng, slot: usize) -> Record {
                     },
                     HttpRoute {
                         name: Some("split".into()),
-                        matches: vec![HttpMatch { uri: Some(StringMatch::Prefix("/r".into())), headers: BTreeMap::new() }],
+                        matches: vec![HttpMatch {
+                            uri: Some(StringMatch::Prefix("/r".into())),
+                            headers: BTreeMap::new(),
+                        }],
                         route: vec![dest(Some("v1"), w), dest(Some("v2"), 100 - w)],
                         timeout_ms: rng.random_bool(0.3).then_some(1500),
                         retries: None,
@@ -100,13 +123,21 @@ fn random_record(rng: &mut StdRng, slot: usize) -> Record {
             })
         }
         4 => Record::DestinationRule(DestinationRule {
-            key: ConfigKey::new(Kind::DestinationRule, pick(rng, &NAMESPACES), format!("dr{}", slot % 3)),
+            key: ConfigKey::new(
+                Kind::DestinationRule,
+                pick(rng, &NAMESPACES),
+                format!("dr{}", slot % 3),
+            ),
             host: host(&svc_name, ns),
             export_to: vec![],
             traffic_policy: None,
             subsets: ["v1", "v2"][..rng.random_range(1..3)]
                 .iter()
-                .map(|v| Subset { name: v.to_string(), labels: labels(&[("version", v)]), traffic_policy: None })
+                .map(|v| Subset {
+                    name: v.to_string(),
+                    labels: labels(&[("version", v)]),
+                    traffic_policy: None,
+                })
                 .collect(),
         }),
         5 => Record::Gateway(Gateway {
@@ -123,7 +154,11 @@ fn random_record(rng: &mut StdRng, slot: usize) -> Record {
         6 => {
             let sel = rng.random_bool(0.5).then(|| labels(&[("app", "client")]));
             Record::Sidecar(Sidecar {
-                key: ConfigKey::new(Kind::Sidecar, pick(rng, &NAMESPACES), format!("sc{}", slot % 2)),
+                key: ConfigKey::new(
+                    Kind::Sidecar,
+                    pick(rng, &NAMESPACES),
+                    format!("sc{}", slot % 2),
+                ),
                 selector: sel,
                 egress: match rng.random_range(0..3) {
                     0 => vec![],
@@ -135,12 +170,21 @@ fn random_record(rng: &mut StdRng, slot: usize) -> Record {
                     }],
                     _ => vec![
                         EgressListener {
-                            port: Some(EgressPort { number: 9080, protocol: Protocol::Http, name: "http".into() }),
+                            port: Some(EgressPort {
+                                number: 9080,
+                                protocol: Protocol::Http,
+                                name: "http".into(),
+                            }),
                             bind: Some("127.0.0.1".into()),
                             capture_none: true,
                             hosts: vec!["./*".into()],
                         },
-                        EgressListener { port: None, bind: None, capture_none: false, hosts: vec!["*/*".into()] },
+                        EgressListener {
+                            port: None,
+                            bind: None,
+                            capture_none: false,
+                            hosts: vec!["*/*".into()],
+                        },
                     ],
                 },
             })
@@ -148,10 +192,18 @@ fn random_record(rng: &mut StdRng, slot: usize) -> Record {
         _ => {
             let router = rng.random_bool(0.3);
             let ns = if router { "istio-system" } else { ns };
-            let id = format!("{}~10.0.0.{}~p{slot}.{ns}~{ns}.svc.cluster.local", if router { "router" } else { "sidecar" }, slot % 6);
+            let id = format!(
+                "{}~10.0.0.{}~p{slot}.{ns}~{ns}.svc.cluster.local",
+                if router { "router" } else { "sidecar" },
+                slot % 6
+            );
             Record::Proxy(Proxy {
                 id,
-                kind: if router { ProxyKind::Router } else { ProxyKind::Sidecar },
+                kind: if router {
+                    ProxyKind::Router
+                } else {
+                    ProxyKind::Sidecar
+                },
                 ips: vec![format!("10.0.0.{}", slot % 6)],
                 namespace: ns.to_string(),
                 labels: if router {
@@ -196,8 +248,16 @@ impl Accumulated {
                 .bodies
                 .get(&(key.rtype, key.name.clone(), key.version.clone()))
                 .unwrap_or_else(|| panic!("no body for {key:?}"));
-            let previous = out.entry(proxy.clone()).or_default().insert((key.rtype, key.name.clone()), body.clone());
-            assert!(previous.is_none(), "{proxy} holds two versions of {:?} {}", key.rtype, key.name);
+            let previous = out
+                .entry(proxy.clone())
+                .or_default()
+                .insert((key.rtype, key.name.clone()), body.clone());
+            assert!(
+                previous.is_none(),
+                "{proxy} holds two versions of {:?} {}",
+                key.rtype,
+                key.name
+            );
         }
         out
     }
@@ -225,18 +285,25 @@ fn run(seed: u64, steps: usize, workers: usize) {
             live.insert(id, record.clone());
             changes.push((record, 1));
         }
-        let out = engine.step(Batch { epoch, changes }).expect("engine running");
+        let out = engine
+            .step(Batch { epoch, changes })
+            .expect("engine running");
         for (k, d) in out.proxy_resources {
             *acc.keys.entry(k).or_default() += d;
         }
         acc.keys.retain(|_, c| *c != 0);
         for (r, d) in out.bodies {
-            let e = acc.bodies.entry((r.rtype, r.name.clone(), r.version.clone())).or_insert((r, 0));
+            let e = acc
+                .bodies
+                .entry((r.rtype, r.name.clone(), r.version.clone()))
+                .or_insert((r, 0));
             e.1 += d;
         }
         acc.bodies.retain(|_, (_, c)| *c != 0);
 
-        let snapshot = Snapshot { records: live.values().cloned().collect::<BTreeSet<_>>() };
+        let snapshot = Snapshot {
+            records: live.values().cloned().collect::<BTreeSet<_>>(),
+        };
         let expected = naive::compute(&mesh, &snapshot);
         let actual = acc.configs();
         if expected != actual {
@@ -244,7 +311,11 @@ fn run(seed: u64, steps: usize, workers: usize) {
                 let act = actual.get(p).cloned().unwrap_or_default();
                 for (k, r) in exp {
                     if act.get(k) != Some(r) {
-                        eprintln!("epoch {epoch} {p}: expected {k:?} {}, dataflow has {:?}", r.version, act.get(k).map(|r| &r.version));
+                        eprintln!(
+                            "epoch {epoch} {p}: expected {k:?} {}, dataflow has {:?}",
+                            r.version,
+                            act.get(k).map(|r| &r.version)
+                        );
                     }
                 }
                 for k in act.keys().filter(|k| !exp.contains_key(*k)) {
@@ -258,7 +329,10 @@ fn run(seed: u64, steps: usize, workers: usize) {
         }
         checked_nonempty += usize::from(actual.values().any(|m| m.len() > 4));
     }
-    assert!(checked_nonempty > steps / 4, "the random log rarely produced any config ({checked_nonempty}/{steps})");
+    assert!(
+        checked_nonempty > steps / 4,
+        "the random log rarely produced any config ({checked_nonempty}/{steps})"
+    );
 }
 
 #[test]

@@ -26,7 +26,10 @@ impl DebugService {
 
 #[tonic::async_trait]
 impl Debug for DebugService {
-    async fn list_proxies(&self, _: Request<ListProxiesRequest>) -> Result<Response<ListProxiesResponse>, Status> {
+    async fn list_proxies(
+        &self,
+        _: Request<ListProxiesRequest>,
+    ) -> Result<Response<ListProxiesResponse>, Status> {
         let resp = self.hub.read(|st| {
             let mut proxies: Vec<ProxyStatus> = st
                 .proxies()
@@ -51,7 +54,10 @@ impl Debug for DebugService {
                 })
                 .collect();
             proxies.sort_by(|a, b| a.id.cmp(&b.id));
-            ListProxiesResponse { epoch: st.epoch, proxies }
+            ListProxiesResponse {
+                epoch: st.epoch,
+                proxies,
+            }
         });
         Ok(Response::new(resp))
     }
@@ -62,7 +68,11 @@ impl Debug for DebugService {
     ) -> Result<Response<ListConfigErrorsResponse>, Status> {
         let errors = self.hub.read(|st| {
             let mut out = st.source_errors.clone();
-            out.extend(st.errors.keys().map(|e| format!("{}: {}", e.object, e.message)));
+            out.extend(
+                st.errors
+                    .keys()
+                    .map(|e| format!("{}: {}", e.object, e.message)),
+            );
             out
         });
         Ok(Response::new(ListConfigErrorsResponse { errors }))
@@ -85,12 +95,23 @@ pub mod cli {
             .await
             .map_err(|e| format!("listing proxies: {}", e.message()))?
             .into_inner();
-        let mut rows = vec![vec!["NAME".to_string(), "KIND".into(), "CDS".into(), "EDS".into(), "LDS".into(), "RDS".into()]];
+        let mut rows = vec![vec![
+            "NAME".to_string(),
+            "KIND".into(),
+            "CDS".into(),
+            "EDS".into(),
+            "LDS".into(),
+            "RDS".into(),
+        ]];
         let mut nacks = Vec::new();
         for p in &resp.proxies {
             let mut row = vec![p.id.clone(), p.kind.clone()];
             for t in &p.types {
-                let state = if t.last_nack.is_empty() { format!("{} ({} acks)", t.resources, t.acks) } else { "NACKED".to_string() };
+                let state = if t.last_nack.is_empty() {
+                    format!("{} ({} acks)", t.resources, t.acks)
+                } else {
+                    "NACKED".to_string()
+                };
                 row.push(state);
                 if !t.last_nack.is_empty() {
                     nacks.push(format!("{} {}: {}", p.id, t.r#type, t.last_nack));
@@ -98,10 +119,16 @@ pub mod cli {
             }
             rows.push(row);
         }
-        let widths: Vec<usize> = (0..rows[0].len()).map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0)).collect();
+        let widths: Vec<usize> = (0..rows[0].len())
+            .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
+            .collect();
         let mut out = String::new();
         for r in rows {
-            let cells: Vec<String> = r.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
+            let cells: Vec<String> = r
+                .iter()
+                .zip(&widths)
+                .map(|(c, w)| format!("{c:<w$}"))
+                .collect();
             out.push_str(cells.join("  ").trim_end());
             out.push('\n');
         }

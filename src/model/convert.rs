@@ -51,7 +51,10 @@ fn yaml_scalar(v: &Value) -> Option<String> {
 }
 
 fn port_u16(n: i64, field: &str) -> Result<u16> {
-    u16::try_from(n).ok().filter(|p| *p > 0).ok_or_else(|| Invalid::field(field, format!("port {n} is not in 1..65535")))
+    u16::try_from(n)
+        .ok()
+        .filter(|p| *p > 0)
+        .ok_or_else(|| Invalid::field(field, format!("port {n} is not in 1..65535")))
 }
 
 /// Istio's rule for naming protocols by port name prefix (`http-foo`, `grpc`) or
@@ -68,7 +71,12 @@ pub fn protocol_of(name: &str, app_protocol: Option<&str>) -> m::Protocol {
 
 /// Istio's duration strings: `1.5s`, `300ms`, `2m`, `1h`.
 pub fn parse_duration_ms(s: &str, field: &str) -> Result<u64> {
-    let bad = || Invalid::field(field, format!("{s:?} is not a duration such as 1.5s or 300ms"));
+    let bad = || {
+        Invalid::field(
+            field,
+            format!("{s:?} is not a duration such as 1.5s or 300ms"),
+        )
+    };
     let (num, unit_ms) = if let Some(n) = s.strip_suffix("ms") {
         (n, 1.0)
     } else if let Some(n) = s.strip_suffix('s') {
@@ -100,7 +108,10 @@ pub fn fqdn(host: &str, ns: &str, mesh: &MeshConfig) -> String {
 fn export_to(list: &[String], field: &str) -> Result<Vec<String>> {
     for (i, e) in list.iter().enumerate() {
         if e.is_empty() || e.contains('/') {
-            return Err(Invalid::field(format!("{field}[{i}]"), format!("{e:?} is not \".\", \"*\", \"~\" or a namespace")));
+            return Err(Invalid::field(
+                format!("{field}[{i}]"),
+                format!("{e:?} is not \".\", \"*\", \"~\" or a namespace"),
+            ));
         }
     }
     Ok(list.to_vec())
@@ -128,7 +139,10 @@ fn service(key: &ConfigKey, value: Value, mesh: &MeshConfig) -> Result<Vec<Recor
     let svc: k8s_openapi::api::core::v1::Service = typed(value, "")?;
     let spec = svc.spec.unwrap_or_default();
     if spec.type_.as_deref() == Some("ExternalName") {
-        return Err(Invalid::field("spec.type", "ExternalName services are not supported yet"));
+        return Err(Invalid::field(
+            "spec.type",
+            "ExternalName services are not supported yet",
+        ));
     }
     let mut ports = Vec::new();
     for (i, p) in spec.ports.unwrap_or_default().iter().enumerate() {
@@ -138,9 +152,16 @@ fn service(key: &ConfigKey, value: Value, mesh: &MeshConfig) -> Result<Vec<Recor
         }
         let port = port_u16(p.port.into(), &format!("spec.ports[{i}].port"))?;
         if ports.iter().any(|q: &m::ServicePort| q.port == port) {
-            return Err(Invalid::field(format!("spec.ports[{i}].port"), format!("port {port} is listed twice")));
+            return Err(Invalid::field(
+                format!("spec.ports[{i}].port"),
+                format!("port {port} is listed twice"),
+            ));
         }
-        ports.push(m::ServicePort { protocol: protocol_of(&name, p.app_protocol.as_deref()), name, port });
+        ports.push(m::ServicePort {
+            protocol: protocol_of(&name, p.app_protocol.as_deref()),
+            name,
+            port,
+        });
     }
     let exports: Vec<String> = annotations
         .get("networking.istio.io/exportTo")
@@ -150,7 +171,10 @@ fn service(key: &ConfigKey, value: Value, mesh: &MeshConfig) -> Result<Vec<Recor
         hostname: format!("{}.{}.svc.{}", key.name, key.namespace, mesh.domain_suffix),
         origin: key.clone(),
         ports,
-        export_to: export_to(&exports, "metadata.annotations[networking.istio.io/exportTo]")?,
+        export_to: export_to(
+            &exports,
+            "metadata.annotations[networking.istio.io/exportTo]",
+        )?,
         resolution: m::Resolution::Static,
     })])
 }
@@ -165,7 +189,10 @@ fn endpoint_slice(key: &ConfigKey, value: Value, mesh: &MeshConfig) -> Result<Ve
         ));
     };
     if slice.address_type == "FQDN" {
-        return Err(Invalid::field("addressType", "FQDN EndpointSlices are not supported"));
+        return Err(Invalid::field(
+            "addressType",
+            "FQDN EndpointSlices are not supported",
+        ));
     }
     let host = format!("{service}.{}.svc.{}", key.namespace, mesh.domain_suffix);
     let mut out = Vec::new();
@@ -176,7 +203,10 @@ fn endpoint_slice(key: &ConfigKey, value: Value, mesh: &MeshConfig) -> Result<Ve
             let ready = ep.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true);
             for (ai, ip) in ep.addresses.iter().enumerate() {
                 if ip.parse::<std::net::IpAddr>().is_err() {
-                    return Err(Invalid::field(format!("endpoints[{ei}].addresses[{ai}]"), format!("{ip:?} is not an IP address")));
+                    return Err(Invalid::field(
+                        format!("endpoints[{ei}].addresses[{ai}]"),
+                        format!("{ip:?} is not an IP address"),
+                    ));
                 }
                 out.push(Record::Endpoint(
                     host.clone(),
@@ -203,10 +233,17 @@ fn endpoints(key: &ConfigKey, value: Value, mesh: &MeshConfig) -> Result<Vec<Rec
         for (pi, p) in subset.ports.iter().flatten().enumerate() {
             let port = port_u16(p.port.into(), &format!("subsets[{si}].ports[{pi}].port"))?;
             let ready = subset.addresses.iter().flatten().map(|a| (a, true));
-            let not_ready = subset.not_ready_addresses.iter().flatten().map(|a| (a, false));
+            let not_ready = subset
+                .not_ready_addresses
+                .iter()
+                .flatten()
+                .map(|a| (a, false));
             for (a, ready) in ready.chain(not_ready) {
                 if a.ip.parse::<std::net::IpAddr>().is_err() {
-                    return Err(Invalid::field(format!("subsets[{si}].addresses"), format!("{:?} is not an IP address", a.ip)));
+                    return Err(Invalid::field(
+                        format!("subsets[{si}].addresses"),
+                        format!("{:?} is not an IP address", a.ip),
+                    ));
                 }
                 out.push(Record::Endpoint(
                     host.clone(),
@@ -229,7 +266,12 @@ fn pod(key: &ConfigKey, value: Value) -> Result<Vec<Record>> {
     let labels = metadata_map(&value, "labels");
     let pod: k8s_openapi::api::core::v1::Pod = typed(value, "")?;
     let status = pod.status.unwrap_or_default();
-    let mut ips: Vec<String> = status.pod_ips.unwrap_or_default().into_iter().map(|p| p.ip).collect();
+    let mut ips: Vec<String> = status
+        .pod_ips
+        .unwrap_or_default()
+        .into_iter()
+        .map(|p| p.ip)
+        .collect();
     if let Some(ip) = status.pod_ip {
         if !ips.contains(&ip) {
             ips.insert(0, ip);
@@ -238,7 +280,13 @@ fn pod(key: &ConfigKey, value: Value) -> Result<Vec<Record>> {
     // A pod without an IP yet has no endpoints to label; that is not an error.
     Ok(ips
         .into_iter()
-        .map(|ip| Record::Workload(m::Workload { ip, labels: labels.clone(), origin: key.clone() }))
+        .map(|ip| {
+            Record::Workload(m::Workload {
+                ip,
+                labels: labels.clone(),
+                origin: key.clone(),
+            })
+        })
         .collect())
 }
 
@@ -247,7 +295,10 @@ fn string_match(sm: &istio::StringMatch, field: &str) -> Result<m::StringMatch> 
         (Some(e), None, None) => Ok(m::StringMatch::Exact(e.clone())),
         (None, Some(p), None) => Ok(m::StringMatch::Prefix(p.clone())),
         (None, None, Some(r)) => Ok(m::StringMatch::Regex(r.clone())),
-        _ => Err(Invalid::field(field, "exactly one of exact, prefix or regex is required")),
+        _ => Err(Invalid::field(
+            field,
+            "exactly one of exact, prefix or regex is required",
+        )),
     }
 }
 
@@ -255,34 +306,55 @@ fn virtual_service(key: &ConfigKey, value: &Value, mesh: &MeshConfig) -> Result<
     let s: istio::VirtualServiceSpec = spec(value)?;
     let ns = &key.namespace;
     if s.hosts.is_empty() {
-        return Err(Invalid::field("spec.hosts", "at least one host is required"));
+        return Err(Invalid::field(
+            "spec.hosts",
+            "at least one host is required",
+        ));
     }
     let mut http = Vec::new();
     for (ri, r) in s.http.iter().enumerate() {
         let f = format!("spec.http[{ri}]");
         let mut matches = Vec::new();
         for (mi, mr) in r.matches.iter().enumerate() {
-            let uri = mr.uri.as_ref().map(|u| string_match(u, &format!("{f}.match[{mi}].uri"))).transpose()?;
+            let uri = mr
+                .uri
+                .as_ref()
+                .map(|u| string_match(u, &format!("{f}.match[{mi}].uri")))
+                .transpose()?;
             let mut headers = std::collections::BTreeMap::new();
             for (h, sm) in &mr.headers {
-                headers.insert(h.to_ascii_lowercase(), string_match(sm, &format!("{f}.match[{mi}].headers.{h}"))?);
+                headers.insert(
+                    h.to_ascii_lowercase(),
+                    string_match(sm, &format!("{f}.match[{mi}].headers.{h}"))?,
+                );
             }
             matches.push(m::HttpMatch { uri, headers });
         }
         if r.route.is_empty() {
-            return Err(Invalid::field(format!("{f}.route"), "at least one destination is required"));
+            return Err(Invalid::field(
+                format!("{f}.route"),
+                "at least one destination is required",
+            ));
         }
         let mut route = Vec::new();
         for (di, d) in r.route.iter().enumerate() {
             let df = format!("{f}.route[{di}]");
             let Some(dest) = d.destination.as_ref().filter(|d| !d.host.is_empty()) else {
-                return Err(Invalid::field(format!("{df}.destination.host"), "a destination host is required"));
+                return Err(Invalid::field(
+                    format!("{df}.destination.host"),
+                    "a destination host is required",
+                ));
             };
             let weight = match d.weight {
                 None if r.route.len() == 1 => 100,
                 None => 0,
                 Some(w) if (0..=100).contains(&w) => w as u32,
-                Some(w) => return Err(Invalid::field(format!("{df}.weight"), format!("{w} is not in 0..100"))),
+                Some(w) => {
+                    return Err(Invalid::field(
+                        format!("{df}.weight"),
+                        format!("{w} is not in 0..100"),
+                    ))
+                }
             };
             let port = dest
                 .port
@@ -290,18 +362,31 @@ fn virtual_service(key: &ConfigKey, value: &Value, mesh: &MeshConfig) -> Result<
                 .and_then(|p| p.number)
                 .map(|n| port_u16(n, &format!("{df}.destination.port.number")))
                 .transpose()?;
-            route.push(m::RouteDestination { host: fqdn(&dest.host, ns, mesh), subset: dest.subset.clone(), port, weight });
+            route.push(m::RouteDestination {
+                host: fqdn(&dest.host, ns, mesh),
+                subset: dest.subset.clone(),
+                port,
+                weight,
+            });
         }
         let total: u32 = route.iter().map(|d| d.weight).sum();
         if route.len() > 1 && total != 100 {
-            return Err(Invalid::field(format!("{f}.route"), format!("weights add up to {total}, not 100")));
+            return Err(Invalid::field(
+                format!("{f}.route"),
+                format!("weights add up to {total}, not 100"),
+            ));
         }
-        let timeout_ms = r.timeout.as_deref().map(|t| parse_duration_ms(t, &format!("{f}.timeout"))).transpose()?;
+        let timeout_ms = r
+            .timeout
+            .as_deref()
+            .map(|t| parse_duration_ms(t, &format!("{f}.timeout")))
+            .transpose()?;
         let retries = match &r.retries {
             None => None,
             Some(rt) => Some(m::Retries {
-                attempts: u32::try_from(rt.attempts.unwrap_or(0))
-                    .map_err(|_| Invalid::field(format!("{f}.retries.attempts"), "must not be negative"))?,
+                attempts: u32::try_from(rt.attempts.unwrap_or(0)).map_err(|_| {
+                    Invalid::field(format!("{f}.retries.attempts"), "must not be negative")
+                })?,
                 per_try_timeout_ms: rt
                     .per_try_timeout
                     .as_deref()
@@ -310,12 +395,24 @@ fn virtual_service(key: &ConfigKey, value: &Value, mesh: &MeshConfig) -> Result<
                 retry_on: rt.retry_on.clone(),
             }),
         };
-        http.push(m::HttpRoute { name: r.name.clone(), matches, route, timeout_ms, retries });
+        http.push(m::HttpRoute {
+            name: r.name.clone(),
+            matches,
+            route,
+            timeout_ms,
+            retries,
+        });
     }
     let gateways = s
         .gateways
         .iter()
-        .map(|g| if g == "mesh" || g.contains('/') { g.clone() } else { format!("{ns}/{g}") })
+        .map(|g| {
+            if g == "mesh" || g.contains('/') {
+                g.clone()
+            } else {
+                format!("{ns}/{g}")
+            }
+        })
         .collect();
     Ok(vec![Record::VirtualService(m::VirtualService {
         key: key.clone(),
@@ -333,7 +430,10 @@ fn traffic_policy(tp: &istio::TrafficPolicy, field: &str) -> Result<m::TrafficPo
         Some("LEAST_REQUEST") | Some("LEAST_CONN") => Some(m::LoadBalancer::LeastRequest),
         Some("RANDOM") => Some(m::LoadBalancer::Random),
         Some(other) => {
-            return Err(Invalid::field(format!("{field}.loadBalancer.simple"), format!("unknown load balancer {other:?}")))
+            return Err(Invalid::field(
+                format!("{field}.loadBalancer.simple"),
+                format!("unknown load balancer {other:?}"),
+            ))
         }
     };
     let connect_timeout_ms = tp
@@ -343,7 +443,10 @@ fn traffic_policy(tp: &istio::TrafficPolicy, field: &str) -> Result<m::TrafficPo
         .and_then(|t| t.connect_timeout.as_deref())
         .map(|t| parse_duration_ms(t, &format!("{field}.connectionPool.tcp.connectTimeout")))
         .transpose()?;
-    Ok(m::TrafficPolicy { load_balancer, connect_timeout_ms })
+    Ok(m::TrafficPolicy {
+        load_balancer,
+        connect_timeout_ms,
+    })
 }
 
 fn destination_rule(key: &ConfigKey, value: &Value, mesh: &MeshConfig) -> Result<Vec<Record>> {
@@ -354,10 +457,16 @@ fn destination_rule(key: &ConfigKey, value: &Value, mesh: &MeshConfig) -> Result
     let mut subsets: Vec<m::Subset> = Vec::new();
     for (i, sub) in s.subsets.iter().enumerate() {
         if sub.name.is_empty() {
-            return Err(Invalid::field(format!("spec.subsets[{i}].name"), "a subset needs a name"));
+            return Err(Invalid::field(
+                format!("spec.subsets[{i}].name"),
+                "a subset needs a name",
+            ));
         }
         if subsets.iter().any(|x| x.name == sub.name) {
-            return Err(Invalid::field(format!("spec.subsets[{i}].name"), format!("subset {:?} is defined twice", sub.name)));
+            return Err(Invalid::field(
+                format!("spec.subsets[{i}].name"),
+                format!("subset {:?} is defined twice", sub.name),
+            ));
         }
         subsets.push(m::Subset {
             name: sub.name.clone(),
@@ -373,7 +482,11 @@ fn destination_rule(key: &ConfigKey, value: &Value, mesh: &MeshConfig) -> Result
         key: key.clone(),
         host: fqdn(&s.host, &key.namespace, mesh),
         export_to: export_to(&s.export_to, "spec.exportTo")?,
-        traffic_policy: s.traffic_policy.as_ref().map(|tp| traffic_policy(tp, "spec.trafficPolicy")).transpose()?,
+        traffic_policy: s
+            .traffic_policy
+            .as_ref()
+            .map(|tp| traffic_policy(tp, "spec.trafficPolicy"))
+            .transpose()?,
         subsets,
     })])
 }
@@ -390,18 +503,29 @@ fn server_protocol(p: &str) -> m::Protocol {
 fn gateway(key: &ConfigKey, value: &Value) -> Result<Vec<Record>> {
     let s: istio::GatewaySpec = spec(value)?;
     if s.selector.is_empty() {
-        return Err(Invalid::field("spec.selector", "a Gateway must select its gateway pods by label"));
+        return Err(Invalid::field(
+            "spec.selector",
+            "a Gateway must select its gateway pods by label",
+        ));
     }
     let mut servers = Vec::new();
     for (i, srv) in s.servers.iter().enumerate() {
         let f = format!("spec.servers[{i}]");
-        let Some(port) = &srv.port else { return Err(Invalid::field(format!("{f}.port"), "a server needs a port")) };
+        let Some(port) = &srv.port else {
+            return Err(Invalid::field(format!("{f}.port"), "a server needs a port"));
+        };
         if srv.hosts.is_empty() {
-            return Err(Invalid::field(format!("{f}.hosts"), "a server needs at least one host"));
+            return Err(Invalid::field(
+                format!("{f}.hosts"),
+                "a server needs at least one host",
+            ));
         }
         if let Some(b) = &srv.bind {
             if b.parse::<std::net::IpAddr>().is_err() {
-                return Err(Invalid::field(format!("{f}.bind"), format!("{b:?} is not an IP address")));
+                return Err(Invalid::field(
+                    format!("{f}.bind"),
+                    format!("{b:?} is not an IP address"),
+                ));
             }
         }
         servers.push(m::GatewayServer {
@@ -409,10 +533,24 @@ fn gateway(key: &ConfigKey, value: &Value) -> Result<Vec<Record>> {
             port_name: port.name.clone(),
             protocol: server_protocol(&port.protocol),
             bind: srv.bind.clone(),
-            hosts: srv.hosts.iter().map(|h| if h.contains('/') { h.clone() } else { format!("*/{h}") }).collect(),
+            hosts: srv
+                .hosts
+                .iter()
+                .map(|h| {
+                    if h.contains('/') {
+                        h.clone()
+                    } else {
+                        format!("*/{h}")
+                    }
+                })
+                .collect(),
         });
     }
-    Ok(vec![Record::Gateway(m::Gateway { key: key.clone(), selector: s.selector, servers })])
+    Ok(vec![Record::Gateway(m::Gateway {
+        key: key.clone(),
+        selector: s.selector,
+        servers,
+    })])
 }
 
 fn sidecar(key: &ConfigKey, value: &Value) -> Result<Vec<Record>> {
@@ -421,12 +559,20 @@ fn sidecar(key: &ConfigKey, value: &Value) -> Result<Vec<Record>> {
     for (i, e) in s.egress.iter().enumerate() {
         let f = format!("spec.egress[{i}]");
         if e.hosts.is_empty() {
-            return Err(Invalid::field(format!("{f}.hosts"), "an egress listener needs hosts"));
+            return Err(Invalid::field(
+                format!("{f}.hosts"),
+                "an egress listener needs hosts",
+            ));
         }
         for (hi, h) in e.hosts.iter().enumerate() {
-            let ok = h.split_once('/').is_some_and(|(ns, host)| !ns.is_empty() && !host.is_empty());
+            let ok = h
+                .split_once('/')
+                .is_some_and(|(ns, host)| !ns.is_empty() && !host.is_empty());
             if !ok {
-                return Err(Invalid::field(format!("{f}.hosts[{hi}]"), format!("{h:?} is not of the form namespace/host")));
+                return Err(Invalid::field(
+                    format!("{f}.hosts[{hi}]"),
+                    format!("{h:?} is not of the form namespace/host"),
+                ));
             }
         }
         let port = match &e.port {
@@ -439,40 +585,84 @@ fn sidecar(key: &ConfigKey, value: &Value) -> Result<Vec<Record>> {
         };
         if let Some(b) = &e.bind {
             if b.parse::<std::net::IpAddr>().is_err() {
-                return Err(Invalid::field(format!("{f}.bind"), format!("{b:?} is not an IP address")));
+                return Err(Invalid::field(
+                    format!("{f}.bind"),
+                    format!("{b:?} is not an IP address"),
+                ));
             }
         }
         let capture_none = match e.capture_mode.as_deref() {
             None | Some("DEFAULT") | Some("IPTABLES") => false,
             Some("NONE") => true,
-            Some(other) => return Err(Invalid::field(format!("{f}.captureMode"), format!("unknown capture mode {other:?}"))),
+            Some(other) => {
+                return Err(Invalid::field(
+                    format!("{f}.captureMode"),
+                    format!("unknown capture mode {other:?}"),
+                ))
+            }
         };
-        let clash = egress.iter().any(|x| x.port.as_ref().map(|p| p.number) == port.as_ref().map(|p| p.number));
+        let clash = egress
+            .iter()
+            .any(|x| x.port.as_ref().map(|p| p.number) == port.as_ref().map(|p| p.number));
         if clash {
-            let what = port.as_ref().map(|p| format!("port {}", p.number)).unwrap_or_else(|| "the catch-all".into());
-            return Err(Invalid::field(format!("{f}.port"), format!("{what} has two egress listeners")));
+            let what = port
+                .as_ref()
+                .map(|p| format!("port {}", p.number))
+                .unwrap_or_else(|| "the catch-all".into());
+            return Err(Invalid::field(
+                format!("{f}.port"),
+                format!("{what} has two egress listeners"),
+            ));
         }
-        egress.push(m::EgressListener { port, bind: e.bind.clone(), capture_none, hosts: e.hosts.clone() });
+        egress.push(m::EgressListener {
+            port,
+            bind: e.bind.clone(),
+            capture_none,
+            hosts: e.hosts.clone(),
+        });
     }
-    let selector = s.workload_selector.map(|w| w.labels).filter(|l| !l.is_empty());
-    Ok(vec![Record::Sidecar(m::Sidecar { key: key.clone(), selector, egress })])
+    let selector = s
+        .workload_selector
+        .map(|w| w.labels)
+        .filter(|l| !l.is_empty());
+    Ok(vec![Record::Sidecar(m::Sidecar {
+        key: key.clone(),
+        selector,
+        egress,
+    })])
 }
 
 fn service_entry(key: &ConfigKey, value: &Value) -> Result<Vec<Record>> {
     let s: istio::ServiceEntrySpec = spec(value)?;
     if s.hosts.is_empty() {
-        return Err(Invalid::field("spec.hosts", "at least one host is required"));
+        return Err(Invalid::field(
+            "spec.hosts",
+            "at least one host is required",
+        ));
     }
     let resolution = match s.resolution.as_deref() {
         None | Some("NONE") => m::Resolution::None,
         Some("STATIC") => m::Resolution::Static,
         Some("DNS") | Some("DNS_ROUND_ROBIN") => m::Resolution::Dns,
-        Some(other) => return Err(Invalid::field("spec.resolution", format!("unknown resolution {other:?}"))),
+        Some(other) => {
+            return Err(Invalid::field(
+                "spec.resolution",
+                format!("unknown resolution {other:?}"),
+            ))
+        }
     };
     let mut ports = Vec::new();
     for (i, p) in s.ports.iter().enumerate() {
-        let proto = if p.protocol.is_empty() { protocol_of(&p.name, None) } else { server_protocol(&p.protocol) };
-        ports.push(m::ServicePort { name: p.name.clone(), port: port_u16(p.number, &format!("spec.ports[{i}].number"))?, protocol: proto });
+        let proto = if p.protocol.is_empty() {
+            protocol_of(&p.name, None)
+        } else {
+            server_protocol(&p.protocol)
+        };
+        ports.push(m::ServicePort {
+            name: p.name.clone(),
+            port: port_u16(p.number, &format!("spec.ports[{i}].number"))?,
+            protocol: proto,
+        });
     }
     let exports = export_to(&s.export_to, "spec.exportTo")?;
     let mut out = Vec::new();
@@ -489,7 +679,10 @@ fn service_entry(key: &ConfigKey, value: &Value) -> Result<Vec<Record>> {
         }
         for (ei, ep) in s.endpoints.iter().enumerate() {
             if ep.address.parse::<std::net::IpAddr>().is_err() {
-                return Err(Invalid::field(format!("spec.endpoints[{ei}].address"), format!("{:?} is not an IP address", ep.address)));
+                return Err(Invalid::field(
+                    format!("spec.endpoints[{ei}].address"),
+                    format!("{:?} is not an IP address", ep.address),
+                ));
             }
             for p in &ports {
                 let target = match ep.ports.get(&p.name) {
@@ -516,7 +709,14 @@ fn service_entry(key: &ConfigKey, value: &Value) -> Result<Vec<Record>> {
 fn workload_entry(key: &ConfigKey, value: &Value) -> Result<Vec<Record>> {
     let s: istio::WorkloadEntrySpec = spec(value)?;
     if s.address.parse::<std::net::IpAddr>().is_err() {
-        return Err(Invalid::field("spec.address", format!("{:?} is not an IP address", s.address)));
+        return Err(Invalid::field(
+            "spec.address",
+            format!("{:?} is not an IP address", s.address),
+        ));
     }
-    Ok(vec![Record::Workload(m::Workload { ip: s.address, labels: s.labels, origin: key.clone() })])
+    Ok(vec![Record::Workload(m::Workload {
+        ip: s.address,
+        labels: s.labels,
+        origin: key.clone(),
+    })])
 }

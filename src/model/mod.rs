@@ -22,7 +22,11 @@ pub struct Invalid {
 
 impl Invalid {
     pub fn field(field: impl Into<String>, message: impl Into<String>) -> Self {
-        Invalid { object: None, field: field.into(), message: message.into() }
+        Invalid {
+            object: None,
+            field: field.into(),
+            message: message.into(),
+        }
     }
 }
 
@@ -76,7 +80,10 @@ pub fn split_documents(text: &str) -> Vec<(usize, String)> {
         }
     }
     docs.push((start, current));
-    docs.retain(|(_, d)| d.lines().any(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#')));
+    docs.retain(|(_, d)| {
+        d.lines()
+            .any(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
+    });
     docs
 }
 
@@ -88,7 +95,11 @@ pub fn parse_file(path: &Path, text: &str, mesh: &MeshConfig) -> FileContents {
         match parse_document(&doc, mesh) {
             Ok(Some(parsed)) => out.objects.push(parsed),
             Ok(None) => {}
-            Err(invalid) => out.errors.push(DocError { file: path.to_path_buf(), line, invalid }),
+            Err(invalid) => out.errors.push(DocError {
+                file: path.to_path_buf(),
+                line,
+                invalid,
+            }),
         }
     }
     out
@@ -97,7 +108,10 @@ pub fn parse_file(path: &Path, text: &str, mesh: &MeshConfig) -> FileContents {
 /// Parses one YAML document into an object's records.
 pub fn parse_document(doc: &str, mesh: &MeshConfig) -> Result<Option<Parsed>, Invalid> {
     let value: serde_yaml_ng::Value = serde_yaml_ng::from_str(doc).map_err(|e| {
-        let at = e.location().map(|l| format!(" (line {} of the document)", l.line())).unwrap_or_default();
+        let at = e
+            .location()
+            .map(|l| format!(" (line {} of the document)", l.line()))
+            .unwrap_or_default();
         Invalid::field("", format!("not valid YAML: {e}{at}"))
     })?;
     let str_at = |path: &[&str]| {
@@ -108,11 +122,19 @@ pub fn parse_document(doc: &str, mesh: &MeshConfig) -> Result<Option<Parsed>, In
         v.as_str().map(str::to_string)
     };
     let (Some(api_version), Some(kind)) = (str_at(&["apiVersion"]), str_at(&["kind"])) else {
-        return Err(Invalid::field("", "a Kubernetes object needs apiVersion and kind"));
+        return Err(Invalid::field(
+            "",
+            "a Kubernetes object needs apiVersion and kind",
+        ));
     };
-    let Some(kind) = kind_of(&api_version, &kind) else { return Ok(None) };
+    let Some(kind) = kind_of(&api_version, &kind) else {
+        return Ok(None);
+    };
     let Some(name) = str_at(&["metadata", "name"]).filter(|n| !n.is_empty()) else {
-        return Err(Invalid::field("metadata.name", format!("{kind:?} has no name")));
+        return Err(Invalid::field(
+            "metadata.name",
+            format!("{kind:?} has no name"),
+        ));
     };
     let namespace = if kind == Kind::Namespace {
         String::new()
@@ -132,7 +154,10 @@ pub fn parse_document(doc: &str, mesh: &MeshConfig) -> Result<Option<Parsed>, In
 fn kind_of(api_version: &str, kind: &str) -> Option<Kind> {
     let group = api_version.rsplit_once('/').map(|(g, _)| g).unwrap_or("");
     let istio = group == "networking.istio.io"
-        && matches!(api_version.rsplit('/').next(), Some("v1" | "v1beta1" | "v1alpha3"));
+        && matches!(
+            api_version.rsplit('/').next(),
+            Some("v1" | "v1beta1" | "v1alpha3")
+        );
     Some(match (group, kind) {
         ("", "Namespace") => Kind::Namespace,
         ("", "Service") => Kind::Service,

@@ -10,14 +10,19 @@ fn mesh() -> MeshConfig {
 #[test]
 fn splits_documents_with_their_lines() {
     let docs = split_documents("a: 1\n---\n# c\n---\nb: 2\n");
-    assert_eq!(docs, vec![(1, "a: 1\n".to_string()), (5, "b: 2\n".to_string())]);
+    assert_eq!(
+        docs,
+        vec![(1, "a: 1\n".to_string()), (5, "b: 2\n".to_string())]
+    );
 }
 
 #[test]
 fn virtual_service_short_hosts_expand_and_weights_validate() {
     let ok = "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: r, namespace: ns1}\nspec:\n  hosts: [reviews]\n  http:\n  - route:\n    - destination: {host: reviews, subset: v1}\n      weight: 70\n    - destination: {host: reviews, subset: v2}\n      weight: 30\n";
     let parsed = parse_document(ok, &mesh()).unwrap().unwrap();
-    let Record::VirtualService(vs) = &parsed.records[0] else { panic!() };
+    let Record::VirtualService(vs) = &parsed.records[0] else {
+        panic!()
+    };
     assert_eq!(vs.hosts, vec!["reviews.ns1.svc.cluster.local"]);
     assert_eq!(vs.http[0].route[1].weight, 30);
 
@@ -25,7 +30,10 @@ fn virtual_service_short_hosts_expand_and_weights_validate() {
     let err = parse_document(&bad, &mesh()).unwrap_err();
     assert_eq!(err.field, "spec.http[0].route");
     assert!(err.message.contains("110"), "{}", err.message);
-    assert_eq!(err.object, Some(ConfigKey::new(Kind::VirtualService, "ns1", "r")));
+    assert_eq!(
+        err.object,
+        Some(ConfigKey::new(Kind::VirtualService, "ns1", "r"))
+    );
 }
 
 #[test]
@@ -45,12 +53,19 @@ fn file_errors_carry_file_line_and_object() {
     assert_eq!(out.objects.len(), 1);
     assert_eq!(out.errors.len(), 1);
     let msg = out.errors[0].to_string();
-    assert!(msg.starts_with("dir/f.yaml:6: Sidecar x/bad: spec.egress[0].hosts[0]:"), "{msg}");
+    assert!(
+        msg.starts_with("dir/f.yaml:6: Sidecar x/bad: spec.egress[0].hosts[0]:"),
+        "{msg}"
+    );
 }
 
 #[test]
 fn unknown_kinds_are_skipped_and_broken_yaml_is_reported() {
-    let out = parse_file(std::path::Path::new("f.yaml"), "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\n---\n: : :\n  - [\n", &mesh());
+    let out = parse_file(
+        std::path::Path::new("f.yaml"),
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\n---\n: : :\n  - [\n",
+        &mesh(),
+    );
     assert!(out.objects.is_empty());
     assert_eq!(out.errors.len(), 1);
     assert_eq!(out.errors[0].line, 5);

@@ -13,13 +13,22 @@ use std::time::{Duration, Instant};
 #[derive(Debug)]
 pub enum Input {
     /// Record changes from a source, with the source's current list of problems.
-    Changes { changes: Vec<(Record, isize)>, errors: Vec<String> },
+    Changes {
+        changes: Vec<(Record, isize)>,
+        errors: Vec<String>,
+    },
     ProxyUp(Proxy),
     ProxyDown(Proxy),
 }
 
 /// Runs until every sender of `inputs` is gone.
-pub fn run(workers: usize, mesh: MeshConfig, debounce: Duration, inputs: Receiver<Input>, hub: Arc<Hub>) {
+pub fn run(
+    workers: usize,
+    mesh: MeshConfig,
+    debounce: Duration,
+    inputs: Receiver<Input>,
+    hub: Arc<Hub>,
+) {
     let engine = Engine::start(workers, mesh);
     let mut epoch = 0u64;
     while let Ok(first) = inputs.recv() {

@@ -41,7 +41,9 @@ fn hash_bytes(b: &[u8]) -> u64 {
 }
 
 fn yaml_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
     for e in entries.flatten() {
         let path = e.path();
         let name = e.file_name();
@@ -49,10 +51,15 @@ fn yaml_files(dir: &Path, out: &mut Vec<PathBuf>) {
             continue;
         }
         // Follow symlinks: Kubernetes ConfigMap volumes are directories of symlinks.
-        let Ok(meta) = std::fs::metadata(&path) else { continue };
+        let Ok(meta) = std::fs::metadata(&path) else {
+            continue;
+        };
         if meta.is_dir() {
             yaml_files(&path, out);
-        } else if matches!(path.extension().and_then(|x| x.to_str()), Some("yaml" | "yml")) {
+        } else if matches!(
+            path.extension().and_then(|x| x.to_str()),
+            Some("yaml" | "yml")
+        ) {
             out.push(path);
         }
     }
@@ -60,7 +67,13 @@ fn yaml_files(dir: &Path, out: &mut Vec<PathBuf>) {
 
 impl FileSource {
     pub fn new(dir: impl Into<PathBuf>, mesh: MeshConfig) -> Self {
-        FileSource { dir: dir.into(), mesh, files: BTreeMap::new(), emitted: BTreeMap::new(), duplicates: Vec::new() }
+        FileSource {
+            dir: dir.into(),
+            mesh,
+            files: BTreeMap::new(),
+            emitted: BTreeMap::new(),
+            duplicates: Vec::new(),
+        }
     }
 
     pub fn dir(&self) -> &Path {
@@ -85,7 +98,14 @@ impl FileSource {
             let hash = hash_bytes(&bytes);
             let old = self.files.remove(&path);
             if let Some(old) = old.as_ref().filter(|o| o.hash == hash) {
-                next.insert(path, FileState { hash, objects: old.objects.clone(), errors: old.errors.clone() });
+                next.insert(
+                    path,
+                    FileState {
+                        hash,
+                        objects: old.objects.clone(),
+                        errors: old.errors.clone(),
+                    },
+                );
                 continue;
             }
             let text = String::from_utf8_lossy(&bytes);
@@ -96,15 +116,14 @@ impl FileSource {
             }
             let old_objects = old.map(|o| o.objects).unwrap_or_default();
             let unidentified = parsed.errors.iter().any(|e| e.invalid.object.is_none());
-            for e in &parsed.errors {
-                match &e.invalid.object {
-                    // The last valid version of an invalid object stays in effect.
-                    Some(key) => {
-                        if let Some(prev) = old_objects.get(key) {
-                            objects.entry(key.clone()).or_insert_with(|| prev.clone());
-                        }
-                    }
-                    None => {}
+            // The last valid version of an invalid object stays in effect.
+            for key in parsed
+                .errors
+                .iter()
+                .filter_map(|e| e.invalid.object.as_ref())
+            {
+                if let Some(prev) = old_objects.get(key) {
+                    objects.entry(key.clone()).or_insert_with(|| prev.clone());
                 }
             }
             if unidentified {
@@ -116,7 +135,14 @@ impl FileSource {
             for e in &parsed.errors {
                 tracing::warn!(error = %e, "rejected config");
             }
-            next.insert(path, FileState { hash, objects, errors: parsed.errors });
+            next.insert(
+                path,
+                FileState {
+                    hash,
+                    objects,
+                    errors: parsed.errors,
+                },
+            );
         }
         self.files = next;
 
@@ -157,13 +183,19 @@ impl FileSource {
             }
         }
         self.emitted = wanted;
-        Rescan { changes, errors: self.errors() }
+        Rescan {
+            changes,
+            errors: self.errors(),
+        }
     }
 
     /// Every current problem: rejected documents and duplicate objects.
     pub fn errors(&self) -> Vec<String> {
-        let mut out: Vec<String> =
-            self.files.values().flat_map(|f| f.errors.iter().map(|e| e.to_string())).collect();
+        let mut out: Vec<String> = self
+            .files
+            .values()
+            .flat_map(|f| f.errors.iter().map(|e| e.to_string()))
+            .collect();
         out.extend(self.duplicates.iter().cloned());
         out
     }

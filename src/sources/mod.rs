@@ -9,5 +9,8 @@ use dataflows::model::Record;
 #[derive(Debug)]
 pub enum SourceEvent {
     /// Record changes from one read of a source, applied in the same epoch.
-    Changes { source: &'static str, changes: Vec<(Record, isize)> },
+    Changes {
+        source: &'static str,
+        changes: Vec<(Record, isize)>,
+    },
 }

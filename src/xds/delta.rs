@@ -5,7 +5,9 @@
 use super::hub::ProxyView;
 use super::{resource_type, wildcard_by_default, Feedback, Nack, ProtocolError, MAX_NAMES};
 use dataflows::model::ResourceType;
-use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DeltaDiscoveryResponse, Resource};
+use envoy_types::pb::envoy::service::discovery::v3::{
+    DeltaDiscoveryRequest, DeltaDiscoveryResponse, Resource,
+};
 use envoy_types::pb::google::protobuf::Any;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -28,9 +30,14 @@ pub struct DeltaStream {
 
 impl DeltaStream {
     /// Takes in one request: subscription changes and ACK/NACK of a previous response.
-    pub fn on_request(&mut self, req: &DeltaDiscoveryRequest) -> Result<ResourceType, ProtocolError> {
+    pub fn on_request(
+        &mut self,
+        req: &DeltaDiscoveryRequest,
+    ) -> Result<ResourceType, ProtocolError> {
         let t = resource_type(&req.type_url)?;
-        let n = req.resource_names_subscribe.len() + req.resource_names_unsubscribe.len() + req.initial_resource_versions.len();
+        let n = req.resource_names_subscribe.len()
+            + req.resource_names_unsubscribe.len()
+            + req.initial_resource_versions.len();
         if n > MAX_NAMES {
             return Err(ProtocolError::TooManyNames(n));
         }
@@ -82,7 +89,9 @@ impl DeltaStream {
     pub fn pending(&mut self, view: &ProxyView<'_>) -> Vec<DeltaDiscoveryResponse> {
         let mut out = Vec::new();
         for t in ResourceType::ALL {
-            let Some(st) = self.types.get_mut(&t) else { continue };
+            let Some(st) = self.types.get_mut(&t) else {
+                continue;
+            };
             if st.in_flight.is_some() {
                 continue;
             }
@@ -94,17 +103,26 @@ impl DeltaStream {
                 if !subscribed(name) || st.client.get(name) == Some(version) {
                     continue;
                 }
-                let Some(body) = view.body(t, name, version) else { continue };
+                let Some(body) = view.body(t, name, version) else {
+                    continue;
+                };
                 resources.push(Resource {
                     name: name.clone(),
                     version: version.clone(),
-                    resource: Some(Any { type_url: t.type_url().to_string(), value: body.0.to_vec() }),
+                    resource: Some(Any {
+                        type_url: t.type_url().to_string(),
+                        value: body.0.to_vec(),
+                    }),
                     ..Default::default()
                 });
                 sent.push((name.clone(), version.clone()));
             }
-            let mut removed: Vec<String> =
-                st.client.keys().filter(|n| !current.contains_key(*n) && subscribed(n)).cloned().collect();
+            let mut removed: Vec<String> = st
+                .client
+                .keys()
+                .filter(|n| !current.contains_key(*n) && subscribed(n))
+                .cloned()
+                .collect();
             removed.sort();
             if resources.is_empty() && removed.is_empty() {
                 continue;

@@ -71,7 +71,9 @@ impl<'a> ProxyView<'a> {
     }
 
     pub fn body(&self, t: ResourceType, name: &str, version: &str) -> Option<&'a Body> {
-        self.bodies.get(&(t, name.to_string(), version.to_string())).map(|(b, _)| b)
+        self.bodies
+            .get(&(t, name.to_string(), version.to_string()))
+            .map(|(b, _)| b)
     }
 }
 
@@ -82,7 +84,10 @@ pub struct Hub {
 
 impl Hub {
     pub fn new(inputs: Sender<Input>) -> Arc<Hub> {
-        Arc::new(Hub { state: Mutex::new(HubState::default()), inputs })
+        Arc::new(Hub {
+            state: Mutex::new(HubState::default()),
+            inputs,
+        })
     }
 
     fn lock(&self) -> MutexGuard<'_, HubState> {
@@ -93,15 +98,18 @@ impl Hub {
     /// Returns the handle that is notified when the proxy's resources change.
     pub fn connect(&self, proxy: Proxy) -> Arc<Notify> {
         let mut st = self.lock();
-        let entry = st.proxies.entry(proxy.id.clone()).or_insert_with(|| ProxyEntry {
-            proxy: proxy.clone(),
-            streams: 0,
-            ready: false,
-            resources: Default::default(),
-            notify: Arc::new(Notify::new()),
-            acks: [0; 4],
-            last_nack: Default::default(),
-        });
+        let entry = st
+            .proxies
+            .entry(proxy.id.clone())
+            .or_insert_with(|| ProxyEntry {
+                proxy: proxy.clone(),
+                streams: 0,
+                ready: false,
+                resources: Default::default(),
+                notify: Arc::new(Notify::new()),
+                acks: [0; 4],
+                last_nack: Default::default(),
+            });
         entry.streams += 1;
         if entry.streams == 1 {
             entry.proxy = proxy.clone();
@@ -123,7 +131,13 @@ impl Hub {
 
     /// Applies one epoch of dataflow output. `up` are proxies whose insertion was part of
     /// this epoch (now ready), `down` those retracted.
-    pub fn apply(&self, out: EpochOutput, up: &[ProxyId], down: &[ProxyId], source_errors: Option<Vec<String>>) {
+    pub fn apply(
+        &self,
+        out: EpochOutput,
+        up: &[ProxyId],
+        down: &[ProxyId],
+        source_errors: Option<Vec<String>>,
+    ) {
         let mut st = self.lock();
         st.epoch = out.epoch;
         for (r, d) in out.bodies {
@@ -134,7 +148,8 @@ impl Hub {
         st.bodies.retain(|_, (_, c)| *c > 0);
         let mut touched: Vec<ProxyId> = Vec::new();
         // Retractions first, so an update (-old, +new) leaves the new version.
-        let (removals, additions): (Vec<_>, Vec<_>) = out.proxy_resources.into_iter().partition(|(_, d)| *d < 0);
+        let (removals, additions): (Vec<_>, Vec<_>) =
+            out.proxy_resources.into_iter().partition(|(_, d)| *d < 0);
         for ((id, key), _) in removals {
             if let Some(e) = st.proxies.get_mut(&id) {
                 let map = &mut e.resources[type_index(key.rtype)];
@@ -192,7 +207,10 @@ impl Hub {
     pub fn with_view<R>(&self, id: &str, f: impl FnOnce(&ProxyView<'_>) -> R) -> Option<R> {
         let st = self.lock();
         let entry = st.proxies.get(id).filter(|e| e.ready)?;
-        Some(f(&ProxyView { entry, bodies: &st.bodies }))
+        Some(f(&ProxyView {
+            entry,
+            bodies: &st.bodies,
+        }))
     }
 
     /// Runs `f` on the whole state (debug and status reads).

@@ -21,7 +21,9 @@ impl std::fmt::Display for ProtocolError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ProtocolError::UnknownType(t) => write!(f, "unknown or unsupported type URL {t:?}"),
-            ProtocolError::TooManyNames(n) => write!(f, "request names {n} resources, more than {MAX_NAMES}"),
+            ProtocolError::TooManyNames(n) => {
+                write!(f, "request names {n} resources, more than {MAX_NAMES}")
+            }
         }
     }
 }

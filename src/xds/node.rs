@@ -38,31 +38,49 @@ fn map_field(s: &Struct, key: &str) -> Labels {
 
 /// Parses the proxy a stream speaks for.
 pub fn proxy_from_node(node: Option<&Node>) -> Result<Proxy, InvalidNode> {
-    let node = node.ok_or_else(|| InvalidNode("the first request of a stream must carry the node".into()))?;
+    let node = node
+        .ok_or_else(|| InvalidNode("the first request of a stream must carry the node".into()))?;
     let id = node.id.as_str();
     if id.len() > 1024 {
         return Err(InvalidNode("node id is longer than 1024 bytes".into()));
     }
     let parts: Vec<&str> = id.split('~').collect();
     let [kind, ip, pod_ns, domain] = parts.as_slice() else {
-        return Err(InvalidNode(format!("node id {id:?} is not of the form TYPE~IP~POD.NAMESPACE~NAMESPACE.svc.DOMAIN")));
+        return Err(InvalidNode(format!(
+            "node id {id:?} is not of the form TYPE~IP~POD.NAMESPACE~NAMESPACE.svc.DOMAIN"
+        )));
     };
     let kind = match *kind {
         "sidecar" => ProxyKind::Sidecar,
         "router" => ProxyKind::Router,
-        other => return Err(InvalidNode(format!("node id {id:?}: unknown proxy type {other:?} (sidecar or router)"))),
+        other => {
+            return Err(InvalidNode(format!(
+                "node id {id:?}: unknown proxy type {other:?} (sidecar or router)"
+            )))
+        }
     };
     if ip.parse::<std::net::IpAddr>().is_err() {
-        return Err(InvalidNode(format!("node id {id:?}: {ip:?} is not an IP address")));
+        return Err(InvalidNode(format!(
+            "node id {id:?}: {ip:?} is not an IP address"
+        )));
     }
     let meta = node.metadata.clone().unwrap_or_default();
     let namespace = string_field(&meta, "NAMESPACE")
         .or_else(|| pod_ns.split_once('.').map(|(_, ns)| ns.to_string()))
         .or_else(|| domain.split('.').next().map(str::to_string))
         .filter(|ns| !ns.is_empty())
-        .ok_or_else(|| InvalidNode(format!("node id {id:?}: no namespace in the id or NAMESPACE metadata")))?;
+        .ok_or_else(|| {
+            InvalidNode(format!(
+                "node id {id:?}: no namespace in the id or NAMESPACE metadata"
+            ))
+        })?;
     let mut ips: Vec<String> = string_field(&meta, "INSTANCE_IPS")
-        .map(|s| s.split(',').map(|x| x.trim().to_string()).filter(|x| !x.is_empty()).collect())
+        .map(|s| {
+            s.split(',')
+                .map(|x| x.trim().to_string())
+                .filter(|x| !x.is_empty())
+                .collect()
+        })
         .unwrap_or_default();
     if ips.is_empty() {
         ips.push(ip.to_string());
@@ -70,7 +88,14 @@ pub fn proxy_from_node(node: Option<&Node>) -> Result<Proxy, InvalidNode> {
     ips.sort();
     ips.dedup();
     let interception_none = string_field(&meta, "INTERCEPTION_MODE").as_deref() == Some("NONE");
-    Ok(Proxy { id: id.to_string(), kind, ips, namespace, labels: map_field(&meta, "LABELS"), interception_none })
+    Ok(Proxy {
+        id: id.to_string(),
+        kind,
+        ips,
+        namespace,
+        labels: map_field(&meta, "LABELS"),
+        interception_none,
+    })
 }
 
 #[cfg(test)]
@@ -79,7 +104,9 @@ mod tests {
     use envoy_types::pb::google::protobuf::Struct;
 
     fn s(v: &str) -> Value {
-        Value { kind: Some(ValueKind::StringValue(v.into())) }
+        Value {
+            kind: Some(ValueKind::StringValue(v.into())),
+        }
     }
 
     #[test]
@@ -88,7 +115,12 @@ mod tests {
         labels.fields.insert("app".into(), s("reviews"));
         let mut meta = Struct::default();
         meta.fields.insert("NAMESPACE".into(), s("default"));
-        meta.fields.insert("LABELS".into(), Value { kind: Some(ValueKind::StructValue(labels)) });
+        meta.fields.insert(
+            "LABELS".into(),
+            Value {
+                kind: Some(ValueKind::StructValue(labels)),
+            },
+        );
         meta.fields.insert("INTERCEPTION_MODE".into(), s("NONE"));
         let node = Node {
             id: "sidecar~10.1.2.3~reviews-v1-abc.default~default.svc.cluster.local".into(),
@@ -105,8 +137,16 @@ mod tests {
 
     #[test]
     fn rejects_malformed_ids() {
-        for id in ["", "sidecar", "gateway~1.2.3.4~a.b~b.svc.cluster.local", "sidecar~not-an-ip~a.b~b.svc"] {
-            let node = Node { id: id.into(), ..Default::default() };
+        for id in [
+            "",
+            "sidecar",
+            "gateway~1.2.3.4~a.b~b.svc.cluster.local",
+            "sidecar~not-an-ip~a.b~b.svc",
+        ] {
+            let node = Node {
+                id: id.into(),
+                ..Default::default()
+            };
             assert!(proxy_from_node(Some(&node)).is_err(), "{id:?} accepted");
         }
         assert!(proxy_from_node(None).is_err());

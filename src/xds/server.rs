@@ -105,7 +105,9 @@ async fn serve_stream<P: Protocol>(
                 hub.record_feedback(&id, fb);
             }
         }
-        let responses = hub.with_view(&id, |view| state.pending(view)).unwrap_or_default();
+        let responses = hub
+            .with_view(&id, |view| state.pending(view))
+            .unwrap_or_default();
         for r in responses {
             if tx.send(Ok(r)).await.is_err() {
                 hub.disconnect(&id);
@@ -143,7 +145,11 @@ impl AggregatedDiscoveryService for Ads {
         request: Request<Streaming<DiscoveryRequest>>,
     ) -> Result<Response<Self::StreamAggregatedResourcesStream>, Status> {
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
-        tokio::spawn(serve_stream::<SotwStream>(self.hub.clone(), request.into_inner(), tx));
+        tokio::spawn(serve_stream::<SotwStream>(
+            self.hub.clone(),
+            request.into_inner(),
+            tx,
+        ));
         Ok(Response::new(ReceiverStream::new(rx)))
     }
 
@@ -152,13 +158,20 @@ impl AggregatedDiscoveryService for Ads {
         request: Request<Streaming<DeltaDiscoveryRequest>>,
     ) -> Result<Response<Self::DeltaAggregatedResourcesStream>, Status> {
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
-        tokio::spawn(serve_stream::<DeltaStream>(self.hub.clone(), request.into_inner(), tx));
+        tokio::spawn(serve_stream::<DeltaStream>(
+            self.hub.clone(),
+            request.into_inner(),
+            tx,
+        ));
         Ok(Response::new(ReceiverStream::new(rx)))
     }
 }
 
 /// Serves ADS on `addr` until the process ends.
-pub async fn serve(hub: Arc<Hub>, listener: tokio::net::TcpListener) -> Result<(), tonic::transport::Error> {
+pub async fn serve(
+    hub: Arc<Hub>,
+    listener: tokio::net::TcpListener,
+) -> Result<(), tonic::transport::Error> {
     let svc = AggregatedDiscoveryServiceServer::new(Ads { hub })
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(usize::MAX);

@@ -52,8 +52,14 @@ impl SotwStream {
                 None => self.feedback.push(Feedback::Ack(t)),
             }
         }
-        let names: BTreeSet<String> = req.resource_names.iter().filter(|n| *n != "*").cloned().collect();
-        let wildcard = wildcard_by_default(t) && (req.resource_names.is_empty() || req.resource_names.iter().any(|n| n == "*"));
+        let names: BTreeSet<String> = req
+            .resource_names
+            .iter()
+            .filter(|n| *n != "*")
+            .cloned()
+            .collect();
+        let wildcard = wildcard_by_default(t)
+            && (req.resource_names.is_empty() || req.resource_names.iter().any(|n| n == "*"));
         if req.response_nonce.is_empty() || names != st.names || wildcard != st.wildcard {
             st.must_respond = true;
         }
@@ -65,27 +71,36 @@ impl SotwStream {
     pub fn pending(&mut self, view: &ProxyView<'_>) -> Vec<DiscoveryResponse> {
         let mut out = Vec::new();
         for t in ResourceType::ALL {
-            let Some(st) = self.types.get_mut(&t) else { continue };
+            let Some(st) = self.types.get_mut(&t) else {
+                continue;
+            };
             if st.in_flight {
                 continue;
             }
             let current = view.versions(t);
             let chosen: Vec<(&String, &String)> = if wildcard_by_default(t) {
                 // Full set every time, sent when anything in it changed.
-                let selected: Vec<_> =
-                    current.iter().filter(|(n, _)| st.wildcard || st.names.contains(*n)).collect();
+                let selected: Vec<_> = current
+                    .iter()
+                    .filter(|(n, _)| st.wildcard || st.names.contains(*n))
+                    .collect();
                 let unchanged = selected.len() == st.sent.len()
                     && selected.iter().all(|(n, v)| st.sent.get(*n) == Some(*v));
                 if unchanged && !st.must_respond {
                     continue;
                 }
-                st.sent = selected.iter().map(|(n, v)| ((*n).clone(), (*v).clone())).collect();
+                st.sent = selected
+                    .iter()
+                    .map(|(n, v)| ((*n).clone(), (*v).clone()))
+                    .collect();
                 selected
             } else {
                 st.sent.retain(|n, _| st.names.contains(n));
                 let selected: Vec<_> = current
                     .iter()
-                    .filter(|(n, v)| st.names.contains(*n) && (st.must_respond || st.sent.get(*n) != Some(*v)))
+                    .filter(|(n, v)| {
+                        st.names.contains(*n) && (st.must_respond || st.sent.get(*n) != Some(*v))
+                    })
                     .collect();
                 if selected.is_empty() && !st.must_respond {
                     continue;
@@ -98,7 +113,10 @@ impl SotwStream {
             let resources: Vec<Any> = chosen
                 .iter()
                 .filter_map(|(n, v)| view.body(t, n, v))
-                .map(|b| Any { type_url: t.type_url().to_string(), value: b.0.to_vec() })
+                .map(|b| Any {
+                    type_url: t.type_url().to_string(),
+                    value: b.0.to_vec(),
+                })
                 .collect();
             st.must_respond = false;
             st.in_flight = true;

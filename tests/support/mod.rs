@@ -81,6 +81,7 @@ pub fn envoy_missing() {
 
 /// Evaluates to the Envoy binary's path, or returns from the calling test (after a loud
 /// `SKIPPED` notice) when there is none; panics instead when `CI=true`.
+#[allow(unused_macros)] // not every test binary needs Envoy
 macro_rules! require_envoy {
     () => {
         match $crate::support::envoy_binary() {
@@ -92,6 +93,7 @@ macro_rules! require_envoy {
         }
     };
 }
+#[allow(unused_imports)]
 pub(crate) use require_envoy;
 
 fn is_executable(path: &Path) -> bool {

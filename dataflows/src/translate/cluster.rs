@@ -10,6 +10,7 @@ use envoy_types::pb::envoy::config::cluster::v3::cluster::{
     ClusterDiscoveryType, DiscoveryType, EdsClusterConfig, LbPolicy,
 };
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+use envoy_types::pb::envoy::config::core::v3::Http2ProtocolOptions;
 use envoy_types::pb::envoy::config::endpoint::v3::{
     lb_endpoint::HostIdentifier, ClusterLoadAssignment, Endpoint, LbEndpoint, LocalityLbEndpoints,
 };
@@ -17,7 +18,6 @@ use envoy_types::pb::envoy::extensions::upstreams::http::v3::http_protocol_optio
     explicit_http_config::ProtocolConfig, ExplicitHttpConfig, UpstreamProtocolOptions,
 };
 use envoy_types::pb::envoy::extensions::upstreams::http::v3::HttpProtocolOptions;
-use envoy_types::pb::envoy::config::core::v3::Http2ProtocolOptions;
 use envoy_types::util::pack_any;
 use prost::Message;
 
@@ -26,7 +26,9 @@ const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 10_000;
 
 /// The subset-specific policy overrides the rule-wide one, field by field.
 fn effective_policy(dr: Option<&DestinationRule>, subset: Option<&str>) -> TrafficPolicy {
-    let mut policy = dr.and_then(|d| d.traffic_policy.clone()).unwrap_or_default();
+    let mut policy = dr
+        .and_then(|d| d.traffic_policy.clone())
+        .unwrap_or_default();
     let sub = dr.and_then(|d| d.subsets.iter().find(|s| Some(s.name.as_str()) == subset));
     if let Some(p) = sub.and_then(|s| s.traffic_policy.as_ref()) {
         if p.load_balancer.is_some() {
@@ -51,7 +53,9 @@ pub fn outbound(
     let mut cluster = Cluster {
         name: name.clone(),
         connect_timeout: Some(duration_ms(
-            policy.connect_timeout_ms.unwrap_or(DEFAULT_CONNECT_TIMEOUT_MS),
+            policy
+                .connect_timeout_ms
+                .unwrap_or(DEFAULT_CONNECT_TIMEOUT_MS),
         )),
         lb_policy: match policy.load_balancer {
             Some(LoadBalancer::LeastRequest) => LbPolicy::LeastRequest as i32,
@@ -75,12 +79,16 @@ pub fn outbound(
             cluster.load_assignment = Some(single_host(&name, &service.hostname, port.port));
         }
         Resolution::None => {
-            cluster.cluster_discovery_type =
-                Some(ClusterDiscoveryType::Type(DiscoveryType::OriginalDst as i32));
+            cluster.cluster_discovery_type = Some(ClusterDiscoveryType::Type(
+                DiscoveryType::OriginalDst as i32,
+            ));
             cluster.lb_policy = LbPolicy::ClusterProvided as i32;
         }
     }
-    if matches!(port.protocol, crate::model::Protocol::Http2 | crate::model::Protocol::Grpc) {
+    if matches!(
+        port.protocol,
+        crate::model::Protocol::Http2 | crate::model::Protocol::Grpc
+    ) {
         let options = HttpProtocolOptions {
             upstream_protocol_options: Some(UpstreamProtocolOptions::ExplicitHttpConfig(
                 ExplicitHttpConfig {
@@ -136,11 +144,17 @@ pub fn passthrough() -> Resource {
     let cluster = Cluster {
         name: super::PASSTHROUGH_CLUSTER.into(),
         connect_timeout: Some(duration_ms(DEFAULT_CONNECT_TIMEOUT_MS)),
-        cluster_discovery_type: Some(ClusterDiscoveryType::Type(DiscoveryType::OriginalDst as i32)),
+        cluster_discovery_type: Some(ClusterDiscoveryType::Type(
+            DiscoveryType::OriginalDst as i32,
+        )),
         lb_policy: LbPolicy::ClusterProvided as i32,
         ..Default::default()
     };
-    Resource::new(ResourceType::Cluster, cluster.name.clone(), cluster.encode_to_vec())
+    Resource::new(
+        ResourceType::Cluster,
+        cluster.name.clone(),
+        cluster.encode_to_vec(),
+    )
 }
 
 /// `BlackHoleCluster`: a static cluster with no endpoints.
@@ -151,7 +165,11 @@ pub fn blackhole() -> Resource {
         cluster_discovery_type: Some(ClusterDiscoveryType::Type(DiscoveryType::Static as i32)),
         ..Default::default()
     };
-    Resource::new(ResourceType::Cluster, cluster.name.clone(), cluster.encode_to_vec())
+    Resource::new(
+        ResourceType::Cluster,
+        cluster.name.clone(),
+        cluster.encode_to_vec(),
+    )
 }
 
 /// Every outbound cluster of one service under the DestinationRule in effect: the default
@@ -168,7 +186,11 @@ pub fn outbound_all(
         out.push((outbound(service, port, dr, None), port.port, labels));
         for subset in dr.map(|d| d.subsets.as_slice()).unwrap_or(&[]) {
             let labels = eds.then(|| subset.labels.clone());
-            out.push((outbound(service, port, dr, Some(&subset.name)), port.port, labels));
+            out.push((
+                outbound(service, port, dr, Some(&subset.name)),
+                port.port,
+                labels,
+            ));
         }
     }
     out

@@ -12,9 +12,15 @@ use prost::Message;
 
 /// The assignment for `cluster` from its endpoints, in a canonical order (sorted, deduplicated)
 /// so equal sets encode to equal bytes. Endpoints that are not ready are left out, as Istio does.
-pub fn load_assignment<'a>(cluster: &str, endpoints: impl IntoIterator<Item = &'a Endpoint>) -> Resource {
-    let mut addrs: Vec<(&str, u16)> =
-        endpoints.into_iter().filter(|e| e.ready).map(|e| (e.ip.as_str(), e.port)).collect();
+pub fn load_assignment<'a>(
+    cluster: &str,
+    endpoints: impl IntoIterator<Item = &'a Endpoint>,
+) -> Resource {
+    let mut addrs: Vec<(&str, u16)> = endpoints
+        .into_iter()
+        .filter(|e| e.ready)
+        .map(|e| (e.ip.as_str(), e.port))
+        .collect();
     addrs.sort();
     addrs.dedup();
     let lb_endpoints: Vec<LbEndpoint> = addrs
@@ -42,5 +48,9 @@ pub fn load_assignment<'a>(cluster: &str, endpoints: impl IntoIterator<Item = &'
         },
         ..Default::default()
     };
-    Resource::new(ResourceType::Endpoint, cluster.to_string(), cla.encode_to_vec())
+    Resource::new(
+        ResourceType::Endpoint,
+        cluster.to_string(),
+        cla.encode_to_vec(),
+    )
 }

@@ -16,9 +16,7 @@ use envoy_types::pb::envoy::extensions::filters::listener::original_dst::v3::Ori
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
     http_connection_manager::RouteSpecifier, http_filter, HttpConnectionManager, HttpFilter, Rds,
 };
-use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
-    tcp_proxy, TcpProxy,
-};
+use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{tcp_proxy, TcpProxy};
 use envoy_types::pb::google::protobuf::{BoolValue, UInt32Value};
 use envoy_types::util::pack_any;
 use prost::Message;
@@ -26,7 +24,9 @@ use prost::Message;
 fn router_filter() -> HttpFilter {
     HttpFilter {
         name: "envoy.filters.http.router".into(),
-        config_type: Some(http_filter::ConfigType::TypedConfig(pack_any(Router::default()))),
+        config_type: Some(http_filter::ConfigType::TypedConfig(pack_any(
+            Router::default(),
+        ))),
         ..Default::default()
     }
 }
@@ -70,10 +70,17 @@ pub fn http_listener(
         name: name.clone(),
         address: Some(socket_address(ip, port)),
         filter_chains: vec![FilterChain {
-            filters: vec![hcm_filter(rds_hcm(&format!("{direction}_{name}"), route_name))],
+            filters: vec![hcm_filter(rds_hcm(
+                &format!("{direction}_{name}"),
+                route_name,
+            ))],
             ..Default::default()
         }],
-        bind_to_port: if bind_to_port { None } else { Some(BoolValue { value: false }) },
+        bind_to_port: if bind_to_port {
+            None
+        } else {
+            Some(BoolValue { value: false })
+        },
         traffic_direction: if outbound {
             TrafficDirection::Outbound as i32
         } else {
@@ -98,7 +105,9 @@ fn tcp_to(cluster: &str, stat_prefix: &str) -> Filter {
 fn original_dst_filter() -> ListenerFilter {
     ListenerFilter {
         name: "envoy.filters.listener.original_dst".into(),
-        config_type: Some(listener_filter::ConfigType::TypedConfig(pack_any(OriginalDst {}))),
+        config_type: Some(listener_filter::ConfigType::TypedConfig(pack_any(
+            OriginalDst {},
+        ))),
         ..Default::default()
     }
 }
@@ -118,7 +127,11 @@ pub fn virtual_outbound() -> Resource {
         traffic_direction: TrafficDirection::Outbound as i32,
         ..Default::default()
     };
-    Resource::new(ResourceType::Listener, listener.name.clone(), listener.encode_to_vec())
+    Resource::new(
+        ResourceType::Listener,
+        listener.name.clone(),
+        listener.encode_to_vec(),
+    )
 }
 
 /// `virtualInbound` on 15006: one HTTP filter chain per port of the proxy's own workload
@@ -183,5 +196,9 @@ pub fn virtual_inbound(ports: &[u16]) -> Resource {
         traffic_direction: TrafficDirection::Inbound as i32,
         ..Default::default()
     };
-    Resource::new(ResourceType::Listener, listener.name.clone(), listener.encode_to_vec())
+    Resource::new(
+        ResourceType::Listener,
+        listener.name.clone(),
+        listener.encode_to_vec(),
+    )
 }

@@ -7,11 +7,11 @@ pub mod endpoint;
 pub mod listener;
 pub mod route;
 
+use envoy_types::pb::envoy::config::core::v3::{address, Address};
 use envoy_types::pb::envoy::config::core::v3::{
     config_source::ConfigSourceSpecifier, socket_address::PortSpecifier, AggregatedConfigSource,
     ApiVersion, ConfigSource, SocketAddress,
 };
-use envoy_types::pb::envoy::config::core::v3::{address, Address};
 use envoy_types::pb::google::protobuf::Duration;
 
 /// A config source that says "over the same ADS stream".
@@ -24,7 +24,10 @@ pub(crate) fn ads() -> ConfigSource {
 }
 
 pub(crate) fn duration_ms(ms: u64) -> Duration {
-    Duration { seconds: (ms / 1000) as i64, nanos: ((ms % 1000) * 1_000_000) as i32 }
+    Duration {
+        seconds: (ms / 1000) as i64,
+        nanos: ((ms % 1000) * 1_000_000) as i32,
+    }
 }
 
 pub(crate) fn socket_address(ip: &str, port: u16) -> Address {

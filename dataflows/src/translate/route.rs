@@ -9,8 +9,8 @@ use crate::model::{
 };
 use envoy_types::pb::envoy::config::route::v3::{
     header_matcher::HeaderMatchSpecifier, route::Action, route_action::ClusterSpecifier,
-    route_match::PathSpecifier, weighted_cluster::ClusterWeight, HeaderMatcher, RetryPolicy,
-    Route, RouteAction, RouteConfiguration, RouteMatch, VirtualHost, WeightedCluster,
+    route_match::PathSpecifier, weighted_cluster::ClusterWeight, HeaderMatcher, RetryPolicy, Route,
+    RouteAction, RouteConfiguration, RouteMatch, VirtualHost, WeightedCluster,
 };
 use envoy_types::pb::envoy::r#type::matcher::v3::{
     string_matcher::MatchPattern, RegexMatcher, StringMatcher,
@@ -34,7 +34,10 @@ fn retry_policy(route: &HttpRoute) -> Option<RetryPolicy> {
         None => Some(default_retry_policy()),
         Some(r) if r.attempts == 0 => None,
         Some(r) => Some(RetryPolicy {
-            retry_on: r.retry_on.clone().unwrap_or_else(|| default_retry_policy().retry_on),
+            retry_on: r
+                .retry_on
+                .clone()
+                .unwrap_or_else(|| default_retry_policy().retry_on),
             num_retries: Some(UInt32Value { value: r.attempts }),
             per_try_timeout: r.per_try_timeout_ms.map(duration_ms),
             ..Default::default()
@@ -57,18 +60,26 @@ pub fn resolve_port(dest: &RouteDestination, current: u16, vs: &ResolvedVs) -> u
 }
 
 fn cluster_of(dest: &RouteDestination, current: u16, vs: &ResolvedVs) -> String {
-    outbound_cluster_name(resolve_port(dest, current, vs), dest.subset.as_deref(), &dest.host)
+    outbound_cluster_name(
+        resolve_port(dest, current, vs),
+        dest.subset.as_deref(),
+        &dest.host,
+    )
 }
 
 fn string_matcher(m: &StringMatch) -> StringMatcher {
     let pattern = match m {
         StringMatch::Exact(s) => MatchPattern::Exact(s.clone()),
         StringMatch::Prefix(s) => MatchPattern::Prefix(s.clone()),
-        StringMatch::Regex(s) => {
-            MatchPattern::SafeRegex(RegexMatcher { regex: s.clone(), ..Default::default() })
-        }
+        StringMatch::Regex(s) => MatchPattern::SafeRegex(RegexMatcher {
+            regex: s.clone(),
+            ..Default::default()
+        }),
     };
-    StringMatcher { match_pattern: Some(pattern), ..Default::default() }
+    StringMatcher {
+        match_pattern: Some(pattern),
+        ..Default::default()
+    }
 }
 
 fn route_match(m: Option<&HttpMatch>) -> RouteMatch {
@@ -76,9 +87,10 @@ fn route_match(m: Option<&HttpMatch>) -> RouteMatch {
         None => PathSpecifier::Prefix("/".into()),
         Some(StringMatch::Exact(s)) => PathSpecifier::Path(s.clone()),
         Some(StringMatch::Prefix(s)) => PathSpecifier::Prefix(s.clone()),
-        Some(StringMatch::Regex(s)) => {
-            PathSpecifier::SafeRegex(RegexMatcher { regex: s.clone(), ..Default::default() })
-        }
+        Some(StringMatch::Regex(s)) => PathSpecifier::SafeRegex(RegexMatcher {
+            regex: s.clone(),
+            ..Default::default()
+        }),
     };
     let headers = m
         .map(|m| {
@@ -94,7 +106,11 @@ fn route_match(m: Option<&HttpMatch>) -> RouteMatch {
                 .collect()
         })
         .unwrap_or_default();
-    RouteMatch { path_specifier: Some(path), headers, ..Default::default() }
+    RouteMatch {
+        path_specifier: Some(path),
+        headers,
+        ..Default::default()
+    }
 }
 
 fn action(route: &HttpRoute, current: u16, vs: &ResolvedVs) -> RouteAction {
@@ -125,9 +141,15 @@ fn action(route: &HttpRoute, current: u16, vs: &ResolvedVs) -> RouteAction {
 pub fn vs_routes(vs: &ResolvedVs, current: u16) -> Vec<Route> {
     let mut out = Vec::new();
     for (i, http) in vs.vs.http.iter().enumerate() {
-        let name = http.name.clone().unwrap_or_else(|| format!("{}.{}.{}", vs.vs.key.namespace, vs.vs.key.name, i));
-        let matches: Vec<Option<&HttpMatch>> =
-            if http.matches.is_empty() { vec![None] } else { http.matches.iter().map(Some).collect() };
+        let name = http
+            .name
+            .clone()
+            .unwrap_or_else(|| format!("{}.{}.{}", vs.vs.key.namespace, vs.vs.key.name, i));
+        let matches: Vec<Option<&HttpMatch>> = if http.matches.is_empty() {
+            vec![None]
+        } else {
+            http.matches.iter().map(Some).collect()
+        };
         for m in matches {
             out.push(Route {
                 name: name.clone(),
