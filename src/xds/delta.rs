@@ -18,6 +18,9 @@ struct TypeState {
     /// Name → version the client holds (or was last sent).
     client: HashMap<String, String>,
     in_flight: Option<String>,
+    /// Names to send even though the client holds their version: the ClusterLoadAssignment
+    /// of a cluster that was just updated, which Envoy needs to finish warming it.
+    resend: BTreeSet<String>,
 }
 
 #[derive(Default, Debug)]
@@ -95,12 +98,15 @@ impl DeltaStream {
             if st.in_flight.is_some() {
                 continue;
             }
+            let resend = std::mem::take(&mut st.resend);
             let current = view.versions(t);
             let subscribed = |name: &str| st.wildcard || st.names.contains(name);
             let mut resources = Vec::new();
             let mut sent = Vec::new();
             for (name, version) in current {
-                if !subscribed(name) || st.client.get(name) == Some(version) {
+                if !subscribed(name)
+                    || (st.client.get(name) == Some(version) && !resend.contains(name))
+                {
                     continue;
                 }
                 let Some(body) = view.body(t, name, version) else {
@@ -130,6 +136,12 @@ impl DeltaStream {
             for n in &removed {
                 st.client.remove(n);
             }
+            // Clusters the client held in another version are being updated.
+            let updated: Vec<String> = sent
+                .iter()
+                .filter(|(n, _)| st.client.contains_key(n))
+                .map(|(n, _)| n.clone())
+                .collect();
             for (n, v) in sent {
                 st.client.insert(n, v);
             }
@@ -143,6 +155,11 @@ impl DeltaStream {
                 nonce,
                 ..Default::default()
             });
+            if t == ResourceType::Cluster {
+                if let Some(eds) = self.types.get_mut(&ResourceType::Endpoint) {
+                    eds.resend.extend(updated);
+                }
+            }
         }
         out
     }

@@ -54,3 +54,6 @@ pub enum Feedback {
     Ack(ResourceType),
     Nack(Nack),
 }
+
+#[cfg(test)]
+mod protocol_tests;

@@ -21,6 +21,9 @@ struct TypeState {
     /// The subscription changed: answer with everything it now asks for.
     must_respond: bool,
     version: u64,
+    /// Names to send even if unchanged: the ClusterLoadAssignment of a cluster that was
+    /// just updated, which Envoy needs to finish warming it.
+    resend: BTreeSet<String>,
 }
 
 #[derive(Default, Debug)]
@@ -78,6 +81,8 @@ impl SotwStream {
                 continue;
             }
             let current = view.versions(t);
+            let resend = std::mem::take(&mut st.resend);
+            let mut updated: Vec<String> = Vec::new();
             let chosen: Vec<(&String, &String)> = if wildcard_by_default(t) {
                 // Full set every time, sent when anything in it changed.
                 let selected: Vec<_> = current
@@ -89,6 +94,11 @@ impl SotwStream {
                 if unchanged && !st.must_respond {
                     continue;
                 }
+                updated = selected
+                    .iter()
+                    .filter(|(n, v)| st.sent.get(*n).is_some_and(|old| old != *v))
+                    .map(|(n, _)| (*n).clone())
+                    .collect();
                 st.sent = selected
                     .iter()
                     .map(|(n, v)| ((*n).clone(), (*v).clone()))
@@ -99,7 +109,10 @@ impl SotwStream {
                 let selected: Vec<_> = current
                     .iter()
                     .filter(|(n, v)| {
-                        st.names.contains(*n) && (st.must_respond || st.sent.get(*n) != Some(*v))
+                        st.names.contains(*n)
+                            && (st.must_respond
+                                || resend.contains(*n)
+                                || st.sent.get(*n) != Some(*v))
                     })
                     .collect();
                 if selected.is_empty() && !st.must_respond {
@@ -131,6 +144,11 @@ impl SotwStream {
                 nonce,
                 ..Default::default()
             });
+            if t == ResourceType::Cluster {
+                if let Some(eds) = self.types.get_mut(&ResourceType::Endpoint) {
+                    eds.resend.extend(updated);
+                }
+            }
         }
         out
     }

@@ -1,0 +1,228 @@
+//! The Delta and SotW state machines against a hub fed by hand-made epochs.
+
+use super::delta::DeltaStream;
+use super::hub::Hub;
+use super::sotw::SotwStream;
+use super::Feedback;
+use dataflows::driver::EpochOutput;
+use dataflows::model::{Proxy, ProxyKind, Resource, ResourceType};
+use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
+use envoy_types::pb::google::rpc::Status as RpcStatus;
+use std::sync::Arc;
+
+const ID: &str = "sidecar~10.0.0.1~a.default~default.svc.cluster.local";
+
+fn hub() -> Arc<Hub> {
+    let (tx, _rx) = std::sync::mpsc::channel();
+    let hub = Hub::new(tx);
+    hub.connect(Proxy {
+        id: ID.into(),
+        kind: ProxyKind::Sidecar,
+        ips: vec!["10.0.0.1".into()],
+        namespace: "default".into(),
+        labels: Default::default(),
+        interception_none: true,
+    });
+    hub
+}
+
+fn res(t: ResourceType, name: &str, body: &str) -> Resource {
+    Resource::new(t, name.into(), body.as_bytes().to_vec())
+}
+
+/// Applies an epoch in which `add` resources appear for the proxy and `del` disappear.
+fn epoch(hub: &Hub, n: u64, add: &[Resource], del: &[Resource]) {
+    let mut out = EpochOutput {
+        epoch: n,
+        ..Default::default()
+    };
+    for (rs, d) in [(add, 1), (del, -1)] {
+        for r in rs {
+            out.proxy_resources.push(((ID.to_string(), r.key()), d));
+            out.bodies.push((r.clone(), d));
+        }
+    }
+    let up: Vec<String> = if n == 1 { vec![ID.into()] } else { vec![] };
+    hub.apply(out, &up, &[], None);
+}
+
+#[test]
+fn delta_sends_changes_only_and_resends_eds_of_updated_clusters() {
+    let hub = hub();
+    let c1 = res(ResourceType::Cluster, "c1", "c1-a");
+    let e1 = res(ResourceType::Endpoint, "c1", "e1-a");
+    epoch(&hub, 1, &[c1.clone(), e1.clone()], &[]);
+    let mut s = DeltaStream::default();
+    s.on_request(&DeltaDiscoveryRequest {
+        type_url: ResourceType::Cluster.type_url().into(),
+        ..Default::default()
+    })
+    .unwrap();
+    let r = hub.with_view(ID, |v| s.pending(v)).unwrap();
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].resources[0].name, "c1");
+    // Nothing more until the ACK, even if something changes.
+    s.on_request(&DeltaDiscoveryRequest {
+        type_url: ResourceType::Endpoint.type_url().into(),
+        resource_names_subscribe: vec!["c1".into()],
+        ..Default::default()
+    })
+    .unwrap();
+    let r2 = hub.with_view(ID, |v| s.pending(v)).unwrap();
+    assert_eq!(r2.len(), 1, "EDS answered, CDS still in flight");
+    assert_eq!(r2[0].type_url, ResourceType::Endpoint.type_url());
+    for resp in r.iter().chain(&r2) {
+        s.on_request(&DeltaDiscoveryRequest {
+            type_url: resp.type_url.clone(),
+            response_nonce: resp.nonce.clone(),
+            ..Default::default()
+        })
+        .unwrap();
+    }
+    assert!(
+        hub.with_view(ID, |v| s.pending(v)).unwrap().is_empty(),
+        "all held, nothing to send"
+    );
+
+    // The cluster is updated, its endpoints are not: both go out, CDS first.
+    let c1b = res(ResourceType::Cluster, "c1", "c1-b");
+    epoch(&hub, 2, &[c1b], &[c1]);
+    let r3 = hub.with_view(ID, |v| s.pending(v)).unwrap();
+    let types: Vec<&str> = r3.iter().map(|r| r.type_url.as_str()).collect();
+    assert_eq!(
+        types,
+        vec![
+            ResourceType::Cluster.type_url(),
+            ResourceType::Endpoint.type_url()
+        ]
+    );
+    assert_eq!(
+        r3[1].resources[0].version, e1.version,
+        "the same assignment, resent for warming"
+    );
+}
+
+#[test]
+fn delta_nack_is_recorded_and_not_resent() {
+    let hub = hub();
+    epoch(&hub, 1, &[res(ResourceType::Listener, "l", "bad")], &[]);
+    let mut s = DeltaStream::default();
+    s.on_request(&DeltaDiscoveryRequest {
+        type_url: ResourceType::Listener.type_url().into(),
+        ..Default::default()
+    })
+    .unwrap();
+    let r = hub.with_view(ID, |v| s.pending(v)).unwrap();
+    s.on_request(&DeltaDiscoveryRequest {
+        type_url: r[0].type_url.clone(),
+        response_nonce: r[0].nonce.clone(),
+        error_detail: Some(RpcStatus {
+            code: 3,
+            message: "invalid listener".into(),
+            details: vec![],
+        }),
+        ..Default::default()
+    })
+    .unwrap();
+    assert!(matches!(&s.feedback[..], [Feedback::Nack(n)] if n.message == "invalid listener"));
+    assert!(
+        hub.with_view(ID, |v| s.pending(v)).unwrap().is_empty(),
+        "the rejected version is not resent"
+    );
+    epoch(
+        &hub,
+        2,
+        &[res(ResourceType::Listener, "l", "good")],
+        &[res(ResourceType::Listener, "l", "bad")],
+    );
+    let r = hub.with_view(ID, |v| s.pending(v)).unwrap();
+    assert_eq!(r.len(), 1, "a later, different version is sent");
+}
+
+#[test]
+fn delta_removals_and_initial_versions() {
+    let hub = hub();
+    let a = res(ResourceType::Cluster, "a", "a1");
+    let b = res(ResourceType::Cluster, "b", "b1");
+    epoch(&hub, 1, &[a.clone(), b.clone()], &[]);
+    let mut s = DeltaStream::default();
+    // The client reconnects holding `a` (current), `b` (stale) and `gone` (deleted).
+    s.on_request(&DeltaDiscoveryRequest {
+        type_url: ResourceType::Cluster.type_url().into(),
+        initial_resource_versions: [
+            ("a".to_string(), a.version.clone()),
+            ("b".to_string(), "old".to_string()),
+            ("gone".to_string(), "x".to_string()),
+        ]
+        .into(),
+        ..Default::default()
+    })
+    .unwrap();
+    let r = hub.with_view(ID, |v| s.pending(v)).unwrap();
+    assert_eq!(r.len(), 1);
+    assert_eq!(
+        r[0].resources
+            .iter()
+            .map(|r| r.name.as_str())
+            .collect::<Vec<_>>(),
+        vec!["b"]
+    );
+    assert_eq!(r[0].removed_resources, vec!["gone".to_string()]);
+}
+
+#[test]
+fn sotw_ignores_stale_nonces_and_resends_eds_after_cluster_update() {
+    let hub = hub();
+    let c = res(ResourceType::Cluster, "c", "c1");
+    let e = res(ResourceType::Endpoint, "c", "e1");
+    epoch(&hub, 1, &[c.clone(), e.clone()], &[]);
+    let mut s = SotwStream::default();
+    let cds = ResourceType::Cluster.type_url().to_string();
+    let eds = ResourceType::Endpoint.type_url().to_string();
+    s.on_request(&DiscoveryRequest {
+        type_url: cds.clone(),
+        ..Default::default()
+    })
+    .unwrap();
+    s.on_request(&DiscoveryRequest {
+        type_url: eds.clone(),
+        resource_names: vec!["c".into()],
+        ..Default::default()
+    })
+    .unwrap();
+    let r = hub.with_view(ID, |v| s.pending(v)).unwrap();
+    assert_eq!(r.len(), 2);
+    for resp in &r {
+        let names = if resp.type_url == eds {
+            vec!["c".to_string()]
+        } else {
+            vec![]
+        };
+        s.on_request(&DiscoveryRequest {
+            type_url: resp.type_url.clone(),
+            resource_names: names,
+            response_nonce: resp.nonce.clone(),
+            ..Default::default()
+        })
+        .unwrap();
+    }
+    // A stale nonce with a different subscription is ignored.
+    s.on_request(&DiscoveryRequest {
+        type_url: eds.clone(),
+        resource_names: vec![],
+        response_nonce: "0".into(),
+        ..Default::default()
+    })
+    .unwrap();
+    assert!(hub.with_view(ID, |v| s.pending(v)).unwrap().is_empty());
+
+    epoch(&hub, 2, &[res(ResourceType::Cluster, "c", "c2")], &[c]);
+    let r = hub.with_view(ID, |v| s.pending(v)).unwrap();
+    assert_eq!(
+        r.len(),
+        2,
+        "CDS full set, then the unchanged assignment again"
+    );
+    assert_eq!(r[1].type_url, eds);
+    assert_eq!(r[1].resources.len(), 1);
+}
