@@ -310,9 +310,12 @@ pub fn build<'s>(mesh: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         .join_map(
             i.destination_rules
                 .clone()
-                .map(|(_, dr)| (dr.host.clone(), dr)),
-            move |h, s, dr| {
-                rules::dr_rank(dr, s.namespace(), &mesh_dr)
+                .map(|(_, dr)| (dr.host.clone(), dr))
+                .join_map(services.clone(), |h, dr, svc| {
+                    (h.clone(), (dr.clone(), svc.namespace().to_string()))
+                }),
+            move |h, s, (dr, svc_ns)| {
+                rules::dr_rank(dr, s.namespace(), svc_ns, &mesh_dr)
                     .map(|r| ((s.clone(), h.clone()), (r, dr.key.clone())))
             },
         )
@@ -357,23 +360,28 @@ pub fn build<'s>(mesh: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     let eds_defs = group_clusters
         .flat_map(|((h, _), (res, port, labels))| labels.map(|l| ((h, port), (res.name, l))))
         .distinct();
+    // Keyed by (name, subset labels): two scopes may see the same subset name defined by
+    // different DestinationRules, and each must get its own rule's endpoints.
     let cla_members = eds_defs
         .clone()
         .join_map(resolved_eps.clone(), |_, (name, sel), ep| {
-            rules::labels_match(sel, &ep.labels).then(|| (name.clone(), Some(ep.clone())))
+            rules::labels_match(sel, &ep.labels)
+                .then(|| ((name.clone(), sel.clone()), Some(ep.clone())))
         })
         .flat_map(|x| x);
     let clas = cla_members
-        .concat(eds_defs.map(|(_, (name, _))| (name, None)))
-        .reduce(|name: &String, vals: &[(&Option<Endpoint>, isize)], out| {
-            out.push((
-                endpoint::load_assignment(name, vals.iter().filter_map(|(v, _)| v.as_ref())),
-                1isize,
-            ))
-        });
+        .concat(eds_defs.map(|(_, def)| (def, None)))
+        .reduce(
+            |(name, _): &(String, Labels), vals: &[(&Option<Endpoint>, isize)], out| {
+                out.push((
+                    endpoint::load_assignment(name, vals.iter().filter_map(|(v, _)| v.as_ref())),
+                    1isize,
+                ))
+            },
+        );
     let scope_eds = scope_cluster_rows
         .clone()
-        .flat_map(|(s, (res, _, labels))| labels.map(|_| (res.name, s)))
+        .flat_map(|(s, (res, _, labels))| labels.map(|l| ((res.name, l), s)))
         .join_map(clas, |_, s, cla| (s.clone(), cla.clone()));
     let scope_clusters = scope_cluster_rows.map(|(s, (res, _, _))| (s, res));
     let fixed = assemble::fixed_clusters();

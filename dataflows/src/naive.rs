@@ -155,12 +155,19 @@ impl<'a> View<'a> {
             .collect()
     }
 
-    fn dr_for(&self, s: &ScopeKey, host: &str, mesh: &MeshConfig) -> Option<&'a DestinationRule> {
+    fn dr_for(
+        &self,
+        s: &ScopeKey,
+        svc: &Service,
+        mesh: &MeshConfig,
+    ) -> Option<&'a DestinationRule> {
         self.drs
             .iter()
             .copied()
-            .filter(|dr| dr.host == host)
-            .filter_map(|dr| rules::dr_rank(dr, s.namespace(), mesh).map(|r| (r, &dr.key, dr)))
+            .filter(|dr| dr.host == svc.hostname)
+            .filter_map(|dr| {
+                rules::dr_rank(dr, s.namespace(), svc.namespace(), mesh).map(|r| (r, &dr.key, dr))
+            })
             .min_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)))
             .map(|(_, _, dr)| dr)
     }
@@ -199,46 +206,46 @@ pub fn compute(mesh: &MeshConfig, snap: &Snapshot) -> ProxyConfigs {
         .map(|p| (*p, v.scope_of(p, mesh)))
         .collect();
 
-    // Clusters per scope, and the EDS cluster definitions in use anywhere.
-    let mut scope_clusters: BTreeMap<&ScopeKey, Vec<Resource>> = BTreeMap::new();
-    let mut eds_defs: BTreeSet<(String, Hostname, u16, Labels)> = BTreeSet::new();
+    // Clusters per scope with the subset labels of each EDS cluster.
+    let mut scope_clusters: BTreeMap<&ScopeKey, Vec<(Resource, Option<Labels>)>> = BTreeMap::new();
     for (_, s) in &scopes {
         if scope_clusters.contains_key(s) {
             continue;
         }
         let hosts: BTreeSet<&str> = v.view_hosts(s).into_iter().flatten().collect();
-        let mut list = assemble::fixed_clusters();
+        let mut list: Vec<(Resource, Option<Labels>)> = assemble::fixed_clusters()
+            .into_iter()
+            .map(|r| (r, None))
+            .collect();
         for h in hosts {
             let svc = v.services[h];
-            for (res, port, labels) in cluster::outbound_all(svc, v.dr_for(s, h, mesh)) {
-                if let Some(l) = labels {
-                    eds_defs.insert((res.name.clone(), h.to_string(), port, l));
-                }
-                list.push(res);
+            for (res, port, labels) in cluster::outbound_all(svc, v.dr_for(s, svc, mesh)) {
+                let sel = labels.map(|l| (h.to_string(), port, l));
+                list.push((res, sel.map(|(_, _, l)| l)));
+                let _ = port;
             }
         }
         scope_clusters.insert(s, list);
     }
-    let mut cla_eps: BTreeMap<String, Vec<&Endpoint>> = BTreeMap::new();
-    for (name, h, port, sel) in &eds_defs {
-        let members = cla_eps.entry(name.clone()).or_default();
-        for ((eh, ep_port), ep) in &eps {
-            if eh == h && ep_port == port && rules::labels_match(sel, &ep.labels) {
-                members.push(ep);
-            }
-        }
-    }
-    let clas: BTreeMap<&String, Resource> = cla_eps
-        .iter()
-        .map(|(n, list)| (n, endpoint::load_assignment(n, list.iter().copied())))
-        .collect();
+    // An assignment per (cluster, subset labels) from the endpoints of that host and port.
+    let cla = |c: &Resource, sel: &Labels| -> Resource {
+        let (host, port) = cluster_host_port(&c.name);
+        let members = eps
+            .iter()
+            .filter(|((eh, ep_port), ep)| {
+                *eh == host && *ep_port == port && rules::labels_match(sel, &ep.labels)
+            })
+            .map(|(_, ep)| ep);
+        endpoint::load_assignment(&c.name, members)
+    };
 
     let mut out = ProxyConfigs::new();
     for (p, s) in &scopes {
-        let mut res: Vec<Resource> = scope_clusters[s].clone();
-        for c in &scope_clusters[s] {
-            if let Some(cla) = clas.get(&c.name) {
-                res.push(cla.clone());
+        let mut res: Vec<Resource> = Vec::new();
+        for (c, sel) in &scope_clusters[s] {
+            res.push(c.clone());
+            if let Some(sel) = sel {
+                res.push(cla(c, sel));
             }
         }
         match s {
@@ -327,4 +334,13 @@ pub fn compute(mesh: &MeshConfig, snap: &Snapshot) -> ProxyConfigs {
         }
     }
     out
+}
+
+/// `outbound|PORT|SUBSET|HOST` → (HOST, PORT).
+fn cluster_host_port(name: &str) -> (String, u16) {
+    let mut parts = name.splitn(4, '|');
+    let _ = parts.next();
+    let port = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    let _ = parts.next();
+    (parts.next().unwrap_or("").to_string(), port)
 }

@@ -104,23 +104,28 @@ pub fn host_namespace<'a>(host: &'a str, suffix: &str) -> Option<&'a str> {
     prefix.split_once('.').map(|(_, ns)| ns)
 }
 
-/// Rank of a DestinationRule for `host` seen from `scope_ns` (lower wins): the proxy's
-/// namespace, then the service's namespace, then the root namespace, then any other that
-/// exports to the proxy.
-pub fn dr_rank(dr: &DestinationRule, scope_ns: &str, mesh: &MeshConfig) -> Option<u8> {
+/// Rank of a DestinationRule for a service in `svc_ns`, seen from `scope_ns` (lower wins):
+/// Istio's lookup path is the proxy's namespace, then the service's namespace, then the
+/// root namespace; a rule anywhere else does not apply, whatever it exports.
+pub fn dr_rank(
+    dr: &DestinationRule,
+    scope_ns: &str,
+    svc_ns: &str,
+    mesh: &MeshConfig,
+) -> Option<u8> {
     let ns = dr.key.namespace.as_str();
     if !exported_to(&dr.export_to, ns, scope_ns) {
         return None;
     }
-    Some(if ns == scope_ns {
-        0
-    } else if host_namespace(&dr.host, &mesh.domain_suffix) == Some(ns) {
-        1
+    if ns == scope_ns {
+        Some(0)
+    } else if ns == svc_ns {
+        Some(1)
     } else if ns == mesh.root_namespace {
-        2
+        Some(2)
     } else {
-        3
-    })
+        None
+    }
 }
 
 /// Rank of a mesh VirtualService for a proxy in `scope_ns` (lower wins): its own namespace

@@ -61,7 +61,8 @@ pub struct Parsed {
 /// The outcome of reading one file: the valid objects and the rejected documents.
 #[derive(Debug, Default)]
 pub struct FileContents {
-    pub objects: Vec<Parsed>,
+    /// Valid objects with the line their document starts on.
+    pub objects: Vec<(usize, Parsed)>,
     pub errors: Vec<DocError>,
 }
 
@@ -71,7 +72,8 @@ pub fn split_documents(text: &str) -> Vec<(usize, String)> {
     let mut current = String::new();
     let mut start = 1;
     for (i, line) in text.lines().enumerate() {
-        if line.starts_with("---") && line[3..].trim().is_empty() {
+        let rest = line.strip_prefix("---").map(str::trim);
+        if rest.is_some_and(|r| r.is_empty() || r.starts_with('#')) {
             docs.push((start, std::mem::take(&mut current)));
             start = i + 2;
         } else {
@@ -93,7 +95,7 @@ pub fn parse_file(path: &Path, text: &str, mesh: &MeshConfig) -> FileContents {
     let mut out = FileContents::default();
     for (line, doc) in split_documents(text) {
         match parse_document(&doc, mesh) {
-            Ok(Some(parsed)) => out.objects.push(parsed),
+            Ok(Some(parsed)) => out.objects.push((line, parsed)),
             Ok(None) => {}
             Err(invalid) => out.errors.push(DocError {
                 file: path.to_path_buf(),
@@ -128,6 +130,15 @@ pub fn parse_document(doc: &str, mesh: &MeshConfig) -> Result<Option<Parsed>, In
         ));
     };
     let Some(kind) = kind_of(&api_version, &kind) else {
+        // A misspelt Istio kind would otherwise vanish silently (and retract what it replaced).
+        let group = api_version.rsplit_once('/').map(|(g, _)| g).unwrap_or("");
+        const OTHER_ISTIO: [&str; 3] = ["WorkloadGroup", "EnvoyFilter", "ProxyConfig"];
+        if group == "networking.istio.io" && !OTHER_ISTIO.contains(&kind.as_str()) {
+            return Err(Invalid::field(
+                "kind",
+                format!("{kind:?} is not a networking.istio.io kind"),
+            ));
+        }
         return Ok(None);
     };
     let Some(name) = str_at(&["metadata", "name"]).filter(|n| !n.is_empty()) else {

@@ -4,7 +4,7 @@
 //! that turns invalid keeps its previous version in effect, and a file with a document
 //! too broken to identify keeps every object it held before.
 
-use crate::model::{parse_file, DocError};
+use crate::model::{parse_file, DocError, Invalid};
 use dataflows::model::{ConfigKey, MeshConfig, Record};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -111,7 +111,20 @@ impl FileSource {
             let text = String::from_utf8_lossy(&bytes);
             let parsed = parse_file(&path, &text, &self.mesh);
             let mut objects: BTreeMap<ConfigKey, Vec<Record>> = BTreeMap::new();
-            for p in parsed.objects {
+            let mut parsed = parsed;
+            for (line, p) in parsed.objects {
+                if objects.contains_key(&p.key) {
+                    parsed.errors.push(DocError {
+                        file: path.clone(),
+                        line,
+                        invalid: Invalid {
+                            object: Some(p.key),
+                            field: String::new(),
+                            message: "defined twice in this file; this copy is ignored".into(),
+                        },
+                    });
+                    continue;
+                }
                 objects.insert(p.key, p.records);
             }
             let old_objects = old.map(|o| o.objects).unwrap_or_default();

@@ -112,6 +112,9 @@ impl Hub {
             });
         entry.streams += 1;
         if entry.streams == 1 {
+            // An entry without streams is waiting for its retraction to be computed: hide
+            // that transient state until the re-insertion's epoch has been applied.
+            entry.ready = false;
             entry.proxy = proxy.clone();
             let _ = self.inputs.send(Input::ProxyUp(proxy));
         }

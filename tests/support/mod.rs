@@ -282,8 +282,23 @@ impl Meshflow {
     /// Like `start`, with extra command-line arguments appended.
     pub fn start_with_args(config_dir: &Path, log_dir: &Path, extra_args: &[&str]) -> Meshflow {
         let xds_addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
-        let log_path = log_dir.join("meshflow.log");
-        let log = File::create(&log_path)
+        Self::start_at(config_dir, log_dir, xds_addr, "meshflow.log", extra_args)
+    }
+
+    /// Starts meshflow on a given xDS address (to restart it where proxies expect it),
+    /// logging to `<log_dir>/<log_name>` (appending, so restarts keep earlier logs).
+    pub fn start_at(
+        config_dir: &Path,
+        log_dir: &Path,
+        xds_addr: SocketAddr,
+        log_name: &str,
+        extra_args: &[&str],
+    ) -> Meshflow {
+        let log_path = log_dir.join(log_name);
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
             .unwrap_or_else(|e| panic!("create {}: {e}", log_path.display()));
         let log_for_stdout = log.try_clone().expect("clone log file handle");
 
@@ -342,6 +357,11 @@ impl Meshflow {
 
     pub fn xds_addr(&self) -> SocketAddr {
         self.xds_addr
+    }
+
+    /// The process id, e.g. to read its memory use from /proc.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     pub fn log_path(&self) -> &Path {

@@ -1,0 +1,1045 @@
+//! Istio's traffic-management semantics, observed through the incremental engine
+//! (`dataflows::driver::Engine`): small inputs, then assertions on which resources (by type
+//! and name) each connected proxy holds, and on exactly which per-proxy diffs an input change
+//! produces. Expected behaviour follows Istio's documentation (Sidecar egress hosts, exportTo,
+//! Sidecar and DestinationRule precedence, Gateway selection, EDS naming).
+
+use dataflows::driver::{Batch, Engine};
+use dataflows::model::*;
+use envoy_types::pb::envoy::config::core::v3::{address, socket_address::PortSpecifier};
+use envoy_types::pb::envoy::config::endpoint::v3::{
+    lb_endpoint::HostIdentifier, ClusterLoadAssignment,
+};
+use prost::Message;
+use std::collections::{BTreeMap, BTreeSet};
+
+// ---------------------------------------------------------------------------------------------
+// Harness
+// ---------------------------------------------------------------------------------------------
+
+type Diffs = Vec<((ProxyId, ResourceKey), isize)>;
+
+/// An engine plus the accumulated per-proxy state and resource bodies.
+struct Mesh {
+    engine: Engine,
+    epoch: u64,
+    held: BTreeMap<(ProxyId, ResourceKey), isize>,
+    bodies: BTreeMap<(ResourceType, String, String), (Resource, isize)>,
+}
+
+impl Mesh {
+    fn new() -> Mesh {
+        Mesh {
+            engine: Engine::start(1, MeshConfig::default()),
+            epoch: 0,
+            held: BTreeMap::new(),
+            bodies: BTreeMap::new(),
+        }
+    }
+
+    /// Applies one epoch of changes; returns that epoch's per-proxy diffs (sorted).
+    fn step(&mut self, changes: Vec<(Record, isize)>) -> Diffs {
+        self.epoch += 1;
+        let out = self
+            .engine
+            .step(Batch {
+                epoch: self.epoch,
+                changes,
+            })
+            .expect("the engine stopped");
+        for (k, d) in &out.proxy_resources {
+            *self.held.entry(k.clone()).or_default() += d;
+        }
+        self.held.retain(|_, c| *c != 0);
+        for ((p, k), c) in &self.held {
+            assert_eq!(*c, 1, "{p} holds {k:?} {c} times");
+        }
+        for (r, d) in out.bodies {
+            let e = self
+                .bodies
+                .entry((r.rtype, r.name.clone(), r.version.clone()))
+                .or_insert((r, 0));
+            e.1 += d;
+        }
+        self.bodies.retain(|_, (_, c)| *c != 0);
+        let mut diffs = out.proxy_resources;
+        diffs.sort();
+        diffs
+    }
+
+    fn insert(&mut self, records: Vec<Record>) -> Diffs {
+        self.step(records.into_iter().map(|r| (r, 1)).collect())
+    }
+
+    fn retract(&mut self, records: Vec<Record>) -> Diffs {
+        self.step(records.into_iter().map(|r| (r, -1)).collect())
+    }
+
+    fn replace(&mut self, old: Record, new: Record) -> Diffs {
+        self.step(vec![(old, -1), (new, 1)])
+    }
+
+    /// Names of the resources of type `t` that `proxy` holds.
+    fn names(&self, proxy: &Proxy, t: ResourceType) -> BTreeSet<String> {
+        self.held
+            .keys()
+            .filter(|(p, k)| *p == proxy.id && k.rtype == t)
+            .map(|(_, k)| k.name.clone())
+            .collect()
+    }
+
+    fn clusters(&self, proxy: &Proxy) -> BTreeSet<String> {
+        self.names(proxy, ResourceType::Cluster)
+    }
+
+    fn listeners(&self, proxy: &Proxy) -> BTreeSet<String> {
+        self.names(proxy, ResourceType::Listener)
+    }
+
+    fn routes(&self, proxy: &Proxy) -> BTreeSet<String> {
+        self.names(proxy, ResourceType::Route)
+    }
+
+    /// Everything `proxy` holds.
+    fn all(&self, proxy: &Proxy) -> Vec<ResourceKey> {
+        self.held
+            .keys()
+            .filter(|(p, _)| *p == proxy.id)
+            .map(|(_, k)| k.clone())
+            .collect()
+    }
+
+    /// The version of `(t, name)` that `proxy` holds.
+    fn version(&self, proxy: &Proxy, t: ResourceType, name: &str) -> String {
+        let found: Vec<&ResourceKey> = self
+            .held
+            .keys()
+            .filter(|(p, k)| *p == proxy.id && k.rtype == t && k.name == name)
+            .map(|(_, k)| k)
+            .collect();
+        assert_eq!(
+            found.len(),
+            1,
+            "{} should hold exactly one {t:?} {name}: {found:?}",
+            proxy.id
+        );
+        found[0].version.clone()
+    }
+
+    /// The endpoint addresses (`ip:port`) in the ClusterLoadAssignment `name` that `proxy` holds.
+    fn eds_addresses(&self, proxy: &Proxy, name: &str) -> BTreeSet<String> {
+        let version = self.version(proxy, ResourceType::Endpoint, name);
+        let (body, _) = self
+            .bodies
+            .get(&(ResourceType::Endpoint, name.to_string(), version.clone()))
+            .unwrap_or_else(|| panic!("no body for EDS {name} version {version}"));
+        let cla = ClusterLoadAssignment::decode(&body.body.0[..]).expect("a ClusterLoadAssignment");
+        assert_eq!(cla.cluster_name, name);
+        let mut out = BTreeSet::new();
+        for loc in &cla.endpoints {
+            for lb in &loc.lb_endpoints {
+                let Some(HostIdentifier::Endpoint(ep)) = &lb.host_identifier else {
+                    continue;
+                };
+                let Some(address::Address::SocketAddress(sa)) =
+                    ep.address.as_ref().and_then(|a| a.address.as_ref())
+                else {
+                    continue;
+                };
+                let Some(PortSpecifier::PortValue(port)) = sa.port_specifier else {
+                    continue;
+                };
+                out.insert(format!("{}:{}", sa.address, port));
+            }
+        }
+        out
+    }
+}
+
+fn set(names: &[&str]) -> BTreeSet<String> {
+    names.iter().map(|s| s.to_string()).collect()
+}
+
+fn labels(pairs: &[(&str, &str)]) -> Labels {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn host(name: &str, ns: &str) -> String {
+    format!("{name}.{ns}.svc.cluster.local")
+}
+
+/// `outbound|PORT|SUBSET|HOST`.
+fn outbound(port: u16, subset: &str, name: &str, ns: &str) -> String {
+    format!("outbound|{port}|{subset}|{}", host(name, ns))
+}
+
+/// The outbound cluster names (default subset, port 9080) among `clusters`, i.e. which
+/// services are visible.
+fn visible(clusters: &BTreeSet<String>) -> BTreeSet<String> {
+    clusters
+        .iter()
+        .filter_map(|c| c.strip_prefix("outbound|9080||"))
+        .map(|h| h.trim_end_matches(".svc.cluster.local").to_string())
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Input builders
+// ---------------------------------------------------------------------------------------------
+
+fn service(name: &str, ns: &str) -> Record {
+    Record::Service(Service {
+        hostname: host(name, ns),
+        origin: ConfigKey::new(Kind::Service, ns, name),
+        ports: vec![ServicePort {
+            name: "http".into(),
+            port: 9080,
+            protocol: Protocol::Http,
+        }],
+        export_to: vec![],
+        resolution: Resolution::Static,
+    })
+}
+
+fn service_exported(name: &str, ns: &str, export_to: &[&str]) -> Record {
+    let Record::Service(mut s) = service(name, ns) else {
+        unreachable!()
+    };
+    s.export_to = export_to.iter().map(|e| e.to_string()).collect();
+    Record::Service(s)
+}
+
+fn sidecar_proxy(pod: &str, ns: &str, ip: &str, pod_labels: &[(&str, &str)]) -> Proxy {
+    Proxy {
+        id: format!("sidecar~{ip}~{pod}.{ns}~{ns}.svc.cluster.local"),
+        kind: ProxyKind::Sidecar,
+        ips: vec![ip.to_string()],
+        namespace: ns.to_string(),
+        labels: labels(pod_labels),
+        interception_none: false,
+    }
+}
+
+fn router_proxy(pod: &str, ns: &str, ip: &str, pod_labels: &[(&str, &str)]) -> Proxy {
+    Proxy {
+        id: format!("router~{ip}~{pod}.{ns}~{ns}.svc.cluster.local"),
+        kind: ProxyKind::Router,
+        ..sidecar_proxy(pod, ns, ip, pod_labels)
+    }
+}
+
+fn px(p: &Proxy) -> Record {
+    Record::Proxy(p.clone())
+}
+
+/// A Sidecar with one catch-all egress listener for `hosts`; `selector` None is the
+/// namespace default.
+fn sidecar(ns: &str, name: &str, selector: Option<&[(&str, &str)]>, hosts: &[&str]) -> Record {
+    Record::Sidecar(Sidecar {
+        key: ConfigKey::new(Kind::Sidecar, ns, name),
+        selector: selector.map(labels),
+        egress: vec![EgressListener {
+            port: None,
+            bind: None,
+            capture_none: false,
+            hosts: hosts.iter().map(|h| h.to_string()).collect(),
+        }],
+    })
+}
+
+/// A DestinationRule in `ns` for `host` with subsets `(name, version label)`.
+fn destination_rule(ns: &str, name: &str, host: &str, subsets: &[(&str, &str)]) -> Record {
+    Record::DestinationRule(DestinationRule {
+        key: ConfigKey::new(Kind::DestinationRule, ns, name),
+        host: host.to_string(),
+        export_to: vec![],
+        traffic_policy: None,
+        subsets: subsets
+            .iter()
+            .map(|(n, v)| Subset {
+                name: n.to_string(),
+                labels: labels(&[("version", v)]),
+                traffic_policy: None,
+            })
+            .collect(),
+    })
+}
+
+fn gateway(
+    ns: &str,
+    name: &str,
+    selector: &[(&str, &str)],
+    servers: &[(u16, Option<&str>)],
+) -> Record {
+    Record::Gateway(Gateway {
+        key: ConfigKey::new(Kind::Gateway, ns, name),
+        selector: labels(selector),
+        servers: servers
+            .iter()
+            .map(|(port, bind)| GatewayServer {
+                port: *port,
+                port_name: format!("http-{port}"),
+                protocol: Protocol::Http,
+                bind: bind.map(String::from),
+                hosts: vec!["*/*".into()],
+            })
+            .collect(),
+    })
+}
+
+/// A VirtualService bound to `gateways` routing every request for `hosts` to `dest`.
+fn virtual_service(ns: &str, name: &str, hosts: &[&str], gateways: &[&str], dest: &str) -> Record {
+    Record::VirtualService(VirtualService {
+        key: ConfigKey::new(Kind::VirtualService, ns, name),
+        hosts: hosts.iter().map(|h| h.to_string()).collect(),
+        gateways: gateways.iter().map(|g| g.to_string()).collect(),
+        export_to: vec![],
+        http: vec![HttpRoute {
+            name: None,
+            matches: vec![],
+            route: vec![RouteDestination {
+                host: dest.to_string(),
+                subset: None,
+                port: None,
+                weight: 100,
+            }],
+            timeout_ms: None,
+            retries: None,
+        }],
+    })
+}
+
+fn endpoint(svc: &str, ns: &str, ip: &str, ready: bool) -> Record {
+    Record::Endpoint(
+        host(svc, ns),
+        RawEndpoint {
+            ip: ip.to_string(),
+            port_name: "http".into(),
+            port: 9080,
+            ready,
+            labels: Labels::new(),
+            origin: ConfigKey::new(Kind::EndpointSlice, ns, format!("{svc}-slice")),
+        },
+    )
+}
+
+fn workload(pod: &str, ns: &str, ip: &str, pod_labels: &[(&str, &str)]) -> Record {
+    Record::Workload(Workload {
+        ip: ip.to_string(),
+        labels: labels(pod_labels),
+        origin: ConfigKey::new(Kind::Pod, ns, pod),
+    })
+}
+
+/// Three services in three namespaces: `reviews.default`, `ratings.other`, `details.third`.
+fn three_services() -> Vec<Record> {
+    vec![
+        service("reviews", "default"),
+        service("ratings", "other"),
+        service("details", "third"),
+    ]
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sidecar egress visibility
+// ---------------------------------------------------------------------------------------------
+
+/// Without a Sidecar a proxy sees every service of the mesh; a namespace-default Sidecar
+/// with egress hosts `./*` limits its proxies to their own namespace's services (no clusters
+/// for other namespaces'), while proxies of other namespaces keep seeing everything. Removing
+/// the Sidecar restores the full view.
+#[test]
+fn sidecar_egress_dot_star_hides_other_namespaces() {
+    let mut m = Mesh::new();
+    let client = sidecar_proxy("client", "default", "10.1.0.1", &[("app", "client")]);
+    let outsider = sidecar_proxy("outsider", "other", "10.1.0.2", &[("app", "outsider")]);
+    let mut input = three_services();
+    input.extend([px(&client), px(&outsider)]);
+    m.insert(input);
+    let everything = set(&["details.third", "ratings.other", "reviews.default"]);
+    assert_eq!(visible(&m.clusters(&client)), everything);
+
+    let sc = sidecar("default", "default", None, &["./*"]);
+    m.insert(vec![sc.clone()]);
+    assert_eq!(visible(&m.clusters(&client)), set(&["reviews.default"]));
+    assert!(
+        m.clusters(&client).contains("PassthroughCluster")
+            && m.clusters(&client).contains("BlackHoleCluster")
+    );
+    assert_eq!(
+        visible(&m.clusters(&outsider)),
+        everything,
+        "a Sidecar in default does not apply to other namespaces"
+    );
+
+    m.retract(vec![sc]);
+    assert_eq!(visible(&m.clusters(&client)), everything);
+}
+
+/// Egress host patterns: `other/*` selects every service of namespace `other` (and nothing
+/// of the proxy's own namespace); `*/reviews.default.svc.cluster.local` selects that one
+/// service from any namespace; `*/*.third.svc.cluster.local` is a host wildcard; `~/*`
+/// selects nothing; several patterns add up.
+#[test]
+fn sidecar_egress_namespace_and_host_patterns() {
+    let mut m = Mesh::new();
+    let client = sidecar_proxy("client", "default", "10.1.0.1", &[("app", "client")]);
+    let mut input = three_services();
+    input.push(service("productpage", "default"));
+    input.push(px(&client));
+    m.insert(input);
+
+    let cases: Vec<(Vec<&str>, Vec<&str>)> = vec![
+        (vec!["other/*"], vec!["ratings.other"]),
+        (
+            vec!["*/reviews.default.svc.cluster.local"],
+            vec!["reviews.default"],
+        ),
+        (
+            vec!["default/reviews.default.svc.cluster.local"],
+            vec!["reviews.default"],
+        ),
+        (vec!["other/reviews.default.svc.cluster.local"], vec![]),
+        (vec!["*/*.third.svc.cluster.local"], vec!["details.third"]),
+        (vec!["~/*"], vec![]),
+        (
+            vec!["./*", "other/*"],
+            vec!["productpage.default", "ratings.other", "reviews.default"],
+        ),
+        (
+            vec!["*/*"],
+            vec![
+                "details.third",
+                "productpage.default",
+                "ratings.other",
+                "reviews.default",
+            ],
+        ),
+    ];
+    let mut current: Option<Record> = None;
+    for (hosts, expected) in cases {
+        let sc = sidecar("default", "default", None, &hosts);
+        match current.take() {
+            Some(old) => m.replace(old, sc.clone()),
+            None => m.insert(vec![sc.clone()]),
+        };
+        current = Some(sc);
+        assert_eq!(
+            visible(&m.clusters(&client)),
+            set(&expected),
+            "egress hosts {hosts:?}"
+        );
+    }
+}
+
+/// A Service annotated `networking.istio.io/exportTo: "."` is visible only in its own
+/// namespace: a proxy in another namespace gets no cluster for it (even with `*/*` egress),
+/// a proxy in its namespace does. Exporting it to a named namespace makes it visible there
+/// only.
+#[test]
+fn export_to_dot_hides_service_from_other_namespaces() {
+    let mut m = Mesh::new();
+    let inside = sidecar_proxy("inside", "other", "10.1.0.1", &[("app", "a")]);
+    let outside = sidecar_proxy("outside", "default", "10.1.0.2", &[("app", "b")]);
+    let third = sidecar_proxy("third", "third", "10.1.0.3", &[("app", "c")]);
+    let private = service_exported("ratings", "other", &["."]);
+    m.insert(vec![
+        private.clone(),
+        service("reviews", "default"),
+        px(&inside),
+        px(&outside),
+        px(&third),
+    ]);
+    assert_eq!(
+        visible(&m.clusters(&inside)),
+        set(&["ratings.other", "reviews.default"])
+    );
+    assert_eq!(visible(&m.clusters(&outside)), set(&["reviews.default"]));
+    assert_eq!(visible(&m.clusters(&third)), set(&["reviews.default"]));
+
+    let to_third = service_exported("ratings", "other", &["third"]);
+    m.replace(private, to_third);
+    assert_eq!(visible(&m.clusters(&outside)), set(&["reviews.default"]));
+    assert_eq!(
+        visible(&m.clusters(&third)),
+        set(&["ratings.other", "reviews.default"])
+    );
+}
+
+/// Which Sidecar applies: one whose workloadSelector matches the proxy's labels (in the
+/// proxy's namespace) beats the namespace default (no selector), which beats the default in
+/// the root namespace (`istio-system`); the root default applies to namespaces without their
+/// own. Removing the winning Sidecar falls back to the next one, per proxy.
+#[test]
+fn sidecar_precedence_selector_then_namespace_then_root() {
+    let mut m = Mesh::new();
+    let selected = sidecar_proxy(
+        "selected",
+        "default",
+        "10.1.0.1",
+        &[("app", "client"), ("version", "v1")],
+    );
+    let unselected = sidecar_proxy("unselected", "default", "10.1.0.2", &[("app", "other")]);
+    let elsewhere = sidecar_proxy("elsewhere", "fourth", "10.1.0.3", &[("app", "client")]);
+    let by_selector = sidecar(
+        "default",
+        "by-selector",
+        Some(&[("app", "client")]),
+        &["./*"],
+    );
+    let ns_default = sidecar("default", "default", None, &["other/*"]);
+    let root_default = sidecar("istio-system", "default", None, &["third/*"]);
+    let mut input = three_services();
+    input.extend([
+        px(&selected),
+        px(&unselected),
+        px(&elsewhere),
+        by_selector.clone(),
+        ns_default.clone(),
+        root_default.clone(),
+    ]);
+    m.insert(input);
+    assert_eq!(
+        visible(&m.clusters(&selected)),
+        set(&["reviews.default"]),
+        "workloadSelector Sidecar"
+    );
+    assert_eq!(
+        visible(&m.clusters(&unselected)),
+        set(&["ratings.other"]),
+        "namespace default"
+    );
+    assert_eq!(
+        visible(&m.clusters(&elsewhere)),
+        set(&["details.third"]),
+        "root namespace default"
+    );
+
+    m.retract(vec![by_selector]);
+    assert_eq!(visible(&m.clusters(&selected)), set(&["ratings.other"]));
+    m.retract(vec![ns_default]);
+    assert_eq!(visible(&m.clusters(&selected)), set(&["details.third"]));
+    assert_eq!(visible(&m.clusters(&unselected)), set(&["details.third"]));
+    m.retract(vec![root_default]);
+    let everything = set(&["details.third", "ratings.other", "reviews.default"]);
+    for p in [&selected, &unselected, &elsewhere] {
+        assert_eq!(visible(&m.clusters(p)), everything);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// DestinationRule precedence
+// ---------------------------------------------------------------------------------------------
+
+fn subset_clusters(clusters: &BTreeSet<String>, name: &str, ns: &str) -> BTreeSet<String> {
+    let suffix = format!("|{}", host(name, ns));
+    clusters
+        .iter()
+        .filter(|c| c.ends_with(&suffix) && !c.starts_with("outbound|9080||"))
+        .map(|c| c.split('|').nth(2).unwrap().to_string())
+        .collect()
+}
+
+/// For `reviews.default`, a DestinationRule in the proxy's namespace beats the one in the
+/// service's namespace, which beats the one in the root namespace: seen in which subset
+/// clusters (`outbound|9080|SUBSET|reviews…`) each proxy gets. Retracting a rule falls back
+/// to the next on Istio's lookup path (client namespace, service namespace, root namespace).
+#[test]
+fn destination_rule_in_proxy_namespace_beats_service_namespace() {
+    let mut m = Mesh::new();
+    let reviews = host("reviews", "default");
+    let in_default = sidecar_proxy("a", "default", "10.1.0.1", &[("app", "a")]);
+    let in_other = sidecar_proxy("b", "other", "10.1.0.2", &[("app", "b")]);
+    let in_third = sidecar_proxy("c", "third", "10.1.0.3", &[("app", "c")]);
+    let svc_ns_dr = destination_rule("default", "reviews", &reviews, &[("from-service-ns", "v1")]);
+    let client_ns_dr = destination_rule(
+        "other",
+        "reviews-for-other",
+        &reviews,
+        &[("from-client-ns", "v2")],
+    );
+    let root_dr = destination_rule(
+        "istio-system",
+        "reviews-root",
+        &reviews,
+        &[("from-root", "v3")],
+    );
+    m.insert(vec![
+        service("reviews", "default"),
+        px(&in_default),
+        px(&in_other),
+        px(&in_third),
+        svc_ns_dr.clone(),
+        client_ns_dr.clone(),
+        root_dr.clone(),
+    ]);
+    let subsets = |m: &Mesh, p: &Proxy| subset_clusters(&m.clusters(p), "reviews", "default");
+    assert_eq!(
+        subsets(&m, &in_other),
+        set(&["from-client-ns"]),
+        "the client namespace's rule wins"
+    );
+    assert_eq!(subsets(&m, &in_default), set(&["from-service-ns"]));
+    assert_eq!(
+        subsets(&m, &in_third),
+        set(&["from-service-ns"]),
+        "no rule in the client namespace: the service's"
+    );
+    assert!(
+        m.clusters(&in_other)
+            .contains(&outbound(9080, "", "reviews", "default")),
+        "the default cluster stays"
+    );
+
+    m.retract(vec![client_ns_dr]);
+    assert_eq!(subsets(&m, &in_other), set(&["from-service-ns"]));
+    m.retract(vec![svc_ns_dr]);
+    for p in [&in_default, &in_other, &in_third] {
+        assert_eq!(
+            subsets(&m, p),
+            set(&["from-root"]),
+            "only the root namespace's rule is left"
+        );
+    }
+    m.retract(vec![root_dr]);
+    for p in [&in_default, &in_other, &in_third] {
+        assert_eq!(subsets(&m, p), set(&[]));
+    }
+}
+
+/// A DestinationRule in a namespace that is neither the client's, the service's nor the
+/// root namespace is not on Istio's documented lookup path ("client namespace, service
+/// namespace, Istio configuration root"), so exporting it does not make it apply: no proxy
+/// gets its subsets.
+#[test]
+fn destination_rule_outside_lookup_path_is_not_applied() {
+    let mut m = Mesh::new();
+    let reviews = host("reviews", "default");
+    let client = sidecar_proxy("a", "other", "10.1.0.1", &[("app", "a")]);
+    let in_default = sidecar_proxy("b", "default", "10.1.0.2", &[("app", "b")]);
+    m.insert(vec![
+        service("reviews", "default"),
+        px(&client),
+        px(&in_default),
+        destination_rule("unrelated", "reviews", &reviews, &[("stray", "v1")]),
+    ]);
+    assert_eq!(
+        subset_clusters(&m.clusters(&client), "reviews", "default"),
+        set(&[])
+    );
+    assert_eq!(
+        subset_clusters(&m.clusters(&in_default), "reviews", "default"),
+        set(&[])
+    );
+}
+
+/// Two DestinationRules on the lookup path can define a subset of the same name with
+/// different labels (here `canary` = version v2 in the service's namespace, version v1 in
+/// the client's). The EDS resource has one name (`outbound|9080|canary|reviews…`), but each
+/// proxy must get the endpoints selected by the rule in effect for *it*, as Istio computes
+/// EDS with the proxy's own DestinationRule.
+#[test]
+fn subset_endpoints_follow_each_proxys_own_destination_rule() {
+    let mut m = Mesh::new();
+    let reviews = host("reviews", "default");
+    let in_default = sidecar_proxy("a", "default", "10.1.0.1", &[("app", "a")]);
+    let in_other = sidecar_proxy("b", "other", "10.1.0.2", &[("app", "b")]);
+    m.insert(vec![
+        service("reviews", "default"),
+        workload(
+            "reviews-v1",
+            "default",
+            "10.0.0.1",
+            &[("app", "reviews"), ("version", "v1")],
+        ),
+        workload(
+            "reviews-v2",
+            "default",
+            "10.0.0.2",
+            &[("app", "reviews"), ("version", "v2")],
+        ),
+        endpoint("reviews", "default", "10.0.0.1", true),
+        endpoint("reviews", "default", "10.0.0.2", true),
+        destination_rule("default", "reviews", &reviews, &[("canary", "v2")]),
+        destination_rule("other", "reviews", &reviews, &[("canary", "v1")]),
+        px(&in_default),
+        px(&in_other),
+    ]);
+    let canary = outbound(9080, "canary", "reviews", "default");
+    assert!(m.clusters(&in_default).contains(&canary));
+    assert!(m.clusters(&in_other).contains(&canary));
+    assert_eq!(
+        m.eds_addresses(&in_default, &canary),
+        set(&["10.0.0.2:9080"]),
+        "the service namespace's canary = v2"
+    );
+    assert_eq!(
+        m.eds_addresses(&in_other, &canary),
+        set(&["10.0.0.1:9080"]),
+        "the client namespace's canary = v1"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Gateways
+// ---------------------------------------------------------------------------------------------
+
+/// A router whose labels match a Gateway's selector (the Gateway may live in another
+/// namespace) gets a listener `0.0.0.0_8080` for the Gateway's HTTP server on port 8080 and
+/// the route configuration `http.8080`; a server with `bind` gives `BIND_PORT`
+/// (`10.1.0.9_9090`, route `http.9090`). A router gets no sidecar listeners (`virtualOutbound`,
+/// `virtualInbound`). Removing the Gateway removes its listeners and routes.
+#[test]
+fn gateway_selected_by_labels_gets_listener_and_route() {
+    let mut m = Mesh::new();
+    let ingress = router_proxy(
+        "istio-ingressgateway-abc",
+        "istio-system",
+        "10.1.0.9",
+        &[("istio", "ingressgateway"), ("app", "gw")],
+    );
+    let gw = gateway(
+        "default",
+        "bookinfo-gateway",
+        &[("istio", "ingressgateway")],
+        &[(8080, None)],
+    );
+    m.insert(vec![
+        service("productpage", "default"),
+        gw.clone(),
+        virtual_service(
+            "default",
+            "bookinfo",
+            &["*"],
+            &["bookinfo-gateway", "default/bookinfo-gateway"],
+            &host("productpage", "default"),
+        ),
+        px(&ingress),
+    ]);
+    assert_eq!(m.listeners(&ingress), set(&["0.0.0.0_8080"]));
+    assert_eq!(m.routes(&ingress), set(&["http.8080"]));
+    assert!(m
+        .clusters(&ingress)
+        .contains(&outbound(9080, "", "productpage", "default")));
+
+    let bound = gateway(
+        "istio-system",
+        "internal",
+        &[("istio", "ingressgateway")],
+        &[(9090, Some("10.1.0.9"))],
+    );
+    m.insert(vec![bound.clone()]);
+    assert_eq!(
+        m.listeners(&ingress),
+        set(&["0.0.0.0_8080", "10.1.0.9_9090"])
+    );
+    assert_eq!(m.routes(&ingress), set(&["http.8080", "http.9090"]));
+
+    m.retract(vec![gw, bound]);
+    assert_eq!(m.listeners(&ingress), set(&[]));
+    assert_eq!(m.routes(&ingress), set(&[]));
+}
+
+/// A router that no Gateway selects (labels do not match, or only some of the selector's
+/// labels match) gets no listeners and no route configurations, while the selected router
+/// does; relabelling the router (reconnect with other labels) moves it between the two.
+#[test]
+fn router_without_matching_gateway_has_no_listeners() {
+    let mut m = Mesh::new();
+    let selected = router_proxy(
+        "gw-a",
+        "istio-system",
+        "10.1.0.8",
+        &[("istio", "ingressgateway"), ("tier", "edge")],
+    );
+    let partial = router_proxy(
+        "gw-b",
+        "istio-system",
+        "10.1.0.9",
+        &[("istio", "ingressgateway")],
+    );
+    let unrelated = router_proxy(
+        "gw-c",
+        "istio-system",
+        "10.1.0.10",
+        &[("istio", "egressgateway"), ("tier", "edge")],
+    );
+    m.insert(vec![
+        service("productpage", "default"),
+        gateway(
+            "istio-system",
+            "edge",
+            &[("istio", "ingressgateway"), ("tier", "edge")],
+            &[(8080, None)],
+        ),
+        px(&selected),
+        px(&partial),
+        px(&unrelated),
+    ]);
+    assert_eq!(m.listeners(&selected), set(&["0.0.0.0_8080"]));
+    for p in [&partial, &unrelated] {
+        assert_eq!(m.listeners(p), set(&[]), "{}", p.id);
+        assert_eq!(m.routes(p), set(&[]), "{}", p.id);
+    }
+
+    let relabelled = Proxy {
+        labels: labels(&[("istio", "ingressgateway"), ("tier", "edge")]),
+        ..partial.clone()
+    };
+    m.replace(px(&partial), px(&relabelled));
+    assert_eq!(m.listeners(&relabelled), set(&["0.0.0.0_8080"]));
+    assert_eq!(m.routes(&relabelled), set(&["http.8080"]));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Proxies coming and going
+// ---------------------------------------------------------------------------------------------
+
+/// Retracting a proxy's record (its stream closed) retracts every resource it held (its
+/// accumulated state becomes empty) and produces no diff for any other proxy, including one
+/// in the same namespace and scope.
+#[test]
+fn proxy_disconnect_removes_all_its_resources() {
+    let mut m = Mesh::new();
+    let leaving = sidecar_proxy("leaving", "default", "10.0.0.1", &[("app", "reviews")]);
+    let staying = sidecar_proxy("staying", "default", "10.1.0.2", &[("app", "client")]);
+    let router = router_proxy(
+        "gw",
+        "istio-system",
+        "10.1.0.9",
+        &[("istio", "ingressgateway")],
+    );
+    m.insert(vec![
+        service("reviews", "default"),
+        service("ratings", "other"),
+        endpoint("reviews", "default", "10.0.0.1", true),
+        gateway(
+            "istio-system",
+            "gw",
+            &[("istio", "ingressgateway")],
+            &[(8080, None)],
+        ),
+        px(&leaving),
+        px(&staying),
+        px(&router),
+    ]);
+    let held_before = m.all(&leaving);
+    assert!(
+        held_before.iter().any(|k| k.name == "inbound|9080||"),
+        "the leaving proxy has its inbound part"
+    );
+    let staying_before = m.all(&staying);
+    assert!(!staying_before.is_empty());
+
+    let diffs = m.retract(vec![px(&leaving)]);
+    assert!(
+        m.all(&leaving).is_empty(),
+        "left behind: {:?}",
+        m.all(&leaving)
+    );
+    let mut expected: Diffs = held_before
+        .into_iter()
+        .map(|k| ((leaving.id.clone(), k), -1))
+        .collect();
+    expected.sort();
+    assert_eq!(
+        diffs, expected,
+        "exactly the retraction of everything it held"
+    );
+    assert_eq!(m.all(&staying), staying_before);
+
+    let router_before = m.all(&router);
+    let diffs = m.retract(vec![px(&router)]);
+    assert!(m.all(&router).is_empty());
+    assert_eq!(diffs.len(), router_before.len());
+    assert!(diffs.iter().all(|((p, _), d)| *p == router.id && *d == -1));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Endpoint changes
+// ---------------------------------------------------------------------------------------------
+
+type Held = BTreeMap<(ProxyId, ResourceKey), isize>;
+
+/// The diff an EDS change should produce: for each proxy, `-old +new` of each named
+/// ClusterLoadAssignment, where `old` is the version the proxy held `before` the change and
+/// `new` is a version different from it.
+fn expected_eds_diffs(before: &Held, proxies: &[&Proxy], names: &[String], diffs: &Diffs) -> Diffs {
+    let mut expected = Diffs::new();
+    for p in proxies {
+        for name in names {
+            let old: Vec<&ResourceKey> = before
+                .keys()
+                .filter(|(q, k)| *q == p.id && k.rtype == ResourceType::Endpoint && k.name == *name)
+                .map(|(_, k)| k)
+                .collect();
+            assert_eq!(
+                old.len(),
+                1,
+                "{} held {name} {} times before",
+                p.id,
+                old.len()
+            );
+            expected.push(((p.id.clone(), old[0].clone()), -1));
+            let new = diffs
+                .iter()
+                .find(|((q, k), d)| {
+                    *q == p.id && k.rtype == ResourceType::Endpoint && k.name == *name && *d == 1
+                })
+                .unwrap_or_else(|| panic!("no new version of {name} for {}: {diffs:#?}", p.id));
+            assert_ne!(new.0 .1.version, old[0].version);
+            expected.push(new.clone());
+        }
+    }
+    expected.sort();
+    expected
+}
+
+/// An endpoint change produces per-proxy diffs only for the ClusterLoadAssignments that
+/// contain the endpoint: for each proxy holding such a cluster, `-old +new` of that EDS name
+/// and nothing else (no Cluster, Listener or Route, no other EDS name, nothing for proxies
+/// that do not see the service). Checked for an added endpoint (default + matching subset),
+/// a readiness flip, a removed endpoint of another service, and a pod relabelled from v1 to
+/// v2 (both subsets change, the default cluster's content does not).
+#[test]
+fn endpoint_change_touches_only_its_load_assignments() {
+    let mut m = Mesh::new();
+    let reviews = host("reviews", "default");
+    let a = sidecar_proxy("a", "default", "10.9.0.1", &[("app", "a")]);
+    let b = sidecar_proxy("b", "default", "10.9.0.2", &[("app", "b")]);
+    let c = sidecar_proxy("c", "other", "10.9.0.3", &[("app", "c")]);
+    let isolated = sidecar_proxy("d", "isolated", "10.9.0.4", &[("app", "d")]);
+    let gw = router_proxy(
+        "gw",
+        "istio-system",
+        "10.9.0.9",
+        &[("istio", "ingressgateway")],
+    );
+    m.insert(vec![
+        service("reviews", "default"),
+        service("ratings", "default"),
+        destination_rule(
+            "default",
+            "reviews",
+            &reviews,
+            &[("v1", "v1"), ("v2", "v2")],
+        ),
+        workload(
+            "reviews-v1",
+            "default",
+            "10.0.0.1",
+            &[("app", "reviews"), ("version", "v1")],
+        ),
+        workload(
+            "reviews-v2",
+            "default",
+            "10.0.0.2",
+            &[("app", "reviews"), ("version", "v2")],
+        ),
+        workload(
+            "reviews-v1b",
+            "default",
+            "10.0.0.3",
+            &[("app", "reviews"), ("version", "v1")],
+        ),
+        endpoint("reviews", "default", "10.0.0.1", true),
+        endpoint("reviews", "default", "10.0.0.2", true),
+        endpoint("ratings", "default", "10.0.0.5", true),
+        sidecar("isolated", "default", None, &["./*"]),
+        px(&a),
+        px(&b),
+        px(&c),
+        px(&isolated),
+        px(&gw),
+    ]);
+    let all_default = outbound(9080, "", "reviews", "default");
+    let v1 = outbound(9080, "v1", "reviews", "default");
+    let v2 = outbound(9080, "v2", "reviews", "default");
+    let ratings = outbound(9080, "", "ratings", "default");
+    let holders = [&a, &b, &c, &gw];
+    for p in holders {
+        for name in [&all_default, &v1, &v2, &ratings] {
+            assert!(
+                m.names(p, ResourceType::Endpoint).contains(name),
+                "{} should hold EDS {name}",
+                p.id
+            );
+        }
+    }
+    assert!(m.names(&isolated, ResourceType::Endpoint).is_empty());
+    assert_eq!(m.eds_addresses(&a, &v1), set(&["10.0.0.1:9080"]));
+
+    // 1. A new v1 endpoint: the default and v1 assignments change, v2 does not.
+    let before = m.held.clone();
+    let diffs = m.insert(vec![endpoint("reviews", "default", "10.0.0.3", true)]);
+    let names = [all_default.clone(), v1.clone()];
+    assert_eq!(
+        diffs,
+        expected_eds_diffs(&before, &holders, &names, &diffs),
+        "adding 10.0.0.3 (v1)"
+    );
+    assert_eq!(
+        m.eds_addresses(&a, &v1),
+        set(&["10.0.0.1:9080", "10.0.0.3:9080"])
+    );
+    assert_eq!(
+        m.eds_addresses(&c, &all_default),
+        set(&["10.0.0.1:9080", "10.0.0.2:9080", "10.0.0.3:9080"])
+    );
+
+    // 2. 10.0.0.2 (v2) becomes not ready: the default and v2 assignments change.
+    let before = m.held.clone();
+    let diffs = m.replace(
+        endpoint("reviews", "default", "10.0.0.2", true),
+        endpoint("reviews", "default", "10.0.0.2", false),
+    );
+    assert_eq!(
+        diffs,
+        expected_eds_diffs(
+            &before,
+            &holders,
+            &[all_default.clone(), v2.clone()],
+            &diffs
+        ),
+        "10.0.0.2 not ready"
+    );
+    assert_eq!(m.eds_addresses(&b, &v2), set(&[]));
+
+    // 3. The only ratings endpoint goes away: only the ratings assignment changes.
+    let before = m.held.clone();
+    let diffs = m.retract(vec![endpoint("ratings", "default", "10.0.0.5", true)]);
+    assert_eq!(
+        diffs,
+        expected_eds_diffs(&before, &holders, std::slice::from_ref(&ratings), &diffs),
+        "ratings endpoint removed"
+    );
+    assert_eq!(m.eds_addresses(&a, &ratings), set(&[]));
+
+    // 4. Pod 10.0.0.1 relabelled v1 → v2: v1 and v2 change; the default assignment's content
+    // (addresses) is the same, so it does not change.
+    let before = m.held.clone();
+    let diffs = m.replace(
+        workload(
+            "reviews-v1",
+            "default",
+            "10.0.0.1",
+            &[("app", "reviews"), ("version", "v1")],
+        ),
+        workload(
+            "reviews-v1",
+            "default",
+            "10.0.0.1",
+            &[("app", "reviews"), ("version", "v2")],
+        ),
+    );
+    assert_eq!(
+        diffs,
+        expected_eds_diffs(&before, &holders, &[v1.clone(), v2.clone()], &diffs),
+        "10.0.0.1 relabelled"
+    );
+    assert_eq!(m.eds_addresses(&a, &v1), set(&["10.0.0.3:9080"]));
+    assert_eq!(m.eds_addresses(&a, &v2), set(&["10.0.0.1:9080"]));
+}

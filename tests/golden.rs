@@ -1,0 +1,462 @@
+//! Golden files of the Envoy configuration meshflow generates for the bundled bookinfo example.
+//!
+//! The inputs are `examples/bookinfo/config`, read by the file source exactly as `meshflow serve`
+//! reads it, plus the two proxies whose bootstraps ship next to it (`envoy-gateway.yaml`, the
+//! ingress gateway router, and `envoy-sidecar.yaml`, the `sleep` pod's sidecar): their node id and
+//! metadata are read from those files and parsed by the same code the xDS server uses.
+//!
+//! Each proxy's resources are computed twice, by the naive full recompute and by the incremental
+//! dataflow engine (one batch), which must agree exactly; then they are rendered as text — per
+//! resource a header `== CDS <name> (<version>)` followed by the decoded protobuf (`{:#?}`; `Any`
+//! payloads of the types meshflow emits are decoded in place, others shown as hex; fields at their
+//! proto3 unset value — `None`, empty, `false` — are left out, as in Envoy's config dump) — and
+//! compared with `tests/golden/<proxy>.txt`.
+//!
+//! After an intended change of the generated config, regenerate and review the diff:
+//! `UPDATE_GOLDEN=1 cargo nextest run --test golden`.
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use dataflows::driver::{Batch, Engine};
+use dataflows::model::{MeshConfig, Proxy, Record, ResourceType};
+use dataflows::naive::{self, ProxyConfigs, Snapshot};
+use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
+use envoy_types::pb::envoy::config::listener::v3::Listener;
+use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
+use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
+use envoy_types::pb::envoy::extensions::filters::listener::original_dst::v3::OriginalDst;
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
+use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::TcpProxy;
+use envoy_types::pb::envoy::extensions::upstreams::http::v3::HttpProtocolOptions;
+use envoy_types::pb::google::protobuf::{value::Kind as ValueKind, ListValue, Struct, Value};
+use meshflow::sources::files::FileSource;
+use meshflow::xds::node::proxy_from_node;
+use prost::{Message, Name};
+
+/// The proxies of the bookinfo example: golden file stem and Envoy bootstrap.
+const PROXIES: [(&str, &str); 2] = [
+    ("ingressgateway", "envoy-gateway.yaml"),
+    ("sleep-sidecar", "envoy-sidecar.yaml"),
+];
+
+const UPDATE_HINT: &str = "UPDATE_GOLDEN=1 cargo nextest run --test golden";
+
+/// Proves that the naive recompute and the incremental dataflow generate identical resources
+/// for the bookinfo gateway and `sleep` sidecar, and that those resources match the reviewed
+/// golden files `tests/golden/ingressgateway.txt` and `tests/golden/sleep-sidecar.txt`
+/// (rewritten instead when `UPDATE_GOLDEN=1`).
+#[test]
+fn bookinfo_config_matches_golden_files() {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/bookinfo");
+    let mesh = MeshConfig::default();
+
+    let scan = FileSource::new(example.join("config"), mesh.clone()).rescan();
+    assert!(
+        scan.errors.is_empty(),
+        "examples/bookinfo/config has problems: {:#?}",
+        scan.errors
+    );
+    let mut changes = scan.changes;
+    assert!(
+        changes.iter().all(|(_, diff)| *diff == 1),
+        "a first rescan only inserts: {changes:?}"
+    );
+    let proxies: Vec<(&str, Proxy)> = PROXIES
+        .iter()
+        .map(|(stem, bootstrap)| (*stem, proxy_of_bootstrap(&example.join(bootstrap))))
+        .collect();
+    changes.extend(proxies.iter().map(|(_, p)| (Record::Proxy(p.clone()), 1)));
+
+    let snapshot = Snapshot {
+        records: changes.iter().map(|(r, _)| r.clone()).collect(),
+    };
+    let oracle = naive::compute(&mesh, &snapshot);
+    let incremental = compute_incrementally(&mesh, changes);
+    assert_same_configs(&oracle, &incremental);
+
+    let update = std::env::var_os("UPDATE_GOLDEN").is_some_and(|v| !v.is_empty() && v != "0");
+    let mut failures = Vec::new();
+    for (stem, proxy) in &proxies {
+        let resources = oracle
+            .get(&proxy.id)
+            .unwrap_or_else(|| panic!("no resources computed for {}", proxy.id));
+        let text = render_proxy(proxy, resources);
+        let path = golden_path(stem);
+        if update {
+            std::fs::create_dir_all(path.parent().unwrap()).expect("create tests/golden");
+            std::fs::write(&path, &text)
+                .unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+            eprintln!("UPDATE_GOLDEN: rewrote {}", path.display());
+            continue;
+        }
+        let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+            panic!("read {}: {e}\nTo create it: {UPDATE_HINT}", path.display())
+        });
+        if let Some(diff) = first_difference(&expected, &text) {
+            failures.push(format!(
+                "{} differs from the generated config:\n{diff}",
+                path.display()
+            ));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{}\nIf the change is intended, review it and regenerate: {UPDATE_HINT}",
+        failures.join("\n")
+    );
+}
+
+/// `tests/golden/<stem>.txt`.
+fn golden_path(stem: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(format!("{stem}.txt"))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Inputs
+// ---------------------------------------------------------------------------------------------
+
+/// The proxy an Envoy started with this bootstrap presents: its `node` (id, metadata) turned
+/// into an xDS `Node` and parsed by the xDS server's own `proxy_from_node`.
+fn proxy_of_bootstrap(path: &Path) -> Proxy {
+    let text =
+        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    let bootstrap: serde_json::Value =
+        serde_yaml_ng::from_str(&text).unwrap_or_else(|e| panic!("parse {}: {e}", path.display()));
+    let node = &bootstrap["node"];
+    let id = node["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{}: node.id missing", path.display()));
+    let metadata = match json_to_value(&node["metadata"]).kind {
+        Some(ValueKind::StructValue(s)) => s,
+        _ => panic!("{}: node.metadata is not a map", path.display()),
+    };
+    let node = Node {
+        id: id.to_owned(),
+        cluster: node["cluster"].as_str().unwrap_or_default().to_owned(),
+        metadata: Some(metadata),
+        ..Default::default()
+    };
+    proxy_from_node(Some(&node)).unwrap_or_else(|e| panic!("{}: invalid node: {e}", path.display()))
+}
+
+/// JSON → `google.protobuf.Value`, as Envoy reads bootstrap metadata.
+fn json_to_value(json: &serde_json::Value) -> Value {
+    let kind = match json {
+        serde_json::Value::Null => ValueKind::NullValue(0),
+        serde_json::Value::Bool(b) => ValueKind::BoolValue(*b),
+        serde_json::Value::Number(n) => ValueKind::NumberValue(n.as_f64().unwrap_or_default()),
+        serde_json::Value::String(s) => ValueKind::StringValue(s.clone()),
+        serde_json::Value::Array(items) => ValueKind::ListValue(ListValue {
+            values: items.iter().map(json_to_value).collect(),
+        }),
+        serde_json::Value::Object(map) => ValueKind::StructValue(Struct {
+            fields: map
+                .iter()
+                .map(|(k, v)| (k.clone(), json_to_value(v)))
+                .collect(),
+        }),
+    };
+    Value { kind: Some(kind) }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The incremental engine, and the comparison with the oracle
+// ---------------------------------------------------------------------------------------------
+
+/// Feeds all `changes` to the dataflow engine as one epoch and rebuilds each proxy's resources
+/// from the `(proxy, type, name, version)` output and the shared bodies.
+fn compute_incrementally(mesh: &MeshConfig, changes: Vec<(Record, isize)>) -> ProxyConfigs {
+    let engine = Engine::start(1, mesh.clone());
+    let output = engine
+        .step(Batch { epoch: 1, changes })
+        .expect("the dataflow engine stopped");
+    assert!(
+        output.errors.is_empty(),
+        "the dataflow reports configuration errors for bookinfo: {:#?}",
+        output.errors
+    );
+    let mut bodies = BTreeMap::new();
+    for (resource, diff) in output.bodies {
+        assert_eq!(
+            diff,
+            1,
+            "body of {} {} has multiplicity {diff}",
+            resource.rtype.short(),
+            resource.name
+        );
+        bodies.insert(resource.key(), resource);
+    }
+    let mut configs = ProxyConfigs::new();
+    for ((proxy, key), diff) in output.proxy_resources {
+        assert_eq!(
+            diff,
+            1,
+            "{proxy} holds {} {} with multiplicity {diff}",
+            key.rtype.short(),
+            key.name
+        );
+        let resource = bodies.get(&key).unwrap_or_else(|| {
+            panic!(
+                "{proxy} holds {} {} ({}) but no body has that version",
+                key.rtype.short(),
+                key.name,
+                key.version
+            )
+        });
+        let previous = configs
+            .entry(proxy.clone())
+            .or_default()
+            .insert((key.rtype, key.name.clone()), resource.clone());
+        assert!(
+            previous.is_none(),
+            "{proxy} holds two versions of {} {}",
+            key.rtype.short(),
+            key.name
+        );
+    }
+    configs
+}
+
+/// The oracle and the dataflow must give every proxy the same resources, byte for byte.
+fn assert_same_configs(oracle: &ProxyConfigs, incremental: &ProxyConfigs) {
+    let ids = |c: &ProxyConfigs| c.keys().cloned().collect::<Vec<_>>();
+    assert_eq!(
+        ids(oracle),
+        ids(incremental),
+        "naive vs incremental: proxies differ"
+    );
+    for (proxy, expected) in oracle {
+        let actual = &incremental[proxy];
+        let names = |c: &BTreeMap<(ResourceType, String), _>| {
+            c.keys()
+                .map(|(t, n)| format!("{} {n}", t.short()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            names(expected),
+            names(actual),
+            "naive vs incremental: resource names of {proxy} differ"
+        );
+        for (key, resource) in expected {
+            let other = &actual[key];
+            assert!(
+                resource == other,
+                "naive vs incremental: {} {} of {proxy} differs (version {} vs {})",
+                key.0.short(),
+                key.1,
+                resource.version,
+                other.version
+            );
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rendering
+// ---------------------------------------------------------------------------------------------
+
+/// The golden text of one proxy: a short preamble with its identity, then every resource in
+/// (type, name) order.
+fn render_proxy(
+    proxy: &Proxy,
+    resources: &BTreeMap<(ResourceType, String), dataflows::model::Resource>,
+) -> String {
+    let mut out = String::new();
+    writeln!(
+        out,
+        "# Generated by tests/golden.rs from examples/bookinfo; regenerate with"
+    )
+    .unwrap();
+    writeln!(out, "# {UPDATE_HINT}").unwrap();
+    writeln!(out, "# proxy {}", proxy.id).unwrap();
+    writeln!(
+        out,
+        "# kind {:?}, namespace {}, ips {:?}, labels {:?}, interception_none {}",
+        proxy.kind, proxy.namespace, proxy.ips, proxy.labels, proxy.interception_none
+    )
+    .unwrap();
+    for ((rtype, name), resource) in resources {
+        writeln!(out, "\n== {} {name} ({})", rtype.short(), resource.version).unwrap();
+        let bytes: &[u8] = &resource.body.0;
+        let text = match rtype {
+            ResourceType::Cluster => render::<Cluster>(bytes),
+            ResourceType::Endpoint => render::<ClusterLoadAssignment>(bytes),
+            ResourceType::Listener => render::<Listener>(bytes),
+            ResourceType::Route => render::<RouteConfiguration>(bytes),
+        };
+        out.push_str(&text);
+        out.push('\n');
+    }
+    out
+}
+
+/// Decodes `bytes` as `M` and pretty-prints it, with `Any` payloads expanded and unset fields
+/// left out.
+fn render<M: Message + Default + Debug>(bytes: &[u8]) -> String {
+    match M::decode(bytes) {
+        Ok(message) => without_unset_fields(&expand_anys(&format!("{message:#?}"))),
+        Err(e) => format!("<undecodable {}: {e}>", std::any::type_name::<M>()),
+    }
+}
+
+/// The `Any` payload types meshflow emits, decoded and pretty-printed (recursively expanded).
+fn decode_any(type_url: &str, bytes: &[u8]) -> Option<String> {
+    fn known<M: Message + Default + Debug + Name>(
+        type_url: &str,
+        bytes: &[u8],
+    ) -> Option<Option<String>> {
+        (type_url == M::type_url()).then(|| {
+            M::decode(bytes)
+                .ok()
+                .map(|m| expand_anys(&format!("{m:#?}")))
+        })
+    }
+    known::<HttpConnectionManager>(type_url, bytes)
+        .or_else(|| known::<Router>(type_url, bytes))
+        .or_else(|| known::<TcpProxy>(type_url, bytes))
+        .or_else(|| known::<OriginalDst>(type_url, bytes))
+        .or_else(|| known::<HttpProtocolOptions>(type_url, bytes))
+        .flatten()
+}
+
+/// Rewrites the `value: [ <one byte per line> ]` of every `Any` in `{:#?}` output: decoded in
+/// place when its type is known, else as a hex string.
+fn expand_anys(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while i < lines.len() {
+        let line = lines[i];
+        let trimmed = line.trim_start();
+        let indent = &line[..line.len() - trimmed.len()];
+        let type_url = i
+            .checked_sub(1)
+            .and_then(|prev| lines[prev].trim_start().strip_prefix("type_url: \""))
+            .and_then(|rest| rest.strip_suffix("\","));
+        if let (Some(type_url), "value: [" | "value: [],") = (type_url, trimmed) {
+            let mut bytes = Vec::new();
+            let mut end = i;
+            if trimmed == "value: [" {
+                end += 1;
+                while end < lines.len() && lines[end].trim() != "]," {
+                    let byte = lines[end].trim().trim_end_matches(',');
+                    bytes.push(byte.parse::<u8>().unwrap_or_else(|_| {
+                        panic!("unexpected line in Any bytes: {:?}", lines[end])
+                    }));
+                    end += 1;
+                }
+            }
+            match decode_any(type_url, &bytes) {
+                Some(decoded) => {
+                    let mut decoded_lines = decoded.lines();
+                    let first = decoded_lines.next().unwrap_or_default();
+                    write!(out, "{indent}value: {first}").unwrap();
+                    for l in decoded_lines {
+                        write!(out, "\n{indent}{l}").unwrap();
+                    }
+                    out.push_str(",\n");
+                }
+                None => {
+                    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+                    writeln!(out, "{indent}value: <{} bytes> {hex:?},", bytes.len()).unwrap();
+                }
+            }
+            i = end + 1;
+            continue;
+        }
+        out.push_str(line);
+        out.push('\n');
+        i += 1;
+    }
+    out.truncate(out.trim_end().len());
+    out
+}
+
+/// Drops the lines of fields at their proto3 "unset" value (`None`, `[]`, `{}`, `""`, `false`),
+/// which say nothing on the wire either, as Envoy's config dump omits them. Numbers and enums
+/// are kept even when zero.
+fn without_unset_fields(text: &str) -> String {
+    text.lines()
+        .filter(|line| {
+            let Some((field, value)) = line.trim_start().split_once(": ") else {
+                return true;
+            };
+            let is_field = !field.is_empty()
+                && field
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+            !(is_field && matches!(value, "None," | "[]," | "{}," | "\"\"," | "false,"))
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// A short unified-style diff around the first differing line of `expected` and `actual`, or
+/// `None` if they are equal.
+fn first_difference(expected: &str, actual: &str) -> Option<String> {
+    if expected == actual {
+        return None;
+    }
+    let old: Vec<&str> = expected.lines().collect();
+    let new: Vec<&str> = actual.lines().collect();
+    if old == new {
+        return Some("the files differ only in line endings or a trailing newline\n".to_owned());
+    }
+    let first = old
+        .iter()
+        .zip(&new)
+        .position(|(a, b)| a != b)
+        .unwrap_or(old.len().min(new.len()));
+    // Resynchronise: the shortest skip on either side after which a few lines agree again.
+    let agree = |a: usize, b: usize| {
+        (0..3).all(|k| old.get(a + k) == new.get(b + k)) && (a < old.len() || b < new.len())
+    };
+    let (mut old_end, mut new_end) = (old.len(), new.len());
+    'search: for total in 0..(old.len() + new.len()).min(400) {
+        for skip_old in 0..=total {
+            let (a, b) = (first + skip_old, first + total - skip_old);
+            if a <= old.len() && b <= new.len() && agree(a, b) {
+                (old_end, new_end) = (a, b);
+                break 'search;
+            }
+        }
+    }
+    const CONTEXT: usize = 3;
+    const MAX_LINES: usize = 40;
+    let start = first.saturating_sub(CONTEXT);
+    let trailing = CONTEXT.min(new.len() - new_end);
+    let mut diff = format!(
+        "@@ -{},{} +{},{} @@ (first difference at line {})\n",
+        start + 1,
+        old_end - start + trailing,
+        start + 1,
+        new_end - start + trailing,
+        first + 1
+    );
+    for line in &old[start..first] {
+        diff += &format!(" {line}\n");
+    }
+    for line in old[first..old_end].iter().take(MAX_LINES) {
+        diff += &format!("-{line}\n");
+    }
+    if old_end - first > MAX_LINES {
+        diff += &format!("-… ({} more lines)\n", old_end - first - MAX_LINES);
+    }
+    for line in new[first..new_end].iter().take(MAX_LINES) {
+        diff += &format!("+{line}\n");
+    }
+    if new_end - first > MAX_LINES {
+        diff += &format!("+… ({} more lines)\n", new_end - first - MAX_LINES);
+    }
+    for line in new.iter().skip(new_end).take(trailing) {
+        diff += &format!(" {line}\n");
+    }
+    Some(diff)
+}
