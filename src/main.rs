@@ -57,6 +57,9 @@ enum Command {
         /// Changes arriving within this window share one epoch.
         #[arg(long, default_value_t = 50)]
         debounce_ms: u64,
+        /// Concurrent xDS streams served; more are refused with RESOURCE_EXHAUSTED.
+        #[arg(long, default_value_t = 50_000)]
+        max_streams: usize,
         #[command(flatten)]
         mesh: MeshArgs,
     },
@@ -64,6 +67,20 @@ enum Command {
     ProxyStatus {
         #[arg(long, default_value = "127.0.0.1:15014")]
         debug_addr: SocketAddr,
+        #[arg(short, long, value_enum, default_value = "table")]
+        output: meshflow::debug::cli::Output,
+    },
+    /// What one proxy should hold, from a running meshflow (over CSDS). PROXY is the node id
+    /// or its `pod.namespace` part.
+    ProxyConfig {
+        #[arg(value_enum)]
+        kind: meshflow::debug::cli::ConfigKind,
+        proxy: String,
+        #[arg(long, default_value = "127.0.0.1:15014")]
+        debug_addr: SocketAddr,
+        /// `json` and `yaml` print the resources in Envoy's JSON form.
+        #[arg(short, long, value_enum, default_value = "table")]
+        output: meshflow::debug::cli::Output,
     },
     /// Check a directory of YAML and report every rejected object.
     Validate {
@@ -90,6 +107,7 @@ fn main() -> ExitCode {
             debug_addr,
             workers,
             debounce_ms,
+            max_streams,
             mesh,
         } => {
             let rt = match tokio::runtime::Builder::new_multi_thread()
@@ -109,6 +127,7 @@ fn main() -> ExitCode {
                 workers,
                 debounce: Duration::from_millis(debounce_ms),
                 mesh: mesh.mesh(),
+                limits: meshflow::xds::server::Limits { max_streams },
             };
             match rt.block_on(serve(opts)) {
                 Ok(()) => ExitCode::SUCCESS,
@@ -118,28 +137,17 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::ProxyStatus { debug_addr } => {
-            let rt = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(e) => {
-                    eprintln!("meshflow: {e}");
-                    return ExitCode::FAILURE;
-                }
-            };
-            match rt.block_on(meshflow::debug::cli::proxy_status(debug_addr)) {
-                Ok(table) => {
-                    print!("{table}");
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("meshflow: {e}");
-                    ExitCode::FAILURE
-                }
-            }
+        Command::ProxyStatus { debug_addr, output } => {
+            print_client(meshflow::debug::cli::proxy_status(debug_addr, output))
         }
+        Command::ProxyConfig {
+            kind,
+            proxy,
+            debug_addr,
+            output,
+        } => print_client(meshflow::debug::cli::proxy_config(
+            debug_addr, kind, &proxy, output,
+        )),
         Command::Validate { config_dir, mesh } => {
             let mut source = meshflow::sources::files::FileSource::new(config_dir, mesh.mesh());
             let scan = source.rescan();
@@ -154,6 +162,30 @@ fn main() -> ExitCode {
                 println!("{} error(s)", scan.errors.len());
                 ExitCode::FAILURE
             }
+        }
+    }
+}
+
+/// Runs a debug-API client command and prints its output (or its error, failing).
+fn print_client(command: impl std::future::Future<Output = Result<String, String>>) -> ExitCode {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("meshflow: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(command) {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("meshflow: {e}");
+            ExitCode::FAILURE
         }
     }
 }

@@ -16,6 +16,7 @@ pub struct ServeOptions {
     pub workers: usize,
     pub debounce: Duration,
     pub mesh: MeshConfig,
+    pub limits: server::Limits,
 }
 
 pub async fn serve(opts: ServeOptions) -> Result<(), String> {
@@ -78,15 +79,10 @@ pub async fn serve(opts: ServeOptions) -> Result<(), String> {
     match tokio::net::TcpListener::bind(opts.debug_addr).await {
         Ok(l) => {
             let addr = l.local_addr().map_err(|e| e.to_string())?;
-            tracing::info!(%addr, "debug API listening");
-            let svc = crate::debug::DebugService::server(hub.clone());
+            tracing::info!(%addr, "debug API listening (gRPC, CSDS, HTTP JSON, /metrics)");
+            let hub = hub.clone();
             tokio::spawn(async move {
-                let incoming = tokio_stream::wrappers::TcpListenerStream::new(l);
-                if let Err(e) = tonic::transport::Server::builder()
-                    .add_service(svc)
-                    .serve_with_incoming(incoming)
-                    .await
-                {
+                if let Err(e) = crate::debug::serve(hub, l).await {
                     tracing::error!(error = %e, "debug API stopped");
                 }
             });
@@ -102,7 +98,7 @@ pub async fn serve(opts: ServeOptions) -> Result<(), String> {
     let local = listener.local_addr().map_err(|e| e.to_string())?;
     tracing::info!(addr = %local, "xDS server listening");
     eprintln!("meshflow: xDS server listening on {local}");
-    server::serve(hub, listener)
+    server::serve(hub, opts.limits, listener)
         .await
         .map_err(|e| format!("xDS server: {e}"))
 }

@@ -5,14 +5,13 @@
 
 mod support;
 
+use support::xds_client::{node, DeltaClient, CDS, EDS, LDS, RDS};
+
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
-use envoy_types::pb::envoy::service::discovery::v3::{
-    DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
-};
-use envoy_types::pb::google::protobuf::{value::Kind, Struct, Value};
+use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
 use prost::Message;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 use support::{write_config, Meshflow, TestDir};
@@ -20,34 +19,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
 
-const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
-const EDS: &str = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
-const LDS: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
-const RDS: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
 const REVIEWS: &str = "outbound|9080||reviews.default.svc.cluster.local";
-
-fn node(id: &str, ns: &str, labels: &[(&str, &str)]) -> Node {
-    let s = |v: &str| Value {
-        kind: Some(Kind::StringValue(v.into())),
-    };
-    let mut l = Struct::default();
-    for (k, v) in labels {
-        l.fields.insert(k.to_string(), s(v));
-    }
-    let mut meta = Struct::default();
-    meta.fields.insert("NAMESPACE".into(), s(ns));
-    meta.fields.insert(
-        "LABELS".into(),
-        Value {
-            kind: Some(Kind::StructValue(l)),
-        },
-    );
-    Node {
-        id: id.into(),
-        metadata: Some(meta),
-        ..Default::default()
-    }
-}
 
 fn slice_yaml(ips: &[&str]) -> String {
     let endpoints: String = ips
@@ -77,116 +49,6 @@ fn write_mesh(dir: &std::path::Path) {
         "sidecar.yaml",
         "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: isolated, namespace: other}\nspec:\n  workloadSelector: {labels: {app: isolated}}\n  egress:\n  - hosts: [\"./*\"]\n",
     );
-}
-
-/// A Delta ADS client that subscribes and ACKs the way Envoy does.
-struct DeltaClient {
-    tx: mpsc::Sender<DeltaDiscoveryRequest>,
-    rx: Streaming<DeltaDiscoveryResponse>,
-    node: Option<Node>,
-    /// type → name → version held.
-    held: HashMap<String, BTreeMap<String, String>>,
-    bytes: usize,
-}
-
-impl DeltaClient {
-    async fn connect(addr: SocketAddr, node: Node) -> DeltaClient {
-        let mut client = AggregatedDiscoveryServiceClient::connect(format!("http://{addr}"))
-            .await
-            .expect("connect");
-        let (tx, rx) = mpsc::channel(16);
-        let rx = client
-            .delta_aggregated_resources(ReceiverStream::new(rx))
-            .await
-            .expect("open stream")
-            .into_inner();
-        DeltaClient {
-            tx,
-            rx,
-            node: Some(node),
-            held: HashMap::new(),
-            bytes: 0,
-        }
-    }
-
-    async fn send(&mut self, mut req: DeltaDiscoveryRequest) {
-        req.node = self.node.take();
-        self.tx.send(req).await.expect("send");
-    }
-
-    async fn subscribe(
-        &mut self,
-        type_url: &str,
-        names: &[String],
-        initial: HashMap<String, String>,
-    ) {
-        self.send(DeltaDiscoveryRequest {
-            type_url: type_url.into(),
-            resource_names_subscribe: names.to_vec(),
-            initial_resource_versions: initial,
-            ..Default::default()
-        })
-        .await;
-    }
-
-    /// The next response within `wait`, applied and ACKed.
-    async fn recv(&mut self, wait: Duration) -> Option<DeltaDiscoveryResponse> {
-        let resp = tokio::time::timeout(wait, self.rx.message())
-            .await
-            .ok()?
-            .expect("stream error")?;
-        self.bytes += resp.encoded_len();
-        let held = self.held.entry(resp.type_url.clone()).or_default();
-        for r in &resp.resources {
-            held.insert(r.name.clone(), r.version.clone());
-        }
-        for n in &resp.removed_resources {
-            held.remove(n);
-        }
-        let ack = DeltaDiscoveryRequest {
-            type_url: resp.type_url.clone(),
-            response_nonce: resp.nonce.clone(),
-            ..Default::default()
-        };
-        self.send(ack).await;
-        Some(resp)
-    }
-
-    /// Receives until `wait` passes with nothing; returns what arrived.
-    async fn drain(&mut self, wait: Duration) -> Vec<DeltaDiscoveryResponse> {
-        let mut out = Vec::new();
-        while let Some(r) = self.recv(wait).await {
-            out.push(r);
-        }
-        out
-    }
-
-    fn names(&self, type_url: &str) -> Vec<String> {
-        self.held
-            .get(type_url)
-            .map(|m| m.keys().cloned().collect())
-            .unwrap_or_default()
-    }
-
-    /// Subscribes like Envoy: wildcard CDS, then EDS for every EDS cluster, wildcard LDS,
-    /// then RDS for what listeners reference — and waits until all of it has arrived.
-    async fn sync(&mut self) {
-        self.subscribe(CDS, &[], HashMap::new()).await;
-        self.recv(Duration::from_secs(10))
-            .await
-            .expect("CDS response");
-        let eds: Vec<String> = self
-            .names(CDS)
-            .into_iter()
-            .filter(|n| n.starts_with("outbound|"))
-            .collect();
-        if !eds.is_empty() {
-            self.subscribe(EDS, &eds, HashMap::new()).await;
-        }
-        self.subscribe(LDS, &[], HashMap::new()).await;
-        self.drain(Duration::from_millis(500)).await;
-        assert_eq!(self.names(EDS), eds, "every EDS cluster got its assignment");
-    }
 }
 
 async fn setup(label: &str) -> (TestDir, std::path::PathBuf, Meshflow) {

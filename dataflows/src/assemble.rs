@@ -7,9 +7,13 @@ use crate::rules::{egress_bind, egress_listeners, exported_to, gateway_domain};
 use crate::translate::{cluster, listener, route};
 use std::collections::BTreeMap;
 
-/// Clusters every proxy holds whatever it sees.
-pub fn fixed_clusters() -> Vec<Resource> {
-    vec![cluster::passthrough(), cluster::blackhole()]
+/// Clusters every proxy of a scope holds whatever it sees. Gateways have no original
+/// destination listeners, so only sidecars get `PassthroughCluster`.
+pub fn fixed_clusters(scope: &ScopeKey) -> Vec<Resource> {
+    match scope {
+        ScopeKey::Sidecar { .. } => vec![cluster::passthrough(), cluster::blackhole()],
+        ScopeKey::Router { .. } => vec![cluster::blackhole()],
+    }
 }
 
 /// Listeners of a sidecar scope that do not depend on services: one per explicit egress
@@ -49,7 +53,7 @@ pub fn sidecar_fixed_routes(sc: Option<&Sidecar>, interception_none: bool) -> Ve
 
 /// The catch-all outbound listener for a captured port (`0.0.0.0_PORT`, not bound).
 pub fn catchall_listener(port: u16) -> Resource {
-    listener::http_listener("0.0.0.0", port, false, &port.to_string(), true)
+    listener::http_listener("0.0.0.0", port, false, &port.to_string(), false)
 }
 
 /// Listeners and route configurations of a gateway proxy selected by `gateways`, with the

@@ -384,10 +384,11 @@ pub fn build<'s>(mesh: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         .flat_map(|(s, (res, _, labels))| labels.map(|l| ((res.name, l), s)))
         .join_map(clas, |_, s, cla| (s.clone(), cla.clone()));
     let scope_clusters = scope_cluster_rows.map(|(s, (res, _, _))| (s, res));
-    let fixed = assemble::fixed_clusters();
-    let scope_fixed_clusters = scopes
-        .clone()
-        .flat_map(move |s| fixed.clone().into_iter().map(move |r| (s.clone(), r)));
+    let scope_fixed_clusters = scopes.clone().flat_map(|s| {
+        assemble::fixed_clusters(&s)
+            .into_iter()
+            .map(move |r| (s.clone(), r))
+    });
 
     // VirtualServices with destination ports resolved.
     let vs_dest_ports = i

@@ -213,16 +213,14 @@ pub fn compute(mesh: &MeshConfig, snap: &Snapshot) -> ProxyConfigs {
             continue;
         }
         let hosts: BTreeSet<&str> = v.view_hosts(s).into_iter().flatten().collect();
-        let mut list: Vec<(Resource, Option<Labels>)> = assemble::fixed_clusters()
+        let mut list: Vec<(Resource, Option<Labels>)> = assemble::fixed_clusters(s)
             .into_iter()
             .map(|r| (r, None))
             .collect();
         for h in hosts {
             let svc = v.services[h];
-            for (res, port, labels) in cluster::outbound_all(svc, v.dr_for(s, svc, mesh)) {
-                let sel = labels.map(|l| (h.to_string(), port, l));
-                list.push((res, sel.map(|(_, _, l)| l)));
-                let _ = port;
+            for (res, _port, labels) in cluster::outbound_all(svc, v.dr_for(s, svc, mesh)) {
+                list.push((res, labels));
             }
         }
         scope_clusters.insert(s, list);

@@ -1,8 +1,26 @@
-//! The debug API (`proto/meshflow/debug/v1/debug.proto`) over the hub's state, served on
-//! the debug address (loopback by default).
+//! The debug port (loopback by default, `--debug-addr`, default `127.0.0.1:15014`): one
+//! listener that serves
+//!
+//! - gRPC: meshflow's own Debug API (`proto/meshflow/debug/v1/debug.proto`) and Envoy's
+//!   Client Status Discovery Service ([`csds`]);
+//! - HTTP/1.1 JSON: `/debug/proxies`, `/debug/config_dump?proxy=ID`,
+//!   `/debug/config_errors` ([`http`]), and `/metrics` ([`metrics`]).
+//!
+//! gRPC and HTTP share the port through tonic's `Routes`, which is an axum router: requests
+//! to `/<grpc.Service>/<Method>` reach the gRPC services, the paths above reach the JSON
+//! handlers, anything else is a 404.
+//!
+//! Everything is read from the xDS hub's state ([`crate::xds::hub::Hub::read`]); the sync
+//! states every surface reports, and what they approximate, are in [`status`].
+
+pub mod cli;
+pub mod csds;
+pub mod envoy_json;
+pub mod http;
+pub mod metrics;
+pub mod status;
 
 use crate::xds::hub::Hub;
-use dataflows::model::{ProxyKind, ResourceType};
 use std::sync::Arc;
 use tonic::{Request, Response, Status};
 
@@ -30,36 +48,7 @@ impl Debug for DebugService {
         &self,
         _: Request<ListProxiesRequest>,
     ) -> Result<Response<ListProxiesResponse>, Status> {
-        let resp = self.hub.read(|st| {
-            let mut proxies: Vec<ProxyStatus> = st
-                .proxies()
-                .map(|e| ProxyStatus {
-                    id: e.proxy.id.clone(),
-                    namespace: e.proxy.namespace.clone(),
-                    kind: match e.proxy.kind {
-                        ProxyKind::Sidecar => "sidecar".into(),
-                        ProxyKind::Router => "router".into(),
-                    },
-                    streams: e.streams() as u32,
-                    types: ResourceType::ALL
-                        .iter()
-                        .enumerate()
-                        .map(|(i, t)| TypeStatus {
-                            r#type: t.short().into(),
-                            resources: e.versions(*t).len() as u32,
-                            acks: e.acks[i],
-                            last_nack: e.last_nack[i].clone().unwrap_or_default(),
-                        })
-                        .collect(),
-                })
-                .collect();
-            proxies.sort_by(|a, b| a.id.cmp(&b.id));
-            ListProxiesResponse {
-                epoch: st.epoch,
-                proxies,
-            }
-        });
-        Ok(Response::new(resp))
+        Ok(Response::new(self.hub.read(status::list_proxies)))
     }
 
     async fn list_config_errors(
@@ -79,63 +68,31 @@ impl Debug for DebugService {
     }
 }
 
-/// Client side of the debug API, for the command line.
-pub mod cli {
-    use super::pb::debug_client::DebugClient;
-    use super::pb::ListProxiesRequest;
-    use std::net::SocketAddr;
+/// Everything the debug port answers, gRPC and HTTP, as one axum router.
+pub fn router(hub: Arc<Hub>) -> axum::Router {
+    let grpc = tonic::service::Routes::new(DebugService::server(hub.clone()))
+        .add_service(csds::Csds::server(hub.clone()))
+        .into_axum_router();
+    grpc.merge(http::router(hub)).fallback(not_found)
+}
 
-    /// `meshflow proxy-status`: one row per proxy, resources (acks) per type, NACK errors.
-    pub async fn proxy_status(addr: SocketAddr) -> Result<String, String> {
-        let mut client = DebugClient::connect(format!("http://{addr}"))
-            .await
-            .map_err(|e| format!("connecting to the debug API at {addr}: {e}"))?;
-        let resp = client
-            .list_proxies(ListProxiesRequest {})
-            .await
-            .map_err(|e| format!("listing proxies: {}", e.message()))?
-            .into_inner();
-        let mut rows = vec![vec![
-            "NAME".to_string(),
-            "KIND".into(),
-            "CDS".into(),
-            "EDS".into(),
-            "LDS".into(),
-            "RDS".into(),
-        ]];
-        let mut nacks = Vec::new();
-        for p in &resp.proxies {
-            let mut row = vec![p.id.clone(), p.kind.clone()];
-            for t in &p.types {
-                let state = if t.last_nack.is_empty() {
-                    format!("{} ({} acks)", t.resources, t.acks)
-                } else {
-                    "NACKED".to_string()
-                };
-                row.push(state);
-                if !t.last_nack.is_empty() {
-                    nacks.push(format!("{} {}: {}", p.id, t.r#type, t.last_nack));
-                }
-            }
-            rows.push(row);
-        }
-        let widths: Vec<usize> = (0..rows[0].len())
-            .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
-            .collect();
-        let mut out = String::new();
-        for r in rows {
-            let cells: Vec<String> = r
-                .iter()
-                .zip(&widths)
-                .map(|(c, w)| format!("{c:<w$}"))
-                .collect();
-            out.push_str(cells.join("  ").trim_end());
-            out.push('\n');
-        }
-        out.push_str(&format!("epoch {}\n", resp.epoch));
-        for n in nacks {
-            out.push_str(&format!("NACK {n}\n"));
-        }
-        Ok(out)
-    }
+async fn not_found() -> (axum::http::StatusCode, &'static str) {
+    (
+        axum::http::StatusCode::NOT_FOUND,
+        "not found; try /debug/proxies, /debug/config_dump?proxy=ID, /debug/config_errors, /metrics\n",
+    )
+}
+
+/// Serves the debug port on `listener` until the process ends: HTTP/2 (gRPC) and HTTP/1.1
+/// (JSON, metrics) on the same connections' listener.
+pub async fn serve(
+    hub: Arc<Hub>,
+    listener: tokio::net::TcpListener,
+) -> Result<(), tonic::transport::Error> {
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    tonic::transport::Server::builder()
+        .accept_http1(true)
+        .add_routes(tonic::service::Routes::from(router(hub)))
+        .serve_with_incoming(incoming)
+        .await
 }

@@ -226,4 +226,15 @@ impl HubState {
     pub fn proxies(&self) -> impl Iterator<Item = &ProxyEntry> {
         self.proxies.values()
     }
+
+    pub fn proxy(&self, id: &str) -> Option<&ProxyEntry> {
+        self.proxies.get(id)
+    }
+
+    /// The encoded body of one resource version, if any proxy holds it.
+    pub fn body(&self, t: ResourceType, name: &str, version: &str) -> Option<&Body> {
+        self.bodies
+            .get(&(t, name.to_string(), version.to_string()))
+            .map(|(b, _)| b)
+    }
 }

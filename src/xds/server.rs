@@ -14,6 +14,7 @@ use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service
 use envoy_types::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
 };
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -133,6 +134,46 @@ async fn serve_stream<P: Protocol>(
 /// The ADS service over a hub.
 pub struct Ads {
     hub: Arc<Hub>,
+    limits: Limits,
+    open_streams: Arc<AtomicUsize>,
+}
+
+/// Server-wide limits.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Concurrent ADS streams; more are refused with RESOURCE_EXHAUSTED.
+    pub max_streams: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_streams: 50_000,
+        }
+    }
+}
+
+/// Holds one slot of the stream budget while a stream task runs.
+struct StreamSlot(Arc<AtomicUsize>);
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Ads {
+    fn take_slot(&self) -> Result<StreamSlot, Status> {
+        let n = self.open_streams.fetch_add(1, Ordering::SeqCst);
+        let slot = StreamSlot(self.open_streams.clone());
+        if n >= self.limits.max_streams {
+            return Err(Status::resource_exhausted(format!(
+                "this meshflow serves at most {} xDS streams",
+                self.limits.max_streams
+            )));
+        }
+        Ok(slot)
+    }
 }
 
 #[tonic::async_trait]
@@ -144,12 +185,13 @@ impl AggregatedDiscoveryService for Ads {
         &self,
         request: Request<Streaming<DiscoveryRequest>>,
     ) -> Result<Response<Self::StreamAggregatedResourcesStream>, Status> {
+        let slot = self.take_slot()?;
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
-        tokio::spawn(serve_stream::<SotwStream>(
-            self.hub.clone(),
-            request.into_inner(),
-            tx,
-        ));
+        let hub = self.hub.clone();
+        tokio::spawn(async move {
+            serve_stream::<SotwStream>(hub, request.into_inner(), tx).await;
+            drop(slot);
+        });
         Ok(Response::new(ReceiverStream::new(rx)))
     }
 
@@ -157,12 +199,13 @@ impl AggregatedDiscoveryService for Ads {
         &self,
         request: Request<Streaming<DeltaDiscoveryRequest>>,
     ) -> Result<Response<Self::DeltaAggregatedResourcesStream>, Status> {
+        let slot = self.take_slot()?;
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
-        tokio::spawn(serve_stream::<DeltaStream>(
-            self.hub.clone(),
-            request.into_inner(),
-            tx,
-        ));
+        let hub = self.hub.clone();
+        tokio::spawn(async move {
+            serve_stream::<DeltaStream>(hub, request.into_inner(), tx).await;
+            drop(slot);
+        });
         Ok(Response::new(ReceiverStream::new(rx)))
     }
 }
@@ -170,11 +213,17 @@ impl AggregatedDiscoveryService for Ads {
 /// Serves ADS on `addr` until the process ends.
 pub async fn serve(
     hub: Arc<Hub>,
+    limits: Limits,
     listener: tokio::net::TcpListener,
 ) -> Result<(), tonic::transport::Error> {
-    let svc = AggregatedDiscoveryServiceServer::new(Ads { hub })
-        .max_decoding_message_size(MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(usize::MAX);
+    let open_streams = Arc::new(AtomicUsize::new(0));
+    let svc = AggregatedDiscoveryServiceServer::new(Ads {
+        hub,
+        limits,
+        open_streams,
+    })
+    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+    .max_encoding_message_size(usize::MAX);
     tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(std::time::Duration::from_secs(30)))
         .add_service(svc)

@@ -12,6 +12,7 @@
 #![allow(dead_code)]
 
 pub mod reviews;
+pub mod xds_client;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File};

@@ -6,10 +6,11 @@ use crate::model::{
     DestinationRule, LoadBalancer, Resolution, Resource, ResourceType, Service, ServicePort,
     TrafficPolicy,
 };
+use envoy_types::pb::envoy::config::cluster::v3::circuit_breakers::Thresholds;
 use envoy_types::pb::envoy::config::cluster::v3::cluster::{
     ClusterDiscoveryType, DiscoveryType, EdsClusterConfig, LbPolicy,
 };
-use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+use envoy_types::pb::envoy::config::cluster::v3::{CircuitBreakers, Cluster};
 use envoy_types::pb::envoy::config::core::v3::Http2ProtocolOptions;
 use envoy_types::pb::envoy::config::endpoint::v3::{
     lb_endpoint::HostIdentifier, ClusterLoadAssignment, Endpoint, LbEndpoint, LocalityLbEndpoints,
@@ -18,6 +19,7 @@ use envoy_types::pb::envoy::extensions::upstreams::http::v3::http_protocol_optio
     explicit_http_config::ProtocolConfig, ExplicitHttpConfig, UpstreamProtocolOptions,
 };
 use envoy_types::pb::envoy::extensions::upstreams::http::v3::HttpProtocolOptions;
+use envoy_types::pb::google::protobuf::UInt32Value;
 use envoy_types::util::pack_any;
 use prost::Message;
 
@@ -57,11 +59,13 @@ pub fn outbound(
                 .connect_timeout_ms
                 .unwrap_or(DEFAULT_CONNECT_TIMEOUT_MS),
         )),
+        // Istio's default is LEAST_REQUEST.
         lb_policy: match policy.load_balancer {
-            Some(LoadBalancer::LeastRequest) => LbPolicy::LeastRequest as i32,
+            Some(LoadBalancer::RoundRobin) => LbPolicy::RoundRobin as i32,
             Some(LoadBalancer::Random) => LbPolicy::Random as i32,
-            _ => LbPolicy::RoundRobin as i32,
+            Some(LoadBalancer::LeastRequest) | None => LbPolicy::LeastRequest as i32,
         },
+        circuit_breakers: Some(unlimited_circuit_breakers()),
         ..Default::default()
     };
     match service.resolution {
@@ -69,7 +73,11 @@ pub fn outbound(
             cluster.cluster_discovery_type =
                 Some(ClusterDiscoveryType::Type(DiscoveryType::Eds as i32));
             cluster.eds_cluster_config = Some(EdsClusterConfig {
-                eds_config: Some(ads()),
+                // Never give up waiting for the assignment: it is always sent (possibly empty).
+                eds_config: Some(envoy_types::pb::envoy::config::core::v3::ConfigSource {
+                    initial_fetch_timeout: Some(duration_ms(0)),
+                    ..ads()
+                }),
                 service_name: name.clone(),
             });
         }
@@ -106,6 +114,23 @@ pub fn outbound(
         );
     }
     Resource::new(ResourceType::Cluster, name, cluster.encode_to_vec())
+}
+
+/// Istio sets Envoy's per-cluster limits to the maximum unless a DestinationRule says
+/// otherwise; Envoy's own defaults (1024 requests, 3 concurrent retries) would cap traffic.
+fn unlimited_circuit_breakers() -> CircuitBreakers {
+    let max = Some(UInt32Value { value: u32::MAX });
+    CircuitBreakers {
+        thresholds: vec![Thresholds {
+            max_connections: max,
+            max_pending_requests: max,
+            max_requests: max,
+            max_retries: max,
+            track_remaining: true,
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
 }
 
 fn single_host(cluster: &str, ip_or_host: &str, port: u16) -> ClusterLoadAssignment {

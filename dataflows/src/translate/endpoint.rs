@@ -40,9 +40,11 @@ pub fn load_assignment<'a>(
         endpoints: if lb_endpoints.is_empty() {
             Vec::new()
         } else {
+            // The locality's weight is the sum of its endpoints' weights, as Istio sends it.
+            let weight = lb_endpoints.len() as u32;
             vec![LocalityLbEndpoints {
                 lb_endpoints,
-                load_balancing_weight: Some(UInt32Value { value: 1 }),
+                load_balancing_weight: Some(UInt32Value { value: weight }),
                 ..Default::default()
             }]
         },

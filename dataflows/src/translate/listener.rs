@@ -14,7 +14,8 @@ use envoy_types::pb::envoy::config::route::v3::{
 use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
 use envoy_types::pb::envoy::extensions::filters::listener::original_dst::v3::OriginalDst;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
-    http_connection_manager::RouteSpecifier, http_filter, HttpConnectionManager, HttpFilter, Rds,
+    http_connection_manager::{PathWithEscapedSlashesAction, RouteSpecifier, UpgradeConfig},
+    http_filter, HttpConnectionManager, HttpFilter, Rds,
 };
 use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{tcp_proxy, TcpProxy};
 use envoy_types::pb::google::protobuf::{BoolValue, UInt32Value};
@@ -38,15 +39,31 @@ fn hcm_filter(hcm: HttpConnectionManager) -> Filter {
     }
 }
 
-fn rds_hcm(stat_prefix: &str, route_name: &str) -> HttpConnectionManager {
+/// The connection manager settings Istio uses everywhere: normalized paths with escaped
+/// slashes kept, websocket upgrades allowed.
+fn base_hcm(stat_prefix: &str) -> HttpConnectionManager {
     HttpConnectionManager {
         stat_prefix: stat_prefix.to_string(),
+        http_filters: vec![router_filter()],
+        normalize_path: Some(BoolValue { value: true }),
+        path_with_escaped_slashes_action: PathWithEscapedSlashesAction::KeepUnchanged as i32,
+        upgrade_configs: vec![UpgradeConfig {
+            upgrade_type: "websocket".into(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+fn rds_hcm(stat_prefix: &str, route_name: &str, edge: bool) -> HttpConnectionManager {
+    HttpConnectionManager {
         route_specifier: Some(RouteSpecifier::Rds(Rds {
             config_source: Some(super::ads()),
             route_config_name: route_name.to_string(),
         })),
-        http_filters: vec![router_filter()],
-        ..Default::default()
+        // At the edge (gateways) the peer is the real client.
+        use_remote_address: edge.then_some(BoolValue { value: true }),
+        ..base_hcm(stat_prefix)
     }
 }
 
@@ -55,24 +72,25 @@ pub fn listener_name(ip: &str, port: u16) -> String {
     format!("{ip}_{port}")
 }
 
-/// An HTTP listener on `ip:port` that takes its routes from RDS `route_name`.
-/// `bind_to_port: false` listeners only receive connections handed over by `virtualOutbound`.
+/// An outbound HTTP listener on `ip:port` that takes its routes from RDS `route_name`.
+/// `bind_to_port: false` listeners only receive connections handed over by `virtualOutbound`;
+/// `edge` listeners (gateways) face clients directly.
 pub fn http_listener(
     ip: &str,
     port: u16,
     bind_to_port: bool,
     route_name: &str,
-    outbound: bool,
+    edge: bool,
 ) -> Resource {
     let name = listener_name(ip, port);
-    let direction = if outbound { "outbound" } else { "inbound" };
     let listener = Listener {
         name: name.clone(),
         address: Some(socket_address(ip, port)),
         filter_chains: vec![FilterChain {
             filters: vec![hcm_filter(rds_hcm(
-                &format!("{direction}_{name}"),
+                &format!("outbound_{name}"),
                 route_name,
+                edge,
             ))],
             ..Default::default()
         }],
@@ -81,11 +99,7 @@ pub fn http_listener(
         } else {
             Some(BoolValue { value: false })
         },
-        traffic_direction: if outbound {
-            TrafficDirection::Outbound as i32
-        } else {
-            TrafficDirection::Inbound as i32
-        },
+        traffic_direction: TrafficDirection::Outbound as i32,
         ..Default::default()
     };
     Resource::new(ResourceType::Listener, name, listener.encode_to_vec())
@@ -145,7 +159,6 @@ pub fn virtual_inbound(ports: &[u16]) -> Resource {
         .map(|&port| {
             let cluster = inbound_cluster_name(port);
             let hcm = HttpConnectionManager {
-                stat_prefix: cluster.clone(),
                 route_specifier: Some(RouteSpecifier::RouteConfig(RouteConfiguration {
                     name: cluster.clone(),
                     virtual_hosts: vec![VirtualHost {
@@ -169,8 +182,7 @@ pub fn virtual_inbound(ports: &[u16]) -> Resource {
                     validate_clusters: Some(BoolValue { value: false }),
                     ..Default::default()
                 })),
-                http_filters: vec![router_filter()],
-                ..Default::default()
+                ..base_hcm(&cluster)
             };
             FilterChain {
                 name: cluster,

@@ -7,42 +7,66 @@ use crate::model::{
     HttpMatch, HttpRoute, ResolvedVs, Resource, ResourceType, RouteDestination, Service,
     StringMatch,
 };
+use envoy_types::pb::envoy::config::route::v3::retry_policy::{
+    retry_host_predicate, RetryHostPredicate,
+};
 use envoy_types::pb::envoy::config::route::v3::{
     header_matcher::HeaderMatchSpecifier, route::Action, route_action::ClusterSpecifier,
     route_match::PathSpecifier, weighted_cluster::ClusterWeight, HeaderMatcher, RetryPolicy, Route,
     RouteAction, RouteConfiguration, RouteMatch, VirtualHost, WeightedCluster,
 };
+use envoy_types::pb::envoy::extensions::retry::host::previous_hosts::v3::PreviousHostsPredicate;
 use envoy_types::pb::envoy::r#type::matcher::v3::{
     string_matcher::MatchPattern, RegexMatcher, StringMatcher,
 };
 use envoy_types::pb::google::protobuf::{BoolValue, UInt32Value};
+use envoy_types::util::pack_any;
 use prost::Message;
 
-/// Istio's default retry policy for mesh routes.
+/// Istio's default retry policy for mesh routes: retry elsewhere (previous hosts are
+/// avoided) on connection failures and 503s.
 fn default_retry_policy() -> RetryPolicy {
     RetryPolicy {
         retry_on: "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes"
             .into(),
         num_retries: Some(UInt32Value { value: 2 }),
         retriable_status_codes: vec![503],
+        retry_host_predicate: vec![RetryHostPredicate {
+            name: "envoy.retry_host_predicates.previous_hosts".into(),
+            config_type: Some(retry_host_predicate::ConfigType::TypedConfig(pack_any(
+                PreviousHostsPredicate {},
+            ))),
+        }],
+        host_selection_retry_max_attempts: 5,
         ..Default::default()
     }
 }
 
+/// A VirtualService's `retries`, on top of the default policy. `retryOn` may mix Envoy
+/// retry conditions and HTTP status codes (`503,connect-failure`), as Istio accepts.
 fn retry_policy(route: &HttpRoute) -> Option<RetryPolicy> {
-    match &route.retries {
-        None => Some(default_retry_policy()),
-        Some(r) if r.attempts == 0 => None,
-        Some(r) => Some(RetryPolicy {
-            retry_on: r
-                .retry_on
-                .clone()
-                .unwrap_or_else(|| default_retry_policy().retry_on),
-            num_retries: Some(UInt32Value { value: r.attempts }),
-            per_try_timeout: r.per_try_timeout_ms.map(duration_ms),
-            ..Default::default()
-        }),
+    let r = match &route.retries {
+        None => return Some(default_retry_policy()),
+        Some(r) if r.attempts == 0 => return None,
+        Some(r) => r,
+    };
+    let mut policy = default_retry_policy();
+    policy.num_retries = Some(UInt32Value { value: r.attempts });
+    policy.per_try_timeout = r.per_try_timeout_ms.map(duration_ms);
+    if let Some(on) = &r.retry_on {
+        let (codes, conditions): (Vec<&str>, Vec<&str>) = on
+            .split(',')
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .partition(|c| c.parse::<u32>().is_ok());
+        let mut conditions: Vec<String> = conditions.into_iter().map(String::from).collect();
+        if !codes.is_empty() && !conditions.iter().any(|c| c == "retriable-status-codes") {
+            conditions.push("retriable-status-codes".into());
+        }
+        policy.retry_on = conditions.join(",");
+        policy.retriable_status_codes = codes.iter().filter_map(|c| c.parse().ok()).collect();
     }
+    Some(policy)
 }
 
 /// The port a destination means: explicit, else the only port of the destination service,
@@ -267,10 +291,14 @@ pub fn gateway_route_config(
         .iter()
         .map(|(domain, vss)| VirtualHost {
             name: format!("{domain}:{port}"),
+            // Exact hosts match on any port (behind a load balancer the port differs);
+            // wildcard hosts as themselves and with the listener port, as Istio does.
             domains: if domain == "*" {
                 vec!["*".into()]
-            } else {
+            } else if domain.starts_with('*') {
                 vec![domain.clone(), format!("{domain}:{port}")]
+            } else {
+                vec![domain.clone(), format!("{domain}:*")]
             },
             routes: vss.iter().flat_map(|vs| vs_routes(vs, port)).collect(),
             ..Default::default()
