@@ -60,6 +60,25 @@ enum Command {
         /// Concurrent xDS streams served; more are refused with RESOURCE_EXHAUSTED.
         #[arg(long, default_value_t = 50_000)]
         max_streams: usize,
+        /// PEM certificate chain for TLS on the xDS port (reloaded when it changes).
+        #[arg(long, requires = "tls_key")]
+        tls_cert: Option<PathBuf>,
+        /// PEM private key for --tls-cert.
+        #[arg(long, requires = "tls_cert")]
+        tls_key: Option<PathBuf>,
+        /// PEM CA bundle: require client certificates it signed (mTLS), and check their
+        /// SPIFFE identity against the namespace each proxy claims.
+        #[arg(long, requires = "tls_cert")]
+        tls_client_ca: Option<PathBuf>,
+        /// SPIFFE trust domain of client identities.
+        #[arg(long, default_value = "cluster.local")]
+        trust_domain: String,
+        /// Require `authorization: Bearer TOKEN` matching this file's content.
+        #[arg(long)]
+        token_file: Option<PathBuf>,
+        /// Serve plaintext xDS on a non-loopback address.
+        #[arg(long)]
+        plaintext: bool,
         #[command(flatten)]
         mesh: MeshArgs,
     },
@@ -82,6 +101,12 @@ enum Command {
         #[arg(short, long, value_enum, default_value = "table")]
         output: meshflow::debug::cli::Output,
     },
+    /// Write a synthetic mesh as a directory of Kubernetes/Istio YAML.
+    MeshGen(meshflow::bench::cli::MeshGenArgs),
+    /// Simulated proxies: real ADS clients over loopback; prints a JSON summary on exit.
+    Loadgen(meshflow::bench::cli::LoadgenArgs),
+    /// Start a server on a generated mesh, apply scenarios, measure, verify.
+    Bench(meshflow::bench::cli::BenchArgs),
     /// Check a directory of YAML and report every rejected object.
     Validate {
         #[arg(long)]
@@ -108,6 +133,12 @@ fn main() -> ExitCode {
             workers,
             debounce_ms,
             max_streams,
+            tls_cert,
+            tls_key,
+            tls_client_ca,
+            trust_domain,
+            token_file,
+            plaintext,
             mesh,
         } => {
             let rt = match tokio::runtime::Builder::new_multi_thread()
@@ -128,6 +159,20 @@ fn main() -> ExitCode {
                 debounce: Duration::from_millis(debounce_ms),
                 mesh: mesh.mesh(),
                 limits: meshflow::xds::server::Limits { max_streams },
+                auth: meshflow::xds::auth::AuthConfig {
+                    require_spiffe: tls_client_ca.is_some(),
+                    trust_domain,
+                    token_file,
+                },
+                tls: match (tls_cert, tls_key) {
+                    (Some(cert), Some(key)) => Some(meshflow::xds::tls::TlsFiles {
+                        cert,
+                        key,
+                        client_ca: tls_client_ca,
+                    }),
+                    _ => None,
+                },
+                plaintext,
             };
             match rt.block_on(serve(opts)) {
                 Ok(()) => ExitCode::SUCCESS,
@@ -148,6 +193,9 @@ fn main() -> ExitCode {
         } => print_client(meshflow::debug::cli::proxy_config(
             debug_addr, kind, &proxy, output,
         )),
+        Command::MeshGen(args) => meshflow::bench::cli::mesh_gen(args),
+        Command::Loadgen(args) => meshflow::bench::cli::loadgen(args),
+        Command::Bench(args) => meshflow::bench::cli::bench(args),
         Command::Validate { config_dir, mesh } => {
             let mut source = meshflow::sources::files::FileSource::new(config_dir, mesh.mesh());
             let scan = source.rescan();

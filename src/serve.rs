@@ -2,6 +2,8 @@
 
 use crate::runtime::{self, Input};
 use crate::sources::files::{self, FileSource};
+use crate::xds::auth::AuthConfig;
+use crate::xds::tls::{self, TlsFiles};
 use crate::xds::{hub::Hub, server};
 use dataflows::model::MeshConfig;
 use std::net::SocketAddr;
@@ -17,6 +19,11 @@ pub struct ServeOptions {
     pub debounce: Duration,
     pub mesh: MeshConfig,
     pub limits: server::Limits,
+    /// TLS (and mTLS with a client CA) for the xDS port.
+    pub tls: Option<TlsFiles>,
+    pub auth: AuthConfig,
+    /// Allow plaintext xDS on a non-loopback address.
+    pub plaintext: bool,
 }
 
 pub async fn serve(opts: ServeOptions) -> Result<(), String> {
@@ -26,6 +33,14 @@ pub async fn serve(opts: ServeOptions) -> Result<(), String> {
             opts.config_dir.display()
         ));
     }
+    if opts.tls.is_none() && !opts.xds_addr.ip().is_loopback() && !opts.plaintext {
+        return Err(format!(
+            "refusing plaintext xDS on {}: give --tls-cert and --tls-key (and --tls-client-ca for mTLS), \
+             or --plaintext if the network is trusted",
+            opts.xds_addr
+        ));
+    }
+    let acceptor = opts.tls.as_ref().map(tls::acceptor).transpose()?;
     let (inputs_tx, inputs_rx) = std::sync::mpsc::channel::<Input>();
     let hub = Hub::new(inputs_tx.clone());
     {
@@ -98,7 +113,7 @@ pub async fn serve(opts: ServeOptions) -> Result<(), String> {
     let local = listener.local_addr().map_err(|e| e.to_string())?;
     tracing::info!(addr = %local, "xDS server listening");
     eprintln!("meshflow: xDS server listening on {local}");
-    server::serve(hub, opts.limits, listener)
+    server::serve(hub, opts.limits, opts.auth, acceptor, listener)
         .await
         .map_err(|e| format!("xDS server: {e}"))
 }

@@ -16,7 +16,6 @@ use envoy_types::pb::envoy::extensions::filters::network::http_connection_manage
 use envoy_types::pb::envoy::r#type::matcher::v3::{
     string_matcher::MatchPattern, NodeMatcher, RegexMatcher, StringMatcher, StructMatcher,
 };
-use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse,
 };
@@ -24,50 +23,22 @@ use envoy_types::pb::envoy::service::status::v3::client_status_discovery_service
 use envoy_types::pb::envoy::service::status::v3::{
     ClientConfig, ClientStatusRequest, ClientStatusResponse, ConfigStatus,
 };
-use envoy_types::pb::google::protobuf::{value::Kind, Struct, Value};
 use envoy_types::pb::google::rpc::Status as RpcStatus;
 use prost::Message;
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::process::Command;
 use std::time::Duration;
+use support::xds_client::{self, node, CDS, EDS, LDS, RDS};
 use support::{http_get, write_config, Meshflow, TestDir};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::Streaming;
 
-const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
-const EDS: &str = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
-const LDS: &str = "type.googleapis.com/envoy.config.listener.v3.Listener";
-const RDS: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
 const TYPES: [&str; 4] = [CDS, EDS, LDS, RDS];
 const REVIEWS: &str = "outbound|9080||reviews.default.svc.cluster.local";
 const A_ID: &str = "sidecar~10.9.1.1~a-1.default~default.svc.cluster.local";
 const B_ID: &str = "sidecar~10.9.1.2~b-1.other~other.svc.cluster.local";
 const NACK_TEXT: &str = "Error adding/updating listener(s) 0.0.0.0_9080: on purpose";
-
-fn node(id: &str, ns: &str, labels: &[(&str, &str)]) -> Node {
-    let s = |v: &str| Value {
-        kind: Some(Kind::StringValue(v.into())),
-    };
-    let mut l = Struct::default();
-    for (k, v) in labels {
-        l.fields.insert(k.to_string(), s(v));
-    }
-    let mut meta = Struct::default();
-    meta.fields.insert("NAMESPACE".into(), s(ns));
-    meta.fields.insert(
-        "LABELS".into(),
-        Value {
-            kind: Some(Kind::StructValue(l)),
-        },
-    );
-    Node {
-        id: id.into(),
-        metadata: Some(meta),
-        ..Default::default()
-    }
-}
 
 /// Two services in `default` (reviews with two endpoints), a Sidecar that confines
 /// `app: isolated` proxies in `other` to their own (empty) namespace, and one invalid
@@ -90,13 +61,11 @@ fn write_mesh(dir: &std::path::Path) {
     );
 }
 
-/// A Delta ADS client that subscribes and ACKs as Envoy does, remembering what it holds.
+/// The shared Delta client (`support::xds_client`), which subscribes and ACKs as Envoy
+/// does, plus what this file needs: the bodies it holds, the last nonce per type (to NACK),
+/// and RDS subscriptions.
 struct DeltaClient {
-    tx: mpsc::Sender<DeltaDiscoveryRequest>,
-    rx: Streaming<DeltaDiscoveryResponse>,
-    node: Option<Node>,
-    /// type → name → version held.
-    held: HashMap<String, BTreeMap<String, String>>,
+    inner: xds_client::DeltaClient,
     /// type → (name → encoded body) held.
     bodies: HashMap<String, BTreeMap<String, Vec<u8>>>,
     last_nonce: HashMap<String, String>,
@@ -104,49 +73,30 @@ struct DeltaClient {
 
 impl DeltaClient {
     async fn connect(addr: SocketAddr, node: Node) -> DeltaClient {
-        let mut client = AggregatedDiscoveryServiceClient::connect(format!("http://{addr}"))
-            .await
-            .expect("connect");
-        let (tx, rx) = mpsc::channel(16);
-        let rx = client
-            .delta_aggregated_resources(ReceiverStream::new(rx))
-            .await
-            .expect("open stream")
-            .into_inner();
         DeltaClient {
-            tx,
-            rx,
-            node: Some(node),
-            held: HashMap::new(),
+            inner: xds_client::DeltaClient::connect(addr, node).await,
             bodies: HashMap::new(),
             last_nonce: HashMap::new(),
         }
     }
 
-    async fn send(&mut self, mut req: DeltaDiscoveryRequest) {
-        req.node = self.node.take();
-        self.tx.send(req).await.expect("send");
+    fn held(&self, type_url: &str) -> BTreeMap<String, String> {
+        self.inner.held.get(type_url).cloned().unwrap_or_default()
+    }
+
+    fn names(&self, type_url: &str) -> Vec<String> {
+        self.inner.names(type_url)
     }
 
     async fn subscribe(&mut self, type_url: &str, names: &[String]) {
-        self.send(DeltaDiscoveryRequest {
-            type_url: type_url.into(),
-            resource_names_subscribe: names.to_vec(),
-            ..Default::default()
-        })
-        .await;
+        self.inner.subscribe(type_url, names, HashMap::new()).await;
     }
 
     /// The next response within `wait`, applied and ACKed.
     async fn recv(&mut self, wait: Duration) -> Option<DeltaDiscoveryResponse> {
-        let resp = tokio::time::timeout(wait, self.rx.message())
-            .await
-            .ok()?
-            .expect("stream error")?;
-        let held = self.held.entry(resp.type_url.clone()).or_default();
+        let resp = self.inner.recv(wait).await?;
         let bodies = self.bodies.entry(resp.type_url.clone()).or_default();
         for r in &resp.resources {
-            held.insert(r.name.clone(), r.version.clone());
             let body = r
                 .resource
                 .as_ref()
@@ -155,29 +105,15 @@ impl DeltaClient {
             bodies.insert(r.name.clone(), body);
         }
         for n in &resp.removed_resources {
-            held.remove(n);
             bodies.remove(n);
         }
         self.last_nonce
             .insert(resp.type_url.clone(), resp.nonce.clone());
-        let ack = DeltaDiscoveryRequest {
-            type_url: resp.type_url.clone(),
-            response_nonce: resp.nonce.clone(),
-            ..Default::default()
-        };
-        self.send(ack).await;
         Some(resp)
     }
 
     async fn drain(&mut self, wait: Duration) {
         while self.recv(wait).await.is_some() {}
-    }
-
-    fn names(&self, type_url: &str) -> Vec<String> {
-        self.held
-            .get(type_url)
-            .map(|m| m.keys().cloned().collect())
-            .unwrap_or_default()
     }
 
     /// Route configurations the held listeners name over RDS.
@@ -239,17 +175,18 @@ impl DeltaClient {
             .get(type_url)
             .cloned()
             .expect("a response to NACK");
-        self.send(DeltaDiscoveryRequest {
-            type_url: type_url.into(),
-            response_nonce: nonce,
-            error_detail: Some(RpcStatus {
-                code: 3,
-                message: message.into(),
-                details: vec![],
-            }),
-            ..Default::default()
-        })
-        .await;
+        self.inner
+            .send(DeltaDiscoveryRequest {
+                type_url: type_url.into(),
+                response_nonce: nonce,
+                error_detail: Some(RpcStatus {
+                    code: 3,
+                    message: message.into(),
+                    details: vec![],
+                }),
+                ..Default::default()
+            })
+            .await;
     }
 }
 
@@ -340,7 +277,7 @@ async fn csds_reports_what_each_proxy_holds() {
     for (c, proxy) in all.config.iter().zip([&s.a, &s.b]) {
         let st = statuses(c);
         for t in TYPES {
-            let held = proxy.held.get(t).cloned().unwrap_or_default();
+            let held = proxy.held(t);
             let got: BTreeMap<String, String> = st
                 .get(t)
                 .into_iter()
@@ -592,7 +529,7 @@ async fn http_endpoints_serve_debug_json_and_metrics() {
         .iter()
         .find(|c| c["cluster"]["name"] == REVIEWS)
         .expect("reviews");
-    assert_eq!(reviews["version_info"], s.a.held[CDS][REVIEWS].as_str());
+    assert_eq!(reviews["version_info"], s.a.held(CDS)[REVIEWS].as_str());
     assert_eq!(reviews["cluster"]["@type"], CDS);
     assert_eq!(reviews["cluster"]["type"], "EDS");
     assert_eq!(

@@ -13,8 +13,11 @@ pub struct Shape {
     pub proxies: usize,
     /// Every `vs_every`-th service gets a DestinationRule (v1/v2) and a 90/10 VirtualService.
     pub vs_every: usize,
-    /// Each namespace gets a Sidecar importing `./*` and the first namespace.
+    /// Each namespace gets a Sidecar importing `./*` and the first `shared_namespaces`
+    /// namespaces.
     pub sidecar_scoping: bool,
+    /// Namespaces every Sidecar imports besides its own (`ns-0` … `ns-{n-1}`).
+    pub shared_namespaces: usize,
 }
 
 impl Shape {
@@ -26,6 +29,35 @@ impl Shape {
             proxies: 200,
             vs_every: 4,
             sidecar_scoping: true,
+            shared_namespaces: 1,
+        }
+    }
+
+    /// Istio's published load-test shape: 1,000 services × 10 endpoints, 20 namespaces,
+    /// 2,000 proxies.
+    pub fn medium(sidecar_scoping: bool) -> Shape {
+        Shape {
+            services: 1_000,
+            endpoints_per_service: 10,
+            namespaces: 20,
+            proxies: 2_000,
+            vs_every: 4,
+            sidecar_scoping,
+            shared_namespaces: 1,
+        }
+    }
+
+    /// 5,000 services × 10 endpoints, 100 namespaces, 10,000 proxies, each scoped by
+    /// Sidecar to its namespace plus two shared ones.
+    pub fn large() -> Shape {
+        Shape {
+            services: 5_000,
+            endpoints_per_service: 10,
+            namespaces: 100,
+            proxies: 10_000,
+            vs_every: 4,
+            sidecar_scoping: true,
+            shared_namespaces: 2,
         }
     }
 }
@@ -138,13 +170,20 @@ pub fn records(shape: &Shape, mesh: &MeshConfig) -> Vec<Record> {
                     port: None,
                     bind: None,
                     capture_none: false,
-                    hosts: vec!["./*".into(), format!("{}/*", namespace(0))],
+                    hosts: sidecar_hosts(shape),
                 }],
             }));
         }
     }
     out.extend((0..shape.proxies).map(|p| proxy(p, shape)));
     out
+}
+
+/// The egress hosts of every namespace's Sidecar: `./*` and the shared namespaces.
+pub fn sidecar_hosts(shape: &Shape) -> Vec<String> {
+    let mut hosts = vec!["./*".to_string()];
+    hosts.extend((0..shape.shared_namespaces).map(|n| format!("{}/*", namespace(n))));
+    hosts
 }
 
 /// The VirtualService of service `s` sending `v1_weight`% to v1 and the rest to v2.

@@ -3,7 +3,7 @@
 //! the HTTP endpoints serve (`/debug/proxies`; Envoy's JSON form of the resources), `-o
 //! yaml` the same as YAML.
 
-use super::envoy_json::resource_json;
+use super::envoy_json::{print, print_resources, Format};
 use super::pb::debug_client::DebugClient;
 use super::pb::{ListProxiesRequest, ListProxiesResponse};
 use super::status::{proxies_json, resolve_proxy};
@@ -25,7 +25,6 @@ use envoy_types::pb::envoy::service::status::v3::client_status_discovery_service
 use envoy_types::pb::envoy::service::status::v3::ClientStatusRequest;
 use envoy_types::pb::google::protobuf::Duration;
 use prost::Message;
-use serde_json::Value;
 use std::io::IsTerminal;
 use std::net::SocketAddr;
 
@@ -34,7 +33,9 @@ use std::net::SocketAddr;
 pub enum Output {
     /// Aligned columns for people.
     Table,
+    /// JSON (resources in Envoy's own JSON form, as in its admin config_dump).
     Json,
+    /// The same as YAML.
     Yaml,
 }
 
@@ -58,13 +59,14 @@ impl ConfigKind {
     }
 }
 
-fn structured(v: &Value, output: Output) -> Result<String, String> {
-    match output {
-        Output::Json => serde_json::to_string_pretty(v)
-            .map(|s| s + "\n")
-            .map_err(|e| e.to_string()),
-        Output::Yaml => serde_yaml_ng::to_string(v).map_err(|e| e.to_string()),
-        Output::Table => Err("not a table".into()),
+impl Output {
+    /// The structured format, `None` for a table.
+    fn format(self) -> Option<Format> {
+        match self {
+            Output::Table => None,
+            Output::Json => Some(Format::Json),
+            Output::Yaml => Some(Format::Yaml),
+        }
     }
 }
 
@@ -114,8 +116,8 @@ async fn list_proxies(addr: SocketAddr) -> Result<ListProxiesResponse, String> {
 /// the resource count), then the NACK messages.
 pub async fn proxy_status(addr: SocketAddr, output: Output) -> Result<String, String> {
     let resp = list_proxies(addr).await?;
-    if output != Output::Table {
-        return structured(&proxies_json(&resp), output);
+    if let Some(format) = output.format() {
+        return print(&proxies_json(&resp), format);
     }
     let mut rows = vec![vec![
         "NAME".to_string(),
@@ -209,12 +211,8 @@ pub async fn proxy_config(
 ) -> Result<String, String> {
     let t = kind.rtype();
     let resources = fetch_resources(addr, proxy, t).await?;
-    if output != Output::Table {
-        let all: Vec<Value> = resources
-            .iter()
-            .map(|(name, body)| resource_json(t, name, body))
-            .collect();
-        return structured(&Value::Array(all), output);
+    if let Some(format) = output.format() {
+        return print_resources(t, &resources, format);
     }
     let decode_err = |name: &str, e: prost::DecodeError| format!("decoding {name}: {e}");
     let mut rows: Vec<Vec<String>> = Vec::new();

@@ -301,21 +301,19 @@ pub fn config_dump_value(per_type: &[(ResourceType, Vec<DumpEntry>)]) -> Value {
                 }
             })
             .collect();
-        let section = match t {
-            ResourceType::Cluster => {
-                json!({ "@type": format!("{ADMIN}ClustersConfigDump"), "dynamic_active_clusters": items })
-            }
-            ResourceType::Listener => {
-                json!({ "@type": format!("{ADMIN}ListenersConfigDump"), "dynamic_listeners": items })
-            }
-            ResourceType::Route => {
-                json!({ "@type": format!("{ADMIN}RoutesConfigDump"), "dynamic_route_configs": items })
-            }
-            ResourceType::Endpoint => {
-                json!({ "@type": format!("{ADMIN}EndpointsConfigDump"), "dynamic_endpoint_configs": items })
-            }
+        let (section, field) = match t {
+            ResourceType::Cluster => ("ClustersConfigDump", "dynamic_active_clusters"),
+            ResourceType::Listener => ("ListenersConfigDump", "dynamic_listeners"),
+            ResourceType::Route => ("RoutesConfigDump", "dynamic_route_configs"),
+            ResourceType::Endpoint => ("EndpointsConfigDump", "dynamic_endpoint_configs"),
         };
-        configs.push(section);
+        let mut m = Map::new();
+        m.insert("@type".into(), Value::String(format!("{ADMIN}{section}")));
+        // Like Envoy (proto3 JSON), an empty list is left out.
+        if !items.is_empty() {
+            m.insert(field.into(), Value::Array(items));
+        }
+        configs.push(Value::Object(m));
     }
     json!({ "configs": configs })
 }
@@ -329,11 +327,9 @@ mod tests {
     };
     use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
     use envoy_types::pb::google::protobuf::Duration;
-    use prost::Message;
 
-    #[test]
-    fn cluster_renders_as_envoy_json() {
-        let c = Cluster {
+    fn reviews() -> Cluster {
+        Cluster {
             name: "outbound|9080||reviews.default.svc.cluster.local".into(),
             cluster_discovery_type: Some(cluster::ClusterDiscoveryType::Type(
                 cluster::DiscoveryType::Eds as i32,
@@ -353,7 +349,12 @@ mod tests {
                 nanos: 0,
             }),
             ..Default::default()
-        };
+        }
+    }
+
+    #[test]
+    fn cluster_renders_as_envoy_json() {
+        let c = reviews();
         let v = resource_json(ResourceType::Cluster, &c.name, &c.encode_to_vec());
         assert_eq!(
             v,
@@ -367,6 +368,31 @@ mod tests {
                 "connect_timeout": "10s",
             })
         );
+        // Printed, fields come in Envoy's (proto) order, `@type` first.
+        let text = print_resources(
+            ResourceType::Cluster,
+            &[(c.name.clone(), c.encode_to_vec())],
+            Format::Json,
+        )
+        .expect("prints");
+        let at = |k: &str| text.find(k).unwrap_or(usize::MAX);
+        assert!(
+            at("@type") < at("\"name\"") && at("\"name\"") < at("\"type\""),
+            "{text}"
+        );
+        assert!(
+            at("\"eds_cluster_config\"") < at("\"connect_timeout\""),
+            "{text}"
+        );
+        let parsed: Value = serde_json::from_str(&text).expect("JSON");
+        assert_eq!(parsed, json!([v]));
+        let yaml = print_resources(
+            ResourceType::Cluster,
+            &[(c.name.clone(), c.encode_to_vec())],
+            Format::Yaml,
+        )
+        .expect("prints");
+        assert!(yaml.contains("type: EDS"), "{yaml}");
     }
 
     #[test]
@@ -386,20 +412,62 @@ mod tests {
         let bad = resource_json(ResourceType::Cluster, "x", &[0xff, 0xff]);
         assert_eq!(bad["name"], "x");
         assert!(bad["meshflow_error"].is_string());
+        // A list with a bad resource still prints, the bad one as its error.
+        let c = reviews();
+        let text = print_resources(
+            ResourceType::Cluster,
+            &[
+                (c.name.clone(), c.encode_to_vec()),
+                ("x".into(), vec![0xff, 0xff]),
+            ],
+            Format::Json,
+        )
+        .expect("prints");
+        let parsed: Value = serde_json::from_str(&text).expect("JSON");
+        assert_eq!(parsed[0]["name"], c.name.as_str());
+        assert_eq!(parsed[1]["name"], "x");
+    }
+
+    fn entry(name: &str, body: Option<Vec<u8>>) -> DumpEntry {
+        DumpEntry {
+            name: name.into(),
+            version: "1".into(),
+            body: body.map(|b| Body(b.into())),
+        }
     }
 
     #[test]
     fn dump_has_envoy_sections() {
-        let dump = config_dump(&[(
-            ResourceType::Listener,
-            vec![DumpEntry {
-                name: "l".into(),
-                version: "1".into(),
-                body: None,
-            }],
-        )]);
+        let c = reviews();
+        let per_type = vec![(
+            ResourceType::Cluster,
+            vec![entry(&c.name, Some(c.encode_to_vec()))],
+        )];
+        let text = config_dump(&per_type);
+        let dump: Value = serde_json::from_str(&text).expect("JSON");
+        // Printed in one pass in Envoy's order, and equal to the resource-by-resource form.
+        assert_eq!(dump, config_dump_value(&per_type));
+        assert!(
+            text.find("\"version_info\"") < text.find("\"cluster\""),
+            "{text}"
+        );
         let configs = dump["configs"].as_array().expect("configs");
         assert_eq!(configs.len(), 4);
+        assert_eq!(
+            configs[0]["dynamic_active_clusters"][0]["cluster"]["name"],
+            c.name.as_str()
+        );
+
+        // A body that is gone: the rest of the dump is still there.
+        let per_type = vec![
+            (
+                ResourceType::Cluster,
+                vec![entry(&c.name, Some(c.encode_to_vec()))],
+            ),
+            (ResourceType::Listener, vec![entry("l", None)]),
+        ];
+        let dump: Value = serde_json::from_str(&config_dump(&per_type)).expect("JSON");
+        let configs = dump["configs"].as_array().expect("configs");
         assert_eq!(
             configs[1]["@type"],
             "type.googleapis.com/envoy.admin.v3.ListenersConfigDump"
@@ -408,6 +476,14 @@ mod tests {
         assert_eq!(
             configs[1]["dynamic_listeners"][0]["active_state"]["version_info"],
             "1"
+        );
+        assert!(
+            configs[1]["dynamic_listeners"][0]["active_state"]["listener"]["meshflow_error"]
+                .is_string()
+        );
+        assert_eq!(
+            configs[0]["dynamic_active_clusters"][0]["cluster"]["type"],
+            "EDS"
         );
     }
 

@@ -80,7 +80,7 @@ async fn dump(State(hub): State<Arc<Hub>>, Query(q): Query<DumpQuery>) -> Respon
     };
     // Decoding every resource of a large proxy is CPU work: keep it off the async workers.
     match tokio::task::spawn_blocking(move || config_dump(&per_type)).await {
-        Ok(v) => Json(v).into_response(),
+        Ok(text) => ([(header::CONTENT_TYPE, "application/json")], text).into_response(),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
 }

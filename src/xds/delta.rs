@@ -21,6 +21,11 @@ struct TypeState {
     /// Names to send even though the client holds their version: the ClusterLoadAssignment
     /// of a cluster that was just updated, which Envoy needs to finish warming it.
     resend: BTreeSet<String>,
+    /// The client is waiting for an answer (first request, new subscriptions) even if
+    /// there is nothing to send: Envoy would otherwise wait out its initial fetch timeout.
+    must_respond: bool,
+    /// Newly subscribed names: answered as removed if they do not exist.
+    asked: BTreeSet<String>,
 }
 
 #[derive(Default, Debug)]
@@ -50,6 +55,8 @@ impl DeltaStream {
             st.client = req.initial_resource_versions.clone();
             // The legacy wildcard: a first CDS/LDS request that names nothing.
             st.wildcard = wildcard_by_default(t) && req.resource_names_subscribe.is_empty();
+            // A client resuming with versions already has what it needs to run.
+            st.must_respond = req.initial_resource_versions.is_empty();
         }
         if !req.response_nonce.is_empty() {
             if st.in_flight.as_deref() == Some(req.response_nonce.as_str()) {
@@ -69,6 +76,10 @@ impl DeltaStream {
                 st.wildcard = true;
             } else {
                 st.names.insert(name.clone());
+                if !st.client.contains_key(name) {
+                    st.asked.insert(name.clone());
+                    st.must_respond = true;
+                }
             }
         }
         for name in &req.resource_names_unsubscribe {
@@ -129,10 +140,19 @@ impl DeltaStream {
                 .filter(|n| !current.contains_key(*n) && subscribed(n))
                 .cloned()
                 .collect();
+            // Names just asked for that do not exist: say so, so the client does not wait.
+            for n in std::mem::take(&mut st.asked) {
+                if !current.contains_key(&n) && !st.client.contains_key(&n) && st.names.contains(&n)
+                {
+                    removed.push(n);
+                }
+            }
             removed.sort();
-            if resources.is_empty() && removed.is_empty() {
+            removed.dedup();
+            if resources.is_empty() && removed.is_empty() && !st.must_respond {
                 continue;
             }
+            st.must_respond = false;
             for n in &removed {
                 st.client.remove(n);
             }

@@ -2,11 +2,13 @@
 //! State-of-the-World ADS, node identity, and the tonic server (the only place a
 //! `tonic::Status` is made).
 
+pub mod auth;
 pub mod delta;
 pub mod hub;
 pub mod node;
 pub mod server;
 pub mod sotw;
+pub mod tls;
 
 use dataflows::model::ResourceType;
 

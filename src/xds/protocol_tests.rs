@@ -226,3 +226,48 @@ fn sotw_ignores_stale_nonces_and_resends_eds_after_cluster_update() {
     assert_eq!(r[1].type_url, eds);
     assert_eq!(r[1].resources.len(), 1);
 }
+
+#[test]
+fn delta_answers_empty_wildcards_and_unknown_names() {
+    let hub = hub();
+    epoch(&hub, 1, &[res(ResourceType::Cluster, "c", "c1")], &[]);
+    let mut s = DeltaStream::default();
+    // No listeners at all: the first LDS request still gets an (empty) answer.
+    s.on_request(&DeltaDiscoveryRequest {
+        type_url: ResourceType::Listener.type_url().into(),
+        ..Default::default()
+    })
+    .unwrap();
+    // An assignment that does not exist is answered as removed.
+    s.on_request(&DeltaDiscoveryRequest {
+        type_url: ResourceType::Endpoint.type_url().into(),
+        resource_names_subscribe: vec!["nope".into()],
+        ..Default::default()
+    })
+    .unwrap();
+    let r = hub.with_view(ID, |v| s.pending(v)).unwrap();
+    assert_eq!(r.len(), 2);
+    let eds = r
+        .iter()
+        .find(|r| r.type_url == ResourceType::Endpoint.type_url())
+        .unwrap();
+    assert_eq!(eds.removed_resources, vec!["nope".to_string()]);
+    let lds = r
+        .iter()
+        .find(|r| r.type_url == ResourceType::Listener.type_url())
+        .unwrap();
+    assert!(lds.resources.is_empty() && lds.removed_resources.is_empty());
+    // It appears when it is created.
+    for resp in &r {
+        s.on_request(&DeltaDiscoveryRequest {
+            type_url: resp.type_url.clone(),
+            response_nonce: resp.nonce.clone(),
+            ..Default::default()
+        })
+        .unwrap();
+    }
+    epoch(&hub, 2, &[res(ResourceType::Endpoint, "nope", "now")], &[]);
+    let r = hub.with_view(ID, |v| s.pending(v)).unwrap();
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].resources[0].name, "nope");
+}

@@ -2,6 +2,7 @@
 //! notifications, writing what the protocol state machine says to send. The only place a
 //! `tonic::Status` is made.
 
+use super::auth::{AuthConfig, Denied};
 use super::delta::DeltaStream;
 use super::hub::{Hub, ProxyView};
 use super::node::proxy_from_node;
@@ -72,8 +73,23 @@ impl Protocol for SotwStream {
     }
 }
 
+/// What the transport proved about the client of one stream.
+struct Peer {
+    /// DER of the client certificate's leaf, under mTLS.
+    leaf: Option<Vec<u8>>,
+}
+
+fn denied(d: Denied) -> Status {
+    match d {
+        Denied::Unauthenticated(m) => Status::unauthenticated(m),
+        Denied::PermissionDenied(m) => Status::permission_denied(m),
+    }
+}
+
 async fn serve_stream<P: Protocol>(
     hub: Arc<Hub>,
+    auth: Arc<AuthConfig>,
+    peer: Peer,
     mut inbound: Streaming<P::Req>,
     tx: mpsc::Sender<Result<P::Resp, Status>>,
 ) {
@@ -88,6 +104,11 @@ async fn serve_stream<P: Protocol>(
             return;
         }
     };
+    if let Err(d) = auth.check_identity(peer.leaf.as_deref(), &proxy.namespace) {
+        tracing::warn!(proxy = %proxy.id, reason = %d, "stream refused");
+        let _ = tx.send(Err(denied(d))).await;
+        return;
+    }
     let id = proxy.id.clone();
     tracing::info!(proxy = %id, protocol = P::NAME, "stream opened");
     let notify = hub.connect(proxy);
@@ -135,6 +156,7 @@ async fn serve_stream<P: Protocol>(
 pub struct Ads {
     hub: Arc<Hub>,
     limits: Limits,
+    auth: Arc<AuthConfig>,
     open_streams: Arc<AtomicUsize>,
 }
 
@@ -163,6 +185,20 @@ impl Drop for StreamSlot {
 }
 
 impl Ads {
+    /// Admission of a new stream: the stream budget, then the bearer token.
+    fn admit<T>(&self, request: &Request<T>) -> Result<(StreamSlot, Peer), Status> {
+        let slot = self.take_slot()?;
+        let authorization = request
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok());
+        self.auth.check_token(authorization).map_err(denied)?;
+        let leaf = request
+            .peer_certs()
+            .and_then(|c| c.first().map(|c| c.as_ref().to_vec()));
+        Ok((slot, Peer { leaf }))
+    }
+
     fn take_slot(&self) -> Result<StreamSlot, Status> {
         let n = self.open_streams.fetch_add(1, Ordering::SeqCst);
         let slot = StreamSlot(self.open_streams.clone());
@@ -185,11 +221,11 @@ impl AggregatedDiscoveryService for Ads {
         &self,
         request: Request<Streaming<DiscoveryRequest>>,
     ) -> Result<Response<Self::StreamAggregatedResourcesStream>, Status> {
-        let slot = self.take_slot()?;
+        let (slot, peer) = self.admit(&request)?;
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
-        let hub = self.hub.clone();
+        let (hub, auth) = (self.hub.clone(), self.auth.clone());
         tokio::spawn(async move {
-            serve_stream::<SotwStream>(hub, request.into_inner(), tx).await;
+            serve_stream::<SotwStream>(hub, auth, peer, request.into_inner(), tx).await;
             drop(slot);
         });
         Ok(Response::new(ReceiverStream::new(rx)))
@@ -199,11 +235,11 @@ impl AggregatedDiscoveryService for Ads {
         &self,
         request: Request<Streaming<DeltaDiscoveryRequest>>,
     ) -> Result<Response<Self::DeltaAggregatedResourcesStream>, Status> {
-        let slot = self.take_slot()?;
+        let (slot, peer) = self.admit(&request)?;
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
-        let hub = self.hub.clone();
+        let (hub, auth) = (self.hub.clone(), self.auth.clone());
         tokio::spawn(async move {
-            serve_stream::<DeltaStream>(hub, request.into_inner(), tx).await;
+            serve_stream::<DeltaStream>(hub, auth, peer, request.into_inner(), tx).await;
             drop(slot);
         });
         Ok(Response::new(ReceiverStream::new(rx)))
@@ -214,19 +250,32 @@ impl AggregatedDiscoveryService for Ads {
 pub async fn serve(
     hub: Arc<Hub>,
     limits: Limits,
+    auth: AuthConfig,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     listener: tokio::net::TcpListener,
 ) -> Result<(), tonic::transport::Error> {
     let open_streams = Arc::new(AtomicUsize::new(0));
     let svc = AggregatedDiscoveryServiceServer::new(Ads {
         hub,
         limits,
+        auth: Arc::new(auth),
         open_streams,
     })
     .max_decoding_message_size(MAX_MESSAGE_BYTES)
     .max_encoding_message_size(usize::MAX);
-    tonic::transport::Server::builder()
+    let router = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(std::time::Duration::from_secs(30)))
-        .add_service(svc)
-        .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
-        .await
+        .add_service(svc);
+    match tls {
+        Some(acceptor) => {
+            router
+                .serve_with_incoming(super::tls::incoming(listener, acceptor))
+                .await
+        }
+        None => {
+            router
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
+                .await
+        }
+    }
 }

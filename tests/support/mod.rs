@@ -537,13 +537,26 @@ impl Envoy {
         xds_addr: SocketAddr,
         mode: XdsMode,
     ) -> Envoy {
+        Self::start_customized(binary, dir, node, xds_addr, mode, |_| {})
+    }
+
+    /// Like `start`, with a last edit of the bootstrap (e.g. TLS towards meshflow).
+    pub fn start_customized(
+        binary: &Path,
+        dir: &Path,
+        node: &ProxyNode,
+        xds_addr: SocketAddr,
+        mode: XdsMode,
+        customize: impl FnOnce(&mut Value),
+    ) -> Envoy {
         let name = format!("envoy-{}", node.pod_name);
         let bootstrap_path = dir.join(format!("{name}.json"));
         let admin_path = dir.join(format!("{name}.admin"));
         let log_path = dir.join(format!("{name}.log"));
         let stderr_path = dir.join(format!("{name}.stderr"));
 
-        let bootstrap = envoy_bootstrap(node, xds_addr, mode);
+        let mut bootstrap = envoy_bootstrap(node, xds_addr, mode);
+        customize(&mut bootstrap);
         fs::write(
             &bootstrap_path,
             serde_json::to_string_pretty(&bootstrap).expect("serialize bootstrap"),

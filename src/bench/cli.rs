@@ -1,0 +1,315 @@
+//! The command-line side of `meshflow mesh-gen`, `meshflow loadgen` and `meshflow bench`.
+
+use super::harness::{self, EngineKind, Options, ScenarioKind, VerifyMode};
+use super::loadgen::{self, Protocol};
+use super::mesh_gen::{self, MeshState};
+use dataflows::model::MeshConfig;
+use dataflows::synth::Shape;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// `meshflow mesh-gen`.
+#[derive(clap::Args, Debug)]
+pub struct MeshGenArgs {
+    /// Directory to write (created; must be empty unless --force).
+    #[arg(long)]
+    pub out: PathBuf,
+    #[arg(long)]
+    pub services: usize,
+    #[arg(long)]
+    pub endpoints_per_service: usize,
+    #[arg(long)]
+    pub namespaces: usize,
+    /// Proxies of the shape (recorded in the shape file; proxies connect, they are not config).
+    #[arg(long, default_value_t = 0)]
+    pub proxies: usize,
+    /// Every V-th service gets a DestinationRule (v1/v2) and a 90/10 VirtualService (0: none).
+    #[arg(long, default_value_t = 4)]
+    pub vs_every: usize,
+    /// Give every namespace a default Sidecar importing `./*` and the shared namespaces.
+    #[arg(long)]
+    pub sidecar_scoping: bool,
+    /// Namespaces every Sidecar imports besides its own (ns-0, ns-1, …).
+    #[arg(long, default_value_t = 1)]
+    pub shared_namespaces: usize,
+    /// Write into a non-empty directory.
+    #[arg(long)]
+    pub force: bool,
+    #[arg(long, default_value = "istio-system")]
+    pub root_namespace: String,
+    #[arg(long, default_value = "cluster.local")]
+    pub domain_suffix: String,
+}
+
+pub fn mesh_gen(a: MeshGenArgs) -> ExitCode {
+    let shape = Shape {
+        services: a.services,
+        endpoints_per_service: a.endpoints_per_service,
+        namespaces: a.namespaces,
+        proxies: a.proxies,
+        vs_every: a.vs_every,
+        sidecar_scoping: a.sidecar_scoping,
+        shared_namespaces: a.shared_namespaces,
+    };
+    let mesh = MeshConfig {
+        root_namespace: a.root_namespace,
+        domain_suffix: a.domain_suffix,
+    };
+    let result = MeshState::new(shape, mesh)
+        .and_then(|state| mesh_gen::write_mesh(&a.out, &state, a.force, |_, _| {}));
+    match result {
+        Ok(files) => {
+            println!("wrote {files} files to {}", a.out.display());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("meshflow mesh-gen: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `meshflow loadgen`.
+#[derive(clap::Args, Debug)]
+pub struct LoadgenArgs {
+    /// The ADS server to load.
+    #[arg(long, default_value = "127.0.0.1:15010")]
+    pub xds_addr: SocketAddr,
+    #[arg(long)]
+    pub proxies: usize,
+    /// Namespaces of the mesh (proxy p lives in ns-{p mod K}).
+    #[arg(long)]
+    pub namespaces: usize,
+    /// Number the proxies from here (to split a load over several processes).
+    #[arg(long, default_value_t = 0)]
+    pub first_proxy: usize,
+    /// Speak Delta ADS (the default).
+    #[arg(long, conflicts_with = "sotw")]
+    pub delta: bool,
+    /// Speak State-of-the-World ADS.
+    #[arg(long)]
+    pub sotw: bool,
+    /// Seconds to keep the streams open after every proxy synced.
+    #[arg(long, default_value_t = 10.0)]
+    pub duration: f64,
+    /// Seconds to wait for every proxy to sync.
+    #[arg(long, default_value_t = 120.0)]
+    pub sync_timeout: f64,
+    /// ADS streams per HTTP/2 connection.
+    #[arg(long, default_value_t = 100)]
+    pub streams_per_connection: usize,
+}
+
+fn seconds(s: f64, what: &str) -> Result<Duration, String> {
+    Duration::try_from_secs_f64(s).map_err(|_| format!("{what}: {s} is not a number of seconds"))
+}
+
+pub fn loadgen(a: LoadgenArgs) -> ExitCode {
+    let run = || -> Result<serde_json::Value, String> {
+        let duration = seconds(a.duration, "--duration")?;
+        let sync_timeout = seconds(a.sync_timeout, "--sync-timeout")?;
+        let config = loadgen::Config {
+            xds_addr: a.xds_addr,
+            proxies: a.proxies,
+            first_proxy: a.first_proxy,
+            namespaces: a.namespaces,
+            protocol: if a.sotw {
+                Protocol::Sotw
+            } else {
+                Protocol::Delta
+            },
+            streams_per_connection: a.streams_per_connection,
+        };
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("starting the async runtime: {e}"))?;
+        rt.block_on(loadgen::run_cli(config, duration, sync_timeout))
+    };
+    match run() {
+        Ok(summary) => {
+            let ok = summary["synced"] == summary["proxies"] && summary["failed_streams"] == 0;
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&summary).unwrap_or_default()
+            );
+            if ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            eprintln!("meshflow loadgen: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `meshflow bench`.
+#[derive(clap::Args, Debug)]
+pub struct BenchArgs {
+    /// small (200 services × 10, 10 namespaces, 200 proxies), M (1,000 × 10, 20 ns, 2,000
+    /// proxies), M-unscoped (M without Sidecars), L (5,000 × 10, 100 ns, 10,000 proxies).
+    #[arg(long, default_value = "M")]
+    pub shape: String,
+    /// Override the shape's number of services.
+    #[arg(long)]
+    pub services: Option<usize>,
+    #[arg(long)]
+    pub endpoints_per_service: Option<usize>,
+    #[arg(long)]
+    pub namespaces: Option<usize>,
+    #[arg(long)]
+    pub proxies: Option<usize>,
+    #[arg(long)]
+    pub vs_every: Option<usize>,
+    #[arg(long)]
+    pub sidecar_scoping: Option<bool>,
+    /// Scenarios to run after `connect`, comma-separated (default: all of endpoint-ip,
+    /// scale-up, vs-weight, dr-subset, new-service, sidecar, mesh-wide).
+    #[arg(long, value_delimiter = ',')]
+    pub scenarios: Vec<String>,
+    /// Engines to compare, comma-separated: meshflow, full-push.
+    #[arg(long, value_delimiter = ',', default_value = "meshflow")]
+    pub engine: Vec<String>,
+    /// The simulated proxies' ADS flavour for meshflow (the baseline is always SotW).
+    #[arg(long, value_enum, default_value = "delta")]
+    pub protocol: ProtocolArg,
+    /// Where the JSON, markdown and SVG results go.
+    #[arg(long, default_value = "bench-results")]
+    pub out: PathBuf,
+    /// Where to generate the configs (default: a temporary directory).
+    #[arg(long)]
+    pub work_dir: Option<PathBuf>,
+    /// Keep the generated configs.
+    #[arg(long)]
+    pub keep_work: bool,
+    /// The meshflow binary to benchmark (default: this one).
+    #[arg(long)]
+    pub server_binary: Option<PathBuf>,
+    /// Timely workers of the server.
+    #[arg(long, default_value_t = 1)]
+    pub workers: usize,
+    #[arg(long, default_value_t = 50)]
+    pub debounce_ms: u64,
+    /// auto, full or namespace (see `meshflow::bench::harness::VerifyMode`).
+    #[arg(long, default_value = "auto")]
+    pub verify: String,
+    /// Seconds a scenario may take to converge (and the proxies to sync).
+    #[arg(long, default_value_t = 120.0)]
+    pub timeout: f64,
+    /// Quiet period that ends a scenario, ms.
+    #[arg(long, default_value_t = 300)]
+    pub settle_ms: u64,
+    #[arg(long, default_value_t = 100)]
+    pub streams_per_connection: usize,
+    #[arg(long, default_value = "istio-system")]
+    pub root_namespace: String,
+    #[arg(long, default_value = "cluster.local")]
+    pub domain_suffix: String,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub enum ProtocolArg {
+    Delta,
+    Sotw,
+}
+
+fn bench_options(a: BenchArgs) -> Result<Options, String> {
+    let mut shape = harness::named_shape(&a.shape)?;
+    let mut name = a.shape.clone();
+    let mut custom = false;
+    macro_rules! over {
+        ($field:ident) => {
+            if let Some(v) = a.$field {
+                shape.$field = v;
+                custom = true;
+            }
+        };
+    }
+    over!(services);
+    over!(endpoints_per_service);
+    over!(namespaces);
+    over!(proxies);
+    over!(vs_every);
+    over!(sidecar_scoping);
+    if custom {
+        name.push_str("-custom");
+    }
+    let scenarios = if a.scenarios.is_empty() {
+        ScenarioKind::ALL.to_vec()
+    } else {
+        a.scenarios
+            .iter()
+            .map(|s| ScenarioKind::parse(s.trim()))
+            .collect::<Result<_, _>>()?
+    };
+    let engines = a
+        .engine
+        .iter()
+        .map(|e| EngineKind::parse(e.trim()))
+        .collect::<Result<Vec<_>, _>>()?;
+    if engines.is_empty() {
+        return Err("--engine names no engine".into());
+    }
+    let command = std::env::args()
+        .map(|a| if a.contains(' ') { format!("'{a}'") } else { a })
+        .collect::<Vec<_>>()
+        .join(" ");
+    Ok(Options {
+        shape_name: name,
+        shape,
+        mesh: MeshConfig {
+            root_namespace: a.root_namespace,
+            domain_suffix: a.domain_suffix,
+        },
+        engines,
+        protocol: match a.protocol {
+            ProtocolArg::Delta => Protocol::Delta,
+            ProtocolArg::Sotw => Protocol::Sotw,
+        },
+        scenarios,
+        out_dir: a.out,
+        work_dir: a.work_dir,
+        keep_work: a.keep_work,
+        server_binary: a.server_binary,
+        workers: a.workers.max(1),
+        debounce_ms: a.debounce_ms,
+        verify: VerifyMode::parse(&a.verify)?,
+        timeout: seconds(a.timeout, "--timeout")?,
+        settle: Duration::from_millis(a.settle_ms),
+        streams_per_connection: a.streams_per_connection,
+        command,
+    })
+}
+
+pub fn bench(a: BenchArgs) -> ExitCode {
+    let opts = match bench_options(a) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("meshflow bench: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match harness::run(opts) {
+        Ok(report) => {
+            print!("{}", report.markdown());
+            for f in &report.files {
+                println!("wrote {}", f.display());
+            }
+            if report.ok() {
+                ExitCode::SUCCESS
+            } else {
+                eprintln!("meshflow bench: FAILED (a scenario did not converge, did not verify, or an engine did not run)");
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            eprintln!("meshflow bench: {e}");
+            ExitCode::from(2)
+        }
+    }
+}

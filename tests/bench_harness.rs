@@ -1,0 +1,202 @@
+//! `meshflow bench` end to end on a tiny mesh (a few seconds): every scenario converges and
+//! every simulated proxy's config equals the full recompute, over Delta and SotW; and
+//! `meshflow loadgen` syncs its proxies against a running server and prints its summary.
+
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn temp_dir(label: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "meshflow-test-{label}-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+fn bench(protocol: &str) -> Value {
+    let out_dir = temp_dir(&format!("bench-{protocol}"));
+    let out = Command::new(env!("CARGO_BIN_EXE_meshflow"))
+        .args([
+            "bench",
+            "--shape",
+            "small",
+            "--services",
+            "24",
+            "--endpoints-per-service",
+            "3",
+            "--namespaces",
+            "4",
+            "--proxies",
+            "12",
+            "--settle-ms",
+            "150",
+            "--timeout",
+            "30",
+            "--protocol",
+            protocol,
+            "--out",
+        ])
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    let json = std::fs::read_dir(&out_dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "json"))
+        .expect("a JSON result");
+    for ext in ["md", "svg"] {
+        assert!(
+            json.with_extension(ext).is_file(),
+            "no .{ext} next to {}",
+            json.display()
+        );
+    }
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let _ = std::fs::remove_dir_all(&out_dir);
+    v
+}
+
+fn check(v: &Value, protocol: &str) {
+    assert_eq!(v["ok"], true, "{v:#}");
+    let engine = &v["engines"][0];
+    assert_eq!(engine["protocol"], protocol);
+    let scenarios = engine["scenarios"].as_array().unwrap();
+    let names: Vec<&str> = scenarios
+        .iter()
+        .map(|s| s["scenario"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "connect",
+            "idle",
+            "endpoint-ip",
+            "scale-up",
+            "vs-weight",
+            "dr-subset",
+            "new-service",
+            "sidecar",
+            "mesh-wide"
+        ]
+    );
+    for s in scenarios {
+        assert_eq!(s["verified"], true, "{s:#}");
+        if s["scenario"] == "idle" {
+            assert_eq!(s["affected_proxies"], 0, "{s:#}");
+            assert_eq!(s["received"]["messages"]["total"], 0, "{s:#}");
+            continue;
+        }
+        assert_eq!(s["affected_proxies"], s["converged_proxies"], "{s:#}");
+        assert!(s["affected_proxies"].as_u64().unwrap() > 0, "{s:#}");
+        assert!(
+            s["received"]["bytes"]["total"].as_u64().unwrap() > 0,
+            "{s:#}"
+        );
+        assert!(s["latency_ms"]["p99"].as_f64().is_some(), "{s:#}");
+    }
+    let by_name = |n: &str| scenarios.iter().find(|s| s["scenario"] == n).unwrap();
+    // Every proxy is affected by the change to svc-0 (in the shared namespace ns-0).
+    assert_eq!(by_name("mesh-wide")["affected_proxies"], 12);
+    if protocol == "delta" {
+        // An endpoint move reaches only the proxies that see the service, as one
+        // ClusterLoadAssignment each.
+        let ep = by_name("endpoint-ip");
+        assert_eq!(ep["unaffected_proxies_messaged"], 0, "{ep:#}");
+        assert_eq!(ep["received"]["resources"]["total"], ep["affected_proxies"]);
+        assert_eq!(ep["received"]["resources"]["EDS"], ep["affected_proxies"]);
+    }
+}
+
+#[test]
+fn bench_delta_converges_and_verifies() {
+    check(&bench("delta"), "delta");
+}
+
+#[test]
+fn bench_sotw_converges_and_verifies() {
+    check(&bench("sotw"), "sotw");
+}
+
+#[test]
+fn loadgen_command_syncs_against_a_server() {
+    let dir = temp_dir("loadgen");
+    let config = dir.join("config");
+    let ok = Command::new(env!("CARGO_BIN_EXE_meshflow"))
+        .args(["mesh-gen", "--out"])
+        .arg(&config)
+        .args([
+            "--services",
+            "12",
+            "--endpoints-per-service",
+            "2",
+            "--namespaces",
+            "3",
+            "--sidecar-scoping",
+        ])
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let log = dir.join("server.log");
+    let mut server = Command::new(env!("CARGO_BIN_EXE_meshflow"))
+        .args(["serve", "--config-dir"])
+        .arg(&config)
+        .args(["--xds-addr", &addr, "--debug-addr", "127.0.0.1:0"])
+        .stderr(std::fs::File::create(&log).unwrap())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("xDS server listening")
+    {
+        assert!(Instant::now() < deadline, "server did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for flag in ["--delta", "--sotw"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_meshflow"))
+            .args([
+                "loadgen",
+                "--xds-addr",
+                &addr,
+                "--proxies",
+                "7",
+                "--namespaces",
+                "3",
+            ])
+            .args([flag, "--duration", "0.3", "--sync-timeout", "20"])
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: Value = serde_json::from_str(&stdout).unwrap();
+        assert_eq!(v["synced"], 7, "{v:#}");
+        assert_eq!(v["version_mismatches"], 0);
+        assert!(v["received"]["messages"]["CDS"].as_u64().unwrap() >= 7);
+        assert!(v["received"]["resources"]["RDS"].as_u64().unwrap() >= 7);
+    }
+    let _ = server.kill();
+    let _ = server.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}
