@@ -12,7 +12,7 @@
 //! ```sh
 //! ENVOY_TYPES_DESCRIPTORS="$(dirname "$(cargo metadata --format-version 1 | jq -r \
 //!   '.packages[] | select(.name == "envoy-types") | .manifest_path')")/src/generated/types.bin" \
-//!   cargo test --lib refresh_vendored_descriptors -- --ignored
+//!   cargo run --example refresh_envoy_descriptors
 //! ```
 //!
 //! A field the vendored descriptors do not know would be dropped from the JSON; the unit
@@ -485,25 +485,5 @@ mod tests {
             configs[0]["dynamic_active_clusters"][0]["cluster"]["type"],
             "EDS"
         );
-    }
-
-    /// Not a test: rewrites `envoy_descriptors.bin` from envoy-types' `types.bin` (see the
-    /// module documentation).
-    #[test]
-    #[ignore]
-    fn refresh_vendored_descriptors() {
-        use prost_reflect::prost_types::FileDescriptorSet;
-        let src = std::env::var_os("ENVOY_TYPES_DESCRIPTORS")
-            .expect("set ENVOY_TYPES_DESCRIPTORS to envoy-types' src/generated/types.bin");
-        let bytes = std::fs::read(&src).expect("read types.bin");
-        let mut set = FileDescriptorSet::decode(bytes.as_slice()).expect("a FileDescriptorSet");
-        for f in &mut set.file {
-            f.source_code_info = None;
-        }
-        let out = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/src/debug/envoy_descriptors.bin"
-        );
-        std::fs::write(out, set.encode_to_vec()).expect("write envoy_descriptors.bin");
     }
 }

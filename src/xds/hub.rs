@@ -200,7 +200,11 @@ impl Hub {
         let mut st = self.lock();
         if let Some(e) = st.proxies.get_mut(id) {
             match fb {
-                crate::xds::Feedback::Ack(t) => e.acks[type_index(t)] += 1,
+                // A later ACK means the proxy took a newer version: the NACK is over.
+                crate::xds::Feedback::Ack(t) => {
+                    e.acks[type_index(t)] += 1;
+                    e.last_nack[type_index(t)] = None;
+                }
                 crate::xds::Feedback::Nack(n) => e.last_nack[type_index(n.rtype)] = Some(n.message),
             }
         }
