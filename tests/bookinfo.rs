@@ -193,7 +193,7 @@ fn bookinfo_example_serves_gateway_and_sidecar_over_delta_ads() {
     assert_contains_all(
         "gateway clusters",
         &dump_cluster_names(&dump),
-        &[productpage.clone()],
+        std::slice::from_ref(&productpage),
     );
     assert_contains_all(
         "gateway EDS",

@@ -6,6 +6,9 @@ use super::loadgen::percentile;
 use plotters::prelude::*;
 use std::path::{Path, PathBuf};
 
+/// An engine's label and, per scenario, (p99 ms, bytes).
+type Series = (String, Vec<Option<(f64, f64)>>);
+
 const COLORS: [RGBColor; 4] = [
     RGBColor(31, 119, 180),
     RGBColor(214, 39, 40),
@@ -18,7 +21,12 @@ pub fn write_svg(report: &Report, path: &Path) -> Result<PathBuf, String> {
     // Scenario names in first-seen order across engines.
     let mut names: Vec<String> = Vec::new();
     for e in &report.engines {
-        for r in e.results.iter().filter(|r| r.skipped.is_none()) {
+        // `idle` has neither latency nor bytes.
+        for r in e
+            .results
+            .iter()
+            .filter(|r| r.skipped.is_none() && r.name != "idle")
+        {
             if !names.contains(&r.name) {
                 names.push(r.name.clone());
             }
@@ -28,7 +36,7 @@ pub fn write_svg(report: &Report, path: &Path) -> Result<PathBuf, String> {
         return Err("no scenario ran".into());
     }
     // Per engine: (label, per scenario (p99 ms, bytes)).
-    let series: Vec<(String, Vec<Option<(f64, f64)>>)> = report
+    let series: Vec<Series> = report
         .engines
         .iter()
         .map(|e| {

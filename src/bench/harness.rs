@@ -28,7 +28,7 @@
 //! `meshflow serve --engine full-push`; [`EngineKind::FullPush`] is wired through the run
 //! loop and reports that the server side is missing.
 
-use super::loadgen::{self, ms, percentile, type_index, Counters, Loadgen, Protocol};
+use super::loadgen::{self, later, ms, percentile, type_index, Counters, Loadgen, Protocol};
 use super::mesh_gen::{self, Edit, MeshState};
 use super::procstat::{self, ProcStats};
 use crate::sources::files::FileSource;
@@ -313,6 +313,7 @@ impl Report {
                 "protocol": e.protocol.name(),
                 "verify": e.verify,
                 "error": e.error,
+                "server_log": e.server_log.as_ref().map(|p| p.display().to_string()),
                 "ok": e.ok(),
                 "scenarios": e.results.iter().map(ScenarioResult::json).collect::<Vec<_>>(),
             })).collect::<Vec<_>>(),
@@ -661,8 +662,15 @@ fn diff_configs(old: &ExpectedConfig, new: &ExpectedConfig) -> (Vec<Change>, u64
 }
 
 /// Per proxy, the changes between two expectations (computed once per distinct pair).
-fn affected_changes(old: &Expected, new: &Expected) -> (Vec<(usize, Arc<Vec<Change>>)>, u64) {
-    let mut cache: HashMap<(usize, usize), (Arc<Vec<Change>>, u64)> = HashMap::new();
+/// One proxy config's changes and their encoded size.
+type Diffed = (Arc<Vec<Change>>, u64);
+
+/// Proxies (by position) with their changes.
+type Affected = Vec<(usize, Arc<Vec<Change>>)>;
+
+fn affected_changes(old: &Expected, new: &Expected) -> (Affected, u64) {
+    // Keyed by the addresses of the two shared configs.
+    let mut cache: HashMap<(usize, usize), Diffed> = HashMap::new();
     let mut out = Vec::new();
     let mut min_bytes = 0;
     for (i, (o, n)) in old.per_proxy.iter().zip(&new.per_proxy).enumerate() {
@@ -779,7 +787,7 @@ impl Inputs {
 fn scenario_edit(kind: ScenarioKind, state: &mut MeshState) -> Result<(String, Edit), String> {
     let shape = state.shape.clone();
     let k = shape.namespaces;
-    let with_rules = |s: &usize| shape.vs_every > 0 && s % shape.vs_every == 0;
+    let with_rules = |s: &usize| shape.vs_every > 0 && s.is_multiple_of(shape.vs_every);
     // A service with a VirtualService outside the shared namespaces (seen by fewer proxies).
     let local_vs = (0..state.services.len())
         .filter(|s| with_rules(s) && state.services[*s].v1_weight.is_some())
@@ -911,6 +919,11 @@ pub fn run(opts: Options) -> Result<Report, String> {
         }
         if !opts.keep_work {
             let _ = std::fs::remove_dir_all(&dir);
+            // The server's log is kept only when something went wrong.
+            if report.ok() {
+                let _ = std::fs::remove_file(&log);
+                report.server_log = None;
+            }
         }
         engines.push(report);
     }
@@ -924,10 +937,12 @@ pub fn run(opts: Options) -> Result<Report, String> {
         engines,
         files: Vec::new(),
     };
-    let stem = report
-        .options
-        .out_dir
-        .join(format!("{}-{}", report.options.shape_name, started_unix));
+    let stem = report.options.out_dir.join(format!(
+        "{}-{}-{}",
+        report.options.shape_name,
+        report.options.protocol.name(),
+        started_unix
+    ));
     let json_path = stem.with_extension("json");
     let md_path = stem.with_extension("md");
     let json_text = serde_json::to_string_pretty(&report.json()).unwrap_or_default();
@@ -1123,7 +1138,7 @@ async fn run_engine(
 
         let t0 = Instant::now();
         mesh_gen::apply_edit(&config_dir, &edit)?;
-        let deadline = t0 + opts.timeout;
+        let deadline = later(t0, opts.timeout);
         let mut pending = affected.clone();
         loop {
             pending.retain(|(p, changes)| match converged_at(&lg, *p, changes, t0) {
@@ -1145,7 +1160,10 @@ async fn run_engine(
         // Whatever else the change causes (resends, late pushes, pushes to proxies that
         // should get nothing) counts too: wait at least a debounce window and a settle
         // period past the write, then until the proxies are quiet.
-        let floor = t0 + Duration::from_millis(opts.debounce_ms) + opts.settle;
+        let floor = later(
+            t0,
+            Duration::from_millis(opts.debounce_ms).saturating_add(opts.settle),
+        );
         tokio::time::sleep(floor.saturating_duration_since(Instant::now())).await;
         lg.wait_quiet(opts.settle, Duration::from_secs(30)).await;
         let after = proc_now()?;

@@ -374,7 +374,7 @@ impl Loadgen {
         timeout: Duration,
         mut progress: impl FnMut(usize),
     ) -> Result<(), String> {
-        let deadline = Instant::now() + timeout;
+        let deadline = later(Instant::now(), timeout);
         loop {
             let n = self.synced();
             progress(n);
@@ -402,7 +402,7 @@ impl Loadgen {
 
     /// Waits until no proxy has received anything for `quiet` (at most `limit`).
     pub async fn wait_quiet(&self, quiet: Duration, limit: Duration) {
-        let deadline = Instant::now() + limit;
+        let deadline = later(Instant::now(), limit);
         loop {
             let now = Instant::now();
             let idle = now.saturating_duration_since(self.last_message_at());
@@ -484,6 +484,13 @@ impl Drop for Loadgen {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// `from + d`, saturating far in the future instead of overflowing on absurd durations.
+pub fn later(from: Instant, d: Duration) -> Instant {
+    from.checked_add(d)
+        .or_else(|| from.checked_add(Duration::from_secs(100 * 365 * 86_400)))
+        .unwrap_or(from)
 }
 
 /// Milliseconds as a float.

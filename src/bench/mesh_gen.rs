@@ -449,7 +449,7 @@ pub fn shape_json(shape: &Shape, mesh: &MeshConfig) -> serde_json::Value {
 }
 
 fn version_label(e: usize) -> String {
-    if e % 2 == 0 {
+    if e.is_multiple_of(2) {
         "v1".into()
     } else {
         "v2".into()
@@ -458,7 +458,7 @@ fn version_label(e: usize) -> String {
 
 impl ServiceState {
     fn generated(s: usize, shape: &Shape) -> ServiceState {
-        let with_rules = shape.vs_every > 0 && s % shape.vs_every == 0;
+        let with_rules = shape.vs_every > 0 && s.is_multiple_of(shape.vs_every);
         ServiceState {
             index: s,
             endpoints: (0..shape.endpoints_per_service)

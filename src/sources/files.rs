@@ -239,12 +239,30 @@ pub fn watch(
                 return Ok(());
             }
         }
-        // Wait for the next event, then let a burst settle.
-        match rx.recv() {
-            Ok(Err(e)) => tracing::warn!(error = %e, "file watch error"),
-            Ok(Ok(_)) => {}
-            Err(_) => return Ok(()),
+        // Wait for the next event that can change content, then let a burst settle. Our
+        // own reads raise open/read/close events; counting them would rescan forever.
+        loop {
+            match rx.recv() {
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "file watch error");
+                    break;
+                }
+                Ok(Ok(ev)) if changes_content(&ev) => break,
+                Ok(Ok(_)) => {}
+                Err(_) => return Ok(()),
+            }
         }
         while rx.recv_timeout(settle).is_ok() {}
+    }
+}
+
+/// Whether a watch event may mean different bytes: not our own opens, reads and closes
+/// after reading.
+fn changes_content(ev: &notify::Event) -> bool {
+    use notify::event::{AccessKind, AccessMode, EventKind};
+    match ev.kind {
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
+        EventKind::Access(_) => false,
+        _ => true,
     }
 }
