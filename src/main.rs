@@ -54,6 +54,10 @@ enum Command {
         /// Timely worker threads.
         #[arg(long, default_value_t = 1)]
         workers: usize,
+        /// `dataflow` (incremental), or `full-push`: the baseline that recomputes and pushes
+        /// every proxy's whole config on every change (State-of-the-World only).
+        #[arg(long, value_enum, default_value = "dataflow")]
+        engine: meshflow::runtime::EngineKind,
         /// Changes arriving within this window share one epoch.
         #[arg(long, default_value_t = 50)]
         debounce_ms: u64,
@@ -131,6 +135,7 @@ fn main() -> ExitCode {
             xds_addr,
             debug_addr,
             workers,
+            engine,
             debounce_ms,
             max_streams,
             tls_cert,
@@ -156,6 +161,7 @@ fn main() -> ExitCode {
                 xds_addr,
                 debug_addr,
                 workers,
+                engine,
                 debounce: Duration::from_millis(debounce_ms),
                 mesh: mesh.mesh(),
                 limits: meshflow::xds::server::Limits { max_streams },

@@ -16,6 +16,7 @@ pub struct ServeOptions {
     /// Where the debug API listens; a bind failure is logged and xDS is served regardless.
     pub debug_addr: SocketAddr,
     pub workers: usize,
+    pub engine: runtime::EngineKind,
     pub debounce: Duration,
     pub mesh: MeshConfig,
     pub limits: server::Limits,
@@ -43,12 +44,16 @@ pub async fn serve(opts: ServeOptions) -> Result<(), String> {
     let acceptor = opts.tls.as_ref().map(tls::acceptor).transpose()?;
     let (inputs_tx, inputs_rx) = std::sync::mpsc::channel::<Input>();
     let hub = Hub::new(inputs_tx.clone());
+    if opts.engine == runtime::EngineKind::FullPush {
+        hub.set_full_push();
+    }
     {
         let hub = hub.clone();
-        let (workers, mesh, debounce) = (opts.workers, opts.mesh.clone(), opts.debounce);
+        let (engine, workers, mesh, debounce) =
+            (opts.engine, opts.workers, opts.mesh.clone(), opts.debounce);
         std::thread::Builder::new()
             .name("meshflow-runtime".into())
-            .spawn(move || runtime::run(workers, mesh, debounce, inputs_rx, hub))
+            .spawn(move || runtime::run(engine, workers, mesh, debounce, inputs_rx, hub))
             .map_err(|e| format!("starting the runtime: {e}"))?;
     }
 

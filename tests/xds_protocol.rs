@@ -391,3 +391,100 @@ async fn debug_api_lists_proxies_and_config_errors() {
         errors[0]
     );
 }
+
+/// The full-push baseline (`--engine full-push`) answers an endpoint change the way
+/// pre-incremental Istio did: the whole cluster set and every subscribed assignment again,
+/// over State-of-the-World; Delta is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_push_baseline_resends_everything() {
+    let dir = TestDir::new("xds-full-push");
+    let config = dir.subdir("config");
+    write_mesh(&config);
+    let meshflow = Meshflow::start_with_args(&config, dir.path(), &["--engine", "full-push"]);
+    let (tx, mut rx) = sotw_stream(meshflow.xds_addr()).await;
+    let n = node(
+        "sidecar~10.9.0.8~h-1.default~default.svc.cluster.local",
+        "default",
+        &[],
+    );
+    tx.send(DiscoveryRequest {
+        node: Some(n),
+        type_url: CDS.into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let cds = next(&mut rx, Duration::from_secs(10)).await.expect("CDS");
+    tx.send(DiscoveryRequest {
+        type_url: CDS.into(),
+        response_nonce: cds.nonce.clone(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let eds_names = vec![
+        REVIEWS.to_string(),
+        "outbound|9080||ratings.default.svc.cluster.local".to_string(),
+    ];
+    tx.send(DiscoveryRequest {
+        type_url: EDS.into(),
+        resource_names: eds_names.clone(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let eds = next(&mut rx, Duration::from_secs(5)).await.expect("EDS");
+    tx.send(DiscoveryRequest {
+        type_url: EDS.into(),
+        resource_names: eds_names.clone(),
+        response_nonce: eds.nonce.clone(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    assert!(
+        next(&mut rx, Duration::from_millis(300)).await.is_none(),
+        "quiet before the change"
+    );
+
+    write_config(&config, "reviews-slice.yaml", &slice_yaml(&["10.0.1.1"]));
+    let mut got: HashMap<String, usize> = HashMap::new();
+    while let Some(r) = next(&mut rx, Duration::from_millis(800)).await {
+        *got.entry(r.type_url.clone()).or_default() += r.resources.len();
+        let names = if r.type_url == EDS {
+            eds_names.clone()
+        } else {
+            vec![]
+        };
+        tx.send(DiscoveryRequest {
+            type_url: r.type_url.clone(),
+            resource_names: names,
+            response_nonce: r.nonce.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    }
+    assert_eq!(
+        got.get(CDS).copied(),
+        Some(cds.resources.len()),
+        "every cluster again: {got:?}"
+    );
+    assert_eq!(
+        got.get(EDS).copied(),
+        Some(2),
+        "every subscribed assignment again: {got:?}"
+    );
+
+    let mut delta =
+        AggregatedDiscoveryServiceClient::connect(format!("http://{}", meshflow.xds_addr()))
+            .await
+            .unwrap();
+    let (_dtx, drx) =
+        mpsc::channel::<envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest>(1);
+    let err = delta
+        .delta_aggregated_resources(ReceiverStream::new(drx))
+        .await
+        .expect_err("refused");
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition);
+}

@@ -9,6 +9,22 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+pub mod full_push;
+
+/// How configs are computed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum EngineKind {
+    /// The incremental dataflow: only what changed is computed and pushed.
+    Dataflow,
+    /// The baseline: every change recomputes and pushes every proxy's whole config (SotW).
+    FullPush,
+}
+
+enum Compute {
+    Dataflow(Engine),
+    FullPush(Box<full_push::FullPush>),
+}
+
 /// What the runtime consumes.
 #[derive(Debug)]
 pub enum Input {
@@ -23,13 +39,17 @@ pub enum Input {
 
 /// Runs until every sender of `inputs` is gone.
 pub fn run(
+    engine_kind: EngineKind,
     workers: usize,
     mesh: MeshConfig,
     debounce: Duration,
     inputs: Receiver<Input>,
     hub: Arc<Hub>,
 ) {
-    let engine = Engine::start(workers, mesh);
+    let mut engine = match engine_kind {
+        EngineKind::Dataflow => Compute::Dataflow(Engine::start(workers, mesh)),
+        EngineKind::FullPush => Compute::FullPush(Box::new(full_push::FullPush::new(mesh))),
+    };
     let mut epoch = 0u64;
     while let Ok(first) = inputs.recv() {
         let started = Instant::now();
@@ -69,7 +89,12 @@ pub fn run(
                 }
             }
         }
-        let Some(out) = engine.step(Batch { epoch, changes }) else {
+        let batch = Batch { epoch, changes };
+        let out = match &mut engine {
+            Compute::Dataflow(e) => e.step(batch),
+            Compute::FullPush(f) => Some(f.step(batch)),
+        };
+        let Some(out) = out else {
             tracing::error!("dataflow stopped");
             return;
         };
@@ -83,5 +108,8 @@ pub fn run(
             "epoch computed"
         );
         hub.apply(out, &up, &down, source_errors);
+        if engine_kind == EngineKind::FullPush {
+            hub.push_everything();
+        }
     }
 }

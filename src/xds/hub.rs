@@ -57,12 +57,16 @@ pub struct HubState {
     bodies: HashMap<BodyKey, (Body, isize)>,
     pub errors: BTreeMap<ConfigError, isize>,
     pub source_errors: Vec<String>,
+    /// Bumped by the full-push baseline after every epoch: streams then resend everything.
+    pub generation: u64,
 }
 
 /// A proxy's resources with access to their bodies.
 pub struct ProxyView<'a> {
     pub entry: &'a ProxyEntry,
     bodies: &'a HashMap<BodyKey, (Body, isize)>,
+    /// See [`HubState::generation`].
+    pub generation: u64,
 }
 
 impl<'a> ProxyView<'a> {
@@ -80,6 +84,7 @@ impl<'a> ProxyView<'a> {
 pub struct Hub {
     state: Mutex<HubState>,
     inputs: Sender<Input>,
+    full_push: std::sync::atomic::AtomicBool,
 }
 
 impl Hub {
@@ -87,6 +92,7 @@ impl Hub {
         Arc::new(Hub {
             state: Mutex::new(HubState::default()),
             inputs,
+            full_push: false.into(),
         })
     }
 
@@ -195,6 +201,27 @@ impl Hub {
         }
     }
 
+    /// The full-push baseline: every connected proxy is sent its whole config again.
+    pub fn push_everything(&self) {
+        self.full_push
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        let mut st = self.lock();
+        st.generation += 1;
+        for e in st.proxies.values() {
+            e.notify.notify_one();
+        }
+    }
+
+    /// Marks this hub as serving the full-push baseline (State-of-the-World only).
+    pub fn set_full_push(&self) {
+        self.full_push
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub fn is_full_push(&self) -> bool {
+        self.full_push.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Records an ACK or NACK from one of the proxy's streams.
     pub fn record_feedback(&self, id: &str, fb: crate::xds::Feedback) {
         let mut st = self.lock();
@@ -217,6 +244,7 @@ impl Hub {
         Some(f(&ProxyView {
             entry,
             bodies: &st.bodies,
+            generation: st.generation,
         }))
     }
 

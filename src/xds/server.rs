@@ -235,6 +235,11 @@ impl AggregatedDiscoveryService for Ads {
         &self,
         request: Request<Streaming<DeltaDiscoveryRequest>>,
     ) -> Result<Response<Self::DeltaAggregatedResourcesStream>, Status> {
+        if self.hub.is_full_push() {
+            return Err(Status::failed_precondition(
+                "this meshflow runs the full-push baseline, which serves State-of-the-World ADS only",
+            ));
+        }
         let (slot, peer) = self.admit(&request)?;
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
         let (hub, auth) = (self.hub.clone(), self.auth.clone());

@@ -29,6 +29,8 @@ struct TypeState {
 #[derive(Default, Debug)]
 pub struct SotwStream {
     types: BTreeMap<ResourceType, TypeState>,
+    /// The hub generation last pushed in full (full-push baseline only).
+    generation: u64,
     nonce: u64,
     /// ACKs and NACKs received since the server last drained them.
     pub feedback: Vec<Feedback>,
@@ -73,6 +75,13 @@ impl SotwStream {
 
     pub fn pending(&mut self, view: &ProxyView<'_>) -> Vec<DiscoveryResponse> {
         let mut out = Vec::new();
+        if view.generation != self.generation {
+            // The baseline pushes everything on every change, as if each were the first.
+            self.generation = view.generation;
+            for st in self.types.values_mut() {
+                st.must_respond = true;
+            }
+        }
         for t in ResourceType::ALL {
             let Some(st) = self.types.get_mut(&t) else {
                 continue;
