@@ -24,9 +24,9 @@
 //!    server's CPU seconds and peak RSS of the scenario, and checks every proxy's held
 //!    `(type, name, version)` set against the oracle. Any difference fails the run.
 //!
-//! Engines: `meshflow` (incremental, Delta or SotW). The full-push baseline needs a
-//! `meshflow serve --engine full-push`; [`EngineKind::FullPush`] is wired through the run
-//! loop and reports that the server side is missing.
+//! Engines: `meshflow` (incremental, Delta or SotW) and `full-push`, the baseline
+//! (`meshflow serve --engine full-push`: every change recomputes and pushes every proxy's
+//! whole config over SotW), run one after the other with the same threads and encoders.
 
 use super::loadgen::{self, later, ms, percentile, type_index, Counters, Loadgen, Protocol};
 use super::mesh_gen::{self, Edit, MeshState};
@@ -76,11 +76,7 @@ impl EngineKind {
     fn serve_args(self) -> Result<Vec<String>, String> {
         match self {
             EngineKind::Meshflow => Ok(Vec::new()),
-            EngineKind::FullPush => Err(
-                "the full-push baseline is not implemented yet: it needs `meshflow serve \
-                 --engine full-push` (see BENCHMARKS.md, \"Hooks the baseline needs\")"
-                    .into(),
-            ),
+            EngineKind::FullPush => Ok(vec!["--engine".into(), "full-push".into()]),
         }
     }
 
