@@ -36,30 +36,6 @@ fn debug_views_match_envoy_over_sotw_ads() {
     scenario(&envoy_bin, XdsMode::Sotw, 49);
 }
 
-fn sidecar_yaml(port: u16) -> String {
-    format!(
-        "apiVersion: networking.istio.io/v1
-kind: Sidecar
-metadata:
-  name: client
-  namespace: default
-spec:
-  workloadSelector:
-    labels:
-      app: client
-  egress:
-  - port:
-      number: {port}
-      protocol: HTTP
-      name: http
-    bind: 127.0.0.1
-    captureMode: NONE
-    hosts:
-    - \"./*\"
-"
-    )
-}
-
 /// Runs the built `meshflow` binary; its stdout, or a panic with its stderr.
 fn cli(args: &[&str]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_meshflow"))
@@ -138,7 +114,11 @@ fn scenario(envoy_binary: &Path, mode: XdsMode, net: u8) {
     reviews.write_endpoints(&["v1", "v2"]);
     reviews.write_destination_rule(&["v1", "v2"]);
     reviews.write_subset_routing(&Binding::Mesh, &[("v1", 90), ("v2", 10)]);
-    write_config(&config_dir, "sidecar.yaml", &sidecar_yaml(port));
+    write_config(
+        &config_dir,
+        "sidecar.yaml",
+        &support::reviews::client_sidecar_yaml(port),
+    );
 
     let debug = SocketAddr::from(([127, 0, 0, 1], free_port()));
     let debug_s = debug.to_string();

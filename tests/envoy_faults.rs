@@ -19,12 +19,6 @@ use support::{
     STARTUP_TIMEOUT,
 };
 
-fn sidecar_yaml(port: u16) -> String {
-    format!(
-        "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {{name: client, namespace: default}}\nspec:\n  workloadSelector: {{labels: {{app: client}}}}\n  egress:\n  - port: {{number: {port}, protocol: HTTP, name: http}}\n    bind: 127.0.0.1\n    captureMode: NONE\n    hosts: [\"./*\"]\n"
-    )
-}
-
 /// The reviews mesh with v1 and v2, routed 100% to v1.
 fn reviews_mesh(net: u8, port: u16, config_dir: &std::path::Path) -> Reviews {
     let reviews = Reviews::new(net, port, config_dir);
@@ -33,7 +27,11 @@ fn reviews_mesh(net: u8, port: u16, config_dir: &std::path::Path) -> Reviews {
     reviews.write_endpoints(&["v1", "v2"]);
     reviews.write_destination_rule(&["v1", "v2"]);
     reviews.write_subset_routing(&Binding::Mesh, &[("v1", 100), ("v2", 0)]);
-    write_config(config_dir, "sidecar.yaml", &sidecar_yaml(port));
+    write_config(
+        config_dir,
+        "sidecar.yaml",
+        &support::reviews::client_sidecar_yaml(port),
+    );
     reviews
 }
 

@@ -39,32 +39,6 @@ fn sidecar_follows_config_changes_over_sotw_ads() {
     sidecar_scenario(&envoy_bin, XdsMode::Sotw, 44);
 }
 
-/// Sidecar `client`: one egress listener on `127.0.0.1:<port>` (no capture) importing `./*`.
-fn sidecar_yaml(port: u16) -> String {
-    format!(
-        "\
-apiVersion: networking.istio.io/v1
-kind: Sidecar
-metadata:
-  name: client
-  namespace: default
-spec:
-  workloadSelector:
-    labels:
-      app: client
-  egress:
-  - port:
-      number: {port}
-      protocol: HTTP
-      name: http
-    bind: 127.0.0.1
-    captureMode: NONE
-    hosts:
-    - \"./*\"
-"
-    )
-}
-
 /// The whole scenario; `net` selects this run's loopback /24 (`127.0.<net>.0`).
 fn sidecar_scenario(envoy_binary: &Path, mode: XdsMode, net: u8) {
     let dir = TestDir::new(&format!("envoy-sidecar-{}", mode.label()));
@@ -81,7 +55,11 @@ fn sidecar_scenario(envoy_binary: &Path, mode: XdsMode, net: u8) {
     reviews.write_pods(&["v1", "v2"]);
     reviews.write_endpoints(&["v1", "v2"]);
     reviews.write_destination_rule(&["v1", "v2"]);
-    write_config(&config_dir, "sidecar.yaml", &sidecar_yaml(port));
+    write_config(
+        &config_dir,
+        "sidecar.yaml",
+        &support::reviews::client_sidecar_yaml(port),
+    );
 
     let meshflow = Meshflow::start(&config_dir, dir.path());
     let node = ProxyNode::sidecar(

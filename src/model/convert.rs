@@ -202,27 +202,49 @@ fn endpoint_slice(key: &ConfigKey, value: Value, mesh: &MeshConfig) -> Result<Ve
         for (ei, ep) in slice.endpoints.iter().flatten().enumerate() {
             let ready = ep.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true);
             for (ai, ip) in ep.addresses.iter().enumerate() {
-                if ip.parse::<std::net::IpAddr>().is_err() {
-                    return Err(Invalid::field(
-                        format!("endpoints[{ei}].addresses[{ai}]"),
-                        format!("{ip:?} is not an IP address"),
-                    ));
-                }
-                out.push(Record::Endpoint(
-                    host.clone(),
-                    m::RawEndpoint {
-                        ip: ip.clone(),
-                        port_name: p.name.clone().unwrap_or_default(),
-                        port,
-                        ready,
-                        labels: Labels::new(),
-                        origin: key.clone(),
-                    },
-                ));
+                let field = format!("endpoints[{ei}].addresses[{ai}]");
+                out.push(endpoint_record(
+                    key,
+                    &host,
+                    ip,
+                    p.name.as_deref(),
+                    port,
+                    ready,
+                    &field,
+                )?);
             }
         }
     }
     Ok(out)
+}
+
+/// One endpoint of a Kubernetes Endpoints/EndpointSlice object, its address validated.
+fn endpoint_record(
+    key: &ConfigKey,
+    host: &str,
+    ip: &str,
+    port_name: Option<&str>,
+    port: u16,
+    ready: bool,
+    field: &str,
+) -> Result<Record> {
+    if ip.parse::<std::net::IpAddr>().is_err() {
+        return Err(Invalid::field(
+            field,
+            format!("{ip:?} is not an IP address"),
+        ));
+    }
+    Ok(Record::Endpoint(
+        host.to_string(),
+        m::RawEndpoint {
+            ip: ip.to_string(),
+            port_name: port_name.unwrap_or_default().to_string(),
+            port,
+            ready,
+            labels: Labels::new(),
+            origin: key.clone(),
+        },
+    ))
 }
 
 fn endpoints(key: &ConfigKey, value: Value, mesh: &MeshConfig) -> Result<Vec<Record>> {
@@ -239,23 +261,16 @@ fn endpoints(key: &ConfigKey, value: Value, mesh: &MeshConfig) -> Result<Vec<Rec
                 .flatten()
                 .map(|a| (a, false));
             for (a, ready) in ready.chain(not_ready) {
-                if a.ip.parse::<std::net::IpAddr>().is_err() {
-                    return Err(Invalid::field(
-                        format!("subsets[{si}].addresses"),
-                        format!("{:?} is not an IP address", a.ip),
-                    ));
-                }
-                out.push(Record::Endpoint(
-                    host.clone(),
-                    m::RawEndpoint {
-                        ip: a.ip.clone(),
-                        port_name: p.name.clone().unwrap_or_default(),
-                        port,
-                        ready,
-                        labels: Labels::new(),
-                        origin: key.clone(),
-                    },
-                ));
+                let field = format!("subsets[{si}].addresses");
+                out.push(endpoint_record(
+                    key,
+                    &host,
+                    &a.ip,
+                    p.name.as_deref(),
+                    port,
+                    ready,
+                    &field,
+                )?);
             }
         }
     }

@@ -350,3 +350,30 @@ impl<'a> Client<'a> {
 pub fn count(counts: &HashMap<String, usize>, key: &str) -> usize {
     counts.get(key).copied().unwrap_or(0)
 }
+
+/// Sidecar `client` in `default` (selects `app: client`): one egress listener bound to
+/// `127.0.0.1:<port>` without capture, importing `./*` — how the tests run a sidecar
+/// without iptables.
+pub fn client_sidecar_yaml(port: u16) -> String {
+    format!(
+        "apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata:
+  name: client
+  namespace: default
+spec:
+  workloadSelector:
+    labels:
+      app: client
+  egress:
+  - port:
+      number: {port}
+      protocol: HTTP
+      name: http
+    bind: 127.0.0.1
+    captureMode: NONE
+    hosts:
+    - \"./*\"
+"
+    )
+}
