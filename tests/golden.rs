@@ -39,17 +39,19 @@ use meshflow::xds::node::proxy_from_node;
 use prost::{Message, Name};
 
 /// The proxies of the bookinfo example: golden file stem and Envoy bootstrap.
-const PROXIES: [(&str, &str); 2] = [
+const PROXIES: [(&str, &str); 3] = [
     ("ingressgateway", "envoy-gateway.yaml"),
     ("sleep-sidecar", "envoy-sidecar.yaml"),
+    ("grpc-client", "grpc-bootstrap.json"),
 ];
 
 const UPDATE_HINT: &str = "UPDATE_GOLDEN=1 cargo nextest run --test golden";
 
 /// Proves that the naive recompute and the incremental dataflow generate identical resources
-/// for the bookinfo gateway and `sleep` sidecar, and that those resources match the reviewed
-/// golden files `tests/golden/ingressgateway.txt` and `tests/golden/sleep-sidecar.txt`
-/// (rewritten instead when `UPDATE_GOLDEN=1`).
+/// for the bookinfo gateway, the `sleep` sidecar and a proxyless gRPC client, and that those
+/// resources match the reviewed golden files `tests/golden/ingressgateway.txt`,
+/// `tests/golden/sleep-sidecar.txt` and `tests/golden/grpc-client.txt` (rewritten instead
+/// when `UPDATE_GOLDEN=1`).
 #[test]
 fn bookinfo_config_matches_golden_files() {
     let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/bookinfo");

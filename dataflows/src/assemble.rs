@@ -8,18 +8,30 @@ use crate::translate::{cluster, listener, route};
 use std::collections::BTreeMap;
 
 /// Clusters every proxy of a scope holds whatever it sees. Gateways have no original
-/// destination listeners, so only sidecars get `PassthroughCluster`.
+/// destination listeners, so only sidecars get `PassthroughCluster`; proxyless clients
+/// name every cluster they use, so they need neither.
 pub fn fixed_clusters(scope: &ScopeKey) -> Vec<Resource> {
     match scope {
+        ScopeKey::Sidecar {
+            proxyless: true, ..
+        } => Vec::new(),
         ScopeKey::Sidecar { .. } => vec![cluster::passthrough(), cluster::blackhole()],
         ScopeKey::Router { .. } => vec![cluster::blackhole()],
     }
 }
 
 /// Listeners of a sidecar scope that do not depend on services: one per explicit egress
-/// listener, plus `virtualOutbound` where traffic is captured.
-pub fn sidecar_fixed_listeners(sc: Option<&Sidecar>, interception_none: bool) -> Vec<Resource> {
+/// listener, plus `virtualOutbound` where traffic is captured. Proxyless clients have no
+/// sockets to listen on.
+pub fn sidecar_fixed_listeners(
+    sc: Option<&Sidecar>,
+    interception_none: bool,
+    proxyless: bool,
+) -> Vec<Resource> {
     let mut out = Vec::new();
+    if proxyless {
+        return out;
+    }
     for l in egress_listeners(sc) {
         if let Some(port) = &l.port {
             if port.protocol.is_http() {
@@ -40,8 +52,16 @@ pub fn sidecar_fixed_listeners(sc: Option<&Sidecar>, interception_none: bool) ->
     out
 }
 
-/// Route configuration names an explicit egress listener needs even with no services.
-pub fn sidecar_fixed_routes(sc: Option<&Sidecar>, interception_none: bool) -> Vec<(u16, bool)> {
+/// Route configuration names an explicit egress listener needs even with no services
+/// (none for proxyless clients: their routes exist only for the services they see).
+pub fn sidecar_fixed_routes(
+    sc: Option<&Sidecar>,
+    interception_none: bool,
+    proxyless: bool,
+) -> Vec<(u16, bool)> {
+    if proxyless {
+        return Vec::new();
+    }
     egress_listeners(sc)
         .iter()
         .filter_map(|l| {

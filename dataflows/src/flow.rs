@@ -5,7 +5,7 @@
 use crate::assemble;
 use crate::model::*;
 use crate::rules::{self, NsKey};
-use crate::translate::{cluster, endpoint, route};
+use crate::translate::{cluster, endpoint, listener, route};
 use differential_dataflow::VecCollection;
 use serde::{Deserialize, Serialize};
 
@@ -117,10 +117,11 @@ pub fn build<'s>(mesh: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         .flat_map(|x| x);
 
     // Proxy → scope.
+    // Proxyless gRPC clients are scoped by Sidecar resources like sidecars are.
     let sidecar_proxies = i
         .proxies
         .clone()
-        .filter(|(_, p)| p.kind == ProxyKind::Sidecar);
+        .filter(|(_, p)| matches!(p.kind, ProxyKind::Sidecar | ProxyKind::Proxyless));
     let router_proxies = i
         .proxies
         .clone()
@@ -177,28 +178,12 @@ pub fn build<'s>(mesh: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     let with_sc = sidecar_proxies
         .clone()
         .join_map(chosen_sc.clone(), |id, p, k| {
-            (
-                id.clone(),
-                ScopeKey::Sidecar {
-                    namespace: p.namespace.clone(),
-                    sidecar: Some(k.clone()),
-                    interception_none: p.interception_none,
-                },
-            )
+            (id.clone(), rules::sidecar_scope(p, Some(k.clone())))
         });
     let without_sc = sidecar_proxies
         .clone()
         .antijoin(chosen_sc.map(|(id, _)| id))
-        .map(|(id, p)| {
-            (
-                id,
-                ScopeKey::Sidecar {
-                    namespace: p.namespace,
-                    sidecar: None,
-                    interception_none: p.interception_none,
-                },
-            )
-        });
+        .map(|(id, p)| (id, rules::sidecar_scope(&p, None)));
     let gw_by_first_label = i.gateways.clone().flat_map(|(_, gw)| {
         let first = gw
             .selector
@@ -325,32 +310,37 @@ pub fn build<'s>(mesh: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     let scope_host_dr = scope_host_keyed
         .clone()
         .join_map(dr_chosen.clone(), |(s, h), _, k| {
-            ((h.clone(), Some(k.clone())), s.clone())
+            ((h.clone(), (Some(k.clone()), s.is_proxyless())), s.clone())
         })
         .concat(
             scope_host_keyed
                 .antijoin(dr_chosen.map(|(k, _)| k))
-                .map(|((s, h), _)| ((h, None), s)),
+                .map(|((s, h), _)| ((h, (None, s.is_proxyless())), s)),
         );
 
-    // Clusters, built once per (host, DestinationRule in effect).
+    // Clusters, built once per (host, DestinationRule in effect, for gRPC or Envoy).
     let groups = scope_host_dr.clone().map(|(g, _)| g).distinct();
     let groups_svc = groups.join_map(services.clone(), |h, d, svc| {
         (d.clone(), (h.clone(), svc.clone()))
     });
     let group_clusters = groups_svc
         .clone()
-        .flat_map(|(d, hs)| d.map(|k| (k, hs)))
-        .join_map(i.destination_rules.clone(), |k, (h, svc), dr| {
+        .flat_map(|((d, grpc), (h, svc))| d.map(|k| (k, (h, svc, grpc))))
+        .join_map(i.destination_rules.clone(), |k, (h, svc, grpc), dr| {
             (
-                (h.clone(), Some(k.clone())),
-                cluster::outbound_all(svc, Some(dr)),
+                (h.clone(), (Some(k.clone()), *grpc)),
+                cluster::outbound_all_for(svc, Some(dr), *grpc),
             )
         })
         .concat(
             groups_svc
-                .filter(|(d, _)| d.is_none())
-                .map(|(_, (h, svc))| ((h, None), cluster::outbound_all(&svc, None))),
+                .filter(|((d, _), _)| d.is_none())
+                .map(|((_, grpc), (h, svc))| {
+                    (
+                        (h, (None, grpc)),
+                        cluster::outbound_all_for(&svc, None, grpc),
+                    )
+                }),
         )
         .flat_map(|(g, list)| list.into_iter().map(move |c| (g.clone(), c)));
     let scope_cluster_rows =
@@ -452,13 +442,15 @@ pub fn build<'s>(mesh: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         })
         .join_map(scope_specs.clone(), |s, (idx, svc), sc| {
             let ScopeKey::Sidecar {
-                interception_none, ..
+                interception_none,
+                proxyless,
+                ..
             } = *s
             else {
                 return Vec::new();
             };
             let listeners = rules::egress_listeners(sc.as_ref());
-            rules::sidecar_route_ports(&listeners, *idx, svc, interception_none)
+            rules::sidecar_route_ports(&listeners, *idx, svc, interception_none, proxyless)
                 .into_iter()
                 .map(|(port, allow_any, catch_all)| {
                     (
@@ -470,6 +462,19 @@ pub fn build<'s>(mesh: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         })
         .flat_map(|rows| rows)
         .distinct();
+    // Proxyless clients look up one API listener per `host:port` they may dial.
+    let scope_api_listeners = view_specs
+        .clone()
+        .filter(|((s, _), _)| {
+            matches!(
+                s,
+                ScopeKey::Sidecar {
+                    proxyless: true,
+                    ..
+                }
+            )
+        })
+        .map(|((s, h), (port, ..))| (s, listener::api_listener(&h, port)));
     let rows_with_vs = view_specs
         .clone()
         .join_map(
@@ -508,8 +513,10 @@ pub fn build<'s>(mesh: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     );
     let route_exists = scope_specs.clone().flat_map(|(s, sc)| match &s {
         ScopeKey::Sidecar {
-            interception_none, ..
-        } => assemble::sidecar_fixed_routes(sc.as_ref(), *interception_none)
+            interception_none,
+            proxyless,
+            ..
+        } => assemble::sidecar_fixed_routes(sc.as_ref(), *interception_none, *proxyless)
             .into_iter()
             .map(|(port, allow_any)| ((s.clone(), port), RouteRow::Exists { allow_any }))
             .collect(),
@@ -567,8 +574,10 @@ pub fn build<'s>(mesh: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     let scope_catchall = catchall_listeners.map(|(s, port)| (s, assemble::catchall_listener(port)));
     let scope_fixed_listeners = scope_specs.clone().flat_map(|(s, sc)| match &s {
         ScopeKey::Sidecar {
-            interception_none, ..
-        } => assemble::sidecar_fixed_listeners(sc.as_ref(), *interception_none)
+            interception_none,
+            proxyless,
+            ..
+        } => assemble::sidecar_fixed_listeners(sc.as_ref(), *interception_none, *proxyless)
             .into_iter()
             .map(|r| (s.clone(), r))
             .collect(),
@@ -627,7 +636,8 @@ pub fn build<'s>(mesh: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
                 out.extend(res.into_iter().map(|r| (r, 1isize)));
             });
 
-    // Per-proxy inbound part: the proxy's own service ports.
+    // Per-proxy inbound part: the proxy's own service ports (not for proxyless clients).
+    let sidecar_proxies = sidecar_proxies.filter(|(_, p)| p.kind == ProxyKind::Sidecar);
     let proxy_ips = sidecar_proxies.clone().flat_map(|(id, p)| {
         p.ips
             .iter()
@@ -652,7 +662,7 @@ pub fn build<'s>(mesh: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         .semijoin(captured.map(|(id, _)| id).distinct())
         .reduce(|_, vals: &[(&Option<u16>, isize)], out| {
             let ports: Vec<u16> = vals.iter().filter_map(|(p, _)| **p).collect();
-            out.push((crate::translate::listener::virtual_inbound(&ports), 1isize));
+            out.push((listener::virtual_inbound(&ports), 1isize));
         });
     let proxy_res = inbound_clusters.concat(virtual_inbound);
 
@@ -662,6 +672,7 @@ pub fn build<'s>(mesh: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         .concat(scope_routes)
         .concat(scope_catchall)
         .concat(scope_fixed_listeners)
+        .concat(scope_api_listeners)
         .concat(router_res);
     let proxy_resources = proxy_scope
         .map(|(id, s)| (s, id))

@@ -285,6 +285,10 @@ pub struct Sidecar {
 pub enum ProxyKind {
     Sidecar,
     Router,
+    /// A gRPC client or server using gRPC's xDS support (node metadata `GENERATOR: grpc`):
+    /// scoped like a sidecar, but it looks listeners up by `host:port` (`xds:///host:port`)
+    /// and has no traffic capture and no inbound side.
+    Proxyless,
 }
 
 /// A connected proxy, from its node id and node metadata.
@@ -424,6 +428,8 @@ pub enum ScopeKey {
         namespace: String,
         sidecar: Option<ConfigKey>,
         interception_none: bool,
+        /// Proxyless gRPC: API listeners named `host:port` instead of socket listeners.
+        proxyless: bool,
     },
     /// A gateway proxy in `namespace` selected by these Gateways (sorted).
     Router {
@@ -433,6 +439,17 @@ pub enum ScopeKey {
 }
 
 impl ScopeKey {
+    /// A proxyless gRPC client's scope.
+    pub fn is_proxyless(&self) -> bool {
+        matches!(
+            self,
+            ScopeKey::Sidecar {
+                proxyless: true,
+                ..
+            }
+        )
+    }
+
     pub fn namespace(&self) -> &str {
         match self {
             ScopeKey::Sidecar { namespace, .. } | ScopeKey::Router { namespace, .. } => namespace,

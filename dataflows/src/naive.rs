@@ -101,7 +101,7 @@ impl<'a> View<'a> {
 
     fn scope_of(&self, p: &Proxy, mesh: &MeshConfig) -> ScopeKey {
         match p.kind {
-            ProxyKind::Sidecar => {
+            ProxyKind::Sidecar | ProxyKind::Proxyless => {
                 let chosen = self
                     .sidecars
                     .iter()
@@ -109,11 +109,7 @@ impl<'a> View<'a> {
                         rules::sidecar_rank(sc, p, &mesh.root_namespace).map(|r| (r, &sc.key))
                     })
                     .min();
-                ScopeKey::Sidecar {
-                    namespace: p.namespace.clone(),
-                    sidecar: chosen.map(|(_, k)| k.clone()),
-                    interception_none: p.interception_none,
-                }
+                rules::sidecar_scope(p, chosen.map(|(_, k)| k.clone()))
             }
             ProxyKind::Router => ScopeKey::Router {
                 namespace: p.namespace.clone(),
@@ -219,7 +215,9 @@ pub fn compute(mesh: &MeshConfig, snap: &Snapshot) -> ProxyConfigs {
             .collect();
         for h in hosts {
             let svc = v.services[h];
-            for (res, _port, labels) in cluster::outbound_all(svc, v.dr_for(s, svc, mesh)) {
+            for (res, _port, labels) in
+                cluster::outbound_all_for(svc, v.dr_for(s, svc, mesh), s.is_proxyless())
+            {
                 list.push((res, labels));
             }
         }
@@ -248,22 +246,34 @@ pub fn compute(mesh: &MeshConfig, snap: &Snapshot) -> ProxyConfigs {
         }
         match s {
             ScopeKey::Sidecar {
-                interception_none, ..
+                interception_none,
+                proxyless,
+                ..
             } => {
                 let spec = v.sidecar_spec(s);
                 let listeners = rules::egress_listeners(spec);
                 let mut rows: BTreeMap<u16, (bool, BTreeMap<&str, Option<ResolvedVs>>)> =
                     BTreeMap::new();
                 let mut catch_all_ports = BTreeSet::new();
-                for (port, allow_any) in assemble::sidecar_fixed_routes(spec, *interception_none) {
+                let mut api_listeners = BTreeSet::new();
+                for (port, allow_any) in
+                    assemble::sidecar_fixed_routes(spec, *interception_none, *proxyless)
+                {
                     rows.entry(port).or_insert((allow_any, BTreeMap::new()));
                 }
                 for (idx, hosts) in v.view_hosts(s).into_iter().enumerate() {
                     for h in hosts {
                         let svc = v.services[h];
-                        for (port, allow_any, catch_all) in
-                            rules::sidecar_route_ports(&listeners, idx, svc, *interception_none)
-                        {
+                        for (port, allow_any, catch_all) in rules::sidecar_route_ports(
+                            &listeners,
+                            idx,
+                            svc,
+                            *interception_none,
+                            *proxyless,
+                        ) {
+                            if *proxyless {
+                                api_listeners.insert((h, port));
+                            }
                             if catch_all {
                                 catch_all_ports.insert(port);
                             }
@@ -289,16 +299,25 @@ pub fn compute(mesh: &MeshConfig, snap: &Snapshot) -> ProxyConfigs {
                 if !*interception_none {
                     res.extend(catch_all_ports.into_iter().map(assemble::catchall_listener));
                 }
-                res.extend(assemble::sidecar_fixed_listeners(spec, *interception_none));
+                res.extend(assemble::sidecar_fixed_listeners(
+                    spec,
+                    *interception_none,
+                    *proxyless,
+                ));
+                res.extend(
+                    api_listeners
+                        .into_iter()
+                        .map(|(h, port)| listener::api_listener(h, port)),
+                );
 
-                // The proxy's own ports.
+                // The proxy's own ports; a proxyless client has no inbound side.
                 let ports: BTreeSet<u16> = eps
                     .iter()
-                    .filter(|(_, ep)| p.ips.contains(&ep.ip))
+                    .filter(|(_, ep)| !*proxyless && p.ips.contains(&ep.ip))
                     .map(|(_, ep)| ep.port)
                     .collect();
                 res.extend(ports.iter().map(|port| cluster::inbound(*port)));
-                if !p.interception_none {
+                if !*interception_none {
                     res.push(listener::virtual_inbound(
                         &ports.iter().copied().collect::<Vec<_>>(),
                     ));
@@ -326,9 +345,12 @@ pub fn compute(mesh: &MeshConfig, snap: &Snapshot) -> ProxyConfigs {
                 res.extend(assemble::router_resources(&gws, &pairs));
             }
         }
-        let map = out.entry(p.id.clone()).or_default();
+        // A proxy that holds nothing (a proxyless client seeing no service) has no entry,
+        // as in the dataflow's output, which only knows proxies through their resources.
         for r in res {
-            map.insert((r.rtype, r.name.clone()), r);
+            out.entry(p.id.clone())
+                .or_default()
+                .insert((r.rtype, r.name.clone()), r);
         }
     }
     out

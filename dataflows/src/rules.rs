@@ -161,15 +161,36 @@ pub fn egress_bind(l: &EgressListener, interception_none: bool) -> (String, bool
 /// The sidecar route configurations a visible service joins through egress listener
 /// `idx`: `(port, allow_any, catch_all)`. An explicit listener serves only its own port; the
 /// catch-all serves every other HTTP port, and only where traffic is captured.
+///
+/// A proxyless gRPC client dials services by name, so every port of a service it sees gets
+/// routes whatever its declared protocol (gRPC speaks HTTP/2 on it regardless), with no
+/// passthrough host and no capture listener.
 pub fn sidecar_route_ports(
     listeners: &[EgressListener],
     idx: usize,
     svc: &Service,
     interception_none: bool,
+    proxyless: bool,
 ) -> Vec<(u16, bool, bool)> {
     let Some(l) = listeners.get(idx) else {
         return Vec::new();
     };
+    if proxyless {
+        let explicit: Vec<u16> = listeners
+            .iter()
+            .filter_map(|l| l.port.as_ref().map(|p| p.number))
+            .collect();
+        return svc
+            .ports
+            .iter()
+            .map(|p| p.port)
+            .filter(|p| match &l.port {
+                Some(ep) => *p == ep.number,
+                None => !explicit.contains(p),
+            })
+            .map(|p| (p, false, false))
+            .collect();
+    }
     let http_ports = svc
         .ports
         .iter()
@@ -223,4 +244,16 @@ pub fn gateway_domain(
 #[allow(clippy::ptr_arg)] // `filter_map` over `&String` items needs exactly this signature
 pub fn gateway_ref_str(reference: &String) -> Option<ConfigKey> {
     gateway_ref(reference)
+}
+
+/// The scope of a sidecar-scoped proxy under the Sidecar resource `sidecar` (if any). A
+/// proxyless client captures nothing, whatever its metadata says.
+pub fn sidecar_scope(p: &Proxy, sidecar: Option<ConfigKey>) -> ScopeKey {
+    let proxyless = p.kind == ProxyKind::Proxyless;
+    ScopeKey::Sidecar {
+        namespace: p.namespace.clone(),
+        sidecar,
+        interception_none: p.interception_none || proxyless,
+        proxyless,
+    }
 }

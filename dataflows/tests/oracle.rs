@@ -191,6 +191,7 @@ fn random_record(rng: &mut StdRng, slot: usize) -> Record {
         }
         _ => {
             let router = rng.random_bool(0.3);
+            let proxyless = !router && rng.random_bool(0.25);
             let ns = if router { "istio-system" } else { ns };
             let id = format!(
                 "{}~10.0.0.{}~p{slot}.{ns}~{ns}.svc.cluster.local",
@@ -201,6 +202,8 @@ fn random_record(rng: &mut StdRng, slot: usize) -> Record {
                 id,
                 kind: if router {
                     ProxyKind::Router
+                } else if proxyless {
+                    ProxyKind::Proxyless
                 } else {
                     ProxyKind::Sidecar
                 },

@@ -92,6 +92,7 @@ pub fn kind_name(kind: ProxyKind) -> &'static str {
     match kind {
         ProxyKind::Sidecar => "sidecar",
         ProxyKind::Router => "router",
+        ProxyKind::Proxyless => "proxyless",
     }
 }
 

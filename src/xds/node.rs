@@ -1,5 +1,6 @@
 //! Proxy identity from the xDS `Node`: Istio's node id `TYPE~IP~POD.NS~NS.svc.DOMAIN` and
-//! node metadata (NAMESPACE, LABELS, INSTANCE_IPS, INTERCEPTION_MODE).
+//! node metadata (NAMESPACE, LABELS, INSTANCE_IPS, INTERCEPTION_MODE, and GENERATOR `grpc` for
+//! proxyless gRPC).
 
 use dataflows::model::{Labels, Proxy, ProxyKind};
 use envoy_types::pb::envoy::config::core::v3::Node;
@@ -50,7 +51,12 @@ pub fn proxy_from_node(node: Option<&Node>) -> Result<Proxy, InvalidNode> {
             "node id {id:?} is not of the form TYPE~IP~POD.NAMESPACE~NAMESPACE.svc.DOMAIN"
         )));
     };
+    let meta = node.metadata.clone().unwrap_or_default();
     let kind = match *kind {
+        // gRPC's own xDS client marks itself as Istio's agent does for it.
+        "sidecar" if string_field(&meta, "GENERATOR").as_deref() == Some("grpc") => {
+            ProxyKind::Proxyless
+        }
         "sidecar" => ProxyKind::Sidecar,
         "router" => ProxyKind::Router,
         other => {
@@ -64,7 +70,6 @@ pub fn proxy_from_node(node: Option<&Node>) -> Result<Proxy, InvalidNode> {
             "node id {id:?}: {ip:?} is not an IP address"
         )));
     }
-    let meta = node.metadata.clone().unwrap_or_default();
     let namespace = string_field(&meta, "NAMESPACE")
         .or_else(|| pod_ns.split_once('.').map(|(_, ns)| ns.to_string()))
         .or_else(|| domain.split('.').next().map(str::to_string))
@@ -133,6 +138,20 @@ mod tests {
         assert_eq!(p.ips, vec!["10.1.2.3".to_string()]);
         assert_eq!(p.labels.get("app").map(String::as_str), Some("reviews"));
         assert!(p.interception_none);
+    }
+
+    #[test]
+    fn grpc_generator_marks_a_proxyless_client() {
+        let mut meta = Struct::default();
+        meta.fields.insert("GENERATOR".into(), s("grpc"));
+        let node = Node {
+            id: "sidecar~127.0.0.1~client.default~default.svc.cluster.local".into(),
+            metadata: Some(meta),
+            ..Default::default()
+        };
+        let p = proxy_from_node(Some(&node)).unwrap();
+        assert_eq!(p.kind, ProxyKind::Proxyless);
+        assert_eq!(p.namespace, "default");
     }
 
     #[test]

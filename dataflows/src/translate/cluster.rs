@@ -44,11 +44,15 @@ fn effective_policy(dr: Option<&DestinationRule>, subset: Option<&str>) -> Traff
 }
 
 /// One outbound cluster for `service` on `port`, optionally for one subset of `dr`.
-pub fn outbound(
+/// `grpc`: for proxyless gRPC clients, whose xDS client implements only ROUND_ROBIN and
+/// RING_HASH of the `lb_policy` enum and rejects the cluster otherwise; LEAST_REQUEST and
+/// RANDOM become ROUND_ROBIN there.
+fn outbound(
     service: &Service,
     port: &ServicePort,
     dr: Option<&DestinationRule>,
     subset: Option<&str>,
+    grpc: bool,
 ) -> Resource {
     let name = outbound_cluster_name(port.port, subset, &service.hostname);
     let policy = effective_policy(dr, subset);
@@ -61,6 +65,7 @@ pub fn outbound(
         )),
         // Istio's default is LEAST_REQUEST.
         lb_policy: match policy.load_balancer {
+            _ if grpc => LbPolicy::RoundRobin as i32,
             Some(LoadBalancer::RoundRobin) => LbPolicy::RoundRobin as i32,
             Some(LoadBalancer::Random) => LbPolicy::Random as i32,
             Some(LoadBalancer::LeastRequest) | None => LbPolicy::LeastRequest as i32,
@@ -204,15 +209,24 @@ pub fn outbound_all(
     service: &Service,
     dr: Option<&DestinationRule>,
 ) -> Vec<(Resource, u16, Option<crate::model::Labels>)> {
+    outbound_all_for(service, dr, false)
+}
+
+/// As [`outbound_all`], for Envoy (`grpc: false`) or proxyless gRPC clients (`grpc: true`).
+pub fn outbound_all_for(
+    service: &Service,
+    dr: Option<&DestinationRule>,
+    grpc: bool,
+) -> Vec<(Resource, u16, Option<crate::model::Labels>)> {
     let mut out = Vec::new();
     let eds = service.resolution == Resolution::Static;
     for port in &service.ports {
         let labels = eds.then(crate::model::Labels::new);
-        out.push((outbound(service, port, dr, None), port.port, labels));
+        out.push((outbound(service, port, dr, None, grpc), port.port, labels));
         for subset in dr.map(|d| d.subsets.as_slice()).unwrap_or(&[]) {
             let labels = eds.then(|| subset.labels.clone());
             out.push((
-                outbound(service, port, dr, Some(&subset.name)),
+                outbound(service, port, dr, Some(&subset.name), grpc),
                 port.port,
                 labels,
             ));

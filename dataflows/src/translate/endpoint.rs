@@ -2,7 +2,7 @@
 
 use super::socket_address;
 use crate::model::{Endpoint, Resource, ResourceType};
-use envoy_types::pb::envoy::config::core::v3::HealthStatus;
+use envoy_types::pb::envoy::config::core::v3::{HealthStatus, Locality};
 use envoy_types::pb::envoy::config::endpoint::v3::{
     lb_endpoint::HostIdentifier, ClusterLoadAssignment, Endpoint as EnvoyEndpoint, LbEndpoint,
     LocalityLbEndpoints,
@@ -43,6 +43,8 @@ pub fn load_assignment<'a>(
             // The locality's weight is the sum of its endpoints' weights, as Istio sends it.
             let weight = lb_endpoints.len() as u32;
             vec![LocalityLbEndpoints {
+                // Always present, if empty: gRPC's xDS client rejects a group without one.
+                locality: Some(Locality::default()),
                 lb_endpoints,
                 load_balancing_weight: Some(UInt32Value { value: weight }),
                 ..Default::default()

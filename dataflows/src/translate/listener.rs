@@ -4,6 +4,7 @@
 use super::{duration_ms, inbound_cluster_name, socket_address, PASSTHROUGH_CLUSTER};
 use crate::model::{Resource, ResourceType};
 use envoy_types::pb::envoy::config::core::v3::TrafficDirection;
+use envoy_types::pb::envoy::config::listener::v3::ApiListener;
 use envoy_types::pb::envoy::config::listener::v3::{
     filter, listener_filter, Filter, FilterChain, FilterChainMatch, Listener, ListenerFilter,
 };
@@ -65,6 +66,29 @@ fn rds_hcm(stat_prefix: &str, route_name: &str, edge: bool) -> HttpConnectionMan
         use_remote_address: edge.then_some(BoolValue { value: true }),
         ..base_hcm(stat_prefix)
     }
+}
+
+/// The API listener a proxyless gRPC client looks up for `xds:///host:port`: named
+/// `host:port`, with the connection manager taking the port's sidecar route configuration,
+/// whose virtual hosts carry `host:port` among their domains.
+pub fn api_listener(host: &str, port: u16) -> Resource {
+    let name = format!("{host}:{port}");
+    let hcm = HttpConnectionManager {
+        route_specifier: Some(RouteSpecifier::Rds(Rds {
+            config_source: Some(super::ads()),
+            route_config_name: port.to_string(),
+        })),
+        http_filters: vec![router_filter()],
+        ..Default::default()
+    };
+    let listener = Listener {
+        name: name.clone(),
+        api_listener: Some(ApiListener {
+            api_listener: Some(pack_any(hcm)),
+        }),
+        ..Default::default()
+    };
+    Resource::new(ResourceType::Listener, name, listener.encode_to_vec())
 }
 
 /// Istio's listener name: `ADDRESS_PORT`.
