@@ -105,6 +105,17 @@ enum Command {
         #[arg(short, long, value_enum, default_value = "table")]
         output: meshflow::debug::cli::Output,
     },
+    /// Which input objects (Services, VirtualServices, DestinationRules, Sidecars,
+    /// EndpointSlices, Pods, Gateways) one resource of a proxy was built from.
+    /// RESOURCE is TYPE/NAME: `route/9080`, `cluster/outbound|9080|v1|reviews.default.svc.cluster.local`.
+    Explain {
+        proxy: String,
+        resource: String,
+        #[arg(long, default_value = "127.0.0.1:15014")]
+        debug_addr: SocketAddr,
+        #[arg(short, long, value_enum, default_value = "table")]
+        output: meshflow::debug::cli::Output,
+    },
     /// Write a synthetic mesh as a directory of Kubernetes/Istio YAML.
     MeshGen(meshflow::bench::cli::MeshGenArgs),
     /// Simulated proxies: real ADS clients over loopback; prints a JSON summary on exit.
@@ -198,6 +209,14 @@ fn main() -> ExitCode {
             output,
         } => print_client(meshflow::debug::cli::proxy_config(
             debug_addr, kind, &proxy, output,
+        )),
+        Command::Explain {
+            proxy,
+            resource,
+            debug_addr,
+            output,
+        } => print_client(meshflow::debug::explain::explain_cli(
+            debug_addr, &proxy, &resource, output,
         )),
         Command::MeshGen(args) => meshflow::bench::cli::mesh_gen(args),
         Command::Loadgen(args) => meshflow::bench::cli::loadgen(args),

@@ -831,3 +831,141 @@ async fn cli_proxy_status_and_proxy_config() {
         "{status}"
     );
 }
+
+/// The input objects of one resource, as `/debug/explain` lists them: `Kind ns/name`.
+fn explained(addr: SocketAddr, proxy: &str, resource: &str) -> Vec<String> {
+    let path = format!(
+        "/debug/explain?proxy={}&resource={}",
+        percent(proxy),
+        percent(resource)
+    );
+    let v = get_json(addr, &path);
+    v["inputs"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{path}: {v}"))
+        .iter()
+        .map(|i| {
+            format!(
+                "{} {}/{}",
+                i["kind"].as_str().unwrap(),
+                i["namespace"].as_str().unwrap(),
+                i["name"].as_str().unwrap()
+            )
+        })
+        .collect()
+}
+
+/// `explain` (HTTP, gRPC through the CLI) names the inputs each resource was built from,
+/// follows edits incrementally (a VirtualService and DestinationRule appear and disappear),
+/// and rejects bad requests with the parameter named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_names_the_inputs_of_each_resource() {
+    let s = setup("debug-explain").await;
+    let config = s._dir.path().join("config");
+    let a = "a-1.default";
+    assert_eq!(
+        explained(s.debug, a, "route/9080"),
+        ["Service default/ratings", "Service default/reviews"]
+    );
+    assert_eq!(
+        explained(s.debug, a, &format!("cluster/{REVIEWS}")),
+        ["Service default/reviews"]
+    );
+    assert_eq!(
+        explained(s.debug, a, &format!("endpoint/{REVIEWS}")),
+        [
+            "Service default/reviews",
+            "EndpointSlice default/reviews-abc"
+        ]
+    );
+    // Proxy b is confined by its Sidecar: even its fixed listener comes from it.
+    assert_eq!(
+        explained(s.debug, "b-1.other", "listener/virtualOutbound"),
+        ["Sidecar other/isolated"]
+    );
+
+    write_config(
+        &config,
+        "reviews-rules.yaml",
+        "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: reviews-route, namespace: default}\nspec:\n  hosts: [reviews]\n  http:\n  - route:\n    - destination: {host: reviews}\n---\napiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: reviews-dr, namespace: default}\nspec:\n  host: reviews\n  trafficPolicy: {loadBalancer: {simple: ROUND_ROBIN}}\n",
+    );
+    let want_route = [
+        "Service default/ratings",
+        "Service default/reviews",
+        "VirtualService default/reviews-route",
+    ];
+    assert!(
+        support::wait_until(Duration::from_secs(10), || explained(
+            s.debug,
+            a,
+            "route/9080"
+        ) == want_route),
+        "route/9080 never named the VirtualService: {:?}",
+        explained(s.debug, a, "route/9080")
+    );
+    assert_eq!(
+        explained(s.debug, a, &format!("cluster/{REVIEWS}")),
+        [
+            "Service default/reviews",
+            "DestinationRule default/reviews-dr"
+        ]
+    );
+    support::remove_config(&config, "reviews-rules.yaml");
+    assert!(
+        support::wait_until(Duration::from_secs(10), || explained(
+            s.debug,
+            a,
+            &format!("cluster/{REVIEWS}")
+        ) == ["Service default/reviews"]),
+        "the DestinationRule stayed in the cluster's inputs"
+    );
+
+    // The CLI, over the gRPC Debug API.
+    let addr = s.debug.to_string();
+    let table = meshflow_cli(&["explain", a, "route/9080", "--debug-addr", &addr]);
+    assert_eq!(
+        row(&table, "KIND"),
+        Some(vec!["KIND", "NAMESPACE", "NAME"]),
+        "{table}"
+    );
+    assert_eq!(
+        row(&table, "Service"),
+        Some(vec!["Service", "default", "ratings"]),
+        "{table}"
+    );
+    let json = meshflow_cli(&[
+        "explain",
+        A_ID,
+        "route/9080",
+        "-o",
+        "json",
+        "--debug-addr",
+        &addr,
+    ]);
+    let json: serde_json::Value = serde_json::from_str(&json).expect("JSON");
+    assert_eq!(
+        json,
+        get_json(
+            s.debug,
+            &format!("/debug/explain?proxy={a}&resource=route/9080")
+        )
+    );
+
+    // Bad requests say what is wrong.
+    let (code, body) = get(s.debug, &format!("/debug/explain?proxy={a}&resource=9080"));
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("TYPE/NAME"), "{body}");
+    let (code, body) = get(
+        s.debug,
+        &format!("/debug/explain?proxy={a}&resource=route/1234"),
+    );
+    assert_eq!(code, 404, "{body}");
+    assert!(body.contains("holds no RDS named"), "{body}");
+    // Held, but built from no input object: an empty list, not an error.
+    assert_eq!(
+        explained(s.debug, a, "cluster/BlackHoleCluster"),
+        Vec::<String>::new()
+    );
+    let (code, body) = get(s.debug, "/debug/explain?resource=route/9080");
+    assert_eq!(code, 400, "{body}");
+}

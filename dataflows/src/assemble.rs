@@ -5,7 +5,7 @@
 use crate::model::*;
 use crate::rules::{egress_bind, egress_listeners, exported_to, gateway_domain};
 use crate::translate::{cluster, listener, route};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Clusters every proxy of a scope holds whatever it sees. Gateways have no original
 /// destination listeners, so only sidecars get `PassthroughCluster`; proxyless clients
@@ -77,14 +77,24 @@ pub fn catchall_listener(port: u16) -> Resource {
 }
 
 /// Listeners and route configurations of a gateway proxy selected by `gateways`, with the
-/// VirtualServices bound to each gateway (`(gateway, vs)` pairs).
-pub fn router_resources(gateways: &[&Gateway], vss: &[(&ConfigKey, &ResolvedVs)]) -> Vec<Resource> {
-    let mut listeners: BTreeMap<(String, u16), ()> = BTreeMap::new();
+/// VirtualServices bound to each gateway (`(gateway, vs)` pairs); each with the Gateways and
+/// VirtualServices it was built from.
+pub fn router_resources(
+    gateways: &[&Gateway],
+    vss: &[(&ConfigKey, &ResolvedVs)],
+) -> Vec<(Resource, BTreeSet<ConfigKey>)> {
+    let mut listeners: BTreeMap<(String, u16), BTreeSet<ConfigKey>> = BTreeMap::new();
     let mut routes: BTreeMap<u16, BTreeMap<String, Vec<ResolvedVs>>> = BTreeMap::new();
+    let mut route_inputs: BTreeMap<u16, BTreeSet<ConfigKey>> = BTreeMap::new();
     for gw in gateways {
         for server in gw.servers.iter().filter(|s| s.protocol.is_http()) {
             let addr = server.bind.clone().unwrap_or_else(|| "0.0.0.0".into());
-            listeners.insert((addr, server.port), ());
+            listeners
+                .entry((addr, server.port))
+                .or_default()
+                .insert(gw.key.clone());
+            let inputs = route_inputs.entry(server.port).or_default();
+            inputs.insert(gw.key.clone());
             let vhosts = routes.entry(server.port).or_default();
             for (gw_key, rvs) in vss.iter().filter(|(k, _)| **k == gw.key) {
                 let vs_ns = &rvs.vs.key.namespace;
@@ -97,6 +107,7 @@ pub fn router_resources(gateways: &[&Gateway], vss: &[(&ConfigKey, &ResolvedVs)]
                             gateway_domain(server_host, &gw.key.namespace, vs_ns, vs_host)
                         {
                             let list = vhosts.entry(domain).or_default();
+                            inputs.insert(rvs.vs.key.clone());
                             if !list.iter().any(|v| v.vs.key == rvs.vs.key) {
                                 list.push((*rvs).clone());
                             }
@@ -106,17 +117,19 @@ pub fn router_resources(gateways: &[&Gateway], vss: &[(&ConfigKey, &ResolvedVs)]
             }
         }
     }
-    let mut out: Vec<Resource> = listeners
-        .into_keys()
-        .map(|(addr, port)| {
-            listener::http_listener(&addr, port, true, &format!("http.{port}"), true)
+    let mut out: Vec<(Resource, BTreeSet<ConfigKey>)> = listeners
+        .into_iter()
+        .map(|((addr, port), inputs)| {
+            let l = listener::http_listener(&addr, port, true, &format!("http.{port}"), true);
+            (l, inputs)
         })
         .collect();
     for (port, mut vhosts) in routes {
         for list in vhosts.values_mut() {
             list.sort_by(|a, b| a.vs.key.cmp(&b.vs.key));
         }
-        out.push(route::gateway_route_config(port, &vhosts));
+        let inputs = route_inputs.remove(&port).unwrap_or_default();
+        out.push((route::gateway_route_config(port, &vhosts), inputs));
     }
     out
 }

@@ -24,6 +24,8 @@ pub struct EpochOutput {
     pub proxy_resources: Vec<((ProxyId, ResourceKey), isize)>,
     pub bodies: Vec<(Resource, isize)>,
     pub errors: Vec<(ConfigError, isize)>,
+    pub proxy_scopes: Vec<((ProxyId, ScopeKey), isize)>,
+    pub provenance: Vec<(ProvenanceRow, isize)>,
 }
 
 #[derive(Default)]
@@ -31,6 +33,8 @@ struct Captured {
     proxy_resources: Vec<((ProxyId, ResourceKey), isize)>,
     bodies: Vec<(Resource, isize)>,
     errors: Vec<(ConfigError, isize)>,
+    proxy_scopes: Vec<((ProxyId, ScopeKey), isize)>,
+    provenance: Vec<(ProvenanceRow, isize)>,
 }
 
 enum Tick {
@@ -137,6 +141,13 @@ impl Engine {
                             },
                         );
                         let (c1, c2, c3) = (cap.clone(), cap.clone(), cap.clone());
+                        let (c4, c5) = (cap.clone(), cap.clone());
+                        out.proxy_scopes
+                            .inspect(move |(d, _t, r)| lock(&c4).proxy_scopes.push((d.clone(), *r)))
+                            .probe_with(&probe);
+                        out.provenance
+                            .inspect(move |(d, _t, r)| lock(&c5).provenance.push((d.clone(), *r)))
+                            .probe_with(&probe);
                         out.proxy_resources
                             .inspect(move |(d, _t, r)| {
                                 lock(&c1).proxy_resources.push((d.clone(), *r))
@@ -179,6 +190,8 @@ impl Engine {
                                 proxy_resources: consolidated(taken.proxy_resources),
                                 bodies: consolidated(taken.bodies),
                                 errors: consolidated(taken.errors),
+                                proxy_scopes: consolidated(taken.proxy_scopes),
+                                provenance: consolidated(taken.provenance),
                             };
                             if out_tx.send(output).is_err() {
                                 break;

@@ -31,6 +31,11 @@ pub struct Outputs<'s> {
     pub bodies: Coll<'s, Resource>,
     /// Problems found in the inputs; retracted when fixed.
     pub errors: Coll<'s, ConfigError>,
+    /// The scope each connected proxy's shared resources come from.
+    pub proxy_scopes: Coll<'s, (ProxyId, ScopeKey)>,
+    /// Which input objects each resource was built from (`explain`), kept with the resources
+    /// so it is exactly as current as they are.
+    pub provenance: Coll<'s, ProvenanceRow>,
 }
 
 /// Parts of a VirtualService gathered to resolve destination ports.
@@ -86,7 +91,7 @@ pub fn build<'s>(mesh: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
 
     // Endpoints with the labels of their workload (joined by IP), resolved to service ports.
     let ep_by_ip = i.endpoints.map(|(h, e)| (e.ip.clone(), (h, e)));
-    let wl_labels = i.workloads.map(|(ip, w)| (ip, w.labels));
+    let wl_labels = i.workloads.map(|(ip, w)| (ip, (w.labels, Some(w.origin))));
     let labeled = ep_by_ip
         .clone()
         .join_map(wl_labels.clone(), |_, (h, e), l| {
@@ -94,10 +99,10 @@ pub fn build<'s>(mesh: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         });
     let unlabeled = ep_by_ip
         .antijoin(wl_labels.map(|(ip, _)| ip).distinct())
-        .map(|(_, (h, e))| (h, (e, Labels::new())));
+        .map(|(_, (h, e))| (h, (e, (Labels::new(), None))));
     let resolved_eps = labeled
         .concat(unlabeled)
-        .join_map(services.clone(), |h, (e, wl), svc| {
+        .join_map(services.clone(), |h, (e, (wl, wl_origin)), svc| {
             let port = match svc.ports.as_slice() {
                 [only] if e.port_name.is_empty() => Some(only),
                 ports => ports.iter().find(|p| p.name == e.port_name),
@@ -111,6 +116,10 @@ pub fn build<'s>(mesh: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
                     port: e.port,
                     ready: e.ready,
                     labels,
+                    origins: std::iter::once(&e.origin)
+                        .chain(wl_origin.as_ref())
+                        .cloned()
+                        .collect(),
                 },
             ))
         })
@@ -343,8 +352,41 @@ pub fn build<'s>(mesh: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
                 }),
         )
         .flat_map(|(g, list)| list.into_iter().map(move |c| (g.clone(), c)));
-    let scope_cluster_rows =
-        scope_host_dr.join_map(group_clusters.clone(), |_, s, c| (s.clone(), c.clone()));
+    let scope_cluster_rows = scope_host_dr
+        .clone()
+        .join_map(group_clusters.clone(), |_, s, c| (s.clone(), c.clone()));
+    // A cluster (and its assignment) comes from the service and the DestinationRule in effect.
+    let svc_origin = services.clone().map(|(h, svc)| (h, svc.origin));
+    let cluster_keys = scope_host_dr.join_map(
+        group_clusters.clone(),
+        |(h, (d, _)), s, (res, _, labels)| {
+            (
+                h.clone(),
+                (s.clone(), res.name.clone(), labels.is_some(), d.clone()),
+            )
+        },
+    );
+    let cluster_prov = cluster_keys
+        .clone()
+        .join_map(svc_origin, |_, row, o| (row.clone(), o.clone()))
+        .concat(cluster_keys.flat_map(|(_, row)| {
+            let dr = row.3.clone();
+            dr.map(|d| (row, d))
+        }))
+        .flat_map(|((s, name, eds, _), input)| {
+            let mut rows = vec![(
+                (
+                    Holder::Scope(s.clone()),
+                    ResourceType::Cluster,
+                    name.clone(),
+                ),
+                input.clone(),
+            )];
+            if eds {
+                rows.push(((Holder::Scope(s), ResourceType::Endpoint, name), input));
+            }
+            rows
+        });
 
     // Endpoints: one ClusterLoadAssignment per EDS cluster name, shared by all scopes.
     let eds_defs = group_clusters
@@ -359,6 +401,14 @@ pub fn build<'s>(mesh: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
                 .then(|| ((name.clone(), sel.clone()), Some(ep.clone())))
         })
         .flat_map(|x| x);
+    let cla_origins = cla_members
+        .clone()
+        .flat_map(|(def, ep)| {
+            ep.map(|ep| ep.origins.into_iter().map(move |o| (def.clone(), o)))
+                .into_iter()
+                .flatten()
+        })
+        .distinct();
     let clas = cla_members
         .concat(eds_defs.map(|(_, def)| (def, None)))
         .reduce(
@@ -369,10 +419,23 @@ pub fn build<'s>(mesh: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
                 ))
             },
         );
-    let scope_eds = scope_cluster_rows
+    let scope_eds_keys = scope_cluster_rows
         .clone()
-        .flat_map(|(s, (res, _, labels))| labels.map(|l| ((res.name, l), s)))
+        .flat_map(|(s, (res, _, labels))| labels.map(|l| ((res.name, l), s)));
+    let scope_eds = scope_eds_keys
+        .clone()
         .join_map(clas, |_, s, cla| (s.clone(), cla.clone()));
+    // An assignment also comes from the EndpointSlices and Pods of its members.
+    let eds_prov = scope_eds_keys.join_map(cla_origins, |(name, _), s, o| {
+        (
+            (
+                Holder::Scope(s.clone()),
+                ResourceType::Endpoint,
+                name.clone(),
+            ),
+            o.clone(),
+        )
+    });
     let scope_clusters = scope_cluster_rows.map(|(s, (res, _, _))| (s, res));
     let scope_fixed_clusters = scopes.clone().flat_map(|s| {
         assemble::fixed_clusters(&s)
@@ -474,7 +537,19 @@ pub fn build<'s>(mesh: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
                 }
             )
         })
-        .map(|((s, h), (port, ..))| (s, listener::api_listener(&h, port)));
+        .map(|((s, h), (port, .., svc))| (s, h, port, svc.origin));
+    let api_prov = scope_api_listeners.clone().map(|(s, h, port, o)| {
+        (
+            (
+                Holder::Scope(s),
+                ResourceType::Listener,
+                listener::api_listener_name(&h, port),
+            ),
+            o,
+        )
+    });
+    let scope_api_listeners =
+        scope_api_listeners.map(|(s, h, port, _)| (s, listener::api_listener(&h, port)));
     let rows_with_vs = view_specs
         .clone()
         .join_map(
@@ -524,6 +599,43 @@ pub fn build<'s>(mesh: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     });
     let suffix = mesh.domain_suffix.clone();
     let route_rows = rows_with_vs.concat(rows_without_vs).concat(route_exists);
+    // A sidecar route configuration comes from its services and their VirtualServices; the
+    // catch-all listener of a port from the services that needed it.
+    let route_prov = route_rows.clone().flat_map(|((s, port), row)| {
+        let RouteRow::Vhost {
+            service,
+            vs,
+            catch_all,
+            ..
+        } = row
+        else {
+            return Vec::new();
+        };
+        let route_key = (
+            Holder::Scope(s.clone()),
+            ResourceType::Route,
+            port.to_string(),
+        );
+        let mut rows = vec![(route_key.clone(), service.origin.clone())];
+        if let Some(vs) = vs {
+            rows.push((route_key, vs.vs.key));
+        }
+        let captured = matches!(
+            s,
+            ScopeKey::Sidecar {
+                interception_none: false,
+                ..
+            }
+        );
+        if catch_all && captured {
+            let name = listener::listener_name("0.0.0.0", port);
+            rows.push((
+                (Holder::Scope(s), ResourceType::Listener, name),
+                service.origin,
+            ));
+        }
+        rows
+    });
     let catchall_listeners = route_rows
         .clone()
         .filter(|(_, row)| {
@@ -606,7 +718,7 @@ pub fn build<'s>(mesh: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         .join_map(resolved_vs, |_, (s, g), rvs| {
             (s.clone(), GwItem::Vs(g.clone(), rvs.clone()))
         });
-    let router_res =
+    let router_out =
         router_gw_items
             .concat(router_vs_items)
             .reduce(|_, vals: &[(&GwItem, isize)], out| {
@@ -635,6 +747,14 @@ pub fn build<'s>(mesh: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
                 res.dedup();
                 out.extend(res.into_iter().map(|r| (r, 1isize)));
             });
+    let router_res = router_out.clone().map(|(s, (r, _))| (s, r));
+    let router_prov = router_out.flat_map(|(s, (r, inputs))| {
+        let key = (Holder::Scope(s), r.rtype, r.name);
+        inputs
+            .into_iter()
+            .map(move |k| (key.clone(), k))
+            .collect::<Vec<_>>()
+    });
 
     // Per-proxy inbound part: the proxy's own service ports (not for proxyless clients).
     let sidecar_proxies = sidecar_proxies.filter(|(_, p)| p.kind == ProxyKind::Sidecar);
@@ -644,11 +764,23 @@ pub fn build<'s>(mesh: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
             .map(|ip| (ip.clone(), id.clone()))
             .collect::<Vec<_>>()
     });
-    let inbound_ports = proxy_ips
-        .join_map(
-            resolved_eps.map(|(_, ep)| (ep.ip, ep.port)),
-            |_, id, port| (id.clone(), *port),
-        )
+    let inbound_rows = proxy_ips.join_map(
+        resolved_eps.map(|(_, ep)| (ep.ip, (ep.port, ep.origins))),
+        |_, id, (port, origins)| ((id.clone(), *port), origins.clone()),
+    );
+    let inbound_ports = inbound_rows.clone().map(|(k, _)| k).distinct();
+    let inbound_prov = inbound_rows
+        .flat_map(|((id, port), origins)| {
+            let key = (
+                Holder::Proxy(id),
+                ResourceType::Cluster,
+                crate::translate::inbound_cluster_name(port),
+            );
+            origins
+                .into_iter()
+                .map(move |o| (key.clone(), o))
+                .collect::<Vec<_>>()
+        })
         .distinct();
     let inbound_clusters = inbound_ports
         .clone()
@@ -674,6 +806,25 @@ pub fn build<'s>(mesh: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         .concat(scope_fixed_listeners)
         .concat(scope_api_listeners)
         .concat(router_res);
+    // Every resource of a scope governed by a Sidecar resource comes from it too.
+    let sidecar_prov = scope_res.clone().flat_map(|(s, r)| match &s {
+        ScopeKey::Sidecar {
+            sidecar: Some(k), ..
+        } => {
+            let k = k.clone();
+            Some(((Holder::Scope(s), r.rtype, r.name), k))
+        }
+        _ => None,
+    });
+    let provenance = cluster_prov
+        .concat(eds_prov)
+        .concat(route_prov)
+        .concat(api_prov)
+        .concat(router_prov)
+        .concat(inbound_prov)
+        .concat(sidecar_prov)
+        .distinct();
+    let proxy_scopes = proxy_scope.clone();
     let proxy_resources = proxy_scope
         .map(|(id, s)| (s, id))
         .join_map(scope_res.clone().map(|(s, r)| (s, r.key())), |_, id, k| {
@@ -690,5 +841,7 @@ pub fn build<'s>(mesh: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         proxy_resources,
         bodies,
         errors,
+        proxy_scopes,
+        provenance,
     }
 }

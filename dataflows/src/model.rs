@@ -141,6 +141,9 @@ pub struct Endpoint {
     pub port: u16,
     pub ready: bool,
     pub labels: Labels,
+    /// The objects it comes from: its EndpointSlice (or Endpoints, ServiceEntry) and, when
+    /// labels joined in by IP, the Pod or WorkloadEntry. For `explain`, not for Envoy.
+    pub origins: Vec<ConfigKey>,
 }
 
 /// A Pod or WorkloadEntry: where labels of an endpoint come from.
@@ -418,6 +421,17 @@ pub struct ResolvedVs {
     pub vs: VirtualService,
     pub dest_ports: BTreeMap<Hostname, Vec<u16>>,
 }
+
+/// Who holds a resource, for provenance: every proxy of a scope, or one proxy (its inbound
+/// side).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Holder {
+    Scope(ScopeKey),
+    Proxy(ProxyId),
+}
+
+/// One provenance row: the resource `(holder, type, name)` was produced from input `.1`.
+pub type ProvenanceRow = ((Holder, ResourceType, String), ConfigKey);
 
 /// What a proxy's configuration is computed for. Proxies with the same scope share all
 /// scope-level work; only the inbound part is per proxy.

@@ -78,12 +78,14 @@ impl<'a> View<'a> {
                 .copied()
                 .filter(|w| w.ip == e.ip)
                 .collect();
-            let label_sets: Vec<Labels> = if wls.is_empty() {
-                vec![Labels::new()]
+            let label_sets: Vec<(Labels, Option<&ConfigKey>)> = if wls.is_empty() {
+                vec![(Labels::new(), None)]
             } else {
-                wls.iter().map(|w| w.labels.clone()).collect()
+                wls.iter()
+                    .map(|w| (w.labels.clone(), Some(&w.origin)))
+                    .collect()
             };
-            for mut labels in label_sets {
+            for (mut labels, wl_origin) in label_sets {
                 labels.extend(e.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
                 out.push((
                     ((*h).clone(), port.port),
@@ -92,6 +94,10 @@ impl<'a> View<'a> {
                         port: e.port,
                         ready: e.ready,
                         labels,
+                        origins: std::iter::once(&e.origin)
+                            .chain(wl_origin)
+                            .cloned()
+                            .collect(),
                     },
                 ));
             }
@@ -342,7 +348,11 @@ pub fn compute(mesh: &MeshConfig, snap: &Snapshot) -> ProxyConfigs {
                     .collect();
                 let pairs: Vec<(&ConfigKey, &ResolvedVs)> =
                     resolved.iter().map(|(g, r)| (g, r)).collect();
-                res.extend(assemble::router_resources(&gws, &pairs));
+                res.extend(
+                    assemble::router_resources(&gws, &pairs)
+                        .into_iter()
+                        .map(|(r, _)| r),
+                );
             }
         }
         // A proxy that holds nothing (a proxyless client seeing no service) has no entry,

@@ -77,7 +77,7 @@ fn use_color() -> bool {
 
 /// Aligned columns, two spaces apart; `paint` may wrap a padded cell in colour codes (which
 /// do not count towards the width).
-fn table(rows: &[Vec<String>], paint: impl Fn(&str, String) -> String) -> String {
+pub(crate) fn table(rows: &[Vec<String>], paint: impl Fn(&str, String) -> String) -> String {
     let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..cols)
         .map(|c| {

@@ -6,6 +6,8 @@
 //!   `/config_dump` form. `ID` is the node id or its `pod.namespace` part (`proxyID` is
 //!   accepted too, as Istio spells it).
 //! - `GET /debug/config_errors`: rejected input objects and dataflow conflicts.
+//! - `GET /debug/explain?proxy=ID&resource=TYPE/NAME`: the input objects a resource of the
+//!   proxy was built from ([`super::explain`]).
 //! - `GET /metrics`: Prometheus text ([`super::metrics`]).
 
 use super::envoy_json::{config_dump, DumpEntry};
@@ -26,6 +28,7 @@ pub fn router(hub: Arc<Hub>) -> Router {
         .route("/debug/proxies", get(proxies))
         .route("/debug/config_dump", get(dump))
         .route("/debug/config_errors", get(errors))
+        .route("/debug/explain", get(explain))
         .route("/metrics", get(metrics))
         .with_state(hub)
 }
@@ -82,6 +85,30 @@ async fn dump(State(hub): State<Arc<Hub>>, Query(q): Query<DumpQuery>) -> Respon
     match tokio::task::spawn_blocking(move || config_dump(&per_type)).await {
         Ok(text) => ([(header::CONTENT_TYPE, "application/json")], text).into_response(),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+#[derive(Deserialize)]
+struct ExplainQuery {
+    #[serde(alias = "proxyID")]
+    proxy: Option<String>,
+    resource: Option<String>,
+}
+
+async fn explain(State(hub): State<Arc<Hub>>, Query(q): Query<ExplainQuery>) -> Response {
+    use super::explain::{explain, ExplainError};
+    let (Some(proxy), Some(resource)) = (q.proxy, q.resource) else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "the proxy and resource parameters are required: \
+             /debug/explain?proxy=ID&resource=TYPE/NAME"
+                .into(),
+        );
+    };
+    match explain(&hub, &proxy, &resource) {
+        Ok(e) => Json(json!(e)).into_response(),
+        Err(ExplainError::Invalid(m)) => error(StatusCode::BAD_REQUEST, m),
+        Err(ExplainError::NotFound(m)) => error(StatusCode::NOT_FOUND, m),
     }
 }
 

@@ -4,7 +4,8 @@
 //! - gRPC: meshflow's own Debug API (`proto/meshflow/debug/v1/debug.proto`) and Envoy's
 //!   Client Status Discovery Service ([`csds`]);
 //! - HTTP/1.1 JSON: `/debug/proxies`, `/debug/config_dump?proxy=ID`,
-//!   `/debug/config_errors` ([`http`]), and `/metrics` ([`metrics`]).
+//!   `/debug/config_errors`, `/debug/explain?proxy=ID&resource=TYPE/NAME` ([`http`]), and
+//!   `/metrics` ([`metrics`]).
 //!
 //! gRPC and HTTP share the port through tonic's `Routes`, which is an axum router: requests
 //! to `/<grpc.Service>/<Method>` reach the gRPC services, the paths above reach the JSON
@@ -16,6 +17,7 @@
 pub mod cli;
 pub mod csds;
 pub mod envoy_json;
+pub mod explain;
 pub mod http;
 pub mod metrics;
 pub mod status;
@@ -65,6 +67,32 @@ impl Debug for DebugService {
             out
         });
         Ok(Response::new(ListConfigErrorsResponse { errors }))
+    }
+
+    async fn explain(
+        &self,
+        req: Request<ExplainRequest>,
+    ) -> Result<Response<ExplainResponse>, Status> {
+        let req = req.into_inner();
+        match explain::explain(&self.hub, &req.proxy, &req.resource) {
+            Ok(e) => Ok(Response::new(ExplainResponse {
+                proxy: e.proxy,
+                r#type: e.rtype,
+                name: e.name,
+                scope: e.scope,
+                inputs: e
+                    .inputs
+                    .into_iter()
+                    .map(|i| InputObject {
+                        kind: i.kind,
+                        namespace: i.namespace,
+                        name: i.name,
+                    })
+                    .collect(),
+            })),
+            Err(explain::ExplainError::Invalid(m)) => Err(Status::invalid_argument(m)),
+            Err(explain::ExplainError::NotFound(m)) => Err(Status::not_found(m)),
+        }
     }
 }
 

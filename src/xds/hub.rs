@@ -85,6 +85,8 @@ pub struct Hub {
     state: Mutex<HubState>,
     inputs: Sender<Input>,
     full_push: std::sync::atomic::AtomicBool,
+    /// What each resource was built from (`explain`), under its own lock.
+    pub provenance: crate::debug::explain::ProvenanceStore,
 }
 
 impl Hub {
@@ -93,6 +95,7 @@ impl Hub {
             state: Mutex::new(HubState::default()),
             inputs,
             full_push: false.into(),
+            provenance: Default::default(),
         })
     }
 
@@ -147,6 +150,7 @@ impl Hub {
         down: &[ProxyId],
         source_errors: Option<Vec<String>>,
     ) {
+        self.provenance.apply(&out.proxy_scopes, &out.provenance);
         let mut st = self.lock();
         st.epoch = out.epoch;
         for (r, d) in out.bodies {

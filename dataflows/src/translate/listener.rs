@@ -72,7 +72,7 @@ fn rds_hcm(stat_prefix: &str, route_name: &str, edge: bool) -> HttpConnectionMan
 /// `host:port`, with the connection manager taking the port's sidecar route configuration,
 /// whose virtual hosts carry `host:port` among their domains.
 pub fn api_listener(host: &str, port: u16) -> Resource {
-    let name = format!("{host}:{port}");
+    let name = api_listener_name(host, port);
     let hcm = HttpConnectionManager {
         route_specifier: Some(RouteSpecifier::Rds(Rds {
             config_source: Some(super::ads()),
@@ -89,6 +89,11 @@ pub fn api_listener(host: &str, port: u16) -> Resource {
         ..Default::default()
     };
     Resource::new(ResourceType::Listener, name, listener.encode_to_vec())
+}
+
+/// The name gRPC looks up for `xds:///host:port`.
+pub fn api_listener_name(host: &str, port: u16) -> String {
+    format!("{host}:{port}")
 }
 
 /// Istio's listener name: `ADDRESS_PORT`.
