@@ -24,6 +24,7 @@
 use super::pb::{ListProxiesResponse, ProxyStatus, TypeStatus};
 use super::pb::{StreamStatus, StreamTypeStatus};
 use crate::xds::hub::{HubState, ProxyEntry};
+use super::watch::unix_seconds;
 use std::time::{Duration, Instant};
 use dataflows::model::{ProxyKind, ResourceType};
 use envoy_types::pb::envoy::service::status::v3::ConfigStatus;
@@ -115,7 +116,7 @@ pub fn stream_details(e: &ProxyEntry, now: Instant) -> Vec<StreamStatus> {
         .map(|(id, info)| StreamStatus {
             id: *id,
             protocol: info.protocol.into(),
-            open_seconds: now.saturating_duration_since(info.opened).as_secs_f64(),
+            opened_unix_seconds: unix_seconds(info.opened),
             types: info
                 .subscriptions
                 .iter()
@@ -130,9 +131,7 @@ pub fn stream_details(e: &ProxyEntry, now: Instant) -> Vec<StreamStatus> {
                         wildcard: sub.wildcard,
                         names: sub.names.clone(),
                         in_flight_nonce: f.map(|f| f.nonce.clone()).unwrap_or_default(),
-                        in_flight_seconds: f.map_or(0.0, |f| {
-                            now.saturating_duration_since(f.sent_at).as_secs_f64()
-                        }),
+                        in_flight_sent_unix_seconds: f.map_or(0.0, |f| unix_seconds(f.sent_wall)),
                     })
                 })
                 .collect(),
@@ -155,7 +154,7 @@ pub fn kind_name(kind: ProxyKind) -> &'static str {
 /// Every connected proxy with its state per type, sorted by id.
 pub fn list_proxies(st: &HubState) -> ListProxiesResponse {
     let now = Instant::now();
-    let ago = |at: Option<Instant>| at.map_or(-1.0, |a| now.saturating_duration_since(a).as_secs_f64());
+    let unix = |at: Option<std::time::SystemTime>| at.map_or(0.0, unix_seconds);
     let mut proxies: Vec<ProxyStatus> = connected(st)
         .map(|e| ProxyStatus {
             stream_details: stream_details(e, now),
@@ -180,8 +179,8 @@ pub fn list_proxies(st: &HubState) -> ListProxiesResponse {
                         } else {
                             0.0
                         },
-                        last_sent_seconds_ago: ago(e.sync[i].last_sent),
-                        last_ack_seconds_ago: ago(e.sync[i].last_ack),
+                        last_sent_unix_seconds: unix(e.sync[i].last_sent),
+                        last_ack_unix_seconds: unix(e.sync[i].last_ack),
                         acked_resources: e.sync[i].acked.len() as u32,
                     }
                 })
@@ -211,7 +210,7 @@ pub fn proxies_json(resp: &ListProxiesResponse) -> Value {
                     } else {
                         Value::String(t.last_nack.clone())
                     };
-                    let secs = |v: f64| if v < 0.0 { Value::Null } else { json!(v) };
+                    let secs = |v: f64| if v <= 0.0 { Value::Null } else { json!(v) };
                     (
                         t.r#type.clone(),
                         json!({
@@ -221,8 +220,8 @@ pub fn proxies_json(resp: &ListProxiesResponse) -> Value {
                             "acked_resources": t.acked_resources,
                             "acks": t.acks,
                             "last_nack": nack,
-                            "last_sent_seconds_ago": secs(t.last_sent_seconds_ago),
-                            "last_ack_seconds_ago": secs(t.last_ack_seconds_ago),
+                            "last_sent": secs(t.last_sent_unix_seconds),
+                            "last_ack": secs(t.last_ack_unix_seconds),
                         }),
                     )
                 })
@@ -249,7 +248,7 @@ fn stream_json(s: &StreamStatus) -> Value {
             let in_flight = if t.in_flight_nonce.is_empty() {
                 Value::Null
             } else {
-                json!({ "nonce": t.in_flight_nonce, "seconds": t.in_flight_seconds })
+                json!({ "nonce": t.in_flight_nonce, "sent": t.in_flight_sent_unix_seconds })
             };
             (
                 t.r#type.clone(),
@@ -260,7 +259,7 @@ fn stream_json(s: &StreamStatus) -> Value {
     json!({
         "id": s.id,
         "protocol": s.protocol,
-        "open_seconds": s.open_seconds,
+        "opened": s.opened_unix_seconds,
         "types": types,
     })
 }

@@ -71,9 +71,10 @@ pub struct WatchEvent {
     pub kind: WatchKind,
 }
 
+/// Unix time in seconds, to the millisecond (so it survives JSON and YAML round trips).
 pub fn unix_seconds(t: SystemTime) -> f64 {
     t.duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
+        .map(|d| d.as_millis() as f64 / 1000.0)
         .unwrap_or(0.0)
 }
 

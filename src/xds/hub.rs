@@ -32,14 +32,15 @@ pub struct InFlight {
     pub stream: u64,
     pub nonce: String,
     pub sent_at: Instant,
+    pub sent_wall: SystemTime,
     push: Push,
 }
 
 /// Per proxy and type: what went over the wire, and when.
 #[derive(Clone, Debug, Default)]
 pub struct TypeSync {
-    pub last_sent: Option<Instant>,
-    pub last_ack: Option<Instant>,
+    pub last_sent: Option<SystemTime>,
+    pub last_ack: Option<SystemTime>,
     pub last_nack_at: Option<Instant>,
     pub in_flight: Option<InFlight>,
     /// Name → version the proxy acknowledged (or brought when it resumed).
@@ -52,7 +53,7 @@ pub struct TypeSync {
 #[derive(Clone, Debug)]
 pub struct StreamInfo {
     pub protocol: &'static str,
-    pub opened: Instant,
+    pub opened: SystemTime,
     pub subscriptions: Vec<Subscription>,
 }
 
@@ -407,7 +408,7 @@ impl Hub {
                     e.acks[i] += 1;
                     e.last_nack[i] = None;
                     let sync = &mut e.sync[i];
-                    sync.last_ack = Some(now);
+                    sync.last_ack = Some(wall);
                     if let Some(f) = sync
                         .in_flight
                         .take_if(|f| f.stream == stream && f.nonce == *nonce)
@@ -489,11 +490,12 @@ impl Hub {
             let epoch = st.epoch;
             if let Some(e) = st.proxies.get_mut(id) {
                 let sync = &mut e.sync[type_index(push.rtype)];
-                sync.last_sent = Some(now);
+                sync.last_sent = Some(wall);
                 sync.in_flight = Some(InFlight {
                     stream,
                     nonce: push.nonce.clone(),
                     sent_at: now,
+                    sent_wall: wall,
                     push: push.clone(),
                 });
             }
@@ -562,7 +564,7 @@ impl Hub {
         if let Some(e) = st.proxies.get_mut(id) {
             let info = e.stream_info.entry(stream).or_insert_with(|| StreamInfo {
                 protocol,
-                opened: Instant::now(),
+                opened: SystemTime::now(),
                 subscriptions: Vec::new(),
             });
             info.subscriptions = subscriptions;
