@@ -314,7 +314,12 @@ spec:
         "the input change behind the epoch:\n{diff}"
     );
     let json: Value = serde_json::from_str(&cli(&[
-        "diff", &node.id, "--debug-addr", &debug_s, "-o", "json",
+        "diff",
+        &node.id,
+        "--debug-addr",
+        &debug_s,
+        "-o",
+        "json",
     ]))
     .expect("diff JSON");
     let rds = json["resources"]
@@ -322,10 +327,12 @@ spec:
         .and_then(|rs| rs.iter().find(|r| r["type"] == "RDS"))
         .unwrap_or_else(|| panic!("an RDS resource in {json}"));
     assert!(
-        rds["fields"].as_array().is_some_and(|fs| fs.iter().any(|f| f["path"]
-            .as_str()
-            .is_some_and(|p| p.starts_with("virtual_hosts[name="))
-            && f["new"].to_string().contains("/a{150}"))),
+        rds["fields"]
+            .as_array()
+            .is_some_and(|fs| fs.iter().any(|f| f["path"]
+                .as_str()
+                .is_some_and(|p| p.starts_with("virtual_hosts[name="))
+                && f["new"].to_string().contains("/a{150}"))),
         "the route with the regex among the changed paths: {rds}"
     );
     assert!(

@@ -47,7 +47,11 @@ struct Setup {
 async fn setup(label: &str) -> Setup {
     let dir = TestDir::new(label);
     let config = dir.subdir("config");
-    write_config(&config, "services.yaml", &services(&["10.0.1.1", "10.0.1.2"]));
+    write_config(
+        &config,
+        "services.yaml",
+        &services(&["10.0.1.1", "10.0.1.2"]),
+    );
     let debug = SocketAddr::from(([127, 0, 0, 1], support::free_port()));
     let meshflow =
         Meshflow::start_with_args(&config, dir.path(), &["--debug-addr", &debug.to_string()]);
@@ -103,11 +107,10 @@ fn metrics(addr: SocketAddr) -> String {
 /// Adds an endpoint to reviews; the client receives (and ACKs) the EDS update.
 async fn move_endpoints(s: &mut Setup, ips: &[&str]) {
     write_config(&s.config, "services.yaml", &services(ips));
-    let resp = s
-        .a
-        .recv(Duration::from_secs(10))
-        .await
-        .expect("an EDS update");
+    let resp =
+        s.a.recv(Duration::from_secs(10))
+            .await
+            .expect("an EDS update");
     assert_eq!(resp.type_url, EDS);
     // Let the ACK reach the server.
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -180,7 +183,10 @@ async fn diff_shows_fields_inputs_and_acks() {
     let (ok, text, err) = cli(&["diff", "a-1.default", "--debug-addr", &debug_s]);
     assert!(ok, "{err}");
     assert!(
-        text.contains(&format!("~ EDS {REVIEWS} {} -> {}", r.old_version, r.new_version)),
+        text.contains(&format!(
+            "~ EDS {REVIEWS} {} -> {}",
+            r.old_version, r.new_version
+        )),
         "{text}"
     );
     assert!(
@@ -193,7 +199,14 @@ async fn diff_shows_fields_inputs_and_acks() {
             .any(|l| l.trim_start().starts_with("+ ") && l.contains("10.0.1.3")),
         "{text}"
     );
-    let (ok, yaml, err) = cli(&["diff", "a-1.default", "--debug-addr", &debug_s, "-o", "yaml"]);
+    let (ok, yaml, err) = cli(&[
+        "diff",
+        "a-1.default",
+        "--debug-addr",
+        &debug_s,
+        "-o",
+        "yaml",
+    ]);
     assert!(ok && yaml.contains("change: modified"), "{yaml}{err}");
 
     // The next push is NACKed: the diff says so, with the proxy's message.
@@ -226,8 +239,9 @@ async fn diff_shows_fields_inputs_and_acks() {
     );
     assert!(j["resources"][0]["lines"]
         .as_array()
-        .is_some_and(|ls| ls.iter().any(|l| l.as_str().is_some_and(|l| l.starts_with("- ")
-            && l.contains("10.0.1.3")))));
+        .is_some_and(|ls| ls.iter().any(|l| l
+            .as_str()
+            .is_some_and(|l| l.starts_with("- ") && l.contains("10.0.1.3")))));
     let (_, text, _) = cli(&["diff", "a-1.default", "--debug-addr", &debug_s]);
     assert!(
         text.contains("NACKED by the proxy") && text.contains("endpoints refused on purpose"),
@@ -242,21 +256,27 @@ async fn diff_shows_fields_inputs_and_acks() {
     );
     assert_eq!(status, 200, "{j}");
     assert_eq!(j["resources"].as_array().map(Vec::len), Some(1), "{j}");
-    assert_eq!(j["resources"][0]["deliveries"].as_array().map(Vec::len), Some(2));
+    assert_eq!(
+        j["resources"][0]["deliveries"].as_array().map(Vec::len),
+        Some(2)
+    );
     assert_eq!(j["epochs"].as_array().map(Vec::len), Some(2));
     // `since` reaches back to the proxy's connection: every resource it holds was added.
     let (status, j) = get_json(s.debug, &format!("/debug/diff?proxy={A_ID}&since=10m"));
     assert_eq!(status, 200, "{j}");
-    assert!(j["resources"]
-        .as_array()
-        .is_some_and(|rs| rs.iter().any(|r| r["type"] == "CDS" && r["change"] == "added")));
-    assert!(j["epochs"][0]["inputs"]
-        .as_array()
-        .is_some_and(|i| i.iter().any(|i| i["kind"] == "Proxy" && i["name"] == A_ID && i["op"] == "insert")));
+    assert!(j["resources"].as_array().is_some_and(|rs| rs
+        .iter()
+        .any(|r| r["type"] == "CDS" && r["change"] == "added")));
+    assert!(j["epochs"][0]["inputs"].as_array().is_some_and(|i| i
+        .iter()
+        .any(|i| i["kind"] == "Proxy" && i["name"] == A_ID && i["op"] == "insert")));
     // `to` bounds the window.
     let (_, j) = get_json(
         s.debug,
-        &format!("/debug/diff?proxy={A_ID}&from={}&to={change_epoch}", change_epoch - 1),
+        &format!(
+            "/debug/diff?proxy={A_ID}&from={}&to={change_epoch}",
+            change_epoch - 1
+        ),
     );
     assert_eq!(j["epochs"].as_array().map(Vec::len), Some(1), "{j}");
 
@@ -266,7 +286,11 @@ async fn diff_shows_fields_inputs_and_acks() {
         ("/debug/diff?proxy=a-1.default&from=abc", "from", 400),
         ("/debug/diff?proxy=a-1.default&to=-1", "to", 400),
         ("/debug/diff?proxy=a-1.default&since=5x", "since", 400),
-        ("/debug/diff?proxy=a-1.default&from=1&since=5m", "since", 400),
+        (
+            "/debug/diff?proxy=a-1.default&from=1&since=5m",
+            "since",
+            400,
+        ),
         ("/debug/diff?proxy=a-1.default&from=5&to=2", "from", 400),
         ("/debug/diff?proxy=a-1.default&frm=2", "frm", 400),
         ("/debug/diff?proxy=nobody.default", "nobody.default", 404),
@@ -296,7 +320,11 @@ async fn diff_shows_fields_inputs_and_acks() {
 }
 
 /// Reads newline-delimited JSON from a raw HTTP/1.1 response until `want` matches one.
-fn ndjson_until(stream: &mut TcpStream, deadline: Instant, want: impl Fn(&Value) -> bool) -> Vec<Value> {
+fn ndjson_until(
+    stream: &mut TcpStream,
+    deadline: Instant,
+    want: impl Fn(&Value) -> bool,
+) -> Vec<Value> {
     let mut reader = BufReader::new(stream.try_clone().expect("clone"));
     let mut seen = Vec::new();
     let mut line = String::new();
@@ -367,13 +395,18 @@ async fn watch_streams_pushes_and_acks() {
     assert_eq!(push.changes.len(), 1, "{push:?}");
     let c = &push.changes[0];
     assert_eq!((c.op.as_str(), c.name.as_str()), ("~", REVIEWS));
-    assert!(!c.old_version.is_empty() && !c.new_version.is_empty() && c.old_version != c.new_version);
+    assert!(
+        !c.old_version.is_empty() && !c.new_version.is_empty() && c.old_version != c.new_version
+    );
     let ack = tokio::time::timeout(Duration::from_secs(10), grpc.message())
         .await
         .expect("an ACK in time")
         .expect("stream")
         .expect("event");
-    assert_eq!((ack.kind.as_str(), ack.nonce.as_str()), ("ack", push.nonce.as_str()));
+    assert_eq!(
+        (ack.kind.as_str(), ack.nonce.as_str()),
+        ("ack", push.nonce.as_str())
+    );
 
     let deadline = Instant::now() + Duration::from_secs(10);
     let seen = ndjson_until(&mut http, deadline, |v| v["kind"] == "ack");
@@ -399,14 +432,23 @@ async fn watch_streams_pushes_and_acks() {
     let _ = cli_watch.kill();
     let _ = cli_watch.wait();
     assert!(
-        printed.contains(&format!("epoch {} EDS push nonce {}", push.epoch, push.nonce)),
+        printed.contains(&format!(
+            "epoch {} EDS push nonce {}",
+            push.epoch, push.nonce
+        )),
         "{printed}"
     );
     assert!(
-        printed.contains(&format!("  ~ {REVIEWS} {} -> {}", c.old_version, c.new_version)),
+        printed.contains(&format!(
+            "  ~ {REVIEWS} {} -> {}",
+            c.old_version, c.new_version
+        )),
         "{printed}"
     );
-    assert!(printed.contains(&format!("EDS ACK nonce {}", push.nonce)), "{printed}");
+    assert!(
+        printed.contains(&format!("EDS ACK nonce {}", push.nonce)),
+        "{printed}"
+    );
 }
 
 /// The counters of `/metrics` move: pushes and bytes by type after a change, input changes
@@ -421,16 +463,36 @@ async fn metrics_count_pushes_inputs_convergence_and_nacks() {
     let converged = "meshflow_convergence_seconds_count";
     let nacks = "meshflow_xds_nacks_total{type=\"EDS\"}";
     assert!(sample(&before, eds_pushes) >= 1.0, "{before}");
-    assert!(sample(&before, "meshflow_proxies_connected") >= 1.0, "{before}");
-    assert!(before.contains("meshflow_dataflow_epoch_lag_seconds_count"), "{before}");
+    assert!(
+        sample(&before, "meshflow_proxies_connected") >= 1.0,
+        "{before}"
+    );
+    assert!(
+        before.contains("meshflow_dataflow_epoch_lag_seconds_count"),
+        "{before}"
+    );
     assert_eq!(sample(&before, nacks), 0.0, "{before}");
 
     move_endpoints(&mut s, &["10.0.1.1", "10.0.1.2", "10.0.1.5"]).await;
     let after = metrics(s.debug);
-    assert_eq!(sample(&after, eds_pushes), sample(&before, eds_pushes) + 1.0, "{after}");
-    assert!(sample(&after, eds_bytes) > sample(&before, eds_bytes), "{after}");
-    assert_eq!(sample(&after, slices), sample(&before, slices) + 1.0, "{after}");
-    assert!(sample(&after, converged) > sample(&before, converged), "{after}");
+    assert_eq!(
+        sample(&after, eds_pushes),
+        sample(&before, eds_pushes) + 1.0,
+        "{after}"
+    );
+    assert!(
+        sample(&after, eds_bytes) > sample(&before, eds_bytes),
+        "{after}"
+    );
+    assert_eq!(
+        sample(&after, slices),
+        sample(&before, slices) + 1.0,
+        "{after}"
+    );
+    assert!(
+        sample(&after, converged) > sample(&before, converged),
+        "{after}"
+    );
     assert_eq!(
         sample(&after, "meshflow_xds_pushes_total{type=\"CDS\"}"),
         sample(&before, "meshflow_xds_pushes_total{type=\"CDS\"}"),
@@ -481,7 +543,12 @@ async fn sync_state_ages_acked_versions_and_streams() {
     assert_eq!(streams[0]["types"]["EDS"]["wildcard"], false);
     assert_eq!(streams[0]["types"]["EDS"]["names"][0], REVIEWS);
     assert_eq!(streams[0]["types"]["EDS"]["in_flight"], Value::Null);
-    let acked_before = s.a.held.get(EDS).and_then(|m| m.get(REVIEWS)).cloned().expect("held");
+    let acked_before =
+        s.a.held
+            .get(EDS)
+            .and_then(|m| m.get(REVIEWS))
+            .cloned()
+            .expect("held");
 
     // A push the client does not answer.
     write_config(&s.config, "services.yaml", &services(&["10.0.1.9"]));
@@ -494,12 +561,18 @@ async fn sync_state_ages_acked_versions_and_streams() {
     let (_, j) = get_json(s.debug, "/debug/proxies");
     let eds = &j["proxies"][0]["types"]["EDS"];
     assert_eq!(eds["sync"], "STALE", "{j}");
-    assert!(eds["stale_seconds"].as_f64().is_some_and(|s| s >= 1.0), "{j}");
+    assert!(
+        eds["stale_seconds"].as_f64().is_some_and(|s| s >= 1.0),
+        "{j}"
+    );
     let in_flight = &j["proxies"][0]["stream_details"][0]["types"]["EDS"]["in_flight"];
     assert_eq!(in_flight["nonce"], push.nonce.as_str(), "{j}");
     let (ok, table, err) = cli(&["proxy-status", "--debug-addr", &s.debug.to_string()]);
     assert!(ok, "{err}");
-    assert!(table.contains("STALE (1s)") || table.contains("STALE (2s)"), "{table}");
+    assert!(
+        table.contains("STALE (1s)") || table.contains("STALE (2s)"),
+        "{table}"
+    );
     // CSDS: the version the proxy ACKed, not the one on its way.
     let mut csds = ClientStatusDiscoveryServiceClient::connect(format!("http://{}", s.debug))
         .await
@@ -544,7 +617,9 @@ async fn sync_state_ages_acked_versions_and_streams() {
     // Resume: a new Delta stream bringing every version it holds gets nothing, and is
     // SYNCED for CDS (it would be STALE if a resume counted for nothing).
     let mut held = s.a.held.clone();
-    held.get_mut(EDS).expect("EDS").insert(REVIEWS.into(), new_version);
+    held.get_mut(EDS)
+        .expect("EDS")
+        .insert(REVIEWS.into(), new_version);
     drop(s.a);
     tokio::time::sleep(Duration::from_millis(300)).await;
     let mut b = DeltaClient::connect(s.xds, node(A_ID, "default", &[])).await;

@@ -101,9 +101,7 @@ fn table(rows: &[Vec<String>], paint: impl Fn(&str, String) -> String) -> String
     out
 }
 
-async fn debug_client(
-    addr: SocketAddr,
-) -> Result<DebugClient<tonic::transport::Channel>, String> {
+async fn debug_client(addr: SocketAddr) -> Result<DebugClient<tonic::transport::Channel>, String> {
     Ok(DebugClient::connect(format!("http://{addr}"))
         .await
         .map_err(|e| format!("connecting to the debug API at {addr}: {e}"))?
@@ -160,7 +158,10 @@ pub async fn watch(addr: SocketAddr, proxy: &str, output: Output) -> Result<Stri
         let text = match output.format() {
             None => super::watch::to_text(&event, color),
             Some(Format::Json) => super::watch::to_json(&event).to_string() + "\n",
-            Some(Format::Yaml) => format!("---\n{}", print(&super::watch::to_json(&event), Format::Yaml)?),
+            Some(Format::Yaml) => format!(
+                "---\n{}",
+                print(&super::watch::to_json(&event), Format::Yaml)?
+            ),
         };
         let mut out = std::io::stdout().lock();
         out.write_all(text.as_bytes())

@@ -60,9 +60,13 @@ pub fn compute(hub: &Hub, req: &pb::DiffRequest) -> Result<pb::DiffResponse, Dif
     let since = if req.since.is_empty() {
         None
     } else {
-        let d = parse_duration(&req.since)
-            .map_err(|e| DiffError::BadRequest(format!("since: {e}")))?;
-        Some(SystemTime::now().checked_sub(d).unwrap_or(SystemTime::UNIX_EPOCH))
+        let d =
+            parse_duration(&req.since).map_err(|e| DiffError::BadRequest(format!("since: {e}")))?;
+        Some(
+            SystemTime::now()
+                .checked_sub(d)
+                .unwrap_or(SystemTime::UNIX_EPOCH),
+        )
     };
     if let (Some(f), Some(t)) = (req.from_epoch, req.to_epoch) {
         if f > t {
@@ -445,8 +449,14 @@ pub fn to_text(d: &pb::DiffResponse, color: bool) -> String {
     for r in &d.resources {
         out.push('\n');
         let head = match r.change.as_str() {
-            "added" => paint("32", &format!("+ {} {} {}", r.r#type, r.name, r.new_version)),
-            "removed" => paint("31", &format!("- {} {} {}", r.r#type, r.name, r.old_version)),
+            "added" => paint(
+                "32",
+                &format!("+ {} {} {}", r.r#type, r.name, r.new_version),
+            ),
+            "removed" => paint(
+                "31",
+                &format!("- {} {} {}", r.r#type, r.name, r.old_version),
+            ),
             _ => paint(
                 "33",
                 &format!(
@@ -469,7 +479,13 @@ pub fn to_text(d: &pb::DiffResponse, color: bool) -> String {
         }
         if r.change == "modified" {
             for f in &r.fields {
-                let show = |s: &str| if s.is_empty() { "(none)".to_string() } else { s.to_string() };
+                let show = |s: &str| {
+                    if s.is_empty() {
+                        "(none)".to_string()
+                    } else {
+                        s.to_string()
+                    }
+                };
                 out.push_str(&format!(
                     "  {}: {} → {}\n",
                     f.path,

@@ -549,11 +549,23 @@ mod tests {
         let t = ResourceType::Route;
         let now = Instant::now();
         h.record("p", 1, t, now, vec![change("80", None, Some("v1"), 10)]);
-        h.record("p", 2, t, now, vec![change("80", Some("v1"), Some("v2"), 10)]);
+        h.record(
+            "p",
+            2,
+            t,
+            now,
+            vec![change("80", Some("v1"), Some("v2"), 10)],
+        );
         let covered = h.record_push("p", 7, t, "1", SystemTime::now());
         assert_eq!(covered.iter().map(|c| c.0).collect::<Vec<_>>(), vec![1, 2]);
         // A newer epoch after the push is not covered by its ACK.
-        h.record("p", 3, t, now, vec![change("80", Some("v2"), Some("v3"), 10)]);
+        h.record(
+            "p",
+            3,
+            t,
+            now,
+            vec![change("80", Some("v2"), Some("v3"), 10)],
+        );
         let acked = h.record_feedback("p", 7, t, "1", None, SystemTime::now());
         assert_eq!(acked.entries, 2);
         let w = h.window("p", None, None);
@@ -587,7 +599,13 @@ mod tests {
                 old_body: None,
                 new_body: shared.clone(),
             };
-            h.record(&format!("p{}", i % 3), i, ResourceType::Cluster, Instant::now(), vec![c]);
+            h.record(
+                &format!("p{}", i % 3),
+                i,
+                ResourceType::Cluster,
+                Instant::now(),
+                vec![c],
+            );
         }
         // One shared 1000-byte body: a hundred small entries fit.
         assert_eq!(h.len(), 100);
@@ -610,7 +628,13 @@ mod tests {
             max_bytes: 0,
             max_age: Duration::from_secs(3600),
         });
-        h2.record("p", 1, ResourceType::Cluster, Instant::now(), vec![change("c", Some("a"), Some("b"), 50)]);
+        h2.record(
+            "p",
+            1,
+            ResourceType::Cluster,
+            Instant::now(),
+            vec![change("c", Some("a"), Some("b"), 50)],
+        );
         assert_eq!((h2.len(), h2.bytes()), (0, 0));
     }
 
@@ -620,10 +644,22 @@ mod tests {
             max_bytes: usize::MAX,
             max_age: Duration::from_millis(1),
         });
-        h.record("p", 1, ResourceType::Cluster, Instant::now(), vec![change("c", None, Some("a"), 5)]);
+        h.record(
+            "p",
+            1,
+            ResourceType::Cluster,
+            Instant::now(),
+            vec![change("c", None, Some("a"), 5)],
+        );
         h.record_epoch(1, SystemTime::now(), vec![]);
         std::thread::sleep(Duration::from_millis(5));
-        h.record("p", 2, ResourceType::Cluster, Instant::now(), vec![change("c", Some("a"), Some("b"), 5)]);
+        h.record(
+            "p",
+            2,
+            ResourceType::Cluster,
+            Instant::now(),
+            vec![change("c", Some("a"), Some("b"), 5)],
+        );
         assert_eq!(h.len(), 1);
         assert_eq!(h.window("p", None, None).oldest_kept, Some(2));
     }

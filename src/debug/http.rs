@@ -122,7 +122,10 @@ fn only_known(q: &HashMap<String, String>, known: &[&str]) -> Result<(), Respons
         None => Ok(()),
         Some(k) => Err(error(
             StatusCode::BAD_REQUEST,
-            format!("unknown parameter {k:?}; this endpoint takes {}", known.join(", ")),
+            format!(
+                "unknown parameter {k:?}; this endpoint takes {}",
+                known.join(", ")
+            ),
         )),
     }
 }

@@ -86,8 +86,8 @@ impl Debug for DebugService {
         &self,
         request: Request<WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
-        let id = resolve_connected(&self.hub, &request.get_ref().proxy)
-            .map_err(Status::not_found)?;
+        let id =
+            resolve_connected(&self.hub, &request.get_ref().proxy).map_err(Status::not_found)?;
         let mut rx = self.hub.watch();
         let (tx, out) = mpsc::channel(64);
         tokio::spawn(async move {

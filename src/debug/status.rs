@@ -23,12 +23,12 @@
 
 use super::pb::{ListProxiesResponse, ProxyStatus, TypeStatus};
 use super::pb::{StreamStatus, StreamTypeStatus};
-use crate::xds::hub::{HubState, ProxyEntry};
 use super::watch::unix_seconds;
-use std::time::{Duration, Instant};
+use crate::xds::hub::{HubState, ProxyEntry};
 use dataflows::model::{ProxyKind, ResourceType};
 use envoy_types::pb::envoy::service::status::v3::ConfigStatus;
 use serde_json::{json, Value};
+use std::time::{Duration, Instant};
 
 /// A proxy's sync state for one xDS type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -81,7 +81,8 @@ pub fn sync_state_at(entry: &ProxyEntry, t: ResourceType, now: Instant) -> (Sync
     let nacked = entry.last_nack.get(i).is_some_and(|n| n.is_some());
     let sync = &entry.sync[i];
     let resources = entry.versions(t).len();
-    let since = |at: Option<Instant>| at.map_or(Duration::ZERO, |a| now.saturating_duration_since(a));
+    let since =
+        |at: Option<Instant>| at.map_or(Duration::ZERO, |a| now.saturating_duration_since(a));
     if !entry.ready {
         (SyncState::NotSent, Duration::ZERO)
     } else if nacked {
@@ -110,7 +111,7 @@ pub fn short_age(d: Duration) -> String {
 }
 
 /// The streams of a proxy for the debug API: protocol, subscriptions, in flight.
-pub fn stream_details(e: &ProxyEntry, now: Instant) -> Vec<StreamStatus> {
+pub fn stream_details(e: &ProxyEntry) -> Vec<StreamStatus> {
     e.stream_info
         .iter()
         .map(|(id, info)| StreamStatus {
@@ -157,7 +158,7 @@ pub fn list_proxies(st: &HubState) -> ListProxiesResponse {
     let unix = |at: Option<std::time::SystemTime>| at.map_or(0.0, unix_seconds);
     let mut proxies: Vec<ProxyStatus> = connected(st)
         .map(|e| ProxyStatus {
-            stream_details: stream_details(e, now),
+            stream_details: stream_details(e),
             id: e.proxy.id.clone(),
             namespace: e.proxy.namespace.clone(),
             kind: kind_name(e.proxy.kind).into(),

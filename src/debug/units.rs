@@ -61,7 +61,11 @@ pub fn parse_bytes(s: &str) -> Result<usize, String> {
         "k" | "kb" | "kib" => 1 << 10,
         "m" | "mb" | "mib" => 1 << 20,
         "g" | "gb" | "gib" => 1 << 30,
-        other => return Err(format!("{s:?}: unknown unit {other:?}; use KiB, MiB or GiB")),
+        other => {
+            return Err(format!(
+                "{s:?}: unknown unit {other:?}; use KiB, MiB or GiB"
+            ))
+        }
     };
     n.checked_mul(mult)
         .ok_or_else(|| format!("{s:?}: too large"))

@@ -72,8 +72,7 @@ impl DeltaStream {
             }
             self.subscription_generation += 1;
         }
-        if !req.resource_names_subscribe.is_empty() || !req.resource_names_unsubscribe.is_empty()
-        {
+        if !req.resource_names_subscribe.is_empty() || !req.resource_names_unsubscribe.is_empty() {
             self.subscription_generation += 1;
         }
         if !req.response_nonce.is_empty() {

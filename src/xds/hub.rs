@@ -501,6 +501,9 @@ impl Hub {
             }
             epoch
         };
+        // Under a span named like the runtime's, so `RUST_LOG=meshflow=debug` shows the push
+        // next to the epoch's dataflow step and hub apply.
+        let _span = tracing::debug_span!("epoch", epoch).entered();
         self.metrics.push(push.rtype, push.bytes);
         let covered = self
             .history()

@@ -53,7 +53,10 @@ pub struct Nack {
 /// What a proxy said about a response, or what it brought when it resumed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Feedback {
-    Ack { rtype: ResourceType, nonce: String },
+    Ack {
+        rtype: ResourceType,
+        nonce: String,
+    },
     Nack(Nack),
     /// A Delta stream's first request of a type carried `initial_resource_versions`: the
     /// proxy already holds (and took) these versions.
