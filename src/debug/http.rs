@@ -111,7 +111,7 @@ async fn metrics(State(hub): State<Arc<Hub>>) -> Response {
 }
 
 /// Rejects parameters the endpoint does not know, naming them.
-fn only_known(q: &HashMap<String, String>, known: &[&str]) -> Result<(), Response> {
+fn only_known(q: &HashMap<String, String>, known: &[&str]) -> Result<(), String> {
     let mut unknown: Vec<&str> = q
         .keys()
         .map(String::as_str)
@@ -120,32 +120,27 @@ fn only_known(q: &HashMap<String, String>, known: &[&str]) -> Result<(), Respons
     unknown.sort_unstable();
     match unknown.first() {
         None => Ok(()),
-        Some(k) => Err(error(
-            StatusCode::BAD_REQUEST,
-            format!(
-                "unknown parameter {k:?}; this endpoint takes {}",
-                known.join(", ")
-            ),
+        Some(k) => Err(format!(
+            "unknown parameter {k:?}; this endpoint takes {}",
+            known.join(", ")
         )),
     }
 }
 
-fn epoch_param(q: &HashMap<String, String>, name: &str) -> Result<Option<u64>, Response> {
+fn epoch_param(q: &HashMap<String, String>, name: &str) -> Result<Option<u64>, String> {
     match q.get(name).filter(|v| !v.is_empty()) {
         None => Ok(None),
-        Some(v) => v.parse::<u64>().map(Some).map_err(|_| {
-            error(
-                StatusCode::BAD_REQUEST,
-                format!("{name}: {v:?} is not an epoch number"),
-            )
-        }),
+        Some(v) => v
+            .parse::<u64>()
+            .map(Some)
+            .map_err(|_| format!("{name}: {v:?} is not an epoch number")),
     }
 }
 
 async fn diff(State(hub): State<Arc<Hub>>, Query(q): Query<HashMap<String, String>>) -> Response {
     let req = match (|| {
         only_known(&q, &["proxy", "proxyID", "from", "to", "since"])?;
-        Ok::<_, Response>(super::pb::DiffRequest {
+        Ok::<_, String>(super::pb::DiffRequest {
             proxy: q
                 .get("proxy")
                 .or_else(|| q.get("proxyID"))
@@ -157,7 +152,7 @@ async fn diff(State(hub): State<Arc<Hub>>, Query(q): Query<HashMap<String, Strin
         })
     })() {
         Ok(r) => r,
-        Err(resp) => return resp,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e),
     };
     match tokio::task::spawn_blocking(move || super::diff::compute(&hub, &req)).await {
         Ok(Ok(d)) => Json(super::diff::to_json(&d)).into_response(),
@@ -168,8 +163,8 @@ async fn diff(State(hub): State<Arc<Hub>>, Query(q): Query<HashMap<String, Strin
 }
 
 async fn watch(State(hub): State<Arc<Hub>>, Query(q): Query<HashMap<String, String>>) -> Response {
-    if let Err(r) = only_known(&q, &["proxy", "proxyID"]) {
-        return r;
+    if let Err(e) = only_known(&q, &["proxy", "proxyID"]) {
+        return error(StatusCode::BAD_REQUEST, e);
     }
     let wanted = q
         .get("proxy")
