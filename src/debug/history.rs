@@ -380,7 +380,8 @@ impl History {
     }
 
     /// A push of `rtype` to `proxy` on `stream`: covers every change not covered yet.
-    /// Returns the covered entries (their epochs and changes), newest last.
+    /// Returns the covered entries' epochs, newest last, with their changes if
+    /// `with_changes` (for watchers). Costs the number of entries it covers.
     pub fn record_push(
         &mut self,
         proxy: &str,
@@ -388,19 +389,20 @@ impl History {
         rtype: ResourceType,
         nonce: &str,
         at: SystemTime,
+        with_changes: bool,
     ) -> Vec<(u64, Vec<ResourceChange>)> {
-        let ids: Vec<u64> = match self.proxies.get(proxy) {
-            Some(p) => p.by_type[type_slot(rtype)]
-                .iter()
-                .rev()
-                .copied()
-                .collect::<Vec<_>>(),
-            None => return Vec::new(),
-        };
         let mut covered = Vec::new();
-        for id in ids {
-            let Some(i) = self.index(id) else { break };
-            let e = &mut self.entries[i];
+        let (Some(p), Some(first)) = (self.proxies.get(proxy), self.entries.front().map(|e| e.id))
+        else {
+            return covered;
+        };
+        for id in p.by_type[type_slot(rtype)].iter().rev() {
+            let Some(e) = id
+                .checked_sub(first)
+                .and_then(|i| self.entries.get_mut(i as usize))
+            else {
+                break;
+            };
             if e.delivery.is_some() {
                 break;
             }
@@ -412,7 +414,12 @@ impl History {
                 nacked_at: None,
                 nack: None,
             });
-            covered.push((e.epoch, e.changes.clone()));
+            let changes = if with_changes {
+                e.changes.clone()
+            } else {
+                Vec::new()
+            };
+            covered.push((e.epoch, changes));
         }
         covered.reverse();
         covered
@@ -429,14 +436,18 @@ impl History {
         at: SystemTime,
     ) -> Acknowledged {
         let mut out = Acknowledged::default();
-        let Some(p) = self.proxies.get(proxy) else {
+        let (Some(p), Some(first)) = (self.proxies.get(proxy), self.entries.front().map(|e| e.id))
+        else {
             return out;
         };
-        let ids: Vec<u64> = p.by_type[type_slot(rtype)].iter().rev().copied().collect();
         let mut found = false;
-        for id in ids {
-            let Some(i) = self.index(id) else { break };
-            let e = &mut self.entries[i];
+        for id in p.by_type[type_slot(rtype)].iter().rev() {
+            let Some(e) = id
+                .checked_sub(first)
+                .and_then(|i| self.entries.get_mut(i as usize))
+            else {
+                break;
+            };
             match &mut e.delivery {
                 // Newer changes not sent yet.
                 None => continue,
@@ -556,7 +567,7 @@ mod tests {
             now,
             vec![change("80", Some("v1"), Some("v2"), 10)],
         );
-        let covered = h.record_push("p", 7, t, "1", SystemTime::now());
+        let covered = h.record_push("p", 7, t, "1", SystemTime::now(), true);
         assert_eq!(covered.iter().map(|c| c.0).collect::<Vec<_>>(), vec![1, 2]);
         // A newer epoch after the push is not covered by its ACK.
         h.record(
@@ -575,7 +586,7 @@ mod tests {
             .map(|e| e.delivery.as_ref().map(Delivery::state))
             .collect();
         assert_eq!(states, vec![Some("ACKED"), Some("ACKED"), None]);
-        h.record_push("p", 7, t, "2", SystemTime::now());
+        h.record_push("p", 7, t, "2", SystemTime::now(), false);
         h.record_feedback("p", 7, t, "2", Some("bad regex"), SystemTime::now());
         let w = h.window("p", Some(Bound::Epoch(2)), Some(Bound::Epoch(3)));
         assert_eq!(w.entries.len(), 1);

@@ -505,9 +505,14 @@ impl Hub {
         // next to the epoch's dataflow step and hub apply.
         let _span = tracing::debug_span!("epoch", epoch).entered();
         self.metrics.push(push.rtype, push.bytes);
-        let covered = self
-            .history()
-            .record_push(id, stream, push.rtype, &push.nonce, wall);
+        let covered = self.history().record_push(
+            id,
+            stream,
+            push.rtype,
+            &push.nonce,
+            wall,
+            self.watch.receiver_count() > 0,
+        );
         tracing::debug!(
             epoch,
             proxy = id,
