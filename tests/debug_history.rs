@@ -643,3 +643,40 @@ async fn sync_state_ages_acked_versions_and_streams() {
         Some(held[CDS].len() as u64)
     );
 }
+
+/// `--history-age` bounds what `diff` can see: an epoch older than the bound is evicted
+/// when the next one is recorded, and the diff says the history is truncated. Bad bound
+/// values are refused naming the flag.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_bounds_evict_and_diff_says_so() {
+    let dir = TestDir::new("debug-history-bounds");
+    let config = dir.subdir("config");
+    write_config(&config, "services.yaml", &services(&["10.0.1.1"]));
+    let debug = SocketAddr::from(([127, 0, 0, 1], support::free_port()));
+    let meshflow = Meshflow::start_with_args(
+        &config,
+        dir.path(),
+        &["--debug-addr", &debug.to_string(), "--history-age", "1s"],
+    );
+    let mut a = DeltaClient::connect(meshflow.xds_addr(), node(A_ID, "default", &[])).await;
+    a.sync().await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    write_config(&config, "services.yaml", &services(&["10.0.1.2"]));
+    a.recv(Duration::from_secs(10)).await.expect("an EDS push");
+    let (status, j) = get_json(debug, &format!("/debug/diff?proxy={A_ID}&from=0"));
+    assert_eq!(status, 200, "{j}");
+    assert_eq!(j["truncated"], true, "{j}");
+    assert_eq!(j["epochs"].as_array().map(Vec::len), Some(1), "{j}");
+    assert!(j["oldest_kept_epoch"].as_u64() > Some(1), "{j}");
+    assert_eq!(j["resources"].as_array().map(Vec::len), Some(1), "{j}");
+    assert_eq!(j["resources"][0]["change"], "modified", "{j}");
+    // The proxy's connection (all its resources added) is gone from the history.
+    assert!(!j["epochs"][0]["inputs"]
+        .as_array()
+        .is_some_and(|i| i.iter().any(|i| i["kind"] == "Proxy")));
+
+    for (flag, value) in [("--history-bytes", "lots"), ("--history-age", "soon")] {
+        let (ok, _, err) = cli(&["serve", "--config-dir", ".", flag, value]);
+        assert!(!ok && err.contains(flag) && err.contains(value), "{err}");
+    }
+}
