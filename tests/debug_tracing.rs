@@ -46,9 +46,10 @@ async fn debug_log_shows_an_epoch_span_from_input_to_push() {
         log = meshflow.log();
         let Some(epoch) = log
             .lines()
+            .rev()
             .filter(|l| l.contains("epoch computed") && l.contains("config_changes=2"))
             .filter_map(|l| l.split("epoch{epoch=").nth(1)?.split('}').next())
-            .last()
+            .next()
             .map(str::to_string)
         else {
             return false;
