@@ -83,6 +83,12 @@ enum Command {
         /// Serve plaintext xDS on a non-loopback address.
         #[arg(long)]
         plaintext: bool,
+        /// Bytes of per-proxy history kept for `diff` (64MiB, 512KiB, ...; 0 keeps none).
+        #[arg(long, default_value = "64MiB", value_parser = meshflow::debug::units::parse_bytes)]
+        history_bytes: usize,
+        /// Age of the oldest per-proxy history kept (90s, 30m, 1h, ...).
+        #[arg(long, default_value = "1h", value_parser = meshflow::debug::units::parse_duration)]
+        history_age: Duration,
         #[command(flatten)]
         mesh: MeshArgs,
     },
@@ -111,6 +117,33 @@ enum Command {
     Explain {
         proxy: String,
         resource: String,
+        #[arg(long, default_value = "127.0.0.1:15014")]
+        debug_addr: SocketAddr,
+        #[arg(short, long, value_enum, default_value = "table")]
+        output: meshflow::debug::cli::Output,
+    },
+    /// What changed for one proxy between two epochs (or since a time): per resource, the
+    /// changed fields and +/- lines of Envoy's JSON, ACK/NACK of each push, and the input
+    /// changes behind each epoch. Without --from/--since: the proxy's last change.
+    Diff {
+        proxy: String,
+        /// Changes after this epoch.
+        #[arg(long, conflicts_with = "since")]
+        from: Option<u64>,
+        /// Changes in this last while: 90s, 5m, 1h.
+        #[arg(long)]
+        since: Option<String>,
+        /// Up to this epoch (default: the newest).
+        #[arg(long)]
+        to: Option<u64>,
+        #[arg(long, default_value = "127.0.0.1:15014")]
+        debug_addr: SocketAddr,
+        #[arg(short, long, value_enum, default_value = "table")]
+        output: meshflow::debug::cli::Output,
+    },
+    /// Print every push to one proxy, and its ACKs/NACKs, as they happen.
+    Watch {
+        proxy: String,
         #[arg(long, default_value = "127.0.0.1:15014")]
         debug_addr: SocketAddr,
         #[arg(short, long, value_enum, default_value = "table")]
@@ -155,6 +188,8 @@ fn main() -> ExitCode {
             trust_domain,
             token_file,
             plaintext,
+            history_bytes,
+            history_age,
             mesh,
         } => {
             let rt = match tokio::runtime::Builder::new_multi_thread()
@@ -190,6 +225,10 @@ fn main() -> ExitCode {
                     _ => None,
                 },
                 plaintext,
+                history: meshflow::debug::history::HistoryLimits {
+                    max_bytes: history_bytes,
+                    max_age: history_age,
+                },
             };
             match rt.block_on(serve(opts)) {
                 Ok(()) => ExitCode::SUCCESS,
@@ -218,6 +257,21 @@ fn main() -> ExitCode {
         } => print_client(meshflow::debug::explain::explain_cli(
             debug_addr, &proxy, &resource, output,
         )),
+        Command::Diff {
+            proxy,
+            from,
+            since,
+            to,
+            debug_addr,
+            output,
+        } => print_client(meshflow::debug::cli::diff(
+            debug_addr, &proxy, from, since, to, output,
+        )),
+        Command::Watch {
+            proxy,
+            debug_addr,
+            output,
+        } => print_client(meshflow::debug::cli::watch(debug_addr, &proxy, output)),
         Command::MeshGen(args) => meshflow::bench::cli::mesh_gen(args),
         Command::Loadgen(args) => meshflow::bench::cli::loadgen(args),
         Command::Bench(args) => meshflow::bench::cli::bench(args),

@@ -25,6 +25,8 @@ pub struct ServeOptions {
     pub auth: AuthConfig,
     /// Allow plaintext xDS on a non-loopback address.
     pub plaintext: bool,
+    /// Bounds of the per-proxy debug history.
+    pub history: crate::debug::history::HistoryLimits,
 }
 
 pub async fn serve(opts: ServeOptions) -> Result<(), String> {
@@ -43,7 +45,7 @@ pub async fn serve(opts: ServeOptions) -> Result<(), String> {
     }
     let acceptor = opts.tls.as_ref().map(tls::acceptor).transpose()?;
     let (inputs_tx, inputs_rx) = std::sync::mpsc::channel::<Input>();
-    let hub = Hub::new(inputs_tx.clone());
+    let hub = Hub::with_history(inputs_tx.clone(), opts.history);
     if opts.engine == runtime::EngineKind::FullPush {
         hub.set_full_push();
     }
@@ -75,6 +77,7 @@ pub async fn serve(opts: ServeOptions) -> Result<(), String> {
                 let ok = tx
                     .send(Input::Changes {
                         changes: scan.changes,
+                        described: scan.described,
                         errors: scan.errors,
                     })
                     .is_ok();

@@ -290,4 +290,55 @@ spec:
         .unwrap_or_default()
         .to_string();
     assert!(nack_line.ends_with(&message), "{message}");
+
+    // `meshflow diff` of the proxy's last change: the route configuration that Envoy
+    // refused, field by field, marked NACKED with Envoy's message; the VirtualService edit
+    // is the epoch's input change.
+    let diff = cli(&["diff", &node.id, "--debug-addr", &debug_s]);
+    assert!(
+        diff.contains("NACKED by the proxy") && diff.contains("program size"),
+        "diff shows the NACK with Envoy's message:\n{diff}"
+    );
+    assert!(
+        diff.lines().any(|l| l.starts_with("~ RDS ")),
+        "a modified route configuration:\n{diff}"
+    );
+    assert!(
+        diff.lines()
+            .any(|l| l.trim_start().starts_with("+ ") && l.contains("/a{150}")),
+        "the new regex as a + line:\n{diff}"
+    );
+    assert!(
+        diff.contains("VirtualService default/reviews update")
+            && diff.contains("reviews-virtualservice.yaml"),
+        "the input change behind the epoch:\n{diff}"
+    );
+    let json: Value = serde_json::from_str(&cli(&[
+        "diff",
+        &node.id,
+        "--debug-addr",
+        &debug_s,
+        "-o",
+        "json",
+    ]))
+    .expect("diff JSON");
+    let rds = json["resources"]
+        .as_array()
+        .and_then(|rs| rs.iter().find(|r| r["type"] == "RDS"))
+        .unwrap_or_else(|| panic!("an RDS resource in {json}"));
+    assert!(
+        rds["fields"]
+            .as_array()
+            .is_some_and(|fs| fs.iter().any(|f| f["path"]
+                .as_str()
+                .is_some_and(|p| p.starts_with("virtual_hosts[name="))
+                && f["new"].to_string().contains("/a{150}"))),
+        "the route with the regex among the changed paths: {rds}"
+    );
+    assert!(
+        rds["deliveries"].as_array().is_some_and(|ds| ds
+            .iter()
+            .any(|d| d["state"] == "NACKED" && d["nack"].as_str() == Some(message.as_str()))),
+        "the NACK recorded with Envoy's message: {rds}"
+    );
 }

@@ -1156,3 +1156,67 @@ fn fixture_keys_are_as_described() {
     assert!(reformatted.errors.is_empty(), "{:?}", reformatted.errors);
     assert_eq!(reformatted.objects.len(), 3);
 }
+
+// ---------------------------------------------------------------------------------------------
+// What each rescan says changed, for the debug history
+// ---------------------------------------------------------------------------------------------
+
+/// Every rescan describes its changes per object: kind/namespace/name, insert, update or
+/// delete, and the file it came from (the file it was in, for a delete); a rename
+/// describes nothing, like it changes nothing.
+#[test]
+fn rescans_describe_their_objects() {
+    use meshflow::runtime::changes::ChangeOp;
+    let dir = test_dir("described");
+    let ratings = dir.join("ratings.yaml");
+    let mut src = source(&dir);
+    assert!(src.rescan().described.is_empty());
+    let ops = |scan: &Rescan| -> Vec<(String, String, String, ChangeOp, String)> {
+        scan.described
+            .iter()
+            .map(|c| {
+                let file = Path::new(&c.source)
+                    .file_name()
+                    .map(|f| f.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                (
+                    c.kind.clone(),
+                    c.namespace.clone(),
+                    c.name.clone(),
+                    c.op,
+                    file,
+                )
+            })
+            .collect()
+    };
+    let one = |op| {
+        vec![(
+            "Service".to_string(),
+            "default".to_string(),
+            "ratings".to_string(),
+            op,
+            "ratings.yaml".to_string(),
+        )]
+    };
+    write(&ratings, RATINGS);
+    assert_eq!(ops(&src.rescan()), one(ChangeOp::Insert));
+    write(&ratings, &RATINGS.replace("9080", "9081"));
+    assert_eq!(ops(&src.rescan()), one(ChangeOp::Update));
+    write(
+        &ratings,
+        &format!("# a comment\n{}", RATINGS.replace("9080", "9081")),
+    );
+    assert!(
+        src.rescan().described.is_empty(),
+        "same content, nothing described"
+    );
+    fs::create_dir_all(dir.join("moved")).unwrap();
+    let moved = dir.join("moved/ratings.yaml");
+    fs::rename(&ratings, &moved).unwrap();
+    assert!(
+        src.rescan().described.is_empty(),
+        "a rename describes nothing"
+    );
+    fs::remove_file(&moved).unwrap();
+    assert_eq!(ops(&src.rescan()), one(ChangeOp::Delete));
+}

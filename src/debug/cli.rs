@@ -1,5 +1,5 @@
-//! Client side of the debug port, for the command line: `meshflow proxy-status` (Debug API)
-//! and `meshflow proxy-config` (CSDS). Tables by default; `-o json` prints the same JSON
+//! Client side of the debug port, for the command line: `meshflow proxy-status`,
+//! `meshflow diff` and `meshflow watch` (Debug API), and `meshflow proxy-config` (CSDS). Tables by default; `-o json` prints the same JSON
 //! the HTTP endpoints serve (`/debug/proxies`; Envoy's JSON form of the resources), `-o
 //! yaml` the same as YAML.
 
@@ -101,10 +101,77 @@ pub(crate) fn table(rows: &[Vec<String>], paint: impl Fn(&str, String) -> String
     out
 }
 
-async fn list_proxies(addr: SocketAddr) -> Result<ListProxiesResponse, String> {
-    let mut client = DebugClient::connect(format!("http://{addr}"))
+async fn debug_client(addr: SocketAddr) -> Result<DebugClient<tonic::transport::Channel>, String> {
+    Ok(DebugClient::connect(format!("http://{addr}"))
         .await
-        .map_err(|e| format!("connecting to the debug API at {addr}: {e}"))?;
+        .map_err(|e| format!("connecting to the debug API at {addr}: {e}"))?
+        .max_decoding_message_size(usize::MAX))
+}
+
+/// `meshflow diff PROXY [--from E | --since 5m] [--to E]`: `+`/`-` lines per resource,
+/// coloured on a terminal; `-o json|yaml` the JSON of `/debug/diff`.
+pub async fn diff(
+    addr: SocketAddr,
+    proxy: &str,
+    from: Option<u64>,
+    since: Option<String>,
+    to: Option<u64>,
+    output: Output,
+) -> Result<String, String> {
+    let mut client = debug_client(addr).await?;
+    let resp = client
+        .diff(super::pb::DiffRequest {
+            proxy: proxy.to_string(),
+            from_epoch: from,
+            to_epoch: to,
+            since: since.unwrap_or_default(),
+        })
+        .await
+        .map_err(|e| format!("diff: {}", e.message()))?
+        .into_inner();
+    match output.format() {
+        Some(format) => print(&super::diff::to_json(&resp), format),
+        None => Ok(super::diff::to_text(&resp, use_color())),
+    }
+}
+
+/// `meshflow watch PROXY`: prints every push and ACK/NACK as it happens, until the server
+/// goes away (or the user stops it). `-o json` prints the lines of `/debug/watch`.
+pub async fn watch(addr: SocketAddr, proxy: &str, output: Output) -> Result<String, String> {
+    use std::io::Write;
+    let mut client = debug_client(addr).await?;
+    let mut stream = client
+        .watch(super::pb::WatchRequest {
+            proxy: proxy.to_string(),
+        })
+        .await
+        .map_err(|e| format!("watch: {}", e.message()))?
+        .into_inner();
+    let color = use_color();
+    eprintln!("watching {proxy} (Ctrl-C to stop)");
+    loop {
+        let event = match stream.message().await {
+            Ok(Some(e)) => e,
+            Ok(None) => return Err("the server ended the watch".into()),
+            Err(e) => return Err(format!("watch: {}", e.message())),
+        };
+        let text = match output.format() {
+            None => super::watch::to_text(&event, color),
+            Some(Format::Json) => super::watch::to_json(&event).to_string() + "\n",
+            Some(Format::Yaml) => format!(
+                "---\n{}",
+                print(&super::watch::to_json(&event), Format::Yaml)?
+            ),
+        };
+        let mut out = std::io::stdout().lock();
+        out.write_all(text.as_bytes())
+            .and_then(|_| out.flush())
+            .map_err(|e| format!("writing: {e}"))?;
+    }
+}
+
+async fn list_proxies(addr: SocketAddr) -> Result<ListProxiesResponse, String> {
+    let mut client = debug_client(addr).await?;
     Ok(client
         .list_proxies(ListProxiesRequest {})
         .await
@@ -131,7 +198,12 @@ pub async fn proxy_status(addr: SocketAddr, output: Output) -> Result<String, St
     for p in &resp.proxies {
         let mut row = vec![p.id.clone(), p.kind.clone()];
         for t in &p.types {
-            row.push(format!("{} ({})", t.sync, t.resources));
+            if t.sync == "STALE" {
+                let age = std::time::Duration::from_secs_f64(t.stale_seconds.max(0.0));
+                row.push(format!("STALE ({})", super::status::short_age(age)));
+            } else {
+                row.push(format!("{} ({})", t.sync, t.resources));
+            }
             if !t.last_nack.is_empty() {
                 nacks.push(format!("{} {}: {}", p.id, t.r#type, t.last_nack));
             }

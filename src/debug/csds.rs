@@ -11,8 +11,9 @@
 //!
 //! Approximations, from what the hub records: status is per type, not per resource (a NACK
 //! marks every resource of its type ERROR, even if Envoy's message names only one); the
-//! `version_info` is the version the proxy should hold, not necessarily the one it
-//! acknowledged; `last_updated` and `client_status` are left unset.
+//! `version_info` is the version the proxy acknowledged (empty when it acknowledged none
+//! of that name yet), while the resource itself is the one it should hold;
+//! `last_updated` and `client_status` are left unset.
 //!
 //! `node_matchers` select proxies by node id (exact, prefix, suffix, contains, safe_regex,
 //! with `ignore_case`; OR between matchers). Metadata matchers and custom string matchers
@@ -145,6 +146,7 @@ struct TypeSnapshot {
     rtype: ResourceType,
     state: SyncState,
     nack: Option<String>,
+    /// Name, acknowledged version, body of the version it should hold.
     resources: Vec<(String, String, Option<Body>)>,
 }
 
@@ -172,7 +174,12 @@ fn snapshot(hub: &Hub, matchers: &Option<Vec<CompiledMatcher>>, bodies: bool) ->
                                 } else {
                                     None
                                 };
-                                (name.clone(), version.clone(), body)
+                                let acked = e.sync[type_index(*t)]
+                                    .acked
+                                    .get(name)
+                                    .cloned()
+                                    .unwrap_or_default();
+                                (name.clone(), acked, body)
                             })
                             .collect(),
                     })

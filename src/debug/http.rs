@@ -8,6 +8,10 @@
 //! - `GET /debug/config_errors`: rejected input objects and dataflow conflicts.
 //! - `GET /debug/explain?proxy=ID&resource=TYPE/NAME`: the input objects a resource of the
 //!   proxy was built from ([`super::explain`]).
+//! - `GET /debug/diff?proxy=ID[&from=EPOCH|&since=5m][&to=EPOCH]`: what changed for one
+//!   proxy ([`super::diff`]), as JSON.
+//! - `GET /debug/watch?proxy=ID`: one JSON object per line for every push to the proxy and
+//!   every ACK/NACK from it, as they happen ([`super::watch`]); the response never ends.
 //! - `GET /metrics`: Prometheus text ([`super::metrics`]).
 
 use super::envoy_json::{config_dump, DumpEntry};
@@ -21,6 +25,7 @@ use axum::Router;
 use dataflows::model::ResourceType;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 pub fn router(hub: Arc<Hub>) -> Router {
@@ -29,6 +34,8 @@ pub fn router(hub: Arc<Hub>) -> Router {
         .route("/debug/config_dump", get(dump))
         .route("/debug/config_errors", get(errors))
         .route("/debug/explain", get(explain))
+        .route("/debug/diff", get(diff))
+        .route("/debug/watch", get(watch))
         .route("/metrics", get(metrics))
         .with_state(hub)
 }
@@ -124,8 +131,99 @@ async fn errors(State(hub): State<Arc<Hub>>) -> Json<Value> {
 }
 
 async fn metrics(State(hub): State<Arc<Hub>>) -> Response {
-    match hub.read(super::metrics::render) {
+    match hub.read(|st| super::metrics::render(st, &hub.metrics)) {
         Ok(text) => ([(header::CONTENT_TYPE, super::metrics::CONTENT_TYPE)], text).into_response(),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
+}
+
+/// Rejects parameters the endpoint does not know, naming them.
+fn only_known(q: &HashMap<String, String>, known: &[&str]) -> Result<(), String> {
+    let mut unknown: Vec<&str> = q
+        .keys()
+        .map(String::as_str)
+        .filter(|k| !known.contains(k))
+        .collect();
+    unknown.sort_unstable();
+    match unknown.first() {
+        None => Ok(()),
+        Some(k) => Err(format!(
+            "unknown parameter {k:?}; this endpoint takes {}",
+            known.join(", ")
+        )),
+    }
+}
+
+fn epoch_param(q: &HashMap<String, String>, name: &str) -> Result<Option<u64>, String> {
+    match q.get(name).filter(|v| !v.is_empty()) {
+        None => Ok(None),
+        Some(v) => v
+            .parse::<u64>()
+            .map(Some)
+            .map_err(|_| format!("{name}: {v:?} is not an epoch number")),
+    }
+}
+
+async fn diff(State(hub): State<Arc<Hub>>, Query(q): Query<HashMap<String, String>>) -> Response {
+    let req = match (|| {
+        only_known(&q, &["proxy", "proxyID", "from", "to", "since"])?;
+        Ok::<_, String>(super::pb::DiffRequest {
+            proxy: q
+                .get("proxy")
+                .or_else(|| q.get("proxyID"))
+                .cloned()
+                .unwrap_or_default(),
+            from_epoch: epoch_param(&q, "from")?,
+            to_epoch: epoch_param(&q, "to")?,
+            since: q.get("since").cloned().unwrap_or_default(),
+        })
+    })() {
+        Ok(r) => r,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+    };
+    match tokio::task::spawn_blocking(move || super::diff::compute(&hub, &req)).await {
+        Ok(Ok(d)) => Json(super::diff::to_json(&d)).into_response(),
+        Ok(Err(super::diff::DiffError::BadRequest(m))) => error(StatusCode::BAD_REQUEST, m),
+        Ok(Err(super::diff::DiffError::NotFound(m))) => error(StatusCode::NOT_FOUND, m),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+async fn watch(State(hub): State<Arc<Hub>>, Query(q): Query<HashMap<String, String>>) -> Response {
+    if let Err(e) = only_known(&q, &["proxy", "proxyID"]) {
+        return error(StatusCode::BAD_REQUEST, e);
+    }
+    let wanted = q
+        .get("proxy")
+        .or_else(|| q.get("proxyID"))
+        .cloned()
+        .unwrap_or_default();
+    let id = match super::resolve_connected(&hub, &wanted) {
+        Ok(id) => id,
+        Err(e) if wanted.is_empty() => return error(StatusCode::BAD_REQUEST, e),
+        Err(e) => return error(StatusCode::NOT_FOUND, e),
+    };
+    let mut rx = hub.watch();
+    let (tx, out) = tokio::sync::mpsc::channel::<Result<String, std::convert::Infallible>>(64);
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = tx.closed() => break,
+                e = super::watch::next_for(&mut rx, &id) => match e {
+                    Some(e) => {
+                        let line = super::watch::to_json(&e).to_string() + "\n";
+                        if tx.send(Ok(line)).await.is_err() {
+                            break;
+                        }
+                    }
+                    None => break,
+                },
+            }
+        }
+    });
+    (
+        [(header::CONTENT_TYPE, "application/x-ndjson")],
+        axum::body::Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(out)),
+    )
+        .into_response()
 }

@@ -1,19 +1,83 @@
-//! `/metrics`: Prometheus (OpenMetrics) text, computed from the hub's state at scrape time.
+//! `/metrics`: Prometheus (OpenMetrics) text.
 //!
-//! Every value is a gauge read from what the hub holds now, so none of them is a monotonic
-//! counter: per-proxy figures (ACKs, NACKed types) leave with the proxy. Monotonic counters
-//! (pushes, bytes and NACKs by type) and histograms (convergence time) need counting at the
-//! point of the event, in the xDS hub; they are not here.
+//! Two kinds of series:
+//!
+//! - gauges read from what the hub holds at scrape time (connected proxies, resources, sync
+//!   states): per-proxy figures leave with the proxy;
+//! - monotonic counters and histograms counted where the event happens ([`Counters`], owned
+//!   by the hub): pushes and bytes by type (`meshflow_xds_pushes_total{type}`,
+//!   `meshflow_xds_bytes_total{type}`), NACKs by type (`meshflow_xds_nacks_total{type}`),
+//!   input changes by kind and op (`meshflow_input_changes_total{kind,op}`), convergence
+//!   time from an epoch's first input to the ACK of a push that carried it
+//!   (`meshflow_convergence_seconds`), and the dataflow's epoch lag, from an epoch's first
+//!   input to its output reaching the hub (`meshflow_dataflow_epoch_lag_seconds`).
+//!
+//! The counters are `prometheus-client` atomics: counting takes no lock.
 
 use super::status::{connected, sync_state, type_index, SyncState};
 use crate::xds::hub::HubState;
 use dataflows::model::ResourceType;
 use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
-type Labels = Vec<(String, String)>;
+/// The event counters (see the module documentation). Clones share the same values.
+#[derive(Clone, Debug)]
+pub struct Counters {
+    pub pushes: Family<Labels, Counter>,
+    pub bytes: Family<Labels, Counter>,
+    pub nacks: Family<Labels, Counter>,
+    pub input_changes: Family<Labels, Counter>,
+    pub convergence: Histogram,
+    pub epoch_lag: Histogram,
+}
+
+impl Default for Counters {
+    fn default() -> Self {
+        let c = Counters {
+            pushes: Family::default(),
+            bytes: Family::default(),
+            nacks: Family::default(),
+            input_changes: Family::default(),
+            // 1 ms to ~65 s.
+            convergence: Histogram::new(exponential_buckets(0.001, 2.0, 17)),
+            epoch_lag: Histogram::new(exponential_buckets(0.001, 2.0, 17)),
+        };
+        // Every type's series exists from the start, at zero.
+        for t in ResourceType::ALL {
+            let ty = labels(&[("type", t.short())]);
+            let _ = c.pushes.get_or_create(&ty);
+            let _ = c.bytes.get_or_create(&ty);
+            let _ = c.nacks.get_or_create(&ty);
+        }
+        c
+    }
+}
+
+impl Counters {
+    pub fn push(&self, t: ResourceType, bytes: usize) {
+        let ty = labels(&[("type", t.short())]);
+        self.pushes.get_or_create(&ty).inc();
+        self.bytes.get_or_create(&ty).inc_by(bytes as u64);
+    }
+
+    pub fn nack(&self, t: ResourceType) {
+        self.nacks
+            .get_or_create(&labels(&[("type", t.short())]))
+            .inc();
+    }
+
+    pub fn input_change(&self, kind: &str, op: &str) {
+        self.input_changes
+            .get_or_create(&labels(&[("kind", kind), ("op", op)]))
+            .inc();
+    }
+}
+
+pub type Labels = Vec<(String, String)>;
 
 fn labels(pairs: &[(&str, &str)]) -> Labels {
     pairs
@@ -25,9 +89,39 @@ fn labels(pairs: &[(&str, &str)]) -> Labels {
 /// Content type of [`render`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// The metrics text for the hub's current state.
-pub fn render(st: &HubState) -> Result<String, std::fmt::Error> {
+/// The metrics text for the hub's current state and its counters.
+pub fn render(st: &HubState, counters: &Counters) -> Result<String, std::fmt::Error> {
     let mut registry = Registry::with_prefix("meshflow");
+    registry.register(
+        "xds_pushes",
+        "xDS responses sent, by type",
+        counters.pushes.clone(),
+    );
+    registry.register(
+        "xds_bytes",
+        "Encoded resource bytes sent in xDS responses, by type",
+        counters.bytes.clone(),
+    );
+    registry.register(
+        "xds_nacks",
+        "NACKs received from proxies, by type",
+        counters.nacks.clone(),
+    );
+    registry.register(
+        "input_changes",
+        "Input objects changed (insert, update, delete), by kind",
+        counters.input_changes.clone(),
+    );
+    registry.register(
+        "convergence_seconds",
+        "From the first input of an epoch to a proxy's ACK of the push carrying it",
+        counters.convergence.clone(),
+    );
+    registry.register(
+        "dataflow_epoch_lag_seconds",
+        "From the first input of an epoch to its output applied to the xDS hub",
+        counters.epoch_lag.clone(),
+    );
 
     let proxies = Gauge::<i64>::default();
     let streams = Gauge::<i64>::default();

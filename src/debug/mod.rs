@@ -4,8 +4,13 @@
 //! - gRPC: meshflow's own Debug API (`proto/meshflow/debug/v1/debug.proto`) and Envoy's
 //!   Client Status Discovery Service ([`csds`]);
 //! - HTTP/1.1 JSON: `/debug/proxies`, `/debug/config_dump?proxy=ID`,
-//!   `/debug/config_errors`, `/debug/explain?proxy=ID&resource=TYPE/NAME` ([`http`]), and
+//!   `/debug/config_errors`, `/debug/diff?proxy=ID&from=E&to=E|&since=5m` ([`diff`]),
+//!   `/debug/watch?proxy=ID` (newline-delimited JSON, [`watch`]),
+//!   `/debug/explain?proxy=ID&resource=TYPE/NAME` ([`explain`]) ([`http`]), and
 //!   `/metrics` ([`metrics`]).
+//!
+//! Per-proxy history (what each proxy was sent per epoch, its ACK/NACK, the input changes
+//! behind it) is kept by [`history`].
 //!
 //! gRPC and HTTP share the port through tonic's `Routes`, which is an axum router: requests
 //! to `/<grpc.Service>/<Method>` reach the gRPC services, the paths above reach the JSON
@@ -16,14 +21,20 @@
 
 pub mod cli;
 pub mod csds;
+pub mod diff;
 pub mod envoy_json;
 pub mod explain;
+pub mod history;
 pub mod http;
 pub mod metrics;
 pub mod status;
+pub mod units;
+pub mod watch;
 
 use crate::xds::hub::Hub;
 use std::sync::Arc;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
 #[allow(clippy::all)]
@@ -44,8 +55,61 @@ impl DebugService {
     }
 }
 
+fn diff_status(e: diff::DiffError) -> Status {
+    match e {
+        diff::DiffError::BadRequest(m) => Status::invalid_argument(m),
+        diff::DiffError::NotFound(m) => Status::not_found(m),
+    }
+}
+
+/// The node id a user means (full id or `pod.namespace`), among connected proxies.
+pub fn resolve_connected(hub: &Hub, wanted: &str) -> Result<String, String> {
+    if wanted.is_empty() {
+        return Err("the proxy parameter is required (node id or pod.namespace)".into());
+    }
+    hub.read(|st| status::resolve_proxy(status::connected(st).map(|e| e.proxy.id.as_str()), wanted))
+}
+
 #[tonic::async_trait]
 impl Debug for DebugService {
+    type WatchStream = ReceiverStream<Result<WatchEvent, Status>>;
+
+    async fn diff(&self, request: Request<DiffRequest>) -> Result<Response<DiffResponse>, Status> {
+        let hub = self.hub.clone();
+        let req = request.into_inner();
+        tokio::task::spawn_blocking(move || diff::compute(&hub, &req))
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?
+            .map(Response::new)
+            .map_err(diff_status)
+    }
+
+    async fn watch(
+        &self,
+        request: Request<WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        let id =
+            resolve_connected(&self.hub, &request.get_ref().proxy).map_err(Status::not_found)?;
+        let mut rx = self.hub.watch();
+        let (tx, out) = mpsc::channel(64);
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = tx.closed() => break,
+                    e = watch::next_for(&mut rx, &id) => match e {
+                        Some(e) => {
+                            if tx.send(Ok(e)).await.is_err() {
+                                break;
+                            }
+                        }
+                        None => break,
+                    },
+                }
+            }
+        });
+        Ok(Response::new(ReceiverStream::new(out)))
+    }
+
     async fn list_proxies(
         &self,
         _: Request<ListProxiesRequest>,
@@ -107,7 +171,7 @@ pub fn router(hub: Arc<Hub>) -> axum::Router {
 async fn not_found() -> (axum::http::StatusCode, &'static str) {
     (
         axum::http::StatusCode::NOT_FOUND,
-        "not found; try /debug/proxies, /debug/config_dump?proxy=ID, /debug/config_errors, /metrics\n",
+        "not found; try /debug/proxies, /debug/config_dump?proxy=ID, /debug/diff?proxy=ID, /debug/watch?proxy=ID, /debug/config_errors, /metrics\n",
     )
 }
 

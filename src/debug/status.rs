@@ -1,29 +1,34 @@
 //! Per-proxy sync state, shared by the Debug API, CSDS, the JSON endpoints, `/metrics` and
 //! the command line, so that every surface says the same thing about a proxy.
 //!
-//! # What the states mean, and what is approximated
+//! # What the states mean
 //!
-//! The hub records, per proxy and type, the resources the proxy should hold, how many ACKs
-//! arrived and the message of the last NACK. It does not (yet) record which version or nonce
-//! was sent last, which one was acknowledged, or when. So, per type:
+//! The hub records, per proxy and type, the resources the proxy should hold, the response
+//! in flight (sent, not answered: stream, nonce, send time), the time of the last ACK, the
+//! versions the proxy acknowledged, and the message of the last NACK. Per type:
 //!
 //! - `NOT SENT`: the proxy's first epoch is not computed yet, or it should hold nothing of
 //!   this type and never acknowledged anything of it.
-//! - `NACKED`: the proxy NACKed a response of this type at some point on a stream that is
-//!   still registered. The hub keeps the last NACK message and does not clear it on a later
-//!   ACK, so NACKED stays until the proxy reconnects, even if a fixed version was accepted.
-//! - `SYNCED`: at least one ACK of this type and no NACK. A push that is in flight right now
-//!   (sent, not yet acknowledged) is not seen: the proxy still shows SYNCED meanwhile.
-//! - `STALE`: resources exist for the proxy but nothing of this type was acknowledged yet.
+//! - `NACKED`: the last answer of this type was a NACK (a later ACK clears it).
+//! - `STALE (age)`: a response of this type was sent and is not answered yet (age since
+//!   the send), or resources exist and nothing was sent yet (age since the proxy's config
+//!   was ready). As in `istioctl proxy-status`, a push that is merely in flight shows
+//!   STALE for the milliseconds until its ACK.
+//! - `SYNCED`: nothing in flight, and the proxy acknowledged a response of this type or
+//!   resumed a Delta stream with `initial_resource_versions` (it already holds what it
+//!   needs: nothing was sent, nothing needs acknowledging).
 //!
-//! The states follow `istioctl proxy-status`; Istio's STALE additionally carries the age of
-//! the unacknowledged push, which needs a send timestamp the hub does not keep.
+//! What is still approximated: the state is per type, not per resource; with several
+//! streams for one node id, the last push of any of them is the one in flight.
 
 use super::pb::{ListProxiesResponse, ProxyStatus, TypeStatus};
+use super::pb::{StreamStatus, StreamTypeStatus};
+use super::watch::unix_seconds;
 use crate::xds::hub::{HubState, ProxyEntry};
 use dataflows::model::{ProxyKind, ResourceType};
 use envoy_types::pb::envoy::service::status::v3::ConfigStatus;
 use serde_json::{json, Value};
+use std::time::{Duration, Instant};
 
 /// A proxy's sync state for one xDS type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,21 +71,73 @@ pub fn type_index(t: ResourceType) -> usize {
 
 /// The sync state of one type of one proxy, by the rules in the module documentation.
 pub fn sync_state(entry: &ProxyEntry, t: ResourceType) -> SyncState {
+    sync_state_at(entry, t, Instant::now()).0
+}
+
+/// The sync state and, for STALE, how long it has been stale.
+pub fn sync_state_at(entry: &ProxyEntry, t: ResourceType, now: Instant) -> (SyncState, Duration) {
     let i = type_index(t);
     let acks = entry.acks.get(i).copied().unwrap_or(0);
     let nacked = entry.last_nack.get(i).is_some_and(|n| n.is_some());
+    let sync = &entry.sync[i];
     let resources = entry.versions(t).len();
+    let since =
+        |at: Option<Instant>| at.map_or(Duration::ZERO, |a| now.saturating_duration_since(a));
     if !entry.ready {
-        SyncState::NotSent
+        (SyncState::NotSent, Duration::ZERO)
     } else if nacked {
-        SyncState::Nacked
-    } else if acks > 0 {
-        SyncState::Synced
+        (SyncState::Nacked, Duration::ZERO)
+    } else if let Some(f) = &sync.in_flight {
+        (SyncState::Stale, since(Some(f.sent_at)))
+    } else if acks > 0 || sync.resumed {
+        (SyncState::Synced, Duration::ZERO)
     } else if resources == 0 {
-        SyncState::NotSent
+        (SyncState::NotSent, Duration::ZERO)
     } else {
-        SyncState::Stale
+        (SyncState::Stale, since(entry.ready_at))
     }
+}
+
+/// `3s`, `2m5s`, `1h2m`: an age for people.
+pub fn short_age(d: Duration) -> String {
+    let s = d.as_secs();
+    if s < 60 {
+        format!("{s}s")
+    } else if s < 3600 {
+        format!("{}m{}s", s / 60, s % 60)
+    } else {
+        format!("{}h{}m", s / 3600, s / 60 % 60)
+    }
+}
+
+/// The streams of a proxy for the debug API: protocol, subscriptions, in flight.
+pub fn stream_details(e: &ProxyEntry) -> Vec<StreamStatus> {
+    e.stream_info
+        .iter()
+        .map(|(id, info)| StreamStatus {
+            id: *id,
+            protocol: info.protocol.into(),
+            opened_unix_seconds: unix_seconds(info.opened),
+            types: info
+                .subscriptions
+                .iter()
+                .filter_map(|sub| {
+                    let t = sub.rtype?;
+                    let f = e.sync[type_index(t)]
+                        .in_flight
+                        .as_ref()
+                        .filter(|f| f.stream == *id);
+                    Some(StreamTypeStatus {
+                        r#type: t.short().into(),
+                        wildcard: sub.wildcard,
+                        names: sub.names.clone(),
+                        in_flight_nonce: f.map(|f| f.nonce.clone()).unwrap_or_default(),
+                        in_flight_sent_unix_seconds: f.map_or(0.0, |f| unix_seconds(f.sent_wall)),
+                    })
+                })
+                .collect(),
+        })
+        .collect()
 }
 
 /// Proxies with an open stream (an entry without one is waiting for its retraction).
@@ -98,8 +155,11 @@ pub fn kind_name(kind: ProxyKind) -> &'static str {
 
 /// Every connected proxy with its state per type, sorted by id.
 pub fn list_proxies(st: &HubState) -> ListProxiesResponse {
+    let now = Instant::now();
+    let unix = |at: Option<std::time::SystemTime>| at.map_or(0.0, unix_seconds);
     let mut proxies: Vec<ProxyStatus> = connected(st)
         .map(|e| ProxyStatus {
+            stream_details: stream_details(e),
             id: e.proxy.id.clone(),
             namespace: e.proxy.namespace.clone(),
             kind: kind_name(e.proxy.kind).into(),
@@ -109,12 +169,21 @@ pub fn list_proxies(st: &HubState) -> ListProxiesResponse {
                 .iter()
                 .map(|t| {
                     let i = type_index(*t);
+                    let (state, age) = sync_state_at(e, *t, now);
                     TypeStatus {
                         r#type: t.short().into(),
                         resources: e.versions(*t).len() as u32,
                         acks: e.acks.get(i).copied().unwrap_or(0),
                         last_nack: e.last_nack.get(i).cloned().flatten().unwrap_or_default(),
-                        sync: sync_state(e, *t).as_str().into(),
+                        sync: state.as_str().into(),
+                        stale_seconds: if state == SyncState::Stale {
+                            age.as_secs_f64()
+                        } else {
+                            0.0
+                        },
+                        last_sent_unix_seconds: unix(e.sync[i].last_sent),
+                        last_ack_unix_seconds: unix(e.sync[i].last_ack),
+                        acked_resources: e.sync[i].acked.len() as u32,
                     }
                 })
                 .collect(),
@@ -143,13 +212,18 @@ pub fn proxies_json(resp: &ListProxiesResponse) -> Value {
                     } else {
                         Value::String(t.last_nack.clone())
                     };
+                    let secs = |v: f64| if v <= 0.0 { Value::Null } else { json!(v) };
                     (
                         t.r#type.clone(),
                         json!({
                             "sync": t.sync,
+                            "stale_seconds": if t.sync == "STALE" { json!(t.stale_seconds) } else { Value::Null },
                             "resources": t.resources,
+                            "acked_resources": t.acked_resources,
                             "acks": t.acks,
                             "last_nack": nack,
+                            "last_sent": secs(t.last_sent_unix_seconds),
+                            "last_ack": secs(t.last_ack_unix_seconds),
                         }),
                     )
                 })
@@ -161,10 +235,35 @@ pub fn proxies_json(resp: &ListProxiesResponse) -> Value {
                 "streams": p.streams,
                 "ready": p.ready,
                 "types": types,
+                "stream_details": p.stream_details.iter().map(stream_json).collect::<Vec<_>>(),
             })
         })
         .collect();
     json!({ "epoch": resp.epoch, "proxies": proxies })
+}
+
+fn stream_json(s: &StreamStatus) -> Value {
+    let types: serde_json::Map<String, Value> = s
+        .types
+        .iter()
+        .map(|t| {
+            let in_flight = if t.in_flight_nonce.is_empty() {
+                Value::Null
+            } else {
+                json!({ "nonce": t.in_flight_nonce, "sent": t.in_flight_sent_unix_seconds })
+            };
+            (
+                t.r#type.clone(),
+                json!({ "wildcard": t.wildcard, "names": t.names, "in_flight": in_flight }),
+            )
+        })
+        .collect();
+    json!({
+        "id": s.id,
+        "protocol": s.protocol,
+        "opened": s.opened_unix_seconds,
+        "types": types,
+    })
 }
 
 /// Finds the proxy a user means: its full node id, or the `pod.namespace` part of an Istio

@@ -9,7 +9,10 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+pub mod changes;
 pub mod full_push;
+
+use changes::InputChange;
 
 /// How configs are computed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -31,10 +34,33 @@ pub enum Input {
     /// Record changes from a source, with the source's current list of problems.
     Changes {
         changes: Vec<(Record, isize)>,
+        /// The objects behind `changes`, for the debug history.
+        described: Vec<InputChange>,
         errors: Vec<String>,
     },
     ProxyUp(Proxy),
     ProxyDown(Proxy),
+}
+
+/// What the hub learns about an epoch besides its output.
+#[derive(Debug, Clone)]
+pub struct EpochMeta {
+    /// The input objects that changed.
+    pub inputs: Vec<InputChange>,
+    /// When the first input of the epoch arrived.
+    pub received: std::time::SystemTime,
+    pub received_instant: Instant,
+}
+
+impl EpochMeta {
+    /// An epoch with no description (tests, hand-made epochs).
+    pub fn now() -> EpochMeta {
+        EpochMeta {
+            inputs: Vec::new(),
+            received: std::time::SystemTime::now(),
+            received_instant: Instant::now(),
+        }
+    }
 }
 
 /// Runs until every sender of `inputs` is gone.
@@ -67,6 +93,11 @@ pub fn run(
             }
         }
         epoch += 1;
+        let span = tracing::debug_span!("epoch", epoch);
+        let _entered = span.enter();
+        let now = std::time::SystemTime::now();
+        let received = now.checked_sub(started.elapsed()).unwrap_or(now);
+        let mut described: Vec<InputChange> = Vec::new();
         let mut changes = Vec::new();
         let mut up: Vec<ProxyId> = Vec::new();
         let mut down: Vec<ProxyId> = Vec::new();
@@ -74,22 +105,35 @@ pub fn run(
         let mut n_config = 0usize;
         for input in batch {
             match input {
-                Input::Changes { changes: c, errors } => {
+                Input::Changes {
+                    changes: c,
+                    described: d,
+                    errors,
+                } => {
                     n_config += c.len();
                     changes.extend(c);
+                    described.extend(d);
                     source_errors = Some(errors);
                 }
                 Input::ProxyUp(p) => {
                     up.push(p.id.clone());
+                    described.push(InputChange::proxy(&p, true));
                     changes.push((Record::Proxy(p), 1));
                 }
                 Input::ProxyDown(p) => {
                     down.push(p.id.clone());
+                    described.push(InputChange::proxy(&p, false));
                     changes.push((Record::Proxy(p), -1));
                 }
             }
         }
+        tracing::debug!(
+            inputs = described.len(),
+            records = changes.len(),
+            "epoch batched"
+        );
         let batch = Batch { epoch, changes };
+        let stepped = Instant::now();
         let out = match &mut engine {
             Compute::Dataflow(e) => e.step(batch),
             Compute::FullPush(f) => Some(f.step(batch)),
@@ -104,10 +148,16 @@ pub fn run(
             proxies_up = up.len(),
             proxies_down = down.len(),
             output_changes = out.proxy_resources.len(),
+            step_ms = stepped.elapsed().as_secs_f64() * 1e3,
             elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
             "epoch computed"
         );
-        hub.apply(out, &up, &down, source_errors);
+        let meta = EpochMeta {
+            inputs: described,
+            received,
+            received_instant: started,
+        };
+        hub.apply(out, meta, &up, &down, source_errors);
         if engine_kind == EngineKind::FullPush {
             hub.push_everything();
         }

@@ -5,6 +5,7 @@
 //! too broken to identify keeps every object it held before.
 
 use crate::model::{parse_file, DocError, Invalid};
+use crate::runtime::changes::{describe, InputChange};
 use dataflows::model::{ConfigKey, MeshConfig, Record};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -26,12 +27,16 @@ pub struct FileSource {
     emitted: BTreeMap<Record, isize>,
     /// Objects defined in more than one file: the later files' copies are ignored.
     duplicates: Vec<String>,
+    /// The file each object in effect comes from.
+    owners: HashMap<ConfigKey, PathBuf>,
 }
 
 /// The result of one rescan.
 #[derive(Debug, Default)]
 pub struct Rescan {
     pub changes: Vec<(Record, isize)>,
+    /// The objects behind `changes`: kind/namespace/name, insert/update/delete, file.
+    pub described: Vec<InputChange>,
     /// Every problem currently found in the directory.
     pub errors: Vec<String>,
 }
@@ -73,6 +78,7 @@ impl FileSource {
             files: BTreeMap::new(),
             emitted: BTreeMap::new(),
             duplicates: Vec::new(),
+            owners: HashMap::new(),
         }
     }
 
@@ -183,6 +189,10 @@ impl FileSource {
             }
         }
         self.duplicates = duplicates;
+        let owners: HashMap<ConfigKey, PathBuf> = owner
+            .into_iter()
+            .map(|(k, p)| (k.clone(), p.to_path_buf()))
+            .collect();
         let mut changes = Vec::new();
         for (r, n) in &wanted {
             let had = self.emitted.get(r).copied().unwrap_or(0);
@@ -196,8 +206,22 @@ impl FileSource {
             }
         }
         self.emitted = wanted;
+        let described = describe(
+            &changes,
+            |k| self.owners.contains_key(k),
+            |k| owners.contains_key(k),
+            |k| {
+                owners
+                    .get(k)
+                    .or_else(|| self.owners.get(k))
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default()
+            },
+        );
+        self.owners = owners;
         Rescan {
             changes,
+            described,
             errors: self.errors(),
         }
     }

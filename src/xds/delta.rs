@@ -3,7 +3,10 @@
 //! flight per type, ACK/NACK. It reads a [`ProxyView`] and produces responses; it does no I/O.
 
 use super::hub::ProxyView;
-use super::{resource_type, wildcard_by_default, Feedback, Nack, ProtocolError, MAX_NAMES};
+use super::{
+    resource_type, wildcard_by_default, Feedback, Nack, ProtocolError, Push, Subscription,
+    MAX_NAMES,
+};
 use dataflows::model::ResourceType;
 use envoy_types::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, Resource,
@@ -34,6 +37,10 @@ pub struct DeltaStream {
     nonce: u64,
     /// ACKs and NACKs received since the server last drained them.
     pub feedback: Vec<Feedback>,
+    /// Responses produced since the server last drained them.
+    pub pushes: Vec<Push>,
+    /// Bumped whenever a subscription changes (debug snapshots are retaken then).
+    pub subscription_generation: u64,
 }
 
 impl DeltaStream {
@@ -57,6 +64,16 @@ impl DeltaStream {
             st.wildcard = wildcard_by_default(t) && req.resource_names_subscribe.is_empty();
             // A client resuming with versions already has what it needs to run.
             st.must_respond = req.initial_resource_versions.is_empty();
+            if !req.initial_resource_versions.is_empty() {
+                self.feedback.push(Feedback::Resumed {
+                    rtype: t,
+                    versions: req.initial_resource_versions.clone(),
+                });
+            }
+            self.subscription_generation += 1;
+        }
+        if !req.resource_names_subscribe.is_empty() || !req.resource_names_unsubscribe.is_empty() {
+            self.subscription_generation += 1;
         }
         if !req.response_nonce.is_empty() {
             if st.in_flight.as_deref() == Some(req.response_nonce.as_str()) {
@@ -68,7 +85,10 @@ impl DeltaStream {
                     nonce: req.response_nonce.clone(),
                     message: status.message.clone(),
                 })),
-                None => self.feedback.push(Feedback::Ack(t)),
+                None => self.feedback.push(Feedback::Ack {
+                    rtype: t,
+                    nonce: req.response_nonce.clone(),
+                }),
             }
         }
         for name in &req.resource_names_subscribe {
@@ -97,6 +117,18 @@ impl DeltaStream {
         Ok(t)
     }
 
+    /// The stream's subscriptions per type (for the debug API).
+    pub fn subscriptions(&self) -> Vec<Subscription> {
+        self.types
+            .iter()
+            .map(|(t, st)| Subscription {
+                rtype: Some(*t),
+                wildcard: st.wildcard,
+                names: st.names.iter().cloned().collect(),
+            })
+            .collect()
+    }
+
     /// Responses to send now, in make-before-break order (CDS, EDS, LDS, RDS), for every
     /// type with no response in flight whose subscribed resources differ from what the
     /// client holds.
@@ -114,6 +146,7 @@ impl DeltaStream {
             let subscribed = |name: &str| st.wildcard || st.names.contains(name);
             let mut resources = Vec::new();
             let mut sent = Vec::new();
+            let mut bytes = 0usize;
             for (name, version) in current {
                 if !subscribed(name)
                     || (st.client.get(name) == Some(version) && !resend.contains(name))
@@ -123,6 +156,7 @@ impl DeltaStream {
                 let Some(body) = view.body(t, name, version) else {
                     continue;
                 };
+                bytes += body.0.len();
                 resources.push(Resource {
                     name: name.clone(),
                     version: version.clone(),
@@ -168,6 +202,17 @@ impl DeltaStream {
             self.nonce += 1;
             let nonce = self.nonce.to_string();
             st.in_flight = Some(nonce.clone());
+            self.pushes.push(Push {
+                rtype: t,
+                nonce: nonce.clone(),
+                bytes,
+                resources: resources
+                    .iter()
+                    .map(|r| (r.name.clone(), r.version.clone()))
+                    .collect(),
+                removed: removed.clone(),
+                full_set: false,
+            });
             out.push(DeltaDiscoveryResponse {
                 type_url: t.type_url().to_string(),
                 resources,

@@ -2,14 +2,60 @@
 //! version of every resource the dataflow says it should have, and the encoded bodies
 //! once each (shared by every proxy). It applies the dataflow's per-epoch diffs and wakes
 //! only the streams of proxies whose resources changed. No protocol logic lives here.
+//!
+//! For debugging it also records, per proxy and type, when a push was sent and when it was
+//! acknowledged (sync state with age), which versions the proxy acknowledged (CSDS), each
+//! stream's subscriptions, and feeds the history ([`crate::debug::history`]), the
+//! counters of `/metrics` ([`crate::debug::metrics::Counters`]) and the watch stream
+//! ([`crate::debug::watch`]).
 
-use crate::runtime::Input;
+use crate::debug::history::{History, HistoryLimits, ResourceChange};
+use crate::debug::metrics::Counters;
+use crate::debug::watch::{NameChange, WatchEvent, WatchKind};
+use crate::runtime::{EpochMeta, Input};
+use crate::xds::{Feedback, Push, Subscription};
 use dataflows::driver::EpochOutput;
 use dataflows::model::{Body, ConfigError, Proxy, ProxyId, ResourceType};
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex, MutexGuard};
-use tokio::sync::Notify;
+use std::time::{Instant, SystemTime};
+use tokio::sync::{broadcast, Notify};
+
+/// Watch events buffered for slow watchers; a watcher further behind is told it lagged.
+const WATCH_BUFFER: usize = 4096;
+
+/// A response sent and not answered yet.
+#[derive(Clone, Debug)]
+pub struct InFlight {
+    pub stream: u64,
+    pub nonce: String,
+    pub sent_at: Instant,
+    pub sent_wall: SystemTime,
+    push: Push,
+}
+
+/// Per proxy and type: what went over the wire, and when.
+#[derive(Clone, Debug, Default)]
+pub struct TypeSync {
+    pub last_sent: Option<SystemTime>,
+    pub last_ack: Option<SystemTime>,
+    pub last_nack_at: Option<Instant>,
+    pub in_flight: Option<InFlight>,
+    /// Name → version the proxy acknowledged (or brought when it resumed).
+    pub acked: Versions,
+    /// A Delta stream resumed with `initial_resource_versions`.
+    pub resumed: bool,
+}
+
+/// One open stream of a proxy, for the debug API.
+#[derive(Clone, Debug)]
+pub struct StreamInfo {
+    pub protocol: &'static str,
+    pub opened: SystemTime,
+    pub subscriptions: Vec<Subscription>,
+}
 
 /// Resource name → version, for one type.
 pub type Versions = BTreeMap<String, String>;
@@ -36,6 +82,12 @@ pub struct ProxyEntry {
     pub acks: [u64; 4],
     /// Envoy's message for the last NACK per type.
     pub last_nack: [Option<String>; 4],
+    /// Sends and ACKs per type.
+    pub sync: [TypeSync; 4],
+    /// When the first epoch with this proxy was applied.
+    pub ready_at: Option<Instant>,
+    /// Open streams by stream id.
+    pub stream_info: BTreeMap<u64, StreamInfo>,
 }
 
 impl ProxyEntry {
@@ -87,20 +139,52 @@ pub struct Hub {
     full_push: std::sync::atomic::AtomicBool,
     /// What each resource was built from (`explain`), under its own lock.
     pub provenance: crate::debug::explain::ProvenanceStore,
+    /// Taken after `state` when both are needed, never the other way round.
+    history: Mutex<History>,
+    pub metrics: Counters,
+    watch: broadcast::Sender<Arc<WatchEvent>>,
+    next_stream: AtomicU64,
 }
 
 impl Hub {
     pub fn new(inputs: Sender<Input>) -> Arc<Hub> {
+        Hub::with_history(inputs, HistoryLimits::default())
+    }
+
+    pub fn with_history(inputs: Sender<Input>, limits: HistoryLimits) -> Arc<Hub> {
         Arc::new(Hub {
             state: Mutex::new(HubState::default()),
             inputs,
             full_push: false.into(),
             provenance: Default::default(),
+            history: Mutex::new(History::new(limits)),
+            metrics: Counters::default(),
+            watch: broadcast::channel(WATCH_BUFFER).0,
+            next_stream: AtomicU64::new(1),
         })
     }
 
     fn lock(&self) -> MutexGuard<'_, HubState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn history(&self) -> MutexGuard<'_, History> {
+        self.history.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs `f` on the history (debug reads: copy out, render after).
+    pub fn read_history<R>(&self, f: impl FnOnce(&History) -> R) -> R {
+        f(&self.history())
+    }
+
+    /// A receiver of every push, ACK and NACK from now on.
+    pub fn watch(&self) -> broadcast::Receiver<Arc<WatchEvent>> {
+        self.watch.subscribe()
+    }
+
+    /// A fresh id for a new stream.
+    pub fn next_stream_id(&self) -> u64 {
+        self.next_stream.fetch_add(1, Ordering::Relaxed)
     }
 
     /// Registers a stream for `proxy`; the first stream makes the proxy a dataflow input.
@@ -118,6 +202,9 @@ impl Hub {
                 notify: Arc::new(Notify::new()),
                 acks: [0; 4],
                 last_nack: Default::default(),
+                sync: Default::default(),
+                ready_at: None,
+                stream_info: BTreeMap::new(),
             });
         entry.streams += 1;
         if entry.streams == 1 {
@@ -125,15 +212,20 @@ impl Hub {
             // that transient state until the re-insertion's epoch has been applied.
             entry.ready = false;
             entry.proxy = proxy.clone();
+            // A new session: what the previous streams sent and had acknowledged is gone.
+            entry.acks = [0; 4];
+            entry.last_nack = Default::default();
+            entry.sync = Default::default();
             let _ = self.inputs.send(Input::ProxyUp(proxy));
         }
         entry.notify.clone()
     }
 
     /// Unregisters a stream; the last one retracts the proxy from the dataflow.
-    pub fn disconnect(&self, id: &str) {
+    pub fn disconnect(&self, id: &str, stream: u64) {
         let mut st = self.lock();
         if let Some(entry) = st.proxies.get_mut(id) {
+            entry.stream_info.remove(&stream);
             entry.streams = entry.streams.saturating_sub(1);
             if entry.streams == 0 {
                 let _ = self.inputs.send(Input::ProxyDown(entry.proxy.clone()));
@@ -142,24 +234,37 @@ impl Hub {
     }
 
     /// Applies one epoch of dataflow output. `up` are proxies whose insertion was part of
-    /// this epoch (now ready), `down` those retracted.
+    /// this epoch (now ready), `down` those retracted. `meta` describes the inputs, for the
+    /// history.
     pub fn apply(
         &self,
         out: EpochOutput,
+        meta: EpochMeta,
         up: &[ProxyId],
         down: &[ProxyId],
         source_errors: Option<Vec<String>>,
     ) {
         self.provenance.apply(&out.proxy_scopes, &out.provenance);
-        let mut st = self.lock();
-        st.epoch = out.epoch;
+        let epoch = out.epoch;
+        for c in &meta.inputs {
+            self.metrics.input_change(&c.kind, c.op.as_str());
+        }
+        self.metrics
+            .epoch_lag
+            .observe(meta.received_instant.elapsed().as_secs_f64());
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        st.epoch = epoch;
+        // New bodies first, retired ones after the history took what it needs of them.
         for (r, d) in out.bodies {
             let key = (r.rtype, r.name, r.version);
             let e = st.bodies.entry(key).or_insert((r.body, 0));
             e.1 += d;
         }
-        st.bodies.retain(|_, (_, c)| *c > 0);
         let mut touched: Vec<ProxyId> = Vec::new();
+        // (proxy, type) → name → version held before this epoch.
+        let mut before: HashMap<(ProxyId, ResourceType), BTreeMap<String, Option<String>>> =
+            HashMap::new();
         // Retractions first, so an update (-old, +new) leaves the new version.
         let (removals, additions): (Vec<_>, Vec<_>) =
             out.proxy_resources.into_iter().partition(|(_, d)| *d < 0);
@@ -167,6 +272,11 @@ impl Hub {
             if let Some(e) = st.proxies.get_mut(&id) {
                 let map = &mut e.resources[type_index(key.rtype)];
                 if map.get(&key.name) == Some(&key.version) {
+                    before
+                        .entry((id.clone(), key.rtype))
+                        .or_default()
+                        .entry(key.name.clone())
+                        .or_insert_with(|| Some(key.version.clone()));
                     map.remove(&key.name);
                 }
                 touched.push(id);
@@ -174,10 +284,61 @@ impl Hub {
         }
         for ((id, key), _) in additions {
             if let Some(e) = st.proxies.get_mut(&id) {
-                e.resources[type_index(key.rtype)].insert(key.name, key.version);
+                let map = &mut e.resources[type_index(key.rtype)];
+                let old = map.get(&key.name).cloned();
+                before
+                    .entry((id.clone(), key.rtype))
+                    .or_default()
+                    .entry(key.name.clone())
+                    .or_insert(old);
+                map.insert(key.name, key.version);
                 touched.push(id);
             }
         }
+        {
+            let mut history = self.history();
+            let recording = history.limits().max_bytes > 0;
+            if recording {
+                history.record_epoch(epoch, meta.received, meta.inputs);
+            }
+            let mut keys: Vec<(ProxyId, ResourceType)> = before.keys().cloned().collect();
+            keys.sort();
+            for key in keys {
+                let Some(olds) = before.remove(&key) else {
+                    continue;
+                };
+                let (id, t) = key;
+                let Some(e) = st.proxies.get(&id) else {
+                    continue;
+                };
+                if !recording {
+                    continue;
+                }
+                let body = |name: &str, v: &Option<String>| {
+                    v.as_ref().and_then(|v| {
+                        st.bodies
+                            .get(&(t, name.to_string(), v.clone()))
+                            .map(|(b, _)| b.clone())
+                    })
+                };
+                let current = &e.resources[type_index(t)];
+                let changes: Vec<ResourceChange> = olds
+                    .into_iter()
+                    .filter_map(|(name, old)| {
+                        let new = current.get(&name).cloned();
+                        (old != new).then(|| ResourceChange {
+                            old_body: body(&name, &old),
+                            new_body: body(&name, &new),
+                            name,
+                            old,
+                            new,
+                        })
+                    })
+                    .collect();
+                history.record(&id, epoch, t, meta.received_instant, changes);
+            }
+        }
+        st.bodies.retain(|_, (_, c)| *c > 0);
         for (e, d) in out.errors {
             *st.errors.entry(e).or_default() += d;
         }
@@ -190,14 +351,21 @@ impl Hub {
                 st.proxies.remove(id);
             }
         }
+        let now = Instant::now();
         for id in up {
             if let Some(e) = st.proxies.get_mut(id) {
                 e.ready = true;
+                e.ready_at = Some(now);
                 touched.push(id.clone());
             }
         }
         touched.sort();
         touched.dedup();
+        tracing::debug!(
+            proxies = touched.len(),
+            bodies = st.bodies.len(),
+            "hub applied epoch"
+        );
         for id in touched {
             if let Some(e) = st.proxies.get(&id) {
                 e.notify.notify_one();
@@ -226,18 +394,192 @@ impl Hub {
         self.full_push.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Records an ACK or NACK from one of the proxy's streams.
-    pub fn record_feedback(&self, id: &str, fb: crate::xds::Feedback) {
+    /// Records an ACK, NACK or resume from one of the proxy's streams.
+    pub fn record_feedback(&self, id: &str, stream: u64, fb: Feedback) {
+        let now = Instant::now();
+        let wall = SystemTime::now();
+        let epoch;
+        {
+            let mut st = self.lock();
+            epoch = st.epoch;
+            let Some(e) = st.proxies.get_mut(id) else {
+                return;
+            };
+            match &fb {
+                // A later ACK means the proxy took a newer version: the NACK is over.
+                Feedback::Ack { rtype, nonce } => {
+                    let i = type_index(*rtype);
+                    e.acks[i] += 1;
+                    e.last_nack[i] = None;
+                    let sync = &mut e.sync[i];
+                    sync.last_ack = Some(wall);
+                    if let Some(f) = sync
+                        .in_flight
+                        .take_if(|f| f.stream == stream && f.nonce == *nonce)
+                    {
+                        if f.push.full_set {
+                            sync.acked.clear();
+                        }
+                        for n in &f.push.removed {
+                            sync.acked.remove(n);
+                        }
+                        for (n, v) in f.push.resources {
+                            sync.acked.insert(n, v);
+                        }
+                    }
+                }
+                Feedback::Nack(n) => {
+                    let i = type_index(n.rtype);
+                    e.last_nack[i] = Some(n.message.clone());
+                    let sync = &mut e.sync[i];
+                    sync.last_nack_at = Some(now);
+                    let _ = sync
+                        .in_flight
+                        .take_if(|f| f.stream == stream && f.nonce == n.nonce);
+                    self.metrics.nack(n.rtype);
+                }
+                Feedback::Resumed { rtype, versions } => {
+                    let sync = &mut e.sync[type_index(*rtype)];
+                    sync.resumed = true;
+                    sync.acked = versions
+                        .iter()
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect();
+                    return;
+                }
+            }
+        }
+        let (rtype, nonce, nack) = match &fb {
+            Feedback::Ack { rtype, nonce } => (*rtype, nonce.as_str(), None),
+            Feedback::Nack(n) => (n.rtype, n.nonce.as_str(), Some(n.message.as_str())),
+            Feedback::Resumed { .. } => return,
+        };
+        let acked = self
+            .history()
+            .record_feedback(id, stream, rtype, nonce, nack, wall);
+        if nack.is_none() {
+            if let Some(r) = acked.oldest_received {
+                self.metrics
+                    .convergence
+                    .observe(now.saturating_duration_since(r).as_secs_f64());
+            }
+        }
+        if self.watch.receiver_count() > 0 {
+            let kind = match nack {
+                None => WatchKind::Ack {
+                    rtype,
+                    nonce: nonce.to_string(),
+                },
+                Some(m) => WatchKind::Nack {
+                    rtype,
+                    nonce: nonce.to_string(),
+                    message: m.to_string(),
+                },
+            };
+            let _ = self.watch.send(Arc::new(WatchEvent {
+                proxy: id.to_string(),
+                at: wall,
+                epoch,
+                kind,
+            }));
+        }
+    }
+
+    /// Records a response one of the proxy's streams sent.
+    pub fn record_push(&self, id: &str, stream: u64, push: Push) {
+        let now = Instant::now();
+        let wall = SystemTime::now();
+        let epoch = {
+            let mut st = self.lock();
+            let epoch = st.epoch;
+            if let Some(e) = st.proxies.get_mut(id) {
+                let sync = &mut e.sync[type_index(push.rtype)];
+                sync.last_sent = Some(wall);
+                sync.in_flight = Some(InFlight {
+                    stream,
+                    nonce: push.nonce.clone(),
+                    sent_at: now,
+                    sent_wall: wall,
+                    push: push.clone(),
+                });
+            }
+            epoch
+        };
+        // Under a span named like the runtime's, so `RUST_LOG=meshflow=debug` shows the push
+        // next to the epoch's dataflow step and hub apply.
+        let _span = tracing::debug_span!("epoch", epoch).entered();
+        self.metrics.push(push.rtype, push.bytes);
+        let covered = self.history().record_push(
+            id,
+            stream,
+            push.rtype,
+            &push.nonce,
+            wall,
+            self.watch.receiver_count() > 0,
+        );
+        tracing::debug!(
+            epoch,
+            proxy = id,
+            rtype = push.rtype.short(),
+            nonce = %push.nonce,
+            resources = push.resources.len(),
+            removed = push.removed.len(),
+            bytes = push.bytes,
+            epochs_covered = covered.len(),
+            "push"
+        );
+        if self.watch.receiver_count() == 0 {
+            return;
+        }
+        let changes: Vec<NameChange> = if covered.is_empty() {
+            // Nothing recorded for it (a resend, a first full answer): what it carries.
+            push.resources
+                .iter()
+                .map(|(n, v)| NameChange::new(n, None, Some(v)))
+                .chain(push.removed.iter().map(|n| NameChange::new(n, None, None)))
+                .collect()
+        } else {
+            let mut net: BTreeMap<&str, (Option<&String>, Option<&String>)> = BTreeMap::new();
+            for (_, changes) in &covered {
+                for c in changes {
+                    let e = net.entry(c.name.as_str()).or_insert((c.old.as_ref(), None));
+                    e.1 = c.new.as_ref();
+                }
+            }
+            net.into_iter()
+                .filter(|(_, (o, n))| o != n)
+                .map(|(name, (o, n))| NameChange::new(name, o, n))
+                .collect()
+        };
+        let _ = self.watch.send(Arc::new(WatchEvent {
+            proxy: id.to_string(),
+            at: wall,
+            epoch: covered.last().map_or(epoch, |c| c.0),
+            kind: WatchKind::Push {
+                rtype: push.rtype,
+                nonce: push.nonce,
+                bytes: push.bytes as u64,
+                changes,
+            },
+        }));
+    }
+
+    /// Records a stream's subscriptions (when they changed).
+    pub fn record_subscriptions(
+        &self,
+        id: &str,
+        stream: u64,
+        protocol: &'static str,
+        subscriptions: Vec<Subscription>,
+    ) {
         let mut st = self.lock();
         if let Some(e) = st.proxies.get_mut(id) {
-            match fb {
-                // A later ACK means the proxy took a newer version: the NACK is over.
-                crate::xds::Feedback::Ack(t) => {
-                    e.acks[type_index(t)] += 1;
-                    e.last_nack[type_index(t)] = None;
-                }
-                crate::xds::Feedback::Nack(n) => e.last_nack[type_index(n.rtype)] = Some(n.message),
-            }
+            let info = e.stream_info.entry(stream).or_insert_with(|| StreamInfo {
+                protocol,
+                opened: SystemTime::now(),
+                subscriptions: Vec::new(),
+            });
+            info.subscriptions = subscriptions;
         }
     }
 

@@ -50,11 +50,44 @@ pub struct Nack {
     pub message: String,
 }
 
-/// What a proxy said about a response.
+/// What a proxy said about a response, or what it brought when it resumed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Feedback {
-    Ack(ResourceType),
+    Ack {
+        rtype: ResourceType,
+        nonce: String,
+    },
     Nack(Nack),
+    /// A Delta stream's first request of a type carried `initial_resource_versions`: the
+    /// proxy already holds (and took) these versions.
+    Resumed {
+        rtype: ResourceType,
+        versions: std::collections::HashMap<String, String>,
+    },
+}
+
+/// One response a stream sent: what the debug history, metrics and sync state record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Push {
+    pub rtype: ResourceType,
+    pub nonce: String,
+    /// Encoded bytes of the resources carried.
+    pub bytes: usize,
+    /// Name and version of every resource carried.
+    pub resources: Vec<(String, String)>,
+    /// Names the response removes (Delta `removed_resources`).
+    pub removed: Vec<String>,
+    /// The response is the full set of the type (SotW CDS/LDS): whatever it does not
+    /// carry, the proxy drops.
+    pub full_set: bool,
+}
+
+/// A stream's subscription to one type, for the debug API.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Subscription {
+    pub rtype: Option<ResourceType>,
+    pub wildcard: bool,
+    pub names: Vec<String>,
 }
 
 #[cfg(test)]

@@ -43,7 +43,7 @@ fn epoch(hub: &Hub, n: u64, add: &[Resource], del: &[Resource]) {
         }
     }
     let up: Vec<String> = if n == 1 { vec![ID.into()] } else { vec![] };
-    hub.apply(out, &up, &[], None);
+    hub.apply(out, crate::runtime::EpochMeta::now(), &up, &[], None);
 }
 
 #[test]

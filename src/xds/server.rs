@@ -7,7 +7,7 @@ use super::delta::DeltaStream;
 use super::hub::{Hub, ProxyView};
 use super::node::proxy_from_node;
 use super::sotw::SotwStream;
-use super::{Feedback, ProtocolError};
+use super::{Feedback, ProtocolError, Push, Subscription};
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::{
     AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
@@ -35,6 +35,10 @@ trait Protocol: Default + Send + 'static {
     fn on_request(&mut self, req: &Self::Req) -> Result<(), ProtocolError>;
     fn pending(&mut self, view: &ProxyView<'_>) -> Vec<Self::Resp>;
     fn feedback(&mut self) -> Vec<Feedback>;
+    fn pushes(&mut self) -> Vec<Push>;
+    /// Changes whenever a subscription does.
+    fn subscription_generation(&self) -> u64;
+    fn subscriptions(&self) -> Vec<Subscription>;
 }
 
 impl Protocol for DeltaStream {
@@ -53,6 +57,15 @@ impl Protocol for DeltaStream {
     fn feedback(&mut self) -> Vec<Feedback> {
         std::mem::take(&mut self.feedback)
     }
+    fn pushes(&mut self) -> Vec<Push> {
+        std::mem::take(&mut self.pushes)
+    }
+    fn subscription_generation(&self) -> u64 {
+        self.subscription_generation
+    }
+    fn subscriptions(&self) -> Vec<Subscription> {
+        DeltaStream::subscriptions(self)
+    }
 }
 
 impl Protocol for SotwStream {
@@ -70,6 +83,15 @@ impl Protocol for SotwStream {
     }
     fn feedback(&mut self) -> Vec<Feedback> {
         std::mem::take(&mut self.feedback)
+    }
+    fn pushes(&mut self) -> Vec<Push> {
+        std::mem::take(&mut self.pushes)
+    }
+    fn subscription_generation(&self) -> u64 {
+        self.subscription_generation
+    }
+    fn subscriptions(&self) -> Vec<Subscription> {
+        SotwStream::subscriptions(self)
     }
 }
 
@@ -110,10 +132,13 @@ async fn serve_stream<P: Protocol>(
         return;
     }
     let id = proxy.id.clone();
-    tracing::info!(proxy = %id, protocol = P::NAME, "stream opened");
+    let stream = hub.next_stream_id();
+    tracing::info!(proxy = %id, stream, protocol = P::NAME, "stream opened");
     let notify = hub.connect(proxy);
     let mut state = P::default();
     let mut next = Some(first);
+    // Subscriptions are copied to the hub for the debug API only when they change.
+    let mut recorded_generation = None;
     loop {
         if let Some(req) = next.take() {
             if let Err(e) = state.on_request(&req) {
@@ -124,15 +149,23 @@ async fn serve_stream<P: Protocol>(
                 if let Feedback::Nack(nack) = &fb {
                     tracing::warn!(proxy = %id, rtype = nack.rtype.short(), nonce = %nack.nonce, error = %nack.message, "NACK");
                 }
-                hub.record_feedback(&id, fb);
+                hub.record_feedback(&id, stream, fb);
+            }
+            if recorded_generation != Some(state.subscription_generation()) {
+                recorded_generation = Some(state.subscription_generation());
+                hub.record_subscriptions(&id, stream, P::NAME, state.subscriptions());
             }
         }
         let responses = hub
             .with_view(&id, |view| state.pending(view))
             .unwrap_or_default();
+        // Recorded before sending, so an ACK never arrives for a push not yet recorded.
+        for push in state.pushes() {
+            hub.record_push(&id, stream, push);
+        }
         for r in responses {
             if tx.send(Ok(r)).await.is_err() {
-                hub.disconnect(&id);
+                hub.disconnect(&id, stream);
                 return;
             }
         }
@@ -148,8 +181,8 @@ async fn serve_stream<P: Protocol>(
             _ = notify.notified() => {}
         }
     }
-    tracing::info!(proxy = %id, protocol = P::NAME, "stream closed");
-    hub.disconnect(&id);
+    tracing::info!(proxy = %id, stream, protocol = P::NAME, "stream closed");
+    hub.disconnect(&id, stream);
 }
 
 /// The ADS service over a hub.

@@ -4,7 +4,10 @@
 //! per type; a NACK is recorded and the rejected version is not resent.
 
 use super::hub::ProxyView;
-use super::{resource_type, wildcard_by_default, Feedback, Nack, ProtocolError, MAX_NAMES};
+use super::{
+    resource_type, wildcard_by_default, Feedback, Nack, ProtocolError, Push, Subscription,
+    MAX_NAMES,
+};
 use dataflows::model::ResourceType;
 use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
 use envoy_types::pb::google::protobuf::Any;
@@ -34,6 +37,10 @@ pub struct SotwStream {
     nonce: u64,
     /// ACKs and NACKs received since the server last drained them.
     pub feedback: Vec<Feedback>,
+    /// Responses produced since the server last drained them.
+    pub pushes: Vec<Push>,
+    /// Bumped whenever a subscription changes (debug snapshots are retaken then).
+    pub subscription_generation: u64,
 }
 
 impl SotwStream {
@@ -54,7 +61,10 @@ impl SotwStream {
                     nonce: req.response_nonce.clone(),
                     message: status.message.clone(),
                 })),
-                None => self.feedback.push(Feedback::Ack(t)),
+                None => self.feedback.push(Feedback::Ack {
+                    rtype: t,
+                    nonce: req.response_nonce.clone(),
+                }),
             }
         }
         let names: BTreeSet<String> = req
@@ -65,12 +75,27 @@ impl SotwStream {
             .collect();
         let wildcard = wildcard_by_default(t)
             && (req.resource_names.is_empty() || req.resource_names.iter().any(|n| n == "*"));
+        if names != st.names || wildcard != st.wildcard {
+            self.subscription_generation += 1;
+        }
         if req.response_nonce.is_empty() || names != st.names || wildcard != st.wildcard {
             st.must_respond = true;
         }
         st.names = names;
         st.wildcard = wildcard;
         Ok(t)
+    }
+
+    /// The stream's subscriptions per type (for the debug API).
+    pub fn subscriptions(&self) -> Vec<Subscription> {
+        self.types
+            .iter()
+            .map(|(t, st)| Subscription {
+                rtype: Some(*t),
+                wildcard: st.wildcard,
+                names: st.names.iter().cloned().collect(),
+            })
+            .collect()
     }
 
     pub fn pending(&mut self, view: &ProxyView<'_>) -> Vec<DiscoveryResponse> {
@@ -132,12 +157,18 @@ impl SotwStream {
                 }
                 selected
             };
+            let mut carried = Vec::with_capacity(chosen.len());
+            let mut bytes = 0usize;
             let resources: Vec<Any> = chosen
                 .iter()
-                .filter_map(|(n, v)| view.body(t, n, v))
-                .map(|b| Any {
-                    type_url: t.type_url().to_string(),
-                    value: b.0.to_vec(),
+                .filter_map(|(n, v)| {
+                    let b = view.body(t, n, v)?;
+                    carried.push(((*n).clone(), (*v).clone()));
+                    bytes += b.0.len();
+                    Some(Any {
+                        type_url: t.type_url().to_string(),
+                        value: b.0.to_vec(),
+                    })
                 })
                 .collect();
             st.must_respond = false;
@@ -146,6 +177,14 @@ impl SotwStream {
             self.nonce += 1;
             let nonce = self.nonce.to_string();
             st.latest_nonce = Some(nonce.clone());
+            self.pushes.push(Push {
+                rtype: t,
+                nonce: nonce.clone(),
+                bytes,
+                resources: carried,
+                removed: Vec::new(),
+                full_set: wildcard_by_default(t),
+            });
             out.push(DiscoveryResponse {
                 version_info: st.version.to_string(),
                 resources,

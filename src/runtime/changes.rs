@@ -1,0 +1,110 @@
+//! A description of the input changes that made an epoch: which object (kind, namespace,
+//! name) was inserted, updated or deleted, and where it came from (the file that defines
+//! it, or `xds` for a proxy that connected or went away). Sources describe their changes
+//! from the records they emit; the runtime carries the description with the epoch to the
+//! xDS hub, whose history shows it next to what each proxy was sent.
+
+use dataflows::model::{ConfigKey, Record};
+use serde::Serialize;
+
+/// What happened to an input object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ChangeOp {
+    Insert,
+    Update,
+    Delete,
+}
+
+impl ChangeOp {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChangeOp::Insert => "insert",
+            ChangeOp::Update => "update",
+            ChangeOp::Delete => "delete",
+        }
+    }
+}
+
+/// One input object that changed in an epoch.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct InputChange {
+    /// `VirtualService`, `EndpointSlice`, …, or `Proxy` for a connected proxy.
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    pub op: ChangeOp,
+    /// Where it came from: the file path, or `xds` for proxies.
+    pub source: String,
+}
+
+impl InputChange {
+    /// Rough heap size, for the history's byte bound.
+    pub fn bytes(&self) -> usize {
+        std::mem::size_of::<Self>()
+            + self.kind.len()
+            + self.namespace.len()
+            + self.name.len()
+            + self.source.len()
+    }
+
+    /// A proxy that connected (`up`) or whose last stream closed.
+    pub fn proxy(p: &dataflows::model::Proxy, up: bool) -> InputChange {
+        InputChange {
+            kind: "Proxy".into(),
+            namespace: p.namespace.clone(),
+            name: p.id.clone(),
+            op: if up {
+                ChangeOp::Insert
+            } else {
+                ChangeOp::Delete
+            },
+            source: "xds".into(),
+        }
+    }
+}
+
+/// The input object a record was derived from (`None` for proxies, which are not objects
+/// of a source).
+pub fn record_key(r: &Record) -> Option<&ConfigKey> {
+    match r {
+        Record::Service(s) => Some(&s.origin),
+        Record::Endpoint(_, e) => Some(&e.origin),
+        Record::Workload(w) => Some(&w.origin),
+        Record::VirtualService(v) => Some(&v.key),
+        Record::DestinationRule(d) => Some(&d.key),
+        Record::Gateway(g) => Some(&g.key),
+        Record::Sidecar(s) => Some(&s.key),
+        Record::Proxy(_) => None,
+    }
+}
+
+/// Describes record changes as object changes: every object with a changed record once,
+/// an insert if `existed_before` says it did not exist, a delete if it no longer exists,
+/// an update otherwise. `source` names where an object comes from.
+pub fn describe(
+    changes: &[(Record, isize)],
+    existed_before: impl Fn(&ConfigKey) -> bool,
+    exists_now: impl Fn(&ConfigKey) -> bool,
+    source: impl Fn(&ConfigKey) -> String,
+) -> Vec<InputChange> {
+    let mut keys: Vec<&ConfigKey> = changes.iter().filter_map(|(r, _)| record_key(r)).collect();
+    keys.sort();
+    keys.dedup();
+    keys.into_iter()
+        .map(|k| {
+            let op = match (existed_before(k), exists_now(k)) {
+                (false, true) => ChangeOp::Insert,
+                (true, false) => ChangeOp::Delete,
+                _ => ChangeOp::Update,
+            };
+            InputChange {
+                kind: format!("{:?}", k.kind),
+                namespace: k.namespace.clone(),
+                name: k.name.clone(),
+                op,
+                source: source(k),
+            }
+        })
+        .collect()
+}
