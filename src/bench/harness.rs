@@ -28,6 +28,7 @@
 //! (`meshflow serve --engine full-push`: every change recomputes and pushes every proxy's
 //! whole config over SotW), run one after the other with the same threads and encoders.
 
+use super::churn::{self, ChurnConfig};
 use super::loadgen::{self, later, ms, percentile, type_index, Counters, Loadgen, Protocol};
 use super::mesh_gen::{self, Edit, MeshState};
 use super::procstat::{self, ProcStats};
@@ -99,10 +100,12 @@ pub enum ScenarioKind {
     NewService,
     Sidecar,
     MeshWide,
+    /// Sustained endpoint churn at a fixed rate ([`super::churn`]).
+    Churn,
 }
 
 impl ScenarioKind {
-    pub const ALL: [ScenarioKind; 7] = [
+    pub const ALL: [ScenarioKind; 8] = [
         ScenarioKind::EndpointIp,
         ScenarioKind::ScaleUp,
         ScenarioKind::VsWeight,
@@ -110,6 +113,7 @@ impl ScenarioKind {
         ScenarioKind::NewService,
         ScenarioKind::Sidecar,
         ScenarioKind::MeshWide,
+        ScenarioKind::Churn,
     ];
 
     pub fn name(self) -> &'static str {
@@ -121,6 +125,7 @@ impl ScenarioKind {
             ScenarioKind::NewService => "new-service",
             ScenarioKind::Sidecar => "sidecar",
             ScenarioKind::MeshWide => "mesh-wide",
+            ScenarioKind::Churn => "churn",
         }
     }
 
@@ -145,7 +150,8 @@ pub enum VerifyMode {
     /// The recompute includes one proxy per namespace; every proxy of that namespace is
     /// checked against it. Exact for generated meshes — their proxies own no endpoints
     /// and no Sidecar selects workloads, so a sidecar's config depends only on its
-    /// namespace — and the harness checks those two conditions before using it.
+    /// namespace — and the harness checks those two conditions before using it. Gateway
+    /// proxies are recomputed one by one.
     Namespace,
 }
 
@@ -196,6 +202,48 @@ pub struct Options {
     pub streams_per_connection: usize,
     /// The command line, recorded in the results.
     pub command: String,
+    /// Repetitions of the whole run (every engine once per repetition, side by side);
+    /// the report gives medians over them.
+    pub runs: usize,
+    /// The `churn` scenario's rate and duration.
+    pub churn: ChurnConfig,
+    /// A lock file held (flock) around each engine's run and released in between, so a
+    /// long multi-repetition bench lets other users of the machine in between runs
+    /// without disturbing a measurement.
+    pub lock: Option<PathBuf>,
+}
+
+/// An exclusive `flock` on a file, released when dropped.
+struct FileLock(std::fs::File);
+
+impl FileLock {
+    fn acquire(path: &Path) -> Result<FileLock, String> {
+        use std::os::fd::AsRawFd;
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path)
+            .map_err(|e| format!("opening the lock {}: {e}", path.display()))?;
+        // SAFETY: flock on a descriptor we own.
+        let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
+        if rc != 0 {
+            return Err(format!(
+                "locking {}: {}",
+                path.display(),
+                std::io::Error::last_os_error()
+            ));
+        }
+        Ok(FileLock(f))
+    }
+}
+
+impl Drop for FileLock {
+    fn drop(&mut self) {
+        use std::os::fd::AsRawFd;
+        // SAFETY: unlocking a descriptor we own.
+        unsafe { libc::flock(self.0.as_raw_fd(), libc::LOCK_UN) };
+    }
 }
 
 /// The measurements of one scenario.
@@ -220,6 +268,9 @@ pub struct ScenarioResult {
     pub verified: bool,
     pub mismatched_proxies: usize,
     pub mismatches: Vec<String>,
+    /// Sustained scenarios (`churn`): the window changes were written in, s, and how many.
+    pub window_s: Option<f64>,
+    pub changes: usize,
 }
 
 impl ScenarioResult {
@@ -233,10 +284,20 @@ impl ScenarioResult {
         v
     }
 
+    /// Server CPU cores used over a sustained scenario's window.
+    pub fn cpu_cores(&self) -> Option<f64> {
+        self.window_s
+            .filter(|w| *w > 0.0)
+            .map(|w| self.server_cpu_s / w)
+    }
+
     pub fn json(&self) -> serde_json::Value {
         let lat = self.sorted_latency();
         json!({
             "scenario": self.name,
+            "window_s": self.window_s,
+            "changes": self.changes,
+            "server_cpu_cores": self.cpu_cores(),
             "description": self.description,
             "skipped": self.skipped,
             "affected_proxies": self.affected,
@@ -264,6 +325,8 @@ impl ScenarioResult {
 /// One engine's run.
 #[derive(Clone, Debug)]
 pub struct EngineReport {
+    /// Which repetition (0-based) this is.
+    pub run: usize,
     pub engine: EngineKind,
     pub protocol: Protocol,
     pub error: Option<String>,
@@ -303,8 +366,12 @@ impl Report {
             "workers": o.workers,
             "debounce_ms": o.debounce_ms,
             "settle_ms": o.settle.as_millis() as u64,
+            "runs": o.runs,
+            "churn": {"rate_per_s": o.churn.rate, "duration_s": o.churn.duration.as_secs_f64()},
             "ok": self.ok(),
+            "summary": super::summary::json(&self.engines),
             "engines": self.engines.iter().map(|e| json!({
+                "run": e.run + 1,
                 "engine": e.engine.name(),
                 "protocol": e.protocol.name(),
                 "verify": e.verify,
@@ -316,8 +383,16 @@ impl Report {
         })
     }
 
-    /// The results as a markdown table (one row per engine and scenario).
+    /// The shape and settings, the medians and ratios, then every repetition's rows.
     pub fn markdown(&self) -> String {
+        let mut md = self.markdown_header();
+        md.push_str(&super::summary::markdown(&self.engines, self.options.runs));
+        md.push_str("\nEvery repetition:\n\n");
+        md.push_str(&self.markdown_runs());
+        md
+    }
+
+    fn markdown_header(&self) -> String {
         let o = &self.options;
         let s = &o.shape;
         let mut md = String::new();
@@ -340,16 +415,38 @@ impl Report {
             o.workers,
             o.debounce_ms,
         ));
+        if s.gateways > 0 {
+            md.push_str(&format!(
+                "{} gateway proxies (`router`, selected by one Gateway on port 80) and a \
+                 VirtualService bound to it for every {}th service.\n\n",
+                s.gateways, s.gateway_vs_every
+            ));
+        }
+        if o.scenarios.contains(&ScenarioKind::Churn) {
+            md.push_str(&format!(
+                "`churn`: {} endpoint moves per second for {} s (latency: one sample per \
+                 change and proxy that holds the service's assignment).\n\n",
+                o.churn.rate,
+                o.churn.duration.as_secs_f64()
+            ));
+        }
+        md
+    }
+
+    /// Every repetition's rows (one per repetition, engine and scenario).
+    pub fn markdown_runs(&self) -> String {
+        let mut md = String::new();
         md.push_str(
-            "| engine | xDS | scenario | affected proxies | proxies messaged | p50 ms | p99 ms | max ms \
+            "| run | engine | xDS | scenario | affected proxies | proxies messaged | p50 ms | p99 ms | max ms \
              | messages | resources | bytes | min bytes | server CPU s | peak RSS MiB | verified |\n",
         );
-        md.push_str("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
+        md.push_str("|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
         let f = |v: Option<f64>| v.map(|x| format!("{x:.1}")).unwrap_or_else(|| "–".into());
         for e in &self.engines {
             if let Some(err) = &e.error {
                 md.push_str(&format!(
-                    "| {} | {} | (did not run: {}) |||||||||||||\n",
+                    "| {} | {} | {} | (did not run: {}) |||||||||||||\n",
+                    e.run + 1,
                     e.engine.name(),
                     e.protocol.name(),
                     err.replace('|', "/")
@@ -358,7 +455,8 @@ impl Report {
             for r in &e.results {
                 if let Some(why) = &r.skipped {
                     md.push_str(&format!(
-                        "| {} | {} | {} (skipped: {}) |||||||||||||\n",
+                        "| {} | {} | {} | {} (skipped: {}) |||||||||||||\n",
+                        e.run + 1,
                         e.engine.name(),
                         e.protocol.name(),
                         r.name,
@@ -382,7 +480,8 @@ impl Report {
                     )
                 };
                 md.push_str(&format!(
-                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.3} | {} | {} |\n",
+                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.3} | {} | {} |\n",
+                    e.run + 1,
                     e.engine.name(),
                     e.protocol.name(),
                     r.name,
@@ -573,20 +672,28 @@ fn to_expected(
         .collect()
 }
 
-/// Whether `namespace` verification is exact for these inputs (see [`VerifyMode`]).
+/// Whether `namespace` verification is exact for these inputs (see [`VerifyMode`]): a
+/// sidecar's config must depend on its namespace alone. Gateway proxies (routers) are
+/// always recomputed one by one.
 fn namespace_mode_exact(records: &BTreeSet<Record>, proxies: &[Proxy]) -> bool {
     let proxy_ips: BTreeSet<&str> = proxies
         .iter()
+        .filter(|p| p.kind == dataflows::model::ProxyKind::Sidecar)
         .flat_map(|p| p.ips.iter().map(String::as_str))
         .collect();
     records.iter().all(|r| match r {
         Record::Sidecar(s) => s.selector.is_none(),
         Record::Endpoint(_, e) => !proxy_ips.contains(e.ip.as_str()),
-        Record::Gateway(_) => false,
         _ => true,
-    }) && proxies
-        .iter()
-        .all(|p| p.kind == dataflows::model::ProxyKind::Sidecar)
+    })
+}
+
+/// The key a proxy's expected config is shared under in `namespace` mode.
+fn verify_group(p: &Proxy) -> String {
+    match p.kind {
+        dataflows::model::ProxyKind::Sidecar => format!("ns {}", p.namespace),
+        _ => format!("proxy {}", p.id),
+    }
 }
 
 fn compute_expected(
@@ -599,19 +706,19 @@ fn compute_expected(
         records: records.clone(),
     };
     if mode == VerifyMode::Namespace {
-        let mut reps: BTreeMap<&str, &Proxy> = BTreeMap::new();
+        let mut reps: BTreeMap<String, &Proxy> = BTreeMap::new();
         for p in proxies {
-            reps.entry(p.namespace.as_str()).or_insert(p);
+            reps.entry(verify_group(p)).or_insert(p);
         }
         snapshot
             .records
             .extend(reps.values().map(|p| Record::Proxy((*p).clone())));
         let out = naive::compute(mesh, &snapshot);
-        let by_ns: BTreeMap<&str, Arc<ExpectedConfig>> = reps
+        let by_group: BTreeMap<&str, Arc<ExpectedConfig>> = reps
             .iter()
-            .map(|(ns, p)| {
+            .map(|(group, p)| {
                 let cfg = out.get(&p.id).map(to_expected).unwrap_or_default();
-                (*ns, Arc::new(cfg))
+                (group.as_str(), Arc::new(cfg))
             })
             .collect();
         let empty = Arc::new(ExpectedConfig::new());
@@ -619,8 +726,8 @@ fn compute_expected(
             per_proxy: proxies
                 .iter()
                 .map(|p| {
-                    by_ns
-                        .get(p.namespace.as_str())
+                    by_group
+                        .get(verify_group(p).as_str())
                         .cloned()
                         .unwrap_or(empty.clone())
                 })
@@ -839,6 +946,7 @@ fn scenario_edit(kind: ScenarioKind, state: &mut MeshState) -> Result<(String, E
                 edit,
             ))
         }
+        ScenarioKind::Churn => Err("churn is not a single edit".into()),
         ScenarioKind::MeshWide => {
             // svc-0 lives in ns-0, which every Sidecar imports: every proxy sees it.
             if !with_rules(&0) || state.services.is_empty() {
@@ -878,16 +986,19 @@ pub fn run(opts: Options) -> Result<Report, String> {
         .map_err(|e| format!("starting the async runtime: {e}"))?;
     let ui = Ui::new();
     let mut engines = Vec::new();
-    for engine in &opts.engines {
+    let runs = opts.runs.max(1);
+    for (run, engine) in (0..runs).flat_map(|r| opts.engines.iter().map(move |e| (r, e))) {
         let protocol = engine.protocol(opts.protocol);
         let dir = work.join(engine.name());
         let log = opts.out_dir.join(format!(
-            "{}-{}-{}-server.log",
+            "{}-{}-{}-run{}-server.log",
             opts.shape_name,
             engine.name(),
-            started_unix
+            started_unix,
+            run + 1
         ));
         let mut report = EngineReport {
+            run,
             engine: *engine,
             protocol,
             error: None,
@@ -895,8 +1006,16 @@ pub fn run(opts: Options) -> Result<Report, String> {
             verify: "full",
             server_log: Some(log.clone()),
         };
+        let lock = match &opts.lock {
+            Some(path) => {
+                ui.say(&format!("waiting for the lock {}", path.display()));
+                Some(FileLock::acquire(path)?)
+            }
+            None => None,
+        };
         ui.say(&format!(
-            "== engine {} ({}), shape {}",
+            "== run {}/{runs}: engine {} ({}), shape {}",
+            run + 1,
             engine.name(),
             protocol.name(),
             opts.shape_name
@@ -913,6 +1032,7 @@ pub fn run(opts: Options) -> Result<Report, String> {
             ui.say(&format!("engine {}: {e}", engine.name()));
             report.error = Some(e);
         }
+        drop(lock);
         if !opts.keep_work {
             let _ = std::fs::remove_dir_all(&dir);
             // The server's log is kept only when something went wrong.
@@ -986,11 +1106,14 @@ async fn run_engine(
         records: BTreeMap::new(),
     };
     inputs.rescan()?;
-    let proxies: Vec<Proxy> = (0..opts.shape.proxies)
+    let mut proxies: Vec<Proxy> = (0..opts.shape.proxies)
         .map(|p| loadgen::proxy_record(p, opts.shape.namespaces))
         .collect::<Result<_, _>>()?;
+    for g in 0..opts.shape.gateways {
+        proxies.push(loadgen::router_record(g, &opts.mesh.root_namespace)?);
+    }
     let mode = match opts.verify {
-        VerifyMode::Auto if opts.shape.proxies <= 500 => VerifyMode::Full,
+        VerifyMode::Auto if proxies.len() <= 500 => VerifyMode::Full,
         VerifyMode::Auto => VerifyMode::Namespace,
         m => m,
     };
@@ -1030,9 +1153,11 @@ async fn run_engine(
         namespaces: opts.shape.namespaces,
         protocol,
         streams_per_connection: opts.streams_per_connection,
+        gateways: opts.shape.gateways,
+        root_namespace: opts.mesh.root_namespace.clone(),
     })
     .await?;
-    let pb = ui.bar(opts.shape.proxies as u64, "connecting proxies");
+    let pb = ui.bar(proxies.len() as u64, "connecting proxies");
     let synced = lg
         .wait_synced(opts.timeout, |n| pb.set_position(n as u64))
         .await;
@@ -1041,7 +1166,7 @@ async fn run_engine(
     let after = proc_now()?;
     let mut connect = ScenarioResult {
         name: "connect".into(),
-        description: format!("{} proxies connect at once", opts.shape.proxies),
+        description: format!("{} proxies connect at once", proxies.len()),
         affected: lg.proxies.len(),
         received: lg.totals(),
         proxies_messaged: lg.messages_per_proxy().iter().filter(|m| **m > 0).count(),
@@ -1102,12 +1227,85 @@ async fn run_engine(
     report.results.push(idle);
 
     let pb = ui.bar(opts.scenarios.len() as u64, "scenarios");
+    // After a scenario that did not converge, the server is still busy with it: what
+    // follows would measure that, so it is not run.
+    let mut stuck: Option<String> = None;
     for kind in &opts.scenarios {
         pb.set_message(kind.name().to_string());
         let mut result = ScenarioResult {
             name: kind.name().into(),
             ..Default::default()
         };
+        if let Some(prev) = &stuck {
+            result.skipped = Some(format!(
+                "not run: {prev} did not converge within {:.0} s",
+                opts.timeout.as_secs_f64()
+            ));
+            report.results.push(result);
+            pb.inc(1);
+            continue;
+        }
+        if *kind == ScenarioKind::Churn {
+            let msgs_before = lg.messages_per_proxy();
+            let counters_before = lg.totals();
+            let before = proc_now()?;
+            let peak_reset = procstat::reset_peak(pid);
+            let bar = ui.bar(1, "churn");
+            let outcome = churn::drive(
+                &lg,
+                &mut state,
+                &config_dir,
+                opts.churn,
+                opts.timeout,
+                |done, total| {
+                    bar.set_length(total as u64);
+                    bar.set_position(done as u64);
+                },
+            )
+            .await?;
+            bar.finish_and_clear();
+            lg.wait_quiet(opts.settle, Duration::from_secs(30)).await;
+            let after = proc_now()?;
+            result.description = format!(
+                "{} endpoint moves at {}/s over {:.1} s (writer at most {:.1} ms late)",
+                outcome.changes,
+                opts.churn.rate,
+                outcome.write_window_s,
+                outcome.max_write_lag_ms
+            );
+            result.affected = outcome.pairs;
+            result.converged = outcome.converged;
+            result.latency_ms = outcome.latency_ms;
+            result.changes = outcome.changes;
+            // CPU over the window the changes were written in plus the tail to convergence.
+            result.window_s = Some(outcome.write_window_s.max(opts.churn.duration.as_secs_f64()));
+            fill_proc(&mut result, &before, &after, peak_reset);
+            result.received = lg.totals().since(&counters_before);
+            for (b, a) in msgs_before.iter().zip(lg.messages_per_proxy()) {
+                if a > *b {
+                    result.proxies_messaged += 1;
+                }
+            }
+            for edit in &outcome.edits {
+                mesh_gen::apply_edit(&shadow_dir, edit)?;
+            }
+            inputs.rescan()?;
+            let next = oracle(inputs.set())
+                .await
+                .map_err(|e| format!("the recompute failed: {e}"))?;
+            let (bad, examples) = verify(&lg, &next);
+            result.verified = bad == 0;
+            result.mismatched_proxies = bad;
+            result.mismatches = examples;
+            expected = next;
+            ui.say(&summary_line(&result));
+            if result.converged < result.affected {
+                stuck = Some(result.name.clone());
+            }
+            report.results.push(result);
+            pb.inc(1);
+            continue;
+        }
         let (description, edit) = match scenario_edit(*kind, &mut state) {
             Ok(x) => x,
             Err(why) => {
@@ -1181,6 +1379,9 @@ async fn run_engine(
         result.mismatches = examples;
         expected = next;
         ui.say(&summary_line(&result));
+        if result.converged < result.affected {
+            stuck = Some(result.name.clone());
+        }
         report.results.push(result);
         pb.inc(1);
     }
