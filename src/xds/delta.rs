@@ -26,6 +26,10 @@ struct TypeState {
     must_respond: bool,
     /// Newly subscribed names: answered as removed if they do not exist.
     asked: BTreeSet<String>,
+    /// The proxy's change count of this type ([`ProxyView::changes`]) when its resources
+    /// were last compared with what the client holds, if nothing else (subscriptions)
+    /// changed since: while it is the same, there is nothing to compare again.
+    compared_at: Option<u64>,
 }
 
 #[derive(Default, Debug)]
@@ -51,6 +55,10 @@ impl DeltaStream {
         }
         let first = !self.types.contains_key(&t);
         let st = self.types.entry(t).or_default();
+        if !req.resource_names_subscribe.is_empty() || !req.resource_names_unsubscribe.is_empty()
+        {
+            st.compared_at = None;
+        }
         if first {
             st.client = req.initial_resource_versions.clone();
             // The legacy wildcard: a first CDS/LDS request that names nothing.
@@ -109,6 +117,16 @@ impl DeltaStream {
             if st.in_flight.is_some() {
                 continue;
             }
+            let changes = view.changes(t);
+            if st.compared_at == Some(changes)
+                && st.resend.is_empty()
+                && st.asked.is_empty()
+                && !st.must_respond
+            {
+                // Nothing changed on either side since the last comparison.
+                continue;
+            }
+            st.compared_at = Some(changes);
             let resend = std::mem::take(&mut st.resend);
             let current = view.versions(t);
             let subscribed = |name: &str| st.wildcard || st.names.contains(name);
