@@ -249,6 +249,10 @@ pub struct BenchArgs {
     /// itself).
     #[arg(long)]
     pub lock: Option<PathBuf>,
+    /// Stop a server whose resident memory passes this many MiB and report it (0: no
+    /// limit); keeps a baseline that cannot fit from pushing a shared machine into swap.
+    #[arg(long, default_value_t = 8192)]
+    pub max_server_rss_mib: u64,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
@@ -326,6 +330,7 @@ fn bench_options(a: BenchArgs) -> Result<Options, String> {
         command,
         runs: a.runs.max(1),
         lock: a.lock,
+        max_server_rss_mib: (a.max_server_rss_mib > 0).then_some(a.max_server_rss_mib),
         churn: ChurnConfig {
             rate: a.churn_rate,
             duration: seconds(a.churn_seconds, "--churn-seconds")?,

@@ -211,6 +211,8 @@ pub struct Options {
     /// long multi-repetition bench lets other users of the machine in between runs
     /// without disturbing a measurement.
     pub lock: Option<PathBuf>,
+    /// Stop the server (and report it) when its resident memory passes this many MiB.
+    pub max_server_rss_mib: Option<u64>,
 }
 
 /// An exclusive `flock` on a file, released when dropped.
@@ -1132,7 +1134,7 @@ async fn run_engine(
         let (mesh, proxies) = (opts.mesh.clone(), proxies.clone());
         tokio::task::spawn_blocking(move || compute_expected(&mesh, &records, &proxies, mode))
     };
-    let mut expected = oracle(inputs.set())
+    let expected = oracle(inputs.set())
         .await
         .map_err(|e| format!("the recompute failed: {e}"))?;
 
@@ -1140,7 +1142,131 @@ async fn run_engine(
     let server = start_server(opts, engine, &config_dir, log)?;
     spinner.finish_and_clear();
     let pid = server.pid();
-    let proc_now = || procstat::read(pid);
+    let watchdog = RssWatchdog::start(pid, opts.max_server_rss_mib);
+    let proc_now = || {
+        procstat::read(pid).map_err(|e| match watchdog.killed() {
+            Some(why) => why,
+            None => e,
+        })
+    };
+    let result = run_scenarios(opts, engine, protocol, ui, report, RunContext {
+        state: &mut state,
+        config_dir: &config_dir,
+        shadow_dir: &shadow_dir,
+        inputs: &mut inputs,
+        proxies: &proxies,
+        mode,
+        expected,
+        server: &server,
+        proc_now: &proc_now,
+    })
+    .await;
+    drop(server);
+    let killed = watchdog.killed();
+    drop(watchdog);
+    if let Some(why) = killed {
+        return Err(why);
+    }
+    result?;
+
+    // The served directory holds exactly what the oracle read.
+    let mut served = FileSource::new(&config_dir, opts.mesh.clone());
+    let scan = served.rescan();
+    let served_set: BTreeSet<Record> = scan
+        .changes
+        .into_iter()
+        .filter(|(_, d)| *d > 0)
+        .map(|(r, _)| r)
+        .collect();
+    if served_set != inputs.set() || !scan.errors.is_empty() {
+        return Err("the served config directory differs from the harness's copy".into());
+    }
+    Ok(())
+}
+
+/// Kills the server when its resident memory passes a limit (a shared machine must not
+/// be driven into swap or the OOM killer by a baseline that cannot fit).
+struct RssWatchdog {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    killed: Arc<std::sync::Mutex<Option<String>>>,
+}
+
+impl RssWatchdog {
+    fn start(pid: u32, limit_mib: Option<u64>) -> RssWatchdog {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let killed = Arc::new(std::sync::Mutex::new(None));
+        if let Some(limit) = limit_mib {
+            let (stop, killed) = (stop.clone(), killed.clone());
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    if let Ok(p) = procstat::read(pid) {
+                        if p.rss_kib / 1024 > limit {
+                            // SAFETY: signalling our own child process.
+                            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                            if let Ok(mut k) = killed.lock() {
+                                *k = Some(format!(
+                                    "the server was stopped: its resident memory passed the \
+                                     --max-server-rss-mib limit of {limit} MiB"
+                                ));
+                            }
+                            return;
+                        }
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            });
+        }
+        RssWatchdog { stop, killed }
+    }
+
+    fn killed(&self) -> Option<String> {
+        self.killed.lock().ok().and_then(|k| k.clone())
+    }
+}
+
+impl Drop for RssWatchdog {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// What the scenarios of one engine's run share.
+struct RunContext<'a, F: Fn() -> Result<ProcStats, String>> {
+    state: &'a mut MeshState,
+    config_dir: &'a Path,
+    shadow_dir: &'a Path,
+    inputs: &'a mut Inputs,
+    proxies: &'a [Proxy],
+    mode: VerifyMode,
+    expected: Expected,
+    server: &'a Server,
+    proc_now: &'a F,
+}
+
+async fn run_scenarios<F: Fn() -> Result<ProcStats, String>>(
+    opts: &Options,
+    _engine: EngineKind,
+    protocol: Protocol,
+    ui: &Ui,
+    report: &mut EngineReport,
+    ctx: RunContext<'_, F>,
+) -> Result<(), String> {
+    let RunContext {
+        state,
+        config_dir,
+        shadow_dir,
+        inputs,
+        proxies,
+        mode,
+        mut expected,
+        server,
+        proc_now,
+    } = ctx;
+    let pid = server.pid();
+    let oracle = |records: BTreeSet<Record>| {
+        let (mesh, proxies) = (opts.mesh.clone(), proxies.to_vec());
+        tokio::task::spawn_blocking(move || compute_expected(&mesh, &records, &proxies, mode))
+    };
 
     // Scenario `connect`: every proxy opens its stream at once.
     let before = proc_now()?;
@@ -1253,8 +1379,8 @@ async fn run_engine(
             let bar = ui.bar(1, "churn");
             let outcome = churn::drive(
                 &lg,
-                &mut state,
-                &config_dir,
+                state,
+                config_dir,
                 opts.churn,
                 opts.timeout,
                 |done, total| {
@@ -1306,7 +1432,7 @@ async fn run_engine(
             pb.inc(1);
             continue;
         }
-        let (description, edit) = match scenario_edit(*kind, &mut state) {
+        let (description, edit) = match scenario_edit(*kind, state) {
             Ok(x) => x,
             Err(why) => {
                 result.skipped = Some(why);
@@ -1387,20 +1513,6 @@ async fn run_engine(
     }
     pb.finish_and_clear();
     lg.stop();
-    drop(server);
-
-    // The served directory holds exactly what the oracle read.
-    let mut served = FileSource::new(&config_dir, opts.mesh.clone());
-    let scan = served.rescan();
-    let served_set: BTreeSet<Record> = scan
-        .changes
-        .into_iter()
-        .filter(|(_, d)| *d > 0)
-        .map(|(r, _)| r)
-        .collect();
-    if served_set != inputs.set() || !scan.errors.is_empty() {
-        return Err("the served config directory differs from the harness's copy".into());
-    }
     Ok(())
 }
 
