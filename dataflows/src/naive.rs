@@ -253,6 +253,11 @@ pub fn compute(mesh: &MeshConfig, snap: &Snapshot) -> ProxyConfigs {
     };
 
     let mut out = ProxyConfigs::new();
+    // Identical bodies built for different proxies are kept once (the work of building
+    // them for every proxy is still done): a full recompute of a large mesh must fit in
+    // memory.
+    let mut bodies: std::collections::HashMap<(ResourceType, String), Body> =
+        std::collections::HashMap::new();
     for (p, s) in &scopes {
         let mut res: Vec<Resource> = Vec::new();
         for (c, sel) in &scope_clusters[s] {
@@ -343,7 +348,14 @@ pub fn compute(mesh: &MeshConfig, snap: &Snapshot) -> ProxyConfigs {
             }
         }
         let map = out.entry(p.id.clone()).or_default();
-        for r in res {
+        for mut r in res {
+            match bodies.get(&(r.rtype, r.version.clone())) {
+                Some(b) if b.0 == r.body.0 => r.body = b.clone(),
+                Some(_) => {}
+                None => {
+                    bodies.insert((r.rtype, r.version.clone()), r.body.clone());
+                }
+            }
             map.insert((r.rtype, r.name.clone()), r);
         }
     }

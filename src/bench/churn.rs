@@ -8,18 +8,22 @@
 //! convergence, which makes each change's effect on a proxy unambiguous.
 //!
 //! The proxies a change must reach are those holding that service's ClusterLoadAssignment
-//! (`outbound|80||HOST`, as Envoy subscribes to it) when the churn starts. A proxy has
-//! converged for change `i` when it holds a version of that assignment other than the one
-//! it held just before the write; its latency is that version's arrival minus the write.
-//! Every (change, proxy) pair is one latency sample. After the last change and a quiet
-//! period, the harness checks every proxy's whole config against the full recompute, as
-//! after every other scenario, so a wrong final version fails the run.
+//! (`outbound|80||HOST`, as Envoy subscribes to it) when the churn starts. The harness
+//! builds the assignment the service must have after change `i` with the server's own
+//! builder (`dataflows::translate::endpoint::load_assignment`), so it knows the exact
+//! version (content hash) to wait for. A proxy has converged for change `i` when it holds
+//! that version — or the version of a later change of the same service, for a server so far
+//! behind that it skipped one; its latency is that version's arrival minus the write. Every
+//! (change, proxy) pair is one latency sample, and the minimum bytes are the size of each
+//! new assignment times the proxies holding it. After the last change, the harness checks
+//! every proxy's whole config against the full recompute, as after every other scenario.
 
 use super::loadgen::{later, ms, Loadgen};
 use super::mesh_gen::{self, Edit, MeshState};
-use dataflows::model::ResourceType;
+use dataflows::model::Endpoint;
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The churn to apply.
@@ -46,13 +50,15 @@ pub struct ChurnOutcome {
     pub edits: Vec<Edit>,
     /// Wall time from the first write to the last, s.
     pub write_window_s: f64,
+    /// Encoded size of each new assignment times the proxies holding it.
+    pub min_bytes: u64,
 }
 
 struct Pending {
     change: usize,
     proxy: u32,
-    name: std::sync::Arc<str>,
-    old: Option<String>,
+    name: Arc<str>,
+    expected: Arc<str>,
 }
 
 /// EDS name → proxies (by position) holding it now.
@@ -96,18 +102,28 @@ pub async fn drive(
     let mut t0s: Vec<Instant> = Vec::with_capacity(total);
     let start = Instant::now();
     let period = Duration::from_secs_f64(1.0 / cfg.rate);
-    let check = |pending: &mut Vec<Pending>, t0s: &[Instant], out: &mut ChurnOutcome| {
+    // Per assignment name: (version, change) of every change so far, in order.
+    let mut versions: HashMap<Arc<str>, Vec<(Arc<str>, usize)>> = HashMap::new();
+    let check = |pending: &mut Vec<Pending>,
+                 t0s: &[Instant],
+                 versions: &HashMap<Arc<str>, Vec<(Arc<str>, usize)>>,
+                 out: &mut ChurnOutcome| {
         pending.retain(|p| {
             let st = lg.proxies[p.proxy as usize].lock();
-            match st.held[1].get(&*p.name) {
-                Some(h) if Some(&h.version) != p.old.as_ref() => {
-                    out.latency_ms
-                        .push(ms(h.at.saturating_duration_since(t0s[p.change])));
-                    out.converged += 1;
-                    false
-                }
-                _ => true,
+            let Some(h) = st.held[1].get(&*p.name) else {
+                return true;
+            };
+            let done = *h.version == *p.expected
+                || versions.get(&p.name).is_some_and(|vs| {
+                    vs.iter()
+                        .any(|(v, c)| *c > p.change && **v == *h.version)
+                });
+            if done {
+                out.latency_ms
+                    .push(ms(h.at.saturating_duration_since(t0s[p.change])));
+                out.converged += 1;
             }
+            !done
         });
     };
     let mut last_check = Instant::now();
@@ -117,25 +133,37 @@ pub async fn drive(
         let s = i % services;
         let e = (i / services) % state.services[s].endpoints.len().max(1);
         let host = state.hostname(s);
-        let name: std::sync::Arc<str> =
-            dataflows::translate::outbound_cluster_name(80, None, &host).into();
-        // What the proxies hold before the write.
+        let name: Arc<str> = dataflows::translate::outbound_cluster_name(80, None, &host).into();
+        let edit = state.move_endpoint(s, e)?;
+        // The assignment the service has after this change, built as the server builds it.
+        let eps: Vec<Endpoint> = state.services[s]
+            .endpoints
+            .iter()
+            .map(|ep| Endpoint {
+                ip: ep.ip.clone(),
+                port: 8080,
+                ready: true,
+                labels: Default::default(),
+            })
+            .collect();
+        let cla = dataflows::translate::endpoint::load_assignment(&name, &eps);
+        let expected: Arc<str> = cla.version.as_str().into();
+        versions
+            .entry(name.clone())
+            .or_default()
+            .push((expected.clone(), i));
         if let Some(holders) = index.get(&*name) {
+            out.min_bytes += cla.body.0.len() as u64 * holders.len() as u64;
             for &p in holders {
-                let old = lg.proxies[p as usize]
-                    .lock()
-                    .version(ResourceType::Endpoint, &name)
-                    .map(|h| h.version.clone());
                 pending.push(Pending {
                     change: i,
                     proxy: p,
                     name: name.clone(),
-                    old,
+                    expected: expected.clone(),
                 });
                 out.pairs += 1;
             }
         }
-        let edit = state.move_endpoint(s, e)?;
         let t0 = Instant::now();
         mesh_gen::apply_edit(config_dir, &edit)?;
         t0s.push(t0);
@@ -144,7 +172,7 @@ pub async fn drive(
             .max(ms(t0.saturating_duration_since(due)));
         out.edits.push(edit);
         if last_check.elapsed() >= Duration::from_millis(100) {
-            check(&mut pending, &t0s, &mut out);
+            check(&mut pending, &t0s, &versions, &mut out);
             progress(i + 1, total);
             last_check = Instant::now();
         }
@@ -155,7 +183,7 @@ pub async fn drive(
         .unwrap_or(0.0);
     let deadline = later(Instant::now(), timeout);
     loop {
-        check(&mut pending, &t0s, &mut out);
+        check(&mut pending, &t0s, &versions, &mut out);
         if pending.is_empty() || Instant::now() >= deadline {
             break;
         }
