@@ -898,14 +898,22 @@ fn scenario_edit(kind: ScenarioKind, state: &mut MeshState) -> Result<(String, E
         .filter(|s| with_rules(s) && state.services[*s].v1_weight.is_some())
         .find(|s| s % k >= shape.shared_namespaces)
         .or_else(|| (0..state.services.len()).find(|s| with_rules(s)));
+    // The first service from `start` outside the namespaces every Sidecar imports: a
+    // change seen by one namespace's proxies, not by all of them (`mesh-wide` is that).
+    let n = state.services.len().max(1);
+    let outside_shared = |start: usize| {
+        (start..n)
+            .find(|s| !shape.sidecar_scoping || s % k >= shape.shared_namespaces)
+            .unwrap_or(start % n)
+    };
     match kind {
         ScenarioKind::EndpointIp => {
-            let s = 1 % state.services.len().max(1);
+            let s = outside_shared(1);
             let edit = state.move_endpoint(s, 0)?;
             Ok((format!("endpoint 0 of svc-{s} moves to a new IP"), edit))
         }
         ScenarioKind::ScaleUp => {
-            let s = 2 % state.services.len().max(1);
+            let s = outside_shared(outside_shared(1) + 1);
             let edit = state.scale_up(s, 10)?;
             Ok((format!("svc-{s} scales up by 10 endpoints"), edit))
         }

@@ -9,12 +9,12 @@ use envoy_types::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, Resource,
 };
 use envoy_types::pb::google::protobuf::Any;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 #[derive(Default, Debug)]
 struct TypeState {
     wildcard: bool,
-    names: BTreeSet<String>,
+    names: HashSet<String>,
     /// Name → version the client holds (or was last sent).
     client: HashMap<String, String>,
     in_flight: Option<String>,
