@@ -1,5 +1,6 @@
 //! An SVG chart of a bench run: median p99 convergence latency and median bytes received
-//! per scenario, one bar per engine (plotters, SVG backend only; text is laid out without system fonts).
+//! per scenario, one bar per engine (plotters, SVG backend only; text is laid out without
+//! system fonts).
 
 use super::harness::{EngineKind, Report};
 use plotters::prelude::*;

@@ -114,10 +114,9 @@ pub async fn drive(
                 return true;
             };
             let done = *h.version == *p.expected
-                || versions.get(&p.name).is_some_and(|vs| {
-                    vs.iter()
-                        .any(|(v, c)| *c > p.change && **v == *h.version)
-                });
+                || versions
+                    .get(&p.name)
+                    .is_some_and(|vs| vs.iter().any(|(v, c)| *c > p.change && **v == *h.version));
             if done {
                 out.latency_ms
                     .push(ms(h.at.saturating_duration_since(t0s[p.change])));

@@ -442,7 +442,9 @@ impl Report {
             "| run | engine | xDS | scenario | affected proxies | proxies messaged | p50 ms | p99 ms | max ms \
              | messages | resources | bytes | min bytes | server CPU s | peak RSS MiB | verified |\n",
         );
-        md.push_str("|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
+        md.push_str(
+            "|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
+        );
         let f = |v: Option<f64>| v.map(|x| format!("{x:.1}")).unwrap_or_else(|| "–".into());
         for e in &self.engines {
             if let Some(err) = &e.error {
@@ -1157,17 +1159,24 @@ async fn run_engine(
             None => e,
         })
     };
-    let result = run_scenarios(opts, engine, protocol, ui, report, RunContext {
-        state: &mut state,
-        config_dir: &config_dir,
-        shadow_dir: &shadow_dir,
-        inputs: &mut inputs,
-        proxies: &proxies,
-        mode,
-        expected,
-        server: &server,
-        proc_now: &proc_now,
-    })
+    let result = run_scenarios(
+        opts,
+        engine,
+        protocol,
+        ui,
+        report,
+        RunContext {
+            state: &mut state,
+            config_dir: &config_dir,
+            shadow_dir: &shadow_dir,
+            inputs: &mut inputs,
+            proxies: &proxies,
+            mode,
+            expected,
+            server: &server,
+            proc_now: &proc_now,
+        },
+    )
     .await;
     drop(server);
     let killed = watchdog.killed();
@@ -1402,17 +1411,18 @@ async fn run_scenarios<F: Fn() -> Result<ProcStats, String>>(
             let after = proc_now()?;
             result.description = format!(
                 "{} endpoint moves at {}/s over {:.1} s (writer at most {:.1} ms late)",
-                outcome.changes,
-                opts.churn.rate,
-                outcome.write_window_s,
-                outcome.max_write_lag_ms
+                outcome.changes, opts.churn.rate, outcome.write_window_s, outcome.max_write_lag_ms
             );
             result.affected = outcome.pairs;
             result.converged = outcome.converged;
             result.latency_ms = outcome.latency_ms;
             result.changes = outcome.changes;
             // CPU over the window the changes were written in plus the tail to convergence.
-            result.window_s = Some(outcome.write_window_s.max(opts.churn.duration.as_secs_f64()));
+            result.window_s = Some(
+                outcome
+                    .write_window_s
+                    .max(opts.churn.duration.as_secs_f64()),
+            );
             fill_proc(&mut result, &before, &after, peak_reset);
             result.received = lg.totals().since(&counters_before);
             for (b, a) in msgs_before.iter().zip(lg.messages_per_proxy()) {

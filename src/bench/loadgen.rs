@@ -151,7 +151,8 @@ pub fn router_node(g: usize, root_namespace: &str) -> Node {
         labels.fields.insert(k.clone(), s(v.clone()));
     }
     let mut meta = Struct::default();
-    meta.fields.insert("NAMESPACE".into(), s(r.namespace.clone()));
+    meta.fields
+        .insert("NAMESPACE".into(), s(r.namespace.clone()));
     meta.fields.insert(
         "LABELS".into(),
         Value {

@@ -7,14 +7,15 @@
 //! alternating); every `V`-th service has a DestinationRule with subsets v1/v2 and a 90/10
 //! VirtualService; with Sidecar scoping every namespace has a default Sidecar importing
 //! `./*` and the shared namespaces; with gateway proxies, an ingress Gateway in the root
-//! namespace and a VirtualService bound to it for every `G`-th service. Reading the directory with the file source yields exactly
-//! `dataflows::synth::records` of the same shape without its proxies (tests/bench_mesh_gen.rs
-//! checks this record for record); proxies are not config, they connect (see
-//! [`super::loadgen`]).
+//! namespace and a VirtualService bound to it for every `G`-th service. Reading the
+//! directory with the file source yields exactly `dataflows::synth::records` of the same
+//! shape without its proxies (tests/bench_mesh_gen.rs checks this record for record); proxies
+//! are not config, they connect (see [`super::loadgen`]).
 //!
 //! Layout: `ns-K/namespace.yaml` (the Namespace), `ns-K/sidecar.yaml`, and one file per
 //! service, `ns-K/svc-S.yaml`, holding its Service, EndpointSlice, Pods, DestinationRule and
-//! VirtualService(s), and `ROOT/gateway.yaml` the Gateway — so a scenario edits one small file and the file source re-parses only it.
+//! VirtualService(s), and `ROOT/gateway.yaml` the Gateway — so a scenario edits one small
+//! file and the file source re-parses only it.
 //! `.meshflow-mesh.json` (a dot file, which the file source ignores) records the shape.
 //!
 //! [`MeshState`] is the generator's model of the mesh: the bench harness mutates it (an

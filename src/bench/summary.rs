@@ -228,7 +228,9 @@ pub fn markdown(engines: &[EngineReport], runs: usize) -> String {
         "| engine | xDS | scenario | runs | affected proxies | proxies messaged | p50 ms | p99 ms | max ms \
          | messages | resources | bytes | min bytes | server CPU s | CPU cores | peak RSS MiB | verified |\n",
     );
-    md.push_str("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
+    md.push_str(
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
+    );
     for r in median_rows(engines) {
         let affected = if r.not_converged == 0 {
             f0(r.affected)

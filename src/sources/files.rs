@@ -453,23 +453,21 @@ pub fn watch(
         // Wait for the next event that can change content, then let a burst settle. Our
         // own reads raise open/read/close events; counting them would rescan forever.
         let mut paths = Some(Vec::new());
-        let note = |ev: notify::Result<notify::Event>, paths: &mut Option<Vec<PathBuf>>| {
-            match ev {
-                Err(e) => {
-                    tracing::warn!(error = %e, "file watch error");
-                    *paths = None;
-                    true
-                }
-                Ok(ev) if changes_content(&ev) => {
-                    if ev.paths.is_empty() || ev.need_rescan() {
-                        *paths = None;
-                    } else if let Some(p) = paths.as_mut() {
-                        p.extend(ev.paths);
-                    }
-                    true
-                }
-                Ok(_) => false,
+        let note = |ev: notify::Result<notify::Event>, paths: &mut Option<Vec<PathBuf>>| match ev {
+            Err(e) => {
+                tracing::warn!(error = %e, "file watch error");
+                *paths = None;
+                true
             }
+            Ok(ev) if changes_content(&ev) => {
+                if ev.paths.is_empty() || ev.need_rescan() {
+                    *paths = None;
+                } else if let Some(p) = paths.as_mut() {
+                    p.extend(ev.paths);
+                }
+                true
+            }
+            Ok(_) => false,
         };
         loop {
             match rx.recv() {

@@ -55,8 +55,7 @@ impl DeltaStream {
         }
         let first = !self.types.contains_key(&t);
         let st = self.types.entry(t).or_default();
-        if !req.resource_names_subscribe.is_empty() || !req.resource_names_unsubscribe.is_empty()
-        {
+        if !req.resource_names_subscribe.is_empty() || !req.resource_names_unsubscribe.is_empty() {
             st.compared_at = None;
         }
         if first {
