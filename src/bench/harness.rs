@@ -1546,11 +1546,13 @@ async fn run_scenarios<F: Fn() -> Result<ProcStats, String>>(
 fn fill_proc(r: &mut ScenarioResult, before: &ProcStats, after: &ProcStats, peak_reset: bool) {
     r.server_cpu_s = after.cpu_s - before.cpu_s;
     r.server_cpu_task_s = (after.cpu_task_s - before.cpu_task_s).max(0.0);
-    r.peak_rss_kib = Some(if peak_reset {
+    let peak = if peak_reset {
         after.hwm_kib
     } else {
         after.hwm_kib.max(before.hwm_kib)
-    });
+    };
+    // A process being torn down reports no memory: no figure rather than 0.
+    r.peak_rss_kib = (peak > 0).then_some(peak);
 }
 
 fn summary_line(r: &ScenarioResult) -> String {
