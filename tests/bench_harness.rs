@@ -41,6 +41,16 @@ fn bench(protocol: &str) -> Value {
             "30",
             "--protocol",
             protocol,
+            "--engine",
+            "meshflow",
+            "--churn-rate",
+            "20",
+            "--churn-seconds",
+            "1",
+            "--gateways",
+            "2",
+            "--gateway-vs-every",
+            "5",
             "--out",
         ])
         .arg(&out_dir)
@@ -87,7 +97,8 @@ fn check(v: &Value, protocol: &str) {
             "dr-subset",
             "new-service",
             "sidecar",
-            "mesh-wide"
+            "mesh-wide",
+            "churn"
         ]
     );
     for s in scenarios {
@@ -106,8 +117,17 @@ fn check(v: &Value, protocol: &str) {
         assert!(s["latency_ms"]["p99"].as_f64().is_some(), "{s:#}");
     }
     let by_name = |n: &str| scenarios.iter().find(|s| s["scenario"] == n).unwrap();
-    // Every proxy is affected by the change to svc-0 (in the shared namespace ns-0).
+    // Every sidecar is affected by the change to svc-0 (in the shared namespace ns-0); the
+    // gateways route by their own VirtualServices only.
     assert_eq!(by_name("mesh-wide")["affected_proxies"], 12);
+    let connect = by_name("connect");
+    assert_eq!(connect["affected_proxies"], 14, "{connect:#}");
+    // 20 changes in one second, each reaching the proxies that hold the service.
+    let churn = by_name("churn");
+    assert_eq!(churn["changes"], 20, "{churn:#}");
+    assert!(churn["server_cpu_cores"].as_f64().is_some(), "{churn:#}");
+    let summary = &v["summary"]["medians"];
+    assert!(summary.as_array().is_some_and(|m| !m.is_empty()), "{v:#}");
     if protocol == "delta" {
         // An endpoint move reaches only the proxies that see the service, as one
         // ClusterLoadAssignment each.

@@ -1,6 +1,7 @@
 //! `meshflow mesh-gen`: the generated directory is valid for `meshflow validate`, and what the
 //! file source reads from it is exactly `dataflows::synth::records` of the same shape without
-//! its proxies; the load generator's proxies are exactly synth's proxy records.
+//! its proxies (gateways included); the load generator's proxies and gateway proxies are
+//! exactly synth's proxy records.
 
 use dataflows::model::{MeshConfig, Record};
 use dataflows::synth::{self, Shape};
@@ -33,6 +34,8 @@ fn shape(sidecar_scoping: bool, vs_every: usize) -> Shape {
         vs_every,
         sidecar_scoping,
         shared_namespaces: 2,
+        gateways: 0,
+        gateway_vs_every: 10,
     }
 }
 
@@ -61,8 +64,10 @@ fn synth_without_proxies(shape: &Shape, mesh: &MeshConfig) -> BTreeMap<Record, i
 #[test]
 fn generated_configs_read_back_as_synth_records() {
     let mesh = MeshConfig::default();
-    for (scoping, vs_every) in [(true, 4), (false, 3), (true, 0)] {
-        let shape = shape(scoping, vs_every);
+    for (scoping, vs_every, gateways) in [(true, 4, 0), (false, 3, 0), (true, 0, 0), (true, 4, 2)] {
+        let mut shape = shape(scoping, vs_every);
+        shape.gateways = gateways;
+        shape.gateway_vs_every = 3;
         let dir = temp_dir("meshgen");
         let state = MeshState::new(shape.clone(), mesh.clone()).unwrap();
         mesh_gen::write_mesh(&dir, &state, false, |_, _| {}).unwrap();
@@ -154,6 +159,11 @@ fn loadgen_proxies_are_synth_proxies() {
             synth::proxy(p, &shape),
             "proxy {p}"
         );
+    }
+    let mesh = MeshConfig::default();
+    for g in 0..300 {
+        let from_node = loadgen::router_record(g, &mesh.root_namespace).unwrap();
+        assert_eq!(from_node, synth::router(g, &mesh), "gateway {g}");
     }
 }
 

@@ -1,6 +1,9 @@
 //! A naive full recompute of every proxy's resources from a snapshot of the inputs: plain
 //! loops over everything, no incrementality. It exists as the oracle the dataflow is tested
 //! against (and as the full-push baseline's engine): same rules, same builders, no joins.
+//! Lookups are indexed (endpoints by host and port, workloads by IP) so a full recompute
+//! costs what rebuilding every proxy's config costs, not a scan of every endpoint per
+//! cluster.
 
 use crate::assemble;
 use crate::model::*;
@@ -62,6 +65,12 @@ impl<'a> View<'a> {
 
     /// Endpoints resolved to `(host, service port)` with workload labels.
     fn resolved_endpoints(&self) -> Vec<((Hostname, u16), Endpoint)> {
+        // Workloads by IP, in record order (a lookup, not a scan per endpoint).
+        let mut by_ip: std::collections::HashMap<&str, Vec<&Workload>> =
+            std::collections::HashMap::new();
+        for w in &self.workloads {
+            by_ip.entry(w.ip.as_str()).or_default().push(w);
+        }
         let mut out = Vec::new();
         for (h, e) in &self.endpoints {
             let Some(svc) = self.services.get(h.as_str()) else {
@@ -72,12 +81,7 @@ impl<'a> View<'a> {
                 ports => ports.iter().find(|p| p.name == e.port_name),
             };
             let Some(port) = port else { continue };
-            let wls: Vec<&Workload> = self
-                .workloads
-                .iter()
-                .copied()
-                .filter(|w| w.ip == e.ip)
-                .collect();
+            let wls: Vec<&Workload> = by_ip.get(e.ip.as_str()).cloned().unwrap_or_default();
             let label_sets: Vec<(Labels, Option<&ConfigKey>)> = if wls.is_empty() {
                 vec![(Labels::new(), None)]
             } else {
@@ -229,19 +233,35 @@ pub fn compute(mesh: &MeshConfig, snap: &Snapshot) -> ProxyConfigs {
         }
         scope_clusters.insert(s, list);
     }
-    // An assignment per (cluster, subset labels) from the endpoints of that host and port.
+    // An assignment per (cluster, subset labels) from the endpoints of that host and port
+    // (endpoints looked up by host and port, in order; still rebuilt for every proxy).
+    let mut eps_by_host: std::collections::HashMap<(&str, u16), Vec<&Endpoint>> =
+        std::collections::HashMap::new();
+    for ((h, port), ep) in &eps {
+        eps_by_host.entry((h.as_str(), *port)).or_default().push(ep);
+    }
+    let mut eps_by_ip: std::collections::HashMap<&str, Vec<&Endpoint>> =
+        std::collections::HashMap::new();
+    for (_, ep) in &eps {
+        eps_by_ip.entry(ep.ip.as_str()).or_default().push(ep);
+    }
     let cla = |c: &Resource, sel: &Labels| -> Resource {
         let (host, port) = cluster_host_port(&c.name);
-        let members = eps
-            .iter()
-            .filter(|((eh, ep_port), ep)| {
-                *eh == host && *ep_port == port && rules::labels_match(sel, &ep.labels)
-            })
-            .map(|(_, ep)| ep);
+        let members = eps_by_host
+            .get(&(host.as_str(), port))
+            .into_iter()
+            .flatten()
+            .copied()
+            .filter(|ep| rules::labels_match(sel, &ep.labels));
         endpoint::load_assignment(&c.name, members)
     };
 
     let mut out = ProxyConfigs::new();
+    // Identical bodies built for different proxies are kept once (the work of building
+    // them for every proxy is still done): a full recompute of a large mesh must fit in
+    // memory.
+    let mut bodies: std::collections::HashMap<(ResourceType, String), Body> =
+        std::collections::HashMap::new();
     for (p, s) in &scopes {
         let mut res: Vec<Resource> = Vec::new();
         for (c, sel) in &scope_clusters[s] {
@@ -317,10 +337,12 @@ pub fn compute(mesh: &MeshConfig, snap: &Snapshot) -> ProxyConfigs {
                 );
 
                 // The proxy's own ports; a proxyless client has no inbound side.
-                let ports: BTreeSet<u16> = eps
+                let ports: BTreeSet<u16> = p
+                    .ips
                     .iter()
-                    .filter(|(_, ep)| !*proxyless && p.ips.contains(&ep.ip))
-                    .map(|(_, ep)| ep.port)
+                    .filter(|_| !*proxyless)
+                    .flat_map(|ip| eps_by_ip.get(ip.as_str()).into_iter().flatten())
+                    .map(|ep| ep.port)
                     .collect();
                 res.extend(ports.iter().map(|port| cluster::inbound(*port)));
                 if !*interception_none {
@@ -357,7 +379,14 @@ pub fn compute(mesh: &MeshConfig, snap: &Snapshot) -> ProxyConfigs {
         }
         // A proxy that holds nothing (a proxyless client seeing no service) has no entry,
         // as in the dataflow's output, which only knows proxies through their resources.
-        for r in res {
+        for mut r in res {
+            match bodies.get(&(r.rtype, r.version.clone())) {
+                Some(b) if b.0 == r.body.0 => r.body = b.clone(),
+                Some(_) => {}
+                None => {
+                    bodies.insert((r.rtype, r.version.clone()), r.body.clone());
+                }
+            }
             out.entry(p.id.clone())
                 .or_default()
                 .insert((r.rtype, r.name.clone()), r);

@@ -1,7 +1,10 @@
 //! Synthetic meshes of a given shape, for benchmarks and load tests: services with
 //! endpoints and labelled pods spread over namespaces, DestinationRules with subsets and
-//! VirtualServices for a fraction of services, optional per-namespace Sidecar scoping, and
-//! connected sidecar proxies.
+//! VirtualServices for a fraction of services, optional per-namespace Sidecar scoping,
+//! connected sidecar proxies, and optionally ingress gateways: `gateways` router proxies
+//! (`istio: ingressgateway`, in the root namespace) selected by one Gateway `ingress` (HTTP
+//! port 80, every host), with a VirtualService `svc-S-gw` bound to it for every
+//! `gateway_vs_every`-th service (host `svc-S.example.com` → that service).
 
 use crate::model::*;
 
@@ -18,6 +21,11 @@ pub struct Shape {
     pub sidecar_scoping: bool,
     /// Namespaces every Sidecar imports besides its own (`ns-0` … `ns-{n-1}`).
     pub shared_namespaces: usize,
+    /// Gateway proxies (routers); with any, the ingress Gateway is part of the mesh.
+    pub gateways: usize,
+    /// Every `gateway_vs_every`-th service gets a VirtualService bound to the Gateway
+    /// (0: none).
+    pub gateway_vs_every: usize,
 }
 
 impl Shape {
@@ -30,6 +38,8 @@ impl Shape {
             vs_every: 4,
             sidecar_scoping: true,
             shared_namespaces: 1,
+            gateways: 0,
+            gateway_vs_every: 10,
         }
     }
 
@@ -44,6 +54,8 @@ impl Shape {
             vs_every: 4,
             sidecar_scoping,
             shared_namespaces: 1,
+            gateways: 0,
+            gateway_vs_every: 10,
         }
     }
 
@@ -58,6 +70,8 @@ impl Shape {
             vs_every: 4,
             sidecar_scoping: true,
             shared_namespaces: 2,
+            gateways: 0,
+            gateway_vs_every: 10,
         }
     }
 }
@@ -93,6 +107,71 @@ pub fn endpoint(s: usize, e: usize, shape: &Shape, mesh: &MeshConfig) -> Record 
             origin: ConfigKey::new(Kind::EndpointSlice, ns, format!("svc-{s}")),
         },
     )
+}
+
+/// The name of the generated ingress Gateway (in the root namespace).
+pub const GATEWAY_NAME: &str = "ingress";
+
+/// Whether service `s` has a VirtualService bound to the ingress Gateway.
+pub fn has_gateway_vs(s: usize, shape: &Shape) -> bool {
+    shape.gateways > 0 && shape.gateway_vs_every > 0 && s % shape.gateway_vs_every == 0
+}
+
+/// The external host of service `s` at the ingress gateway.
+pub fn gateway_host(s: usize) -> String {
+    format!("svc-{s}.example.com")
+}
+
+/// The ingress Gateway: HTTP on port 80 for every host, selecting `istio: ingressgateway`.
+pub fn gateway(mesh: &MeshConfig) -> Gateway {
+    Gateway {
+        key: ConfigKey::new(Kind::Gateway, &mesh.root_namespace, GATEWAY_NAME),
+        selector: [("istio".to_string(), "ingressgateway".to_string())].into(),
+        servers: vec![GatewayServer {
+            port: 80,
+            port_name: "http".into(),
+            protocol: Protocol::Http,
+            bind: None,
+            hosts: vec!["*/*".into()],
+        }],
+    }
+}
+
+/// The VirtualService `svc-S-gw` routing `svc-S.example.com` at the ingress gateway.
+pub fn gateway_vs(s: usize, shape: &Shape, mesh: &MeshConfig) -> VirtualService {
+    let ns = namespace(s % shape.namespaces);
+    VirtualService {
+        key: ConfigKey::new(Kind::VirtualService, &ns, format!("svc-{s}-gw")),
+        hosts: vec![gateway_host(s)],
+        gateways: vec![format!("{}/{GATEWAY_NAME}", mesh.root_namespace)],
+        export_to: vec![],
+        http: vec![HttpRoute {
+            name: None,
+            matches: vec![],
+            route: vec![RouteDestination {
+                host: hostname(s, shape, mesh),
+                subset: None,
+                port: Some(80),
+                weight: 100,
+            }],
+            timeout_ms: None,
+            retries: None,
+        }],
+    }
+}
+
+/// Gateway proxy `g`: `router~10.253.x.y~istio-ingressgateway-G.ROOT~ROOT.svc.cluster.local`.
+pub fn router(g: usize, mesh: &MeshConfig) -> Proxy {
+    let ns = &mesh.root_namespace;
+    let ip = format!("10.253.{}.{}", (g / 256) % 256, g % 256);
+    Proxy {
+        id: format!("router~{ip}~istio-ingressgateway-{g}.{ns}~{ns}.svc.cluster.local"),
+        kind: ProxyKind::Router,
+        ips: vec![ip],
+        namespace: ns.clone(),
+        labels: [("istio".to_string(), "ingressgateway".to_string())].into(),
+        interception_none: false,
+    }
 }
 
 pub fn proxy(p: usize, shape: &Shape) -> Record {
@@ -159,6 +238,12 @@ pub fn records(shape: &Shape, mesh: &MeshConfig) -> Vec<Record> {
             }));
             out.push(Record::VirtualService(vs(s, 90, shape, mesh)));
         }
+        if has_gateway_vs(s, shape) {
+            out.push(Record::VirtualService(gateway_vs(s, shape, mesh)));
+        }
+    }
+    if shape.gateways > 0 {
+        out.push(Record::Gateway(gateway(mesh)));
     }
     if shape.sidecar_scoping {
         for n in 0..shape.namespaces {
@@ -176,6 +261,7 @@ pub fn records(shape: &Shape, mesh: &MeshConfig) -> Vec<Record> {
         }
     }
     out.extend((0..shape.proxies).map(|p| proxy(p, shape)));
+    out.extend((0..shape.gateways).map(|g| Record::Proxy(router(g, mesh))));
     out
 }
 

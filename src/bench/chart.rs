@@ -1,8 +1,8 @@
-//! An SVG chart of a bench run: p99 convergence latency and bytes received per scenario,
-//! one bar per engine (plotters, SVG backend only; text is laid out without system fonts).
+//! An SVG chart of a bench run: median p99 convergence latency and median bytes received
+//! per scenario, one bar per engine (plotters, SVG backend only; text is laid out without
+//! system fonts).
 
-use super::harness::Report;
-use super::loadgen::percentile;
+use super::harness::{EngineKind, Report};
 use plotters::prelude::*;
 use std::path::{Path, PathBuf};
 
@@ -18,39 +18,38 @@ const COLORS: [RGBColor; 4] = [
 
 /// Writes the chart to `path`.
 pub fn write_svg(report: &Report, path: &Path) -> Result<PathBuf, String> {
-    // Scenario names in first-seen order across engines.
+    // Medians over the repetitions; `idle` has neither latency nor bytes.
+    let rows: Vec<_> = super::summary::median_rows(&report.engines)
+        .into_iter()
+        .filter(|r| r.scenario != "idle")
+        .collect();
     let mut names: Vec<String> = Vec::new();
-    for e in &report.engines {
-        // `idle` has neither latency nor bytes.
-        for r in e
-            .results
-            .iter()
-            .filter(|r| r.skipped.is_none() && r.name != "idle")
-        {
-            if !names.contains(&r.name) {
-                names.push(r.name.clone());
-            }
+    for r in &rows {
+        if !names.contains(&r.scenario) {
+            names.push(r.scenario.clone());
         }
     }
     if names.is_empty() {
         return Err("no scenario ran".into());
     }
-    // Per engine: (label, per scenario (p99 ms, bytes)).
-    let series: Vec<Series> = report
-        .engines
+    let mut engines: Vec<(EngineKind, &str)> = Vec::new();
+    for r in &rows {
+        if !engines.iter().any(|(e, _)| *e == r.engine) {
+            engines.push((r.engine, r.protocol));
+        }
+    }
+    // Per engine: (label, per scenario (median p99 ms, median bytes)).
+    let series: Vec<Series> = engines
         .iter()
-        .map(|e| {
-            let label = format!("{} ({})", e.engine.name(), e.protocol.name());
+        .map(|(kind, protocol)| {
+            let label = format!("{} ({protocol})", kind.name());
             let values = names
                 .iter()
                 .map(|n| {
-                    let r = e.results.iter().find(|r| &r.name == n)?;
-                    let mut lat = r.latency_ms.clone();
-                    lat.sort_by(f64::total_cmp);
-                    Some((
-                        percentile(&lat, 0.99).unwrap_or(0.0),
-                        r.received.total_bytes() as f64,
-                    ))
+                    let r = rows
+                        .iter()
+                        .find(|r| r.engine == *kind && &r.scenario == n)?;
+                    Some((r.p99.unwrap_or(0.0), r.bytes.unwrap_or(0.0)))
                 })
                 .collect();
             (label, values)

@@ -1,5 +1,6 @@
 //! The command-line side of `meshflow mesh-gen`, `meshflow loadgen` and `meshflow bench`.
 
+use super::churn::ChurnConfig;
 use super::harness::{self, EngineKind, Options, ScenarioKind, VerifyMode};
 use super::loadgen::{self, Protocol};
 use super::mesh_gen::{self, MeshState};
@@ -34,6 +35,13 @@ pub struct MeshGenArgs {
     /// Namespaces every Sidecar imports besides its own (ns-0, ns-1, …).
     #[arg(long, default_value_t = 1)]
     pub shared_namespaces: usize,
+    /// Gateway proxies of the shape (recorded; they connect as `router~…` nodes labelled
+    /// `istio: ingressgateway`); with any, an ingress Gateway is generated.
+    #[arg(long, default_value_t = 0)]
+    pub gateways: usize,
+    /// Every G-th service gets a VirtualService bound to the ingress Gateway (0: none).
+    #[arg(long, default_value_t = 10)]
+    pub gateway_vs_every: usize,
     /// Write into a non-empty directory.
     #[arg(long)]
     pub force: bool,
@@ -52,6 +60,8 @@ pub fn mesh_gen(a: MeshGenArgs) -> ExitCode {
         vs_every: a.vs_every,
         sidecar_scoping: a.sidecar_scoping,
         shared_namespaces: a.shared_namespaces,
+        gateways: a.gateways,
+        gateway_vs_every: a.gateway_vs_every,
     };
     let mesh = MeshConfig {
         root_namespace: a.root_namespace,
@@ -100,6 +110,12 @@ pub struct LoadgenArgs {
     /// ADS streams per HTTP/2 connection.
     #[arg(long, default_value_t = 100)]
     pub streams_per_connection: usize,
+    /// Gateway proxies (`router~…`, `istio: ingressgateway`) after the sidecars.
+    #[arg(long, default_value_t = 0)]
+    pub gateways: usize,
+    /// The namespace of the gateway proxies.
+    #[arg(long, default_value = "istio-system")]
+    pub root_namespace: String,
 }
 
 fn seconds(s: f64, what: &str) -> Result<Duration, String> {
@@ -121,6 +137,8 @@ pub fn loadgen(a: LoadgenArgs) -> ExitCode {
                 Protocol::Delta
             },
             streams_per_connection: a.streams_per_connection,
+            gateways: a.gateways,
+            root_namespace: a.root_namespace,
         };
         let rt = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
@@ -169,11 +187,11 @@ pub struct BenchArgs {
     #[arg(long)]
     pub sidecar_scoping: Option<bool>,
     /// Scenarios to run after `connect`, comma-separated (default: all of endpoint-ip,
-    /// scale-up, vs-weight, dr-subset, new-service, sidecar, mesh-wide).
+    /// scale-up, vs-weight, dr-subset, new-service, sidecar, mesh-wide, churn).
     #[arg(long, value_delimiter = ',')]
     pub scenarios: Vec<String>,
     /// Engines to compare, comma-separated: meshflow, full-push.
-    #[arg(long, value_delimiter = ',', default_value = "meshflow")]
+    #[arg(long, value_delimiter = ',', default_value = "meshflow,full-push")]
     pub engine: Vec<String>,
     /// The simulated proxies' ADS flavour for meshflow (the baseline is always SotW).
     #[arg(long, value_enum, default_value = "delta")]
@@ -210,6 +228,31 @@ pub struct BenchArgs {
     pub root_namespace: String,
     #[arg(long, default_value = "cluster.local")]
     pub domain_suffix: String,
+    /// Repetitions of the whole run (every engine once per repetition, side by side); the
+    /// report gives medians over them and the median of the per-repetition ratios.
+    #[arg(long, default_value_t = 1)]
+    pub runs: usize,
+    /// `churn`: endpoint changes per second.
+    #[arg(long, default_value_t = 100.0)]
+    pub churn_rate: f64,
+    /// `churn`: seconds of churn.
+    #[arg(long, default_value_t = 60.0)]
+    pub churn_seconds: f64,
+    /// Gateway proxies (`router`s selected by one ingress Gateway); overrides the shape's.
+    #[arg(long)]
+    pub gateways: Option<usize>,
+    /// Every G-th service gets a VirtualService bound to the ingress Gateway (0: none).
+    #[arg(long)]
+    pub gateway_vs_every: Option<usize>,
+    /// Hold this lock file (flock) around each engine's run only, releasing it in between,
+    /// instead of wrapping the whole command in `flock` (do not do both: it would wait for
+    /// itself).
+    #[arg(long)]
+    pub lock: Option<PathBuf>,
+    /// Stop a server whose resident memory passes this many MiB and report it (0: no
+    /// limit); keeps a baseline that cannot fit from pushing a shared machine into swap.
+    #[arg(long, default_value_t = 8192)]
+    pub max_server_rss_mib: u64,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
@@ -236,6 +279,8 @@ fn bench_options(a: BenchArgs) -> Result<Options, String> {
     over!(proxies);
     over!(vs_every);
     over!(sidecar_scoping);
+    over!(gateways);
+    over!(gateway_vs_every);
     if custom {
         name.push_str("-custom");
     }
@@ -283,6 +328,13 @@ fn bench_options(a: BenchArgs) -> Result<Options, String> {
         settle: Duration::from_millis(a.settle_ms),
         streams_per_connection: a.streams_per_connection,
         command,
+        runs: a.runs.max(1),
+        lock: a.lock,
+        max_server_rss_mib: (a.max_server_rss_mib > 0).then_some(a.max_server_rss_mib),
+        churn: ChurnConfig {
+            rate: a.churn_rate,
+            duration: seconds(a.churn_seconds, "--churn-seconds")?,
+        },
     })
 }
 

@@ -4,7 +4,9 @@
 //! Proxy `p` of a mesh with `K` namespaces is `client-p` in namespace `ns-{p mod K}`, node id
 //! `sidecar~10.255.{p/256}.{p%256}~client-p.ns-K~ns-K.svc.cluster.local`, node metadata
 //! `NAMESPACE` and `LABELS {app: client-p}` — exactly the proxy records of
-//! `dataflows::synth::proxy`, so a harness can compute what each should hold.
+//! `dataflows::synth::proxy`, so a harness can compute what each should hold. Gateway
+//! proxies follow the sidecars: `dataflows::synth::router` (`router~…`, `istio:
+//! ingressgateway`).
 //!
 //! Each subscribes the way Envoy does: wildcard CDS; when clusters arrive, the EDS names of
 //! the EDS clusters (`eds_cluster_config.service_name`, else the cluster name) and wildcard
@@ -78,6 +80,10 @@ pub struct Config {
     pub protocol: Protocol,
     /// ADS streams multiplexed on one HTTP/2 connection.
     pub streams_per_connection: usize,
+    /// Gateway proxies after the sidecars: `dataflows::synth::router(g)` for g in 0..gateways
+    /// (position `proxies + g`), in `root_namespace`.
+    pub gateways: usize,
+    pub root_namespace: String,
 }
 
 /// The index of a resource type in per-type arrays (CDS, EDS, LDS, RDS).
@@ -128,6 +134,41 @@ pub fn node(p: usize, namespaces: usize) -> Node {
 /// The proxy record the server derives from proxy `p`'s node (meshflow's own parser).
 pub fn proxy_record(p: usize, namespaces: usize) -> Result<Proxy, String> {
     proxy_from_node(Some(&node(p, namespaces))).map_err(|e| e.to_string())
+}
+
+/// The xDS node of gateway proxy `g` (the router `dataflows::synth::router` describes).
+pub fn router_node(g: usize, root_namespace: &str) -> Node {
+    let mesh = dataflows::model::MeshConfig {
+        root_namespace: root_namespace.to_string(),
+        ..Default::default()
+    };
+    let r = dataflows::synth::router(g, &mesh);
+    let s = |v: String| Value {
+        kind: Some(Kind::StringValue(v)),
+    };
+    let mut labels = Struct::default();
+    for (k, v) in &r.labels {
+        labels.fields.insert(k.clone(), s(v.clone()));
+    }
+    let mut meta = Struct::default();
+    meta.fields
+        .insert("NAMESPACE".into(), s(r.namespace.clone()));
+    meta.fields.insert(
+        "LABELS".into(),
+        Value {
+            kind: Some(Kind::StructValue(labels)),
+        },
+    );
+    Node {
+        id: r.id,
+        metadata: Some(meta),
+        ..Default::default()
+    }
+}
+
+/// The proxy record the server derives from gateway proxy `g`'s node.
+pub fn router_record(g: usize, root_namespace: &str) -> Result<Proxy, String> {
+    proxy_from_node(Some(&router_node(g, root_namespace))).map_err(|e| e.to_string())
 }
 
 /// A resource version held, and when it arrived.
@@ -299,7 +340,8 @@ impl Loadgen {
             ));
         }
         let per_conn = config.streams_per_connection.max(1);
-        let connections = config.proxies.div_ceil(per_conn);
+        let streams = config.proxies + config.gateways;
+        let connections = streams.div_ceil(per_conn);
         let uri = format!("http://{}", config.xds_addr);
         let mut channels: Vec<Channel> = Vec::with_capacity(connections);
         for _ in 0..connections {
@@ -316,19 +358,23 @@ impl Loadgen {
             epoch: started,
             last_message_ns: AtomicU64::new(0),
         });
-        let mut proxies = Vec::with_capacity(config.proxies);
-        let mut tasks = Vec::with_capacity(config.proxies);
-        for i in 0..config.proxies {
+        let mut proxies = Vec::with_capacity(streams);
+        let mut tasks = Vec::with_capacity(streams);
+        for i in 0..streams {
             let p = config.first_proxy + i;
+            let node = if i < config.proxies {
+                node(p, config.namespaces)
+            } else {
+                router_node(i - config.proxies, &config.root_namespace)
+            };
             let handle = Arc::new(ProxyHandle {
                 index: p,
-                id: node_id(p, config.namespaces),
+                id: node.id.clone(),
                 state: Mutex::new(ProxyState::default()),
             });
             let Some(channel) = channels.get(i / per_conn).cloned() else {
                 return Err("internal: no connection for a proxy".into());
             };
-            let node = node(p, config.namespaces);
             let (h, sh, protocol) = (handle.clone(), shared.clone(), config.protocol);
             tasks.push(tokio::spawn(async move {
                 let result = match protocol {
@@ -463,6 +509,7 @@ impl Loadgen {
             "proxies": self.proxies.len(),
             "first_proxy": self.config.first_proxy,
             "namespaces": self.config.namespaces,
+            "gateways": self.config.gateways,
             "connections": self.proxies.len().div_ceil(self.config.streams_per_connection.max(1)),
             "elapsed_s": self.started.elapsed().as_secs_f64(),
             "synced": sync_ms.len(),

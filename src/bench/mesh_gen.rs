@@ -6,14 +6,16 @@
 //! ready endpoints and one Pod per endpoint (labels `app: svc-S`, `version: v1|v2`
 //! alternating); every `V`-th service has a DestinationRule with subsets v1/v2 and a 90/10
 //! VirtualService; with Sidecar scoping every namespace has a default Sidecar importing
-//! `./*` and the shared namespaces. Reading the directory with the file source yields exactly
-//! `dataflows::synth::records` of the same shape without its proxies (tests/bench_mesh_gen.rs
-//! checks this record for record); proxies are not config, they connect (see
-//! [`super::loadgen`]).
+//! `./*` and the shared namespaces; with gateway proxies, an ingress Gateway in the root
+//! namespace and a VirtualService bound to it for every `G`-th service. Reading the
+//! directory with the file source yields exactly `dataflows::synth::records` of the same
+//! shape without its proxies (tests/bench_mesh_gen.rs checks this record for record); proxies
+//! are not config, they connect (see [`super::loadgen`]).
 //!
 //! Layout: `ns-K/namespace.yaml` (the Namespace), `ns-K/sidecar.yaml`, and one file per
 //! service, `ns-K/svc-S.yaml`, holding its Service, EndpointSlice, Pods, DestinationRule and
-//! VirtualService — so a scenario edits one small file and the file source re-parses only it.
+//! VirtualService(s), and `ROOT/gateway.yaml` the Gateway — so a scenario edits one small
+//! file and the file source re-parses only it.
 //! `.meshflow-mesh.json` (a dot file, which the file source ignores) records the shape.
 //!
 //! [`MeshState`] is the generator's model of the mesh: the bench harness mutates it (an
@@ -91,6 +93,9 @@ pub fn check_shape(shape: &Shape) -> Result<(), String> {
     if shape.proxies > MAX_PROXIES {
         return Err(format!("--proxies must be at most {MAX_PROXIES}"));
     }
+    if shape.gateways > MAX_PROXIES {
+        return Err(format!("--gateways must be at most {MAX_PROXIES}"));
+    }
     if shape.shared_namespaces > shape.namespaces {
         return Err("--shared-namespaces must not exceed --namespaces".into());
     }
@@ -140,9 +145,46 @@ impl MeshState {
         PathBuf::from(synth::namespace(n)).join("namespace.yaml")
     }
 
+    pub fn gateway_path(&self) -> PathBuf {
+        PathBuf::from(&self.mesh.root_namespace).join("gateway.yaml")
+    }
+
+    /// The ingress Gateway (`None` without gateway proxies).
+    pub fn render_gateway(&self) -> Option<String> {
+        if self.shape.gateways == 0 {
+            return None;
+        }
+        Some(format!(
+            "apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata:
+  name: {name}
+  namespace: {ns}
+spec:
+  selector:
+    istio: ingressgateway
+  servers:
+  - port:
+      number: 80
+      name: http
+      protocol: HTTP
+    hosts:
+    - \"*\"
+",
+            name = synth::GATEWAY_NAME,
+            ns = self.mesh.root_namespace
+        ))
+    }
+
     /// Every file of the mesh.
     pub fn files(&self) -> Vec<Edit> {
         let mut out = Vec::new();
+        if let Some(content) = self.render_gateway() {
+            out.push(Edit {
+                path: self.gateway_path(),
+                content: Some(content),
+            });
+        }
         for n in 0..self.shape.namespaces {
             out.push(Edit {
                 path: self.namespace_path(n),
@@ -425,6 +467,32 @@ spec:
                 rest = 100 - w.min(100)
             );
         }
+        if synth::has_gateway_vs(s, &self.shape) {
+            let _ = write!(
+                y,
+                "---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata:
+  name: svc-{s}-gw
+  namespace: {ns}
+spec:
+  hosts:
+  - {gw_host}
+  gateways:
+  - {root}/{gw}
+  http:
+  - route:
+    - destination:
+        host: {host}
+        port:
+          number: 80
+",
+                gw_host = synth::gateway_host(s),
+                root = self.mesh.root_namespace,
+                gw = synth::GATEWAY_NAME,
+            );
+        }
         y
     }
 
@@ -443,6 +511,8 @@ pub fn shape_json(shape: &Shape, mesh: &MeshConfig) -> serde_json::Value {
         "vs_every": shape.vs_every,
         "sidecar_scoping": shape.sidecar_scoping,
         "shared_namespaces": shape.shared_namespaces,
+        "gateways": shape.gateways,
+        "gateway_vs_every": shape.gateway_vs_every,
         "root_namespace": mesh.root_namespace,
         "domain_suffix": mesh.domain_suffix,
     })

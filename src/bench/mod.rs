@@ -7,8 +7,10 @@
 //! ([`chart`]).
 
 pub mod chart;
+pub mod churn;
 pub mod cli;
 pub mod harness;
 pub mod loadgen;
 pub mod mesh_gen;
 pub mod procstat;
+pub mod summary;

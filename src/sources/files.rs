@@ -1,6 +1,11 @@
 //! The file-directory source: reads every `*.yaml`/`*.yml` file under a directory (dot
 //! files and dot directories are skipped), and on each change of the directory re-reads
-//! files whose bytes changed. It keeps, per object, the last valid version: a document
+//! files whose bytes changed. The watcher re-reads only the files it was told about (a
+//! directory event, or an unknown directory, makes it list everything again), and a file
+//! whose metadata is unchanged since a read made when it had been stable for two seconds
+//! is not read again; the records of changed files are diffed file by file (unless an
+//! object is defined in two files), so a change costs what the changed files hold, not
+//! what the directory holds. It keeps, per object, the last valid version: a document
 //! that turns invalid keeps its previous version in effect, and a file with a document
 //! too broken to identify keeps every object it held before.
 
@@ -12,6 +17,9 @@ use std::path::{Path, PathBuf};
 
 #[derive(Default)]
 struct FileState {
+    /// What the file's metadata said when it was read, if it had been stable for
+    /// [`STABLE_AFTER`] by then: while the metadata still says the same, the bytes are too.
+    stable: Option<FileMeta>,
     hash: u64,
     /// The objects of this file in effect: the last valid version of each.
     objects: BTreeMap<ConfigKey, Vec<Record>>,
@@ -29,6 +37,11 @@ pub struct FileSource {
     duplicates: Vec<String>,
     /// The file each object in effect comes from.
     owners: HashMap<ConfigKey, PathBuf>,
+    /// Per object, the number of files defining it (to know when a rescan may be applied
+    /// file by file: when no object is defined twice).
+    defined_in: HashMap<ConfigKey, usize>,
+    /// The directories listed by the last full rescan.
+    dirs: std::collections::HashSet<PathBuf>,
 }
 
 /// The result of one rescan.
@@ -41,14 +54,56 @@ pub struct Rescan {
     pub errors: Vec<String>,
 }
 
+/// A file not modified for this long before it was read is not re-read while its metadata
+/// is unchanged. Younger files are always re-read: file timestamps come from a coarse clock,
+/// so two writes close together may leave the same metadata (the "racy git" problem).
+const STABLE_AFTER: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Identity, size and change times of a file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct FileMeta {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime_ns: i128,
+    ctime_ns: i128,
+}
+
+fn file_meta(path: &Path) -> Option<FileMeta> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some(FileMeta {
+        dev: m.dev(),
+        ino: m.ino(),
+        len: m.len(),
+        mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
+        ctime_ns: i128::from(m.ctime()) * 1_000_000_000 + i128::from(m.ctime_nsec()),
+    })
+}
+
+/// `meta` if the file had not changed for [`STABLE_AFTER`] at `read_at_ns`.
+fn stable_meta(meta: Option<FileMeta>, read_at_ns: i128) -> Option<FileMeta> {
+    let m = meta?;
+    let newest = m.mtime_ns.max(m.ctime_ns);
+    (read_at_ns - newest >= STABLE_AFTER.as_nanos() as i128).then_some(m)
+}
+
+fn now_ns() -> i128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i128)
+        .unwrap_or(0)
+}
+
 fn hash_bytes(b: &[u8]) -> u64 {
     xxhash_rust::xxh3::xxh3_64(b)
 }
 
-fn yaml_files(dir: &Path, out: &mut Vec<PathBuf>) {
+fn yaml_files(dir: &Path, out: &mut Vec<PathBuf>, dirs: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
+    dirs.push(dir.to_path_buf());
     for e in entries.flatten() {
         let path = e.path();
         let name = e.file_name();
@@ -60,7 +115,7 @@ fn yaml_files(dir: &Path, out: &mut Vec<PathBuf>) {
             continue;
         };
         if meta.is_dir() {
-            yaml_files(&path, out);
+            yaml_files(&path, out, dirs);
         } else if matches!(
             path.extension().and_then(|x| x.to_str()),
             Some("yaml" | "yml")
@@ -79,6 +134,8 @@ impl FileSource {
             emitted: BTreeMap::new(),
             duplicates: Vec::new(),
             owners: HashMap::new(),
+            defined_in: HashMap::new(),
+            dirs: Default::default(),
         }
     }
 
@@ -89,81 +146,261 @@ impl FileSource {
     /// Re-reads the directory and returns the record changes since the previous rescan.
     pub fn rescan(&mut self) -> Rescan {
         let mut paths = Vec::new();
-        yaml_files(&self.dir, &mut paths);
+        let mut dirs = Vec::new();
+        yaml_files(&self.dir, &mut paths, &mut dirs);
         paths.sort();
+        self.dirs = dirs.into_iter().collect();
+        let mut old_files = std::mem::take(&mut self.files);
         let mut next: BTreeMap<PathBuf, FileState> = BTreeMap::new();
+        // Files whose objects may have changed, with their objects before.
+        let mut changed: Vec<(PathBuf, BTreeMap<ConfigKey, Vec<Record>>)> = Vec::new();
         for path in paths {
-            let Ok(bytes) = std::fs::read(&path) else {
-                // Vanished between listing and reading, or unreadable: keep what it held
-                // until a rescan can read it or sees it gone.
-                if let Some(old) = self.files.remove(&path) {
-                    next.insert(path, old);
-                }
-                continue;
-            };
-            let hash = hash_bytes(&bytes);
-            let old = self.files.remove(&path);
-            if let Some(old) = old.as_ref().filter(|o| o.hash == hash) {
-                next.insert(
-                    path,
-                    FileState {
-                        hash,
-                        objects: old.objects.clone(),
-                        errors: old.errors.clone(),
-                    },
-                );
-                continue;
-            }
-            let text = String::from_utf8_lossy(&bytes);
-            let parsed = parse_file(&path, &text, &self.mesh);
-            let mut objects: BTreeMap<ConfigKey, Vec<Record>> = BTreeMap::new();
-            let mut parsed = parsed;
-            for (line, p) in parsed.objects {
-                if objects.contains_key(&p.key) {
-                    parsed.errors.push(DocError {
-                        file: path.clone(),
-                        line,
-                        invalid: Invalid {
-                            object: Some(p.key),
-                            field: String::new(),
-                            message: "defined twice in this file; this copy is ignored".into(),
-                        },
-                    });
-                    continue;
-                }
-                objects.insert(p.key, p.records);
-            }
-            let old_objects = old.map(|o| o.objects).unwrap_or_default();
-            let unidentified = parsed.errors.iter().any(|e| e.invalid.object.is_none());
-            // The last valid version of an invalid object stays in effect.
-            for key in parsed
-                .errors
-                .iter()
-                .filter_map(|e| e.invalid.object.as_ref())
-            {
-                if let Some(prev) = old_objects.get(key) {
-                    objects.entry(key.clone()).or_insert_with(|| prev.clone());
-                }
-            }
-            if unidentified {
-                // A document we cannot identify may be any of the file's previous objects.
-                for (key, prev) in &old_objects {
-                    objects.entry(key.clone()).or_insert_with(|| prev.clone());
-                }
-            }
-            for e in &parsed.errors {
-                tracing::warn!(error = %e, "rejected config");
-            }
-            next.insert(
-                path,
-                FileState {
-                    hash,
-                    objects,
-                    errors: parsed.errors,
-                },
-            );
+            let old = old_files.remove(&path);
+            self.read_one(path, old, &mut next, &mut changed);
+        }
+        // What is left of the previous files is gone.
+        for (path, old) in old_files {
+            changed.push((path, old.objects));
         }
         self.files = next;
+        self.finish(changed)
+    }
+
+    /// Re-reads only `paths` (what a file watcher reported) and returns the record changes
+    /// since the previous rescan: the same as [`FileSource::rescan`] when every other file is
+    /// unchanged. `None` (nothing done) when the paths call for a full rescan: a directory
+    /// appeared, vanished or was renamed, or a path lies outside the directory.
+    pub fn rescan_paths(&mut self, paths: &[PathBuf]) -> Option<Rescan> {
+        let mut wanted: Vec<PathBuf> = Vec::new();
+        for path in paths {
+            let rel = path.strip_prefix(&self.dir).ok()?;
+            let exists = std::fs::metadata(path);
+            match exists {
+                Ok(m) if m.is_dir() => return None,
+                Err(_) if self.dirs.contains(path) => return None,
+                _ => {}
+            }
+            let hidden = rel
+                .components()
+                .any(|c| c.as_os_str().to_string_lossy().starts_with('.'));
+            let yaml = matches!(
+                path.extension().and_then(|x| x.to_str()),
+                Some("yaml" | "yml")
+            );
+            if hidden || !yaml {
+                continue;
+            }
+            // Under a directory we have not listed (created since): list it all.
+            if !path.parent().is_some_and(|d| self.dirs.contains(d)) {
+                return None;
+            }
+            wanted.push(path.clone());
+        }
+        wanted.sort();
+        wanted.dedup();
+        let mut next: BTreeMap<PathBuf, FileState> = BTreeMap::new();
+        let mut changed: Vec<(PathBuf, BTreeMap<ConfigKey, Vec<Record>>)> = Vec::new();
+        for path in wanted {
+            let old = self.files.remove(&path);
+            if std::fs::metadata(&path).is_ok_and(|m| m.is_file()) {
+                self.read_one(path, old, &mut next, &mut changed);
+            } else if let Some(old) = old {
+                changed.push((path, old.objects));
+            }
+        }
+        self.files.extend(next);
+        Some(self.finish(changed))
+    }
+
+    /// Reads one file into `next`; if its objects may have changed, records what they were
+    /// in `changed`.
+    fn read_one(
+        &mut self,
+        path: PathBuf,
+        old: Option<FileState>,
+        next: &mut BTreeMap<PathBuf, FileState>,
+        changed: &mut Vec<(PathBuf, BTreeMap<ConfigKey, Vec<Record>>)>,
+    ) {
+        let meta = file_meta(&path);
+        let old = match old {
+            // Stable and untouched since it was read: the same bytes.
+            Some(o) if o.stable.is_some() && o.stable == meta => {
+                next.insert(path, o);
+                return;
+            }
+            other => other,
+        };
+        let read_at = now_ns();
+        let Ok(bytes) = std::fs::read(&path) else {
+            // Vanished between listing and reading, or unreadable: keep what it held
+            // until a rescan can read it or sees it gone.
+            if let Some(old) = old {
+                next.insert(path, old);
+            }
+            return;
+        };
+        let hash = hash_bytes(&bytes);
+        let stable = stable_meta(meta, read_at);
+        let old = match old {
+            Some(mut o) if o.hash == hash => {
+                o.stable = stable;
+                next.insert(path, o);
+                return;
+            }
+            other => other,
+        };
+        let text = String::from_utf8_lossy(&bytes);
+        let parsed = parse_file(&path, &text, &self.mesh);
+        let mut objects: BTreeMap<ConfigKey, Vec<Record>> = BTreeMap::new();
+        let mut parsed = parsed;
+        for (line, p) in parsed.objects {
+            if objects.contains_key(&p.key) {
+                parsed.errors.push(DocError {
+                    file: path.clone(),
+                    line,
+                    invalid: Invalid {
+                        object: Some(p.key),
+                        field: String::new(),
+                        message: "defined twice in this file; this copy is ignored".into(),
+                    },
+                });
+                continue;
+            }
+            objects.insert(p.key, p.records);
+        }
+        let old_objects = old.map(|o| o.objects).unwrap_or_default();
+        let unidentified = parsed.errors.iter().any(|e| e.invalid.object.is_none());
+        // The last valid version of an invalid object stays in effect.
+        for key in parsed
+            .errors
+            .iter()
+            .filter_map(|e| e.invalid.object.as_ref())
+        {
+            if let Some(prev) = old_objects.get(key) {
+                objects.entry(key.clone()).or_insert_with(|| prev.clone());
+            }
+        }
+        if unidentified {
+            // A document we cannot identify may be any of the file's previous objects.
+            for (key, prev) in &old_objects {
+                objects.entry(key.clone()).or_insert_with(|| prev.clone());
+            }
+        }
+        for e in &parsed.errors {
+            tracing::warn!(error = %e, "rejected config");
+        }
+        changed.push((path.clone(), old_objects));
+        next.insert(
+            path,
+            FileState {
+                stable,
+                hash,
+                objects,
+                errors: parsed.errors,
+            },
+        );
+    }
+
+    /// Turns the files whose objects may have changed into record changes.
+    fn finish(&mut self, changed: Vec<(PathBuf, BTreeMap<ConfigKey, Vec<Record>>)>) -> Rescan {
+        if changed.is_empty() {
+            return Rescan {
+                changes: Vec::new(),
+                described: Vec::new(),
+                errors: self.errors(),
+            };
+        }
+        for (path, before) in &changed {
+            for key in before.keys() {
+                if let Some(n) = self.defined_in.get_mut(key) {
+                    *n = n.saturating_sub(1);
+                    if *n == 0 {
+                        self.defined_in.remove(key);
+                    }
+                }
+            }
+            if let Some(now) = self.files.get(path) {
+                for key in now.objects.keys() {
+                    *self.defined_in.entry(key.clone()).or_default() += 1;
+                }
+            }
+        }
+        // File by file, unless an object is (or was) defined in more than one file.
+        let twice = |key: &ConfigKey| self.defined_in.get(key).copied().unwrap_or(0) > 1;
+        let file_by_file = self.duplicates.is_empty()
+            && changed.iter().all(|(path, before)| {
+                before.keys().all(|k| !twice(k))
+                    && self
+                        .files
+                        .get(path)
+                        .is_none_or(|now| now.objects.keys().all(|k| !twice(k)))
+            });
+        if file_by_file {
+            let mut delta: Vec<(Record, isize)> = Vec::new();
+            for (path, before) in &changed {
+                for records in before.values() {
+                    delta.extend(records.iter().map(|r| (r.clone(), -1)));
+                }
+                if let Some(now) = self.files.get(path) {
+                    for records in now.objects.values() {
+                        delta.extend(records.iter().map(|r| (r.clone(), 1)));
+                    }
+                }
+            }
+            delta.sort_by(|a, b| a.0.cmp(&b.0));
+            let mut merged: Vec<(Record, isize)> = Vec::with_capacity(delta.len());
+            for (r, d) in delta {
+                match merged.last_mut() {
+                    Some((last, n)) if *last == r => *n += d,
+                    _ => merged.push((r, d)),
+                }
+            }
+            merged.retain(|(_, d)| *d != 0);
+            let delta = merged;
+            for (r, d) in &delta {
+                let e = self.emitted.entry(r.clone()).or_default();
+                *e += d;
+                if *e == 0 {
+                    self.emitted.remove(r);
+                }
+            }
+            // Owners of the touched objects move file by file too: every removal before any
+            // insertion, so an object moving between files (a rename) keeps its new owner.
+            let mut owned_before: HashMap<ConfigKey, PathBuf> = HashMap::new();
+            for (_, before) in &changed {
+                for key in before.keys() {
+                    if let Some(p) = self.owners.remove(key) {
+                        owned_before.insert(key.clone(), p);
+                    }
+                }
+            }
+            for (path, _) in &changed {
+                if let Some(now) = self.files.get(path) {
+                    for key in now.objects.keys() {
+                        if let Some(p) = self.owners.insert(key.clone(), path.clone()) {
+                            owned_before.entry(key.clone()).or_insert(p);
+                        }
+                    }
+                }
+            }
+            let described = describe(
+                &delta,
+                |k| owned_before.contains_key(k),
+                |k| self.owners.contains_key(k),
+                |k| {
+                    self.owners
+                        .get(k)
+                        .or_else(|| owned_before.get(k))
+                        .map(|p| p.display().to_string())
+                        .unwrap_or_default()
+                },
+            );
+            return Rescan {
+                changes: delta,
+                described,
+                errors: self.errors(),
+            };
+        }
 
         // The union of all files; an object defined twice keeps its first definition.
         let mut owner: HashMap<&ConfigKey, &Path> = HashMap::new();
@@ -254,8 +491,15 @@ pub fn watch(
     watcher.watch(source.dir(), RecursiveMode::Recursive)?;
     let mut errors_before: Vec<String> = Vec::new();
     let mut first = true;
+    // The paths reported since the last rescan; `None`: rescan everything.
+    let mut reported: Option<Vec<PathBuf>> = None;
     loop {
-        let scan = source.rescan();
+        let scan = match reported.take() {
+            Some(paths) => source
+                .rescan_paths(&paths)
+                .unwrap_or_else(|| source.rescan()),
+            None => source.rescan(),
+        };
         if first || !scan.changes.is_empty() || scan.errors != errors_before {
             errors_before = scan.errors.clone();
             first = false;
@@ -265,18 +509,37 @@ pub fn watch(
         }
         // Wait for the next event that can change content, then let a burst settle. Our
         // own reads raise open/read/close events; counting them would rescan forever.
+        let mut paths = Some(Vec::new());
+        let note = |ev: notify::Result<notify::Event>, paths: &mut Option<Vec<PathBuf>>| match ev {
+            Err(e) => {
+                tracing::warn!(error = %e, "file watch error");
+                *paths = None;
+                true
+            }
+            Ok(ev) if changes_content(&ev) => {
+                if ev.paths.is_empty() || ev.need_rescan() {
+                    *paths = None;
+                } else if let Some(p) = paths.as_mut() {
+                    p.extend(ev.paths);
+                }
+                true
+            }
+            Ok(_) => false,
+        };
         loop {
             match rx.recv() {
-                Ok(Err(e)) => {
-                    tracing::warn!(error = %e, "file watch error");
-                    break;
+                Ok(ev) => {
+                    if note(ev, &mut paths) {
+                        break;
+                    }
                 }
-                Ok(Ok(ev)) if changes_content(&ev) => break,
-                Ok(Ok(_)) => {}
                 Err(_) => return Ok(()),
             }
         }
-        while rx.recv_timeout(settle).is_ok() {}
+        while let Ok(ev) = rx.recv_timeout(settle) {
+            note(ev, &mut paths);
+        }
+        reported = paths;
     }
 }
 

@@ -12,12 +12,12 @@ use envoy_types::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, Resource,
 };
 use envoy_types::pb::google::protobuf::Any;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 #[derive(Default, Debug)]
 struct TypeState {
     wildcard: bool,
-    names: BTreeSet<String>,
+    names: HashSet<String>,
     /// Name → version the client holds (or was last sent).
     client: HashMap<String, String>,
     in_flight: Option<String>,
@@ -29,6 +29,10 @@ struct TypeState {
     must_respond: bool,
     /// Newly subscribed names: answered as removed if they do not exist.
     asked: BTreeSet<String>,
+    /// The proxy's change count of this type ([`ProxyView::changes`]) when its resources
+    /// were last compared with what the client holds, if nothing else (subscriptions)
+    /// changed since: while it is the same, there is nothing to compare again.
+    compared_at: Option<u64>,
 }
 
 #[derive(Default, Debug)]
@@ -58,6 +62,9 @@ impl DeltaStream {
         }
         let first = !self.types.contains_key(&t);
         let st = self.types.entry(t).or_default();
+        if !req.resource_names_subscribe.is_empty() || !req.resource_names_unsubscribe.is_empty() {
+            st.compared_at = None;
+        }
         if first {
             st.client = req.initial_resource_versions.clone();
             // The legacy wildcard: a first CDS/LDS request that names nothing.
@@ -141,6 +148,16 @@ impl DeltaStream {
             if st.in_flight.is_some() {
                 continue;
             }
+            let changes = view.changes(t);
+            if st.compared_at == Some(changes)
+                && st.resend.is_empty()
+                && st.asked.is_empty()
+                && !st.must_respond
+            {
+                // Nothing changed on either side since the last comparison.
+                continue;
+            }
+            st.compared_at = Some(changes);
             let resend = std::mem::take(&mut st.resend);
             let current = view.versions(t);
             let subscribed = |name: &str| st.wildcard || st.names.contains(name);

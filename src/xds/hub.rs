@@ -77,6 +77,9 @@ pub struct ProxyEntry {
     /// Its first epoch has been computed; until then there is nothing to send.
     pub ready: bool,
     resources: [Versions; 4],
+    /// Per type, bumped whenever `resources` of that type change: a stream that saw the
+    /// same count has nothing new to look at for that type.
+    changes: [u64; 4],
     notify: Arc<Notify>,
     /// ACKs received per type.
     pub acks: [u64; 4],
@@ -93,6 +96,11 @@ pub struct ProxyEntry {
 impl ProxyEntry {
     pub fn versions(&self, t: ResourceType) -> &Versions {
         &self.resources[type_index(t)]
+    }
+
+    /// How many times this proxy's resources of type `t` have changed.
+    pub fn changes(&self, t: ResourceType) -> u64 {
+        self.changes[type_index(t)]
     }
 
     pub fn streams(&self) -> usize {
@@ -124,6 +132,11 @@ pub struct ProxyView<'a> {
 impl<'a> ProxyView<'a> {
     pub fn versions(&self, t: ResourceType) -> &'a Versions {
         self.entry.versions(t)
+    }
+
+    /// See [`ProxyEntry::changes`].
+    pub fn changes(&self, t: ResourceType) -> u64 {
+        self.entry.changes(t)
     }
 
     pub fn body(&self, t: ResourceType, name: &str, version: &str) -> Option<&'a Body> {
@@ -199,6 +212,7 @@ impl Hub {
                 streams: 0,
                 ready: false,
                 resources: Default::default(),
+                changes: [0; 4],
                 notify: Arc::new(Notify::new()),
                 acks: [0; 4],
                 last_nack: Default::default(),
@@ -279,11 +293,13 @@ impl Hub {
                         .or_insert_with(|| Some(key.version.clone()));
                     map.remove(&key.name);
                 }
+                e.changes[type_index(key.rtype)] += 1;
                 touched.push(id);
             }
         }
         for ((id, key), _) in additions {
             if let Some(e) = st.proxies.get_mut(&id) {
+                e.changes[type_index(key.rtype)] += 1;
                 let map = &mut e.resources[type_index(key.rtype)];
                 let old = map.get(&key.name).cloned();
                 before
