@@ -382,6 +382,12 @@ impl Hub {
             bodies = st.bodies.len(),
             "hub applied epoch"
         );
+        // The full-push baseline wakes every proxy right after, with a new generation;
+        // waking the touched ones first would let a stream push the epoch's changes and
+        // then everything again once that is answered.
+        if self.is_full_push() {
+            return;
+        }
         for id in touched {
             if let Some(e) = st.proxies.get(&id) {
                 e.notify.notify_one();
