@@ -114,7 +114,7 @@ pub const GATEWAY_NAME: &str = "ingress";
 
 /// Whether service `s` has a VirtualService bound to the ingress Gateway.
 pub fn has_gateway_vs(s: usize, shape: &Shape) -> bool {
-    shape.gateways > 0 && shape.gateway_vs_every > 0 && s % shape.gateway_vs_every == 0
+    shape.gateways > 0 && shape.gateway_vs_every > 0 && s.is_multiple_of(shape.gateway_vs_every)
 }
 
 /// The external host of service `s` at the ingress gateway.

@@ -1431,7 +1431,7 @@ async fn run_scenarios<F: Fn() -> Result<ProcStats, String>>(
                 }
             }
             for edit in &outcome.edits {
-                mesh_gen::apply_edit(&shadow_dir, edit)?;
+                mesh_gen::apply_edit(shadow_dir, edit)?;
             }
             inputs.rescan()?;
             let next = oracle(inputs.set())
@@ -1470,7 +1470,7 @@ async fn run_scenarios<F: Fn() -> Result<ProcStats, String>>(
         };
         result.description = description;
         // The oracle first, on the shadow copy, before the clock starts.
-        mesh_gen::apply_edit(&shadow_dir, &edit)?;
+        mesh_gen::apply_edit(shadow_dir, &edit)?;
         inputs.rescan()?;
         let next = oracle(inputs.set())
             .await
@@ -1484,7 +1484,7 @@ async fn run_scenarios<F: Fn() -> Result<ProcStats, String>>(
         let peak_reset = procstat::reset_peak(pid);
 
         let t0 = Instant::now();
-        mesh_gen::apply_edit(&config_dir, &edit)?;
+        mesh_gen::apply_edit(config_dir, &edit)?;
         let deadline = later(t0, opts.timeout);
         let mut pending = affected.clone();
         loop {
