@@ -253,6 +253,10 @@ pub struct BenchArgs {
     /// limit); keeps a baseline that cannot fit from pushing a shared machine into swap.
     #[arg(long, default_value_t = 8192)]
     pub max_server_rss_mib: u64,
+    /// An extra `meshflow serve` argument for every engine (repeatable), e.g.
+    /// `--server-arg=--history-bytes=0` to see what the history costs.
+    #[arg(long = "server-arg", allow_hyphen_values = true)]
+    pub server_args: Vec<String>,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
@@ -331,6 +335,7 @@ fn bench_options(a: BenchArgs) -> Result<Options, String> {
         runs: a.runs.max(1),
         lock: a.lock,
         max_server_rss_mib: (a.max_server_rss_mib > 0).then_some(a.max_server_rss_mib),
+        server_args: a.server_args,
         churn: ChurnConfig {
             rate: a.churn_rate,
             duration: seconds(a.churn_seconds, "--churn-seconds")?,

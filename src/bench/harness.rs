@@ -213,6 +213,8 @@ pub struct Options {
     pub lock: Option<PathBuf>,
     /// Stop the server (and report it) when its resident memory passes this many MiB.
     pub max_server_rss_mib: Option<u64>,
+    /// Extra `meshflow serve` arguments for every engine.
+    pub server_args: Vec<String>,
 }
 
 /// An exclusive `flock` on a file, released when dropped.
@@ -623,6 +625,7 @@ fn start_server(
         .arg("--domain-suffix")
         .arg(&opts.mesh.domain_suffix)
         .args(engine.serve_args()?)
+        .args(&opts.server_args)
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())
         .stdout(Stdio::null())

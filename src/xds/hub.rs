@@ -276,7 +276,10 @@ impl Hub {
             e.1 += d;
         }
         let mut touched: Vec<ProxyId> = Vec::new();
-        // (proxy, type) → name → version held before this epoch.
+        // The history lock is taken after the state lock, never the other way round.
+        let recording = self.history().limits().max_bytes > 0;
+        // (proxy, type) → name → version held before this epoch; only kept for the history
+        // (on a mass connect it has an entry per proxy and resource).
         let mut before: HashMap<(ProxyId, ResourceType), BTreeMap<String, Option<String>>> =
             HashMap::new();
         // Retractions first, so an update (-old, +new) leaves the new version.
@@ -286,11 +289,13 @@ impl Hub {
             if let Some(e) = st.proxies.get_mut(&id) {
                 let map = &mut e.resources[type_index(key.rtype)];
                 if map.get(&key.name) == Some(&key.version) {
-                    before
-                        .entry((id.clone(), key.rtype))
-                        .or_default()
-                        .entry(key.name.clone())
-                        .or_insert_with(|| Some(key.version.clone()));
+                    if recording {
+                        before
+                            .entry((id.clone(), key.rtype))
+                            .or_default()
+                            .entry(key.name.clone())
+                            .or_insert_with(|| Some(key.version.clone()));
+                    }
                     map.remove(&key.name);
                 }
                 e.changes[type_index(key.rtype)] += 1;
@@ -301,19 +306,20 @@ impl Hub {
             if let Some(e) = st.proxies.get_mut(&id) {
                 e.changes[type_index(key.rtype)] += 1;
                 let map = &mut e.resources[type_index(key.rtype)];
-                let old = map.get(&key.name).cloned();
-                before
-                    .entry((id.clone(), key.rtype))
-                    .or_default()
-                    .entry(key.name.clone())
-                    .or_insert(old);
+                if recording {
+                    let old = map.get(&key.name).cloned();
+                    before
+                        .entry((id.clone(), key.rtype))
+                        .or_default()
+                        .entry(key.name.clone())
+                        .or_insert(old);
+                }
                 map.insert(key.name, key.version);
                 touched.push(id);
             }
         }
         {
             let mut history = self.history();
-            let recording = history.limits().max_bytes > 0;
             if recording {
                 history.record_epoch(epoch, meta.received, meta.inputs);
             }
