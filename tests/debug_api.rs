@@ -30,7 +30,7 @@ use std::net::SocketAddr;
 use std::process::Command;
 use std::time::Duration;
 use support::xds_client::{self, node, CDS, EDS, LDS, RDS};
-use support::{http_get, write_config, Meshflow, TestDir};
+use support::{http_get, meshflow_cli, write_config, Meshflow, TestDir};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
@@ -662,21 +662,6 @@ fn percent(s: &str) -> String {
             _ => format!("%{b:02X}"),
         })
         .collect()
-}
-
-/// Runs the built `meshflow` binary; its stdout, or a panic with its stderr.
-fn meshflow_cli(args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_meshflow"))
-        .args(args)
-        .env("NO_COLOR", "1")
-        .output()
-        .expect("run meshflow");
-    assert!(
-        out.status.success(),
-        "meshflow {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("utf-8 output")
 }
 
 /// The row of a table whose first column is `first`, split into columns.

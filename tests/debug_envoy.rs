@@ -11,13 +11,12 @@ mod support;
 use serde_json::Value;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::Command;
 
 use support::reviews::{Binding, Reviews};
 use support::{
     dump_cluster_names, dump_endpoints, dump_listener_names, dump_route_config_names, free_port,
-    require_envoy, wait_until, write_config, Envoy, Meshflow, ProxyNode, TestDir, XdsMode,
-    CONVERGE_TIMEOUT, STARTUP_TIMEOUT,
+    meshflow_cli, require_envoy, wait_until, write_config, Envoy, Meshflow, ProxyNode, TestDir,
+    XdsMode, CONVERGE_TIMEOUT, STARTUP_TIMEOUT,
 };
 
 /// Proves that, with Envoy on Delta ADS, proxy-status shows it SYNCED for every type,
@@ -34,21 +33,6 @@ fn debug_views_match_envoy_over_delta_ads() {
 fn debug_views_match_envoy_over_sotw_ads() {
     let envoy_bin = require_envoy!();
     scenario(&envoy_bin, XdsMode::Sotw, 49);
-}
-
-/// Runs the built `meshflow` binary; its stdout, or a panic with its stderr.
-fn cli(args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_meshflow"))
-        .args(args)
-        .env("NO_COLOR", "1")
-        .output()
-        .expect("run meshflow");
-    assert!(
-        out.status.success(),
-        "meshflow {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("utf-8 output")
 }
 
 /// Table rows (after the header) split on runs of two or more spaces.
@@ -147,7 +131,7 @@ fn scenario(envoy_binary: &Path, mode: XdsMode, net: u8) {
     // proxy-status: SYNCED for every type once Envoy has ACKed everything.
     let mut status = String::new();
     let synced = wait_until(CONVERGE_TIMEOUT, || {
-        status = cli(&status_args);
+        status = meshflow_cli(&status_args);
         rows(&status)
             .iter()
             .find(|r| r.first() == Some(&node.id))
@@ -155,7 +139,8 @@ fn scenario(envoy_binary: &Path, mode: XdsMode, net: u8) {
     });
     assert!(synced, "proxy-status never showed all SYNCED:\n{status}");
     let json: Value =
-        serde_json::from_str(&cli(&[&status_args[..], &["-o", "json"]].concat())).expect("JSON");
+        serde_json::from_str(&meshflow_cli(&[&status_args[..], &["-o", "json"]].concat()))
+            .expect("JSON");
     let me = &json["proxies"][0];
     assert_eq!(me["id"], node.id.as_str());
     for t in ["CDS", "EDS", "LDS", "RDS"] {
@@ -165,7 +150,7 @@ fn scenario(envoy_binary: &Path, mode: XdsMode, net: u8) {
 
     let dump = envoy.config_dump();
     let pod = "client-abc.default";
-    let config = |kind: &str| cli(&["proxy-config", kind, pod, "--debug-addr", &debug_s]);
+    let config = |kind: &str| meshflow_cli(&["proxy-config", kind, pod, "--debug-addr", &debug_s]);
 
     // proxy-config cluster lists exactly the clusters in Envoy's config dump.
     let clusters = config("cluster");
@@ -256,7 +241,7 @@ spec:
 ",
     );
     let nacked = wait_until(CONVERGE_TIMEOUT, || {
-        status = cli(&status_args);
+        status = meshflow_cli(&status_args);
         rows(&status)
             .iter()
             .find(|r| r.first() == Some(&node.id))
@@ -284,7 +269,8 @@ spec:
         assert!(cell.starts_with("SYNCED"), "only RDS is NACKED:\n{status}");
     }
     let json: Value =
-        serde_json::from_str(&cli(&[&status_args[..], &["-o", "json"]].concat())).expect("JSON");
+        serde_json::from_str(&meshflow_cli(&[&status_args[..], &["-o", "json"]].concat()))
+            .expect("JSON");
     let message = json["proxies"][0]["types"]["RDS"]["last_nack"]
         .as_str()
         .unwrap_or_default()
@@ -294,7 +280,7 @@ spec:
     // `meshflow diff` of the proxy's last change: the route configuration that Envoy
     // refused, field by field, marked NACKED with Envoy's message; the VirtualService edit
     // is the epoch's input change.
-    let diff = cli(&["diff", &node.id, "--debug-addr", &debug_s]);
+    let diff = meshflow_cli(&["diff", &node.id, "--debug-addr", &debug_s]);
     assert!(
         diff.contains("NACKED by the proxy") && diff.contains("program size"),
         "diff shows the NACK with Envoy's message:\n{diff}"
@@ -313,7 +299,7 @@ spec:
             && diff.contains("reviews-virtualservice.yaml"),
         "the input change behind the epoch:\n{diff}"
     );
-    let json: Value = serde_json::from_str(&cli(&[
+    let json: Value = serde_json::from_str(&meshflow_cli(&[
         "diff",
         &node.id,
         "--debug-addr",

@@ -352,20 +352,15 @@ pub fn build<'s>(mesh: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
                 }),
         )
         .flat_map(|(g, list)| list.into_iter().map(move |c| (g.clone(), c)));
-    let scope_cluster_rows = scope_host_dr
-        .clone()
-        .join_map(group_clusters.clone(), |_, s, c| (s.clone(), c.clone()));
+    // One join gives each scope its clusters and, for provenance, the group they came from.
+    let scope_cluster_groups = scope_host_dr.join_map(group_clusters.clone(), |g, s, c| {
+        (s.clone(), c.clone(), g.clone())
+    });
+    let scope_cluster_rows = scope_cluster_groups.clone().map(|(s, c, _)| (s, c));
     // A cluster (and its assignment) comes from the service and the DestinationRule in effect.
     let svc_origin = services.clone().map(|(h, svc)| (h, svc.origin));
-    let cluster_keys = scope_host_dr.join_map(
-        group_clusters.clone(),
-        |(h, (d, _)), s, (res, _, labels)| {
-            (
-                h.clone(),
-                (s.clone(), res.name.clone(), labels.is_some(), d.clone()),
-            )
-        },
-    );
+    let cluster_keys = scope_cluster_groups
+        .map(|(s, (res, _, labels), (h, (d, _)))| (h, (s, res.name, labels.is_some(), d)));
     let cluster_prov = cluster_keys
         .clone()
         .join_map(svc_origin, |_, row, o| (row.clone(), o.clone()))

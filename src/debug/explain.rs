@@ -103,6 +103,47 @@ impl ProvenanceStore {
     }
 }
 
+// The two directions of the gRPC form, in one place.
+impl From<Explanation> for super::pb::ExplainResponse {
+    fn from(e: Explanation) -> Self {
+        super::pb::ExplainResponse {
+            proxy: e.proxy,
+            r#type: e.rtype,
+            name: e.name,
+            scope: e.scope,
+            inputs: e
+                .inputs
+                .into_iter()
+                .map(|i| super::pb::InputObject {
+                    kind: i.kind,
+                    namespace: i.namespace,
+                    name: i.name,
+                })
+                .collect(),
+        }
+    }
+}
+
+impl From<super::pb::ExplainResponse> for Explanation {
+    fn from(r: super::pb::ExplainResponse) -> Self {
+        Explanation {
+            proxy: r.proxy,
+            rtype: r.r#type,
+            name: r.name,
+            scope: r.scope,
+            inputs: r
+                .inputs
+                .into_iter()
+                .map(|i| Input {
+                    kind: i.kind,
+                    namespace: i.namespace,
+                    name: i.name,
+                })
+                .collect(),
+        }
+    }
+}
+
 /// Why `explain` has no answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ExplainError {
@@ -235,21 +276,7 @@ pub async fn explain_cli(
         .await
         .map_err(|e| e.message().to_string())?
         .into_inner();
-    let e = Explanation {
-        proxy: resp.proxy,
-        rtype: resp.r#type,
-        name: resp.name,
-        scope: resp.scope,
-        inputs: resp
-            .inputs
-            .into_iter()
-            .map(|i| Input {
-                kind: i.kind,
-                namespace: i.namespace,
-                name: i.name,
-            })
-            .collect(),
-    };
+    let e = Explanation::from(resp);
     match output {
         super::cli::Output::Json => print(&e, Format::Json),
         super::cli::Output::Yaml => print(&e, Format::Yaml),

@@ -139,21 +139,7 @@ impl Debug for DebugService {
     ) -> Result<Response<ExplainResponse>, Status> {
         let req = req.into_inner();
         match explain::explain(&self.hub, &req.proxy, &req.resource) {
-            Ok(e) => Ok(Response::new(ExplainResponse {
-                proxy: e.proxy,
-                r#type: e.rtype,
-                name: e.name,
-                scope: e.scope,
-                inputs: e
-                    .inputs
-                    .into_iter()
-                    .map(|i| InputObject {
-                        kind: i.kind,
-                        namespace: i.namespace,
-                        name: i.name,
-                    })
-                    .collect(),
-            })),
+            Ok(e) => Ok(Response::new(e.into())),
             Err(explain::ExplainError::Invalid(m)) => Err(Status::invalid_argument(m)),
             Err(explain::ExplainError::NotFound(m)) => Err(Status::not_found(m)),
         }

@@ -1448,3 +1448,18 @@ fn write_response(
     );
     stream.write_all(response.as_bytes())
 }
+
+/// Runs the built `meshflow` binary; its stdout, or a panic with its stderr.
+pub fn meshflow_cli(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_meshflow"))
+        .args(args)
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("run meshflow");
+    assert!(
+        out.status.success(),
+        "meshflow {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8 output")
+}
