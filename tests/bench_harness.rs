@@ -167,29 +167,32 @@ fn loadgen_command_syncs_against_a_server() {
         .status()
         .unwrap();
     assert!(ok.success());
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr = format!("127.0.0.1:{port}");
+    // Port 0 and the address from the log: no other test can take the port in between.
     let log = dir.join("server.log");
     let mut server = Command::new(env!("CARGO_BIN_EXE_meshflow"))
         .args(["serve", "--config-dir"])
         .arg(&config)
-        .args(["--xds-addr", &addr, "--debug-addr", "127.0.0.1:0"])
+        .args(["--xds-addr", "127.0.0.1:0", "--debug-addr", "127.0.0.1:0"])
         .stderr(std::fs::File::create(&log).unwrap())
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !std::fs::read_to_string(&log)
-        .unwrap_or_default()
-        .contains("xDS server listening")
-    {
-        assert!(Instant::now() < deadline, "server did not start");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let addr = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let listening = text
+            .split_once("xDS server listening on ")
+            .and_then(|(_, rest)| rest.split_once('\n'))
+            .map(|(addr, _)| addr.trim().to_string());
+        if let Some(addr) = listening {
+            break addr;
+        }
+        if let Ok(Some(status)) = server.try_wait() {
+            panic!("the server exited ({status}):\n{text}");
+        }
+        assert!(Instant::now() < deadline, "server did not start:\n{text}");
         std::thread::sleep(Duration::from_millis(20));
-    }
+    };
     for flag in ["--delta", "--sotw"] {
         let out = Command::new(env!("CARGO_BIN_EXE_meshflow"))
             .args([

@@ -21,6 +21,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use dataflows::driver::{Batch, Engine};
+use dataflows::materialize::Materialized;
 use dataflows::model::{MeshConfig, Proxy, Record, ResourceType};
 use dataflows::naive::{self, ProxyConfigs, Snapshot};
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
@@ -176,7 +177,7 @@ fn json_to_value(json: &serde_json::Value) -> Value {
 /// from the `(proxy, type, name, version)` output and the shared bodies.
 fn compute_incrementally(mesh: &MeshConfig, changes: Vec<(Record, isize)>) -> ProxyConfigs {
     let engine = Engine::start(1, mesh.clone());
-    let output = engine
+    let mut output = engine
         .step(Batch { epoch: 1, changes })
         .expect("the dataflow engine stopped");
     assert!(
@@ -185,7 +186,7 @@ fn compute_incrementally(mesh: &MeshConfig, changes: Vec<(Record, isize)>) -> Pr
         output.errors
     );
     let mut bodies = BTreeMap::new();
-    for (resource, diff) in output.bodies {
+    for (resource, diff) in std::mem::take(&mut output.bodies) {
         assert_eq!(
             diff,
             1,
@@ -195,33 +196,37 @@ fn compute_incrementally(mesh: &MeshConfig, changes: Vec<(Record, isize)>) -> Pr
         );
         bodies.insert(resource.key(), resource);
     }
+    for ((scope, key), diff) in &output.scope_resources {
+        assert_eq!(diff, &1, "{scope:?} holds {key:?} with multiplicity {diff}");
+    }
+    for ((proxy, key), diff) in &output.proxy_resources {
+        assert_eq!(diff, &1, "{proxy} holds {key:?} with multiplicity {diff}");
+    }
+    // Each proxy's set: its scope's plus its own, resolved as the xDS hub does.
+    let mut held = Materialized::default();
+    held.apply(&output, false);
     let mut configs = ProxyConfigs::new();
-    for ((proxy, key), diff) in output.proxy_resources {
-        assert_eq!(
-            diff,
-            1,
-            "{proxy} holds {} {} with multiplicity {diff}",
-            key.rtype.short(),
-            key.name
-        );
-        let resource = bodies.get(&key).unwrap_or_else(|| {
-            panic!(
-                "{proxy} holds {} {} ({}) but no body has that version",
+    for (proxy, keys) in held.snapshot() {
+        for key in keys.into_keys() {
+            let resource = bodies.get(&key).unwrap_or_else(|| {
+                panic!(
+                    "{proxy} holds {} {} ({}) but no body has that version",
+                    key.rtype.short(),
+                    key.name,
+                    key.version
+                )
+            });
+            let previous = configs
+                .entry(proxy.clone())
+                .or_default()
+                .insert((key.rtype, key.name.clone()), resource.clone());
+            assert!(
+                previous.is_none(),
+                "{proxy} holds two versions of {} {}",
                 key.rtype.short(),
-                key.name,
-                key.version
-            )
-        });
-        let previous = configs
-            .entry(proxy.clone())
-            .or_default()
-            .insert((key.rtype, key.name.clone()), resource.clone());
-        assert!(
-            previous.is_none(),
-            "{proxy} holds two versions of {} {}",
-            key.rtype.short(),
-            key.name
-        );
+                key.name
+            );
+        }
     }
     configs
 }

@@ -5,7 +5,7 @@
 use crate::flow::{build, Inputs};
 use crate::model::*;
 use differential_dataflow::input::{Input, InputSession};
-use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::mpsc::{channel, Receiver, Sender, TryRecvError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use timely::dataflow::operators::probe::Handle;
@@ -21,7 +21,11 @@ pub struct Batch {
 #[derive(Clone, Debug, Default)]
 pub struct EpochOutput {
     pub epoch: u64,
+    /// Resources a proxy holds alone (inbound clusters, `virtualInbound`); the full-push
+    /// baseline puts everything here.
     pub proxy_resources: Vec<((ProxyId, ResourceKey), isize)>,
+    /// Resources every proxy of a scope holds ([`crate::materialize`] resolves them).
+    pub scope_resources: Vec<((ScopeKey, ResourceKey), isize)>,
     pub bodies: Vec<(Resource, isize)>,
     pub errors: Vec<(ConfigError, isize)>,
     pub proxy_scopes: Vec<((ProxyId, ScopeKey), isize)>,
@@ -31,11 +35,18 @@ pub struct EpochOutput {
 #[derive(Default)]
 struct Captured {
     proxy_resources: Vec<((ProxyId, ResourceKey), isize)>,
+    scope_resources: Vec<((ScopeKey, ResourceKey), isize)>,
     bodies: Vec<(Resource, isize)>,
     errors: Vec<(ConfigError, isize)>,
     proxy_scopes: Vec<((ProxyId, ScopeKey), isize)>,
     provenance: Vec<(ProvenanceRow, isize)>,
 }
+
+/// Merge effort per idle step of an arrangement that has batches to merge.
+const IDLE_MERGE_EFFORT: isize = 4096;
+/// Steps taken while no batch waits, after each epoch, before blocking for the next batch.
+/// Each costs microseconds when there is nothing left to merge.
+const IDLE_STEPS: usize = 2000;
 
 enum Tick {
     Epoch(u64),
@@ -112,7 +123,15 @@ impl Engine {
         let thread = std::thread::Builder::new()
             .name("meshflow-dataflow".into())
             .spawn(move || {
-                let config = timely::Config::process(workers);
+                let mut config = timely::Config::process(workers);
+                // Arrangements merge their batches while the worker is idle (see
+                // `IDLE_STEPS`), so the epoch after a burst (10k proxies connecting) does not
+                // pay for the merging the burst deferred.
+                differential_dataflow::configure(
+                    &mut config.worker,
+                    &differential_dataflow::Config::default()
+                        .idle_merge_effort(Some(IDLE_MERGE_EFFORT)),
+                );
                 let result = timely::execute(config, move |worker| {
                     let index = worker.index();
                     let probe = Handle::new();
@@ -141,7 +160,12 @@ impl Engine {
                             },
                         );
                         let (c1, c2, c3) = (cap.clone(), cap.clone(), cap.clone());
-                        let (c4, c5) = (cap.clone(), cap.clone());
+                        let (c4, c5, c6) = (cap.clone(), cap.clone(), cap.clone());
+                        out.scope_resources
+                            .inspect(move |(d, _t, r)| {
+                                lock(&c6).scope_resources.push((d.clone(), *r))
+                            })
+                            .probe_with(&probe);
                         out.proxy_scopes
                             .inspect(move |(d, _t, r)| lock(&c4).proxy_scopes.push((d.clone(), *r)))
                             .probe_with(&probe);
@@ -174,7 +198,22 @@ impl Engine {
                         let Some((batch_rx, out_tx, tick_txs)) = lock(&leader).take() else {
                             return;
                         };
-                        while let Ok(batch) = batch_rx.recv() {
+                        let mut idle = 0;
+                        loop {
+                            let batch = match batch_rx.try_recv() {
+                                Ok(b) => b,
+                                Err(TryRecvError::Disconnected) => break,
+                                Err(TryRecvError::Empty) if idle < IDLE_STEPS => {
+                                    idle += 1;
+                                    worker.step();
+                                    continue;
+                                }
+                                Err(TryRecvError::Empty) => match batch_rx.recv() {
+                                    Ok(b) => b,
+                                    Err(_) => break,
+                                },
+                            };
+                            idle = 0;
                             for tx in &tick_txs {
                                 let _ = tx.send(Tick::Epoch(batch.epoch));
                             }
@@ -188,6 +227,7 @@ impl Engine {
                             let output = EpochOutput {
                                 epoch: batch.epoch,
                                 proxy_resources: consolidated(taken.proxy_resources),
+                                scope_resources: consolidated(taken.scope_resources),
                                 bodies: consolidated(taken.bodies),
                                 errors: consolidated(taken.errors),
                                 proxy_scopes: consolidated(taken.proxy_scopes),
@@ -205,7 +245,23 @@ impl Engine {
                         else {
                             return;
                         };
-                        while let Ok(Tick::Epoch(epoch)) = rx.recv() {
+                        let mut idle = 0;
+                        loop {
+                            let tick = match rx.try_recv() {
+                                Ok(t) => t,
+                                Err(TryRecvError::Disconnected) => break,
+                                Err(TryRecvError::Empty) if idle < IDLE_STEPS => {
+                                    idle += 1;
+                                    worker.step();
+                                    continue;
+                                }
+                                Err(TryRecvError::Empty) => match rx.recv() {
+                                    Ok(t) => t,
+                                    Err(_) => break,
+                                },
+                            };
+                            idle = 0;
+                            let Tick::Epoch(epoch) = tick else { break };
                             sessions.advance_and_flush(epoch);
                             sessions.advance_and_flush(epoch + 1);
                             worker.step_while(|| probe.less_than(&(epoch + 1)));

@@ -25,8 +25,11 @@ pub struct Inputs<'s> {
 }
 
 pub struct Outputs<'s> {
-    /// `(proxy, resource key)`: what each connected proxy should hold.
+    /// `(proxy, resource key)`: what a connected proxy holds alone (inbound clusters,
+    /// `virtualInbound`). The rest of its set is its scope's, from the two below.
     pub proxy_resources: Coll<'s, (ProxyId, ResourceKey)>,
+    /// `(scope, resource key)`: what every proxy of a scope holds.
+    pub scope_resources: Coll<'s, (ScopeKey, ResourceKey)>,
     /// Every distinct resource body referenced above, once.
     pub bodies: Coll<'s, Resource>,
     /// Problems found in the inputs; retracted when fixed.
@@ -820,13 +823,10 @@ pub fn build<'s>(mesh: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         .concat(sidecar_prov)
         .distinct();
     let proxy_scopes = proxy_scope.clone();
-    let proxy_resources = proxy_scope
-        .map(|(id, s)| (s, id))
-        .join_map(scope_res.clone().map(|(s, r)| (s, r.key())), |_, id, k| {
-            (id.clone(), k.clone())
-        })
-        .concat(proxy_res.clone().map(|(id, r)| (id, r.key())))
-        .consolidate();
+    // Never joined with `proxy_scope`: that would write one record per (proxy, resource)
+    // pair. Consumers resolve a proxy's set from its scope (`materialize`).
+    let scope_resources = scope_res.clone().map(|(s, r)| (s, r.key()));
+    let proxy_resources = proxy_res.clone().map(|(id, r)| (id, r.key()));
     let bodies = scope_res
         .map(|(_, r)| r)
         .concat(proxy_res.map(|(_, r)| r))
@@ -834,6 +834,7 @@ pub fn build<'s>(mesh: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     let errors = service_conflicts.map(|(_, e)| e);
     Outputs {
         proxy_resources,
+        scope_resources,
         bodies,
         errors,
         proxy_scopes,

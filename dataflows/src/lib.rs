@@ -1,5 +1,5 @@
 //! The meshflow dataflow: from input collections (services, endpoints, workloads, Istio
-//! configs, connected proxies) to the per-proxy set of Envoy resources, maintained
+//! configs, connected proxies) to the per-scope and per-proxy sets of Envoy resources, maintained
 //! incrementally by differential dataflow. Pure computation: no I/O, no async runtime.
 //!
 //! Drive it with `update` → `advance_to` → `flush` → step until the probe passes the epoch
@@ -8,6 +8,7 @@
 pub mod assemble;
 pub mod driver;
 pub mod flow;
+pub mod materialize;
 pub mod model;
 pub mod naive;
 pub mod rules;

@@ -3,6 +3,7 @@
 //! must equal what `naive::compute` derives from scratch from the same inputs.
 
 use dataflows::driver::{Batch, Engine};
+use dataflows::materialize::{Applied, Materialized};
 use dataflows::model::*;
 use dataflows::naive::{self, ProxyConfigs, Snapshot};
 use rand::rngs::StdRng;
@@ -238,31 +239,98 @@ fn identity(r: &Record) -> String {
 /// each (type, name) exactly once and that every body it references exists.
 #[derive(Default)]
 struct Accumulated {
-    keys: BTreeMap<(ProxyId, ResourceKey), isize>,
+    held: Materialized,
     bodies: BTreeMap<(ResourceType, String, String), (Resource, isize)>,
 }
 
+/// Per proxy: `(type, name) → version`.
+type Held = BTreeMap<ProxyId, BTreeMap<(ResourceType, String), String>>;
+
 impl Accumulated {
+    fn held(&self) -> Held {
+        self.held
+            .snapshot()
+            .into_iter()
+            .map(|(p, keys)| {
+                let keys = keys
+                    .into_keys()
+                    .map(|k| ((k.rtype, k.name), k.version))
+                    .collect();
+                (p, keys)
+            })
+            .collect()
+    }
+
     fn configs(&self) -> ProxyConfigs {
         let mut out = ProxyConfigs::new();
-        for ((proxy, key), count) in &self.keys {
-            assert_eq!(*count, 1, "{proxy} holds {key:?} {count} times");
-            let (body, _) = self
-                .bodies
-                .get(&(key.rtype, key.name.clone(), key.version.clone()))
-                .unwrap_or_else(|| panic!("no body for {key:?}"));
-            let previous = out
-                .entry(proxy.clone())
-                .or_default()
-                .insert((key.rtype, key.name.clone()), body.clone());
-            assert!(
-                previous.is_none(),
-                "{proxy} holds two versions of {:?} {}",
-                key.rtype,
-                key.name
-            );
+        for (proxy, keys) in self.held() {
+            for ((rtype, name), version) in keys {
+                let (body, _) = self
+                    .bodies
+                    .get(&(rtype, name.clone(), version.clone()))
+                    .unwrap_or_else(|| panic!("no body for {rtype:?} {name} {version}"));
+                out.entry(proxy.clone())
+                    .or_default()
+                    .insert((rtype, name), body.clone());
+            }
         }
         out
+    }
+}
+
+/// One reported change, flattened: proxy, type, name, old and new version.
+type FlatChange = (
+    ProxyId,
+    ResourceType,
+    String,
+    Option<String>,
+    Option<String>,
+);
+
+/// The per-proxy change lists `Materialized::apply` reports must be exactly the difference
+/// between what each proxy held before and after (the debug history records them).
+fn check_reported_changes(before: &Held, after: &Held, applied: &Applied, epoch: u64) {
+    let mut expected: BTreeSet<FlatChange> = BTreeSet::new();
+    let empty = BTreeMap::new();
+    for p in before.keys().chain(after.keys()) {
+        let (b, a) = (
+            before.get(p).unwrap_or(&empty),
+            after.get(p).unwrap_or(&empty),
+        );
+        for ((t, n), v) in b {
+            if a.get(&(*t, n.clone())) != Some(v) {
+                let new = a.get(&(*t, n.clone())).cloned();
+                expected.insert((p.clone(), *t, n.clone(), Some(v.clone()), new));
+            }
+        }
+        for ((t, n), v) in a {
+            if !b.contains_key(&(*t, n.clone())) {
+                expected.insert((p.clone(), *t, n.clone(), None, Some(v.clone())));
+            }
+        }
+    }
+    let reported: BTreeSet<_> = applied
+        .changes
+        .iter()
+        .flat_map(|(p, t, list)| {
+            list.iter().map(move |(n, o, v)| {
+                (
+                    p.clone(),
+                    *t,
+                    n.to_string(),
+                    o.as_deref().map(str::to_string),
+                    v.as_deref().map(str::to_string),
+                )
+            })
+        })
+        .collect();
+    assert_eq!(reported, expected, "epoch {epoch}: reported changes differ");
+    let touched: BTreeSet<&ProxyId> = expected.iter().map(|c| &c.0).collect();
+    for p in touched {
+        assert!(
+            applied.touched.contains(p),
+            "epoch {epoch}: {p} changed but was not reported as touched"
+        );
     }
 }
 
@@ -291,10 +359,9 @@ fn run(seed: u64, steps: usize, workers: usize) {
         let out = engine
             .step(Batch { epoch, changes })
             .expect("engine running");
-        for (k, d) in out.proxy_resources {
-            *acc.keys.entry(k).or_default() += d;
-        }
-        acc.keys.retain(|_, c| *c != 0);
+        let before = acc.held();
+        let applied = acc.held.apply(&out, true);
+        check_reported_changes(&before, &acc.held(), &applied, epoch);
         for (r, d) in out.bodies {
             let e = acc
                 .bodies

@@ -5,6 +5,7 @@
 //! Sidecar and DestinationRule precedence, Gateway selection, EDS naming).
 
 use dataflows::driver::{Batch, Engine};
+use dataflows::materialize::Materialized;
 use dataflows::model::*;
 use envoy_types::pb::envoy::config::core::v3::{address, socket_address::PortSpecifier};
 use envoy_types::pb::envoy::config::endpoint::v3::{
@@ -23,6 +24,7 @@ type Diffs = Vec<((ProxyId, ResourceKey), isize)>;
 struct Mesh {
     engine: Engine,
     epoch: u64,
+    materialized: Materialized,
     held: BTreeMap<(ProxyId, ResourceKey), isize>,
     bodies: BTreeMap<(ResourceType, String, String), (Resource, isize)>,
 }
@@ -32,6 +34,7 @@ impl Mesh {
         Mesh {
             engine: Engine::start(1, MeshConfig::default()),
             epoch: 0,
+            materialized: Materialized::default(),
             held: BTreeMap::new(),
             bodies: BTreeMap::new(),
         }
@@ -47,13 +50,22 @@ impl Mesh {
                 changes,
             })
             .expect("the engine stopped");
-        for (k, d) in &out.proxy_resources {
-            *self.held.entry(k.clone()).or_default() += d;
+        // Each proxy's set is its scope's plus its own, resolved as the hub does.
+        self.materialized.apply(&out, false);
+        let held: BTreeMap<(ProxyId, ResourceKey), isize> = self
+            .materialized
+            .snapshot()
+            .into_iter()
+            .flat_map(|(p, keys)| keys.into_keys().map(move |k| ((p.clone(), k), 1)))
+            .collect();
+        let mut diffs: Diffs = Vec::new();
+        for k in self.held.keys().filter(|k| !held.contains_key(*k)) {
+            diffs.push((k.clone(), -1));
         }
-        self.held.retain(|_, c| *c != 0);
-        for ((p, k), c) in &self.held {
-            assert_eq!(*c, 1, "{p} holds {k:?} {c} times");
+        for k in held.keys().filter(|k| !self.held.contains_key(*k)) {
+            diffs.push((k.clone(), 1));
         }
+        self.held = held;
         for (r, d) in out.bodies {
             let e = self
                 .bodies
@@ -62,7 +74,6 @@ impl Mesh {
             e.1 += d;
         }
         self.bodies.retain(|_, (_, c)| *c != 0);
-        let mut diffs = out.proxy_resources;
         diffs.sort();
         diffs
     }

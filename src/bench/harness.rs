@@ -586,13 +586,6 @@ impl Drop for Server {
     }
 }
 
-fn free_port() -> Result<u16, String> {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| format!("finding a free port: {e}"))
-}
-
 fn start_server(
     opts: &Options,
     engine: EngineKind,
@@ -603,19 +596,18 @@ fn start_server(
         Some(b) => b.clone(),
         None => std::env::current_exe().map_err(|e| format!("finding this executable: {e}"))?,
     };
-    let xds_port = free_port()?;
-    let debug_port = free_port()?;
-    let xds_addr: std::net::SocketAddr = ([127, 0, 0, 1], xds_port).into();
     let log_file =
         std::fs::File::create(log).map_err(|e| format!("creating {}: {e}", log.display()))?;
     let mut cmd = Command::new(&binary);
     cmd.arg("serve")
         .arg("--config-dir")
         .arg(config_dir)
+        // Port 0: the server binds whatever is free and logs the address, so no other
+        // process can take a port between choosing and binding it.
         .arg("--xds-addr")
-        .arg(xds_addr.to_string())
+        .arg("127.0.0.1:0")
         .arg("--debug-addr")
-        .arg(format!("127.0.0.1:{debug_port}"))
+        .arg("127.0.0.1:0")
         .arg("--workers")
         .arg(opts.workers.to_string())
         .arg("--debounce-ms")
@@ -636,13 +628,20 @@ fn start_server(
     let mut server = Server {
         child,
         log: log.to_path_buf(),
-        xds_addr,
+        xds_addr: ([127, 0, 0, 1], 0).into(),
     };
     let deadline = Instant::now() + Duration::from_secs(120);
+    const LISTENING: &str = "xDS server listening on ";
     loop {
         let text = std::fs::read_to_string(log).unwrap_or_default();
-        if text.contains("xDS server listening on") {
-            return Ok(server);
+        if let Some(at) = text.find(LISTENING) {
+            // Only a whole line: the port may still be half written.
+            let rest = &text[at + LISTENING.len()..];
+            let addr = rest.split_once('\n').map(|(line, _)| line.trim());
+            if let Some(Ok(addr)) = addr.map(str::parse) {
+                server.xds_addr = addr;
+                return Ok(server);
+            }
         }
         if let Ok(Some(status)) = server.child.try_wait() {
             return Err(format!(

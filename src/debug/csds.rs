@@ -163,11 +163,11 @@ fn snapshot(hub: &Hub, matchers: &Option<Vec<CompiledMatcher>>, bodies: bool) ->
                     .iter()
                     .map(|t| TypeSnapshot {
                         rtype: *t,
-                        state: sync_state(e, *t),
+                        state: sync_state(st, e, *t),
                         nack: e.last_nack.get(type_index(*t)).cloned().flatten(),
-                        resources: e
-                            .versions(*t)
-                            .iter()
+                        resources: st
+                            .held(&e.proxy.id)
+                            .iter(*t)
                             .map(|(name, version)| {
                                 let body = if bodies {
                                     st.body(*t, name, version).cloned()
@@ -177,9 +177,9 @@ fn snapshot(hub: &Hub, matchers: &Option<Vec<CompiledMatcher>>, bodies: bool) ->
                                 let acked = e.sync[type_index(*t)]
                                     .acked
                                     .get(name)
-                                    .cloned()
+                                    .map(|v| v.to_string())
                                     .unwrap_or_default();
-                                (name.clone(), acked, body)
+                                (name.to_string(), acked, body)
                             })
                             .collect(),
                     })

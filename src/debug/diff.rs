@@ -17,6 +17,7 @@ use super::status::{connected, resolve_proxy};
 use super::units::parse_duration;
 use super::watch::unix_seconds;
 use crate::xds::hub::Hub;
+use dataflows::materialize::Name;
 use dataflows::model::{Body, ResourceType};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -120,16 +121,16 @@ pub fn build(proxy: &str, from_epoch: u64, to_epoch: u64, window: Window) -> pb:
     let oldest = window.oldest_kept.unwrap_or(0);
     // Net change per resource over the window.
     struct Net<'a> {
-        old: Option<&'a String>,
+        old: Option<&'a Name>,
         old_body: Option<&'a Body>,
-        new: Option<&'a String>,
+        new: Option<&'a Name>,
         new_body: Option<&'a Body>,
         entries: Vec<&'a Entry>,
     }
     let mut net: BTreeMap<(ResourceType, &str), Net<'_>> = BTreeMap::new();
     for e in &window.entries {
         for c in &e.changes {
-            let n = net.entry((e.rtype, c.name.as_str())).or_insert(Net {
+            let n = net.entry((e.rtype, &*c.name)).or_insert(Net {
                 old: c.old.as_ref(),
                 old_body: c.old_body.as_ref(),
                 new: None,
@@ -150,13 +151,20 @@ pub fn build(proxy: &str, from_epoch: u64, to_epoch: u64, window: Window) -> pb:
                 (_, None) => "removed",
                 _ => "modified",
             };
-            let (fields, lines) = body_diff(t, name, n.old_body, n.new_body, n.old, n.new);
+            let (fields, lines) = body_diff(
+                t,
+                name,
+                n.old_body,
+                n.new_body,
+                n.old.map(|v| &**v),
+                n.new.map(|v| &**v),
+            );
             pb::ResourceDiff {
                 r#type: t.short().into(),
                 name: name.to_string(),
                 change: change.into(),
-                old_version: n.old.cloned().unwrap_or_default(),
-                new_version: n.new.cloned().unwrap_or_default(),
+                old_version: n.old.map(|v| v.to_string()).unwrap_or_default(),
+                new_version: n.new.map(|v| v.to_string()).unwrap_or_default(),
                 fields,
                 lines,
                 deliveries: n.entries.iter().map(|e| delivery(e)).collect(),
@@ -225,10 +233,10 @@ fn body_diff(
     name: &str,
     old: Option<&Body>,
     new: Option<&Body>,
-    old_version: Option<&String>,
-    new_version: Option<&String>,
+    old_version: Option<&str>,
+    new_version: Option<&str>,
 ) -> (Vec<pb::FieldChange>, Vec<String>) {
-    let decode = |b: Option<&Body>, v: Option<&String>| -> Result<Option<Value>, String> {
+    let decode = |b: Option<&Body>, v: Option<&str>| -> Result<Option<Value>, String> {
         match (b, v) {
             (Some(b), _) => any_json(t.type_url(), &b.0).map(Some),
             (None, Some(v)) => Err(format!("the body of {name} version {v} is no longer kept")),

@@ -170,9 +170,7 @@ pub fn explain(
                 super::status::connected(st).map(|e| e.proxy.id.as_str()),
                 proxy,
             )?;
-            let held = st
-                .proxy(&id)
-                .is_some_and(|e| e.versions(rtype).contains_key(&name));
+            let held = st.proxy(&id).is_some() && st.held(&id).contains(rtype, &name);
             Ok::<_, String>((id, held))
         })
         .map_err(ExplainError::NotFound)?;

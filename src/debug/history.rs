@@ -28,6 +28,7 @@
 //! ever carries (the stream does not subscribe to the name) stays "not sent".
 
 use crate::runtime::changes::InputChange;
+use dataflows::materialize::Name;
 use dataflows::model::{Body, ResourceType};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -52,9 +53,9 @@ impl Default for HistoryLimits {
 /// One resource of one proxy that changed in an epoch. `None` versions: not held.
 #[derive(Clone, Debug)]
 pub struct ResourceChange {
-    pub name: String,
-    pub old: Option<String>,
-    pub new: Option<String>,
+    pub name: Name,
+    pub old: Option<Name>,
+    pub new: Option<Name>,
     pub old_body: Option<Body>,
     pub new_body: Option<Body>,
 }
@@ -266,8 +267,8 @@ impl History {
         for c in &changes {
             bytes += std::mem::size_of::<ResourceChange>()
                 + c.name.len()
-                + c.old.as_ref().map_or(0, String::len)
-                + c.new.as_ref().map_or(0, String::len);
+                + c.old.as_ref().map_or(0, |s| s.len())
+                + c.new.as_ref().map_or(0, |s| s.len());
             held += self.hold(&c.old_body);
             held += self.hold(&c.new_body);
         }
@@ -547,8 +548,8 @@ mod tests {
     fn change(name: &str, old: Option<&str>, new: Option<&str>, size: usize) -> ResourceChange {
         ResourceChange {
             name: name.into(),
-            old: old.map(String::from),
-            new: new.map(String::from),
+            old: old.map(Name::from),
+            new: new.map(Name::from),
             old_body: old.and(body(&"o".repeat(size))),
             new_body: new.and(body(&"n".repeat(size))),
         }
@@ -606,7 +607,7 @@ mod tests {
             let c = ResourceChange {
                 name: "c".into(),
                 old: None,
-                new: Some(format!("v{i}")),
+                new: Some(format!("v{i}").into()),
                 old_body: None,
                 new_body: shared.clone(),
             };

@@ -64,18 +64,18 @@ async fn dump(State(hub): State<Arc<Hub>>, Query(q): Query<DumpQuery>) -> Respon
     // Copy names, versions and shared bodies under the lock; render after releasing it.
     let found = hub.read(|st| {
         let id = resolve_proxy(connected(st).map(|e| e.proxy.id.as_str()), &wanted)?;
-        let entry = st
-            .proxy(&id)
+        st.proxy(&id)
             .ok_or_else(|| format!("no connected proxy {id:?}"))?;
+        let held = st.held(&id);
         let per_type: Vec<(ResourceType, Vec<DumpEntry>)> = ResourceType::ALL
             .iter()
             .map(|t| {
-                let entries = entry
+                let entries = held
                     .versions(*t)
                     .iter()
                     .map(|(name, version)| DumpEntry {
-                        name: name.clone(),
-                        version: version.clone(),
+                        name: name.to_string(),
+                        version: version.to_string(),
                         body: st.body(*t, name, version).cloned(),
                     })
                     .collect();

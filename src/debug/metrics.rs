@@ -155,11 +155,11 @@ pub fn render(st: &HubState, counters: &Counters) -> Result<String, std::fmt::Er
             let ty = labels(&[("type", t.short())]);
             resources
                 .get_or_create(&ty)
-                .inc_by(e.versions(t).len() as i64);
+                .inc_by(st.held(&e.proxy.id).len(t) as i64);
             let i = type_index(t);
             acks.get_or_create(&ty)
                 .inc_by(e.acks.get(i).copied().unwrap_or(0) as i64);
-            let state = sync_state(e, t);
+            let state = sync_state(st, e, t);
             if state == SyncState::Nacked {
                 nacked.get_or_create(&ty).inc();
             }

@@ -70,17 +70,22 @@ pub fn type_index(t: ResourceType) -> usize {
 }
 
 /// The sync state of one type of one proxy, by the rules in the module documentation.
-pub fn sync_state(entry: &ProxyEntry, t: ResourceType) -> SyncState {
-    sync_state_at(entry, t, Instant::now()).0
+pub fn sync_state(st: &HubState, entry: &ProxyEntry, t: ResourceType) -> SyncState {
+    sync_state_at(st, entry, t, Instant::now()).0
 }
 
 /// The sync state and, for STALE, how long it has been stale.
-pub fn sync_state_at(entry: &ProxyEntry, t: ResourceType, now: Instant) -> (SyncState, Duration) {
+pub fn sync_state_at(
+    st: &HubState,
+    entry: &ProxyEntry,
+    t: ResourceType,
+    now: Instant,
+) -> (SyncState, Duration) {
     let i = type_index(t);
     let acks = entry.acks.get(i).copied().unwrap_or(0);
     let nacked = entry.last_nack.get(i).is_some_and(|n| n.is_some());
     let sync = &entry.sync[i];
-    let resources = entry.versions(t).len();
+    let resources = st.held(&entry.proxy.id).len(t);
     let since =
         |at: Option<Instant>| at.map_or(Duration::ZERO, |a| now.saturating_duration_since(a));
     if !entry.ready {
@@ -169,10 +174,10 @@ pub fn list_proxies(st: &HubState) -> ListProxiesResponse {
                 .iter()
                 .map(|t| {
                     let i = type_index(*t);
-                    let (state, age) = sync_state_at(e, *t, now);
+                    let (state, age) = sync_state_at(st, e, *t, now);
                     TypeStatus {
                         r#type: t.short().into(),
-                        resources: e.versions(*t).len() as u32,
+                        resources: st.held(&e.proxy.id).len(*t) as u32,
                         acks: e.acks.get(i).copied().unwrap_or(0),
                         last_nack: e.last_nack.get(i).cloned().flatten().unwrap_or_default(),
                         sync: state.as_str().into(),

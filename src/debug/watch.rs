@@ -23,11 +23,11 @@ pub struct NameChange {
 }
 
 impl NameChange {
-    pub fn new(name: &str, old: Option<&String>, new: Option<&String>) -> NameChange {
+    pub fn new(name: &str, old: Option<&str>, new: Option<&str>) -> NameChange {
         NameChange {
             name: name.to_string(),
-            old: old.cloned(),
-            new: new.cloned(),
+            old: old.map(str::to_string),
+            new: new.map(str::to_string),
         }
     }
 
@@ -266,9 +266,9 @@ mod tests {
                 nonce: "3".into(),
                 bytes: 120,
                 changes: vec![
-                    NameChange::new("80", Some(&"a".into()), Some(&"b".into())),
-                    NameChange::new("81", None, Some(&"c".into())),
-                    NameChange::new("82", Some(&"d".into()), None),
+                    NameChange::new("80", Some("a"), Some("b")),
+                    NameChange::new("81", None, Some("c")),
+                    NameChange::new("82", Some("d"), None),
                 ],
             },
         };

@@ -147,7 +147,7 @@ pub fn run(
             config_changes = n_config,
             proxies_up = up.len(),
             proxies_down = down.len(),
-            output_changes = out.proxy_resources.len(),
+            output_changes = out.proxy_resources.len() + out.scope_resources.len(),
             step_ms = stepped.elapsed().as_secs_f64() * 1e3,
             elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
             "epoch computed"

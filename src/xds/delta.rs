@@ -7,6 +7,7 @@ use super::{
     resource_type, wildcard_by_default, Feedback, Nack, ProtocolError, Push, Subscription,
     MAX_NAMES,
 };
+use dataflows::materialize::{Name, Stamp};
 use dataflows::model::ResourceType;
 use envoy_types::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, Resource,
@@ -17,22 +18,27 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 #[derive(Default, Debug)]
 struct TypeState {
     wildcard: bool,
-    names: HashSet<String>,
-    /// Name → version the client holds (or was last sent).
-    client: HashMap<String, String>,
+    names: HashSet<Name>,
+    /// Name → version the client holds (or was last sent). Names and versions are the
+    /// hub's shared copies, so ten thousand streams holding one name hold one allocation.
+    client: HashMap<Name, Name>,
     in_flight: Option<String>,
     /// Names to send even though the client holds their version: the ClusterLoadAssignment
     /// of a cluster that was just updated, which Envoy needs to finish warming it.
-    resend: BTreeSet<String>,
+    resend: BTreeSet<Name>,
     /// The client is waiting for an answer (first request, new subscriptions) even if
     /// there is nothing to send: Envoy would otherwise wait out its initial fetch timeout.
     must_respond: bool,
     /// Newly subscribed names: answered as removed if they do not exist.
-    asked: BTreeSet<String>,
-    /// The proxy's change count of this type ([`ProxyView::changes`]) when its resources
-    /// were last compared with what the client holds, if nothing else (subscriptions)
-    /// changed since: while it is the same, there is nothing to compare again.
-    compared_at: Option<u64>,
+    asked: BTreeSet<Name>,
+    /// Where the proxy's resources of this type stood ([`Held::stamp`]) when they were last
+    /// compared with what the client holds, if nothing else (subscriptions) changed since:
+    /// while it is the same there is nothing to compare, and after it only the names
+    /// changed since need a look ([`Held::changed_since`]).
+    ///
+    /// [`Held::stamp`]: dataflows::materialize::Held::stamp
+    /// [`Held::changed_since`]: dataflows::materialize::Held::changed_since
+    compared_at: Option<Stamp>,
 }
 
 #[derive(Default, Debug)]
@@ -49,9 +55,11 @@ pub struct DeltaStream {
 
 impl DeltaStream {
     /// Takes in one request: subscription changes and ACK/NACK of a previous response.
+    /// `name` gives the shared copy of a resource name or version.
     pub fn on_request(
         &mut self,
         req: &DeltaDiscoveryRequest,
+        name: &dyn Fn(&str) -> Name,
     ) -> Result<ResourceType, ProtocolError> {
         let t = resource_type(&req.type_url)?;
         let n = req.resource_names_subscribe.len()
@@ -66,7 +74,11 @@ impl DeltaStream {
             st.compared_at = None;
         }
         if first {
-            st.client = req.initial_resource_versions.clone();
+            st.client = req
+                .initial_resource_versions
+                .iter()
+                .map(|(n, v)| (name(n), name(v)))
+                .collect();
             // The legacy wildcard: a first CDS/LDS request that names nothing.
             st.wildcard = wildcard_by_default(t) && req.resource_names_subscribe.is_empty();
             // A client resuming with versions already has what it needs to run.
@@ -98,30 +110,40 @@ impl DeltaStream {
                 }),
             }
         }
-        for name in &req.resource_names_subscribe {
-            if name == "*" {
+        for n in &req.resource_names_subscribe {
+            if n == "*" {
                 st.wildcard = true;
             } else {
-                st.names.insert(name.clone());
-                if !st.client.contains_key(name) {
-                    st.asked.insert(name.clone());
+                let n = name(n);
+                if !st.client.contains_key(&n) {
+                    st.asked.insert(n.clone());
                     st.must_respond = true;
                 }
+                st.names.insert(n);
             }
         }
-        for name in &req.resource_names_unsubscribe {
-            if name == "*" {
+        for n in &req.resource_names_unsubscribe {
+            if n == "*" {
                 st.wildcard = false;
             } else {
-                st.names.remove(name);
+                st.names.remove(n.as_str());
             }
             // The client drops unsubscribed resources itself; forget them so a later
             // subscription sends them again.
             if !st.wildcard {
-                st.client.remove(name);
+                st.client.remove(n.as_str());
             }
         }
         Ok(t)
+    }
+
+    /// [`DeltaStream::on_request`] with names of its own (tests without a hub).
+    #[cfg(test)]
+    pub fn on_request_unshared(
+        &mut self,
+        req: &DeltaDiscoveryRequest,
+    ) -> Result<ResourceType, ProtocolError> {
+        self.on_request(req, &|n| Name::from(n))
     }
 
     /// The stream's subscriptions per type (for the debug API).
@@ -131,7 +153,11 @@ impl DeltaStream {
             .map(|(t, st)| Subscription {
                 rtype: Some(*t),
                 wildcard: st.wildcard,
-                names: st.names.iter().cloned().collect(),
+                names: {
+                    let mut names: Vec<String> = st.names.iter().map(|n| n.to_string()).collect();
+                    names.sort();
+                    names
+                },
             })
             .collect()
     }
@@ -148,8 +174,9 @@ impl DeltaStream {
             if st.in_flight.is_some() {
                 continue;
             }
-            let changes = view.changes(t);
-            if st.compared_at == Some(changes)
+            let held = view.held();
+            let stamp = held.stamp(t);
+            if st.compared_at == Some(stamp)
                 && st.resend.is_empty()
                 && st.asked.is_empty()
                 && !st.must_respond
@@ -157,26 +184,62 @@ impl DeltaStream {
                 // Nothing changed on either side since the last comparison.
                 continue;
             }
-            st.compared_at = Some(changes);
+            // Only the names changed since the last comparison need a look, if that is known.
+            let candidates = st.compared_at.and_then(|s| held.changed_since(t, &s));
+            st.compared_at = Some(stamp);
             let resend = std::mem::take(&mut st.resend);
-            let current = view.versions(t);
             let subscribed = |name: &str| st.wildcard || st.names.contains(name);
-            let mut resources = Vec::new();
-            let mut sent = Vec::new();
-            let mut bytes = 0usize;
-            for (name, version) in current {
-                if !subscribed(name)
-                    || (st.client.get(name) == Some(version) && !resend.contains(name))
-                {
-                    continue;
+            // (name, version) to send, and names to remove.
+            let mut changed: Vec<(&Name, &Name)> = Vec::new();
+            let mut removed: Vec<Name> = Vec::new();
+            let differs = |name: &Name, version: &Name| {
+                st.client.get(name) != Some(version) || resend.contains(name)
+            };
+            match candidates {
+                Some(mut names) => {
+                    names.extend(resend.iter().cloned());
+                    names.sort();
+                    names.dedup();
+                    for n in names {
+                        match held.get_entry(t, &n) {
+                            Some((name, version)) => {
+                                if subscribed(name) && differs(name, version) {
+                                    changed.push((name, version));
+                                }
+                            }
+                            None => {
+                                if st.client.contains_key(&n) && subscribed(&n) {
+                                    removed.push(n);
+                                }
+                            }
+                        }
+                    }
                 }
+                None => {
+                    for (name, version) in held.iter(t) {
+                        if subscribed(name) && differs(name, version) {
+                            changed.push((name, version));
+                        }
+                    }
+                    removed.extend(
+                        st.client
+                            .keys()
+                            .filter(|n| !held.contains(t, n) && subscribed(n))
+                            .cloned(),
+                    );
+                }
+            }
+            let mut resources = Vec::new();
+            let mut sent: Vec<(Name, Name)> = Vec::new();
+            let mut bytes = 0usize;
+            for (name, version) in changed {
                 let Some(body) = view.body(t, name, version) else {
                     continue;
                 };
                 bytes += body.0.len();
                 resources.push(Resource {
-                    name: name.clone(),
-                    version: version.clone(),
+                    name: name.to_string(),
+                    version: version.to_string(),
                     resource: Some(Any {
                         type_url: t.type_url().to_string(),
                         value: body.0.to_vec(),
@@ -185,16 +248,9 @@ impl DeltaStream {
                 });
                 sent.push((name.clone(), version.clone()));
             }
-            let mut removed: Vec<String> = st
-                .client
-                .keys()
-                .filter(|n| !current.contains_key(*n) && subscribed(n))
-                .cloned()
-                .collect();
             // Names just asked for that do not exist: say so, so the client does not wait.
             for n in std::mem::take(&mut st.asked) {
-                if !current.contains_key(&n) && !st.client.contains_key(&n) && st.names.contains(&n)
-                {
+                if !held.contains(t, &n) && !st.client.contains_key(&n) && st.names.contains(&n) {
                     removed.push(n);
                 }
             }
@@ -208,32 +264,31 @@ impl DeltaStream {
                 st.client.remove(n);
             }
             // Clusters the client held in another version are being updated.
-            let updated: Vec<String> = sent
+            let updated: Vec<Name> = sent
                 .iter()
                 .filter(|(n, _)| st.client.contains_key(n))
                 .map(|(n, _)| n.clone())
                 .collect();
-            for (n, v) in sent {
-                st.client.insert(n, v);
+            for (n, v) in &sent {
+                st.client.insert(n.clone(), v.clone());
             }
+            let sent_now = sent;
             self.nonce += 1;
             let nonce = self.nonce.to_string();
             st.in_flight = Some(nonce.clone());
+            let removed_resources = removed.iter().map(|n| n.to_string()).collect();
             self.pushes.push(Push {
                 rtype: t,
                 nonce: nonce.clone(),
                 bytes,
-                resources: resources
-                    .iter()
-                    .map(|r| (r.name.clone(), r.version.clone()))
-                    .collect(),
-                removed: removed.clone(),
+                resources: sent_now,
+                removed,
                 full_set: false,
             });
             out.push(DeltaDiscoveryResponse {
                 type_url: t.type_url().to_string(),
                 resources,
-                removed_resources: removed,
+                removed_resources,
                 nonce,
                 ..Default::default()
             });

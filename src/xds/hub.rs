@@ -1,7 +1,8 @@
-//! The xDS hub: the state the streams serve. It holds, per connected proxy, the name and
-//! version of every resource the dataflow says it should have, and the encoded bodies
-//! once each (shared by every proxy). It applies the dataflow's per-epoch diffs and wakes
-//! only the streams of proxies whose resources changed. No protocol logic lives here.
+//! The xDS hub: the state the streams serve. It holds the name and version of every
+//! resource each connected proxy should have, as the dataflow emits them (per scope, shared
+//! by the scope's proxies, plus each proxy's own: [`dataflows::materialize`]), and the
+//! encoded bodies once each. It applies the dataflow's per-epoch diffs and wakes only the
+//! streams of proxies whose resources changed. No protocol logic lives here.
 //!
 //! For debugging it also records, per proxy and type, when a push was sent and when it was
 //! acknowledged (sync state with age), which versions the proxy acknowledged (CSDS), each
@@ -15,6 +16,7 @@ use crate::debug::watch::{NameChange, WatchEvent, WatchKind};
 use crate::runtime::{EpochMeta, Input};
 use crate::xds::{Feedback, Push, Subscription};
 use dataflows::driver::EpochOutput;
+use dataflows::materialize::{Held, Materialized, Name};
 use dataflows::model::{Body, ConfigError, Proxy, ProxyId, ResourceType};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -58,7 +60,7 @@ pub struct StreamInfo {
 }
 
 /// Resource name → version, for one type.
-pub type Versions = BTreeMap<String, String>;
+pub type Versions = BTreeMap<Name, Name>;
 
 fn type_index(t: ResourceType) -> usize {
     match t {
@@ -76,10 +78,6 @@ pub struct ProxyEntry {
     streams: usize,
     /// Its first epoch has been computed; until then there is nothing to send.
     pub ready: bool,
-    resources: [Versions; 4],
-    /// Per type, bumped whenever `resources` of that type change: a stream that saw the
-    /// same count has nothing new to look at for that type.
-    changes: [u64; 4],
     notify: Arc<Notify>,
     /// ACKs received per type.
     pub acks: [u64; 4],
@@ -94,26 +92,19 @@ pub struct ProxyEntry {
 }
 
 impl ProxyEntry {
-    pub fn versions(&self, t: ResourceType) -> &Versions {
-        &self.resources[type_index(t)]
-    }
-
-    /// How many times this proxy's resources of type `t` have changed.
-    pub fn changes(&self, t: ResourceType) -> u64 {
-        self.changes[type_index(t)]
-    }
-
     pub fn streams(&self) -> usize {
         self.streams
     }
 }
 
-type BodyKey = (ResourceType, String, String);
+type BodyKey = (ResourceType, Name, Name);
 
 #[derive(Default)]
 pub struct HubState {
     pub epoch: u64,
     proxies: HashMap<ProxyId, ProxyEntry>,
+    /// What every proxy holds, shared per scope.
+    held: Materialized,
     bodies: HashMap<BodyKey, (Body, isize)>,
     pub errors: BTreeMap<ConfigError, isize>,
     pub source_errors: Vec<String>,
@@ -124,24 +115,21 @@ pub struct HubState {
 /// A proxy's resources with access to their bodies.
 pub struct ProxyView<'a> {
     pub entry: &'a ProxyEntry,
+    held: Held<'a>,
     bodies: &'a HashMap<BodyKey, (Body, isize)>,
     /// See [`HubState::generation`].
     pub generation: u64,
 }
 
 impl<'a> ProxyView<'a> {
-    pub fn versions(&self, t: ResourceType) -> &'a Versions {
-        self.entry.versions(t)
+    /// The resources the proxy should hold.
+    pub fn held(&self) -> Held<'a> {
+        self.held
     }
 
-    /// See [`ProxyEntry::changes`].
-    pub fn changes(&self, t: ResourceType) -> u64 {
-        self.entry.changes(t)
-    }
-
-    pub fn body(&self, t: ResourceType, name: &str, version: &str) -> Option<&'a Body> {
+    pub fn body(&self, t: ResourceType, name: &Name, version: &Name) -> Option<&'a Body> {
         self.bodies
-            .get(&(t, name.to_string(), version.to_string()))
+            .get(&(t, name.clone(), version.clone()))
             .map(|(b, _)| b)
     }
 }
@@ -211,8 +199,6 @@ impl Hub {
                 proxy: proxy.clone(),
                 streams: 0,
                 ready: false,
-                resources: Default::default(),
-                changes: [0; 4],
                 notify: Arc::new(Notify::new()),
                 acks: [0; 4],
                 last_nack: Default::default(),
@@ -252,7 +238,7 @@ impl Hub {
     /// history.
     pub fn apply(
         &self,
-        out: EpochOutput,
+        mut out: EpochOutput,
         meta: EpochMeta,
         up: &[ProxyId],
         down: &[ProxyId],
@@ -270,91 +256,37 @@ impl Hub {
         let st = &mut *guard;
         st.epoch = epoch;
         // New bodies first, retired ones after the history took what it needs of them.
-        for (r, d) in out.bodies {
-            let key = (r.rtype, r.name, r.version);
+        for (r, d) in std::mem::take(&mut out.bodies) {
+            let key = (r.rtype, st.held.intern(&r.name), st.held.intern(&r.version));
             let e = st.bodies.entry(key).or_insert((r.body, 0));
             e.1 += d;
         }
-        let mut touched: Vec<ProxyId> = Vec::new();
         // The history lock is taken after the state lock, never the other way round.
         let recording = self.history().limits().max_bytes > 0;
-        // (proxy, type) → name → version held before this epoch; only kept for the history
-        // (on a mass connect it has an entry per proxy and resource).
-        let mut before: HashMap<(ProxyId, ResourceType), BTreeMap<String, Option<String>>> =
-            HashMap::new();
-        // Retractions first, so an update (-old, +new) leaves the new version.
-        let (removals, additions): (Vec<_>, Vec<_>) =
-            out.proxy_resources.into_iter().partition(|(_, d)| *d < 0);
-        for ((id, key), _) in removals {
-            if let Some(e) = st.proxies.get_mut(&id) {
-                let map = &mut e.resources[type_index(key.rtype)];
-                if map.get(&key.name) == Some(&key.version) {
-                    if recording {
-                        before
-                            .entry((id.clone(), key.rtype))
-                            .or_default()
-                            .entry(key.name.clone())
-                            .or_insert_with(|| Some(key.version.clone()));
-                    }
-                    map.remove(&key.name);
-                }
-                e.changes[type_index(key.rtype)] += 1;
-                touched.push(id);
-            }
-        }
-        for ((id, key), _) in additions {
-            if let Some(e) = st.proxies.get_mut(&id) {
-                e.changes[type_index(key.rtype)] += 1;
-                let map = &mut e.resources[type_index(key.rtype)];
-                if recording {
-                    let old = map.get(&key.name).cloned();
-                    before
-                        .entry((id.clone(), key.rtype))
-                        .or_default()
-                        .entry(key.name.clone())
-                        .or_insert(old);
-                }
-                map.insert(key.name, key.version);
-                touched.push(id);
-            }
-        }
-        {
+        let applied = st.held.apply(&out, recording);
+        let mut touched = applied.touched;
+        if recording {
             let mut history = self.history();
-            if recording {
-                history.record_epoch(epoch, meta.received, meta.inputs);
-            }
-            let mut keys: Vec<(ProxyId, ResourceType)> = before.keys().cloned().collect();
-            keys.sort();
-            for key in keys {
-                let Some(olds) = before.remove(&key) else {
-                    continue;
-                };
-                let (id, t) = key;
-                let Some(e) = st.proxies.get(&id) else {
-                    continue;
-                };
-                if !recording {
+            history.record_epoch(epoch, meta.received, meta.inputs);
+            for (id, t, list) in applied.changes {
+                if !st.proxies.contains_key(&id) {
                     continue;
                 }
-                let body = |name: &str, v: &Option<String>| {
+                let body = |name: &Name, v: &Option<Name>| {
                     v.as_ref().and_then(|v| {
                         st.bodies
-                            .get(&(t, name.to_string(), v.clone()))
+                            .get(&(t, name.clone(), v.clone()))
                             .map(|(b, _)| b.clone())
                     })
                 };
-                let current = &e.resources[type_index(t)];
-                let changes: Vec<ResourceChange> = olds
+                let changes: Vec<ResourceChange> = list
                     .into_iter()
-                    .filter_map(|(name, old)| {
-                        let new = current.get(&name).cloned();
-                        (old != new).then(|| ResourceChange {
-                            old_body: body(&name, &old),
-                            new_body: body(&name, &new),
-                            name,
-                            old,
-                            new,
-                        })
+                    .map(|(name, old, new)| ResourceChange {
+                        old_body: body(&name, &old),
+                        new_body: body(&name, &new),
+                        name,
+                        old,
+                        new,
                     })
                     .collect();
                 history.record(&id, epoch, t, meta.received_instant, changes);
@@ -383,6 +315,7 @@ impl Hub {
         }
         touched.sort();
         touched.dedup();
+        touched.retain(|id| st.proxies.contains_key(id));
         tracing::debug!(
             proxies = touched.len(),
             bodies = st.bodies.len(),
@@ -451,9 +384,7 @@ impl Hub {
                         for n in &f.push.removed {
                             sync.acked.remove(n);
                         }
-                        for (n, v) in f.push.resources {
-                            sync.acked.insert(n, v);
-                        }
+                        sync.acked.extend(f.push.resources);
                     }
                 }
                 Feedback::Nack(n) => {
@@ -471,7 +402,7 @@ impl Hub {
                     sync.resumed = true;
                     sync.acked = versions
                         .iter()
-                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .map(|(k, v)| (Name::from(k.as_str()), Name::from(v.as_str())))
                         .collect();
                     return;
                 }
@@ -567,11 +498,11 @@ impl Hub {
                 .chain(push.removed.iter().map(|n| NameChange::new(n, None, None)))
                 .collect()
         } else {
-            let mut net: BTreeMap<&str, (Option<&String>, Option<&String>)> = BTreeMap::new();
+            let mut net: BTreeMap<&str, (Option<&str>, Option<&str>)> = BTreeMap::new();
             for (_, changes) in &covered {
                 for c in changes {
-                    let e = net.entry(c.name.as_str()).or_insert((c.old.as_ref(), None));
-                    e.1 = c.new.as_ref();
+                    let e = net.entry(&*c.name).or_insert((c.old.as_deref(), None));
+                    e.1 = c.new.as_deref();
                 }
             }
             net.into_iter()
@@ -617,9 +548,17 @@ impl Hub {
         let entry = st.proxies.get(id).filter(|e| e.ready)?;
         Some(f(&ProxyView {
             entry,
+            held: st.held.held(id),
             bodies: &st.bodies,
             generation: st.generation,
         }))
+    }
+
+    /// Runs `f` with the shared copies of resource names: one lock for all the names of a
+    /// request, which then cost a stream no allocation of their own.
+    pub fn with_names<R>(&self, f: impl FnOnce(&dyn Fn(&str) -> Name) -> R) -> R {
+        let st = self.lock();
+        f(&|s| st.held.lookup(s))
     }
 
     /// Runs `f` on the whole state (debug and status reads).
@@ -637,10 +576,20 @@ impl HubState {
         self.proxies.get(id)
     }
 
+    /// What proxy `id` should hold (empty if nothing).
+    pub fn held(&self, id: &str) -> Held<'_> {
+        self.held.held(id)
+    }
+
+    /// The shared copy of a resource name or version (a fresh one if no resource has it).
+    pub fn name(&self, s: &str) -> Name {
+        self.held.lookup(s)
+    }
+
     /// The encoded body of one resource version, if any proxy holds it.
     pub fn body(&self, t: ResourceType, name: &str, version: &str) -> Option<&Body> {
         self.bodies
-            .get(&(t, name.to_string(), version.to_string()))
+            .get(&(t, self.name(name), self.name(version)))
             .map(|(b, _)| b)
     }
 }

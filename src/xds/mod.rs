@@ -10,6 +10,7 @@ pub mod server;
 pub mod sotw;
 pub mod tls;
 
+use dataflows::materialize::Name;
 use dataflows::model::ResourceType;
 
 /// A request the protocol cannot serve.
@@ -74,9 +75,9 @@ pub struct Push {
     /// Encoded bytes of the resources carried.
     pub bytes: usize,
     /// Name and version of every resource carried.
-    pub resources: Vec<(String, String)>,
+    pub resources: Vec<(Name, Name)>,
     /// Names the response removes (Delta `removed_resources`).
-    pub removed: Vec<String>,
+    pub removed: Vec<Name>,
     /// The response is the full set of the type (SotW CDS/LDS): whatever it does not
     /// carry, the proxy drops.
     pub full_set: bool,

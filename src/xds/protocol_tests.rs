@@ -53,7 +53,7 @@ fn delta_sends_changes_only_and_resends_eds_of_updated_clusters() {
     let e1 = res(ResourceType::Endpoint, "c1", "e1-a");
     epoch(&hub, 1, &[c1.clone(), e1.clone()], &[]);
     let mut s = DeltaStream::default();
-    s.on_request(&DeltaDiscoveryRequest {
+    s.on_request_unshared(&DeltaDiscoveryRequest {
         type_url: ResourceType::Cluster.type_url().into(),
         ..Default::default()
     })
@@ -62,7 +62,7 @@ fn delta_sends_changes_only_and_resends_eds_of_updated_clusters() {
     assert_eq!(r.len(), 1);
     assert_eq!(r[0].resources[0].name, "c1");
     // Nothing more until the ACK, even if something changes.
-    s.on_request(&DeltaDiscoveryRequest {
+    s.on_request_unshared(&DeltaDiscoveryRequest {
         type_url: ResourceType::Endpoint.type_url().into(),
         resource_names_subscribe: vec!["c1".into()],
         ..Default::default()
@@ -72,7 +72,7 @@ fn delta_sends_changes_only_and_resends_eds_of_updated_clusters() {
     assert_eq!(r2.len(), 1, "EDS answered, CDS still in flight");
     assert_eq!(r2[0].type_url, ResourceType::Endpoint.type_url());
     for resp in r.iter().chain(&r2) {
-        s.on_request(&DeltaDiscoveryRequest {
+        s.on_request_unshared(&DeltaDiscoveryRequest {
             type_url: resp.type_url.clone(),
             response_nonce: resp.nonce.clone(),
             ..Default::default()
@@ -107,13 +107,13 @@ fn delta_nack_is_recorded_and_not_resent() {
     let hub = hub();
     epoch(&hub, 1, &[res(ResourceType::Listener, "l", "bad")], &[]);
     let mut s = DeltaStream::default();
-    s.on_request(&DeltaDiscoveryRequest {
+    s.on_request_unshared(&DeltaDiscoveryRequest {
         type_url: ResourceType::Listener.type_url().into(),
         ..Default::default()
     })
     .unwrap();
     let r = hub.with_view(ID, |v| s.pending(v)).unwrap();
-    s.on_request(&DeltaDiscoveryRequest {
+    s.on_request_unshared(&DeltaDiscoveryRequest {
         type_url: r[0].type_url.clone(),
         response_nonce: r[0].nonce.clone(),
         error_detail: Some(RpcStatus {
@@ -147,7 +147,7 @@ fn delta_removals_and_initial_versions() {
     epoch(&hub, 1, &[a.clone(), b.clone()], &[]);
     let mut s = DeltaStream::default();
     // The client reconnects holding `a` (current), `b` (stale) and `gone` (deleted).
-    s.on_request(&DeltaDiscoveryRequest {
+    s.on_request_unshared(&DeltaDiscoveryRequest {
         type_url: ResourceType::Cluster.type_url().into(),
         initial_resource_versions: [
             ("a".to_string(), a.version.clone()),
@@ -233,13 +233,13 @@ fn delta_answers_empty_wildcards_and_unknown_names() {
     epoch(&hub, 1, &[res(ResourceType::Cluster, "c", "c1")], &[]);
     let mut s = DeltaStream::default();
     // No listeners at all: the first LDS request still gets an (empty) answer.
-    s.on_request(&DeltaDiscoveryRequest {
+    s.on_request_unshared(&DeltaDiscoveryRequest {
         type_url: ResourceType::Listener.type_url().into(),
         ..Default::default()
     })
     .unwrap();
     // An assignment that does not exist is answered as removed.
-    s.on_request(&DeltaDiscoveryRequest {
+    s.on_request_unshared(&DeltaDiscoveryRequest {
         type_url: ResourceType::Endpoint.type_url().into(),
         resource_names_subscribe: vec!["nope".into()],
         ..Default::default()
@@ -259,7 +259,7 @@ fn delta_answers_empty_wildcards_and_unknown_names() {
     assert!(lds.resources.is_empty() && lds.removed_resources.is_empty());
     // It appears when it is created.
     for resp in &r {
-        s.on_request(&DeltaDiscoveryRequest {
+        s.on_request_unshared(&DeltaDiscoveryRequest {
             type_url: resp.type_url.clone(),
             response_nonce: resp.nonce.clone(),
             ..Default::default()

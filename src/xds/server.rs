@@ -8,6 +8,7 @@ use super::hub::{Hub, ProxyView};
 use super::node::proxy_from_node;
 use super::sotw::SotwStream;
 use super::{Feedback, ProtocolError, Push, Subscription};
+use dataflows::materialize::Name;
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::{
     AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
@@ -32,7 +33,12 @@ trait Protocol: Default + Send + 'static {
     type Resp: Send + 'static;
     const NAME: &'static str;
     fn node(req: &Self::Req) -> Option<&Node>;
-    fn on_request(&mut self, req: &Self::Req) -> Result<(), ProtocolError>;
+    /// `name` gives the hub's shared copy of a resource name or version.
+    fn on_request(
+        &mut self,
+        req: &Self::Req,
+        name: &dyn Fn(&str) -> Name,
+    ) -> Result<(), ProtocolError>;
     fn pending(&mut self, view: &ProxyView<'_>) -> Vec<Self::Resp>;
     fn feedback(&mut self) -> Vec<Feedback>;
     fn pushes(&mut self) -> Vec<Push>;
@@ -48,8 +54,12 @@ impl Protocol for DeltaStream {
     fn node(req: &Self::Req) -> Option<&Node> {
         req.node.as_ref()
     }
-    fn on_request(&mut self, req: &Self::Req) -> Result<(), ProtocolError> {
-        DeltaStream::on_request(self, req).map(|_| ())
+    fn on_request(
+        &mut self,
+        req: &Self::Req,
+        name: &dyn Fn(&str) -> Name,
+    ) -> Result<(), ProtocolError> {
+        DeltaStream::on_request(self, req, name).map(|_| ())
     }
     fn pending(&mut self, view: &ProxyView<'_>) -> Vec<Self::Resp> {
         DeltaStream::pending(self, view)
@@ -75,7 +85,11 @@ impl Protocol for SotwStream {
     fn node(req: &Self::Req) -> Option<&Node> {
         req.node.as_ref()
     }
-    fn on_request(&mut self, req: &Self::Req) -> Result<(), ProtocolError> {
+    fn on_request(
+        &mut self,
+        req: &Self::Req,
+        _name: &dyn Fn(&str) -> Name,
+    ) -> Result<(), ProtocolError> {
         SotwStream::on_request(self, req).map(|_| ())
     }
     fn pending(&mut self, view: &ProxyView<'_>) -> Vec<Self::Resp> {
@@ -141,7 +155,7 @@ async fn serve_stream<P: Protocol>(
     let mut recorded_generation = None;
     loop {
         if let Some(req) = next.take() {
-            if let Err(e) = state.on_request(&req) {
+            if let Err(e) = hub.with_names(|name| state.on_request(&req, name)) {
                 let _ = tx.send(Err(Status::invalid_argument(e.to_string()))).await;
                 break;
             }

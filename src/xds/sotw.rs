@@ -8,6 +8,7 @@ use super::{
     resource_type, wildcard_by_default, Feedback, Nack, ProtocolError, Push, Subscription,
     MAX_NAMES,
 };
+use dataflows::materialize::Name;
 use dataflows::model::ResourceType;
 use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
 use envoy_types::pb::google::protobuf::Any;
@@ -18,7 +19,7 @@ struct TypeState {
     names: BTreeSet<String>,
     wildcard: bool,
     /// Name → version last sent.
-    sent: HashMap<String, String>,
+    sent: HashMap<Name, Name>,
     latest_nonce: Option<String>,
     in_flight: bool,
     /// The subscription changed: answer with everything it now asks for.
@@ -26,7 +27,7 @@ struct TypeState {
     version: u64,
     /// Names to send even if unchanged: the ClusterLoadAssignment of a cluster that was
     /// just updated, which Envoy needs to finish warming it.
-    resend: BTreeSet<String>,
+    resend: BTreeSet<Name>,
 }
 
 #[derive(Default, Debug)]
@@ -114,14 +115,14 @@ impl SotwStream {
             if st.in_flight {
                 continue;
             }
-            let current = view.versions(t);
+            let held = view.held();
             let resend = std::mem::take(&mut st.resend);
-            let mut updated: Vec<String> = Vec::new();
-            let chosen: Vec<(&String, &String)> = if wildcard_by_default(t) {
+            let mut updated: Vec<Name> = Vec::new();
+            let chosen: Vec<(&Name, &Name)> = if wildcard_by_default(t) {
                 // Full set every time, sent when anything in it changed.
-                let selected: Vec<_> = current
-                    .iter()
-                    .filter(|(n, _)| st.wildcard || st.names.contains(*n))
+                let selected: Vec<_> = held
+                    .iter(t)
+                    .filter(|(n, _)| st.wildcard || st.names.contains(&***n))
                     .collect();
                 let unchanged = selected.len() == st.sent.len()
                     && selected.iter().all(|(n, v)| st.sent.get(*n) == Some(*v));
@@ -139,11 +140,11 @@ impl SotwStream {
                     .collect();
                 selected
             } else {
-                st.sent.retain(|n, _| st.names.contains(n));
-                let selected: Vec<_> = current
-                    .iter()
+                st.sent.retain(|n, _| st.names.contains(&**n));
+                let selected: Vec<_> = held
+                    .iter(t)
                     .filter(|(n, v)| {
-                        st.names.contains(*n)
+                        st.names.contains(&***n)
                             && (st.must_respond
                                 || resend.contains(*n)
                                 || st.sent.get(*n) != Some(*v))
