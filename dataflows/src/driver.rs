@@ -43,7 +43,7 @@ struct Captured {
 }
 
 /// Merge effort per idle step of an arrangement that has batches to merge.
-const IDLE_MERGE_EFFORT: isize = 4096;
+const IDLE_MERGE_EFFORT: usize = 4096;
 /// Steps taken while no batch waits, after each epoch, before blocking for the next batch.
 /// Each costs microseconds when there is nothing left to merge.
 const IDLE_STEPS: usize = 2000;
@@ -124,13 +124,21 @@ impl Engine {
             .name("meshflow-dataflow".into())
             .spawn(move || {
                 let mut config = timely::Config::process(workers);
-                // Arrangements merge their batches while the worker is idle (see
-                // `IDLE_STEPS`), so the epoch after a burst (10k proxies connecting) does not
-                // pay for the merging the burst deferred.
-                differential_dataflow::configure(
-                    &mut config.worker,
-                    &differential_dataflow::Config::default()
-                        .idle_merge_effort(Some(IDLE_MERGE_EFFORT)),
+                // Arrangements finish the merges they have started while the worker is idle
+                // (see `IDLE_STEPS`), so the epoch after a burst (10k proxies connecting) does
+                // not pay for the merging the burst deferred. Only started merges: forcing
+                // every arrangement into one batch (differential's own idle logic) would copy
+                // whole arrangements after every small epoch.
+                let finish_started: differential_dataflow::trace::ExertionLogic =
+                    Arc::new(|levels: &[(usize, usize, usize)]| {
+                        levels
+                            .iter()
+                            .any(|(_level, count, _len)| *count > 1)
+                            .then_some(IDLE_MERGE_EFFORT)
+                    });
+                config.worker.set(
+                    "differential/default_exert_logic".to_string(),
+                    finish_started,
                 );
                 let result = timely::execute(config, move |worker| {
                     let index = worker.index();
