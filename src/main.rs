@@ -64,6 +64,13 @@ enum Command {
         /// Concurrent xDS streams served; more are refused with RESOURCE_EXHAUSTED.
         #[arg(long, default_value_t = 50_000)]
         max_streams: usize,
+        /// Seconds between HTTP/2 keepalive pings on xDS connections.
+        #[arg(long, default_value_t = 30)]
+        keepalive_interval_s: u64,
+        /// Seconds a client may take to answer a keepalive ping before its connection (and
+        /// every stream on it) is closed.
+        #[arg(long, default_value_t = 20)]
+        keepalive_timeout_s: u64,
         /// PEM certificate chain for TLS on the xDS port (reloaded when it changes).
         #[arg(long, requires = "tls_key")]
         tls_cert: Option<PathBuf>,
@@ -182,6 +189,8 @@ fn main() -> ExitCode {
             engine,
             debounce_ms,
             max_streams,
+            keepalive_interval_s,
+            keepalive_timeout_s,
             tls_cert,
             tls_key,
             tls_client_ca,
@@ -210,7 +219,11 @@ fn main() -> ExitCode {
                 engine,
                 debounce: Duration::from_millis(debounce_ms),
                 mesh: mesh.mesh(),
-                limits: meshflow::xds::server::Limits { max_streams },
+                limits: meshflow::xds::server::Limits {
+                    max_streams,
+                    keepalive_interval: std::time::Duration::from_secs(keepalive_interval_s),
+                    keepalive_timeout: std::time::Duration::from_secs(keepalive_timeout_s),
+                },
                 auth: meshflow::xds::auth::AuthConfig {
                     require_spiffe: tls_client_ca.is_some(),
                     trust_domain,

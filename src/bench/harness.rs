@@ -608,6 +608,12 @@ fn start_server(
         .arg("127.0.0.1:0")
         .arg("--debug-addr")
         .arg("127.0.0.1:0")
+        // The simulated proxies share one async thread and these 2 cores with the server:
+        // while 10,000 of them decode their first configs, a connection's keepalive ping
+        // can wait longer than the server's 20 s default, and the server would then close
+        // it with a hundred streams on it. A real Envoy has a core of its own.
+        .arg("--keepalive-timeout-s")
+        .arg("120")
         .arg("--workers")
         .arg(opts.workers.to_string())
         .arg("--debounce-ms")

@@ -212,12 +212,17 @@ pub struct Ads {
 pub struct Limits {
     /// Concurrent ADS streams; more are refused with RESOURCE_EXHAUSTED.
     pub max_streams: usize,
+    /// HTTP/2 keepalive ping interval, and how long an unanswered ping is tolerated.
+    pub keepalive_interval: std::time::Duration,
+    pub keepalive_timeout: std::time::Duration,
 }
 
 impl Default for Limits {
     fn default() -> Self {
         Limits {
             max_streams: 50_000,
+            keepalive_interval: std::time::Duration::from_secs(30),
+            keepalive_timeout: std::time::Duration::from_secs(20),
         }
     }
 }
@@ -316,7 +321,8 @@ pub async fn serve(
     .max_decoding_message_size(MAX_MESSAGE_BYTES)
     .max_encoding_message_size(usize::MAX);
     let router = tonic::transport::Server::builder()
-        .http2_keepalive_interval(Some(std::time::Duration::from_secs(30)))
+        .http2_keepalive_interval(Some(limits.keepalive_interval))
+        .http2_keepalive_timeout(Some(limits.keepalive_timeout))
         .add_service(svc);
     match tls {
         Some(acceptor) => {
