@@ -71,6 +71,10 @@ enum Command {
         /// every stream on it) is closed.
         #[arg(long, default_value_t = 20)]
         keepalive_timeout_s: u64,
+        /// Streams that may be building and sending their first full config at once; the
+        /// others wait (bounds memory when thousands of proxies connect together).
+        #[arg(long, default_value_t = 100)]
+        initial_pushes: usize,
         /// PEM certificate chain for TLS on the xDS port (reloaded when it changes).
         #[arg(long, requires = "tls_key")]
         tls_cert: Option<PathBuf>,
@@ -191,6 +195,7 @@ fn main() -> ExitCode {
             max_streams,
             keepalive_interval_s,
             keepalive_timeout_s,
+            initial_pushes,
             tls_cert,
             tls_key,
             tls_client_ca,
@@ -223,6 +228,7 @@ fn main() -> ExitCode {
                     max_streams,
                     keepalive_interval: std::time::Duration::from_secs(keepalive_interval_s),
                     keepalive_timeout: std::time::Duration::from_secs(keepalive_timeout_s),
+                    initial_pushes,
                 },
                 auth: meshflow::xds::auth::AuthConfig {
                     require_spiffe: tls_client_ca.is_some(),

@@ -146,6 +146,11 @@ impl DeltaStream {
         self.on_request(req, &|n| Name::from(n))
     }
 
+    /// A response is waiting for its ACK or NACK.
+    pub fn in_flight(&self) -> bool {
+        self.types.values().any(|st| st.in_flight.is_some())
+    }
+
     /// The stream's subscriptions per type (for the debug API).
     pub fn subscriptions(&self) -> Vec<Subscription> {
         self.types

@@ -18,12 +18,19 @@ use envoy_types::pb::envoy::service::discovery::v3::{
 };
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 /// Responses buffered per stream before a slow reader holds its task back (and only its).
 const STREAM_BUFFER: usize = 8;
+/// How long a stream may hold its initial-push slot ([`Limits::initial_pushes`]) when its
+/// client does not answer: after that it goes on without one.
+const WARMUP_HOLD: std::time::Duration = std::time::Duration::from_secs(10);
+/// A stream gives its slot back once everything it was sent is acknowledged and it asked
+/// for nothing more for this long (Envoy asks for EDS and RDS right after it took CDS and
+/// LDS: a slot is not given back in between).
+const WARMUP_QUIET: std::time::Duration = std::time::Duration::from_millis(50);
 /// Largest xDS request accepted.
 pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 
@@ -45,6 +52,8 @@ trait Protocol: Default + Send + 'static {
     /// Changes whenever a subscription does.
     fn subscription_generation(&self) -> u64;
     fn subscriptions(&self) -> Vec<Subscription>;
+    /// A response is waiting for its ACK or NACK.
+    fn in_flight(&self) -> bool;
 }
 
 impl Protocol for DeltaStream {
@@ -75,6 +84,9 @@ impl Protocol for DeltaStream {
     }
     fn subscriptions(&self) -> Vec<Subscription> {
         DeltaStream::subscriptions(self)
+    }
+    fn in_flight(&self) -> bool {
+        DeltaStream::in_flight(self)
     }
 }
 
@@ -107,6 +119,9 @@ impl Protocol for SotwStream {
     fn subscriptions(&self) -> Vec<Subscription> {
         SotwStream::subscriptions(self)
     }
+    fn in_flight(&self) -> bool {
+        SotwStream::in_flight(self)
+    }
 }
 
 /// What the transport proved about the client of one stream.
@@ -125,6 +140,7 @@ fn denied(d: Denied) -> Status {
 async fn serve_stream<P: Protocol>(
     hub: Arc<Hub>,
     auth: Arc<AuthConfig>,
+    warmup: Arc<Semaphore>,
     peer: Peer,
     mut inbound: Streaming<P::Req>,
     tx: mpsc::Sender<Result<P::Resp, Status>>,
@@ -153,6 +169,13 @@ async fn serve_stream<P: Protocol>(
     let mut next = Some(first);
     // Subscriptions are copied to the hub for the debug API only when they change.
     let mut recorded_generation = None;
+    // A new stream's first full config is built only while it holds one of a bounded number
+    // of slots, kept until it has been acknowledged (or WARMUP_HOLD passed): ten thousand
+    // proxies connecting at once then never have ten thousand whole configs encoded and
+    // queued at the same time. Later (small) pushes do not wait for a slot.
+    let mut slot: Option<(OwnedSemaphorePermit, tokio::time::Instant)> = None;
+    let mut quiet_since: Option<tokio::time::Instant> = None;
+    let mut warmed = false;
     loop {
         if let Some(req) = next.take() {
             if let Err(e) = hub.with_names(|name| state.on_request(&req, name)) {
@@ -170,9 +193,34 @@ async fn serve_stream<P: Protocol>(
                 hub.record_subscriptions(&id, stream, P::NAME, state.subscriptions());
             }
         }
+        if !warmed && slot.is_none() {
+            match warmup.clone().acquire_owned().await {
+                Ok(permit) => slot = Some((permit, tokio::time::Instant::now() + WARMUP_HOLD)),
+                Err(_) => warmed = true,
+            }
+        }
         let responses = hub
             .with_view(&id, |view| state.pending(view))
             .unwrap_or_default();
+        let mut wake_at = None;
+        if let Some((_, deadline)) = &slot {
+            let now = tokio::time::Instant::now();
+            let acknowledged = responses.is_empty() && !state.in_flight();
+            // Not computed yet (its first epoch): nothing was sent, keep waiting.
+            let computed = hub.read(|st| st.proxy(&id).is_some_and(|e| e.ready));
+            quiet_since = match (acknowledged && computed, quiet_since) {
+                (true, Some(q)) => Some(q),
+                (true, None) => Some(now),
+                (false, _) => None,
+            };
+            let quiet_end = quiet_since.map(|q| q + WARMUP_QUIET);
+            if now >= *deadline || quiet_end.is_some_and(|q| now >= q) {
+                slot = None;
+                warmed = true;
+            } else {
+                wake_at = Some(quiet_end.map_or(*deadline, |q| q.min(*deadline)));
+            }
+        }
         // Recorded before sending, so an ACK never arrives for a push not yet recorded.
         for push in state.pushes() {
             hub.record_push(&id, stream, push);
@@ -193,6 +241,7 @@ async fn serve_stream<P: Protocol>(
                 }
             },
             _ = notify.notified() => {}
+            _ = tokio::time::sleep_until(wake_at.unwrap_or_else(tokio::time::Instant::now)), if wake_at.is_some() => {}
         }
     }
     tracing::info!(proxy = %id, stream, protocol = P::NAME, "stream closed");
@@ -205,6 +254,8 @@ pub struct Ads {
     limits: Limits,
     auth: Arc<AuthConfig>,
     open_streams: Arc<AtomicUsize>,
+    /// Slots for streams building their first full config.
+    warmup: Arc<Semaphore>,
 }
 
 /// Server-wide limits.
@@ -215,6 +266,9 @@ pub struct Limits {
     /// HTTP/2 keepalive ping interval, and how long an unanswered ping is tolerated.
     pub keepalive_interval: std::time::Duration,
     pub keepalive_timeout: std::time::Duration,
+    /// Streams that may be sending their first full config at once (Istio bounds
+    /// concurrent pushes the same way, 100 by default).
+    pub initial_pushes: usize,
 }
 
 impl Default for Limits {
@@ -223,6 +277,7 @@ impl Default for Limits {
             max_streams: 50_000,
             keepalive_interval: std::time::Duration::from_secs(30),
             keepalive_timeout: std::time::Duration::from_secs(20),
+            initial_pushes: 100,
         }
     }
 }
@@ -275,9 +330,9 @@ impl AggregatedDiscoveryService for Ads {
     ) -> Result<Response<Self::StreamAggregatedResourcesStream>, Status> {
         let (slot, peer) = self.admit(&request)?;
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
-        let (hub, auth) = (self.hub.clone(), self.auth.clone());
+        let (hub, auth, warmup) = (self.hub.clone(), self.auth.clone(), self.warmup.clone());
         tokio::spawn(async move {
-            serve_stream::<SotwStream>(hub, auth, peer, request.into_inner(), tx).await;
+            serve_stream::<SotwStream>(hub, auth, warmup, peer, request.into_inner(), tx).await;
             drop(slot);
         });
         Ok(Response::new(ReceiverStream::new(rx)))
@@ -294,9 +349,9 @@ impl AggregatedDiscoveryService for Ads {
         }
         let (slot, peer) = self.admit(&request)?;
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
-        let (hub, auth) = (self.hub.clone(), self.auth.clone());
+        let (hub, auth, warmup) = (self.hub.clone(), self.auth.clone(), self.warmup.clone());
         tokio::spawn(async move {
-            serve_stream::<DeltaStream>(hub, auth, peer, request.into_inner(), tx).await;
+            serve_stream::<DeltaStream>(hub, auth, warmup, peer, request.into_inner(), tx).await;
             drop(slot);
         });
         Ok(Response::new(ReceiverStream::new(rx)))
@@ -317,6 +372,7 @@ pub async fn serve(
         limits,
         auth: Arc::new(auth),
         open_streams,
+        warmup: Arc::new(Semaphore::new(limits.initial_pushes.max(1))),
     })
     .max_decoding_message_size(MAX_MESSAGE_BYTES)
     .max_encoding_message_size(usize::MAX);

@@ -88,6 +88,11 @@ impl SotwStream {
     }
 
     /// The stream's subscriptions per type (for the debug API).
+    /// A response is waiting for its ACK or NACK.
+    pub fn in_flight(&self) -> bool {
+        self.types.values().any(|st| st.in_flight)
+    }
+
     pub fn subscriptions(&self) -> Vec<Subscription> {
         self.types
             .iter()
