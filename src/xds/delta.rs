@@ -51,7 +51,16 @@ pub struct DeltaStream {
     pub pushes: Vec<Push>,
     /// Bumped whenever a subscription changes (debug snapshots are retaken then).
     pub subscription_generation: u64,
+    /// The last CDS response left clusters for the next one ([`MAX_RESPONSE_BYTES`]).
+    clusters_incomplete: bool,
 }
+
+/// A response carries resources until its bodies reach this size; the rest follow, one
+/// response per ACK. Bounds what one stream holds encoded at a time: the gRPC layer keeps
+/// a buffer as large as the largest message it has encoded for as long as the stream
+/// lives, and ten thousand proxies' whole first configs (270 KB each on shape L) in such
+/// buffers were most of the server's memory.
+pub const MAX_RESPONSE_BYTES: usize = 32 * 1024;
 
 impl DeltaStream {
     /// Takes in one request: subscription changes and ACK/NACK of a previous response.
@@ -179,6 +188,12 @@ impl DeltaStream {
             if st.in_flight.is_some() {
                 continue;
             }
+            // Listeners and routes wait until every cluster has been sent: they may refer
+            // to any of them (make before break, also while a proxy starts).
+            if self.clusters_incomplete && matches!(t, ResourceType::Listener | ResourceType::Route)
+            {
+                continue;
+            }
             let held = view.held();
             let stamp = held.stamp(t);
             if st.compared_at == Some(stamp)
@@ -237,7 +252,17 @@ impl DeltaStream {
             let mut resources = Vec::new();
             let mut sent: Vec<(Name, Name)> = Vec::new();
             let mut bytes = 0usize;
-            for (name, version) in changed {
+            let mut rest = changed.into_iter();
+            let mut truncated = false;
+            for (name, version) in rest.by_ref() {
+                if bytes >= MAX_RESPONSE_BYTES {
+                    // The rest goes in the next response, after this one's ACK.
+                    truncated = true;
+                    if resend.contains(name) {
+                        st.resend.insert(name.clone());
+                    }
+                    break;
+                }
                 let Some(body) = view.body(t, name, version) else {
                     continue;
                 };
@@ -252,6 +277,17 @@ impl DeltaStream {
                     ..Default::default()
                 });
                 sent.push((name.clone(), version.clone()));
+            }
+            if truncated {
+                st.resend.extend(
+                    rest.filter(|(n, _)| resend.contains(*n))
+                        .map(|(n, _)| n.clone()),
+                );
+                // What was left out differs from what the client holds: compare it all again.
+                st.compared_at = None;
+            }
+            if t == ResourceType::Cluster {
+                self.clusters_incomplete = truncated;
             }
             // Names just asked for that do not exist: say so, so the client does not wait.
             for n in std::mem::take(&mut st.asked) {

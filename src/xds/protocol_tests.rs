@@ -271,3 +271,73 @@ fn delta_answers_empty_wildcards_and_unknown_names() {
     assert_eq!(r.len(), 1);
     assert_eq!(r[0].resources[0].name, "nope");
 }
+
+/// A first config larger than [`MAX_RESPONSE_BYTES`] goes out in several CDS responses, one
+/// per ACK, with every cluster exactly once; listeners wait until the last cluster is sent.
+#[test]
+fn delta_splits_large_responses_and_holds_listeners_until_clusters_are_complete() {
+    use super::delta::MAX_RESPONSE_BYTES;
+    let hub = hub();
+    let body = "x".repeat(4096);
+    let clusters: Vec<Resource> = (0..(3 * MAX_RESPONSE_BYTES / 4096))
+        .map(|i| {
+            res(
+                ResourceType::Cluster,
+                &format!("c{i:03}"),
+                &format!("{i}{body}"),
+            )
+        })
+        .collect();
+    let listener = res(ResourceType::Listener, "l", "l-a");
+    let mut all = clusters.clone();
+    all.push(listener.clone());
+    epoch(&hub, 1, &all, &[]);
+    let mut s = DeltaStream::default();
+    for t in [ResourceType::Cluster, ResourceType::Listener] {
+        s.on_request_unshared(&DeltaDiscoveryRequest {
+            type_url: t.type_url().into(),
+            ..Default::default()
+        })
+        .unwrap();
+    }
+    let mut received = std::collections::BTreeSet::new();
+    let mut responses = 0;
+    loop {
+        let r = hub.with_view(ID, |v| s.pending(v)).unwrap();
+        if r.is_empty() {
+            break;
+        }
+        for resp in &r {
+            if resp.type_url == ResourceType::Listener.type_url() {
+                assert_eq!(
+                    received.len(),
+                    clusters.len(),
+                    "a listener went out before every cluster"
+                );
+            } else {
+                responses += 1;
+                let size: usize = resp
+                    .resources
+                    .iter()
+                    .map(|x| x.resource.as_ref().map_or(0, |a| a.value.len()))
+                    .sum();
+                assert!(
+                    size <= MAX_RESPONSE_BYTES + 4200,
+                    "{size} bytes in one response"
+                );
+                for x in &resp.resources {
+                    assert!(received.insert(x.name.clone()), "{} sent twice", x.name);
+                }
+            }
+            s.on_request_unshared(&DeltaDiscoveryRequest {
+                type_url: resp.type_url.clone(),
+                response_nonce: resp.nonce.clone(),
+                ..Default::default()
+            })
+            .unwrap();
+        }
+        assert!(responses < 100, "does not converge");
+    }
+    assert_eq!(received.len(), clusters.len());
+    assert!(responses >= 3, "{responses} CDS responses for 3× the limit");
+}
