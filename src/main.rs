@@ -175,6 +175,10 @@ enum Command {
     },
 }
 
+/// See Cargo.toml for why.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
