@@ -24,12 +24,7 @@ const SCOPE_LOG: usize = 4096;
 const OWN_LOG: usize = 64;
 
 fn type_index(t: ResourceType) -> usize {
-    match t {
-        ResourceType::Cluster => 0,
-        ResourceType::Endpoint => 1,
-        ResourceType::Listener => 2,
-        ResourceType::Route => 3,
-    }
+    t.index()
 }
 
 /// Name → version of one type, with the log of the names it changed.
@@ -141,11 +136,6 @@ impl Materialized {
             .get(s)
             .cloned()
             .unwrap_or_else(|| Arc::from(s))
-    }
-
-    fn uid(&mut self) -> u64 {
-        self.next_uid += 1;
-        self.next_uid
     }
 
     /// Applies one epoch's `proxy_scopes`, `scope_resources` and `proxy_resources`.
@@ -359,33 +349,27 @@ impl Materialized {
     }
 
     fn proxy_entry(&mut self, p: &ProxyId) -> &mut ProxySet {
-        if !self.proxies.contains_key(p) {
-            let uid = self.uid();
-            self.proxies.insert(
-                p.clone(),
-                ProxySet {
-                    uid,
-                    scope: None,
-                    own: Default::default(),
-                },
-            );
-        }
-        self.proxies.get_mut(p).expect("inserted above")
+        let next = &mut self.next_uid;
+        self.proxies.entry(p.clone()).or_insert_with(|| {
+            *next += 1;
+            ProxySet {
+                uid: *next,
+                scope: None,
+                own: Default::default(),
+            }
+        })
     }
 
     fn scope_entry(&mut self, s: &ScopeKey) -> &mut ScopeSet {
-        if !self.scopes.contains_key(s) {
-            let uid = self.uid();
-            self.scopes.insert(
-                s.clone(),
-                ScopeSet {
-                    uid,
-                    types: Default::default(),
-                    members: HashSet::new(),
-                },
-            );
-        }
-        self.scopes.get_mut(s).expect("inserted above")
+        let next = &mut self.next_uid;
+        self.scopes.entry(s.clone()).or_insert_with(|| {
+            *next += 1;
+            ScopeSet {
+                uid: *next,
+                types: Default::default(),
+                members: HashSet::new(),
+            }
+        })
     }
 
     /// What proxy `p` holds (empty if it holds nothing).

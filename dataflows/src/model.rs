@@ -336,6 +336,16 @@ impl ResourceType {
         ResourceType::Route,
     ];
 
+    /// Position in [`ResourceType::ALL`]: the index of per-type arrays.
+    pub fn index(self) -> usize {
+        match self {
+            ResourceType::Cluster => 0,
+            ResourceType::Endpoint => 1,
+            ResourceType::Listener => 2,
+            ResourceType::Route => 3,
+        }
+    }
+
     pub fn type_url(self) -> &'static str {
         match self {
             ResourceType::Cluster => "type.googleapis.com/envoy.config.cluster.v3.Cluster",

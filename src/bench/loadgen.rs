@@ -88,12 +88,7 @@ pub struct Config {
 
 /// The index of a resource type in per-type arrays (CDS, EDS, LDS, RDS).
 pub fn type_index(t: ResourceType) -> usize {
-    match t {
-        ResourceType::Cluster => 0,
-        ResourceType::Endpoint => 1,
-        ResourceType::Listener => 2,
-        ResourceType::Route => 3,
-    }
+    t.index()
 }
 
 /// The node id of proxy `p` (as `dataflows::synth::proxy` spells it).

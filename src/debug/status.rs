@@ -63,10 +63,7 @@ impl SyncState {
 /// Index of `t` in the hub's per-type arrays (`acks`, `last_nack`): the order of
 /// [`ResourceType::ALL`].
 pub fn type_index(t: ResourceType) -> usize {
-    ResourceType::ALL
-        .iter()
-        .position(|x| *x == t)
-        .unwrap_or_default()
+    t.index()
 }
 
 /// The sync state of one type of one proxy, by the rules in the module documentation.

@@ -63,12 +63,7 @@ pub struct StreamInfo {
 pub type Versions = BTreeMap<Name, Name>;
 
 fn type_index(t: ResourceType) -> usize {
-    match t {
-        ResourceType::Cluster => 0,
-        ResourceType::Endpoint => 1,
-        ResourceType::Listener => 2,
-        ResourceType::Route => 3,
-    }
+    t.index()
 }
 
 /// What one connected proxy should hold.
