@@ -207,21 +207,7 @@ impl Engine {
                             return;
                         };
                         let mut idle = 0;
-                        loop {
-                            let batch = match batch_rx.try_recv() {
-                                Ok(b) => b,
-                                Err(TryRecvError::Disconnected) => break,
-                                Err(TryRecvError::Empty) if idle < IDLE_STEPS => {
-                                    idle += 1;
-                                    worker.step();
-                                    continue;
-                                }
-                                Err(TryRecvError::Empty) => match batch_rx.recv() {
-                                    Ok(b) => b,
-                                    Err(_) => break,
-                                },
-                            };
-                            idle = 0;
+                        while let Some(batch) = recv_stepping(&batch_rx, worker, &mut idle) {
                             for tx in &tick_txs {
                                 let _ = tx.send(Tick::Epoch(batch.epoch));
                             }
@@ -254,22 +240,7 @@ impl Engine {
                             return;
                         };
                         let mut idle = 0;
-                        loop {
-                            let tick = match rx.try_recv() {
-                                Ok(t) => t,
-                                Err(TryRecvError::Disconnected) => break,
-                                Err(TryRecvError::Empty) if idle < IDLE_STEPS => {
-                                    idle += 1;
-                                    worker.step();
-                                    continue;
-                                }
-                                Err(TryRecvError::Empty) => match rx.recv() {
-                                    Ok(t) => t,
-                                    Err(_) => break,
-                                },
-                            };
-                            idle = 0;
-                            let Tick::Epoch(epoch) = tick else { break };
+                        while let Some(Tick::Epoch(epoch)) = recv_stepping(&rx, worker, &mut idle) {
                             sessions.advance_and_flush(epoch);
                             sessions.advance_and_flush(epoch + 1);
                             worker.step_while(|| probe.less_than(&(epoch + 1)));
@@ -300,6 +271,33 @@ impl Drop for Engine {
         self.batches.take();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
+        }
+    }
+}
+
+/// The next message from `rx`; while none waits, first steps `worker` up to `IDLE_STEPS`
+/// times (counted in `idle`, reset by each message) so arrangements finish their merges,
+/// then blocks. `None` once the sender is gone.
+fn recv_stepping<T>(
+    rx: &Receiver<T>,
+    worker: &mut timely::worker::Worker,
+    idle: &mut usize,
+) -> Option<T> {
+    loop {
+        match rx.try_recv() {
+            Ok(m) => {
+                *idle = 0;
+                return Some(m);
+            }
+            Err(TryRecvError::Disconnected) => return None,
+            Err(TryRecvError::Empty) if *idle < IDLE_STEPS => {
+                *idle += 1;
+                worker.step();
+            }
+            Err(TryRecvError::Empty) => {
+                *idle = 0;
+                return rx.recv().ok();
+            }
         }
     }
 }

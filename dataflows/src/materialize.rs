@@ -184,69 +184,9 @@ impl Materialized {
             self.scope_entry(s).members.insert(p.clone());
         }
 
-        // scope → resources.
-        let mut scope_olds: HashMap<(ScopeKey, ResourceType), Olds> = HashMap::new();
-        let (removals, additions): (Vec<_>, Vec<_>) =
-            out.scope_resources.iter().partition(|(_, d)| *d < 0);
-        for ((s, k), _) in removals {
-            let (name, version) = (self.intern(&k.name), None);
-            let Some(ss) = self.scopes.get_mut(s) else {
-                continue;
-            };
-            let set = &mut ss.types[type_index(k.rtype)];
-            if set.map.get(&name).map(|v| &**v) != Some(k.version.as_str()) {
-                continue;
-            }
-            let old = set.set(&name, version, SCOPE_LOG);
-            self.retired += 1;
-            scope_olds
-                .entry((s.clone(), k.rtype))
-                .or_default()
-                .entry(name)
-                .or_insert(old);
-        }
-        for ((s, k), _) in additions {
-            let (name, version) = (self.intern(&k.name), self.intern(&k.version));
-            let set = &mut self.scope_entry(s).types[type_index(k.rtype)];
-            let old = set.set(&name, Some(version), SCOPE_LOG);
-            scope_olds
-                .entry((s.clone(), k.rtype))
-                .or_default()
-                .entry(name)
-                .or_insert(old);
-        }
-
-        // A proxy's own resources.
-        let mut own_olds: HashMap<(ProxyId, ResourceType), Olds> = HashMap::new();
-        let (removals, additions): (Vec<_>, Vec<_>) =
-            out.proxy_resources.iter().partition(|(_, d)| *d < 0);
-        for ((p, k), _) in removals {
-            let name = self.intern(&k.name);
-            let Some(ps) = self.proxies.get_mut(p) else {
-                continue;
-            };
-            let set = &mut ps.own[type_index(k.rtype)];
-            if set.map.get(&name).map(|v| &**v) != Some(k.version.as_str()) {
-                continue;
-            }
-            let old = set.set(&name, None, OWN_LOG);
-            self.retired += 1;
-            own_olds
-                .entry((p.clone(), k.rtype))
-                .or_default()
-                .entry(name)
-                .or_insert(old);
-        }
-        for ((p, k), _) in additions {
-            let (name, version) = (self.intern(&k.name), self.intern(&k.version));
-            let set = &mut self.proxy_entry(p).own[type_index(k.rtype)];
-            let old = set.set(&name, Some(version), OWN_LOG);
-            own_olds
-                .entry((p.clone(), k.rtype))
-                .or_default()
-                .entry(name)
-                .or_insert(old);
-        }
+        // scope → resources, then a proxy's own.
+        let scope_olds = self.apply_sets(&out.scope_resources, SCOPE_LOG, scope_types);
+        let own_olds = self.apply_sets(&out.proxy_resources, OWN_LOG, own_types);
 
         let mut touched: Vec<ProxyId> = switching.clone();
         for (s, _) in scope_olds.keys() {
@@ -276,6 +216,40 @@ impl Materialized {
             self.retired = 0;
         }
         applied
+    }
+
+    /// Applies `(holder, resource)` diffs to the holders' sets (`types` finds a holder's
+    /// sets, creating them for an addition); retractions first, so an update (-old, +new)
+    /// leaves the new version. Returns the version each changed name had before.
+    fn apply_sets<K: Clone + Eq + std::hash::Hash>(
+        &mut self,
+        diffs: &[((K, ResourceKey), isize)],
+        cap: usize,
+        types: for<'m> fn(&'m mut Materialized, &K, bool) -> Option<&'m mut [TypeSet; 4]>,
+    ) -> HashMap<(K, ResourceType), Olds> {
+        let mut olds: HashMap<(K, ResourceType), Olds> = HashMap::new();
+        let retractions = diffs.iter().filter(|(_, d)| *d < 0);
+        for ((holder, k), d) in retractions.chain(diffs.iter().filter(|(_, d)| *d > 0)) {
+            let add = *d > 0;
+            let name = self.intern(&k.name);
+            let version = add.then(|| self.intern(&k.version));
+            let Some(sets) = types(self, holder, add) else {
+                continue;
+            };
+            let set = &mut sets[type_index(k.rtype)];
+            if !add && set.map.get(&name).map(|v| &**v) != Some(k.version.as_str()) {
+                continue;
+            }
+            let old = set.set(&name, version, cap);
+            if !add {
+                self.retired += 1;
+            }
+            olds.entry((holder.clone(), k.rtype))
+                .or_default()
+                .entry(name)
+                .or_insert(old);
+        }
+        olds
     }
 
     /// The per-proxy change lists of one epoch.
@@ -415,6 +389,32 @@ impl Materialized {
             }
         }
         out
+    }
+}
+
+/// A scope's sets (see [`Materialized::apply_sets`]).
+fn scope_types<'m>(
+    m: &'m mut Materialized,
+    s: &ScopeKey,
+    create: bool,
+) -> Option<&'m mut [TypeSet; 4]> {
+    if create {
+        Some(&mut m.scope_entry(s).types)
+    } else {
+        m.scopes.get_mut(s).map(|ss| &mut ss.types)
+    }
+}
+
+/// A proxy's own sets (see [`Materialized::apply_sets`]).
+fn own_types<'m>(
+    m: &'m mut Materialized,
+    p: &ProxyId,
+    create: bool,
+) -> Option<&'m mut [TypeSet; 4]> {
+    if create {
+        Some(&mut m.proxy_entry(p).own)
+    } else {
+        m.proxies.get_mut(p).map(|ps| &mut ps.own)
     }
 }
 
