@@ -4,6 +4,7 @@
 
 pub mod auth;
 pub mod delta;
+pub mod grpc;
 pub mod hub;
 pub mod node;
 pub mod server;

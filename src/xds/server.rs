@@ -4,23 +4,25 @@
 
 use super::auth::{AuthConfig, Denied};
 use super::delta::DeltaStream;
+use super::grpc;
 use super::hub::{Hub, ProxyView};
 use super::node::proxy_from_node;
 use super::sotw::SotwStream;
 use super::{Feedback, ProtocolError, Push, Subscription};
+use bytes::Bytes;
 use dataflows::materialize::Name;
 use envoy_types::pb::envoy::config::core::v3::Node;
-use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::{
-    AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
-};
 use envoy_types::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
 };
+use std::convert::Infallible;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
-use tokio_stream::wrappers::ReceiverStream;
-use tonic::{Request, Response, Status, Streaming};
+use tonic::codec::{Codec, Streaming};
+use tonic::codegen::http;
+use tonic::metadata::MetadataMap;
+use tonic::{Request, Status};
 
 /// Responses buffered per stream before a slow reader holds its task back (and only its).
 const STREAM_BUFFER: usize = 8;
@@ -36,8 +38,8 @@ pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 
 /// The two ADS flavours behind one stream loop.
 trait Protocol: Default + Send + 'static {
-    type Req: Send + 'static;
-    type Resp: Send + 'static;
+    type Req: prost::Message + Default + Send + 'static;
+    type Resp: prost::Message + Send + 'static;
     const NAME: &'static str;
     fn node(req: &Self::Req) -> Option<&Node>;
     /// `name` gives the hub's shared copy of a resource name or version.
@@ -143,7 +145,7 @@ async fn serve_stream<P: Protocol>(
     warmup: Arc<Semaphore>,
     peer: Peer,
     mut inbound: Streaming<P::Req>,
-    tx: mpsc::Sender<Result<P::Resp, Status>>,
+    tx: mpsc::Sender<Result<Bytes, Status>>,
 ) {
     let first = match inbound.message().await {
         Ok(Some(m)) => m,
@@ -226,7 +228,8 @@ async fn serve_stream<P: Protocol>(
             hub.record_push(&id, stream, push);
         }
         for r in responses {
-            if tx.send(Ok(r)).await.is_err() {
+            // Encoded here, one allocation per response, freed once HTTP/2 wrote it.
+            if tx.send(grpc::frame(&r)).await.is_err() {
                 hub.disconnect(&id, stream);
                 return;
             }
@@ -319,42 +322,64 @@ impl Ads {
     }
 }
 
-#[tonic::async_trait]
-impl AggregatedDiscoveryService for Ads {
-    type StreamAggregatedResourcesStream = ReceiverStream<Result<DiscoveryResponse, Status>>;
-    type DeltaAggregatedResourcesStream = ReceiverStream<Result<DeltaDiscoveryResponse, Status>>;
-
-    async fn stream_aggregated_resources(
+impl Ads {
+    /// Opens one ADS stream of protocol `P`: admission, then a task that serves it; the
+    /// response's body carries what the task sends.
+    fn open<P: Protocol>(
         &self,
-        request: Request<Streaming<DiscoveryRequest>>,
-    ) -> Result<Response<Self::StreamAggregatedResourcesStream>, Status> {
+        request: http::Request<tonic::body::Body>,
+    ) -> Result<http::Response<tonic::body::Body>, Status> {
+        grpc::check_request(&request)?;
+        let (parts, body) = request.into_parts();
+        let decoder = Codec::decoder(&mut tonic_prost::ProstCodec::<P::Resp, P::Req>::default());
+        let inbound = Streaming::new_request(decoder, body, None, Some(MAX_MESSAGE_BYTES));
+        let request = Request::from_parts(
+            MetadataMap::from_headers(parts.headers),
+            parts.extensions,
+            inbound,
+        );
         let (slot, peer) = self.admit(&request)?;
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
         let (hub, auth, warmup) = (self.hub.clone(), self.auth.clone(), self.warmup.clone());
         tokio::spawn(async move {
-            serve_stream::<SotwStream>(hub, auth, warmup, peer, request.into_inner(), tx).await;
+            serve_stream::<P>(hub, auth, warmup, peer, request.into_inner(), tx).await;
             drop(slot);
         });
-        Ok(Response::new(ReceiverStream::new(rx)))
+        Ok(grpc::streaming_response(rx))
+    }
+}
+
+/// The ADS gRPC service (`envoy.service.discovery.v3.AggregatedDiscoveryService`), served
+/// at the HTTP/2 level for the framing of [`grpc`].
+#[derive(Clone)]
+pub struct AdsService(Arc<Ads>);
+
+impl tonic::server::NamedService for AdsService {
+    const NAME: &'static str = "envoy.service.discovery.v3.AggregatedDiscoveryService";
+}
+
+impl tonic::codegen::Service<http::Request<tonic::body::Body>> for AdsService {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = std::future::Ready<Result<Self::Response, Infallible>>;
+
+    fn poll_ready(
+        &mut self,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Infallible>> {
+        std::task::Poll::Ready(Ok(()))
     }
 
-    async fn delta_aggregated_resources(
-        &self,
-        request: Request<Streaming<DeltaDiscoveryRequest>>,
-    ) -> Result<Response<Self::DeltaAggregatedResourcesStream>, Status> {
-        if self.hub.is_full_push() {
-            return Err(Status::failed_precondition(
+    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+        let opened = match request.uri().path() {
+            grpc::SOTW_PATH => self.0.open::<SotwStream>(request),
+            grpc::DELTA_PATH if self.0.hub.is_full_push() => Err(Status::failed_precondition(
                 "this meshflow runs the full-push baseline, which serves State-of-the-World ADS only",
-            ));
-        }
-        let (slot, peer) = self.admit(&request)?;
-        let (tx, rx) = mpsc::channel(STREAM_BUFFER);
-        let (hub, auth, warmup) = (self.hub.clone(), self.auth.clone(), self.warmup.clone());
-        tokio::spawn(async move {
-            serve_stream::<DeltaStream>(hub, auth, warmup, peer, request.into_inner(), tx).await;
-            drop(slot);
-        });
-        Ok(Response::new(ReceiverStream::new(rx)))
+            )),
+            grpc::DELTA_PATH => self.0.open::<DeltaStream>(request),
+            path => Err(Status::unimplemented(format!("no method {path}"))),
+        };
+        std::future::ready(Ok(opened.unwrap_or_else(|s| s.into_http())))
     }
 }
 
@@ -367,15 +392,13 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
 ) -> Result<(), tonic::transport::Error> {
     let open_streams = Arc::new(AtomicUsize::new(0));
-    let svc = AggregatedDiscoveryServiceServer::new(Ads {
+    let svc = AdsService(Arc::new(Ads {
         hub,
         limits,
         auth: Arc::new(auth),
         open_streams,
         warmup: Arc::new(Semaphore::new(limits.initial_pushes.max(1))),
-    })
-    .max_decoding_message_size(MAX_MESSAGE_BYTES)
-    .max_encoding_message_size(usize::MAX);
+    }));
     let router = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(limits.keepalive_interval))
         .http2_keepalive_timeout(Some(limits.keepalive_timeout))
