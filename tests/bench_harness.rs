@@ -92,6 +92,7 @@ fn check(v: &Value, protocol: &str) {
             "connect",
             "idle",
             "endpoint-ip",
+            "endpoint-shared",
             "scale-up",
             "vs-weight",
             "dr-subset",
@@ -120,6 +121,8 @@ fn check(v: &Value, protocol: &str) {
     // Every sidecar is affected by the change to svc-0 (in the shared namespace ns-0); the
     // gateways route by their own VirtualServices only.
     assert_eq!(by_name("mesh-wide")["affected_proxies"], 12);
+    // The same for an endpoint of a service in ns-0.
+    assert_eq!(by_name("endpoint-shared")["affected_proxies"], 12);
     let connect = by_name("connect");
     assert_eq!(connect["affected_proxies"], 14, "{connect:#}");
     // 20 changes in one second, each reaching the proxies that hold the service.
@@ -135,6 +138,9 @@ fn check(v: &Value, protocol: &str) {
         assert_eq!(ep["unaffected_proxies_messaged"], 0, "{ep:#}");
         assert_eq!(ep["received"]["resources"]["total"], ep["affected_proxies"]);
         assert_eq!(ep["received"]["resources"]["EDS"], ep["affected_proxies"]);
+        let shared = by_name("endpoint-shared");
+        assert_eq!(shared["unaffected_proxies_messaged"], 0, "{shared:#}");
+        assert_eq!(shared["received"]["resources"]["EDS"], 12, "{shared:#}");
     }
 }
 

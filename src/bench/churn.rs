@@ -171,7 +171,9 @@ pub async fn drive(
             .max_write_lag_ms
             .max(ms(t0.saturating_duration_since(due)));
         out.edits.push(edit);
-        if last_check.elapsed() >= Duration::from_millis(100) {
+        // Latencies come from the arrival times the proxies record, not from when they are
+        // checked: checking seldom only keeps the harness off the server's cores.
+        if last_check.elapsed() >= Duration::from_millis(500) {
             check(&mut pending, &t0s, &versions, &mut out);
             progress(i + 1, total);
             last_check = Instant::now();

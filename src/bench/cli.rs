@@ -187,7 +187,8 @@ pub struct BenchArgs {
     #[arg(long)]
     pub sidecar_scoping: Option<bool>,
     /// Scenarios to run after `connect`, comma-separated (default: all of endpoint-ip,
-    /// scale-up, vs-weight, dr-subset, new-service, sidecar, mesh-wide, churn).
+    /// endpoint-shared, scale-up, vs-weight, dr-subset, new-service, sidecar, mesh-wide,
+    /// churn).
     #[arg(long, value_delimiter = ',')]
     pub scenarios: Vec<String>,
     /// Engines to compare, comma-separated: meshflow, full-push.
@@ -257,6 +258,9 @@ pub struct BenchArgs {
     /// `--server-arg=--history-bytes=0` to see what the history costs.
     #[arg(long = "server-arg", allow_hyphen_values = true)]
     pub server_args: Vec<String>,
+    /// Threads of the simulated proxies (they share the machine with the server).
+    #[arg(long, default_value_t = 1)]
+    pub loadgen_threads: usize,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
@@ -336,6 +340,7 @@ fn bench_options(a: BenchArgs) -> Result<Options, String> {
         lock: a.lock,
         max_server_rss_mib: (a.max_server_rss_mib > 0).then_some(a.max_server_rss_mib),
         server_args: a.server_args,
+        loadgen_threads: a.loadgen_threads,
         churn: ChurnConfig {
             rate: a.churn_rate,
             duration: seconds(a.churn_seconds, "--churn-seconds")?,

@@ -94,6 +94,9 @@ impl EngineKind {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ScenarioKind {
     EndpointIp,
+    /// An endpoint of a service that every proxy imports moves: the fan-out element of
+    /// `churn` on its own.
+    EndpointShared,
     ScaleUp,
     VsWeight,
     DrSubset,
@@ -105,8 +108,9 @@ pub enum ScenarioKind {
 }
 
 impl ScenarioKind {
-    pub const ALL: [ScenarioKind; 8] = [
+    pub const ALL: [ScenarioKind; 9] = [
         ScenarioKind::EndpointIp,
+        ScenarioKind::EndpointShared,
         ScenarioKind::ScaleUp,
         ScenarioKind::VsWeight,
         ScenarioKind::DrSubset,
@@ -119,6 +123,7 @@ impl ScenarioKind {
     pub fn name(self) -> &'static str {
         match self {
             ScenarioKind::EndpointIp => "endpoint-ip",
+            ScenarioKind::EndpointShared => "endpoint-shared",
             ScenarioKind::ScaleUp => "scale-up",
             ScenarioKind::VsWeight => "vs-weight",
             ScenarioKind::DrSubset => "dr-subset",
@@ -215,6 +220,8 @@ pub struct Options {
     pub max_server_rss_mib: Option<u64>,
     /// Extra `meshflow serve` arguments for every engine.
     pub server_args: Vec<String>,
+    /// Worker threads of the simulated proxies' runtime.
+    pub loadgen_threads: usize,
 }
 
 /// An exclusive `flock` on a file, released when dropped.
@@ -922,6 +929,18 @@ fn scenario_edit(kind: ScenarioKind, state: &mut MeshState) -> Result<(String, E
             let edit = state.move_endpoint(s, 0)?;
             Ok((format!("endpoint 0 of svc-{s} moves to a new IP"), edit))
         }
+        ScenarioKind::EndpointShared => {
+            // The first service after svc-0 in a namespace every Sidecar imports (any
+            // service when nothing is scoped).
+            let s = (1..n)
+                .find(|s| !shape.sidecar_scoping || s % k < shape.shared_namespaces)
+                .ok_or("the mesh has no second service in a shared namespace")?;
+            let edit = state.move_endpoint(s, 0)?;
+            Ok((
+                format!("endpoint 0 of svc-{s} (seen by every proxy) moves to a new IP"),
+                edit,
+            ))
+        }
         ScenarioKind::ScaleUp => {
             let s = outside_shared(outside_shared(1) + 1);
             let edit = state.scale_up(s, 10)?;
@@ -1000,7 +1019,7 @@ pub fn run(opts: Options) -> Result<Report, String> {
     std::fs::create_dir_all(&opts.out_dir)
         .map_err(|e| format!("creating {}: {e}", opts.out_dir.display()))?;
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
+        .worker_threads(opts.loadgen_threads.max(1))
         .enable_all()
         .build()
         .map_err(|e| format!("starting the async runtime: {e}"))?;

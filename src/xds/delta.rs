@@ -53,6 +53,12 @@ pub struct DeltaStream {
     pub subscription_generation: u64,
     /// The last CDS response left clusters for the next one ([`MAX_RESPONSE_BYTES`]).
     clusters_incomplete: bool,
+    /// A request since the last [`DeltaStream::pending`] asked for something (first
+    /// request, subscriptions, NACK): only a plain ACK leaves it false.
+    asked_since_look: bool,
+    /// The last `pending` left work for after an ACK (a type in flight whose resources or
+    /// subscriptions moved on, the rest of a split response).
+    deferred: bool,
 }
 
 /// A response carries resources until its bodies reach this size; the rest follow, one
@@ -78,6 +84,12 @@ impl DeltaStream {
             return Err(ProtocolError::TooManyNames(n));
         }
         let first = !self.types.contains_key(&t);
+        let plain_ack = !first
+            && !req.response_nonce.is_empty()
+            && req.error_detail.is_none()
+            && req.resource_names_subscribe.is_empty()
+            && req.resource_names_unsubscribe.is_empty();
+        self.asked_since_look |= !plain_ack;
         let st = self.types.entry(t).or_default();
         if !req.resource_names_subscribe.is_empty() || !req.resource_names_unsubscribe.is_empty() {
             st.compared_at = None;
@@ -160,6 +172,14 @@ impl DeltaStream {
         self.types.values().any(|st| st.in_flight.is_some())
     }
 
+    /// Whether [`DeltaStream::pending`] could have anything to send that it did not have
+    /// at its last call, short of a change of the proxy's resources (which the hub signals
+    /// separately): false after a plain ACK of a response that left nothing behind, the
+    /// common case of a push to ten thousand proxies, where a look would cost a lock.
+    pub fn wants_look(&self) -> bool {
+        self.asked_since_look || self.deferred
+    }
+
     /// The stream's subscriptions per type (for the debug API).
     pub fn subscriptions(&self) -> Vec<Subscription> {
         self.types
@@ -180,6 +200,23 @@ impl DeltaStream {
     /// type with no response in flight whose subscribed resources differ from what the
     /// client holds.
     pub fn pending(&mut self, view: &ProxyView<'_>) -> Vec<DeltaDiscoveryResponse> {
+        let out = self.compare(view);
+        self.asked_since_look = false;
+        let held = view.held();
+        let clusters_incomplete = self.clusters_incomplete;
+        self.deferred = self.types.iter().any(|(t, st)| {
+            let gated =
+                clusters_incomplete && matches!(t, ResourceType::Listener | ResourceType::Route);
+            (st.in_flight.is_some() || gated)
+                && (st.compared_at != Some(held.stamp(*t))
+                    || !st.resend.is_empty()
+                    || !st.asked.is_empty()
+                    || st.must_respond)
+        });
+        out
+    }
+
+    fn compare(&mut self, view: &ProxyView<'_>) -> Vec<DeltaDiscoveryResponse> {
         let mut out = Vec::new();
         for t in ResourceType::ALL {
             let Some(st) = self.types.get_mut(&t) else {

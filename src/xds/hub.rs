@@ -322,10 +322,15 @@ impl Hub {
         if self.is_full_push() {
             return;
         }
-        for id in touched {
-            if let Some(e) = st.proxies.get(&id) {
-                e.notify.notify_one();
-            }
+        // Woken after the lock is released: ten thousand streams woken under it would each
+        // find it taken and sleep again.
+        let wake: Vec<Arc<Notify>> = touched
+            .iter()
+            .filter_map(|id| st.proxies.get(id).map(|e| e.notify.clone()))
+            .collect();
+        drop(guard);
+        for n in wake {
+            n.notify_one();
         }
     }
 

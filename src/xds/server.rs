@@ -56,6 +56,10 @@ trait Protocol: Default + Send + 'static {
     fn subscriptions(&self) -> Vec<Subscription>;
     /// A response is waiting for its ACK or NACK.
     fn in_flight(&self) -> bool;
+    /// `pending` may have something new to send (see [`DeltaStream::wants_look`]).
+    fn wants_look(&self) -> bool {
+        true
+    }
 }
 
 impl Protocol for DeltaStream {
@@ -89,6 +93,9 @@ impl Protocol for DeltaStream {
     }
     fn in_flight(&self) -> bool {
         DeltaStream::in_flight(self)
+    }
+    fn wants_look(&self) -> bool {
+        DeltaStream::wants_look(self)
     }
 }
 
@@ -178,6 +185,7 @@ async fn serve_stream<P: Protocol>(
     let mut slot: Option<(OwnedSemaphorePermit, tokio::time::Instant)> = None;
     let mut quiet_since: Option<tokio::time::Instant> = None;
     let mut warmed = false;
+    let mut woken = true;
     loop {
         if let Some(req) = next.take() {
             if let Err(e) = hub.with_names(|name| state.on_request(&req, name)) {
@@ -201,9 +209,16 @@ async fn serve_stream<P: Protocol>(
                 Err(_) => warmed = true,
             }
         }
-        let responses = hub
-            .with_view(&id, |view| state.pending(view))
-            .unwrap_or_default();
+        // A wake-up by the hub always looks; a request only when it may have changed
+        // what is due.
+        let look = woken || state.wants_look() || slot.is_some();
+        let responses = if look {
+            hub.with_view(&id, |view| state.pending(view))
+                .unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        woken = false;
         let mut wake_at = None;
         if let Some((_, deadline)) = &slot {
             let now = tokio::time::Instant::now();
@@ -243,7 +258,7 @@ async fn serve_stream<P: Protocol>(
                     break;
                 }
             },
-            _ = notify.notified() => {}
+            _ = notify.notified() => woken = true,
             _ = tokio::time::sleep_until(wake_at.unwrap_or_else(tokio::time::Instant::now)), if wake_at.is_some() => {}
         }
     }
