@@ -3,6 +3,7 @@
 //! connected proxy's Envoy resources up to date incrementally; the xDS hub and server
 //! stream exactly what changed over Delta or State-of-the-World ADS.
 
+pub mod async_runtime;
 pub mod bench;
 pub mod debug;
 pub mod model;

@@ -210,10 +210,7 @@ fn main() -> ExitCode {
             history_age,
             mesh,
         } => {
-            let rt = match tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-            {
+            let rt = match meshflow::async_runtime::multi_thread(None).build() {
                 Ok(rt) => rt,
                 Err(e) => {
                     eprintln!("meshflow: starting the async runtime: {e}");

@@ -121,8 +121,9 @@ fn check(v: &Value, protocol: &str) {
     // Every sidecar is affected by the change to svc-0 (in the shared namespace ns-0); the
     // gateways route by their own VirtualServices only.
     assert_eq!(by_name("mesh-wide")["affected_proxies"], 12);
-    // The same for an endpoint of a service in ns-0.
-    assert_eq!(by_name("endpoint-shared")["affected_proxies"], 12);
+    // An endpoint of a service in ns-0 reaches every proxy: the sidecars import ns-0, and
+    // the gateways hold every cluster.
+    assert_eq!(by_name("endpoint-shared")["affected_proxies"], 14);
     let connect = by_name("connect");
     assert_eq!(connect["affected_proxies"], 14, "{connect:#}");
     // 20 changes in one second, each reaching the proxies that hold the service.
@@ -140,7 +141,11 @@ fn check(v: &Value, protocol: &str) {
         assert_eq!(ep["received"]["resources"]["EDS"], ep["affected_proxies"]);
         let shared = by_name("endpoint-shared");
         assert_eq!(shared["unaffected_proxies_messaged"], 0, "{shared:#}");
-        assert_eq!(shared["received"]["resources"]["EDS"], 12, "{shared:#}");
+        // svc-4 has subsets: its assignment and its endpoint's subset assignment, in one
+        // response per proxy, and nothing else.
+        assert_eq!(shared["received"]["messages"]["total"], 14, "{shared:#}");
+        assert_eq!(shared["received"]["resources"]["EDS"], 28, "{shared:#}");
+        assert_eq!(shared["received"]["resources"]["total"], 28, "{shared:#}");
     }
 }
 

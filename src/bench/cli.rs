@@ -140,8 +140,7 @@ pub fn loadgen(a: LoadgenArgs) -> ExitCode {
             gateways: a.gateways,
             root_namespace: a.root_namespace,
         };
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
+        let rt = crate::async_runtime::multi_thread(None)
             .build()
             .map_err(|e| format!("starting the async runtime: {e}"))?;
         rt.block_on(loadgen::run_cli(config, duration, sync_timeout))

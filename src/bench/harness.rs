@@ -1018,9 +1018,7 @@ pub fn run(opts: Options) -> Result<Report, String> {
     });
     std::fs::create_dir_all(&opts.out_dir)
         .map_err(|e| format!("creating {}: {e}", opts.out_dir.display()))?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(opts.loadgen_threads.max(1))
-        .enable_all()
+    let rt = crate::async_runtime::multi_thread(Some(opts.loadgen_threads))
         .build()
         .map_err(|e| format!("starting the async runtime: {e}"))?;
     let ui = Ui::new();

@@ -62,10 +62,9 @@ pub struct DeltaStream {
 }
 
 /// A response carries resources until its bodies reach this size; the rest follow, one
-/// response per ACK. Bounds what one stream holds encoded at a time: the gRPC layer keeps
-/// a buffer as large as the largest message it has encoded for as long as the stream
-/// lives, and ten thousand proxies' whole first configs (270 KB each on shape L) in such
-/// buffers were most of the server's memory.
+/// response per ACK. Bounds what one stream has encoded and queued at a time while ten
+/// thousand proxies take their first configs (270 KB each on shape L). Each response is
+/// then freed once written ([`super::grpc`]); no stream keeps an encode buffer.
 pub const MAX_RESPONSE_BYTES: usize = 32 * 1024;
 
 impl DeltaStream {
