@@ -1,12 +1,10 @@
 //! The tokio runtime every multi-threaded meshflow command runs on (the server, the load
-//! generator, the bench harness).
+//! generator, the bench harness): one place to tune it.
 //!
-//! Built with `--cfg tokio_unstable` (`.cargo/config.toml`), woken tasks queue behind the
-//! ones already runnable instead of jumping ahead through tokio's LIFO slot. That matters
-//! for a push to ten thousand streams: with the slot, each stream's response runs straight
-//! through its HTTP/2 stream task into the connection task, one `writev` per message; without
-//! it, the streams of a connection queue their frames first and the connection writes them
-//! together.
+//! Tried and left out (BENCHMARKS.md, session 4): tokio's `disable_lifo_slot` (behind
+//! `--cfg tokio_unstable`), so that the streams of one HTTP/2 connection would queue their
+//! frames before the connection writes them together. A 10,000-proxy fan-out and the L churn
+//! were no faster with it.
 
 /// A multi-threaded runtime builder (`threads`: worker threads, else one per core).
 pub fn multi_thread(threads: Option<usize>) -> tokio::runtime::Builder {
@@ -15,7 +13,5 @@ pub fn multi_thread(threads: Option<usize>) -> tokio::runtime::Builder {
     if let Some(n) = threads {
         b.worker_threads(n.max(1));
     }
-    #[cfg(tokio_unstable)]
-    b.disable_lifo_slot();
     b
 }

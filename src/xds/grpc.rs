@@ -135,6 +135,11 @@ mod tests {
         assert_eq!(DeltaDiscoveryResponse::decode(&b[PREFIX..]).unwrap(), m);
     }
 
+    async fn trailers_of(body: &mut ResponseBody) -> HeaderMap {
+        let frame = body.frame().await.unwrap().unwrap();
+        frame.into_trailers().unwrap()
+    }
+
     #[tokio::test]
     async fn body_ends_with_status_trailers() {
         let (tx, rx) = mpsc::channel(2);
@@ -145,27 +150,18 @@ mod tests {
         let mut body = ResponseBody::new(rx);
         let data = body.frame().await.unwrap().unwrap().into_data().unwrap();
         assert_eq!(&data[..], b"abc");
-        let t = body
-            .frame()
-            .await
-            .unwrap()
-            .unwrap()
-            .into_trailers()
-            .unwrap();
+        let t = trailers_of(&mut body).await;
         assert_eq!(t.get("grpc-status").unwrap(), "3");
         assert_eq!(t.get("grpc-message").unwrap(), "bad%20node");
         assert!(body.frame().await.is_none());
 
+        // The task ended without an error: OK.
         let (tx, rx) = mpsc::channel(1);
         drop(tx);
         let mut body = ResponseBody::new(rx);
-        let t = body
-            .frame()
-            .await
-            .unwrap()
-            .unwrap()
-            .into_trailers()
-            .unwrap();
-        assert_eq!(t.get("grpc-status").unwrap(), "0");
+        assert_eq!(
+            trailers_of(&mut body).await.get("grpc-status").unwrap(),
+            "0"
+        );
     }
 }
