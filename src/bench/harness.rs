@@ -631,7 +631,12 @@ fn start_server(
         .arg(&opts.mesh.domain_suffix)
         .args(engine.serve_args()?)
         .args(&opts.server_args)
-        .env("RUST_LOG", "warn")
+        // The server's log filter: warnings, unless MESHFLOW_SERVER_LOG says otherwise
+        // (e.g. `meshflow::xds::hub=debug` to see how long each epoch held the hub).
+        .env(
+            "RUST_LOG",
+            std::env::var("MESHFLOW_SERVER_LOG").unwrap_or_else(|_| "warn".into()),
+        )
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log_file);

@@ -248,6 +248,7 @@ impl Hub {
             .epoch_lag
             .observe(meta.received_instant.elapsed().as_secs_f64());
         let mut guard = self.lock();
+        let locked_at = Instant::now();
         let st = &mut *guard;
         st.epoch = epoch;
         // New bodies first, retired ones after the history took what it needs of them.
@@ -314,6 +315,7 @@ impl Hub {
         tracing::debug!(
             proxies = touched.len(),
             bodies = st.bodies.len(),
+            held_lock_us = locked_at.elapsed().as_micros() as u64,
             "hub applied epoch"
         );
         // The full-push baseline wakes every proxy right after, with a new generation;
