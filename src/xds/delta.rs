@@ -41,6 +41,17 @@ struct TypeState {
     compared_at: Option<Stamp>,
 }
 
+impl TypeState {
+    /// Nothing changed on either side since the last comparison at `stamp`: no resource,
+    /// no subscription, nothing to resend or answer.
+    fn settled(&self, stamp: Stamp) -> bool {
+        self.compared_at == Some(stamp)
+            && self.resend.is_empty()
+            && self.asked.is_empty()
+            && !self.must_respond
+    }
+}
+
 #[derive(Default, Debug)]
 pub struct DeltaStream {
     types: BTreeMap<ResourceType, TypeState>,
@@ -206,11 +217,7 @@ impl DeltaStream {
         self.deferred = self.types.iter().any(|(t, st)| {
             let gated =
                 clusters_incomplete && matches!(t, ResourceType::Listener | ResourceType::Route);
-            (st.in_flight.is_some() || gated)
-                && (st.compared_at != Some(held.stamp(*t))
-                    || !st.resend.is_empty()
-                    || !st.asked.is_empty()
-                    || st.must_respond)
+            (st.in_flight.is_some() || gated) && !st.settled(held.stamp(*t))
         });
         out
     }
@@ -232,11 +239,7 @@ impl DeltaStream {
             }
             let held = view.held();
             let stamp = held.stamp(t);
-            if st.compared_at == Some(stamp)
-                && st.resend.is_empty()
-                && st.asked.is_empty()
-                && !st.must_respond
-            {
+            if st.settled(stamp) {
                 // Nothing changed on either side since the last comparison.
                 continue;
             }

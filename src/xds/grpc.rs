@@ -23,7 +23,7 @@ pub const DELTA_PATH: &str =
     "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources";
 
 /// The gRPC message prefix: one flag byte (0: not compressed) and the length, big endian.
-const PREFIX: usize = 5;
+pub const PREFIX: usize = 5;
 
 /// One message as a gRPC length-prefixed frame, in an allocation of its exact size.
 pub fn frame<M: prost::Message>(message: &M) -> Result<Bytes, Status> {
@@ -111,57 +111,5 @@ pub fn check_request<B>(request: &http::Request<B>) -> Result<(), Status> {
             "request messages compressed with {:?}: this server reads uncompressed messages only",
             String::from_utf8_lossy(other)
         ))),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryResponse;
-    use http_body_util::BodyExt;
-    use prost::Message;
-
-    #[test]
-    fn frame_is_prefix_and_message() {
-        let m = DeltaDiscoveryResponse {
-            nonce: "7".into(),
-            type_url: "t".into(),
-            ..Default::default()
-        };
-        let b = frame(&m).unwrap();
-        assert_eq!(b[0], 0);
-        let len = u32::from_be_bytes([b[1], b[2], b[3], b[4]]) as usize;
-        assert_eq!(len, b.len() - PREFIX);
-        assert_eq!(DeltaDiscoveryResponse::decode(&b[PREFIX..]).unwrap(), m);
-    }
-
-    async fn trailers_of(body: &mut ResponseBody) -> HeaderMap {
-        let frame = body.frame().await.unwrap().unwrap();
-        frame.into_trailers().unwrap()
-    }
-
-    #[tokio::test]
-    async fn body_ends_with_status_trailers() {
-        let (tx, rx) = mpsc::channel(2);
-        tx.send(Ok(Bytes::from_static(b"abc"))).await.unwrap();
-        tx.send(Err(Status::invalid_argument("bad node")))
-            .await
-            .unwrap();
-        let mut body = ResponseBody::new(rx);
-        let data = body.frame().await.unwrap().unwrap().into_data().unwrap();
-        assert_eq!(&data[..], b"abc");
-        let t = trailers_of(&mut body).await;
-        assert_eq!(t.get("grpc-status").unwrap(), "3");
-        assert_eq!(t.get("grpc-message").unwrap(), "bad%20node");
-        assert!(body.frame().await.is_none());
-
-        // The task ended without an error: OK.
-        let (tx, rx) = mpsc::channel(1);
-        drop(tx);
-        let mut body = ResponseBody::new(rx);
-        assert_eq!(
-            trailers_of(&mut body).await.get("grpc-status").unwrap(),
-            "0"
-        );
     }
 }

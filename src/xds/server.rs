@@ -13,7 +13,8 @@ use bytes::Bytes;
 use dataflows::materialize::Name;
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::{
-    DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
+    aggregated_discovery_service_server, DeltaDiscoveryRequest, DeltaDiscoveryResponse,
+    DiscoveryRequest, DiscoveryResponse,
 };
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -335,9 +336,7 @@ impl Ads {
         }
         Ok(slot)
     }
-}
 
-impl Ads {
     /// Opens one ADS stream of protocol `P`: admission, then a task that serves it; the
     /// response's body carries what the task sends.
     fn open<P: Protocol>(
@@ -370,7 +369,7 @@ impl Ads {
 pub struct AdsService(Arc<Ads>);
 
 impl tonic::server::NamedService for AdsService {
-    const NAME: &'static str = "envoy.service.discovery.v3.AggregatedDiscoveryService";
+    const NAME: &'static str = aggregated_discovery_service_server::SERVICE_NAME;
 }
 
 impl tonic::codegen::Service<http::Request<tonic::body::Body>> for AdsService {
