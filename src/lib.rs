@@ -6,6 +6,7 @@
 pub mod async_runtime;
 pub mod bench;
 pub mod debug;
+pub mod engine;
 pub mod model;
 pub mod runtime;
 pub mod serve;

@@ -54,10 +54,10 @@ enum Command {
         /// Timely worker threads.
         #[arg(long, default_value_t = 1)]
         workers: usize,
-        /// `dataflow` (incremental), or `full-push`: the baseline that recomputes and pushes
+        /// `meshflow` (incremental), or `full-push`: the baseline that recomputes and pushes
         /// every proxy's whole config on every change (State-of-the-World only).
-        #[arg(long, value_enum, default_value = "dataflow")]
-        engine: meshflow::runtime::EngineKind,
+        #[arg(long, value_enum, default_value = "meshflow")]
+        engine: meshflow::engine::EngineKind,
         /// Changes arriving within this window share one epoch.
         #[arg(long, default_value_t = 50)]
         debounce_ms: u64,

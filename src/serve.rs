@@ -16,7 +16,7 @@ pub struct ServeOptions {
     /// Where the debug API listens; a bind failure is logged and xDS is served regardless.
     pub debug_addr: SocketAddr,
     pub workers: usize,
-    pub engine: runtime::EngineKind,
+    pub engine: crate::engine::EngineKind,
     pub debounce: Duration,
     pub mesh: MeshConfig,
     pub limits: server::Limits,
@@ -46,7 +46,7 @@ pub async fn serve(opts: ServeOptions) -> Result<(), String> {
     let acceptor = opts.tls.as_ref().map(tls::acceptor).transpose()?;
     let (inputs_tx, inputs_rx) = std::sync::mpsc::channel::<Input>();
     let hub = Hub::with_history(inputs_tx.clone(), opts.history);
-    if opts.engine == runtime::EngineKind::FullPush {
+    if opts.engine == crate::engine::EngineKind::FullPush {
         hub.set_full_push();
     }
     {

@@ -48,45 +48,22 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 /// How long the `idle` row watches the server with nothing changing.
 const IDLE_WINDOW: Duration = Duration::from_secs(1);
 
-/// The server implementation under test.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum EngineKind {
-    /// meshflow's incremental dataflow.
-    Meshflow,
-    /// Rebuild every proxy's whole config on every change and push it all over SotW.
-    FullPush,
+pub use crate::engine::EngineKind;
+
+/// The `meshflow serve` arguments selecting `engine` (none for the default, so that a
+/// `--server-binary` from before `--engine` took `meshflow` still runs).
+fn serve_args(engine: EngineKind) -> Vec<String> {
+    match engine {
+        EngineKind::Meshflow => Vec::new(),
+        other => vec!["--engine".into(), other.name().into()],
+    }
 }
 
-impl EngineKind {
-    pub fn parse(s: &str) -> Result<EngineKind, String> {
-        match s {
-            "meshflow" | "incremental" => Ok(EngineKind::Meshflow),
-            "full-push" | "baseline" => Ok(EngineKind::FullPush),
-            other => Err(format!("unknown engine {other:?} (meshflow or full-push)")),
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            EngineKind::Meshflow => "meshflow",
-            EngineKind::FullPush => "full-push",
-        }
-    }
-
-    /// Extra `meshflow serve` arguments selecting the engine.
-    fn serve_args(self) -> Result<Vec<String>, String> {
-        match self {
-            EngineKind::Meshflow => Ok(Vec::new()),
-            EngineKind::FullPush => Ok(vec!["--engine".into(), "full-push".into()]),
-        }
-    }
-
-    /// The baseline speaks State-of-the-World only, as Istio did before incremental pushes.
-    fn protocol(self, requested: Protocol) -> Protocol {
-        match self {
-            EngineKind::Meshflow => requested,
-            EngineKind::FullPush => Protocol::Sotw,
-        }
+/// The baseline speaks State-of-the-World only, as Istio did before incremental pushes.
+fn protocol_for(engine: EngineKind, requested: Protocol) -> Protocol {
+    match engine {
+        EngineKind::Meshflow => requested,
+        EngineKind::FullPush => Protocol::Sotw,
     }
 }
 
@@ -629,7 +606,7 @@ fn start_server(
         .arg(&opts.mesh.root_namespace)
         .arg("--domain-suffix")
         .arg(&opts.mesh.domain_suffix)
-        .args(engine.serve_args()?)
+        .args(serve_args(engine))
         .args(&opts.server_args)
         // The server's log filter: warnings, unless MESHFLOW_SERVER_LOG says otherwise
         // (e.g. `meshflow::xds::hub=debug` to see how long each epoch held the hub).
@@ -1030,7 +1007,7 @@ pub fn run(opts: Options) -> Result<Report, String> {
     let mut engines = Vec::new();
     let runs = opts.runs.max(1);
     for (run, engine) in (0..runs).flat_map(|r| opts.engines.iter().map(move |e| (r, e))) {
-        let protocol = engine.protocol(opts.protocol);
+        let protocol = protocol_for(*engine, opts.protocol);
         let dir = work.join(engine.name());
         let log = opts.out_dir.join(format!(
             "{}-{}-{}-run{}-server.log",

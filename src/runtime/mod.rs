@@ -13,15 +13,7 @@ pub mod changes;
 pub mod full_push;
 
 use changes::InputChange;
-
-/// How configs are computed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum EngineKind {
-    /// The incremental dataflow: only what changed is computed and pushed.
-    Dataflow,
-    /// The baseline: every change recomputes and pushes every proxy's whole config (SotW).
-    FullPush,
-}
+pub use crate::engine::EngineKind;
 
 enum Compute {
     Dataflow(Engine),
@@ -73,7 +65,7 @@ pub fn run(
     hub: Arc<Hub>,
 ) {
     let mut engine = match engine_kind {
-        EngineKind::Dataflow => Compute::Dataflow(Engine::start(workers, mesh)),
+        EngineKind::Meshflow => Compute::Dataflow(Engine::start(workers, mesh)),
         EngineKind::FullPush => Compute::FullPush(Box::new(full_push::FullPush::new(mesh))),
     };
     let mut epoch = 0u64;
