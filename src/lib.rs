@@ -7,6 +7,8 @@ pub mod async_runtime;
 pub mod bench;
 pub mod debug;
 pub mod engine;
+pub mod hub;
+pub mod input;
 pub mod model;
 pub mod runtime;
 pub mod serve;

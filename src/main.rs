@@ -245,7 +245,7 @@ fn main() -> ExitCode {
                     _ => None,
                 },
                 plaintext,
-                history: meshflow::debug::history::HistoryLimits {
+                history: meshflow::hub::history::HistoryLimits {
                     max_bytes: history_bytes,
                     max_age: history_age,
                 },

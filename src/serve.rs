@@ -1,10 +1,14 @@
 //! `meshflow serve`: wires a file source, the runtime and the xDS server together.
 
-use crate::runtime::{self, Input};
+use crate::engine::EngineKind;
+use crate::hub::history::HistoryLimits;
+use crate::hub::{Hub, HubOptions};
+use crate::input::Input;
+use crate::runtime;
 use crate::sources::files::{self, FileSource};
 use crate::xds::auth::AuthConfig;
+use crate::xds::server;
 use crate::xds::tls::{self, TlsFiles};
-use crate::xds::{hub::Hub, server};
 use dataflows::model::MeshConfig;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -16,7 +20,7 @@ pub struct ServeOptions {
     /// Where the debug API listens; a bind failure is logged and xDS is served regardless.
     pub debug_addr: SocketAddr,
     pub workers: usize,
-    pub engine: crate::engine::EngineKind,
+    pub engine: EngineKind,
     pub debounce: Duration,
     pub mesh: MeshConfig,
     pub limits: server::Limits,
@@ -26,7 +30,7 @@ pub struct ServeOptions {
     /// Allow plaintext xDS on a non-loopback address.
     pub plaintext: bool,
     /// Bounds of the per-proxy debug history.
-    pub history: crate::debug::history::HistoryLimits,
+    pub history: HistoryLimits,
 }
 
 pub async fn serve(opts: ServeOptions) -> Result<(), String> {
@@ -45,10 +49,13 @@ pub async fn serve(opts: ServeOptions) -> Result<(), String> {
     }
     let acceptor = opts.tls.as_ref().map(tls::acceptor).transpose()?;
     let (inputs_tx, inputs_rx) = std::sync::mpsc::channel::<Input>();
-    let hub = Hub::with_history(inputs_tx.clone(), opts.history);
-    if opts.engine == crate::engine::EngineKind::FullPush {
-        hub.set_full_push();
-    }
+    let hub = Hub::new(
+        inputs_tx.clone(),
+        HubOptions {
+            history: opts.history,
+            engine: opts.engine,
+        },
+    );
     {
         let hub = hub.clone();
         let (engine, workers, mesh, debounce) =
@@ -76,6 +83,7 @@ pub async fn serve(opts: ServeOptions) -> Result<(), String> {
                 );
                 let ok = tx
                     .send(Input::Changes {
+                        source: "files",
                         changes: scan.changes,
                         described: scan.described,
                         errors: scan.errors,

@@ -61,8 +61,8 @@ async fn debug_log_shows_an_epoch_span_from_input_to_push() {
         };
         has(&["meshflow::runtime: epoch batched"])
             && has(&["meshflow::runtime: epoch computed"])
-            && has(&["meshflow::xds::hub: hub applied epoch"])
-            && has(&["meshflow::xds::hub: push", "rtype=\"EDS\""])
+            && has(&["meshflow::hub: hub applied epoch"])
+            && has(&["meshflow::hub: push", "rtype=\"EDS\""])
     });
     assert!(found, "no epoch span from input to push in the log:\n{log}");
 }

@@ -1166,7 +1166,7 @@ fn fixture_keys_are_as_described() {
 /// describes nothing, like it changes nothing.
 #[test]
 fn rescans_describe_their_objects() {
-    use meshflow::runtime::changes::ChangeOp;
+    use meshflow::input::ChangeOp;
     let dir = test_dir("described");
     let ratings = dir.join("ratings.yaml");
     let mut src = source(&dir);

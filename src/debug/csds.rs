@@ -19,8 +19,8 @@
 //! with `ignore_case`; OR between matchers). Metadata matchers and custom string matchers
 //! are refused with INVALID_ARGUMENT rather than silently ignored.
 
-use super::status::{connected, sync_state, type_index, SyncState};
-use crate::xds::hub::Hub;
+use super::status::{config_status, connected, sync_state, SyncState};
+use crate::hub::Hub;
 use dataflows::model::{Body, Proxy, ResourceType};
 use envoy_types::pb::envoy::admin::v3::UpdateFailureState;
 use envoy_types::pb::envoy::config::core::v3::Node;
@@ -164,7 +164,7 @@ fn snapshot(hub: &Hub, matchers: &Option<Vec<CompiledMatcher>>, bodies: bool) ->
                     .map(|t| TypeSnapshot {
                         rtype: *t,
                         state: sync_state(st, e, *t),
-                        nack: e.last_nack.get(type_index(*t)).cloned().flatten(),
+                        nack: e.sync[*t].last_nack.clone(),
                         resources: st
                             .held(&e.proxy.id)
                             .iter(*t)
@@ -174,7 +174,7 @@ fn snapshot(hub: &Hub, matchers: &Option<Vec<CompiledMatcher>>, bodies: bool) ->
                                 } else {
                                     None
                                 };
-                                let acked = e.sync[type_index(*t)]
+                                let acked = e.sync[*t]
                                     .acked
                                     .get(name)
                                     .map(|v| v.to_string())
@@ -250,7 +250,7 @@ fn client_config(s: Snapshot) -> ClientConfig {
                     type_url: type_url.to_string(),
                     value: b.0.to_vec(),
                 }),
-                config_status: t.state.config_status() as i32,
+                config_status: config_status(t.state) as i32,
                 error_state,
                 ..Default::default()
             });

@@ -11,12 +11,12 @@
 //! `Debug.Diff`, `GET /debug/diff?proxy=P&from=E&to=E` (or `&since=5m`) and `meshflow diff`.
 
 use super::envoy_json::any_json;
-use super::history::{Bound, Delivery, Entry, Window};
+use crate::hub::history::{Bound, Delivery, Entry, Window};
 use super::pb;
 use super::status::{connected, resolve_proxy};
 use super::units::parse_duration;
 use super::watch::unix_seconds;
-use crate::xds::hub::Hub;
+use crate::hub::Hub;
 use dataflows::materialize::Name;
 use dataflows::model::{Body, ResourceType};
 use serde_json::{json, Value};

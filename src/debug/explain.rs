@@ -1,28 +1,10 @@
 //! `explain`: which input objects a resource a proxy holds was built from.
 //!
-//! The dataflow computes provenance next to the resources (`flow::Outputs::provenance`), per
-//! scope for shared resources and per proxy for its inbound side, so it is exactly as current
-//! as the resources themselves. This store applies those diffs epoch by epoch and answers
-//! "proxy P, resource TYPE/NAME → inputs" by looking up the proxy's scope. It lives beside
-//! the hub's serving state under its own lock, so explaining never blocks a push.
+//! The hub keeps the provenance ([`crate::hub::provenance`]); this module answers the
+//! question for every debug surface alike and renders it for the CLI.
 
-use dataflows::model::{ConfigKey, Holder, ProvenanceRow, ProxyId, ResourceType, ScopeKey};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Mutex;
-
-type ResourceRef = (Holder, ResourceType, String);
-
-#[derive(Default)]
-struct Inner {
-    scopes: HashMap<ProxyId, ScopeKey>,
-    rows: HashMap<ResourceRef, BTreeMap<ConfigKey, isize>>,
-}
-
-/// Provenance of every resource of every connected proxy.
-#[derive(Default)]
-pub struct ProvenanceStore {
-    inner: Mutex<Inner>,
-}
+use crate::hub::provenance::Provenance;
+use dataflows::model::ResourceType;
 
 /// The answer to `explain`.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -43,64 +25,6 @@ pub struct Input {
     pub kind: String,
     pub namespace: String,
     pub name: String,
-}
-
-impl ProvenanceStore {
-    /// Applies one epoch's changes of proxy scopes and provenance rows.
-    pub fn apply(&self, scopes: &[((ProxyId, ScopeKey), isize)], rows: &[(ProvenanceRow, isize)]) {
-        if scopes.is_empty() && rows.is_empty() {
-            return;
-        }
-        let mut st = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        // Retractions first, so a proxy that moves scope ends with the new one.
-        for ((id, scope), _) in scopes.iter().filter(|(_, d)| *d < 0) {
-            if st.scopes.get(id) == Some(scope) {
-                st.scopes.remove(id);
-            }
-        }
-        for ((id, scope), _) in scopes.iter().filter(|(_, d)| *d > 0) {
-            st.scopes.insert(id.clone(), scope.clone());
-        }
-        for ((res, input), d) in rows {
-            let inputs = st.rows.entry(res.clone()).or_default();
-            let n = inputs.entry(input.clone()).or_insert(0);
-            *n += d;
-            if *n == 0 {
-                inputs.remove(input);
-            }
-            if inputs.is_empty() {
-                st.rows.remove(res);
-            }
-        }
-    }
-
-    /// The inputs of resource `name` of type `rtype` held by proxy `id`; `None` if the proxy
-    /// is unknown here or holds no such resource with recorded inputs.
-    pub fn explain(&self, id: &str, rtype: ResourceType, name: &str) -> Option<Explanation> {
-        let st = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let scope = st.scopes.get(id)?;
-        let shared = (Holder::Scope(scope.clone()), rtype, name.to_string());
-        let own = (Holder::Proxy(id.to_string()), rtype, name.to_string());
-        let (holder, inputs) = match st.rows.get(&shared) {
-            Some(inputs) => (describe_scope(scope), inputs),
-            None => ("proxy".to_string(), st.rows.get(&own)?),
-        };
-        let inputs: BTreeSet<&ConfigKey> = inputs.keys().collect();
-        Some(Explanation {
-            proxy: id.to_string(),
-            rtype: rtype.short().to_string(),
-            name: name.to_string(),
-            scope: holder,
-            inputs: inputs
-                .into_iter()
-                .map(|k| Input {
-                    kind: format!("{:?}", k.kind),
-                    namespace: k.namespace.clone(),
-                    name: k.name.clone(),
-                })
-                .collect(),
-        })
-    }
 }
 
 // The two directions of the gRPC form, in one place.
@@ -156,7 +80,7 @@ pub enum ExplainError {
 /// Answers `explain` for `proxy` (node id or `pod.namespace`) and `resource` (`TYPE/NAME`),
 /// for every debug surface alike.
 pub fn explain(
-    hub: &crate::xds::hub::Hub,
+    hub: &crate::hub::Hub,
     proxy: &str,
     resource: &str,
 ) -> Result<Explanation, ExplainError> {
@@ -174,10 +98,23 @@ pub fn explain(
             Ok::<_, String>((id, held))
         })
         .map_err(ExplainError::NotFound)?;
-    if let Some(e) = hub.provenance.explain(&id, rtype, &name) {
-        return Ok(e);
+    if let Some(Provenance { holder, inputs }) = hub.provenance.lookup(&id, rtype, &name) {
+        return Ok(Explanation {
+            proxy: id,
+            rtype: rtype.short().to_string(),
+            name,
+            scope: holder,
+            inputs: inputs
+                .into_iter()
+                .map(|k| Input {
+                    kind: format!("{:?}", k.kind),
+                    namespace: k.namespace,
+                    name: k.name,
+                })
+                .collect(),
+        });
     }
-    if held && !hub.is_full_push() {
+    if held && !hub.engine().pushes_everything() {
         // Fixed resources (BlackHoleCluster, an unscoped sidecar's virtualOutbound) are
         // built from no input object.
         return Ok(Explanation {
@@ -188,7 +125,7 @@ pub fn explain(
             inputs: Vec::new(),
         });
     }
-    let why = if hub.is_full_push() {
+    let why = if hub.engine().pushes_everything() {
         " (the full-push engine does not compute provenance)"
     } else {
         ""
@@ -197,37 +134,6 @@ pub fn explain(
         "proxy {id} holds no {} named {name:?}{why}",
         rtype.short()
     )))
-}
-
-/// `sidecar default (Sidecar default/sleep)`, `router istio-system (Gateway ...)`.
-fn describe_scope(scope: &ScopeKey) -> String {
-    match scope {
-        ScopeKey::Sidecar {
-            namespace,
-            sidecar,
-            proxyless,
-            ..
-        } => {
-            let what = if *proxyless { "proxyless" } else { "sidecar" };
-            match sidecar {
-                Some(k) => format!(
-                    "{what} {namespace} under Sidecar {}/{}",
-                    k.namespace, k.name
-                ),
-                None => format!("{what} {namespace}, no Sidecar resource"),
-            }
-        }
-        ScopeKey::Router {
-            namespace,
-            gateways,
-        } => {
-            let gws: Vec<String> = gateways
-                .iter()
-                .map(|g| format!("{}/{}", g.namespace, g.name))
-                .collect();
-            format!("router {namespace} selected by [{}]", gws.join(", "))
-        }
-    }
 }
 
 /// `TYPE/NAME` as the CLI and API take it: `cluster/outbound|9080||reviews...`,
@@ -298,42 +204,6 @@ pub async fn explain_cli(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dataflows::model::Kind;
-
-    fn key(kind: Kind, name: &str) -> ConfigKey {
-        ConfigKey::new(kind, "default", name)
-    }
-
-    #[test]
-    fn explains_through_the_proxy_scope_and_forgets_retractions() {
-        let store = ProvenanceStore::default();
-        let scope = ScopeKey::Sidecar {
-            namespace: "default".into(),
-            sidecar: None,
-            interception_none: false,
-            proxyless: false,
-        };
-        let route = (
-            Holder::Scope(scope.clone()),
-            ResourceType::Route,
-            "9080".to_string(),
-        );
-        store.apply(
-            &[(("p1".into(), scope.clone()), 1)],
-            &[
-                ((route.clone(), key(Kind::Service, "reviews")), 1),
-                ((route.clone(), key(Kind::VirtualService, "reviews")), 1),
-            ],
-        );
-        let e = store.explain("p1", ResourceType::Route, "9080").unwrap();
-        assert_eq!(e.inputs.len(), 2);
-        assert_eq!(e.inputs[0].kind, "Service");
-        store.apply(&[], &[((route, key(Kind::VirtualService, "reviews")), -1)]);
-        let e = store.explain("p1", ResourceType::Route, "9080").unwrap();
-        assert_eq!(e.inputs.len(), 1);
-        assert!(store.explain("p2", ResourceType::Route, "9080").is_none());
-        assert!(store.explain("p1", ResourceType::Route, "80").is_none());
-    }
 
     #[test]
     fn parses_type_and_name() {

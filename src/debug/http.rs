@@ -16,7 +16,7 @@
 
 use super::envoy_json::{config_dump, DumpEntry};
 use super::status::{connected, list_proxies, proxies_json, resolve_proxy};
-use crate::xds::hub::Hub;
+use crate::hub::Hub;
 use axum::extract::{Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Json, Response};
@@ -126,7 +126,7 @@ async fn errors(State(hub): State<Arc<Hub>>) -> Json<Value> {
             .keys()
             .map(|e| json!({ "object": e.object.to_string(), "message": e.message }))
             .collect();
-        json!({ "errors": dataflow, "rejected_inputs": st.source_errors })
+        json!({ "errors": dataflow, "rejected_inputs": st.source_errors.values().flatten().collect::<Vec<_>>() })
     }))
 }
 

@@ -14,77 +14,15 @@
 //!
 //! The counters are `prometheus-client` atomics: counting takes no lock.
 
-use super::status::{connected, sync_state, type_index, SyncState};
-use crate::xds::hub::HubState;
+use super::status::{connected, sync_state, SyncState};
+use crate::hub::counters::{labels, Counters, Labels};
+use crate::hub::HubState;
 use dataflows::model::ResourceType;
 use prometheus_client::encoding::text::encode;
-use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+
 use prometheus_client::registry::Registry;
-
-/// The event counters (see the module documentation). Clones share the same values.
-#[derive(Clone, Debug)]
-pub struct Counters {
-    pub pushes: Family<Labels, Counter>,
-    pub bytes: Family<Labels, Counter>,
-    pub nacks: Family<Labels, Counter>,
-    pub input_changes: Family<Labels, Counter>,
-    pub convergence: Histogram,
-    pub epoch_lag: Histogram,
-}
-
-impl Default for Counters {
-    fn default() -> Self {
-        let c = Counters {
-            pushes: Family::default(),
-            bytes: Family::default(),
-            nacks: Family::default(),
-            input_changes: Family::default(),
-            // 1 ms to ~65 s.
-            convergence: Histogram::new(exponential_buckets(0.001, 2.0, 17)),
-            epoch_lag: Histogram::new(exponential_buckets(0.001, 2.0, 17)),
-        };
-        // Every type's series exists from the start, at zero.
-        for t in ResourceType::ALL {
-            let ty = labels(&[("type", t.short())]);
-            let _ = c.pushes.get_or_create(&ty);
-            let _ = c.bytes.get_or_create(&ty);
-            let _ = c.nacks.get_or_create(&ty);
-        }
-        c
-    }
-}
-
-impl Counters {
-    pub fn push(&self, t: ResourceType, bytes: usize) {
-        let ty = labels(&[("type", t.short())]);
-        self.pushes.get_or_create(&ty).inc();
-        self.bytes.get_or_create(&ty).inc_by(bytes as u64);
-    }
-
-    pub fn nack(&self, t: ResourceType) {
-        self.nacks
-            .get_or_create(&labels(&[("type", t.short())]))
-            .inc();
-    }
-
-    pub fn input_change(&self, kind: &str, op: &str) {
-        self.input_changes
-            .get_or_create(&labels(&[("kind", kind), ("op", op)]))
-            .inc();
-    }
-}
-
-pub type Labels = Vec<(String, String)>;
-
-fn labels(pairs: &[(&str, &str)]) -> Labels {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
 
 /// Content type of [`render`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -133,12 +71,7 @@ pub fn render(st: &HubState, counters: &Counters) -> Result<String, std::fmt::Er
     let errors = Family::<Labels, Gauge>::default();
 
     for t in ResourceType::ALL {
-        for s in [
-            SyncState::Synced,
-            SyncState::Stale,
-            SyncState::Nacked,
-            SyncState::NotSent,
-        ] {
+        for s in SyncState::ALL {
             // Every series exists, at zero when nothing is in that state.
             sync.get_or_create(&labels(&[("type", t.short()), ("state", s.as_str())]))
                 .set(0);
@@ -156,9 +89,7 @@ pub fn render(st: &HubState, counters: &Counters) -> Result<String, std::fmt::Er
             resources
                 .get_or_create(&ty)
                 .inc_by(st.held(&e.proxy.id).len(t) as i64);
-            let i = type_index(t);
-            acks.get_or_create(&ty)
-                .inc_by(e.acks.get(i).copied().unwrap_or(0) as i64);
+            acks.get_or_create(&ty).inc_by(e.sync[t].acks as i64);
             let state = sync_state(st, e, t);
             if state == SyncState::Nacked {
                 nacked.get_or_create(&ty).inc();
@@ -173,7 +104,7 @@ pub fn render(st: &HubState, counters: &Counters) -> Result<String, std::fmt::Er
         .set(st.errors.len() as i64);
     errors
         .get_or_create(&labels(&[("source", "input")]))
-        .set(st.source_errors.len() as i64);
+        .set(st.source_errors.values().map(Vec::len).sum::<usize>() as i64);
 
     registry.register(
         "proxies_connected",

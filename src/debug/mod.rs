@@ -10,13 +10,13 @@
 //!   `/metrics` ([`metrics`]).
 //!
 //! Per-proxy history (what each proxy was sent per epoch, its ACK/NACK, the input changes
-//! behind it) is kept by [`history`].
+//! behind it) is kept by the hub ([`crate::hub::history`]); the debug port only reads.
 //!
 //! gRPC and HTTP share the port through tonic's `Routes`, which is an axum router: requests
 //! to `/<grpc.Service>/<Method>` reach the gRPC services, the paths above reach the JSON
 //! handlers, anything else is a 404.
 //!
-//! Everything is read from the xDS hub's state ([`crate::xds::hub::Hub::read`]); the sync
+//! Everything is read from the xDS hub's state ([`crate::hub::Hub::read`]); the sync
 //! states every surface reports, and what they approximate, are in [`status`].
 
 pub mod cli;
@@ -24,14 +24,13 @@ pub mod csds;
 pub mod diff;
 pub mod envoy_json;
 pub mod explain;
-pub mod history;
 pub mod http;
 pub mod metrics;
 pub mod status;
 pub mod units;
 pub mod watch;
 
-use crate::xds::hub::Hub;
+use crate::hub::Hub;
 use std::sync::Arc;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -121,15 +120,7 @@ impl Debug for DebugService {
         &self,
         _: Request<ListConfigErrorsRequest>,
     ) -> Result<Response<ListConfigErrorsResponse>, Status> {
-        let errors = self.hub.read(|st| {
-            let mut out = st.source_errors.clone();
-            out.extend(
-                st.errors
-                    .keys()
-                    .map(|e| format!("{}: {}", e.object, e.message)),
-            );
-            out
-        });
+        let errors = self.hub.read(|st| st.error_lines());
         Ok(Response::new(ListConfigErrorsResponse { errors }))
     }
 

@@ -1,102 +1,27 @@
 //! Per-proxy sync state, shared by the Debug API, CSDS, the JSON endpoints, `/metrics` and
 //! the command line, so that every surface says the same thing about a proxy.
 //!
-//! # What the states mean
-//!
-//! The hub records, per proxy and type, the resources the proxy should hold, the response
-//! in flight (sent, not answered: stream, nonce, send time), the time of the last ACK, the
-//! versions the proxy acknowledged, and the message of the last NACK. Per type:
-//!
-//! - `NOT SENT`: the proxy's first epoch is not computed yet, or it should hold nothing of
-//!   this type and never acknowledged anything of it.
-//! - `NACKED`: the last answer of this type was a NACK (a later ACK clears it).
-//! - `STALE (age)`: a response of this type was sent and is not answered yet (age since
-//!   the send), or resources exist and nothing was sent yet (age since the proxy's config
-//!   was ready). As in `istioctl proxy-status`, a push that is merely in flight shows
-//!   STALE for the milliseconds until its ACK.
-//! - `SYNCED`: nothing in flight, and the proxy acknowledged a response of this type or
-//!   resumed a Delta stream with `initial_resource_versions` (it already holds what it
-//!   needs: nothing was sent, nothing needs acknowledging).
-//!
-//! What is still approximated: the state is per type, not per resource; with several
-//! streams for one node id, the last push of any of them is the one in flight.
+//! The states and what they approximate are defined with the sync state itself
+//! ([`crate::hub::sync`]); this module renders them.
 
 use super::pb::{ListProxiesResponse, ProxyStatus, TypeStatus};
 use super::pb::{StreamStatus, StreamTypeStatus};
 use super::watch::unix_seconds;
-use crate::xds::hub::{HubState, ProxyEntry};
+pub use crate::hub::sync::{sync_state, sync_state_at, SyncState};
+use crate::hub::sync::ProxyEntry;
+use crate::hub::HubState;
 use dataflows::model::{ProxyKind, ResourceType};
 use envoy_types::pb::envoy::service::status::v3::ConfigStatus;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
-/// A proxy's sync state for one xDS type.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SyncState {
-    Synced,
-    Stale,
-    Nacked,
-    NotSent,
-}
-
-impl SyncState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SyncState::Synced => "SYNCED",
-            SyncState::Stale => "STALE",
-            SyncState::Nacked => "NACKED",
-            SyncState::NotSent => "NOT SENT",
-        }
-    }
-
-    /// CSDS's per-resource status (`ERROR` is what CSDS calls a NACK).
-    pub fn config_status(self) -> ConfigStatus {
-        match self {
-            SyncState::Synced => ConfigStatus::Synced,
-            SyncState::Stale => ConfigStatus::Stale,
-            SyncState::Nacked => ConfigStatus::Error,
-            SyncState::NotSent => ConfigStatus::NotSent,
-        }
-    }
-}
-
-/// Index of `t` in the hub's per-type arrays (`acks`, `last_nack`): the order of
-/// [`ResourceType::ALL`].
-pub fn type_index(t: ResourceType) -> usize {
-    t.index()
-}
-
-/// The sync state of one type of one proxy, by the rules in the module documentation.
-pub fn sync_state(st: &HubState, entry: &ProxyEntry, t: ResourceType) -> SyncState {
-    sync_state_at(st, entry, t, Instant::now()).0
-}
-
-/// The sync state and, for STALE, how long it has been stale.
-pub fn sync_state_at(
-    st: &HubState,
-    entry: &ProxyEntry,
-    t: ResourceType,
-    now: Instant,
-) -> (SyncState, Duration) {
-    let i = type_index(t);
-    let acks = entry.acks.get(i).copied().unwrap_or(0);
-    let nacked = entry.last_nack.get(i).is_some_and(|n| n.is_some());
-    let sync = &entry.sync[i];
-    let resources = st.held(&entry.proxy.id).len(t);
-    let since =
-        |at: Option<Instant>| at.map_or(Duration::ZERO, |a| now.saturating_duration_since(a));
-    if !entry.ready {
-        (SyncState::NotSent, Duration::ZERO)
-    } else if nacked {
-        (SyncState::Nacked, Duration::ZERO)
-    } else if let Some(f) = &sync.in_flight {
-        (SyncState::Stale, since(Some(f.sent_at)))
-    } else if acks > 0 || sync.resumed {
-        (SyncState::Synced, Duration::ZERO)
-    } else if resources == 0 {
-        (SyncState::NotSent, Duration::ZERO)
-    } else {
-        (SyncState::Stale, since(entry.ready_at))
+/// CSDS's per-resource status (`ERROR` is what CSDS calls a NACK).
+pub fn config_status(s: SyncState) -> ConfigStatus {
+    match s {
+        SyncState::Synced => ConfigStatus::Synced,
+        SyncState::Stale => ConfigStatus::Stale,
+        SyncState::Nacked => ConfigStatus::Error,
+        SyncState::NotSent => ConfigStatus::NotSent,
     }
 }
 
@@ -125,7 +50,7 @@ pub fn stream_details(e: &ProxyEntry) -> Vec<StreamStatus> {
                 .iter()
                 .filter_map(|sub| {
                     let t = sub.rtype?;
-                    let f = e.sync[type_index(t)]
+                    let f = e.sync[t]
                         .in_flight
                         .as_ref()
                         .filter(|f| f.stream == *id);
@@ -144,7 +69,7 @@ pub fn stream_details(e: &ProxyEntry) -> Vec<StreamStatus> {
 
 /// Proxies with an open stream (an entry without one is waiting for its retraction).
 pub fn connected(st: &HubState) -> impl Iterator<Item = &ProxyEntry> {
-    st.proxies().filter(|e| e.streams() > 0)
+    st.connected()
 }
 
 pub fn kind_name(kind: ProxyKind) -> &'static str {
@@ -170,22 +95,22 @@ pub fn list_proxies(st: &HubState) -> ListProxiesResponse {
             types: ResourceType::ALL
                 .iter()
                 .map(|t| {
-                    let i = type_index(*t);
+                    let sync = &e.sync[*t];
                     let (state, age) = sync_state_at(st, e, *t, now);
                     TypeStatus {
                         r#type: t.short().into(),
                         resources: st.held(&e.proxy.id).len(*t) as u32,
-                        acks: e.acks.get(i).copied().unwrap_or(0),
-                        last_nack: e.last_nack.get(i).cloned().flatten().unwrap_or_default(),
+                        acks: sync.acks,
+                        last_nack: sync.last_nack.clone().unwrap_or_default(),
                         sync: state.as_str().into(),
                         stale_seconds: if state == SyncState::Stale {
                             age.as_secs_f64()
                         } else {
                             0.0
                         },
-                        last_sent_unix_seconds: unix(e.sync[i].last_sent),
-                        last_ack_unix_seconds: unix(e.sync[i].last_ack),
-                        acked_resources: e.sync[i].acked.len() as u32,
+                        last_sent_unix_seconds: unix(sync.last_sent),
+                        last_ack_unix_seconds: unix(sync.last_ack),
+                        acked_resources: sync.acked.len() as u32,
                     }
                 })
                 .collect(),

@@ -8,68 +8,11 @@
 //! (`GET /debug/watch?proxy=ID`), and printed by `meshflow watch PROXY`.
 
 use super::pb;
-use dataflows::model::ResourceType;
+use crate::hub::events::{WatchEvent, WatchKind};
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::sync::broadcast;
-
-/// One resource in a push.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NameChange {
-    pub name: String,
-    pub old: Option<String>,
-    pub new: Option<String>,
-}
-
-impl NameChange {
-    pub fn new(name: &str, old: Option<&str>, new: Option<&str>) -> NameChange {
-        NameChange {
-            name: name.to_string(),
-            old: old.map(str::to_string),
-            new: new.map(str::to_string),
-        }
-    }
-
-    /// `+` added, `-` removed, `~` changed.
-    pub fn op(&self) -> &'static str {
-        match (&self.old, &self.new) {
-            (None, Some(_)) => "+",
-            (_, None) => "-",
-            _ => "~",
-        }
-    }
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum WatchKind {
-    Push {
-        rtype: ResourceType,
-        nonce: String,
-        bytes: u64,
-        changes: Vec<NameChange>,
-    },
-    Ack {
-        rtype: ResourceType,
-        nonce: String,
-    },
-    Nack {
-        rtype: ResourceType,
-        nonce: String,
-        message: String,
-    },
-}
-
-/// Something that happened on a proxy's streams.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct WatchEvent {
-    pub proxy: String,
-    pub at: SystemTime,
-    /// The epoch the push carries (the newest one when it coalesces several); for ACKs and
-    /// NACKs, the hub's epoch when it arrived.
-    pub epoch: u64,
-    pub kind: WatchKind,
-}
 
 /// Unix time in seconds, to the millisecond (so it survives JSON and YAML round trips).
 pub fn unix_seconds(t: SystemTime) -> f64 {
@@ -254,6 +197,8 @@ pub async fn next_for(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hub::events::NameChange;
+    use dataflows::model::ResourceType;
 
     #[test]
     fn text_and_json_of_a_push() {

@@ -2,57 +2,21 @@
 //! epochs (debounced), steps the dataflow one epoch at a time and hands each epoch's
 //! output to the xDS hub. A proxy never sees half an epoch.
 
-use crate::xds::hub::Hub;
+use crate::hub::Hub;
+use crate::input::{EpochMeta, Input, InputChange};
 use dataflows::driver::{Batch, Engine};
-use dataflows::model::{MeshConfig, Proxy, ProxyId, Record};
+use dataflows::model::{MeshConfig, ProxyId, Record};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub mod changes;
 pub mod full_push;
 
-use changes::InputChange;
 pub use crate::engine::EngineKind;
 
 enum Compute {
     Dataflow(Engine),
     FullPush(Box<full_push::FullPush>),
-}
-
-/// What the runtime consumes.
-#[derive(Debug)]
-pub enum Input {
-    /// Record changes from a source, with the source's current list of problems.
-    Changes {
-        changes: Vec<(Record, isize)>,
-        /// The objects behind `changes`, for the debug history.
-        described: Vec<InputChange>,
-        errors: Vec<String>,
-    },
-    ProxyUp(Proxy),
-    ProxyDown(Proxy),
-}
-
-/// What the hub learns about an epoch besides its output.
-#[derive(Debug, Clone)]
-pub struct EpochMeta {
-    /// The input objects that changed.
-    pub inputs: Vec<InputChange>,
-    /// When the first input of the epoch arrived.
-    pub received: std::time::SystemTime,
-    pub received_instant: Instant,
-}
-
-impl EpochMeta {
-    /// An epoch with no description (tests, hand-made epochs).
-    pub fn now() -> EpochMeta {
-        EpochMeta {
-            inputs: Vec::new(),
-            received: std::time::SystemTime::now(),
-            received_instant: Instant::now(),
-        }
-    }
 }
 
 /// Runs until every sender of `inputs` is gone.
@@ -93,11 +57,12 @@ pub fn run(
         let mut changes = Vec::new();
         let mut up: Vec<ProxyId> = Vec::new();
         let mut down: Vec<ProxyId> = Vec::new();
-        let mut source_errors = None;
+        let mut source_errors = Vec::new();
         let mut n_config = 0usize;
         for input in batch {
             match input {
                 Input::Changes {
+                    source,
                     changes: c,
                     described: d,
                     errors,
@@ -105,7 +70,9 @@ pub fn run(
                     n_config += c.len();
                     changes.extend(c);
                     described.extend(d);
-                    source_errors = Some(errors);
+                    // A later report of the same source in this epoch replaces its earlier one.
+                    source_errors.retain(|(s, _)| *s != source);
+                    source_errors.push((source, errors));
                 }
                 Input::ProxyUp(p) => {
                     up.push(p.id.clone());
@@ -148,10 +115,8 @@ pub fn run(
             inputs: described,
             received,
             received_instant: started,
+            source_errors,
         };
-        hub.apply(out, meta, &up, &down, source_errors);
-        if engine_kind == EngineKind::FullPush {
-            hub.push_everything();
-        }
+        hub.apply(out, meta, &up, &down);
     }
 }

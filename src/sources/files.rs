@@ -10,7 +10,7 @@
 //! too broken to identify keeps every object it held before.
 
 use crate::model::{parse_file, DocError, Invalid};
-use crate::runtime::changes::{describe, InputChange};
+use crate::input::{describe, InputChange};
 use dataflows::model::{ConfigKey, MeshConfig, Record};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};

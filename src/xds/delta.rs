@@ -2,10 +2,10 @@
 //! the client holds (from `initial_resource_versions` and what was sent), one response in
 //! flight per type, ACK/NACK. It reads a [`ProxyView`] and produces responses; it does no I/O.
 
-use super::hub::ProxyView;
+use crate::hub::view::ProxyView;
 use super::{
-    resource_type, wildcard_by_default, Feedback, Nack, ProtocolError, Push, Subscription,
-    MAX_NAMES,
+    resource_type, wildcard_by_default, Events, Feedback, Nack, ProtocolError, Push,
+    Subscription, MAX_NAMES,
 };
 use dataflows::materialize::{Name, Stamp};
 use dataflows::model::ResourceType;
@@ -56,12 +56,8 @@ impl TypeState {
 pub struct DeltaStream {
     types: BTreeMap<ResourceType, TypeState>,
     nonce: u64,
-    /// ACKs and NACKs received since the server last drained them.
-    pub feedback: Vec<Feedback>,
-    /// Responses produced since the server last drained them.
-    pub pushes: Vec<Push>,
-    /// Bumped whenever a subscription changes (debug snapshots are retaken then).
-    pub subscription_generation: u64,
+    /// ACKs, NACKs, pushes and subscription changes since the server last took them.
+    pub events: Events,
     /// The last CDS response left clusters for the next one ([`MAX_RESPONSE_BYTES`]).
     clusters_incomplete: bool,
     /// A request since the last [`DeltaStream::pending`] asked for something (first
@@ -115,27 +111,27 @@ impl DeltaStream {
             // A client resuming with versions already has what it needs to run.
             st.must_respond = req.initial_resource_versions.is_empty();
             if !req.initial_resource_versions.is_empty() {
-                self.feedback.push(Feedback::Resumed {
+                self.events.feedback(Feedback::Resumed {
                     rtype: t,
                     versions: req.initial_resource_versions.clone(),
                 });
             }
-            self.subscription_generation += 1;
+            self.events.subscriptions_changed();
         }
         if !req.resource_names_subscribe.is_empty() || !req.resource_names_unsubscribe.is_empty() {
-            self.subscription_generation += 1;
+            self.events.subscriptions_changed();
         }
         if !req.response_nonce.is_empty() {
             if st.in_flight.as_deref() == Some(req.response_nonce.as_str()) {
                 st.in_flight = None;
             }
             match &req.error_detail {
-                Some(status) => self.feedback.push(Feedback::Nack(Nack {
+                Some(status) => self.events.feedback(Feedback::Nack(Nack {
                     rtype: t,
                     nonce: req.response_nonce.clone(),
                     message: status.message.clone(),
                 })),
-                None => self.feedback.push(Feedback::Ack {
+                None => self.events.feedback(Feedback::Ack {
                     rtype: t,
                     nonce: req.response_nonce.clone(),
                 }),
@@ -357,7 +353,7 @@ impl DeltaStream {
             let nonce = self.nonce.to_string();
             st.in_flight = Some(nonce.clone());
             let removed_resources = removed.iter().map(|n| n.to_string()).collect();
-            self.pushes.push(Push {
+            self.events.push(Push {
                 rtype: t,
                 nonce: nonce.clone(),
                 bytes,

@@ -1,17 +1,22 @@
-//! The xDS side: the hub (state served), the pure protocol state machines for Delta and
-//! State-of-the-World ADS, node identity, and the tonic server (the only place a
-//! `tonic::Status` is made).
+//! The xDS protocol, and only the protocol: the pure state machines of Delta
+//! ([`delta`]) and State-of-the-World ([`sotw`]) ADS, which read a
+//! [`crate::hub::view::ProxyView`] and report what they did as [`Events`]; node identity
+//! ([`node`]); authentication ([`auth`], [`tls`]); gRPC framing ([`grpc`]); and the tonic
+//! server ([`server`], the only place a `tonic::Status` is made).
+//!
+//! May import: `crate::hub` (what to serve, and the [`crate::hub::recorder::Recorder`] that
+//! observes it), `crate::input`. Nothing imports `xds` but `serve` and the bench's
+//! simulated proxies.
 
 pub mod auth;
 pub mod delta;
 pub mod grpc;
-pub mod hub;
 pub mod node;
 pub mod server;
 pub mod sotw;
 pub mod tls;
 
-use dataflows::materialize::Name;
+pub use crate::hub::recorder::{Feedback, Nack, Push, StreamEvent, Subscription};
 use dataflows::model::ResourceType;
 
 /// A request the protocol cannot serve.
@@ -44,52 +49,52 @@ pub(crate) fn wildcard_by_default(t: ResourceType) -> bool {
     matches!(t, ResourceType::Cluster | ResourceType::Listener)
 }
 
-/// A NACK as the proxy reported it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Nack {
-    pub rtype: ResourceType,
-    pub nonce: String,
-    pub message: String,
+/// What a protocol state machine reports as it serves, in the order it happened; the
+/// server hands each to the hub's [`Recorder`]. Subscriptions are reported only when they
+/// changed, as the complete list.
+#[derive(Debug)]
+pub struct Events {
+    queue: Vec<StreamEvent>,
+    subscriptions_changed: bool,
 }
 
-/// What a proxy said about a response, or what it brought when it resumed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Feedback {
-    Ack {
-        rtype: ResourceType,
-        nonce: String,
-    },
-    Nack(Nack),
-    /// A Delta stream's first request of a type carried `initial_resource_versions`: the
-    /// proxy already holds (and took) these versions.
-    Resumed {
-        rtype: ResourceType,
-        versions: std::collections::HashMap<String, String>,
-    },
+impl Default for Events {
+    /// A new stream reports its subscriptions once, whatever its first request asks.
+    fn default() -> Self {
+        Events {
+            queue: Vec::new(),
+            subscriptions_changed: true,
+        }
+    }
 }
 
-/// One response a stream sent: what the debug history, metrics and sync state record.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Push {
-    pub rtype: ResourceType,
-    pub nonce: String,
-    /// Encoded bytes of the resources carried.
-    pub bytes: usize,
-    /// Name and version of every resource carried.
-    pub resources: Vec<(Name, Name)>,
-    /// Names the response removes (Delta `removed_resources`).
-    pub removed: Vec<Name>,
-    /// The response is the full set of the type (SotW CDS/LDS): whatever it does not
-    /// carry, the proxy drops.
-    pub full_set: bool,
-}
+impl Events {
+    pub fn feedback(&mut self, f: Feedback) {
+        self.queue.push(StreamEvent::Feedback(f));
+    }
 
-/// A stream's subscription to one type, for the debug API.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Subscription {
-    pub rtype: Option<ResourceType>,
-    pub wildcard: bool,
-    pub names: Vec<String>,
+    pub fn push(&mut self, p: Push) {
+        self.queue.push(StreamEvent::Push(p));
+    }
+
+    pub fn subscriptions_changed(&mut self) {
+        self.subscriptions_changed = true;
+    }
+
+    /// Whether [`Events::take`] will want the current subscriptions.
+    pub fn wants_subscriptions(&self) -> bool {
+        self.subscriptions_changed
+    }
+
+    /// Everything reported since the last call; `subscriptions` is the stream's current
+    /// list when [`Events::wants_subscriptions`] said so.
+    pub fn take(&mut self, subscriptions: Option<Vec<Subscription>>) -> Vec<StreamEvent> {
+        if let Some(s) = subscriptions.filter(|_| self.subscriptions_changed) {
+            self.queue.push(StreamEvent::Subscriptions(s));
+            self.subscriptions_changed = false;
+        }
+        std::mem::take(&mut self.queue)
+    }
 }
 
 #[cfg(test)]

@@ -1,29 +1,32 @@
-//! The Delta and SotW state machines against a hub fed by hand-made epochs.
+//! The Delta and SotW state machines against a proxy view fed by hand-made epochs.
 
 use super::delta::DeltaStream;
-use super::hub::Hub;
 use super::sotw::SotwStream;
-use super::Feedback;
+use super::{Feedback, StreamEvent};
+use crate::hub::view::{Bodies, ProxyView};
+use dataflows::materialize::Materialized;
 use dataflows::driver::EpochOutput;
-use dataflows::model::{Proxy, ProxyKind, Resource, ResourceType};
+use dataflows::model::{Resource, ResourceType};
 use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
 use envoy_types::pb::google::rpc::Status as RpcStatus;
-use std::sync::Arc;
+use std::cell::RefCell;
 
 const ID: &str = "sidecar~10.0.0.1~a.default~default.svc.cluster.local";
 
-fn hub() -> Arc<Hub> {
-    let (tx, _rx) = std::sync::mpsc::channel();
-    let hub = Hub::new(tx);
-    hub.connect(Proxy {
-        id: ID.into(),
-        kind: ProxyKind::Sidecar,
-        ips: vec!["10.0.0.1".into()],
-        namespace: "default".into(),
-        labels: Default::default(),
-        interception_none: true,
-    });
-    hub
+/// What one proxy is served, built from hand-made epochs as the hub builds it (a
+/// materialized set and its bodies), without a hub.
+#[derive(Default)]
+struct Served(RefCell<(Materialized, Bodies)>);
+
+impl Served {
+    fn with_view<R>(&self, id: &str, f: impl FnOnce(&ProxyView<'_>) -> R) -> Option<R> {
+        let st = self.0.borrow();
+        Some(f(&ProxyView::new(st.0.held(id), &st.1, 0)))
+    }
+}
+
+fn hub() -> Served {
+    Served::default()
 }
 
 fn res(t: ResourceType, name: &str, body: &str) -> Resource {
@@ -31,7 +34,7 @@ fn res(t: ResourceType, name: &str, body: &str) -> Resource {
 }
 
 /// Applies an epoch in which `add` resources appear for the proxy and `del` disappear.
-fn epoch(hub: &Hub, n: u64, add: &[Resource], del: &[Resource]) {
+fn epoch(hub: &Served, n: u64, add: &[Resource], del: &[Resource]) {
     let mut out = EpochOutput {
         epoch: n,
         ..Default::default()
@@ -42,8 +45,11 @@ fn epoch(hub: &Hub, n: u64, add: &[Resource], del: &[Resource]) {
             out.bodies.push((r.clone(), d));
         }
     }
-    let up: Vec<String> = if n == 1 { vec![ID.into()] } else { vec![] };
-    hub.apply(out, crate::runtime::EpochMeta::now(), &up, &[], None);
+    let mut st = hub.0.borrow_mut();
+    let (held, bodies) = &mut *st;
+    bodies.add(held, std::mem::take(&mut out.bodies));
+    held.apply(&out, false);
+    bodies.retire();
 }
 
 #[test]
@@ -124,7 +130,16 @@ fn delta_nack_is_recorded_and_not_resent() {
         ..Default::default()
     })
     .unwrap();
-    assert!(matches!(&s.feedback[..], [Feedback::Nack(n)] if n.message == "invalid listener"));
+    let feedback: Vec<Feedback> = s
+        .events
+        .take(None)
+        .into_iter()
+        .filter_map(|e| match e {
+            StreamEvent::Feedback(f) => Some(f),
+            _ => None,
+        })
+        .collect();
+    assert!(matches!(&feedback[..], [Feedback::Nack(n)] if n.message == "invalid listener"));
     assert!(
         hub.with_view(ID, |v| s.pending(v)).unwrap().is_empty(),
         "the rejected version is not resent"

@@ -5,10 +5,12 @@
 use super::auth::{AuthConfig, Denied};
 use super::delta::DeltaStream;
 use super::grpc;
-use super::hub::{Hub, ProxyView};
 use super::node::proxy_from_node;
 use super::sotw::SotwStream;
-use super::{Feedback, ProtocolError, Push, Subscription};
+use super::{Feedback, ProtocolError, StreamEvent};
+use crate::hub::recorder::{Recorder, StreamRef};
+use crate::hub::view::ProxyView;
+use crate::hub::Hub;
 use bytes::Bytes;
 use dataflows::materialize::Name;
 use envoy_types::pb::envoy::config::core::v3::Node;
@@ -50,11 +52,8 @@ trait Protocol: Default + Send + 'static {
         name: &dyn Fn(&str) -> Name,
     ) -> Result<(), ProtocolError>;
     fn pending(&mut self, view: &ProxyView<'_>) -> Vec<Self::Resp>;
-    fn feedback(&mut self) -> Vec<Feedback>;
-    fn pushes(&mut self) -> Vec<Push>;
-    /// Changes whenever a subscription does.
-    fn subscription_generation(&self) -> u64;
-    fn subscriptions(&self) -> Vec<Subscription>;
+    /// What happened since the last call, for the hub's [`Recorder`].
+    fn events(&mut self) -> Vec<StreamEvent>;
     /// A response is waiting for its ACK or NACK.
     fn in_flight(&self) -> bool;
     /// `pending` may have something new to send (see [`DeltaStream::wants_look`]).
@@ -80,17 +79,12 @@ impl Protocol for DeltaStream {
     fn pending(&mut self, view: &ProxyView<'_>) -> Vec<Self::Resp> {
         DeltaStream::pending(self, view)
     }
-    fn feedback(&mut self) -> Vec<Feedback> {
-        std::mem::take(&mut self.feedback)
-    }
-    fn pushes(&mut self) -> Vec<Push> {
-        std::mem::take(&mut self.pushes)
-    }
-    fn subscription_generation(&self) -> u64 {
-        self.subscription_generation
-    }
-    fn subscriptions(&self) -> Vec<Subscription> {
-        DeltaStream::subscriptions(self)
+    fn events(&mut self) -> Vec<StreamEvent> {
+        let subscriptions = self
+            .events
+            .wants_subscriptions()
+            .then(|| DeltaStream::subscriptions(self));
+        self.events.take(subscriptions)
     }
     fn in_flight(&self) -> bool {
         DeltaStream::in_flight(self)
@@ -117,17 +111,12 @@ impl Protocol for SotwStream {
     fn pending(&mut self, view: &ProxyView<'_>) -> Vec<Self::Resp> {
         SotwStream::pending(self, view)
     }
-    fn feedback(&mut self) -> Vec<Feedback> {
-        std::mem::take(&mut self.feedback)
-    }
-    fn pushes(&mut self) -> Vec<Push> {
-        std::mem::take(&mut self.pushes)
-    }
-    fn subscription_generation(&self) -> u64 {
-        self.subscription_generation
-    }
-    fn subscriptions(&self) -> Vec<Subscription> {
-        SotwStream::subscriptions(self)
+    fn events(&mut self) -> Vec<StreamEvent> {
+        let subscriptions = self
+            .events
+            .wants_subscriptions()
+            .then(|| SotwStream::subscriptions(self));
+        self.events.take(subscriptions)
     }
     fn in_flight(&self) -> bool {
         SotwStream::in_flight(self)
@@ -177,8 +166,11 @@ async fn serve_stream<P: Protocol>(
     let notify = hub.connect(proxy);
     let mut state = P::default();
     let mut next = Some(first);
-    // Subscriptions are copied to the hub for the debug API only when they change.
-    let mut recorded_generation = None;
+    let from = StreamRef {
+        proxy: &id,
+        stream,
+        protocol: P::NAME,
+    };
     // A new stream's first full config is built only while it holds one of a bounded number
     // of slots, kept until it has been acknowledged (or WARMUP_HOLD passed): ten thousand
     // proxies connecting at once then never have ten thousand whole configs encoded and
@@ -193,15 +185,11 @@ async fn serve_stream<P: Protocol>(
                 let _ = tx.send(Err(Status::invalid_argument(e.to_string()))).await;
                 break;
             }
-            for fb in state.feedback() {
-                if let Feedback::Nack(nack) = &fb {
+            for event in state.events() {
+                if let StreamEvent::Feedback(Feedback::Nack(nack)) = &event {
                     tracing::warn!(proxy = %id, rtype = nack.rtype.short(), nonce = %nack.nonce, error = %nack.message, "NACK");
                 }
-                hub.record_feedback(&id, stream, fb);
-            }
-            if recorded_generation != Some(state.subscription_generation()) {
-                recorded_generation = Some(state.subscription_generation());
-                hub.record_subscriptions(&id, stream, P::NAME, state.subscriptions());
+                hub.record(from, event);
             }
         }
         if !warmed && slot.is_none() {
@@ -240,8 +228,8 @@ async fn serve_stream<P: Protocol>(
             }
         }
         // Recorded before sending, so an ACK never arrives for a push not yet recorded.
-        for push in state.pushes() {
-            hub.record_push(&id, stream, push);
+        for event in state.events() {
+            hub.record(from, event);
         }
         for r in responses {
             // Encoded here, one allocation per response, freed once HTTP/2 wrote it.
@@ -387,7 +375,7 @@ impl tonic::codegen::Service<http::Request<tonic::body::Body>> for AdsService {
     fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
         let opened = match request.uri().path() {
             grpc::SOTW_PATH => self.0.open::<SotwStream>(request),
-            grpc::DELTA_PATH if self.0.hub.is_full_push() => Err(Status::failed_precondition(
+            grpc::DELTA_PATH if self.0.hub.engine().pushes_everything() => Err(Status::failed_precondition(
                 "this meshflow runs the full-push baseline, which serves State-of-the-World ADS only",
             )),
             grpc::DELTA_PATH => self.0.open::<DeltaStream>(request),

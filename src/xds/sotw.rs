@@ -3,10 +3,10 @@
 //! them when the subscription changes). Stale nonces are ignored; one response in flight
 //! per type; a NACK is recorded and the rejected version is not resent.
 
-use super::hub::ProxyView;
+use crate::hub::view::ProxyView;
 use super::{
-    resource_type, wildcard_by_default, Feedback, Nack, ProtocolError, Push, Subscription,
-    MAX_NAMES,
+    resource_type, wildcard_by_default, Events, Feedback, Nack, ProtocolError, Push,
+    Subscription, MAX_NAMES,
 };
 use dataflows::materialize::Name;
 use dataflows::model::ResourceType;
@@ -36,12 +36,8 @@ pub struct SotwStream {
     /// The hub generation last pushed in full (full-push baseline only).
     generation: u64,
     nonce: u64,
-    /// ACKs and NACKs received since the server last drained them.
-    pub feedback: Vec<Feedback>,
-    /// Responses produced since the server last drained them.
-    pub pushes: Vec<Push>,
-    /// Bumped whenever a subscription changes (debug snapshots are retaken then).
-    pub subscription_generation: u64,
+    /// ACKs, NACKs, pushes and subscription changes since the server last took them.
+    pub events: Events,
 }
 
 impl SotwStream {
@@ -57,12 +53,12 @@ impl SotwStream {
             }
             st.in_flight = false;
             match &req.error_detail {
-                Some(status) => self.feedback.push(Feedback::Nack(Nack {
+                Some(status) => self.events.feedback(Feedback::Nack(Nack {
                     rtype: t,
                     nonce: req.response_nonce.clone(),
                     message: status.message.clone(),
                 })),
-                None => self.feedback.push(Feedback::Ack {
+                None => self.events.feedback(Feedback::Ack {
                     rtype: t,
                     nonce: req.response_nonce.clone(),
                 }),
@@ -77,7 +73,7 @@ impl SotwStream {
         let wildcard = wildcard_by_default(t)
             && (req.resource_names.is_empty() || req.resource_names.iter().any(|n| n == "*"));
         if names != st.names || wildcard != st.wildcard {
-            self.subscription_generation += 1;
+            self.events.subscriptions_changed();
         }
         if req.response_nonce.is_empty() || names != st.names || wildcard != st.wildcard {
             st.must_respond = true;
@@ -183,7 +179,7 @@ impl SotwStream {
             self.nonce += 1;
             let nonce = self.nonce.to_string();
             st.latest_nonce = Some(nonce.clone());
-            self.pushes.push(Push {
+            self.events.push(Push {
                 rtype: t,
                 nonce: nonce.clone(),
                 bytes,

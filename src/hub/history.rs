@@ -27,7 +27,8 @@
 //! push: responses coalesce, so one push may carry several epochs. A change that no push
 //! ever carries (the stream does not subscribe to the name) stays "not sent".
 
-use crate::runtime::changes::InputChange;
+use super::per_type::PerType;
+use crate::input::InputChange;
 use dataflows::materialize::Name;
 use dataflows::model::{Body, ResourceType};
 use std::collections::{HashMap, VecDeque};
@@ -119,14 +120,7 @@ fn body_key(b: &Body) -> usize {
 #[derive(Default)]
 struct PerProxy {
     /// Entry ids per type, oldest first.
-    by_type: [VecDeque<u64>; 4],
-}
-
-fn type_slot(t: ResourceType) -> usize {
-    ResourceType::ALL
-        .iter()
-        .position(|x| *x == t)
-        .unwrap_or_default()
+    by_type: PerType<VecDeque<u64>>,
 }
 
 /// What was acknowledged by one ACK: when the epochs it completes started, for the
@@ -278,7 +272,7 @@ impl History {
         };
         let id = self.next_id;
         self.next_id += 1;
-        self.proxies.entry(key.clone()).or_default().by_type[type_slot(rtype)].push_back(id);
+        self.proxies.entry(key.clone()).or_default().by_type[rtype].push_back(id);
         // The entry's own bytes; the bodies it is first to keep alive count separately
         // until their last reference goes.
         self.bytes += bytes + held;
@@ -357,7 +351,7 @@ impl History {
             freed += self.release(&c.new_body);
         }
         self.bytes = self.bytes.saturating_sub(freed);
-        let slot = type_slot(e.rtype);
+        let slot = e.rtype;
         let empty = match self.proxies.get_mut(&e.proxy) {
             Some(p) => {
                 if p.by_type[slot].front() == Some(&e.id) {
@@ -365,7 +359,7 @@ impl History {
                 } else {
                     p.by_type[slot].retain(|id| *id != e.id);
                 }
-                p.by_type.iter().all(VecDeque::is_empty)
+                p.by_type.iter().all(|(_, q)| q.is_empty())
             }
             None => false,
         };
@@ -397,7 +391,7 @@ impl History {
         else {
             return covered;
         };
-        for id in p.by_type[type_slot(rtype)].iter().rev() {
+        for id in p.by_type[rtype].iter().rev() {
             let Some(e) = id
                 .checked_sub(first)
                 .and_then(|i| self.entries.get_mut(i as usize))
@@ -442,7 +436,7 @@ impl History {
             return out;
         };
         let mut found = false;
-        for id in p.by_type[type_slot(rtype)].iter().rev() {
+        for id in p.by_type[rtype].iter().rev() {
             let Some(e) = id
                 .checked_sub(first)
                 .and_then(|i| self.entries.get_mut(i as usize))
@@ -485,7 +479,7 @@ impl History {
         let Some(p) = self.proxies.get(proxy) else {
             return out;
         };
-        let mut ids: Vec<u64> = p.by_type.iter().flatten().copied().collect();
+        let mut ids: Vec<u64> = p.by_type.values().flatten().copied().collect();
         ids.sort_unstable();
         for id in ids {
             let Some(i) = self.index(id) else { continue };
@@ -517,7 +511,7 @@ impl History {
     pub fn last_change(&self, proxy: &str, to: Option<u64>) -> Option<u64> {
         let p = self.proxies.get(proxy)?;
         p.by_type
-            .iter()
+            .values()
             .filter_map(|ids| {
                 ids.iter().rev().find_map(|id| {
                     let e = &self.entries[self.index(*id)?];

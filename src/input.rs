@@ -1,11 +1,59 @@
-//! A description of the input changes that made an epoch: which object (kind, namespace,
-//! name) was inserted, updated or deleted, and where it came from (the file that defines
-//! it, or `xds` for a proxy that connected or went away). Sources describe their changes
-//! from the records they emit; the runtime carries the description with the epoch to the
-//! xDS hub, whose history shows it next to what each proxy was sent.
+//! The vocabulary every side shares: what sources and streams hand the runtime ([`Input`]),
+//! what the hub learns about an epoch besides its output ([`EpochMeta`]), and the
+//! description of the input changes that made an epoch: which object (kind, namespace,
+//! name) was inserted, updated or deleted, and where it came from (the file that defines it,
+//! or `xds` for a proxy that connected or went away). Sources describe their changes from
+//! the records they emit; the runtime carries the description with the epoch to the hub,
+//! whose history shows it next to what each proxy was sent.
+//!
+//! Imports nothing of this crate: sources, runtime, hub, xds and debug all build on it.
 
-use dataflows::model::{ConfigKey, Record};
+use dataflows::model::{ConfigKey, Proxy, Record};
 use serde::Serialize;
+use std::time::{Instant, SystemTime};
+
+/// What the runtime consumes.
+#[derive(Debug)]
+pub enum Input {
+    /// Record changes from the source named `source`, with that source's complete list of
+    /// current problems (replacing what it reported before; other sources' stay).
+    Changes {
+        source: SourceName,
+        changes: Vec<(Record, isize)>,
+        /// The objects behind `changes`, for the debug history.
+        described: Vec<InputChange>,
+        errors: Vec<String>,
+    },
+    ProxyUp(Proxy),
+    ProxyDown(Proxy),
+}
+
+/// Which source sent a change (`files`, `kubernetes`, …): each keeps its own errors.
+pub type SourceName = &'static str;
+
+/// What the hub learns about an epoch besides its output.
+#[derive(Debug, Clone)]
+pub struct EpochMeta {
+    /// The input objects that changed.
+    pub inputs: Vec<InputChange>,
+    /// When the first input of the epoch arrived.
+    pub received: SystemTime,
+    pub received_instant: Instant,
+    /// The problems of each source that reported in this epoch (the complete list of each).
+    pub source_errors: Vec<(SourceName, Vec<String>)>,
+}
+
+impl EpochMeta {
+    /// An epoch with no description (tests, hand-made epochs).
+    pub fn now() -> EpochMeta {
+        EpochMeta {
+            inputs: Vec::new(),
+            received: SystemTime::now(),
+            received_instant: Instant::now(),
+            source_errors: Vec::new(),
+        }
+    }
+}
 
 /// What happened to an input object.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -49,7 +97,7 @@ impl InputChange {
     }
 
     /// A proxy that connected (`up`) or whose last stream closed.
-    pub fn proxy(p: &dataflows::model::Proxy, up: bool) -> InputChange {
+    pub fn proxy(p: &Proxy, up: bool) -> InputChange {
         InputChange {
             kind: "Proxy".into(),
             namespace: p.namespace.clone(),

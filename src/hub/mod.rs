@@ -1,0 +1,335 @@
+//! The hub: the served state and everything recorded about it, owned in one place.
+//!
+//! It holds the name and version of every resource each connected proxy should have, as the
+//! dataflow emits them (per scope, shared by the scope's proxies, plus each proxy's own:
+//! [`dataflows::materialize`]), and the encoded bodies once each ([`view::Bodies`]). It
+//! applies the runtime's per-epoch diffs ([`Hub::apply`]) and wakes only the streams of
+//! proxies whose resources changed. No protocol logic lives here: streams read a
+//! [`view::ProxyView`] and report what they did through the [`recorder::Recorder`] the hub
+//! implements.
+//!
+//! What is recorded about the serving: sync state per proxy and type ([`sync`]), the
+//! per-proxy history ([`history`]), provenance for `explain` ([`provenance`]), the event
+//! counters of `/metrics` ([`counters`]) and the watch stream ([`events`]).
+//!
+//! May import: `crate::input`, `crate::engine`, the `dataflows` crate. Imported by the
+//! runtime (which applies epochs), `xds` (which serves and records) and `debug` (which
+//! only reads).
+
+pub mod counters;
+pub mod events;
+pub mod history;
+pub mod per_type;
+pub mod provenance;
+pub mod recorder;
+pub mod sync;
+pub mod view;
+
+use crate::engine::EngineKind;
+use crate::input::{EpochMeta, Input, SourceName};
+use counters::Counters;
+use dataflows::driver::EpochOutput;
+use dataflows::materialize::{Held, Materialized, Name};
+use dataflows::model::{Body, ConfigError, Proxy, ProxyId, ResourceType};
+use events::WatchEvent;
+use history::{History, HistoryLimits, ResourceChange};
+use provenance::ProvenanceStore;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+use sync::ProxyEntry;
+use tokio::sync::{broadcast, Notify};
+use view::{Bodies, ProxyView};
+
+/// Watch events buffered for slow watchers; a watcher further behind is told it lagged.
+const WATCH_BUFFER: usize = 4096;
+
+/// How a hub serves and what it keeps.
+#[derive(Clone, Copy, Debug)]
+pub struct HubOptions {
+    /// Bounds of the per-proxy history.
+    pub history: HistoryLimits,
+    /// The full-push baseline wakes every proxy with a new generation after each epoch.
+    pub engine: EngineKind,
+}
+
+impl Default for HubOptions {
+    fn default() -> Self {
+        HubOptions {
+            history: HistoryLimits::default(),
+            engine: EngineKind::Meshflow,
+        }
+    }
+}
+
+#[derive(Default)]
+pub struct HubState {
+    pub epoch: u64,
+    proxies: HashMap<ProxyId, ProxyEntry>,
+    /// What every proxy holds, shared per scope.
+    held: Materialized,
+    bodies: Bodies,
+    pub errors: BTreeMap<ConfigError, isize>,
+    /// The current problems each source reported (a source's report replaces only its own).
+    pub source_errors: BTreeMap<SourceName, Vec<String>>,
+    /// Bumped by the full-push baseline after every epoch: streams then resend everything.
+    pub generation: u64,
+}
+
+pub struct Hub {
+    state: Mutex<HubState>,
+    inputs: Sender<Input>,
+    engine: EngineKind,
+    /// What each resource was built from (`explain`), under its own lock.
+    pub provenance: ProvenanceStore,
+    /// Taken after `state` when both are needed, never the other way round.
+    history: Mutex<History>,
+    pub metrics: Counters,
+    watch: broadcast::Sender<Arc<WatchEvent>>,
+    next_stream: AtomicU64,
+}
+
+impl Hub {
+    /// A hub whose proxies' arrivals and departures go to `inputs` (the runtime's).
+    pub fn new(inputs: Sender<Input>, options: HubOptions) -> Arc<Hub> {
+        Arc::new(Hub {
+            state: Mutex::new(HubState::default()),
+            inputs,
+            engine: options.engine,
+            provenance: Default::default(),
+            history: Mutex::new(History::new(options.history)),
+            metrics: Counters::default(),
+            watch: broadcast::channel(WATCH_BUFFER).0,
+            next_stream: AtomicU64::new(1),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HubState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn history(&self) -> MutexGuard<'_, History> {
+        self.history.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs `f` on the history (debug reads: copy out, render after).
+    pub fn read_history<R>(&self, f: impl FnOnce(&History) -> R) -> R {
+        f(&self.history())
+    }
+
+    /// A receiver of every push, ACK and NACK from now on.
+    pub fn watch(&self) -> broadcast::Receiver<Arc<WatchEvent>> {
+        self.watch.subscribe()
+    }
+
+    /// A fresh id for a new stream.
+    pub fn next_stream_id(&self) -> u64 {
+        self.next_stream.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The engine this hub serves.
+    pub fn engine(&self) -> EngineKind {
+        self.engine
+    }
+
+    /// Registers a stream for `proxy`; the first stream makes the proxy a dataflow input.
+    /// Returns the handle that is notified when the proxy's resources change.
+    pub fn connect(&self, proxy: Proxy) -> Arc<Notify> {
+        let mut st = self.lock();
+        let entry = st
+            .proxies
+            .entry(proxy.id.clone())
+            .or_insert_with(|| ProxyEntry::new(proxy.clone()));
+        entry.streams += 1;
+        if entry.streams == 1 {
+            // An entry without streams is waiting for its retraction to be computed: hide
+            // that transient state until the re-insertion's epoch has been applied.
+            entry.ready = false;
+            entry.proxy = proxy.clone();
+            // A new session: what the previous streams sent and had acknowledged is gone.
+            entry.sync = Default::default();
+            let _ = self.inputs.send(Input::ProxyUp(proxy));
+        }
+        entry.notify.clone()
+    }
+
+    /// Unregisters a stream; the last one retracts the proxy from the dataflow.
+    pub fn disconnect(&self, id: &str, stream: u64) {
+        let mut st = self.lock();
+        if let Some(entry) = st.proxies.get_mut(id) {
+            entry.stream_info.remove(&stream);
+            entry.streams = entry.streams.saturating_sub(1);
+            if entry.streams == 0 {
+                let _ = self.inputs.send(Input::ProxyDown(entry.proxy.clone()));
+            }
+        }
+    }
+
+    /// Applies one epoch of dataflow output. `up` are proxies whose insertion was part of
+    /// this epoch (now ready), `down` those retracted. `meta` describes the inputs, for the
+    /// history, and carries the problems of the sources that reported.
+    pub fn apply(&self, mut out: EpochOutput, meta: EpochMeta, up: &[ProxyId], down: &[ProxyId]) {
+        self.provenance.apply(&out.proxy_scopes, &out.provenance);
+        let epoch = out.epoch;
+        for c in &meta.inputs {
+            self.metrics.input_change(&c.kind, c.op.as_str());
+        }
+        self.metrics
+            .epoch_lag
+            .observe(meta.received_instant.elapsed().as_secs_f64());
+        let mut guard = self.lock();
+        let locked_at = Instant::now();
+        let st = &mut *guard;
+        st.epoch = epoch;
+        // New bodies first, retired ones after the history took what it needs of them.
+        st.bodies.add(&mut st.held, std::mem::take(&mut out.bodies));
+        // The history lock is taken after the state lock, never the other way round.
+        let recording = self.history().limits().max_bytes > 0;
+        let applied = st.held.apply(&out, recording);
+        let mut touched = applied.touched;
+        if recording {
+            let mut history = self.history();
+            history.record_epoch(epoch, meta.received, meta.inputs);
+            for (id, t, list) in applied.changes {
+                if !st.proxies.contains_key(&id) {
+                    continue;
+                }
+                let changes = resource_changes(&st.bodies, t, list);
+                history.record(&id, epoch, t, meta.received_instant, changes);
+            }
+        }
+        st.bodies.retire();
+        for (e, d) in out.errors {
+            *st.errors.entry(e).or_default() += d;
+        }
+        st.errors.retain(|_, c| *c != 0);
+        for (source, errors) in meta.source_errors {
+            st.source_errors.insert(source, errors);
+        }
+        for id in down {
+            if st.proxies.get(id).is_some_and(|e| e.streams == 0) {
+                st.proxies.remove(id);
+            }
+        }
+        let now = Instant::now();
+        for id in up {
+            if let Some(e) = st.proxies.get_mut(id) {
+                e.ready = true;
+                e.ready_at = Some(now);
+                touched.push(id.clone());
+            }
+        }
+        touched.sort();
+        touched.dedup();
+        touched.retain(|id| st.proxies.contains_key(id));
+        tracing::debug!(
+            proxies = touched.len(),
+            bodies = st.bodies.len(),
+            held_lock_us = locked_at.elapsed().as_micros() as u64,
+            "hub applied epoch"
+        );
+        // The full-push baseline wakes every proxy with a new generation; waking only the
+        // touched ones first would let a stream push the epoch's changes and then
+        // everything again once that is answered.
+        if self.engine.pushes_everything() {
+            st.generation += 1;
+            touched = st.proxies.keys().cloned().collect();
+        }
+        // Woken after the lock is released: ten thousand streams woken under it would each
+        // find it taken and sleep again.
+        let wake: Vec<Arc<Notify>> = touched
+            .iter()
+            .filter_map(|id| st.proxies.get(id).map(|e| e.notify.clone()))
+            .collect();
+        drop(guard);
+        for n in wake {
+            n.notify_one();
+        }
+    }
+
+    /// Runs `f` on the proxy's view if the proxy is connected and computed.
+    pub fn with_view<R>(&self, id: &str, f: impl FnOnce(&ProxyView<'_>) -> R) -> Option<R> {
+        let st = self.lock();
+        st.proxies.get(id).filter(|e| e.ready)?;
+        Some(f(&ProxyView::new(
+            st.held.held(id),
+            &st.bodies,
+            st.generation,
+        )))
+    }
+
+    /// Runs `f` with the shared copies of resource names: one lock for all the names of a
+    /// request, which then cost a stream no allocation of their own.
+    pub fn with_names<R>(&self, f: impl FnOnce(&dyn Fn(&str) -> Name) -> R) -> R {
+        let st = self.lock();
+        f(&|s| st.held.lookup(s))
+    }
+
+    /// Runs `f` on the whole state (debug and status reads).
+    pub fn read<R>(&self, f: impl FnOnce(&HubState) -> R) -> R {
+        f(&self.lock())
+    }
+}
+
+/// The history's record of one proxy's changes of type `t`, with the bodies of both sides.
+fn resource_changes(
+    bodies: &Bodies,
+    t: ResourceType,
+    list: Vec<dataflows::materialize::NameChange>,
+) -> Vec<ResourceChange> {
+    let body = |name: &Name, v: &Option<Name>| -> Option<Body> {
+        v.as_ref().and_then(|v| bodies.get(t, name, v).cloned())
+    };
+    list.into_iter()
+        .map(|(name, old, new)| ResourceChange {
+            old_body: body(&name, &old),
+            new_body: body(&name, &new),
+            name,
+            old,
+            new,
+        })
+        .collect()
+}
+
+impl HubState {
+    pub fn proxies(&self) -> impl Iterator<Item = &ProxyEntry> {
+        self.proxies.values()
+    }
+
+    /// Proxies with an open stream (an entry without one is waiting for its retraction).
+    pub fn connected(&self) -> impl Iterator<Item = &ProxyEntry> {
+        self.proxies.values().filter(|e| e.connected())
+    }
+
+    pub fn proxy(&self, id: &str) -> Option<&ProxyEntry> {
+        self.proxies.get(id)
+    }
+
+    /// What proxy `id` should hold (empty if nothing).
+    pub fn held(&self, id: &str) -> Held<'_> {
+        self.held.held(id)
+    }
+
+    /// The shared copy of a resource name or version (a fresh one if no resource has it).
+    pub fn name(&self, s: &str) -> Name {
+        self.held.lookup(s)
+    }
+
+    /// The encoded body of one resource version, if any proxy holds it.
+    pub fn body(&self, t: ResourceType, name: &str, version: &str) -> Option<&Body> {
+        self.bodies.get(t, &self.name(name), &self.name(version))
+    }
+
+    /// Every source's problems and every config error, as lines for people.
+    pub fn error_lines(&self) -> Vec<String> {
+        let mut out: Vec<String> = self.source_errors.values().flatten().cloned().collect();
+        out.extend(
+            self.errors
+                .keys()
+                .map(|e| format!("{}: {}", e.object, e.message)),
+        );
+        out
+    }
+}

@@ -1,0 +1,287 @@
+//! What streams report to the hub: each push, each ACK, NACK or resume, and subscription
+//! changes ([`StreamEvent`]), through one interface ([`Recorder`], as go-control-plane's
+//! callbacks) that the hub implements. Protocol code ([`crate::xds`]) produces events; the
+//! hub turns them into sync state, history, counters and watch events.
+
+use super::events::{NameChange, WatchEvent, WatchKind};
+use super::sync::{InFlight, StreamInfo};
+use super::Hub;
+use dataflows::materialize::Name;
+use dataflows::model::ResourceType;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+/// A NACK as the proxy reported it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Nack {
+    pub rtype: ResourceType,
+    pub nonce: String,
+    pub message: String,
+}
+
+/// What a proxy said about a response, or what it brought when it resumed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Feedback {
+    Ack {
+        rtype: ResourceType,
+        nonce: String,
+    },
+    Nack(Nack),
+    /// A Delta stream's first request of a type carried `initial_resource_versions`: the
+    /// proxy already holds (and took) these versions.
+    Resumed {
+        rtype: ResourceType,
+        versions: std::collections::HashMap<String, String>,
+    },
+}
+
+/// One response a stream sent: what the debug history, metrics and sync state record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Push {
+    pub rtype: ResourceType,
+    pub nonce: String,
+    /// Encoded bytes of the resources carried.
+    pub bytes: usize,
+    /// Name and version of every resource carried.
+    pub resources: Vec<(Name, Name)>,
+    /// Names the response removes (Delta `removed_resources`).
+    pub removed: Vec<Name>,
+    /// The response is the full set of the type (SotW CDS/LDS): whatever it does not
+    /// carry, the proxy drops.
+    pub full_set: bool,
+}
+
+/// A stream's subscription to one type, for the debug API.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Subscription {
+    pub rtype: Option<ResourceType>,
+    pub wildcard: bool,
+    pub names: Vec<String>,
+}
+
+/// One thing a stream did or was told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamEvent {
+    /// A response was sent (recorded before it is written, so its ACK never comes first).
+    Push(Push),
+    /// The proxy answered a response, or resumed with versions it holds.
+    Feedback(Feedback),
+    /// The stream's subscriptions changed: the complete list now.
+    Subscriptions(Vec<Subscription>),
+}
+
+/// The stream an event comes from.
+#[derive(Debug, Clone, Copy)]
+pub struct StreamRef<'a> {
+    pub proxy: &'a str,
+    pub stream: u64,
+    /// `delta` or `sotw`.
+    pub protocol: &'static str,
+}
+
+/// Observes every stream: the one way protocol code tells the hub what happened.
+pub trait Recorder {
+    fn record(&self, from: StreamRef<'_>, event: StreamEvent);
+}
+
+impl Recorder for Hub {
+    fn record(&self, from: StreamRef<'_>, event: StreamEvent) {
+        match event {
+            StreamEvent::Push(p) => self.record_push(from.proxy, from.stream, p),
+            StreamEvent::Feedback(f) => self.record_feedback(from.proxy, from.stream, f),
+            StreamEvent::Subscriptions(s) => {
+                self.record_subscriptions(from.proxy, from.stream, from.protocol, s)
+            }
+        }
+    }
+}
+
+impl Hub {
+    /// Records an ACK, NACK or resume from one of the proxy's streams.
+    fn record_feedback(&self, id: &str, stream: u64, fb: Feedback) {
+        let now = Instant::now();
+        let wall = SystemTime::now();
+        let epoch;
+        {
+            let mut st = self.lock();
+            epoch = st.epoch;
+            let Some(e) = st.proxies.get_mut(id) else {
+                return;
+            };
+            match &fb {
+                // A later ACK means the proxy took a newer version: the NACK is over.
+                Feedback::Ack { rtype, nonce } => {
+                    let sync = &mut e.sync[*rtype];
+                    sync.acks += 1;
+                    sync.last_nack = None;
+                    sync.last_ack = Some(wall);
+                    if let Some(f) = sync
+                        .in_flight
+                        .take_if(|f| f.stream == stream && f.nonce == *nonce)
+                    {
+                        if f.push.full_set {
+                            sync.acked.clear();
+                        }
+                        for n in &f.push.removed {
+                            sync.acked.remove(n);
+                        }
+                        sync.acked.extend(f.push.resources);
+                    }
+                }
+                Feedback::Nack(n) => {
+                    let sync = &mut e.sync[n.rtype];
+                    sync.last_nack = Some(n.message.clone());
+                    sync.last_nack_at = Some(now);
+                    let _ = sync
+                        .in_flight
+                        .take_if(|f| f.stream == stream && f.nonce == n.nonce);
+                    self.metrics.nack(n.rtype);
+                }
+                Feedback::Resumed { rtype, versions } => {
+                    let sync = &mut e.sync[*rtype];
+                    sync.resumed = true;
+                    sync.acked = versions
+                        .iter()
+                        .map(|(k, v)| (Name::from(k.as_str()), Name::from(v.as_str())))
+                        .collect();
+                    return;
+                }
+            }
+        }
+        let (rtype, nonce, nack) = match &fb {
+            Feedback::Ack { rtype, nonce } => (*rtype, nonce.as_str(), None),
+            Feedback::Nack(n) => (n.rtype, n.nonce.as_str(), Some(n.message.as_str())),
+            Feedback::Resumed { .. } => return,
+        };
+        let acked = self
+            .history()
+            .record_feedback(id, stream, rtype, nonce, nack, wall);
+        if nack.is_none() {
+            if let Some(r) = acked.oldest_received {
+                self.metrics
+                    .convergence
+                    .observe(now.saturating_duration_since(r).as_secs_f64());
+            }
+        }
+        if self.watch.receiver_count() > 0 {
+            let kind = match nack {
+                None => WatchKind::Ack {
+                    rtype,
+                    nonce: nonce.to_string(),
+                },
+                Some(m) => WatchKind::Nack {
+                    rtype,
+                    nonce: nonce.to_string(),
+                    message: m.to_string(),
+                },
+            };
+            let _ = self.watch.send(Arc::new(WatchEvent {
+                proxy: id.to_string(),
+                at: wall,
+                epoch,
+                kind,
+            }));
+        }
+    }
+
+    /// Records a response one of the proxy's streams sent.
+    fn record_push(&self, id: &str, stream: u64, push: Push) {
+        let now = Instant::now();
+        let wall = SystemTime::now();
+        let epoch = {
+            let mut st = self.lock();
+            let epoch = st.epoch;
+            if let Some(e) = st.proxies.get_mut(id) {
+                let sync = &mut e.sync[push.rtype];
+                sync.last_sent = Some(wall);
+                sync.in_flight = Some(InFlight {
+                    stream,
+                    nonce: push.nonce.clone(),
+                    sent_at: now,
+                    sent_wall: wall,
+                    push: push.clone(),
+                });
+            }
+            epoch
+        };
+        // Under a span named like the runtime's, so `RUST_LOG=meshflow=debug` shows the push
+        // next to the epoch's dataflow step and hub apply.
+        let _span = tracing::debug_span!("epoch", epoch).entered();
+        self.metrics.push(push.rtype, push.bytes);
+        let covered = self.history().record_push(
+            id,
+            stream,
+            push.rtype,
+            &push.nonce,
+            wall,
+            self.watch.receiver_count() > 0,
+        );
+        // Logged under the hub's target, next to "hub applied epoch".
+        tracing::debug!(
+            target: "meshflow::hub",
+            epoch,
+            proxy = id,
+            rtype = push.rtype.short(),
+            nonce = %push.nonce,
+            resources = push.resources.len(),
+            removed = push.removed.len(),
+            bytes = push.bytes,
+            epochs_covered = covered.len(),
+            "push"
+        );
+        if self.watch.receiver_count() == 0 {
+            return;
+        }
+        let changes: Vec<NameChange> = if covered.is_empty() {
+            // Nothing recorded for it (a resend, a first full answer): what it carries.
+            push.resources
+                .iter()
+                .map(|(n, v)| NameChange::new(n, None, Some(v)))
+                .chain(push.removed.iter().map(|n| NameChange::new(n, None, None)))
+                .collect()
+        } else {
+            let mut net: BTreeMap<&str, (Option<&str>, Option<&str>)> = BTreeMap::new();
+            for (_, changes) in &covered {
+                for c in changes {
+                    let e = net.entry(&*c.name).or_insert((c.old.as_deref(), None));
+                    e.1 = c.new.as_deref();
+                }
+            }
+            net.into_iter()
+                .filter(|(_, (o, n))| o != n)
+                .map(|(name, (o, n))| NameChange::new(name, o, n))
+                .collect()
+        };
+        let _ = self.watch.send(Arc::new(WatchEvent {
+            proxy: id.to_string(),
+            at: wall,
+            epoch: covered.last().map_or(epoch, |c| c.0),
+            kind: WatchKind::Push {
+                rtype: push.rtype,
+                nonce: push.nonce,
+                bytes: push.bytes as u64,
+                changes,
+            },
+        }));
+    }
+
+    /// Records a stream's subscriptions (when they changed).
+    fn record_subscriptions(
+        &self,
+        id: &str,
+        stream: u64,
+        protocol: &'static str,
+        subscriptions: Vec<Subscription>,
+    ) {
+        let mut st = self.lock();
+        if let Some(e) = st.proxies.get_mut(id) {
+            let info = e.stream_info.entry(stream).or_insert_with(|| StreamInfo {
+                protocol,
+                opened: SystemTime::now(),
+                subscriptions: Vec::new(),
+            });
+            info.subscriptions = subscriptions;
+        }
+    }
+}

@@ -1,0 +1,73 @@
+//! What a stream reads: a proxy's resources ([`Held`]: names and versions, shared per scope)
+//! with access to the encoded bodies ([`Bodies`]). The protocol state machines take a
+//! [`ProxyView`] and nothing else of the hub, so they can be driven from a materialized set
+//! built by hand ([`ProxyView::new`]).
+
+use dataflows::materialize::{Held, Materialized, Name};
+use dataflows::model::{Body, Resource, ResourceType};
+use std::collections::HashMap;
+
+type BodyKey = (ResourceType, Name, Name);
+
+/// The encoded body of every resource version some proxy holds, once each, counted by how
+/// many times the dataflow emitted it.
+#[derive(Default)]
+pub struct Bodies(HashMap<BodyKey, (Body, isize)>);
+
+impl Bodies {
+    /// Counts one epoch's body changes; names and versions use `held`'s shared copies.
+    /// Bodies whose count fell to zero stay until [`Bodies::retire`], so what an epoch
+    /// replaced can still be read while the epoch is recorded.
+    pub fn add(&mut self, held: &mut Materialized, changes: Vec<(Resource, isize)>) {
+        for (r, d) in changes {
+            let key = (r.rtype, held.intern(&r.name), held.intern(&r.version));
+            self.0.entry(key).or_insert((r.body, 0)).1 += d;
+        }
+    }
+
+    /// Forgets the bodies no resource holds any more.
+    pub fn retire(&mut self) {
+        self.0.retain(|_, (_, c)| *c > 0);
+    }
+
+    pub fn get(&self, t: ResourceType, name: &Name, version: &Name) -> Option<&Body> {
+        self.0
+            .get(&(t, name.clone(), version.clone()))
+            .map(|(b, _)| b)
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// A proxy's resources with access to their bodies.
+pub struct ProxyView<'a> {
+    held: Held<'a>,
+    bodies: &'a Bodies,
+    /// Bumped by the full-push baseline after every epoch: streams then resend everything.
+    pub generation: u64,
+}
+
+impl<'a> ProxyView<'a> {
+    pub fn new(held: Held<'a>, bodies: &'a Bodies, generation: u64) -> ProxyView<'a> {
+        ProxyView {
+            held,
+            bodies,
+            generation,
+        }
+    }
+
+    /// The resources the proxy should hold.
+    pub fn held(&self) -> Held<'a> {
+        self.held
+    }
+
+    pub fn body(&self, t: ResourceType, name: &Name, version: &Name) -> Option<&'a Body> {
+        self.bodies.get(t, name, version)
+    }
+}
