@@ -56,15 +56,21 @@ pub async fn serve(opts: ServeOptions) -> Result<(), String> {
             engine: opts.engine,
         },
     );
+    // The runtime ending while serving is fatal: proxies could no longer be computed.
+    let (runtime_end_tx, runtime_end) = tokio::sync::oneshot::channel::<Result<(), String>>();
     {
         let hub = hub.clone();
         let (engine, workers, mesh, debounce) =
             (opts.engine, opts.workers, opts.mesh.clone(), opts.debounce);
         std::thread::Builder::new()
             .name("meshflow-runtime".into())
-            .spawn(move || runtime::run(engine, workers, mesh, debounce, inputs_rx, hub))
+            .spawn(move || {
+                let result = runtime::run(engine, workers, mesh, debounce, inputs_rx, hub);
+                let _ = runtime_end_tx.send(result);
+            })
             .map_err(|e| format!("starting the runtime: {e}"))?;
     }
+    hub.health.expect_source("files");
 
     // The initial read of the directory enters the input channel before any proxy can
     // connect, so no proxy is ever served a config without it.
@@ -129,7 +135,13 @@ pub async fn serve(opts: ServeOptions) -> Result<(), String> {
     let local = listener.local_addr().map_err(|e| e.to_string())?;
     tracing::info!(addr = %local, "xDS server listening");
     eprintln!("meshflow: xDS server listening on {local}");
-    server::serve(hub, opts.limits, opts.auth, acceptor, listener)
-        .await
-        .map_err(|e| format!("xDS server: {e}"))
+    tokio::select! {
+        served = server::serve(hub, opts.limits, opts.auth, acceptor, listener) => {
+            served.map_err(|e| format!("xDS server: {e}"))
+        }
+        ended = runtime_end => Err(match ended {
+            Ok(Err(why)) => why,
+            _ => "the runtime stopped".to_string(),
+        }),
+    }
 }

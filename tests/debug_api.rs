@@ -496,6 +496,18 @@ fn strings(items: &[&serde_json::Value], pointer: &str) -> Vec<String> {
     v
 }
 
+/// `/healthz` and `/readyz`: both answer `200 ok` once the initial read of the config
+/// directory has been computed and proxies are served.
+#[tokio::test(flavor = "multi_thread")]
+async fn health_endpoints_say_live_and_ready() {
+    let s = setup("debug-health").await;
+    assert_eq!(get(s.debug, "/healthz"), (200, "ok\n".to_string()));
+    assert_eq!(get(s.debug, "/readyz"), (200, "ok\n".to_string()));
+    let (status, body) = get(s.debug, "/nothing-here");
+    assert_eq!(status, 404);
+    assert!(body.contains("/readyz"), "{body}");
+}
+
 /// The JSON endpoints and `/metrics` on the same port as gRPC: proxies with sync state per
 /// type, a proxy's config dump in Envoy's form, config errors; a NACK shows in all of them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -37,7 +37,26 @@ pub fn router(hub: Arc<Hub>) -> Router {
         .route("/debug/diff", get(diff))
         .route("/debug/watch", get(watch))
         .route("/metrics", get(metrics))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
         .with_state(hub)
+}
+
+/// `200 ok` while the runtime and its dataflow run, else `503` with the reason.
+async fn healthz(State(hub): State<Arc<Hub>>) -> Response {
+    health_answer(hub.health.live())
+}
+
+/// `200 ok` once every source's initial read is computed, else `503` with what it waits for.
+async fn readyz(State(hub): State<Arc<Hub>>) -> Response {
+    health_answer(hub.health.ready())
+}
+
+fn health_answer(r: Result<(), String>) -> Response {
+    match r {
+        Ok(()) => (StatusCode::OK, "ok\n").into_response(),
+        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")).into_response(),
+    }
 }
 
 fn error(status: StatusCode, message: String) -> Response {

@@ -148,7 +148,7 @@ pub fn router(hub: Arc<Hub>) -> axum::Router {
 async fn not_found() -> (axum::http::StatusCode, &'static str) {
     (
         axum::http::StatusCode::NOT_FOUND,
-        "not found; try /debug/proxies, /debug/config_dump?proxy=ID, /debug/diff?proxy=ID, /debug/watch?proxy=ID, /debug/config_errors, /metrics\n",
+        "not found; try /debug/proxies, /debug/config_dump?proxy=ID, /debug/diff?proxy=ID, /debug/watch?proxy=ID, /debug/config_errors, /metrics, /healthz, /readyz\n",
     )
 }
 

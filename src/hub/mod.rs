@@ -18,6 +18,7 @@
 
 pub mod counters;
 pub mod events;
+pub mod health;
 pub mod history;
 pub mod per_type;
 pub mod provenance;
@@ -84,6 +85,8 @@ pub struct Hub {
     engine: EngineKind,
     /// What each resource was built from (`explain`), under its own lock.
     pub provenance: ProvenanceStore,
+    /// Live and ready, for `/healthz` and `/readyz`.
+    pub health: health::Health,
     /// Taken after `state` when both are needed, never the other way round.
     history: Mutex<History>,
     pub metrics: Counters,
@@ -99,6 +102,7 @@ impl Hub {
             inputs,
             engine: options.engine,
             provenance: Default::default(),
+            health: Default::default(),
             history: Mutex::new(History::new(options.history)),
             metrics: Counters::default(),
             watch: broadcast::channel(WATCH_BUFFER).0,
@@ -150,7 +154,9 @@ impl Hub {
             entry.proxy = proxy.clone();
             // A new session: what the previous streams sent and had acknowledged is gone.
             entry.sync = Default::default();
-            let _ = self.inputs.send(Input::ProxyUp(proxy));
+            if self.inputs.send(Input::ProxyUp(proxy)).is_err() {
+                self.health.fail("the runtime stopped: proxies can no longer be computed");
+            }
         }
         entry.notify.clone()
     }
@@ -162,6 +168,7 @@ impl Hub {
             entry.stream_info.remove(&stream);
             entry.streams = entry.streams.saturating_sub(1);
             if entry.streams == 0 {
+                // A runtime that is gone has nothing left to retract (and has said so).
                 let _ = self.inputs.send(Input::ProxyDown(entry.proxy.clone()));
             }
         }
@@ -207,6 +214,7 @@ impl Hub {
         st.errors.retain(|_, c| *c != 0);
         for (source, errors) in meta.source_errors {
             st.source_errors.insert(source, errors);
+            self.health.source_applied(source);
         }
         for id in down {
             if st.proxies.get(id).is_some_and(|e| e.streams == 0) {

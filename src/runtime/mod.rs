@@ -19,7 +19,8 @@ enum Compute {
     FullPush(Box<full_push::FullPush>),
 }
 
-/// Runs until every sender of `inputs` is gone.
+/// Runs until every sender of `inputs` is gone (`Ok`), or until the dataflow stops
+/// (`Err`, also recorded as the hub's health).
 pub fn run(
     engine_kind: EngineKind,
     workers: usize,
@@ -27,11 +28,12 @@ pub fn run(
     debounce: Duration,
     inputs: Receiver<Input>,
     hub: Arc<Hub>,
-) {
+) -> Result<(), String> {
     let mut engine = match engine_kind {
         EngineKind::Meshflow => Compute::Dataflow(Engine::start(workers, mesh)),
         EngineKind::FullPush => Compute::FullPush(Box::new(full_push::FullPush::new(mesh))),
     };
+    hub.health.running();
     let mut epoch = 0u64;
     while let Ok(first) = inputs.recv() {
         let started = Instant::now();
@@ -98,8 +100,10 @@ pub fn run(
             Compute::FullPush(f) => Some(f.step(batch)),
         };
         let Some(out) = out else {
-            tracing::error!("dataflow stopped");
-            return;
+            let why = format!("the dataflow stopped at epoch {epoch}");
+            tracing::error!("{why}");
+            hub.health.fail(why.clone());
+            return Err(why);
         };
         tracing::debug!(
             epoch,
@@ -119,4 +123,5 @@ pub fn run(
         };
         hub.apply(out, meta, &up, &down);
     }
+    Ok(())
 }
