@@ -96,6 +96,17 @@ impl InputChange {
             + self.source.len()
     }
 
+    /// An object of a source (`source`: the file, or the source's name).
+    pub fn object(key: &ConfigKey, op: ChangeOp, source: String) -> InputChange {
+        InputChange {
+            kind: format!("{:?}", key.kind),
+            namespace: key.namespace.clone(),
+            name: key.name.clone(),
+            op,
+            source,
+        }
+    }
+
     /// A proxy that connected (`up`) or whose last stream closed.
     pub fn proxy(p: &Proxy, up: bool) -> InputChange {
         InputChange {
@@ -146,13 +157,7 @@ pub fn describe(
                 (true, false) => ChangeOp::Delete,
                 _ => ChangeOp::Update,
             };
-            InputChange {
-                kind: format!("{:?}", k.kind),
-                namespace: k.namespace.clone(),
-                name: k.name.clone(),
-                op,
-                source: source(k),
-            }
+            InputChange::object(k, op, source(k))
         })
         .collect()
 }

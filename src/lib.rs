@@ -5,11 +5,11 @@
 
 pub mod async_runtime;
 pub mod bench;
+pub mod config;
 pub mod debug;
 pub mod engine;
 pub mod hub;
 pub mod input;
-pub mod model;
 pub mod runtime;
 pub mod serve;
 pub mod sources;

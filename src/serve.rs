@@ -1,11 +1,13 @@
-//! `meshflow serve`: wires a file source, the runtime and the xDS server together.
+//! `meshflow serve`: wires the sources, the runtime, the hub, the xDS server and the debug
+//! port together. The one place that lists the sources.
 
 use crate::engine::EngineKind;
 use crate::hub::history::HistoryLimits;
 use crate::hub::{Hub, HubOptions};
 use crate::input::Input;
 use crate::runtime;
-use crate::sources::files::{self, FileSource};
+use crate::sources::files::FileSource;
+use crate::sources::{self, Source};
 use crate::xds::auth::AuthConfig;
 use crate::xds::server;
 use crate::xds::tls::{self, TlsFiles};
@@ -70,48 +72,17 @@ pub async fn serve(opts: ServeOptions) -> Result<(), String> {
             })
             .map_err(|e| format!("starting the runtime: {e}"))?;
     }
-    hub.health.expect_source("files");
 
-    // The initial read of the directory enters the input channel before any proxy can
+    // The initial read of every source enters the input channel before any proxy can
     // connect, so no proxy is ever served a config without it.
-    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<Result<(), String>>();
-    let source = FileSource::new(opts.config_dir.clone(), opts.mesh.clone());
-    let tx = inputs_tx.clone();
-    std::thread::Builder::new()
-        .name("meshflow-files".into())
-        .spawn(move || {
-            let mut ready = Some(ready_tx);
-            let result = files::watch(source, Duration::from_millis(5), |scan| {
-                tracing::info!(
-                    changes = scan.changes.len(),
-                    errors = scan.errors.len(),
-                    "config directory read"
-                );
-                let ok = tx
-                    .send(Input::Changes {
-                        source: "files",
-                        changes: scan.changes,
-                        described: scan.described,
-                        errors: scan.errors,
-                    })
-                    .is_ok();
-                if let Some(r) = ready.take() {
-                    let _ = r.send(Ok(()));
-                }
-                ok
-            });
-            if let Err(e) = result {
-                if let Some(r) = ready.take() {
-                    let _ = r.send(Err(format!("watching the config directory: {e}")));
-                } else {
-                    tracing::error!(error = %e, "watching the config directory failed");
-                }
-            }
-        })
-        .map_err(|e| format!("starting the file watcher: {e}"))?;
-    ready_rx
-        .await
-        .map_err(|_| "the file watcher stopped".to_string())??;
+    let sources: Vec<Box<dyn Source>> = vec![Box::new(FileSource::new(
+        opts.config_dir.clone(),
+        opts.mesh.clone(),
+    ))];
+    for s in &sources {
+        hub.health.expect_source(s.name());
+    }
+    sources::start(sources, &inputs_tx).await?;
 
     match tokio::net::TcpListener::bind(opts.debug_addr).await {
         Ok(l) => {

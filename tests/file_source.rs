@@ -1137,7 +1137,7 @@ fn watch_delivers_edits_made_after_it_starts() {
 #[test]
 fn fixture_keys_are_as_described() {
     let out =
-        meshflow::model::parse_file(Path::new("routing.yaml"), ROUTING, &MeshConfig::default());
+        meshflow::config::parse_file(Path::new("routing.yaml"), ROUTING, &MeshConfig::default());
     assert!(out.errors.is_empty(), "{:?}", out.errors);
     let keys: Vec<ConfigKey> = out.objects.iter().map(|(_, p)| p.key.clone()).collect();
     assert_eq!(
@@ -1148,7 +1148,7 @@ fn fixture_keys_are_as_described() {
             ConfigKey::new(Kind::DestinationRule, "default", "reviews"),
         ]
     );
-    let reformatted = meshflow::model::parse_file(
+    let reformatted = meshflow::config::parse_file(
         Path::new("r.yaml"),
         ROUTING_REFORMATTED,
         &MeshConfig::default(),

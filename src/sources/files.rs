@@ -9,8 +9,10 @@
 //! that turns invalid keeps its previous version in effect, and a file with a document
 //! too broken to identify keeps every object it held before.
 
-use crate::model::{parse_file, DocError, Invalid};
-use crate::input::{describe, InputChange};
+use crate::config::{parse_file, DocError, Invalid};
+use super::objects::{Object, ObjectSet};
+use super::{Sink, Source};
+use crate::input::SourceName;
 use dataflows::model::{ConfigKey, MeshConfig, Record};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -31,12 +33,10 @@ pub struct FileSource {
     dir: PathBuf,
     mesh: MeshConfig,
     files: BTreeMap<PathBuf, FileState>,
-    /// The records currently emitted, with multiplicity.
-    emitted: BTreeMap<Record, isize>,
+    /// The objects in effect (what has been emitted), with the file each comes from.
+    objects: ObjectSet,
     /// Objects defined in more than one file: the later files' copies are ignored.
     duplicates: Vec<String>,
-    /// The file each object in effect comes from.
-    owners: HashMap<ConfigKey, PathBuf>,
     /// Per object, the number of files defining it (to know when a rescan may be applied
     /// file by file: when no object is defined twice).
     defined_in: HashMap<ConfigKey, usize>,
@@ -44,15 +44,9 @@ pub struct FileSource {
     dirs: std::collections::HashSet<PathBuf>,
 }
 
-/// The result of one rescan.
-#[derive(Debug, Default)]
-pub struct Rescan {
-    pub changes: Vec<(Record, isize)>,
-    /// The objects behind `changes`: kind/namespace/name, insert/update/delete, file.
-    pub described: Vec<InputChange>,
-    /// Every problem currently found in the directory.
-    pub errors: Vec<String>,
-}
+/// The result of one rescan: the record changes since the previous one, the objects behind
+/// them, and every problem currently found in the directory.
+pub use super::Report as Rescan;
 
 /// A file not modified for this long before it was read is not re-read while its metadata
 /// is unchanged. Younger files are always re-read: file timestamps come from a coarse clock,
@@ -131,9 +125,8 @@ impl FileSource {
             dir: dir.into(),
             mesh,
             files: BTreeMap::new(),
-            emitted: BTreeMap::new(),
+            objects: ObjectSet::default(),
             duplicates: Vec::new(),
-            owners: HashMap::new(),
             defined_in: HashMap::new(),
             dirs: Default::default(),
         }
@@ -335,132 +328,55 @@ impl FileSource {
                         .get(path)
                         .is_none_or(|now| now.objects.keys().all(|k| !twice(k)))
             });
-        if file_by_file {
-            let mut delta: Vec<(Record, isize)> = Vec::new();
-            for (path, before) in &changed {
-                for records in before.values() {
-                    delta.extend(records.iter().map(|r| (r.clone(), -1)));
-                }
-                if let Some(now) = self.files.get(path) {
-                    for records in now.objects.values() {
-                        delta.extend(records.iter().map(|r| (r.clone(), 1)));
-                    }
-                }
-            }
-            delta.sort_by(|a, b| a.0.cmp(&b.0));
-            let mut merged: Vec<(Record, isize)> = Vec::with_capacity(delta.len());
-            for (r, d) in delta {
-                match merged.last_mut() {
-                    Some((last, n)) if *last == r => *n += d,
-                    _ => merged.push((r, d)),
-                }
-            }
-            merged.retain(|(_, d)| *d != 0);
-            let delta = merged;
-            for (r, d) in &delta {
-                let e = self.emitted.entry(r.clone()).or_default();
-                *e += d;
-                if *e == 0 {
-                    self.emitted.remove(r);
-                }
-            }
-            // Owners of the touched objects move file by file too: every removal before any
-            // insertion, so an object moving between files (a rename) keeps its new owner.
-            let mut owned_before: HashMap<ConfigKey, PathBuf> = HashMap::new();
+        let diff = if file_by_file {
+            // Every removal before any insertion, so an object moving between files (a
+            // rename) ends with its new file.
+            let mut updates: Vec<(ConfigKey, Option<Object>)> = Vec::new();
             for (_, before) in &changed {
-                for key in before.keys() {
-                    if let Some(p) = self.owners.remove(key) {
-                        owned_before.insert(key.clone(), p);
-                    }
-                }
+                updates.extend(before.keys().map(|k| (k.clone(), None)));
             }
             for (path, _) in &changed {
                 if let Some(now) = self.files.get(path) {
-                    for key in now.objects.keys() {
-                        if let Some(p) = self.owners.insert(key.clone(), path.clone()) {
-                            owned_before.entry(key.clone()).or_insert(p);
-                        }
-                    }
+                    updates.extend(now.objects.iter().map(|(k, records)| {
+                        (k.clone(), Some(object(path, records)))
+                    }));
                 }
             }
-            let described = describe(
-                &delta,
-                |k| owned_before.contains_key(k),
-                |k| self.owners.contains_key(k),
-                |k| {
-                    self.owners
-                        .get(k)
-                        .or_else(|| owned_before.get(k))
-                        .map(|p| p.display().to_string())
-                        .unwrap_or_default()
-                },
-            );
-            return Rescan {
-                changes: delta,
-                described,
-                errors: self.errors(),
-            };
+            self.objects.update(updates)
+        } else {
+            let all = self.union();
+            self.objects.replace_all(all)
+        };
+        Rescan {
+            changes: diff.changes,
+            described: diff.described,
+            errors: self.errors(),
         }
+    }
 
-        // The union of all files; an object defined twice keeps its first definition.
-        let mut owner: HashMap<&ConfigKey, &Path> = HashMap::new();
-        let mut wanted: BTreeMap<Record, isize> = BTreeMap::new();
+    /// The objects of all files; an object defined twice keeps its first definition, and
+    /// the later copies are reported.
+    fn union(&mut self) -> HashMap<ConfigKey, Object> {
+        let mut all: HashMap<ConfigKey, Object> = HashMap::new();
         let mut duplicates = Vec::new();
         for (path, state) in &self.files {
             for (key, records) in &state.objects {
-                if let Some(first) = owner.get(key) {
+                if let Some(first) = all.get(key) {
                     duplicates.push(format!(
                         "{}: {:?} {}/{} is also defined in {}; this copy is ignored",
                         path.display(),
                         key.kind,
                         key.namespace,
                         key.name,
-                        first.display()
+                        first.origin
                     ));
                     continue;
                 }
-                owner.insert(key, path);
-                for r in records {
-                    *wanted.entry(r.clone()).or_default() += 1;
-                }
+                all.insert(key.clone(), object(path, records));
             }
         }
         self.duplicates = duplicates;
-        let owners: HashMap<ConfigKey, PathBuf> = owner
-            .into_iter()
-            .map(|(k, p)| (k.clone(), p.to_path_buf()))
-            .collect();
-        let mut changes = Vec::new();
-        for (r, n) in &wanted {
-            let had = self.emitted.get(r).copied().unwrap_or(0);
-            if *n != had {
-                changes.push((r.clone(), n - had));
-            }
-        }
-        for (r, had) in &self.emitted {
-            if !wanted.contains_key(r) {
-                changes.push((r.clone(), -had));
-            }
-        }
-        self.emitted = wanted;
-        let described = describe(
-            &changes,
-            |k| self.owners.contains_key(k),
-            |k| owners.contains_key(k),
-            |k| {
-                owners
-                    .get(k)
-                    .or_else(|| self.owners.get(k))
-                    .map(|p| p.display().to_string())
-                    .unwrap_or_default()
-            },
-        );
-        self.owners = owners;
-        Rescan {
-            changes,
-            described,
-            errors: self.errors(),
-        }
+        all
     }
 
     /// Every current problem: rejected documents and duplicate objects.
@@ -472,6 +388,29 @@ impl FileSource {
             .collect();
         out.extend(self.duplicates.iter().cloned());
         out
+    }
+}
+
+/// How long a burst of file events may take to settle before the directory is re-read.
+const SETTLE: std::time::Duration = std::time::Duration::from_millis(5);
+
+impl Source for FileSource {
+    fn name(&self) -> SourceName {
+        "files"
+    }
+
+    fn run(self: Box<Self>, mut sink: Sink) -> Result<(), String> {
+        let dir = self.dir.display().to_string();
+        watch(*self, SETTLE, |scan| sink.send(scan))
+            .map_err(|e| format!("watching the config directory {dir}: {e}"))
+    }
+}
+
+/// An object of the file at `path`.
+fn object(path: &Path, records: &[Record]) -> Object {
+    Object {
+        records: records.to_vec(),
+        origin: path.display().to_string(),
     }
 }
 

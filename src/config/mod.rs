@@ -1,6 +1,11 @@
-//! Input objects: multi-document Kubernetes YAML parsed into typed Kubernetes and Istio
-//! objects, validated, and converted into the dataflow's domain records. Every rejection
-//! names the file and line, the object (kind/namespace/name) and the field.
+//! The input schema: Kubernetes and Istio objects (serde types in [`istio`], `k8s-openapi`
+//! for Kubernetes kinds), validated and converted into the dataflow's domain records
+//! (`dataflows::model`). Every rejection names the object (kind/namespace/name) and the
+//! field, and for files the file and line.
+//!
+//! Entry points: [`parse_file`] for multi-document YAML text, [`parse_value`] and
+//! [`parse_object`] for an object already decoded (a Kubernetes watch event, any serde
+//! value). Imports nothing of this crate: sources build on it.
 
 mod convert;
 pub mod istio;
@@ -116,6 +121,26 @@ pub fn parse_document(doc: &str, mesh: &MeshConfig) -> Result<Option<Parsed>, In
             .unwrap_or_default();
         Invalid::field("", format!("not valid YAML: {e}{at}"))
     })?;
+    parse_value(value, mesh)
+}
+
+/// Parses an object already decoded by serde (a Kubernetes object from a watch, JSON or
+/// YAML) into its records: the same validation and errors as a file's document.
+pub fn parse_object<T: serde::Serialize>(
+    object: &T,
+    mesh: &MeshConfig,
+) -> Result<Option<Parsed>, Invalid> {
+    let value = serde_yaml_ng::to_value(object)
+        .map_err(|e| Invalid::field("", format!("not a Kubernetes object: {e}")))?;
+    parse_value(value, mesh)
+}
+
+/// Parses one decoded object into its records. `Ok(None)` for a kind meshflow has no use
+/// for (a Deployment in the config directory).
+pub fn parse_value(
+    value: serde_yaml_ng::Value,
+    mesh: &MeshConfig,
+) -> Result<Option<Parsed>, Invalid> {
     let str_at = |path: &[&str]| {
         let mut v = &value;
         for p in path {

@@ -71,3 +71,28 @@ fn unknown_kinds_are_skipped_and_broken_yaml_is_reported() {
     assert_eq!(out.errors[0].line, 5);
     assert!(out.errors[0].invalid.object.is_none());
 }
+
+/// A decoded object (as a Kubernetes watch delivers it, JSON) parses to the same records as
+/// the YAML document, and is rejected with the same object and field.
+#[test]
+fn decoded_objects_parse_like_documents() {
+    let yaml = "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: r, namespace: ns1}\nspec:\n  hosts: [reviews]\n  http:\n  - route:\n    - destination: {host: reviews, subset: v1}\n";
+    let json = serde_json::json!({
+        "apiVersion": "networking.istio.io/v1",
+        "kind": "VirtualService",
+        "metadata": {"name": "r", "namespace": "ns1", "resourceVersion": "7"},
+        "spec": {"hosts": ["reviews"], "http": [{"route": [{"destination": {"host": "reviews", "subset": "v1"}}]}]}
+    });
+    assert_eq!(
+        parse_object(&json, &mesh()).unwrap(),
+        parse_document(yaml, &mesh()).unwrap()
+    );
+    let mut bad = json.clone();
+    bad["spec"]["http"][0]["route"][0]["weight"] = serde_json::json!("heavy");
+    let err = parse_object(&bad, &mesh()).unwrap_err();
+    assert_eq!(
+        err.object,
+        Some(ConfigKey::new(Kind::VirtualService, "ns1", "r"))
+    );
+    assert!(err.field.starts_with("spec.http[0].route[0]"), "{}", err.field);
+}
