@@ -5,7 +5,11 @@
 use serde_json::Value;
 
 /// The items of list `field` in the config-dump section whose `@type` ends with `type_suffix`.
-pub(super) fn dump_section_items<'a>(dump: &'a Value, type_suffix: &str, field: &str) -> Vec<&'a Value> {
+pub(super) fn dump_section_items<'a>(
+    dump: &'a Value,
+    type_suffix: &str,
+    field: &str,
+) -> Vec<&'a Value> {
     dump["configs"]
         .as_array()
         .into_iter()

@@ -235,6 +235,8 @@ pub fn parse_stats(text: &str) -> BTreeMap<String, u64> {
         .collect()
 }
 
+/// Escapes RE2 metacharacters: `stat_with_suffix` matches a literal suffix through Envoy's
+/// regex `filter`, and stat names carry `.` (and cluster names `|`).
 fn regex_escape(text: &str) -> String {
     text.chars()
         .flat_map(|c| {
@@ -244,6 +246,8 @@ fn regex_escape(text: &str) -> String {
         .collect()
 }
 
+/// Percent-encodes everything but unreserved characters, as the `filter` regex travels in the
+/// query string of `/stats`.
 fn percent_encode(text: &str) -> String {
     text.bytes()
         .map(|b| match b {

@@ -83,7 +83,11 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 }
 
 /// The decoded body and the bytes it occupied, or `None` if incomplete.
-pub(super) fn read_body(data: &[u8], framing: Framing, eof: bool) -> Result<Option<(Vec<u8>, usize)>, String> {
+pub(super) fn read_body(
+    data: &[u8],
+    framing: Framing,
+    eof: bool,
+) -> Result<Option<(Vec<u8>, usize)>, String> {
     match framing {
         Framing::Empty => Ok(Some((Vec::new(), 0))),
         Framing::Length(len) if data.len() >= len => Ok(Some((data[..len].to_vec(), len))),
