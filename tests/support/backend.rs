@@ -1,0 +1,191 @@
+//! Backends: tiny loopback HTTP/1.1 servers that play the workloads behind Envoy. Each answers
+//! with its identity, so a test can tell which endpoint a request reached.
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::Duration;
+
+use super::http_wire::{read_body, Framing, Head};
+
+/// A tiny HTTP/1.1 server on one loopback address: every request gets `200`, body `identity`,
+/// header `x-backend: identity`. Keep-alive and pipelining work; it stops on drop.
+pub struct Backend {
+    addr: SocketAddr,
+    identity: String,
+    stop: Arc<AtomicBool>,
+    served: Arc<AtomicUsize>,
+    acceptor: Option<JoinHandle<()>>,
+}
+
+impl Backend {
+    /// Listens on `ip:port` (e.g. `127.0.10.3:18080`); panics if the address cannot be bound.
+    pub fn start(ip: &str, port: u16, identity: &str) -> Backend {
+        let addr: SocketAddr = format!("{ip}:{port}")
+            .parse()
+            .unwrap_or_else(|e| panic!("backend address {ip}:{port}: {e}"));
+        let listener =
+            TcpListener::bind(addr).unwrap_or_else(|e| panic!("backend bind {addr}: {e}"));
+        listener
+            .set_nonblocking(true)
+            .expect("nonblocking backend listener");
+        let stop = Arc::new(AtomicBool::new(false));
+        let served = Arc::new(AtomicUsize::new(0));
+        let acceptor = {
+            let (stop, served) = (stop.clone(), served.clone());
+            let identity = identity.to_owned();
+            thread::Builder::new()
+                .name(format!("backend-{identity}"))
+                .spawn(move || accept_loop(listener, &identity, &stop, &served))
+                .expect("spawn backend thread")
+        };
+        Backend {
+            addr,
+            identity: identity.to_owned(),
+            stop,
+            served,
+            acceptor: Some(acceptor),
+        }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn identity(&self) -> &str {
+        &self.identity
+    }
+
+    /// How many requests it has answered.
+    pub fn requests_served(&self) -> usize {
+        self.served.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(acceptor) = self.acceptor.take() {
+            let _ = acceptor.join();
+        }
+    }
+}
+
+fn accept_loop(
+    listener: TcpListener,
+    identity: &str,
+    stop: &Arc<AtomicBool>,
+    served: &Arc<AtomicUsize>,
+) {
+    while !stop.load(Ordering::SeqCst) {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                let (identity, stop, served) = (identity.to_owned(), stop.clone(), served.clone());
+                thread::spawn(move || serve_connection(stream, &identity, &stop, &served));
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                thread::sleep(Duration::from_millis(5))
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                eprintln!("backend {identity}: accept failed: {e}");
+                thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+}
+
+/// Serves requests on one connection until the peer closes, asks to close, sends garbage, or the
+/// backend stops (checked every 100 ms).
+fn serve_connection(
+    mut stream: TcpStream,
+    identity: &str,
+    stop: &AtomicBool,
+    served: &AtomicUsize,
+) {
+    if stream.set_nonblocking(false).is_err()
+        || stream
+            .set_read_timeout(Some(Duration::from_millis(100)))
+            .is_err()
+    {
+        return;
+    }
+    let _ = stream.set_nodelay(true);
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 8 * 1024];
+    loop {
+        // Answer every complete request already buffered (pipelining).
+        loop {
+            let request = match parse_request(&buf) {
+                Ok(Some(request)) => request,
+                Ok(None) => break,
+                Err(e) => {
+                    let _ = write_response(&mut stream, 400, &e, identity, true);
+                    return;
+                }
+            };
+            buf.drain(..request.len);
+            served.fetch_add(1, Ordering::SeqCst);
+            if write_response(&mut stream, 200, identity, identity, request.close).is_err()
+                || request.close
+            {
+                return;
+            }
+        }
+        match stream.read(&mut chunk) {
+            Ok(0) => return,
+            _ if stop.load(Ordering::SeqCst) => return,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                        | io::ErrorKind::Interrupted
+                ) => {}
+            Err(_) => return,
+        }
+    }
+}
+
+/// A complete request in the buffer: how many bytes it spans, and whether to close afterwards.
+struct RequestFrame {
+    len: usize,
+    close: bool,
+}
+
+fn parse_request(buf: &[u8]) -> Result<Option<RequestFrame>, String> {
+    let Some(head) = Head::parse(buf)? else {
+        return Ok(None);
+    };
+    let framing = head.framing(Framing::Empty)?;
+    let Some((_, body_len)) = read_body(&buf[head.len..], framing, false)? else {
+        return Ok(None);
+    };
+    let http10 = head.start_line.ends_with("HTTP/1.0");
+    let close = head.has_token("connection", "close")
+        || (http10 && !head.has_token("connection", "keep-alive"));
+    Ok(Some(RequestFrame {
+        len: head.len + body_len,
+        close,
+    }))
+}
+
+fn write_response(
+    stream: &mut TcpStream,
+    status: u16,
+    body: &str,
+    identity: &str,
+    close: bool,
+) -> io::Result<()> {
+    let reason = if status == 200 { "OK" } else { "Bad Request" };
+    let connection = if close { "connection: close\r\n" } else { "" };
+    let response = format!(
+        "HTTP/1.1 {status} {reason}\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\
+         x-backend: {identity}\r\n{connection}\r\n{body}",
+        body.len()
+    );
+    stream.write_all(response.as_bytes())
+}
