@@ -1,7 +1,22 @@
-//! meshflow: a service-mesh control plane whose core is a differential dataflow. Sources
-//! (files) feed validated records into epochs; the dataflow (crate `dataflows`) keeps every
-//! connected proxy's Envoy resources up to date incrementally; the xDS hub and server
-//! stream exactly what changed over Delta or State-of-the-World ADS.
+//! meshflow: a service-mesh control plane whose core is a differential dataflow.
+//!
+//! The path of a change, one module per room:
+//!
+//! - [`config`]: the input schema (Kubernetes and Istio objects) and its validation into
+//!   the dataflow's records;
+//! - [`sources`]: what reads objects (a watched directory) and reports record changes
+//!   and its own errors through the source contract;
+//! - [`input`]: the vocabulary every side shares (`Input`, `EpochMeta`, described changes);
+//! - [`runtime`]: batches inputs into epochs and steps the dataflow (crate `dataflows`);
+//! - [`hub`]: the served state and everything recorded about it (sync state, history,
+//!   provenance, counters, watch events, health);
+//! - [`xds`]: the ADS protocol (Delta and State-of-the-World) and its gRPC server;
+//! - [`debug`]: the debug port and CLI, which read the hub;
+//! - [`bench`]: mesh generation, simulated proxies and the benchmark harness;
+//! - [`serve`]: wires sources, runtime, hub, xDS and debug together.
+//!
+//! Imports go one way: sources → input ← runtime → hub ← xds, hub ← debug; `engine`,
+//! `input` and `config` import nothing of this crate (`tests/layers.rs` checks it).
 
 pub mod async_runtime;
 pub mod bench;

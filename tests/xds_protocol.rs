@@ -488,3 +488,40 @@ async fn full_push_baseline_resends_everything() {
         .expect_err("refused");
     assert_eq!(err.code(), tonic::Code::FailedPrecondition);
 }
+
+/// One node id is one proxy: while a stream is open for a node, a stream claiming the same
+/// id with another definition (here: other labels, which would select another Sidecar) is
+/// refused with ALREADY_EXISTS, and the first proxy keeps being served its own config.
+/// An identical definition (a second stream of the same Envoy) is still accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_node_id_never_serves_two_definitions() {
+    let (_dir, _config, meshflow) = setup("xds-node-conflict").await;
+    let addr = meshflow.xds_addr();
+    const ID: &str = "sidecar~10.9.4.1~owner-1.other~other.svc.cluster.local";
+    let mut owner = DeltaClient::connect(addr, node(ID, "other", &[])).await;
+    owner.sync().await;
+    let held = owner.names(CDS);
+    assert!(held.iter().any(|c| c == REVIEWS), "{held:?}");
+
+    let (tx, mut rx) = sotw_stream(addr).await;
+    tx.send(DiscoveryRequest {
+        node: Some(node(ID, "other", &[("app", "isolated")])),
+        type_url: CDS.into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let err = tokio::time::timeout(Duration::from_secs(5), rx.message())
+        .await
+        .expect("answered")
+        .expect_err("the second definition is refused");
+    assert_eq!(err.code(), tonic::Code::AlreadyExists, "{}", err.message());
+    assert!(err.message().contains(ID), "{}", err.message());
+
+    // The same definition again is a second stream of the same proxy: served alike.
+    let mut twin = DeltaClient::connect(addr, node(ID, "other", &[])).await;
+    twin.sync().await;
+    assert_eq!(twin.names(CDS), held);
+    owner.drain(Duration::from_millis(500)).await;
+    assert_eq!(owner.names(CDS), held, "the owner's config did not change");
+}

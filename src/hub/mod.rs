@@ -140,12 +140,23 @@ impl Hub {
 
     /// Registers a stream for `proxy`; the first stream makes the proxy a dataflow input.
     /// Returns the handle that is notified when the proxy's resources change.
-    pub fn connect(&self, proxy: Proxy) -> Arc<Notify> {
+    ///
+    /// One node id is one proxy: while a stream is open for it, a stream that describes the
+    /// node differently (namespace, labels, IPs, kind) is refused, so it can neither be
+    /// served nor change what the open stream is served.
+    pub fn connect(&self, proxy: Proxy) -> Result<Arc<Notify>, String> {
         let mut st = self.lock();
         let entry = st
             .proxies
             .entry(proxy.id.clone())
             .or_insert_with(|| ProxyEntry::new(proxy.clone()));
+        if entry.streams > 0 && entry.proxy != proxy {
+            return Err(format!(
+                "node {:?} is already connected with a different definition (namespace, labels, \
+                 IPs or kind); close that stream first",
+                proxy.id
+            ));
+        }
         entry.streams += 1;
         if entry.streams == 1 {
             // An entry without streams is waiting for its retraction to be computed: hide
@@ -158,7 +169,7 @@ impl Hub {
                 self.health.fail("the runtime stopped: proxies can no longer be computed");
             }
         }
-        entry.notify.clone()
+        Ok(entry.notify.clone())
     }
 
     /// Unregisters a stream; the last one retracts the proxy from the dataflow.

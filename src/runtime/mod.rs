@@ -1,6 +1,10 @@
 //! The runtime: owns the dataflow engine on its own threads, batches input changes into
 //! epochs (debounced), steps the dataflow one epoch at a time and hands each epoch's
-//! output to the xDS hub. A proxy never sees half an epoch.
+//! output to the hub. A proxy never sees half an epoch. The engine is the incremental
+//! dataflow or the full-push baseline ([`full_push`]).
+//!
+//! May import: `crate::input` (what it consumes), `crate::hub` (where epochs go),
+//! `crate::engine`. Nothing imports the runtime but `serve`.
 
 use crate::hub::Hub;
 use crate::input::{EpochMeta, Input, InputChange};

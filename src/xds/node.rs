@@ -1,6 +1,12 @@
 //! Proxy identity from the xDS `Node`: Istio's node id `TYPE~IP~POD.NS~NS.svc.DOMAIN` and
 //! node metadata (NAMESPACE, LABELS, INSTANCE_IPS, INTERCEPTION_MODE, and GENERATOR `grpc` for
 //! proxyless gRPC).
+//!
+//! Every namespace a node states (the id's `POD.NS`, its `NS.svc.DOMAIN`, the NAMESPACE
+//! metadata) must be the same one: the certificate check compares the client's identity with
+//! that namespace, so a node naming one namespace in its id and another in its metadata could
+//! otherwise pass as one and be served the other. Client-controlled sizes are bounded
+//! ([`MAX_LABELS`], [`MAX_METADATA_BYTES`]).
 
 use dataflows::model::{Labels, Proxy, ProxyKind};
 use envoy_types::pb::envoy::config::core::v3::Node;
@@ -15,6 +21,11 @@ impl std::fmt::Display for InvalidNode {
         f.write_str(&self.0)
     }
 }
+
+/// Most labels a node's LABELS metadata may carry (Kubernetes objects rarely have 30).
+pub const MAX_LABELS: usize = 256;
+/// Most bytes of label keys and values, and of INSTANCE_IPS, a node may carry.
+pub const MAX_METADATA_BYTES: usize = 64 * 1024;
 
 fn string_field(s: &Struct, key: &str) -> Option<String> {
     match s.fields.get(key).and_then(|v| v.kind.as_ref()) {
@@ -70,15 +81,7 @@ pub fn proxy_from_node(node: Option<&Node>) -> Result<Proxy, InvalidNode> {
             "node id {id:?}: {ip:?} is not an IP address"
         )));
     }
-    let namespace = string_field(&meta, "NAMESPACE")
-        .or_else(|| pod_ns.split_once('.').map(|(_, ns)| ns.to_string()))
-        .or_else(|| domain.split('.').next().map(str::to_string))
-        .filter(|ns| !ns.is_empty())
-        .ok_or_else(|| {
-            InvalidNode(format!(
-                "node id {id:?}: no namespace in the id or NAMESPACE metadata"
-            ))
-        })?;
+    let namespace = namespace(id, pod_ns, domain, string_field(&meta, "NAMESPACE"))?;
     let mut ips: Vec<String> = string_field(&meta, "INSTANCE_IPS")
         .map(|s| {
             s.split(',')
@@ -93,13 +96,62 @@ pub fn proxy_from_node(node: Option<&Node>) -> Result<Proxy, InvalidNode> {
     ips.sort();
     ips.dedup();
     let interception_none = string_field(&meta, "INTERCEPTION_MODE").as_deref() == Some("NONE");
+    let labels = map_field(&meta, "LABELS");
+    if labels.len() > MAX_LABELS {
+        return Err(InvalidNode(format!(
+            "node {id:?}: {} LABELS, more than {MAX_LABELS}",
+            labels.len()
+        )));
+    }
+    let bytes: usize = labels.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>()
+        + ips.iter().map(String::len).sum::<usize>();
+    if bytes > MAX_METADATA_BYTES {
+        return Err(InvalidNode(format!(
+            "node {id:?}: {bytes} bytes of LABELS and INSTANCE_IPS, more than {MAX_METADATA_BYTES}"
+        )));
+    }
     Ok(Proxy {
         id: id.to_string(),
         kind,
         ips,
         namespace,
-        labels: map_field(&meta, "LABELS"),
+        labels,
         interception_none,
+    })
+}
+
+/// The one namespace the node states: in `POD.NS`, in `NS.svc.DOMAIN` and in the NAMESPACE
+/// metadata, wherever present, and the same everywhere.
+fn namespace(
+    id: &str,
+    pod_ns: &str,
+    domain: &str,
+    metadata: Option<String>,
+) -> Result<String, InvalidNode> {
+    let stated = [
+        ("the id's POD.NAMESPACE", pod_ns.split_once('.').map(|(_, ns)| ns.to_string())),
+        ("the id's NAMESPACE.svc domain", domain.split_once('.').map(|(ns, _)| ns.to_string())),
+        ("the NAMESPACE metadata", metadata),
+    ];
+    let mut found: Option<(&str, String)> = None;
+    for (where_, ns) in stated {
+        let Some(ns) = ns.filter(|ns| !ns.is_empty()) else {
+            continue;
+        };
+        match &found {
+            None => found = Some((where_, ns)),
+            Some((first, seen)) if *seen != ns => {
+                return Err(InvalidNode(format!(
+                    "node id {id:?}: {first} says namespace {seen:?} but {where_} says {ns:?}"
+                )))
+            }
+            Some(_) => {}
+        }
+    }
+    found.map(|(_, ns)| ns).ok_or_else(|| {
+        InvalidNode(format!(
+            "node id {id:?}: no namespace in the id or NAMESPACE metadata"
+        ))
     })
 }
 
@@ -169,5 +221,66 @@ mod tests {
             assert!(proxy_from_node(Some(&node)).is_err(), "{id:?} accepted");
         }
         assert!(proxy_from_node(None).is_err());
+    }
+
+    fn node(id: &str, meta: Struct) -> Node {
+        Node {
+            id: id.into(),
+            metadata: Some(meta),
+            ..Default::default()
+        }
+    }
+
+    /// A node that names one namespace in its id and another in its metadata is refused,
+    /// so a certificate of the metadata's namespace cannot be served the id's proxy.
+    #[test]
+    fn every_stated_namespace_must_agree() {
+        let mut evil = Struct::default();
+        evil.fields.insert("NAMESPACE".into(), s("evil"));
+        let err = proxy_from_node(Some(&node(
+            "sidecar~10.1.2.3~sleep-1.default~default.svc.cluster.local",
+            evil.clone(),
+        )))
+        .unwrap_err();
+        assert!(err.0.contains("\"default\"") && err.0.contains("\"evil\""), "{err}");
+        let err = proxy_from_node(Some(&node(
+            "sidecar~10.1.2.3~sleep-1.default~evil.svc.cluster.local",
+            Struct::default(),
+        )))
+        .unwrap_err();
+        assert!(err.0.contains("NAMESPACE.svc"), "{err}");
+        // The same namespace everywhere, or stated only once, is fine.
+        let p = proxy_from_node(Some(&node(
+            "sidecar~10.1.2.3~sleep-1.evil~evil.svc.cluster.local",
+            evil.clone(),
+        )))
+        .unwrap();
+        assert_eq!(p.namespace, "evil");
+        let p = proxy_from_node(Some(&node("sidecar~10.1.2.3~sleep~svc", evil))).unwrap();
+        assert_eq!(p.namespace, "evil");
+    }
+
+    /// Node metadata is bounded: label count and bytes.
+    #[test]
+    fn oversized_metadata_is_refused() {
+        let labels = |n: usize, len: usize| {
+            let mut l = Struct::default();
+            for i in 0..n {
+                l.fields.insert(format!("k{i}"), s(&"v".repeat(len)));
+            }
+            let mut meta = Struct::default();
+            meta.fields.insert(
+                "LABELS".into(),
+                Value {
+                    kind: Some(ValueKind::StructValue(l)),
+                },
+            );
+            node("sidecar~10.1.2.3~a.default~default.svc.cluster.local", meta)
+        };
+        assert!(proxy_from_node(Some(&labels(MAX_LABELS, 10))).is_ok());
+        let err = proxy_from_node(Some(&labels(MAX_LABELS + 1, 1))).unwrap_err();
+        assert!(err.0.contains("LABELS"), "{err}");
+        let err = proxy_from_node(Some(&labels(2, MAX_METADATA_BYTES))).unwrap_err();
+        assert!(err.0.contains("bytes"), "{err}");
     }
 }

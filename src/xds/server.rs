@@ -161,9 +161,16 @@ async fn serve_stream<P: Protocol>(
         return;
     }
     let id = proxy.id.clone();
+    let notify = match hub.connect(proxy) {
+        Ok(n) => n,
+        Err(why) => {
+            tracing::warn!(proxy = %id, reason = %why, "stream refused");
+            let _ = tx.send(Err(Status::already_exists(why))).await;
+            return;
+        }
+    };
     let stream = hub.next_stream_id();
     tracing::info!(proxy = %id, stream, protocol = P::NAME, "stream opened");
-    let notify = hub.connect(proxy);
     let mut state = P::default();
     let mut next = Some(first);
     let from = StreamRef {
