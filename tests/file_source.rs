@@ -1220,3 +1220,33 @@ fn rescans_describe_their_objects() {
     fs::remove_file(&moved).unwrap();
     assert_eq!(ops(&src.rescan()), one(ChangeOp::Delete));
 }
+
+/// An apiVersion typo in a live object's file is an error naming file:line and the field,
+/// and the object's last valid version stays in effect: nothing is retracted.
+#[test]
+fn api_version_typo_keeps_the_last_valid_version() {
+    let dir = test_dir("api_version_typo");
+    let file = dir.join("routing.yaml");
+    write(&file, ROUTING);
+    let mut src = source(&dir);
+    assert_no_errors(&src.rescan());
+    for typo in ["networking.istio.i0/v1", "networking.istio.io"] {
+        let broken = ROUTING.replace(
+            "apiVersion: networking.istio.io/v1\nkind: VirtualService",
+            &format!("apiVersion: {typo}\nkind: VirtualService"),
+        );
+        assert_ne!(broken, ROUTING, "the fixture has a v1 VirtualService");
+        write(&file, &broken);
+        let scan = src.rescan();
+        assert!(scan.changes.is_empty(), "{typo}: {:#?}", scan.changes);
+        assert_eq!(scan.errors.len(), 1, "{typo}: {:#?}", scan.errors);
+        let err = &scan.errors[0];
+        assert!(
+            err.starts_with(&format!("{}:", file.display()))
+                && err.contains("VirtualService default/reviews: apiVersion:"),
+            "{err}"
+        );
+        write(&file, ROUTING);
+        assert_no_errors(&src.rescan());
+    }
+}

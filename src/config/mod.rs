@@ -155,7 +155,18 @@ pub fn parse_value(
         ));
     };
     let Some(kind) = kind_of(&api_version, &kind) else {
-        // A misspelt Istio kind would otherwise vanish silently (and retract what it replaced).
+        // A kind meshflow reads under a mistyped apiVersion would vanish silently (and retract
+        // what it replaced): an error naming the object keeps its last valid version.
+        if let Some((intended, message)) = api_version_mistake(&api_version, &kind) {
+            let name = str_at(&["metadata", "name"]).unwrap_or_default();
+            let namespace = str_at(&["metadata", "namespace"]).unwrap_or_else(|| "default".into());
+            return Err(Invalid {
+                object: Some(ConfigKey::new(intended, namespace, name)),
+                field: "apiVersion".into(),
+                message,
+            });
+        }
+        // So would a misspelt Istio kind.
         let group = api_version.rsplit_once('/').map(|(g, _)| g).unwrap_or("");
         const OTHER_ISTIO: [&str; 3] = ["WorkloadGroup", "EnvoyFilter", "ProxyConfig"];
         if group == "networking.istio.io" && !OTHER_ISTIO.contains(&kind.as_str()) {
@@ -185,6 +196,93 @@ pub fn parse_value(
             Err(invalid)
         }
     }
+}
+
+/// Built-in Kubernetes API groups (`""` is the core group): none of them has a kind named
+/// like an Istio one, and meshflow's Kubernetes kinds live only where [`kind_of`] says.
+const KUBERNETES_GROUPS: [&str; 12] = [
+    "",
+    "apps",
+    "batch",
+    "policy",
+    "autoscaling",
+    "discovery.k8s.io",
+    "networking.k8s.io",
+    "rbac.authorization.k8s.io",
+    "storage.k8s.io",
+    "coordination.k8s.io",
+    "events.k8s.io",
+    "apiextensions.k8s.io",
+];
+
+/// A kind meshflow reads under an apiVersion that cannot be meant for something else: the
+/// right group with an unknown or missing version, a group a letter or two away from the
+/// right one, another `*.istio.io` group, or a built-in Kubernetes group that has no such
+/// kind. A kind of the same name in an unrelated API (a Knative `Service`, a Gateway API
+/// `Gateway`) is not a mistake and is skipped as any other kind.
+fn api_version_mistake(api_version: &str, kind: &str) -> Option<(Kind, String)> {
+    let (intended, group, versions): (Kind, &str, &[&str]) = match kind {
+        "Service" => (Kind::Service, "", &["v1"]),
+        "Endpoints" => (Kind::Endpoints, "", &["v1"]),
+        "Pod" => (Kind::Pod, "", &["v1"]),
+        "Namespace" => (Kind::Namespace, "", &["v1"]),
+        "EndpointSlice" => (Kind::EndpointSlice, "discovery.k8s.io", &["v1"]),
+        "VirtualService" => (Kind::VirtualService, ISTIO, ISTIO_VERSIONS),
+        "DestinationRule" => (Kind::DestinationRule, ISTIO, ISTIO_VERSIONS),
+        "Gateway" => (Kind::Gateway, ISTIO, ISTIO_VERSIONS),
+        "ServiceEntry" => (Kind::ServiceEntry, ISTIO, ISTIO_VERSIONS),
+        "Sidecar" => (Kind::Sidecar, ISTIO, ISTIO_VERSIONS),
+        "WorkloadEntry" => (Kind::WorkloadEntry, ISTIO, ISTIO_VERSIONS),
+        _ => return None,
+    };
+    let (given_group, version) = match api_version.rsplit_once('/') {
+        Some((g, v)) => (g, Some(v)),
+        // `networking.istio.io` alone is a group without a version; `v1` alone the core group.
+        None if api_version.contains('.') => (api_version, None),
+        None => ("", Some(api_version)),
+    };
+    let mistaken = given_group == group
+        || (given_group.len() > 3 && edit_distance(given_group, group) <= 2)
+        || (given_group.ends_with(".istio.io") && group == ISTIO)
+        || KUBERNETES_GROUPS.contains(&given_group);
+    if !mistaken {
+        return None;
+    }
+    let expected: Vec<String> = versions
+        .iter()
+        .map(|v| if group.is_empty() { v.to_string() } else { format!("{group}/{v}") })
+        .collect();
+    let why = match version {
+        None => "has no version".to_string(),
+        Some(_) if given_group == group => "names a version meshflow does not read".to_string(),
+        Some(_) => "is not where this kind is served".to_string(),
+    };
+    Some((
+        intended,
+        format!(
+            "{api_version:?} {why}: {kind} is read as {}",
+            expected.join(", ")
+        ),
+    ))
+}
+
+const ISTIO: &str = "networking.istio.io";
+const ISTIO_VERSIONS: &[&str] = &["v1", "v1beta1", "v1alpha3"];
+
+/// Levenshtein distance, for telling a typo from another API group.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
+            prev = cur;
+        }
+    }
+    row[b.len()]
 }
 
 fn kind_of(api_version: &str, kind: &str) -> Option<Kind> {

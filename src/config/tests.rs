@@ -96,3 +96,42 @@ fn decoded_objects_parse_like_documents() {
     );
     assert!(err.field.starts_with("spec.http[0].route[0]"), "{}", err.field);
 }
+
+/// A kind meshflow reads under a mistyped apiVersion is an error naming the object and the
+/// field (so the file source keeps its last valid version), never a silent skip; the same
+/// kind name in an unrelated API is skipped as before.
+#[test]
+fn mistyped_api_versions_are_errors_and_other_apis_are_skipped() {
+    let vs = |api: &str| {
+        format!("apiVersion: {api}\nkind: VirtualService\nmetadata: {{name: r, namespace: ns1}}\nspec:\n  hosts: [reviews]\n")
+    };
+    for api in [
+        "networking.istio.i0/v1",
+        "networking.istio.io",
+        "networking.istio.io/v2",
+        "security.istio.io/v1",
+        "apps/v1",
+    ] {
+        let err = parse_document(&vs(api), &mesh()).unwrap_err();
+        assert_eq!(err.field, "apiVersion", "{api}");
+        assert_eq!(
+            err.object,
+            Some(ConfigKey::new(Kind::VirtualService, "ns1", "r")),
+            "{api}"
+        );
+        assert!(err.message.contains(api), "{api}: {}", err.message);
+    }
+    let svc = "apiVersion: apps/v1\nkind: Service\nmetadata: {name: s}\nspec: {ports: [{port: 80}]}\n";
+    let err = parse_document(svc, &mesh()).unwrap_err();
+    assert_eq!(err.object, Some(ConfigKey::new(Kind::Service, "default", "s")));
+    assert!(err.message.contains("is read as v1"), "{}", err.message);
+    for other in [
+        "apiVersion: serving.knative.dev/v1\nkind: Service\nmetadata: {name: s}\n",
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: g}\n",
+    ] {
+        assert_eq!(parse_document(other, &mesh()), Ok(None), "{other}");
+    }
+    assert!(parse_document(&vs("networking.istio.io/v1beta1"), &mesh())
+        .unwrap()
+        .is_some());
+}
