@@ -45,8 +45,9 @@ enum Command {
         /// Directory of YAML files (watched; subdirectories included).
         #[arg(long)]
         config_dir: PathBuf,
-        /// Address of the ADS gRPC server.
-        #[arg(long, default_value = "0.0.0.0:15010")]
+        /// Address of the ADS gRPC server. Loopback by default: any other address needs
+        /// TLS (`--tls-cert`/`--tls-key`) or `--plaintext`.
+        #[arg(long, default_value = "127.0.0.1:15010")]
         xds_addr: SocketAddr,
         /// Address of the debug gRPC API (keep it on loopback unless it is protected).
         #[arg(long, default_value = "127.0.0.1:15014")]
@@ -75,6 +76,11 @@ enum Command {
         /// others wait (bounds memory when thousands of proxies connect together).
         #[arg(long, default_value_t = 100)]
         initial_pushes: usize,
+        /// Milliseconds a new stream may take to send its first request; a stream that
+        /// sends none is closed (DEADLINE_EXCEEDED) and stops counting against
+        /// `--max-streams`.
+        #[arg(long, default_value_t = 10_000)]
+        first_request_timeout_ms: u64,
         /// PEM certificate chain for TLS on the xDS port (reloaded when it changes).
         #[arg(long, requires = "tls_key")]
         tls_cert: Option<PathBuf>,
@@ -200,6 +206,7 @@ fn main() -> ExitCode {
             keepalive_interval_s,
             keepalive_timeout_s,
             initial_pushes,
+            first_request_timeout_ms,
             tls_cert,
             tls_key,
             tls_client_ca,
@@ -230,6 +237,7 @@ fn main() -> ExitCode {
                     keepalive_interval: std::time::Duration::from_secs(keepalive_interval_s),
                     keepalive_timeout: std::time::Duration::from_secs(keepalive_timeout_s),
                     initial_pushes,
+                    first_request_timeout: Duration::from_millis(first_request_timeout_ms),
                 },
                 auth: meshflow::xds::auth::AuthConfig {
                     require_spiffe: tls_client_ca.is_some(),

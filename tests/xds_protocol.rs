@@ -525,3 +525,83 @@ async fn one_node_id_never_serves_two_definitions() {
     owner.drain(Duration::from_millis(500)).await;
     assert_eq!(owner.names(CDS), held, "the owner's config did not change");
 }
+
+/// Streams that never send a request are closed after `--first-request-timeout-ms` with
+/// DEADLINE_EXCEEDED, so they cannot hold every `--max-streams` slot: a proxy connecting
+/// afterwards is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_streams_time_out_and_free_their_slots() {
+    let dir = TestDir::new("xds-first-request");
+    let config = dir.subdir("config");
+    write_mesh(&config);
+    let meshflow = Meshflow::start_with_args(
+        &config,
+        dir.path(),
+        &["--max-streams", "2", "--first-request-timeout-ms", "300"],
+    );
+    let addr = meshflow.xds_addr();
+    let (_keep1, mut r1) = sotw_stream(addr).await;
+    let (_keep2, mut r2) = sotw_stream(addr).await;
+    for rx in [&mut r1, &mut r2] {
+        let err = tokio::time::timeout(Duration::from_secs(5), rx.message())
+            .await
+            .expect("a silent stream is closed")
+            .expect_err("with a status");
+        assert_eq!(err.code(), tonic::Code::DeadlineExceeded, "{}", err.message());
+    }
+    let mut a = DeltaClient::connect(
+        addr,
+        node(
+            "sidecar~10.9.5.1~late-1.default~default.svc.cluster.local",
+            "default",
+            &[],
+        ),
+    )
+    .await;
+    a.sync().await;
+    assert!(a.names(CDS).iter().any(|c| c == REVIEWS));
+}
+
+/// `meshflow serve --config-dir DIR` with no other flag starts: the default xDS address is
+/// on loopback, where plaintext is allowed.
+#[test]
+fn serve_starts_with_default_flags() {
+    use std::io::BufRead;
+    let dir = TestDir::new("serve-defaults");
+    let config = dir.subdir("config");
+    write_mesh(&config);
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_meshflow"))
+        .args(["serve", "--config-dir"])
+        .arg(&config)
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("start meshflow");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut seen = Vec::new();
+    let listening = loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) if line.contains("xDS server listening on 127.0.0.1:15010") => break true,
+            Ok(line) => seen.push(line),
+            Err(_) => break false,
+        }
+    };
+    let status = child.try_wait().expect("wait");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        listening,
+        "no 'listening' line (exit {status:?}):\n{}",
+        seen.join("\n")
+    );
+}

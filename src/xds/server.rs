@@ -137,6 +137,7 @@ fn denied(d: Denied) -> Status {
 }
 
 async fn serve_stream<P: Protocol>(
+    first_request_timeout: std::time::Duration,
     hub: Arc<Hub>,
     auth: Arc<AuthConfig>,
     warmup: Arc<Semaphore>,
@@ -144,9 +145,18 @@ async fn serve_stream<P: Protocol>(
     mut inbound: Streaming<P::Req>,
     tx: mpsc::Sender<Result<Bytes, Status>>,
 ) {
-    let first = match inbound.message().await {
-        Ok(Some(m)) => m,
-        _ => return,
+    let first = match tokio::time::timeout(first_request_timeout, inbound.message()).await {
+        Ok(Ok(Some(m))) => m,
+        Ok(_) => return,
+        Err(_) => {
+            let _ = tx
+                .send(Err(Status::deadline_exceeded(format!(
+                    "no request within {} ms of opening the stream",
+                    first_request_timeout.as_millis()
+                ))))
+                .await;
+            return;
+        }
     };
     let proxy = match proxy_from_node(P::node(&first)) {
         Ok(p) => p,
@@ -283,6 +293,9 @@ pub struct Limits {
     /// Streams that may be sending their first full config at once (Istio bounds
     /// concurrent pushes the same way, 100 by default).
     pub initial_pushes: usize,
+    /// How long a new stream may take to send its first request: streams that never send
+    /// one would otherwise hold `max_streams` slots for ever.
+    pub first_request_timeout: std::time::Duration,
 }
 
 impl Default for Limits {
@@ -292,6 +305,7 @@ impl Default for Limits {
             keepalive_interval: std::time::Duration::from_secs(30),
             keepalive_timeout: std::time::Duration::from_secs(20),
             initial_pushes: 100,
+            first_request_timeout: std::time::Duration::from_secs(10),
         }
     }
 }
@@ -350,8 +364,9 @@ impl Ads {
         let (slot, peer) = self.admit(&request)?;
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
         let (hub, auth, warmup) = (self.hub.clone(), self.auth.clone(), self.warmup.clone());
+        let timeout = self.limits.first_request_timeout;
         tokio::spawn(async move {
-            serve_stream::<P>(hub, auth, warmup, peer, request.into_inner(), tx).await;
+            serve_stream::<P>(timeout, hub, auth, warmup, peer, request.into_inner(), tx).await;
             drop(slot);
         });
         Ok(grpc::streaming_response(rx))
