@@ -605,3 +605,41 @@ fn serve_starts_with_default_flags() {
         seen.join("\n")
     );
 }
+
+/// A request that is not a valid DiscoveryRequest ends the stream with INVALID_ARGUMENT and
+/// the reason (it used to end with grpc-status OK, the reason nowhere).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_requests_get_invalid_argument() {
+    /// Field 1 of DiscoveryRequest is the string `version_info`: these bytes are not UTF-8.
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct NotUtf8 {
+        #[prost(bytes = "vec", tag = "1")]
+        version_info: Vec<u8>,
+    }
+    let (_dir, _config, meshflow) = setup("xds-malformed").await;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", meshflow.xds_addr()))
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("connect");
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.expect("ready");
+    let path = tonic::codegen::http::uri::PathAndQuery::from_static(
+        "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources",
+    );
+    let codec = tonic_prost::ProstCodec::<NotUtf8, DiscoveryResponse>::default();
+    let request = tonic::Request::new(tokio_stream::iter(vec![NotUtf8 {
+        version_info: vec![0xff, 0xfe],
+    }]));
+    let mut stream = grpc
+        .streaming(request, path, codec)
+        .await
+        .expect("opened")
+        .into_inner();
+    let err = tokio::time::timeout(Duration::from_secs(5), stream.message())
+        .await
+        .expect("answered")
+        .expect_err("refused");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{}", err.message());
+    assert!(err.message().contains("unreadable request"), "{}", err.message());
+}

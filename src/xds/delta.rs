@@ -4,7 +4,7 @@
 
 use crate::hub::view::ProxyView;
 use super::{
-    resource_type, wildcard_by_default, Events, Feedback, Nack, ProtocolError, Push,
+    nack_message, resource_type, wildcard_by_default, Events, Feedback, Nack, Nonces, ProtocolError, Push,
     Subscription, MAX_NAMES,
 };
 use dataflows::materialize::{Name, Stamp};
@@ -23,6 +23,8 @@ struct TypeState {
     /// hub's shared copies, so ten thousand streams holding one name hold one allocation.
     client: HashMap<Name, Name>,
     in_flight: Option<String>,
+    /// The nonce of the latest response of this type: the only one an ACK or NACK may name.
+    last_nonce: Option<String>,
     /// Names to send even though the client holds their version: the ClusterLoadAssignment
     /// of a cluster that was just updated, which Envoy needs to finish warming it.
     resend: BTreeSet<Name>,
@@ -55,7 +57,9 @@ impl TypeState {
 #[derive(Default, Debug)]
 pub struct DeltaStream {
     types: BTreeMap<ResourceType, TypeState>,
-    nonce: u64,
+    nonces: Nonces,
+    /// Answers to requests for types meshflow does not serve, sent with the next look.
+    unserved: Vec<DeltaDiscoveryResponse>,
     /// ACKs, NACKs, pushes and subscription changes since the server last took them.
     pub events: Events,
     /// The last CDS response left clusters for the next one ([`MAX_RESPONSE_BYTES`]).
@@ -81,8 +85,27 @@ impl DeltaStream {
         &mut self,
         req: &DeltaDiscoveryRequest,
         name: &dyn Fn(&str) -> Name,
-    ) -> Result<ResourceType, ProtocolError> {
-        let t = resource_type(&req.type_url)?;
+    ) -> Result<(), ProtocolError> {
+        let t = match resource_type(&req.type_url) {
+            Ok(t) => t,
+            // A type meshflow does not serve (SDS secrets, say) asked on a stream that also
+            // asks for others: answered as holding none of the names, so the client stops
+            // waiting for it, and the stream goes on. A stream that asks for nothing else
+            // is refused: it has nothing to be served.
+            Err(e) if self.types.is_empty() && self.unserved.is_empty() => return Err(e),
+            Err(_) => {
+                if req.response_nonce.is_empty() || !req.resource_names_subscribe.is_empty() {
+                    self.asked_since_look = true;
+                    self.unserved.push(DeltaDiscoveryResponse {
+                        type_url: req.type_url.clone(),
+                        removed_resources: req.resource_names_subscribe.clone(),
+                        nonce: self.nonces.issue(),
+                        ..Default::default()
+                    });
+                }
+                return Ok(());
+            }
+        };
         let n = req.resource_names_subscribe.len()
             + req.resource_names_unsubscribe.len()
             + req.initial_resource_versions.len();
@@ -121,7 +144,12 @@ impl DeltaStream {
         if !req.resource_names_subscribe.is_empty() || !req.resource_names_unsubscribe.is_empty() {
             self.events.subscriptions_changed();
         }
-        if !req.response_nonce.is_empty() {
+        // Only the latest response of the type can be answered (in flight, or answered
+        // already and answered again): an ACK or NACK of a nonce this stream never sent for
+        // the type is ignored, as SotW ignores stale nonces.
+        if !req.response_nonce.is_empty()
+            && st.last_nonce.as_deref() == Some(req.response_nonce.as_str())
+        {
             if st.in_flight.as_deref() == Some(req.response_nonce.as_str()) {
                 st.in_flight = None;
             }
@@ -129,7 +157,7 @@ impl DeltaStream {
                 Some(status) => self.events.feedback(Feedback::Nack(Nack {
                     rtype: t,
                     nonce: req.response_nonce.clone(),
-                    message: status.message.clone(),
+                    message: nack_message(&status.message),
                 })),
                 None => self.events.feedback(Feedback::Ack {
                     rtype: t,
@@ -161,15 +189,12 @@ impl DeltaStream {
                 st.client.remove(n.as_str());
             }
         }
-        Ok(t)
+        Ok(())
     }
 
     /// [`DeltaStream::on_request`] with names of its own (tests without a hub).
     #[cfg(test)]
-    pub fn on_request_unshared(
-        &mut self,
-        req: &DeltaDiscoveryRequest,
-    ) -> Result<ResourceType, ProtocolError> {
+    pub fn on_request_unshared(&mut self, req: &DeltaDiscoveryRequest) -> Result<(), ProtocolError> {
         self.on_request(req, &|n| Name::from(n))
     }
 
@@ -206,7 +231,8 @@ impl DeltaStream {
     /// type with no response in flight whose subscribed resources differ from what the
     /// client holds.
     pub fn pending(&mut self, view: &ProxyView<'_>) -> Vec<DeltaDiscoveryResponse> {
-        let out = self.compare(view);
+        let mut out = std::mem::take(&mut self.unserved);
+        out.extend(self.compare(view));
         self.asked_since_look = false;
         let held = view.held();
         let clusters_incomplete = self.clusters_incomplete;
@@ -349,9 +375,9 @@ impl DeltaStream {
                 st.client.insert(n.clone(), v.clone());
             }
             let sent_now = sent;
-            self.nonce += 1;
-            let nonce = self.nonce.to_string();
+            let nonce = self.nonces.issue();
             st.in_flight = Some(nonce.clone());
+            st.last_nonce = Some(nonce.clone());
             let removed_resources = removed.iter().map(|n| n.to_string()).collect();
             self.events.push(Push {
                 rtype: t,

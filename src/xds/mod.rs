@@ -49,6 +49,59 @@ pub(crate) fn wildcard_by_default(t: ResourceType) -> bool {
     matches!(t, ResourceType::Cluster | ResourceType::Listener)
 }
 
+/// Most bytes of a NACK's message kept (and logged): Envoy's text fits easily, a client
+/// cannot make the history, the debug port or the log carry megabytes per NACK.
+pub const MAX_NACK_MESSAGE: usize = 4096;
+
+/// `message` cut to [`MAX_NACK_MESSAGE`] bytes at a character boundary, saying so.
+pub(crate) fn nack_message(message: &str) -> String {
+    if message.len() <= MAX_NACK_MESSAGE {
+        return message.to_string();
+    }
+    let mut end = MAX_NACK_MESSAGE;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!(
+        "{}… ({} more bytes not kept)",
+        &message[..end],
+        message.len() - end
+    )
+}
+
+/// The nonces of one stream: a counter behind a per-stream random prefix, so a client
+/// cannot acknowledge a response it never read by guessing its nonce.
+#[derive(Debug)]
+pub struct Nonces {
+    salt: u64,
+    n: u64,
+}
+
+impl Default for Nonces {
+    fn default() -> Self {
+        // The OS's randomness; should it fail, a randomly keyed SipHash of the time still
+        // differs per stream and is not predictable from outside.
+        let salt = getrandom::u64().unwrap_or_else(|_| {
+            use std::hash::{BuildHasher, Hasher};
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_u128(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos()),
+            );
+            h.finish()
+        });
+        Nonces { salt, n: 0 }
+    }
+}
+
+impl Nonces {
+    pub fn issue(&mut self) -> String {
+        self.n += 1;
+        format!("{:016x}-{}", self.salt, self.n)
+    }
+}
+
 /// What a protocol state machine reports as it serves, in the order it happened; the
 /// server hands each to the hub's [`Recorder`]. Subscriptions are reported only when they
 /// changed, as the complete list.

@@ -356,3 +356,152 @@ fn delta_splits_large_responses_and_holds_listeners_until_clusters_are_complete(
     assert_eq!(received.len(), clusters.len());
     assert!(responses >= 3, "{responses} CDS responses for 3× the limit");
 }
+
+fn feedback_of(events: Vec<StreamEvent>) -> Vec<Feedback> {
+    events
+        .into_iter()
+        .filter_map(|e| match e {
+            StreamEvent::Feedback(f) => Some(f),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A Delta ACK or NACK of a nonce the stream never sent for the type is ignored: it cannot
+/// mark the proxy NACKED.
+#[test]
+fn delta_ignores_answers_to_unknown_nonces() {
+    let hub = hub();
+    epoch(&hub, 1, &[res(ResourceType::Listener, "l", "ok")], &[]);
+    let mut s = DeltaStream::default();
+    s.on_request_unshared(&DeltaDiscoveryRequest {
+        type_url: ResourceType::Listener.type_url().into(),
+        ..Default::default()
+    })
+    .unwrap();
+    let r = hub.with_view(ID, |v| s.pending(v)).unwrap();
+    let nack = |nonce: &str| DeltaDiscoveryRequest {
+        type_url: ResourceType::Listener.type_url().into(),
+        response_nonce: nonce.into(),
+        error_detail: Some(RpcStatus {
+            code: 3,
+            message: "forged".into(),
+            details: vec![],
+        }),
+        ..Default::default()
+    };
+    s.events.take(None);
+    s.on_request_unshared(&nack("999")).unwrap();
+    assert!(feedback_of(s.events.take(None)).is_empty(), "unknown nonce");
+    assert!(s.in_flight(), "the real response is still in flight");
+    s.on_request_unshared(&DeltaDiscoveryRequest {
+        type_url: ResourceType::Listener.type_url().into(),
+        response_nonce: r[0].nonce.clone(),
+        ..Default::default()
+    })
+    .unwrap();
+    assert!(matches!(&feedback_of(s.events.take(None))[..], [Feedback::Ack { .. }]));
+}
+
+/// Nonces differ per stream and do not start from a guessable counter.
+#[test]
+fn nonces_are_not_guessable() {
+    let hub = hub();
+    epoch(&hub, 1, &[res(ResourceType::Cluster, "c", "c1")], &[]);
+    let first = || {
+        let mut s = DeltaStream::default();
+        s.on_request_unshared(&DeltaDiscoveryRequest {
+            type_url: ResourceType::Cluster.type_url().into(),
+            ..Default::default()
+        })
+        .unwrap();
+        hub.with_view(ID, |v| s.pending(v)).unwrap()[0].nonce.clone()
+    };
+    let (a, b) = (first(), first());
+    assert_ne!(a, b);
+    assert!(a.len() >= 16 && a != "1", "{a}");
+}
+
+/// A type meshflow does not serve, asked on a stream that asks for served types too, is
+/// answered as holding none of its names (Delta) or as empty (SotW), and the stream goes
+/// on; alone on a new stream it is refused.
+#[test]
+fn unserved_types_are_answered_empty_on_a_serving_stream() {
+    const SECRET: &str = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret";
+    let hub = hub();
+    epoch(&hub, 1, &[res(ResourceType::Cluster, "c", "c1")], &[]);
+    let mut d = DeltaStream::default();
+    let secret = DeltaDiscoveryRequest {
+        type_url: SECRET.into(),
+        resource_names_subscribe: vec!["default".into()],
+        ..Default::default()
+    };
+    assert!(d.on_request_unshared(&secret).is_err(), "alone: refused");
+    d.on_request_unshared(&DeltaDiscoveryRequest {
+        type_url: ResourceType::Cluster.type_url().into(),
+        ..Default::default()
+    })
+    .unwrap();
+    d.on_request_unshared(&secret).unwrap();
+    let r = hub.with_view(ID, |v| d.pending(v)).unwrap();
+    let types: Vec<&str> = r.iter().map(|x| x.type_url.as_str()).collect();
+    assert_eq!(types, vec![SECRET, ResourceType::Cluster.type_url()]);
+    assert_eq!(r[0].removed_resources, vec!["default".to_string()]);
+    assert!(r[0].resources.is_empty());
+    // Its ACK is no answer to anything served.
+    d.on_request_unshared(&DeltaDiscoveryRequest {
+        type_url: SECRET.into(),
+        response_nonce: r[0].nonce.clone(),
+        ..Default::default()
+    })
+    .unwrap();
+    assert!(hub.with_view(ID, |v| d.pending(v)).unwrap().is_empty());
+
+    let mut s = SotwStream::default();
+    s.on_request(&DiscoveryRequest {
+        type_url: ResourceType::Cluster.type_url().into(),
+        ..Default::default()
+    })
+    .unwrap();
+    s.on_request(&DiscoveryRequest {
+        type_url: SECRET.into(),
+        resource_names: vec!["default".into()],
+        ..Default::default()
+    })
+    .unwrap();
+    let r = hub.with_view(ID, |v| s.pending(v)).unwrap();
+    assert_eq!(r[0].type_url, SECRET);
+    assert!(r[0].resources.is_empty());
+    assert_eq!(r[1].type_url, ResourceType::Cluster.type_url());
+}
+
+/// A NACK's message is kept (and logged) cut to `MAX_NACK_MESSAGE` bytes.
+#[test]
+fn nack_messages_are_bounded() {
+    let hub = hub();
+    epoch(&hub, 1, &[res(ResourceType::Listener, "l", "x")], &[]);
+    let mut s = SotwStream::default();
+    s.on_request(&DiscoveryRequest {
+        type_url: ResourceType::Listener.type_url().into(),
+        ..Default::default()
+    })
+    .unwrap();
+    let r = hub.with_view(ID, |v| s.pending(v)).unwrap();
+    s.on_request(&DiscoveryRequest {
+        type_url: ResourceType::Listener.type_url().into(),
+        response_nonce: r[0].nonce.clone(),
+        error_detail: Some(RpcStatus {
+            code: 3,
+            message: "é".repeat(1 << 20),
+            details: vec![],
+        }),
+        ..Default::default()
+    })
+    .unwrap();
+    let fb = feedback_of(s.events.take(None));
+    let [Feedback::Nack(n)] = &fb[..] else {
+        panic!("{fb:?}")
+    };
+    assert!(n.message.len() <= super::MAX_NACK_MESSAGE + 64, "{}", n.message.len());
+    assert!(n.message.ends_with("more bytes not kept)"));
+}

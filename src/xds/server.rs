@@ -36,6 +36,8 @@ const WARMUP_HOLD: std::time::Duration = std::time::Duration::from_secs(10);
 /// for nothing more for this long (Envoy asks for EDS and RDS right after it took CDS and
 /// LDS: a slot is not given back in between).
 const WARMUP_QUIET: std::time::Duration = std::time::Duration::from_millis(50);
+/// A stream logs at most one NACK per this interval (the count of the others with it).
+const NACK_LOG_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 /// Largest xDS request accepted.
 pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 
@@ -74,7 +76,7 @@ impl Protocol for DeltaStream {
         req: &Self::Req,
         name: &dyn Fn(&str) -> Name,
     ) -> Result<(), ProtocolError> {
-        DeltaStream::on_request(self, req, name).map(|_| ())
+        DeltaStream::on_request(self, req, name)
     }
     fn pending(&mut self, view: &ProxyView<'_>) -> Vec<Self::Resp> {
         DeltaStream::pending(self, view)
@@ -106,7 +108,7 @@ impl Protocol for SotwStream {
         req: &Self::Req,
         _name: &dyn Fn(&str) -> Name,
     ) -> Result<(), ProtocolError> {
-        SotwStream::on_request(self, req).map(|_| ())
+        SotwStream::on_request(self, req)
     }
     fn pending(&mut self, view: &ProxyView<'_>) -> Vec<Self::Resp> {
         SotwStream::pending(self, view)
@@ -147,7 +149,11 @@ async fn serve_stream<P: Protocol>(
 ) {
     let first = match tokio::time::timeout(first_request_timeout, inbound.message()).await {
         Ok(Ok(Some(m))) => m,
-        Ok(_) => return,
+        Ok(Ok(None)) => return,
+        Ok(Err(e)) => {
+            refuse_unreadable(&tx, "-", e).await;
+            return;
+        }
         Err(_) => {
             let _ = tx
                 .send(Err(Status::deadline_exceeded(format!(
@@ -183,6 +189,7 @@ async fn serve_stream<P: Protocol>(
     tracing::info!(proxy = %id, stream, protocol = P::NAME, "stream opened");
     let mut state = P::default();
     let mut next = Some(first);
+    let (mut nack_logged, mut nacks_not_logged) = (None::<tokio::time::Instant>, 0u64);
     let from = StreamRef {
         proxy: &id,
         stream,
@@ -204,7 +211,16 @@ async fn serve_stream<P: Protocol>(
             }
             for event in state.events() {
                 if let StreamEvent::Feedback(Feedback::Nack(nack)) = &event {
-                    tracing::warn!(proxy = %id, rtype = nack.rtype.short(), nonce = %nack.nonce, error = %nack.message, "NACK");
+                    // One line per stream per NACK_LOG_EVERY at most; every NACK is still
+                    // recorded (metrics, history, debug port).
+                    let now = tokio::time::Instant::now();
+                    if nack_logged.is_none_or(|at| now >= at + NACK_LOG_EVERY) {
+                        tracing::warn!(proxy = %id, rtype = nack.rtype.short(), nonce = %nack.nonce, error = %nack.message, not_logged = nacks_not_logged, "NACK");
+                        nack_logged = Some(now);
+                        nacks_not_logged = 0;
+                    } else {
+                        nacks_not_logged += 1;
+                    }
                 }
                 hub.record(from, event);
             }
@@ -260,7 +276,7 @@ async fn serve_stream<P: Protocol>(
                 Ok(Some(req)) => next = Some(req),
                 Ok(None) => break,
                 Err(e) => {
-                    tracing::debug!(proxy = %id, error = %e, "stream ended");
+                    refuse_unreadable(&tx, &id, e).await;
                     break;
                 }
             },
@@ -270,6 +286,28 @@ async fn serve_stream<P: Protocol>(
     }
     tracing::info!(proxy = %id, stream, protocol = P::NAME, "stream closed");
     hub.disconnect(&id, stream);
+}
+
+/// Ends a stream whose request could not be read with a status that says why: a request
+/// that is not a valid protobuf is INVALID_ARGUMENT, one over [`MAX_MESSAGE_BYTES`] is
+/// RESOURCE_EXHAUSTED (both logged, once per stream since the stream ends). Anything else
+/// is the client going away, which needs no answer.
+async fn refuse_unreadable(tx: &mpsc::Sender<Result<Bytes, Status>>, proxy: &str, e: Status) {
+    let status = match e.code() {
+        // tonic reports a protobuf that does not decode as INTERNAL, a frame over the
+        // limit as OUT_OF_RANGE: both are the client's doing.
+        tonic::Code::Internal => Status::invalid_argument(format!("unreadable request: {}", e.message())),
+        tonic::Code::OutOfRange => Status::resource_exhausted(format!(
+            "request over {MAX_MESSAGE_BYTES} bytes: {}",
+            e.message()
+        )),
+        _ => {
+            tracing::debug!(proxy, error = %e, "stream ended");
+            return;
+        }
+    };
+    tracing::warn!(proxy, code = ?status.code(), reason = status.message(), "stream refused");
+    let _ = tx.send(Err(status)).await;
 }
 
 /// The ADS service over a hub.

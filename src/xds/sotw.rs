@@ -5,7 +5,7 @@
 
 use crate::hub::view::ProxyView;
 use super::{
-    resource_type, wildcard_by_default, Events, Feedback, Nack, ProtocolError, Push,
+    nack_message, resource_type, wildcard_by_default, Events, Feedback, Nack, Nonces, ProtocolError, Push,
     Subscription, MAX_NAMES,
 };
 use dataflows::materialize::Name;
@@ -35,28 +35,45 @@ pub struct SotwStream {
     types: BTreeMap<ResourceType, TypeState>,
     /// The hub generation last pushed in full (full-push baseline only).
     generation: u64,
-    nonce: u64,
+    nonces: Nonces,
+    /// Answers to requests for types meshflow does not serve, sent with the next look.
+    unserved: Vec<DiscoveryResponse>,
     /// ACKs, NACKs, pushes and subscription changes since the server last took them.
     pub events: Events,
 }
 
 impl SotwStream {
-    pub fn on_request(&mut self, req: &DiscoveryRequest) -> Result<ResourceType, ProtocolError> {
-        let t = resource_type(&req.type_url)?;
+    pub fn on_request(&mut self, req: &DiscoveryRequest) -> Result<(), ProtocolError> {
+        let t = match resource_type(&req.type_url) {
+            Ok(t) => t,
+            // As for Delta: a type meshflow does not serve, asked on a stream that asks for
+            // others too, is answered empty (and its ACKs ignored); alone, it is refused.
+            Err(e) if self.types.is_empty() && self.unserved.is_empty() => return Err(e),
+            Err(_) => {
+                if req.response_nonce.is_empty() {
+                    self.unserved.push(DiscoveryResponse {
+                        type_url: req.type_url.clone(),
+                        nonce: self.nonces.issue(),
+                        ..Default::default()
+                    });
+                }
+                return Ok(());
+            }
+        };
         if req.resource_names.len() > MAX_NAMES {
             return Err(ProtocolError::TooManyNames(req.resource_names.len()));
         }
         let st = self.types.entry(t).or_default();
         if !req.response_nonce.is_empty() {
             if st.latest_nonce.as_deref() != Some(req.response_nonce.as_str()) {
-                return Ok(t); // stale: a newer response is on its way
+                return Ok(()); // stale: a newer response is on its way
             }
             st.in_flight = false;
             match &req.error_detail {
                 Some(status) => self.events.feedback(Feedback::Nack(Nack {
                     rtype: t,
                     nonce: req.response_nonce.clone(),
-                    message: status.message.clone(),
+                    message: nack_message(&status.message),
                 })),
                 None => self.events.feedback(Feedback::Ack {
                     rtype: t,
@@ -80,7 +97,7 @@ impl SotwStream {
         }
         st.names = names;
         st.wildcard = wildcard;
-        Ok(t)
+        Ok(())
     }
 
     /// The stream's subscriptions per type (for the debug API).
@@ -101,7 +118,7 @@ impl SotwStream {
     }
 
     pub fn pending(&mut self, view: &ProxyView<'_>) -> Vec<DiscoveryResponse> {
-        let mut out = Vec::new();
+        let mut out = std::mem::take(&mut self.unserved);
         if view.generation != self.generation {
             // The baseline pushes everything on every change, as if each were the first.
             self.generation = view.generation;
@@ -176,8 +193,7 @@ impl SotwStream {
             st.must_respond = false;
             st.in_flight = true;
             st.version += 1;
-            self.nonce += 1;
-            let nonce = self.nonce.to_string();
+            let nonce = self.nonces.issue();
             st.latest_nonce = Some(nonce.clone());
             self.events.push(Push {
                 rtype: t,
