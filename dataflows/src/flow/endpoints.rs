@@ -35,20 +35,9 @@ pub(super) fn resolve<'s>(
                 [only] if e.port_name.is_empty() => Some(only),
                 ports => ports.iter().find(|p| p.name == e.port_name),
             }?;
-            let mut labels = wl.clone();
-            labels.extend(e.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
             Some((
                 (h.clone(), port.port),
-                Endpoint {
-                    ip: e.ip.clone(),
-                    port: e.port,
-                    ready: e.ready,
-                    labels,
-                    origins: std::iter::once(&e.origin)
-                        .chain(wl_origin.as_ref())
-                        .cloned()
-                        .collect(),
-                },
+                Endpoint::resolved(e, wl.clone(), wl_origin.as_ref()),
             ))
         })
         .flat_map(|x| x)
