@@ -2,7 +2,7 @@
 //! `update` → `advance_to` → `flush` → step until the probe passes, then hands back the
 //! consolidated output diffs of that epoch. Threads and channels only; no async runtime.
 
-use crate::flow::{build, Inputs, Outputs};
+use crate::flow::{build, Coll, Inputs, Outputs};
 use crate::model::*;
 use differential_dataflow::input::{Input, InputSession};
 use std::sync::mpsc::{channel, Receiver, Sender, TryRecvError};
@@ -260,25 +260,27 @@ fn config(workers: usize) -> timely::Config {
 /// Appends every output change to `captured`, for the leader to take after each epoch, and
 /// makes `probe` wait for all of them.
 fn capture(out: Outputs<'_>, captured: &Arc<Mutex<Captured>>, probe: &Handle<u64>) {
-    let (c1, c2, c3) = (captured.clone(), captured.clone(), captured.clone());
-    let (c4, c5, c6) = (captured.clone(), captured.clone(), captured.clone());
-    out.scope_resources
-        .inspect(move |(d, _t, r)| lock(&c6).scope_resources.push((d.clone(), *r)))
-        .probe_with(probe);
-    out.proxy_scopes
-        .inspect(move |(d, _t, r)| lock(&c4).proxy_scopes.push((d.clone(), *r)))
-        .probe_with(probe);
-    out.provenance
-        .inspect(move |(d, _t, r)| lock(&c5).provenance.push((d.clone(), *r)))
-        .probe_with(probe);
-    out.proxy_resources
-        .inspect(move |(d, _t, r)| lock(&c1).proxy_resources.push((d.clone(), *r)))
-        .probe_with(probe);
-    out.bodies
-        .inspect(move |(d, _t, r)| lock(&c2).bodies.push((d.clone(), *r)))
-        .probe_with(probe);
-    out.errors
-        .inspect(move |(d, _t, r)| lock(&c3).errors.push((d.clone(), *r)))
+    tap(out.scope_resources, captured, probe, |c| {
+        &mut c.scope_resources
+    });
+    tap(out.proxy_scopes, captured, probe, |c| &mut c.proxy_scopes);
+    tap(out.provenance, captured, probe, |c| &mut c.provenance);
+    tap(out.proxy_resources, captured, probe, |c| {
+        &mut c.proxy_resources
+    });
+    tap(out.bodies, captured, probe, |c| &mut c.bodies);
+    tap(out.errors, captured, probe, |c| &mut c.errors);
+}
+
+/// One output's changes into its `field` of `captured`.
+fn tap<D: differential_dataflow::ExchangeData>(
+    out: Coll<'_, D>,
+    captured: &Arc<Mutex<Captured>>,
+    probe: &Handle<u64>,
+    field: fn(&mut Captured) -> &mut Vec<(D, isize)>,
+) {
+    let captured = captured.clone();
+    out.inspect(move |(d, _t, r)| field(&mut lock(&captured)).push((d.clone(), *r)))
         .probe_with(probe);
 }
 
