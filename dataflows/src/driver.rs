@@ -2,7 +2,7 @@
 //! `update` → `advance_to` → `flush` → step until the probe passes, then hands back the
 //! consolidated output diffs of that epoch. Threads and channels only; no async runtime.
 
-use crate::flow::{build, Inputs};
+use crate::flow::{build, Coll, Inputs, Outputs};
 use crate::model::*;
 use differential_dataflow::input::{Input, InputSession};
 use std::sync::mpsc::{channel, Receiver, Sender, TryRecvError};
@@ -123,24 +123,7 @@ impl Engine {
         let thread = std::thread::Builder::new()
             .name("meshflow-dataflow".into())
             .spawn(move || {
-                let mut config = timely::Config::process(workers);
-                // Arrangements finish the merges they have started while the worker is idle
-                // (see `IDLE_STEPS`), so the epoch after a burst (10k proxies connecting) does
-                // not pay for the merging the burst deferred. Only started merges: forcing
-                // every arrangement into one batch (differential's own idle logic) would copy
-                // whole arrangements after every small epoch.
-                let finish_started: differential_dataflow::trace::ExertionLogic =
-                    Arc::new(|levels: &[(usize, usize, usize)]| {
-                        levels
-                            .iter()
-                            .any(|(_level, count, _len)| *count > 1)
-                            .then_some(IDLE_MERGE_EFFORT)
-                    });
-                config.worker.set(
-                    "differential/default_exert_logic".to_string(),
-                    finish_started,
-                );
-                let result = timely::execute(config, move |worker| {
+                let result = timely::execute(config(workers), move |worker| {
                     let index = worker.index();
                     let probe = Handle::new();
                     let cap = captured.clone();
@@ -167,30 +150,7 @@ impl Engine {
                                 proxies: s8,
                             },
                         );
-                        let (c1, c2, c3) = (cap.clone(), cap.clone(), cap.clone());
-                        let (c4, c5, c6) = (cap.clone(), cap.clone(), cap.clone());
-                        out.scope_resources
-                            .inspect(move |(d, _t, r)| {
-                                lock(&c6).scope_resources.push((d.clone(), *r))
-                            })
-                            .probe_with(&probe);
-                        out.proxy_scopes
-                            .inspect(move |(d, _t, r)| lock(&c4).proxy_scopes.push((d.clone(), *r)))
-                            .probe_with(&probe);
-                        out.provenance
-                            .inspect(move |(d, _t, r)| lock(&c5).provenance.push((d.clone(), *r)))
-                            .probe_with(&probe);
-                        out.proxy_resources
-                            .inspect(move |(d, _t, r)| {
-                                lock(&c1).proxy_resources.push((d.clone(), *r))
-                            })
-                            .probe_with(&probe);
-                        out.bodies
-                            .inspect(move |(d, _t, r)| lock(&c2).bodies.push((d.clone(), *r)))
-                            .probe_with(&probe);
-                        out.errors
-                            .inspect(move |(d, _t, r)| lock(&c3).errors.push((d.clone(), *r)))
-                            .probe_with(&probe);
+                        capture(out, &cap, &probe);
                         Sessions {
                             services,
                             endpoints,
@@ -273,6 +233,55 @@ impl Drop for Engine {
             let _ = t.join();
         }
     }
+}
+
+/// Timely's configuration for `workers` threads in this process.
+fn config(workers: usize) -> timely::Config {
+    let mut config = timely::Config::process(workers);
+    // Arrangements finish the merges they have started while the worker is idle
+    // (see `IDLE_STEPS`), so the epoch after a burst (10k proxies connecting) does
+    // not pay for the merging the burst deferred. Only started merges: forcing
+    // every arrangement into one batch (differential's own idle logic) would copy
+    // whole arrangements after every small epoch.
+    let finish_started: differential_dataflow::trace::ExertionLogic =
+        Arc::new(|levels: &[(usize, usize, usize)]| {
+            levels
+                .iter()
+                .any(|(_level, count, _len)| *count > 1)
+                .then_some(IDLE_MERGE_EFFORT)
+        });
+    config.worker.set(
+        "differential/default_exert_logic".to_string(),
+        finish_started,
+    );
+    config
+}
+
+/// Appends every output change to `captured`, for the leader to take after each epoch, and
+/// makes `probe` wait for all of them.
+fn capture(out: Outputs<'_>, captured: &Arc<Mutex<Captured>>, probe: &Handle<u64>) {
+    tap(out.scope_resources, captured, probe, |c| {
+        &mut c.scope_resources
+    });
+    tap(out.proxy_scopes, captured, probe, |c| &mut c.proxy_scopes);
+    tap(out.provenance, captured, probe, |c| &mut c.provenance);
+    tap(out.proxy_resources, captured, probe, |c| {
+        &mut c.proxy_resources
+    });
+    tap(out.bodies, captured, probe, |c| &mut c.bodies);
+    tap(out.errors, captured, probe, |c| &mut c.errors);
+}
+
+/// One output's changes into its `field` of `captured`.
+fn tap<D: differential_dataflow::ExchangeData>(
+    out: Coll<'_, D>,
+    captured: &Arc<Mutex<Captured>>,
+    probe: &Handle<u64>,
+    field: fn(&mut Captured) -> &mut Vec<(D, isize)>,
+) {
+    let captured = captured.clone();
+    out.inspect(move |(d, _t, r)| field(&mut lock(&captured)).push((d.clone(), *r)))
+        .probe_with(probe);
 }
 
 /// The next message from `rx`; while none waits, first steps `worker` up to `IDLE_STEPS`

@@ -146,6 +146,24 @@ pub struct Endpoint {
     pub origins: Vec<ConfigKey>,
 }
 
+impl Endpoint {
+    /// `raw` with the labels of its workload (if one matched its IP) under its own: both
+    /// engines resolve endpoints through here so they cannot disagree on precedence.
+    pub fn resolved(raw: &RawEndpoint, mut labels: Labels, workload: Option<&ConfigKey>) -> Self {
+        labels.extend(raw.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+        Endpoint {
+            ip: raw.ip.clone(),
+            port: raw.port,
+            ready: raw.ready,
+            labels,
+            origins: std::iter::once(&raw.origin)
+                .chain(workload)
+                .cloned()
+                .collect(),
+        }
+    }
+}
+
 /// A Pod or WorkloadEntry: where labels of an endpoint come from.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct Workload {

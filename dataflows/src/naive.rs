@@ -9,7 +9,7 @@ use crate::assemble;
 use crate::model::*;
 use crate::rules;
 use crate::translate::{cluster, endpoint, listener, route};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// The state of all inputs at one moment.
 #[derive(Clone, Debug, Default)]
@@ -66,8 +66,7 @@ impl<'a> View<'a> {
     /// Endpoints resolved to `(host, service port)` with workload labels.
     fn resolved_endpoints(&self) -> Vec<((Hostname, u16), Endpoint)> {
         // Workloads by IP, in record order (a lookup, not a scan per endpoint).
-        let mut by_ip: std::collections::HashMap<&str, Vec<&Workload>> =
-            std::collections::HashMap::new();
+        let mut by_ip: HashMap<&str, Vec<&Workload>> = HashMap::new();
         for w in &self.workloads {
             by_ip.entry(w.ip.as_str()).or_default().push(w);
         }
@@ -89,20 +88,10 @@ impl<'a> View<'a> {
                     .map(|w| (w.labels.clone(), Some(&w.origin)))
                     .collect()
             };
-            for (mut labels, wl_origin) in label_sets {
-                labels.extend(e.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+            for (labels, wl_origin) in label_sets {
                 out.push((
                     ((*h).clone(), port.port),
-                    Endpoint {
-                        ip: e.ip.clone(),
-                        port: e.port,
-                        ready: e.ready,
-                        labels,
-                        origins: std::iter::once(&e.origin)
-                            .chain(wl_origin)
-                            .cloned()
-                            .collect(),
-                    },
+                    Endpoint::resolved(e, labels, wl_origin),
                 ));
             }
         }
@@ -206,15 +195,71 @@ impl<'a> View<'a> {
 pub fn compute(mesh: &MeshConfig, snap: &Snapshot) -> ProxyConfigs {
     let v = View::new(snap);
     let eps = v.resolved_endpoints();
+    let index = EndpointIndex::new(&eps);
     let scopes: Vec<(&Proxy, ScopeKey)> = v
         .proxies
         .iter()
         .map(|p| (*p, v.scope_of(p, mesh)))
         .collect();
+    let scope_clusters = scope_clusters(&v, mesh, &scopes);
 
-    // Clusters per scope with the subset labels of each EDS cluster.
+    let mut out = ProxyConfigs::new();
+    // Identical bodies built for different proxies are kept once (the work of building
+    // them for every proxy is still done): a full recompute of a large mesh must fit in
+    // memory.
+    let mut bodies: HashMap<(ResourceType, String), Body> = HashMap::new();
+    for (p, s) in &scopes {
+        let mut res: Vec<Resource> = Vec::new();
+        for (c, sel) in &scope_clusters[s] {
+            res.push(c.clone());
+            if let Some(sel) = sel {
+                res.push(index.load_assignment(c, sel));
+            }
+        }
+        match s {
+            ScopeKey::Sidecar {
+                interception_none,
+                proxyless,
+                ..
+            } => {
+                res.extend(sidecar_outbound(
+                    &v,
+                    mesh,
+                    s,
+                    *interception_none,
+                    *proxyless,
+                ));
+                res.extend(inbound(p, &index, *interception_none, *proxyless));
+            }
+            ScopeKey::Router { gateways, .. } => res.extend(router(&v, gateways)),
+        }
+        // A proxy that holds nothing (a proxyless client seeing no service) has no entry,
+        // as in the dataflow's output, which only knows proxies through their resources.
+        for mut r in res {
+            match bodies.get(&(r.rtype, r.version.clone())) {
+                Some(b) if b.0 == r.body.0 => r.body = b.clone(),
+                Some(_) => {}
+                None => {
+                    bodies.insert((r.rtype, r.version.clone()), r.body.clone());
+                }
+            }
+            out.entry(p.id.clone())
+                .or_default()
+                .insert((r.rtype, r.name.clone()), r);
+        }
+    }
+    out
+}
+
+/// Clusters per scope (its fixed ones first) with the subset labels of each EDS cluster,
+/// built once per scope however many proxies share it.
+fn scope_clusters<'s>(
+    v: &View,
+    mesh: &MeshConfig,
+    scopes: &'s [(&Proxy, ScopeKey)],
+) -> BTreeMap<&'s ScopeKey, Vec<(Resource, Option<Labels>)>> {
     let mut scope_clusters: BTreeMap<&ScopeKey, Vec<(Resource, Option<Labels>)>> = BTreeMap::new();
-    for (_, s) in &scopes {
+    for (_, s) in scopes {
         if scope_clusters.contains_key(s) {
             continue;
         }
@@ -233,166 +278,153 @@ pub fn compute(mesh: &MeshConfig, snap: &Snapshot) -> ProxyConfigs {
         }
         scope_clusters.insert(s, list);
     }
-    // An assignment per (cluster, subset labels) from the endpoints of that host and port
-    // (endpoints looked up by host and port, in order; still rebuilt for every proxy).
-    let mut eps_by_host: std::collections::HashMap<(&str, u16), Vec<&Endpoint>> =
-        std::collections::HashMap::new();
-    for ((h, port), ep) in &eps {
-        eps_by_host.entry((h.as_str(), *port)).or_default().push(ep);
+    scope_clusters
+}
+
+/// Resolved endpoints looked up by host and port (assignments) and by IP (inbound ports).
+struct EndpointIndex<'e> {
+    by_host: HashMap<(&'e str, u16), Vec<&'e Endpoint>>,
+    by_ip: HashMap<&'e str, Vec<&'e Endpoint>>,
+}
+
+impl<'e> EndpointIndex<'e> {
+    fn new(eps: &'e [((Hostname, u16), Endpoint)]) -> Self {
+        let mut by_host: HashMap<(&str, u16), Vec<&Endpoint>> = HashMap::new();
+        for ((h, port), ep) in eps {
+            by_host.entry((h.as_str(), *port)).or_default().push(ep);
+        }
+        let mut by_ip: HashMap<&str, Vec<&Endpoint>> = HashMap::new();
+        for (_, ep) in eps {
+            by_ip.entry(ep.ip.as_str()).or_default().push(ep);
+        }
+        EndpointIndex { by_host, by_ip }
     }
-    let mut eps_by_ip: std::collections::HashMap<&str, Vec<&Endpoint>> =
-        std::collections::HashMap::new();
-    for (_, ep) in &eps {
-        eps_by_ip.entry(ep.ip.as_str()).or_default().push(ep);
-    }
-    let cla = |c: &Resource, sel: &Labels| -> Resource {
+
+    /// An assignment per (cluster, subset labels) from the endpoints of that host and port
+    /// (endpoints looked up by host and port, in order; still rebuilt for every proxy).
+    fn load_assignment(&self, c: &Resource, sel: &Labels) -> Resource {
         let (host, port) = cluster_host_port(&c.name);
-        let members = eps_by_host
+        let members = self
+            .by_host
             .get(&(host.as_str(), port))
             .into_iter()
             .flatten()
             .copied()
             .filter(|ep| rules::labels_match(sel, &ep.labels));
         endpoint::load_assignment(&c.name, members)
-    };
+    }
+}
 
-    let mut out = ProxyConfigs::new();
-    // Identical bodies built for different proxies are kept once (the work of building
-    // them for every proxy is still done): a full recompute of a large mesh must fit in
-    // memory.
-    let mut bodies: std::collections::HashMap<(ResourceType, String), Body> =
-        std::collections::HashMap::new();
-    for (p, s) in &scopes {
-        let mut res: Vec<Resource> = Vec::new();
-        for (c, sel) in &scope_clusters[s] {
-            res.push(c.clone());
-            if let Some(sel) = sel {
-                res.push(cla(c, sel));
+/// A sidecar scope's route configurations and outbound listeners.
+fn sidecar_outbound(
+    v: &View,
+    mesh: &MeshConfig,
+    s: &ScopeKey,
+    interception_none: bool,
+    proxyless: bool,
+) -> Vec<Resource> {
+    let mut res = Vec::new();
+    let spec = v.sidecar_spec(s);
+    let listeners = rules::egress_listeners(spec);
+    let mut rows: BTreeMap<u16, (bool, BTreeMap<&str, Option<ResolvedVs>>)> = BTreeMap::new();
+    let mut catch_all_ports = BTreeSet::new();
+    let mut api_listeners = BTreeSet::new();
+    for (port, allow_any) in assemble::sidecar_fixed_routes(spec, interception_none, proxyless) {
+        rows.entry(port).or_insert((allow_any, BTreeMap::new()));
+    }
+    for (idx, hosts) in v.view_hosts(s).into_iter().enumerate() {
+        for h in hosts {
+            let svc = v.services[h];
+            for (port, allow_any, catch_all) in
+                rules::sidecar_route_ports(&listeners, idx, svc, interception_none, proxyless)
+            {
+                if proxyless {
+                    api_listeners.insert((h, port));
+                }
+                if catch_all {
+                    catch_all_ports.insert(port);
+                }
+                let entry = rows.entry(port).or_insert((allow_any, BTreeMap::new()));
+                entry.0 = allow_any;
+                entry.1.insert(h, v.vs_for(s, h).map(|vs| v.resolve(vs)));
             }
-        }
-        match s {
-            ScopeKey::Sidecar {
-                interception_none,
-                proxyless,
-                ..
-            } => {
-                let spec = v.sidecar_spec(s);
-                let listeners = rules::egress_listeners(spec);
-                let mut rows: BTreeMap<u16, (bool, BTreeMap<&str, Option<ResolvedVs>>)> =
-                    BTreeMap::new();
-                let mut catch_all_ports = BTreeSet::new();
-                let mut api_listeners = BTreeSet::new();
-                for (port, allow_any) in
-                    assemble::sidecar_fixed_routes(spec, *interception_none, *proxyless)
-                {
-                    rows.entry(port).or_insert((allow_any, BTreeMap::new()));
-                }
-                for (idx, hosts) in v.view_hosts(s).into_iter().enumerate() {
-                    for h in hosts {
-                        let svc = v.services[h];
-                        for (port, allow_any, catch_all) in rules::sidecar_route_ports(
-                            &listeners,
-                            idx,
-                            svc,
-                            *interception_none,
-                            *proxyless,
-                        ) {
-                            if *proxyless {
-                                api_listeners.insert((h, port));
-                            }
-                            if catch_all {
-                                catch_all_ports.insert(port);
-                            }
-                            let entry = rows.entry(port).or_insert((allow_any, BTreeMap::new()));
-                            entry.0 = allow_any;
-                            entry.1.insert(h, v.vs_for(s, h).map(|vs| v.resolve(vs)));
-                        }
-                    }
-                }
-                for (port, (allow_any, vhosts)) in rows {
-                    let vhosts: Vec<route::SidecarVhost> = vhosts
-                        .into_iter()
-                        .map(|(h, vs)| (v.services[h].clone(), vs))
-                        .collect();
-                    res.push(route::sidecar_route_config(
-                        port,
-                        s.namespace(),
-                        &mesh.domain_suffix,
-                        &vhosts,
-                        allow_any,
-                    ));
-                }
-                if !*interception_none {
-                    res.extend(catch_all_ports.into_iter().map(assemble::catchall_listener));
-                }
-                res.extend(assemble::sidecar_fixed_listeners(
-                    spec,
-                    *interception_none,
-                    *proxyless,
-                ));
-                res.extend(
-                    api_listeners
-                        .into_iter()
-                        .map(|(h, port)| listener::api_listener(h, port)),
-                );
-
-                // The proxy's own ports; a proxyless client has no inbound side.
-                let ports: BTreeSet<u16> = p
-                    .ips
-                    .iter()
-                    .filter(|_| !*proxyless)
-                    .flat_map(|ip| eps_by_ip.get(ip.as_str()).into_iter().flatten())
-                    .map(|ep| ep.port)
-                    .collect();
-                res.extend(ports.iter().map(|port| cluster::inbound(*port)));
-                if !*interception_none {
-                    res.push(listener::virtual_inbound(
-                        &ports.iter().copied().collect::<Vec<_>>(),
-                    ));
-                }
-            }
-            ScopeKey::Router { gateways, .. } => {
-                let gws: Vec<&Gateway> = gateways
-                    .iter()
-                    .filter_map(|k| v.gateways.get(k).copied())
-                    .collect();
-                let resolved: Vec<(ConfigKey, ResolvedVs)> = v
-                    .vss
-                    .iter()
-                    .flat_map(|vs| {
-                        vs.gateways
-                            .iter()
-                            .filter_map(|g| rules::gateway_ref(g))
-                            .filter(|g| gateways.contains(g))
-                            .map(|g| (g, v.resolve(vs)))
-                            .collect::<Vec<_>>()
-                    })
-                    .collect();
-                let pairs: Vec<(&ConfigKey, &ResolvedVs)> =
-                    resolved.iter().map(|(g, r)| (g, r)).collect();
-                res.extend(
-                    assemble::router_resources(&gws, &pairs)
-                        .into_iter()
-                        .map(|(r, _)| r),
-                );
-            }
-        }
-        // A proxy that holds nothing (a proxyless client seeing no service) has no entry,
-        // as in the dataflow's output, which only knows proxies through their resources.
-        for mut r in res {
-            match bodies.get(&(r.rtype, r.version.clone())) {
-                Some(b) if b.0 == r.body.0 => r.body = b.clone(),
-                Some(_) => {}
-                None => {
-                    bodies.insert((r.rtype, r.version.clone()), r.body.clone());
-                }
-            }
-            out.entry(p.id.clone())
-                .or_default()
-                .insert((r.rtype, r.name.clone()), r);
         }
     }
-    out
+    for (port, (allow_any, vhosts)) in rows {
+        let vhosts: Vec<route::SidecarVhost> = vhosts
+            .into_iter()
+            .map(|(h, vs)| (v.services[h].clone(), vs))
+            .collect();
+        res.push(route::sidecar_route_config(
+            port,
+            s.namespace(),
+            &mesh.domain_suffix,
+            &vhosts,
+            allow_any,
+        ));
+    }
+    if !interception_none {
+        res.extend(catch_all_ports.into_iter().map(assemble::catchall_listener));
+    }
+    res.extend(assemble::sidecar_fixed_listeners(
+        spec,
+        interception_none,
+        proxyless,
+    ));
+    res.extend(
+        api_listeners
+            .into_iter()
+            .map(|(h, port)| listener::api_listener(h, port)),
+    );
+    res
+}
+
+/// The proxy's own ports; a proxyless client has no inbound side.
+fn inbound(
+    p: &Proxy,
+    index: &EndpointIndex,
+    interception_none: bool,
+    proxyless: bool,
+) -> Vec<Resource> {
+    let ports: BTreeSet<u16> = p
+        .ips
+        .iter()
+        .filter(|_| !proxyless)
+        .flat_map(|ip| index.by_ip.get(ip.as_str()).into_iter().flatten())
+        .map(|ep| ep.port)
+        .collect();
+    let mut res: Vec<Resource> = ports.iter().map(|port| cluster::inbound(*port)).collect();
+    if !interception_none {
+        res.push(listener::virtual_inbound(
+            &ports.iter().copied().collect::<Vec<_>>(),
+        ));
+    }
+    res
+}
+
+/// A router scope's listeners and routes, from the Gateways selecting it.
+fn router(v: &View, gateways: &[ConfigKey]) -> Vec<Resource> {
+    let gws: Vec<&Gateway> = gateways
+        .iter()
+        .filter_map(|k| v.gateways.get(k).copied())
+        .collect();
+    let resolved: Vec<(ConfigKey, ResolvedVs)> = v
+        .vss
+        .iter()
+        .flat_map(|vs| {
+            vs.gateways
+                .iter()
+                .filter_map(|g| rules::gateway_ref(g))
+                .filter(|g| gateways.contains(g))
+                .map(|g| (g, v.resolve(vs)))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let pairs: Vec<(&ConfigKey, &ResolvedVs)> = resolved.iter().map(|(g, r)| (g, r)).collect();
+    assemble::router_resources(&gws, &pairs)
+        .into_iter()
+        .map(|(r, _)| r)
+        .collect()
 }
 
 /// `outbound|PORT|SUBSET|HOST` → (HOST, PORT).

@@ -1,0 +1,61 @@
+//! The per-proxy (inbound) part: the only resources not shared by a scope, because they
+//! depend on the proxy's own IPs. In: proxies, resolved endpoints. Out: `(proxy, resource)`
+//! for each inbound cluster and the `virtualInbound` listener, with the endpoints and
+//! workloads each inbound cluster comes from. Proxyless clients and routers have none.
+
+use super::endpoints::Resolved;
+use super::{Built, Coll};
+use crate::model::*;
+use crate::translate::{self, cluster, listener};
+
+pub(super) fn per_proxy<'s>(
+    proxies: Coll<'s, (ProxyId, Proxy)>,
+    endpoints: Resolved<'s>,
+) -> Built<'s, ProxyId> {
+    let sidecar_proxies = proxies.filter(|(_, p)| p.kind == ProxyKind::Sidecar);
+    // The proxy's own service ports: the endpoints at its IPs.
+    let proxy_ips = sidecar_proxies.clone().flat_map(|(id, p)| {
+        p.ips
+            .iter()
+            .map(|ip| (ip.clone(), id.clone()))
+            .collect::<Vec<_>>()
+    });
+    let inbound_rows = proxy_ips.join_map(
+        endpoints.map(|(_, ep)| (ep.ip, (ep.port, ep.origins))),
+        |_, id, (port, origins)| ((id.clone(), *port), origins.clone()),
+    );
+    let inbound_ports = inbound_rows.clone().map(|(k, _)| k).distinct();
+    let provenance = inbound_rows
+        .flat_map(|((id, port), origins)| {
+            let key = (
+                Holder::Proxy(id),
+                ResourceType::Cluster,
+                translate::inbound_cluster_name(port),
+            );
+            origins
+                .into_iter()
+                .map(move |o| (key.clone(), o))
+                .collect::<Vec<_>>()
+        })
+        .distinct();
+    let inbound_clusters = inbound_ports
+        .clone()
+        .map(|(id, port)| (id, cluster::inbound(port)));
+    // Every captured sidecar has a `virtualInbound`, even with no port of its own: the
+    // `None` row makes its group exist.
+    let captured = sidecar_proxies
+        .filter(|(_, p)| !p.interception_none)
+        .map(|(id, _)| (id, None));
+    let virtual_inbound = inbound_ports
+        .map(|(id, port)| (id, Some(port)))
+        .concat(captured.clone())
+        .semijoin(captured.map(|(id, _)| id).distinct())
+        .reduce(|_, vals: &[(&Option<u16>, isize)], out| {
+            let ports: Vec<u16> = vals.iter().filter_map(|(p, _)| **p).collect();
+            out.push((listener::virtual_inbound(&ports), 1isize));
+        });
+    Built {
+        resources: inbound_clusters.concat(virtual_inbound),
+        provenance,
+    }
+}

@@ -1,0 +1,150 @@
+//! The dataflow graph, composed of one stage per concept (one file each). Each stage keys its
+//! records so that joins happen on keys and a change touches only the groups it belongs to:
+//! scopes share all scope-level work, clusters are built once per (host, DestinationRule in
+//! effect), endpoints once per cluster name.
+//!
+//! A stage that yields resources hands back a [`Built`]: the resources and their provenance,
+//! side by side, so `explain` is always exactly as current as what proxies receive.
+
+mod clusters;
+mod endpoints;
+mod gateways;
+mod inbound;
+mod listeners;
+mod routes;
+mod scopes;
+mod services;
+mod virtual_services;
+mod visibility;
+
+use crate::model::*;
+use differential_dataflow::VecCollection;
+
+/// A collection at epoch timestamps.
+pub type Coll<'s, D> = VecCollection<'s, u64, D>;
+
+/// The input collections, keyed for the joins that consume them.
+pub struct Inputs<'s> {
+    pub services: Coll<'s, (Hostname, Service)>,
+    pub endpoints: Coll<'s, (Hostname, RawEndpoint)>,
+    pub workloads: Coll<'s, (String, Workload)>,
+    pub virtual_services: Coll<'s, (ConfigKey, VirtualService)>,
+    pub destination_rules: Coll<'s, (ConfigKey, DestinationRule)>,
+    pub gateways: Coll<'s, (ConfigKey, Gateway)>,
+    pub sidecars: Coll<'s, (ConfigKey, Sidecar)>,
+    pub proxies: Coll<'s, (ProxyId, Proxy)>,
+}
+
+pub struct Outputs<'s> {
+    /// `(proxy, resource key)`: what a connected proxy holds alone (inbound clusters,
+    /// `virtualInbound`). The rest of its set is its scope's, from the two below.
+    pub proxy_resources: Coll<'s, (ProxyId, ResourceKey)>,
+    /// `(scope, resource key)`: what every proxy of a scope holds.
+    pub scope_resources: Coll<'s, (ScopeKey, ResourceKey)>,
+    /// Every distinct resource body referenced above, once.
+    pub bodies: Coll<'s, Resource>,
+    /// Problems found in the inputs; retracted when fixed.
+    pub errors: Coll<'s, ConfigError>,
+    /// The scope each connected proxy's shared resources come from.
+    pub proxy_scopes: Coll<'s, (ProxyId, ScopeKey)>,
+    /// Which input objects each resource was built from (`explain`), kept with the resources
+    /// so it is exactly as current as they are.
+    pub provenance: Coll<'s, ProvenanceRow>,
+}
+
+/// What one stage adds to the output: resources held by `H` (a scope or a proxy) and the
+/// provenance rows it knows for them.
+struct Built<'s, H: 'static> {
+    resources: Coll<'s, (H, Resource)>,
+    provenance: Coll<'s, ProvenanceRow>,
+}
+
+impl<'s, H: differential_dataflow::ExchangeData> Built<'s, H> {
+    /// Both stages' resources and provenance. Not `distinct`: the outputs keep each
+    /// resource's multiplicity, as one concatenation of every stage would.
+    fn concat(self, other: Built<'s, H>) -> Built<'s, H> {
+        Built {
+            resources: self.resources.concat(other.resources),
+            provenance: self.provenance.concat(other.provenance),
+        }
+    }
+}
+
+/// Builds the whole dataflow from its inputs.
+pub fn build<'s>(mesh: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
+    let services = services::one_per_host(i.services);
+    let endpoints = endpoints::resolve(i.endpoints, i.workloads, &services.chosen);
+
+    let proxy_scopes =
+        scopes::of_proxies(&mesh.root_namespace, &i.proxies, &i.sidecars, &i.gateways);
+    let scopes = proxy_scopes.clone().map(|(_, s)| s).distinct();
+    let specs = scopes::sidecar_specs(&scopes, &i.sidecars);
+    let visible = visibility::hosts(&specs, &services.chosen);
+
+    let clusters = clusters::outbound(
+        mesh,
+        &scopes,
+        &visible,
+        i.destination_rules,
+        &services.chosen,
+    );
+    let assignments = endpoints::assignments(clusters.eds, &endpoints);
+
+    let vss = virtual_services::resolve(&i.virtual_services, &services.chosen);
+    let mesh_vss = virtual_services::mesh_in_effect(&i.virtual_services, &visible);
+    let ports = routes::ports(&visible, &services.chosen, &specs);
+    let routes = routes::sidecar(&mesh.domain_suffix, &specs, &ports, mesh_vss, &vss);
+    let listeners = listeners::sidecar(&specs, ports);
+    let gateways = gateways::routers(&scopes, i.gateways, i.virtual_services, vss);
+
+    let inbound = inbound::per_proxy(i.proxies, endpoints);
+
+    let scoped = clusters
+        .built
+        .concat(assignments)
+        .concat(routes)
+        .concat(listeners)
+        .concat(gateways);
+    outputs(scoped, inbound, services.conflicts, proxy_scopes)
+}
+
+/// The stages' results as the outputs the driver captures.
+fn outputs<'s>(
+    scoped: Built<'s, ScopeKey>,
+    owned: Built<'s, ProxyId>,
+    errors: Coll<'s, ConfigError>,
+    proxy_scopes: Coll<'s, (ProxyId, ScopeKey)>,
+) -> Outputs<'s> {
+    let (scope_res, proxy_res) = (scoped.resources, owned.resources);
+    // Every resource of a scope governed by a Sidecar resource comes from it too.
+    let sidecar_prov = scope_res.clone().flat_map(|(s, r)| match &s {
+        ScopeKey::Sidecar {
+            sidecar: Some(k), ..
+        } => {
+            let k = k.clone();
+            Some(((Holder::Scope(s), r.rtype, r.name), k))
+        }
+        _ => None,
+    });
+    let provenance = scoped
+        .provenance
+        .concat(owned.provenance)
+        .concat(sidecar_prov)
+        .distinct();
+    // Never joined with `proxy_scopes`: that would write one record per (proxy, resource)
+    // pair. Consumers resolve a proxy's set from its scope (`materialize`).
+    let scope_resources = scope_res.clone().map(|(s, r)| (s, r.key()));
+    let proxy_resources = proxy_res.clone().map(|(id, r)| (id, r.key()));
+    let bodies = scope_res
+        .map(|(_, r)| r)
+        .concat(proxy_res.map(|(_, r)| r))
+        .distinct();
+    Outputs {
+        proxy_resources,
+        scope_resources,
+        bodies,
+        errors,
+        proxy_scopes,
+        provenance,
+    }
+}

@@ -1,0 +1,180 @@
+//! Scopes: which [`ScopeKey`] each connected proxy's shared resources come from. In: proxies,
+//! Sidecar resources, Gateways. Out: `(proxy, scope)` and, per scope, the Sidecar spec in
+//! effect. Proxies of one scope share every scope-level stage downstream, so this is where a
+//! proxy's identity stops mattering to everything but [`super::inbound`].
+
+use super::Coll;
+use crate::model::*;
+use crate::rules;
+
+/// `(proxy, scope)` for every connected proxy: sidecars and proxyless clients by the Sidecar
+/// resource in effect, routers by the Gateways that select them.
+pub(super) fn of_proxies<'s>(
+    root: &str,
+    proxies: &Coll<'s, (ProxyId, Proxy)>,
+    sidecars: &Coll<'s, (ConfigKey, Sidecar)>,
+    gateways: &Coll<'s, (ConfigKey, Gateway)>,
+) -> Coll<'s, (ProxyId, ScopeKey)> {
+    sidecar_scopes(root, proxies, sidecars).concat(router_scopes(proxies, gateways))
+}
+
+/// (namespace or "", label key, label value).
+type LabelKey = (String, String, String);
+
+/// `(label key, proxy)` per label: selectors are matched by joining on their first label,
+/// then checked whole.
+fn by_label<'s>(
+    proxies: Coll<'s, (ProxyId, Proxy)>,
+    with_ns: bool,
+) -> Coll<'s, (LabelKey, (ProxyId, Proxy))> {
+    proxies.flat_map(move |(id, p)| {
+        let ns = if with_ns {
+            p.namespace.clone()
+        } else {
+            String::new()
+        };
+        p.labels
+            .iter()
+            .map(|(k, v)| ((ns.clone(), k.clone(), v.clone()), (id.clone(), p.clone())))
+            .collect::<Vec<_>>()
+    })
+}
+
+/// The Sidecar resource in effect, lowest rank first: one selecting the proxy (0),
+/// else its namespace's default (1), else the root namespace's default (2).
+/// Proxyless gRPC clients are scoped by Sidecar resources like sidecars are.
+fn sidecar_scopes<'s>(
+    root: &str,
+    proxies: &Coll<'s, (ProxyId, Proxy)>,
+    sidecars: &Coll<'s, (ConfigKey, Sidecar)>,
+) -> Coll<'s, (ProxyId, ScopeKey)> {
+    let sidecar_proxies = proxies
+        .clone()
+        .filter(|(_, p)| matches!(p.kind, ProxyKind::Sidecar | ProxyKind::Proxyless));
+    let sc_by_first_label = sidecars.clone().flat_map(|(_, sc)| {
+        let first = sc
+            .selector
+            .as_ref()
+            .and_then(|s| s.iter().next().map(|(k, v)| (k.clone(), v.clone())));
+        first.map(|(k, v)| ((sc.key.namespace.clone(), k, v), sc))
+    });
+    let root_s = root.to_string();
+    let cand_sel = by_label(sidecar_proxies.clone(), true)
+        .join_map(sc_by_first_label, move |_, (id, p), sc| {
+            rules::sidecar_rank(sc, p, &root_s).map(|r| (id.clone(), (r, sc.key.clone())))
+        })
+        .flat_map(|x| x);
+    let defaults = sidecars.clone().filter(|(_, sc)| sc.selector.is_none());
+    let cand_ns = sidecar_proxies
+        .clone()
+        .map(|(id, p)| (p.namespace.clone(), id))
+        .join_map(
+            defaults.clone().map(|(k, _)| (k.namespace.clone(), k)),
+            |_, id, k| (id.clone(), (1u8, k.clone())),
+        );
+    let (root_c, root_c2) = (root.to_string(), root.to_string());
+    let cand_root = sidecar_proxies
+        .clone()
+        .map(move |(id, _)| (root_c.clone(), id))
+        .join_map(
+            defaults
+                .filter(move |(k, _)| k.namespace == root_c2)
+                .map(|(k, _)| (k.namespace.clone(), k)),
+            |_, id, k| (id.clone(), (2u8, k.clone())),
+        );
+    let chosen_sc = cand_sel
+        .concat(cand_ns)
+        .concat(cand_root)
+        .reduce(|_, vals, out| out.push((vals[0].0 .1.clone(), 1isize)));
+    let with_sc = sidecar_proxies
+        .clone()
+        .join_map(chosen_sc.clone(), |id, p, k| {
+            (id.clone(), rules::sidecar_scope(p, Some(k.clone())))
+        });
+    let without_sc = sidecar_proxies
+        .antijoin(chosen_sc.map(|(id, _)| id))
+        .map(|(id, p)| (id, rules::sidecar_scope(&p, None)));
+    with_sc.concat(without_sc)
+}
+
+/// A router's scope is its namespace and the Gateways selecting it (none: no listeners).
+fn router_scopes<'s>(
+    proxies: &Coll<'s, (ProxyId, Proxy)>,
+    gateways: &Coll<'s, (ConfigKey, Gateway)>,
+) -> Coll<'s, (ProxyId, ScopeKey)> {
+    let router_proxies = proxies.clone().filter(|(_, p)| p.kind == ProxyKind::Router);
+    let gw_by_first_label = gateways.clone().flat_map(|(_, gw)| {
+        let first = gw
+            .selector
+            .iter()
+            .next()
+            .map(|(k, v)| (k.clone(), v.clone()));
+        first.map(|(k, v)| ((String::new(), k, v), gw))
+    });
+    let router_gws = by_label(router_proxies.clone(), false)
+        .join_map(gw_by_first_label, |_, (id, p), gw| {
+            rules::gateway_selects(gw, p).then(|| (id.clone(), gw.key.clone()))
+        })
+        .flat_map(|x| x)
+        .reduce(|_, vals, out| {
+            out.push((
+                vals.iter()
+                    .map(|(k, _)| (*k).clone())
+                    .collect::<Vec<ConfigKey>>(),
+                1isize,
+            ))
+        });
+    let routers_scoped = router_proxies
+        .clone()
+        .join_map(router_gws.clone(), |id, p, gws| {
+            (
+                id.clone(),
+                ScopeKey::Router {
+                    namespace: p.namespace.clone(),
+                    gateways: gws.clone(),
+                },
+            )
+        });
+    let routers_unscoped = router_proxies
+        .antijoin(router_gws.map(|(id, _)| id))
+        .map(|(id, p)| {
+            (
+                id,
+                ScopeKey::Router {
+                    namespace: p.namespace,
+                    gateways: Vec::new(),
+                },
+            )
+        });
+    routers_scoped.concat(routers_unscoped)
+}
+
+/// Scope → the Sidecar spec in effect (None: defaults; routers see everything exported).
+pub(super) fn sidecar_specs<'s>(
+    scopes: &Coll<'s, ScopeKey>,
+    sidecars: &Coll<'s, (ConfigKey, Sidecar)>,
+) -> Coll<'s, (ScopeKey, Option<Sidecar>)> {
+    scopes
+        .clone()
+        .flat_map(|s| match &s {
+            ScopeKey::Sidecar {
+                sidecar: Some(k), ..
+            } => Some((k.clone(), s.clone())),
+            _ => None,
+        })
+        .join_map(sidecars.clone(), |_, s, sc| (s.clone(), Some(sc.clone())))
+        .concat(
+            scopes
+                .clone()
+                .filter(|s| {
+                    !matches!(
+                        s,
+                        ScopeKey::Sidecar {
+                            sidecar: Some(_),
+                            ..
+                        }
+                    )
+                })
+                .map(|s| (s, None)),
+        )
+}

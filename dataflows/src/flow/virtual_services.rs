@@ -1,0 +1,80 @@
+//! VirtualServices. [`resolve`]: VirtualServices + services in effect → each VirtualService
+//! with the ports of the hosts it routes to (its routes name a host, Envoy needs a port).
+//! [`mesh_in_effect`]: which mesh-bound VirtualService governs each host a scope sees.
+//! Sidecar routes and gateway routes both consume the resolved form.
+
+use super::visibility::Visible;
+use super::Coll;
+use crate::model::*;
+use crate::rules;
+use serde::{Deserialize, Serialize};
+
+/// Parts of a VirtualService gathered to resolve destination ports.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+enum VsPart {
+    Spec(VirtualService),
+    Dest(Hostname, Vec<u16>),
+}
+
+/// `(key, resolved VirtualService)`. The spec and each destination's ports meet in one group
+/// so a service's port change re-resolves only the VirtualServices routing to it.
+pub(super) fn resolve<'s>(
+    vss: &Coll<'s, (ConfigKey, VirtualService)>,
+    services: &Coll<'s, (Hostname, Service)>,
+) -> Coll<'s, (ConfigKey, ResolvedVs)> {
+    let vs_dest_ports = vss
+        .clone()
+        .flat_map(|(k, vs)| {
+            let mut hosts: Vec<Hostname> = vs
+                .http
+                .iter()
+                .flat_map(|r| r.route.iter().map(|d| d.host.clone()))
+                .collect();
+            hosts.sort();
+            hosts.dedup();
+            hosts.into_iter().map(move |h| (h, k.clone()))
+        })
+        .join_map(services.clone(), |h, k, svc| {
+            (
+                k.clone(),
+                VsPart::Dest(h.clone(), svc.ports.iter().map(|p| p.port).collect()),
+            )
+        });
+    vss.clone()
+        .map(|(k, vs)| (k, VsPart::Spec(vs)))
+        .concat(vs_dest_ports)
+        .reduce(|_, vals: &[(&VsPart, isize)], out| {
+            let mut spec = None;
+            let mut dest_ports = std::collections::BTreeMap::new();
+            for (v, _) in vals {
+                match v {
+                    VsPart::Spec(vs) => spec = Some(vs.clone()),
+                    VsPart::Dest(h, p) => {
+                        dest_ports.insert(h.clone(), p.clone());
+                    }
+                }
+            }
+            if let Some(vs) = spec {
+                out.push((ResolvedVs { vs, dest_ports }, 1isize));
+            }
+        })
+}
+
+/// `((scope, host), VirtualService key)`: the mesh VirtualService in effect per (scope, host),
+/// lowest `rules::vs_rank` first.
+pub(super) fn mesh_in_effect<'s>(
+    vss: &Coll<'s, (ConfigKey, VirtualService)>,
+    visible: &Visible<'s>,
+) -> Coll<'s, ((ScopeKey, Hostname), ConfigKey)> {
+    let vs_by_host = vss
+        .clone()
+        .filter(|(_, vs)| vs.binds_mesh())
+        .flat_map(|(_, vs)| vs.hosts.clone().into_iter().map(move |h| (h, vs.clone())));
+    visible
+        .host_scopes()
+        .join_map(vs_by_host, |h, s, vs| {
+            rules::vs_rank(vs, s.namespace()).map(|r| ((s.clone(), h.clone()), (r, vs.key.clone())))
+        })
+        .flat_map(|x| x)
+        .reduce(|_, vals, out| out.push((vals[0].0 .1.clone(), 1isize)))
+}
