@@ -185,7 +185,8 @@ pub struct Outcome {
     pub listener: Option<String>,
     /// The capture listener that handed the connection over (`virtualOutbound`), if any.
     pub captured_by: Option<String>,
-    /// The filter chain's name (`#index` when it has none).
+    /// The filter chain's name (`#index` when it has none, `default_filter_chain` for the
+    /// listener's default).
     pub filter_chain: Option<String>,
     pub route_config: Option<String>,
     pub virtual_host: Option<String>,
@@ -226,7 +227,10 @@ pub enum Action {
         scheme: Option<String>,
         host: Option<String>,
         port: Option<u32>,
+        /// `path_redirect`.
         path: Option<String>,
+        /// `prefix_rewrite`: replaces the matched prefix.
+        prefix: Option<String>,
     },
 }
 
@@ -433,10 +437,10 @@ impl ProxyConfig {
             select_filter_chain(listener, call, out).ok_or_else(|| NoMatch::NoFilterChain {
                 listener: listener.name.clone(),
             })?;
-        out.filter_chain = Some(if chain.name.is_empty() {
-            format!("#{index}")
-        } else {
-            chain.name.clone()
+        out.filter_chain = Some(match index {
+            _ if !chain.name.is_empty() => chain.name.clone(),
+            usize::MAX => "default_filter_chain".into(),
+            i => format!("#{i}"),
         });
         for f in &chain.filters {
             let Some(filter::ConfigType::TypedConfig(any)) = &f.config_type else {
@@ -649,7 +653,10 @@ impl ProxyConfig {
                     port: Some(r.port_redirect).filter(|p| *p != 0),
                     path: match &r.path_rewrite_specifier {
                         Some(P::PathRedirect(p)) => Some(p.clone()),
-                        Some(P::PrefixRewrite(p)) => Some(format!("{p}…")),
+                        _ => None,
+                    },
+                    prefix: match &r.path_rewrite_specifier {
+                        Some(P::PrefixRewrite(p)) => Some(p.clone()),
                         _ => None,
                     },
                 })
@@ -1367,6 +1374,205 @@ mod tests {
             &query,
             w
         ));
+    }
+
+    /// A hand-built listener the dataflow never emits: filter chains chosen by destination port
+    /// and IP range (most specific first, else the default chain), an inline route
+    /// configuration, and every kind of route action.
+    #[test]
+    fn hand_built_listener_covers_chains_and_actions() {
+        use envoy_types::pb::envoy::config::core::v3::{data_source, CidrRange, DataSource};
+        use envoy_types::pb::envoy::config::endpoint::v3::{
+            Endpoint, LbEndpoint, LocalityLbEndpoints,
+        };
+        use envoy_types::pb::envoy::config::listener::v3::FilterChainMatch;
+        use envoy_types::pb::envoy::config::route::v3::{
+            route, route_match, DirectResponseAction, RedirectAction, Route,
+        };
+        use envoy_types::pb::google::protobuf::UInt32Value;
+        use envoy_types::util::pack_any;
+
+        let addr = |ip: &str, port: u32| Address {
+            address: Some(address::Address::SocketAddress(
+                envoy_types::pb::envoy::config::core::v3::SocketAddress {
+                    address: ip.into(),
+                    port_specifier: Some(socket_address::PortSpecifier::PortValue(port)),
+                    ..Default::default()
+                },
+            )),
+        };
+        let route = |name: &str, prefix: &str, action: route::Action| Route {
+            name: name.into(),
+            r#match: Some(RouteMatch {
+                path_specifier: Some(route_match::PathSpecifier::Prefix(prefix.into())),
+                ..Default::default()
+            }),
+            action: Some(action),
+            ..Default::default()
+        };
+        let hcm = HttpConnectionManager {
+            route_specifier: Some(RouteSpecifier::RouteConfig(RouteConfiguration {
+                name: "inline".into(),
+                virtual_hosts: vec![VirtualHost {
+                    name: "all".into(),
+                    domains: vec!["*".into()],
+                    routes: vec![
+                        route(
+                            "direct",
+                            "/health",
+                            route::Action::DirectResponse(DirectResponseAction {
+                                status: 200,
+                                body: Some(DataSource {
+                                    specifier: Some(data_source::Specifier::InlineString(
+                                        "ok".into(),
+                                    )),
+                                    ..Default::default()
+                                }),
+                                ..Default::default()
+                            }),
+                        ),
+                        route(
+                            "redirect",
+                            "/old",
+                            route::Action::Redirect(RedirectAction {
+                                host_redirect: "new.example.com".into(),
+                                response_code: redirect_action::RedirectResponseCode::Found as i32,
+                                ..Default::default()
+                            }),
+                        ),
+                        route(
+                            "by-header",
+                            "/",
+                            route::Action::Route(RouteAction {
+                                cluster_specifier: Some(ClusterSpecifier::ClusterHeader(
+                                    "x-cluster".into(),
+                                )),
+                                ..Default::default()
+                            }),
+                        ),
+                    ],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            })),
+            strip_port_mode: Some(StripPortMode::StripAnyHostPort(true)),
+            ..Default::default()
+        };
+        let chain = |name: &str, m: Option<FilterChainMatch>| FilterChain {
+            name: name.into(),
+            filter_chain_match: m,
+            filters: vec![envoy_types::pb::envoy::config::listener::v3::Filter {
+                name: "hcm".into(),
+                config_type: Some(filter::ConfigType::TypedConfig(pack_any(hcm.clone()))),
+            }],
+            ..Default::default()
+        };
+        let range = |ip: &str, len: u32| CidrRange {
+            address_prefix: ip.into(),
+            prefix_len: Some(UInt32Value { value: len }),
+        };
+        let listener = Listener {
+            name: "l".into(),
+            address: Some(addr("0.0.0.0", 80)),
+            filter_chains: vec![
+                chain(
+                    "wide",
+                    Some(FilterChainMatch {
+                        prefix_ranges: vec![range("10.0.0.0", 8)],
+                        ..Default::default()
+                    }),
+                ),
+                chain(
+                    "narrow",
+                    Some(FilterChainMatch {
+                        prefix_ranges: vec![range("10.1.0.0", 16)],
+                        ..Default::default()
+                    }),
+                ),
+                chain(
+                    "other-port",
+                    Some(FilterChainMatch {
+                        destination_port: Some(UInt32Value { value: 81 }),
+                        ..Default::default()
+                    }),
+                ),
+                chain(
+                    "tls-only",
+                    Some(FilterChainMatch {
+                        transport_protocol: "tls".into(),
+                        ..Default::default()
+                    }),
+                ),
+            ],
+            default_filter_chain: Some(chain("", None)),
+            ..Default::default()
+        };
+        let cluster = Cluster {
+            name: "static".into(),
+            load_assignment: Some(ClusterLoadAssignment {
+                endpoints: vec![LocalityLbEndpoints {
+                    locality: Some(envoy_types::pb::envoy::config::core::v3::Locality {
+                        region: "r".into(),
+                        zone: "z".into(),
+                        ..Default::default()
+                    }),
+                    lb_endpoints: vec![LbEndpoint {
+                        host_identifier: Some(lb_endpoint::HostIdentifier::Endpoint(Endpoint {
+                            address: Some(addr("10.5.5.5", 8080)),
+                            ..Default::default()
+                        })),
+                        health_status: HealthStatus::Unhealthy as i32,
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let config = ProxyConfig {
+            listeners: [("l".to_string(), listener)].into(),
+            clusters: [("static".to_string(), cluster)].into(),
+            ..Default::default()
+        };
+        let sim = |call: Call| config.simulate(&call);
+
+        let o = sim(Call::get("x:80", 80, "/health").to_address("10.1.2.3"));
+        assert_eq!(o.filter_chain.as_deref(), Some("narrow"));
+        assert_eq!(o.route_config.as_deref(), Some("inline"));
+        assert_eq!(
+            o.result,
+            Ok(Action::DirectResponse {
+                status: 200,
+                body: Some("ok".into())
+            })
+        );
+        assert_eq!(o.status(), Some(200));
+        let o = sim(Call::get("x", 80, "/old").to_address("10.2.0.1"));
+        assert_eq!(o.filter_chain.as_deref(), Some("wide"));
+        assert_eq!(o.status(), Some(302));
+        assert!(
+            matches!(&o.result, Ok(Action::Redirect { host: Some(h), .. }) if h == "new.example.com")
+        );
+        let o = sim(Call::get("x", 80, "/").to_address("192.168.0.1"));
+        assert_eq!(o.filter_chain.as_deref(), Some("default_filter_chain"));
+        assert_eq!(
+            o.result,
+            Err(NoMatch::ClusterHeaderMissing {
+                header: "x-cluster".into()
+            })
+        );
+        assert_eq!(o.status(), Some(503));
+        let o = sim(Call::get("x", 80, "/").header("X-Cluster", "static"));
+        assert_eq!(o.cluster(), Some("static"));
+        let up = &o.upstreams()[0];
+        assert_eq!(up.discovery, Discovery::Static);
+        assert_eq!(up.endpoints[0].locality.as_deref(), Some("r/z/"));
+        assert!(!up.endpoints[0].healthy);
+        assert_eq!(o.status(), Some(503), "only an unhealthy endpoint");
+        let o = sim(Call::get("x", 80, "/").header("x-cluster", "nope"));
+        assert_eq!(o.upstreams()[0].discovery, Discovery::NotFound);
+        assert_eq!(o.status(), Some(503));
     }
 
     #[test]

@@ -387,3 +387,45 @@ fn undecodable_bodies_are_reported_as_data() {
     assert_eq!(o.result, Err(NoMatch::NoListener { port: 9080 }));
     assert_eq!(o.warnings.len(), 2, "{o:?}");
 }
+
+/// Odd calls (empty or malformed authority and path, bracketed IPv6, huge ports in the host,
+/// non-UTF-8-looking bytes, odd methods) never panic; each gets an outcome.
+#[test]
+fn odd_calls_get_an_outcome_never_a_panic() {
+    let client = proxy(ProxyKind::Sidecar, "sidecar", "client", false);
+    let all = configs(mesh(vec![Record::Proxy(client.clone())]));
+    let sim = &all[&client.id];
+    let authorities = [
+        "",
+        ":",
+        "reviews:",
+        ":9080",
+        "[::1]:9080",
+        "ñ.example",
+        "*",
+        "a:b:c",
+    ];
+    let paths = [
+        "",
+        "?",
+        "#",
+        "no-slash",
+        "/..",
+        "/%2e%2e/",
+        "/ü/../r1",
+        "/reviews?&&=&",
+    ];
+    for authority in authorities {
+        for path in paths {
+            for address in [None, Some("::1"), Some("not-an-ip"), Some("10.0.1.1")] {
+                let mut call = Call::get(authority, 9080, path)
+                    .method("CONNECT")
+                    .header("", "")
+                    .header("end-user", "jason");
+                call.address = address.map(String::from);
+                let o = sim.simulate(&call);
+                assert!(o.listener.is_some(), "{call:?}: {o:?}");
+            }
+        }
+    }
+}
