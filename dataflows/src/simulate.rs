@@ -7,12 +7,15 @@
 //! never as a panic.
 //!
 //! The order followed is Envoy's:
-//! 1. **Listener.** Where the proxy captures traffic (it holds a listener with
+//! 1. **Listener.** A listener bound to the destination `address:port` itself takes the
+//!    connection. Otherwise, where the proxy captures traffic (it holds a bound listener with
 //!    `use_original_dst`, Istio's `virtualOutbound`), the connection is handed to the listener
 //!    of its original destination: exact `address:port` first, then the wildcard `0.0.0.0:port`;
 //!    with neither, `virtualOutbound` handles it itself (its catch-all chain: passthrough or
 //!    blackhole). Without capture (gateways, sidecars with `INTERCEPTION_MODE: NONE`) the
-//!    connection reaches the bound listener on its port (exact address before wildcard).
+//!    connection reaches the bound wildcard listener on its port, if any. A call without an
+//!    address is taken as going to the wildcard listener of its port (or, without capture, to
+//!    the only bound listener on it).
 //! 2. **Filter chain**, by `FilterChainMatch` criteria in Envoy's order (destination port,
 //!    destination IP ranges, server names, transport protocol, application protocols), most
 //!    specific first, else the `default_filter_chain`. The call is plaintext HTTP/1.1: no SNI,
@@ -40,11 +43,12 @@
 //!
 //! Not modelled: the choice among weighted clusters or endpoints (load balancing, priorities,
 //! outlier detection: every candidate is reported), TLS and SNI, source-address criteria of
-//! filter chains, iptables details (loopback destinations are captured like any other), HTTP
+//! filter chains, iptables details (which destinations are excluded from capture), HTTP
 //! filters (faults, RBAC, ext_authz, rewrites), runtime fractions (taken as matching), cookie,
 //! dynamic metadata and filter state matchers (taken as not matching, with a warning), scoped
-//! routes, cluster specifier plugins, VHDS, proxyless gRPC API listeners, and what the upstream
-//! itself answers.
+//! routes, cluster specifier plugins, VHDS, proxyless gRPC API listeners, Envoy's limits on
+//! what it accepts (RE2 program size: a route Envoy would NACK is simulated as if accepted), and
+//! what the upstream itself answers.
 
 use crate::model::{Resource, ResourceType};
 use envoy_types::pb::envoy::config::cluster::v3::cluster::{ClusterDiscoveryType, DiscoveryType};
