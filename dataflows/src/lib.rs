@@ -12,6 +12,7 @@ pub mod materialize;
 pub mod model;
 pub mod naive;
 pub mod rules;
+pub mod simulate;
 pub mod synth;
 pub mod translate;
 

@@ -1,0 +1,1601 @@
+//! An in-process routing simulation of one Envoy proxy, in the spirit of Istio's
+//! `pilot/pkg/simulation`: given the resources a proxy holds (the encoded Listener,
+//! RouteConfiguration, Cluster and ClusterLoadAssignment bodies the dataflow produces) and a
+//! [`Call`], it follows Envoy's matching order and reports what matched ([`Outcome`]), so routing
+//! can be asserted in milliseconds without starting Envoy. Pure code: no I/O; every problem with
+//! the input (an undecodable body, an invalid regex, a feature not modelled) is reported as data,
+//! never as a panic.
+//!
+//! The order followed is Envoy's:
+//! 1. **Listener.** A listener bound to the destination `address:port` itself takes the
+//!    connection. Otherwise, where the proxy captures traffic (it holds a bound listener with
+//!    `use_original_dst`, Istio's `virtualOutbound`), the connection is handed to the listener
+//!    of its original destination: exact `address:port` first, then the wildcard `0.0.0.0:port`;
+//!    with neither, `virtualOutbound` handles it itself (its catch-all chain: passthrough or
+//!    blackhole). Without capture (gateways, sidecars with `INTERCEPTION_MODE: NONE`) the
+//!    connection reaches the bound wildcard listener on its port, if any. A call without an
+//!    address is taken as going to the wildcard listener of its port (or, without capture, to
+//!    the only bound listener on it).
+//! 2. **Filter chain**, by `FilterChainMatch` criteria in Envoy's order (destination port,
+//!    destination IP ranges, server names, transport protocol, application protocols), most
+//!    specific first, else the `default_filter_chain`. The call is plaintext HTTP/1.1: no SNI,
+//!    transport protocol `raw_buffer`, application protocol `http/1.1` only when the listener
+//!    runs the HTTP inspector.
+//! 3. **HTTP connection manager**: its `rds.route_config_name` (or inline route
+//!    configuration); a `tcp_proxy` chain forwards to its cluster(s) instead.
+//! 4. **Virtual host** by `domains`, on the lower-cased authority (port stripped when the
+//!    connection manager's `strip_*_host_port` or the route configuration's
+//!    `ignore_port_in_host_matching` says so): exact, then the longest suffix wildcard `*x`,
+//!    then the longest prefix wildcard `x*` (a wildcard matches at least one character), then
+//!    `*`. None → 404.
+//! 5. **Route**: the first route of the virtual host whose match holds — path (`prefix` on the
+//!    whole `:path`; `path`, `safe_regex` (a full match) and `path_separated_prefix` on the path
+//!    without its query; `case_sensitive`), every header matcher (as Envoy's
+//!    `HeaderUtility::matchHeaders`, `invert_match` and `treat_missing_header_as_empty`
+//!    included), every query parameter matcher, `grpc`. None → 404. The path is normalized
+//!    (dot segments) first when the connection manager sets `normalize_path`.
+//! 6. **Action**: `cluster`, `cluster_header`, `weighted_clusters` (every cluster with its
+//!    weight), `direct_response` or `redirect`; the route's timeout and retry policy (the
+//!    virtual host's when the route has none).
+//! 7. **Clusters → endpoints**: EDS clusters through their assignment
+//!    (`eds_cluster_config.service_name`, else the cluster name), static and DNS clusters through
+//!    their inline `load_assignment`, original-destination clusters to the call's destination.
+//!
+//! Not modelled: the choice among weighted clusters or endpoints (load balancing, priorities,
+//! outlier detection: every candidate is reported), TLS and SNI, source-address criteria of
+//! filter chains, iptables details (which destinations are excluded from capture), HTTP
+//! filters (faults, RBAC, ext_authz, rewrites), runtime fractions (taken as matching), cookie,
+//! dynamic metadata and filter state matchers (taken as not matching, with a warning), scoped
+//! routes, cluster specifier plugins, VHDS, proxyless gRPC API listeners, Envoy's limits on
+//! what it accepts (RE2 program size: a route Envoy would NACK is simulated as if accepted), and
+//! what the upstream itself answers.
+
+use crate::model::{Resource, ResourceType};
+use envoy_types::pb::envoy::config::cluster::v3::cluster::{ClusterDiscoveryType, DiscoveryType};
+use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+use envoy_types::pb::envoy::config::core::v3::{address, socket_address, Address, HealthStatus};
+use envoy_types::pb::envoy::config::endpoint::v3::{lb_endpoint, ClusterLoadAssignment};
+use envoy_types::pb::envoy::config::listener::v3::{filter, FilterChain, Listener};
+use envoy_types::pb::envoy::config::route::v3::{
+    header_matcher::HeaderMatchSpecifier, query_parameter_matcher::QueryParameterMatchSpecifier,
+    redirect_action, route::Action as RouteActionKind, route_action::ClusterSpecifier,
+    route_match::PathSpecifier, HeaderMatcher, QueryParameterMatcher, RetryPolicy, RouteAction,
+    RouteConfiguration, RouteMatch, VirtualHost,
+};
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+    http_connection_manager::{RouteSpecifier, StripPortMode},
+    HttpConnectionManager,
+};
+use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{tcp_proxy, TcpProxy};
+use envoy_types::pb::envoy::r#type::matcher::v3::{string_matcher::MatchPattern, StringMatcher};
+use prost::Message;
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::time::Duration;
+
+// ---------------------------------------------------------------------------------------------
+// Inputs
+// ---------------------------------------------------------------------------------------------
+
+/// One HTTP request on a fresh plaintext connection from the proxy's workload (a sidecar) or
+/// from a client (a gateway).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Call {
+    /// The destination port of the connection.
+    pub port: u16,
+    /// The destination address, when known (`None`: any address; a captured call then goes to
+    /// the wildcard listener of its port).
+    pub address: Option<String>,
+    /// `Host` / `:authority`, as sent (`reviews`, `reviews:9080`).
+    pub authority: String,
+    /// `:path`, with its query string if any.
+    pub path: String,
+    pub method: String,
+    /// Other request headers; names are compared case-insensitively.
+    pub headers: Vec<(String, String)>,
+}
+
+impl Call {
+    /// `GET path` with `Host: authority` to port `port`.
+    pub fn get(authority: &str, port: u16, path: &str) -> Call {
+        Call {
+            port,
+            address: None,
+            authority: authority.to_string(),
+            path: path.to_string(),
+            method: "GET".into(),
+            headers: Vec::new(),
+        }
+    }
+
+    /// The same call to destination address `ip`.
+    pub fn to_address(mut self, ip: &str) -> Call {
+        self.address = Some(ip.to_string());
+        self
+    }
+
+    /// The same call with one more request header.
+    pub fn header(mut self, name: &str, value: &str) -> Call {
+        self.headers.push((name.to_string(), value.to_string()));
+        self
+    }
+
+    /// The same call with another method.
+    pub fn method(mut self, method: &str) -> Call {
+        self.method = method.to_string();
+        self
+    }
+}
+
+/// One proxy's resources, decoded.
+#[derive(Clone, Debug, Default)]
+pub struct ProxyConfig {
+    pub listeners: BTreeMap<String, Listener>,
+    pub routes: BTreeMap<String, RouteConfiguration>,
+    pub clusters: BTreeMap<String, Cluster>,
+    pub endpoints: BTreeMap<String, ClusterLoadAssignment>,
+    /// Bodies that did not decode: type, name and prost's message.
+    pub undecodable: Vec<(ResourceType, String, String)>,
+}
+
+impl ProxyConfig {
+    /// Decodes the resources one proxy holds (as the dataflow encodes them).
+    pub fn from_resources<'a>(resources: impl IntoIterator<Item = &'a Resource>) -> ProxyConfig {
+        ProxyConfig::from_bodies(
+            resources
+                .into_iter()
+                .map(|r| (r.rtype, r.name.as_str(), &r.body.0[..])),
+        )
+    }
+
+    /// Decodes `(type, name, encoded body)` triples.
+    pub fn from_bodies<'a>(
+        bodies: impl IntoIterator<Item = (ResourceType, &'a str, &'a [u8])>,
+    ) -> ProxyConfig {
+        fn put<M: Message + Default>(
+            map: &mut BTreeMap<String, M>,
+            bad: &mut Vec<(ResourceType, String, String)>,
+            (t, name, bytes): (ResourceType, &str, &[u8]),
+        ) {
+            match M::decode(bytes) {
+                Ok(m) => {
+                    map.insert(name.to_string(), m);
+                }
+                Err(e) => bad.push((t, name.to_string(), e.to_string())),
+            }
+        }
+        let mut c = ProxyConfig::default();
+        for body in bodies {
+            let bad = &mut c.undecodable;
+            match body.0 {
+                ResourceType::Listener => put(&mut c.listeners, bad, body),
+                ResourceType::Route => put(&mut c.routes, bad, body),
+                ResourceType::Cluster => put(&mut c.clusters, bad, body),
+                ResourceType::Endpoint => put(&mut c.endpoints, bad, body),
+            }
+        }
+        c
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Outputs
+// ---------------------------------------------------------------------------------------------
+
+/// What a call matched, step by step, and where it ends.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Outcome {
+    /// The listener that handled the connection (after any original-destination hand-off).
+    pub listener: Option<String>,
+    /// The capture listener that handed the connection over (`virtualOutbound`), if any.
+    pub captured_by: Option<String>,
+    /// The filter chain's name (`#index` when it has none, `default_filter_chain` for the
+    /// listener's default).
+    pub filter_chain: Option<String>,
+    pub route_config: Option<String>,
+    pub virtual_host: Option<String>,
+    pub route: Option<MatchedRoute>,
+    pub result: Result<Action, NoMatch>,
+    /// Things met on the way that the simulation could not judge exactly (invalid regexes,
+    /// matchers not modelled, ambiguous listeners).
+    pub warnings: Vec<String>,
+}
+
+/// The route that matched: its position in the virtual host and its name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MatchedRoute {
+    pub index: usize,
+    pub name: String,
+}
+
+/// Where a matched call goes.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    /// An HTTP route to one cluster (`weight: None`) or weighted clusters.
+    Route {
+        upstreams: Vec<Upstream>,
+        /// The route's timeout (`None`: Envoy's default of 15 s; zero: disabled).
+        timeout: Option<Duration>,
+        retry: Option<Retry>,
+    },
+    /// A `tcp_proxy` filter chain (no HTTP routing), e.g. `virtualOutbound`'s passthrough.
+    Tcp {
+        upstreams: Vec<Upstream>,
+    },
+    DirectResponse {
+        status: u32,
+        body: Option<String>,
+    },
+    Redirect {
+        status: u32,
+        scheme: Option<String>,
+        host: Option<String>,
+        port: Option<u32>,
+        /// `path_redirect`.
+        path: Option<String>,
+        /// `prefix_rewrite`: replaces the matched prefix.
+        prefix: Option<String>,
+    },
+}
+
+/// A route's retry policy, as Envoy will apply it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Retry {
+    pub retry_on: String,
+    /// `num_retries` (Envoy's default is 1).
+    pub num_retries: u32,
+    pub per_try_timeout: Option<Duration>,
+    pub retriable_status_codes: Vec<u32>,
+}
+
+/// One cluster a call may be sent to, with its endpoints.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Upstream {
+    pub cluster: String,
+    /// The weight among weighted clusters; `None` for a route to a single cluster.
+    pub weight: Option<u32>,
+    pub discovery: Discovery,
+    pub endpoints: Vec<UpstreamEndpoint>,
+}
+
+/// How a cluster finds its endpoints.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Discovery {
+    /// EDS, from the assignment `service_name` (`assignment_found: false`: the proxy holds
+    /// none, so Envoy keeps the cluster warming).
+    Eds {
+        service_name: String,
+        assignment_found: bool,
+    },
+    Static,
+    StrictDns,
+    LogicalDns,
+    /// To the connection's original destination (`PassthroughCluster`).
+    OriginalDst,
+    /// The proxy holds no cluster of that name (Envoy answers 503).
+    NotFound,
+    Other(String),
+}
+
+/// One endpoint of an upstream cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UpstreamEndpoint {
+    /// `ip:port` (or `host:port` for DNS clusters).
+    pub address: String,
+    /// `region/zone/sub_zone` when the locality names any.
+    pub locality: Option<String>,
+    pub locality_weight: Option<u32>,
+    pub weight: Option<u32>,
+    pub priority: u32,
+    /// Health status UNKNOWN, HEALTHY or DEGRADED: Envoy may send traffic there.
+    pub healthy: bool,
+}
+
+/// Why a call matched nothing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NoMatch {
+    /// No listener takes connections to this port (connection refused).
+    NoListener { port: u16 },
+    /// The listener has no filter chain for the connection (Envoy closes it).
+    NoFilterChain { listener: String },
+    /// The filter chain has no HTTP connection manager or TCP proxy this simulation reads.
+    UnsupportedFilterChain { filters: Vec<String> },
+    /// The connection manager names a route configuration the proxy does not hold.
+    RouteConfigMissing { name: String },
+    /// No virtual host's domains match the authority: Envoy answers 404.
+    NoVirtualHost { authority: String },
+    /// No route of the virtual host matches: Envoy answers 404.
+    NoRoute,
+    /// `cluster_header` names a header the request lacks: Envoy answers 503.
+    ClusterHeaderMissing { header: String },
+    /// A configuration this simulation does not model (or cannot decode).
+    Unsupported(String),
+}
+
+impl Outcome {
+    /// The clusters the call may go to, with their weights (`None` for a single cluster).
+    pub fn clusters(&self) -> Vec<(String, Option<u32>)> {
+        self.upstreams()
+            .iter()
+            .map(|u| (u.cluster.clone(), u.weight))
+            .collect()
+    }
+
+    /// The one cluster of a single-cluster route or TCP proxy.
+    pub fn cluster(&self) -> Option<&str> {
+        match self.upstreams() {
+            [one] if one.weight.is_none() => Some(&one.cluster),
+            _ => None,
+        }
+    }
+
+    /// Every upstream of the action (empty for direct responses, redirects and no match).
+    pub fn upstreams(&self) -> &[Upstream] {
+        match &self.result {
+            Ok(Action::Route { upstreams, .. } | Action::Tcp { upstreams }) => upstreams,
+            _ => &[],
+        }
+    }
+
+    /// The endpoint addresses of every upstream with a non-zero weight, sorted.
+    pub fn endpoints(&self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .upstreams()
+            .iter()
+            .filter(|u| u.weight != Some(0))
+            .flat_map(|u| u.endpoints.iter().map(|e| e.address.clone()))
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    /// The status Envoy itself answers, when it answers without an upstream: 404 for no virtual
+    /// host or route, 503 when the cluster is missing or every cluster the route may pick has
+    /// no healthy endpoint, the direct response's or redirect's status. `None` when the request
+    /// is forwarded (or the connection fails before HTTP).
+    pub fn status(&self) -> Option<u32> {
+        match &self.result {
+            Err(NoMatch::NoVirtualHost { .. } | NoMatch::NoRoute) => Some(404),
+            Err(NoMatch::ClusterHeaderMissing { .. }) => Some(503),
+            Err(_) | Ok(Action::Tcp { .. }) => None,
+            Ok(Action::DirectResponse { status, .. } | Action::Redirect { status, .. }) => {
+                Some(*status)
+            }
+            Ok(Action::Route { upstreams, .. }) => {
+                let live = upstreams.iter().filter(|u| u.weight != Some(0));
+                let unreachable = |u: &Upstream| match u.discovery {
+                    Discovery::NotFound => true,
+                    Discovery::OriginalDst => false,
+                    _ => !u.endpoints.iter().any(|e| e.healthy),
+                };
+                let mut live = live.peekable();
+                (live.peek().is_some() && live.all(unreachable)).then_some(503)
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The simulation
+// ---------------------------------------------------------------------------------------------
+
+const HCM_TYPE: &str =
+    "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
+const TCP_PROXY_TYPE: &str = "envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy";
+
+/// What the HTTP layer sees of a call.
+struct Request<'a> {
+    call: &'a Call,
+    /// The path used for matching (normalized when the connection manager says so).
+    path: String,
+    /// Lower-cased names; repeated headers joined with `,` as Envoy does for matching.
+    headers: BTreeMap<String, String>,
+}
+
+impl Request<'_> {
+    fn path_only(&self) -> &str {
+        self.path
+            .split(['?', '#'])
+            .next()
+            .unwrap_or(self.path.as_str())
+    }
+
+    fn query(&self) -> Vec<(&str, &str)> {
+        let Some((_, q)) = self.path.split_once('?') else {
+            return Vec::new();
+        };
+        let q = q.split('#').next().unwrap_or(q);
+        q.split('&')
+            .filter(|kv| !kv.is_empty())
+            .map(|kv| kv.split_once('=').unwrap_or((kv, "")))
+            .collect()
+    }
+}
+
+impl ProxyConfig {
+    /// Follows `call` through this proxy's configuration in Envoy's order.
+    pub fn simulate(&self, call: &Call) -> Outcome {
+        let mut out = Outcome {
+            listener: None,
+            captured_by: None,
+            filter_chain: None,
+            route_config: None,
+            virtual_host: None,
+            route: None,
+            result: Err(NoMatch::NoListener { port: call.port }),
+            warnings: Vec::new(),
+        };
+        for (t, name, e) in &self.undecodable {
+            out.warnings
+                .push(format!("{} {name} did not decode: {e}", t.short()));
+        }
+        out.result = self.walk(call, &mut out);
+        out
+    }
+
+    fn walk(&self, call: &Call, out: &mut Outcome) -> Result<Action, NoMatch> {
+        let listener = self.select_listener(call, out)?;
+        out.listener = Some(listener.name.clone());
+        let (index, chain) =
+            select_filter_chain(listener, call, out).ok_or_else(|| NoMatch::NoFilterChain {
+                listener: listener.name.clone(),
+            })?;
+        out.filter_chain = Some(match index {
+            _ if !chain.name.is_empty() => chain.name.clone(),
+            usize::MAX => "default_filter_chain".into(),
+            i => format!("#{i}"),
+        });
+        for f in &chain.filters {
+            let Some(filter::ConfigType::TypedConfig(any)) = &f.config_type else {
+                continue;
+            };
+            if any.type_url.ends_with(HCM_TYPE) {
+                let hcm = HttpConnectionManager::decode(&any.value[..]).map_err(|e| {
+                    NoMatch::Unsupported(format!("HttpConnectionManager did not decode: {e}"))
+                })?;
+                return self.http(call, listener_port(listener), &hcm, out);
+            }
+            if any.type_url.ends_with(TCP_PROXY_TYPE) {
+                let tcp = TcpProxy::decode(&any.value[..])
+                    .map_err(|e| NoMatch::Unsupported(format!("TcpProxy did not decode: {e}")))?;
+                let targets: Vec<(String, Option<u32>)> = match tcp.cluster_specifier {
+                    Some(tcp_proxy::ClusterSpecifier::Cluster(c)) => vec![(c, None)],
+                    Some(tcp_proxy::ClusterSpecifier::WeightedClusters(w)) => w
+                        .clusters
+                        .into_iter()
+                        .map(|c| (c.name, Some(c.weight)))
+                        .collect(),
+                    None => Vec::new(),
+                };
+                return Ok(Action::Tcp {
+                    upstreams: targets
+                        .into_iter()
+                        .map(|(c, w)| self.upstream(&c, w, call))
+                        .collect(),
+                });
+            }
+        }
+        Err(NoMatch::UnsupportedFilterChain {
+            filters: chain.filters.iter().map(|f| f.name.clone()).collect(),
+        })
+    }
+
+    /// Step 1: the listener that handles a connection to `call`'s destination.
+    fn select_listener<'a>(
+        &'a self,
+        call: &Call,
+        out: &mut Outcome,
+    ) -> Result<&'a Listener, NoMatch> {
+        let capture = self
+            .listeners
+            .values()
+            .find(|l| l.use_original_dst.is_some_and(|b| b.value) && binds(l));
+        let on_port = |l: &&Listener| {
+            listener_port(l) == call.port
+                && l.api_listener.is_none()
+                && Some(l.name.as_str()) != capture.map(|c| c.name.as_str())
+        };
+        let exact = |l: &&Listener| {
+            call.address
+                .as_deref()
+                .is_some_and(|a| same_ip(&listener_ip(l), a))
+        };
+        let wildcard = |l: &&Listener| is_wildcard(&listener_ip(l));
+        let bound: Vec<&Listener> = self
+            .listeners
+            .values()
+            .filter(|l| binds(l))
+            .filter(on_port)
+            .collect();
+        // A listener bound to the destination itself takes the connection (loopback
+        // destinations are not redirected).
+        if let Some(l) = bound.iter().copied().find(exact) {
+            return Ok(l);
+        }
+        if let Some(c) = capture {
+            // `use_original_dst`: hand-off to the listener of the original destination, exact
+            // address first, then the wildcard on its port; else the capture listener itself.
+            out.captured_by = Some(c.name.clone());
+            let all: Vec<&Listener> = self.listeners.values().filter(on_port).collect();
+            let target = all
+                .iter()
+                .copied()
+                .find(exact)
+                .or_else(|| all.iter().copied().find(wildcard));
+            return Ok(target.unwrap_or(c));
+        }
+        if let Some(l) = bound.iter().copied().find(wildcard) {
+            return Ok(l);
+        }
+        if call.address.is_none() && !bound.is_empty() {
+            if bound.len() > 1 {
+                out.warnings.push(format!(
+                    "several listeners on port {} and no destination address: took {}",
+                    call.port, bound[0].name
+                ));
+            }
+            return Ok(bound[0]);
+        }
+        Err(NoMatch::NoListener { port: call.port })
+    }
+
+    /// Steps 3–6 for an HTTP connection manager.
+    fn http(
+        &self,
+        call: &Call,
+        port: u16,
+        hcm: &HttpConnectionManager,
+        out: &mut Outcome,
+    ) -> Result<Action, NoMatch> {
+        let rc = match &hcm.route_specifier {
+            Some(RouteSpecifier::Rds(rds)) => {
+                out.route_config = Some(rds.route_config_name.clone());
+                self.routes.get(&rds.route_config_name).ok_or_else(|| {
+                    NoMatch::RouteConfigMissing {
+                        name: rds.route_config_name.clone(),
+                    }
+                })?
+            }
+            Some(RouteSpecifier::RouteConfig(rc)) => {
+                out.route_config = Some(rc.name.clone());
+                rc
+            }
+            Some(RouteSpecifier::ScopedRoutes(_)) => {
+                return Err(NoMatch::Unsupported("scoped routes".into()))
+            }
+            None => return Err(NoMatch::Unsupported("no route specifier".into())),
+        };
+        let mut authority = call.authority.to_ascii_lowercase();
+        let strip_any = matches!(
+            hcm.strip_port_mode,
+            Some(StripPortMode::StripAnyHostPort(true))
+        );
+        let strip_matching = hcm.strip_matching_host_port
+            && port_of(&authority).is_some_and(|p| p == port.to_string());
+        if strip_any || strip_matching || rc.ignore_port_in_host_matching {
+            authority = strip_port(&authority).to_string();
+        }
+        let path = if hcm.normalize_path.is_some_and(|b| b.value) {
+            normalize_path(&call.path)
+        } else {
+            call.path.clone()
+        };
+        let mut headers: BTreeMap<String, String> = BTreeMap::new();
+        let pseudo = [
+            (":authority", authority.as_str()),
+            ("host", authority.as_str()),
+            (":path", path.as_str()),
+            (":method", call.method.as_str()),
+            (":scheme", "http"),
+        ];
+        let given = call.headers.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+        for (k, v) in pseudo.into_iter().chain(given) {
+            headers
+                .entry(k.to_ascii_lowercase())
+                .and_modify(|old| {
+                    old.push(',');
+                    old.push_str(v);
+                })
+                .or_insert_with(|| v.to_string());
+        }
+        let req = Request {
+            call,
+            path,
+            headers,
+        };
+        let vh = select_virtual_host(rc, &authority).ok_or_else(|| NoMatch::NoVirtualHost {
+            authority: authority.clone(),
+        })?;
+        out.virtual_host = Some(vh.name.clone());
+        let (index, route) = vh
+            .routes
+            .iter()
+            .enumerate()
+            .find(|(_, r)| {
+                r.r#match
+                    .as_ref()
+                    .is_some_and(|m| route_matches(m, &req, &mut out.warnings))
+            })
+            .ok_or(NoMatch::NoRoute)?;
+        out.route = Some(MatchedRoute {
+            index,
+            name: route.name.clone(),
+        });
+        match &route.action {
+            Some(RouteActionKind::Route(ra)) => self.route_action(ra, vh, &req),
+            Some(RouteActionKind::DirectResponse(d)) => Ok(Action::DirectResponse {
+                status: d.status,
+                body: d.body.as_ref().and_then(|b| match &b.specifier {
+                    Some(envoy_types::pb::envoy::config::core::v3::data_source::Specifier::InlineString(s)) => Some(s.clone()),
+                    Some(envoy_types::pb::envoy::config::core::v3::data_source::Specifier::InlineBytes(b)) => {
+                        Some(String::from_utf8_lossy(b).into_owned())
+                    }
+                    _ => None,
+                }),
+            }),
+            Some(RouteActionKind::Redirect(r)) => {
+                use redirect_action::{
+                    PathRewriteSpecifier as P, RedirectResponseCode as C,
+                    SchemeRewriteSpecifier as S,
+                };
+                let status = match C::try_from(r.response_code) {
+                    Ok(C::MovedPermanently) | Err(_) => 301,
+                    Ok(C::Found) => 302,
+                    Ok(C::SeeOther) => 303,
+                    Ok(C::TemporaryRedirect) => 307,
+                    Ok(C::PermanentRedirect) => 308,
+                };
+                Ok(Action::Redirect {
+                    status,
+                    scheme: match &r.scheme_rewrite_specifier {
+                        Some(S::HttpsRedirect(true)) => Some("https".into()),
+                        Some(S::SchemeRedirect(s)) => Some(s.clone()),
+                        _ => None,
+                    },
+                    host: Some(r.host_redirect.clone()).filter(|h| !h.is_empty()),
+                    port: Some(r.port_redirect).filter(|p| *p != 0),
+                    path: match &r.path_rewrite_specifier {
+                        Some(P::PathRedirect(p)) => Some(p.clone()),
+                        _ => None,
+                    },
+                    prefix: match &r.path_rewrite_specifier {
+                        Some(P::PrefixRewrite(p)) => Some(p.clone()),
+                        _ => None,
+                    },
+                })
+            }
+            Some(_) => Err(NoMatch::Unsupported(format!(
+                "route {:?}: a non-forwarding or filter action",
+                route.name
+            ))),
+            None => Err(NoMatch::Unsupported(format!(
+                "route {:?} has no action",
+                route.name
+            ))),
+        }
+    }
+
+    fn route_action(
+        &self,
+        ra: &RouteAction,
+        vh: &VirtualHost,
+        req: &Request,
+    ) -> Result<Action, NoMatch> {
+        let targets: Vec<(String, Option<u32>)> = match &ra.cluster_specifier {
+            Some(ClusterSpecifier::Cluster(c)) => vec![(c.clone(), None)],
+            Some(ClusterSpecifier::ClusterHeader(h)) => {
+                let name = req
+                    .headers
+                    .get(&h.to_ascii_lowercase())
+                    .ok_or_else(|| NoMatch::ClusterHeaderMissing { header: h.clone() })?;
+                vec![(name.clone(), None)]
+            }
+            Some(ClusterSpecifier::WeightedClusters(w)) => w
+                .clusters
+                .iter()
+                .map(|c| (c.name.clone(), Some(c.weight.map_or(0, |w| w.value))))
+                .collect(),
+            Some(_) => return Err(NoMatch::Unsupported("cluster specifier plugins".into())),
+            None => {
+                return Err(NoMatch::Unsupported(
+                    "route action without a cluster".into(),
+                ))
+            }
+        };
+        Ok(Action::Route {
+            upstreams: targets
+                .into_iter()
+                .map(|(c, w)| self.upstream(&c, w, req.call))
+                .collect(),
+            timeout: ra.timeout.as_ref().map(to_duration),
+            retry: ra
+                .retry_policy
+                .as_ref()
+                .or(vh.retry_policy.as_ref())
+                .map(retry),
+        })
+    }
+
+    /// Step 7: a cluster and its endpoints.
+    fn upstream(&self, cluster: &str, weight: Option<u32>, call: &Call) -> Upstream {
+        let mut up = Upstream {
+            cluster: cluster.to_string(),
+            weight,
+            discovery: Discovery::NotFound,
+            endpoints: Vec::new(),
+        };
+        let Some(c) = self.clusters.get(cluster) else {
+            return up;
+        };
+        let kind = match &c.cluster_discovery_type {
+            None => Ok(DiscoveryType::Static),
+            Some(ClusterDiscoveryType::Type(t)) => {
+                DiscoveryType::try_from(*t).map_err(|_| format!("discovery type {t}"))
+            }
+            Some(ClusterDiscoveryType::ClusterType(t)) => Err(t.name.clone()),
+        };
+        let inline = || {
+            c.load_assignment
+                .as_ref()
+                .map(endpoints_of)
+                .unwrap_or_default()
+        };
+        (up.discovery, up.endpoints) = match kind {
+            Ok(DiscoveryType::Eds) => {
+                let service_name = c
+                    .eds_cluster_config
+                    .as_ref()
+                    .map(|e| e.service_name.clone())
+                    .filter(|s| !s.is_empty())
+                    .unwrap_or_else(|| cluster.to_string());
+                let cla = self.endpoints.get(&service_name);
+                (
+                    Discovery::Eds {
+                        service_name,
+                        assignment_found: cla.is_some(),
+                    },
+                    cla.map(endpoints_of).unwrap_or_default(),
+                )
+            }
+            Ok(DiscoveryType::Static) => (Discovery::Static, inline()),
+            Ok(DiscoveryType::StrictDns) => (Discovery::StrictDns, inline()),
+            Ok(DiscoveryType::LogicalDns) => (Discovery::LogicalDns, inline()),
+            Ok(DiscoveryType::OriginalDst) => {
+                let dst = call.address.as_ref().map(|a| UpstreamEndpoint {
+                    address: format!("{a}:{}", call.port),
+                    locality: None,
+                    locality_weight: None,
+                    weight: None,
+                    priority: 0,
+                    healthy: true,
+                });
+                (Discovery::OriginalDst, dst.into_iter().collect())
+            }
+            Err(other) => (Discovery::Other(other), Vec::new()),
+        };
+        up
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Listeners and filter chains
+// ---------------------------------------------------------------------------------------------
+
+fn binds(l: &Listener) -> bool {
+    l.bind_to_port.is_none_or(|b| b.value)
+}
+
+fn socket(a: Option<&Address>) -> Option<(&str, u32)> {
+    match a?.address.as_ref()? {
+        address::Address::SocketAddress(s) => {
+            let port = match s.port_specifier {
+                Some(socket_address::PortSpecifier::PortValue(p)) => p,
+                _ => 0,
+            };
+            Some((s.address.as_str(), port))
+        }
+        _ => None,
+    }
+}
+
+fn listener_port(l: &Listener) -> u16 {
+    socket(l.address.as_ref())
+        .and_then(|(_, p)| u16::try_from(p).ok())
+        .unwrap_or(0)
+}
+
+fn listener_ip(l: &Listener) -> String {
+    socket(l.address.as_ref())
+        .map(|(ip, _)| ip.to_string())
+        .unwrap_or_default()
+}
+
+fn is_wildcard(ip: &str) -> bool {
+    ip.parse::<IpAddr>().is_ok_and(|a| a.is_unspecified())
+}
+
+fn same_ip(a: &str, b: &str) -> bool {
+    match (a.parse::<IpAddr>(), b.parse::<IpAddr>()) {
+        (Ok(x), Ok(y)) => x == y,
+        _ => a == b,
+    }
+}
+
+/// Whether `ip` lies in `prefix/len`; the length of the match when it does.
+fn in_cidr(ip: &str, prefix: &str, len: u32) -> Option<u32> {
+    let (ip, prefix) = (ip.parse::<IpAddr>().ok()?, prefix.parse::<IpAddr>().ok()?);
+    let (a, b, bits) = match (ip, prefix) {
+        (IpAddr::V4(a), IpAddr::V4(b)) => (u32::from(a) as u128, u32::from(b) as u128, 32),
+        (IpAddr::V6(a), IpAddr::V6(b)) => (u128::from(a), u128::from(b), 128),
+        _ => return None,
+    };
+    let len = len.min(bits);
+    let shift = bits - len;
+    let same = len == 0 || (a >> shift) == (b >> shift);
+    same.then_some(len)
+}
+
+/// Step 2: Envoy's filter chain match. For each criterion in order, chains that name a value
+/// matching the connection win over chains that name none; chains naming other values drop out.
+fn select_filter_chain<'a>(
+    l: &'a Listener,
+    call: &Call,
+    out: &mut Outcome,
+) -> Option<(usize, &'a FilterChain)> {
+    let http_inspector = l
+        .listener_filters
+        .iter()
+        .any(|f| f.name.contains("http_inspector"));
+    let mut chains: Vec<(usize, &FilterChain)> = l.filter_chains.iter().enumerate().collect();
+    let m = |c: &FilterChain| c.filter_chain_match.clone().unwrap_or_default();
+    // Each criterion gives, per chain: None (not named), Some(None) (named, no match),
+    // Some(Some(specificity)) (named and matching).
+    type Criterion<'c> = Box<dyn Fn(&FilterChain) -> Option<Option<u32>> + 'c>;
+    let criteria: Vec<Criterion> = vec![
+        Box::new(|c| {
+            m(c).destination_port
+                .map(|p| (p.value == u32::from(call.port)).then_some(0))
+        }),
+        Box::new(|c| {
+            let ranges = m(c).prefix_ranges;
+            (!ranges.is_empty()).then(|| {
+                let ip = call.address.as_deref()?;
+                ranges
+                    .iter()
+                    .filter_map(|r| {
+                        in_cidr(ip, &r.address_prefix, r.prefix_len.map_or(0, |l| l.value))
+                    })
+                    .max()
+            })
+        }),
+        // A plaintext call carries no SNI.
+        Box::new(|c| (!m(c).server_names.is_empty()).then_some(None)),
+        Box::new(|c| {
+            let t = m(c).transport_protocol;
+            (!t.is_empty()).then(|| (t == "raw_buffer").then_some(0))
+        }),
+        Box::new(|c| {
+            let protos = m(c).application_protocols;
+            (!protos.is_empty())
+                .then(|| (http_inspector && protos.iter().any(|p| p == "http/1.1")).then_some(0))
+        }),
+    ];
+    for criterion in &criteria {
+        let judged: Vec<(usize, &FilterChain, Option<Option<u32>>)> =
+            chains.iter().map(|(i, c)| (*i, *c, criterion(c))).collect();
+        let best = judged.iter().filter_map(|(_, _, j)| j.flatten()).max();
+        chains = judged
+            .into_iter()
+            .filter(|(_, _, j)| match best {
+                Some(b) => *j == Some(Some(b)),
+                None => j.is_none(),
+            })
+            .map(|(i, c, _)| (i, c))
+            .collect();
+    }
+    if chains.len() > 1 {
+        out.warnings.push(format!(
+            "listener {}: {} filter chains match alike; took the first",
+            l.name,
+            chains.len()
+        ));
+    }
+    chains
+        .first()
+        .copied()
+        .or_else(|| l.default_filter_chain.as_ref().map(|c| (usize::MAX, c)))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Virtual hosts and routes
+// ---------------------------------------------------------------------------------------------
+
+fn strip_port(host: &str) -> &str {
+    match port_of(host) {
+        Some(p) => &host[..host.len() - p.len() - 1],
+        None => host,
+    }
+}
+
+/// The `:port` of an authority (IPv6 literals in brackets kept whole).
+fn port_of(host: &str) -> Option<&str> {
+    let (head, port) = host.rsplit_once(':')?;
+    let bracketed_v6 = head.starts_with('[') && head.ends_with(']');
+    let plain = !head.contains(':');
+    ((bracketed_v6 || plain) && port.bytes().all(|b| b.is_ascii_digit()) && !port.is_empty())
+        .then_some(port)
+}
+
+/// Envoy's virtual host selection for `authority` (already lower-cased): exact domain, then
+/// the longest suffix wildcard, then the longest prefix wildcard, then `*`.
+pub fn select_virtual_host<'a>(
+    rc: &'a RouteConfiguration,
+    authority: &str,
+) -> Option<&'a VirtualHost> {
+    let host = authority.to_ascii_lowercase();
+    let domains = || {
+        rc.virtual_hosts
+            .iter()
+            .flat_map(|vh| vh.domains.iter().map(move |d| (d.to_ascii_lowercase(), vh)))
+    };
+    if let Some((_, vh)) = domains().find(|(d, _)| *d == host) {
+        return Some(vh);
+    }
+    let wildcard = |suffix: bool| {
+        domains()
+            .filter(|(d, _)| {
+                d.len() > 1
+                    && (if suffix {
+                        d.starts_with('*')
+                    } else {
+                        d.ends_with('*')
+                    })
+            })
+            .filter_map(|(d, vh)| {
+                let fixed = if suffix { &d[1..] } else { &d[..d.len() - 1] };
+                let hit = host.len() > fixed.len()
+                    && if suffix {
+                        host.ends_with(fixed)
+                    } else {
+                        host.starts_with(fixed)
+                    };
+                hit.then_some((fixed.len(), vh))
+            })
+            // Longest first; among equals the first declared (Envoy rejects duplicates).
+            .fold(
+                None,
+                |best: Option<(usize, &VirtualHost)>, (n, vh)| match best {
+                    Some((b, _)) if b >= n => best,
+                    _ => Some((n, vh)),
+                },
+            )
+            .map(|(_, vh)| vh)
+    };
+    wildcard(true)
+        .or_else(|| wildcard(false))
+        .or_else(|| domains().find(|(d, _)| d == "*").map(|(_, vh)| vh))
+}
+
+/// Envoy's full-match regex (RE2 there; Rust's `regex` here, which agrees on the syntax Istio
+/// emits).
+fn full_match(re: &str, value: &str, warnings: &mut Vec<String>) -> bool {
+    match regex::Regex::new(&format!("^(?:{re})$")) {
+        Ok(r) => r.is_match(value),
+        Err(e) => {
+            warnings.push(format!("regex {re:?} does not compile: {e}"));
+            false
+        }
+    }
+}
+
+fn route_matches(m: &RouteMatch, req: &Request, warnings: &mut Vec<String>) -> bool {
+    let case_sensitive = m.case_sensitive.is_none_or(|b| b.value);
+    let eq = |a: &str, b: &str| {
+        if case_sensitive {
+            a == b
+        } else {
+            a.eq_ignore_ascii_case(b)
+        }
+    };
+    let starts = |s: &str, p: &str| {
+        s.len() >= p.len() && s.is_char_boundary(p.len()) && eq(&s[..p.len()], p)
+    };
+    let path_ok = match &m.path_specifier {
+        Some(PathSpecifier::Prefix(p)) => starts(&req.path, p),
+        Some(PathSpecifier::Path(p)) => eq(req.path_only(), p),
+        Some(PathSpecifier::SafeRegex(r)) => full_match(&r.regex, req.path_only(), warnings),
+        Some(PathSpecifier::PathSeparatedPrefix(p)) => {
+            let path = req.path_only();
+            eq(path, p) || starts(path, &format!("{p}/"))
+        }
+        Some(PathSpecifier::ConnectMatcher(_)) => req.call.method.eq_ignore_ascii_case("CONNECT"),
+        Some(PathSpecifier::PathMatchPolicy(p)) => {
+            warnings.push(format!("path match policy {} is not modelled", p.name));
+            false
+        }
+        None => false,
+    };
+    if !path_ok {
+        return false;
+    }
+    if !m.headers.iter().all(|h| header_matches(h, req, warnings)) {
+        return false;
+    }
+    let query = req.query();
+    if !m
+        .query_parameters
+        .iter()
+        .all(|q| query_matches(q, &query, warnings))
+    {
+        return false;
+    }
+    if m.grpc.is_some()
+        && !req
+            .headers
+            .get("content-type")
+            .is_some_and(|c| c.starts_with("application/grpc"))
+    {
+        return false;
+    }
+    if m.tls_context.as_ref().is_some_and(|t| {
+        t.presented.is_some_and(|b| b.value) || t.validated.is_some_and(|b| b.value)
+    }) {
+        return false;
+    }
+    let unmodelled = [
+        (!m.cookies.is_empty(), "cookie"),
+        (!m.dynamic_metadata.is_empty(), "dynamic metadata"),
+        (!m.filter_state.is_empty(), "filter state"),
+    ];
+    for (present, what) in unmodelled {
+        if present {
+            warnings.push(format!(
+                "{what} matchers are not modelled: taken as not matching"
+            ));
+            return false;
+        }
+    }
+    if m.runtime_fraction.is_some() {
+        warnings.push("runtime_fraction is not modelled: taken as matching".into());
+    }
+    true
+}
+
+fn string_matches(m: &StringMatcher, value: &str, warnings: &mut Vec<String>) -> bool {
+    let fold = |s: &str| {
+        if m.ignore_case {
+            s.to_ascii_lowercase()
+        } else {
+            s.to_string()
+        }
+    };
+    let v = fold(value);
+    match &m.match_pattern {
+        Some(MatchPattern::Exact(s)) => v == fold(s),
+        Some(MatchPattern::Prefix(s)) => v.starts_with(&fold(s)),
+        Some(MatchPattern::Suffix(s)) => v.ends_with(&fold(s)),
+        Some(MatchPattern::Contains(s)) => v.contains(&fold(s)),
+        Some(MatchPattern::SafeRegex(r)) => full_match(&r.regex, value, warnings),
+        Some(MatchPattern::Custom(c)) => {
+            warnings.push(format!("custom string matcher {} is not modelled", c.name));
+            false
+        }
+        None => false,
+    }
+}
+
+/// Envoy's `HeaderUtility::matchHeaders`.
+#[allow(deprecated)] // the deprecated specifiers are still valid config
+fn header_matches(h: &HeaderMatcher, req: &Request, warnings: &mut Vec<String>) -> bool {
+    let value = req.headers.get(&h.name.to_ascii_lowercase());
+    let present_spec = match &h.header_match_specifier {
+        Some(HeaderMatchSpecifier::PresentMatch(p)) => Some(*p),
+        None => Some(true),
+        Some(_) => None,
+    };
+    let value = match value {
+        Some(v) => v.as_str(),
+        None if h.treat_missing_header_as_empty => "",
+        // A missing header matches only `present_match: false` (inverted: `true`).
+        None => return present_spec.is_some_and(|p| p == h.invert_match),
+    };
+    let matched = match &h.header_match_specifier {
+        Some(HeaderMatchSpecifier::ExactMatch(s)) => s.is_empty() || value == s,
+        Some(HeaderMatchSpecifier::SafeRegexMatch(r)) => full_match(&r.regex, value, warnings),
+        Some(HeaderMatchSpecifier::RangeMatch(r)) => value
+            .parse::<i64>()
+            .is_ok_and(|v| r.start <= v && v < r.end),
+        Some(HeaderMatchSpecifier::PresentMatch(p)) => *p,
+        Some(HeaderMatchSpecifier::PrefixMatch(s)) => value.starts_with(s.as_str()),
+        Some(HeaderMatchSpecifier::SuffixMatch(s)) => value.ends_with(s.as_str()),
+        Some(HeaderMatchSpecifier::ContainsMatch(s)) => value.contains(s.as_str()),
+        Some(HeaderMatchSpecifier::StringMatch(sm)) => string_matches(sm, value, warnings),
+        None => true,
+    };
+    matched != h.invert_match
+}
+
+fn query_matches(
+    q: &QueryParameterMatcher,
+    query: &[(&str, &str)],
+    warnings: &mut Vec<String>,
+) -> bool {
+    let value = query.iter().find(|(k, _)| *k == q.name).map(|(_, v)| *v);
+    match (&q.query_parameter_match_specifier, value) {
+        (_, None) => false,
+        (Some(QueryParameterMatchSpecifier::StringMatch(sm)), Some(v)) => {
+            string_matches(sm, v, warnings)
+        }
+        (Some(QueryParameterMatchSpecifier::PresentMatch(p)), Some(_)) => *p,
+        (None, Some(_)) => true,
+    }
+}
+
+/// RFC 3986 dot-segment removal, as Envoy's `normalize_path` does, on the path (the query is
+/// kept as is).
+fn normalize_path(path: &str) -> String {
+    let (p, rest) = match path.find(['?', '#']) {
+        Some(i) => path.split_at(i),
+        None => (path, ""),
+    };
+    let mut out: Vec<&str> = Vec::new();
+    let segments: Vec<&str> = p.split('/').skip(1).collect();
+    let trailing = matches!(segments.last(), Some(&"." | &".."));
+    for s in &segments {
+        match *s {
+            "." => {}
+            ".." => {
+                out.pop();
+            }
+            s => out.push(s),
+        }
+    }
+    let mut norm = format!("/{}", out.join("/"));
+    if trailing && !norm.ends_with('/') {
+        norm.push('/');
+    }
+    norm + rest
+}
+
+// ---------------------------------------------------------------------------------------------
+// Actions and endpoints
+// ---------------------------------------------------------------------------------------------
+
+fn to_duration(d: &envoy_types::pb::google::protobuf::Duration) -> Duration {
+    Duration::new(d.seconds.max(0) as u64, d.nanos.max(0) as u32)
+}
+
+fn retry(p: &RetryPolicy) -> Retry {
+    Retry {
+        retry_on: p.retry_on.clone(),
+        num_retries: p.num_retries.map_or(1, |n| n.value),
+        per_try_timeout: p.per_try_timeout.as_ref().map(to_duration),
+        retriable_status_codes: p.retriable_status_codes.clone(),
+    }
+}
+
+fn endpoints_of(cla: &ClusterLoadAssignment) -> Vec<UpstreamEndpoint> {
+    let mut out = Vec::new();
+    for group in &cla.endpoints {
+        let locality = group.locality.as_ref().and_then(|l| {
+            let parts = [&l.region, &l.zone, &l.sub_zone];
+            parts
+                .iter()
+                .any(|p| !p.is_empty())
+                .then(|| format!("{}/{}/{}", l.region, l.zone, l.sub_zone))
+        });
+        for lb in &group.lb_endpoints {
+            let Some(lb_endpoint::HostIdentifier::Endpoint(e)) = &lb.host_identifier else {
+                continue;
+            };
+            let Some((ip, port)) = socket(e.address.as_ref()) else {
+                continue;
+            };
+            let healthy = matches!(
+                HealthStatus::try_from(lb.health_status),
+                Ok(HealthStatus::Unknown | HealthStatus::Healthy | HealthStatus::Degraded)
+            );
+            out.push(UpstreamEndpoint {
+                address: format!("{ip}:{port}"),
+                locality: locality.clone(),
+                locality_weight: group.load_balancing_weight.map(|w| w.value),
+                weight: lb.load_balancing_weight.map(|w| w.value),
+                priority: group.priority,
+                healthy,
+            });
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use envoy_types::pb::envoy::config::route::v3::Route;
+
+    fn rc(hosts: &[(&str, &[&str])]) -> RouteConfiguration {
+        RouteConfiguration {
+            virtual_hosts: hosts
+                .iter()
+                .map(|(name, domains)| VirtualHost {
+                    name: name.to_string(),
+                    domains: domains.iter().map(|d| d.to_string()).collect(),
+                    routes: vec![Route::default()],
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    fn vh(rc: &RouteConfiguration, host: &str) -> Option<String> {
+        select_virtual_host(rc, host).map(|v| v.name.clone())
+    }
+
+    /// Envoy's domain search order: exact, longest suffix wildcard, longest prefix wildcard,
+    /// `*`; wildcards match at least one character; the port is part of the host.
+    #[test]
+    fn virtual_host_domains_follow_envoys_search_order() {
+        let rc = rc(&[
+            ("any", &["*"]),
+            ("prefix-short", &["foo.*"]),
+            ("prefix-long", &["foo.bar.*"]),
+            ("suffix-short", &["*.com"]),
+            ("suffix-long", &["*.example.com"]),
+            ("exact", &["www.example.com", "reviews:9080"]),
+            ("ported", &["api.example.com:*"]),
+        ]);
+        assert_eq!(vh(&rc, "www.example.com").as_deref(), Some("exact"));
+        assert_eq!(vh(&rc, "WWW.Example.COM").as_deref(), Some("exact"));
+        assert_eq!(vh(&rc, "a.example.com").as_deref(), Some("suffix-long"));
+        assert_eq!(vh(&rc, "a.other.com").as_deref(), Some("suffix-short"));
+        // A suffix wildcard beats a prefix wildcard, even a longer one.
+        assert_eq!(vh(&rc, "foo.bar.com").as_deref(), Some("suffix-short"));
+        assert_eq!(vh(&rc, "foo.bar.org").as_deref(), Some("prefix-long"));
+        assert_eq!(vh(&rc, "foo.x").as_deref(), Some("prefix-short"));
+        // The wildcard never matches the empty string.
+        assert_eq!(vh(&rc, ".example.com").as_deref(), Some("suffix-short"));
+        assert_eq!(vh(&rc, "foo.").as_deref(), Some("any"));
+        // The port is compared as part of the host.
+        assert_eq!(vh(&rc, "reviews:9080").as_deref(), Some("exact"));
+        assert_eq!(vh(&rc, "reviews").as_deref(), Some("any"));
+        assert_eq!(vh(&rc, "api.example.com:8443").as_deref(), Some("ported"));
+        assert_eq!(vh(&rc, "api.example.com").as_deref(), Some("suffix-long"));
+        let no_default = super::tests::rc(&[("exact", &["a"])]);
+        assert_eq!(vh(&no_default, "b"), None);
+    }
+
+    fn request(headers: &[(&str, &str)]) -> (Call, BTreeMap<String, String>) {
+        let call = Call::get("h", 80, "/p?a=1&flag&b=two");
+        let map = headers
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        (call, map)
+    }
+
+    fn hm(name: &str, spec: Option<HeaderMatchSpecifier>, invert: bool) -> HeaderMatcher {
+        HeaderMatcher {
+            name: name.into(),
+            header_match_specifier: spec,
+            invert_match: invert,
+            ..Default::default()
+        }
+    }
+
+    fn exact(s: &str) -> Option<HeaderMatchSpecifier> {
+        Some(HeaderMatchSpecifier::StringMatch(StringMatcher {
+            match_pattern: Some(MatchPattern::Exact(s.into())),
+            ..Default::default()
+        }))
+    }
+
+    /// `HeaderUtility::matchHeaders`: a missing header fails every matcher but
+    /// `present_match: false`; `invert_match` flips the result, missing headers included.
+    #[test]
+    fn header_matchers_follow_envoys_semantics() {
+        let (call, headers) = request(&[("end-user", "jason"), ("n", "42")]);
+        let req = Request {
+            call: &call,
+            path: call.path.clone(),
+            headers,
+        };
+        let w = &mut Vec::new();
+        let check = |m: HeaderMatcher, w: &mut Vec<String>| header_matches(&m, &req, w);
+        assert!(check(hm("End-User", exact("jason"), false), w));
+        assert!(!check(hm("end-user", exact("Jason"), false), w));
+        assert!(check(hm("end-user", exact("bob"), true), w));
+        assert!(!check(hm("missing", exact("x"), false), w));
+        // Inverted, a missing header still fails a value matcher.
+        assert!(!check(hm("missing", exact("x"), true), w));
+        assert!(check(
+            hm(
+                "missing",
+                Some(HeaderMatchSpecifier::PresentMatch(false)),
+                false
+            ),
+            w
+        ));
+        assert!(check(
+            hm(
+                "missing",
+                Some(HeaderMatchSpecifier::PresentMatch(true)),
+                true
+            ),
+            w
+        ));
+        assert!(!check(hm("missing", None, false), w));
+        assert!(check(hm("end-user", None, false), w));
+        let range = envoy_types::pb::envoy::r#type::v3::Int64Range { start: 40, end: 43 };
+        assert!(check(
+            hm("n", Some(HeaderMatchSpecifier::RangeMatch(range)), false),
+            w
+        ));
+        let re = |r: &str| {
+            Some(HeaderMatchSpecifier::StringMatch(StringMatcher {
+                match_pattern: Some(MatchPattern::SafeRegex(
+                    envoy_types::pb::envoy::r#type::matcher::v3::RegexMatcher {
+                        regex: r.into(),
+                        ..Default::default()
+                    },
+                )),
+                ..Default::default()
+            }))
+        };
+        assert!(check(hm("end-user", re("ja.*"), false), w));
+        assert!(
+            !check(hm("end-user", re("ja"), false), w),
+            "full match only"
+        );
+        assert!(w.is_empty());
+        assert!(!check(hm("end-user", re("(unclosed"), false), w));
+        assert_eq!(w.len(), 1, "an invalid regex is reported: {w:?}");
+
+        let q = |name: &str, spec| QueryParameterMatcher {
+            name: name.into(),
+            query_parameter_match_specifier: spec,
+        };
+        let query = req.query();
+        let string = |s: &str| {
+            Some(QueryParameterMatchSpecifier::StringMatch(StringMatcher {
+                match_pattern: Some(MatchPattern::Exact(s.into())),
+                ..Default::default()
+            }))
+        };
+        assert!(query_matches(&q("b", string("two")), &query, w));
+        assert!(!query_matches(&q("a", string("2")), &query, w));
+        assert!(query_matches(
+            &q(
+                "flag",
+                Some(QueryParameterMatchSpecifier::PresentMatch(true))
+            ),
+            &query,
+            w
+        ));
+        assert!(!query_matches(
+            &q("c", Some(QueryParameterMatchSpecifier::PresentMatch(true))),
+            &query,
+            w
+        ));
+    }
+
+    /// A hand-built listener the dataflow never emits: filter chains chosen by destination port
+    /// and IP range (most specific first, else the default chain), an inline route
+    /// configuration, and every kind of route action.
+    #[test]
+    fn hand_built_listener_covers_chains_and_actions() {
+        use envoy_types::pb::envoy::config::core::v3::{data_source, CidrRange, DataSource};
+        use envoy_types::pb::envoy::config::endpoint::v3::{
+            Endpoint, LbEndpoint, LocalityLbEndpoints,
+        };
+        use envoy_types::pb::envoy::config::listener::v3::FilterChainMatch;
+        use envoy_types::pb::envoy::config::route::v3::{
+            route, route_match, DirectResponseAction, RedirectAction, Route,
+        };
+        use envoy_types::pb::google::protobuf::UInt32Value;
+        use envoy_types::util::pack_any;
+
+        let addr = |ip: &str, port: u32| Address {
+            address: Some(address::Address::SocketAddress(
+                envoy_types::pb::envoy::config::core::v3::SocketAddress {
+                    address: ip.into(),
+                    port_specifier: Some(socket_address::PortSpecifier::PortValue(port)),
+                    ..Default::default()
+                },
+            )),
+        };
+        let route = |name: &str, prefix: &str, action: route::Action| Route {
+            name: name.into(),
+            r#match: Some(RouteMatch {
+                path_specifier: Some(route_match::PathSpecifier::Prefix(prefix.into())),
+                ..Default::default()
+            }),
+            action: Some(action),
+            ..Default::default()
+        };
+        let hcm = HttpConnectionManager {
+            route_specifier: Some(RouteSpecifier::RouteConfig(RouteConfiguration {
+                name: "inline".into(),
+                virtual_hosts: vec![VirtualHost {
+                    name: "all".into(),
+                    domains: vec!["*".into()],
+                    routes: vec![
+                        route(
+                            "direct",
+                            "/health",
+                            route::Action::DirectResponse(DirectResponseAction {
+                                status: 200,
+                                body: Some(DataSource {
+                                    specifier: Some(data_source::Specifier::InlineString(
+                                        "ok".into(),
+                                    )),
+                                    ..Default::default()
+                                }),
+                                ..Default::default()
+                            }),
+                        ),
+                        route(
+                            "redirect",
+                            "/old",
+                            route::Action::Redirect(RedirectAction {
+                                host_redirect: "new.example.com".into(),
+                                response_code: redirect_action::RedirectResponseCode::Found as i32,
+                                ..Default::default()
+                            }),
+                        ),
+                        route(
+                            "by-header",
+                            "/",
+                            route::Action::Route(RouteAction {
+                                cluster_specifier: Some(ClusterSpecifier::ClusterHeader(
+                                    "x-cluster".into(),
+                                )),
+                                ..Default::default()
+                            }),
+                        ),
+                    ],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            })),
+            strip_port_mode: Some(StripPortMode::StripAnyHostPort(true)),
+            ..Default::default()
+        };
+        let chain = |name: &str, m: Option<FilterChainMatch>| FilterChain {
+            name: name.into(),
+            filter_chain_match: m,
+            filters: vec![envoy_types::pb::envoy::config::listener::v3::Filter {
+                name: "hcm".into(),
+                config_type: Some(filter::ConfigType::TypedConfig(pack_any(hcm.clone()))),
+            }],
+            ..Default::default()
+        };
+        let range = |ip: &str, len: u32| CidrRange {
+            address_prefix: ip.into(),
+            prefix_len: Some(UInt32Value { value: len }),
+        };
+        let listener = Listener {
+            name: "l".into(),
+            address: Some(addr("0.0.0.0", 80)),
+            filter_chains: vec![
+                chain(
+                    "wide",
+                    Some(FilterChainMatch {
+                        prefix_ranges: vec![range("10.0.0.0", 8)],
+                        ..Default::default()
+                    }),
+                ),
+                chain(
+                    "narrow",
+                    Some(FilterChainMatch {
+                        prefix_ranges: vec![range("10.1.0.0", 16)],
+                        ..Default::default()
+                    }),
+                ),
+                chain(
+                    "other-port",
+                    Some(FilterChainMatch {
+                        destination_port: Some(UInt32Value { value: 81 }),
+                        ..Default::default()
+                    }),
+                ),
+                chain(
+                    "tls-only",
+                    Some(FilterChainMatch {
+                        transport_protocol: "tls".into(),
+                        ..Default::default()
+                    }),
+                ),
+            ],
+            default_filter_chain: Some(chain("", None)),
+            ..Default::default()
+        };
+        let cluster = Cluster {
+            name: "static".into(),
+            load_assignment: Some(ClusterLoadAssignment {
+                endpoints: vec![LocalityLbEndpoints {
+                    locality: Some(envoy_types::pb::envoy::config::core::v3::Locality {
+                        region: "r".into(),
+                        zone: "z".into(),
+                        ..Default::default()
+                    }),
+                    lb_endpoints: vec![LbEndpoint {
+                        host_identifier: Some(lb_endpoint::HostIdentifier::Endpoint(Endpoint {
+                            address: Some(addr("10.5.5.5", 8080)),
+                            ..Default::default()
+                        })),
+                        health_status: HealthStatus::Unhealthy as i32,
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let config = ProxyConfig {
+            listeners: [("l".to_string(), listener)].into(),
+            clusters: [("static".to_string(), cluster)].into(),
+            ..Default::default()
+        };
+        let sim = |call: Call| config.simulate(&call);
+
+        let o = sim(Call::get("x:80", 80, "/health").to_address("10.1.2.3"));
+        assert_eq!(o.filter_chain.as_deref(), Some("narrow"));
+        assert_eq!(o.route_config.as_deref(), Some("inline"));
+        assert_eq!(
+            o.result,
+            Ok(Action::DirectResponse {
+                status: 200,
+                body: Some("ok".into())
+            })
+        );
+        assert_eq!(o.status(), Some(200));
+        let o = sim(Call::get("x", 80, "/old").to_address("10.2.0.1"));
+        assert_eq!(o.filter_chain.as_deref(), Some("wide"));
+        assert_eq!(o.status(), Some(302));
+        assert!(
+            matches!(&o.result, Ok(Action::Redirect { host: Some(h), .. }) if h == "new.example.com")
+        );
+        let o = sim(Call::get("x", 80, "/").to_address("192.168.0.1"));
+        assert_eq!(o.filter_chain.as_deref(), Some("default_filter_chain"));
+        assert_eq!(
+            o.result,
+            Err(NoMatch::ClusterHeaderMissing {
+                header: "x-cluster".into()
+            })
+        );
+        assert_eq!(o.status(), Some(503));
+        let o = sim(Call::get("x", 80, "/").header("X-Cluster", "static"));
+        assert_eq!(o.cluster(), Some("static"));
+        let up = &o.upstreams()[0];
+        assert_eq!(up.discovery, Discovery::Static);
+        assert_eq!(up.endpoints[0].locality.as_deref(), Some("r/z/"));
+        assert!(!up.endpoints[0].healthy);
+        assert_eq!(o.status(), Some(503), "only an unhealthy endpoint");
+        let o = sim(Call::get("x", 80, "/").header("x-cluster", "nope"));
+        assert_eq!(o.upstreams()[0].discovery, Discovery::NotFound);
+        assert_eq!(o.status(), Some(503));
+    }
+
+    #[test]
+    fn paths_are_normalized_like_envoy() {
+        assert_eq!(normalize_path("/a/./b/../c?x=/../"), "/a/c?x=/../");
+        assert_eq!(normalize_path("/../../a"), "/a");
+        assert_eq!(normalize_path("/a/b/.."), "/a/");
+        assert_eq!(normalize_path("/"), "/");
+    }
+
+    #[test]
+    fn authority_ports_are_recognized() {
+        assert_eq!(port_of("a:80"), Some("80"));
+        assert_eq!(port_of("a"), None);
+        assert_eq!(port_of("[::1]:80"), Some("80"));
+        assert_eq!(port_of("::1"), None);
+        assert_eq!(strip_port("a.b:9080"), "a.b");
+        assert_eq!(in_cidr("10.1.2.3", "10.1.0.0", 16), Some(16));
+        assert_eq!(in_cidr("10.2.2.3", "10.1.0.0", 16), None);
+        assert_eq!(in_cidr("10.2.2.3", "0.0.0.0", 0), Some(0));
+    }
+}

@@ -1,0 +1,697 @@
+//! The routing assertions of the real-Envoy tests, checked in-process by the routing simulation
+//! (`dataflows::simulate`) in milliseconds. Each test writes the same YAML as the Envoy test it
+//! mirrors (the `reviews` fixture of `support::reviews`, or `examples/bookinfo/config` as
+//! shipped), reads it with meshflow's file source exactly as `meshflow serve` does, runs the
+//! changes through the incremental dataflow engine epoch by epoch, and asks the simulation where
+//! a request from the Envoy test's proxy goes: which listener, route configuration, cluster
+//! (subset, weight) and endpoints, or which 404/503 Envoy itself answers.
+//!
+//! The real-Envoy tests stay the final judge (they run Envoy on the same configuration); these
+//! catch routing regressions without Envoy, and name the step that went wrong.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use dataflows::driver::{Batch, Engine};
+use dataflows::materialize::Materialized;
+use dataflows::model::{MeshConfig, ProxyId, Record, Resource, ResourceKey};
+use dataflows::simulate::{Call, NoMatch, Outcome, ProxyConfig};
+use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::google::protobuf::{value::Kind, Struct, Value};
+use meshflow::sources::files::FileSource;
+use meshflow::xds::node::proxy_from_node;
+use support::reviews::{client_sidecar_yaml, Binding, Reviews, FQDN};
+use support::{envoy_bootstrap, write_config, ProxyNode, TestDir, XdsMode};
+
+// ---------------------------------------------------------------------------------------------
+// Harness: config directory → file source → dataflow engine → one proxy's resources
+// ---------------------------------------------------------------------------------------------
+
+/// A config directory served to connected proxies, computed in-process.
+struct Mesh {
+    _dir: TestDir,
+    config: PathBuf,
+    source: FileSource,
+    engine: Engine,
+    epoch: u64,
+    held: Materialized,
+    bodies: BTreeMap<ResourceKey, (Resource, isize)>,
+    /// The problems the file source reported at the last sync.
+    errors: Vec<String>,
+}
+
+impl Mesh {
+    fn new(label: &str) -> Mesh {
+        let dir = TestDir::new(&format!("routing-simulation-{label}"));
+        let config = dir.subdir("config");
+        Mesh::over(dir, config)
+    }
+
+    /// A mesh reading `config` (which lives in `dir` or elsewhere).
+    fn over(dir: TestDir, config: PathBuf) -> Mesh {
+        let mesh = MeshConfig::default();
+        Mesh {
+            _dir: dir,
+            source: FileSource::new(&config, mesh.clone()),
+            config,
+            engine: Engine::start(1, mesh),
+            epoch: 0,
+            held: Materialized::default(),
+            bodies: BTreeMap::new(),
+            errors: Vec::new(),
+        }
+    }
+
+    fn step(&mut self, changes: Vec<(Record, isize)>) {
+        self.epoch += 1;
+        let out = self
+            .engine
+            .step(Batch {
+                epoch: self.epoch,
+                changes,
+            })
+            .expect("the dataflow engine stopped");
+        self.held.apply(&out, false);
+        for (r, d) in out.bodies {
+            self.bodies.entry(r.key()).or_insert((r, 0)).1 += d;
+        }
+        self.bodies.retain(|_, (_, d)| *d != 0);
+    }
+
+    /// Connects the proxy an Envoy with `node`'s bootstrap presents (parsed by the xDS
+    /// server's own `proxy_from_node`); returns its id.
+    fn connect(&mut self, node: &ProxyNode) -> ProxyId {
+        let proxy = proxy_from_node(Some(&node_of(node))).expect("a valid node");
+        let id = proxy.id.clone();
+        self.step(vec![(Record::Proxy(proxy), 1)]);
+        id
+    }
+
+    /// Rescans the config directory (as the server's watcher does) and applies the changes.
+    fn sync(&mut self) {
+        let rescan = self.source.rescan();
+        self.errors = rescan.errors;
+        self.step(rescan.changes);
+    }
+
+    /// As `sync`, asserting the directory holds no invalid config.
+    fn sync_clean(&mut self) {
+        self.sync();
+        assert!(
+            self.errors.is_empty(),
+            "config problems: {:#?}",
+            self.errors
+        );
+    }
+
+    /// What `proxy` holds now, decoded.
+    fn proxy(&self, proxy: &str) -> ProxyConfig {
+        let snapshot = self.held.snapshot();
+        let keys = snapshot
+            .get(proxy)
+            .unwrap_or_else(|| panic!("{proxy} holds nothing"));
+        ProxyConfig::from_resources(keys.keys().map(|k| {
+            &self
+                .bodies
+                .get(k)
+                .unwrap_or_else(|| panic!("no body for {k:?}"))
+                .0
+        }))
+    }
+
+    /// Syncs, then simulates `call` from `proxy`.
+    fn send(&mut self, proxy: &str, call: &Call) -> Outcome {
+        self.sync_clean();
+        self.proxy(proxy).simulate(call)
+    }
+}
+
+/// The xDS `Node` of the bootstrap the Envoy tests give `node` (id and string metadata).
+fn node_of(node: &ProxyNode) -> Node {
+    let bootstrap = envoy_bootstrap(node, ([127, 0, 0, 1], 1).into(), XdsMode::Delta);
+    let json = &bootstrap["node"];
+    let string = |s: &str| Value {
+        kind: Some(Kind::StringValue(s.to_owned())),
+    };
+    let mut metadata = Struct::default();
+    for (key, value) in json["metadata"].as_object().expect("node metadata") {
+        let value = match value {
+            serde_json::Value::Object(map) => Value {
+                kind: Some(Kind::StructValue(Struct {
+                    fields: map
+                        .iter()
+                        .map(|(k, v)| (k.clone(), string(v.as_str().unwrap_or_default())))
+                        .collect(),
+                })),
+            },
+            other => string(other.as_str().unwrap_or_default()),
+        };
+        metadata.fields.insert(key.clone(), value);
+    }
+    Node {
+        id: json["id"].as_str().expect("node id").to_owned(),
+        cluster: json["cluster"].as_str().unwrap_or_default().to_owned(),
+        metadata: Some(metadata),
+        ..Default::default()
+    }
+}
+
+/// The EDS assignments `proxy` holds, by name.
+fn eds_names(config: &ProxyConfig) -> Vec<String> {
+    config.endpoints.keys().cloned().collect()
+}
+
+fn assert_holds_all(what: &str, held: &[String], expected: &[String]) {
+    let missing: Vec<&String> = expected.iter().filter(|e| !held.contains(e)).collect();
+    assert!(
+        missing.is_empty(),
+        "{what}: missing {missing:?} in {held:?}"
+    );
+}
+
+/// The cluster `outcome` routes to alone, with the endpoints behind it.
+#[track_caller]
+fn assert_routes_to(outcome: &Outcome, cluster: &str, endpoints: &[String]) {
+    assert_eq!(outcome.cluster(), Some(cluster), "{outcome:#?}");
+    assert_eq!(outcome.endpoints(), endpoints, "{outcome:#?}");
+    assert_eq!(outcome.status(), None, "forwarded: {outcome:#?}");
+}
+
+#[track_caller]
+fn assert_status(outcome: &Outcome, status: u32) {
+    assert_eq!(outcome.status(), Some(status), "{outcome:#?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The `reviews` fixture of tests/envoy_sidecar.rs, envoy_gateway.rs, envoy_faults.rs and
+// debug_envoy.rs
+// ---------------------------------------------------------------------------------------------
+
+/// The Envoy tests take a free port; no socket is opened here, so any port will do.
+const PORT: u16 = 18080;
+const JASON: (&str, &str) = ("end-user", "jason");
+
+/// The `reviews` mesh of the Envoy tests: Service, Pods and EndpointSlice for `versions`, and a
+/// DestinationRule with a subset per version.
+fn reviews_mesh(mesh: &Mesh, service_port: u16, versions: &[&str]) -> Reviews {
+    let reviews = Reviews::new(60, service_port, &mesh.config);
+    reviews.write_service();
+    reviews.write_pods(versions);
+    reviews.write_endpoints(versions);
+    reviews.write_destination_rule(versions);
+    reviews
+}
+
+/// `ip:port` of pod `reviews-<version>`.
+fn pod(reviews: &Reviews, version: &str) -> String {
+    format!("{}:{}", reviews.pod_ip(version), reviews.backend_port())
+}
+
+/// The sidecar scenario's setup (envoy_sidecar.rs, envoy_faults.rs, debug_envoy.rs): pod
+/// `client-abc` without capture, scoped by Sidecar `client` (egress listener bound to
+/// `127.0.0.1:PORT`); the `reviews` Service on that same port.
+fn sidecar_setup(label: &str, versions: &[&str]) -> (Mesh, Reviews, ProxyId) {
+    let mut mesh = Mesh::new(label);
+    let reviews = reviews_mesh(&mesh, PORT, versions);
+    write_config(&mesh.config, "sidecar.yaml", &client_sidecar_yaml(PORT));
+    let node = ProxyNode::sidecar(
+        "client-abc",
+        "default",
+        &reviews.ip(20),
+        &[("app", "client")],
+    );
+    let id = mesh.connect(&node);
+    mesh.sync_clean();
+    (mesh, reviews, id)
+}
+
+/// A request through the sidecar's bound egress listener with `Host: host`.
+fn via_sidecar(host: &str, path: &str) -> Call {
+    Call::get(host, PORT, path).to_address("127.0.0.1")
+}
+
+/// Mirrors `envoy_sidecar.rs` step 1 (`sidecar_follows_config_changes_over_{delta,sotw}_ads`):
+/// without a VirtualService the sidecar's listener `127.0.0.1_PORT` and route configuration
+/// `PORT` send `/reviews/1` to the whole `reviews` cluster (both pods), under every host alias;
+/// the proxy holds the EDS assignments of the service and of subsets v1 and v2.
+#[test]
+fn sidecar_default_route_reaches_both_pods_under_every_alias() {
+    let (mut mesh, reviews, proxy) = sidecar_setup("sidecar-default", &["v1", "v2"]);
+    let both = [pod(&reviews, "v1"), pod(&reviews, "v2")];
+    let o = mesh.send(&proxy, &via_sidecar("reviews", "/reviews/1"));
+    assert_eq!(o.listener, Some(format!("127.0.0.1_{PORT}")));
+    assert_eq!(
+        o.captured_by, None,
+        "INTERCEPTION_MODE NONE: no virtualOutbound"
+    );
+    assert_eq!(o.route_config, Some(PORT.to_string()));
+    assert_eq!(o.virtual_host, Some(format!("{FQDN}:{PORT}")));
+    assert_routes_to(&o, &reviews.cluster(""), &both);
+    for alias in [
+        "reviews.default".to_owned(),
+        FQDN.to_owned(),
+        format!("reviews:{PORT}"),
+        format!("{FQDN}:{PORT}"),
+    ] {
+        let o = mesh.send(&proxy, &via_sidecar(&alias, "/"));
+        assert_routes_to(&o, &reviews.cluster(""), &both);
+    }
+    assert_holds_all(
+        "EDS assignments",
+        &eds_names(&mesh.proxy(&proxy)),
+        &["", "v1", "v2"].map(|s| reviews.cluster(s)),
+    );
+}
+
+/// Mirrors `envoy_sidecar.rs` step 2: with VirtualService `reviews` (jason → v2, `/reviews` →
+/// v1 100 / v2 0), `end-user: jason` reaches only v2, `/reviews/1` only v1 (the 0-weight
+/// subset is not a candidate), and `/ratings/1` matches no route: 404.
+#[test]
+fn sidecar_header_and_prefix_routes_pick_subsets() {
+    let (mut mesh, reviews, proxy) = sidecar_setup("sidecar-subsets", &["v1", "v2"]);
+    reviews.write_subset_routing(&Binding::Mesh, &[("v1", 100), ("v2", 0)]);
+    let jason = mesh.send(
+        &proxy,
+        &via_sidecar("reviews", "/reviews/1").header(JASON.0, JASON.1),
+    );
+    assert_eq!(jason.route.as_ref().map(|r| r.name.as_str()), Some("jason"));
+    assert_routes_to(&jason, &reviews.cluster("v2"), &[pod(&reviews, "v2")]);
+    let split = mesh.send(&proxy, &via_sidecar("reviews", "/reviews/1"));
+    assert_eq!(
+        split.route.as_ref().map(|r| r.name.as_str()),
+        Some("reviews-split")
+    );
+    assert_routes_to(&split, &reviews.cluster("v1"), &[pod(&reviews, "v1")]);
+    let unmatched = mesh.send(&proxy, &via_sidecar("reviews", "/ratings/1"));
+    assert_eq!(unmatched.result, Err(NoMatch::NoRoute));
+    assert_status(&unmatched, 404);
+}
+
+/// Mirrors `envoy_sidecar.rs` step 3 and `envoy_faults.rs`
+/// (`restart_under_load_fails_no_request_and_delta_resumes_with_only_changes`): the split
+/// shifted to v1 0 / v2 100 sends `/reviews/1` only to v2.
+#[test]
+fn sidecar_weight_shift_moves_reviews_to_v2() {
+    let (mut mesh, reviews, proxy) = sidecar_setup("sidecar-shift", &["v1", "v2"]);
+    reviews.write_subset_routing(&Binding::Mesh, &[("v1", 100), ("v2", 0)]);
+    let before = mesh.send(&proxy, &via_sidecar("reviews", "/reviews/1"));
+    assert_eq!(before.cluster(), Some(reviews.cluster("v1").as_str()));
+    reviews.write_subset_routing(&Binding::Mesh, &[("v1", 0), ("v2", 100)]);
+    let after = mesh.send(&proxy, &via_sidecar("reviews", "/reviews/1"));
+    assert_routes_to(&after, &reviews.cluster("v2"), &[pod(&reviews, "v2")]);
+}
+
+/// Mirrors `envoy_sidecar.rs` steps 4–5: a third version (pod, endpoint, subset) takes all of
+/// `/reviews` while jason stays on v2; when v3's endpoint leaves the slice its subset has no
+/// endpoint and Envoy answers 503 (v3 gets nothing).
+#[test]
+fn sidecar_new_subset_v3_takes_traffic_then_answers_503_without_endpoints() {
+    let (mut mesh, reviews, proxy) = sidecar_setup("sidecar-v3", &["v1", "v2"]);
+    reviews.write_subset_routing(&Binding::Mesh, &[("v1", 0), ("v2", 100)]);
+    mesh.sync_clean();
+    reviews.write_pods(&["v1", "v2", "v3"]);
+    reviews.write_endpoints(&["v1", "v2", "v3"]);
+    reviews.write_destination_rule(&["v1", "v2", "v3"]);
+    reviews.write_subset_routing(&Binding::Mesh, &[("v3", 100)]);
+    let v3 = mesh.send(&proxy, &via_sidecar("reviews", "/reviews/1"));
+    assert_routes_to(&v3, &reviews.cluster("v3"), &[pod(&reviews, "v3")]);
+    let jason = mesh.send(
+        &proxy,
+        &via_sidecar("reviews", "/reviews/1").header(JASON.0, JASON.1),
+    );
+    assert_routes_to(&jason, &reviews.cluster("v2"), &[pod(&reviews, "v2")]);
+
+    reviews.write_endpoints(&["v1", "v2"]);
+    let gone = mesh.send(&proxy, &via_sidecar("reviews", "/reviews/1"));
+    assert_eq!(gone.cluster(), Some(reviews.cluster("v3").as_str()));
+    assert!(gone.endpoints().is_empty(), "{gone:#?}");
+    assert_status(&gone, 503);
+}
+
+/// Mirrors `envoy_sidecar.rs` steps 6–7: deleting the VirtualService restores the default
+/// route over both pods; when v1's endpoint leaves, only v2 is behind it.
+#[test]
+fn sidecar_deleting_the_virtual_service_restores_the_default_route() {
+    let (mut mesh, reviews, proxy) = sidecar_setup("sidecar-delete", &["v1", "v2"]);
+    reviews.write_subset_routing(&Binding::Mesh, &[("v3", 100)]);
+    let routed = mesh.send(&proxy, &via_sidecar("reviews", "/reviews/1"));
+    assert_eq!(routed.cluster(), Some(reviews.cluster("v3").as_str()));
+    reviews.delete_virtual_service();
+    let o = mesh.send(&proxy, &via_sidecar("reviews", "/reviews/1"));
+    assert_eq!(o.route.as_ref().map(|r| r.name.as_str()), Some("default"));
+    assert_routes_to(
+        &o,
+        &reviews.cluster(""),
+        &[pod(&reviews, "v1"), pod(&reviews, "v2")],
+    );
+    reviews.write_endpoints(&["v2"]);
+    let o = mesh.send(&proxy, &via_sidecar("reviews", "/reviews/1"));
+    assert_routes_to(&o, &reviews.cluster(""), &[pod(&reviews, "v2")]);
+}
+
+/// Mirrors `debug_envoy.rs` (`debug_views_match_envoy_over_{delta,sotw}_ads`): with the split
+/// v1 90 / v2 10, `/reviews/1` is a weighted route over both subsets, and subset v1's EDS
+/// assignment holds exactly pod v1.
+#[test]
+fn sidecar_weighted_split_reports_both_subsets_with_their_weights() {
+    let (mut mesh, reviews, proxy) = sidecar_setup("sidecar-weights", &["v1", "v2"]);
+    reviews.write_subset_routing(&Binding::Mesh, &[("v1", 90), ("v2", 10)]);
+    let o = mesh.send(&proxy, &via_sidecar("reviews", "/reviews/1"));
+    assert_eq!(
+        o.clusters(),
+        [
+            (reviews.cluster("v1"), Some(90)),
+            (reviews.cluster("v2"), Some(10))
+        ]
+    );
+    let v1 = &o.upstreams()[0];
+    let addresses: Vec<&str> = v1.endpoints.iter().map(|e| e.address.as_str()).collect();
+    assert_eq!(addresses, [pod(&reviews, "v1")]);
+}
+
+/// Mirrors `envoy_faults.rs` (`invalid_edits_and_atomic_directory_swaps_never_retract_valid_config`):
+/// the directory is a ConfigMap-style volume (`..data` symlink); swapping in a VirtualService
+/// whose weights add up to 150 is reported and leaves the last valid routes (`/reviews/1` → v1);
+/// swapping in the fixed split moves it to v2.
+#[test]
+fn invalid_edit_keeps_the_last_valid_routes_and_the_fix_applies() {
+    let dir = TestDir::new("routing-simulation-hiccups");
+    let root = dir.subdir("config");
+    let v1 = root.join("..v1");
+    std::fs::create_dir_all(&v1).unwrap();
+    let mut mesh = Mesh::over(dir, root.clone());
+    let reviews = Reviews::new(60, PORT, &v1);
+    reviews.write_service();
+    reviews.write_pods(&["v1", "v2"]);
+    reviews.write_endpoints(&["v1", "v2"]);
+    reviews.write_destination_rule(&["v1", "v2"]);
+    reviews.write_subset_routing(&Binding::Mesh, &[("v1", 100), ("v2", 0)]);
+    write_config(&v1, "sidecar.yaml", &client_sidecar_yaml(PORT));
+    std::os::unix::fs::symlink("..v1", root.join("..data")).unwrap();
+    for entry in std::fs::read_dir(&v1).unwrap() {
+        let name = entry.unwrap().file_name();
+        if !name.to_string_lossy().starts_with('.') {
+            std::os::unix::fs::symlink(Path::new("..data").join(&name), root.join(&name)).unwrap();
+        }
+    }
+    let node = ProxyNode::sidecar(
+        "client-abc",
+        "default",
+        &reviews.ip(20),
+        &[("app", "client")],
+    );
+    let proxy = mesh.connect(&node);
+    let o = mesh.send(&proxy, &via_sidecar("reviews", "/reviews/1"));
+    assert_eq!(o.cluster(), Some(reviews.cluster("v1").as_str()));
+
+    // Swap in a copy whose VirtualService is invalid, then one with the fixed split.
+    let vs = std::fs::read_to_string(v1.join("reviews-virtualservice.yaml")).unwrap();
+    let swap_in = |version: &str, vs_text: &str| {
+        let next = root.join(version);
+        std::fs::create_dir_all(&next).unwrap();
+        for entry in std::fs::read_dir(&v1).unwrap() {
+            let e = entry.unwrap();
+            std::fs::copy(e.path(), next.join(e.file_name())).unwrap();
+        }
+        std::fs::write(next.join("reviews-virtualservice.yaml"), vs_text).unwrap();
+        std::os::unix::fs::symlink(version, root.join("..data_tmp")).unwrap();
+        std::fs::rename(root.join("..data_tmp"), root.join("..data")).unwrap();
+    };
+    let broken = vs.replace("weight: 0", "weight: 50");
+    assert_ne!(broken, vs);
+    swap_in("..v2", &broken);
+    mesh.sync();
+    assert!(
+        mesh.errors
+            .iter()
+            .any(|e| e.contains("weights add up to 150")),
+        "the error is reported: {:?}",
+        mesh.errors
+    );
+    let kept = mesh
+        .proxy(&proxy)
+        .simulate(&via_sidecar("reviews", "/reviews/1"));
+    assert_routes_to(&kept, &reviews.cluster("v1"), &[pod(&reviews, "v1")]);
+
+    let fixed = vs
+        .replace("weight: 100", "weight: X")
+        .replace("weight: 0", "weight: 100")
+        .replace("weight: X", "weight: 0");
+    swap_in("..v3", &fixed);
+    let o = mesh.send(&proxy, &via_sidecar("reviews", "/reviews/1"));
+    assert_routes_to(&o, &reviews.cluster("v2"), &[pod(&reviews, "v2")]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The gateway scenario of tests/envoy_gateway.rs
+// ---------------------------------------------------------------------------------------------
+
+const GATEWAY_HOST: &str = "reviews.example.com";
+
+/// Gateway `bookinfo-gateway` on `127.0.0.1:PORT` for any host, selecting the router
+/// `istio-ingressgateway-abc`; the `reviews` Service on 9080.
+fn gateway_setup(label: &str, versions: &[&str]) -> (Mesh, Reviews, ProxyId, Binding) {
+    let mut mesh = Mesh::new(label);
+    let reviews = reviews_mesh(&mesh, 9080, versions);
+    let gateway = format!(
+        "apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata:
+  name: bookinfo-gateway
+  namespace: default
+spec:
+  selector:
+    istio: ingressgateway
+  servers:
+  - port:
+      number: {PORT}
+      name: http
+      protocol: HTTP
+    bind: 127.0.0.1
+    hosts:
+    - \"*\"
+"
+    );
+    write_config(&mesh.config, "gateway.yaml", &gateway);
+    let node = ProxyNode::router(
+        "istio-ingressgateway-abc",
+        "istio-system",
+        "127.0.0.1",
+        &[("istio", "ingressgateway")],
+    );
+    let id = mesh.connect(&node);
+    mesh.sync_clean();
+    let binding = Binding::Gateway {
+        gateway: "bookinfo-gateway".into(),
+        host: GATEWAY_HOST.into(),
+    };
+    (mesh, reviews, id, binding)
+}
+
+fn via_gateway(host: &str, path: &str) -> Call {
+    Call::get(host, PORT, path).to_address("127.0.0.1")
+}
+
+/// Mirrors `envoy_gateway.rs` steps 1 and 7 (`gateway_follows_config_changes_over_*`): a
+/// Gateway without a bound VirtualService routes nothing (404), again after the
+/// VirtualService is deleted.
+#[test]
+fn gateway_without_virtual_service_answers_404() {
+    let (mut mesh, reviews, proxy, binding) = gateway_setup("gateway-404", &["v1", "v2"]);
+    let o = mesh.send(&proxy, &via_gateway(GATEWAY_HOST, "/reviews/1"));
+    assert_eq!(o.listener, Some(format!("127.0.0.1_{PORT}")));
+    assert_eq!(o.route_config, Some(format!("http.{PORT}")));
+    assert_status(&o, 404);
+    reviews.write_plain_routing(&binding);
+    let routed = mesh.send(&proxy, &via_gateway(GATEWAY_HOST, "/reviews/1"));
+    assert_eq!(routed.cluster(), Some(reviews.cluster("").as_str()));
+    reviews.delete_virtual_service();
+    let o = mesh.send(&proxy, &via_gateway(GATEWAY_HOST, "/reviews/1"));
+    assert_status(&o, 404);
+}
+
+/// Mirrors `envoy_gateway.rs` steps 2, 8 and 9: the plain (subset-less) route reaches both
+/// pods through the service's cluster; with v1's endpoint gone only v2 is left; the proxy
+/// holds the EDS assignments of the service and of v1 and v2.
+#[test]
+fn gateway_plain_route_reaches_the_services_endpoints() {
+    let (mut mesh, reviews, proxy, binding) = gateway_setup("gateway-plain", &["v1", "v2"]);
+    reviews.write_plain_routing(&binding);
+    let o = mesh.send(&proxy, &via_gateway(GATEWAY_HOST, "/reviews/1"));
+    assert_eq!(o.virtual_host, Some(format!("{GATEWAY_HOST}:{PORT}")));
+    assert_routes_to(
+        &o,
+        &reviews.cluster(""),
+        &[pod(&reviews, "v1"), pod(&reviews, "v2")],
+    );
+    assert_holds_all(
+        "EDS assignments",
+        &eds_names(&mesh.proxy(&proxy)),
+        &["", "v1", "v2"].map(|s| reviews.cluster(s)),
+    );
+    reviews.write_endpoints(&["v2"]);
+    let o = mesh.send(&proxy, &via_gateway(GATEWAY_HOST, "/reviews/1"));
+    assert_routes_to(&o, &reviews.cluster(""), &[pod(&reviews, "v2")]);
+}
+
+/// Mirrors `envoy_gateway.rs` steps 3–4: jason → v2, `/reviews` → v1 (100/0) then v2
+/// (0/100), an unmatched path and an unknown host → 404.
+#[test]
+fn gateway_header_prefix_and_host_routing() {
+    let (mut mesh, reviews, proxy, binding) = gateway_setup("gateway-subsets", &["v1", "v2"]);
+    reviews.write_subset_routing(&binding, &[("v1", 100), ("v2", 0)]);
+    let jason = mesh.send(
+        &proxy,
+        &via_gateway(GATEWAY_HOST, "/reviews/1").header(JASON.0, JASON.1),
+    );
+    assert_routes_to(&jason, &reviews.cluster("v2"), &[pod(&reviews, "v2")]);
+    let split = mesh.send(&proxy, &via_gateway(GATEWAY_HOST, "/reviews/1"));
+    assert_routes_to(&split, &reviews.cluster("v1"), &[pod(&reviews, "v1")]);
+    let path = mesh.send(&proxy, &via_gateway(GATEWAY_HOST, "/ratings/1"));
+    assert_eq!(path.result, Err(NoMatch::NoRoute));
+    assert_status(&path, 404);
+    let host = mesh.send(&proxy, &via_gateway("other.example.com", "/reviews/1"));
+    assert!(
+        matches!(host.result, Err(NoMatch::NoVirtualHost { .. })),
+        "{host:#?}"
+    );
+    assert_status(&host, 404);
+
+    reviews.write_subset_routing(&binding, &[("v1", 0), ("v2", 100)]);
+    let shifted = mesh.send(&proxy, &via_gateway(GATEWAY_HOST, "/reviews/1"));
+    assert_routes_to(&shifted, &reviews.cluster("v2"), &[pod(&reviews, "v2")]);
+}
+
+/// Mirrors `envoy_gateway.rs` steps 5–6: subset v3 takes `/reviews` while jason stays on v2;
+/// without v3's endpoint the gateway answers 503.
+#[test]
+fn gateway_new_subset_v3_then_503_without_endpoints() {
+    let (mut mesh, reviews, proxy, binding) = gateway_setup("gateway-v3", &["v1", "v2", "v3"]);
+    reviews.write_subset_routing(&binding, &[("v3", 100)]);
+    let v3 = mesh.send(&proxy, &via_gateway(GATEWAY_HOST, "/reviews/1"));
+    assert_routes_to(&v3, &reviews.cluster("v3"), &[pod(&reviews, "v3")]);
+    let jason = mesh.send(
+        &proxy,
+        &via_gateway(GATEWAY_HOST, "/reviews/1").header(JASON.0, JASON.1),
+    );
+    assert_routes_to(&jason, &reviews.cluster("v2"), &[pod(&reviews, "v2")]);
+    reviews.write_endpoints(&["v1", "v2"]);
+    let gone = mesh.send(&proxy, &via_gateway(GATEWAY_HOST, "/reviews/1"));
+    assert_eq!(gone.cluster(), Some(reviews.cluster("v3").as_str()));
+    assert_status(&gone, 503);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The bookinfo example of tests/bookinfo.rs
+// ---------------------------------------------------------------------------------------------
+
+const BOOKINFO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/bookinfo/config");
+
+/// `examples/bookinfo/config` as shipped, with the two proxies of `tests/bookinfo.rs`.
+fn bookinfo() -> (Mesh, ProxyId, ProxyId) {
+    let mut mesh = Mesh::over(TestDir::new("routing-simulation-bookinfo"), BOOKINFO.into());
+    let gateway = mesh.connect(&ProxyNode::router(
+        "istio-ingressgateway-5d9f7c8b6-x2x7k",
+        "istio-system",
+        "127.0.0.1",
+        &[("app", "istio-ingressgateway"), ("istio", "ingressgateway")],
+    ));
+    let sleep = mesh.connect(&ProxyNode::sidecar(
+        "sleep",
+        "default",
+        "127.0.1.50",
+        &[("app", "sleep")],
+    ));
+    mesh.sync_clean();
+    (mesh, gateway, sleep)
+}
+
+fn bookinfo_cluster(subset: &str, service: &str) -> String {
+    format!("outbound|9080|{subset}|{service}.default.svc.cluster.local")
+}
+
+/// Mirrors `tests/bookinfo.rs` part 1 (`bookinfo_example_serves_gateway_and_sidecar_over_delta_ads`):
+/// through the ingress gateway (`127.0.0.1_8080`, `http.8080`), the five paths of
+/// VirtualService `bookinfo` reach productpage-v1, other paths get 404, and any host is served.
+#[test]
+fn bookinfo_gateway_routes_the_productpage_paths() {
+    let (mesh, gateway, _) = bookinfo();
+    let config = mesh.proxy(&gateway);
+    let call = |host: &str, path: &str| Call::get(host, 8080, path).to_address("127.0.0.1");
+    let productpage = bookinfo_cluster("", "productpage");
+    for path in [
+        "/productpage",
+        "/static/tailwind/tailwind.css",
+        "/login",
+        "/logout",
+        "/api/v1/products/0",
+    ] {
+        let o = config.simulate(&call("bookinfo.example.com", path));
+        assert_eq!(o.listener.as_deref(), Some("127.0.0.1_8080"), "{path}");
+        assert_eq!(o.route_config.as_deref(), Some("http.8080"), "{path}");
+        assert_routes_to(&o, &productpage, &["127.0.1.41:9080".into()]);
+    }
+    for path in ["/", "/reviews/0", "/productpage/extra", "/loginx"] {
+        let o = config.simulate(&call("bookinfo.example.com", path));
+        assert_eq!(o.result, Err(NoMatch::NoRoute), "GET {path}");
+        assert_status(&o, 404);
+    }
+    let other = config.simulate(&call("other.example.org", "/productpage"));
+    assert_routes_to(&other, &productpage, &["127.0.1.41:9080".into()]);
+}
+
+/// Mirrors `tests/bookinfo.rs` part 2: through the `sleep` sidecar's egress listener
+/// (`127.0.0.1_9080`, routes `9080`), `Host: reviews` reaches reviews-v1 (127.0.1.31), jason
+/// reaches reviews-v2, and ratings, details and productpage reach their v1 pods under the
+/// aliases the Envoy test uses.
+#[test]
+fn bookinfo_sleep_sidecar_routes_every_service_by_host() {
+    let (mesh, _, sleep) = bookinfo();
+    let config = mesh.proxy(&sleep);
+    let call = |host: &str, path: &str| Call::get(host, 9080, path).to_address("127.0.0.1");
+    let reviews = config.simulate(&call("reviews", "/reviews/0"));
+    assert_eq!(reviews.listener.as_deref(), Some("127.0.0.1_9080"));
+    assert_eq!(reviews.route_config.as_deref(), Some("9080"));
+    assert_routes_to(
+        &reviews,
+        &bookinfo_cluster("v1", "reviews"),
+        &["127.0.1.31:9080".into()],
+    );
+    let jason = config.simulate(&call("reviews", "/reviews/0").header(JASON.0, JASON.1));
+    assert_routes_to(
+        &jason,
+        &bookinfo_cluster("v2", "reviews"),
+        &["127.0.1.32:9080".into()],
+    );
+    for (host, service, endpoint) in [
+        ("ratings", "ratings", "127.0.1.21:9080"),
+        ("details", "details", "127.0.1.11:9080"),
+        ("productpage", "productpage", "127.0.1.41:9080"),
+        (
+            "reviews.default.svc.cluster.local:9080",
+            "reviews",
+            "127.0.1.31:9080",
+        ),
+        ("ratings.default", "ratings", "127.0.1.21:9080"),
+    ] {
+        let o = config.simulate(&call(host, "/"));
+        assert_routes_to(&o, &bookinfo_cluster("v1", service), &[endpoint.into()]);
+    }
+    assert_holds_all(
+        "sidecar EDS",
+        &eds_names(&config),
+        &[
+            bookinfo_cluster("v1", "reviews"),
+            bookinfo_cluster("v2", "reviews"),
+            bookinfo_cluster("v3", "reviews"),
+            bookinfo_cluster("v1", "ratings"),
+        ],
+    );
+    // The sidecar has no capture: nothing listens on other ports.
+    assert_eq!(
+        config.simulate(&Call::get("reviews", 8080, "/")).result,
+        Err(NoMatch::NoListener { port: 8080 })
+    );
+}
