@@ -114,19 +114,19 @@ enum Command {
         #[arg(long, default_value = "127.0.0.1:15014")]
         debug_addr: SocketAddr,
         #[arg(short, long, value_enum, default_value = "table")]
-        output: meshflow::debug::cli::Output,
+        output: meshflow::debug::client::Output,
     },
     /// What one proxy should hold, from a running meshflow (over CSDS). PROXY is the node id
     /// or its `pod.namespace` part.
     ProxyConfig {
         #[arg(value_enum)]
-        kind: meshflow::debug::cli::ConfigKind,
+        kind: meshflow::debug::client::ConfigKind,
         proxy: String,
         #[arg(long, default_value = "127.0.0.1:15014")]
         debug_addr: SocketAddr,
         /// `json` and `yaml` print the resources in Envoy's JSON form.
         #[arg(short, long, value_enum, default_value = "table")]
-        output: meshflow::debug::cli::Output,
+        output: meshflow::debug::client::Output,
     },
     /// Which input objects (Services, VirtualServices, DestinationRules, Sidecars,
     /// EndpointSlices, Pods, Gateways) one resource of a proxy was built from.
@@ -137,7 +137,7 @@ enum Command {
         #[arg(long, default_value = "127.0.0.1:15014")]
         debug_addr: SocketAddr,
         #[arg(short, long, value_enum, default_value = "table")]
-        output: meshflow::debug::cli::Output,
+        output: meshflow::debug::client::Output,
     },
     /// What changed for one proxy between two epochs (or since a time): per resource, the
     /// changed fields and +/- lines of Envoy's JSON, ACK/NACK of each push, and the input
@@ -156,7 +156,7 @@ enum Command {
         #[arg(long, default_value = "127.0.0.1:15014")]
         debug_addr: SocketAddr,
         #[arg(short, long, value_enum, default_value = "table")]
-        output: meshflow::debug::cli::Output,
+        output: meshflow::debug::client::Output,
     },
     /// Print every push to one proxy, and its ACKs/NACKs, as they happen.
     Watch {
@@ -164,7 +164,7 @@ enum Command {
         #[arg(long, default_value = "127.0.0.1:15014")]
         debug_addr: SocketAddr,
         #[arg(short, long, value_enum, default_value = "table")]
-        output: meshflow::debug::cli::Output,
+        output: meshflow::debug::client::Output,
     },
     /// Write a synthetic mesh as a directory of Kubernetes/Istio YAML.
     MeshGen(meshflow::bench::cli::MeshGenArgs),
@@ -267,14 +267,14 @@ fn main() -> ExitCode {
             }
         }
         Command::ProxyStatus { debug_addr, output } => {
-            print_client(meshflow::debug::cli::proxy_status(debug_addr, output))
+            print_client(meshflow::debug::client::proxy_status(debug_addr, output))
         }
         Command::ProxyConfig {
             kind,
             proxy,
             debug_addr,
             output,
-        } => print_client(meshflow::debug::cli::proxy_config(
+        } => print_client(meshflow::debug::client::proxy_config(
             debug_addr, kind, &proxy, output,
         )),
         Command::Explain {
@@ -282,7 +282,7 @@ fn main() -> ExitCode {
             resource,
             debug_addr,
             output,
-        } => print_client(meshflow::debug::explain::explain_cli(
+        } => print_client(meshflow::debug::client::explain(
             debug_addr, &proxy, &resource, output,
         )),
         Command::Diff {
@@ -292,14 +292,14 @@ fn main() -> ExitCode {
             to,
             debug_addr,
             output,
-        } => print_client(meshflow::debug::cli::diff(
+        } => print_client(meshflow::debug::client::diff(
             debug_addr, &proxy, from, since, to, output,
         )),
         Command::Watch {
             proxy,
             debug_addr,
             output,
-        } => print_client(meshflow::debug::cli::watch(debug_addr, &proxy, output)),
+        } => print_client(meshflow::debug::client::watch(debug_addr, &proxy, output)),
         Command::MeshGen(args) => meshflow::bench::cli::mesh_gen(args),
         Command::Loadgen(args) => meshflow::bench::cli::loadgen(args),
         Command::Bench(args) => meshflow::bench::cli::bench(args),

@@ -19,7 +19,8 @@
 //! with `ignore_case`; OR between matchers). Metadata matchers and custom string matchers
 //! are refused with INVALID_ARGUMENT rather than silently ignored.
 
-use super::status::{config_status, connected, sync_state, SyncState};
+use super::error::DebugError;
+use super::status::{connected, sync_state, SyncState};
 use crate::hub::Hub;
 use dataflows::model::{Body, Proxy, ResourceType};
 use envoy_types::pb::envoy::admin::v3::UpdateFailureState;
@@ -30,7 +31,7 @@ use envoy_types::pb::envoy::service::status::v3::client_status_discovery_service
     ClientStatusDiscoveryService, ClientStatusDiscoveryServiceServer,
 };
 use envoy_types::pb::envoy::service::status::v3::{
-    ClientConfig, ClientStatusRequest, ClientStatusResponse,
+    ClientConfig, ClientStatusRequest, ClientStatusResponse, ConfigStatus,
 };
 use envoy_types::pb::google::protobuf::{value::Kind, Any, ListValue, Struct, Value};
 use std::sync::Arc;
@@ -45,6 +46,16 @@ pub struct Csds {
 impl Csds {
     pub fn server(hub: Arc<Hub>) -> ClientStatusDiscoveryServiceServer<Csds> {
         ClientStatusDiscoveryServiceServer::new(Csds { hub }).max_encoding_message_size(usize::MAX)
+    }
+}
+
+/// CSDS's per-resource status (`ERROR` is what CSDS calls a NACK).
+pub fn config_status(s: SyncState) -> ConfigStatus {
+    match s {
+        SyncState::Synced => ConfigStatus::Synced,
+        SyncState::Stale => ConfigStatus::Stale,
+        SyncState::Nacked => ConfigStatus::Error,
+        SyncState::NotSent => ConfigStatus::NotSent,
     }
 }
 
@@ -265,8 +276,11 @@ fn client_config(s: Snapshot) -> ClientConfig {
 }
 
 /// Answers one CSDS request from the hub's current state.
-pub fn client_status(hub: &Hub, req: &ClientStatusRequest) -> Result<ClientStatusResponse, String> {
-    let matchers = compile_matchers(req)?;
+pub fn client_status(
+    hub: &Hub,
+    req: &ClientStatusRequest,
+) -> Result<ClientStatusResponse, DebugError> {
+    let matchers = compile_matchers(req).map_err(DebugError::BadRequest)?;
     let snaps = snapshot(hub, &matchers, !req.exclude_resource_contents);
     Ok(ClientStatusResponse {
         config: snaps.into_iter().map(client_config).collect(),
@@ -287,7 +301,7 @@ impl ClientStatusDiscoveryService for Csds {
         tokio::spawn(async move {
             // One response per request, in order, until the client closes its side.
             while let Ok(Some(req)) = inbound.message().await {
-                let resp = client_status(&hub, &req).map_err(Status::invalid_argument);
+                let resp = client_status(&hub, &req).map_err(Status::from);
                 let failed = resp.is_err();
                 if tx.send(resp).await.is_err() || failed {
                     break;
@@ -303,7 +317,7 @@ impl ClientStatusDiscoveryService for Csds {
     ) -> Result<Response<ClientStatusResponse>, Status> {
         client_status(&self.hub, request.get_ref())
             .map(Response::new)
-            .map_err(Status::invalid_argument)
+            .map_err(Status::from)
     }
 }
 

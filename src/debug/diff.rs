@@ -11,15 +11,15 @@
 //! `Debug.Diff`, `GET /debug/diff?proxy=P&from=E&to=E` (or `&since=5m`) and `meshflow diff`.
 
 use super::envoy_json::any_json;
-use crate::hub::history::{Bound, Delivery, Entry, Window};
-use super::pb;
-use super::status::{connected, resolve_proxy};
+use super::error::DebugError;
+use super::model::{self, resolve_proxy, unix_seconds, DiffQuery};
+use super::status::connected;
 use super::units::parse_duration;
-use super::watch::unix_seconds;
+use crate::hub::history::{Bound, Delivery, Entry, Window};
 use crate::hub::Hub;
 use dataflows::materialize::Name;
 use dataflows::model::{Body, ResourceType};
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
@@ -28,50 +28,34 @@ const MAX_FIELDS: usize = 200;
 /// Diff lines per resource, at most.
 const MAX_LINES: usize = 600;
 
-/// Why a diff could not be made.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DiffError {
-    /// A parameter is wrong; the message names it.
-    BadRequest(String),
-    NotFound(String),
-}
-
-impl std::fmt::Display for DiffError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            DiffError::BadRequest(m) | DiffError::NotFound(m) => f.write_str(m),
-        }
-    }
-}
-
 /// Computes the diff a request asks for. Copies what it needs out of the history under its
 /// lock, then decodes and compares without any lock held (CPU work: call it off the async
 /// workers).
-pub fn compute(hub: &Hub, req: &pb::DiffRequest) -> Result<pb::DiffResponse, DiffError> {
+pub fn compute(hub: &Hub, req: &DiffQuery) -> Result<model::Diff, DebugError> {
     if req.proxy.is_empty() {
-        return Err(DiffError::BadRequest(
+        return Err(DebugError::BadRequest(
             "the proxy parameter is required (node id or pod.namespace)".into(),
         ));
     }
-    if req.from_epoch.is_some() && !req.since.is_empty() {
-        return Err(DiffError::BadRequest(
+    if req.from.is_some() && req.since.is_some() {
+        return Err(DebugError::BadRequest(
             "give either from (an epoch) or since (a duration), not both".into(),
         ));
     }
-    let since = if req.since.is_empty() {
-        None
-    } else {
-        let d =
-            parse_duration(&req.since).map_err(|e| DiffError::BadRequest(format!("since: {e}")))?;
-        Some(
-            SystemTime::now()
-                .checked_sub(d)
-                .unwrap_or(SystemTime::UNIX_EPOCH),
-        )
+    let since = match &req.since {
+        None => None,
+        Some(s) => {
+            let d = parse_duration(s).map_err(|e| DebugError::BadRequest(format!("since: {e}")))?;
+            Some(
+                SystemTime::now()
+                    .checked_sub(d)
+                    .unwrap_or(SystemTime::UNIX_EPOCH),
+            )
+        }
     };
-    if let (Some(f), Some(t)) = (req.from_epoch, req.to_epoch) {
+    if let (Some(f), Some(t)) = (req.from, req.to) {
         if f > t {
-            return Err(DiffError::BadRequest(format!(
+            return Err(DebugError::BadRequest(format!(
                 "from ({f}) is after to ({t})"
             )));
         }
@@ -89,21 +73,20 @@ pub fn compute(hub: &Hub, req: &pb::DiffRequest) -> Result<pb::DiffResponse, Dif
         ids.extend(h.proxy_ids());
         ids.sort();
         ids.dedup();
-        let id = resolve_proxy(ids.iter().map(String::as_str), &req.proxy)
-            .map_err(DiffError::NotFound)?;
-        let to = req.to_epoch.map(Bound::Epoch);
-        let from = match (req.from_epoch, since) {
+        let id = resolve_proxy(ids.iter().map(String::as_str), &req.proxy)?;
+        let to = req.to.map(Bound::Epoch);
+        let from = match (req.from, since) {
             (Some(e), _) => Some(Bound::Epoch(e)),
             (None, Some(t)) => Some(Bound::Time(t)),
             (None, None) => {
                 // The proxy's last change (within `to`).
-                let last = h.last_change(&id, req.to_epoch);
+                let last = h.last_change(&id, req.to);
                 Some(Bound::Epoch(last.map_or(0, |e| e.saturating_sub(1))))
             }
         };
         let since_epoch = since.and_then(|t| h.epoch_at(t));
         let window = h.window(&id, from, to);
-        Ok::<_, DiffError>((id, (from, window, since_epoch)))
+        Ok::<_, DebugError>((id, (from, window, since_epoch)))
     })?;
     let (from, window, since_epoch) = window;
     let from_epoch = match from {
@@ -112,12 +95,12 @@ pub fn compute(hub: &Hub, req: &pb::DiffRequest) -> Result<pb::DiffResponse, Dif
         Some(Bound::Time(_)) => since_epoch.unwrap_or(0),
         None => 0,
     };
-    let to_epoch = req.to_epoch.unwrap_or(current_epoch).min(current_epoch);
+    let to_epoch = req.to.unwrap_or(current_epoch).min(current_epoch);
     Ok(build(&id, from_epoch, to_epoch, window))
 }
 
 /// The response from a window of history.
-pub fn build(proxy: &str, from_epoch: u64, to_epoch: u64, window: Window) -> pb::DiffResponse {
+pub fn build(proxy: &str, from_epoch: u64, to_epoch: u64, window: Window) -> model::Diff {
     let oldest = window.oldest_kept.unwrap_or(0);
     // Net change per resource over the window.
     struct Net<'a> {
@@ -159,24 +142,25 @@ pub fn build(proxy: &str, from_epoch: u64, to_epoch: u64, window: Window) -> pb:
                 n.old.map(|v| &**v),
                 n.new.map(|v| &**v),
             );
-            pb::ResourceDiff {
-                r#type: t.short().into(),
+            model::ResourceDiff {
+                rtype: t.short().into(),
                 name: name.to_string(),
                 change: change.into(),
-                old_version: n.old.map(|v| v.to_string()).unwrap_or_default(),
-                new_version: n.new.map(|v| v.to_string()).unwrap_or_default(),
+                old_version: n.old.map(|v| v.to_string()),
+                new_version: n.new.map(|v| v.to_string()),
                 fields,
                 lines,
                 deliveries: n.entries.iter().map(|e| delivery(e)).collect(),
             }
         })
         .collect();
-    let mut epochs: BTreeMap<u64, pb::EpochRecord> = BTreeMap::new();
+    let mut epochs: BTreeMap<u64, model::EpochRecord> = BTreeMap::new();
     for e in &window.entries {
-        let rec = epochs.entry(e.epoch).or_insert_with(|| pb::EpochRecord {
+        let rec = epochs.entry(e.epoch).or_insert_with(|| model::EpochRecord {
             epoch: e.epoch,
-            applied_unix_seconds: unix_seconds(e.at),
-            ..Default::default()
+            applied: unix_seconds(e.at),
+            inputs: Vec::new(),
+            deliveries: Vec::new(),
         });
         rec.deliveries.push(delivery(e));
     }
@@ -185,7 +169,7 @@ pub fn build(proxy: &str, from_epoch: u64, to_epoch: u64, window: Window) -> pb:
             rec.inputs = ep
                 .inputs
                 .iter()
-                .map(|c| pb::InputChange {
+                .map(|c| model::InputChange {
                     kind: c.kind.clone(),
                     namespace: c.namespace.clone(),
                     name: c.name.clone(),
@@ -195,7 +179,7 @@ pub fn build(proxy: &str, from_epoch: u64, to_epoch: u64, window: Window) -> pb:
                 .collect();
         }
     }
-    pb::DiffResponse {
+    model::Diff {
         proxy: proxy.to_string(),
         from_epoch,
         to_epoch,
@@ -206,19 +190,23 @@ pub fn build(proxy: &str, from_epoch: u64, to_epoch: u64, window: Window) -> pb:
     }
 }
 
-fn delivery(e: &Entry) -> pb::Delivery {
-    let mut d = pb::Delivery {
+fn delivery(e: &Entry) -> model::Delivery {
+    let mut d = model::Delivery {
         epoch: e.epoch,
-        r#type: e.rtype.short().into(),
+        rtype: e.rtype.short().into(),
         state: "NOT SENT".into(),
-        ..Default::default()
+        nonce: None,
+        sent: None,
+        answered: None,
+        nack: None,
     };
     if let Some(x) = &e.delivery {
+        let time = |t: SystemTime| Some(unix_seconds(t)).filter(|t| *t > 0.0);
         d.state = x.state().into();
-        d.nonce = x.nonce.clone();
-        d.sent_unix_seconds = unix_seconds(x.sent_at);
-        d.answered_unix_seconds = answered(x).map_or(0.0, unix_seconds);
-        d.nack = x.nack.clone().unwrap_or_default();
+        d.nonce = Some(x.nonce.clone()).filter(|n| !n.is_empty());
+        d.sent = time(x.sent_at);
+        d.answered = answered(x).and_then(time);
+        d.nack = x.nack.clone().filter(|m| !m.is_empty());
     }
     d
 }
@@ -235,7 +223,7 @@ fn body_diff(
     new: Option<&Body>,
     old_version: Option<&str>,
     new_version: Option<&str>,
-) -> (Vec<pb::FieldChange>, Vec<String>) {
+) -> (Vec<model::FieldChange>, Vec<String>) {
     let decode = |b: Option<&Body>, v: Option<&str>| -> Result<Option<Value>, String> {
         match (b, v) {
             (Some(b), _) => any_json(t.type_url(), &b.0).map(Some),
@@ -249,14 +237,10 @@ fn body_diff(
     };
     let mut changes = Vec::new();
     walk(String::new(), old.as_ref(), new.as_ref(), &mut changes);
-    let fields: Vec<pb::FieldChange> = changes
+    let fields: Vec<model::FieldChange> = changes
         .into_iter()
         .take(MAX_FIELDS)
-        .map(|(path, o, n)| pb::FieldChange {
-            path,
-            old_json: o.map(|v| v.to_string()).unwrap_or_default(),
-            new_json: n.map(|v| v.to_string()).unwrap_or_default(),
-        })
+        .map(|(path, old, new)| model::FieldChange { path, old, new })
         .collect();
     let pretty = |v: &Option<Value>| {
         v.as_ref()
@@ -353,204 +337,10 @@ pub fn walk(path: String, old: Option<&Value>, new: Option<&Value>, out: &mut Ve
     }
 }
 
-/// The JSON form of a diff (`/debug/diff`, `meshflow diff -o json`).
-pub fn to_json(d: &pb::DiffResponse) -> Value {
-    let parse = |s: &str| {
-        if s.is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_str(s).unwrap_or_else(|_| Value::String(s.into()))
-        }
-    };
-    let opt = |s: &str| (!s.is_empty()).then(|| s.to_string());
-    let delivery = |x: &pb::Delivery| {
-        json!({
-            "epoch": x.epoch,
-            "type": x.r#type,
-            "state": x.state,
-            "nonce": opt(&x.nonce),
-            "sent": (x.sent_unix_seconds > 0.0).then_some(x.sent_unix_seconds),
-            "answered": (x.answered_unix_seconds > 0.0).then_some(x.answered_unix_seconds),
-            "nack": opt(&x.nack),
-        })
-    };
-    json!({
-        "proxy": d.proxy,
-        "from_epoch": d.from_epoch,
-        "to_epoch": d.to_epoch,
-        "oldest_kept_epoch": d.oldest_kept_epoch,
-        "truncated": d.truncated,
-        "resources": d.resources.iter().map(|r| json!({
-            "type": r.r#type,
-            "name": r.name,
-            "change": r.change,
-            "old_version": opt(&r.old_version),
-            "new_version": opt(&r.new_version),
-            "fields": r.fields.iter().map(|f| json!({
-                "path": f.path,
-                "old": parse(&f.old_json),
-                "new": parse(&f.new_json),
-            })).collect::<Vec<_>>(),
-            "lines": r.lines,
-            "deliveries": r.deliveries.iter().map(delivery).collect::<Vec<_>>(),
-        })).collect::<Vec<_>>(),
-        "epochs": d.epochs.iter().map(|e| json!({
-            "epoch": e.epoch,
-            "applied": e.applied_unix_seconds,
-            "inputs": e.inputs.iter().map(|i| json!({
-                "kind": i.kind,
-                "namespace": i.namespace,
-                "name": i.name,
-                "op": i.op,
-                "source": i.source,
-            })).collect::<Vec<_>>(),
-            "deliveries": e.deliveries.iter().map(delivery).collect::<Vec<_>>(),
-        })).collect::<Vec<_>>(),
-    })
-}
-
-/// The human form: epochs with their inputs and pushes, then per resource its fields and
-/// `+`/`-` lines. `color` adds ANSI colours.
-pub fn to_text(d: &pb::DiffResponse, color: bool) -> String {
-    use super::watch::format_time;
-    let paint = |code: &str, s: &str| {
-        if color {
-            format!("\x1b[{code}m{s}\x1b[0m")
-        } else {
-            s.to_string()
-        }
-    };
-    let mut out = format!(
-        "{} {}\n",
-        paint("1", &format!("proxy {}", d.proxy)),
-        format_args!("epochs {} → {}", d.from_epoch, d.to_epoch)
-    );
-    if d.truncated {
-        out.push_str(&paint(
-            "33",
-            &format!(
-                "history starts at epoch {}: older changes were evicted\n",
-                d.oldest_kept_epoch
-            ),
-        ));
-        out.push('\n');
-    }
-    for e in &d.epochs {
-        out.push_str(&format!(
-            "epoch {} at {}\n",
-            e.epoch,
-            format_time(e.applied_unix_seconds)
-        ));
-        for i in &e.inputs {
-            out.push_str(&format!(
-                "  input  {} {}/{} {}  ({})\n",
-                i.kind, i.namespace, i.name, i.op, i.source
-            ));
-        }
-        for x in &e.deliveries {
-            out.push_str(&format!("  push   {}\n", delivery_text(x, &paint)));
-        }
-    }
-    if d.resources.is_empty() {
-        out.push_str("no resource changed\n");
-    }
-    for r in &d.resources {
-        out.push('\n');
-        let head = match r.change.as_str() {
-            "added" => paint(
-                "32",
-                &format!("+ {} {} {}", r.r#type, r.name, r.new_version),
-            ),
-            "removed" => paint(
-                "31",
-                &format!("- {} {} {}", r.r#type, r.name, r.old_version),
-            ),
-            _ => paint(
-                "33",
-                &format!(
-                    "~ {} {} {} -> {}",
-                    r.r#type, r.name, r.old_version, r.new_version
-                ),
-            ),
-        };
-        out.push_str(&head);
-        out.push('\n');
-        for x in &r.deliveries {
-            if x.state == "NACKED" {
-                out.push_str(&format!(
-                    "  {} epoch {}: {}\n",
-                    paint("31", "NACKED by the proxy"),
-                    x.epoch,
-                    x.nack
-                ));
-            }
-        }
-        if r.change == "modified" {
-            for f in &r.fields {
-                let show = |s: &str| {
-                    if s.is_empty() {
-                        "(none)".to_string()
-                    } else {
-                        s.to_string()
-                    }
-                };
-                out.push_str(&format!(
-                    "  {}: {} → {}\n",
-                    f.path,
-                    show(&f.old_json),
-                    show(&f.new_json)
-                ));
-            }
-        }
-        for l in &r.lines {
-            let line = if l.starts_with('+') {
-                paint("32", l)
-            } else if l.starts_with('-') {
-                paint("31", l)
-            } else if l.starts_with("@@") || l.starts_with('!') {
-                paint("36", l)
-            } else {
-                l.clone()
-            };
-            out.push_str("  ");
-            out.push_str(&line);
-            out.push('\n');
-        }
-    }
-    out
-}
-
-fn delivery_text(x: &pb::Delivery, paint: &dyn Fn(&str, &str) -> String) -> String {
-    use super::watch::format_time;
-    let state = match x.state.as_str() {
-        "ACKED" => paint("32", &x.state),
-        "NACKED" => paint("31", &x.state),
-        _ => paint("33", &x.state),
-    };
-    let mut s = format!("{} {}", x.r#type, state);
-    if !x.nonce.is_empty() {
-        s.push_str(&format!(
-            " nonce {} sent {}",
-            x.nonce,
-            format_time(x.sent_unix_seconds)
-        ));
-    }
-    if x.answered_unix_seconds > 0.0 {
-        s.push_str(&format!(
-            " answered {} (+{:.0}ms)",
-            format_time(x.answered_unix_seconds),
-            (x.answered_unix_seconds - x.sent_unix_seconds) * 1e3
-        ));
-    }
-    if !x.nack.is_empty() {
-        s.push_str(&format!(": {}", x.nack));
-    }
-    s
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn walks_objects_lists_by_name_and_by_index() {

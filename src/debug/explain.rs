@@ -1,81 +1,13 @@
 //! `explain`: which input objects a resource a proxy holds was built from.
 //!
 //! The hub keeps the provenance ([`crate::hub::provenance`]); this module answers the
-//! question for every debug surface alike and renders it for the CLI.
+//! question for every debug surface alike, as a [`model::Explanation`] (the CLI renders
+//! it for the terminal).
 
+use super::error::DebugError;
+use super::model::{self, Explanation, Input};
 use crate::hub::provenance::Provenance;
 use dataflows::model::ResourceType;
-
-/// The answer to `explain`.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct Explanation {
-    pub proxy: String,
-    #[serde(rename = "type")]
-    pub rtype: String,
-    pub name: String,
-    /// The scope the resource is shared in (`sidecar default/...`), or `proxy` for a
-    /// resource of the proxy's own (inbound) side.
-    pub scope: String,
-    /// The input objects, sorted by kind, namespace and name.
-    pub inputs: Vec<Input>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct Input {
-    pub kind: String,
-    pub namespace: String,
-    pub name: String,
-}
-
-// The two directions of the gRPC form, in one place.
-impl From<Explanation> for super::pb::ExplainResponse {
-    fn from(e: Explanation) -> Self {
-        super::pb::ExplainResponse {
-            proxy: e.proxy,
-            r#type: e.rtype,
-            name: e.name,
-            scope: e.scope,
-            inputs: e
-                .inputs
-                .into_iter()
-                .map(|i| super::pb::InputObject {
-                    kind: i.kind,
-                    namespace: i.namespace,
-                    name: i.name,
-                })
-                .collect(),
-        }
-    }
-}
-
-impl From<super::pb::ExplainResponse> for Explanation {
-    fn from(r: super::pb::ExplainResponse) -> Self {
-        Explanation {
-            proxy: r.proxy,
-            rtype: r.r#type,
-            name: r.name,
-            scope: r.scope,
-            inputs: r
-                .inputs
-                .into_iter()
-                .map(|i| Input {
-                    kind: i.kind,
-                    namespace: i.namespace,
-                    name: i.name,
-                })
-                .collect(),
-        }
-    }
-}
-
-/// Why `explain` has no answer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ExplainError {
-    /// The request itself is wrong (names the parameter).
-    Invalid(String),
-    /// No such proxy or resource.
-    NotFound(String),
-}
 
 /// Answers `explain` for `proxy` (node id or `pod.namespace`) and `resource` (`TYPE/NAME`),
 /// for every debug surface alike.
@@ -83,21 +15,19 @@ pub fn explain(
     hub: &crate::hub::Hub,
     proxy: &str,
     resource: &str,
-) -> Result<Explanation, ExplainError> {
+) -> Result<Explanation, DebugError> {
     if proxy.is_empty() {
-        return Err(ExplainError::Invalid("proxy: required".into()));
+        return Err(DebugError::BadRequest("proxy: required".into()));
     }
-    let (rtype, name) = parse_resource(resource).map_err(ExplainError::Invalid)?;
-    let (id, held) = hub
-        .read(|st| {
-            let id = super::status::resolve_proxy(
-                super::status::connected(st).map(|e| e.proxy.id.as_str()),
-                proxy,
-            )?;
-            let held = st.proxy(&id).is_some() && st.held(&id).contains(rtype, &name);
-            Ok::<_, String>((id, held))
-        })
-        .map_err(ExplainError::NotFound)?;
+    let (rtype, name) = parse_resource(resource).map_err(DebugError::BadRequest)?;
+    let (id, held) = hub.read(|st| {
+        let id = model::resolve_proxy(
+            super::status::connected(st).map(|e| e.proxy.id.as_str()),
+            proxy,
+        )?;
+        let held = st.proxy(&id).is_some() && st.held(&id).contains(rtype, &name);
+        Ok::<_, DebugError>((id, held))
+    })?;
     if let Some(Provenance { holder, inputs }) = hub.provenance.lookup(&id, rtype, &name) {
         return Ok(Explanation {
             proxy: id,
@@ -130,7 +60,7 @@ pub fn explain(
     } else {
         ""
     };
-    Err(ExplainError::NotFound(format!(
+    Err(DebugError::NotFound(format!(
         "proxy {id} holds no {} named {name:?}{why}",
         rtype.short()
     )))
@@ -157,48 +87,6 @@ pub fn parse_resource(s: &str) -> Result<(ResourceType, String), String> {
         return Err(format!("resource {s:?}: the name after TYPE/ is empty"));
     }
     Ok((rtype, name.to_string()))
-}
-
-/// `meshflow explain PROXY TYPE/NAME`: a table of the input objects, or the same as
-/// JSON/YAML (the JSON of `/debug/explain`).
-pub async fn explain_cli(
-    addr: std::net::SocketAddr,
-    proxy: &str,
-    resource: &str,
-    output: super::cli::Output,
-) -> Result<String, String> {
-    use super::envoy_json::{print, Format};
-    use super::pb::{debug_client::DebugClient, ExplainRequest};
-    let mut client = DebugClient::connect(format!("http://{addr}"))
-        .await
-        .map_err(|e| format!("connecting to the debug API at {addr}: {e}"))?;
-    let resp = client
-        .explain(ExplainRequest {
-            proxy: proxy.to_string(),
-            resource: resource.to_string(),
-        })
-        .await
-        .map_err(|e| e.message().to_string())?
-        .into_inner();
-    let e = Explanation::from(resp);
-    match output {
-        super::cli::Output::Json => print(&e, Format::Json),
-        super::cli::Output::Yaml => print(&e, Format::Yaml),
-        super::cli::Output::Table => {
-            let mut out = format!(
-                "{} {} of {}\nshared by: {}\nbuilt from:\n",
-                e.rtype, e.name, e.proxy, e.scope
-            );
-            let mut rows = vec![vec!["KIND".to_string(), "NAMESPACE".into(), "NAME".into()]];
-            rows.extend(
-                e.inputs
-                    .iter()
-                    .map(|i| vec![i.kind.clone(), i.namespace.clone(), i.name.clone()]),
-            );
-            out.push_str(&super::cli::table(&rows, |_, cell| cell));
-            Ok(out)
-        }
-    }
 }
 
 #[cfg(test)]

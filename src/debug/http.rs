@@ -15,7 +15,9 @@
 //! - `GET /metrics`: Prometheus text ([`super::metrics`]).
 
 use super::envoy_json::{config_dump, DumpEntry};
-use super::status::{connected, list_proxies, proxies_json, resolve_proxy};
+use super::error::DebugError;
+use super::model::{resolve_proxy, to_json, DiffQuery};
+use super::status::{config_errors, connected, list_proxies, resolve_connected};
 use crate::hub::Hub;
 use axum::extract::{Query, State};
 use axum::http::{header, StatusCode};
@@ -23,8 +25,7 @@ use axum::response::{IntoResponse, Json, Response};
 use axum::routing::get;
 use axum::Router;
 use dataflows::model::ResourceType;
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -59,12 +60,13 @@ fn health_answer(r: Result<(), String>) -> Response {
     }
 }
 
-fn error(status: StatusCode, message: String) -> Response {
-    (status, Json(json!({ "error": message }))).into_response()
+/// A debug answer as a JSON response.
+fn answer<T: Serialize>(value: &T) -> Response {
+    Json(to_json(value)).into_response()
 }
 
-async fn proxies(State(hub): State<Arc<Hub>>) -> Json<Value> {
-    Json(proxies_json(&hub.read(list_proxies)))
+async fn proxies(State(hub): State<Arc<Hub>>) -> Response {
+    answer(&hub.read(list_proxies))
 }
 
 #[derive(Deserialize)]
@@ -73,18 +75,20 @@ struct DumpQuery {
     proxy: Option<String>,
 }
 
-async fn dump(State(hub): State<Arc<Hub>>, Query(q): Query<DumpQuery>) -> Response {
+async fn dump(
+    State(hub): State<Arc<Hub>>,
+    Query(q): Query<DumpQuery>,
+) -> Result<Response, DebugError> {
     let Some(wanted) = q.proxy.filter(|p| !p.is_empty()) else {
-        return error(
-            StatusCode::BAD_REQUEST,
+        return Err(DebugError::BadRequest(
             "the proxy parameter is required: /debug/config_dump?proxy=ID".into(),
-        );
+        ));
     };
     // Copy names, versions and shared bodies under the lock; render after releasing it.
-    let found = hub.read(|st| {
+    let per_type = hub.read(|st| {
         let id = resolve_proxy(connected(st).map(|e| e.proxy.id.as_str()), &wanted)?;
         st.proxy(&id)
-            .ok_or_else(|| format!("no connected proxy {id:?}"))?;
+            .ok_or_else(|| DebugError::NotFound(format!("no connected proxy {id:?}")))?;
         let held = st.held(&id);
         let per_type: Vec<(ResourceType, Vec<DumpEntry>)> = ResourceType::ALL
             .iter()
@@ -101,17 +105,11 @@ async fn dump(State(hub): State<Arc<Hub>>, Query(q): Query<DumpQuery>) -> Respon
                 (*t, entries)
             })
             .collect();
-        Ok::<_, String>(per_type)
-    });
-    let per_type = match found {
-        Ok(p) => p,
-        Err(e) => return error(StatusCode::NOT_FOUND, e),
-    };
+        Ok::<_, DebugError>(per_type)
+    })?;
     // Decoding every resource of a large proxy is CPU work: keep it off the async workers.
-    match tokio::task::spawn_blocking(move || config_dump(&per_type)).await {
-        Ok(text) => ([(header::CONTENT_TYPE, "application/json")], text).into_response(),
-        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-    }
+    let text = tokio::task::spawn_blocking(move || config_dump(&per_type)).await?;
+    Ok(([(header::CONTENT_TYPE, "application/json")], text).into_response())
 }
 
 #[derive(Deserialize)]
@@ -121,43 +119,33 @@ struct ExplainQuery {
     resource: Option<String>,
 }
 
-async fn explain(State(hub): State<Arc<Hub>>, Query(q): Query<ExplainQuery>) -> Response {
-    use super::explain::{explain, ExplainError};
+async fn explain(
+    State(hub): State<Arc<Hub>>,
+    Query(q): Query<ExplainQuery>,
+) -> Result<Response, DebugError> {
     let (Some(proxy), Some(resource)) = (q.proxy, q.resource) else {
-        return error(
-            StatusCode::BAD_REQUEST,
+        return Err(DebugError::BadRequest(
             "the proxy and resource parameters are required: \
              /debug/explain?proxy=ID&resource=TYPE/NAME"
                 .into(),
-        );
+        ));
     };
-    match explain(&hub, &proxy, &resource) {
-        Ok(e) => Json(json!(e)).into_response(),
-        Err(ExplainError::Invalid(m)) => error(StatusCode::BAD_REQUEST, m),
-        Err(ExplainError::NotFound(m)) => error(StatusCode::NOT_FOUND, m),
-    }
+    Ok(answer(&super::explain::explain(&hub, &proxy, &resource)?))
 }
 
-async fn errors(State(hub): State<Arc<Hub>>) -> Json<Value> {
-    Json(hub.read(|st| {
-        let dataflow: Vec<Value> = st
-            .errors
-            .keys()
-            .map(|e| json!({ "object": e.object.to_string(), "message": e.message }))
-            .collect();
-        json!({ "errors": dataflow, "rejected_inputs": st.source_errors.values().flatten().collect::<Vec<_>>() })
-    }))
+async fn errors(State(hub): State<Arc<Hub>>) -> Response {
+    answer(&hub.read(config_errors))
 }
 
-async fn metrics(State(hub): State<Arc<Hub>>) -> Response {
-    match hub.read(|st| super::metrics::render(st, &hub.metrics)) {
-        Ok(text) => ([(header::CONTENT_TYPE, super::metrics::CONTENT_TYPE)], text).into_response(),
-        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-    }
+async fn metrics(State(hub): State<Arc<Hub>>) -> Result<Response, DebugError> {
+    let text = hub
+        .read(|st| super::metrics::render(st, &hub.metrics))
+        .map_err(|e| DebugError::Internal(e.to_string()))?;
+    Ok(([(header::CONTENT_TYPE, super::metrics::CONTENT_TYPE)], text).into_response())
 }
 
 /// Rejects parameters the endpoint does not know, naming them.
-fn only_known(q: &HashMap<String, String>, known: &[&str]) -> Result<(), String> {
+fn only_known(q: &HashMap<String, String>, known: &[&str]) -> Result<(), DebugError> {
     let mut unknown: Vec<&str> = q
         .keys()
         .map(String::as_str)
@@ -166,62 +154,52 @@ fn only_known(q: &HashMap<String, String>, known: &[&str]) -> Result<(), String>
     unknown.sort_unstable();
     match unknown.first() {
         None => Ok(()),
-        Some(k) => Err(format!(
+        Some(k) => Err(DebugError::BadRequest(format!(
             "unknown parameter {k:?}; this endpoint takes {}",
             known.join(", ")
-        )),
+        ))),
     }
 }
 
-fn epoch_param(q: &HashMap<String, String>, name: &str) -> Result<Option<u64>, String> {
+fn epoch_param(q: &HashMap<String, String>, name: &str) -> Result<Option<u64>, DebugError> {
     match q.get(name).filter(|v| !v.is_empty()) {
         None => Ok(None),
         Some(v) => v
             .parse::<u64>()
             .map(Some)
-            .map_err(|_| format!("{name}: {v:?} is not an epoch number")),
+            .map_err(|_| DebugError::BadRequest(format!("{name}: {v:?} is not an epoch number"))),
     }
 }
 
-async fn diff(State(hub): State<Arc<Hub>>, Query(q): Query<HashMap<String, String>>) -> Response {
-    let req = match (|| {
-        only_known(&q, &["proxy", "proxyID", "from", "to", "since"])?;
-        Ok::<_, String>(super::pb::DiffRequest {
-            proxy: q
-                .get("proxy")
-                .or_else(|| q.get("proxyID"))
-                .cloned()
-                .unwrap_or_default(),
-            from_epoch: epoch_param(&q, "from")?,
-            to_epoch: epoch_param(&q, "to")?,
-            since: q.get("since").cloned().unwrap_or_default(),
-        })
-    })() {
-        Ok(r) => r,
-        Err(e) => return error(StatusCode::BAD_REQUEST, e),
-    };
-    match tokio::task::spawn_blocking(move || super::diff::compute(&hub, &req)).await {
-        Ok(Ok(d)) => Json(super::diff::to_json(&d)).into_response(),
-        Ok(Err(super::diff::DiffError::BadRequest(m))) => error(StatusCode::BAD_REQUEST, m),
-        Ok(Err(super::diff::DiffError::NotFound(m))) => error(StatusCode::NOT_FOUND, m),
-        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-    }
-}
-
-async fn watch(State(hub): State<Arc<Hub>>, Query(q): Query<HashMap<String, String>>) -> Response {
-    if let Err(e) = only_known(&q, &["proxy", "proxyID"]) {
-        return error(StatusCode::BAD_REQUEST, e);
-    }
-    let wanted = q
-        .get("proxy")
+/// The proxy parameter (`proxy`, or `proxyID` as Istio spells it); empty when absent.
+fn proxy_param(q: &HashMap<String, String>) -> String {
+    q.get("proxy")
         .or_else(|| q.get("proxyID"))
         .cloned()
-        .unwrap_or_default();
-    let id = match super::resolve_connected(&hub, &wanted) {
-        Ok(id) => id,
-        Err(e) if wanted.is_empty() => return error(StatusCode::BAD_REQUEST, e),
-        Err(e) => return error(StatusCode::NOT_FOUND, e),
+        .unwrap_or_default()
+}
+
+async fn diff(
+    State(hub): State<Arc<Hub>>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, DebugError> {
+    only_known(&q, &["proxy", "proxyID", "from", "to", "since"])?;
+    let query = DiffQuery {
+        proxy: proxy_param(&q),
+        from: epoch_param(&q, "from")?,
+        to: epoch_param(&q, "to")?,
+        since: q.get("since").filter(|s| !s.is_empty()).cloned(),
     };
+    let d = tokio::task::spawn_blocking(move || super::diff::compute(&hub, &query)).await??;
+    Ok(answer(&d))
+}
+
+async fn watch(
+    State(hub): State<Arc<Hub>>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, DebugError> {
+    only_known(&q, &["proxy", "proxyID"])?;
+    let id = resolve_connected(&hub, &proxy_param(&q))?;
     let mut rx = hub.watch();
     let (tx, out) = tokio::sync::mpsc::channel::<Result<String, std::convert::Infallible>>(64);
     tokio::spawn(async move {
@@ -230,7 +208,7 @@ async fn watch(State(hub): State<Arc<Hub>>, Query(q): Query<HashMap<String, Stri
                 _ = tx.closed() => break,
                 e = super::watch::next_for(&mut rx, &id) => match e {
                     Some(e) => {
-                        let line = super::watch::to_json(&e).to_string() + "\n";
+                        let line = to_json(&e).to_string() + "\n";
                         if tx.send(Ok(line)).await.is_err() {
                             break;
                         }
@@ -240,9 +218,9 @@ async fn watch(State(hub): State<Arc<Hub>>, Query(q): Query<HashMap<String, Stri
             }
         }
     });
-    (
+    Ok((
         [(header::CONTENT_TYPE, "application/x-ndjson")],
         axum::body::Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(out)),
     )
-        .into_response()
+        .into_response())
 }
