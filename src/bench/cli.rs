@@ -189,7 +189,7 @@ pub struct BenchArgs {
     pub vs_every: Option<usize>,
     #[arg(long)]
     pub sidecar_scoping: Option<bool>,
-    /// (Help from `scenarios::cli_help`, so that it names every row of the table.)
+    // Help from `scenarios::cli_help`, so that it names every row of the table.
     #[arg(long, value_delimiter = ',', help = scenarios::cli_help())]
     pub scenarios: Vec<String>,
     /// Engines to compare, comma-separated: meshflow, full-push.
