@@ -2,7 +2,8 @@
 //! per scenario, one bar per engine (plotters, SVG backend only; text is laid out without
 //! system fonts).
 
-use super::harness::{EngineKind, Report};
+use super::report::Report;
+use crate::engine::EngineKind;
 use plotters::prelude::*;
 use std::path::{Path, PathBuf};
 

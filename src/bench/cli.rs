@@ -1,9 +1,13 @@
 //! The command-line side of `meshflow mesh-gen`, `meshflow loadgen` and `meshflow bench`.
 
 use super::churn::ChurnConfig;
-use super::harness::{self, EngineKind, Options, ScenarioKind, VerifyMode};
+use super::harness;
 use super::loadgen::{self, Protocol};
 use super::mesh_gen::{self, MeshState};
+use super::options::{self, Options, VerifyMode};
+use super::render;
+use super::scenarios::{self, SCENARIOS};
+use crate::engine::EngineKind;
 use dataflows::model::MeshConfig;
 use dataflows::synth::Shape;
 use std::net::SocketAddr;
@@ -185,10 +189,8 @@ pub struct BenchArgs {
     pub vs_every: Option<usize>,
     #[arg(long)]
     pub sidecar_scoping: Option<bool>,
-    /// Scenarios to run after `connect`, comma-separated (default: all of endpoint-ip,
-    /// endpoint-shared, scale-up, vs-weight, dr-subset, new-service, sidecar, mesh-wide,
-    /// churn).
-    #[arg(long, value_delimiter = ',')]
+    // Help from `scenarios::cli_help`, so that it names every row of the table.
+    #[arg(long, value_delimiter = ',', help = scenarios::cli_help())]
     pub scenarios: Vec<String>,
     /// Engines to compare, comma-separated: meshflow, full-push.
     #[arg(long, value_delimiter = ',', default_value = "meshflow,full-push")]
@@ -213,7 +215,7 @@ pub struct BenchArgs {
     pub workers: usize,
     #[arg(long, default_value_t = 50)]
     pub debounce_ms: u64,
-    /// auto, full or namespace (see `meshflow::bench::harness::VerifyMode`).
+    /// auto, full or namespace (see `meshflow::bench::options::VerifyMode`).
     #[arg(long, default_value = "auto")]
     pub verify: String,
     /// Seconds a scenario may take to converge (and the proxies to sync).
@@ -269,7 +271,7 @@ pub enum ProtocolArg {
 }
 
 fn bench_options(a: BenchArgs) -> Result<Options, String> {
-    let mut shape = harness::named_shape(&a.shape)?;
+    let mut shape = options::named_shape(&a.shape)?;
     let mut name = a.shape.clone();
     let mut custom = false;
     macro_rules! over {
@@ -292,11 +294,11 @@ fn bench_options(a: BenchArgs) -> Result<Options, String> {
         name.push_str("-custom");
     }
     let scenarios = if a.scenarios.is_empty() {
-        ScenarioKind::ALL.to_vec()
+        SCENARIOS.iter().collect()
     } else {
         a.scenarios
             .iter()
-            .map(|s| ScenarioKind::parse(s.trim()))
+            .map(|s| scenarios::parse(s.trim()))
             .collect::<Result<_, _>>()?
     };
     let engines = a
@@ -357,7 +359,7 @@ pub fn bench(a: BenchArgs) -> ExitCode {
     };
     match harness::run(opts) {
         Ok(report) => {
-            print!("{}", report.markdown());
+            print!("{}", render::markdown(&report));
             for f in &report.files {
                 println!("wrote {}", f.display());
             }

@@ -333,7 +333,6 @@ spec:
             return String::new();
         };
         let ns = self.namespace_of(s);
-        let host = self.hostname(s);
         let mut y = String::new();
         let _ = write!(
             y,
@@ -417,6 +416,18 @@ status:
                 ip = quote(&ep.ip)
             );
         }
+        self.render_routing(s, &mut y);
+        y
+    }
+
+    /// The routing part of service `s`'s file, appended to `y`: its DestinationRule,
+    /// VirtualService and the VirtualService bound to the ingress Gateway, those it has.
+    fn render_routing(&self, s: usize, y: &mut String) {
+        let Some(svc) = self.services.get(s) else {
+            return;
+        };
+        let ns = self.namespace_of(s);
+        let host = self.hostname(s);
         if !svc.subsets.is_empty() {
             let _ = write!(
                 y,
@@ -493,7 +504,6 @@ spec:
                 gw = synth::GATEWAY_NAME,
             );
         }
-        y
     }
 
     /// The shape as JSON (written to [`SHAPE_FILE`]).

@@ -4,13 +4,26 @@
 //! connects the proxies, applies scenarios by editing files and measures convergence
 //! latency, what was sent, server CPU and memory — and checks every proxy's config against a
 //! full recompute. Results go to `bench-results/` as JSON, markdown and an SVG chart
-//! ([`chart`]).
+//! ([`chart`]). A new scenario is one row of [`scenarios::SCENARIOS`].
+//!
+//! Dependency order (each module uses only those before it): procstat, mesh_gen, loadgen,
+//! churn → scenarios → options → report → summary → chart, render → lock, ui, server →
+//! expected → measure → harness → cli.
 
 pub mod chart;
 pub mod churn;
 pub mod cli;
+pub mod expected;
 pub mod harness;
 pub mod loadgen;
+pub mod lock;
+pub mod measure;
 pub mod mesh_gen;
+pub mod options;
 pub mod procstat;
+pub mod render;
+pub mod report;
+pub mod scenarios;
+pub mod server;
 pub mod summary;
+pub mod ui;

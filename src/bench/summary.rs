@@ -6,8 +6,9 @@
 //! ratios. Every other figure is the median over repetitions of that figure (for latency:
 //! the median of each repetition's p50, p99 and max).
 
-use super::harness::{EngineKind, EngineReport, ScenarioResult};
 use super::loadgen::percentile;
+use super::report::{EngineReport, ScenarioResult};
+use crate::engine::EngineKind;
 use serde_json::json;
 
 /// The median of some values (mean of the two middle ones for an even count).

@@ -1,0 +1,323 @@
+//! The expected configs: what every simulated proxy must hold, computed by the full
+//! recompute ([`dataflows::naive::compute`]) from the harness's shadow copy of the mesh
+//! ([`Inputs`], read with the same [`FileSource`] the server uses); which proxies a change
+//! affects and with what; and the check of every proxy's held set against it.
+
+use super::loadgen::{type_index, Loadgen};
+use super::options::VerifyMode;
+use crate::sources::files::FileSource;
+use dataflows::model::{MeshConfig, Proxy, Record, ResourceType};
+use dataflows::naive::{self, Snapshot};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What one proxy must hold: (type, name) → (version, encoded body size).
+type ExpectedConfig = BTreeMap<(ResourceType, String), (String, usize)>;
+
+/// What every simulated proxy must hold, by proxy position (shared where identical).
+pub struct Expected {
+    per_proxy: Vec<Arc<ExpectedConfig>>,
+}
+
+impl Expected {
+    /// The encoded size of every proxy's whole config, summed: what `connect` must send
+    /// at least.
+    pub fn total_bytes(&self) -> u64 {
+        self.per_proxy
+            .iter()
+            .map(|c| c.values().map(|(_, l)| *l as u64).sum::<u64>())
+            .sum()
+    }
+}
+
+/// One changed resource of a proxy: its new version, or `None` when it is removed.
+pub type ResourceChange = (ResourceType, String, Option<String>);
+
+fn to_expected(
+    res: &BTreeMap<(ResourceType, String), dataflows::model::Resource>,
+) -> ExpectedConfig {
+    res.iter()
+        .map(|(k, r)| (k.clone(), (r.version.clone(), r.body.0.len())))
+        .collect()
+}
+
+/// The mode `requested` comes to for these inputs and proxies, and whether `namespace`
+/// had to fall back to `full` (see [`namespace_mode_exact`]).
+pub fn resolve_mode(
+    requested: VerifyMode,
+    records: &BTreeSet<Record>,
+    proxies: &[Proxy],
+) -> (VerifyMode, bool) {
+    let mode = match requested {
+        VerifyMode::Auto if proxies.len() <= 500 => VerifyMode::Full,
+        VerifyMode::Auto => VerifyMode::Namespace,
+        m => m,
+    };
+    if mode == VerifyMode::Namespace && !namespace_mode_exact(records, proxies) {
+        (VerifyMode::Full, true)
+    } else {
+        (mode, false)
+    }
+}
+
+/// The full recompute of one engine's run: its mesh settings, proxies and mode.
+pub struct Oracle {
+    pub mesh: MeshConfig,
+    pub proxies: Arc<Vec<Proxy>>,
+    pub mode: VerifyMode,
+}
+
+impl Oracle {
+    /// What every proxy must hold for `records`, computed off the async threads.
+    pub async fn compute(&self, records: BTreeSet<Record>) -> Result<Expected, String> {
+        let (mesh, proxies, mode) = (self.mesh.clone(), self.proxies.clone(), self.mode);
+        tokio::task::spawn_blocking(move || compute_expected(&mesh, &records, &proxies, mode))
+            .await
+            .map_err(|e| format!("the recompute failed: {e}"))
+    }
+}
+
+/// Whether `namespace` verification is exact for these inputs (see [`VerifyMode`]): a
+/// sidecar's config must depend on its namespace alone. Gateway proxies (routers) are
+/// always recomputed one by one.
+fn namespace_mode_exact(records: &BTreeSet<Record>, proxies: &[Proxy]) -> bool {
+    let proxy_ips: BTreeSet<&str> = proxies
+        .iter()
+        .filter(|p| p.kind == dataflows::model::ProxyKind::Sidecar)
+        .flat_map(|p| p.ips.iter().map(String::as_str))
+        .collect();
+    records.iter().all(|r| match r {
+        Record::Sidecar(s) => s.selector.is_none(),
+        Record::Endpoint(_, e) => !proxy_ips.contains(e.ip.as_str()),
+        _ => true,
+    })
+}
+
+/// The key a proxy's expected config is shared under in `namespace` mode.
+fn verify_group(p: &Proxy) -> String {
+    match p.kind {
+        dataflows::model::ProxyKind::Sidecar => format!("ns {}", p.namespace),
+        _ => format!("proxy {}", p.id),
+    }
+}
+
+fn compute_expected(
+    mesh: &MeshConfig,
+    records: &BTreeSet<Record>,
+    proxies: &[Proxy],
+    mode: VerifyMode,
+) -> Expected {
+    let mut snapshot = Snapshot {
+        records: records.clone(),
+    };
+    if mode == VerifyMode::Namespace {
+        let mut reps: BTreeMap<String, &Proxy> = BTreeMap::new();
+        for p in proxies {
+            reps.entry(verify_group(p)).or_insert(p);
+        }
+        snapshot
+            .records
+            .extend(reps.values().map(|p| Record::Proxy((*p).clone())));
+        let out = naive::compute(mesh, &snapshot);
+        let by_group: BTreeMap<&str, Arc<ExpectedConfig>> = reps
+            .iter()
+            .map(|(group, p)| {
+                let cfg = out.get(&p.id).map(to_expected).unwrap_or_default();
+                (group.as_str(), Arc::new(cfg))
+            })
+            .collect();
+        let empty = Arc::new(ExpectedConfig::new());
+        Expected {
+            per_proxy: proxies
+                .iter()
+                .map(|p| {
+                    by_group
+                        .get(verify_group(p).as_str())
+                        .cloned()
+                        .unwrap_or(empty.clone())
+                })
+                .collect(),
+        }
+    } else {
+        snapshot
+            .records
+            .extend(proxies.iter().map(|p| Record::Proxy(p.clone())));
+        let out = naive::compute(mesh, &snapshot);
+        Expected {
+            per_proxy: proxies
+                .iter()
+                .map(|p| Arc::new(out.get(&p.id).map(to_expected).unwrap_or_default()))
+                .collect(),
+        }
+    }
+}
+
+fn diff_configs(old: &ExpectedConfig, new: &ExpectedConfig) -> (Vec<ResourceChange>, u64) {
+    let mut changes = Vec::new();
+    let mut bytes = 0u64;
+    for (k, (v, len)) in new {
+        if old.get(k).map(|(ov, _)| ov) != Some(v) {
+            changes.push((k.0, k.1.clone(), Some(v.clone())));
+            bytes += *len as u64;
+        }
+    }
+    for k in old.keys() {
+        if !new.contains_key(k) {
+            changes.push((k.0, k.1.clone(), None));
+        }
+    }
+    (changes, bytes)
+}
+
+/// Per proxy, the changes between two expectations (computed once per distinct pair).
+/// One proxy config's changes and their encoded size.
+type Diffed = (Arc<Vec<ResourceChange>>, u64);
+
+/// Proxies (by position) with their changes.
+pub type Affected = Vec<(usize, Arc<Vec<ResourceChange>>)>;
+
+pub fn affected_changes(old: &Expected, new: &Expected) -> (Affected, u64) {
+    // Keyed by the addresses of the two shared configs.
+    let mut cache: HashMap<(usize, usize), Diffed> = HashMap::new();
+    let mut out = Vec::new();
+    let mut min_bytes = 0;
+    for (i, (o, n)) in old.per_proxy.iter().zip(&new.per_proxy).enumerate() {
+        let key = (Arc::as_ptr(o) as usize, Arc::as_ptr(n) as usize);
+        let (changes, bytes) = cache
+            .entry(key)
+            .or_insert_with(|| {
+                let (c, b) = diff_configs(o, n);
+                (Arc::new(c), b)
+            })
+            .clone();
+        if !changes.is_empty() {
+            min_bytes += bytes;
+            out.push((i, changes));
+        }
+    }
+    (out, min_bytes)
+}
+
+/// The latency of a proxy that holds every change, from `t0`; `None` while it does not.
+pub fn converged_at(
+    lg: &Loadgen,
+    p: usize,
+    changes: &[ResourceChange],
+    t0: Instant,
+) -> Option<Duration> {
+    let handle = lg.proxies.get(p)?;
+    let st = handle.lock();
+    let mut latest = Duration::ZERO;
+    for (t, name, version) in changes {
+        let at = match version {
+            Some(v) => {
+                let h = st.version(*t, name).filter(|h| &h.version == v)?;
+                h.at
+            }
+            None => {
+                if st.version(*t, name).is_some() {
+                    return None;
+                }
+                st.removed_at[type_index(*t)]
+                    .get(name)
+                    .copied()
+                    .unwrap_or(t0)
+            }
+        };
+        latest = latest.max(at.saturating_duration_since(t0));
+    }
+    Some(latest)
+}
+
+/// Compares every proxy's held set with the expectation: (proxies that differ, examples).
+pub fn verify(lg: &Loadgen, expected: &Expected) -> (usize, Vec<String>) {
+    let mut bad = 0;
+    let mut examples = Vec::new();
+    for (handle, exp) in lg.proxies.iter().zip(&expected.per_proxy) {
+        let held = handle.lock().held_versions();
+        let mut diffs = Vec::new();
+        for ((t, name), (v, _)) in exp.iter() {
+            match held.get(&(*t, name.clone())) {
+                None => diffs.push(format!("missing {} {name}", t.short())),
+                Some(h) if h != v => {
+                    diffs.push(format!("{} {name}: holds {h}, expected {v}", t.short()))
+                }
+                _ => {}
+            }
+        }
+        for (t, name) in held.keys() {
+            if !exp.contains_key(&(*t, name.clone())) {
+                diffs.push(format!("unexpected {} {name}", t.short()));
+            }
+        }
+        if !diffs.is_empty() {
+            bad += 1;
+            if examples.len() < 10 {
+                let n = diffs.len();
+                diffs.truncate(3);
+                examples.push(format!(
+                    "{}: {} ({n} differences)",
+                    handle.id,
+                    diffs.join("; ")
+                ));
+            }
+        }
+    }
+    (bad, examples)
+}
+
+/// The input records of the mesh the server sees, maintained from file-source rescans.
+pub struct Inputs {
+    source: FileSource,
+    records: BTreeMap<Record, isize>,
+}
+
+impl Inputs {
+    /// Reads the mesh in `dir`.
+    pub fn new(dir: &Path, mesh: MeshConfig) -> Result<Inputs, String> {
+        let mut inputs = Inputs {
+            source: FileSource::new(dir, mesh),
+            records: BTreeMap::new(),
+        };
+        inputs.rescan()?;
+        Ok(inputs)
+    }
+
+    /// Takes in what changed in the directory since the last scan.
+    pub fn rescan(&mut self) -> Result<(), String> {
+        let scan = self.source.rescan();
+        if !scan.errors.is_empty() {
+            return Err(format!(
+                "the generated config has errors: {}",
+                scan.errors.join("; ")
+            ));
+        }
+        for (r, d) in scan.changes {
+            let e = self.records.entry(r.clone()).or_default();
+            *e += d;
+            if *e == 0 {
+                self.records.remove(&r);
+            }
+        }
+        Ok(())
+    }
+
+    pub fn set(&self) -> BTreeSet<Record> {
+        self.records.keys().cloned().collect()
+    }
+}
+
+/// Whether `dir` (the served directory) holds exactly what these inputs read.
+pub fn same_records(dir: &Path, mesh: MeshConfig, inputs: &Inputs) -> bool {
+    let mut served = FileSource::new(dir, mesh);
+    let scan = served.rescan();
+    let served_set: BTreeSet<Record> = scan
+        .changes
+        .into_iter()
+        .filter(|(_, d)| *d > 0)
+        .map(|(r, _)| r)
+        .collect();
+    served_set == inputs.set() && scan.errors.is_empty()
+}

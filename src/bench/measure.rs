@@ -1,0 +1,366 @@
+//! How each scenario is measured on a running engine: `connect` (every proxy opens its
+//! stream at once), `idle` (the server's background cost), then every row of
+//! [`super::scenarios::SCENARIOS`] asked for — a one-file edit ([`Change::Edit`]) or the
+//! sustained churn ([`Change::Churn`]) — each timed, counted and checked against the full
+//! recompute.
+
+use super::churn;
+use super::expected::{self, Affected, Expected, Inputs, Oracle};
+use super::loadgen::{self, later, ms, Counters, Loadgen, Protocol};
+use super::mesh_gen::{self, MeshState};
+use super::options::Options;
+use super::procstat::ProcStats;
+use super::render;
+use super::report::ScenarioResult;
+use super::scenarios::{Change, EditFn, Scenario};
+use super::server::Running;
+use super::ui::Ui;
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// How long the `idle` row watches the server with nothing changing.
+const IDLE_WINDOW: Duration = Duration::from_secs(1);
+
+/// How long to wait for the proxies to go quiet at most.
+const QUIET_LIMIT: Duration = Duration::from_secs(30);
+
+/// What the scenarios of one engine's run share.
+pub struct RunContext<'a> {
+    pub opts: &'a Options,
+    pub ui: &'a Ui,
+    pub state: &'a mut MeshState,
+    pub config_dir: &'a Path,
+    pub shadow_dir: &'a Path,
+    pub inputs: &'a mut Inputs,
+    pub oracle: &'a Oracle,
+    /// What every proxy must hold now.
+    pub expected: Expected,
+    pub server: &'a Running,
+}
+
+/// The server's figures and the proxies' counters at a scenario's start.
+struct Window {
+    before: ProcStats,
+    peak_reset: bool,
+    counters: Counters,
+    messages: Vec<u64>,
+}
+
+impl Window {
+    /// Starts a window; before the proxies connect, `lg` is `None` (everything counts).
+    fn open(server: &Running, lg: Option<&Loadgen>) -> Result<Window, String> {
+        Ok(Window {
+            counters: lg.map(Loadgen::totals).unwrap_or_default(),
+            messages: lg.map(Loadgen::messages_per_proxy).unwrap_or_default(),
+            before: server.stats()?,
+            peak_reset: server.reset_peak(),
+        })
+    }
+
+    /// Fills in the server's CPU and peak memory and what the proxies received since the
+    /// window opened; returns the positions of the proxies that received a message.
+    fn close(
+        self,
+        server: &Running,
+        lg: &Loadgen,
+        r: &mut ScenarioResult,
+    ) -> Result<Vec<usize>, String> {
+        let after = server.stats()?;
+        r.server_cpu_s = after.cpu_s - self.before.cpu_s;
+        r.server_cpu_task_s = (after.cpu_task_s - self.before.cpu_task_s).max(0.0);
+        let peak = if self.peak_reset {
+            after.hwm_kib
+        } else {
+            after.hwm_kib.max(self.before.hwm_kib)
+        };
+        // A process being torn down reports no memory: no figure rather than 0.
+        r.peak_rss_kib = (peak > 0).then_some(peak);
+        r.received = lg.totals().since(&self.counters);
+        let messaged: Vec<usize> = lg
+            .messages_per_proxy()
+            .iter()
+            .enumerate()
+            .filter(|(i, a)| **a > self.messages.get(*i).copied().unwrap_or(0))
+            .map(|(i, _)| i)
+            .collect();
+        r.proxies_messaged = messaged.len();
+        Ok(messaged)
+    }
+}
+
+/// Records the check of every proxy's held set: (proxies that differ, examples).
+fn record_check(r: &mut ScenarioResult, (bad, examples): (usize, Vec<String>)) {
+    r.verified = bad == 0;
+    r.mismatched_proxies = bad;
+    r.mismatches = examples;
+}
+
+/// Runs `connect`, `idle` and the scenarios asked for, pushing each one's result.
+pub async fn run_scenarios(
+    mut ctx: RunContext<'_>,
+    protocol: Protocol,
+    results: &mut Vec<ScenarioResult>,
+) -> Result<(), String> {
+    let (opts, ui) = (ctx.opts, ctx.ui);
+    let mut lg = ctx.connect(protocol, results).await?;
+    results.push(ctx.idle(&lg).await?);
+
+    let pb = ui.bar(opts.scenarios.len() as u64, "scenarios");
+    // After a scenario that did not converge, the server is still busy with it: what
+    // follows would measure that, so it is not run.
+    let mut stuck: Option<String> = None;
+    for scenario in &opts.scenarios {
+        pb.set_message(scenario.name.to_string());
+        let mut result = ScenarioResult {
+            name: scenario.name.into(),
+            ..Default::default()
+        };
+        if let Some(prev) = &stuck {
+            result.skipped = Some(format!(
+                "not run: {prev} did not converge within {:.0} s",
+                opts.timeout.as_secs_f64()
+            ));
+        } else {
+            ctx.scenario(scenario, &lg, &mut result).await?;
+        }
+        if result.skipped.is_none() {
+            ui.say(&render::line(&result));
+            if result.converged < result.affected {
+                stuck = Some(result.name.clone());
+            }
+        }
+        results.push(result);
+        pb.inc(1);
+    }
+    pb.finish_and_clear();
+    lg.stop();
+    Ok(())
+}
+
+impl RunContext<'_> {
+    async fn scenario(
+        &mut self,
+        scenario: &Scenario,
+        lg: &Loadgen,
+        result: &mut ScenarioResult,
+    ) -> Result<(), String> {
+        match scenario.change {
+            Change::Edit(edit) => self.edit(edit, lg, result).await,
+            Change::Churn => self.churn(lg, result).await,
+        }
+    }
+
+    /// Takes in the shadow copy's changes and recomputes what every proxy must hold.
+    async fn recompute(&mut self) -> Result<Expected, String> {
+        self.inputs.rescan()?;
+        self.oracle.compute(self.inputs.set()).await
+    }
+
+    /// `connect`: every proxy opens its stream at once. Returns the connected proxies
+    /// (after pushing the result, also when they did not all sync).
+    async fn connect(
+        &self,
+        protocol: Protocol,
+        results: &mut Vec<ScenarioResult>,
+    ) -> Result<Loadgen, String> {
+        let (opts, proxies) = (self.opts, self.oracle.proxies.len());
+        let window = Window::open(self.server, None)?;
+        let t0 = Instant::now();
+        let lg = Loadgen::start(loadgen::Config {
+            xds_addr: self.server.server.xds_addr,
+            proxies: opts.shape.proxies,
+            first_proxy: 0,
+            namespaces: opts.shape.namespaces,
+            protocol,
+            streams_per_connection: opts.streams_per_connection,
+            gateways: opts.shape.gateways,
+            root_namespace: opts.mesh.root_namespace.clone(),
+        })
+        .await?;
+        let pb = self.ui.bar(proxies as u64, "connecting proxies");
+        let synced = lg
+            .wait_synced(opts.timeout, |n| pb.set_position(n as u64))
+            .await;
+        pb.finish_and_clear();
+        lg.wait_quiet(opts.settle, QUIET_LIMIT).await;
+        let mut connect = ScenarioResult {
+            name: "connect".into(),
+            description: format!("{proxies} proxies connect at once"),
+            affected: lg.proxies.len(),
+            min_bytes: self.expected.total_bytes(),
+            ..Default::default()
+        };
+        window.close(self.server, &lg, &mut connect)?;
+        for p in &lg.proxies {
+            if let Some(t) = p.lock().synced_at {
+                connect.latency_ms.push(ms(t.saturating_duration_since(t0)));
+            }
+        }
+        connect.converged = connect.latency_ms.len();
+        record_check(&mut connect, expected::verify(&lg, &self.expected));
+        self.ui.say(&render::line(&connect));
+        results.push(connect);
+        if let Err(e) = synced {
+            return Err(format!(
+                "{e}\nserver log:\n{}",
+                self.server.server.log_tail()
+            ));
+        }
+        Ok(lg)
+    }
+
+    /// `idle`: one second without changes — the server's background cost, to read the
+    /// other rows against.
+    async fn idle(&self, lg: &Loadgen) -> Result<ScenarioResult, String> {
+        let window = Window::open(self.server, Some(lg))?;
+        tokio::time::sleep(IDLE_WINDOW).await;
+        let mut idle = ScenarioResult {
+            name: "idle".into(),
+            description: format!(
+                "no change for {} s (background cost)",
+                IDLE_WINDOW.as_secs_f64()
+            ),
+            ..Default::default()
+        };
+        window.close(self.server, lg, &mut idle)?;
+        idle.unaffected_messaged = idle.proxies_messaged;
+        record_check(&mut idle, expected::verify(lg, &self.expected));
+        self.ui.say(&render::line(&idle));
+        Ok(idle)
+    }
+
+    /// A one-file edit: the recompute first, on the shadow copy, before the clock starts;
+    /// then the file is renamed into the served directory and the affected proxies are
+    /// timed until they hold every change.
+    async fn edit(
+        &mut self,
+        edit_fn: EditFn,
+        lg: &Loadgen,
+        result: &mut ScenarioResult,
+    ) -> Result<(), String> {
+        let opts = self.opts;
+        let (description, edit) = match edit_fn(self.state) {
+            Ok(x) => x,
+            Err(why) => {
+                result.skipped = Some(why);
+                return Ok(());
+            }
+        };
+        result.description = description;
+        mesh_gen::apply_edit(self.shadow_dir, &edit)?;
+        let next = self.recompute().await?;
+        let (affected, min_bytes) = expected::affected_changes(&self.expected, &next);
+        result.affected = affected.len();
+        result.min_bytes = min_bytes;
+        let window = Window::open(self.server, Some(lg))?;
+
+        let t0 = Instant::now();
+        mesh_gen::apply_edit(self.config_dir, &edit)?;
+        let pending = wait_converged(lg, &affected, t0, opts.timeout, result).await?;
+        result.converged = result.affected - pending;
+        // Whatever else the change causes (resends, late pushes, pushes to proxies that
+        // should get nothing) counts too: wait at least a debounce window and a settle
+        // period past the write, then until the proxies are quiet.
+        let floor = later(
+            t0,
+            Duration::from_millis(opts.debounce_ms).saturating_add(opts.settle),
+        );
+        tokio::time::sleep(floor.saturating_duration_since(Instant::now())).await;
+        lg.wait_quiet(opts.settle, QUIET_LIMIT).await;
+        let messaged = window.close(self.server, lg, result)?;
+        let affected_set: BTreeSet<usize> = affected.iter().map(|(p, _)| *p).collect();
+        result.unaffected_messaged = messaged
+            .iter()
+            .filter(|i| !affected_set.contains(i))
+            .count();
+        record_check(result, expected::verify(lg, &next));
+        self.expected = next;
+        Ok(())
+    }
+
+    /// `churn`: endpoint moves written at a fixed rate ([`churn::drive`]), then the same
+    /// edits replayed on the shadow copy and every proxy checked against the recompute.
+    async fn churn(&mut self, lg: &Loadgen, result: &mut ScenarioResult) -> Result<(), String> {
+        let opts = self.opts;
+        let window = Window::open(self.server, Some(lg))?;
+        let bar = self.ui.bar(1, "churn");
+        let outcome = churn::drive(
+            lg,
+            self.state,
+            self.config_dir,
+            opts.churn,
+            opts.timeout,
+            |done, total| {
+                bar.set_length(total as u64);
+                bar.set_position(done as u64);
+            },
+        )
+        .await?;
+        bar.finish_and_clear();
+        lg.wait_quiet(opts.settle, QUIET_LIMIT).await;
+        window.close(self.server, lg, result)?;
+        result.description = format!(
+            "{} endpoint moves at {}/s over {:.1} s (writer at most {:.1} ms late)",
+            outcome.changes, opts.churn.rate, outcome.write_window_s, outcome.max_write_lag_ms
+        );
+        result.affected = outcome.pairs;
+        result.converged = outcome.converged;
+        result.latency_ms = outcome.latency_ms;
+        result.changes = outcome.changes;
+        result.min_bytes = outcome.min_bytes;
+        // CPU over the window the changes were written in plus the tail to convergence.
+        result.window_s = Some(
+            outcome
+                .write_window_s
+                .max(opts.churn.duration.as_secs_f64()),
+        );
+        for edit in &outcome.edits {
+            mesh_gen::apply_edit(self.shadow_dir, edit)?;
+        }
+        let next = self.recompute().await?;
+        // A server that fell behind may still be catching up: wait for it (bounded).
+        let deadline = later(Instant::now(), opts.timeout);
+        let check = loop {
+            let check = expected::verify(lg, &next);
+            if check.0 == 0 || Instant::now() >= deadline {
+                break check;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        };
+        record_check(result, check);
+        self.expected = next;
+        Ok(())
+    }
+}
+
+/// Waits (until `timeout` past `t0`) for every affected proxy to hold its changes,
+/// recording each one's latency; returns how many did not.
+async fn wait_converged(
+    lg: &Loadgen,
+    affected: &Affected,
+    t0: Instant,
+    timeout: Duration,
+    result: &mut ScenarioResult,
+) -> Result<usize, String> {
+    let deadline = later(t0, timeout);
+    let mut pending = affected.clone();
+    loop {
+        pending.retain(
+            |(p, changes)| match expected::converged_at(lg, *p, changes, t0) {
+                Some(d) => {
+                    result.latency_ms.push(ms(d));
+                    false
+                }
+                None => true,
+            },
+        );
+        if pending.is_empty() || Instant::now() >= deadline {
+            return Ok(pending.len());
+        }
+        if let Some(e) = lg.errors(1).into_iter().next() {
+            return Err(format!("a simulated proxy failed: {e}"));
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}

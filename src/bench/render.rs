@@ -1,0 +1,237 @@
+//! The report as text: the whole run's JSON and markdown (the medians and ratios come from
+//! [`super::summary`]), and the one line printed as each scenario ends.
+
+use super::loadgen::percentile;
+use super::mesh_gen;
+use super::report::{Report, ScenarioResult};
+use super::summary;
+use serde_json::json;
+
+/// One scenario's JSON.
+fn scenario_json(r: &ScenarioResult) -> serde_json::Value {
+    let lat = r.sorted_latency();
+    json!({
+        "scenario": r.name,
+        "window_s": r.window_s,
+        "changes": r.changes,
+        "server_cpu_cores": r.cpu_cores(),
+        "description": r.description,
+        "skipped": r.skipped,
+        "affected_proxies": r.affected,
+        "converged_proxies": r.converged,
+        "latency_ms": {
+            "p50": percentile(&lat, 0.50),
+            "p99": percentile(&lat, 0.99),
+            "max": lat.last().copied(),
+        },
+        "received": r.received.json(),
+        "proxies_messaged": r.proxies_messaged,
+        "unaffected_proxies_messaged": r.unaffected_messaged,
+        "min_bytes": r.min_bytes,
+        "server_cpu_s": r.server_cpu_s,
+        "server_cpu_task_s": r.server_cpu_task_s,
+        "server_peak_rss_kib": r.peak_rss_kib,
+        "verified": r.verified,
+        "mismatched_proxies": r.mismatched_proxies,
+        "mismatches": r.mismatches,
+        "ok": r.ok(),
+    })
+}
+
+/// The whole run's JSON.
+pub fn json(report: &Report) -> serde_json::Value {
+    let o = &report.options;
+    json!({
+        "command": o.command,
+        "started_unix": report.started_unix,
+        "machine": report.machine,
+        "shape_name": o.shape_name,
+        "shape": mesh_gen::shape_json(&o.shape, &o.mesh),
+        "workers": o.workers,
+        "debounce_ms": o.debounce_ms,
+        "settle_ms": o.settle.as_millis() as u64,
+        "runs": o.runs,
+        "churn": {"rate_per_s": o.churn.rate, "duration_s": o.churn.duration.as_secs_f64()},
+        "ok": report.ok(),
+        "summary": summary::json(&report.engines),
+        "engines": report.engines.iter().map(|e| json!({
+            "run": e.run + 1,
+            "engine": e.engine.name(),
+            "protocol": e.protocol.name(),
+            "verify": e.verify,
+            "error": e.error,
+            "server_log": e.server_log.as_ref().map(|p| p.display().to_string()),
+            "ok": e.ok(),
+            "scenarios": e.results.iter().map(scenario_json).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// The shape and settings, the medians and ratios, then every repetition's rows.
+pub fn markdown(report: &Report) -> String {
+    let mut md = markdown_header(report);
+    md.push_str(&summary::markdown(&report.engines, report.options.runs));
+    md.push_str("\nEvery repetition:\n\n");
+    md.push_str(&markdown_runs(report));
+    md
+}
+
+fn markdown_header(report: &Report) -> String {
+    let o = &report.options;
+    let s = &o.shape;
+    let mut md = String::new();
+    md.push_str(&format!(
+        "Shape `{}`: {} services × {} endpoints, {} namespaces, {} proxies, \
+             VirtualService+DestinationRule on every {}th service, Sidecar scoping {}{}; \
+             {} timely worker(s), debounce {} ms.\n\n",
+        o.shape_name,
+        s.services,
+        s.endpoints_per_service,
+        s.namespaces,
+        s.proxies,
+        s.vs_every,
+        if s.sidecar_scoping { "on" } else { "off" },
+        if s.sidecar_scoping {
+            format!(" (own namespace + {} shared)", s.shared_namespaces)
+        } else {
+            String::new()
+        },
+        o.workers,
+        o.debounce_ms,
+    ));
+    if s.gateways > 0 {
+        md.push_str(&format!(
+            "{} gateway proxies (`router`, selected by one Gateway on port 80) and a \
+                 VirtualService bound to it for every {}th service.\n\n",
+            s.gateways, s.gateway_vs_every
+        ));
+    }
+    if o.scenarios.iter().any(|s| s.is_churn()) {
+        md.push_str(&format!(
+            "`churn`: {} endpoint moves per second for {} s (latency: one sample per \
+                 change and proxy that holds the service's assignment).\n\n",
+            o.churn.rate,
+            o.churn.duration.as_secs_f64()
+        ));
+    }
+    md
+}
+
+/// Every repetition's rows (one per repetition, engine and scenario).
+fn markdown_runs(report: &Report) -> String {
+    let mut md = String::new();
+    md.push_str(
+            "| run | engine | xDS | scenario | affected proxies | proxies messaged | p50 ms | p99 ms | max ms \
+             | messages | resources | bytes | min bytes | server CPU s | peak RSS MiB | verified |\n",
+        );
+    md.push_str("|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
+    let f = |v: Option<f64>| v.map(|x| format!("{x:.1}")).unwrap_or_else(|| "–".into());
+    for e in &report.engines {
+        if let Some(err) = &e.error {
+            md.push_str(&format!(
+                "| {} | {} | {} | (did not run: {}) |||||||||||||\n",
+                e.run + 1,
+                e.engine.name(),
+                e.protocol.name(),
+                err.replace('|', "/")
+            ));
+        }
+        for r in &e.results {
+            if let Some(why) = &r.skipped {
+                md.push_str(&format!(
+                    "| {} | {} | {} | {} (skipped: {}) |||||||||||||\n",
+                    e.run + 1,
+                    e.engine.name(),
+                    e.protocol.name(),
+                    r.name,
+                    why
+                ));
+                continue;
+            }
+            let lat = r.sorted_latency();
+            let verified = if r.verified {
+                format!("yes ({})", e.verify)
+            } else {
+                format!("**NO** ({} proxies differ)", r.mismatched_proxies)
+            };
+            let affected = if r.converged == r.affected {
+                r.affected.to_string()
+            } else {
+                format!(
+                    "{} (**{} not converged**)",
+                    r.affected,
+                    r.affected - r.converged
+                )
+            };
+            md.push_str(&format!(
+                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.3} | {} | {} |\n",
+                    e.run + 1,
+                    e.engine.name(),
+                    e.protocol.name(),
+                    r.name,
+                    affected,
+                    r.proxies_messaged,
+                    f(percentile(&lat, 0.5)),
+                    f(percentile(&lat, 0.99)),
+                    f(lat.last().copied()),
+                    r.received.total_messages(),
+                    r.received.total_resources(),
+                    r.received.total_bytes(),
+                    r.min_bytes,
+                    r.server_cpu_s,
+                    r.peak_rss_kib
+                        .map(|k| format!("{:.0}", k as f64 / 1024.0))
+                        .unwrap_or_else(|| "–".into()),
+                    verified,
+                ));
+        }
+    }
+    md.push_str(
+            "\nLatency: file renamed into the config directory → the affected proxy holds every \
+             changed resource in its new version (debounce included); for `connect`, stream \
+             opened → proxy synced; `idle` is one second with no change (the server's \
+             background cost, to read the other rows against). Messages, resources and bytes: everything every simulated \
+             proxy received during the scenario (protobuf-encoded response size, no gRPC/HTTP/2 \
+             framing). Min bytes: the encoded size of the changed resources times the proxies \
+             that need them. Server CPU: utime+stime of the server process from /proc/PID/stat; \
+             peak RSS: VmHWM, reset before each scenario.\n",
+        );
+    md
+}
+
+/// The line printed when a scenario ends.
+pub fn line(r: &ScenarioResult) -> String {
+    if let Some(why) = &r.skipped {
+        return format!("{:<12} skipped: {why}", r.name);
+    }
+    let lat = r.sorted_latency();
+    let f = |v: Option<f64>| v.map(|x| format!("{x:.1}")).unwrap_or_else(|| "-".into());
+    format!(
+        "{:<12} affected {:>5} (converged {:>5}) p50 {:>7} ms p99 {:>7} ms | {} msgs {} res {} B (min {} B) | cpu {:.3} s | {}",
+        r.name,
+        r.affected,
+        r.converged,
+        f(percentile(&lat, 0.5)),
+        f(percentile(&lat, 0.99)),
+        r.received.total_messages(),
+        r.received.total_resources(),
+        r.received.total_bytes(),
+        r.min_bytes,
+        r.server_cpu_s,
+        if r.verified {
+            "verified".to_string()
+        } else {
+            format!("MISMATCH: {}", r.mismatches.join(" | "))
+        }
+    )
+}
+
+/// The markdown file: a title, the command line, then [`markdown`].
+pub fn markdown_file(report: &Report) -> String {
+    format!(
+        "# meshflow bench, shape {}\n\n`{}`\n\n{}",
+        report.options.shape_name,
+        report.options.command,
+        markdown(report)
+    )
+}

@@ -1,0 +1,89 @@
+//! What a `meshflow bench` run measured: one [`ScenarioResult`] per scenario, one
+//! [`EngineReport`] per engine and repetition, and the whole [`Report`]. Data only; the
+//! JSON, markdown and SVG are made from it in [`super::render`], [`super::summary`] and
+//! [`super::chart`].
+
+use super::loadgen::{Counters, Protocol};
+use super::options::Options;
+use crate::engine::EngineKind;
+use std::path::PathBuf;
+
+/// The measurements of one scenario.
+#[derive(Clone, Debug, Default)]
+pub struct ScenarioResult {
+    pub name: String,
+    pub description: String,
+    pub skipped: Option<String>,
+    pub affected: usize,
+    pub converged: usize,
+    pub latency_ms: Vec<f64>,
+    pub received: Counters,
+    /// Proxies that received at least one message, and those of them not affected.
+    pub proxies_messaged: usize,
+    pub unaffected_messaged: usize,
+    /// The encoded size of the changed resources, summed over the proxies affected: what
+    /// an ideal incremental server must send at least.
+    pub min_bytes: u64,
+    pub server_cpu_s: f64,
+    pub server_cpu_task_s: f64,
+    pub peak_rss_kib: Option<u64>,
+    pub verified: bool,
+    pub mismatched_proxies: usize,
+    pub mismatches: Vec<String>,
+    /// Sustained scenarios (`churn`): the window changes were written in, s, and how many.
+    pub window_s: Option<f64>,
+    pub changes: usize,
+}
+
+impl ScenarioResult {
+    pub fn ok(&self) -> bool {
+        self.skipped.is_some() || (self.verified && self.converged == self.affected)
+    }
+
+    pub fn sorted_latency(&self) -> Vec<f64> {
+        let mut v = self.latency_ms.clone();
+        v.sort_by(f64::total_cmp);
+        v
+    }
+
+    /// Server CPU cores used over a sustained scenario's window.
+    pub fn cpu_cores(&self) -> Option<f64> {
+        self.window_s
+            .filter(|w| *w > 0.0)
+            .map(|w| self.server_cpu_s / w)
+    }
+}
+
+/// One engine's run.
+#[derive(Clone, Debug)]
+pub struct EngineReport {
+    /// Which repetition (0-based) this is.
+    pub run: usize,
+    pub engine: EngineKind,
+    pub protocol: Protocol,
+    pub error: Option<String>,
+    pub results: Vec<ScenarioResult>,
+    pub verify: &'static str,
+    pub server_log: Option<PathBuf>,
+}
+
+impl EngineReport {
+    pub fn ok(&self) -> bool {
+        self.error.is_none() && self.results.iter().all(ScenarioResult::ok)
+    }
+}
+
+/// The whole run.
+pub struct Report {
+    pub options: Options,
+    pub machine: serde_json::Value,
+    pub started_unix: u64,
+    pub engines: Vec<EngineReport>,
+    pub files: Vec<PathBuf>,
+}
+
+impl Report {
+    pub fn ok(&self) -> bool {
+        self.engines.iter().all(EngineReport::ok)
+    }
+}

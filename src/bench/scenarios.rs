@@ -1,0 +1,240 @@
+//! The scenarios `meshflow bench` can run after `connect` and `idle`: one row each in
+//! [`SCENARIOS`] (its `--scenarios` name and how it changes the mesh), and the mesh edits
+//! the rows point at. Adding a scenario is one row here, plus its edit function if it is a
+//! single edit. How a [`Change`] is measured and verified lives in [`super::measure`].
+//!
+//! `connect` (every proxy opens its stream) and `idle` (a second without changes) always
+//! run first and are not rows: they are not changes to the mesh.
+
+use super::mesh_gen::{Edit, MeshState};
+use dataflows::synth;
+
+/// Picks the target of a one-edit scenario in the mesh model, edits the model and returns
+/// the scenario's description and the file to write. `Err` skips the scenario.
+pub type EditFn = fn(&mut MeshState) -> Result<(String, Edit), String>;
+
+/// How a scenario changes the mesh (and so how it is measured).
+#[derive(Clone, Copy, Debug)]
+pub enum Change {
+    /// One file renamed into place: latency until every affected proxy holds every
+    /// changed resource, then the held configs checked against the full recompute.
+    Edit(EditFn),
+    /// Sustained endpoint churn at `--churn-rate` for `--churn-seconds` ([`super::churn`]):
+    /// one latency sample per change and proxy, then the same check.
+    Churn,
+}
+
+/// One scenario.
+#[derive(Debug)]
+pub struct Scenario {
+    /// Its `--scenarios` name and its row name in the results.
+    pub name: &'static str,
+    pub change: Change,
+}
+
+impl Scenario {
+    pub fn is_churn(&self) -> bool {
+        matches!(self.change, Change::Churn)
+    }
+}
+
+/// Every scenario, in the order they run by default (a `static`, so each row has one
+/// address).
+#[rustfmt::skip]
+pub static SCENARIOS: &[Scenario] = &[
+    Scenario { name: "endpoint-ip",     change: Change::Edit(endpoint_ip) },
+    Scenario { name: "endpoint-shared", change: Change::Edit(endpoint_shared) },
+    Scenario { name: "scale-up",        change: Change::Edit(scale_up) },
+    Scenario { name: "vs-weight",       change: Change::Edit(vs_weight) },
+    Scenario { name: "dr-subset",       change: Change::Edit(dr_subset) },
+    Scenario { name: "new-service",     change: Change::Edit(new_service) },
+    Scenario { name: "sidecar",         change: Change::Edit(sidecar) },
+    Scenario { name: "mesh-wide",       change: Change::Edit(mesh_wide) },
+    Scenario { name: "churn",           change: Change::Churn },
+];
+
+/// The scenario called `name`.
+pub fn parse(name: &str) -> Result<&'static Scenario, String> {
+    SCENARIOS
+        .iter()
+        .find(|s| s.name == name)
+        .ok_or_else(|| format!("unknown scenario {name:?} (one of {})", names().join(", ")))
+}
+
+/// Every scenario's name, in table order.
+pub fn names() -> Vec<&'static str> {
+    SCENARIOS.iter().map(|s| s.name).collect()
+}
+
+/// `--scenarios`' help.
+pub fn cli_help() -> String {
+    format!(
+        "Scenarios to run after `connect`, comma-separated (default: all of {})",
+        names().join(", ")
+    )
+}
+
+/// Where the one-edit scenarios find their targets in a generated mesh.
+struct Targets {
+    /// Services of the mesh (at least 1, for modular arithmetic).
+    n: usize,
+    namespaces: usize,
+    shared_namespaces: usize,
+    sidecar_scoping: bool,
+    vs_every: usize,
+}
+
+impl Targets {
+    fn of(state: &MeshState) -> Targets {
+        let shape = &state.shape;
+        Targets {
+            n: state.services.len().max(1),
+            namespaces: shape.namespaces,
+            shared_namespaces: shape.shared_namespaces,
+            sidecar_scoping: shape.sidecar_scoping,
+            vs_every: shape.vs_every,
+        }
+    }
+
+    /// Whether service `s` has a VirtualService and a DestinationRule.
+    fn with_rules(&self, s: usize) -> bool {
+        self.vs_every > 0 && s.is_multiple_of(self.vs_every)
+    }
+
+    fn in_shared_namespace(&self, s: usize) -> bool {
+        s % self.namespaces < self.shared_namespaces
+    }
+
+    /// The first service from `start` outside the namespaces every Sidecar imports: a
+    /// change seen by one namespace's proxies, not by all of them (`mesh-wide` is that).
+    fn outside_shared(&self, start: usize) -> usize {
+        (start..self.n)
+            .find(|s| !self.sidecar_scoping || !self.in_shared_namespace(*s))
+            .unwrap_or(start % self.n)
+    }
+
+    /// A service with a VirtualService outside the shared namespaces (seen by fewer
+    /// proxies), else any with one.
+    fn local_vs(&self, state: &MeshState) -> Option<usize> {
+        let services = state.services.len();
+        (0..services)
+            .filter(|s| self.with_rules(*s) && state.services[*s].v1_weight.is_some())
+            .find(|s| !self.in_shared_namespace(*s))
+            .or_else(|| (0..services).find(|s| self.with_rules(*s)))
+    }
+}
+
+/// The other of the two v1 weights the edits alternate between.
+fn next_weight(state: &MeshState, s: usize) -> u32 {
+    if state.services[s].v1_weight == Some(50) {
+        90
+    } else {
+        50
+    }
+}
+
+/// An endpoint of a service one namespace's proxies see moves.
+fn endpoint_ip(state: &mut MeshState) -> Result<(String, Edit), String> {
+    let s = Targets::of(state).outside_shared(1);
+    let edit = state.move_endpoint(s, 0)?;
+    Ok((format!("endpoint 0 of svc-{s} moves to a new IP"), edit))
+}
+
+/// An endpoint of a service that every proxy imports moves: the fan-out element of
+/// `churn` on its own.
+fn endpoint_shared(state: &mut MeshState) -> Result<(String, Edit), String> {
+    let t = Targets::of(state);
+    // The first service after svc-0 in a namespace every Sidecar imports (any service
+    // when nothing is scoped).
+    let s = (1..t.n)
+        .find(|s| !t.sidecar_scoping || t.in_shared_namespace(*s))
+        .ok_or("the mesh has no second service in a shared namespace")?;
+    let edit = state.move_endpoint(s, 0)?;
+    Ok((
+        format!("endpoint 0 of svc-{s} (seen by every proxy) moves to a new IP"),
+        edit,
+    ))
+}
+
+/// A service (not `endpoint-ip`'s) gains 10 endpoints.
+fn scale_up(state: &mut MeshState) -> Result<(String, Edit), String> {
+    let t = Targets::of(state);
+    let s = t.outside_shared(t.outside_shared(1) + 1);
+    let edit = state.scale_up(s, 10)?;
+    Ok((format!("svc-{s} scales up by 10 endpoints"), edit))
+}
+
+/// A VirtualService's v1 weight changes.
+fn vs_weight(state: &mut MeshState) -> Result<(String, Edit), String> {
+    let s = Targets::of(state)
+        .local_vs(state)
+        .ok_or("the mesh has no VirtualService")?;
+    let w = next_weight(state, s);
+    let edit = state.shift_weight(s, w)?;
+    Ok((format!("VirtualService svc-{s}: v1 weight → {w}"), edit))
+}
+
+/// A DestinationRule gains a subset.
+fn dr_subset(state: &mut MeshState) -> Result<(String, Edit), String> {
+    let s = Targets::of(state)
+        .local_vs(state)
+        .ok_or("the mesh has no DestinationRule")?;
+    let name = format!("v{}", state.services[s].subsets.len() + 1);
+    let edit = state.add_subset(s, &name)?;
+    Ok((format!("DestinationRule svc-{s} gains subset {name}"), edit))
+}
+
+/// A service is added.
+fn new_service(state: &mut MeshState) -> Result<(String, Edit), String> {
+    let (s, edit) = state.add_service()?;
+    Ok((
+        format!("new service svc-{s} in {}", state.namespace_of(s)),
+        edit,
+    ))
+}
+
+/// The last namespace's Sidecar also imports a namespace in the middle.
+fn sidecar(state: &mut MeshState) -> Result<(String, Edit), String> {
+    let k = state.shape.namespaces;
+    let n = k - 1;
+    let other = synth::namespace(k / 2);
+    let hosts = match state.sidecars.get(n).cloned().flatten() {
+        Some(mut h) => {
+            h.push(format!("{other}/*"));
+            h
+        }
+        None => vec!["./*".to_string(), format!("{other}/*")],
+    };
+    let edit = state.set_sidecar(n, Some(hosts))?;
+    Ok((
+        format!("Sidecar of {} also imports {other}/*", synth::namespace(n)),
+        edit,
+    ))
+}
+
+/// svc-0's VirtualService weight changes: svc-0 lives in ns-0, which every Sidecar
+/// imports, so every proxy sees it.
+fn mesh_wide(state: &mut MeshState) -> Result<(String, Edit), String> {
+    if !Targets::of(state).with_rules(0) || state.services.is_empty() {
+        return Err("svc-0 has no VirtualService".into());
+    }
+    let w = next_weight(state, 0);
+    let edit = state.shift_weight(0, w)?;
+    Ok((
+        format!("VirtualService svc-0 (seen by every proxy): v1 weight → {w}"),
+        edit,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{parse, SCENARIOS};
+
+    #[test]
+    fn bench_every_scenario_name_parses_to_its_own_row() {
+        for s in SCENARIOS {
+            assert!(std::ptr::eq(parse(s.name).unwrap(), s), "{}", s.name);
+        }
+        assert!(parse("connect").is_err());
+    }
+}
