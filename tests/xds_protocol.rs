@@ -177,6 +177,15 @@ async fn sotw_stream(
     (tx, rx)
 }
 
+/// The status a stream is ended with (it must end within 5 s, with an error).
+async fn refusal<T>(rx: &mut Streaming<T>, what: &str) -> tonic::Status {
+    tokio::time::timeout(Duration::from_secs(5), rx.message())
+        .await
+        .unwrap_or_else(|_| panic!("{what}: no answer"))
+        .err()
+        .unwrap_or_else(|| panic!("{what}: not refused"))
+}
+
 async fn next(rx: &mut Streaming<DiscoveryResponse>, wait: Duration) -> Option<DiscoveryResponse> {
     tokio::time::timeout(wait, rx.message())
         .await
@@ -511,10 +520,7 @@ async fn one_node_id_never_serves_two_definitions() {
     })
     .await
     .unwrap();
-    let err = tokio::time::timeout(Duration::from_secs(5), rx.message())
-        .await
-        .expect("answered")
-        .expect_err("the second definition is refused");
+    let err = refusal(&mut rx, "the second definition").await;
     assert_eq!(err.code(), tonic::Code::AlreadyExists, "{}", err.message());
     assert!(err.message().contains(ID), "{}", err.message());
 
@@ -543,10 +549,7 @@ async fn silent_streams_time_out_and_free_their_slots() {
     let (_keep1, mut r1) = sotw_stream(addr).await;
     let (_keep2, mut r2) = sotw_stream(addr).await;
     for rx in [&mut r1, &mut r2] {
-        let err = tokio::time::timeout(Duration::from_secs(5), rx.message())
-            .await
-            .expect("a silent stream is closed")
-            .expect_err("with a status");
+        let err = refusal(rx, "a silent stream").await;
         assert_eq!(err.code(), tonic::Code::DeadlineExceeded, "{}", err.message());
     }
     let mut a = DeltaClient::connect(
@@ -636,10 +639,33 @@ async fn malformed_requests_get_invalid_argument() {
         .await
         .expect("opened")
         .into_inner();
-    let err = tokio::time::timeout(Duration::from_secs(5), stream.message())
-        .await
-        .expect("answered")
-        .expect_err("refused");
+    let err = refusal(&mut stream, "a malformed request").await;
     assert_eq!(err.code(), tonic::Code::InvalidArgument, "{}", err.message());
     assert!(err.message().contains("unreadable request"), "{}", err.message());
+}
+
+/// A node whose LABELS metadata is over the bound (here 4,000 labels, a 70 KB request) is
+/// refused with INVALID_ARGUMENT before it becomes a dataflow input.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_node_metadata_is_refused() {
+    let (_dir, _config, meshflow) = setup("xds-big-node").await;
+    let labels: Vec<(String, String)> = (0..4000)
+        .map(|i| (format!("label-{i}"), format!("value-{i}")))
+        .collect();
+    let labels: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let (tx, mut rx) = sotw_stream(meshflow.xds_addr()).await;
+    tx.send(DiscoveryRequest {
+        node: Some(node(
+            "sidecar~10.9.6.1~big-1.default~default.svc.cluster.local",
+            "default",
+            &labels,
+        )),
+        type_url: CDS.into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let err = refusal(&mut rx, "4,000 labels").await;
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{}", err.message());
+    assert!(err.message().contains("LABELS"), "{}", err.message());
 }

@@ -4,6 +4,13 @@
 //!
 //! Drive it with `update` → `advance_to` → `flush` → step until the probe passes the epoch
 //! (see `meshflow::runtime`), or use [`naive`] for the same result computed from scratch.
+//!
+//! Layout: [`model`] (domain records), [`rules`] (Istio's matching and precedence rules as
+//! plain functions), [`flow`] (the dataflow, one stage per file), [`translate`] (records →
+//! Envoy protos), [`assemble`] (fixed resources), [`driver`] (timely workers, epochs),
+//! [`materialize`] (a proxy's set from the scoped output), [`naive`] (full recompute, the
+//! oracle and the full-push baseline), [`simulate`] (a request through a proxy's resources),
+//! [`synth`] (generated meshes). Imports nothing of meshflow; meshflow imports it.
 
 pub mod assemble;
 pub mod driver;

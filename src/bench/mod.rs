@@ -9,6 +9,10 @@
 //! Dependency order (each module uses only those before it): procstat, mesh_gen, loadgen,
 //! churn → scenarios → options → report → summary → chart, render → lock, ui, server →
 //! expected → measure → harness → cli.
+//!
+//! May import of the crate: `engine`, `input`, `config`, `sources` (the file source, to
+//! compute what every proxy must hold), `xds::node` (the simulated proxies' identity) and
+//! `async_runtime`; never the server's state (`tests/layers.rs`).
 
 pub mod chart;
 pub mod churn;

@@ -357,6 +357,15 @@ fn delta_splits_large_responses_and_holds_listeners_until_clusters_are_complete(
     assert!(responses >= 3, "{responses} CDS responses for 3× the limit");
 }
 
+/// A NACK's error detail.
+fn rejected(message: impl Into<String>) -> Option<RpcStatus> {
+    Some(RpcStatus {
+        code: 3,
+        message: message.into(),
+        details: vec![],
+    })
+}
+
 fn feedback_of(events: Vec<StreamEvent>) -> Vec<Feedback> {
     events
         .into_iter()
@@ -383,11 +392,7 @@ fn delta_ignores_answers_to_unknown_nonces() {
     let nack = |nonce: &str| DeltaDiscoveryRequest {
         type_url: ResourceType::Listener.type_url().into(),
         response_nonce: nonce.into(),
-        error_detail: Some(RpcStatus {
-            code: 3,
-            message: "forged".into(),
-            details: vec![],
-        }),
+        error_detail: rejected("forged"),
         ..Default::default()
     };
     s.events.take(None);
@@ -490,11 +495,7 @@ fn nack_messages_are_bounded() {
     s.on_request(&DiscoveryRequest {
         type_url: ResourceType::Listener.type_url().into(),
         response_nonce: r[0].nonce.clone(),
-        error_detail: Some(RpcStatus {
-            code: 3,
-            message: "é".repeat(1 << 20),
-            details: vec![],
-        }),
+        error_detail: rejected("é".repeat(1 << 20)),
         ..Default::default()
     })
     .unwrap();

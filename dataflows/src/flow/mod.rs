@@ -5,6 +5,9 @@
 //!
 //! A stage that yields resources hands back a [`Built`]: the resources and their provenance,
 //! side by side, so `explain` is always exactly as current as what proxies receive.
+//!
+//! May import: `crate::model`, `crate::rules`, `crate::translate`, `crate::assemble`.
+//! Only [`crate::driver`] (and the benches) build it.
 
 mod clusters;
 mod endpoints;

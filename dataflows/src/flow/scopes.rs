@@ -21,23 +21,32 @@ pub(super) fn of_proxies<'s>(
 /// (namespace or "", label key, label value).
 type LabelKey = (String, String, String);
 
-/// `(label key, proxy)` per label: selectors are matched by joining on their first label,
-/// then checked whole.
+/// `(label key, proxy id)` per label: selectors are matched by joining on their first
+/// label, then checked whole against the proxy (joined by id). A label record names its proxy
+/// by id only: a copy of the whole proxy per label would cost labels × proxy size.
 fn by_label<'s>(
     proxies: Coll<'s, (ProxyId, Proxy)>,
     with_ns: bool,
-) -> Coll<'s, (LabelKey, (ProxyId, Proxy))> {
+) -> Coll<'s, (LabelKey, ProxyId)> {
     proxies.flat_map(move |(id, p)| {
-        let ns = if with_ns {
-            p.namespace.clone()
-        } else {
-            String::new()
-        };
+        let ns = if with_ns { p.namespace } else { String::new() };
         p.labels
-            .iter()
-            .map(|(k, v)| ((ns.clone(), k.clone(), v.clone()), (id.clone(), p.clone())))
+            .into_iter()
+            .map(|(k, v)| ((ns.clone(), k, v), id.clone()))
             .collect::<Vec<_>>()
     })
+}
+
+/// The `(proxy, selecting object)` pairs whose first selector label the proxy carries, with
+/// the proxy, to check the whole selector.
+fn candidates<'s, T: differential_dataflow::ExchangeData>(
+    proxies: &Coll<'s, (ProxyId, Proxy)>,
+    with_ns: bool,
+    by_first_label: Coll<'s, (LabelKey, T)>,
+) -> Coll<'s, (ProxyId, (T, Proxy))> {
+    by_label(proxies.clone(), with_ns)
+        .join_map(by_first_label, |_, id, t| (id.clone(), t.clone()))
+        .join_map(proxies.clone(), |id, t, p| (id.clone(), (t.clone(), p.clone())))
 }
 
 /// The Sidecar resource in effect, lowest rank first: one selecting the proxy (0),
@@ -59,11 +68,9 @@ fn sidecar_scopes<'s>(
         first.map(|(k, v)| ((sc.key.namespace.clone(), k, v), sc))
     });
     let root_s = root.to_string();
-    let cand_sel = by_label(sidecar_proxies.clone(), true)
-        .join_map(sc_by_first_label, move |_, (id, p), sc| {
-            rules::sidecar_rank(sc, p, &root_s).map(|r| (id.clone(), (r, sc.key.clone())))
-        })
-        .flat_map(|x| x);
+    let cand_sel = candidates(&sidecar_proxies, true, sc_by_first_label).flat_map(
+        move |(id, (sc, p))| rules::sidecar_rank(&sc, &p, &root_s).map(|r| (id, (r, sc.key))),
+    );
     let defaults = sidecars.clone().filter(|(_, sc)| sc.selector.is_none());
     let cand_ns = sidecar_proxies
         .clone()
@@ -111,11 +118,8 @@ fn router_scopes<'s>(
             .map(|(k, v)| (k.clone(), v.clone()));
         first.map(|(k, v)| ((String::new(), k, v), gw))
     });
-    let router_gws = by_label(router_proxies.clone(), false)
-        .join_map(gw_by_first_label, |_, (id, p), gw| {
-            rules::gateway_selects(gw, p).then(|| (id.clone(), gw.key.clone()))
-        })
-        .flat_map(|x| x)
+    let router_gws = candidates(&router_proxies, false, gw_by_first_label)
+        .flat_map(|(id, (gw, p))| rules::gateway_selects(&gw, &p).then_some((id, gw.key)))
         .reduce(|_, vals, out| {
             out.push((
                 vals.iter()

@@ -1,6 +1,8 @@
 //! Translation from domain records to Envoy v3 resources: the one place that builds
 //! protobufs. Every builder is a pure function whose output is encoded once with prost
 //! and addressed by its content hash (see [`crate::model::Resource`]).
+//!
+//! May import: `crate::model` and Envoy's protos (`envoy-types`); nothing of the dataflow.
 
 pub mod cluster;
 pub mod endpoint;
