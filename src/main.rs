@@ -49,9 +49,14 @@ enum Command {
         /// TLS (`--tls-cert`/`--tls-key`) or `--plaintext`.
         #[arg(long, default_value = "127.0.0.1:15010")]
         xds_addr: SocketAddr,
-        /// Address of the debug gRPC API (keep it on loopback unless it is protected).
+        /// Address of the debug port (gRPC, CSDS, HTTP JSON, /metrics). It shows every
+        /// proxy's config and history: an address off loopback needs `--debug-public`.
         #[arg(long, default_value = "127.0.0.1:15014")]
         debug_addr: SocketAddr,
+        /// Serve the debug port on a non-loopback `--debug-addr` (unauthenticated: put it
+        /// behind something that is not).
+        #[arg(long)]
+        debug_public: bool,
         /// Timely worker threads.
         #[arg(long, default_value_t = 1)]
         workers: usize,
@@ -81,6 +86,9 @@ enum Command {
         /// `--max-streams`.
         #[arg(long, default_value_t = 10_000)]
         first_request_timeout_ms: u64,
+        /// Milliseconds a stream may hold an initial-push slot at most, answered or not.
+        #[arg(long, default_value_t = 10_000)]
+        initial_push_hold_ms: u64,
         /// PEM certificate chain for TLS on the xDS port (reloaded when it changes).
         #[arg(long, requires = "tls_key")]
         tls_cert: Option<PathBuf>,
@@ -199,6 +207,7 @@ fn main() -> ExitCode {
             config_dir,
             xds_addr,
             debug_addr,
+            debug_public,
             workers,
             engine,
             debounce_ms,
@@ -207,6 +216,7 @@ fn main() -> ExitCode {
             keepalive_timeout_s,
             initial_pushes,
             first_request_timeout_ms,
+            initial_push_hold_ms,
             tls_cert,
             tls_key,
             tls_client_ca,
@@ -228,6 +238,7 @@ fn main() -> ExitCode {
                 config_dir,
                 xds_addr,
                 debug_addr,
+                debug_public,
                 workers,
                 engine,
                 debounce: Duration::from_millis(debounce_ms),
@@ -238,6 +249,7 @@ fn main() -> ExitCode {
                     keepalive_timeout: std::time::Duration::from_secs(keepalive_timeout_s),
                     initial_pushes,
                     first_request_timeout: Duration::from_millis(first_request_timeout_ms),
+                    initial_push_hold: Duration::from_millis(initial_push_hold_ms),
                 },
                 auth: meshflow::xds::auth::AuthConfig {
                     require_spiffe: tls_client_ca.is_some(),

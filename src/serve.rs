@@ -21,6 +21,8 @@ pub struct ServeOptions {
     pub xds_addr: SocketAddr,
     /// Where the debug API listens; a bind failure is logged and xDS is served regardless.
     pub debug_addr: SocketAddr,
+    /// Allow the (unauthenticated) debug port on a non-loopback address.
+    pub debug_public: bool,
     pub workers: usize,
     pub engine: EngineKind,
     pub debounce: Duration,
@@ -48,6 +50,24 @@ pub async fn serve(opts: ServeOptions) -> Result<(), String> {
              or --plaintext if the network is trusted",
             opts.xds_addr
         ));
+    }
+    if !opts.debug_addr.ip().is_loopback() {
+        if !opts.debug_public {
+            return Err(format!(
+                "refusing the debug port on {}: it serves every proxy's config and history to \
+                 anyone who connects; keep it on loopback, or pass --debug-public",
+                opts.debug_addr
+            ));
+        }
+        tracing::warn!(
+            addr = %opts.debug_addr,
+            "the debug port is served off loopback (--debug-public): every proxy's config and \
+             history, unauthenticated"
+        );
+        eprintln!(
+            "meshflow: WARNING: the debug port {} is reachable off this machine, unauthenticated",
+            opts.debug_addr
+        );
     }
     let acceptor = opts.tls.as_ref().map(tls::acceptor).transpose()?;
     let (inputs_tx, inputs_rx) = std::sync::mpsc::channel::<Input>();

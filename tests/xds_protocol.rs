@@ -669,3 +669,76 @@ async fn oversized_node_metadata_is_refused() {
     assert_eq!(err.code(), tonic::Code::InvalidArgument, "{}", err.message());
     assert!(err.message().contains("LABELS"), "{}", err.message());
 }
+
+/// The debug port shows every proxy's config and history unauthenticated: off loopback,
+/// `serve` refuses to start without `--debug-public`, and says so.
+#[test]
+fn debug_port_off_loopback_needs_debug_public() {
+    let dir = TestDir::new("serve-debug-public");
+    let config = dir.subdir("config");
+    write_mesh(&config);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_meshflow"))
+        .args(["serve", "--xds-addr", "127.0.0.1:0", "--debug-addr", "0.0.0.0:0", "--config-dir"])
+        .arg(&config)
+        .output()
+        .expect("run meshflow");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("--debug-public"), "{stderr}");
+}
+
+/// An initial-push slot is held at most `--initial-push-hold-ms` from when it was taken: a
+/// proxy that takes the only slot (`--initial-pushes 1`) and then neither reads nor answers
+/// does not keep the next proxy from being served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_proxy_holds_its_initial_push_slot_only_until_the_deadline() {
+    use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
+    let dir = TestDir::new("xds-slot-deadline");
+    let config = dir.subdir("config");
+    write_mesh(&config);
+    let meshflow = Meshflow::start_with_args(
+        &config,
+        dir.path(),
+        &["--initial-pushes", "1", "--initial-push-hold-ms", "500"],
+    );
+    let addr = meshflow.xds_addr();
+    let mut silent = AggregatedDiscoveryServiceClient::connect(format!("http://{addr}"))
+        .await
+        .expect("connect");
+    let (tx, rx) = mpsc::channel(4);
+    tx.send(DeltaDiscoveryRequest {
+        node: Some(node(
+            "sidecar~10.9.7.1~silent-1.default~default.svc.cluster.local",
+            "default",
+            &[],
+        )),
+        type_url: CDS.into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    // Opened, never read, never answered.
+    let _unread = silent
+        .delta_aggregated_resources(ReceiverStream::new(rx))
+        .await
+        .expect("open");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = std::time::Instant::now();
+    let mut next = DeltaClient::connect(
+        addr,
+        node(
+            "sidecar~10.9.7.2~next-1.default~default.svc.cluster.local",
+            "default",
+            &[],
+        ),
+    )
+    .await;
+    next.sync().await;
+    assert!(next.names(CDS).iter().any(|c| c == REVIEWS));
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "served after {:?}",
+        started.elapsed()
+    );
+    drop(tx);
+}

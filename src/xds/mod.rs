@@ -53,10 +53,20 @@ pub(crate) fn wildcard_by_default(t: ResourceType) -> bool {
 /// cannot make the history, the debug port or the log carry megabytes per NACK.
 pub const MAX_NACK_MESSAGE: usize = 4096;
 
-/// `message` cut to [`MAX_NACK_MESSAGE`] bytes at a character boundary, saying so.
+/// `message` cut to [`MAX_NACK_MESSAGE`] bytes at a character boundary, saying so, with
+/// control characters other than newlines and tabs escaped (it reaches terminals through
+/// `proxy-status`, `watch` and the log).
 pub(crate) fn nack_message(message: &str) -> String {
+    let message: String = message
+        .chars()
+        .flat_map(|c| match c {
+            '\n' | '\t' => vec![c],
+            c if c.is_control() => c.escape_default().collect(),
+            c => vec![c],
+        })
+        .collect();
     if message.len() <= MAX_NACK_MESSAGE {
-        return message.to_string();
+        return message;
     }
     let mut end = MAX_NACK_MESSAGE;
     while !message.is_char_boundary(end) {

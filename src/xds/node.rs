@@ -56,6 +56,13 @@ pub fn proxy_from_node(node: Option<&Node>) -> Result<Proxy, InvalidNode> {
     if id.len() > 1024 {
         return Err(InvalidNode("node id is longer than 1024 bytes".into()));
     }
+    // A node id is printed by proxy-status, the log and the debug port: control characters
+    // (a terminal escape sequence) have no place in it.
+    if id.chars().any(char::is_control) {
+        return Err(InvalidNode(format!(
+            "node id {id:?} contains control characters"
+        )));
+    }
     let parts: Vec<&str> = id.split('~').collect();
     let [kind, ip, pod_ns, domain] = parts.as_slice() else {
         return Err(InvalidNode(format!(
@@ -282,5 +289,15 @@ mod tests {
         assert!(err.0.contains("LABELS"), "{err}");
         let err = proxy_from_node(Some(&labels(2, MAX_METADATA_BYTES))).unwrap_err();
         assert!(err.0.contains("bytes"), "{err}");
+    }
+
+    /// A node id with a terminal escape sequence or another control character is refused
+    /// (the error shows it escaped).
+    #[test]
+    fn control_characters_in_node_ids_are_refused() {
+        let id = "sidecar~10.1.2.3~a\u{1b}[2J.default~default.svc.cluster.local";
+        let err = proxy_from_node(Some(&node(id, Struct::default()))).unwrap_err();
+        assert!(err.0.contains("control characters"), "{err}");
+        assert!(!err.0.contains('\u{1b}'), "escaped in the message: {err:?}");
     }
 }

@@ -506,3 +506,12 @@ fn nack_messages_are_bounded() {
     assert!(n.message.len() <= super::MAX_NACK_MESSAGE + 64, "{}", n.message.len());
     assert!(n.message.ends_with("more bytes not kept)"));
 }
+
+/// A NACK's message reaches terminals: control characters but newlines and tabs are escaped.
+#[test]
+fn nack_messages_escape_control_characters() {
+    assert_eq!(
+        super::nack_message("bad\x1b[31m\nline\t2"),
+        "bad\\u{1b}[31m\nline\t2"
+    );
+}

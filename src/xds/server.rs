@@ -29,9 +29,9 @@ use tonic::{Request, Status};
 
 /// Responses buffered per stream before a slow reader holds its task back (and only its).
 const STREAM_BUFFER: usize = 8;
-/// How long a stream may hold its initial-push slot ([`Limits::initial_pushes`]) when its
+/// How long a stream may hold its initial-push slot ([`Limits::initial_pushes`]) by default
 /// client does not answer: after that it goes on without one.
-const WARMUP_HOLD: std::time::Duration = std::time::Duration::from_secs(10);
+pub const WARMUP_HOLD: std::time::Duration = std::time::Duration::from_secs(10);
 /// A stream gives its slot back once everything it was sent is acknowledged and it asked
 /// for nothing more for this long (Envoy asks for EDS and RDS right after it took CDS and
 /// LDS: a slot is not given back in between).
@@ -139,7 +139,7 @@ fn denied(d: Denied) -> Status {
 }
 
 async fn serve_stream<P: Protocol>(
-    first_request_timeout: std::time::Duration,
+    limits: Limits,
     hub: Arc<Hub>,
     auth: Arc<AuthConfig>,
     warmup: Arc<Semaphore>,
@@ -147,6 +147,8 @@ async fn serve_stream<P: Protocol>(
     mut inbound: Streaming<P::Req>,
     tx: mpsc::Sender<Result<Bytes, Status>>,
 ) {
+    let (first_request_timeout, warmup_hold) =
+        (limits.first_request_timeout, limits.initial_push_hold);
     let first = match tokio::time::timeout(first_request_timeout, inbound.message()).await {
         Ok(Ok(Some(m))) => m,
         Ok(Ok(None)) => return,
@@ -227,7 +229,7 @@ async fn serve_stream<P: Protocol>(
         }
         if !warmed && slot.is_none() {
             match warmup.clone().acquire_owned().await {
-                Ok(permit) => slot = Some((permit, tokio::time::Instant::now() + WARMUP_HOLD)),
+                Ok(permit) => slot = Some((permit, tokio::time::Instant::now() + warmup_hold)),
                 Err(_) => warmed = true,
             }
         }
@@ -265,11 +267,28 @@ async fn serve_stream<P: Protocol>(
             hub.record(from, event);
         }
         for r in responses {
-            // Encoded here, one allocation per response, freed once HTTP/2 wrote it.
-            if tx.send(grpc::frame(&r)).await.is_err() {
+            // A client that does not read fills the channel and holds this task here: the
+            // slot's deadline is kept while waiting, so no client can hold a slot longer.
+            let room = match &slot {
+                Some((_, deadline)) => {
+                    let deadline = *deadline;
+                    tokio::select! {
+                        room = tx.reserve() => room,
+                        _ = tokio::time::sleep_until(deadline) => {
+                            slot = None;
+                            warmed = true;
+                            tx.reserve().await
+                        }
+                    }
+                }
+                None => tx.reserve().await,
+            };
+            let Ok(room) = room else {
                 hub.disconnect(&id, stream);
                 return;
-            }
+            };
+            // Encoded here, one allocation per response, freed once HTTP/2 wrote it.
+            room.send(grpc::frame(&r));
         }
         tokio::select! {
             msg = inbound.message() => match msg {
@@ -334,6 +353,9 @@ pub struct Limits {
     /// How long a new stream may take to send its first request: streams that never send
     /// one would otherwise hold `max_streams` slots for ever.
     pub first_request_timeout: std::time::Duration,
+    /// How long a stream may hold an initial-push slot at most, from when it got it: a
+    /// deadline no client behaviour extends (not answering, not reading).
+    pub initial_push_hold: std::time::Duration,
 }
 
 impl Default for Limits {
@@ -344,6 +366,7 @@ impl Default for Limits {
             keepalive_timeout: std::time::Duration::from_secs(20),
             initial_pushes: 100,
             first_request_timeout: std::time::Duration::from_secs(10),
+            initial_push_hold: WARMUP_HOLD,
         }
     }
 }
@@ -402,9 +425,9 @@ impl Ads {
         let (slot, peer) = self.admit(&request)?;
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
         let (hub, auth, warmup) = (self.hub.clone(), self.auth.clone(), self.warmup.clone());
-        let timeout = self.limits.first_request_timeout;
+        let limits = self.limits;
         tokio::spawn(async move {
-            serve_stream::<P>(timeout, hub, auth, warmup, peer, request.into_inner(), tx).await;
+            serve_stream::<P>(limits, hub, auth, warmup, peer, request.into_inner(), tx).await;
             drop(slot);
         });
         Ok(grpc::streaming_response(rx))

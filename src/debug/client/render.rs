@@ -8,6 +8,12 @@ use std::time::Duration;
 /// Aligned columns, two spaces apart; `paint` may wrap a padded cell in colour codes (which
 /// do not count towards the width).
 pub fn table(rows: &[Vec<String>], paint: impl Fn(&str, String) -> String) -> String {
+    // Cells come from proxies and configs: a control character in one must not reach the
+    // terminal as itself.
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| r.iter().map(|c| printable(c)).collect())
+        .collect();
     let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..cols)
         .map(|c| {
@@ -29,6 +35,23 @@ pub fn table(rows: &[Vec<String>], paint: impl Fn(&str, String) -> String) -> St
         out.push('\n');
     }
     out
+}
+
+/// `s` with every control character escaped (`\u{1b}` for ESC).
+pub fn printable(s: &str) -> String {
+    if !s.chars().any(char::is_control) {
+        return s.to_string();
+    }
+    s.chars()
+        .flat_map(|c| {
+            let escaped: Vec<char> = if c.is_control() {
+                c.escape_default().collect()
+            } else {
+                vec![c]
+            };
+            escaped
+        })
+        .collect()
 }
 
 /// `s` in ANSI colour `code` when `color`.
@@ -349,5 +372,17 @@ mod tests {
             watch_event(&e, false),
             "01:02:03.004 epoch 7 RDS push nonce 3 (120 bytes, 3 changes)\n  ~ 80 a -> b\n  + 81 c\n  - 82 d\n"
         );
+    }
+
+    /// A cell with a terminal escape sequence is printed escaped, and aligned as printed.
+    #[test]
+    fn tables_escape_control_characters() {
+        let rows = vec![
+            vec!["ID".to_string(), "CDS".to_string()],
+            vec!["a\x1b[2Jb".to_string(), "SYNCED".to_string()],
+        ];
+        let out = table(&rows, |_, s| s);
+        assert!(!out.contains('\x1b'), "{out:?}");
+        assert_eq!(out, "ID           CDS\na\\u{1b}[2Jb  SYNCED\n");
     }
 }
