@@ -57,6 +57,10 @@ enum Command {
         /// behind something that is not).
         #[arg(long)]
         debug_public: bool,
+        /// Milliseconds a debug-port connection may take to deliver a request's headers (its
+        /// first request, and each HTTP/1 request after); slower ones are closed.
+        #[arg(long, default_value_t = 10_000)]
+        debug_read_timeout_ms: u64,
         /// Timely worker threads.
         #[arg(long, default_value_t = 1)]
         workers: usize,
@@ -208,6 +212,7 @@ fn main() -> ExitCode {
             xds_addr,
             debug_addr,
             debug_public,
+            debug_read_timeout_ms,
             workers,
             engine,
             debounce_ms,
@@ -239,6 +244,7 @@ fn main() -> ExitCode {
                 xds_addr,
                 debug_addr,
                 debug_public,
+                debug_read_timeout: Duration::from_millis(debug_read_timeout_ms),
                 workers,
                 engine,
                 debounce: Duration::from_millis(debounce_ms),

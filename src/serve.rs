@@ -23,6 +23,8 @@ pub struct ServeOptions {
     pub debug_addr: SocketAddr,
     /// Allow the (unauthenticated) debug port on a non-loopback address.
     pub debug_public: bool,
+    /// How long a debug connection may take to deliver a request's headers.
+    pub debug_read_timeout: Duration,
     pub workers: usize,
     pub engine: EngineKind,
     pub debounce: Duration,
@@ -108,9 +110,9 @@ pub async fn serve(opts: ServeOptions) -> Result<(), String> {
         Ok(l) => {
             let addr = l.local_addr().map_err(|e| e.to_string())?;
             tracing::info!(%addr, "debug API listening (gRPC, CSDS, HTTP JSON, /metrics)");
-            let hub = hub.clone();
+            let (hub, read_timeout) = (hub.clone(), opts.debug_read_timeout);
             tokio::spawn(async move {
-                if let Err(e) = crate::debug::serve(hub, l).await {
+                if let Err(e) = crate::debug::serve(hub, l, read_timeout).await {
                     tracing::error!(error = %e, "debug API stopped");
                 }
             });

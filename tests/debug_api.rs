@@ -966,3 +966,49 @@ async fn explain_names_the_inputs_of_each_resource() {
     let (code, body) = get(s.debug, "/debug/explain?resource=route/9080");
     assert_eq!(code, 400, "{body}");
 }
+
+/// The debug port closes connections that do not deliver a whole request in time
+/// (`--debug-read-timeout-ms`): half-sent headers and silent connections alike, while
+/// complete requests (HTTP/1 and gRPC) are served as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn debug_port_closes_half_sent_requests() {
+    use std::io::{Read, Write};
+    let dir = TestDir::new("debug-slowloris");
+    let config = dir.subdir("config");
+    write_mesh(&config);
+    let debug = SocketAddr::from(([127, 0, 0, 1], support::free_port()));
+    let _meshflow = Meshflow::start_with_args(
+        &config,
+        dir.path(),
+        &["--debug-addr", &debug.to_string(), "--debug-read-timeout-ms", "300"],
+    );
+    assert_eq!(get(debug, "/healthz").0, 200);
+    let mut slow: Vec<std::net::TcpStream> = (0..20)
+        .map(|i| {
+            let mut c = std::net::TcpStream::connect(debug).expect("connect");
+            if i % 4 != 0 {
+                c.write_all(b"GET /debug/proxies HTTP/1.1\r\nHost: x\r\n")
+                    .expect("half a request");
+            }
+            c
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(1500));
+    for (i, c) in slow.iter_mut().enumerate() {
+        c.set_read_timeout(Some(Duration::from_secs(3))).expect("timeout");
+        let mut buf = [0u8; 512];
+        match c.read(&mut buf) {
+            // Closed (possibly after hyper's 408 answer to half-sent headers).
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+            Err(e) => panic!("connection {i} still open after the timeout: {e}"),
+        }
+    }
+    assert_eq!(get(debug, "/healthz").0, 200, "whole requests are still served");
+    let mut csds = csds(debug).await;
+    let answer = csds
+        .fetch_client_status(ClientStatusRequest::default())
+        .await
+        .expect("gRPC is still served");
+    assert!(answer.into_inner().config.is_empty(), "no proxy connected");
+}

@@ -70,15 +70,55 @@ async fn not_found() -> (axum::http::StatusCode, &'static str) {
 }
 
 /// Serves the debug port on `listener` until the process ends: HTTP/2 (gRPC) and HTTP/1.1
-/// (JSON, metrics) on the same connections' listener.
+/// (JSON, metrics) on the same listener. A connection must deliver its first request within
+/// `read_timeout`, and every later HTTP/1 request's headers within it too: half-sent requests
+/// (a slow-loris client) are closed, not kept open for ever.
 pub async fn serve(
     hub: Arc<Hub>,
     listener: tokio::net::TcpListener,
-) -> Result<(), tonic::transport::Error> {
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-    tonic::transport::Server::builder()
-        .accept_http1(true)
-        .add_routes(tonic::service::Routes::from(router(hub)))
-        .serve_with_incoming(incoming)
-        .await
+    read_timeout: std::time::Duration,
+) -> std::io::Result<()> {
+    let app = router(hub);
+    loop {
+        let tcp = match listener.accept().await {
+            Ok((tcp, _)) => tcp,
+            Err(e) => {
+                // Out of file descriptors, say: wait rather than spin, and go on.
+                tracing::warn!(error = %e, "debug port: accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        tokio::spawn(connection(tcp, app.clone(), read_timeout));
+    }
+}
+
+/// One connection of the debug port (see [`serve`]).
+async fn connection(tcp: tokio::net::TcpStream, app: axum::Router, read_timeout: std::time::Duration) {
+    use hyper::service::Service as _;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let asked = Arc::new(AtomicBool::new(false));
+    let seen = asked.clone();
+    let app = hyper_util::service::TowerToHyperService::new(app);
+    let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+        seen.store(true, Ordering::Relaxed);
+        app.call(req)
+    });
+    let mut builder =
+        hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+    builder
+        .http1()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(read_timeout);
+    let conn =
+        builder.serve_connection_with_upgrades(hyper_util::rt::TokioIo::new(tcp), service);
+    tokio::pin!(conn);
+    tokio::select! {
+        _ = conn.as_mut() => return,
+        _ = tokio::time::sleep(read_timeout) => {}
+    }
+    if !asked.load(Ordering::Relaxed) {
+        return; // no whole request in time: dropping the connection closes it
+    }
+    let _ = conn.await;
 }
