@@ -1250,3 +1250,31 @@ fn api_version_typo_keeps_the_last_valid_version() {
         assert_no_errors(&src.rescan());
     }
 }
+
+/// Two links to the directory itself (`a -> .`, `b -> .`): each real directory is read
+/// once, so the objects are read once (no duplicate-object errors) and the rescan ends at
+/// once; each link not followed is reported once, and removing them clears the report.
+#[test]
+fn symlink_loops_are_followed_once_and_reported() {
+    let dir = test_dir("symlink_loops");
+    write(&dir.join("routing.yaml"), ROUTING);
+    let mut src = source(&dir);
+    let clean = src.rescan();
+    assert_no_errors(&clean);
+    for link in ["a", "b"] {
+        std::os::unix::fs::symlink(".", dir.join(link)).expect("symlink");
+    }
+    let started = std::time::Instant::now();
+    let looped = src.rescan();
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    assert!(looped.changes.is_empty(), "{:#?}", looped.changes);
+    assert_eq!(looped.errors.len(), 2, "{:#?}", looped.errors);
+    assert!(looped.errors.iter().all(|e| e.contains("not followed")));
+    // A fresh source over the looped directory reads each object once.
+    let fresh = source(&dir).rescan();
+    assert_eq!(fresh.changes, clean.changes);
+    for link in ["a", "b"] {
+        std::fs::remove_file(dir.join(link)).expect("unlink");
+    }
+    assert_no_errors(&src.rescan());
+}

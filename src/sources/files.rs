@@ -37,6 +37,8 @@ pub struct FileSource {
     objects: ObjectSet,
     /// Objects defined in more than one file: the later files' copies are ignored.
     duplicates: Vec<String>,
+    /// Links to directories already read, found by the last full rescan.
+    loops: Vec<String>,
     /// Per object, the number of files defining it (to know when a rescan may be applied
     /// file by file: when no object is defined twice).
     defined_in: HashMap<ConfigKey, usize>,
@@ -93,12 +95,38 @@ fn hash_bytes(b: &[u8]) -> u64 {
     xxhash_rust::xxh3::xxh3_64(b)
 }
 
-fn yaml_files(dir: &Path, out: &mut Vec<PathBuf>, dirs: &mut Vec<PathBuf>) {
+/// What one listing of the directory found.
+#[derive(Default)]
+struct Listing {
+    files: Vec<PathBuf>,
+    dirs: Vec<PathBuf>,
+    /// Each real directory (device, inode) once: a symlink to a directory already listed (a
+    /// loop such as `a -> .`, or a second link) is not followed again.
+    seen: std::collections::HashSet<(u64, u64)>,
+    /// One line per link not followed.
+    loops: Vec<String>,
+}
+
+fn yaml_files(dir: &Path, listing: &mut Listing) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::metadata(dir) else {
+        return;
+    };
+    if !listing.seen.insert((meta.dev(), meta.ino())) {
+        listing.loops.push(format!(
+            "{}: a link to a directory already read (a symlink loop, or a second link); not followed",
+            dir.display()
+        ));
+        return;
+    }
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
-    dirs.push(dir.to_path_buf());
-    for e in entries.flatten() {
+    listing.dirs.push(dir.to_path_buf());
+    let mut entries: Vec<_> = entries.flatten().collect();
+    // Sorted, so the first link to a directory is the one followed, on every rescan.
+    entries.sort_by_key(|e| e.file_name());
+    for e in entries {
         let path = e.path();
         let name = e.file_name();
         if name.to_string_lossy().starts_with('.') {
@@ -109,12 +137,12 @@ fn yaml_files(dir: &Path, out: &mut Vec<PathBuf>, dirs: &mut Vec<PathBuf>) {
             continue;
         };
         if meta.is_dir() {
-            yaml_files(&path, out, dirs);
+            yaml_files(&path, listing);
         } else if matches!(
             path.extension().and_then(|x| x.to_str()),
             Some("yaml" | "yml")
         ) {
-            out.push(path);
+            listing.files.push(path);
         }
     }
 }
@@ -127,6 +155,7 @@ impl FileSource {
             files: BTreeMap::new(),
             objects: ObjectSet::default(),
             duplicates: Vec::new(),
+            loops: Vec::new(),
             defined_in: HashMap::new(),
             dirs: Default::default(),
         }
@@ -138,11 +167,12 @@ impl FileSource {
 
     /// Re-reads the directory and returns the record changes since the previous rescan.
     pub fn rescan(&mut self) -> Rescan {
-        let mut paths = Vec::new();
-        let mut dirs = Vec::new();
-        yaml_files(&self.dir, &mut paths, &mut dirs);
+        let mut listing = Listing::default();
+        yaml_files(&self.dir, &mut listing);
+        let mut paths = listing.files;
         paths.sort();
-        self.dirs = dirs.into_iter().collect();
+        self.dirs = listing.dirs.into_iter().collect();
+        self.loops = listing.loops;
         let mut old_files = std::mem::take(&mut self.files);
         let mut next: BTreeMap<PathBuf, FileState> = BTreeMap::new();
         // Files whose objects may have changed, with their objects before.
@@ -387,6 +417,7 @@ impl FileSource {
             .flat_map(|f| f.errors.iter().map(|e| e.to_string()))
             .collect();
         out.extend(self.duplicates.iter().cloned());
+        out.extend(self.loops.iter().cloned());
         out
     }
 }
