@@ -1278,3 +1278,29 @@ fn symlink_loops_are_followed_once_and_reported() {
     }
     assert_no_errors(&src.rescan());
 }
+
+/// A file over 16 MiB is not read: an error names it, and what it held stays in effect.
+#[test]
+fn oversized_file_is_not_read_and_keeps_its_objects() {
+    let dir = test_dir("oversized_file");
+    let file = dir.join("routing.yaml");
+    write(&file, ROUTING);
+    let mut src = source(&dir);
+    assert_no_errors(&src.rescan());
+    let mut huge = String::from(ROUTING);
+    huge.push_str(&format!("# {}\n", "x".repeat(17 * 1024 * 1024)));
+    write(&file, &huge);
+    let scan = src.rescan();
+    assert!(scan.changes.is_empty(), "{:#?}", scan.changes);
+    assert_eq!(scan.errors.len(), 1, "{:#?}", scan.errors);
+    assert!(
+        scan.errors[0].starts_with(&format!("{}:1:", file.display()))
+            && scan.errors[0].contains("not read"),
+        "{}",
+        scan.errors[0]
+    );
+    write(&file, ROUTING);
+    let back = src.rescan();
+    assert!(back.changes.is_empty(), "{:#?}", back.changes);
+    assert_no_errors(&back);
+}

@@ -112,8 +112,53 @@ pub fn parse_file(path: &Path, text: &str, mesh: &MeshConfig) -> FileContents {
     out
 }
 
+/// Deepest nesting of flow collections (`[`, `{`) a document may have: Kubernetes objects
+/// nest a dozen levels; a hundred thousand made the YAML parser take seconds per document.
+pub const MAX_NESTING: usize = 64;
+/// Largest document read.
+pub const MAX_DOCUMENT_BYTES: usize = 4 * 1024 * 1024;
+
+/// The deepest `[`/`{` nesting of a YAML document, outside quoted strings and comments.
+fn flow_nesting(doc: &str) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    for line in doc.lines() {
+        let mut quote: Option<char> = None;
+        for c in line.chars() {
+            match (quote, c) {
+                (Some(q), c) if c == q => quote = None,
+                (Some(_), _) => {}
+                (None, '"' | '\'') => quote = Some(c),
+                (None, '#') => break,
+                (None, '[' | '{') => {
+                    depth += 1;
+                    deepest = deepest.max(depth);
+                }
+                (None, ']' | '}') => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+        }
+    }
+    deepest
+}
+
 /// Parses one YAML document into an object's records.
 pub fn parse_document(doc: &str, mesh: &MeshConfig) -> Result<Option<Parsed>, Invalid> {
+    if doc.len() > MAX_DOCUMENT_BYTES {
+        return Err(Invalid::field(
+            "",
+            format!(
+                "the document is {} bytes, more than {MAX_DOCUMENT_BYTES}",
+                doc.len()
+            ),
+        ));
+    }
+    let nesting = flow_nesting(doc);
+    if nesting > MAX_NESTING {
+        return Err(Invalid::field(
+            "",
+            format!("the document nests {nesting} levels deep, more than {MAX_NESTING}"),
+        ));
+    }
     let value: serde_yaml_ng::Value = serde_yaml_ng::from_str(doc).map_err(|e| {
         let at = e
             .location()

@@ -135,3 +135,16 @@ fn mistyped_api_versions_are_errors_and_other_apis_are_skipped() {
         .unwrap()
         .is_some());
 }
+
+/// Pathological nesting is refused before the YAML parser sees it (it took seconds per
+/// document); strings and comments with brackets are not nesting.
+#[test]
+fn deep_nesting_is_refused_at_once() {
+    let doc = format!("a: {}\n", "[".repeat(100_000));
+    let started = std::time::Instant::now();
+    let err = parse_document(&doc, &mesh()).unwrap_err();
+    assert!(started.elapsed() < std::time::Duration::from_secs(1));
+    assert!(err.message.contains("100000 levels"), "{}", err.message);
+    let fine = "apiVersion: v1\nkind: Service\nmetadata: {name: s, annotations: {note: \"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\"}}\n# [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\nspec: {ports: [{port: 80}]}\n";
+    assert!(parse_document(fine, &mesh()).unwrap().is_some());
+}

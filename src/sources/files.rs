@@ -50,6 +50,9 @@ pub struct FileSource {
 /// them, and every problem currently found in the directory.
 pub use super::Report as Rescan;
 
+/// Largest config file read (a Kubernetes object is at most 1.5 MiB in etcd).
+const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
+
 /// A file not modified for this long before it was read is not re-read while its metadata
 /// is unchanged. Younger files are always re-read: file timestamps come from a coarse clock,
 /// so two writes close together may leave the same metadata (the "racy git" problem).
@@ -253,6 +256,27 @@ impl FileSource {
             }
             other => other,
         };
+        if let Some(len) = meta.map(|m| m.len).filter(|l| *l > MAX_FILE_BYTES) {
+            // Not read at all; what the file held before stays in effect.
+            let objects = old.map(|o| o.objects).unwrap_or_default();
+            let invalid = Invalid::field(
+                "",
+                format!("the file is {len} bytes, more than {MAX_FILE_BYTES}; not read"),
+            );
+            let errors = vec![DocError {
+                file: path.clone(),
+                line: 1,
+                invalid,
+            }];
+            let state = FileState {
+                stable: None,
+                hash: 0,
+                objects,
+                errors,
+            };
+            next.insert(path, state);
+            return;
+        }
         let read_at = now_ns();
         let Ok(bytes) = std::fs::read(&path) else {
             // Vanished between listing and reading, or unreadable: keep what it held
