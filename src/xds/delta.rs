@@ -4,7 +4,7 @@
 
 use crate::hub::view::ProxyView;
 use super::{
-    nack_message, resource_type, wildcard_by_default, Events, Feedback, Nack, Nonces, ProtocolError, Push,
+    nack_message, resource_type, shown, wildcard_by_default, Events, Feedback, Nack, Nonces, ProtocolError, Push,
     Subscription, MAX_NAMES,
 };
 use dataflows::materialize::{Name, Stamp};
@@ -165,6 +165,14 @@ impl DeltaStream {
                 }),
             }
         }
+        let added = req
+            .resource_names_subscribe
+            .iter()
+            .filter(|n| *n != "*" && !st.names.contains(n.as_str()))
+            .count();
+        if st.names.len() + added > MAX_NAMES {
+            return Err(ProtocolError::TooManySubscribed(st.names.len() + added));
+        }
         for n in &req.resource_names_subscribe {
             if n == "*" {
                 st.wildcard = true;
@@ -218,11 +226,7 @@ impl DeltaStream {
             .map(|(t, st)| Subscription {
                 rtype: Some(*t),
                 wildcard: st.wildcard,
-                names: {
-                    let mut names: Vec<String> = st.names.iter().map(|n| n.to_string()).collect();
-                    names.sort();
-                    names
-                },
+                names: shown(st.names.iter().map(|n| n.to_string()).collect()),
             })
             .collect()
     }

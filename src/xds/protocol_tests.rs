@@ -515,3 +515,22 @@ fn nack_messages_escape_control_characters() {
         "bad\\u{1b}[31m\nline\t2"
     );
 }
+
+/// A Delta stream's subscriptions to one type are bounded across requests, not only per
+/// request; the debug port is shown at most `SHOWN_NAMES` of them and a count of the rest.
+#[test]
+fn delta_subscriptions_are_bounded_per_stream() {
+    let mut s = DeltaStream::default();
+    let subscribe = |from: usize, n: usize| DeltaDiscoveryRequest {
+        type_url: ResourceType::Endpoint.type_url().into(),
+        resource_names_subscribe: (from..from + n).map(|i| format!("c{i}")).collect(),
+        ..Default::default()
+    };
+    s.on_request_unshared(&subscribe(0, 60_000)).unwrap();
+    s.on_request_unshared(&subscribe(0, 60_000)).unwrap(); // the same names again
+    let shown = &s.subscriptions()[0].names;
+    assert_eq!(shown.len(), super::SHOWN_NAMES + 1);
+    assert_eq!(shown.last().map(String::as_str), Some("… and 59000 more"));
+    let err = s.on_request_unshared(&subscribe(60_000, 40_001)).unwrap_err();
+    assert_eq!(err, super::ProtocolError::TooManySubscribed(100_001));
+}

@@ -5,7 +5,7 @@
 
 use crate::hub::view::ProxyView;
 use super::{
-    nack_message, resource_type, wildcard_by_default, Events, Feedback, Nack, Nonces, ProtocolError, Push,
+    nack_message, resource_type, shown, wildcard_by_default, Events, Feedback, Nack, Nonces, ProtocolError, Push,
     Subscription, MAX_NAMES,
 };
 use dataflows::materialize::Name;
@@ -112,7 +112,7 @@ impl SotwStream {
             .map(|(t, st)| Subscription {
                 rtype: Some(*t),
                 wildcard: st.wildcard,
-                names: st.names.iter().cloned().collect(),
+                names: shown(st.names.iter().cloned().collect()),
             })
             .collect()
     }
