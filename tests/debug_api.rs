@@ -980,7 +980,12 @@ async fn debug_port_closes_half_sent_requests() {
     let _meshflow = Meshflow::start_with_args(
         &config,
         dir.path(),
-        &["--debug-addr", &debug.to_string(), "--debug-read-timeout-ms", "300"],
+        &[
+            "--debug-addr",
+            &debug.to_string(),
+            "--debug-read-timeout-ms",
+            "300",
+        ],
     );
     assert_eq!(get(debug, "/healthz").0, 200);
     let mut slow: Vec<std::net::TcpStream> = (0..20)
@@ -995,7 +1000,8 @@ async fn debug_port_closes_half_sent_requests() {
         .collect();
     std::thread::sleep(Duration::from_millis(1500));
     for (i, c) in slow.iter_mut().enumerate() {
-        c.set_read_timeout(Some(Duration::from_secs(3))).expect("timeout");
+        c.set_read_timeout(Some(Duration::from_secs(3)))
+            .expect("timeout");
         let mut buf = [0u8; 512];
         match c.read(&mut buf) {
             // Closed (possibly after hyper's 408 answer to half-sent headers).
@@ -1004,7 +1010,11 @@ async fn debug_port_closes_half_sent_requests() {
             Err(e) => panic!("connection {i} still open after the timeout: {e}"),
         }
     }
-    assert_eq!(get(debug, "/healthz").0, 200, "whole requests are still served");
+    assert_eq!(
+        get(debug, "/healthz").0,
+        200,
+        "whole requests are still served"
+    );
     let mut csds = csds(debug).await;
     let answer = csds
         .fetch_client_status(ClientStatusRequest::default())

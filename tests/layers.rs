@@ -20,7 +20,14 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("debug", &["hub", "input", "engine"]),
     (
         "bench",
-        &["engine", "input", "config", "sources", "xds", "async_runtime"],
+        &[
+            "engine",
+            "input",
+            "config",
+            "sources",
+            "xds",
+            "async_runtime",
+        ],
     ),
 ];
 
@@ -148,7 +155,11 @@ fn top_level_modules_import_only_lower_layers_and_never_in_a_circle() {
         "imports against the layering:\n{}",
         wrong.join("\n")
     );
-    assert_eq!(cycle(&graph), None, "an import circle among top-level modules");
+    assert_eq!(
+        cycle(&graph),
+        None,
+        "an import circle among top-level modules"
+    );
     // The check itself sees imports: the hub is imported by the runtime, xds and debug.
     for m in ["runtime", "xds", "debug"] {
         assert!(graph[m].contains("hub"), "{m} → hub not seen: {graph:?}");
@@ -174,7 +185,10 @@ fn bench_files_import_each_other_without_a_circle() {
         }
         let code = code(f);
         let mut deps = referenced(&code, "super::");
-        deps.extend(referenced(&code.replace("crate::bench::", "super::"), "super::"));
+        deps.extend(referenced(
+            &code.replace("crate::bench::", "super::"),
+            "super::",
+        ));
         deps.retain(|d| *d != name && *d != "mod");
         graph.insert(name, deps);
     }

@@ -550,7 +550,12 @@ async fn silent_streams_time_out_and_free_their_slots() {
     let (_keep2, mut r2) = sotw_stream(addr).await;
     for rx in [&mut r1, &mut r2] {
         let err = refusal(rx, "a silent stream").await;
-        assert_eq!(err.code(), tonic::Code::DeadlineExceeded, "{}", err.message());
+        assert_eq!(
+            err.code(),
+            tonic::Code::DeadlineExceeded,
+            "{}",
+            err.message()
+        );
     }
     let mut a = DeltaClient::connect(
         addr,
@@ -583,7 +588,10 @@ fn serve_starts_with_default_flags() {
     let stderr = child.stderr.take().expect("stderr");
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
             if tx.send(line).is_err() {
                 break;
             }
@@ -620,11 +628,12 @@ async fn malformed_requests_get_invalid_argument() {
         version_info: Vec<u8>,
     }
     let (_dir, _config, meshflow) = setup("xds-malformed").await;
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", meshflow.xds_addr()))
-        .expect("endpoint")
-        .connect()
-        .await
-        .expect("connect");
+    let channel =
+        tonic::transport::Endpoint::from_shared(format!("http://{}", meshflow.xds_addr()))
+            .expect("endpoint")
+            .connect()
+            .await
+            .expect("connect");
     let mut grpc = tonic::client::Grpc::new(channel);
     grpc.ready().await.expect("ready");
     let path = tonic::codegen::http::uri::PathAndQuery::from_static(
@@ -640,8 +649,17 @@ async fn malformed_requests_get_invalid_argument() {
         .expect("opened")
         .into_inner();
     let err = refusal(&mut stream, "a malformed request").await;
-    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{}", err.message());
-    assert!(err.message().contains("unreadable request"), "{}", err.message());
+    assert_eq!(
+        err.code(),
+        tonic::Code::InvalidArgument,
+        "{}",
+        err.message()
+    );
+    assert!(
+        err.message().contains("unreadable request"),
+        "{}",
+        err.message()
+    );
 }
 
 /// A node whose LABELS metadata is over the bound (here 4,000 labels, a 70 KB request) is
@@ -652,7 +670,10 @@ async fn oversized_node_metadata_is_refused() {
     let labels: Vec<(String, String)> = (0..4000)
         .map(|i| (format!("label-{i}"), format!("value-{i}")))
         .collect();
-    let labels: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let labels: Vec<(&str, &str)> = labels
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
     let (tx, mut rx) = sotw_stream(meshflow.xds_addr()).await;
     tx.send(DiscoveryRequest {
         node: Some(node(
@@ -666,7 +687,12 @@ async fn oversized_node_metadata_is_refused() {
     .await
     .unwrap();
     let err = refusal(&mut rx, "4,000 labels").await;
-    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{}", err.message());
+    assert_eq!(
+        err.code(),
+        tonic::Code::InvalidArgument,
+        "{}",
+        err.message()
+    );
     assert!(err.message().contains("LABELS"), "{}", err.message());
 }
 
@@ -678,7 +704,14 @@ fn debug_port_off_loopback_needs_debug_public() {
     let config = dir.subdir("config");
     write_mesh(&config);
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_meshflow"))
-        .args(["serve", "--xds-addr", "127.0.0.1:0", "--debug-addr", "0.0.0.0:0", "--config-dir"])
+        .args([
+            "serve",
+            "--xds-addr",
+            "127.0.0.1:0",
+            "--debug-addr",
+            "0.0.0.0:0",
+            "--config-dir",
+        ])
         .arg(&config)
         .output()
         .expect("run meshflow");

@@ -295,7 +295,13 @@ fn api_version_mistake(api_version: &str, kind: &str) -> Option<(Kind, String)> 
     }
     let expected: Vec<String> = versions
         .iter()
-        .map(|v| if group.is_empty() { v.to_string() } else { format!("{group}/{v}") })
+        .map(|v| {
+            if group.is_empty() {
+                v.to_string()
+            } else {
+                format!("{group}/{v}")
+            }
+        })
         .collect();
     let why = match version {
         None => "has no version".to_string(),

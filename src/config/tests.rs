@@ -94,7 +94,11 @@ fn decoded_objects_parse_like_documents() {
         err.object,
         Some(ConfigKey::new(Kind::VirtualService, "ns1", "r"))
     );
-    assert!(err.field.starts_with("spec.http[0].route[0]"), "{}", err.field);
+    assert!(
+        err.field.starts_with("spec.http[0].route[0]"),
+        "{}",
+        err.field
+    );
 }
 
 /// A kind meshflow reads under a mistyped apiVersion is an error naming the object and the
@@ -121,9 +125,13 @@ fn mistyped_api_versions_are_errors_and_other_apis_are_skipped() {
         );
         assert!(err.message.contains(api), "{api}: {}", err.message);
     }
-    let svc = "apiVersion: apps/v1\nkind: Service\nmetadata: {name: s}\nspec: {ports: [{port: 80}]}\n";
+    let svc =
+        "apiVersion: apps/v1\nkind: Service\nmetadata: {name: s}\nspec: {ports: [{port: 80}]}\n";
     let err = parse_document(svc, &mesh()).unwrap_err();
-    assert_eq!(err.object, Some(ConfigKey::new(Kind::Service, "default", "s")));
+    assert_eq!(
+        err.object,
+        Some(ConfigKey::new(Kind::Service, "default", "s"))
+    );
     assert!(err.message.contains("is read as v1"), "{}", err.message);
     for other in [
         "apiVersion: serving.knative.dev/v1\nkind: Service\nmetadata: {name: s}\n",

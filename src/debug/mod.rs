@@ -94,7 +94,11 @@ pub async fn serve(
 }
 
 /// One connection of the debug port (see [`serve`]).
-async fn connection(tcp: tokio::net::TcpStream, app: axum::Router, read_timeout: std::time::Duration) {
+async fn connection(
+    tcp: tokio::net::TcpStream,
+    app: axum::Router,
+    read_timeout: std::time::Duration,
+) {
     use hyper::service::Service as _;
     use std::sync::atomic::{AtomicBool, Ordering};
     let asked = Arc::new(AtomicBool::new(false));
@@ -110,8 +114,7 @@ async fn connection(tcp: tokio::net::TcpStream, app: axum::Router, read_timeout:
         .http1()
         .timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(read_timeout);
-    let conn =
-        builder.serve_connection_with_upgrades(hyper_util::rt::TokioIo::new(tcp), service);
+    let conn = builder.serve_connection_with_upgrades(hyper_util::rt::TokioIo::new(tcp), service);
     tokio::pin!(conn);
     tokio::select! {
         _ = conn.as_mut() => return,

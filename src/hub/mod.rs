@@ -166,7 +166,8 @@ impl Hub {
             // A new session: what the previous streams sent and had acknowledged is gone.
             entry.sync = Default::default();
             if self.inputs.send(Input::ProxyUp(proxy)).is_err() {
-                self.health.fail("the runtime stopped: proxies can no longer be computed");
+                self.health
+                    .fail("the runtime stopped: proxies can no longer be computed");
             }
         }
         Ok(entry.notify.clone())

@@ -9,9 +9,9 @@
 //! that turns invalid keeps its previous version in effect, and a file with a document
 //! too broken to identify keeps every object it held before.
 
-use crate::config::{parse_file, DocError, Invalid};
 use super::objects::{Object, ObjectSet};
 use super::{Sink, Source};
+use crate::config::{parse_file, DocError, Invalid};
 use crate::input::SourceName;
 use dataflows::model::{ConfigKey, MeshConfig, Record};
 use std::collections::{BTreeMap, HashMap};
@@ -391,9 +391,11 @@ impl FileSource {
             }
             for (path, _) in &changed {
                 if let Some(now) = self.files.get(path) {
-                    updates.extend(now.objects.iter().map(|(k, records)| {
-                        (k.clone(), Some(object(path, records)))
-                    }));
+                    updates.extend(
+                        now.objects
+                            .iter()
+                            .map(|(k, records)| (k.clone(), Some(object(path, records)))),
+                    );
                 }
             }
             self.objects.update(updates)

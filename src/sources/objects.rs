@@ -189,24 +189,21 @@ mod tests {
         let (a, ra) = sidecar("a", "x");
         let (b, rb) = sidecar("b", "x");
         let (c, rc) = sidecar("c", "x");
-        set.update([
-            (a.clone(), object(&ra, "k")),
-            (b.clone(), object(&rb, "k")),
-        ]);
+        set.update([(a.clone(), object(&ra, "k")), (b.clone(), object(&rb, "k"))]);
         let all = HashMap::from([
             (a.clone(), object(&ra, "k").unwrap()),
             (c.clone(), object(&rc, "k").unwrap()),
         ]);
         let d = set.replace_all(all);
         assert_eq!(d.changes, vec![(rb, -1), (rc, 1)]);
-        let ops: Vec<(String, ChangeOp)> = d
-            .described
-            .iter()
-            .map(|c| (c.name.clone(), c.op))
-            .collect();
+        let ops: Vec<(String, ChangeOp)> =
+            d.described.iter().map(|c| (c.name.clone(), c.op)).collect();
         assert_eq!(
             ops,
-            vec![("b".into(), ChangeOp::Delete), ("c".into(), ChangeOp::Insert)]
+            vec![
+                ("b".into(), ChangeOp::Delete),
+                ("c".into(), ChangeOp::Insert)
+            ]
         );
         assert_eq!(set.len(), 2);
         assert!(set.get(&a).is_some() && set.get(&b).is_none());

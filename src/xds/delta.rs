@@ -2,11 +2,11 @@
 //! the client holds (from `initial_resource_versions` and what was sent), one response in
 //! flight per type, ACK/NACK. It reads a [`ProxyView`] and produces responses; it does no I/O.
 
-use crate::hub::view::ProxyView;
 use super::{
-    nack_message, resource_type, shown, wildcard_by_default, Events, Feedback, Nack, Nonces, ProtocolError, Push,
-    Subscription, MAX_NAMES,
+    nack_message, resource_type, shown, wildcard_by_default, Events, Feedback, Nack, Nonces,
+    ProtocolError, Push, Subscription, MAX_NAMES,
 };
+use crate::hub::view::ProxyView;
 use dataflows::materialize::{Name, Stamp};
 use dataflows::model::ResourceType;
 use envoy_types::pb::envoy::service::discovery::v3::{
@@ -202,7 +202,10 @@ impl DeltaStream {
 
     /// [`DeltaStream::on_request`] with names of its own (tests without a hub).
     #[cfg(test)]
-    pub fn on_request_unshared(&mut self, req: &DeltaDiscoveryRequest) -> Result<(), ProtocolError> {
+    pub fn on_request_unshared(
+        &mut self,
+        req: &DeltaDiscoveryRequest,
+    ) -> Result<(), ProtocolError> {
         self.on_request(req, &|n| Name::from(n))
     }
 

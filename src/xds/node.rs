@@ -136,8 +136,14 @@ fn namespace(
     metadata: Option<String>,
 ) -> Result<String, InvalidNode> {
     let stated = [
-        ("the id's POD.NAMESPACE", pod_ns.split_once('.').map(|(_, ns)| ns.to_string())),
-        ("the id's NAMESPACE.svc domain", domain.split_once('.').map(|(ns, _)| ns.to_string())),
+        (
+            "the id's POD.NAMESPACE",
+            pod_ns.split_once('.').map(|(_, ns)| ns.to_string()),
+        ),
+        (
+            "the id's NAMESPACE.svc domain",
+            domain.split_once('.').map(|(ns, _)| ns.to_string()),
+        ),
         ("the NAMESPACE metadata", metadata),
     ];
     let mut found: Option<(&str, String)> = None;
@@ -249,7 +255,10 @@ mod tests {
             evil.clone(),
         )))
         .unwrap_err();
-        assert!(err.0.contains("\"default\"") && err.0.contains("\"evil\""), "{err}");
+        assert!(
+            err.0.contains("\"default\"") && err.0.contains("\"evil\""),
+            "{err}"
+        );
         let err = proxy_from_node(Some(&node(
             "sidecar~10.1.2.3~sleep-1.default~evil.svc.cluster.local",
             Struct::default(),

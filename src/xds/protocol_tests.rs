@@ -4,8 +4,8 @@ use super::delta::DeltaStream;
 use super::sotw::SotwStream;
 use super::{Feedback, StreamEvent};
 use crate::hub::view::{Bodies, ProxyView};
-use dataflows::materialize::Materialized;
 use dataflows::driver::EpochOutput;
+use dataflows::materialize::Materialized;
 use dataflows::model::{Resource, ResourceType};
 use envoy_types::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DiscoveryRequest};
 use envoy_types::pb::google::rpc::Status as RpcStatus;
@@ -405,7 +405,10 @@ fn delta_ignores_answers_to_unknown_nonces() {
         ..Default::default()
     })
     .unwrap();
-    assert!(matches!(&feedback_of(s.events.take(None))[..], [Feedback::Ack { .. }]));
+    assert!(matches!(
+        &feedback_of(s.events.take(None))[..],
+        [Feedback::Ack { .. }]
+    ));
 }
 
 /// Nonces differ per stream and do not start from a guessable counter.
@@ -420,7 +423,9 @@ fn nonces_are_not_guessable() {
             ..Default::default()
         })
         .unwrap();
-        hub.with_view(ID, |v| s.pending(v)).unwrap()[0].nonce.clone()
+        hub.with_view(ID, |v| s.pending(v)).unwrap()[0]
+            .nonce
+            .clone()
     };
     let (a, b) = (first(), first());
     assert_ne!(a, b);
@@ -503,7 +508,11 @@ fn nack_messages_are_bounded() {
     let [Feedback::Nack(n)] = &fb[..] else {
         panic!("{fb:?}")
     };
-    assert!(n.message.len() <= super::MAX_NACK_MESSAGE + 64, "{}", n.message.len());
+    assert!(
+        n.message.len() <= super::MAX_NACK_MESSAGE + 64,
+        "{}",
+        n.message.len()
+    );
     assert!(n.message.ends_with("more bytes not kept)"));
 }
 
@@ -531,6 +540,8 @@ fn delta_subscriptions_are_bounded_per_stream() {
     let shown = &s.subscriptions()[0].names;
     assert_eq!(shown.len(), super::SHOWN_NAMES + 1);
     assert_eq!(shown.last().map(String::as_str), Some("… and 59000 more"));
-    let err = s.on_request_unshared(&subscribe(60_000, 40_001)).unwrap_err();
+    let err = s
+        .on_request_unshared(&subscribe(60_000, 40_001))
+        .unwrap_err();
     assert_eq!(err, super::ProtocolError::TooManySubscribed(100_001));
 }

@@ -315,7 +315,9 @@ async fn refuse_unreadable(tx: &mpsc::Sender<Result<Bytes, Status>>, proxy: &str
     let status = match e.code() {
         // tonic reports a protobuf that does not decode as INTERNAL, a frame over the
         // limit as OUT_OF_RANGE: both are the client's doing.
-        tonic::Code::Internal => Status::invalid_argument(format!("unreadable request: {}", e.message())),
+        tonic::Code::Internal => {
+            Status::invalid_argument(format!("unreadable request: {}", e.message()))
+        }
         tonic::Code::OutOfRange => Status::resource_exhausted(format!(
             "request over {MAX_MESSAGE_BYTES} bytes: {}",
             e.message()

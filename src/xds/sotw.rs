@@ -3,11 +3,11 @@
 //! them when the subscription changes). Stale nonces are ignored; one response in flight
 //! per type; a NACK is recorded and the rejected version is not resent.
 
-use crate::hub::view::ProxyView;
 use super::{
-    nack_message, resource_type, shown, wildcard_by_default, Events, Feedback, Nack, Nonces, ProtocolError, Push,
-    Subscription, MAX_NAMES,
+    nack_message, resource_type, shown, wildcard_by_default, Events, Feedback, Nack, Nonces,
+    ProtocolError, Push, Subscription, MAX_NAMES,
 };
+use crate::hub::view::ProxyView;
 use dataflows::materialize::Name;
 use dataflows::model::ResourceType;
 use envoy_types::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};

@@ -46,7 +46,9 @@ fn candidates<'s, T: differential_dataflow::ExchangeData>(
 ) -> Coll<'s, (ProxyId, (T, Proxy))> {
     by_label(proxies.clone(), with_ns)
         .join_map(by_first_label, |_, id, t| (id.clone(), t.clone()))
-        .join_map(proxies.clone(), |id, t, p| (id.clone(), (t.clone(), p.clone())))
+        .join_map(proxies.clone(), |id, t, p| {
+            (id.clone(), (t.clone(), p.clone()))
+        })
 }
 
 /// The Sidecar resource in effect, lowest rank first: one selecting the proxy (0),
@@ -68,9 +70,10 @@ fn sidecar_scopes<'s>(
         first.map(|(k, v)| ((sc.key.namespace.clone(), k, v), sc))
     });
     let root_s = root.to_string();
-    let cand_sel = candidates(&sidecar_proxies, true, sc_by_first_label).flat_map(
-        move |(id, (sc, p))| rules::sidecar_rank(&sc, &p, &root_s).map(|r| (id, (r, sc.key))),
-    );
+    let cand_sel =
+        candidates(&sidecar_proxies, true, sc_by_first_label).flat_map(move |(id, (sc, p))| {
+            rules::sidecar_rank(&sc, &p, &root_s).map(|r| (id, (r, sc.key)))
+        });
     let defaults = sidecars.clone().filter(|(_, sc)| sc.selector.is_none());
     let cand_ns = sidecar_proxies
         .clone()
