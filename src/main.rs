@@ -45,6 +45,12 @@ enum Command {
         /// Directory of YAML files (watched; subdirectories included).
         #[arg(long)]
         config_dir: PathBuf,
+        /// A file (outside the config directory) where the last valid version of each object
+        /// whose file is now invalid is kept, so that a restart keeps it in effect. Without
+        /// it, a restart forgets such versions: the objects are out, with their errors, until
+        /// their files are fixed.
+        #[arg(long)]
+        state_file: Option<PathBuf>,
         /// Address of the ADS gRPC server. Loopback by default: any other address needs
         /// TLS (`--tls-cert`/`--tls-key`) or `--plaintext`.
         #[arg(long, default_value = "127.0.0.1:15010")]
@@ -209,6 +215,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Serve {
             config_dir,
+            state_file,
             xds_addr,
             debug_addr,
             debug_public,
@@ -241,6 +248,7 @@ fn main() -> ExitCode {
             };
             let opts = ServeOptions {
                 config_dir,
+                state_file,
                 xds_addr,
                 debug_addr,
                 debug_public,

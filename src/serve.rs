@@ -25,6 +25,9 @@ pub struct ServeOptions {
     pub debug_public: bool,
     /// How long a debug connection may take to deliver a request's headers.
     pub debug_read_timeout: Duration,
+    /// Where the last valid versions of objects whose files turned invalid survive a
+    /// restart (none: a restart forgets them, and the objects are out until fixed).
+    pub state_file: Option<PathBuf>,
     pub workers: usize,
     pub engine: EngineKind,
     pub debounce: Duration,
@@ -97,10 +100,11 @@ pub async fn serve(opts: ServeOptions) -> Result<(), String> {
 
     // The initial read of every source enters the input channel before any proxy can
     // connect, so no proxy is ever served a config without it.
-    let sources: Vec<Box<dyn Source>> = vec![Box::new(FileSource::new(
-        opts.config_dir.clone(),
-        opts.mesh.clone(),
-    ))];
+    let mut files = FileSource::new(opts.config_dir.clone(), opts.mesh.clone());
+    if let Some(state) = &opts.state_file {
+        files = files.with_state_file(state)?;
+    }
+    let sources: Vec<Box<dyn Source>> = vec![Box::new(files)];
     for s in &sources {
         hub.health.expect_source(s.name());
     }

@@ -1304,3 +1304,50 @@ fn oversized_file_is_not_read_and_keeps_its_objects() {
     assert!(back.changes.is_empty(), "{:#?}", back.changes);
     assert_no_errors(&back);
 }
+
+/// With a state file, the last valid version of an object whose file turned invalid
+/// survives a restart: a new source (the process after `kill -9`) starts with it in effect
+/// and the error still reported. Without one, the restart starts without it (the error
+/// says why). Fixing the file clears the state.
+#[test]
+fn last_valid_version_survives_a_restart_with_a_state_file() {
+    let dir = test_dir("state_file");
+    let config = dir.join("config");
+    let state = dir.join("meshflow-state.json");
+    let file = config.join("routing.yaml");
+    write(&file, ROUTING);
+    let mut before = source(&config).with_state_file(&state).expect("state");
+    let first = before.rescan();
+    assert_no_errors(&first);
+    let valid_vs = the_vs(&first.changes, 1);
+    write(&file, &ROUTING.replace("weight: 30", "weight: 40"));
+    let broken = before.rescan();
+    assert!(broken.changes.is_empty(), "{:#?}", broken.changes);
+    assert_eq!(broken.errors.len(), 1);
+    drop(before); // the process is gone
+
+    let mut after = source(&config).with_state_file(&state).expect("state");
+    let restarted = after.rescan();
+    assert_eq!(
+        the_vs(&restarted.changes, 1),
+        valid_vs,
+        "the last valid version"
+    );
+    assert_eq!(restarted.errors, broken.errors);
+    let forgetful = source(&config).rescan();
+    assert!(
+        !forgetful
+            .changes
+            .iter()
+            .any(|(r, _)| matches!(r, Record::VirtualService(_))),
+        "without a state file the invalid object is out"
+    );
+    assert_eq!(forgetful.errors, broken.errors);
+
+    write(&file, ROUTING);
+    assert_no_errors(&after.rescan());
+    let mut fixed = source(&config).with_state_file(&state).expect("state");
+    let scan = fixed.rescan();
+    assert_eq!(the_vs(&scan.changes, 1), valid_vs);
+    assert_eq!(std::fs::read_to_string(&state).expect("state"), "[]");
+}

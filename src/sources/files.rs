@@ -44,6 +44,20 @@ pub struct FileSource {
     defined_in: HashMap<ConfigKey, usize>,
     /// The directories listed by the last full rescan.
     dirs: std::collections::HashSet<PathBuf>,
+    /// Where the last valid versions of objects whose files are now invalid are kept across
+    /// restarts (`serve --state-file`), and what was last written there.
+    state: Option<StateFile>,
+}
+
+/// The objects held over from an earlier valid version, by file: what a restart needs to
+/// keep them in effect while their files stay invalid.
+type HeldOver = BTreeMap<PathBuf, BTreeMap<ConfigKey, Vec<Record>>>;
+
+struct StateFile {
+    path: PathBuf,
+    /// Read at start, taken file by file on the first read of each file.
+    restored: HeldOver,
+    written: HeldOver,
 }
 
 /// The result of one rescan: the record changes since the previous one, the objects behind
@@ -161,6 +175,87 @@ impl FileSource {
             loops: Vec::new(),
             defined_in: HashMap::new(),
             dirs: Default::default(),
+            state: None,
+        }
+    }
+
+    /// Keeps the last valid version of objects whose files are invalid across restarts in
+    /// `path` (JSON, rewritten when that set changes). An unreadable state file is an error,
+    /// not a silent loss.
+    pub fn with_state_file(mut self, path: impl Into<PathBuf>) -> Result<Self, String> {
+        let path = path.into();
+        let restored: HeldOver = match std::fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice::<Vec<(PathBuf, ConfigKey, Vec<Record>)>>(&bytes)
+                .map_err(|e| format!("state file {}: {e}", path.display()))?
+                .into_iter()
+                .fold(HeldOver::new(), |mut m, (file, key, records)| {
+                    m.entry(file).or_default().insert(key, records);
+                    m
+                }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => HeldOver::new(),
+            Err(e) => return Err(format!("state file {}: {e}", path.display())),
+        };
+        self.state = Some(StateFile {
+            path,
+            written: restored.clone(),
+            restored,
+        });
+        Ok(self)
+    }
+
+    /// What is held over now: objects of each file that its current errors name (or all of
+    /// a file's objects when a document could not even be identified).
+    fn held_over(&self) -> HeldOver {
+        let mut out = HeldOver::new();
+        for (path, f) in &self.files {
+            let unidentified = f.errors.iter().any(|e| e.invalid.object.is_none());
+            let named: std::collections::BTreeSet<&ConfigKey> = f
+                .errors
+                .iter()
+                .filter_map(|e| e.invalid.object.as_ref())
+                .collect();
+            let kept: BTreeMap<ConfigKey, Vec<Record>> = f
+                .objects
+                .iter()
+                .filter(|(k, _)| unidentified || named.contains(k))
+                .map(|(k, r)| (k.clone(), r.clone()))
+                .collect();
+            if !kept.is_empty() {
+                out.insert(path.clone(), kept);
+            }
+        }
+        out
+    }
+
+    /// Rewrites the state file if what is held over changed (write, then rename: a crash
+    /// leaves the old file or the new one, never half of one).
+    fn save_state(&mut self) {
+        if self.state.is_none() {
+            return;
+        }
+        let now = self.held_over();
+        let Some(state) = self.state.as_mut() else {
+            return;
+        };
+        if now == state.written {
+            return;
+        }
+        let rows: Vec<(&PathBuf, &ConfigKey, &Vec<Record>)> = now
+            .iter()
+            .flat_map(|(f, objs)| objs.iter().map(move |(k, r)| (f, k, r)))
+            .collect();
+        let tmp = state.path.with_extension("tmp");
+        let written = serde_json::to_vec(&rows)
+            .map_err(|e| e.to_string())
+            .and_then(|b| std::fs::write(&tmp, b).map_err(|e| e.to_string()))
+            .and_then(|_| std::fs::rename(&tmp, &state.path).map_err(|e| e.to_string()));
+        match written {
+            Ok(()) => state.written = now,
+            Err(e) => tracing::warn!(
+                file = %state.path.display(),
+                error = %e,
+                "could not write the state file: a restart now would lose held-over objects"
+            ),
         }
     }
 
@@ -315,7 +410,16 @@ impl FileSource {
             }
             objects.insert(p.key, p.records);
         }
-        let old_objects = old.map(|o| o.objects).unwrap_or_default();
+        // On a file's first read since start, what the state file held over for it stands
+        // for its earlier version.
+        let old_objects = match old {
+            Some(o) => o.objects,
+            None => self
+                .state
+                .as_mut()
+                .and_then(|s| s.restored.remove(&path))
+                .unwrap_or_default(),
+        };
         let unidentified = parsed.errors.iter().any(|e| e.invalid.object.is_none());
         // The last valid version of an invalid object stays in effect.
         for key in parsed
@@ -350,6 +454,13 @@ impl FileSource {
 
     /// Turns the files whose objects may have changed into record changes.
     fn finish(&mut self, changed: Vec<(PathBuf, BTreeMap<ConfigKey, Vec<Record>>)>) -> Rescan {
+        let rescan = self.diff(changed);
+        self.save_state();
+        rescan
+    }
+
+    /// The record changes of [`FileSource::finish`].
+    fn diff(&mut self, changed: Vec<(PathBuf, BTreeMap<ConfigKey, Vec<Record>>)>) -> Rescan {
         if changed.is_empty() {
             return Rescan {
                 changes: Vec::new(),
