@@ -309,7 +309,15 @@ fn string_match(sm: &istio::StringMatch, field: &str) -> Result<m::StringMatch> 
     match (&sm.exact, &sm.prefix, &sm.regex) {
         (Some(e), None, None) => Ok(m::StringMatch::Exact(e.clone())),
         (None, Some(p), None) => Ok(m::StringMatch::Prefix(p.clone())),
-        (None, None, Some(r)) => Ok(m::StringMatch::Regex(r.clone())),
+        // Envoy compiles it with RE2 and rejects the whole route configuration if it does
+        // not parse (every route on the port): refused here, naming the field, instead.
+        (None, None, Some(r)) => match regex::Regex::new(r) {
+            Ok(_) => Ok(m::StringMatch::Regex(r.clone())),
+            Err(e) => Err(Invalid::field(
+                format!("{field}.regex"),
+                format!("{r:?} is not a valid RE2 regular expression: {e}"),
+            )),
+        },
         _ => Err(Invalid::field(
             field,
             "exactly one of exact, prefix or regex is required",

@@ -233,6 +233,20 @@ pub fn parse_value(
     } else {
         str_at(&["metadata", "namespace"]).unwrap_or_else(|| "default".into())
     };
+    // Kubernetes' own name rules (the API server enforces them; files must too): a name
+    // with a newline or a terminal escape would otherwise reach resource names and output.
+    let service_like = matches!(kind, Kind::Service | Kind::Namespace);
+    if let Err(why) = kubernetes_name(&name, if service_like { 63 } else { 253 }, !service_like) {
+        return Err(Invalid::field("metadata.name", format!("{name:?} {why}")));
+    }
+    if !namespace.is_empty() {
+        if let Err(why) = kubernetes_name(&namespace, 63, false) {
+            return Err(Invalid::field(
+                "metadata.namespace",
+                format!("{namespace:?} {why}"),
+            ));
+        }
+    }
     let key = ConfigKey::new(kind, namespace, name);
     match convert(&key, value, mesh) {
         Ok(records) => Ok(Some(Parsed { key, records })),
@@ -241,6 +255,25 @@ pub fn parse_value(
             Err(invalid)
         }
     }
+}
+
+/// Kubernetes' DNS name rules: lowercase letters, digits and `-` (and `.` between labels
+/// when `dotted`, a DNS-1123 subdomain), starting and ending with a letter or digit, at most
+/// `max` characters.
+fn kubernetes_name(name: &str, max: usize, dotted: bool) -> Result<(), String> {
+    if name.len() > max {
+        return Err(format!("is longer than {max} characters"));
+    }
+    let ok_char =
+        |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || (dotted && c == '.');
+    let alnum = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    if !name.chars().all(ok_char) || !alnum(name.chars().next()) || !alnum(name.chars().last()) {
+        let allowed = if dotted { "'-' and '.'" } else { "'-'" };
+        return Err(format!(
+            "is not a valid Kubernetes name (lowercase letters, digits and {allowed}, starting and ending with a letter or digit)"
+        ));
+    }
+    Ok(())
 }
 
 /// Built-in Kubernetes API groups (`""` is the core group): none of them has a kind named

@@ -156,3 +156,26 @@ fn deep_nesting_is_refused_at_once() {
     let fine = "apiVersion: v1\nkind: Service\nmetadata: {name: s, annotations: {note: \"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\"}}\n# [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\nspec: {ports: [{port: 80}]}\n";
     assert!(parse_document(fine, &mesh()).unwrap().is_some());
 }
+
+/// Regexes Envoy's RE2 cannot compile are refused with the field (Envoy would reject the
+/// whole route configuration of the port); names follow Kubernetes' rules.
+#[test]
+fn invalid_regexes_and_names_are_refused() {
+    let vs = |regex: &str| {
+        format!("apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: r, namespace: ns1}}\nspec:\n  hosts: [reviews]\n  http:\n  - match:\n    - uri: {{regex: \"{regex}\"}}\n    route:\n    - destination: {{host: reviews}}\n")
+    };
+    let err = parse_document(&vs("/api/(v1"), &mesh()).unwrap_err();
+    assert_eq!(err.field, "spec.http[0].match[0].uri.regex");
+    assert!(parse_document(&vs("/api/v[0-9]+/.*"), &mesh()).is_ok());
+    for (doc, field) in [
+        ("apiVersion: v1\nkind: Service\nmetadata: {name: \"re\\nviews\"}\nspec: {ports: [{port: 80}]}\n", "metadata.name"),
+        ("apiVersion: v1\nkind: Service\nmetadata: {name: Reviews}\nspec: {ports: [{port: 80}]}\n", "metadata.name"),
+        ("apiVersion: v1\nkind: Service\nmetadata: {name: reviews, namespace: \"a b\"}\nspec: {ports: [{port: 80}]}\n", "metadata.namespace"),
+    ] {
+        let err = parse_document(doc, &mesh()).unwrap_err();
+        assert_eq!(err.field, field, "{doc}");
+        assert!(err.message.contains("Kubernetes name"), "{}", err.message);
+    }
+    let dotted = "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: reviews.v1, namespace: ns1}\nspec: {host: reviews}\n";
+    assert!(parse_document(dotted, &mesh()).is_ok());
+}
