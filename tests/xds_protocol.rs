@@ -775,3 +775,30 @@ async fn a_silent_proxy_holds_its_initial_push_slot_only_until_the_deadline() {
     );
     drop(tx);
 }
+
+/// A request over the 16 MiB limit ends the stream with RESOURCE_EXHAUSTED and the reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_requests_get_resource_exhausted() {
+    let (_dir, _config, meshflow) = setup("xds-oversized").await;
+    let (tx, mut rx) = sotw_stream(meshflow.xds_addr()).await;
+    tx.send(DiscoveryRequest {
+        node: Some(node(
+            "sidecar~10.9.8.1~huge-1.default~default.svc.cluster.local",
+            "default",
+            &[],
+        )),
+        type_url: CDS.into(),
+        version_info: "x".repeat(17 * 1024 * 1024),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let err = refusal(&mut rx, "a 17 MiB request").await;
+    assert_eq!(
+        err.code(),
+        tonic::Code::ResourceExhausted,
+        "{}",
+        err.message()
+    );
+    assert!(err.message().contains("bytes"), "{}", err.message());
+}

@@ -142,7 +142,7 @@ fn namespace(
         ),
         (
             "the id's NAMESPACE.svc domain",
-            domain.split_once('.').map(|(ns, _)| ns.to_string()),
+            domain.split_once(".svc").map(|(ns, _)| ns.to_string()),
         ),
         ("the NAMESPACE metadata", metadata),
     ];
@@ -272,7 +272,14 @@ mod tests {
         )))
         .unwrap();
         assert_eq!(p.namespace, "evil");
-        let p = proxy_from_node(Some(&node("sidecar~10.1.2.3~sleep~svc", evil))).unwrap();
+        let p = proxy_from_node(Some(&node("sidecar~10.1.2.3~sleep~svc", evil.clone()))).unwrap();
+        assert_eq!(p.namespace, "evil");
+        // A domain without a namespace label states none.
+        let p = proxy_from_node(Some(&node(
+            "sidecar~10.1.2.3~sleep~svc.cluster.local",
+            evil,
+        )))
+        .unwrap();
         assert_eq!(p.namespace, "evil");
     }
 
