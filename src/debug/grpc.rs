@@ -10,7 +10,6 @@ use super::pb::*;
 use super::{diff, explain, status, watch};
 use crate::hub::Hub;
 use std::sync::Arc;
-use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
@@ -44,23 +43,7 @@ impl Debug for DebugService {
         // Watch has always answered NOT_FOUND for a missing proxy too.
         let id = status::resolve_connected(&self.hub, &request.get_ref().proxy)
             .map_err(|e| DebugError::NotFound(e.to_string()))?;
-        let mut rx = self.hub.watch();
-        let (tx, out) = mpsc::channel(64);
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = tx.closed() => break,
-                    e = watch::next_for(&mut rx, &id) => match e {
-                        Some(e) => {
-                            if tx.send(Ok(e.into())).await.is_err() {
-                                break;
-                            }
-                        }
-                        None => break,
-                    },
-                }
-            }
-        });
+        let out = watch::follow(&self.hub, id, |e| Ok(e.into()));
         Ok(Response::new(ReceiverStream::new(out)))
     }
 

@@ -200,23 +200,8 @@ async fn watch(
 ) -> Result<Response, DebugError> {
     only_known(&q, &["proxy", "proxyID"])?;
     let id = resolve_connected(&hub, &proxy_param(&q))?;
-    let mut rx = hub.watch();
-    let (tx, out) = tokio::sync::mpsc::channel::<Result<String, std::convert::Infallible>>(64);
-    tokio::spawn(async move {
-        loop {
-            tokio::select! {
-                _ = tx.closed() => break,
-                e = super::watch::next_for(&mut rx, &id) => match e {
-                    Some(e) => {
-                        let line = to_json(&e).to_string() + "\n";
-                        if tx.send(Ok(line)).await.is_err() {
-                            break;
-                        }
-                    }
-                    None => break,
-                },
-            }
-        }
+    let out = super::watch::follow(&hub, id, |e| {
+        Ok::<_, std::convert::Infallible>(to_json(&e).to_string() + "\n")
     });
     Ok((
         [(header::CONTENT_TYPE, "application/x-ndjson")],

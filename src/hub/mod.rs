@@ -44,9 +44,6 @@ use sync::ProxyEntry;
 use tokio::sync::{broadcast, Notify};
 use view::{Bodies, ProxyView};
 
-/// Watch events buffered for slow watchers; a watcher further behind is told it lagged.
-const WATCH_BUFFER: usize = 4096;
-
 /// How a hub serves and what it keeps.
 #[derive(Clone, Copy, Debug)]
 pub struct HubOptions {
@@ -90,7 +87,7 @@ pub struct Hub {
     /// Taken after `state` when both are needed, never the other way round.
     history: Mutex<History>,
     pub metrics: Counters,
-    watch: broadcast::Sender<Arc<WatchEvent>>,
+    watch: events::Watchers,
     next_stream: AtomicU64,
 }
 
@@ -105,7 +102,7 @@ impl Hub {
             health: Default::default(),
             history: Mutex::new(History::new(options.history)),
             metrics: Counters::default(),
-            watch: broadcast::channel(WATCH_BUFFER).0,
+            watch: Default::default(),
             next_stream: AtomicU64::new(1),
         })
     }
@@ -126,6 +123,16 @@ impl Hub {
     /// A receiver of every push, ACK and NACK from now on.
     pub fn watch(&self) -> broadcast::Receiver<Arc<WatchEvent>> {
         self.watch.subscribe()
+    }
+
+    /// A watcher dropped its receiver: the last one takes the buffered events with it.
+    pub fn watch_closed(&self) {
+        self.watch.release();
+    }
+
+    /// Watch events buffered now (for tests of the bound).
+    pub fn watch_buffered(&self) -> usize {
+        self.watch.buffered()
     }
 
     /// A fresh id for a new stream.

@@ -9,7 +9,6 @@ use super::Hub;
 use dataflows::materialize::Name;
 use dataflows::model::ResourceType;
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
 /// A NACK as the proxy reported it.
@@ -164,7 +163,7 @@ impl Hub {
                     .observe(now.saturating_duration_since(r).as_secs_f64());
             }
         }
-        if self.watch.receiver_count() > 0 {
+        if self.watch.watched() {
             let kind = match nack {
                 None => WatchKind::Ack {
                     rtype,
@@ -176,12 +175,12 @@ impl Hub {
                     message: m.to_string(),
                 },
             };
-            let _ = self.watch.send(Arc::new(WatchEvent {
+            self.watch.publish(WatchEvent {
                 proxy: id.to_string(),
                 at: wall,
                 epoch,
                 kind,
-            }));
+            });
         }
     }
 
@@ -215,7 +214,7 @@ impl Hub {
             push.rtype,
             &push.nonce,
             wall,
-            self.watch.receiver_count() > 0,
+            self.watch.watched(),
         );
         // Logged under the hub's target, next to "hub applied epoch".
         tracing::debug!(
@@ -230,7 +229,7 @@ impl Hub {
             epochs_covered = covered.len(),
             "push"
         );
-        if self.watch.receiver_count() == 0 {
+        if !self.watch.watched() {
             return;
         }
         let changes: Vec<NameChange> = if covered.is_empty() {
@@ -253,7 +252,7 @@ impl Hub {
                 .map(|(name, (o, n))| NameChange::new(name, o, n))
                 .collect()
         };
-        let _ = self.watch.send(Arc::new(WatchEvent {
+        self.watch.publish(WatchEvent {
             proxy: id.to_string(),
             at: wall,
             epoch: covered.last().map_or(epoch, |c| c.0),
@@ -263,7 +262,7 @@ impl Hub {
                 bytes: push.bytes as u64,
                 changes,
             },
-        }));
+        });
     }
 
     /// Records a stream's subscriptions (when they changed).
