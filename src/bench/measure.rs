@@ -285,18 +285,50 @@ impl RunContext<'_> {
         let opts = self.opts;
         let window = Window::open(self.server, Some(lg))?;
         let bar = self.ui.bar(1, "churn");
-        let outcome = churn::drive(
-            lg,
-            self.state,
-            self.config_dir,
-            opts.churn,
-            opts.timeout,
-            |done, total| {
-                bar.set_length(total as u64);
-                bar.set_position(done as u64);
-            },
-        )
-        .await?;
+        let every = RSS_EVERY
+            .min(opts.churn.duration / 10)
+            .max(Duration::from_secs(1));
+        let started = Instant::now();
+        let server = self.server;
+        let sample = || {
+            server
+                .stats()
+                .ok()
+                .map(|s| (started.elapsed().as_secs_f64(), s.rss_kib as f64 / 1024.0))
+        };
+        let mut samples = Vec::new();
+        let mut ticks = tokio::time::interval(every);
+        // The server's RSS over the run, sampled while the changes are written.
+        let outcome = {
+            let drive = churn::drive(
+                lg,
+                self.state,
+                self.config_dir,
+                opts.churn,
+                opts.timeout,
+                |done, total| {
+                    bar.set_length(total as u64);
+                    bar.set_position(done as u64);
+                },
+            );
+            tokio::pin!(drive);
+            loop {
+                tokio::select! {
+                    outcome = &mut drive => break outcome?,
+                    _ = ticks.tick() => samples.extend(sample()),
+                }
+            }
+        };
+        // And once at the end, unless a tick just took it.
+        if let Some(last) = sample() {
+            if samples
+                .last()
+                .is_none_or(|(t, _)| last.0 - t >= every.as_secs_f64() / 2.0)
+            {
+                samples.push(last);
+            }
+        }
+        result.rss_samples = samples;
         bar.finish_and_clear();
         lg.wait_quiet(opts.settle, QUIET_LIMIT).await;
         window.close(self.server, lg, result)?;
@@ -333,6 +365,9 @@ impl RunContext<'_> {
         Ok(())
     }
 }
+
+/// How often a sustained scenario samples the server's resident memory.
+pub const RSS_EVERY: Duration = Duration::from_secs(60);
 
 /// Waits (until `timeout` past `t0`) for every affected proxy to hold its changes,
 /// recording each one's latency; returns how many did not.

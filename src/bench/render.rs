@@ -14,6 +14,7 @@ fn scenario_json(r: &ScenarioResult) -> serde_json::Value {
         "scenario": r.name,
         "window_s": r.window_s,
         "changes": r.changes,
+        "rss_samples_mib": r.rss_samples,
         "server_cpu_cores": r.cpu_cores(),
         "description": r.description,
         "skipped": r.skipped,
@@ -73,6 +74,29 @@ pub fn markdown(report: &Report) -> String {
     md.push_str(&summary::markdown(&report.engines, report.options.runs));
     md.push_str("\nEvery repetition:\n\n");
     md.push_str(&markdown_runs(report));
+    md.push_str(&markdown_rss(report));
+    md
+}
+
+/// The server's resident memory over each sustained scenario (`churn`), one line per run.
+fn markdown_rss(report: &Report) -> String {
+    let mut md = String::new();
+    for e in &report.engines {
+        for r in e.results.iter().filter(|r| !r.rss_samples.is_empty()) {
+            let points: Vec<String> = r
+                .rss_samples
+                .iter()
+                .map(|(t, mib)| format!("{t:.0} s {mib:.0}"))
+                .collect();
+            md.push_str(&format!(
+                "\nRSS MiB during `{}`, run {} {}: {}\n",
+                r.name,
+                e.run + 1,
+                e.engine.name(),
+                points.join(", ")
+            ));
+        }
+    }
     md
 }
 

@@ -33,6 +33,10 @@ pub struct ScenarioResult {
     /// Sustained scenarios (`churn`): the window changes were written in, s, and how many.
     pub window_s: Option<f64>,
     pub changes: usize,
+    /// Sustained scenarios: the server's resident memory (MiB) sampled every
+    /// [`super::measure::RSS_EVERY`] (or a tenth of a shorter run), with the seconds since
+    /// the scenario began: flat after warm-up, or the server leaks.
+    pub rss_samples: Vec<(f64, f64)>,
 }
 
 impl ScenarioResult {
