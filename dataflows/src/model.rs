@@ -1,6 +1,6 @@
 //! Domain records that flow through the dataflow: validated, protocol-free views of
 //! Kubernetes and Istio objects. Parsing and validation live in the `meshflow` crate
-//! (`src/model/`); Envoy protobufs live in `translate/`. Every record is totally
+//! (`src/config/`); Envoy protobufs live in `translate/`. Every record is totally
 //! ordered and hashable so differential dataflow can arrange and exchange it.
 
 use serde::{Deserialize, Serialize};
