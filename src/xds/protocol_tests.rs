@@ -122,11 +122,7 @@ fn delta_nack_is_recorded_and_not_resent() {
     s.on_request_unshared(&DeltaDiscoveryRequest {
         type_url: r[0].type_url.clone(),
         response_nonce: r[0].nonce.clone(),
-        error_detail: Some(RpcStatus {
-            code: 3,
-            message: "invalid listener".into(),
-            details: vec![],
-        }),
+        error_detail: rejected("invalid listener"),
         ..Default::default()
     })
     .unwrap();
