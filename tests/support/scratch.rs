@@ -1,18 +1,60 @@
 //! Scratch space for one test: its directory (`TestDir`), a free loopback port, and the config
 //! files written into meshflow's watched directory (`write_config`, `remove_config`).
 
+use std::collections::BTreeSet;
 use std::fs;
+use std::hash::{Hash, Hasher};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 use std::thread;
 
-/// A loopback TCP port that was free a moment ago (bind `127.0.0.1:0`, read it, release it).
+/// A loopback TCP port that was free a moment ago, chosen below the kernel's ephemeral range.
+///
+/// Why not `bind 127.0.0.1:0`: the port is released before its user binds it, and in between a
+/// meshflow or Envoy that binds port 0 may be given the very same one from the ephemeral range
+/// (seen in CI: a test's listener port equal to meshflow's xDS port, so Envoy could not bind it).
+/// Ports below the ephemeral range are never handed out for port 0, so only two tests choosing
+/// the same random port at once could collide, and the bind check below makes that rarer still.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("bind 127.0.0.1:0")
-        .port()
+    let (low, _) = ephemeral_range();
+    let floor: u32 = 10_000;
+    let span = u32::from(low).saturating_sub(floor).max(1);
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    static GIVEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    for _ in 0..1_000 {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        (
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed),
+            std::time::SystemTime::now(),
+        )
+            .hash(&mut hasher);
+        let candidate = floor + (hasher.finish() % u64::from(span)) as u32;
+        let Ok(port) = u16::try_from(candidate) else {
+            continue;
+        };
+        // Never the same port twice in one test process: its users bind them later, not now.
+        let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+        if !given.contains(&port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            given.insert(port);
+            return port;
+        }
+    }
+    panic!("no free loopback port below the ephemeral range after 1,000 tries")
+}
+
+/// The kernel's ephemeral port range (Linux's default when it cannot be read).
+fn ephemeral_range() -> (u16, u16) {
+    let text = fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap_or_default();
+    let mut parts = text
+        .split_whitespace()
+        .filter_map(|p| p.parse::<u16>().ok());
+    match (parts.next(), parts.next()) {
+        (Some(low), Some(high)) if low > 10_001 => (low, high),
+        _ => (32_768, 60_999),
+    }
 }
 
 /// A per-test scratch directory under Cargo's target tmpdir. Removed on drop, except when the
