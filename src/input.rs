@@ -8,8 +8,9 @@
 //!
 //! Imports nothing of this crate: sources, runtime, hub, xds and debug all build on it.
 
-use dataflows::model::{ConfigKey, Proxy, Record};
+use dataflows::model::{ConfigKey, Proxy, ProxyId, Record, ResourceType};
 use serde::Serialize;
+use std::collections::BTreeSet;
 use std::time::{Instant, SystemTime};
 
 /// What the runtime consumes.
@@ -26,6 +27,27 @@ pub enum Input {
     },
     ProxyUp(Proxy),
     ProxyDown(Proxy),
+    /// A proxy rejected a push; the runtime may set back the objects behind it
+    /// (`runtime::rollback`).
+    Rejected(Rejection),
+}
+
+/// A push a proxy rejected (NACK), with what the hub knows of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection {
+    pub proxy: ProxyId,
+    pub rtype: ResourceType,
+    /// The resources of the push that no proxy has accepted in that version (and that
+    /// Envoy's message names, when it names any).
+    pub resources: Vec<String>,
+    /// Envoy's message.
+    pub message: String,
+    /// The input objects those resources were built from (provenance).
+    pub inputs: BTreeSet<ConfigKey>,
+    /// The epoch of the last push of this type the proxy accepted (0: none).
+    pub accepted_epoch: u64,
+    /// The epoch of the rejected push.
+    pub rejected_epoch: u64,
 }
 
 /// Which source sent a change (`files`, `kubernetes`, …): each keeps its own errors.

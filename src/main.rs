@@ -27,6 +27,11 @@ struct MeshArgs {
     /// The cluster's DNS domain suffix.
     #[arg(long, default_value = "cluster.local")]
     domain_suffix: String,
+    /// The largest RE2 program a regex match may compile to, as the proxies' runtime value
+    /// `re2.max_program_size.error_level` allows (Envoy's default: 100). A regex over it is
+    /// refused naming its field: the proxy would reject the whole route configuration.
+    #[arg(long, default_value_t = 100)]
+    max_regex_program_size: u32,
 }
 
 impl MeshArgs {
@@ -34,6 +39,7 @@ impl MeshArgs {
         MeshConfig {
             root_namespace: self.root_namespace.clone(),
             domain_suffix: self.domain_suffix.clone(),
+            max_regex_program_size: self.max_regex_program_size,
         }
     }
 }
@@ -51,6 +57,13 @@ enum Command {
         /// their files are fixed.
         #[arg(long)]
         state_file: Option<PathBuf>,
+        /// Do not set back the objects behind a resource a proxy rejects (NACK). By default
+        /// the objects that changed the resource since the proxy last accepted it return to
+        /// their previous version (reported as errors), so one bad object does not hold back
+        /// the valid edits of every object sharing its resource. Any connected proxy can
+        /// NACK: where proxies are not trusted (no mTLS), consider turning this off.
+        #[arg(long)]
+        no_nack_rollback: bool,
         /// Address of the ADS gRPC server. Loopback by default: any other address needs
         /// TLS (`--tls-cert`/`--tls-key`) or `--plaintext`.
         #[arg(long, default_value = "127.0.0.1:15010")]
@@ -216,6 +229,7 @@ fn main() -> ExitCode {
         Command::Serve {
             config_dir,
             state_file,
+            no_nack_rollback,
             xds_addr,
             debug_addr,
             debug_public,
@@ -249,6 +263,7 @@ fn main() -> ExitCode {
             let opts = ServeOptions {
                 config_dir,
                 state_file,
+                nack_rollback: !no_nack_rollback,
                 xds_addr,
                 debug_addr,
                 debug_public,

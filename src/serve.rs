@@ -28,6 +28,8 @@ pub struct ServeOptions {
     /// Where the last valid versions of objects whose files turned invalid survive a
     /// restart (none: a restart forgets them, and the objects are out until fixed).
     pub state_file: Option<PathBuf>,
+    /// A NACK sets back the objects behind the rejected resources (`runtime::rollback`).
+    pub nack_rollback: bool,
     pub workers: usize,
     pub engine: EngineKind,
     pub debounce: Duration,
@@ -81,6 +83,7 @@ pub async fn serve(opts: ServeOptions) -> Result<(), String> {
         HubOptions {
             history: opts.history,
             engine: opts.engine,
+            nack_rollback: opts.nack_rollback,
         },
     );
     // The runtime ending while serving is fatal: proxies could no longer be computed.

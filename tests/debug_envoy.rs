@@ -106,7 +106,20 @@ fn scenario(envoy_binary: &Path, mode: XdsMode, net: u8) {
 
     let debug = SocketAddr::from(([127, 0, 0, 1], free_port()));
     let debug_s = debug.to_string();
-    let meshflow = Meshflow::start_with_args(&config_dir, dir.path(), &["--debug-addr", &debug_s]);
+    // Meshflow is told the proxies allow RE2 programs of any size (they do not: Envoy's
+    // default limit is 100), so a regex over the limit reaches Envoy and is NACKed; and it
+    // keeps the rejected version in effect, so the NACK stays to be seen.
+    let meshflow = Meshflow::start_with_args(
+        &config_dir,
+        dir.path(),
+        &[
+            "--debug-addr",
+            &debug_s,
+            "--max-regex-program-size",
+            "100000",
+            "--no-nack-rollback",
+        ],
+    );
     let node = ProxyNode::sidecar(
         "client-abc",
         "default",

@@ -21,6 +21,10 @@ pub struct MeshConfig {
     pub root_namespace: String,
     /// Cluster domain suffix (`cluster.local`).
     pub domain_suffix: String,
+    /// The largest RE2 program a regex match may compile to: the proxies' runtime value
+    /// `re2.max_program_size.error_level` (Envoy's default is 100). A larger one is refused
+    /// on input, as the proxy would refuse the route configuration holding it.
+    pub max_regex_program_size: u32,
 }
 
 impl Default for MeshConfig {
@@ -28,6 +32,7 @@ impl Default for MeshConfig {
         MeshConfig {
             root_namespace: "istio-system".into(),
             domain_suffix: "cluster.local".into(),
+            max_regex_program_size: 100,
         }
     }
 }

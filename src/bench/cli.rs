@@ -70,6 +70,7 @@ pub fn mesh_gen(a: MeshGenArgs) -> ExitCode {
     let mesh = MeshConfig {
         root_namespace: a.root_namespace,
         domain_suffix: a.domain_suffix,
+        ..MeshConfig::default()
     };
     let result = MeshState::new(shape, mesh)
         .and_then(|state| mesh_gen::write_mesh(&a.out, &state, a.force, |_, _| {}));
@@ -319,6 +320,7 @@ fn bench_options(a: BenchArgs) -> Result<Options, String> {
         mesh: MeshConfig {
             root_namespace: a.root_namespace,
             domain_suffix: a.domain_suffix,
+            ..MeshConfig::default()
         },
         engines,
         protocol: match a.protocol {

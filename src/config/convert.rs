@@ -305,18 +305,32 @@ fn pod(key: &ConfigKey, value: Value) -> Result<Vec<Record>> {
         .collect())
 }
 
-fn string_match(sm: &istio::StringMatch, field: &str) -> Result<m::StringMatch> {
+fn string_match(sm: &istio::StringMatch, field: &str, mesh: &MeshConfig) -> Result<m::StringMatch> {
     match (&sm.exact, &sm.prefix, &sm.regex) {
         (Some(e), None, None) => Ok(m::StringMatch::Exact(e.clone())),
         (None, Some(p), None) => Ok(m::StringMatch::Prefix(p.clone())),
         // Envoy compiles it with RE2 and rejects the whole route configuration if it does
         // not parse (every route on the port): refused here, naming the field, instead.
         (None, None, Some(r)) => match regex::Regex::new(r) {
-            Ok(_) => Ok(m::StringMatch::Regex(r.clone())),
             Err(e) => Err(Invalid::field(
                 format!("{field}.regex"),
                 format!("{r:?} is not a valid RE2 regular expression: {e}"),
             )),
+            // Envoy also refuses a regex whose RE2 program is over its limit, with the same
+            // effect on the port.
+            Ok(_) => match super::re2_size::program_size(r) {
+                Some(n) if n > u64::from(mesh.max_regex_program_size) => Err(Invalid::field(
+                    format!("{field}.regex"),
+                    format!(
+                        "{r:?} compiles to an RE2 program of about {n} instructions, over \
+                         Envoy's limit of {} (re2.max_program_size.error_level; \
+                         --max-regex-program-size): simplify it, e.g. a bounded repetition \
+                         like x{{150}} is that many copies of x",
+                        mesh.max_regex_program_size
+                    ),
+                )),
+                _ => Ok(m::StringMatch::Regex(r.clone())),
+            },
         },
         _ => Err(Invalid::field(
             field,
@@ -342,13 +356,13 @@ fn virtual_service(key: &ConfigKey, value: &Value, mesh: &MeshConfig) -> Result<
             let uri = mr
                 .uri
                 .as_ref()
-                .map(|u| string_match(u, &format!("{f}.match[{mi}].uri")))
+                .map(|u| string_match(u, &format!("{f}.match[{mi}].uri"), mesh))
                 .transpose()?;
             let mut headers = std::collections::BTreeMap::new();
             for (h, sm) in &mr.headers {
                 headers.insert(
                     h.to_ascii_lowercase(),
-                    string_match(sm, &format!("{f}.match[{mi}].headers.{h}"))?,
+                    string_match(sm, &format!("{f}.match[{mi}].headers.{h}"), mesh)?,
                 );
             }
             matches.push(m::HttpMatch { uri, headers });

@@ -9,6 +9,7 @@
 
 mod convert;
 pub mod istio;
+pub mod re2_size;
 
 pub use convert::convert;
 use dataflows::model::{ConfigKey, Kind, MeshConfig, Record};

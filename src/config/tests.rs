@@ -167,6 +167,16 @@ fn invalid_regexes_and_names_are_refused() {
     let err = parse_document(&vs("/api/(v1"), &mesh()).unwrap_err();
     assert_eq!(err.field, "spec.http[0].match[0].uri.regex");
     assert!(parse_document(&vs("/api/v[0-9]+/.*"), &mesh()).is_ok());
+    // Over Envoy's RE2 program-size limit: refused, unless the limit is raised to match the
+    // proxies' runtime.
+    let err = parse_document(&vs("/a{150}"), &mesh()).unwrap_err();
+    assert_eq!(err.field, "spec.http[0].match[0].uri.regex");
+    assert!(err.message.contains("limit of 100"), "{}", err.message);
+    let raised = MeshConfig {
+        max_regex_program_size: 32_768,
+        ..mesh()
+    };
+    assert!(parse_document(&vs("/a{150}"), &raised).is_ok());
     for (doc, field) in [
         ("apiVersion: v1\nkind: Service\nmetadata: {name: \"re\\nviews\"}\nspec: {ports: [{port: 80}]}\n", "metadata.name"),
         ("apiVersion: v1\nkind: Service\nmetadata: {name: Reviews}\nspec: {ports: [{port: 80}]}\n", "metadata.name"),

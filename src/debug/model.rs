@@ -290,6 +290,9 @@ pub enum Happened {
         nonce: String,
         bytes: u64,
         changes: Vec<NameChange>,
+        /// Resources the push carried beyond those listed.
+        #[serde(skip_serializing_if = "is_zero")]
+        more_changes: u64,
     },
     Ack {
         epoch: u64,
@@ -387,4 +390,8 @@ mod tests {
             json!({"proxy": "p", "at": 1.5, "kind": "nack", "epoch": 2, "type": "CDS", "nonce": "1"})
         );
     }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }

@@ -386,8 +386,10 @@ impl From<model::WatchEvent> for WatchEvent {
                 nonce,
                 bytes,
                 changes,
+                more_changes,
             } => {
                 (out.epoch, out.r#type, out.nonce, out.bytes) = (epoch, rtype, nonce, bytes);
+                out.more_changes = more_changes;
                 out.changes = changes
                     .into_iter()
                     .map(|c| NameChange {
@@ -436,6 +438,7 @@ impl TryFrom<WatchEvent> for model::WatchEvent {
                         new_version: non_empty(c.new_version),
                     })
                     .collect(),
+                more_changes: e.more_changes,
             },
             "ack" => model::Happened::Ack {
                 epoch: e.epoch,

@@ -69,6 +69,7 @@ pub fn event(e: &WatchEvent) -> model::WatchEvent {
             nonce,
             bytes,
             changes,
+            more_changes,
         } => Happened::Push {
             epoch: e.epoch,
             rtype: rtype.short().into(),
@@ -83,6 +84,7 @@ pub fn event(e: &WatchEvent) -> model::WatchEvent {
                     new_version: c.new.clone().filter(|v| !v.is_empty()),
                 })
                 .collect(),
+            more_changes: *more_changes as u64,
         },
         WatchKind::Ack { rtype, nonce } => Happened::Ack {
             epoch: e.epoch,
@@ -155,6 +157,7 @@ mod tests {
                     NameChange::new("81", None, Some("c")),
                     NameChange::new("82", Some("d"), None),
                 ],
+                more_changes: 0,
             },
         };
         let j = model::to_json(&event(&e));

@@ -12,6 +12,10 @@ use tokio::sync::broadcast;
 /// falls this far behind is told it lagged.
 const WATCH_BUFFER: usize = 256;
 
+/// A watch event lists at most this many resources of a push (a full push can carry
+/// hundreds of thousands); the rest is counted.
+pub const MAX_CHANGES: usize = 1_000;
+
 /// The watch channel: published to only while someone watches, and emptied when the last
 /// watcher leaves (a broadcast channel keeps its last values otherwise: large pushes,
 /// held for nobody).
@@ -91,7 +95,10 @@ pub enum WatchKind {
         rtype: ResourceType,
         nonce: String,
         bytes: u64,
+        /// At most [`MAX_CHANGES`] of the push's resources.
         changes: Vec<NameChange>,
+        /// How many more the push carried.
+        more_changes: usize,
     },
     Ack {
         rtype: ResourceType,

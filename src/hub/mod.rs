@@ -51,6 +51,8 @@ pub struct HubOptions {
     pub history: HistoryLimits,
     /// The full-push baseline wakes every proxy with a new generation after each epoch.
     pub engine: EngineKind,
+    /// A NACK sets back the objects behind the rejected resources (`runtime::rollback`).
+    pub nack_rollback: bool,
 }
 
 impl Default for HubOptions {
@@ -58,6 +60,7 @@ impl Default for HubOptions {
         HubOptions {
             history: HistoryLimits::default(),
             engine: EngineKind::Meshflow,
+            nack_rollback: true,
         }
     }
 }
@@ -80,6 +83,7 @@ pub struct Hub {
     state: Mutex<HubState>,
     inputs: Sender<Input>,
     engine: EngineKind,
+    nack_rollback: bool,
     /// What each resource was built from (`explain`), under its own lock.
     pub provenance: ProvenanceStore,
     /// Live and ready, for `/healthz` and `/readyz`.
@@ -98,6 +102,7 @@ impl Hub {
             state: Mutex::new(HubState::default()),
             inputs,
             engine: options.engine,
+            nack_rollback: options.nack_rollback,
             provenance: Default::default(),
             health: Default::default(),
             history: Mutex::new(History::new(options.history)),

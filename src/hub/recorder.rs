@@ -6,9 +6,10 @@
 use super::events::{NameChange, WatchEvent, WatchKind};
 use super::sync::{InFlight, StreamInfo};
 use super::Hub;
+use crate::input::{Input, Rejection};
 use dataflows::materialize::Name;
 use dataflows::model::ResourceType;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Instant, SystemTime};
 
 /// A NACK as the proxy reported it.
@@ -102,9 +103,13 @@ impl Hub {
         let now = Instant::now();
         let wall = SystemTime::now();
         let epoch;
+        let mut rejected = None;
         {
             let mut st = self.lock();
             epoch = st.epoch;
+            if let (Feedback::Nack(n), true) = (&fb, self.nack_rollback) {
+                rejected = rejected_resources(&st, id, stream, n);
+            }
             let Some(e) = st.proxies.get_mut(id) else {
                 return;
             };
@@ -126,6 +131,7 @@ impl Hub {
                             sync.acked.remove(n);
                         }
                         sync.acked.extend(f.push.resources);
+                        sync.acked_epoch = f.epoch;
                     }
                 }
                 Feedback::Nack(n) => {
@@ -147,6 +153,11 @@ impl Hub {
                     return;
                 }
             }
+        }
+        if let (Some((resources, accepted_epoch, rejected_epoch)), Feedback::Nack(n)) =
+            (rejected, &fb)
+        {
+            self.report_rejection(id, n, resources, accepted_epoch, rejected_epoch);
         }
         let (rtype, nonce, nack) = match &fb {
             Feedback::Ack { rtype, nonce } => (*rtype, nonce.as_str(), None),
@@ -184,6 +195,36 @@ impl Hub {
         }
     }
 
+    /// Tells the runtime which input objects built the resources of a rejected push, so it
+    /// can set them back ([`crate::input::Rejection`]).
+    fn report_rejection(
+        &self,
+        id: &str,
+        n: &Nack,
+        resources: Vec<String>,
+        accepted_epoch: u64,
+        rejected_epoch: u64,
+    ) {
+        let mut inputs = BTreeSet::new();
+        for name in &resources {
+            if let Some(p) = self.provenance.lookup(id, n.rtype, name) {
+                inputs.extend(p.inputs);
+            }
+        }
+        if inputs.is_empty() {
+            return;
+        }
+        let _ = self.inputs.send(Input::Rejected(Rejection {
+            proxy: id.to_string(),
+            rtype: n.rtype,
+            resources,
+            message: n.message.clone(),
+            inputs,
+            accepted_epoch,
+            rejected_epoch,
+        }));
+    }
+
     /// Records a response one of the proxy's streams sent.
     fn record_push(&self, id: &str, stream: u64, push: Push) {
         let now = Instant::now();
@@ -199,6 +240,7 @@ impl Hub {
                     nonce: push.nonce.clone(),
                     sent_at: now,
                     sent_wall: wall,
+                    epoch,
                     push: push.clone(),
                 });
             }
@@ -232,7 +274,7 @@ impl Hub {
         if !self.watch.watched() {
             return;
         }
-        let changes: Vec<NameChange> = if covered.is_empty() {
+        let mut changes: Vec<NameChange> = if covered.is_empty() {
             // Nothing recorded for it (a resend, a first full answer): what it carries.
             push.resources
                 .iter()
@@ -252,6 +294,8 @@ impl Hub {
                 .map(|(name, (o, n))| NameChange::new(name, o, n))
                 .collect()
         };
+        let more_changes = changes.len().saturating_sub(super::events::MAX_CHANGES);
+        changes.truncate(super::events::MAX_CHANGES);
         self.watch.publish(WatchEvent {
             proxy: id.to_string(),
             at: wall,
@@ -261,6 +305,7 @@ impl Hub {
                 nonce: push.nonce,
                 bytes: push.bytes as u64,
                 changes,
+                more_changes,
             },
         });
     }
@@ -281,6 +326,97 @@ impl Hub {
                 subscriptions: Vec::new(),
             });
             info.subscriptions = subscriptions;
+        }
+    }
+}
+
+/// The resources of the push a NACK answers that could be at fault: those in a version no
+/// proxy has acknowledged (a version some proxy took is valid Envoy config, so the fault is
+/// elsewhere: a port in use, say), narrowed to those Envoy's message names when it names
+/// any. With the epochs of the proxy's last accepted push of the type and of this one.
+/// `None` when the NACK answers no push in flight, or nothing qualifies.
+fn rejected_resources(
+    st: &super::HubState,
+    id: &str,
+    stream: u64,
+    n: &Nack,
+) -> Option<(Vec<String>, u64, u64)> {
+    let sync = &st.proxies.get(id)?.sync[n.rtype];
+    let f = sync
+        .in_flight
+        .as_ref()
+        .filter(|f| f.stream == stream && f.nonce == n.nonce)?;
+    let taken = |name: &Name, version: &Name| {
+        st.proxies
+            .values()
+            .any(|e| e.sync[n.rtype].acked.get(name) == Some(version))
+    };
+    let suspects: Vec<&Name> = f
+        .push
+        .resources
+        .iter()
+        .filter(|(name, version)| !taken(name, version))
+        .map(|(name, _)| name)
+        .collect();
+    let named: Vec<&Name> = suspects
+        .iter()
+        .copied()
+        .filter(|name| n.message.contains(&**name as &str))
+        .collect();
+    let chosen = if named.is_empty() { suspects } else { named };
+    if chosen.is_empty() {
+        return None;
+    }
+    Some((
+        chosen.iter().map(|n| n.to_string()).collect(),
+        sync.acked_epoch,
+        f.epoch,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hub::HubOptions;
+
+    /// A push of many resources is one bounded watch event: the first `MAX_CHANGES` listed,
+    /// the rest counted.
+    #[test]
+    fn a_watch_event_lists_at_most_max_changes() {
+        let (tx, _rx) = std::sync::mpsc::channel();
+        let hub = Hub::new(tx, HubOptions::default());
+        let mut events = hub.watch();
+        let n = super::super::events::MAX_CHANGES + 500;
+        let resources = (0..n)
+            .map(|i| (Name::from(format!("c{i}").as_str()), Name::from("v1")))
+            .collect();
+        let from = StreamRef {
+            proxy: "p",
+            stream: 1,
+            protocol: "delta",
+        };
+        hub.record(
+            from,
+            StreamEvent::Push(Push {
+                rtype: ResourceType::Cluster,
+                nonce: "1".into(),
+                bytes: 10,
+                resources,
+                removed: vec![],
+                full_set: false,
+            }),
+        );
+        let e = events.try_recv().expect("a push event");
+        match &e.kind {
+            WatchKind::Push {
+                changes,
+                more_changes,
+                ..
+            } => {
+                assert_eq!(changes.len(), super::super::events::MAX_CHANGES);
+                assert_eq!(*more_changes, 500);
+            }
+            other => panic!("{other:?}"),
         }
     }
 }

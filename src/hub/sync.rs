@@ -39,6 +39,8 @@ pub struct InFlight {
     pub nonce: String,
     pub sent_at: Instant,
     pub sent_wall: SystemTime,
+    /// The hub's epoch when it was sent.
+    pub epoch: u64,
     pub(super) push: Push,
 }
 
@@ -55,6 +57,8 @@ pub struct TypeSync {
     pub in_flight: Option<InFlight>,
     /// Name → version the proxy acknowledged (or brought when it resumed).
     pub acked: Versions,
+    /// The hub's epoch when the last response the proxy acknowledged was sent (0: none).
+    pub acked_epoch: u64,
     /// A Delta stream resumed with `initial_resource_versions`.
     pub resumed: bool,
 }

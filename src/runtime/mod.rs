@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub mod full_push;
+pub mod rollback;
 
 pub use crate::engine::EngineKind;
 
@@ -38,6 +39,7 @@ pub fn run(
         EngineKind::FullPush => Compute::FullPush(Box::new(full_push::FullPush::new(mesh))),
     };
     hub.health.running();
+    let mut rollback = rollback::Rollback::default();
     let mut epoch = 0u64;
     while let Ok(first) = inputs.recv() {
         let started = Instant::now();
@@ -65,6 +67,7 @@ pub fn run(
         let mut down: Vec<ProxyId> = Vec::new();
         let mut source_errors = Vec::new();
         let mut n_config = 0usize;
+        let mut rejections = Vec::new();
         for input in batch {
             match input {
                 Input::Changes {
@@ -74,7 +77,12 @@ pub fn run(
                     errors,
                 } => {
                     n_config += c.len();
-                    changes.extend(c);
+                    let (admitted, errors_changed) = rollback.admit(epoch, c);
+                    changes.extend(admitted);
+                    if errors_changed {
+                        source_errors.retain(|(s, _)| *s != rollback::SOURCE);
+                        source_errors.push((rollback::SOURCE, rollback.errors()));
+                    }
                     described.extend(d);
                     // A later report of the same source in this epoch replaces its earlier one.
                     source_errors.retain(|(s, _)| *s != source);
@@ -90,6 +98,18 @@ pub fn run(
                     described.push(InputChange::proxy(&p, false));
                     changes.push((Record::Proxy(p), -1));
                 }
+                Input::Rejected(r) => rejections.push(r),
+            }
+        }
+        // Rejections after the epoch's own changes: an object that changed again in this
+        // epoch is judged anew, not set back.
+        for r in &rejections {
+            let (setback, d) = rollback.reject(&r);
+            if !d.is_empty() {
+                changes.extend(setback);
+                described.extend(d);
+                source_errors.retain(|(s, _)| *s != rollback::SOURCE);
+                source_errors.push((rollback::SOURCE, rollback.errors()));
             }
         }
         tracing::debug!(

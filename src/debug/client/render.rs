@@ -276,10 +276,11 @@ pub fn watch_event(e: &WatchEvent, color: bool) -> String {
             nonce,
             bytes,
             changes,
+            more_changes,
         } => {
             let mut out = format!(
                 "{time} epoch {epoch} {rtype} push nonce {nonce} ({bytes} bytes, {} changes)\n",
-                changes.len()
+                changes.len() as u64 + more_changes
             );
             for c in changes {
                 let old = c.old_version.as_deref().unwrap_or_default();
@@ -291,6 +292,9 @@ pub fn watch_event(e: &WatchEvent, color: bool) -> String {
                 };
                 out.push_str(&line);
                 out.push('\n');
+            }
+            if *more_changes > 0 {
+                out.push_str(&format!("  … and {more_changes} more\n"));
             }
             out
         }
@@ -366,6 +370,7 @@ mod tests {
                     change("81", "+", None, Some("c")),
                     change("82", "-", Some("d"), None),
                 ],
+                more_changes: 0,
             },
         };
         assert_eq!(
