@@ -25,8 +25,9 @@ pub fn program_size(pattern: &str) -> Option<u64> {
             .utf8(unicode)
             .build()
             .parse(pattern)
+            .ok()
     };
-    let hir = parse(false).or_else(|_| parse(true)).ok()?;
+    let hir = parse(false).or_else(|| parse(true))?;
     // RE2's `Fail` at instruction 0 and the final `Match`.
     Some(2 + size(&hir))
 }

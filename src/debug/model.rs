@@ -334,6 +334,10 @@ pub struct NameChange {
     pub new_version: Option<String>,
 }
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -390,8 +394,4 @@ mod tests {
             json!({"proxy": "p", "at": 1.5, "kind": "nack", "epoch": 2, "type": "CDS", "nonce": "1"})
         );
     }
-}
-
-fn is_zero(n: &u64) -> bool {
-    *n == 0
 }

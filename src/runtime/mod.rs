@@ -104,7 +104,7 @@ pub fn run(
         // Rejections after the epoch's own changes: an object that changed again in this
         // epoch is judged anew, not set back.
         for r in &rejections {
-            let (setback, d) = rollback.reject(&r);
+            let (setback, d) = rollback.reject(r);
             if !d.is_empty() {
                 changes.extend(setback);
                 described.extend(d);
