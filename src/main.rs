@@ -350,12 +350,22 @@ fn main() -> ExitCode {
             for e in &scan.errors {
                 println!("{e}");
             }
+            // Analysis: errors (parts not generated) fail the check, warnings do not.
+            let analysis = source.analysis();
+            for (_, line) in &analysis {
+                println!("{line}");
+            }
+            let count = |l| analysis.iter().filter(|(level, _)| *level == l).count();
+            let (errors, warnings) = (
+                scan.errors.len() + count(meshflow::config::Level::Error),
+                count(meshflow::config::Level::Warning),
+            );
             let objects = scan.changes.len();
-            if scan.errors.is_empty() {
-                println!("ok: {objects} records, no errors");
+            if errors == 0 {
+                println!("ok: {objects} records, no errors, {warnings} warning(s)");
                 ExitCode::SUCCESS
             } else {
-                println!("{} error(s)", scan.errors.len());
+                println!("{errors} error(s), {warnings} warning(s)");
                 ExitCode::FAILURE
             }
         }

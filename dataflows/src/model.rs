@@ -245,6 +245,10 @@ pub enum LoadBalancer {
 pub struct TrafficPolicy {
     pub load_balancer: Option<LoadBalancer>,
     pub connect_timeout_ms: Option<u64>,
+    /// A `tls` setting meshflow cannot honour yet (the mode, e.g. `ISTIO_MUTUAL`): the
+    /// cluster fails closed (it has no endpoints) rather than send plaintext where the
+    /// rule asks for encryption.
+    pub unsupported_tls: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

@@ -83,6 +83,28 @@ pub struct DestinationRuleSpec {
 pub struct TrafficPolicy {
     pub load_balancer: Option<LoadBalancerSettings>,
     pub connection_pool: Option<ConnectionPool>,
+    pub tls: Option<ClientTls>,
+    pub port_level_settings: Vec<PortTrafficPolicy>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ClientTls {
+    pub mode: Option<String>,
+    /// Certificates, SNI, SANs: meaningful only in a mode meshflow generates, so read whole
+    /// (and not reported field by field) while every mode but DISABLE fails closed.
+    #[serde(flatten)]
+    pub settings: BTreeMap<String, serde_yaml_ng::Value>,
+}
+
+/// `portLevelSettings[]`: only its `tls` is read (a mode meshflow cannot generate fails
+/// closed); the rest is reported as not supported.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct PortTrafficPolicy {
+    pub tls: Option<ClientTls>,
+    #[serde(flatten)]
+    pub rest: BTreeMap<String, serde_yaml_ng::Value>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -124,6 +146,8 @@ pub struct Server {
     pub port: Option<Port>,
     pub bind: Option<String>,
     pub hosts: Vec<String>,
+    /// Read whole: any `tls` keeps the server from being generated (fails closed).
+    pub tls: Option<serde_yaml_ng::Value>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -132,7 +156,6 @@ pub struct Port {
     pub number: i64,
     pub protocol: String,
     pub name: String,
-    pub target_port: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -140,6 +163,13 @@ pub struct Port {
 pub struct SidecarSpec {
     pub workload_selector: Option<WorkloadSelector>,
     pub egress: Vec<IstioEgressListener>,
+    pub outbound_traffic_policy: Option<OutboundTrafficPolicy>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct OutboundTrafficPolicy {
+    pub mode: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -165,7 +195,6 @@ pub struct ServiceEntrySpec {
     pub resolution: Option<String>,
     pub endpoints: Vec<WorkloadEntrySpec>,
     pub export_to: Vec<String>,
-    pub location: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

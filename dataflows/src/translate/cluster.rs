@@ -39,6 +39,9 @@ fn effective_policy(dr: Option<&DestinationRule>, subset: Option<&str>) -> Traff
         if p.connect_timeout_ms.is_some() {
             policy.connect_timeout_ms = p.connect_timeout_ms;
         }
+        if p.unsupported_tls.is_some() {
+            policy.unsupported_tls = p.unsupported_tls.clone();
+        }
     }
     policy
 }
@@ -74,6 +77,22 @@ fn outbound(
         ..Default::default()
     };
     match service.resolution {
+        // Fail closed: a cluster of no hosts answers 503 where the rule asked for TLS that
+        // is not generated, instead of sending the request in plaintext. Its metadata says
+        // why, for whoever reads the config dump.
+        _ if policy.unsupported_tls.is_some() => {
+            cluster.cluster_discovery_type =
+                Some(ClusterDiscoveryType::Type(DiscoveryType::Static as i32));
+            cluster.load_assignment = Some(ClusterLoadAssignment {
+                cluster_name: name.clone(),
+                ..Default::default()
+            });
+            cluster.metadata = Some(fail_closed_metadata(&format!(
+                "DestinationRule tls mode {} is not supported by meshflow yet: this cluster has \
+                 no endpoints, so no request is sent unencrypted",
+                policy.unsupported_tls.as_deref().unwrap_or_default()
+            )));
+        }
         Resolution::Static => {
             cluster.cluster_discovery_type =
                 Some(ClusterDiscoveryType::Type(DiscoveryType::Eds as i32));
@@ -119,6 +138,21 @@ fn outbound(
         );
     }
     Resource::new(ResourceType::Cluster, name, cluster.encode_to_vec())
+}
+
+/// `filter_metadata["meshflow"].fail_closed = why`.
+fn fail_closed_metadata(why: &str) -> envoy_types::pb::envoy::config::core::v3::Metadata {
+    use envoy_types::pb::google::protobuf::{value::Kind, Struct, Value};
+    let why = Value {
+        kind: Some(Kind::StringValue(why.to_string())),
+    };
+    let fields = [("fail_closed".to_string(), why)].into_iter().collect();
+    envoy_types::pb::envoy::config::core::v3::Metadata {
+        filter_metadata: [("meshflow".to_string(), Struct { fields })]
+            .into_iter()
+            .collect(),
+        ..Default::default()
+    }
 }
 
 /// Istio sets Envoy's per-cluster limits to the maximum unless a DestinationRule says
