@@ -330,6 +330,29 @@ fn sidecar_new_subset_v3_takes_traffic_then_answers_503_without_endpoints() {
     assert_status(&gone, 503);
 }
 
+/// Istio's match conditions beyond URI and headers: `method`, `queryParams`, `ignoreUriCase`,
+/// `withoutHeaders` (empty: the header must be absent), and `port` (a match for another port
+/// never applies here, so a route with only that match is not on this port at all).
+#[test]
+fn sidecar_method_query_case_absence_and_port_conditions() {
+    let (mut mesh, reviews, proxy) = sidecar_setup("sidecar-conditions", &["v1", "v2"]);
+    let vs = "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: conditions, namespace: default}\nspec:\n  hosts: [reviews]\n  http:\n  - match: [{method: {exact: POST}}]\n    route: [{destination: {host: reviews, subset: v2}}]\n  - match: [{queryParams: {v: {exact: '2'}}}]\n    route: [{destination: {host: reviews, subset: v2}}]\n  - match: [{uri: {prefix: /REVIEWS}, ignoreUriCase: true, withoutHeaders: {x-canary: {}}}]\n    route: [{destination: {host: reviews, subset: v1}}]\n  - match: [{port: 1}]\n    route: [{destination: {host: reviews, subset: v2}}]\n";
+    write_config(&mesh.config, "conditions.yaml", vs);
+    let get = |path: &str| via_sidecar("reviews", path);
+    let o = mesh.send(&proxy, &get("/reviews/1"));
+    assert_routes_to(&o, &reviews.cluster("v1"), &[pod(&reviews, "v1")]);
+    let o = mesh.send(&proxy, &get("/reviews/1").header("x-canary", "yes"));
+    assert_status(&o, 404);
+    let o = mesh.send(&proxy, &get("/x").method("POST"));
+    assert_routes_to(&o, &reviews.cluster("v2"), &[pod(&reviews, "v2")]);
+    let o = mesh.send(&proxy, &get("/x?v=2"));
+    assert_routes_to(&o, &reviews.cluster("v2"), &[pod(&reviews, "v2")]);
+    let o = mesh.send(&proxy, &get("/x?v=3"));
+    assert_status(&o, 404);
+    let o = mesh.send(&proxy, &get("/x"));
+    assert_status(&o, 404);
+}
+
 /// Mirrors `envoy_sidecar.rs` steps 6–7: deleting the VirtualService restores the default
 /// route over both pods; when v1's endpoint leaves, only v2 is behind it.
 #[test]

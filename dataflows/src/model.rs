@@ -182,12 +182,25 @@ pub enum StringMatch {
     Exact(String),
     Prefix(String),
     Regex(String),
+    /// Any value, as long as there is one: Istio's empty match of a header or query
+    /// parameter (never of the URI).
+    Present,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+/// One `match` of an HTTP route: every condition must hold.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct HttpMatch {
     pub uri: Option<StringMatch>,
+    /// `uri` ignores case (exact and prefix matches).
+    pub ignore_uri_case: bool,
+    /// By lower-cased name; Istio's `method`, `authority` and `scheme` are the pseudo-headers
+    /// `:method`, `:authority`, `:scheme`.
     pub headers: BTreeMap<String, StringMatch>,
+    /// Headers that must not match (`withoutHeaders`; `Present`: must be absent).
+    pub without_headers: BTreeMap<String, StringMatch>,
+    pub query_params: BTreeMap<String, StringMatch>,
+    /// Only on route configurations of this port (the listener's, or the gateway server's).
+    pub port: Option<u16>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

@@ -119,11 +119,11 @@ fn reviews_vs(gateways: &[&str], hosts: &[&str]) -> Record {
     };
     let uri = |u: StringMatch| HttpMatch {
         uri: Some(u),
-        headers: BTreeMap::new(),
+        ..Default::default()
     };
     let jason = HttpMatch {
-        uri: None,
         headers: [("end-user".to_string(), StringMatch::Exact("jason".into()))].into(),
+        ..Default::default()
     };
     let mut split = route(
         "split",

@@ -54,11 +54,9 @@ fn untranslated_route_fields_are_warnings_naming_each_field() {
 #[test]
 fn a_match_condition_not_read_keeps_its_route_out() {
     for cond in [
-        "port: 9080",
         "sourceLabels: {app: productpage}",
         "gateways: [mesh]",
-        "method: {exact: GET}",
-        "queryParams: {a: {exact: b}}",
+        "sourceNamespace: default",
         "headers: {end-user: {exact: jason}, x: {present: true}}",
     ] {
         let doc = format!(

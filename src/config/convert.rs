@@ -346,6 +346,73 @@ fn pod(key: &ConfigKey, value: Value) -> Result<Vec<Record>> {
         .collect())
 }
 
+/// A header's or query parameter's match, where Istio's empty match means "present".
+fn value_match(sm: &istio::StringMatch, field: &str, mesh: &MeshConfig) -> Result<m::StringMatch> {
+    match (&sm.exact, &sm.prefix, &sm.regex) {
+        (None, None, None) => Ok(m::StringMatch::Present),
+        _ => string_match(sm, field, mesh),
+    }
+}
+
+/// One `match` of an HTTP route.
+fn http_match(mr: &istio::HttpMatchRequest, f: &str, mesh: &MeshConfig) -> Result<m::HttpMatch> {
+    let uri = mr
+        .uri
+        .as_ref()
+        .map(|u| string_match(u, &format!("{f}.uri"), mesh))
+        .transpose()?;
+    let mut headers = std::collections::BTreeMap::new();
+    for (h, sm) in &mr.headers {
+        headers.insert(
+            h.to_ascii_lowercase(),
+            value_match(sm, &format!("{f}.headers.{h}"), mesh)?,
+        );
+    }
+    // Istio matches these as the pseudo-headers Envoy sees.
+    for (field, header, sm) in [
+        ("method", ":method", &mr.method),
+        ("authority", ":authority", &mr.authority),
+        ("scheme", ":scheme", &mr.scheme),
+    ] {
+        if let Some(sm) = sm {
+            headers.insert(
+                header.to_string(),
+                string_match(sm, &format!("{f}.{field}"), mesh)?,
+            );
+        }
+    }
+    let mut without_headers = std::collections::BTreeMap::new();
+    for (h, sm) in &mr.without_headers {
+        without_headers.insert(
+            h.to_ascii_lowercase(),
+            value_match(sm, &format!("{f}.withoutHeaders.{h}"), mesh)?,
+        );
+    }
+    let mut query_params = std::collections::BTreeMap::new();
+    for (q, sm) in &mr.query_params {
+        let field = format!("{f}.queryParams.{q}");
+        if sm.prefix.is_some() {
+            return Err(Invalid::field(
+                field,
+                "query parameters match exact or regex, not prefix",
+            ));
+        }
+        query_params.insert(q.clone(), value_match(sm, &field, mesh)?);
+    }
+    let port = mr
+        .port
+        .map(|p| port_u16(p, &format!("{f}.port")))
+        .transpose()?;
+    Ok(m::HttpMatch {
+        uri,
+        ignore_uri_case: mr.ignore_uri_case,
+        headers,
+        without_headers,
+        query_params,
+        port,
+    })
+}
+
 fn string_match(sm: &istio::StringMatch, field: &str, mesh: &MeshConfig) -> Result<m::StringMatch> {
     match (&sm.exact, &sm.prefix, &sm.regex) {
         (Some(e), None, None) => Ok(m::StringMatch::Exact(e.clone())),
@@ -446,19 +513,7 @@ fn virtual_service(
         let f = format!("spec.http[{ri}]");
         let mut matches = Vec::new();
         for (mi, mr) in r.matches.iter().enumerate() {
-            let uri = mr
-                .uri
-                .as_ref()
-                .map(|u| string_match(u, &format!("{f}.match[{mi}].uri"), mesh))
-                .transpose()?;
-            let mut headers = std::collections::BTreeMap::new();
-            for (h, sm) in &mr.headers {
-                headers.insert(
-                    h.to_ascii_lowercase(),
-                    string_match(sm, &format!("{f}.match[{mi}].headers.{h}"), mesh)?,
-                );
-            }
-            matches.push(m::HttpMatch { uri, headers });
+            matches.push(http_match(mr, &format!("{f}.match[{mi}]"), mesh)?);
         }
         if r.route.is_empty() {
             return Err(Invalid::field(

@@ -29,7 +29,14 @@ pub struct HttpRoute {
 #[serde(rename_all = "camelCase", default)]
 pub struct HttpMatchRequest {
     pub uri: Option<StringMatch>,
+    pub scheme: Option<StringMatch>,
+    pub method: Option<StringMatch>,
+    pub authority: Option<StringMatch>,
     pub headers: BTreeMap<String, StringMatch>,
+    pub port: Option<i64>,
+    pub query_params: BTreeMap<String, StringMatch>,
+    pub ignore_uri_case: bool,
+    pub without_headers: BTreeMap<String, StringMatch>,
 }
 
 #[derive(Debug, Default, Deserialize)]

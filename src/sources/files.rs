@@ -449,6 +449,12 @@ impl FileSource {
         for e in &parsed.errors {
             tracing::warn!(error = %e, "rejected config");
         }
+        for (level, line) in &findings {
+            match level {
+                Level::Error => tracing::warn!(analysis = %line, "config not fully generated"),
+                Level::Warning => tracing::info!(analysis = %line, "config field not supported"),
+            }
+        }
         changed.push((path.clone(), old_objects));
         next.insert(
             path,

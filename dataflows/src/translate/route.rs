@@ -11,8 +11,9 @@ use envoy_types::pb::envoy::config::route::v3::retry_policy::{
     retry_host_predicate, RetryHostPredicate,
 };
 use envoy_types::pb::envoy::config::route::v3::{
-    header_matcher::HeaderMatchSpecifier, route::Action, route_action::ClusterSpecifier,
-    route_match::PathSpecifier, weighted_cluster::ClusterWeight, HeaderMatcher, RetryPolicy, Route,
+    header_matcher::HeaderMatchSpecifier, query_parameter_matcher::QueryParameterMatchSpecifier,
+    route::Action, route_action::ClusterSpecifier, route_match::PathSpecifier,
+    weighted_cluster::ClusterWeight, HeaderMatcher, QueryParameterMatcher, RetryPolicy, Route,
     RouteAction, RouteConfiguration, RouteMatch, VirtualHost, WeightedCluster,
 };
 use envoy_types::pb::envoy::extensions::retry::host::previous_hosts::v3::PreviousHostsPredicate;
@@ -91,7 +92,9 @@ fn cluster_of(dest: &RouteDestination, current: u16, vs: &ResolvedVs) -> String 
     )
 }
 
-fn string_matcher(m: &StringMatch) -> StringMatcher {
+/// Envoy's matcher for a string match; `None` for [`StringMatch::Present`], which Envoy
+/// expresses as `present_match` on the header or query parameter instead.
+fn string_matcher(m: &StringMatch, ignore_case: bool) -> Option<StringMatcher> {
     let pattern = match m {
         StringMatch::Exact(s) => MatchPattern::Exact(s.clone()),
         StringMatch::Prefix(s) => MatchPattern::Prefix(s.clone()),
@@ -99,16 +102,30 @@ fn string_matcher(m: &StringMatch) -> StringMatcher {
             regex: s.clone(),
             ..Default::default()
         }),
+        StringMatch::Present => return None,
     };
-    StringMatcher {
+    Some(StringMatcher {
         match_pattern: Some(pattern),
+        ignore_case,
+    })
+}
+
+fn header_matcher(name: &str, m: &StringMatch, invert: bool) -> HeaderMatcher {
+    let spec = match string_matcher(m, false) {
+        Some(sm) => HeaderMatchSpecifier::StringMatch(sm),
+        None => HeaderMatchSpecifier::PresentMatch(true),
+    };
+    HeaderMatcher {
+        name: name.to_string(),
+        header_match_specifier: Some(spec),
+        invert_match: invert,
         ..Default::default()
     }
 }
 
 fn route_match(m: Option<&HttpMatch>) -> RouteMatch {
     let path = match m.and_then(|m| m.uri.as_ref()) {
-        None => PathSpecifier::Prefix("/".into()),
+        None | Some(StringMatch::Present) => PathSpecifier::Prefix("/".into()),
         Some(StringMatch::Exact(s)) => PathSpecifier::Path(s.clone()),
         Some(StringMatch::Prefix(s)) => PathSpecifier::Prefix(s.clone()),
         Some(StringMatch::Regex(s)) => PathSpecifier::SafeRegex(RegexMatcher {
@@ -116,23 +133,39 @@ fn route_match(m: Option<&HttpMatch>) -> RouteMatch {
             ..Default::default()
         }),
     };
+    let Some(m) = m else {
+        return RouteMatch {
+            path_specifier: Some(path),
+            ..Default::default()
+        };
+    };
     let headers = m
-        .map(|m| {
-            m.headers
+        .headers
+        .iter()
+        .map(|(name, sm)| header_matcher(name, sm, false))
+        .chain(
+            m.without_headers
                 .iter()
-                .map(|(name, sm)| HeaderMatcher {
-                    name: name.clone(),
-                    header_match_specifier: Some(HeaderMatchSpecifier::StringMatch(
-                        string_matcher(sm),
-                    )),
-                    ..Default::default()
-                })
-                .collect()
+                .map(|(name, sm)| header_matcher(name, sm, true)),
+        )
+        .collect();
+    let query_parameters = m
+        .query_params
+        .iter()
+        .map(|(name, sm)| QueryParameterMatcher {
+            name: name.clone(),
+            query_parameter_match_specifier: Some(match string_matcher(sm, false) {
+                Some(sm) => QueryParameterMatchSpecifier::StringMatch(sm),
+                None => QueryParameterMatchSpecifier::PresentMatch(true),
+            }),
         })
-        .unwrap_or_default();
+        .collect();
     RouteMatch {
         path_specifier: Some(path),
+        // Envoy's default is case-sensitive; only `ignoreUriCase` turns it off.
+        case_sensitive: m.ignore_uri_case.then_some(BoolValue { value: false }),
         headers,
+        query_parameters,
         ..Default::default()
     }
 }
@@ -169,10 +202,16 @@ pub fn vs_routes(vs: &ResolvedVs, current: u16) -> Vec<Route> {
             .name
             .clone()
             .unwrap_or_else(|| format!("{}.{}.{}", vs.vs.key.namespace, vs.vs.key.name, i));
+        // A match for another port does not apply on this one; a route none of whose
+        // matches applies is not on this port at all.
         let matches: Vec<Option<&HttpMatch>> = if http.matches.is_empty() {
             vec![None]
         } else {
-            http.matches.iter().map(Some).collect()
+            http.matches
+                .iter()
+                .filter(|m| m.port.is_none_or(|p| p == current))
+                .map(Some)
+                .collect()
         };
         for m in matches {
             out.push(Route {
