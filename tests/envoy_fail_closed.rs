@@ -8,11 +8,8 @@ mod support;
 
 use std::net::SocketAddr;
 
-use support::reviews::{count, Client, Reviews};
-use support::{
-    free_port, http_get, only, require_envoy, write_config, Envoy, Meshflow, ProxyNode, TestDir,
-    XdsMode, STARTUP_TIMEOUT,
-};
+use support::reviews::{count, Client};
+use support::{free_port, http_get, only, require_envoy, write_config, SidecarScene};
 
 fn config_errors(debug: SocketAddr) -> serde_json::Value {
     let (status, body) = http_get(debug, "127.0.0.1", "/debug/config_errors", &[])
@@ -36,47 +33,30 @@ fn analysis_with(debug: SocketAddr, needle: &str) -> Vec<String> {
 #[test]
 fn unsupported_tls_and_match_conditions_fail_closed_in_envoy() {
     let envoy_bin = require_envoy!();
-    let dir = TestDir::new("envoy-fail-closed");
-    let config = dir.subdir("config");
-    let port = free_port();
-    let reviews = Reviews::new(47, port, &config);
-    let v1 = reviews.start_backend("v1");
-    let _v2 = reviews.start_backend("v2");
-    reviews.write_service();
-    reviews.write_pods(&["v1", "v2"]);
-    reviews.write_endpoints(&["v1", "v2"]);
-    reviews.write_destination_rule(&["v1", "v2"]);
-    write_config(
-        &config,
-        "sidecar.yaml",
-        &support::reviews::client_sidecar_yaml(port),
-    );
     let debug = SocketAddr::from(([127, 0, 0, 1], free_port()));
-    let meshflow =
-        Meshflow::start_with_args(&config, dir.path(), &["--debug-addr", &debug.to_string()]);
-    let node = ProxyNode::sidecar(
-        "client-abc",
-        "default",
-        &reviews.ip(20),
-        &[("app", "client")],
-    );
-    let envoy = Envoy::start(
+    let debug_arg = debug.to_string();
+    let scene = SidecarScene::start(
         &envoy_bin,
-        dir.path(),
-        &node,
-        meshflow.xds_addr(),
-        XdsMode::Delta,
+        "envoy-fail-closed",
+        47,
+        &["--debug-addr", &debug_arg],
+        |_| {},
     );
-    envoy.wait_live(STARTUP_TIMEOUT);
-    envoy.await_listener(&format!("127.0.0.1_{port}"));
-    let client = Client::new(&envoy, SocketAddr::from(([127, 0, 0, 1], port)), "reviews");
+    let (envoy, reviews, v1, config, port) = (
+        &scene.envoy,
+        &scene.reviews,
+        &scene.v1,
+        &scene.config,
+        scene.port,
+    );
+    let client = Client::new(envoy, SocketAddr::from(([127, 0, 0, 1], port)), "reviews");
     let (rv1, rv2) = ("reviews-v1", "reviews-v2");
 
     // 1. A VirtualService whose first route carries a match condition meshflow does not
     //    read (`sourceLabels`): that route is left out, so /reviews goes by the second
     //    route to v1 — never to v2 for every caller.
     let vs = "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: reviews-fc, namespace: default}\nspec:\n  hosts: [reviews]\n  http:\n  - match:\n    - uri: {prefix: /reviews}\n      sourceLabels: {app: someone-else}\n    route:\n    - destination: {host: reviews, subset: v2}\n  - route:\n    - destination: {host: reviews, subset: v1}\n";
-    write_config(&config, "vs.yaml", vs);
+    write_config(config, "vs.yaml", vs);
     let counts = client.converge(
         "/reviews → v1 only",
         "/reviews/1",
@@ -140,7 +120,7 @@ fn unsupported_tls_and_match_conditions_fail_closed_in_envoy() {
     // 4. The match conditions meshflow translates route in Envoy as written: method, query
     //    parameter, case-insensitive prefix with a header that must be absent.
     let vs = "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: reviews-fc, namespace: default}\nspec:\n  hosts: [reviews]\n  http:\n  - match: [{method: {exact: POST}}]\n    route: [{destination: {host: reviews, subset: v2}}]\n  - match: [{queryParams: {v: {exact: '2'}}}]\n    route: [{destination: {host: reviews, subset: v2}}]\n  - match: [{uri: {prefix: /REVIEWS}, ignoreUriCase: true, withoutHeaders: {x-canary: {}}}]\n    route: [{destination: {host: reviews, subset: v1}}]\n";
-    write_config(&config, "vs.yaml", vs);
+    write_config(config, "vs.yaml", vs);
     let listener = SocketAddr::from(([127, 0, 0, 1], port));
     let post = || {
         support::http_request(listener, "POST", "reviews", "/x", &[]).map(|r| (r.status, r.text()))

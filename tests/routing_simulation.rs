@@ -353,6 +353,22 @@ fn sidecar_method_query_case_absence_and_port_conditions() {
     assert_status(&o, 404);
 }
 
+/// Redirects and direct responses are answered by the proxy: the simulation sees the status
+/// Envoy sends without any upstream (tests/envoy_route_actions.rs checks the same in Envoy).
+#[test]
+fn sidecar_redirect_and_direct_response_answer_without_an_upstream() {
+    let (mut mesh, _reviews, proxy) = sidecar_setup("sidecar-answers", &["v1", "v2"]);
+    let vs = "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: answers, namespace: default}\nspec:\n  hosts: [reviews]\n  http:\n  - match: [{uri: {exact: /old}}]\n    redirect: {uri: /new, redirectCode: 308}\n  - match: [{uri: {exact: /health}}]\n    directResponse: {status: 204}\n";
+    write_config(&mesh.config, "answers.yaml", vs);
+    let o = mesh.send(&proxy, &via_sidecar("reviews", "/old"));
+    assert_status(&o, 308);
+    assert!(o.upstreams().is_empty(), "{o:#?}");
+    let o = mesh.send(&proxy, &via_sidecar("reviews", "/health"));
+    assert_status(&o, 204);
+    let o = mesh.send(&proxy, &via_sidecar("reviews", "/other"));
+    assert_status(&o, 404);
+}
+
 /// Mirrors `envoy_sidecar.rs` steps 6–7: deleting the VirtualService restores the default
 /// route over both pods; when v1's endpoint leaves, only v2 is behind it.
 #[test]

@@ -219,14 +219,93 @@ pub struct Retries {
     pub retry_on: Option<String>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct HttpRoute {
     pub name: Option<String>,
     /// Any of these matches (OR); empty matches everything.
     pub matches: Vec<HttpMatch>,
+    /// Where matching requests go; empty when the route redirects or answers directly.
     pub route: Vec<RouteDestination>,
     pub timeout_ms: Option<u64>,
     pub retries: Option<Retries>,
+    pub redirect: Option<Redirect>,
+    pub direct_response: Option<DirectResponse>,
+    pub rewrite: Option<Rewrite>,
+    pub headers: HeaderOps,
+    pub mirrors: Vec<Mirror>,
+    pub fault: Option<Fault>,
+}
+
+/// A fraction of requests, in millionths (Istio's `percentage.value` 12.5 is 125,000): an
+/// integer, so records stay hashable and ordered.
+pub type PerMillion = u32;
+
+/// `redirect`: answered by the proxy with a 3xx to the rewritten location.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Redirect {
+    pub uri: Option<String>,
+    pub authority: Option<String>,
+    pub port: Option<u16>,
+    pub scheme: Option<String>,
+    /// 301, 302, 303, 307 or 308.
+    pub code: u32,
+}
+
+/// `directResponse`: answered by the proxy.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct DirectResponse {
+    pub status: u32,
+    pub body: Option<String>,
+}
+
+/// `rewrite`: what the upstream sees instead of the request's path or authority.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Rewrite {
+    /// Replaces the matched prefix (the whole path for an exact match).
+    pub uri: Option<String>,
+    pub authority: Option<String>,
+    /// `uriRegexRewrite`: (pattern, substitution).
+    pub uri_regex: Option<(String, String)>,
+}
+
+/// `headers`: edits of request headers (before the upstream sees them) and of response
+/// headers (before the client does).
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct HeaderOps {
+    pub request: HeaderEdits,
+    pub response: HeaderEdits,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct HeaderEdits {
+    /// Overwrite or add.
+    pub set: BTreeMap<String, String>,
+    /// Append to what is there.
+    pub add: BTreeMap<String, String>,
+    pub remove: Vec<String>,
+}
+
+impl HeaderEdits {
+    pub fn is_empty(&self) -> bool {
+        self.set.is_empty() && self.add.is_empty() && self.remove.is_empty()
+    }
+}
+
+/// `mirror` / `mirrors[]`: a copy of the request, its answer discarded.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Mirror {
+    pub destination: RouteDestination,
+    /// `None`: every request.
+    pub fraction: Option<PerMillion>,
+}
+
+/// `fault`: delays and aborts injected by the client's proxy.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Fault {
+    /// (delay, fraction of requests).
+    pub delay: Option<(u64, PerMillion)>,
+    /// (HTTP status, fraction of requests).
+    pub abort: Option<(u32, PerMillion)>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

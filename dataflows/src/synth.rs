@@ -156,6 +156,7 @@ pub fn gateway_vs(s: usize, shape: &Shape, mesh: &MeshConfig) -> VirtualService 
             }],
             timeout_ms: None,
             retries: None,
+            ..Default::default()
         }],
     }
 }
@@ -293,6 +294,7 @@ pub fn vs(s: usize, v1_weight: u32, shape: &Shape, mesh: &MeshConfig) -> Virtual
             route: vec![dest("v1", v1_weight), dest("v2", 100 - v1_weight)],
             timeout_ms: None,
             retries: None,
+            ..Default::default()
         }],
     }
 }

@@ -109,6 +109,7 @@ fn random_record(rng: &mut StdRng, slot: usize) -> Record {
                         route: vec![dest(Some("v2"), 100)],
                         timeout_ms: None,
                         retries: None,
+                        ..Default::default()
                     },
                     HttpRoute {
                         name: Some("split".into()),
@@ -119,6 +120,7 @@ fn random_record(rng: &mut StdRng, slot: usize) -> Record {
                         route: vec![dest(Some("v1"), w), dest(Some("v2"), 100 - w)],
                         timeout_ms: rng.random_bool(0.3).then_some(1500),
                         retries: None,
+                        ..Default::default()
                     },
                 ],
             })

@@ -319,6 +319,7 @@ fn virtual_service(ns: &str, name: &str, hosts: &[&str], gateways: &[&str], dest
             }],
             timeout_ms: None,
             retries: None,
+            ..Default::default()
         }],
     })
 }

@@ -116,6 +116,7 @@ fn reviews_vs(gateways: &[&str], hosts: &[&str]) -> Record {
         route: to,
         timeout_ms: None,
         retries: None,
+        ..Default::default()
     };
     let uri = |u: StringMatch| HttpMatch {
         uri: Some(u),

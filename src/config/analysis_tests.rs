@@ -33,22 +33,31 @@ fn untranslated_route_fields_are_warnings_naming_each_field() {
         "{VS}  http:\n  - fault: {{abort: {{httpStatus: 500, percentage: {{value: 100}}}}}}\n    mirror: {{host: shadow}}\n    headers: {{request: {{set: {{x-a: b}}}}}}\n    corsPolicy: {{allowOrigins: [{{exact: a}}]}}\n    rewrite: {{uri: /}}\n    route:\n    - destination: {{host: reviews}}\n      headers: {{response: {{remove: [x]}}}}\n"
     );
     let p = parse(&doc);
+    let route = &vs(&p).http[0];
     assert_eq!(vs(&p).http.len(), 1, "the route is generated");
     assert_eq!(
         fields(&p, Level::Warning),
-        vec![
-            "spec.http[0].fault",
-            "spec.http[0].mirror",
-            "spec.http[0].headers",
-            "spec.http[0].corsPolicy",
-            "spec.http[0].rewrite",
-            "spec.http[0].route[0].headers",
-        ]
+        vec!["spec.http[0].corsPolicy", "spec.http[0].route[0].headers"]
     );
     assert!(fields(&p, Level::Error).is_empty());
     assert!(p.findings[0]
         .message
         .contains("not supported by meshflow yet"));
+    // What is translated is in the record.
+    assert_eq!(
+        route.fault.as_ref().and_then(|f| f.abort),
+        Some((500, 1_000_000))
+    );
+    assert_eq!(route.mirrors.len(), 1);
+    assert_eq!(route.mirrors[0].fraction, None, "all requests");
+    assert_eq!(
+        route.headers.request.set.get("x-a").map(String::as_str),
+        Some("b")
+    );
+    assert_eq!(
+        route.rewrite.as_ref().and_then(|r| r.uri.as_deref()),
+        Some("/")
+    );
 }
 
 #[test]
@@ -93,13 +102,44 @@ fn a_match_condition_not_read_keeps_its_route_out() {
 }
 
 #[test]
-fn a_redirect_is_accepted_and_said_not_generated() {
+fn redirects_and_direct_responses_are_routes_of_their_own() {
     let doc = format!(
-        "{VS}  http:\n  - match: [{{uri: {{exact: /old}}}}]\n    redirect: {{uri: /new}}\n  - route:\n    - destination: {{host: reviews}}\n"
+        "{VS}  http:\n  - match: [{{uri: {{exact: /old}}}}]\n    redirect: {{uri: /new, redirectCode: 302}}\n  - match: [{{uri: {{exact: /health}}}}]\n    directResponse: {{status: 503, body: {{string: down}}}}\n  - route:\n    - destination: {{host: reviews}}\n"
     );
     let p = parse(&doc);
-    assert_eq!(vs(&p).http.len(), 1);
-    assert_eq!(fields(&p, Level::Error), vec!["spec.http[0].redirect"]);
+    let http = &vs(&p).http;
+    assert_eq!(http.len(), 3);
+    assert!(p.findings.is_empty(), "{:?}", p.findings);
+    let r = http[0].redirect.as_ref().unwrap();
+    assert_eq!((r.uri.as_deref(), r.code), (Some("/new"), 302));
+    let d = http[1].direct_response.as_ref().unwrap();
+    assert_eq!((d.status, d.body.as_deref()), (503, Some("down")));
+
+    // Istio's validation: one action per route, a known redirect code, a delay's duration,
+    // percentages in 0..100.
+    for (bad, field) in [
+        (
+            "  - redirect: {uri: /a}\n    route: [{destination: {host: reviews}}]\n",
+            "spec.http[0].redirect",
+        ),
+        (
+            "  - redirect: {uri: /a, redirectCode: 200}\n",
+            "spec.http[0].redirect.redirectCode",
+        ),
+        ("  - match: [{uri: {exact: /a}}]\n", "spec.http[0].route"),
+        (
+            "  - fault: {delay: {percentage: {value: 5}}}\n    route: [{destination: {host: reviews}}]\n",
+            "spec.http[0].fault.delay.fixedDelay",
+        ),
+        (
+            "  - mirrorPercentage: {value: 101}\n    mirror: {host: a}\n    route: [{destination: {host: reviews}}]\n",
+            "spec.http[0].mirrorPercentage.value",
+        ),
+    ] {
+        let e = parse_document(&format!("{VS}  http:\n{bad}"), &MeshConfig::default())
+            .expect_err(bad);
+        assert_eq!(e.field, field, "{bad}: {e:?}");
+    }
 }
 
 #[test]
@@ -250,13 +290,13 @@ fn kinds_not_served_are_listed_and_other_kinds_skipped() {
 #[test]
 fn finding_lines_name_level_object_and_field() {
     let p = parse(&format!(
-        "{VS}  http:\n  - mirror: {{host: a}}\n    route: [{{destination: {{host: reviews}}}}]\n"
+        "{VS}  http:\n  - corsPolicy: {{allowMethods: [GET]}}\n    route: [{{destination: {{host: reviews}}}}]\n"
     ));
     let lines: Vec<String> = p.finding_lines().map(|(_, l)| l).collect();
     assert_eq!(
         lines,
         vec![format!(
-            "warning: VirtualService ns/r: spec.http[0].mirror: {}",
+            "warning: VirtualService ns/r: spec.http[0].corsPolicy: {}",
             findings::IGNORED
         )]
     );

@@ -490,6 +490,240 @@ fn routes_not_generated(ignored: &[FieldPath], findings: &mut Vec<Finding>) -> V
     out
 }
 
+/// A route's or mirror's destination (weight 100).
+fn destination(
+    dest: Option<&istio::Destination>,
+    field: &str,
+    ns: &str,
+    mesh: &MeshConfig,
+) -> Result<m::RouteDestination> {
+    let Some(dest) = dest.filter(|d| !d.host.is_empty()) else {
+        return Err(Invalid::field(
+            format!("{field}.host"),
+            "a destination host is required",
+        ));
+    };
+    let port = dest
+        .port
+        .as_ref()
+        .and_then(|p| p.number)
+        .map(|n| port_u16(n, &format!("{field}.port.number")))
+        .transpose()?;
+    Ok(m::RouteDestination {
+        host: fqdn(&dest.host, ns, mesh),
+        subset: dest.subset.clone(),
+        port,
+        weight: 100,
+    })
+}
+
+/// Istio's `percentage.value` (0–100, fractional) in millionths.
+fn per_million(p: &istio::Percent, field: &str) -> Result<m::PerMillion> {
+    if !(0.0..=100.0).contains(&p.value) {
+        return Err(Invalid::field(
+            format!("{field}.value"),
+            format!("{} is not a percentage in 0..100", p.value),
+        ));
+    }
+    Ok((p.value * 10_000.0).round() as m::PerMillion)
+}
+
+fn redirect(rd: &istio::HttpRedirect, f: &str) -> Result<m::Redirect> {
+    let code = match rd.redirect_code {
+        None => 301,
+        Some(c @ (301 | 302 | 303 | 307 | 308)) => c as u32,
+        Some(c) => {
+            return Err(Invalid::field(
+                format!("{f}.redirectCode"),
+                format!("{c} is not a redirect code (301, 302, 303, 307, 308)"),
+            ))
+        }
+    };
+    Ok(m::Redirect {
+        uri: rd.uri.clone(),
+        authority: rd.authority.clone(),
+        port: rd
+            .port
+            .map(|p| port_u16(p, &format!("{f}.port")))
+            .transpose()?,
+        scheme: rd.scheme.clone(),
+        code,
+    })
+}
+
+fn direct_response(d: &istio::HttpDirectResponse, f: &str) -> Result<m::DirectResponse> {
+    if !(200..=599).contains(&d.status) {
+        return Err(Invalid::field(
+            format!("{f}.status"),
+            format!("{} is not an HTTP status in 200..599", d.status),
+        ));
+    }
+    Ok(m::DirectResponse {
+        status: d.status as u32,
+        body: d.body.as_ref().and_then(|b| b.string.clone()),
+    })
+}
+
+fn rewrite(rw: &istio::HttpRewrite, f: &str, mesh: &MeshConfig) -> Result<m::Rewrite> {
+    if rw.uri.is_some() && rw.uri_regex_rewrite.is_some() {
+        return Err(Invalid::field(
+            format!("{f}.uriRegexRewrite"),
+            "a rewrite cannot have both uri and uriRegexRewrite",
+        ));
+    }
+    let uri_regex = match &rw.uri_regex_rewrite {
+        None => None,
+        Some(r) => {
+            let sm = istio::StringMatch {
+                regex: Some(r.pattern.clone()),
+                ..Default::default()
+            };
+            string_match(&sm, &format!("{f}.uriRegexRewrite.match"), mesh)?;
+            Some((r.pattern.clone(), r.rewrite.clone()))
+        }
+    };
+    Ok(m::Rewrite {
+        uri: rw.uri.clone(),
+        authority: rw.authority.clone(),
+        uri_regex,
+    })
+}
+
+fn header_edits(ops: &istio::HeaderOperations, f: &str) -> Result<m::HeaderEdits> {
+    let names = ops
+        .set
+        .keys()
+        .map(|k| (k, "set"))
+        .chain(ops.add.keys().map(|k| (k, "add")))
+        .chain(ops.remove.iter().map(|k| (k, "remove")));
+    for (name, op) in names {
+        let ok = !name.is_empty()
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.!#$%&'*+^`|~".contains(&b));
+        if !ok {
+            return Err(Invalid::field(
+                format!("{f}.{op}"),
+                format!("{name:?} is not an HTTP header name"),
+            ));
+        }
+    }
+    Ok(m::HeaderEdits {
+        set: ops.set.clone(),
+        add: ops.add.clone(),
+        remove: ops.remove.clone(),
+    })
+}
+
+fn header_ops(h: &istio::Headers, f: &str) -> Result<m::HeaderOps> {
+    Ok(m::HeaderOps {
+        request: h
+            .request
+            .as_ref()
+            .map(|o| header_edits(o, &format!("{f}.request")))
+            .transpose()?
+            .unwrap_or_default(),
+        response: h
+            .response
+            .as_ref()
+            .map(|o| header_edits(o, &format!("{f}.response")))
+            .transpose()?
+            .unwrap_or_default(),
+    })
+}
+
+/// `mirror` (with `mirrorPercentage`) and `mirrors[]`, as one list.
+fn mirrors(r: &istio::HttpRoute, f: &str, ns: &str, mesh: &MeshConfig) -> Result<Vec<m::Mirror>> {
+    let mut out = Vec::new();
+    if let Some(d) = &r.mirror {
+        if !r.mirrors.is_empty() {
+            return Err(Invalid::field(
+                format!("{f}.mirrors"),
+                "a route cannot have both mirror and mirrors",
+            ));
+        }
+        out.push(m::Mirror {
+            destination: destination(Some(d), &format!("{f}.mirror"), ns, mesh)?,
+            fraction: r
+                .mirror_percentage
+                .as_ref()
+                .map(|p| per_million(p, &format!("{f}.mirrorPercentage")))
+                .transpose()?,
+        });
+    }
+    for (i, mp) in r.mirrors.iter().enumerate() {
+        let mf = format!("{f}.mirrors[{i}]");
+        out.push(m::Mirror {
+            destination: destination(
+                mp.destination.as_ref(),
+                &format!("{mf}.destination"),
+                ns,
+                mesh,
+            )?,
+            fraction: mp
+                .percentage
+                .as_ref()
+                .map(|p| per_million(p, &format!("{mf}.percentage")))
+                .transpose()?,
+        });
+    }
+    Ok(out)
+}
+
+/// `fault`: a delay or abort whose `percentage` is unset applies to no request (Istio's
+/// documented default).
+fn fault(ft: &istio::HttpFaultInjection, f: &str) -> Result<Option<m::Fault>> {
+    let fraction = |p: &Option<istio::Percent>, field: String| {
+        p.as_ref()
+            .map(|p| per_million(p, &field))
+            .transpose()
+            .map(Option::unwrap_or_default)
+    };
+    let delay = match &ft.delay {
+        None => None,
+        Some(d) => {
+            let Some(fixed) = &d.fixed_delay else {
+                return Err(Invalid::field(
+                    format!("{f}.delay.fixedDelay"),
+                    "a delay needs fixedDelay",
+                ));
+            };
+            let ms = parse_duration_ms(fixed, &format!("{f}.delay.fixedDelay"))?;
+            if ms == 0 {
+                return Err(Invalid::field(
+                    format!("{f}.delay.fixedDelay"),
+                    "a delay must be at least 1ms",
+                ));
+            }
+            Some((
+                ms,
+                fraction(&d.percentage, format!("{f}.delay.percentage"))?,
+            ))
+        }
+    };
+    let abort = match &ft.abort {
+        None => None,
+        Some(a) => {
+            // grpcStatus and http2Error are reported as not read; no abort is generated.
+            let Some(status) = a.http_status else {
+                return Ok((delay.is_some() || a.http_status.is_some())
+                    .then_some(m::Fault { delay, abort: None }));
+            };
+            if !(200..=599).contains(&status) {
+                return Err(Invalid::field(
+                    format!("{f}.abort.httpStatus"),
+                    format!("{status} is not an HTTP status in 200..599"),
+                ));
+            }
+            Some((
+                status as u32,
+                fraction(&a.percentage, format!("{f}.abort.percentage"))?,
+            ))
+        }
+    };
+    Ok((delay.is_some() || abort.is_some()).then_some(m::Fault { delay, abort }))
+}
+
 fn virtual_service(
     key: &ConfigKey,
     value: &Value,
@@ -515,21 +749,37 @@ fn virtual_service(
         for (mi, mr) in r.matches.iter().enumerate() {
             matches.push(http_match(mr, &format!("{f}.match[{mi}]"), mesh)?);
         }
-        if r.route.is_empty() {
-            return Err(Invalid::field(
-                format!("{f}.route"),
-                "at least one destination is required",
-            ));
+        // Istio's rule: exactly one of route, redirect, directResponse (or delegate).
+        let actions = [
+            ("route", !r.route.is_empty()),
+            ("redirect", r.redirect.is_some()),
+            ("directResponse", r.direct_response.is_some()),
+        ];
+        let given: Vec<&str> = actions.iter().filter(|a| a.1).map(|a| a.0).collect();
+        match given.as_slice() {
+            [] => {
+                return Err(Invalid::field(
+                    format!("{f}.route"),
+                    "a route needs destinations (route), a redirect or a directResponse",
+                ))
+            }
+            [_] => {}
+            [a, b, ..] => {
+                return Err(Invalid::field(
+                    format!("{f}.{b}"),
+                    format!("a route cannot have both {a} and {b}"),
+                ))
+            }
         }
         let mut route = Vec::new();
         for (di, d) in r.route.iter().enumerate() {
             let df = format!("{f}.route[{di}]");
-            let Some(dest) = d.destination.as_ref().filter(|d| !d.host.is_empty()) else {
-                return Err(Invalid::field(
-                    format!("{df}.destination.host"),
-                    "a destination host is required",
-                ));
-            };
+            let dest = destination(
+                d.destination.as_ref(),
+                &format!("{df}.destination"),
+                ns,
+                mesh,
+            )?;
             let weight = match d.weight {
                 None if r.route.len() == 1 => 100,
                 None => 0,
@@ -541,18 +791,7 @@ fn virtual_service(
                     ))
                 }
             };
-            let port = dest
-                .port
-                .as_ref()
-                .and_then(|p| p.number)
-                .map(|n| port_u16(n, &format!("{df}.destination.port.number")))
-                .transpose()?;
-            route.push(m::RouteDestination {
-                host: fqdn(&dest.host, ns, mesh),
-                subset: dest.subset.clone(),
-                port,
-                weight,
-            });
+            route.push(m::RouteDestination { weight, ..dest });
         }
         let total: u32 = route.iter().map(|d| d.weight).sum();
         if route.len() > 1 && total != 100 {
@@ -586,6 +825,34 @@ fn virtual_service(
             route,
             timeout_ms,
             retries,
+            redirect: r
+                .redirect
+                .as_ref()
+                .map(|rd| redirect(rd, &format!("{f}.redirect")))
+                .transpose()?,
+            direct_response: r
+                .direct_response
+                .as_ref()
+                .map(|d| direct_response(d, &format!("{f}.directResponse")))
+                .transpose()?,
+            rewrite: r
+                .rewrite
+                .as_ref()
+                .map(|rw| rewrite(rw, &format!("{f}.rewrite"), mesh))
+                .transpose()?,
+            headers: r
+                .headers
+                .as_ref()
+                .map(|h| header_ops(h, &format!("{f}.headers")))
+                .transpose()?
+                .unwrap_or_default(),
+            mirrors: mirrors(r, &f, ns, mesh)?,
+            fault: r
+                .fault
+                .as_ref()
+                .map(|ft| fault(ft, &format!("{f}.fault")))
+                .transpose()?
+                .flatten(),
         });
     }
     let gateways = s

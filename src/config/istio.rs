@@ -23,6 +23,102 @@ pub struct HttpRoute {
     pub route: Vec<HttpRouteDestination>,
     pub timeout: Option<String>,
     pub retries: Option<HttpRetry>,
+    pub redirect: Option<HttpRedirect>,
+    pub direct_response: Option<HttpDirectResponse>,
+    pub rewrite: Option<HttpRewrite>,
+    pub headers: Option<Headers>,
+    pub mirror: Option<Destination>,
+    pub mirror_percentage: Option<Percent>,
+    pub mirrors: Vec<HttpMirrorPolicy>,
+    pub fault: Option<HttpFaultInjection>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HttpRedirect {
+    pub uri: Option<String>,
+    pub authority: Option<String>,
+    pub port: Option<i64>,
+    pub scheme: Option<String>,
+    pub redirect_code: Option<i64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HttpDirectResponse {
+    pub status: i64,
+    pub body: Option<HttpBody>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HttpBody {
+    pub string: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HttpRewrite {
+    pub uri: Option<String>,
+    pub authority: Option<String>,
+    pub uri_regex_rewrite: Option<RegexRewrite>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct RegexRewrite {
+    #[serde(rename = "match")]
+    pub pattern: String,
+    pub rewrite: String,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Headers {
+    pub request: Option<HeaderOperations>,
+    pub response: Option<HeaderOperations>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HeaderOperations {
+    pub set: BTreeMap<String, String>,
+    pub add: BTreeMap<String, String>,
+    pub remove: Vec<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Percent {
+    pub value: f64,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HttpMirrorPolicy {
+    pub destination: Option<Destination>,
+    pub percentage: Option<Percent>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HttpFaultInjection {
+    pub delay: Option<FaultDelay>,
+    pub abort: Option<FaultAbort>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct FaultDelay {
+    pub fixed_delay: Option<String>,
+    pub percentage: Option<Percent>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct FaultAbort {
+    pub http_status: Option<i64>,
+    pub percentage: Option<Percent>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -33,6 +33,18 @@ fn router_filter() -> HttpFilter {
     }
 }
 
+/// The fault filter with no fault of its own: VirtualService routes with `fault` configure it
+/// per route (`typed_per_filter_config`), as Istio does.
+fn fault_filter() -> HttpFilter {
+    HttpFilter {
+        name: super::route::FAULT_FILTER.into(),
+        config_type: Some(http_filter::ConfigType::TypedConfig(pack_any(
+            envoy_types::pb::envoy::extensions::filters::http::fault::v3::HttpFault::default(),
+        ))),
+        ..Default::default()
+    }
+}
+
 fn hcm_filter(hcm: HttpConnectionManager) -> Filter {
     Filter {
         name: "envoy.filters.network.http_connection_manager".into(),
@@ -45,7 +57,7 @@ fn hcm_filter(hcm: HttpConnectionManager) -> Filter {
 fn base_hcm(stat_prefix: &str) -> HttpConnectionManager {
     HttpConnectionManager {
         stat_prefix: stat_prefix.to_string(),
-        http_filters: vec![router_filter()],
+        http_filters: vec![fault_filter(), router_filter()],
         normalize_path: Some(BoolValue { value: true }),
         path_with_escaped_slashes_action: PathWithEscapedSlashesAction::KeepUnchanged as i32,
         upgrade_configs: vec![UpgradeConfig {
