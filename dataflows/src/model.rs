@@ -401,6 +401,16 @@ pub struct Sidecar {
     /// `workloadSelector.labels`; `None` makes it the namespace default.
     pub selector: Option<Labels>,
     pub egress: Vec<EgressListener>,
+    /// `outboundTrafficPolicy.mode: REGISTRY_ONLY`: traffic to hosts outside the registry is
+    /// blocked (no `allow_any` virtual host, `virtualOutbound` to `BlackHoleCluster`).
+    pub registry_only: bool,
+}
+
+impl Sidecar {
+    /// Whether the Sidecar in effect (if any) blocks traffic to unknown hosts.
+    pub fn blocks_unknown(sc: Option<&Sidecar>) -> bool {
+        sc.is_some_and(|s| s.registry_only)
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

@@ -157,6 +157,7 @@ fn random_record(rng: &mut StdRng, slot: usize) -> Record {
         6 => {
             let sel = rng.random_bool(0.5).then(|| labels(&[("app", "client")]));
             Record::Sidecar(Sidecar {
+                registry_only: false,
                 key: ConfigKey::new(
                     Kind::Sidecar,
                     pick(rng, &NAMESPACES),

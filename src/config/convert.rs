@@ -1079,24 +1079,20 @@ fn gateway(key: &ConfigKey, value: &Value, findings: &mut Vec<Finding>) -> Resul
 fn sidecar(key: &ConfigKey, value: &Value, findings: &mut Vec<Finding>) -> Result<Vec<Record>> {
     let (s, ignored): (istio::SidecarSpec, _) = spec(value)?;
     report_ignored(&ignored, findings, |_| None);
-    match s
+    let mode = s
         .outbound_traffic_policy
         .as_ref()
-        .and_then(|o| o.mode.as_deref())
-    {
-        None | Some("ALLOW_ANY") => {}
-        Some("REGISTRY_ONLY") => findings.push(Finding::error(
-            "spec.outboundTrafficPolicy.mode",
-            "REGISTRY_ONLY is not supported by meshflow yet: traffic to hosts outside the \
-             registry still passes through (ALLOW_ANY)",
-        )),
+        .and_then(|o| o.mode.as_deref());
+    let registry_only = match mode {
+        None | Some("ALLOW_ANY") => false,
+        Some("REGISTRY_ONLY") => true,
         Some(other) => {
             return Err(Invalid::field(
                 "spec.outboundTrafficPolicy.mode",
                 format!("unknown mode {other:?} (ALLOW_ANY, REGISTRY_ONLY)"),
             ))
         }
-    }
+    };
     let mut egress: Vec<m::EgressListener> = Vec::new();
     for (i, e) in s.egress.iter().enumerate() {
         let f = format!("spec.egress[{i}]");
@@ -1171,6 +1167,7 @@ fn sidecar(key: &ConfigKey, value: &Value, findings: &mut Vec<Finding>) -> Resul
         key: key.clone(),
         selector,
         egress,
+        registry_only,
     })])
 }
 

@@ -168,15 +168,21 @@ fn original_dst_filter() -> ListenerFilter {
 }
 
 /// `virtualOutbound` on 15001: captured outbound connections are handed to the listener for
-/// their original destination; the rest pass through.
-pub fn virtual_outbound() -> Resource {
+/// their original destination; the rest pass through, or with `registry_only` are dropped
+/// (`BlackHoleCluster`), as Istio's REGISTRY_ONLY does.
+pub fn virtual_outbound(registry_only: bool) -> Resource {
+    let catchall = if registry_only {
+        super::BLACKHOLE_CLUSTER
+    } else {
+        PASSTHROUGH_CLUSTER
+    };
     let listener = Listener {
         name: "virtualOutbound".into(),
         address: Some(socket_address("0.0.0.0", 15001)),
         use_original_dst: Some(BoolValue { value: true }),
         filter_chains: vec![FilterChain {
             name: "virtualOutbound-catchall-tcp".into(),
-            filters: vec![tcp_to(PASSTHROUGH_CLUSTER, PASSTHROUGH_CLUSTER)],
+            filters: vec![tcp_to(catchall, catchall)],
             ..Default::default()
         }],
         traffic_direction: TrafficDirection::Outbound as i32,
