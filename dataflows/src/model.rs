@@ -341,6 +341,23 @@ pub struct TrafficPolicy {
     /// cluster fails closed (it has no endpoints) rather than send plaintext where the
     /// rule asks for encryption.
     pub unsupported_tls: Option<String>,
+    /// TLS to the upstream (`SIMPLE`, `MUTUAL` with certificate files).
+    pub tls: Option<UpstreamTls>,
+}
+
+/// A DestinationRule's `tls` in a mode meshflow generates: files the proxy reads itself.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct UpstreamTls {
+    /// `MUTUAL`: the client certificate and key presented.
+    pub client_cert: Option<(String, String)>,
+    /// Verify the server against this CA bundle; `None` with `insecure_skip_verify` false:
+    /// against the system's roots.
+    pub ca: Option<String>,
+    pub crl: Option<String>,
+    pub sni: Option<String>,
+    /// Names the server's certificate must carry (DNS or URI SANs, exact).
+    pub subject_alt_names: Vec<String>,
+    pub insecure_skip_verify: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

@@ -181,33 +181,45 @@ fn tls_that_cannot_be_generated_fails_the_clusters_closed() {
     assert_eq!(dr(&p).traffic_policy.clone().unwrap().unsupported_tls, None);
     assert!(p.findings.is_empty(), "{:?}", p.findings);
 
-    // A subset's own, and a port's (which closes every port of the rule).
+    // SIMPLE and MUTUAL with files are generated (a subset's own here); TLS per port is not
+    // (it closes every port of the rule), nor is a credentialName.
     let p = parse(&format!(
-        "{DR}  subsets:\n  - name: v1\n    labels: {{version: v1}}\n    trafficPolicy: {{tls: {{mode: SIMPLE}}}}\n  trafficPolicy:\n    portLevelSettings:\n    - port: {{number: 9080}}\n      tls: {{mode: MUTUAL}}\n      loadBalancer: {{simple: RANDOM}}\n"
+        "{DR}  subsets:\n  - name: v1\n    labels: {{version: v1}}\n    trafficPolicy: {{tls: {{mode: MUTUAL, clientCertificate: /c.pem, privateKey: /k.pem, caCertificates: /ca.pem, sni: r.example.com, subjectAltNames: [r.example.com]}}}}\n  trafficPolicy:\n    portLevelSettings:\n    - port: {{number: 9080}}\n      tls: {{mode: SIMPLE}}\n      loadBalancer: {{simple: RANDOM}}\n"
     ));
     let d = dr(&p);
+    let sub = d.subsets[0].traffic_policy.as_ref().unwrap();
+    assert_eq!(sub.unsupported_tls, None);
+    let tls = sub.tls.as_ref().expect("MUTUAL is generated");
     assert_eq!(
-        d.subsets[0]
-            .traffic_policy
-            .as_ref()
-            .unwrap()
-            .unsupported_tls
-            .as_deref(),
-        Some("SIMPLE")
+        tls.client_cert,
+        Some(("/c.pem".to_string(), "/k.pem".to_string()))
     );
     assert_eq!(
-        d.traffic_policy
-            .as_ref()
-            .unwrap()
-            .unsupported_tls
-            .as_deref(),
-        Some("MUTUAL")
+        (tls.ca.as_deref(), tls.sni.as_deref()),
+        (Some("/ca.pem"), Some("r.example.com"))
+    );
+    let top = d.traffic_policy.as_ref().unwrap();
+    assert_eq!(top.unsupported_tls.as_deref(), Some("SIMPLE"));
+    assert_eq!(
+        fields(&p, Level::Error),
+        vec!["spec.trafficPolicy.portLevelSettings[0].tls"]
     );
     let warnings = fields(&p, Level::Warning);
     assert!(
         warnings.contains(&"spec.trafficPolicy.portLevelSettings[0].loadBalancer".to_string()),
         "{warnings:?}"
     );
+    let p = parse(&format!(
+        "{DR}  trafficPolicy: {{tls: {{mode: SIMPLE, credentialName: reviews-cert}}}}\n"
+    ));
+    assert_eq!(fields(&p, Level::Error), vec!["spec.trafficPolicy.tls"]);
+    assert!(p.findings[0].message.contains("credentialName"));
+    let e = parse_document(
+        &format!("{DR}  trafficPolicy: {{tls: {{mode: MUTUAL, caCertificates: /ca.pem}}}}\n"),
+        &MeshConfig::default(),
+    )
+    .unwrap_err();
+    assert_eq!(e.field, "spec.trafficPolicy.tls");
 
     // A mode Istio does not know is rejected, as Istio's validation does.
     let e = parse_document(

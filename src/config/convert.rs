@@ -876,26 +876,65 @@ fn virtual_service(
 }
 
 /// The TLS mode of a policy if meshflow cannot generate it (anything but DISABLE), reported.
-fn unsupported_tls(
+/// A policy's `tls`: what is generated (`SIMPLE`, `MUTUAL` with files), or the mode that
+/// cannot be and so fails the clusters closed (reported), or neither (`DISABLE`).
+fn client_tls(
     tls: Option<&istio::ClientTls>,
     field: &str,
     findings: &mut Vec<Finding>,
-) -> Result<Option<String>> {
-    let Some(mode) = tls.and_then(|t| t.mode.as_deref()) else {
-        return Ok(None);
+) -> Result<(Option<String>, Option<m::UpstreamTls>)> {
+    let Some(t) = tls else {
+        return Ok((None, None));
+    };
+    let mode = t.mode.as_deref().unwrap_or("DISABLE");
+    let fail_closed = |why: String, findings: &mut Vec<Finding>| {
+        findings.push(Finding::error(
+            field,
+            format!(
+                "{why}: the clusters this policy applies to fail closed (no endpoints, every \
+                 request answered 503) rather than send plaintext"
+            ),
+        ));
+        Ok((Some(mode.to_string()), None))
     };
     match mode {
-        "DISABLE" => Ok(None),
-        "SIMPLE" | "MUTUAL" | "ISTIO_MUTUAL" => {
-            findings.push(Finding::error(
-                field,
-                format!(
-                    "TLS mode {mode} is not supported by meshflow yet: the clusters this policy \
-                     applies to fail closed (no endpoints, every request answered 503) rather \
-                     than send plaintext"
-                ),
-            ));
-            Ok(Some(mode.to_string()))
+        "DISABLE" => Ok((None, None)),
+        "ISTIO_MUTUAL" => fail_closed(
+            "TLS mode ISTIO_MUTUAL is not supported by meshflow yet (it needs workload \
+             certificates over SDS)"
+                .into(),
+            findings,
+        ),
+        "SIMPLE" | "MUTUAL" if t.credential_name.is_some() => fail_closed(
+            format!(
+                "TLS mode {mode} with credentialName is not supported by meshflow yet (it needs \
+                 the Secret over SDS); give the files instead"
+            ),
+            findings,
+        ),
+        "SIMPLE" | "MUTUAL" => {
+            let client_cert = if mode == "MUTUAL" {
+                let (Some(cert), Some(key)) = (&t.client_certificate, &t.private_key) else {
+                    return Err(Invalid::field(
+                        field,
+                        "MUTUAL TLS needs clientCertificate and privateKey",
+                    ));
+                };
+                Some((cert.clone(), key.clone()))
+            } else {
+                None
+            };
+            Ok((
+                None,
+                Some(m::UpstreamTls {
+                    client_cert,
+                    ca: t.ca_certificates.clone(),
+                    crl: t.ca_crl.clone(),
+                    sni: t.sni.clone(),
+                    subject_alt_names: t.subject_alt_names.clone(),
+                    insecure_skip_verify: t.insecure_skip_verify.unwrap_or(false),
+                }),
+            ))
         }
         other => Err(Invalid::field(
             format!("{field}.mode"),
@@ -909,12 +948,24 @@ fn traffic_policy(
     field: &str,
     findings: &mut Vec<Finding>,
 ) -> Result<m::TrafficPolicy> {
-    let mut tls = unsupported_tls(tp.tls.as_ref(), &format!("{field}.tls"), findings)?;
+    let (mut unsupported, tls) = client_tls(tp.tls.as_ref(), &format!("{field}.tls"), findings)?;
     for (i, pl) in tp.port_level_settings.iter().enumerate() {
         let f = format!("{field}.portLevelSettings[{i}]");
         // Which ports a policy covers is not read: a TLS mode it asks for closes them all.
-        if let Some(mode) = unsupported_tls(pl.tls.as_ref(), &format!("{f}.tls"), findings)? {
-            tls.get_or_insert(mode);
+        let mode = pl
+            .tls
+            .as_ref()
+            .and_then(|t| t.mode.as_deref())
+            .unwrap_or("DISABLE");
+        if mode != "DISABLE" {
+            findings.push(Finding::error(
+                format!("{f}.tls"),
+                format!(
+                    "TLS per port (mode {mode}) is not supported by meshflow yet: every cluster \
+                     of this rule fails closed (no endpoints) rather than send plaintext"
+                ),
+            ));
+            unsupported.get_or_insert(mode.to_string());
         }
         for k in pl.rest.keys() {
             findings.push(Finding::warning(format!("{f}.{k}"), IGNORED));
@@ -942,7 +993,8 @@ fn traffic_policy(
     Ok(m::TrafficPolicy {
         load_balancer,
         connect_timeout_ms,
-        unsupported_tls: tls,
+        tls: if unsupported.is_some() { None } else { tls },
+        unsupported_tls: unsupported,
     })
 }
 

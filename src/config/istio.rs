@@ -194,8 +194,20 @@ pub struct TrafficPolicy {
 #[serde(rename_all = "camelCase", default)]
 pub struct ClientTls {
     pub mode: Option<String>,
-    /// Certificates, SNI, SANs: meaningful only in a mode meshflow generates, so read whole
-    /// (and not reported field by field) while every mode but DISABLE fails closed.
+    pub client_certificate: Option<String>,
+    pub private_key: Option<String>,
+    pub ca_certificates: Option<String>,
+    pub credential_name: Option<String>,
+    pub subject_alt_names: Vec<String>,
+    pub sni: Option<String>,
+    pub insecure_skip_verify: Option<bool>,
+    pub ca_crl: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct PortTls {
+    pub mode: Option<String>,
     #[serde(flatten)]
     pub settings: BTreeMap<String, serde_yaml_ng::Value>,
 }
@@ -205,7 +217,8 @@ pub struct ClientTls {
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct PortTrafficPolicy {
-    pub tls: Option<ClientTls>,
+    /// Read whole: any mode but DISABLE fails the rule's clusters closed.
+    pub tls: Option<PortTls>,
     #[serde(flatten)]
     pub rest: BTreeMap<String, serde_yaml_ng::Value>,
 }

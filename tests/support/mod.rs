@@ -27,8 +27,10 @@ mod process;
 mod scratch;
 
 // Fixtures and clients that tests name by module (`support::reviews::Reviews`).
+pub mod pki;
 pub mod reviews;
 pub mod scene;
+pub mod tls_backend;
 pub mod xds_client;
 
 // The harness's surface. In a test binary `support` is a private module, so rustc reports each
