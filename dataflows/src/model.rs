@@ -342,7 +342,43 @@ pub struct TrafficPolicy {
     /// rule asks for encryption.
     pub unsupported_tls: Option<String>,
     /// TLS to the upstream (`SIMPLE`, `MUTUAL` with certificate files).
-    pub tls: Option<UpstreamTls>,
+    /// (Boxed, as the other rarely set parts: every `Record` is as large as its largest
+    /// variant, and endpoints are most of them.)
+    pub tls: Option<Box<UpstreamTls>>,
+    /// `connectionPool` beyond `tcp.connectTimeout`: circuit-breaker limits and connection
+    /// lifetimes; `None` fields keep Istio's defaults (no limit).
+    pub connection_pool: Option<Box<ConnectionPool>>,
+    pub outlier_detection: Option<Box<OutlierDetection>>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ConnectionPool {
+    pub max_connections: Option<u32>,
+    /// `http.http1MaxPendingRequests`.
+    pub max_pending_requests: Option<u32>,
+    /// `http.http2MaxRequests`.
+    pub max_requests: Option<u32>,
+    pub max_retries: Option<u32>,
+    pub max_requests_per_connection: Option<u32>,
+    /// `http.idleTimeout`.
+    pub idle_timeout_ms: Option<u64>,
+    /// `tcp.maxConnectionDuration`.
+    pub max_connection_duration_ms: Option<u64>,
+    /// `tcp.tcpKeepalive`: (probes, time s, interval s).
+    pub tcp_keepalive: Option<(Option<u32>, Option<u64>, Option<u64>)>,
+}
+
+/// `outlierDetection`, as Istio maps it: a set error count ejects at once (enforcing 100%).
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct OutlierDetection {
+    pub consecutive_5xx: Option<u32>,
+    pub consecutive_gateway_errors: Option<u32>,
+    pub consecutive_local_origin_failures: Option<u32>,
+    pub split_external_local_origin_errors: bool,
+    pub interval_ms: Option<u64>,
+    pub base_ejection_time_ms: Option<u64>,
+    pub max_ejection_percent: Option<u32>,
+    pub min_health_percent: Option<u32>,
 }
 
 /// A DestinationRule's `tls` in a mode meshflow generates: files the proxy reads itself.

@@ -164,14 +164,14 @@ const DR: &str = "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmet
 #[test]
 fn tls_that_cannot_be_generated_fails_the_clusters_closed() {
     let p = parse(&format!(
-        "{DR}  trafficPolicy:\n    tls: {{mode: ISTIO_MUTUAL, sni: x}}\n    outlierDetection: {{consecutive5xxErrors: 1}}\n"
+        "{DR}  trafficPolicy:\n    tls: {{mode: ISTIO_MUTUAL, sni: x}}\n    proxyProtocol: {{version: V1}}\n"
     ));
     let policy = dr(&p).traffic_policy.clone().unwrap();
     assert_eq!(policy.unsupported_tls.as_deref(), Some("ISTIO_MUTUAL"));
     assert_eq!(fields(&p, Level::Error), vec!["spec.trafficPolicy.tls"]);
     assert_eq!(
         fields(&p, Level::Warning),
-        vec!["spec.trafficPolicy.outlierDetection"]
+        vec!["spec.trafficPolicy.proxyProtocol"]
     );
 
     // DISABLE is what is generated: nothing to say.

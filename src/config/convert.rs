@@ -943,6 +943,103 @@ fn client_tls(
     }
 }
 
+/// A count Istio types as int32/UInt32Value: not negative.
+fn count(v: Option<i64>, field: &str) -> Result<Option<u32>> {
+    v.map(|n| {
+        u32::try_from(n)
+            .map_err(|_| Invalid::field(field, format!("{n} is not a count (0 or more)")))
+    })
+    .transpose()
+}
+
+fn duration(v: &Option<String>, field: &str) -> Result<Option<u64>> {
+    v.as_deref()
+        .map(|d| parse_duration_ms(d, field))
+        .transpose()
+}
+
+fn connection_pool(c: &istio::ConnectionPool, f: &str) -> Result<Option<m::ConnectionPool>> {
+    let tcp = c.tcp.as_ref();
+    let http = c.http.as_ref();
+    let keepalive = match tcp.and_then(|t| t.tcp_keepalive.as_ref()) {
+        None => None,
+        Some(k) => {
+            let kf = format!("{f}.tcp.tcpKeepalive");
+            let secs = |d: &Option<String>, name: &str| {
+                duration(d, &format!("{kf}.{name}")).map(|ms| ms.map(|ms| ms.div_ceil(1000)))
+            };
+            Some((
+                count(k.probes, &format!("{kf}.probes"))?,
+                secs(&k.time, "time")?,
+                secs(&k.interval, "interval")?,
+            ))
+        }
+    };
+    let pool = m::ConnectionPool {
+        max_connections: count(
+            tcp.and_then(|t| t.max_connections),
+            &format!("{f}.tcp.maxConnections"),
+        )?,
+        max_connection_duration_ms: duration(
+            &tcp.and_then(|t| t.max_connection_duration.clone()),
+            &format!("{f}.tcp.maxConnectionDuration"),
+        )?,
+        tcp_keepalive: keepalive,
+        max_pending_requests: count(
+            http.and_then(|h| h.http1_max_pending_requests),
+            &format!("{f}.http.http1MaxPendingRequests"),
+        )?,
+        max_requests: count(
+            http.and_then(|h| h.http2_max_requests),
+            &format!("{f}.http.http2MaxRequests"),
+        )?,
+        max_retries: count(
+            http.and_then(|h| h.max_retries),
+            &format!("{f}.http.maxRetries"),
+        )?,
+        max_requests_per_connection: count(
+            http.and_then(|h| h.max_requests_per_connection),
+            &format!("{f}.http.maxRequestsPerConnection"),
+        )?,
+        idle_timeout_ms: duration(
+            &http.and_then(|h| h.idle_timeout.clone()),
+            &format!("{f}.http.idleTimeout"),
+        )?,
+    };
+    Ok((pool != m::ConnectionPool::default()).then_some(pool))
+}
+
+fn outlier_detection(o: &istio::OutlierDetection, f: &str) -> Result<m::OutlierDetection> {
+    let percent = |v: Option<i64>, name: &str| -> Result<Option<u32>> {
+        match v {
+            Some(p) if !(0..=100).contains(&p) => Err(Invalid::field(
+                format!("{f}.{name}"),
+                format!("{p} is not a percentage in 0..100"),
+            )),
+            other => Ok(other.map(|p| p as u32)),
+        }
+    };
+    Ok(m::OutlierDetection {
+        consecutive_5xx: count(
+            o.consecutive_5xx_errors,
+            &format!("{f}.consecutive5xxErrors"),
+        )?,
+        consecutive_gateway_errors: count(
+            o.consecutive_gateway_errors,
+            &format!("{f}.consecutiveGatewayErrors"),
+        )?,
+        consecutive_local_origin_failures: count(
+            o.consecutive_local_origin_failures,
+            &format!("{f}.consecutiveLocalOriginFailures"),
+        )?,
+        split_external_local_origin_errors: o.split_external_local_origin_errors,
+        interval_ms: duration(&o.interval, &format!("{f}.interval"))?,
+        base_ejection_time_ms: duration(&o.base_ejection_time, &format!("{f}.baseEjectionTime"))?,
+        max_ejection_percent: percent(o.max_ejection_percent, "maxEjectionPercent")?,
+        min_health_percent: percent(o.min_health_percent, "minHealthPercent")?,
+    })
+}
+
 fn traffic_policy(
     tp: &istio::TrafficPolicy,
     field: &str,
@@ -993,7 +1090,24 @@ fn traffic_policy(
     Ok(m::TrafficPolicy {
         load_balancer,
         connect_timeout_ms,
-        tls: if unsupported.is_some() { None } else { tls },
+        tls: if unsupported.is_some() {
+            None
+        } else {
+            tls.map(Box::new)
+        },
+        connection_pool: tp
+            .connection_pool
+            .as_ref()
+            .map(|c| connection_pool(c, &format!("{field}.connectionPool")))
+            .transpose()?
+            .flatten()
+            .map(Box::new),
+        outlier_detection: tp
+            .outlier_detection
+            .as_ref()
+            .map(|o| outlier_detection(o, &format!("{field}.outlierDetection")))
+            .transpose()?
+            .map(Box::new),
         unsupported_tls: unsupported,
     })
 }

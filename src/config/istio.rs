@@ -186,6 +186,7 @@ pub struct DestinationRuleSpec {
 pub struct TrafficPolicy {
     pub load_balancer: Option<LoadBalancerSettings>,
     pub connection_pool: Option<ConnectionPool>,
+    pub outlier_detection: Option<OutlierDetection>,
     pub tls: Option<ClientTls>,
     pub port_level_settings: Vec<PortTrafficPolicy>,
 }
@@ -233,12 +234,48 @@ pub struct LoadBalancerSettings {
 #[serde(rename_all = "camelCase", default)]
 pub struct ConnectionPool {
     pub tcp: Option<TcpSettings>,
+    pub http: Option<HttpSettings>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HttpSettings {
+    pub http1_max_pending_requests: Option<i64>,
+    pub http2_max_requests: Option<i64>,
+    pub max_requests_per_connection: Option<i64>,
+    pub max_retries: Option<i64>,
+    pub idle_timeout: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct TcpKeepalive {
+    pub probes: Option<i64>,
+    pub time: Option<String>,
+    pub interval: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct OutlierDetection {
+    #[serde(rename = "consecutive5xxErrors")]
+    pub consecutive_5xx_errors: Option<i64>,
+    pub consecutive_gateway_errors: Option<i64>,
+    pub consecutive_local_origin_failures: Option<i64>,
+    pub split_external_local_origin_errors: bool,
+    pub interval: Option<String>,
+    pub base_ejection_time: Option<String>,
+    pub max_ejection_percent: Option<i64>,
+    pub min_health_percent: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct TcpSettings {
     pub connect_timeout: Option<String>,
+    pub max_connections: Option<i64>,
+    pub max_connection_duration: Option<String>,
+    pub tcp_keepalive: Option<TcpKeepalive>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -3,15 +3,18 @@
 
 use super::{ads, duration_ms, inbound_cluster_name, outbound_cluster_name, socket_address};
 use crate::model::{
-    DestinationRule, LoadBalancer, Resolution, Resource, ResourceType, Service, ServicePort,
-    TrafficPolicy,
+    ConnectionPool, DestinationRule, LoadBalancer, OutlierDetection, Resolution, Resource,
+    ResourceType, Service, ServicePort, TrafficPolicy,
 };
 use envoy_types::pb::envoy::config::cluster::v3::circuit_breakers::Thresholds;
+use envoy_types::pb::envoy::config::cluster::v3::cluster::CommonLbConfig;
 use envoy_types::pb::envoy::config::cluster::v3::cluster::{
     ClusterDiscoveryType, DiscoveryType, EdsClusterConfig, LbPolicy,
 };
+use envoy_types::pb::envoy::config::cluster::v3::UpstreamConnectionOptions;
 use envoy_types::pb::envoy::config::cluster::v3::{CircuitBreakers, Cluster};
 use envoy_types::pb::envoy::config::core::v3::Http2ProtocolOptions;
+use envoy_types::pb::envoy::config::core::v3::TcpKeepalive;
 use envoy_types::pb::envoy::config::endpoint::v3::{
     lb_endpoint::HostIdentifier, ClusterLoadAssignment, Endpoint, LbEndpoint, LocalityLbEndpoints,
 };
@@ -19,6 +22,7 @@ use envoy_types::pb::envoy::extensions::upstreams::http::v3::http_protocol_optio
     explicit_http_config::ProtocolConfig, ExplicitHttpConfig, UpstreamProtocolOptions,
 };
 use envoy_types::pb::envoy::extensions::upstreams::http::v3::HttpProtocolOptions;
+use envoy_types::pb::envoy::r#type::v3::Percent;
 use envoy_types::pb::google::protobuf::UInt32Value;
 use envoy_types::util::pack_any;
 use prost::Message;
@@ -38,6 +42,12 @@ fn effective_policy(dr: Option<&DestinationRule>, subset: Option<&str>) -> Traff
         }
         if p.connect_timeout_ms.is_some() {
             policy.connect_timeout_ms = p.connect_timeout_ms;
+        }
+        if p.connection_pool.is_some() {
+            policy.connection_pool = p.connection_pool.clone();
+        }
+        if p.outlier_detection.is_some() {
+            policy.outlier_detection = p.outlier_detection.clone();
         }
         if p.unsupported_tls.is_some() || p.tls.is_some() {
             policy.unsupported_tls = p.unsupported_tls.clone();
@@ -74,7 +84,27 @@ fn outbound(
             Some(LoadBalancer::Random) => LbPolicy::Random as i32,
             Some(LoadBalancer::LeastRequest) | None => LbPolicy::LeastRequest as i32,
         },
-        circuit_breakers: Some(unlimited_circuit_breakers()),
+        circuit_breakers: Some(circuit_breakers(policy.connection_pool.as_deref())),
+        outlier_detection: policy.outlier_detection.as_deref().map(outlier_detection),
+        common_lb_config: policy.outlier_detection.as_ref().map(|o| CommonLbConfig {
+            // Istio's minHealthPercent: below it, Envoy ignores ejections (panic mode).
+            healthy_panic_threshold: Some(Percent {
+                value: f64::from(o.min_health_percent.unwrap_or(0)),
+            }),
+            ..Default::default()
+        }),
+        upstream_connection_options: policy
+            .connection_pool
+            .as_ref()
+            .and_then(|p| p.tcp_keepalive)
+            .map(|(probes, time, interval)| UpstreamConnectionOptions {
+                tcp_keepalive: Some(TcpKeepalive {
+                    keepalive_probes: probes.map(|value| UInt32Value { value }),
+                    keepalive_time: time.map(|s| UInt32Value { value: s as u32 }),
+                    keepalive_interval: interval.map(|s| UInt32Value { value: s as u32 }),
+                }),
+                ..Default::default()
+            }),
         ..Default::default()
     };
     match service.resolution {
@@ -121,16 +151,25 @@ fn outbound(
     if let Some(tls) = &policy.tls {
         cluster.transport_socket = Some(upstream_tls(tls));
     }
-    if matches!(
+    let h2 = matches!(
         port.protocol,
         crate::model::Protocol::Http2 | crate::model::Protocol::Grpc
-    ) {
+    );
+    let common = policy
+        .connection_pool
+        .as_deref()
+        .and_then(common_http_options);
+    if h2 || common.is_some() {
+        let protocol = if h2 {
+            ProtocolConfig::Http2ProtocolOptions(Http2ProtocolOptions::default())
+        } else {
+            ProtocolConfig::HttpProtocolOptions(Default::default())
+        };
         let options = HttpProtocolOptions {
+            common_http_protocol_options: common,
             upstream_protocol_options: Some(UpstreamProtocolOptions::ExplicitHttpConfig(
                 ExplicitHttpConfig {
-                    protocol_config: Some(ProtocolConfig::Http2ProtocolOptions(
-                        Http2ProtocolOptions::default(),
-                    )),
+                    protocol_config: Some(protocol),
                 },
             )),
             ..Default::default()
@@ -224,17 +263,81 @@ fn fail_closed_metadata(why: &str) -> envoy_types::pb::envoy::config::core::v3::
 
 /// Istio sets Envoy's per-cluster limits to the maximum unless a DestinationRule says
 /// otherwise; Envoy's own defaults (1024 requests, 3 concurrent retries) would cap traffic.
-fn unlimited_circuit_breakers() -> CircuitBreakers {
-    let max = Some(UInt32Value { value: u32::MAX });
+fn circuit_breakers(pool: Option<&ConnectionPool>) -> CircuitBreakers {
+    let limit = |v: Option<u32>| {
+        Some(UInt32Value {
+            value: v.unwrap_or(u32::MAX),
+        })
+    };
+    let pool = pool.cloned().unwrap_or_default();
     CircuitBreakers {
         thresholds: vec![Thresholds {
-            max_connections: max,
-            max_pending_requests: max,
-            max_requests: max,
-            max_retries: max,
+            max_connections: limit(pool.max_connections),
+            max_pending_requests: limit(pool.max_pending_requests),
+            max_requests: limit(pool.max_requests),
+            max_retries: limit(pool.max_retries),
             track_remaining: true,
             ..Default::default()
         }],
+        ..Default::default()
+    }
+}
+
+/// The connection lifetimes of `connectionPool`, if any is set.
+fn common_http_options(
+    pool: &ConnectionPool,
+) -> Option<envoy_types::pb::envoy::config::core::v3::HttpProtocolOptions> {
+    if pool.idle_timeout_ms.is_none()
+        && pool.max_connection_duration_ms.is_none()
+        && pool.max_requests_per_connection.is_none()
+    {
+        return None;
+    }
+    Some(
+        envoy_types::pb::envoy::config::core::v3::HttpProtocolOptions {
+            idle_timeout: pool.idle_timeout_ms.map(duration_ms),
+            max_connection_duration: pool.max_connection_duration_ms.map(duration_ms),
+            max_requests_per_connection: pool
+                .max_requests_per_connection
+                .map(|value| UInt32Value { value }),
+            ..Default::default()
+        },
+    )
+}
+
+/// Istio's translation: success-rate ejection off; each error count that is set ejects at
+/// once (enforcing 100%).
+fn outlier_detection(
+    o: &OutlierDetection,
+) -> envoy_types::pb::envoy::config::cluster::v3::OutlierDetection {
+    let n = |v: Option<u32>| v.map(|value| UInt32Value { value });
+    let enforce = |v: Option<u32>| {
+        v.map(|c| UInt32Value {
+            value: if c > 0 { 100 } else { 0 },
+        })
+    };
+    let local = o.split_external_local_origin_errors;
+    envoy_types::pb::envoy::config::cluster::v3::OutlierDetection {
+        enforcing_success_rate: Some(UInt32Value { value: 0 }),
+        consecutive_5xx: n(o.consecutive_5xx),
+        enforcing_consecutive_5xx: enforce(o.consecutive_5xx),
+        consecutive_gateway_failure: n(o.consecutive_gateway_errors),
+        enforcing_consecutive_gateway_failure: enforce(o.consecutive_gateway_errors),
+        split_external_local_origin_errors: local,
+        consecutive_local_origin_failure: if local {
+            n(o.consecutive_local_origin_failures)
+        } else {
+            None
+        },
+        enforcing_consecutive_local_origin_failure: if local {
+            enforce(o.consecutive_local_origin_failures)
+        } else {
+            None
+        },
+        enforcing_local_origin_success_rate: local.then_some(UInt32Value { value: 0 }),
+        interval: o.interval_ms.map(duration_ms),
+        base_ejection_time: o.base_ejection_time_ms.map(duration_ms),
+        max_ejection_percent: n(o.max_ejection_percent),
         ..Default::default()
     }
 }
