@@ -46,11 +46,28 @@ impl MeshArgs {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Serve xDS to Envoy proxies from a directory of Kubernetes/Istio YAML.
+    /// Serve xDS to Envoy proxies from a directory of Kubernetes/Istio YAML and/or a
+    /// Kubernetes cluster.
     Serve {
-        /// Directory of YAML files (watched; subdirectories included).
+        /// Directory of YAML files (watched; subdirectories included). Optional with
+        /// `--kube`; both together serve the objects of both (each keeps its own errors).
+        #[arg(long, required_unless_present = "kube")]
+        config_dir: Option<PathBuf>,
+        /// Watch a Kubernetes cluster: Services, EndpointSlices, Pods and Istio's networking
+        /// objects (whichever of networking.istio.io v1, v1beta1, v1alpha3 the cluster serves).
+        /// The cluster is the one of `--kubeconfig`, else KUBECONFIG or ~/.kube/config, else
+        /// the pod's service account (in-cluster).
         #[arg(long)]
-        config_dir: PathBuf,
+        kube: bool,
+        /// The kubeconfig file for `--kube`.
+        #[arg(long, requires = "kube")]
+        kubeconfig: Option<PathBuf>,
+        /// Watch only these namespaces (comma-separated; all by default).
+        #[arg(long, requires = "kube", value_delimiter = ',')]
+        namespaces: Vec<String>,
+        /// Watch only objects matching this Kubernetes label selector (`app=x,tier!=db`).
+        #[arg(long, requires = "kube")]
+        label_selector: Option<String>,
         /// A file (outside the config directory) where the last valid version of each object
         /// whose file is now invalid is kept, so that a restart keeps it in effect. Without
         /// it, a restart forgets such versions: the objects are out, with their errors, until
@@ -228,6 +245,10 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Serve {
             config_dir,
+            kube,
+            kubeconfig,
+            namespaces,
+            label_selector,
             state_file,
             no_nack_rollback,
             xds_addr,
@@ -262,6 +283,11 @@ fn main() -> ExitCode {
             };
             let opts = ServeOptions {
                 config_dir,
+                kube: kube.then_some(meshflow::sources::kube::KubeOptions {
+                    kubeconfig,
+                    namespaces,
+                    label_selector,
+                }),
                 state_file,
                 nack_rollback: !no_nack_rollback,
                 xds_addr,
