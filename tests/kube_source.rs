@@ -17,7 +17,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 use support::fake_kube::FakeKube;
 use support::reviews::{Binding, Client, Reviews};
-use support::xds_client::{node, DeltaClient, CDS, EDS};
+use support::xds_client::{node, DeltaClient, CDS, EDS, RDS};
 use support::{
     exactly, free_port, http_get, only, require_envoy, wait_until, Envoy, Meshflow, ProxyNode,
     TestDir, XdsMode, CONVERGE_TIMEOUT, STARTUP_TIMEOUT,
@@ -570,6 +570,69 @@ async fn unrelated_churn_pushes_nothing() {
         let name = format!("meshflow_input_changes_total{{kind=\"{kind}\",op=\"update\"}}");
         assert_eq!(sample(&after, &name), 0.0, "{kind} updates: {after}");
     }
+}
+
+/// Two replicas watching one cluster serve identical config: two proxies of one namespace,
+/// each connected to its own replica, hold the same resources at the same versions (a
+/// version is a content hash), before and after a change made through the API.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_serve_identical_config() {
+    let mut split = virtual_service("reviews", "reviews", "1s");
+    let cluster = start(
+        "kube-replicas",
+        |fake| {
+            fake.apply(service("reviews", "default", 9080));
+            fake.apply(service("ratings", "default", 9080));
+            fake.apply(endpoint_slice(
+                "reviews",
+                "default",
+                &["10.1.0.11", "10.1.0.12"],
+            ));
+            fake.apply(endpoint_slice("ratings", "default", &["10.1.0.21"]));
+            fake.apply(split.clone());
+        },
+        &[],
+    );
+    let second_dir = cluster.dir.subdir("replica-b");
+    let debug_b = SocketAddr::from(([127, 0, 0, 1], free_port())).to_string();
+    let second = Meshflow::start_kube(
+        &cluster.dir.path().join("kubeconfig"),
+        &second_dir,
+        &["--debug-addr", &debug_b],
+    );
+    let client = |addr, pod: &str, ip: &str| {
+        let id = format!("sidecar~{ip}~{pod}.default~default.svc.cluster.local");
+        DeltaClient::connect(addr, node(&id, "default", &[("app", "sleep")]))
+    };
+    let mut a = client(cluster.meshflow.xds_addr(), "sleep-a", "10.1.0.98").await;
+    let mut b = client(second.xds_addr(), "sleep-b", "10.1.0.99").await;
+    for c in [&mut a, &mut b] {
+        c.sync().await;
+        // Routes too, as Envoy asks for what its listeners name.
+        c.subscribe(RDS, &["9080".to_string()], HashMap::new())
+            .await;
+        c.drain(Duration::from_millis(300)).await;
+    }
+    assert!(has(&a.names(CDS), &outbound(9080, "reviews", "default")));
+    assert_eq!(a.names(RDS), ["9080"]);
+    assert_eq!(a.held, b.held, "the same resources at the same versions");
+
+    // A change through the API reaches both replicas and leaves them identical.
+    let routes_before = a.held.get(RDS).cloned();
+    split["spec"]["http"][0]["timeout"] = json!("3s");
+    cluster.fake.apply(split);
+    for c in [&mut a, &mut b] {
+        let deadline = Instant::now() + CONVERGE_TIMEOUT;
+        while c.held.get(RDS) == routes_before.as_ref() {
+            assert!(
+                Instant::now() < deadline,
+                "the new route reaches every replica"
+            );
+            c.recv(Duration::from_millis(200)).await;
+        }
+        c.drain(Duration::from_millis(300)).await;
+    }
+    assert_eq!(a.held, b.held, "identical after the change");
 }
 
 /// Istio kinds are watched at the most stable version the cluster serves; on a cluster

@@ -136,14 +136,14 @@ impl KubeSource {
         if let Some(selector) = &self.options.label_selector {
             config = config.labels(selector);
         }
-        let namespaces: Vec<Option<&str>> = if self.options.namespaces.is_empty() {
+        // Each namespace once: two watches of one namespace would emit every object twice.
+        let mut listed: Vec<&str> = self.options.namespaces.iter().map(String::as_str).collect();
+        listed.sort_unstable();
+        listed.dedup();
+        let namespaces: Vec<Option<&str>> = if listed.is_empty() {
             vec![None]
         } else {
-            self.options
-                .namespaces
-                .iter()
-                .map(|n| Some(n.as_str()))
-                .collect()
+            listed.into_iter().map(Some).collect()
         };
         let (tx, mut rx) = mpsc::channel::<Message>(1024);
         let mut watches: Vec<(String, Watched)> = Vec::new();

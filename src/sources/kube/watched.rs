@@ -87,6 +87,7 @@ impl Watched {
                         if let Some(previous) = held.get(&key) {
                             listing.held.insert(key.clone(), previous.clone());
                         }
+                        log_rejection(self.errors.get(&key), &e);
                         listing.errors.insert(key, e);
                     }
                 }
@@ -107,6 +108,7 @@ impl Watched {
                         self.held.insert(key.clone(), object);
                     }
                     Err(e) => {
+                        log_rejection(self.errors.get(&key), &e);
                         self.errors.insert(key.clone(), e);
                     }
                 }
@@ -191,6 +193,13 @@ impl Watched {
             Err(invalid) => Err(named(invalid)),
         };
         (key, parsed)
+    }
+}
+
+/// Logs a rejection once: a relist or a resync of the same invalid object says nothing new.
+fn log_rejection(before: Option<&String>, now: &str) {
+    if before.map(String::as_str) != Some(now) {
+        tracing::warn!(error = %now, "rejected config");
     }
 }
 
