@@ -61,8 +61,8 @@ fn run(tool: &str, args: &[&str]) -> String {
 // ---------------------------------------------------------------------------------------------
 
 /// What `kubectl kustomize` does with the fields `deploy/kustomize` uses: the resources,
-/// `namespace` (on namespaced objects and on ServiceAccount subjects), `labels` (metadata
-/// only) and `images`. Any other field is an error.
+/// `namespace` (on namespaced objects and on ServiceAccount subjects), `labels` (metadata,
+/// and pod templates with `includeTemplates`) and `images`. Any other field is an error.
 fn render_kustomization(dir: &Path) -> Vec<Value> {
     let k = &documents(&read(&dir.join("kustomization.yaml")), "kustomization")[0];
     let known = [
@@ -100,8 +100,16 @@ fn render_kustomization(dir: &Path) -> Vec<Value> {
                 }
             }
             for l in k["labels"].as_array().into_iter().flatten() {
+                assert_ne!(
+                    l["includeSelectors"], true,
+                    "includeSelectors: not rendered here"
+                );
                 for (key, value) in l["pairs"].as_object().into_iter().flatten() {
                     doc["metadata"]["labels"][key] = value.clone();
+                    let template = doc.pointer_mut("/spec/template/metadata");
+                    if let (true, Some(t)) = (l["includeTemplates"] == true, template) {
+                        t["labels"][key] = value.clone();
+                    }
                 }
             }
             for image in k["images"].as_array().into_iter().flatten() {

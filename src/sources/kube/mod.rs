@@ -78,6 +78,9 @@ impl Source for KubeSource {
 /// reported.
 const FAILURE_REPORTED_FOR: Duration = Duration::from_secs(60);
 
+/// How long a watch answered 410 Gone waits before it relists.
+const RELIST_PAUSE: Duration = Duration::from_millis(500);
+
 /// One watch's message to the loop that reports.
 type Message = (usize, Result<Event<DynamicObject>, watcher::Error>);
 
@@ -219,6 +222,9 @@ impl KubeSource {
                 report.changes.extend(diff.changes);
                 report.described.extend(diff.described);
             }
+            // Watches hold disjoint objects: sorting is all a merged report needs.
+            report.changes.sort_by(|a, b| a.0.cmp(&b.0));
+            report.described.sort();
             report.errors = not_served.clone();
             report
                 .errors
@@ -257,6 +263,9 @@ async fn run_watch(
                 return;
             }
             if gone {
+                // A pause, so an API server that keeps answering 410 is not relisted in a
+                // tight loop.
+                tokio::time::sleep(RELIST_PAUSE).await;
                 break;
             }
         }
