@@ -636,7 +636,8 @@ async fn two_replicas_serve_identical_config() {
 }
 
 /// Istio kinds are watched at the most stable version the cluster serves; on a cluster
-/// without Istio's CRDs each kind is reported by name and the Kubernetes kinds still serve.
+/// without Istio's CRDs each kind is reported by name, the Kubernetes kinds still serve, and
+/// the kinds are watched once the CRDs are installed.
 #[test]
 fn istio_versions_come_from_discovery_and_missing_kinds_are_named() {
     let older = start(
@@ -692,6 +693,12 @@ fn istio_versions_come_from_discovery_and_missing_kinds_are_named() {
         );
     }
     assert_eq!(bare.input_changes("Service", "insert"), 1.0);
+
+    // Istio's CRDs installed later: the kinds are found again and watched.
+    bare.fake.apply(virtual_service("reviews", "reviews", "1s"));
+    bare.fake.serve_istio_versions(&["v1"]);
+    bare.await_input_changes("VirtualService", "insert", 1.0);
+    bare.await_errors("no kind is missing any more", |e| e.is_empty());
 }
 
 /// `--namespaces` and `--label-selector` limit what is watched (and what the API server is

@@ -11,6 +11,7 @@
 
 use dataflows::model::Kind;
 use kube::discovery::{verbs, ApiCapabilities, ApiResource};
+use kube::Client;
 
 /// One kind to watch and the resource it is served as.
 #[derive(Clone, Debug)]
@@ -50,6 +51,27 @@ pub fn kubernetes_kinds() -> Vec<WatchedKind> {
             resource: ApiResource::erase::<Pod>(&()),
         },
     ]
+}
+
+/// Asks the cluster (API discovery: `/apis`, then `/apis/networking.istio.io/VERSION`) which
+/// Istio kinds it serves and at which versions; see [`istio_kinds`]. `Err` when the API server
+/// cannot be asked; a cluster without the group serves none.
+pub async fn discover_istio(
+    client: &Client,
+) -> Result<(Vec<WatchedKind>, Vec<String>), kube::Error> {
+    match kube::discovery::group(client, ISTIO_GROUP).await {
+        Ok(group) => {
+            let served: Vec<_> = group
+                .versions()
+                .map(|v| (v.to_string(), group.versioned_resources(v)))
+                .collect();
+            Ok(istio_kinds(&served))
+        }
+        Err(kube::Error::Discovery(kube::error::DiscoveryError::MissingApiGroup(_))) => {
+            Ok(istio_kinds(&[]))
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// Which version of each Istio kind to watch, given the resources each served version of
@@ -95,7 +117,8 @@ pub fn not_served(kind: &str, served: &[(String, Vec<(ApiResource, ApiCapabiliti
         format!("the cluster serves {ISTIO_GROUP} {}", versions.join(", "))
     };
     format!(
-        "{kind}: not watched: {serves}, without {kind} (read as {wanted}); are Istio's CRDs installed?"
+        "{kind}: not watched: {serves}, without {kind} (read as {wanted}); are Istio's CRDs \
+         installed? (looked for again every minute)"
     )
 }
 
