@@ -313,14 +313,12 @@ fn readiness_waits_for_every_initial_list() {
         .spawn()
         .expect("spawn meshflow");
     let mut ready = (0, String::new());
+    // Until the dataflow runs, /readyz says that instead: wait for the source to be named.
     let answered = wait_until(STARTUP_TIMEOUT, || {
-        match http_get(debug, "localhost", "/readyz", &[]) {
-            Ok(r) => {
-                ready = r;
-                true
-            }
-            Err(_) => false,
+        if let Ok(r) = http_get(debug, "localhost", "/readyz", &[]) {
+            ready = r;
         }
+        ready.1.contains("initial read")
     });
     let healthz = http_get(debug, "localhost", "/healthz", &[]);
     let xds_up = std::net::TcpStream::connect_timeout(&xds, Duration::from_millis(200)).is_ok();
@@ -332,13 +330,37 @@ fn readiness_waits_for_every_initial_list() {
     let _ = child.wait();
     assert!(
         answered,
-        "the debug port answers while the initial list runs"
+        "the debug port answers while the initial list runs: {ready:?}"
     );
     assert_eq!(ready.0, 503, "{}", ready.1);
     assert!(ready.1.contains("kubernetes"), "{}", ready.1);
     assert_eq!(healthz.map(|h| h.0), Ok(200));
     assert!(!xds_up, "xDS is not served before the initial list");
     assert!(became_ready, "ready once the list completes");
+}
+
+/// A label selector the API server refuses ends `serve` with the server's reason naming
+/// the selector, instead of a server that never gets ready.
+#[test]
+fn a_label_selector_the_api_server_refuses_stops_serve_with_the_reason() {
+    let dir = TestDir::new("kube-bad-selector");
+    let fake = FakeKube::start();
+    let kubeconfig = dir.path().join("kubeconfig");
+    fake.write_kubeconfig(&kubeconfig);
+    let debug = SocketAddr::from(([127, 0, 0, 1], free_port())).to_string();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_meshflow"))
+        .args(["serve", "--kube", "--kubeconfig"])
+        .arg(&kubeconfig)
+        .args(["--label-selector", "app=a=b", "--debug-addr", &debug])
+        .args(["--xds-addr", &format!("127.0.0.1:{}", free_port())])
+        .output()
+        .expect("run meshflow");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("refuses to list") && stderr.contains("--label-selector \"app=a=b\""),
+        "{stderr}"
+    );
 }
 
 /// Changes missed while a watch was away are caught up by a relist after 410 Gone, as an

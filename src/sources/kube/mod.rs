@@ -124,6 +124,7 @@ impl KubeSource {
         let scope = session::Scope {
             client,
             config,
+            selector: self.options.label_selector.clone(),
             namespaces,
             mesh: self.mesh.clone(),
         };
@@ -145,7 +146,7 @@ impl KubeSource {
                     while let Ok(m) = rx.try_recv() {
                         batch.push(m);
                     }
-                    session.receive(batch);
+                    session.receive(batch)?;
                 }
                 _ = tick.tick() => session.expire_failures(),
                 _ = sleep_until(rediscover), if rediscover.is_some() => session.rediscover().await,

@@ -37,6 +37,8 @@ pub type Message = (usize, Result<Event<DynamicObject>, watcher::Error>);
 pub struct Scope {
     pub client: Client,
     pub config: watcher::Config,
+    /// The label selector in `config`, for errors.
+    pub selector: Option<String>,
     /// `None`: the whole cluster.
     pub namespaces: Vec<Option<String>>,
     pub mesh: MeshConfig,
@@ -151,7 +153,9 @@ impl Session {
     }
 
     /// Applies what the watches sent.
-    pub fn receive(&mut self, batch: Vec<Message>) {
+    /// `Err` when a list is refused as a bad request: what meshflow asks for (the label
+    /// selector) is wrong, and asking again will not help.
+    pub fn receive(&mut self, batch: Vec<Message>) -> Result<(), String> {
         for (index, result) in batch {
             let Some(w) = self.watches.get_mut(index) else {
                 continue;
@@ -161,6 +165,18 @@ impl Session {
                     w.failure = None;
                     w.watched.apply(event);
                 }
+                Err(watcher::Error::InitialListFailed(kube::Error::Api(status)))
+                    if status.code == 400 =>
+                {
+                    let selector = match &self.scope.selector {
+                        Some(s) => format!(" (--label-selector {s:?})"),
+                        None => String::new(),
+                    };
+                    return Err(format!(
+                        "the API server refuses to list {}{selector}: {}",
+                        w.what, status.message
+                    ));
+                }
                 Err(e) => {
                     if let Some(failure) = reportable(&w.what, &e) {
                         w.failure = Some((failure, Instant::now()));
@@ -168,6 +184,7 @@ impl Session {
                 }
             }
         }
+        Ok(())
     }
 
     /// Forgets failures not renewed for [`FAILURE_REPORTED_FOR`].

@@ -154,7 +154,24 @@ impl Selector {
             } else {
                 (term, Op::Exists)
             };
-            terms.push((parsed.0.trim().to_string(), parsed.1));
+            let key = parsed.0.trim();
+            let value = match &parsed.1 {
+                Op::Eq(v) | Op::Ne(v) => v.trim(),
+                Op::Exists | Op::Absent => "",
+            };
+            // Kubernetes' label syntax: names of letters, digits, `-`, `_`, `.` (and one `/`
+            // after a prefix in keys).
+            let name = |n: &str| {
+                n.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+            };
+            let key_ok = !key.is_empty()
+                && key.split('/').count() <= 2
+                && key.split('/').all(|p| !p.is_empty() && name(p));
+            if !key_ok || !name(value) {
+                return Err(format!("unable to parse requirement: {term:?}"));
+            }
+            terms.push((key.to_string(), parsed.1));
         }
         Ok(Selector(terms))
     }
