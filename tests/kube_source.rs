@@ -339,6 +339,31 @@ fn readiness_waits_for_every_initial_list() {
     assert!(became_ready, "ready once the list completes");
 }
 
+/// The API server over HTTPS (as in a cluster): the client trusts the kubeconfig's CA,
+/// lists and watches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serves_from_an_api_server_over_tls() {
+    let dir = TestDir::new("kube-tls");
+    let fake = FakeKube::start_tls();
+    fake.apply(service("reviews", "default", 9080));
+    let kubeconfig = dir.path().join("kubeconfig");
+    fake.write_kubeconfig(&kubeconfig);
+    let debug = SocketAddr::from(([127, 0, 0, 1], free_port())).to_string();
+    let meshflow = Meshflow::start_kube(&kubeconfig, dir.path(), &["--debug-addr", &debug]);
+    let id = "sidecar~10.1.0.99~probe.default~default.svc.cluster.local";
+    let mut c = DeltaClient::connect(meshflow.xds_addr(), node(id, "default", &[])).await;
+    c.subscribe(CDS, &[], HashMap::new()).await;
+    await_clusters(&mut c, "listed over TLS", |n| {
+        has(n, &outbound(9080, "reviews", "default"))
+    })
+    .await;
+    fake.apply(service("ratings", "default", 9080));
+    await_clusters(&mut c, "watched over TLS", |n| {
+        has(n, &outbound(9080, "ratings", "default"))
+    })
+    .await;
+}
+
 /// A label selector the API server refuses ends `serve` with the server's reason naming
 /// the selector, instead of a server that never gets ready.
 #[test]

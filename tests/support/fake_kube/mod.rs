@@ -27,12 +27,16 @@
 //!   makes events reach the log but not the open watches (a client that missed them);
 //!   [`FakeKube::fail_lists`] answers a type's lists with 500.
 //!
+//! - HTTPS ([`FakeKube::start_tls`]): a self-signed certificate the kubeconfig trusts, so
+//!   the client's TLS path is exercised as in a cluster.
+//!
 //! Everything is driven by the test, which applies and deletes objects as a script of
 //! events; [`FakeKube::requests`] tells what the client asked. Writes from clients (PATCH,
 //! status subresources) are answered 405.
 
 mod http;
 mod store;
+mod tls;
 
 use serde_json::{json, Value};
 use std::net::SocketAddr;
@@ -43,6 +47,8 @@ use store::{status, Store};
 /// The fake API server (see the module documentation). Stops when dropped.
 pub struct FakeKube {
     addr: SocketAddr,
+    /// The certificate's PEM when it serves HTTPS.
+    ca_pem: Option<String>,
     store: Arc<Mutex<Store>>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -51,8 +57,20 @@ pub struct FakeKube {
 const TOKEN: &str = "fake-kube-token";
 
 impl FakeKube {
-    /// Starts serving on a free loopback port, on a thread of its own.
+    /// Starts serving plain HTTP on a free loopback port, on a thread of its own.
     pub fn start() -> FakeKube {
+        Self::start_with(None)
+    }
+
+    /// Starts serving HTTPS with a self-signed certificate for 127.0.0.1.
+    pub fn start_tls() -> FakeKube {
+        let (acceptor, pem) = tls::self_signed();
+        let mut fake = Self::start_with(Some(acceptor));
+        fake.ca_pem = Some(pem);
+        fake
+    }
+
+    fn start_with(tls: Option<tokio_rustls::TlsAcceptor>) -> FakeKube {
         let std_listener = std::net::TcpListener::bind(("127.0.0.1", super::free_port()))
             .unwrap_or_else(|e| panic!("bind the fake API server: {e}"));
         std_listener
@@ -71,11 +89,12 @@ impl FakeKube {
                     .enable_all()
                     .build()
                     .unwrap_or_else(|e| panic!("the fake API server's runtime: {e}"));
-                rt.block_on(serve(std_listener, served, stopped));
+                rt.block_on(serve(std_listener, served, tls, stopped));
             })
             .unwrap_or_else(|e| panic!("start the fake API server: {e}"));
         FakeKube {
             addr,
+            ca_pem: None,
             store,
             stop: Some(stop),
             thread: Some(thread),
@@ -90,13 +109,25 @@ impl FakeKube {
         self.store.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Writes a kubeconfig for this server (plain HTTP, the bearer token it requires).
+    /// Writes a kubeconfig for this server (the bearer token it requires; with TLS, its
+    /// certificate as the cluster's CA, in a file beside the kubeconfig).
     pub fn write_kubeconfig(&self, path: &Path) {
+        let cluster = match &self.ca_pem {
+            None => format!("server: http://{}", self.addr),
+            Some(pem) => {
+                let ca = path.with_extension("ca.pem");
+                std::fs::write(&ca, pem).unwrap_or_else(|e| panic!("write {}: {e}", ca.display()));
+                format!(
+                    "server: https://{}\n    certificate-authority: {}",
+                    self.addr,
+                    ca.display()
+                )
+            }
+        };
         let config = format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: http://{}\n\
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    {cluster}\n\
              users:\n- name: fake\n  user:\n    token: {TOKEN}\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\n\
-             current-context: fake\n",
-            self.addr
+             current-context: fake\n"
         );
         std::fs::write(path, config).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
     }
@@ -259,6 +290,7 @@ impl Drop for FakeKube {
 async fn serve(
     listener: std::net::TcpListener,
     store: Arc<Mutex<Store>>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     mut stopped: tokio::sync::oneshot::Receiver<()>,
 ) {
     let listener = tokio::net::TcpListener::from_std(listener)
@@ -270,16 +302,31 @@ async fn serve(
         };
         let Ok((stream, _)) = accepted else { continue };
         let store = store.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req| {
-                let response = http::handle(&store, req);
-                async move { Ok::<_, std::convert::Infallible>(response) }
-            });
-            let io = hyper_util::rt::TokioIo::new(stream);
-            // A watch aborted by `drop_connections` ends here with an error: intended.
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(io, service)
-                .await;
+            match tls {
+                None => connection(stream, store).await,
+                Some(acceptor) => {
+                    if let Ok(stream) = acceptor.accept(stream).await {
+                        connection(stream, store).await;
+                    }
+                }
+            }
         });
     }
+}
+
+/// Serves one HTTP/1.1 connection.
+async fn connection<IO>(io: IO, store: Arc<Mutex<Store>>)
+where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let service = hyper::service::service_fn(move |req| {
+        let response = http::handle(&store, req);
+        async move { Ok::<_, std::convert::Infallible>(response) }
+    });
+    // A watch aborted by `drop_connections` ends here with an error: intended.
+    let _ = hyper::server::conn::http1::Builder::new()
+        .serve_connection(hyper_util::rt::TokioIo::new(io), service)
+        .await;
 }
