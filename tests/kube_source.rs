@@ -364,6 +364,48 @@ async fn serves_from_an_api_server_over_tls() {
     .await;
 }
 
+/// `meshflow validate --kube` reads the cluster once and names every object meshflow
+/// would reject (exit 1), or says how many records it read (exit 0).
+#[test]
+fn validate_reads_a_cluster_and_names_what_it_would_reject() {
+    let dir = TestDir::new("kube-validate");
+    let fake = FakeKube::start();
+    fake.apply(service("reviews", "default", 9080));
+    fake.apply(virtual_service("reviews", "reviews", "1s"));
+    let kubeconfig = dir.path().join("kubeconfig");
+    fake.write_kubeconfig(&kubeconfig);
+    let validate = || {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_meshflow"))
+            .args(["validate", "--kube", "--kubeconfig"])
+            .arg(&kubeconfig)
+            .output()
+            .expect("run meshflow validate");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        (
+            out.status.success(),
+            stdout,
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, stdout, stderr) = validate();
+    assert!(ok, "{stdout}{stderr}");
+    assert!(
+        stdout.starts_with("ok: ") && stdout.contains("no errors"),
+        "{stdout}"
+    );
+
+    fake.apply(virtual_service("ratings", "ratings", "soon"));
+    let (ok, stdout, stderr) = validate();
+    assert!(!ok, "{stdout}{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{stdout}");
+    assert!(
+        lines[0].starts_with("VirtualService default/ratings: spec.http[0].timeout: "),
+        "{stdout}"
+    );
+    assert_eq!(lines[1], "1 error(s)");
+}
+
 /// A label selector the API server refuses ends `serve` with the server's reason naming
 /// the selector, instead of a server that never gets ready.
 #[test]

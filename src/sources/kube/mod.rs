@@ -22,7 +22,7 @@ pub mod kinds;
 mod session;
 pub mod watched;
 
-use super::{Sink, Source};
+use super::{Report, Sink, Source};
 use crate::input::SourceName;
 use dataflows::model::MeshConfig;
 use kinds::WatchedKind;
@@ -62,13 +62,29 @@ impl Source for KubeSource {
         "kubernetes"
     }
 
-    fn run(self: Box<Self>, sink: Sink) -> Result<(), String> {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| format!("starting the Kubernetes source's runtime: {e}"))?;
-        rt.block_on(self.watch(sink))
+    fn run(self: Box<Self>, mut sink: Sink) -> Result<(), String> {
+        runtime()?.block_on(self.follow(|report| sink.send(report)))
     }
+}
+
+impl KubeSource {
+    /// Reads the cluster once (every watch's initial list) and returns that report:
+    /// `meshflow validate --kube`.
+    pub fn read_once(self) -> Result<Report, String> {
+        let mut first = None;
+        runtime()?.block_on(self.follow(|report| {
+            first = Some(report);
+            false
+        }))?;
+        first.ok_or_else(|| "the Kubernetes source stopped before its initial read".into())
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("starting the Kubernetes source's runtime: {e}"))
 }
 
 impl KubeSource {
@@ -106,7 +122,9 @@ impl KubeSource {
         }
     }
 
-    async fn watch(self: Box<Self>, mut sink: Sink) -> Result<(), String> {
+    /// Watches the cluster, calling `on_report` with the initial read and then with each
+    /// change, until it returns `false`.
+    async fn follow(self, mut on_report: impl FnMut(Report) -> bool) -> Result<(), String> {
         let client = self.client().await?;
         let (istio, not_served) = Self::discover(&client).await;
         let mut config = watcher::Config::default();
@@ -152,7 +170,7 @@ impl KubeSource {
                 _ = sleep_until(rediscover), if rediscover.is_some() => session.rediscover().await,
             }
             if let Some(report) = session.report() {
-                if !sink.send(report) {
+                if !on_report(report) {
                     return Ok(());
                 }
             }
