@@ -24,6 +24,8 @@ pub enum Input {
         /// The objects behind `changes`, for the debug history.
         described: Vec<InputChange>,
         errors: Vec<String>,
+        /// Analysis messages about the objects in effect (the complete list).
+        analysis: Vec<String>,
     },
     ProxyUp(Proxy),
     ProxyDown(Proxy),
@@ -63,6 +65,8 @@ pub struct EpochMeta {
     pub received_instant: Instant,
     /// The problems of each source that reported in this epoch (the complete list of each).
     pub source_errors: Vec<(SourceName, Vec<String>)>,
+    /// The analysis messages of each source that reported in this epoch (complete lists).
+    pub source_analysis: Vec<(SourceName, Vec<String>)>,
 }
 
 impl EpochMeta {
@@ -73,6 +77,7 @@ impl EpochMeta {
             received: SystemTime::now(),
             received_instant: Instant::now(),
             source_errors: Vec::new(),
+            source_analysis: Vec::new(),
         }
     }
 }

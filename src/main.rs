@@ -389,31 +389,45 @@ fn main() -> ExitCode {
             kube,
             mesh,
         } => {
-            let mut reads = Vec::new();
+            let (mut errors, mut analysis, mut records) = (Vec::new(), Vec::new(), 0);
             if let Some(dir) = config_dir {
                 let mut source = meshflow::sources::files::FileSource::new(dir, mesh.mesh());
-                reads.push(source.rescan());
+                let scan = source.rescan();
+                errors.extend(scan.errors);
+                analysis.extend(source.analysis());
+                records += scan.changes.len();
             }
             if let Some(options) = kube.options() {
                 let source = meshflow::sources::kube::KubeSource::new(options, mesh.mesh());
                 match source.read_once() {
-                    Ok(report) => reads.push(report),
+                    Ok((report, found)) => {
+                        errors.extend(report.errors);
+                        analysis.extend(found);
+                        records += report.changes.len();
+                    }
                     Err(e) => {
                         eprintln!("meshflow: {e}");
                         return ExitCode::FAILURE;
                     }
                 }
             }
-            let errors: Vec<&String> = reads.iter().flat_map(|r| &r.errors).collect();
             for e in &errors {
                 println!("{e}");
             }
-            let records: usize = reads.iter().map(|r| r.changes.len()).sum();
-            if errors.is_empty() {
-                println!("ok: {records} records, no errors");
+            // Analysis: errors (parts not generated) fail the check, warnings do not.
+            for (_, line) in &analysis {
+                println!("{line}");
+            }
+            let count = |l| analysis.iter().filter(|(level, _)| *level == l).count();
+            let (errors, warnings) = (
+                errors.len() + count(meshflow::config::Level::Error),
+                count(meshflow::config::Level::Warning),
+            );
+            if errors == 0 {
+                println!("ok: {records} records, no errors, {warnings} warning(s)");
                 ExitCode::SUCCESS
             } else {
-                println!("{} error(s)", errors.len());
+                println!("{errors} error(s), {warnings} warning(s)");
                 ExitCode::FAILURE
             }
         }

@@ -221,3 +221,31 @@ fn scenario_edits_change_exactly_their_records() {
     ));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A one-hour soak moves endpoints 360,000 times: more than the 65,536 addresses of the
+/// moved-endpoint range. Moves keep going, and no move gives an endpoint an IP another
+/// endpoint holds.
+#[test]
+fn endpoint_moves_outlast_the_address_range_without_clashes() {
+    let mesh = MeshConfig::default();
+    let mut state = MeshState::new(shape(false, 4), mesh).unwrap();
+    let n = state.services.len();
+    for i in 0..100_000usize {
+        let s = i % n;
+        let e = (i / n) % state.services[s].endpoints.len();
+        state
+            .move_endpoint(s, e)
+            .unwrap_or_else(|err| panic!("move {i}: {err}"));
+        if i % 9_973 == 0 || i > 65_530 && i < 65_600 {
+            let mut ips: Vec<&str> = state
+                .services
+                .iter()
+                .flat_map(|svc| svc.endpoints.iter().map(|ep| ep.ip.as_str()))
+                .collect();
+            let all = ips.len();
+            ips.sort_unstable();
+            ips.dedup();
+            assert_eq!(ips.len(), all, "after move {i}, two endpoints share an IP");
+        }
+    }
+}

@@ -84,14 +84,19 @@ impl Cluster {
     fn errors(&self) -> Vec<String> {
         let text = get(self.debug, "/debug/config_errors");
         let json: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
-        json["rejected_inputs"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|e| e.as_str().map(str::to_string))
-                    .collect()
-            })
-            .unwrap_or_default()
+        strings(&json["rejected_inputs"])
+    }
+
+    /// Polls until the analysis `/debug/config_errors` lists satisfies `accept`.
+    fn await_analysis(&self, what: &str, accept: impl Fn(&[String]) -> bool) {
+        let mut last = Vec::new();
+        let ok = wait_until(CONVERGE_TIMEOUT, || {
+            let text = get(self.debug, "/debug/config_errors");
+            let json: Value = serde_json::from_str(&text).unwrap_or_default();
+            last = strings(&json["analysis"]);
+            accept(&last)
+        });
+        assert!(ok, "{what}: analysis is {last:#?}");
     }
 
     /// Polls until the rejected inputs satisfy `accept`; returns them.
@@ -128,6 +133,17 @@ fn get(addr: SocketAddr, path: &str) -> String {
         http_get(addr, "localhost", path, &[]).unwrap_or_else(|e| panic!("GET {path}: {e}"));
     assert_eq!(status, 200, "GET {path}: {body}");
     body
+}
+
+/// The strings of a JSON array (none when it is not one).
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|e| e.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// The value of one sample of the metrics text (0 when absent).
@@ -193,6 +209,13 @@ fn endpoint_slice(service: &str, namespace: &str, ips: &[&str]) -> Value {
         "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
         "endpoints": endpoints,
     })
+}
+
+/// A VirtualService with a field meshflow does not translate (analysis: a warning).
+fn with_cors(name: &str) -> Value {
+    let mut vs = virtual_service(name, name, "1s");
+    vs["spec"]["http"][0]["corsPolicy"] = json!({"allowMethods": ["GET"]});
+    vs
 }
 
 fn virtual_service(name: &str, host: &str, timeout: &str) -> Value {
@@ -395,15 +418,20 @@ fn validate_reads_a_cluster_and_names_what_it_would_reject() {
     );
 
     fake.apply(virtual_service("ratings", "ratings", "soon"));
+    fake.apply(with_cors("details"));
     let (ok, stdout, stderr) = validate();
     assert!(!ok, "{stdout}{stderr}");
     let lines: Vec<&str> = stdout.lines().collect();
-    assert_eq!(lines.len(), 2, "{stdout}");
+    assert_eq!(lines.len(), 3, "{stdout}");
     assert!(
         lines[0].starts_with("VirtualService default/ratings: spec.http[0].timeout: "),
         "{stdout}"
     );
-    assert_eq!(lines[1], "1 error(s)");
+    assert!(
+        lines[1].starts_with("warning: VirtualService default/details: spec.http[0].corsPolicy: "),
+        "{stdout}"
+    );
+    assert_eq!(lines[2], "1 error(s), 1 warning(s)");
 }
 
 /// A label selector the API server refuses ends `serve` with the server's reason naming
@@ -573,6 +601,16 @@ async fn invalid_objects_are_named_and_their_last_valid_version_stays() {
         e.is_empty()
     });
     assert_eq!(cluster.input_changes("VirtualService", "delete"), 0.0);
+
+    // An accepted object with a field meshflow does not translate gets the file source's
+    // analysis, without file:line; it goes with the object.
+    cluster.fake.apply(with_cors("cors"));
+    let warning = "warning: VirtualService default/cors: spec.http[0].corsPolicy: ";
+    cluster.await_analysis("the untranslated field is named", |a| {
+        a.iter().any(|l| l.starts_with(warning))
+    });
+    cluster.fake.delete("VirtualService", "default", "cors");
+    cluster.await_analysis("deleted with its object", |a| a.is_empty());
 }
 
 /// Churn that changes no proxy's config pushes nothing: Pod annotations and status, a

@@ -89,6 +89,19 @@ impl Mesh {
         id
     }
 
+    /// Connects `node` as a sidecar whose outbound traffic is captured (the Envoy tests'
+    /// proxies run without capture: `INTERCEPTION_MODE: NONE`).
+    fn connect_captured(&mut self, node: &ProxyNode) -> ProxyId {
+        let mut node = node_of(node);
+        if let Some(m) = node.metadata.as_mut() {
+            m.fields.remove("INTERCEPTION_MODE");
+        }
+        let proxy = proxy_from_node(Some(&node)).expect("a valid node");
+        let id = proxy.id.clone();
+        self.step(vec![(Record::Proxy(proxy), 1)]);
+        id
+    }
+
     /// Rescans the config directory (as the server's watcher does) and applies the changes.
     fn sync(&mut self) {
         let rescan = self.source.rescan();
@@ -328,6 +341,87 @@ fn sidecar_new_subset_v3_takes_traffic_then_answers_503_without_endpoints() {
     assert_eq!(gone.cluster(), Some(reviews.cluster("v3").as_str()));
     assert!(gone.endpoints().is_empty(), "{gone:#?}");
     assert_status(&gone, 503);
+}
+
+/// Istio's match conditions beyond URI and headers: `method`, `queryParams`, `ignoreUriCase`,
+/// `withoutHeaders` (empty: the header must be absent), and `port` (a match for another port
+/// never applies here, so a route with only that match is not on this port at all).
+#[test]
+fn sidecar_method_query_case_absence_and_port_conditions() {
+    let (mut mesh, reviews, proxy) = sidecar_setup("sidecar-conditions", &["v1", "v2"]);
+    let vs = "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: conditions, namespace: default}\nspec:\n  hosts: [reviews]\n  http:\n  - match: [{method: {exact: POST}}]\n    route: [{destination: {host: reviews, subset: v2}}]\n  - match: [{queryParams: {v: {exact: '2'}}}]\n    route: [{destination: {host: reviews, subset: v2}}]\n  - match: [{uri: {prefix: /REVIEWS}, ignoreUriCase: true, withoutHeaders: {x-canary: {}}}]\n    route: [{destination: {host: reviews, subset: v1}}]\n  - match: [{port: 1}]\n    route: [{destination: {host: reviews, subset: v2}}]\n";
+    write_config(&mesh.config, "conditions.yaml", vs);
+    let get = |path: &str| via_sidecar("reviews", path);
+    let o = mesh.send(&proxy, &get("/reviews/1"));
+    assert_routes_to(&o, &reviews.cluster("v1"), &[pod(&reviews, "v1")]);
+    let o = mesh.send(&proxy, &get("/reviews/1").header("x-canary", "yes"));
+    assert_status(&o, 404);
+    let o = mesh.send(&proxy, &get("/x").method("POST"));
+    assert_routes_to(&o, &reviews.cluster("v2"), &[pod(&reviews, "v2")]);
+    let o = mesh.send(&proxy, &get("/x?v=2"));
+    assert_routes_to(&o, &reviews.cluster("v2"), &[pod(&reviews, "v2")]);
+    let o = mesh.send(&proxy, &get("/x?v=3"));
+    assert_status(&o, 404);
+    let o = mesh.send(&proxy, &get("/x"));
+    assert_status(&o, 404);
+}
+
+/// Redirects and direct responses are answered by the proxy: the simulation sees the status
+/// Envoy sends without any upstream (tests/envoy_route_actions.rs checks the same in Envoy).
+#[test]
+fn sidecar_redirect_and_direct_response_answer_without_an_upstream() {
+    let (mut mesh, _reviews, proxy) = sidecar_setup("sidecar-answers", &["v1", "v2"]);
+    let vs = "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: answers, namespace: default}\nspec:\n  hosts: [reviews]\n  http:\n  - match: [{uri: {exact: /old}}]\n    redirect: {uri: /new, redirectCode: 308}\n  - match: [{uri: {exact: /health}}]\n    directResponse: {status: 204}\n";
+    write_config(&mesh.config, "answers.yaml", vs);
+    let o = mesh.send(&proxy, &via_sidecar("reviews", "/old"));
+    assert_status(&o, 308);
+    assert!(o.upstreams().is_empty(), "{o:#?}");
+    let o = mesh.send(&proxy, &via_sidecar("reviews", "/health"));
+    assert_status(&o, 204);
+    let o = mesh.send(&proxy, &via_sidecar("reviews", "/other"));
+    assert_status(&o, 404);
+}
+
+/// `outboundTrafficPolicy.mode` of a namespace's Sidecar, for a captured sidecar: with
+/// ALLOW_ANY (the default) a host outside the registry passes through to its original
+/// destination; with REGISTRY_ONLY it does not (no `allow_any` virtual host: 404), and a
+/// connection to a port no service has goes to `BlackHoleCluster`.
+#[test]
+fn captured_sidecar_registry_only_blocks_unknown_hosts() {
+    let mut mesh = Mesh::new("registry-only");
+    let reviews = reviews_mesh(&mesh, PORT, &["v1"]);
+    let proxy = mesh.connect_captured(&ProxyNode::sidecar(
+        "client-abc",
+        "default",
+        &reviews.ip(20),
+        &[("app", "client")],
+    ));
+    let unknown = Call::get("unknown.example.com", PORT, "/").to_address("203.0.113.7");
+    let other_port = Call::get("unknown.example.com", 5555, "/").to_address("203.0.113.7");
+    let sidecar = |mode: &str| {
+        format!("apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {{name: default, namespace: default}}\nspec:\n  egress: [{{hosts: ['./*']}}]\n  outboundTrafficPolicy: {{mode: {mode}}}\n")
+    };
+    write_config(&mesh.config, "sidecar.yaml", &sidecar("ALLOW_ANY"));
+    let o = mesh.send(&proxy, &unknown);
+    assert_eq!(o.cluster(), Some("PassthroughCluster"), "{o:#?}");
+    let o = mesh.send(&proxy, &other_port);
+    assert_eq!(o.cluster(), Some("PassthroughCluster"), "{o:#?}");
+    let known = mesh.send(
+        &proxy,
+        &Call::get("reviews", PORT, "/").to_address("203.0.113.7"),
+    );
+    assert_routes_to(&known, &reviews.cluster(""), &[pod(&reviews, "v1")]);
+
+    write_config(&mesh.config, "sidecar.yaml", &sidecar("REGISTRY_ONLY"));
+    let o = mesh.send(&proxy, &unknown);
+    assert_status(&o, 404);
+    let o = mesh.send(&proxy, &other_port);
+    assert_eq!(o.cluster(), Some("BlackHoleCluster"), "{o:#?}");
+    let known = mesh.send(
+        &proxy,
+        &Call::get("reviews", PORT, "/").to_address("203.0.113.7"),
+    );
+    assert_routes_to(&known, &reviews.cluster(""), &[pod(&reviews, "v1")]);
 }
 
 /// Mirrors `envoy_sidecar.rs` steps 6–7: deleting the VirtualService restores the default

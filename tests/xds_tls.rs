@@ -7,11 +7,11 @@ mod support;
 
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryRequest;
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, SanType};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+use support::pki::{ca, leaf, Ca};
 use support::xds_client::{node, CDS, LDS};
 use support::{
     require_envoy, write_config, Envoy, Meshflow, ProxyNode, TestDir, XdsMode, STARTUP_TIMEOUT,
@@ -19,41 +19,6 @@ use support::{
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 
 const SERVER_NAME: &str = "meshflow.istio-system.svc";
-
-struct Ca {
-    params: CertificateParams,
-    key: KeyPair,
-    pem: String,
-}
-
-fn ca(name: &str) -> Ca {
-    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.distinguished_name.push(DnType::CommonName, name);
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let key = KeyPair::generate().unwrap();
-    let pem = params.self_signed(&key).unwrap().pem();
-    Ca { params, key, pem }
-}
-
-/// A leaf certificate signed by `ca`: (cert PEM, key PEM).
-fn leaf(ca: &Ca, dns: &[&str], uri: Option<&str>) -> (String, String) {
-    let mut params =
-        CertificateParams::new(dns.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap();
-    params
-        .subject_alt_names
-        .push(SanType::IpAddress("127.0.0.1".parse().unwrap()));
-    if let Some(u) = uri {
-        params
-            .subject_alt_names
-            .push(SanType::URI(u.try_into().unwrap()));
-    }
-    let key = KeyPair::generate().unwrap();
-    let issuer = Issuer::from_params(&ca.params, &ca.key);
-    (
-        params.signed_by(&key, &issuer).unwrap().pem(),
-        key.serialize_pem(),
-    )
-}
 
 fn write(dir: &Path, name: &str, content: &str) -> PathBuf {
     let p = dir.join(name);

@@ -47,7 +47,7 @@ pub fn sidecar_fixed_listeners(
         }
     }
     if !interception_none {
-        out.push(listener::virtual_outbound());
+        out.push(listener::virtual_outbound(Sidecar::blocks_unknown(sc)));
     }
     out
 }
@@ -66,7 +66,8 @@ pub fn sidecar_fixed_routes(
         .iter()
         .filter_map(|l| {
             let port = l.port.as_ref().filter(|p| p.protocol.is_http())?;
-            Some((port.number, !egress_bind(l, interception_none).1))
+            let allow_any = !egress_bind(l, interception_none).1 && !Sidecar::blocks_unknown(sc);
+            Some((port.number, allow_any))
         })
         .collect()
 }

@@ -182,12 +182,25 @@ pub enum StringMatch {
     Exact(String),
     Prefix(String),
     Regex(String),
+    /// Any value, as long as there is one: Istio's empty match of a header or query
+    /// parameter (never of the URI).
+    Present,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+/// One `match` of an HTTP route: every condition must hold.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct HttpMatch {
     pub uri: Option<StringMatch>,
+    /// `uri` ignores case (exact and prefix matches).
+    pub ignore_uri_case: bool,
+    /// By lower-cased name; Istio's `method`, `authority` and `scheme` are the pseudo-headers
+    /// `:method`, `:authority`, `:scheme`.
     pub headers: BTreeMap<String, StringMatch>,
+    /// Headers that must not match (`withoutHeaders`; `Present`: must be absent).
+    pub without_headers: BTreeMap<String, StringMatch>,
+    pub query_params: BTreeMap<String, StringMatch>,
+    /// Only on route configurations of this port (the listener's, or the gateway server's).
+    pub port: Option<u16>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -206,14 +219,93 @@ pub struct Retries {
     pub retry_on: Option<String>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct HttpRoute {
     pub name: Option<String>,
     /// Any of these matches (OR); empty matches everything.
     pub matches: Vec<HttpMatch>,
+    /// Where matching requests go; empty when the route redirects or answers directly.
     pub route: Vec<RouteDestination>,
     pub timeout_ms: Option<u64>,
     pub retries: Option<Retries>,
+    pub redirect: Option<Redirect>,
+    pub direct_response: Option<DirectResponse>,
+    pub rewrite: Option<Rewrite>,
+    pub headers: HeaderOps,
+    pub mirrors: Vec<Mirror>,
+    pub fault: Option<Fault>,
+}
+
+/// A fraction of requests, in millionths (Istio's `percentage.value` 12.5 is 125,000): an
+/// integer, so records stay hashable and ordered.
+pub type PerMillion = u32;
+
+/// `redirect`: answered by the proxy with a 3xx to the rewritten location.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Redirect {
+    pub uri: Option<String>,
+    pub authority: Option<String>,
+    pub port: Option<u16>,
+    pub scheme: Option<String>,
+    /// 301, 302, 303, 307 or 308.
+    pub code: u32,
+}
+
+/// `directResponse`: answered by the proxy.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct DirectResponse {
+    pub status: u32,
+    pub body: Option<String>,
+}
+
+/// `rewrite`: what the upstream sees instead of the request's path or authority.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Rewrite {
+    /// Replaces the matched prefix (the whole path for an exact match).
+    pub uri: Option<String>,
+    pub authority: Option<String>,
+    /// `uriRegexRewrite`: (pattern, substitution).
+    pub uri_regex: Option<(String, String)>,
+}
+
+/// `headers`: edits of request headers (before the upstream sees them) and of response
+/// headers (before the client does).
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct HeaderOps {
+    pub request: HeaderEdits,
+    pub response: HeaderEdits,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct HeaderEdits {
+    /// Overwrite or add.
+    pub set: BTreeMap<String, String>,
+    /// Append to what is there.
+    pub add: BTreeMap<String, String>,
+    pub remove: Vec<String>,
+}
+
+impl HeaderEdits {
+    pub fn is_empty(&self) -> bool {
+        self.set.is_empty() && self.add.is_empty() && self.remove.is_empty()
+    }
+}
+
+/// `mirror` / `mirrors[]`: a copy of the request, its answer discarded.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Mirror {
+    pub destination: RouteDestination,
+    /// `None`: every request.
+    pub fraction: Option<PerMillion>,
+}
+
+/// `fault`: delays and aborts injected by the client's proxy.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Fault {
+    /// (delay, fraction of requests).
+    pub delay: Option<(u64, PerMillion)>,
+    /// (HTTP status, fraction of requests).
+    pub abort: Option<(u32, PerMillion)>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -245,6 +337,27 @@ pub enum LoadBalancer {
 pub struct TrafficPolicy {
     pub load_balancer: Option<LoadBalancer>,
     pub connect_timeout_ms: Option<u64>,
+    /// A `tls` setting meshflow cannot honour yet (the mode, e.g. `ISTIO_MUTUAL`): the
+    /// cluster fails closed (it has no endpoints) rather than send plaintext where the
+    /// rule asks for encryption.
+    pub unsupported_tls: Option<String>,
+    /// TLS to the upstream (`SIMPLE`, `MUTUAL` with certificate files).
+    pub tls: Option<UpstreamTls>,
+}
+
+/// A DestinationRule's `tls` in a mode meshflow generates: files the proxy reads itself.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct UpstreamTls {
+    /// `MUTUAL`: the client certificate and key presented.
+    pub client_cert: Option<(String, String)>,
+    /// Verify the server against this CA bundle; `None` with `insecure_skip_verify` false:
+    /// against the system's roots.
+    pub ca: Option<String>,
+    pub crl: Option<String>,
+    pub sni: Option<String>,
+    /// Names the server's certificate must carry (DNS or URI SANs, exact).
+    pub subject_alt_names: Vec<String>,
+    pub insecure_skip_verify: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -305,6 +418,16 @@ pub struct Sidecar {
     /// `workloadSelector.labels`; `None` makes it the namespace default.
     pub selector: Option<Labels>,
     pub egress: Vec<EgressListener>,
+    /// `outboundTrafficPolicy.mode: REGISTRY_ONLY`: traffic to hosts outside the registry is
+    /// blocked (no `allow_any` virtual host, `virtualOutbound` to `BlackHoleCluster`).
+    pub registry_only: bool,
+}
+
+impl Sidecar {
+    /// Whether the Sidecar in effect (if any) blocks traffic to unknown hosts.
+    pub fn blocks_unknown(sc: Option<&Sidecar>) -> bool {
+        sc.is_some_and(|s| s.registry_only)
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

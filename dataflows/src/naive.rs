@@ -335,9 +335,14 @@ fn sidecar_outbound(
     for (idx, hosts) in v.view_hosts(s).into_iter().enumerate() {
         for h in hosts {
             let svc = v.services[h];
-            for (port, allow_any, catch_all) in
-                rules::sidecar_route_ports(&listeners, idx, svc, interception_none, proxyless)
-            {
+            for (port, allow_any, catch_all) in rules::sidecar_route_ports(
+                &listeners,
+                idx,
+                svc,
+                interception_none,
+                proxyless,
+                Sidecar::blocks_unknown(spec),
+            ) {
                 if proxyless {
                     api_listeners.insert((h, port));
                 }

@@ -171,6 +171,7 @@ pub fn sidecar_route_ports(
     svc: &Service,
     interception_none: bool,
     proxyless: bool,
+    registry_only: bool,
 ) -> Vec<(u16, bool, bool)> {
     let Some(l) = listeners.get(idx) else {
         return Vec::new();
@@ -198,7 +199,7 @@ pub fn sidecar_route_ports(
         .map(|p| p.port);
     match &l.port {
         Some(ep) => {
-            let allow_any = !egress_bind(l, interception_none).1;
+            let allow_any = !egress_bind(l, interception_none).1 && !registry_only;
             http_ports
                 .filter(|p| *p == ep.number)
                 .map(|p| (p, allow_any, false))
@@ -212,7 +213,7 @@ pub fn sidecar_route_ports(
                 .collect();
             http_ports
                 .filter(|p| !explicit.contains(p))
-                .map(|p| (p, true, true))
+                .map(|p| (p, !registry_only, true))
                 .collect()
         }
     }

@@ -156,6 +156,7 @@ pub fn gateway_vs(s: usize, shape: &Shape, mesh: &MeshConfig) -> VirtualService 
             }],
             timeout_ms: None,
             retries: None,
+            ..Default::default()
         }],
     }
 }
@@ -249,6 +250,7 @@ pub fn records(shape: &Shape, mesh: &MeshConfig) -> Vec<Record> {
         for n in 0..shape.namespaces {
             let ns = namespace(n);
             out.push(Record::Sidecar(Sidecar {
+                registry_only: false,
                 key: ConfigKey::new(Kind::Sidecar, &ns, "default"),
                 selector: None,
                 egress: vec![EgressListener {
@@ -293,6 +295,7 @@ pub fn vs(s: usize, v1_weight: u32, shape: &Shape, mesh: &MeshConfig) -> Virtual
             route: vec![dest("v1", v1_weight), dest("v2", 100 - v1_weight)],
             timeout_ms: None,
             retries: None,
+            ..Default::default()
         }],
     }
 }

@@ -102,23 +102,25 @@ fn random_record(rng: &mut StdRng, slot: usize) -> Record {
                     HttpRoute {
                         name: None,
                         matches: vec![HttpMatch {
-                            uri: None,
                             headers: [("end-user".to_string(), StringMatch::Exact("jason".into()))]
                                 .into(),
+                            ..Default::default()
                         }],
                         route: vec![dest(Some("v2"), 100)],
                         timeout_ms: None,
                         retries: None,
+                        ..Default::default()
                     },
                     HttpRoute {
                         name: Some("split".into()),
                         matches: vec![HttpMatch {
                             uri: Some(StringMatch::Prefix("/r".into())),
-                            headers: BTreeMap::new(),
+                            ..Default::default()
                         }],
                         route: vec![dest(Some("v1"), w), dest(Some("v2"), 100 - w)],
                         timeout_ms: rng.random_bool(0.3).then_some(1500),
                         retries: None,
+                        ..Default::default()
                     },
                 ],
             })
@@ -155,6 +157,7 @@ fn random_record(rng: &mut StdRng, slot: usize) -> Record {
         6 => {
             let sel = rng.random_bool(0.5).then(|| labels(&[("app", "client")]));
             Record::Sidecar(Sidecar {
+                registry_only: false,
                 key: ConfigKey::new(
                     Kind::Sidecar,
                     pick(rng, &NAMESPACES),

@@ -250,6 +250,7 @@ fn px(p: &Proxy) -> Record {
 /// namespace default.
 fn sidecar(ns: &str, name: &str, selector: Option<&[(&str, &str)]>, hosts: &[&str]) -> Record {
     Record::Sidecar(Sidecar {
+        registry_only: false,
         key: ConfigKey::new(Kind::Sidecar, ns, name),
         selector: selector.map(labels),
         egress: vec![EgressListener {
@@ -319,6 +320,7 @@ fn virtual_service(ns: &str, name: &str, hosts: &[&str], gateways: &[&str], dest
             }],
             timeout_ms: None,
             retries: None,
+            ..Default::default()
         }],
     })
 }

@@ -116,14 +116,15 @@ fn reviews_vs(gateways: &[&str], hosts: &[&str]) -> Record {
         route: to,
         timeout_ms: None,
         retries: None,
+        ..Default::default()
     };
     let uri = |u: StringMatch| HttpMatch {
         uri: Some(u),
-        headers: BTreeMap::new(),
+        ..Default::default()
     };
     let jason = HttpMatch {
-        uri: None,
         headers: [("end-user".to_string(), StringMatch::Exact("jason".into()))].into(),
+        ..Default::default()
     };
     let mut split = route(
         "split",
@@ -283,6 +284,7 @@ fn captured_sidecar_default_route_allow_any_and_passthrough() {
 fn sidecar_without_capture_uses_its_bound_listener_only() {
     let client = proxy(ProxyKind::Sidecar, "sidecar", "client", true);
     let sc = Record::Sidecar(Sidecar {
+        registry_only: false,
         key: ConfigKey::new(Kind::Sidecar, "default", "client"),
         selector: Some(labels(&[("app", "client")])),
         egress: vec![EgressListener {

@@ -73,8 +73,11 @@ pub struct MeshState {
     pub services: Vec<ServiceState>,
     /// Per namespace, the egress hosts of its default Sidecar; `None`: no Sidecar.
     pub sidecars: Vec<Option<Vec<String>>>,
-    /// Counter for IPs of moved endpoints (10.254.x.y).
+    /// Counter for IPs of moved endpoints (10.254.x.y), wrapping around the /16.
     next_fresh_ip: u32,
+    /// The 10.254/16 addresses endpoints hold now: after 65,536 moves (11 minutes of the
+    /// default churn) the counter wraps, and skips these.
+    fresh_in_use: std::collections::HashSet<String>,
 }
 
 /// Checks that a shape can be generated (unique IPs, valid node ids).
@@ -122,6 +125,7 @@ impl MeshState {
             services,
             sidecars,
             next_fresh_ip: 0,
+            fresh_in_use: Default::default(),
         })
     }
 
@@ -223,14 +227,18 @@ spec:
             .ok_or_else(|| format!("the mesh has no service svc-{s}"))
     }
 
-    /// A fresh, never used IP (10.254.x.y) for a moved endpoint.
+    /// An IP (10.254.x.y) for a moved endpoint that no endpoint holds now, and none held
+    /// for at least the last 65,536 moves less those still held.
     fn fresh_ip(&mut self) -> Result<String, String> {
-        let n = self.next_fresh_ip;
-        if n > 0xffff {
-            return Err("out of fresh endpoint IPs (65,536 moves)".into());
+        for _ in 0..=0xffff {
+            let n = self.next_fresh_ip & 0xffff;
+            self.next_fresh_ip = self.next_fresh_ip.wrapping_add(1);
+            let ip = format!("10.254.{}.{}", n >> 8, n & 255);
+            if self.fresh_in_use.insert(ip.clone()) {
+                return Ok(ip);
+            }
         }
-        self.next_fresh_ip += 1;
-        Ok(format!("10.254.{}.{}", n >> 8, n & 255))
+        Err("every IP of 10.254/16 is held by a moved endpoint".into())
     }
 
     /// Endpoint `e` of service `s` moves to a new IP (its pod was rescheduled).
@@ -241,7 +249,8 @@ spec:
             .endpoints
             .get_mut(e)
             .ok_or_else(|| format!("svc-{s} has no endpoint {e}"))?;
-        ep.ip = ip;
+        let old = std::mem::replace(&mut ep.ip, ip);
+        self.fresh_in_use.remove(&old);
         Ok(self.service_edit(s))
     }
 

@@ -23,13 +23,116 @@ pub struct HttpRoute {
     pub route: Vec<HttpRouteDestination>,
     pub timeout: Option<String>,
     pub retries: Option<HttpRetry>,
+    pub redirect: Option<HttpRedirect>,
+    pub direct_response: Option<HttpDirectResponse>,
+    pub rewrite: Option<HttpRewrite>,
+    pub headers: Option<Headers>,
+    pub mirror: Option<Destination>,
+    pub mirror_percentage: Option<Percent>,
+    pub mirrors: Vec<HttpMirrorPolicy>,
+    pub fault: Option<HttpFaultInjection>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HttpRedirect {
+    pub uri: Option<String>,
+    pub authority: Option<String>,
+    pub port: Option<i64>,
+    pub scheme: Option<String>,
+    pub redirect_code: Option<i64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HttpDirectResponse {
+    pub status: i64,
+    pub body: Option<HttpBody>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HttpBody {
+    pub string: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HttpRewrite {
+    pub uri: Option<String>,
+    pub authority: Option<String>,
+    pub uri_regex_rewrite: Option<RegexRewrite>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct RegexRewrite {
+    #[serde(rename = "match")]
+    pub pattern: String,
+    pub rewrite: String,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Headers {
+    pub request: Option<HeaderOperations>,
+    pub response: Option<HeaderOperations>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HeaderOperations {
+    pub set: BTreeMap<String, String>,
+    pub add: BTreeMap<String, String>,
+    pub remove: Vec<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Percent {
+    pub value: f64,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HttpMirrorPolicy {
+    pub destination: Option<Destination>,
+    pub percentage: Option<Percent>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HttpFaultInjection {
+    pub delay: Option<FaultDelay>,
+    pub abort: Option<FaultAbort>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct FaultDelay {
+    pub fixed_delay: Option<String>,
+    pub percentage: Option<Percent>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct FaultAbort {
+    pub http_status: Option<i64>,
+    pub percentage: Option<Percent>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct HttpMatchRequest {
     pub uri: Option<StringMatch>,
+    pub scheme: Option<StringMatch>,
+    pub method: Option<StringMatch>,
+    pub authority: Option<StringMatch>,
     pub headers: BTreeMap<String, StringMatch>,
+    pub port: Option<i64>,
+    pub query_params: BTreeMap<String, StringMatch>,
+    pub ignore_uri_case: bool,
+    pub without_headers: BTreeMap<String, StringMatch>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -83,6 +186,41 @@ pub struct DestinationRuleSpec {
 pub struct TrafficPolicy {
     pub load_balancer: Option<LoadBalancerSettings>,
     pub connection_pool: Option<ConnectionPool>,
+    pub tls: Option<ClientTls>,
+    pub port_level_settings: Vec<PortTrafficPolicy>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ClientTls {
+    pub mode: Option<String>,
+    pub client_certificate: Option<String>,
+    pub private_key: Option<String>,
+    pub ca_certificates: Option<String>,
+    pub credential_name: Option<String>,
+    pub subject_alt_names: Vec<String>,
+    pub sni: Option<String>,
+    pub insecure_skip_verify: Option<bool>,
+    pub ca_crl: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct PortTls {
+    pub mode: Option<String>,
+    #[serde(flatten)]
+    pub settings: BTreeMap<String, serde_yaml_ng::Value>,
+}
+
+/// `portLevelSettings[]`: only its `tls` is read (a mode meshflow cannot generate fails
+/// closed); the rest is reported as not supported.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct PortTrafficPolicy {
+    /// Read whole: any mode but DISABLE fails the rule's clusters closed.
+    pub tls: Option<PortTls>,
+    #[serde(flatten)]
+    pub rest: BTreeMap<String, serde_yaml_ng::Value>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -124,6 +262,8 @@ pub struct Server {
     pub port: Option<Port>,
     pub bind: Option<String>,
     pub hosts: Vec<String>,
+    /// Read whole: any `tls` keeps the server from being generated (fails closed).
+    pub tls: Option<serde_yaml_ng::Value>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -132,7 +272,6 @@ pub struct Port {
     pub number: i64,
     pub protocol: String,
     pub name: String,
-    pub target_port: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -140,6 +279,13 @@ pub struct Port {
 pub struct SidecarSpec {
     pub workload_selector: Option<WorkloadSelector>,
     pub egress: Vec<IstioEgressListener>,
+    pub outbound_traffic_policy: Option<OutboundTrafficPolicy>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct OutboundTrafficPolicy {
+    pub mode: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -165,7 +311,6 @@ pub struct ServiceEntrySpec {
     pub resolution: Option<String>,
     pub endpoints: Vec<WorkloadEntrySpec>,
     pub export_to: Vec<String>,
-    pub location: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -8,11 +8,13 @@
 //! value). Imports nothing of this crate: sources build on it.
 
 mod convert;
+pub mod findings;
 pub mod istio;
 pub mod re2_size;
 
 pub use convert::convert;
 use dataflows::model::{ConfigKey, Kind, MeshConfig, Record};
+pub use findings::{Finding, Level};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -64,11 +66,40 @@ impl fmt::Display for DocError {
     }
 }
 
-/// One valid object and the records it contributes.
+/// One valid object, the records it contributes, and what meshflow has to say about the
+/// parts of it that it does not translate.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Parsed {
     pub key: ConfigKey,
     pub records: Vec<Record>,
+    pub findings: Vec<Finding>,
+}
+
+impl Parsed {
+    /// `LEVEL: Kind ns/name: field: message`, one line per finding.
+    pub fn finding_lines(&self) -> impl Iterator<Item = (Level, String)> + '_ {
+        self.findings.iter().map(|f| {
+            let o = &self.key;
+            (
+                f.level,
+                format!(
+                    "{}: {:?} {}/{}: {}: {}",
+                    f.level, o.kind, o.namespace, o.name, f.field, f.message
+                ),
+            )
+        })
+    }
+}
+
+/// What a document holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Document {
+    Object(Parsed),
+    /// A kind of Istio's or the Gateway API's that meshflow does not serve
+    /// (`PeerAuthentication (security.istio.io/v1)`): said once, never silently skipped.
+    Unserved(String),
+    /// Anything else (a Deployment in the config directory): not mesh config.
+    Other,
 }
 
 /// The outcome of reading one file: the valid objects and the rejected documents.
@@ -77,6 +108,8 @@ pub struct FileContents {
     /// Valid objects with the line their document starts on.
     pub objects: Vec<(usize, Parsed)>,
     pub errors: Vec<DocError>,
+    /// Kinds not served, with the line of each such document.
+    pub unserved: Vec<(usize, String)>,
 }
 
 /// Splits YAML text into documents at `---` lines, with the 1-based line each starts on.
@@ -107,9 +140,10 @@ pub fn split_documents(text: &str) -> Vec<(usize, String)> {
 pub fn parse_file(path: &Path, text: &str, mesh: &MeshConfig) -> FileContents {
     let mut out = FileContents::default();
     for (line, doc) in split_documents(text) {
-        match parse_document(&doc, mesh) {
-            Ok(Some(parsed)) => out.objects.push((line, parsed)),
-            Ok(None) => {}
+        match read_document(&doc, mesh) {
+            Ok(Document::Object(parsed)) => out.objects.push((line, parsed)),
+            Ok(Document::Unserved(kind)) => out.unserved.push((line, kind)),
+            Ok(Document::Other) => {}
             Err(invalid) => out.errors.push(DocError {
                 file: path.to_path_buf(),
                 line,
@@ -149,8 +183,22 @@ fn flow_nesting(doc: &str) -> usize {
     deepest
 }
 
-/// Parses one YAML document into an object's records.
+/// Parses one YAML document into an object's records (`None`: not mesh config).
 pub fn parse_document(doc: &str, mesh: &MeshConfig) -> Result<Option<Parsed>, Invalid> {
+    read_document(doc, mesh).map(Document::object)
+}
+
+impl Document {
+    pub fn object(self) -> Option<Parsed> {
+        match self {
+            Document::Object(p) => Some(p),
+            _ => None,
+        }
+    }
+}
+
+/// Reads one YAML document.
+pub fn read_document(doc: &str, mesh: &MeshConfig) -> Result<Document, Invalid> {
     if doc.len() > MAX_DOCUMENT_BYTES {
         return Err(Invalid::field(
             "",
@@ -174,7 +222,7 @@ pub fn parse_document(doc: &str, mesh: &MeshConfig) -> Result<Option<Parsed>, In
             .unwrap_or_default();
         Invalid::field("", format!("not valid YAML: {e}{at}"))
     })?;
-    parse_value(value, mesh)
+    read_value(value, mesh)
 }
 
 /// Parses an object already decoded by serde (a Kubernetes object from a watch, JSON or
@@ -194,6 +242,16 @@ pub fn parse_value(
     value: serde_yaml_ng::Value,
     mesh: &MeshConfig,
 ) -> Result<Option<Parsed>, Invalid> {
+    read_value(value, mesh).map(Document::object)
+}
+
+/// Groups whose kinds are mesh config: one meshflow does not serve is said, not skipped.
+fn mesh_group(group: &str) -> bool {
+    group.ends_with(".istio.io") || group == "gateway.networking.k8s.io"
+}
+
+/// Reads one decoded object.
+pub fn read_value(value: serde_yaml_ng::Value, mesh: &MeshConfig) -> Result<Document, Invalid> {
     let str_at = |path: &[&str]| {
         let mut v = &value;
         for p in path {
@@ -228,7 +286,10 @@ pub fn parse_value(
                 format!("{kind:?} is not a networking.istio.io kind"),
             ));
         }
-        return Ok(None);
+        if mesh_group(group) {
+            return Ok(Document::Unserved(format!("{kind} ({api_version})")));
+        }
+        return Ok(Document::Other);
     };
     let Some(name) = str_at(&["metadata", "name"]).filter(|n| !n.is_empty()) else {
         return Err(Invalid::field(
@@ -257,7 +318,11 @@ pub fn parse_value(
     }
     let key = ConfigKey::new(kind, namespace, name);
     match convert(&key, value, mesh) {
-        Ok(records) => Ok(Some(Parsed { key, records })),
+        Ok((records, findings)) => Ok(Document::Object(Parsed {
+            key,
+            records,
+            findings,
+        })),
         Err(mut invalid) => {
             invalid.object = Some(key);
             Err(invalid)
@@ -400,5 +465,7 @@ fn kind_of(api_version: &str, kind: &str) -> Option<Kind> {
     })
 }
 
+#[cfg(test)]
+mod analysis_tests;
 #[cfg(test)]
 mod tests;

@@ -105,6 +105,17 @@ pub fn render(st: &HubState, counters: &Counters) -> Result<String, std::fmt::Er
     errors
         .get_or_create(&labels(&[("source", "input")]))
         .set(st.source_errors.values().map(Vec::len).sum::<usize>() as i64);
+    // Analysis errors: parts of accepted objects not generated (a route, a server, a
+    // cluster failing closed). Warnings (fields without effect) are not counted here.
+    errors
+        .get_or_create(&labels(&[("source", "analysis")]))
+        .set(
+            st.source_analysis
+                .values()
+                .flatten()
+                .filter(|l| l.contains(": error: ") || l.starts_with("error: "))
+                .count() as i64,
+        );
 
     registry.register(
         "proxies_connected",
@@ -135,7 +146,7 @@ pub fn render(st: &HubState, counters: &Counters) -> Result<String, std::fmt::Er
     );
     registry.register(
         "config_errors",
-        "Configuration errors in effect: rejected input objects and dataflow conflicts",
+        "Configuration errors in effect: rejected input objects, dataflow conflicts, and parts of accepted objects not generated (analysis)",
         errors,
     );
     let mut out = String::new();

@@ -154,6 +154,9 @@ pub struct InFlight {
 pub struct ConfigErrors {
     pub errors: Vec<ConfigError>,
     pub rejected_inputs: Vec<String>,
+    /// What is not translated or not generated of the accepted objects, and kinds not
+    /// served (`…: error: …` / `…: warning: …`).
+    pub analysis: Vec<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

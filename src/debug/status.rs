@@ -126,5 +126,6 @@ pub fn config_errors(st: &HubState) -> model::ConfigErrors {
             })
             .collect(),
         rejected_inputs: st.source_errors.values().flatten().cloned().collect(),
+        analysis: st.source_analysis.values().flatten().cloned().collect(),
     }
 }

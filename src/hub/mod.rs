@@ -75,6 +75,9 @@ pub struct HubState {
     pub errors: BTreeMap<ConfigError, isize>,
     /// The current problems each source reported (a source's report replaces only its own).
     pub source_errors: BTreeMap<SourceName, Vec<String>>,
+    /// The current analysis messages of each source (fields not translated, parts of
+    /// objects not generated, kinds not served).
+    pub source_analysis: BTreeMap<SourceName, Vec<String>>,
     /// Bumped by the full-push baseline after every epoch: streams then resend everything.
     pub generation: u64,
 }
@@ -236,6 +239,9 @@ impl Hub {
             *st.errors.entry(e).or_default() += d;
         }
         st.errors.retain(|_, c| *c != 0);
+        for (source, lines) in meta.source_analysis {
+            st.source_analysis.insert(source, lines);
+        }
         for (source, errors) in meta.source_errors {
             st.source_errors.insert(source, errors);
             self.health.source_applied(source);
@@ -362,6 +368,7 @@ impl HubState {
                 .keys()
                 .map(|e| format!("{}: {}", e.object, e.message)),
         );
+        out.extend(self.source_analysis.values().flatten().cloned());
         out
     }
 }

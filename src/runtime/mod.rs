@@ -66,6 +66,7 @@ pub fn run(
         let mut up: Vec<ProxyId> = Vec::new();
         let mut down: Vec<ProxyId> = Vec::new();
         let mut source_errors = Vec::new();
+        let mut source_analysis: Vec<(_, Vec<String>)> = Vec::new();
         let mut n_config = 0usize;
         let mut rejections = Vec::new();
         for input in batch {
@@ -75,6 +76,7 @@ pub fn run(
                     changes: c,
                     described: d,
                     errors,
+                    analysis,
                 } => {
                     n_config += c.len();
                     let (admitted, errors_changed) = rollback.admit(epoch, c);
@@ -87,6 +89,8 @@ pub fn run(
                     // A later report of the same source in this epoch replaces its earlier one.
                     source_errors.retain(|(s, _)| *s != source);
                     source_errors.push((source, errors));
+                    source_analysis.retain(|(s, _)| *s != source);
+                    source_analysis.push((source, analysis));
                 }
                 Input::ProxyUp(p) => {
                     up.push(p.id.clone());
@@ -144,6 +148,7 @@ pub fn run(
             received,
             received_instant: started,
             source_errors,
+            source_analysis,
         };
         hub.apply(out, meta, &up, &down);
     }

@@ -11,7 +11,7 @@
 
 use super::objects::{Object, ObjectSet};
 use super::{Sink, Source};
-use crate::config::{parse_file, DocError, Invalid};
+use crate::config::{parse_file, DocError, Invalid, Level};
 use crate::input::SourceName;
 use dataflows::model::{ConfigKey, MeshConfig, Record};
 use std::collections::{BTreeMap, HashMap};
@@ -26,6 +26,10 @@ struct FileState {
     /// The objects of this file in effect: the last valid version of each.
     objects: BTreeMap<ConfigKey, Vec<Record>>,
     errors: Vec<DocError>,
+    /// What the analysis of the file's valid objects says (`file:line: level: …`).
+    findings: Vec<(Level, String)>,
+    /// Documents of kinds meshflow does not serve: line, kind.
+    unserved: Vec<(usize, String)>,
 }
 
 /// The state of a watched directory, diffed on every rescan.
@@ -368,6 +372,7 @@ impl FileSource {
                 hash: 0,
                 objects,
                 errors,
+                ..Default::default()
             };
             next.insert(path, state);
             return;
@@ -395,7 +400,11 @@ impl FileSource {
         let parsed = parse_file(&path, &text, &self.mesh);
         let mut objects: BTreeMap<ConfigKey, Vec<Record>> = BTreeMap::new();
         let mut parsed = parsed;
+        let mut findings = Vec::new();
         for (line, p) in parsed.objects {
+            for (level, text) in p.finding_lines() {
+                findings.push((level, format!("{}:{line}: {text}", path.display())));
+            }
             if objects.contains_key(&p.key) {
                 parsed.errors.push(DocError {
                     file: path.clone(),
@@ -440,6 +449,12 @@ impl FileSource {
         for e in &parsed.errors {
             tracing::warn!(error = %e, "rejected config");
         }
+        for (level, line) in &findings {
+            match level {
+                Level::Error => tracing::warn!(analysis = %line, "config not fully generated"),
+                Level::Warning => tracing::info!(analysis = %line, "config field not supported"),
+            }
+        }
         changed.push((path.clone(), old_objects));
         next.insert(
             path,
@@ -448,6 +463,8 @@ impl FileSource {
                 hash,
                 objects,
                 errors: parsed.errors,
+                findings,
+                unserved: parsed.unserved,
             },
         );
     }
@@ -466,6 +483,7 @@ impl FileSource {
                 changes: Vec::new(),
                 described: Vec::new(),
                 errors: self.errors(),
+                analysis: self.analysis_lines(),
             };
         }
         for (path, before) in &changed {
@@ -518,6 +536,7 @@ impl FileSource {
             changes: diff.changes,
             described: diff.described,
             errors: self.errors(),
+            analysis: self.analysis_lines(),
         }
     }
 
@@ -559,6 +578,43 @@ impl FileSource {
     }
 }
 
+impl FileSource {
+    /// What analysis says of the objects in effect: fields not translated, parts of objects
+    /// not generated (errors first), and each kind not served once, with where it is.
+    pub fn analysis(&self) -> Vec<(Level, String)> {
+        let mut out: Vec<(Level, String)> = self
+            .files
+            .values()
+            .flat_map(|f| f.findings.iter().cloned())
+            .collect();
+        let mut unserved: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+        for (path, f) in &self.files {
+            for (line, kind) in &f.unserved {
+                unserved
+                    .entry(kind)
+                    .or_default()
+                    .push(format!("{}:{line}", path.display()));
+            }
+        }
+        for (kind, places) in unserved {
+            out.push((
+                Level::Warning,
+                format!(
+                    "warning: kind {kind} is not served by meshflow; {} object(s) ignored: {}",
+                    places.len(),
+                    places.join(", ")
+                ),
+            ));
+        }
+        out.sort_by_key(|(level, _)| *level);
+        out
+    }
+
+    fn analysis_lines(&self) -> Vec<String> {
+        self.analysis().into_iter().map(|(_, l)| l).collect()
+    }
+}
+
 /// How long a burst of file events may take to settle before the directory is re-read.
 const SETTLE: std::time::Duration = std::time::Duration::from_millis(5);
 
@@ -596,7 +652,7 @@ pub fn watch(
         let _ = tx.send(ev);
     })?;
     watcher.watch(source.dir(), RecursiveMode::Recursive)?;
-    let mut errors_before: Vec<String> = Vec::new();
+    let mut errors_before: (Vec<String>, Vec<String>) = Default::default();
     let mut first = true;
     // The paths reported since the last rescan; `None`: rescan everything.
     let mut reported: Option<Vec<PathBuf>> = None;
@@ -607,8 +663,9 @@ pub fn watch(
                 .unwrap_or_else(|| source.rescan()),
             None => source.rescan(),
         };
-        if first || !scan.changes.is_empty() || scan.errors != errors_before {
-            errors_before = scan.errors.clone();
+        let said = (scan.errors.clone(), scan.analysis.clone());
+        if first || !scan.changes.is_empty() || said != errors_before {
+            errors_before = said;
             first = false;
             if !on_change(scan) {
                 return Ok(());

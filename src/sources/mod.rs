@@ -39,6 +39,9 @@ pub struct Report {
     pub described: Vec<InputChange>,
     /// Every problem the source currently has (replaces what it reported before).
     pub errors: Vec<String>,
+    /// Every analysis message about the objects in effect (`…: error: …`, `…: warning: …`):
+    /// fields not translated, parts not generated, kinds not served. Replaces the previous.
+    pub analysis: Vec<String>,
 }
 
 /// A source of input objects. It runs on a thread of its own until its sink closes.
@@ -66,6 +69,7 @@ impl Sink {
             source = self.name,
             changes = report.changes.len(),
             errors = report.errors.len(),
+            analysis = report.analysis.len(),
             "source report"
         );
         let sent = self
@@ -75,6 +79,7 @@ impl Sink {
                 changes: report.changes,
                 described: report.described,
                 errors: report.errors,
+                analysis: report.analysis,
             })
             .is_ok();
         tell(&self.initial, Ok(()));

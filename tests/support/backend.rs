@@ -122,13 +122,21 @@ fn serve_connection(
                 Ok(Some(request)) => request,
                 Ok(None) => break,
                 Err(e) => {
-                    let _ = write_response(&mut stream, 400, &e, identity, true);
+                    let _ = write_response(&mut stream, 400, &e, "", identity, true);
                     return;
                 }
             };
             buf.drain(..request.len);
             served.fetch_add(1, Ordering::SeqCst);
-            if write_response(&mut stream, 200, identity, identity, request.close).is_err()
+            if write_response(
+                &mut stream,
+                200,
+                identity,
+                &request.echo,
+                identity,
+                request.close,
+            )
+            .is_err()
                 || request.close
             {
                 return;
@@ -154,6 +162,23 @@ fn serve_connection(
 struct RequestFrame {
     len: usize,
     close: bool,
+    /// Response header lines telling what arrived: `x-echo-path`, `x-echo-host`, and each
+    /// `x-` request header as `x-echo-<name>` (how tests see rewrites and header edits).
+    echo: String,
+}
+
+fn echo_lines(head: &Head) -> String {
+    let path = head.start_line.split(' ').nth(1).unwrap_or_default();
+    let mut out = format!("x-echo-path: {path}\r\n");
+    for (name, value) in &head.headers {
+        let name = name.to_ascii_lowercase();
+        if name == "host" {
+            out.push_str(&format!("x-echo-host: {value}\r\n"));
+        } else if name.starts_with("x-") && !name.starts_with("x-envoy") {
+            out.push_str(&format!("x-echo-{name}: {value}\r\n"));
+        }
+    }
+    out
 }
 
 fn parse_request(buf: &[u8]) -> Result<Option<RequestFrame>, String> {
@@ -170,6 +195,7 @@ fn parse_request(buf: &[u8]) -> Result<Option<RequestFrame>, String> {
     Ok(Some(RequestFrame {
         len: head.len + body_len,
         close,
+        echo: echo_lines(&head),
     }))
 }
 
@@ -177,6 +203,7 @@ fn write_response(
     stream: &mut TcpStream,
     status: u16,
     body: &str,
+    echo: &str,
     identity: &str,
     close: bool,
 ) -> io::Result<()> {
@@ -184,7 +211,7 @@ fn write_response(
     let connection = if close { "connection: close\r\n" } else { "" };
     let response = format!(
         "HTTP/1.1 {status} {reason}\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\
-         x-backend: {identity}\r\n{connection}\r\n{body}",
+         x-backend: {identity}\r\n{echo}{connection}\r\n{body}",
         body.len()
     );
     stream.write_all(response.as_bytes())

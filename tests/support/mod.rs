@@ -28,7 +28,10 @@ mod scratch;
 
 // Fixtures and clients that tests name by module (`support::reviews::Reviews`).
 pub mod fake_kube;
+pub mod pki;
 pub mod reviews;
+pub mod scene;
+pub mod tls_backend;
 pub mod xds_client;
 
 // The harness's surface. In a test binary `support` is a private module, so rustc reports each
@@ -50,6 +53,7 @@ pub use self::{
     outcomes::{exactly, only, outcome_key, tally},
     polling::{converge, wait_until, CONVERGE_TIMEOUT, STARTUP_TIMEOUT},
     process::log_tail,
+    scene::SidecarScene,
     scratch::{free_port, remove_config, write_config, TestDir},
 };
 #[allow(unused_imports)]

@@ -205,6 +205,12 @@ endpoints:{endpoints}",
 
     /// DestinationRule `reviews` with one subset per version, selecting `version: <name>`.
     pub fn write_destination_rule(&self, subsets: &[&str]) {
+        self.write_destination_rule_with_policy(subsets, "");
+    }
+
+    /// As [`Reviews::write_destination_rule`], with `traffic_policy` (YAML lines indented
+    /// under `spec:`, e.g. `  trafficPolicy:\n    tls: {mode: SIMPLE}\n`).
+    pub fn write_destination_rule_with_policy(&self, subsets: &[&str], traffic_policy: &str) {
         let subsets: String = subsets
             .iter()
             .map(|subset| format!("  - name: {subset}\n    labels:\n      version: {subset}\n"))
@@ -218,7 +224,7 @@ metadata:
   namespace: {NAMESPACE}
 spec:
   host: reviews
-  subsets:
+{traffic_policy}  subsets:
 {subsets}"
         );
         self.write(DESTINATION_RULE_FILE, &yaml);

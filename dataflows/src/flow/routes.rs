@@ -55,15 +55,23 @@ pub(super) fn ports<'s>(
                 return Vec::new();
             };
             let listeners = rules::egress_listeners(sc.as_ref());
-            rules::sidecar_route_ports(&listeners, *idx, svc, interception_none, proxyless)
-                .into_iter()
-                .map(|(port, allow_any, catch_all)| {
-                    (
-                        (s.clone(), svc.hostname.clone()),
-                        (port, allow_any, catch_all, svc.clone()),
-                    )
-                })
-                .collect()
+            let registry_only = Sidecar::blocks_unknown(sc.as_ref());
+            rules::sidecar_route_ports(
+                &listeners,
+                *idx,
+                svc,
+                interception_none,
+                proxyless,
+                registry_only,
+            )
+            .into_iter()
+            .map(|(port, allow_any, catch_all)| {
+                (
+                    (s.clone(), svc.hostname.clone()),
+                    (port, allow_any, catch_all, svc.clone()),
+                )
+            })
+            .collect()
         })
         .flat_map(|rows| rows)
         .distinct()

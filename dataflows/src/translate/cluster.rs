@@ -39,6 +39,10 @@ fn effective_policy(dr: Option<&DestinationRule>, subset: Option<&str>) -> Traff
         if p.connect_timeout_ms.is_some() {
             policy.connect_timeout_ms = p.connect_timeout_ms;
         }
+        if p.unsupported_tls.is_some() || p.tls.is_some() {
+            policy.unsupported_tls = p.unsupported_tls.clone();
+            policy.tls = p.tls.clone();
+        }
     }
     policy
 }
@@ -74,6 +78,22 @@ fn outbound(
         ..Default::default()
     };
     match service.resolution {
+        // Fail closed: a cluster of no hosts answers 503 where the rule asked for TLS that
+        // is not generated, instead of sending the request in plaintext. Its metadata says
+        // why, for whoever reads the config dump.
+        _ if policy.unsupported_tls.is_some() => {
+            cluster.cluster_discovery_type =
+                Some(ClusterDiscoveryType::Type(DiscoveryType::Static as i32));
+            cluster.load_assignment = Some(ClusterLoadAssignment {
+                cluster_name: name.clone(),
+                ..Default::default()
+            });
+            cluster.metadata = Some(fail_closed_metadata(&format!(
+                "DestinationRule tls mode {} is not supported by meshflow yet: this cluster has \
+                 no endpoints, so no request is sent unencrypted",
+                policy.unsupported_tls.as_deref().unwrap_or_default()
+            )));
+        }
         Resolution::Static => {
             cluster.cluster_discovery_type =
                 Some(ClusterDiscoveryType::Type(DiscoveryType::Eds as i32));
@@ -98,6 +118,9 @@ fn outbound(
             cluster.lb_policy = LbPolicy::ClusterProvided as i32;
         }
     }
+    if let Some(tls) = &policy.tls {
+        cluster.transport_socket = Some(upstream_tls(tls));
+    }
     if matches!(
         port.protocol,
         crate::model::Protocol::Http2 | crate::model::Protocol::Grpc
@@ -119,6 +142,84 @@ fn outbound(
         );
     }
     Resource::new(ResourceType::Cluster, name, cluster.encode_to_vec())
+}
+
+/// Envoy's TLS transport socket for a DestinationRule's `SIMPLE` or `MUTUAL` TLS.
+fn upstream_tls(
+    tls: &crate::model::UpstreamTls,
+) -> envoy_types::pb::envoy::config::core::v3::TransportSocket {
+    use envoy_types::pb::envoy::config::core::v3::{
+        data_source::Specifier, transport_socket::ConfigType, DataSource, TransportSocket,
+    };
+    use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
+        certificate_validation_context::SystemRootCerts, common_tls_context::ValidationContextType,
+        subject_alt_name_matcher::SanType, CertificateValidationContext, CommonTlsContext,
+        SubjectAltNameMatcher, TlsCertificate, UpstreamTlsContext,
+    };
+    use envoy_types::pb::envoy::r#type::matcher::v3::{
+        string_matcher::MatchPattern, StringMatcher,
+    };
+    let file = |path: &String| DataSource {
+        specifier: Some(Specifier::Filename(path.clone())),
+        ..Default::default()
+    };
+    let validation = (!tls.insecure_skip_verify).then(|| CertificateValidationContext {
+        trusted_ca: tls.ca.as_ref().map(file),
+        // No CA named: the system's roots, as Istio verifies by default.
+        system_root_certs: tls.ca.is_none().then_some(SystemRootCerts {}),
+        crl: tls.crl.as_ref().map(file),
+        match_typed_subject_alt_names: tls
+            .subject_alt_names
+            .iter()
+            .flat_map(|san| {
+                [SanType::Dns, SanType::Uri].map(|t| SubjectAltNameMatcher {
+                    san_type: t as i32,
+                    matcher: Some(StringMatcher {
+                        match_pattern: Some(MatchPattern::Exact(san.clone())),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                })
+            })
+            .collect(),
+        ..Default::default()
+    });
+    let context = UpstreamTlsContext {
+        common_tls_context: Some(CommonTlsContext {
+            tls_certificates: tls
+                .client_cert
+                .iter()
+                .map(|(cert, key)| TlsCertificate {
+                    certificate_chain: Some(file(cert)),
+                    private_key: Some(file(key)),
+                    ..Default::default()
+                })
+                .collect(),
+            validation_context_type: validation.map(ValidationContextType::ValidationContext),
+            ..Default::default()
+        }),
+        sni: tls.sni.clone().unwrap_or_default(),
+        ..Default::default()
+    };
+    TransportSocket {
+        name: "envoy.transport_sockets.tls".into(),
+        config_type: Some(ConfigType::TypedConfig(pack_any(context))),
+    }
+}
+
+/// `filter_metadata["meshflow"].fail_closed = why`.
+fn fail_closed_metadata(why: &str) -> envoy_types::pb::envoy::config::core::v3::Metadata {
+    use envoy_types::pb::google::protobuf::{value::Kind, Struct, Value};
+    let why = Value {
+        kind: Some(Kind::StringValue(why.to_string())),
+    };
+    let fields = [("fail_closed".to_string(), why)].into_iter().collect();
+    envoy_types::pb::envoy::config::core::v3::Metadata {
+        filter_metadata: [("meshflow".to_string(), Struct { fields })]
+            .into_iter()
+            .collect(),
+        ..Default::default()
+    }
 }
 
 /// Istio sets Envoy's per-cluster limits to the maximum unless a DestinationRule says

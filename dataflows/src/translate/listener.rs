@@ -33,6 +33,18 @@ fn router_filter() -> HttpFilter {
     }
 }
 
+/// The fault filter with no fault of its own: VirtualService routes with `fault` configure it
+/// per route (`typed_per_filter_config`), as Istio does.
+fn fault_filter() -> HttpFilter {
+    HttpFilter {
+        name: super::route::FAULT_FILTER.into(),
+        config_type: Some(http_filter::ConfigType::TypedConfig(pack_any(
+            envoy_types::pb::envoy::extensions::filters::http::fault::v3::HttpFault::default(),
+        ))),
+        ..Default::default()
+    }
+}
+
 fn hcm_filter(hcm: HttpConnectionManager) -> Filter {
     Filter {
         name: "envoy.filters.network.http_connection_manager".into(),
@@ -45,7 +57,7 @@ fn hcm_filter(hcm: HttpConnectionManager) -> Filter {
 fn base_hcm(stat_prefix: &str) -> HttpConnectionManager {
     HttpConnectionManager {
         stat_prefix: stat_prefix.to_string(),
-        http_filters: vec![router_filter()],
+        http_filters: vec![fault_filter(), router_filter()],
         normalize_path: Some(BoolValue { value: true }),
         path_with_escaped_slashes_action: PathWithEscapedSlashesAction::KeepUnchanged as i32,
         upgrade_configs: vec![UpgradeConfig {
@@ -156,15 +168,21 @@ fn original_dst_filter() -> ListenerFilter {
 }
 
 /// `virtualOutbound` on 15001: captured outbound connections are handed to the listener for
-/// their original destination; the rest pass through.
-pub fn virtual_outbound() -> Resource {
+/// their original destination; the rest pass through, or with `registry_only` are dropped
+/// (`BlackHoleCluster`), as Istio's REGISTRY_ONLY does.
+pub fn virtual_outbound(registry_only: bool) -> Resource {
+    let catchall = if registry_only {
+        super::BLACKHOLE_CLUSTER
+    } else {
+        PASSTHROUGH_CLUSTER
+    };
     let listener = Listener {
         name: "virtualOutbound".into(),
         address: Some(socket_address("0.0.0.0", 15001)),
         use_original_dst: Some(BoolValue { value: true }),
         filter_chains: vec![FilterChain {
             name: "virtualOutbound-catchall-tcp".into(),
-            filters: vec![tcp_to(PASSTHROUGH_CLUSTER, PASSTHROUGH_CLUSTER)],
+            filters: vec![tcp_to(catchall, catchall)],
             ..Default::default()
         }],
         traffic_direction: TrafficDirection::Outbound as i32,

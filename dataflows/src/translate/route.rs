@@ -4,21 +4,39 @@
 
 use super::{duration_ms, outbound_cluster_name, PASSTHROUGH_CLUSTER};
 use crate::model::{
-    HttpMatch, HttpRoute, ResolvedVs, Resource, ResourceType, RouteDestination, Service,
-    StringMatch,
+    DirectResponse, Fault, HeaderEdits, HttpMatch, HttpRoute, PerMillion, Redirect, ResolvedVs,
+    Resource, ResourceType, RouteDestination, Service, StringMatch,
+};
+use envoy_types::pb::envoy::config::core::v3::{
+    data_source, header_value_option::HeaderAppendAction, DataSource, HeaderValue,
+    HeaderValueOption, RuntimeFractionalPercent,
 };
 use envoy_types::pb::envoy::config::route::v3::retry_policy::{
     retry_host_predicate, RetryHostPredicate,
 };
 use envoy_types::pb::envoy::config::route::v3::{
-    header_matcher::HeaderMatchSpecifier, route::Action, route_action::ClusterSpecifier,
-    route_match::PathSpecifier, weighted_cluster::ClusterWeight, HeaderMatcher, RetryPolicy, Route,
+    header_matcher::HeaderMatchSpecifier, query_parameter_matcher::QueryParameterMatchSpecifier,
+    route::Action, route_action::ClusterSpecifier, route_match::PathSpecifier,
+    weighted_cluster::ClusterWeight, HeaderMatcher, QueryParameterMatcher, RetryPolicy, Route,
     RouteAction, RouteConfiguration, RouteMatch, VirtualHost, WeightedCluster,
 };
+use envoy_types::pb::envoy::config::route::v3::{
+    redirect_action,
+    route_action::{HostRewriteSpecifier, RequestMirrorPolicy},
+    DirectResponseAction, RedirectAction,
+};
+use envoy_types::pb::envoy::extensions::filters::common::fault::v3::{
+    fault_delay::FaultDelaySecifier, FaultDelay,
+};
+use envoy_types::pb::envoy::extensions::filters::http::fault::v3::{
+    fault_abort::ErrorType, FaultAbort, HttpFault,
+};
 use envoy_types::pb::envoy::extensions::retry::host::previous_hosts::v3::PreviousHostsPredicate;
+use envoy_types::pb::envoy::r#type::matcher::v3::RegexMatchAndSubstitute;
 use envoy_types::pb::envoy::r#type::matcher::v3::{
     string_matcher::MatchPattern, RegexMatcher, StringMatcher,
 };
+use envoy_types::pb::envoy::r#type::v3::{fractional_percent::DenominatorType, FractionalPercent};
 use envoy_types::pb::google::protobuf::{BoolValue, UInt32Value};
 use envoy_types::util::pack_any;
 use prost::Message;
@@ -91,7 +109,9 @@ fn cluster_of(dest: &RouteDestination, current: u16, vs: &ResolvedVs) -> String 
     )
 }
 
-fn string_matcher(m: &StringMatch) -> StringMatcher {
+/// Envoy's matcher for a string match; `None` for [`StringMatch::Present`], which Envoy
+/// expresses as `present_match` on the header or query parameter instead.
+fn string_matcher(m: &StringMatch, ignore_case: bool) -> Option<StringMatcher> {
     let pattern = match m {
         StringMatch::Exact(s) => MatchPattern::Exact(s.clone()),
         StringMatch::Prefix(s) => MatchPattern::Prefix(s.clone()),
@@ -99,16 +119,30 @@ fn string_matcher(m: &StringMatch) -> StringMatcher {
             regex: s.clone(),
             ..Default::default()
         }),
+        StringMatch::Present => return None,
     };
-    StringMatcher {
+    Some(StringMatcher {
         match_pattern: Some(pattern),
+        ignore_case,
+    })
+}
+
+fn header_matcher(name: &str, m: &StringMatch, invert: bool) -> HeaderMatcher {
+    let spec = match string_matcher(m, false) {
+        Some(sm) => HeaderMatchSpecifier::StringMatch(sm),
+        None => HeaderMatchSpecifier::PresentMatch(true),
+    };
+    HeaderMatcher {
+        name: name.to_string(),
+        header_match_specifier: Some(spec),
+        invert_match: invert,
         ..Default::default()
     }
 }
 
 fn route_match(m: Option<&HttpMatch>) -> RouteMatch {
     let path = match m.and_then(|m| m.uri.as_ref()) {
-        None => PathSpecifier::Prefix("/".into()),
+        None | Some(StringMatch::Present) => PathSpecifier::Prefix("/".into()),
         Some(StringMatch::Exact(s)) => PathSpecifier::Path(s.clone()),
         Some(StringMatch::Prefix(s)) => PathSpecifier::Prefix(s.clone()),
         Some(StringMatch::Regex(s)) => PathSpecifier::SafeRegex(RegexMatcher {
@@ -116,23 +150,39 @@ fn route_match(m: Option<&HttpMatch>) -> RouteMatch {
             ..Default::default()
         }),
     };
+    let Some(m) = m else {
+        return RouteMatch {
+            path_specifier: Some(path),
+            ..Default::default()
+        };
+    };
     let headers = m
-        .map(|m| {
-            m.headers
+        .headers
+        .iter()
+        .map(|(name, sm)| header_matcher(name, sm, false))
+        .chain(
+            m.without_headers
                 .iter()
-                .map(|(name, sm)| HeaderMatcher {
-                    name: name.clone(),
-                    header_match_specifier: Some(HeaderMatchSpecifier::StringMatch(
-                        string_matcher(sm),
-                    )),
-                    ..Default::default()
-                })
-                .collect()
+                .map(|(name, sm)| header_matcher(name, sm, true)),
+        )
+        .collect();
+    let query_parameters = m
+        .query_params
+        .iter()
+        .map(|(name, sm)| QueryParameterMatcher {
+            name: name.clone(),
+            query_parameter_match_specifier: Some(match string_matcher(sm, false) {
+                Some(sm) => QueryParameterMatchSpecifier::StringMatch(sm),
+                None => QueryParameterMatchSpecifier::PresentMatch(true),
+            }),
         })
-        .unwrap_or_default();
+        .collect();
     RouteMatch {
         path_specifier: Some(path),
+        // Envoy's default is case-sensitive; only `ignoreUriCase` turns it off.
+        case_sensitive: m.ignore_uri_case.then_some(BoolValue { value: false }),
         headers,
+        query_parameters,
         ..Default::default()
     }
 }
@@ -153,10 +203,149 @@ fn action(route: &HttpRoute, current: u16, vs: &ResolvedVs) -> RouteAction {
             ..Default::default()
         }),
     };
+    let rewrite = route.rewrite.clone().unwrap_or_default();
     RouteAction {
         cluster_specifier: Some(cluster_specifier),
         timeout: Some(duration_ms(route.timeout_ms.unwrap_or(0))),
         retry_policy: retry_policy(route),
+        prefix_rewrite: rewrite.uri.unwrap_or_default(),
+        host_rewrite_specifier: rewrite
+            .authority
+            .map(HostRewriteSpecifier::HostRewriteLiteral),
+        regex_rewrite: rewrite
+            .uri_regex
+            .map(|(pattern, substitution)| RegexMatchAndSubstitute {
+                pattern: Some(RegexMatcher {
+                    regex: pattern,
+                    ..Default::default()
+                }),
+                substitution,
+            }),
+        request_mirror_policies: route
+            .mirrors
+            .iter()
+            .map(|m| RequestMirrorPolicy {
+                cluster: cluster_of(&m.destination, current, vs),
+                runtime_fraction: m.fraction.map(|f| RuntimeFractionalPercent {
+                    default_value: Some(fraction(f)),
+                    ..Default::default()
+                }),
+                // Istio leaves the mirrored request's trace sampling to the original's.
+                trace_sampled: Some(BoolValue { value: false }),
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// A share of requests as Envoy's fraction of a million.
+fn fraction(f: PerMillion) -> FractionalPercent {
+    FractionalPercent {
+        numerator: f,
+        denominator: DenominatorType::Million as i32,
+    }
+}
+
+fn redirect_action(r: &Redirect) -> RedirectAction {
+    use redirect_action::{
+        PathRewriteSpecifier, RedirectResponseCode as C, SchemeRewriteSpecifier,
+    };
+    let code = match r.code {
+        302 => C::Found,
+        303 => C::SeeOther,
+        307 => C::TemporaryRedirect,
+        308 => C::PermanentRedirect,
+        _ => C::MovedPermanently,
+    };
+    RedirectAction {
+        host_redirect: r.authority.clone().unwrap_or_default(),
+        port_redirect: r.port.map(u32::from).unwrap_or(0),
+        response_code: code as i32,
+        scheme_rewrite_specifier: r.scheme.clone().map(SchemeRewriteSpecifier::SchemeRedirect),
+        path_rewrite_specifier: r.uri.clone().map(PathRewriteSpecifier::PathRedirect),
+        ..Default::default()
+    }
+}
+
+fn direct_response_action(d: &DirectResponse) -> DirectResponseAction {
+    DirectResponseAction {
+        status: d.status,
+        body: d.body.clone().map(|b| DataSource {
+            specifier: Some(data_source::Specifier::InlineString(b)),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// `set` overwrites, `add` appends, as Istio maps them.
+fn headers_to_add(e: &HeaderEdits) -> Vec<HeaderValueOption> {
+    let option = |(k, v): (&String, &String), action: HeaderAppendAction| HeaderValueOption {
+        header: Some(HeaderValue {
+            key: k.clone(),
+            value: v.clone(),
+            ..Default::default()
+        }),
+        append_action: action as i32,
+        ..Default::default()
+    };
+    e.set
+        .iter()
+        .map(|kv| option(kv, HeaderAppendAction::OverwriteIfExistsOrAdd))
+        .chain(
+            e.add
+                .iter()
+                .map(|kv| option(kv, HeaderAppendAction::AppendIfExistsOrAdd)),
+        )
+        .collect()
+}
+
+/// The name the fault filter has in every connection manager, and its per-route config.
+pub const FAULT_FILTER: &str = "envoy.filters.http.fault";
+
+fn http_fault(f: &Fault) -> HttpFault {
+    HttpFault {
+        delay: f.delay.map(|(ms, share)| FaultDelay {
+            fault_delay_secifier: Some(FaultDelaySecifier::FixedDelay(duration_ms(ms))),
+            percentage: Some(fraction(share)),
+        }),
+        abort: f.abort.map(|(status, share)| FaultAbort {
+            error_type: Some(ErrorType::HttpStatus(status)),
+            percentage: Some(fraction(share)),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// One Envoy route of an HTTP route: its action (forward, redirect or answer) and what
+/// applies around it (header edits, fault injection).
+fn envoy_route(
+    http: &HttpRoute,
+    name: &str,
+    m: Option<&HttpMatch>,
+    current: u16,
+    vs: &ResolvedVs,
+) -> Route {
+    let action = match (&http.redirect, &http.direct_response) {
+        (Some(r), _) => Action::Redirect(redirect_action(r)),
+        (None, Some(d)) => Action::DirectResponse(direct_response_action(d)),
+        (None, None) => Action::Route(action(http, current, vs)),
+    };
+    Route {
+        name: name.to_string(),
+        r#match: Some(route_match(m)),
+        action: Some(action),
+        request_headers_to_add: headers_to_add(&http.headers.request),
+        request_headers_to_remove: http.headers.request.remove.clone(),
+        response_headers_to_add: headers_to_add(&http.headers.response),
+        response_headers_to_remove: http.headers.response.remove.clone(),
+        typed_per_filter_config: http
+            .fault
+            .iter()
+            .map(|f| (FAULT_FILTER.to_string(), pack_any(http_fault(f))))
+            .collect(),
         ..Default::default()
     }
 }
@@ -169,18 +358,19 @@ pub fn vs_routes(vs: &ResolvedVs, current: u16) -> Vec<Route> {
             .name
             .clone()
             .unwrap_or_else(|| format!("{}.{}.{}", vs.vs.key.namespace, vs.vs.key.name, i));
+        // A match for another port does not apply on this one; a route none of whose
+        // matches applies is not on this port at all.
         let matches: Vec<Option<&HttpMatch>> = if http.matches.is_empty() {
             vec![None]
         } else {
-            http.matches.iter().map(Some).collect()
+            http.matches
+                .iter()
+                .filter(|m| m.port.is_none_or(|p| p == current))
+                .map(Some)
+                .collect()
         };
         for m in matches {
-            out.push(Route {
-                name: name.clone(),
-                r#match: Some(route_match(m)),
-                action: Some(Action::Route(action(http, current, vs))),
-                ..Default::default()
-            });
+            out.push(envoy_route(http, &name, m, current, vs));
         }
     }
     out

@@ -2,7 +2,8 @@
 //! Pods and Istio networking objects ([`kinds`]) with `kube::runtime::watcher`, one watch per
 //! kind (per namespace with `--namespaces`), and reports them as the file source reports a
 //! directory: through the same config parser, so an invalid object gets the same error and
-//! its last valid version stays in effect ([`watched`]).
+//! its last valid version stays in effect, and an accepted one the same analysis of what is
+//! not translated ([`watched`]).
 //!
 //! The watcher lists with pagination, watches with bookmarks, and on a 410 Gone (history
 //! compacted while it was away) or a dropped connection watches again or relists; a relist
@@ -23,6 +24,7 @@ mod session;
 pub mod watched;
 
 use super::{Report, Sink, Source};
+use crate::config::Level;
 use crate::input::SourceName;
 use dataflows::model::MeshConfig;
 use kinds::WatchedKind;
@@ -63,17 +65,17 @@ impl Source for KubeSource {
     }
 
     fn run(self: Box<Self>, mut sink: Sink) -> Result<(), String> {
-        runtime()?.block_on(self.follow(|report| sink.send(report)))
+        runtime()?.block_on(self.follow(|report, _| sink.send(report)))
     }
 }
 
 impl KubeSource {
-    /// Reads the cluster once (every watch's initial list) and returns that report:
-    /// `meshflow validate --kube`.
-    pub fn read_once(self) -> Result<Report, String> {
+    /// Reads the cluster once (every watch's initial list) and returns that report, with
+    /// its analysis by level: `meshflow validate --kube`.
+    pub fn read_once(self) -> Result<(Report, Vec<(Level, String)>), String> {
         let mut first = None;
-        runtime()?.block_on(self.follow(|report| {
-            first = Some(report);
+        runtime()?.block_on(self.follow(|report, analysis| {
+            first = Some((report, analysis.to_vec()));
             false
         }))?;
         first.ok_or_else(|| "the Kubernetes source stopped before its initial read".into())
@@ -123,8 +125,11 @@ impl KubeSource {
     }
 
     /// Watches the cluster, calling `on_report` with the initial read and then with each
-    /// change, until it returns `false`.
-    async fn follow(self, mut on_report: impl FnMut(Report) -> bool) -> Result<(), String> {
+    /// change (and the report's analysis by level), until it returns `false`.
+    async fn follow(
+        self,
+        mut on_report: impl FnMut(Report, &[(Level, String)]) -> bool,
+    ) -> Result<(), String> {
         let client = self.client().await?;
         let (istio, not_served) = Self::discover(&client).await;
         let mut config = watcher::Config::default();
@@ -170,7 +175,7 @@ impl KubeSource {
                 _ = sleep_until(rediscover), if rediscover.is_some() => session.rediscover().await,
             }
             if let Some(report) = session.report() {
-                if !on_report(report) {
+                if !on_report(report, session.analysis()) {
                     return Ok(());
                 }
             }

@@ -5,6 +5,7 @@
 
 use super::kinds::{self, WatchedKind};
 use super::watched::Watched;
+use crate::config::Level;
 use crate::sources::Report;
 use dataflows::model::{Kind, MeshConfig};
 use kube::api::{Api, DynamicObject};
@@ -62,8 +63,10 @@ pub struct Session {
     not_served: Vec<String>,
     /// When to look for them again, and the pause after that.
     rediscover: Option<(Instant, Duration)>,
-    /// The errors of the last report (`None` before the first).
-    reported: Option<Vec<String>>,
+    /// The errors and analysis of the last report (`None` before the first).
+    reported: Option<(Vec<String>, Vec<String>)>,
+    /// The analysis of the last report, with levels.
+    analysis: Vec<(Level, String)>,
 }
 
 impl Session {
@@ -76,6 +79,7 @@ impl Session {
             not_served: Vec::new(),
             rediscover: None,
             reported: None,
+            analysis: Vec::new(),
         }
     }
 
@@ -225,11 +229,25 @@ impl Session {
         for w in &self.watches {
             report.errors.extend(w.watched.errors().cloned());
         }
-        if !first && report.changes.is_empty() && self.reported.as_ref() == Some(&report.errors) {
+        let mut analysis: Vec<(Level, String)> = self
+            .watches
+            .iter()
+            .flat_map(|w| w.watched.analysis().cloned())
+            .collect();
+        analysis.sort();
+        report.analysis = analysis.iter().map(|(_, line)| line.clone()).collect();
+        let said = (report.errors.clone(), report.analysis.clone());
+        if !first && report.changes.is_empty() && self.reported.as_ref() == Some(&said) {
             return None;
         }
-        self.reported = Some(report.errors.clone());
+        self.reported = Some(said);
+        self.analysis = analysis;
         Some(report)
+    }
+
+    /// The analysis of the last report, with levels (errors first).
+    pub fn analysis(&self) -> &[(Level, String)] {
+        &self.analysis
     }
 }
 

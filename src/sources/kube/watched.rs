@@ -13,16 +13,20 @@
 //!   annotations, say) produces no change at all.
 
 use super::super::objects::{Diff, Object, ObjectSet};
-use crate::config::{parse_object, Invalid};
+use crate::config::{parse_object, Invalid, Level};
 use dataflows::model::{ConfigKey, Kind, MeshConfig};
 use kube::api::DynamicObject;
 use kube::runtime::watcher::Event;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-/// The objects and errors a (re)list has read so far.
+/// What the analysis of an accepted version says: `level: Kind ns/name: field: message`.
+type Findings = Vec<(Level, String)>;
+
+/// The objects, findings and errors a (re)list has read so far.
 #[derive(Default)]
 struct Listing {
     held: HashMap<ConfigKey, Object>,
+    findings: HashMap<ConfigKey, Findings>,
     errors: BTreeMap<ConfigKey, String>,
 }
 
@@ -35,6 +39,8 @@ pub struct Watched {
     mesh: MeshConfig,
     /// The last valid version of every object in effect.
     held: HashMap<ConfigKey, Object>,
+    /// The analysis of each version in `held` that has something to say.
+    findings: HashMap<ConfigKey, Findings>,
     /// Per invalid object, its error.
     errors: BTreeMap<ConfigKey, String>,
     /// A relist in progress.
@@ -57,6 +63,7 @@ impl Watched {
             kind_name: kind_name.to_string(),
             mesh,
             held: HashMap::new(),
+            findings: HashMap::new(),
             errors: BTreeMap::new(),
             relist: None,
             listed: false,
@@ -77,15 +84,21 @@ impl Watched {
             Event::Init => self.relist = Some(Listing::default()),
             Event::InitApply(obj) => {
                 let (key, parsed) = self.parse(obj);
-                let held = &self.held;
                 let listing = self.relist.get_or_insert_with(Listing::default);
                 match parsed {
-                    Ok(object) => {
+                    Ok((object, findings)) => {
+                        log_findings(self.findings.get(&key), &findings);
+                        if !findings.is_empty() {
+                            listing.findings.insert(key.clone(), findings);
+                        }
                         listing.held.insert(key, object);
                     }
                     Err(e) => {
-                        if let Some(previous) = held.get(&key) {
+                        if let Some(previous) = self.held.get(&key) {
                             listing.held.insert(key.clone(), previous.clone());
+                        }
+                        if let Some(previous) = self.findings.get(&key) {
+                            listing.findings.insert(key.clone(), previous.clone());
                         }
                         log_rejection(self.errors.get(&key), &e);
                         listing.errors.insert(key, e);
@@ -95,6 +108,7 @@ impl Watched {
             Event::InitDone => {
                 let listing = self.relist.take().unwrap_or_default();
                 self.held = listing.held;
+                self.findings = listing.findings;
                 self.errors = listing.errors;
                 self.listed = true;
                 self.swap = true;
@@ -103,9 +117,15 @@ impl Watched {
             Event::Apply(obj) => {
                 let (key, parsed) = self.parse(obj);
                 match parsed {
-                    Ok(object) => {
+                    Ok((object, findings)) => {
+                        log_findings(self.findings.get(&key), &findings);
                         self.errors.remove(&key);
                         self.held.insert(key.clone(), object);
+                        if findings.is_empty() {
+                            self.findings.remove(&key);
+                        } else {
+                            self.findings.insert(key.clone(), findings);
+                        }
                     }
                     Err(e) => {
                         log_rejection(self.errors.get(&key), &e);
@@ -117,6 +137,7 @@ impl Watched {
             Event::Delete(obj) => {
                 let key = self.key_of(&obj);
                 self.errors.remove(&key);
+                self.findings.remove(&key);
                 self.held.remove(&key);
                 self.dirty.insert(key);
             }
@@ -146,6 +167,11 @@ impl Watched {
         self.errors.values()
     }
 
+    /// The analysis of the versions in effect (unsorted).
+    pub fn analysis(&self) -> impl Iterator<Item = &(Level, String)> {
+        self.findings.values().flatten()
+    }
+
     fn key_of(&self, obj: &DynamicObject) -> ConfigKey {
         let namespace = match self.kind {
             Kind::Namespace => String::new(),
@@ -162,8 +188,8 @@ impl Watched {
         )
     }
 
-    /// The object's key, and its records or the error that rejects it.
-    fn parse(&self, obj: DynamicObject) -> (ConfigKey, Result<Object, String>) {
+    /// The object's key, and its records and findings or the error that rejects it.
+    fn parse(&self, obj: DynamicObject) -> (ConfigKey, Result<(Object, Findings), String>) {
         let key = self.key_of(&obj);
         let version = obj.metadata.resource_version.clone().unwrap_or_default();
         let named = |mut invalid: Invalid| {
@@ -182,10 +208,14 @@ impl Watched {
         value.insert("apiVersion".into(), self.api_version.clone().into());
         value.insert("kind".into(), self.kind_name.clone().into());
         let parsed = match parse_object(&value, &self.mesh) {
-            Ok(Some(parsed)) => Ok(Object {
-                records: parsed.records,
-                origin: format!("kubernetes (resourceVersion {version})"),
-            }),
+            Ok(Some(parsed)) => {
+                let findings = parsed.finding_lines().collect();
+                let object = Object {
+                    records: parsed.records,
+                    origin: format!("kubernetes (resourceVersion {version})"),
+                };
+                Ok((object, findings))
+            }
             Ok(None) => Err(named(Invalid::field(
                 "apiVersion",
                 format!("{} is not read as {}", self.api_version, self.kind_name),
@@ -193,6 +223,19 @@ impl Watched {
             Err(invalid) => Err(named(invalid)),
         };
         (key, parsed)
+    }
+}
+
+/// Logs an accepted version's findings when they differ from its previous version's.
+fn log_findings(before: Option<&Findings>, now: &Findings) {
+    if before.map_or(now.is_empty(), |b| b == now) {
+        return;
+    }
+    for (level, line) in now {
+        match level {
+            Level::Error => tracing::warn!(analysis = %line, "config not fully generated"),
+            Level::Warning => tracing::info!(analysis = %line, "config field not supported"),
+        }
     }
 }
 

@@ -1,0 +1,317 @@
+//! What analysis says of accepted objects: every field not translated is named, a match
+//! condition or TLS setting that cannot be honoured fails closed, kinds not served are said.
+
+use super::*;
+use dataflows::model::{Kind, Record};
+
+fn parse(doc: &str) -> Parsed {
+    parse_document(doc, &MeshConfig::default())
+        .unwrap_or_else(|e| panic!("rejected: {e:?}"))
+        .expect("an object")
+}
+
+fn fields(p: &Parsed, level: Level) -> Vec<String> {
+    p.findings
+        .iter()
+        .filter(|f| f.level == level)
+        .map(|f| f.field.clone())
+        .collect()
+}
+
+fn vs(p: &Parsed) -> &dataflows::model::VirtualService {
+    match &p.records[0] {
+        Record::VirtualService(v) => v,
+        other => panic!("{other:?}"),
+    }
+}
+
+const VS: &str = "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: r, namespace: ns}\nspec:\n  hosts: [reviews]\n";
+
+#[test]
+fn untranslated_route_fields_are_warnings_naming_each_field() {
+    let doc = format!(
+        "{VS}  http:\n  - fault: {{abort: {{httpStatus: 500, percentage: {{value: 100}}}}}}\n    mirror: {{host: shadow}}\n    headers: {{request: {{set: {{x-a: b}}}}}}\n    corsPolicy: {{allowOrigins: [{{exact: a}}]}}\n    rewrite: {{uri: /}}\n    route:\n    - destination: {{host: reviews}}\n      headers: {{response: {{remove: [x]}}}}\n"
+    );
+    let p = parse(&doc);
+    let route = &vs(&p).http[0];
+    assert_eq!(vs(&p).http.len(), 1, "the route is generated");
+    assert_eq!(
+        fields(&p, Level::Warning),
+        vec!["spec.http[0].corsPolicy", "spec.http[0].route[0].headers"]
+    );
+    assert!(fields(&p, Level::Error).is_empty());
+    assert!(p.findings[0]
+        .message
+        .contains("not supported by meshflow yet"));
+    // What is translated is in the record.
+    assert_eq!(
+        route.fault.as_ref().and_then(|f| f.abort),
+        Some((500, 1_000_000))
+    );
+    assert_eq!(route.mirrors.len(), 1);
+    assert_eq!(route.mirrors[0].fraction, None, "all requests");
+    assert_eq!(
+        route.headers.request.set.get("x-a").map(String::as_str),
+        Some("b")
+    );
+    assert_eq!(
+        route.rewrite.as_ref().and_then(|r| r.uri.as_deref()),
+        Some("/")
+    );
+}
+
+#[test]
+fn a_match_condition_not_read_keeps_its_route_out() {
+    for cond in [
+        "sourceLabels: {app: productpage}",
+        "gateways: [mesh]",
+        "sourceNamespace: default",
+        "headers: {end-user: {exact: jason}, x: {present: true}}",
+    ] {
+        let doc = format!(
+            "{VS}  http:\n  - match:\n    - {{uri: {{prefix: /a}}, {cond}}}\n    route:\n    - destination: {{host: reviews, subset: v2}}\n  - route:\n    - destination: {{host: reviews, subset: v1}}\n"
+        );
+        let p = parse(&doc);
+        let v = vs(&p);
+        assert_eq!(
+            v.http.len(),
+            1,
+            "{cond}: only the second route is generated"
+        );
+        assert_eq!(v.http[0].route[0].subset.as_deref(), Some("v1"), "{cond}");
+        let errors = fields(&p, Level::Error);
+        assert_eq!(errors.len(), 1, "{cond}: {errors:?}");
+        assert!(
+            errors[0].starts_with("spec.http[0].match[0]."),
+            "{errors:?}"
+        );
+        assert!(p.findings[0]
+            .message
+            .contains("spec.http[0] is not generated"));
+    }
+    // A match's name restricts nothing.
+    let doc = format!(
+        "{VS}  http:\n  - match:\n    - {{name: a, uri: {{prefix: /a}}}}\n    route:\n    - destination: {{host: reviews}}\n"
+    );
+    let p = parse(&doc);
+    assert_eq!(vs(&p).http.len(), 1);
+    assert_eq!(
+        fields(&p, Level::Warning),
+        vec!["spec.http[0].match[0].name"]
+    );
+}
+
+#[test]
+fn redirects_and_direct_responses_are_routes_of_their_own() {
+    let doc = format!(
+        "{VS}  http:\n  - match: [{{uri: {{exact: /old}}}}]\n    redirect: {{uri: /new, redirectCode: 302}}\n  - match: [{{uri: {{exact: /health}}}}]\n    directResponse: {{status: 503, body: {{string: down}}}}\n  - route:\n    - destination: {{host: reviews}}\n"
+    );
+    let p = parse(&doc);
+    let http = &vs(&p).http;
+    assert_eq!(http.len(), 3);
+    assert!(p.findings.is_empty(), "{:?}", p.findings);
+    let r = http[0].redirect.as_ref().unwrap();
+    assert_eq!((r.uri.as_deref(), r.code), (Some("/new"), 302));
+    let d = http[1].direct_response.as_ref().unwrap();
+    assert_eq!((d.status, d.body.as_deref()), (503, Some("down")));
+
+    // Istio's validation: one action per route, a known redirect code, a delay's duration,
+    // percentages in 0..100.
+    for (bad, field) in [
+        (
+            "  - redirect: {uri: /a}\n    route: [{destination: {host: reviews}}]\n",
+            "spec.http[0].redirect",
+        ),
+        (
+            "  - redirect: {uri: /a, redirectCode: 200}\n",
+            "spec.http[0].redirect.redirectCode",
+        ),
+        ("  - match: [{uri: {exact: /a}}]\n", "spec.http[0].route"),
+        (
+            "  - fault: {delay: {percentage: {value: 5}}}\n    route: [{destination: {host: reviews}}]\n",
+            "spec.http[0].fault.delay.fixedDelay",
+        ),
+        (
+            "  - mirrorPercentage: {value: 101}\n    mirror: {host: a}\n    route: [{destination: {host: reviews}}]\n",
+            "spec.http[0].mirrorPercentage.value",
+        ),
+    ] {
+        let e = parse_document(&format!("{VS}  http:\n{bad}"), &MeshConfig::default())
+            .expect_err(bad);
+        assert_eq!(e.field, field, "{bad}: {e:?}");
+    }
+}
+
+#[test]
+fn tcp_and_tls_routes_are_warnings() {
+    let doc = format!(
+        "{VS}  tcp:\n  - route:\n    - destination: {{host: mongo}}\n  tls:\n  - match: [{{sniHosts: [a.com]}}]\n    route: [{{destination: {{host: a.com}}}}]\n"
+    );
+    let p = parse(&doc);
+    assert_eq!(fields(&p, Level::Warning), vec!["spec.tcp", "spec.tls"]);
+    assert!(p.findings[0].message.contains("TCP and TLS routes"));
+}
+
+fn dr(p: &Parsed) -> &dataflows::model::DestinationRule {
+    match &p.records[0] {
+        Record::DestinationRule(d) => d,
+        other => panic!("{other:?}"),
+    }
+}
+
+const DR: &str = "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: d, namespace: ns}\nspec:\n  host: reviews\n";
+
+#[test]
+fn tls_that_cannot_be_generated_fails_the_clusters_closed() {
+    let p = parse(&format!(
+        "{DR}  trafficPolicy:\n    tls: {{mode: ISTIO_MUTUAL, sni: x}}\n    outlierDetection: {{consecutive5xxErrors: 1}}\n"
+    ));
+    let policy = dr(&p).traffic_policy.clone().unwrap();
+    assert_eq!(policy.unsupported_tls.as_deref(), Some("ISTIO_MUTUAL"));
+    assert_eq!(fields(&p, Level::Error), vec!["spec.trafficPolicy.tls"]);
+    assert_eq!(
+        fields(&p, Level::Warning),
+        vec!["spec.trafficPolicy.outlierDetection"]
+    );
+
+    // DISABLE is what is generated: nothing to say.
+    let p = parse(&format!(
+        "{DR}  trafficPolicy:\n    tls: {{mode: DISABLE}}\n"
+    ));
+    assert_eq!(dr(&p).traffic_policy.clone().unwrap().unsupported_tls, None);
+    assert!(p.findings.is_empty(), "{:?}", p.findings);
+
+    // SIMPLE and MUTUAL with files are generated (a subset's own here); TLS per port is not
+    // (it closes every port of the rule), nor is a credentialName.
+    let p = parse(&format!(
+        "{DR}  subsets:\n  - name: v1\n    labels: {{version: v1}}\n    trafficPolicy: {{tls: {{mode: MUTUAL, clientCertificate: /c.pem, privateKey: /k.pem, caCertificates: /ca.pem, sni: r.example.com, subjectAltNames: [r.example.com]}}}}\n  trafficPolicy:\n    portLevelSettings:\n    - port: {{number: 9080}}\n      tls: {{mode: SIMPLE}}\n      loadBalancer: {{simple: RANDOM}}\n"
+    ));
+    let d = dr(&p);
+    let sub = d.subsets[0].traffic_policy.as_ref().unwrap();
+    assert_eq!(sub.unsupported_tls, None);
+    let tls = sub.tls.as_ref().expect("MUTUAL is generated");
+    assert_eq!(
+        tls.client_cert,
+        Some(("/c.pem".to_string(), "/k.pem".to_string()))
+    );
+    assert_eq!(
+        (tls.ca.as_deref(), tls.sni.as_deref()),
+        (Some("/ca.pem"), Some("r.example.com"))
+    );
+    let top = d.traffic_policy.as_ref().unwrap();
+    assert_eq!(top.unsupported_tls.as_deref(), Some("SIMPLE"));
+    assert_eq!(
+        fields(&p, Level::Error),
+        vec!["spec.trafficPolicy.portLevelSettings[0].tls"]
+    );
+    let warnings = fields(&p, Level::Warning);
+    assert!(
+        warnings.contains(&"spec.trafficPolicy.portLevelSettings[0].loadBalancer".to_string()),
+        "{warnings:?}"
+    );
+    let p = parse(&format!(
+        "{DR}  trafficPolicy: {{tls: {{mode: SIMPLE, credentialName: reviews-cert}}}}\n"
+    ));
+    assert_eq!(fields(&p, Level::Error), vec!["spec.trafficPolicy.tls"]);
+    assert!(p.findings[0].message.contains("credentialName"));
+    let e = parse_document(
+        &format!("{DR}  trafficPolicy: {{tls: {{mode: MUTUAL, caCertificates: /ca.pem}}}}\n"),
+        &MeshConfig::default(),
+    )
+    .unwrap_err();
+    assert_eq!(e.field, "spec.trafficPolicy.tls");
+
+    // A mode Istio does not know is rejected, as Istio's validation does.
+    let e = parse_document(
+        &format!("{DR}  trafficPolicy: {{tls: {{mode: SOMETIMES}}}}\n"),
+        &MeshConfig::default(),
+    )
+    .unwrap_err();
+    assert_eq!(e.field, "spec.trafficPolicy.tls.mode");
+}
+
+#[test]
+fn gateway_servers_not_generated_are_errors_and_left_out() {
+    let doc = "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: g, namespace: ns}\nspec:\n  selector: {istio: ingressgateway}\n  servers:\n  - port: {number: 80, name: http, protocol: HTTP}\n    hosts: ['*']\n  - port: {number: 443, name: https, protocol: HTTPS}\n    hosts: ['*']\n    tls: {mode: SIMPLE, credentialName: cert}\n  - port: {number: 8080, name: http2, protocol: HTTP}\n    hosts: ['*']\n    tls: {httpsRedirect: true}\n  - port: {number: 31400, name: tcp, protocol: TCP}\n    hosts: ['*']\n";
+    let p = parse(doc);
+    let Record::Gateway(g) = &p.records[0] else {
+        panic!()
+    };
+    assert_eq!(
+        g.servers.iter().map(|s| s.port).collect::<Vec<_>>(),
+        vec![80]
+    );
+    assert_eq!(
+        fields(&p, Level::Error),
+        vec!["spec.servers[1]", "spec.servers[2]", "spec.servers[3]"]
+    );
+    assert!(p.findings[0].message.contains("HTTPS server with tls"));
+}
+
+#[test]
+fn sidecar_registry_only_is_read_and_other_fields_are_said() {
+    let doc = "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: s, namespace: ns}\nspec:\n  outboundTrafficPolicy: {mode: REGISTRY_ONLY}\n  ingress:\n  - port: {number: 9080, protocol: HTTP, name: http}\n    defaultEndpoint: 127.0.0.1:8080\n  egress:\n  - hosts: ['./*']\n";
+    let p = parse(doc);
+    let Record::Sidecar(sc) = &p.records[0] else {
+        panic!()
+    };
+    assert!(sc.registry_only);
+    assert!(fields(&p, Level::Error).is_empty());
+    assert_eq!(fields(&p, Level::Warning), vec!["spec.ingress"]);
+}
+
+#[test]
+fn service_entry_unix_endpoints_and_unused_fields_are_warnings() {
+    let doc = "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: se, namespace: ns}\nspec:\n  hosts: [a.example.com]\n  addresses: [10.1.0.0/16]\n  ports: [{number: 80, name: http, protocol: HTTP}, {number: 27017, name: mongo, protocol: MONGO}]\n  resolution: STATIC\n  endpoints:\n  - address: unix:///var/run/a.sock\n  - address: 127.0.0.1\n    weight: 3\n    locality: us/a\n";
+    let p = parse(doc);
+    assert!(fields(&p, Level::Error).is_empty());
+    assert_eq!(
+        fields(&p, Level::Warning),
+        vec![
+            "spec.addresses",
+            "spec.endpoints[1].weight",
+            "spec.endpoints[1].locality",
+            "spec.ports[1]",
+            "spec.endpoints[0].address",
+        ]
+    );
+    let endpoints = p
+        .records
+        .iter()
+        .filter(|r| matches!(r, Record::Endpoint(..)))
+        .count();
+    assert_eq!(endpoints, 2, "127.0.0.1 on both ports; the socket left out");
+}
+
+#[test]
+fn kinds_not_served_are_listed_and_other_kinds_skipped() {
+    let text = "apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: p}\nspec: {mtls: {mode: STRICT}}\n---\napiVersion: networking.istio.io/v1alpha3\nkind: EnvoyFilter\nmetadata: {name: e}\n---\napiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: h}\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\n";
+    let out = parse_file(std::path::Path::new("f.yaml"), text, &MeshConfig::default());
+    assert!(out.errors.is_empty() && out.objects.is_empty());
+    let kinds: Vec<&str> = out.unserved.iter().map(|(_, k)| k.as_str()).collect();
+    assert_eq!(
+        kinds,
+        vec![
+            "PeerAuthentication (security.istio.io/v1)",
+            "EnvoyFilter (networking.istio.io/v1alpha3)",
+            "HTTPRoute (gateway.networking.k8s.io/v1)",
+        ]
+    );
+    assert_eq!(out.unserved[1].0, 6);
+}
+
+#[test]
+fn finding_lines_name_level_object_and_field() {
+    let p = parse(&format!(
+        "{VS}  http:\n  - corsPolicy: {{allowMethods: [GET]}}\n    route: [{{destination: {{host: reviews}}}}]\n"
+    ));
+    let lines: Vec<String> = p.finding_lines().map(|(_, l)| l).collect();
+    assert_eq!(
+        lines,
+        vec![format!(
+            "warning: VirtualService ns/r: spec.http[0].corsPolicy: {}",
+            findings::IGNORED
+        )]
+    );
+    assert_eq!(p.key, ConfigKey::new(Kind::VirtualService, "ns", "r"));
+}
