@@ -44,13 +44,48 @@ impl MeshArgs {
     }
 }
 
+/// The Kubernetes source's flags (`serve`, `validate`).
+#[derive(clap::Args)]
+struct KubeArgs {
+    /// Read a Kubernetes cluster: Services, EndpointSlices, Pods and Istio's networking
+    /// objects (whichever of networking.istio.io v1, v1beta1, v1alpha3 the cluster serves).
+    /// The cluster is the one of `--kubeconfig`, else KUBECONFIG or ~/.kube/config, else the
+    /// pod's service account (in-cluster).
+    #[arg(long)]
+    kube: bool,
+    /// The kubeconfig file for `--kube`.
+    #[arg(long, requires = "kube")]
+    kubeconfig: Option<PathBuf>,
+    /// Read only these namespaces (comma-separated; all by default).
+    #[arg(long, requires = "kube", value_delimiter = ',')]
+    namespaces: Vec<String>,
+    /// Read only objects matching this Kubernetes label selector (`app=x,tier!=db`), of
+    /// every kind.
+    #[arg(long, requires = "kube")]
+    label_selector: Option<String>,
+}
+
+impl KubeArgs {
+    fn options(self) -> Option<meshflow::sources::kube::KubeOptions> {
+        self.kube.then_some(meshflow::sources::kube::KubeOptions {
+            kubeconfig: self.kubeconfig,
+            namespaces: self.namespaces,
+            label_selector: self.label_selector,
+        })
+    }
+}
+
 #[derive(Subcommand)]
 enum Command {
-    /// Serve xDS to Envoy proxies from a directory of Kubernetes/Istio YAML.
+    /// Serve xDS to Envoy proxies from a directory of Kubernetes/Istio YAML and/or a
+    /// Kubernetes cluster.
     Serve {
-        /// Directory of YAML files (watched; subdirectories included).
-        #[arg(long)]
-        config_dir: PathBuf,
+        /// Directory of YAML files (watched; subdirectories included). Optional with
+        /// `--kube`; both together serve the objects of both (each keeps its own errors).
+        #[arg(long, required_unless_present = "kube")]
+        config_dir: Option<PathBuf>,
+        #[command(flatten)]
+        kube: KubeArgs,
         /// A file (outside the config directory) where the last valid version of each object
         /// whose file is now invalid is kept, so that a restart keeps it in effect. Without
         /// it, a restart forgets such versions: the objects are out, with their errors, until
@@ -203,10 +238,13 @@ enum Command {
     Loadgen(meshflow::bench::cli::LoadgenArgs),
     /// Start a server on a generated mesh, apply scenarios, measure, verify.
     Bench(meshflow::bench::cli::BenchArgs),
-    /// Check a directory of YAML and report every rejected object.
+    /// Check a directory of YAML, or a cluster's objects (`--kube`), and report every
+    /// rejected object and every Istio kind the cluster does not serve; exit 1 if any.
     Validate {
-        #[arg(long)]
-        config_dir: PathBuf,
+        #[arg(long, required_unless_present = "kube")]
+        config_dir: Option<PathBuf>,
+        #[command(flatten)]
+        kube: KubeArgs,
         #[command(flatten)]
         mesh: MeshArgs,
     },
@@ -228,6 +266,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Serve {
             config_dir,
+            kube,
             state_file,
             no_nack_rollback,
             xds_addr,
@@ -262,6 +301,7 @@ fn main() -> ExitCode {
             };
             let opts = ServeOptions {
                 config_dir,
+                kube: kube.options(),
                 state_file,
                 nack_rollback: !no_nack_rollback,
                 xds_addr,
@@ -344,25 +384,47 @@ fn main() -> ExitCode {
         Command::MeshGen(args) => meshflow::bench::cli::mesh_gen(args),
         Command::Loadgen(args) => meshflow::bench::cli::loadgen(args),
         Command::Bench(args) => meshflow::bench::cli::bench(args),
-        Command::Validate { config_dir, mesh } => {
-            let mut source = meshflow::sources::files::FileSource::new(config_dir, mesh.mesh());
-            let scan = source.rescan();
-            for e in &scan.errors {
+        Command::Validate {
+            config_dir,
+            kube,
+            mesh,
+        } => {
+            let (mut errors, mut analysis, mut records) = (Vec::new(), Vec::new(), 0);
+            if let Some(dir) = config_dir {
+                let mut source = meshflow::sources::files::FileSource::new(dir, mesh.mesh());
+                let scan = source.rescan();
+                errors.extend(scan.errors);
+                analysis.extend(source.analysis());
+                records += scan.changes.len();
+            }
+            if let Some(options) = kube.options() {
+                let source = meshflow::sources::kube::KubeSource::new(options, mesh.mesh());
+                match source.read_once() {
+                    Ok((report, found)) => {
+                        errors.extend(report.errors);
+                        analysis.extend(found);
+                        records += report.changes.len();
+                    }
+                    Err(e) => {
+                        eprintln!("meshflow: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                }
+            }
+            for e in &errors {
                 println!("{e}");
             }
             // Analysis: errors (parts not generated) fail the check, warnings do not.
-            let analysis = source.analysis();
             for (_, line) in &analysis {
                 println!("{line}");
             }
             let count = |l| analysis.iter().filter(|(level, _)| *level == l).count();
             let (errors, warnings) = (
-                scan.errors.len() + count(meshflow::config::Level::Error),
+                errors.len() + count(meshflow::config::Level::Error),
                 count(meshflow::config::Level::Warning),
             );
-            let objects = scan.changes.len();
             if errors == 0 {
-                println!("ok: {objects} records, no errors, {warnings} warning(s)");
+                println!("ok: {records} records, no errors, {warnings} warning(s)");
                 ExitCode::SUCCESS
             } else {
                 println!("{errors} error(s), {warnings} warning(s)");

@@ -7,6 +7,7 @@ use crate::hub::{Hub, HubOptions};
 use crate::input::Input;
 use crate::runtime;
 use crate::sources::files::FileSource;
+use crate::sources::kube::{KubeOptions, KubeSource};
 use crate::sources::{self, Source};
 use crate::xds::auth::AuthConfig;
 use crate::xds::server;
@@ -17,7 +18,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub struct ServeOptions {
-    pub config_dir: PathBuf,
+    /// The file source's directory, if any.
+    pub config_dir: Option<PathBuf>,
+    /// The Kubernetes source, if any.
+    pub kube: Option<KubeOptions>,
     pub xds_addr: SocketAddr,
     /// Where the debug API listens; a bind failure is logged and xDS is served regardless.
     pub debug_addr: SocketAddr,
@@ -45,11 +49,14 @@ pub struct ServeOptions {
 }
 
 pub async fn serve(opts: ServeOptions) -> Result<(), String> {
-    if !opts.config_dir.is_dir() {
-        return Err(format!(
-            "--config-dir {}: not a directory",
-            opts.config_dir.display()
-        ));
+    if let Some(dir) = opts.config_dir.as_ref().filter(|d| !d.is_dir()) {
+        return Err(format!("--config-dir {}: not a directory", dir.display()));
+    }
+    if opts.config_dir.is_none() && opts.kube.is_none() {
+        return Err("nothing to serve: give --config-dir, --kube, or both".into());
+    }
+    if opts.state_file.is_some() && opts.config_dir.is_none() {
+        return Err("--state-file keeps objects of invalid files: it needs --config-dir".into());
     }
     if opts.tls.is_none() && !opts.xds_addr.ip().is_loopback() && !opts.plaintext {
         return Err(format!(
@@ -101,17 +108,23 @@ pub async fn serve(opts: ServeOptions) -> Result<(), String> {
             .map_err(|e| format!("starting the runtime: {e}"))?;
     }
 
-    // The initial read of every source enters the input channel before any proxy can
-    // connect, so no proxy is ever served a config without it.
-    let mut files = FileSource::new(opts.config_dir.clone(), opts.mesh.clone());
-    if let Some(state) = &opts.state_file {
-        files = files.with_state_file(state)?;
+    // Readiness waits for every source's initial read, expected before the debug port
+    // answers: it answers /healthz while the sources read (a cluster's initial lists can
+    // take a while), and /readyz once their initial reads are computed.
+    let mut sources: Vec<Box<dyn Source>> = Vec::new();
+    if let Some(dir) = &opts.config_dir {
+        let mut files = FileSource::new(dir.clone(), opts.mesh.clone());
+        if let Some(state) = &opts.state_file {
+            files = files.with_state_file(state)?;
+        }
+        sources.push(Box::new(files));
     }
-    let sources: Vec<Box<dyn Source>> = vec![Box::new(files)];
+    if let Some(kube) = &opts.kube {
+        sources.push(Box::new(KubeSource::new(kube.clone(), opts.mesh.clone())));
+    }
     for s in &sources {
         hub.health.expect_source(s.name());
     }
-    sources::start(sources, &inputs_tx).await?;
 
     match tokio::net::TcpListener::bind(opts.debug_addr).await {
         Ok(l) => {
@@ -128,6 +141,10 @@ pub async fn serve(opts: ServeOptions) -> Result<(), String> {
             tracing::warn!(addr = %opts.debug_addr, error = %e, "debug API not started: cannot bind")
         }
     }
+
+    // The initial read of every source enters the input channel before any proxy can
+    // connect, so no proxy is ever served a config without it.
+    sources::start(sources, &inputs_tx).await?;
 
     let listener = tokio::net::TcpListener::bind(opts.xds_addr)
         .await

@@ -11,7 +11,8 @@
 //! name. Those addresses are fixed, so everything runs in one test (one process).
 //!
 //! Both Envoys have the identities of the example's bootstraps (`envoy-gateway.yaml`,
-//! `envoy-sidecar.yaml`) and speak Delta ADS.
+//! `envoy-sidecar.yaml`) and speak Delta ADS. The same runs again with the example's objects
+//! created through a (fake) Kubernetes API server and `serve --kube`.
 
 mod support;
 
@@ -21,6 +22,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 
 use serde::Deserialize;
+use support::fake_kube::FakeKube;
 use support::reviews::{count, Client};
 use support::{
     assert_contains_all, dump_cluster_names, dump_eds_cluster_names, dump_listener_names,
@@ -43,14 +45,13 @@ const JASON: &[(&str, &str)] = &[("end-user", "jason")];
 /// reviews-v1, `end-user: jason` reaches reviews-v2, and ratings, details and productpage reach
 /// their v1 pods. The example config is valid as shipped, Envoy holds Istio-named resources, and
 /// neither Envoy rejects an update.
+///
+/// The scenario runs twice, one run after the other (the pod addresses are fixed): with the
+/// example served from its files, and with the same objects served from a Kubernetes API
+/// (`serve --kube --kubeconfig F` against `support::fake_kube`), as an operator runs it.
 #[test]
 fn bookinfo_example_serves_gateway_and_sidecar_over_delta_ads() {
     let envoy_bin = require_envoy!();
-    let dir = TestDir::new("bookinfo");
-    let config_dir = dir.subdir("config");
-    let gateway_port = free_port();
-    copy_example_config(&config_dir, gateway_port);
-
     let pods = example_endpoints();
     let names: Vec<&str> = pods.keys().map(String::as_str).collect();
     assert_eq!(
@@ -69,8 +70,39 @@ fn bookinfo_example_serves_gateway_and_sidecar_over_delta_ads() {
         .iter()
         .map(|(name, addr)| Backend::start(&addr.ip().to_string(), addr.port(), name))
         .collect();
+    scenario(&envoy_bin, Delivery::Files);
+    scenario(&envoy_bin, Delivery::Kubernetes);
+}
 
-    let meshflow = Meshflow::start(&config_dir, dir.path());
+/// How the example's objects reach meshflow.
+#[derive(Clone, Copy, Debug)]
+enum Delivery {
+    /// `serve --config-dir`.
+    Files,
+    /// `serve --kube --kubeconfig F`, the objects created through a fake API server.
+    Kubernetes,
+}
+
+/// Everything but the backends, which both runs share.
+fn scenario(envoy_bin: &Path, delivery: Delivery) {
+    let dir = TestDir::new(&format!("bookinfo-{delivery:?}").to_lowercase());
+    let config_dir = dir.subdir("config");
+    let gateway_port = free_port();
+    copy_example_config(&config_dir, gateway_port);
+    let (_fake, meshflow) = match delivery {
+        Delivery::Files => (None, Meshflow::start(&config_dir, dir.path())),
+        Delivery::Kubernetes => {
+            let fake = FakeKube::start();
+            for entry in fs::read_dir(&config_dir).expect("the copied config") {
+                let path = entry.expect("a config file").path();
+                fake.apply_yaml(&fs::read_to_string(&path).expect("a config file"));
+            }
+            let kubeconfig = dir.path().join("kubeconfig");
+            fake.write_kubeconfig(&kubeconfig);
+            let meshflow = Meshflow::start_kube(&kubeconfig, dir.path(), &[]);
+            (Some(fake), meshflow)
+        }
+    };
     let gateway_node = ProxyNode::router(
         "istio-ingressgateway-5d9f7c8b6-x2x7k",
         "istio-system",
@@ -79,14 +111,14 @@ fn bookinfo_example_serves_gateway_and_sidecar_over_delta_ads() {
     );
     let sleep_node = ProxyNode::sidecar("sleep", "default", "127.0.1.50", &[("app", "sleep")]);
     let gateway = Envoy::start(
-        &envoy_bin,
+        envoy_bin,
         dir.path(),
         &gateway_node,
         meshflow.xds_addr(),
         XdsMode::Delta,
     );
     let sidecar = Envoy::start(
-        &envoy_bin,
+        envoy_bin,
         dir.path(),
         &sleep_node,
         meshflow.xds_addr(),

@@ -46,16 +46,23 @@ pub struct DocError {
     pub invalid: Invalid,
 }
 
-impl fmt::Display for DocError {
+/// `Kind namespace/name: field.path: message`, each part when known: how a rejection reads
+/// wherever the object came from (a file adds its `file:line: ` in front).
+impl fmt::Display for Invalid {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}: ", self.file.display(), self.line)?;
-        if let Some(o) = &self.invalid.object {
+        if let Some(o) = &self.object {
             write!(f, "{:?} {}/{}: ", o.kind, o.namespace, o.name)?;
         }
-        if !self.invalid.field.is_empty() {
-            write!(f, "{}: ", self.invalid.field)?;
+        if !self.field.is_empty() {
+            write!(f, "{}: ", self.field)?;
         }
-        write!(f, "{}", self.invalid.message)
+        write!(f, "{}", self.message)
+    }
+}
+
+impl fmt::Display for DocError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}: {}", self.file.display(), self.line, self.invalid)
     }
 }
 

@@ -1,7 +1,7 @@
 //! Sources of input objects, and the contract every source keeps.
 //!
-//! A source is a named thing that reads objects ([`files`]: a watched directory; a
-//! Kubernetes watch would be another) and sends [`Report`]s through its [`Sink`]: the record
+//! A source is a named thing that reads objects ([`files`]: a watched directory; [`kube`]:
+//! the watches of a Kubernetes cluster) and sends [`Report`]s through its [`Sink`]: the record
 //! changes since its previous report, the objects behind them, and its complete list of
 //! current problems. The runtime batches reports into epochs; the hub keeps each source's
 //! problems apart, so one source's report never wipes another's. An unchanged object
@@ -13,6 +13,7 @@
 //! the hub or xDS.
 
 pub mod files;
+pub mod kube;
 pub mod objects;
 
 use crate::input::{Input, InputChange, SourceName};

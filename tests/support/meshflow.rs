@@ -1,6 +1,7 @@
 //! The meshflow binary under test: a `meshflow serve` child process (`Meshflow`) and one-shot
 //! CLI runs (`meshflow_cli`).
 
+use std::ffi::OsStr;
 use std::fs;
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -10,8 +11,8 @@ use std::time::Duration;
 use super::process::{await_startup, read_log, stop_and_show_logs};
 use super::scratch::free_port;
 
-/// A `meshflow serve` child process watching a config directory, serving xDS on a fresh
-/// loopback port. Killed on drop; its log tail is printed if the test is panicking.
+/// A `meshflow serve` child process watching a config directory or a (fake) Kubernetes API
+/// server, serving xDS on a fresh loopback port. Killed on drop; its log tail is printed if the test is panicking.
 pub struct Meshflow {
     child: Child,
     xds_addr: SocketAddr,
@@ -40,6 +41,30 @@ impl Meshflow {
         log_name: &str,
         extra_args: &[&str],
     ) -> Meshflow {
+        let source = [OsStr::new("--config-dir"), config_dir.as_os_str()];
+        Self::spawn(&source, log_dir, xds_addr, log_name, extra_args)
+    }
+
+    /// Starts `meshflow serve --kube --kubeconfig <kubeconfig>` (no config directory unless
+    /// `extra_args` gives one), logging to `<log_dir>/meshflow.log`, and waits until the xDS
+    /// port accepts connections: after every watch has completed its initial list.
+    pub fn start_kube(kubeconfig: &Path, log_dir: &Path, extra_args: &[&str]) -> Meshflow {
+        let xds_addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
+        let source = [
+            OsStr::new("--kube"),
+            OsStr::new("--kubeconfig"),
+            kubeconfig.as_os_str(),
+        ];
+        Self::spawn(&source, log_dir, xds_addr, "meshflow.log", extra_args)
+    }
+
+    fn spawn(
+        source_args: &[&OsStr],
+        log_dir: &Path,
+        xds_addr: SocketAddr,
+        log_name: &str,
+        extra_args: &[&str],
+    ) -> Meshflow {
         let log_path = log_dir.join(log_name);
         let log = fs::OpenOptions::new()
             .create(true)
@@ -51,8 +76,7 @@ impl Meshflow {
         let mut command = Command::new(env!("CARGO_BIN_EXE_meshflow"));
         command
             .arg("serve")
-            .arg("--config-dir")
-            .arg(config_dir)
+            .args(source_args)
             .arg("--xds-addr")
             .arg(xds_addr.to_string())
             .args(["--debounce-ms", "10"])

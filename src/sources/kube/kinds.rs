@@ -1,0 +1,215 @@
+//! The kinds the Kubernetes source watches, and where the cluster serves them.
+//!
+//! Kubernetes kinds are fixed (`v1` Services and Pods, `discovery.k8s.io/v1` EndpointSlices:
+//! GA everywhere meshflow runs). Istio's networking kinds are custom resources whose served
+//! versions depend on the Istio release installed, so they are found by API discovery, one
+//! watch per kind at the most stable version served: `v1`, else `v1beta1`, else `v1alpha3`.
+//! A kind the cluster does not serve is reported by name, never silently skipped.
+//!
+//! Not watched, and why: Namespaces (the config layer derives nothing from them), Endpoints
+//! (EndpointSlices supersede them; watching both would count every endpoint twice).
+
+use dataflows::model::Kind;
+use kube::discovery::{verbs, ApiCapabilities, ApiResource};
+use kube::Client;
+
+/// One kind to watch and the resource it is served as.
+#[derive(Clone, Debug)]
+pub struct WatchedKind {
+    pub kind: Kind,
+    pub resource: ApiResource,
+}
+
+pub const ISTIO_GROUP: &str = "networking.istio.io";
+/// The versions of the Istio group meshflow reads, most stable first.
+pub const ISTIO_VERSIONS: [&str; 3] = ["v1", "v1beta1", "v1alpha3"];
+/// Istio's networking kinds meshflow reads.
+pub const ISTIO_KINDS: [(Kind, &str); 6] = [
+    (Kind::VirtualService, "VirtualService"),
+    (Kind::DestinationRule, "DestinationRule"),
+    (Kind::Gateway, "Gateway"),
+    (Kind::ServiceEntry, "ServiceEntry"),
+    (Kind::Sidecar, "Sidecar"),
+    (Kind::WorkloadEntry, "WorkloadEntry"),
+];
+
+/// Services, Pods and EndpointSlices.
+pub fn kubernetes_kinds() -> Vec<WatchedKind> {
+    use k8s_openapi::api::core::v1::{Pod, Service};
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    vec![
+        WatchedKind {
+            kind: Kind::Service,
+            resource: ApiResource::erase::<Service>(&()),
+        },
+        WatchedKind {
+            kind: Kind::EndpointSlice,
+            resource: ApiResource::erase::<EndpointSlice>(&()),
+        },
+        WatchedKind {
+            kind: Kind::Pod,
+            resource: ApiResource::erase::<Pod>(&()),
+        },
+    ]
+}
+
+/// Asks the cluster (API discovery: `/apis`, then `/apis/networking.istio.io/VERSION`) which
+/// Istio kinds it serves and at which versions; see [`istio_kinds`]. `Err` when the API server
+/// cannot be asked; a cluster without the group serves none.
+pub async fn discover_istio(
+    client: &Client,
+) -> Result<(Vec<WatchedKind>, Vec<String>), kube::Error> {
+    match kube::discovery::group(client, ISTIO_GROUP).await {
+        Ok(group) => {
+            let served: Vec<_> = group
+                .versions()
+                .map(|v| (v.to_string(), group.versioned_resources(v)))
+                .collect();
+            Ok(istio_kinds(&served))
+        }
+        Err(kube::Error::Discovery(kube::error::DiscoveryError::MissingApiGroup(_))) => {
+            Ok(istio_kinds(&[]))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Which version of each Istio kind to watch, given the resources each served version of
+/// the group lists (`served`: version → resources); the kinds no version serves with
+/// list and watch, as errors naming them.
+pub fn istio_kinds(
+    served: &[(String, Vec<(ApiResource, ApiCapabilities)>)],
+) -> (Vec<WatchedKind>, Vec<String>) {
+    let mut found = Vec::new();
+    let mut missing = Vec::new();
+    for (kind, name) in ISTIO_KINDS {
+        let chosen = ISTIO_VERSIONS.iter().find_map(|v| {
+            served
+                .iter()
+                .filter(|(version, _)| version == v)
+                .flat_map(|(_, resources)| resources)
+                .find(|(ar, caps)| {
+                    ar.kind == name
+                        && caps.supports_operation(verbs::LIST)
+                        && caps.supports_operation(verbs::WATCH)
+                })
+        });
+        match chosen {
+            Some((ar, _)) => found.push(WatchedKind {
+                kind,
+                resource: ar.clone(),
+            }),
+            None => missing.push(not_served(name, served)),
+        }
+    }
+    (found, missing)
+}
+
+/// The error for an Istio kind the cluster does not serve.
+pub fn not_served(kind: &str, served: &[(String, Vec<(ApiResource, ApiCapabilities)>)]) -> String {
+    let versions: Vec<&str> = served.iter().map(|(v, _)| v.as_str()).collect();
+    let wanted = ISTIO_VERSIONS
+        .map(|v| format!("{ISTIO_GROUP}/{v}"))
+        .join(", ");
+    let serves = if versions.is_empty() {
+        format!("the cluster does not serve the {ISTIO_GROUP} API group")
+    } else {
+        format!("the cluster serves {ISTIO_GROUP} {}", versions.join(", "))
+    };
+    format!(
+        "{kind}: not watched: {serves}, without {kind} (read as {wanted}); are Istio's CRDs \
+         installed? (looked for again every minute)"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::discovery::Scope;
+
+    fn served(
+        version: &str,
+        kinds: &[&str],
+        verbs: &[&str],
+    ) -> (String, Vec<(ApiResource, ApiCapabilities)>) {
+        let resources = kinds
+            .iter()
+            .map(|k| {
+                let ar = ApiResource {
+                    group: ISTIO_GROUP.into(),
+                    version: version.into(),
+                    api_version: format!("{ISTIO_GROUP}/{version}"),
+                    kind: k.to_string(),
+                    plural: format!("{}s", k.to_lowercase()),
+                };
+                let caps = ApiCapabilities {
+                    scope: Scope::Namespaced,
+                    subresources: Vec::new(),
+                    operations: verbs.iter().map(|v| v.to_string()).collect(),
+                };
+                (ar, caps)
+            })
+            .collect();
+        (version.into(), resources)
+    }
+
+    #[test]
+    fn prefers_v1_then_v1beta1_then_v1alpha3_and_names_what_is_missing() {
+        let all = ["list", "watch", "get"];
+        let group = [
+            served(
+                "v1alpha3",
+                &["VirtualService", "DestinationRule", "Gateway", "Sidecar"],
+                &all,
+            ),
+            served(
+                "v1beta1",
+                &["VirtualService", "DestinationRule", "ServiceEntry"],
+                &all,
+            ),
+            served("v1", &["VirtualService"], &all),
+            // Listed but not watchable: not used.
+            served("v2", &["WorkloadEntry"], &all),
+        ];
+        let (found, missing) = istio_kinds(&group);
+        let versions: Vec<(Kind, &str)> = found
+            .iter()
+            .map(|w| (w.kind, w.resource.version.as_str()))
+            .collect();
+        assert_eq!(
+            versions,
+            vec![
+                (Kind::VirtualService, "v1"),
+                (Kind::DestinationRule, "v1beta1"),
+                (Kind::Gateway, "v1alpha3"),
+                (Kind::ServiceEntry, "v1beta1"),
+                (Kind::Sidecar, "v1alpha3"),
+            ]
+        );
+        assert_eq!(missing.len(), 1);
+        assert!(
+            missing[0].starts_with("WorkloadEntry: not watched"),
+            "{}",
+            missing[0]
+        );
+    }
+
+    #[test]
+    fn a_kind_without_watch_is_not_served() {
+        let group = [served("v1", &["Sidecar"], &["get", "list"])];
+        let (found, missing) = istio_kinds(&group);
+        assert!(found.is_empty());
+        assert_eq!(missing.len(), ISTIO_KINDS.len());
+        assert!(missing
+            .iter()
+            .any(|m| m.starts_with("Sidecar: not watched")));
+    }
+
+    #[test]
+    fn no_istio_group_is_one_error_per_kind() {
+        let (found, missing) = istio_kinds(&[]);
+        assert!(found.is_empty());
+        assert_eq!(missing.len(), 6);
+        assert!(missing[0].contains("does not serve the networking.istio.io API group"));
+    }
+}

@@ -1,0 +1,406 @@
+//! The fake API server's HTTP side: authentication, API discovery, paginated lists and
+//! watch streams, each answered in the API server's JSON.
+
+use super::store::{
+    event, status, type_of_kind, Key, ResourceType, Scope, Selector, Snapshot, Store, Watch,
+    WatchFrame, ISTIO_GROUP, TYPES,
+};
+use bytes::Bytes;
+use http_body_util::{combinators::BoxBody, BodyExt, Full, StreamBody};
+use hyper::{Request, Response, StatusCode};
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use tokio_stream::wrappers::UnboundedReceiverStream;
+
+pub type Body = BoxBody<Bytes, std::io::Error>;
+
+fn full(status: StatusCode, value: &Value) -> Response<Body> {
+    let bytes = serde_json::to_vec(value).unwrap_or_else(|e| panic!("encode a response: {e}"));
+    Response::builder()
+        .status(status)
+        .header("content-type", "application/json")
+        .body(
+            Full::new(Bytes::from(bytes))
+                .map_err(|never| match never {})
+                .boxed(),
+        )
+        .unwrap_or_else(|e| panic!("build a response: {e}"))
+}
+
+fn failure(code: StatusCode, reason: &str, message: &str) -> Response<Body> {
+    full(code, &status(code.as_u16(), reason, message))
+}
+
+/// Answers one request.
+pub fn handle(store: &Arc<Mutex<Store>>, req: Request<hyper::body::Incoming>) -> Response<Body> {
+    let path = req.uri().path().to_string();
+    let query: HashMap<String, String> = req
+        .uri()
+        .query()
+        .map(|q| {
+            q.split('&')
+                .filter_map(|kv| kv.split_once('=').or(Some((kv, ""))))
+                .map(|(k, v)| (k.to_string(), percent_decode(v)))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut st = store.lock().unwrap_or_else(|e| e.into_inner());
+    st.requests.push(format!(
+        "{} {}",
+        req.method(),
+        req.uri().path_and_query().map(|p| p.as_str()).unwrap_or("")
+    ));
+    let expected = format!("Bearer {}", st.token);
+    if req
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        != Some(&expected)
+    {
+        return failure(StatusCode::UNAUTHORIZED, "Unauthorized", "Unauthorized");
+    }
+    if req.method() != hyper::Method::GET {
+        return failure(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "MethodNotAllowed",
+            "the fake API server only answers GET (discovery, list, watch)",
+        );
+    }
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    match parts.as_slice() {
+        ["version"] => full(
+            StatusCode::OK,
+            &json!({"major": "1", "minor": "31", "gitVersion": "v1.31.0-fake", "platform": "linux/amd64"}),
+        ),
+        ["api"] => full(
+            StatusCode::OK,
+            &json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}]}),
+        ),
+        ["api", "v1"] => full(StatusCode::OK, &resource_list("", "v1")),
+        ["apis"] => full(StatusCode::OK, &group_list(&st)),
+        ["apis", group] => match api_group(&st, group) {
+            Some(g) => full(StatusCode::OK, &g),
+            None => not_found(&path),
+        },
+        ["apis", group, version] if served(&st, group, version) => {
+            full(StatusCode::OK, &resource_list(group, version))
+        }
+        ["api", "v1", rest @ ..] => collection(&mut st, "", "v1", rest, &query, &path),
+        ["apis", group, version, rest @ ..] if served(&st, group, version) => {
+            collection(&mut st, group, version, rest, &query, &path)
+        }
+        _ => not_found(&path),
+    }
+}
+
+fn not_found(path: &str) -> Response<Body> {
+    failure(
+        StatusCode::NOT_FOUND,
+        "NotFound",
+        &format!("the server could not find the requested resource ({path})"),
+    )
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok();
+                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                    Some(b) => {
+                        out.push(b);
+                        i += 3;
+                        continue;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            b'+' => out.push(b' '),
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn versions_of<'a>(st: &'a Store, group: &str) -> Vec<&'a str> {
+    match group {
+        ISTIO_GROUP => st.istio_versions.clone(),
+        "discovery.k8s.io" => vec!["v1"],
+        _ => Vec::new(),
+    }
+}
+
+fn served(st: &Store, group: &str, version: &str) -> bool {
+    versions_of(st, group).contains(&version)
+}
+
+fn api_group(st: &Store, group: &str) -> Option<Value> {
+    let versions = versions_of(st, group);
+    let first = versions.first()?;
+    let gv = |v: &str| json!({"groupVersion": format!("{group}/{v}"), "version": v});
+    Some(json!({
+        "kind": "APIGroup",
+        "apiVersion": "v1",
+        "name": group,
+        "versions": versions.iter().map(|v| gv(v)).collect::<Vec<_>>(),
+        "preferredVersion": gv(first),
+    }))
+}
+
+fn group_list(st: &Store) -> Value {
+    let mut groups = vec![api_group(st, "discovery.k8s.io")];
+    groups.push(api_group(st, ISTIO_GROUP));
+    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups.into_iter().flatten().collect::<Vec<_>>()})
+}
+
+fn resource_list(group: &str, version: &str) -> Value {
+    let verbs = [
+        "create",
+        "delete",
+        "deletecollection",
+        "get",
+        "list",
+        "patch",
+        "update",
+        "watch",
+    ];
+    let mut resources = Vec::new();
+    for t in TYPES.iter().filter(|t| t.group == group) {
+        resources.push(json!({
+            "name": t.plural,
+            "singularName": t.kind.to_lowercase(),
+            "namespaced": t.namespaced,
+            "kind": t.kind,
+            "verbs": verbs,
+            "shortNames": t.short_names,
+        }));
+        resources.push(json!({
+            "name": format!("{}/status", t.plural),
+            "singularName": "",
+            "namespaced": t.namespaced,
+            "kind": t.kind,
+            "verbs": ["get", "patch", "update"],
+        }));
+    }
+    let group_version = if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    };
+    json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources})
+}
+
+/// `[namespaces/NS/]PLURAL`: a list or a watch.
+fn collection(
+    st: &mut Store,
+    group: &str,
+    version: &str,
+    rest: &[&str],
+    query: &HashMap<String, String>,
+    path: &str,
+) -> Response<Body> {
+    let (namespace, plural) = match rest {
+        [plural] => (None, *plural),
+        ["namespaces", ns, plural] => (Some(ns.to_string()), *plural),
+        _ => return not_found(path),
+    };
+    let Some(rtype) = TYPES
+        .iter()
+        .copied()
+        .find(|t| t.group == group && t.plural == plural)
+    else {
+        return not_found(path);
+    };
+    if namespace.is_some() && !rtype.namespaced {
+        return not_found(path);
+    }
+    let selector =
+        match Selector::parse(query.get("labelSelector").map(String::as_str).unwrap_or("")) {
+            Ok(s) => s,
+            Err(e) => return failure(StatusCode::BAD_REQUEST, "BadRequest", &e),
+        };
+    let scope = Scope {
+        rtype,
+        api_version: rtype.api_version(version),
+        namespace,
+        selector,
+    };
+    let watching = matches!(query.get("watch").map(String::as_str), Some("1" | "true"));
+    if watching {
+        watch(st, scope, query)
+    } else {
+        list(st, scope, query)
+    }
+}
+
+fn list(st: &mut Store, scope: Scope, query: &HashMap<String, String>) -> Response<Body> {
+    if st.failing_lists.iter().any(|p| p == scope.rtype.plural) {
+        return failure(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "InternalError",
+            "the fake fails this list on purpose",
+        );
+    }
+    let limit = query
+        .get("limit")
+        .and_then(|l| l.parse::<usize>().ok())
+        .filter(|l| *l > 0)
+        .unwrap_or(usize::MAX)
+        .min(st.max_page);
+    let (id, offset) = match query.get("continue").filter(|c| !c.is_empty()) {
+        Some(token) => {
+            let parsed = token
+                .split_once(':')
+                .and_then(|(id, off)| Some((id.parse::<u64>().ok()?, off.parse::<usize>().ok()?)));
+            match parsed {
+                Some((id, off)) if st.snapshots.contains_key(&id) => (id, off),
+                _ => {
+                    return failure(
+                        StatusCode::BAD_REQUEST,
+                        "BadRequest",
+                        "invalid continue token",
+                    )
+                }
+            }
+        }
+        None => {
+            let items: Vec<Value> = st
+                .objects
+                .iter()
+                .filter(|(k, o)| scope.matches(k, o))
+                .map(|(_, o)| {
+                    let mut o = scope.served(o);
+                    if scope.rtype.builtin() {
+                        if let Some(map) = o.as_object_mut() {
+                            map.remove("apiVersion");
+                            map.remove("kind");
+                        }
+                    }
+                    o
+                })
+                .collect();
+            let id = st.next_snapshot;
+            st.next_snapshot += 1;
+            st.snapshots.insert(id, Snapshot { rv: st.rv, items });
+            (id, 0)
+        }
+    };
+    let compacted_below = st.compacted_below;
+    let snapshot = &st.snapshots[&id];
+    if offset > 0 && snapshot.rv < compacted_below {
+        return failure(
+            StatusCode::GONE,
+            "Expired",
+            "The provided continue parameter is too old to display a consistent list result.",
+        );
+    }
+    let end = offset.saturating_add(limit).min(snapshot.items.len());
+    let items: Vec<Value> = snapshot.items.get(offset..end).unwrap_or_default().to_vec();
+    let mut metadata = json!({"resourceVersion": snapshot.rv.to_string()});
+    if end < snapshot.items.len() {
+        metadata["continue"] = Value::from(format!("{id}:{end}"));
+        metadata["remainingItemCount"] = Value::from(snapshot.items.len() - end);
+    }
+    full(
+        StatusCode::OK,
+        &json!({
+            "kind": format!("{}List", scope.rtype.kind),
+            "apiVersion": scope.api_version,
+            "metadata": metadata,
+            "items": items,
+        }),
+    )
+}
+
+fn watch(st: &mut Store, scope: Scope, query: &HashMap<String, String>) -> Response<Body> {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<WatchFrame>();
+    let from = query
+        .get("resourceVersion")
+        .map(String::as_str)
+        .unwrap_or("");
+    let from: Option<u64> = match from {
+        "" | "0" => None,
+        v => match v.parse() {
+            Ok(v) => Some(v),
+            Err(_) => {
+                return failure(
+                    StatusCode::BAD_REQUEST,
+                    "BadRequest",
+                    &format!("invalid resourceVersion {v:?}"),
+                )
+            }
+        },
+    };
+    let body = |rx| {
+        let stream = UnboundedReceiverStream::new(rx);
+        Response::builder()
+            .status(StatusCode::OK)
+            .header("content-type", "application/json")
+            .header("transfer-encoding", "chunked")
+            .body(BodyExt::boxed(StreamBody::new(stream)))
+            .unwrap_or_else(|e| panic!("build a watch response: {e}"))
+    };
+    match from {
+        Some(rv) if rv < st.compacted_below => {
+            let message = format!("too old resource version: {rv} ({})", st.compacted_below);
+            if st.gone_as_http {
+                return failure(StatusCode::GONE, "Expired", &message);
+            }
+            // As the API server does: the watch is established, then ends with an ERROR event.
+            let _ = tx.send(Ok(event("ERROR", &status(410, "Expired", &message))));
+            drop(tx);
+            return body(rx);
+        }
+        Some(rv) => {
+            for l in st.log.iter().filter(|l| l.rv > rv) {
+                if scope.matches(&l.key, &l.object) {
+                    let _ = tx.send(Ok(event(l.kind, &scope.served(&l.object))));
+                }
+            }
+        }
+        None => {
+            for (k, o) in st.objects.iter() {
+                if scope.matches(k, o) {
+                    let _ = tx.send(Ok(event("ADDED", &scope.served(o))));
+                }
+            }
+        }
+    }
+    let bookmarks = matches!(
+        query.get("allowWatchBookmarks").map(String::as_str),
+        Some("true" | "1")
+    );
+    st.watches.push(Watch {
+        scope,
+        bookmarks,
+        tx,
+    });
+    body(rx)
+}
+
+/// The key of an object the script applies, and its resource type.
+pub fn key_of(object: &Value) -> (ResourceType, Key) {
+    let kind = object["kind"]
+        .as_str()
+        .unwrap_or_else(|| panic!("an object without kind: {object}"));
+    let rtype = type_of_kind(kind).unwrap_or_else(|| panic!("the fake does not serve {kind}"));
+    let name = object["metadata"]["name"]
+        .as_str()
+        .unwrap_or_else(|| panic!("an object without metadata.name: {object}"));
+    let namespace = if rtype.namespaced {
+        object["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or("default")
+    } else {
+        ""
+    };
+    (
+        rtype,
+        (kind.to_string(), namespace.to_string(), name.to_string()),
+    )
+}
