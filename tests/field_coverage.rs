@@ -92,6 +92,7 @@ const TRANSLATED: &[&str] = &[
     "spec.ports[].number",
     "spec.ports[].name",
     "spec.ports[].protocol",
+    "spec.ports[].targetPort",
     "spec.resolution",
     "spec.endpoints[].address",
     "spec.endpoints[].ports",

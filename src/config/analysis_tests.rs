@@ -261,6 +261,26 @@ fn sidecar_registry_only_is_read_and_other_fields_are_said() {
 }
 
 #[test]
+fn service_entry_target_port_is_where_endpoints_listen() {
+    let doc = "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: se, namespace: ns}\nspec:\n  hosts: [a.example.com]\n  ports: [{number: 80, name: http, protocol: HTTP, targetPort: 8080}]\n  resolution: STATIC\n  endpoints:\n  - address: 127.0.0.1\n  - address: 127.0.0.2\n    ports: {http: 9090}\n";
+    let p = parse(doc);
+    assert!(p.findings.is_empty(), "{:?}", p.findings);
+    let ports: Vec<u16> = p
+        .records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Endpoint(_, e) => Some(e.port),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        ports,
+        vec![8080, 9090],
+        "targetPort, unless the endpoint names its own"
+    );
+}
+
+#[test]
 fn service_entry_unix_endpoints_and_unused_fields_are_warnings() {
     let doc = "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: se, namespace: ns}\nspec:\n  hosts: [a.example.com]\n  addresses: [10.1.0.0/16]\n  ports: [{number: 80, name: http, protocol: HTTP}, {number: 27017, name: mongo, protocol: MONGO}]\n  resolution: STATIC\n  endpoints:\n  - address: unix:///var/run/a.sock\n  - address: 127.0.0.1\n    weight: 3\n    locality: us/a\n";
     let p = parse(doc);

@@ -1362,7 +1362,14 @@ fn service_entry(
         }
     };
     let mut ports = Vec::new();
+    // Where each port's endpoints receive traffic when an endpoint names no port of its own.
+    let mut target_ports = Vec::new();
     for (i, p) in s.ports.iter().enumerate() {
+        target_ports.push(
+            p.target_port
+                .map(|t| port_u16(t, &format!("spec.ports[{i}].targetPort")))
+                .transpose()?,
+        );
         let proto = if p.protocol.is_empty() {
             protocol_of(&p.name, None)
         } else {
@@ -1416,10 +1423,10 @@ fn service_entry(
                     format!("{:?} is not an IP address", ep.address),
                 ));
             }
-            for p in &ports {
+            for (p, target_port) in ports.iter().zip(&target_ports) {
                 let target = match ep.ports.get(&p.name) {
                     Some(n) => port_u16(*n, &format!("spec.endpoints[{ei}].ports.{}", p.name))?,
-                    None => p.port,
+                    None => target_port.unwrap_or(p.port),
                 };
                 out.push(Record::Endpoint(
                     host.clone(),

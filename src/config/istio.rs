@@ -311,6 +311,16 @@ pub struct Port {
     pub name: String,
 }
 
+/// A ServiceEntry's port: `targetPort` is where its endpoints receive the traffic.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ServicePort {
+    pub number: i64,
+    pub protocol: String,
+    pub name: String,
+    pub target_port: Option<i64>,
+}
+
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct SidecarSpec {
@@ -344,7 +354,7 @@ pub struct IstioEgressListener {
 #[serde(rename_all = "camelCase", default)]
 pub struct ServiceEntrySpec {
     pub hosts: Vec<String>,
-    pub ports: Vec<Port>,
+    pub ports: Vec<ServicePort>,
     pub resolution: Option<String>,
     pub endpoints: Vec<WorkloadEntrySpec>,
     pub export_to: Vec<String>,
