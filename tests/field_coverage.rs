@@ -26,6 +26,7 @@ const TRANSLATED: &[&str] = &[
     "spec.http[].match[].queryParams",
     "spec.http[].match[].ignoreUriCase",
     "spec.http[].match[].withoutHeaders",
+    "spec.http[].match[].gateways",
     "spec.http[].route[].destination.host",
     "spec.http[].route[].destination.subset",
     "spec.http[].route[].destination.port.number",
@@ -229,7 +230,6 @@ fn restricting_fields_not_honoured_are_errors() {
     for expected in [
         // Match conditions: the route is left out.
         "VirtualService spec.http[0].match[0].sourceLabels",
-        "VirtualService spec.http[0].match[0].gateways",
         "VirtualService spec.http[0].match[0].sourceNamespace",
         "VirtualService spec.http[3].delegate",
         // TLS: the clusters fail closed; the HTTPS server is not generated.

@@ -588,6 +588,31 @@ fn via_gateway(host: &str, path: &str) -> Call {
     Call::get(host, PORT, path).to_address("127.0.0.1")
 }
 
+/// A match's `gateways` (Istio's egress-gateway pattern): one VirtualService bound to the
+/// gateway and to `mesh`, whose first route matches only for `mesh`. Through the gateway that
+/// route does not apply (v1); from a sidecar it does (v2).
+#[test]
+fn match_gateways_split_one_virtual_service_between_gateway_and_sidecars() {
+    let (mut mesh, reviews, gateway, _) = gateway_setup("match-gateways", &["v1", "v2"]);
+    let sidecar = mesh.connect_captured(&ProxyNode::sidecar(
+        "client-abc",
+        "default",
+        &reviews.ip(20),
+        &[("app", "client")],
+    ));
+    let vs = format!(
+        "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: split, namespace: default}}\nspec:\n  hosts: [reviews, {GATEWAY_HOST}]\n  gateways: [bookinfo-gateway, mesh]\n  http:\n  - match: [{{gateways: [mesh]}}]\n    route: [{{destination: {{host: reviews, subset: v2, port: {{number: 9080}}}}}}]\n  - route: [{{destination: {{host: reviews, subset: v1, port: {{number: 9080}}}}}}]\n"
+    );
+    write_config(&mesh.config, "split.yaml", &vs);
+    let o = mesh.send(&gateway, &via_gateway(GATEWAY_HOST, "/"));
+    assert_routes_to(&o, &reviews.cluster("v1"), &[pod(&reviews, "v1")]);
+    let o = mesh.send(
+        &sidecar,
+        &Call::get("reviews", 9080, "/").to_address("203.0.113.9"),
+    );
+    assert_routes_to(&o, &reviews.cluster("v2"), &[pod(&reviews, "v2")]);
+}
+
 /// Mirrors `envoy_gateway.rs` steps 1 and 7 (`gateway_follows_config_changes_over_*`): a
 /// Gateway without a bound VirtualService routes nothing (404), again after the
 /// VirtualService is deleted.

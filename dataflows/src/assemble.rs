@@ -85,7 +85,8 @@ pub fn router_resources(
     vss: &[(&ConfigKey, &ResolvedVs)],
 ) -> Vec<(Resource, BTreeSet<ConfigKey>)> {
     let mut listeners: BTreeMap<(String, u16), BTreeSet<ConfigKey>> = BTreeMap::new();
-    let mut routes: BTreeMap<u16, BTreeMap<String, Vec<ResolvedVs>>> = BTreeMap::new();
+    // Per port and domain, the VirtualServices with the gateways they came through.
+    let mut routes: BTreeMap<u16, route::GatewayVhosts> = BTreeMap::new();
     let mut route_inputs: BTreeMap<u16, BTreeSet<ConfigKey>> = BTreeMap::new();
     for gw in gateways {
         for server in gw.servers.iter().filter(|s| s.protocol.is_http()) {
@@ -109,8 +110,11 @@ pub fn router_resources(
                         {
                             let list = vhosts.entry(domain).or_default();
                             inputs.insert(rvs.vs.key.clone());
-                            if !list.iter().any(|v| v.vs.key == rvs.vs.key) {
-                                list.push((*rvs).clone());
+                            let via = format!("{}/{}", gw.key.namespace, gw.key.name);
+                            match list.iter_mut().find(|(v, _)| v.vs.key == rvs.vs.key) {
+                                Some((_, gws)) if !gws.contains(&via) => gws.push(via),
+                                Some(_) => {}
+                                None => list.push(((*rvs).clone(), vec![via])),
                             }
                         }
                     }
@@ -127,7 +131,10 @@ pub fn router_resources(
         .collect();
     for (port, mut vhosts) in routes {
         for list in vhosts.values_mut() {
-            list.sort_by(|a, b| a.vs.key.cmp(&b.vs.key));
+            list.sort_by(|a, b| a.0.vs.key.cmp(&b.0.vs.key));
+            for (_, via) in list.iter_mut() {
+                via.sort();
+            }
         }
         let inputs = route_inputs.remove(&port).unwrap_or_default();
         out.push((route::gateway_route_config(port, &vhosts), inputs));

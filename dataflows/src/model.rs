@@ -201,6 +201,9 @@ pub struct HttpMatch {
     pub query_params: BTreeMap<String, StringMatch>,
     /// Only on route configurations of this port (the listener's, or the gateway server's).
     pub port: Option<u16>,
+    /// Only for these gateways (`namespace/name`, or `mesh` for sidecars); empty: wherever
+    /// the VirtualService applies.
+    pub gateways: Vec<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

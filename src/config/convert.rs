@@ -354,8 +354,26 @@ fn value_match(sm: &istio::StringMatch, field: &str, mesh: &MeshConfig) -> Resul
     }
 }
 
+/// Gateway references as `namespace/name` (a bare name is in `ns`), or `mesh`.
+fn gateway_refs(list: &[String], ns: &str) -> Vec<String> {
+    list.iter()
+        .map(|g| {
+            if g == "mesh" || g.contains('/') {
+                g.clone()
+            } else {
+                format!("{ns}/{g}")
+            }
+        })
+        .collect()
+}
+
 /// One `match` of an HTTP route.
-fn http_match(mr: &istio::HttpMatchRequest, f: &str, mesh: &MeshConfig) -> Result<m::HttpMatch> {
+fn http_match(
+    mr: &istio::HttpMatchRequest,
+    f: &str,
+    ns: &str,
+    mesh: &MeshConfig,
+) -> Result<m::HttpMatch> {
     let uri = mr
         .uri
         .as_ref()
@@ -410,6 +428,7 @@ fn http_match(mr: &istio::HttpMatchRequest, f: &str, mesh: &MeshConfig) -> Resul
         without_headers,
         query_params,
         port,
+        gateways: gateway_refs(&mr.gateways, ns),
     })
 }
 
@@ -747,7 +766,7 @@ fn virtual_service(
         let f = format!("spec.http[{ri}]");
         let mut matches = Vec::new();
         for (mi, mr) in r.matches.iter().enumerate() {
-            matches.push(http_match(mr, &format!("{f}.match[{mi}]"), mesh)?);
+            matches.push(http_match(mr, &format!("{f}.match[{mi}]"), ns, mesh)?);
         }
         // Istio's rule: exactly one of route, redirect, directResponse (or delegate).
         let actions = [
@@ -855,17 +874,7 @@ fn virtual_service(
                 .flatten(),
         });
     }
-    let gateways = s
-        .gateways
-        .iter()
-        .map(|g| {
-            if g == "mesh" || g.contains('/') {
-                g.clone()
-            } else {
-                format!("{ns}/{g}")
-            }
-        })
-        .collect();
+    let gateways = gateway_refs(&s.gateways, ns);
     Ok(vec![Record::VirtualService(m::VirtualService {
         key: key.clone(),
         hosts: s.hosts.iter().map(|h| fqdn(h, ns, mesh)).collect(),

@@ -133,6 +133,7 @@ pub struct HttpMatchRequest {
     pub query_params: BTreeMap<String, StringMatch>,
     pub ignore_uri_case: bool,
     pub without_headers: BTreeMap<String, StringMatch>,
+    pub gateways: Vec<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -301,6 +301,13 @@ fn headers_to_add(e: &HeaderEdits) -> Vec<HeaderValueOption> {
         .collect()
 }
 
+/// A gateway route configuration's domains, each with its VirtualServices (in precedence
+/// order) and the gateways (`namespace/name`) each came through.
+pub type GatewayVhosts = std::collections::BTreeMap<String, Vec<(ResolvedVs, Vec<String>)>>;
+
+/// How Istio names the sidecars' side of a VirtualService's `gateways`.
+pub const MESH: &str = "mesh";
+
 /// The name the fault filter has in every connection manager, and its per-route config.
 pub const FAULT_FILTER: &str = "envoy.filters.http.fault";
 
@@ -351,7 +358,8 @@ fn envoy_route(
 }
 
 /// Envoy routes for one VirtualService: one route per match of each HTTP route, in order.
-pub fn vs_routes(vs: &ResolvedVs, current: u16) -> Vec<Route> {
+/// `via`: the gateways (`namespace/name`) the VirtualService is applied through, or `mesh`.
+pub fn vs_routes(vs: &ResolvedVs, current: u16, via: &[String]) -> Vec<Route> {
     let mut out = Vec::new();
     for (i, http) in vs.vs.http.iter().enumerate() {
         let name = http
@@ -366,6 +374,7 @@ pub fn vs_routes(vs: &ResolvedVs, current: u16) -> Vec<Route> {
             http.matches
                 .iter()
                 .filter(|m| m.port.is_none_or(|p| p == current))
+                .filter(|m| m.gateways.is_empty() || m.gateways.iter().any(|g| via.contains(g)))
                 .map(Some)
                 .collect()
         };
@@ -439,7 +448,7 @@ pub fn sidecar_route_config(
             name: format!("{}:{}", svc.hostname, port),
             domains: domains(&svc.hostname, port, proxy_ns, domain_suffix),
             routes: match vs {
-                Some(vs) => vs_routes(vs, port),
+                Some(vs) => vs_routes(vs, port, &[MESH.to_string()]),
                 None => vec![default_route(svc, port)],
             },
             ..Default::default()
@@ -473,10 +482,7 @@ pub fn sidecar_route_config(
 
 /// The gateway route configuration `http.PORT`: `vhosts` maps each domain to the
 /// VirtualServices serving it, in precedence order; their routes are concatenated.
-pub fn gateway_route_config(
-    port: u16,
-    vhosts: &std::collections::BTreeMap<String, Vec<ResolvedVs>>,
-) -> Resource {
+pub fn gateway_route_config(port: u16, vhosts: &GatewayVhosts) -> Resource {
     let virtual_hosts = vhosts
         .iter()
         .map(|(domain, vss)| VirtualHost {
@@ -490,7 +496,10 @@ pub fn gateway_route_config(
             } else {
                 vec![domain.clone(), format!("{domain}:*")]
             },
-            routes: vss.iter().flat_map(|vs| vs_routes(vs, port)).collect(),
+            routes: vss
+                .iter()
+                .flat_map(|(vs, via)| vs_routes(vs, port, via))
+                .collect(),
             ..Default::default()
         })
         .collect();
