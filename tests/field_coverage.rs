@@ -27,6 +27,7 @@ const TRANSLATED: &[&str] = &[
     "spec.http[].match[].ignoreUriCase",
     "spec.http[].match[].withoutHeaders",
     "spec.http[].match[].gateways",
+    "spec.http[].match[].sourceNamespace",
     "spec.http[].route[].destination.host",
     "spec.http[].route[].destination.subset",
     "spec.http[].route[].destination.port.number",
@@ -230,7 +231,6 @@ fn restricting_fields_not_honoured_are_errors() {
     for expected in [
         // Match conditions: the route is left out.
         "VirtualService spec.http[0].match[0].sourceLabels",
-        "VirtualService spec.http[0].match[0].sourceNamespace",
         "VirtualService spec.http[3].delegate",
         // TLS: the clusters fail closed; the HTTPS server is not generated.
         "DestinationRule spec.trafficPolicy.tls",

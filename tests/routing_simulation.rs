@@ -588,6 +588,27 @@ fn via_gateway(host: &str, path: &str) -> Call {
     Call::get(host, PORT, path).to_address("127.0.0.1")
 }
 
+/// `sourceNamespace`: a match for sidecars of namespace `default` applies to the sidecar in
+/// `default` only; at the gateway (whose routes are not per namespace) it never applies.
+#[test]
+fn match_source_namespace_applies_to_that_namespace_only() {
+    let (mut mesh, reviews, gateway, _) = gateway_setup("source-namespace", &["v1", "v2"]);
+    let node = |ns: &str| ProxyNode::sidecar("client-abc", ns, &reviews.ip(20), &[("app", "c")]);
+    let here = mesh.connect_captured(&node("default"));
+    let there = mesh.connect_captured(&node("other"));
+    let vs = format!(
+        "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: split, namespace: default}}\nspec:\n  hosts: [reviews.default.svc.cluster.local, {GATEWAY_HOST}]\n  gateways: [bookinfo-gateway, mesh]\n  http:\n  - match: [{{sourceNamespace: default}}]\n    route: [{{destination: {{host: reviews, subset: v2, port: {{number: 9080}}}}}}]\n  - route: [{{destination: {{host: reviews, subset: v1, port: {{number: 9080}}}}}}]\n"
+    );
+    write_config(&mesh.config, "split.yaml", &vs);
+    let call = Call::get("reviews.default.svc.cluster.local", 9080, "/").to_address("203.0.113.9");
+    let o = mesh.send(&here, &call);
+    assert_routes_to(&o, &reviews.cluster("v2"), &[pod(&reviews, "v2")]);
+    let o = mesh.send(&there, &call);
+    assert_routes_to(&o, &reviews.cluster("v1"), &[pod(&reviews, "v1")]);
+    let o = mesh.send(&gateway, &via_gateway(GATEWAY_HOST, "/"));
+    assert_routes_to(&o, &reviews.cluster("v1"), &[pod(&reviews, "v1")]);
+}
+
 /// A match's `gateways` (Istio's egress-gateway pattern): one VirtualService bound to the
 /// gateway and to `mesh`, whose first route matches only for `mesh`. Through the gateway that
 /// route does not apply (v1); from a sidecar it does (v2).

@@ -204,6 +204,9 @@ pub struct HttpMatch {
     /// Only for these gateways (`namespace/name`, or `mesh` for sidecars); empty: wherever
     /// the VirtualService applies.
     pub gateways: Vec<String>,
+    /// Only for proxies in this namespace (sidecar route configurations are per namespace;
+    /// gateway ones are not, so there such a match never applies: it fails closed).
+    pub source_namespace: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

@@ -64,7 +64,6 @@ fn untranslated_route_fields_are_warnings_naming_each_field() {
 fn a_match_condition_not_read_keeps_its_route_out() {
     for cond in [
         "sourceLabels: {app: productpage}",
-        "sourceNamespace: default",
         "headers: {end-user: {exact: jason}, x: {present: true}}",
     ] {
         let doc = format!(

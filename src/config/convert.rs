@@ -429,6 +429,7 @@ fn http_match(
         query_params,
         port,
         gateways: gateway_refs(&mr.gateways, ns),
+        source_namespace: mr.source_namespace.clone(),
     })
 }
 

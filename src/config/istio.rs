@@ -134,6 +134,7 @@ pub struct HttpMatchRequest {
     pub ignore_uri_case: bool,
     pub without_headers: BTreeMap<String, StringMatch>,
     pub gateways: Vec<String>,
+    pub source_namespace: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

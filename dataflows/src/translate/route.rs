@@ -358,8 +358,14 @@ fn envoy_route(
 }
 
 /// Envoy routes for one VirtualService: one route per match of each HTTP route, in order.
-/// `via`: the gateways (`namespace/name`) the VirtualService is applied through, or `mesh`.
-pub fn vs_routes(vs: &ResolvedVs, current: u16, via: &[String]) -> Vec<Route> {
+/// `via`: the gateways (`namespace/name`) the VirtualService is applied through, or `mesh`;
+/// `source_ns`: the namespace of the proxies the configuration is for, when it is one.
+pub fn vs_routes(
+    vs: &ResolvedVs,
+    current: u16,
+    via: &[String],
+    source_ns: Option<&str>,
+) -> Vec<Route> {
     let mut out = Vec::new();
     for (i, http) in vs.vs.http.iter().enumerate() {
         let name = http
@@ -375,6 +381,11 @@ pub fn vs_routes(vs: &ResolvedVs, current: u16, via: &[String]) -> Vec<Route> {
                 .iter()
                 .filter(|m| m.port.is_none_or(|p| p == current))
                 .filter(|m| m.gateways.is_empty() || m.gateways.iter().any(|g| via.contains(g)))
+                .filter(|m| {
+                    m.source_namespace
+                        .as_deref()
+                        .is_none_or(|ns| Some(ns) == source_ns)
+                })
                 .map(Some)
                 .collect()
         };
@@ -448,7 +459,7 @@ pub fn sidecar_route_config(
             name: format!("{}:{}", svc.hostname, port),
             domains: domains(&svc.hostname, port, proxy_ns, domain_suffix),
             routes: match vs {
-                Some(vs) => vs_routes(vs, port, &[MESH.to_string()]),
+                Some(vs) => vs_routes(vs, port, &[MESH.to_string()], Some(proxy_ns)),
                 None => vec![default_route(svc, port)],
             },
             ..Default::default()
@@ -498,7 +509,7 @@ pub fn gateway_route_config(port: u16, vhosts: &GatewayVhosts) -> Resource {
             },
             routes: vss
                 .iter()
-                .flat_map(|(vs, via)| vs_routes(vs, port, via))
+                .flat_map(|(vs, via)| vs_routes(vs, port, via, None))
                 .collect(),
             ..Default::default()
         })
