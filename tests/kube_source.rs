@@ -5,8 +5,10 @@
 //! become exactly their record changes; a relist (410 Gone as an ERROR event or as an HTTP
 //! answer) retracts what vanished and nothing else; a dropped connection resumes from its
 //! resourceVersion without a relist; invalid objects are named with their field and their
-//! last valid version stays; churn that changes no proxy's config pushes nothing; and a real
-//! Envoy routes by a VirtualService created through the API.
+//! last valid version stays; churn that changes no proxy's config pushes nothing; with
+//! `--write-status`, each object's status says whether it is in effect and what is not
+//! translated, without a write per edit; and a real Envoy routes by a VirtualService created
+//! through the API.
 
 mod support;
 
@@ -611,6 +613,179 @@ async fn invalid_objects_are_named_and_their_last_valid_version_stays() {
     });
     cluster.fake.delete("VirtualService", "default", "cors");
     cluster.await_analysis("deleted with its object", |a| a.is_empty());
+}
+
+/// Polls until the status of `kind default/name` satisfies `accept`; returns it.
+fn await_status(
+    fake: &FakeKube,
+    kind: &str,
+    name: &str,
+    what: &str,
+    accept: impl Fn(&Value) -> bool,
+) -> Value {
+    let mut last = Value::Null;
+    let ok = wait_until(CONVERGE_TIMEOUT, || {
+        last = fake.status_of(kind, "default", name);
+        accept(&last)
+    });
+    assert!(
+        ok,
+        "{what}: the status of {kind} default/{name} is {last:#}"
+    );
+    last
+}
+
+fn reconciled(status: &Value) -> &str {
+    status["conditions"][0]["status"].as_str().unwrap_or("")
+}
+
+fn descriptions(status: &Value) -> Vec<String> {
+    status["validationMessages"]
+        .as_array()
+        .map(|m| {
+            m.iter()
+                .map(|m| m["description"].as_str().unwrap_or("").to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn destination_rule(name: &str, labels: Value) -> Value {
+    json!({
+        "apiVersion": "networking.istio.io/v1", "kind": "DestinationRule",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"host": "reviews", "subsets": [{"name": "v1", "labels": labels}]},
+    })
+}
+
+/// `--write-status`: an accepted object is Reconciled, with a WARNING validationMessage
+/// naming a field meshflow does not translate, cleared when the field goes; an invalid one
+/// is Reconciled False with the error naming its field, True again once fixed.
+#[test]
+fn status_says_what_is_in_effect_and_what_is_not_translated() {
+    let cluster = start(
+        "kube-status",
+        |fake| {
+            fake.apply(service("reviews", "default", 9080));
+            fake.apply(with_cors("cors"));
+            fake.apply(destination_rule("bad-dr", json!(["not", "a", "map"])));
+            // WorkloadEntry has no status of Istio's: none is written.
+            fake.apply(json!({
+                "apiVersion": "networking.istio.io/v1", "kind": "WorkloadEntry",
+                "metadata": {"name": "vm", "namespace": "default"},
+                "spec": {"address": "10.0.0.9", "labels": {"app": "reviews"}},
+            }));
+        },
+        &["--write-status"],
+    );
+    let fake = &cluster.fake;
+    let status = await_status(
+        fake,
+        "VirtualService",
+        "cors",
+        "cors is reconciled with a warning",
+        |s| reconciled(s) == "True" && !descriptions(s).is_empty(),
+    );
+    let message = &status["validationMessages"][0];
+    assert_eq!(message["level"], "WARNING", "{status:#}");
+    assert!(message["type"]["code"].is_string(), "{status:#}");
+    assert!(message["type"]["name"].is_string(), "{status:#}");
+    assert_eq!(descriptions(&status).len(), 1, "{status:#}");
+    assert!(
+        descriptions(&status)[0].starts_with("spec.http[0].corsPolicy: "),
+        "{status:#}"
+    );
+    assert_eq!(status["conditions"][0]["type"], "Reconciled", "{status:#}");
+    assert!(
+        status["conditions"][0]["lastTransitionTime"]
+            .as_str()
+            .is_some_and(|t| t.ends_with('Z')),
+        "{status:#}"
+    );
+
+    let status = await_status(
+        fake,
+        "DestinationRule",
+        "bad-dr",
+        "the invalid rule is not reconciled",
+        |s| reconciled(s) == "False",
+    );
+    let why = status["conditions"][0]["message"].as_str().unwrap_or("");
+    assert!(
+        why.contains("DestinationRule default/bad-dr: spec.subsets[0].labels"),
+        "{status:#}"
+    );
+
+    // Fixed: the warning goes, the rule is reconciled.
+    fake.apply(virtual_service("cors", "cors", "1s"));
+    await_status(
+        fake,
+        "VirtualService",
+        "cors",
+        "the fix clears the message",
+        |s| reconciled(s) == "True" && s.get("validationMessages").is_none(),
+    );
+    fake.apply(destination_rule("bad-dr", json!({"version": "v1"})));
+    await_status(
+        fake,
+        "DestinationRule",
+        "bad-dr",
+        "the fixed rule is reconciled",
+        |s| reconciled(s) == "True",
+    );
+    assert_eq!(fake.status_patches("WorkloadEntry", "default", "vm"), 0);
+    assert_eq!(fake.status_of("Service", "default", "reviews"), Value::Null);
+}
+
+/// Status writes are coalesced: 20 quick edits, each changing the status and each seen by
+/// meshflow before the next (so each is a report of its own), are a handful of patches
+/// (one per object per second at most; without coalescing there would be 20), and the last
+/// one says what the last edit is.
+#[test]
+fn quick_edits_do_not_storm_the_api_server_with_status_writes() {
+    let cluster = start(
+        "kube-status-storm",
+        |fake| {
+            fake.apply(service("cors", "default", 9080));
+            fake.apply(virtual_service("cors", "cors", "1s"));
+        },
+        &["--write-status"],
+    );
+    let fake = &cluster.fake;
+    await_status(fake, "VirtualService", "cors", "the first status", |s| {
+        reconciled(s) == "True"
+    });
+    let before = fake.status_patches("VirtualService", "default", "cors");
+    assert_eq!(before, 1);
+    for i in 0..20 {
+        // Alternately with and without an untranslated field: every edit changes the status.
+        let cors = i % 2 == 1;
+        if cors {
+            fake.apply(with_cors("cors"));
+        } else {
+            fake.apply(virtual_service("cors", "cors", "1s"));
+        }
+        cluster.await_analysis("the edit is seen", |a| a.is_empty() != cors);
+    }
+    // The last edit has the field: its warning is written in the end.
+    await_status(
+        fake,
+        "VirtualService",
+        "cors",
+        "the last edit's status",
+        |s| descriptions(s).len() == 1,
+    );
+    // Let a pending write, if any, happen (one more interval at most), then count.
+    std::thread::sleep(Duration::from_millis(1500));
+    let patches = fake.status_patches("VirtualService", "default", "cors") - before;
+    assert!(
+        (1..=8).contains(&patches),
+        "20 edits in a burst made {patches} status patches"
+    );
+    assert_eq!(
+        descriptions(&fake.status_of("VirtualService", "default", "cors")).len(),
+        1
+    );
 }
 
 /// Churn that changes no proxy's config pushes nothing: Pod annotations and status, a
