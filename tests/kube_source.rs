@@ -121,6 +121,22 @@ impl Cluster {
             .count()
     }
 
+    /// A real Envoy as the client sidecar `name` in `default` (Delta ADS), once it has the
+    /// listener of `port`.
+    fn client_envoy(&self, bin: &Path, name: &str, reviews: &Reviews, port: u16) -> Envoy {
+        let node = ProxyNode::sidecar(name, "default", &reviews.ip(20), &[("app", "client")]);
+        let envoy = Envoy::start(
+            bin,
+            self.dir.path(),
+            &node,
+            self.meshflow.xds_addr(),
+            XdsMode::Delta,
+        );
+        envoy.wait_live(STARTUP_TIMEOUT);
+        envoy.await_listener(&format!("127.0.0.1_{port}"));
+        envoy
+    }
+
     /// A Delta client as a sidecar in `default`, subscribed to every cluster.
     async fn cds_client(&self, pod: &str) -> DeltaClient {
         let id = format!("sidecar~10.1.0.99~{pod}.default~default.svc.cluster.local");
@@ -1084,21 +1100,7 @@ fn envoy_routes_by_a_virtual_service_created_through_the_api() {
     reviews.write("sidecar.yaml", &support::reviews::client_sidecar_yaml(port));
     let cluster = start("kube-envoy", |fake| apply_dir(fake, &fixtures), &[]);
 
-    let node = ProxyNode::sidecar(
-        "client-abc",
-        "default",
-        &reviews.ip(20),
-        &[("app", "client")],
-    );
-    let envoy = Envoy::start(
-        &envoy_bin,
-        cluster.dir.path(),
-        &node,
-        cluster.meshflow.xds_addr(),
-        XdsMode::Delta,
-    );
-    envoy.wait_live(STARTUP_TIMEOUT);
-    envoy.await_listener(&format!("127.0.0.1_{port}"));
+    let envoy = cluster.client_envoy(&envoy_bin, "client-abc", &reviews, port);
     let client = Client::new(&envoy, SocketAddr::from(([127, 0, 0, 1], port)), "reviews");
     let (v1, v2) = ("reviews-v1", "reviews-v2");
     client.converge(
@@ -1134,6 +1136,83 @@ fn envoy_routes_by_a_virtual_service_created_through_the_api() {
 }
 
 /// Applies every YAML file of `dir` to the fake API server (unchanged ones change nothing).
+/// NACK attribution with a real Envoy: meshflow is told proxies accept RE2 programs of any
+/// size (`--max-regex-program-size`), which Envoy (default limit 100) does not, so a
+/// VirtualService with the regex `/a{150}` passes meshflow and Envoy rejects its route
+/// configuration. The VirtualService, set back, is not Reconciled, and a RejectedByProxies
+/// message names the proxy, Envoy's message and since when; fixing it clears both.
+#[test]
+fn a_virtual_service_envoy_rejects_says_so_on_its_status() {
+    let envoy_bin = require_envoy!();
+    let fixtures_dir = TestDir::new("kube-nack-fixtures");
+    let fixtures = fixtures_dir.subdir("fixtures");
+    let port = free_port();
+    let reviews = Reviews::new(62, port, &fixtures);
+    reviews.write_service();
+    reviews.write_pods(&["v1"]);
+    reviews.write_endpoints(&["v1"]);
+    reviews.write("sidecar.yaml", &support::reviews::client_sidecar_yaml(port));
+    let cluster = start(
+        "kube-nack",
+        |fake| apply_dir(fake, &fixtures),
+        &["--write-status", "--max-regex-program-size", "100000"],
+    );
+    let _envoy = cluster.client_envoy(&envoy_bin, "client-nack", &reviews, port);
+
+    let ratings = |regex: &str| {
+        json!({
+            "apiVersion": "networking.istio.io/v1", "kind": "VirtualService",
+            "metadata": {"name": "ratings", "namespace": "default"},
+            "spec": {"hosts": ["reviews"], "http": [{
+                "match": [{"uri": {"regex": regex}}],
+                "route": [{"destination": {"host": "reviews"}}],
+            }]},
+        })
+    };
+    cluster.fake.apply(ratings("/a{150}"));
+    let status = await_status(
+        &cluster.fake,
+        "VirtualService",
+        "ratings",
+        "the rejection is written",
+        |s| {
+            s["validationMessages"]
+                .as_array()
+                .is_some_and(|m| m.iter().any(|m| m["type"]["name"] == "RejectedByProxies"))
+        },
+    );
+    assert_eq!(reconciled(&status), "False", "{status:#}");
+    let message = status["validationMessages"]
+        .as_array()
+        .and_then(|m| m.iter().find(|m| m["type"]["name"] == "RejectedByProxies"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(message["level"], "ERROR", "{status:#}");
+    let description = message["description"].as_str().unwrap_or("");
+    assert!(
+        description.starts_with("rejected by 1 proxy ("),
+        "{description}"
+    );
+    assert!(description.contains("client-nack"), "{description}");
+    assert!(description.contains(" since 20"), "{description}");
+    assert!(description.contains("RDS"), "{description}");
+    // Envoy's own message about the regex.
+    assert!(
+        description.to_lowercase().contains("regex"),
+        "{description}"
+    );
+
+    // Fixed: the new version is judged again, accepted, and the status says so.
+    cluster.fake.apply(ratings("/a"));
+    await_status(
+        &cluster.fake,
+        "VirtualService",
+        "ratings",
+        "the fix clears the rejection",
+        |s| reconciled(s) == "True" && s.get("validationMessages").is_none(),
+    );
+}
+
 fn apply_dir(fake: &FakeKube, dir: &Path) {
     let mut files: Vec<_> = std::fs::read_dir(dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))

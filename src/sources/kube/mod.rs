@@ -56,11 +56,27 @@ pub struct KubeOptions {
 pub struct KubeSource {
     options: KubeOptions,
     mesh: MeshConfig,
+    /// The objects proxies rejected, for their status.
+    rejections: Option<tokio::sync::watch::Receiver<crate::input::ProxyRejections>>,
 }
 
 impl KubeSource {
     pub fn new(options: KubeOptions, mesh: MeshConfig) -> Self {
-        KubeSource { options, mesh }
+        KubeSource {
+            options,
+            mesh,
+            rejections: None,
+        }
+    }
+
+    /// Where the runtime publishes the objects proxies rejected (NACK): written on their
+    /// status with `--write-status`.
+    pub fn with_rejections(
+        mut self,
+        rejections: tokio::sync::watch::Receiver<crate::input::ProxyRejections>,
+    ) -> Self {
+        self.rejections = Some(rejections);
+        self
     }
 }
 
@@ -140,7 +156,7 @@ impl KubeSource {
         let status = self
             .options
             .write_status
-            .then(|| status::spawn(client.clone()));
+            .then(|| status::spawn(client.clone(), self.rejections.clone()));
         let mut config = watcher::Config::default();
         if let Some(selector) = &self.options.label_selector {
             config = config.labels(selector);

@@ -8,6 +8,11 @@
 //! - `validationMessages: [{type: {code, name}, level: ERROR|WARNING, description}]`, as
 //!   `istioctl analyze` gives them: the analysis of the version in effect (`description`
 //!   names the field: `spec.http[0].corsPolicy: …`).
+//! - NACK attribution: while an object is set back because proxies rejected a resource
+//!   built from it (`runtime::rollback`, published through the hub), `Reconciled` is
+//!   `False` and a validationMessage `RejectedByProxies` (ERROR) names how many proxies
+//!   rejected it and up to [`PROXIES_NAMED`] of them, the resources, Envoy's message and
+//!   since when; both go when the object's next version ends the rollback.
 //!
 //! Writes are merge patches of the status subresource, from a task of their own: the
 //! source hands it the whole desired state through a `watch` channel (so a burst of
@@ -16,6 +21,7 @@
 //! tried again when the object's status next changes.
 
 use crate::config::Level;
+use crate::input::{ProxyRejection, ProxyRejections};
 use dataflows::model::ConfigKey;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::discovery::ApiResource;
@@ -33,6 +39,9 @@ pub const STATUS_KINDS: [&str; 5] = [
     "ServiceEntry",
     "Sidecar",
 ];
+
+/// The proxies a rejection names (all are counted).
+pub const PROXIES_NAMED: usize = 5;
 
 /// At most one write per object in this long.
 pub const MIN_INTERVAL: Duration = Duration::from_secs(1);
@@ -92,6 +101,40 @@ impl ObjectStatus {
         }
     }
 
+    /// With what proxies rejected of the object (it is set back: not reconciled).
+    fn rejected(mut self, r: &ProxyRejection) -> Self {
+        let mut named: Vec<&str> = r
+            .proxies
+            .iter()
+            .map(String::as_str)
+            .take(PROXIES_NAMED)
+            .collect();
+        if r.proxies.len() > PROXIES_NAMED {
+            named.push("…");
+        }
+        let since = k8s_openapi::jiff::Timestamp::try_from(r.since)
+            .map(|t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
+            .unwrap_or_default();
+        let description = format!(
+            "rejected by {} prox{} ({}) since {since}, {}: {}",
+            r.proxies.len(),
+            if r.proxies.len() == 1 { "y" } else { "ies" },
+            named.join(", "),
+            r.resources,
+            r.message,
+        );
+        self.reconciled = false;
+        self.message = format!(
+            "{description}; the previous version stays in effect until the object changes again"
+        );
+        self.messages.push(json!({
+            "type": {"code": "MF0003", "name": "RejectedByProxies"},
+            "level": "ERROR",
+            "description": description,
+        }));
+        self
+    }
+
     /// The merge patch of the status subresource, `since` the Reconciled condition's
     /// last transition.
     fn patch(&self, since: &str) -> Value {
@@ -114,9 +157,14 @@ impl ObjectStatus {
 }
 
 /// Starts the writer on the current runtime; returns where to send the desired statuses.
-pub fn spawn(client: Client) -> watch::Sender<Statuses> {
+/// `rejections`: the objects proxies rejected, from the runtime.
+pub fn spawn(
+    client: Client,
+    rejections: Option<watch::Receiver<ProxyRejections>>,
+) -> watch::Sender<Statuses> {
     let (tx, rx) = watch::channel(Statuses::new());
-    tokio::spawn(run(client, rx));
+    let rejections = rejections.unwrap_or_else(|| watch::channel(Default::default()).1);
+    tokio::spawn(run(client, rx, rejections));
     tx
 }
 
@@ -128,10 +176,24 @@ struct Written {
     at: Instant,
 }
 
-async fn run(client: Client, mut rx: watch::Receiver<Statuses>) {
+async fn run(
+    client: Client,
+    mut rx: watch::Receiver<Statuses>,
+    mut rejections: watch::Receiver<ProxyRejections>,
+) {
     let mut written: HashMap<ConfigKey, Written> = HashMap::new();
+    // The runtime gone (meshflow stopping) leaves the last rejections standing.
+    let mut rejections_open = true;
     loop {
-        let desired = rx.borrow_and_update().clone();
+        let mut desired = rx.borrow_and_update().clone();
+        {
+            let rejected = rejections.borrow_and_update();
+            for (key, status) in desired.iter_mut() {
+                if let Some(r) = rejected.get(key) {
+                    *status = status.clone().rejected(r);
+                }
+            }
+        }
         written.retain(|k, _| desired.contains_key(k));
         let mut next: Option<Instant> = None;
         for (key, status) in desired {
@@ -159,6 +221,7 @@ async fn run(client: Client, mut rx: watch::Receiver<Statuses>) {
         }
         tokio::select! {
             changed = rx.changed() => if changed.is_err() { return },
+            changed = rejections.changed(), if rejections_open => rejections_open = changed.is_ok(),
             _ = sleep_until(next), if next.is_some() => {}
         }
     }
@@ -201,15 +264,39 @@ mod tests {
     use super::*;
     use dataflows::model::Kind;
 
-    #[test]
-    fn findings_become_validation_messages_naming_the_field() {
-        let resource = ApiResource {
+    fn resource() -> ApiResource {
+        ApiResource {
             group: "networking.istio.io".into(),
             version: "v1".into(),
             api_version: "networking.istio.io/v1".into(),
             kind: "VirtualService".into(),
             plural: "virtualservices".into(),
+        }
+    }
+
+    #[test]
+    fn a_rejection_counts_every_proxy_names_five_and_unreconciles() {
+        let key = ConfigKey::new(Kind::VirtualService, "ns", "r");
+        let r = ProxyRejection {
+            proxies: (0..7).map(|i| format!("p{i}")).collect(),
+            resources: "RDS 80".into(),
+            message: "Invalid regex".into(),
+            since: std::time::UNIX_EPOCH + Duration::from_secs(86_400),
         };
+        let s = ObjectStatus::new(&resource(), &key, None, &[]).rejected(&r);
+        let p = s.patch("2026-01-01T00:00:00Z");
+        assert_eq!(p["status"]["conditions"][0]["status"], "False");
+        let m = &p["status"]["validationMessages"][0];
+        assert_eq!(m["type"]["name"], "RejectedByProxies");
+        assert_eq!(
+            m["description"],
+            "rejected by 7 proxies (p0, p1, p2, p3, p4, …) since 1970-01-02T00:00:00Z, RDS 80: Invalid regex"
+        );
+    }
+
+    #[test]
+    fn findings_become_validation_messages_naming_the_field() {
+        let resource = resource();
         let key = ConfigKey::new(Kind::VirtualService, "ns", "r");
         let findings = vec![(
             Level::Warning,
