@@ -52,6 +52,23 @@ pub struct Rejection {
     pub rejected_epoch: u64,
 }
 
+/// An object set back because proxies rejected a resource built from it (NACK), while it
+/// is: for its status (`serve --kube --write-status`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProxyRejection {
+    /// The proxies that rejected it.
+    pub proxies: BTreeSet<String>,
+    /// The first rejection's resource type and resources (`RDS 80`), and Envoy's message.
+    pub resources: String,
+    pub message: String,
+    /// When it was set back.
+    pub since: SystemTime,
+}
+
+/// The objects set back by rejections now, published by the runtime (a `watch` channel:
+/// readers see the latest state).
+pub type ProxyRejections = std::collections::BTreeMap<ConfigKey, ProxyRejection>;
+
 /// Which source sent a change (`files`, `kubernetes`, …): each keeps its own errors.
 pub type SourceName = &'static str;
 

@@ -71,6 +71,7 @@ impl KubeArgs {
             kubeconfig: self.kubeconfig,
             namespaces: self.namespaces,
             label_selector: self.label_selector,
+            write_status: false,
         })
     }
 }
@@ -92,6 +93,12 @@ enum Command {
         /// their files are fixed.
         #[arg(long)]
         state_file: Option<PathBuf>,
+        /// With `--kube`: write on each VirtualService, DestinationRule, Gateway,
+        /// ServiceEntry and Sidecar's status whether it is in effect (condition
+        /// `Reconciled`) and what meshflow's analysis says of it (`validationMessages`), as
+        /// Istio does. Needs `patch` on those kinds' `status` subresources.
+        #[arg(long, requires = "kube")]
+        write_status: bool,
         /// Do not set back the objects behind a resource a proxy rejects (NACK). By default
         /// the objects that changed the resource since the proxy last accepted it return to
         /// their previous version (reported as errors), so one bad object does not hold back
@@ -268,6 +275,7 @@ fn main() -> ExitCode {
             config_dir,
             kube,
             state_file,
+            write_status,
             no_nack_rollback,
             xds_addr,
             debug_addr,
@@ -301,7 +309,10 @@ fn main() -> ExitCode {
             };
             let opts = ServeOptions {
                 config_dir,
-                kube: kube.options(),
+                kube: kube.options().map(|mut o| {
+                    o.write_status = write_status;
+                    o
+                }),
                 state_file,
                 nack_rollback: !no_nack_rollback,
                 xds_addr,

@@ -120,7 +120,9 @@ pub async fn serve(opts: ServeOptions) -> Result<(), String> {
         sources.push(Box::new(files));
     }
     if let Some(kube) = &opts.kube {
-        sources.push(Box::new(KubeSource::new(kube.clone(), opts.mesh.clone())));
+        let source = KubeSource::new(kube.clone(), opts.mesh.clone())
+            .with_rejections(hub.rejections.subscribe());
+        sources.push(Box::new(source));
     }
     for s in &sources {
         hub.health.expect_source(s.name());

@@ -5,8 +5,10 @@
 //! become exactly their record changes; a relist (410 Gone as an ERROR event or as an HTTP
 //! answer) retracts what vanished and nothing else; a dropped connection resumes from its
 //! resourceVersion without a relist; invalid objects are named with their field and their
-//! last valid version stays; churn that changes no proxy's config pushes nothing; and a real
-//! Envoy routes by a VirtualService created through the API.
+//! last valid version stays; churn that changes no proxy's config pushes nothing; with
+//! `--write-status`, each object's status says whether it is in effect and what is not
+//! translated, without a write per edit; and a real Envoy routes by a VirtualService created
+//! through the API.
 
 mod support;
 
@@ -117,6 +119,22 @@ impl Cluster {
             .iter()
             .filter(|r| r.starts_with(&format!("GET {path_prefix}?")) && !r.contains("watch="))
             .count()
+    }
+
+    /// A real Envoy as the client sidecar `name` in `default` (Delta ADS), once it has the
+    /// listener of `port`.
+    fn client_envoy(&self, bin: &Path, name: &str, reviews: &Reviews, port: u16) -> Envoy {
+        let node = ProxyNode::sidecar(name, "default", &reviews.ip(20), &[("app", "client")]);
+        let envoy = Envoy::start(
+            bin,
+            self.dir.path(),
+            &node,
+            self.meshflow.xds_addr(),
+            XdsMode::Delta,
+        );
+        envoy.wait_live(STARTUP_TIMEOUT);
+        envoy.await_listener(&format!("127.0.0.1_{port}"));
+        envoy
     }
 
     /// A Delta client as a sidecar in `default`, subscribed to every cluster.
@@ -613,6 +631,179 @@ async fn invalid_objects_are_named_and_their_last_valid_version_stays() {
     cluster.await_analysis("deleted with its object", |a| a.is_empty());
 }
 
+/// Polls until the status of `kind default/name` satisfies `accept`; returns it.
+fn await_status(
+    fake: &FakeKube,
+    kind: &str,
+    name: &str,
+    what: &str,
+    accept: impl Fn(&Value) -> bool,
+) -> Value {
+    let mut last = Value::Null;
+    let ok = wait_until(CONVERGE_TIMEOUT, || {
+        last = fake.status_of(kind, "default", name);
+        accept(&last)
+    });
+    assert!(
+        ok,
+        "{what}: the status of {kind} default/{name} is {last:#}"
+    );
+    last
+}
+
+fn reconciled(status: &Value) -> &str {
+    status["conditions"][0]["status"].as_str().unwrap_or("")
+}
+
+fn descriptions(status: &Value) -> Vec<String> {
+    status["validationMessages"]
+        .as_array()
+        .map(|m| {
+            m.iter()
+                .map(|m| m["description"].as_str().unwrap_or("").to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn destination_rule(name: &str, labels: Value) -> Value {
+    json!({
+        "apiVersion": "networking.istio.io/v1", "kind": "DestinationRule",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"host": "reviews", "subsets": [{"name": "v1", "labels": labels}]},
+    })
+}
+
+/// `--write-status`: an accepted object is Reconciled, with a WARNING validationMessage
+/// naming a field meshflow does not translate, cleared when the field goes; an invalid one
+/// is Reconciled False with the error naming its field, True again once fixed.
+#[test]
+fn status_says_what_is_in_effect_and_what_is_not_translated() {
+    let cluster = start(
+        "kube-status",
+        |fake| {
+            fake.apply(service("reviews", "default", 9080));
+            fake.apply(with_cors("cors"));
+            fake.apply(destination_rule("bad-dr", json!(["not", "a", "map"])));
+            // WorkloadEntry has no status of Istio's: none is written.
+            fake.apply(json!({
+                "apiVersion": "networking.istio.io/v1", "kind": "WorkloadEntry",
+                "metadata": {"name": "vm", "namespace": "default"},
+                "spec": {"address": "10.0.0.9", "labels": {"app": "reviews"}},
+            }));
+        },
+        &["--write-status"],
+    );
+    let fake = &cluster.fake;
+    let status = await_status(
+        fake,
+        "VirtualService",
+        "cors",
+        "cors is reconciled with a warning",
+        |s| reconciled(s) == "True" && !descriptions(s).is_empty(),
+    );
+    let message = &status["validationMessages"][0];
+    assert_eq!(message["level"], "WARNING", "{status:#}");
+    assert!(message["type"]["code"].is_string(), "{status:#}");
+    assert!(message["type"]["name"].is_string(), "{status:#}");
+    assert_eq!(descriptions(&status).len(), 1, "{status:#}");
+    assert!(
+        descriptions(&status)[0].starts_with("spec.http[0].corsPolicy: "),
+        "{status:#}"
+    );
+    assert_eq!(status["conditions"][0]["type"], "Reconciled", "{status:#}");
+    assert!(
+        status["conditions"][0]["lastTransitionTime"]
+            .as_str()
+            .is_some_and(|t| t.ends_with('Z')),
+        "{status:#}"
+    );
+
+    let status = await_status(
+        fake,
+        "DestinationRule",
+        "bad-dr",
+        "the invalid rule is not reconciled",
+        |s| reconciled(s) == "False",
+    );
+    let why = status["conditions"][0]["message"].as_str().unwrap_or("");
+    assert!(
+        why.contains("DestinationRule default/bad-dr: spec.subsets[0].labels"),
+        "{status:#}"
+    );
+
+    // Fixed: the warning goes, the rule is reconciled.
+    fake.apply(virtual_service("cors", "cors", "1s"));
+    await_status(
+        fake,
+        "VirtualService",
+        "cors",
+        "the fix clears the message",
+        |s| reconciled(s) == "True" && s.get("validationMessages").is_none(),
+    );
+    fake.apply(destination_rule("bad-dr", json!({"version": "v1"})));
+    await_status(
+        fake,
+        "DestinationRule",
+        "bad-dr",
+        "the fixed rule is reconciled",
+        |s| reconciled(s) == "True",
+    );
+    assert_eq!(fake.status_patches("WorkloadEntry", "default", "vm"), 0);
+    assert_eq!(fake.status_of("Service", "default", "reviews"), Value::Null);
+}
+
+/// Status writes are coalesced: 20 quick edits, each changing the status and each seen by
+/// meshflow before the next (so each is a report of its own), are a handful of patches
+/// (one per object per second at most; without coalescing there would be 20), and the last
+/// one says what the last edit is.
+#[test]
+fn quick_edits_do_not_storm_the_api_server_with_status_writes() {
+    let cluster = start(
+        "kube-status-storm",
+        |fake| {
+            fake.apply(service("cors", "default", 9080));
+            fake.apply(virtual_service("cors", "cors", "1s"));
+        },
+        &["--write-status"],
+    );
+    let fake = &cluster.fake;
+    await_status(fake, "VirtualService", "cors", "the first status", |s| {
+        reconciled(s) == "True"
+    });
+    let before = fake.status_patches("VirtualService", "default", "cors");
+    assert_eq!(before, 1);
+    for i in 0..20 {
+        // Alternately with and without an untranslated field: every edit changes the status.
+        let cors = i % 2 == 1;
+        if cors {
+            fake.apply(with_cors("cors"));
+        } else {
+            fake.apply(virtual_service("cors", "cors", "1s"));
+        }
+        cluster.await_analysis("the edit is seen", |a| a.is_empty() != cors);
+    }
+    // The last edit has the field: its warning is written in the end.
+    await_status(
+        fake,
+        "VirtualService",
+        "cors",
+        "the last edit's status",
+        |s| descriptions(s).len() == 1,
+    );
+    // Let a pending write, if any, happen (one more interval at most), then count.
+    std::thread::sleep(Duration::from_millis(1500));
+    let patches = fake.status_patches("VirtualService", "default", "cors") - before;
+    assert!(
+        (1..=8).contains(&patches),
+        "20 edits in a burst made {patches} status patches"
+    );
+    assert_eq!(
+        descriptions(&fake.status_of("VirtualService", "default", "cors")).len(),
+        1
+    );
+}
+
 /// Churn that changes no proxy's config pushes nothing: Pod annotations and status, a
 /// Service's annotations, a bookmark, a Pod no Service selects, a Service and endpoints in
 /// a namespace the proxy does not import. The first response the proxy gets afterwards is
@@ -909,21 +1100,7 @@ fn envoy_routes_by_a_virtual_service_created_through_the_api() {
     reviews.write("sidecar.yaml", &support::reviews::client_sidecar_yaml(port));
     let cluster = start("kube-envoy", |fake| apply_dir(fake, &fixtures), &[]);
 
-    let node = ProxyNode::sidecar(
-        "client-abc",
-        "default",
-        &reviews.ip(20),
-        &[("app", "client")],
-    );
-    let envoy = Envoy::start(
-        &envoy_bin,
-        cluster.dir.path(),
-        &node,
-        cluster.meshflow.xds_addr(),
-        XdsMode::Delta,
-    );
-    envoy.wait_live(STARTUP_TIMEOUT);
-    envoy.await_listener(&format!("127.0.0.1_{port}"));
+    let envoy = cluster.client_envoy(&envoy_bin, "client-abc", &reviews, port);
     let client = Client::new(&envoy, SocketAddr::from(([127, 0, 0, 1], port)), "reviews");
     let (v1, v2) = ("reviews-v1", "reviews-v2");
     client.converge(
@@ -959,6 +1136,83 @@ fn envoy_routes_by_a_virtual_service_created_through_the_api() {
 }
 
 /// Applies every YAML file of `dir` to the fake API server (unchanged ones change nothing).
+/// NACK attribution with a real Envoy: meshflow is told proxies accept RE2 programs of any
+/// size (`--max-regex-program-size`), which Envoy (default limit 100) does not, so a
+/// VirtualService with the regex `/a{150}` passes meshflow and Envoy rejects its route
+/// configuration. The VirtualService, set back, is not Reconciled, and a RejectedByProxies
+/// message names the proxy, Envoy's message and since when; fixing it clears both.
+#[test]
+fn a_virtual_service_envoy_rejects_says_so_on_its_status() {
+    let envoy_bin = require_envoy!();
+    let fixtures_dir = TestDir::new("kube-nack-fixtures");
+    let fixtures = fixtures_dir.subdir("fixtures");
+    let port = free_port();
+    let reviews = Reviews::new(62, port, &fixtures);
+    reviews.write_service();
+    reviews.write_pods(&["v1"]);
+    reviews.write_endpoints(&["v1"]);
+    reviews.write("sidecar.yaml", &support::reviews::client_sidecar_yaml(port));
+    let cluster = start(
+        "kube-nack",
+        |fake| apply_dir(fake, &fixtures),
+        &["--write-status", "--max-regex-program-size", "100000"],
+    );
+    let _envoy = cluster.client_envoy(&envoy_bin, "client-nack", &reviews, port);
+
+    let ratings = |regex: &str| {
+        json!({
+            "apiVersion": "networking.istio.io/v1", "kind": "VirtualService",
+            "metadata": {"name": "ratings", "namespace": "default"},
+            "spec": {"hosts": ["reviews"], "http": [{
+                "match": [{"uri": {"regex": regex}}],
+                "route": [{"destination": {"host": "reviews"}}],
+            }]},
+        })
+    };
+    cluster.fake.apply(ratings("/a{150}"));
+    let status = await_status(
+        &cluster.fake,
+        "VirtualService",
+        "ratings",
+        "the rejection is written",
+        |s| {
+            s["validationMessages"]
+                .as_array()
+                .is_some_and(|m| m.iter().any(|m| m["type"]["name"] == "RejectedByProxies"))
+        },
+    );
+    assert_eq!(reconciled(&status), "False", "{status:#}");
+    let message = status["validationMessages"]
+        .as_array()
+        .and_then(|m| m.iter().find(|m| m["type"]["name"] == "RejectedByProxies"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(message["level"], "ERROR", "{status:#}");
+    let description = message["description"].as_str().unwrap_or("");
+    assert!(
+        description.starts_with("rejected by 1 proxy ("),
+        "{description}"
+    );
+    assert!(description.contains("client-nack"), "{description}");
+    assert!(description.contains(" since 20"), "{description}");
+    assert!(description.contains("RDS"), "{description}");
+    // Envoy's own message about the regex.
+    assert!(
+        description.to_lowercase().contains("regex"),
+        "{description}"
+    );
+
+    // Fixed: the new version is judged again, accepted, and the status says so.
+    cluster.fake.apply(ratings("/a"));
+    await_status(
+        &cluster.fake,
+        "VirtualService",
+        "ratings",
+        "the fix clears the rejection",
+        |s| reconciled(s) == "True" && s.get("validationMessages").is_none(),
+    );
+}
+
 fn apply_dir(fake: &FakeKube, dir: &Path) {
     let mut files: Vec<_> = std::fs::read_dir(dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))

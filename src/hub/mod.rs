@@ -94,6 +94,9 @@ pub struct Hub {
     /// Taken after `state` when both are needed, never the other way round.
     history: Mutex<History>,
     pub metrics: Counters,
+    /// The objects set back because proxies rejected them (published by the runtime; read
+    /// by status writing).
+    pub rejections: tokio::sync::watch::Sender<crate::input::ProxyRejections>,
     watch: events::Watchers,
     next_stream: AtomicU64,
 }
@@ -110,6 +113,7 @@ impl Hub {
             health: Default::default(),
             history: Mutex::new(History::new(options.history)),
             metrics: Counters::default(),
+            rejections: tokio::sync::watch::Sender::new(Default::default()),
             watch: Default::default(),
             next_stream: AtomicU64::new(1),
         })

@@ -116,6 +116,13 @@ pub fn run(
                 source_errors.push((rollback::SOURCE, rollback.errors()));
             }
         }
+        // Only when they changed: a watcher is woken by every send.
+        hub.rejections.send_if_modified(|published| {
+            let now = rollback.rejections();
+            let changed = *published != now;
+            *published = now;
+            changed
+        });
         tracing::debug!(
             inputs = described.len(),
             records = changes.len(),

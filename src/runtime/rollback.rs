@@ -19,7 +19,7 @@
 //! Kubernetes-made objects (Services, endpoints, Pods) are not rolled back: their records are
 //! validated strictly on input, and a rollback would hide the cluster's real state.
 
-use crate::input::{record_key, ChangeOp, InputChange, Rejection};
+use crate::input::{record_key, ChangeOp, InputChange, ProxyRejection, ProxyRejections, Rejection};
 use dataflows::model::{ConfigKey, Kind, Record};
 use std::collections::{BTreeMap, HashMap};
 
@@ -54,6 +54,8 @@ struct Object {
     changed: u64,
     /// Why it is rolled back, while it is.
     rolled_back: Option<String>,
+    /// The rejections that set it back, while it is.
+    rejected: Option<ProxyRejection>,
 }
 
 /// The tracked objects, and which of them are rolled back.
@@ -84,6 +86,7 @@ impl Rollback {
         for (key, diffs) in by_key {
             let obj = self.objects.entry(key.clone()).or_default();
             let next = apply(&obj.source, &diffs);
+            obj.rejected = None;
             if obj.rolled_back.take().is_some() {
                 // The source's new version replaces the rolled-back one in effect.
                 out.extend(difference(&obj.effective, &next));
@@ -103,7 +106,8 @@ impl Rollback {
 
     /// Sets back the objects of `r` that changed after the proxy last accepted the resource
     /// and no later than the rejected push. Returns the changes to apply and the objects set
-    /// back (empty when none of the objects qualifies: nothing is touched then).
+    /// back (empty when none of the objects qualifies: nothing is touched then). A further
+    /// proxy rejecting an object already set back is only counted ([`Rollback::rejections`]).
     pub fn reject(&mut self, r: &Rejection) -> (Vec<(Record, isize)>, Vec<InputChange>) {
         let mut out = Vec::new();
         let mut described = Vec::new();
@@ -119,6 +123,10 @@ impl Rollback {
             let Some(obj) = self.objects.get_mut(key) else {
                 continue;
             };
+            if let Some(rejected) = &mut obj.rejected {
+                rejected.proxies.insert(r.proxy.to_string());
+                continue;
+            }
             let in_window = obj.changed > r.accepted_epoch && obj.changed <= r.rejected_epoch;
             if obj.rolled_back.is_some() || !in_window || obj.effective == obj.prior {
                 continue;
@@ -132,6 +140,12 @@ impl Rollback {
             described.push(InputChange::object(key, op, SOURCE.to_string()));
             obj.effective = obj.prior.clone();
             obj.rolled_back = Some(why.clone());
+            obj.rejected = Some(ProxyRejection {
+                proxies: [r.proxy.to_string()].into(),
+                resources: format!("{} {}", r.rtype.short(), r.resources.join(", ")),
+                message: cut(&r.message),
+                since: std::time::SystemTime::now(),
+            });
             tracing::warn!(
                 object = %format!("{:?} {}/{}", key.kind, key.namespace, key.name),
                 proxy = %r.proxy,
@@ -139,6 +153,14 @@ impl Rollback {
             );
         }
         (out, described)
+    }
+
+    /// The objects set back now, with the proxies that rejected them.
+    pub fn rejections(&self) -> ProxyRejections {
+        self.objects
+            .iter()
+            .filter_map(|(k, o)| Some((k.clone(), o.rejected.clone()?)))
+            .collect()
     }
 
     /// One error per rolled-back object, sorted.
@@ -253,11 +275,23 @@ mod tests {
             errors[0].starts_with("VirtualService default/ratings: rejected by proxy sleep.default (RDS 9080): Invalid regex: program size 153 > 100 more;"),
             "{errors:?}"
         );
-        // A second NACK of the same push sets back nothing more.
+        // A second NACK of the same push sets back nothing more; another proxy's is counted.
         assert!(rb
             .reject(&rejection(&["reviews", "ratings"], 1, 2))
             .0
             .is_empty());
+        let mut other = rejection(&["reviews", "ratings"], 1, 2);
+        other.proxy = "other.default".into();
+        assert!(rb.reject(&other).0.is_empty());
+        let rejections = rb.rejections();
+        assert_eq!(rejections.keys().collect::<Vec<_>>(), [&key("ratings")]);
+        let r = &rejections[&key("ratings")];
+        assert_eq!(
+            r.proxies.iter().map(String::as_str).collect::<Vec<_>>(),
+            ["other.default", "sleep.default"]
+        );
+        assert_eq!(r.resources, "RDS 9080");
+        assert!(r.message.starts_with("Invalid regex"), "{}", r.message);
         // The source fixes ratings: its new version replaces the one in effect (the old `a`,
         // not the rejected `bad` the source still held), and the error goes.
         let (out, changed) = rb.admit(
@@ -270,6 +304,7 @@ mod tests {
             vec![(vs("ratings", "a"), -1), (vs("ratings", "fixed"), 1)]
         );
         assert!(rb.errors().is_empty());
+        assert!(rb.rejections().is_empty());
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! `deploy/`: the kustomize manifests and the Helm chart render, every document passes the
 //! Kubernetes schema (`schema.rs`: `k8s-openapi` types, unknown fields named), and the
 //! pieces fit together: selectors select the pods, Service and probe ports are container
-//! ports, the ClusterRole grants get/list/watch on exactly what `serve --kube` watches and
-//! nothing more, the binding names the ServiceAccount the pods run as, and every flag the
+//! ports, the ClusterRole grants get/list/watch on exactly what `serve --kube` watches, and
+//! patch on exactly the status subresources `--write-status` writes when (and only when) the
+//! container is started with it, nothing more; the binding names the ServiceAccount the pods run as, and every flag the
 //! container is started with is one `meshflow serve` accepts. The Dockerfile builds its
 //! dependency layer from stubs of every target the manifests declare.
 //!
@@ -171,6 +172,15 @@ fn merge(into: &mut Value, from: Value) {
 // Checks
 // ---------------------------------------------------------------------------------------------
 
+/// The Istio kinds (plural) whose status `--write-status` patches.
+const STATUS_WRITTEN: &[&str] = &[
+    "virtualservices",
+    "destinationrules",
+    "gateways",
+    "serviceentries",
+    "sidecars",
+];
+
 /// What `serve --kube` watches, as RBAC names it.
 const WATCHED: &[(&str, &str)] = &[
     ("", "services"),
@@ -326,20 +336,43 @@ fn check(docs: &[Value], what: &str) {
     );
     let rules = role["rules"].as_array().expect("rules");
     let mut granted = Vec::new();
+    let mut patched = Vec::new();
     for r in rules {
         let verbs = strings(&r["verbs"]);
         let mut sorted = verbs.clone();
         sorted.sort();
-        assert_eq!(
-            sorted,
-            ["get", "list", "watch"],
-            "{what}: read-only rules: {r}"
-        );
+        let into = if sorted == ["patch"] {
+            &mut patched
+        } else {
+            assert_eq!(
+                sorted,
+                ["get", "list", "watch"],
+                "{what}: read-only rules, or patch on status: {r}"
+            );
+            &mut granted
+        };
         for g in strings(&r["apiGroups"]) {
             for res in strings(&r["resources"]) {
-                granted.push((g.to_string(), res.to_string()));
+                into.push((g.to_string(), res.to_string()));
             }
         }
+    }
+    patched.sort();
+    let mut status: Vec<(String, String)> = STATUS_WRITTEN
+        .iter()
+        .map(|r| ("networking.istio.io".to_string(), format!("{r}/status")))
+        .collect();
+    status.sort();
+    if args.contains(&"--write-status") {
+        assert_eq!(
+            patched, status,
+            "{what}: --write-status needs patch on exactly these"
+        );
+    } else {
+        assert!(
+            patched.is_empty(),
+            "{what}: patch without --write-status: {patched:?}"
+        );
     }
     granted.sort();
     let mut watched: Vec<(String, String)> = WATCHED
@@ -398,9 +431,14 @@ fn helm_chart_renders_and_passes_the_schema() {
         "the tag defaults to the chart's appVersion"
     );
 
+    assert!(
+        !args.contains(&"--write-status"),
+        "status writing is off by default"
+    );
     let custom = render_chart(
         &chart,
         json!({
+            "writeStatus": true,
             "tls": {"secretName": "meshflow-tls"},
             "namespaces": ["default", "bookinfo"],
             "labelSelector": "mesh=on",
@@ -426,6 +464,7 @@ fn helm_chart_renders_and_passes_the_schema() {
         "--tls-cert=/etc/meshflow/tls/tls.crt",
         "--namespaces=default,bookinfo",
         "--label-selector=mesh=on",
+        "--write-status",
     ] {
         assert!(args.contains(&want), "{want}: {args:?}");
     }

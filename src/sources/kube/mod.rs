@@ -17,10 +17,13 @@
 //! after their latest failure. A connection dropped mid-watch, or a 410 answered by a
 //! relist, is routine for a watch and only logged (`session.rs`).
 //!
+//! With `--write-status`, each Istio object's status says what became of it ([`status`]).
+//!
 //! Runs its own single-threaded tokio runtime on the source's thread.
 
 pub mod kinds;
 mod session;
+pub mod status;
 pub mod watched;
 
 use super::{Report, Sink, Source};
@@ -45,17 +48,35 @@ pub struct KubeOptions {
     pub namespaces: Vec<String>,
     /// Watch only objects with these labels (a Kubernetes label selector).
     pub label_selector: Option<String>,
+    /// Write each Istio object's status (`serve --kube --write-status`, [`status`]).
+    pub write_status: bool,
 }
 
 /// The Kubernetes source (see the module documentation).
 pub struct KubeSource {
     options: KubeOptions,
     mesh: MeshConfig,
+    /// The objects proxies rejected, for their status.
+    rejections: Option<tokio::sync::watch::Receiver<crate::input::ProxyRejections>>,
 }
 
 impl KubeSource {
     pub fn new(options: KubeOptions, mesh: MeshConfig) -> Self {
-        KubeSource { options, mesh }
+        KubeSource {
+            options,
+            mesh,
+            rejections: None,
+        }
+    }
+
+    /// Where the runtime publishes the objects proxies rejected (NACK): written on their
+    /// status with `--write-status`.
+    pub fn with_rejections(
+        mut self,
+        rejections: tokio::sync::watch::Receiver<crate::input::ProxyRejections>,
+    ) -> Self {
+        self.rejections = Some(rejections);
+        self
     }
 }
 
@@ -132,6 +153,10 @@ impl KubeSource {
     ) -> Result<(), String> {
         let client = self.client().await?;
         let (istio, not_served) = Self::discover(&client).await;
+        let status = self
+            .options
+            .write_status
+            .then(|| status::spawn(client.clone(), self.rejections.clone()));
         let mut config = watcher::Config::default();
         if let Some(selector) = &self.options.label_selector {
             config = config.labels(selector);
@@ -175,6 +200,10 @@ impl KubeSource {
                 _ = sleep_until(rediscover), if rediscover.is_some() => session.rediscover().await,
             }
             if let Some(report) = session.report() {
+                if let Some(status) = &status {
+                    // Only the latest state matters: the writer coalesces.
+                    status.send_replace(session.statuses());
+                }
                 if !on_report(report, session.analysis()) {
                     return Ok(());
                 }

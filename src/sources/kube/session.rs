@@ -49,6 +49,8 @@ struct Watch {
     /// `Kind in namespace`, for logs and errors.
     what: String,
     watched: Watched,
+    /// The resource it watches (where status is written).
+    resource: kube::discovery::ApiResource,
     /// The latest failure to list or start, and when.
     failure: Option<(String, Instant)>,
 }
@@ -110,6 +112,7 @@ impl Session {
                 self.watches.push(Watch {
                     what,
                     watched,
+                    resource: k.resource.clone(),
                     failure: None,
                 });
                 let config = self.scope.config.clone();
@@ -243,6 +246,24 @@ impl Session {
         self.reported = Some(said);
         self.analysis = analysis;
         Some(report)
+    }
+
+    /// What the status of each object of a kind that has status holds now
+    /// ([`status::STATUS_KINDS`](super::status::STATUS_KINDS)).
+    pub fn statuses(&self) -> super::status::Statuses {
+        let mut out = super::status::Statuses::new();
+        for w in &self.watches {
+            if !super::status::STATUS_KINDS.contains(&w.resource.kind.as_str()) {
+                continue;
+            }
+            for (key, error, findings) in w.watched.statuses() {
+                out.insert(
+                    key.clone(),
+                    super::status::ObjectStatus::new(&w.resource, key, error, findings),
+                );
+            }
+        }
+        out
     }
 
     /// The analysis of the last report, with levels (errors first).

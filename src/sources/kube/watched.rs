@@ -167,6 +167,18 @@ impl Watched {
         self.errors.values()
     }
 
+    /// Per object of this watch (held or invalid): the error of its latest version, if it
+    /// is invalid, and the findings of the version in effect; for status writing.
+    pub fn statuses(
+        &self,
+    ) -> impl Iterator<Item = (&ConfigKey, Option<&String>, &[(Level, String)])> {
+        let keys: BTreeSet<&ConfigKey> = self.held.keys().chain(self.errors.keys()).collect();
+        keys.into_iter().map(|k| {
+            let findings = self.findings.get(k).map(Vec::as_slice).unwrap_or_default();
+            (k, self.errors.get(k), findings)
+        })
+    }
+
     /// The analysis of the versions in effect (unsorted).
     pub fn analysis(&self) -> impl Iterator<Item = &(Level, String)> {
         self.findings.values().flatten()

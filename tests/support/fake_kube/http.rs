@@ -33,7 +33,7 @@ fn failure(code: StatusCode, reason: &str, message: &str) -> Response<Body> {
 }
 
 /// Answers one request.
-pub fn handle(store: &Arc<Mutex<Store>>, req: Request<hyper::body::Incoming>) -> Response<Body> {
+pub fn handle(store: &Arc<Mutex<Store>>, req: Request<Bytes>) -> Response<Body> {
     let path = req.uri().path().to_string();
     let query: HashMap<String, String> = req
         .uri()
@@ -60,14 +60,28 @@ pub fn handle(store: &Arc<Mutex<Store>>, req: Request<hyper::body::Incoming>) ->
     {
         return failure(StatusCode::UNAUTHORIZED, "Unauthorized", "Unauthorized");
     }
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    if req.method() == hyper::Method::PATCH {
+        if let ["apis", ISTIO_GROUP, version, "namespaces", ns, plural, name, "status"] =
+            parts.as_slice()
+        {
+            if served(&st, ISTIO_GROUP, version) {
+                let content_type = req
+                    .headers()
+                    .get("content-type")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("");
+                return patch_status(&mut st, version, ns, plural, name, content_type, req.body());
+            }
+        }
+    }
     if req.method() != hyper::Method::GET {
         return failure(
             StatusCode::METHOD_NOT_ALLOWED,
             "MethodNotAllowed",
-            "the fake API server only answers GET (discovery, list, watch)",
+            "the fake API server only answers GET (discovery, list, watch) and merge patches of Istio objects' status",
         );
     }
-    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
     match parts.as_slice() {
         ["version"] => full(
             StatusCode::OK,
@@ -91,6 +105,87 @@ pub fn handle(store: &Arc<Mutex<Store>>, req: Request<hyper::body::Incoming>) ->
             collection(&mut st, group, version, rest, &query, &path)
         }
         _ => not_found(&path),
+    }
+}
+
+/// A merge patch (RFC 7386) of an Istio object's status subresource: only `status` is
+/// taken from the patch.
+fn patch_status(
+    st: &mut Store,
+    version: &str,
+    ns: &str,
+    plural: &str,
+    name: &str,
+    content_type: &str,
+    body: &Bytes,
+) -> Response<Body> {
+    let Some(rtype) = type_of_plural(ISTIO_GROUP, plural) else {
+        return not_found(plural);
+    };
+    let key: Key = (rtype.kind.to_string(), ns.to_string(), name.to_string());
+    *st.status_patches.entry(key.clone()).or_default() += 1;
+    if content_type != "application/merge-patch+json" {
+        return failure(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "UnsupportedMediaType",
+            &format!("the fake takes only merge patches of status, not {content_type:?}"),
+        );
+    }
+    let patch: Value = match serde_json::from_slice(body) {
+        Ok(p) => p,
+        Err(e) => return failure(StatusCode::BAD_REQUEST, "BadRequest", &format!("{e}")),
+    };
+    let Some(mut object) = st.objects.get(&key).cloned() else {
+        return failure(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            &format!("{plural}.{ISTIO_GROUP} \"{name}\" not found"),
+        );
+    };
+    let mut status = object.get("status").cloned().unwrap_or(Value::Null);
+    merge(&mut status, &patch["status"]);
+    match status {
+        Value::Null => {
+            if let Some(map) = object.as_object_mut() {
+                map.remove("status");
+            }
+        }
+        s => object["status"] = s,
+    }
+    st.record("MODIFIED", key.clone(), object);
+    let scope = Scope {
+        rtype,
+        api_version: rtype.api_version(version),
+        namespace: Some(ns.to_string()),
+        selector: Selector::parse("").unwrap_or_else(|e| panic!("the empty selector: {e}")),
+    };
+    full(StatusCode::OK, &scope.served(&st.objects[&key]))
+}
+
+fn type_of_plural(group: &str, plural: &str) -> Option<ResourceType> {
+    TYPES
+        .iter()
+        .copied()
+        .find(|t| t.group == group && t.plural == plural)
+}
+
+/// RFC 7386: objects merge key by key, `null` removes, anything else replaces.
+fn merge(target: &mut Value, patch: &Value) {
+    let Value::Object(patch) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = json!({});
+    }
+    if let Value::Object(map) = target {
+        for (k, v) in patch {
+            if v.is_null() {
+                map.remove(k);
+            } else {
+                merge(map.entry(k.clone()).or_insert(Value::Null), v);
+            }
+        }
     }
 }
 
@@ -209,11 +304,7 @@ fn collection(
         ["namespaces", ns, plural] => (Some(ns.to_string()), *plural),
         _ => return not_found(path),
     };
-    let Some(rtype) = TYPES
-        .iter()
-        .copied()
-        .find(|t| t.group == group && t.plural == plural)
-    else {
+    let Some(rtype) = type_of_plural(group, plural) else {
         return not_found(path);
     };
     if namespace.is_some() && !rtype.namespaced {

@@ -30,9 +30,16 @@
 //! - HTTPS ([`FakeKube::start_tls`]): a self-signed certificate the kubeconfig trusts, so
 //!   the client's TLS path is exercised as in a cluster.
 //!
+//! - Status: a JSON merge patch (`application/merge-patch+json`, RFC 7386) of an Istio
+//!   object's `status` subresource (`PATCH /apis/networking.istio.io/V/namespaces/NS/PLURAL/
+//!   NAME/status`) replaces what the patch names in the object's `status`, bumps its
+//!   resourceVersion and sends `MODIFIED` to the watches, as the API server does;
+//!   [`FakeKube::status_of`] reads it and [`FakeKube::status_patches`] counts the patches.
+//!   [`FakeKube::apply`] keeps the status (as an update of the main resource does).
+//!
 //! Everything is driven by the test, which applies and deletes objects as a script of
-//! events; [`FakeKube::requests`] tells what the client asked. Writes from clients (PATCH,
-//! status subresources) are answered 405.
+//! events; [`FakeKube::requests`] tells what the client asked. Other writes from clients
+//! (other PATCHes, POST, PUT, DELETE) are answered 405.
 
 mod http;
 mod store;
@@ -143,6 +150,15 @@ impl FakeKube {
         let kind = match st.objects.get(&key) {
             Some(old) => {
                 object["metadata"]["uid"] = old["metadata"]["uid"].clone();
+                // The status subresource is not written through the main resource.
+                match old.get("status") {
+                    Some(status) => object["status"] = status.clone(),
+                    None => {
+                        if let Some(map) = object.as_object_mut() {
+                            map.remove("status");
+                        }
+                    }
+                }
                 "MODIFIED"
             }
             None => {
@@ -268,6 +284,22 @@ impl FakeKube {
             .count()
     }
 
+    /// The status of an object (`Null` when it has none or there is no such object).
+    pub fn status_of(&self, kind: &str, namespace: &str, name: &str) -> Value {
+        let key = (kind.to_string(), namespace.to_string(), name.to_string());
+        self.store()
+            .objects
+            .get(&key)
+            .and_then(|o| o.get("status").cloned())
+            .unwrap_or(Value::Null)
+    }
+
+    /// How many status patches an object was sent (answered or not).
+    pub fn status_patches(&self, kind: &str, namespace: &str, name: &str) -> usize {
+        let key = (kind.to_string(), namespace.to_string(), name.to_string());
+        self.store().status_patches.get(&key).copied().unwrap_or(0)
+    }
+
     /// Every request so far, as `METHOD path?query`.
     pub fn requests(&self) -> Vec<String> {
         self.store().requests.clone()
@@ -321,9 +353,19 @@ async fn connection<IO>(io: IO, store: Arc<Mutex<Store>>)
 where
     IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let service = hyper::service::service_fn(move |req| {
-        let response = http::handle(&store, req);
-        async move { Ok::<_, std::convert::Infallible>(response) }
+    let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+        let store = store.clone();
+        async move {
+            use http_body_util::BodyExt;
+            let (parts, body) = req.into_parts();
+            let bytes = body
+                .collect()
+                .await
+                .map(|b| b.to_bytes())
+                .unwrap_or_default();
+            let response = http::handle(&store, hyper::Request::from_parts(parts, bytes));
+            Ok::<_, std::convert::Infallible>(response)
+        }
     });
     // A watch aborted by `drop_connections` ends here with an error: intended.
     let _ = hyper::server::conn::http1::Builder::new()

@@ -236,6 +236,8 @@ pub struct Store {
     pub failing_lists: Vec<String>,
     /// The bearer token every request must carry.
     pub token: String,
+    /// Status patches per object.
+    pub status_patches: HashMap<Key, usize>,
 }
 
 impl Store {
@@ -253,6 +255,7 @@ impl Store {
             max_page: 500,
             quiet: false,
             gone_as_http: false,
+            status_patches: HashMap::new(),
             failing_lists: Vec::new(),
             token,
         }
