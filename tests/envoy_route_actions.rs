@@ -75,7 +75,9 @@ fn route_actions_take_effect_in_envoy() {
     let r = get("/delay", &[]);
     let took = start.elapsed();
     assert_eq!((r.status, r.text().as_str()), (200, "reviews-v1"));
-    assert!(took >= Duration::from_millis(400), "took {took:?}");
+    // Envoy schedules the delay from its event loop's cached clock, which under load may be
+    // a few milliseconds behind: allow that much, far above an undelayed answer (~1 ms).
+    assert!(took >= Duration::from_millis(350), "took {took:?}");
 
     // Redirect and direct response: answered by Envoy.
     let r = get("/old", &[]);
