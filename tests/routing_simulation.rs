@@ -40,6 +40,8 @@ struct Mesh {
     bodies: BTreeMap<ResourceKey, (Resource, isize)>,
     /// The problems the file source reported at the last sync.
     errors: Vec<String>,
+    /// The dataflow's analysis errors in effect (cross-object checks).
+    dataflow_errors: BTreeMap<String, isize>,
 }
 
 impl Mesh {
@@ -61,6 +63,7 @@ impl Mesh {
             held: Materialized::default(),
             bodies: BTreeMap::new(),
             errors: Vec::new(),
+            dataflow_errors: BTreeMap::new(),
         }
     }
 
@@ -74,6 +77,11 @@ impl Mesh {
             })
             .expect("the dataflow engine stopped");
         self.held.apply(&out, false);
+        for (e, d) in &out.errors {
+            let line = format!("{}: {}", e.object, e.message);
+            *self.dataflow_errors.entry(line).or_default() += d;
+        }
+        self.dataflow_errors.retain(|_, d| *d != 0);
         for (r, d) in out.bodies {
             self.bodies.entry(r.key()).or_insert((r, 0)).1 += d;
         }
@@ -422,6 +430,31 @@ fn captured_sidecar_registry_only_blocks_unknown_hosts() {
         &Call::get("reviews", PORT, "/").to_address("203.0.113.7"),
     );
     assert_routes_to(&known, &reviews.cluster(""), &[pod(&reviews, "v1")]);
+}
+
+/// Analysis across objects: a route to a subset no DestinationRule defines is reported (Envoy
+/// answers 503 for it), naming the VirtualService, and the report goes when a rule defines it.
+#[test]
+fn a_route_to_an_undefined_subset_is_reported_until_a_rule_defines_it() {
+    let (mut mesh, reviews, proxy) = sidecar_setup("undefined-subset", &["v1", "v2"]);
+    reviews.write_subset_routing(&Binding::Mesh, &[("v3", 100)]);
+    let o = mesh.send(&proxy, &via_sidecar("reviews", "/reviews/1"));
+    assert_status(&o, 503);
+    let reported: Vec<&String> = mesh.dataflow_errors.keys().collect();
+    assert_eq!(reported.len(), 1, "{reported:?}");
+    assert!(
+        reported[0].contains("VirtualService/default/reviews")
+            && reported[0].contains("subset \"v3\"")
+            && reported[0].contains("no DestinationRule"),
+        "{reported:?}"
+    );
+    reviews.write_destination_rule(&["v1", "v2", "v3"]);
+    mesh.sync_clean();
+    assert!(
+        mesh.dataflow_errors.is_empty(),
+        "{:?}",
+        mesh.dataflow_errors
+    );
 }
 
 /// Mirrors `envoy_sidecar.rs` steps 6–7: deleting the VirtualService restores the default

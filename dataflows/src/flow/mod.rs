@@ -9,6 +9,7 @@
 //! May import: `crate::model`, `crate::rules`, `crate::translate`, `crate::assemble`.
 //! Only [`crate::driver`] (and the benches) build it.
 
+mod analysis;
 mod clusters;
 mod endpoints;
 mod gateways;
@@ -84,6 +85,7 @@ pub fn build<'s>(mesh: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     let specs = scopes::sidecar_specs(&scopes, &i.sidecars);
     let visible = visibility::hosts(&specs, &services.chosen);
 
+    let undefined_subsets = analysis::undefined_subsets(&i.virtual_services, &i.destination_rules);
     let clusters = clusters::outbound(
         mesh,
         &scopes,
@@ -108,7 +110,8 @@ pub fn build<'s>(mesh: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         .concat(routes)
         .concat(listeners)
         .concat(gateways);
-    outputs(scoped, inbound, services.conflicts, proxy_scopes)
+    let errors = services.conflicts.concat(undefined_subsets);
+    outputs(scoped, inbound, errors, proxy_scopes)
 }
 
 /// The stages' results as the outputs the driver captures.
