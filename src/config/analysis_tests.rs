@@ -108,9 +108,9 @@ fn redirects_and_direct_responses_are_routes_of_their_own() {
     let http = &vs(&p).http;
     assert_eq!(http.len(), 3);
     assert!(p.findings.is_empty(), "{:?}", p.findings);
-    let r = http[0].redirect.as_ref().unwrap();
+    let r = http[0].redirect.as_ref().expect("a redirect");
     assert_eq!((r.uri.as_deref(), r.code), (Some("/new"), 302));
-    let d = http[1].direct_response.as_ref().unwrap();
+    let d = http[1].direct_response.as_ref().expect("a direct response");
     assert_eq!((d.status, d.body.as_deref()), (503, Some("down")));
 
     // Istio's validation: one action per route, a known redirect code, a delay's duration,
@@ -164,7 +164,7 @@ fn tls_that_cannot_be_generated_fails_the_clusters_closed() {
     let p = parse(&format!(
         "{DR}  trafficPolicy:\n    tls: {{mode: ISTIO_MUTUAL, sni: x}}\n    proxyProtocol: {{version: V1}}\n"
     ));
-    let policy = dr(&p).traffic_policy.clone().unwrap();
+    let policy = dr(&p).traffic_policy.clone().expect("a traffic policy");
     assert_eq!(policy.unsupported_tls.as_deref(), Some("ISTIO_MUTUAL"));
     assert_eq!(fields(&p, Level::Error), vec!["spec.trafficPolicy.tls"]);
     assert_eq!(
@@ -176,7 +176,14 @@ fn tls_that_cannot_be_generated_fails_the_clusters_closed() {
     let p = parse(&format!(
         "{DR}  trafficPolicy:\n    tls: {{mode: DISABLE}}\n"
     ));
-    assert_eq!(dr(&p).traffic_policy.clone().unwrap().unsupported_tls, None);
+    assert_eq!(
+        dr(&p)
+            .traffic_policy
+            .clone()
+            .expect("a traffic policy")
+            .unsupported_tls,
+        None
+    );
     assert!(p.findings.is_empty(), "{:?}", p.findings);
 
     // SIMPLE and MUTUAL with files are generated (a subset's own here); TLS per port is not
@@ -185,7 +192,10 @@ fn tls_that_cannot_be_generated_fails_the_clusters_closed() {
         "{DR}  subsets:\n  - name: v1\n    labels: {{version: v1}}\n    trafficPolicy: {{tls: {{mode: MUTUAL, clientCertificate: /c.pem, privateKey: /k.pem, caCertificates: /ca.pem, sni: r.example.com, subjectAltNames: [r.example.com]}}}}\n  trafficPolicy:\n    portLevelSettings:\n    - port: {{number: 9080}}\n      tls: {{mode: SIMPLE}}\n      loadBalancer: {{simple: RANDOM}}\n"
     ));
     let d = dr(&p);
-    let sub = d.subsets[0].traffic_policy.as_ref().unwrap();
+    let sub = d.subsets[0]
+        .traffic_policy
+        .as_ref()
+        .expect("the subset's policy");
     assert_eq!(sub.unsupported_tls, None);
     let tls = sub.tls.as_ref().expect("MUTUAL is generated");
     assert_eq!(
@@ -196,7 +206,7 @@ fn tls_that_cannot_be_generated_fails_the_clusters_closed() {
         (tls.ca.as_deref(), tls.sni.as_deref()),
         (Some("/ca.pem"), Some("r.example.com"))
     );
-    let top = d.traffic_policy.as_ref().unwrap();
+    let top = d.traffic_policy.as_ref().expect("the rule's policy");
     assert_eq!(top.unsupported_tls.as_deref(), Some("SIMPLE"));
     assert_eq!(
         fields(&p, Level::Error),

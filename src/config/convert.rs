@@ -469,7 +469,7 @@ fn string_match(sm: &istio::StringMatch, field: &str, mesh: &MeshConfig) -> Resu
 
 /// The routes of a VirtualService that cannot be generated as written: where a match
 /// condition is not read, the route is left out (it would match more than written), as is
-/// one whose action (redirect, direct response, delegation) is not generated.
+/// one that delegates (not generated yet).
 fn routes_not_generated(ignored: &[FieldPath], findings: &mut Vec<Finding>) -> Vec<usize> {
     let mut out = Vec::new();
     report_ignored(ignored, findings, |p| {
@@ -486,15 +486,13 @@ fn routes_not_generated(ignored: &[FieldPath], findings: &mut Vec<Finding>) -> V
                     ),
                 )
             }
-            (Some(ri), Some(action @ ("redirect" | "directResponse" | "delegate"))) => {
-                Finding::error(
-                    p.to_string(),
-                    format!(
-                        "{action} is not supported by meshflow yet; the route spec.http[{ri}] \
-                         is not generated"
-                    ),
-                )
-            }
+            (Some(ri), Some("delegate")) => Finding::error(
+                p.to_string(),
+                format!(
+                    "delegate is not supported by meshflow yet; the route spec.http[{ri}] is \
+                     not generated"
+                ),
+            ),
             _ if matches!(p.key_at(0), Some("tcp" | "tls")) => Finding::warning(
                 p.to_string(),
                 "TCP and TLS routes are not supported by meshflow yet; ignored (no TCP or TLS \
@@ -726,8 +724,10 @@ fn fault(ft: &istio::HttpFaultInjection, f: &str) -> Result<Option<m::Fault>> {
         Some(a) => {
             // grpcStatus and http2Error are reported as not read; no abort is generated.
             let Some(status) = a.http_status else {
-                return Ok((delay.is_some() || a.http_status.is_some())
-                    .then_some(m::Fault { delay, abort: None }));
+                return Ok(delay.map(|d| m::Fault {
+                    delay: Some(d),
+                    abort: None,
+                }));
             };
             if !(200..=599).contains(&status) {
                 return Err(Invalid::field(

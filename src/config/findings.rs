@@ -149,13 +149,13 @@ mod tests {
     use super::*;
     use serde::Deserialize;
 
-    #[derive(Deserialize, Default)]
+    #[derive(Debug, Deserialize, Default)]
     #[serde(default)]
     struct Outer {
         http: Vec<Inner>,
     }
 
-    #[derive(Deserialize, Default)]
+    #[derive(Debug, Deserialize, Default)]
     #[serde(default)]
     struct Inner {
         name: Option<String>,
@@ -166,8 +166,8 @@ mod tests {
         let v: serde_yaml_ng::Value = serde_yaml_ng::from_str(
             "http:\n- name: a\n- name: b\n  fault: {delay: {fixedDelay: 1s}}\ntcp: []\n",
         )
-        .unwrap();
-        let (o, ignored): (Outer, _) = typed_with_ignored(v, "spec").unwrap();
+        .expect("YAML");
+        let (o, ignored): (Outer, _) = typed_with_ignored(v, "spec").expect("valid");
         assert_eq!(o.http.len(), 2);
         assert_eq!(o.http[1].name.as_deref(), Some("b"));
         let names: Vec<String> = ignored.iter().map(|p| p.to_string()).collect();
@@ -179,8 +179,9 @@ mod tests {
 
     #[test]
     fn a_type_error_still_names_its_field() {
-        let v: serde_yaml_ng::Value = serde_yaml_ng::from_str("http:\n- name: [1]\n").unwrap();
-        let e = typed_with_ignored::<Outer>(v, "spec").err().unwrap();
+        let v: serde_yaml_ng::Value =
+            serde_yaml_ng::from_str("http:\n- name: [1]\n").expect("YAML");
+        let e = typed_with_ignored::<Outer>(v, "spec").expect_err("a type error");
         assert_eq!(e.field, "spec.http[0].name");
     }
 }
