@@ -24,7 +24,7 @@ pub fn fixed_clusters(scope: &ScopeKey) -> Vec<Resource> {
 /// listener, plus `virtualOutbound` where traffic is captured. Proxyless clients have no
 /// sockets to listen on.
 pub fn sidecar_fixed_listeners(
-    sc: Option<&Sidecar>,
+    spec: &ScopeSpec,
     interception_none: bool,
     proxyless: bool,
 ) -> Vec<Resource> {
@@ -32,7 +32,7 @@ pub fn sidecar_fixed_listeners(
     if proxyless {
         return out;
     }
-    for l in egress_listeners(sc) {
+    for l in egress_listeners(spec.sidecar.as_ref()) {
         if let Some(port) = &l.port {
             if port.protocol.is_http() {
                 let (addr, bind) = egress_bind(&l, interception_none);
@@ -47,7 +47,7 @@ pub fn sidecar_fixed_listeners(
         }
     }
     if !interception_none {
-        out.push(listener::virtual_outbound(Sidecar::blocks_unknown(sc)));
+        out.push(listener::virtual_outbound(spec.registry_only));
     }
     out
 }
@@ -55,18 +55,18 @@ pub fn sidecar_fixed_listeners(
 /// Route configuration names an explicit egress listener needs even with no services
 /// (none for proxyless clients: their routes exist only for the services they see).
 pub fn sidecar_fixed_routes(
-    sc: Option<&Sidecar>,
+    spec: &ScopeSpec,
     interception_none: bool,
     proxyless: bool,
 ) -> Vec<(u16, bool)> {
     if proxyless {
         return Vec::new();
     }
-    egress_listeners(sc)
+    egress_listeners(spec.sidecar.as_ref())
         .iter()
         .filter_map(|l| {
             let port = l.port.as_ref().filter(|p| p.protocol.is_http())?;
-            let allow_any = !egress_bind(l, interception_none).1 && !Sidecar::blocks_unknown(sc);
+            let allow_any = !egress_bind(l, interception_none).1 && !spec.registry_only;
             Some((port.number, allow_any))
         })
         .collect()

@@ -69,6 +69,7 @@ struct Sessions {
     gateways: InputSession<u64, (ConfigKey, Gateway), isize>,
     sidecars: InputSession<u64, (ConfigKey, Sidecar), isize>,
     proxies: InputSession<u64, (ProxyId, Proxy), isize>,
+    mesh: InputSession<u64, MeshSettings, isize>,
 }
 
 impl Sessions {
@@ -82,6 +83,7 @@ impl Sessions {
             Record::Gateway(g) => self.gateways.update((g.key.clone(), g), diff),
             Record::Sidecar(s) => self.sidecars.update((s.key.clone(), s), diff),
             Record::Proxy(p) => self.proxies.update((p.id.clone(), p), diff),
+            Record::Mesh(m) => self.mesh.update(m, diff),
         }
     }
 
@@ -97,7 +99,8 @@ impl Sessions {
             destination_rules,
             gateways,
             sidecars,
-            proxies
+            proxies,
+            mesh
         );
     }
 }
@@ -137,6 +140,12 @@ impl Engine {
                         let (gateways, s6) = scope.new_collection();
                         let (sidecars, s7) = scope.new_collection();
                         let (proxies, s8) = scope.new_collection();
+                        let (mut mesh_input, s9) = scope.new_collection();
+                        // The built-in settings are always there, below any configured
+                        // ones: the mesh has settings before (and without) a mesh config.
+                        if index == 0 {
+                            mesh_input.insert(MeshSettings::builtin(&mesh));
+                        }
                         let out = build(
                             &mesh,
                             Inputs {
@@ -148,6 +157,7 @@ impl Engine {
                                 gateways: s6,
                                 sidecars: s7,
                                 proxies: s8,
+                                mesh: s9,
                             },
                         );
                         capture(out, &cap, &probe);
@@ -160,6 +170,7 @@ impl Engine {
                             gateways,
                             sidecars,
                             proxies,
+                            mesh: mesh_input,
                         }
                     });
                     if index == 0 {

@@ -14,10 +14,12 @@ pub type ProxyId = String;
 /// Kubernetes-style label set; ordered so records compare and hash deterministically.
 pub type Labels = BTreeMap<String, String>;
 
-/// Mesh-wide settings fixed at start-up.
+/// Mesh-wide settings fixed at start-up: what parsing depends on. The settings that may
+/// change while serving are [`MeshSettings`], an input record like any other.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct MeshConfig {
-    /// Namespace whose Sidecar/DestinationRule act as mesh-wide defaults (`istio-system`).
+    /// Namespace whose Sidecar/DestinationRule act as mesh-wide defaults (`istio-system`)
+    /// until a mesh config says otherwise: the built-in [`MeshSettings`]' root namespace.
     pub root_namespace: String,
     /// Cluster domain suffix (`cluster.local`).
     pub domain_suffix: String,
@@ -37,6 +39,124 @@ impl Default for MeshConfig {
     }
 }
 
+/// Which layer a [`MeshSettings`] record comes from; the highest one present is in effect.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum MeshLayer {
+    /// Istio's defaults with the command line's overrides, inserted by the engine itself,
+    /// so a mesh without a mesh config (or before it is read) has settings.
+    Builtin,
+    /// A mesh config file or ConfigMap (with the command line's overrides on top).
+    Configured,
+}
+
+/// Istio's MeshConfig, the part that changes generated config: an input of the dataflow,
+/// so a change reaches only the proxies whose output it changes.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct MeshSettings {
+    pub layer: MeshLayer,
+    /// The mesh config it was read from (`None`: built in).
+    pub origin: Option<ConfigKey>,
+    /// `rootNamespace`: its namespace-wide Sidecar and its DestinationRules apply mesh-wide.
+    pub root_namespace: String,
+    /// `outboundTrafficPolicy.mode: REGISTRY_ONLY` (a Sidecar's own mode overrides it).
+    pub registry_only: bool,
+    /// `connectTimeout`, for clusters whose DestinationRule sets none.
+    pub connect_timeout_ms: u64,
+    /// `defaultHttpRetryPolicy`, for HTTP routes that set no `retries` (`None`: Istio's
+    /// built-in default, two attempts).
+    pub default_retries: Option<Retries>,
+    /// `defaultServiceExportTo`, `defaultVirtualServiceExportTo`,
+    /// `defaultDestinationRuleExportTo`: the `exportTo` of objects that set none (empty: `*`).
+    pub service_export_to: Vec<String>,
+    pub virtual_service_export_to: Vec<String>,
+    pub destination_rule_export_to: Vec<String>,
+}
+
+/// Istio's default connect timeout (`connectTimeout`).
+pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 10_000;
+
+impl MeshSettings {
+    /// Istio's defaults, in the root namespace of `mesh`.
+    pub fn builtin(mesh: &MeshConfig) -> MeshSettings {
+        MeshSettings {
+            layer: MeshLayer::Builtin,
+            origin: None,
+            root_namespace: mesh.root_namespace.clone(),
+            registry_only: false,
+            connect_timeout_ms: DEFAULT_CONNECT_TIMEOUT_MS,
+            default_retries: None,
+            service_export_to: Vec::new(),
+            virtual_service_export_to: Vec::new(),
+            destination_rule_export_to: Vec::new(),
+        }
+    }
+
+    /// The settings in effect among `candidates`: the highest layer's (the least of equals,
+    /// so the choice is deterministic), else the built-in ones.
+    pub fn in_effect<'a>(
+        candidates: impl IntoIterator<Item = &'a MeshSettings>,
+        mesh: &MeshConfig,
+    ) -> MeshSettings {
+        let mut best: Option<&MeshSettings> = None;
+        for c in candidates {
+            if best.is_none_or(|b| c.layer > b.layer) {
+                best = Some(c);
+            }
+        }
+        best.cloned().unwrap_or_else(|| MeshSettings::builtin(mesh))
+    }
+
+    /// A VirtualService as the mesh defaults complete it: its `exportTo`, and the retry
+    /// policy of HTTP routes that set none.
+    pub fn complete_vs(&self, mut vs: VirtualService) -> VirtualService {
+        if vs.export_to.is_empty() {
+            vs.export_to = self.virtual_service_export_to.clone();
+        }
+        if self.default_retries.is_some() {
+            for http in &mut vs.http {
+                if http.retries.is_none() {
+                    http.retries = self.default_retries.clone();
+                }
+            }
+        }
+        vs
+    }
+
+    /// A DestinationRule with the mesh's default `exportTo` if it sets none.
+    pub fn complete_dr(&self, mut dr: DestinationRule) -> DestinationRule {
+        if dr.export_to.is_empty() {
+            dr.export_to = self.destination_rule_export_to.clone();
+        }
+        dr
+    }
+
+    /// Whether completing records with these settings changes none of them.
+    pub fn completes_nothing(&self) -> bool {
+        self.default_retries.is_none()
+            && self.service_export_to.is_empty()
+            && self.virtual_service_export_to.is_empty()
+            && self.destination_rule_export_to.is_empty()
+    }
+
+    /// Any record as these settings complete it (records that take no default unchanged).
+    pub fn complete(&self, record: Record) -> Record {
+        match record {
+            Record::Service(s) => Record::Service(self.complete_service(s)),
+            Record::VirtualService(v) => Record::VirtualService(self.complete_vs(v)),
+            Record::DestinationRule(d) => Record::DestinationRule(self.complete_dr(d)),
+            other => other,
+        }
+    }
+
+    /// A service with the mesh's default `exportTo` if it sets none.
+    pub fn complete_service(&self, mut svc: Service) -> Service {
+        if svc.export_to.is_empty() {
+            svc.export_to = self.service_export_to.clone();
+        }
+        svc
+    }
+}
+
 /// The kind of an input object, as it appears in error messages and debug output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum Kind {
@@ -51,6 +171,8 @@ pub enum Kind {
     ServiceEntry,
     Sidecar,
     WorkloadEntry,
+    /// Istio's mesh config (a file, or the `istio` ConfigMap's `mesh` key).
+    MeshConfig,
 }
 
 /// Identity of an input object: kind/namespace/name.
@@ -462,13 +584,32 @@ pub struct Sidecar {
     pub egress: Vec<EgressListener>,
     /// `outboundTrafficPolicy.mode: REGISTRY_ONLY`: traffic to hosts outside the registry is
     /// blocked (no `allow_any` virtual host, `virtualOutbound` to `BlackHoleCluster`).
-    pub registry_only: bool,
+    /// `None`: the Sidecar sets no mode, the mesh's `outboundTrafficPolicy` applies.
+    pub registry_only: Option<bool>,
 }
 
-impl Sidecar {
-    /// Whether the Sidecar in effect (if any) blocks traffic to unknown hosts.
-    pub fn blocks_unknown(sc: Option<&Sidecar>) -> bool {
-        sc.is_some_and(|s| s.registry_only)
+/// What a scope's configuration depends on besides the hosts it sees: the Sidecar in effect
+/// (none: defaults; routers see everything exported) and the mesh defaults it applies.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ScopeSpec {
+    pub sidecar: Option<Sidecar>,
+    /// Traffic to hosts outside the registry is blocked: the Sidecar's mode, else the mesh's.
+    pub registry_only: bool,
+    /// The retry policy of routes no VirtualService governs (the mesh's default).
+    pub default_retries: Option<Retries>,
+}
+
+impl ScopeSpec {
+    pub fn new(sidecar: Option<Sidecar>, mesh: &MeshSettings) -> ScopeSpec {
+        let registry_only = sidecar
+            .as_ref()
+            .and_then(|s| s.registry_only)
+            .unwrap_or(mesh.registry_only);
+        ScopeSpec {
+            sidecar,
+            registry_only,
+            default_retries: mesh.default_retries.clone(),
+        }
     }
 }
 
@@ -505,6 +646,8 @@ pub enum Record {
     Gateway(Gateway),
     Sidecar(Sidecar),
     Proxy(Proxy),
+    /// The mesh config in effect (one per layer).
+    Mesh(MeshSettings),
 }
 
 /// xDS resource types, in make-before-break push order.

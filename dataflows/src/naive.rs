@@ -29,11 +29,14 @@ struct View<'a> {
     gateways: BTreeMap<&'a ConfigKey, &'a Gateway>,
     sidecars: Vec<&'a Sidecar>,
     proxies: Vec<&'a Proxy>,
+    /// The mesh settings in effect.
+    mesh: MeshSettings,
 }
 
 impl<'a> View<'a> {
-    fn new(snap: &'a Snapshot) -> Self {
+    fn new(snap: &'a Snapshot, mesh: MeshSettings) -> Self {
         let mut v = View {
+            mesh,
             services: BTreeMap::new(),
             endpoints: Vec::new(),
             workloads: Vec::new(),
@@ -58,6 +61,7 @@ impl<'a> View<'a> {
                 }
                 Record::Sidecar(s) => v.sidecars.push(s),
                 Record::Proxy(p) => v.proxies.push(p),
+                Record::Mesh(_) => {}
             }
         }
         v
@@ -98,14 +102,14 @@ impl<'a> View<'a> {
         out
     }
 
-    fn scope_of(&self, p: &Proxy, mesh: &MeshConfig) -> ScopeKey {
+    fn scope_of(&self, p: &Proxy) -> ScopeKey {
         match p.kind {
             ProxyKind::Sidecar | ProxyKind::Proxyless => {
                 let chosen = self
                     .sidecars
                     .iter()
                     .filter_map(|sc| {
-                        rules::sidecar_rank(sc, p, &mesh.root_namespace).map(|r| (r, &sc.key))
+                        rules::sidecar_rank(sc, p, &self.mesh.root_namespace).map(|r| (r, &sc.key))
                     })
                     .min();
                 rules::sidecar_scope(p, chosen.map(|(_, k)| k.clone()))
@@ -150,18 +154,14 @@ impl<'a> View<'a> {
             .collect()
     }
 
-    fn dr_for(
-        &self,
-        s: &ScopeKey,
-        svc: &Service,
-        mesh: &MeshConfig,
-    ) -> Option<&'a DestinationRule> {
+    fn dr_for(&self, s: &ScopeKey, svc: &Service) -> Option<&'a DestinationRule> {
+        let root = self.mesh.root_namespace.as_str();
         self.drs
             .iter()
             .copied()
             .filter(|dr| dr.host == svc.hostname)
             .filter_map(|dr| {
-                rules::dr_rank(dr, s.namespace(), svc.namespace(), mesh).map(|r| (r, &dr.key, dr))
+                rules::dr_rank(dr, s.namespace(), svc.namespace(), root).map(|r| (r, &dr.key, dr))
             })
             .min_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)))
             .map(|(_, _, dr)| dr)
@@ -193,15 +193,33 @@ impl<'a> View<'a> {
 
 /// Computes every connected proxy's resources from scratch.
 pub fn compute(mesh: &MeshConfig, snap: &Snapshot) -> ProxyConfigs {
-    let v = View::new(snap);
+    let settings = MeshSettings::in_effect(
+        snap.records.iter().filter_map(|r| match r {
+            Record::Mesh(m) => Some(m),
+            _ => None,
+        }),
+        mesh,
+    );
+    // The mesh's defaults complete the records that take them, as the dataflow's `mesh`
+    // stage does; with none to apply (the usual case) the snapshot is used as it is.
+    let completed;
+    let snap = if settings.completes_nothing() {
+        snap
+    } else {
+        completed = Snapshot {
+            records: snap
+                .records
+                .iter()
+                .map(|r| settings.complete(r.clone()))
+                .collect(),
+        };
+        &completed
+    };
+    let v = View::new(snap, settings);
     let eps = v.resolved_endpoints();
     let index = EndpointIndex::new(&eps);
-    let scopes: Vec<(&Proxy, ScopeKey)> = v
-        .proxies
-        .iter()
-        .map(|p| (*p, v.scope_of(p, mesh)))
-        .collect();
-    let scope_clusters = scope_clusters(&v, mesh, &scopes);
+    let scopes: Vec<(&Proxy, ScopeKey)> = v.proxies.iter().map(|p| (*p, v.scope_of(p))).collect();
+    let scope_clusters = scope_clusters(&v, &scopes);
 
     let mut out = ProxyConfigs::new();
     // Identical bodies built for different proxies are kept once (the work of building
@@ -255,7 +273,6 @@ pub fn compute(mesh: &MeshConfig, snap: &Snapshot) -> ProxyConfigs {
 /// built once per scope however many proxies share it.
 fn scope_clusters<'s>(
     v: &View,
-    mesh: &MeshConfig,
     scopes: &'s [(&Proxy, ScopeKey)],
 ) -> BTreeMap<&'s ScopeKey, Vec<(Resource, Option<Labels>)>> {
     let mut scope_clusters: BTreeMap<&ScopeKey, Vec<(Resource, Option<Labels>)>> = BTreeMap::new();
@@ -270,9 +287,12 @@ fn scope_clusters<'s>(
             .collect();
         for h in hosts {
             let svc = v.services[h];
-            for (res, _port, labels) in
-                cluster::outbound_all_for(svc, v.dr_for(s, svc, mesh), s.is_proxyless())
-            {
+            for (res, _port, labels) in cluster::outbound_all_for(
+                svc,
+                v.dr_for(s, svc),
+                s.is_proxyless(),
+                v.mesh.connect_timeout_ms,
+            ) {
                 list.push((res, labels));
             }
         }
@@ -324,12 +344,12 @@ fn sidecar_outbound(
     proxyless: bool,
 ) -> Vec<Resource> {
     let mut res = Vec::new();
-    let spec = v.sidecar_spec(s);
-    let listeners = rules::egress_listeners(spec);
+    let spec = ScopeSpec::new(v.sidecar_spec(s).cloned(), &v.mesh);
+    let listeners = rules::egress_listeners(spec.sidecar.as_ref());
     let mut rows: BTreeMap<u16, (bool, BTreeMap<&str, Option<ResolvedVs>>)> = BTreeMap::new();
     let mut catch_all_ports = BTreeSet::new();
     let mut api_listeners = BTreeSet::new();
-    for (port, allow_any) in assemble::sidecar_fixed_routes(spec, interception_none, proxyless) {
+    for (port, allow_any) in assemble::sidecar_fixed_routes(&spec, interception_none, proxyless) {
         rows.entry(port).or_insert((allow_any, BTreeMap::new()));
     }
     for (idx, hosts) in v.view_hosts(s).into_iter().enumerate() {
@@ -341,7 +361,7 @@ fn sidecar_outbound(
                 svc,
                 interception_none,
                 proxyless,
-                Sidecar::blocks_unknown(spec),
+                spec.registry_only,
             ) {
                 if proxyless {
                     api_listeners.insert((h, port));
@@ -366,13 +386,14 @@ fn sidecar_outbound(
             &mesh.domain_suffix,
             &vhosts,
             allow_any,
+            spec.default_retries.as_ref(),
         ));
     }
     if !interception_none {
         res.extend(catch_all_ports.into_iter().map(assemble::catchall_listener));
     }
     res.extend(assemble::sidecar_fixed_listeners(
-        spec,
+        &spec,
         interception_none,
         proxyless,
     ));

@@ -107,12 +107,7 @@ pub fn host_namespace<'a>(host: &'a str, suffix: &str) -> Option<&'a str> {
 /// Rank of a DestinationRule for a service in `svc_ns`, seen from `scope_ns` (lower wins):
 /// Istio's lookup path is the proxy's namespace, then the service's namespace, then the
 /// root namespace; a rule anywhere else does not apply, whatever it exports.
-pub fn dr_rank(
-    dr: &DestinationRule,
-    scope_ns: &str,
-    svc_ns: &str,
-    mesh: &MeshConfig,
-) -> Option<u8> {
+pub fn dr_rank(dr: &DestinationRule, scope_ns: &str, svc_ns: &str, root_ns: &str) -> Option<u8> {
     let ns = dr.key.namespace.as_str();
     if !exported_to(&dr.export_to, ns, scope_ns) {
         return None;
@@ -121,7 +116,7 @@ pub fn dr_rank(
         Some(0)
     } else if ns == svc_ns {
         Some(1)
-    } else if ns == mesh.root_namespace {
+    } else if ns == root_ns {
         Some(2)
     } else {
         None

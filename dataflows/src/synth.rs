@@ -250,7 +250,7 @@ pub fn records(shape: &Shape, mesh: &MeshConfig) -> Vec<Record> {
         for n in 0..shape.namespaces {
             let ns = namespace(n);
             out.push(Record::Sidecar(Sidecar {
-                registry_only: false,
+                registry_only: None,
                 key: ConfigKey::new(Kind::Sidecar, &ns, "default"),
                 selector: None,
                 egress: vec![EgressListener {

@@ -47,7 +47,7 @@ fn random_record(rng: &mut StdRng, slot: usize) -> Record {
         }
         ports
     };
-    match rng.random_range(0..8) {
+    match rng.random_range(0..9) {
         0 => Record::Service(Service {
             hostname: host(&svc_name, ns),
             origin: ConfigKey::new(Kind::Service, ns, &svc_name),
@@ -157,7 +157,7 @@ fn random_record(rng: &mut StdRng, slot: usize) -> Record {
         6 => {
             let sel = rng.random_bool(0.5).then(|| labels(&[("app", "client")]));
             Record::Sidecar(Sidecar {
-                registry_only: false,
+                registry_only: pick(rng, &[None, Some(false), Some(true)]),
                 key: ConfigKey::new(
                     Kind::Sidecar,
                     pick(rng, &NAMESPACES),
@@ -191,6 +191,36 @@ fn random_record(rng: &mut StdRng, slot: usize) -> Record {
                         },
                     ],
                 },
+            })
+        }
+        7 if rng.random_bool(0.5) => {
+            let export_to = |rng: &mut StdRng| match rng.random_range(0..3) {
+                0 => vec![],
+                1 => vec![".".to_string()],
+                _ => vec!["*".to_string()],
+            };
+            Record::Mesh(MeshSettings {
+                layer: MeshLayer::Configured,
+                origin: Some(ConfigKey::new(Kind::MeshConfig, "istio-system", "istio")),
+                root_namespace: pick(rng, &["istio-system", "other"]).into(),
+                registry_only: rng.random_bool(0.5),
+                connect_timeout_ms: pick(rng, &[10_000, 2_500]),
+                default_retries: match rng.random_range(0..3) {
+                    0 => None,
+                    1 => Some(Retries {
+                        attempts: 0,
+                        per_try_timeout_ms: None,
+                        retry_on: None,
+                    }),
+                    _ => Some(Retries {
+                        attempts: 4,
+                        per_try_timeout_ms: Some(250),
+                        retry_on: Some("5xx".into()),
+                    }),
+                },
+                service_export_to: export_to(rng),
+                virtual_service_export_to: export_to(rng),
+                destination_rule_export_to: export_to(rng),
             })
         }
         _ => {
@@ -235,6 +265,8 @@ fn identity(r: &Record) -> String {
         Record::Gateway(g) => format!("gw/{}", g.key),
         Record::Sidecar(s) => format!("sc/{}", s.key),
         Record::Proxy(p) => format!("px/{}", p.id),
+        // One mesh config, as a mesh config source holds.
+        Record::Mesh(_) => "mesh".into(),
     }
 }
 

@@ -250,7 +250,7 @@ fn px(p: &Proxy) -> Record {
 /// namespace default.
 fn sidecar(ns: &str, name: &str, selector: Option<&[(&str, &str)]>, hosts: &[&str]) -> Record {
     Record::Sidecar(Sidecar {
-        registry_only: false,
+        registry_only: None,
         key: ConfigKey::new(Kind::Sidecar, ns, name),
         selector: selector.map(labels),
         egress: vec![EgressListener {

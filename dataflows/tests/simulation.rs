@@ -284,7 +284,7 @@ fn captured_sidecar_default_route_allow_any_and_passthrough() {
 fn sidecar_without_capture_uses_its_bound_listener_only() {
     let client = proxy(ProxyKind::Sidecar, "sidecar", "client", true);
     let sc = Record::Sidecar(Sidecar {
-        registry_only: false,
+        registry_only: None,
         key: ConfigKey::new(Kind::Sidecar, "default", "client"),
         selector: Some(labels(&[("app", "client")])),
         egress: vec![EgressListener {

@@ -263,7 +263,7 @@ fn sidecar_registry_only_is_read_and_other_fields_are_said() {
     let Record::Sidecar(sc) = &p.records[0] else {
         panic!()
     };
-    assert!(sc.registry_only);
+    assert_eq!(sc.registry_only, Some(true));
     assert!(fields(&p, Level::Error).is_empty());
     assert_eq!(fields(&p, Level::Warning), vec!["spec.ingress"]);
 }

@@ -82,6 +82,20 @@ pub fn protocol_of(name: &str, app_protocol: Option<&str>) -> m::Protocol {
     }
 }
 
+/// An `HTTPRetry` (a route's `retries`, the mesh's `defaultHttpRetryPolicy`) at `field`.
+pub(super) fn retries(rt: &istio::HttpRetry, field: &str) -> Result<m::Retries> {
+    Ok(m::Retries {
+        attempts: u32::try_from(rt.attempts.unwrap_or(0))
+            .map_err(|_| Invalid::field(format!("{field}.attempts"), "must not be negative"))?,
+        per_try_timeout_ms: rt
+            .per_try_timeout
+            .as_deref()
+            .map(|t| parse_duration_ms(t, &format!("{field}.perTryTimeout")))
+            .transpose()?,
+        retry_on: rt.retry_on.clone(),
+    })
+}
+
 /// Istio's duration strings: `1.5s`, `300ms`, `2m`, `1h`.
 pub fn parse_duration_ms(s: &str, field: &str) -> Result<u64> {
     let bad = || {
@@ -150,6 +164,8 @@ pub fn convert(
         Kind::Sidecar => sidecar(key, &value, &mut f),
         Kind::ServiceEntry => service_entry(key, &value, &mut f),
         Kind::WorkloadEntry => workload_entry(key, &value, &mut f),
+        // Read by `config::mesh`, never as an object of a config directory.
+        Kind::MeshConfig => Ok(Vec::new()),
     }?;
     Ok((records, f))
 }
@@ -825,20 +841,11 @@ fn virtual_service(
             .as_deref()
             .map(|t| parse_duration_ms(t, &format!("{f}.timeout")))
             .transpose()?;
-        let retries = match &r.retries {
-            None => None,
-            Some(rt) => Some(m::Retries {
-                attempts: u32::try_from(rt.attempts.unwrap_or(0)).map_err(|_| {
-                    Invalid::field(format!("{f}.retries.attempts"), "must not be negative")
-                })?,
-                per_try_timeout_ms: rt
-                    .per_try_timeout
-                    .as_deref()
-                    .map(|t| parse_duration_ms(t, &format!("{f}.retries.perTryTimeout")))
-                    .transpose()?,
-                retry_on: rt.retry_on.clone(),
-            }),
-        };
+        let retries = r
+            .retries
+            .as_ref()
+            .map(|rt| retries(rt, &format!("{f}.retries")))
+            .transpose()?;
         http.push(m::HttpRoute {
             name: r.name.clone(),
             matches,
@@ -1259,9 +1266,11 @@ fn sidecar(key: &ConfigKey, value: &Value, findings: &mut Vec<Finding>) -> Resul
         .outbound_traffic_policy
         .as_ref()
         .and_then(|o| o.mode.as_deref());
+    // Unset: the mesh config's mode applies.
     let registry_only = match mode {
-        None | Some("ALLOW_ANY") => false,
-        Some("REGISTRY_ONLY") => true,
+        None => None,
+        Some("ALLOW_ANY") => Some(false),
+        Some("REGISTRY_ONLY") => Some(true),
         Some(other) => {
             return Err(Invalid::field(
                 "spec.outboundTrafficPolicy.mode",

@@ -10,6 +10,7 @@
 mod convert;
 pub mod findings;
 pub mod istio;
+pub mod mesh;
 pub mod re2_size;
 
 pub use convert::convert;

@@ -141,7 +141,7 @@ mod tests {
     fn sidecar(name: &str, app: &str) -> (ConfigKey, Record) {
         let key = ConfigKey::new(Kind::Sidecar, "default", name);
         let record = Record::Sidecar(Sidecar {
-            registry_only: false,
+            registry_only: None,
             key: key.clone(),
             selector: Some([("app".to_string(), app.to_string())].into()),
             egress: Vec::new(),

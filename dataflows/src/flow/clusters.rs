@@ -5,6 +5,7 @@
 //! Clusters are built once per group, (host, DestinationRule in effect, for gRPC or Envoy),
 //! not per scope: scopes that agree on a host's rule share the work.
 
+use super::mesh::Mesh;
 use super::visibility::Visible;
 use super::{Built, Coll};
 use crate::assemble;
@@ -31,14 +32,14 @@ pub(super) struct Clusters<'s> {
 }
 
 pub(super) fn outbound<'s>(
-    mesh: &MeshConfig,
+    mesh: &Mesh<'s>,
     scopes: &Coll<'s, ScopeKey>,
     visible: &Visible<'s>,
     drs: Coll<'s, (ConfigKey, DestinationRule)>,
     services: &Coll<'s, (Hostname, Service)>,
 ) -> Clusters<'s> {
     let scope_groups = rule_in_effect(mesh, visible, &drs, services);
-    let group_clusters = per_group(&scope_groups, drs, services);
+    let group_clusters = per_group(&scope_groups, drs, services, mesh);
     // One join gives each scope its clusters and, for provenance, the group they came from.
     let scope_cluster_groups = scope_groups.join_map(group_clusters.clone(), |g, s, c| {
         (s.clone(), c.clone(), g.clone())
@@ -71,25 +72,31 @@ pub(super) fn outbound<'s>(
 /// `(group, scope)` for every host a scope sees: the DestinationRule in effect per
 /// (scope, host), lowest `rules::dr_rank` first, or none.
 fn rule_in_effect<'s>(
-    mesh: &MeshConfig,
+    mesh: &Mesh<'s>,
     visible: &Visible<'s>,
     drs: &Coll<'s, (ConfigKey, DestinationRule)>,
     services: &Coll<'s, (Hostname, Service)>,
 ) -> Coll<'s, (Group, ScopeKey)> {
-    let mesh_dr = mesh.clone();
+    // Each rule with its service's namespace and the root namespace: the three places
+    // Istio looks a rule up.
+    let rules_placed = drs
+        .clone()
+        .map(|(_, dr)| (dr.host.clone(), dr))
+        .join_map(services.clone(), |h, dr, svc| {
+            ((), (h.clone(), dr.clone(), svc.namespace().to_string()))
+        })
+        .join_map(mesh.clone(), |_, (h, dr, svc_ns), m| {
+            (
+                h.clone(),
+                (dr.clone(), svc_ns.clone(), m.root_namespace.clone()),
+            )
+        });
     let dr_chosen = visible
         .host_scopes()
-        .join_map(
-            drs.clone()
-                .map(|(_, dr)| (dr.host.clone(), dr))
-                .join_map(services.clone(), |h, dr, svc| {
-                    (h.clone(), (dr.clone(), svc.namespace().to_string()))
-                }),
-            move |h, s, (dr, svc_ns)| {
-                rules::dr_rank(dr, s.namespace(), svc_ns, &mesh_dr)
-                    .map(|r| ((s.clone(), h.clone()), (r, dr.key.clone())))
-            },
-        )
+        .join_map(rules_placed, move |h, s, (dr, svc_ns, root)| {
+            rules::dr_rank(dr, s.namespace(), svc_ns, root)
+                .map(|r| ((s.clone(), h.clone()), (r, dr.key.clone())))
+        })
         .flat_map(|x| x)
         .reduce(|_, vals, out| out.push((vals[0].0 .1.clone(), 1isize)));
     let scope_host_keyed = visible.scope_hosts.clone().map(|(s, h)| ((s, h), ()));
@@ -110,30 +117,34 @@ fn per_group<'s>(
     scope_groups: &Coll<'s, (Group, ScopeKey)>,
     drs: Coll<'s, (ConfigKey, DestinationRule)>,
     services: &Coll<'s, (Hostname, Service)>,
+    mesh: &Mesh<'s>,
 ) -> Coll<'s, (Group, ClusterRow)> {
     let groups = scope_groups.clone().map(|(g, _)| g).distinct();
-    let groups_svc = groups.join_map(services.clone(), |h, d, svc| {
-        (d.clone(), (h.clone(), svc.clone()))
-    });
+    // The mesh's connect timeout joins once per group, before the rule does.
+    let groups_svc = groups
+        .join_map(services.clone(), |h, d, svc| {
+            ((), (d.clone(), (h.clone(), svc.clone())))
+        })
+        .join_map(mesh.clone(), |_, (d, (h, svc)), m| {
+            (d.clone(), (h.clone(), svc.clone(), m.connect_timeout_ms))
+        });
     groups_svc
         .clone()
-        .flat_map(|((d, grpc), (h, svc))| d.map(|k| (k, (h, svc, grpc))))
-        .join_map(drs, |k, (h, svc, grpc), dr| {
+        .flat_map(|((d, grpc), (h, svc, timeout))| d.map(|k| (k, (h, svc, grpc, timeout))))
+        .join_map(drs, |k, (h, svc, grpc, timeout), dr| {
             (
                 (h.clone(), (Some(k.clone()), *grpc)),
-                cluster::outbound_all_for(svc, Some(dr), *grpc),
+                cluster::outbound_all_for(svc, Some(dr), *grpc, *timeout),
             )
         })
-        .concat(
-            groups_svc
-                .filter(|((d, _), _)| d.is_none())
-                .map(|((_, grpc), (h, svc))| {
-                    (
-                        (h, (None, grpc)),
-                        cluster::outbound_all_for(&svc, None, grpc),
-                    )
-                }),
-        )
+        .concat(groups_svc.filter(|((d, _), _)| d.is_none()).map(
+            |((_, grpc), (h, svc, timeout))| {
+                (
+                    (h, (None, grpc)),
+                    cluster::outbound_all_for(&svc, None, grpc, timeout),
+                )
+            },
+        ))
         .flat_map(|(g, list)| list.into_iter().map(move |c| (g.clone(), c)))
 }
 

@@ -9,16 +9,16 @@ use crate::model::*;
 use crate::translate::listener;
 
 pub(super) fn sidecar<'s>(
-    specs: &Coll<'s, (ScopeKey, Option<Sidecar>)>,
+    specs: &Coll<'s, (ScopeKey, ScopeSpec)>,
     ports: Ports<'s>,
 ) -> Built<'s, ScopeKey> {
     let api = api_listeners(ports);
-    let fixed = specs.clone().flat_map(|(s, sc)| match &s {
+    let fixed = specs.clone().flat_map(|(s, spec)| match &s {
         ScopeKey::Sidecar {
             interception_none,
             proxyless,
             ..
-        } => assemble::sidecar_fixed_listeners(sc.as_ref(), *interception_none, *proxyless)
+        } => assemble::sidecar_fixed_listeners(&spec, *interception_none, *proxyless)
             .into_iter()
             .map(|r| (s.clone(), r))
             .collect(),

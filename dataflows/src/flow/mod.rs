@@ -15,6 +15,7 @@ mod endpoints;
 mod gateways;
 mod inbound;
 mod listeners;
+mod mesh;
 mod routes;
 mod scopes;
 mod services;
@@ -37,6 +38,8 @@ pub struct Inputs<'s> {
     pub gateways: Coll<'s, (ConfigKey, Gateway)>,
     pub sidecars: Coll<'s, (ConfigKey, Sidecar)>,
     pub proxies: Coll<'s, (ProxyId, Proxy)>,
+    /// Mesh settings, one per layer (see [`MeshSettings::in_effect`]).
+    pub mesh: Coll<'s, MeshSettings>,
 }
 
 pub struct Outputs<'s> {
@@ -75,32 +78,38 @@ impl<'s, H: differential_dataflow::ExchangeData> Built<'s, H> {
 }
 
 /// Builds the whole dataflow from its inputs.
-pub fn build<'s>(mesh: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
-    let services = services::one_per_host(i.services);
+pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
+    let mesh = mesh::in_effect(i.mesh, config);
+    let services = services::one_per_host(mesh::complete(
+        i.services,
+        &mesh,
+        MeshSettings::complete_service,
+    ));
+    let virtual_services = mesh::complete(i.virtual_services, &mesh, MeshSettings::complete_vs);
+    let destination_rules = mesh::complete(i.destination_rules, &mesh, MeshSettings::complete_dr);
     let endpoints = endpoints::resolve(i.endpoints, i.workloads, &services.chosen);
 
-    let proxy_scopes =
-        scopes::of_proxies(&mesh.root_namespace, &i.proxies, &i.sidecars, &i.gateways);
+    let proxy_scopes = scopes::of_proxies(&mesh, &i.proxies, &i.sidecars, &i.gateways);
     let scopes = proxy_scopes.clone().map(|(_, s)| s).distinct();
-    let specs = scopes::sidecar_specs(&scopes, &i.sidecars);
+    let specs = scopes::sidecar_specs(&scopes, &i.sidecars, &mesh);
     let visible = visibility::hosts(&specs, &services.chosen);
 
-    let undefined_subsets = analysis::undefined_subsets(&i.virtual_services, &i.destination_rules);
+    let undefined_subsets = analysis::undefined_subsets(&virtual_services, &destination_rules);
     let clusters = clusters::outbound(
-        mesh,
+        &mesh,
         &scopes,
         &visible,
-        i.destination_rules,
+        destination_rules,
         &services.chosen,
     );
     let assignments = endpoints::assignments(clusters.eds, &endpoints);
 
-    let vss = virtual_services::resolve(&i.virtual_services, &services.chosen);
-    let mesh_vss = virtual_services::mesh_in_effect(&i.virtual_services, &visible);
+    let vss = virtual_services::resolve(&virtual_services, &services.chosen);
+    let mesh_vss = virtual_services::mesh_in_effect(&virtual_services, &visible);
     let ports = routes::ports(&visible, &services.chosen, &specs);
-    let routes = routes::sidecar(&mesh.domain_suffix, &specs, &ports, mesh_vss, &vss);
+    let routes = routes::sidecar(&config.domain_suffix, &specs, &ports, mesh_vss, &vss);
     let listeners = listeners::sidecar(&specs, ports);
-    let gateways = gateways::routers(&scopes, i.gateways, i.virtual_services, vss);
+    let gateways = gateways::routers(&scopes, i.gateways, virtual_services, vss);
 
     let inbound = inbound::per_proxy(i.proxies, endpoints);
 

@@ -22,6 +22,9 @@ enum RouteRow {
     Exists {
         allow_any: bool,
     },
+    /// The mesh's default retry policy, for the routes no VirtualService governs; only
+    /// present when the mesh config sets one.
+    DefaultRetries(Retries),
     Vhost {
         allow_any: bool,
         catch_all: bool,
@@ -36,7 +39,7 @@ type Rows<'s> = Coll<'s, ((ScopeKey, u16), RouteRow)>;
 pub(super) fn ports<'s>(
     visible: &super::visibility::Visible<'s>,
     services: &Coll<'s, (Hostname, Service)>,
-    specs: &Coll<'s, (ScopeKey, Option<Sidecar>)>,
+    specs: &Coll<'s, (ScopeKey, ScopeSpec)>,
 ) -> Ports<'s> {
     visible
         .views
@@ -45,7 +48,7 @@ pub(super) fn ports<'s>(
         .join_map(services.clone(), |_, (s, idx), svc| {
             (s.clone(), (*idx, svc.clone()))
         })
-        .join_map(specs.clone(), |s, (idx, svc), sc| {
+        .join_map(specs.clone(), |s, (idx, svc), spec| {
             let ScopeKey::Sidecar {
                 interception_none,
                 proxyless,
@@ -54,8 +57,8 @@ pub(super) fn ports<'s>(
             else {
                 return Vec::new();
             };
-            let listeners = rules::egress_listeners(sc.as_ref());
-            let registry_only = Sidecar::blocks_unknown(sc.as_ref());
+            let listeners = rules::egress_listeners(spec.sidecar.as_ref());
+            let registry_only = spec.registry_only;
             rules::sidecar_route_ports(
                 &listeners,
                 *idx,
@@ -80,7 +83,7 @@ pub(super) fn ports<'s>(
 /// Route configurations and catch-all listeners of sidecar scopes, with their provenance.
 pub(super) fn sidecar<'s>(
     domain_suffix: &str,
-    specs: &Coll<'s, (ScopeKey, Option<Sidecar>)>,
+    specs: &Coll<'s, (ScopeKey, ScopeSpec)>,
     ports: &Ports<'s>,
     mesh_vss: Coll<'s, ((ScopeKey, Hostname), ConfigKey)>,
     vss: &Coll<'s, (ConfigKey, ResolvedVs)>,
@@ -97,7 +100,7 @@ pub(super) fn sidecar<'s>(
 /// One row per virtual host (with its VirtualService, if one is in effect) and one per route
 /// configuration a sidecar must have even with no virtual host.
 fn rows<'s>(
-    specs: &Coll<'s, (ScopeKey, Option<Sidecar>)>,
+    specs: &Coll<'s, (ScopeKey, ScopeSpec)>,
     ports: &Ports<'s>,
     mesh_vss: Coll<'s, ((ScopeKey, Hostname), ConfigKey)>,
     vss: &Coll<'s, (ConfigKey, ResolvedVs)>,
@@ -138,18 +141,31 @@ fn rows<'s>(
             )
         },
     );
-    let route_exists = specs.clone().flat_map(|(s, sc)| match &s {
+    let route_exists = specs.clone().flat_map(|(s, spec)| match &s {
         ScopeKey::Sidecar {
             interception_none,
             proxyless,
             ..
-        } => assemble::sidecar_fixed_routes(sc.as_ref(), *interception_none, *proxyless)
+        } => assemble::sidecar_fixed_routes(&spec, *interception_none, *proxyless)
             .into_iter()
             .map(|(port, allow_any)| ((s.clone(), port), RouteRow::Exists { allow_any }))
             .collect(),
         ScopeKey::Router { .. } => Vec::new(),
     });
-    rows_with_vs.concat(rows_without_vs).concat(route_exists)
+    let rows = rows_with_vs.concat(rows_without_vs).concat(route_exists);
+    // One row per (scope, port) with the mesh's retry default, when there is one: a
+    // change of it rebuilds the scopes' route configurations and nothing else.
+    let retries = rows
+        .clone()
+        .map(|((s, port), _)| (s, port))
+        .distinct()
+        .join_map(
+            specs
+                .clone()
+                .flat_map(|(s, spec)| spec.default_retries.map(|r| (s, r))),
+            |s, port, r| ((s.clone(), *port), RouteRow::DefaultRetries(r.clone())),
+        );
+    rows.concat(retries)
 }
 
 /// Only a sidecar whose traffic is captured has the `0.0.0.0` listeners a catch-all needs.
@@ -222,9 +238,11 @@ fn configs<'s>(rows: Rows<'s>, domain_suffix: &str) -> Coll<'s, (ScopeKey, Resou
         move |(s, port): &(ScopeKey, u16), vals: &[(&RouteRow, isize)], out| {
             let mut allow_any = true;
             let mut vhosts = Vec::new();
+            let mut retries = None;
             for (row, _) in vals {
                 match row {
                     RouteRow::Exists { allow_any: a } => allow_any = *a,
+                    RouteRow::DefaultRetries(r) => retries = Some(r),
                     RouteRow::Vhost {
                         allow_any: a,
                         service,
@@ -237,7 +255,14 @@ fn configs<'s>(rows: Rows<'s>, domain_suffix: &str) -> Coll<'s, (ScopeKey, Resou
                 }
             }
             out.push((
-                route::sidecar_route_config(*port, s.namespace(), &suffix, &vhosts, allow_any),
+                route::sidecar_route_config(
+                    *port,
+                    s.namespace(),
+                    &suffix,
+                    &vhosts,
+                    allow_any,
+                    retries,
+                ),
                 1isize,
             ));
         },

@@ -3,6 +3,7 @@
 //! effect. Proxies of one scope share every scope-level stage downstream, so this is where a
 //! proxy's identity stops mattering to everything but [`super::inbound`].
 
+use super::mesh::Mesh;
 use super::Coll;
 use crate::model::*;
 use crate::rules;
@@ -10,12 +11,12 @@ use crate::rules;
 /// `(proxy, scope)` for every connected proxy: sidecars and proxyless clients by the Sidecar
 /// resource in effect, routers by the Gateways that select them.
 pub(super) fn of_proxies<'s>(
-    root: &str,
+    mesh: &Mesh<'s>,
     proxies: &Coll<'s, (ProxyId, Proxy)>,
     sidecars: &Coll<'s, (ConfigKey, Sidecar)>,
     gateways: &Coll<'s, (ConfigKey, Gateway)>,
 ) -> Coll<'s, (ProxyId, ScopeKey)> {
-    sidecar_scopes(root, proxies, sidecars).concat(router_scopes(proxies, gateways))
+    sidecar_scopes(mesh, proxies, sidecars).concat(router_scopes(proxies, gateways))
 }
 
 /// (namespace or "", label key, label value).
@@ -55,7 +56,7 @@ fn candidates<'s, T: differential_dataflow::ExchangeData>(
 /// else its namespace's default (1), else the root namespace's default (2).
 /// Proxyless gRPC clients are scoped by Sidecar resources like sidecars are.
 fn sidecar_scopes<'s>(
-    root: &str,
+    mesh: &Mesh<'s>,
     proxies: &Coll<'s, (ProxyId, Proxy)>,
     sidecars: &Coll<'s, (ConfigKey, Sidecar)>,
 ) -> Coll<'s, (ProxyId, ScopeKey)> {
@@ -69,11 +70,10 @@ fn sidecar_scopes<'s>(
             .and_then(|s| s.iter().next().map(|(k, v)| (k.clone(), v.clone())));
         first.map(|(k, v)| ((sc.key.namespace.clone(), k, v), sc))
     });
-    let root_s = root.to_string();
-    let cand_sel =
-        candidates(&sidecar_proxies, true, sc_by_first_label).flat_map(move |(id, (sc, p))| {
-            rules::sidecar_rank(&sc, &p, &root_s).map(|r| (id, (r, sc.key)))
-        });
+    // A Sidecar with a selector ranks 0 in its own namespace and not at all elsewhere:
+    // the root namespace's rank is for namespace-wide ones only, so none is passed here.
+    let cand_sel = candidates(&sidecar_proxies, true, sc_by_first_label)
+        .flat_map(move |(id, (sc, p))| rules::sidecar_rank(&sc, &p, "").map(|r| (id, (r, sc.key))));
     let defaults = sidecars.clone().filter(|(_, sc)| sc.selector.is_none());
     let cand_ns = sidecar_proxies
         .clone()
@@ -82,16 +82,16 @@ fn sidecar_scopes<'s>(
             defaults.clone().map(|(k, _)| (k.namespace.clone(), k)),
             |_, id, k| (id.clone(), (1u8, k.clone())),
         );
-    let (root_c, root_c2) = (root.to_string(), root.to_string());
+    // The root namespace's default, for every proxy: the root namespace is the mesh
+    // config's, so it joins through the settings in effect.
+    let root_defaults = mesh.clone().map(|(_, m)| (m.root_namespace, ())).join_map(
+        defaults.map(|(k, _)| (k.namespace.clone(), k)),
+        |_, _, k| ((), k.clone()),
+    );
     let cand_root = sidecar_proxies
         .clone()
-        .map(move |(id, _)| (root_c.clone(), id))
-        .join_map(
-            defaults
-                .filter(move |(k, _)| k.namespace == root_c2)
-                .map(|(k, _)| (k.namespace.clone(), k)),
-            |_, id, k| (id.clone(), (2u8, k.clone())),
-        );
+        .map(|(id, _)| ((), id))
+        .join_map(root_defaults, |_, id, k| (id.clone(), (2u8, k.clone())));
     let chosen_sc = cand_sel
         .concat(cand_ns)
         .concat(cand_root)
@@ -156,11 +156,13 @@ fn router_scopes<'s>(
     routers_scoped.concat(routers_unscoped)
 }
 
-/// Scope → the Sidecar spec in effect (None: defaults; routers see everything exported).
+/// Scope → its spec: the Sidecar in effect (None: defaults; routers see everything
+/// exported) with the mesh defaults it applies.
 pub(super) fn sidecar_specs<'s>(
     scopes: &Coll<'s, ScopeKey>,
     sidecars: &Coll<'s, (ConfigKey, Sidecar)>,
-) -> Coll<'s, (ScopeKey, Option<Sidecar>)> {
+    mesh: &Mesh<'s>,
+) -> Coll<'s, (ScopeKey, ScopeSpec)> {
     scopes
         .clone()
         .flat_map(|s| match &s {
@@ -184,4 +186,8 @@ pub(super) fn sidecar_specs<'s>(
                 })
                 .map(|s| (s, None)),
         )
+        .map(|row| ((), row))
+        .join_map(mesh.clone(), |_, (s, sc), m| {
+            (s.clone(), ScopeSpec::new(sc.clone(), m))
+        })
 }

@@ -23,12 +23,15 @@ impl<'s> Visible<'s> {
 /// Joined on the namespace a pattern names so a scoped Sidecar never meets services outside
 /// its namespaces (`*/` patterns join on [`NsKey::Any`], which every service is also under).
 pub(super) fn hosts<'s>(
-    specs: &Coll<'s, (ScopeKey, Option<Sidecar>)>,
+    specs: &Coll<'s, (ScopeKey, ScopeSpec)>,
     services: &Coll<'s, (Hostname, Service)>,
 ) -> Visible<'s> {
-    let view_rules = specs.clone().flat_map(|(s, sc)| {
+    let view_rules = specs.clone().flat_map(|(s, spec)| {
         let mut rows = Vec::new();
-        for (idx, l) in rules::egress_listeners(sc.as_ref()).iter().enumerate() {
+        for (idx, l) in rules::egress_listeners(spec.sidecar.as_ref())
+            .iter()
+            .enumerate()
+        {
             for pattern in &l.hosts {
                 if let Some((ns, host)) = rules::egress_pattern(pattern, s.namespace()) {
                     rows.push((ns, ((s.clone(), idx), host)));

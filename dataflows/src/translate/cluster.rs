@@ -4,7 +4,7 @@
 use super::{ads, duration_ms, inbound_cluster_name, outbound_cluster_name, socket_address};
 use crate::model::{
     ConnectionPool, DestinationRule, LoadBalancer, OutlierDetection, Resolution, Resource,
-    ResourceType, Service, ServicePort, TrafficPolicy,
+    ResourceType, Service, ServicePort, TrafficPolicy, DEFAULT_CONNECT_TIMEOUT_MS,
 };
 use envoy_types::pb::envoy::config::cluster::v3::circuit_breakers::Thresholds;
 use envoy_types::pb::envoy::config::cluster::v3::cluster::CommonLbConfig;
@@ -26,9 +26,6 @@ use envoy_types::pb::envoy::r#type::v3::Percent;
 use envoy_types::pb::google::protobuf::UInt32Value;
 use envoy_types::util::pack_any;
 use prost::Message;
-
-/// Istio's default connect timeout.
-const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 10_000;
 
 /// The subset-specific policy overrides the rule-wide one, field by field.
 fn effective_policy(dr: Option<&DestinationRule>, subset: Option<&str>) -> TrafficPolicy {
@@ -67,15 +64,14 @@ fn outbound(
     dr: Option<&DestinationRule>,
     subset: Option<&str>,
     grpc: bool,
+    connect_timeout_ms: u64,
 ) -> Resource {
     let name = outbound_cluster_name(port.port, subset, &service.hostname);
     let policy = effective_policy(dr, subset);
     let mut cluster = Cluster {
         name: name.clone(),
         connect_timeout: Some(duration_ms(
-            policy
-                .connect_timeout_ms
-                .unwrap_or(DEFAULT_CONNECT_TIMEOUT_MS),
+            policy.connect_timeout_ms.unwrap_or(connect_timeout_ms),
         )),
         // Istio's default is LEAST_REQUEST.
         lb_policy: match policy.load_balancer {
@@ -413,7 +409,7 @@ pub fn outbound_all(
     service: &Service,
     dr: Option<&DestinationRule>,
 ) -> Vec<(Resource, u16, Option<crate::model::Labels>)> {
-    outbound_all_for(service, dr, false)
+    outbound_all_for(service, dr, false, DEFAULT_CONNECT_TIMEOUT_MS)
 }
 
 /// As [`outbound_all`], for Envoy (`grpc: false`) or proxyless gRPC clients (`grpc: true`).
@@ -421,19 +417,17 @@ pub fn outbound_all_for(
     service: &Service,
     dr: Option<&DestinationRule>,
     grpc: bool,
+    connect_timeout_ms: u64,
 ) -> Vec<(Resource, u16, Option<crate::model::Labels>)> {
     let mut out = Vec::new();
     let eds = service.resolution == Resolution::Static;
+    let outbound = |port, subset| outbound(service, port, dr, subset, grpc, connect_timeout_ms);
     for port in &service.ports {
         let labels = eds.then(crate::model::Labels::new);
-        out.push((outbound(service, port, dr, None, grpc), port.port, labels));
+        out.push((outbound(port, None), port.port, labels));
         for subset in dr.map(|d| d.subsets.as_slice()).unwrap_or(&[]) {
             let labels = eds.then(|| subset.labels.clone());
-            out.push((
-                outbound(service, port, dr, Some(&subset.name), grpc),
-                port.port,
-                labels,
-            ));
+            out.push((outbound(port, Some(&subset.name)), port.port, labels));
         }
     }
     out

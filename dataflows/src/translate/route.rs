@@ -5,7 +5,7 @@
 use super::{duration_ms, outbound_cluster_name, PASSTHROUGH_CLUSTER};
 use crate::model::{
     DirectResponse, Fault, HeaderEdits, HttpMatch, HttpRoute, PerMillion, Redirect, ResolvedVs,
-    Resource, ResourceType, RouteDestination, Service, StringMatch,
+    Resource, ResourceType, Retries, RouteDestination, Service, StringMatch,
 };
 use envoy_types::pb::envoy::config::core::v3::{
     data_source, header_value_option::HeaderAppendAction, DataSource, HeaderValue,
@@ -63,7 +63,13 @@ fn default_retry_policy() -> RetryPolicy {
 /// A VirtualService's `retries`, on top of the default policy. `retryOn` may mix Envoy
 /// retry conditions and HTTP status codes (`503,connect-failure`), as Istio accepts.
 fn retry_policy(route: &HttpRoute) -> Option<RetryPolicy> {
-    let r = match &route.retries {
+    retries_policy(route.retries.as_ref())
+}
+
+/// `retries` (a route's, or the mesh's `defaultHttpRetryPolicy`) as Envoy's policy; none:
+/// Istio's built-in default; zero attempts: no retries at all.
+fn retries_policy(retries: Option<&Retries>) -> Option<RetryPolicy> {
+    let r = match retries {
         None => return Some(default_retry_policy()),
         Some(r) if r.attempts == 0 => return None,
         Some(r) => r,
@@ -396,7 +402,7 @@ pub fn vs_routes(
     out
 }
 
-fn default_route(service: &Service, port: u16) -> Route {
+fn default_route(service: &Service, port: u16, retries: Option<&Retries>) -> Route {
     Route {
         name: "default".into(),
         r#match: Some(route_match(None)),
@@ -407,7 +413,7 @@ fn default_route(service: &Service, port: u16) -> Route {
                 &service.hostname,
             ))),
             timeout: Some(duration_ms(0)),
-            retry_policy: Some(default_retry_policy()),
+            retry_policy: retries_policy(retries),
             ..Default::default()
         })),
         ..Default::default()
@@ -450,6 +456,7 @@ pub fn sidecar_route_config(
     domain_suffix: &str,
     vhosts: &[SidecarVhost],
     allow_any: bool,
+    default_retries: Option<&Retries>,
 ) -> Resource {
     let mut sorted: Vec<&SidecarVhost> = vhosts.iter().collect();
     sorted.sort_by(|a, b| a.0.hostname.cmp(&b.0.hostname));
@@ -460,7 +467,7 @@ pub fn sidecar_route_config(
             domains: domains(&svc.hostname, port, proxy_ns, domain_suffix),
             routes: match vs {
                 Some(vs) => vs_routes(vs, port, &[MESH.to_string()], Some(proxy_ns)),
-                None => vec![default_route(svc, port)],
+                None => vec![default_route(svc, port, default_retries)],
             },
             ..Default::default()
         })

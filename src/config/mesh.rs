@@ -1,0 +1,378 @@
+//! Istio's mesh config: the `mesh` and `meshNetworks` keys of the `istio` ConfigMap (or
+//! the files they are mounted as), read into the dataflow's [`MeshSettings`] with the field
+//! names and defaults of Istio's MeshConfig. Every field meshflow does not act on is reported
+//! by name (the same rule as for networking objects); a value meshflow cannot accept
+//! rejects the whole config, naming the field, so the last valid one stays in effect.
+
+use super::convert::{parse_duration_ms, retries};
+use super::findings::{typed_with_ignored, Finding, IGNORED};
+use super::{istio, Invalid};
+use dataflows::model::{ConfigKey, MeshConfig, MeshLayer, MeshSettings};
+use serde::Deserialize;
+use serde_yaml_ng::Value;
+use std::collections::BTreeMap;
+
+/// The fields of MeshConfig meshflow reads; every other one is reported as ignored.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct MeshConfigSpec {
+    root_namespace: Option<String>,
+    trust_domain: Option<String>,
+    outbound_traffic_policy: Option<OutboundTrafficPolicy>,
+    connect_timeout: Option<String>,
+    default_http_retry_policy: Option<istio::HttpRetry>,
+    default_service_export_to: Option<Vec<String>>,
+    default_virtual_service_export_to: Option<Vec<String>>,
+    default_destination_rule_export_to: Option<Vec<String>>,
+    enable_auto_mtls: Option<bool>,
+    locality_lb_setting: Option<Value>,
+    protocol_detection_timeout: Option<String>,
+    default_config: Option<ProxyConfigSpec>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct OutboundTrafficPolicy {
+    mode: Option<String>,
+}
+
+/// `defaultConfig`: the proxies' own settings; only `discoveryAddress` is named here (to
+/// say it is not used), the rest are reported as ignored.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct ProxyConfigSpec {
+    discovery_address: Option<String>,
+}
+
+/// `meshNetworks`: parsed so its content is reported, not acted on.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct MeshNetworksSpec {
+    networks: BTreeMap<String, Value>,
+}
+
+/// Settings the command line sets over any mesh config.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MeshOverrides {
+    pub root_namespace: Option<String>,
+}
+
+/// A mesh config read: the settings it puts in effect and what it says about its fields.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParsedMesh {
+    pub settings: MeshSettings,
+    pub findings: Vec<Finding>,
+}
+
+/// The identity of the mesh config in inputs, history and errors.
+pub fn mesh_config_key(namespace: &str, name: &str) -> ConfigKey {
+    ConfigKey::new(dataflows::model::Kind::MeshConfig, namespace, name)
+}
+
+/// Reads a MeshConfig (the `mesh` key's YAML; empty means Istio's defaults) and the
+/// optional `meshNetworks` YAML. `base` gives the root namespace when neither the config
+/// nor `overrides` set one.
+pub fn parse_mesh(
+    mesh_yaml: &str,
+    networks_yaml: Option<&str>,
+    origin: ConfigKey,
+    base: &MeshConfig,
+    overrides: &MeshOverrides,
+) -> Result<ParsedMesh, Invalid> {
+    let (spec, ignored): (MeshConfigSpec, _) = typed_with_ignored(document(mesh_yaml)?, "mesh")?;
+    let mut findings: Vec<Finding> = ignored
+        .iter()
+        .map(|p| Finding::warning(p.to_string(), IGNORED))
+        .collect();
+    let mut settings = MeshSettings::builtin(base);
+    settings.layer = MeshLayer::Configured;
+    settings.origin = Some(origin);
+    if let Some(ns) = &spec.root_namespace {
+        if ns.is_empty() {
+            return Err(Invalid::field("mesh.rootNamespace", "must not be empty"));
+        }
+        settings.root_namespace = ns.clone();
+    }
+    if let Some(ns) = &overrides.root_namespace {
+        settings.root_namespace = ns.clone();
+    }
+    settings.registry_only = match spec
+        .outbound_traffic_policy
+        .as_ref()
+        .and_then(|o| o.mode.as_deref())
+    {
+        None | Some("ALLOW_ANY") => false,
+        Some("REGISTRY_ONLY") => true,
+        Some(other) => {
+            return Err(Invalid::field(
+                "mesh.outboundTrafficPolicy.mode",
+                format!("unknown mode {other:?} (ALLOW_ANY, REGISTRY_ONLY)"),
+            ))
+        }
+    };
+    if let Some(t) = &spec.connect_timeout {
+        let ms = parse_duration_ms(t, "mesh.connectTimeout")?;
+        if ms == 0 {
+            // Envoy refuses a cluster whose connect timeout is zero.
+            return Err(Invalid::field(
+                "mesh.connectTimeout",
+                "must be greater than 0",
+            ));
+        }
+        settings.connect_timeout_ms = ms;
+    }
+    settings.default_retries = spec
+        .default_http_retry_policy
+        .as_ref()
+        .map(|r| retries(r, "mesh.defaultHttpRetryPolicy"))
+        .transpose()?;
+    for (field, value, out) in [
+        (
+            "mesh.defaultServiceExportTo",
+            &spec.default_service_export_to,
+            &mut settings.service_export_to,
+        ),
+        (
+            "mesh.defaultVirtualServiceExportTo",
+            &spec.default_virtual_service_export_to,
+            &mut settings.virtual_service_export_to,
+        ),
+        (
+            "mesh.defaultDestinationRuleExportTo",
+            &spec.default_destination_rule_export_to,
+            &mut settings.destination_rule_export_to,
+        ),
+    ] {
+        if let Some(v) = value {
+            *out = export_to(v, field)?;
+        }
+    }
+    findings.extend(unused_fields(&spec));
+    if let Some(text) = networks_yaml {
+        findings.extend(mesh_networks(text)?);
+    }
+    Ok(ParsedMesh { settings, findings })
+}
+
+/// The fields Istio acts on that meshflow reads and cannot act on: said, never silent.
+fn unused_fields(spec: &MeshConfigSpec) -> Vec<Finding> {
+    let mut out = Vec::new();
+    // Istio's default is on; a user coming from Istio believes sidecar-to-sidecar traffic
+    // is encrypted unless told otherwise, so this is said unless it is switched off.
+    if spec.enable_auto_mtls != Some(false) {
+        out.push(Finding::warning(
+            "mesh.enableAutoMtls",
+            "meshflow issues no workload certificates: traffic between sidecars stays \
+             plaintext unless a DestinationRule sets tls mode SIMPLE or MUTUAL",
+        ));
+    }
+    if spec.trust_domain.is_some() {
+        out.push(Finding::warning(
+            "mesh.trustDomain",
+            "not used: meshflow issues no workload certificates (ISTIO_MUTUAL fails closed)",
+        ));
+    }
+    if spec.locality_lb_setting.is_some() {
+        out.push(Finding::warning("mesh.localityLbSetting", IGNORED));
+    }
+    if spec.protocol_detection_timeout.is_some() {
+        out.push(Finding::warning(
+            "mesh.protocolDetectionTimeout",
+            "not used: meshflow does not sniff protocols; a port's protocol comes from its \
+             name or appProtocol",
+        ));
+    }
+    if spec
+        .default_config
+        .as_ref()
+        .is_some_and(|d| d.discovery_address.is_some())
+    {
+        out.push(Finding::warning(
+            "mesh.defaultConfig.discoveryAddress",
+            "not used: proxies read it from their own bootstrap",
+        ));
+    }
+    out
+}
+
+/// `meshNetworks`: parsed and reported; multi-network routing is not generated.
+fn mesh_networks(text: &str) -> Result<Vec<Finding>, Invalid> {
+    let (spec, ignored): (MeshNetworksSpec, _) =
+        typed_with_ignored(document(text)?, "meshNetworks")?;
+    let mut out: Vec<Finding> = ignored
+        .iter()
+        .map(|p| Finding::warning(p.to_string(), IGNORED))
+        .collect();
+    if !spec.networks.is_empty() {
+        let names: Vec<&str> = spec.networks.keys().map(String::as_str).collect();
+        out.push(Finding::warning(
+            "meshNetworks.networks",
+            format!(
+                "{} network(s) ({}): multi-network is not supported by meshflow yet; every \
+                 endpoint is treated as reachable directly",
+                names.len(),
+                names.join(", ")
+            ),
+        ));
+    }
+    Ok(out)
+}
+
+/// One YAML document; empty text is an empty config (Istio's defaults).
+fn document(text: &str) -> Result<Value, Invalid> {
+    let value: Value =
+        serde_yaml_ng::from_str(text).map_err(|e| Invalid::field("", e.to_string()))?;
+    Ok(match value {
+        Value::Null => Value::Mapping(Default::default()),
+        v => v,
+    })
+}
+
+/// An `exportTo` list: `*`, `.`, `~` or namespace names.
+fn export_to(values: &[String], field: &str) -> Result<Vec<String>, Invalid> {
+    for (i, v) in values.iter().enumerate() {
+        let ok = matches!(v.as_str(), "*" | "." | "~")
+            || (!v.is_empty()
+                && v.len() <= 63
+                && v.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'));
+        if !ok {
+            return Err(Invalid::field(
+                format!("{field}[{i}]"),
+                format!("{v:?} is not *, ., ~ or a namespace name"),
+            ));
+        }
+    }
+    Ok(values.to_vec())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Level;
+
+    fn parse(text: &str) -> Result<ParsedMesh, Invalid> {
+        parse_mesh(
+            text,
+            None,
+            mesh_config_key("", "mesh"),
+            &MeshConfig::default(),
+            &MeshOverrides::default(),
+        )
+    }
+
+    fn fields(p: &ParsedMesh) -> Vec<&str> {
+        p.findings.iter().map(|f| f.field.as_str()).collect()
+    }
+
+    #[test]
+    fn empty_config_is_istios_defaults_configured() {
+        let p = parse("").unwrap();
+        let mut builtin = MeshSettings::builtin(&MeshConfig::default());
+        builtin.layer = MeshLayer::Configured;
+        builtin.origin = Some(mesh_config_key("", "mesh"));
+        assert_eq!(p.settings, builtin);
+        // Auto mTLS is Istio's default, so its absence is said too.
+        assert_eq!(fields(&p), vec!["mesh.enableAutoMtls"]);
+    }
+
+    #[test]
+    fn read_fields_take_effect() {
+        let p = parse(
+            "rootNamespace: mesh-root\noutboundTrafficPolicy: {mode: REGISTRY_ONLY}\n\
+             connectTimeout: 2.5s\ndefaultHttpRetryPolicy: {attempts: 4, perTryTimeout: 250ms, \
+             retryOn: 5xx}\ndefaultServiceExportTo: ['.']\ndefaultVirtualServiceExportTo: ['*']\n\
+             defaultDestinationRuleExportTo: ['~']\nenableAutoMtls: false\n",
+        )
+        .unwrap();
+        let s = &p.settings;
+        assert_eq!(s.root_namespace, "mesh-root");
+        assert!(s.registry_only);
+        assert_eq!(s.connect_timeout_ms, 2500);
+        let r = s.default_retries.as_ref().unwrap();
+        assert_eq!(
+            (r.attempts, r.per_try_timeout_ms, r.retry_on.as_deref()),
+            (4, Some(250), Some("5xx"))
+        );
+        assert_eq!(s.service_export_to, vec!["."]);
+        assert_eq!(s.virtual_service_export_to, vec!["*"]);
+        assert_eq!(s.destination_rule_export_to, vec!["~"]);
+        assert!(p.findings.is_empty(), "{:?}", p.findings);
+    }
+
+    #[test]
+    fn the_command_line_overrides_the_root_namespace() {
+        let p = parse_mesh(
+            "rootNamespace: from-file\n",
+            None,
+            mesh_config_key("", "mesh"),
+            &MeshConfig::default(),
+            &MeshOverrides {
+                root_namespace: Some("from-flag".into()),
+            },
+        )
+        .unwrap();
+        assert_eq!(p.settings.root_namespace, "from-flag");
+    }
+
+    #[test]
+    fn unread_and_unused_fields_are_named() {
+        let p = parse_mesh(
+            "enableTracing: true\ntrustDomain: example.org\nlocalityLbSetting: {enabled: true}\n\
+             protocolDetectionTimeout: 1s\ndefaultConfig:\n  discoveryAddress: istiod:15012\n  \
+             concurrency: 2\nenableAutoMtls: true\n",
+            Some("networks:\n  network1: {endpoints: [{fromRegistry: Kubernetes}]}\nextra: 1\n"),
+            mesh_config_key("", "mesh"),
+            &MeshConfig::default(),
+            &MeshOverrides::default(),
+        )
+        .unwrap();
+        let mut f = fields(&p);
+        f.sort();
+        assert_eq!(
+            f,
+            vec![
+                "mesh.defaultConfig.concurrency",
+                "mesh.defaultConfig.discoveryAddress",
+                "mesh.enableAutoMtls",
+                "mesh.enableTracing",
+                "mesh.localityLbSetting",
+                "mesh.protocolDetectionTimeout",
+                "mesh.trustDomain",
+                "meshNetworks.extra",
+                "meshNetworks.networks",
+            ]
+        );
+        assert!(p.findings.iter().all(|f| f.level == Level::Warning));
+        let networks = p
+            .findings
+            .iter()
+            .find(|f| f.field == "meshNetworks.networks");
+        assert!(networks.unwrap().message.contains("network1"));
+    }
+
+    #[test]
+    fn invalid_values_name_their_field() {
+        for (text, field) in [
+            (
+                "outboundTrafficPolicy: {mode: SOMETIMES}\n",
+                "mesh.outboundTrafficPolicy.mode",
+            ),
+            ("connectTimeout: soon\n", "mesh.connectTimeout"),
+            ("connectTimeout: 0s\n", "mesh.connectTimeout"),
+            (
+                "defaultHttpRetryPolicy: {attempts: -1}\n",
+                "mesh.defaultHttpRetryPolicy.attempts",
+            ),
+            (
+                "defaultServiceExportTo: ['Not A Namespace']\n",
+                "mesh.defaultServiceExportTo[0]",
+            ),
+            ("rootNamespace: ''\n", "mesh.rootNamespace"),
+            ("connectTimeout: [1]\n", "mesh.connectTimeout"),
+        ] {
+            let e = parse(text).expect_err(text);
+            assert_eq!(e.field, field, "{text}: {e:?}");
+        }
+    }
+}
