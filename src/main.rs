@@ -21,9 +21,18 @@ struct Cli {
 
 #[derive(clap::Args)]
 struct MeshArgs {
-    /// Namespace whose Sidecar and DestinationRules apply mesh-wide.
-    #[arg(long, default_value = "istio-system")]
-    root_namespace: String,
+    /// Istio's mesh config (the `mesh` key of the `istio` ConfigMap, as istiod mounts it):
+    /// watched; a change reaches the proxies it changes without a restart. An invalid
+    /// config is reported naming its field, and the last valid one stays in effect.
+    #[arg(long, value_name = "FILE")]
+    mesh_config: Option<PathBuf>,
+    /// Istio's `meshNetworks` (parsed and reported; multi-network is not generated yet).
+    #[arg(long, value_name = "FILE", requires = "mesh_config")]
+    mesh_networks: Option<PathBuf>,
+    /// Namespace whose Sidecar and DestinationRules apply mesh-wide; overrides the mesh
+    /// config's `rootNamespace` [default: istio-system].
+    #[arg(long)]
+    root_namespace: Option<String>,
     /// The cluster's DNS domain suffix.
     #[arg(long, default_value = "cluster.local")]
     domain_suffix: String,
@@ -35,9 +44,30 @@ struct MeshArgs {
 }
 
 impl MeshArgs {
+    /// What the command line sets over a mesh config.
+    fn overrides(&self) -> meshflow::config::mesh::MeshOverrides {
+        meshflow::config::mesh::MeshOverrides {
+            root_namespace: self.root_namespace.clone(),
+        }
+    }
+
+    /// The mesh config source, if a file is given.
+    fn source(&self) -> Option<meshflow::sources::mesh::MeshFileSource> {
+        let path = self.mesh_config.clone()?;
+        Some(meshflow::sources::mesh::MeshFileSource::new(
+            path,
+            self.mesh_networks.clone(),
+            self.mesh(),
+            self.overrides(),
+        ))
+    }
+
     fn mesh(&self) -> MeshConfig {
         MeshConfig {
-            root_namespace: self.root_namespace.clone(),
+            root_namespace: self
+                .root_namespace
+                .clone()
+                .unwrap_or_else(|| "istio-system".into()),
             domain_suffix: self.domain_suffix.clone(),
             max_regex_program_size: self.max_regex_program_size,
         }
@@ -248,7 +278,7 @@ enum Command {
     /// Check a directory of YAML, or a cluster's objects (`--kube`), and report every
     /// rejected object and every Istio kind the cluster does not serve; exit 1 if any.
     Validate {
-        #[arg(long, required_unless_present = "kube")]
+        #[arg(long, required_unless_present_any = ["kube", "mesh_config"])]
         config_dir: Option<PathBuf>,
         #[command(flatten)]
         kube: KubeArgs,
@@ -323,6 +353,7 @@ fn main() -> ExitCode {
                 engine,
                 debounce: Duration::from_millis(debounce_ms),
                 mesh: mesh.mesh(),
+                mesh_source: mesh.source(),
                 limits: meshflow::xds::server::Limits {
                     max_streams,
                     keepalive_interval: std::time::Duration::from_secs(keepalive_interval_s),
@@ -401,6 +432,27 @@ fn main() -> ExitCode {
             mesh,
         } => {
             let (mut errors, mut analysis, mut records) = (Vec::new(), Vec::new(), 0);
+            if let Some(mut source) = mesh.source() {
+                match source.read() {
+                    Ok(report) => {
+                        let report = report.unwrap_or_default();
+                        errors.extend(report.errors);
+                        analysis.extend(report.analysis.into_iter().map(|l| {
+                            let level = if l.contains(": error: ") {
+                                meshflow::config::Level::Error
+                            } else {
+                                meshflow::config::Level::Warning
+                            };
+                            (level, l)
+                        }));
+                        records += report.changes.len();
+                    }
+                    Err(e) => {
+                        eprintln!("meshflow: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                }
+            }
             if let Some(dir) = config_dir {
                 let mut source = meshflow::sources::files::FileSource::new(dir, mesh.mesh());
                 let scan = source.rescan();

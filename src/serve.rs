@@ -38,6 +38,8 @@ pub struct ServeOptions {
     pub engine: EngineKind,
     pub debounce: Duration,
     pub mesh: MeshConfig,
+    /// The mesh config's files, watched (none: Istio's defaults and the flags).
+    pub mesh_source: Option<crate::sources::mesh::MeshFileSource>,
     pub limits: server::Limits,
     /// TLS (and mTLS with a client CA) for the xDS port.
     pub tls: Option<TlsFiles>,
@@ -123,6 +125,9 @@ pub async fn serve(opts: ServeOptions) -> Result<(), String> {
         let source = KubeSource::new(kube.clone(), opts.mesh.clone())
             .with_rejections(hub.rejections.subscribe());
         sources.push(Box::new(source));
+    }
+    if let Some(mesh) = opts.mesh_source {
+        sources.push(Box::new(mesh));
     }
     for s in &sources {
         hub.health.expect_source(s.name());

@@ -14,6 +14,7 @@
 
 pub mod files;
 pub mod kube;
+pub mod mesh;
 pub mod objects;
 
 use crate::input::{Input, InputChange, SourceName};
