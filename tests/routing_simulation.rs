@@ -432,6 +432,70 @@ fn captured_sidecar_registry_only_blocks_unknown_hosts() {
     assert_routes_to(&known, &reviews.cluster(""), &[pod(&reviews, "v1")]);
 }
 
+/// The mesh config's `outboundTrafficPolicy.mode` for a captured sidecar with no mode of its
+/// own, read by the mesh config source as `serve --mesh-config` does: REGISTRY_ONLY blocks a
+/// host outside the registry (404, and `BlackHoleCluster` for a port no service has); a
+/// namespace Sidecar that says ALLOW_ANY overrides it; one that says nothing does not.
+#[test]
+fn mesh_outbound_policy_applies_unless_the_sidecar_sets_its_own() {
+    use meshflow::config::mesh::{mesh_config_key, MeshOverrides};
+    use meshflow::sources::mesh::MeshState;
+    let mut mesh = Mesh::new("mesh-registry-only");
+    let reviews = reviews_mesh(&mesh, PORT, &["v1"]);
+    let proxy = mesh.connect_captured(&ProxyNode::sidecar(
+        "client-abc",
+        "default",
+        &reviews.ip(20),
+        &[("app", "client")],
+    ));
+    let mut state = MeshState::new(
+        MeshConfig::default(),
+        MeshOverrides::default(),
+        mesh_config_key("", "mesh"),
+        "mesh.yaml".into(),
+        "files",
+    );
+    let mut set_mode = |mesh: &mut Mesh, mode: &str| {
+        let yaml = format!("outboundTrafficPolicy: {{mode: {mode}}}\n");
+        let report = state.update(&yaml, None).expect("a new config");
+        assert!(report.errors.is_empty(), "{:?}", report.errors);
+        mesh.step(report.changes);
+    };
+    let unknown = Call::get("unknown.example.com", PORT, "/").to_address("203.0.113.7");
+    let other_port = Call::get("unknown.example.com", 5555, "/").to_address("203.0.113.7");
+    let known = Call::get("reviews", PORT, "/").to_address("203.0.113.7");
+
+    set_mode(&mut mesh, "REGISTRY_ONLY");
+    assert_status(&mesh.send(&proxy, &unknown), 404);
+    let o = mesh.send(&proxy, &other_port);
+    assert_eq!(o.cluster(), Some("BlackHoleCluster"), "{o:#?}");
+    assert_routes_to(
+        &mesh.send(&proxy, &known),
+        &reviews.cluster(""),
+        &[pod(&reviews, "v1")],
+    );
+
+    let sidecar = |mode: &str| {
+        format!("apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {{name: default, namespace: default}}\nspec:\n  egress: [{{hosts: ['./*']}}]\n{mode}")
+    };
+    write_config(
+        &mesh.config,
+        "sidecar.yaml",
+        &sidecar("  outboundTrafficPolicy: {mode: ALLOW_ANY}\n"),
+    );
+    mesh.sync_clean();
+    let o = mesh.send(&proxy, &unknown);
+    assert_eq!(o.cluster(), Some("PassthroughCluster"), "{o:#?}");
+
+    write_config(&mesh.config, "sidecar.yaml", &sidecar(""));
+    mesh.sync_clean();
+    assert_status(&mesh.send(&proxy, &unknown), 404);
+
+    set_mode(&mut mesh, "ALLOW_ANY");
+    let o = mesh.send(&proxy, &other_port);
+    assert_eq!(o.cluster(), Some("PassthroughCluster"), "{o:#?}");
+}
+
 /// Analysis across objects: a route to a subset no DestinationRule defines is reported (Envoy
 /// answers 503 for it), naming the VirtualService, and the report goes when a rule defines it.
 #[test]

@@ -482,6 +482,76 @@ fn export_to_dot_hides_service_from_other_namespaces() {
     );
 }
 
+/// A mesh config in effect over the engine's built-in settings.
+fn mesh_settings(edit: impl FnOnce(&mut MeshSettings)) -> Record {
+    let mut m = MeshSettings::builtin(&MeshConfig::default());
+    m.layer = MeshLayer::Configured;
+    m.origin = Some(ConfigKey::new(Kind::MeshConfig, "", "mesh"));
+    edit(&mut m);
+    Record::Mesh(m)
+}
+
+/// The mesh's `defaultServiceExportTo` applies to services that set no `exportTo` of their
+/// own; a service's own list wins. Changing the default changes only what it reaches.
+#[test]
+fn mesh_default_export_to_applies_to_services_without_their_own() {
+    let mut m = Mesh::new();
+    let inside = sidecar_proxy("inside", "other", "10.1.0.1", &[("app", "a")]);
+    let outside = sidecar_proxy("outside", "default", "10.1.0.2", &[("app", "b")]);
+    let everywhere = service_exported("details", "third", &["*"]);
+    let mesh = mesh_settings(|_| {});
+    m.insert(vec![
+        service("ratings", "other"),
+        everywhere,
+        px(&inside),
+        px(&outside),
+        mesh.clone(),
+    ]);
+    assert_eq!(
+        visible(&m.clusters(&outside)),
+        set(&["details.third", "ratings.other"])
+    );
+    let private = mesh_settings(|m| m.service_export_to = vec![".".into()]);
+    let diffs = m.replace(mesh, private.clone());
+    assert_eq!(visible(&m.clusters(&outside)), set(&["details.third"]));
+    assert_eq!(
+        visible(&m.clusters(&inside)),
+        set(&["details.third", "ratings.other"])
+    );
+    // Only `outside` lost anything: `inside` still sees both, so it received nothing.
+    assert!(
+        diffs.iter().all(|((p, _), _)| p == &outside.id),
+        "{diffs:#?}"
+    );
+    // Back to the built-in settings when the mesh config goes.
+    m.retract(vec![private]);
+    assert_eq!(
+        visible(&m.clusters(&outside)),
+        set(&["details.third", "ratings.other"])
+    );
+}
+
+/// The mesh config's `rootNamespace` decides which namespace's default Sidecar applies
+/// mesh-wide; changing it moves every proxy without a Sidecar of its own namespace.
+#[test]
+fn mesh_root_namespace_change_moves_the_mesh_wide_sidecar() {
+    let mut m = Mesh::new();
+    let proxy = sidecar_proxy("p", "fourth", "10.1.0.1", &[("app", "client")]);
+    let mut input = three_services();
+    input.extend([
+        px(&proxy),
+        sidecar("istio-system", "default", None, &["third/*"]),
+        sidecar("mesh-root", "default", None, &["other/*"]),
+    ]);
+    m.insert(input);
+    assert_eq!(visible(&m.clusters(&proxy)), set(&["details.third"]));
+    let moved = mesh_settings(|m| m.root_namespace = "mesh-root".into());
+    m.insert(vec![moved.clone()]);
+    assert_eq!(visible(&m.clusters(&proxy)), set(&["ratings.other"]));
+    m.retract(vec![moved]);
+    assert_eq!(visible(&m.clusters(&proxy)), set(&["details.third"]));
+}
+
 /// Which Sidecar applies: one whose workloadSelector matches the proxy's labels (in the
 /// proxy's namespace) beats the namespace default (no selector), which beats the default in
 /// the root namespace (`istio-system`); the root default applies to namespaces without their

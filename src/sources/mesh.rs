@@ -169,13 +169,7 @@ impl MeshFileSource {
         overrides: MeshOverrides,
     ) -> Self {
         let place = mesh.display().to_string();
-        let state = MeshState::new(
-            base,
-            overrides,
-            mesh_config_key("", "mesh"),
-            place,
-            "files",
-        );
+        let state = MeshState::new(base, overrides, mesh_config_key("", "mesh"), place, "files");
         MeshFileSource {
             mesh,
             networks,
@@ -294,7 +288,9 @@ mod tests {
     #[test]
     fn a_change_is_one_retraction_and_one_insertion() {
         let mut s = state();
-        let r = s.update("outboundTrafficPolicy: {mode: ALLOW_ANY}\n", None).unwrap();
+        let r = s
+            .update("outboundTrafficPolicy: {mode: ALLOW_ANY}\n", None)
+            .unwrap();
         assert_eq!(r.changes.len(), 1);
         assert!(!mode(&r.changes[0].0));
         let r = s
@@ -323,7 +319,11 @@ mod tests {
         let r = s.update("connectTimeout: later\n", None).unwrap();
         assert!(r.changes.is_empty());
         assert_eq!(r.errors.len(), 1);
-        assert!(r.errors[0].contains("mesh.connectTimeout"), "{:?}", r.errors);
+        assert!(
+            r.errors[0].contains("mesh.connectTimeout"),
+            "{:?}",
+            r.errors
+        );
         assert!(r.errors[0].starts_with("mesh.yaml: "), "{:?}", r.errors);
         // The fix clears the error and takes effect.
         let r = s.update("connectTimeout: 2s\n", None).unwrap();
