@@ -51,7 +51,27 @@ impl MeshArgs {
         }
     }
 
-    /// The mesh config source, if a file is given.
+    /// The mesh config's source: the file given, else the ConfigMap given with `--kube`.
+    fn serve_source(
+        &self,
+        kube: &KubeArgs,
+    ) -> Result<Option<Box<dyn meshflow::sources::Source>>, String> {
+        if let Some(file) = self.source() {
+            return Ok(Some(Box::new(file)));
+        }
+        let (Some(reference), Some(options)) = (&kube.mesh_configmap, kube.options()) else {
+            return Ok(None);
+        };
+        let source = meshflow::sources::kube::mesh_configmap::MeshConfigMapSource::new(
+            options,
+            reference,
+            self.mesh(),
+            self.overrides(),
+        )?;
+        Ok(Some(Box::new(source)))
+    }
+
+    /// The mesh config's source, if a file is given.
     fn source(&self) -> Option<meshflow::sources::mesh::MeshFileSource> {
         let path = self.mesh_config.clone()?;
         Some(meshflow::sources::mesh::MeshFileSource::new(
@@ -93,14 +113,23 @@ struct KubeArgs {
     /// every kind.
     #[arg(long, requires = "kube")]
     label_selector: Option<String>,
+    /// Istio's mesh config from the cluster: the ConfigMap `NAMESPACE/NAME` (istiod's is
+    /// `istio-system/istio`), keys `mesh` and `meshNetworks`, watched like `--mesh-config`.
+    #[arg(
+        long,
+        value_name = "NAMESPACE/NAME",
+        requires = "kube",
+        conflicts_with = "mesh_config"
+    )]
+    mesh_configmap: Option<String>,
 }
 
 impl KubeArgs {
-    fn options(self) -> Option<meshflow::sources::kube::KubeOptions> {
-        self.kube.then_some(meshflow::sources::kube::KubeOptions {
-            kubeconfig: self.kubeconfig,
-            namespaces: self.namespaces,
-            label_selector: self.label_selector,
+    fn options(&self) -> Option<meshflow::sources::kube::KubeOptions> {
+        self.kube.then(|| meshflow::sources::kube::KubeOptions {
+            kubeconfig: self.kubeconfig.clone(),
+            namespaces: self.namespaces.clone(),
+            label_selector: self.label_selector.clone(),
             write_status: false,
         })
     }
@@ -337,6 +366,13 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
+            let mesh_source = match mesh.serve_source(&kube) {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("meshflow: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
             let opts = ServeOptions {
                 config_dir,
                 kube: kube.options().map(|mut o| {
@@ -353,7 +389,7 @@ fn main() -> ExitCode {
                 engine,
                 debounce: Duration::from_millis(debounce_ms),
                 mesh: mesh.mesh(),
-                mesh_source: mesh.source(),
+                mesh_source,
                 limits: meshflow::xds::server::Limits {
                     max_streams,
                     keepalive_interval: std::time::Duration::from_secs(keepalive_interval_s),

@@ -38,8 +38,9 @@ pub struct ServeOptions {
     pub engine: EngineKind,
     pub debounce: Duration,
     pub mesh: MeshConfig,
-    /// The mesh config's files, watched (none: Istio's defaults and the flags).
-    pub mesh_source: Option<crate::sources::mesh::MeshFileSource>,
+    /// The mesh config's source: its files or its ConfigMap, watched (none: Istio's
+    /// defaults and the flags).
+    pub mesh_source: Option<Box<dyn Source>>,
     pub limits: server::Limits,
     /// TLS (and mTLS with a client CA) for the xDS port.
     pub tls: Option<TlsFiles>,
@@ -127,7 +128,7 @@ pub async fn serve(opts: ServeOptions) -> Result<(), String> {
         sources.push(Box::new(source));
     }
     if let Some(mesh) = opts.mesh_source {
-        sources.push(Box::new(mesh));
+        sources.push(mesh);
     }
     for s in &sources {
         hub.health.expect_source(s.name());

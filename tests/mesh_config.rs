@@ -4,7 +4,8 @@
 //! `PassthroughCluster` and `BlackHoleCluster` (and its `allow_any` virtual host); the
 //! `connectTimeout` and `defaultHttpRetryPolicy` appear in the clusters and routes Envoy
 //! holds, and change live; an invalid file is reported naming its field while the last
-//! valid config stays in effect.
+//! valid config stays in effect. From a cluster, `--mesh-configmap` watches the `istio`
+//! ConfigMap through the fake API server (`support::fake_kube`) the same way.
 //!
 //! What a request does under each mode is checked by `tests/routing_simulation.rs`, which
 //! sends it through the same generated config: a real Envoy only sees captured traffic
@@ -293,4 +294,116 @@ fn validate_checks_a_mesh_config_file() {
     assert!(!ok, "{out}");
     assert!(out.contains("mesh.outboundTrafficPolicy.mode"), "{out}");
     assert!(out.contains("SOMETIMES"), "{out}");
+}
+
+/// Receives (and ACKs) until the client's clusters satisfy `accept`.
+async fn await_clusters(
+    c: &mut support::xds_client::DeltaClient,
+    what: &str,
+    accept: impl Fn(&[String]) -> bool,
+) {
+    let deadline = std::time::Instant::now() + CONVERGE_TIMEOUT;
+    while !accept(&c.names(support::xds_client::CDS)) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: clusters are {:#?}",
+            c.names(support::xds_client::CDS)
+        );
+        c.recv(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+/// The mesh config from the cluster: `serve --kube --mesh-configmap istio-system/istio`
+/// watches that ConfigMap through the real `kube` client, against the fake API server
+/// (`support::fake_kube`, which says what it covers). Its `mesh` key takes effect at start
+/// and on every change (here `defaultServiceExportTo: ['~']` hides every service that sets
+/// no exportTo of its own); an invalid change is named on the debug port while the last
+/// valid config stays; deleting the ConfigMap gives Istio's defaults back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mesh_configmap_is_watched_and_applied_live() {
+    use serde_json::json;
+    use support::fake_kube::FakeKube;
+    use support::xds_client::{node, DeltaClient, CDS};
+    let configmap = |mesh: &str| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "istio", "namespace": "istio-system"},
+               "data": {"mesh": mesh}})
+    };
+    let dir = TestDir::new("mesh-configmap");
+    let fake = FakeKube::start();
+    fake.apply(json!({"apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "ratings", "namespace": "default"},
+        "spec": {"ports": [{"name": "http", "port": 9080}]}}));
+    // Another ConfigMap of the namespace is not the mesh config.
+    fake.apply(json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "other", "namespace": "istio-system"},
+        "data": {"mesh": "connectTimeout: nonsense\n"}}));
+    fake.apply(configmap("defaultServiceExportTo: ['~']\n"));
+    let kubeconfig = dir.path().join("kubeconfig");
+    fake.write_kubeconfig(&kubeconfig);
+    let debug = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let debug_arg = debug.to_string();
+    let meshflow = Meshflow::start_kube(
+        &kubeconfig,
+        dir.path(),
+        &[
+            "--debug-addr",
+            &debug_arg,
+            "--mesh-configmap",
+            "istio-system/istio",
+        ],
+    );
+    let ratings = "outbound|9080||ratings.default.svc.cluster.local";
+    let id = "sidecar~10.1.0.99~probe.default~default.svc.cluster.local";
+    let mut c = DeltaClient::connect(meshflow.xds_addr(), node(id, "default", &[])).await;
+    c.subscribe(CDS, &[], Default::default()).await;
+    await_clusters(&mut c, "the initial mesh config", |n| {
+        n.iter().any(|c| c == "PassthroughCluster") && !n.iter().any(|c| c == ratings)
+    })
+    .await;
+    assert!(
+        fake.requests().iter().any(
+            |r| r.contains("/api/v1/namespaces/istio-system/configmaps?")
+                && r.contains("fieldSelector=metadata.name%3Distio")
+        ),
+        "one watch, by name: {:#?}",
+        fake.requests()
+    );
+
+    fake.apply(configmap("defaultServiceExportTo: ['*']\n"));
+    await_clusters(&mut c, "the changed mesh config", |n| {
+        n.iter().any(|c| c == ratings)
+    })
+    .await;
+
+    fake.apply(configmap("defaultServiceExportTo: ['Not A Namespace']\n"));
+    let errors = converge(
+        "the invalid ConfigMap reported",
+        CONVERGE_TIMEOUT,
+        || config_errors(debug).to_string(),
+        |e| {
+            e.contains("ConfigMap istio-system/istio")
+                && e.contains("mesh.defaultServiceExportTo[0]")
+        },
+        || meshflow.log(),
+    );
+    assert!(errors.contains("last valid mesh config stays"), "{errors}");
+    assert!(c.names(CDS).iter().any(|n| n == ratings));
+
+    fake.apply(configmap("defaultServiceExportTo: ['~']\n"));
+    await_clusters(&mut c, "the fixed mesh config", |n| {
+        !n.iter().any(|c| c == ratings)
+    })
+    .await;
+    assert!(!config_errors(debug)
+        .to_string()
+        .contains("mesh.defaultServiceExportTo"));
+
+    fake.delete("ConfigMap", "istio-system", "istio");
+    await_clusters(
+        &mut c,
+        "Istio's defaults after the ConfigMap is deleted",
+        |n| n.iter().any(|c| c == ratings),
+    )
+    .await;
 }

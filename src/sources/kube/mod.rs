@@ -22,6 +22,7 @@
 //! Runs its own single-threaded tokio runtime on the source's thread.
 
 pub mod kinds;
+pub mod mesh_configmap;
 mod session;
 pub mod status;
 pub mod watched;
@@ -110,9 +111,10 @@ fn runtime() -> Result<tokio::runtime::Runtime, String> {
         .map_err(|e| format!("starting the Kubernetes source's runtime: {e}"))
 }
 
-impl KubeSource {
-    async fn client(&self) -> Result<Client, String> {
-        let config = match &self.options.kubeconfig {
+/// The client of the cluster `options` name.
+async fn client(options: &KubeOptions) -> Result<Client, String> {
+    {
+        let config = match &options.kubeconfig {
             Some(path) => {
                 let kubeconfig = kube::config::Kubeconfig::read_from(path)
                     .map_err(|e| format!("--kubeconfig {}: {e}", path.display()))?;
@@ -128,7 +130,9 @@ impl KubeSource {
         };
         Client::try_from(config).map_err(|e| format!("the Kubernetes client: {e}"))
     }
+}
 
+impl KubeSource {
     /// Discovers which version of each Istio kind to watch; retried while the API server
     /// cannot be reached (the server is not ready meanwhile).
     async fn discover(client: &Client) -> (Vec<WatchedKind>, Vec<String>) {
@@ -151,7 +155,7 @@ impl KubeSource {
         self,
         mut on_report: impl FnMut(Report, &[(Level, String)]) -> bool,
     ) -> Result<(), String> {
-        let client = self.client().await?;
+        let client = client(&self.options).await?;
         let (istio, not_served) = Self::discover(&client).await;
         let status = self
             .options

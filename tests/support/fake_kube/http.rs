@@ -158,6 +158,7 @@ fn patch_status(
         api_version: rtype.api_version(version),
         namespace: Some(ns.to_string()),
         selector: Selector::parse("").unwrap_or_else(|e| panic!("the empty selector: {e}")),
+        name: None,
     };
     full(StatusCode::OK, &scope.served(&st.objects[&key]))
 }
@@ -315,11 +316,22 @@ fn collection(
             Ok(s) => s,
             Err(e) => return failure(StatusCode::BAD_REQUEST, "BadRequest", &e),
         };
+    let name = match query.get("fieldSelector").map(String::as_str) {
+        None | Some("") => None,
+        Some(f) => match f.strip_prefix("metadata.name=") {
+            Some(n) if !n.contains(',') => Some(n.to_string()),
+            _ => {
+                let e = format!("the fake implements only fieldSelector=metadata.name=NAME: {f}");
+                return failure(StatusCode::BAD_REQUEST, "BadRequest", &e);
+            }
+        },
+    };
     let scope = Scope {
         rtype,
         api_version: rtype.api_version(version),
         namespace,
         selector,
+        name,
     };
     let watching = matches!(query.get("watch").map(String::as_str), Some("1" | "true"));
     if watching {

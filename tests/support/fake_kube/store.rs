@@ -41,6 +41,7 @@ pub const TYPES: &[ResourceType] = &[
     rt("", "namespaces", "Namespace", false, &["ns"]),
     rt("", "services", "Service", true, &["svc"]),
     rt("", "pods", "Pod", true, &["po"]),
+    rt("", "configmaps", "ConfigMap", true, &["cm"]),
     rt(
         "discovery.k8s.io",
         "endpointslices",
@@ -105,12 +106,15 @@ pub struct Scope {
     pub api_version: String,
     pub namespace: Option<String>,
     pub selector: Selector,
+    /// `fieldSelector=metadata.name=NAME`, the one field selector the fake implements.
+    pub name: Option<String>,
 }
 
 impl Scope {
     pub fn matches(&self, key: &Key, object: &Value) -> bool {
         key.0 == self.rtype.kind
             && self.namespace.as_ref().is_none_or(|ns| *ns == key.1)
+            && self.name.as_ref().is_none_or(|n| *n == key.2)
             && self.selector.matches(object)
     }
 
