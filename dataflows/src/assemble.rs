@@ -10,12 +10,15 @@ use std::collections::{BTreeMap, BTreeSet};
 /// Clusters every proxy of a scope holds whatever it sees. Gateways have no original
 /// destination listeners, so only sidecars get `PassthroughCluster`; proxyless clients
 /// name every cluster they use, so they need neither.
-pub fn fixed_clusters(scope: &ScopeKey) -> Vec<Resource> {
+pub fn fixed_clusters(scope: &ScopeKey, connect_timeout_ms: u64) -> Vec<Resource> {
     match scope {
         ScopeKey::Sidecar {
             proxyless: true, ..
         } => Vec::new(),
-        ScopeKey::Sidecar { .. } => vec![cluster::passthrough(), cluster::blackhole()],
+        ScopeKey::Sidecar { .. } => vec![
+            cluster::passthrough(connect_timeout_ms),
+            cluster::blackhole(),
+        ],
         ScopeKey::Router { .. } => vec![cluster::blackhole()],
     }
 }

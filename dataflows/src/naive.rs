@@ -247,7 +247,13 @@ pub fn compute(mesh: &MeshConfig, snap: &Snapshot) -> ProxyConfigs {
                     *interception_none,
                     *proxyless,
                 ));
-                res.extend(inbound(p, &index, *interception_none, *proxyless));
+                res.extend(inbound(
+                    p,
+                    &index,
+                    *interception_none,
+                    *proxyless,
+                    v.mesh.connect_timeout_ms,
+                ));
             }
             ScopeKey::Router { gateways, .. } => res.extend(router(&v, gateways)),
         }
@@ -281,10 +287,11 @@ fn scope_clusters<'s>(
             continue;
         }
         let hosts: BTreeSet<&str> = v.view_hosts(s).into_iter().flatten().collect();
-        let mut list: Vec<(Resource, Option<Labels>)> = assemble::fixed_clusters(s)
-            .into_iter()
-            .map(|r| (r, None))
-            .collect();
+        let mut list: Vec<(Resource, Option<Labels>)> =
+            assemble::fixed_clusters(s, v.mesh.connect_timeout_ms)
+                .into_iter()
+                .map(|r| (r, None))
+                .collect();
         for h in hosts {
             let svc = v.services[h];
             for (res, _port, labels) in cluster::outbound_all_for(
@@ -411,6 +418,7 @@ fn inbound(
     index: &EndpointIndex,
     interception_none: bool,
     proxyless: bool,
+    connect_timeout_ms: u64,
 ) -> Vec<Resource> {
     let ports: BTreeSet<u16> = p
         .ips
@@ -419,7 +427,10 @@ fn inbound(
         .flat_map(|ip| index.by_ip.get(ip.as_str()).into_iter().flatten())
         .map(|ep| ep.port)
         .collect();
-    let mut res: Vec<Resource> = ports.iter().map(|port| cluster::inbound(*port)).collect();
+    let mut res: Vec<Resource> = ports
+        .iter()
+        .map(|port| cluster::inbound(*port, connect_timeout_ms))
+        .collect();
     if !interception_none {
         res.push(listener::virtual_inbound(
             &ports.iter().copied().collect::<Vec<_>>(),

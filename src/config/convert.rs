@@ -132,9 +132,19 @@ pub fn fqdn(host: &str, ns: &str, mesh: &MeshConfig) -> String {
     }
 }
 
-fn export_to(list: &[String], field: &str) -> Result<Vec<String>> {
+/// An `exportTo` list: `.`, `*`, `~` or namespace names (DNS-1123 labels, as Istio's
+/// validation requires).
+pub(super) fn export_to(list: &[String], field: &str) -> Result<Vec<String>> {
+    let namespace = |e: &str| {
+        !e.is_empty()
+            && e.len() <= 63
+            && e.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !e.starts_with('-')
+            && !e.ends_with('-')
+    };
     for (i, e) in list.iter().enumerate() {
-        if e.is_empty() || e.contains('/') {
+        if !matches!(e.as_str(), "." | "*" | "~") && !namespace(e) {
             return Err(Invalid::field(
                 format!("{field}[{i}]"),
                 format!("{e:?} is not \".\", \"*\", \"~\" or a namespace"),

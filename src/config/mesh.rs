@@ -4,7 +4,7 @@
 //! by name (the same rule as for networking objects); a value meshflow cannot accept
 //! rejects the whole config, naming the field, so the last valid one stays in effect.
 
-use super::convert::{parse_duration_ms, retries};
+use super::convert::{export_to, parse_duration_ms, retries};
 use super::findings::{typed_with_ignored, Finding, IGNORED};
 use super::{istio, Invalid};
 use dataflows::model::{ConfigKey, MeshConfig, MeshLayer, MeshSettings};
@@ -226,24 +226,6 @@ fn document(text: &str) -> Result<Value, Invalid> {
         Value::Null => Value::Mapping(Default::default()),
         v => v,
     })
-}
-
-/// An `exportTo` list: `*`, `.`, `~` or namespace names.
-fn export_to(values: &[String], field: &str) -> Result<Vec<String>, Invalid> {
-    for (i, v) in values.iter().enumerate() {
-        let ok = matches!(v.as_str(), "*" | "." | "~")
-            || (!v.is_empty()
-                && v.len() <= 63
-                && v.bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'));
-        if !ok {
-            return Err(Invalid::field(
-                format!("{field}[{i}]"),
-                format!("{v:?} is not *, ., ~ or a namespace name"),
-            ));
-        }
-    }
-    Ok(values.to_vec())
 }
 
 #[cfg(test)]

@@ -54,11 +54,15 @@ pub(super) fn outbound<'s>(
             .clone()
             .flat_map(|(s, (res, _, labels))| labels.map(|l| ((res.name, l), s))),
     };
-    let fixed = scopes.clone().flat_map(|s| {
-        assemble::fixed_clusters(&s)
-            .into_iter()
-            .map(move |r| (s.clone(), r))
-    });
+    let fixed = scopes
+        .clone()
+        .map(|s| ((), s))
+        .join_map(mesh.clone(), |_, s, m| (s.clone(), m.connect_timeout_ms))
+        .flat_map(|(s, timeout)| {
+            assemble::fixed_clusters(&s, timeout)
+                .into_iter()
+                .map(move |r| (s.clone(), r))
+        });
     let resources = fixed.concat(scope_cluster_rows.map(|(s, (res, _, _))| (s, res)));
     Clusters {
         built: Built {

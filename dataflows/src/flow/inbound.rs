@@ -4,6 +4,7 @@
 //! workloads each inbound cluster comes from. Proxyless clients and routers have none.
 
 use super::endpoints::Resolved;
+use super::mesh::Mesh;
 use super::{Built, Coll};
 use crate::model::*;
 use crate::translate::{self, cluster, listener};
@@ -11,6 +12,7 @@ use crate::translate::{self, cluster, listener};
 pub(super) fn per_proxy<'s>(
     proxies: Coll<'s, (ProxyId, Proxy)>,
     endpoints: Resolved<'s>,
+    mesh: &Mesh<'s>,
 ) -> Built<'s, ProxyId> {
     let sidecar_proxies = proxies.filter(|(_, p)| p.kind == ProxyKind::Sidecar);
     // The proxy's own service ports: the endpoints at its IPs.
@@ -40,7 +42,10 @@ pub(super) fn per_proxy<'s>(
         .distinct();
     let inbound_clusters = inbound_ports
         .clone()
-        .map(|(id, port)| (id, cluster::inbound(port)));
+        .map(|row| ((), row))
+        .join_map(mesh.clone(), |_, (id, port), m| {
+            (id.clone(), cluster::inbound(*port, m.connect_timeout_ms))
+        });
     // Every captured sidecar has a `virtualInbound`, even with no port of its own: the
     // `None` row makes its group exist.
     let captured = sidecar_proxies

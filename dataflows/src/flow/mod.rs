@@ -111,7 +111,7 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     let listeners = listeners::sidecar(&specs, ports);
     let gateways = gateways::routers(&scopes, i.gateways, virtual_services, vss);
 
-    let inbound = inbound::per_proxy(i.proxies, endpoints);
+    let inbound = inbound::per_proxy(i.proxies, endpoints, &mesh);
 
     let scoped = clusters
         .built

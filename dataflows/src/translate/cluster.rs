@@ -357,11 +357,11 @@ fn single_host(cluster: &str, ip_or_host: &str, port: u16) -> ClusterLoadAssignm
 
 /// `inbound|PORT||`: traffic arriving for the proxy's own workload, sent to the
 /// application on loopback.
-pub fn inbound(port: u16) -> Resource {
+pub fn inbound(port: u16, connect_timeout_ms: u64) -> Resource {
     let name = inbound_cluster_name(port);
     let cluster = Cluster {
         name: name.clone(),
-        connect_timeout: Some(duration_ms(DEFAULT_CONNECT_TIMEOUT_MS)),
+        connect_timeout: Some(duration_ms(connect_timeout_ms)),
         cluster_discovery_type: Some(ClusterDiscoveryType::Type(DiscoveryType::Static as i32)),
         load_assignment: Some(single_host(&name, "127.0.0.1", port)),
         ..Default::default()
@@ -370,10 +370,10 @@ pub fn inbound(port: u16) -> Resource {
 }
 
 /// `PassthroughCluster`: forwards to the original destination (ALLOW_ANY egress).
-pub fn passthrough() -> Resource {
+pub fn passthrough(connect_timeout_ms: u64) -> Resource {
     let cluster = Cluster {
         name: super::PASSTHROUGH_CLUSTER.into(),
-        connect_timeout: Some(duration_ms(DEFAULT_CONNECT_TIMEOUT_MS)),
+        connect_timeout: Some(duration_ms(connect_timeout_ms)),
         cluster_discovery_type: Some(ClusterDiscoveryType::Type(
             DiscoveryType::OriginalDst as i32,
         )),
