@@ -204,6 +204,9 @@ enum Command {
         #[arg(value_enum)]
         kind: meshflow::debug::client::ConfigKind,
         proxy: String,
+        /// Only this resource: its name (`http.8080`; with `all`, a name only one type of the
+        /// proxy's resources has), or TYPE/NAME (`route/http.8080`).
+        name: Option<String>,
         #[arg(long, default_value = "127.0.0.1:15014")]
         debug_addr: SocketAddr,
         /// `json` and `yaml` print the resources in Envoy's JSON form.
@@ -212,7 +215,11 @@ enum Command {
     },
     /// Which input objects (Services, VirtualServices, DestinationRules, Sidecars,
     /// EndpointSlices, Pods, Gateways) one resource of a proxy was built from.
-    /// RESOURCE is TYPE/NAME: `route/9080`, `cluster/outbound|9080|v1|reviews.default.svc.cluster.local`.
+    ///
+    /// RESOURCE is TYPE/NAME (`route/9080`,
+    /// `cluster/outbound|9080|v1|reviews.default.svc.cluster.local`), or a bare NAME when
+    /// only one type of the proxy's resources has it (`9080`; when several do, the error
+    /// lists them).
     Explain {
         proxy: String,
         resource: String,
@@ -407,10 +414,15 @@ fn main() -> ExitCode {
         Command::ProxyConfig {
             kind,
             proxy,
+            name,
             debug_addr,
             output,
         } => print_client(meshflow::debug::client::proxy_config(
-            debug_addr, kind, &proxy, output,
+            debug_addr,
+            kind,
+            &proxy,
+            name.as_deref(),
+            output,
         )),
         Command::Explain {
             proxy,
