@@ -1,7 +1,6 @@
 //! Compiles meshflow's own gRPC APIs in `proto/` with the protoc shipped by
 //! `protoc-bin-vendored`, so a fresh machine needs no system protoc; and records the git
-//! commit for `meshflow --version` (`MESHFLOW_COMMIT`: the environment's value if set, as a
-//! packager without `.git` may do, else git's, else "unknown").
+//! commit for `meshflow --version` (`MESHFLOW_COMMIT`; how it is found: build/git_commit.rs).
 
 #[path = "build/git_commit.rs"]
 mod git_commit;
@@ -16,22 +15,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     println!("cargo:rerun-if-changed=build/git_commit.rs");
     println!("cargo:rerun-if-env-changed=MESHFLOW_COMMIT");
-    let commit = match std::env::var("MESHFLOW_COMMIT") {
-        Ok(c) if !c.trim().is_empty() => c.trim().to_string(),
-        _ => {
-            let root = std::path::PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?);
-            match git_commit::git_commit(&root) {
-                Some((commit, watch)) => {
-                    // Rebuild the version when HEAD moves, not on every build.
-                    for path in watch.iter().filter(|p| p.exists()) {
-                        println!("cargo:rerun-if-changed={}", path.display());
-                    }
-                    commit
-                }
-                None => "unknown".to_string(),
-            }
-        }
-    };
+    let root = std::path::PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?);
+    let from_env = std::env::var("MESHFLOW_COMMIT").ok();
+    let (commit, watch) = git_commit::commit_of(&root, from_env.as_deref());
+    // Rebuild the version when HEAD moves, not on every build.
+    for path in watch.iter().filter(|p| p.exists()) {
+        println!("cargo:rerun-if-changed={}", path.display());
+    }
     println!("cargo:rustc-env=MESHFLOW_COMMIT={commit}");
     Ok(())
 }

@@ -1,10 +1,11 @@
 //! The git commit a build comes from, for `meshflow --version`. Shared by `build.rs` (which
-//! sets `MESHFLOW_COMMIT`) and `tests/cli.rs` (which checks the fallback), so the logic the
-//! build runs is the logic the tests check.
+//! sets `MESHFLOW_COMMIT` from [`commit_of`]) and `tests/cli.rs` (which checks each way of
+//! finding it), so the logic the build runs is the logic the tests check.
 //!
-//! Never fails: a build from a crates tarball, a Docker context without `.git`, a machine
-//! without `git` or a repository git refuses to read (another owner) all get `None`, and the
-//! build says "unknown" instead of breaking.
+//! In order: the builder's `MESHFLOW_COMMIT` (a Docker build, whose context has no `.git`);
+//! git, in a checkout; the `.cargo_vcs_info.json` that `cargo package` writes into a crates
+//! tarball; else "unknown". Never fails: a machine without `git` or a repository git refuses
+//! to read (another owner) falls through to the next way, and the build goes on.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -56,4 +57,31 @@ pub fn git_commit(dir: &Path) -> Option<(String, Vec<PathBuf>)> {
         }
     }
     Some((commit, watch))
+}
+
+/// The commit `cargo package` recorded in a crates tarball's `.cargo_vcs_info.json`
+/// (`{"git": {"sha1": "<40 hex>"}, ...}`), cut to 12 digits. Read by hand: build.rs has no
+/// JSON parser among its dependencies, and this one field is all it needs.
+pub fn vcs_info_commit(dir: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(dir.join(".cargo_vcs_info.json")).ok()?;
+    let after = text.split_once("\"sha1\"")?.1;
+    let value = after.split('"').nth(1)?;
+    (value.len() >= 12 && value.bytes().all(|b| b.is_ascii_hexdigit()))
+        .then(|| value[..12].to_string())
+}
+
+/// The commit to name for a build of the crate at `dir` (see the module doc), and the files
+/// whose change means it moved.
+pub fn commit_of(dir: &Path, from_env: Option<&str>) -> (String, Vec<PathBuf>) {
+    if let Some(c) = from_env.map(str::trim).filter(|c| !c.is_empty()) {
+        return (c.to_string(), Vec::new());
+    }
+    if let Some(found) = git_commit(dir) {
+        return found;
+    }
+    let vcs_info = dir.join(".cargo_vcs_info.json");
+    match vcs_info_commit(dir) {
+        Some(c) => (c, vec![vcs_info]),
+        None => ("unknown".to_string(), Vec::new()),
+    }
 }

@@ -132,32 +132,44 @@ fn version_names_the_git_commit() {
     let out = meshflow(&["--version"]);
     assert!(out.status.success(), "{out:?}");
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let want = match std::env::var("MESHFLOW_COMMIT") {
-        Ok(c) if !c.trim().is_empty() => c.trim().to_string(),
-        _ => git_commit::git_commit(root).map_or("unknown".into(), |(c, _)| c),
-    };
+    let from_env = std::env::var("MESHFLOW_COMMIT").ok();
+    let (want, _) = git_commit::commit_of(root, from_env.as_deref());
     assert_eq!(
         text(&out.stdout),
         format!("meshflow {} (commit {want})\n", env!("CARGO_PKG_VERSION"))
     );
-    if git_commit::git_commit(root).is_some() {
-        assert_eq!(want.len(), 12, "{want}");
-        assert!(want.bytes().all(|b| b.is_ascii_hexdigit()), "{want}");
+    if let Some((git, _)) = git_commit::git_commit(root) {
+        assert_eq!(git.len(), 12, "{git}");
+        assert!(git.bytes().all(|b| b.is_ascii_hexdigit()), "{git}");
+        if from_env.is_none() {
+            assert_eq!(want, git);
+        }
     }
 }
 
-/// Outside a checkout (a crates tarball), or in a directory of someone else's checkout,
-/// there is no commit, and the build falls back instead of failing.
+/// Outside a checkout the commit comes from a crates tarball's `.cargo_vcs_info.json`, else
+/// is "unknown"; a directory inside someone else's checkout is not that checkout; the
+/// builder's MESHFLOW_COMMIT wins over all.
 #[test]
-fn no_commit_outside_a_checkout() {
+fn commit_fallbacks_outside_a_checkout() {
     let outside = std::env::temp_dir().join(format!("meshflow-no-git-{}", std::process::id()));
     std::fs::create_dir_all(&outside).unwrap();
-    let found = git_commit::git_commit(&outside);
+    let bare = git_commit::commit_of(&outside, None);
+    std::fs::write(
+        outside.join(".cargo_vcs_info.json"),
+        "{\n  \"git\": {\n    \"sha1\": \"0123456789abcdef0123456789abcdef01234567\"\n  },\n  \"path_in_vcs\": \"\"\n}",
+    )
+    .unwrap();
+    let tarball = git_commit::commit_of(&outside, None);
+    let given = git_commit::commit_of(&outside, Some("feedface"));
     let _ = std::fs::remove_dir_all(&outside);
-    assert_eq!(found, None);
+    assert_eq!(bare, ("unknown".to_string(), vec![]));
+    assert_eq!(tarball.0, "0123456789ab");
+    assert_eq!(given.0, "feedface");
     // Inside the repository but not its top: a tarball unpacked into another repository.
     let nested = TestDir::new("cli-nested-in-git");
     assert_eq!(git_commit::git_commit(nested.path()), None);
+    assert_eq!(git_commit::commit_of(nested.path(), None).0, "unknown");
 }
 
 /// Each shell's script is produced, is that shell's kind of script, offers every
