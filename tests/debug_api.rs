@@ -1107,6 +1107,9 @@ async fn bare_resource_names_resolve_when_unique() {
         dump,
         get_json(s.debug, &format!("/debug/config_dump?proxy={a}"))
     );
+    let yaml = meshflow_cli(&[&["proxy-config", "all", a, "-o", "yaml"][..], &debug].concat());
+    let yaml: serde_json::Value = serde_yaml_ng::from_str(&yaml).expect("YAML");
+    assert_eq!(yaml, dump);
 }
 
 /// The debug port closes connections that do not deliver a whole request in time
