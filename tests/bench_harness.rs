@@ -72,6 +72,17 @@ fn bench(protocol: &str) -> Value {
             json.display()
         );
     }
+    // The chart of a real run: a bar per engine that ran, on log axes of whole decades
+    // (its layout is tested in src/bench/chart.rs).
+    let svg = std::fs::read_to_string(json.with_extension("svg")).unwrap();
+    assert!(
+        svg.contains(r#"class="bar" data-panel="latency" data-engine="meshflow""#),
+        "{svg}"
+    );
+    assert!(
+        svg.contains(r#"class="y-tick" data-panel="bytes""#),
+        "{svg}"
+    );
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let _ = std::fs::remove_dir_all(&out_dir);
     v

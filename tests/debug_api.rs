@@ -949,9 +949,12 @@ async fn explain_names_the_inputs_of_each_resource() {
     );
 
     // Bad requests say what is wrong.
-    let (code, body) = get(s.debug, &format!("/debug/explain?proxy={a}&resource=9080"));
+    let (code, body) = get(
+        s.debug,
+        &format!("/debug/explain?proxy={a}&resource=route/"),
+    );
     assert_eq!(code, 400, "{body}");
-    assert!(body.contains("TYPE/NAME"), "{body}");
+    assert!(body.contains("TYPE/"), "{body}");
     let (code, body) = get(
         s.debug,
         &format!("/debug/explain?proxy={a}&resource=route/1234"),
@@ -965,6 +968,148 @@ async fn explain_names_the_inputs_of_each_resource() {
     );
     let (code, body) = get(s.debug, "/debug/explain?resource=route/9080");
     assert_eq!(code, 400, "{body}");
+}
+
+/// The built binary's stderr for a command that must fail.
+fn meshflow_cli_fails(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_meshflow"))
+        .args(args)
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("run meshflow");
+    assert!(!out.status.success(), "meshflow {args:?} succeeded");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// A bare resource name is enough when one type of the proxy's resources has it: for
+/// `explain` (HTTP, and gRPC through the CLI: resolved by the server) and `proxy-config`
+/// (resolved among what CSDS lists). A name several types have (an EDS name is its
+/// cluster's) is refused with every candidate as TYPE/NAME.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bare_resource_names_resolve_when_unique() {
+    let s = setup("debug-bare-names").await;
+    let addr = s.debug.to_string();
+    let debug = ["--debug-addr", addr.as_str()];
+    let a = "a-1.default";
+    let route = s.a.names(RDS)[0].clone();
+    assert!(
+        !s.a.names(LDS).contains(&route) && !s.a.names(CDS).contains(&route),
+        "{route} is only a route configuration's name"
+    );
+
+    // explain over HTTP: bare = typed.
+    assert_eq!(
+        get_json(
+            s.debug,
+            &format!("/debug/explain?proxy={a}&resource={route}")
+        ),
+        get_json(
+            s.debug,
+            &format!("/debug/explain?proxy={a}&resource=route/{route}")
+        )
+    );
+    let (code, body) = get(
+        s.debug,
+        &format!("/debug/explain?proxy={a}&resource={}", percent(REVIEWS)),
+    );
+    assert_eq!(code, 400, "{body}");
+    let error: serde_json::Value = serde_json::from_str(&body).expect("JSON error");
+    assert_eq!(
+        error["error"],
+        format!(
+            "\"{REVIEWS}\" names 2 resources of proxy {A_ID}: cluster/{REVIEWS}, \
+             endpoint/{REVIEWS}; give one as TYPE/NAME"
+        )
+    );
+    let (code, body) = get(
+        s.debug,
+        &format!("/debug/explain?proxy={a}&resource=nothing"),
+    );
+    assert_eq!(code, 404, "{body}");
+    assert!(
+        body.contains("holds no resource named \\\"nothing\\\""),
+        "{body}"
+    );
+
+    // explain through the CLI (gRPC): the same resolution.
+    let bare = meshflow_cli(&[&["explain", a, &route, "-o", "json"][..], &debug].concat());
+    let typed = meshflow_cli(
+        &[
+            &["explain", a, &format!("route/{route}"), "-o", "json"][..],
+            &debug,
+        ]
+        .concat(),
+    );
+    assert_eq!(bare, typed);
+    let err = meshflow_cli_fails(&[&["explain", a, REVIEWS][..], &debug].concat());
+    assert!(
+        err.contains(&format!("cluster/{REVIEWS}, endpoint/{REVIEWS}")),
+        "{err}"
+    );
+
+    // proxy-config: NAME keeps one resource; `all` resolves across types.
+    let one = meshflow_cli(&[&["proxy-config", "cluster", a, REVIEWS][..], &debug].concat());
+    let names: Vec<&str> = one
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(names, [REVIEWS], "{one}");
+    let by_all = meshflow_cli(&[&["proxy-config", "all", a, &route][..], &debug].concat());
+    let by_route = meshflow_cli(&[&["proxy-config", "route", a, &route][..], &debug].concat());
+    assert_eq!(by_all, by_route);
+    assert_eq!(
+        row(&by_all, "NAME").expect("header"),
+        vec!["NAME", "VIRTUAL HOST", "DOMAINS", "MATCH", "DESTINATION"],
+        "{by_all}"
+    );
+    let json = meshflow_cli(
+        &[
+            &[
+                "proxy-config",
+                "all",
+                a,
+                &format!("endpoint/{REVIEWS}"),
+                "-o",
+                "json",
+            ][..],
+            &debug,
+        ]
+        .concat(),
+    );
+    let json: serde_json::Value = serde_json::from_str(&json).expect("JSON");
+    assert_eq!(json.as_array().map(Vec::len), Some(1), "{json}");
+    assert_eq!(json[0]["cluster_name"], REVIEWS, "{json}");
+    let err = meshflow_cli_fails(&[&["proxy-config", "all", a, REVIEWS][..], &debug].concat());
+    assert!(
+        err.contains(&format!("cluster/{REVIEWS}, endpoint/{REVIEWS}")),
+        "{err}"
+    );
+    let err = meshflow_cli_fails(
+        &[
+            &["proxy-config", "route", a, &format!("cluster/{REVIEWS}")][..],
+            &debug,
+        ]
+        .concat(),
+    );
+    assert!(err.contains("names a cluster, not a route"), "{err}");
+    let err = meshflow_cli_fails(&[&["proxy-config", "route", a, "nothing"][..], &debug].concat());
+    assert!(err.contains("holds no resource named \"nothing\""), "{err}");
+
+    // `all` without NAME: a table per type, and as JSON the proxy's config dump.
+    let all = meshflow_cli(&[&["proxy-config", "all", a][..], &debug].concat());
+    for header in ["CONNECT TIMEOUT", "CHAINS", "VIRTUAL HOST", "WEIGHT"] {
+        assert!(all.contains(header), "{header} in\n{all}");
+    }
+    let dump = meshflow_cli(&[&["proxy-config", "all", a, "-o", "json"][..], &debug].concat());
+    let dump: serde_json::Value = serde_json::from_str(&dump).expect("JSON");
+    assert_eq!(
+        dump,
+        get_json(s.debug, &format!("/debug/config_dump?proxy={a}"))
+    );
+    let yaml = meshflow_cli(&[&["proxy-config", "all", a, "-o", "yaml"][..], &debug].concat());
+    let yaml: serde_json::Value = serde_yaml_ng::from_str(&yaml).expect("YAML");
+    assert_eq!(yaml, dump);
 }
 
 /// The debug port closes connections that do not deliver a whole request in time

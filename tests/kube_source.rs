@@ -450,6 +450,11 @@ fn validate_reads_a_cluster_and_names_what_it_would_reject() {
         "{stdout}"
     );
     assert_eq!(lines[2], "1 error(s), 1 warning(s)");
+    // Each problem once: not also as a log line.
+    assert!(
+        !stderr.contains("default/ratings") && !stderr.contains("corsPolicy"),
+        "{stderr}"
+    );
 }
 
 /// A label selector the API server refuses ends `serve` with the server's reason naming

@@ -7,10 +7,10 @@
 use super::error::DebugError;
 use super::model::{self, Explanation, Input};
 use crate::hub::provenance::Provenance;
-use dataflows::model::ResourceType;
 
-/// Answers `explain` for `proxy` (node id or `pod.namespace`) and `resource` (`TYPE/NAME`),
-/// for every debug surface alike.
+/// Answers `explain` for `proxy` (node id or `pod.namespace`) and `resource` (`TYPE/NAME`,
+/// or a NAME unique among the proxy's resources: [`model::resolve_resource`]), for every
+/// debug surface alike.
 pub fn explain(
     hub: &crate::hub::Hub,
     proxy: &str,
@@ -19,14 +19,15 @@ pub fn explain(
     if proxy.is_empty() {
         return Err(DebugError::BadRequest("proxy: required".into()));
     }
-    let (rtype, name) = parse_resource(resource).map_err(DebugError::BadRequest)?;
-    let (id, held) = hub.read(|st| {
+    let (id, rtype, name, held) = hub.read(|st| {
         let id = model::resolve_proxy(
             super::status::connected(st).map(|e| e.proxy.id.as_str()),
             proxy,
         )?;
-        let held = st.proxy(&id).is_some() && st.held(&id).contains(rtype, &name);
-        Ok::<_, DebugError>((id, held))
+        let holds = |t, n: &str| st.proxy(&id).is_some() && st.held(&id).contains(t, n);
+        let (rtype, name) = model::resolve_resource(&id, resource, holds)?;
+        let held = holds(rtype, &name);
+        Ok::<_, DebugError>((id, rtype, name, held))
     })?;
     if let Some(Provenance { holder, inputs }) = hub.provenance.lookup(&id, rtype, &name) {
         return Ok(Explanation {
@@ -61,53 +62,7 @@ pub fn explain(
         ""
     };
     Err(DebugError::NotFound(format!(
-        "proxy {id} holds no {} named {name:?}{why}",
-        rtype.short()
+        "{}{why}",
+        model::not_held(&id, rtype, &name)
     )))
-}
-
-/// `TYPE/NAME` as the CLI and API take it: `cluster/outbound|9080||reviews...`,
-/// `route/9080`, `listener/...`, `endpoint/...` (or CDS/RDS/LDS/EDS).
-pub fn parse_resource(s: &str) -> Result<(ResourceType, String), String> {
-    let (t, name) = s.split_once('/').ok_or_else(|| {
-        format!("resource {s:?}: expected TYPE/NAME, e.g. route/9080 or cluster/outbound|9080||reviews.default.svc.cluster.local")
-    })?;
-    let rtype = match t.to_ascii_lowercase().as_str() {
-        "cluster" | "clusters" | "cds" => ResourceType::Cluster,
-        "endpoint" | "endpoints" | "eds" => ResourceType::Endpoint,
-        "listener" | "listeners" | "lds" => ResourceType::Listener,
-        "route" | "routes" | "rds" => ResourceType::Route,
-        other => {
-            return Err(format!(
-                "resource {s:?}: unknown type {other:?} (cluster, endpoint, listener or route)"
-            ))
-        }
-    };
-    if name.is_empty() {
-        return Err(format!("resource {s:?}: the name after TYPE/ is empty"));
-    }
-    Ok((rtype, name.to_string()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parses_type_and_name() {
-        assert_eq!(
-            parse_resource("cluster/outbound|9080||a.b.svc.cluster.local").unwrap(),
-            (
-                ResourceType::Cluster,
-                "outbound|9080||a.b.svc.cluster.local".to_string()
-            )
-        );
-        assert_eq!(
-            parse_resource("RDS/9080").unwrap(),
-            (ResourceType::Route, "9080".to_string())
-        );
-        assert!(parse_resource("9080").is_err());
-        assert!(parse_resource("secret/x").is_err());
-        assert!(parse_resource("route/").is_err());
-    }
 }

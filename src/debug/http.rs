@@ -7,7 +7,8 @@
 //!   accepted too, as Istio spells it).
 //! - `GET /debug/config_errors`: rejected input objects and dataflow conflicts.
 //! - `GET /debug/explain?proxy=ID&resource=TYPE/NAME`: the input objects a resource of the
-//!   proxy was built from ([`super::explain`]).
+//!   proxy was built from ([`super::explain`]); a bare NAME unique among the proxy's
+//!   resources will do (400 listing the candidates when it is not).
 //! - `GET /debug/diff?proxy=ID[&from=EPOCH|&since=5m][&to=EPOCH]`: what changed for one
 //!   proxy ([`super::diff`]), as JSON.
 //! - `GET /debug/watch?proxy=ID`: one JSON object per line for every push to the proxy and
@@ -126,7 +127,7 @@ async fn explain(
     let (Some(proxy), Some(resource)) = (q.proxy, q.resource) else {
         return Err(DebugError::BadRequest(
             "the proxy and resource parameters are required: \
-             /debug/explain?proxy=ID&resource=TYPE/NAME"
+             /debug/explain?proxy=ID&resource=TYPE/NAME (or a NAME unique for the proxy)"
                 .into(),
         ));
     };

@@ -5,9 +5,11 @@
 //! and from the Debug API's messages.
 //!
 //! Times are Unix seconds to the millisecond ([`unix_seconds`]); absent values are `None`
-//! (JSON `null`). Also here: how a user names a proxy ([`resolve_proxy`]).
+//! (JSON `null`). Also here: how a user names a proxy ([`resolve_proxy`]) and one of its
+//! resources ([`resolve_resource`]), for the server's answers and the CLI's alike.
 
 use super::error::DebugError;
+use dataflows::model::ResourceType;
 use serde::{Serialize, Serializer};
 use serde_json::Value;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -49,6 +51,88 @@ pub fn resolve_proxy<'a>(
         many => Err(DebugError::NotFound(format!(
             "{wanted:?} is ambiguous; it matches {}",
             many.join(", ")
+        ))),
+    }
+}
+
+/// How a user spells a resource type: `route/9080` (the word `resolve_resource` prints in
+/// candidates); plurals and the xDS abbreviations are accepted too.
+fn type_of_word(word: &str) -> Option<ResourceType> {
+    match word.to_ascii_lowercase().as_str() {
+        "cluster" | "clusters" | "cds" => Some(ResourceType::Cluster),
+        "endpoint" | "endpoints" | "eds" => Some(ResourceType::Endpoint),
+        "listener" | "listeners" | "lds" => Some(ResourceType::Listener),
+        "route" | "routes" | "rds" => Some(ResourceType::Route),
+        _ => None,
+    }
+}
+
+/// The word for `t` in `TYPE/NAME`.
+pub fn type_word(t: ResourceType) -> &'static str {
+    match t {
+        ResourceType::Cluster => "cluster",
+        ResourceType::Endpoint => "endpoint",
+        ResourceType::Listener => "listener",
+        ResourceType::Route => "route",
+    }
+}
+
+const TYPE_NAME_EXAMPLE: &str =
+    "TYPE/NAME, e.g. route/9080 or cluster/outbound|9080||reviews.default.svc.cluster.local";
+
+/// The answer when `proxy` holds no `t` named `name`.
+pub fn not_held(proxy: &str, t: ResourceType, name: &str) -> DebugError {
+    DebugError::NotFound(format!(
+        "proxy {proxy} holds no {} named {name:?}",
+        t.short()
+    ))
+}
+
+/// Finds the resource of `proxy` a user means: `TYPE/NAME` (`route/9080`; TYPE is cluster,
+/// endpoint, listener or route, plural or CDS/EDS/LDS/RDS too), taken as it is, or a bare
+/// NAME that exactly one type of the proxy's resources has (`holds(type, name)`). A NAME
+/// held under several types (an EDS name is its cluster's) is refused with every candidate
+/// as `TYPE/NAME`.
+///
+/// A name whose part before `/` is not a type word is a bare name: resource names may
+/// contain `/`, type words are never a resource name's first segment.
+pub fn resolve_resource(
+    proxy: &str,
+    wanted: &str,
+    holds: impl Fn(ResourceType, &str) -> bool,
+) -> Result<(ResourceType, String), DebugError> {
+    if let Some((t, name)) = wanted
+        .split_once('/')
+        .and_then(|(word, name)| Some((type_of_word(word)?, name)))
+    {
+        if name.is_empty() {
+            return Err(DebugError::BadRequest(format!(
+                "resource {wanted:?}: the name after TYPE/ is empty"
+            )));
+        }
+        return Ok((t, name.to_string()));
+    }
+    if wanted.is_empty() {
+        return Err(DebugError::BadRequest(format!(
+            "resource: required, as NAME or {TYPE_NAME_EXAMPLE}"
+        )));
+    }
+    let found: Vec<ResourceType> = ResourceType::ALL
+        .into_iter()
+        .filter(|t| holds(*t, wanted))
+        .collect();
+    match found.as_slice() {
+        [t] => Ok((*t, wanted.to_string())),
+        [] => Err(DebugError::NotFound(format!(
+            "proxy {proxy} holds no resource named {wanted:?} (a NAME, or {TYPE_NAME_EXAMPLE})"
+        ))),
+        many => Err(DebugError::BadRequest(format!(
+            "{wanted:?} names {} resources of proxy {proxy}: {}; give one as TYPE/NAME",
+            many.len(),
+            many.iter()
+                .map(|t| format!("{}/{wanted}", type_word(*t)))
+                .collect::<Vec<_>>()
+                .join(", ")
         ))),
     }
 }
@@ -345,6 +429,69 @@ fn is_zero(n: &u64) -> bool {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn resolves_typed_and_bare_resource_names() {
+        const P: &str = "sidecar~10.0.0.1~a-1.default~default.svc.cluster.local";
+        const CLUSTER: &str = "outbound|9080||reviews.default.svc.cluster.local";
+        // A gateway-like proxy: EDS names are their clusters', and one name both a route
+        // configuration and a listener.
+        let held = [
+            (ResourceType::Cluster, CLUSTER),
+            (ResourceType::Endpoint, CLUSTER),
+            (ResourceType::Route, "http.28080"),
+            (ResourceType::Listener, "http.28080"),
+            (ResourceType::Route, "9080"),
+            (ResourceType::Listener, "a/b"),
+        ];
+        let holds = |t: ResourceType, n: &str| held.contains(&(t, n));
+        let resolve = |w: &str| resolve_resource(P, w, holds);
+
+        // TYPE/NAME is taken as given, held or not (the caller says what is missing).
+        assert_eq!(
+            resolve(&format!("cluster/{CLUSTER}")),
+            Ok((ResourceType::Cluster, CLUSTER.to_string()))
+        );
+        assert_eq!(
+            resolve("RDS/1234"),
+            Ok((ResourceType::Route, "1234".to_string()))
+        );
+        // A bare name held once.
+        assert_eq!(
+            resolve("9080"),
+            Ok((ResourceType::Route, "9080".to_string()))
+        );
+        // A slash after a word that is no type: a bare name.
+        assert_eq!(
+            resolve("a/b"),
+            Ok((ResourceType::Listener, "a/b".to_string()))
+        );
+        // Held twice: refused, every candidate listed in TYPE/NAME form.
+        let e = resolve("http.28080").unwrap_err();
+        assert!(matches!(e, DebugError::BadRequest(_)), "{e:?}");
+        assert_eq!(
+            e.message(),
+            format!(
+                "\"http.28080\" names 2 resources of proxy {P}: \
+                 listener/http.28080, route/http.28080; give one as TYPE/NAME"
+            )
+        );
+        let e = resolve(CLUSTER).unwrap_err();
+        assert!(
+            e.message()
+                .contains(&format!("cluster/{CLUSTER}, endpoint/{CLUSTER}")),
+            "{e}"
+        );
+        // Held nowhere: not found, naming the proxy and the name.
+        let e = resolve("secret/x").unwrap_err();
+        assert!(matches!(e, DebugError::NotFound(_)), "{e:?}");
+        assert!(
+            e.message().contains(P) && e.message().contains("\"secret/x\""),
+            "{e}"
+        );
+        assert!(matches!(resolve("route/"), Err(DebugError::BadRequest(_))));
+        assert!(matches!(resolve(""), Err(DebugError::BadRequest(_))));
+    }
 
     #[test]
     fn resolves_full_ids_and_pod_namespace() {

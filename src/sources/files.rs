@@ -447,13 +447,10 @@ impl FileSource {
             }
         }
         for e in &parsed.errors {
-            tracing::warn!(error = %e, "rejected config");
+            super::log_rejection(e);
         }
         for (level, line) in &findings {
-            match level {
-                Level::Error => tracing::warn!(analysis = %line, "config not fully generated"),
-                Level::Warning => tracing::info!(analysis = %line, "config field not supported"),
-            }
+            super::log_finding(*level, line);
         }
         changed.push((path.clone(), old_objects));
         next.insert(

@@ -71,18 +71,24 @@ impl MeshState {
                 self.analysis = parsed
                     .findings
                     .iter()
-                    .map(|f| format!("{}: {}: {}: {}", self.place, f.level, f.field, f.message))
+                    .map(|f| {
+                        let line =
+                            format!("{}: {}: {}: {}", self.place, f.level, f.field, f.message);
+                        super::log_finding(f.level, &line);
+                        line
+                    })
                     .collect();
                 if self.current.as_ref() != Some(&parsed.settings) {
                     changes = self.replace(Some(parsed.settings));
                 }
             }
             Err(e) => {
-                tracing::warn!(config = %self.place, error = %e, "mesh config not applied; the last valid one stays");
-                self.error = Some(format!(
+                let error = format!(
                     "{}: {e} (the last valid mesh config stays in effect)",
                     self.place
-                ));
+                );
+                super::log_rejection(&error);
+                self.error = Some(error);
             }
         }
         Some(self.report(changes))
@@ -104,14 +110,15 @@ impl MeshState {
     /// A problem reading the config (a file that cannot be read): said; what is in effect
     /// stays.
     pub fn unreadable(&mut self, problem: String) -> Option<Report> {
-        let e = Some(format!(
+        let e = format!(
             "{}: {problem} (the last valid mesh config stays in effect)",
             self.place
-        ));
-        if self.error == e {
+        );
+        if self.error.as_ref() == Some(&e) {
             return None;
         }
-        self.error = e;
+        super::log_rejection(&e);
+        self.error = Some(e);
         self.last = None;
         Some(self.report(Vec::new()))
     }

@@ -22,6 +22,28 @@ use dataflows::model::Record;
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex};
 
+/// The log target of the config problems sources report (rejected objects, analysis
+/// findings). `serve` logs them as they appear; `validate` prints the same problems as its
+/// report and turns this target off, so each problem is one line.
+pub const PROBLEMS_LOG_TARGET: &str = "meshflow::config_problems";
+
+/// Logs a rejected object (the error names its file:line or kind/namespace/name and field).
+pub fn log_rejection(error: &dyn std::fmt::Display) {
+    tracing::warn!(target: PROBLEMS_LOG_TARGET, error = %error, "rejected config");
+}
+
+/// Logs one analysis finding of an accepted object.
+pub fn log_finding(level: crate::config::Level, line: &str) {
+    match level {
+        crate::config::Level::Error => {
+            tracing::warn!(target: PROBLEMS_LOG_TARGET, analysis = %line, "config not fully generated")
+        }
+        crate::config::Level::Warning => {
+            tracing::info!(target: PROBLEMS_LOG_TARGET, analysis = %line, "config field not supported")
+        }
+    }
+}
+
 /// Told once, when a source's initial report is in (`Ok`) or it failed before (`Err`).
 type Initial = Arc<Mutex<Option<tokio::sync::oneshot::Sender<Result<(), String>>>>>;
 

@@ -524,6 +524,29 @@ fn dockerfile_stubs_every_declared_target_and_runs_as_non_root() {
     ] {
         assert!(dockerfile.contains(stub), "{stub}");
     }
+    // build.rs runs in the dependency layer: the modules it includes must be there.
+    let deps_stage = dockerfile
+        .split("\nFROM ")
+        .nth(1)
+        .expect("a dependency stage");
+    let build_rs = read(&repo().join("build.rs"));
+    for module in build_rs
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("#[path = \""))
+        .filter_map(|l| l.split('"').next())
+    {
+        let top = module.split('/').next().unwrap_or(module);
+        assert!(
+            deps_stage
+                .lines()
+                .any(|l| l.starts_with("COPY ") && l.split_whitespace().any(|w| w == top)),
+            "build.rs includes {module}: the dependency stage copies {top}"
+        );
+    }
+    assert!(
+        dockerfile.contains("ARG MESHFLOW_COMMIT"),
+        "the commit for --version can be passed in"
+    );
     assert!(dockerfile.matches("\nFROM ").count() >= 2, "multi-stage");
     let last_from = dockerfile.rsplit("\nFROM ").next().expect("a final stage");
     assert!(last_from.contains("distroless") || last_from.contains("slim"));

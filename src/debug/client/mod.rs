@@ -11,12 +11,12 @@
 pub mod config_tables;
 pub mod render;
 
-use crate::debug::envoy_json::{print, print_resources, Format};
+use crate::debug::envoy_json::{config_dump, print, print_resources, DumpEntry, Format};
 use crate::debug::model::{self, resolve_proxy, DiffQuery, Explanation, ProxyList};
 use crate::debug::pb::debug_client::DebugClient;
 use crate::debug::pb::{self, ListProxiesRequest};
 use config_tables::{cluster_row, cols, endpoint_rows, listener_row, route_rows};
-use dataflows::model::ResourceType;
+use dataflows::model::{Body, ResourceType};
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use envoy_types::pb::envoy::config::listener::v3::Listener;
@@ -47,15 +47,25 @@ pub enum ConfigKind {
     Listener,
     Route,
     Endpoint,
+    /// Every type (as `istioctl proxy-config all`); with NAME, the one resource it names.
+    All,
 }
 
 impl ConfigKind {
-    fn rtype(self) -> ResourceType {
+    /// The types shown, in Envoy's config-dump order (clusters, listeners, routes,
+    /// endpoints).
+    fn types(self) -> &'static [ResourceType] {
         match self {
-            ConfigKind::Cluster => ResourceType::Cluster,
-            ConfigKind::Listener => ResourceType::Listener,
-            ConfigKind::Route => ResourceType::Route,
-            ConfigKind::Endpoint => ResourceType::Endpoint,
+            ConfigKind::Cluster => &[ResourceType::Cluster],
+            ConfigKind::Listener => &[ResourceType::Listener],
+            ConfigKind::Route => &[ResourceType::Route],
+            ConfigKind::Endpoint => &[ResourceType::Endpoint],
+            ConfigKind::All => &[
+                ResourceType::Cluster,
+                ResourceType::Listener,
+                ResourceType::Route,
+                ResourceType::Endpoint,
+            ],
         }
     }
 }
@@ -188,12 +198,20 @@ pub async fn explain(
     }
 }
 
-/// The resources of one type a proxy holds, fetched over CSDS: (name, encoded body).
+/// One resource a proxy holds, as CSDS lists it.
+struct Fetched {
+    rtype: ResourceType,
+    name: String,
+    version: String,
+    body: Vec<u8>,
+}
+
+/// The node id `proxy` names, and the resources of `types` it holds, fetched over CSDS.
 async fn fetch_resources(
     addr: SocketAddr,
     proxy: &str,
-    t: ResourceType,
-) -> Result<Vec<(String, Vec<u8>)>, String> {
+    types: &[ResourceType],
+) -> Result<(String, Vec<Fetched>), String> {
     let listed = list_proxies(addr).await?;
     let id = resolve_proxy(listed.proxies.iter().map(|p| p.id.as_str()), proxy)
         .map_err(|e| e.to_string())?;
@@ -220,53 +238,126 @@ async fn fetch_resources(
         .into_iter()
         .find(|c| c.node.as_ref().is_some_and(|n| n.id == id))
         .ok_or_else(|| format!("proxy {id} disconnected"))?;
-    Ok(config
+    let resources = config
         .generic_xds_configs
         .into_iter()
-        .filter(|g| g.type_url == t.type_url())
-        .filter_map(|g| Some((g.name, g.xds_config?.value)))
-        .collect())
+        .filter_map(|g| {
+            let rtype = ResourceType::from_type_url(&g.type_url)?;
+            types.contains(&rtype).then_some(Fetched {
+                rtype,
+                name: g.name,
+                version: g.version_info,
+                body: g.xds_config?.value,
+            })
+        })
+        .collect();
+    Ok((id, resources))
 }
 
-/// `meshflow proxy-config {cluster|listener|route|endpoint} PROXY`.
+/// `meshflow proxy-config {cluster|listener|route|endpoint|all} PROXY [NAME]`: a table per
+/// type (tables of several types apart by a blank line), or Envoy's JSON: the resources of
+/// one type as a list, of `all` as a config dump (`/debug/config_dump`'s form). NAME keeps
+/// the one resource it names ([`model::resolve_resource`], among the kind's types).
 pub async fn proxy_config(
     addr: SocketAddr,
     kind: ConfigKind,
     proxy: &str,
+    name: Option<&str>,
     output: Output,
 ) -> Result<String, String> {
-    let t = kind.rtype();
-    let resources = fetch_resources(addr, proxy, t).await?;
-    if let Some(format) = output.format() {
-        return print_resources(t, &resources, format);
+    let (id, mut resources) = fetch_resources(addr, proxy, kind.types()).await?;
+    // By name, as the config dump lists them (CSDS lists a proxy's own resources first).
+    resources.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut types = kind.types().to_vec();
+    if let Some(wanted) = name {
+        let holds = |t, n: &str| resources.iter().any(|r| r.rtype == t && r.name == n);
+        let (t, n) = model::resolve_resource(&id, wanted, holds).map_err(|e| e.to_string())?;
+        if !types.contains(&t) {
+            let kind = clap::ValueEnum::to_possible_value(&kind)
+                .map(|v| v.get_name().to_string())
+                .unwrap_or_default();
+            return Err(format!(
+                "{wanted:?} names a {}, not a {kind}",
+                model::type_word(t)
+            ));
+        }
+        resources.retain(|r| r.rtype == t && r.name == n);
+        if resources.is_empty() {
+            return Err(model::not_held(&id, t, &n).to_string());
+        }
+        types = vec![t];
     }
-    let rows = config_rows(kind, &resources)?;
-    Ok(render::table(&rows, |_, padded| padded))
+    let of_type = |t: ResourceType| -> Vec<(String, Vec<u8>)> {
+        resources
+            .iter()
+            .filter(|r| r.rtype == t)
+            .map(|r| (r.name.clone(), r.body.clone()))
+            .collect()
+    };
+    match (output.format(), types.as_slice()) {
+        (Some(format), [t]) => print_resources(*t, &of_type(*t), format),
+        (Some(format), _) => {
+            let per_type: Vec<(ResourceType, Vec<DumpEntry>)> = types
+                .iter()
+                .map(|t| {
+                    let entries = resources
+                        .iter()
+                        .filter(|r| r.rtype == *t)
+                        .map(|r| DumpEntry {
+                            name: r.name.clone(),
+                            version: r.version.clone(),
+                            body: Some(Body(r.body.as_slice().into())),
+                        })
+                        .collect();
+                    (*t, entries)
+                })
+                .collect();
+            let dump = config_dump(&per_type);
+            match format {
+                Format::Json => Ok(dump),
+                Format::Yaml => {
+                    let value: serde_json::Value = serde_json::from_str(&dump)
+                        .map_err(|e| format!("the config dump is not JSON: {e}"))?;
+                    print(&value, Format::Yaml)
+                }
+            }
+        }
+        (None, _) => {
+            let tables: Result<Vec<String>, String> = types
+                .iter()
+                .map(|t| {
+                    let rows = config_rows(*t, &of_type(*t))?;
+                    Ok(render::table(&rows, |_, padded| padded))
+                })
+                .collect();
+            Ok(tables?.join("\n"))
+        }
+    }
 }
 
-/// The table of `proxy-config`: a header, then rows of the decoded resources.
+/// The table of `proxy-config` for type `t`: a header, then rows of the decoded resources.
 fn config_rows(
-    kind: ConfigKind,
+    t: ResourceType,
     resources: &[(String, Vec<u8>)],
 ) -> Result<Vec<Vec<String>>, String> {
     fn decode<M: Message + Default>(name: &str, body: &[u8]) -> Result<M, String> {
         M::decode(body).map_err(|e| format!("decoding {name}: {e}"))
     }
     let mut rows: Vec<Vec<String>> = Vec::new();
-    match kind {
-        ConfigKind::Cluster => {
+    match t {
+        ResourceType::Cluster => {
             rows.push(cols(&["NAME", "TYPE", "LB POLICY", "CONNECT TIMEOUT"]));
             for (name, body) in resources {
                 rows.push(cluster_row(&decode::<Cluster>(name, body)?));
             }
         }
-        ConfigKind::Listener => {
+        ResourceType::Listener => {
             rows.push(cols(&["NAME", "ADDRESS", "PORT", "CHAINS", "DESTINATION"]));
             for (name, body) in resources {
                 rows.push(listener_row(&decode::<Listener>(name, body)?));
             }
         }
-        ConfigKind::Route => {
+        ResourceType::Route => {
             rows.push(cols(&[
                 "NAME",
                 "VIRTUAL HOST",
@@ -278,7 +369,7 @@ fn config_rows(
                 rows.extend(route_rows(&decode::<RouteConfiguration>(name, body)?));
             }
         }
-        ConfigKind::Endpoint => {
+        ResourceType::Endpoint => {
             rows.push(cols(&["ADDRESS", "STATUS", "WEIGHT", "CLUSTER"]));
             for (name, body) in resources {
                 rows.extend(endpoint_rows(&decode::<ClusterLoadAssignment>(name, body)?));

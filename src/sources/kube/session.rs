@@ -125,7 +125,7 @@ impl Session {
     pub fn not_served(&mut self, errors: Vec<String>) {
         if errors != self.not_served {
             for e in &errors {
-                tracing::error!(error = %e, "Istio kind not watched");
+                tracing::error!(target: crate::sources::PROBLEMS_LOG_TARGET, error = %e, "Istio kind not watched");
             }
         }
         self.rediscover = match (errors.is_empty(), self.rediscover) {
@@ -312,7 +312,9 @@ fn reportable(what: &str, error: &watcher::Error) -> Option<String> {
         watcher::Error::InitialListFailed(_)
         | watcher::Error::WatchStartFailed(_)
         | watcher::Error::NoResourceVersion => {
-            tracing::warn!(watch = what, %error, "Kubernetes watch failing");
+            // Reported as a config problem too: under the problems target, so `validate`
+            // shows it once.
+            tracing::warn!(target: crate::sources::PROBLEMS_LOG_TARGET, watch = what, %error, "Kubernetes watch failing");
             Some(format!("watching {what}: {error}"))
         }
         watcher::Error::WatchError(_) | watcher::Error::WatchFailed(_) => {

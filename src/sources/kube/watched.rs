@@ -244,17 +244,14 @@ fn log_findings(before: Option<&Findings>, now: &Findings) {
         return;
     }
     for (level, line) in now {
-        match level {
-            Level::Error => tracing::warn!(analysis = %line, "config not fully generated"),
-            Level::Warning => tracing::info!(analysis = %line, "config field not supported"),
-        }
+        crate::sources::log_finding(*level, line);
     }
 }
 
 /// Logs a rejection once: a relist or a resync of the same invalid object says nothing new.
 fn log_rejection(before: Option<&String>, now: &str) {
     if before.map(String::as_str) != Some(now) {
-        tracing::warn!(error = %now, "rejected config");
+        crate::sources::log_rejection(&now);
     }
 }
 

@@ -1,0 +1,221 @@
+//! The command line itself, run as the built binary: `validate` taking its directory as an
+//! argument or a flag and printing each problem once, `--version` naming the git commit, and
+//! the shell completion scripts. (The debug commands are tested against a running server in
+//! `debug_api.rs`.)
+
+mod support;
+
+#[path = "../build/git_commit.rs"]
+mod git_commit;
+
+use std::path::Path;
+use std::process::{Command, Output};
+use support::{write_config, TestDir};
+
+/// Runs the built binary without the caller's RUST_LOG, so its default logging is tested.
+fn meshflow(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_meshflow"))
+        .args(args)
+        .env_remove("RUST_LOG")
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("run meshflow")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// A directory with four known problems in four files (three errors, one warning) and one
+/// valid Service.
+fn write_problems(dir: &Path) {
+    write_config(
+        dir,
+        "service.yaml",
+        "apiVersion: v1\nkind: Service\nmetadata: {name: reviews, namespace: default}\nspec:\n  ports: [{name: http, port: 9080}]\n",
+    );
+    write_config(
+        dir,
+        "weights.yaml",
+        "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: weights, namespace: default}\nspec:\n  hosts: [reviews]\n  http:\n  - route:\n    - destination: {host: reviews}\n      weight: 60\n    - destination: {host: reviews}\n      weight: 60\n",
+    );
+    write_config(dir, "syntax.yaml", "kind: Service\nmetadata: [unclosed\n");
+    write_config(
+        dir,
+        "lb.yaml",
+        "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: lb, namespace: default}\nspec:\n  host: reviews\n  trafficPolicy: {loadBalancer: {simple: SOMETIMES}}\n",
+    );
+    write_config(
+        dir,
+        "cors.yaml",
+        "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: cors, namespace: default}\nspec:\n  hosts: [reviews]\n  http:\n  - corsPolicy: {allowOrigins: [{exact: example.com}]}\n    route:\n    - destination: {host: reviews}\n",
+    );
+}
+
+const PROBLEM_FILES: [&str; 4] = ["weights.yaml", "syntax.yaml", "lb.yaml", "cors.yaml"];
+
+/// `validate DIR` and `validate --config-dir DIR` are the same check; both at once, or
+/// neither, is refused with a message naming the arguments.
+#[test]
+fn validate_takes_the_directory_as_argument_or_flag() {
+    let dir = TestDir::new("cli-validate-positional");
+    let config = dir.subdir("config");
+    write_problems(&config);
+    let path = config.to_str().expect("utf-8 path");
+
+    let positional = meshflow(&["validate", path]);
+    let flag = meshflow(&["validate", "--config-dir", path]);
+    assert_eq!(positional.status.code(), Some(1), "{positional:?}");
+    assert_eq!(text(&positional.stdout), text(&flag.stdout));
+    assert!(
+        text(&positional.stdout).contains("weights add up to 120"),
+        "{}",
+        text(&positional.stdout)
+    );
+
+    let good = dir.subdir("good");
+    write_config(
+        &good,
+        "service.yaml",
+        "apiVersion: v1\nkind: Service\nmetadata: {name: reviews, namespace: default}\nspec:\n  ports: [{name: http, port: 9080}]\n",
+    );
+    let ok = meshflow(&["validate", good.to_str().unwrap()]);
+    assert!(ok.status.success(), "{ok:?}");
+    assert!(text(&ok.stdout).starts_with("ok: 1 records"), "{ok:?}");
+
+    let both = meshflow(&["validate", path, "--config-dir", path]);
+    assert_eq!(both.status.code(), Some(2), "{both:?}");
+    let err = text(&both.stderr);
+    assert!(
+        err.contains("[DIR]") && err.contains("--config-dir"),
+        "the error names both: {err}"
+    );
+    let neither = meshflow(&["validate"]);
+    assert_eq!(neither.status.code(), Some(2), "{neither:?}");
+    assert!(text(&neither.stderr).contains("<DIR>"), "{neither:?}");
+}
+
+/// Four problems are four lines (and a summary): none is also logged on stderr.
+#[test]
+fn validate_prints_each_problem_once() {
+    let dir = TestDir::new("cli-validate-once");
+    let config = dir.subdir("config");
+    write_problems(&config);
+    let out = meshflow(&["validate", config.to_str().unwrap()]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        lines.len(),
+        PROBLEM_FILES.len() + 1,
+        "one line per problem and a summary:\n{stdout}"
+    );
+    assert_eq!(lines.last(), Some(&"3 error(s), 1 warning(s)"), "{stdout}");
+    for file in PROBLEM_FILES {
+        let everywhere = stdout
+            .lines()
+            .chain(stderr.lines())
+            .filter(|l| l.contains(file))
+            .count();
+        assert_eq!(
+            everywhere, 1,
+            "{file}: one line in all\nstdout:\n{stdout}\nstderr:\n{stderr}"
+        );
+    }
+    assert!(!stdout.contains("service.yaml"), "{stdout}");
+}
+
+/// `--version` names the commit the binary was built from: git's HEAD in a checkout.
+#[test]
+fn version_names_the_git_commit() {
+    let out = meshflow(&["--version"]);
+    assert!(out.status.success(), "{out:?}");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let from_env = std::env::var("MESHFLOW_COMMIT").ok();
+    let (want, _) = git_commit::commit_of(root, from_env.as_deref());
+    assert_eq!(
+        text(&out.stdout),
+        format!("meshflow {} (commit {want})\n", env!("CARGO_PKG_VERSION"))
+    );
+    if let Some((git, _)) = git_commit::git_commit(root) {
+        assert_eq!(git.len(), 12, "{git}");
+        assert!(git.bytes().all(|b| b.is_ascii_hexdigit()), "{git}");
+        if from_env.is_none() {
+            assert_eq!(want, git);
+        }
+    }
+}
+
+/// Outside a checkout the commit comes from a crates tarball's `.cargo_vcs_info.json`, else
+/// is "unknown"; a directory inside someone else's checkout is not that checkout; the
+/// builder's MESHFLOW_COMMIT wins over all.
+#[test]
+fn commit_fallbacks_outside_a_checkout() {
+    let outside = std::env::temp_dir().join(format!("meshflow-no-git-{}", std::process::id()));
+    std::fs::create_dir_all(&outside).unwrap();
+    let bare = git_commit::commit_of(&outside, None);
+    std::fs::write(
+        outside.join(".cargo_vcs_info.json"),
+        "{\n  \"git\": {\n    \"sha1\": \"0123456789abcdef0123456789abcdef01234567\"\n  },\n  \"path_in_vcs\": \"\"\n}",
+    )
+    .unwrap();
+    let tarball = git_commit::commit_of(&outside, None);
+    let given = git_commit::commit_of(&outside, Some("feedface"));
+    let _ = std::fs::remove_dir_all(&outside);
+    assert_eq!(bare, ("unknown".to_string(), vec![]));
+    assert_eq!(tarball.0, "0123456789ab");
+    assert_eq!(given.0, "feedface");
+    // Inside the repository but not its top: a tarball unpacked into another repository.
+    let nested = TestDir::new("cli-nested-in-git");
+    assert_eq!(git_commit::git_commit(nested.path()), None);
+    assert_eq!(git_commit::commit_of(nested.path(), None).0, "unknown");
+}
+
+/// Each shell's script is produced, is that shell's kind of script, offers every
+/// subcommand, and (where the shell is installed) parses.
+#[test]
+fn completions_for_each_shell() {
+    let subcommands = [
+        "serve",
+        "proxy-status",
+        "proxy-config",
+        "explain",
+        "diff",
+        "watch",
+        "validate",
+        "completions",
+    ];
+    for (shell, marker) in [
+        ("bash", "complete -F _meshflow"),
+        ("zsh", "#compdef meshflow"),
+        ("fish", "complete -c meshflow"),
+    ] {
+        let out = meshflow(&["completions", shell]);
+        assert!(out.status.success(), "{shell}: {out:?}");
+        let script = text(&out.stdout);
+        assert!(script.contains(marker), "{shell}: no {marker:?}");
+        for sub in subcommands {
+            assert!(script.contains(sub), "{shell}: {sub} not offered");
+        }
+        let installed = Command::new(shell)
+            .args(["-c", "true"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if installed && shell != "fish" {
+            let parse = Command::new(shell)
+                .args(["-n", "-c", &script])
+                .output()
+                .expect("run the shell");
+            assert!(parse.status.success(), "{shell} -n: {parse:?}");
+        } else if installed {
+            let parse = Command::new("fish")
+                .args(["--no-execute", "-c", &script])
+                .output()
+                .expect("run fish");
+            assert!(parse.status.success(), "fish --no-execute: {parse:?}");
+        }
+    }
+    let bad = meshflow(&["completions", "powershell-9"]);
+    assert_eq!(bad.status.code(), Some(2), "{bad:?}");
+}
