@@ -392,8 +392,8 @@ fn sidecar_redirect_and_direct_response_answer_without_an_upstream() {
 
 /// `outboundTrafficPolicy.mode` of a namespace's Sidecar, for a captured sidecar: with
 /// ALLOW_ANY (the default) a host outside the registry passes through to its original
-/// destination; with REGISTRY_ONLY it does not (no `allow_any` virtual host: 404), and a
-/// connection to a port no service has goes to `BlackHoleCluster`.
+/// destination; with REGISTRY_ONLY it does not (Istio's `block_all` virtual host answers
+/// 502), and a connection to a port no service has goes to `BlackHoleCluster`.
 #[test]
 fn captured_sidecar_registry_only_blocks_unknown_hosts() {
     let mut mesh = Mesh::new("registry-only");
@@ -422,7 +422,7 @@ fn captured_sidecar_registry_only_blocks_unknown_hosts() {
 
     write_config(&mesh.config, "sidecar.yaml", &sidecar("REGISTRY_ONLY"));
     let o = mesh.send(&proxy, &unknown);
-    assert_status(&o, 404);
+    assert_status(&o, 502);
     let o = mesh.send(&proxy, &other_port);
     assert_eq!(o.cluster(), Some("BlackHoleCluster"), "{o:#?}");
     let known = mesh.send(
@@ -434,7 +434,7 @@ fn captured_sidecar_registry_only_blocks_unknown_hosts() {
 
 /// The mesh config's `outboundTrafficPolicy.mode` for a captured sidecar with no mode of its
 /// own, read by the mesh config source as `serve --mesh-config` does: REGISTRY_ONLY blocks a
-/// host outside the registry (404, and `BlackHoleCluster` for a port no service has); a
+/// host outside the registry (502, and `BlackHoleCluster` for a port no service has); a
 /// namespace Sidecar that says ALLOW_ANY overrides it; one that says nothing does not.
 #[test]
 fn mesh_outbound_policy_applies_unless_the_sidecar_sets_its_own() {
@@ -466,7 +466,7 @@ fn mesh_outbound_policy_applies_unless_the_sidecar_sets_its_own() {
     let known = Call::get("reviews", PORT, "/").to_address("203.0.113.7");
 
     set_mode(&mut mesh, "REGISTRY_ONLY");
-    assert_status(&mesh.send(&proxy, &unknown), 404);
+    assert_status(&mesh.send(&proxy, &unknown), 502);
     let o = mesh.send(&proxy, &other_port);
     assert_eq!(o.cluster(), Some("BlackHoleCluster"), "{o:#?}");
     assert_routes_to(
@@ -489,7 +489,7 @@ fn mesh_outbound_policy_applies_unless_the_sidecar_sets_its_own() {
 
     write_config(&mesh.config, "sidecar.yaml", &sidecar(""));
     mesh.sync_clean();
-    assert_status(&mesh.send(&proxy, &unknown), 404);
+    assert_status(&mesh.send(&proxy, &unknown), 502);
 
     set_mode(&mut mesh, "ALLOW_ANY");
     let o = mesh.send(&proxy, &other_port);

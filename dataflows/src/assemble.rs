@@ -61,7 +61,7 @@ pub fn sidecar_fixed_routes(
     spec: &ScopeSpec,
     interception_none: bool,
     proxyless: bool,
-) -> Vec<(u16, bool)> {
+) -> Vec<(u16, UnknownHosts)> {
     if proxyless {
         return Vec::new();
     }
@@ -69,8 +69,12 @@ pub fn sidecar_fixed_routes(
         .iter()
         .filter_map(|l| {
             let port = l.port.as_ref().filter(|p| p.protocol.is_http())?;
-            let allow_any = !egress_bind(l, interception_none).1 && !spec.registry_only;
-            Some((port.number, allow_any))
+            let unknown = if egress_bind(l, interception_none).1 {
+                UnknownHosts::None
+            } else {
+                UnknownHosts::captured(spec.registry_only)
+            };
+            Some((port.number, unknown))
         })
         .collect()
 }

@@ -588,6 +588,27 @@ pub struct Sidecar {
     pub registry_only: Option<bool>,
 }
 
+/// The virtual host a sidecar route configuration ends with, for hosts outside the registry:
+/// Istio's `allow_any` (to `PassthroughCluster`) or `block_all` (a 502) on captured
+/// listeners, by `outboundTrafficPolicy.mode`; none on bound ones.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum UnknownHosts {
+    None,
+    AllowAny,
+    BlockAll,
+}
+
+impl UnknownHosts {
+    /// The catch-all of a captured listener.
+    pub fn captured(registry_only: bool) -> UnknownHosts {
+        if registry_only {
+            UnknownHosts::BlockAll
+        } else {
+            UnknownHosts::AllowAny
+        }
+    }
+}
+
 /// What a scope's configuration depends on besides the hosts it sees: the Sidecar in effect
 /// (none: defaults; routers see everything exported) and the mesh defaults it applies.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

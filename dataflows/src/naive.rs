@@ -353,7 +353,8 @@ fn sidecar_outbound(
     let mut res = Vec::new();
     let spec = ScopeSpec::new(v.sidecar_spec(s).cloned(), &v.mesh);
     let listeners = rules::egress_listeners(spec.sidecar.as_ref());
-    let mut rows: BTreeMap<u16, (bool, BTreeMap<&str, Option<ResolvedVs>>)> = BTreeMap::new();
+    let mut rows: BTreeMap<u16, (UnknownHosts, BTreeMap<&str, Option<ResolvedVs>>)> =
+        BTreeMap::new();
     let mut catch_all_ports = BTreeSet::new();
     let mut api_listeners = BTreeSet::new();
     for (port, allow_any) in assemble::sidecar_fixed_routes(&spec, interception_none, proxyless) {

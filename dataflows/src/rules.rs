@@ -167,7 +167,7 @@ pub fn sidecar_route_ports(
     interception_none: bool,
     proxyless: bool,
     registry_only: bool,
-) -> Vec<(u16, bool, bool)> {
+) -> Vec<(u16, UnknownHosts, bool)> {
     let Some(l) = listeners.get(idx) else {
         return Vec::new();
     };
@@ -184,7 +184,7 @@ pub fn sidecar_route_ports(
                 Some(ep) => *p == ep.number,
                 None => !explicit.contains(p),
             })
-            .map(|p| (p, false, false))
+            .map(|p| (p, UnknownHosts::None, false))
             .collect();
     }
     let http_ports = svc
@@ -194,10 +194,14 @@ pub fn sidecar_route_ports(
         .map(|p| p.port);
     match &l.port {
         Some(ep) => {
-            let allow_any = !egress_bind(l, interception_none).1 && !registry_only;
+            let unknown = if egress_bind(l, interception_none).1 {
+                UnknownHosts::None
+            } else {
+                UnknownHosts::captured(registry_only)
+            };
             http_ports
                 .filter(|p| *p == ep.number)
-                .map(|p| (p, allow_any, false))
+                .map(|p| (p, unknown, false))
                 .collect()
         }
         None if interception_none => Vec::new(),
@@ -208,7 +212,7 @@ pub fn sidecar_route_ports(
                 .collect();
             http_ports
                 .filter(|p| !explicit.contains(p))
-                .map(|p| (p, !registry_only, true))
+                .map(|p| (p, UnknownHosts::captured(registry_only), true))
                 .collect()
         }
     }

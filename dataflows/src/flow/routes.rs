@@ -13,20 +13,20 @@ use serde::{Deserialize, Serialize};
 
 /// `((scope, host), (port, allow_any, catch_all, service))`: a host's port in a scope, and
 /// whether the port's listener allows any destination and needs a catch-all.
-pub(super) type Ports<'s> = Coll<'s, ((ScopeKey, Hostname), (u16, bool, bool, Service))>;
+pub(super) type Ports<'s> = Coll<'s, ((ScopeKey, Hostname), (u16, UnknownHosts, bool, Service))>;
 
 /// Rows of a sidecar route configuration: a marker that it must exist, or a virtual host.
 #[allow(clippy::large_enum_variant)] // rows live in arrangements, not on hot stacks
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 enum RouteRow {
     Exists {
-        allow_any: bool,
+        allow_any: UnknownHosts,
     },
     /// The mesh's default retry policy, for the routes no VirtualService governs; only
     /// present when the mesh config sets one.
     DefaultRetries(Retries),
     Vhost {
-        allow_any: bool,
+        allow_any: UnknownHosts,
         catch_all: bool,
         service: Service,
         vs: Option<ResolvedVs>,
@@ -236,7 +236,7 @@ fn configs<'s>(rows: Rows<'s>, domain_suffix: &str) -> Coll<'s, (ScopeKey, Resou
     let suffix = domain_suffix.to_string();
     rows.reduce(
         move |(s, port): &(ScopeKey, u16), vals: &[(&RouteRow, isize)], out| {
-            let mut allow_any = true;
+            let mut allow_any = UnknownHosts::None;
             let mut vhosts = Vec::new();
             let mut retries = None;
             for (row, _) in vals {

@@ -5,7 +5,7 @@
 use super::{duration_ms, outbound_cluster_name, PASSTHROUGH_CLUSTER};
 use crate::model::{
     DirectResponse, Fault, HeaderEdits, HttpMatch, HttpRoute, PerMillion, Redirect, ResolvedVs,
-    Resource, ResourceType, Retries, RouteDestination, Service, StringMatch,
+    Resource, ResourceType, Retries, RouteDestination, Service, StringMatch, UnknownHosts,
 };
 use envoy_types::pb::envoy::config::core::v3::{
     data_source, header_value_option::HeaderAppendAction, DataSource, HeaderValue,
@@ -448,14 +448,14 @@ pub fn domains(host: &str, port: u16, proxy_ns: &str, domain_suffix: &str) -> Ve
 pub type SidecarVhost = (Service, Option<ResolvedVs>);
 
 /// The sidecar route configuration for `port`, with a virtual host per service (sorted by
-/// host so the encoding is canonical) and, on captured listeners, Istio's `allow_any`
-/// passthrough host.
+/// host so the encoding is canonical) and, on captured listeners, Istio's catch-all for
+/// hosts outside the registry: `allow_any` (passthrough) or `block_all` (502).
 pub fn sidecar_route_config(
     port: u16,
     proxy_ns: &str,
     domain_suffix: &str,
     vhosts: &[SidecarVhost],
-    allow_any: bool,
+    unknown: UnknownHosts,
     default_retries: Option<&Retries>,
 ) -> Resource {
     let mut sorted: Vec<&SidecarVhost> = vhosts.iter().collect();
@@ -472,22 +472,35 @@ pub fn sidecar_route_config(
             ..Default::default()
         })
         .collect();
-    if allow_any {
-        virtual_hosts.push(VirtualHost {
-            name: "allow_any".into(),
-            domains: vec!["*".into()],
-            routes: vec![Route {
-                name: "allow_any".into(),
-                r#match: Some(route_match(None)),
-                action: Some(Action::Route(RouteAction {
-                    cluster_specifier: Some(ClusterSpecifier::Cluster(PASSTHROUGH_CLUSTER.into())),
-                    timeout: Some(duration_ms(0)),
-                    ..Default::default()
-                })),
-                ..Default::default()
-            }],
+    let catch_all = |name: &str, action: Action| VirtualHost {
+        name: name.into(),
+        domains: vec!["*".into()],
+        routes: vec![Route {
+            name: name.into(),
+            r#match: Some(route_match(None)),
+            action: Some(action),
             ..Default::default()
-        });
+        }],
+        ..Default::default()
+    };
+    match unknown {
+        UnknownHosts::None => {}
+        UnknownHosts::AllowAny => virtual_hosts.push(catch_all(
+            "allow_any",
+            Action::Route(RouteAction {
+                cluster_specifier: Some(ClusterSpecifier::Cluster(PASSTHROUGH_CLUSTER.into())),
+                timeout: Some(duration_ms(0)),
+                ..Default::default()
+            }),
+        )),
+        // Istio answers a host outside the registry itself under REGISTRY_ONLY.
+        UnknownHosts::BlockAll => virtual_hosts.push(catch_all(
+            "block_all",
+            Action::DirectResponse(DirectResponseAction {
+                status: 502,
+                ..Default::default()
+            }),
+        )),
     }
     let rc = RouteConfiguration {
         name: port.to_string(),
