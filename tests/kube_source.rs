@@ -13,7 +13,7 @@
 mod support;
 
 use serde_json::{json, Value};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -124,14 +124,18 @@ impl Cluster {
     /// A real Envoy as the client sidecar `name` in `default` (Delta ADS), once it has the
     /// listener of `port`.
     fn client_envoy(&self, bin: &Path, name: &str, reviews: &Reviews, port: u16) -> Envoy {
-        let node = ProxyNode::sidecar(name, "default", &reviews.ip(20), &[("app", "client")]);
-        let envoy = Envoy::start(
-            bin,
-            self.dir.path(),
-            &node,
-            self.meshflow.xds_addr(),
-            XdsMode::Delta,
-        );
+        let at = Sidecar {
+            name,
+            ip: reviews.ip(20),
+            xds: self.meshflow.xds_addr(),
+        };
+        self.envoy_of(bin, at, port)
+    }
+
+    /// A real Envoy as the client sidecar `at` describes, once it has the listener of `port`.
+    fn envoy_of(&self, bin: &Path, at: Sidecar, port: u16) -> Envoy {
+        let node = ProxyNode::sidecar(at.name, "default", &at.ip, &[("app", "client")]);
+        let envoy = Envoy::start(bin, self.dir.path(), &node, at.xds, XdsMode::Delta);
         envoy.wait_live(STARTUP_TIMEOUT);
         envoy.await_listener(&format!("127.0.0.1_{port}"));
         envoy
@@ -144,6 +148,13 @@ impl Cluster {
         c.subscribe(CDS, &[], HashMap::new()).await;
         c
     }
+}
+
+/// A client sidecar: its pod name, address and the meshflow replica it connects to.
+struct Sidecar<'a> {
+    name: &'a str,
+    ip: String,
+    xds: SocketAddr,
 }
 
 fn get(addr: SocketAddr, path: &str) -> String {
@@ -953,6 +964,134 @@ async fn two_replicas_serve_identical_config() {
     assert_eq!(a.held, b.held, "identical after the change");
 }
 
+/// Two replicas watching one cluster, each serving one real Envoy: both Envoys hold the same
+/// clusters, listeners and route configurations (their config dumps less what is per
+/// moment: version_info and last_updated), and route the same request the same way, before
+/// and after a change made through the API. Both Envoys bind the Sidecar's listener
+/// 127.0.0.1:PORT (Envoy sets SO_REUSEPORT on listeners by default, so the kernel spreads
+/// connections over both); each Envoy's own upstream counters show that it sent requests
+/// to the subset the VirtualService names, and only there.
+#[test]
+fn two_replicas_give_two_envoys_identical_config_and_routing() {
+    let envoy_bin = require_envoy!();
+    let files = ReviewsFiles::new("kube-replicas-envoy-fixtures", 63);
+    let (reviews, port, fixtures) = (&files.reviews, files.port, &files.path);
+    reviews.write_subset_routing(&Binding::Mesh, &[("v1", 0), ("v2", 100)]);
+    let cluster = start(
+        "kube-replicas-envoy",
+        |fake| apply_dir(fake, fixtures),
+        &[],
+    );
+    let debug_b = SocketAddr::from(([127, 0, 0, 1], free_port())).to_string();
+    let second = Meshflow::start_kube(
+        &cluster.dir.path().join("kubeconfig"),
+        &cluster.dir.subdir("replica-b"),
+        &["--debug-addr", &debug_b],
+    );
+    let sidecar = |name, host, xds| Sidecar {
+        name,
+        ip: reviews.ip(host),
+        xds,
+    };
+    let a = cluster.envoy_of(
+        &envoy_bin,
+        sidecar("client-a", 20, cluster.meshflow.xds_addr()),
+        port,
+    );
+    let b = cluster.envoy_of(&envoy_bin, sidecar("client-b", 21, second.xds_addr()), port);
+    let listener = SocketAddr::from(([127, 0, 0, 1], port));
+    let client = Client::new(&a, listener, "reviews");
+
+    let first = await_identical_config(&a, &b, |_| true);
+    let v2_cluster = format!("cluster/outbound|{port}|v2|{}", support::reviews::FQDN);
+    assert!(first.contains_key(&v2_cluster), "{:#?}", first.keys());
+    assert!(first.contains_key(&format!("route/{port}")), "{:#?}", first.keys());
+    routes_only_to(&client, &[&a, &b], port, "v2");
+
+    // A change through the API reaches both replicas; both Envoys route by it.
+    reviews.write_subset_routing(&Binding::Mesh, &[("v1", 100), ("v2", 0)]);
+    apply_dir(&cluster.fake, fixtures);
+    await_identical_config(&a, &b, |c| *c != first);
+    routes_only_to(&client, &[&a, &b], port, "v1");
+}
+
+/// What an Envoy holds from xDS, by `cluster/NAME`, `listener/NAME` and `route/NAME`,
+/// without the version and time of each (which say when, not what).
+fn served_config(envoy: &Envoy) -> BTreeMap<String, Value> {
+    let dump = envoy.config_dump();
+    let mut out = BTreeMap::new();
+    for section in dump["configs"].as_array().into_iter().flatten() {
+        let t = section["@type"].as_str().unwrap_or("");
+        let (kind, items, field) = if t.ends_with("ClustersConfigDump") {
+            ("cluster", &section["dynamic_active_clusters"], "/cluster")
+        } else if t.ends_with("ListenersConfigDump") {
+            ("listener", &section["dynamic_listeners"], "/active_state/listener")
+        } else if t.ends_with("RoutesConfigDump") {
+            ("route", &section["dynamic_route_configs"], "/route_config")
+        } else {
+            continue;
+        };
+        for item in items.as_array().into_iter().flatten() {
+            if let Some(body) = item.pointer(field) {
+                let name = body["name"].as_str().unwrap_or("?");
+                out.insert(format!("{kind}/{name}"), body.clone());
+            }
+        }
+    }
+    out
+}
+
+/// Waits until both Envoys hold the same config and it satisfies `accept`; returns it, or
+/// panics naming what differs.
+fn await_identical_config(
+    a: &Envoy,
+    b: &Envoy,
+    accept: impl Fn(&BTreeMap<String, Value>) -> bool,
+) -> BTreeMap<String, Value> {
+    let mut last = (BTreeMap::new(), BTreeMap::new());
+    let same = wait_until(CONVERGE_TIMEOUT, || {
+        last = (served_config(a), served_config(b));
+        !last.0.is_empty() && last.0 == last.1 && accept(&last.0)
+    });
+    if !same {
+        let (a, b) = &last;
+        let differ: Vec<&String> = a
+            .keys()
+            .chain(b.keys())
+            .filter(|k| a.get(*k) != b.get(*k))
+            .collect();
+        let first = differ.first().map(|k| (a.get(*k), b.get(*k)));
+        panic!("the Envoys' configs differ in {differ:#?}; the first: {first:#?}");
+    }
+    last.0
+}
+
+/// Sends 60 requests through the listener both Envoys bind: every one is answered by
+/// reviews-`subset`, and each Envoy sent some of them, all to that subset's cluster.
+fn routes_only_to(client: &Client, envoys: &[&Envoy], port: u16, subset: &str) {
+    let fqdn = support::reviews::FQDN;
+    let sent = |e: &Envoy, s: &str| {
+        e.stat(&format!("cluster.outbound|{port}|{s}|{fqdn}.upstream_rq_total"))
+            .unwrap_or(0)
+    };
+    let other = if subset == "v1" { "v2" } else { "v1" };
+    let before: Vec<(u64, u64)> = envoys
+        .iter()
+        .map(|e| (sent(e, subset), sent(e, other)))
+        .collect();
+    let counts = client.tally(60, "/reviews/1", &[]);
+    let answer = format!("reviews-{subset}");
+    assert!(only(&counts, &answer), "{counts:?}");
+    for (e, (to, not_to)) in envoys.iter().zip(before) {
+        assert!(
+            sent(e, subset) > to,
+            "each Envoy routed some requests to {subset}\n{}",
+            e.summary()
+        );
+        assert_eq!(sent(e, other), not_to, "none to {other}\n{}", e.summary());
+    }
+}
+
 /// Istio kinds are watched at the most stable version the cluster serves; on a cluster
 /// without Istio's CRDs each kind is reported by name, the Kubernetes kinds still serve, and
 /// the kinds are watched once the CRDs are installed.
@@ -1087,20 +1226,11 @@ async fn namespaces_and_label_selector_limit_the_watch_and_files_serve_alongside
 #[test]
 fn envoy_routes_by_a_virtual_service_created_through_the_api() {
     let envoy_bin = require_envoy!();
-    let fixtures_dir = TestDir::new("kube-envoy-fixtures");
-    let fixtures = fixtures_dir.subdir("fixtures");
-    let port = free_port();
-    let reviews = Reviews::new(61, port, &fixtures);
-    let _v1 = reviews.start_backend("v1");
-    let _v2 = reviews.start_backend("v2");
-    reviews.write_service();
-    reviews.write_pods(&["v1", "v2"]);
-    reviews.write_endpoints(&["v1", "v2"]);
-    reviews.write_destination_rule(&["v1", "v2"]);
-    reviews.write("sidecar.yaml", &support::reviews::client_sidecar_yaml(port));
-    let cluster = start("kube-envoy", |fake| apply_dir(fake, &fixtures), &[]);
+    let files = ReviewsFiles::new("kube-envoy-fixtures", 61);
+    let (reviews, port, fixtures) = (&files.reviews, files.port, &files.path);
+    let cluster = start("kube-envoy", |fake| apply_dir(fake, fixtures), &[]);
 
-    let envoy = cluster.client_envoy(&envoy_bin, "client-abc", &reviews, port);
+    let envoy = cluster.client_envoy(&envoy_bin, "client-abc", reviews, port);
     let client = Client::new(&envoy, SocketAddr::from(([127, 0, 0, 1], port)), "reviews");
     let (v1, v2) = ("reviews-v1", "reviews-v2");
     client.converge(
@@ -1113,7 +1243,7 @@ fn envoy_routes_by_a_virtual_service_created_through_the_api() {
 
     // Created through the API: everything under /reviews to v2.
     reviews.write_subset_routing(&Binding::Mesh, &[("v1", 0), ("v2", 100)]);
-    apply_dir(&cluster.fake, &fixtures);
+    apply_dir(&cluster.fake, fixtures);
     let counts = client.converge(
         "the VirtualService sends /reviews to v2",
         "/reviews/1",
@@ -1135,7 +1265,6 @@ fn envoy_routes_by_a_virtual_service_created_through_the_api() {
     assert!(cluster.errors().is_empty(), "{:?}", cluster.errors());
 }
 
-/// Applies every YAML file of `dir` to the fake API server (unchanged ones change nothing).
 /// NACK attribution with a real Envoy: meshflow is told proxies accept RE2 programs of any
 /// size (`--max-regex-program-size`), which Envoy (default limit 100) does not, so a
 /// VirtualService with the regex `/a{150}` passes meshflow and Envoy rejects its route
@@ -1213,6 +1342,40 @@ fn a_virtual_service_envoy_rejects_says_so_on_its_status() {
     );
 }
 
+/// The reviews scene as files to apply to the fake: Service, Pods, EndpointSlice and
+/// DestinationRule (subsets v1, v2) of `reviews`, Sidecar `client` binding 127.0.0.1:PORT;
+/// the backends of v1 and v2 running.
+struct ReviewsFiles {
+    reviews: Reviews,
+    port: u16,
+    path: std::path::PathBuf,
+    _backends: [support::Backend; 2],
+    _dir: TestDir,
+}
+
+impl ReviewsFiles {
+    fn new(label: &str, net: u8) -> ReviewsFiles {
+        let dir = TestDir::new(label);
+        let path = dir.subdir("fixtures");
+        let port = free_port();
+        let reviews = Reviews::new(net, port, &path);
+        let backends = [reviews.start_backend("v1"), reviews.start_backend("v2")];
+        reviews.write_service();
+        reviews.write_pods(&["v1", "v2"]);
+        reviews.write_endpoints(&["v1", "v2"]);
+        reviews.write_destination_rule(&["v1", "v2"]);
+        reviews.write("sidecar.yaml", &support::reviews::client_sidecar_yaml(port));
+        ReviewsFiles {
+            reviews,
+            port,
+            path,
+            _backends: backends,
+            _dir: dir,
+        }
+    }
+}
+
+/// Applies every YAML file of `dir` to the fake API server (unchanged ones change nothing).
 fn apply_dir(fake: &FakeKube, dir: &Path) {
     let mut files: Vec<_> = std::fs::read_dir(dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
