@@ -762,6 +762,130 @@ fn status_says_what_is_in_effect_and_what_is_not_translated() {
     );
     assert_eq!(fake.status_patches("WorkloadEntry", "default", "vm"), 0);
     assert_eq!(fake.status_of("Service", "default", "reviews"), Value::Null);
+
+    // Across objects (the dataflow's analysis): a route to a subset no DestinationRule of
+    // its host defines is an ERROR on the VirtualService, which is itself in effect.
+    let mut to_v2 = virtual_service("to-v2", "reviews", "1s");
+    to_v2["spec"]["http"][0]["route"][0]["destination"]["subset"] = json!("v2");
+    fake.apply(to_v2);
+    let status = await_status(
+        fake,
+        "VirtualService",
+        "to-v2",
+        "the missing subset is named",
+        |s| !descriptions(s).is_empty(),
+    );
+    assert_eq!(reconciled(&status), "True", "{status:#}");
+    let message = &status["validationMessages"][0];
+    assert_eq!(message["type"]["code"], "MF0004", "{status:#}");
+    assert_eq!(
+        message["type"]["name"], "ReferencedResourceNotFound",
+        "{status:#}"
+    );
+    assert_eq!(message["level"], "ERROR", "{status:#}");
+    assert!(
+        descriptions(&status)[0]
+            .starts_with("subset \"v2\" of host reviews.default.svc.cluster.local is defined by no DestinationRule"),
+        "{status:#}"
+    );
+    // Once the rule defines it, the message goes.
+    let mut both = destination_rule("bad-dr", json!({"version": "v1"}));
+    both["spec"]["subsets"] = json!([
+        {"name": "v1", "labels": {"version": "v1"}},
+        {"name": "v2", "labels": {"version": "v2"}},
+    ]);
+    fake.apply(both);
+    await_status(
+        fake,
+        "VirtualService",
+        "to-v2",
+        "the subset defined clears the message",
+        |s| reconciled(s) == "True" && s.get("validationMessages").is_none(),
+    );
+}
+
+/// Two replicas with `--write-status`: one holds the status Lease (coordination.k8s.io,
+/// created through the API) and writes; the other writes nothing, not even on a change.
+/// When the holder stops, the other takes the Lease over within its duration and writes
+/// what changed meanwhile.
+#[test]
+fn one_replica_at_a_time_writes_status_holding_a_lease() {
+    let args = ["--write-status", "--lease-duration-s", "2"];
+    let cluster = start(
+        "kube-lease",
+        |fake| {
+            fake.apply(service("reviews", "default", 9080));
+            fake.apply(virtual_service("reviews", "reviews", "1s"));
+        },
+        &args,
+    );
+    let Cluster {
+        meshflow: first,
+        fake,
+        debug: _,
+        dir,
+    } = cluster;
+    await_status(&fake, "VirtualService", "reviews", "written", |s| {
+        reconciled(s) == "True"
+    });
+    let holder = || {
+        let lease = fake.object("Lease", "default", "meshflow-status");
+        let identity = lease["spec"]["holderIdentity"].as_str().unwrap_or("");
+        (
+            identity.to_string(),
+            lease["spec"]["leaseTransitions"].clone(),
+        )
+    };
+    let by = |m: &Meshflow| format!("_{}", m.pid());
+    assert!(holder().0.ends_with(&by(&first)), "{:?}", holder());
+
+    let debug_b = SocketAddr::from(([127, 0, 0, 1], free_port())).to_string();
+    let mut second_args = vec!["--debug-addr", debug_b.as_str()];
+    second_args.extend_from_slice(&args);
+    let second = Meshflow::start_kube(
+        &dir.path().join("kubeconfig"),
+        &dir.subdir("replica-b"),
+        &second_args,
+    );
+    // The second replica has listed (its xDS port is open) and tried the Lease meanwhile.
+    let before = fake.status_patches("VirtualService", "default", "reviews");
+    fake.apply(with_cors("reviews"));
+    await_status(
+        &fake,
+        "VirtualService",
+        "reviews",
+        "the change's status",
+        |s| descriptions(s).len() == 1,
+    );
+    // Both replicas have seen the change; longer than the writer's interval and a lease round.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        fake.status_patches("VirtualService", "default", "reviews") - before,
+        1,
+        "one status patch for one change: only the holder writes"
+    );
+    assert!(holder().0.ends_with(&by(&first)), "{:?}", holder());
+
+    // The holder stops: the other takes over and writes what changed since.
+    drop(first);
+    let stopped = Instant::now();
+    fake.apply(virtual_service("reviews", "reviews", "not-a-duration"));
+    await_status(
+        &fake,
+        "VirtualService",
+        "reviews",
+        "the new holder writes",
+        |s| reconciled(s) == "False",
+    );
+    let took = stopped.elapsed();
+    // The lease duration (2 s), a round (0.4 s) and the write, with room for a slow machine.
+    assert!(took < Duration::from_secs(5), "taken over after {took:?}");
+    let (identity, transitions) = holder();
+    assert!(identity.ends_with(&by(&second)), "{identity}");
+    assert_eq!(transitions, 1);
+    drop(second);
+    drop(fake);
+    drop(dir);
 }
 
 /// Status writes are coalesced: 20 quick edits, each changing the status and each seen by
@@ -977,11 +1101,7 @@ fn two_replicas_give_two_envoys_identical_config_and_routing() {
     let files = ReviewsFiles::new("kube-replicas-envoy-fixtures", 63);
     let (reviews, port, fixtures) = (&files.reviews, files.port, &files.path);
     reviews.write_subset_routing(&Binding::Mesh, &[("v1", 0), ("v2", 100)]);
-    let cluster = start(
-        "kube-replicas-envoy",
-        |fake| apply_dir(fake, fixtures),
-        &[],
-    );
+    let cluster = start("kube-replicas-envoy", |fake| apply_dir(fake, fixtures), &[]);
     let debug_b = SocketAddr::from(([127, 0, 0, 1], free_port())).to_string();
     let second = Meshflow::start_kube(
         &cluster.dir.path().join("kubeconfig"),
@@ -1005,7 +1125,11 @@ fn two_replicas_give_two_envoys_identical_config_and_routing() {
     let first = await_identical_config(&a, &b, |_| true);
     let v2_cluster = format!("cluster/outbound|{port}|v2|{}", support::reviews::FQDN);
     assert!(first.contains_key(&v2_cluster), "{:#?}", first.keys());
-    assert!(first.contains_key(&format!("route/{port}")), "{:#?}", first.keys());
+    assert!(
+        first.contains_key(&format!("route/{port}")),
+        "{:#?}",
+        first.keys()
+    );
     routes_only_to(&client, &[&a, &b], port, "v2");
 
     // A change through the API reaches both replicas; both Envoys route by it.
@@ -1025,7 +1149,11 @@ fn served_config(envoy: &Envoy) -> BTreeMap<String, Value> {
         let (kind, items, field) = if t.ends_with("ClustersConfigDump") {
             ("cluster", &section["dynamic_active_clusters"], "/cluster")
         } else if t.ends_with("ListenersConfigDump") {
-            ("listener", &section["dynamic_listeners"], "/active_state/listener")
+            (
+                "listener",
+                &section["dynamic_listeners"],
+                "/active_state/listener",
+            )
         } else if t.ends_with("RoutesConfigDump") {
             ("route", &section["dynamic_route_configs"], "/route_config")
         } else {
@@ -1071,8 +1199,10 @@ fn await_identical_config(
 fn routes_only_to(client: &Client, envoys: &[&Envoy], port: u16, subset: &str) {
     let fqdn = support::reviews::FQDN;
     let sent = |e: &Envoy, s: &str| {
-        e.stat(&format!("cluster.outbound|{port}|{s}|{fqdn}.upstream_rq_total"))
-            .unwrap_or(0)
+        e.stat(&format!(
+            "cluster.outbound|{port}|{s}|{fqdn}.upstream_rq_total"
+        ))
+        .unwrap_or(0)
     };
     let other = if subset == "v1" { "v2" } else { "v1" };
     let before: Vec<(u64, u64)> = envoys
@@ -1331,6 +1461,33 @@ fn a_virtual_service_envoy_rejects_says_so_on_its_status() {
         "{description}"
     );
 
+    // And once as a Warning Event regarding the object, from the replica whose proxy
+    // rejected it.
+    let events = rejection_events(&cluster.fake);
+    assert_eq!(events.len(), 1, "{events:#?}");
+    let event = &events[0];
+    assert_eq!(event["type"], "Warning", "{event:#}");
+    assert_eq!(event["action"], "SetBack", "{event:#}");
+    assert_eq!(event["reportingController"], "meshflow", "{event:#}");
+    assert!(
+        event["reportingInstance"]
+            .as_str()
+            .is_some_and(|i| i.ends_with(&format!("_{}", cluster.meshflow.pid()))),
+        "{event:#}"
+    );
+    assert!(event["eventTime"].is_string(), "{event:#}");
+    let object = cluster.fake.object("VirtualService", "default", "ratings");
+    assert_eq!(
+        event["regarding"],
+        json!({
+            "apiVersion": "networking.istio.io/v1", "kind": "VirtualService",
+            "namespace": "default", "name": "ratings", "uid": object["metadata"]["uid"],
+        }),
+        "{event:#}"
+    );
+    let note = event["note"].as_str().unwrap_or("");
+    assert!(note.starts_with(description), "{note}");
+
     // Fixed: the new version is judged again, accepted, and the status says so.
     cluster.fake.apply(ratings("/a"));
     await_status(
@@ -1340,6 +1497,19 @@ fn a_virtual_service_envoy_rejects_says_so_on_its_status() {
         "the fix clears the rejection",
         |s| reconciled(s) == "True" && s.get("validationMessages").is_none(),
     );
+    assert_eq!(
+        rejection_events(&cluster.fake).len(),
+        1,
+        "no Event for an accepted version"
+    );
+}
+
+/// The Events the fake holds with reason RejectedByProxies.
+fn rejection_events(fake: &FakeKube) -> Vec<Value> {
+    fake.objects("Event")
+        .into_iter()
+        .filter(|e| e["reason"] == "RejectedByProxies")
+        .collect()
 }
 
 /// The reviews scene as files to apply to the fake: Service, Pods, EndpointSlice and

@@ -38,6 +38,7 @@ pub(super) fn undefined_subsets<'s>(
         .antijoin(defined)
         .map(|((host, subset), key)| ConfigError {
             object: key,
+            code: ErrorCode::SubsetNotDefined,
             message: format!(
                 "subset {subset:?} of host {host} is defined by no DestinationRule: requests \
                  routed to it are answered 503 (IST0101 ReferencedResourceNotFound)"

@@ -17,11 +17,15 @@
 //! after their latest failure. A connection dropped mid-watch, or a 410 answered by a
 //! relist, is routine for a watch and only logged (`session.rs`).
 //!
-//! With `--write-status`, each Istio object's status says what became of it ([`status`]).
+//! With `--write-status`, each Istio object's status says what became of it ([`status`]),
+//! written by one replica at a time, the holder of a Lease ([`lease`]); rejections by
+//! proxies are also reported as Events ([`events`]).
 //!
 //! Runs its own single-threaded tokio runtime on the source's thread.
 
+pub mod events;
 pub mod kinds;
+pub mod lease;
 mod session;
 pub mod status;
 pub mod watched;
@@ -50,14 +54,16 @@ pub struct KubeOptions {
     pub label_selector: Option<String>,
     /// Write each Istio object's status (`serve --kube --write-status`, [`status`]).
     pub write_status: bool,
+    /// The Lease whose holder writes status among replicas.
+    pub lease: lease::LeaseOptions,
 }
 
 /// The Kubernetes source (see the module documentation).
 pub struct KubeSource {
     options: KubeOptions,
     mesh: MeshConfig,
-    /// The objects proxies rejected, for their status.
-    rejections: Option<tokio::sync::watch::Receiver<crate::input::ProxyRejections>>,
+    /// The objects proxies rejected and the dataflow's errors, for their status.
+    feed: Option<status::Feed>,
 }
 
 impl KubeSource {
@@ -65,17 +71,14 @@ impl KubeSource {
         KubeSource {
             options,
             mesh,
-            rejections: None,
+            feed: None,
         }
     }
 
-    /// Where the runtime publishes the objects proxies rejected (NACK): written on their
-    /// status with `--write-status`.
-    pub fn with_rejections(
-        mut self,
-        rejections: tokio::sync::watch::Receiver<crate::input::ProxyRejections>,
-    ) -> Self {
-        self.rejections = Some(rejections);
+    /// Where the runtime publishes the objects proxies rejected (NACK) and the hub the
+    /// dataflow's errors by object: written on their status with `--write-status`.
+    pub fn with_feed(mut self, feed: status::Feed) -> Self {
+        self.feed = Some(feed);
         self
     }
 }
@@ -153,10 +156,14 @@ impl KubeSource {
     ) -> Result<(), String> {
         let client = self.client().await?;
         let (istio, not_served) = Self::discover(&client).await;
-        let status = self
-            .options
-            .write_status
-            .then(|| status::spawn(client.clone(), self.rejections.clone()));
+        let status = self.options.write_status.then(|| {
+            let identity = lease::identity();
+            let holding =
+                lease::spawn(client.clone(), self.options.lease.clone(), identity.clone());
+            let events = events::Events::new(client.clone(), identity);
+            let feed = self.feed.clone().unwrap_or_default();
+            status::spawn(client.clone(), feed, holding, events)
+        });
         let mut config = watcher::Config::default();
         if let Some(selector) = &self.options.label_selector {
             config = config.labels(selector);

@@ -256,10 +256,10 @@ impl Session {
             if !super::status::STATUS_KINDS.contains(&w.resource.kind.as_str()) {
                 continue;
             }
-            for (key, error, findings) in w.watched.statuses() {
+            for seen in w.watched.statuses() {
                 out.insert(
-                    key.clone(),
-                    super::status::ObjectStatus::new(&w.resource, key, error, findings),
+                    seen.key.clone(),
+                    super::status::ObjectStatus::new(&w.resource, &seen),
                 );
             }
         }

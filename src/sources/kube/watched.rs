@@ -28,6 +28,17 @@ struct Listing {
     held: HashMap<ConfigKey, Object>,
     findings: HashMap<ConfigKey, Findings>,
     errors: BTreeMap<ConfigKey, String>,
+    uids: HashMap<ConfigKey, String>,
+}
+
+/// What status writing needs of one object a watch saw.
+pub struct Seen<'a> {
+    pub key: &'a ConfigKey,
+    pub uid: Option<&'a str>,
+    /// The error of its latest version, when that is invalid.
+    pub error: Option<&'a String>,
+    /// The findings of the version in effect.
+    pub findings: &'a [(Level, String)],
 }
 
 /// One watch's state (see the module documentation).
@@ -43,6 +54,8 @@ pub struct Watched {
     findings: HashMap<ConfigKey, Findings>,
     /// Per invalid object, its error.
     errors: BTreeMap<ConfigKey, String>,
+    /// The uid of every object seen (held or invalid), for the Events that name it.
+    uids: HashMap<ConfigKey, String>,
     /// A relist in progress.
     relist: Option<Listing>,
     /// The first list is complete.
@@ -65,6 +78,7 @@ impl Watched {
             held: HashMap::new(),
             findings: HashMap::new(),
             errors: BTreeMap::new(),
+            uids: HashMap::new(),
             relist: None,
             listed: false,
             swap: false,
@@ -83,8 +97,12 @@ impl Watched {
         match event {
             Event::Init => self.relist = Some(Listing::default()),
             Event::InitApply(obj) => {
+                let uid = obj.metadata.uid.clone();
                 let (key, parsed) = self.parse(obj);
                 let listing = self.relist.get_or_insert_with(Listing::default);
+                if let Some(uid) = uid {
+                    listing.uids.insert(key.clone(), uid);
+                }
                 match parsed {
                     Ok((object, findings)) => {
                         log_findings(self.findings.get(&key), &findings);
@@ -110,12 +128,17 @@ impl Watched {
                 self.held = listing.held;
                 self.findings = listing.findings;
                 self.errors = listing.errors;
+                self.uids = listing.uids;
                 self.listed = true;
                 self.swap = true;
                 self.dirty.clear();
             }
             Event::Apply(obj) => {
+                let uid = obj.metadata.uid.clone();
                 let (key, parsed) = self.parse(obj);
+                if let Some(uid) = uid {
+                    self.uids.insert(key.clone(), uid);
+                }
                 match parsed {
                     Ok((object, findings)) => {
                         log_findings(self.findings.get(&key), &findings);
@@ -139,6 +162,7 @@ impl Watched {
                 self.errors.remove(&key);
                 self.findings.remove(&key);
                 self.held.remove(&key);
+                self.uids.remove(&key);
                 self.dirty.insert(key);
             }
         }
@@ -169,13 +193,17 @@ impl Watched {
 
     /// Per object of this watch (held or invalid): the error of its latest version, if it
     /// is invalid, and the findings of the version in effect; for status writing.
-    pub fn statuses(
-        &self,
-    ) -> impl Iterator<Item = (&ConfigKey, Option<&String>, &[(Level, String)])> {
+    pub fn statuses(&self) -> impl Iterator<Item = Seen<'_>> {
         let keys: BTreeSet<&ConfigKey> = self.held.keys().chain(self.errors.keys()).collect();
-        keys.into_iter().map(|k| {
-            let findings = self.findings.get(k).map(Vec::as_slice).unwrap_or_default();
-            (k, self.errors.get(k), findings)
+        keys.into_iter().map(|key| Seen {
+            key,
+            uid: self.uids.get(key).map(String::as_str),
+            error: self.errors.get(key),
+            findings: self
+                .findings
+                .get(key)
+                .map(Vec::as_slice)
+                .unwrap_or_default(),
         })
     }
 

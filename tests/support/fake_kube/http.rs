@@ -3,7 +3,7 @@
 
 use super::store::{
     event, status, type_of_kind, Key, ResourceType, Scope, Selector, Snapshot, Store, Watch,
-    WatchFrame, ISTIO_GROUP, TYPES,
+    WatchFrame, COORDINATION_GROUP, EVENTS_GROUP, ISTIO_GROUP, TYPES,
 };
 use bytes::Bytes;
 use http_body_util::{combinators::BoxBody, BodyExt, Full, StreamBody};
@@ -75,11 +75,38 @@ pub fn handle(store: &Arc<Mutex<Store>>, req: Request<Bytes>) -> Response<Body> 
             }
         }
     }
+    // Whole-object writes of the kinds clients write (Leases, Events): create on the
+    // collection, update (compare-and-swap on resourceVersion) on the object.
+    let method = req.method().clone();
+    if let (
+        &hyper::Method::POST | &hyper::Method::PUT,
+        ["apis", group, version, "namespaces", ns, plural, rest @ ..],
+    ) = (&method, parts.as_slice())
+    {
+        let rtype = type_of_plural(group, plural).filter(|t| t.writable());
+        if let (Some(rtype), true) = (rtype, served(&st, group, version)) {
+            let object: Value = match serde_json::from_slice(req.body()) {
+                Ok(o) => o,
+                Err(e) => return failure(StatusCode::BAD_REQUEST, "BadRequest", &format!("{e}")),
+            };
+            let scope = Scope {
+                rtype,
+                api_version: rtype.api_version(version),
+                namespace: Some(ns.to_string()),
+                selector: Selector::default(),
+            };
+            return match (&method, rest) {
+                (&hyper::Method::POST, []) => create(&mut st, &scope, object),
+                (&hyper::Method::PUT, [name]) => update(&mut st, &scope, name, object),
+                _ => not_found(&path),
+            };
+        }
+    }
     if req.method() != hyper::Method::GET {
         return failure(
             StatusCode::METHOD_NOT_ALLOWED,
             "MethodNotAllowed",
-            "the fake API server only answers GET (discovery, list, watch) and merge patches of Istio objects' status",
+            "the fake API server only answers GET (discovery, list, watch, get), merge patches of Istio objects' status, and POST and PUT of Leases and Events",
         );
     }
     match parts.as_slice() {
@@ -105,6 +132,123 @@ pub fn handle(store: &Arc<Mutex<Store>>, req: Request<Bytes>) -> Response<Body> 
             collection(&mut st, group, version, rest, &query, &path)
         }
         _ => not_found(&path),
+    }
+}
+
+/// POST: creates the object, or 409 AlreadyExists (as the API server words it).
+fn create(st: &mut Store, scope: &Scope, mut object: Value) -> Response<Body> {
+    let ns = scope.namespace.clone().unwrap_or_default();
+    if let Some(answer) = identity_problem(scope, &ns, &object, None) {
+        return answer;
+    }
+    let name = object["metadata"]["name"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    let key: Key = (scope.rtype.kind.to_string(), ns.clone(), name.clone());
+    if st.objects.contains_key(&key) {
+        return failure(
+            StatusCode::CONFLICT,
+            "AlreadyExists",
+            &format!("{} \"{name}\" already exists", scope.rtype.qualified()),
+        );
+    }
+    object["metadata"]["namespace"] = Value::from(ns);
+    object["metadata"]["uid"] = Value::from(format!("uid-{}", st.rv + 1));
+    object["metadata"]["creationTimestamp"] = Value::from("2026-01-01T00:00:00Z");
+    st.record("ADDED", key.clone(), object);
+    full(StatusCode::CREATED, &scope.served(&st.objects[&key]))
+}
+
+/// PUT: replaces the object if the resourceVersion it carries is the current one (none:
+/// an unconditional update, which Leases and Events allow), else 409 Conflict.
+fn update(st: &mut Store, scope: &Scope, name: &str, mut object: Value) -> Response<Body> {
+    let ns = scope.namespace.clone().unwrap_or_default();
+    if let Some(answer) = identity_problem(scope, &ns, &object, Some(name)) {
+        return answer;
+    }
+    let key: Key = (scope.rtype.kind.to_string(), ns.clone(), name.to_string());
+    let Some(current) = st.objects.get(&key) else {
+        return failure(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            &format!("{} \"{name}\" not found", scope.rtype.qualified()),
+        );
+    };
+    let current_rv = current["metadata"]["resourceVersion"].clone();
+    match &object["metadata"]["resourceVersion"] {
+        Value::Null => {}
+        rv if *rv == current_rv => {}
+        _ => {
+            return failure(
+                StatusCode::CONFLICT,
+                "Conflict",
+                &format!(
+                    "Operation cannot be fulfilled on {} \"{name}\": the object has been \
+                     modified; please apply your changes to the latest version and try again",
+                    scope.rtype.qualified()
+                ),
+            )
+        }
+    }
+    for field in ["uid", "creationTimestamp"] {
+        object["metadata"][field] = current["metadata"][field].clone();
+    }
+    object["metadata"]["namespace"] = Value::from(ns);
+    st.record("MODIFIED", key.clone(), object);
+    full(StatusCode::OK, &scope.served(&st.objects[&key]))
+}
+
+/// What is wrong with the kind, name or namespace a written object states, against the
+/// request's: the API server's answer, or `None`.
+fn identity_problem(
+    scope: &Scope,
+    ns: &str,
+    object: &Value,
+    name: Option<&str>,
+) -> Option<Response<Body>> {
+    let bad = |message: String| Some(failure(StatusCode::BAD_REQUEST, "BadRequest", &message));
+    if object["kind"] != scope.rtype.kind || object["apiVersion"] != scope.api_version.as_str() {
+        return bad(format!(
+            "the object is {} {}, not {} {}",
+            object["apiVersion"], object["kind"], scope.api_version, scope.rtype.kind
+        ));
+    }
+    let stated = object["metadata"]["name"].as_str().unwrap_or("");
+    if stated.is_empty() {
+        return Some(failure(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Invalid",
+            &format!(
+                "{} \"\" is invalid: metadata.name: Required value: name or generateName is required",
+                scope.rtype.qualified()
+            ),
+        ));
+    }
+    if let Some(name) = name.filter(|n| *n != stated) {
+        return bad(format!(
+            "the name of the object ({stated}) does not match the name on the URL ({name})"
+        ));
+    }
+    match object["metadata"]["namespace"].as_str() {
+        Some(stated) if stated != ns => bad(format!(
+            "the namespace of the provided object ({stated}) does not match the namespace sent on the request ({ns})"
+        )),
+        _ => None,
+    }
+}
+
+/// GET of one object.
+fn get_one(st: &Store, scope: &Scope, name: &str) -> Response<Body> {
+    let ns = scope.namespace.clone().unwrap_or_default();
+    let key: Key = (scope.rtype.kind.to_string(), ns, name.to_string());
+    match st.objects.get(&key) {
+        Some(o) => full(StatusCode::OK, &scope.served(o)),
+        None => failure(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            &format!("{} \"{name}\" not found", scope.rtype.qualified()),
+        ),
     }
 }
 
@@ -225,7 +369,7 @@ fn percent_decode(s: &str) -> String {
 fn versions_of<'a>(st: &'a Store, group: &str) -> Vec<&'a str> {
     match group {
         ISTIO_GROUP => st.istio_versions.clone(),
-        "discovery.k8s.io" => vec!["v1"],
+        "discovery.k8s.io" | COORDINATION_GROUP | EVENTS_GROUP => vec!["v1"],
         _ => Vec::new(),
     }
 }
@@ -248,7 +392,11 @@ fn api_group(st: &Store, group: &str) -> Option<Value> {
 }
 
 fn group_list(st: &Store) -> Value {
-    let mut groups = vec![api_group(st, "discovery.k8s.io")];
+    let mut groups = vec![
+        api_group(st, "discovery.k8s.io"),
+        api_group(st, COORDINATION_GROUP),
+        api_group(st, EVENTS_GROUP),
+    ];
     groups.push(api_group(st, ISTIO_GROUP));
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups.into_iter().flatten().collect::<Vec<_>>()})
 }
@@ -299,9 +447,10 @@ fn collection(
     query: &HashMap<String, String>,
     path: &str,
 ) -> Response<Body> {
-    let (namespace, plural) = match rest {
-        [plural] => (None, *plural),
-        ["namespaces", ns, plural] => (Some(ns.to_string()), *plural),
+    let (namespace, plural, name) = match rest {
+        [plural] => (None, *plural, None),
+        ["namespaces", ns, plural] => (Some(ns.to_string()), *plural, None),
+        ["namespaces", ns, plural, name] => (Some(ns.to_string()), *plural, Some(*name)),
         _ => return not_found(path),
     };
     let Some(rtype) = type_of_plural(group, plural) else {
@@ -321,6 +470,9 @@ fn collection(
         namespace,
         selector,
     };
+    if let Some(name) = name {
+        return get_one(st, &scope, name);
+    }
     let watching = matches!(query.get("watch").map(String::as_str), Some("1" | "true"));
     if watching {
         watch(st, scope, query)

@@ -72,7 +72,29 @@ pub const TYPES: &[ResourceType] = &[
         true,
         &["we"],
     ),
+    // What clients write: the status writer's Lease and the Events it reports with.
+    rt(COORDINATION_GROUP, "leases", "Lease", true, &[]),
+    rt(EVENTS_GROUP, "events", "Event", true, &["ev"]),
 ];
+
+pub const COORDINATION_GROUP: &str = "coordination.k8s.io";
+pub const EVENTS_GROUP: &str = "events.k8s.io";
+
+impl ResourceType {
+    /// Clients may create (POST) and update (PUT) these; other kinds are the test's to write.
+    pub fn writable(&self) -> bool {
+        matches!(self.group, COORDINATION_GROUP | EVENTS_GROUP)
+    }
+
+    /// `leases.coordination.k8s.io`, as the API server names a resource in its messages.
+    pub fn qualified(&self) -> String {
+        if self.group.is_empty() {
+            self.plural.to_string()
+        } else {
+            format!("{}.{}", self.plural, self.group)
+        }
+    }
+}
 
 const fn rt(
     group: &'static str,
