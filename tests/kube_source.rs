@@ -21,8 +21,9 @@ use support::fake_kube::FakeKube;
 use support::reviews::{Binding, Client, Reviews};
 use support::xds_client::{node, DeltaClient, CDS, EDS, RDS};
 use support::{
-    exactly, free_port, http_get, only, require_envoy, wait_until, Envoy, Meshflow, ProxyNode,
-    TestDir, XdsMode, CONVERGE_TIMEOUT, STARTUP_TIMEOUT,
+    dump_served_config, exactly, free_port, http_get, only, require_envoy,
+    served_config_differences, wait_until, Envoy, Meshflow, ProxyNode, TestDir, XdsMode,
+    CONVERGE_TIMEOUT, STARTUP_TIMEOUT,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -1139,36 +1140,6 @@ fn two_replicas_give_two_envoys_identical_config_and_routing() {
     routes_only_to(&client, &[&a, &b], port, "v1");
 }
 
-/// What an Envoy holds from xDS, by `cluster/NAME`, `listener/NAME` and `route/NAME`,
-/// without the version and time of each (which say when, not what).
-fn served_config(envoy: &Envoy) -> BTreeMap<String, Value> {
-    let dump = envoy.config_dump();
-    let mut out = BTreeMap::new();
-    for section in dump["configs"].as_array().into_iter().flatten() {
-        let t = section["@type"].as_str().unwrap_or("");
-        let (kind, items, field) = if t.ends_with("ClustersConfigDump") {
-            ("cluster", &section["dynamic_active_clusters"], "/cluster")
-        } else if t.ends_with("ListenersConfigDump") {
-            (
-                "listener",
-                &section["dynamic_listeners"],
-                "/active_state/listener",
-            )
-        } else if t.ends_with("RoutesConfigDump") {
-            ("route", &section["dynamic_route_configs"], "/route_config")
-        } else {
-            continue;
-        };
-        for item in items.as_array().into_iter().flatten() {
-            if let Some(body) = item.pointer(field) {
-                let name = body["name"].as_str().unwrap_or("?");
-                out.insert(format!("{kind}/{name}"), body.clone());
-            }
-        }
-    }
-    out
-}
-
 /// Waits until both Envoys hold the same config and it satisfies `accept`; returns it, or
 /// panics naming what differs.
 fn await_identical_config(
@@ -1178,17 +1149,16 @@ fn await_identical_config(
 ) -> BTreeMap<String, Value> {
     let mut last = (BTreeMap::new(), BTreeMap::new());
     let same = wait_until(CONVERGE_TIMEOUT, || {
-        last = (served_config(a), served_config(b));
+        last = (
+            dump_served_config(&a.config_dump()),
+            dump_served_config(&b.config_dump()),
+        );
         !last.0.is_empty() && last.0 == last.1 && accept(&last.0)
     });
     if !same {
         let (a, b) = &last;
-        let differ: Vec<&String> = a
-            .keys()
-            .chain(b.keys())
-            .filter(|k| a.get(*k) != b.get(*k))
-            .collect();
-        let first = differ.first().map(|k| (a.get(*k), b.get(*k)));
+        let differ = served_config_differences(a, b);
+        let first = differ.first().map(|k| (a.get(k), b.get(k)));
         panic!("the Envoys' configs differ in {differ:#?}; the first: {first:#?}");
     }
     last.0
