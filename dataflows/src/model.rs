@@ -621,6 +621,8 @@ pub enum ErrorCode {
     HostConflict,
     /// A route or mirror destination names a subset no DestinationRule of its host defines.
     SubsetNotDefined,
+    /// A VirtualService names a gateway no Gateway defines.
+    GatewayNotDefined,
 }
 
 /// A VirtualService with the ports of every destination host it names, so routes can

@@ -86,6 +86,7 @@ pub fn build<'s>(mesh: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     let visible = visibility::hosts(&specs, &services.chosen);
 
     let undefined_subsets = analysis::undefined_subsets(&i.virtual_services, &i.destination_rules);
+    let undefined_gateways = analysis::undefined_gateways(&i.virtual_services, &i.gateways);
     let clusters = clusters::outbound(
         mesh,
         &scopes,
@@ -110,7 +111,10 @@ pub fn build<'s>(mesh: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         .concat(routes)
         .concat(listeners)
         .concat(gateways);
-    let errors = services.conflicts.concat(undefined_subsets);
+    let errors = services
+        .conflicts
+        .concat(undefined_subsets)
+        .concat(undefined_gateways);
     outputs(scoped, inbound, errors, proxy_scopes)
 }
 

@@ -8,9 +8,9 @@
 //! - `validationMessages: [{type: {code, name}, level: ERROR|WARNING, description}]`, as
 //!   `istioctl analyze` gives them: the analysis of the version in effect (`description`
 //!   names the field: `spec.http[0].corsPolicy: …`), and the dataflow's findings across
-//!   objects (published by the hub): a destination subset no DestinationRule defines
-//!   (`MF0004 ReferencedResourceNotFound`, Istio's IST0101), a host another service
-//!   already defines (`MF0005 ConflictingHost`).
+//!   objects (published by the hub): a destination subset no DestinationRule defines or a
+//!   gateway no Gateway defines (`MF0004 ReferencedResourceNotFound`, Istio's IST0101), a
+//!   host another service already defines (`MF0005 ConflictingHost`).
 //! - NACK attribution: while an object is set back because proxies rejected a resource
 //!   built from it (`runtime::rollback`, published through the hub), `Reconciled` is
 //!   `False` and a validationMessage `RejectedByProxies` (ERROR) names how many proxies
@@ -112,7 +112,9 @@ impl ObjectStatus {
     fn with_errors(mut self, errors: &[ConfigError]) -> Self {
         for e in errors {
             let (code, name) = match e.code {
-                ErrorCode::SubsetNotDefined => ("MF0004", "ReferencedResourceNotFound"),
+                ErrorCode::SubsetNotDefined | ErrorCode::GatewayNotDefined => {
+                    ("MF0004", "ReferencedResourceNotFound")
+                }
                 ErrorCode::HostConflict => ("MF0005", "ConflictingHost"),
             };
             self.messages.push(json!({
