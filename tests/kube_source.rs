@@ -6,9 +6,11 @@
 //! answer) retracts what vanished and nothing else; a dropped connection resumes from its
 //! resourceVersion without a relist; invalid objects are named with their field and their
 //! last valid version stays; churn that changes no proxy's config pushes nothing; with
-//! `--write-status`, each object's status says whether it is in effect and what is not
-//! translated, without a write per edit; and a real Envoy routes by a VirtualService created
-//! through the API.
+//! `--write-status`, each object's status says whether it is in effect, what is not
+//! translated and what the analysis across objects finds, without a write per edit, from one
+//! replica at a time (the holder of a Lease, taken over when it stops); a real Envoy routes
+//! by a VirtualService created through the API, and its rejection of one is written on the
+//! object's status and as an Event; two replicas give two real Envoys identical config.
 
 mod support;
 
@@ -1528,4 +1530,107 @@ fn apply_dir(fake: &FakeKube, dir: &Path) {
         let text = std::fs::read_to_string(&f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
         fake.apply_yaml(&text);
     }
+}
+
+/// The status Lease among electors racing for it, in process through the real `kube`
+/// client: the fake answers the API server's way (a second create is 409 AlreadyExists, an
+/// update from a stale resourceVersion 409 Conflict), so of three electors starting at once
+/// exactly one holds the Lease, the others stand by; when the holder goes, exactly one of
+/// the others takes over within the lease duration.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_electors_race_and_exactly_one_holds() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use kube::api::{Api, PostParams};
+    use meshflow::sources::kube::lease::{self, LeaseOptions};
+
+    let dir = TestDir::new("kube-lease-race");
+    let fake = FakeKube::start();
+    let kubeconfig = dir.path().join("kubeconfig");
+    fake.write_kubeconfig(&kubeconfig);
+    let config = kube::config::Kubeconfig::read_from(&kubeconfig).expect("the kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(config, &Default::default())
+        .await
+        .expect("a client config");
+    let client = kube::Client::try_from(config).expect("a client");
+
+    // The wire semantics the electors rely on, as the kube client sees them.
+    let api: Api<Lease> = Api::namespaced(client.clone(), "default");
+    let mut probe = Lease::default();
+    probe.metadata.name = Some("probe".into());
+    let created = api
+        .create(&PostParams::default(), &probe)
+        .await
+        .expect("created");
+    let again = api.create(&PostParams::default(), &probe).await;
+    assert!(
+        matches!(&again, Err(kube::Error::Api(s)) if s.code == 409 && s.reason == "AlreadyExists"),
+        "{again:?}"
+    );
+    let updated = api
+        .replace("probe", &PostParams::default(), &created)
+        .await
+        .expect("an update from the current resourceVersion");
+    assert_ne!(
+        updated.metadata.resource_version,
+        created.metadata.resource_version
+    );
+    let stale = api.replace("probe", &PostParams::default(), &created).await;
+    assert!(
+        matches!(&stale, Err(kube::Error::Api(s)) if s.code == 409 && s.reason == "Conflict"),
+        "{stale:?}"
+    );
+
+    let options = LeaseOptions {
+        namespace: Some("default".into()),
+        name: "race".into(),
+        duration: Duration::from_secs(1),
+    };
+    let mut electors: Vec<(String, tokio::sync::watch::Receiver<bool>)> = (0..3)
+        .map(|i| {
+            let identity = format!("elector-{i}");
+            let holding = lease::spawn(client.clone(), options.clone(), identity.clone());
+            (identity, holding)
+        })
+        .collect();
+    let holders = |electors: &[(String, tokio::sync::watch::Receiver<bool>)]| -> Vec<String> {
+        electors
+            .iter()
+            .filter(|(_, h)| *h.borrow())
+            .map(|(i, _)| i.clone())
+            .collect()
+    };
+    let holder_in_lease = || {
+        fake.object("Lease", "default", "race")["spec"]["holderIdentity"]
+            .as_str()
+            .unwrap_or("")
+            .to_string()
+    };
+    let deadline = Instant::now() + CONVERGE_TIMEOUT;
+    while holders(&electors).len() != 1 {
+        assert!(Instant::now() < deadline, "no single holder");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Several rounds later, still one holder, the one the Lease names.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let first = holders(&electors);
+    assert_eq!(first.len(), 1, "{first:?}");
+    assert_eq!(first[0], holder_in_lease());
+
+    // The holder goes (its elector ends with its last listener): one other takes over.
+    electors.retain(|(i, _)| *i != first[0]);
+    let gone = Instant::now();
+    let deadline = gone + CONVERGE_TIMEOUT;
+    while holders(&electors).len() != 1 {
+        assert!(Instant::now() < deadline, "nobody took over");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let took = gone.elapsed();
+    // The lease duration (1 s) and a round (0.2 s), with room for a slow machine.
+    assert!(took < Duration::from_secs(4), "taken over after {took:?}");
+    let second = holders(&electors);
+    assert_ne!(second, first);
+    assert_eq!(second[0], holder_in_lease());
+    let lease = fake.object("Lease", "default", "race");
+    assert_eq!(lease["spec"]["leaseTransitions"], 1, "{lease:#}");
+    assert_eq!(lease["spec"]["leaseDurationSeconds"], 1, "{lease:#}");
 }
