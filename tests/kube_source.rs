@@ -1532,6 +1532,46 @@ fn apply_dir(fake: &FakeKube, dir: &Path) {
     }
 }
 
+/// A status Lease meshflow may not hold (RBAC) is a config error naming the Lease and the
+/// grant it needs, and no status is written meanwhile; once allowed, the Lease is taken, the
+/// error goes and status is written.
+#[test]
+fn a_lease_it_may_not_hold_is_reported_and_nothing_is_written() {
+    let cluster = start(
+        "kube-lease-forbidden",
+        |fake| {
+            fake.forbid("leases");
+            fake.apply(service("reviews", "default", 9080));
+            fake.apply(virtual_service("reviews", "reviews", "1s"));
+        },
+        &["--write-status", "--lease-duration-s", "1"],
+    );
+    let errors = cluster.await_errors("the Lease is reported", |e| !e.is_empty());
+    assert_eq!(errors.len(), 1, "{errors:#?}");
+    assert!(
+        errors[0].starts_with("status Lease default/meshflow-status: ")
+            && errors[0].contains("forbidden")
+            && errors[0].contains("get, create and update on leases.coordination.k8s.io"),
+        "{errors:#?}"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        cluster
+            .fake
+            .status_patches("VirtualService", "default", "reviews"),
+        0
+    );
+    cluster.fake.permit_all();
+    await_status(
+        &cluster.fake,
+        "VirtualService",
+        "reviews",
+        "written once allowed",
+        |s| reconciled(s) == "True",
+    );
+    cluster.await_errors("the error goes", |e| e.is_empty());
+}
+
 /// The status Lease among electors racing for it, in process through the real `kube`
 /// client: the fake answers the API server's way (a second create is 409 AlreadyExists, an
 /// update from a stale resourceVersion 409 Conflict), so of three electors starting at once
@@ -1588,8 +1628,8 @@ async fn lease_electors_race_and_exactly_one_holds() {
     let mut electors: Vec<(String, tokio::sync::watch::Receiver<bool>)> = (0..3)
         .map(|i| {
             let identity = format!("elector-{i}");
-            let holding = lease::spawn(client.clone(), options.clone(), identity.clone());
-            (identity, holding)
+            let elected = lease::spawn(client.clone(), options.clone(), identity.clone());
+            (identity, elected.holding)
         })
         .collect();
     let holders = |electors: &[(String, tokio::sync::watch::Receiver<bool>)]| -> Vec<String> {

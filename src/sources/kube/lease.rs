@@ -15,7 +15,8 @@
 //! Updates carry the resourceVersion read, so two replicas taking over at once conflict
 //! (409) and only one wins. A holder that cannot renew for two thirds of the duration stops
 //! writing before another replica may take over. A holder that stops is replaced within the
-//! lease duration plus one round; the Lease is not released on exit.
+//! lease duration plus one round; the Lease is not released on exit. Why the Lease cannot be
+//! read or written is published ([`Elected::problem`]) and reported as the source's error.
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
@@ -103,14 +104,21 @@ fn hostname() -> Option<String> {
         .filter(|h| !h.is_empty())
 }
 
-/// Starts holding the Lease as `identity` on the current runtime; the receiver says whether
-/// this replica holds it now.
-pub fn spawn(client: Client, options: LeaseOptions, identity: String) -> watch::Receiver<bool> {
+/// What the elector tells: whether this replica holds the Lease now, and why it cannot be
+/// read or written, while that lasts (until a round succeeds).
+pub struct Elected {
+    pub holding: watch::Receiver<bool>,
+    pub problem: watch::Receiver<Option<String>>,
+}
+
+/// Starts holding the Lease as `identity` on the current runtime.
+pub fn spawn(client: Client, options: LeaseOptions, identity: String) -> Elected {
     let namespace = options
         .namespace
         .clone()
         .unwrap_or_else(|| client.default_namespace().to_string());
-    let (tx, rx) = watch::channel(false);
+    let (tx, holding) = watch::channel(false);
+    let (problem_tx, problem) = watch::channel(None);
     let elector = Elector {
         api: Api::namespaced(client, &namespace),
         lease: format!("{namespace}/{}", options.name),
@@ -119,8 +127,8 @@ pub fn spawn(client: Client, options: LeaseOptions, identity: String) -> watch::
         duration: options.duration,
         observed: None,
     };
-    tokio::spawn(elector.run(tx));
-    rx
+    tokio::spawn(elector.run(tx, problem_tx));
+    Elected { holding, problem }
 }
 
 /// The holder's record as last read, and when this replica saw it change.
@@ -140,29 +148,35 @@ struct Elector {
 }
 
 impl Elector {
-    async fn run(mut self, holding: watch::Sender<bool>) {
+    async fn run(mut self, holding: watch::Sender<bool>, problem: watch::Sender<Option<String>>) {
         let round = (self.duration / 5).max(Duration::from_millis(100));
         let renew_deadline = self.duration * 2 / 3;
         let mut renewed: Option<Instant> = None;
-        let mut last_error: Option<String> = None;
         loop {
-            match self.try_hold().await {
-                Ok(true) => {
-                    renewed = Some(Instant::now());
-                    last_error = None;
-                }
-                Ok(false) => {
-                    renewed = None;
-                    last_error = None;
-                }
-                Err(e) => {
-                    // Logged when it first happens or changes, not every round.
-                    if last_error.as_ref() != Some(&e) {
-                        tracing::warn!(lease = %self.lease, error = %e, "the status Lease could not be read or written; status is written only while it is held");
-                        last_error = Some(e);
-                    }
-                }
+            let outcome = self.try_hold().await;
+            let error = outcome.as_ref().err().map(|e| {
+                format!(
+                    "status Lease {}: {e}; status is not written while no replica can hold \
+                     it (RBAC: get, create and update on leases.coordination.k8s.io)",
+                    self.lease
+                )
+            });
+            match outcome {
+                Ok(true) => renewed = Some(Instant::now()),
+                Ok(false) => renewed = None,
+                Err(_) => {}
             }
+            // Logged (and reported) when it first happens or changes, not every round.
+            problem.send_if_modified(|p| {
+                let changed = *p != error;
+                if changed {
+                    if let Some(e) = &error {
+                        tracing::warn!(error = %e, "the status Lease could not be read or written");
+                    }
+                    *p = error;
+                }
+                changed
+            });
             let now_holding = renewed.is_some_and(|t| t.elapsed() < renew_deadline);
             let was = *holding.borrow();
             if now_holding != was {

@@ -156,14 +156,18 @@ impl KubeSource {
     ) -> Result<(), String> {
         let client = self.client().await?;
         let (istio, not_served) = Self::discover(&client).await;
-        let status = self.options.write_status.then(|| {
-            let identity = lease::identity();
-            let holding =
-                lease::spawn(client.clone(), self.options.lease.clone(), identity.clone());
-            let events = events::Events::new(client.clone(), identity);
-            let feed = self.feed.clone().unwrap_or_default();
-            status::spawn(client.clone(), feed, holding, events)
-        });
+        let (status, mut lease_problem) = match self.options.write_status {
+            true => {
+                let identity = lease::identity();
+                let elected =
+                    lease::spawn(client.clone(), self.options.lease.clone(), identity.clone());
+                let events = events::Events::new(client.clone(), identity);
+                let feed = self.feed.clone().unwrap_or_default();
+                let status = status::spawn(client.clone(), feed, elected.holding, events);
+                (Some(status), Some(elected.problem))
+            }
+            false => (None, None),
+        };
         let mut config = watcher::Config::default();
         if let Some(selector) = &self.options.label_selector {
             config = config.labels(selector);
@@ -204,6 +208,7 @@ impl KubeSource {
                     session.receive(batch)?;
                 }
                 _ = tick.tick() => session.expire_failures(),
+                problem = lease_changed(&mut lease_problem) => session.status_problem(problem),
                 _ = sleep_until(rediscover), if rediscover.is_some() => session.rediscover().await,
             }
             if let Some(report) = session.report() {
@@ -216,6 +221,23 @@ impl KubeSource {
                 }
             }
         }
+    }
+}
+
+/// The Lease's next problem (or its end); forever when there is no Lease or its elector has
+/// stopped.
+async fn lease_changed(
+    problem: &mut Option<tokio::sync::watch::Receiver<Option<String>>>,
+) -> Option<String> {
+    match problem {
+        Some(rx) => match rx.changed().await {
+            Ok(()) => rx.borrow_and_update().clone(),
+            Err(_) => {
+                *problem = None;
+                std::future::pending().await
+            }
+        },
+        None => std::future::pending().await,
     }
 }
 

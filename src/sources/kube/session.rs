@@ -63,6 +63,8 @@ pub struct Session {
     kinds: BTreeSet<Kind>,
     /// Errors naming the Istio kinds the cluster does not serve.
     not_served: Vec<String>,
+    /// Why the status Lease cannot be held, while that lasts.
+    status_problem: Option<String>,
     /// When to look for them again, and the pause after that.
     rediscover: Option<(Instant, Duration)>,
     /// The errors and analysis of the last report (`None` before the first).
@@ -79,6 +81,7 @@ impl Session {
             watches: Vec::new(),
             kinds: BTreeSet::new(),
             not_served: Vec::new(),
+            status_problem: None,
             rediscover: None,
             reported: None,
             analysis: Vec::new(),
@@ -194,6 +197,12 @@ impl Session {
         Ok(())
     }
 
+    /// Why status cannot be written (the Lease cannot be held), or `None` once it can: an
+    /// error of the source's reports.
+    pub fn status_problem(&mut self, problem: Option<String>) {
+        self.status_problem = problem;
+    }
+
     /// Forgets failures not renewed for [`FAILURE_REPORTED_FOR`].
     pub fn expire_failures(&mut self) {
         for w in &mut self.watches {
@@ -224,6 +233,7 @@ impl Session {
         report.changes.sort_by(|a, b| a.0.cmp(&b.0));
         report.described.sort();
         report.errors = self.not_served.clone();
+        report.errors.extend(self.status_problem.clone());
         for w in &self.watches {
             report
                 .errors

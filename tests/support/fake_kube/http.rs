@@ -61,6 +61,20 @@ pub fn handle(store: &Arc<Mutex<Store>>, req: Request<Bytes>) -> Response<Body> 
         return failure(StatusCode::UNAUTHORIZED, "Unauthorized", "Unauthorized");
     }
     let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    if let Some(plural) = parts.iter().find(|p| st.forbidden.iter().any(|f| f == *p)) {
+        let group = type_of_plural_any(plural)
+            .map(|t| t.qualified())
+            .unwrap_or_default();
+        let verb = req.method().as_str().to_lowercase();
+        return failure(
+            StatusCode::FORBIDDEN,
+            "Forbidden",
+            &format!(
+                "{group} is forbidden: User \"system:serviceaccount:istio-system:meshflow\" \
+                 cannot {verb} resource \"{plural}\" (the fake forbids it)"
+            ),
+        );
+    }
     if req.method() == hyper::Method::PATCH {
         if let ["apis", ISTIO_GROUP, version, "namespaces", ns, plural, name, "status"] =
             parts.as_slice()
@@ -304,6 +318,10 @@ fn patch_status(
         selector: Selector::parse("").unwrap_or_else(|e| panic!("the empty selector: {e}")),
     };
     full(StatusCode::OK, &scope.served(&st.objects[&key]))
+}
+
+fn type_of_plural_any(plural: &str) -> Option<ResourceType> {
+    TYPES.iter().copied().find(|t| t.plural == plural)
 }
 
 fn type_of_plural(group: &str, plural: &str) -> Option<ResourceType> {

@@ -25,7 +25,9 @@
 //! - Faults: [`FakeKube::drop_connections`] aborts every open watch connection mid-stream
 //!   (a truncated chunked body, as a dead load balancer leaves it); [`FakeKube::set_quiet`]
 //!   makes events reach the log but not the open watches (a client that missed them);
-//!   [`FakeKube::fail_lists`] answers a type's lists with 500.
+//!   [`FakeKube::fail_lists`] answers a type's lists with 500; [`FakeKube::forbid`] answers
+//!   every request naming a type (a path segment equal to its plural) with 403 Forbidden,
+//!   as RBAC would.
 //!
 //! - HTTPS ([`FakeKube::start_tls`]): a self-signed certificate the kubeconfig trusts, so
 //!   the client's TLS path is exercised as in a cluster.
@@ -240,6 +242,15 @@ impl FakeKube {
 
     pub fn heal_lists(&self) {
         self.store().failing_lists.clear();
+    }
+
+    /// Answers every request for `plural` (`leases`) with 403 until [`FakeKube::permit_all`].
+    pub fn forbid(&self, plural: &str) {
+        self.store().forbidden.push(plural.to_string());
+    }
+
+    pub fn permit_all(&self) {
+        self.store().forbidden.clear();
     }
 
     /// Compacts the history: every resourceVersion before the current one is too old to

@@ -256,6 +256,8 @@ pub struct Store {
     pub gone_as_http: bool,
     /// Resource types (plural) whose lists are answered 500, as an overloaded API server.
     pub failing_lists: Vec<String>,
+    /// Resource types (plural) every request for which is answered 403, as RBAC would.
+    pub forbidden: Vec<String>,
     /// The bearer token every request must carry.
     pub token: String,
     /// Status patches per object.
@@ -279,6 +281,7 @@ impl Store {
             gone_as_http: false,
             status_patches: HashMap::new(),
             failing_lists: Vec::new(),
+            forbidden: Vec::new(),
             token,
         }
     }
