@@ -330,11 +330,11 @@ async fn write(client: &Client, key: &ConfigKey, status: &ObjectStatus, since: &
     }
 }
 
-pub fn key_name(key: &ConfigKey) -> String {
+pub(super) fn key_name(key: &ConfigKey) -> String {
     format!("{:?} {}/{}", key.kind, key.namespace, key.name)
 }
 
-pub fn now_rfc3339() -> String {
+fn now_rfc3339() -> String {
     k8s_openapi::jiff::Timestamp::now()
         .strftime("%Y-%m-%dT%H:%M:%SZ")
         .to_string()
