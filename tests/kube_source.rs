@@ -807,6 +807,14 @@ fn status_says_what_is_in_effect_and_what_is_not_translated() {
     );
 }
 
+/// The holder of the status Lease `default/meshflow-status` (empty when none).
+fn lease_holder(fake: &FakeKube) -> String {
+    fake.object("Lease", "default", "meshflow-status")["spec"]["holderIdentity"]
+        .as_str()
+        .unwrap_or("")
+        .to_string()
+}
+
 /// Two replicas with `--write-status`: one holds the status Lease (coordination.k8s.io,
 /// created through the API) and writes; the other writes nothing, not even on a change.
 /// When the holder stops, the other takes the Lease over within its duration and writes
@@ -833,9 +841,8 @@ fn one_replica_at_a_time_writes_status_holding_a_lease() {
     });
     let holder = || {
         let lease = fake.object("Lease", "default", "meshflow-status");
-        let identity = lease["spec"]["holderIdentity"].as_str().unwrap_or("");
         (
-            identity.to_string(),
+            lease_holder(&fake),
             lease["spec"]["leaseTransitions"].clone(),
         )
     };
@@ -1530,6 +1537,79 @@ fn apply_dir(fake: &FakeKube, dir: &Path) {
         let text = std::fs::read_to_string(&f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
         fake.apply_yaml(&text);
     }
+}
+
+/// A writer that starts over (a restart, as after every rollout) starts from the statuses
+/// the API server holds: those that already say what it would write are not written again,
+/// and a Reconciled condition that keeps its state keeps its transition time.
+#[test]
+fn a_restarted_writer_leaves_statuses_that_say_the_same_alone() {
+    let args = ["--write-status", "--lease-duration-s", "1"];
+    let cluster = start(
+        "kube-status-restart",
+        |fake| {
+            fake.apply(service("reviews", "default", 9080));
+            fake.apply(with_cors("reviews"));
+            fake.apply(destination_rule("bad-dr", json!(["not", "a", "map"])));
+        },
+        &args,
+    );
+    let Cluster {
+        meshflow,
+        fake,
+        debug: _,
+        dir,
+    } = cluster;
+    let vs = await_status(&fake, "VirtualService", "reviews", "written", |s| {
+        descriptions(s).len() == 1
+    });
+    let dr = await_status(&fake, "DestinationRule", "bad-dr", "written", |s| {
+        reconciled(s) == "False"
+    });
+    let patches = |kind, name| fake.status_patches(kind, "default", name);
+    assert_eq!(
+        (
+            patches("VirtualService", "reviews"),
+            patches("DestinationRule", "bad-dr")
+        ),
+        (1, 1)
+    );
+    drop(meshflow);
+
+    let restarted = Meshflow::start_kube(
+        &dir.path().join("kubeconfig"),
+        &dir.subdir("restarted"),
+        &args,
+    );
+    // It holds the Lease once the old holder's has run out.
+    let by = format!("_{}", restarted.pid());
+    let holds = wait_until(CONVERGE_TIMEOUT, || lease_holder(&fake).ends_with(&by));
+    assert!(holds, "the restarted replica holds the Lease");
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        (
+            patches("VirtualService", "reviews"),
+            patches("DestinationRule", "bad-dr")
+        ),
+        (1, 1),
+        "statuses that say the same are not written again"
+    );
+    assert_eq!(fake.status_of("VirtualService", "default", "reviews"), vs);
+    assert_eq!(fake.status_of("DestinationRule", "default", "bad-dr"), dr);
+
+    // A change: written, and still Reconciled, so since the same time.
+    fake.apply(virtual_service("reviews", "reviews", "1s"));
+    let changed = await_status(&fake, "VirtualService", "reviews", "the change", |s| {
+        descriptions(s).is_empty()
+    });
+    assert_eq!(patches("VirtualService", "reviews"), 2);
+    assert_eq!(
+        changed["conditions"][0]["lastTransitionTime"],
+        vs["conditions"][0]["lastTransitionTime"]
+    );
+    drop(restarted);
+    drop(fake);
+    drop(dir);
 }
 
 /// A status Lease meshflow may not hold (RBAC) is a config error naming the Lease and the

@@ -23,8 +23,10 @@
 //! changes is one state), and the writer patches an object only when its status content
 //! changed, at most once per object per [`MIN_INTERVAL`]. A failed write is logged and
 //! tried again when the object's status next changes. Among replicas only the holder of
-//! the status Lease ([`lease`](super::lease)) writes status; one that takes the Lease over
-//! writes every object's status once.
+//! the status Lease ([`lease`](super::lease)) writes status. A writer that starts (or
+//! takes the Lease over) starts from the status the API server holds: it leaves alone a
+//! status that already says what it would write, and keeps the transition time of a
+//! `Reconciled` condition whose state does not change.
 
 use super::watched::Seen;
 use crate::config::Level;
@@ -70,6 +72,22 @@ pub struct ObjectStatus {
     pub message: String,
     /// `validationMessages`.
     pub messages: Vec<Value>,
+    /// The status the API server held when the source last saw the object.
+    pub stored: StoredStatus,
+}
+
+/// The status the API server holds of an object: where a writer that has written nothing
+/// for it yet (it started, or took the Lease over) starts from, keeping the transition time
+/// and leaving a status that already says what it would write alone. Not part of what the
+/// status says: equal whatever it holds, so that its change alone (the echo of a write) is
+/// no change to write.
+#[derive(Clone, Debug, Default)]
+pub struct StoredStatus(pub Option<Value>);
+
+impl PartialEq for StoredStatus {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 impl ObjectStatus {
@@ -102,6 +120,7 @@ impl ObjectStatus {
             namespace: key.namespace.clone(),
             name: key.name.clone(),
             uid: seen.uid.map(str::to_string),
+            stored: StoredStatus(seen.status.cloned()),
             reconciled,
             message,
             messages,
@@ -292,7 +311,23 @@ async fn write_changed(
                 continue;
             }
             Some(w) if w.status.reconciled == status.reconciled => w.since.clone(),
-            _ => now_rfc3339(),
+            Some(_) => now_rfc3339(),
+            None => {
+                let (since, current) = from_stored(&status);
+                let since = since.unwrap_or_else(now_rfc3339);
+                if current {
+                    written.insert(
+                        key,
+                        Written {
+                            status,
+                            since,
+                            at: now,
+                        },
+                    );
+                    continue;
+                }
+                since
+            }
         };
         write(client, &key, &status, &since).await;
         // A failure is recorded as written: tried again when the status changes.
@@ -306,6 +341,27 @@ async fn write_changed(
         );
     }
     next
+}
+
+/// What the status the API server holds gives a writer that has written nothing for the
+/// object yet: the Reconciled condition's transition time, when it is in the state to write
+/// (kept: the state did not change), and whether it says all that would be written.
+fn from_stored(status: &ObjectStatus) -> (Option<String>, bool) {
+    let Some(stored) = &status.stored.0 else {
+        return (None, false);
+    };
+    let condition = &stored["conditions"][0];
+    let state = if status.reconciled { "True" } else { "False" };
+    let since = (condition["type"] == "Reconciled" && condition["status"] == state)
+        .then(|| condition["lastTransitionTime"].as_str().map(str::to_string))
+        .flatten();
+    let current = since.as_deref().is_some_and(|since| {
+        let patch = status.patch(since);
+        stored.get("conditions") == Some(&patch["status"]["conditions"])
+            && stored.get("validationMessages").unwrap_or(&Value::Null)
+                == &patch["status"]["validationMessages"]
+    });
+    (since, current)
 }
 
 async fn sleep_until(at: Option<Instant>) {
@@ -363,9 +419,37 @@ mod tests {
         Seen {
             key,
             uid: None,
+            status: None,
             error,
             findings,
         }
+    }
+
+    #[test]
+    fn a_stored_status_that_says_the_same_is_left_alone_and_its_transition_time_kept() {
+        let key = ConfigKey::new(Kind::VirtualService, "ns", "r");
+        let mut s = ObjectStatus::new(&resource(), &seen(&key, None, &[]));
+        let written = s.patch("2026-01-01T00:00:00Z")["status"].clone();
+        s.stored = StoredStatus(Some(written.clone()));
+        assert_eq!(
+            from_stored(&s),
+            (Some("2026-01-01T00:00:00Z".to_string()), true)
+        );
+        // Another message, the same state: written, keeping the time.
+        let mut other = written.clone();
+        other["conditions"][0]["message"] = json!("something else");
+        s.stored = StoredStatus(Some(other));
+        assert_eq!(
+            from_stored(&s),
+            (Some("2026-01-01T00:00:00Z".to_string()), false)
+        );
+        // Another state: written, with a new time.
+        let mut other = written;
+        other["conditions"][0]["status"] = json!("False");
+        s.stored = StoredStatus(Some(other));
+        assert_eq!(from_stored(&s), (None, false));
+        s.stored = StoredStatus(None);
+        assert_eq!(from_stored(&s), (None, false));
     }
 
     #[test]
