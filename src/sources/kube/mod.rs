@@ -211,11 +211,15 @@ impl KubeSource {
                 problem = lease_changed(&mut lease_problem) => session.status_problem(problem),
                 _ = sleep_until(rediscover), if rediscover.is_some() => session.rediscover().await,
             }
-            if let Some(report) = session.report() {
-                if let Some(status) = &status {
-                    // Only the latest state matters: the writer coalesces.
-                    status.send_replace(session.statuses());
-                }
+            let report = session.report();
+            // Also after events that change no record (a status written, by this replica or
+            // another): the writer starts from the stored statuses when it takes over.
+            let touched = session.take_status_kinds_touched();
+            if let Some(status) = status.as_ref().filter(|_| report.is_some() || touched) {
+                // Only the latest state matters: the writer coalesces.
+                status.send_replace(session.statuses());
+            }
+            if let Some(report) = report {
                 if !on_report(report, session.analysis()) {
                     return Ok(());
                 }

@@ -65,6 +65,8 @@ pub struct Session {
     not_served: Vec<String>,
     /// Why the status Lease cannot be held, while that lasts.
     status_problem: Option<String>,
+    /// An object of a kind that has status got an event since the last look.
+    status_kinds_touched: bool,
     /// When to look for them again, and the pause after that.
     rediscover: Option<(Instant, Duration)>,
     /// The errors and analysis of the last report (`None` before the first).
@@ -82,6 +84,7 @@ impl Session {
             kinds: BTreeSet::new(),
             not_served: Vec::new(),
             status_problem: None,
+            status_kinds_touched: false,
             rediscover: None,
             reported: None,
             analysis: Vec::new(),
@@ -174,6 +177,8 @@ impl Session {
                 Ok(event) => {
                     w.failure = None;
                     w.watched.apply(event);
+                    self.status_kinds_touched |=
+                        super::status::STATUS_KINDS.contains(&w.resource.kind.as_str());
                 }
                 Err(watcher::Error::InitialListFailed(kube::Error::Api(status)))
                     if status.code == 400 =>
@@ -195,6 +200,12 @@ impl Session {
             }
         }
         Ok(())
+    }
+
+    /// Whether an object of a kind that has status got an event since the last call (its
+    /// stored status may have changed without any record changing).
+    pub fn take_status_kinds_touched(&mut self) -> bool {
+        std::mem::take(&mut self.status_kinds_touched)
     }
 
     /// Why status cannot be written (the Lease cannot be held), or `None` once it can: an
