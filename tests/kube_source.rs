@@ -1710,7 +1710,7 @@ async fn lease_electors_race_and_exactly_one_holds() {
     let options = LeaseOptions {
         namespace: Some("default".into()),
         name: "race".into(),
-        duration: Duration::from_secs(1),
+        duration: Duration::from_secs(2),
     };
     let mut electors: Vec<(String, tokio::sync::watch::Receiver<bool>)> = (0..3)
         .map(|i| {
@@ -1752,12 +1752,12 @@ async fn lease_electors_race_and_exactly_one_holds() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let took = gone.elapsed();
-    // The lease duration (1 s) and a round (0.2 s), with room for a slow machine.
-    assert!(took < Duration::from_secs(4), "taken over after {took:?}");
+    // The lease duration (2 s) and a round (0.4 s), with room for a slow machine.
+    assert!(took < Duration::from_secs(5), "taken over after {took:?}");
     let second = holders(&electors);
     assert_ne!(second, first);
     assert_eq!(second[0], holder_in_lease());
     let lease = fake.object("Lease", "default", "race");
     assert_eq!(lease["spec"]["leaseTransitions"], 1, "{lease:#}");
-    assert_eq!(lease["spec"]["leaseDurationSeconds"], 1, "{lease:#}");
+    assert_eq!(lease["spec"]["leaseDurationSeconds"], 2, "{lease:#}");
 }
