@@ -69,6 +69,10 @@ pub struct ProxyRejection {
 /// readers see the latest state).
 pub type ProxyRejections = std::collections::BTreeMap<ConfigKey, ProxyRejection>;
 
+/// The dataflow's current errors by the object they name, published by the hub (a `watch`
+/// channel) for status writing.
+pub type ObjectErrors = std::collections::BTreeMap<ConfigKey, Vec<dataflows::model::ConfigError>>;
+
 /// Which source sent a change (`files`, `kubernetes`, …): each keeps its own errors.
 pub type SourceName = &'static str;
 

@@ -140,6 +140,7 @@ impl KubeArgs {
             namespaces: self.namespaces.clone(),
             label_selector: self.label_selector.clone(),
             write_status: false,
+            lease: Default::default(),
         })
     }
 }
@@ -164,9 +165,21 @@ enum Command {
         /// With `--kube`: write on each VirtualService, DestinationRule, Gateway,
         /// ServiceEntry and Sidecar's status whether it is in effect (condition
         /// `Reconciled`) and what meshflow's analysis says of it (`validationMessages`), as
-        /// Istio does. Needs `patch` on those kinds' `status` subresources.
+        /// Istio does, and report what proxies reject as Events on the objects. Needs
+        /// `patch` on those kinds' `status` subresources, `create` on events.k8s.io Events,
+        /// and get/create/update on the Lease of `--lease`.
         #[arg(long, requires = "kube")]
         write_status: bool,
+        /// With `--write-status`: the Lease (coordination.k8s.io) whose holder writes status
+        /// among replicas, `NAME` (in the namespace meshflow runs in: the pod's, else the
+        /// kubeconfig context's, else `default`) or `NAMESPACE/NAME`.
+        #[arg(long, requires = "write_status", default_value = meshflow::sources::kube::lease::DEFAULT_NAME, value_parser = meshflow::sources::kube::lease::LeaseOptions::parse_name)]
+        lease: (Option<String>, String),
+        /// With `--write-status`: how long the Lease's holder holds it without renewing
+        /// (renewed every fifth of it); another replica takes over within about this long
+        /// after the holder stops.
+        #[arg(long, requires = "write_status", default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=3600))]
+        lease_duration_s: u64,
         /// Do not set back the objects behind a resource a proxy rejects (NACK). By default
         /// the objects that changed the resource since the proxy last accepted it return to
         /// their previous version (reported as errors), so one bad object does not hold back
@@ -386,6 +399,8 @@ fn main() -> ExitCode {
             kube,
             state_file,
             write_status,
+            lease,
+            lease_duration_s,
             no_nack_rollback,
             xds_addr,
             debug_addr,
@@ -428,6 +443,11 @@ fn main() -> ExitCode {
                 config_dir,
                 kube: kube.options().map(|mut o| {
                     o.write_status = write_status;
+                    o.lease = meshflow::sources::kube::lease::LeaseOptions {
+                        namespace: lease.0,
+                        name: lease.1,
+                        duration: std::time::Duration::from_secs(lease_duration_s),
+                    };
                     o
                 }),
                 state_file,

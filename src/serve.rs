@@ -123,8 +123,12 @@ pub async fn serve(opts: ServeOptions) -> Result<(), String> {
         sources.push(Box::new(files));
     }
     if let Some(kube) = &opts.kube {
-        let source = KubeSource::new(kube.clone(), opts.mesh.clone())
-            .with_rejections(hub.rejections.subscribe());
+        let source = KubeSource::new(kube.clone(), opts.mesh.clone()).with_feed(
+            crate::sources::kube::status::Feed {
+                rejections: hub.rejections.subscribe(),
+                errors: hub.object_errors.subscribe(),
+            },
+        );
         sources.push(Box::new(source));
     }
     if let Some(mesh) = opts.mesh_source {

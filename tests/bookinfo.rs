@@ -12,7 +12,8 @@
 //!
 //! Both Envoys have the identities of the example's bootstraps (`envoy-gateway.yaml`,
 //! `envoy-sidecar.yaml`) and speak Delta ADS. The same runs again with the example's objects
-//! created through a (fake) Kubernetes API server and `serve --kube`.
+//! created through a (fake) Kubernetes API server and `serve --kube`, and both Envoys then
+//! hold exactly the config they held when it was served from files.
 
 mod support;
 
@@ -26,8 +27,9 @@ use support::fake_kube::FakeKube;
 use support::reviews::{count, Client};
 use support::{
     assert_contains_all, dump_cluster_names, dump_eds_cluster_names, dump_listener_names,
-    dump_route_config_names, free_port, only, require_envoy, write_config, Backend, Envoy,
-    Meshflow, ProxyNode, TestDir, XdsMode, STARTUP_TIMEOUT,
+    dump_route_config_names, dump_served_config, free_port, only, require_envoy,
+    served_config_differences, write_config, Backend, Envoy, Meshflow, ProxyNode, TestDir, XdsMode,
+    STARTUP_TIMEOUT,
 };
 
 /// The example's config directory.
@@ -48,7 +50,9 @@ const JASON: &[(&str, &str)] = &[("end-user", "jason")];
 ///
 /// The scenario runs twice, one run after the other (the pod addresses are fixed): with the
 /// example served from its files, and with the same objects served from a Kubernetes API
-/// (`serve --kube --kubeconfig F` against `support::fake_kube`), as an operator runs it.
+/// (`serve --kube --kubeconfig F` against `support::fake_kube`), as an operator runs it; the
+/// second run's Envoys hold exactly what the first run's held (clusters, endpoints,
+/// listeners, routes).
 #[test]
 fn bookinfo_example_serves_gateway_and_sidecar_over_delta_ads() {
     let envoy_bin = require_envoy!();
@@ -70,9 +74,26 @@ fn bookinfo_example_serves_gateway_and_sidecar_over_delta_ads() {
         .iter()
         .map(|(name, addr)| Backend::start(&addr.ip().to_string(), addr.port(), name))
         .collect();
-    scenario(&envoy_bin, Delivery::Files);
-    scenario(&envoy_bin, Delivery::Kubernetes);
+    // One gateway port for both runs (one after the other), so their configs compare.
+    let gateway_port = free_port();
+    let from_files = scenario(&envoy_bin, Delivery::Files, gateway_port);
+    let from_cluster = scenario(&envoy_bin, Delivery::Kubernetes, gateway_port);
+    for (proxy, files, cluster) in [
+        ("gateway", &from_files.0, &from_cluster.0),
+        ("sidecar", &from_files.1, &from_cluster.1),
+    ] {
+        let differ = served_config_differences(files, cluster);
+        assert!(
+            differ.is_empty(),
+            "the {proxy} Envoy's config from the cluster differs from files' in {differ:#?}; \
+             the first: {:#?}",
+            differ.first().map(|k| (files.get(k), cluster.get(k)))
+        );
+    }
 }
+
+/// What one Envoy holds (`support::dump_served_config`).
+type Served = BTreeMap<String, serde_json::Value>;
 
 /// How the example's objects reach meshflow.
 #[derive(Clone, Copy, Debug)]
@@ -83,11 +104,11 @@ enum Delivery {
     Kubernetes,
 }
 
-/// Everything but the backends, which both runs share.
-fn scenario(envoy_bin: &Path, delivery: Delivery) {
+/// Everything but the backends, which both runs share; returns what the gateway and the
+/// sidecar Envoy held in the end.
+fn scenario(envoy_bin: &Path, delivery: Delivery, gateway_port: u16) -> (Served, Served) {
     let dir = TestDir::new(&format!("bookinfo-{delivery:?}").to_lowercase());
     let config_dir = dir.subdir("config");
-    let gateway_port = free_port();
     copy_example_config(&config_dir, gateway_port);
     let (_fake, meshflow) = match delivery {
         Delivery::Files => (None, Meshflow::start(&config_dir, dir.path())),
@@ -267,6 +288,10 @@ fn scenario(envoy_bin: &Path, delivery: Delivery) {
         ["127.0.1.31:9080"],
         "EDS of {reviews_v1}"
     );
+    (
+        dump_served_config(&gateway.config_dump()),
+        dump_served_config(&sidecar.config_dump()),
+    )
 }
 
 /// Copies the example's config files into `to`, changing only the Gateway's port 8080 to

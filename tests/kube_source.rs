@@ -6,14 +6,16 @@
 //! answer) retracts what vanished and nothing else; a dropped connection resumes from its
 //! resourceVersion without a relist; invalid objects are named with their field and their
 //! last valid version stays; churn that changes no proxy's config pushes nothing; with
-//! `--write-status`, each object's status says whether it is in effect and what is not
-//! translated, without a write per edit; and a real Envoy routes by a VirtualService created
-//! through the API.
+//! `--write-status`, each object's status says whether it is in effect, what is not
+//! translated and what the analysis across objects finds, without a write per edit, from one
+//! replica at a time (the holder of a Lease, taken over when it stops); a real Envoy routes
+//! by a VirtualService created through the API, and its rejection of one is written on the
+//! object's status and as an Event; two replicas give two real Envoys identical config.
 
 mod support;
 
 use serde_json::{json, Value};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -21,8 +23,9 @@ use support::fake_kube::FakeKube;
 use support::reviews::{Binding, Client, Reviews};
 use support::xds_client::{node, DeltaClient, CDS, EDS, RDS};
 use support::{
-    exactly, free_port, http_get, only, require_envoy, wait_until, Envoy, Meshflow, ProxyNode,
-    TestDir, XdsMode, CONVERGE_TIMEOUT, STARTUP_TIMEOUT,
+    dump_served_config, exactly, free_port, http_get, only, require_envoy,
+    served_config_differences, wait_until, Envoy, Meshflow, ProxyNode, TestDir, XdsMode,
+    CONVERGE_TIMEOUT, STARTUP_TIMEOUT,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -124,14 +127,18 @@ impl Cluster {
     /// A real Envoy as the client sidecar `name` in `default` (Delta ADS), once it has the
     /// listener of `port`.
     fn client_envoy(&self, bin: &Path, name: &str, reviews: &Reviews, port: u16) -> Envoy {
-        let node = ProxyNode::sidecar(name, "default", &reviews.ip(20), &[("app", "client")]);
-        let envoy = Envoy::start(
-            bin,
-            self.dir.path(),
-            &node,
-            self.meshflow.xds_addr(),
-            XdsMode::Delta,
-        );
+        let at = Sidecar {
+            name,
+            ip: reviews.ip(20),
+            xds: self.meshflow.xds_addr(),
+        };
+        self.envoy_of(bin, at, port)
+    }
+
+    /// A real Envoy as the client sidecar `at` describes, once it has the listener of `port`.
+    fn envoy_of(&self, bin: &Path, at: Sidecar, port: u16) -> Envoy {
+        let node = ProxyNode::sidecar(at.name, "default", &at.ip, &[("app", "client")]);
+        let envoy = Envoy::start(bin, self.dir.path(), &node, at.xds, XdsMode::Delta);
         envoy.wait_live(STARTUP_TIMEOUT);
         envoy.await_listener(&format!("127.0.0.1_{port}"));
         envoy
@@ -144,6 +151,13 @@ impl Cluster {
         c.subscribe(CDS, &[], HashMap::new()).await;
         c
     }
+}
+
+/// A client sidecar: its pod name, address and the meshflow replica it connects to.
+struct Sidecar<'a> {
+    name: &'a str,
+    ip: String,
+    xds: SocketAddr,
 }
 
 fn get(addr: SocketAddr, path: &str) -> String {
@@ -756,6 +770,144 @@ fn status_says_what_is_in_effect_and_what_is_not_translated() {
     );
     assert_eq!(fake.status_patches("WorkloadEntry", "default", "vm"), 0);
     assert_eq!(fake.status_of("Service", "default", "reviews"), Value::Null);
+
+    // Across objects (the dataflow's analysis): a route to a subset no DestinationRule of
+    // its host defines is an ERROR on the VirtualService, which is itself in effect.
+    let mut to_v2 = virtual_service("to-v2", "reviews", "1s");
+    to_v2["spec"]["http"][0]["route"][0]["destination"]["subset"] = json!("v2");
+    fake.apply(to_v2);
+    let status = await_status(
+        fake,
+        "VirtualService",
+        "to-v2",
+        "the missing subset is named",
+        |s| !descriptions(s).is_empty(),
+    );
+    assert_eq!(reconciled(&status), "True", "{status:#}");
+    let message = &status["validationMessages"][0];
+    assert_eq!(message["type"]["code"], "MF0004", "{status:#}");
+    assert_eq!(
+        message["type"]["name"], "ReferencedResourceNotFound",
+        "{status:#}"
+    );
+    assert_eq!(message["level"], "ERROR", "{status:#}");
+    assert!(
+        descriptions(&status)[0]
+            .starts_with("subset \"v2\" of host reviews.default.svc.cluster.local is defined by no DestinationRule"),
+        "{status:#}"
+    );
+    // Once the rule defines it, the message goes.
+    let mut both = destination_rule("bad-dr", json!({"version": "v1"}));
+    both["spec"]["subsets"] = json!([
+        {"name": "v1", "labels": {"version": "v1"}},
+        {"name": "v2", "labels": {"version": "v2"}},
+    ]);
+    fake.apply(both);
+    await_status(
+        fake,
+        "VirtualService",
+        "to-v2",
+        "the subset defined clears the message",
+        |s| reconciled(s) == "True" && s.get("validationMessages").is_none(),
+    );
+}
+
+/// The holder of the status Lease `default/meshflow-status` (empty when none).
+fn lease_holder(fake: &FakeKube) -> String {
+    fake.object("Lease", "default", "meshflow-status")["spec"]["holderIdentity"]
+        .as_str()
+        .unwrap_or("")
+        .to_string()
+}
+
+/// Two replicas with `--write-status`: one holds the status Lease (coordination.k8s.io,
+/// created through the API) and writes; the other writes nothing, not even on a change.
+/// When the holder stops, the other takes the Lease over within its duration, leaves alone
+/// what the first wrote, and writes what changes.
+#[test]
+fn one_replica_at_a_time_writes_status_holding_a_lease() {
+    let args = ["--write-status", "--lease-duration-s", "2"];
+    let cluster = start(
+        "kube-lease",
+        |fake| {
+            fake.apply(service("reviews", "default", 9080));
+            fake.apply(virtual_service("reviews", "reviews", "1s"));
+        },
+        &args,
+    );
+    let Cluster {
+        meshflow: first,
+        fake,
+        debug: _,
+        dir,
+    } = cluster;
+    await_status(&fake, "VirtualService", "reviews", "written", |s| {
+        reconciled(s) == "True"
+    });
+    let holder = || {
+        let lease = fake.object("Lease", "default", "meshflow-status");
+        (
+            lease_holder(&fake),
+            lease["spec"]["leaseTransitions"].clone(),
+        )
+    };
+    let by = |m: &Meshflow| format!("_{}", m.pid());
+    assert!(holder().0.ends_with(&by(&first)), "{:?}", holder());
+
+    let debug_b = SocketAddr::from(([127, 0, 0, 1], free_port())).to_string();
+    let mut second_args = vec!["--debug-addr", debug_b.as_str()];
+    second_args.extend_from_slice(&args);
+    let second = Meshflow::start_kube(
+        &dir.path().join("kubeconfig"),
+        &dir.subdir("replica-b"),
+        &second_args,
+    );
+    // The second replica has listed (its xDS port is open) and tried the Lease meanwhile.
+    let before = fake.status_patches("VirtualService", "default", "reviews");
+    fake.apply(with_cors("reviews"));
+    await_status(
+        &fake,
+        "VirtualService",
+        "reviews",
+        "the change's status",
+        |s| descriptions(s).len() == 1,
+    );
+    // Both replicas have seen the change; longer than the writer's interval and a lease round.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        fake.status_patches("VirtualService", "default", "reviews") - before,
+        1,
+        "one status patch for one change: only the holder writes"
+    );
+    assert!(holder().0.ends_with(&by(&first)), "{:?}", holder());
+
+    // The holder stops: the other takes over, leaves the status the first wrote alone (it
+    // says what the second would write), and writes what changes.
+    drop(first);
+    let stopped = Instant::now();
+    let took_over = wait_until(CONVERGE_TIMEOUT, || holder().0.ends_with(&by(&second)));
+    let took = stopped.elapsed();
+    assert!(took_over, "{:?}", holder());
+    // The lease duration (2 s) and a round (0.4 s), with room for a slow machine.
+    assert!(took < Duration::from_secs(5), "taken over after {took:?}");
+    assert_eq!(holder().1, 1, "one transition");
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        fake.status_patches("VirtualService", "default", "reviews") - before,
+        1,
+        "the new holder rewrites nothing that says the same"
+    );
+    fake.apply(virtual_service("reviews", "reviews", "not-a-duration"));
+    await_status(
+        &fake,
+        "VirtualService",
+        "reviews",
+        "the new holder writes",
+        |s| reconciled(s) == "False",
+    );
+    drop(second);
+    drop(fake);
+    drop(dir);
 }
 
 /// Status writes are coalesced: 20 quick edits, each changing the status and each seen by
@@ -958,6 +1110,109 @@ async fn two_replicas_serve_identical_config() {
     assert_eq!(a.held, b.held, "identical after the change");
 }
 
+/// Two replicas watching one cluster, each serving one real Envoy: both Envoys hold the same
+/// clusters, listeners and route configurations (their config dumps less what is per
+/// moment: version_info and last_updated), and route the same request the same way, before
+/// and after a change made through the API. Both Envoys bind the Sidecar's listener
+/// 127.0.0.1:PORT (Envoy sets SO_REUSEPORT on listeners by default, so the kernel spreads
+/// connections over both); each Envoy's own upstream counters show that it sent requests
+/// to the subset the VirtualService names, and only there.
+#[test]
+fn two_replicas_give_two_envoys_identical_config_and_routing() {
+    let envoy_bin = require_envoy!();
+    let files = ReviewsFiles::new("kube-replicas-envoy-fixtures", 63);
+    let (reviews, port, fixtures) = (&files.reviews, files.port, &files.path);
+    reviews.write_subset_routing(&Binding::Mesh, &[("v1", 0), ("v2", 100)]);
+    let cluster = start("kube-replicas-envoy", |fake| apply_dir(fake, fixtures), &[]);
+    let debug_b = SocketAddr::from(([127, 0, 0, 1], free_port())).to_string();
+    let second = Meshflow::start_kube(
+        &cluster.dir.path().join("kubeconfig"),
+        &cluster.dir.subdir("replica-b"),
+        &["--debug-addr", &debug_b],
+    );
+    let sidecar = |name, host, xds| Sidecar {
+        name,
+        ip: reviews.ip(host),
+        xds,
+    };
+    let a = cluster.envoy_of(
+        &envoy_bin,
+        sidecar("client-a", 20, cluster.meshflow.xds_addr()),
+        port,
+    );
+    let b = cluster.envoy_of(&envoy_bin, sidecar("client-b", 21, second.xds_addr()), port);
+    let listener = SocketAddr::from(([127, 0, 0, 1], port));
+    let client = Client::new(&a, listener, "reviews");
+
+    let first = await_identical_config(&a, &b, |_| true);
+    let v2_cluster = format!("cluster/outbound|{port}|v2|{}", support::reviews::FQDN);
+    assert!(first.contains_key(&v2_cluster), "{:#?}", first.keys());
+    assert!(
+        first.contains_key(&format!("route/{port}")),
+        "{:#?}",
+        first.keys()
+    );
+    routes_only_to(&client, &[&a, &b], port, "v2");
+
+    // A change through the API reaches both replicas; both Envoys route by it.
+    reviews.write_subset_routing(&Binding::Mesh, &[("v1", 100), ("v2", 0)]);
+    apply_dir(&cluster.fake, fixtures);
+    await_identical_config(&a, &b, |c| *c != first);
+    routes_only_to(&client, &[&a, &b], port, "v1");
+}
+
+/// Waits until both Envoys hold the same config and it satisfies `accept`; returns it, or
+/// panics naming what differs.
+fn await_identical_config(
+    a: &Envoy,
+    b: &Envoy,
+    accept: impl Fn(&BTreeMap<String, Value>) -> bool,
+) -> BTreeMap<String, Value> {
+    let mut last = (BTreeMap::new(), BTreeMap::new());
+    let same = wait_until(CONVERGE_TIMEOUT, || {
+        last = (
+            dump_served_config(&a.config_dump()),
+            dump_served_config(&b.config_dump()),
+        );
+        !last.0.is_empty() && last.0 == last.1 && accept(&last.0)
+    });
+    if !same {
+        let (a, b) = &last;
+        let differ = served_config_differences(a, b);
+        let first = differ.first().map(|k| (a.get(k), b.get(k)));
+        panic!("the Envoys' configs differ in {differ:#?}; the first: {first:#?}");
+    }
+    last.0
+}
+
+/// Sends 60 requests through the listener both Envoys bind: every one is answered by
+/// reviews-`subset`, and each Envoy sent some of them, all to that subset's cluster.
+fn routes_only_to(client: &Client, envoys: &[&Envoy], port: u16, subset: &str) {
+    let fqdn = support::reviews::FQDN;
+    let sent = |e: &Envoy, s: &str| {
+        e.stat(&format!(
+            "cluster.outbound|{port}|{s}|{fqdn}.upstream_rq_total"
+        ))
+        .unwrap_or(0)
+    };
+    let other = if subset == "v1" { "v2" } else { "v1" };
+    let before: Vec<(u64, u64)> = envoys
+        .iter()
+        .map(|e| (sent(e, subset), sent(e, other)))
+        .collect();
+    let counts = client.tally(60, "/reviews/1", &[]);
+    let answer = format!("reviews-{subset}");
+    assert!(only(&counts, &answer), "{counts:?}");
+    for (e, (to, not_to)) in envoys.iter().zip(before) {
+        assert!(
+            sent(e, subset) > to,
+            "each Envoy routed some requests to {subset}\n{}",
+            e.summary()
+        );
+        assert_eq!(sent(e, other), not_to, "none to {other}\n{}", e.summary());
+    }
+}
+
 /// Istio kinds are watched at the most stable version the cluster serves; on a cluster
 /// without Istio's CRDs each kind is reported by name, the Kubernetes kinds still serve, and
 /// the kinds are watched once the CRDs are installed.
@@ -1092,20 +1347,11 @@ async fn namespaces_and_label_selector_limit_the_watch_and_files_serve_alongside
 #[test]
 fn envoy_routes_by_a_virtual_service_created_through_the_api() {
     let envoy_bin = require_envoy!();
-    let fixtures_dir = TestDir::new("kube-envoy-fixtures");
-    let fixtures = fixtures_dir.subdir("fixtures");
-    let port = free_port();
-    let reviews = Reviews::new(61, port, &fixtures);
-    let _v1 = reviews.start_backend("v1");
-    let _v2 = reviews.start_backend("v2");
-    reviews.write_service();
-    reviews.write_pods(&["v1", "v2"]);
-    reviews.write_endpoints(&["v1", "v2"]);
-    reviews.write_destination_rule(&["v1", "v2"]);
-    reviews.write("sidecar.yaml", &support::reviews::client_sidecar_yaml(port));
-    let cluster = start("kube-envoy", |fake| apply_dir(fake, &fixtures), &[]);
+    let files = ReviewsFiles::new("kube-envoy-fixtures", 61);
+    let (reviews, port, fixtures) = (&files.reviews, files.port, &files.path);
+    let cluster = start("kube-envoy", |fake| apply_dir(fake, fixtures), &[]);
 
-    let envoy = cluster.client_envoy(&envoy_bin, "client-abc", &reviews, port);
+    let envoy = cluster.client_envoy(&envoy_bin, "client-abc", reviews, port);
     let client = Client::new(&envoy, SocketAddr::from(([127, 0, 0, 1], port)), "reviews");
     let (v1, v2) = ("reviews-v1", "reviews-v2");
     client.converge(
@@ -1118,7 +1364,7 @@ fn envoy_routes_by_a_virtual_service_created_through_the_api() {
 
     // Created through the API: everything under /reviews to v2.
     reviews.write_subset_routing(&Binding::Mesh, &[("v1", 0), ("v2", 100)]);
-    apply_dir(&cluster.fake, &fixtures);
+    apply_dir(&cluster.fake, fixtures);
     let counts = client.converge(
         "the VirtualService sends /reviews to v2",
         "/reviews/1",
@@ -1140,7 +1386,6 @@ fn envoy_routes_by_a_virtual_service_created_through_the_api() {
     assert!(cluster.errors().is_empty(), "{:?}", cluster.errors());
 }
 
-/// Applies every YAML file of `dir` to the fake API server (unchanged ones change nothing).
 /// NACK attribution with a real Envoy: meshflow is told proxies accept RE2 programs of any
 /// size (`--max-regex-program-size`), which Envoy (default limit 100) does not, so a
 /// VirtualService with the regex `/a{150}` passes meshflow and Envoy rejects its route
@@ -1207,6 +1452,33 @@ fn a_virtual_service_envoy_rejects_says_so_on_its_status() {
         "{description}"
     );
 
+    // And once as a Warning Event regarding the object, from the replica whose proxy
+    // rejected it.
+    let events = rejection_events(&cluster.fake);
+    assert_eq!(events.len(), 1, "{events:#?}");
+    let event = &events[0];
+    assert_eq!(event["type"], "Warning", "{event:#}");
+    assert_eq!(event["action"], "SetBack", "{event:#}");
+    assert_eq!(event["reportingController"], "meshflow", "{event:#}");
+    assert!(
+        event["reportingInstance"]
+            .as_str()
+            .is_some_and(|i| i.ends_with(&format!("_{}", cluster.meshflow.pid()))),
+        "{event:#}"
+    );
+    assert!(event["eventTime"].is_string(), "{event:#}");
+    let object = cluster.fake.object("VirtualService", "default", "ratings");
+    assert_eq!(
+        event["regarding"],
+        json!({
+            "apiVersion": "networking.istio.io/v1", "kind": "VirtualService",
+            "namespace": "default", "name": "ratings", "uid": object["metadata"]["uid"],
+        }),
+        "{event:#}"
+    );
+    let note = event["note"].as_str().unwrap_or("");
+    assert!(note.starts_with(description), "{note}");
+
     // Fixed: the new version is judged again, accepted, and the status says so.
     cluster.fake.apply(ratings("/a"));
     await_status(
@@ -1216,8 +1488,55 @@ fn a_virtual_service_envoy_rejects_says_so_on_its_status() {
         "the fix clears the rejection",
         |s| reconciled(s) == "True" && s.get("validationMessages").is_none(),
     );
+    assert_eq!(
+        rejection_events(&cluster.fake).len(),
+        1,
+        "no Event for an accepted version"
+    );
 }
 
+/// The Events the fake holds with reason RejectedByProxies.
+fn rejection_events(fake: &FakeKube) -> Vec<Value> {
+    fake.objects("Event")
+        .into_iter()
+        .filter(|e| e["reason"] == "RejectedByProxies")
+        .collect()
+}
+
+/// The reviews scene as files to apply to the fake: Service, Pods, EndpointSlice and
+/// DestinationRule (subsets v1, v2) of `reviews`, Sidecar `client` binding 127.0.0.1:PORT;
+/// the backends of v1 and v2 running.
+struct ReviewsFiles {
+    reviews: Reviews,
+    port: u16,
+    path: std::path::PathBuf,
+    _backends: [support::Backend; 2],
+    _dir: TestDir,
+}
+
+impl ReviewsFiles {
+    fn new(label: &str, net: u8) -> ReviewsFiles {
+        let dir = TestDir::new(label);
+        let path = dir.subdir("fixtures");
+        let port = free_port();
+        let reviews = Reviews::new(net, port, &path);
+        let backends = [reviews.start_backend("v1"), reviews.start_backend("v2")];
+        reviews.write_service();
+        reviews.write_pods(&["v1", "v2"]);
+        reviews.write_endpoints(&["v1", "v2"]);
+        reviews.write_destination_rule(&["v1", "v2"]);
+        reviews.write("sidecar.yaml", &support::reviews::client_sidecar_yaml(port));
+        ReviewsFiles {
+            reviews,
+            port,
+            path,
+            _backends: backends,
+            _dir: dir,
+        }
+    }
+}
+
+/// Applies every YAML file of `dir` to the fake API server (unchanged ones change nothing).
 fn apply_dir(fake: &FakeKube, dir: &Path) {
     let mut files: Vec<_> = std::fs::read_dir(dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
@@ -1230,4 +1549,220 @@ fn apply_dir(fake: &FakeKube, dir: &Path) {
         let text = std::fs::read_to_string(&f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
         fake.apply_yaml(&text);
     }
+}
+
+/// A writer that starts over (a restart, as after every rollout) starts from the statuses
+/// the API server holds: those that already say what it would write are not written again,
+/// and a Reconciled condition that keeps its state keeps its transition time.
+#[test]
+fn a_restarted_writer_leaves_statuses_that_say_the_same_alone() {
+    let args = ["--write-status", "--lease-duration-s", "1"];
+    let cluster = start(
+        "kube-status-restart",
+        |fake| {
+            fake.apply(service("reviews", "default", 9080));
+            fake.apply(with_cors("reviews"));
+            fake.apply(destination_rule("bad-dr", json!(["not", "a", "map"])));
+        },
+        &args,
+    );
+    let Cluster {
+        meshflow,
+        fake,
+        debug: _,
+        dir,
+    } = cluster;
+    let vs = await_status(&fake, "VirtualService", "reviews", "written", |s| {
+        descriptions(s).len() == 1
+    });
+    let dr = await_status(&fake, "DestinationRule", "bad-dr", "written", |s| {
+        reconciled(s) == "False"
+    });
+    let patches = |kind, name| fake.status_patches(kind, "default", name);
+    assert_eq!(
+        (
+            patches("VirtualService", "reviews"),
+            patches("DestinationRule", "bad-dr")
+        ),
+        (1, 1)
+    );
+    drop(meshflow);
+
+    let restarted = Meshflow::start_kube(
+        &dir.path().join("kubeconfig"),
+        &dir.subdir("restarted"),
+        &args,
+    );
+    // It holds the Lease once the old holder's has run out.
+    let by = format!("_{}", restarted.pid());
+    let holds = wait_until(CONVERGE_TIMEOUT, || lease_holder(&fake).ends_with(&by));
+    assert!(holds, "the restarted replica holds the Lease");
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        (
+            patches("VirtualService", "reviews"),
+            patches("DestinationRule", "bad-dr")
+        ),
+        (1, 1),
+        "statuses that say the same are not written again"
+    );
+    assert_eq!(fake.status_of("VirtualService", "default", "reviews"), vs);
+    assert_eq!(fake.status_of("DestinationRule", "default", "bad-dr"), dr);
+
+    // A change: written, and still Reconciled, so since the same time.
+    fake.apply(virtual_service("reviews", "reviews", "1s"));
+    let changed = await_status(&fake, "VirtualService", "reviews", "the change", |s| {
+        descriptions(s).is_empty()
+    });
+    assert_eq!(patches("VirtualService", "reviews"), 2);
+    assert_eq!(
+        changed["conditions"][0]["lastTransitionTime"],
+        vs["conditions"][0]["lastTransitionTime"]
+    );
+    drop(restarted);
+    drop(fake);
+    drop(dir);
+}
+
+/// A status Lease meshflow may not hold (RBAC) is a config error naming the Lease and the
+/// grant it needs, and no status is written meanwhile; once allowed, the Lease is taken, the
+/// error goes and status is written.
+#[test]
+fn a_lease_it_may_not_hold_is_reported_and_nothing_is_written() {
+    let cluster = start(
+        "kube-lease-forbidden",
+        |fake| {
+            fake.forbid("leases");
+            fake.apply(service("reviews", "default", 9080));
+            fake.apply(virtual_service("reviews", "reviews", "1s"));
+        },
+        &["--write-status", "--lease-duration-s", "1"],
+    );
+    let errors = cluster.await_errors("the Lease is reported", |e| !e.is_empty());
+    assert_eq!(errors.len(), 1, "{errors:#?}");
+    assert!(
+        errors[0].starts_with("status Lease default/meshflow-status: ")
+            && errors[0].contains("forbidden")
+            && errors[0].contains("get, create and update on leases.coordination.k8s.io"),
+        "{errors:#?}"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        cluster
+            .fake
+            .status_patches("VirtualService", "default", "reviews"),
+        0
+    );
+    cluster.fake.permit_all();
+    await_status(
+        &cluster.fake,
+        "VirtualService",
+        "reviews",
+        "written once allowed",
+        |s| reconciled(s) == "True",
+    );
+    cluster.await_errors("the error goes", |e| e.is_empty());
+}
+
+/// The status Lease among electors racing for it, in process through the real `kube`
+/// client: the fake answers the API server's way (a second create is 409 AlreadyExists, an
+/// update from a stale resourceVersion 409 Conflict), so of three electors starting at once
+/// exactly one holds the Lease, the others stand by; when the holder goes, exactly one of
+/// the others takes over within the lease duration.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_electors_race_and_exactly_one_holds() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use kube::api::{Api, PostParams};
+    use meshflow::sources::kube::lease::{self, LeaseOptions};
+
+    let dir = TestDir::new("kube-lease-race");
+    let fake = FakeKube::start();
+    let kubeconfig = dir.path().join("kubeconfig");
+    fake.write_kubeconfig(&kubeconfig);
+    let config = kube::config::Kubeconfig::read_from(&kubeconfig).expect("the kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(config, &Default::default())
+        .await
+        .expect("a client config");
+    let client = kube::Client::try_from(config).expect("a client");
+
+    // The wire semantics the electors rely on, as the kube client sees them.
+    let api: Api<Lease> = Api::namespaced(client.clone(), "default");
+    let mut probe = Lease::default();
+    probe.metadata.name = Some("probe".into());
+    let created = api
+        .create(&PostParams::default(), &probe)
+        .await
+        .expect("created");
+    let again = api.create(&PostParams::default(), &probe).await;
+    assert!(
+        matches!(&again, Err(kube::Error::Api(s)) if s.code == 409 && s.reason == "AlreadyExists"),
+        "{again:?}"
+    );
+    let updated = api
+        .replace("probe", &PostParams::default(), &created)
+        .await
+        .expect("an update from the current resourceVersion");
+    assert_ne!(
+        updated.metadata.resource_version,
+        created.metadata.resource_version
+    );
+    let stale = api.replace("probe", &PostParams::default(), &created).await;
+    assert!(
+        matches!(&stale, Err(kube::Error::Api(s)) if s.code == 409 && s.reason == "Conflict"),
+        "{stale:?}"
+    );
+
+    let options = LeaseOptions {
+        namespace: Some("default".into()),
+        name: "race".into(),
+        duration: Duration::from_secs(2),
+    };
+    let mut electors: Vec<(String, tokio::sync::watch::Receiver<bool>)> = (0..3)
+        .map(|i| {
+            let identity = format!("elector-{i}");
+            let elected = lease::spawn(client.clone(), options.clone(), identity.clone());
+            (identity, elected.holding)
+        })
+        .collect();
+    let holders = |electors: &[(String, tokio::sync::watch::Receiver<bool>)]| -> Vec<String> {
+        electors
+            .iter()
+            .filter(|(_, h)| *h.borrow())
+            .map(|(i, _)| i.clone())
+            .collect()
+    };
+    let holder_in_lease = || {
+        fake.object("Lease", "default", "race")["spec"]["holderIdentity"]
+            .as_str()
+            .unwrap_or("")
+            .to_string()
+    };
+    let deadline = Instant::now() + CONVERGE_TIMEOUT;
+    while holders(&electors).len() != 1 {
+        assert!(Instant::now() < deadline, "no single holder");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Several rounds later, still one holder, the one the Lease names.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let first = holders(&electors);
+    assert_eq!(first.len(), 1, "{first:?}");
+    assert_eq!(first[0], holder_in_lease());
+
+    // The holder goes (its elector ends with its last listener): one other takes over.
+    electors.retain(|(i, _)| *i != first[0]);
+    let gone = Instant::now();
+    let deadline = gone + CONVERGE_TIMEOUT;
+    while holders(&electors).len() != 1 {
+        assert!(Instant::now() < deadline, "nobody took over");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let took = gone.elapsed();
+    // The lease duration (2 s) and a round (0.4 s), with room for a slow machine.
+    assert!(took < Duration::from_secs(5), "taken over after {took:?}");
+    let second = holders(&electors);
+    assert_ne!(second, first);
+    assert_eq!(second[0], holder_in_lease());
+    let lease = fake.object("Lease", "default", "race");
+    assert_eq!(lease["spec"]["leaseTransitions"], 1, "{lease:#}");
+    assert_eq!(lease["spec"]["leaseDurationSeconds"], 2, "{lease:#}");
 }

@@ -685,6 +685,41 @@ fn via_gateway(host: &str, path: &str) -> Call {
     Call::get(host, PORT, path).to_address("127.0.0.1")
 }
 
+/// Analysis across objects: a VirtualService bound to a gateway no Gateway defines reaches no
+/// proxy through it; that is reported naming the VirtualService and the gateway, and the
+/// report goes when the Gateway exists (and the route works).
+#[test]
+fn a_virtual_service_bound_to_an_undefined_gateway_is_reported_until_it_exists() {
+    let (mut mesh, reviews, gateway, _) = gateway_setup("undefined-gateway", &["v1"]);
+    let binding = Binding::Gateway {
+        gateway: "other-gateway".into(),
+        host: GATEWAY_HOST.into(),
+    };
+    reviews.write_plain_routing(&binding);
+    let o = mesh.send(&gateway, &via_gateway(GATEWAY_HOST, "/"));
+    assert_status(&o, 404);
+    let reported: Vec<&String> = mesh.dataflow_errors.keys().collect();
+    assert_eq!(reported.len(), 1, "{reported:?}");
+    assert!(
+        reported[0].contains("VirtualService/default/reviews")
+            && reported[0].contains("gateway default/other-gateway is defined by no Gateway"),
+        "{reported:?}"
+    );
+    // The same VirtualService through the Gateway that exists: routed, nothing reported.
+    let binding = Binding::Gateway {
+        gateway: "bookinfo-gateway".into(),
+        host: GATEWAY_HOST.into(),
+    };
+    reviews.write_plain_routing(&binding);
+    let o = mesh.send(&gateway, &via_gateway(GATEWAY_HOST, "/"));
+    assert_routes_to(&o, &reviews.cluster(""), &[pod(&reviews, "v1")]);
+    assert!(
+        mesh.dataflow_errors.is_empty(),
+        "{:?}",
+        mesh.dataflow_errors
+    );
+}
+
 /// `sourceNamespace`: a match for sidecars of namespace `default` applies to the sidecar in
 /// `default` only; at the gateway (whose routes are not per namespace) it never applies.
 #[test]

@@ -773,7 +773,20 @@ pub struct ResourceKey {
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct ConfigError {
     pub object: ConfigKey,
+    pub code: ErrorCode,
     pub message: String,
+}
+
+/// What kind of problem a [`ConfigError`] is: status writing gives each its own
+/// `validationMessages` code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum ErrorCode {
+    /// A host another service already defines.
+    HostConflict,
+    /// A route or mirror destination names a subset no DestinationRule of its host defines.
+    SubsetNotDefined,
+    /// A VirtualService names a gateway no Gateway defines.
+    GatewayNotDefined,
 }
 
 /// A VirtualService with the ports of every destination host it names, so routes can

@@ -97,6 +97,8 @@ pub struct Hub {
     /// The objects set back because proxies rejected them (published by the runtime; read
     /// by status writing).
     pub rejections: tokio::sync::watch::Sender<crate::input::ProxyRejections>,
+    /// The dataflow's errors by object (read by status writing).
+    pub object_errors: tokio::sync::watch::Sender<crate::input::ObjectErrors>,
     watch: events::Watchers,
     next_stream: AtomicU64,
 }
@@ -114,6 +116,7 @@ impl Hub {
             history: Mutex::new(History::new(options.history)),
             metrics: Counters::default(),
             rejections: tokio::sync::watch::Sender::new(Default::default()),
+            object_errors: tokio::sync::watch::Sender::new(Default::default()),
             watch: Default::default(),
             next_stream: AtomicU64::new(1),
         })
@@ -239,10 +242,26 @@ impl Hub {
             }
         }
         st.bodies.retire();
+        let errors_changed = !out.errors.is_empty();
         for (e, d) in out.errors {
             *st.errors.entry(e).or_default() += d;
         }
         st.errors.retain(|_, c| *c != 0);
+        if errors_changed {
+            let mut by_object = crate::input::ObjectErrors::new();
+            for e in st.errors.keys() {
+                by_object
+                    .entry(e.object.clone())
+                    .or_default()
+                    .push(e.clone());
+            }
+            // Only when they changed: a watcher is woken by every send.
+            self.object_errors.send_if_modified(|published| {
+                let changed = *published != by_object;
+                *published = by_object;
+                changed
+            });
+        }
         for (source, lines) in meta.source_analysis {
             st.source_analysis.insert(source, lines);
         }

@@ -2,8 +2,10 @@
 //! Kubernetes schema (`schema.rs`: `k8s-openapi` types, unknown fields named), and the
 //! pieces fit together: selectors select the pods, Service and probe ports are container
 //! ports, the ClusterRole grants get/list/watch on exactly what `serve --kube` watches, and
-//! patch on exactly the status subresources `--write-status` writes when (and only when) the
-//! container is started with it, nothing more; the binding names the ServiceAccount the pods run as, and every flag the
+//! patch on exactly the status subresources `--write-status` writes and create on Events
+//! when (and only when) the container is started with it, nothing more; with it too, a Role
+//! in meshflow's own namespace grants get/create/update on Leases (the status Lease) and
+//! nothing else; the bindings name the ServiceAccount the pods run as, and every flag the
 //! container is started with is one `meshflow serve` accepts. The Dockerfile builds its
 //! dependency layer from stubs of every target the manifests declare.
 //!
@@ -322,48 +324,47 @@ fn check(docs: &[Value], what: &str) {
     assert_eq!(spec["serviceAccountName"], sa["metadata"]["name"], "{what}");
     let role = one(docs, "ClusterRole");
     let binding = one(docs, "ClusterRoleBinding");
-    assert_eq!(
-        binding["roleRef"]["name"], role["metadata"]["name"],
-        "{what}"
-    );
-    assert_eq!(binding["roleRef"]["kind"], "ClusterRole", "{what}");
-    let subjects = binding["subjects"].as_array().expect("subjects");
-    assert!(
-        subjects.iter().any(|s| s["kind"] == "ServiceAccount"
-            && s["name"] == sa["metadata"]["name"]
-            && s["namespace"] == sa["metadata"]["namespace"]),
-        "{what}: the binding names the pods' ServiceAccount: {subjects:?}"
-    );
+    check_binding(binding, role, sa, what);
     let rules = role["rules"].as_array().expect("rules");
     let mut granted = Vec::new();
     let mut patched = Vec::new();
+    let mut created = Vec::new();
     for r in rules {
         let verbs = strings(&r["verbs"]);
         let mut sorted = verbs.clone();
         sorted.sort();
         let into = if sorted == ["patch"] {
             &mut patched
+        } else if sorted == ["create"] {
+            &mut created
         } else {
             assert_eq!(
                 sorted,
                 ["get", "list", "watch"],
-                "{what}: read-only rules, or patch on status: {r}"
+                "{what}: read-only rules, patch on status, or create (Events): {r}"
             );
             &mut granted
         };
-        for g in strings(&r["apiGroups"]) {
-            for res in strings(&r["resources"]) {
-                into.push((g.to_string(), res.to_string()));
-            }
-        }
+        into.extend(resources_of(r));
     }
     patched.sort();
+    let writes_status = args.contains(&"--write-status");
+    assert_eq!(
+        created,
+        if writes_status {
+            vec![("events.k8s.io".to_string(), "events".to_string())]
+        } else {
+            vec![]
+        },
+        "{what}: create on Events, with --write-status only"
+    );
+    check_lease_role(docs, sa, deployment, writes_status, what);
     let mut status: Vec<(String, String)> = STATUS_WRITTEN
         .iter()
         .map(|r| ("networking.istio.io".to_string(), format!("{r}/status")))
         .collect();
     status.sort();
-    if args.contains(&"--write-status") {
+    if writes_status {
         assert_eq!(
             patched, status,
             "{what}: --write-status needs patch on exactly these"
@@ -383,6 +384,76 @@ fn check(docs: &[Value], what: &str) {
     assert_eq!(
         granted, watched,
         "{what}: the ClusterRole grants what is watched"
+    );
+}
+
+/// `(apiGroup, resource)` of every pair a rule names.
+fn resources_of(rule: &Value) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for g in strings(&rule["apiGroups"]) {
+        for res in strings(&rule["resources"]) {
+            out.push((g.to_string(), res.to_string()));
+        }
+    }
+    out
+}
+
+/// With `--write-status`, a Role in the Deployment's namespace (where the status Lease is by
+/// default) grants get/create/update on Leases and nothing else, bound to the pods'
+/// ServiceAccount; without it, no Role at all.
+fn check_lease_role(
+    docs: &[Value],
+    sa: &Value,
+    deployment: &Value,
+    writes_status: bool,
+    what: &str,
+) {
+    let roles: Vec<&Value> = docs.iter().filter(|d| d["kind"] == "Role").collect();
+    let bindings: Vec<&Value> = docs.iter().filter(|d| d["kind"] == "RoleBinding").collect();
+    if !writes_status {
+        assert!(
+            roles.is_empty() && bindings.is_empty(),
+            "{what}: a Role without --write-status"
+        );
+        return;
+    }
+    let (role, binding) = (one(docs, "Role"), one(docs, "RoleBinding"));
+    assert_eq!(
+        role["metadata"]["namespace"], deployment["metadata"]["namespace"],
+        "{what}: the Lease is in meshflow's namespace"
+    );
+    let rules = role["rules"].as_array().expect("rules");
+    assert_eq!(rules.len(), 1, "{what}: {rules:?}");
+    let mut verbs = strings(&rules[0]["verbs"]);
+    verbs.sort();
+    assert_eq!(verbs, ["create", "get", "update"], "{what}");
+    assert_eq!(
+        resources_of(&rules[0]),
+        [("coordination.k8s.io".to_string(), "leases".to_string())],
+        "{what}"
+    );
+    check_binding(binding, role, sa, what);
+    assert_eq!(
+        binding["metadata"]["namespace"], role["metadata"]["namespace"],
+        "{what}"
+    );
+}
+
+/// The binding refers to `role` (of its kind) and names the pods' ServiceAccount.
+fn check_binding(binding: &Value, role: &Value, sa: &Value, what: &str) {
+    assert_eq!(
+        binding["roleRef"]["name"], role["metadata"]["name"],
+        "{what}"
+    );
+    assert_eq!(binding["roleRef"]["kind"], role["kind"], "{what}");
+    let subjects = binding["subjects"].as_array().expect("subjects");
+    assert!(
+        subjects.iter().any(|s| s["kind"] == "ServiceAccount"
+            && s["name"] == sa["metadata"]["name"]
+            && s["namespace"] == sa["metadata"]["namespace"]),
+        "{what}: {} {} names the pods' ServiceAccount: {subjects:?}",
+        binding["kind"],
+        binding["metadata"]["name"]
     );
 }
 

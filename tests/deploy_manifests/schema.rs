@@ -22,6 +22,8 @@ pub fn validate(doc: &Value) -> Result<(), String> {
         ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding") => {
             typed::<rbac::v1::ClusterRoleBinding>(doc)
         }
+        ("rbac.authorization.k8s.io/v1", "Role") => typed::<rbac::v1::Role>(doc),
+        ("rbac.authorization.k8s.io/v1", "RoleBinding") => typed::<rbac::v1::RoleBinding>(doc),
         ("policy/v1", "PodDisruptionBudget") => typed::<policy::v1::PodDisruptionBudget>(doc),
         ("autoscaling/v2", "HorizontalPodAutoscaler") => {
             typed::<autoscaling::v2::HorizontalPodAutoscaler>(doc)

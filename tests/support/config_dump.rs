@@ -3,6 +3,7 @@
 //! Plain functions on a `Value`, so a test can also parse a dump it fetched itself.
 
 use serde_json::Value;
+use std::collections::BTreeMap;
 
 /// The items of list `field` in the config-dump section whose `@type` ends with `type_suffix`.
 pub(super) fn dump_section_items<'a>(
@@ -100,4 +101,64 @@ pub fn dump_route_config<'a>(dump: &'a Value, name: &str) -> Option<&'a Value> {
         .into_iter()
         .map(|item| &item["route_config"])
         .find(|config| config["name"] == name)
+}
+
+/// What an Envoy holds from xDS, by `cluster/NAME`, `listener/NAME`, `route/NAME` and
+/// `endpoints/CLUSTER` (with `?include_eds`), without the version and time of each (which
+/// say when, not what): two dumps are equal when the proxies hold the same config.
+pub fn dump_served_config(dump: &Value) -> BTreeMap<String, Value> {
+    let sections = [
+        (
+            "ClustersConfigDump",
+            "dynamic_active_clusters",
+            "/cluster",
+            "name",
+            "cluster",
+        ),
+        (
+            "ListenersConfigDump",
+            "dynamic_listeners",
+            "/active_state/listener",
+            "name",
+            "listener",
+        ),
+        (
+            "RoutesConfigDump",
+            "dynamic_route_configs",
+            "/route_config",
+            "name",
+            "route",
+        ),
+        (
+            "EndpointsConfigDump",
+            "dynamic_endpoint_configs",
+            "/endpoint_config",
+            "cluster_name",
+            "endpoints",
+        ),
+    ];
+    let mut out = BTreeMap::new();
+    for (type_suffix, field, body, name, kind) in sections {
+        for item in dump_section_items(dump, type_suffix, field) {
+            if let Some(body) = item.pointer(body) {
+                let name = body[name].as_str().unwrap_or("?");
+                out.insert(format!("{kind}/{name}"), body.clone());
+            }
+        }
+    }
+    out
+}
+
+/// The keys whose values differ between two served configs (present in one only, or
+/// different), for failure messages.
+pub fn served_config_differences(
+    a: &BTreeMap<String, Value>,
+    b: &BTreeMap<String, Value>,
+) -> Vec<String> {
+    let keys: std::collections::BTreeSet<&String> = a
+        .keys()
+        .chain(b.keys())
+        .filter(|k| a.get(*k) != b.get(*k))
+        .collect();
+    keys.into_iter().cloned().collect()
 }

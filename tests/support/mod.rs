@@ -42,7 +42,8 @@ pub use self::{
     backend::Backend,
     config_dump::{
         assert_contains_all, dump_cluster_names, dump_eds_cluster_names, dump_endpoints,
-        dump_listener_names, dump_route_config, dump_route_config_names,
+        dump_listener_names, dump_route_config, dump_route_config_names, dump_served_config,
+        served_config_differences,
     },
     envoy::Envoy,
     envoy_admin::{parse_stats, unix_millis},

@@ -1,7 +1,10 @@
-//! Analysis across objects, as `istioctl analyze` does it: a VirtualService destination
-//! naming a subset that no DestinationRule of its host defines (Envoy answers 503 for it).
-//! In: VirtualServices and DestinationRules. Out: one [`ConfigError`] per such destination
-//! and VirtualService, retracted when a rule defines the subset or the route changes.
+//! Analysis across objects, as `istioctl analyze` does it (its IST0101
+//! ReferencedResourceNotFound): a VirtualService destination naming a subset that no
+//! DestinationRule of its host defines (Envoy answers 503 for it), and a VirtualService
+//! bound to a gateway no Gateway defines (its routes reach no proxy through it).
+//! In: VirtualServices, DestinationRules, Gateways. Out: one [`ConfigError`] per such
+//! reference and VirtualService, retracted when the referenced object appears or the
+//! reference changes.
 
 use super::Coll;
 use crate::model::*;
@@ -38,9 +41,40 @@ pub(super) fn undefined_subsets<'s>(
         .antijoin(defined)
         .map(|((host, subset), key)| ConfigError {
             object: key,
+            code: ErrorCode::SubsetNotDefined,
             message: format!(
                 "subset {subset:?} of host {host} is defined by no DestinationRule: requests \
                  routed to it are answered 503 (IST0101 ReferencedResourceNotFound)"
             ),
         })
+}
+
+/// A VirtualService's `gateways` entry (other than `mesh`) naming no Gateway.
+pub(super) fn undefined_gateways<'s>(
+    vss: &Coll<'s, (ConfigKey, VirtualService)>,
+    gateways: &Coll<'s, (ConfigKey, Gateway)>,
+) -> Coll<'s, ConfigError> {
+    let wanted = vss.clone().flat_map(|(key, vs)| {
+        let mut out: Vec<(String, ConfigKey)> = vs
+            .gateways
+            .iter()
+            .filter(|g| *g != "mesh")
+            .map(|g| (g.clone(), key.clone()))
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    });
+    let defined = gateways
+        .clone()
+        .map(|(key, _)| format!("{}/{}", key.namespace, key.name))
+        .distinct();
+    wanted.antijoin(defined).map(|(gateway, key)| ConfigError {
+        object: key,
+        code: ErrorCode::GatewayNotDefined,
+        message: format!(
+            "gateway {gateway} is defined by no Gateway: the VirtualService reaches no \
+                 proxy through it (IST0101 ReferencedResourceNotFound)"
+        ),
+    })
 }

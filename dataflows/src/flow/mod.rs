@@ -95,6 +95,7 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     let visible = visibility::hosts(&specs, &services.chosen);
 
     let undefined_subsets = analysis::undefined_subsets(&virtual_services, &destination_rules);
+    let undefined_gateways = analysis::undefined_gateways(&virtual_services, &i.gateways);
     let clusters = clusters::outbound(
         &mesh,
         &scopes,
@@ -119,7 +120,10 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         .concat(routes)
         .concat(listeners)
         .concat(gateways);
-    let errors = services.conflicts.concat(undefined_subsets);
+    let errors = services
+        .conflicts
+        .concat(undefined_subsets)
+        .concat(undefined_gateways);
     outputs(scoped, inbound, errors, proxy_scopes)
 }
 

@@ -23,6 +23,7 @@ pub(super) fn one_per_host<'s>(all: Coll<'s, (Hostname, Service)>) -> Services<'
             out.push((
                 ConfigError {
                     object: svc.origin.clone(),
+                    code: ErrorCode::HostConflict,
                     message: format!("host {h} is already defined by {}", vals[0].0.origin),
                 },
                 1isize,

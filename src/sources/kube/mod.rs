@@ -17,11 +17,15 @@
 //! after their latest failure. A connection dropped mid-watch, or a 410 answered by a
 //! relist, is routine for a watch and only logged (`session.rs`).
 //!
-//! With `--write-status`, each Istio object's status says what became of it ([`status`]).
+//! With `--write-status`, each Istio object's status says what became of it ([`status`]),
+//! written by one replica at a time, the holder of a Lease ([`lease`]); rejections by
+//! proxies are also reported as Events ([`events`]).
 //!
 //! Runs its own single-threaded tokio runtime on the source's thread.
 
+pub mod events;
 pub mod kinds;
+pub mod lease;
 pub mod mesh_configmap;
 mod session;
 pub mod status;
@@ -51,14 +55,16 @@ pub struct KubeOptions {
     pub label_selector: Option<String>,
     /// Write each Istio object's status (`serve --kube --write-status`, [`status`]).
     pub write_status: bool,
+    /// The Lease whose holder writes status among replicas.
+    pub lease: lease::LeaseOptions,
 }
 
 /// The Kubernetes source (see the module documentation).
 pub struct KubeSource {
     options: KubeOptions,
     mesh: MeshConfig,
-    /// The objects proxies rejected, for their status.
-    rejections: Option<tokio::sync::watch::Receiver<crate::input::ProxyRejections>>,
+    /// The objects proxies rejected and the dataflow's errors, for their status.
+    feed: Option<status::Feed>,
 }
 
 impl KubeSource {
@@ -66,17 +72,14 @@ impl KubeSource {
         KubeSource {
             options,
             mesh,
-            rejections: None,
+            feed: None,
         }
     }
 
-    /// Where the runtime publishes the objects proxies rejected (NACK): written on their
-    /// status with `--write-status`.
-    pub fn with_rejections(
-        mut self,
-        rejections: tokio::sync::watch::Receiver<crate::input::ProxyRejections>,
-    ) -> Self {
-        self.rejections = Some(rejections);
+    /// Where the runtime publishes the objects proxies rejected (NACK) and the hub the
+    /// dataflow's errors by object: written on their status with `--write-status`.
+    pub fn with_feed(mut self, feed: status::Feed) -> Self {
+        self.feed = Some(feed);
         self
     }
 }
@@ -157,10 +160,18 @@ impl KubeSource {
     ) -> Result<(), String> {
         let client = client(&self.options).await?;
         let (istio, not_served) = Self::discover(&client).await;
-        let status = self
-            .options
-            .write_status
-            .then(|| status::spawn(client.clone(), self.rejections.clone()));
+        let (status, mut lease_problem) = match self.options.write_status {
+            true => {
+                let identity = lease::identity();
+                let elected =
+                    lease::spawn(client.clone(), self.options.lease.clone(), identity.clone());
+                let events = events::Events::new(client.clone(), identity);
+                let feed = self.feed.clone().unwrap_or_default();
+                let status = status::spawn(client.clone(), feed, elected.holding, events);
+                (Some(status), Some(elected.problem))
+            }
+            false => (None, None),
+        };
         let mut config = watcher::Config::default();
         if let Some(selector) = &self.options.label_selector {
             config = config.labels(selector);
@@ -201,18 +212,40 @@ impl KubeSource {
                     session.receive(batch)?;
                 }
                 _ = tick.tick() => session.expire_failures(),
+                problem = lease_changed(&mut lease_problem) => session.status_problem(problem),
                 _ = sleep_until(rediscover), if rediscover.is_some() => session.rediscover().await,
             }
-            if let Some(report) = session.report() {
-                if let Some(status) = &status {
-                    // Only the latest state matters: the writer coalesces.
-                    status.send_replace(session.statuses());
-                }
+            let report = session.report();
+            // Also after events that change no record (a status written, by this replica or
+            // another): the writer starts from the stored statuses when it takes over.
+            let touched = session.take_status_kinds_touched();
+            if let Some(status) = status.as_ref().filter(|_| report.is_some() || touched) {
+                // Only the latest state matters: the writer coalesces.
+                status.send_replace(session.statuses());
+            }
+            if let Some(report) = report {
                 if !on_report(report, session.analysis()) {
                     return Ok(());
                 }
             }
         }
+    }
+}
+
+/// The Lease's next problem (or its end); forever when there is no Lease or its elector has
+/// stopped.
+async fn lease_changed(
+    problem: &mut Option<tokio::sync::watch::Receiver<Option<String>>>,
+) -> Option<String> {
+    match problem {
+        Some(rx) => match rx.changed().await {
+            Ok(()) => rx.borrow_and_update().clone(),
+            Err(_) => {
+                *problem = None;
+                std::future::pending().await
+            }
+        },
+        None => std::future::pending().await,
     }
 }
 

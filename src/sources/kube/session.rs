@@ -63,6 +63,10 @@ pub struct Session {
     kinds: BTreeSet<Kind>,
     /// Errors naming the Istio kinds the cluster does not serve.
     not_served: Vec<String>,
+    /// Why the status Lease cannot be held, while that lasts.
+    status_problem: Option<String>,
+    /// An object of a kind that has status got an event since the last look.
+    status_kinds_touched: bool,
     /// When to look for them again, and the pause after that.
     rediscover: Option<(Instant, Duration)>,
     /// The errors and analysis of the last report (`None` before the first).
@@ -79,6 +83,8 @@ impl Session {
             watches: Vec::new(),
             kinds: BTreeSet::new(),
             not_served: Vec::new(),
+            status_problem: None,
+            status_kinds_touched: false,
             rediscover: None,
             reported: None,
             analysis: Vec::new(),
@@ -171,6 +177,8 @@ impl Session {
                 Ok(event) => {
                     w.failure = None;
                     w.watched.apply(event);
+                    self.status_kinds_touched |=
+                        super::status::STATUS_KINDS.contains(&w.resource.kind.as_str());
                 }
                 Err(watcher::Error::InitialListFailed(kube::Error::Api(status)))
                     if status.code == 400 =>
@@ -192,6 +200,18 @@ impl Session {
             }
         }
         Ok(())
+    }
+
+    /// Whether an object of a kind that has status got an event since the last call (its
+    /// stored status may have changed without any record changing).
+    pub fn take_status_kinds_touched(&mut self) -> bool {
+        std::mem::take(&mut self.status_kinds_touched)
+    }
+
+    /// Why status cannot be written (the Lease cannot be held), or `None` once it can: an
+    /// error of the source's reports.
+    pub fn status_problem(&mut self, problem: Option<String>) {
+        self.status_problem = problem;
     }
 
     /// Forgets failures not renewed for [`FAILURE_REPORTED_FOR`].
@@ -224,6 +244,7 @@ impl Session {
         report.changes.sort_by(|a, b| a.0.cmp(&b.0));
         report.described.sort();
         report.errors = self.not_served.clone();
+        report.errors.extend(self.status_problem.clone());
         for w in &self.watches {
             report
                 .errors
@@ -256,10 +277,10 @@ impl Session {
             if !super::status::STATUS_KINDS.contains(&w.resource.kind.as_str()) {
                 continue;
             }
-            for (key, error, findings) in w.watched.statuses() {
+            for seen in w.watched.statuses() {
                 out.insert(
-                    key.clone(),
-                    super::status::ObjectStatus::new(&w.resource, key, error, findings),
+                    seen.key.clone(),
+                    super::status::ObjectStatus::new(&w.resource, &seen),
                 );
             }
         }

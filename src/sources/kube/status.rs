@@ -7,22 +7,31 @@
 //!   when it is invalid (its last valid version, if any, stays in effect);
 //! - `validationMessages: [{type: {code, name}, level: ERROR|WARNING, description}]`, as
 //!   `istioctl analyze` gives them: the analysis of the version in effect (`description`
-//!   names the field: `spec.http[0].corsPolicy: …`).
+//!   names the field: `spec.http[0].corsPolicy: …`), and the dataflow's findings across
+//!   objects (published by the hub): a destination subset no DestinationRule defines or a
+//!   gateway no Gateway defines (`MF0004 ReferencedResourceNotFound`, Istio's IST0101), a
+//!   host another service already defines (`MF0005 ConflictingHost`).
 //! - NACK attribution: while an object is set back because proxies rejected a resource
 //!   built from it (`runtime::rollback`, published through the hub), `Reconciled` is
 //!   `False` and a validationMessage `RejectedByProxies` (ERROR) names how many proxies
 //!   rejected it and up to [`PROXIES_NAMED`] of them, the resources, Envoy's message and
-//!   since when; both go when the object's next version ends the rollback.
+//!   since when; both go when the object's next version ends the rollback. The same is
+//!   reported once as a Kubernetes Event on the object ([`events`](super::events)).
 //!
 //! Writes are merge patches of the status subresource, from a task of their own: the
 //! source hands it the whole desired state through a `watch` channel (so a burst of
 //! changes is one state), and the writer patches an object only when its status content
 //! changed, at most once per object per [`MIN_INTERVAL`]. A failed write is logged and
-//! tried again when the object's status next changes.
+//! tried again when the object's status next changes. Among replicas only the holder of
+//! the status Lease ([`lease`](super::lease)) writes status. A writer that starts (or
+//! takes the Lease over) starts from the status the API server holds: it leaves alone a
+//! status that already says what it would write, and keeps the transition time of a
+//! `Reconciled` condition whose state does not change.
 
+use super::watched::Seen;
 use crate::config::Level;
-use crate::input::{ProxyRejection, ProxyRejections};
-use dataflows::model::ConfigKey;
+use crate::input::{ObjectErrors, ProxyRejection, ProxyRejections};
+use dataflows::model::{ConfigError, ConfigKey, ErrorCode};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::discovery::ApiResource;
 use kube::Client;
@@ -55,31 +64,46 @@ pub struct ObjectStatus {
     pub resource: ApiResource,
     pub namespace: String,
     pub name: String,
+    /// For the Events that name it.
+    pub uid: Option<String>,
     /// `Reconciled`: the latest version is in effect.
     pub reconciled: bool,
     /// The `Reconciled` condition's message.
     pub message: String,
     /// `validationMessages`.
     pub messages: Vec<Value>,
+    /// The status the API server held when the source last saw the object.
+    pub stored: StoredStatus,
+}
+
+/// The status the API server holds of an object: where a writer that has written nothing
+/// for it yet (it started, or took the Lease over) starts from, keeping the transition time
+/// and leaving a status that already says what it would write alone. Not part of what the
+/// status says: equal whatever it holds, so that its change alone (the echo of a write) is
+/// no change to write.
+#[derive(Clone, Debug, Default)]
+pub struct StoredStatus(pub Option<Value>);
+
+impl PartialEq for StoredStatus {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 impl ObjectStatus {
     /// From the watch's view of the object: the error of its latest version (invalid) and
     /// the findings (`level: Kind ns/name: field: message`) of the version in effect.
-    pub fn new(
-        resource: &ApiResource,
-        key: &ConfigKey,
-        error: Option<&String>,
-        findings: &[(Level, String)],
-    ) -> Self {
-        let (reconciled, message) = match error {
+    pub fn new(resource: &ApiResource, seen: &Seen) -> Self {
+        let key = seen.key;
+        let (reconciled, message) = match seen.error {
             None => (true, "the latest version is in effect".to_string()),
             Some(e) => (
                 false,
                 format!("{e} (the last valid version, if any, stays in effect)"),
             ),
         };
-        let messages = findings
+        let messages = seen
+            .findings
             .iter()
             .map(|(level, line)| {
                 let prefix = format!("{level}: {:?} {}/{}: ", key.kind, key.namespace, key.name);
@@ -95,34 +119,35 @@ impl ObjectStatus {
             resource: resource.clone(),
             namespace: key.namespace.clone(),
             name: key.name.clone(),
+            uid: seen.uid.map(str::to_string),
+            stored: StoredStatus(seen.status.cloned()),
             reconciled,
             message,
             messages,
         }
     }
 
+    /// With the dataflow's errors that name the object.
+    fn with_errors(mut self, errors: &[ConfigError]) -> Self {
+        for e in errors {
+            let (code, name) = match e.code {
+                ErrorCode::SubsetNotDefined | ErrorCode::GatewayNotDefined => {
+                    ("MF0004", "ReferencedResourceNotFound")
+                }
+                ErrorCode::HostConflict => ("MF0005", "ConflictingHost"),
+            };
+            self.messages.push(json!({
+                "type": {"code": code, "name": name},
+                "level": "ERROR",
+                "description": e.message,
+            }));
+        }
+        self
+    }
+
     /// With what proxies rejected of the object (it is set back: not reconciled).
     fn rejected(mut self, r: &ProxyRejection) -> Self {
-        let mut named: Vec<&str> = r
-            .proxies
-            .iter()
-            .map(String::as_str)
-            .take(PROXIES_NAMED)
-            .collect();
-        if r.proxies.len() > PROXIES_NAMED {
-            named.push("…");
-        }
-        let since = k8s_openapi::jiff::Timestamp::try_from(r.since)
-            .map(|t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
-            .unwrap_or_default();
-        let description = format!(
-            "rejected by {} prox{} ({}) since {since}, {}: {}",
-            r.proxies.len(),
-            if r.proxies.len() == 1 { "y" } else { "ies" },
-            named.join(", "),
-            r.resources,
-            r.message,
-        );
+        let description = describe(r);
         self.reconciled = false;
         self.message = format!(
             "{description}; the previous version stays in effect until the object changes again"
@@ -156,15 +181,59 @@ impl ObjectStatus {
     }
 }
 
+/// `rejected by 2 proxies (a, b) since 2026-…Z, RDS 80: <Envoy's message>`.
+pub fn describe(r: &ProxyRejection) -> String {
+    let mut named: Vec<&str> = r
+        .proxies
+        .iter()
+        .map(String::as_str)
+        .take(PROXIES_NAMED)
+        .collect();
+    if r.proxies.len() > PROXIES_NAMED {
+        named.push("…");
+    }
+    let since = k8s_openapi::jiff::Timestamp::try_from(r.since)
+        .map(|t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
+        .unwrap_or_default();
+    format!(
+        "rejected by {} prox{} ({}) since {since}, {}: {}",
+        r.proxies.len(),
+        if r.proxies.len() == 1 { "y" } else { "ies" },
+        named.join(", "),
+        r.resources,
+        r.message,
+    )
+}
+
+/// What the runtime and the hub tell status writing: the objects proxies rejected and the
+/// dataflow's errors by object.
+#[derive(Clone)]
+pub struct Feed {
+    pub rejections: watch::Receiver<ProxyRejections>,
+    pub errors: watch::Receiver<ObjectErrors>,
+}
+
+impl Default for Feed {
+    /// Nothing rejected, no dataflow errors (`validate`, tests).
+    fn default() -> Self {
+        Feed {
+            rejections: watch::channel(Default::default()).1,
+            errors: watch::channel(Default::default()).1,
+        }
+    }
+}
+
 /// Starts the writer on the current runtime; returns where to send the desired statuses.
-/// `rejections`: the objects proxies rejected, from the runtime.
+/// `holding`: whether this replica holds the status Lease (only then is status written);
+/// `events`: where the rejections are reported as Events.
 pub fn spawn(
     client: Client,
-    rejections: Option<watch::Receiver<ProxyRejections>>,
+    feed: Feed,
+    holding: watch::Receiver<bool>,
+    events: super::events::Events,
 ) -> watch::Sender<Statuses> {
     let (tx, rx) = watch::channel(Statuses::new());
-    let rejections = rejections.unwrap_or_else(|| watch::channel(Default::default()).1);
-    tokio::spawn(run(client, rx, rejections));
+    tokio::spawn(run(client, rx, feed, holding, events));
     tx
 }
 
@@ -179,52 +248,120 @@ struct Written {
 async fn run(
     client: Client,
     mut rx: watch::Receiver<Statuses>,
-    mut rejections: watch::Receiver<ProxyRejections>,
+    mut feed: Feed,
+    mut holding: watch::Receiver<bool>,
+    mut events: super::events::Events,
 ) {
     let mut written: HashMap<ConfigKey, Written> = HashMap::new();
-    // The runtime gone (meshflow stopping) leaves the last rejections standing.
-    let mut rejections_open = true;
+    // The runtime or the Lease's task gone (meshflow stopping) leaves the last state standing.
+    let (mut rejections_open, mut errors_open, mut holding_open) = (true, true, true);
     loop {
+        let holder = *holding.borrow_and_update();
+        if !holder {
+            // Another replica writes meanwhile: on taking over, everything is written once.
+            written.clear();
+        }
         let mut desired = rx.borrow_and_update().clone();
         {
-            let rejected = rejections.borrow_and_update();
+            let errors = feed.errors.borrow_and_update();
             for (key, status) in desired.iter_mut() {
-                if let Some(r) = rejected.get(key) {
-                    *status = status.clone().rejected(r);
+                if let Some(e) = errors.get(key) {
+                    *status = status.clone().with_errors(e);
                 }
             }
         }
-        written.retain(|k, _| desired.contains_key(k));
+        let rejected = feed.rejections.borrow_and_update().clone();
+        // Events are this replica's own news (its proxies rejected), whoever writes status.
+        events.report(&desired, &rejected).await;
+        for (key, status) in desired.iter_mut() {
+            if let Some(r) = rejected.get(key) {
+                *status = status.clone().rejected(r);
+            }
+        }
         let mut next: Option<Instant> = None;
-        for (key, status) in desired {
-            let now = Instant::now();
-            let since = match written.get(&key) {
-                Some(w) if w.status == status => continue,
-                Some(w) if w.at + MIN_INTERVAL > now => {
-                    let due = w.at + MIN_INTERVAL;
-                    next = Some(next.map_or(due, |n| n.min(due)));
-                    continue;
-                }
-                Some(w) if w.status.reconciled == status.reconciled => w.since.clone(),
-                _ => now_rfc3339(),
-            };
-            write(&client, &key, &status, &since).await;
-            // A failure is recorded as written: tried again when the status changes.
-            written.insert(
-                key,
-                Written {
-                    status,
-                    since,
-                    at: Instant::now(),
-                },
-            );
+        if holder {
+            written.retain(|k, _| desired.contains_key(k));
+            next = write_changed(&client, desired, &mut written).await;
         }
         tokio::select! {
             changed = rx.changed() => if changed.is_err() { return },
-            changed = rejections.changed(), if rejections_open => rejections_open = changed.is_ok(),
+            changed = feed.rejections.changed(), if rejections_open => rejections_open = changed.is_ok(),
+            changed = feed.errors.changed(), if errors_open => errors_open = changed.is_ok(),
+            changed = holding.changed(), if holding_open => holding_open = changed.is_ok(),
             _ = sleep_until(next), if next.is_some() => {}
         }
     }
+}
+
+/// Writes each status that changed since it was last written, unless it was written less
+/// than [`MIN_INTERVAL`] ago; returns when the earliest of those is due.
+async fn write_changed(
+    client: &Client,
+    desired: Statuses,
+    written: &mut HashMap<ConfigKey, Written>,
+) -> Option<Instant> {
+    let mut next: Option<Instant> = None;
+    for (key, status) in desired {
+        let now = Instant::now();
+        let since = match written.get(&key) {
+            Some(w) if w.status == status => continue,
+            Some(w) if w.at + MIN_INTERVAL > now => {
+                let due = w.at + MIN_INTERVAL;
+                next = Some(next.map_or(due, |n| n.min(due)));
+                continue;
+            }
+            Some(w) if w.status.reconciled == status.reconciled => w.since.clone(),
+            Some(_) => now_rfc3339(),
+            None => {
+                let (since, current) = from_stored(&status);
+                let since = since.unwrap_or_else(now_rfc3339);
+                if current {
+                    written.insert(
+                        key,
+                        Written {
+                            status,
+                            since,
+                            at: now,
+                        },
+                    );
+                    continue;
+                }
+                since
+            }
+        };
+        write(client, &key, &status, &since).await;
+        // A failure is recorded as written: tried again when the status changes.
+        written.insert(
+            key,
+            Written {
+                status,
+                since,
+                at: Instant::now(),
+            },
+        );
+    }
+    next
+}
+
+/// What the status the API server holds gives a writer that has written nothing for the
+/// object yet: the Reconciled condition's transition time, when it is in the state to write
+/// (kept: the state did not change), and whether it says all that would be written.
+fn from_stored(status: &ObjectStatus) -> (Option<String>, bool) {
+    let Some(stored) = &status.stored.0 else {
+        return (None, false);
+    };
+    let condition = &stored["conditions"][0];
+    let state = if status.reconciled { "True" } else { "False" };
+    let since = (condition["type"] == "Reconciled" && condition["status"] == state)
+        .then(|| condition["lastTransitionTime"].as_str().map(str::to_string))
+        .flatten();
+    let current = since.as_deref().is_some_and(|since| {
+        let patch = status.patch(since);
+        stored.get("conditions") == Some(&patch["status"]["conditions"])
+            && stored.get("validationMessages").unwrap_or(&Value::Null)
+                == &patch["status"]["validationMessages"]
+    });
+    (since, current)
 }
 
 async fn sleep_until(at: Option<Instant>) {
@@ -249,7 +386,7 @@ async fn write(client: &Client, key: &ConfigKey, status: &ObjectStatus, since: &
     }
 }
 
-fn key_name(key: &ConfigKey) -> String {
+pub(super) fn key_name(key: &ConfigKey) -> String {
     format!("{:?} {}/{}", key.kind, key.namespace, key.name)
 }
 
@@ -274,6 +411,69 @@ mod tests {
         }
     }
 
+    fn seen<'a>(
+        key: &'a ConfigKey,
+        error: Option<&'a String>,
+        findings: &'a [(Level, String)],
+    ) -> Seen<'a> {
+        Seen {
+            key,
+            uid: None,
+            status: None,
+            error,
+            findings,
+        }
+    }
+
+    #[test]
+    fn a_stored_status_that_says_the_same_is_left_alone_and_its_transition_time_kept() {
+        let key = ConfigKey::new(Kind::VirtualService, "ns", "r");
+        let mut s = ObjectStatus::new(&resource(), &seen(&key, None, &[]));
+        let written = s.patch("2026-01-01T00:00:00Z")["status"].clone();
+        s.stored = StoredStatus(Some(written.clone()));
+        assert_eq!(
+            from_stored(&s),
+            (Some("2026-01-01T00:00:00Z".to_string()), true)
+        );
+        // Another message, the same state: written, keeping the time.
+        let mut other = written.clone();
+        other["conditions"][0]["message"] = json!("something else");
+        s.stored = StoredStatus(Some(other));
+        assert_eq!(
+            from_stored(&s),
+            (Some("2026-01-01T00:00:00Z".to_string()), false)
+        );
+        // Another state: written, with a new time.
+        let mut other = written;
+        other["conditions"][0]["status"] = json!("False");
+        s.stored = StoredStatus(Some(other));
+        assert_eq!(from_stored(&s), (None, false));
+        s.stored = StoredStatus(None);
+        assert_eq!(from_stored(&s), (None, false));
+    }
+
+    #[test]
+    fn dataflow_errors_become_validation_messages_with_their_codes() {
+        let key = ConfigKey::new(Kind::VirtualService, "ns", "r");
+        let error = ConfigError {
+            object: key.clone(),
+            code: ErrorCode::SubsetNotDefined,
+            message: "subset \"v3\" of host reviews.ns.svc.cluster.local is defined by no DestinationRule".into(),
+        };
+        let s = ObjectStatus::new(&resource(), &seen(&key, None, &[])).with_errors(&[error]);
+        let p = s.patch("2026-01-01T00:00:00Z");
+        let m = &p["status"]["validationMessages"][0];
+        assert_eq!(m["type"]["code"], "MF0004");
+        assert_eq!(m["type"]["name"], "ReferencedResourceNotFound");
+        assert_eq!(m["level"], "ERROR");
+        assert!(
+            m["description"].as_str().unwrap_or("").contains("\"v3\""),
+            "{m}"
+        );
+        // The object itself is in effect: its analysis does not unreconcile it.
+        assert_eq!(p["status"]["conditions"][0]["status"], "True");
+    }
+
     #[test]
     fn a_rejection_counts_every_proxy_names_five_and_unreconciles() {
         let key = ConfigKey::new(Kind::VirtualService, "ns", "r");
@@ -283,7 +483,7 @@ mod tests {
             message: "Invalid regex".into(),
             since: std::time::UNIX_EPOCH + Duration::from_secs(86_400),
         };
-        let s = ObjectStatus::new(&resource(), &key, None, &[]).rejected(&r);
+        let s = ObjectStatus::new(&resource(), &seen(&key, None, &[])).rejected(&r);
         let p = s.patch("2026-01-01T00:00:00Z");
         assert_eq!(p["status"]["conditions"][0]["status"], "False");
         let m = &p["status"]["validationMessages"][0];
@@ -302,7 +502,7 @@ mod tests {
             Level::Warning,
             "warning: VirtualService ns/r: spec.http[0].corsPolicy: ignored".to_string(),
         )];
-        let s = ObjectStatus::new(&resource, &key, None, &findings);
+        let s = ObjectStatus::new(&resource, &seen(&key, None, &findings));
         let p = s.patch("2026-01-01T00:00:00Z");
         assert_eq!(p["status"]["conditions"][0]["status"], "True");
         assert_eq!(
@@ -311,7 +511,7 @@ mod tests {
         );
         assert_eq!(p["status"]["validationMessages"][0]["level"], "WARNING");
         let bad = "VirtualService ns/r: spec.http[0].timeout: bad".to_string();
-        let s = ObjectStatus::new(&resource, &key, Some(&bad), &[]);
+        let s = ObjectStatus::new(&resource, &seen(&key, Some(&bad), &[]));
         let p = s.patch("2026-01-01T00:00:00Z");
         assert_eq!(p["status"]["conditions"][0]["status"], "False");
         assert!(p["status"]["validationMessages"].is_null());

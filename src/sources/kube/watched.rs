@@ -28,6 +28,37 @@ struct Listing {
     held: HashMap<ConfigKey, Object>,
     findings: HashMap<ConfigKey, Findings>,
     errors: BTreeMap<ConfigKey, String>,
+    stored: HashMap<ConfigKey, Stored>,
+}
+
+/// What the API server holds of an object besides what it configures: its uid (for the
+/// Events that name it) and its status as last written (so status writing starts from what
+/// is there, not from nothing).
+#[derive(Default)]
+struct Stored {
+    uid: Option<String>,
+    status: Option<serde_json::Value>,
+}
+
+impl Stored {
+    fn of(obj: &DynamicObject) -> Stored {
+        Stored {
+            uid: obj.metadata.uid.clone(),
+            status: obj.data.get("status").filter(|s| !s.is_null()).cloned(),
+        }
+    }
+}
+
+/// What status writing needs of one object a watch saw.
+pub struct Seen<'a> {
+    pub key: &'a ConfigKey,
+    pub uid: Option<&'a str>,
+    /// Its status as the API server holds it.
+    pub status: Option<&'a serde_json::Value>,
+    /// The error of its latest version, when that is invalid.
+    pub error: Option<&'a String>,
+    /// The findings of the version in effect.
+    pub findings: &'a [(Level, String)],
 }
 
 /// One watch's state (see the module documentation).
@@ -43,6 +74,8 @@ pub struct Watched {
     findings: HashMap<ConfigKey, Findings>,
     /// Per invalid object, its error.
     errors: BTreeMap<ConfigKey, String>,
+    /// The uid and status of every object seen (held or invalid).
+    stored: HashMap<ConfigKey, Stored>,
     /// A relist in progress.
     relist: Option<Listing>,
     /// The first list is complete.
@@ -65,6 +98,7 @@ impl Watched {
             held: HashMap::new(),
             findings: HashMap::new(),
             errors: BTreeMap::new(),
+            stored: HashMap::new(),
             relist: None,
             listed: false,
             swap: false,
@@ -83,8 +117,10 @@ impl Watched {
         match event {
             Event::Init => self.relist = Some(Listing::default()),
             Event::InitApply(obj) => {
+                let stored = Stored::of(&obj);
                 let (key, parsed) = self.parse(obj);
                 let listing = self.relist.get_or_insert_with(Listing::default);
+                listing.stored.insert(key.clone(), stored);
                 match parsed {
                     Ok((object, findings)) => {
                         log_findings(self.findings.get(&key), &findings);
@@ -110,12 +146,15 @@ impl Watched {
                 self.held = listing.held;
                 self.findings = listing.findings;
                 self.errors = listing.errors;
+                self.stored = listing.stored;
                 self.listed = true;
                 self.swap = true;
                 self.dirty.clear();
             }
             Event::Apply(obj) => {
+                let stored = Stored::of(&obj);
                 let (key, parsed) = self.parse(obj);
+                self.stored.insert(key.clone(), stored);
                 match parsed {
                     Ok((object, findings)) => {
                         log_findings(self.findings.get(&key), &findings);
@@ -139,6 +178,7 @@ impl Watched {
                 self.errors.remove(&key);
                 self.findings.remove(&key);
                 self.held.remove(&key);
+                self.stored.remove(&key);
                 self.dirty.insert(key);
             }
         }
@@ -169,13 +209,18 @@ impl Watched {
 
     /// Per object of this watch (held or invalid): the error of its latest version, if it
     /// is invalid, and the findings of the version in effect; for status writing.
-    pub fn statuses(
-        &self,
-    ) -> impl Iterator<Item = (&ConfigKey, Option<&String>, &[(Level, String)])> {
+    pub fn statuses(&self) -> impl Iterator<Item = Seen<'_>> {
         let keys: BTreeSet<&ConfigKey> = self.held.keys().chain(self.errors.keys()).collect();
-        keys.into_iter().map(|k| {
-            let findings = self.findings.get(k).map(Vec::as_slice).unwrap_or_default();
-            (k, self.errors.get(k), findings)
+        keys.into_iter().map(|key| Seen {
+            key,
+            uid: self.stored.get(key).and_then(|s| s.uid.as_deref()),
+            status: self.stored.get(key).and_then(|s| s.status.as_ref()),
+            error: self.errors.get(key),
+            findings: self
+                .findings
+                .get(key)
+                .map(Vec::as_slice)
+                .unwrap_or_default(),
         })
     }
 

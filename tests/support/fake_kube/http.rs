@@ -3,7 +3,7 @@
 
 use super::store::{
     event, status, type_of_kind, Key, ResourceType, Scope, Selector, Snapshot, Store, Watch,
-    WatchFrame, ISTIO_GROUP, TYPES,
+    WatchFrame, COORDINATION_GROUP, EVENTS_GROUP, ISTIO_GROUP, TYPES,
 };
 use bytes::Bytes;
 use http_body_util::{combinators::BoxBody, BodyExt, Full, StreamBody};
@@ -61,6 +61,20 @@ pub fn handle(store: &Arc<Mutex<Store>>, req: Request<Bytes>) -> Response<Body> 
         return failure(StatusCode::UNAUTHORIZED, "Unauthorized", "Unauthorized");
     }
     let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    if let Some(plural) = parts.iter().find(|p| st.forbidden.iter().any(|f| f == *p)) {
+        let group = type_of_plural_any(plural)
+            .map(|t| t.qualified())
+            .unwrap_or_default();
+        let verb = req.method().as_str().to_lowercase();
+        return failure(
+            StatusCode::FORBIDDEN,
+            "Forbidden",
+            &format!(
+                "{group} is forbidden: User \"system:serviceaccount:istio-system:meshflow\" \
+                 cannot {verb} resource \"{plural}\" (the fake forbids it)"
+            ),
+        );
+    }
     if req.method() == hyper::Method::PATCH {
         if let ["apis", ISTIO_GROUP, version, "namespaces", ns, plural, name, "status"] =
             parts.as_slice()
@@ -75,11 +89,39 @@ pub fn handle(store: &Arc<Mutex<Store>>, req: Request<Bytes>) -> Response<Body> 
             }
         }
     }
+    // Whole-object writes of the kinds clients write (Leases, Events): create on the
+    // collection, update (compare-and-swap on resourceVersion) on the object.
+    let method = req.method().clone();
+    if let (
+        &hyper::Method::POST | &hyper::Method::PUT,
+        ["apis", group, version, "namespaces", ns, plural, rest @ ..],
+    ) = (&method, parts.as_slice())
+    {
+        let rtype = type_of_plural(group, plural).filter(|t| t.writable());
+        if let (Some(rtype), true) = (rtype, served(&st, group, version)) {
+            let object: Value = match serde_json::from_slice(req.body()) {
+                Ok(o) => o,
+                Err(e) => return failure(StatusCode::BAD_REQUEST, "BadRequest", &format!("{e}")),
+            };
+            let scope = Scope {
+                rtype,
+                api_version: rtype.api_version(version),
+                namespace: Some(ns.to_string()),
+                selector: Selector::default(),
+                name: None,
+            };
+            return match (&method, rest) {
+                (&hyper::Method::POST, []) => create(&mut st, &scope, object),
+                (&hyper::Method::PUT, [name]) => update(&mut st, &scope, name, object),
+                _ => not_found(&path),
+            };
+        }
+    }
     if req.method() != hyper::Method::GET {
         return failure(
             StatusCode::METHOD_NOT_ALLOWED,
             "MethodNotAllowed",
-            "the fake API server only answers GET (discovery, list, watch) and merge patches of Istio objects' status",
+            "the fake API server only answers GET (discovery, list, watch, get), merge patches of Istio objects' status, and POST and PUT of Leases and Events",
         );
     }
     match parts.as_slice() {
@@ -105,6 +147,123 @@ pub fn handle(store: &Arc<Mutex<Store>>, req: Request<Bytes>) -> Response<Body> 
             collection(&mut st, group, version, rest, &query, &path)
         }
         _ => not_found(&path),
+    }
+}
+
+/// POST: creates the object, or 409 AlreadyExists (as the API server words it).
+fn create(st: &mut Store, scope: &Scope, mut object: Value) -> Response<Body> {
+    let ns = scope.namespace.clone().unwrap_or_default();
+    if let Some(answer) = identity_problem(scope, &ns, &object, None) {
+        return answer;
+    }
+    let name = object["metadata"]["name"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    let key: Key = (scope.rtype.kind.to_string(), ns.clone(), name.clone());
+    if st.objects.contains_key(&key) {
+        return failure(
+            StatusCode::CONFLICT,
+            "AlreadyExists",
+            &format!("{} \"{name}\" already exists", scope.rtype.qualified()),
+        );
+    }
+    object["metadata"]["namespace"] = Value::from(ns);
+    object["metadata"]["uid"] = Value::from(format!("uid-{}", st.rv + 1));
+    object["metadata"]["creationTimestamp"] = Value::from("2026-01-01T00:00:00Z");
+    st.record("ADDED", key.clone(), object);
+    full(StatusCode::CREATED, &scope.served(&st.objects[&key]))
+}
+
+/// PUT: replaces the object if the resourceVersion it carries is the current one (none:
+/// an unconditional update, which Leases and Events allow), else 409 Conflict.
+fn update(st: &mut Store, scope: &Scope, name: &str, mut object: Value) -> Response<Body> {
+    let ns = scope.namespace.clone().unwrap_or_default();
+    if let Some(answer) = identity_problem(scope, &ns, &object, Some(name)) {
+        return answer;
+    }
+    let key: Key = (scope.rtype.kind.to_string(), ns.clone(), name.to_string());
+    let Some(current) = st.objects.get(&key) else {
+        return failure(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            &format!("{} \"{name}\" not found", scope.rtype.qualified()),
+        );
+    };
+    let current_rv = current["metadata"]["resourceVersion"].clone();
+    match &object["metadata"]["resourceVersion"] {
+        Value::Null => {}
+        rv if *rv == current_rv => {}
+        _ => {
+            return failure(
+                StatusCode::CONFLICT,
+                "Conflict",
+                &format!(
+                    "Operation cannot be fulfilled on {} \"{name}\": the object has been \
+                     modified; please apply your changes to the latest version and try again",
+                    scope.rtype.qualified()
+                ),
+            )
+        }
+    }
+    for field in ["uid", "creationTimestamp"] {
+        object["metadata"][field] = current["metadata"][field].clone();
+    }
+    object["metadata"]["namespace"] = Value::from(ns);
+    st.record("MODIFIED", key.clone(), object);
+    full(StatusCode::OK, &scope.served(&st.objects[&key]))
+}
+
+/// What is wrong with the kind, name or namespace a written object states, against the
+/// request's: the API server's answer, or `None`.
+fn identity_problem(
+    scope: &Scope,
+    ns: &str,
+    object: &Value,
+    name: Option<&str>,
+) -> Option<Response<Body>> {
+    let bad = |message: String| Some(failure(StatusCode::BAD_REQUEST, "BadRequest", &message));
+    if object["kind"] != scope.rtype.kind || object["apiVersion"] != scope.api_version.as_str() {
+        return bad(format!(
+            "the object is {} {}, not {} {}",
+            object["apiVersion"], object["kind"], scope.api_version, scope.rtype.kind
+        ));
+    }
+    let stated = object["metadata"]["name"].as_str().unwrap_or("");
+    if stated.is_empty() {
+        return Some(failure(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Invalid",
+            &format!(
+                "{} \"\" is invalid: metadata.name: Required value: name or generateName is required",
+                scope.rtype.qualified()
+            ),
+        ));
+    }
+    if let Some(name) = name.filter(|n| *n != stated) {
+        return bad(format!(
+            "the name of the object ({stated}) does not match the name on the URL ({name})"
+        ));
+    }
+    match object["metadata"]["namespace"].as_str() {
+        Some(stated) if stated != ns => bad(format!(
+            "the namespace of the provided object ({stated}) does not match the namespace sent on the request ({ns})"
+        )),
+        _ => None,
+    }
+}
+
+/// GET of one object.
+fn get_one(st: &Store, scope: &Scope, name: &str) -> Response<Body> {
+    let ns = scope.namespace.clone().unwrap_or_default();
+    let key: Key = (scope.rtype.kind.to_string(), ns, name.to_string());
+    match st.objects.get(&key) {
+        Some(o) => full(StatusCode::OK, &scope.served(o)),
+        None => failure(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            &format!("{} \"{name}\" not found", scope.rtype.qualified()),
+        ),
     }
 }
 
@@ -161,6 +320,10 @@ fn patch_status(
         name: None,
     };
     full(StatusCode::OK, &scope.served(&st.objects[&key]))
+}
+
+fn type_of_plural_any(plural: &str) -> Option<ResourceType> {
+    TYPES.iter().copied().find(|t| t.plural == plural)
 }
 
 fn type_of_plural(group: &str, plural: &str) -> Option<ResourceType> {
@@ -226,7 +389,7 @@ fn percent_decode(s: &str) -> String {
 fn versions_of<'a>(st: &'a Store, group: &str) -> Vec<&'a str> {
     match group {
         ISTIO_GROUP => st.istio_versions.clone(),
-        "discovery.k8s.io" => vec!["v1"],
+        "discovery.k8s.io" | COORDINATION_GROUP | EVENTS_GROUP => vec!["v1"],
         _ => Vec::new(),
     }
 }
@@ -249,7 +412,11 @@ fn api_group(st: &Store, group: &str) -> Option<Value> {
 }
 
 fn group_list(st: &Store) -> Value {
-    let mut groups = vec![api_group(st, "discovery.k8s.io")];
+    let mut groups = vec![
+        api_group(st, "discovery.k8s.io"),
+        api_group(st, COORDINATION_GROUP),
+        api_group(st, EVENTS_GROUP),
+    ];
     groups.push(api_group(st, ISTIO_GROUP));
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups.into_iter().flatten().collect::<Vec<_>>()})
 }
@@ -291,7 +458,7 @@ fn resource_list(group: &str, version: &str) -> Value {
     json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources})
 }
 
-/// `[namespaces/NS/]PLURAL`: a list or a watch.
+/// `[namespaces/NS/]PLURAL`: a list or a watch; `namespaces/NS/PLURAL/NAME`: one object.
 fn collection(
     st: &mut Store,
     group: &str,
@@ -300,9 +467,10 @@ fn collection(
     query: &HashMap<String, String>,
     path: &str,
 ) -> Response<Body> {
-    let (namespace, plural) = match rest {
-        [plural] => (None, *plural),
-        ["namespaces", ns, plural] => (Some(ns.to_string()), *plural),
+    let (namespace, plural, one) = match rest {
+        [plural] => (None, *plural, None),
+        ["namespaces", ns, plural] => (Some(ns.to_string()), *plural, None),
+        ["namespaces", ns, plural, one] => (Some(ns.to_string()), *plural, Some(*one)),
         _ => return not_found(path),
     };
     let Some(rtype) = type_of_plural(group, plural) else {
@@ -333,6 +501,9 @@ fn collection(
         selector,
         name,
     };
+    if let Some(one) = one {
+        return get_one(st, &scope, one);
+    }
     let watching = matches!(query.get("watch").map(String::as_str), Some("1" | "true"));
     if watching {
         watch(st, scope, query)

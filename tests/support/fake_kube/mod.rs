@@ -26,7 +26,9 @@
 //! - Faults: [`FakeKube::drop_connections`] aborts every open watch connection mid-stream
 //!   (a truncated chunked body, as a dead load balancer leaves it); [`FakeKube::set_quiet`]
 //!   makes events reach the log but not the open watches (a client that missed them);
-//!   [`FakeKube::fail_lists`] answers a type's lists with 500.
+//!   [`FakeKube::fail_lists`] answers a type's lists with 500; [`FakeKube::forbid`] answers
+//!   every request naming a type (a path segment equal to its plural) with 403 Forbidden,
+//!   as RBAC would.
 //!
 //! - HTTPS ([`FakeKube::start_tls`]): a self-signed certificate the kubeconfig trusts, so
 //!   the client's TLS path is exercised as in a cluster.
@@ -38,9 +40,18 @@
 //!   [`FakeKube::status_of`] reads it and [`FakeKube::status_patches`] counts the patches.
 //!   [`FakeKube::apply`] keeps the status (as an update of the main resource does).
 //!
+//! - Writes of Leases (`coordination.k8s.io/v1`) and Events (`events.k8s.io/v1`), what a
+//!   status writer among replicas needs: GET of one object (404 `NotFound` when absent),
+//!   POST to create (409 `AlreadyExists` if it exists), PUT to update, a compare-and-swap on
+//!   `metadata.resourceVersion` (409 `Conflict` with the API server's message when it is not
+//!   the current one; none is an unconditional update). Each write bumps the
+//!   resourceVersion and reaches the watches. [`FakeKube::object`] and
+//!   [`FakeKube::objects`] read them.
+//!
 //! Everything is driven by the test, which applies and deletes objects as a script of
 //! events; [`FakeKube::requests`] tells what the client asked. Other writes from clients
-//! (other PATCHes, POST, PUT, DELETE) are answered 405.
+//! (other PATCHes, POST and PUT of other kinds, DELETE) are answered 405. GET of one object
+//! works for every kind.
 
 mod http;
 mod store;
@@ -234,6 +245,15 @@ impl FakeKube {
         self.store().failing_lists.clear();
     }
 
+    /// Answers every request for `plural` (`leases`) with 403 until [`FakeKube::permit_all`].
+    pub fn forbid(&self, plural: &str) {
+        self.store().forbidden.push(plural.to_string());
+    }
+
+    pub fn permit_all(&self) {
+        self.store().forbidden.clear();
+    }
+
     /// Compacts the history: every resourceVersion before the current one is too old to
     /// watch from (as etcd compacted at the current revision). Open watches go on (until
     /// they end or are dropped, and come back from an old version).
@@ -293,6 +313,26 @@ impl FakeKube {
             .get(&key)
             .and_then(|o| o.get("status").cloned())
             .unwrap_or(Value::Null)
+    }
+
+    /// One object as stored (`Null` when there is none).
+    pub fn object(&self, kind: &str, namespace: &str, name: &str) -> Value {
+        let key = (kind.to_string(), namespace.to_string(), name.to_string());
+        self.store()
+            .objects
+            .get(&key)
+            .cloned()
+            .unwrap_or(Value::Null)
+    }
+
+    /// Every object of `kind`, in namespace/name order.
+    pub fn objects(&self, kind: &str) -> Vec<Value> {
+        self.store()
+            .objects
+            .iter()
+            .filter(|(k, _)| k.0 == kind)
+            .map(|(_, o)| o.clone())
+            .collect()
     }
 
     /// How many status patches an object was sent (answered or not).

@@ -73,7 +73,29 @@ pub const TYPES: &[ResourceType] = &[
         true,
         &["we"],
     ),
+    // What clients write: the status writer's Lease and the Events it reports with.
+    rt(COORDINATION_GROUP, "leases", "Lease", true, &[]),
+    rt(EVENTS_GROUP, "events", "Event", true, &["ev"]),
 ];
+
+pub const COORDINATION_GROUP: &str = "coordination.k8s.io";
+pub const EVENTS_GROUP: &str = "events.k8s.io";
+
+impl ResourceType {
+    /// Clients may create (POST) and update (PUT) these; other kinds are the test's to write.
+    pub fn writable(&self) -> bool {
+        matches!(self.group, COORDINATION_GROUP | EVENTS_GROUP)
+    }
+
+    /// `leases.coordination.k8s.io`, as the API server names a resource in its messages.
+    pub fn qualified(&self) -> String {
+        if self.group.is_empty() {
+            self.plural.to_string()
+        } else {
+            format!("{}.{}", self.plural, self.group)
+        }
+    }
+}
 
 const fn rt(
     group: &'static str,
@@ -238,6 +260,8 @@ pub struct Store {
     pub gone_as_http: bool,
     /// Resource types (plural) whose lists are answered 500, as an overloaded API server.
     pub failing_lists: Vec<String>,
+    /// Resource types (plural) every request for which is answered 403, as RBAC would.
+    pub forbidden: Vec<String>,
     /// The bearer token every request must carry.
     pub token: String,
     /// Status patches per object.
@@ -261,6 +285,7 @@ impl Store {
             gone_as_http: false,
             status_patches: HashMap::new(),
             failing_lists: Vec::new(),
+            forbidden: Vec::new(),
             token,
         }
     }
