@@ -702,6 +702,7 @@ fn status_says_what_is_in_effect_and_what_is_not_translated() {
         "kube-status",
         |fake| {
             fake.apply(service("reviews", "default", 9080));
+            fake.apply(service("cors", "default", 80));
             fake.apply(with_cors("cors"));
             fake.apply(destination_rule("bad-dr", json!(["not", "a", "map"])));
             // WorkloadEntry has no status of Istio's: none is written.

@@ -142,6 +142,24 @@ impl Mesh {
         }))
     }
 
+    /// Asserts the dataflow reports exactly one error, containing every one of `needles`.
+    fn assert_one_error(&self, needles: &[&str]) {
+        let reported: Vec<&String> = self.dataflow_errors.keys().collect();
+        assert_eq!(reported.len(), 1, "{reported:?}");
+        for n in needles {
+            assert!(reported[0].contains(n), "{n:?} not in {reported:?}");
+        }
+    }
+
+    /// Asserts the dataflow reports no error.
+    fn assert_no_errors(&self) {
+        assert!(
+            self.dataflow_errors.is_empty(),
+            "{:?}",
+            self.dataflow_errors
+        );
+    }
+
     /// Syncs, then simulates `call` from `proxy`.
     fn send(&mut self, proxy: &str, call: &Call) -> Outcome {
         self.sync_clean();
@@ -504,21 +522,14 @@ fn a_route_to_an_undefined_subset_is_reported_until_a_rule_defines_it() {
     reviews.write_subset_routing(&Binding::Mesh, &[("v3", 100)]);
     let o = mesh.send(&proxy, &via_sidecar("reviews", "/reviews/1"));
     assert_status(&o, 503);
-    let reported: Vec<&String> = mesh.dataflow_errors.keys().collect();
-    assert_eq!(reported.len(), 1, "{reported:?}");
-    assert!(
-        reported[0].contains("VirtualService/default/reviews")
-            && reported[0].contains("subset \"v3\"")
-            && reported[0].contains("no DestinationRule"),
-        "{reported:?}"
-    );
+    mesh.assert_one_error(&[
+        "VirtualService/default/reviews",
+        "subset \"v3\"",
+        "no DestinationRule",
+    ]);
     reviews.write_destination_rule(&["v1", "v2", "v3"]);
     mesh.sync_clean();
-    assert!(
-        mesh.dataflow_errors.is_empty(),
-        "{:?}",
-        mesh.dataflow_errors
-    );
+    mesh.assert_no_errors();
 }
 
 /// Mirrors `envoy_sidecar.rs` steps 6–7: deleting the VirtualService restores the default
@@ -666,6 +677,12 @@ spec:
 "
     );
     write_config(&mesh.config, "gateway.yaml", &gateway);
+    // The gateway's pod, which the Gateway's selector finds.
+    write_config(
+        &mesh.config,
+        "gateway-pod.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: istio-ingressgateway-abc, namespace: istio-system, labels: {istio: ingressgateway}}\nstatus: {podIP: 127.0.0.1}\n",
+    );
     let node = ProxyNode::router(
         "istio-ingressgateway-abc",
         "istio-system",
@@ -698,13 +715,10 @@ fn a_virtual_service_bound_to_an_undefined_gateway_is_reported_until_it_exists()
     reviews.write_plain_routing(&binding);
     let o = mesh.send(&gateway, &via_gateway(GATEWAY_HOST, "/"));
     assert_status(&o, 404);
-    let reported: Vec<&String> = mesh.dataflow_errors.keys().collect();
-    assert_eq!(reported.len(), 1, "{reported:?}");
-    assert!(
-        reported[0].contains("VirtualService/default/reviews")
-            && reported[0].contains("gateway default/other-gateway is defined by no Gateway"),
-        "{reported:?}"
-    );
+    mesh.assert_one_error(&[
+        "VirtualService/default/reviews",
+        "gateway default/other-gateway is defined by no Gateway",
+    ]);
     // The same VirtualService through the Gateway that exists: routed, nothing reported.
     let binding = Binding::Gateway {
         gateway: "bookinfo-gateway".into(),
@@ -713,11 +727,7 @@ fn a_virtual_service_bound_to_an_undefined_gateway_is_reported_until_it_exists()
     reviews.write_plain_routing(&binding);
     let o = mesh.send(&gateway, &via_gateway(GATEWAY_HOST, "/"));
     assert_routes_to(&o, &reviews.cluster(""), &[pod(&reviews, "v1")]);
-    assert!(
-        mesh.dataflow_errors.is_empty(),
-        "{:?}",
-        mesh.dataflow_errors
-    );
+    mesh.assert_no_errors();
 }
 
 /// `sourceNamespace`: a match for sidecars of namespace `default` applies to the sidecar in
@@ -966,4 +976,38 @@ fn bookinfo_sleep_sidecar_routes_every_service_by_host() {
         config.simulate(&Call::get("reviews", 8080, "/")).result,
         Err(NoMatch::NoListener { port: 8080 })
     );
+}
+
+/// Analysis across objects: a route to a host no Service or ServiceEntry defines is reported
+/// naming the VirtualService and the host (Envoy answers 503 for it), and the report goes
+/// when a ServiceEntry defines the host.
+#[test]
+fn a_route_to_a_host_nobody_serves_is_reported_until_a_service_defines_it() {
+    let (mut mesh, _reviews, _proxy) = sidecar_setup("undefined-host", &["v1"]);
+    let vs = "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: to-nowhere, namespace: default}\nspec:\n  hosts: [reviews]\n  http:\n  - route:\n    - destination: {host: nowhere.example.com}\n";
+    write_config(&mesh.config, "to-nowhere.yaml", vs);
+    mesh.sync_clean();
+    mesh.assert_one_error(&[
+        "VirtualService/default/to-nowhere",
+        "host nowhere.example.com is defined by no Service",
+    ]);
+    let se = "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: nowhere, namespace: default}\nspec:\n  hosts: [nowhere.example.com]\n  ports: [{number: 80, name: http, protocol: HTTP}]\n  resolution: DNS\n";
+    write_config(&mesh.config, "nowhere.yaml", se);
+    mesh.sync_clean();
+    mesh.assert_no_errors();
+}
+
+/// Analysis across objects: a Gateway whose selector matches no Pod is reported naming the
+/// Gateway and its selector (no proxy serves it), and the report goes when such a Pod exists
+/// and comes back when it goes.
+#[test]
+fn a_gateway_no_workload_matches_is_reported_while_it_matches_none() {
+    let (mut mesh, _reviews, _gateway, _) = gateway_setup("unselected-gateway", &["v1"]);
+    mesh.assert_no_errors();
+    std::fs::remove_file(mesh.config.join("gateway-pod.yaml")).expect("remove the pod");
+    mesh.sync_clean();
+    mesh.assert_one_error(&[
+        "Gateway/default/bookinfo-gateway",
+        "selector {istio=ingressgateway} matches no workload",
+    ]);
 }

@@ -787,6 +787,10 @@ pub enum ErrorCode {
     SubsetNotDefined,
     /// A VirtualService names a gateway no Gateway defines.
     GatewayNotDefined,
+    /// A route or mirror destination names a host no service defines.
+    HostNotFound,
+    /// A Gateway's selector matches no workload (Pod or WorkloadEntry).
+    GatewaySelectsNothing,
 }
 
 /// A VirtualService with the ports of every destination host it names, so routes can

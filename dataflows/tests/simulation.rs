@@ -353,7 +353,18 @@ fn gateway_routes_by_host_and_answers_404_otherwise() {
             d.port = Some(9080);
         }
     }
-    let all = configs(mesh(vec![Record::Proxy(gw_proxy.clone()), gateway, vs]));
+    // The gateway's pod: its labels are what the Gateway's selector finds.
+    let gw_pod = Record::Workload(Workload {
+        ip: "10.9.0.2".into(),
+        labels: gw_proxy.labels.clone(),
+        origin: ConfigKey::new(Kind::Pod, "istio-system", "gw-0"),
+    });
+    let all = configs(mesh(vec![
+        Record::Proxy(gw_proxy.clone()),
+        gw_pod,
+        gateway,
+        vs,
+    ]));
     let sim = &all[&gw_proxy.id];
 
     let o = sim.simulate(&Call::get("Reviews.Example.com:31380", 8080, "/r7"));

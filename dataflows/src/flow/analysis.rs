@@ -1,20 +1,24 @@
 //! Analysis across objects, as `istioctl analyze` does it (its IST0101
 //! ReferencedResourceNotFound): a VirtualService destination naming a subset that no
 //! DestinationRule of its host defines (Envoy answers 503 for it), and a VirtualService
-//! bound to a gateway no Gateway defines (its routes reach no proxy through it).
-//! In: VirtualServices, DestinationRules, Gateways. Out: one [`ConfigError`] per such
-//! reference and VirtualService, retracted when the referenced object appears or the
-//! reference changes.
+//! bound to a gateway no Gateway defines (its routes reach no proxy through it), a
+//! destination host no service defines (503 as well), and a Gateway whose selector matches
+//! no workload (no proxy serves its servers).
+//! In: VirtualServices, DestinationRules, Gateways, services, workloads. Out: one
+//! [`ConfigError`] per such reference and object, retracted when the referenced object
+//! appears or the reference changes.
 
 use super::Coll;
 use crate::model::*;
 
-pub(super) fn undefined_subsets<'s>(
+/// What each VirtualService's route and mirror destinations reference (`pick`), once per
+/// VirtualService.
+fn references<'s, R: differential_dataflow::ExchangeData + std::hash::Hash>(
     vss: &Coll<'s, (ConfigKey, VirtualService)>,
-    drs: &Coll<'s, (ConfigKey, DestinationRule)>,
-) -> Coll<'s, ConfigError> {
-    let wanted = vss.clone().flat_map(|(key, vs)| {
-        let mut out: Vec<((Hostname, String), ConfigKey)> = vs
+    pick: fn(&RouteDestination) -> Option<R>,
+) -> Coll<'s, (R, ConfigKey)> {
+    vss.clone().flat_map(move |(key, vs)| {
+        let mut out: Vec<(R, ConfigKey)> = vs
             .http
             .iter()
             .flat_map(|r| {
@@ -22,12 +26,19 @@ pub(super) fn undefined_subsets<'s>(
                     .iter()
                     .chain(r.mirrors.iter().map(|m| &m.destination))
             })
-            .filter_map(|d| Some(((d.host.clone(), d.subset.clone()?), key.clone())))
+            .filter_map(|d| Some((pick(d)?, key.clone())))
             .collect();
         out.sort();
         out.dedup();
         out
-    });
+    })
+}
+
+pub(super) fn undefined_subsets<'s>(
+    vss: &Coll<'s, (ConfigKey, VirtualService)>,
+    drs: &Coll<'s, (ConfigKey, DestinationRule)>,
+) -> Coll<'s, ConfigError> {
+    let wanted = references(vss, |d| Some((d.host.clone(), d.subset.clone()?)));
     let defined = drs
         .clone()
         .flat_map(|(_, dr)| {
@@ -77,4 +88,67 @@ pub(super) fn undefined_gateways<'s>(
                  proxy through it (IST0101 ReferencedResourceNotFound)"
         ),
     })
+}
+
+/// A route or mirror destination host no service (Service or ServiceEntry) defines.
+pub(super) fn undefined_hosts<'s>(
+    vss: &Coll<'s, (ConfigKey, VirtualService)>,
+    services: &Coll<'s, (Hostname, Service)>,
+) -> Coll<'s, ConfigError> {
+    let wanted = references(vss, |d| Some(d.host.clone()));
+    let defined = services.clone().map(|(h, _)| h).distinct();
+    wanted.antijoin(defined).map(|(host, key)| ConfigError {
+        object: key,
+        code: ErrorCode::HostNotFound,
+        message: format!(
+            "host {host} is defined by no Service or ServiceEntry: requests routed to it are \
+             answered 503 (IST0101 ReferencedResourceNotFound)"
+        ),
+    })
+}
+
+/// A Gateway whose selector matches the labels of no workload (Pod or WorkloadEntry): no
+/// proxy takes its servers. Selectors are matched on their first label, then whole, as
+/// `scopes` matches them against proxies; Istio matches them across namespaces.
+pub(super) fn unselected_gateways<'s>(
+    gateways: &Coll<'s, (ConfigKey, Gateway)>,
+    workloads: &Coll<'s, (String, Workload)>,
+) -> Coll<'s, ConfigError> {
+    let by_first = gateways.clone().flat_map(|(key, gw)| {
+        let first = gw
+            .selector
+            .iter()
+            .next()
+            .map(|(k, v)| (k.clone(), v.clone()));
+        first.map(|label| (label, (key, gw.selector)))
+    });
+    let labelled = workloads.clone().flat_map(|(_, w)| {
+        w.labels
+            .iter()
+            .map(|(k, v)| ((k.clone(), v.clone()), w.labels.clone()))
+            .collect::<Vec<_>>()
+    });
+    let selected = by_first
+        .clone()
+        .join_map(labelled, |_, (key, selector), labels| {
+            crate::rules::labels_match(selector, labels).then(|| key.clone())
+        })
+        .flat_map(|k| k)
+        .distinct();
+    gateways
+        .clone()
+        .map(|(key, gw)| (key, gw.selector))
+        .antijoin(selected)
+        .map(|(key, selector)| {
+            let labels: Vec<String> = selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            ConfigError {
+                object: key,
+                code: ErrorCode::GatewaySelectsNothing,
+                message: format!(
+                    "selector {{{}}} matches no workload (Pod or WorkloadEntry): no proxy serves \
+                     this Gateway's servers (IST0101 ReferencedResourceNotFound)",
+                    labels.join(", ")
+                ),
+            }
+        })
 }

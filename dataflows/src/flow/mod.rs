@@ -87,7 +87,7 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     ));
     let virtual_services = mesh::complete(i.virtual_services, &mesh, MeshSettings::complete_vs);
     let destination_rules = mesh::complete(i.destination_rules, &mesh, MeshSettings::complete_dr);
-    let endpoints = endpoints::resolve(i.endpoints, i.workloads, &services.chosen);
+    let endpoints = endpoints::resolve(i.endpoints, i.workloads.clone(), &services.chosen);
 
     let proxy_scopes = scopes::of_proxies(&mesh, &i.proxies, &i.sidecars, &i.gateways);
     let scopes = proxy_scopes.clone().map(|(_, s)| s).distinct();
@@ -96,6 +96,8 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
 
     let undefined_subsets = analysis::undefined_subsets(&virtual_services, &destination_rules);
     let undefined_gateways = analysis::undefined_gateways(&virtual_services, &i.gateways);
+    let undefined_hosts = analysis::undefined_hosts(&virtual_services, &services.chosen);
+    let unselected_gateways = analysis::unselected_gateways(&i.gateways, &i.workloads);
     let clusters = clusters::outbound(
         &mesh,
         &scopes,
@@ -123,7 +125,9 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     let errors = services
         .conflicts
         .concat(undefined_subsets)
-        .concat(undefined_gateways);
+        .concat(undefined_gateways)
+        .concat(undefined_hosts)
+        .concat(unselected_gateways);
     outputs(scoped, inbound, errors, proxy_scopes)
 }
 

@@ -131,9 +131,10 @@ impl ObjectStatus {
     fn with_errors(mut self, errors: &[ConfigError]) -> Self {
         for e in errors {
             let (code, name) = match e.code {
-                ErrorCode::SubsetNotDefined | ErrorCode::GatewayNotDefined => {
-                    ("MF0004", "ReferencedResourceNotFound")
-                }
+                ErrorCode::SubsetNotDefined
+                | ErrorCode::GatewayNotDefined
+                | ErrorCode::HostNotFound
+                | ErrorCode::GatewaySelectsNothing => ("MF0004", "ReferencedResourceNotFound"),
                 ErrorCode::HostConflict => ("MF0005", "ConflictingHost"),
             };
             self.messages.push(json!({
