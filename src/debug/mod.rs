@@ -45,6 +45,7 @@ pub mod metrics;
 pub mod model;
 pub mod pb;
 pub mod status;
+pub mod ui;
 pub mod units;
 pub mod watch;
 

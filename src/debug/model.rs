@@ -263,6 +263,9 @@ pub struct Explanation {
     pub scope: String,
     /// The input objects, sorted by kind, namespace and name.
     pub inputs: Vec<Input>,
+    /// The connected proxies holding the same version of the resource (this one included),
+    /// sorted.
+    pub holders: Vec<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

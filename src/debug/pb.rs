@@ -172,6 +172,7 @@ impl From<model::Explanation> for ExplainResponse {
                     name: i.name,
                 })
                 .collect(),
+            holders: e.holders,
         }
     }
 }
@@ -192,6 +193,7 @@ impl From<ExplainResponse> for model::Explanation {
                     name: i.name,
                 })
                 .collect(),
+            holders: r.holders,
         }
     }
 }

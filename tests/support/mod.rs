@@ -27,6 +27,7 @@ mod process;
 mod scratch;
 
 // Fixtures and clients that tests name by module (`support::reviews::Reviews`).
+pub mod chromium;
 pub mod fake_kube;
 pub mod pki;
 pub mod reviews;
