@@ -1,7 +1,9 @@
 //! Real Envoy carries out a VirtualService's route actions as Istio's would: fault injection
 //! (an abort answers its code, a delay takes its time), redirects, direct responses, URI and
 //! authority rewrites, request and response header edits, and mirroring (the mirror receives a
-//! copy while the answer comes from the route). The backends echo the path, host and `x-`
+//! copy while the answer comes from the route), and a CORS policy (Envoy answers the
+//! preflight of an allowed origin itself and marks its responses; other origins get no CORS
+//! headers). The backends echo the path, host and `x-`
 //! headers they receive, so each edit is seen where it lands. Envoy accepts every update.
 
 mod support;
@@ -37,6 +39,16 @@ spec:
     route: [{destination: {host: reviews, subset: v1}}]
   - match: [{uri: {prefix: /mirrored}}]
     mirror: {host: reviews, subset: v2}
+    route: [{destination: {host: reviews, subset: v1}}]
+  - match: [{uri: {prefix: /cors}}]
+    corsPolicy:
+      allowOrigins: [{exact: \"https://app.example.com\"}, {prefix: \"https://admin.\"}]
+      allowMethods: [GET, POST]
+      allowHeaders: [x-team]
+      exposeHeaders: [x-served-by]
+      maxAge: 60s
+      allowCredentials: true
+      unmatchedPreflights: IGNORE
     route: [{destination: {host: reviews, subset: v1}}]
 ";
 
@@ -115,6 +127,64 @@ fn route_actions_take_effect_in_envoy() {
         |n| *n >= 5,
         || envoy.summary(),
     );
+    // CORS: the preflight of an allowed origin is answered by Envoy with the policy.
+    let preflight = |origin: &str| {
+        http_request(
+            listener,
+            "OPTIONS",
+            "reviews",
+            "/cors/items",
+            &[
+                ("origin", origin),
+                ("access-control-request-method", "POST"),
+            ],
+        )
+        .unwrap_or_else(|e| panic!("OPTIONS /cors/items: {e}"))
+    };
+    let served = v1.requests_served();
+    let r = preflight("https://app.example.com");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        r.header("access-control-allow-origin"),
+        Some("https://app.example.com")
+    );
+    assert_eq!(r.header("access-control-allow-methods"), Some("GET,POST"));
+    assert_eq!(r.header("access-control-allow-headers"), Some("x-team"));
+    assert_eq!(r.header("access-control-max-age"), Some("60"));
+    assert_eq!(r.header("access-control-allow-credentials"), Some("true"));
+    let r = preflight("https://admin.example.com");
+    assert_eq!(
+        r.header("access-control-allow-origin"),
+        Some("https://admin.example.com"),
+        "a prefix match"
+    );
+    assert_eq!(v1.requests_served(), served, "preflights never leave Envoy");
+    // An origin that does not match gets no CORS headers (IGNORE: answered, not forwarded).
+    let r = preflight("https://evil.example.com");
+    assert_eq!(r.header("access-control-allow-origin"), None);
+    assert_eq!(
+        v1.requests_served(),
+        served,
+        "IGNORE keeps it from the upstream"
+    );
+    // The actual request: the allowed origin is marked, the header exposed; others are not.
+    let r = get("/cors/items", &[("origin", "https://app.example.com")]);
+    assert_eq!((r.status, r.text().as_str()), (200, "reviews-v1"));
+    assert_eq!(
+        r.header("access-control-allow-origin"),
+        Some("https://app.example.com")
+    );
+    assert_eq!(
+        r.header("access-control-expose-headers"),
+        Some("x-served-by")
+    );
+    let r = get("/cors/items", &[("origin", "https://evil.example.com")]);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("access-control-allow-origin"), None);
+    // Routes without a policy get no CORS headers at all.
+    let r = get("/mirrored", &[("origin", "https://app.example.com")]);
+    assert_eq!(r.header("access-control-allow-origin"), None);
+
     assert_eq!(
         envoy.rejected_updates(),
         0,

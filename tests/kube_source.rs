@@ -244,9 +244,9 @@ fn endpoint_slice(service: &str, namespace: &str, ips: &[&str]) -> Value {
 }
 
 /// A VirtualService with a field meshflow does not translate (analysis: a warning).
-fn with_cors(name: &str) -> Value {
+fn with_untranslated(name: &str) -> Value {
     let mut vs = virtual_service(name, name, "1s");
-    vs["spec"]["http"][0]["corsPolicy"] = json!({"allowMethods": ["GET"]});
+    vs["spec"]["http"][0]["retries"] = json!({"attempts": 2, "retryRemoteLocalities": true});
     vs
 }
 
@@ -450,7 +450,7 @@ fn validate_reads_a_cluster_and_names_what_it_would_reject() {
     );
 
     fake.apply(virtual_service("ratings", "ratings", "soon"));
-    fake.apply(with_cors("details"));
+    fake.apply(with_untranslated("details"));
     let (ok, stdout, stderr) = validate();
     assert!(!ok, "{stdout}{stderr}");
     let lines: Vec<&str> = stdout.lines().collect();
@@ -460,13 +460,15 @@ fn validate_reads_a_cluster_and_names_what_it_would_reject() {
         "{stdout}"
     );
     assert!(
-        lines[1].starts_with("warning: VirtualService default/details: spec.http[0].corsPolicy: "),
+        lines[1].starts_with(
+            "warning: VirtualService default/details: spec.http[0].retries.retryRemoteLocalities: "
+        ),
         "{stdout}"
     );
     assert_eq!(lines[2], "1 error(s), 1 warning(s)");
     // Each problem once: not also as a log line.
     assert!(
-        !stderr.contains("default/ratings") && !stderr.contains("corsPolicy"),
+        !stderr.contains("default/ratings") && !stderr.contains("retryRemoteLocalities"),
         "{stderr}"
     );
 }
@@ -641,8 +643,9 @@ async fn invalid_objects_are_named_and_their_last_valid_version_stays() {
 
     // An accepted object with a field meshflow does not translate gets the file source's
     // analysis, without file:line; it goes with the object.
-    cluster.fake.apply(with_cors("cors"));
-    let warning = "warning: VirtualService default/cors: spec.http[0].corsPolicy: ";
+    cluster.fake.apply(with_untranslated("cors"));
+    let warning =
+        "warning: VirtualService default/cors: spec.http[0].retries.retryRemoteLocalities: ";
     cluster.await_analysis("the untranslated field is named", |a| {
         a.iter().any(|l| l.starts_with(warning))
     });
@@ -703,7 +706,7 @@ fn status_says_what_is_in_effect_and_what_is_not_translated() {
         |fake| {
             fake.apply(service("reviews", "default", 9080));
             fake.apply(service("cors", "default", 80));
-            fake.apply(with_cors("cors"));
+            fake.apply(with_untranslated("cors"));
             fake.apply(destination_rule("bad-dr", json!(["not", "a", "map"])));
             // WorkloadEntry has no status of Istio's: none is written.
             fake.apply(json!({
@@ -728,7 +731,7 @@ fn status_says_what_is_in_effect_and_what_is_not_translated() {
     assert!(message["type"]["name"].is_string(), "{status:#}");
     assert_eq!(descriptions(&status).len(), 1, "{status:#}");
     assert!(
-        descriptions(&status)[0].starts_with("spec.http[0].corsPolicy: "),
+        descriptions(&status)[0].starts_with("spec.http[0].retries.retryRemoteLocalities: "),
         "{status:#}"
     );
     assert_eq!(status["conditions"][0]["type"], "Reconciled", "{status:#}");
@@ -865,7 +868,7 @@ fn one_replica_at_a_time_writes_status_holding_a_lease() {
     );
     // The second replica has listed (its xDS port is open) and tried the Lease meanwhile.
     let before = fake.status_patches("VirtualService", "default", "reviews");
-    fake.apply(with_cors("reviews"));
+    fake.apply(with_untranslated("reviews"));
     await_status(
         &fake,
         "VirtualService",
@@ -935,7 +938,7 @@ fn quick_edits_do_not_storm_the_api_server_with_status_writes() {
         // Alternately with and without an untranslated field: every edit changes the status.
         let cors = i % 2 == 1;
         if cors {
-            fake.apply(with_cors("cors"));
+            fake.apply(with_untranslated("cors"));
         } else {
             fake.apply(virtual_service("cors", "cors", "1s"));
         }
@@ -1562,7 +1565,7 @@ fn a_restarted_writer_leaves_statuses_that_say_the_same_alone() {
         "kube-status-restart",
         |fake| {
             fake.apply(service("reviews", "default", 9080));
-            fake.apply(with_cors("reviews"));
+            fake.apply(with_untranslated("reviews"));
             fake.apply(destination_rule("bad-dr", json!(["not", "a", "map"])));
         },
         &args,

@@ -362,6 +362,8 @@ pub struct HttpRoute {
     pub headers: HeaderOps,
     pub mirrors: Vec<Mirror>,
     pub fault: Option<Fault>,
+    /// `corsPolicy`: the CORS filter's policy for this route.
+    pub cors: Option<Box<Cors>>,
 }
 
 /// A fraction of requests, in millionths (Istio's `percentage.value` 12.5 is 125,000): an
@@ -425,6 +427,22 @@ pub struct Mirror {
     pub destination: RouteDestination,
     /// `None`: every request.
     pub fraction: Option<PerMillion>,
+}
+
+/// `corsPolicy`, as Envoy's CORS filter takes it per route.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Cors {
+    /// `allowOrigins` (or the older `allowOrigin`, exact names).
+    pub allow_origins: Vec<StringMatch>,
+    pub allow_methods: Vec<String>,
+    pub allow_headers: Vec<String>,
+    pub expose_headers: Vec<String>,
+    /// `maxAge`, whole seconds.
+    pub max_age_s: Option<u64>,
+    pub allow_credentials: Option<bool>,
+    /// `unmatchedPreflights`: FORWARD (the default) passes a preflight whose origin does
+    /// not match on to the upstream; IGNORE answers it without CORS headers.
+    pub forward_unmatched_preflights: bool,
 }
 
 /// `fault`: delays and aborts injected by the client's proxy.

@@ -37,7 +37,7 @@ fn untranslated_route_fields_are_warnings_naming_each_field() {
     assert_eq!(vs(&p).http.len(), 1, "the route is generated");
     assert_eq!(
         fields(&p, Level::Warning),
-        vec!["spec.http[0].corsPolicy", "spec.http[0].route[0].headers"]
+        vec!["spec.http[0].route[0].headers"]
     );
     assert!(fields(&p, Level::Error).is_empty());
     assert!(p.findings[0]
@@ -331,13 +331,13 @@ fn kinds_not_served_are_listed_and_other_kinds_skipped() {
 #[test]
 fn finding_lines_name_level_object_and_field() {
     let p = parse(&format!(
-        "{VS}  http:\n  - corsPolicy: {{allowMethods: [GET]}}\n    route: [{{destination: {{host: reviews}}}}]\n"
+        "{VS}  http:\n  - retries: {{attempts: 2, retryRemoteLocalities: true}}\n    route: [{{destination: {{host: reviews}}}}]\n"
     ));
     let lines: Vec<String> = p.finding_lines().map(|(_, l)| l).collect();
     assert_eq!(
         lines,
         vec![format!(
-            "warning: VirtualService ns/r: spec.http[0].corsPolicy: {}",
+            "warning: VirtualService ns/r: spec.http[0].retries.retryRemoteLocalities: {}",
             findings::IGNORED
         )]
     );

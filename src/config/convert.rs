@@ -96,6 +96,45 @@ pub(super) fn retries(rt: &istio::HttpRetry, field: &str) -> Result<m::Retries> 
     })
 }
 
+/// A `corsPolicy` at `field`. `allowOrigins` wins over the older `allowOrigin`, as in Istio.
+fn cors(c: &istio::CorsPolicy, field: &str, mesh: &MeshConfig) -> Result<m::Cors> {
+    let allow_origins = if c.allow_origins.is_empty() {
+        c.allow_origin
+            .iter()
+            .map(|o| m::StringMatch::Exact(o.clone()))
+            .collect()
+    } else {
+        c.allow_origins
+            .iter()
+            .enumerate()
+            .map(|(i, sm)| string_match(sm, &format!("{field}.allowOrigins[{i}]"), mesh))
+            .collect::<Result<Vec<_>>>()?
+    };
+    let forward_unmatched_preflights = match c.unmatched_preflights.as_deref() {
+        None | Some("UNSPECIFIED") | Some("FORWARD") => true,
+        Some("IGNORE") => false,
+        Some(other) => {
+            return Err(Invalid::field(
+                format!("{field}.unmatchedPreflights"),
+                format!("unknown value {other:?} (FORWARD, IGNORE)"),
+            ))
+        }
+    };
+    Ok(m::Cors {
+        allow_origins,
+        allow_methods: c.allow_methods.clone(),
+        allow_headers: c.allow_headers.clone(),
+        expose_headers: c.expose_headers.clone(),
+        max_age_s: c
+            .max_age
+            .as_deref()
+            .map(|a| parse_duration_ms(a, &format!("{field}.maxAge")).map(|ms| ms / 1000))
+            .transpose()?,
+        allow_credentials: c.allow_credentials,
+        forward_unmatched_preflights,
+    })
+}
+
 /// Istio's duration strings: `1.5s`, `300ms`, `2m`, `1h`.
 pub fn parse_duration_ms(s: &str, field: &str) -> Result<u64> {
     let bad = || {
@@ -890,6 +929,12 @@ fn virtual_service(
                 .map(|ft| fault(ft, &format!("{f}.fault")))
                 .transpose()?
                 .flatten(),
+            cors: r
+                .cors_policy
+                .as_ref()
+                .map(|c| cors(c, &format!("{f}.corsPolicy"), mesh))
+                .transpose()?
+                .map(Box::new),
         });
     }
     let gateways = gateway_refs(&s.gateways, ns);

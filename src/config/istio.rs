@@ -31,6 +31,20 @@ pub struct HttpRoute {
     pub mirror_percentage: Option<Percent>,
     pub mirrors: Vec<HttpMirrorPolicy>,
     pub fault: Option<HttpFaultInjection>,
+    pub cors_policy: Option<CorsPolicy>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct CorsPolicy {
+    pub allow_origins: Vec<StringMatch>,
+    pub allow_origin: Vec<String>,
+    pub allow_methods: Vec<String>,
+    pub allow_headers: Vec<String>,
+    pub expose_headers: Vec<String>,
+    pub max_age: Option<String>,
+    pub allow_credentials: Option<bool>,
+    pub unmatched_preflights: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

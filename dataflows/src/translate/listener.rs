@@ -33,6 +33,18 @@ fn router_filter() -> HttpFilter {
     }
 }
 
+/// The CORS filter, before the fault filter as in Istio's chain: routes with `corsPolicy`
+/// configure it per route; elsewhere it lets requests through untouched.
+fn cors_filter() -> HttpFilter {
+    HttpFilter {
+        name: super::route::CORS_FILTER.into(),
+        config_type: Some(http_filter::ConfigType::TypedConfig(pack_any(
+            envoy_types::pb::envoy::extensions::filters::http::cors::v3::Cors::default(),
+        ))),
+        ..Default::default()
+    }
+}
+
 /// The fault filter with no fault of its own: VirtualService routes with `fault` configure it
 /// per route (`typed_per_filter_config`), as Istio does.
 fn fault_filter() -> HttpFilter {
@@ -57,7 +69,7 @@ fn hcm_filter(hcm: HttpConnectionManager) -> Filter {
 fn base_hcm(stat_prefix: &str) -> HttpConnectionManager {
     HttpConnectionManager {
         stat_prefix: stat_prefix.to_string(),
-        http_filters: vec![fault_filter(), router_filter()],
+        http_filters: vec![cors_filter(), fault_filter(), router_filter()],
         normalize_path: Some(BoolValue { value: true }),
         path_with_escaped_slashes_action: PathWithEscapedSlashesAction::KeepUnchanged as i32,
         upgrade_configs: vec![UpgradeConfig {

@@ -4,8 +4,9 @@
 
 use super::{duration_ms, outbound_cluster_name, PASSTHROUGH_CLUSTER};
 use crate::model::{
-    DirectResponse, Fault, HeaderEdits, HttpMatch, HttpRoute, PerMillion, Redirect, ResolvedVs,
-    Resource, ResourceType, Retries, RouteDestination, Service, StringMatch, UnknownHosts,
+    Cors, DirectResponse, Fault, HeaderEdits, HttpMatch, HttpRoute, PerMillion, Redirect,
+    ResolvedVs, Resource, ResourceType, Retries, RouteDestination, Service, StringMatch,
+    UnknownHosts,
 };
 use envoy_types::pb::envoy::config::core::v3::{
     data_source, header_value_option::HeaderAppendAction, DataSource, HeaderValue,
@@ -332,6 +333,43 @@ fn http_fault(f: &Fault) -> HttpFault {
     }
 }
 
+/// The name of Envoy's CORS filter, as routes configure it (`typed_per_filter_config`).
+pub const CORS_FILTER: &str = "envoy.filters.http.cors";
+
+/// A `corsPolicy` as Envoy's per-route CORS policy, as Istio writes it (always enabled; the
+/// lists comma-joined; `maxAge` in whole seconds).
+fn cors_policy(
+    c: &Cors,
+) -> envoy_types::pb::envoy::extensions::filters::http::cors::v3::CorsPolicy {
+    use envoy_types::pb::envoy::config::core::v3::RuntimeFractionalPercent;
+    use envoy_types::pb::envoy::r#type::v3::{
+        fractional_percent::DenominatorType, FractionalPercent,
+    };
+    envoy_types::pb::envoy::extensions::filters::http::cors::v3::CorsPolicy {
+        allow_origin_string_match: c
+            .allow_origins
+            .iter()
+            .filter_map(|m| string_matcher(m, false))
+            .collect(),
+        allow_methods: c.allow_methods.join(","),
+        allow_headers: c.allow_headers.join(","),
+        expose_headers: c.expose_headers.join(","),
+        max_age: c.max_age_s.map(|s| s.to_string()).unwrap_or_default(),
+        allow_credentials: c.allow_credentials.map(|value| BoolValue { value }),
+        filter_enabled: Some(RuntimeFractionalPercent {
+            default_value: Some(FractionalPercent {
+                numerator: 100,
+                denominator: DenominatorType::Hundred as i32,
+            }),
+            ..Default::default()
+        }),
+        forward_not_matching_preflights: Some(BoolValue {
+            value: c.forward_unmatched_preflights,
+        }),
+        ..Default::default()
+    }
+}
+
 /// One Envoy route of an HTTP route: its action (forward, redirect or answer) and what
 /// applies around it (header edits, fault injection).
 fn envoy_route(
@@ -358,6 +396,16 @@ fn envoy_route(
             .fault
             .iter()
             .map(|f| (FAULT_FILTER.to_string(), pack_any(http_fault(f))))
+            .chain(http.cors.iter().map(|c| {
+                // Optional: a client without a CORS filter (proxyless gRPC) ignores it
+                // instead of rejecting the whole route configuration.
+                let optional = envoy_types::pb::envoy::config::route::v3::FilterConfig {
+                    config: Some(pack_any(cors_policy(c))),
+                    is_optional: true,
+                    ..Default::default()
+                };
+                (CORS_FILTER.to_string(), pack_any(optional))
+            }))
             .collect(),
         ..Default::default()
     }
