@@ -40,6 +40,18 @@ spec:
   - match: [{uri: {prefix: /mirrored}}]
     mirror: {host: reviews, subset: v2}
     route: [{destination: {host: reviews, subset: v1}}]
+  - match: [{uri: {prefix: /one-destination}}]
+    route:
+    - destination: {host: reviews, subset: v1}
+      headers: {request: {set: {x-dest: v1}}, response: {set: {x-from: v1}}}
+  - match: [{uri: {prefix: /two-destinations}}]
+    route:
+    - destination: {host: reviews, subset: v1}
+      weight: 50
+      headers: {request: {set: {x-dest: v1}}, response: {set: {x-from: v1}}}
+    - destination: {host: reviews, subset: v2}
+      weight: 50
+      headers: {request: {set: {x-dest: v2}}, response: {set: {x-from: v2}, remove: [x-echo-path]}}
   - match: [{uri: {prefix: /cors}}]
     corsPolicy:
       allowOrigins: [{exact: \"https://app.example.com\"}, {prefix: \"https://admin.\"}]
@@ -127,6 +139,31 @@ fn route_actions_take_effect_in_envoy() {
         |n| *n >= 5,
         || envoy.summary(),
     );
+    // Per-destination header edits: on the route for one destination, on each weighted
+    // cluster for several, so each edit follows the request to its own destination.
+    let r = get("/one-destination", &[]);
+    assert_eq!(r.text(), "reviews-v1");
+    assert_eq!(r.header("x-echo-x-dest"), Some("v1"));
+    assert_eq!(r.header("x-from"), Some("v1"));
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..40 {
+        let r = get("/two-destinations", &[]);
+        let version = r.text().trim_start_matches("reviews-").to_string();
+        assert_eq!(
+            r.header("x-echo-x-dest"),
+            Some(version.as_str()),
+            "request edit"
+        );
+        assert_eq!(r.header("x-from"), Some(version.as_str()), "response edit");
+        assert_eq!(
+            r.header("x-echo-path").is_none(),
+            version == "v2",
+            "v2's response loses x-echo-path, v1's keeps it"
+        );
+        seen.insert(version);
+    }
+    assert_eq!(seen.len(), 2, "both destinations answered: {seen:?}");
+
     // CORS: the preflight of an allowed origin is answered by Envoy with the policy.
     let preflight = |origin: &str| {
         http_request(

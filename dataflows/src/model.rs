@@ -338,6 +338,9 @@ pub struct RouteDestination {
     pub subset: Option<String>,
     pub port: Option<u16>,
     pub weight: u32,
+    /// `route[].headers`: edits of requests sent to, and responses from, this destination.
+    #[serde(default)]
+    pub headers: HeaderOps,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

@@ -149,6 +149,7 @@ pub fn gateway_vs(s: usize, shape: &Shape, mesh: &MeshConfig) -> VirtualService 
             name: None,
             matches: vec![],
             route: vec![RouteDestination {
+                headers: Default::default(),
                 host: hostname(s, shape, mesh),
                 subset: None,
                 port: Some(80),
@@ -279,6 +280,7 @@ pub fn vs(s: usize, v1_weight: u32, shape: &Shape, mesh: &MeshConfig) -> Virtual
     let ns = namespace(s % shape.namespaces);
     let host = hostname(s, shape, mesh);
     let dest = |subset: &str, weight| RouteDestination {
+        headers: Default::default(),
         host: host.clone(),
         subset: Some(subset.into()),
         port: None,

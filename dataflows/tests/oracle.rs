@@ -79,6 +79,7 @@ fn random_record(rng: &mut StdRng, slot: usize) -> Record {
             let n = rng.random_range(0..4);
             let target = host(&format!("svc{n}"), pick(rng, &NAMESPACES[..2]));
             let dest = |subset: Option<&str>, weight| RouteDestination {
+                headers: Default::default(),
                 host: target.clone(),
                 subset: subset.map(String::from),
                 port: None,

@@ -313,6 +313,7 @@ fn virtual_service(ns: &str, name: &str, hosts: &[&str], gateways: &[&str], dest
             name: None,
             matches: vec![],
             route: vec![RouteDestination {
+                headers: Default::default(),
                 host: dest.to_string(),
                 subset: None,
                 port: None,

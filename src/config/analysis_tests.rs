@@ -30,15 +30,20 @@ const VS: &str = "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmeta
 #[test]
 fn untranslated_route_fields_are_warnings_naming_each_field() {
     let doc = format!(
-        "{VS}  http:\n  - fault: {{abort: {{httpStatus: 500, percentage: {{value: 100}}}}}}\n    mirror: {{host: shadow}}\n    headers: {{request: {{set: {{x-a: b}}}}}}\n    corsPolicy: {{allowOrigins: [{{exact: a}}]}}\n    rewrite: {{uri: /}}\n    route:\n    - destination: {{host: reviews}}\n      headers: {{response: {{remove: [x]}}}}\n"
+        "{VS}  http:\n  - fault: {{abort: {{httpStatus: 500, percentage: {{value: 100}}}}}}\n    mirror: {{host: shadow}}\n    headers: {{request: {{set: {{x-a: b}}}}}}\n    corsPolicy: {{allowOrigins: [{{exact: a}}]}}\n    rewrite: {{uri: /}}\n    retries: {{attempts: 2, retryRemoteLocalities: true}}\n    route:\n    - destination: {{host: reviews}}\n      headers: {{response: {{remove: [x]}}}}\n"
     );
     let p = parse(&doc);
     let route = &vs(&p).http[0];
     assert_eq!(vs(&p).http.len(), 1, "the route is generated");
     assert_eq!(
         fields(&p, Level::Warning),
-        vec!["spec.http[0].route[0].headers"]
+        vec!["spec.http[0].retries.retryRemoteLocalities"]
     );
+    assert_eq!(
+        route.route[0].headers.response.remove,
+        vec!["x".to_string()]
+    );
+    assert!(route.cors.is_some());
     assert!(fields(&p, Level::Error).is_empty());
     assert!(p.findings[0]
         .message

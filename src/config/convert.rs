@@ -597,6 +597,7 @@ fn destination(
         subset: dest.subset.clone(),
         port,
         weight: 100,
+        headers: m::HeaderOps::default(),
     })
 }
 
@@ -876,7 +877,17 @@ fn virtual_service(
                     ))
                 }
             };
-            route.push(m::RouteDestination { weight, ..dest });
+            let headers = d
+                .headers
+                .as_ref()
+                .map(|h| header_ops(h, &format!("{df}.headers")))
+                .transpose()?
+                .unwrap_or_default();
+            route.push(m::RouteDestination {
+                weight,
+                headers,
+                ..dest
+            });
         }
         let total: u32 = route.iter().map(|d| d.weight).sum();
         if route.len() > 1 && total != 100 {

@@ -164,6 +164,7 @@ pub struct StringMatch {
 pub struct HttpRouteDestination {
     pub destination: Option<Destination>,
     pub weight: Option<i64>,
+    pub headers: Option<Headers>,
 }
 
 #[derive(Debug, Default, Deserialize)]

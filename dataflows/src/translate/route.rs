@@ -204,6 +204,10 @@ fn action(route: &HttpRoute, current: u16, vs: &ResolvedVs) -> RouteAction {
                 .map(|d| ClusterWeight {
                     name: cluster_of(d, current, vs),
                     weight: Some(UInt32Value { value: d.weight }),
+                    request_headers_to_add: headers_to_add(&d.headers.request),
+                    request_headers_to_remove: d.headers.request.remove.clone(),
+                    response_headers_to_add: headers_to_add(&d.headers.response),
+                    response_headers_to_remove: d.headers.response.remove.clone(),
                     ..Default::default()
                 })
                 .collect(),
@@ -384,14 +388,34 @@ fn envoy_route(
         (None, Some(d)) => Action::DirectResponse(direct_response_action(d)),
         (None, None) => Action::Route(action(http, current, vs)),
     };
+    // A single destination's header edits go on the route, after the route's own, as Istio
+    // writes them; several destinations carry theirs on their weighted cluster.
+    let live: Vec<&RouteDestination> = http.route.iter().filter(|d| d.weight > 0).collect();
+    let forwards = http.redirect.is_none() && http.direct_response.is_none();
+    let single = match live.as_slice() {
+        [one] if forwards => Some(&one.headers),
+        _ => None,
+    };
+    let edits = |route: &HeaderEdits, dest: Option<&HeaderEdits>| {
+        let mut add = headers_to_add(route);
+        let mut remove = route.remove.clone();
+        if let Some(d) = dest {
+            add.extend(headers_to_add(d));
+            remove.extend(d.remove.iter().cloned());
+        }
+        (add, remove)
+    };
+    let (request_add, request_remove) = edits(&http.headers.request, single.map(|h| &h.request));
+    let (response_add, response_remove) =
+        edits(&http.headers.response, single.map(|h| &h.response));
     Route {
         name: name.to_string(),
         r#match: Some(route_match(m)),
         action: Some(action),
-        request_headers_to_add: headers_to_add(&http.headers.request),
-        request_headers_to_remove: http.headers.request.remove.clone(),
-        response_headers_to_add: headers_to_add(&http.headers.response),
-        response_headers_to_remove: http.headers.response.remove.clone(),
+        request_headers_to_add: request_add,
+        request_headers_to_remove: request_remove,
+        response_headers_to_add: response_add,
+        response_headers_to_remove: response_remove,
         typed_per_filter_config: http
             .fault
             .iter()
