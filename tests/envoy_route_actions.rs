@@ -24,6 +24,9 @@ spec:
   - match: [{uri: {prefix: /abort}}]
     fault: {abort: {httpStatus: 418, percentage: {value: 100}}}
     route: [{destination: {host: reviews, subset: v1}}]
+  - match: [{uri: {prefix: /grpc-abort}}]
+    fault: {abort: {grpcStatus: UNAVAILABLE, percentage: {value: 100}}}
+    route: [{destination: {host: reviews, subset: v1}}]
   - match: [{uri: {prefix: /delay}}]
     fault: {delay: {fixedDelay: 400ms, percentage: {value: 100}}}
     route: [{destination: {host: reviews, subset: v1}}]
@@ -88,6 +91,17 @@ fn route_actions_take_effect_in_envoy() {
     for _ in 0..5 {
         assert_eq!(get("/abort", &[]).status, 418);
     }
+    assert_eq!(
+        v1.requests_served(),
+        served,
+        "aborted requests never leave Envoy"
+    );
+
+    // A gRPC abort: Envoy answers a gRPC request with the gRPC status (14 is UNAVAILABLE)
+    // itself; a plain HTTP request is answered by Envoy too.
+    let r = get("/grpc-abort", &[("content-type", "application/grpc")]);
+    assert_eq!(r.header("grpc-status"), Some("14"), "{:?}", r.headers);
+    assert_eq!(get("/grpc-abort", &[]).text(), "fault filter abort");
     assert_eq!(
         v1.requests_served(),
         served,

@@ -453,8 +453,15 @@ pub struct Cors {
 pub struct Fault {
     /// (delay, fraction of requests).
     pub delay: Option<(u64, PerMillion)>,
-    /// (HTTP status, fraction of requests).
-    pub abort: Option<(u32, PerMillion)>,
+    /// (the status answered, fraction of requests).
+    pub abort: Option<(AbortStatus, PerMillion)>,
+}
+
+/// What an injected abort answers: an HTTP status, or a gRPC status (by its code).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum AbortStatus {
+    Http(u32),
+    Grpc(u32),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

@@ -51,7 +51,7 @@ fn untranslated_route_fields_are_warnings_naming_each_field() {
     // What is translated is in the record.
     assert_eq!(
         route.fault.as_ref().and_then(|f| f.abort),
-        Some((500, 1_000_000))
+        Some((dataflows::model::AbortStatus::Http(500), 1_000_000))
     );
     assert_eq!(route.mirrors.len(), 1);
     assert_eq!(route.mirrors[0].fraction, None, "all requests");
@@ -347,4 +347,20 @@ fn finding_lines_name_level_object_and_field() {
         )]
     );
     assert_eq!(p.key, ConfigKey::new(Kind::VirtualService, "ns", "r"));
+}
+
+#[test]
+fn a_grpc_abort_is_read_by_status_name_and_a_bad_name_is_refused() {
+    let p = parse(&format!(
+        "{VS}  http:\n  - fault: {{abort: {{grpcStatus: UNAVAILABLE, percentage: {{value: 50}}}}}}\n    route: [{{destination: {{host: reviews}}}}]\n"
+    ));
+    assert_eq!(
+        vs(&p).http[0].fault.as_ref().and_then(|f| f.abort),
+        Some((dataflows::model::AbortStatus::Grpc(14), 500_000))
+    );
+    let doc = format!(
+        "{VS}  http:\n  - fault: {{abort: {{grpcStatus: SOMETIMES}}}}\n    route: [{{destination: {{host: reviews}}}}]\n"
+    );
+    let err = parse_document(&doc, &MeshConfig::default()).expect_err("refused");
+    assert_eq!(err.field, "spec.http[0].fault.abort.grpcStatus", "{err:?}");
 }

@@ -788,26 +788,73 @@ fn fault(ft: &istio::HttpFaultInjection, f: &str) -> Result<Option<m::Fault>> {
     let abort = match &ft.abort {
         None => None,
         Some(a) => {
-            // grpcStatus and http2Error are reported as not read; no abort is generated.
-            let Some(status) = a.http_status else {
-                return Ok(delay.map(|d| m::Fault {
-                    delay: Some(d),
-                    abort: None,
-                }));
+            // http2Error is reported as not read (Istio does not implement it either); an
+            // abort with neither status generates nothing.
+            let status = match (a.http_status, a.grpc_status.as_deref()) {
+                (Some(_), Some(_)) => {
+                    return Err(Invalid::field(
+                        format!("{f}.abort"),
+                        "an abort has either httpStatus or grpcStatus, not both",
+                    ))
+                }
+                (Some(status), None) if (200..=599).contains(&status) => {
+                    m::AbortStatus::Http(status as u32)
+                }
+                (Some(status), None) => {
+                    return Err(Invalid::field(
+                        format!("{f}.abort.httpStatus"),
+                        format!("{status} is not an HTTP status in 200..599"),
+                    ))
+                }
+                (None, Some(name)) => m::AbortStatus::Grpc(grpc_code(name).ok_or_else(|| {
+                    Invalid::field(
+                        format!("{f}.abort.grpcStatus"),
+                        format!("{name:?} is not a gRPC status name such as UNAVAILABLE"),
+                    )
+                })?),
+                (None, None) => {
+                    return Ok(delay.map(|d| m::Fault {
+                        delay: Some(d),
+                        abort: None,
+                    }))
+                }
             };
-            if !(200..=599).contains(&status) {
-                return Err(Invalid::field(
-                    format!("{f}.abort.httpStatus"),
-                    format!("{status} is not an HTTP status in 200..599"),
-                ));
-            }
             Some((
-                status as u32,
+                status,
                 fraction(&a.percentage, format!("{f}.abort.percentage"))?,
             ))
         }
     };
     Ok((delay.is_some() || abort.is_some()).then_some(m::Fault { delay, abort }))
+}
+
+/// A gRPC status by its name (`UNAVAILABLE`), as Istio's `grpcStatus` takes it, or by its
+/// number.
+fn grpc_code(name: &str) -> Option<u32> {
+    const NAMES: [&str; 17] = [
+        "OK",
+        "CANCELLED",
+        "UNKNOWN",
+        "INVALID_ARGUMENT",
+        "DEADLINE_EXCEEDED",
+        "NOT_FOUND",
+        "ALREADY_EXISTS",
+        "PERMISSION_DENIED",
+        "RESOURCE_EXHAUSTED",
+        "FAILED_PRECONDITION",
+        "ABORTED",
+        "OUT_OF_RANGE",
+        "UNIMPLEMENTED",
+        "INTERNAL",
+        "UNAVAILABLE",
+        "DATA_LOSS",
+        "UNAUTHENTICATED",
+    ];
+    NAMES
+        .iter()
+        .position(|n| *n == name)
+        .map(|i| i as u32)
+        .or_else(|| name.parse().ok().filter(|c: &u32| *c < 17))
 }
 
 fn virtual_service(

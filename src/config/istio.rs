@@ -132,6 +132,7 @@ pub struct FaultDelay {
 #[serde(rename_all = "camelCase", default)]
 pub struct FaultAbort {
     pub http_status: Option<i64>,
+    pub grpc_status: Option<String>,
     pub percentage: Option<Percent>,
 }
 

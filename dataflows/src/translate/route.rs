@@ -4,8 +4,8 @@
 
 use super::{duration_ms, outbound_cluster_name, PASSTHROUGH_CLUSTER};
 use crate::model::{
-    Cors, DirectResponse, Fault, HeaderEdits, HttpMatch, HttpRoute, PerMillion, Redirect,
-    ResolvedVs, Resource, ResourceType, Retries, RouteDestination, Service, StringMatch,
+    AbortStatus, Cors, DirectResponse, Fault, HeaderEdits, HttpMatch, HttpRoute, PerMillion,
+    Redirect, ResolvedVs, Resource, ResourceType, Retries, RouteDestination, Service, StringMatch,
     UnknownHosts,
 };
 use envoy_types::pb::envoy::config::core::v3::{
@@ -329,7 +329,10 @@ fn http_fault(f: &Fault) -> HttpFault {
             percentage: Some(fraction(share)),
         }),
         abort: f.abort.map(|(status, share)| FaultAbort {
-            error_type: Some(ErrorType::HttpStatus(status)),
+            error_type: Some(match status {
+                AbortStatus::Http(code) => ErrorType::HttpStatus(code),
+                AbortStatus::Grpc(code) => ErrorType::GrpcStatus(code),
+            }),
             percentage: Some(fraction(share)),
             ..Default::default()
         }),
