@@ -12,55 +12,70 @@ const BAR: usize = 24;
 
 /// The last requests of each service and where they landed.
 pub struct Tally {
-    /// `(service, what it says of the requests, last outcomes)`, in display order.
-    services: Vec<(String, String, VecDeque<Landed>)>,
+    /// In display order.
+    services: Vec<Service>,
     window: usize,
 }
 
+struct Service {
+    name: String,
+    /// What the bar says of its requests (`through the gateway`).
+    note: String,
+    /// The outcomes of its last `window` requests.
+    last: VecDeque<Landed>,
+    /// Requests recorded since [`Tally::mark`].
+    since_mark: usize,
+}
+
 impl Tally {
-    /// Services in display order, each with a note (`via the gateway`); keeps the last
+    /// Services in display order, each with a note (`through the gateway`); keeps the last
     /// `window` outcomes of each.
     pub fn new(services: &[(&str, &str)], window: usize) -> Tally {
         Tally {
             services: services
                 .iter()
-                .map(|(s, note)| (s.to_string(), note.to_string(), VecDeque::new()))
+                .map(|(name, note)| Service {
+                    name: name.to_string(),
+                    note: note.to_string(),
+                    last: VecDeque::new(),
+                    since_mark: 0,
+                })
                 .collect(),
             window: window.max(1),
         }
     }
 
     pub fn record(&mut self, service: &str, landed: Landed) {
-        if let Some((_, _, last)) = self.services.iter_mut().find(|(s, _, _)| s == service) {
-            if last.len() == self.window {
-                last.pop_front();
+        if let Some(s) = self.services.iter_mut().find(|s| s.name == service) {
+            if s.last.len() == self.window {
+                s.last.pop_front();
             }
-            last.push_back(landed);
+            s.last.push_back(landed);
+            s.since_mark += 1;
         }
     }
 
-    /// Whether every service has a full window of outcomes.
+    /// Starts a new phase: the bars keep showing the last requests (so a shift is seen as it
+    /// happens), and [`Tally::full`] waits for a window of new ones.
+    pub fn mark(&mut self) {
+        for s in &mut self.services {
+            s.since_mark = 0;
+        }
+    }
+
+    /// Whether every service's window holds only requests recorded since the mark.
     pub fn full(&self) -> bool {
-        self.services
-            .iter()
-            .all(|(_, _, last)| last.len() == self.window)
-    }
-
-    /// Forgets every outcome (a new phase).
-    pub fn clear(&mut self) {
-        for (_, _, last) in &mut self.services {
-            last.clear();
-        }
+        self.services.iter().all(|s| s.since_mark >= self.window)
     }
 
     /// Where the service's requests landed: a label (`v1` for pod `reviews-v1`, else the
     /// pod's name, `HTTP 503`, `failed`) and its count, sorted by label.
     pub fn split(&self, service: &str) -> BTreeMap<String, usize> {
         let mut out = BTreeMap::new();
-        let Some((_, _, last)) = self.services.iter().find(|(s, _, _)| s == service) else {
+        let Some(s) = self.services.iter().find(|s| s.name == service) else {
             return out;
         };
-        for landed in last {
+        for landed in &s.last {
             *out.entry(label(service, landed)).or_insert(0) += 1;
         }
         out
@@ -68,9 +83,9 @@ impl Tally {
 
     /// The first request that failed outright, if any (why, for the user).
     pub fn first_failure(&self) -> Option<String> {
-        self.services.iter().find_map(|(s, _, last)| {
-            last.iter().find_map(|l| match l {
-                Landed::Failed(why) => Some(format!("{s}: {why}")),
+        self.services.iter().find_map(|s| {
+            s.last.iter().find_map(|l| match l {
+                Landed::Failed(why) => Some(format!("{}: {why}", s.name)),
                 _ => None,
             })
         })
@@ -81,27 +96,33 @@ impl Tally {
         let width = self
             .services
             .iter()
-            .map(|(s, _, _)| s.len())
+            .map(|s| s.name.len())
             .max()
             .unwrap_or(0)
             + 2;
         self.services
             .iter()
-            .map(|(service, note, last)| {
-                let split = self.split(service);
-                let total = last.len();
-                let segments: Vec<String> = split
-                    .iter()
-                    .enumerate()
-                    .map(|(i, (label, n))| segment(label, *n, total, paint_code(label, i), color))
-                    .collect();
-                let segments = if segments.is_empty() {
-                    "-".to_string()
-                } else {
-                    segments.join("  ")
-                };
-                format!("{service:<width$}{segments}   ({total} requests {note})")
-            })
+            .map(
+                |Service {
+                     name, note, last, ..
+                 }| {
+                    let split = self.split(name);
+                    let total = last.len();
+                    let segments: Vec<String> = split
+                        .iter()
+                        .enumerate()
+                        .map(|(i, (label, n))| {
+                            segment(label, *n, total, paint_code(label, i), color)
+                        })
+                        .collect();
+                    let segments = if segments.is_empty() {
+                        "-".to_string()
+                    } else {
+                        segments.join("  ")
+                    };
+                    format!("{name:<width$}{segments}   ({total} requests {note})")
+                },
+            )
             .collect()
     }
 }
@@ -249,7 +270,18 @@ mod tests {
             "{}",
             lines[1]
         );
-        t.clear();
-        assert!(t.lines(false)[0].contains("-   (0 requests"));
+        assert!(Tally::new(&[("a", "")], 1).lines(false)[0].contains("-   (0 requests"));
+        // Full once every window holds only requests recorded since the mark.
+        assert!(!t.full());
+        t.mark();
+        for _ in 0..4 {
+            t.record("reviews", Landed::Pod("reviews-v3".into()));
+        }
+        assert!(!t.full(), "ratings has no new requests");
+        for _ in 0..4 {
+            t.record("ratings", Landed::Pod("ratings-v1".into()));
+        }
+        assert!(t.full());
+        assert_eq!(t.split("reviews").len(), 1);
     }
 }

@@ -104,8 +104,11 @@ impl Walk<'_> {
             written.elapsed().as_millis()
         ))?;
 
-        self.screen.say("\n3/4  traffic after the edit")?;
-        tally.clear();
+        self.screen.say(&format!(
+            "\n3/4  traffic after the edit, until each bar's last {WINDOW} requests were all \
+             sent after the push"
+        ))?;
+        tally.mark();
         self.traffic(&mut tally, PHASE, true).await?;
         expect(&tally, "reviews", &["v3"], false)?;
         expect(&tally, "productpage", &["v1"], true)?;
