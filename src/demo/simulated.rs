@@ -22,7 +22,7 @@ use envoy_types::pb::google::protobuf::{value::Kind, ListValue, Struct, Value};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// The simulated proxies, in the order of the bootstraps given to [`Simulated::start`].
 pub struct Simulated {
@@ -46,12 +46,6 @@ impl Simulated {
             loadgen,
             picks: Mutex::default(),
         })
-    }
-
-    /// Waits until every proxy holds its clusters, listeners, and the endpoints and routes
-    /// they name.
-    pub async fn wait_synced(&self, timeout: Duration) -> Result<(), String> {
-        self.loadgen.wait_synced(timeout, |_| {}).await
     }
 
     /// Proxy `proxy` routes `call`; the request then goes to the endpoint chosen.
