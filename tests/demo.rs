@@ -4,14 +4,17 @@
 //! edit as `meshflow watch` prints it, `diff` and `explain` naming the VirtualService; exit
 //! 0 within a minute; and leave nothing behind: no process started from its scratch
 //! directory, no scratch directory (each run gets a temporary directory of its own through
-//! TMPDIR, which must be empty afterwards).
+//! TMPDIR, which must be empty afterwards). The same holds when a running demo is
+//! interrupted, and when one of its Envoys dies under it.
 
 mod support;
 
 use regex::Regex;
 use std::collections::BTreeMap;
-use std::path::Path;
-use std::process::Command;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 use support::{require_envoy, TestDir};
 
@@ -24,14 +27,11 @@ fn demo_once_with_envoy_moves_reviews_to_v3_and_leaves_nothing_behind() {
     let envoy = envoy.to_string_lossy().into_owned();
     let out = run_demo("demo-envoy", &["--envoy", &envoy]);
     assert_walk(&out);
-    let pids = envoy_pids(&out);
-    assert_eq!(pids.len(), 2, "two Envoys in the header:\n{out}");
-    for pid in pids {
-        assert!(
-            !Path::new(&format!("/proc/{pid}")).exists(),
-            "Envoy pid {pid} still exists after the demo ended"
-        );
-    }
+    assert_eq!(
+        envoy_pids(&out).len(),
+        2,
+        "two Envoys in the header:\n{out}"
+    );
 }
 
 #[test]
@@ -69,11 +69,8 @@ fn run_demo(name: &str, args: &[&str]) -> String {
     let dir = TestDir::new(name);
     let tmp = dir.subdir("tmp");
     let started = Instant::now();
-    let out = Command::new(env!("CARGO_BIN_EXE_meshflow"))
-        .args(["demo", "--once"])
-        .args(args)
-        .env("TMPDIR", &tmp)
-        .env("NO_COLOR", "1")
+    let out = demo_command(&tmp, args)
+        .arg("--once")
         .output()
         .expect("run meshflow demo");
     let took = started.elapsed();
@@ -86,7 +83,24 @@ fn run_demo(name: &str, args: &[&str]) -> String {
         out.status
     );
     assert!(took < LIMIT, "the demo took {took:?}");
-    let left: Vec<_> = std::fs::read_dir(&tmp)
+    assert_nothing_left(&tmp, &envoy_pids(&stdout));
+    stdout
+}
+
+/// `meshflow demo ARGS` with `tmp` as its TMPDIR, no colours.
+fn demo_command(tmp: &Path, args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_meshflow"));
+    command
+        .arg("demo")
+        .args(args)
+        .env("TMPDIR", tmp)
+        .env("NO_COLOR", "1");
+    command
+}
+
+/// No scratch directory in `tmp`, no process started from one, none of `pids` alive.
+fn assert_nothing_left(tmp: &Path, pids: &[u32]) {
+    let left: Vec<_> = std::fs::read_dir(tmp)
         .expect("the demo's TMPDIR")
         .flatten()
         .map(|e| e.path())
@@ -94,7 +108,140 @@ fn run_demo(name: &str, args: &[&str]) -> String {
     assert!(left.is_empty(), "left behind in TMPDIR: {left:?}");
     let running = processes_mentioning(&tmp.to_string_lossy());
     assert!(running.is_empty(), "still running: {running:?}");
-    stdout
+    for pid in pids {
+        assert!(
+            !Path::new(&format!("/proc/{pid}")).exists(),
+            "Envoy pid {pid} still exists after the demo ended"
+        );
+    }
+}
+
+/// Proves that Ctrl-C (SIGINT to the demo alone, not to its process group, so the Envoys
+/// are not told by the terminal) stops everything the demo started, once the walk is done
+/// and the mesh keeps running.
+#[test]
+fn demo_interrupted_stops_its_envoys_and_removes_its_copy() {
+    let envoy = require_envoy!();
+    let mut demo = Running::start("demo-sigint", &["--envoy", &envoy.to_string_lossy()]);
+    demo.wait_for("Ctrl-C stops everything");
+    let pids = envoy_pids(&demo.seen);
+    assert_eq!(pids.len(), 2, "{}", demo.seen);
+    demo.signal(libc::SIGINT);
+    let status = demo.wait_exit();
+    assert_eq!(status.code(), Some(130), "{}", demo.seen);
+    assert_nothing_left(&demo.tmp, &pids);
+}
+
+/// Proves the error path cleans up too: when the sidecar Envoy dies under the demo, the demo
+/// says so and exits 1, and the gateway Envoy and the scratch copy are gone.
+#[test]
+fn demo_whose_envoy_dies_fails_and_leaves_nothing_behind() {
+    let envoy = require_envoy!();
+    let mut demo = Running::start("demo-envoy-dies", &["--envoy", &envoy.to_string_lossy()]);
+    demo.wait_for("ready ");
+    let pids = envoy_pids(&demo.seen);
+    assert_eq!(pids.len(), 2, "{}", demo.seen);
+    // The sidecar, which this test's demo started.
+    let sidecar = pids[1] as libc::pid_t;
+    // SAFETY: kill(2) has no memory effects.
+    assert_eq!(unsafe { libc::kill(sidecar, libc::SIGKILL) }, 0);
+    let status = demo.wait_exit();
+    assert_eq!(status.code(), Some(1), "{}", demo.seen);
+    let stderr = std::fs::read_to_string(&demo.stderr).expect("the demo's stderr");
+    assert!(stderr.contains("the sidecar Envoy exited"), "{stderr}");
+    assert_nothing_left(&demo.tmp, &pids);
+}
+
+/// A `meshflow demo` kept running, its stdout read as it comes. Killed on drop (a failing
+/// test leaves nothing either).
+struct Running {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    /// Everything read from stdout so far.
+    seen: String,
+    tmp: PathBuf,
+    stderr: PathBuf,
+    _dir: TestDir,
+}
+
+impl Running {
+    fn start(name: &str, args: &[&str]) -> Running {
+        let dir = TestDir::new(name);
+        let tmp = dir.subdir("tmp");
+        let stderr = dir.path().join("stderr");
+        let mut child = demo_command(&tmp, args)
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&stderr).expect("the demo's stderr file"))
+            .spawn()
+            .expect("start meshflow demo");
+        let stdout = child.stdout.take().expect("the demo's stdout");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Running {
+            child,
+            lines,
+            seen: String::new(),
+            tmp,
+            stderr,
+            _dir: dir,
+        }
+    }
+
+    /// Reads stdout until a line contains `text` (within `LIMIT`).
+    fn wait_for(&mut self, text: &str) {
+        let deadline = Instant::now() + LIMIT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    self.seen.push_str(&line);
+                    self.seen.push('\n');
+                    if line.contains(text) {
+                        return;
+                    }
+                }
+                Err(e) => panic!(
+                    "no {text:?} from the demo ({e}); it printed:\n{}",
+                    self.seen
+                ),
+            }
+        }
+    }
+
+    fn signal(&self, signal: libc::c_int) {
+        let pid = self.child.id() as libc::pid_t;
+        // SAFETY: kill(2) has no memory effects; the pid is this test's child, not reaped yet.
+        assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+    }
+
+    /// Waits for the demo to exit (within 15 s).
+    fn wait_exit(&mut self) -> ExitStatus {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Some(status) = self.child.try_wait().expect("poll the demo") {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the demo did not exit:\n{}",
+                self.seen
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 /// What every run shows, with Envoy or without.

@@ -6,9 +6,12 @@
 //! things needs it to: the Gateway's port (8080) becomes a free port; the workloads' port in
 //! the EndpointSlices (9080, on the pods' loopback addresses `127.0.1.x`) becomes a free port
 //! too, so the demo runs next to the example's own `fake_pods.py` or a test using the same
-//! addresses; the `sleep` Sidecar's egress listener binds the sleep pod's own address
-//! (`127.0.1.50`) instead of `127.0.0.1`, keeping its port, 9080 (an explicit egress listener
-//! only carries the services of its port, and every bookinfo service is on 9080). The reviews
+//! addresses; the `sleep` Sidecar's egress listener binds a loopback address of its own
+//! (`127.0.x.y`, chosen free) instead of `127.0.0.1`, keeping its port, 9080 (an explicit
+//! egress listener only carries the services of its port, and every bookinfo service is on
+//! 9080). In a cluster each pod has a loopback of its own; on one machine a second demo, or
+//! anything on `127.0.0.1:9080`, would otherwise share it, and Envoy binds with
+//! `SO_REUSEPORT`, so two Envoys would silently split the connections. The reviews
 //! VirtualService moves into a file of its own, `reviews.yaml`, holding the split the demo
 //! starts from (`examples/bookinfo/reviews-split.yaml`), so the walk's edit is one file.
 
@@ -62,16 +65,15 @@ pub const REVIEWS_FILE: &str = "reviews.yaml";
 /// The port every bookinfo service (and the sleep Sidecar's egress listener) has.
 pub const SERVICE_PORT: u16 = 9080;
 
-/// The sleep pod's address, where its sidecar's egress listener binds in the copy.
-pub const SLEEP_IP: Ipv4Addr = Ipv4Addr::new(127, 0, 1, 50);
-
-/// The ports chosen for this run.
+/// The addresses chosen for this run.
 #[derive(Clone, Copy, Debug)]
-pub struct Ports {
+pub struct Layout {
     /// The Gateway's server port (the gateway Envoy's listener on 127.0.0.1).
-    pub gateway: u16,
+    pub gateway_port: u16,
     /// The port every workload listens on, at its pod address.
-    pub workloads: u16,
+    pub workload_port: u16,
+    /// Where the sleep sidecar's egress listener binds (port `SERVICE_PORT`).
+    pub sidecar_ip: Ipv4Addr,
 }
 
 /// A directory under the system's temporary directory, removed (with everything in it)
@@ -183,7 +185,7 @@ fn example_file(name: &str) -> Result<&'static str, String> {
 }
 
 /// Writes the example's config into `dir` with this run's ports (see the module's doc).
-pub fn write(dir: &Path, ports: Ports) -> Result<(), String> {
+pub fn write(dir: &Path, layout: Layout) -> Result<(), String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
     for (name, text) in EXAMPLE {
         let text = match *name {
@@ -191,19 +193,19 @@ pub fn write(dir: &Path, ports: Ports) -> Result<(), String> {
                 name,
                 text,
                 "      number: 8080\n",
-                &format!("      number: {}\n", ports.gateway),
+                &format!("      number: {}\n", layout.gateway_port),
             )?,
             "endpointslices.yaml" => replace(
                 name,
                 text,
                 &format!("  port: {SERVICE_PORT}\n"),
-                &format!("  port: {}\n", ports.workloads),
+                &format!("  port: {}\n", layout.workload_port),
             )?,
             "sidecar-sleep.yaml" => replace(
                 name,
                 text,
                 "    bind: 127.0.0.1\n",
-                &format!("    bind: {SLEEP_IP}\n"),
+                &format!("    bind: {}\n", layout.sidecar_ip),
             )?,
             "virtual-services.yaml" => without_reviews(text)?,
             _ => text.to_string(),
@@ -282,11 +284,12 @@ mod tests {
     #[test]
     fn the_copy_rewrites_ports_and_moves_reviews_to_its_own_file() {
         let dir = ScratchDir::create().expect("scratch");
-        let ports = Ports {
-            gateway: 18123,
-            workloads: 18124,
+        let layout = Layout {
+            gateway_port: 18123,
+            workload_port: 18124,
+            sidecar_ip: Ipv4Addr::new(127, 0, 9, 9),
         };
-        write(dir.path(), ports).expect("write");
+        write(dir.path(), layout).expect("write");
         let read = |n: &str| std::fs::read_to_string(dir.path().join(n)).expect(n);
         assert!(read("gateway.yaml").contains("number: 18123\n"));
         assert!(!read("endpointslices.yaml").contains("port: 9080"));
@@ -294,7 +297,7 @@ mod tests {
             read("endpointslices.yaml").matches("port: 18124").count(),
             4
         );
-        assert!(read("sidecar-sleep.yaml").contains("bind: 127.0.1.50\n"));
+        assert!(read("sidecar-sleep.yaml").contains("bind: 127.0.9.9\n"));
         assert!(!read("virtual-services.yaml").contains("name: reviews\n"));
         assert!(read("virtual-services.yaml").contains("name: ratings\n"));
         assert_eq!(read(REVIEWS_FILE), REVIEWS_SPLIT);

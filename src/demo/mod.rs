@@ -25,7 +25,7 @@ pub mod walk;
 pub mod workloads;
 
 use crate::serve::{serve, Listening, ServeOptions};
-use config::{Ports, ScratchDir};
+use config::{Layout, ScratchDir};
 use display::Screen;
 use proxies::{Listeners, Proxies, Via, SIDECAR_NAME};
 use std::path::{Path, PathBuf};
@@ -113,14 +113,15 @@ async fn run(args: &DemoArgs, screen: &mut Screen) -> Result<(), String> {
     };
     let scratch = ScratchDir::create()?;
     let workloads = Workloads::start(config::pods()?).await?;
-    let ports = Ports {
-        gateway: free_port()?,
-        workloads: workloads.port,
+    let layout = Layout {
+        gateway_port: free_port()?,
+        workload_port: workloads.port,
+        sidecar_ip: free_loopback_ip(config::SERVICE_PORT)?,
     };
     let config_dir = scratch.path().join("config");
-    config::write(&config_dir, ports)?;
+    config::write(&config_dir, layout)?;
     let meshflow = Meshflow::start(&config_dir).await?;
-    let listeners = Listeners::new(ports);
+    let listeners = Listeners::new(layout);
     let mut proxies = match &envoy_binary {
         Some(binary) => Proxies::envoy(binary, scratch.path(), meshflow.xds, listeners).await?,
         None => Proxies::simulated(meshflow.xds, listeners).await?,
@@ -234,6 +235,26 @@ fn free_port() -> Result<u16, String> {
         }
     }
     Err("no free loopback port below the ephemeral range after 100 tries".into())
+}
+
+/// A loopback address (`127.0.x.y`, off the bookinfo pods' `127.0.1.x`) where nothing
+/// listens on `port`: the sidecar's egress listener gets one of its own (see `config`).
+/// Random, so that two demos started at once do not pick the same one.
+fn free_loopback_ip(port: u16) -> Result<std::net::Ipv4Addr, String> {
+    for _ in 0..100 {
+        let random = getrandom::u32().map_err(|e| format!("choosing an address: {e}"))?;
+        let [third, fourth, ..] = random.to_le_bytes();
+        if third < 2 || fourth == 0 || fourth == 255 {
+            continue;
+        }
+        let ip = std::net::Ipv4Addr::new(127, 0, third, fourth);
+        if std::net::TcpListener::bind((ip, port)).is_ok() {
+            return Ok(ip);
+        }
+    }
+    Err(format!(
+        "no loopback address free on port {port} after 100 tries"
+    ))
 }
 
 /// meshflow, serving in this process; stopped when dropped.

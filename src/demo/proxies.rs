@@ -2,7 +2,7 @@
 //! real Envoys or as meshflow's simulated ones (`--no-envoy`), behind one way of sending them
 //! a request.
 
-use super::config::{Ports, GATEWAY_BOOTSTRAP, SERVICE_PORT, SIDECAR_BOOTSTRAP, SLEEP_IP};
+use super::config::{Layout, GATEWAY_BOOTSTRAP, SERVICE_PORT, SIDECAR_BOOTSTRAP};
 use super::envoy::EnvoyProcess;
 use super::http::{self, Landed};
 use super::simulated::Simulated;
@@ -44,10 +44,10 @@ pub struct Listeners {
 }
 
 impl Listeners {
-    pub fn new(ports: Ports) -> Listeners {
+    pub fn new(layout: Layout) -> Listeners {
         Listeners {
-            gateway: SocketAddr::from(([127, 0, 0, 1], ports.gateway)),
-            sidecar: SocketAddr::from((SLEEP_IP, SERVICE_PORT)),
+            gateway: SocketAddr::from(([127, 0, 0, 1], layout.gateway_port)),
+            sidecar: SocketAddr::from((layout.sidecar_ip, SERVICE_PORT)),
         }
     }
 
@@ -67,15 +67,6 @@ impl Proxies {
         xds: SocketAddr,
         listeners: Listeners,
     ) -> Result<Proxies, String> {
-        // The sidecar's listener address is fixed (see `config`): say so if it is taken,
-        // rather than leave Envoy to reject its listener.
-        drop(std::net::TcpListener::bind(listeners.sidecar).map_err(|e| {
-            format!(
-                "{} (the sleep sidecar's listener) is taken: {e}; is another meshflow demo \
-                 running?",
-                listeners.sidecar
-            )
-        })?);
         let gateway = EnvoyProcess::start(binary, dir, "gateway", GATEWAY_BOOTSTRAP, xds).await?;
         let sidecar = EnvoyProcess::start(binary, dir, "sidecar", SIDECAR_BOOTSTRAP, xds).await?;
         Ok(Proxies::Envoy {
