@@ -122,10 +122,7 @@ fn assert_nothing_left(tmp: &Path, pids: &[u32]) {
 #[test]
 fn demo_interrupted_stops_its_envoys_and_removes_its_copy() {
     let envoy = require_envoy!();
-    let mut demo = Running::start("demo-sigint", &["--envoy", &envoy.to_string_lossy()]);
-    demo.wait_for("Ctrl-C stops everything");
-    let pids = envoy_pids(&demo.seen);
-    assert_eq!(pids.len(), 2, "{}", demo.seen);
+    let (mut demo, pids) = Running::with_envoy("demo-sigint", &envoy, "Ctrl-C stops everything");
     demo.signal(libc::SIGINT);
     let status = demo.wait_exit();
     assert_eq!(status.code(), Some(130), "{}", demo.seen);
@@ -137,10 +134,7 @@ fn demo_interrupted_stops_its_envoys_and_removes_its_copy() {
 #[test]
 fn demo_whose_envoy_dies_fails_and_leaves_nothing_behind() {
     let envoy = require_envoy!();
-    let mut demo = Running::start("demo-envoy-dies", &["--envoy", &envoy.to_string_lossy()]);
-    demo.wait_for("ready ");
-    let pids = envoy_pids(&demo.seen);
-    assert_eq!(pids.len(), 2, "{}", demo.seen);
+    let (mut demo, pids) = Running::with_envoy("demo-envoy-dies", &envoy, "ready ");
     // The sidecar, which this test's demo started.
     let sidecar = pids[1] as libc::pid_t;
     // SAFETY: kill(2) has no memory effects.
@@ -165,6 +159,16 @@ struct Running {
 }
 
 impl Running {
+    /// A demo with this Envoy, once it printed `until`; and its Envoys' pids (gateway,
+    /// sidecar).
+    fn with_envoy(name: &str, envoy: &Path, until: &str) -> (Running, Vec<u32>) {
+        let mut demo = Running::start(name, &["--envoy", &envoy.to_string_lossy()]);
+        demo.wait_for(until);
+        let pids = envoy_pids(&demo.seen);
+        assert_eq!(pids.len(), 2, "{}", demo.seen);
+        (demo, pids)
+    }
+
     fn start(name: &str, args: &[&str]) -> Running {
         let dir = TestDir::new(name);
         let tmp = dir.subdir("tmp");

@@ -6,7 +6,9 @@
 //! `NAMESPACE` and `LABELS {app: client-p}` — exactly the proxy records of
 //! `dataflows::synth::proxy`, so a harness can compute what each should hold. Gateway
 //! proxies follow the sidecars: `dataflows::synth::router` (`router~…`, `istio:
-//! ingressgateway`).
+//! ingressgateway`). [`Loadgen::start_nodes`] speaks for nodes given instead
+//! (`meshflow demo --no-envoy`: the identities of the bookinfo Envoy bootstraps), and can
+//! keep the bodies each proxy holds, so its config can be read as Envoy's would be.
 //!
 //! Each subscribes the way Envoy does: wildcard CDS; when clusters arrive, the EDS names of
 //! the EDS clusters (`eds_cluster_config.service_name`, else the cluster name) and wildcard
