@@ -107,9 +107,10 @@ async fn interrupted() -> &'static str {
 async fn run(args: &DemoArgs, screen: &mut Screen) -> Result<(), String> {
     let started = Instant::now();
     // Before anything is started: a missing Envoy is the likeliest problem.
-    let envoy_binary = match args.no_envoy {
-        true => None,
-        false => Some(envoy::find(args.envoy.as_deref())?),
+    let envoy_binary = if args.no_envoy {
+        None
+    } else {
+        Some(envoy::find(args.envoy.as_deref())?)
     };
     let scratch = ScratchDir::create()?;
     let workloads = Workloads::start(config::pods()?).await?;
