@@ -13,7 +13,9 @@
 //! - [`xds`]: the ADS protocol (Delta and State-of-the-World) and its gRPC server;
 //! - [`debug`]: the debug port and CLI, which read the hub;
 //! - [`bench`]: mesh generation, simulated proxies and the benchmark harness;
-//! - [`serve`]: wires sources, runtime, hub, xDS and debug together.
+//! - [`serve`]: wires sources, runtime, hub, xDS and debug together;
+//! - [`demo`]: bookinfo, meshflow, workloads and proxies on loopback, and one edit walked
+//!   through (`meshflow demo`).
 //!
 //! Imports go one way: sources → input ← runtime → hub ← xds, hub ← debug; `engine`,
 //! `input` and `config` import nothing of this crate (`tests/layers.rs` checks it).
@@ -22,6 +24,7 @@ pub mod async_runtime;
 pub mod bench;
 pub mod config;
 pub mod debug;
+pub mod demo;
 pub mod engine;
 pub mod hub;
 pub mod input;

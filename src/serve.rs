@@ -49,6 +49,18 @@ pub struct ServeOptions {
     pub plaintext: bool,
     /// Bounds of the per-proxy debug history.
     pub history: HistoryLimits,
+    /// Told the addresses bound once the initial read of every source is in and the xDS
+    /// port accepts connections, so a caller that asked for port 0 (`meshflow demo`) learns
+    /// where to connect.
+    pub ready: Option<tokio::sync::oneshot::Sender<Listening>>,
+}
+
+/// Where a started `serve` listens.
+#[derive(Clone, Copy, Debug)]
+pub struct Listening {
+    pub xds: SocketAddr,
+    /// `None` when the debug port could not be bound (serve goes on without it).
+    pub debug: Option<SocketAddr>,
 }
 
 pub async fn serve(opts: ServeOptions) -> Result<(), String> {
@@ -138,9 +150,11 @@ pub async fn serve(opts: ServeOptions) -> Result<(), String> {
         hub.health.expect_source(s.name());
     }
 
+    let mut debug_addr = None;
     match tokio::net::TcpListener::bind(opts.debug_addr).await {
         Ok(l) => {
             let addr = l.local_addr().map_err(|e| e.to_string())?;
+            debug_addr = Some(addr);
             tracing::info!(%addr, "debug API listening (gRPC, CSDS, HTTP JSON, /metrics)");
             let (hub, read_timeout) = (hub.clone(), opts.debug_read_timeout);
             tokio::spawn(async move {
@@ -163,7 +177,17 @@ pub async fn serve(opts: ServeOptions) -> Result<(), String> {
         .map_err(|e| format!("binding the xDS address {}: {e}", opts.xds_addr))?;
     let local = listener.local_addr().map_err(|e| e.to_string())?;
     tracing::info!(addr = %local, "xDS server listening");
-    eprintln!("meshflow: xDS server listening on {local}");
+    match opts.ready {
+        // The caller may have stopped waiting; serving goes on regardless.
+        Some(ready) => {
+            let _ = ready.send(Listening {
+                xds: local,
+                debug: debug_addr,
+            });
+        }
+        // The line scripts and tests wait for; a caller told by `ready` prints its own.
+        None => eprintln!("meshflow: xDS server listening on {local}"),
+    }
     tokio::select! {
         served = server::serve(hub, opts.limits, opts.auth, acceptor, listener) => {
             served.map_err(|e| format!("xDS server: {e}"))

@@ -25,7 +25,6 @@ use dataflows::materialize::Materialized;
 use dataflows::model::{MeshConfig, Proxy, Record, ResourceType};
 use dataflows::naive::{self, ProxyConfigs, Snapshot};
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
-use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use envoy_types::pb::envoy::config::listener::v3::Listener;
 use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
@@ -34,7 +33,7 @@ use envoy_types::pb::envoy::extensions::filters::listener::original_dst::v3::Ori
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
 use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::TcpProxy;
 use envoy_types::pb::envoy::extensions::upstreams::http::v3::HttpProtocolOptions;
-use envoy_types::pb::google::protobuf::{value::Kind as ValueKind, ListValue, Struct, Value};
+use meshflow::demo::simulated::node_of;
 use meshflow::sources::files::FileSource;
 use meshflow::xds::node::proxy_from_node;
 use prost::{Message, Name};
@@ -126,47 +125,13 @@ fn golden_path(stem: &str) -> PathBuf {
 // ---------------------------------------------------------------------------------------------
 
 /// The proxy an Envoy started with this bootstrap presents: its `node` (id, metadata) turned
-/// into an xDS `Node` and parsed by the xDS server's own `proxy_from_node`.
+/// into an xDS `Node` as `meshflow demo --no-envoy`'s proxies present it, and parsed by the
+/// xDS server's own `proxy_from_node`.
 fn proxy_of_bootstrap(path: &Path) -> Proxy {
     let text =
         std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
-    let bootstrap: serde_json::Value =
-        serde_yaml_ng::from_str(&text).unwrap_or_else(|e| panic!("parse {}: {e}", path.display()));
-    let node = &bootstrap["node"];
-    let id = node["id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{}: node.id missing", path.display()));
-    let metadata = match json_to_value(&node["metadata"]).kind {
-        Some(ValueKind::StructValue(s)) => s,
-        _ => panic!("{}: node.metadata is not a map", path.display()),
-    };
-    let node = Node {
-        id: id.to_owned(),
-        cluster: node["cluster"].as_str().unwrap_or_default().to_owned(),
-        metadata: Some(metadata),
-        ..Default::default()
-    };
+    let node = node_of(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     proxy_from_node(Some(&node)).unwrap_or_else(|e| panic!("{}: invalid node: {e}", path.display()))
-}
-
-/// JSON → `google.protobuf.Value`, as Envoy reads bootstrap metadata.
-fn json_to_value(json: &serde_json::Value) -> Value {
-    let kind = match json {
-        serde_json::Value::Null => ValueKind::NullValue(0),
-        serde_json::Value::Bool(b) => ValueKind::BoolValue(*b),
-        serde_json::Value::Number(n) => ValueKind::NumberValue(n.as_f64().unwrap_or_default()),
-        serde_json::Value::String(s) => ValueKind::StringValue(s.clone()),
-        serde_json::Value::Array(items) => ValueKind::ListValue(ListValue {
-            values: items.iter().map(json_to_value).collect(),
-        }),
-        serde_json::Value::Object(map) => ValueKind::StructValue(Struct {
-            fields: map
-                .iter()
-                .map(|(k, v)| (k.clone(), json_to_value(v)))
-                .collect(),
-        }),
-    };
-    Value { kind: Some(kind) }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -7,7 +7,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// What each top-level module may import of this crate. `serve` and `main` wire
-/// everything; `bench` drives a server from outside and may use any lower layer.
+/// everything; `bench` drives a server from outside and may use any lower layer; `demo`
+/// runs `serve` and drives it as a user would (debug client, simulated proxies).
 const ALLOWED: &[(&str, &[&str])] = &[
     ("engine", &[]),
     ("input", &[]),
@@ -28,6 +29,10 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "xds",
             "async_runtime",
         ],
+    ),
+    (
+        "demo",
+        &["serve", "debug", "bench", "engine", "async_runtime"],
     ),
 ];
 

@@ -6,7 +6,9 @@
 //! `NAMESPACE` and `LABELS {app: client-p}` — exactly the proxy records of
 //! `dataflows::synth::proxy`, so a harness can compute what each should hold. Gateway
 //! proxies follow the sidecars: `dataflows::synth::router` (`router~…`, `istio:
-//! ingressgateway`).
+//! ingressgateway`). [`Loadgen::start_nodes`] speaks for nodes given instead
+//! (`meshflow demo --no-envoy`: the identities of the bookinfo Envoy bootstraps), and can
+//! keep the bodies each proxy holds, so its config can be read as Envoy's would be.
 //!
 //! Each subscribes the way Envoy does: wildcard CDS; when clusters arrive, the EDS names of
 //! the EDS clusters (`eds_cluster_config.service_name`, else the cluster name) and wildcard
@@ -239,6 +241,9 @@ pub struct ProxyState {
     pub last_message_at: Option<Instant>,
     /// The stream failed or ended: why.
     pub error: Option<String>,
+    /// Per type: name → the body held, kept only when asked ([`Loadgen::start_nodes`]): a
+    /// bench's thousands of proxies would each copy what the server shares.
+    pub bodies: Option<[HashMap<String, Vec<u8>>; 4]>,
     /// Delta resources whose version is not the content hash of their body.
     pub version_mismatches: u64,
     /// Responses whose type URL or body could not be read.
@@ -262,6 +267,29 @@ impl ProxyState {
 
     pub fn version(&self, t: ResourceType, name: &str) -> Option<&Held> {
         self.held[type_index(t)].get(name)
+    }
+
+    /// The bodies held, as `(type, name, encoded body)` (none unless kept).
+    pub fn held_bodies(&self) -> impl Iterator<Item = (ResourceType, &str, &[u8])> {
+        ResourceType::ALL
+            .into_iter()
+            .zip(self.bodies.iter().flatten())
+            .flat_map(|(t, of_type)| {
+                of_type
+                    .iter()
+                    .map(move |(name, body)| (t, name.as_str(), body.as_slice()))
+            })
+    }
+
+    /// Drops `name` of type index `i` from what is held (removed by the server, or no
+    /// longer subscribed).
+    fn forget(&mut self, i: usize, name: &str, now: Instant) {
+        if self.held[i].remove(name).is_some() {
+            self.removed_at[i].insert(name.to_string(), now);
+        }
+        if let Some(bodies) = &mut self.bodies {
+            bodies[i].remove(name);
+        }
     }
 
     fn is_synced(&self) -> bool {
@@ -334,8 +362,49 @@ impl Loadgen {
                 super::mesh_gen::MAX_PROXIES
             ));
         }
+        let nodes = (0..config.proxies + config.gateways)
+            .map(|i| {
+                if i < config.proxies {
+                    node(config.first_proxy + i, config.namespaces)
+                } else {
+                    router_node(i - config.proxies, &config.root_namespace)
+                }
+            })
+            .collect();
+        Self::spawn_streams(config, nodes, false).await
+    }
+
+    /// Simulated proxies speaking for the nodes given (e.g. the identities of real Envoy
+    /// bootstraps), all on one connection; with `keep_bodies`, each keeps the bodies of what
+    /// it holds ([`ProxyState::held_bodies`]), so its config can be read as Envoy's would be.
+    pub async fn start_nodes(
+        xds_addr: SocketAddr,
+        protocol: Protocol,
+        nodes: Vec<Node>,
+        keep_bodies: bool,
+    ) -> Result<Loadgen, String> {
+        let config = Config {
+            xds_addr,
+            proxies: nodes.len(),
+            first_proxy: 0,
+            namespaces: 1,
+            protocol,
+            streams_per_connection: nodes.len().max(1),
+            gateways: 0,
+            root_namespace: String::new(),
+        };
+        Self::spawn_streams(config, nodes, keep_bodies).await
+    }
+
+    /// Opens the connections and starts one stream per node (node `i` is proxy
+    /// `config.first_proxy + i`).
+    async fn spawn_streams(
+        config: Config,
+        nodes: Vec<Node>,
+        keep_bodies: bool,
+    ) -> Result<Loadgen, String> {
         let per_conn = config.streams_per_connection.max(1);
-        let streams = config.proxies + config.gateways;
+        let streams = nodes.len();
         let connections = streams.div_ceil(per_conn);
         let uri = format!("http://{}", config.xds_addr);
         let mut channels: Vec<Channel> = Vec::with_capacity(connections);
@@ -355,17 +424,14 @@ impl Loadgen {
         });
         let mut proxies = Vec::with_capacity(streams);
         let mut tasks = Vec::with_capacity(streams);
-        for i in 0..streams {
-            let p = config.first_proxy + i;
-            let node = if i < config.proxies {
-                node(p, config.namespaces)
-            } else {
-                router_node(i - config.proxies, &config.root_namespace)
-            };
+        for (i, node) in nodes.into_iter().enumerate() {
             let handle = Arc::new(ProxyHandle {
-                index: p,
+                index: config.first_proxy + i,
                 id: node.id.clone(),
-                state: Mutex::new(ProxyState::default()),
+                state: Mutex::new(ProxyState {
+                    bodies: keep_bodies.then(Default::default),
+                    ..Default::default()
+                }),
             });
             let Some(channel) = channels.get(i / per_conn).cloned() else {
                 return Err("internal: no connection for a proxy".into());
@@ -663,9 +729,7 @@ fn resubscribe(
     };
     let (add, drop) = diff_sets(current, &wanted);
     for n in &drop {
-        if st.held[type_index(t)].remove(n).is_some() {
-            st.removed_at[type_index(t)].insert(n.clone(), now);
-        }
+        st.forget(type_index(t), n, now);
     }
     if t == EDS {
         st.eds_subscribed = wanted;
@@ -678,10 +742,13 @@ fn resubscribe(
 fn record_arrival(
     st: &mut ProxyState,
     t: ResourceType,
-    name: String,
+    (name, body): (String, Option<&[u8]>),
     version: String,
     now: Instant,
 ) {
+    if let (Some(bodies), Some(body)) = (&mut st.bodies, body) {
+        bodies[type_index(t)].insert(name.clone(), body.to_vec());
+    }
     let map = &mut st.held[type_index(t)];
     match map.get_mut(&name) {
         Some(h) if h.version == version => {}
@@ -761,12 +828,10 @@ async fn run_delta(
                     ResourceType::Listener => derived.on_listener(&r.name, body),
                     _ => {}
                 }
-                record_arrival(&mut st, t, r.name.clone(), r.version.clone(), now);
+                record_arrival(&mut st, t, (r.name.clone(), body), r.version.clone(), now);
             }
             for n in &resp.removed_resources {
-                if st.held[i].remove(n).is_some() {
-                    st.removed_at[i].insert(n.clone(), now);
-                }
+                st.forget(i, n, now);
                 match t {
                     ResourceType::Cluster => derived.on_cluster(n, None),
                     ResourceType::Listener => derived.on_listener(n, None),
@@ -970,7 +1035,7 @@ fn sotw_apply(
             continue;
         }
         seen.insert(name.clone());
-        record_arrival(st, t, name, version_of(body), now);
+        record_arrival(st, t, (name, Some(body)), version_of(body), now);
     }
     if matches!(t, ResourceType::Cluster | ResourceType::Listener) {
         let gone: Vec<String> = st.held[i]
@@ -980,8 +1045,7 @@ fn sotw_apply(
             .collect();
         st.counters.removed[i] += gone.len() as u64;
         for n in gone {
-            st.held[i].remove(&n);
-            st.removed_at[i].insert(n.clone(), now);
+            st.forget(i, &n, now);
             match t {
                 ResourceType::Cluster => derived.on_cluster(&n, None),
                 _ => derived.on_listener(&n, None),

@@ -2,9 +2,8 @@
 //! does when there is none (`require_envoy!`): a loud skip on a developer's machine, a failure
 //! under `CI=true`, so CI can never pass by skipping every Envoy test.
 
-use std::fs::{self, File};
-use std::io::Read;
-use std::os::unix::fs::PermissionsExt;
+// The same checks `meshflow demo` makes of an Envoy it finds.
+use meshflow::demo::envoy::{is_executable, resolve_python_wrapper};
 use std::path::{Path, PathBuf};
 
 /// The Envoy binary to test against: `$MESHFLOW_ENVOY`, else `.venv-test/bin/envoy` in the
@@ -62,28 +61,3 @@ macro_rules! require_envoy {
 }
 #[allow(unused_imports)]
 pub(crate) use require_envoy;
-
-fn is_executable(path: &Path) -> bool {
-    fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-}
-
-/// `<venv>/bin/envoy` script → `<venv>/lib/python3.*/site-packages/envoy/_bin/envoy`.
-fn resolve_python_wrapper(path: PathBuf) -> PathBuf {
-    let mut head = [0u8; 2];
-    let is_script = File::open(&path)
-        .and_then(|mut f| f.read_exact(&mut head))
-        .is_ok()
-        && &head == b"#!";
-    if !is_script {
-        return path;
-    }
-    let venv = path.parent().and_then(Path::parent);
-    let real = venv
-        .and_then(|venv| fs::read_dir(venv.join("lib")).ok())
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|entry| entry.path().join("site-packages/envoy/_bin/envoy"))
-        .find(|candidate| is_executable(candidate));
-    real.unwrap_or(path)
-}

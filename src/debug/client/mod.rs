@@ -82,7 +82,7 @@ impl Output {
 }
 
 /// Colour for terminals that want it (`NO_COLOR` unset, stdout a terminal).
-fn use_color() -> bool {
+pub fn use_color() -> bool {
     std::env::var_os("NO_COLOR").is_none() && std::io::stdout().is_terminal()
 }
 
@@ -122,26 +122,45 @@ pub async fn diff(
     }
 }
 
+/// A proxy's pushes and ACKs/NACKs as they happen (the stream `meshflow watch` prints),
+/// from the moment it is opened.
+pub struct Watch {
+    stream: tonic::Streaming<pb::WatchEvent>,
+}
+
+impl Watch {
+    /// Subscribes: every event after this returns is delivered.
+    pub async fn open(addr: SocketAddr, proxy: &str) -> Result<Watch, String> {
+        let mut client = debug_client(addr).await?;
+        let stream = client
+            .watch(pb::WatchRequest {
+                proxy: proxy.to_string(),
+            })
+            .await
+            .map_err(|e| format!("watch: {}", e.message()))?
+            .into_inner();
+        Ok(Watch { stream })
+    }
+
+    /// The next event; an error when the server ends the watch.
+    pub async fn next(&mut self) -> Result<model::WatchEvent, String> {
+        match self.stream.message().await {
+            Ok(Some(e)) => model::WatchEvent::try_from(e),
+            Ok(None) => Err("the server ended the watch".into()),
+            Err(e) => Err(format!("watch: {}", e.message())),
+        }
+    }
+}
+
 /// `meshflow watch PROXY`: prints every push and ACK/NACK as it happens, until the server
 /// goes away (or the user stops it). `-o json` prints the lines of `/debug/watch`.
 pub async fn watch(addr: SocketAddr, proxy: &str, output: Output) -> Result<String, String> {
     use std::io::Write;
-    let mut client = debug_client(addr).await?;
-    let mut stream = client
-        .watch(pb::WatchRequest {
-            proxy: proxy.to_string(),
-        })
-        .await
-        .map_err(|e| format!("watch: {}", e.message()))?
-        .into_inner();
+    let mut watch = Watch::open(addr, proxy).await?;
     let color = use_color();
     eprintln!("watching {proxy} (Ctrl-C to stop)");
     loop {
-        let event = match stream.message().await {
-            Ok(Some(e)) => model::WatchEvent::try_from(e)?,
-            Ok(None) => return Err("the server ended the watch".into()),
-            Err(e) => return Err(format!("watch: {}", e.message())),
-        };
+        let event = watch.next().await?;
         let text = match output.format() {
             None => render::watch_event(&event, color),
             Some(Format::Json) => model::to_json(&event).to_string() + "\n",
