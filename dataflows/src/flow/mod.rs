@@ -19,6 +19,7 @@ mod mesh;
 mod routes;
 mod scopes;
 mod services;
+mod tcp;
 mod virtual_services;
 mod visibility;
 
@@ -107,7 +108,21 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     let vss = virtual_services::resolve(&virtual_services, &services.chosen);
     let mesh_vss = virtual_services::mesh_in_effect(&virtual_services, &visible);
     let ports = routes::ports(&visible, &services.chosen, &specs);
-    let routes = routes::sidecar(&config.domain_suffix, &specs, &ports, mesh_vss, &vss);
+    let (routes, http_ports) = routes::sidecar(
+        &config.domain_suffix,
+        &specs,
+        &ports,
+        mesh_vss.clone(),
+        &vss,
+    );
+    let tcp = tcp::sidecar(
+        &visible,
+        &services.chosen,
+        &specs,
+        mesh_vss,
+        &vss,
+        http_ports,
+    );
     let listeners = listeners::sidecar(&specs, ports);
     let gateways = gateways::routers(&scopes, i.gateways, virtual_services, vss);
 
@@ -117,6 +132,7 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         .built
         .concat(assignments)
         .concat(routes)
+        .concat(tcp)
         .concat(listeners)
         .concat(gateways);
     let errors = services.conflicts.concat(undefined_subsets);
