@@ -16,6 +16,7 @@ use dataflows::naive::{self, Snapshot};
 use meshflow::debug::envoy_json::resource_json;
 use meshflow::sources::files::FileSource;
 
+use support::mongo;
 use support::tcp_echo::{tcp_tally, TcpEcho};
 use support::{
     converge_then, envoy_bootstrap, exactly, free_port, only, require_envoy, write_config, Envoy,
@@ -26,107 +27,7 @@ use support::{
 const NET: u8 = 52;
 
 fn ip(host: u8) -> String {
-    format!("127.0.{NET}.{host}")
-}
-
-/// Service, pods, endpoints and subsets of `mongo`, the client's Sidecar and the Gateway.
-fn write_mesh(config: &Path, service_port: u16, backend_port: u16, gateway_port: u16) {
-    let (v1, v2) = (ip(11), ip(12));
-    write_config(
-        config,
-        "mongo.yaml",
-        &format!(
-            "apiVersion: v1
-kind: Service
-metadata: {{name: mongo, namespace: default}}
-spec:
-  clusterIP: 10.96.0.52
-  selector: {{app: mongo}}
-  ports:
-  - {{name: tcp-mongo, port: {service_port}, targetPort: {backend_port}, protocol: TCP}}
----
-apiVersion: v1
-kind: Pod
-metadata: {{name: mongo-v1, namespace: default, labels: {{app: mongo, version: v1}}}}
-status: {{phase: Running, podIP: {v1}}}
----
-apiVersion: v1
-kind: Pod
-metadata: {{name: mongo-v2, namespace: default, labels: {{app: mongo, version: v2}}}}
-status: {{phase: Running, podIP: {v2}}}
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: mongo-abcde
-  namespace: default
-  labels: {{kubernetes.io/service-name: mongo}}
-addressType: IPv4
-ports: [{{name: tcp-mongo, port: {backend_port}, protocol: TCP}}]
-endpoints:
-- addresses: [{v1}]
-  conditions: {{ready: true}}
-- addresses: [{v2}]
-  conditions: {{ready: true}}
----
-apiVersion: networking.istio.io/v1
-kind: DestinationRule
-metadata: {{name: mongo, namespace: default}}
-spec:
-  host: mongo
-  subsets:
-  - {{name: v1, labels: {{version: v1}}}}
-  - {{name: v2, labels: {{version: v2}}}}
----
-apiVersion: networking.istio.io/v1
-kind: Sidecar
-metadata: {{name: client, namespace: default}}
-spec:
-  workloadSelector: {{labels: {{app: client}}}}
-  egress:
-  - port: {{number: {service_port}, protocol: TCP, name: tcp}}
-    bind: 127.0.0.1
-    captureMode: NONE
-    hosts: [./*]
----
-apiVersion: networking.istio.io/v1
-kind: Gateway
-metadata: {{name: tcp-gateway, namespace: default}}
-spec:
-  selector: {{istio: ingressgateway}}
-  servers:
-  - port: {{number: {gateway_port}, protocol: TCP, name: tcp}}
-    bind: 127.0.0.1
-    hosts: ['*']
-"
-        ),
-    );
-}
-
-/// VirtualService `mongo` for sidecars: one `tcp` route splitting connections by `split`.
-fn write_split(config: &Path, split: &[(&str, u32)]) {
-    let route: String = split
-        .iter()
-        .map(|(subset, weight)| {
-            format!(
-                "    - destination: {{host: mongo, subset: {subset}}}\n      weight: {weight}\n"
-            )
-        })
-        .collect();
-    write_config(
-        config,
-        "mongo-vs.yaml",
-        &format!(
-            "apiVersion: networking.istio.io/v1
-kind: VirtualService
-metadata: {{name: mongo, namespace: default}}
-spec:
-  hosts: [mongo]
-  tcp:
-  - route:
-{route}"
-        ),
-    );
+    mongo::ip(NET, host)
 }
 
 /// Samples connections until `accept` holds, then returns a fresh tally of `n`.
@@ -153,7 +54,7 @@ fn tcp_routes_shift_connections_on_sidecar_and_gateway() {
     let (port, backend_port, gateway_port) = (free_port(), free_port(), free_port());
     let _v1 = TcpEcho::start(&ip(11), backend_port, "mongo-v1");
     let _v2 = TcpEcho::start(&ip(12), backend_port, "mongo-v2");
-    write_mesh(&config, port, backend_port, gateway_port);
+    mongo::write_mesh(&config, NET, port, backend_port, gateway_port);
     let meshflow = Meshflow::start(&config, dir.path());
 
     let node = ProxyNode::sidecar("client-abc", "default", &ip(20), &[("app", "client")]);
@@ -174,36 +75,20 @@ fn tcp_routes_shift_connections_on_sidecar_and_gateway() {
     assert!(exactly(&counts, &[v1, v2]), "{counts:?}");
 
     // 2. Every connection to v2, then to v1, then half and half.
-    write_split(&config, &[("v1", 0), ("v2", 100)]);
+    mongo::write_split(&config, &[("v1", 0), ("v2", 100)]);
     let counts = converge_tcp("all to v2", &sidecar, addr, |c| only(c, v2), 20);
     assert!(only(&counts, v2), "{counts:?}");
-    write_split(&config, &[("v1", 100), ("v2", 0)]);
+    mongo::write_split(&config, &[("v1", 100), ("v2", 0)]);
     let counts = converge_tcp("all to v1", &sidecar, addr, |c| only(c, v1), 20);
     assert!(only(&counts, v1), "{counts:?}");
-    write_split(&config, &[("v1", 50), ("v2", 50)]);
+    mongo::write_split(&config, &[("v1", 50), ("v2", 50)]);
     let counts = converge_tcp("split", &sidecar, addr, |c| exactly(c, &[v1, v2]), 60);
     assert!(exactly(&counts, &[v1, v2]), "{counts:?}");
     let (n1, n2) = (counts[v1], counts[v2]);
     assert!(n1 >= 10 && n2 >= 10, "a 50/50 split of 60: {counts:?}");
 
     // 3. The Gateway's TCP server, with a VirtualService bound to it: to subset v2.
-    write_config(
-        &config,
-        "mongo-gateway-vs.yaml",
-        &format!(
-            "apiVersion: networking.istio.io/v1
-kind: VirtualService
-metadata: {{name: mongo-gateway, namespace: default}}
-spec:
-  hosts: ['*']
-  gateways: [tcp-gateway]
-  tcp:
-  - match: [{{port: {gateway_port}}}]
-    route:
-    - destination: {{host: mongo, subset: v2, port: {{number: {port}}}}}
-"
-        ),
-    );
+    mongo::write_gateway_route(&config, gateway_port, port);
     let router_node = ProxyNode::router(
         "istio-ingressgateway-abc",
         "default",

@@ -28,6 +28,7 @@ mod scratch;
 
 // Fixtures and clients that tests name by module (`support::reviews::Reviews`).
 pub mod fake_kube;
+pub mod mongo;
 pub mod pki;
 pub mod reviews;
 pub mod scene;
