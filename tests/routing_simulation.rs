@@ -16,7 +16,10 @@ use std::path::{Path, PathBuf};
 
 use dataflows::driver::{Batch, Engine};
 use dataflows::materialize::Materialized;
-use dataflows::model::{MeshConfig, ProxyId, Record, Resource, ResourceKey};
+use dataflows::model::{
+    ConfigKey, Holder, MeshConfig, ProvenanceRow, ProxyId, Record, Resource, ResourceKey,
+    ResourceType,
+};
 use dataflows::simulate::{Call, NoMatch, Outcome, ProxyConfig};
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::google::protobuf::{value::Kind, Struct, Value};
@@ -42,6 +45,8 @@ struct Mesh {
     errors: Vec<String>,
     /// The dataflow's analysis errors in effect (cross-object checks).
     dataflow_errors: BTreeMap<String, isize>,
+    /// What each resource was built from (`explain`), as the dataflow keeps it.
+    provenance: BTreeMap<ProvenanceRow, isize>,
 }
 
 impl Mesh {
@@ -64,6 +69,7 @@ impl Mesh {
             bodies: BTreeMap::new(),
             errors: Vec::new(),
             dataflow_errors: BTreeMap::new(),
+            provenance: BTreeMap::new(),
         }
     }
 
@@ -82,6 +88,10 @@ impl Mesh {
             *self.dataflow_errors.entry(line).or_default() += d;
         }
         self.dataflow_errors.retain(|_, d| *d != 0);
+        for (row, d) in &out.provenance {
+            *self.provenance.entry(row.clone()).or_default() += d;
+        }
+        self.provenance.retain(|_, d| *d != 0);
         for (r, d) in out.bodies {
             self.bodies.entry(r.key()).or_insert((r, 0)).1 += d;
         }
@@ -1004,9 +1014,15 @@ fn tcp_echo_cluster(port: u16, subset: &str) -> String {
     format!("outbound|{port}|{subset}|tcp-echo.default.svc.cluster.local")
 }
 
-/// `examples/tcp-echo/config` as shipped, with a captured sidecar and the ingress gateway.
+/// A copy of `examples/tcp-echo/config` as shipped (tests add to it), with a captured
+/// sidecar and the ingress gateway.
 fn tcp_echo() -> (Mesh, ProxyId, ProxyId) {
-    let mut mesh = Mesh::over(TestDir::new("routing-simulation-tcp-echo"), TCP_ECHO.into());
+    let mut mesh = Mesh::new("tcp-echo");
+    for entry in std::fs::read_dir(TCP_ECHO).expect("examples/tcp-echo/config") {
+        let path = entry.expect("a directory entry").path();
+        let name = path.file_name().expect("a file name");
+        std::fs::copy(&path, mesh.config.join(name)).expect("copy the example");
+    }
     let sidecar = mesh.connect_captured(&ProxyNode::sidecar(
         "sleep-abc",
         "default",
@@ -1104,4 +1120,44 @@ spec:
     assert_eq!(o.cluster(), Some(&*tcp_echo_cluster(9000, "v1")), "{o:#?}");
     let o = mesh.send(&sidecar, &Call::connect(9000).to_address("192.0.2.5"));
     assert_eq!(o.cluster(), Some("outbound|9000||db.example.com"), "{o:#?}");
+}
+
+/// `explain` for the TCP listeners: a captured sidecar's `0.0.0.0_9000` comes from every
+/// service on the port (TCP and HTTP) and tcp-echo's VirtualService; the gateway's TCP
+/// listener from its Gateway and the VirtualService bound to it.
+#[test]
+fn tcp_listeners_name_the_inputs_they_are_built_from() {
+    let (mesh, _, _) = tcp_echo();
+    let built_from = |router: bool, name: &str| -> Vec<String> {
+        let mut out: Vec<String> = mesh
+            .provenance
+            .keys()
+            .filter(|((holder, t, n), _)| {
+                let is_router = matches!(
+                    holder,
+                    Holder::Scope(dataflows::model::ScopeKey::Router { .. })
+                );
+                *t == ResourceType::Listener && n == name && is_router == router
+            })
+            .map(|(_, k): &(_, ConfigKey)| format!("{:?} {}/{}", k.kind, k.namespace, k.name))
+            .collect();
+        out.dedup();
+        out
+    };
+    assert_eq!(
+        built_from(false, "0.0.0.0_9000"),
+        vec![
+            "Service default/tcp-echo",
+            "Service default/web",
+            "VirtualService default/tcp-echo",
+            "ServiceEntry default/external-db",
+        ]
+    );
+    assert_eq!(
+        built_from(true, "127.0.0.1_31400"),
+        vec![
+            "VirtualService default/tcp-echo-gateway",
+            "Gateway default/tcp-echo-gateway",
+        ]
+    );
 }
