@@ -19,8 +19,8 @@ use meshflow::sources::files::FileSource;
 use support::mongo;
 use support::tcp_echo::{tcp_tally, TcpEcho};
 use support::{
-    converge_then, envoy_bootstrap, exactly, free_port, only, require_envoy, write_config, Envoy,
-    Meshflow, ProxyNode, TestDir, XdsMode, STARTUP_TIMEOUT,
+    converge_then, envoy_bootstrap, exactly, free_port, only, require_envoy, Envoy, Meshflow,
+    ProxyNode, TestDir, XdsMode, STARTUP_TIMEOUT,
 };
 
 /// This test's loopback /24.

@@ -1161,3 +1161,66 @@ fn tcp_listeners_name_the_inputs_they_are_built_from() {
         ]
     );
 }
+
+/// Two ServiceEntries without addresses on one TCP port: nothing tells their connections
+/// apart, so the first (by host) takes the port and the second is an error naming it, until
+/// it gets addresses of its own. A TLS port without addresses is not proxied at all (it
+/// would need SNI): its connections pass through to where they were going, as before.
+#[test]
+fn tcp_services_a_sidecar_cannot_tell_apart_are_reported() {
+    let mut mesh = Mesh::new("tcp-unreachable");
+    let entry = |name: &str, protocol: &str, addresses: &str| {
+        format!(
+            "apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {{name: {name}, namespace: default}}
+spec:
+  hosts: [{name}.example.com]
+{addresses}  ports: [{{number: 7000, name: p, protocol: {protocol}}}]
+  resolution: DNS
+"
+        )
+    };
+    write_config(&mesh.config, "a.yaml", &entry("a", "TCP", ""));
+    write_config(&mesh.config, "b.yaml", &entry("b", "TCP", ""));
+    let sidecar = mesh.connect_captured(&ProxyNode::sidecar(
+        "client-abc",
+        "default",
+        "127.0.60.20",
+        &[("app", "client")],
+    ));
+    let conn = Call::connect(7000).to_address("203.0.113.1");
+    let o = mesh.send(&sidecar, &conn);
+    assert_eq!(o.cluster(), Some("outbound|7000||a.example.com"), "{o:#?}");
+    let errors: Vec<&String> = mesh.dataflow_errors.keys().collect();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].starts_with(
+            "ServiceEntry/default/b: b.example.com: port 7000 (TCP) cannot be told apart"
+        ),
+        "{errors:?}"
+    );
+
+    write_config(
+        &mesh.config,
+        "b.yaml",
+        &entry("b", "TCP", "  addresses: [198.51.100.0/24]\n"),
+    );
+    let o = mesh.send(&sidecar, &Call::connect(7000).to_address("198.51.100.9"));
+    assert_eq!(o.cluster(), Some("outbound|7000||b.example.com"), "{o:#?}");
+    assert!(
+        mesh.dataflow_errors.is_empty(),
+        "{:?}",
+        mesh.dataflow_errors
+    );
+
+    std::fs::remove_file(mesh.config.join("a.yaml")).expect("remove a.yaml");
+    write_config(&mesh.config, "c.yaml", &entry("c", "TLS", ""));
+    let o = mesh.send(&sidecar, &conn);
+    assert_eq!(o.cluster(), Some("PassthroughCluster"), "{o:#?}");
+    assert!(
+        mesh.dataflow_errors.is_empty(),
+        "{:?}",
+        mesh.dataflow_errors
+    );
+}

@@ -93,15 +93,19 @@ pub struct TcpPort<'a> {
 }
 
 /// The outbound listener of a sidecar port: the HTTP catch-all alone (`http`: HTTP services
-/// need it), or, with TCP services on the port, their chains (and the HTTP one).
+/// need it), or, with TCP services on the port, their chains (and the HTTP one); with the
+/// TCP services it cannot reach.
 pub fn sidecar_port_listener(
     namespace: &str,
     port: u16,
     http: bool,
     tcp: Option<TcpPort>,
-) -> Option<Resource> {
+) -> tcp::SidecarListener {
     let Some(t) = tcp.filter(|t| !t.targets.is_empty()) else {
-        return http.then(|| catchall_listener(port));
+        return tcp::SidecarListener {
+            listener: http.then(|| catchall_listener(port)),
+            unreachable: Vec::new(),
+        };
     };
     let fallback = if t.registry_only {
         BLACKHOLE_CLUSTER

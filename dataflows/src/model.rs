@@ -206,11 +206,20 @@ pub enum Protocol {
     Http2,
     Grpc,
     Tcp,
+    /// TLS the proxy does not terminate (`tls`, `https`): proxied as TCP where the service's
+    /// address tells it apart; Istio also routes it by SNI, which meshflow does not generate
+    /// yet, so without an address it passes through as before.
+    Tls,
 }
 
 impl Protocol {
     pub fn is_http(self) -> bool {
         matches!(self, Protocol::Http | Protocol::Http2 | Protocol::Grpc)
+    }
+
+    /// Proxied by `tcp_proxy`: TCP, and TLS that is not terminated.
+    pub fn is_tcp(self) -> bool {
+        matches!(self, Protocol::Tcp | Protocol::Tls)
     }
 }
 

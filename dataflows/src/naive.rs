@@ -426,17 +426,21 @@ fn sidecar_outbound(
                 .collect();
             (addr.as_str(), *bind, targets)
         });
-        res.extend(assemble::sidecar_port_listener(
-            s.namespace(),
-            port,
-            http_ports.contains(&port),
-            tcp.as_ref().map(|(addr, bind, targets)| TcpPort {
-                addr,
-                bind: *bind,
-                registry_only: spec.registry_only,
-                targets,
-            }),
-        ));
+        // The services it cannot reach are the dataflow's to report, not the oracle's.
+        res.extend(
+            assemble::sidecar_port_listener(
+                s.namespace(),
+                port,
+                http_ports.contains(&port),
+                tcp.as_ref().map(|(addr, bind, targets)| TcpPort {
+                    addr,
+                    bind: *bind,
+                    registry_only: spec.registry_only,
+                    targets,
+                }),
+            )
+            .listener,
+        );
     }
     res.extend(assemble::sidecar_fixed_listeners(
         &spec,

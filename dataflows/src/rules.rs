@@ -275,7 +275,7 @@ pub fn sidecar_tcp_ports(
         return Vec::new();
     }
     match &l.port {
-        Some(ep) if ep.protocol == Protocol::Tcp => {
+        Some(ep) if ep.protocol.is_tcp() => {
             let (addr, bind) = egress_bind(l, interception_none);
             svc.ports
                 .iter()
@@ -289,7 +289,7 @@ pub fn sidecar_tcp_ports(
             let explicit = explicit_ports(listeners);
             svc.ports
                 .iter()
-                .filter(|p| p.protocol == Protocol::Tcp && !explicit.contains(&p.port))
+                .filter(|p| p.protocol.is_tcp() && !explicit.contains(&p.port))
                 .map(|p| (p.port, "0.0.0.0".to_string(), false))
                 .collect()
         }

@@ -46,13 +46,20 @@ fn random_record(rng: &mut StdRng, slot: usize) -> Record {
             });
         }
         // TCP ports: one of its own, or 9080 itself, so TCP and HTTP services share a port.
-        match rng.random_range(0..4) {
+        match rng.random_range(0..5) {
             0 => ports.push(ServicePort {
                 name: "tcp-db".into(),
                 port: 3306,
                 protocol: Protocol::Tcp,
             }),
             1 => ports[0].protocol = Protocol::Tcp,
+            // TLS on the same port as TCP elsewhere (proxied only where an address tells it
+            // apart).
+            2 => ports.push(ServicePort {
+                name: "tls".into(),
+                port: 3306,
+                protocol: Protocol::Tls,
+            }),
             _ => {}
         }
         ports

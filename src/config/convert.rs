@@ -77,7 +77,8 @@ pub fn protocol_of(name: &str, app_protocol: Option<&str>) -> m::Protocol {
     match p.to_ascii_lowercase().as_str() {
         "http2" | "h2c" => m::Protocol::Http2,
         "grpc" | "grpc-web" => m::Protocol::Grpc,
-        "tcp" | "tls" | "https" | "mongo" | "mysql" | "redis" => m::Protocol::Tcp,
+        "tls" | "https" => m::Protocol::Tls,
+        "tcp" | "mongo" | "mysql" | "redis" => m::Protocol::Tcp,
         _ => m::Protocol::Http,
     }
 }
@@ -1309,6 +1310,7 @@ fn server_protocol(p: &str) -> m::Protocol {
         "HTTP" => m::Protocol::Http,
         "HTTP2" => m::Protocol::Http2,
         "GRPC" => m::Protocol::Grpc,
+        "HTTPS" | "TLS" => m::Protocol::Tls,
         _ => m::Protocol::Tcp,
     }
 }
@@ -1539,6 +1541,21 @@ fn service_entry(
         .enumerate()
         .map(|(i, a)| cidr(a, &format!("spec.addresses[{i}]")))
         .collect::<Result<Vec<_>>>()?;
+    if addresses.is_empty() {
+        for (i, p) in ports.iter().enumerate() {
+            if p.protocol == m::Protocol::Tls {
+                findings.push(Finding::warning(
+                    format!("spec.ports[{i}]"),
+                    format!(
+                        "port {} is TLS and the entry has no addresses: sidecars would need \
+                         SNI to tell it apart, which meshflow does not generate yet, so its \
+                         connections pass through to their original destination",
+                        p.port
+                    ),
+                ));
+            }
+        }
+    }
     let exports = export_to(&s.export_to, "spec.exportTo")?;
     if resolution != m::Resolution::Static && !s.endpoints.is_empty() {
         findings.push(Finding::warning(

@@ -115,7 +115,7 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         mesh_vss.clone(),
         &vss,
     );
-    let tcp = tcp::sidecar(
+    let (tcp, unreachable) = tcp::sidecar(
         &visible,
         &services.chosen,
         &specs,
@@ -135,7 +135,10 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         .concat(tcp)
         .concat(listeners)
         .concat(gateways);
-    let errors = services.conflicts.concat(undefined_subsets);
+    let errors = services
+        .conflicts
+        .concat(undefined_subsets)
+        .concat(unreachable);
     outputs(scoped, inbound, errors, proxy_scopes)
 }
 

@@ -4,7 +4,7 @@
 //! one outbound listener per (scope, port) — TCP chains per service (by destination
 //! address) and the HTTP chain where HTTP services share the port — with the services and
 //! VirtualServices it was built from. A port with HTTP services only keeps the plain
-//! catch-all listener.
+//! catch-all listener. A TCP service a listener cannot reach is an error naming it.
 
 use super::visibility::Visible;
 use super::{Built, Coll};
@@ -12,6 +12,7 @@ use crate::assemble::{self, TcpPort};
 use crate::model::*;
 use crate::rules;
 use crate::translate::listener;
+use crate::translate::tcp::SidecarListener;
 use serde::{Deserialize, Serialize};
 
 /// What a sidecar port's listener is built from.
@@ -60,7 +61,7 @@ pub(super) fn sidecar<'s>(
     mesh_vss: Coll<'s, ((ScopeKey, Hostname), ConfigKey)>,
     vss: &Coll<'s, (ConfigKey, ResolvedVs)>,
     http_ports: Coll<'s, (ScopeKey, u16)>,
-) -> Built<'s, ScopeKey> {
+) -> (Built<'s, ScopeKey>, Coll<'s, ConfigError>) {
     let tcp =
         super::virtual_services::with_mesh_vs(tcp_ports(visible, services, specs), mesh_vss, vss)
             .map(
@@ -91,22 +92,43 @@ pub(super) fn sidecar<'s>(
         rows.extend(vs.map(|v| (key, v.vs.key)));
         rows
     });
-    let resources = tcp
+    // Per (scope, port): the listener (`Ok`), and an error (`Err`) per TCP service it cannot
+    // reach, which the same error from every other scope collapses into.
+    let out = tcp
         .concat(http_ports.map(|k| (k, PortRow::Http)))
         .reduce(|(s, port), vals: &[(&PortRow, isize)], out| {
-            if let Some(l) = port_listener(s, *port, vals) {
-                out.push((l, 1isize));
+            let built = port_listener(s, *port, vals);
+            out.extend(built.listener.map(|l| (Ok(l), 1isize)));
+            for svc in built.unreachable {
+                out.push((Err(unreachable(&svc, *port)), 1isize));
             }
         })
         .map(|((s, _), r)| (s, r));
-    Built {
+    let resources = out.clone().flat_map(|(s, r)| r.ok().map(|r| (s, r)));
+    let errors = out.flat_map(|(_, r)| r.err()).distinct();
+    let built = Built {
         resources,
         provenance,
+    };
+    (built, errors)
+}
+
+/// What is said of a TCP service a sidecar's listener cannot reach.
+fn unreachable(svc: &Service, port: u16) -> ConfigError {
+    ConfigError {
+        object: svc.origin.clone(),
+        message: format!(
+            "{}: port {port} (TCP) cannot be told apart from another service on that port \
+             where sidecars see both (it has no address of its own, an earlier service has \
+             its addresses, or a bound egress listener serves another); those sidecars do \
+             not route its connections",
+            svc.hostname
+        ),
     }
 }
 
 /// One (scope, port)'s listener from all its rows at once.
-fn port_listener(s: &ScopeKey, port: u16, vals: &[(&PortRow, isize)]) -> Option<Resource> {
+fn port_listener(s: &ScopeKey, port: u16, vals: &[(&PortRow, isize)]) -> SidecarListener {
     let mut http = false;
     let mut targets = Vec::new();
     let mut how = None;

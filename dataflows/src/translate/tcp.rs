@@ -11,7 +11,9 @@
 
 use super::listener::{bind_flag, http_chain, listener_name, tcp_to};
 use super::{outbound_cluster_name, socket_address};
-use crate::model::{ResolvedVs, Resource, ResourceType, RouteDestination, Service, TcpMatch};
+use crate::model::{
+    Protocol, ResolvedVs, Resource, ResourceType, RouteDestination, Service, TcpMatch,
+};
 use envoy_types::pb::envoy::config::core::v3::{CidrRange, TrafficDirection};
 use envoy_types::pb::envoy::config::listener::v3::FilterChainMatch;
 use envoy_types::pb::envoy::config::listener::v3::{filter, Filter, FilterChain, Listener};
@@ -172,21 +174,25 @@ impl Chains {
         }
     }
 
-    fn add(&mut self, name: String, ranges: Vec<String>, dests: &Destinations) {
+    /// Adds the chain if anything is left of it; whether it was.
+    fn add(&mut self, name: String, ranges: Vec<String>, dests: &Destinations) -> bool {
         if ranges.is_empty() {
-            if !self.no_match_taken {
-                self.no_match_taken = true;
-                self.chains.push(chain(name, &[], dests));
+            if self.no_match_taken {
+                return false;
             }
-            return;
+            self.no_match_taken = true;
+            self.chains.push(chain(name, &[], dests));
+            return true;
         }
         let ranges: Vec<String> = ranges
             .into_iter()
             .filter(|r| self.taken.insert(r.clone()))
             .collect();
-        if !ranges.is_empty() {
-            self.chains.push(chain(name, &ranges, dests));
+        if ranges.is_empty() {
+            return false;
         }
+        self.chains.push(chain(name, &ranges, dests));
+        true
     }
 }
 
@@ -216,16 +222,32 @@ pub struct OutboundPort<'a> {
 /// any takes the chain without a match, unless HTTP services or an earlier such service
 /// have it (Istio drops a TCP listener that conflicts with HTTP on the port alike). A bound
 /// listener serves the first service only: nothing tells its connections apart.
-pub fn sidecar_listener(p: &OutboundPort, targets: &[TcpTarget]) -> Option<Resource> {
+///
+/// Also the services the listener cannot reach at all (none of their chains is left): the
+/// caller reports them, as nothing of a service may vanish without a word.
+pub fn sidecar_listener(p: &OutboundPort, targets: &[TcpTarget]) -> SidecarListener {
     let name = listener_name(p.addr, p.port);
     let mut sorted: Vec<&TcpTarget> = targets.iter().collect();
     sorted.sort_by(|a, b| a.0.hostname.cmp(&b.0.hostname));
+    let mut unreachable = Vec::new();
     if p.bind {
-        sorted.truncate(1);
+        unreachable.extend(sorted.drain(1.min(sorted.len())..).map(|t| t.0.clone()));
     }
     let mut built = Chains::new(p.http);
     let mesh = [super::route::MESH.to_string()];
     for (svc, vs) in sorted {
+        // A TLS port without an address would need SNI to be told apart: its connections
+        // keep passing through to their original destination, as before TCP listeners.
+        let sni_only = !p.bind
+            && svc.addresses.is_empty()
+            && svc
+                .ports
+                .iter()
+                .any(|sp| sp.port == p.port && sp.protocol == Protocol::Tls);
+        if sni_only {
+            continue;
+        }
+        let mut reached = false;
         let fallback = outbound_cluster_name(p.port, None, &svc.hostname);
         let vss: Vec<(&ResolvedVs, &[String])> = vs.iter().map(|v| (v, mesh.as_slice())).collect();
         let list = chains(&vss, p.port, Some(p.namespace), Some(&fallback));
@@ -235,7 +257,10 @@ pub fn sidecar_listener(p: &OutboundPort, targets: &[TcpTarget]) -> Option<Resou
             } else {
                 ranges
             };
-            built.add(format!("{}:{}#{i}", svc.hostname, p.port), ranges, &dests);
+            reached |= built.add(format!("{}:{}#{i}", svc.hostname, p.port), ranges, &dests);
+        }
+        if !reached {
+            unreachable.push(svc.clone());
         }
     }
     let mut filter_chains = built.chains;
@@ -249,14 +274,24 @@ pub fn sidecar_listener(p: &OutboundPort, targets: &[TcpTarget]) -> Option<Resou
         filters: vec![tcp_to(p.fallback, p.fallback)],
         ..Default::default()
     });
-    if filter_chains.is_empty() {
-        return None;
+    let listener = (!filter_chains.is_empty()).then(|| {
+        encode(Listener {
+            default_filter_chain,
+            bind_to_port: bind_flag(p.bind),
+            ..outbound(name, p.addr, p.port, filter_chains)
+        })
+    });
+    SidecarListener {
+        listener,
+        unreachable,
     }
-    Some(encode(Listener {
-        default_filter_chain,
-        bind_to_port: bind_flag(p.bind),
-        ..outbound(name, p.addr, p.port, filter_chains)
-    }))
+}
+
+/// A sidecar port's listener, and the TCP services it cannot reach.
+#[derive(Default)]
+pub struct SidecarListener {
+    pub listener: Option<Resource>,
+    pub unreachable: Vec<Service>,
 }
 
 /// An outbound listener `name` on `addr:port` with `filter_chains`.
