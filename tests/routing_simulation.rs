@@ -974,6 +974,11 @@ fn tcp_routes_shift_connections_between_subsets() {
     let conn = Call::connect(PORT).to_address("127.0.0.1");
     let o = mesh.send(&sidecar, &conn);
     assert_eq!(o.listener.as_deref(), Some(&*format!("127.0.0.1_{PORT}")));
+    let routes: Vec<String> = mesh.proxy(&sidecar).routes.into_keys().collect();
+    assert!(
+        routes.is_empty(),
+        "a TCP listener needs no routes: {routes:?}"
+    );
     assert_routes_to(&o, &mongo_cluster(""), &[mongo_pod(1), mongo_pod(2)]);
 
     support::mongo::write_split(&mesh.config, &[("v1", 0), ("v2", 100)]);

@@ -190,6 +190,8 @@ pub fn sidecar_route_ports(
         .filter(|p| p.protocol.is_http())
         .map(|p| p.port);
     match &l.port {
+        // A TCP egress listener proxies its port as TCP ([`sidecar_tcp_ports`]): no routes.
+        Some(ep) if ep.protocol.is_tcp() => Vec::new(),
         Some(ep) => {
             let allow_any = !egress_bind(l, interception_none).1 && !registry_only;
             http_ports
