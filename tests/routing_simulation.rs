@@ -1099,9 +1099,10 @@ fn tcp_echo_gateway_splits_connections_80_20() {
     );
 }
 
-/// `destinationSubnets` narrows a route to the addresses it names (a chain of its own,
-/// more specific than the service's), `sourceNamespace` to sidecars of that namespace, and
-/// the first route that applies wins; an address the route does not name keeps the default.
+/// `destinationSubnets` narrows a route to the service's addresses inside them (a chain of
+/// its own, more specific than the service's; a subnet wider than the service draws no
+/// other destination to it), `sourceNamespace` to sidecars of that namespace, and the first
+/// route that applies wins; an address the route does not name keeps the default.
 #[test]
 fn tcp_match_conditions_select_routes_as_written() {
     let (mut mesh, sidecar, _) = tcp_echo();
@@ -1116,11 +1117,20 @@ spec:
   tcp:
   - match: [{sourceNamespace: elsewhere}]
     route: [{destination: {host: tcp-echo, subset: v2, port: {number: 9000}}}]
+  - match: [{destinationSubnets: [10.96.0.0/16]}]
+    route: [{destination: {host: tcp-echo, subset: v2, port: {number: 9000}}}]
   - match: [{destinationSubnets: [192.0.2.128/25], port: 9000}]
     route: [{destination: {host: tcp-echo, subset: v1, port: {number: 9000}}}]
   - route: [{destination: {host: db.example.com}}]
 ",
     );
+    // A subnet outside the service's own addresses draws no other destination to its
+    // route: 10.96.0.77 is nobody's, so the port's HTTP chain (web's) takes it.
+    let o = mesh.send(
+        &sidecar,
+        &Call::get("web", 9000, "/").to_address("10.96.0.77"),
+    );
+    assert_eq!(o.route_config.as_deref(), Some("9000"), "{o:#?}");
     let o = mesh.send(&sidecar, &Call::connect(9000).to_address("192.0.2.200"));
     assert_eq!(o.cluster(), Some(&*tcp_echo_cluster(9000, "v1")), "{o:#?}");
     let o = mesh.send(&sidecar, &Call::connect(9000).to_address("192.0.2.5"));

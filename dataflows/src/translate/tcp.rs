@@ -61,7 +61,7 @@ fn applies(m: &TcpMatch, port: u16, via: &[String], source_ns: Option<&str>) -> 
 /// The chains the `tcp[]` routes of `vss` (each with the gateways it applies through, in
 /// precedence order) make on `port`. Routes are taken in order: a route whose applicable
 /// matches name `destinationSubnets` gets a chain for those subnets (a subnet an earlier
-/// route took stays with it); the first route that applies to every destination is the
+/// route took stays with it; a sidecar narrows them to the service's addresses); the first route that applies to every destination is the
 /// default (empty CIDRs) and ends the walk. Without one, `fallback` (a sidecar's service
 /// cluster) is the default, if given.
 pub fn chains(
@@ -105,6 +105,42 @@ pub fn chains(
         out.push((Vec::new(), vec![(cluster.to_string(), 100)]));
     }
     out
+}
+
+/// A canonical CIDR (`10.0.0.0/8`) as its address bits (IPv4 mapped into IPv6's space, so
+/// the families never mix) and prefix length in that space.
+fn bits(cidr: &str) -> Option<(u128, u32)> {
+    let (addr, len) = cidr.split_once('/')?;
+    let len: u32 = len.parse().ok()?;
+    match addr.parse::<std::net::IpAddr>().ok()? {
+        std::net::IpAddr::V4(v4) => Some((u128::from(v4.to_ipv6_mapped()), len + 96)),
+        std::net::IpAddr::V6(v6) => Some((u128::from(v6), len)),
+    }
+}
+
+/// Whether CIDR `outer` holds every address of `inner`.
+fn contains(outer: (u128, u32), inner: (u128, u32)) -> bool {
+    let mask = u128::MAX.checked_shl(128 - outer.1).unwrap_or(0);
+    outer.1 <= inner.1 && inner.0 & mask == outer.0 & mask
+}
+
+/// The parts of `addresses` inside `subnets`: each address a subnet holds, and each subnet
+/// inside an address (a ServiceEntry's address block); sorted, once each.
+fn intersect(addresses: &[String], subnets: &[String]) -> Vec<String> {
+    let mut out = BTreeSet::new();
+    for a in addresses {
+        for s in subnets {
+            let (Some(ab), Some(sb)) = (bits(a), bits(s)) else {
+                continue;
+            };
+            if contains(sb, ab) {
+                out.insert(a.clone());
+            } else if contains(ab, sb) {
+                out.insert(s.clone());
+            }
+        }
+    }
+    out.into_iter().collect()
 }
 
 /// `10.0.0.0/8` as Envoy's range (a bare address is a host route).
@@ -252,10 +288,19 @@ pub fn sidecar_listener(p: &OutboundPort, targets: &[TcpTarget]) -> SidecarListe
         let vss: Vec<(&ResolvedVs, &[String])> = vs.iter().map(|v| (v, mesh.as_slice())).collect();
         let list = chains(&vss, p.port, Some(p.namespace), Some(&fallback));
         for (i, (ranges, dests)) in list.into_iter().enumerate() {
-            let ranges = if ranges.is_empty() && !p.bind {
-                svc.addresses.clone()
-            } else {
-                ranges
+            // On a captured listener a chain is for this service's connections only: its
+            // addresses, or those of them inside a route's `destinationSubnets` (a subnet
+            // wider than the service must not draw other destinations to its route).
+            let ranges = match (ranges.is_empty(), p.bind || svc.addresses.is_empty()) {
+                (true, false) => svc.addresses.clone(),
+                (false, false) => {
+                    let within = intersect(&svc.addresses, &ranges);
+                    if within.is_empty() {
+                        continue;
+                    }
+                    within
+                }
+                (_, true) => ranges,
             };
             reached |= built.add(format!("{}:{}#{i}", svc.hostname, p.port), ranges, &dests);
         }
