@@ -337,7 +337,7 @@ fn tls_that_cannot_be_generated_fails_the_clusters_closed() {
 
 #[test]
 fn gateway_servers_not_generated_are_errors_and_left_out() {
-    let doc = "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: g, namespace: ns}\nspec:\n  selector: {istio: ingressgateway}\n  servers:\n  - port: {number: 80, name: http, protocol: HTTP}\n    hosts: ['*']\n  - port: {number: 443, name: https, protocol: HTTPS}\n    hosts: ['*']\n    tls: {mode: SIMPLE, credentialName: cert}\n  - port: {number: 8080, name: http2, protocol: HTTP}\n    hosts: ['*']\n    tls: {httpsRedirect: true}\n  - port: {number: 15443, name: tls, protocol: TLS}\n    hosts: ['*']\n  - port: {number: 31400, name: tcp, protocol: TCP}\n    hosts: ['*']\n  - port: {number: 31401, name: tcp-tls, protocol: TCP}\n    hosts: ['*']\n    tls: {mode: SIMPLE, credentialName: cert}\n";
+    let doc = "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: g, namespace: ns}\nspec:\n  selector: {istio: ingressgateway}\n  servers:\n  - port: {number: 80, name: http, protocol: HTTP}\n    hosts: ['*']\n  - port: {number: 443, name: https, protocol: HTTPS}\n    hosts: ['*']\n    tls: {mode: SIMPLE, credentialName: cert}\n  - port: {number: 8080, name: http2, protocol: HTTP}\n    hosts: ['*']\n    tls: {httpsRedirect: true}\n  - port: {number: 15443, name: tls, protocol: TLS}\n    hosts: ['*']\n  - port: {number: 31400, name: tcp, protocol: TCP}\n    hosts: ['*']\n  - port: {number: 31401, name: tcp-tls, protocol: TCP}\n    hosts: ['*']\n    tls: {mode: SIMPLE, credentialName: cert}\n  - port: {number: 80, name: tcp-clash, protocol: TCP}\n    hosts: ['*']\n";
     let p = parse(doc);
     let Record::Gateway(g) = &p.records[0] else {
         panic!()
@@ -353,7 +353,8 @@ fn gateway_servers_not_generated_are_errors_and_left_out() {
             "spec.servers[1]",
             "spec.servers[2]",
             "spec.servers[3]",
-            "spec.servers[5]"
+            "spec.servers[5]",
+            "spec.servers[6]"
         ]
     );
     assert!(p.findings[0].message.contains("HTTPS server with tls"));

@@ -1315,6 +1315,38 @@ fn server_protocol(p: &str) -> m::Protocol {
     }
 }
 
+/// A TCP server on an address and port an HTTP server of the Gateway also has is left out
+/// (an error naming it): one listener cannot be both without telling the protocols apart.
+/// `fields` names each server's field.
+fn without_protocol_clashes(
+    servers: Vec<m::GatewayServer>,
+    fields: &[String],
+    findings: &mut Vec<Finding>,
+) -> Vec<m::GatewayServer> {
+    let http: Vec<(Option<String>, u16)> = servers
+        .iter()
+        .filter(|s| s.protocol.is_http())
+        .map(|s| (s.bind.clone(), s.port))
+        .collect();
+    servers
+        .into_iter()
+        .zip(fields)
+        .filter_map(|(s, f)| {
+            if s.protocol.is_http() || !http.contains(&(s.bind.clone(), s.port)) {
+                return Some(s);
+            }
+            findings.push(Finding::error(
+                f.clone(),
+                format!(
+                    "port {} is also an HTTP server's: the TCP server gets no listener",
+                    s.port
+                ),
+            ));
+            None
+        })
+        .collect()
+}
+
 fn gateway(key: &ConfigKey, value: &Value, findings: &mut Vec<Finding>) -> Result<Vec<Record>> {
     let (s, ignored): (istio::GatewaySpec, _) = spec(value)?;
     report_ignored(&ignored, findings, |_| None);
@@ -1325,6 +1357,7 @@ fn gateway(key: &ConfigKey, value: &Value, findings: &mut Vec<Finding>) -> Resul
         ));
     }
     let mut servers = Vec::new();
+    let mut fields = Vec::new();
     for (i, srv) in s.servers.iter().enumerate() {
         let f = format!("spec.servers[{i}]");
         let Some(port) = &srv.port else {
@@ -1385,7 +1418,9 @@ fn gateway(key: &ConfigKey, value: &Value, findings: &mut Vec<Finding>) -> Resul
                 })
                 .collect(),
         });
+        fields.push(f);
     }
+    let servers = without_protocol_clashes(servers, &fields, findings);
     Ok(vec![Record::Gateway(m::Gateway {
         key: key.clone(),
         selector: s.selector,
