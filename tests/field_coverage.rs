@@ -74,6 +74,14 @@ const TRANSLATED: &[&str] = &[
     "spec.http[].corsPolicy.maxAge",
     "spec.http[].corsPolicy.allowCredentials",
     "spec.http[].corsPolicy.unmatchedPreflights",
+    "spec.tcp[].match[].port",
+    "spec.tcp[].match[].destinationSubnets",
+    "spec.tcp[].match[].gateways",
+    "spec.tcp[].match[].sourceNamespace",
+    "spec.tcp[].route[].destination.host",
+    "spec.tcp[].route[].destination.subset",
+    "spec.tcp[].route[].destination.port.number",
+    "spec.tcp[].route[].weight",
     // DestinationRule
     "spec.host",
     "spec.trafficPolicy.loadBalancer.simple",
@@ -107,6 +115,7 @@ const TRANSLATED: &[&str] = &[
     "spec.servers[].bind",
     "spec.servers[].hosts",
     // ServiceEntry
+    "spec.addresses",
     "spec.ports[].number",
     "spec.ports[].name",
     "spec.ports[].protocol",
@@ -248,6 +257,8 @@ fn restricting_fields_not_honoured_are_errors() {
         // Match conditions: the route is left out.
         "VirtualService spec.http[0].match[0].sourceLabels",
         "VirtualService spec.http[3].delegate",
+        "VirtualService spec.tcp[0].match[0].sourceLabels",
+        "VirtualService spec.tcp[0].match[0].sourceSubnet",
         // TLS: the clusters fail closed; the HTTPS server is not generated.
         "DestinationRule spec.trafficPolicy.tls",
         "DestinationRule spec.trafficPolicy.portLevelSettings[0].tls",

@@ -45,6 +45,13 @@ const PROXIES: [(&str, &str); 3] = [
     ("grpc-client", "grpc-bootstrap.json"),
 ];
 
+/// The proxies of the tcp-echo example (Istio's TCP traffic shifting task): its TCP gateway,
+/// and a captured sidecar seeing TCP and HTTP services on one port.
+const TCP_PROXIES: [(&str, &str); 2] = [
+    ("tcp-echo-gateway", "envoy-gateway.yaml"),
+    ("tcp-echo-sidecar", "envoy-sidecar.yaml"),
+];
+
 const UPDATE_HINT: &str = "UPDATE_GOLDEN=1 cargo nextest run --test golden";
 
 /// Proves that the naive recompute and the incremental dataflow generate identical resources
@@ -54,13 +61,28 @@ const UPDATE_HINT: &str = "UPDATE_GOLDEN=1 cargo nextest run --test golden";
 /// when `UPDATE_GOLDEN=1`).
 #[test]
 fn bookinfo_config_matches_golden_files() {
-    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/bookinfo");
+    check_example("bookinfo", &PROXIES);
+}
+
+/// As for bookinfo, for `examples/tcp-echo`: TCP listeners of a gateway (weighted subsets)
+/// and of a captured sidecar (chains by service address, beside the HTTP chain of a port
+/// shared with an HTTP service), against `tests/golden/tcp-echo-*.txt`.
+#[test]
+fn tcp_echo_config_matches_golden_files() {
+    check_example("tcp-echo", &TCP_PROXIES);
+}
+
+/// Computes the proxies of `examples/NAME` both ways and compares them with their goldens.
+fn check_example(name: &str, proxies: &[(&str, &str)]) {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples")
+        .join(name);
     let mesh = MeshConfig::default();
 
     let scan = FileSource::new(example.join("config"), mesh.clone()).rescan();
     assert!(
         scan.errors.is_empty(),
-        "examples/bookinfo/config has problems: {:#?}",
+        "examples/{name}/config has problems: {:#?}",
         scan.errors
     );
     let mut changes = scan.changes;
@@ -68,7 +90,7 @@ fn bookinfo_config_matches_golden_files() {
         changes.iter().all(|(_, diff)| *diff == 1),
         "a first rescan only inserts: {changes:?}"
     );
-    let proxies: Vec<(&str, Proxy)> = PROXIES
+    let proxies: Vec<(&str, Proxy)> = proxies
         .iter()
         .map(|(stem, bootstrap)| (*stem, proxy_of_bootstrap(&example.join(bootstrap))))
         .collect();
@@ -147,7 +169,7 @@ fn compute_incrementally(mesh: &MeshConfig, changes: Vec<(Record, isize)>) -> Pr
         .expect("the dataflow engine stopped");
     assert!(
         output.errors.is_empty(),
-        "the dataflow reports configuration errors for bookinfo: {:#?}",
+        "the dataflow reports configuration errors: {:#?}",
         output.errors
     );
     let mut bodies = BTreeMap::new();

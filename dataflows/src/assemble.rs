@@ -4,7 +4,8 @@
 
 use crate::model::*;
 use crate::rules::{egress_bind, egress_listeners, exported_to, gateway_domain};
-use crate::translate::{cluster, listener, route};
+use crate::translate::tcp::{OutboundPort, TcpTarget};
+use crate::translate::{cluster, listener, route, tcp, BLACKHOLE_CLUSTER, PASSTHROUGH_CLUSTER};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Clusters every proxy of a scope holds whatever it sees. Gateways have no original
@@ -84,6 +85,48 @@ pub fn catchall_listener(port: u16) -> Resource {
     listener::http_listener("0.0.0.0", port, false, &port.to_string(), false)
 }
 
+/// TCP services a sidecar reaches on one port, and how the port's listener is reached.
+pub struct TcpPort<'a> {
+    /// `0.0.0.0`, or the egress listener's `bind`.
+    pub addr: &'a str,
+    /// Bound itself rather than handed over by `virtualOutbound`.
+    pub bind: bool,
+    /// REGISTRY_ONLY: connections no service claims go to `BlackHoleCluster`.
+    pub registry_only: bool,
+    pub targets: &'a [TcpTarget],
+}
+
+/// The outbound listener of a sidecar port: the HTTP catch-all alone (`http`: HTTP services
+/// need it), or, with TCP services on the port, their chains (and the HTTP one); with the
+/// TCP services it cannot reach.
+pub fn sidecar_port_listener(
+    namespace: &str,
+    port: u16,
+    http: bool,
+    tcp: Option<TcpPort>,
+) -> tcp::SidecarListener {
+    let Some(t) = tcp.filter(|t| !t.targets.is_empty()) else {
+        return tcp::SidecarListener {
+            listener: http.then(|| catchall_listener(port)),
+            unreachable: Vec::new(),
+        };
+    };
+    let fallback = if t.registry_only {
+        BLACKHOLE_CLUSTER
+    } else {
+        PASSTHROUGH_CLUSTER
+    };
+    let p = OutboundPort {
+        addr: t.addr,
+        port,
+        bind: t.bind,
+        http: http && !t.bind,
+        fallback,
+        namespace,
+    };
+    tcp::sidecar_listener(&p, t.targets)
+}
+
 /// Listeners and route configurations of a gateway proxy selected by `gateways`, with the
 /// VirtualServices bound to each gateway (`(gateway, vs)` pairs); each with the Gateways and
 /// VirtualServices it was built from.
@@ -115,20 +158,15 @@ pub fn router_resources(
                         if let Some(domain) =
                             gateway_domain(server_host, &gw.key.namespace, vs_ns, vs_host)
                         {
-                            let list = vhosts.entry(domain).or_default();
                             inputs.insert(rvs.vs.key.clone());
-                            let via = format!("{}/{}", gw.key.namespace, gw.key.name);
-                            match list.iter_mut().find(|(v, _)| v.vs.key == rvs.vs.key) {
-                                Some((_, gws)) if !gws.contains(&via) => gws.push(via),
-                                Some(_) => {}
-                                None => list.push(((*rvs).clone(), vec![via])),
-                            }
+                            add_via(vhosts.entry(domain).or_default(), rvs, &gw.key);
                         }
                     }
                 }
             }
         }
     }
+    let tcp_listeners = gateway_tcp_listeners(gateways, vss, &listeners);
     let mut out: Vec<(Resource, BTreeSet<ConfigKey>)> = listeners
         .into_iter()
         .map(|((addr, port), inputs)| {
@@ -136,6 +174,7 @@ pub fn router_resources(
             (l, inputs)
         })
         .collect();
+    out.extend(tcp_listeners);
     for (port, mut vhosts) in routes {
         for list in vhosts.values_mut() {
             list.sort_by(|a, b| a.0.vs.key.cmp(&b.0.vs.key));
@@ -145,6 +184,68 @@ pub fn router_resources(
         }
         let inputs = route_inputs.remove(&port).unwrap_or_default();
         out.push((route::gateway_route_config(port, &vhosts), inputs));
+    }
+    out
+}
+
+/// A VirtualService reached through gateway `gw`, added to `list` once with every gateway
+/// it came through.
+fn add_via(list: &mut Vec<(ResolvedVs, Vec<String>)>, rvs: &ResolvedVs, gw: &ConfigKey) {
+    let via = format!("{}/{}", gw.namespace, gw.name);
+    match list.iter_mut().find(|(v, _)| v.vs.key == rvs.vs.key) {
+        Some((_, gws)) if !gws.contains(&via) => gws.push(via),
+        Some(_) => {}
+        None => list.push((rvs.clone(), vec![via])),
+    }
+}
+
+/// The listeners of TCP servers (no `tls`), per address and port, from the `tcp` routes of
+/// the VirtualServices bound to their Gateway whose hosts the server serves. A port an HTTP
+/// server already holds stays HTTP: one listener cannot be both without telling the
+/// protocols apart, which Istio does not do at a gateway either.
+fn gateway_tcp_listeners(
+    gateways: &[&Gateway],
+    vss: &[(&ConfigKey, &ResolvedVs)],
+    http: &BTreeMap<(String, u16), BTreeSet<ConfigKey>>,
+) -> Vec<(Resource, BTreeSet<ConfigKey>)> {
+    type Servers = BTreeMap<(String, u16), (Vec<(ResolvedVs, Vec<String>)>, BTreeSet<ConfigKey>)>;
+    let mut servers: Servers = BTreeMap::new();
+    for gw in gateways {
+        for server in gw.servers.iter().filter(|s| s.protocol == Protocol::Tcp) {
+            let addr = server.bind.clone().unwrap_or_else(|| "0.0.0.0".into());
+            let key = (addr, server.port);
+            if http.contains_key(&key) {
+                continue;
+            }
+            let (list, inputs) = servers.entry(key).or_default();
+            inputs.insert(gw.key.clone());
+            for (_, rvs) in vss.iter().filter(|(k, _)| **k == gw.key) {
+                let vs_ns = &rvs.vs.key.namespace;
+                let serves = exported_to(&rvs.vs.export_to, vs_ns, &gw.key.namespace)
+                    && rvs.vs.hosts.iter().any(|h| {
+                        server
+                            .hosts
+                            .iter()
+                            .any(|sh| gateway_domain(sh, &gw.key.namespace, vs_ns, h).is_some())
+                    });
+                if serves {
+                    inputs.insert(rvs.vs.key.clone());
+                    add_via(list, rvs, &gw.key);
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for ((addr, port), (mut list, inputs)) in servers {
+        list.sort_by(|a, b| a.0.vs.key.cmp(&b.0.vs.key));
+        for (_, via) in list.iter_mut() {
+            via.sort();
+        }
+        let pairs: Vec<(&ResolvedVs, &[String])> =
+            list.iter().map(|(v, g)| (v, g.as_slice())).collect();
+        if let Some(l) = tcp::gateway_listener(&addr, port, &pairs) {
+            out.push((l, inputs));
+        }
     }
     out
 }

@@ -206,11 +206,20 @@ pub enum Protocol {
     Http2,
     Grpc,
     Tcp,
+    /// TLS the proxy does not terminate (`tls`, `https`): proxied as TCP where the service's
+    /// address tells it apart; Istio also routes it by SNI, which meshflow does not generate
+    /// yet, so without an address it passes through as before.
+    Tls,
 }
 
 impl Protocol {
     pub fn is_http(self) -> bool {
         matches!(self, Protocol::Http | Protocol::Http2 | Protocol::Grpc)
+    }
+
+    /// Proxied by `tcp_proxy`: TCP, and TLS that is not terminated.
+    pub fn is_tcp(self) -> bool {
+        matches!(self, Protocol::Tcp | Protocol::Tls)
     }
 }
 
@@ -239,6 +248,11 @@ pub struct Service {
     /// Namespaces the service is exported to (`*`, `.`, `~` or names); empty means `*`.
     pub export_to: Vec<String>,
     pub resolution: Resolution,
+    /// The service's own addresses as canonical CIDRs (`10.96.0.5/32`): a Kubernetes
+    /// Service's `clusterIPs`, a ServiceEntry's `addresses`. Sidecars tell TCP services that
+    /// share a port apart by them (the connection's original destination); empty for a
+    /// headless service or a ServiceEntry without addresses.
+    pub addresses: Vec<String>,
 }
 
 impl Service {
@@ -474,6 +488,30 @@ pub struct VirtualService {
     pub gateways: Vec<String>,
     pub export_to: Vec<String>,
     pub http: Vec<HttpRoute>,
+    /// `tcp[]`: routes for the TCP ports of the hosts, in order (the first that matches wins).
+    pub tcp: Vec<TcpRoute>,
+}
+
+/// One `match` of a TCP route: every condition must hold. `sourceLabels` and
+/// `sourceSubnet` are not modelled: a route using them is left out on input (fails closed).
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct TcpMatch {
+    /// Only connections to this service port (or gateway server port).
+    pub port: Option<u16>,
+    /// Only connections whose destination IP is in one of these (canonical CIDRs).
+    pub destination_subnets: Vec<String>,
+    /// As [`HttpMatch::gateways`].
+    pub gateways: Vec<String>,
+    /// As [`HttpMatch::source_namespace`]: sidecars in that namespace, never a gateway.
+    pub source_namespace: Option<String>,
+}
+
+/// A VirtualService's `tcp[]` route: where matching connections go.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct TcpRoute {
+    /// Any of these matches (OR); empty matches every connection.
+    pub matches: Vec<TcpMatch>,
+    pub route: Vec<RouteDestination>,
 }
 
 impl VirtualService {
@@ -819,6 +857,8 @@ pub enum ErrorCode {
     HostNotFound,
     /// A Gateway's selector matches no workload (Pod or WorkloadEntry).
     GatewaySelectsNothing,
+    /// A TCP service sidecars cannot tell apart from another on its port.
+    TcpServiceConflict,
 }
 
 /// A VirtualService with the ports of every destination host it names, so routes can

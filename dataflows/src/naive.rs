@@ -5,9 +5,10 @@
 //! costs what rebuilding every proxy's config costs, not a scan of every endpoint per
 //! cluster.
 
-use crate::assemble;
+use crate::assemble::{self, TcpPort};
 use crate::model::*;
 use crate::rules;
+use crate::translate::tcp::TcpTarget;
 use crate::translate::{cluster, endpoint, listener, route};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -169,7 +170,8 @@ impl<'a> View<'a> {
 
     fn resolve(&self, vs: &VirtualService) -> ResolvedVs {
         let mut dest_ports = BTreeMap::new();
-        for d in vs.http.iter().flat_map(|r| r.route.iter()) {
+        let tcp = vs.tcp.iter().flat_map(|r| r.route.iter());
+        for d in vs.http.iter().flat_map(|r| r.route.iter()).chain(tcp) {
             if let Some(svc) = self.services.get(d.host.as_str()) {
                 dest_ports.insert(d.host.clone(), svc.ports.iter().map(|p| p.port).collect());
             }
@@ -342,6 +344,9 @@ impl<'e> EndpointIndex<'e> {
     }
 }
 
+/// Per port of a sidecar: (address, bound) of its TCP listener, and its TCP services.
+type TcpPorts<'a> = BTreeMap<u16, ((String, bool), BTreeMap<&'a str, Option<ResolvedVs>>)>;
+
 /// A sidecar scope's route configurations and outbound listeners.
 fn sidecar_outbound(
     v: &View,
@@ -357,12 +362,22 @@ fn sidecar_outbound(
         BTreeMap::new();
     let mut catch_all_ports = BTreeSet::new();
     let mut api_listeners = BTreeSet::new();
+    // Per port: how its TCP listener is reached, and the TCP services on it.
+    let mut tcp_ports: TcpPorts = BTreeMap::new();
     for (port, allow_any) in assemble::sidecar_fixed_routes(&spec, interception_none, proxyless) {
         rows.entry(port).or_insert((allow_any, BTreeMap::new()));
     }
     for (idx, hosts) in v.view_hosts(s).into_iter().enumerate() {
         for h in hosts {
             let svc = v.services[h];
+            for (port, addr, bind) in
+                rules::sidecar_tcp_ports(&listeners, idx, svc, interception_none, proxyless)
+            {
+                let entry = tcp_ports
+                    .entry(port)
+                    .or_insert(((addr, bind), BTreeMap::new()));
+                entry.1.insert(h, v.vs_for(s, h).map(|vs| v.resolve(vs)));
+            }
             for (port, allow_any, catch_all) in rules::sidecar_route_ports(
                 &listeners,
                 idx,
@@ -397,8 +412,36 @@ fn sidecar_outbound(
             spec.default_retries.as_ref(),
         ));
     }
-    if !interception_none {
-        res.extend(catch_all_ports.into_iter().map(assemble::catchall_listener));
+    let http_ports = if interception_none {
+        BTreeSet::new()
+    } else {
+        catch_all_ports
+    };
+    let listener_ports: BTreeSet<u16> =
+        http_ports.iter().chain(tcp_ports.keys()).copied().collect();
+    for port in listener_ports {
+        let tcp = tcp_ports.get(&port).map(|((addr, bind), targets)| {
+            let targets: Vec<TcpTarget> = targets
+                .iter()
+                .map(|(h, vs)| (v.services[h].clone(), vs.clone()))
+                .collect();
+            (addr.as_str(), *bind, targets)
+        });
+        // The services it cannot reach are the dataflow's to report, not the oracle's.
+        res.extend(
+            assemble::sidecar_port_listener(
+                s.namespace(),
+                port,
+                http_ports.contains(&port),
+                tcp.as_ref().map(|(addr, bind, targets)| TcpPort {
+                    addr,
+                    bind: *bind,
+                    registry_only: spec.registry_only,
+                    targets,
+                }),
+            )
+            .listener,
+        );
     }
     res.extend(assemble::sidecar_fixed_listeners(
         &spec,

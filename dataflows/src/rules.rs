@@ -172,10 +172,7 @@ pub fn sidecar_route_ports(
         return Vec::new();
     };
     if proxyless {
-        let explicit: Vec<u16> = listeners
-            .iter()
-            .filter_map(|l| l.port.as_ref().map(|p| p.number))
-            .collect();
+        let explicit = explicit_ports(listeners);
         return svc
             .ports
             .iter()
@@ -193,6 +190,8 @@ pub fn sidecar_route_ports(
         .filter(|p| p.protocol.is_http())
         .map(|p| p.port);
     match &l.port {
+        // A TCP egress listener proxies its port as TCP ([`sidecar_tcp_ports`]): no routes.
+        Some(ep) if ep.protocol.is_tcp() => Vec::new(),
         Some(ep) => {
             let unknown = if egress_bind(l, interception_none).1 {
                 UnknownHosts::None
@@ -206,10 +205,7 @@ pub fn sidecar_route_ports(
         }
         None if interception_none => Vec::new(),
         None => {
-            let explicit: Vec<u16> = listeners
-                .iter()
-                .filter_map(|l| l.port.as_ref().map(|p| p.number))
-                .collect();
+            let explicit = explicit_ports(listeners);
             http_ports
                 .filter(|p| !explicit.contains(p))
                 .map(|p| (p, UnknownHosts::captured(registry_only), true))
@@ -255,5 +251,53 @@ pub fn sidecar_scope(p: &Proxy, sidecar: Option<ConfigKey>) -> ScopeKey {
         sidecar,
         interception_none: p.interception_none || proxyless,
         proxyless,
+    }
+}
+
+/// The ports explicit egress listeners claim: the catch-all listener leaves them alone.
+fn explicit_ports(listeners: &[EgressListener]) -> Vec<u16> {
+    listeners
+        .iter()
+        .filter_map(|l| l.port.as_ref().map(|p| p.number))
+        .collect()
+}
+
+/// The sidecar TCP listeners a visible service joins through egress listener `idx`:
+/// `(port, address, bind_to_port)`. An explicit egress listener of protocol TCP takes the
+/// service's port of its number (proxied as TCP whatever the port's own protocol, as the
+/// listener declares); the catch-all takes every TCP port no explicit listener claims, and
+/// only where traffic is captured. Proxyless clients speak gRPC only.
+pub fn sidecar_tcp_ports(
+    listeners: &[EgressListener],
+    idx: usize,
+    svc: &Service,
+    interception_none: bool,
+    proxyless: bool,
+) -> Vec<(u16, String, bool)> {
+    let Some(l) = listeners.get(idx) else {
+        return Vec::new();
+    };
+    if proxyless {
+        return Vec::new();
+    }
+    match &l.port {
+        Some(ep) if ep.protocol.is_tcp() => {
+            let (addr, bind) = egress_bind(l, interception_none);
+            svc.ports
+                .iter()
+                .filter(|p| p.port == ep.number)
+                .map(|p| (p.port, addr.clone(), bind))
+                .collect()
+        }
+        Some(_) => Vec::new(),
+        None if interception_none => Vec::new(),
+        None => {
+            let explicit = explicit_ports(listeners);
+            svc.ports
+                .iter()
+                .filter(|p| p.protocol.is_tcp() && !explicit.contains(&p.port))
+                .map(|p| (p.port, "0.0.0.0".to_string(), false))
+                .collect()
+        }
     }
 }

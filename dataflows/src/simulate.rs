@@ -108,6 +108,13 @@ impl Call {
         }
     }
 
+    /// A plain TCP connection to port `port`, with no HTTP request on it: what a `tcp_proxy`
+    /// chain forwards. Should it land on an HTTP chain instead, it is taken as a request
+    /// without `Host` or path (which no virtual host but `*` matches).
+    pub fn connect(port: u16) -> Call {
+        Call::get("", port, "")
+    }
+
     /// The same call to destination address `ip`.
     pub fn to_address(mut self, ip: &str) -> Call {
         self.address = Some(ip.to_string());

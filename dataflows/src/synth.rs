@@ -145,6 +145,7 @@ pub fn gateway_vs(s: usize, shape: &Shape, mesh: &MeshConfig) -> VirtualService 
         hosts: vec![gateway_host(s)],
         gateways: vec![format!("{}/{GATEWAY_NAME}", mesh.root_namespace)],
         export_to: vec![],
+        tcp: vec![],
         http: vec![HttpRoute {
             name: None,
             matches: vec![],
@@ -210,6 +211,7 @@ pub fn records(shape: &Shape, mesh: &MeshConfig) -> Vec<Record> {
             }],
             export_to: vec![],
             resolution: Resolution::Static,
+            addresses: vec![],
         }));
         for e in 0..shape.endpoints_per_service {
             out.push(endpoint(s, e, shape, mesh));
@@ -291,6 +293,7 @@ pub fn vs(s: usize, v1_weight: u32, shape: &Shape, mesh: &MeshConfig) -> Virtual
         hosts: vec![host.clone()],
         gateways: vec![],
         export_to: vec![],
+        tcp: vec![],
         http: vec![HttpRoute {
             name: None,
             matches: vec![],

@@ -45,7 +45,30 @@ fn random_record(rng: &mut StdRng, slot: usize) -> Record {
                 protocol: Protocol::Http,
             });
         }
+        // TCP ports: one of its own, or 9080 itself, so TCP and HTTP services share a port.
+        match rng.random_range(0..5) {
+            0 => ports.push(ServicePort {
+                name: "tcp-db".into(),
+                port: 3306,
+                protocol: Protocol::Tcp,
+            }),
+            1 => ports[0].protocol = Protocol::Tcp,
+            // TLS on the same port as TCP elsewhere (proxied only where an address tells it
+            // apart).
+            2 => ports.push(ServicePort {
+                name: "tls".into(),
+                port: 3306,
+                protocol: Protocol::Tls,
+            }),
+            _ => {}
+        }
         ports
+    };
+    // Addresses that collide across services and nest, as ServiceEntries may.
+    let addresses = |rng: &mut StdRng| match rng.random_range(0..4) {
+        0 => vec![],
+        1 => vec!["10.96.0.0/16".to_string()],
+        _ => vec![format!("10.96.0.{}/32", rng.random_range(1..4))],
     };
     match rng.random_range(0..9) {
         0 => Record::Service(Service {
@@ -58,6 +81,7 @@ fn random_record(rng: &mut StdRng, slot: usize) -> Record {
                 vec![]
             },
             resolution: Resolution::Static,
+            addresses: addresses(rng),
         }),
         1 => Record::Endpoint(
             host(&svc_name, ns),
@@ -86,6 +110,36 @@ fn random_record(rng: &mut StdRng, slot: usize) -> Record {
                 weight,
             };
             let w = rng.random_range(0..=100);
+            let tcp_match = |rng: &mut StdRng| TcpMatch {
+                port: rng.random_bool(0.3).then_some(3306),
+                destination_subnets: if rng.random_bool(0.3) {
+                    vec!["10.96.0.0/24".into()]
+                } else {
+                    vec![]
+                },
+                gateways: pick(rng, &[&[][..], &["mesh"], &["istio-system/gw"]])
+                    .iter()
+                    .map(|g| g.to_string())
+                    .collect(),
+                source_namespace: rng.random_bool(0.2).then(|| ns.to_string()),
+            };
+            let tcp = match rng.random_range(0..3) {
+                0 => vec![],
+                _ => vec![
+                    TcpRoute {
+                        matches: vec![tcp_match(rng), tcp_match(rng)],
+                        route: vec![dest(Some("v1"), w), dest(Some("v2"), 100 - w)],
+                    },
+                    TcpRoute {
+                        matches: if rng.random_bool(0.5) {
+                            vec![]
+                        } else {
+                            vec![tcp_match(rng)]
+                        },
+                        route: vec![dest(None, 100)],
+                    },
+                ],
+            };
             Record::VirtualService(VirtualService {
                 key: ConfigKey::new(Kind::VirtualService, ns, format!("vs{}", slot % 3)),
                 hosts: vec![if rng.random_bool(0.5) {
@@ -99,6 +153,7 @@ fn random_record(rng: &mut StdRng, slot: usize) -> Record {
                     _ => vec!["mesh".into(), "istio-system/gw".into()],
                 },
                 export_to: vec![],
+                tcp,
                 http: vec![
                     HttpRoute {
                         name: None,
@@ -147,13 +202,16 @@ fn random_record(rng: &mut StdRng, slot: usize) -> Record {
         5 => Record::Gateway(Gateway {
             key: ConfigKey::new(Kind::Gateway, pick(rng, &["default", "istio-system"]), "gw"),
             selector: labels(&[("istio", "ingressgateway")]),
-            servers: vec![GatewayServer {
-                port: pick(rng, &[8080u16, 8081]).to_owned(),
-                port_name: "http".into(),
-                protocol: Protocol::Http,
-                bind: None,
-                hosts: vec![pick(rng, &["*/*", "./*", "default/*"]).to_string()],
-            }],
+            servers: std::iter::once(Protocol::Http)
+                .chain(rng.random_bool(0.5).then_some(Protocol::Tcp))
+                .map(|protocol| GatewayServer {
+                    port: pick(rng, &[8080u16, 8081, 3306]).to_owned(),
+                    port_name: "http".into(),
+                    protocol,
+                    bind: None,
+                    hosts: vec![pick(rng, &["*/*", "./*", "default/*"]).to_string()],
+                })
+                .collect(),
         }),
         6 => {
             let sel = rng.random_bool(0.5).then(|| labels(&[("app", "client")]));
@@ -165,7 +223,25 @@ fn random_record(rng: &mut StdRng, slot: usize) -> Record {
                     format!("sc{}", slot % 2),
                 ),
                 selector: sel,
-                egress: match rng.random_range(0..3) {
+                egress: match rng.random_range(0..4) {
+                    3 => vec![
+                        EgressListener {
+                            port: Some(EgressPort {
+                                number: pick(rng, &[3306u16, 9080]),
+                                protocol: Protocol::Tcp,
+                                name: "tcp".into(),
+                            }),
+                            bind: rng.random_bool(0.5).then(|| "127.0.0.1".into()),
+                            capture_none: rng.random_bool(0.5),
+                            hosts: vec![pick(rng, &["./*", "*/*"]).to_string()],
+                        },
+                        EgressListener {
+                            port: None,
+                            bind: None,
+                            capture_none: false,
+                            hosts: vec!["*/*".into()],
+                        },
+                    ],
                     0 => vec![],
                     1 => vec![EgressListener {
                         port: None,

@@ -212,6 +212,7 @@ fn service(name: &str, ns: &str) -> Record {
         }],
         export_to: vec![],
         resolution: Resolution::Static,
+        addresses: vec![],
     })
 }
 
@@ -309,6 +310,7 @@ fn virtual_service(ns: &str, name: &str, hosts: &[&str], gateways: &[&str], dest
         hosts: hosts.iter().map(|h| h.to_string()).collect(),
         gateways: gateways.iter().map(|g| g.to_string()).collect(),
         export_to: vec![],
+        tcp: vec![],
         http: vec![HttpRoute {
             name: None,
             matches: vec![],

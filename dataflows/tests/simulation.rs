@@ -60,6 +60,7 @@ fn service_with_pods(name: &str, n: u8, versions: &[u8]) -> Vec<Record> {
         }],
         export_to: vec![],
         resolution: Resolution::Static,
+        addresses: vec![],
     })];
     for v in versions {
         let ip = format!("10.0.{n}.{v}");
@@ -143,6 +144,7 @@ fn reviews_vs(gateways: &[&str], hosts: &[&str]) -> Record {
         hosts: hosts.iter().map(|h| h.to_string()).collect(),
         gateways: gateways.iter().map(|g| g.to_string()).collect(),
         export_to: vec![],
+        tcp: vec![],
         http: vec![
             route("jason", Some(jason), vec![dest("reviews", "v2", 100)]),
             split,

@@ -146,13 +146,110 @@ fn redirects_and_direct_responses_are_routes_of_their_own() {
 }
 
 #[test]
-fn tcp_and_tls_routes_are_warnings() {
+fn tcp_routes_are_translated_and_tls_routes_warned() {
     let doc = format!(
-        "{VS}  tcp:\n  - route:\n    - destination: {{host: mongo}}\n  tls:\n  - match: [{{sniHosts: [a.com]}}]\n    route: [{{destination: {{host: a.com}}}}]\n"
+        "{VS}  tcp:\n  - match: [{{port: 27017, destinationSubnets: [10.1.2.3/16], gateways: [mesh], sourceNamespace: ns}}]\n    route:\n    - destination: {{host: mongo, subset: v1}}\n      weight: 30\n    - destination: {{host: mongo, subset: v2}}\n      weight: 70\n  tls:\n  - match: [{{sniHosts: [a.com]}}]\n    route: [{{destination: {{host: a.com}}}}]\n"
     );
     let p = parse(&doc);
-    assert_eq!(fields(&p, Level::Warning), vec!["spec.tcp", "spec.tls"]);
-    assert!(p.findings[0].message.contains("TCP and TLS routes"));
+    assert_eq!(fields(&p, Level::Warning), vec!["spec.tls"]);
+    assert!(fields(&p, Level::Error).is_empty());
+    let Record::VirtualService(vs) = &p.records[0] else {
+        panic!()
+    };
+    let [route] = vs.tcp.as_slice() else {
+        panic!("{:?}", vs.tcp)
+    };
+    let m = &route.matches[0];
+    assert_eq!(m.port, Some(27017));
+    assert_eq!(m.destination_subnets, vec!["10.1.0.0/16"], "canonical CIDR");
+    assert_eq!(m.gateways, vec!["mesh"]);
+    assert_eq!(m.source_namespace.as_deref(), Some("ns"));
+    let weights: Vec<(Option<&str>, u32)> = route
+        .route
+        .iter()
+        .map(|d| (d.subset.as_deref(), d.weight))
+        .collect();
+    assert_eq!(weights, vec![(Some("v1"), 30), (Some("v2"), 70)]);
+    assert_eq!(route.route[0].host, "mongo.ns.svc.cluster.local");
+}
+
+/// `sourceLabels` and `sourceSubnet` restrict which clients a TCP route is for; meshflow
+/// cannot honour them, so the route is left out (an error naming the field), never widened.
+#[test]
+fn tcp_source_conditions_fail_closed() {
+    for field in ["sourceLabels: {app: a}", "sourceSubnet: 10.0.0.0/8"] {
+        let doc = format!(
+            "{VS}  tcp:\n  - match: [{{port: 27017, {field}}}]\n    route: [{{destination: {{host: mongo}}}}]\n  - route: [{{destination: {{host: other}}}}]\n"
+        );
+        let p = parse(&doc);
+        let name = field.split(':').next().unwrap_or_default();
+        assert_eq!(
+            fields(&p, Level::Error),
+            vec![format!("spec.tcp[0].match[0].{name}")],
+            "{field}"
+        );
+        assert!(p.findings[0]
+            .message
+            .contains("spec.tcp[0] is not generated"));
+        let Record::VirtualService(vs) = &p.records[0] else {
+            panic!()
+        };
+        assert_eq!(vs.tcp.len(), 1, "only the second route: {:?}", vs.tcp);
+        assert_eq!(vs.tcp[0].route[0].host, "other.ns.svc.cluster.local");
+    }
+}
+
+#[test]
+fn tcp_route_problems_name_their_field() {
+    for (bad, field) in [
+        (
+            "  - route: []\n",
+            "spec.tcp[0].route",
+        ),
+        (
+            "  - match: [{destinationSubnets: [10.0.0.0/33]}]\n    route: [{destination: {host: a}}]\n",
+            "spec.tcp[0].match[0].destinationSubnets[0]",
+        ),
+        (
+            "  - match: [{port: 70000}]\n    route: [{destination: {host: a}}]\n",
+            "spec.tcp[0].match[0].port",
+        ),
+        (
+            "  - route: [{destination: {host: a}, weight: 30}, {destination: {host: b}, weight: 30}]\n",
+            "spec.tcp[0].route",
+        ),
+    ] {
+        let e = parse_document(&format!("{VS}  tcp:\n{bad}"), &MeshConfig::default())
+            .expect_err(bad);
+        assert_eq!(e.field, field, "{bad}: {e:?}");
+    }
+}
+
+#[test]
+fn service_addresses_are_read_as_cidrs() {
+    let svc = "apiVersion: v1\nkind: Service\nmetadata: {name: db, namespace: ns}\nspec:\n  clusterIP: 10.96.0.7\n  clusterIPs: [10.96.0.7, 'fd00::7']\n  ports: [{name: tcp, port: 5432}]\n";
+    let headless = "apiVersion: v1\nkind: Service\nmetadata: {name: db, namespace: ns}\nspec:\n  clusterIP: None\n  ports: [{name: tcp, port: 5432}]\n";
+    let se = "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: se, namespace: ns}\nspec:\n  hosts: [db.example.com]\n  addresses: [192.168.3.4/24, 10.0.0.1]\n  ports: [{number: 5432, name: tcp, protocol: TCP}]\n";
+    for (doc, want) in [
+        (svc, vec!["10.96.0.7/32", "fd00::7/128"]),
+        (headless, vec![]),
+        (se, vec!["192.168.3.0/24", "10.0.0.1/32"]),
+    ] {
+        let p = parse(doc);
+        assert!(
+            p.findings.is_empty(),
+            "a TCP port is translated: {:?}",
+            p.findings
+        );
+        let Record::Service(s) = &p.records[0] else {
+            panic!()
+        };
+        assert_eq!(s.addresses, want);
+        assert_eq!(s.ports[0].protocol, dataflows::model::Protocol::Tcp);
+    }
+    let e = parse_document(&se.replace("10.0.0.1]", "nowhere]"), &MeshConfig::default())
+        .expect_err("not an address");
+    assert_eq!(e.field, "spec.addresses[1]");
 }
 
 fn dr(p: &Parsed) -> &dataflows::model::DestinationRule {
@@ -245,18 +342,25 @@ fn tls_that_cannot_be_generated_fails_the_clusters_closed() {
 
 #[test]
 fn gateway_servers_not_generated_are_errors_and_left_out() {
-    let doc = "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: g, namespace: ns}\nspec:\n  selector: {istio: ingressgateway}\n  servers:\n  - port: {number: 80, name: http, protocol: HTTP}\n    hosts: ['*']\n  - port: {number: 443, name: https, protocol: HTTPS}\n    hosts: ['*']\n    tls: {mode: SIMPLE, credentialName: cert}\n  - port: {number: 8080, name: http2, protocol: HTTP}\n    hosts: ['*']\n    tls: {httpsRedirect: true}\n  - port: {number: 31400, name: tcp, protocol: TCP}\n    hosts: ['*']\n";
+    let doc = "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: g, namespace: ns}\nspec:\n  selector: {istio: ingressgateway}\n  servers:\n  - port: {number: 80, name: http, protocol: HTTP}\n    hosts: ['*']\n  - port: {number: 443, name: https, protocol: HTTPS}\n    hosts: ['*']\n    tls: {mode: SIMPLE, credentialName: cert}\n  - port: {number: 8080, name: http2, protocol: HTTP}\n    hosts: ['*']\n    tls: {httpsRedirect: true}\n  - port: {number: 15443, name: tls, protocol: TLS}\n    hosts: ['*']\n  - port: {number: 31400, name: tcp, protocol: TCP}\n    hosts: ['*']\n  - port: {number: 31401, name: tcp-tls, protocol: TCP}\n    hosts: ['*']\n    tls: {mode: SIMPLE, credentialName: cert}\n  - port: {number: 80, name: tcp-clash, protocol: TCP}\n    hosts: ['*']\n";
     let p = parse(doc);
     let Record::Gateway(g) = &p.records[0] else {
         panic!()
     };
     assert_eq!(
         g.servers.iter().map(|s| s.port).collect::<Vec<_>>(),
-        vec![80]
+        vec![80, 31400],
+        "plaintext HTTP and TCP servers"
     );
     assert_eq!(
         fields(&p, Level::Error),
-        vec!["spec.servers[1]", "spec.servers[2]", "spec.servers[3]"]
+        vec![
+            "spec.servers[1]",
+            "spec.servers[2]",
+            "spec.servers[3]",
+            "spec.servers[5]",
+            "spec.servers[6]"
+        ]
     );
     assert!(p.findings[0].message.contains("HTTPS server with tls"));
 }
@@ -301,10 +405,8 @@ fn service_entry_unix_endpoints_and_unused_fields_are_warnings() {
     assert_eq!(
         fields(&p, Level::Warning),
         vec![
-            "spec.addresses",
             "spec.endpoints[1].weight",
             "spec.endpoints[1].locality",
-            "spec.ports[1]",
             "spec.endpoints[0].address",
         ]
     );

@@ -12,6 +12,26 @@ pub struct VirtualServiceSpec {
     pub gateways: Vec<String>,
     pub export_to: Vec<String>,
     pub http: Vec<HttpRoute>,
+    pub tcp: Vec<TcpRoute>,
+}
+
+/// A `tcp[]` route. `sourceLabels` and `sourceSubnet` are left untyped on purpose: they
+/// are reported (and the route left out) as fields meshflow cannot honour.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct TcpRoute {
+    #[serde(rename = "match")]
+    pub matches: Vec<L4MatchAttributes>,
+    pub route: Vec<HttpRouteDestination>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct L4MatchAttributes {
+    pub destination_subnets: Vec<String>,
+    pub port: Option<i64>,
+    pub gateways: Vec<String>,
+    pub source_namespace: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -372,6 +392,7 @@ pub struct IstioEgressListener {
 #[serde(rename_all = "camelCase", default)]
 pub struct ServiceEntrySpec {
     pub hosts: Vec<String>,
+    pub addresses: Vec<String>,
     pub ports: Vec<ServicePort>,
     pub resolution: Option<String>,
     pub endpoints: Vec<WorkloadEntrySpec>,

@@ -236,6 +236,7 @@ mod tests {
             hosts: vec![format!("{name}.default.svc.cluster.local")],
             gateways: vec![version.to_string()],
             export_to: vec![],
+            tcp: vec![],
             http: vec![],
         })
     }

@@ -29,9 +29,11 @@ mod scratch;
 // Fixtures and clients that tests name by module (`support::reviews::Reviews`).
 pub mod chromium;
 pub mod fake_kube;
+pub mod mongo;
 pub mod pki;
 pub mod reviews;
 pub mod scene;
+pub mod tcp_echo;
 pub mod tls_backend;
 pub mod xds_client;
 
@@ -53,7 +55,7 @@ pub use self::{
     http_client::{http_get, http_request, HttpResponse, IO_TIMEOUT},
     meshflow::{meshflow_cli, Meshflow},
     outcomes::{exactly, only, outcome_key, tally},
-    polling::{converge, wait_until, CONVERGE_TIMEOUT, STARTUP_TIMEOUT},
+    polling::{converge, converge_then, wait_until, CONVERGE_TIMEOUT, STARTUP_TIMEOUT},
     process::log_tail,
     scene::SidecarScene,
     scratch::{free_port, remove_config, write_config, TestDir},

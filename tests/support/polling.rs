@@ -50,3 +50,16 @@ pub fn converge<S: std::fmt::Debug>(
         thread::sleep(POLL_INTERVAL);
     }
 }
+
+/// Takes samples of 10 (`sample(10)`) until one satisfies `accept`, then returns a fresh
+/// sample of `n`, which the caller asserts on. Panics as [`converge`] does.
+pub fn converge_then<S: std::fmt::Debug>(
+    what: &str,
+    sample: impl Fn(usize) -> S,
+    accept: impl Fn(&S) -> bool,
+    n: usize,
+    context: impl FnOnce() -> String,
+) -> S {
+    converge(what, CONVERGE_TIMEOUT, || sample(10), accept, context);
+    sample(n)
+}

@@ -10,9 +10,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use super::{
-    converge, free_port, remove_config, tally, write_config, Backend, Envoy, CONVERGE_TIMEOUT,
-};
+use super::{converge_then, free_port, remove_config, tally, write_config, Backend, Envoy};
 
 pub const NAMESPACE: &str = "default";
 pub const FQDN: &str = "reviews.default.svc.cluster.local";
@@ -341,14 +339,13 @@ impl<'a> Client<'a> {
         accept: impl Fn(&HashMap<String, usize>) -> bool,
         n: usize,
     ) -> HashMap<String, usize> {
-        converge(
+        converge_then(
             what,
-            CONVERGE_TIMEOUT,
-            || self.tally(10, path, headers),
+            |k| self.tally(k, path, headers),
             accept,
+            n,
             || self.envoy.summary(),
-        );
-        self.tally(n, path, headers)
+        )
     }
 }
 

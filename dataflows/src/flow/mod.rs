@@ -19,6 +19,7 @@ mod mesh;
 mod routes;
 mod scopes;
 mod services;
+mod tcp;
 mod virtual_services;
 mod visibility;
 
@@ -110,7 +111,21 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     let vss = virtual_services::resolve(&virtual_services, &services.chosen);
     let mesh_vss = virtual_services::mesh_in_effect(&virtual_services, &visible);
     let ports = routes::ports(&visible, &services.chosen, &specs);
-    let routes = routes::sidecar(&config.domain_suffix, &specs, &ports, mesh_vss, &vss);
+    let (routes, http_ports) = routes::sidecar(
+        &config.domain_suffix,
+        &specs,
+        &ports,
+        mesh_vss.clone(),
+        &vss,
+    );
+    let (tcp, unreachable) = tcp::sidecar(
+        &visible,
+        &services.chosen,
+        &specs,
+        mesh_vss,
+        &vss,
+        http_ports,
+    );
     let listeners = listeners::sidecar(&specs, ports);
     let gateways = gateways::routers(&scopes, i.gateways, virtual_services, vss);
 
@@ -120,6 +135,7 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         .built
         .concat(assignments)
         .concat(routes)
+        .concat(tcp)
         .concat(listeners)
         .concat(gateways);
     let errors = services
@@ -127,7 +143,8 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         .concat(undefined_subsets)
         .concat(undefined_gateways)
         .concat(undefined_hosts)
-        .concat(unselected_gateways);
+        .concat(unselected_gateways)
+        .concat(unreachable);
     outputs(scoped, inbound, errors, proxy_scopes)
 }
 

@@ -41,60 +41,39 @@ pub(super) fn ports<'s>(
     services: &Coll<'s, (Hostname, Service)>,
     specs: &Coll<'s, (ScopeKey, ScopeSpec)>,
 ) -> Ports<'s> {
-    visible
-        .views
-        .clone()
-        .map(|((s, idx), h)| (h, (s, idx)))
-        .join_map(services.clone(), |_, (s, idx), svc| {
-            (s.clone(), (*idx, svc.clone()))
-        })
-        .join_map(specs.clone(), |s, (idx, svc), spec| {
-            let ScopeKey::Sidecar {
-                interception_none,
-                proxyless,
-                ..
-            } = *s
-            else {
-                return Vec::new();
-            };
-            let listeners = rules::egress_listeners(spec.sidecar.as_ref());
-            let registry_only = spec.registry_only;
-            rules::sidecar_route_ports(
-                &listeners,
-                *idx,
-                svc,
-                interception_none,
-                proxyless,
-                registry_only,
-            )
-            .into_iter()
-            .map(|(port, allow_any, catch_all)| {
-                (
-                    (s.clone(), svc.hostname.clone()),
-                    (port, allow_any, catch_all, svc.clone()),
-                )
-            })
-            .collect()
-        })
-        .flat_map(|rows| rows)
-        .distinct()
+    super::visibility::per_listener(visible, services, specs, |v| {
+        rules::sidecar_route_ports(
+            &v.listeners,
+            v.idx,
+            v.service,
+            v.interception_none,
+            v.proxyless,
+            v.spec.registry_only,
+        )
+        .into_iter()
+        .map(|(port, allow_any, catch_all)| (port, allow_any, catch_all, v.service.clone()))
+        .collect()
+    })
 }
 
-/// Route configurations and catch-all listeners of sidecar scopes, with their provenance.
+/// Route configurations of sidecar scopes with their provenance (and that of the catch-all
+/// listeners), and the `(scope, port)`s whose captured listener needs the HTTP chain:
+/// [`super::tcp`] builds those listeners, as TCP services may share their ports.
 pub(super) fn sidecar<'s>(
     domain_suffix: &str,
     specs: &Coll<'s, (ScopeKey, ScopeSpec)>,
     ports: &Ports<'s>,
     mesh_vss: Coll<'s, ((ScopeKey, Hostname), ConfigKey)>,
     vss: &Coll<'s, (ConfigKey, ResolvedVs)>,
-) -> Built<'s, ScopeKey> {
+) -> (Built<'s, ScopeKey>, Coll<'s, (ScopeKey, u16)>) {
     let rows = rows(specs, ports, mesh_vss, vss);
     let provenance = provenance(&rows);
-    let catchall = catchall_listeners(&rows);
-    Built {
-        resources: configs(rows, domain_suffix).concat(catchall),
+    let catchall = catchall_ports(&rows);
+    let built = Built {
+        resources: configs(rows, domain_suffix),
         provenance,
-    }
+    };
+    (built, catchall)
 }
 
 /// One row per virtual host (with its VirtualService, if one is in effect) and one per route
@@ -105,40 +84,15 @@ fn rows<'s>(
     mesh_vss: Coll<'s, ((ScopeKey, Hostname), ConfigKey)>,
     vss: &Coll<'s, (ConfigKey, ResolvedVs)>,
 ) -> Rows<'s> {
-    let rows_with_vs = ports
-        .clone()
-        .join_map(
-            mesh_vss.clone(),
-            |(s, _), (port, allow_any, catch_all, svc), vk| {
-                (
-                    vk.clone(),
-                    (s.clone(), *port, *allow_any, *catch_all, svc.clone()),
-                )
-            },
-        )
-        .join_map(
-            vss.clone(),
-            |_, (s, port, allow_any, catch_all, svc), rvs| {
-                let row = RouteRow::Vhost {
-                    allow_any: *allow_any,
-                    catch_all: *catch_all,
-                    service: svc.clone(),
-                    vs: Some(rvs.clone()),
-                };
-                ((s.clone(), *port), row)
-            },
-        );
-    let rows_without_vs = ports.clone().antijoin(mesh_vss.map(|(k, _)| k)).map(
-        |((s, _), (port, allow_any, catch_all, svc))| {
-            (
-                (s, port),
-                RouteRow::Vhost {
-                    allow_any,
-                    catch_all,
-                    service: svc,
-                    vs: None,
-                },
-            )
+    let rows_vs = super::virtual_services::with_mesh_vs(ports.clone(), mesh_vss, vss).map(
+        |((s, _), ((port, allow_any, catch_all, svc), vs))| {
+            let row = RouteRow::Vhost {
+                allow_any,
+                catch_all,
+                service: svc,
+                vs,
+            };
+            ((s, port), row)
         },
     );
     let route_exists = specs.clone().flat_map(|(s, spec)| match &s {
@@ -152,7 +106,7 @@ fn rows<'s>(
             .collect(),
         ScopeKey::Router { .. } => Vec::new(),
     });
-    let rows = rows_with_vs.concat(rows_without_vs).concat(route_exists);
+    let rows = rows_vs.concat(route_exists);
     // One row per (scope, port) with the mesh's retry default, when there is one: a
     // change of it rebuilds the scopes' route configurations and nothing else.
     let retries = rows
@@ -212,8 +166,8 @@ fn provenance<'s>(rows: &Rows<'s>) -> Coll<'s, ProvenanceRow> {
     })
 }
 
-/// One catch-all listener per port that some virtual host needs it on.
-fn catchall_listeners<'s>(rows: &Rows<'s>) -> Coll<'s, (ScopeKey, Resource)> {
+/// Each captured port that some virtual host needs a catch-all listener on.
+fn catchall_ports<'s>(rows: &Rows<'s>) -> Coll<'s, (ScopeKey, u16)> {
     rows.clone()
         .filter(|(_, row)| {
             matches!(
@@ -227,7 +181,6 @@ fn catchall_listeners<'s>(rows: &Rows<'s>) -> Coll<'s, (ScopeKey, Resource)> {
         .map(|((s, port), _)| (s, port))
         .distinct()
         .filter(|(s, _)| captured(s))
-        .map(|(s, port)| (s, assemble::catchall_listener(port)))
 }
 
 /// The route configuration of each (scope, port), from all its rows at once: a virtual host

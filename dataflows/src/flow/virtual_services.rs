@@ -28,7 +28,9 @@ pub(super) fn resolve<'s>(
             let mut hosts: Vec<Hostname> = vs
                 .http
                 .iter()
-                .flat_map(|r| r.route.iter().map(|d| d.host.clone()))
+                .flat_map(|r| r.route.iter())
+                .chain(vs.tcp.iter().flat_map(|r| r.route.iter()))
+                .map(|d| d.host.clone())
                 .collect();
             hosts.sort();
             hosts.dedup();
@@ -77,4 +79,28 @@ pub(super) fn mesh_in_effect<'s>(
         })
         .flat_map(|x| x)
         .reduce(|_, vals, out| out.push((vals[0].0 .1.clone(), 1isize)))
+}
+
+/// Rows of [`with_mesh_vs`].
+pub(super) type WithVs<'s, T> = Coll<'s, ((ScopeKey, Hostname), (T, Option<ResolvedVs>))>;
+
+/// Each `((scope, host), T)` row with the mesh VirtualService in effect for its host, if
+/// any: what sidecar routes (HTTP) and sidecar TCP listeners both build from.
+pub(super) fn with_mesh_vs<'s, T: differential_dataflow::ExchangeData>(
+    rows: Coll<'s, ((ScopeKey, Hostname), T)>,
+    mesh_vss: Coll<'s, ((ScopeKey, Hostname), ConfigKey)>,
+    vss: &Coll<'s, (ConfigKey, ResolvedVs)>,
+) -> WithVs<'s, T> {
+    let with_vs = rows
+        .clone()
+        .join_map(mesh_vss.clone(), |sh, t, vk| {
+            (vk.clone(), (sh.clone(), t.clone()))
+        })
+        .join_map(vss.clone(), |_, (sh, t), rvs| {
+            (sh.clone(), (t.clone(), Some(rvs.clone())))
+        });
+    let without_vs = rows
+        .antijoin(mesh_vss.map(|(k, _)| k))
+        .map(|(sh, t)| (sh, (t, None)));
+    with_vs.concat(without_vs)
 }

@@ -57,3 +57,59 @@ pub(super) fn hosts<'s>(
     let scope_hosts = views.clone().map(|((s, _), h)| (s, h)).distinct();
     Visible { views, scope_hosts }
 }
+
+/// What each visible service gets from the egress listener that made it visible: `rows` of
+/// `(scope, egress listeners, listener index, service, spec)` for sidecar scopes, as
+/// `((scope, host), T)` rows, distinct. Routes and TCP listeners both start here.
+pub(super) fn per_listener<'s, T, F>(
+    visible: &Visible<'s>,
+    services: &Coll<'s, (Hostname, Service)>,
+    specs: &Coll<'s, (ScopeKey, ScopeSpec)>,
+    rows: F,
+) -> Coll<'s, ((ScopeKey, Hostname), T)>
+where
+    T: differential_dataflow::ExchangeData + std::hash::Hash,
+    F: Fn(&ListenerView) -> Vec<T> + 'static,
+{
+    visible
+        .views
+        .clone()
+        .map(|((s, idx), h)| (h, (s, idx)))
+        .join_map(services.clone(), |_, (s, idx), svc| {
+            (s.clone(), (*idx, svc.clone()))
+        })
+        .join_map(specs.clone(), move |s, (idx, svc), spec| {
+            let ScopeKey::Sidecar {
+                interception_none,
+                proxyless,
+                ..
+            } = *s
+            else {
+                return Vec::new();
+            };
+            let view = ListenerView {
+                listeners: rules::egress_listeners(spec.sidecar.as_ref()),
+                idx: *idx,
+                service: svc,
+                spec,
+                interception_none,
+                proxyless,
+            };
+            rows(&view)
+                .into_iter()
+                .map(|t| ((s.clone(), svc.hostname.clone()), t))
+                .collect()
+        })
+        .flat_map(|rows| rows)
+        .distinct()
+}
+
+/// A service as seen through one egress listener of a sidecar scope.
+pub(super) struct ListenerView<'a> {
+    pub listeners: Vec<EgressListener>,
+    pub idx: usize,
+    pub service: &'a Service,
+    pub spec: &'a ScopeSpec,
+    pub interception_none: bool,
+    pub proxyless: bool,
+}

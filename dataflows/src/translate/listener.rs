@@ -139,26 +139,37 @@ pub fn http_listener(
     let listener = Listener {
         name: name.clone(),
         address: Some(socket_address(ip, port)),
-        filter_chains: vec![FilterChain {
-            filters: vec![hcm_filter(rds_hcm(
-                &format!("outbound_{name}"),
-                route_name,
-                edge,
-            ))],
-            ..Default::default()
-        }],
-        bind_to_port: if bind_to_port {
-            None
-        } else {
-            Some(BoolValue { value: false })
-        },
+        filter_chains: vec![http_chain(&name, route_name, edge)],
+        bind_to_port: bind_flag(bind_to_port),
         traffic_direction: TrafficDirection::Outbound as i32,
         ..Default::default()
     };
     Resource::new(ResourceType::Listener, name, listener.encode_to_vec())
 }
 
-fn tcp_to(cluster: &str, stat_prefix: &str) -> Filter {
+/// The filter chain of an outbound HTTP listener `name`: a connection manager taking its
+/// routes from RDS `route_name`.
+pub(super) fn http_chain(name: &str, route_name: &str, edge: bool) -> FilterChain {
+    FilterChain {
+        filters: vec![hcm_filter(rds_hcm(
+            &format!("outbound_{name}"),
+            route_name,
+            edge,
+        ))],
+        ..Default::default()
+    }
+}
+
+/// `bind_to_port` as Envoy reads it: unset means bound.
+pub(super) fn bind_flag(bind_to_port: bool) -> Option<BoolValue> {
+    if bind_to_port {
+        None
+    } else {
+        Some(BoolValue { value: false })
+    }
+}
+
+pub(super) fn tcp_to(cluster: &str, stat_prefix: &str) -> Filter {
     Filter {
         name: "envoy.filters.network.tcp_proxy".into(),
         config_type: Some(filter::ConfigType::TypedConfig(pack_any(TcpProxy {

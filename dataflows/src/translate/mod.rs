@@ -8,6 +8,7 @@ pub mod cluster;
 pub mod endpoint;
 pub mod listener;
 pub mod route;
+pub mod tcp;
 
 use envoy_types::pb::envoy::config::core::v3::{address, Address};
 use envoy_types::pb::envoy::config::core::v3::{

@@ -136,6 +136,7 @@ impl ObjectStatus {
                 | ErrorCode::HostNotFound
                 | ErrorCode::GatewaySelectsNothing => ("MF0004", "ReferencedResourceNotFound"),
                 ErrorCode::HostConflict => ("MF0005", "ConflictingHost"),
+                ErrorCode::TcpServiceConflict => ("MF0006", "ConflictingTcpService"),
             };
             self.messages.push(json!({
                 "type": {"code": code, "name": name},

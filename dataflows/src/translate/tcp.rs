@@ -1,0 +1,379 @@
+//! LDS for TCP traffic: which `tcp[]` route of a VirtualService a connection takes (the
+//! first that matches, as Istio orders them) and the `envoy.filters.network.tcp_proxy`
+//! filter chains that carry it out, for sidecar outbound listeners and gateway TCP servers.
+//!
+//! A sidecar's captured port is one listener `0.0.0.0_PORT` (reached from `virtualOutbound`)
+//! whose chains tell the TCP services sharing the port apart by the connection's original
+//! destination (`prefix_ranges`: the service's addresses, or a route's
+//! `destinationSubnets`); Istio names a listener per service address (`VIP_PORT`) instead,
+//! which routes the same connections the same way. Where a port also carries HTTP services,
+//! their connection manager is the chain without a match.
+
+use super::listener::{bind_flag, http_chain, listener_name, tcp_to};
+use super::{outbound_cluster_name, socket_address};
+use crate::model::{
+    Protocol, ResolvedVs, Resource, ResourceType, RouteDestination, Service, TcpMatch,
+};
+use envoy_types::pb::envoy::config::core::v3::{CidrRange, TrafficDirection};
+use envoy_types::pb::envoy::config::listener::v3::FilterChainMatch;
+use envoy_types::pb::envoy::config::listener::v3::{filter, Filter, FilterChain, Listener};
+use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
+    tcp_proxy::{weighted_cluster::ClusterWeight, ClusterSpecifier, WeightedCluster},
+    TcpProxy,
+};
+use envoy_types::pb::google::protobuf::UInt32Value;
+use envoy_types::util::pack_any;
+use prost::Message;
+use std::collections::BTreeSet;
+
+/// Where a set of connections goes: `(cluster, weight)`, weights 0 left out.
+pub type Destinations = Vec<(String, u32)>;
+
+/// One chain of a destination: the destination CIDRs it is for (empty: whatever else
+/// reaches it) and where it sends connections.
+pub type TcpChain = (Vec<String>, Destinations);
+
+/// A TCP route's destinations as clusters, the ports resolved as HTTP routes resolve them.
+fn destinations(route: &[RouteDestination], port: u16, vs: &ResolvedVs) -> Destinations {
+    route
+        .iter()
+        .filter(|d| d.weight > 0)
+        .map(|d| {
+            let p = super::route::resolve_port(d, port, vs);
+            (
+                outbound_cluster_name(p, d.subset.as_deref(), &d.host),
+                d.weight,
+            )
+        })
+        .collect()
+}
+
+/// Whether a match applies on `port` through `via` (gateways `namespace/name`, or `mesh`)
+/// for proxies in `source_ns` (none: a gateway, where `sourceNamespace` never holds).
+fn applies(m: &TcpMatch, port: u16, via: &[String], source_ns: Option<&str>) -> bool {
+    m.port.is_none_or(|p| p == port)
+        && (m.gateways.is_empty() || m.gateways.iter().any(|g| via.contains(g)))
+        && m.source_namespace
+            .as_deref()
+            .is_none_or(|ns| Some(ns) == source_ns)
+}
+
+/// The chains the `tcp[]` routes of `vss` (each with the gateways it applies through, in
+/// precedence order) make on `port`. Routes are taken in order: a route whose applicable
+/// matches name `destinationSubnets` gets a chain for those subnets (a subnet an earlier
+/// route took stays with it; a sidecar narrows them to the service's addresses); the first route that applies to every destination is the
+/// default (empty CIDRs) and ends the walk. Without one, `fallback` (a sidecar's service
+/// cluster) is the default, if given.
+pub fn chains(
+    vss: &[(&ResolvedVs, &[String])],
+    port: u16,
+    source_ns: Option<&str>,
+    fallback: Option<&str>,
+) -> Vec<TcpChain> {
+    let mut out: Vec<TcpChain> = Vec::new();
+    let mut taken: BTreeSet<String> = BTreeSet::new();
+    for (vs, via) in vss {
+        for route in &vs.vs.tcp {
+            let dests = destinations(&route.route, port, vs);
+            if dests.is_empty() {
+                continue;
+            }
+            let live: Vec<&TcpMatch> = route
+                .matches
+                .iter()
+                .filter(|m| applies(m, port, via, source_ns))
+                .collect();
+            if !route.matches.is_empty() && live.is_empty() {
+                continue;
+            }
+            if route.matches.is_empty() || live.iter().any(|m| m.destination_subnets.is_empty()) {
+                out.push((Vec::new(), dests));
+                return out;
+            }
+            let subnets: Vec<String> = live
+                .iter()
+                .flat_map(|m| m.destination_subnets.iter())
+                .filter(|s| taken.insert((*s).clone()))
+                .cloned()
+                .collect();
+            if !subnets.is_empty() {
+                out.push((subnets, dests));
+            }
+        }
+    }
+    if let Some(cluster) = fallback {
+        out.push((Vec::new(), vec![(cluster.to_string(), 100)]));
+    }
+    out
+}
+
+/// A canonical CIDR (`10.0.0.0/8`) as its address bits (IPv4 mapped into IPv6's space, so
+/// the families never mix) and prefix length in that space.
+fn bits(cidr: &str) -> Option<(u128, u32)> {
+    let (addr, len) = cidr.split_once('/')?;
+    let len: u32 = len.parse().ok()?;
+    match addr.parse::<std::net::IpAddr>().ok()? {
+        std::net::IpAddr::V4(v4) => Some((u128::from(v4.to_ipv6_mapped()), len + 96)),
+        std::net::IpAddr::V6(v6) => Some((u128::from(v6), len)),
+    }
+}
+
+/// Whether CIDR `outer` holds every address of `inner`.
+fn contains(outer: (u128, u32), inner: (u128, u32)) -> bool {
+    let mask = u128::MAX.checked_shl(128 - outer.1).unwrap_or(0);
+    outer.1 <= inner.1 && inner.0 & mask == outer.0 & mask
+}
+
+/// The parts of `addresses` inside `subnets`: each address a subnet holds, and each subnet
+/// inside an address (a ServiceEntry's address block); sorted, once each.
+fn intersect(addresses: &[String], subnets: &[String]) -> Vec<String> {
+    let mut out = BTreeSet::new();
+    for a in addresses {
+        for s in subnets {
+            let (Some(ab), Some(sb)) = (bits(a), bits(s)) else {
+                continue;
+            };
+            if contains(sb, ab) {
+                out.insert(a.clone());
+            } else if contains(ab, sb) {
+                out.insert(s.clone());
+            }
+        }
+    }
+    out.into_iter().collect()
+}
+
+/// `10.0.0.0/8` as Envoy's range (a bare address is a host route).
+fn cidr(s: &str) -> CidrRange {
+    let (addr, len) = match s.split_once('/') {
+        Some((a, l)) => (a, l.parse().unwrap_or(0)),
+        None => (s, if s.contains(':') { 128 } else { 32 }),
+    };
+    CidrRange {
+        address_prefix: addr.to_string(),
+        prefix_len: Some(UInt32Value { value: len }),
+    }
+}
+
+/// The tcp_proxy filter for `dests`: one cluster, or Envoy's weighted clusters.
+fn tcp_proxy(dests: &Destinations, stat_prefix: &str) -> Filter {
+    if let [(cluster, _)] = dests.as_slice() {
+        return tcp_to(cluster, cluster);
+    }
+    let proxy = TcpProxy {
+        stat_prefix: stat_prefix.to_string(),
+        cluster_specifier: Some(ClusterSpecifier::WeightedClusters(WeightedCluster {
+            clusters: dests
+                .iter()
+                .map(|(name, weight)| ClusterWeight {
+                    name: name.clone(),
+                    weight: *weight,
+                    ..Default::default()
+                })
+                .collect(),
+        })),
+        ..Default::default()
+    };
+    Filter {
+        name: "envoy.filters.network.tcp_proxy".into(),
+        config_type: Some(filter::ConfigType::TypedConfig(pack_any(proxy))),
+    }
+}
+
+fn chain(name: String, ranges: &[String], dests: &Destinations) -> FilterChain {
+    FilterChain {
+        filter_chain_match: (!ranges.is_empty()).then(|| FilterChainMatch {
+            prefix_ranges: ranges.iter().map(|r| cidr(r)).collect(),
+            ..Default::default()
+        }),
+        filters: vec![tcp_proxy(dests, &name)],
+        name,
+        ..Default::default()
+    }
+}
+
+/// Builds a listener's chains from each destination's chains, in order: a CIDR is kept by
+/// the first chain that names it (Envoy refuses a listener whose chains match alike), and
+/// only one chain may go without a match (`no_match_taken`: another already does).
+struct Chains {
+    chains: Vec<FilterChain>,
+    taken: BTreeSet<String>,
+    no_match_taken: bool,
+}
+
+impl Chains {
+    fn new(no_match_taken: bool) -> Chains {
+        Chains {
+            chains: Vec::new(),
+            taken: BTreeSet::new(),
+            no_match_taken,
+        }
+    }
+
+    /// Adds the chain if anything is left of it; whether it was.
+    fn add(&mut self, name: String, ranges: Vec<String>, dests: &Destinations) -> bool {
+        if ranges.is_empty() {
+            if self.no_match_taken {
+                return false;
+            }
+            self.no_match_taken = true;
+            self.chains.push(chain(name, &[], dests));
+            return true;
+        }
+        let ranges: Vec<String> = ranges
+            .into_iter()
+            .filter(|r| self.taken.insert(r.clone()))
+            .collect();
+        if ranges.is_empty() {
+            return false;
+        }
+        self.chains.push(chain(name, &ranges, dests));
+        true
+    }
+}
+
+/// One TCP service reached through a sidecar listener, with the mesh VirtualService in
+/// effect for its host.
+pub type TcpTarget = (Service, Option<ResolvedVs>);
+
+/// How a sidecar's outbound listener on a port is reached and what else it carries.
+pub struct OutboundPort<'a> {
+    /// `0.0.0.0`, or an egress listener's `bind`.
+    pub addr: &'a str,
+    pub port: u16,
+    /// Bound itself (`captureMode: NONE`, `bind`), else handed over by `virtualOutbound`.
+    pub bind: bool,
+    /// HTTP services share the port: their connection manager (RDS `PORT`) takes what no
+    /// TCP chain matches.
+    pub http: bool,
+    /// Where connections no chain matches go on a captured listener (`PassthroughCluster`,
+    /// or `BlackHoleCluster` under REGISTRY_ONLY).
+    pub fallback: &'a str,
+    /// The proxy's namespace, for `sourceNamespace`.
+    pub namespace: &'a str,
+}
+
+/// A sidecar's outbound listener for TCP services `targets` (sorted by host here). On a
+/// captured listener each service's default chain matches its addresses; a service without
+/// any takes the chain without a match, unless HTTP services or an earlier such service
+/// have it (Istio drops a TCP listener that conflicts with HTTP on the port alike). A bound
+/// listener serves the first service only: nothing tells its connections apart.
+///
+/// Also the services the listener cannot reach at all (none of their chains is left): the
+/// caller reports them, as nothing of a service may vanish without a word.
+pub fn sidecar_listener(p: &OutboundPort, targets: &[TcpTarget]) -> SidecarListener {
+    let name = listener_name(p.addr, p.port);
+    let mut sorted: Vec<&TcpTarget> = targets.iter().collect();
+    sorted.sort_by(|a, b| a.0.hostname.cmp(&b.0.hostname));
+    let mut unreachable = Vec::new();
+    if p.bind {
+        unreachable.extend(sorted.drain(1.min(sorted.len())..).map(|t| t.0.clone()));
+    }
+    let mut built = Chains::new(p.http);
+    let mesh = [super::route::MESH.to_string()];
+    for (svc, vs) in sorted {
+        // A TLS port without an address would need SNI to be told apart: its connections
+        // keep passing through to their original destination, as before TCP listeners.
+        let sni_only = !p.bind
+            && svc.addresses.is_empty()
+            && svc
+                .ports
+                .iter()
+                .any(|sp| sp.port == p.port && sp.protocol == Protocol::Tls);
+        if sni_only {
+            continue;
+        }
+        let mut reached = false;
+        let fallback = outbound_cluster_name(p.port, None, &svc.hostname);
+        let vss: Vec<(&ResolvedVs, &[String])> = vs.iter().map(|v| (v, mesh.as_slice())).collect();
+        let list = chains(&vss, p.port, Some(p.namespace), Some(&fallback));
+        for (i, (ranges, dests)) in list.into_iter().enumerate() {
+            // On a captured listener a chain is for this service's connections only: its
+            // addresses, or those of them inside a route's `destinationSubnets` (a subnet
+            // wider than the service must not draw other destinations to its route).
+            let ranges = match (ranges.is_empty(), p.bind || svc.addresses.is_empty()) {
+                (true, false) => svc.addresses.clone(),
+                (false, false) => {
+                    let within = intersect(&svc.addresses, &ranges);
+                    if within.is_empty() {
+                        continue;
+                    }
+                    within
+                }
+                (_, true) => ranges,
+            };
+            reached |= built.add(format!("{}:{}#{i}", svc.hostname, p.port), ranges, &dests);
+        }
+        if !reached {
+            unreachable.push(svc.clone());
+        }
+    }
+    let mut filter_chains = built.chains;
+    if p.http {
+        filter_chains.push(http_chain(&name, &p.port.to_string(), false));
+    }
+    // What reaches a captured port for an address no service claims leaves as it would
+    // without the listener: through the mesh's outbound policy.
+    let default_filter_chain = (!p.bind && !built.no_match_taken).then(|| FilterChain {
+        name: "PassthroughFilterChain".into(),
+        filters: vec![tcp_to(p.fallback, p.fallback)],
+        ..Default::default()
+    });
+    let listener = (!filter_chains.is_empty()).then(|| {
+        encode(Listener {
+            default_filter_chain,
+            bind_to_port: bind_flag(p.bind),
+            ..outbound(name, p.addr, p.port, filter_chains)
+        })
+    });
+    SidecarListener {
+        listener,
+        unreachable,
+    }
+}
+
+/// A sidecar port's listener, and the TCP services it cannot reach.
+#[derive(Default)]
+pub struct SidecarListener {
+    pub listener: Option<Resource>,
+    pub unreachable: Vec<Service>,
+}
+
+/// An outbound listener `name` on `addr:port` with `filter_chains`.
+fn outbound(name: String, addr: &str, port: u16, filter_chains: Vec<FilterChain>) -> Listener {
+    Listener {
+        name,
+        address: Some(socket_address(addr, port)),
+        filter_chains,
+        traffic_direction: TrafficDirection::Outbound as i32,
+        ..Default::default()
+    }
+}
+
+fn encode(listener: Listener) -> Resource {
+    Resource::new(
+        ResourceType::Listener,
+        listener.name.clone(),
+        listener.encode_to_vec(),
+    )
+}
+
+/// A gateway's TCP server listener on `addr:port` from the VirtualServices bound to it
+/// (each with the gateways it came through, in precedence order); none when no `tcp` route
+/// applies (Istio generates no listener for such a server either).
+pub fn gateway_listener(
+    addr: &str,
+    port: u16,
+    vss: &[(&ResolvedVs, &[String])],
+) -> Option<Resource> {
+    let name = listener_name(addr, port);
+    let list = chains(vss, port, None, None);
+    let mut built = Chains::new(false);
+    for (i, (ranges, dests)) in list.into_iter().enumerate() {
+        built.add(format!("{name}#{i}"), ranges, &dests);
+    }
+    if built.chains.is_empty() {
+        return None;
+    }
+    Some(encode(outbound(name, addr, port, built.chains)))
+}
