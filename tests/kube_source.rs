@@ -1366,9 +1366,12 @@ fn envoy_routes_by_a_virtual_service_created_through_the_api() {
         20,
     );
 
-    // Created through the API: everything under /reviews to v2.
-    reviews.write_subset_routing(&Binding::Mesh, &[("v1", 0), ("v2", 100)]);
-    apply_dir(&cluster.fake, fixtures);
+    // Created through the API: everything under /reviews to v2. Sampled only once Envoy has
+    // the new route configuration: the default route can send a short run to v2 by chance.
+    envoy.await_rds_update(&port.to_string(), || {
+        reviews.write_subset_routing(&Binding::Mesh, &[("v1", 0), ("v2", 100)]);
+        apply_dir(&cluster.fake, fixtures);
+    });
     let counts = client.converge(
         "the VirtualService sends /reviews to v2",
         "/reviews/1",
