@@ -585,14 +585,7 @@ fn main() -> ExitCode {
                     Ok(report) => {
                         let report = report.unwrap_or_default();
                         errors.extend(report.errors);
-                        analysis.extend(report.analysis.into_iter().map(|l| {
-                            let level = if l.contains(": error: ") {
-                                meshflow::config::Level::Error
-                            } else {
-                                meshflow::config::Level::Warning
-                            };
-                            (level, l)
-                        }));
+                        analysis.extend(source.analysis());
                         records += report.changes.len();
                     }
                     Err(e) => {

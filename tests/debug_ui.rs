@@ -24,10 +24,7 @@ fn screenshot_path(name: &str) -> PathBuf {
 }
 
 fn proxies_json(debug: SocketAddr) -> serde_json::Value {
-    let (status, body) =
-        http_get(debug, "127.0.0.1", "/debug/proxies", &[]).expect("/debug/proxies");
-    assert_eq!(status, 200, "{body}");
-    serde_json::from_str(&body).expect("JSON")
+    support::debug_json(debug, "/debug/proxies")
 }
 
 /// The number of epochs in which the proxy's RDS was acknowledged.

@@ -9,13 +9,10 @@ mod support;
 use std::net::SocketAddr;
 
 use support::reviews::{count, Client};
-use support::{free_port, http_get, only, require_envoy, write_config, SidecarScene};
+use support::{debug_json, free_port, only, require_envoy, write_config, SidecarScene};
 
 fn config_errors(debug: SocketAddr) -> serde_json::Value {
-    let (status, body) = http_get(debug, "127.0.0.1", "/debug/config_errors", &[])
-        .unwrap_or_else(|e| panic!("GET /debug/config_errors: {e}"));
-    assert_eq!(status, 200, "{body}");
-    serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"))
+    debug_json(debug, "/debug/config_errors")
 }
 
 /// The analysis lines of the debug port that contain `needle`.

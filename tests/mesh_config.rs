@@ -21,7 +21,7 @@ use std::path::Path;
 use serde_json::Value;
 use support::reviews::Reviews;
 use support::{
-    converge, dump_route_config, free_port, http_get, require_envoy, write_config, Envoy, Meshflow,
+    converge, dump_route_config, free_port, require_envoy, write_config, Envoy, Meshflow,
     ProxyNode, SidecarScene, TestDir, XdsMode, CONVERGE_TIMEOUT, STARTUP_TIMEOUT,
 };
 
@@ -96,10 +96,7 @@ fn mesh_yaml(mode: &str) -> String {
 }
 
 fn config_errors(debug: SocketAddr) -> Value {
-    let (status, body) = http_get(debug, "127.0.0.1", "/debug/config_errors", &[])
-        .unwrap_or_else(|e| panic!("GET /debug/config_errors: {e}"));
-    assert_eq!(status, 200, "{body}");
-    serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"))
+    support::debug_json(debug, "/debug/config_errors")
 }
 
 /// A captured sidecar (no Sidecar resource: the mesh's mode applies) follows the mesh

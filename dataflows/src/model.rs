@@ -733,7 +733,8 @@ pub enum Record {
     Gateway(Gateway),
     Sidecar(Sidecar),
     Proxy(Proxy),
-    /// The mesh config in effect (one per layer).
+    /// The mesh config in effect (one per layer). Keep it the last variant: records sort by
+    /// variant, and the naive recompute reads mesh records from the end of a snapshot.
     Mesh(MeshSettings),
 }
 

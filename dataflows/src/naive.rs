@@ -195,8 +195,9 @@ impl<'a> View<'a> {
 
 /// Computes every connected proxy's resources from scratch.
 pub fn compute(mesh: &MeshConfig, snap: &Snapshot) -> ProxyConfigs {
+    // Mesh records sort last (the last variant of `Record`): read from the end, not a scan.
     let settings = MeshSettings::in_effect(
-        snap.records.iter().filter_map(|r| match r {
+        snap.records.iter().rev().map_while(|r| match r {
             Record::Mesh(m) => Some(m),
             _ => None,
         }),

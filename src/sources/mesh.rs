@@ -7,6 +7,7 @@
 
 use super::{Report, Sink, Source};
 use crate::config::mesh::{mesh_config_key, parse_mesh, MeshOverrides};
+use crate::config::Level;
 use crate::input::{ChangeOp, InputChange, SourceName};
 use dataflows::model::{ConfigKey, MeshConfig, MeshSettings, Record};
 use std::path::{Path, PathBuf};
@@ -24,8 +25,8 @@ pub struct MeshState {
     last: Option<(String, Option<String>)>,
     /// The settings in effect from this source (the last valid ones).
     current: Option<MeshSettings>,
-    /// Analysis lines of the settings in effect.
-    analysis: Vec<String>,
+    /// Analysis lines of the settings in effect, with their level.
+    analysis: Vec<(Level, String)>,
     /// The current problem, if the last read was not valid.
     error: Option<String>,
 }
@@ -75,7 +76,7 @@ impl MeshState {
                         let line =
                             format!("{}: {}: {}: {}", self.place, f.level, f.field, f.message);
                         super::log_finding(f.level, &line);
-                        line
+                        (f.level, line)
                     })
                     .collect();
                 if self.current.as_ref() != Some(&parsed.settings) {
@@ -156,7 +157,7 @@ impl MeshState {
             changes,
             described,
             errors: self.error.iter().cloned().collect(),
-            analysis: self.analysis.clone(),
+            analysis: self.analysis.iter().map(|(_, l)| l.clone()).collect(),
         }
     }
 }
@@ -189,6 +190,11 @@ impl MeshFileSource {
         let mesh = read(&self.mesh)?;
         let networks = self.networks.as_deref().map(read).transpose()?;
         Ok(self.state.update(&mesh, networks.as_deref()))
+    }
+
+    /// What the analysis says of the config in effect, by level (`validate`).
+    pub fn analysis(&self) -> Vec<(Level, String)> {
+        self.state.analysis.clone()
     }
 
     fn reread(&mut self) -> Option<Report> {

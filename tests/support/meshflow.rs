@@ -153,3 +153,11 @@ pub fn meshflow_cli(args: &[&str]) -> String {
     );
     String::from_utf8(out.stdout).expect("utf-8 output")
 }
+
+/// `GET path` on meshflow's debug port at `debug`, which must answer 200 with JSON.
+pub fn debug_json(debug: SocketAddr, path: &str) -> serde_json::Value {
+    let (status, body) = super::http_get(debug, "127.0.0.1", path, &[])
+        .unwrap_or_else(|e| panic!("GET {path}: {e}"));
+    assert_eq!(status, 200, "GET {path}: {body}");
+    serde_json::from_str(&body).unwrap_or_else(|e| panic!("GET {path}: {e}: {body}"))
+}
