@@ -183,6 +183,7 @@ pub fn record_key(r: &Record) -> Option<&ConfigKey> {
         Record::Gateway(g) => Some(&g.key),
         Record::Sidecar(s) => Some(&s.key),
         Record::Proxy(_) => None,
+        Record::Selection(_, s) => Some(&s.origin),
         Record::Mesh(m) => m.origin.as_ref(),
     }
 }

@@ -70,6 +70,7 @@ struct Sessions {
     sidecars: InputSession<u64, (ConfigKey, Sidecar), isize>,
     proxies: InputSession<u64, (ProxyId, Proxy), isize>,
     mesh: InputSession<u64, MeshSettings, isize>,
+    selections: InputSession<u64, (Hostname, WorkloadSelection), isize>,
 }
 
 impl Sessions {
@@ -83,6 +84,7 @@ impl Sessions {
             Record::Gateway(g) => self.gateways.update((g.key.clone(), g), diff),
             Record::Sidecar(s) => self.sidecars.update((s.key.clone(), s), diff),
             Record::Proxy(p) => self.proxies.update((p.id.clone(), p), diff),
+            Record::Selection(h, sel) => self.selections.update((h, sel), diff),
             Record::Mesh(m) => self.mesh.update(m, diff),
         }
     }
@@ -100,7 +102,8 @@ impl Sessions {
             gateways,
             sidecars,
             proxies,
-            mesh
+            mesh,
+            selections
         );
     }
 }
@@ -141,6 +144,7 @@ impl Engine {
                         let (sidecars, s7) = scope.new_collection();
                         let (proxies, s8) = scope.new_collection();
                         let (mut mesh_input, s9) = scope.new_collection();
+                        let (selections, s10) = scope.new_collection();
                         // The built-in settings are always there, below any configured
                         // ones: the mesh has settings before (and without) a mesh config.
                         if index == 0 {
@@ -158,6 +162,7 @@ impl Engine {
                                 sidecars: s7,
                                 proxies: s8,
                                 mesh: s9,
+                                selections: s10,
                             },
                         );
                         capture(out, &cap, &probe);
@@ -171,6 +176,7 @@ impl Engine {
                             sidecars,
                             proxies,
                             mesh: mesh_input,
+                            selections,
                         }
                     });
                     if index == 0 {
