@@ -130,9 +130,11 @@ pub fn sidecar_port_listener(
 /// Listeners and route configurations of a gateway proxy selected by `gateways`, with the
 /// VirtualServices bound to each gateway (`(gateway, vs)` pairs); each with the Gateways and
 /// VirtualServices it was built from.
+/// `hashing`: the consistent-hash keys of the hosts the routes go to.
 pub fn router_resources(
     gateways: &[&Gateway],
     vss: &[(&ConfigKey, &ResolvedVs)],
+    hashing: &Hashing,
 ) -> Vec<(Resource, BTreeSet<ConfigKey>)> {
     let mut listeners: BTreeMap<(String, u16), BTreeSet<ConfigKey>> = BTreeMap::new();
     // Per port and domain, the VirtualServices with the gateways they came through.
@@ -183,7 +185,7 @@ pub fn router_resources(
             }
         }
         let inputs = route_inputs.remove(&port).unwrap_or_default();
-        out.push((route::gateway_route_config(port, &vhosts), inputs));
+        out.push((route::gateway_route_config(port, &vhosts, hashing), inputs));
     }
     out
 }

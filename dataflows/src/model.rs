@@ -593,11 +593,62 @@ pub enum LoadBalancer {
     RoundRobin,
     LeastRequest,
     Random,
+    /// `simple: PASSTHROUGH`: to the connection's original destination, no endpoints.
+    Passthrough,
+    /// `consistentHash`: RING_HASH or MAGLEV clusters, and the hash on the routes to them.
+    ConsistentHash(Box<ConsistentHash>),
+}
+
+/// A DestinationRule's `consistentHash`: what a request is hashed by, and the table.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ConsistentHash {
+    pub key: HashKey,
+    pub table: HashTable,
+}
+
+/// What a route hashes a request by (the route's `hash_policy`).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum HashKey {
+    Header(String),
+    /// A cookie; with a TTL Envoy sets it when the request has none.
+    Cookie {
+        name: String,
+        path: Option<String>,
+        ttl_ms: Option<u64>,
+    },
+    SourceIp,
+    QueryParameter(String),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum HashTable {
+    /// `ringHash` (or no table named): Istio's minimum ring size defaults to 1024.
+    Ring { minimum_size: Option<u64> },
+    Maglev { table_size: Option<u64> },
+}
+
+/// The consistent-hash keys of one host's clusters under the DestinationRule a scope has in
+/// effect: per subset (`None`: the host's own cluster), only where one is set.
+pub type HostHashing = BTreeMap<Option<String>, HashKey>;
+
+/// [`HostHashing`] per host, for the routes of one route configuration.
+pub type Hashing = BTreeMap<Hostname, HostHashing>;
+
+/// `loadBalancer.warmup`: new endpoints ramp up over `duration_ms` (Envoy's slow start).
+/// The fractions are kept in millionths, so the record compares and hashes exactly.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Warmup {
+    pub duration_ms: u64,
+    /// Percent of its weight a new endpoint starts at, in millionths (Istio's default 10%).
+    pub minimum_percent_micros: u64,
+    /// Envoy's aggression, in millionths (Istio's default 1.0: linear).
+    pub aggression_micros: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, Default)]
 pub struct TrafficPolicy {
     pub load_balancer: Option<LoadBalancer>,
+    pub warmup: Option<Warmup>,
     pub connect_timeout_ms: Option<u64>,
     /// A `tls` setting meshflow cannot honour yet (the mode, e.g. `ISTIO_MUTUAL`): the
     /// cluster fails closed (it has no endpoints) rather than send plaintext where the

@@ -187,6 +187,18 @@ impl<'a> View<'a> {
             .map(|(_, _, dr)| dr)
     }
 
+    /// The hash keys of the hosts the scope sees, where the rule in effect hashes.
+    fn hashing(&self, s: &ScopeKey) -> Hashing {
+        let hosts: BTreeSet<&str> = self.view_hosts(s).into_iter().flatten().collect();
+        hosts
+            .into_iter()
+            .filter_map(|h| {
+                let hh = cluster::hashing(self.dr_for(s, self.services[h])?);
+                (!hh.is_empty()).then(|| (h.to_string(), hh))
+            })
+            .collect()
+    }
+
     fn resolve(&self, vs: &VirtualService) -> ResolvedVs {
         let mut dest_ports = BTreeMap::new();
         let tcp = vs.tcp.iter().flat_map(|r| r.route.iter());
@@ -277,7 +289,7 @@ pub fn compute(mesh: &MeshConfig, snap: &Snapshot) -> ProxyConfigs {
                     v.mesh.connect_timeout_ms,
                 ));
             }
-            ScopeKey::Router { gateways, .. } => res.extend(router(&v, gateways)),
+            ScopeKey::Router { gateways, .. } => res.extend(router(&v, s, gateways)),
         }
         // A proxy that holds nothing (a proxyless client seeing no service) has no entry,
         // as in the dataflow's output, which only knows proxies through their resources.
@@ -418,6 +430,7 @@ fn sidecar_outbound(
             }
         }
     }
+    let hashing = v.hashing(s);
     for (port, (allow_any, vhosts)) in rows {
         let vhosts: Vec<route::SidecarVhost> = vhosts
             .into_iter()
@@ -430,6 +443,7 @@ fn sidecar_outbound(
             &vhosts,
             allow_any,
             spec.default_retries.as_ref(),
+            &hashing,
         ));
     }
     let http_ports = if interception_none {
@@ -504,7 +518,7 @@ fn inbound(
 }
 
 /// A router scope's listeners and routes, from the Gateways selecting it.
-fn router(v: &View, gateways: &[ConfigKey]) -> Vec<Resource> {
+fn router(v: &View, s: &ScopeKey, gateways: &[ConfigKey]) -> Vec<Resource> {
     let gws: Vec<&Gateway> = gateways
         .iter()
         .filter_map(|k| v.gateways.get(k).copied())
@@ -522,7 +536,7 @@ fn router(v: &View, gateways: &[ConfigKey]) -> Vec<Resource> {
         })
         .collect();
     let pairs: Vec<(&ConfigKey, &ResolvedVs)> = resolved.iter().map(|(g, r)| (g, r)).collect();
-    assemble::router_resources(&gws, &pairs)
+    assemble::router_resources(&gws, &pairs, &v.hashing(s))
         .into_iter()
         .map(|(r, _)| r)
         .collect()

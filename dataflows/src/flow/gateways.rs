@@ -13,6 +13,8 @@ use serde::{Deserialize, Serialize};
 enum GwItem {
     Gateway(Gateway),
     Vs(ConfigKey, ResolvedVs),
+    /// The hash keys of a host the routes go to, where its rule hashes.
+    Hash(Hostname, HostHashing),
 }
 
 pub(super) fn routers<'s>(
@@ -20,6 +22,7 @@ pub(super) fn routers<'s>(
     gateways: Coll<'s, (ConfigKey, Gateway)>,
     vss: Coll<'s, (ConfigKey, VirtualService)>,
     resolved: Coll<'s, (ConfigKey, ResolvedVs)>,
+    hashing: &Coll<'s, ((ScopeKey, Hostname), HostHashing)>,
 ) -> Built<'s, ScopeKey> {
     let router_gw = scopes.clone().flat_map(|s| match &s {
         ScopeKey::Router { gateways, .. } => {
@@ -42,11 +45,28 @@ pub(super) fn routers<'s>(
         .join_map(resolved, |_, (s, g), rvs| {
             (s.clone(), GwItem::Vs(g.clone(), rvs.clone()))
         });
+    let router_hash_items = router_vs_items
+        .clone()
+        .flat_map(|(s, item)| match item {
+            GwItem::Vs(_, rvs) => rvs
+                .vs
+                .http
+                .iter()
+                .flat_map(|r| r.route.iter())
+                .map(|d| ((s.clone(), d.host.clone()), ()))
+                .collect(),
+            _ => Vec::new(),
+        })
+        .distinct()
+        .join_map(hashing.clone(), |(s, h), _, hh| {
+            (s.clone(), GwItem::Hash(h.clone(), hh.clone()))
+        });
     // A router's resources depend on all its Gateways and VirtualServices together (servers
     // of several Gateways share a port), so they are built from the scope's whole group.
     let router_out =
         router_gw_items
             .concat(router_vs_items)
+            .concat(router_hash_items)
             .reduce(|_, vals: &[(&GwItem, isize)], out| {
                 out.extend(resources(vals).into_iter().map(|r| (r, 1isize)));
             });
@@ -85,7 +105,14 @@ fn resources(vals: &[(&GwItem, isize)]) -> Vec<(Resource, std::collections::BTre
             }
         })
         .collect();
-    let mut res = assemble::router_resources(&gws, &vss);
+    let hashing: Hashing = vals
+        .iter()
+        .filter_map(|(v, _)| match v {
+            GwItem::Hash(h, hh) => Some((h.clone(), hh.clone())),
+            _ => None,
+        })
+        .collect();
+    let mut res = assemble::router_resources(&gws, &vss, &hashing);
     res.sort();
     res.dedup();
     res

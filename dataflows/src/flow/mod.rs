@@ -124,6 +124,7 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         &ports,
         mesh_vss.clone(),
         &vss,
+        &clusters.hashing,
     );
     let (tcp, unreachable) = tcp::sidecar(
         &visible,
@@ -134,7 +135,13 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         http_ports,
     );
     let listeners = listeners::sidecar(&specs, ports);
-    let gateways = gateways::routers(&scopes, i.gateways, virtual_services, vss);
+    let gateways = gateways::routers(
+        &scopes,
+        i.gateways,
+        virtual_services,
+        vss,
+        &clusters.hashing,
+    );
 
     let inbound = inbound::per_proxy(i.proxies, endpoints, &mesh);
 
