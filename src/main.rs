@@ -579,14 +579,14 @@ fn main() -> ExitCode {
             kube,
             mesh,
         } => {
-            let (mut errors, mut analysis, mut records) = (Vec::new(), Vec::new(), 0);
+            let (mut errors, mut analysis, mut records) = (Vec::new(), Vec::new(), Vec::new());
             if let Some(mut source) = mesh.source() {
                 match source.read() {
                     Ok(report) => {
                         let report = report.unwrap_or_default();
                         errors.extend(report.errors);
                         analysis.extend(source.analysis());
-                        records += report.changes.len();
+                        records.extend(report.changes);
                     }
                     Err(e) => {
                         eprintln!("meshflow: {e}");
@@ -594,12 +594,14 @@ fn main() -> ExitCode {
                     }
                 }
             }
+            let mut files = None;
             if let Some(dir) = dir.or(config_dir) {
                 let mut source = meshflow::sources::files::FileSource::new(dir, mesh.mesh());
                 let scan = source.rescan();
                 errors.extend(scan.errors);
                 analysis.extend(source.analysis());
-                records += scan.changes.len();
+                records.extend(scan.changes);
+                files = Some(source);
             }
             if let Some(options) = kube.options() {
                 let source = meshflow::sources::kube::KubeSource::new(options, mesh.mesh());
@@ -607,7 +609,7 @@ fn main() -> ExitCode {
                     Ok((report, found)) => {
                         errors.extend(report.errors);
                         analysis.extend(found);
-                        records += report.changes.len();
+                        records.extend(report.changes);
                     }
                     Err(e) => {
                         eprintln!("meshflow: {e}");
@@ -617,6 +619,15 @@ fn main() -> ExitCode {
             }
             for e in &errors {
                 println!("{e}");
+            }
+            // Across objects, as `serve` would find it: each is an error.
+            let count_records = records.len();
+            for e in meshflow::config::cross::analyze(records, mesh.mesh()) {
+                let location = files.as_ref().and_then(|f| f.location(&e.object));
+                analysis.push((
+                    meshflow::config::Level::Error,
+                    meshflow::config::cross::error_line(&e, location),
+                ));
             }
             // Analysis: errors (parts not generated) fail the check, warnings do not.
             for (_, line) in &analysis {
@@ -628,7 +639,7 @@ fn main() -> ExitCode {
                 count(meshflow::config::Level::Warning),
             );
             if errors == 0 {
-                println!("ok: {records} records, no errors, {warnings} warning(s)");
+                println!("ok: {count_records} records, no errors, {warnings} warning(s)");
                 ExitCode::SUCCESS
             } else {
                 println!("{errors} error(s), {warnings} warning(s)");

@@ -981,6 +981,26 @@ pub enum ErrorCode {
     GatewaySelectsNothing,
     /// A TCP service sidecars cannot tell apart from another on its port.
     TcpServiceConflict,
+    /// Two VirtualServices bound to the mesh name the same host: one is in effect for it.
+    VirtualServiceConflict,
+}
+
+impl ErrorCode {
+    /// The analysis message code and name it is reported under (validate, status),
+    /// after the `istioctl analyze` message it matches.
+    pub fn message_code(self) -> (&'static str, &'static str) {
+        match self {
+            ErrorCode::SubsetNotDefined
+            | ErrorCode::GatewayNotDefined
+            | ErrorCode::HostNotFound
+            | ErrorCode::GatewaySelectsNothing => ("MF0004", "ReferencedResourceNotFound"),
+            ErrorCode::HostConflict => ("MF0005", "ConflictingHost"),
+            ErrorCode::TcpServiceConflict => ("MF0006", "ConflictingTcpService"),
+            ErrorCode::VirtualServiceConflict => {
+                ("MF0007", "ConflictingMeshGatewayVirtualServiceHosts")
+            }
+        }
+    }
 }
 
 /// A VirtualService with the ports of every destination host it names, so routes can

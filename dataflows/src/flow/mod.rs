@@ -106,6 +106,7 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     let undefined_gateways = analysis::undefined_gateways(&virtual_services, &i.gateways);
     let undefined_hosts = analysis::undefined_hosts(&virtual_services, &services.chosen);
     let unselected_gateways = analysis::unselected_gateways(&i.gateways, &i.workloads);
+    let conflicting_vss = analysis::conflicting_mesh_vss(&virtual_services);
     let clusters = clusters::outbound(
         &mesh,
         &scopes,
@@ -158,6 +159,7 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         .concat(undefined_gateways)
         .concat(undefined_hosts)
         .concat(unselected_gateways)
+        .concat(conflicting_vss)
         .concat(unreachable);
     outputs(scoped, inbound, errors, proxy_scopes)
 }
