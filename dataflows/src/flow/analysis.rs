@@ -107,7 +107,7 @@ pub(super) fn conflicting_mesh_vss<'s>(
                 .into_iter()
                 .map(move |h| (h, (key.clone(), exports.clone())))
         })
-        .reduce(|host, vals: &[(&(ConfigKey, Option<Vec<String>>), isize)], out| {
+        .reduce(|host, vals: &[(&Exported, isize)], out| {
             for ((key, exports), _) in vals {
                 // Only those some namespace sees both of compete.
                 let others: Vec<String> = vals
@@ -136,6 +136,9 @@ pub(super) fn conflicting_mesh_vss<'s>(
         })
         .map(|(_, e)| e)
 }
+
+/// A VirtualService and the namespaces it is exported to (`None`: all).
+type Exported = (ConfigKey, Option<Vec<String>>);
 
 /// The namespaces an `exportTo` list reaches (`None`: all of them).
 fn exported_namespaces(key: &ConfigKey, export_to: &[String]) -> Option<Vec<String>> {
