@@ -135,7 +135,7 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         &vss,
         http_ports,
     );
-    let listeners = listeners::sidecar(&specs, ports);
+    let listeners = listeners::sidecar(&specs, ports, &config.domain_suffix);
     let gateways = gateways::routers(
         &scopes,
         i.gateways,
