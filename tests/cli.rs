@@ -147,18 +147,31 @@ fn validate_reports_what_serve_finds_across_objects() {
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}");
     let routes = config.join("routes.yaml");
-    let at = |line: usize| format!("{}:{line}: error: VirtualService default/", routes.display());
+    let at = |line: usize| {
+        format!(
+            "{}:{line}: error: VirtualService default/",
+            routes.display()
+        )
+    };
     let has = |prefix: &str, what: &str, code: &str| {
         stdout
             .lines()
             .any(|l| l.starts_with(prefix) && l.contains(what) && l.ends_with(code))
     };
     assert!(
-        has(&at(1), "subset \"v9\"", "[MF0004 ReferencedResourceNotFound]"),
+        has(
+            &at(1),
+            "subset \"v9\"",
+            "[MF0004 ReferencedResourceNotFound]"
+        ),
         "{stdout}"
     );
     assert!(
-        has(&at(10), "host ratings.default.svc.cluster.local is defined by no", "]"),
+        has(
+            &at(10),
+            "host ratings.default.svc.cluster.local is defined by no",
+            "]"
+        ),
         "{stdout}"
     );
     for line in [1, 10] {
@@ -171,7 +184,11 @@ fn validate_reports_what_serve_finds_across_objects() {
             "{stdout}"
         );
     }
-    assert_eq!(stdout.lines().last(), Some("4 error(s), 0 warning(s)"), "{stdout}");
+    assert_eq!(
+        stdout.lines().last(),
+        Some("4 error(s), 0 warning(s)"),
+        "{stdout}"
+    );
 }
 
 /// `--version` names the commit the binary was built from: git's HEAD in a checkout.

@@ -54,7 +54,9 @@ fn consistent_hash_and_warmup_in_envoy() {
     assert_eq!(all.len(), 2, "16 users spread over both pods: {all:?}");
 
     // A VirtualService route to subset v2: the subset's cluster hashes by the rule's key.
-    scene.reviews.write_subset_routing(&Binding::Mesh, &[("v2", 100)]);
+    scene
+        .reviews
+        .write_subset_routing(&Binding::Mesh, &[("v2", 100)]);
     let counts = client.converge(
         "the route to v2 is in place",
         "/reviews/1",
@@ -66,7 +68,11 @@ fn consistent_hash_and_warmup_in_envoy() {
     converge(
         "the subset's route hashes too",
         CONVERGE_TIMEOUT,
-        || scene.envoy.admin_get("/config_dump?resource=dynamic_route_configs"),
+        || {
+            scene
+                .envoy
+                .admin_get("/config_dump?resource=dynamic_route_configs")
+        },
         |dump| dump.contains("\"header_name\": \"x-user\"") && dump.contains("|v2|"),
         || scene.envoy.summary(),
     );

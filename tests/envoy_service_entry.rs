@@ -24,7 +24,13 @@ fn selected_workload_entries_carry_weight_and_locality_in_envoy() {
     let entries = |light_app: &str| {
         [
             entry("vm", "vm-heavy", &heavy.addr().ip().to_string(), 3, "r1/z1"),
-            entry(light_app, "vm-light", &light.addr().ip().to_string(), 1, "r1/z2"),
+            entry(
+                light_app,
+                "vm-light",
+                &light.addr().ip().to_string(),
+                1,
+                "r1/z2",
+            ),
         ]
         .join("---\n")
     };

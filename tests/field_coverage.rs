@@ -74,6 +74,7 @@ const TRANSLATED: &[&str] = &[
     "spec.http[].corsPolicy.maxAge",
     "spec.http[].corsPolicy.allowCredentials",
     "spec.http[].corsPolicy.unmatchedPreflights",
+    "spec.http[].delegate",
     "spec.tcp[].match[].port",
     "spec.tcp[].match[].destinationSubnets",
     "spec.tcp[].match[].gateways",
@@ -268,7 +269,6 @@ fn restricting_fields_not_honoured_are_errors() {
     for expected in [
         // Match conditions: the route is left out.
         "VirtualService spec.http[0].match[0].sourceLabels",
-        "VirtualService spec.http[3].delegate",
         "VirtualService spec.tcp[0].match[0].sourceLabels",
         "VirtualService spec.tcp[0].match[0].sourceSubnet",
         // TLS: the clusters fail closed; the HTTPS server is not generated.

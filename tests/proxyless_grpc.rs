@@ -206,7 +206,14 @@ fn call(
     metadata: &[&str],
     dir: &Path,
 ) -> BTreeMap<String, usize> {
-    call_target(peer, bootstrap, &format!("xds:///{FQDN}:{SERVICE_PORT}"), count, metadata, dir)
+    call_target(
+        peer,
+        bootstrap,
+        &format!("xds:///{FQDN}:{SERVICE_PORT}"),
+        count,
+        metadata,
+        dir,
+    )
 }
 
 /// As [`call`], dialing `target`.
@@ -295,7 +302,9 @@ fn follows_weights_and_subsets(peer: &Peer, name: &str, net: u8) {
             "{target}: every call answered by the split: {counts:?}"
         );
         assert!(
-            counts.keys().all(|k| k == "reviews-v1" || k == "reviews-v2"),
+            counts
+                .keys()
+                .all(|k| k == "reviews-v1" || k == "reviews-v2"),
             "{target}: {counts:?}"
         );
     }

@@ -449,6 +449,10 @@ pub struct HttpRoute {
     pub fault: Option<Fault>,
     /// `corsPolicy`: the CORS filter's policy for this route.
     pub cors: Option<Box<Cors>>,
+    /// `delegate`: the VirtualService whose routes take this route's place, each under
+    /// this route's matches ([`crate::rules::expand_delegates`]).
+    #[serde(default)]
+    pub delegate: Option<ConfigKey>,
 }
 
 /// A fraction of requests, in millionths (Istio's `percentage.value` 12.5 is 125,000): an
@@ -583,6 +587,18 @@ pub struct TcpRoute {
 }
 
 impl VirtualService {
+    /// The VirtualServices its routes delegate to.
+    pub fn delegates(&self) -> Vec<ConfigKey> {
+        let mut out: Vec<ConfigKey> = self
+            .http
+            .iter()
+            .filter_map(|r| r.delegate.clone())
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+
     pub fn binds_mesh(&self) -> bool {
         self.gateways.is_empty() || self.gateways.iter().any(|g| g == "mesh")
     }
@@ -623,8 +639,12 @@ pub enum HashKey {
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum HashTable {
     /// `ringHash` (or no table named): Istio's minimum ring size defaults to 1024.
-    Ring { minimum_size: Option<u64> },
-    Maglev { table_size: Option<u64> },
+    Ring {
+        minimum_size: Option<u64>,
+    },
+    Maglev {
+        table_size: Option<u64>,
+    },
 }
 
 /// The consistent-hash keys of one host's clusters under the DestinationRule a scope has in
@@ -983,6 +1003,8 @@ pub enum ErrorCode {
     TcpServiceConflict,
     /// Two VirtualServices bound to the mesh name the same host: one is in effect for it.
     VirtualServiceConflict,
+    /// A route delegates to a VirtualService that does not exist or has hosts.
+    DelegateNotFound,
 }
 
 impl ErrorCode {
@@ -993,7 +1015,8 @@ impl ErrorCode {
             ErrorCode::SubsetNotDefined
             | ErrorCode::GatewayNotDefined
             | ErrorCode::HostNotFound
-            | ErrorCode::GatewaySelectsNothing => ("MF0004", "ReferencedResourceNotFound"),
+            | ErrorCode::GatewaySelectsNothing
+            | ErrorCode::DelegateNotFound => ("MF0004", "ReferencedResourceNotFound"),
             ErrorCode::HostConflict => ("MF0005", "ConflictingHost"),
             ErrorCode::TcpServiceConflict => ("MF0006", "ConflictingTcpService"),
             ErrorCode::VirtualServiceConflict => {

@@ -111,10 +111,7 @@ impl<'a> View<'a> {
                 }
                 for p in &sel.ports {
                     if let Some(port) = svc.ports.iter().find(|sp| sp.name == p.name) {
-                        out.push((
-                            ((*h).clone(), port.port),
-                            Endpoint::selected(sel, p, w),
-                        ));
+                        out.push((((*h).clone(), port.port), Endpoint::selected(sel, p, w)));
                     }
                 }
             }
@@ -248,6 +245,37 @@ pub fn compute(mesh: &MeshConfig, snap: &Snapshot) -> ProxyConfigs {
                 .collect(),
         };
         &completed
+    };
+    // Delegating routes expanded, as the dataflow routes them.
+    let expanded;
+    let snap = if snap
+        .records
+        .iter()
+        .any(|r| matches!(r, Record::VirtualService(vs) if !vs.delegates().is_empty()))
+    {
+        let all: BTreeMap<ConfigKey, VirtualService> = snap
+            .records
+            .iter()
+            .filter_map(|r| match r {
+                Record::VirtualService(vs) => Some((vs.key.clone(), vs.clone())),
+                _ => None,
+            })
+            .collect();
+        expanded = Snapshot {
+            records: snap
+                .records
+                .iter()
+                .map(|r| match r {
+                    Record::VirtualService(vs) if !vs.delegates().is_empty() => {
+                        Record::VirtualService(crate::delegation::expand(vs, &all))
+                    }
+                    other => other.clone(),
+                })
+                .collect(),
+        };
+        &expanded
+    } else {
+        snap
     };
     let v = View::new(snap, settings);
     let eps = v.resolved_endpoints();

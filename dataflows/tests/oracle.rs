@@ -204,7 +204,7 @@ fn random_record(rng: &mut StdRng, slot: usize) -> Record {
                     },
                 ],
             };
-            Record::VirtualService(VirtualService {
+            let mut vs = VirtualService {
                 key: ConfigKey::new(Kind::VirtualService, ns, format!("vs{}", slot % 3)),
                 hosts: vec![if rng.random_bool(0.5) {
                     "*".to_string()
@@ -243,7 +243,39 @@ fn random_record(rng: &mut StdRng, slot: usize) -> Record {
                         ..Default::default()
                     },
                 ],
-            })
+            };
+            match rng.random_range(0..5) {
+                // A delegate: no hosts, routes under /r, sometimes private to its namespace.
+                0 => {
+                    vs.key.name = format!("del{}", slot % 2);
+                    vs.hosts.clear();
+                    vs.gateways.clear();
+                    vs.tcp.clear();
+                    vs.http[1].matches[0].uri =
+                        Some(StringMatch::Prefix(pick(rng, &["/r/a", "/x"]).to_string()));
+                    if rng.random_bool(0.3) {
+                        vs.export_to = vec![".".into()];
+                    }
+                }
+                // A root delegating /r to one of them.
+                1 => vs.http.insert(
+                    0,
+                    HttpRoute {
+                        matches: vec![HttpMatch {
+                            uri: Some(StringMatch::Prefix("/r".into())),
+                            ..Default::default()
+                        }],
+                        delegate: Some(ConfigKey::new(
+                            Kind::VirtualService,
+                            pick(rng, &NAMESPACES[..2]),
+                            format!("del{}", rng.random_range(0..2)),
+                        )),
+                        ..Default::default()
+                    },
+                ),
+                _ => {}
+            }
+            Record::VirtualService(vs)
         }
         4 => Record::DestinationRule(DestinationRule {
             key: ConfigKey::new(

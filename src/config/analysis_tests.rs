@@ -402,7 +402,10 @@ fn service_entry_unix_endpoints_and_unused_fields_are_warnings() {
     let doc = "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: se, namespace: ns}\nspec:\n  hosts: [a.example.com]\n  addresses: [10.1.0.0/16]\n  ports: [{number: 80, name: http, protocol: HTTP}, {number: 27017, name: mongo, protocol: MONGO}]\n  resolution: STATIC\n  endpoints:\n  - address: unix:///var/run/a.sock\n  - address: 127.0.0.1\n    weight: 3\n    locality: us/a\n";
     let p = parse(doc);
     assert!(fields(&p, Level::Error).is_empty());
-    assert_eq!(fields(&p, Level::Warning), vec!["spec.endpoints[0].address"]);
+    assert_eq!(
+        fields(&p, Level::Warning),
+        vec!["spec.endpoints[0].address"]
+    );
     let endpoints: Vec<_> = p
         .records
         .iter()
@@ -411,7 +414,11 @@ fn service_entry_unix_endpoints_and_unused_fields_are_warnings() {
             _ => None,
         })
         .collect();
-    assert_eq!(endpoints.len(), 2, "127.0.0.1 on both ports; the socket left out");
+    assert_eq!(
+        endpoints.len(),
+        2,
+        "127.0.0.1 on both ports; the socket left out"
+    );
     // Weight and locality are the endpoint's own.
     assert!(endpoints.iter().all(|e| e.placement
         == dataflows::model::Placement {
@@ -441,7 +448,10 @@ fn service_entry_workload_selector_selects_and_excludes_endpoints() {
         "  resolution: STATIC\n  endpoints: [{address: 10.0.0.1}]\n",
     );
     let err = parse_document(&both, &MeshConfig::default()).unwrap_err();
-    assert!(format!("{err:?}").contains("spec.workloadSelector"), "{err:?}");
+    assert!(
+        format!("{err:?}").contains("spec.workloadSelector"),
+        "{err:?}"
+    );
 }
 
 #[test]
@@ -549,7 +559,13 @@ fn consistent_hash_warmup_and_passthrough_are_read() {
     let p = parse(&format!(
         "{DR_LB}      simple: ROUND_ROBIN\n      warmup: {{duration: 30s, minimumPercent: 5}}\n"
     ));
-    let w = dr(&p).traffic_policy.as_ref().unwrap().warmup.clone().unwrap();
+    let w = dr(&p)
+        .traffic_policy
+        .as_ref()
+        .unwrap()
+        .warmup
+        .clone()
+        .unwrap();
     assert_eq!(
         (w.duration_ms, w.minimum_percent_micros, w.aggression_micros),
         (30_000, 5_000_000, 1_000_000),
@@ -594,8 +610,48 @@ fn load_balancer_problems_name_their_field() {
             "spec.trafficPolicy.loadBalancer.warmup.duration",
         ),
     ] {
-        let err = parse_document(&format!("{DR_LB}{lb}"), &MeshConfig::default())
-            .expect_err(lb);
+        let err = parse_document(&format!("{DR_LB}{lb}"), &MeshConfig::default()).expect_err(lb);
         assert!(format!("{err:?}").contains(field), "{lb}: {err:?}");
+    }
+}
+
+#[test]
+fn delegation_is_read_and_its_rules_enforced() {
+    use dataflows::model::ConfigKey;
+    let root = format!(
+        "{VS}  http:\n  - match: [{{uri: {{prefix: /r}}}}]\n    delegate: {{name: child}}\n"
+    );
+    let p = parse(&root);
+    assert!(p.findings.is_empty(), "{:?}", p.findings);
+    assert_eq!(
+        vs(&p).http[0].delegate,
+        Some(ConfigKey::new(Kind::VirtualService, "ns", "child")),
+        "the root's namespace unless named"
+    );
+    let child = "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: child, namespace: ns}\nspec:\n  http:\n  - route:\n    - destination: {host: reviews}\n";
+    assert!(
+        vs(&parse(child)).hosts.is_empty(),
+        "a delegate has no hosts"
+    );
+    for (doc, field) in [
+        (
+            child.replace("spec:\n", "spec:\n  gateways: [gw]\n"),
+            "spec.gateways",
+        ),
+        (
+            format!("{VS}  http:\n  - delegate: {{name: c}}\n    route:\n    - destination: {{host: reviews}}\n"),
+            "cannot have both route and delegate",
+        ),
+        (
+            format!("{VS}  http:\n  - delegate: {{name: \"\"}}\n"),
+            "spec.http[0].delegate.name",
+        ),
+        (
+            child.replace("  - route:", "  - delegate: {name: other}\n  - route:"),
+            "spec.http[0].delegate",
+        ),
+    ] {
+        let err = parse_document(&doc, &MeshConfig::default()).expect_err(&doc);
+        assert!(format!("{err:?}").contains(field), "{field}: {err:?}");
     }
 }

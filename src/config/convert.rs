@@ -562,8 +562,7 @@ fn string_match(sm: &istio::StringMatch, field: &str, mesh: &MeshConfig) -> Resu
 }
 
 /// The routes of a VirtualService that cannot be generated as written: where a match
-/// condition is not read, the route is left out (it would match more than written), as is
-/// one that delegates (not generated yet).
+/// condition is not read, the route is left out (it would match more than written).
 fn routes_not_generated(ignored: &[FieldPath], findings: &mut Vec<Finding>) -> NotGenerated {
     let mut out = NotGenerated::default();
     report_ignored(ignored, findings, |p| {
@@ -593,13 +592,6 @@ fn routes_not_generated(ignored: &[FieldPath], findings: &mut Vec<Finding>) -> N
                     ),
                 )
             }
-            (Some(ri), Some("delegate")) => Finding::error(
-                p.to_string(),
-                format!(
-                    "delegate is not supported by meshflow yet; the route spec.http[{ri}] is \
-                     not generated"
-                ),
-            ),
             _ if p.key_at(0) == Some("tls") => Finding::warning(
                 p.to_string(),
                 "TLS routes are not supported by meshflow yet; ignored (TLS ports are proxied \
@@ -1052,11 +1044,28 @@ fn virtual_service(
 ) -> Result<Vec<Record>> {
     let (s, ignored): (istio::VirtualServiceSpec, _) = spec(value)?;
     let ns = &key.namespace;
-    if s.hosts.is_empty() {
-        return Err(Invalid::field(
-            "spec.hosts",
-            "at least one host is required",
-        ));
+    // Without hosts it can only be delegated to: it routes nothing of its own, binds no
+    // gateway and delegates no further (Istio supports one level).
+    let delegate_only = s.hosts.is_empty();
+    if delegate_only {
+        if !s.gateways.is_empty() {
+            return Err(Invalid::field(
+                "spec.gateways",
+                "a VirtualService without hosts is a delegate and cannot bind gateways",
+            ));
+        }
+        if !s.tcp.is_empty() {
+            return Err(Invalid::field(
+                "spec.tcp",
+                "a VirtualService without hosts is a delegate: only http routes are delegated",
+            ));
+        }
+        if let Some(ri) = s.http.iter().position(|r| r.delegate.is_some()) {
+            return Err(Invalid::field(
+                format!("spec.http[{ri}].delegate"),
+                "a delegate VirtualService cannot delegate further (one level only)",
+            ));
+        }
     }
     let not_generated = routes_not_generated(&ignored, findings);
     let mut http = Vec::new();
@@ -1074,13 +1083,15 @@ fn virtual_service(
             ("route", !r.route.is_empty()),
             ("redirect", r.redirect.is_some()),
             ("directResponse", r.direct_response.is_some()),
+            ("delegate", r.delegate.is_some()),
         ];
         let given: Vec<&str> = actions.iter().filter(|a| a.1).map(|a| a.0).collect();
         match given.as_slice() {
             [] => {
                 return Err(Invalid::field(
                     format!("{f}.route"),
-                    "a route needs destinations (route), a redirect or a directResponse",
+                    "a route needs destinations (route), a redirect, a directResponse or a \
+                     delegate",
                 ))
             }
             [_] => {}
@@ -1091,6 +1102,20 @@ fn virtual_service(
                 ))
             }
         }
+        let delegate = match &r.delegate {
+            None => None,
+            Some(d) if d.name.is_empty() => {
+                return Err(Invalid::field(
+                    format!("{f}.delegate.name"),
+                    "a delegate needs the name of a VirtualService",
+                ))
+            }
+            Some(d) => Some(ConfigKey::new(
+                dataflows::model::Kind::VirtualService,
+                d.namespace.as_deref().unwrap_or(ns),
+                &d.name,
+            )),
+        };
         let route = weighted_destinations(&r.route, &f, ns, mesh, true)?;
         let timeout_ms = r
             .timeout
@@ -1106,6 +1131,7 @@ fn virtual_service(
             name: r.name.clone(),
             matches,
             route,
+            delegate,
             timeout_ms,
             retries,
             redirect: r
@@ -1450,8 +1476,12 @@ fn warmup(
         }
         Ok((v * 1e6).round() as u64)
     };
-    let minimum_percent_micros =
-        fraction(w.and_then(|w| w.minimum_percent), 10.0, "minimumPercent", 100.0)?;
+    let minimum_percent_micros = fraction(
+        w.and_then(|w| w.minimum_percent),
+        10.0,
+        "minimumPercent",
+        100.0,
+    )?;
     let aggression_micros = fraction(w.and_then(|w| w.aggression), 1.0, "aggression", 1e6)?;
     if w.and_then(|w| w.aggression) == Some(0.0) {
         return Err(Invalid::field(
@@ -1459,10 +1489,8 @@ fn warmup(
             "aggression must be greater than 0",
         ));
     }
-    if matches!(
-        lb.simple.as_deref(),
-        Some("RANDOM") | Some("PASSTHROUGH")
-    ) || lb.consistent_hash.is_some()
+    if matches!(lb.simple.as_deref(), Some("RANDOM") | Some("PASSTHROUGH"))
+        || lb.consistent_hash.is_some()
     {
         findings.push(Finding::warning(
             f,
@@ -1897,18 +1925,21 @@ fn service_entry(
         ));
     }
     // Where a selected workload receives traffic when it names no port of its own.
-    let selection = s.workload_selector.as_ref().map(|sel| m::WorkloadSelection {
-        origin: key.clone(),
-        labels: sel.labels.clone(),
-        ports: ports
-            .iter()
-            .zip(&target_ports)
-            .map(|(p, t)| m::SelectedPort {
-                name: p.name.clone(),
-                target: t.unwrap_or(p.port),
-            })
-            .collect(),
-    });
+    let selection = s
+        .workload_selector
+        .as_ref()
+        .map(|sel| m::WorkloadSelection {
+            origin: key.clone(),
+            labels: sel.labels.clone(),
+            ports: ports
+                .iter()
+                .zip(&target_ports)
+                .map(|(p, t)| m::SelectedPort {
+                    name: p.name.clone(),
+                    target: t.unwrap_or(p.port),
+                })
+                .collect(),
+        });
     if selection.is_some() && resolution != m::Resolution::Static {
         findings.push(Finding::warning(
             "spec.workloadSelector",

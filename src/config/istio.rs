@@ -52,6 +52,14 @@ pub struct HttpRoute {
     pub mirrors: Vec<HttpMirrorPolicy>,
     pub fault: Option<HttpFaultInjection>,
     pub cors_policy: Option<CorsPolicy>,
+    pub delegate: Option<Delegate>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Delegate {
+    pub name: String,
+    pub namespace: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

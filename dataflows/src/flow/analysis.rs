@@ -164,6 +164,30 @@ fn overlap(a: &Option<Vec<String>>, b: &Option<Vec<String>>) -> bool {
     }
 }
 
+/// A route delegating to a VirtualService that does not exist, or has hosts (only one
+/// without hosts can be delegated to): the route is not generated.
+pub(super) fn undefined_delegates<'s>(
+    vss: &Coll<'s, (ConfigKey, VirtualService)>,
+) -> Coll<'s, ConfigError> {
+    let wanted = vss
+        .clone()
+        .flat_map(|(k, vs)| vs.delegates().into_iter().map(move |d| (d, k.clone())));
+    let defined = vss
+        .clone()
+        .filter(|(_, vs)| vs.hosts.is_empty())
+        .map(|(k, _)| k)
+        .distinct();
+    wanted.antijoin(defined).map(|(d, key)| ConfigError {
+        object: key,
+        code: ErrorCode::DelegateNotFound,
+        message: format!(
+            "delegate {}/{} is no VirtualService without hosts: the routes delegating to it \
+             are not generated (IST0101 ReferencedResourceNotFound)",
+            d.namespace, d.name
+        ),
+    })
+}
+
 /// A route or mirror destination host no service (Service or ServiceEntry) defines.
 pub(super) fn undefined_hosts<'s>(
     vss: &Coll<'s, (ConfigKey, VirtualService)>,

@@ -63,13 +63,12 @@ pub(super) fn routers<'s>(
         });
     // A router's resources depend on all its Gateways and VirtualServices together (servers
     // of several Gateways share a port), so they are built from the scope's whole group.
-    let router_out =
-        router_gw_items
-            .concat(router_vs_items)
-            .concat(router_hash_items)
-            .reduce(|_, vals: &[(&GwItem, isize)], out| {
-                out.extend(resources(vals).into_iter().map(|r| (r, 1isize)));
-            });
+    let router_out = router_gw_items
+        .concat(router_vs_items)
+        .concat(router_hash_items)
+        .reduce(|_, vals: &[(&GwItem, isize)], out| {
+            out.extend(resources(vals).into_iter().map(|r| (r, 1isize)));
+        });
     let provenance = router_out.clone().flat_map(|(s, (r, inputs))| {
         let key = (Holder::Scope(s), r.rtype, r.name);
         inputs

@@ -51,9 +51,9 @@ fn api_listeners<'s>(ports: Ports<'s>, domain_suffix: &str) -> Built<'s, ScopeKe
                 .map(|l| (s.clone(), l, svc.origin.clone()))
                 .collect::<Vec<_>>()
         });
-    let provenance = rows.clone().map(|(s, l, o)| {
-        ((Holder::Scope(s), ResourceType::Listener, l.name), o)
-    });
+    let provenance = rows
+        .clone()
+        .map(|(s, l, o)| ((Holder::Scope(s), ResourceType::Listener, l.name), o));
     Built {
         resources: rows.map(|(s, l, _)| (s, l)),
         provenance,

@@ -107,6 +107,7 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     let undefined_hosts = analysis::undefined_hosts(&virtual_services, &services.chosen);
     let unselected_gateways = analysis::unselected_gateways(&i.gateways, &i.workloads);
     let conflicting_vss = analysis::conflicting_mesh_vss(&virtual_services);
+    let undefined_delegates = analysis::undefined_delegates(&virtual_services);
     let clusters = clusters::outbound(
         &mesh,
         &scopes,
@@ -116,8 +117,10 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     );
     let assignments = endpoints::assignments(clusters.eds, &endpoints);
 
-    let vss = virtual_services::resolve(&virtual_services, &services.chosen);
-    let mesh_vss = virtual_services::mesh_in_effect(&virtual_services, &visible);
+    // Analysis reads VirtualServices as written; routing reads them with delegates expanded.
+    let routed_vss = virtual_services::expand_delegates(virtual_services.clone());
+    let vss = virtual_services::resolve(&routed_vss, &services.chosen);
+    let mesh_vss = virtual_services::mesh_in_effect(&routed_vss, &visible);
     let ports = routes::ports(&visible, &services.chosen, &specs);
     let (routes, http_ports) = routes::sidecar(
         &config.domain_suffix,
@@ -136,13 +139,7 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         http_ports,
     );
     let listeners = listeners::sidecar(&specs, ports, &config.domain_suffix);
-    let gateways = gateways::routers(
-        &scopes,
-        i.gateways,
-        virtual_services,
-        vss,
-        &clusters.hashing,
-    );
+    let gateways = gateways::routers(&scopes, i.gateways, routed_vss, vss, &clusters.hashing);
 
     let inbound = inbound::per_proxy(i.proxies, endpoints, &mesh);
 
@@ -160,6 +157,7 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         .concat(undefined_hosts)
         .concat(unselected_gateways)
         .concat(conflicting_vss)
+        .concat(undefined_delegates)
         .concat(unreachable);
     outputs(scoped, inbound, errors, proxy_scopes)
 }

@@ -9,6 +9,48 @@ use crate::model::*;
 use crate::rules;
 use serde::{Deserialize, Serialize};
 
+/// A root VirtualService and the delegates its routes name, gathered to expand it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+enum Delegation {
+    Root(VirtualService),
+    Delegate(VirtualService),
+}
+
+/// Every VirtualService with its delegating routes replaced by their delegates' routes
+/// ([`crate::delegation::expand`]); one that delegates nothing passes through. A root meets
+/// its delegates in one group, so a delegate's change re-expands only its roots.
+pub(super) fn expand_delegates<'s>(
+    vss: Coll<'s, (ConfigKey, VirtualService)>,
+) -> Coll<'s, (ConfigKey, VirtualService)> {
+    let plain = vss.clone().filter(|(_, vs)| vs.delegates().is_empty());
+    let roots = vss.clone().filter(|(_, vs)| !vs.delegates().is_empty());
+    let found = roots
+        .clone()
+        .flat_map(|(k, vs)| vs.delegates().into_iter().map(move |d| (d, k.clone())))
+        .join_map(vss, |_, root, d| {
+            (root.clone(), Delegation::Delegate(d.clone()))
+        });
+    let expanded = roots
+        .map(|(k, vs)| (k, Delegation::Root(vs)))
+        .concat(found)
+        .reduce(|_, vals: &[(&Delegation, isize)], out| {
+            let mut root = None;
+            let mut delegates = std::collections::BTreeMap::new();
+            for (v, _) in vals {
+                match v {
+                    Delegation::Root(vs) => root = Some(vs),
+                    Delegation::Delegate(d) => {
+                        delegates.insert(d.key.clone(), d.clone());
+                    }
+                }
+            }
+            if let Some(root) = root {
+                out.push((crate::delegation::expand(root, &delegates), 1isize));
+            }
+        });
+    plain.concat(expanded)
+}
+
 /// Parts of a VirtualService gathered to resolve destination ports.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 enum VsPart {

@@ -3,21 +3,21 @@
 
 use super::{ads, duration_ms, inbound_cluster_name, outbound_cluster_name, socket_address};
 use crate::model::{
-    ConnectionPool, DestinationRule, HashTable, LoadBalancer, OutlierDetection, Resolution, Resource,
-    ResourceType, Service, ServicePort, TrafficPolicy, DEFAULT_CONNECT_TIMEOUT_MS,
+    ConnectionPool, DestinationRule, HashTable, LoadBalancer, OutlierDetection, Resolution,
+    Resource, ResourceType, Service, ServicePort, TrafficPolicy, DEFAULT_CONNECT_TIMEOUT_MS,
 };
 use envoy_types::pb::envoy::config::cluster::v3::circuit_breakers::Thresholds;
+use envoy_types::pb::envoy::config::cluster::v3::cluster::{
+    ClusterDiscoveryType, DiscoveryType, EdsClusterConfig, LbPolicy,
+};
 use envoy_types::pb::envoy::config::cluster::v3::cluster::{
     CommonLbConfig, LbConfig, LeastRequestLbConfig, MaglevLbConfig, RingHashLbConfig,
     RoundRobinLbConfig, SlowStartConfig,
 };
-use envoy_types::pb::envoy::config::core::v3::RuntimeDouble;
-use envoy_types::pb::envoy::config::cluster::v3::cluster::{
-    ClusterDiscoveryType, DiscoveryType, EdsClusterConfig, LbPolicy,
-};
 use envoy_types::pb::envoy::config::cluster::v3::UpstreamConnectionOptions;
 use envoy_types::pb::envoy::config::cluster::v3::{CircuitBreakers, Cluster};
 use envoy_types::pb::envoy::config::core::v3::Http2ProtocolOptions;
+use envoy_types::pb::envoy::config::core::v3::RuntimeDouble;
 use envoy_types::pb::envoy::config::core::v3::TcpKeepalive;
 use envoy_types::pb::envoy::config::endpoint::v3::{
     lb_endpoint::HostIdentifier, ClusterLoadAssignment, Endpoint, LbEndpoint, LocalityLbEndpoints,
@@ -65,10 +65,12 @@ fn effective_policy(dr: Option<&DestinationRule>, subset: Option<&str>) -> Traff
 pub fn hashing(dr: &DestinationRule) -> crate::model::HostHashing {
     std::iter::once(None)
         .chain(dr.subsets.iter().map(|s| Some(s.name.as_str())))
-        .filter_map(|subset| match effective_policy(Some(dr), subset).load_balancer {
-            Some(LoadBalancer::ConsistentHash(ch)) => Some((subset.map(String::from), ch.key)),
-            _ => None,
-        })
+        .filter_map(
+            |subset| match effective_policy(Some(dr), subset).load_balancer {
+                Some(LoadBalancer::ConsistentHash(ch)) => Some((subset.map(String::from), ch.key)),
+                _ => None,
+            },
+        )
         .collect()
 }
 

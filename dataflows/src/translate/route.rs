@@ -5,9 +5,8 @@
 use super::{duration_ms, outbound_cluster_name, PASSTHROUGH_CLUSTER};
 use crate::model::{
     AbortStatus, Cors, DirectResponse, Fault, HashKey, Hashing, HeaderEdits, HttpMatch, HttpRoute,
-    PerMillion,
-    Redirect, ResolvedVs, Resource, ResourceType, Retries, RouteDestination, Service, StringMatch,
-    UnknownHosts,
+    PerMillion, Redirect, ResolvedVs, Resource, ResourceType, Retries, RouteDestination, Service,
+    StringMatch, UnknownHosts,
 };
 use envoy_types::pb::envoy::config::core::v3::{
     data_source, header_value_option::HeaderAppendAction, DataSource, HeaderValue,
@@ -16,14 +15,14 @@ use envoy_types::pb::envoy::config::core::v3::{
 use envoy_types::pb::envoy::config::route::v3::retry_policy::{
     retry_host_predicate, RetryHostPredicate,
 };
+use envoy_types::pb::envoy::config::route::v3::route_action::hash_policy::{
+    ConnectionProperties, Cookie, Header, PolicySpecifier, QueryParameter,
+};
 use envoy_types::pb::envoy::config::route::v3::{
     header_matcher::HeaderMatchSpecifier, query_parameter_matcher::QueryParameterMatchSpecifier,
     route::Action, route_action::ClusterSpecifier, route_match::PathSpecifier,
     weighted_cluster::ClusterWeight, HeaderMatcher, QueryParameterMatcher, RetryPolicy, Route,
     RouteAction, RouteConfiguration, RouteMatch, VirtualHost, WeightedCluster,
-};
-use envoy_types::pb::envoy::config::route::v3::route_action::hash_policy::{
-    ConnectionProperties, Cookie, Header, PolicySpecifier, QueryParameter,
 };
 use envoy_types::pb::envoy::config::route::v3::{
     redirect_action,
