@@ -15,6 +15,7 @@
 pub mod assemble;
 pub mod driver;
 pub mod flow;
+pub mod gateway_tls;
 pub mod materialize;
 pub mod model;
 pub mod naive;

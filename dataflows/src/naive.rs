@@ -30,6 +30,7 @@ struct View<'a> {
     gateways: BTreeMap<&'a ConfigKey, &'a Gateway>,
     sidecars: Vec<&'a Sidecar>,
     proxies: Vec<&'a Proxy>,
+    secrets: Vec<&'a TlsSecret>,
     /// The mesh settings in effect.
     mesh: MeshSettings,
 }
@@ -46,6 +47,7 @@ impl<'a> View<'a> {
             gateways: BTreeMap::new(),
             sidecars: Vec::new(),
             proxies: Vec::new(),
+            secrets: Vec::new(),
         };
         // Records iterate in order, so the first service per host is the least one.
         for r in &snap.records {
@@ -62,6 +64,7 @@ impl<'a> View<'a> {
                 }
                 Record::Sidecar(s) => v.sidecars.push(s),
                 Record::Proxy(p) => v.proxies.push(p),
+                Record::Secret(s) => v.secrets.push(s),
                 Record::Mesh(_) => {}
             }
         }
@@ -258,7 +261,10 @@ pub fn compute(mesh: &MeshConfig, snap: &Snapshot) -> ProxyConfigs {
                     v.mesh.connect_timeout_ms,
                 ));
             }
-            ScopeKey::Router { gateways, .. } => res.extend(router(&v, gateways)),
+            ScopeKey::Router {
+                gateways,
+                namespace,
+            } => res.extend(router(&v, namespace, gateways)),
         }
         // A proxy that holds nothing (a proxyless client seeing no service) has no entry,
         // as in the dataflow's output, which only knows proxies through their resources.
@@ -484,8 +490,9 @@ fn inbound(
     res
 }
 
-/// A router scope's listeners and routes, from the Gateways selecting it.
-fn router(v: &View, gateways: &[ConfigKey]) -> Vec<Resource> {
+/// A router scope's listeners, routes and secrets, from the Gateways selecting it and the
+/// Secrets of its namespace.
+fn router(v: &View, namespace: &str, gateways: &[ConfigKey]) -> Vec<Resource> {
     let gws: Vec<&Gateway> = gateways
         .iter()
         .filter_map(|k| v.gateways.get(k).copied())
@@ -503,7 +510,14 @@ fn router(v: &View, gateways: &[ConfigKey]) -> Vec<Resource> {
         })
         .collect();
     let pairs: Vec<(&ConfigKey, &ResolvedVs)> = resolved.iter().map(|(g, r)| (g, r)).collect();
-    assemble::router_resources(&gws, &pairs)
+    let secrets: Vec<&TlsSecret> = v
+        .secrets
+        .iter()
+        .copied()
+        .filter(|s| s.key.namespace == namespace)
+        .collect();
+    assemble::router_resources(namespace, &gws, &pairs, &secrets)
+        .resources
         .into_iter()
         .map(|(r, _)| r)
         .collect()

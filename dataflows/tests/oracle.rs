@@ -210,6 +210,9 @@ fn random_record(rng: &mut StdRng, slot: usize) -> Record {
                     protocol,
                     bind: None,
                     hosts: vec![pick(rng, &["*/*", "./*", "default/*"]).to_string()],
+                    https_redirect: false,
+                    tls: None,
+                    field: String::new(),
                 })
                 .collect(),
         }),

@@ -298,6 +298,9 @@ fn gateway(
                 protocol: Protocol::Http,
                 bind: bind.map(String::from),
                 hosts: vec!["*/*".into()],
+                https_redirect: false,
+                tls: None,
+                field: String::new(),
             })
             .collect(),
     })
@@ -311,6 +314,7 @@ fn virtual_service(ns: &str, name: &str, hosts: &[&str], gateways: &[&str], dest
         gateways: gateways.iter().map(|g| g.to_string()).collect(),
         export_to: vec![],
         tcp: vec![],
+        tls: vec![],
         http: vec![HttpRoute {
             name: None,
             matches: vec![],

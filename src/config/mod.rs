@@ -8,6 +8,7 @@
 //! value). Imports nothing of this crate: sources build on it.
 
 mod convert;
+pub mod secret;
 pub mod findings;
 pub mod istio;
 pub mod mesh;
@@ -378,6 +379,7 @@ fn api_version_mistake(api_version: &str, kind: &str) -> Option<(Kind, String)> 
         "Endpoints" => (Kind::Endpoints, "", &["v1"]),
         "Pod" => (Kind::Pod, "", &["v1"]),
         "Namespace" => (Kind::Namespace, "", &["v1"]),
+        "Secret" => (Kind::Secret, "", &["v1"]),
         "EndpointSlice" => (Kind::EndpointSlice, "discovery.k8s.io", &["v1"]),
         "VirtualService" => (Kind::VirtualService, ISTIO, ISTIO_VERSIONS),
         "DestinationRule" => (Kind::DestinationRule, ISTIO, ISTIO_VERSIONS),
@@ -455,6 +457,7 @@ fn kind_of(api_version: &str, kind: &str) -> Option<Kind> {
         ("", "Service") => Kind::Service,
         ("", "Endpoints") => Kind::Endpoints,
         ("", "Pod") => Kind::Pod,
+        ("", "Secret") => Kind::Secret,
         ("discovery.k8s.io", "EndpointSlice") => Kind::EndpointSlice,
         (_, "VirtualService") if istio => Kind::VirtualService,
         (_, "DestinationRule") if istio => Kind::DestinationRule,

@@ -63,6 +63,7 @@ fn type_of_word(word: &str) -> Option<ResourceType> {
         "endpoint" | "endpoints" | "eds" => Some(ResourceType::Endpoint),
         "listener" | "listeners" | "lds" => Some(ResourceType::Listener),
         "route" | "routes" | "rds" => Some(ResourceType::Route),
+        "secret" | "secrets" | "sds" => Some(ResourceType::Secret),
         _ => None,
     }
 }
@@ -74,6 +75,7 @@ pub fn type_word(t: ResourceType) -> &'static str {
         ResourceType::Endpoint => "endpoint",
         ResourceType::Listener => "listener",
         ResourceType::Route => "route",
+        ResourceType::Secret => "secret",
     }
 }
 

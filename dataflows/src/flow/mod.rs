@@ -39,6 +39,8 @@ pub struct Inputs<'s> {
     pub gateways: Coll<'s, (ConfigKey, Gateway)>,
     pub sidecars: Coll<'s, (ConfigKey, Sidecar)>,
     pub proxies: Coll<'s, (ProxyId, Proxy)>,
+    /// TLS Secrets by (namespace, name).
+    pub secrets: Coll<'s, ((String, String), TlsSecret)>,
     /// Mesh settings, one per layer (see [`MeshSettings::in_effect`]).
     pub mesh: Coll<'s, MeshSettings>,
 }
@@ -99,6 +101,7 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     let undefined_gateways = analysis::undefined_gateways(&virtual_services, &i.gateways);
     let undefined_hosts = analysis::undefined_hosts(&virtual_services, &services.chosen);
     let unselected_gateways = analysis::unselected_gateways(&i.gateways, &i.workloads);
+    let secret_errors = analysis::gateway_secrets(&i.gateways, &i.workloads, &i.secrets);
     let clusters = clusters::outbound(
         &mesh,
         &scopes,
@@ -127,7 +130,8 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         http_ports,
     );
     let listeners = listeners::sidecar(&specs, ports);
-    let gateways = gateways::routers(&scopes, i.gateways, virtual_services, vss);
+    let (gateways, gateway_errors) =
+        gateways::routers(&scopes, i.gateways, virtual_services, vss, &i.secrets);
 
     let inbound = inbound::per_proxy(i.proxies, endpoints, &mesh);
 
@@ -144,7 +148,8 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         .concat(undefined_gateways)
         .concat(undefined_hosts)
         .concat(unselected_gateways)
-        .concat(unreachable);
+        .concat(unreachable)
+        .concat(secret_errors.concat(gateway_errors).distinct());
     outputs(scoped, inbound, errors, proxy_scopes)
 }
 

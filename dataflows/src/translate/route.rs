@@ -40,6 +40,8 @@ use envoy_types::pb::envoy::r#type::matcher::v3::{
 use envoy_types::pb::envoy::r#type::v3::{fractional_percent::DenominatorType, FractionalPercent};
 use envoy_types::pb::google::protobuf::{BoolValue, UInt32Value};
 use envoy_types::util::pack_any;
+use envoy_types::pb::envoy::config::route::v3::virtual_host;
+use std::collections::BTreeSet;
 use prost::Message;
 
 /// Istio's default retry policy for mesh routes: retry elsewhere (previous hosts are
@@ -586,9 +588,16 @@ pub fn sidecar_route_config(
     Resource::new(ResourceType::Route, rc.name.clone(), rc.encode_to_vec())
 }
 
-/// The gateway route configuration `http.PORT`: `vhosts` maps each domain to the
-/// VirtualServices serving it, in precedence order; their routes are concatenated.
-pub fn gateway_route_config(port: u16, vhosts: &GatewayVhosts) -> Resource {
+/// A gateway route configuration `name` (`http.PORT`, or an HTTPS server's own): `vhosts`
+/// maps each domain to the VirtualServices serving it, in precedence order; their routes are
+/// concatenated. Domains in `require_tls` (an HTTP server's `httpsRedirect`) answer plaintext
+/// requests with a 301 to https (`require_tls: ALL`).
+pub fn gateway_route_config(
+    name: &str,
+    port: u16,
+    vhosts: &GatewayVhosts,
+    require_tls: &BTreeSet<String>,
+) -> Resource {
     let virtual_hosts = vhosts
         .iter()
         .map(|(domain, vss)| VirtualHost {
@@ -606,11 +615,16 @@ pub fn gateway_route_config(port: u16, vhosts: &GatewayVhosts) -> Resource {
                 .iter()
                 .flat_map(|(vs, via)| vs_routes(vs, port, via, None))
                 .collect(),
+            require_tls: if require_tls.contains(domain) {
+                virtual_host::TlsRequirementType::All as i32
+            } else {
+                0
+            },
             ..Default::default()
         })
         .collect();
     let rc = RouteConfiguration {
-        name: format!("http.{port}"),
+        name: name.to_string(),
         virtual_hosts,
         validate_clusters: Some(BoolValue { value: false }),
         ..Default::default()

@@ -137,6 +137,8 @@ impl ObjectStatus {
                 | ErrorCode::GatewaySelectsNothing => ("MF0004", "ReferencedResourceNotFound"),
                 ErrorCode::HostConflict => ("MF0005", "ConflictingHost"),
                 ErrorCode::TcpServiceConflict => ("MF0006", "ConflictingTcpService"),
+                ErrorCode::GatewaySecret => ("MF0007", "InvalidGatewayCredential"),
+                ErrorCode::TlsRouteUnmatched => ("MF0008", "TlsRouteNotServed"),
             };
             self.messages.push(json!({
                 "type": {"code": code, "name": name},
