@@ -580,6 +580,8 @@ fn main() -> ExitCode {
             mesh,
         } => {
             let (mut errors, mut analysis, mut records) = (Vec::new(), Vec::new(), 0);
+            // Every record read, for the analysis across objects (the dataflow's errors).
+            let mut all: Vec<(dataflows::model::Record, isize)> = Vec::new();
             if let Some(mut source) = mesh.source() {
                 match source.read() {
                     Ok(report) => {
@@ -587,6 +589,7 @@ fn main() -> ExitCode {
                         errors.extend(report.errors);
                         analysis.extend(source.analysis());
                         records += report.changes.len();
+                        all.extend(report.changes);
                     }
                     Err(e) => {
                         eprintln!("meshflow: {e}");
@@ -600,6 +603,7 @@ fn main() -> ExitCode {
                 errors.extend(scan.errors);
                 analysis.extend(source.analysis());
                 records += scan.changes.len();
+                all.extend(scan.changes);
             }
             if let Some(options) = kube.options() {
                 let source = meshflow::sources::kube::KubeSource::new(options, mesh.mesh());
@@ -608,6 +612,7 @@ fn main() -> ExitCode {
                         errors.extend(report.errors);
                         analysis.extend(found);
                         records += report.changes.len();
+                        all.extend(report.changes);
                     }
                     Err(e) => {
                         eprintln!("meshflow: {e}");
@@ -618,6 +623,7 @@ fn main() -> ExitCode {
             for e in &errors {
                 println!("{e}");
             }
+            analysis.extend(gateway_tls_errors(all, mesh.mesh()));
             // Analysis: errors (parts not generated) fail the check, warnings do not.
             for (_, line) in &analysis {
                 println!("{line}");
@@ -660,4 +666,38 @@ fn print_client(command: impl std::future::Future<Output = Result<String, String
             ExitCode::FAILURE
         }
     }
+}
+
+/// What the dataflow says of the gateways' TLS servers when it computes `records` (a
+/// missing or unusable Secret, a `tls[]` route a server cannot take): errors that depend on
+/// more than one object, so no per-object check can tell them.
+fn gateway_tls_errors(
+    records: Vec<(dataflows::model::Record, isize)>,
+    mesh: dataflows::model::MeshConfig,
+) -> Vec<(meshflow::config::Level, String)> {
+    use dataflows::model::ErrorCode;
+    let engine = dataflows::driver::Engine::start(1, mesh);
+    let Some(out) = engine.step(dataflows::driver::Batch {
+        epoch: 1,
+        changes: records,
+    }) else {
+        return Vec::new();
+    };
+    let mut lines: Vec<String> = out
+        .errors
+        .into_iter()
+        .filter(|(e, d)| {
+            *d > 0 && matches!(e.code, ErrorCode::GatewaySecret | ErrorCode::TlsRouteUnmatched)
+        })
+        .map(|(e, _)| {
+            let o = &e.object;
+            format!("error: {:?} {}/{}: {}", o.kind, o.namespace, o.name, e.message)
+        })
+        .collect();
+    lines.sort();
+    lines.dedup();
+    lines
+        .into_iter()
+        .map(|l| (meshflow::config::Level::Error, l))
+        .collect()
 }
