@@ -15,17 +15,16 @@ use std::time::Duration;
 use support::pki::{ca, leaf, Ca};
 use support::tls_backend::TlsBackend;
 use support::{
-    Backend, free_port, http_request, require_envoy, wait_until, write_config, Envoy, Meshflow,
+    debug_json, Backend, free_port, http_request, require_envoy, wait_until, write_config, Envoy, Meshflow,
     ProxyNode, TestDir, XdsMode, CONVERGE_TIMEOUT, STARTUP_TIMEOUT,
 };
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio_rustls::rustls::{self, ClientConfig, ClientConnection, RootCertStore, StreamOwned};
 
-const NET: u8 = 53;
-
-fn ip(host: u8) -> String {
-    format!("127.0.{NET}.{host}")
+/// `127.0.<net>.<host>`: each run's backends on loopback addresses of their own.
+fn loopback(net: u8, host: u8) -> String {
+    format!("127.0.{net}.{host}")
 }
 
 /// What a TLS client got: the DER of the certificate it was presented, and the HTTP answer
@@ -121,7 +120,8 @@ struct Ports {
     http: u16,
 }
 
-fn mesh_yaml(p: &Ports, web_port: u16, tls_port: u16) -> String {
+fn mesh_yaml(net: u8, p: &Ports, web_port: u16, tls_port: u16) -> String {
+    let ip = |host| loopback(net, host);
     format!(
         "\
 apiVersion: v1
@@ -214,6 +214,42 @@ spec:
     )
 }
 
+/// The router's node id, as `ProxyNode::router` makes it.
+fn node_id(ip: &str) -> String {
+    format!("router~{ip}~ingressgateway-abc.default~default.svc.cluster.local")
+}
+
+/// The debug port shows the Secret by name and fingerprint, never a key: in the config
+/// dump, in the history's diff of the rotation, and in explain (which names the Secret).
+fn redacted_on_the_debug_port(debug: SocketAddr, proxy: &str, cert: &str, keys: &[&str]) {
+    let fp = {
+        let der = der_of(cert);
+        let d = ring::digest::digest(&ring::digest::SHA256, &der);
+        d.as_ref().iter().map(|b| format!("{b:02x}")).collect::<String>()
+    };
+    let key_lines = |text: &str| {
+        keys.iter().any(|k| {
+            k.lines()
+                .filter(|l| !l.starts_with("-----"))
+                .any(|l| text.contains(l))
+        })
+    };
+    let dump = debug_json(debug, &format!("/debug/config_dump?proxy={proxy}")).to_string();
+    assert!(dump.contains("kubernetes://web-cred"), "{dump}");
+    assert!(dump.contains(&format!("sha256:{fp}")), "{dump}");
+    assert!(dump.contains("[redacted]"));
+    assert!(!dump.contains("PRIVATE KEY") && !key_lines(&dump), "the dump shows a key");
+    let diff = debug_json(debug, &format!("/debug/diff?proxy={proxy}")).to_string();
+    assert!(!diff.contains("PRIVATE KEY") && !key_lines(&diff), "the diff shows a key");
+    let explain = debug_json(
+        debug,
+        &format!("/debug/explain?proxy={proxy}&resource=secret/kubernetes://web-cred"),
+    )
+    .to_string();
+    assert!(explain.contains("web-cred"), "{explain}");
+    assert!(!explain.contains("PRIVATE KEY") && !key_lines(&explain));
+}
+
 /// Retries `get` until it answers what `ok` accepts, within the convergence timeout; the
 /// last answer either way.
 fn converge(
@@ -232,11 +268,24 @@ fn converge(
 
 /// Proves HTTPS termination with the Secret's certificate (and its rotation with no listener
 /// change), MUTUAL client verification, SNI passthrough to two backends and httpsRedirect,
-/// with no update rejected by Envoy.
+/// with no update rejected by Envoy, over Delta ADS; and that the debug port shows the
+/// Secret redacted (config dump, history diff, explain).
 #[test]
-fn gateway_terminates_with_secrets_routes_passthrough_by_sni_and_redirects() {
+fn gateway_tls_over_delta_ads() {
     let envoy_bin = require_envoy!();
-    let dir = TestDir::new("envoy-gateway-tls");
+    scenario(&envoy_bin, XdsMode::Delta, 53);
+}
+
+/// The same over State-of-the-World ADS (SDS by name on the same stream).
+#[test]
+fn gateway_tls_over_sotw_ads() {
+    let envoy_bin = require_envoy!();
+    scenario(&envoy_bin, XdsMode::Sotw, 54);
+}
+
+fn scenario(envoy_bin: &std::path::Path, mode: XdsMode, net: u8) {
+    let ip = |host| loopback(net, host);
+    let dir = TestDir::new(&format!("envoy-gateway-tls-{}", mode.label()));
     let config = dir.subdir("config");
     let ports = Ports {
         https: free_port(),
@@ -256,21 +305,23 @@ fn gateway_terminates_with_secrets_routes_passthrough_by_sni_and_redirects() {
     let client_ca = ca("client CA");
     let (mcert, mkey) = leaf(&gw_ca, &["mtls.example.com"], None);
     let (ccert, ckey) = leaf(&client_ca, &["client.example.com"], None);
-    write_config(&config, "mesh.yaml", &mesh_yaml(&ports, web_port, tls_port));
+    write_config(&config, "mesh.yaml", &mesh_yaml(net, &ports, web_port, tls_port));
     write_config(&config, "web-cred.yaml", &tls_secret("web-cred", &cert1, &key1, None));
     write_config(
         &config,
         "mtls-cred.yaml",
         &tls_secret("mtls-cred", &mcert, &mkey, Some(&client_ca.pem)),
     );
-    let meshflow = Meshflow::start(&config, dir.path());
+    let debug = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let meshflow =
+        Meshflow::start_with_args(&config, dir.path(), &["--debug-addr", &debug.to_string()]);
     let node = ProxyNode::router(
         "ingressgateway-abc",
         "default",
         &ip(30),
         &[("istio", "ingressgateway")],
     );
-    let router = Envoy::start(&envoy_bin, dir.path(), &node, meshflow.xds_addr(), XdsMode::Delta);
+    let router = Envoy::start(envoy_bin, dir.path(), &node, meshflow.xds_addr(), mode);
     router.wait_live(STARTUP_TIMEOUT);
     let at = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
 
@@ -303,6 +354,7 @@ fn gateway_terminates_with_secrets_routes_passthrough_by_sni_and_redirects() {
         router.stat("listener_manager.total_filter_chains_draining").unwrap_or(0),
         0
     );
+    redacted_on_the_debug_port(debug, &node_id(&ip(30)), &cert2, &[&key1, &key2]);
 
     // (c) MUTUAL: refused without a client certificate, served with one the CA signed.
     let with_cert = converge(
@@ -345,5 +397,7 @@ fn gateway_terminates_with_secrets_routes_passthrough_by_sni_and_redirects() {
     );
 
     assert_eq!(router.rejected_updates(), 0, "{}", router.summary());
+    let log = meshflow.log();
+    assert!(!log.contains("PRIVATE KEY"), "meshflow logs no key material");
     drop(meshflow);
 }

@@ -22,8 +22,9 @@ use dataflows::model::{Body, ResourceType};
 use envoy_types::pb::envoy::admin::v3::{
     clusters_config_dump::DynamicCluster, endpoints_config_dump::DynamicEndpointConfig,
     listeners_config_dump::DynamicListener, listeners_config_dump::DynamicListenerState,
-    routes_config_dump::DynamicRouteConfig, ClustersConfigDump, ConfigDump, EndpointsConfigDump,
-    ListenersConfigDump, RoutesConfigDump,
+    routes_config_dump::DynamicRouteConfig, secrets_config_dump::DynamicSecret,
+    ClustersConfigDump, ConfigDump, EndpointsConfigDump, ListenersConfigDump, RoutesConfigDump,
+    SecretsConfigDump,
 };
 use envoy_types::pb::google::protobuf::Any;
 use prost::{Message, Name};
@@ -256,12 +257,27 @@ fn ordered_dump(per_type: &[(ResourceType, Vec<DumpEntry>)]) -> Result<String, S
             .collect::<Result<_, String>>()?,
         ..Default::default()
     };
+    // As Envoy's own dump: the key is redacted (`body` passes Secrets through `redact`).
+    let secrets = SecretsConfigDump {
+        dynamic_active_secrets: entries(per_type, ResourceType::Secret)
+            .map(|e| {
+                Ok(DynamicSecret {
+                    name: e.name.clone(),
+                    version_info: e.version.clone(),
+                    secret: Some(body(ResourceType::Secret, e)?),
+                    ..Default::default()
+                })
+            })
+            .collect::<Result<_, String>>()?,
+        ..Default::default()
+    };
     let dump = ConfigDump {
         configs: vec![
             any_of(&clusters),
             any_of(&listeners),
             any_of(&routes),
             any_of(&endpoints),
+            any_of(&secrets),
         ],
     };
     print(&EnvoyJson::of(&dump)?, Format::Json)
