@@ -71,6 +71,7 @@ struct Sessions {
     proxies: InputSession<u64, (ProxyId, Proxy), isize>,
     secrets: InputSession<u64, ((String, String), TlsSecret), isize>,
     mesh: InputSession<u64, MeshSettings, isize>,
+    selections: InputSession<u64, (Hostname, WorkloadSelection), isize>,
 }
 
 impl Sessions {
@@ -87,6 +88,7 @@ impl Sessions {
             Record::Secret(s) => self
                 .secrets
                 .update(((s.key.namespace.clone(), s.key.name.clone()), s), diff),
+            Record::Selection(h, sel) => self.selections.update((h, sel), diff),
             Record::Mesh(m) => self.mesh.update(m, diff),
         }
     }
@@ -105,7 +107,8 @@ impl Sessions {
             sidecars,
             proxies,
             secrets,
-            mesh
+            mesh,
+            selections
         );
     }
 }
@@ -146,7 +149,8 @@ impl Engine {
                         let (sidecars, s7) = scope.new_collection();
                         let (proxies, s8) = scope.new_collection();
                         let (mut mesh_input, s9) = scope.new_collection();
-                        let (secrets, s10) = scope.new_collection();
+                        let (secrets, s11) = scope.new_collection();
+                        let (selections, s10) = scope.new_collection();
                         // The built-in settings are always there, below any configured
                         // ones: the mesh has settings before (and without) a mesh config.
                         if index == 0 {
@@ -163,8 +167,9 @@ impl Engine {
                                 gateways: s6,
                                 sidecars: s7,
                                 proxies: s8,
-                                secrets: s10,
+                                secrets: s11,
                                 mesh: s9,
+                                selections: s10,
                             },
                         );
                         capture(out, &cap, &probe);
@@ -179,6 +184,7 @@ impl Engine {
                             proxies,
                             secrets,
                             mesh: mesh_input,
+                            selections,
                         }
                     });
                     if index == 0 {

@@ -275,6 +275,31 @@ pub struct RawEndpoint {
     /// Labels carried by the endpoint itself (ServiceEntry endpoints); pod labels join in by IP.
     pub labels: Labels,
     pub origin: ConfigKey,
+    /// Its own locality and weight (a ServiceEntry endpoint's, a Kubernetes endpoint's zone);
+    /// where unset, its workload's apply.
+    pub placement: Placement,
+}
+
+/// Where an endpoint runs and how much of its cluster's traffic it takes: Istio's endpoint
+/// `locality` (`region/zone/subzone`, any part empty) and `weight` (unset: 1).
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Placement {
+    pub locality: String,
+    pub weight: Option<u32>,
+}
+
+impl Placement {
+    /// `self`, with what it leaves unset taken from `under`.
+    pub fn over(&self, under: &Placement) -> Placement {
+        Placement {
+            locality: if self.locality.is_empty() {
+                under.locality.clone()
+            } else {
+                self.locality.clone()
+            },
+            weight: self.weight.or(under.weight),
+        }
+    }
 }
 
 /// An endpoint resolved to a service port, with the labels of its workload.
@@ -287,12 +312,15 @@ pub struct Endpoint {
     /// The objects it comes from: its EndpointSlice (or Endpoints, ServiceEntry) and, when
     /// labels joined in by IP, the Pod or WorkloadEntry. For `explain`, not for Envoy.
     pub origins: Vec<ConfigKey>,
+    pub placement: Placement,
 }
 
 impl Endpoint {
     /// `raw` with the labels of its workload (if one matched its IP) under its own: both
     /// engines resolve endpoints through here so they cannot disagree on precedence.
-    pub fn resolved(raw: &RawEndpoint, mut labels: Labels, workload: Option<&ConfigKey>) -> Self {
+    /// Its placement likewise: the endpoint's own over its workload's.
+    pub fn resolved(raw: &RawEndpoint, workload: Option<&Workload>) -> Self {
+        let mut labels = workload.map(|w| w.labels.clone()).unwrap_or_default();
         labels.extend(raw.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
         Endpoint {
             ip: raw.ip.clone(),
@@ -300,10 +328,30 @@ impl Endpoint {
             ready: raw.ready,
             labels,
             origins: std::iter::once(&raw.origin)
-                .chain(workload)
+                .chain(workload.map(|w| &w.origin))
                 .cloned()
                 .collect(),
+            placement: match workload {
+                Some(w) => raw.placement.over(&w.placement),
+                None => raw.placement.clone(),
+            },
         }
+    }
+
+    /// The endpoint a ServiceEntry's `workloadSelector` makes of a workload it selects, on
+    /// port `port` of the entry: at the workload's own port of that name (a WorkloadEntry's
+    /// `ports`), else at the entry's target port.
+    pub fn selected(entry: &WorkloadSelection, port: &SelectedPort, w: &Workload) -> Self {
+        let raw = RawEndpoint {
+            ip: w.ip.clone(),
+            port_name: port.name.clone(),
+            port: w.ports.get(&port.name).copied().unwrap_or(port.target),
+            ready: true,
+            labels: Labels::new(),
+            origin: entry.origin.clone(),
+            placement: Placement::default(),
+        };
+        Endpoint::resolved(&raw, Some(w))
     }
 }
 
@@ -313,6 +361,26 @@ pub struct Workload {
     pub ip: String,
     pub labels: Labels,
     pub origin: ConfigKey,
+    /// A WorkloadEntry's `ports`: the workload's port per service port name.
+    pub ports: BTreeMap<String, u16>,
+    pub placement: Placement,
+}
+
+/// A ServiceEntry's `workloadSelector`: its endpoints are the Pods and WorkloadEntries of
+/// its namespace whose labels match, on each of its ports.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct WorkloadSelection {
+    pub origin: ConfigKey,
+    pub labels: Labels,
+    pub ports: Vec<SelectedPort>,
+}
+
+/// A port of a selecting ServiceEntry: its name, and where a workload that does not name
+/// it receives traffic (the `targetPort`, else the port's number).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct SelectedPort {
+    pub name: String,
+    pub target: u16,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -835,6 +903,8 @@ pub enum Record {
     Sidecar(Sidecar),
     Proxy(Proxy),
     Secret(TlsSecret),
+    /// A ServiceEntry host's `workloadSelector`.
+    Selection(Hostname, WorkloadSelection),
     /// The mesh config in effect (one per layer). Keep it the last variant: records sort by
     /// variant, and the naive recompute reads mesh records from the end of a snapshot.
     Mesh(MeshSettings),

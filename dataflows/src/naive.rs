@@ -25,6 +25,7 @@ struct View<'a> {
     services: BTreeMap<&'a str, &'a Service>,
     endpoints: Vec<(&'a Hostname, &'a RawEndpoint)>,
     workloads: Vec<&'a Workload>,
+    selections: Vec<(&'a Hostname, &'a WorkloadSelection)>,
     vss: Vec<&'a VirtualService>,
     drs: Vec<&'a DestinationRule>,
     gateways: BTreeMap<&'a ConfigKey, &'a Gateway>,
@@ -42,6 +43,7 @@ impl<'a> View<'a> {
             services: BTreeMap::new(),
             endpoints: Vec::new(),
             workloads: Vec::new(),
+            selections: Vec::new(),
             vss: Vec::new(),
             drs: Vec::new(),
             gateways: BTreeMap::new(),
@@ -65,6 +67,7 @@ impl<'a> View<'a> {
                 Record::Sidecar(s) => v.sidecars.push(s),
                 Record::Proxy(p) => v.proxies.push(p),
                 Record::Secret(s) => v.secrets.push(s),
+                Record::Selection(h, sel) => v.selections.push((h, sel)),
                 Record::Mesh(_) => {}
             }
         }
@@ -88,19 +91,35 @@ impl<'a> View<'a> {
                 ports => ports.iter().find(|p| p.name == e.port_name),
             };
             let Some(port) = port else { continue };
-            let wls: Vec<&Workload> = by_ip.get(e.ip.as_str()).cloned().unwrap_or_default();
-            let label_sets: Vec<(Labels, Option<&ConfigKey>)> = if wls.is_empty() {
-                vec![(Labels::new(), None)]
-            } else {
-                wls.iter()
-                    .map(|w| (w.labels.clone(), Some(&w.origin)))
-                    .collect()
+            match by_ip.get(e.ip.as_str()) {
+                None => out.push((((*h).clone(), port.port), Endpoint::resolved(e, None))),
+                Some(wls) => {
+                    for w in wls {
+                        out.push((((*h).clone(), port.port), Endpoint::resolved(e, Some(w))));
+                    }
+                }
+            }
+        }
+        // What ServiceEntries select: every workload of the entry's namespace whose labels
+        // match, on every port of the entry the service in effect has.
+        for (h, sel) in &self.selections {
+            let Some(svc) = self.services.get(h.as_str()) else {
+                continue;
             };
-            for (labels, wl_origin) in label_sets {
-                out.push((
-                    ((*h).clone(), port.port),
-                    Endpoint::resolved(e, labels, wl_origin),
-                ));
+            for w in &self.workloads {
+                if w.origin.namespace != sel.origin.namespace
+                    || !rules::labels_match(&sel.labels, &w.labels)
+                {
+                    continue;
+                }
+                for p in &sel.ports {
+                    if let Some(port) = svc.ports.iter().find(|sp| sp.name == p.name) {
+                        out.push((
+                            ((*h).clone(), port.port),
+                            Endpoint::selected(sel, p, w),
+                        ));
+                    }
+                }
             }
         }
         out

@@ -105,6 +105,7 @@ pub fn endpoint(s: usize, e: usize, shape: &Shape, mesh: &MeshConfig) -> Record 
             ready: true,
             labels: Labels::new(),
             origin: ConfigKey::new(Kind::EndpointSlice, ns, format!("svc-{s}")),
+            placement: Placement::default(),
         },
     )
 }
@@ -229,6 +230,8 @@ pub fn records(shape: &Shape, mesh: &MeshConfig) -> Vec<Record> {
                 ip: endpoint_ip(s, e),
                 labels,
                 origin: ConfigKey::new(Kind::Pod, &ns, format!("svc-{s}-{e}")),
+                ports: Default::default(),
+                placement: Placement::default(),
             }));
         }
         if shape.vs_every > 0 && s % shape.vs_every == 0 {

@@ -29,6 +29,14 @@ fn pick<T: Copy>(rng: &mut StdRng, xs: &[T]) -> T {
 
 /// One random version of the object in slot `slot` of a kind; slots make keys collide so
 /// updates and deletes happen.
+/// A locality and weight, often unset, sometimes only one of them.
+fn placement(rng: &mut StdRng) -> Placement {
+    Placement {
+        locality: pick(rng, &["", "", "r1/z1", "r1/z2/s1", "r2"]).to_string(),
+        weight: pick(rng, &[None, None, Some(1), Some(3)]),
+    }
+}
+
 fn random_record(rng: &mut StdRng, slot: usize) -> Record {
     let ns = NAMESPACES[slot % 2];
     let svc_name = format!("svc{}", slot % 4);
@@ -92,12 +100,38 @@ fn random_record(rng: &mut StdRng, slot: usize) -> Record {
                 ready: rng.random_bool(0.9),
                 labels: Labels::new(),
                 origin: ConfigKey::new(Kind::EndpointSlice, ns, &svc_name),
+                placement: placement(rng),
             },
         ),
+        2 if rng.random_bool(0.25) => {
+            // A ServiceEntry host selecting workloads of its namespace.
+            let svc_ns = pick(rng, &NAMESPACES[..2]);
+            Record::Selection(
+                host(&svc_name, svc_ns),
+                WorkloadSelection {
+                    origin: ConfigKey::new(Kind::ServiceEntry, svc_ns, &svc_name),
+                    labels: labels(&[("app", &svc_name)]),
+                    ports: vec![SelectedPort {
+                        name: pick(rng, &["http", "http-alt"]).to_string(),
+                        target: pick(rng, &[9080u16, 7070]),
+                    }],
+                },
+            )
+        }
         2 => Record::Workload(Workload {
             ip: format!("10.0.0.{}", rng.random_range(1..6)),
             labels: labels(&[("app", &svc_name), ("version", pick(rng, &["v1", "v2"]))]),
-            origin: ConfigKey::new(Kind::Pod, ns, format!("pod{slot}")),
+            origin: ConfigKey::new(
+                pick(rng, &[Kind::Pod, Kind::WorkloadEntry]),
+                ns,
+                format!("pod{slot}"),
+            ),
+            ports: if rng.random_bool(0.3) {
+                [("http".to_string(), 8888u16)].into_iter().collect()
+            } else {
+                Default::default()
+            },
+            placement: placement(rng),
         }),
         3 => {
             let n = rng.random_range(0..4);
@@ -411,6 +445,7 @@ fn identity(r: &Record) -> String {
         Record::Sidecar(s) => format!("sc/{}", s.key),
         Record::Proxy(p) => format!("px/{}", p.id),
         Record::Secret(s) => format!("secret/{}", s.key),
+        Record::Selection(h, s) => format!("sel/{h}/{}", s.origin),
         // One mesh config, as a mesh config source holds.
         Record::Mesh(_) => "mesh".into(),
     }

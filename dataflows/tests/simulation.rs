@@ -69,6 +69,8 @@ fn service_with_pods(name: &str, n: u8, versions: &[u8]) -> Vec<Record> {
             ip: ip.clone(),
             labels: labels(&[("app", name), ("version", &version)]),
             origin: ConfigKey::new(Kind::Pod, "default", format!("{name}-{version}")),
+            ports: Default::default(),
+            placement: Placement::default(),
         }));
         out.push(Record::Endpoint(
             fqdn(name),
@@ -79,6 +81,7 @@ fn service_with_pods(name: &str, n: u8, versions: &[u8]) -> Vec<Record> {
                 ready: true,
                 labels: Labels::new(),
                 origin: ConfigKey::new(Kind::EndpointSlice, "default", format!("{name}-x")),
+                placement: Placement::default(),
             },
         ));
     }
@@ -365,6 +368,8 @@ fn gateway_routes_by_host_and_answers_404_otherwise() {
         ip: "10.9.0.2".into(),
         labels: gw_proxy.labels.clone(),
         origin: ConfigKey::new(Kind::Pod, "istio-system", "gw-0"),
+        ports: Default::default(),
+        placement: Placement::default(),
     });
     let all = configs(mesh(vec![
         Record::Proxy(gw_proxy.clone()),

@@ -144,6 +144,7 @@ pub async fn drive(
                 ready: true,
                 labels: Default::default(),
                 origins: Vec::new(),
+                placement: Default::default(),
             })
             .collect();
         let cla = dataflows::translate::endpoint::load_assignment(&name, &eps);

@@ -456,20 +456,65 @@ fn service_entry_unix_endpoints_and_unused_fields_are_warnings() {
     let doc = "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: se, namespace: ns}\nspec:\n  hosts: [a.example.com]\n  addresses: [10.1.0.0/16]\n  ports: [{number: 80, name: http, protocol: HTTP}, {number: 27017, name: mongo, protocol: MONGO}]\n  resolution: STATIC\n  endpoints:\n  - address: unix:///var/run/a.sock\n  - address: 127.0.0.1\n    weight: 3\n    locality: us/a\n";
     let p = parse(doc);
     assert!(fields(&p, Level::Error).is_empty());
-    assert_eq!(
-        fields(&p, Level::Warning),
-        vec![
-            "spec.endpoints[1].weight",
-            "spec.endpoints[1].locality",
-            "spec.endpoints[0].address",
-        ]
-    );
-    let endpoints = p
+    assert_eq!(fields(&p, Level::Warning), vec!["spec.endpoints[0].address"]);
+    let endpoints: Vec<_> = p
         .records
         .iter()
-        .filter(|r| matches!(r, Record::Endpoint(..)))
-        .count();
-    assert_eq!(endpoints, 2, "127.0.0.1 on both ports; the socket left out");
+        .filter_map(|r| match r {
+            Record::Endpoint(_, e) => Some(e),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(endpoints.len(), 2, "127.0.0.1 on both ports; the socket left out");
+    // Weight and locality are the endpoint's own.
+    assert!(endpoints.iter().all(|e| e.placement
+        == dataflows::model::Placement {
+            locality: "us/a".into(),
+            weight: Some(3)
+        }));
+}
+
+#[test]
+fn service_entry_workload_selector_selects_and_excludes_endpoints() {
+    let doc = "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: vm, namespace: ns}\nspec:\n  hosts: [vm.example.com]\n  ports: [{number: 80, name: http, protocol: HTTP, targetPort: 8080}]\n  resolution: STATIC\n  workloadSelector: {labels: {app: vm}}\n";
+    let p = parse(doc);
+    assert!(p.findings.is_empty(), "{:?}", p.findings);
+    let sel = p
+        .records
+        .iter()
+        .find_map(|r| match r {
+            Record::Selection(h, s) => Some((h, s)),
+            _ => None,
+        })
+        .expect("a selection");
+    assert_eq!(sel.0, "vm.example.com");
+    assert_eq!(sel.1.ports[0].target, 8080, "the target port");
+    // Both at once is what Istio refuses.
+    let both = doc.replace(
+        "  resolution: STATIC\n",
+        "  resolution: STATIC\n  endpoints: [{address: 10.0.0.1}]\n",
+    );
+    let err = parse_document(&both, &MeshConfig::default()).unwrap_err();
+    assert!(format!("{err:?}").contains("spec.workloadSelector"), "{err:?}");
+}
+
+#[test]
+fn workload_entry_ports_weight_and_locality_are_read() {
+    let doc = "apiVersion: networking.istio.io/v1\nkind: WorkloadEntry\nmetadata: {name: vm1, namespace: ns}\nspec:\n  address: 10.0.0.9\n  ports: {http: 9090}\n  labels: {app: vm}\n  weight: 5\n  locality: r1/z1/s1\n  network: n1\n  serviceAccount: sa\n";
+    let p = parse(doc);
+    assert_eq!(
+        fields(&p, Level::Warning),
+        vec!["spec.network", "spec.serviceAccount"]
+    );
+    let Record::Workload(w) = &p.records[0] else {
+        panic!("{:?}", p.records)
+    };
+    assert_eq!(w.ports.get("http"), Some(&9090));
+    assert_eq!(w.placement.weight, Some(5));
+    assert_eq!(w.placement.locality, "r1/z1/s1");
+    let bad = doc.replace("weight: 5", "weight: -1");
+    let err = parse_document(&bad, &MeshConfig::default()).unwrap_err();
+    assert!(format!("{err:?}").contains("spec.weight"), "{err:?}");
 }
 
 #[test]

@@ -354,6 +354,7 @@ fn endpoint_record(
             ready,
             labels: Labels::new(),
             origin: key.clone(),
+            placement: m::Placement::default(),
         },
     ))
 }
@@ -403,6 +404,10 @@ fn pod(key: &ConfigKey, value: Value) -> Result<Vec<Record>> {
             ips.insert(0, ip);
         }
     }
+    let placement = m::Placement {
+        locality: pod_locality(&labels),
+        weight: None,
+    };
     // A pod without an IP yet has no endpoints to label; that is not an error.
     Ok(ips
         .into_iter()
@@ -411,9 +416,29 @@ fn pod(key: &ConfigKey, value: Value) -> Result<Vec<Record>> {
                 ip,
                 labels: labels.clone(),
                 origin: key.clone(),
+                ports: Default::default(),
+                placement: placement.clone(),
             })
         })
         .collect())
+}
+
+/// A Pod's locality as Istio reads it from the Pod: the `istio-locality` label
+/// (`region.zone.subzone`), else the topology labels it carries; empty if none.
+fn pod_locality(labels: &Labels) -> String {
+    if let Some(l) = labels.get("istio-locality") {
+        return l.splitn(3, '.').collect::<Vec<_>>().join("/");
+    }
+    let get = |k: &str| labels.get(k).map(String::as_str).unwrap_or_default();
+    let parts = [
+        get("topology.kubernetes.io/region"),
+        get("topology.kubernetes.io/zone"),
+        get("topology.istio.io/subzone"),
+    ];
+    if parts.iter().all(|p| p.is_empty()) {
+        return String::new();
+    }
+    parts.join("/").trim_end_matches('/').to_string()
 }
 
 /// A header's or query parameter's match, where Istio's empty match means "present".
@@ -1974,6 +1999,35 @@ fn service_entry(
             ),
         ));
     }
+    if s.workload_selector.is_some() && !s.endpoints.is_empty() {
+        return Err(Invalid::field(
+            "spec.workloadSelector",
+            "only one of workloadSelector or endpoints is allowed",
+        ));
+    }
+    // Where a selected workload receives traffic when it names no port of its own.
+    let selection = s.workload_selector.as_ref().map(|sel| m::WorkloadSelection {
+        origin: key.clone(),
+        labels: sel.labels.clone(),
+        ports: ports
+            .iter()
+            .zip(&target_ports)
+            .map(|(p, t)| m::SelectedPort {
+                name: p.name.clone(),
+                target: t.unwrap_or(p.port),
+            })
+            .collect(),
+    });
+    if selection.is_some() && resolution != m::Resolution::Static {
+        findings.push(Finding::warning(
+            "spec.workloadSelector",
+            format!(
+                "with resolution {}, the selected workloads are not used: the hosts \
+                 themselves are resolved",
+                s.resolution.as_deref().unwrap_or("NONE")
+            ),
+        ));
+    }
     let mut out = Vec::new();
     for host in &s.hosts {
         out.push(Record::Service(m::Service {
@@ -1986,6 +2040,9 @@ fn service_entry(
         }));
         if resolution != m::Resolution::Static {
             continue;
+        }
+        if let Some(sel) = &selection {
+            out.push(Record::Selection(host.clone(), sel.clone()));
         }
         for (ei, ep) in s.endpoints.iter().enumerate() {
             if ep.address.starts_with("unix://") {
@@ -2004,6 +2061,7 @@ fn service_entry(
                     format!("{:?} is not an IP address", ep.address),
                 ));
             }
+            let placement = placement(ep, &format!("spec.endpoints[{ei}]"))?;
             for (p, target_port) in ports.iter().zip(&target_ports) {
                 let target = match ep.ports.get(&p.name) {
                     Some(n) => port_u16(*n, &format!("spec.endpoints[{ei}].ports.{}", p.name))?,
@@ -2018,6 +2076,7 @@ fn service_entry(
                         ready: true,
                         labels: ep.labels.clone(),
                         origin: key.clone(),
+                        placement: placement.clone(),
                     },
                 ));
             }
@@ -2033,18 +2092,44 @@ fn workload_entry(
 ) -> Result<Vec<Record>> {
     let (s, ignored): (istio::WorkloadEntrySpec, _) = spec(value)?;
     report_ignored(&ignored, findings, |_| None);
-    if !s.ports.is_empty() {
-        findings.push(Finding::warning("spec.ports", IGNORED));
-    }
     if s.address.parse::<std::net::IpAddr>().is_err() {
         return Err(Invalid::field(
             "spec.address",
             format!("{:?} is not an IP address", s.address),
         ));
     }
+    let ports = s
+        .ports
+        .iter()
+        .map(|(name, n)| Ok((name.clone(), port_u16(*n, &format!("spec.ports.{name}"))?)))
+        .collect::<Result<_>>()?;
     Ok(vec![Record::Workload(m::Workload {
-        ip: s.address,
-        labels: s.labels,
+        ip: s.address.clone(),
+        labels: s.labels.clone(),
         origin: key.clone(),
+        ports,
+        placement: placement(&s, "spec")?,
     })])
+}
+
+/// A WorkloadEntry's (or ServiceEntry endpoint's) `locality` and `weight`.
+fn placement(s: &istio::WorkloadEntrySpec, field: &str) -> Result<m::Placement> {
+    let weight = match s.weight {
+        // Istio's zero is "unset".
+        None | Some(0) => None,
+        Some(w) => Some(u32::try_from(w).map_err(|_| {
+            Invalid::field(
+                format!("{field}.weight"),
+                format!("{w} is not a weight (0 to 4294967295)"),
+            )
+        })?),
+    };
+    let locality = s.locality.clone().unwrap_or_default();
+    if locality.split('/').count() > 3 {
+        return Err(Invalid::field(
+            format!("{field}.locality"),
+            format!("{locality:?} is not a locality (region/zone/subzone)"),
+        ));
+    }
+    Ok(m::Placement { locality, weight })
 }

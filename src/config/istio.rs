@@ -435,6 +435,7 @@ pub struct ServiceEntrySpec {
     pub resolution: Option<String>,
     pub endpoints: Vec<WorkloadEntrySpec>,
     pub export_to: Vec<String>,
+    pub workload_selector: Option<WorkloadSelector>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -443,4 +444,6 @@ pub struct WorkloadEntrySpec {
     pub address: String,
     pub ports: BTreeMap<String, i64>,
     pub labels: BTreeMap<String, String>,
+    pub locality: Option<String>,
+    pub weight: Option<i64>,
 }

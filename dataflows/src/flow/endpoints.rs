@@ -12,35 +12,55 @@ use crate::translate::endpoint;
 /// An endpoint keyed by the (host, service port) it serves.
 pub(super) type Resolved<'s> = Coll<'s, ((Hostname, u16), Endpoint)>;
 
-/// Endpoints with the labels of their workload (joined by IP), resolved to service ports.
+/// Endpoints with the labels (and placement) of their workload, joined by IP, and the
+/// endpoints ServiceEntries select, resolved to service ports.
 pub(super) fn resolve<'s>(
     endpoints: Coll<'s, (Hostname, RawEndpoint)>,
     workloads: Coll<'s, (String, Workload)>,
+    selections: Coll<'s, (Hostname, WorkloadSelection)>,
     services: &Coll<'s, (Hostname, Service)>,
 ) -> Resolved<'s> {
     let ep_by_ip = endpoints.map(|(h, e)| (e.ip.clone(), (h, e)));
-    let wl_labels = workloads.map(|(ip, w)| (ip, (w.labels, Some(w.origin))));
     let labeled = ep_by_ip
         .clone()
-        .join_map(wl_labels.clone(), |_, (h, e), l| {
-            (h.clone(), (e.clone(), l.clone()))
+        .join_map(workloads.clone(), |_, (h, e), w| {
+            (h.clone(), (e.clone(), Some(w.clone())))
         });
     let unlabeled = ep_by_ip
-        .antijoin(wl_labels.map(|(ip, _)| ip).distinct())
-        .map(|(_, (h, e))| (h, (e, (Labels::new(), None))));
+        .antijoin(workloads.clone().map(|(ip, _)| ip).distinct())
+        .map(|(_, (h, e))| (h, (e, None)));
+    // A selector meets the workloads of its namespace; each match is an endpoint per port.
+    let selected = selections
+        .map(|(h, sel)| (sel.origin.namespace.clone(), (h, sel)))
+        .join_map(
+            workloads.map(|(_, w)| (w.origin.namespace.clone(), w)),
+            |_, (h, sel), w| {
+                if !rules::labels_match(&sel.labels, &w.labels) {
+                    return Vec::new();
+                }
+                sel.ports
+                    .iter()
+                    .map(|p| (h.clone(), (p.name.clone(), Endpoint::selected(sel, p, w))))
+                    .collect()
+            },
+        )
+        .flat_map(|x| x)
+        .join_map(services.clone(), |h, (name, ep), svc| {
+            let port = svc.ports.iter().find(|p| &p.name == name)?;
+            Some(((h.clone(), port.port), ep.clone()))
+        })
+        .flat_map(|x| x);
     labeled
         .concat(unlabeled)
-        .join_map(services.clone(), |h, (e, (wl, wl_origin)), svc| {
+        .join_map(services.clone(), |h, (e, w), svc| {
             let port = match svc.ports.as_slice() {
                 [only] if e.port_name.is_empty() => Some(only),
                 ports => ports.iter().find(|p| p.name == e.port_name),
             }?;
-            Some((
-                (h.clone(), port.port),
-                Endpoint::resolved(e, wl.clone(), wl_origin.as_ref()),
-            ))
+            Some(((h.clone(), port.port), Endpoint::resolved(e, w.as_ref())))
         })
         .flat_map(|x| x)
+        .concat(selected)
 }
 
 /// One ClusterLoadAssignment per EDS cluster name, shared by all scopes.

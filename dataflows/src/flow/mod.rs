@@ -43,6 +43,8 @@ pub struct Inputs<'s> {
     pub secrets: Coll<'s, ((String, String), TlsSecret)>,
     /// Mesh settings, one per layer (see [`MeshSettings::in_effect`]).
     pub mesh: Coll<'s, MeshSettings>,
+    /// ServiceEntries' workload selectors, per host.
+    pub selections: Coll<'s, (Hostname, WorkloadSelection)>,
 }
 
 pub struct Outputs<'s> {
@@ -90,7 +92,12 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     ));
     let virtual_services = mesh::complete(i.virtual_services, &mesh, MeshSettings::complete_vs);
     let destination_rules = mesh::complete(i.destination_rules, &mesh, MeshSettings::complete_dr);
-    let endpoints = endpoints::resolve(i.endpoints, i.workloads.clone(), &services.chosen);
+    let endpoints = endpoints::resolve(
+        i.endpoints,
+        i.workloads.clone(),
+        i.selections,
+        &services.chosen,
+    );
 
     let proxy_scopes = scopes::of_proxies(&mesh, &i.proxies, &i.sidecars, &i.gateways);
     let scopes = proxy_scopes.clone().map(|(_, s)| s).distinct();

@@ -12,44 +12,56 @@ use prost::Message;
 
 /// The assignment for `cluster` from its endpoints, in a canonical order (sorted, deduplicated)
 /// so equal sets encode to equal bytes. Endpoints that are not ready are left out, as Istio does.
+/// Endpoints are grouped by locality (Istio's `region/zone/subzone`); each carries its
+/// weight, and each group the sum of its endpoints' weights, as Istio sends them.
 pub fn load_assignment<'a>(
     cluster: &str,
     endpoints: impl IntoIterator<Item = &'a Endpoint>,
 ) -> Resource {
-    let mut addrs: Vec<(&str, u16)> = endpoints
+    let mut addrs: Vec<(&str, &str, u16, u32)> = endpoints
         .into_iter()
         .filter(|e| e.ready)
-        .map(|e| (e.ip.as_str(), e.port))
+        .map(|e| {
+            (
+                e.placement.locality.as_str(),
+                e.ip.as_str(),
+                e.port,
+                e.placement.weight.unwrap_or(1).max(1),
+            )
+        })
         .collect();
     addrs.sort();
-    addrs.dedup();
-    let lb_endpoints: Vec<LbEndpoint> = addrs
-        .into_iter()
-        .map(|(ip, port)| LbEndpoint {
+    // One entry per address in a locality (the least weight, by the order above).
+    addrs.dedup_by(|b, a| (a.0, a.1, a.2) == (b.0, b.1, b.2));
+    let mut groups: Vec<LocalityLbEndpoints> = Vec::new();
+    let mut current: Option<&str> = None;
+    for (locality, ip, port, weight) in addrs {
+        if current != Some(locality) {
+            current = Some(locality);
+            groups.push(LocalityLbEndpoints {
+                // Always present, if empty: gRPC's xDS client rejects a group without one.
+                locality: Some(parse_locality(locality)),
+                load_balancing_weight: Some(UInt32Value { value: 0 }),
+                ..Default::default()
+            });
+        }
+        let group = groups.last_mut().expect("pushed above");
+        group.lb_endpoints.push(LbEndpoint {
             host_identifier: Some(HostIdentifier::Endpoint(EnvoyEndpoint {
                 address: Some(socket_address(ip, port)),
                 ..Default::default()
             })),
             health_status: HealthStatus::Healthy as i32,
-            load_balancing_weight: Some(UInt32Value { value: 1 }),
+            load_balancing_weight: Some(UInt32Value { value: weight }),
             ..Default::default()
-        })
-        .collect();
+        });
+        if let Some(w) = group.load_balancing_weight.as_mut() {
+            w.value = w.value.saturating_add(weight);
+        }
+    }
     let cla = ClusterLoadAssignment {
         cluster_name: cluster.to_string(),
-        endpoints: if lb_endpoints.is_empty() {
-            Vec::new()
-        } else {
-            // The locality's weight is the sum of its endpoints' weights, as Istio sends it.
-            let weight = lb_endpoints.len() as u32;
-            vec![LocalityLbEndpoints {
-                // Always present, if empty: gRPC's xDS client rejects a group without one.
-                locality: Some(Locality::default()),
-                lb_endpoints,
-                load_balancing_weight: Some(UInt32Value { value: weight }),
-                ..Default::default()
-            }]
-        },
+        endpoints: groups,
         ..Default::default()
     };
     Resource::new(
@@ -57,4 +69,14 @@ pub fn load_assignment<'a>(
         cluster.to_string(),
         cla.encode_to_vec(),
     )
+}
+
+/// Istio's `region/zone/subzone`, any part possibly missing.
+pub fn parse_locality(s: &str) -> Locality {
+    let mut parts = s.splitn(3, '/').map(str::to_string);
+    Locality {
+        region: parts.next().unwrap_or_default(),
+        zone: parts.next().unwrap_or_default(),
+        sub_zone: parts.next().unwrap_or_default(),
+    }
 }

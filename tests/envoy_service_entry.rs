@@ -1,0 +1,79 @@
+//! ServiceEntry endpoints in real Envoy: a `workloadSelector` makes endpoints of the
+//! WorkloadEntries of its namespace that match, at the port each names; their `weight`s split
+//! round-robin traffic in proportion, and their `locality` reaches Envoy's hosts. Relabelling a
+//! WorkloadEntry out of the selector takes it out of the traffic.
+
+mod support;
+
+use support::reviews::count;
+use support::{converge, require_envoy, Backend, SidecarScene, CONVERGE_TIMEOUT};
+
+#[test]
+fn selected_workload_entries_carry_weight_and_locality_in_envoy() {
+    let envoy_bin = require_envoy!();
+    let scene = SidecarScene::start(&envoy_bin, "envoy-service-entry", 53, &[], |_| {});
+    // Two VMs on their own addresses, one port shared by both backends.
+    let port = support::free_port();
+    let heavy = Backend::start(&scene.reviews.ip(31), port, "vm-heavy");
+    let light = Backend::start(&scene.reviews.ip(32), port, "vm-light");
+    let entry = |app: &str, name: &str, ip: &str, weight: u32, locality: &str| {
+        format!(
+            "apiVersion: networking.istio.io/v1\nkind: WorkloadEntry\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  address: {ip}\n  ports: {{http: {port}}}\n  labels: {{app: {app}}}\n  weight: {weight}\n  locality: {locality}\n"
+        )
+    };
+    let entries = |light_app: &str| {
+        [
+            entry("vm", "vm-heavy", &heavy.addr().ip().to_string(), 3, "r1/z1"),
+            entry(light_app, "vm-light", &light.addr().ip().to_string(), 1, "r1/z2"),
+        ]
+        .join("---\n")
+    };
+    scene.reviews.write("vm-entries.yaml", &entries("vm"));
+    // The entry's port is the one the client's bound listener serves; the selected
+    // workloads receive on the port they name, not on this one.
+    scene.reviews.write(
+        "vm-service.yaml",
+        &format!(
+            "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {{name: vm, namespace: default}}\nspec:\n  hosts: [vm.example.com]\n  location: MESH_INTERNAL\n  ports: [{{number: {}, name: http, protocol: HTTP}}]\n  resolution: STATIC\n  workloadSelector: {{labels: {{app: vm}}}}\n---\napiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {{name: vm, namespace: default}}\nspec:\n  host: vm.example.com\n  trafficPolicy: {{loadBalancer: {{simple: ROUND_ROBIN}}}}\n",
+            scene.port
+        ),
+    );
+    let client = support::reviews::Client::new(&scene.envoy, scene.listener(), "vm.example.com");
+    let cluster = format!("outbound|{}||vm.example.com", scene.port);
+    converge(
+        "Envoy holds both VMs with their placement",
+        CONVERGE_TIMEOUT,
+        || scene.envoy.admin_get("/clusters"),
+        |text| {
+            let host = |b: &Backend, what: &str| format!("{cluster}::{}::{what}", b.addr());
+            text.contains(&host(&heavy, "weight::3"))
+                && text.contains(&host(&light, "weight::1"))
+                && text.contains(&host(&heavy, "zone::z1"))
+                && text.contains(&host(&light, "zone::z2"))
+                && text.contains(&host(&heavy, "region::r1"))
+        },
+        || scene.envoy.summary(),
+    );
+    let counts = client.tally(40, "/", &[]);
+    let (h, l) = (count(&counts, "vm-heavy"), count(&counts, "vm-light"));
+    assert_eq!(h + l, 40, "every request answered by a VM: {counts:?}");
+    // Weighted round robin: 3 of every 4 requests, give or take the start of a cycle.
+    assert!((27..=33).contains(&h), "3:1 by weight, got {counts:?}");
+
+    // The light VM relabelled: no longer selected, no longer sent anything.
+    scene.reviews.write("vm-entries.yaml", &entries("other"));
+    let counts = client.converge(
+        "the light VM leaves the cluster",
+        "/",
+        &[],
+        |c| count(c, "vm-light") == 0,
+        20,
+    );
+    assert_eq!(count(&counts, "vm-heavy"), 20, "{counts:?}");
+    assert_eq!(
+        scene.envoy.rejected_updates(),
+        0,
+        "{:?}",
+        scene.envoy.rejected_update_stats()
+    );
+}
