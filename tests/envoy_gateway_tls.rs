@@ -15,7 +15,7 @@ use std::time::Duration;
 use support::pki::{ca, leaf, Ca};
 use support::tls_backend::TlsBackend;
 use support::{
-    debug_json, Backend, free_port, http_request, require_envoy, wait_until, write_config, Envoy, Meshflow,
+    debug_json, meshflow_cli, Backend, free_port, http_request, require_envoy, wait_until, write_config, Envoy, Meshflow,
     ProxyNode, TestDir, XdsMode, CONVERGE_TIMEOUT, STARTUP_TIMEOUT,
 };
 use tokio_rustls::rustls::pki_types::pem::PemObject;
@@ -248,6 +248,15 @@ fn redacted_on_the_debug_port(debug: SocketAddr, proxy: &str, cert: &str, keys: 
     .to_string();
     assert!(explain.contains("web-cred"), "{explain}");
     assert!(!explain.contains("PRIVATE KEY") && !key_lines(&explain));
+    // `proxy-config secret`: one row per secret, the certificate by its fingerprint.
+    let addr = debug.to_string();
+    let table = meshflow_cli(&["proxy-config", "secret", proxy, "--debug-addr", &addr]);
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("kubernetes://web-cred "))
+        .unwrap_or_else(|| panic!("no web-cred row:\n{table}"));
+    assert!(row.contains("certificate") && row.contains(&format!("sha256:{fp}")), "{table}");
+    assert!(!table.contains("PRIVATE KEY") && !key_lines(&table), "{table}");
 }
 
 /// Retries `get` until it answers what `ok` accepts, within the convergence timeout; the

@@ -47,24 +47,29 @@ pub enum ConfigKind {
     Listener,
     Route,
     Endpoint,
+    /// SDS secrets (as `istioctl proxy-config secret`), shown redacted: name, kind and the
+    /// certificate's fingerprint.
+    Secret,
     /// Every type (as `istioctl proxy-config all`); with NAME, the one resource it names.
     All,
 }
 
 impl ConfigKind {
     /// The types shown, in Envoy's config-dump order (clusters, listeners, routes,
-    /// endpoints).
+    /// endpoints, secrets).
     fn types(self) -> &'static [ResourceType] {
         match self {
             ConfigKind::Cluster => &[ResourceType::Cluster],
             ConfigKind::Listener => &[ResourceType::Listener],
             ConfigKind::Route => &[ResourceType::Route],
             ConfigKind::Endpoint => &[ResourceType::Endpoint],
+            ConfigKind::Secret => &[ResourceType::Secret],
             ConfigKind::All => &[
                 ResourceType::Cluster,
                 ResourceType::Listener,
                 ResourceType::Route,
                 ResourceType::Endpoint,
+                ResourceType::Secret,
             ],
         }
     }
