@@ -136,7 +136,7 @@ pub fn gateway(mesh: &MeshConfig) -> Gateway {
             hosts: vec!["*/*".into()],
             https_redirect: false,
             tls: None,
-            field: String::new(),
+            field: "spec.servers[0]".into(),
         }],
     }
 }

@@ -148,7 +148,7 @@ fn redirects_and_direct_responses_are_routes_of_their_own() {
 #[test]
 fn tcp_routes_are_translated_and_tls_routes_warned() {
     let doc = format!(
-        "{VS}  tcp:\n  - match: [{{port: 27017, destinationSubnets: [10.1.2.3/16], gateways: [mesh], sourceNamespace: ns}}]\n    route:\n    - destination: {{host: mongo, subset: v1}}\n      weight: 30\n    - destination: {{host: mongo, subset: v2}}\n      weight: 70\n  tls:\n  - match: [{{sniHosts: [a.com]}}]\n    route: [{{destination: {{host: a.com}}}}]\n"
+        "{VS}  tcp:\n  - match: [{{port: 27017, destinationSubnets: [10.1.2.3/16], gateways: [mesh], sourceNamespace: ns}}]\n    route:\n    - destination: {{host: mongo, subset: v1}}\n      weight: 30\n    - destination: {{host: mongo, subset: v2}}\n      weight: 70\n  tls:\n  - match: [{{sniHosts: [reviews]}}]\n    route: [{{destination: {{host: reviews}}}}]\n"
     );
     let p = parse(&doc);
     assert_eq!(fields(&p, Level::Warning), vec!["spec.tls"]);

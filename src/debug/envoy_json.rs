@@ -477,7 +477,7 @@ mod tests {
             "{text}"
         );
         let configs = dump["configs"].as_array().expect("configs");
-        assert_eq!(configs.len(), 4);
+        assert_eq!(configs.len(), 5, "clusters, listeners, routes, endpoints, secrets");
         assert_eq!(
             configs[0]["dynamic_active_clusters"][0]["cluster"]["name"],
             c.name.as_str()

@@ -488,10 +488,10 @@ mod tests {
             "{e}"
         );
         // Held nowhere: not found, naming the proxy and the name.
-        let e = resolve("secret/x").unwrap_err();
+        let e = resolve("extension/x").unwrap_err();
         assert!(matches!(e, DebugError::NotFound(_)), "{e:?}");
         assert!(
-            e.message().contains(P) && e.message().contains("\"secret/x\""),
+            e.message().contains(P) && e.message().contains("\"extension/x\""),
             "{e}"
         );
         assert!(matches!(resolve("route/"), Err(DebugError::BadRequest(_))));

@@ -29,7 +29,11 @@ fn fingerprint(source: &Option<DataSource>) -> Option<String> {
         _ => return None,
     };
     let der = CertificateDer::pem_slice_iter(&pem).next()?.ok()?;
-    Some(format!("sha256:{}", crate::config::secret::fingerprint(&der)))
+    // The digest the source shows the Secret by (`config::secret`, which this layer may not
+    // import).
+    let digest = ring::digest::digest(&ring::digest::SHA256, &der);
+    let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    Some(format!("sha256:{hex}"))
 }
 
 /// An encoded resource of type `type_url`, redacted if it is a Secret (an undecodable
@@ -86,7 +90,11 @@ mod tests {
         let id = TlsIdentity {
             cert_chain: cert.pem(),
             private_key: kp.serialize_pem(),
-            fingerprint: crate::config::secret::fingerprint(cert.der()),
+            fingerprint: ring::digest::digest(&ring::digest::SHA256, cert.der())
+                .as_ref()
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect(),
         };
         let r = dataflows::translate::secret::certificate("kubernetes://a", &id);
         let shown = bytes(ResourceType::Secret.type_url(), &r.body.0);
