@@ -579,17 +579,14 @@ fn main() -> ExitCode {
             kube,
             mesh,
         } => {
-            let (mut errors, mut analysis, mut records) = (Vec::new(), Vec::new(), 0);
-            // Every record read, for the analysis across objects (the dataflow's errors).
-            let mut all: Vec<(dataflows::model::Record, isize)> = Vec::new();
+            let (mut errors, mut analysis, mut records) = (Vec::new(), Vec::new(), Vec::new());
             if let Some(mut source) = mesh.source() {
                 match source.read() {
                     Ok(report) => {
                         let report = report.unwrap_or_default();
                         errors.extend(report.errors);
                         analysis.extend(source.analysis());
-                        records += report.changes.len();
-                        all.extend(report.changes);
+                        records.extend(report.changes);
                     }
                     Err(e) => {
                         eprintln!("meshflow: {e}");
@@ -597,13 +594,14 @@ fn main() -> ExitCode {
                     }
                 }
             }
+            let mut files = None;
             if let Some(dir) = dir.or(config_dir) {
                 let mut source = meshflow::sources::files::FileSource::new(dir, mesh.mesh());
                 let scan = source.rescan();
                 errors.extend(scan.errors);
                 analysis.extend(source.analysis());
-                records += scan.changes.len();
-                all.extend(scan.changes);
+                records.extend(scan.changes);
+                files = Some(source);
             }
             if let Some(options) = kube.options() {
                 let source = meshflow::sources::kube::KubeSource::new(options, mesh.mesh());
@@ -611,8 +609,7 @@ fn main() -> ExitCode {
                     Ok((report, found)) => {
                         errors.extend(report.errors);
                         analysis.extend(found);
-                        records += report.changes.len();
-                        all.extend(report.changes);
+                        records.extend(report.changes);
                     }
                     Err(e) => {
                         eprintln!("meshflow: {e}");
@@ -623,7 +620,15 @@ fn main() -> ExitCode {
             for e in &errors {
                 println!("{e}");
             }
-            analysis.extend(gateway_tls_errors(all, mesh.mesh()));
+            // Across objects, as `serve` would find it: each is an error.
+            let count_records = records.len();
+            for e in meshflow::config::cross::analyze(records, mesh.mesh()) {
+                let location = files.as_ref().and_then(|f| f.location(&e.object));
+                analysis.push((
+                    meshflow::config::Level::Error,
+                    meshflow::config::cross::error_line(&e, location),
+                ));
+            }
             // Analysis: errors (parts not generated) fail the check, warnings do not.
             for (_, line) in &analysis {
                 println!("{line}");
@@ -634,7 +639,7 @@ fn main() -> ExitCode {
                 count(meshflow::config::Level::Warning),
             );
             if errors == 0 {
-                println!("ok: {records} records, no errors, {warnings} warning(s)");
+                println!("ok: {count_records} records, no errors, {warnings} warning(s)");
                 ExitCode::SUCCESS
             } else {
                 println!("{errors} error(s), {warnings} warning(s)");
@@ -666,38 +671,4 @@ fn print_client(command: impl std::future::Future<Output = Result<String, String
             ExitCode::FAILURE
         }
     }
-}
-
-/// What the dataflow says of the gateways' TLS servers when it computes `records` (a
-/// missing or unusable Secret, a `tls[]` route a server cannot take): errors that depend on
-/// more than one object, so no per-object check can tell them.
-fn gateway_tls_errors(
-    records: Vec<(dataflows::model::Record, isize)>,
-    mesh: dataflows::model::MeshConfig,
-) -> Vec<(meshflow::config::Level, String)> {
-    use dataflows::model::ErrorCode;
-    let engine = dataflows::driver::Engine::start(1, mesh);
-    let Some(out) = engine.step(dataflows::driver::Batch {
-        epoch: 1,
-        changes: records,
-    }) else {
-        return Vec::new();
-    };
-    let mut lines: Vec<String> = out
-        .errors
-        .into_iter()
-        .filter(|(e, d)| {
-            *d > 0 && matches!(e.code, ErrorCode::GatewaySecret | ErrorCode::TlsRouteUnmatched)
-        })
-        .map(|(e, _)| {
-            let o = &e.object;
-            format!("error: {:?} {}/{}: {}", o.kind, o.namespace, o.name, e.message)
-        })
-        .collect();
-    lines.sort();
-    lines.dedup();
-    lines
-        .into_iter()
-        .map(|l| (meshflow::config::Level::Error, l))
-        .collect()
 }

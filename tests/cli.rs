@@ -126,6 +126,54 @@ fn validate_prints_each_problem_once() {
     assert!(!stdout.contains("service.yaml"), "{stdout}");
 }
 
+/// What only the objects together show (a subset no DestinationRule defines, a host no
+/// service defines, two VirtualServices for one host) is found as `serve` finds it, each
+/// line with the object's file and line and its code, and fails the check.
+#[test]
+fn validate_reports_what_serve_finds_across_objects() {
+    let dir = TestDir::new("cli-validate-across");
+    let config = dir.subdir("config");
+    write_config(
+        &config,
+        "service.yaml",
+        "apiVersion: v1\nkind: Service\nmetadata: {name: reviews, namespace: default}\nspec:\n  ports: [{name: http, port: 9080}]\n",
+    );
+    write_config(
+        &config,
+        "routes.yaml",
+        "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: one, namespace: default}\nspec:\n  hosts: [reviews]\n  http:\n  - route:\n    - destination: {host: reviews, subset: v9}\n---\napiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: two, namespace: default}\nspec:\n  hosts: [reviews]\n  http:\n  - route:\n    - destination: {host: ratings}\n",
+    );
+    let out = meshflow(&["validate", config.to_str().unwrap()]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    let routes = config.join("routes.yaml");
+    let at = |line: usize| format!("{}:{line}: error: VirtualService default/", routes.display());
+    let has = |prefix: &str, what: &str, code: &str| {
+        stdout
+            .lines()
+            .any(|l| l.starts_with(prefix) && l.contains(what) && l.ends_with(code))
+    };
+    assert!(
+        has(&at(1), "subset \"v9\"", "[MF0004 ReferencedResourceNotFound]"),
+        "{stdout}"
+    );
+    assert!(
+        has(&at(10), "host ratings.default.svc.cluster.local is defined by no", "]"),
+        "{stdout}"
+    );
+    for line in [1, 10] {
+        assert!(
+            has(
+                &at(line),
+                "also routed for the mesh",
+                "[MF0007 ConflictingMeshGatewayVirtualServiceHosts]"
+            ),
+            "{stdout}"
+        );
+    }
+    assert_eq!(stdout.lines().last(), Some("4 error(s), 0 warning(s)"), "{stdout}");
+}
+
 /// `--version` names the commit the binary was built from: git's HEAD in a checkout.
 #[test]
 fn version_names_the_git_commit() {

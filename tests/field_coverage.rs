@@ -94,6 +94,8 @@ const TRANSLATED: &[&str] = &[
     // DestinationRule
     "spec.host",
     "spec.trafficPolicy.loadBalancer.simple",
+    "spec.trafficPolicy.loadBalancer.consistentHash",
+    "spec.subsets[].trafficPolicy.loadBalancer.warmup",
     "spec.trafficPolicy.connectionPool.tcp.connectTimeout",
     "spec.trafficPolicy.connectionPool.tcp.maxConnections",
     "spec.trafficPolicy.connectionPool.tcp.maxConnectionDuration",

@@ -138,11 +138,13 @@ pub struct Router {
 /// Listeners, route configurations and SDS secrets of a gateway proxy in `namespace`
 /// selected by `gateways`, with the VirtualServices bound to each gateway (`(gateway, vs)`
 /// pairs) and the Secrets of that namespace its servers name.
+/// `hashing`: the consistent-hash keys of the hosts the routes go to.
 pub fn router_resources(
     namespace: &str,
     gateways: &[&Gateway],
     vss: &[(&ConfigKey, &ResolvedVs)],
     secrets: &[&TlsSecret],
+    hashing: &Hashing,
 ) -> Router {
     let mut listeners: BTreeMap<(String, u16), BTreeSet<ConfigKey>> = BTreeMap::new();
     // Per port and domain, the VirtualServices with the gateways they came through, and
@@ -171,7 +173,7 @@ pub fn router_resources(
             }
         }
     }
-    let tls = crate::gateway_tls::servers(namespace, gateways, vss, secrets, &listeners);
+    let tls = crate::gateway_tls::servers(namespace, gateways, vss, secrets, hashing, &listeners);
     let tcp_listeners = gateway_tcp_listeners(gateways, vss, &listeners, &tls.ports);
     let mut out: Vec<(Resource, BTreeSet<ConfigKey>)> = listeners
         .into_iter()
@@ -187,7 +189,7 @@ pub fn router_resources(
         let inputs = route_inputs.remove(&port).unwrap_or_default();
         let name = format!("http.{port}");
         out.push((
-            route::gateway_route_config(&name, port, &vhosts, &redirect),
+            route::gateway_route_config(&name, port, &vhosts, &redirect, hashing),
             inputs,
         ));
     }

@@ -118,6 +118,7 @@ pub fn servers(
     gateways: &[&Gateway],
     vss: &[(&ConfigKey, &ResolvedVs)],
     secrets: &[&TlsSecret],
+    hashing: &Hashing,
     http: &BTreeMap<(String, u16), BTreeSet<ConfigKey>>,
 ) -> TlsServers {
     let mut out = TlsServers::default();
@@ -171,6 +172,7 @@ pub fn servers(
                         server.port,
                         &vhosts,
                         &BTreeSet::new(),
+                        hashing,
                     );
                     out.resources.push((rc, route_inputs));
                 }

@@ -616,11 +616,62 @@ pub enum LoadBalancer {
     RoundRobin,
     LeastRequest,
     Random,
+    /// `simple: PASSTHROUGH`: to the connection's original destination, no endpoints.
+    Passthrough,
+    /// `consistentHash`: RING_HASH or MAGLEV clusters, and the hash on the routes to them.
+    ConsistentHash(Box<ConsistentHash>),
+}
+
+/// A DestinationRule's `consistentHash`: what a request is hashed by, and the table.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ConsistentHash {
+    pub key: HashKey,
+    pub table: HashTable,
+}
+
+/// What a route hashes a request by (the route's `hash_policy`).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum HashKey {
+    Header(String),
+    /// A cookie; with a TTL Envoy sets it when the request has none.
+    Cookie {
+        name: String,
+        path: Option<String>,
+        ttl_ms: Option<u64>,
+    },
+    SourceIp,
+    QueryParameter(String),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum HashTable {
+    /// `ringHash` (or no table named): Istio's minimum ring size defaults to 1024.
+    Ring { minimum_size: Option<u64> },
+    Maglev { table_size: Option<u64> },
+}
+
+/// The consistent-hash keys of one host's clusters under the DestinationRule a scope has in
+/// effect: per subset (`None`: the host's own cluster), only where one is set.
+pub type HostHashing = BTreeMap<Option<String>, HashKey>;
+
+/// [`HostHashing`] per host, for the routes of one route configuration.
+pub type Hashing = BTreeMap<Hostname, HostHashing>;
+
+/// `loadBalancer.warmup`: new endpoints ramp up over `duration_ms` (Envoy's slow start).
+/// The fractions are kept in millionths, so the record compares and hashes exactly.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Warmup {
+    pub duration_ms: u64,
+    /// Percent of its weight a new endpoint starts at, in millionths (Istio's default 10%).
+    pub minimum_percent_micros: u64,
+    /// Envoy's aggression, in millionths (Istio's default 1.0: linear).
+    pub aggression_micros: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, Default)]
 pub struct TrafficPolicy {
     pub load_balancer: Option<LoadBalancer>,
+    pub warmup: Option<Warmup>,
     pub connect_timeout_ms: Option<u64>,
     /// A `tls` setting meshflow cannot honour yet (the mode, e.g. `ISTIO_MUTUAL`): the
     /// cluster fails closed (it has no endpoints) rather than send plaintext where the
@@ -1043,11 +1094,33 @@ pub enum ErrorCode {
     GatewaySelectsNothing,
     /// A TCP service sidecars cannot tell apart from another on its port.
     TcpServiceConflict,
+    /// Two VirtualServices bound to the mesh name the same host: one is in effect for it.
+    VirtualServiceConflict,
     /// A gateway server's certificate Secret is missing, in another namespace, or invalid.
     GatewaySecret,
     /// A VirtualService `tls[]` route a gateway server cannot take (its SNI names are not
     /// among the server's hosts).
     TlsRouteUnmatched,
+}
+
+impl ErrorCode {
+    /// The analysis message code and name it is reported under (validate, status),
+    /// after the `istioctl analyze` message it matches.
+    pub fn message_code(self) -> (&'static str, &'static str) {
+        match self {
+            ErrorCode::SubsetNotDefined
+            | ErrorCode::GatewayNotDefined
+            | ErrorCode::HostNotFound
+            | ErrorCode::GatewaySelectsNothing => ("MF0004", "ReferencedResourceNotFound"),
+            ErrorCode::HostConflict => ("MF0005", "ConflictingHost"),
+            ErrorCode::TcpServiceConflict => ("MF0006", "ConflictingTcpService"),
+            ErrorCode::VirtualServiceConflict => {
+                ("MF0007", "ConflictingMeshGatewayVirtualServiceHosts")
+            }
+            ErrorCode::GatewaySecret => ("MF0008", "InvalidGatewayCredential"),
+            ErrorCode::TlsRouteUnmatched => ("MF0009", "TlsRouteNotServed"),
+        }
+    }
 }
 
 /// A VirtualService with the ports of every destination host it names, so routes can

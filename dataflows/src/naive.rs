@@ -190,6 +190,18 @@ impl<'a> View<'a> {
             .map(|(_, _, dr)| dr)
     }
 
+    /// The hash keys of the hosts the scope sees, where the rule in effect hashes.
+    fn hashing(&self, s: &ScopeKey) -> Hashing {
+        let hosts: BTreeSet<&str> = self.view_hosts(s).into_iter().flatten().collect();
+        hosts
+            .into_iter()
+            .filter_map(|h| {
+                let hh = cluster::hashing(self.dr_for(s, self.services[h])?);
+                (!hh.is_empty()).then(|| (h.to_string(), hh))
+            })
+            .collect()
+    }
+
     fn resolve(&self, vs: &VirtualService) -> ResolvedVs {
         let mut dest_ports = BTreeMap::new();
         let tcp = vs.tcp.iter().flat_map(|r| r.route.iter());
@@ -280,10 +292,7 @@ pub fn compute(mesh: &MeshConfig, snap: &Snapshot) -> ProxyConfigs {
                     v.mesh.connect_timeout_ms,
                 ));
             }
-            ScopeKey::Router {
-                gateways,
-                namespace,
-            } => res.extend(router(&v, namespace, gateways)),
+            ScopeKey::Router { gateways, namespace } => res.extend(router(&v, s, namespace, gateways)),
         }
         // A proxy that holds nothing (a proxyless client seeing no service) has no entry,
         // as in the dataflow's output, which only knows proxies through their resources.
@@ -424,6 +433,7 @@ fn sidecar_outbound(
             }
         }
     }
+    let hashing = v.hashing(s);
     for (port, (allow_any, vhosts)) in rows {
         let vhosts: Vec<route::SidecarVhost> = vhosts
             .into_iter()
@@ -436,6 +446,7 @@ fn sidecar_outbound(
             &vhosts,
             allow_any,
             spec.default_retries.as_ref(),
+            &hashing,
         ));
     }
     let http_ports = if interception_none {
@@ -511,7 +522,7 @@ fn inbound(
 
 /// A router scope's listeners, routes and secrets, from the Gateways selecting it and the
 /// Secrets of its namespace.
-fn router(v: &View, namespace: &str, gateways: &[ConfigKey]) -> Vec<Resource> {
+fn router(v: &View, s: &ScopeKey, namespace: &str, gateways: &[ConfigKey]) -> Vec<Resource> {
     let gws: Vec<&Gateway> = gateways
         .iter()
         .filter_map(|k| v.gateways.get(k).copied())
@@ -535,7 +546,7 @@ fn router(v: &View, namespace: &str, gateways: &[ConfigKey]) -> Vec<Resource> {
         .copied()
         .filter(|s| s.key.namespace == namespace)
         .collect();
-    assemble::router_resources(namespace, &gws, &pairs, &secrets)
+    assemble::router_resources(namespace, &gws, &pairs, &secrets, &v.hashing(s))
         .resources
         .into_iter()
         .map(|(r, _)| r)

@@ -37,6 +37,36 @@ fn placement(rng: &mut StdRng) -> Placement {
     }
 }
 
+/// Often none; else a load balancer that changes routes (consistent hashing), clusters
+/// (warmup) or whether a cluster has endpoints at all (passthrough).
+fn lb_policy(rng: &mut StdRng) -> Option<TrafficPolicy> {
+    let hash = |key| {
+        LoadBalancer::ConsistentHash(Box::new(ConsistentHash {
+            key,
+            table: HashTable::Ring { minimum_size: None },
+        }))
+    };
+    let (load_balancer, warmup) = match rng.random_range(0..8) {
+        0 => (Some(hash(HashKey::Header("x-user".into()))), None),
+        1 => (Some(hash(HashKey::SourceIp)), None),
+        2 => (Some(LoadBalancer::Passthrough), None),
+        3 => (
+            Some(LoadBalancer::RoundRobin),
+            Some(Warmup {
+                duration_ms: 30_000,
+                minimum_percent_micros: 10_000_000,
+                aggression_micros: 1_000_000,
+            }),
+        ),
+        _ => return None,
+    };
+    Some(TrafficPolicy {
+        load_balancer,
+        warmup,
+        ..Default::default()
+    })
+}
+
 fn random_record(rng: &mut StdRng, slot: usize) -> Record {
     let ns = NAMESPACES[slot % 2];
     let svc_name = format!("svc{}", slot % 4);
@@ -238,13 +268,13 @@ fn random_record(rng: &mut StdRng, slot: usize) -> Record {
             ),
             host: host(&svc_name, ns),
             export_to: vec![],
-            traffic_policy: None,
+            traffic_policy: lb_policy(rng),
             subsets: ["v1", "v2"][..rng.random_range(1..3)]
                 .iter()
                 .map(|v| Subset {
                     name: v.to_string(),
                     labels: labels(&[("version", v)]),
-                    traffic_policy: None,
+                    traffic_policy: lb_policy(rng),
                 })
                 .collect(),
         }),

@@ -565,3 +565,91 @@ fn a_grpc_abort_is_read_by_status_name_and_a_bad_name_is_refused() {
     let err = parse_document(&doc, &MeshConfig::default()).expect_err("refused");
     assert_eq!(err.field, "spec.http[0].fault.abort.grpcStatus", "{err:?}");
 }
+
+const DR_LB: &str = "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: r, namespace: ns}\nspec:\n  host: reviews\n  trafficPolicy:\n    loadBalancer:\n";
+
+#[test]
+fn consistent_hash_warmup_and_passthrough_are_read() {
+    use dataflows::model::{HashKey, HashTable, LoadBalancer};
+    let lb = |p: &Parsed| {
+        dr(p)
+            .traffic_policy
+            .as_ref()
+            .and_then(|t| t.load_balancer.clone())
+    };
+    let p = parse(&format!(
+        "{DR_LB}      consistentHash: {{httpCookie: {{name: user, ttl: 60s, path: /}}, maglev: {{tableSize: 65537}}}}\n"
+    ));
+    assert!(p.findings.is_empty(), "{:?}", p.findings);
+    let Some(LoadBalancer::ConsistentHash(ch)) = lb(&p) else {
+        panic!("{:?}", lb(&p))
+    };
+    assert_eq!(
+        ch.key,
+        HashKey::Cookie {
+            name: "user".into(),
+            path: Some("/".into()),
+            ttl_ms: Some(60_000)
+        }
+    );
+    assert_eq!(
+        ch.table,
+        HashTable::Maglev {
+            table_size: Some(65537)
+        }
+    );
+    let p = parse(&format!("{DR_LB}      simple: PASSTHROUGH\n"));
+    assert_eq!(lb(&p), Some(LoadBalancer::Passthrough));
+    let p = parse(&format!(
+        "{DR_LB}      simple: ROUND_ROBIN\n      warmup: {{duration: 30s, minimumPercent: 5}}\n"
+    ));
+    let w = dr(&p).traffic_policy.as_ref().unwrap().warmup.clone().unwrap();
+    assert_eq!(
+        (w.duration_ms, w.minimum_percent_micros, w.aggression_micros),
+        (30_000, 5_000_000, 1_000_000),
+        "Istio's default aggression is 1.0"
+    );
+    // Warmup where Envoy has no slow start: said, and left out.
+    let p = parse(&format!(
+        "{DR_LB}      simple: RANDOM\n      warmupDurationSecs: 10s\n"
+    ));
+    assert_eq!(
+        fields(&p, Level::Warning),
+        vec!["spec.trafficPolicy.loadBalancer.warmupDurationSecs"]
+    );
+    assert!(dr(&p).traffic_policy.as_ref().unwrap().warmup.is_none());
+}
+
+#[test]
+fn load_balancer_problems_name_their_field() {
+    for (lb, field) in [
+        (
+            "      simple: ROUND_ROBIN\n      consistentHash: {useSourceIp: true}\n",
+            "spec.trafficPolicy.loadBalancer.consistentHash",
+        ),
+        (
+            "      consistentHash: {useSourceIp: true, httpHeaderName: x}\n",
+            "spec.trafficPolicy.loadBalancer.consistentHash",
+        ),
+        (
+            "      consistentHash: {ringHash: {}}\n",
+            "spec.trafficPolicy.loadBalancer.consistentHash",
+        ),
+        (
+            "      consistentHash: {httpCookie: {ttl: 1s}}\n",
+            "spec.trafficPolicy.loadBalancer.consistentHash.httpCookie.name",
+        ),
+        (
+            "      warmup: {duration: 1s, minimumPercent: 120}\n",
+            "spec.trafficPolicy.loadBalancer.warmup.minimumPercent",
+        ),
+        (
+            "      warmup: {duration: soon}\n",
+            "spec.trafficPolicy.loadBalancer.warmup.duration",
+        ),
+    ] {
+        let err = parse_document(&format!("{DR_LB}{lb}"), &MeshConfig::default())
+            .expect_err(lb);
+        assert!(format!("{err:?}").contains(field), "{lb}: {err:?}");
+    }
+}

@@ -1411,6 +1411,164 @@ fn outlier_detection(o: &istio::OutlierDetection, f: &str) -> Result<m::OutlierD
     })
 }
 
+/// `loadBalancer`: `simple` or `consistentHash`, which Istio's schema makes exclusive.
+fn load_balancer(
+    lb: Option<&istio::LoadBalancerSettings>,
+    field: &str,
+) -> Result<Option<m::LoadBalancer>> {
+    let Some(lb) = lb else { return Ok(None) };
+    let simple = match lb.simple.as_deref() {
+        None => None,
+        Some("ROUND_ROBIN") | Some("UNSPECIFIED") => Some(m::LoadBalancer::RoundRobin),
+        Some("LEAST_REQUEST") | Some("LEAST_CONN") => Some(m::LoadBalancer::LeastRequest),
+        Some("RANDOM") => Some(m::LoadBalancer::Random),
+        Some("PASSTHROUGH") => Some(m::LoadBalancer::Passthrough),
+        Some(other) => {
+            return Err(Invalid::field(
+                format!("{field}.simple"),
+                format!("unknown load balancer {other:?}"),
+            ))
+        }
+    };
+    let Some(ch) = &lb.consistent_hash else {
+        return Ok(simple);
+    };
+    let f = format!("{field}.consistentHash");
+    if simple.is_some() {
+        return Err(Invalid::field(
+            f,
+            "only one of simple or consistentHash may be set",
+        ));
+    }
+    let mut keys = Vec::new();
+    if let Some(h) = &ch.http_header_name {
+        keys.push(m::HashKey::Header(h.clone()));
+    }
+    if let Some(c) = &ch.http_cookie {
+        if c.name.is_empty() {
+            return Err(Invalid::field(
+                format!("{f}.httpCookie.name"),
+                "a cookie needs a name",
+            ));
+        }
+        keys.push(m::HashKey::Cookie {
+            name: c.name.clone(),
+            path: c.path.clone().filter(|p| !p.is_empty()),
+            ttl_ms: c
+                .ttl
+                .as_deref()
+                .map(|t| parse_duration_ms(t, &format!("{f}.httpCookie.ttl")))
+                .transpose()?,
+        });
+    }
+    if ch.use_source_ip == Some(true) {
+        keys.push(m::HashKey::SourceIp);
+    }
+    if let Some(q) = &ch.http_query_parameter_name {
+        keys.push(m::HashKey::QueryParameter(q.clone()));
+    }
+    let key = match keys.len() {
+        1 => keys.remove(0),
+        0 => {
+            return Err(Invalid::field(
+                f,
+                "a hash key is required (httpHeaderName, httpCookie, useSourceIp or \
+                 httpQueryParameterName)",
+            ))
+        }
+        _ => {
+            return Err(Invalid::field(
+                f,
+                "only one hash key may be set (httpHeaderName, httpCookie, useSourceIp, \
+                 httpQueryParameterName)",
+            ))
+        }
+    };
+    let table = match (&ch.ring_hash, &ch.maglev) {
+        (Some(_), Some(_)) => {
+            return Err(Invalid::field(
+                f,
+                "only one of ringHash or maglev may be set",
+            ))
+        }
+        (_, Some(mg)) => m::HashTable::Maglev {
+            table_size: mg.table_size,
+        },
+        (rh, None) => m::HashTable::Ring {
+            minimum_size: rh
+                .as_ref()
+                .and_then(|r| r.minimum_ring_size)
+                .or(ch.minimum_ring_size),
+        },
+    };
+    Ok(Some(m::LoadBalancer::ConsistentHash(Box::new(
+        m::ConsistentHash { key, table },
+    ))))
+}
+
+/// `loadBalancer.warmup` (or the older `warmupDurationSecs`): Envoy's slow start, which
+/// only round robin and least request honour.
+fn warmup(
+    lb: &istio::LoadBalancerSettings,
+    field: &str,
+    findings: &mut Vec<Finding>,
+) -> Result<Option<m::Warmup>> {
+    let (duration, f) = match (&lb.warmup, &lb.warmup_duration_secs) {
+        (Some(w), _) => (w.duration.as_deref(), format!("{field}.warmup")),
+        (None, Some(d)) => (Some(d.as_str()), format!("{field}.warmupDurationSecs")),
+        (None, None) => return Ok(None),
+    };
+    let Some(duration) = duration else {
+        return Err(Invalid::field(
+            format!("{f}.duration"),
+            "a warmup needs a duration",
+        ));
+    };
+    let duration_field = if lb.warmup.is_some() {
+        format!("{f}.duration")
+    } else {
+        f.clone()
+    };
+    let duration_ms = parse_duration_ms(duration, &duration_field)?;
+    let w = lb.warmup.as_ref();
+    let fraction = |v: Option<f64>, default: f64, name: &str, max: f64| -> Result<u64> {
+        let v = v.unwrap_or(default);
+        if !(0.0..=max).contains(&v) {
+            return Err(Invalid::field(
+                format!("{f}.{name}"),
+                format!("{v} is out of range (0 to {max})"),
+            ));
+        }
+        Ok((v * 1e6).round() as u64)
+    };
+    let minimum_percent_micros =
+        fraction(w.and_then(|w| w.minimum_percent), 10.0, "minimumPercent", 100.0)?;
+    let aggression_micros = fraction(w.and_then(|w| w.aggression), 1.0, "aggression", 1e6)?;
+    if w.and_then(|w| w.aggression) == Some(0.0) {
+        return Err(Invalid::field(
+            format!("{f}.aggression"),
+            "aggression must be greater than 0",
+        ));
+    }
+    if matches!(
+        lb.simple.as_deref(),
+        Some("RANDOM") | Some("PASSTHROUGH")
+    ) || lb.consistent_hash.is_some()
+    {
+        findings.push(Finding::warning(
+            f,
+            "warmup applies to ROUND_ROBIN and LEAST_REQUEST only; ignored with this load \
+             balancer, as Envoy does",
+        ));
+        return Ok(None);
+    }
+    Ok(Some(m::Warmup {
+        duration_ms,
+        minimum_percent_micros,
+        aggression_micros,
+    }))
+}
+
 fn traffic_policy(
     tp: &istio::TrafficPolicy,
     field: &str,
@@ -1439,18 +1597,12 @@ fn traffic_policy(
             findings.push(Finding::warning(format!("{f}.{k}"), IGNORED));
         }
     }
-    let load_balancer = match tp.load_balancer.as_ref().and_then(|l| l.simple.as_deref()) {
-        None => None,
-        Some("ROUND_ROBIN") | Some("UNSPECIFIED") => Some(m::LoadBalancer::RoundRobin),
-        Some("LEAST_REQUEST") | Some("LEAST_CONN") => Some(m::LoadBalancer::LeastRequest),
-        Some("RANDOM") => Some(m::LoadBalancer::Random),
-        Some(other) => {
-            return Err(Invalid::field(
-                format!("{field}.loadBalancer.simple"),
-                format!("unknown load balancer {other:?}"),
-            ))
-        }
-    };
+    let lb = tp.load_balancer.as_ref();
+    let load_balancer = load_balancer(lb, &format!("{field}.loadBalancer"))?;
+    let warmup = lb
+        .map(|l| warmup(l, &format!("{field}.loadBalancer"), findings))
+        .transpose()?
+        .flatten();
     let connect_timeout_ms = tp
         .connection_pool
         .as_ref()
@@ -1460,6 +1612,7 @@ fn traffic_policy(
         .transpose()?;
     Ok(m::TrafficPolicy {
         load_balancer,
+        warmup,
         connect_timeout_ms,
         tls: if unsupported.is_some() {
             None

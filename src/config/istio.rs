@@ -287,6 +287,51 @@ pub struct PortTrafficPolicy {
 #[serde(rename_all = "camelCase", default)]
 pub struct LoadBalancerSettings {
     pub simple: Option<String>,
+    pub consistent_hash: Option<ConsistentHashLb>,
+    pub warmup: Option<Warmup>,
+    /// Deprecated form of `warmup.duration`.
+    pub warmup_duration_secs: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ConsistentHashLb {
+    pub http_header_name: Option<String>,
+    pub http_cookie: Option<HttpCookie>,
+    pub use_source_ip: Option<bool>,
+    pub http_query_parameter_name: Option<String>,
+    pub ring_hash: Option<RingHash>,
+    pub maglev: Option<Maglev>,
+    /// Deprecated form of `ringHash.minimumRingSize`.
+    pub minimum_ring_size: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HttpCookie {
+    pub name: String,
+    pub path: Option<String>,
+    pub ttl: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct RingHash {
+    pub minimum_ring_size: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Maglev {
+    pub table_size: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Warmup {
+    pub duration: Option<String>,
+    pub minimum_percent: Option<f64>,
+    pub aggression: Option<f64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

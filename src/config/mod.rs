@@ -8,6 +8,7 @@
 //! value). Imports nothing of this crate: sources build on it.
 
 mod convert;
+pub mod cross;
 pub mod secret;
 pub mod findings;
 pub mod istio;

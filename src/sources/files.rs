@@ -30,6 +30,8 @@ struct FileState {
     findings: Vec<(Level, String)>,
     /// Documents of kinds meshflow does not serve: line, kind.
     unserved: Vec<(usize, String)>,
+    /// The line each valid object starts at.
+    lines: BTreeMap<ConfigKey, usize>,
 }
 
 /// The state of a watched directory, diffed on every rescan.
@@ -401,7 +403,9 @@ impl FileSource {
         let mut objects: BTreeMap<ConfigKey, Vec<Record>> = BTreeMap::new();
         let mut parsed = parsed;
         let mut findings = Vec::new();
+        let mut lines = BTreeMap::new();
         for (line, p) in parsed.objects {
+            lines.entry(p.key.clone()).or_insert(line);
             for (level, text) in p.finding_lines() {
                 findings.push((level, format!("{}:{line}: {text}", path.display())));
             }
@@ -462,6 +466,7 @@ impl FileSource {
                 errors: parsed.errors,
                 findings,
                 unserved: parsed.unserved,
+                lines,
             },
         );
     }
@@ -578,6 +583,15 @@ impl FileSource {
 impl FileSource {
     /// What analysis says of the objects in effect: fields not translated, parts of objects
     /// not generated (errors first), and each kind not served once, with where it is.
+    /// Where an object of the directory is defined (`file:line`), for messages about it.
+    pub fn location(&self, key: &ConfigKey) -> Option<String> {
+        self.files.iter().find_map(|(path, f)| {
+            f.lines
+                .get(key)
+                .map(|line| format!("{}:{line}", path.display()))
+        })
+    }
+
     pub fn analysis(&self) -> Vec<(Level, String)> {
         let mut out: Vec<(Level, String)> = self
             .files

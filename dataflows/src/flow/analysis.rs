@@ -91,6 +91,80 @@ pub(super) fn undefined_gateways<'s>(
     })
 }
 
+/// VirtualServices bound to the mesh that name the same host (Istio's IST0109): sidecars
+/// take one of them for the host (`rules::vs_rank`), the others' routes for it are not
+/// used. Each is told which others name the host.
+pub(super) fn conflicting_mesh_vss<'s>(
+    vss: &Coll<'s, (ConfigKey, VirtualService)>,
+) -> Coll<'s, ConfigError> {
+    vss.clone()
+        .filter(|(_, vs)| vs.binds_mesh())
+        .flat_map(|(key, vs)| {
+            let mut hosts = vs.hosts.clone();
+            hosts.sort();
+            hosts.dedup();
+            let exports = exported_namespaces(&key, &vs.export_to);
+            hosts
+                .into_iter()
+                .map(move |h| (h, (key.clone(), exports.clone())))
+        })
+        .reduce(|host, vals: &[(&Exported, isize)], out| {
+            for ((key, exports), _) in vals {
+                // Only those some namespace sees both of compete.
+                let others: Vec<String> = vals
+                    .iter()
+                    .filter(|((k, e), _)| k != key && overlap(exports, e))
+                    .map(|((k, _), _)| format!("{}/{}", k.namespace, k.name))
+                    .collect();
+                if others.is_empty() {
+                    continue;
+                }
+                out.push((
+                    ConfigError {
+                        object: key.clone(),
+                        code: ErrorCode::VirtualServiceConflict,
+                        message: format!(
+                            "host {host} is also routed for the mesh by VirtualService {}: \
+                             sidecars use one VirtualService per host, so the routes of the \
+                             others are not used for it; merge them or give each its own host \
+                             (IST0109 ConflictingMeshGatewayVirtualServiceHosts)",
+                            others.join(", ")
+                        ),
+                    },
+                    1isize,
+                ));
+            }
+        })
+        .map(|(_, e)| e)
+}
+
+/// A VirtualService and the namespaces it is exported to (`None`: all).
+type Exported = (ConfigKey, Option<Vec<String>>);
+
+/// The namespaces an `exportTo` list reaches (`None`: all of them).
+fn exported_namespaces(key: &ConfigKey, export_to: &[String]) -> Option<Vec<String>> {
+    if export_to.is_empty() || export_to.iter().any(|e| e == "*") {
+        return None;
+    }
+    let mut out: Vec<String> = export_to
+        .iter()
+        .map(|e| match e.as_str() {
+            "." => key.namespace.clone(),
+            ns => ns.to_string(),
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    Some(out)
+}
+
+fn overlap(a: &Option<Vec<String>>, b: &Option<Vec<String>>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => a.iter().any(|ns| b.contains(ns)),
+        _ => true,
+    }
+}
+
 /// A route or mirror destination host no service (Service or ServiceEntry) defines.
 pub(super) fn undefined_hosts<'s>(
     vss: &Coll<'s, (ConfigKey, VirtualService)>,

@@ -29,6 +29,9 @@ pub(super) struct Eds<'s> {
 pub(super) struct Clusters<'s> {
     pub built: Built<'s, ScopeKey>,
     pub eds: Eds<'s>,
+    /// `((scope, host), hash keys)`: where the rule a scope has in effect for a host hashes
+    /// (only those), for the routes to its clusters.
+    pub hashing: Coll<'s, ((ScopeKey, Hostname), HostHashing)>,
 }
 
 pub(super) fn outbound<'s>(
@@ -39,6 +42,7 @@ pub(super) fn outbound<'s>(
     services: &Coll<'s, (Hostname, Service)>,
 ) -> Clusters<'s> {
     let scope_groups = rule_in_effect(mesh, visible, &drs, services);
+    let hashing = hashing(&scope_groups, &drs);
     let group_clusters = per_group(&scope_groups, drs, services, mesh);
     // One join gives each scope its clusters and, for provenance, the group they came from.
     let scope_cluster_groups = scope_groups.join_map(group_clusters.clone(), |g, s, c| {
@@ -70,7 +74,26 @@ pub(super) fn outbound<'s>(
             provenance,
         },
         eds,
+        hashing,
     }
+}
+
+/// The hash keys per (scope, host), from the rules that hash: a rule without consistent
+/// hashing adds no row, so its changes reach no route.
+fn hashing<'s>(
+    scope_groups: &Coll<'s, (Group, ScopeKey)>,
+    drs: &Coll<'s, (ConfigKey, DestinationRule)>,
+) -> Coll<'s, ((ScopeKey, Hostname), HostHashing)> {
+    let rule_hashing = drs
+        .clone()
+        .map(|(k, dr)| (k, cluster::hashing(&dr)))
+        .filter(|(_, h)| !h.is_empty());
+    scope_groups
+        .clone()
+        .flat_map(|((h, (d, _)), s)| d.map(|k| (k, (h, s))))
+        .join_map(rule_hashing, |_, (h, s), hashing| {
+            ((s.clone(), h.clone()), hashing.clone())
+        })
 }
 
 /// `(group, scope)` for every host a scope sees: the DestinationRule in effect per

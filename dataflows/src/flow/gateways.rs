@@ -17,6 +17,8 @@ use serde::{Deserialize, Serialize};
 enum GwItem {
     Gateway(Gateway),
     Vs(ConfigKey, ResolvedVs),
+    /// The hash keys of a host the routes go to, where its rule hashes.
+    Hash(Hostname, HostHashing),
     Secret(TlsSecret),
 }
 
@@ -42,6 +44,7 @@ pub(super) fn routers<'s>(
     gateways: Coll<'s, (ConfigKey, Gateway)>,
     vss: Coll<'s, (ConfigKey, VirtualService)>,
     resolved: Coll<'s, (ConfigKey, ResolvedVs)>,
+    hashing: &Coll<'s, ((ScopeKey, Hostname), HostHashing)>,
     secrets: &Coll<'s, ((String, String), TlsSecret)>,
 ) -> (Built<'s, ScopeKey>, Coll<'s, ConfigError>) {
     let router_gw = scopes.clone().flat_map(|s| match &s {
@@ -76,11 +79,28 @@ pub(super) fn routers<'s>(
         .join_map(resolved, |_, (s, g), rvs| {
             (s.clone(), GwItem::Vs(g.clone(), rvs.clone()))
         });
+    let router_hash_items = router_vs_items
+        .clone()
+        .flat_map(|(s, item)| match item {
+            GwItem::Vs(_, rvs) => rvs
+                .vs
+                .http
+                .iter()
+                .flat_map(|r| r.route.iter())
+                .map(|d| ((s.clone(), d.host.clone()), ()))
+                .collect(),
+            _ => Vec::new(),
+        })
+        .distinct()
+        .join_map(hashing.clone(), |(s, h), _, hh| {
+            (s.clone(), GwItem::Hash(h.clone(), hh.clone()))
+        });
     // A router's resources depend on all its Gateways and VirtualServices together (servers
     // of several Gateways share a port), so they are built from the scope's whole group.
     let router_out =
         router_gw_items
             .concat(router_vs_items)
+            .concat(router_hash_items)
             .concat(router_secret_items)
             .reduce(|s, vals: &[(&GwItem, isize)], out| {
                 let built = resources(s.namespace(), vals);
@@ -126,6 +146,13 @@ fn resources(namespace: &str, vals: &[(&GwItem, isize)]) -> assemble::Router {
             }
         })
         .collect();
+    let hashing: Hashing = vals
+        .iter()
+        .filter_map(|(v, _)| match v {
+            GwItem::Hash(h, hh) => Some((h.clone(), hh.clone())),
+            _ => None,
+        })
+        .collect();
     let secrets: Vec<&TlsSecret> = vals
         .iter()
         .filter_map(|(v, _)| match v {
@@ -133,7 +160,7 @@ fn resources(namespace: &str, vals: &[(&GwItem, isize)]) -> assemble::Router {
             _ => None,
         })
         .collect();
-    let mut out = assemble::router_resources(namespace, &gws, &vss, &secrets);
+    let mut out = assemble::router_resources(namespace, &gws, &vss, &secrets, &hashing);
     out.resources.sort();
     out.resources.dedup();
     out

@@ -109,6 +109,7 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     let undefined_hosts = analysis::undefined_hosts(&virtual_services, &services.chosen);
     let unselected_gateways = analysis::unselected_gateways(&i.gateways, &i.workloads);
     let secret_errors = analysis::gateway_secrets(&i.gateways, &i.workloads, &i.secrets);
+    let conflicting_vss = analysis::conflicting_mesh_vss(&virtual_services);
     let clusters = clusters::outbound(
         &mesh,
         &scopes,
@@ -127,6 +128,7 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         &ports,
         mesh_vss.clone(),
         &vss,
+        &clusters.hashing,
     );
     let (tcp, unreachable) = tcp::sidecar(
         &visible,
@@ -137,8 +139,14 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         http_ports,
     );
     let listeners = listeners::sidecar(&specs, ports);
-    let (gateways, gateway_errors) =
-        gateways::routers(&scopes, i.gateways, virtual_services, vss, &i.secrets);
+    let (gateways, gateway_errors) = gateways::routers(
+        &scopes,
+        i.gateways,
+        virtual_services,
+        vss,
+        &clusters.hashing,
+        &i.secrets,
+    );
 
     let inbound = inbound::per_proxy(i.proxies, endpoints, &mesh);
 
@@ -155,6 +163,7 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         .concat(undefined_gateways)
         .concat(undefined_hosts)
         .concat(unselected_gateways)
+        .concat(conflicting_vss)
         .concat(unreachable)
         .concat(secret_errors.concat(gateway_errors).distinct());
     outputs(scoped, inbound, errors, proxy_scopes)

@@ -31,6 +31,8 @@ enum RouteRow {
         service: Service,
         vs: Option<ResolvedVs>,
     },
+    /// The hash keys of a host some virtual host of the configuration routes to.
+    Hash(Hostname, HostHashing),
 }
 
 type Rows<'s> = Coll<'s, ((ScopeKey, u16), RouteRow)>;
@@ -65,8 +67,9 @@ pub(super) fn sidecar<'s>(
     ports: &Ports<'s>,
     mesh_vss: Coll<'s, ((ScopeKey, Hostname), ConfigKey)>,
     vss: &Coll<'s, (ConfigKey, ResolvedVs)>,
+    hashing: &Coll<'s, ((ScopeKey, Hostname), HostHashing)>,
 ) -> (Built<'s, ScopeKey>, Coll<'s, (ScopeKey, u16)>) {
-    let rows = rows(specs, ports, mesh_vss, vss);
+    let rows = rows(specs, ports, mesh_vss, vss, hashing);
     let provenance = provenance(&rows);
     let catchall = catchall_ports(&rows);
     let built = Built {
@@ -83,6 +86,7 @@ fn rows<'s>(
     ports: &Ports<'s>,
     mesh_vss: Coll<'s, ((ScopeKey, Hostname), ConfigKey)>,
     vss: &Coll<'s, (ConfigKey, ResolvedVs)>,
+    hashing: &Coll<'s, ((ScopeKey, Hostname), HostHashing)>,
 ) -> Rows<'s> {
     let rows_vs = super::virtual_services::with_mesh_vs(ports.clone(), mesh_vss, vss).map(
         |((s, _), ((port, allow_any, catch_all, svc), vs))| {
@@ -106,7 +110,21 @@ fn rows<'s>(
             .collect(),
         ScopeKey::Router { .. } => Vec::new(),
     });
-    let rows = rows_vs.concat(route_exists);
+    // The hash keys of each host a virtual host routes to, when its rule hashes.
+    let hashes = rows_vs
+        .clone()
+        .flat_map(|((s, port), row)| match row {
+            RouteRow::Vhost { service, vs, .. } => route::routed_hosts(&service, vs.as_ref())
+                .into_iter()
+                .map(|h| ((s.clone(), h), port))
+                .collect(),
+            _ => Vec::new(),
+        })
+        .distinct()
+        .join_map(hashing.clone(), |(s, h), port, hh| {
+            ((s.clone(), *port), RouteRow::Hash(h.clone(), hh.clone()))
+        });
+    let rows = rows_vs.concat(route_exists).concat(hashes);
     // One row per (scope, port) with the mesh's retry default, when there is one: a
     // change of it rebuilds the scopes' route configurations and nothing else.
     let retries = rows
@@ -192,8 +210,12 @@ fn configs<'s>(rows: Rows<'s>, domain_suffix: &str) -> Coll<'s, (ScopeKey, Resou
             let mut allow_any = UnknownHosts::None;
             let mut vhosts = Vec::new();
             let mut retries = None;
+            let mut hashing = Hashing::new();
             for (row, _) in vals {
                 match row {
+                    RouteRow::Hash(h, hh) => {
+                        hashing.insert(h.clone(), hh.clone());
+                    }
                     RouteRow::Exists { allow_any: a } => allow_any = *a,
                     RouteRow::DefaultRetries(r) => retries = Some(r),
                     RouteRow::Vhost {
@@ -215,6 +237,7 @@ fn configs<'s>(rows: Rows<'s>, domain_suffix: &str) -> Coll<'s, (ScopeKey, Resou
                     &vhosts,
                     allow_any,
                     retries,
+                    &hashing,
                 ),
                 1isize,
             ));

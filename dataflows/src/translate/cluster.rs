@@ -3,11 +3,15 @@
 
 use super::{ads, duration_ms, inbound_cluster_name, outbound_cluster_name, socket_address};
 use crate::model::{
-    ConnectionPool, DestinationRule, LoadBalancer, OutlierDetection, Resolution, Resource,
+    ConnectionPool, DestinationRule, HashTable, LoadBalancer, OutlierDetection, Resolution, Resource,
     ResourceType, Service, ServicePort, TrafficPolicy, DEFAULT_CONNECT_TIMEOUT_MS,
 };
 use envoy_types::pb::envoy::config::cluster::v3::circuit_breakers::Thresholds;
-use envoy_types::pb::envoy::config::cluster::v3::cluster::CommonLbConfig;
+use envoy_types::pb::envoy::config::cluster::v3::cluster::{
+    CommonLbConfig, LbConfig, LeastRequestLbConfig, MaglevLbConfig, RingHashLbConfig,
+    RoundRobinLbConfig, SlowStartConfig,
+};
+use envoy_types::pb::envoy::config::core::v3::RuntimeDouble;
 use envoy_types::pb::envoy::config::cluster::v3::cluster::{
     ClusterDiscoveryType, DiscoveryType, EdsClusterConfig, LbPolicy,
 };
@@ -23,7 +27,7 @@ use envoy_types::pb::envoy::extensions::upstreams::http::v3::http_protocol_optio
 };
 use envoy_types::pb::envoy::extensions::upstreams::http::v3::HttpProtocolOptions;
 use envoy_types::pb::envoy::r#type::v3::Percent;
-use envoy_types::pb::google::protobuf::UInt32Value;
+use envoy_types::pb::google::protobuf::{UInt32Value, UInt64Value};
 use envoy_types::util::pack_any;
 use prost::Message;
 
@@ -34,8 +38,10 @@ fn effective_policy(dr: Option<&DestinationRule>, subset: Option<&str>) -> Traff
         .unwrap_or_default();
     let sub = dr.and_then(|d| d.subsets.iter().find(|s| Some(s.name.as_str()) == subset));
     if let Some(p) = sub.and_then(|s| s.traffic_policy.as_ref()) {
-        if p.load_balancer.is_some() {
+        // A subset's `loadBalancer` replaces the rule's whole, warmup included.
+        if p.load_balancer.is_some() || p.warmup.is_some() {
             policy.load_balancer = p.load_balancer.clone();
+            policy.warmup = p.warmup.clone();
         }
         if p.connect_timeout_ms.is_some() {
             policy.connect_timeout_ms = p.connect_timeout_ms;
@@ -52,6 +58,18 @@ fn effective_policy(dr: Option<&DestinationRule>, subset: Option<&str>) -> Traff
         }
     }
     policy
+}
+
+/// The consistent-hash keys of `dr`'s clusters, per subset (`None`: the host's own), where
+/// its effective policy hashes: what the routes to those clusters hash requests by.
+pub fn hashing(dr: &DestinationRule) -> crate::model::HostHashing {
+    std::iter::once(None)
+        .chain(dr.subsets.iter().map(|s| Some(s.name.as_str())))
+        .filter_map(|subset| match effective_policy(Some(dr), subset).load_balancer {
+            Some(LoadBalancer::ConsistentHash(ch)) => Some((subset.map(String::from), ch.key)),
+            _ => None,
+        })
+        .collect()
 }
 
 /// One outbound cluster for `service` on `port`, optionally for one subset of `dr`.
@@ -74,12 +92,19 @@ fn outbound(
             policy.connect_timeout_ms.unwrap_or(connect_timeout_ms),
         )),
         // Istio's default is LEAST_REQUEST.
-        lb_policy: match policy.load_balancer {
+        lb_policy: match &policy.load_balancer {
+            Some(LoadBalancer::ConsistentHash(ch)) => match ch.table {
+                // gRPC's xDS client implements RING_HASH, not MAGLEV.
+                HashTable::Maglev { .. } if !grpc => LbPolicy::Maglev as i32,
+                _ => LbPolicy::RingHash as i32,
+            },
             _ if grpc => LbPolicy::RoundRobin as i32,
             Some(LoadBalancer::RoundRobin) => LbPolicy::RoundRobin as i32,
             Some(LoadBalancer::Random) => LbPolicy::Random as i32,
             Some(LoadBalancer::LeastRequest) | None => LbPolicy::LeastRequest as i32,
+            Some(LoadBalancer::Passthrough) => LbPolicy::ClusterProvided as i32,
         },
+        lb_config: lb_config(&policy, grpc),
         circuit_breakers: Some(circuit_breakers(policy.connection_pool.as_deref())),
         outlier_detection: policy.outlier_detection.as_deref().map(outlier_detection),
         common_lb_config: policy.outlier_detection.as_ref().map(|o| CommonLbConfig {
@@ -119,6 +144,12 @@ fn outbound(
                  no endpoints, so no request is sent unencrypted",
                 policy.unsupported_tls.as_deref().unwrap_or_default()
             )));
+        }
+        // `PASSTHROUGH`: the connection's original destination, as Istio does.
+        _ if policy.load_balancer == Some(LoadBalancer::Passthrough) => {
+            cluster.cluster_discovery_type = Some(ClusterDiscoveryType::Type(
+                DiscoveryType::OriginalDst as i32,
+            ));
         }
         Resolution::Static => {
             cluster.cluster_discovery_type =
@@ -177,6 +208,48 @@ fn outbound(
         );
     }
     Resource::new(ResourceType::Cluster, name, cluster.encode_to_vec())
+}
+
+/// The table of a consistent-hash cluster (Istio's minimum ring size defaults to 1024), or
+/// the slow start of a warmed-up round robin or least request one.
+fn lb_config(policy: &TrafficPolicy, grpc: bool) -> Option<LbConfig> {
+    if let Some(LoadBalancer::ConsistentHash(ch)) = &policy.load_balancer {
+        return Some(match ch.table {
+            HashTable::Maglev { table_size } if !grpc => LbConfig::MaglevLbConfig(MaglevLbConfig {
+                table_size: table_size.map(|value| UInt64Value { value }),
+            }),
+            HashTable::Maglev { .. } => LbConfig::RingHashLbConfig(RingHashLbConfig::default()),
+            HashTable::Ring { minimum_size } => LbConfig::RingHashLbConfig(RingHashLbConfig {
+                minimum_ring_size: Some(UInt64Value {
+                    value: minimum_size.unwrap_or(1024),
+                }),
+                ..Default::default()
+            }),
+        });
+    }
+    let w = policy.warmup.as_ref().filter(|_| !grpc)?;
+    let slow_start = SlowStartConfig {
+        slow_start_window: Some(duration_ms(w.duration_ms)),
+        aggression: Some(RuntimeDouble {
+            default_value: w.aggression_micros as f64 / 1e6,
+            runtime_key: "meshflow.lb.slow_start_aggression".into(),
+        }),
+        min_weight_percent: Some(Percent {
+            value: w.minimum_percent_micros as f64 / 1e6,
+        }),
+    };
+    match policy.load_balancer {
+        Some(LoadBalancer::RoundRobin) => Some(LbConfig::RoundRobinLbConfig(RoundRobinLbConfig {
+            slow_start_config: Some(slow_start),
+        })),
+        Some(LoadBalancer::LeastRequest) | None => {
+            Some(LbConfig::LeastRequestLbConfig(LeastRequestLbConfig {
+                slow_start_config: Some(slow_start),
+                ..Default::default()
+            }))
+        }
+        _ => None,
+    }
 }
 
 /// Envoy's TLS transport socket for a DestinationRule's `SIMPLE` or `MUTUAL` TLS.
@@ -398,13 +471,17 @@ pub fn outbound_all_for(
     connect_timeout_ms: u64,
 ) -> Vec<(Resource, u16, Option<crate::model::Labels>)> {
     let mut out = Vec::new();
-    let eds = service.resolution == Resolution::Static;
+    // A `PASSTHROUGH` cluster goes to original destinations: it has no assignment.
+    let eds = |subset| {
+        service.resolution == Resolution::Static
+            && effective_policy(dr, subset).load_balancer != Some(LoadBalancer::Passthrough)
+    };
     let outbound = |port, subset| outbound(service, port, dr, subset, grpc, connect_timeout_ms);
     for port in &service.ports {
-        let labels = eds.then(crate::model::Labels::new);
+        let labels = eds(None).then(crate::model::Labels::new);
         out.push((outbound(port, None), port.port, labels));
         for subset in dr.map(|d| d.subsets.as_slice()).unwrap_or(&[]) {
-            let labels = eds.then(|| subset.labels.clone());
+            let labels = eds(Some(&subset.name)).then(|| subset.labels.clone());
             out.push((outbound(port, Some(&subset.name)), port.port, labels));
         }
     }

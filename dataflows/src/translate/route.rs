@@ -4,7 +4,8 @@
 
 use super::{duration_ms, outbound_cluster_name, PASSTHROUGH_CLUSTER};
 use crate::model::{
-    AbortStatus, Cors, DirectResponse, Fault, HeaderEdits, HttpMatch, HttpRoute, PerMillion,
+    AbortStatus, Cors, DirectResponse, Fault, HashKey, Hashing, HeaderEdits, HttpMatch, HttpRoute,
+    PerMillion,
     Redirect, ResolvedVs, Resource, ResourceType, Retries, RouteDestination, Service, StringMatch,
     UnknownHosts,
 };
@@ -21,9 +22,12 @@ use envoy_types::pb::envoy::config::route::v3::{
     weighted_cluster::ClusterWeight, HeaderMatcher, QueryParameterMatcher, RetryPolicy, Route,
     RouteAction, RouteConfiguration, RouteMatch, VirtualHost, WeightedCluster,
 };
+use envoy_types::pb::envoy::config::route::v3::route_action::hash_policy::{
+    ConnectionProperties, Cookie, Header, PolicySpecifier, QueryParameter,
+};
 use envoy_types::pb::envoy::config::route::v3::{
     redirect_action,
-    route_action::{HostRewriteSpecifier, RequestMirrorPolicy},
+    route_action::{HashPolicy, HostRewriteSpecifier, RequestMirrorPolicy},
     DirectResponseAction, RedirectAction,
 };
 use envoy_types::pb::envoy::extensions::filters::common::fault::v3::{
@@ -67,6 +71,55 @@ fn default_retry_policy() -> RetryPolicy {
 /// retry conditions and HTTP status codes (`503,connect-failure`), as Istio accepts.
 fn retry_policy(route: &HttpRoute) -> Option<RetryPolicy> {
     retries_policy(route.retries.as_ref())
+}
+
+/// A route's hash policy from the consistent hash of its destination (the first destination
+/// that has one, when several do: Envoy takes one hash per route), and its retry policy
+/// adjusted to it: with consistent hashing a retry stays on the hashed host, as Istio's does,
+/// so previous hosts are not avoided.
+fn hashed(
+    hash: Option<&HashKey>,
+    retry: Option<RetryPolicy>,
+) -> (Vec<HashPolicy>, Option<RetryPolicy>) {
+    let Some(key) = hash else {
+        return (Vec::new(), retry);
+    };
+    let retry = retry.map(|mut r| {
+        r.retry_host_predicate.clear();
+        r.host_selection_retry_max_attempts = 0;
+        r
+    });
+    (vec![hash_policy(key)], retry)
+}
+
+fn hash_policy(key: &HashKey) -> HashPolicy {
+    let specifier = match key {
+        HashKey::Header(name) => PolicySpecifier::Header(Header {
+            header_name: name.clone(),
+            ..Default::default()
+        }),
+        HashKey::Cookie { name, path, ttl_ms } => PolicySpecifier::Cookie(Cookie {
+            name: name.clone(),
+            path: path.clone().unwrap_or_default(),
+            ttl: ttl_ms.map(duration_ms),
+            ..Default::default()
+        }),
+        HashKey::SourceIp => {
+            PolicySpecifier::ConnectionProperties(ConnectionProperties { source_ip: true })
+        }
+        HashKey::QueryParameter(name) => {
+            PolicySpecifier::QueryParameter(QueryParameter { name: name.clone() })
+        }
+    };
+    HashPolicy {
+        policy_specifier: Some(specifier),
+        ..Default::default()
+    }
+}
+
+/// The hash key of the cluster `dest` goes to, if its rule hashes.
+fn dest_hash<'h>(hashing: &'h Hashing, dest: &RouteDestination) -> Option<&'h HashKey> {
+    hashing.get(&dest.host)?.get(&dest.subset)
 }
 
 /// `retries` (a route's, or the mesh's `defaultHttpRetryPolicy`) as Envoy's policy; none:
@@ -196,8 +249,12 @@ fn route_match(m: Option<&HttpMatch>) -> RouteMatch {
     }
 }
 
-fn action(route: &HttpRoute, current: u16, vs: &ResolvedVs) -> RouteAction {
+fn action(route: &HttpRoute, current: u16, vs: &ResolvedVs, hashing: &Hashing) -> RouteAction {
     let live: Vec<&RouteDestination> = route.route.iter().filter(|d| d.weight > 0).collect();
+    let (hash_policy, retry_policy) = hashed(
+        live.iter().find_map(|d| dest_hash(hashing, d)),
+        retry_policy(route),
+    );
     let cluster_specifier = match live.as_slice() {
         [one] => ClusterSpecifier::Cluster(cluster_of(one, current, vs)),
         many => ClusterSpecifier::WeightedClusters(WeightedCluster {
@@ -220,7 +277,8 @@ fn action(route: &HttpRoute, current: u16, vs: &ResolvedVs) -> RouteAction {
     RouteAction {
         cluster_specifier: Some(cluster_specifier),
         timeout: Some(duration_ms(route.timeout_ms.unwrap_or(0))),
-        retry_policy: retry_policy(route),
+        retry_policy,
+        hash_policy,
         prefix_rewrite: rewrite.uri.unwrap_or_default(),
         host_rewrite_specifier: rewrite
             .authority
@@ -387,11 +445,12 @@ fn envoy_route(
     m: Option<&HttpMatch>,
     current: u16,
     vs: &ResolvedVs,
+    hashing: &Hashing,
 ) -> Route {
     let action = match (&http.redirect, &http.direct_response) {
         (Some(r), _) => Action::Redirect(redirect_action(r)),
         (None, Some(d)) => Action::DirectResponse(direct_response_action(d)),
-        (None, None) => Action::Route(action(http, current, vs)),
+        (None, None) => Action::Route(action(http, current, vs, hashing)),
     };
     // A single destination's header edits go on the route, after the route's own, as Istio
     // writes them; several destinations carry theirs on their weighted cluster.
@@ -448,6 +507,7 @@ pub fn vs_routes(
     current: u16,
     via: &[String],
     source_ns: Option<&str>,
+    hashing: &Hashing,
 ) -> Vec<Route> {
     let mut out = Vec::new();
     for (i, http) in vs.vs.http.iter().enumerate() {
@@ -473,13 +533,22 @@ pub fn vs_routes(
                 .collect()
         };
         for m in matches {
-            out.push(envoy_route(http, &name, m, current, vs));
+            out.push(envoy_route(http, &name, m, current, vs, hashing));
         }
     }
     out
 }
 
-fn default_route(service: &Service, port: u16, retries: Option<&Retries>) -> Route {
+fn default_route(
+    service: &Service,
+    port: u16,
+    retries: Option<&Retries>,
+    hashing: &Hashing,
+) -> Route {
+    let (hash_policy, retry_policy) = hashed(
+        hashing.get(&service.hostname).and_then(|h| h.get(&None)),
+        retries_policy(retries),
+    );
     Route {
         name: "default".into(),
         r#match: Some(route_match(None)),
@@ -490,7 +559,8 @@ fn default_route(service: &Service, port: u16, retries: Option<&Retries>) -> Rou
                 &service.hostname,
             ))),
             timeout: Some(duration_ms(0)),
-            retry_policy: retries_policy(retries),
+            retry_policy,
+            hash_policy,
             ..Default::default()
         })),
         ..Default::default()
@@ -520,6 +590,24 @@ pub fn domains(host: &str, port: u16, proxy_ns: &str, domain_suffix: &str) -> Ve
     out
 }
 
+/// The hosts a virtual host's routes send to: the service's own (its default route), or
+/// the destinations of its VirtualService's HTTP routes.
+pub fn routed_hosts(service: &Service, vs: Option<&ResolvedVs>) -> Vec<String> {
+    let mut hosts: Vec<String> = match vs {
+        None => vec![service.hostname.clone()],
+        Some(vs) => vs
+            .vs
+            .http
+            .iter()
+            .flat_map(|r| r.route.iter())
+            .map(|d| d.host.clone())
+            .collect(),
+    };
+    hosts.sort();
+    hosts.dedup();
+    hosts
+}
+
 /// One entry of a sidecar route configuration: a visible service and the VirtualService in
 /// effect for it, if any.
 pub type SidecarVhost = (Service, Option<ResolvedVs>);
@@ -534,6 +622,7 @@ pub fn sidecar_route_config(
     vhosts: &[SidecarVhost],
     unknown: UnknownHosts,
     default_retries: Option<&Retries>,
+    hashing: &Hashing,
 ) -> Resource {
     let mut sorted: Vec<&SidecarVhost> = vhosts.iter().collect();
     sorted.sort_by(|a, b| a.0.hostname.cmp(&b.0.hostname));
@@ -543,8 +632,8 @@ pub fn sidecar_route_config(
             name: format!("{}:{}", svc.hostname, port),
             domains: domains(&svc.hostname, port, proxy_ns, domain_suffix),
             routes: match vs {
-                Some(vs) => vs_routes(vs, port, &[MESH.to_string()], Some(proxy_ns)),
-                None => vec![default_route(svc, port, default_retries)],
+                Some(vs) => vs_routes(vs, port, &[MESH.to_string()], Some(proxy_ns), hashing),
+                None => vec![default_route(svc, port, default_retries, hashing)],
             },
             ..Default::default()
         })
@@ -591,12 +680,14 @@ pub fn sidecar_route_config(
 /// A gateway route configuration `name` (`http.PORT`, or an HTTPS server's own): `vhosts`
 /// maps each domain to the VirtualServices serving it, in precedence order; their routes are
 /// concatenated. Domains in `require_tls` (an HTTP server's `httpsRedirect`) answer plaintext
-/// requests with a 301 to https (`require_tls: ALL`).
+/// requests with a 301 to https (`require_tls: ALL`). `hashing`: the consistent-hash keys of
+/// the hosts the routes go to.
 pub fn gateway_route_config(
     name: &str,
     port: u16,
     vhosts: &GatewayVhosts,
     require_tls: &BTreeSet<String>,
+    hashing: &Hashing,
 ) -> Resource {
     let virtual_hosts = vhosts
         .iter()
@@ -613,7 +704,7 @@ pub fn gateway_route_config(
             },
             routes: vss
                 .iter()
-                .flat_map(|(vs, via)| vs_routes(vs, port, via, None))
+                .flat_map(|(vs, via)| vs_routes(vs, port, via, None, hashing))
                 .collect(),
             require_tls: if require_tls.contains(domain) {
                 virtual_host::TlsRequirementType::All as i32

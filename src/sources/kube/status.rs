@@ -31,7 +31,7 @@
 use super::watched::Seen;
 use crate::config::Level;
 use crate::input::{ObjectErrors, ProxyRejection, ProxyRejections};
-use dataflows::model::{ConfigError, ConfigKey, ErrorCode};
+use dataflows::model::{ConfigError, ConfigKey};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::discovery::ApiResource;
 use kube::Client;
@@ -130,16 +130,7 @@ impl ObjectStatus {
     /// With the dataflow's errors that name the object.
     fn with_errors(mut self, errors: &[ConfigError]) -> Self {
         for e in errors {
-            let (code, name) = match e.code {
-                ErrorCode::SubsetNotDefined
-                | ErrorCode::GatewayNotDefined
-                | ErrorCode::HostNotFound
-                | ErrorCode::GatewaySelectsNothing => ("MF0004", "ReferencedResourceNotFound"),
-                ErrorCode::HostConflict => ("MF0005", "ConflictingHost"),
-                ErrorCode::TcpServiceConflict => ("MF0006", "ConflictingTcpService"),
-                ErrorCode::GatewaySecret => ("MF0007", "InvalidGatewayCredential"),
-                ErrorCode::TlsRouteUnmatched => ("MF0008", "TlsRouteNotServed"),
-            };
+            let (code, name) = e.code.message_code();
             self.messages.push(json!({
                 "type": {"code": code, "name": name},
                 "level": "ERROR",
@@ -461,7 +452,7 @@ mod tests {
         let key = ConfigKey::new(Kind::VirtualService, "ns", "r");
         let error = ConfigError {
             object: key.clone(),
-            code: ErrorCode::SubsetNotDefined,
+            code: dataflows::model::ErrorCode::SubsetNotDefined,
             message: "subset \"v3\" of host reviews.ns.svc.cluster.local is defined by no DestinationRule".into(),
         };
         let s = ObjectStatus::new(&resource(), &seen(&key, None, &[])).with_errors(&[error]);
