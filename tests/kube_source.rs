@@ -471,7 +471,7 @@ fn validate_reads_a_cluster_and_names_what_it_would_reject() {
     let (ok, stdout, stderr) = validate();
     assert!(!ok, "{stdout}{stderr}");
     let lines: Vec<&str> = stdout.lines().collect();
-    assert_eq!(lines.len(), 3, "{stdout}");
+    assert_eq!(lines.len(), 4, "{stdout}");
     assert!(
         lines[0].starts_with("VirtualService default/ratings: spec.http[0].timeout: "),
         "{stdout}"
@@ -482,7 +482,14 @@ fn validate_reads_a_cluster_and_names_what_it_would_reject() {
         ),
         "{stdout}"
     );
-    assert_eq!(lines[2], "1 error(s), 1 warning(s)");
+    // Across objects, as `serve` would find it: `details` routes to a host nothing defines.
+    assert!(
+        lines[2].starts_with(
+            "error: VirtualService default/details: host details.default.svc.cluster.local"
+        ) && lines[2].ends_with("[MF0004 ReferencedResourceNotFound]"),
+        "{stdout}"
+    );
+    assert_eq!(lines[3], "2 error(s), 1 warning(s)");
     // Each problem once: not also as a log line.
     assert!(
         !stderr.contains("default/ratings") && !stderr.contains("retryRemoteLocalities"),
