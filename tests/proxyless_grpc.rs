@@ -206,12 +206,24 @@ fn call(
     metadata: &[&str],
     dir: &Path,
 ) -> BTreeMap<String, usize> {
+    call_target(peer, bootstrap, &format!("xds:///{FQDN}:{SERVICE_PORT}"), count, metadata, dir)
+}
+
+/// As [`call`], dialing `target`.
+fn call_target(
+    peer: &Peer,
+    bootstrap: &Path,
+    target: &str,
+    count: usize,
+    metadata: &[&str],
+    dir: &Path,
+) -> BTreeMap<String, usize> {
     let out_path = dir.join("call.out");
     let err_path = dir.join("call.err");
     let mut child = peer
         .command()
         .arg("call")
-        .arg(format!("xds:///{FQDN}:{SERVICE_PORT}"))
+        .arg(target)
         .arg(count.to_string())
         .args(metadata)
         .env("GRPC_XDS_BOOTSTRAP", bootstrap)
@@ -271,6 +283,22 @@ fn follows_weights_and_subsets(peer: &Peer, name: &str, net: u8) {
         (255..=345).contains(&v1),
         "v1 got {v1} of 400 calls, expected about 300: {split:?}"
     );
+
+    // The names Istio's clients use besides the FQDN: `name.ns`, and `name` from the
+    // client's own namespace.
+    for short in ["reviews.default.svc", "reviews.default", "reviews"] {
+        let target = format!("xds:///{short}:{SERVICE_PORT}");
+        let counts = call_target(peer, &bootstrap, &target, 20, &[], dir.path());
+        assert_eq!(
+            counts.values().sum::<usize>(),
+            20,
+            "{target}: every call answered by the split: {counts:?}"
+        );
+        assert!(
+            counts.keys().all(|k| k == "reviews-v1" || k == "reviews-v2"),
+            "{target}: {counts:?}"
+        );
+    }
 
     let jason = call(peer, &bootstrap, 20, &["end-user=jason"], dir.path());
     assert_eq!(

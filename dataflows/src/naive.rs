@@ -485,11 +485,9 @@ fn sidecar_outbound(
         interception_none,
         proxyless,
     ));
-    res.extend(
-        api_listeners
-            .into_iter()
-            .map(|(h, port)| listener::api_listener(h, port)),
-    );
+    res.extend(api_listeners.into_iter().flat_map(|(h, port)| {
+        listener::api_listeners(h, port, s.namespace(), &mesh.domain_suffix)
+    }));
     res
 }
 

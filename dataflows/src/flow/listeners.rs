@@ -11,8 +11,9 @@ use crate::translate::listener;
 pub(super) fn sidecar<'s>(
     specs: &Coll<'s, (ScopeKey, ScopeSpec)>,
     ports: Ports<'s>,
+    domain_suffix: &str,
 ) -> Built<'s, ScopeKey> {
-    let api = api_listeners(ports);
+    let api = api_listeners(ports, domain_suffix);
     let fixed = specs.clone().flat_map(|(s, spec)| match &s {
         ScopeKey::Sidecar {
             interception_none,
@@ -30,9 +31,10 @@ pub(super) fn sidecar<'s>(
     }
 }
 
-/// Proxyless clients look up one API listener per `host:port` they may dial; it comes from
-/// that host's service.
-fn api_listeners<'s>(ports: Ports<'s>) -> Built<'s, ScopeKey> {
+/// Proxyless clients look up one API listener per `host:port` they may dial (each name of
+/// the host); it comes from that host's service.
+fn api_listeners<'s>(ports: Ports<'s>, domain_suffix: &str) -> Built<'s, ScopeKey> {
+    let suffix = domain_suffix.to_string();
     let rows = ports
         .filter(|((s, _), _)| {
             matches!(
@@ -43,19 +45,17 @@ fn api_listeners<'s>(ports: Ports<'s>) -> Built<'s, ScopeKey> {
                 }
             )
         })
-        .map(|((s, h), (port, .., svc))| (s, h, port, svc.origin));
-    let provenance = rows.clone().map(|(s, h, port, o)| {
-        (
-            (
-                Holder::Scope(s),
-                ResourceType::Listener,
-                listener::api_listener_name(&h, port),
-            ),
-            o,
-        )
+        .flat_map(move |((s, h), (port, .., svc))| {
+            listener::api_listeners(&h, port, s.namespace(), &suffix)
+                .into_iter()
+                .map(|l| (s.clone(), l, svc.origin.clone()))
+                .collect::<Vec<_>>()
+        });
+    let provenance = rows.clone().map(|(s, l, o)| {
+        ((Holder::Scope(s), ResourceType::Listener, l.name), o)
     });
     Built {
-        resources: rows.map(|(s, h, port, _)| (s, listener::api_listener(&h, port))),
+        resources: rows.map(|(s, l, _)| (s, l)),
         provenance,
     }
 }

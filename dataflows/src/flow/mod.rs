@@ -138,7 +138,7 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         &vss,
         http_ports,
     );
-    let listeners = listeners::sidecar(&specs, ports);
+    let listeners = listeners::sidecar(&specs, ports, &config.domain_suffix);
     let (gateways, gateway_errors) = gateways::routers(
         &scopes,
         i.gateways,

@@ -92,32 +92,35 @@ pub(super) fn rds_hcm(stat_prefix: &str, route_name: &str, edge: bool) -> HttpCo
     }
 }
 
-/// The API listener a proxyless gRPC client looks up for `xds:///host:port`: named
-/// `host:port`, with the connection manager taking the port's sidecar route configuration,
-/// whose virtual hosts carry `host:port` among their domains.
-pub fn api_listener(host: &str, port: u16) -> Resource {
-    let name = api_listener_name(host, port);
-    let hcm = HttpConnectionManager {
-        route_specifier: Some(RouteSpecifier::Rds(Rds {
-            config_source: Some(super::ads()),
-            route_config_name: port.to_string(),
-        })),
-        http_filters: vec![router_filter()],
-        ..Default::default()
-    };
-    let listener = Listener {
-        name: name.clone(),
-        api_listener: Some(ApiListener {
-            api_listener: Some(pack_any(hcm)),
-        }),
-        ..Default::default()
-    };
-    Resource::new(ResourceType::Listener, name, listener.encode_to_vec())
-}
-
-/// The name gRPC looks up for `xds:///host:port`.
-pub fn api_listener_name(host: &str, port: u16) -> String {
-    format!("{host}:{port}")
+/// The API listeners a proxyless gRPC client looks up for `xds:///NAME:port`: one per name
+/// a client in `proxy_ns` may dial the host by (the FQDN and, for a cluster-local service,
+/// `name.ns.svc`, `name.ns` and, from its own namespace, `name`: the names the port's route
+/// configuration also carries as domains), each taking that route configuration. Faults
+/// are injected (gRPC implements the filter); CORS is not, its per-route config is optional.
+pub fn api_listeners(host: &str, port: u16, proxy_ns: &str, domain_suffix: &str) -> Vec<Resource> {
+    let suffix = format!(":{port}");
+    super::route::domains(host, port, proxy_ns, domain_suffix)
+        .into_iter()
+        .filter(|d| d.ends_with(&suffix))
+        .map(|name| {
+            let hcm = HttpConnectionManager {
+                route_specifier: Some(RouteSpecifier::Rds(Rds {
+                    config_source: Some(super::ads()),
+                    route_config_name: port.to_string(),
+                })),
+                http_filters: vec![fault_filter(), router_filter()],
+                ..Default::default()
+            };
+            let listener = Listener {
+                name: name.clone(),
+                api_listener: Some(ApiListener {
+                    api_listener: Some(pack_any(hcm)),
+                }),
+                ..Default::default()
+            };
+            Resource::new(ResourceType::Listener, name, listener.encode_to_vec())
+        })
+        .collect()
 }
 
 /// Istio's listener name: `ADDRESS_PORT`.
