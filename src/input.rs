@@ -182,6 +182,7 @@ pub fn record_key(r: &Record) -> Option<&ConfigKey> {
         Record::DestinationRule(d) => Some(&d.key),
         Record::Gateway(g) => Some(&g.key),
         Record::Sidecar(s) => Some(&s.key),
+        Record::Secret(s) => Some(&s.key),
         Record::Proxy(_) => None,
         Record::Selection(_, s) => Some(&s.origin),
         Record::Mesh(m) => m.origin.as_ref(),

@@ -284,3 +284,61 @@ fn completions_for_each_shell() {
     let bad = meshflow(&["completions", "powershell-9"]);
     assert_eq!(bad.status.code(), Some(2), "{bad:?}");
 }
+
+/// An HTTPS gateway whose Secret does not exist (in the gateway workload's namespace) is an
+/// error naming the Gateway, the field and the Secret, and `validate` exits non-zero; once
+/// the Secret exists (and holds a certificate and its key), it is clean.
+#[test]
+fn validate_names_a_missing_gateway_secret() {
+    let dir = TestDir::new("cli-validate-secret");
+    let config = dir.subdir("config");
+    write_config(
+        &config,
+        "gateway.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: ingress-1, namespace: istio-system, labels: {istio: ingressgateway}}\nstatus: {podIP: 10.0.0.9}\n---\napiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: secure, namespace: istio-system}\nspec:\n  selector: {istio: ingressgateway}\n  servers:\n  - port: {number: 443, name: https, protocol: HTTPS}\n    hosts: [web.example.com]\n    tls: {mode: SIMPLE, credentialName: web-cred}\n",
+    );
+    // The same name in another namespace does not count.
+    write_config(
+        &config,
+        "elsewhere.yaml",
+        "apiVersion: v1\nkind: Secret\nmetadata: {name: web-cred, namespace: default}\ntype: kubernetes.io/tls\nstringData: {tls.crt: x, tls.key: y}\n",
+    );
+    let out = meshflow(&["validate", config.to_str().unwrap()]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
+    let line = stdout
+        .lines()
+        .find(|l| l.contains("credentialName"))
+        .unwrap_or_else(|| panic!("no credentialName error:\n{stdout}"));
+    for part in [
+        "Gateway",
+        "istio-system/secure",
+        "spec.servers[0].tls.credentialName",
+        "Secret istio-system/web-cred does not exist",
+    ] {
+        assert!(line.contains(part), "{part:?} in {line}");
+    }
+
+    let ca = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["web.example.com".into()])
+        .unwrap()
+        .self_signed(&ca)
+        .unwrap();
+    let indent = |pem: &str| -> String { pem.lines().map(|l| format!("    {l}\n")).collect() };
+    write_config(
+        &config,
+        "secret.yaml",
+        &format!(
+            "apiVersion: v1\nkind: Secret\nmetadata: {{name: web-cred, namespace: istio-system}}\ntype: kubernetes.io/tls\nstringData:\n  tls.crt: |\n{}  tls.key: |\n{}",
+            indent(&cert.pem()),
+            indent(&ca.serialize_pem())
+        ),
+    );
+    let out = meshflow(&["validate", config.to_str().unwrap()]);
+    let stdout = text(&out.stdout);
+    assert!(!stdout.contains("credentialName"), "{stdout}");
+    assert!(
+        !stdout.contains("PRIVATE KEY") && !text(&out.stderr).contains("PRIVATE KEY"),
+        "{stdout}"
+    );
+}

@@ -701,14 +701,15 @@ async fn cli_proxy_status_and_proxy_config() {
     let header = row(&status, "NAME").expect("header");
     assert_eq!(
         header,
-        vec!["NAME", "KIND", "CDS", "EDS", "LDS", "RDS"],
+        vec!["NAME", "KIND", "CDS", "EDS", "LDS", "RDS", "SDS"],
         "{status}"
     );
     let a = row(&status, A_ID).expect("a's row");
     assert_eq!(a[1], "sidecar");
-    for cell in &a[2..] {
+    for cell in &a[2..6] {
         assert!(cell.starts_with("SYNCED ("), "{status}");
     }
+    assert_eq!(a[6], "NOT SENT (0)", "a sidecar holds no secrets: {status}");
     assert_eq!(
         a[2],
         format!("SYNCED ({})", s.a.names(CDS).len()),

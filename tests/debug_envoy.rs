@@ -141,14 +141,19 @@ fn scenario(envoy_binary: &Path, mode: XdsMode, net: u8) {
     );
     let status_args = ["proxy-status", "--debug-addr", &debug_s];
 
-    // proxy-status: SYNCED for every type once Envoy has ACKed everything.
+    // proxy-status: SYNCED for every type once Envoy has ACKed everything (a sidecar holds
+    // no SDS secrets: NOT SENT).
     let mut status = String::new();
     let synced = wait_until(CONVERGE_TIMEOUT, || {
         status = meshflow_cli(&status_args);
         rows(&status)
             .iter()
             .find(|r| r.first() == Some(&node.id))
-            .is_some_and(|r| r.len() == 6 && r[2..].iter().all(|c| c.starts_with("SYNCED")))
+            .is_some_and(|r| {
+                r.len() == 7
+                    && r[2..6].iter().all(|c| c.starts_with("SYNCED"))
+                    && r[6] == "NOT SENT (0)"
+            })
     });
     assert!(synced, "proxy-status never showed all SYNCED:\n{status}");
     let json: Value =

@@ -7,19 +7,16 @@
 
 mod support;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::path::Path;
 
-use dataflows::model::{MeshConfig, Proxy, ProxyKind, Record, ResourceType};
-use dataflows::naive::{self, Snapshot};
-use meshflow::debug::envoy_json::resource_json;
-use meshflow::sources::files::FileSource;
+use dataflows::model::ProxyKind;
 
+use support::envoy_validate::envoy_validates_example;
 use support::mongo;
 use support::tcp_echo::{tcp_tally, TcpEcho};
 use support::{
-    converge_then, envoy_bootstrap, exactly, free_port, only, require_envoy, Envoy, Meshflow,
+    converge_then, exactly, free_port, only, require_envoy, Envoy, Meshflow,
     ProxyNode, TestDir, XdsMode, STARTUP_TIMEOUT,
 };
 
@@ -121,10 +118,6 @@ fn tcp_routes_shift_connections_on_sidecar_and_gateway() {
 fn envoy_accepts_the_tcp_echo_example_listeners() {
     let envoy_bin = require_envoy!();
     let dir = TestDir::new("envoy-tcp-validate");
-    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/tcp-echo");
-    let mesh = MeshConfig::default();
-    let scan = FileSource::new(example.join("config"), mesh.clone()).rescan();
-    assert!(scan.errors.is_empty(), "{:#?}", scan.errors);
     let captured = ProxyNode::sidecar("sleep-abc", "default", "127.0.2.50", &[("app", "sleep")]);
     let router = ProxyNode::router(
         "istio-ingressgateway-abc",
@@ -132,62 +125,15 @@ fn envoy_accepts_the_tcp_echo_example_listeners() {
         "127.0.0.1",
         &[("istio", "ingressgateway")],
     );
-    let mut records: BTreeSet<Record> = scan.changes.into_iter().map(|(r, _)| r).collect();
-    for (node, kind) in [
-        (&captured, ProxyKind::Sidecar),
-        (&router, ProxyKind::Router),
-    ] {
-        records.insert(Record::Proxy(Proxy {
-            id: node.id.clone(),
-            kind,
-            ips: node.instance_ips.clone(),
-            namespace: node.namespace.clone(),
-            labels: node.labels.clone(),
-            interception_none: false,
-        }));
-    }
-    let configs = naive::compute(&mesh, &Snapshot { records });
-    for node in [&captured, &router] {
-        let resources = &configs[&node.id];
-        let of = |t: ResourceType| -> Vec<serde_json::Value> {
-            resources
-                .values()
-                .filter(|r| r.rtype == t)
-                .map(|r| {
-                    let mut json = resource_json(t, &r.name, &r.body.0);
-                    if let Some(m) = json.as_object_mut() {
-                        m.remove("@type");
-                    }
-                    json
-                })
-                .collect()
-        };
-        let listeners = of(ResourceType::Listener);
+    let nodes = [(&captured, ProxyKind::Sidecar), (&router, ProxyKind::Router)];
+    let listeners = envoy_validates_example(&envoy_bin, dir.path(), "tcp-echo", &nodes);
+    for ((node, _), listeners) in nodes.iter().zip(listeners) {
         assert!(
             listeners
                 .iter()
                 .any(|l| l.to_string().contains("tcp_proxy")),
             "{} has TCP listeners",
             node.id
-        );
-        let mut bootstrap = envoy_bootstrap(node, ([127, 0, 0, 1], 1).into(), XdsMode::Delta);
-        bootstrap["static_resources"]["listeners"] = listeners.into();
-        if let Some(clusters) = bootstrap["static_resources"]["clusters"].as_array_mut() {
-            clusters.extend(of(ResourceType::Cluster));
-        }
-        let path = dir.path().join(format!("{}.json", node.pod_name));
-        std::fs::write(&path, bootstrap.to_string()).expect("write bootstrap");
-        let out = std::process::Command::new(&envoy_bin)
-            .args(["--mode", "validate", "--disable-hot-restart", "-c"])
-            .arg(&path)
-            .output()
-            .expect("run envoy --mode validate");
-        assert!(
-            out.status.success(),
-            "Envoy refused {}'s config:\n{}{}",
-            node.id,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
         );
     }
 }

@@ -83,6 +83,15 @@ const TRANSLATED: &[&str] = &[
     "spec.tcp[].route[].destination.subset",
     "spec.tcp[].route[].destination.port.number",
     "spec.tcp[].route[].weight",
+    "spec.tls[].match[].sniHosts",
+    "spec.tls[].match[].port",
+    "spec.tls[].match[].destinationSubnets",
+    "spec.tls[].match[].gateways",
+    "spec.tls[].match[].sourceNamespace",
+    "spec.tls[].route[].destination.host",
+    "spec.tls[].route[].destination.subset",
+    "spec.tls[].route[].destination.port.number",
+    "spec.tls[].route[].weight",
     // DestinationRule
     "spec.host",
     "spec.trafficPolicy.loadBalancer.simple",
@@ -117,6 +126,16 @@ const TRANSLATED: &[&str] = &[
     "spec.servers[].port.protocol",
     "spec.servers[].bind",
     "spec.servers[].hosts",
+    "spec.servers[].tls.httpsRedirect",
+    "spec.servers[].tls.mode",
+    "spec.servers[].tls.serverCertificate",
+    "spec.servers[].tls.privateKey",
+    "spec.servers[].tls.caCertificates",
+    "spec.servers[].tls.credentialName",
+    "spec.servers[].tls.subjectAltNames",
+    "spec.servers[].tls.minProtocolVersion",
+    "spec.servers[].tls.maxProtocolVersion",
+    "spec.servers[].tls.cipherSuites",
     // ServiceEntry
     "spec.addresses",
     "spec.ports[].number",
@@ -271,10 +290,15 @@ fn restricting_fields_not_honoured_are_errors() {
         "VirtualService spec.http[0].match[0].sourceLabels",
         "VirtualService spec.tcp[0].match[0].sourceLabels",
         "VirtualService spec.tcp[0].match[0].sourceSubnet",
-        // TLS: the clusters fail closed; the HTTPS server is not generated.
+        "VirtualService spec.tls[0].match[0].sourceLabels",
+        // TLS: the clusters fail closed; an HTTPS server whose tls names a field meshflow
+        // cannot honour (which certificates to accept) is not generated.
         "DestinationRule spec.trafficPolicy.tls",
         "DestinationRule spec.trafficPolicy.portLevelSettings[0].tls",
-        "Gateway spec.servers[1]",
+        "Gateway spec.servers[1].tls.caCrl",
+        "Gateway spec.servers[1].tls.credentialNames",
+        "Gateway spec.servers[1].tls.verifyCertificateSpki",
+        "Gateway spec.servers[1].tls.verifyCertificateHash",
     ] {
         assert!(errors.contains(expected), "{expected} in {errors:#?}");
     }

@@ -206,6 +206,7 @@ fn describe(r: &Record) -> String {
         Record::Gateway(g) => format!("Gateway {}", g.key),
         Record::Sidecar(s) => format!("Sidecar {}", s.key),
         Record::Proxy(p) => format!("Proxy {}", p.id),
+        Record::Secret(s) => format!("Secret {}", s.key),
         Record::Selection(h, s) => format!("Selection {h} ({})", s.origin),
         Record::Mesh(m) => format!("Mesh {:?}", m.origin),
     }

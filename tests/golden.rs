@@ -32,6 +32,8 @@ use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
 use envoy_types::pb::envoy::extensions::filters::listener::original_dst::v3::OriginalDst;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
 use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::TcpProxy;
+use envoy_types::pb::envoy::extensions::filters::listener::tls_inspector::v3::TlsInspector;
+use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{DownstreamTlsContext, Secret};
 use envoy_types::pb::envoy::extensions::upstreams::http::v3::HttpProtocolOptions;
 use meshflow::demo::simulated::node_of;
 use meshflow::sources::files::FileSource;
@@ -52,6 +54,10 @@ const TCP_PROXIES: [(&str, &str); 2] = [
     ("tcp-echo-sidecar", "envoy-sidecar.yaml"),
 ];
 
+/// The secure ingress gateway of `examples/gateway-tls` (HTTPS, MUTUAL, passthrough and
+/// httpsRedirect servers, their Secret served over SDS).
+const TLS_PROXIES: [(&str, &str); 1] = [("gateway-tls", "envoy-gateway.yaml")];
+
 const UPDATE_HINT: &str = "UPDATE_GOLDEN=1 cargo nextest run --test golden";
 
 /// Proves that the naive recompute and the incremental dataflow generate identical resources
@@ -70,6 +76,15 @@ fn bookinfo_config_matches_golden_files() {
 #[test]
 fn tcp_echo_config_matches_golden_files() {
     check_example("tcp-echo", &TCP_PROXIES);
+}
+
+/// As for bookinfo, for `examples/gateway-tls`: the TLS listeners (SNI chains terminating
+/// with SDS certificates, passthrough chains by SNI), the HTTPS servers' own route
+/// configurations, the redirecting HTTP routes and the SDS secrets (rendered redacted, as
+/// the debug port shows them), against `tests/golden/gateway-tls.txt`.
+#[test]
+fn gateway_tls_config_matches_golden_files() {
+    check_example("gateway-tls", &TLS_PROXIES);
 }
 
 /// Computes the proxies of `examples/NAME` both ways and compares them with their goldens.
@@ -284,6 +299,10 @@ fn render_proxy(
             ResourceType::Endpoint => render::<ClusterLoadAssignment>(bytes),
             ResourceType::Listener => render::<Listener>(bytes),
             ResourceType::Route => render::<RouteConfiguration>(bytes),
+            ResourceType::Secret => render::<Secret>(&meshflow::debug::redact::bytes(
+                rtype.type_url(),
+                bytes,
+            )),
         };
         out.push_str(&text);
         out.push('\n');
@@ -317,6 +336,8 @@ fn decode_any(type_url: &str, bytes: &[u8]) -> Option<String> {
         .or_else(|| known::<TcpProxy>(type_url, bytes))
         .or_else(|| known::<OriginalDst>(type_url, bytes))
         .or_else(|| known::<HttpProtocolOptions>(type_url, bytes))
+        .or_else(|| known::<TlsInspector>(type_url, bytes))
+        .or_else(|| known::<DownstreamTlsContext>(type_url, bytes))
         .flatten()
 }
 

@@ -127,18 +127,29 @@ pub fn sidecar_port_listener(
     tcp::sidecar_listener(&p, t.targets)
 }
 
-/// Listeners and route configurations of a gateway proxy selected by `gateways`, with the
-/// VirtualServices bound to each gateway (`(gateway, vs)` pairs); each with the Gateways and
-/// VirtualServices it was built from.
+/// What a gateway proxy holds, each resource with the Gateways, VirtualServices and
+/// Secrets it was built from, and what its servers cannot be served for.
+#[derive(Default)]
+pub struct Router {
+    pub resources: Vec<(Resource, BTreeSet<ConfigKey>)>,
+    pub errors: Vec<ConfigError>,
+}
+
+/// Listeners, route configurations and SDS secrets of a gateway proxy in `namespace`
+/// selected by `gateways`, with the VirtualServices bound to each gateway (`(gateway, vs)`
+/// pairs) and the Secrets of that namespace its servers name.
 /// `hashing`: the consistent-hash keys of the hosts the routes go to.
 pub fn router_resources(
+    namespace: &str,
     gateways: &[&Gateway],
     vss: &[(&ConfigKey, &ResolvedVs)],
+    secrets: &[&TlsSecret],
     hashing: &Hashing,
-) -> Vec<(Resource, BTreeSet<ConfigKey>)> {
+) -> Router {
     let mut listeners: BTreeMap<(String, u16), BTreeSet<ConfigKey>> = BTreeMap::new();
-    // Per port and domain, the VirtualServices with the gateways they came through.
-    let mut routes: BTreeMap<u16, route::GatewayVhosts> = BTreeMap::new();
+    // Per port and domain, the VirtualServices with the gateways they came through, and
+    // the domains an `httpsRedirect` server sends to https.
+    let mut routes: BTreeMap<u16, (route::GatewayVhosts, BTreeSet<String>)> = BTreeMap::new();
     let mut route_inputs: BTreeMap<u16, BTreeSet<ConfigKey>> = BTreeMap::new();
     for gw in gateways {
         for server in gw.servers.iter().filter(|s| s.protocol.is_http()) {
@@ -149,26 +160,21 @@ pub fn router_resources(
                 .insert(gw.key.clone());
             let inputs = route_inputs.entry(server.port).or_default();
             inputs.insert(gw.key.clone());
-            let vhosts = routes.entry(server.port).or_default();
-            for (gw_key, rvs) in vss.iter().filter(|(k, _)| **k == gw.key) {
-                let vs_ns = &rvs.vs.key.namespace;
-                if !exported_to(&rvs.vs.export_to, vs_ns, &gw_key.namespace) {
-                    continue;
+            let (vhosts, redirect) = routes.entry(server.port).or_default();
+            let domains = server_vhosts(gw, server, vss, inputs, vhosts);
+            if server.https_redirect {
+                // Istio redirects a server's hosts even where no VirtualService serves them.
+                for host in server.hosts.iter() {
+                    let bare = host.split_once('/').map_or(host.as_str(), |(_, h)| h);
+                    vhosts.entry(bare.to_string()).or_default();
+                    redirect.insert(bare.to_string());
                 }
-                for vs_host in &rvs.vs.hosts {
-                    for server_host in &server.hosts {
-                        if let Some(domain) =
-                            gateway_domain(server_host, &gw.key.namespace, vs_ns, vs_host)
-                        {
-                            inputs.insert(rvs.vs.key.clone());
-                            add_via(vhosts.entry(domain).or_default(), rvs, &gw.key);
-                        }
-                    }
-                }
+                redirect.extend(domains);
             }
         }
     }
-    let tcp_listeners = gateway_tcp_listeners(gateways, vss, &listeners);
+    let tls = crate::gateway_tls::servers(namespace, gateways, vss, secrets, hashing, &listeners);
+    let tcp_listeners = gateway_tcp_listeners(gateways, vss, &listeners, &tls.ports);
     let mut out: Vec<(Resource, BTreeSet<ConfigKey>)> = listeners
         .into_iter()
         .map(|((addr, port), inputs)| {
@@ -177,22 +183,65 @@ pub fn router_resources(
         })
         .collect();
     out.extend(tcp_listeners);
-    for (port, mut vhosts) in routes {
-        for list in vhosts.values_mut() {
-            list.sort_by(|a, b| a.0.vs.key.cmp(&b.0.vs.key));
-            for (_, via) in list.iter_mut() {
-                via.sort();
+    out.extend(tls.resources);
+    for (port, (mut vhosts, redirect)) in routes {
+        sort_vhosts(&mut vhosts);
+        let inputs = route_inputs.remove(&port).unwrap_or_default();
+        let name = format!("http.{port}");
+        out.push((
+            route::gateway_route_config(&name, port, &vhosts, &redirect, hashing),
+            inputs,
+        ));
+    }
+    Router {
+        resources: out,
+        errors: tls.errors,
+    }
+}
+
+/// Adds to `vhosts` the domains `server` of `gw` serves for the VirtualServices bound to
+/// it (recording them in `inputs`); the domains added.
+pub(crate) fn server_vhosts(
+    gw: &Gateway,
+    server: &GatewayServer,
+    vss: &[(&ConfigKey, &ResolvedVs)],
+    inputs: &mut BTreeSet<ConfigKey>,
+    vhosts: &mut route::GatewayVhosts,
+) -> Vec<String> {
+    let mut domains = Vec::new();
+    for (gw_key, rvs) in vss.iter().filter(|(k, _)| **k == gw.key) {
+        let vs_ns = &rvs.vs.key.namespace;
+        if !exported_to(&rvs.vs.export_to, vs_ns, &gw_key.namespace) {
+            continue;
+        }
+        for vs_host in &rvs.vs.hosts {
+            for server_host in &server.hosts {
+                if let Some(domain) = gateway_domain(server_host, &gw.key.namespace, vs_ns, vs_host)
+                {
+                    inputs.insert(rvs.vs.key.clone());
+                    add_via(vhosts.entry(domain.clone()).or_default(), rvs, &gw.key);
+                    domains.push(domain);
+                }
             }
         }
-        let inputs = route_inputs.remove(&port).unwrap_or_default();
-        out.push((route::gateway_route_config(port, &vhosts, hashing), inputs));
     }
-    out
+    domains
+}
+
+/// Each domain's VirtualServices in key order, each with its gateways sorted: the order
+/// routes are concatenated in, the same whichever order inputs arrived in.
+pub(crate) fn sort_vhosts(vhosts: &mut route::GatewayVhosts) {
+    for list in vhosts.values_mut() {
+        list.sort_by(|a, b| a.0.vs.key.cmp(&b.0.vs.key));
+        for (_, via) in list.iter_mut() {
+            via.sort();
+        }
+    }
 }
 
 /// A VirtualService reached through gateway `gw`, added to `list` once with every gateway
 /// it came through.
-fn add_via(list: &mut Vec<(ResolvedVs, Vec<String>)>, rvs: &ResolvedVs, gw: &ConfigKey) {
+pub(crate) fn add_via(list: &mut Vec<(ResolvedVs, Vec<String>)>, rvs: &ResolvedVs, gw: &ConfigKey) {
     let via = format!("{}/{}", gw.namespace, gw.name);
     match list.iter_mut().find(|(v, _)| v.vs.key == rvs.vs.key) {
         Some((_, gws)) if !gws.contains(&via) => gws.push(via),
@@ -209,6 +258,7 @@ fn gateway_tcp_listeners(
     gateways: &[&Gateway],
     vss: &[(&ConfigKey, &ResolvedVs)],
     http: &BTreeMap<(String, u16), BTreeSet<ConfigKey>>,
+    tls: &BTreeSet<(String, u16)>,
 ) -> Vec<(Resource, BTreeSet<ConfigKey>)> {
     type Servers = BTreeMap<(String, u16), (Vec<(ResolvedVs, Vec<String>)>, BTreeSet<ConfigKey>)>;
     let mut servers: Servers = BTreeMap::new();
@@ -216,7 +266,7 @@ fn gateway_tcp_listeners(
         for server in gw.servers.iter().filter(|s| s.protocol == Protocol::Tcp) {
             let addr = server.bind.clone().unwrap_or_else(|| "0.0.0.0".into());
             let key = (addr, server.port);
-            if http.contains_key(&key) {
+            if http.contains_key(&key) || tls.contains(&key) {
                 continue;
             }
             let (list, inputs) = servers.entry(key).or_default();

@@ -170,6 +170,7 @@ mod tests {
             export_to: vec![],
             http,
             tcp: vec![],
+            tls: vec![],
         }
     }
 

@@ -69,6 +69,7 @@ struct Sessions {
     gateways: InputSession<u64, (ConfigKey, Gateway), isize>,
     sidecars: InputSession<u64, (ConfigKey, Sidecar), isize>,
     proxies: InputSession<u64, (ProxyId, Proxy), isize>,
+    secrets: InputSession<u64, ((String, String), TlsSecret), isize>,
     mesh: InputSession<u64, MeshSettings, isize>,
     selections: InputSession<u64, (Hostname, WorkloadSelection), isize>,
 }
@@ -84,6 +85,9 @@ impl Sessions {
             Record::Gateway(g) => self.gateways.update((g.key.clone(), g), diff),
             Record::Sidecar(s) => self.sidecars.update((s.key.clone(), s), diff),
             Record::Proxy(p) => self.proxies.update((p.id.clone(), p), diff),
+            Record::Secret(s) => self
+                .secrets
+                .update(((s.key.namespace.clone(), s.key.name.clone()), s), diff),
             Record::Selection(h, sel) => self.selections.update((h, sel), diff),
             Record::Mesh(m) => self.mesh.update(m, diff),
         }
@@ -102,6 +106,7 @@ impl Sessions {
             gateways,
             sidecars,
             proxies,
+            secrets,
             mesh,
             selections
         );
@@ -144,6 +149,7 @@ impl Engine {
                         let (sidecars, s7) = scope.new_collection();
                         let (proxies, s8) = scope.new_collection();
                         let (mut mesh_input, s9) = scope.new_collection();
+                        let (secrets, s11) = scope.new_collection();
                         let (selections, s10) = scope.new_collection();
                         // The built-in settings are always there, below any configured
                         // ones: the mesh has settings before (and without) a mesh config.
@@ -161,6 +167,7 @@ impl Engine {
                                 gateways: s6,
                                 sidecars: s7,
                                 proxies: s8,
+                                secrets: s11,
                                 mesh: s9,
                                 selections: s10,
                             },
@@ -175,6 +182,7 @@ impl Engine {
                             gateways,
                             sidecars,
                             proxies,
+                            secrets,
                             mesh: mesh_input,
                             selections,
                         }

@@ -16,6 +16,7 @@ pub mod assemble;
 pub mod delegation;
 pub mod driver;
 pub mod flow;
+pub mod gateway_tls;
 pub mod materialize;
 pub mod model;
 pub mod naive;

@@ -71,7 +71,7 @@ impl TypeSet {
 #[derive(Debug)]
 struct ScopeSet {
     uid: u64,
-    types: [TypeSet; 4],
+    types: [TypeSet; ResourceType::COUNT],
     members: HashSet<ProxyId>,
 }
 
@@ -79,7 +79,7 @@ struct ScopeSet {
 struct ProxySet {
     uid: u64,
     scope: Option<ScopeKey>,
-    own: [TypeSet; 4],
+    own: [TypeSet; ResourceType::COUNT],
 }
 
 /// Where a stream last compared a proxy's resources of one type with what the client
@@ -150,7 +150,7 @@ impl Materialized {
             .collect();
         switching.sort();
         switching.dedup();
-        let before: HashMap<ProxyId, [BTreeMap<Name, Name>; 4]> = if changes {
+        let before: HashMap<ProxyId, [BTreeMap<Name, Name>; ResourceType::COUNT]> = if changes {
             switching
                 .iter()
                 .map(|p| {
@@ -225,7 +225,7 @@ impl Materialized {
         &mut self,
         diffs: &[((K, ResourceKey), isize)],
         cap: usize,
-        types: for<'m> fn(&'m mut Materialized, &K, bool) -> Option<&'m mut [TypeSet; 4]>,
+        types: for<'m> fn(&'m mut Materialized, &K, bool) -> Option<&'m mut [TypeSet; ResourceType::COUNT]>,
     ) -> HashMap<(K, ResourceType), Olds> {
         let mut olds: HashMap<(K, ResourceType), Olds> = HashMap::new();
         let retractions = diffs.iter().filter(|(_, d)| *d < 0);
@@ -256,7 +256,7 @@ impl Materialized {
     fn changes(
         &self,
         switching: &[ProxyId],
-        mut before: HashMap<ProxyId, [BTreeMap<Name, Name>; 4]>,
+        mut before: HashMap<ProxyId, [BTreeMap<Name, Name>; ResourceType::COUNT]>,
         scope_olds: HashMap<(ScopeKey, ResourceType), Olds>,
         own_olds: HashMap<(ProxyId, ResourceType), Olds>,
     ) -> Vec<(ProxyId, ResourceType, Vec<NameChange>)> {
@@ -397,7 +397,7 @@ fn scope_types<'m>(
     m: &'m mut Materialized,
     s: &ScopeKey,
     create: bool,
-) -> Option<&'m mut [TypeSet; 4]> {
+) -> Option<&'m mut [TypeSet; ResourceType::COUNT]> {
     if create {
         Some(&mut m.scope_entry(s).types)
     } else {
@@ -410,7 +410,7 @@ fn own_types<'m>(
     m: &'m mut Materialized,
     p: &ProxyId,
     create: bool,
-) -> Option<&'m mut [TypeSet; 4]> {
+) -> Option<&'m mut [TypeSet; ResourceType::COUNT]> {
     if create {
         Some(&mut m.proxy_entry(p).own)
     } else {

@@ -173,6 +173,8 @@ pub enum Kind {
     WorkloadEntry,
     /// Istio's mesh config (a file, or the `istio` ConfigMap's `mesh` key).
     MeshConfig,
+    /// A Kubernetes Secret holding TLS material (gateway `credentialName`).
+    Secret,
 }
 
 /// Identity of an input object: kind/namespace/name.
@@ -562,6 +564,27 @@ pub struct VirtualService {
     pub http: Vec<HttpRoute>,
     /// `tcp[]`: routes for the TCP ports of the hosts, in order (the first that matches wins).
     pub tcp: Vec<TcpRoute>,
+    /// `tls[]`: routes of TLS passthrough by SNI (gateways' PASSTHROUGH servers), in order.
+    #[serde(default)]
+    pub tls: Vec<TlsRoute>,
+}
+
+/// One `match` of a TLS route: the SNI names (required) and the TCP conditions.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct TlsMatch {
+    /// `sniHosts`, fully qualified as the VirtualService's hosts are.
+    pub sni_hosts: Vec<String>,
+    pub port: Option<u16>,
+    pub destination_subnets: Vec<String>,
+    pub gateways: Vec<String>,
+    pub source_namespace: Option<String>,
+}
+
+/// A VirtualService's `tls[]` route.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct TlsRoute {
+    pub matches: Vec<TlsMatch>,
+    pub route: Vec<RouteDestination>,
 }
 
 /// One `match` of a TCP route: every condition must hold. `sourceLabels` and
@@ -754,6 +777,84 @@ pub struct GatewayServer {
     pub bind: Option<String>,
     /// Hosts as `namespace/host` (`*/host` when the namespace was not given).
     pub hosts: Vec<String>,
+    /// `tls.httpsRedirect` on an HTTP server: every request is answered with a 301 to https.
+    #[serde(default)]
+    pub https_redirect: bool,
+    /// `tls` of an HTTPS or TLS server (boxed: most servers have none).
+    #[serde(default)]
+    pub tls: Option<Box<ServerTls>>,
+    /// The server's field (`spec.servers[1]`), for errors that name it.
+    #[serde(default)]
+    pub field: String,
+}
+
+/// How a gateway server treats TLS.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum ServerTlsMode {
+    /// Terminate with the server's certificate.
+    Simple,
+    /// Terminate, and require a client certificate signed by the server's CA bundle.
+    Mutual,
+    /// Route by SNI (VirtualService `tls[]` routes) without terminating.
+    Passthrough,
+}
+
+/// Where a terminating server's certificate comes from.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Credential {
+    /// `credentialName`: a Secret in the gateway workload's namespace, served over SDS.
+    Secret(String),
+    /// `serverCertificate`/`privateKey`/`caCertificates`: files the proxy reads itself.
+    Files {
+        cert: String,
+        key: String,
+        ca: Option<String>,
+    },
+}
+
+/// A gateway server's `tls` in a mode meshflow generates.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ServerTls {
+    pub mode: ServerTlsMode,
+    /// `None` only for PASSTHROUGH.
+    pub credential: Option<Credential>,
+    /// `minProtocolVersion`/`maxProtocolVersion` as Envoy's `TlsProtocol` numbers
+    /// (`TLSV1_2` is 3).
+    pub min_version: Option<i32>,
+    pub max_version: Option<i32>,
+    pub cipher_suites: Vec<String>,
+    /// MUTUAL: names a client certificate must carry (exact).
+    pub subject_alt_names: Vec<String>,
+}
+
+/// A TLS Secret (`kubernetes.io/tls` with `tls.crt`/`tls.key`/`ca.crt`, or Istio's generic
+/// form with `cert`/`key`/`cacert`), validated by the source: PEM that parses and a key
+/// that matches the certificate, or the reason it cannot be served.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct TlsSecret {
+    pub key: ConfigKey,
+    /// The certificate chain and key (`None`: a CA-only Secret, or an invalid one).
+    pub identity: Option<TlsIdentity>,
+    /// The CA bundle (PEM) clients are verified against.
+    pub ca: Option<String>,
+    /// Why the Secret cannot be served (not PEM, key does not match...).
+    pub problem: Option<String>,
+}
+
+/// A certificate chain with its private key.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct TlsIdentity {
+    pub cert_chain: String,
+    pub private_key: String,
+    /// SHA-256 of the leaf certificate's DER, hex: how the Secret is shown anywhere.
+    pub fingerprint: String,
+}
+
+/// Key material never reaches a log or a debug answer through `{:?}`.
+impl std::fmt::Debug for TlsIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "TlsIdentity(sha256:{}, key redacted)", self.fingerprint)
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -872,6 +973,7 @@ pub enum Record {
     Gateway(Gateway),
     Sidecar(Sidecar),
     Proxy(Proxy),
+    Secret(TlsSecret),
     /// A ServiceEntry host's `workloadSelector`.
     Selection(Hostname, WorkloadSelection),
     /// The mesh config in effect (one per layer). Keep it the last variant: records sort by
@@ -886,14 +988,20 @@ pub enum ResourceType {
     Endpoint,
     Listener,
     Route,
+    /// SDS: TLS certificates and validation contexts, by name (`kubernetes://NAME`).
+    Secret,
 }
 
 impl ResourceType {
-    pub const ALL: [ResourceType; 4] = [
+    /// How many types there are: the length of per-type arrays.
+    pub const COUNT: usize = 5;
+
+    pub const ALL: [ResourceType; ResourceType::COUNT] = [
         ResourceType::Cluster,
         ResourceType::Endpoint,
         ResourceType::Listener,
         ResourceType::Route,
+        ResourceType::Secret,
     ];
 
     /// Position in [`ResourceType::ALL`]: the index of per-type arrays.
@@ -903,6 +1011,7 @@ impl ResourceType {
             ResourceType::Endpoint => 1,
             ResourceType::Listener => 2,
             ResourceType::Route => 3,
+            ResourceType::Secret => 4,
         }
     }
 
@@ -914,6 +1023,9 @@ impl ResourceType {
             }
             ResourceType::Listener => "type.googleapis.com/envoy.config.listener.v3.Listener",
             ResourceType::Route => "type.googleapis.com/envoy.config.route.v3.RouteConfiguration",
+            ResourceType::Secret => {
+                "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
+            }
         }
     }
 
@@ -927,6 +1039,7 @@ impl ResourceType {
             ResourceType::Endpoint => "EDS",
             ResourceType::Listener => "LDS",
             ResourceType::Route => "RDS",
+            ResourceType::Secret => "SDS",
         }
     }
 }
@@ -1005,6 +1118,11 @@ pub enum ErrorCode {
     VirtualServiceConflict,
     /// A route delegates to a VirtualService that does not exist or has hosts.
     DelegateNotFound,
+    /// A gateway server's certificate Secret is missing, in another namespace, or invalid.
+    GatewaySecret,
+    /// A VirtualService `tls[]` route a gateway server cannot take (its SNI names are not
+    /// among the server's hosts).
+    TlsRouteUnmatched,
 }
 
 impl ErrorCode {
@@ -1022,6 +1140,8 @@ impl ErrorCode {
             ErrorCode::VirtualServiceConflict => {
                 ("MF0007", "ConflictingMeshGatewayVirtualServiceHosts")
             }
+            ErrorCode::GatewaySecret => ("MF0008", "InvalidGatewayCredential"),
+            ErrorCode::TlsRouteUnmatched => ("MF0009", "TlsRouteNotServed"),
         }
     }
 }

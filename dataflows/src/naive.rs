@@ -31,6 +31,7 @@ struct View<'a> {
     gateways: BTreeMap<&'a ConfigKey, &'a Gateway>,
     sidecars: Vec<&'a Sidecar>,
     proxies: Vec<&'a Proxy>,
+    secrets: Vec<&'a TlsSecret>,
     /// The mesh settings in effect.
     mesh: MeshSettings,
 }
@@ -48,6 +49,7 @@ impl<'a> View<'a> {
             gateways: BTreeMap::new(),
             sidecars: Vec::new(),
             proxies: Vec::new(),
+            secrets: Vec::new(),
         };
         // Records iterate in order, so the first service per host is the least one.
         for r in &snap.records {
@@ -64,6 +66,7 @@ impl<'a> View<'a> {
                 }
                 Record::Sidecar(s) => v.sidecars.push(s),
                 Record::Proxy(p) => v.proxies.push(p),
+                Record::Secret(s) => v.secrets.push(s),
                 Record::Selection(h, sel) => v.selections.push((h, sel)),
                 Record::Mesh(_) => {}
             }
@@ -317,7 +320,7 @@ pub fn compute(mesh: &MeshConfig, snap: &Snapshot) -> ProxyConfigs {
                     v.mesh.connect_timeout_ms,
                 ));
             }
-            ScopeKey::Router { gateways, .. } => res.extend(router(&v, s, gateways)),
+            ScopeKey::Router { gateways, namespace } => res.extend(router(&v, s, namespace, gateways)),
         }
         // A proxy that holds nothing (a proxyless client seeing no service) has no entry,
         // as in the dataflow's output, which only knows proxies through their resources.
@@ -543,8 +546,9 @@ fn inbound(
     res
 }
 
-/// A router scope's listeners and routes, from the Gateways selecting it.
-fn router(v: &View, s: &ScopeKey, gateways: &[ConfigKey]) -> Vec<Resource> {
+/// A router scope's listeners, routes and secrets, from the Gateways selecting it and the
+/// Secrets of its namespace.
+fn router(v: &View, s: &ScopeKey, namespace: &str, gateways: &[ConfigKey]) -> Vec<Resource> {
     let gws: Vec<&Gateway> = gateways
         .iter()
         .filter_map(|k| v.gateways.get(k).copied())
@@ -562,7 +566,14 @@ fn router(v: &View, s: &ScopeKey, gateways: &[ConfigKey]) -> Vec<Resource> {
         })
         .collect();
     let pairs: Vec<(&ConfigKey, &ResolvedVs)> = resolved.iter().map(|(g, r)| (g, r)).collect();
-    assemble::router_resources(&gws, &pairs, &v.hashing(s))
+    let secrets: Vec<&TlsSecret> = v
+        .secrets
+        .iter()
+        .copied()
+        .filter(|s| s.key.namespace == namespace)
+        .collect();
+    assemble::router_resources(namespace, &gws, &pairs, &secrets, &v.hashing(s))
+        .resources
         .into_iter()
         .map(|(r, _)| r)
         .collect()

@@ -134,6 +134,9 @@ pub fn gateway(mesh: &MeshConfig) -> Gateway {
             protocol: Protocol::Http,
             bind: None,
             hosts: vec!["*/*".into()],
+            https_redirect: false,
+            tls: None,
+            field: "spec.servers[0]".into(),
         }],
     }
 }
@@ -147,6 +150,7 @@ pub fn gateway_vs(s: usize, shape: &Shape, mesh: &MeshConfig) -> VirtualService 
         gateways: vec![format!("{}/{GATEWAY_NAME}", mesh.root_namespace)],
         export_to: vec![],
         tcp: vec![],
+        tls: vec![],
         http: vec![HttpRoute {
             name: None,
             matches: vec![],
@@ -297,6 +301,7 @@ pub fn vs(s: usize, v1_weight: u32, shape: &Shape, mesh: &MeshConfig) -> Virtual
         gateways: vec![],
         export_to: vec![],
         tcp: vec![],
+        tls: vec![],
         http: vec![HttpRoute {
             name: None,
             matches: vec![],

@@ -204,13 +204,28 @@ fn random_record(rng: &mut StdRng, slot: usize) -> Record {
                     },
                 ],
             };
+            let vs_host = if rng.random_bool(0.5) {
+                "*".to_string()
+            } else {
+                host(&svc_name, ns)
+            };
+            // Passthrough routes by SNI: the VirtualService's host, or a name no server
+            // serves (an error, no chain).
+            let tls = match rng.random_range(0..3) {
+                0 => vec![],
+                _ => vec![TlsRoute {
+                    matches: vec![TlsMatch {
+                        sni_hosts: vec![pick(rng, &[vs_host.as_str(), "nowhere.example"]).into()],
+                        port: rng.random_bool(0.3).then_some(8444),
+                        ..Default::default()
+                    }],
+                    route: vec![dest(Some("v1"), w), dest(Some("v2"), 100 - w)],
+                }],
+            };
             let mut vs = VirtualService {
                 key: ConfigKey::new(Kind::VirtualService, ns, format!("vs{}", slot % 3)),
-                hosts: vec![if rng.random_bool(0.5) {
-                    "*".to_string()
-                } else {
-                    host(&svc_name, ns)
-                }],
+                tls,
+                hosts: vec![vs_host.clone()],
                 gateways: match rng.random_range(0..3) {
                     0 => vec![],
                     1 => vec![format!("{ns}/gw")],
@@ -251,6 +266,7 @@ fn random_record(rng: &mut StdRng, slot: usize) -> Record {
                     vs.hosts.clear();
                     vs.gateways.clear();
                     vs.tcp.clear();
+                    vs.tls.clear();
                     vs.http[1].matches[0].uri =
                         Some(StringMatch::Prefix(pick(rng, &["/r/a", "/x"]).to_string()));
                     if rng.random_bool(0.3) {
@@ -295,7 +311,33 @@ fn random_record(rng: &mut StdRng, slot: usize) -> Record {
                 })
                 .collect(),
         }),
-        5 => Record::Gateway(Gateway {
+        5 => {
+            let tls_server = rng.random_bool(0.6).then(|| {
+                    // A TLS server: terminating with a Secret (SIMPLE or MUTUAL) or passthrough.
+                    let mode = pick(
+                        rng,
+                        &[ServerTlsMode::Simple, ServerTlsMode::Mutual, ServerTlsMode::Passthrough],
+                    );
+                    GatewayServer {
+                        port: pick(rng, &[8443u16, 8444]),
+                        port_name: "https".into(),
+                        protocol: Protocol::Tls,
+                        bind: None,
+                        hosts: vec![pick(rng, &["*/*", "./*", "default/*"]).to_string()],
+                        https_redirect: false,
+                        tls: Some(Box::new(ServerTls {
+                            mode,
+                            credential: (mode != ServerTlsMode::Passthrough)
+                                .then(|| Credential::Secret(pick(rng, &["cred", "other"]).into())),
+                            min_version: None,
+                            max_version: None,
+                            cipher_suites: vec![],
+                            subject_alt_names: vec![],
+                        })),
+                        field: "spec.servers[2]".into(),
+                    }
+            });
+            Record::Gateway(Gateway {
             key: ConfigKey::new(Kind::Gateway, pick(rng, &["default", "istio-system"]), "gw"),
             selector: labels(&[("istio", "ingressgateway")]),
             servers: std::iter::once(Protocol::Http)
@@ -306,9 +348,14 @@ fn random_record(rng: &mut StdRng, slot: usize) -> Record {
                     protocol,
                     bind: None,
                     hosts: vec![pick(rng, &["*/*", "./*", "default/*"]).to_string()],
+                    https_redirect: protocol == Protocol::Http && rng.random_bool(0.3),
+                    tls: None,
+                    field: String::new(),
                 })
+                .chain(tls_server)
                 .collect(),
-        }),
+            })
+        }
         6 => {
             let sel = rng.random_bool(0.5).then(|| labels(&[("app", "client")]));
             Record::Sidecar(Sidecar {
@@ -364,6 +411,28 @@ fn random_record(rng: &mut StdRng, slot: usize) -> Record {
                         },
                     ],
                 },
+            })
+        }
+        8 if rng.random_bool(0.4) => {
+            // TLS Secrets gateways name: valid, CA-only, or unusable, in the router's
+            // namespace or another, and the `-cacert` companion.
+            let id = |fp: &str| TlsIdentity {
+                cert_chain: format!("CERT {fp}"),
+                private_key: format!("KEY {fp}"),
+                fingerprint: fp.into(),
+            };
+            let name = pick(rng, &["cred", "cred-cacert", "other"]);
+            let (identity, ca, problem) = match rng.random_range(0..4) {
+                0 => (Some(id(pick(rng, &["fp1", "fp2"]))), None, None),
+                1 => (Some(id("fp3")), Some("CA 1".to_string()), None),
+                2 => (None, Some(pick(rng, &["CA 1", "CA 2"]).to_string()), None),
+                _ => (None, None, Some("tls.key does not match".to_string())),
+            };
+            Record::Secret(TlsSecret {
+                key: ConfigKey::new(Kind::Secret, pick(rng, &["istio-system", "default"]), name),
+                identity,
+                ca,
+                problem,
             })
         }
         7 if rng.random_bool(0.5) => {
@@ -438,6 +507,7 @@ fn identity(r: &Record) -> String {
         Record::Gateway(g) => format!("gw/{}", g.key),
         Record::Sidecar(s) => format!("sc/{}", s.key),
         Record::Proxy(p) => format!("px/{}", p.id),
+        Record::Secret(s) => format!("secret/{}", s.key),
         Record::Selection(h, s) => format!("sel/{h}/{}", s.origin),
         // One mesh config, as a mesh config source holds.
         Record::Mesh(_) => "mesh".into(),

@@ -27,6 +27,8 @@ struct Mesh {
     materialized: Materialized,
     held: BTreeMap<(ProxyId, ResourceKey), isize>,
     bodies: BTreeMap<(ResourceType, String, String), (Resource, isize)>,
+    /// The config errors in effect.
+    errors: BTreeMap<ConfigError, isize>,
 }
 
 impl Mesh {
@@ -37,6 +39,7 @@ impl Mesh {
             materialized: Materialized::default(),
             held: BTreeMap::new(),
             bodies: BTreeMap::new(),
+            errors: BTreeMap::new(),
         }
     }
 
@@ -74,6 +77,10 @@ impl Mesh {
             e.1 += d;
         }
         self.bodies.retain(|_, (_, c)| *c != 0);
+        for (e, d) in out.errors {
+            *self.errors.entry(e).or_insert(0) += d;
+        }
+        self.errors.retain(|_, c| *c != 0);
         diffs.sort();
         diffs
     }
@@ -298,6 +305,9 @@ fn gateway(
                 protocol: Protocol::Http,
                 bind: bind.map(String::from),
                 hosts: vec!["*/*".into()],
+                https_redirect: false,
+                tls: None,
+                field: String::new(),
             })
             .collect(),
     })
@@ -311,6 +321,7 @@ fn virtual_service(ns: &str, name: &str, hosts: &[&str], gateways: &[&str], dest
         gateways: gateways.iter().map(|g| g.to_string()).collect(),
         export_to: vec![],
         tcp: vec![],
+        tls: vec![],
         http: vec![HttpRoute {
             name: None,
             matches: vec![],
@@ -1229,4 +1240,193 @@ fn endpoint_change_touches_only_its_load_assignments() {
     );
     assert_eq!(m.eds_addresses(&a, &v1), set(&["10.0.0.3:9080"]));
     assert_eq!(m.eds_addresses(&a, &v2), set(&["10.0.0.1:9080"]));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Gateway TLS: Secrets over SDS, fail closed
+// ---------------------------------------------------------------------------------------------
+
+/// A Secret with certificate `fp` (none when `fp` is empty or with a `problem`).
+fn tls_secret(ns: &str, name: &str, fp: &str, ca: Option<&str>, problem: Option<&str>) -> Record {
+    Record::Secret(TlsSecret {
+        key: ConfigKey::new(Kind::Secret, ns, name),
+        identity: (problem.is_none() && !fp.is_empty()).then(|| TlsIdentity {
+            cert_chain: format!("CERT {fp}"),
+            private_key: format!("KEY {fp}"),
+            fingerprint: fp.into(),
+        }),
+        ca: ca.map(String::from),
+        problem: problem.map(String::from),
+    })
+}
+
+/// Gateway `istio-system/tls`: an HTTPS server on 443 for `web.example.com` with `mode`
+/// and credential `cred`, and a PASSTHROUGH server on 9443 for `*.example.com`.
+fn tls_gateway(mode: ServerTlsMode) -> Record {
+    let server = |port, mode, credential: Option<&str>, host: &str, field: &str| GatewayServer {
+        port,
+        port_name: "https".into(),
+        protocol: Protocol::Tls,
+        bind: None,
+        hosts: vec![format!("*/{host}")],
+        https_redirect: false,
+        tls: Some(Box::new(ServerTls {
+            mode,
+            credential: credential.map(|c| Credential::Secret(c.into())),
+            min_version: None,
+            max_version: None,
+            cipher_suites: vec![],
+            subject_alt_names: vec![],
+        })),
+        field: field.into(),
+    };
+    Record::Gateway(Gateway {
+        key: ConfigKey::new(Kind::Gateway, "istio-system", "tls"),
+        selector: labels(&[("istio", "ingressgateway")]),
+        servers: vec![
+            server(443, mode, Some("cred"), "web.example.com", "spec.servers[0]"),
+            server(9443, ServerTlsMode::Passthrough, None, "*.example.com", "spec.servers[1]"),
+        ],
+    })
+}
+
+/// A VirtualService bound to the TLS gateway passing `sni` through to `dest`.
+fn tls_route_vs(name: &str, host: &str, sni: &str, dest: &str) -> Record {
+    Record::VirtualService(VirtualService {
+        key: ConfigKey::new(Kind::VirtualService, "default", name),
+        hosts: vec![host.into()],
+        gateways: vec!["istio-system/tls".into()],
+        export_to: vec![],
+        http: vec![],
+        tcp: vec![],
+        tls: vec![TlsRoute {
+            matches: vec![TlsMatch {
+                sni_hosts: vec![sni.into()],
+                ..Default::default()
+            }],
+            route: vec![RouteDestination {
+                headers: Default::default(),
+                host: dest.into(),
+                subset: None,
+                port: Some(443),
+                weight: 100,
+            }],
+        }],
+    })
+}
+
+fn gateway_errors(m: &Mesh, code: ErrorCode) -> Vec<String> {
+    m.errors
+        .keys()
+        .filter(|e| e.code == code)
+        .map(|e| format!("{}: {}", e.object, e.message))
+        .collect()
+}
+
+/// Proves that an HTTPS server is generated only with a usable Secret of the gateway
+/// workload's namespace: missing (or only in another namespace) or unusable, the listener
+/// has no chain for it and an error names the Gateway, the field and the Secret; creating
+/// the Secret heals it, and replacing its certificate changes the SDS secret alone.
+#[test]
+fn https_server_needs_a_usable_secret_of_the_gateway_namespace() {
+    let mut m = Mesh::new();
+    let gw = router_proxy("gw-1", "istio-system", "10.0.0.9", &[("istio", "ingressgateway")]);
+    m.insert(vec![px(&gw), tls_gateway(ServerTlsMode::Simple)]);
+    assert!(!m.listeners(&gw).contains("0.0.0.0_443"), "{:?}", m.listeners(&gw));
+    let errors = gateway_errors(&m, ErrorCode::GatewaySecret);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].contains("Gateway/istio-system/tls")
+            && errors[0].contains("spec.servers[0].tls.credentialName")
+            && errors[0].contains("Secret istio-system/cred does not exist"),
+        "{errors:?}"
+    );
+
+    // In another namespace: still not used.
+    m.insert(vec![tls_secret("default", "cred", "fp1", None, None)]);
+    assert!(!m.listeners(&gw).contains("0.0.0.0_443"));
+    assert_eq!(gateway_errors(&m, ErrorCode::GatewaySecret).len(), 1);
+
+    // Unusable (its key does not match): the error says why.
+    let bad = tls_secret("istio-system", "cred", "", None, Some("tls.key does not match"));
+    m.insert(vec![bad.clone()]);
+    assert!(!m.listeners(&gw).contains("0.0.0.0_443"));
+    let errors = gateway_errors(&m, ErrorCode::GatewaySecret);
+    assert!(errors[0].contains("cannot be served: tls.key does not match"), "{errors:?}");
+
+    // Fixed: the listener, the server's route configuration and the SDS secret appear.
+    let good = tls_secret("istio-system", "cred", "fp1", None, None);
+    m.replace(bad, good.clone());
+    assert!(m.listeners(&gw).contains("0.0.0.0_443"));
+    assert!(m.routes(&gw).contains("https.443.https.tls.istio-system"));
+    assert_eq!(
+        m.names(&gw, ResourceType::Secret),
+        BTreeSet::from(["kubernetes://cred".to_string()])
+    );
+    assert!(gateway_errors(&m, ErrorCode::GatewaySecret).is_empty());
+
+    // Rotation: only the SDS secret changes.
+    let diffs = m.replace(good, tls_secret("istio-system", "cred", "fp2", None, None));
+    let changed: BTreeSet<(ResourceType, String)> = diffs
+        .iter()
+        .map(|((_, k), _)| (k.rtype, k.name.clone()))
+        .collect();
+    assert_eq!(
+        changed,
+        BTreeSet::from([(ResourceType::Secret, "kubernetes://cred".to_string())]),
+        "{diffs:?}"
+    );
+}
+
+/// Proves that MUTUAL takes its CA from the Secret's own `ca.crt`, else from the
+/// `NAME-cacert` companion Secret, and fails closed without one.
+#[test]
+fn mutual_server_takes_its_ca_from_the_secret_or_its_cacert_companion() {
+    let mut m = Mesh::new();
+    let gw = router_proxy("gw-1", "istio-system", "10.0.0.9", &[("istio", "ingressgateway")]);
+    m.insert(vec![
+        px(&gw),
+        tls_gateway(ServerTlsMode::Mutual),
+        tls_secret("istio-system", "cred", "fp1", None, None),
+    ]);
+    assert!(!m.listeners(&gw).contains("0.0.0.0_443"));
+    let errors = gateway_errors(&m, ErrorCode::GatewaySecret);
+    assert!(errors[0].contains("no CA certificate"), "{errors:?}");
+    m.insert(vec![tls_secret("istio-system", "cred-cacert", "", Some("CA"), None)]);
+    assert!(m.listeners(&gw).contains("0.0.0.0_443"), "{:?}", m.errors);
+    assert_eq!(
+        m.names(&gw, ResourceType::Secret),
+        BTreeSet::from([
+            "kubernetes://cred".to_string(),
+            "kubernetes://cred-cacert".to_string()
+        ])
+    );
+}
+
+/// Proves that PASSTHROUGH servers get a chain per `tls[]` route whose SNI names they
+/// serve, and a route naming none of its hosts gets no chain and an error naming it.
+#[test]
+fn passthrough_routes_by_sni_within_the_server_hosts() {
+    let mut m = Mesh::new();
+    let gw = router_proxy("gw-1", "istio-system", "10.0.0.9", &[("istio", "ingressgateway")]);
+    m.insert(vec![
+        px(&gw),
+        tls_gateway(ServerTlsMode::Simple),
+        service("a", "default"),
+        tls_route_vs("off", "*", "a.other.org", "a.default.svc.cluster.local"),
+    ]);
+    assert!(!m.listeners(&gw).contains("0.0.0.0_9443"), "no route: no listener");
+    let errors = gateway_errors(&m, ErrorCode::TlsRouteUnmatched);
+    assert!(
+        errors.iter().any(|e| e.contains("VirtualService/default/off")
+            && e.contains("spec.tls[0].match[0].sniHosts")),
+        "{errors:?}"
+    );
+    m.insert(vec![tls_route_vs(
+        "on",
+        "a.example.com",
+        "a.example.com",
+        "a.default.svc.cluster.local",
+    )]);
+    assert!(m.listeners(&gw).contains("0.0.0.0_9443"));
 }

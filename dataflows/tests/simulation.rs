@@ -148,6 +148,7 @@ fn reviews_vs(gateways: &[&str], hosts: &[&str]) -> Record {
         gateways: gateways.iter().map(|g| g.to_string()).collect(),
         export_to: vec![],
         tcp: vec![],
+        tls: vec![],
         http: vec![
             route("jason", Some(jason), vec![dest("reviews", "v2", 100)]),
             split,
@@ -350,6 +351,9 @@ fn gateway_routes_by_host_and_answers_404_otherwise() {
             protocol: Protocol::Http,
             bind: None,
             hosts: vec!["*/*".into()],
+            https_redirect: false,
+            tls: None,
+            field: String::new(),
         }],
     });
     let mut vs = reviews_vs(&["default/gw"], &["reviews.example.com"]);

@@ -178,10 +178,10 @@ pub struct Held {
 /// Counts of what was received, per type (CDS, EDS, LDS, RDS).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Counters {
-    pub messages: [u64; 4],
-    pub resources: [u64; 4],
-    pub removed: [u64; 4],
-    pub bytes: [u64; 4],
+    pub messages: [u64; ResourceType::COUNT],
+    pub resources: [u64; ResourceType::COUNT],
+    pub removed: [u64; ResourceType::COUNT],
+    pub bytes: [u64; ResourceType::COUNT],
 }
 
 impl Counters {
@@ -217,7 +217,7 @@ impl Counters {
     }
 
     pub fn json(&self) -> serde_json::Value {
-        let per = |a: &[u64; 4]| serde_json::json!({"CDS": a[0], "EDS": a[1], "LDS": a[2], "RDS": a[3], "total": a.iter().sum::<u64>()});
+        let per = |a: &[u64; ResourceType::COUNT]| serde_json::json!({"CDS": a[0], "EDS": a[1], "LDS": a[2], "RDS": a[3], "total": a.iter().sum::<u64>()});
         serde_json::json!({
             "messages": per(&self.messages),
             "resources": per(&self.resources),
@@ -231,9 +231,9 @@ impl Counters {
 #[derive(Debug, Default)]
 pub struct ProxyState {
     /// Per type: name → version held and its arrival.
-    pub held: [HashMap<String, Held>; 4],
+    pub held: [HashMap<String, Held>; ResourceType::COUNT],
     /// Per type: name → when it was last removed (by the server or by unsubscribing).
-    pub removed_at: [HashMap<String, Instant>; 4],
+    pub removed_at: [HashMap<String, Instant>; ResourceType::COUNT],
     pub counters: Counters,
     pub connected_at: Option<Instant>,
     /// When it first held CDS, LDS and every EDS/RDS name it subscribed to.
@@ -243,14 +243,14 @@ pub struct ProxyState {
     pub error: Option<String>,
     /// Per type: name → the body held, kept only when asked ([`Loadgen::start_nodes`]): a
     /// bench's thousands of proxies would each copy what the server shares.
-    pub bodies: Option<[HashMap<String, Vec<u8>>; 4]>,
+    pub bodies: Option<[HashMap<String, Vec<u8>>; ResourceType::COUNT]>,
     /// Delta resources whose version is not the content hash of their body.
     pub version_mismatches: u64,
     /// Responses whose type URL or body could not be read.
     pub undecodable: u64,
     eds_subscribed: BTreeSet<String>,
     rds_subscribed: BTreeSet<String>,
-    got: [bool; 4],
+    got: [bool; ResourceType::COUNT],
 }
 
 impl ProxyState {
@@ -663,6 +663,9 @@ fn name_of(t: ResourceType, body: &[u8]) -> Option<String> {
             .map(|c| c.cluster_name),
         ResourceType::Listener => Listener::decode(body).ok().map(|l| l.name),
         ResourceType::Route => RouteConfiguration::decode(body).ok().map(|r| r.name),
+        ResourceType::Secret => envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::Secret::decode(body)
+            .ok()
+            .map(|s| s.name),
     }
 }
 
@@ -916,7 +919,7 @@ async fn run_sotw(
         .into_inner();
     h.lock().connected_at = Some(Instant::now());
     let mut derived = Derived::default();
-    let mut types: [SotwType; 4] = Default::default();
+    let mut types: [SotwType; ResourceType::COUNT] = Default::default();
     let mut lds_requested = false;
     while let Some(resp) = inbound
         .message()

@@ -148,7 +148,7 @@ fn redirects_and_direct_responses_are_routes_of_their_own() {
 #[test]
 fn tcp_routes_are_translated_and_tls_routes_warned() {
     let doc = format!(
-        "{VS}  tcp:\n  - match: [{{port: 27017, destinationSubnets: [10.1.2.3/16], gateways: [mesh], sourceNamespace: ns}}]\n    route:\n    - destination: {{host: mongo, subset: v1}}\n      weight: 30\n    - destination: {{host: mongo, subset: v2}}\n      weight: 70\n  tls:\n  - match: [{{sniHosts: [a.com]}}]\n    route: [{{destination: {{host: a.com}}}}]\n"
+        "{VS}  tcp:\n  - match: [{{port: 27017, destinationSubnets: [10.1.2.3/16], gateways: [mesh], sourceNamespace: ns}}]\n    route:\n    - destination: {{host: mongo, subset: v1}}\n      weight: 30\n    - destination: {{host: mongo, subset: v2}}\n      weight: 70\n  tls:\n  - match: [{{sniHosts: [reviews]}}]\n    route: [{{destination: {{host: reviews}}}}]\n"
     );
     let p = parse(&doc);
     assert_eq!(fields(&p, Level::Warning), vec!["spec.tls"]);
@@ -342,27 +342,81 @@ fn tls_that_cannot_be_generated_fails_the_clusters_closed() {
 
 #[test]
 fn gateway_servers_not_generated_are_errors_and_left_out() {
-    let doc = "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: g, namespace: ns}\nspec:\n  selector: {istio: ingressgateway}\n  servers:\n  - port: {number: 80, name: http, protocol: HTTP}\n    hosts: ['*']\n  - port: {number: 443, name: https, protocol: HTTPS}\n    hosts: ['*']\n    tls: {mode: SIMPLE, credentialName: cert}\n  - port: {number: 8080, name: http2, protocol: HTTP}\n    hosts: ['*']\n    tls: {httpsRedirect: true}\n  - port: {number: 15443, name: tls, protocol: TLS}\n    hosts: ['*']\n  - port: {number: 31400, name: tcp, protocol: TCP}\n    hosts: ['*']\n  - port: {number: 31401, name: tcp-tls, protocol: TCP}\n    hosts: ['*']\n    tls: {mode: SIMPLE, credentialName: cert}\n  - port: {number: 80, name: tcp-clash, protocol: TCP}\n    hosts: ['*']\n";
+    let doc = "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: g, namespace: ns}\nspec:\n  selector: {istio: ingressgateway}\n  servers:\n  - port: {number: 80, name: http, protocol: HTTP}\n    hosts: ['*']\n  - port: {number: 443, name: https, protocol: HTTPS}\n    hosts: ['*']\n    tls: {mode: SIMPLE, credentialName: cert, minProtocolVersion: TLSV1_2, cipherSuites: [TLS_AES_128_GCM_SHA256, ECDHE-RSA-AES128-GCM-SHA256]}\n  - port: {number: 8080, name: http2, protocol: HTTP}\n    hosts: ['*']\n    tls: {httpsRedirect: true}\n  - port: {number: 15443, name: tls, protocol: TLS}\n    hosts: ['*']\n    tls: {mode: ISTIO_MUTUAL}\n  - port: {number: 31400, name: tcp, protocol: TCP}\n    hosts: ['*']\n  - port: {number: 31401, name: tcp-tls, protocol: TCP}\n    hosts: ['*']\n    tls: {mode: SIMPLE, credentialName: cert}\n  - port: {number: 80, name: tcp-clash, protocol: TCP}\n    hosts: ['*']\n  - port: {number: 15444, name: tls-term, protocol: TLS}\n    hosts: ['*']\n    tls: {mode: SIMPLE, credentialName: cert}\n  - port: {number: 15445, name: tls-pass, protocol: TLS}\n    hosts: ['*']\n    tls: {mode: PASSTHROUGH, caCrl: /crl.pem}\n";
     let p = parse(doc);
     let Record::Gateway(g) = &p.records[0] else {
         panic!()
     };
     assert_eq!(
         g.servers.iter().map(|s| s.port).collect::<Vec<_>>(),
-        vec![80, 31400],
-        "plaintext HTTP and TCP servers"
+        vec![80, 443, 8080, 31400],
+        "HTTP, HTTPS (SIMPLE), HTTP with httpsRedirect and TCP servers"
     );
+    let https = g.servers[1].tls.as_deref().unwrap();
+    assert_eq!(https.mode, dataflows::model::ServerTlsMode::Simple);
     assert_eq!(
-        fields(&p, Level::Error),
+        https.credential,
+        Some(dataflows::model::Credential::Secret("cert".into()))
+    );
+    assert_eq!(https.min_version, Some(3));
+    assert_eq!(https.cipher_suites, vec!["ECDHE-RSA-AES128-GCM-SHA256"]);
+    assert!(g.servers[2].https_redirect);
+    assert_eq!(g.servers[1].field, "spec.servers[1]");
+    let mut errors = fields(&p, Level::Error);
+    errors.sort();
+    assert_eq!(
+        errors,
         vec![
-            "spec.servers[1]",
-            "spec.servers[2]",
-            "spec.servers[3]",
-            "spec.servers[5]",
-            "spec.servers[6]"
+            "spec.servers[3].tls.mode",
+            "spec.servers[5].tls",
+            "spec.servers[6]",
+            "spec.servers[7].tls.mode",
+            "spec.servers[8].tls.caCrl",
         ]
     );
-    assert!(p.findings[0].message.contains("HTTPS server with tls"));
+    assert_eq!(fields(&p, Level::Warning), vec!["spec.servers[1].tls.cipherSuites"]);
+}
+
+#[test]
+fn gateway_tls_rejected_where_istio_rejects_it() {
+    let gw = |server: &str| {
+        format!("apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {{name: g, namespace: ns}}\nspec:\n  selector: {{istio: ingressgateway}}\n  servers:\n  - {server}\n")
+    };
+    for (server, field) in [
+        ("{port: {number: 443, name: https, protocol: HTTPS}, hosts: ['*']}", "spec.servers[0].tls"),
+        (
+            "{port: {number: 443, name: https, protocol: HTTPS}, hosts: ['*'], tls: {mode: SIMPLE}}",
+            "spec.servers[0].tls",
+        ),
+        (
+            "{port: {number: 443, name: https, protocol: HTTPS}, hosts: ['*'], tls: {mode: MUTUAL, serverCertificate: /c, privateKey: /k}}",
+            "spec.servers[0].tls.caCertificates",
+        ),
+        (
+            "{port: {number: 443, name: https, protocol: HTTPS}, hosts: ['*'], tls: {mode: SIMPLE, credentialName: c, minProtocolVersion: TLSV9}}",
+            "spec.servers[0].tls.minProtocolVersion",
+        ),
+    ] {
+        let e = parse_document(&gw(server), &MeshConfig::default()).unwrap_err();
+        assert_eq!(e.field, field, "{server}: {e}");
+    }
+}
+
+#[test]
+fn tls_routes_are_read_with_their_sni_hosts_within_the_virtual_service_hosts() {
+    let vs = |sni: &str| {
+        format!("apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: v, namespace: ns}}\nspec:\n  hosts: [a.example.com]\n  gateways: [gw]\n  tls:\n  - match: [{{sniHosts: [{sni}], port: 443}}]\n    route:\n    - destination: {{host: a.internal, port: {{number: 443}}}}\n")
+    };
+    let p = parse(&vs("a.example.com"));
+    let Record::VirtualService(v) = &p.records[0] else {
+        panic!()
+    };
+    assert_eq!(v.tls.len(), 1);
+    assert_eq!(v.tls[0].matches[0].sni_hosts, vec!["a.example.com"]);
+    assert_eq!(v.tls[0].matches[0].port, Some(443));
+    assert!(p.findings.is_empty(), "{:?}", p.findings);
+    let e = parse_document(&vs("b.example.com"), &MeshConfig::default()).unwrap_err();
+    assert_eq!(e.field, "spec.tls[0].match[0].sniHosts[0]");
 }
 
 #[test]

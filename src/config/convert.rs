@@ -216,6 +216,7 @@ pub fn convert(
         Kind::WorkloadEntry => workload_entry(key, &value, &mut f),
         // Read by `config::mesh`, never as an object of a config directory.
         Kind::MeshConfig => Ok(Vec::new()),
+        Kind::Secret => super::secret::secret(key, &value),
     }?;
     Ok((records, f))
 }
@@ -568,6 +569,17 @@ fn routes_not_generated(ignored: &[FieldPath], findings: &mut Vec<Finding>) -> N
     report_ignored(ignored, findings, |p| {
         // A TCP route whose match reads a condition meshflow cannot honour (`sourceLabels`,
         // `sourceSubnet`, a misspelt one) would match more connections than written.
+        if let (Some(ri), Some("match")) = (p.index_under("tls"), p.key_at(2)) {
+            out.tls.push(ri);
+            return Some(Finding::error(
+                p.to_string(),
+                format!(
+                    "this match condition is not supported by meshflow yet; the route \
+                     spec.tls[{ri}] is not generated, so it never matches more connections \
+                     than written"
+                ),
+            ));
+        }
         if let (Some(ri), Some("match")) = (p.index_under("tcp"), p.key_at(2)) {
             out.tcp.push(ri);
             return Some(Finding::error(
@@ -592,11 +604,6 @@ fn routes_not_generated(ignored: &[FieldPath], findings: &mut Vec<Finding>) -> N
                     ),
                 )
             }
-            _ if p.key_at(0) == Some("tls") => Finding::warning(
-                p.to_string(),
-                "TLS routes are not supported by meshflow yet; ignored (TLS ports are proxied \
-                 as TCP, to the service's own cluster)",
-            ),
             _ => return None,
         };
         if finding.level == super::findings::Level::Error {
@@ -606,6 +613,8 @@ fn routes_not_generated(ignored: &[FieldPath], findings: &mut Vec<Finding>) -> N
     });
     out.tcp.sort();
     out.tcp.dedup();
+    out.tls.sort();
+    out.tls.dedup();
     out
 }
 
@@ -614,6 +623,7 @@ fn routes_not_generated(ignored: &[FieldPath], findings: &mut Vec<Finding>) -> N
 struct NotGenerated {
     http: Vec<usize>,
     tcp: Vec<usize>,
+    tls: Vec<usize>,
 }
 
 /// A route's `route[]`: destinations with weights (a lone destination takes 100; several
@@ -745,6 +755,77 @@ fn tcp_routes(
             });
         }
         out.push(m::TcpRoute {
+            matches,
+            route: weighted_destinations(&r.route, &f, ns, mesh, false)?,
+        });
+    }
+    Ok(out)
+}
+
+/// `tls[]`: each route's SNI matches and weighted destinations; the routes in `skip` are
+/// left out (a match condition meshflow cannot honour). Istio requires `sniHosts` in every
+/// match, each within the VirtualService's hosts.
+fn tls_routes(
+    routes: &[istio::TlsRoute],
+    skip: &[usize],
+    hosts: &[String],
+    ns: &str,
+    mesh: &MeshConfig,
+) -> Result<Vec<m::TlsRoute>> {
+    let mut out = Vec::new();
+    for (ri, r) in routes.iter().enumerate() {
+        if skip.contains(&ri) {
+            continue;
+        }
+        let f = format!("spec.tls[{ri}]");
+        if r.route.is_empty() {
+            return Err(Invalid::field(format!("{f}.route"), "a TLS route needs destinations"));
+        }
+        if r.matches.is_empty() {
+            return Err(Invalid::field(format!("{f}.match"), "a TLS route needs a match"));
+        }
+        let mut matches = Vec::new();
+        for (mi, mr) in r.matches.iter().enumerate() {
+            let mf = format!("{f}.match[{mi}]");
+            if mr.sni_hosts.is_empty() {
+                return Err(Invalid::field(
+                    format!("{mf}.sniHosts"),
+                    "a TLS match needs sniHosts",
+                ));
+            }
+            let mut sni_hosts = Vec::new();
+            for (si, h) in mr.sni_hosts.iter().enumerate() {
+                let full = fqdn(h, ns, mesh);
+                let within = hosts.iter().any(|vh| {
+                    dataflows::rules::host_matches(vh, &full)
+                        || dataflows::rules::host_matches(&full, vh)
+                });
+                if !within {
+                    return Err(Invalid::field(
+                        format!("{mf}.sniHosts[{si}]"),
+                        format!("{h:?} is not one of the VirtualService's hosts"),
+                    ));
+                }
+                sni_hosts.push(full);
+            }
+            let destination_subnets = mr
+                .destination_subnets
+                .iter()
+                .enumerate()
+                .map(|(si, sn)| cidr(sn, &format!("{mf}.destinationSubnets[{si}]")))
+                .collect::<Result<Vec<_>>>()?;
+            matches.push(m::TlsMatch {
+                sni_hosts,
+                port: mr
+                    .port
+                    .map(|p| port_u16(p, &format!("{mf}.port")))
+                    .transpose()?,
+                destination_subnets,
+                gateways: gateway_refs(&mr.gateways, ns),
+                source_namespace: mr.source_namespace.clone(),
+            });
+        }
+        out.push(m::TlsRoute {
             matches,
             route: weighted_destinations(&r.route, &f, ns, mesh, false)?,
         });
@@ -1054,9 +1135,9 @@ fn virtual_service(
                 "a VirtualService without hosts is a delegate and cannot bind gateways",
             ));
         }
-        if !s.tcp.is_empty() {
+        if !s.tcp.is_empty() || !s.tls.is_empty() {
             return Err(Invalid::field(
-                "spec.tcp",
+                if s.tcp.is_empty() { "spec.tls" } else { "spec.tcp" },
                 "a VirtualService without hosts is a delegate: only http routes are delegated",
             ));
         }
@@ -1171,13 +1252,23 @@ fn virtual_service(
         });
     }
     let gateways = gateway_refs(&s.gateways, ns);
+    let hosts: Vec<String> = s.hosts.iter().map(|h| fqdn(h, ns, mesh)).collect();
+    let tls = tls_routes(&s.tls, &not_generated.tls, &hosts, ns, mesh)?;
+    if !tls.is_empty() && (gateways.is_empty() || gateways.iter().any(|g| g == "mesh")) {
+        findings.push(Finding::warning(
+            "spec.tls",
+            "TLS routes are generated for gateways only; sidecars do not route by SNI yet and \
+             proxy TLS ports as TCP, to the service's own cluster",
+        ));
+    }
     Ok(vec![Record::VirtualService(m::VirtualService {
         key: key.clone(),
-        hosts: s.hosts.iter().map(|h| fqdn(h, ns, mesh)).collect(),
+        hosts,
         gateways,
         export_to: export_to(&s.export_to, "spec.exportTo")?,
         http,
         tcp: tcp_routes(&s.tcp, &not_generated.tcp, ns, mesh)?,
+        tls,
     })])
 }
 
@@ -1654,8 +1745,9 @@ fn without_protocol_clashes(
             findings.push(Finding::error(
                 f.clone(),
                 format!(
-                    "port {} is also an HTTP server's: the TCP server gets no listener",
-                    s.port
+                    "port {} is also an HTTP server's: the {} server gets no listener",
+                    s.port,
+                    if s.protocol == m::Protocol::Tls { "TLS" } else { "TCP" }
                 ),
             ));
             None
@@ -1663,9 +1755,127 @@ fn without_protocol_clashes(
         .collect()
 }
 
+/// Envoy's `TlsProtocol` number of an Istio `minProtocolVersion`/`maxProtocolVersion`.
+fn tls_version(v: &str, field: &str) -> Result<i32> {
+    Ok(match v {
+        "TLS_AUTO" => 0,
+        "TLSV1_0" => 1,
+        "TLSV1_1" => 2,
+        "TLSV1_2" => 3,
+        "TLSV1_3" => 4,
+        other => {
+            return Err(Invalid::field(
+                field,
+                format!("{other:?} is not TLS_AUTO, TLSV1_0, TLSV1_1, TLSV1_2 or TLSV1_3"),
+            ))
+        }
+    })
+}
+
+/// What a server's `tls` makes of it: `Ok(None)` for a mode meshflow does not generate
+/// (reported as an error: the server fails closed). Rejected where Istio's validation
+/// rejects: an HTTPS or TLS server without `tls`, SIMPLE or MUTUAL without certificates.
+fn server_tls(
+    tls: &istio::ServerTlsSettings,
+    f: &str,
+    findings: &mut Vec<Finding>,
+) -> Result<Option<m::ServerTls>> {
+    let mode = tls.mode.as_deref().unwrap_or("PASSTHROUGH").to_ascii_uppercase();
+    let mode = match mode.as_str() {
+        "SIMPLE" => m::ServerTlsMode::Simple,
+        "MUTUAL" => m::ServerTlsMode::Mutual,
+        "PASSTHROUGH" => m::ServerTlsMode::Passthrough,
+        "AUTO_PASSTHROUGH" | "ISTIO_MUTUAL" | "OPTIONAL_MUTUAL" => {
+            findings.push(Finding::error(
+                format!("{f}.tls.mode"),
+                format!(
+                    "TLS mode {mode} on a gateway is not supported by meshflow yet; no filter \
+                     chain is generated for this server"
+                ),
+            ));
+            return Ok(None);
+        }
+        other => {
+            return Err(Invalid::field(
+                format!("{f}.tls.mode"),
+                format!(
+                    "unknown TLS mode {other:?} (PASSTHROUGH, SIMPLE, MUTUAL, AUTO_PASSTHROUGH, \
+                     ISTIO_MUTUAL, OPTIONAL_MUTUAL)"
+                ),
+            ))
+        }
+    };
+    let credential = if mode == m::ServerTlsMode::Passthrough {
+        None
+    } else if let Some(name) = tls.credential_name.as_ref().filter(|n| !n.is_empty()) {
+        Some(m::Credential::Secret(name.clone()))
+    } else {
+        let (Some(cert), Some(key)) = (&tls.server_certificate, &tls.private_key) else {
+            return Err(Invalid::field(
+                format!("{f}.tls"),
+                "SIMPLE and MUTUAL need credentialName, or serverCertificate and privateKey",
+            ));
+        };
+        if mode == m::ServerTlsMode::Mutual && tls.ca_certificates.is_none() {
+            return Err(Invalid::field(
+                format!("{f}.tls.caCertificates"),
+                "MUTUAL with certificate files needs caCertificates",
+            ));
+        }
+        Some(m::Credential::Files {
+            cert: cert.clone(),
+            key: key.clone(),
+            ca: tls.ca_certificates.clone(),
+        })
+    };
+    // TLS 1.3 suites are not configurable in Envoy (it would refuse the listener).
+    let (tls13, cipher_suites): (Vec<String>, Vec<String>) = tls
+        .cipher_suites
+        .iter()
+        .cloned()
+        .partition(|c| c.starts_with("TLS_"));
+    if !tls13.is_empty() {
+        findings.push(Finding::warning(
+            format!("{f}.tls.cipherSuites"),
+            format!("TLS 1.3 suites {tls13:?} are not configurable in Envoy; ignored"),
+        ));
+    }
+    Ok(Some(m::ServerTls {
+        mode,
+        credential,
+        min_version: tls
+            .min_protocol_version
+            .as_deref()
+            .map(|v| tls_version(v, &format!("{f}.tls.minProtocolVersion")))
+            .transpose()?,
+        max_version: tls
+            .max_protocol_version
+            .as_deref()
+            .map(|v| tls_version(v, &format!("{f}.tls.maxProtocolVersion")))
+            .transpose()?,
+        cipher_suites,
+        subject_alt_names: tls.subject_alt_names.clone(),
+    }))
+}
+
 fn gateway(key: &ConfigKey, value: &Value, findings: &mut Vec<Finding>) -> Result<Vec<Record>> {
     let (s, ignored): (istio::GatewaySpec, _) = spec(value)?;
-    report_ignored(&ignored, findings, |_| None);
+    // An unread field of a server's `tls` changes which certificates are accepted: the
+    // server is not generated rather than served without it.
+    let mut closed: Vec<usize> = Vec::new();
+    report_ignored(&ignored, findings, |p| {
+        let i = p.index_under("servers")?;
+        (p.key_at(2) == Some("tls")).then(|| {
+            closed.push(i);
+            Finding::error(
+                p.to_string(),
+                format!(
+                    "not supported by meshflow yet; no filter chain is generated for \
+                     spec.servers[{i}]"
+                ),
+            )
+        })
+    });
     if s.selector.is_empty() {
         return Err(Invalid::field(
             "spec.selector",
@@ -1695,26 +1905,70 @@ fn gateway(key: &ConfigKey, value: &Value, findings: &mut Vec<Finding>) -> Resul
         }
         let number = port_u16(port.number, &format!("{f}.port.number"))?;
         let protocol = port.protocol.to_ascii_uppercase();
-        // Only plaintext servers are generated (HTTP, and TCP proxied by `tcp` routes):
-        // one that asks for TLS (or a redirect to it) must not be served in plaintext, and
-        // TLS or HTTPS servers need certificates meshflow does not serve yet.
         let plain = matches!(
             protocol.as_str(),
             "HTTP" | "HTTP2" | "GRPC" | "TCP" | "MONGO" | "MYSQL" | "REDIS"
         );
-        if srv.tls.is_some() || !plain {
-            let what = if srv.tls.is_some() {
-                format!("a {protocol} server with tls")
-            } else {
-                format!("a {protocol} server")
-            };
+        let tls_protocol = matches!(protocol.as_str(), "HTTPS" | "TLS");
+        if !plain && !tls_protocol {
             findings.push(Finding::error(
                 f.clone(),
                 format!(
-                    "{what} is not supported by meshflow yet; no listener is generated for \
-                     it (port {number})"
+                    "a {protocol} server is not supported by meshflow yet; no listener is \
+                     generated for it (port {number})"
                 ),
             ));
+            continue;
+        }
+        let mut https_redirect = false;
+        let mut tls = None;
+        match (&srv.tls, tls_protocol) {
+            (None, true) => {
+                return Err(Invalid::field(
+                    format!("{f}.tls"),
+                    "HTTPS and TLS servers need tls settings",
+                ))
+            }
+            (Some(t), true) => {
+                let Some(st) = server_tls(t, &f, findings)? else {
+                    continue;
+                };
+                if st.mode != m::ServerTlsMode::Passthrough && protocol == "TLS" {
+                    findings.push(Finding::error(
+                        format!("{f}.tls.mode"),
+                        format!(
+                            "a TLS server terminating TLS (then routed by tcp routes) is not \
+                             supported by meshflow yet; no filter chain is generated for it \
+                             (port {number})"
+                        ),
+                    ));
+                    continue;
+                }
+                if t.https_redirect {
+                    findings.push(Finding::warning(
+                        format!("{f}.tls.httpsRedirect"),
+                        "applies to HTTP servers only; ignored on an HTTPS or TLS server",
+                    ));
+                }
+                tls = Some(Box::new(st));
+            }
+            (Some(t), false) => {
+                https_redirect = t.https_redirect;
+                if !https_redirect || !srv_is_http(&protocol) {
+                    findings.push(Finding::error(
+                        format!("{f}.tls"),
+                        format!(
+                            "a {protocol} server with tls (other than httpsRedirect on HTTP) is \
+                             not supported by meshflow yet; no listener is generated for it \
+                             (port {number})"
+                        ),
+                    ));
+                    continue;
+                }
+            }
+            (None, false) => {}
+        }
+        if closed.contains(&i) {
             continue;
         }
         servers.push(m::GatewayServer {
@@ -1733,6 +1987,9 @@ fn gateway(key: &ConfigKey, value: &Value, findings: &mut Vec<Finding>) -> Resul
                     }
                 })
                 .collect(),
+            https_redirect,
+            tls,
+            field: f.clone(),
         });
         fields.push(f);
     }
@@ -1742,6 +1999,11 @@ fn gateway(key: &ConfigKey, value: &Value, findings: &mut Vec<Finding>) -> Resul
         selector: s.selector,
         servers,
     })])
+}
+
+/// HTTP servers take `httpsRedirect`.
+fn srv_is_http(protocol: &str) -> bool {
+    matches!(protocol, "HTTP" | "HTTP2" | "GRPC")
 }
 
 fn sidecar(key: &ConfigKey, value: &Value, findings: &mut Vec<Finding>) -> Result<Vec<Record>> {

@@ -13,6 +13,27 @@ pub struct VirtualServiceSpec {
     pub export_to: Vec<String>,
     pub http: Vec<HttpRoute>,
     pub tcp: Vec<TcpRoute>,
+    pub tls: Vec<TlsRoute>,
+}
+
+/// A `tls[]` route: passthrough by SNI. `sourceLabels` is left untyped on purpose, as for
+/// TCP routes.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct TlsRoute {
+    #[serde(rename = "match")]
+    pub matches: Vec<TlsMatchAttributes>,
+    pub route: Vec<HttpRouteDestination>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct TlsMatchAttributes {
+    pub sni_hosts: Vec<String>,
+    pub destination_subnets: Vec<String>,
+    pub port: Option<i64>,
+    pub gateways: Vec<String>,
+    pub source_namespace: Option<String>,
 }
 
 /// A `tcp[]` route. `sourceLabels` and `sourceSubnet` are left untyped on purpose: they
@@ -390,8 +411,25 @@ pub struct Server {
     pub port: Option<Port>,
     pub bind: Option<String>,
     pub hosts: Vec<String>,
-    /// Read whole: any `tls` keeps the server from being generated (fails closed).
-    pub tls: Option<serde_yaml_ng::Value>,
+    pub tls: Option<ServerTlsSettings>,
+}
+
+/// A server's `tls`. `verifyCertificateSpki`, `verifyCertificateHash`, `caCrl`,
+/// `credentialNames` and `tlsCertificates` are left untyped: each restricts or changes which
+/// certificate is used, so a server naming one is not generated (fails closed).
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ServerTlsSettings {
+    pub https_redirect: bool,
+    pub mode: Option<String>,
+    pub server_certificate: Option<String>,
+    pub private_key: Option<String>,
+    pub ca_certificates: Option<String>,
+    pub credential_name: Option<String>,
+    pub subject_alt_names: Vec<String>,
+    pub min_protocol_version: Option<String>,
+    pub max_protocol_version: Option<String>,
+    pub cipher_suites: Vec<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

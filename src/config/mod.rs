@@ -9,6 +9,7 @@
 
 mod convert;
 pub mod cross;
+pub mod secret;
 pub mod findings;
 pub mod istio;
 pub mod mesh;
@@ -379,6 +380,7 @@ fn api_version_mistake(api_version: &str, kind: &str) -> Option<(Kind, String)> 
         "Endpoints" => (Kind::Endpoints, "", &["v1"]),
         "Pod" => (Kind::Pod, "", &["v1"]),
         "Namespace" => (Kind::Namespace, "", &["v1"]),
+        "Secret" => (Kind::Secret, "", &["v1"]),
         "EndpointSlice" => (Kind::EndpointSlice, "discovery.k8s.io", &["v1"]),
         "VirtualService" => (Kind::VirtualService, ISTIO, ISTIO_VERSIONS),
         "DestinationRule" => (Kind::DestinationRule, ISTIO, ISTIO_VERSIONS),
@@ -456,6 +458,7 @@ fn kind_of(api_version: &str, kind: &str) -> Option<Kind> {
         ("", "Service") => Kind::Service,
         ("", "Endpoints") => Kind::Endpoints,
         ("", "Pod") => Kind::Pod,
+        ("", "Secret") => Kind::Secret,
         ("discovery.k8s.io", "EndpointSlice") => Kind::EndpointSlice,
         (_, "VirtualService") if istio => Kind::VirtualService,
         (_, "DestinationRule") if istio => Kind::DestinationRule,

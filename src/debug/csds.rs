@@ -181,7 +181,8 @@ fn snapshot(hub: &Hub, matchers: &Option<Vec<CompiledMatcher>>, bodies: bool) ->
                             .iter(*t)
                             .map(|(name, version)| {
                                 let body = if bodies {
-                                    st.body(*t, name, version).cloned()
+                                    let b = st.body(*t, name, version).cloned();
+                                    b.map(|b| super::redact::body(*t, b))
                                 } else {
                                     None
                                 };

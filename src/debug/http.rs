@@ -102,7 +102,10 @@ async fn dump(
                     .map(|(name, version)| DumpEntry {
                         name: name.to_string(),
                         version: version.to_string(),
-                        body: st.body(*t, name, version).cloned(),
+                        body: st
+                            .body(*t, name, version)
+                            .cloned()
+                            .map(|b| super::redact::body(*t, b)),
                     })
                     .collect();
                 (*t, entries)

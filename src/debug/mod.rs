@@ -44,6 +44,7 @@ pub mod http;
 pub mod metrics;
 pub mod model;
 pub mod pb;
+pub mod redact;
 pub mod status;
 pub mod ui;
 pub mod units;

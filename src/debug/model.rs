@@ -63,6 +63,7 @@ fn type_of_word(word: &str) -> Option<ResourceType> {
         "endpoint" | "endpoints" | "eds" => Some(ResourceType::Endpoint),
         "listener" | "listeners" | "lds" => Some(ResourceType::Listener),
         "route" | "routes" | "rds" => Some(ResourceType::Route),
+        "secret" | "secrets" | "sds" => Some(ResourceType::Secret),
         _ => None,
     }
 }
@@ -74,6 +75,7 @@ pub fn type_word(t: ResourceType) -> &'static str {
         ResourceType::Endpoint => "endpoint",
         ResourceType::Listener => "listener",
         ResourceType::Route => "route",
+        ResourceType::Secret => "secret",
     }
 }
 
@@ -486,10 +488,10 @@ mod tests {
             "{e}"
         );
         // Held nowhere: not found, naming the proxy and the name.
-        let e = resolve("secret/x").unwrap_err();
+        let e = resolve("extension/x").unwrap_err();
         assert!(matches!(e, DebugError::NotFound(_)), "{e:?}");
         assert!(
-            e.message().contains(P) && e.message().contains("\"secret/x\""),
+            e.message().contains(P) && e.message().contains("\"extension/x\""),
             "{e}"
         );
         assert!(matches!(resolve("route/"), Err(DebugError::BadRequest(_))));

@@ -4,9 +4,9 @@
 use dataflows::model::ResourceType;
 use std::ops::{Index, IndexMut};
 
-/// One `T` for each of CDS, EDS, LDS and RDS.
+/// One `T` for each of CDS, EDS, LDS, RDS and SDS.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct PerType<T>([T; 4]);
+pub struct PerType<T>([T; ResourceType::COUNT]);
 
 impl<T> PerType<T> {
     /// Every type with its value, in [`ResourceType::ALL`] (push) order.
@@ -54,7 +54,8 @@ mod tests {
                 (ResourceType::Cluster, 1),
                 (ResourceType::Endpoint, 2),
                 (ResourceType::Listener, 3),
-                (ResourceType::Route, 4)
+                (ResourceType::Route, 4),
+                (ResourceType::Secret, 5)
             ]
         );
     }

@@ -237,6 +237,7 @@ mod tests {
             gateways: vec![version.to_string()],
             export_to: vec![],
             tcp: vec![],
+            tls: vec![],
             http: vec![],
         })
     }

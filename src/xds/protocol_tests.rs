@@ -433,30 +433,31 @@ fn nonces_are_not_guessable() {
 /// on; alone on a new stream it is refused.
 #[test]
 fn unserved_types_are_answered_empty_on_a_serving_stream() {
-    const SECRET: &str = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret";
+    // ECDS: extension configs, which meshflow does not serve.
+    const UNSERVED: &str = "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig";
     let hub = hub();
     epoch(&hub, 1, &[res(ResourceType::Cluster, "c", "c1")], &[]);
     let mut d = DeltaStream::default();
-    let secret = DeltaDiscoveryRequest {
-        type_url: SECRET.into(),
+    let unserved = DeltaDiscoveryRequest {
+        type_url: UNSERVED.into(),
         resource_names_subscribe: vec!["default".into()],
         ..Default::default()
     };
-    assert!(d.on_request_unshared(&secret).is_err(), "alone: refused");
+    assert!(d.on_request_unshared(&unserved).is_err(), "alone: refused");
     d.on_request_unshared(&DeltaDiscoveryRequest {
         type_url: ResourceType::Cluster.type_url().into(),
         ..Default::default()
     })
     .unwrap();
-    d.on_request_unshared(&secret).unwrap();
+    d.on_request_unshared(&unserved).unwrap();
     let r = hub.with_view(ID, |v| d.pending(v)).unwrap();
     let types: Vec<&str> = r.iter().map(|x| x.type_url.as_str()).collect();
-    assert_eq!(types, vec![SECRET, ResourceType::Cluster.type_url()]);
+    assert_eq!(types, vec![UNSERVED, ResourceType::Cluster.type_url()]);
     assert_eq!(r[0].removed_resources, vec!["default".to_string()]);
     assert!(r[0].resources.is_empty());
     // Its ACK is no answer to anything served.
     d.on_request_unshared(&DeltaDiscoveryRequest {
-        type_url: SECRET.into(),
+        type_url: UNSERVED.into(),
         response_nonce: r[0].nonce.clone(),
         ..Default::default()
     })
@@ -470,13 +471,13 @@ fn unserved_types_are_answered_empty_on_a_serving_stream() {
     })
     .unwrap();
     s.on_request(&DiscoveryRequest {
-        type_url: SECRET.into(),
+        type_url: UNSERVED.into(),
         resource_names: vec!["default".into()],
         ..Default::default()
     })
     .unwrap();
     let r = hub.with_view(ID, |v| s.pending(v)).unwrap();
-    assert_eq!(r[0].type_url, SECRET);
+    assert_eq!(r[0].type_url, UNSERVED);
     assert!(r[0].resources.is_empty());
     assert_eq!(r[1].type_url, ResourceType::Cluster.type_url());
 }

@@ -187,6 +187,7 @@ const STATUS_WRITTEN: &[&str] = &[
 const WATCHED: &[(&str, &str)] = &[
     ("", "services"),
     ("", "pods"),
+    ("", "secrets"),
     ("discovery.k8s.io", "endpointslices"),
     ("networking.istio.io", "virtualservices"),
     ("networking.istio.io", "destinationrules"),

@@ -28,6 +28,7 @@ mod scratch;
 
 // Fixtures and clients that tests name by module (`support::reviews::Reviews`).
 pub mod chromium;
+pub mod envoy_validate;
 pub mod fake_kube;
 pub mod mongo;
 pub mod pki;

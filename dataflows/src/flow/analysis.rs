@@ -3,8 +3,9 @@
 //! DestinationRule of its host defines (Envoy answers 503 for it), and a VirtualService
 //! bound to a gateway no Gateway defines (its routes reach no proxy through it), a
 //! destination host no service defines (503 as well), and a Gateway whose selector matches
-//! no workload (no proxy serves its servers).
-//! In: VirtualServices, DestinationRules, Gateways, services, workloads. Out: one
+//! no workload (no proxy serves its servers), and a Gateway TLS server whose Secret is
+//! missing or cannot be served in the namespace of a workload it selects.
+//! In: VirtualServices, DestinationRules, Gateways, services, workloads, Secrets. Out: one
 //! [`ConfigError`] per such reference and object, retracted when the referenced object
 //! appears or the reference changes.
 
@@ -208,10 +209,11 @@ pub(super) fn undefined_hosts<'s>(
 /// A Gateway whose selector matches the labels of no workload (Pod or WorkloadEntry): no
 /// proxy takes its servers. Selectors are matched on their first label, then whole, as
 /// `scopes` matches them against proxies; Istio matches them across namespaces.
-pub(super) fn unselected_gateways<'s>(
+/// `(gateway, namespace)` for every namespace holding a workload the Gateway selects.
+fn selected_namespaces<'s>(
     gateways: &Coll<'s, (ConfigKey, Gateway)>,
     workloads: &Coll<'s, (String, Workload)>,
-) -> Coll<'s, ConfigError> {
+) -> Coll<'s, (ConfigKey, String)> {
     let by_first = gateways.clone().flat_map(|(key, gw)| {
         let first = gw
             .selector
@@ -223,15 +225,74 @@ pub(super) fn unselected_gateways<'s>(
     let labelled = workloads.clone().flat_map(|(_, w)| {
         w.labels
             .iter()
-            .map(|(k, v)| ((k.clone(), v.clone()), w.labels.clone()))
+            .map(|(k, v)| {
+                let ns = w.origin.namespace.clone();
+                ((k.clone(), v.clone()), (w.labels.clone(), ns))
+            })
             .collect::<Vec<_>>()
     });
-    let selected = by_first
-        .clone()
-        .join_map(labelled, |_, (key, selector), labels| {
-            crate::rules::labels_match(selector, labels).then(|| key.clone())
+    by_first
+        .join_map(labelled, |_, (key, selector), (labels, ns)| {
+            crate::rules::labels_match(selector, labels).then(|| (key.clone(), ns.clone()))
         })
         .flat_map(|k| k)
+        .distinct()
+}
+
+/// The Secrets the TLS servers of each Gateway name, checked in every namespace where a
+/// workload it selects runs (Istio's rule: a gateway uses its own namespace's Secrets):
+/// `validate` reports a missing or invalid one with no proxy connected.
+pub(super) fn gateway_secrets<'s>(
+    gateways: &Coll<'s, (ConfigKey, Gateway)>,
+    workloads: &Coll<'s, (String, Workload)>,
+    secrets: &Coll<'s, ((String, String), TlsSecret)>,
+) -> Coll<'s, ConfigError> {
+    #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+    enum Item {
+        Gateway(Gateway),
+        Secret(TlsSecret),
+    }
+    let placed = selected_namespaces(gateways, workloads)
+        .join_map(gateways.clone(), |key, ns, gw| {
+            ((key.clone(), ns.clone()), gw.clone())
+        });
+    let found = placed
+        .clone()
+        .flat_map(|(at, gw)| {
+            super::gateways::wanted_secrets(&at.1, &gw)
+                .into_iter()
+                .map(move |k| (k, at.clone()))
+                .collect::<Vec<_>>()
+        })
+        .join_map(secrets.clone(), |_, at, s| (at.clone(), Item::Secret(s.clone())));
+    placed
+        .map(|(at, gw)| (at, Item::Gateway(gw)))
+        .concat(found)
+        .reduce(|(_, ns), vals: &[(&Item, isize)], out| {
+            let secrets: Vec<&TlsSecret> = vals
+                .iter()
+                .filter_map(|(v, _)| match v {
+                    Item::Secret(s) => Some(s),
+                    Item::Gateway(_) => None,
+                })
+                .collect();
+            for (v, _) in vals {
+                if let Item::Gateway(gw) = v {
+                    for e in crate::gateway_tls::credential_errors(ns, gw, &secrets) {
+                        out.push((e, 1isize));
+                    }
+                }
+            }
+        })
+        .map(|(_, e)| e)
+}
+
+pub(super) fn unselected_gateways<'s>(
+    gateways: &Coll<'s, (ConfigKey, Gateway)>,
+    workloads: &Coll<'s, (String, Workload)>,
+) -> Coll<'s, ConfigError> {
+    let selected = selected_namespaces(gateways, workloads)
+        .map(|(k, _)| k)
         .distinct();
     gateways
         .clone()

@@ -1,6 +1,10 @@
 //! Gateway proxies (routers). In: router scopes (each names the Gateways selecting it),
-//! Gateways, VirtualServices and their resolved form. Out: each router scope's listeners and
-//! routes, with the Gateways and VirtualServices each was built from.
+//! Gateways, VirtualServices and their resolved form, and TLS Secrets. Out: each router
+//! scope's listeners, routes and SDS secrets, with the Gateways, VirtualServices and Secrets
+//! each was built from, and the errors of servers that cannot be served (fail closed).
+//!
+//! A scope joins only the Secrets its servers name (`credentialName` and its `-cacert`
+//! companion) in its own namespace, so a Secret change reaches only the gateways using it.
 
 use super::{Built, Coll};
 use crate::assemble;
@@ -15,6 +19,24 @@ enum GwItem {
     Vs(ConfigKey, ResolvedVs),
     /// The hash keys of a host the routes go to, where its rule hashes.
     Hash(Hostname, HostHashing),
+    Secret(TlsSecret),
+}
+
+/// The Secrets (namespace, name) a Gateway's servers may take from a workload in `ns`.
+pub(super) fn wanted_secrets(ns: &str, gw: &Gateway) -> Vec<(String, String)> {
+    gw.servers
+        .iter()
+        .filter_map(|s| match s.tls.as_deref().and_then(|t| t.credential.as_ref()) {
+            Some(Credential::Secret(name)) => Some(name),
+            _ => None,
+        })
+        .flat_map(|name| {
+            [
+                (ns.to_string(), name.clone()),
+                (ns.to_string(), format!("{name}-cacert")),
+            ]
+        })
+        .collect()
 }
 
 pub(super) fn routers<'s>(
@@ -23,16 +45,28 @@ pub(super) fn routers<'s>(
     vss: Coll<'s, (ConfigKey, VirtualService)>,
     resolved: Coll<'s, (ConfigKey, ResolvedVs)>,
     hashing: &Coll<'s, ((ScopeKey, Hostname), HostHashing)>,
-) -> Built<'s, ScopeKey> {
+    secrets: &Coll<'s, ((String, String), TlsSecret)>,
+) -> (Built<'s, ScopeKey>, Coll<'s, ConfigError>) {
     let router_gw = scopes.clone().flat_map(|s| match &s {
         ScopeKey::Router { gateways, .. } => {
             gateways.iter().map(|g| (g.clone(), s.clone())).collect()
         }
         _ => Vec::new(),
     });
-    let router_gw_items = router_gw.clone().join_map(gateways, |_, s, gw| {
-        (s.clone(), GwItem::Gateway(gw.clone()))
-    });
+    let router_gws = router_gw.clone().join_map(gateways, |_, s, gw| (s.clone(), gw.clone()));
+    let router_secret_items = router_gws
+        .clone()
+        .flat_map(|(s, gw)| {
+            wanted_secrets(s.namespace(), &gw)
+                .into_iter()
+                .map(move |k| (k, s.clone()))
+                .collect::<Vec<_>>()
+        })
+        .distinct()
+        .join_map(secrets.clone(), |_, s, secret| {
+            (s.clone(), GwItem::Secret(secret.clone()))
+        });
+    let router_gw_items = router_gws.map(|(s, gw)| (s, GwItem::Gateway(gw)));
     let vs_by_gw = vss.flat_map(|(k, vs)| {
         vs.gateways
             .iter()
@@ -63,12 +97,18 @@ pub(super) fn routers<'s>(
         });
     // A router's resources depend on all its Gateways and VirtualServices together (servers
     // of several Gateways share a port), so they are built from the scope's whole group.
-    let router_out = router_gw_items
-        .concat(router_vs_items)
-        .concat(router_hash_items)
-        .reduce(|_, vals: &[(&GwItem, isize)], out| {
-            out.extend(resources(vals).into_iter().map(|r| (r, 1isize)));
-        });
+    let router_out =
+        router_gw_items
+            .concat(router_vs_items)
+            .concat(router_hash_items)
+            .concat(router_secret_items)
+            .reduce(|s, vals: &[(&GwItem, isize)], out| {
+                let built = resources(s.namespace(), vals);
+                out.extend(built.resources.into_iter().map(|r| (Ok(r), 1isize)));
+                out.extend(built.errors.into_iter().map(|e| (Err(e), 1isize)));
+            });
+    let errors = router_out.clone().flat_map(|(_, r)| r.err()).distinct();
+    let router_out = router_out.flat_map(|(s, r)| r.ok().map(|r| (s, r)));
     let provenance = router_out.clone().flat_map(|(s, (r, inputs))| {
         let key = (Holder::Scope(s), r.rtype, r.name);
         inputs
@@ -76,14 +116,16 @@ pub(super) fn routers<'s>(
             .map(move |k| (key.clone(), k))
             .collect::<Vec<_>>()
     });
-    Built {
+    let built = Built {
         resources: router_out.map(|(s, (r, _))| (s, r)),
         provenance,
-    }
+    };
+    (built, errors)
 }
 
-/// One router scope's resources, each with its inputs, sorted and deduplicated.
-fn resources(vals: &[(&GwItem, isize)]) -> Vec<(Resource, std::collections::BTreeSet<ConfigKey>)> {
+/// One router scope's resources, each with its inputs, sorted and deduplicated, and its
+/// errors.
+fn resources(namespace: &str, vals: &[(&GwItem, isize)]) -> assemble::Router {
     let gws: Vec<&Gateway> = vals
         .iter()
         .filter_map(|(v, _)| {
@@ -111,8 +153,15 @@ fn resources(vals: &[(&GwItem, isize)]) -> Vec<(Resource, std::collections::BTre
             _ => None,
         })
         .collect();
-    let mut res = assemble::router_resources(&gws, &vss, &hashing);
-    res.sort();
-    res.dedup();
-    res
+    let secrets: Vec<&TlsSecret> = vals
+        .iter()
+        .filter_map(|(v, _)| match v {
+            GwItem::Secret(s) => Some(s),
+            _ => None,
+        })
+        .collect();
+    let mut out = assemble::router_resources(namespace, &gws, &vss, &secrets, &hashing);
+    out.resources.sort();
+    out.resources.dedup();
+    out
 }

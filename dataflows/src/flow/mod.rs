@@ -39,6 +39,8 @@ pub struct Inputs<'s> {
     pub gateways: Coll<'s, (ConfigKey, Gateway)>,
     pub sidecars: Coll<'s, (ConfigKey, Sidecar)>,
     pub proxies: Coll<'s, (ProxyId, Proxy)>,
+    /// TLS Secrets by (namespace, name).
+    pub secrets: Coll<'s, ((String, String), TlsSecret)>,
     /// Mesh settings, one per layer (see [`MeshSettings::in_effect`]).
     pub mesh: Coll<'s, MeshSettings>,
     /// ServiceEntries' workload selectors, per host.
@@ -106,6 +108,7 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     let undefined_gateways = analysis::undefined_gateways(&virtual_services, &i.gateways);
     let undefined_hosts = analysis::undefined_hosts(&virtual_services, &services.chosen);
     let unselected_gateways = analysis::unselected_gateways(&i.gateways, &i.workloads);
+    let secret_errors = analysis::gateway_secrets(&i.gateways, &i.workloads, &i.secrets);
     let conflicting_vss = analysis::conflicting_mesh_vss(&virtual_services);
     let undefined_delegates = analysis::undefined_delegates(&virtual_services);
     let clusters = clusters::outbound(
@@ -139,7 +142,14 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         http_ports,
     );
     let listeners = listeners::sidecar(&specs, ports, &config.domain_suffix);
-    let gateways = gateways::routers(&scopes, i.gateways, routed_vss, vss, &clusters.hashing);
+    let (gateways, gateway_errors) = gateways::routers(
+        &scopes,
+        i.gateways,
+        routed_vss,
+        vss,
+        &clusters.hashing,
+        &i.secrets,
+    );
 
     let inbound = inbound::per_proxy(i.proxies, endpoints, &mesh);
 
@@ -158,7 +168,8 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         .concat(unselected_gateways)
         .concat(conflicting_vss)
         .concat(undefined_delegates)
-        .concat(unreachable);
+        .concat(unreachable)
+        .concat(secret_errors.concat(gateway_errors).distinct());
     outputs(scoped, inbound, errors, proxy_scopes)
 }
 

@@ -258,40 +258,18 @@ fn lb_config(policy: &TrafficPolicy, grpc: bool) -> Option<LbConfig> {
 fn upstream_tls(
     tls: &crate::model::UpstreamTls,
 ) -> envoy_types::pb::envoy::config::core::v3::TransportSocket {
-    use envoy_types::pb::envoy::config::core::v3::{
-        data_source::Specifier, transport_socket::ConfigType, DataSource, TransportSocket,
-    };
+    use envoy_types::pb::envoy::config::core::v3::{transport_socket::ConfigType, TransportSocket};
     use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
         certificate_validation_context::SystemRootCerts, common_tls_context::ValidationContextType,
-        subject_alt_name_matcher::SanType, CertificateValidationContext, CommonTlsContext,
-        SubjectAltNameMatcher, TlsCertificate, UpstreamTlsContext,
+        CertificateValidationContext, CommonTlsContext, TlsCertificate, UpstreamTlsContext,
     };
-    use envoy_types::pb::envoy::r#type::matcher::v3::{
-        string_matcher::MatchPattern, StringMatcher,
-    };
-    let file = |path: &String| DataSource {
-        specifier: Some(Specifier::Filename(path.clone())),
-        ..Default::default()
-    };
+    let file = |path: &String| super::secret::file(path);
     let validation = (!tls.insecure_skip_verify).then(|| CertificateValidationContext {
         trusted_ca: tls.ca.as_ref().map(file),
         // No CA named: the system's roots, as Istio verifies by default.
         system_root_certs: tls.ca.is_none().then_some(SystemRootCerts {}),
         crl: tls.crl.as_ref().map(file),
-        match_typed_subject_alt_names: tls
-            .subject_alt_names
-            .iter()
-            .flat_map(|san| {
-                [SanType::Dns, SanType::Uri].map(|t| SubjectAltNameMatcher {
-                    san_type: t as i32,
-                    matcher: Some(StringMatcher {
-                        match_pattern: Some(MatchPattern::Exact(san.clone())),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                })
-            })
-            .collect(),
+        match_typed_subject_alt_names: super::secret::san_matchers(&tls.subject_alt_names),
         ..Default::default()
     });
     let context = UpstreamTlsContext {

@@ -57,7 +57,7 @@ fn fault_filter() -> HttpFilter {
     }
 }
 
-fn hcm_filter(hcm: HttpConnectionManager) -> Filter {
+pub(super) fn hcm_filter(hcm: HttpConnectionManager) -> Filter {
     Filter {
         name: "envoy.filters.network.http_connection_manager".into(),
         config_type: Some(filter::ConfigType::TypedConfig(pack_any(hcm))),
@@ -80,7 +80,7 @@ fn base_hcm(stat_prefix: &str) -> HttpConnectionManager {
     }
 }
 
-fn rds_hcm(stat_prefix: &str, route_name: &str, edge: bool) -> HttpConnectionManager {
+pub(super) fn rds_hcm(stat_prefix: &str, route_name: &str, edge: bool) -> HttpConnectionManager {
     HttpConnectionManager {
         route_specifier: Some(RouteSpecifier::Rds(Rds {
             config_source: Some(super::ads()),

@@ -7,7 +7,9 @@
 pub mod cluster;
 pub mod endpoint;
 pub mod listener;
+pub mod gateway_tls;
 pub mod route;
+pub mod secret;
 pub mod tcp;
 
 use envoy_types::pb::envoy::config::core::v3::{address, Address};

@@ -43,6 +43,8 @@ use envoy_types::pb::envoy::r#type::matcher::v3::{
 use envoy_types::pb::envoy::r#type::v3::{fractional_percent::DenominatorType, FractionalPercent};
 use envoy_types::pb::google::protobuf::{BoolValue, UInt32Value};
 use envoy_types::util::pack_any;
+use envoy_types::pb::envoy::config::route::v3::virtual_host;
+use std::collections::BTreeSet;
 use prost::Message;
 
 /// Istio's default retry policy for mesh routes: retry elsewhere (previous hosts are
@@ -674,9 +676,18 @@ pub fn sidecar_route_config(
     Resource::new(ResourceType::Route, rc.name.clone(), rc.encode_to_vec())
 }
 
-/// The gateway route configuration `http.PORT`: `vhosts` maps each domain to the
-/// VirtualServices serving it, in precedence order; their routes are concatenated.
-pub fn gateway_route_config(port: u16, vhosts: &GatewayVhosts, hashing: &Hashing) -> Resource {
+/// A gateway route configuration `name` (`http.PORT`, or an HTTPS server's own): `vhosts`
+/// maps each domain to the VirtualServices serving it, in precedence order; their routes are
+/// concatenated. Domains in `require_tls` (an HTTP server's `httpsRedirect`) answer plaintext
+/// requests with a 301 to https (`require_tls: ALL`). `hashing`: the consistent-hash keys of
+/// the hosts the routes go to.
+pub fn gateway_route_config(
+    name: &str,
+    port: u16,
+    vhosts: &GatewayVhosts,
+    require_tls: &BTreeSet<String>,
+    hashing: &Hashing,
+) -> Resource {
     let virtual_hosts = vhosts
         .iter()
         .map(|(domain, vss)| VirtualHost {
@@ -694,11 +705,16 @@ pub fn gateway_route_config(port: u16, vhosts: &GatewayVhosts, hashing: &Hashing
                 .iter()
                 .flat_map(|(vs, via)| vs_routes(vs, port, via, None, hashing))
                 .collect(),
+            require_tls: if require_tls.contains(domain) {
+                virtual_host::TlsRequirementType::All as i32
+            } else {
+                0
+            },
             ..Default::default()
         })
         .collect();
     let rc = RouteConfiguration {
-        name: format!("http.{port}"),
+        name: name.to_string(),
         virtual_hosts,
         validate_clusters: Some(BoolValue { value: false }),
         ..Default::default()

@@ -34,7 +34,7 @@ pub type Destinations = Vec<(String, u32)>;
 pub type TcpChain = (Vec<String>, Destinations);
 
 /// A TCP route's destinations as clusters, the ports resolved as HTTP routes resolve them.
-fn destinations(route: &[RouteDestination], port: u16, vs: &ResolvedVs) -> Destinations {
+pub(crate) fn destinations(route: &[RouteDestination], port: u16, vs: &ResolvedVs) -> Destinations {
     route
         .iter()
         .filter(|d| d.weight > 0)
@@ -144,7 +144,7 @@ fn intersect(addresses: &[String], subnets: &[String]) -> Vec<String> {
 }
 
 /// `10.0.0.0/8` as Envoy's range (a bare address is a host route).
-fn cidr(s: &str) -> CidrRange {
+pub(super) fn cidr(s: &str) -> CidrRange {
     let (addr, len) = match s.split_once('/') {
         Some((a, l)) => (a, l.parse().unwrap_or(0)),
         None => (s, if s.contains(':') { 128 } else { 32 }),
@@ -156,7 +156,7 @@ fn cidr(s: &str) -> CidrRange {
 }
 
 /// The tcp_proxy filter for `dests`: one cluster, or Envoy's weighted clusters.
-fn tcp_proxy(dests: &Destinations, stat_prefix: &str) -> Filter {
+pub(super) fn tcp_proxy(dests: &Destinations, stat_prefix: &str) -> Filter {
     if let [(cluster, _)] = dests.as_slice() {
         return tcp_to(cluster, cluster);
     }

@@ -98,6 +98,7 @@ pub fn proxy_status(list: &ProxyList, color: bool) -> String {
         "EDS".into(),
         "LDS".into(),
         "RDS".into(),
+        "SDS".into(),
     ]];
     let mut nacks = Vec::new();
     for p in &list.proxies {

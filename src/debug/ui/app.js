@@ -3,7 +3,7 @@
 // #/convergence). Every text from the server goes in as text, never as markup.
 "use strict";
 
-const TYPES = ["CDS", "EDS", "LDS", "RDS"];
+const TYPES = ["CDS", "EDS", "LDS", "RDS", "SDS"];
 const view = document.getElementById("view");
 const statusLine = document.getElementById("status");
 

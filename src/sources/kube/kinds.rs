@@ -6,6 +6,9 @@
 //! watch per kind at the most stable version served: `v1`, else `v1beta1`, else `v1alpha3`.
 //! A kind the cluster does not serve is reported by name, never silently skipped.
 //!
+//! Secrets are watched for the TLS material gateways serve (`credentialName`); every
+//! Secret becomes a record, those without TLS keys an empty one that says so.
+//!
 //! Not watched, and why: Namespaces (the config layer derives nothing from them), Endpoints
 //! (EndpointSlices supersede them; watching both would count every endpoint twice).
 
@@ -33,9 +36,9 @@ pub const ISTIO_KINDS: [(Kind, &str); 6] = [
     (Kind::WorkloadEntry, "WorkloadEntry"),
 ];
 
-/// Services, Pods and EndpointSlices.
+/// Services, Pods, EndpointSlices and Secrets.
 pub fn kubernetes_kinds() -> Vec<WatchedKind> {
-    use k8s_openapi::api::core::v1::{Pod, Service};
+    use k8s_openapi::api::core::v1::{Pod, Secret, Service};
     use k8s_openapi::api::discovery::v1::EndpointSlice;
     vec![
         WatchedKind {
@@ -49,6 +52,10 @@ pub fn kubernetes_kinds() -> Vec<WatchedKind> {
         WatchedKind {
             kind: Kind::Pod,
             resource: ApiResource::erase::<Pod>(&()),
+        },
+        WatchedKind {
+            kind: Kind::Secret,
+            resource: ApiResource::erase::<Secret>(&()),
         },
     ]
 }

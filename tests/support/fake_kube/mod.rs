@@ -8,7 +8,7 @@
 //!   form), `/apis/GROUP`, `/apis/GROUP/VERSION` (`APIResourceList` with verbs and `/status`
 //!   subresources) for the core group, `discovery.k8s.io/v1` and `networking.istio.io` at the
 //!   versions a test chooses ([`FakeKube::serve_istio_versions`]), and `/version`.
-//! - Lists of Namespaces, Services, Pods, ConfigMaps, EndpointSlices and the six Istio
+//! - Lists of Namespaces, Services, Pods, ConfigMaps, Secrets, EndpointSlices and the six Istio
 //!   networking kinds, cluster-wide or `namespaces/NS/`, with `labelSelector` (`=`, `==`,
 //!   `!=`, existence; a set-based selector is answered 400), `fieldSelector` of
 //!   `metadata.name=NAME` only (any other is answered 400), `metadata.resourceVersion`, and `limit` +

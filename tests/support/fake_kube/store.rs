@@ -42,6 +42,7 @@ pub const TYPES: &[ResourceType] = &[
     rt("", "services", "Service", true, &["svc"]),
     rt("", "pods", "Pod", true, &["po"]),
     rt("", "configmaps", "ConfigMap", true, &["cm"]),
+    rt("", "secrets", "Secret", true, &[]),
     rt(
         "discovery.k8s.io",
         "endpointslices",

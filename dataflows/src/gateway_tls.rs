@@ -1,0 +1,294 @@
+//! A gateway proxy's TLS servers, shared by the dataflow and the naive recompute: which
+//! Secrets a terminating server takes its certificate from (only its workload's namespace,
+//! as Istio allows), the SNI chains of HTTPS and PASSTHROUGH servers, and each HTTPS
+//! server's own route configuration. What cannot be served fails closed: a server whose
+//! Secret is missing or invalid, or a `tls[]` route whose SNI names the server does not
+//! serve, gets no chain, and an error names the Gateway (or VirtualService), the field and
+//! the Secret.
+
+use crate::assemble::{add_via, server_vhosts, sort_vhosts};
+use crate::model::*;
+use crate::rules::{exported_to, gateway_domain};
+use crate::translate::gateway_tls::{https_route_name, server_names, TlsChain, TlsChains};
+use crate::translate::{route, secret, tcp};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// A router's TLS listeners, HTTPS route configurations and SDS secrets (each with its
+/// inputs), the errors of what it cannot serve, and the addresses and ports it holds.
+#[derive(Default)]
+pub struct TlsServers {
+    pub resources: Vec<(Resource, BTreeSet<ConfigKey>)>,
+    pub errors: Vec<ConfigError>,
+    pub ports: BTreeSet<(String, u16)>,
+}
+
+/// The SDS resources a terminating `server` of `gw` needs from the Secrets of `namespace`
+/// (the gateway workload's), each with the Secret it comes from; none for files. An error
+/// naming the Gateway, the field and the Secret when one is missing or cannot be served.
+pub fn credential(
+    namespace: &str,
+    gw: &Gateway,
+    server: &GatewayServer,
+    secrets: &[&TlsSecret],
+) -> Result<Vec<(Resource, ConfigKey)>, ConfigError> {
+    let Some(tls) = server.tls.as_deref() else {
+        return Ok(Vec::new());
+    };
+    let Some(Credential::Secret(name)) = &tls.credential else {
+        return Ok(Vec::new());
+    };
+    let find = |n: &str| {
+        secrets
+            .iter()
+            .find(|s| s.key.namespace == namespace && s.key.name == n)
+    };
+    let fail = |why: String| ConfigError {
+        object: gw.key.clone(),
+        code: ErrorCode::GatewaySecret,
+        message: format!(
+            "{}.tls.credentialName: Secret {namespace}/{name} {why}; the server's filter chain \
+             (port {}) is not generated",
+            server.field, server.port
+        ),
+    };
+    let Some(s) = find(name) else {
+        return Err(fail(
+            "does not exist (a gateway uses Secrets of its workload's namespace only)".into(),
+        ));
+    };
+    if let Some(p) = &s.problem {
+        return Err(fail(format!("cannot be served: {p}")));
+    }
+    let Some(id) = &s.identity else {
+        return Err(fail(
+            "holds no certificate and key (tls.crt and tls.key, or cert and key)".into(),
+        ));
+    };
+    let mut out = vec![(
+        secret::certificate(&secret::certificate_name(name), id),
+        s.key.clone(),
+    )];
+    if tls.mode == ServerTlsMode::Mutual {
+        let companion = format!("{name}-cacert");
+        let ca = match &s.ca {
+            Some(ca) => (ca.clone(), s.key.clone()),
+            None => match find(&companion) {
+                Some(c) if c.problem.is_some() => {
+                    return Err(fail(format!(
+                        "has no CA certificate, and Secret {namespace}/{companion} cannot be \
+                         served: {}",
+                        c.problem.as_deref().unwrap_or_default()
+                    )))
+                }
+                Some(c) if c.ca.is_some() => (c.ca.as_ref().unwrap_or(&String::new()).clone(), c.key.clone()),
+                _ => {
+                    return Err(fail(format!(
+                        "has no CA certificate (ca.crt or cacert) for MUTUAL, nor does a \
+                         Secret {namespace}/{companion}"
+                    )))
+                }
+            },
+        };
+        out.push((secret::validation(&secret::ca_name(name), &ca.0), ca.1));
+    }
+    Ok(out)
+}
+
+/// Every credential error of `gw`'s servers for a workload in `namespace` (the analysis
+/// `validate` prints, with no proxy connected).
+pub fn credential_errors(namespace: &str, gw: &Gateway, secrets: &[&TlsSecret]) -> Vec<ConfigError> {
+    gw.servers
+        .iter()
+        .filter_map(|s| credential(namespace, gw, s, secrets).err())
+        .collect()
+}
+
+/// Whether a TLS route match applies on `port` of gateway `via`: `sourceNamespace` never
+/// holds at a gateway.
+fn applies(m: &TlsMatch, port: u16, via: &str) -> bool {
+    m.port.is_none_or(|p| p == port)
+        && (m.gateways.is_empty() || m.gateways.iter().any(|g| g == via))
+        && m.source_namespace.is_none()
+}
+
+/// The TLS servers of a router in `namespace`: listeners per address and port not already
+/// an HTTP server's (`http`).
+pub fn servers(
+    namespace: &str,
+    gateways: &[&Gateway],
+    vss: &[(&ConfigKey, &ResolvedVs)],
+    secrets: &[&TlsSecret],
+    hashing: &Hashing,
+    http: &BTreeMap<(String, u16), BTreeSet<ConfigKey>>,
+) -> TlsServers {
+    let mut out = TlsServers::default();
+    let mut listeners: BTreeMap<(String, u16), (TlsChains, BTreeSet<ConfigKey>)> =
+        BTreeMap::new();
+    for gw in gateways {
+        for server in &gw.servers {
+            let Some(tls) = server.tls.as_deref() else {
+                continue;
+            };
+            let addr = server.bind.clone().unwrap_or_else(|| "0.0.0.0".into());
+            let key = (addr, server.port);
+            if http.contains_key(&key) {
+                continue;
+            }
+            let (chains, inputs) = listeners.entry(key).or_default();
+            inputs.insert(gw.key.clone());
+            match tls.mode {
+                ServerTlsMode::Simple | ServerTlsMode::Mutual => {
+                    let material = match credential(namespace, gw, server, secrets) {
+                        Ok(m) => m,
+                        Err(e) => {
+                            out.errors.push(e);
+                            continue;
+                        }
+                    };
+                    let name = https_route_name(
+                        server.port,
+                        &server.port_name,
+                        &gw.key.name,
+                        &gw.key.namespace,
+                    );
+                    let chain = TlsChain::Terminate {
+                        tls,
+                        route: name.clone(),
+                    };
+                    if chains.add(server_names(&server.hosts), chain).is_none() {
+                        out.errors.push(taken(gw, server));
+                        continue;
+                    }
+                    for (r, from) in material {
+                        inputs.insert(from.clone());
+                        out.resources.push((r, [gw.key.clone(), from].into()));
+                    }
+                    let mut route_inputs: BTreeSet<ConfigKey> = [gw.key.clone()].into();
+                    let mut vhosts = route::GatewayVhosts::new();
+                    server_vhosts(gw, server, vss, &mut route_inputs, &mut vhosts);
+                    sort_vhosts(&mut vhosts);
+                    let rc = route::gateway_route_config(
+                        &name,
+                        server.port,
+                        &vhosts,
+                        &BTreeSet::new(),
+                        hashing,
+                    );
+                    out.resources.push((rc, route_inputs));
+                }
+                ServerTlsMode::Passthrough => {
+                    passthrough(gw, server, vss, chains, inputs, &mut out.errors);
+                }
+            }
+        }
+    }
+    for ((addr, port), (chains, inputs)) in listeners {
+        if chains.is_empty() {
+            continue;
+        }
+        out.resources.push((chains.listener(&addr, port), inputs));
+        out.ports.insert((addr, port));
+    }
+    out
+}
+
+/// What is said of a server whose SNI names earlier servers on its port already take.
+fn taken(gw: &Gateway, server: &GatewayServer) -> ConfigError {
+    ConfigError {
+        object: gw.key.clone(),
+        code: ErrorCode::TlsRouteUnmatched,
+        message: format!(
+            "{}.hosts: every host is already served by an earlier TLS server on port {}; this \
+             server gets no filter chain",
+            server.field, server.port
+        ),
+    }
+}
+
+/// The chains of a PASSTHROUGH server: one per applicable match of each `tls[]` route of
+/// the VirtualServices bound to the gateway whose hosts it serves, for the match's SNI
+/// names the server serves. A match left with none is an error naming it.
+fn passthrough<'a>(
+    gw: &Gateway,
+    server: &GatewayServer,
+    vss: &[(&ConfigKey, &'a ResolvedVs)],
+    chains: &mut TlsChains<'a>,
+    inputs: &mut BTreeSet<ConfigKey>,
+    errors: &mut Vec<ConfigError>,
+) {
+    let via = format!("{}/{}", gw.key.namespace, gw.key.name);
+    let mut bound: Vec<(ResolvedVs, Vec<String>)> = Vec::new();
+    for (_, rvs) in vss.iter().filter(|(k, _)| **k == gw.key) {
+        let vs_ns = &rvs.vs.key.namespace;
+        let serves = exported_to(&rvs.vs.export_to, vs_ns, &gw.key.namespace)
+            && rvs.vs.hosts.iter().any(|h| {
+                server
+                    .hosts
+                    .iter()
+                    .any(|sh| gateway_domain(sh, &gw.key.namespace, vs_ns, h).is_some())
+            });
+        if serves && !rvs.vs.tls.is_empty() {
+            add_via(&mut bound, rvs, &gw.key);
+        }
+    }
+    bound.sort_by(|a, b| a.0.vs.key.cmp(&b.0.vs.key));
+    for (rvs, _) in &bound {
+        let vs_ns = &rvs.vs.key.namespace;
+        inputs.insert(rvs.vs.key.clone());
+        for (ri, r) in rvs.vs.tls.iter().enumerate() {
+            let dests = tcp::destinations(&r.route, server.port, rvs);
+            if dests.is_empty() {
+                continue;
+            }
+            for (mi, m) in r.matches.iter().enumerate() {
+                if !applies(m, server.port, &via) {
+                    continue;
+                }
+                let names: Vec<String> = m
+                    .sni_hosts
+                    .iter()
+                    .filter_map(|sni| {
+                        server
+                            .hosts
+                            .iter()
+                            .find_map(|sh| gateway_domain(sh, &gw.key.namespace, vs_ns, sni))
+                    })
+                    .collect();
+                let names = server_names(&names);
+                let field = format!("spec.tls[{ri}].match[{mi}].sniHosts");
+                if names.is_empty() && !m.sni_hosts.iter().any(|h| h == "*") {
+                    errors.push(unmatched(&rvs.vs.key, &field, &m.sni_hosts, gw, server));
+                    continue;
+                }
+                let chain = TlsChain::Passthrough {
+                    ranges: m.destination_subnets.clone(),
+                    dests: dests.clone(),
+                };
+                if chains.add(names, chain).is_none() {
+                    errors.push(ConfigError {
+                        object: rvs.vs.key.clone(),
+                        code: ErrorCode::TlsRouteUnmatched,
+                        message: format!(
+                            "{field}: every name is already routed by an earlier route on \
+                             port {} of Gateway {via}; this match gets no filter chain",
+                            server.port
+                        ),
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// What is said of a `tls[]` match whose SNI names the gateway server does not serve.
+fn unmatched(vs: &ConfigKey, field: &str, sni: &[String], gw: &Gateway, server: &GatewayServer) -> ConfigError {
+    ConfigError {
+        object: vs.clone(),
+        code: ErrorCode::TlsRouteUnmatched,
+        message: format!(
+            "{field}: none of {sni:?} is among the hosts {:?} of Gateway {}/{} {} (port {}); \
+             the match gets no filter chain",
+            server.hosts, gw.key.namespace, gw.key.name, server.field, server.port
+        ),
+    }
+}

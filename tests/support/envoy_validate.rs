@@ -1,0 +1,81 @@
+//! Envoy's judgement of an example's generated config: the resources meshflow computes (the
+//! naive recompute over `examples/NAME/config`, as the file source reads it) for some
+//! proxies, embedded as static listeners and clusters in a bootstrap that `envoy --mode
+//! validate` loads without binding any port. Resources that come over ADS in a real run
+//! (EDS, RDS, SDS) stay referenced by name, as Envoy checks them when they arrive.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use dataflows::model::{MeshConfig, Proxy, ProxyKind, Record, Resource, ResourceType};
+use dataflows::naive::{self, Snapshot};
+use meshflow::debug::envoy_json::resource_json;
+use meshflow::sources::files::FileSource;
+
+use super::{envoy_bootstrap, ProxyNode, XdsMode};
+
+/// Computes `examples/NAME`'s resources for `nodes`, has `envoy --mode validate` load each
+/// node's listeners and clusters (panicking with Envoy's words if it refuses), and returns
+/// each node's listeners as Envoy's JSON, for the caller's own checks.
+pub fn envoy_validates_example(
+    envoy_bin: &Path,
+    scratch: &Path,
+    example: &str,
+    nodes: &[(&ProxyNode, ProxyKind)],
+) -> Vec<Vec<serde_json::Value>> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples").join(example);
+    let mesh = MeshConfig::default();
+    let scan = FileSource::new(dir.join("config"), mesh.clone()).rescan();
+    assert!(scan.errors.is_empty(), "{:#?}", scan.errors);
+    let mut records: BTreeSet<Record> = scan.changes.into_iter().map(|(r, _)| r).collect();
+    for (node, kind) in nodes {
+        records.insert(Record::Proxy(Proxy {
+            id: node.id.clone(),
+            kind: *kind,
+            ips: node.instance_ips.clone(),
+            namespace: node.namespace.clone(),
+            labels: node.labels.clone(),
+            interception_none: false,
+        }));
+    }
+    let configs = naive::compute(&mesh, &Snapshot { records });
+    let mut out = Vec::new();
+    for (node, _) in nodes {
+        let resources: Vec<&Resource> = configs[&node.id].values().collect();
+        let of = |t: ResourceType| -> Vec<serde_json::Value> {
+            resources
+                .iter()
+                .filter(|r| r.rtype == t)
+                .map(|r| {
+                    let mut json = resource_json(t, &r.name, &r.body.0);
+                    if let Some(m) = json.as_object_mut() {
+                        m.remove("@type");
+                    }
+                    json
+                })
+                .collect()
+        };
+        let listeners = of(ResourceType::Listener);
+        let mut bootstrap = envoy_bootstrap(node, ([127, 0, 0, 1], 1).into(), XdsMode::Delta);
+        bootstrap["static_resources"]["listeners"] = listeners.clone().into();
+        if let Some(clusters) = bootstrap["static_resources"]["clusters"].as_array_mut() {
+            clusters.extend(of(ResourceType::Cluster));
+        }
+        let path = scratch.join(format!("{}.json", node.pod_name));
+        std::fs::write(&path, bootstrap.to_string()).expect("write bootstrap");
+        let run = std::process::Command::new(envoy_bin)
+            .args(["--mode", "validate", "--disable-hot-restart", "-c"])
+            .arg(&path)
+            .output()
+            .expect("run envoy --mode validate");
+        assert!(
+            run.status.success(),
+            "Envoy refused {}'s config:\n{}{}",
+            node.id,
+            String::from_utf8_lossy(&run.stdout),
+            String::from_utf8_lossy(&run.stderr)
+        );
+        out.push(listeners);
+    }
+    out
+}
