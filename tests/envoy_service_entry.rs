@@ -83,3 +83,98 @@ fn selected_workload_entries_carry_weight_and_locality_in_envoy() {
         scene.envoy.rejected_update_stats()
     );
 }
+
+/// The endpoints of a DNS ServiceEntry are what Envoy resolves (a host name here:
+/// `localhost`), each at its own port; a Kubernetes ExternalName Service is the name it
+/// points at (an IP literal here, which DNS resolution returns as is), at the service's
+/// port; a `unix://` endpoint of a STATIC entry is a Unix domain socket. Requests through
+/// the sidecar reach each backend, and Envoy rejects none of the clusters.
+#[test]
+fn dns_external_name_and_unix_socket_endpoints_reach_their_backends_in_envoy() {
+    let envoy_bin = require_envoy!();
+    let scene = SidecarScene::start(&envoy_bin, "envoy-service-entry-dns", 57, &[], |_| {});
+    let dns_port = support::free_port();
+    let by_name = Backend::start("127.0.0.1", dns_port, "dns-localhost");
+    // The ExternalName service's port is the client listener's, on another loopback address.
+    let external = Backend::start(&scene.reviews.ip(41), scene.port, "external-name");
+    let socket = scene.dir.path().join("uds-backend.sock");
+    let uds = Backend::start_unix(&socket, "uds");
+    scene.reviews.write(
+        "entries.yaml",
+        &format!(
+            "apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {{name: db, namespace: default}}
+spec:
+  hosts: [db.example.com]
+  location: MESH_EXTERNAL
+  ports: [{{number: {port}, name: http, protocol: HTTP}}]
+  resolution: DNS
+  endpoints: [{{address: localhost, ports: {{http: {dns_port}}}}}]
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {{name: rr, namespace: default}}
+spec:
+  hosts: [rr.example.com]
+  location: MESH_EXTERNAL
+  ports: [{{number: {port}, name: http, protocol: HTTP, targetPort: {dns_port}}}]
+  resolution: DNS_ROUND_ROBIN
+  endpoints: [{{address: localhost}}]
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {{name: sock, namespace: default}}
+spec:
+  hosts: [sock.example.com]
+  location: MESH_INTERNAL
+  ports: [{{number: {port}, name: http, protocol: HTTP}}]
+  resolution: STATIC
+  endpoints: [{{address: 'unix://{socket}'}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: ext, namespace: default}}
+spec:
+  type: ExternalName
+  externalName: {external_ip}
+  ports: [{{name: http, port: {port}}}]
+",
+            port = scene.port,
+            socket = socket.display(),
+            external_ip = scene.reviews.ip(41),
+        ),
+    );
+    for (host, identity) in [
+        ("db.example.com", "dns-localhost"),
+        ("rr.example.com", "dns-localhost"),
+        ("sock.example.com", "uds"),
+        ("ext.default.svc.cluster.local", "external-name"),
+    ] {
+        let client = support::reviews::Client::new(&scene.envoy, scene.listener(), host);
+        let counts = client.converge(
+            &format!("{host} reaches {identity}"),
+            "/",
+            &[],
+            |c| count(c, identity) == 5,
+            5,
+        );
+        assert_eq!(count(&counts, identity), 5, "{host}: {counts:?}");
+    }
+    let clusters = scene.envoy.admin_get("/clusters");
+    for (cluster, host) in [
+        ("db.example.com", format!("127.0.0.1:{dns_port}")),
+        ("sock.example.com", format!("{}", socket.display())),
+    ] {
+        let line = format!("outbound|{}||{cluster}::{host}::", scene.port);
+        assert!(clusters.contains(&line), "{line} in\n{clusters}");
+    }
+    assert!(by_name.requests_served() >= 10);
+    assert!(external.requests_served() >= 5 && uds.requests_served() >= 5);
+    assert_eq!(
+        scene.envoy.rejected_updates(),
+        0,
+        "{:?}",
+        scene.envoy.rejected_update_stats()
+    );
+}

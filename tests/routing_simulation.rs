@@ -20,7 +20,7 @@ use dataflows::model::{
     ConfigKey, Holder, MeshConfig, ProvenanceRow, ProxyId, Record, Resource, ResourceKey,
     ResourceType,
 };
-use dataflows::simulate::{Call, NoMatch, Outcome, ProxyConfig};
+use dataflows::simulate::{Call, Discovery, NoMatch, Outcome, ProxyConfig};
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::google::protobuf::{value::Kind, Struct, Value};
 use meshflow::sources::files::FileSource;
@@ -1513,4 +1513,87 @@ fn task_mirroring() {
         .map(|m| m.cluster.as_str())
         .collect();
     assert_eq!(mirrors, [bookinfo_cluster("v2", "reviews")]);
+}
+
+/// A DNS ServiceEntry's endpoints are the hosts Envoy resolves, each at its own port, and a
+/// DestinationRule subset keeps those of its labels (STRICT_DNS); DNS_ROUND_ROBIN resolves
+/// its one endpoint (LOGICAL_DNS), and a subset that leaves it nothing answers 503 instead
+/// of resolving something else.
+#[test]
+fn dns_service_entry_endpoints_are_resolved_per_subset() {
+    let (mut mesh, _reviews, proxy) = sidecar_setup("dns-endpoints", &["v1"]);
+    let entries = "apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: db, namespace: default}
+spec:
+  hosts: [db.example.com]
+  ports: [{number: THE_PORT, name: http, protocol: HTTP, targetPort: 8080}]
+  resolution: DNS
+  endpoints:
+  - {address: us.db.example.com, labels: {region: us}, locality: us, weight: 2}
+  - {address: eu.db.example.com, labels: {region: eu}, ports: {http: 9090}}
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: one, namespace: default}
+spec:
+  hosts: [one.example.com]
+  ports: [{number: THE_PORT, name: http, protocol: HTTP}]
+  resolution: DNS_ROUND_ROBIN
+  endpoints: [{address: one-backend.example.com, labels: {region: us}}]
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: db, namespace: default}
+spec:
+  host: db.example.com
+  subsets: [{name: eu, labels: {region: eu}}]
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: one, namespace: default}
+spec:
+  host: one.example.com
+  subsets: [{name: eu, labels: {region: eu}}]
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: db, namespace: default}
+spec:
+  hosts: [db.example.com, one.example.com]
+  http:
+  - match: [{headers: {x-region: {exact: eu}}, authority: {prefix: db.}}]
+    route: [{destination: {host: db.example.com, subset: eu}}]
+  - match: [{headers: {x-region: {exact: eu}}}]
+    route: [{destination: {host: one.example.com, subset: eu}}]
+  - match: [{authority: {prefix: db.}}]
+    route: [{destination: {host: db.example.com}}]
+  - route: [{destination: {host: one.example.com}}]
+"
+    .replace("THE_PORT", &PORT.to_string());
+    write_config(&mesh.config, "dns.yaml", &entries);
+    let cluster = |subset: &str, host: &str| format!("outbound|{PORT}|{subset}|{host}");
+    let o = mesh.send(&proxy, &via_sidecar("db.example.com", "/"));
+    assert_eq!(o.cluster(), Some(cluster("", "db.example.com").as_str()), "{o:#?}");
+    assert_eq!(o.upstreams()[0].discovery, Discovery::StrictDns);
+    assert_eq!(
+        o.endpoints(),
+        vec!["eu.db.example.com:9090", "us.db.example.com:8080"]
+    );
+    let eu = via_sidecar("db.example.com", "/").header("x-region", "eu");
+    let o = mesh.send(&proxy, &eu);
+    assert_eq!(o.cluster(), Some(cluster("eu", "db.example.com").as_str()), "{o:#?}");
+    assert_eq!(o.endpoints(), vec!["eu.db.example.com:9090"]);
+
+    let o = mesh.send(&proxy, &via_sidecar("one.example.com", "/"));
+    assert_eq!(o.upstreams()[0].discovery, Discovery::LogicalDns, "{o:#?}");
+    assert_eq!(o.endpoints(), vec![format!("one-backend.example.com:{PORT}")]);
+    let o = mesh.send(
+        &proxy,
+        &via_sidecar("one.example.com", "/").header("x-region", "eu"),
+    );
+    assert_eq!(o.cluster(), Some(cluster("eu", "one.example.com").as_str()), "{o:#?}");
+    assert!(o.endpoints().is_empty(), "{o:#?}");
+    assert_eq!(o.status(), Some(503), "{o:#?}");
+    mesh.assert_no_errors();
 }

@@ -236,7 +236,12 @@ pub struct ServicePort {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum Resolution {
     Static,
+    /// `DNS`: Envoy resolves every endpoint (or the host) and balances over all the
+    /// addresses it gets (STRICT_DNS).
     Dns,
+    /// `DNS_ROUND_ROBIN`: Envoy resolves its one endpoint (or the host) and connects to
+    /// whichever address DNS returns first (LOGICAL_DNS).
+    DnsRoundRobin,
     None,
 }
 
@@ -255,6 +260,22 @@ pub struct Service {
     /// share a port apart by them (the connection's original destination); empty for a
     /// headless service or a ServiceEntry without addresses.
     pub addresses: Vec<String>,
+    /// A DNS ServiceEntry's own `endpoints`, which Envoy resolves in place of the hosts
+    /// (empty: each host is resolved itself). Other services' endpoints are records of
+    /// their own (EDS).
+    pub dns_endpoints: Vec<DnsEndpoint>,
+}
+
+/// One endpoint of a DNS ServiceEntry: a host name (or IP) Envoy resolves, and the port it
+/// listens on for each of the entry's ports.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct DnsEndpoint {
+    pub address: String,
+    /// Service port name → the port on this endpoint (the endpoint's own, else the
+    /// entry's `targetPort`, else the port's number).
+    pub ports: BTreeMap<String, u16>,
+    pub labels: Labels,
+    pub placement: Placement,
 }
 
 impl Service {

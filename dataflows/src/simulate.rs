@@ -1198,15 +1198,19 @@ fn endpoints_of(cla: &ClusterLoadAssignment) -> Vec<UpstreamEndpoint> {
             let Some(lb_endpoint::HostIdentifier::Endpoint(e)) = &lb.host_identifier else {
                 continue;
             };
-            let Some((ip, port)) = socket(e.address.as_ref()) else {
-                continue;
+            let address = match e.address.as_ref().and_then(|a| a.address.as_ref()) {
+                Some(address::Address::Pipe(p)) => format!("unix://{}", p.path),
+                _ => match socket(e.address.as_ref()) {
+                    Some((ip, port)) => format!("{ip}:{port}"),
+                    None => continue,
+                },
             };
             let healthy = matches!(
                 HealthStatus::try_from(lb.health_status),
                 Ok(HealthStatus::Unknown | HealthStatus::Healthy | HealthStatus::Degraded)
             );
             out.push(UpstreamEndpoint {
-                address: format!("{ip}:{port}"),
+                address,
                 locality: locality.clone(),
                 locality_weight: group.load_balancing_weight.map(|w| w.value),
                 weight: lb.load_balancing_weight.map(|w| w.value),

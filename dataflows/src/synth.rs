@@ -216,6 +216,7 @@ pub fn records(shape: &Shape, mesh: &MeshConfig) -> Vec<Record> {
             }],
             export_to: vec![],
             resolution: Resolution::Static,
+            dns_endpoints: Vec::new(),
             addresses: vec![],
         }));
         for e in 0..shape.endpoints_per_service {

@@ -119,6 +119,7 @@ fn random_record(rng: &mut StdRng, slot: usize) -> Record {
                 vec![]
             },
             resolution: Resolution::Static,
+            dns_endpoints: Vec::new(),
             addresses: addresses(rng),
         }),
         1 => Record::Endpoint(

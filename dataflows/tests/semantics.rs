@@ -219,6 +219,7 @@ fn service(name: &str, ns: &str) -> Record {
         }],
         export_to: vec![],
         resolution: Resolution::Static,
+        dns_endpoints: Vec::new(),
         addresses: vec![],
     })
 }
@@ -802,6 +803,7 @@ fn service_entry_selector_takes_workloads_with_their_placement() {
         }],
         export_to: vec![],
         resolution: Resolution::Static,
+        dns_endpoints: Vec::new(),
         addresses: vec![],
     });
     let selection = Record::Selection(

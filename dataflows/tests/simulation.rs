@@ -60,6 +60,7 @@ fn service_with_pods(name: &str, n: u8, versions: &[u8]) -> Vec<Record> {
         }],
         export_to: vec![],
         resolution: Resolution::Static,
+        dns_endpoints: Vec::new(),
         addresses: vec![],
     })];
     for v in versions {

@@ -452,14 +452,10 @@ fn service_entry_target_port_is_where_endpoints_listen() {
 }
 
 #[test]
-fn service_entry_unix_endpoints_and_unused_fields_are_warnings() {
-    let doc = "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: se, namespace: ns}\nspec:\n  hosts: [a.example.com]\n  addresses: [10.1.0.0/16]\n  ports: [{number: 80, name: http, protocol: HTTP}, {number: 27017, name: mongo, protocol: MONGO}]\n  resolution: STATIC\n  endpoints:\n  - address: unix:///var/run/a.sock\n  - address: 127.0.0.1\n    weight: 3\n    locality: us/a\n";
+fn service_entry_unix_endpoints_are_sockets_beside_one_port() {
+    let doc = "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: se, namespace: ns}\nspec:\n  hosts: [a.example.com]\n  addresses: [10.1.0.0/16]\n  ports: [{number: 80, name: http, protocol: HTTP}]\n  resolution: STATIC\n  endpoints:\n  - address: unix:///var/run/a.sock\n  - address: 127.0.0.1\n    weight: 3\n    locality: us/a\n";
     let p = parse(doc);
-    assert!(fields(&p, Level::Error).is_empty());
-    assert_eq!(
-        fields(&p, Level::Warning),
-        vec!["spec.endpoints[0].address"]
-    );
+    assert!(p.findings.is_empty(), "{:?}", p.findings);
     let endpoints: Vec<_> = p
         .records
         .iter()
@@ -468,17 +464,101 @@ fn service_entry_unix_endpoints_and_unused_fields_are_warnings() {
             _ => None,
         })
         .collect();
-    assert_eq!(
-        endpoints.len(),
-        2,
-        "127.0.0.1 on both ports; the socket left out"
-    );
+    let ips: Vec<&str> = endpoints.iter().map(|e| e.ip.as_str()).collect();
+    assert_eq!(ips, vec!["unix:///var/run/a.sock", "127.0.0.1"]);
     // Weight and locality are the endpoint's own.
-    assert!(endpoints.iter().all(|e| e.placement
-        == dataflows::model::Placement {
+    assert_eq!(
+        endpoints[1].placement,
+        dataflows::model::Placement {
             locality: "us/a".into(),
             weight: Some(3)
-        }));
+        }
+    );
+    // As Istio validates: one port beside a socket, and a socket takes no ports.
+    for (from, to, field) in [
+        (
+            "  ports: [{number: 80, name: http, protocol: HTTP}]\n",
+            "  ports: [{number: 80, name: http, protocol: HTTP}, {number: 81, name: tcp, protocol: TCP}]\n",
+            "spec.ports",
+        ),
+        (
+            "  - address: unix:///var/run/a.sock\n",
+            "  - address: unix:///var/run/a.sock\n    ports: {http: 8080}\n",
+            "spec.endpoints[0]",
+        ),
+    ] {
+        let err = parse_document(&doc.replace(from, to), &MeshConfig::default()).unwrap_err();
+        assert!(format!("{err:?}").contains(field), "{field}: {err:?}");
+    }
+}
+
+/// A DNS entry's endpoints are what Envoy resolves: carried on the service (not as EDS
+/// endpoints), each with its port per service port; DNS_ROUND_ROBIN takes at most one, an
+/// address must be a name or an IP, and without endpoints every host must be a name DNS
+/// can answer (no wildcard), as Istio validates.
+#[test]
+fn service_entry_dns_endpoints_are_resolved_in_place_of_the_hosts() {
+    let doc = "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: se, namespace: ns}\nspec:\n  hosts: [a.example.com]\n  ports: [{number: 80, name: http, protocol: HTTP, targetPort: 8080}, {number: 443, name: tls, protocol: TLS}]\n  resolution: DNS\n  endpoints:\n  - address: us.a.example.com\n    ports: {http: 9090}\n    labels: {region: us}\n    locality: us\n  - address: 10.0.0.7\n";
+    let p = parse(doc);
+    assert!(fields(&p, Level::Error).is_empty(), "{:?}", p.findings);
+    assert!(
+        !p.records.iter().any(|r| matches!(r, Record::Endpoint(..))),
+        "no EDS endpoints for a DNS entry"
+    );
+    let Some(Record::Service(svc)) = p.records.first() else {
+        panic!("{:?}", p.records)
+    };
+    assert_eq!(svc.resolution, dataflows::model::Resolution::Dns);
+    let got: Vec<(&str, Vec<(&str, u16)>)> = svc
+        .dns_endpoints
+        .iter()
+        .map(|e| {
+            (
+                e.address.as_str(),
+                e.ports.iter().map(|(k, v)| (k.as_str(), *v)).collect(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            ("us.a.example.com", vec![("http", 9090), ("tls", 443)]),
+            ("10.0.0.7", vec![("http", 8080), ("tls", 443)]),
+        ]
+    );
+    assert_eq!(svc.dns_endpoints[0].placement.locality, "us");
+    let rr = doc.replace("resolution: DNS\n", "resolution: DNS_ROUND_ROBIN\n");
+    let err = parse_document(&rr, &MeshConfig::default()).unwrap_err();
+    assert!(format!("{err:?}").contains("spec.endpoints"), "{err:?}");
+    let bad = doc.replace("address: us.a.example.com", "address: 'not a name'");
+    let err = parse_document(&bad, &MeshConfig::default()).unwrap_err();
+    assert!(format!("{err:?}").contains("spec.endpoints[0].address"), "{err:?}");
+    let wildcard = "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: se, namespace: ns}\nspec:\n  hosts: ['*.example.com']\n  ports: [{number: 80, name: http, protocol: HTTP}]\n  resolution: DNS\n";
+    let err = parse_document(wildcard, &MeshConfig::default()).unwrap_err();
+    assert!(format!("{err:?}").contains("spec.hosts[0]"), "{err:?}");
+}
+
+/// An ExternalName Service is the DNS name it points at, at its ports, as Istio serves it.
+#[test]
+fn external_name_services_resolve_their_name() {
+    let doc = "apiVersion: v1\nkind: Service\nmetadata: {name: db, namespace: ns}\nspec:\n  type: ExternalName\n  externalName: db.example.com\n  ports: [{name: tcp-db, port: 5432}]\n";
+    let p = parse(doc);
+    assert!(p.findings.is_empty(), "{:?}", p.findings);
+    let Some(Record::Service(svc)) = p.records.first() else {
+        panic!("{:?}", p.records)
+    };
+    assert_eq!(svc.hostname, "db.ns.svc.cluster.local");
+    assert_eq!(svc.resolution, dataflows::model::Resolution::Dns);
+    assert!(svc.addresses.is_empty());
+    assert_eq!(svc.dns_endpoints.len(), 1);
+    assert_eq!(svc.dns_endpoints[0].address, "db.example.com");
+    assert_eq!(svc.dns_endpoints[0].ports.get("tcp-db"), Some(&5432));
+    let err = parse_document(
+        &doc.replace("db.example.com", "'bad name'"),
+        &MeshConfig::default(),
+    )
+    .unwrap_err();
+    assert!(format!("{err:?}").contains("spec.externalName"), "{err:?}");
 }
 
 #[test]

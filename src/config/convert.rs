@@ -225,13 +225,24 @@ fn service(key: &ConfigKey, value: Value, mesh: &MeshConfig) -> Result<Vec<Recor
     let annotations = metadata_map(&value, "annotations");
     let svc: k8s_openapi::api::core::v1::Service = typed(value, "")?;
     let spec = svc.spec.unwrap_or_default();
-    if spec.type_.as_deref() == Some("ExternalName") {
-        return Err(Invalid::field(
-            "spec.type",
-            "ExternalName services are not supported yet",
-        ));
-    }
-    let addresses = cluster_ips(&spec)?;
+    // An ExternalName service is the DNS name it points at, resolved by Envoy at the
+    // service's ports (as Istio serves it); it has no cluster IPs and no endpoints.
+    let external_name = match spec.type_.as_deref() {
+        Some("ExternalName") => match spec.external_name.as_deref() {
+            Some(n) if is_fqdn(n) || n.parse::<std::net::IpAddr>().is_ok() => Some(n.to_string()),
+            other => {
+                return Err(Invalid::field(
+                    "spec.externalName",
+                    format!("{other:?} is not a DNS name an ExternalName service can point at"),
+                ))
+            }
+        },
+        _ => None,
+    };
+    let addresses = match external_name {
+        Some(_) => Vec::new(),
+        None => cluster_ips(&spec)?,
+    };
     let mut ports = Vec::new();
     for (i, p) in spec.ports.unwrap_or_default().iter().enumerate() {
         let name = p.name.clone().unwrap_or_default();
@@ -259,12 +270,24 @@ fn service(key: &ConfigKey, value: Value, mesh: &MeshConfig) -> Result<Vec<Recor
     Ok(vec![Record::Service(m::Service {
         hostname: format!("{}.{}.svc.{}", key.name, key.namespace, mesh.domain_suffix),
         origin: key.clone(),
-        ports,
         export_to: export_to(
             &exports,
             "metadata.annotations[networking.istio.io/exportTo]",
         )?,
-        resolution: m::Resolution::Static,
+        resolution: match external_name {
+            Some(_) => m::Resolution::Dns,
+            None => m::Resolution::Static,
+        },
+        dns_endpoints: external_name
+            .map(|address| m::DnsEndpoint {
+                address,
+                ports: ports.iter().map(|p| (p.name.clone(), p.port)).collect(),
+                labels: Default::default(),
+                placement: Default::default(),
+            })
+            .into_iter()
+            .collect(),
+        ports,
         addresses,
     })])
 }
@@ -2119,7 +2142,8 @@ fn service_entry(
     let resolution = match s.resolution.as_deref() {
         None | Some("NONE") => m::Resolution::None,
         Some("STATIC") => m::Resolution::Static,
-        Some("DNS") | Some("DNS_ROUND_ROBIN") => m::Resolution::Dns,
+        Some("DNS") => m::Resolution::Dns,
+        Some("DNS_ROUND_ROBIN") => m::Resolution::DnsRoundRobin,
         Some(other) => {
             return Err(Invalid::field(
                 "spec.resolution",
@@ -2170,14 +2194,42 @@ fn service_entry(
         }
     }
     let exports = export_to(&s.export_to, "spec.exportTo")?;
-    if resolution != m::Resolution::Static && !s.endpoints.is_empty() {
+    if resolution == m::Resolution::None && !s.endpoints.is_empty() {
         findings.push(Finding::warning(
             "spec.endpoints",
-            format!(
-                "with resolution {}, the endpoints are not used by meshflow yet: the hosts \
-                 themselves are resolved",
-                s.resolution.as_deref().unwrap_or("NONE")
-            ),
+            "with resolution NONE, the endpoints are not used by meshflow yet: connections \
+             go to their original destination",
+        ));
+    }
+    let dns = matches!(
+        resolution,
+        m::Resolution::Dns | m::Resolution::DnsRoundRobin
+    );
+    let dns_endpoints = if dns {
+        dns_endpoints(&s, &ports, &target_ports)?
+    } else {
+        Vec::new()
+    };
+    if dns && s.endpoints.is_empty() {
+        // Envoy resolves the hosts themselves: each must be a name DNS can answer.
+        for (i, host) in s.hosts.iter().enumerate() {
+            if !is_fqdn(host) {
+                return Err(Invalid::field(
+                    format!("spec.hosts[{i}]"),
+                    format!(
+                        "{host:?} is not a fully qualified domain name, which resolution {} \
+                         needs when no endpoints are given",
+                        s.resolution.as_deref().unwrap_or_default()
+                    ),
+                ));
+            }
+        }
+    }
+    let unix = s.endpoints.iter().any(|e| e.address.starts_with("unix://"));
+    if unix && ports.len() != 1 {
+        return Err(Invalid::field(
+            "spec.ports",
+            "exactly one port is allowed beside unix domain socket endpoints",
         ));
     }
     if s.workload_selector.is_some() && !s.endpoints.is_empty() {
@@ -2221,6 +2273,7 @@ fn service_entry(
             export_to: exports.clone(),
             resolution,
             addresses: addresses.clone(),
+            dns_endpoints: dns_endpoints.clone(),
         }));
         if resolution != m::Resolution::Static {
             continue;
@@ -2229,17 +2282,17 @@ fn service_entry(
             out.push(Record::Selection(host.clone(), sel.clone()));
         }
         for (ei, ep) in s.endpoints.iter().enumerate() {
-            if ep.address.starts_with("unix://") {
-                if host == &s.hosts[0] {
-                    findings.push(Finding::warning(
-                        format!("spec.endpoints[{ei}].address"),
-                        "unix domain socket endpoints are not supported by meshflow yet; this \
-                         endpoint is left out",
-                    ));
-                }
-                continue;
+            let unix = ep.address.starts_with("unix://");
+            if unix && (ep.address.len() == "unix://".len() || !ep.ports.is_empty()) {
+                return Err(Invalid::field(
+                    format!("spec.endpoints[{ei}]"),
+                    format!(
+                        "{:?}: a unix domain socket endpoint needs a path and takes no ports",
+                        ep.address
+                    ),
+                ));
             }
-            if ep.address.parse::<std::net::IpAddr>().is_err() {
+            if !unix && ep.address.parse::<std::net::IpAddr>().is_err() {
                 return Err(Invalid::field(
                     format!("spec.endpoints[{ei}].address"),
                     format!("{:?} is not an IP address", ep.address),
@@ -2294,6 +2347,65 @@ fn workload_entry(
         ports,
         placement: placement(&s, "spec")?,
     })])
+}
+
+/// The endpoints of a DNS or DNS_ROUND_ROBIN entry, which Envoy resolves in place of its
+/// hosts: each a host name or IP, with its port for every port of the entry.
+fn dns_endpoints(
+    s: &istio::ServiceEntrySpec,
+    ports: &[m::ServicePort],
+    target_ports: &[Option<u16>],
+) -> Result<Vec<m::DnsEndpoint>> {
+    if s.resolution.as_deref() == Some("DNS_ROUND_ROBIN") && s.endpoints.len() > 1 {
+        return Err(Invalid::field(
+            "spec.endpoints",
+            "resolution DNS_ROUND_ROBIN allows at most one endpoint",
+        ));
+    }
+    s.endpoints
+        .iter()
+        .enumerate()
+        .map(|(ei, ep)| {
+            if ep.address.parse::<std::net::IpAddr>().is_err() && !is_fqdn(&ep.address) {
+                return Err(Invalid::field(
+                    format!("spec.endpoints[{ei}].address"),
+                    format!("{:?} is not a fully qualified domain name or an IP address", ep.address),
+                ));
+            }
+            let ports = ports
+                .iter()
+                .zip(target_ports)
+                .map(|(p, target)| {
+                    let n = match ep.ports.get(&p.name) {
+                        Some(n) => port_u16(*n, &format!("spec.endpoints[{ei}].ports.{}", p.name))?,
+                        None => target.unwrap_or(p.port),
+                    };
+                    Ok((p.name.clone(), n))
+                })
+                .collect::<Result<_>>()?;
+            Ok(m::DnsEndpoint {
+                address: ep.address.clone(),
+                ports,
+                labels: ep.labels.clone(),
+                placement: placement(ep, &format!("spec.endpoints[{ei}]"))?,
+            })
+        })
+        .collect()
+}
+
+/// A name DNS can answer: dot-separated labels of letters, digits and inner hyphens, each
+/// at most 63 characters, 253 in all (a trailing dot allowed); no wildcard.
+fn is_fqdn(name: &str) -> bool {
+    let name = name.strip_suffix('.').unwrap_or(name);
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+                && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        })
 }
 
 /// A WorkloadEntry's (or ServiceEntry endpoint's) `locality` and `weight`.

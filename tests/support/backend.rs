@@ -3,6 +3,8 @@
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
@@ -13,7 +15,8 @@ use super::http_wire::{read_body, Framing, Head};
 /// A tiny HTTP/1.1 server on one loopback address: every request gets `200`, body `identity`,
 /// header `x-backend: identity`. Keep-alive and pipelining work; it stops on drop.
 pub struct Backend {
-    addr: SocketAddr,
+    /// Where it listens; `None` for a Unix domain socket.
+    addr: Option<SocketAddr>,
     identity: String,
     stop: Arc<AtomicBool>,
     served: Arc<AtomicUsize>,
@@ -31,6 +34,21 @@ impl Backend {
         listener
             .set_nonblocking(true)
             .expect("nonblocking backend listener");
+        Backend::serve(Some(addr), listener, identity)
+    }
+
+    /// Listens on the Unix domain socket `path` (what a ServiceEntry's `unix://` endpoint
+    /// names); panics if it cannot be bound.
+    pub fn start_unix(path: &Path, identity: &str) -> Backend {
+        let listener = UnixListener::bind(path)
+            .unwrap_or_else(|e| panic!("backend bind {}: {e}", path.display()));
+        listener
+            .set_nonblocking(true)
+            .expect("nonblocking backend listener");
+        Backend::serve(None, listener, identity)
+    }
+
+    fn serve(addr: Option<SocketAddr>, listener: impl Accept, identity: &str) -> Backend {
         let stop = Arc::new(AtomicBool::new(false));
         let served = Arc::new(AtomicUsize::new(0));
         let acceptor = {
@@ -50,8 +68,9 @@ impl Backend {
         }
     }
 
+    /// Its TCP address (a Unix domain socket backend has none).
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.addr.expect("a TCP backend")
     }
 
     pub fn identity(&self) -> &str {
@@ -73,15 +92,56 @@ impl Drop for Backend {
     }
 }
 
+/// A listening socket the backend accepts connections from: TCP or a Unix domain socket.
+trait Accept: Send + 'static {
+    type Conn: Conn;
+    fn accept_conn(&self) -> io::Result<Self::Conn>;
+}
+
+/// One accepted connection, in blocking mode with a read timeout once prepared.
+trait Conn: Read + Write + Send + 'static {
+    fn prepare(&self, timeout: Duration) -> io::Result<()>;
+}
+
+impl Accept for TcpListener {
+    type Conn = TcpStream;
+    fn accept_conn(&self) -> io::Result<TcpStream> {
+        self.accept().map(|(s, _)| s)
+    }
+}
+
+impl Conn for TcpStream {
+    fn prepare(&self, timeout: Duration) -> io::Result<()> {
+        self.set_nonblocking(false)?;
+        self.set_read_timeout(Some(timeout))?;
+        let _ = self.set_nodelay(true);
+        Ok(())
+    }
+}
+
+impl Accept for UnixListener {
+    type Conn = UnixStream;
+    fn accept_conn(&self) -> io::Result<UnixStream> {
+        self.accept().map(|(s, _)| s)
+    }
+}
+
+impl Conn for UnixStream {
+    fn prepare(&self, timeout: Duration) -> io::Result<()> {
+        self.set_nonblocking(false)?;
+        self.set_read_timeout(Some(timeout))
+    }
+}
+
 fn accept_loop(
-    listener: TcpListener,
+    listener: impl Accept,
     identity: &str,
     stop: &Arc<AtomicBool>,
     served: &Arc<AtomicUsize>,
 ) {
     while !stop.load(Ordering::SeqCst) {
-        match listener.accept() {
-            Ok((stream, _)) => {
+        match listener.accept_conn() {
+            Ok(stream) => {
                 let (identity, stop, served) = (identity.to_owned(), stop.clone(), served.clone());
                 thread::spawn(move || serve_connection(stream, &identity, &stop, &served));
             }
@@ -100,19 +160,14 @@ fn accept_loop(
 /// Serves requests on one connection until the peer closes, asks to close, sends garbage, or the
 /// backend stops (checked every 100 ms).
 fn serve_connection(
-    mut stream: TcpStream,
+    mut stream: impl Conn,
     identity: &str,
     stop: &AtomicBool,
     served: &AtomicUsize,
 ) {
-    if stream.set_nonblocking(false).is_err()
-        || stream
-            .set_read_timeout(Some(Duration::from_millis(100)))
-            .is_err()
-    {
+    if stream.prepare(Duration::from_millis(100)).is_err() {
         return;
     }
-    let _ = stream.set_nodelay(true);
     let mut buf = Vec::new();
     let mut chunk = [0u8; 8 * 1024];
     loop {
@@ -200,7 +255,7 @@ fn parse_request(buf: &[u8]) -> Result<Option<RequestFrame>, String> {
 }
 
 fn write_response(
-    stream: &mut TcpStream,
+    stream: &mut impl Write,
     status: u16,
     body: &str,
     echo: &str,

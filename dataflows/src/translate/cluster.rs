@@ -8,7 +8,7 @@ use crate::model::{
 };
 use envoy_types::pb::envoy::config::cluster::v3::circuit_breakers::Thresholds;
 use envoy_types::pb::envoy::config::cluster::v3::cluster::{
-    ClusterDiscoveryType, DiscoveryType, EdsClusterConfig, LbPolicy,
+    ClusterDiscoveryType, DiscoveryType, DnsLookupFamily, EdsClusterConfig, LbPolicy,
 };
 use envoy_types::pb::envoy::config::cluster::v3::cluster::{
     CommonLbConfig, LbConfig, LeastRequestLbConfig, MaglevLbConfig, RingHashLbConfig,
@@ -165,10 +165,23 @@ fn outbound(
                 service_name: name.clone(),
             });
         }
-        Resolution::Dns => {
-            cluster.cluster_discovery_type =
-                Some(ClusterDiscoveryType::Type(DiscoveryType::StrictDns as i32));
-            cluster.load_assignment = Some(single_host(&name, &service.hostname, port.port));
+        Resolution::Dns | Resolution::DnsRoundRobin => {
+            let hosts = dns_hosts(service, port, dr, subset, &name);
+            let logical = service.resolution == Resolution::DnsRoundRobin;
+            let kind = match hosts.endpoints.iter().map(|g| g.lb_endpoints.len()).sum() {
+                // Envoy resolves a LOGICAL_DNS cluster's one host only; with none left (a
+                // subset its endpoint is not in) the cluster has nothing to resolve.
+                0 if logical => DiscoveryType::Static,
+                _ if logical => DiscoveryType::LogicalDns,
+                _ => DiscoveryType::StrictDns,
+            };
+            cluster.cluster_discovery_type = Some(ClusterDiscoveryType::Type(kind as i32));
+            cluster.load_assignment = Some(hosts);
+            // IPv4 answers only, as Istio resolves for proxies with IPv4 addresses (the
+            // clusters are shared by a scope, so per-proxy families are not chosen here),
+            // and the records' TTLs respected.
+            cluster.dns_lookup_family = DnsLookupFamily::V4Only as i32;
+            cluster.respect_dns_ttl = true;
         }
         Resolution::None => {
             cluster.cluster_discovery_type = Some(ClusterDiscoveryType::Type(
@@ -389,6 +402,38 @@ fn outlier_detection(
         max_ejection_percent: n(o.max_ejection_percent),
         ..Default::default()
     }
+}
+
+/// The hosts a DNS cluster resolves: the entry's endpoints (of the subset's labels, each at
+/// its port for `port`, weighted and grouped by locality) or, without endpoints, the host
+/// itself, as Istio generates them.
+fn dns_hosts(
+    service: &Service,
+    port: &ServicePort,
+    dr: Option<&DestinationRule>,
+    subset: Option<&str>,
+    cluster: &str,
+) -> ClusterLoadAssignment {
+    if service.dns_endpoints.is_empty() {
+        return single_host(cluster, &service.hostname, port.port);
+    }
+    let selector = dr
+        .and_then(|d| d.subsets.iter().find(|s| Some(s.name.as_str()) == subset))
+        .map(|s| &s.labels);
+    let addrs = service
+        .dns_endpoints
+        .iter()
+        .filter(|e| selector.is_none_or(|sel| sel.iter().all(|(k, v)| e.labels.get(k) == Some(v))))
+        .map(|e| {
+            (
+                e.placement.locality.as_str(),
+                e.address.as_str(),
+                e.ports.get(&port.name).copied().unwrap_or(port.port),
+                e.placement.weight.unwrap_or(1).max(1),
+            )
+        })
+        .collect();
+    super::endpoint::assignment(cluster, addrs)
 }
 
 fn single_host(cluster: &str, ip_or_host: &str, port: u16) -> ClusterLoadAssignment {

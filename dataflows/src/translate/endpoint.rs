@@ -2,7 +2,7 @@
 
 use super::socket_address;
 use crate::model::{Endpoint, Resource, ResourceType};
-use envoy_types::pb::envoy::config::core::v3::{HealthStatus, Locality};
+use envoy_types::pb::envoy::config::core::v3::{address, Address, HealthStatus, Locality, Pipe};
 use envoy_types::pb::envoy::config::endpoint::v3::{
     lb_endpoint::HostIdentifier, ClusterLoadAssignment, Endpoint as EnvoyEndpoint, LbEndpoint,
     LocalityLbEndpoints,
@@ -18,7 +18,7 @@ pub fn load_assignment<'a>(
     cluster: &str,
     endpoints: impl IntoIterator<Item = &'a Endpoint>,
 ) -> Resource {
-    let mut addrs: Vec<(&str, &str, u16, u32)> = endpoints
+    let addrs = endpoints
         .into_iter()
         .filter(|e| e.ready)
         .map(|e| {
@@ -30,6 +30,20 @@ pub fn load_assignment<'a>(
             )
         })
         .collect();
+    Resource::new(
+        ResourceType::Endpoint,
+        cluster.to_string(),
+        assignment(cluster, addrs).encode_to_vec(),
+    )
+}
+
+/// The assignment of `(locality, address, port, weight)` entries in a canonical order,
+/// grouped by locality: the body of an EDS resource, and the inline hosts of a DNS cluster.
+/// An address `unix://PATH` is a Unix domain socket (its port means nothing).
+pub(crate) fn assignment(
+    cluster: &str,
+    mut addrs: Vec<(&str, &str, u16, u32)>,
+) -> ClusterLoadAssignment {
     addrs.sort();
     // One entry per address in a locality (the least weight, by the order above).
     addrs.dedup_by(|b, a| (a.0, a.1, a.2) == (b.0, b.1, b.2));
@@ -48,7 +62,7 @@ pub fn load_assignment<'a>(
         let group = groups.last_mut().expect("pushed above");
         group.lb_endpoints.push(LbEndpoint {
             host_identifier: Some(HostIdentifier::Endpoint(EnvoyEndpoint {
-                address: Some(socket_address(ip, port)),
+                address: Some(endpoint_address(ip, port)),
                 ..Default::default()
             })),
             health_status: HealthStatus::Healthy as i32,
@@ -59,16 +73,25 @@ pub fn load_assignment<'a>(
             w.value = w.value.saturating_add(weight);
         }
     }
-    let cla = ClusterLoadAssignment {
+    ClusterLoadAssignment {
         cluster_name: cluster.to_string(),
         endpoints: groups,
         ..Default::default()
-    };
-    Resource::new(
-        ResourceType::Endpoint,
-        cluster.to_string(),
-        cla.encode_to_vec(),
-    )
+    }
+}
+
+/// An endpoint's address: a Unix domain socket for `unix://PATH` (a ServiceEntry endpoint
+/// Istio allows with STATIC resolution), else an IP or host name and port.
+fn endpoint_address(ip: &str, port: u16) -> Address {
+    match ip.strip_prefix("unix://") {
+        Some(path) => Address {
+            address: Some(address::Address::Pipe(Pipe {
+                path: path.to_string(),
+                mode: 0,
+            })),
+        },
+        None => socket_address(ip, port),
+    }
 }
 
 /// Istio's `region/zone/subzone`, any part possibly missing.
