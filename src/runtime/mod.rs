@@ -1,7 +1,8 @@
 //! The runtime: owns the dataflow engine on its own threads, batches input changes into
 //! epochs (debounced), steps the dataflow one epoch at a time and hands each epoch's
 //! output to the hub. A proxy never sees half an epoch. The engine is the incremental
-//! dataflow or the full-push baseline ([`full_push`]).
+//! dataflow or a baseline: full push ([`full_push`]) or Istio's push algorithm
+//! ([`istio_style`]).
 //!
 //! May import: `crate::input` (what it consumes), `crate::hub` (where epochs go),
 //! `crate::engine`. Nothing imports the runtime but `serve`.
@@ -15,6 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub mod full_push;
+pub mod istio_style;
 pub mod rollback;
 
 pub use crate::engine::EngineKind;
@@ -22,6 +24,7 @@ pub use crate::engine::EngineKind;
 enum Compute {
     Dataflow(Engine),
     FullPush(Box<full_push::FullPush>),
+    IstioStyle(Box<istio_style::IstioStyle>),
 }
 
 /// Runs until every sender of `inputs` is gone (`Ok`), or until the dataflow stops
@@ -37,6 +40,9 @@ pub fn run(
     let mut engine = match engine_kind {
         EngineKind::Meshflow => Compute::Dataflow(Engine::start(workers, mesh)),
         EngineKind::FullPush => Compute::FullPush(Box::new(full_push::FullPush::new(mesh))),
+        EngineKind::IstioStyle => {
+            Compute::IstioStyle(Box::new(istio_style::IstioStyle::new(mesh)))
+        }
     };
     hub.health.running();
     let mut rollback = rollback::Rollback::default();
@@ -130,9 +136,15 @@ pub fn run(
         );
         let batch = Batch { epoch, changes };
         let stepped = Instant::now();
+        let mut resend = crate::hub::Resend::new();
         let out = match &mut engine {
             Compute::Dataflow(e) => e.step(batch),
             Compute::FullPush(f) => Some(f.step(batch)),
+            Compute::IstioStyle(i) => {
+                let (out, r) = i.step(batch);
+                resend = r;
+                Some(out)
+            }
         };
         let Some(out) = out else {
             let why = format!("the dataflow stopped at epoch {epoch}");
@@ -157,7 +169,7 @@ pub fn run(
             source_errors,
             source_analysis,
         };
-        hub.apply(out, meta, &up, &down);
+        hub.apply_resending(out, meta, &up, &down, resend);
     }
     Ok(())
 }
