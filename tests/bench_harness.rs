@@ -7,16 +7,49 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-// What the istio-style baseline sends on the tiny mesh, per type (CDS, EDS, LDS, RDS):
-// messages, then resources.
-const ISTIO_ENDPOINT_IP_MESSAGES: [u64; 4] = [0, 0, 0, 0];
-const ISTIO_ENDPOINT_IP_RESOURCES: [u64; 4] = [0, 0, 0, 0];
-const ISTIO_VS_WEIGHT_MESSAGES: [u64; 4] = [0, 0, 0, 0];
-const ISTIO_VS_WEIGHT_RESOURCES: [u64; 4] = [0, 0, 0, 0];
-const ISTIO_UNRELATED_MESSAGES: [u64; 4] = [0, 0, 0, 0];
-const ISTIO_UNRELATED_RESOURCES: [u64; 4] = [0, 0, 0, 0];
-const ISTIO_ROLLOUT_MESSAGES: [u64; 4] = [0, 0, 0, 0];
-const ISTIO_ROLLOUT_RESOURCES: [u64; 4] = [0, 0, 0, 0];
+// What the istio-style baseline sends on the tiny mesh (12 sidecars, 2 gateways), per type
+// (CDS, EDS, LDS, RDS): messages, then resources.
+// An endpoint move of a service without subsets: its assignment to the 5 proxies that see it.
+const ISTIO_ENDPOINT_IP_MESSAGES: [u64; 4] = [0, 5, 0, 0];
+const ISTIO_ENDPOINT_IP_RESOURCES: [u64; 4] = [0, 5, 0, 0];
+// A weight shift seen by the 12 sidecars, plus the 2 gateways (not scoped): to each, the
+// service's 3 clusters (and their assignments, which Envoy needs after a cluster update)
+// and every listener and route configuration it holds, changed or not.
+const ISTIO_VS_WEIGHT_MESSAGES: [u64; 4] = [14, 14, 14, 14];
+const ISTIO_VS_WEIGHT_RESOURCES: [u64; 4] = [42, 42, 38, 14];
+// 17 pod relabels push the service's 3 assignments to its 14 holders; 16 DestinationRules
+// for no host push the 2 gateways' listeners and routes; 17 Services nobody sees, nothing.
+const ISTIO_UNRELATED_MESSAGES: [u64; 4] = [0, 238, 32, 32];
+const ISTIO_UNRELATED_RESOURCES: [u64; 4] = [0, 714, 32, 32];
+// 10 endpoint replacements of a service with subsets, 14 holders: all 3 of its assignments
+// each time.
+const ISTIO_ROLLOUT_MESSAGES: [u64; 4] = [0, 140, 0, 0];
+const ISTIO_ROLLOUT_RESOURCES: [u64; 4] = [0, 420, 0, 0];
+
+// What meshflow sends over Delta on the same mesh, per scenario and type (CDS, EDS, LDS,
+// RDS): the precision the bench tracks; a change here is a change of what is pushed.
+const MESHFLOW_DELTA_MESSAGES: [(&str, [u64; 4]); 12] = [
+    // Every proxy's first config: one response per type.
+    ("connect", [14, 14, 14, 14]),
+    ("idle", [0, 0, 0, 0]),
+    // One assignment to each proxy that sees the service.
+    ("endpoint-ip", [0, 5, 0, 0]),
+    ("endpoint-shared", [0, 14, 0, 0]),
+    ("scale-up", [0, 5, 0, 0]),
+    // The one route configuration that changed, to each sidecar that sees it.
+    ("vs-weight", [0, 0, 0, 12]),
+    // The new subset's cluster and its assignment.
+    ("dr-subset", [14, 14, 0, 0]),
+    // The new clusters and assignments to every proxy; the sidecars' route configuration.
+    ("new-service", [14, 14, 0, 12]),
+    // The namespace's 3 proxies: the newly imported clusters, assignments and routes.
+    ("sidecar", [3, 3, 0, 3]),
+    ("mesh-wide", [0, 0, 0, 12]),
+    // Nothing changes any proxy's output: nothing is sent.
+    ("unrelated", [0, 0, 0, 0]),
+    // One assignment response per change and proxy holding the service: 10 × 14.
+    ("rollout", [0, 140, 0, 0]),
+];
 
 fn temp_dir(label: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!(
@@ -39,12 +72,12 @@ fn bench(protocol: &str) -> Value {
 fn bench_with(protocol: &str, engine: &str, scenarios: Option<&str>) -> Value {
     let out_dir = temp_dir(&format!("bench-{protocol}-{engine}"));
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_meshflow"));
+    cmd.arg("bench");
     if let Some(names) = scenarios {
         cmd.args(["--scenarios", names]);
     }
     let out = cmd
         .args([
-            "bench",
             "--shape",
             "small",
             "--services",
@@ -183,6 +216,21 @@ fn check(v: &Value, protocol: &str) {
         assert_eq!(shared["received"]["messages"]["total"], 14, "{shared:#}");
         assert_eq!(shared["received"]["resources"]["EDS"], 28, "{shared:#}");
         assert_eq!(shared["received"]["resources"]["total"], 28, "{shared:#}");
+        for (name, expected) in MESHFLOW_DELTA_MESSAGES {
+            let s = by_name(name);
+            let m = &s["received"]["messages"];
+            let got = ["CDS", "EDS", "LDS", "RDS"].map(|t| m[t].as_u64().unwrap());
+            assert_eq!(got, expected, "{name}: {s:#}");
+        }
+        // Churn batches what one debounce window collects: at most one response per
+        // (change, proxy holding the service).
+        let churn = by_name("churn");
+        let m = churn["received"]["messages"]["total"].as_u64().unwrap();
+        assert!(m > 0 && m <= churn["affected_proxies"].as_u64().unwrap(), "{churn:#}");
+        assert!(
+            churn["messages_per_affected_proxy"].as_f64().unwrap() <= 1.0,
+            "{churn:#}"
+        );
     }
 }
 
