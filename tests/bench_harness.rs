@@ -226,7 +226,10 @@ fn check(v: &Value, protocol: &str) {
         // (change, proxy holding the service).
         let churn = by_name("churn");
         let m = churn["received"]["messages"]["total"].as_u64().unwrap();
-        assert!(m > 0 && m <= churn["affected_proxies"].as_u64().unwrap(), "{churn:#}");
+        assert!(
+            m > 0 && m <= churn["affected_proxies"].as_u64().unwrap(),
+            "{churn:#}"
+        );
         assert!(
             churn["messages_per_affected_proxy"].as_f64().unwrap() <= 1.0,
             "{churn:#}"

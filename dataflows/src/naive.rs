@@ -336,7 +336,10 @@ pub fn compute(mesh: &MeshConfig, snap: &Snapshot) -> ProxyConfigs {
                     v.mesh.connect_timeout_ms,
                 ));
             }
-            ScopeKey::Router { gateways, namespace } => res.extend(router(&v, s, namespace, gateways)),
+            ScopeKey::Router {
+                gateways,
+                namespace,
+            } => res.extend(router(&v, s, namespace, gateways)),
         }
         // A proxy that holds nothing (a proxyless client seeing no service) has no entry,
         // as in the dataflow's output, which only knows proxies through their resources.
@@ -482,13 +485,7 @@ fn scope_part(
             interception_none,
             proxyless,
             ..
-        } => res.extend(sidecar_outbound(
-            v,
-            mesh,
-            s,
-            *interception_none,
-            *proxyless,
-        )),
+        } => res.extend(sidecar_outbound(v, mesh, s, *interception_none, *proxyless)),
         ScopeKey::Router {
             gateways,
             namespace,

@@ -339,7 +339,10 @@ impl RunContext<'_> {
         let start = Instant::now();
         let mut last = start;
         for (i, edit) in edits.iter().enumerate() {
-            let due = later(start, Duration::from_millis(gap_ms.saturating_mul(i as u64)));
+            let due = later(
+                start,
+                Duration::from_millis(gap_ms.saturating_mul(i as u64)),
+            );
             tokio::time::sleep_until(due.into()).await;
             mesh_gen::apply_edit(self.config_dir, edit)?;
             last = Instant::now();
@@ -377,9 +380,7 @@ impl RunContext<'_> {
         let opts = self.opts;
         let window = Window::open(self.server, Some(lg))?;
         let bar = self.ui.bar(1, "churn");
-        let every = RSS_EVERY
-            .min(cfg.duration / 10)
-            .max(Duration::from_secs(1));
+        let every = RSS_EVERY.min(cfg.duration / 10).max(Duration::from_secs(1));
         let started = Instant::now();
         let server = self.server;
         let sample = || {
@@ -435,11 +436,7 @@ impl RunContext<'_> {
         result.changes = outcome.changes;
         result.min_bytes = outcome.min_bytes;
         // CPU over the window the changes were written in plus the tail to convergence.
-        result.window_s = Some(
-            outcome
-                .write_window_s
-                .max(cfg.duration.as_secs_f64()),
-        );
+        result.window_s = Some(outcome.write_window_s.max(cfg.duration.as_secs_f64()));
         for edit in &outcome.edits {
             mesh_gen::apply_edit(self.shadow_dir, edit)?;
         }

@@ -533,11 +533,12 @@ mod tests {
                 .collect();
             assert_eq!(held.len(), expected.len());
             for (id, c) in &expected {
-                let versions = |c: &BTreeMap<(ResourceType, String), dataflows::model::Resource>| {
-                    c.iter()
-                        .map(|(k, r)| (k.clone(), r.version.clone()))
-                        .collect::<Vec<_>>()
-                };
+                let versions =
+                    |c: &BTreeMap<(ResourceType, String), dataflows::model::Resource>| {
+                        c.iter()
+                            .map(|(k, r)| (k.clone(), r.version.clone()))
+                            .collect::<Vec<_>>()
+                    };
                 assert_eq!(versions(&held[id]), versions(c), "{id}");
             }
             out

@@ -67,9 +67,7 @@ pub fn run(
     let mut engine = match engine_kind {
         EngineKind::Meshflow => Compute::Dataflow(Engine::start(workers, mesh)),
         EngineKind::FullPush => Compute::FullPush(Box::new(full_push::FullPush::new(mesh))),
-        EngineKind::IstioStyle => {
-            Compute::IstioStyle(Box::new(istio_style::IstioStyle::new(mesh)))
-        }
+        EngineKind::IstioStyle => Compute::IstioStyle(Box::new(istio_style::IstioStyle::new(mesh))),
     };
     hub.health.running();
     let mut rollback = rollback::Rollback::default();
