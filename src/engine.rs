@@ -44,6 +44,12 @@ impl EngineKind {
         }
     }
 
+    /// Whether the engine records what each resource was built from (`explain`): only the
+    /// dataflow does; the baselines recompute without provenance.
+    pub fn computes_provenance(self) -> bool {
+        self == EngineKind::Meshflow
+    }
+
     /// Whether a proxy is pushed its whole config after every epoch.
     pub fn pushes_everything(self) -> bool {
         self == EngineKind::FullPush
