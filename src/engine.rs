@@ -12,11 +12,20 @@ pub enum EngineKind {
     /// State-of-the-World, as Istio did before incremental pushes.
     #[value(name = "full-push", alias = "baseline")]
     FullPush,
+    /// The second baseline: Istio 1.22+'s push algorithm (scoped pushes, incremental EDS,
+    /// whole LDS/RDS resent over Delta) with meshflow's translation
+    /// (`runtime::istio_style`).
+    #[value(name = "istio-style", alias = "istio")]
+    IstioStyle,
 }
 
 impl EngineKind {
     /// Every engine, in the order reports list them.
-    pub const ALL: [EngineKind; 2] = [EngineKind::Meshflow, EngineKind::FullPush];
+    pub const ALL: [EngineKind; 3] = [
+        EngineKind::Meshflow,
+        EngineKind::IstioStyle,
+        EngineKind::FullPush,
+    ];
 
     /// Parses a name or alias, as `--engine` takes it.
     pub fn parse(s: &str) -> Result<EngineKind, String> {
@@ -31,7 +40,14 @@ impl EngineKind {
         match self {
             EngineKind::Meshflow => "meshflow",
             EngineKind::FullPush => "full-push",
+            EngineKind::IstioStyle => "istio-style",
         }
+    }
+
+    /// Whether the engine records what each resource was built from (`explain`): only the
+    /// dataflow does; the baselines recompute without provenance.
+    pub fn computes_provenance(self) -> bool {
+        self == EngineKind::Meshflow
     }
 
     /// Whether a proxy is pushed its whole config after every epoch.
@@ -51,8 +67,9 @@ mod tests {
         }
         assert_eq!(EngineKind::parse("dataflow"), Ok(EngineKind::Meshflow));
         assert_eq!(EngineKind::parse("baseline"), Ok(EngineKind::FullPush));
+        assert_eq!(EngineKind::parse("istio"), Ok(EngineKind::IstioStyle));
         assert!(EngineKind::parse("fast")
             .unwrap_err()
-            .contains("meshflow, full-push"));
+            .contains("meshflow, istio-style, full-push"));
     }
 }

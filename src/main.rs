@@ -206,13 +206,23 @@ enum Command {
         /// Timely worker threads.
         #[arg(long, default_value_t = 1)]
         workers: usize,
-        /// `meshflow` (incremental), or `full-push`: the baseline that recomputes and pushes
-        /// every proxy's whole config on every change (State-of-the-World only).
+        /// `meshflow` (incremental); `istio-style`: the baseline that pushes as Istio 1.22+
+        /// decides (scoped pushes, incremental EDS, whole listener and route sets resent);
+        /// or `full-push`: the baseline that recomputes and pushes every proxy's whole config
+        /// on every change (State-of-the-World only).
         #[arg(long, value_enum, default_value = "meshflow")]
         engine: meshflow::engine::EngineKind,
         /// Changes arriving within this window share one epoch.
         #[arg(long, default_value_t = 50)]
         debounce_ms: u64,
+        /// Istio-style debounce instead: an epoch closes after this many ms without a new
+        /// change (`PILOT_DEBOUNCE_AFTER`, 100 in Istio)...
+        #[arg(long)]
+        debounce_after_ms: Option<u64>,
+        /// ...and at most this many ms after its first change (`PILOT_DEBOUNCE_MAX`, 10,000
+        /// in Istio; the default when only `--debounce-after-ms` is given).
+        #[arg(long)]
+        debounce_max_ms: Option<u64>,
         /// Concurrent xDS streams served; more are refused with RESOURCE_EXHAUSTED.
         #[arg(long, default_value_t = 50_000)]
         max_streams: usize,
@@ -420,6 +430,8 @@ fn main() -> ExitCode {
             workers,
             engine,
             debounce_ms,
+            debounce_after_ms,
+            debounce_max_ms,
             max_streams,
             keepalive_interval_s,
             keepalive_timeout_s,
@@ -469,7 +481,15 @@ fn main() -> ExitCode {
                 debug_read_timeout: Duration::from_millis(debug_read_timeout_ms),
                 workers,
                 engine,
-                debounce: Duration::from_millis(debounce_ms),
+                debounce: match (debounce_after_ms, debounce_max_ms) {
+                    (None, None) => {
+                        meshflow::runtime::Debounce::fixed(Duration::from_millis(debounce_ms))
+                    }
+                    (after, max) => meshflow::runtime::Debounce {
+                        after: Duration::from_millis(after.unwrap_or(debounce_ms)),
+                        max: Duration::from_millis(max.unwrap_or(10_000)),
+                    },
+                },
                 mesh: mesh.mesh(),
                 mesh_source,
                 limits: meshflow::xds::server::Limits {

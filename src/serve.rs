@@ -36,7 +36,7 @@ pub struct ServeOptions {
     pub nack_rollback: bool,
     pub workers: usize,
     pub engine: EngineKind,
-    pub debounce: Duration,
+    pub debounce: crate::runtime::Debounce,
     pub mesh: MeshConfig,
     /// The mesh config's source: its files or its ConfigMap, watched (none: Istio's
     /// defaults and the flags).

@@ -7,6 +7,50 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+// What the istio-style baseline sends on the tiny mesh (12 sidecars, 2 gateways), per type
+// (CDS, EDS, LDS, RDS): messages, then resources.
+// An endpoint move of a service without subsets: its assignment to the 5 proxies that see it.
+const ISTIO_ENDPOINT_IP_MESSAGES: [u64; 4] = [0, 5, 0, 0];
+const ISTIO_ENDPOINT_IP_RESOURCES: [u64; 4] = [0, 5, 0, 0];
+// A weight shift seen by the 12 sidecars, plus the 2 gateways (not scoped): to each, the
+// service's 3 clusters (and their assignments, which Envoy needs after a cluster update)
+// and every listener and route configuration it holds, changed or not.
+const ISTIO_VS_WEIGHT_MESSAGES: [u64; 4] = [14, 14, 14, 14];
+const ISTIO_VS_WEIGHT_RESOURCES: [u64; 4] = [42, 42, 38, 14];
+// 17 pod relabels push the service's 3 assignments to its 14 holders; 16 DestinationRules
+// for no host push the 2 gateways' listeners and routes; 17 Services nobody sees, nothing.
+const ISTIO_UNRELATED_MESSAGES: [u64; 4] = [0, 238, 32, 32];
+const ISTIO_UNRELATED_RESOURCES: [u64; 4] = [0, 714, 32, 32];
+// 10 endpoint replacements of a service with subsets, 14 holders: all 3 of its assignments
+// each time.
+const ISTIO_ROLLOUT_MESSAGES: [u64; 4] = [0, 140, 0, 0];
+const ISTIO_ROLLOUT_RESOURCES: [u64; 4] = [0, 420, 0, 0];
+
+// What meshflow sends over Delta on the same mesh, per scenario and type (CDS, EDS, LDS,
+// RDS): the precision the bench tracks; a change here is a change of what is pushed.
+const MESHFLOW_DELTA_MESSAGES: [(&str, [u64; 4]); 12] = [
+    // Every proxy's first config: one response per type.
+    ("connect", [14, 14, 14, 14]),
+    ("idle", [0, 0, 0, 0]),
+    // One assignment to each proxy that sees the service.
+    ("endpoint-ip", [0, 5, 0, 0]),
+    ("endpoint-shared", [0, 14, 0, 0]),
+    ("scale-up", [0, 5, 0, 0]),
+    // The one route configuration that changed, to each sidecar that sees it.
+    ("vs-weight", [0, 0, 0, 12]),
+    // The new subset's cluster and its assignment.
+    ("dr-subset", [14, 14, 0, 0]),
+    // The new clusters and assignments to every proxy; the sidecars' route configuration.
+    ("new-service", [14, 14, 0, 12]),
+    // The namespace's 3 proxies: the newly imported clusters, assignments and routes.
+    ("sidecar", [3, 3, 0, 3]),
+    ("mesh-wide", [0, 0, 0, 12]),
+    // Nothing changes any proxy's output: nothing is sent.
+    ("unrelated", [0, 0, 0, 0]),
+    // One assignment response per change and proxy holding the service: 10 × 14.
+    ("rollout", [0, 140, 0, 0]),
+];
+
 fn temp_dir(label: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!(
         "meshflow-test-{label}-{}-{}",
@@ -21,10 +65,19 @@ fn temp_dir(label: &str) -> PathBuf {
 }
 
 fn bench(protocol: &str) -> Value {
-    let out_dir = temp_dir(&format!("bench-{protocol}"));
-    let out = Command::new(env!("CARGO_BIN_EXE_meshflow"))
+    bench_with(protocol, "meshflow", None)
+}
+
+/// The bench on the tiny mesh with `engine`, all scenarios or those named.
+fn bench_with(protocol: &str, engine: &str, scenarios: Option<&str>) -> Value {
+    let out_dir = temp_dir(&format!("bench-{protocol}-{engine}"));
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_meshflow"));
+    cmd.arg("bench");
+    if let Some(names) = scenarios {
+        cmd.args(["--scenarios", names]);
+    }
+    let out = cmd
         .args([
-            "bench",
             "--shape",
             "small",
             "--services",
@@ -42,7 +95,7 @@ fn bench(protocol: &str) -> Value {
             "--protocol",
             protocol,
             "--engine",
-            "meshflow",
+            engine,
             "--churn-rate",
             "20",
             "--churn-seconds",
@@ -76,7 +129,9 @@ fn bench(protocol: &str) -> Value {
     // (its layout is tested in src/bench/chart.rs).
     let svg = std::fs::read_to_string(json.with_extension("svg")).unwrap();
     assert!(
-        svg.contains(r#"class="bar" data-panel="latency" data-engine="meshflow""#),
+        svg.contains(&format!(
+            r#"class="bar" data-panel="latency" data-engine="{engine}""#
+        )),
         "{svg}"
     );
     assert!(
@@ -110,14 +165,18 @@ fn check(v: &Value, protocol: &str) {
             "new-service",
             "sidecar",
             "mesh-wide",
+            "unrelated",
+            "rollout",
             "churn"
         ]
     );
     for s in scenarios {
         assert_eq!(s["verified"], true, "{s:#}");
-        if s["scenario"] == "idle" {
+        if s["scenario"] == "idle" || s["scenario"] == "unrelated" {
+            // Nothing changes any proxy's output: nothing is sent, over either protocol.
             assert_eq!(s["affected_proxies"], 0, "{s:#}");
             assert_eq!(s["received"]["messages"]["total"], 0, "{s:#}");
+            assert_eq!(s["received"]["bytes"]["total"], 0, "{s:#}");
             continue;
         }
         assert_eq!(s["affected_proxies"], s["converged_proxies"], "{s:#}");
@@ -157,12 +216,91 @@ fn check(v: &Value, protocol: &str) {
         assert_eq!(shared["received"]["messages"]["total"], 14, "{shared:#}");
         assert_eq!(shared["received"]["resources"]["EDS"], 28, "{shared:#}");
         assert_eq!(shared["received"]["resources"]["total"], 28, "{shared:#}");
+        for (name, expected) in MESHFLOW_DELTA_MESSAGES {
+            let s = by_name(name);
+            let m = &s["received"]["messages"];
+            let got = ["CDS", "EDS", "LDS", "RDS"].map(|t| m[t].as_u64().unwrap());
+            assert_eq!(got, expected, "{name}: {s:#}");
+        }
+        // Churn batches what one debounce window collects: at most one response per
+        // (change, proxy holding the service).
+        let churn = by_name("churn");
+        let m = churn["received"]["messages"]["total"].as_u64().unwrap();
+        assert!(
+            m > 0 && m <= churn["affected_proxies"].as_u64().unwrap(),
+            "{churn:#}"
+        );
+        assert!(
+            churn["messages_per_affected_proxy"].as_f64().unwrap() <= 1.0,
+            "{churn:#}"
+        );
     }
 }
 
 #[test]
 fn bench_delta_converges_and_verifies() {
     check(&bench("delta"), "delta");
+}
+
+/// The istio-style baseline pushes what Istio's rules push (`src/runtime/istio_style.rs`),
+/// and still converges to the full recompute: an endpoint move sends only assignments, to
+/// the proxies holding them; a VirtualService change resends every listener and route
+/// configuration of the proxies that see the service, changed or not, and pushes the
+/// gateways (not scoped); of the unrelated changes, the Services nobody sees push nothing,
+/// while the pod label pushes the relabelled service's assignments to every proxy holding
+/// them and the DestinationRules push the gateways.
+#[test]
+fn bench_istio_style_pushes_as_istio() {
+    let v = bench_with(
+        "delta",
+        "istio-style",
+        Some("endpoint-ip,vs-weight,unrelated,rollout"),
+    );
+    assert_eq!(v["ok"], true, "{v:#}");
+    let engine = &v["engines"][0];
+    assert_eq!(engine["engine"], "istio-style");
+    assert_eq!(engine["protocol"], "delta");
+    let scenarios = engine["scenarios"].as_array().unwrap();
+    let by_name = |n: &str| scenarios.iter().find(|s| s["scenario"] == n).unwrap();
+    for s in scenarios {
+        assert_eq!(s["verified"], true, "{s:#}");
+        assert_eq!(s["affected_proxies"], s["converged_proxies"], "{s:#}");
+    }
+    let counts = |n: &str| {
+        let r = &by_name(n)["received"];
+        let get = |what: &str, t: &str| r[what][t].as_u64().unwrap();
+        (
+            [
+                get("messages", "CDS"),
+                get("messages", "EDS"),
+                get("messages", "LDS"),
+                get("messages", "RDS"),
+            ],
+            [
+                get("resources", "CDS"),
+                get("resources", "EDS"),
+                get("resources", "LDS"),
+                get("resources", "RDS"),
+            ],
+        )
+    };
+    // An endpoint move: assignments only, one response to each proxy holding them.
+    let ep = by_name("endpoint-ip");
+    let (m, r) = counts("endpoint-ip");
+    assert_eq!(ep["unaffected_proxies_messaged"], 0, "{ep:#}");
+    assert_eq!(m, ISTIO_ENDPOINT_IP_MESSAGES, "{ep:#}");
+    assert_eq!(r, ISTIO_ENDPOINT_IP_RESOURCES, "{ep:#}");
+    // A weight shift: the whole listener and route sets of the proxies that see it, resent.
+    let (m, r) = counts("vs-weight");
+    assert_eq!(m, ISTIO_VS_WEIGHT_MESSAGES, "{:#}", by_name("vs-weight"));
+    assert_eq!(r, ISTIO_VS_WEIGHT_RESOURCES, "{:#}", by_name("vs-weight"));
+    let (m, r) = counts("unrelated");
+    assert_eq!(m, ISTIO_UNRELATED_MESSAGES, "{:#}", by_name("unrelated"));
+    assert_eq!(r, ISTIO_UNRELATED_RESOURCES, "{:#}", by_name("unrelated"));
+    // A rollout: one assignment response per change and proxy holding the service.
+    let (m, r) = counts("rollout");
+    assert_eq!(m, ISTIO_ROLLOUT_MESSAGES, "{:#}", by_name("rollout"));
+    assert_eq!(r, ISTIO_ROLLOUT_RESOURCES, "{:#}", by_name("rollout"));
 }
 
 #[test]

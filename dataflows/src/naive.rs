@@ -10,6 +10,7 @@ use crate::model::*;
 use crate::rules;
 use crate::translate::tcp::TcpTarget;
 use crate::translate::{cluster, endpoint, listener, route};
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// The state of all inputs at one moment.
@@ -76,6 +77,15 @@ impl<'a> View<'a> {
 
     /// Endpoints resolved to `(host, service port)` with workload labels.
     fn resolved_endpoints(&self) -> Vec<((Hostname, u16), Endpoint)> {
+        self.resolved_endpoints_of(None)
+    }
+
+    /// [`View::resolved_endpoints`], of the hosts in `only` if given.
+    fn resolved_endpoints_of(
+        &self,
+        only: Option<&BTreeSet<Hostname>>,
+    ) -> Vec<((Hostname, u16), Endpoint)> {
+        let wanted = |h: &str| only.is_none_or(|o| o.contains(h));
         // Workloads by IP, in record order (a lookup, not a scan per endpoint).
         let mut by_ip: HashMap<&str, Vec<&Workload>> = HashMap::new();
         for w in &self.workloads {
@@ -83,6 +93,9 @@ impl<'a> View<'a> {
         }
         let mut out = Vec::new();
         for (h, e) in &self.endpoints {
+            if !wanted(h) {
+                continue;
+            }
             let Some(svc) = self.services.get(h.as_str()) else {
                 continue;
             };
@@ -103,6 +116,9 @@ impl<'a> View<'a> {
         // What ServiceEntries select: every workload of the entry's namespace whose labels
         // match, on every port of the entry the service in effect has.
         for (h, sel) in &self.selections {
+            if !wanted(h) {
+                continue;
+            }
             let Some(svc) = self.services.get(h.as_str()) else {
                 continue;
             };
@@ -224,8 +240,9 @@ impl<'a> View<'a> {
     }
 }
 
-/// Computes every connected proxy's resources from scratch.
-pub fn compute(mesh: &MeshConfig, snap: &Snapshot) -> ProxyConfigs {
+/// The mesh settings in effect, and the snapshot with the mesh's defaults applied and
+/// delegating routes expanded, as the dataflow routes them (borrowed when nothing changes).
+fn prepare<'s>(mesh: &MeshConfig, snap: &'s Snapshot) -> (MeshSettings, Cow<'s, Snapshot>) {
     // Mesh records sort last (the last variant of `Record`): read from the end, not a scan.
     let settings = MeshSettings::in_effect(
         snap.records.iter().rev().map_while(|r| match r {
@@ -234,24 +251,19 @@ pub fn compute(mesh: &MeshConfig, snap: &Snapshot) -> ProxyConfigs {
         }),
         mesh,
     );
+    let mut snap = Cow::Borrowed(snap);
     // The mesh's defaults complete the records that take them, as the dataflow's `mesh`
     // stage does; with none to apply (the usual case) the snapshot is used as it is.
-    let completed;
-    let snap = if settings.completes_nothing() {
-        snap
-    } else {
-        completed = Snapshot {
+    if !settings.completes_nothing() {
+        snap = Cow::Owned(Snapshot {
             records: snap
                 .records
                 .iter()
                 .map(|r| settings.complete(r.clone()))
                 .collect(),
-        };
-        &completed
-    };
-    // Delegating routes expanded, as the dataflow routes them.
-    let expanded;
-    let snap = if snap
+        });
+    }
+    if snap
         .records
         .iter()
         .any(|r| matches!(r, Record::VirtualService(vs) if !vs.delegates().is_empty()))
@@ -264,7 +276,7 @@ pub fn compute(mesh: &MeshConfig, snap: &Snapshot) -> ProxyConfigs {
                 _ => None,
             })
             .collect();
-        expanded = Snapshot {
+        snap = Cow::Owned(Snapshot {
             records: snap
                 .records
                 .iter()
@@ -275,11 +287,15 @@ pub fn compute(mesh: &MeshConfig, snap: &Snapshot) -> ProxyConfigs {
                     other => other.clone(),
                 })
                 .collect(),
-        };
-        &expanded
-    } else {
-        snap
-    };
+        });
+    }
+    (settings, snap)
+}
+
+/// Computes every connected proxy's resources from scratch.
+pub fn compute(mesh: &MeshConfig, snap: &Snapshot) -> ProxyConfigs {
+    let (settings, snap) = prepare(mesh, snap);
+    let snap = snap.as_ref();
     let v = View::new(snap, settings);
     let eps = v.resolved_endpoints();
     let index = EndpointIndex::new(&eps);
@@ -320,7 +336,10 @@ pub fn compute(mesh: &MeshConfig, snap: &Snapshot) -> ProxyConfigs {
                     v.mesh.connect_timeout_ms,
                 ));
             }
-            ScopeKey::Router { gateways, namespace } => res.extend(router(&v, s, namespace, gateways)),
+            ScopeKey::Router {
+                gateways,
+                namespace,
+            } => res.extend(router(&v, s, namespace, gateways)),
         }
         // A proxy that holds nothing (a proxyless client seeing no service) has no entry,
         // as in the dataflow's output, which only knows proxies through their resources.
@@ -340,6 +359,141 @@ pub fn compute(mesh: &MeshConfig, snap: &Snapshot) -> ProxyConfigs {
     out
 }
 
+/// What one partial recompute rebuilds (the push of an epoch, for the istio-style
+/// baseline, which decides it from the hosts each scope sees).
+#[derive(Clone, Debug, Default)]
+pub struct Plan {
+    /// Proxies whose whole config is rebuilt.
+    pub full: BTreeSet<ProxyId>,
+    /// Proxies of which only the load assignments of `eds_hosts` are rebuilt.
+    pub eds: BTreeSet<ProxyId>,
+    pub eds_hosts: BTreeSet<Hostname>,
+}
+
+/// A partial recompute's result.
+#[derive(Debug, Default)]
+pub struct Planned {
+    /// Per rebuilt proxy: everything it should hold (the plan's `full`), or the load
+    /// assignments of the plan's hosts it should hold (`eds`).
+    pub configs: ProxyConfigs,
+    /// The scope of every rebuilt proxy.
+    pub scopes: BTreeMap<ProxyId, ScopeKey>,
+    /// The hosts each scope sees: the scopes asked about, and those of the rebuilt proxies.
+    pub hosts: HashMap<ScopeKey, BTreeSet<Hostname>>,
+    /// What `decide` asked for.
+    pub plan: Plan,
+}
+
+/// Rebuilds some proxies' configs (or only some of their load assignments) with the same
+/// rules and builders as [`compute`]. `decide` is given the hosts each of the `known` scopes
+/// sees in this snapshot and returns what to rebuild. Whatever proxies of one scope share
+/// is built once per scope (a cache of built resources shared across proxies); only the
+/// inbound side is built per proxy.
+pub fn compute_planned<'k>(
+    mesh: &MeshConfig,
+    snap: &Snapshot,
+    known: impl IntoIterator<Item = &'k ScopeKey>,
+    decide: impl FnOnce(&HashMap<ScopeKey, BTreeSet<Hostname>>) -> Plan,
+) -> Planned {
+    let (settings, snap) = prepare(mesh, snap);
+    let v = View::new(snap.as_ref(), settings);
+    let mut hosts: HashMap<ScopeKey, BTreeSet<Hostname>> = HashMap::new();
+    for s in known {
+        if !hosts.contains_key(s) {
+            hosts.insert(s.clone(), visible_hosts(&v, s));
+        }
+    }
+    let plan = decide(&hosts);
+    // Only assignments to rebuild: only the endpoints of their hosts are resolved.
+    let only = plan.full.is_empty().then_some(&plan.eds_hosts);
+    let eps = v.resolved_endpoints_of(only);
+    let index = EndpointIndex::new(&eps);
+    let mut out = Planned::default();
+    let mut shared: HashMap<(ScopeKey, bool), Vec<Resource>> = HashMap::new();
+    for p in &v.proxies {
+        let full = plan.full.contains(&p.id);
+        if !full && !plan.eds.contains(&p.id) {
+            continue;
+        }
+        let s = v.scope_of(p);
+        if !hosts.contains_key(&s) {
+            hosts.insert(s.clone(), visible_hosts(&v, &s));
+        }
+        let part = shared.entry((s.clone(), full)).or_insert_with(|| {
+            scope_part(&v, mesh, &index, &s, (!full).then_some(&plan.eds_hosts))
+        });
+        let mut res = part.clone();
+        if let (
+            true,
+            ScopeKey::Sidecar {
+                interception_none,
+                proxyless,
+                ..
+            },
+        ) = (full, &s)
+        {
+            res.extend(inbound(
+                p,
+                &index,
+                *interception_none,
+                *proxyless,
+                v.mesh.connect_timeout_ms,
+            ));
+        }
+        let held = out.configs.entry(p.id.clone()).or_default();
+        for r in res {
+            held.insert((r.rtype, r.name.clone()), r);
+        }
+        out.scopes.insert(p.id.clone(), s);
+    }
+    out.hosts = hosts;
+    out.plan = plan;
+    out
+}
+
+/// Every host a scope sees, through any of its egress listeners.
+fn visible_hosts(v: &View, s: &ScopeKey) -> BTreeSet<Hostname> {
+    v.view_hosts(s)
+        .into_iter()
+        .flatten()
+        .map(str::to_string)
+        .collect()
+}
+
+/// What every proxy of scope `s` holds alike, in [`compute`]'s order; with `only`, just
+/// the load assignments of those hosts.
+fn scope_part(
+    v: &View,
+    mesh: &MeshConfig,
+    index: &EndpointIndex,
+    s: &ScopeKey,
+    only: Option<&BTreeSet<Hostname>>,
+) -> Vec<Resource> {
+    let mut res = Vec::new();
+    for (c, sel) in clusters_of(v, s, only) {
+        let assignment = sel.as_ref().map(|sel| index.load_assignment(&c, sel));
+        if only.is_none() {
+            res.push(c);
+        }
+        res.extend(assignment);
+    }
+    if only.is_some() {
+        return res;
+    }
+    match s {
+        ScopeKey::Sidecar {
+            interception_none,
+            proxyless,
+            ..
+        } => res.extend(sidecar_outbound(v, mesh, s, *interception_none, *proxyless)),
+        ScopeKey::Router {
+            gateways,
+            namespace,
+        } => res.extend(router(v, s, namespace, gateways)),
+    }
+    res
+}
+
 /// Clusters per scope (its fixed ones first) with the subset labels of each EDS cluster,
 /// built once per scope however many proxies share it.
 fn scope_clusters<'s>(
@@ -351,26 +505,42 @@ fn scope_clusters<'s>(
         if scope_clusters.contains_key(s) {
             continue;
         }
-        let hosts: BTreeSet<&str> = v.view_hosts(s).into_iter().flatten().collect();
-        let mut list: Vec<(Resource, Option<Labels>)> =
-            assemble::fixed_clusters(s, v.mesh.connect_timeout_ms)
-                .into_iter()
-                .map(|r| (r, None))
-                .collect();
-        for h in hosts {
-            let svc = v.services[h];
-            for (res, _port, labels) in cluster::outbound_all_for(
-                svc,
-                v.dr_for(s, svc),
-                s.is_proxyless(),
-                v.mesh.connect_timeout_ms,
-            ) {
-                list.push((res, labels));
-            }
-        }
+        let list = clusters_of(v, s, None);
         scope_clusters.insert(s, list);
     }
     scope_clusters
+}
+
+/// A scope's clusters (its fixed ones first) with the subset labels of each EDS cluster;
+/// with `only`, the outbound clusters of those hosts alone.
+fn clusters_of(
+    v: &View,
+    s: &ScopeKey,
+    only: Option<&BTreeSet<Hostname>>,
+) -> Vec<(Resource, Option<Labels>)> {
+    let hosts: BTreeSet<&str> = v.view_hosts(s).into_iter().flatten().collect();
+    let mut list: Vec<(Resource, Option<Labels>)> = match only {
+        Some(_) => Vec::new(),
+        None => assemble::fixed_clusters(s, v.mesh.connect_timeout_ms)
+            .into_iter()
+            .map(|r| (r, None))
+            .collect(),
+    };
+    for h in hosts {
+        if only.is_some_and(|o| !o.contains(h)) {
+            continue;
+        }
+        let svc = v.services[h];
+        for (res, _port, labels) in cluster::outbound_all_for(
+            svc,
+            v.dr_for(s, svc),
+            s.is_proxyless(),
+            v.mesh.connect_timeout_ms,
+        ) {
+            list.push((res, labels));
+        }
+    }
+    list
 }
 
 /// Resolved endpoints looked up by host and port (assignments) and by IP (inbound ports).

@@ -40,6 +40,7 @@ pub fn engine_color(e: EngineKind) -> &'static str {
     match e {
         EngineKind::Meshflow => "#1f77b4",
         EngineKind::FullPush => "#d62728",
+        EngineKind::IstioStyle => "#ff7f0e",
     }
 }
 

@@ -17,6 +17,9 @@
 //! (change, proxy) pair is one latency sample, and the minimum bytes are the size of each
 //! new assignment times the proxies holding it. After the last change, the harness checks
 //! every proxy's whole config against the full recompute, as after every other scenario.
+//!
+//! `rollout` is the same measurement on one service ([`Moves::OneService`]): its endpoints
+//! replaced one by one, the way a Deployment's rolling update replaces its pods.
 
 use super::loadgen::{later, ms, Loadgen};
 use super::mesh_gen::{self, Edit, MeshState};
@@ -54,6 +57,15 @@ pub struct ChurnOutcome {
     pub min_bytes: u64,
 }
 
+/// Which endpoint each change moves.
+#[derive(Clone, Copy, Debug)]
+pub enum Moves {
+    /// Change `i`: an endpoint of `svc-{i mod N}` (consecutive changes, different services).
+    RoundRobin,
+    /// Change `i`: endpoint `i` (modulo its endpoints) of this service.
+    OneService(usize),
+}
+
 struct Pending {
     change: usize,
     proxy: u32,
@@ -85,6 +97,7 @@ pub async fn drive(
     state: &mut MeshState,
     config_dir: &Path,
     cfg: ChurnConfig,
+    moves: Moves,
     timeout: Duration,
     mut progress: impl FnMut(usize, usize),
 ) -> Result<ChurnOutcome, String> {
@@ -129,8 +142,16 @@ pub async fn drive(
     for i in 0..total {
         let due = start + period.mul_f64(i as f64);
         tokio::time::sleep_until(due.into()).await;
-        let s = i % services;
-        let e = (i / services) % state.services[s].endpoints.len().max(1);
+        let (s, e) = match moves {
+            Moves::RoundRobin => {
+                let s = i % services;
+                (s, (i / services) % state.services[s].endpoints.len().max(1))
+            }
+            Moves::OneService(s) => {
+                let n = state.services.get(s).map_or(0, |x| x.endpoints.len());
+                (s, i % n.max(1))
+            }
+        };
         let host = state.hostname(s);
         let name: Arc<str> = dataflows::translate::outbound_cluster_name(80, None, &host).into();
         let edit = state.move_endpoint(s, e)?;

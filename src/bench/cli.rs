@@ -193,10 +193,11 @@ pub struct BenchArgs {
     // Help from `scenarios::cli_help`, so that it names every row of the table.
     #[arg(long, value_delimiter = ',', help = scenarios::cli_help())]
     pub scenarios: Vec<String>,
-    /// Engines to compare, comma-separated: meshflow, full-push.
+    /// Engines to compare, comma-separated: meshflow, istio-style, full-push.
     #[arg(long, value_delimiter = ',', default_value = "meshflow,full-push")]
     pub engine: Vec<String>,
-    /// The simulated proxies' ADS flavour for meshflow (the baseline is always SotW).
+    /// The simulated proxies' ADS flavour for meshflow (full-push is always SotW,
+    /// istio-style always Delta).
     #[arg(long, value_enum, default_value = "delta")]
     pub protocol: ProtocolArg,
     /// Where the JSON, markdown and SVG results go.

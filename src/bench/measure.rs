@@ -1,7 +1,8 @@
 //! How each scenario is measured on a running engine: `connect` (every proxy opens its
 //! stream at once), `idle` (the server's background cost), then every row of
-//! [`super::scenarios::SCENARIOS`] asked for — a one-file edit ([`Change::Edit`]) or the
-//! sustained churn ([`Change::Churn`]) — each timed, counted and checked against the full
+//! [`super::scenarios::SCENARIOS`] asked for — a one-file edit ([`Change::Edit`]), a
+//! sequence of edits ([`Change::Sequence`]), the sustained churn ([`Change::Churn`]) or a
+//! rolling update ([`Change::Rollout`]) — each timed, counted and checked against the full
 //! recompute.
 
 use super::churn;
@@ -12,7 +13,7 @@ use super::options::Options;
 use super::procstat::ProcStats;
 use super::render;
 use super::report::ScenarioResult;
-use super::scenarios::{Change, EditFn, Scenario};
+use super::scenarios::{self, Change, EditFn, Scenario, SequenceFn};
 use super::server::Running;
 use super::ui::Ui;
 use std::collections::BTreeSet;
@@ -147,7 +148,34 @@ impl RunContext<'_> {
     ) -> Result<(), String> {
         match scenario.change {
             Change::Edit(edit) => self.edit(edit, lg, result).await,
-            Change::Churn => self.churn(lg, result).await,
+            Change::Sequence(edits, gap_ms) => self.sequence(edits, gap_ms, lg, result).await,
+            Change::Churn => {
+                let (cfg, moves) = (self.opts.churn, churn::Moves::RoundRobin);
+                self.churn(cfg, moves, lg, result).await
+            }
+            Change::Rollout => {
+                let s = match scenarios::shared_service(self.state) {
+                    Ok(s) => s,
+                    Err(why) => {
+                        result.skipped = Some(why);
+                        return Ok(());
+                    }
+                };
+                let gap = Duration::from_millis(scenarios::ROLLOUT_GAP_MS);
+                let cfg = churn::ChurnConfig {
+                    rate: 1.0 / gap.as_secs_f64(),
+                    duration: gap.saturating_mul(scenarios::ROLLOUT_CHANGES as u32),
+                };
+                self.churn(cfg, churn::Moves::OneService(s), lg, result)
+                    .await?;
+                result.description = format!(
+                    "rolling update of svc-{s} (seen by every proxy): {} endpoints replaced one \
+                     by one, {} ms apart",
+                    scenarios::ROLLOUT_CHANGES,
+                    scenarios::ROLLOUT_GAP_MS
+                );
+                Ok(())
+            }
         }
     }
 
@@ -279,15 +307,80 @@ impl RunContext<'_> {
         Ok(())
     }
 
-    /// `churn`: endpoint moves written at a fixed rate ([`churn::drive`]), then the same
-    /// edits replayed on the shadow copy and every proxy checked against the recompute.
-    async fn churn(&mut self, lg: &Loadgen, result: &mut ScenarioResult) -> Result<(), String> {
+    /// Several edits, `gap_ms` apart: the recompute of the end state first, on the shadow
+    /// copy; then the files are renamed into the served directory on schedule, and the
+    /// proxies whose config differs at the end are timed from the last write until they
+    /// hold it. Every message any proxy receives in the window counts.
+    async fn sequence(
+        &mut self,
+        edits_fn: SequenceFn,
+        gap_ms: u64,
+        lg: &Loadgen,
+        result: &mut ScenarioResult,
+    ) -> Result<(), String> {
+        let opts = self.opts;
+        let (description, edits) = match edits_fn(self.state) {
+            Ok(x) => x,
+            Err(why) => {
+                result.skipped = Some(why);
+                return Ok(());
+            }
+        };
+        result.description = description;
+        result.changes = edits.len();
+        for edit in &edits {
+            mesh_gen::apply_edit(self.shadow_dir, edit)?;
+        }
+        let next = self.recompute().await?;
+        let (affected, min_bytes) = expected::affected_changes(&self.expected, &next);
+        result.affected = affected.len();
+        result.min_bytes = min_bytes;
+        let window = Window::open(self.server, Some(lg))?;
+        let start = Instant::now();
+        let mut last = start;
+        for (i, edit) in edits.iter().enumerate() {
+            let due = later(
+                start,
+                Duration::from_millis(gap_ms.saturating_mul(i as u64)),
+            );
+            tokio::time::sleep_until(due.into()).await;
+            mesh_gen::apply_edit(self.config_dir, edit)?;
+            last = Instant::now();
+        }
+        let pending = wait_converged(lg, &affected, last, opts.timeout, result).await?;
+        result.converged = result.affected - pending;
+        let floor = later(
+            last,
+            Duration::from_millis(opts.debounce_ms).saturating_add(opts.settle),
+        );
+        tokio::time::sleep(floor.saturating_duration_since(Instant::now())).await;
+        lg.wait_quiet(opts.settle, QUIET_LIMIT).await;
+        let messaged = window.close(self.server, lg, result)?;
+        let affected_set: BTreeSet<usize> = affected.iter().map(|(p, _)| *p).collect();
+        result.unaffected_messaged = messaged
+            .iter()
+            .filter(|i| !affected_set.contains(i))
+            .count();
+        result.window_s = Some(last.saturating_duration_since(start).as_secs_f64());
+        record_check(result, expected::verify(lg, &next));
+        self.expected = next;
+        Ok(())
+    }
+
+    /// `churn` (and `rollout`): endpoint moves written at a fixed rate
+    /// ([`churn::drive`]), then the same edits replayed on the shadow copy and every proxy
+    /// checked against the recompute.
+    async fn churn(
+        &mut self,
+        cfg: churn::ChurnConfig,
+        moves: churn::Moves,
+        lg: &Loadgen,
+        result: &mut ScenarioResult,
+    ) -> Result<(), String> {
         let opts = self.opts;
         let window = Window::open(self.server, Some(lg))?;
         let bar = self.ui.bar(1, "churn");
-        let every = RSS_EVERY
-            .min(opts.churn.duration / 10)
-            .max(Duration::from_secs(1));
+        let every = RSS_EVERY.min(cfg.duration / 10).max(Duration::from_secs(1));
         let started = Instant::now();
         let server = self.server;
         let sample = || {
@@ -304,7 +397,8 @@ impl RunContext<'_> {
                 lg,
                 self.state,
                 self.config_dir,
-                opts.churn,
+                cfg,
+                moves,
                 opts.timeout,
                 |done, total| {
                     bar.set_length(total as u64);
@@ -334,7 +428,7 @@ impl RunContext<'_> {
         window.close(self.server, lg, result)?;
         result.description = format!(
             "{} endpoint moves at {}/s over {:.1} s (writer at most {:.1} ms late)",
-            outcome.changes, opts.churn.rate, outcome.write_window_s, outcome.max_write_lag_ms
+            outcome.changes, cfg.rate, outcome.write_window_s, outcome.max_write_lag_ms
         );
         result.affected = outcome.pairs;
         result.converged = outcome.converged;
@@ -342,11 +436,7 @@ impl RunContext<'_> {
         result.changes = outcome.changes;
         result.min_bytes = outcome.min_bytes;
         // CPU over the window the changes were written in plus the tail to convergence.
-        result.window_s = Some(
-            outcome
-                .write_window_s
-                .max(opts.churn.duration.as_secs_f64()),
-        );
+        result.window_s = Some(outcome.write_window_s.max(cfg.duration.as_secs_f64()));
         for edit in &outcome.edits {
             mesh_gen::apply_edit(self.shadow_dir, edit)?;
         }

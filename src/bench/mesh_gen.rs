@@ -56,6 +56,8 @@ pub struct ServiceState {
     pub v1_weight: Option<u32>,
     /// Pods created so far (names are never reused).
     pods_created: usize,
+    /// A `rev` label on every pod, which no subset selects (`None`: no such label).
+    pub pod_revision: Option<usize>,
 }
 
 /// A file to write (`Some` content) or delete (`None`), relative to the config directory.
@@ -254,6 +256,12 @@ spec:
         Ok(self.service_edit(s))
     }
 
+    /// Every pod of service `s` gets label `rev: "REVISION"`, which no subset selects.
+    pub fn relabel(&mut self, s: usize, revision: usize) -> Result<Edit, String> {
+        self.service_mut(s)?.pod_revision = Some(revision);
+        Ok(self.service_edit(s))
+    }
+
     /// Service `s` gains `n` endpoints (alternating v1/v2 like the first ones).
     pub fn scale_up(&mut self, s: usize, n: usize) -> Result<Edit, String> {
         let svc = self.service_mut(s)?;
@@ -407,7 +415,7 @@ metadata:
   namespace: {ns}
   labels:
     app: svc-{s}
-    version: {version}
+    version: {version}{rev}
 spec:
   containers:
   - name: app
@@ -422,6 +430,10 @@ status:
 ",
                 pod = ep.pod,
                 version = ep.version,
+                rev = svc
+                    .pod_revision
+                    .map(|r| format!("\n    rev: \"{r}\""))
+                    .unwrap_or_default(),
                 ip = quote(&ep.ip)
             );
         }
@@ -564,6 +576,7 @@ impl ServiceState {
             },
             v1_weight: with_rules.then_some(90),
             pods_created: shape.endpoints_per_service,
+            pod_revision: None,
         }
     }
 }

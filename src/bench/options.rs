@@ -49,11 +49,13 @@ pub fn named_shape(name: &str) -> Result<Shape, String> {
     }
 }
 
-/// The baseline speaks State-of-the-World only, as Istio did before incremental pushes.
+/// The full-push baseline speaks State-of-the-World only, as Istio did before incremental
+/// pushes; the istio-style baseline speaks Delta, as Istio does today.
 pub fn protocol_for(engine: EngineKind, requested: Protocol) -> Protocol {
     match engine {
         EngineKind::Meshflow => requested,
         EngineKind::FullPush => Protocol::Sotw,
+        EngineKind::IstioStyle => Protocol::Delta,
     }
 }
 

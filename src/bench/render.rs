@@ -27,6 +27,7 @@ fn scenario_json(r: &ScenarioResult) -> serde_json::Value {
         },
         "received": r.received.json(),
         "proxies_messaged": r.proxies_messaged,
+        "messages_per_affected_proxy": r.messages_per_affected(),
         "unaffected_proxies_messaged": r.unaffected_messaged,
         "min_bytes": r.min_bytes,
         "server_cpu_s": r.server_cpu_s,
@@ -146,14 +147,17 @@ fn markdown_runs(report: &Report) -> String {
     let mut md = String::new();
     md.push_str(
             "| run | engine | xDS | scenario | affected proxies | proxies messaged | p50 ms | p99 ms | max ms \
-             | messages | resources | bytes | min bytes | server CPU s | peak RSS MiB | verified |\n",
+             | messages | messages per affected proxy | resources | bytes | min bytes | server CPU s \
+             | peak RSS MiB | verified |\n",
         );
-    md.push_str("|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
+    md.push_str(
+        "|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
+    );
     let f = |v: Option<f64>| v.map(|x| format!("{x:.1}")).unwrap_or_else(|| "–".into());
     for e in &report.engines {
         if let Some(err) = &e.error {
             md.push_str(&format!(
-                "| {} | {} | {} | (did not run: {}) |||||||||||||\n",
+                "| {} | {} | {} | (did not run: {}) ||||||||||||||\n",
                 e.run + 1,
                 e.engine.name(),
                 e.protocol.name(),
@@ -163,7 +167,7 @@ fn markdown_runs(report: &Report) -> String {
         for r in &e.results {
             if let Some(why) = &r.skipped {
                 md.push_str(&format!(
-                    "| {} | {} | {} | {} (skipped: {}) |||||||||||||\n",
+                    "| {} | {} | {} | {} (skipped: {}) ||||||||||||||\n",
                     e.run + 1,
                     e.engine.name(),
                     e.protocol.name(),
@@ -188,7 +192,7 @@ fn markdown_runs(report: &Report) -> String {
                 )
             };
             md.push_str(&format!(
-                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.3} | {} | {} |\n",
+                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.3} | {} | {} |\n",
                     e.run + 1,
                     e.engine.name(),
                     e.protocol.name(),
@@ -199,6 +203,9 @@ fn markdown_runs(report: &Report) -> String {
                     f(percentile(&lat, 0.99)),
                     f(lat.last().copied()),
                     r.received.total_messages(),
+                    r.messages_per_affected()
+                        .map(|m| format!("{m:.2}"))
+                        .unwrap_or_else(|| "–".into()),
                     r.received.total_resources(),
                     r.received.total_bytes(),
                     r.min_bytes,
@@ -215,7 +222,7 @@ fn markdown_runs(report: &Report) -> String {
              changed resource in its new version (debounce included); for `connect`, stream \
              opened → proxy synced; `idle` is one second with no change (the server's \
              background cost, to read the other rows against). Messages, resources and bytes: everything every simulated \
-             proxy received during the scenario (protobuf-encoded response size, no gRPC/HTTP/2 \
+             proxy received during the scenario; messages per affected proxy: messages ÷ affected proxies (protobuf-encoded response size, no gRPC/HTTP/2 \
              framing). Min bytes: the encoded size of the changed resources times the proxies \
              that need them. Server CPU: utime+stime of the server process from /proc/PID/stat; \
              peak RSS: VmHWM, reset before each scenario.\n",

@@ -50,6 +50,12 @@ impl ScenarioResult {
         v
     }
 
+    /// Messages received (by every proxy) per affected proxy: how many pushes a change
+    /// costs each proxy it concerns. `None` when no proxy is affected.
+    pub fn messages_per_affected(&self) -> Option<f64> {
+        (self.affected > 0).then(|| self.received.total_messages() as f64 / self.affected as f64)
+    }
+
     /// Server CPU cores used over a sustained scenario's window.
     pub fn cpu_cores(&self) -> Option<f64> {
         self.window_s

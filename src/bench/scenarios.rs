@@ -1,7 +1,8 @@
 //! The scenarios `meshflow bench` can run after `connect` and `idle`: one row each in
 //! [`SCENARIOS`] (its `--scenarios` name and how it changes the mesh), and the mesh edits
 //! the rows point at. Adding a scenario is one row here, plus its edit function if it is a
-//! single edit. How a [`Change`] is measured and verified lives in [`super::measure`].
+//! single edit (or its edit sequence). How a [`Change`] is measured and verified lives in
+//! [`super::measure`].
 //!
 //! `connect` (every proxy opens its stream) and `idle` (a second without changes) always
 //! run first and are not rows: they are not changes to the mesh.
@@ -13,16 +14,41 @@ use dataflows::synth;
 /// the scenario's description and the file to write. `Err` skips the scenario.
 pub type EditFn = fn(&mut MeshState) -> Result<(String, Edit), String>;
 
+/// Makes the edits of a multi-edit scenario (in the mesh model or beside it) and returns
+/// its description and the files to write, in order. `Err` skips the scenario.
+pub type SequenceFn = fn(&mut MeshState) -> Result<(String, Vec<Edit>), String>;
+
 /// How a scenario changes the mesh (and so how it is measured).
 #[derive(Clone, Copy, Debug)]
 pub enum Change {
     /// One file renamed into place: latency until every affected proxy holds every
     /// changed resource, then the held configs checked against the full recompute.
     Edit(EditFn),
+    /// Several files renamed into place one after another, `gap_ms` apart (each its own
+    /// epoch): measured as one window, every message any proxy receives counted, the
+    /// affected proxies those whose config differs at the end; then the same check.
+    Sequence(SequenceFn, u64),
     /// Sustained endpoint churn at `--churn-rate` for `--churn-seconds` ([`super::churn`]):
     /// one latency sample per change and proxy, then the same check.
     Churn,
+    /// A rolling update of one service every proxy sees: its endpoints replaced one by
+    /// one, [`ROLLOUT_CHANGES`] of them [`ROLLOUT_GAP_MS`] apart (the churn's measurement,
+    /// on one service): one sample per change and proxy holding its assignment.
+    Rollout,
 }
+
+/// Endpoints a `rollout` replaces, and the time between two replacements.
+pub const ROLLOUT_CHANGES: usize = 10;
+pub const ROLLOUT_GAP_MS: u64 = 200;
+
+/// Changes `unrelated` writes, and the time between two (longer than any debounce window
+/// the bench uses, so each is its own epoch).
+pub const UNRELATED_CHANGES: usize = 50;
+pub const UNRELATED_GAP_MS: u64 = 100;
+
+/// The namespace `unrelated` puts its objects in: no proxy runs there and no Sidecar
+/// imports it.
+pub const UNRELATED_NAMESPACE: &str = "unrelated";
 
 /// One scenario.
 #[derive(Debug)]
@@ -35,6 +61,11 @@ pub struct Scenario {
 impl Scenario {
     pub fn is_churn(&self) -> bool {
         matches!(self.change, Change::Churn)
+    }
+
+    /// Measured as a series of (change, proxy) samples, as `churn` is.
+    pub fn is_sustained(&self) -> bool {
+        matches!(self.change, Change::Churn | Change::Rollout)
     }
 }
 
@@ -50,6 +81,8 @@ pub static SCENARIOS: &[Scenario] = &[
     Scenario { name: "new-service",     change: Change::Edit(new_service) },
     Scenario { name: "sidecar",         change: Change::Edit(sidecar) },
     Scenario { name: "mesh-wide",       change: Change::Edit(mesh_wide) },
+    Scenario { name: "unrelated",       change: Change::Sequence(unrelated, UNRELATED_GAP_MS) },
+    Scenario { name: "rollout",         change: Change::Rollout },
     Scenario { name: "churn",           change: Change::Churn },
 ];
 
@@ -140,15 +173,19 @@ fn endpoint_ip(state: &mut MeshState) -> Result<(String, Edit), String> {
     Ok((format!("endpoint 0 of svc-{s} moves to a new IP"), edit))
 }
 
+/// The first service after svc-0 in a namespace every Sidecar imports (any service when
+/// nothing is scoped): `endpoint-shared`'s and `rollout`'s target.
+pub fn shared_service(state: &MeshState) -> Result<usize, String> {
+    let t = Targets::of(state);
+    (1..t.n)
+        .find(|s| !t.sidecar_scoping || t.in_shared_namespace(*s))
+        .ok_or_else(|| "the mesh has no second service in a shared namespace".to_string())
+}
+
 /// An endpoint of a service that every proxy imports moves: the fan-out element of
 /// `churn` on its own.
 fn endpoint_shared(state: &mut MeshState) -> Result<(String, Edit), String> {
-    let t = Targets::of(state);
-    // The first service after svc-0 in a namespace every Sidecar imports (any service
-    // when nothing is scoped).
-    let s = (1..t.n)
-        .find(|s| !t.sidecar_scoping || t.in_shared_namespace(*s))
-        .ok_or("the mesh has no second service in a shared namespace")?;
+    let s = shared_service(state)?;
     let edit = state.move_endpoint(s, 0)?;
     Ok((
         format!("endpoint 0 of svc-{s} (seen by every proxy) moves to a new IP"),
@@ -223,6 +260,69 @@ fn mesh_wide(state: &mut MeshState) -> Result<(String, Edit), String> {
     Ok((
         format!("VirtualService svc-0 (seen by every proxy): v1 weight → {w}"),
         edit,
+    ))
+}
+
+/// Changes that change no proxy's output, in turn: a Service in a namespace no Sidecar
+/// imports (exported to its own namespace only, so no gateway sees it either), a label no
+/// subset selects on a pod of the shared service, a DestinationRule for a host that does
+/// not exist. Each is a file of its own (the label: the service's file).
+fn unrelated(state: &mut MeshState) -> Result<(String, Vec<Edit>), String> {
+    let shared = shared_service(state)?;
+    let ns = UNRELATED_NAMESPACE;
+    let suffix = state.mesh.domain_suffix.clone();
+    let mut edits = Vec::with_capacity(UNRELATED_CHANGES);
+    for i in 0..UNRELATED_CHANGES {
+        let edit = match i % 3 {
+            0 => Edit {
+                path: format!("{ns}/unrelated-svc-{i}.yaml").into(),
+                content: Some(format!(
+                    "apiVersion: v1
+kind: Service
+metadata:
+  name: unrelated-{i}
+  namespace: {ns}
+  annotations:
+    networking.istio.io/exportTo: \".\"
+spec:
+  selector:
+    app: unrelated-{i}
+  ports:
+  - name: http
+    port: 80
+    targetPort: 8080
+"
+                )),
+            },
+            1 => state.relabel(shared, i)?,
+            _ => Edit {
+                path: format!("{ns}/unrelated-dr-{i}.yaml").into(),
+                content: Some(format!(
+                    "apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata:
+  name: unrelated-{i}
+  namespace: {ns}
+spec:
+  host: nobody-{i}.{ns}.svc.{suffix}
+  trafficPolicy:
+    connectionPool:
+      tcp:
+        maxConnections: {max}
+",
+                    max = 100 + i
+                )),
+            },
+        };
+        edits.push(edit);
+    }
+    Ok((
+        format!(
+            "{UNRELATED_CHANGES} changes {UNRELATED_GAP_MS} ms apart that change no proxy's \
+             output: Services in {ns} (imported by no Sidecar), a label no subset selects on \
+             the pods of svc-{shared}, DestinationRules for hosts that do not exist"
+        ),
+        edits,
     ))
 }
 

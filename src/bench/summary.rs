@@ -42,6 +42,8 @@ pub struct MedianRow {
     pub p99: Option<f64>,
     pub max: Option<f64>,
     pub messages: Option<f64>,
+    /// Messages per affected proxy.
+    pub msgs_per_affected: Option<f64>,
     pub resources: Option<f64>,
     pub bytes: Option<f64>,
     pub min_bytes: Option<f64>,
@@ -121,6 +123,7 @@ pub fn median_rows(engines: &[EngineReport]) -> Vec<MedianRow> {
                 p99: med(&rs, |r| p(r, 0.99)),
                 max: med(&rs, |r| p(r, 1.0)),
                 messages: med(&rs, |r| Some(r.received.total_messages() as f64)),
+                msgs_per_affected: med(&rs, ScenarioResult::messages_per_affected),
                 resources: med(&rs, |r| Some(r.received.total_resources() as f64)),
                 bytes: med(&rs, |r| Some(r.received.total_bytes() as f64)),
                 min_bytes: med(&rs, |r| (r.min_bytes > 0).then_some(r.min_bytes as f64)),
@@ -137,6 +140,8 @@ pub fn median_rows(engines: &[EngineReport]) -> Vec<MedianRow> {
 /// Baseline ÷ meshflow for one scenario: the median of the per-repetition ratios.
 #[derive(Clone, Debug)]
 pub struct RatioRow {
+    /// The baseline engine (full-push or istio-style).
+    pub baseline: EngineKind,
     pub scenario: String,
     /// Repetitions where both engines measured the scenario.
     pub pairs: usize,
@@ -151,11 +156,16 @@ fn ratio(a: f64, b: f64) -> Option<f64> {
     (b > 0.0 && a.is_finite() && b.is_finite()).then_some(a / b)
 }
 
-/// Ratios between the full-push baseline and meshflow, repetition by repetition.
+/// Ratios between each baseline that ran and meshflow, repetition by repetition.
 pub fn ratio_rows(engines: &[EngineReport]) -> Vec<RatioRow> {
     let mut rows = Vec::new();
     let runs = engines.iter().map(|e| e.run + 1).max().unwrap_or(0);
-    for name in scenario_names(engines) {
+    let baselines = engine_kinds(engines)
+        .into_iter()
+        .filter(|k| *k != EngineKind::Meshflow);
+    for (baseline, name) in
+        baselines.flat_map(|b| scenario_names(engines).into_iter().map(move |n| (b, n)))
+    {
         let find = |run: usize, kind: EngineKind| {
             engines
                 .iter()
@@ -172,7 +182,7 @@ pub fn ratio_rows(engines: &[EngineReport]) -> Vec<RatioRow> {
                     over_min.push(m.received.total_bytes() as f64 / m.min_bytes as f64);
                 }
             }
-            let (Some(m), Some(b)) = (m, find(run, EngineKind::FullPush)) else {
+            let (Some(m), Some(b)) = (m, find(run, baseline)) else {
                 continue;
             };
             pairs += 1;
@@ -189,6 +199,7 @@ pub fn ratio_rows(engines: &[EngineReport]) -> Vec<RatioRow> {
             }
         }
         rows.push(RatioRow {
+            baseline,
             scenario: name,
             pairs,
             bytes: median(bytes),
@@ -206,6 +217,10 @@ fn f1(v: Option<f64>) -> String {
 
 fn f0(v: Option<f64>) -> String {
     v.map(|x| format!("{x:.0}")).unwrap_or_else(|| "–".into())
+}
+
+fn f2(v: Option<f64>) -> String {
+    v.map(|x| format!("{x:.2}")).unwrap_or_else(|| "–".into())
 }
 
 fn f3(v: Option<f64>) -> String {
@@ -227,10 +242,11 @@ pub fn markdown(engines: &[EngineReport], runs: usize) -> String {
     md.push_str(&format!("Medians over {runs} repetition(s):\n\n"));
     md.push_str(
         "| engine | xDS | scenario | runs | affected proxies | proxies messaged | p50 ms | p99 ms | max ms \
-         | messages | resources | bytes | min bytes | server CPU s | CPU cores | peak RSS MiB | verified |\n",
+         | messages | messages per affected proxy | resources | bytes | min bytes | server CPU s | CPU cores \
+         | peak RSS MiB | verified |\n",
     );
     md.push_str(
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
     );
     for r in median_rows(engines) {
         let affected = if r.not_converged == 0 {
@@ -243,7 +259,7 @@ pub fn markdown(engines: &[EngineReport], runs: usize) -> String {
             )
         };
         md.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             r.engine.name(),
             r.protocol,
             r.scenario,
@@ -254,6 +270,7 @@ pub fn markdown(engines: &[EngineReport], runs: usize) -> String {
             f1(r.p99),
             f1(r.max),
             f0(r.messages),
+            f2(r.msgs_per_affected),
             f0(r.resources),
             f0(r.bytes),
             f0(r.min_bytes),
@@ -268,12 +285,13 @@ pub fn markdown(engines: &[EngineReport], runs: usize) -> String {
         md.push_str(
             "\nBaseline ÷ meshflow, per repetition (same run, side by side), median over \
              repetitions; meshflow bytes ÷ minimum:\n\n\
-             | scenario | pairs | bytes | server CPU | p99 latency | meshflow bytes ÷ min |\n\
-             |---|---:|---:|---:|---:|---:|\n",
+             | baseline | scenario | pairs | bytes | server CPU | p99 latency | meshflow bytes ÷ min |\n\
+             |---|---|---:|---:|---:|---:|---:|\n",
         );
         for r in ratios.iter().filter(|r| r.pairs > 0) {
             md.push_str(&format!(
-                "| {} | {} | {} | {} | {} | {} |\n",
+                "| {} | {} | {} | {} | {} | {} | {} |\n",
+                r.baseline.name(),
                 r.scenario,
                 r.pairs,
                 fx(r.bytes),
@@ -301,6 +319,7 @@ pub fn json(engines: &[EngineReport]) -> serde_json::Value {
             "proxies_messaged": r.proxies_messaged,
             "latency_ms": {"p50": r.p50, "p99": r.p99, "max": r.max},
             "messages": r.messages,
+            "messages_per_affected_proxy": r.msgs_per_affected,
             "resources": r.resources,
             "bytes": r.bytes,
             "min_bytes": r.min_bytes,
@@ -309,7 +328,8 @@ pub fn json(engines: &[EngineReport]) -> serde_json::Value {
             "peak_rss_mib": r.rss_mib,
             "verified": r.verified,
         })).collect::<Vec<_>>(),
-        "ratios_full_push_over_meshflow": ratio_rows(engines).iter().map(|r| json!({
+        "ratios_over_meshflow": ratio_rows(engines).iter().map(|r| json!({
+            "baseline": r.baseline.name(),
             "scenario": r.scenario,
             "pairs": r.pairs,
             "bytes": r.bytes,

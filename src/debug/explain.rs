@@ -55,7 +55,7 @@ pub fn explain(
                 .collect(),
         });
     }
-    if held && !hub.engine().pushes_everything() {
+    if held && hub.engine().computes_provenance() {
         // Fixed resources (BlackHoleCluster, an unscoped sidecar's virtualOutbound) are
         // built from no input object.
         return Ok(Explanation {
@@ -67,10 +67,13 @@ pub fn explain(
             holders,
         });
     }
-    let why = if hub.engine().pushes_everything() {
-        " (the full-push engine does not compute provenance)"
+    let why = if hub.engine().computes_provenance() {
+        String::new()
     } else {
-        ""
+        format!(
+            " (the {} engine does not compute provenance)",
+            hub.engine().name()
+        )
     };
     Err(DebugError::NotFound(format!(
         "{}{why}",

@@ -44,6 +44,14 @@ use sync::ProxyEntry;
 use tokio::sync::{broadcast, Notify};
 use view::{Bodies, ProxyView};
 
+/// Per proxy, resources a push must send again although the proxy holds their version
+/// (the istio-style baseline resends whole listener and route sets): (proxy, type, name).
+pub type Resend = Vec<(ProxyId, ResourceType, String)>;
+
+/// How many epochs a proxy's forced resends stay readable for its streams: a stream reads
+/// them at its next look after the epoch, long before this many epochs pass.
+const RESEND_EPOCHS: u64 = 8;
+
 /// How a hub serves and what it keeps.
 #[derive(Clone, Copy, Debug)]
 pub struct HubOptions {
@@ -187,6 +195,7 @@ impl Hub {
             entry.proxy = proxy.clone();
             // A new session: what the previous streams sent and had acknowledged is gone.
             entry.sync = Default::default();
+            entry.forced.clear();
             if self.inputs.send(Input::ProxyUp(proxy)).is_err() {
                 self.health
                     .fail("the runtime stopped: proxies can no longer be computed");
@@ -211,7 +220,20 @@ impl Hub {
     /// Applies one epoch of dataflow output. `up` are proxies whose insertion was part of
     /// this epoch (now ready), `down` those retracted. `meta` describes the inputs, for the
     /// history, and carries the problems of the sources that reported.
-    pub fn apply(&self, mut out: EpochOutput, meta: EpochMeta, up: &[ProxyId], down: &[ProxyId]) {
+    pub fn apply(&self, out: EpochOutput, meta: EpochMeta, up: &[ProxyId], down: &[ProxyId]) {
+        self.apply_resending(out, meta, up, down, Resend::new());
+    }
+
+    /// [`Hub::apply`], with resources the engine's push sends again unchanged: the proxies
+    /// they belong to are woken, and their streams resend them ([`ProxyView::forced`]).
+    pub fn apply_resending(
+        &self,
+        mut out: EpochOutput,
+        meta: EpochMeta,
+        up: &[ProxyId],
+        down: &[ProxyId],
+        resend: Resend,
+    ) {
         self.provenance.apply(&out.proxy_scopes, &out.provenance);
         let epoch = out.epoch;
         for c in &meta.inputs {
@@ -282,6 +304,19 @@ impl Hub {
                 touched.push(id.clone());
             }
         }
+        // Forced resends: readable for a few epochs, then dropped.
+        for e in st.proxies.values_mut() {
+            if !e.forced.is_empty() {
+                e.forced.retain(|(g, _, _)| g + RESEND_EPOCHS > epoch);
+            }
+        }
+        for (id, t, name) in resend {
+            let name = st.held.lookup(&name);
+            if let Some(e) = st.proxies.get_mut(&id) {
+                e.forced.push((epoch, t, name));
+                touched.push(id);
+            }
+        }
         touched.sort();
         touched.dedup();
         touched.retain(|id| st.proxies.contains_key(id));
@@ -313,12 +348,13 @@ impl Hub {
     /// Runs `f` on the proxy's view if the proxy is connected and computed.
     pub fn with_view<R>(&self, id: &str, f: impl FnOnce(&ProxyView<'_>) -> R) -> Option<R> {
         let st = self.lock();
-        st.proxies.get(id).filter(|e| e.ready)?;
+        let entry = st.proxies.get(id).filter(|e| e.ready)?;
         Some(f(&ProxyView::new(
             st.held.held(id),
             &st.bodies,
             st.generation,
-        )))
+        )
+        .with_forced(&entry.forced)))
     }
 
     /// Runs `f` with the shared copies of resource names: one lock for all the names of a

@@ -85,6 +85,8 @@ pub struct ProxyEntry {
     pub ready_at: Option<Instant>,
     /// Open streams by stream id.
     pub stream_info: BTreeMap<u64, StreamInfo>,
+    /// Resources the engine's latest pushes resend unchanged: (epoch, type, name).
+    pub(super) forced: Vec<(u64, ResourceType, Name)>,
 }
 
 impl ProxyEntry {
@@ -97,6 +99,7 @@ impl ProxyEntry {
             sync: PerType::default(),
             ready_at: None,
             stream_info: BTreeMap::new(),
+            forced: Vec::new(),
         }
     }
 

@@ -51,6 +51,9 @@ pub struct ProxyView<'a> {
     bodies: &'a Bodies,
     /// Bumped by the full-push baseline after every epoch: streams then resend everything.
     pub generation: u64,
+    /// Resources to send again although the client may hold their version, by the epoch
+    /// that asked (the istio-style baseline's pushes; empty for the other engines).
+    pub forced: &'a [(u64, ResourceType, Name)],
 }
 
 impl<'a> ProxyView<'a> {
@@ -59,7 +62,14 @@ impl<'a> ProxyView<'a> {
             held,
             bodies,
             generation,
+            forced: &[],
         }
+    }
+
+    /// The view with the proxy's forced resends.
+    pub fn with_forced(mut self, forced: &'a [(u64, ResourceType, Name)]) -> ProxyView<'a> {
+        self.forced = forced;
+        self
     }
 
     /// The resources the proxy should hold.

@@ -1,7 +1,8 @@
 //! The runtime: owns the dataflow engine on its own threads, batches input changes into
 //! epochs (debounced), steps the dataflow one epoch at a time and hands each epoch's
 //! output to the hub. A proxy never sees half an epoch. The engine is the incremental
-//! dataflow or the full-push baseline ([`full_push`]).
+//! dataflow or a baseline: full push ([`full_push`]) or Istio's push algorithm
+//! ([`istio_style`]).
 //!
 //! May import: `crate::input` (what it consumes), `crate::hub` (where epochs go),
 //! `crate::engine`. Nothing imports the runtime but `serve`.
@@ -15,13 +16,42 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub mod full_push;
+pub mod istio_style;
 pub mod rollback;
 
 pub use crate::engine::EngineKind;
 
+/// When an epoch closes: after `after` without a new input, and at most `max` after its
+/// first input (Istio's `PILOT_DEBOUNCE_AFTER` / `PILOT_DEBOUNCE_MAX`). A fixed window is
+/// `after == max`: everything arriving within it from the first input.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Debounce {
+    pub after: Duration,
+    pub max: Duration,
+}
+
+impl Debounce {
+    /// Changes arriving within `window` of the first share one epoch.
+    pub fn fixed(window: Duration) -> Debounce {
+        Debounce {
+            after: window,
+            max: window,
+        }
+    }
+
+    /// How long to wait for more input, `first` and `last` being the epoch's first and
+    /// latest input: zero when the epoch closes.
+    fn left(&self, first: Instant, last: Instant) -> Duration {
+        self.after
+            .saturating_sub(last.elapsed())
+            .min(self.max.saturating_sub(first.elapsed()))
+    }
+}
+
 enum Compute {
     Dataflow(Engine),
     FullPush(Box<full_push::FullPush>),
+    IstioStyle(Box<istio_style::IstioStyle>),
 }
 
 /// Runs until every sender of `inputs` is gone (`Ok`), or until the dataflow stops
@@ -30,13 +60,14 @@ pub fn run(
     engine_kind: EngineKind,
     workers: usize,
     mesh: MeshConfig,
-    debounce: Duration,
+    debounce: Debounce,
     inputs: Receiver<Input>,
     hub: Arc<Hub>,
 ) -> Result<(), String> {
     let mut engine = match engine_kind {
         EngineKind::Meshflow => Compute::Dataflow(Engine::start(workers, mesh)),
         EngineKind::FullPush => Compute::FullPush(Box::new(full_push::FullPush::new(mesh))),
+        EngineKind::IstioStyle => Compute::IstioStyle(Box::new(istio_style::IstioStyle::new(mesh))),
     };
     hub.health.running();
     let mut rollback = rollback::Rollback::default();
@@ -44,14 +75,18 @@ pub fn run(
     while let Ok(first) = inputs.recv() {
         let started = Instant::now();
         let mut batch = vec![first];
+        let mut last = started;
         // Collect what arrives within the debounce window into the same epoch.
         loop {
-            let left = debounce.saturating_sub(started.elapsed());
+            let left = debounce.left(started, last);
             if left.is_zero() {
                 break;
             }
             match inputs.recv_timeout(left) {
-                Ok(i) => batch.push(i),
+                Ok(i) => {
+                    batch.push(i);
+                    last = Instant::now();
+                }
                 Err(RecvTimeoutError::Timeout) => break,
                 Err(RecvTimeoutError::Disconnected) => break,
             }
@@ -130,9 +165,15 @@ pub fn run(
         );
         let batch = Batch { epoch, changes };
         let stepped = Instant::now();
+        let mut resend = crate::hub::Resend::new();
         let out = match &mut engine {
             Compute::Dataflow(e) => e.step(batch),
             Compute::FullPush(f) => Some(f.step(batch)),
+            Compute::IstioStyle(i) => {
+                let (out, r) = i.step(batch);
+                resend = r;
+                Some(out)
+            }
         };
         let Some(out) = out else {
             let why = format!("the dataflow stopped at epoch {epoch}");
@@ -157,7 +198,34 @@ pub fn run(
             source_errors,
             source_analysis,
         };
-        hub.apply(out, meta, &up, &down);
+        hub.apply_resending(out, meta, &up, &down, resend);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Debounce;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn debounce_closes_on_quiet_or_at_the_maximum() {
+        let ms = Duration::from_millis;
+        let ago = |d| Instant::now().checked_sub(d).unwrap();
+        let istio = Debounce {
+            after: ms(100),
+            max: ms(10_000),
+        };
+        // Quiet for 150 ms: closed.
+        assert!(istio.left(ago(ms(500)), ago(ms(150))).is_zero());
+        // A change 20 ms ago: waits for the rest of the quiet period.
+        let l = istio.left(ago(ms(500)), ago(ms(20)));
+        assert!(!l.is_zero() && l <= ms(80), "{l:?}");
+        // Busy for 10 s: closed, however recent the last change.
+        assert!(istio.left(ago(ms(10_001)), Instant::now()).is_zero());
+        // A fixed window counts from the first change only.
+        let fixed = Debounce::fixed(ms(50));
+        assert!(fixed.left(ago(ms(60)), Instant::now()).is_zero());
+        assert!(!fixed.left(ago(ms(10)), Instant::now()).is_zero());
+    }
 }

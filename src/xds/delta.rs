@@ -70,6 +70,8 @@ pub struct DeltaStream {
     /// The last `pending` left work for after an ACK (a type in flight whose resources or
     /// subscriptions moved on, the rest of a split response).
     deferred: bool,
+    /// The latest epoch of the view's forced resends already taken ([`ProxyView::forced`]).
+    forced_seen: u64,
 }
 
 /// A response carries resources until its bodies reach this size; the rest follow, one
@@ -239,6 +241,19 @@ impl DeltaStream {
     /// client holds.
     pub fn pending(&mut self, view: &ProxyView<'_>) -> Vec<DeltaDiscoveryResponse> {
         let mut out = std::mem::take(&mut self.unserved);
+        // What the engine's push resends unchanged joins each type's resends (the
+        // istio-style baseline's whole listener and route sets).
+        for (epoch, t, name) in view.forced {
+            if *epoch <= self.forced_seen {
+                continue;
+            }
+            if let Some(st) = self.types.get_mut(t) {
+                st.resend.insert(name.clone());
+            }
+        }
+        if let Some(latest) = view.forced.iter().map(|(e, _, _)| *e).max() {
+            self.forced_seen = self.forced_seen.max(latest);
+        }
         out.extend(self.compare(view));
         self.asked_since_look = false;
         let held = view.held();
