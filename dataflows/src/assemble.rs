@@ -25,7 +25,8 @@ pub fn fixed_clusters(scope: &ScopeKey, connect_timeout_ms: u64) -> Vec<Resource
 }
 
 /// Listeners of a sidecar scope that do not depend on services: one per explicit egress
-/// listener, plus `virtualOutbound` where traffic is captured. Proxyless clients have no
+/// listener, plus `virtualOutbound` where traffic is captured, and the listeners and
+/// clusters of its `ingress`. Proxyless clients have no
 /// sockets to listen on.
 pub fn sidecar_fixed_listeners(
     spec: &ScopeSpec,
@@ -52,6 +53,29 @@ pub fn sidecar_fixed_listeners(
     }
     if !interception_none {
         out.push(listener::virtual_outbound(spec.registry_only));
+    }
+    out.extend(sidecar_ingress(spec, interception_none));
+    out
+}
+
+/// The Sidecar's `ingress`: per port, `inbound|PORT||` to its `defaultEndpoint` (in place of
+/// the proxy's own, [`ScopeSpec::ingress_ports`]) and, where the proxy binds it, a listener
+/// of its own; a captured proxy reaches the cluster through `virtualInbound`.
+fn sidecar_ingress(spec: &ScopeSpec, interception_none: bool) -> Vec<Resource> {
+    let mut out = Vec::new();
+    for l in spec.sidecar.iter().flat_map(|s| &s.ingress) {
+        out.push(cluster::inbound_to(
+            l.port,
+            &l.endpoint.0,
+            l.endpoint.1,
+            spec.connect_timeout_ms,
+        ));
+        if interception_none || l.capture_none {
+            out.push(listener::ingress_listener(
+                l.bind.as_deref().unwrap_or("0.0.0.0"),
+                l.port,
+            ));
+        }
     }
     out
 }

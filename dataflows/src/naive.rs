@@ -312,16 +312,19 @@ pub fn compute(mesh: &MeshConfig, snap: &Snapshot) -> ProxyConfigs {
                     *interception_none,
                     *proxyless,
                 ));
+                let ingress = ScopeSpec::new(v.sidecar_spec(s).cloned(), &v.mesh).ingress_ports();
                 res.extend(inbound(
                     p,
                     &index,
                     *interception_none,
                     *proxyless,
                     v.mesh.connect_timeout_ms,
+                    &ingress,
                 ));
             }
             ScopeKey::Router { gateways, namespace } => res.extend(router(&v, s, namespace, gateways)),
         }
+        res.extend(crate::translate::secret::workload_secrets(p, &v.mesh));
         // A proxy that holds nothing (a proxyless client seeing no service) has no entry,
         // as in the dataflow's output, which only knows proxies through their resources.
         for mut r in res {
@@ -363,7 +366,7 @@ fn scope_clusters<'s>(
                 svc,
                 v.dr_for(s, svc),
                 s.is_proxyless(),
-                v.mesh.connect_timeout_ms,
+                &ClusterDefaults::of(&v.mesh),
             ) {
                 list.push((res, labels));
             }
@@ -526,6 +529,7 @@ fn inbound(
     interception_none: bool,
     proxyless: bool,
     connect_timeout_ms: u64,
+    ingress: &[u16],
 ) -> Vec<Resource> {
     let ports: BTreeSet<u16> = p
         .ips
@@ -534,8 +538,10 @@ fn inbound(
         .flat_map(|ip| index.by_ip.get(ip.as_str()).into_iter().flatten())
         .map(|ep| ep.port)
         .collect();
+    // The Sidecar's `ingress` gives its own cluster for its ports.
     let mut res: Vec<Resource> = ports
         .iter()
+        .filter(|port| !ingress.contains(port))
         .map(|port| cluster::inbound(*port, connect_timeout_ms))
         .collect();
     if !interception_none {

@@ -46,7 +46,17 @@ fn lb_policy(rng: &mut StdRng) -> Option<TrafficPolicy> {
             table: HashTable::Ring { minimum_size: None },
         }))
     };
-    let (load_balancer, warmup) = match rng.random_range(0..8) {
+    let (load_balancer, warmup) = match rng.random_range(0..9) {
+        // Mesh mTLS: clusters that hold the trust domain's identities.
+        8 => {
+            return Some(TrafficPolicy {
+                tls: Some(Box::new(UpstreamTls {
+                    istio_mutual: true,
+                    ..Default::default()
+                })),
+                ..Default::default()
+            })
+        }
         0 => (Some(hash(HashKey::Header("x-user".into()))), None),
         1 => (Some(hash(HashKey::SourceIp)), None),
         2 => (Some(LoadBalancer::Passthrough), None),
@@ -360,6 +370,16 @@ fn random_record(rng: &mut StdRng, slot: usize) -> Record {
             let sel = rng.random_bool(0.5).then(|| labels(&[("app", "client")]));
             Record::Sidecar(Sidecar {
                 registry_only: pick(rng, &[None, Some(false), Some(true)]),
+                // Ingress on a port the proxies' own endpoints may have: it takes it over.
+                ingress: match rng.random_range(0..3) {
+                    0 => vec![IngressListener {
+                        port: pick(rng, &[9080u16, 8080]),
+                        bind: rng.random_bool(0.5).then(|| "127.0.0.1".into()),
+                        endpoint: ("127.0.0.1".into(), 18080),
+                        capture_none: rng.random_bool(0.5),
+                    }],
+                    _ => Vec::new(),
+                },
                 key: ConfigKey::new(
                     Kind::Sidecar,
                     pick(rng, &NAMESPACES),
@@ -463,6 +483,8 @@ fn random_record(rng: &mut StdRng, slot: usize) -> Record {
                 service_export_to: export_to(rng),
                 virtual_service_export_to: export_to(rng),
                 destination_rule_export_to: export_to(rng),
+                trust_domain: pick(rng, &["cluster.local", "corp.example"]).into(),
+                trust_root: None,
             })
         }
         _ => {
@@ -491,6 +513,7 @@ fn random_record(rng: &mut StdRng, slot: usize) -> Record {
                     labels(&[("app", pick(rng, &["client", "svc0"]))])
                 },
                 interception_none: rng.random_bool(0.5),
+                service_account: rng.random_bool(0.5).then(|| "reviews".to_string()),
             })
         }
     }
@@ -615,7 +638,11 @@ fn check_reported_changes(before: &Held, after: &Held, applied: &Applied, epoch:
 
 fn run(seed: u64, steps: usize, workers: usize) {
     let mut rng = StdRng::seed_from_u64(seed);
-    let mesh = MeshConfig::default();
+    // A CA's root: every sidecar and router holds its workload secrets.
+    let mesh = MeshConfig {
+        trust_root: Some("-----BEGIN CERTIFICATE-----\noracle\n-----END CERTIFICATE-----\n".into()),
+        ..Default::default()
+    };
     let engine = Engine::start(workers, mesh.clone());
     let mut live: BTreeMap<String, Record> = BTreeMap::new();
     let mut acc = Accumulated::default();

@@ -239,6 +239,7 @@ fn sidecar_proxy(pod: &str, ns: &str, ip: &str, pod_labels: &[(&str, &str)]) -> 
         namespace: ns.to_string(),
         labels: labels(pod_labels),
         interception_none: false,
+        service_account: None,
     }
 }
 
@@ -259,6 +260,7 @@ fn px(p: &Proxy) -> Record {
 fn sidecar(ns: &str, name: &str, selector: Option<&[(&str, &str)]>, hosts: &[&str]) -> Record {
     Record::Sidecar(Sidecar {
         registry_only: None,
+        ingress: Vec::new(),
         key: ConfigKey::new(Kind::Sidecar, ns, name),
         selector: selector.map(labels),
         egress: vec![EgressListener {

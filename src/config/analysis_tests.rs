@@ -264,14 +264,32 @@ const DR: &str = "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmet
 #[test]
 fn tls_that_cannot_be_generated_fails_the_clusters_closed() {
     let p = parse(&format!(
-        "{DR}  trafficPolicy:\n    tls: {{mode: ISTIO_MUTUAL, sni: x}}\n    proxyProtocol: {{version: V1}}\n"
+        "{DR}  trafficPolicy:\n    tls: {{mode: SIMPLE, credentialName: x}}\n    proxyProtocol: {{version: V1}}\n"
     ));
     let policy = dr(&p).traffic_policy.clone().expect("a traffic policy");
-    assert_eq!(policy.unsupported_tls.as_deref(), Some("ISTIO_MUTUAL"));
+    assert_eq!(policy.unsupported_tls.as_deref(), Some("SIMPLE"));
     assert_eq!(fields(&p, Level::Error), vec!["spec.trafficPolicy.tls"]);
     assert_eq!(
         fields(&p, Level::Warning),
         vec!["spec.trafficPolicy.proxyProtocol"]
+    );
+
+    // ISTIO_MUTUAL is generated: the workload certificate over SDS, the rule's SNI and
+    // names kept; the files it does not use are named.
+    let p = parse(&format!(
+        "{DR}  trafficPolicy:\n    tls: {{mode: ISTIO_MUTUAL, sni: x, subjectAltNames: [spiffe://cluster.local/ns/ns/sa/r], caCertificates: /ca.pem}}\n"
+    ));
+    let policy = dr(&p).traffic_policy.clone().expect("a traffic policy");
+    assert_eq!(policy.unsupported_tls, None);
+    let tls = policy.tls.expect("ISTIO_MUTUAL is generated");
+    assert!(tls.istio_mutual);
+    assert_eq!(tls.sni.as_deref(), Some("x"));
+    assert_eq!(tls.subject_alt_names, vec!["spiffe://cluster.local/ns/ns/sa/r"]);
+    assert_eq!(tls.ca, None);
+    assert!(fields(&p, Level::Error).is_empty(), "{:?}", p.findings);
+    assert_eq!(
+        fields(&p, Level::Warning),
+        vec!["spec.trafficPolicy.tls.caCertificates"]
     );
 
     // DISABLE is what is generated: nothing to say.

@@ -84,6 +84,9 @@ pub struct HubState {
 
 pub struct Hub {
     state: Mutex<HubState>,
+    /// Issues the workload certificates streams send in place of the dataflow's stand-ins
+    /// (`serve` sets it once, before any proxy connects).
+    pub workload_ca: std::sync::OnceLock<Arc<crate::ca::WorkloadCa>>,
     inputs: Sender<Input>,
     engine: EngineKind,
     nack_rollback: bool,
@@ -108,6 +111,7 @@ impl Hub {
     pub fn new(inputs: Sender<Input>, options: HubOptions) -> Arc<Hub> {
         Arc::new(Hub {
             state: Mutex::new(HubState::default()),
+            workload_ca: Default::default(),
             inputs,
             engine: options.engine,
             nack_rollback: options.nack_rollback,
@@ -314,11 +318,8 @@ impl Hub {
     pub fn with_view<R>(&self, id: &str, f: impl FnOnce(&ProxyView<'_>) -> R) -> Option<R> {
         let st = self.lock();
         st.proxies.get(id).filter(|e| e.ready)?;
-        Some(f(&ProxyView::new(
-            st.held.held(id),
-            &st.bodies,
-            st.generation,
-        )))
+        Some(f(&ProxyView::new(st.held.held(id), &st.bodies, st.generation)
+            .with_ca(self.workload_ca.get().map(|c| &**c))))
     }
 
     /// Runs `f` with the shared copies of resource names: one lock for all the names of a

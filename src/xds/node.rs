@@ -1,6 +1,6 @@
 //! Proxy identity from the xDS `Node`: Istio's node id `TYPE~IP~POD.NS~NS.svc.DOMAIN` and
-//! node metadata (NAMESPACE, LABELS, INSTANCE_IPS, INTERCEPTION_MODE, and GENERATOR `grpc` for
-//! proxyless gRPC).
+//! node metadata (NAMESPACE, LABELS, INSTANCE_IPS, INTERCEPTION_MODE, SERVICE_ACCOUNT, and
+//! GENERATOR `grpc` for proxyless gRPC).
 //!
 //! Every namespace a node states (the id's `POD.NS`, its `NS.svc.DOMAIN`, the NAMESPACE
 //! metadata) must be the same one: the certificate check compares the client's identity with
@@ -117,6 +117,20 @@ pub fn proxy_from_node(node: Option<&Node>) -> Result<Proxy, InvalidNode> {
             "node {id:?}: {bytes} bytes of LABELS and INSTANCE_IPS, more than {MAX_METADATA_BYTES}"
         )));
     }
+    // The workload identity's service account (Istio's agent sends the Pod's); bounded
+    // and printable as a Kubernetes name is, since it goes into a certificate.
+    let service_account = string_field(&meta, "SERVICE_ACCOUNT").filter(|s| !s.is_empty());
+    if let Some(sa) = &service_account {
+        let ok = sa.len() <= 253
+            && sa
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.');
+        if !ok {
+            return Err(InvalidNode(format!(
+                "node {id:?}: SERVICE_ACCOUNT {sa:?} is not a Kubernetes name"
+            )));
+        }
+    }
     Ok(Proxy {
         id: id.to_string(),
         kind,
@@ -124,6 +138,7 @@ pub fn proxy_from_node(node: Option<&Node>) -> Result<Proxy, InvalidNode> {
         namespace,
         labels,
         interception_none,
+        service_account,
     })
 }
 

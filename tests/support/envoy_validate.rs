@@ -36,6 +36,7 @@ pub fn envoy_validates_example(
             namespace: node.namespace.clone(),
             labels: node.labels.clone(),
             interception_none: false,
+            service_account: None,
         }));
     }
     let configs = naive::compute(&mesh, &Snapshot { records });

@@ -153,7 +153,7 @@ fn per_group<'s>(
             ((), (d.clone(), (h.clone(), svc.clone())))
         })
         .join_map(mesh.clone(), |_, (d, (h, svc)), m| {
-            (d.clone(), (h.clone(), svc.clone(), m.connect_timeout_ms))
+            (d.clone(), (h.clone(), svc.clone(), ClusterDefaults::of(m)))
         });
     groups_svc
         .clone()
@@ -161,14 +161,14 @@ fn per_group<'s>(
         .join_map(drs, |k, (h, svc, grpc, timeout), dr| {
             (
                 (h.clone(), (Some(k.clone()), *grpc)),
-                cluster::outbound_all_for(svc, Some(dr), *grpc, *timeout),
+                cluster::outbound_all_for(svc, Some(dr), *grpc, timeout),
             )
         })
         .concat(groups_svc.filter(|((d, _), _)| d.is_none()).map(
             |((_, grpc), (h, svc, timeout))| {
                 (
                     (h, (None, grpc)),
-                    cluster::outbound_all_for(&svc, None, grpc, timeout),
+                    cluster::outbound_all_for(&svc, None, grpc, &timeout),
                 )
             },
         ))

@@ -2,18 +2,33 @@
 //! depend on the proxy's own IPs. In: proxies, resolved endpoints. Out: `(proxy, resource)`
 //! for each inbound cluster and the `virtualInbound` listener, with the endpoints and
 //! workloads each inbound cluster comes from. Proxyless clients and routers have none.
+//! Also per proxy: the SDS resources of its workload identity (`ROOTCA` and the stand-in
+//! of its `default` certificate), for sidecars and routers alike.
 
 use super::endpoints::Resolved;
 use super::mesh::Mesh;
 use super::{Built, Coll};
 use crate::model::*;
-use crate::translate::{self, cluster, listener};
+use crate::translate::{self, cluster, listener, secret};
 
+/// `ingress`: the ports whose inbound cluster the proxy's Sidecar `ingress` gives instead.
 pub(super) fn per_proxy<'s>(
     proxies: Coll<'s, (ProxyId, Proxy)>,
     endpoints: Resolved<'s>,
     mesh: &Mesh<'s>,
+    ingress: Coll<'s, (ProxyId, u16)>,
 ) -> Built<'s, ProxyId> {
+    // A proxy's identity (namespace, service account) and the mesh's trust domain and root.
+    let identity = proxies
+        .clone()
+        .map(|(id, p)| ((), (id, p)))
+        .join_map(mesh.clone(), |_, (id, p), m| {
+            secret::workload_secrets(p, m)
+                .into_iter()
+                .map(|r| (id.clone(), r))
+                .collect::<Vec<_>>()
+        })
+        .flat_map(|x| x);
     let sidecar_proxies = proxies.filter(|(_, p)| p.kind == ProxyKind::Sidecar);
     // The proxy's own service ports: the endpoints at its IPs.
     let proxy_ips = sidecar_proxies.clone().flat_map(|(id, p)| {
@@ -42,7 +57,9 @@ pub(super) fn per_proxy<'s>(
         .distinct();
     let inbound_clusters = inbound_ports
         .clone()
-        .map(|row| ((), row))
+        .map(|row| (row, ()))
+        .antijoin(ingress.distinct())
+        .map(|(row, ())| ((), row))
         .join_map(mesh.clone(), |_, (id, port), m| {
             (id.clone(), cluster::inbound(*port, m.connect_timeout_ms))
         });
@@ -60,7 +77,7 @@ pub(super) fn per_proxy<'s>(
             out.push((listener::virtual_inbound(&ports), 1isize));
         });
     Built {
-        resources: inbound_clusters.concat(virtual_inbound),
+        resources: inbound_clusters.concat(virtual_inbound).concat(identity),
         provenance,
     }
 }

@@ -151,7 +151,17 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         &i.secrets,
     );
 
-    let inbound = inbound::per_proxy(i.proxies, endpoints, &mesh);
+    let ingress = proxy_scopes
+        .clone()
+        .map(|(id, s)| (s, id))
+        .join_map(specs.clone(), |_, id, spec| {
+            spec.ingress_ports()
+                .into_iter()
+                .map(|p| (id.clone(), p))
+                .collect::<Vec<_>>()
+        })
+        .flat_map(|x| x);
+    let inbound = inbound::per_proxy(i.proxies, endpoints, &mesh, ingress);
 
     let scoped = clusters
         .built

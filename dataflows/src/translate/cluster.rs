@@ -3,8 +3,9 @@
 
 use super::{ads, duration_ms, inbound_cluster_name, outbound_cluster_name, socket_address};
 use crate::model::{
-    ConnectionPool, DestinationRule, HashTable, LoadBalancer, OutlierDetection, Resolution,
-    Resource, ResourceType, Service, ServicePort, TrafficPolicy, DEFAULT_CONNECT_TIMEOUT_MS,
+    ClusterDefaults, ConnectionPool, DestinationRule, HashTable, LoadBalancer, OutlierDetection,
+    Resolution, Resource, ResourceType, Service, ServicePort, TrafficPolicy,
+    DEFAULT_CONNECT_TIMEOUT_MS,
 };
 use envoy_types::pb::envoy::config::cluster::v3::circuit_breakers::Thresholds;
 use envoy_types::pb::envoy::config::cluster::v3::cluster::{
@@ -84,14 +85,14 @@ fn outbound(
     dr: Option<&DestinationRule>,
     subset: Option<&str>,
     grpc: bool,
-    connect_timeout_ms: u64,
+    defaults: &ClusterDefaults,
 ) -> Resource {
     let name = outbound_cluster_name(port.port, subset, &service.hostname);
     let policy = effective_policy(dr, subset);
     let mut cluster = Cluster {
         name: name.clone(),
         connect_timeout: Some(duration_ms(
-            policy.connect_timeout_ms.unwrap_or(connect_timeout_ms),
+            policy.connect_timeout_ms.unwrap_or(defaults.connect_timeout_ms),
         )),
         // Istio's default is LEAST_REQUEST.
         lb_policy: match &policy.load_balancer {
@@ -177,8 +178,18 @@ fn outbound(
             cluster.lb_policy = LbPolicy::ClusterProvided as i32;
         }
     }
-    if let Some(tls) = &policy.tls {
-        cluster.transport_socket = Some(upstream_tls(tls));
+    match &policy.tls {
+        Some(tls) if tls.istio_mutual => {
+            cluster.transport_socket = Some(istio_mutual(
+                tls,
+                port.port,
+                subset,
+                &service.hostname,
+                &defaults.trust_domain,
+            ))
+        }
+        Some(tls) => cluster.transport_socket = Some(upstream_tls(tls)),
+        None => {}
     }
     let h2 = matches!(
         port.protocol,
@@ -287,6 +298,49 @@ fn upstream_tls(
             ..Default::default()
         }),
         sni: tls.sni.clone().unwrap_or_default(),
+        ..Default::default()
+    };
+    TransportSocket {
+        name: "envoy.transport_sockets.tls".into(),
+        config_type: Some(ConfigType::TypedConfig(pack_any(context))),
+    }
+}
+
+/// Istio's SNI of mesh-internal mTLS: `outbound_.PORT_.SUBSET_.HOST` (`_` with no subset).
+pub fn istio_sni(port: u16, subset: Option<&str>, host: &str) -> String {
+    format!("outbound_.{port}_.{}_.{host}", subset.unwrap_or(""))
+}
+
+/// Envoy's TLS transport socket for `ISTIO_MUTUAL`: the proxy's workload certificate (SDS
+/// `default`), the server verified against the mesh's root (SDS `ROOTCA`) and the rule's
+/// `subjectAltNames`, else any identity of the trust domain (`spiffe://TD/`): meshflow
+/// does not yet follow which service accounts run a service's endpoints, so it holds the
+/// server to the mesh's identities rather than to the service's.
+fn istio_mutual(
+    tls: &crate::model::UpstreamTls,
+    port: u16,
+    subset: Option<&str>,
+    host: &str,
+    trust_domain: &str,
+) -> envoy_types::pb::envoy::config::core::v3::TransportSocket {
+    use envoy_types::pb::envoy::config::core::v3::{transport_socket::ConfigType, TransportSocket};
+    use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::UpstreamTlsContext;
+    let sans = if tls.subject_alt_names.is_empty() {
+        vec![super::secret::uri_prefix_matcher(&format!(
+            "spiffe://{trust_domain}/"
+        ))]
+    } else {
+        super::secret::san_matchers(&tls.subject_alt_names)
+    };
+    let context = UpstreamTlsContext {
+        common_tls_context: Some(super::secret::istio_common_context(
+            &super::secret::ISTIO_ALPN,
+            sans,
+        )),
+        sni: tls
+            .sni
+            .clone()
+            .unwrap_or_else(|| istio_sni(port, subset, host)),
         ..Default::default()
     };
     TransportSocket {
@@ -411,12 +465,18 @@ fn single_host(cluster: &str, ip_or_host: &str, port: u16) -> ClusterLoadAssignm
 /// `inbound|PORT||`: traffic arriving for the proxy's own workload, sent to the
 /// application on loopback.
 pub fn inbound(port: u16, connect_timeout_ms: u64) -> Resource {
+    inbound_to(port, "127.0.0.1", port, connect_timeout_ms)
+}
+
+/// `inbound|PORT||` to the application at `ip:target` (a Sidecar ingress's
+/// `defaultEndpoint`).
+pub fn inbound_to(port: u16, ip: &str, target: u16, connect_timeout_ms: u64) -> Resource {
     let name = inbound_cluster_name(port);
     let cluster = Cluster {
         name: name.clone(),
         connect_timeout: Some(duration_ms(connect_timeout_ms)),
         cluster_discovery_type: Some(ClusterDiscoveryType::Type(DiscoveryType::Static as i32)),
-        load_assignment: Some(single_host(&name, "127.0.0.1", port)),
+        load_assignment: Some(single_host(&name, ip, target)),
         ..Default::default()
     };
     Resource::new(ResourceType::Cluster, name, cluster.encode_to_vec())
@@ -462,7 +522,7 @@ pub fn outbound_all(
     service: &Service,
     dr: Option<&DestinationRule>,
 ) -> Vec<(Resource, u16, Option<crate::model::Labels>)> {
-    outbound_all_for(service, dr, false, DEFAULT_CONNECT_TIMEOUT_MS)
+    outbound_all_for(service, dr, false, &ClusterDefaults::default())
 }
 
 /// As [`outbound_all`], for Envoy (`grpc: false`) or proxyless gRPC clients (`grpc: true`).
@@ -470,7 +530,7 @@ pub fn outbound_all_for(
     service: &Service,
     dr: Option<&DestinationRule>,
     grpc: bool,
-    connect_timeout_ms: u64,
+    defaults: &ClusterDefaults,
 ) -> Vec<(Resource, u16, Option<crate::model::Labels>)> {
     let mut out = Vec::new();
     // A `PASSTHROUGH` cluster goes to original destinations: it has no assignment.
@@ -478,7 +538,7 @@ pub fn outbound_all_for(
         service.resolution == Resolution::Static
             && effective_policy(dr, subset).load_balancer != Some(LoadBalancer::Passthrough)
     };
-    let outbound = |port, subset| outbound(service, port, dr, subset, grpc, connect_timeout_ms);
+    let outbound = |port, subset| outbound(service, port, dr, subset, grpc, defaults);
     for port in &service.ports {
         let labels = eds(None).then(crate::model::Labels::new);
         out.push((outbound(port, None), port.port, labels));
