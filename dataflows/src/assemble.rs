@@ -58,26 +58,31 @@ pub fn sidecar_fixed_listeners(
     out
 }
 
-/// The Sidecar's `ingress`: per port, `inbound|PORT||` to its `defaultEndpoint` (in place of
-/// the proxy's own, [`ScopeSpec::ingress_ports`]) and, where the proxy binds it, a listener
-/// of its own; a captured proxy reaches the cluster through `virtualInbound`.
+/// The listeners of the Sidecar's `ingress` the proxy binds itself; a captured proxy reaches
+/// the port's cluster through `virtualInbound`.
 fn sidecar_ingress(spec: &ScopeSpec, interception_none: bool) -> Vec<Resource> {
-    let mut out = Vec::new();
-    for l in spec.sidecar.iter().flat_map(|s| &s.ingress) {
-        out.push(cluster::inbound_to(
-            l.port,
-            &l.endpoint.0,
-            l.endpoint.1,
-            spec.connect_timeout_ms,
-        ));
-        if interception_none || l.capture_none {
-            out.push(listener::ingress_listener(
-                l.bind.as_deref().unwrap_or("0.0.0.0"),
+    spec.sidecar
+        .iter()
+        .flat_map(|s| &s.ingress)
+        .filter(|l| interception_none || l.capture_none)
+        .map(|l| listener::ingress_listener(l.bind.as_deref().unwrap_or("0.0.0.0"), l.port))
+        .collect()
+}
+
+/// The inbound clusters of the Sidecar's `ingress`, per port: `inbound|PORT||` to its
+/// `defaultEndpoint`, held per proxy in place of the one its own endpoints would give
+/// (the same name: the two never meet in one proxy's set).
+pub fn ingress_clusters(spec: &ScopeSpec) -> Vec<(u16, Resource)> {
+    spec.sidecar
+        .iter()
+        .flat_map(|s| &s.ingress)
+        .map(|l| {
+            (
                 l.port,
-            ));
-        }
-    }
-    out
+                cluster::inbound_to(l.port, &l.endpoint.0, l.endpoint.1, spec.connect_timeout_ms),
+            )
+        })
+        .collect()
 }
 
 /// Route configuration names an explicit egress listener needs even with no services

@@ -1031,14 +1031,6 @@ impl ScopeSpec {
             connect_timeout_ms: mesh.connect_timeout_ms,
         }
     }
-
-    /// The ports the Sidecar's `ingress` takes over from the proxy's own endpoints.
-    pub fn ingress_ports(&self) -> Vec<u16> {
-        self.sidecar
-            .iter()
-            .flat_map(|s| s.ingress.iter().map(|l| l.port))
-            .collect()
-    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

@@ -312,7 +312,12 @@ pub fn compute(mesh: &MeshConfig, snap: &Snapshot) -> ProxyConfigs {
                     *interception_none,
                     *proxyless,
                 ));
-                let ingress = ScopeSpec::new(v.sidecar_spec(s).cloned(), &v.mesh).ingress_ports();
+                let spec = ScopeSpec::new(v.sidecar_spec(s).cloned(), &v.mesh);
+                let ingress = if *proxyless {
+                    Vec::new()
+                } else {
+                    assemble::ingress_clusters(&spec)
+                };
                 res.extend(inbound(
                     p,
                     &index,
@@ -529,7 +534,7 @@ fn inbound(
     interception_none: bool,
     proxyless: bool,
     connect_timeout_ms: u64,
-    ingress: &[u16],
+    ingress: &[(u16, Resource)],
 ) -> Vec<Resource> {
     let ports: BTreeSet<u16> = p
         .ips
@@ -541,8 +546,9 @@ fn inbound(
     // The Sidecar's `ingress` gives its own cluster for its ports.
     let mut res: Vec<Resource> = ports
         .iter()
-        .filter(|port| !ingress.contains(port))
+        .filter(|port| !ingress.iter().any(|(p, _)| p == *port))
         .map(|port| cluster::inbound(*port, connect_timeout_ms))
+        .chain(ingress.iter().map(|(_, c)| c.clone()))
         .collect();
     if !interception_none {
         res.push(listener::virtual_inbound(

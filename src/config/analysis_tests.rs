@@ -438,15 +438,23 @@ fn tls_routes_are_read_with_their_sni_hosts_within_the_virtual_service_hosts() {
 }
 
 #[test]
-fn sidecar_registry_only_is_read_and_other_fields_are_said() {
+fn sidecar_registry_only_and_ingress_are_read() {
     let doc = "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: s, namespace: ns}\nspec:\n  outboundTrafficPolicy: {mode: REGISTRY_ONLY}\n  ingress:\n  - port: {number: 9080, protocol: HTTP, name: http}\n    defaultEndpoint: 127.0.0.1:8080\n  egress:\n  - hosts: ['./*']\n";
     let p = parse(doc);
     let Record::Sidecar(sc) = &p.records[0] else {
         panic!()
     };
     assert_eq!(sc.registry_only, Some(true));
-    assert!(fields(&p, Level::Error).is_empty());
-    assert_eq!(fields(&p, Level::Warning), vec!["spec.ingress"]);
+    assert_eq!(
+        sc.ingress,
+        vec![dataflows::model::IngressListener {
+            port: 9080,
+            bind: None,
+            endpoint: ("127.0.0.1".into(), 8080),
+            capture_none: false,
+        }]
+    );
+    assert!(p.findings.is_empty(), "{:?}", p.findings);
 }
 
 #[test]

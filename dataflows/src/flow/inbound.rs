@@ -11,12 +11,13 @@ use super::{Built, Coll};
 use crate::model::*;
 use crate::translate::{self, cluster, listener, secret};
 
-/// `ingress`: the ports whose inbound cluster the proxy's Sidecar `ingress` gives instead.
+/// `ingress`: the inbound clusters the proxy's Sidecar `ingress` gives, by port, in place of
+/// those of its own endpoints.
 pub(super) fn per_proxy<'s>(
     proxies: Coll<'s, (ProxyId, Proxy)>,
     endpoints: Resolved<'s>,
     mesh: &Mesh<'s>,
-    ingress: Coll<'s, (ProxyId, u16)>,
+    ingress: Coll<'s, (ProxyId, (u16, Resource))>,
 ) -> Built<'s, ProxyId> {
     // A proxy's identity (namespace, service account) and the mesh's trust domain and root.
     let identity = proxies
@@ -58,7 +59,7 @@ pub(super) fn per_proxy<'s>(
     let inbound_clusters = inbound_ports
         .clone()
         .map(|row| (row, ()))
-        .antijoin(ingress.distinct())
+        .antijoin(ingress.clone().map(|(id, (port, _))| (id, port)).distinct())
         .map(|(row, ())| ((), row))
         .join_map(mesh.clone(), |_, (id, port), m| {
             (id.clone(), cluster::inbound(*port, m.connect_timeout_ms))
@@ -77,7 +78,10 @@ pub(super) fn per_proxy<'s>(
             out.push((listener::virtual_inbound(&ports), 1isize));
         });
     Built {
-        resources: inbound_clusters.concat(virtual_inbound).concat(identity),
+        resources: inbound_clusters
+            .concat(ingress.map(|(id, (_, c))| (id, c)))
+            .concat(virtual_inbound)
+            .concat(identity),
         provenance,
     }
 }

@@ -154,10 +154,13 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     let ingress = proxy_scopes
         .clone()
         .map(|(id, s)| (s, id))
-        .join_map(specs.clone(), |_, id, spec| {
-            spec.ingress_ports()
+        .join_map(specs.clone(), |s, id, spec| {
+            if s.is_proxyless() {
+                return Vec::new();
+            }
+            crate::assemble::ingress_clusters(spec)
                 .into_iter()
-                .map(|p| (id.clone(), p))
+                .map(|c| (id.clone(), c))
                 .collect::<Vec<_>>()
         })
         .flat_map(|x| x);

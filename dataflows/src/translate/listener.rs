@@ -274,11 +274,13 @@ fn inbound_chain(port: u16, mtls: bool) -> FilterChain {
     chain
 }
 
-/// The listener of a Sidecar `ingress` port the proxy binds itself (`BIND_PORT`): the
-/// plaintext and the mTLS chain of [`virtual_inbound`]'s ports, to `inbound|PORT||`.
+/// The listener of a Sidecar `ingress` port the proxy binds itself, `inbound_BIND_PORT`
+/// (apart from `BIND_PORT`, the name of an outbound listener on the same port: with `bind`
+/// unset both would be `0.0.0.0_PORT`): the plaintext and the mTLS chain of
+/// [`virtual_inbound`]'s ports, to `inbound|PORT||`.
 pub fn ingress_listener(addr: &str, port: u16) -> Resource {
     let listener = Listener {
-        name: listener_name(addr, port),
+        name: format!("inbound_{}", listener_name(addr, port)),
         address: Some(socket_address(addr, port)),
         listener_filters: vec![tls_inspector_filter()],
         continue_on_listener_filters_timeout: true,
