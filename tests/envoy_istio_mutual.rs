@@ -312,3 +312,40 @@ fn istio_mutual_between_two_sidecars() {
     );
     drop(meshflow);
 }
+
+/// `examples/istio-mutual` (the goldens `tests/golden/istio-mutual-*.txt`), for captured
+/// sidecars here: the `ISTIO_MUTUAL` clusters, `virtualInbound` with the TLS inspector and
+/// each port's mTLS chain, and the Sidecar `ingress` listener, checked by
+/// `envoy --mode validate`.
+#[test]
+fn envoy_accepts_the_istio_mutual_example() {
+    let envoy_bin = require_envoy!();
+    let dir = TestDir::new("envoy-istio-mutual-validate");
+    let sleep = ProxyNode::sidecar("sleep-abc", "default", "127.0.0.20", &[("app", "sleep")]);
+    let reviews = ProxyNode::sidecar(
+        "reviews-v1-abc",
+        "default",
+        "127.0.0.11",
+        &[("app", "reviews"), ("version", "v1")],
+    );
+    let listeners = support::envoy_validate::envoy_validates_example(
+        &envoy_bin,
+        dir.path(),
+        "istio-mutual",
+        &[
+            (&sleep, dataflows::model::ProxyKind::Sidecar),
+            (&reviews, dataflows::model::ProxyKind::Sidecar),
+        ],
+    );
+    let text = serde_json::Value::from(listeners[1].clone()).to_string();
+    for part in [
+        "virtualInbound",
+        "inbound_127.0.0.11_9080",
+        "tls_inspector",
+        "istio-peer-exchange",
+        "ROOTCA",
+        "require_client_certificate",
+    ] {
+        assert!(text.contains(part), "{part} in {text}");
+    }
+}
