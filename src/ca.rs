@@ -202,7 +202,10 @@ impl WorkloadCa {
         let leaf = params
             .signed_by(&key, &self.issuer)
             .map_err(|e| format!("signing a certificate for {identity}: {e}"))?;
-        Ok((format!("{}{}", leaf.pem(), self.chain_pem), key.serialize_pem()))
+        Ok((
+            format!("{}{}", leaf.pem(), self.chain_pem),
+            key.serialize_pem(),
+        ))
     }
 
     /// The body to send for a stored Secret body: a `default` stand-in becomes the
@@ -287,9 +290,7 @@ mod tests {
         let (_, root_x) = x509_parser::parse_x509_certificate(&root).unwrap();
         let leaf = rustls_pem_der(&chain).unwrap();
         let (_, leaf_x) = x509_parser::parse_x509_certificate(&leaf).unwrap();
-        assert!(leaf_x
-            .verify_signature(Some(root_x.public_key()))
-            .is_ok());
+        assert!(leaf_x.verify_signature(Some(root_x.public_key())).is_ok());
         // Issued once per identity.
         assert_eq!(ca.substitute(&stand_in.body).unwrap(), body);
         let other = secret::workload_stand_in("spiffe://cluster.local/ns/x/sa/y", ca.root_pem());

@@ -98,7 +98,10 @@ fn unsupported_tls_and_match_conditions_fail_closed_in_envoy() {
     assert!(served >= served_before);
     let said = analysis_with(debug, "spec.trafficPolicy.tls");
     assert_eq!(said.len(), 1, "{:#}", config_errors(debug));
-    assert!(said[0].contains("TLS mode SIMPLE with credentialName"), "{said:?}");
+    assert!(
+        said[0].contains("TLS mode SIMPLE with credentialName"),
+        "{said:?}"
+    );
     let dump = envoy.config_dump().to_string();
     assert!(
         dump.contains("fail_closed"),

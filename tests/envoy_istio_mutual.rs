@@ -27,7 +27,9 @@ use tokio_rustls::rustls::client::danger::{
 };
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
-use tokio_rustls::rustls::{self, ClientConfig, ClientConnection, DigitallySignedStruct, StreamOwned};
+use tokio_rustls::rustls::{
+    self, ClientConfig, ClientConnection, DigitallySignedStruct, StreamOwned,
+};
 
 const NET: u8 = 61;
 
@@ -63,9 +65,7 @@ impl ServerCertVerifier for AnyServer {
         Ok(HandshakeSignatureValid::assertion())
     }
     fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0
-            .signature_verification_algorithms
-            .supported_schemes()
+        self.0.signature_verification_algorithms.supported_schemes()
     }
 }
 
@@ -92,7 +92,8 @@ fn mesh_tls_get(addr: SocketAddr, client: Option<(&str, &str)>) -> Result<String
         }
     };
     config.alpn_protocols = vec![b"istio".to_vec()];
-    let name = ServerName::try_from("reviews.default.svc.cluster.local").map_err(|e| e.to_string())?;
+    let name =
+        ServerName::try_from("reviews.default.svc.cluster.local").map_err(|e| e.to_string())?;
     let conn = ClientConnection::new(Arc::new(config), name).map_err(|e| e.to_string())?;
     let sock =
         TcpStream::connect_timeout(&addr, Duration::from_secs(2)).map_err(|e| e.to_string())?;
@@ -200,7 +201,8 @@ fn istio_mutual_between_two_sidecars() {
             (
                 r.status,
                 r.text(),
-                r.header("x-echo-x-forwarded-client-cert").map(str::to_string),
+                r.header("x-echo-x-forwarded-client-cert")
+                    .map(str::to_string),
             )
         })
     };
@@ -265,7 +267,11 @@ fn istio_mutual_between_two_sidecars() {
         mesh_tls_get(inbound_addr, Some((&other_cert, &other_key))).is_err(),
         "a certificate of another CA is refused"
     );
-    assert_eq!(app.requests_served(), served, "nothing reached the application");
+    assert_eq!(
+        app.requests_served(),
+        served,
+        "nothing reached the application"
+    );
     let (mesh_cert, mesh_key) = leaf(
         &mesh_ca,
         &[],

@@ -30,9 +30,9 @@ use envoy_types::pb::envoy::config::listener::v3::Listener;
 use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
 use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
 use envoy_types::pb::envoy::extensions::filters::listener::original_dst::v3::OriginalDst;
+use envoy_types::pb::envoy::extensions::filters::listener::tls_inspector::v3::TlsInspector;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
 use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::TcpProxy;
-use envoy_types::pb::envoy::extensions::filters::listener::tls_inspector::v3::TlsInspector;
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
     DownstreamTlsContext, Secret, UpstreamTlsContext,
 };
@@ -66,7 +66,8 @@ const MTLS_PROXIES: [(&str, &str); 2] = [
 ];
 
 /// A stand-in for the root a `serve` CA has (any PEM: the goldens show it as it is sent).
-const GOLDEN_ROOT: &str = "-----BEGIN CERTIFICATE-----\nbWVzaGZsb3cgZ29sZGVuIHJvb3Q=\n-----END CERTIFICATE-----\n";
+const GOLDEN_ROOT: &str =
+    "-----BEGIN CERTIFICATE-----\nbWVzaGZsb3cgZ29sZGVuIHJvb3Q=\n-----END CERTIFICATE-----\n";
 
 const UPDATE_HINT: &str = "UPDATE_GOLDEN=1 cargo nextest run --test golden";
 
@@ -327,10 +328,9 @@ fn render_proxy(
             ResourceType::Endpoint => render::<ClusterLoadAssignment>(bytes),
             ResourceType::Listener => render::<Listener>(bytes),
             ResourceType::Route => render::<RouteConfiguration>(bytes),
-            ResourceType::Secret => render::<Secret>(&meshflow::debug::redact::bytes(
-                rtype.type_url(),
-                bytes,
-            )),
+            ResourceType::Secret => {
+                render::<Secret>(&meshflow::debug::redact::bytes(rtype.type_url(), bytes))
+            }
         };
         out.push_str(&text);
         out.push('\n');

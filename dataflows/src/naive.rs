@@ -327,7 +327,10 @@ pub fn compute(mesh: &MeshConfig, snap: &Snapshot) -> ProxyConfigs {
                     &ingress,
                 ));
             }
-            ScopeKey::Router { gateways, namespace } => res.extend(router(&v, s, namespace, gateways)),
+            ScopeKey::Router {
+                gateways,
+                namespace,
+            } => res.extend(router(&v, s, namespace, gateways)),
         }
         res.extend(crate::translate::secret::workload_secrets(p, &v.mesh));
         // A proxy that holds nothing (a proxyless client seeing no service) has no entry,

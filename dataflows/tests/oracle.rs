@@ -325,47 +325,51 @@ fn random_record(rng: &mut StdRng, extra: &mut StdRng, slot: usize) -> Record {
         }),
         5 => {
             let tls_server = rng.random_bool(0.6).then(|| {
-                    // A TLS server: terminating with a Secret (SIMPLE or MUTUAL) or passthrough.
-                    let mode = pick(
-                        rng,
-                        &[ServerTlsMode::Simple, ServerTlsMode::Mutual, ServerTlsMode::Passthrough],
-                    );
-                    GatewayServer {
-                        port: pick(rng, &[8443u16, 8444]),
-                        port_name: "https".into(),
-                        protocol: Protocol::Tls,
-                        bind: None,
-                        hosts: vec![pick(rng, &["*/*", "./*", "default/*"]).to_string()],
-                        https_redirect: false,
-                        tls: Some(Box::new(ServerTls {
-                            mode,
-                            credential: (mode != ServerTlsMode::Passthrough)
-                                .then(|| Credential::Secret(pick(rng, &["cred", "other"]).into())),
-                            min_version: None,
-                            max_version: None,
-                            cipher_suites: vec![],
-                            subject_alt_names: vec![],
-                        })),
-                        field: "spec.servers[2]".into(),
-                    }
-            });
-            Record::Gateway(Gateway {
-            key: ConfigKey::new(Kind::Gateway, pick(rng, &["default", "istio-system"]), "gw"),
-            selector: labels(&[("istio", "ingressgateway")]),
-            servers: std::iter::once(Protocol::Http)
-                .chain(rng.random_bool(0.5).then_some(Protocol::Tcp))
-                .map(|protocol| GatewayServer {
-                    port: pick(rng, &[8080u16, 8081, 3306]).to_owned(),
-                    port_name: "http".into(),
-                    protocol,
+                // A TLS server: terminating with a Secret (SIMPLE or MUTUAL) or passthrough.
+                let mode = pick(
+                    rng,
+                    &[
+                        ServerTlsMode::Simple,
+                        ServerTlsMode::Mutual,
+                        ServerTlsMode::Passthrough,
+                    ],
+                );
+                GatewayServer {
+                    port: pick(rng, &[8443u16, 8444]),
+                    port_name: "https".into(),
+                    protocol: Protocol::Tls,
                     bind: None,
                     hosts: vec![pick(rng, &["*/*", "./*", "default/*"]).to_string()],
-                    https_redirect: protocol == Protocol::Http && rng.random_bool(0.3),
-                    tls: None,
-                    field: String::new(),
-                })
-                .chain(tls_server)
-                .collect(),
+                    https_redirect: false,
+                    tls: Some(Box::new(ServerTls {
+                        mode,
+                        credential: (mode != ServerTlsMode::Passthrough)
+                            .then(|| Credential::Secret(pick(rng, &["cred", "other"]).into())),
+                        min_version: None,
+                        max_version: None,
+                        cipher_suites: vec![],
+                        subject_alt_names: vec![],
+                    })),
+                    field: "spec.servers[2]".into(),
+                }
+            });
+            Record::Gateway(Gateway {
+                key: ConfigKey::new(Kind::Gateway, pick(rng, &["default", "istio-system"]), "gw"),
+                selector: labels(&[("istio", "ingressgateway")]),
+                servers: std::iter::once(Protocol::Http)
+                    .chain(rng.random_bool(0.5).then_some(Protocol::Tcp))
+                    .map(|protocol| GatewayServer {
+                        port: pick(rng, &[8080u16, 8081, 3306]).to_owned(),
+                        port_name: "http".into(),
+                        protocol,
+                        bind: None,
+                        hosts: vec![pick(rng, &["*/*", "./*", "default/*"]).to_string()],
+                        https_redirect: protocol == Protocol::Http && rng.random_bool(0.3),
+                        tls: None,
+                        field: String::new(),
+                    })
+                    .chain(tls_server)
+                    .collect(),
             })
         }
         6 => {

@@ -284,7 +284,10 @@ fn tls_that_cannot_be_generated_fails_the_clusters_closed() {
     let tls = policy.tls.expect("ISTIO_MUTUAL is generated");
     assert!(tls.istio_mutual);
     assert_eq!(tls.sni.as_deref(), Some("x"));
-    assert_eq!(tls.subject_alt_names, vec!["spiffe://cluster.local/ns/ns/sa/r"]);
+    assert_eq!(
+        tls.subject_alt_names,
+        vec!["spiffe://cluster.local/ns/ns/sa/r"]
+    );
     assert_eq!(tls.ca, None);
     assert!(fields(&p, Level::Error).is_empty(), "{:?}", p.findings);
     assert_eq!(
@@ -392,7 +395,10 @@ fn gateway_servers_not_generated_are_errors_and_left_out() {
             "spec.servers[8].tls.caCrl",
         ]
     );
-    assert_eq!(fields(&p, Level::Warning), vec!["spec.servers[1].tls.cipherSuites"]);
+    assert_eq!(
+        fields(&p, Level::Warning),
+        vec!["spec.servers[1].tls.cipherSuites"]
+    );
 }
 
 #[test]

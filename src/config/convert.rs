@@ -779,10 +779,16 @@ fn tls_routes(
         }
         let f = format!("spec.tls[{ri}]");
         if r.route.is_empty() {
-            return Err(Invalid::field(format!("{f}.route"), "a TLS route needs destinations"));
+            return Err(Invalid::field(
+                format!("{f}.route"),
+                "a TLS route needs destinations",
+            ));
         }
         if r.matches.is_empty() {
-            return Err(Invalid::field(format!("{f}.match"), "a TLS route needs a match"));
+            return Err(Invalid::field(
+                format!("{f}.match"),
+                "a TLS route needs a match",
+            ));
         }
         let mut matches = Vec::new();
         for (mi, mr) in r.matches.iter().enumerate() {
@@ -1137,7 +1143,11 @@ fn virtual_service(
         }
         if !s.tcp.is_empty() || !s.tls.is_empty() {
             return Err(Invalid::field(
-                if s.tcp.is_empty() { "spec.tls" } else { "spec.tcp" },
+                if s.tcp.is_empty() {
+                    "spec.tls"
+                } else {
+                    "spec.tcp"
+                },
                 "a VirtualService without hosts is a delegate: only http routes are delegated",
             ));
         }
@@ -1770,7 +1780,11 @@ fn without_protocol_clashes(
                 format!(
                     "port {} is also an HTTP server's: the {} server gets no listener",
                     s.port,
-                    if s.protocol == m::Protocol::Tls { "TLS" } else { "TCP" }
+                    if s.protocol == m::Protocol::Tls {
+                        "TLS"
+                    } else {
+                        "TCP"
+                    }
                 ),
             ));
             None
@@ -1803,7 +1817,11 @@ fn server_tls(
     f: &str,
     findings: &mut Vec<Finding>,
 ) -> Result<Option<m::ServerTls>> {
-    let mode = tls.mode.as_deref().unwrap_or("PASSTHROUGH").to_ascii_uppercase();
+    let mode = tls
+        .mode
+        .as_deref()
+        .unwrap_or("PASSTHROUGH")
+        .to_ascii_uppercase();
     let mode = match mode.as_str() {
         "SIMPLE" => m::ServerTlsMode::Simple,
         "MUTUAL" => m::ServerTlsMode::Mutual,

@@ -296,7 +296,10 @@ mod tests {
     fn a_trust_domain_is_read_and_checked() {
         assert_eq!(parse("").unwrap().settings.trust_domain, "cluster.local");
         assert_eq!(
-            parse("trustDomain: corp.example\n").unwrap().settings.trust_domain,
+            parse("trustDomain: corp.example\n")
+                .unwrap()
+                .settings
+                .trust_domain,
             "corp.example"
         );
         let e = parse("trustDomain: \"a/b\"\n").unwrap_err();

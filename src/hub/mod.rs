@@ -318,8 +318,12 @@ impl Hub {
     pub fn with_view<R>(&self, id: &str, f: impl FnOnce(&ProxyView<'_>) -> R) -> Option<R> {
         let st = self.lock();
         st.proxies.get(id).filter(|e| e.ready)?;
-        Some(f(&ProxyView::new(st.held.held(id), &st.bodies, st.generation)
-            .with_ca(self.workload_ca.get().map(|c| &**c))))
+        Some(f(&ProxyView::new(
+            st.held.held(id),
+            &st.bodies,
+            st.generation,
+        )
+        .with_ca(self.workload_ca.get().map(|c| &**c))))
     }
 
     /// Runs `f` with the shared copies of resource names: one lock for all the names of a

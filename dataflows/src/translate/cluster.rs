@@ -92,7 +92,9 @@ fn outbound(
     let mut cluster = Cluster {
         name: name.clone(),
         connect_timeout: Some(duration_ms(
-            policy.connect_timeout_ms.unwrap_or(defaults.connect_timeout_ms),
+            policy
+                .connect_timeout_ms
+                .unwrap_or(defaults.connect_timeout_ms),
         )),
         // Istio's default is LEAST_REQUEST.
         lb_policy: match &policy.load_balancer {
@@ -131,11 +133,17 @@ fn outbound(
             }),
         ..Default::default()
     };
+    // A proxyless gRPC client takes certificates from certificate providers, not SDS: it
+    // cannot do `ISTIO_MUTUAL` as generated here, so its cluster fails closed too.
+    let unsupported_tls = policy.unsupported_tls.clone().or_else(|| {
+        (grpc && policy.tls.as_ref().is_some_and(|t| t.istio_mutual))
+            .then(|| "ISTIO_MUTUAL (for a proxyless gRPC client)".to_string())
+    });
     match service.resolution {
         // Fail closed: a cluster of no hosts answers 503 where the rule asked for TLS that
         // is not generated, instead of sending the request in plaintext. Its metadata says
         // why, for whoever reads the config dump.
-        _ if policy.unsupported_tls.is_some() => {
+        _ if unsupported_tls.is_some() => {
             cluster.cluster_discovery_type =
                 Some(ClusterDiscoveryType::Type(DiscoveryType::Static as i32));
             cluster.load_assignment = Some(ClusterLoadAssignment {
@@ -145,7 +153,7 @@ fn outbound(
             cluster.metadata = Some(fail_closed_metadata(&format!(
                 "DestinationRule tls mode {} is not supported by meshflow yet: this cluster has \
                  no endpoints, so no request is sent unencrypted",
-                policy.unsupported_tls.as_deref().unwrap_or_default()
+                unsupported_tls.as_deref().unwrap_or_default()
             )));
         }
         // `PASSTHROUGH`: the connection's original destination, as Istio does.
@@ -179,6 +187,7 @@ fn outbound(
         }
     }
     match &policy.tls {
+        _ if unsupported_tls.is_some() => {}
         Some(tls) if tls.istio_mutual => {
             cluster.transport_socket = Some(istio_mutual(
                 tls,

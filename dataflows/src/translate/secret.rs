@@ -25,9 +25,10 @@ use envoy_types::pb::envoy::config::core::v3::{
 };
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
     common_tls_context::{CombinedCertificateValidationContext, ValidationContextType},
-    secret, subject_alt_name_matcher::SanType, CertificateValidationContext, CommonTlsContext,
-    DownstreamTlsContext, GenericSecret, SdsSecretConfig, Secret, SubjectAltNameMatcher,
-    TlsCertificate, TlsParameters,
+    secret,
+    subject_alt_name_matcher::SanType,
+    CertificateValidationContext, CommonTlsContext, DownstreamTlsContext, GenericSecret,
+    SdsSecretConfig, Secret, SubjectAltNameMatcher, TlsCertificate, TlsParameters,
 };
 use envoy_types::pb::envoy::r#type::matcher::v3::{string_matcher::MatchPattern, StringMatcher};
 use envoy_types::pb::google::protobuf::BoolValue;
@@ -68,7 +69,11 @@ pub(crate) fn file(path: &str) -> DataSource {
 }
 
 fn encode(secret: Secret) -> Resource {
-    Resource::new(ResourceType::Secret, secret.name.clone(), secret.encode_to_vec())
+    Resource::new(
+        ResourceType::Secret,
+        secret.name.clone(),
+        secret.encode_to_vec(),
+    )
 }
 
 /// The SDS resource of a certificate and its key.
@@ -149,15 +154,14 @@ pub fn downstream_tls(tls: &ServerTls, http: bool) -> TransportSocket {
         Some(Credential::Secret(name)) => {
             common.tls_certificate_sds_secret_configs = vec![sds(certificate_name(name))];
             if mutual {
-                common.validation_context_type = Some(
-                    ValidationContextType::CombinedValidationContext(
+                common.validation_context_type =
+                    Some(ValidationContextType::CombinedValidationContext(
                         CombinedCertificateValidationContext {
                             default_validation_context: Some(sans),
                             validation_context_sds_secret_config: Some(sds(ca_name(name))),
                             ..Default::default()
                         },
-                    ),
-                );
+                    ));
             }
         }
         Some(Credential::Files { cert, key, ca }) => {
@@ -167,13 +171,12 @@ pub fn downstream_tls(tls: &ServerTls, http: bool) -> TransportSocket {
                 ..Default::default()
             }];
             if mutual {
-                common.validation_context_type =
-                    Some(ValidationContextType::ValidationContext(
-                        CertificateValidationContext {
-                            trusted_ca: ca.as_deref().map(file),
-                            ..sans
-                        },
-                    ));
+                common.validation_context_type = Some(ValidationContextType::ValidationContext(
+                    CertificateValidationContext {
+                        trusted_ca: ca.as_deref().map(file),
+                        ..sans
+                    },
+                ));
             }
         }
         None => {}
@@ -200,7 +203,10 @@ pub fn workload_secrets(p: &Proxy, mesh: &MeshSettings) -> Vec<Resource> {
         return Vec::new();
     }
     let identity = mesh.spiffe_id(&p.namespace, p.service_account());
-    vec![validation(ROOT_CA, root), workload_stand_in(&identity, root)]
+    vec![
+        validation(ROOT_CA, root),
+        workload_stand_in(&identity, root),
+    ]
 }
 
 /// What stands in for the `default` certificate of `identity` in the dataflow: a generic
