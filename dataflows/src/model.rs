@@ -837,6 +837,17 @@ pub struct DestinationRule {
     pub subsets: Vec<Subset>,
 }
 
+impl DestinationRule {
+    /// Some cluster of the rule (the host's or a subset's) uses `ISTIO_MUTUAL`: the proxies
+    /// holding them need their workload certificate.
+    pub fn uses_istio_mutual(&self) -> bool {
+        std::iter::once(self.traffic_policy.as_ref())
+            .chain(self.subsets.iter().map(|s| s.traffic_policy.as_ref()))
+            .flatten()
+            .any(|p| p.tls.as_ref().is_some_and(|t| t.istio_mutual))
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct GatewayServer {
     pub port: u16,

@@ -332,7 +332,9 @@ pub fn compute(mesh: &MeshConfig, snap: &Snapshot) -> ProxyConfigs {
                 namespace,
             } => res.extend(router(&v, s, namespace, gateways)),
         }
-        res.extend(crate::translate::secret::workload_secrets(p, &v.mesh));
+        if names_workload_certificate(&v, &index, p, s) {
+            res.extend(crate::translate::secret::workload_secrets(p, &v.mesh));
+        }
         // A proxy that holds nothing (a proxyless client seeing no service) has no entry,
         // as in the dataflow's output, which only knows proxies through their resources.
         for mut r in res {
@@ -528,6 +530,35 @@ fn sidecar_outbound(
         listener::api_listeners(h, port, s.namespace(), &mesh.domain_suffix)
     }));
     res
+}
+
+/// Whether the proxy's config names its workload certificate: an `ISTIO_MUTUAL` cluster of
+/// its scope, `virtualInbound` with a port of its own (its mTLS chain), a Sidecar `ingress`.
+fn names_workload_certificate(v: &View, index: &EndpointIndex, p: &Proxy, s: &ScopeKey) -> bool {
+    let hosts: BTreeSet<&str> = v.view_hosts(s).into_iter().flatten().collect();
+    let mtls = hosts
+        .iter()
+        .any(|h| v.dr_for(s, v.services[h]).is_some_and(|dr| dr.uses_istio_mutual()));
+    let ScopeKey::Sidecar {
+        interception_none,
+        proxyless,
+        ..
+    } = s
+    else {
+        return mtls;
+    };
+    if *proxyless {
+        return mtls;
+    }
+    let ingress = v
+        .sidecar_spec(s)
+        .is_some_and(|sc| !sc.ingress.is_empty());
+    let own_port = !*interception_none
+        && p
+            .ips
+            .iter()
+            .any(|ip| index.by_ip.get(ip.as_str()).is_some_and(|e| !e.is_empty()));
+    mtls || ingress || own_port
 }
 
 /// The proxy's own ports; a proxyless client has no inbound side.

@@ -164,7 +164,12 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
                 .collect::<Vec<_>>()
         })
         .flat_map(|x| x);
-    let inbound = inbound::per_proxy(i.proxies, endpoints, &mesh, ingress);
+    let mtls_proxies = proxy_scopes
+        .clone()
+        .map(|(id, s)| (s, id))
+        .semijoin(clusters.mtls_scopes.clone())
+        .map(|(_, id)| id);
+    let inbound = inbound::per_proxy(i.proxies, endpoints, &mesh, ingress, mtls_proxies);
 
     let scoped = clusters
         .built
