@@ -536,9 +536,10 @@ fn sidecar_outbound(
 /// its scope, `virtualInbound` with a port of its own (its mTLS chain), a Sidecar `ingress`.
 fn names_workload_certificate(v: &View, index: &EndpointIndex, p: &Proxy, s: &ScopeKey) -> bool {
     let hosts: BTreeSet<&str> = v.view_hosts(s).into_iter().flatten().collect();
-    let mtls = hosts
-        .iter()
-        .any(|h| v.dr_for(s, v.services[h]).is_some_and(|dr| dr.uses_istio_mutual()));
+    let mtls = hosts.iter().any(|h| {
+        v.dr_for(s, v.services[h])
+            .is_some_and(|dr| dr.uses_istio_mutual())
+    });
     let ScopeKey::Sidecar {
         interception_none,
         proxyless,
@@ -550,12 +551,9 @@ fn names_workload_certificate(v: &View, index: &EndpointIndex, p: &Proxy, s: &Sc
     if *proxyless {
         return mtls;
     }
-    let ingress = v
-        .sidecar_spec(s)
-        .is_some_and(|sc| !sc.ingress.is_empty());
+    let ingress = v.sidecar_spec(s).is_some_and(|sc| !sc.ingress.is_empty());
     let own_port = !*interception_none
-        && p
-            .ips
+        && p.ips
             .iter()
             .any(|ip| index.by_ip.get(ip.as_str()).is_some_and(|e| !e.is_empty()));
     mtls || ingress || own_port

@@ -22,7 +22,9 @@ pub(super) fn per_proxy<'s>(
     ingress: Coll<'s, (ProxyId, (u16, Resource))>,
     mtls: Coll<'s, ProxyId>,
 ) -> Built<'s, ProxyId> {
-    let sidecar_proxies = proxies.clone().filter(|(_, p)| p.kind == ProxyKind::Sidecar);
+    let sidecar_proxies = proxies
+        .clone()
+        .filter(|(_, p)| p.kind == ProxyKind::Sidecar);
     // The proxy's own service ports: the endpoints at its IPs.
     let proxy_ips = sidecar_proxies.clone().flat_map(|(id, p)| {
         p.ips
