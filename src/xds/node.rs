@@ -259,6 +259,23 @@ mod tests {
         }
     }
 
+    /// SERVICE_ACCOUNT names the workload identity's account (`default` without it); one
+    /// that is no Kubernetes name (it goes into a certificate's URI) refuses the node.
+    #[test]
+    fn service_account_comes_from_the_metadata() {
+        let id = "sidecar~10.1.2.3~sleep-1.default~default.svc.cluster.local";
+        let p = proxy_from_node(Some(&node(id, Struct::default()))).unwrap();
+        assert_eq!(p.service_account(), "default");
+        let mut meta = Struct::default();
+        meta.fields.insert("SERVICE_ACCOUNT".into(), s("sleep"));
+        let p = proxy_from_node(Some(&node(id, meta))).unwrap();
+        assert_eq!(p.service_account(), "sleep");
+        let mut bad = Struct::default();
+        bad.fields.insert("SERVICE_ACCOUNT".into(), s("a/b"));
+        let err = proxy_from_node(Some(&node(id, bad))).unwrap_err();
+        assert!(err.0.contains("SERVICE_ACCOUNT"), "{err}");
+    }
+
     /// A node that names one namespace in its id and another in its metadata is refused,
     /// so a certificate of the metadata's namespace cannot be served the id's proxy.
     #[test]

@@ -558,3 +558,142 @@ pub fn outbound_all_for(
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{ConfigKey, Kind, Protocol, Subset, UpstreamTls};
+    use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
+        common_tls_context::ValidationContextType, UpstreamTlsContext,
+    };
+
+    fn reviews() -> Service {
+        Service {
+            hostname: "reviews.default.svc.cluster.local".into(),
+            origin: ConfigKey::new(Kind::Service, "default", "reviews"),
+            ports: vec![ServicePort {
+                name: "http".into(),
+                port: 9080,
+                protocol: Protocol::Http,
+            }],
+            export_to: Vec::new(),
+            resolution: Resolution::Static,
+            addresses: Vec::new(),
+        }
+    }
+
+    fn rule(tls: UpstreamTls) -> DestinationRule {
+        DestinationRule {
+            key: ConfigKey::new(Kind::DestinationRule, "default", "reviews"),
+            host: "reviews.default.svc.cluster.local".into(),
+            export_to: Vec::new(),
+            traffic_policy: Some(TrafficPolicy {
+                tls: Some(Box::new(tls)),
+                ..Default::default()
+            }),
+            subsets: vec![Subset {
+                name: "v1".into(),
+                labels: [("version".to_string(), "v1".to_string())].into(),
+                traffic_policy: None,
+            }],
+        }
+    }
+
+    /// The clusters' TLS contexts by name (`None`: no transport socket).
+    fn contexts(
+        dr: &DestinationRule,
+        grpc: bool,
+    ) -> Vec<(
+        String,
+        Option<UpstreamTlsContext>,
+        Option<ClusterLoadAssignment>,
+    )> {
+        let defaults = ClusterDefaults {
+            connect_timeout_ms: 1000,
+            trust_domain: "corp.example".into(),
+        };
+        outbound_all_for(&reviews(), Some(dr), grpc, &defaults)
+            .into_iter()
+            .map(|(r, _, _)| {
+                let c = Cluster::decode(&*r.body.0).unwrap();
+                let tls = c.transport_socket.and_then(|t| match t.config_type {
+                    Some(envoy_types::pb::envoy::config::core::v3::transport_socket::ConfigType::TypedConfig(a)) => {
+                        Some(UpstreamTlsContext::decode(&*a.value).unwrap())
+                    }
+                    None => None,
+                });
+                (c.name, tls, c.load_assignment)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn istio_mutual_uses_the_workload_certificate_and_istio_sni() {
+        let dr = rule(UpstreamTls {
+            istio_mutual: true,
+            ..Default::default()
+        });
+        let got = contexts(&dr, false);
+        assert_eq!(got.len(), 2);
+        for (name, tls, _) in &got {
+            let tls = tls.as_ref().expect("a TLS context");
+            let subset = if name.contains("|v1|") { "v1" } else { "" };
+            assert_eq!(
+                tls.sni,
+                format!("outbound_.9080_.{subset}_.reviews.default.svc.cluster.local")
+            );
+            let common = tls.common_tls_context.as_ref().unwrap();
+            assert_eq!(common.alpn_protocols, vec!["istio-peer-exchange", "istio"]);
+            assert_eq!(common.tls_certificate_sds_secret_configs[0].name, "default");
+            let Some(ValidationContextType::CombinedValidationContext(v)) =
+                &common.validation_context_type
+            else {
+                panic!("a combined validation context: {common:?}");
+            };
+            assert_eq!(
+                v.validation_context_sds_secret_config
+                    .as_ref()
+                    .unwrap()
+                    .name,
+                "ROOTCA"
+            );
+            // No names of its own: any identity of the trust domain.
+            let sans = &v
+                .default_validation_context
+                .as_ref()
+                .unwrap()
+                .match_typed_subject_alt_names;
+            assert_eq!(sans.len(), 1);
+            assert!(
+                format!("{sans:?}").contains("spiffe://corp.example/"),
+                "{sans:?}"
+            );
+        }
+        // The rule's own names and SNI win.
+        let dr = rule(UpstreamTls {
+            istio_mutual: true,
+            sni: Some("r.example".into()),
+            subject_alt_names: vec!["spiffe://corp.example/ns/default/sa/reviews".into()],
+            ..Default::default()
+        });
+        let (_, tls, _) = &contexts(&dr, false)[0];
+        let tls = tls.as_ref().unwrap();
+        assert_eq!(tls.sni, "r.example");
+        assert!(format!("{tls:?}").contains("sa/reviews"));
+        assert!(!format!("{tls:?}").contains("Prefix"));
+    }
+
+    /// A proxyless gRPC client cannot use SDS certificates: no transport socket, no hosts.
+    #[test]
+    fn istio_mutual_fails_closed_for_proxyless_clients() {
+        let dr = rule(UpstreamTls {
+            istio_mutual: true,
+            ..Default::default()
+        });
+        for (name, tls, assignment) in contexts(&dr, true) {
+            assert!(tls.is_none(), "{name}");
+            let a = assignment.expect("a static assignment");
+            assert!(a.endpoints.is_empty(), "{name}");
+        }
+    }
+}
