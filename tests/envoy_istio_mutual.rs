@@ -19,8 +19,8 @@ use std::time::Duration;
 use support::pki::{ca, leaf};
 use support::reviews::{client_sidecar_yaml, count, Reviews};
 use support::{
-    converge, free_port, http_request, require_envoy, write_config, Backend, Envoy, Meshflow,
-    ProxyNode, TestDir, XdsMode, CONVERGE_TIMEOUT, STARTUP_TIMEOUT,
+    converge, debug_json, free_port, http_request, require_envoy, write_config, Backend, Envoy,
+    Meshflow, ProxyNode, TestDir, XdsMode, CONVERGE_TIMEOUT, STARTUP_TIMEOUT,
 };
 use tokio_rustls::rustls::client::danger::{
     HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier,
@@ -151,10 +151,18 @@ fn istio_mutual_between_two_sidecars() {
     );
     let ca_cert = pki.join("ca-cert.pem").display().to_string();
     let ca_key = pki.join("ca-key.pem").display().to_string();
+    let debug = SocketAddr::from(([127, 0, 0, 1], free_port()));
     let meshflow = Meshflow::start_with_args(
         &config,
         dir.path(),
-        &["--ca-cert", &ca_cert, "--ca-key", &ca_key],
+        &[
+            "--ca-cert",
+            &ca_cert,
+            "--ca-key",
+            &ca_key,
+            "--debug-addr",
+            &debug.to_string(),
+        ],
     );
     let with_sa = |sa: &'static str| {
         move |b: &mut serde_json::Value| {
@@ -248,6 +256,24 @@ fn istio_mutual_between_two_sidecars() {
     assert!(handshakes >= 1, "{:?}", server.stats(Some("ssl")));
     assert_eq!(client.rejected_updates(), 0, "{}", client.summary());
     assert_eq!(server.rejected_updates(), 0, "{}", server.summary());
+
+    // The certificates issued went to the proxies only: the debug port shows the stand-in
+    // (the identity), the history and the log no key.
+    for proxy in [&client_node.id, &server_node.id] {
+        let dump = debug_json(debug, &format!("/debug/config_dump?proxy={proxy}")).to_string();
+        assert!(dump.contains("ROOTCA"), "{dump}");
+        assert!(
+            dump.contains("spiffe://cluster.local/ns/default/sa/"),
+            "{dump}"
+        );
+        assert!(!dump.contains("PRIVATE KEY"), "the dump shows a key");
+        let history = debug_json(debug, &format!("/debug/diff?proxy={proxy}")).to_string();
+        assert!(!history.contains("PRIVATE KEY"), "the history shows a key");
+    }
+    assert!(
+        !meshflow.log().contains("PRIVATE KEY"),
+        "the log shows a key"
+    );
 
     // 2. Straight to the server's inbound listener with Istio's ALPN: no client certificate,
     //    or one of another CA, is refused; one the mesh's CA signed is served, its identity
