@@ -8,6 +8,8 @@
 //!   and its own errors through the source contract;
 //! - [`input`]: the vocabulary every side shares (`Input`, `EpochMeta`, described changes);
 //! - [`runtime`]: batches inputs into epochs and steps the dataflow (crate `dataflows`);
+//! - [`ca`]: the workload CA: the mesh's root, and the certificate of each workload
+//!   identity, issued where streams send it (never in the dataflow);
 //! - [`hub`]: the served state and everything recorded about it (sync state, history,
 //!   provenance, counters, watch events, health);
 //! - [`xds`]: the ADS protocol (Delta and State-of-the-World) and its gRPC server;
@@ -17,11 +19,12 @@
 //! - [`demo`]: bookinfo, meshflow, workloads and proxies on loopback, and one edit walked
 //!   through (`meshflow demo`).
 //!
-//! Imports go one way: sources → input ← runtime → hub ← xds, hub ← debug; `engine`,
-//! `input` and `config` import nothing of this crate (`tests/layers.rs` checks it).
+//! Imports go one way: sources → input ← runtime → hub ← xds, hub ← debug, hub → ca;
+//! `engine`, `input`, `ca` and `config` import nothing of this crate (`tests/layers.rs` checks it).
 
 pub mod async_runtime;
 pub mod bench;
+pub mod ca;
 pub mod config;
 pub mod debug;
 pub mod demo;

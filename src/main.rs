@@ -99,6 +99,7 @@ impl MeshArgs {
                 .unwrap_or_else(|| "istio-system".into()),
             domain_suffix: self.domain_suffix.clone(),
             max_regex_program_size: self.max_regex_program_size,
+            trust_root: None,
         }
     }
 }
@@ -258,6 +259,16 @@ enum Command {
         /// SPIFFE trust domain of client identities.
         #[arg(long, default_value = "cluster.local")]
         trust_domain: String,
+        /// The workload CA's certificate (PEM; Istio's plug-in `cacerts`: the signing
+        /// certificate, optionally followed by its chain up to the root, whose last
+        /// certificate is the root proxies trust). It issues each workload's SPIFFE
+        /// certificate (SDS `default`) for `ISTIO_MUTUAL` and inbound mTLS. Without it, a
+        /// root is generated at start (logged as such).
+        #[arg(long, requires = "ca_key", value_name = "FILE")]
+        ca_cert: Option<PathBuf>,
+        /// The private key (PKCS#8 PEM) of `--ca-cert`'s first certificate.
+        #[arg(long, requires = "ca_cert", value_name = "FILE")]
+        ca_key: Option<PathBuf>,
         /// Require `authorization: Bearer TOKEN` matching this file's content.
         #[arg(long)]
         token_file: Option<PathBuf>,
@@ -442,6 +453,8 @@ fn main() -> ExitCode {
             tls_key,
             tls_client_ca,
             trust_domain,
+            ca_cert,
+            ca_key,
             token_file,
             plaintext,
             history_bytes,
@@ -518,6 +531,7 @@ fn main() -> ExitCode {
                     max_bytes: history_bytes,
                     max_age: history_age,
                 },
+                ca: ca_cert.zip(ca_key),
                 ready: None,
             };
             match rt.block_on(serve(opts)) {

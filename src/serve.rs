@@ -1,6 +1,7 @@
 //! `meshflow serve`: wires the sources, the runtime, the hub, the xDS server and the debug
 //! port together. The one place that lists the sources.
 
+use crate::ca::WorkloadCa;
 use crate::engine::EngineKind;
 use crate::hub::history::HistoryLimits;
 use crate::hub::{Hub, HubOptions};
@@ -49,6 +50,9 @@ pub struct ServeOptions {
     pub plaintext: bool,
     /// Bounds of the per-proxy debug history.
     pub history: HistoryLimits,
+    /// The workload CA's signing certificate (optionally with its chain up to the root) and
+    /// key (`--ca-cert`, `--ca-key`); `None`: a root generated at start.
+    pub ca: Option<(PathBuf, PathBuf)>,
     /// Told the addresses bound once the initial read of every source is in and the xDS
     /// port accepts connections, so a caller that asked for port 0 (`meshflow demo`) learns
     /// where to connect.
@@ -99,6 +103,24 @@ pub async fn serve(opts: ServeOptions) -> Result<(), String> {
         );
     }
     let acceptor = opts.tls.as_ref().map(tls::acceptor).transpose()?;
+    let ca = match &opts.ca {
+        Some((cert, key)) => {
+            let ca = WorkloadCa::load(cert, key)?;
+            tracing::info!(cert = %cert.display(), "workload CA: plugged-in certificate and key");
+            ca
+        }
+        None => {
+            let ca = WorkloadCa::generate("meshflow")?;
+            tracing::warn!(
+                "workload CA: no --ca-cert/--ca-key, so a self-signed root was generated for \
+                 this run; proxies connected across a restart are sent the new one"
+            );
+            ca
+        }
+    };
+    let mut opts = opts;
+    // The root is public: it enters the dataflow as SDS `ROOTCA`.
+    opts.mesh.trust_root = Some(ca.root_pem().to_string());
     let (inputs_tx, inputs_rx) = std::sync::mpsc::channel::<Input>();
     let hub = Hub::new(
         inputs_tx.clone(),
@@ -108,6 +130,7 @@ pub async fn serve(opts: ServeOptions) -> Result<(), String> {
             nack_rollback: opts.nack_rollback,
         },
     );
+    let _ = hub.workload_ca.set(std::sync::Arc::new(ca));
     // The runtime ending while serving is fatal: proxies could no longer be computed.
     let (runtime_end_tx, runtime_end) = tokio::sync::oneshot::channel::<Result<(), String>>();
     {

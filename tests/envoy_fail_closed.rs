@@ -1,5 +1,5 @@
 //! Real Envoy, fed by meshflow, never carries traffic more openly than the config asks: a
-//! DestinationRule asking for TLS meshflow does not generate yet (ISTIO_MUTUAL) leaves its cluster with no
+//! DestinationRule asking for TLS meshflow does not generate yet (SIMPLE with a credentialName) leaves its cluster with no
 //! endpoints (Envoy answers 503, and the plaintext backend sees no request) instead of sending
 //! plaintext; a route whose match condition meshflow does not read is left out instead of
 //! matching every request; and the debug port names each such field. Envoy accepts every update.
@@ -76,7 +76,7 @@ fn unsupported_tls_and_match_conditions_fail_closed_in_envoy() {
     let served_before = v1.requests_served();
     reviews.write_destination_rule_with_policy(
         &["v1", "v2"],
-        "  trafficPolicy:\n    tls: {mode: ISTIO_MUTUAL}\n",
+        "  trafficPolicy:\n    tls: {mode: SIMPLE, credentialName: reviews-client}\n",
     );
     let counts = client.converge(
         "TLS asked, not generated → 503",
@@ -98,7 +98,10 @@ fn unsupported_tls_and_match_conditions_fail_closed_in_envoy() {
     assert!(served >= served_before);
     let said = analysis_with(debug, "spec.trafficPolicy.tls");
     assert_eq!(said.len(), 1, "{:#}", config_errors(debug));
-    assert!(said[0].contains("TLS mode ISTIO_MUTUAL"), "{said:?}");
+    assert!(
+        said[0].contains("TLS mode SIMPLE with credentialName"),
+        "{said:?}"
+    );
     let dump = envoy.config_dump().to_string();
     assert!(
         dump.contains("fail_closed"),

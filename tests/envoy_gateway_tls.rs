@@ -15,8 +15,8 @@ use std::time::Duration;
 use support::pki::{ca, leaf, Ca};
 use support::tls_backend::TlsBackend;
 use support::{
-    debug_json, meshflow_cli, Backend, free_port, http_request, require_envoy, wait_until, write_config, Envoy, Meshflow,
-    ProxyNode, TestDir, XdsMode, CONVERGE_TIMEOUT, STARTUP_TIMEOUT,
+    debug_json, free_port, http_request, meshflow_cli, require_envoy, wait_until, write_config,
+    Backend, Envoy, Meshflow, ProxyNode, TestDir, XdsMode, CONVERGE_TIMEOUT, STARTUP_TIMEOUT,
 };
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
@@ -46,7 +46,9 @@ fn tls_get(
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut store = RootCertStore::empty();
     for c in CertificateDer::pem_slice_iter(roots.as_bytes()) {
-        store.add(c.map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+        store
+            .add(c.map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
     }
     let builder = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -55,9 +57,10 @@ fn tls_get(
     let config = match client {
         None => builder.with_no_client_auth(),
         Some((cert, key)) => {
-            let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert.as_bytes())
-                .collect::<Result<_, _>>()
-                .map_err(|e| e.to_string())?;
+            let chain: Vec<CertificateDer<'static>> =
+                CertificateDer::pem_slice_iter(cert.as_bytes())
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| e.to_string())?;
             let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).map_err(|e| e.to_string())?;
             builder
                 .with_client_auth_cert(chain, key)
@@ -66,11 +69,13 @@ fn tls_get(
     };
     let name = ServerName::try_from(sni.to_string()).map_err(|e| e.to_string())?;
     let conn = ClientConnection::new(Arc::new(config), name).map_err(|e| e.to_string())?;
-    let sock = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).map_err(|e| e.to_string())?;
+    let sock =
+        TcpStream::connect_timeout(&addr, Duration::from_secs(2)).map_err(|e| e.to_string())?;
     sock.set_read_timeout(Some(Duration::from_secs(5))).ok();
     let mut tls = StreamOwned::new(conn, sock);
     let req = format!("GET / HTTP/1.1\r\nHost: {sni}\r\nConnection: close\r\n\r\n");
-    tls.write_all(req.as_bytes()).map_err(|e| format!("write: {e}"))?;
+    tls.write_all(req.as_bytes())
+        .map_err(|e| format!("write: {e}"))?;
     let mut out = Vec::new();
     match tls.read_to_end(&mut out) {
         Ok(_) => {}
@@ -105,7 +110,9 @@ fn der_of(pem: &str) -> Vec<u8> {
 fn tls_secret(name: &str, cert: &str, key: &str, ca: Option<&str>) -> String {
     use base64::Engine;
     let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
-    let ca = ca.map(|c| format!("  ca.crt: {}\n", b64(c))).unwrap_or_default();
+    let ca = ca
+        .map(|c| format!("  ca.crt: {}\n", b64(c)))
+        .unwrap_or_default();
     format!(
         "apiVersion: v1\nkind: Secret\nmetadata: {{name: {name}, namespace: default}}\ntype: kubernetes.io/tls\ndata:\n  tls.crt: {}\n  tls.key: {}\n{ca}",
         b64(cert),
@@ -225,7 +232,10 @@ fn redacted_on_the_debug_port(debug: SocketAddr, proxy: &str, cert: &str, keys: 
     let fp = {
         let der = der_of(cert);
         let d = ring::digest::digest(&ring::digest::SHA256, &der);
-        d.as_ref().iter().map(|b| format!("{b:02x}")).collect::<String>()
+        d.as_ref()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
     };
     let key_lines = |text: &str| {
         keys.iter().any(|k| {
@@ -238,9 +248,15 @@ fn redacted_on_the_debug_port(debug: SocketAddr, proxy: &str, cert: &str, keys: 
     assert!(dump.contains("kubernetes://web-cred"), "{dump}");
     assert!(dump.contains(&format!("sha256:{fp}")), "{dump}");
     assert!(dump.contains("[redacted]"));
-    assert!(!dump.contains("PRIVATE KEY") && !key_lines(&dump), "the dump shows a key");
+    assert!(
+        !dump.contains("PRIVATE KEY") && !key_lines(&dump),
+        "the dump shows a key"
+    );
     let diff = debug_json(debug, &format!("/debug/diff?proxy={proxy}")).to_string();
-    assert!(!diff.contains("PRIVATE KEY") && !key_lines(&diff), "the diff shows a key");
+    assert!(
+        !diff.contains("PRIVATE KEY") && !key_lines(&diff),
+        "the diff shows a key"
+    );
     let explain = debug_json(
         debug,
         &format!("/debug/explain?proxy={proxy}&resource=secret/kubernetes://web-cred"),
@@ -255,8 +271,14 @@ fn redacted_on_the_debug_port(debug: SocketAddr, proxy: &str, cert: &str, keys: 
         .lines()
         .find(|l| l.starts_with("kubernetes://web-cred "))
         .unwrap_or_else(|| panic!("no web-cred row:\n{table}"));
-    assert!(row.contains("certificate") && row.contains(&format!("sha256:{fp}")), "{table}");
-    assert!(!table.contains("PRIVATE KEY") && !key_lines(&table), "{table}");
+    assert!(
+        row.contains("certificate") && row.contains(&format!("sha256:{fp}")),
+        "{table}"
+    );
+    assert!(
+        !table.contains("PRIVATE KEY") && !key_lines(&table),
+        "{table}"
+    );
 }
 
 /// Retries `get` until it answers what `ok` accepts, within the convergence timeout; the
@@ -314,8 +336,16 @@ fn scenario(envoy_bin: &std::path::Path, mode: XdsMode, net: u8) {
     let client_ca = ca("client CA");
     let (mcert, mkey) = leaf(&gw_ca, &["mtls.example.com"], None);
     let (ccert, ckey) = leaf(&client_ca, &["client.example.com"], None);
-    write_config(&config, "mesh.yaml", &mesh_yaml(net, &ports, web_port, tls_port));
-    write_config(&config, "web-cred.yaml", &tls_secret("web-cred", &cert1, &key1, None));
+    write_config(
+        &config,
+        "mesh.yaml",
+        &mesh_yaml(net, &ports, web_port, tls_port),
+    );
+    write_config(
+        &config,
+        "web-cred.yaml",
+        &tls_secret("web-cred", &cert1, &key1, None),
+    );
     write_config(
         &config,
         "mtls-cred.yaml",
@@ -341,15 +371,27 @@ fn scenario(envoy_bin: &std::path::Path, mode: XdsMode, net: u8) {
         |a| a.as_ref().is_ok_and(|a| a.response.contains("web")),
     )
     .unwrap();
-    assert!(answer.response.starts_with("HTTP/1.1 200"), "{}", answer.response);
-    assert_eq!(answer.peer, der_of(&cert1), "the Secret's certificate is presented");
+    assert!(
+        answer.response.starts_with("HTTP/1.1 200"),
+        "{}",
+        answer.response
+    );
+    assert_eq!(
+        answer.peer,
+        der_of(&cert1),
+        "the Secret's certificate is presented"
+    );
 
     // (b) Replacing the Secret rotates the served certificate; the listener is not
     // replaced (no drain): the listener references the SDS name, which did not change.
     let modified = |r: &Envoy| r.stat("listener_manager.listener_modified").unwrap_or(0);
     let before = modified(&router);
     let (cert2, key2) = leaf(&gw_ca, &["web.example.com"], None);
-    write_config(&config, "web-cred.yaml", &tls_secret("web-cred", &cert2, &key2, None));
+    write_config(
+        &config,
+        "web-cred.yaml",
+        &tls_secret("web-cred", &cert2, &key2, None),
+    );
     let rotated = der_of(&cert2);
     let answer = converge(
         "the rotated certificate",
@@ -357,10 +399,16 @@ fn scenario(envoy_bin: &std::path::Path, mode: XdsMode, net: u8) {
         |a| a.as_ref().is_ok_and(|a| a.peer == rotated),
     )
     .unwrap();
-    assert!(answer.response.starts_with("HTTP/1.1 200"), "{}", answer.response);
+    assert!(
+        answer.response.starts_with("HTTP/1.1 200"),
+        "{}",
+        answer.response
+    );
     assert_eq!(modified(&router), before, "no listener was replaced");
     assert_eq!(
-        router.stat("listener_manager.total_filter_chains_draining").unwrap_or(0),
+        router
+            .stat("listener_manager.total_filter_chains_draining")
+            .unwrap_or(0),
         0
     );
     redacted_on_the_debug_port(debug, &node_id(&ip(30)), &cert2, &[&key1, &key2]);
@@ -368,14 +416,26 @@ fn scenario(envoy_bin: &std::path::Path, mode: XdsMode, net: u8) {
     // (c) MUTUAL: refused without a client certificate, served with one the CA signed.
     let with_cert = converge(
         "MUTUAL with a client certificate",
-        || tls_get(at(ports.mtls), "mtls.example.com", &gw_ca.pem, Some((&ccert, &ckey))),
-        |a| a.as_ref().is_ok_and(|a| a.response.starts_with("HTTP/1.1 200")),
+        || {
+            tls_get(
+                at(ports.mtls),
+                "mtls.example.com",
+                &gw_ca.pem,
+                Some((&ccert, &ckey)),
+            )
+        },
+        |a| {
+            a.as_ref()
+                .is_ok_and(|a| a.response.starts_with("HTTP/1.1 200"))
+        },
     )
     .unwrap();
     assert_eq!(with_cert.peer, der_of(&mcert));
     let without = tls_get(at(ports.mtls), "mtls.example.com", &gw_ca.pem, None);
     assert!(
-        without.as_ref().map_or(true, |a| !a.response.contains("200")),
+        without
+            .as_ref()
+            .map_or(true, |a| !a.response.contains("200")),
         "a client without a certificate is refused: {without:?}"
     );
 
@@ -407,7 +467,10 @@ fn scenario(envoy_bin: &std::path::Path, mode: XdsMode, net: u8) {
 
     assert_eq!(router.rejected_updates(), 0, "{}", router.summary());
     let log = meshflow.log();
-    assert!(!log.contains("PRIVATE KEY"), "meshflow logs no key material");
+    assert!(
+        !log.contains("PRIVATE KEY"),
+        "meshflow logs no key material"
+    );
     drop(meshflow);
 }
 

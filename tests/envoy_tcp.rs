@@ -16,8 +16,8 @@ use support::envoy_validate::envoy_validates_example;
 use support::mongo;
 use support::tcp_echo::{tcp_tally, TcpEcho};
 use support::{
-    converge_then, exactly, free_port, only, require_envoy, Envoy, Meshflow,
-    ProxyNode, TestDir, XdsMode, STARTUP_TIMEOUT,
+    converge_then, exactly, free_port, only, require_envoy, Envoy, Meshflow, ProxyNode, TestDir,
+    XdsMode, STARTUP_TIMEOUT,
 };
 
 /// This test's loopback /24.
@@ -125,7 +125,10 @@ fn envoy_accepts_the_tcp_echo_example_listeners() {
         "127.0.0.1",
         &[("istio", "ingressgateway")],
     );
-    let nodes = [(&captured, ProxyKind::Sidecar), (&router, ProxyKind::Router)];
+    let nodes = [
+        (&captured, ProxyKind::Sidecar),
+        (&router, ProxyKind::Router),
+    ];
     let listeners = envoy_validates_example(&envoy_bin, dir.path(), "tcp-echo", &nodes);
     for ((node, _), listeners) in nodes.iter().zip(listeners) {
         assert!(

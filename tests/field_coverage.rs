@@ -150,6 +150,12 @@ const TRANSLATED: &[&str] = &[
     "spec.endpoints[].locality",
     // Sidecar
     "spec.workloadSelector.labels",
+    "spec.ingress[].port.number",
+    "spec.ingress[].port.name",
+    "spec.ingress[].port.protocol",
+    "spec.ingress[].bind",
+    "spec.ingress[].captureMode",
+    "spec.ingress[].defaultEndpoint",
     "spec.egress[].port.number",
     "spec.egress[].port.name",
     "spec.egress[].port.protocol",

@@ -30,10 +30,12 @@ use envoy_types::pb::envoy::config::listener::v3::Listener;
 use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
 use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
 use envoy_types::pb::envoy::extensions::filters::listener::original_dst::v3::OriginalDst;
+use envoy_types::pb::envoy::extensions::filters::listener::tls_inspector::v3::TlsInspector;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
 use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::TcpProxy;
-use envoy_types::pb::envoy::extensions::filters::listener::tls_inspector::v3::TlsInspector;
-use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{DownstreamTlsContext, Secret};
+use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
+    DownstreamTlsContext, Secret, UpstreamTlsContext,
+};
 use envoy_types::pb::envoy::extensions::upstreams::http::v3::HttpProtocolOptions;
 use meshflow::demo::simulated::node_of;
 use meshflow::sources::files::FileSource;
@@ -57,6 +59,15 @@ const TCP_PROXIES: [(&str, &str); 2] = [
 /// The secure ingress gateway of `examples/gateway-tls` (HTTPS, MUTUAL, passthrough and
 /// httpsRedirect servers, their Secret served over SDS).
 const TLS_PROXIES: [(&str, &str); 1] = [("gateway-tls", "envoy-gateway.yaml")];
+
+const MTLS_PROXIES: [(&str, &str); 2] = [
+    ("istio-mutual-sleep", "envoy-sleep.yaml"),
+    ("istio-mutual-reviews", "envoy-reviews.yaml"),
+];
+
+/// A stand-in for the root a `serve` CA has (any PEM: the goldens show it as it is sent).
+const GOLDEN_ROOT: &str =
+    "-----BEGIN CERTIFICATE-----\nbWVzaGZsb3cgZ29sZGVuIHJvb3Q=\n-----END CERTIFICATE-----\n";
 
 const UPDATE_HINT: &str = "UPDATE_GOLDEN=1 cargo nextest run --test golden";
 
@@ -87,12 +98,30 @@ fn gateway_tls_config_matches_golden_files() {
     check_example("gateway-tls", &TLS_PROXIES);
 }
 
+/// As for bookinfo, for `examples/istio-mutual` with a CA's root: the client's
+/// `ISTIO_MUTUAL` clusters (SDS `default` and `ROOTCA`, SNI `outbound_.9080_._.reviews…`,
+/// Istio's ALPN, the trust domain's identities), the server's Sidecar `ingress` listener
+/// (plaintext and mTLS chains) and cluster, and each proxy's workload secrets (`ROOTCA`,
+/// and the stand-in naming its identity), against `tests/golden/istio-mutual-*.txt`.
+#[test]
+fn istio_mutual_config_matches_golden_files() {
+    let mesh = MeshConfig {
+        trust_root: Some(GOLDEN_ROOT.into()),
+        ..MeshConfig::default()
+    };
+    check_example_with("istio-mutual", &MTLS_PROXIES, mesh);
+}
+
 /// Computes the proxies of `examples/NAME` both ways and compares them with their goldens.
 fn check_example(name: &str, proxies: &[(&str, &str)]) {
+    check_example_with(name, proxies, MeshConfig::default())
+}
+
+/// As [`check_example`], under `mesh`.
+fn check_example_with(name: &str, proxies: &[(&str, &str)], mesh: MeshConfig) {
     let example = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("examples")
         .join(name);
-    let mesh = MeshConfig::default();
 
     let scan = FileSource::new(example.join("config"), mesh.clone()).rescan();
     assert!(
@@ -299,10 +328,9 @@ fn render_proxy(
             ResourceType::Endpoint => render::<ClusterLoadAssignment>(bytes),
             ResourceType::Listener => render::<Listener>(bytes),
             ResourceType::Route => render::<RouteConfiguration>(bytes),
-            ResourceType::Secret => render::<Secret>(&meshflow::debug::redact::bytes(
-                rtype.type_url(),
-                bytes,
-            )),
+            ResourceType::Secret => {
+                render::<Secret>(&meshflow::debug::redact::bytes(rtype.type_url(), bytes))
+            }
         };
         out.push_str(&text);
         out.push('\n');
@@ -338,6 +366,7 @@ fn decode_any(type_url: &str, bytes: &[u8]) -> Option<String> {
         .or_else(|| known::<HttpProtocolOptions>(type_url, bytes))
         .or_else(|| known::<TlsInspector>(type_url, bytes))
         .or_else(|| known::<DownstreamTlsContext>(type_url, bytes))
+        .or_else(|| known::<UpstreamTlsContext>(type_url, bytes))
         .flatten()
 }
 

@@ -1354,11 +1354,7 @@ fn bookinfo_with_task(task: &str) -> (Mesh, ProxyId) {
         let kept: Vec<String> = meshflow::config::split_documents(&text)
             .into_iter()
             .map(|(_, doc)| doc)
-            .filter(|doc| {
-                doc_keys(doc)
-                    .first()
-                    .is_none_or(|k| !replaced.contains(k))
-            })
+            .filter(|doc| doc_keys(doc).first().is_none_or(|k| !replaced.contains(k)))
             .collect();
         let name = path.file_name().unwrap().to_str().unwrap();
         write_config(&config, name, &kept.join("\n---\n"));
@@ -1427,7 +1423,9 @@ fn task_request_routing() {
 #[test]
 fn task_traffic_shifting() {
     let (mesh, sleep) = bookinfo_with_task("traffic-shifting");
-    let o = mesh.proxy(&sleep).simulate(&via_sleep("reviews", "/reviews/0"));
+    let o = mesh
+        .proxy(&sleep)
+        .simulate(&via_sleep("reviews", "/reviews/0"));
     assert_eq!(
         o.clusters(),
         [
@@ -1450,7 +1448,10 @@ fn task_request_timeouts() {
         }
         other => panic!("{other:?}"),
     }
-    assert_eq!(o.cluster(), Some(bookinfo_cluster("v2", "reviews").as_str()));
+    assert_eq!(
+        o.cluster(),
+        Some(bookinfo_cluster("v2", "reviews").as_str())
+    );
     let fault = &sleep_route(&config, "ratings", 0).typed_per_filter_config;
     assert!(fault.contains_key("envoy.filters.http.fault"), "{fault:?}");
 }
@@ -1500,7 +1501,10 @@ fn task_mirroring() {
     let (mesh, sleep) = bookinfo_with_task("mirroring");
     let config = mesh.proxy(&sleep);
     let o = config.simulate(&via_sleep("reviews", "/"));
-    assert_eq!(o.cluster(), Some(bookinfo_cluster("v1", "reviews").as_str()));
+    assert_eq!(
+        o.cluster(),
+        Some(bookinfo_cluster("v1", "reviews").as_str())
+    );
     let route = sleep_route(&config, "reviews", 0);
     let Some(envoy_types::pb::envoy::config::route::v3::route::Action::Route(action)) =
         route.action

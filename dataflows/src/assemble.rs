@@ -25,7 +25,8 @@ pub fn fixed_clusters(scope: &ScopeKey, connect_timeout_ms: u64) -> Vec<Resource
 }
 
 /// Listeners of a sidecar scope that do not depend on services: one per explicit egress
-/// listener, plus `virtualOutbound` where traffic is captured. Proxyless clients have no
+/// listener, plus `virtualOutbound` where traffic is captured, and the listeners and
+/// clusters of its `ingress`. Proxyless clients have no
 /// sockets to listen on.
 pub fn sidecar_fixed_listeners(
     spec: &ScopeSpec,
@@ -53,7 +54,35 @@ pub fn sidecar_fixed_listeners(
     if !interception_none {
         out.push(listener::virtual_outbound(spec.registry_only));
     }
+    out.extend(sidecar_ingress(spec, interception_none));
     out
+}
+
+/// The listeners of the Sidecar's `ingress` the proxy binds itself; a captured proxy reaches
+/// the port's cluster through `virtualInbound`.
+fn sidecar_ingress(spec: &ScopeSpec, interception_none: bool) -> Vec<Resource> {
+    spec.sidecar
+        .iter()
+        .flat_map(|s| &s.ingress)
+        .filter(|l| interception_none || l.capture_none)
+        .map(|l| listener::ingress_listener(l.bind.as_deref().unwrap_or("0.0.0.0"), l.port))
+        .collect()
+}
+
+/// The inbound clusters of the Sidecar's `ingress`, per port: `inbound|PORT||` to its
+/// `defaultEndpoint`, held per proxy in place of the one its own endpoints would give
+/// (the same name: the two never meet in one proxy's set).
+pub fn ingress_clusters(spec: &ScopeSpec) -> Vec<(u16, Resource)> {
+    spec.sidecar
+        .iter()
+        .flat_map(|s| &s.ingress)
+        .map(|l| {
+            (
+                l.port,
+                cluster::inbound_to(l.port, &l.endpoint.0, l.endpoint.1, spec.connect_timeout_ms),
+            )
+        })
+        .collect()
 }
 
 /// Route configuration names an explicit egress listener needs even with no services

@@ -80,7 +80,10 @@ pub fn credential(
                         c.problem.as_deref().unwrap_or_default()
                     )))
                 }
-                Some(c) if c.ca.is_some() => (c.ca.as_ref().unwrap_or(&String::new()).clone(), c.key.clone()),
+                Some(c) if c.ca.is_some() => (
+                    c.ca.as_ref().unwrap_or(&String::new()).clone(),
+                    c.key.clone(),
+                ),
                 _ => {
                     return Err(fail(format!(
                         "has no CA certificate (ca.crt or cacert) for MUTUAL, nor does a \
@@ -96,7 +99,11 @@ pub fn credential(
 
 /// Every credential error of `gw`'s servers for a workload in `namespace` (the analysis
 /// `validate` prints, with no proxy connected).
-pub fn credential_errors(namespace: &str, gw: &Gateway, secrets: &[&TlsSecret]) -> Vec<ConfigError> {
+pub fn credential_errors(
+    namespace: &str,
+    gw: &Gateway,
+    secrets: &[&TlsSecret],
+) -> Vec<ConfigError> {
     gw.servers
         .iter()
         .filter_map(|s| credential(namespace, gw, s, secrets).err())
@@ -122,8 +129,7 @@ pub fn servers(
     http: &BTreeMap<(String, u16), BTreeSet<ConfigKey>>,
 ) -> TlsServers {
     let mut out = TlsServers::default();
-    let mut listeners: BTreeMap<(String, u16), (TlsChains, BTreeSet<ConfigKey>)> =
-        BTreeMap::new();
+    let mut listeners: BTreeMap<(String, u16), (TlsChains, BTreeSet<ConfigKey>)> = BTreeMap::new();
     for gw in gateways {
         for server in &gw.servers {
             let Some(tls) = server.tls.as_deref() else {
@@ -281,7 +287,13 @@ fn passthrough<'a>(
 }
 
 /// What is said of a `tls[]` match whose SNI names the gateway server does not serve.
-fn unmatched(vs: &ConfigKey, field: &str, sni: &[String], gw: &Gateway, server: &GatewayServer) -> ConfigError {
+fn unmatched(
+    vs: &ConfigKey,
+    field: &str,
+    sni: &[String],
+    gw: &Gateway,
+    server: &GatewayServer,
+) -> ConfigError {
     ConfigError {
         object: vs.clone(),
         code: ErrorCode::TlsRouteUnmatched,

@@ -225,7 +225,11 @@ impl Materialized {
         &mut self,
         diffs: &[((K, ResourceKey), isize)],
         cap: usize,
-        types: for<'m> fn(&'m mut Materialized, &K, bool) -> Option<&'m mut [TypeSet; ResourceType::COUNT]>,
+        types: for<'m> fn(
+            &'m mut Materialized,
+            &K,
+            bool,
+        ) -> Option<&'m mut [TypeSet; ResourceType::COUNT]>,
     ) -> HashMap<(K, ResourceType), Olds> {
         let mut olds: HashMap<(K, ResourceType), Olds> = HashMap::new();
         let retractions = diffs.iter().filter(|(_, d)| *d < 0);

@@ -27,6 +27,12 @@ pub struct MeshConfig {
     /// `re2.max_program_size.error_level` (Envoy's default is 100). A larger one is refused
     /// on input, as the proxy would refuse the route configuration holding it.
     pub max_regex_program_size: u32,
+    /// The PEM of the root certificate(s) of the CA that issues workload certificates
+    /// (`serve`'s `--ca-cert`, or the root it generated): served to proxies as SDS
+    /// `ROOTCA`. Fixed for the process's life, so it is not part of a mesh config;
+    /// [`MeshSettings::in_effect`] carries it into the settings every layer has.
+    #[serde(default)]
+    pub trust_root: Option<String>,
 }
 
 impl Default for MeshConfig {
@@ -35,6 +41,7 @@ impl Default for MeshConfig {
             root_namespace: "istio-system".into(),
             domain_suffix: "cluster.local".into(),
             max_regex_program_size: 100,
+            trust_root: None,
         }
     }
 }
@@ -70,6 +77,49 @@ pub struct MeshSettings {
     pub service_export_to: Vec<String>,
     pub virtual_service_export_to: Vec<String>,
     pub destination_rule_export_to: Vec<String>,
+    /// `trustDomain`: workload identities are `spiffe://TRUST_DOMAIN/ns/NS/sa/SA`.
+    #[serde(default = "default_trust_domain")]
+    pub trust_domain: String,
+    /// The CA's root (PEM) from the process's [`MeshConfig`]: the SDS `ROOTCA` proxies
+    /// verify peers with. `None` (no CA: `validate`, goldens): no workload secrets are
+    /// generated, only the references to them.
+    #[serde(default)]
+    pub trust_root: Option<String>,
+}
+
+/// What an outbound cluster takes from the mesh settings in effect.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ClusterDefaults {
+    /// For clusters whose DestinationRule sets none.
+    pub connect_timeout_ms: u64,
+    /// `ISTIO_MUTUAL` clusters with no subject alt names of their own accept any identity
+    /// of this trust domain.
+    pub trust_domain: String,
+}
+
+impl Default for ClusterDefaults {
+    fn default() -> Self {
+        ClusterDefaults {
+            connect_timeout_ms: DEFAULT_CONNECT_TIMEOUT_MS,
+            trust_domain: default_trust_domain(),
+        }
+    }
+}
+
+impl ClusterDefaults {
+    pub fn of(m: &MeshSettings) -> ClusterDefaults {
+        ClusterDefaults {
+            connect_timeout_ms: m.connect_timeout_ms,
+            trust_domain: m.trust_domain.clone(),
+        }
+    }
+}
+
+/// Istio's default trust domain.
+pub const DEFAULT_TRUST_DOMAIN: &str = "cluster.local";
+
+fn default_trust_domain() -> String {
+    DEFAULT_TRUST_DOMAIN.to_string()
 }
 
 /// Istio's default connect timeout (`connectTimeout`).
@@ -88,6 +138,8 @@ impl MeshSettings {
             service_export_to: Vec::new(),
             virtual_service_export_to: Vec::new(),
             destination_rule_export_to: Vec::new(),
+            trust_domain: default_trust_domain(),
+            trust_root: mesh.trust_root.clone(),
         }
     }
 
@@ -103,7 +155,18 @@ impl MeshSettings {
                 best = Some(c);
             }
         }
-        best.cloned().unwrap_or_else(|| MeshSettings::builtin(mesh))
+        let mut chosen = best.cloned().unwrap_or_else(|| MeshSettings::builtin(mesh));
+        // The CA is the process's, whichever layer is in effect.
+        chosen.trust_root = mesh.trust_root.clone();
+        chosen
+    }
+
+    /// The SPIFFE identity of workloads of `namespace` running as `service_account`.
+    pub fn spiffe_id(&self, namespace: &str, service_account: &str) -> String {
+        format!(
+            "spiffe://{}/ns/{namespace}/sa/{service_account}",
+            self.trust_domain
+        )
     }
 
     /// A VirtualService as the mesh defaults complete it: its `exportTo`, and the retry
@@ -714,11 +777,12 @@ pub struct TrafficPolicy {
     pub load_balancer: Option<LoadBalancer>,
     pub warmup: Option<Warmup>,
     pub connect_timeout_ms: Option<u64>,
-    /// A `tls` setting meshflow cannot honour yet (the mode, e.g. `ISTIO_MUTUAL`): the
+    /// A `tls` setting meshflow cannot honour yet (the mode, e.g. `SIMPLE` with
+    /// `credentialName`): the
     /// cluster fails closed (it has no endpoints) rather than send plaintext where the
     /// rule asks for encryption.
     pub unsupported_tls: Option<String>,
-    /// TLS to the upstream (`SIMPLE`, `MUTUAL` with certificate files).
+    /// TLS to the upstream (`SIMPLE`, `MUTUAL` with certificate files, `ISTIO_MUTUAL`).
     /// (Boxed, as the other rarely set parts: every `Record` is as large as its largest
     /// variant, and endpoints are most of them.)
     pub tls: Option<Box<UpstreamTls>>,
@@ -771,6 +835,10 @@ pub struct UpstreamTls {
     /// Names the server's certificate must carry (DNS or URI SANs, exact).
     pub subject_alt_names: Vec<String>,
     pub insecure_skip_verify: bool,
+    /// `ISTIO_MUTUAL`: the proxy's own workload certificate (SDS `default`), verified
+    /// against the mesh's root (SDS `ROOTCA`); the files above are unused.
+    #[serde(default)]
+    pub istio_mutual: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -788,6 +856,17 @@ pub struct DestinationRule {
     pub export_to: Vec<String>,
     pub traffic_policy: Option<TrafficPolicy>,
     pub subsets: Vec<Subset>,
+}
+
+impl DestinationRule {
+    /// Some cluster of the rule (the host's or a subset's) uses `ISTIO_MUTUAL`: the proxies
+    /// holding them need their workload certificate.
+    pub fn uses_istio_mutual(&self) -> bool {
+        std::iter::once(self.traffic_policy.as_ref())
+            .chain(self.subsets.iter().map(|s| s.traffic_policy.as_ref()))
+            .flatten()
+            .any(|p| p.tls.as_ref().is_some_and(|t| t.istio_mutual))
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -913,6 +992,23 @@ pub struct Sidecar {
     /// blocked (no `allow_any` virtual host, `virtualOutbound` to `BlackHoleCluster`).
     /// `None`: the Sidecar sets no mode, the mesh's `outboundTrafficPolicy` applies.
     pub registry_only: Option<bool>,
+    /// `ingress[]`: how the workload receives traffic, per port.
+    #[serde(default)]
+    pub ingress: Vec<IngressListener>,
+}
+
+/// A Sidecar `ingress` listener: traffic for the workload's `port` goes to `endpoint`
+/// (`defaultEndpoint`), through a listener of its own where the proxy binds it (`captureMode:
+/// NONE`, or a proxy whose traffic is not captured), else through `virtualInbound`. Both
+/// accept plaintext and the mesh's mTLS (Istio's PERMISSIVE default).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct IngressListener {
+    pub port: u16,
+    /// The address the listener binds (`bind`; `0.0.0.0` when unset).
+    pub bind: Option<String>,
+    /// `defaultEndpoint` as (IP, port): `127.0.0.1:PORT` when unset.
+    pub endpoint: (String, u16),
+    pub capture_none: bool,
 }
 
 /// The virtual host a sidecar route configuration ends with, for hosts outside the registry:
@@ -945,6 +1041,13 @@ pub struct ScopeSpec {
     pub registry_only: bool,
     /// The retry policy of routes no VirtualService governs (the mesh's default).
     pub default_retries: Option<Retries>,
+    /// The mesh's connect timeout, for the inbound clusters of the Sidecar's `ingress`.
+    #[serde(default = "default_connect_timeout")]
+    pub connect_timeout_ms: u64,
+}
+
+fn default_connect_timeout() -> u64 {
+    DEFAULT_CONNECT_TIMEOUT_MS
 }
 
 impl ScopeSpec {
@@ -957,6 +1060,7 @@ impl ScopeSpec {
             sidecar,
             registry_only,
             default_retries: mesh.default_retries.clone(),
+            connect_timeout_ms: mesh.connect_timeout_ms,
         }
     }
 }
@@ -981,6 +1085,17 @@ pub struct Proxy {
     pub labels: Labels,
     /// `INTERCEPTION_MODE: NONE`: no iptables capture, so no virtual listeners.
     pub interception_none: bool,
+    /// Node metadata `SERVICE_ACCOUNT`: the workload identity's service account (`None`:
+    /// `default`, as Kubernetes runs a Pod that names none).
+    #[serde(default)]
+    pub service_account: Option<String>,
+}
+
+impl Proxy {
+    /// The service account the proxy's workload certificate names.
+    pub fn service_account(&self) -> &str {
+        self.service_account.as_deref().unwrap_or("default")
+    }
 }
 
 /// One input record: what a source inserts or retracts.

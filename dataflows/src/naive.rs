@@ -328,18 +328,28 @@ pub fn compute(mesh: &MeshConfig, snap: &Snapshot) -> ProxyConfigs {
                     *interception_none,
                     *proxyless,
                 ));
+                let spec = ScopeSpec::new(v.sidecar_spec(s).cloned(), &v.mesh);
+                let ingress = if *proxyless {
+                    Vec::new()
+                } else {
+                    assemble::ingress_clusters(&spec)
+                };
                 res.extend(inbound(
                     p,
                     &index,
                     *interception_none,
                     *proxyless,
                     v.mesh.connect_timeout_ms,
+                    &ingress,
                 ));
             }
             ScopeKey::Router {
                 gateways,
                 namespace,
             } => res.extend(router(&v, s, namespace, gateways)),
+        }
+        if names_workload_certificate(&v, &index, p, s) {
+            res.extend(crate::translate::secret::workload_secrets(p, &v.mesh));
         }
         // A proxy that holds nothing (a proxyless client seeing no service) has no entry,
         // as in the dataflow's output, which only knows proxies through their resources.
@@ -432,13 +442,23 @@ pub fn compute_planned<'k>(
             },
         ) = (full, &s)
         {
+            let spec = ScopeSpec::new(v.sidecar_spec(&s).cloned(), &v.mesh);
+            let ingress = if *proxyless {
+                Vec::new()
+            } else {
+                assemble::ingress_clusters(&spec)
+            };
             res.extend(inbound(
                 p,
                 &index,
                 *interception_none,
                 *proxyless,
                 v.mesh.connect_timeout_ms,
+                &ingress,
             ));
+        }
+        if full && names_workload_certificate(&v, &index, p, &s) {
+            res.extend(crate::translate::secret::workload_secrets(p, &v.mesh));
         }
         let held = out.configs.entry(p.id.clone()).or_default();
         for r in res {
@@ -535,7 +555,7 @@ fn clusters_of(
             svc,
             v.dr_for(s, svc),
             s.is_proxyless(),
-            v.mesh.connect_timeout_ms,
+            &ClusterDefaults::of(&v.mesh),
         ) {
             list.push((res, labels));
         }
@@ -689,6 +709,33 @@ fn sidecar_outbound(
     res
 }
 
+/// Whether the proxy's config names its workload certificate: an `ISTIO_MUTUAL` cluster of
+/// its scope, `virtualInbound` with a port of its own (its mTLS chain), a Sidecar `ingress`.
+fn names_workload_certificate(v: &View, index: &EndpointIndex, p: &Proxy, s: &ScopeKey) -> bool {
+    let hosts: BTreeSet<&str> = v.view_hosts(s).into_iter().flatten().collect();
+    let mtls = hosts.iter().any(|h| {
+        v.dr_for(s, v.services[h])
+            .is_some_and(|dr| dr.uses_istio_mutual())
+    });
+    let ScopeKey::Sidecar {
+        interception_none,
+        proxyless,
+        ..
+    } = s
+    else {
+        return mtls;
+    };
+    if *proxyless {
+        return mtls;
+    }
+    let ingress = v.sidecar_spec(s).is_some_and(|sc| !sc.ingress.is_empty());
+    let own_port = !*interception_none
+        && p.ips
+            .iter()
+            .any(|ip| index.by_ip.get(ip.as_str()).is_some_and(|e| !e.is_empty()));
+    mtls || ingress || own_port
+}
+
 /// The proxy's own ports; a proxyless client has no inbound side.
 fn inbound(
     p: &Proxy,
@@ -696,6 +743,7 @@ fn inbound(
     interception_none: bool,
     proxyless: bool,
     connect_timeout_ms: u64,
+    ingress: &[(u16, Resource)],
 ) -> Vec<Resource> {
     let ports: BTreeSet<u16> = p
         .ips
@@ -704,9 +752,12 @@ fn inbound(
         .flat_map(|ip| index.by_ip.get(ip.as_str()).into_iter().flatten())
         .map(|ep| ep.port)
         .collect();
+    // The Sidecar's `ingress` gives its own cluster for its ports.
     let mut res: Vec<Resource> = ports
         .iter()
+        .filter(|port| !ingress.iter().any(|(p, _)| p == *port))
         .map(|port| cluster::inbound(*port, connect_timeout_ms))
+        .chain(ingress.iter().map(|(_, c)| c.clone()))
         .collect();
     if !interception_none {
         res.push(listener::virtual_inbound(

@@ -179,6 +179,7 @@ pub fn router(g: usize, mesh: &MeshConfig) -> Proxy {
         namespace: ns.clone(),
         labels: [("istio".to_string(), "ingressgateway".to_string())].into(),
         interception_none: false,
+        service_account: None,
     }
 }
 
@@ -197,6 +198,7 @@ pub fn proxy(p: usize, shape: &Shape) -> Record {
         namespace: ns,
         labels,
         interception_none: false,
+        service_account: None,
     })
 }
 
@@ -262,6 +264,7 @@ pub fn records(shape: &Shape, mesh: &MeshConfig) -> Vec<Record> {
             let ns = namespace(n);
             out.push(Record::Sidecar(Sidecar {
                 registry_only: None,
+                ingress: Vec::new(),
                 key: ConfigKey::new(Kind::Sidecar, &ns, "default"),
                 selector: None,
                 egress: vec![EgressListener {

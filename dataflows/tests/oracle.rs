@@ -39,7 +39,9 @@ fn placement(rng: &mut StdRng) -> Placement {
 
 /// Often none; else a load balancer that changes routes (consistent hashing), clusters
 /// (warmup) or whether a cluster has endpoints at all (passthrough).
-fn lb_policy(rng: &mut StdRng) -> Option<TrafficPolicy> {
+/// `extra` draws what later features add (mesh mTLS), so the draws of `rng` (and the
+/// scenarios each seed has always explored) stay as they were.
+fn lb_policy(rng: &mut StdRng, extra: &mut StdRng) -> Option<TrafficPolicy> {
     let hash = |key| {
         LoadBalancer::ConsistentHash(Box::new(ConsistentHash {
             key,
@@ -58,6 +60,16 @@ fn lb_policy(rng: &mut StdRng) -> Option<TrafficPolicy> {
                 aggression_micros: 1_000_000,
             }),
         ),
+        // Mesh mTLS: clusters that hold the trust domain's identities.
+        _ if extra.random_bool(0.4) => {
+            return Some(TrafficPolicy {
+                tls: Some(Box::new(UpstreamTls {
+                    istio_mutual: true,
+                    ..Default::default()
+                })),
+                ..Default::default()
+            })
+        }
         _ => return None,
     };
     Some(TrafficPolicy {
@@ -67,7 +79,7 @@ fn lb_policy(rng: &mut StdRng) -> Option<TrafficPolicy> {
     })
 }
 
-fn random_record(rng: &mut StdRng, slot: usize) -> Record {
+fn random_record(rng: &mut StdRng, extra: &mut StdRng, slot: usize) -> Record {
     let ns = NAMESPACES[slot % 2];
     let svc_name = format!("svc{}", slot % 4);
     let ports = |rng: &mut StdRng| {
@@ -302,65 +314,79 @@ fn random_record(rng: &mut StdRng, slot: usize) -> Record {
             ),
             host: host(&svc_name, ns),
             export_to: vec![],
-            traffic_policy: lb_policy(rng),
+            traffic_policy: lb_policy(rng, extra),
             subsets: ["v1", "v2"][..rng.random_range(1..3)]
                 .iter()
                 .map(|v| Subset {
                     name: v.to_string(),
                     labels: labels(&[("version", v)]),
-                    traffic_policy: lb_policy(rng),
+                    traffic_policy: lb_policy(rng, extra),
                 })
                 .collect(),
         }),
         5 => {
             let tls_server = rng.random_bool(0.6).then(|| {
-                    // A TLS server: terminating with a Secret (SIMPLE or MUTUAL) or passthrough.
-                    let mode = pick(
-                        rng,
-                        &[ServerTlsMode::Simple, ServerTlsMode::Mutual, ServerTlsMode::Passthrough],
-                    );
-                    GatewayServer {
-                        port: pick(rng, &[8443u16, 8444]),
-                        port_name: "https".into(),
-                        protocol: Protocol::Tls,
-                        bind: None,
-                        hosts: vec![pick(rng, &["*/*", "./*", "default/*"]).to_string()],
-                        https_redirect: false,
-                        tls: Some(Box::new(ServerTls {
-                            mode,
-                            credential: (mode != ServerTlsMode::Passthrough)
-                                .then(|| Credential::Secret(pick(rng, &["cred", "other"]).into())),
-                            min_version: None,
-                            max_version: None,
-                            cipher_suites: vec![],
-                            subject_alt_names: vec![],
-                        })),
-                        field: "spec.servers[2]".into(),
-                    }
-            });
-            Record::Gateway(Gateway {
-            key: ConfigKey::new(Kind::Gateway, pick(rng, &["default", "istio-system"]), "gw"),
-            selector: labels(&[("istio", "ingressgateway")]),
-            servers: std::iter::once(Protocol::Http)
-                .chain(rng.random_bool(0.5).then_some(Protocol::Tcp))
-                .map(|protocol| GatewayServer {
-                    port: pick(rng, &[8080u16, 8081, 3306]).to_owned(),
-                    port_name: "http".into(),
-                    protocol,
+                // A TLS server: terminating with a Secret (SIMPLE or MUTUAL) or passthrough.
+                let mode = pick(
+                    rng,
+                    &[
+                        ServerTlsMode::Simple,
+                        ServerTlsMode::Mutual,
+                        ServerTlsMode::Passthrough,
+                    ],
+                );
+                GatewayServer {
+                    port: pick(rng, &[8443u16, 8444]),
+                    port_name: "https".into(),
+                    protocol: Protocol::Tls,
                     bind: None,
                     hosts: vec![pick(rng, &["*/*", "./*", "default/*"]).to_string()],
-                    https_redirect: protocol == Protocol::Http && rng.random_bool(0.3),
-                    tls: None,
-                    field: String::new(),
-                })
-                .chain(tls_server)
-                .collect(),
+                    https_redirect: false,
+                    tls: Some(Box::new(ServerTls {
+                        mode,
+                        credential: (mode != ServerTlsMode::Passthrough)
+                            .then(|| Credential::Secret(pick(rng, &["cred", "other"]).into())),
+                        min_version: None,
+                        max_version: None,
+                        cipher_suites: vec![],
+                        subject_alt_names: vec![],
+                    })),
+                    field: "spec.servers[2]".into(),
+                }
+            });
+            Record::Gateway(Gateway {
+                key: ConfigKey::new(Kind::Gateway, pick(rng, &["default", "istio-system"]), "gw"),
+                selector: labels(&[("istio", "ingressgateway")]),
+                servers: std::iter::once(Protocol::Http)
+                    .chain(rng.random_bool(0.5).then_some(Protocol::Tcp))
+                    .map(|protocol| GatewayServer {
+                        port: pick(rng, &[8080u16, 8081, 3306]).to_owned(),
+                        port_name: "http".into(),
+                        protocol,
+                        bind: None,
+                        hosts: vec![pick(rng, &["*/*", "./*", "default/*"]).to_string()],
+                        https_redirect: protocol == Protocol::Http && rng.random_bool(0.3),
+                        tls: None,
+                        field: String::new(),
+                    })
+                    .chain(tls_server)
+                    .collect(),
             })
         }
         6 => {
             let sel = rng.random_bool(0.5).then(|| labels(&[("app", "client")]));
             Record::Sidecar(Sidecar {
                 registry_only: pick(rng, &[None, Some(false), Some(true)]),
+                // Ingress on a port the proxies' own endpoints may have: it takes it over.
+                ingress: match extra.random_range(0..3) {
+                    0 => vec![IngressListener {
+                        port: pick(extra, &[9080u16, 8080]),
+                        bind: extra.random_bool(0.5).then(|| "127.0.0.1".into()),
+                        endpoint: ("127.0.0.1".into(), 18080),
+                        capture_none: extra.random_bool(0.5),
+                    }],
+                    _ => Vec::new(),
+                },
                 key: ConfigKey::new(
                     Kind::Sidecar,
                     pick(rng, &NAMESPACES),
@@ -464,6 +490,8 @@ fn random_record(rng: &mut StdRng, slot: usize) -> Record {
                 service_export_to: export_to(rng),
                 virtual_service_export_to: export_to(rng),
                 destination_rule_export_to: export_to(rng),
+                trust_domain: pick(extra, &["cluster.local", "corp.example"]).into(),
+                trust_root: None,
             })
         }
         _ => {
@@ -492,6 +520,7 @@ fn random_record(rng: &mut StdRng, slot: usize) -> Record {
                     labels(&[("app", pick(rng, &["client", "svc0"]))])
                 },
                 interception_none: rng.random_bool(0.5),
+                service_account: extra.random_bool(0.5).then(|| "reviews".to_string()),
             })
         }
     }
@@ -616,7 +645,12 @@ fn check_reported_changes(before: &Held, after: &Held, applied: &Applied, epoch:
 
 fn run(seed: u64, steps: usize, workers: usize) {
     let mut rng = StdRng::seed_from_u64(seed);
-    let mesh = MeshConfig::default();
+    let mut extra = StdRng::seed_from_u64(seed ^ 0x6d74_6c73);
+    // A CA's root: every sidecar and router holds its workload secrets.
+    let mesh = MeshConfig {
+        trust_root: Some("-----BEGIN CERTIFICATE-----\noracle\n-----END CERTIFICATE-----\n".into()),
+        ..Default::default()
+    };
     let engine = Engine::start(workers, mesh.clone());
     let mut live: BTreeMap<String, Record> = BTreeMap::new();
     let mut acc = Accumulated::default();
@@ -625,7 +659,7 @@ fn run(seed: u64, steps: usize, workers: usize) {
         let mut changes = Vec::new();
         for _ in 0..rng.random_range(1..6) {
             let slot = rng.random_range(0..12);
-            let record = random_record(&mut rng, slot);
+            let record = random_record(&mut rng, &mut extra, slot);
             let id = identity(&record);
             if let Some(old) = live.remove(&id) {
                 changes.push((old, -1));

@@ -240,6 +240,7 @@ fn sidecar_proxy(pod: &str, ns: &str, ip: &str, pod_labels: &[(&str, &str)]) -> 
         namespace: ns.to_string(),
         labels: labels(pod_labels),
         interception_none: false,
+        service_account: None,
     }
 }
 
@@ -260,6 +261,7 @@ fn px(p: &Proxy) -> Record {
 fn sidecar(ns: &str, name: &str, selector: Option<&[(&str, &str)]>, hosts: &[&str]) -> Record {
     Record::Sidecar(Sidecar {
         registry_only: None,
+        ingress: Vec::new(),
         key: ConfigKey::new(Kind::Sidecar, ns, name),
         selector: selector.map(labels),
         egress: vec![EgressListener {
@@ -1286,8 +1288,20 @@ fn tls_gateway(mode: ServerTlsMode) -> Record {
         key: ConfigKey::new(Kind::Gateway, "istio-system", "tls"),
         selector: labels(&[("istio", "ingressgateway")]),
         servers: vec![
-            server(443, mode, Some("cred"), "web.example.com", "spec.servers[0]"),
-            server(9443, ServerTlsMode::Passthrough, None, "*.example.com", "spec.servers[1]"),
+            server(
+                443,
+                mode,
+                Some("cred"),
+                "web.example.com",
+                "spec.servers[0]",
+            ),
+            server(
+                9443,
+                ServerTlsMode::Passthrough,
+                None,
+                "*.example.com",
+                "spec.servers[1]",
+            ),
         ],
     })
 }
@@ -1332,9 +1346,18 @@ fn gateway_errors(m: &Mesh, code: ErrorCode) -> Vec<String> {
 #[test]
 fn https_server_needs_a_usable_secret_of_the_gateway_namespace() {
     let mut m = Mesh::new();
-    let gw = router_proxy("gw-1", "istio-system", "10.0.0.9", &[("istio", "ingressgateway")]);
+    let gw = router_proxy(
+        "gw-1",
+        "istio-system",
+        "10.0.0.9",
+        &[("istio", "ingressgateway")],
+    );
     m.insert(vec![px(&gw), tls_gateway(ServerTlsMode::Simple)]);
-    assert!(!m.listeners(&gw).contains("0.0.0.0_443"), "{:?}", m.listeners(&gw));
+    assert!(
+        !m.listeners(&gw).contains("0.0.0.0_443"),
+        "{:?}",
+        m.listeners(&gw)
+    );
     let errors = gateway_errors(&m, ErrorCode::GatewaySecret);
     assert_eq!(errors.len(), 1, "{errors:?}");
     assert!(
@@ -1350,11 +1373,20 @@ fn https_server_needs_a_usable_secret_of_the_gateway_namespace() {
     assert_eq!(gateway_errors(&m, ErrorCode::GatewaySecret).len(), 1);
 
     // Unusable (its key does not match): the error says why.
-    let bad = tls_secret("istio-system", "cred", "", None, Some("tls.key does not match"));
+    let bad = tls_secret(
+        "istio-system",
+        "cred",
+        "",
+        None,
+        Some("tls.key does not match"),
+    );
     m.insert(vec![bad.clone()]);
     assert!(!m.listeners(&gw).contains("0.0.0.0_443"));
     let errors = gateway_errors(&m, ErrorCode::GatewaySecret);
-    assert!(errors[0].contains("cannot be served: tls.key does not match"), "{errors:?}");
+    assert!(
+        errors[0].contains("cannot be served: tls.key does not match"),
+        "{errors:?}"
+    );
 
     // Fixed: the listener, the server's route configuration and the SDS secret appear.
     let good = tls_secret("istio-system", "cred", "fp1", None, None);
@@ -1385,7 +1417,12 @@ fn https_server_needs_a_usable_secret_of_the_gateway_namespace() {
 #[test]
 fn mutual_server_takes_its_ca_from_the_secret_or_its_cacert_companion() {
     let mut m = Mesh::new();
-    let gw = router_proxy("gw-1", "istio-system", "10.0.0.9", &[("istio", "ingressgateway")]);
+    let gw = router_proxy(
+        "gw-1",
+        "istio-system",
+        "10.0.0.9",
+        &[("istio", "ingressgateway")],
+    );
     m.insert(vec![
         px(&gw),
         tls_gateway(ServerTlsMode::Mutual),
@@ -1394,7 +1431,13 @@ fn mutual_server_takes_its_ca_from_the_secret_or_its_cacert_companion() {
     assert!(!m.listeners(&gw).contains("0.0.0.0_443"));
     let errors = gateway_errors(&m, ErrorCode::GatewaySecret);
     assert!(errors[0].contains("no CA certificate"), "{errors:?}");
-    m.insert(vec![tls_secret("istio-system", "cred-cacert", "", Some("CA"), None)]);
+    m.insert(vec![tls_secret(
+        "istio-system",
+        "cred-cacert",
+        "",
+        Some("CA"),
+        None,
+    )]);
     assert!(m.listeners(&gw).contains("0.0.0.0_443"), "{:?}", m.errors);
     assert_eq!(
         m.names(&gw, ResourceType::Secret),
@@ -1410,18 +1453,28 @@ fn mutual_server_takes_its_ca_from_the_secret_or_its_cacert_companion() {
 #[test]
 fn passthrough_routes_by_sni_within_the_server_hosts() {
     let mut m = Mesh::new();
-    let gw = router_proxy("gw-1", "istio-system", "10.0.0.9", &[("istio", "ingressgateway")]);
+    let gw = router_proxy(
+        "gw-1",
+        "istio-system",
+        "10.0.0.9",
+        &[("istio", "ingressgateway")],
+    );
     m.insert(vec![
         px(&gw),
         tls_gateway(ServerTlsMode::Simple),
         service("a", "default"),
         tls_route_vs("off", "*", "a.other.org", "a.default.svc.cluster.local"),
     ]);
-    assert!(!m.listeners(&gw).contains("0.0.0.0_9443"), "no route: no listener");
+    assert!(
+        !m.listeners(&gw).contains("0.0.0.0_9443"),
+        "no route: no listener"
+    );
     let errors = gateway_errors(&m, ErrorCode::TlsRouteUnmatched);
     assert!(
-        errors.iter().any(|e| e.contains("VirtualService/default/off")
-            && e.contains("spec.tls[0].match[0].sniHosts")),
+        errors
+            .iter()
+            .any(|e| e.contains("VirtualService/default/off")
+                && e.contains("spec.tls[0].match[0].sniHosts")),
         "{errors:?}"
     );
     m.insert(vec![tls_route_vs(

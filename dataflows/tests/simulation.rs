@@ -175,6 +175,7 @@ fn proxy(kind: ProxyKind, id_kind: &str, app: &str, interception_none: bool) -> 
         namespace: "default".into(),
         labels: labels(&[("app", app)]),
         interception_none,
+        service_account: None,
     }
 }
 
@@ -293,6 +294,7 @@ fn sidecar_without_capture_uses_its_bound_listener_only() {
     let client = proxy(ProxyKind::Sidecar, "sidecar", "client", true);
     let sc = Record::Sidecar(Sidecar {
         registry_only: None,
+        ingress: Vec::new(),
         key: ConfigKey::new(Kind::Sidecar, "default", "client"),
         selector: Some(labels(&[("app", "client")])),
         egress: vec![EgressListener {

@@ -663,9 +663,11 @@ fn name_of(t: ResourceType, body: &[u8]) -> Option<String> {
             .map(|c| c.cluster_name),
         ResourceType::Listener => Listener::decode(body).ok().map(|l| l.name),
         ResourceType::Route => RouteConfiguration::decode(body).ok().map(|r| r.name),
-        ResourceType::Secret => envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::Secret::decode(body)
-            .ok()
-            .map(|s| s.name),
+        ResourceType::Secret => {
+            envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::Secret::decode(body)
+                .ok()
+                .map(|s| s.name)
+        }
     }
 }
 

@@ -264,14 +264,35 @@ const DR: &str = "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmet
 #[test]
 fn tls_that_cannot_be_generated_fails_the_clusters_closed() {
     let p = parse(&format!(
-        "{DR}  trafficPolicy:\n    tls: {{mode: ISTIO_MUTUAL, sni: x}}\n    proxyProtocol: {{version: V1}}\n"
+        "{DR}  trafficPolicy:\n    tls: {{mode: SIMPLE, credentialName: x}}\n    proxyProtocol: {{version: V1}}\n"
     ));
     let policy = dr(&p).traffic_policy.clone().expect("a traffic policy");
-    assert_eq!(policy.unsupported_tls.as_deref(), Some("ISTIO_MUTUAL"));
+    assert_eq!(policy.unsupported_tls.as_deref(), Some("SIMPLE"));
     assert_eq!(fields(&p, Level::Error), vec!["spec.trafficPolicy.tls"]);
     assert_eq!(
         fields(&p, Level::Warning),
         vec!["spec.trafficPolicy.proxyProtocol"]
+    );
+
+    // ISTIO_MUTUAL is generated: the workload certificate over SDS, the rule's SNI and
+    // names kept; the files it does not use are named.
+    let p = parse(&format!(
+        "{DR}  trafficPolicy:\n    tls: {{mode: ISTIO_MUTUAL, sni: x, subjectAltNames: [spiffe://cluster.local/ns/ns/sa/r], caCertificates: /ca.pem}}\n"
+    ));
+    let policy = dr(&p).traffic_policy.clone().expect("a traffic policy");
+    assert_eq!(policy.unsupported_tls, None);
+    let tls = policy.tls.expect("ISTIO_MUTUAL is generated");
+    assert!(tls.istio_mutual);
+    assert_eq!(tls.sni.as_deref(), Some("x"));
+    assert_eq!(
+        tls.subject_alt_names,
+        vec!["spiffe://cluster.local/ns/ns/sa/r"]
+    );
+    assert_eq!(tls.ca, None);
+    assert!(fields(&p, Level::Error).is_empty(), "{:?}", p.findings);
+    assert_eq!(
+        fields(&p, Level::Warning),
+        vec!["spec.trafficPolicy.tls.caCertificates"]
     );
 
     // DISABLE is what is generated: nothing to say.
@@ -374,7 +395,10 @@ fn gateway_servers_not_generated_are_errors_and_left_out() {
             "spec.servers[8].tls.caCrl",
         ]
     );
-    assert_eq!(fields(&p, Level::Warning), vec!["spec.servers[1].tls.cipherSuites"]);
+    assert_eq!(
+        fields(&p, Level::Warning),
+        vec!["spec.servers[1].tls.cipherSuites"]
+    );
 }
 
 #[test]
@@ -420,15 +444,23 @@ fn tls_routes_are_read_with_their_sni_hosts_within_the_virtual_service_hosts() {
 }
 
 #[test]
-fn sidecar_registry_only_is_read_and_other_fields_are_said() {
+fn sidecar_registry_only_and_ingress_are_read() {
     let doc = "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: s, namespace: ns}\nspec:\n  outboundTrafficPolicy: {mode: REGISTRY_ONLY}\n  ingress:\n  - port: {number: 9080, protocol: HTTP, name: http}\n    defaultEndpoint: 127.0.0.1:8080\n  egress:\n  - hosts: ['./*']\n";
     let p = parse(doc);
     let Record::Sidecar(sc) = &p.records[0] else {
         panic!()
     };
     assert_eq!(sc.registry_only, Some(true));
-    assert!(fields(&p, Level::Error).is_empty());
-    assert_eq!(fields(&p, Level::Warning), vec!["spec.ingress"]);
+    assert_eq!(
+        sc.ingress,
+        vec![dataflows::model::IngressListener {
+            port: 9080,
+            bind: None,
+            endpoint: ("127.0.0.1".into(), 8080),
+            capture_none: false,
+        }]
+    );
+    assert!(p.findings.is_empty(), "{:?}", p.findings);
 }
 
 #[test]

@@ -802,10 +802,16 @@ fn tls_routes(
         }
         let f = format!("spec.tls[{ri}]");
         if r.route.is_empty() {
-            return Err(Invalid::field(format!("{f}.route"), "a TLS route needs destinations"));
+            return Err(Invalid::field(
+                format!("{f}.route"),
+                "a TLS route needs destinations",
+            ));
         }
         if r.matches.is_empty() {
-            return Err(Invalid::field(format!("{f}.match"), "a TLS route needs a match"));
+            return Err(Invalid::field(
+                format!("{f}.match"),
+                "a TLS route needs a match",
+            ));
         }
         let mut matches = Vec::new();
         for (mi, mr) in r.matches.iter().enumerate() {
@@ -1160,7 +1166,11 @@ fn virtual_service(
         }
         if !s.tcp.is_empty() || !s.tls.is_empty() {
             return Err(Invalid::field(
-                if s.tcp.is_empty() { "spec.tls" } else { "spec.tcp" },
+                if s.tcp.is_empty() {
+                    "spec.tls"
+                } else {
+                    "spec.tcp"
+                },
                 "a VirtualService without hosts is a delegate: only http routes are delegated",
             ));
         }
@@ -1295,8 +1305,8 @@ fn virtual_service(
     })])
 }
 
-/// The TLS mode of a policy if meshflow cannot generate it (anything but DISABLE), reported.
-/// A policy's `tls`: what is generated (`SIMPLE`, `MUTUAL` with files), or the mode that
+/// A policy's `tls`: what is generated (`SIMPLE`, `MUTUAL` with files, `ISTIO_MUTUAL`), or
+/// the mode that
 /// cannot be and so fails the clusters closed (reported), or neither (`DISABLE`).
 fn client_tls(
     tls: Option<&istio::ClientTls>,
@@ -1319,12 +1329,34 @@ fn client_tls(
     };
     match mode {
         "DISABLE" => Ok((None, None)),
-        "ISTIO_MUTUAL" => fail_closed(
-            "TLS mode ISTIO_MUTUAL is not supported by meshflow yet (it needs workload \
-             certificates over SDS)"
-                .into(),
-            findings,
-        ),
+        // The proxy's own workload certificate and the mesh's root, both over SDS; the
+        // files of SIMPLE and MUTUAL have no part in it (Istio requires them empty).
+        "ISTIO_MUTUAL" => {
+            for (set, name) in [
+                (t.client_certificate.is_some(), "clientCertificate"),
+                (t.private_key.is_some(), "privateKey"),
+                (t.ca_certificates.is_some(), "caCertificates"),
+                (t.credential_name.is_some(), "credentialName"),
+            ] {
+                if set {
+                    findings.push(Finding::warning(
+                        format!("{field}.{name}"),
+                        "not used with ISTIO_MUTUAL: the proxy presents its workload \
+                         certificate (SDS `default`) and verifies against the mesh's root \
+                         (SDS `ROOTCA`)",
+                    ));
+                }
+            }
+            Ok((
+                None,
+                Some(m::UpstreamTls {
+                    sni: t.sni.clone(),
+                    subject_alt_names: t.subject_alt_names.clone(),
+                    istio_mutual: true,
+                    ..Default::default()
+                }),
+            ))
+        }
         "SIMPLE" | "MUTUAL" if t.credential_name.is_some() => fail_closed(
             format!(
                 "TLS mode {mode} with credentialName is not supported by meshflow yet (it needs \
@@ -1353,6 +1385,7 @@ fn client_tls(
                     sni: t.sni.clone(),
                     subject_alt_names: t.subject_alt_names.clone(),
                     insecure_skip_verify: t.insecure_skip_verify.unwrap_or(false),
+                    istio_mutual: false,
                 }),
             ))
         }
@@ -1770,7 +1803,11 @@ fn without_protocol_clashes(
                 format!(
                     "port {} is also an HTTP server's: the {} server gets no listener",
                     s.port,
-                    if s.protocol == m::Protocol::Tls { "TLS" } else { "TCP" }
+                    if s.protocol == m::Protocol::Tls {
+                        "TLS"
+                    } else {
+                        "TCP"
+                    }
                 ),
             ));
             None
@@ -1803,7 +1840,11 @@ fn server_tls(
     f: &str,
     findings: &mut Vec<Finding>,
 ) -> Result<Option<m::ServerTls>> {
-    let mode = tls.mode.as_deref().unwrap_or("PASSTHROUGH").to_ascii_uppercase();
+    let mode = tls
+        .mode
+        .as_deref()
+        .unwrap_or("PASSTHROUGH")
+        .to_ascii_uppercase();
     let mode = match mode.as_str() {
         "SIMPLE" => m::ServerTlsMode::Simple,
         "MUTUAL" => m::ServerTlsMode::Mutual,
@@ -2118,12 +2159,93 @@ fn sidecar(key: &ConfigKey, value: &Value, findings: &mut Vec<Finding>) -> Resul
         .workload_selector
         .map(|w| w.labels)
         .filter(|l| !l.is_empty());
+    let ingress = sidecar_ingress(&s.ingress, findings)?;
     Ok(vec![Record::Sidecar(m::Sidecar {
         key: key.clone(),
         selector,
         egress,
         registry_only,
+        ingress,
     })])
+}
+
+/// A Sidecar's `ingress[]`: HTTP ports to a `defaultEndpoint` on the workload. A port whose
+/// protocol is not HTTP, or whose endpoint is a Unix socket, is left out and said (its
+/// traffic keeps reaching the workload as the proxy's own endpoints have it).
+fn sidecar_ingress(
+    list: &[istio::IstioIngressListener],
+    findings: &mut Vec<Finding>,
+) -> Result<Vec<m::IngressListener>> {
+    let mut out: Vec<m::IngressListener> = Vec::new();
+    for (i, l) in list.iter().enumerate() {
+        let f = format!("spec.ingress[{i}]");
+        let Some(p) = &l.port else {
+            return Err(Invalid::field(
+                format!("{f}.port"),
+                "an ingress listener needs a port",
+            ));
+        };
+        let port = port_u16(p.number, &format!("{f}.port.number"))?;
+        if out.iter().any(|x| x.port == port) {
+            return Err(Invalid::field(
+                format!("{f}.port"),
+                format!("port {port} has two ingress listeners"),
+            ));
+        }
+        if let Some(b) = &l.bind {
+            if b.parse::<std::net::IpAddr>().is_err() {
+                return Err(Invalid::field(
+                    format!("{f}.bind"),
+                    format!("{b:?} is not an IP address"),
+                ));
+            }
+        }
+        let capture_none = match l.capture_mode.as_deref() {
+            None | Some("DEFAULT") | Some("IPTABLES") => false,
+            Some("NONE") => true,
+            Some(other) => {
+                return Err(Invalid::field(
+                    format!("{f}.captureMode"),
+                    format!("unknown capture mode {other:?}"),
+                ))
+            }
+        };
+        if !server_protocol(&p.protocol).is_http() {
+            findings.push(Finding::warning(
+                format!("{f}.port.protocol"),
+                "ingress listeners are generated for HTTP ports only yet; this one is not \
+                 generated",
+            ));
+            continue;
+        }
+        let endpoint = match l.default_endpoint.as_deref() {
+            None => ("127.0.0.1".to_string(), port),
+            Some(e) if e.starts_with("unix://") => {
+                findings.push(Finding::warning(
+                    format!("{f}.defaultEndpoint"),
+                    "Unix socket endpoints are not supported by meshflow yet; this ingress \
+                     listener is not generated",
+                ));
+                continue;
+            }
+            Some(e) => match e.parse::<std::net::SocketAddr>() {
+                Ok(a) => (a.ip().to_string(), a.port()),
+                Err(_) => {
+                    return Err(Invalid::field(
+                        format!("{f}.defaultEndpoint"),
+                        format!("{e:?} is not IP:PORT (or unix://PATH)"),
+                    ))
+                }
+            },
+        };
+        out.push(m::IngressListener {
+            port,
+            bind: l.bind.clone(),
+            endpoint,
+            capture_none,
+        });
+    }
+    Ok(out)
 }
 
 fn service_entry(

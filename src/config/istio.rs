@@ -454,6 +454,7 @@ pub struct ServicePort {
 #[serde(rename_all = "camelCase", default)]
 pub struct SidecarSpec {
     pub workload_selector: Option<WorkloadSelector>,
+    pub ingress: Vec<IstioIngressListener>,
     pub egress: Vec<IstioEgressListener>,
     pub outbound_traffic_policy: Option<OutboundTrafficPolicy>,
 }
@@ -468,6 +469,16 @@ pub struct OutboundTrafficPolicy {
 #[serde(rename_all = "camelCase", default)]
 pub struct WorkloadSelector {
     pub labels: BTreeMap<String, String>,
+}
+
+/// `ingress[]`; its `tls` and `connectionPool` are not read (reported).
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct IstioIngressListener {
+    pub port: Option<Port>,
+    pub bind: Option<String>,
+    pub capture_mode: Option<String>,
+    pub default_endpoint: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -96,6 +96,21 @@ pub fn parse_mesh(
     if let Some(ns) = &overrides.root_namespace {
         settings.root_namespace = ns.clone();
     }
+    if let Some(td) = &spec.trust_domain {
+        // It goes into every workload's SPIFFE identity (a URI's authority).
+        let ok = !td.is_empty()
+            && td.len() <= 255
+            && td
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'));
+        if !ok {
+            return Err(Invalid::field(
+                "mesh.trustDomain",
+                format!("{td:?} is not a trust domain (letters, digits, '-', '.', '_')"),
+            ));
+        }
+        settings.trust_domain = td.clone();
+    }
     settings.registry_only = match spec
         .outbound_traffic_policy
         .as_ref()
@@ -162,14 +177,9 @@ fn unused_fields(spec: &MeshConfigSpec) -> Vec<Finding> {
     if spec.enable_auto_mtls != Some(false) {
         out.push(Finding::warning(
             "mesh.enableAutoMtls",
-            "meshflow issues no workload certificates: traffic between sidecars stays \
-             plaintext unless a DestinationRule sets tls mode SIMPLE or MUTUAL",
-        ));
-    }
-    if spec.trust_domain.is_some() {
-        out.push(Finding::warning(
-            "mesh.trustDomain",
-            "not used: meshflow issues no workload certificates (ISTIO_MUTUAL fails closed)",
+            "meshflow does not switch to mutual TLS by itself: traffic between sidecars \
+             stays plaintext unless a DestinationRule sets tls mode ISTIO_MUTUAL (or SIMPLE, \
+             MUTUAL)",
         ));
     }
     if spec.locality_lb_setting.is_some() {
@@ -283,6 +293,20 @@ mod tests {
     }
 
     #[test]
+    fn a_trust_domain_is_read_and_checked() {
+        assert_eq!(parse("").unwrap().settings.trust_domain, "cluster.local");
+        assert_eq!(
+            parse("trustDomain: corp.example\n")
+                .unwrap()
+                .settings
+                .trust_domain,
+            "corp.example"
+        );
+        let e = parse("trustDomain: \"a/b\"\n").unwrap_err();
+        assert!(e.to_string().contains("mesh.trustDomain"), "{e}");
+    }
+
+    #[test]
     fn the_command_line_overrides_the_root_namespace() {
         let p = parse_mesh(
             "rootNamespace: from-file\n",
@@ -320,12 +344,12 @@ mod tests {
                 "mesh.enableTracing",
                 "mesh.localityLbSetting",
                 "mesh.protocolDetectionTimeout",
-                "mesh.trustDomain",
                 "meshNetworks.extra",
                 "meshNetworks.networks",
             ]
         );
         assert!(p.findings.iter().all(|f| f.level == Level::Warning));
+        assert_eq!(p.settings.trust_domain, "example.org");
         let networks = p
             .findings
             .iter()

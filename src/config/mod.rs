@@ -9,11 +9,11 @@
 
 mod convert;
 pub mod cross;
-pub mod secret;
 pub mod findings;
 pub mod istio;
 pub mod mesh;
 pub mod re2_size;
+pub mod secret;
 
 pub use convert::convert;
 use dataflows::model::{ConfigKey, Kind, MeshConfig, Record};

@@ -81,8 +81,12 @@ fn identity(cert: (&str, &[u8]), key: (&str, &[u8])) -> Result<TlsIdentity, Stri
     // Never the parser's own message for a key: it may quote what it read.
     let private = PrivateKeyDer::from_pem_slice(key.1)
         .map_err(|_| format!("{} is not a PEM private key", key.0))?;
-    let signer = any_supported_type(&private)
-        .map_err(|_| format!("{} is not a supported private key (RSA, ECDSA, Ed25519)", key.0))?;
+    let signer = any_supported_type(&private).map_err(|_| {
+        format!(
+            "{} is not a supported private key (RSA, ECDSA, Ed25519)",
+            key.0
+        )
+    })?;
     let fp = fingerprint(&chain[0]);
     let certified = CertifiedKey::new(chain, signer);
     if let Err(e) = certified.keys_match() {
@@ -133,7 +137,10 @@ pub fn secret(key: &ConfigKey, value: &Value) -> Result<Vec<Record>, Invalid> {
         None => None,
     };
     if identity.is_none() && ca.is_none() && problem.is_none() {
-        let t = value.get("type").and_then(Value::as_str).unwrap_or("Opaque");
+        let t = value
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or("Opaque");
         problem = Some(format!(
             "holds no TLS material (type {t}: no tls.crt/tls.key, cert/key, ca.crt or cacert)"
         ));
@@ -191,7 +198,10 @@ mod tests {
         assert_eq!(plain, encoded);
         let id = plain.identity.unwrap();
         assert_eq!(id.fingerprint.len(), 64);
-        assert!(!format!("{id:?}").contains("PRIVATE KEY"), "Debug redacts the key");
+        assert!(
+            !format!("{id:?}").contains("PRIVATE KEY"),
+            "Debug redacts the key"
+        );
     }
 
     #[test]
@@ -223,7 +233,10 @@ mod tests {
         assert!(!p.contains("PRIVATE"), "{p}");
         assert!(s.identity.is_none());
         let s = parse("stringData:\n  tls.crt: hello\n  tls.key: world\n");
-        assert!(s.problem.unwrap().contains("tls.crt holds no PEM certificate"));
+        assert!(s
+            .problem
+            .unwrap()
+            .contains("tls.crt holds no PEM certificate"));
         let s = parse("type: Opaque\nstringData:\n  password: x\n");
         assert!(s.problem.unwrap().contains("holds no TLS material"));
     }

@@ -22,9 +22,8 @@ use dataflows::model::{Body, ResourceType};
 use envoy_types::pb::envoy::admin::v3::{
     clusters_config_dump::DynamicCluster, endpoints_config_dump::DynamicEndpointConfig,
     listeners_config_dump::DynamicListener, listeners_config_dump::DynamicListenerState,
-    routes_config_dump::DynamicRouteConfig, secrets_config_dump::DynamicSecret,
-    ClustersConfigDump, ConfigDump, EndpointsConfigDump, ListenersConfigDump, RoutesConfigDump,
-    SecretsConfigDump,
+    routes_config_dump::DynamicRouteConfig, secrets_config_dump::DynamicSecret, ClustersConfigDump,
+    ConfigDump, EndpointsConfigDump, ListenersConfigDump, RoutesConfigDump, SecretsConfigDump,
 };
 use envoy_types::pb::google::protobuf::Any;
 use prost::{Message, Name};
@@ -477,7 +476,11 @@ mod tests {
             "{text}"
         );
         let configs = dump["configs"].as_array().expect("configs");
-        assert_eq!(configs.len(), 5, "clusters, listeners, routes, endpoints, secrets");
+        assert_eq!(
+            configs.len(),
+            5,
+            "clusters, listeners, routes, endpoints, secrets"
+        );
         assert_eq!(
             configs[0]["dynamic_active_clusters"][0]["cluster"]["name"],
             c.name.as_str()

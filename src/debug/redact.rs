@@ -101,13 +101,19 @@ mod tests {
         let text = String::from_utf8_lossy(&shown);
         assert!(!text.contains("PRIVATE KEY"), "{text}");
         assert!(!text.contains("BEGIN CERTIFICATE"), "{text}");
-        assert!(text.contains(&format!("sha256:{}", id.fingerprint)), "{text}");
+        assert!(
+            text.contains(&format!("sha256:{}", id.fingerprint)),
+            "{text}"
+        );
         assert!(text.contains(REDACTED));
         let twice = bytes(ResourceType::Secret.type_url(), &shown);
         assert_eq!(twice, shown, "redacting is idempotent");
         let json = crate::debug::envoy_json::any_json(ResourceType::Secret.type_url(), &r.body.0)
             .unwrap()
             .to_string();
-        assert!(!json.contains("PRIVATE KEY") && json.contains(REDACTED), "{json}");
+        assert!(
+            !json.contains("PRIVATE KEY") && json.contains(REDACTED),
+            "{json}"
+        );
     }
 }

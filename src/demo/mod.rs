@@ -289,6 +289,7 @@ impl Meshflow {
             auth: Default::default(),
             plaintext: false,
             history: Default::default(),
+            ca: None,
             ready: Some(ready_tx),
         };
         let mut task = tokio::spawn(serve(opts));

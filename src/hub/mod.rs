@@ -92,6 +92,9 @@ pub struct HubState {
 
 pub struct Hub {
     state: Mutex<HubState>,
+    /// Issues the workload certificates streams send in place of the dataflow's stand-ins
+    /// (`serve` sets it once, before any proxy connects).
+    pub workload_ca: std::sync::OnceLock<Arc<crate::ca::WorkloadCa>>,
     inputs: Sender<Input>,
     engine: EngineKind,
     nack_rollback: bool,
@@ -116,6 +119,7 @@ impl Hub {
     pub fn new(inputs: Sender<Input>, options: HubOptions) -> Arc<Hub> {
         Arc::new(Hub {
             state: Mutex::new(HubState::default()),
+            workload_ca: Default::default(),
             inputs,
             engine: options.engine,
             nack_rollback: options.nack_rollback,
@@ -354,7 +358,8 @@ impl Hub {
             &st.bodies,
             st.generation,
         )
-        .with_forced(&entry.forced)))
+        .with_forced(&entry.forced)
+        .with_ca(self.workload_ca.get().map(|c| &**c))))
     }
 
     /// Runs `f` with the shared copies of resource names: one lock for all the names of a

@@ -2,7 +2,12 @@
 //! with access to the encoded bodies ([`Bodies`]). The protocol state machines take a
 //! [`ProxyView`] and nothing else of the hub, so they can be driven from a materialized set
 //! built by hand ([`ProxyView::new`]).
+//!
+//! A view with a workload CA ([`ProxyView::with_ca`]) serves the `default` SDS certificate
+//! the CA issued for the proxy's identity in place of the dataflow's stand-in, which names
+//! the identity only: the key is made here, at the edge, and is never in the dataflow.
 
+use crate::ca::WorkloadCa;
 use dataflows::materialize::{Held, Materialized, Name};
 use dataflows::model::{Body, Resource, ResourceType};
 use std::collections::HashMap;
@@ -54,6 +59,7 @@ pub struct ProxyView<'a> {
     /// Resources to send again although the client may hold their version, by the epoch
     /// that asked (the istio-style baseline's pushes; empty for the other engines).
     pub forced: &'a [(u64, ResourceType, Name)],
+    ca: Option<&'a WorkloadCa>,
 }
 
 impl<'a> ProxyView<'a> {
@@ -63,6 +69,7 @@ impl<'a> ProxyView<'a> {
             bodies,
             generation,
             forced: &[],
+            ca: None,
         }
     }
 
@@ -72,12 +79,24 @@ impl<'a> ProxyView<'a> {
         self
     }
 
+    /// The view whose workload certificates `ca` issues.
+    pub fn with_ca(self, ca: Option<&'a WorkloadCa>) -> ProxyView<'a> {
+        ProxyView { ca, ..self }
+    }
+
     /// The resources the proxy should hold.
     pub fn held(&self) -> Held<'a> {
         self.held
     }
 
-    pub fn body(&self, t: ResourceType, name: &Name, version: &Name) -> Option<&'a Body> {
-        self.bodies.get(t, name, version)
+    /// The body to send: the stored one, except a workload certificate's stand-in, which
+    /// becomes the certificate the CA issued for its identity (`None` if it cannot be
+    /// issued: the resource is then not sent, rather than sent without a key).
+    pub fn body(&self, t: ResourceType, name: &Name, version: &Name) -> Option<Body> {
+        let body = self.bodies.get(t, name, version)?;
+        match self.ca {
+            Some(ca) if t == ResourceType::Secret => ca.substitute(body),
+            _ => Some(body.clone()),
+        }
     }
 }

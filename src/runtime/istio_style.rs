@@ -638,6 +638,7 @@ mod tests {
             export_to: vec![],
             resolution: dataflows::model::Resolution::Static,
             addresses: vec![],
+            dns_endpoints: vec![],
         };
         let (out, resend) = run.step(vec![(Record::Service(svc), 1)]);
         assert!(out.proxy_resources.is_empty(), "{:?}", out.proxy_resources);

@@ -331,6 +331,7 @@ mod tests {
             namespace: "default".into(),
             labels: Default::default(),
             interception_none: false,
+            service_account: None,
         });
         assert_eq!(rb.admit(7, vec![(svc.clone(), 1)]).0, vec![(svc, 1)]);
     }

@@ -1,6 +1,6 @@
 //! Proxy identity from the xDS `Node`: Istio's node id `TYPE~IP~POD.NS~NS.svc.DOMAIN` and
-//! node metadata (NAMESPACE, LABELS, INSTANCE_IPS, INTERCEPTION_MODE, and GENERATOR `grpc` for
-//! proxyless gRPC).
+//! node metadata (NAMESPACE, LABELS, INSTANCE_IPS, INTERCEPTION_MODE, SERVICE_ACCOUNT, and
+//! GENERATOR `grpc` for proxyless gRPC).
 //!
 //! Every namespace a node states (the id's `POD.NS`, its `NS.svc.DOMAIN`, the NAMESPACE
 //! metadata) must be the same one: the certificate check compares the client's identity with
@@ -117,6 +117,20 @@ pub fn proxy_from_node(node: Option<&Node>) -> Result<Proxy, InvalidNode> {
             "node {id:?}: {bytes} bytes of LABELS and INSTANCE_IPS, more than {MAX_METADATA_BYTES}"
         )));
     }
+    // The workload identity's service account (Istio's agent sends the Pod's); bounded
+    // and printable as a Kubernetes name is, since it goes into a certificate.
+    let service_account = string_field(&meta, "SERVICE_ACCOUNT").filter(|s| !s.is_empty());
+    if let Some(sa) = &service_account {
+        let ok = sa.len() <= 253
+            && sa
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.');
+        if !ok {
+            return Err(InvalidNode(format!(
+                "node {id:?}: SERVICE_ACCOUNT {sa:?} is not a Kubernetes name"
+            )));
+        }
+    }
     Ok(Proxy {
         id: id.to_string(),
         kind,
@@ -124,6 +138,7 @@ pub fn proxy_from_node(node: Option<&Node>) -> Result<Proxy, InvalidNode> {
         namespace,
         labels,
         interception_none,
+        service_account,
     })
 }
 
@@ -242,6 +257,23 @@ mod tests {
             metadata: Some(meta),
             ..Default::default()
         }
+    }
+
+    /// SERVICE_ACCOUNT names the workload identity's account (`default` without it); one
+    /// that is no Kubernetes name (it goes into a certificate's URI) refuses the node.
+    #[test]
+    fn service_account_comes_from_the_metadata() {
+        let id = "sidecar~10.1.2.3~sleep-1.default~default.svc.cluster.local";
+        let p = proxy_from_node(Some(&node(id, Struct::default()))).unwrap();
+        assert_eq!(p.service_account(), "default");
+        let mut meta = Struct::default();
+        meta.fields.insert("SERVICE_ACCOUNT".into(), s("sleep"));
+        let p = proxy_from_node(Some(&node(id, meta))).unwrap();
+        assert_eq!(p.service_account(), "sleep");
+        let mut bad = Struct::default();
+        bad.fields.insert("SERVICE_ACCOUNT".into(), s("a/b"));
+        let err = proxy_from_node(Some(&node(id, bad))).unwrap_err();
+        assert!(err.0.contains("SERVICE_ACCOUNT"), "{err}");
     }
 
     /// A node that names one namespace in its id and another in its metadata is refused,

@@ -182,6 +182,7 @@ impl SotwStream {
                 .iter()
                 .filter_map(|(n, v)| {
                     let b = view.body(t, n, v)?;
+                    let b = &b;
                     carried.push(((*n).clone(), (*v).clone()));
                     bytes += b.0.len();
                     Some(Any {

@@ -23,7 +23,9 @@ pub fn envoy_validates_example(
     example: &str,
     nodes: &[(&ProxyNode, ProxyKind)],
 ) -> Vec<Vec<serde_json::Value>> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples").join(example);
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples")
+        .join(example);
     let mesh = MeshConfig::default();
     let scan = FileSource::new(dir.join("config"), mesh.clone()).rescan();
     assert!(scan.errors.is_empty(), "{:#?}", scan.errors);
@@ -36,6 +38,7 @@ pub fn envoy_validates_example(
             namespace: node.namespace.clone(),
             labels: node.labels.clone(),
             interception_none: false,
+            service_account: None,
         }));
     }
     let configs = naive::compute(&mesh, &Snapshot { records });

@@ -17,6 +17,13 @@ pub fn ca(name: &str) -> Ca {
     Ca { params, key, pem }
 }
 
+impl Ca {
+    /// The CA's private key (PKCS#8 PEM), e.g. to plug it into meshflow (`--ca-key`).
+    pub fn key_pem(&self) -> String {
+        self.key.serialize_pem()
+    }
+}
+
 /// A leaf certificate signed by `ca` for `dns` names, 127.0.0.1 and an optional URI SAN:
 /// (cert PEM, key PEM).
 pub fn leaf(ca: &Ca, dns: &[&str], uri: Option<&str>) -> (String, String) {

@@ -247,7 +247,9 @@ pub(super) fn gateway_secrets<'s>(
     workloads: &Coll<'s, (String, Workload)>,
     secrets: &Coll<'s, ((String, String), TlsSecret)>,
 ) -> Coll<'s, ConfigError> {
-    #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+    #[derive(
+        Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+    )]
     enum Item {
         Gateway(Gateway),
         Secret(TlsSecret),
@@ -264,7 +266,9 @@ pub(super) fn gateway_secrets<'s>(
                 .map(move |k| (k, at.clone()))
                 .collect::<Vec<_>>()
         })
-        .join_map(secrets.clone(), |_, at, s| (at.clone(), Item::Secret(s.clone())));
+        .join_map(secrets.clone(), |_, at, s| {
+            (at.clone(), Item::Secret(s.clone()))
+        });
     placed
         .map(|(at, gw)| (at, Item::Gateway(gw)))
         .concat(found)

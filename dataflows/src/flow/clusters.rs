@@ -32,6 +32,8 @@ pub(super) struct Clusters<'s> {
     /// `((scope, host), hash keys)`: where the rule a scope has in effect for a host hashes
     /// (only those), for the routes to its clusters.
     pub hashing: Coll<'s, ((ScopeKey, Hostname), HostHashing)>,
+    /// Scopes holding an `ISTIO_MUTUAL` cluster: their proxies need workload secrets.
+    pub mtls_scopes: Coll<'s, ScopeKey>,
 }
 
 pub(super) fn outbound<'s>(
@@ -43,6 +45,17 @@ pub(super) fn outbound<'s>(
 ) -> Clusters<'s> {
     let scope_groups = rule_in_effect(mesh, visible, &drs, services);
     let hashing = hashing(&scope_groups, &drs);
+    let mtls_drs = drs
+        .clone()
+        .filter(|(_, dr)| dr.uses_istio_mutual())
+        .map(|(k, _)| k)
+        .distinct();
+    let mtls_scopes = scope_groups
+        .clone()
+        .flat_map(|((_, (d, _)), s)| d.map(|k| (k, s)))
+        .semijoin(mtls_drs)
+        .map(|(_, s)| s)
+        .distinct();
     let group_clusters = per_group(&scope_groups, drs, services, mesh);
     // One join gives each scope its clusters and, for provenance, the group they came from.
     let scope_cluster_groups = scope_groups.join_map(group_clusters.clone(), |g, s, c| {
@@ -75,6 +88,7 @@ pub(super) fn outbound<'s>(
         },
         eds,
         hashing,
+        mtls_scopes,
     }
 }
 
@@ -153,7 +167,7 @@ fn per_group<'s>(
             ((), (d.clone(), (h.clone(), svc.clone())))
         })
         .join_map(mesh.clone(), |_, (d, (h, svc)), m| {
-            (d.clone(), (h.clone(), svc.clone(), m.connect_timeout_ms))
+            (d.clone(), (h.clone(), svc.clone(), ClusterDefaults::of(m)))
         });
     groups_svc
         .clone()
@@ -161,14 +175,14 @@ fn per_group<'s>(
         .join_map(drs, |k, (h, svc, grpc, timeout), dr| {
             (
                 (h.clone(), (Some(k.clone()), *grpc)),
-                cluster::outbound_all_for(svc, Some(dr), *grpc, *timeout),
+                cluster::outbound_all_for(svc, Some(dr), *grpc, timeout),
             )
         })
         .concat(groups_svc.filter(|((d, _), _)| d.is_none()).map(
             |((_, grpc), (h, svc, timeout))| {
                 (
                     (h, (None, grpc)),
-                    cluster::outbound_all_for(&svc, None, grpc, timeout),
+                    cluster::outbound_all_for(&svc, None, grpc, &timeout),
                 )
             },
         ))

@@ -26,10 +26,12 @@ enum GwItem {
 pub(super) fn wanted_secrets(ns: &str, gw: &Gateway) -> Vec<(String, String)> {
     gw.servers
         .iter()
-        .filter_map(|s| match s.tls.as_deref().and_then(|t| t.credential.as_ref()) {
-            Some(Credential::Secret(name)) => Some(name),
-            _ => None,
-        })
+        .filter_map(
+            |s| match s.tls.as_deref().and_then(|t| t.credential.as_ref()) {
+                Some(Credential::Secret(name)) => Some(name),
+                _ => None,
+            },
+        )
         .flat_map(|name| {
             [
                 (ns.to_string(), name.clone()),
@@ -53,7 +55,9 @@ pub(super) fn routers<'s>(
         }
         _ => Vec::new(),
     });
-    let router_gws = router_gw.clone().join_map(gateways, |_, s, gw| (s.clone(), gw.clone()));
+    let router_gws = router_gw
+        .clone()
+        .join_map(gateways, |_, s, gw| (s.clone(), gw.clone()));
     let router_secret_items = router_gws
         .clone()
         .flat_map(|(s, gw)| {
@@ -97,16 +101,15 @@ pub(super) fn routers<'s>(
         });
     // A router's resources depend on all its Gateways and VirtualServices together (servers
     // of several Gateways share a port), so they are built from the scope's whole group.
-    let router_out =
-        router_gw_items
-            .concat(router_vs_items)
-            .concat(router_hash_items)
-            .concat(router_secret_items)
-            .reduce(|s, vals: &[(&GwItem, isize)], out| {
-                let built = resources(s.namespace(), vals);
-                out.extend(built.resources.into_iter().map(|r| (Ok(r), 1isize)));
-                out.extend(built.errors.into_iter().map(|e| (Err(e), 1isize)));
-            });
+    let router_out = router_gw_items
+        .concat(router_vs_items)
+        .concat(router_hash_items)
+        .concat(router_secret_items)
+        .reduce(|s, vals: &[(&GwItem, isize)], out| {
+            let built = resources(s.namespace(), vals);
+            out.extend(built.resources.into_iter().map(|r| (Ok(r), 1isize)));
+            out.extend(built.errors.into_iter().map(|e| (Err(e), 1isize)));
+        });
     let errors = router_out.clone().flat_map(|(_, r)| r.err()).distinct();
     let router_out = router_out.flat_map(|(s, r)| r.ok().map(|r| (s, r)));
     let provenance = router_out.clone().flat_map(|(s, (r, inputs))| {
@@ -161,7 +164,17 @@ fn resources(namespace: &str, vals: &[(&GwItem, isize)]) -> assemble::Router {
         })
         .collect();
     let mut out = assemble::router_resources(namespace, &gws, &vss, &secrets, &hashing);
+    // One record per resource, whatever the number of servers that built it (a Secret two
+    // Gateways' servers name is built twice, with different inputs): the scope's resources
+    // are a set downstream, and a second copy would make one server's removal retract it.
     out.resources.sort();
-    out.resources.dedup();
+    out.resources.dedup_by(|b, a| {
+        if a.0 == b.0 {
+            a.1.append(&mut b.1);
+            true
+        } else {
+            false
+        }
+    });
     out
 }

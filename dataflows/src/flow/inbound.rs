@@ -2,19 +2,29 @@
 //! depend on the proxy's own IPs. In: proxies, resolved endpoints. Out: `(proxy, resource)`
 //! for each inbound cluster and the `virtualInbound` listener, with the endpoints and
 //! workloads each inbound cluster comes from. Proxyless clients and routers have none.
+//! Also per proxy: the SDS resources of its workload identity (`ROOTCA` and the stand-in
+//! of its `default` certificate), for sidecars and routers whose config names them (an
+//! `ISTIO_MUTUAL` cluster, an inbound mTLS chain): SDS is sent by subscription only, so a
+//! proxy holding what it never asks for would show as never in sync.
 
 use super::endpoints::Resolved;
 use super::mesh::Mesh;
 use super::{Built, Coll};
 use crate::model::*;
-use crate::translate::{self, cluster, listener};
+use crate::translate::{self, cluster, listener, secret};
 
+/// `ingress`: the inbound clusters the proxy's Sidecar `ingress` gives, by port, in place of
+/// those of its own endpoints.
 pub(super) fn per_proxy<'s>(
     proxies: Coll<'s, (ProxyId, Proxy)>,
     endpoints: Resolved<'s>,
     mesh: &Mesh<'s>,
+    ingress: Coll<'s, (ProxyId, (u16, Resource))>,
+    mtls: Coll<'s, ProxyId>,
 ) -> Built<'s, ProxyId> {
-    let sidecar_proxies = proxies.filter(|(_, p)| p.kind == ProxyKind::Sidecar);
+    let sidecar_proxies = proxies
+        .clone()
+        .filter(|(_, p)| p.kind == ProxyKind::Sidecar);
     // The proxy's own service ports: the endpoints at its IPs.
     let proxy_ips = sidecar_proxies.clone().flat_map(|(id, p)| {
         p.ips
@@ -27,6 +37,32 @@ pub(super) fn per_proxy<'s>(
         |_, id, (port, origins)| ((id.clone(), *port), origins.clone()),
     );
     let inbound_ports = inbound_rows.clone().map(|(k, _)| k).distinct();
+    let captured_ids = sidecar_proxies
+        .clone()
+        .filter(|(_, p)| !p.interception_none)
+        .map(|(id, _)| id);
+    // Who names its workload certificate: an `ISTIO_MUTUAL` cluster, `virtualInbound`'s
+    // mTLS chain of a port, or a Sidecar `ingress`.
+    let referencing = inbound_ports
+        .clone()
+        .map(|(id, _)| (id, ()))
+        .semijoin(captured_ids)
+        .map(|(id, ())| id)
+        .concat(ingress.clone().map(|(id, _)| id))
+        .concat(mtls)
+        .distinct();
+    // A proxy's identity (namespace, service account) and the mesh's trust domain and root.
+    let identity = proxies
+        .clone()
+        .semijoin(referencing)
+        .map(|(id, p)| ((), (id, p)))
+        .join_map(mesh.clone(), |_, (id, p), m| {
+            secret::workload_secrets(p, m)
+                .into_iter()
+                .map(|r| (id.clone(), r))
+                .collect::<Vec<_>>()
+        })
+        .flat_map(|x| x);
     let provenance = inbound_rows
         .flat_map(|((id, port), origins)| {
             let key = (
@@ -42,7 +78,9 @@ pub(super) fn per_proxy<'s>(
         .distinct();
     let inbound_clusters = inbound_ports
         .clone()
-        .map(|row| ((), row))
+        .map(|row| (row, ()))
+        .antijoin(ingress.clone().map(|(id, (port, _))| (id, port)).distinct())
+        .map(|(row, ())| ((), row))
         .join_map(mesh.clone(), |_, (id, port), m| {
             (id.clone(), cluster::inbound(*port, m.connect_timeout_ms))
         });
@@ -60,7 +98,10 @@ pub(super) fn per_proxy<'s>(
             out.push((listener::virtual_inbound(&ports), 1isize));
         });
     Built {
-        resources: inbound_clusters.concat(virtual_inbound),
+        resources: inbound_clusters
+            .concat(ingress.map(|(id, (_, c))| (id, c)))
+            .concat(virtual_inbound)
+            .concat(identity),
         provenance,
     }
 }

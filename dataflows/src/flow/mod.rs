@@ -151,7 +151,25 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         &i.secrets,
     );
 
-    let inbound = inbound::per_proxy(i.proxies, endpoints, &mesh);
+    let ingress = proxy_scopes
+        .clone()
+        .map(|(id, s)| (s, id))
+        .join_map(specs.clone(), |s, id, spec| {
+            if s.is_proxyless() {
+                return Vec::new();
+            }
+            crate::assemble::ingress_clusters(spec)
+                .into_iter()
+                .map(|c| (id.clone(), c))
+                .collect::<Vec<_>>()
+        })
+        .flat_map(|x| x);
+    let mtls_proxies = proxy_scopes
+        .clone()
+        .map(|(id, s)| (s, id))
+        .semijoin(clusters.mtls_scopes.clone())
+        .map(|(_, id)| id);
+    let inbound = inbound::per_proxy(i.proxies, endpoints, &mesh, ingress, mtls_proxies);
 
     let scoped = clusters
         .built

@@ -3,8 +3,9 @@
 
 use super::{ads, duration_ms, inbound_cluster_name, outbound_cluster_name, socket_address};
 use crate::model::{
-    ConnectionPool, DestinationRule, HashTable, LoadBalancer, OutlierDetection, Resolution,
-    Resource, ResourceType, Service, ServicePort, TrafficPolicy, DEFAULT_CONNECT_TIMEOUT_MS,
+    ClusterDefaults, ConnectionPool, DestinationRule, HashTable, LoadBalancer, OutlierDetection,
+    Resolution, Resource, ResourceType, Service, ServicePort, TrafficPolicy,
+    DEFAULT_CONNECT_TIMEOUT_MS,
 };
 use envoy_types::pb::envoy::config::cluster::v3::circuit_breakers::Thresholds;
 use envoy_types::pb::envoy::config::cluster::v3::cluster::{
@@ -84,14 +85,16 @@ fn outbound(
     dr: Option<&DestinationRule>,
     subset: Option<&str>,
     grpc: bool,
-    connect_timeout_ms: u64,
+    defaults: &ClusterDefaults,
 ) -> Resource {
     let name = outbound_cluster_name(port.port, subset, &service.hostname);
     let policy = effective_policy(dr, subset);
     let mut cluster = Cluster {
         name: name.clone(),
         connect_timeout: Some(duration_ms(
-            policy.connect_timeout_ms.unwrap_or(connect_timeout_ms),
+            policy
+                .connect_timeout_ms
+                .unwrap_or(defaults.connect_timeout_ms),
         )),
         // Istio's default is LEAST_REQUEST.
         lb_policy: match &policy.load_balancer {
@@ -130,11 +133,17 @@ fn outbound(
             }),
         ..Default::default()
     };
+    // A proxyless gRPC client takes certificates from certificate providers, not SDS: it
+    // cannot do `ISTIO_MUTUAL` as generated here, so its cluster fails closed too.
+    let unsupported_tls = policy.unsupported_tls.clone().or_else(|| {
+        (grpc && policy.tls.as_ref().is_some_and(|t| t.istio_mutual))
+            .then(|| "ISTIO_MUTUAL (for a proxyless gRPC client)".to_string())
+    });
     match service.resolution {
         // Fail closed: a cluster of no hosts answers 503 where the rule asked for TLS that
         // is not generated, instead of sending the request in plaintext. Its metadata says
         // why, for whoever reads the config dump.
-        _ if policy.unsupported_tls.is_some() => {
+        _ if unsupported_tls.is_some() => {
             cluster.cluster_discovery_type =
                 Some(ClusterDiscoveryType::Type(DiscoveryType::Static as i32));
             cluster.load_assignment = Some(ClusterLoadAssignment {
@@ -144,7 +153,7 @@ fn outbound(
             cluster.metadata = Some(fail_closed_metadata(&format!(
                 "DestinationRule tls mode {} is not supported by meshflow yet: this cluster has \
                  no endpoints, so no request is sent unencrypted",
-                policy.unsupported_tls.as_deref().unwrap_or_default()
+                unsupported_tls.as_deref().unwrap_or_default()
             )));
         }
         // `PASSTHROUGH`: the connection's original destination, as Istio does.
@@ -178,10 +187,8 @@ fn outbound(
             cluster.cluster_discovery_type = Some(ClusterDiscoveryType::Type(kind as i32));
             cluster.load_assignment = Some(hosts);
             // IPv4 answers only, as Istio resolves for proxies with IPv4 addresses (the
-            // clusters are shared by a scope, so per-proxy families are not chosen here),
-            // and the records' TTLs respected.
+            // clusters are shared by a scope, so per-proxy families are not chosen here).
             cluster.dns_lookup_family = DnsLookupFamily::V4Only as i32;
-            cluster.respect_dns_ttl = true;
         }
         Resolution::None => {
             cluster.cluster_discovery_type = Some(ClusterDiscoveryType::Type(
@@ -190,8 +197,19 @@ fn outbound(
             cluster.lb_policy = LbPolicy::ClusterProvided as i32;
         }
     }
-    if let Some(tls) = &policy.tls {
-        cluster.transport_socket = Some(upstream_tls(tls));
+    match &policy.tls {
+        _ if unsupported_tls.is_some() => {}
+        Some(tls) if tls.istio_mutual => {
+            cluster.transport_socket = Some(istio_mutual(
+                tls,
+                port.port,
+                subset,
+                &service.hostname,
+                &defaults.trust_domain,
+            ))
+        }
+        Some(tls) => cluster.transport_socket = Some(upstream_tls(tls)),
+        None => {}
     }
     let h2 = matches!(
         port.protocol,
@@ -300,6 +318,49 @@ fn upstream_tls(
             ..Default::default()
         }),
         sni: tls.sni.clone().unwrap_or_default(),
+        ..Default::default()
+    };
+    TransportSocket {
+        name: "envoy.transport_sockets.tls".into(),
+        config_type: Some(ConfigType::TypedConfig(pack_any(context))),
+    }
+}
+
+/// Istio's SNI of mesh-internal mTLS: `outbound_.PORT_.SUBSET_.HOST` (`_` with no subset).
+pub fn istio_sni(port: u16, subset: Option<&str>, host: &str) -> String {
+    format!("outbound_.{port}_.{}_.{host}", subset.unwrap_or(""))
+}
+
+/// Envoy's TLS transport socket for `ISTIO_MUTUAL`: the proxy's workload certificate (SDS
+/// `default`), the server verified against the mesh's root (SDS `ROOTCA`) and the rule's
+/// `subjectAltNames`, else any identity of the trust domain (`spiffe://TD/`): meshflow
+/// does not yet follow which service accounts run a service's endpoints, so it holds the
+/// server to the mesh's identities rather than to the service's.
+fn istio_mutual(
+    tls: &crate::model::UpstreamTls,
+    port: u16,
+    subset: Option<&str>,
+    host: &str,
+    trust_domain: &str,
+) -> envoy_types::pb::envoy::config::core::v3::TransportSocket {
+    use envoy_types::pb::envoy::config::core::v3::{transport_socket::ConfigType, TransportSocket};
+    use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::UpstreamTlsContext;
+    let sans = if tls.subject_alt_names.is_empty() {
+        vec![super::secret::uri_prefix_matcher(&format!(
+            "spiffe://{trust_domain}/"
+        ))]
+    } else {
+        super::secret::san_matchers(&tls.subject_alt_names)
+    };
+    let context = UpstreamTlsContext {
+        common_tls_context: Some(super::secret::istio_common_context(
+            &super::secret::ISTIO_ALPN,
+            sans,
+        )),
+        sni: tls
+            .sni
+            .clone()
+            .unwrap_or_else(|| istio_sni(port, subset, host)),
         ..Default::default()
     };
     TransportSocket {
@@ -456,12 +517,18 @@ fn single_host(cluster: &str, ip_or_host: &str, port: u16) -> ClusterLoadAssignm
 /// `inbound|PORT||`: traffic arriving for the proxy's own workload, sent to the
 /// application on loopback.
 pub fn inbound(port: u16, connect_timeout_ms: u64) -> Resource {
+    inbound_to(port, "127.0.0.1", port, connect_timeout_ms)
+}
+
+/// `inbound|PORT||` to the application at `ip:target` (a Sidecar ingress's
+/// `defaultEndpoint`).
+pub fn inbound_to(port: u16, ip: &str, target: u16, connect_timeout_ms: u64) -> Resource {
     let name = inbound_cluster_name(port);
     let cluster = Cluster {
         name: name.clone(),
         connect_timeout: Some(duration_ms(connect_timeout_ms)),
         cluster_discovery_type: Some(ClusterDiscoveryType::Type(DiscoveryType::Static as i32)),
-        load_assignment: Some(single_host(&name, "127.0.0.1", port)),
+        load_assignment: Some(single_host(&name, ip, target)),
         ..Default::default()
     };
     Resource::new(ResourceType::Cluster, name, cluster.encode_to_vec())
@@ -507,7 +574,7 @@ pub fn outbound_all(
     service: &Service,
     dr: Option<&DestinationRule>,
 ) -> Vec<(Resource, u16, Option<crate::model::Labels>)> {
-    outbound_all_for(service, dr, false, DEFAULT_CONNECT_TIMEOUT_MS)
+    outbound_all_for(service, dr, false, &ClusterDefaults::default())
 }
 
 /// As [`outbound_all`], for Envoy (`grpc: false`) or proxyless gRPC clients (`grpc: true`).
@@ -515,7 +582,7 @@ pub fn outbound_all_for(
     service: &Service,
     dr: Option<&DestinationRule>,
     grpc: bool,
-    connect_timeout_ms: u64,
+    defaults: &ClusterDefaults,
 ) -> Vec<(Resource, u16, Option<crate::model::Labels>)> {
     let mut out = Vec::new();
     // A `PASSTHROUGH` cluster goes to original destinations: it has no assignment.
@@ -523,7 +590,7 @@ pub fn outbound_all_for(
         service.resolution == Resolution::Static
             && effective_policy(dr, subset).load_balancer != Some(LoadBalancer::Passthrough)
     };
-    let outbound = |port, subset| outbound(service, port, dr, subset, grpc, connect_timeout_ms);
+    let outbound = |port, subset| outbound(service, port, dr, subset, grpc, defaults);
     for port in &service.ports {
         let labels = eds(None).then(crate::model::Labels::new);
         out.push((outbound(port, None), port.port, labels));
@@ -533,4 +600,144 @@ pub fn outbound_all_for(
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{ConfigKey, Kind, Protocol, Subset, UpstreamTls};
+    use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
+        common_tls_context::ValidationContextType, UpstreamTlsContext,
+    };
+
+    fn reviews() -> Service {
+        Service {
+            hostname: "reviews.default.svc.cluster.local".into(),
+            origin: ConfigKey::new(Kind::Service, "default", "reviews"),
+            ports: vec![ServicePort {
+                name: "http".into(),
+                port: 9080,
+                protocol: Protocol::Http,
+            }],
+            export_to: Vec::new(),
+            resolution: Resolution::Static,
+            addresses: Vec::new(),
+            dns_endpoints: Vec::new(),
+        }
+    }
+
+    fn rule(tls: UpstreamTls) -> DestinationRule {
+        DestinationRule {
+            key: ConfigKey::new(Kind::DestinationRule, "default", "reviews"),
+            host: "reviews.default.svc.cluster.local".into(),
+            export_to: Vec::new(),
+            traffic_policy: Some(TrafficPolicy {
+                tls: Some(Box::new(tls)),
+                ..Default::default()
+            }),
+            subsets: vec![Subset {
+                name: "v1".into(),
+                labels: [("version".to_string(), "v1".to_string())].into(),
+                traffic_policy: None,
+            }],
+        }
+    }
+
+    /// The clusters' TLS contexts by name (`None`: no transport socket).
+    fn contexts(
+        dr: &DestinationRule,
+        grpc: bool,
+    ) -> Vec<(
+        String,
+        Option<UpstreamTlsContext>,
+        Option<ClusterLoadAssignment>,
+    )> {
+        let defaults = ClusterDefaults {
+            connect_timeout_ms: 1000,
+            trust_domain: "corp.example".into(),
+        };
+        outbound_all_for(&reviews(), Some(dr), grpc, &defaults)
+            .into_iter()
+            .map(|(r, _, _)| {
+                let c = Cluster::decode(&*r.body.0).unwrap();
+                let tls = c.transport_socket.and_then(|t| match t.config_type {
+                    Some(envoy_types::pb::envoy::config::core::v3::transport_socket::ConfigType::TypedConfig(a)) => {
+                        Some(UpstreamTlsContext::decode(&*a.value).unwrap())
+                    }
+                    None => None,
+                });
+                (c.name, tls, c.load_assignment)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn istio_mutual_uses_the_workload_certificate_and_istio_sni() {
+        let dr = rule(UpstreamTls {
+            istio_mutual: true,
+            ..Default::default()
+        });
+        let got = contexts(&dr, false);
+        assert_eq!(got.len(), 2);
+        for (name, tls, _) in &got {
+            let tls = tls.as_ref().expect("a TLS context");
+            let subset = if name.contains("|v1|") { "v1" } else { "" };
+            assert_eq!(
+                tls.sni,
+                format!("outbound_.9080_.{subset}_.reviews.default.svc.cluster.local")
+            );
+            let common = tls.common_tls_context.as_ref().unwrap();
+            assert_eq!(common.alpn_protocols, vec!["istio-peer-exchange", "istio"]);
+            assert_eq!(common.tls_certificate_sds_secret_configs[0].name, "default");
+            let Some(ValidationContextType::CombinedValidationContext(v)) =
+                &common.validation_context_type
+            else {
+                panic!("a combined validation context: {common:?}");
+            };
+            assert_eq!(
+                v.validation_context_sds_secret_config
+                    .as_ref()
+                    .unwrap()
+                    .name,
+                "ROOTCA"
+            );
+            // No names of its own: any identity of the trust domain.
+            let sans = &v
+                .default_validation_context
+                .as_ref()
+                .unwrap()
+                .match_typed_subject_alt_names;
+            assert_eq!(sans.len(), 1);
+            assert!(
+                format!("{sans:?}").contains("spiffe://corp.example/"),
+                "{sans:?}"
+            );
+        }
+        // The rule's own names and SNI win.
+        let dr = rule(UpstreamTls {
+            istio_mutual: true,
+            sni: Some("r.example".into()),
+            subject_alt_names: vec!["spiffe://corp.example/ns/default/sa/reviews".into()],
+            ..Default::default()
+        });
+        let (_, tls, _) = &contexts(&dr, false)[0];
+        let tls = tls.as_ref().unwrap();
+        assert_eq!(tls.sni, "r.example");
+        assert!(format!("{tls:?}").contains("sa/reviews"));
+        assert!(!format!("{tls:?}").contains("Prefix"));
+    }
+
+    /// A proxyless gRPC client cannot use SDS certificates: no transport socket, no hosts.
+    #[test]
+    fn istio_mutual_fails_closed_for_proxyless_clients() {
+        let dr = rule(UpstreamTls {
+            istio_mutual: true,
+            ..Default::default()
+        });
+        for (name, tls, assignment) in contexts(&dr, true) {
+            assert!(tls.is_none(), "{name}");
+            let a = assignment.expect("a static assignment");
+            assert!(a.endpoints.is_empty(), "{name}");
+        }
+    }
 }

@@ -5,8 +5,8 @@
 
 use super::listener::{hcm_filter, listener_name, rds_hcm};
 use super::secret::downstream_tls;
-use super::tcp::{cidr, tcp_proxy, Destinations};
 use super::socket_address;
+use super::tcp::{cidr, tcp_proxy, Destinations};
 use crate::model::{Resource, ResourceType, ServerTls};
 use envoy_types::pb::envoy::config::core::v3::TrafficDirection;
 use envoy_types::pb::envoy::config::listener::v3::{

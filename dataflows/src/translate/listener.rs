@@ -193,6 +193,108 @@ fn original_dst_filter() -> ListenerFilter {
     }
 }
 
+fn tls_inspector_filter() -> ListenerFilter {
+    ListenerFilter {
+        name: "envoy.filters.listener.tls_inspector".into(),
+        config_type: Some(listener_filter::ConfigType::TypedConfig(pack_any(
+            envoy_types::pb::envoy::extensions::filters::listener::tls_inspector::v3::TlsInspector::default(),
+        ))),
+        ..Default::default()
+    }
+}
+
+/// The ALPN values of a sidecar's mTLS, as Istio's proxies offer them (the HTTP ones are
+/// what Istio's own outbound side sends; meshflow's sends the first two).
+const INBOUND_MTLS_ALPN: [&str; 5] = [
+    "istio-peer-exchange",
+    "istio",
+    "istio-http/1.0",
+    "istio-http/1.1",
+    "istio-h2",
+];
+
+/// One inbound chain of `port`: plaintext, or (`mtls`) TLS with Istio's ALPN terminated
+/// with the workload certificate, a client certificate of the mesh required, the client's
+/// identity passed to the application in `x-forwarded-client-cert`.
+fn inbound_chain(port: u16, mtls: bool) -> FilterChain {
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::{
+        ForwardClientCertDetails, SetCurrentClientCertDetails,
+    };
+    let cluster = inbound_cluster_name(port);
+    let mut hcm = HttpConnectionManager {
+        route_specifier: Some(RouteSpecifier::RouteConfig(RouteConfiguration {
+            name: cluster.clone(),
+            virtual_hosts: vec![VirtualHost {
+                name: format!("inbound|http|{port}"),
+                domains: vec!["*".into()],
+                routes: vec![Route {
+                    name: "default".into(),
+                    r#match: Some(RouteMatch {
+                        path_specifier: Some(PathSpecifier::Prefix("/".into())),
+                        ..Default::default()
+                    }),
+                    action: Some(Action::Route(RouteAction {
+                        cluster_specifier: Some(ClusterSpecifier::Cluster(cluster.clone())),
+                        timeout: Some(duration_ms(0)),
+                        ..Default::default()
+                    })),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            validate_clusters: Some(BoolValue { value: false }),
+            ..Default::default()
+        })),
+        ..base_hcm(&cluster)
+    };
+    let mut chain = FilterChain {
+        name: cluster,
+        filter_chain_match: Some(FilterChainMatch {
+            destination_port: Some(UInt32Value { value: port as u32 }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    if mtls {
+        hcm.forward_client_cert_details = ForwardClientCertDetails::AppendForward as i32;
+        hcm.set_current_client_cert_details = Some(SetCurrentClientCertDetails {
+            uri: true,
+            dns: true,
+            subject: Some(BoolValue { value: true }),
+            ..Default::default()
+        });
+        chain.name = format!("{}-mtls", chain.name);
+        if let Some(m) = chain.filter_chain_match.as_mut() {
+            m.transport_protocol = "tls".into();
+            m.application_protocols = INBOUND_MTLS_ALPN.iter().map(|a| a.to_string()).collect();
+        }
+        chain.transport_socket = Some(super::secret::inbound_mtls());
+    }
+    chain.filters = vec![hcm_filter(hcm)];
+    chain
+}
+
+/// The listener of a Sidecar `ingress` port the proxy binds itself, `inbound_BIND_PORT`
+/// (apart from `BIND_PORT`, the name of an outbound listener on the same port: with `bind`
+/// unset both would be `0.0.0.0_PORT`): the plaintext and the mTLS chain of
+/// [`virtual_inbound`]'s ports, to `inbound|PORT||`.
+pub fn ingress_listener(addr: &str, port: u16) -> Resource {
+    let listener = Listener {
+        name: format!("inbound_{}", listener_name(addr, port)),
+        address: Some(socket_address(addr, port)),
+        listener_filters: vec![tls_inspector_filter()],
+        continue_on_listener_filters_timeout: true,
+        filter_chains: vec![inbound_chain(port, false), inbound_chain(port, true)],
+        traffic_direction: TrafficDirection::Inbound as i32,
+        ..Default::default()
+    };
+    Resource::new(
+        ResourceType::Listener,
+        listener.name.clone(),
+        listener.encode_to_vec(),
+    )
+}
+
 /// `virtualOutbound` on 15001: captured outbound connections are handed to the listener for
 /// their original destination; the rest pass through, or with `registry_only` are dropped
 /// (`BlackHoleCluster`), as Istio's REGISTRY_ONLY does.
@@ -221,52 +323,17 @@ pub fn virtual_outbound(registry_only: bool) -> Resource {
     )
 }
 
-/// `virtualInbound` on 15006: one HTTP filter chain per port of the proxy's own workload
-/// (sorted), each routing to `inbound|PORT||`; other ports pass through.
+/// `virtualInbound` on 15006: per port of the proxy's own workload (sorted), a plaintext
+/// HTTP chain and, beside it, an mTLS chain for connections of other sidecars (TLS with
+/// Istio's ALPN), each routing to `inbound|PORT||`: Istio's default PERMISSIVE mode, as no
+/// PeerAuthentication is read. Other ports pass through.
 pub fn virtual_inbound(ports: &[u16]) -> Resource {
     let mut ports = ports.to_vec();
     ports.sort();
     ports.dedup();
     let mut chains: Vec<FilterChain> = ports
         .iter()
-        .map(|&port| {
-            let cluster = inbound_cluster_name(port);
-            let hcm = HttpConnectionManager {
-                route_specifier: Some(RouteSpecifier::RouteConfig(RouteConfiguration {
-                    name: cluster.clone(),
-                    virtual_hosts: vec![VirtualHost {
-                        name: format!("inbound|http|{port}"),
-                        domains: vec!["*".into()],
-                        routes: vec![Route {
-                            name: "default".into(),
-                            r#match: Some(RouteMatch {
-                                path_specifier: Some(PathSpecifier::Prefix("/".into())),
-                                ..Default::default()
-                            }),
-                            action: Some(Action::Route(RouteAction {
-                                cluster_specifier: Some(ClusterSpecifier::Cluster(cluster.clone())),
-                                timeout: Some(duration_ms(0)),
-                                ..Default::default()
-                            })),
-                            ..Default::default()
-                        }],
-                        ..Default::default()
-                    }],
-                    validate_clusters: Some(BoolValue { value: false }),
-                    ..Default::default()
-                })),
-                ..base_hcm(&cluster)
-            };
-            FilterChain {
-                name: cluster,
-                filter_chain_match: Some(FilterChainMatch {
-                    destination_port: Some(UInt32Value { value: port as u32 }),
-                    ..Default::default()
-                }),
-                filters: vec![hcm_filter(hcm)],
-                ..Default::default()
-            }
-        })
+        .flat_map(|&port| [inbound_chain(port, false), inbound_chain(port, true)])
         .collect();
     chains.push(FilterChain {
         name: "virtualInbound-catchall-tcp".into(),
@@ -276,7 +343,10 @@ pub fn virtual_inbound(ports: &[u16]) -> Resource {
     let listener = Listener {
         name: "virtualInbound".into(),
         address: Some(socket_address("0.0.0.0", 15006)),
-        listener_filters: vec![original_dst_filter()],
+        // The TLS inspector tells an mTLS connection (and its ALPN) from a plaintext one.
+        listener_filters: vec![original_dst_filter(), tls_inspector_filter()],
+        // A server that speaks first (no client bytes to inspect) is not held up for ever.
+        continue_on_listener_filters_timeout: true,
         filter_chains: chains,
         traffic_direction: TrafficDirection::Inbound as i32,
         ..Default::default()

@@ -6,8 +6,8 @@
 
 pub mod cluster;
 pub mod endpoint;
-pub mod listener;
 pub mod gateway_tls;
+pub mod listener;
 pub mod route;
 pub mod secret;
 pub mod tcp;

@@ -18,6 +18,7 @@ use envoy_types::pb::envoy::config::route::v3::retry_policy::{
 use envoy_types::pb::envoy::config::route::v3::route_action::hash_policy::{
     ConnectionProperties, Cookie, Header, PolicySpecifier, QueryParameter,
 };
+use envoy_types::pb::envoy::config::route::v3::virtual_host;
 use envoy_types::pb::envoy::config::route::v3::{
     header_matcher::HeaderMatchSpecifier, query_parameter_matcher::QueryParameterMatchSpecifier,
     route::Action, route_action::ClusterSpecifier, route_match::PathSpecifier,
@@ -43,9 +44,8 @@ use envoy_types::pb::envoy::r#type::matcher::v3::{
 use envoy_types::pb::envoy::r#type::v3::{fractional_percent::DenominatorType, FractionalPercent};
 use envoy_types::pb::google::protobuf::{BoolValue, UInt32Value};
 use envoy_types::util::pack_any;
-use envoy_types::pb::envoy::config::route::v3::virtual_host;
-use std::collections::BTreeSet;
 use prost::Message;
+use std::collections::BTreeSet;
 
 /// Istio's default retry policy for mesh routes: retry elsewhere (previous hosts are
 /// avoided) on connection failures and 503s.

@@ -3,25 +3,42 @@
 //! `kubernetes://NAME-cacert` for the CA bundle a MUTUAL server verifies clients with), and
 //! the downstream TLS context that refers to them (or to files the proxy reads itself).
 //!
+//! Workload identities (`ISTIO_MUTUAL`) use Istio's SDS names: `default` for the proxy's own
+//! certificate and key, `ROOTCA` for the mesh's root. `ROOTCA` is an ordinary resource (a
+//! root is public and fixed). `default` is not computed here: a key is made at random and
+//! must never enter the dataflow, its history or its debug views. The dataflow carries a
+//! stand-in instead (a generic secret naming the SPIFFE identity, [`workload_stand_in`]),
+//! versioned by the identity and the root, which the xDS server replaces with the certificate
+//! its CA issued for that identity when it sends it ([`stand_in_identity`]).
+//!
 //! A Secret's body carries its private key: only proxies whose listeners name it receive it
 //! (the hub sends SDS by explicit subscription), and anything shown to people renders it
 //! redacted (`src/debug/envoy_json.rs`).
 
 use super::ads;
-use crate::model::{Credential, Resource, ResourceType, ServerTls, ServerTlsMode, TlsIdentity};
+use crate::model::{
+    Credential, MeshSettings, Proxy, ProxyKind, Resource, ResourceType, ServerTls, ServerTlsMode,
+    TlsIdentity,
+};
 use envoy_types::pb::envoy::config::core::v3::{
     data_source::Specifier, transport_socket::ConfigType, DataSource, TransportSocket,
 };
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
     common_tls_context::{CombinedCertificateValidationContext, ValidationContextType},
-    secret, subject_alt_name_matcher::SanType, CertificateValidationContext, CommonTlsContext,
-    DownstreamTlsContext, SdsSecretConfig, Secret, SubjectAltNameMatcher, TlsCertificate,
-    TlsParameters,
+    secret,
+    subject_alt_name_matcher::SanType,
+    CertificateValidationContext, CommonTlsContext, DownstreamTlsContext, GenericSecret,
+    SdsSecretConfig, Secret, SubjectAltNameMatcher, TlsCertificate, TlsParameters,
 };
 use envoy_types::pb::envoy::r#type::matcher::v3::{string_matcher::MatchPattern, StringMatcher};
 use envoy_types::pb::google::protobuf::BoolValue;
 use envoy_types::util::pack_any;
 use prost::Message;
+
+/// The SDS name of a proxy's own workload certificate and key (Istio's).
+pub const WORKLOAD_CERT: &str = "default";
+/// The SDS name of the mesh's root certificate, peers are verified against (Istio's).
+pub const ROOT_CA: &str = "ROOTCA";
 
 /// Istio's SDS name prefix for Kubernetes Secrets.
 pub const SECRET_PREFIX: &str = "kubernetes://";
@@ -52,7 +69,11 @@ pub(crate) fn file(path: &str) -> DataSource {
 }
 
 fn encode(secret: Secret) -> Resource {
-    Resource::new(ResourceType::Secret, secret.name.clone(), secret.encode_to_vec())
+    Resource::new(
+        ResourceType::Secret,
+        secret.name.clone(),
+        secret.encode_to_vec(),
+    )
 }
 
 /// The SDS resource of a certificate and its key.
@@ -133,15 +154,14 @@ pub fn downstream_tls(tls: &ServerTls, http: bool) -> TransportSocket {
         Some(Credential::Secret(name)) => {
             common.tls_certificate_sds_secret_configs = vec![sds(certificate_name(name))];
             if mutual {
-                common.validation_context_type = Some(
-                    ValidationContextType::CombinedValidationContext(
+                common.validation_context_type =
+                    Some(ValidationContextType::CombinedValidationContext(
                         CombinedCertificateValidationContext {
                             default_validation_context: Some(sans),
                             validation_context_sds_secret_config: Some(sds(ca_name(name))),
                             ..Default::default()
                         },
-                    ),
-                );
+                    ));
             }
         }
         Some(Credential::Files { cert, key, ca }) => {
@@ -151,13 +171,12 @@ pub fn downstream_tls(tls: &ServerTls, http: bool) -> TransportSocket {
                 ..Default::default()
             }];
             if mutual {
-                common.validation_context_type =
-                    Some(ValidationContextType::ValidationContext(
-                        CertificateValidationContext {
-                            trusted_ca: ca.as_deref().map(file),
-                            ..sans
-                        },
-                    ));
+                common.validation_context_type = Some(ValidationContextType::ValidationContext(
+                    CertificateValidationContext {
+                        trusted_ca: ca.as_deref().map(file),
+                        ..sans
+                    },
+                ));
             }
         }
         None => {}
@@ -165,6 +184,126 @@ pub fn downstream_tls(tls: &ServerTls, http: bool) -> TransportSocket {
     let context = DownstreamTlsContext {
         common_tls_context: Some(common),
         require_client_certificate: mutual.then_some(BoolValue { value: true }),
+        ..Default::default()
+    };
+    TransportSocket {
+        name: "envoy.transport_sockets.tls".into(),
+        config_type: Some(ConfigType::TypedConfig(pack_any(context))),
+    }
+}
+
+/// The SDS resources of a proxy's workload identity: `ROOTCA` and the stand-in for its
+/// `default` certificate, when the mesh has a CA; routers and sidecars only (a proxyless
+/// client takes no SDS).
+pub fn workload_secrets(p: &Proxy, mesh: &MeshSettings) -> Vec<Resource> {
+    let Some(root) = mesh.trust_root.as_deref() else {
+        return Vec::new();
+    };
+    if p.kind == ProxyKind::Proxyless {
+        return Vec::new();
+    }
+    let identity = mesh.spiffe_id(&p.namespace, p.service_account());
+    vec![
+        validation(ROOT_CA, root),
+        workload_stand_in(&identity, root),
+    ]
+}
+
+/// What stands in for the `default` certificate of `identity` in the dataflow: a generic
+/// secret holding the identity only. Its version is the identity's and the root's, so a new
+/// root (a restart with another CA) reaches proxies that resume with the old version.
+pub fn workload_stand_in(identity: &str, root: &str) -> Resource {
+    let body = Secret {
+        name: WORKLOAD_CERT.into(),
+        r#type: Some(secret::Type::GenericSecret(GenericSecret {
+            secret: Some(inline(identity)),
+            ..Default::default()
+        })),
+    }
+    .encode_to_vec();
+    let mut versioned = body.clone();
+    versioned.extend_from_slice(root.as_bytes());
+    Resource {
+        rtype: ResourceType::Secret,
+        name: WORKLOAD_CERT.into(),
+        version: crate::model::version_of(&versioned),
+        body: crate::model::Body(body.into()),
+    }
+}
+
+/// The SPIFFE identity a `default` stand-in names (`None` for any other body).
+pub fn stand_in_identity(body: &[u8]) -> Option<String> {
+    let s = Secret::decode(body).ok()?;
+    if s.name != WORKLOAD_CERT {
+        return None;
+    }
+    match s.r#type? {
+        secret::Type::GenericSecret(g) => match g.secret?.specifier? {
+            Specifier::InlineString(id) if id.starts_with("spiffe://") => Some(id),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// The `default` secret a CA issued: the workload's certificate chain and key.
+pub fn workload_certificate(chain_pem: &str, key_pem: &str) -> Vec<u8> {
+    Secret {
+        name: WORKLOAD_CERT.into(),
+        r#type: Some(secret::Type::TlsCertificate(TlsCertificate {
+            certificate_chain: Some(inline(chain_pem)),
+            private_key: Some(inline(key_pem)),
+            ..Default::default()
+        })),
+    }
+    .encode_to_vec()
+}
+
+/// Matches URI SANs starting with `prefix` (a trust domain's `spiffe://TD/`).
+pub(crate) fn uri_prefix_matcher(prefix: &str) -> SubjectAltNameMatcher {
+    SubjectAltNameMatcher {
+        san_type: SanType::Uri as i32,
+        matcher: Some(StringMatcher {
+            match_pattern: Some(MatchPattern::Prefix(prefix.to_string())),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The TLS context of a workload identity, either side: the proxy's `default` certificate,
+/// peers verified against `ROOTCA` and `sans` (none: any certificate the root signed).
+pub(crate) fn istio_common_context(
+    alpn: &[&str],
+    sans: Vec<SubjectAltNameMatcher>,
+) -> CommonTlsContext {
+    CommonTlsContext {
+        alpn_protocols: alpn.iter().map(|a| a.to_string()).collect(),
+        tls_certificate_sds_secret_configs: vec![sds(WORKLOAD_CERT.into())],
+        validation_context_type: Some(ValidationContextType::CombinedValidationContext(
+            CombinedCertificateValidationContext {
+                default_validation_context: Some(CertificateValidationContext {
+                    match_typed_subject_alt_names: sans,
+                    ..Default::default()
+                }),
+                validation_context_sds_secret_config: Some(sds(ROOT_CA.into())),
+                ..Default::default()
+            },
+        )),
+        ..Default::default()
+    }
+}
+
+/// ALPN a sidecar's mTLS carries so the peer's inbound listener tells it from other TLS.
+pub const ISTIO_ALPN: [&str; 2] = ["istio-peer-exchange", "istio"];
+
+/// The transport socket of an inbound mTLS chain: the workload certificate, a client
+/// certificate the mesh's root signed required (any workload of the mesh may connect:
+/// PERMISSIVE, as Istio's default with no PeerAuthentication).
+pub fn inbound_mtls() -> TransportSocket {
+    let context = DownstreamTlsContext {
+        common_tls_context: Some(istio_common_context(&["h2", "http/1.1"], Vec::new())),
+        require_client_certificate: Some(BoolValue { value: true }),
         ..Default::default()
     };
     TransportSocket {

@@ -411,12 +411,18 @@ fn config_rows(
 
 /// A Secret as the debug port serves it (already redacted): its name, what it holds, and
 /// its certificate's fingerprint.
-fn secret_row(s: &envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::Secret) -> Vec<String> {
+fn secret_row(
+    s: &envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::Secret,
+) -> Vec<String> {
     use envoy_types::pb::envoy::config::core::v3::data_source::Specifier;
     use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::secret::Type;
     let (kind, cert) = match &s.r#type {
         Some(Type::TlsCertificate(c)) => {
-            let shown = match c.certificate_chain.as_ref().and_then(|d| d.specifier.as_ref()) {
+            let shown = match c
+                .certificate_chain
+                .as_ref()
+                .and_then(|d| d.specifier.as_ref())
+            {
                 Some(Specifier::InlineString(t)) => t.clone(),
                 Some(Specifier::Filename(f)) => f.clone(),
                 _ => "-".into(),

@@ -1,0 +1,383 @@
+//! Mesh mTLS between two meshflow sidecars, as Istio's `ISTIO_MUTUAL`: the client sidecar's
+//! cluster for `reviews` speaks TLS with its workload certificate (SDS `default`, issued by
+//! meshflow's CA for `spiffe://cluster.local/ns/default/sa/sleep`), verifying the server
+//! against SDS `ROOTCA`; the server sidecar (pod `reviews-v1`, no traffic capture) accepts it
+//! on the inbound listener of its Sidecar `ingress` with its own workload certificate and
+//! passes the client's identity to the application in `x-forwarded-client-cert`. The CA is
+//! plugged in (`--ca-cert`/`--ca-key`), so the test can also hold certificates of its own:
+//! a client presenting none, or one of another CA, is refused by the server's listener; one
+//! the mesh's CA signed is served. A rule naming an identity the server does not have is
+//! refused by the client. Real Envoy, loopback only.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
+use std::time::Duration;
+
+use support::pki::{ca, leaf};
+use support::reviews::{client_sidecar_yaml, count, Reviews};
+use support::{
+    converge, debug_json, free_port, http_request, require_envoy, write_config, Backend, Envoy,
+    Meshflow, ProxyNode, TestDir, XdsMode, CONVERGE_TIMEOUT, STARTUP_TIMEOUT,
+};
+use tokio_rustls::rustls::client::danger::{
+    HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier,
+};
+use tokio_rustls::rustls::pki_types::pem::PemObject;
+use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use tokio_rustls::rustls::{
+    self, ClientConfig, ClientConnection, DigitallySignedStruct, StreamOwned,
+};
+
+const NET: u8 = 61;
+
+/// Accepts any server certificate: these checks are about what the *server* accepts.
+#[derive(Debug)]
+struct AnyServer(Arc<rustls::crypto::CryptoProvider>);
+
+impl ServerCertVerifier for AnyServer {
+    fn verify_server_cert(
+        &self,
+        _: &CertificateDer<'_>,
+        _: &[CertificateDer<'_>],
+        _: &ServerName<'_>,
+        _: &[u8],
+        _: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+    fn verify_tls12_signature(
+        &self,
+        _: &[u8],
+        _: &CertificateDer<'_>,
+        _: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        Ok(HandshakeSignatureValid::assertion())
+    }
+    fn verify_tls13_signature(
+        &self,
+        _: &[u8],
+        _: &CertificateDer<'_>,
+        _: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        Ok(HandshakeSignatureValid::assertion())
+    }
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// TLS with Istio's ALPN to `addr`, presenting `client` if given, `GET /`: the answer
+/// (status line, headers, body) or why it failed.
+fn mesh_tls_get(addr: SocketAddr, client: Option<(&str, &str)>) -> Result<String, String> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AnyServer(provider)));
+    let mut config = match client {
+        None => builder.with_no_client_auth(),
+        Some((cert, key)) => {
+            let chain: Vec<CertificateDer<'static>> =
+                CertificateDer::pem_slice_iter(cert.as_bytes())
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| e.to_string())?;
+            let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).map_err(|e| e.to_string())?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| e.to_string())?
+        }
+    };
+    config.alpn_protocols = vec![b"istio".to_vec()];
+    let name =
+        ServerName::try_from("reviews.default.svc.cluster.local").map_err(|e| e.to_string())?;
+    let conn = ClientConnection::new(Arc::new(config), name).map_err(|e| e.to_string())?;
+    let sock =
+        TcpStream::connect_timeout(&addr, Duration::from_secs(2)).map_err(|e| e.to_string())?;
+    sock.set_read_timeout(Some(Duration::from_secs(5))).ok();
+    let mut tls = StreamOwned::new(conn, sock);
+    let req = "GET / HTTP/1.1\r\nHost: reviews\r\nConnection: close\r\n\r\n";
+    tls.write_all(req.as_bytes())
+        .map_err(|e| format!("write: {e}"))?;
+    let mut out = Vec::new();
+    match tls.read_to_end(&mut out) {
+        Ok(_) => {}
+        Err(_) if !out.is_empty() => {}
+        Err(e) => return Err(format!("read: {e}")),
+    }
+    if out.is_empty() {
+        return Err("closed without an answer".into());
+    }
+    Ok(String::from_utf8_lossy(&out).into_owned())
+}
+
+#[test]
+fn istio_mutual_between_two_sidecars() {
+    let envoy_bin = require_envoy!();
+    let dir = TestDir::new("envoy-istio-mutual");
+    let config = dir.subdir("config");
+    let pki = dir.subdir("pki");
+    let mesh_ca = ca("mesh CA");
+    let other_ca = ca("another CA");
+    std::fs::write(pki.join("ca-cert.pem"), &mesh_ca.pem).expect("write CA");
+    std::fs::write(pki.join("ca-key.pem"), mesh_ca.key_pem()).expect("write CA key");
+
+    // `reviews` on port `port`; its one pod `reviews-v1` at 127.0.61.11:<target> is where the
+    // server sidecar's ingress listener binds, handing requests to the application on
+    // 127.0.0.1:<app_port>.
+    let port = free_port();
+    let reviews = Reviews::new(NET, port, &config);
+    let app_port = free_port();
+    let app = Backend::start("127.0.0.1", app_port, "reviews-app");
+    reviews.write_service();
+    reviews.write_pods(&["v1"]);
+    reviews.write_endpoints(&["v1"]);
+    reviews.write_destination_rule_with_policy(
+        &["v1"],
+        "  trafficPolicy:\n    tls: {mode: ISTIO_MUTUAL}\n",
+    );
+    write_config(&config, "sidecar.yaml", &client_sidecar_yaml(port));
+    let pod_ip = reviews.pod_ip("v1");
+    let target = reviews.backend_port();
+    write_config(
+        &config,
+        "server-sidecar.yaml",
+        &format!(
+            "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {{name: reviews, namespace: default}}\nspec:\n  workloadSelector: {{labels: {{app: reviews}}}}\n  ingress:\n  - port: {{number: {target}, protocol: HTTP, name: http}}\n    bind: {pod_ip}\n    captureMode: NONE\n    defaultEndpoint: 127.0.0.1:{app_port}\n  egress:\n  - hosts: ['./*']\n"
+        ),
+    );
+    let ca_cert = pki.join("ca-cert.pem").display().to_string();
+    let ca_key = pki.join("ca-key.pem").display().to_string();
+    let debug = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let meshflow = Meshflow::start_with_args(
+        &config,
+        dir.path(),
+        &[
+            "--ca-cert",
+            &ca_cert,
+            "--ca-key",
+            &ca_key,
+            "--debug-addr",
+            &debug.to_string(),
+        ],
+    );
+    let with_sa = |sa: &'static str| {
+        move |b: &mut serde_json::Value| {
+            b["node"]["metadata"]["SERVICE_ACCOUNT"] = serde_json::json!(sa);
+        }
+    };
+    let server_node = ProxyNode::sidecar(
+        "reviews-v1",
+        "default",
+        &pod_ip,
+        &[("app", "reviews"), ("version", "v1")],
+    );
+    let server = Envoy::start_customized(
+        &envoy_bin,
+        dir.path(),
+        &server_node,
+        meshflow.xds_addr(),
+        XdsMode::Delta,
+        with_sa("reviews"),
+    );
+    server.wait_live(STARTUP_TIMEOUT);
+    let inbound = format!("inbound_{pod_ip}_{target}");
+    server.await_listener(&inbound);
+    let client_node = ProxyNode::sidecar(
+        "client-abc",
+        "default",
+        &reviews.ip(20),
+        &[("app", "client")],
+    );
+    let client = Envoy::start_customized(
+        &envoy_bin,
+        dir.path(),
+        &client_node,
+        meshflow.xds_addr(),
+        XdsMode::Sotw,
+        with_sa("sleep"),
+    );
+    client.wait_live(STARTUP_TIMEOUT);
+    client.await_listener(&format!("127.0.0.1_{port}"));
+
+    let listener = SocketAddr::from(([127, 0, 0, 1], port));
+    let get = || {
+        http_request(listener, "GET", "reviews", "/", &[]).map(|r| {
+            (
+                r.status,
+                r.text(),
+                r.header("x-echo-x-forwarded-client-cert")
+                    .map(str::to_string),
+            )
+        })
+    };
+    let answers = || {
+        let mut counts = std::collections::HashMap::new();
+        for _ in 0..5 {
+            let key = match get() {
+                Ok((200, body, _)) => body,
+                Ok((status, ..)) => format!("status {status}"),
+                Err(e) => e,
+            };
+            *counts.entry(key).or_insert(0usize) += 1;
+        }
+        counts
+    };
+
+    // 1. Through the client sidecar: mTLS to the server's inbound listener, which passes the
+    //    client's SPIFFE identity on.
+    converge(
+        "the client reaches the application over mTLS",
+        CONVERGE_TIMEOUT,
+        answers,
+        |c| count(c, "reviews-app") == 5,
+        || format!("{}\n{}", client.summary(), server.summary()),
+    );
+    let (status, _, xfcc) = get().expect("GET through the client sidecar");
+    assert_eq!(status, 200);
+    let xfcc = xfcc.expect("x-forwarded-client-cert reached the application");
+    assert!(
+        xfcc.contains("URI=spiffe://cluster.local/ns/default/sa/sleep"),
+        "{xfcc}"
+    );
+    assert!(
+        xfcc.contains("By=spiffe://cluster.local/ns/default/sa/reviews"),
+        "{xfcc}"
+    );
+    let handshakes: u64 = server
+        .stats(Some("ssl.handshake"))
+        .iter()
+        .filter(|(k, _)| k.starts_with("listener.") && k.ends_with(".ssl.handshake"))
+        .map(|(_, v)| *v)
+        .sum();
+    assert!(handshakes >= 1, "{:?}", server.stats(Some("ssl")));
+    assert_eq!(client.rejected_updates(), 0, "{}", client.summary());
+    assert_eq!(server.rejected_updates(), 0, "{}", server.summary());
+
+    // The certificates issued went to the proxies only: the debug port shows the stand-in
+    // (the identity), the history and the log no key.
+    for proxy in [&client_node.id, &server_node.id] {
+        let dump = debug_json(debug, &format!("/debug/config_dump?proxy={proxy}")).to_string();
+        assert!(dump.contains("ROOTCA"), "{dump}");
+        assert!(
+            dump.contains("spiffe://cluster.local/ns/default/sa/"),
+            "{dump}"
+        );
+        assert!(!dump.contains("PRIVATE KEY"), "the dump shows a key");
+        let history = debug_json(debug, &format!("/debug/diff?proxy={proxy}")).to_string();
+        assert!(!history.contains("PRIVATE KEY"), "the history shows a key");
+    }
+    assert!(
+        !meshflow.log().contains("PRIVATE KEY"),
+        "the log shows a key"
+    );
+
+    // 2. Straight to the server's inbound listener with Istio's ALPN: no client certificate,
+    //    or one of another CA, is refused; one the mesh's CA signed is served, its identity
+    //    passed on.
+    let inbound_addr: SocketAddr = format!("{pod_ip}:{target}").parse().expect("address");
+    let served = app.requests_served();
+    assert!(
+        mesh_tls_get(inbound_addr, None).is_err(),
+        "no client certificate is refused"
+    );
+    let (other_cert, other_key) = leaf(
+        &other_ca,
+        &[],
+        Some("spiffe://cluster.local/ns/default/sa/intruder"),
+    );
+    assert!(
+        mesh_tls_get(inbound_addr, Some((&other_cert, &other_key))).is_err(),
+        "a certificate of another CA is refused"
+    );
+    assert_eq!(
+        app.requests_served(),
+        served,
+        "nothing reached the application"
+    );
+    let (mesh_cert, mesh_key) = leaf(
+        &mesh_ca,
+        &[],
+        Some("spiffe://cluster.local/ns/default/sa/tester"),
+    );
+    let answer = mesh_tls_get(inbound_addr, Some((&mesh_cert, &mesh_key)))
+        .expect("a certificate of the mesh's CA is served");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(
+        answer.contains("URI=spiffe://cluster.local/ns/default/sa/tester"),
+        "{answer}"
+    );
+
+    // 3. A rule that expects another identity of the server: the client refuses the
+    //    handshake, nothing reaches the application.
+    reviews.write_destination_rule_with_policy(
+        &["v1"],
+        "  trafficPolicy:\n    tls: {mode: ISTIO_MUTUAL, subjectAltNames: [spiffe://cluster.local/ns/default/sa/other]}\n",
+    );
+    converge(
+        "a server identity the rule does not name is refused",
+        CONVERGE_TIMEOUT,
+        answers,
+        |c| count(c, "reviews-app") == 0,
+        || client.summary(),
+    );
+    let served = app.requests_served();
+    let counts = answers();
+    assert_eq!(count(&counts, "reviews-app"), 0, "{counts:?}");
+    assert_eq!(app.requests_served(), served);
+    assert_eq!(client.rejected_updates(), 0, "{}", client.summary());
+
+    // 4. Back to the rule's default (any identity of the trust domain): served again.
+    reviews.write_destination_rule_with_policy(
+        &["v1"],
+        "  trafficPolicy:\n    tls: {mode: ISTIO_MUTUAL}\n",
+    );
+    converge(
+        "served again",
+        CONVERGE_TIMEOUT,
+        answers,
+        |c| count(c, "reviews-app") == 5,
+        || client.summary(),
+    );
+    drop(meshflow);
+}
+
+/// `examples/istio-mutual` (the goldens `tests/golden/istio-mutual-*.txt`), for captured
+/// sidecars here: the `ISTIO_MUTUAL` clusters, `virtualInbound` with the TLS inspector and
+/// each port's mTLS chain, and the Sidecar `ingress` listener, checked by
+/// `envoy --mode validate`.
+#[test]
+fn envoy_accepts_the_istio_mutual_example() {
+    let envoy_bin = require_envoy!();
+    let dir = TestDir::new("envoy-istio-mutual-validate");
+    let sleep = ProxyNode::sidecar("sleep-abc", "default", "127.0.0.20", &[("app", "sleep")]);
+    let reviews = ProxyNode::sidecar(
+        "reviews-v1-abc",
+        "default",
+        "127.0.0.11",
+        &[("app", "reviews"), ("version", "v1")],
+    );
+    let listeners = support::envoy_validate::envoy_validates_example(
+        &envoy_bin,
+        dir.path(),
+        "istio-mutual",
+        &[
+            (&sleep, dataflows::model::ProxyKind::Sidecar),
+            (&reviews, dataflows::model::ProxyKind::Sidecar),
+        ],
+    );
+    let text = serde_json::Value::from(listeners[1].clone()).to_string();
+    for part in [
+        "virtualInbound",
+        "inbound_127.0.0.11_9080",
+        "tls_inspector",
+        "istio-peer-exchange",
+        "ROOTCA",
+        "require_client_certificate",
+    ] {
+        assert!(text.contains(part), "{part} in {text}");
+    }
+}
