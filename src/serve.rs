@@ -7,6 +7,8 @@ use crate::hub::history::HistoryLimits;
 use crate::hub::{Hub, HubOptions};
 use crate::input::Input;
 use crate::runtime;
+/// How long a batch waits for quiet before it is applied (a `serve` option).
+pub use crate::runtime::Debounce;
 use crate::sources::files::FileSource;
 use crate::sources::kube::{KubeOptions, KubeSource};
 use crate::sources::{self, Source};

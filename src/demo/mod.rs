@@ -281,7 +281,7 @@ impl Meshflow {
             nack_rollback: true,
             workers: 1,
             engine: crate::engine::EngineKind::Meshflow,
-            debounce: crate::runtime::Debounce::fixed(Duration::from_millis(20)),
+            debounce: crate::serve::Debounce::fixed(Duration::from_millis(20)),
             mesh: Default::default(),
             mesh_source: None,
             limits: Default::default(),
