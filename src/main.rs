@@ -146,6 +146,8 @@ impl KubeArgs {
     }
 }
 
+// Parsed once at start and matched once: the size of the largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Serve xDS to Envoy proxies from a directory of Kubernetes/Istio YAML and/or a

@@ -1578,7 +1578,11 @@ spec:
     write_config(&mesh.config, "dns.yaml", &entries);
     let cluster = |subset: &str, host: &str| format!("outbound|{PORT}|{subset}|{host}");
     let o = mesh.send(&proxy, &via_sidecar("db.example.com", "/"));
-    assert_eq!(o.cluster(), Some(cluster("", "db.example.com").as_str()), "{o:#?}");
+    assert_eq!(
+        o.cluster(),
+        Some(cluster("", "db.example.com").as_str()),
+        "{o:#?}"
+    );
     assert_eq!(o.upstreams()[0].discovery, Discovery::StrictDns);
     assert_eq!(
         o.endpoints(),
@@ -1586,17 +1590,28 @@ spec:
     );
     let eu = via_sidecar("db.example.com", "/").header("x-region", "eu");
     let o = mesh.send(&proxy, &eu);
-    assert_eq!(o.cluster(), Some(cluster("eu", "db.example.com").as_str()), "{o:#?}");
+    assert_eq!(
+        o.cluster(),
+        Some(cluster("eu", "db.example.com").as_str()),
+        "{o:#?}"
+    );
     assert_eq!(o.endpoints(), vec!["eu.db.example.com:9090"]);
 
     let o = mesh.send(&proxy, &via_sidecar("one.example.com", "/"));
     assert_eq!(o.upstreams()[0].discovery, Discovery::LogicalDns, "{o:#?}");
-    assert_eq!(o.endpoints(), vec![format!("one-backend.example.com:{PORT}")]);
+    assert_eq!(
+        o.endpoints(),
+        vec![format!("one-backend.example.com:{PORT}")]
+    );
     let o = mesh.send(
         &proxy,
         &via_sidecar("one.example.com", "/").header("x-region", "eu"),
     );
-    assert_eq!(o.cluster(), Some(cluster("eu", "one.example.com").as_str()), "{o:#?}");
+    assert_eq!(
+        o.cluster(),
+        Some(cluster("eu", "one.example.com").as_str()),
+        "{o:#?}"
+    );
     assert!(o.endpoints().is_empty(), "{o:#?}");
     assert_eq!(o.status(), Some(503), "{o:#?}");
     mesh.assert_no_errors();

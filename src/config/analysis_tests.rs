@@ -564,7 +564,10 @@ fn service_entry_dns_endpoints_are_resolved_in_place_of_the_hosts() {
     assert!(format!("{err:?}").contains("spec.endpoints"), "{err:?}");
     let bad = doc.replace("address: us.a.example.com", "address: 'not a name'");
     let err = parse_document(&bad, &MeshConfig::default()).unwrap_err();
-    assert!(format!("{err:?}").contains("spec.endpoints[0].address"), "{err:?}");
+    assert!(
+        format!("{err:?}").contains("spec.endpoints[0].address"),
+        "{err:?}"
+    );
     let wildcard = "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: se, namespace: ns}\nspec:\n  hosts: ['*.example.com']\n  ports: [{number: 80, name: http, protocol: HTTP}]\n  resolution: DNS\n";
     let err = parse_document(wildcard, &MeshConfig::default()).unwrap_err();
     assert!(format!("{err:?}").contains("spec.hosts[0]"), "{err:?}");

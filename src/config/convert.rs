@@ -2491,7 +2491,10 @@ fn dns_endpoints(
             if ep.address.parse::<std::net::IpAddr>().is_err() && !is_fqdn(&ep.address) {
                 return Err(Invalid::field(
                     format!("spec.endpoints[{ei}].address"),
-                    format!("{:?} is not a fully qualified domain name or an IP address", ep.address),
+                    format!(
+                        "{:?} is not a fully qualified domain name or an IP address",
+                        ep.address
+                    ),
                 ));
             }
             let ports = ports
