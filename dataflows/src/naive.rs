@@ -328,20 +328,7 @@ pub fn compute(mesh: &MeshConfig, snap: &Snapshot) -> ProxyConfigs {
                     *interception_none,
                     *proxyless,
                 ));
-                let spec = ScopeSpec::new(v.sidecar_spec(s).cloned(), &v.mesh);
-                let ingress = if *proxyless {
-                    Vec::new()
-                } else {
-                    assemble::ingress_clusters(&spec)
-                };
-                res.extend(inbound(
-                    p,
-                    &index,
-                    *interception_none,
-                    *proxyless,
-                    v.mesh.connect_timeout_ms,
-                    &ingress,
-                ));
+                res.extend(inbound(&v, &index, p, s));
             }
             ScopeKey::Router {
                 gateways,
@@ -433,29 +420,8 @@ pub fn compute_planned<'k>(
             scope_part(&v, mesh, &index, &s, (!full).then_some(&plan.eds_hosts))
         });
         let mut res = part.clone();
-        if let (
-            true,
-            ScopeKey::Sidecar {
-                interception_none,
-                proxyless,
-                ..
-            },
-        ) = (full, &s)
-        {
-            let spec = ScopeSpec::new(v.sidecar_spec(&s).cloned(), &v.mesh);
-            let ingress = if *proxyless {
-                Vec::new()
-            } else {
-                assemble::ingress_clusters(&spec)
-            };
-            res.extend(inbound(
-                p,
-                &index,
-                *interception_none,
-                *proxyless,
-                v.mesh.connect_timeout_ms,
-                &ingress,
-            ));
+        if full {
+            res.extend(inbound(&v, &index, p, &s));
         }
         if full && names_workload_certificate(&v, &index, p, &s) {
             res.extend(crate::translate::secret::workload_secrets(p, &v.mesh));
@@ -736,15 +702,23 @@ fn names_workload_certificate(v: &View, index: &EndpointIndex, p: &Proxy, s: &Sc
     mtls || ingress || own_port
 }
 
-/// The proxy's own ports; a proxyless client has no inbound side.
-fn inbound(
-    p: &Proxy,
-    index: &EndpointIndex,
-    interception_none: bool,
-    proxyless: bool,
-    connect_timeout_ms: u64,
-    ingress: &[(u16, Resource)],
-) -> Vec<Resource> {
+/// The proxy's own ports; a proxyless client and a router have no inbound side.
+fn inbound(v: &View, index: &EndpointIndex, p: &Proxy, s: &ScopeKey) -> Vec<Resource> {
+    let ScopeKey::Sidecar {
+        interception_none,
+        proxyless,
+        ..
+    } = s
+    else {
+        return Vec::new();
+    };
+    let (interception_none, proxyless) = (*interception_none, *proxyless);
+    let ingress = if proxyless {
+        Vec::new()
+    } else {
+        assemble::ingress_clusters(&ScopeSpec::new(v.sidecar_spec(s).cloned(), &v.mesh))
+    };
+    let connect_timeout_ms = v.mesh.connect_timeout_ms;
     let ports: BTreeSet<u16> = p
         .ips
         .iter()

@@ -2422,10 +2422,7 @@ fn service_entry(
             }
             let placement = placement(ep, &format!("spec.endpoints[{ei}]"))?;
             for (p, target_port) in ports.iter().zip(&target_ports) {
-                let target = match ep.ports.get(&p.name) {
-                    Some(n) => port_u16(*n, &format!("spec.endpoints[{ei}].ports.{}", p.name))?,
-                    None => target_port.unwrap_or(p.port),
-                };
+                let target = endpoint_port(ep, ei, p, *target_port)?;
                 out.push(Record::Endpoint(
                     host.clone(),
                     m::RawEndpoint {
@@ -2500,13 +2497,7 @@ fn dns_endpoints(
             let ports = ports
                 .iter()
                 .zip(target_ports)
-                .map(|(p, target)| {
-                    let n = match ep.ports.get(&p.name) {
-                        Some(n) => port_u16(*n, &format!("spec.endpoints[{ei}].ports.{}", p.name))?,
-                        None => target.unwrap_or(p.port),
-                    };
-                    Ok((p.name.clone(), n))
-                })
+                .map(|(p, target)| Ok((p.name.clone(), endpoint_port(ep, ei, p, *target)?)))
                 .collect::<Result<_>>()?;
             Ok(m::DnsEndpoint {
                 address: ep.address.clone(),
@@ -2516,6 +2507,20 @@ fn dns_endpoints(
             })
         })
         .collect()
+}
+
+/// The port endpoint `ei` of a ServiceEntry listens on for the entry's port `p`: its own
+/// `ports` entry by the port's name, else the port's targetPort, else its number.
+fn endpoint_port(
+    ep: &istio::WorkloadEntrySpec,
+    ei: usize,
+    p: &m::ServicePort,
+    target_port: Option<u16>,
+) -> Result<u16> {
+    match ep.ports.get(&p.name) {
+        Some(n) => port_u16(*n, &format!("spec.endpoints[{ei}].ports.{}", p.name)),
+        None => Ok(target_port.unwrap_or(p.port)),
+    }
 }
 
 /// A name DNS can answer: dot-separated labels of letters, digits and inner hyphens, each
