@@ -50,9 +50,9 @@ fn unsupported_tls_and_match_conditions_fail_closed_in_envoy() {
     let (rv1, rv2) = ("reviews-v1", "reviews-v2");
 
     // 1. A VirtualService whose first route carries a match condition meshflow does not
-    //    read (`sourceLabels`): that route is left out, so /reviews goes by the second
-    //    route to v1 — never to v2 for every caller.
-    let vs = "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: reviews-fc, namespace: default}\nspec:\n  hosts: [reviews]\n  http:\n  - match:\n    - uri: {prefix: /reviews}\n      sourceLabels: {app: someone-else}\n    route:\n    - destination: {host: reviews, subset: v2}\n  - route:\n    - destination: {host: reviews, subset: v1}\n";
+    //    read (`sourceLabel`, misspelt): that route is left out, so /reviews goes by the
+    //    second route to v1 — never to v2 for every caller.
+    let vs = "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: reviews-fc, namespace: default}\nspec:\n  hosts: [reviews]\n  http:\n  - match:\n    - uri: {prefix: /reviews}\n      sourceLabel: {app: someone-else}\n    route:\n    - destination: {host: reviews, subset: v2}\n  - route:\n    - destination: {host: reviews, subset: v1}\n";
     write_config(config, "vs.yaml", vs);
     let counts = client.converge(
         "/reviews → v1 only",
@@ -63,7 +63,7 @@ fn unsupported_tls_and_match_conditions_fail_closed_in_envoy() {
     );
     assert_eq!(count(&counts, rv1), 20, "{counts:?}");
     assert_eq!(count(&counts, rv2), 0, "{counts:?}");
-    let said = analysis_with(debug, "spec.http[0].match[0].sourceLabels");
+    let said = analysis_with(debug, "spec.http[0].match[0].sourceLabel");
     assert_eq!(said.len(), 1, "{:#}", config_errors(debug));
     assert!(
         said[0].contains("error: VirtualService default/reviews-fc")

@@ -28,6 +28,7 @@ const TRANSLATED: &[&str] = &[
     "spec.http[].match[].withoutHeaders",
     "spec.http[].match[].gateways",
     "spec.http[].match[].sourceNamespace",
+    "spec.http[].match[].sourceLabels",
     "spec.http[].route[].destination.host",
     "spec.http[].route[].destination.subset",
     "spec.http[].route[].destination.port.number",
@@ -79,6 +80,7 @@ const TRANSLATED: &[&str] = &[
     "spec.tcp[].match[].destinationSubnets",
     "spec.tcp[].match[].gateways",
     "spec.tcp[].match[].sourceNamespace",
+    "spec.tcp[].match[].sourceLabels",
     "spec.tcp[].route[].destination.host",
     "spec.tcp[].route[].destination.subset",
     "spec.tcp[].route[].destination.port.number",
@@ -88,6 +90,7 @@ const TRANSLATED: &[&str] = &[
     "spec.tls[].match[].destinationSubnets",
     "spec.tls[].match[].gateways",
     "spec.tls[].match[].sourceNamespace",
+    "spec.tls[].match[].sourceLabels",
     "spec.tls[].route[].destination.host",
     "spec.tls[].route[].destination.subset",
     "spec.tls[].route[].destination.port.number",
@@ -293,10 +296,7 @@ fn restricting_fields_not_honoured_are_errors() {
         .collect();
     for expected in [
         // Match conditions: the route is left out.
-        "VirtualService spec.http[0].match[0].sourceLabels",
-        "VirtualService spec.tcp[0].match[0].sourceLabels",
         "VirtualService spec.tcp[0].match[0].sourceSubnet",
-        "VirtualService spec.tls[0].match[0].sourceLabels",
         // TLS: the clusters fail closed; an HTTPS server whose tls names a field meshflow
         // cannot honour (which certificates to accept) is not generated.
         "DestinationRule spec.trafficPolicy.tls",

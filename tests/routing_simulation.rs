@@ -761,6 +761,55 @@ fn match_source_namespace_applies_to_that_namespace_only() {
     assert_routes_to(&o, &reviews.cluster("v1"), &[pod(&reviews, "v1")]);
 }
 
+/// `sourceLabels`: a match for proxies labelled `app: productpage` applies to the sidecar
+/// carrying that label and to no other, at a gateway as at a sidecar (the gateway's own
+/// labels decide); relabelling the selector moves each proxy's route, and a route whose only
+/// match selects a label nobody carries reaches no one.
+#[test]
+fn match_source_labels_apply_to_the_proxies_carrying_them() {
+    let (mut mesh, reviews, gateway, _) = gateway_setup("source-labels", &["v1", "v2"]);
+    let node = |name: &str, app: &str, ip: u8| {
+        ProxyNode::sidecar(name, "default", &reviews.ip(ip), &[("app", app)])
+    };
+    let productpage = mesh.connect_captured(&node("productpage-abc", "productpage", 20));
+    let ratings = mesh.connect_captured(&node("ratings-abc", "ratings", 21));
+    let vs = |selector: &str| {
+        format!(
+            "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: split, namespace: default}}\nspec:\n  hosts: [reviews.default.svc.cluster.local, {GATEWAY_HOST}]\n  gateways: [bookinfo-gateway, mesh]\n  http:\n  - match: [{{sourceLabels: {selector}}}]\n    route: [{{destination: {{host: reviews, subset: v2, port: {{number: 9080}}}}}}]\n  - route: [{{destination: {{host: reviews, subset: v1, port: {{number: 9080}}}}}}]\n"
+        )
+    };
+    let call = Call::get("reviews.default.svc.cluster.local", 9080, "/").to_address("203.0.113.9");
+    let at_gateway = via_gateway(GATEWAY_HOST, "/");
+    let (v1, v2) = (reviews.cluster("v1"), reviews.cluster("v2"));
+    let (pod1, pod2) = (pod(&reviews, "v1"), pod(&reviews, "v2"));
+
+    write_config(&mesh.config, "split.yaml", &vs("{app: productpage}"));
+    assert_routes_to(&mesh.send(&productpage, &call), &v2, std::slice::from_ref(&pod2));
+    assert_routes_to(&mesh.send(&ratings, &call), &v1, std::slice::from_ref(&pod1));
+    assert_routes_to(&mesh.send(&gateway, &at_gateway), &v1, std::slice::from_ref(&pod1));
+
+    write_config(&mesh.config, "split.yaml", &vs("{app: ratings}"));
+    assert_routes_to(&mesh.send(&productpage, &call), &v1, std::slice::from_ref(&pod1));
+    assert_routes_to(&mesh.send(&ratings, &call), &v2, std::slice::from_ref(&pod2));
+
+    // The gateway's own labels: the router carries `istio: ingressgateway`.
+    write_config(&mesh.config, "split.yaml", &vs("{istio: ingressgateway}"));
+    assert_routes_to(&mesh.send(&gateway, &at_gateway), &v2, std::slice::from_ref(&pod2));
+    assert_routes_to(&mesh.send(&ratings, &call), &v1, std::slice::from_ref(&pod1));
+
+    // Every label of the selector must be carried.
+    write_config(
+        &mesh.config,
+        "split.yaml",
+        &vs("{app: productpage, version: v9}"),
+    );
+    for proxy in [&productpage, &ratings] {
+        assert_routes_to(&mesh.send(proxy, &call), &v1, std::slice::from_ref(&pod1));
+    }
+    assert_routes_to(&mesh.send(&gateway, &at_gateway), &v1, std::slice::from_ref(&pod1));
+    mesh.assert_no_errors();
+}
+
 /// A match's `gateways` (Istio's egress-gateway pattern): one VirtualService bound to the
 /// gateway and to `mesh`, whose first route matches only for `mesh`. Through the gateway that
 /// route does not apply (v1); from a sidecar it does (v2).

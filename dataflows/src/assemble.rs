@@ -129,7 +129,7 @@ pub struct TcpPort<'a> {
 /// need it), or, with TCP services on the port, their chains (and the HTTP one); with the
 /// TCP services it cannot reach.
 pub fn sidecar_port_listener(
-    namespace: &str,
+    source: Source,
     port: u16,
     http: bool,
     tcp: Option<TcpPort>,
@@ -151,7 +151,7 @@ pub fn sidecar_port_listener(
         bind: t.bind,
         http: http && !t.bind,
         fallback,
-        namespace,
+        source,
     };
     tcp::sidecar_listener(&p, t.targets)
 }
@@ -167,8 +167,10 @@ pub struct Router {
 /// Listeners, route configurations and SDS secrets of a gateway proxy in `namespace`
 /// selected by `gateways`, with the VirtualServices bound to each gateway (`(gateway, vs)`
 /// pairs) and the Secrets of that namespace its servers name.
-/// `hashing`: the consistent-hash keys of the hosts the routes go to.
+/// `hashing`: the consistent-hash keys of the hosts the routes go to; `source`: who the
+/// proxies are, for the routes' source conditions.
 pub fn router_resources(
+    source: Source,
     namespace: &str,
     gateways: &[&Gateway],
     vss: &[(&ConfigKey, &ResolvedVs)],
@@ -202,8 +204,10 @@ pub fn router_resources(
             }
         }
     }
-    let tls = crate::gateway_tls::servers(namespace, gateways, vss, secrets, hashing, &listeners);
-    let tcp_listeners = gateway_tcp_listeners(gateways, vss, &listeners, &tls.ports);
+    let tls = crate::gateway_tls::servers(
+        source, namespace, gateways, vss, secrets, hashing, &listeners,
+    );
+    let tcp_listeners = gateway_tcp_listeners(source, gateways, vss, &listeners, &tls.ports);
     let mut out: Vec<(Resource, BTreeSet<ConfigKey>)> = listeners
         .into_iter()
         .map(|((addr, port), inputs)| {
@@ -218,7 +222,7 @@ pub fn router_resources(
         let inputs = route_inputs.remove(&port).unwrap_or_default();
         let name = format!("http.{port}");
         out.push((
-            route::gateway_route_config(&name, port, &vhosts, &redirect, hashing),
+            route::gateway_route_config(&name, port, source, &vhosts, &redirect, hashing),
             inputs,
         ));
     }
@@ -284,6 +288,7 @@ pub(crate) fn add_via(list: &mut Vec<(ResolvedVs, Vec<String>)>, rvs: &ResolvedV
 /// server already holds stays HTTP: one listener cannot be both without telling the
 /// protocols apart, which Istio does not do at a gateway either.
 fn gateway_tcp_listeners(
+    source: Source,
     gateways: &[&Gateway],
     vss: &[(&ConfigKey, &ResolvedVs)],
     http: &BTreeMap<(String, u16), BTreeSet<ConfigKey>>,
@@ -324,7 +329,7 @@ fn gateway_tcp_listeners(
         }
         let pairs: Vec<(&ResolvedVs, &[String])> =
             list.iter().map(|(v, g)| (v, g.as_slice())).collect();
-        if let Some(l) = tcp::gateway_listener(&addr, port, &pairs) {
+        if let Some(l) = tcp::gateway_listener(&addr, port, &pairs, source) {
             out.push((l, inputs));
         }
     }

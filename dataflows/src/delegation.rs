@@ -110,6 +110,9 @@ fn merge(root: &HttpMatch, del: &HttpMatch) -> Option<HttpMatch> {
         port: same(root.port, del.port)?,
         gateways: root.gateways.clone(),
         source_namespace: same(root.source_namespace.clone(), del.source_namespace.clone())?,
+        // Two different selectors are taken as contradicting (the route is left out) rather
+        // than merged: a scope knows only the selectors written, and this never widens.
+        source_labels: same(root.source_labels.clone(), del.source_labels.clone())?,
     })
 }
 

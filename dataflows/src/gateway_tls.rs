@@ -110,17 +110,18 @@ pub fn credential_errors(
         .collect()
 }
 
-/// Whether a TLS route match applies on `port` of gateway `via`: `sourceNamespace` never
-/// holds at a gateway.
-fn applies(m: &TlsMatch, port: u16, via: &str) -> bool {
+/// Whether a TLS route match applies on `port` of gateway `via` for the gateway proxies of
+/// `source` (`sourceNamespace` never holds at a gateway).
+fn applies(m: &TlsMatch, port: u16, via: &str, source: Source) -> bool {
     m.port.is_none_or(|p| p == port)
         && (m.gateways.is_empty() || m.gateways.iter().any(|g| g == via))
-        && m.source_namespace.is_none()
+        && source.admits(m.source_namespace.as_ref(), m.source_labels.as_ref())
 }
 
 /// The TLS servers of a router in `namespace`: listeners per address and port not already
-/// an HTTP server's (`http`).
+/// an HTTP server's (`http`), for its proxies (`source`).
 pub fn servers(
+    source: Source,
     namespace: &str,
     gateways: &[&Gateway],
     vss: &[(&ConfigKey, &ResolvedVs)],
@@ -176,6 +177,7 @@ pub fn servers(
                     let rc = route::gateway_route_config(
                         &name,
                         server.port,
+                        source,
                         &vhosts,
                         &BTreeSet::new(),
                         hashing,
@@ -183,7 +185,7 @@ pub fn servers(
                     out.resources.push((rc, route_inputs));
                 }
                 ServerTlsMode::Passthrough => {
-                    passthrough(gw, server, vss, chains, inputs, &mut out.errors);
+                    passthrough(gw, server, vss, source, chains, inputs, &mut out.errors);
                 }
             }
         }
@@ -218,6 +220,7 @@ fn passthrough<'a>(
     gw: &Gateway,
     server: &GatewayServer,
     vss: &[(&ConfigKey, &'a ResolvedVs)],
+    source: Source,
     chains: &mut TlsChains<'a>,
     inputs: &mut BTreeSet<ConfigKey>,
     errors: &mut Vec<ConfigError>,
@@ -247,7 +250,7 @@ fn passthrough<'a>(
                 continue;
             }
             for (mi, m) in r.matches.iter().enumerate() {
-                if !applies(m, server.port, &via) {
+                if !applies(m, server.port, &via, source) {
                     continue;
                 }
                 let names: Vec<String> = m

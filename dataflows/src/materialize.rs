@@ -547,6 +547,7 @@ mod tests {
             sidecar: None,
             interception_none: false,
             proxyless: false,
+            source_labels: Vec::new(),
         }
     }
 

@@ -497,6 +497,10 @@ pub struct HttpMatch {
     /// Only for proxies in this namespace (sidecar route configurations are per namespace;
     /// gateway ones are not, so there such a match never applies: it fails closed).
     pub source_namespace: Option<String>,
+    /// Only for proxies carrying these labels (sidecars and gateways alike): a scope knows
+    /// which of the mesh's `sourceLabels` selectors its proxies match.
+    #[serde(default)]
+    pub source_labels: Option<Labels>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -662,6 +666,9 @@ pub struct TlsMatch {
     pub destination_subnets: Vec<String>,
     pub gateways: Vec<String>,
     pub source_namespace: Option<String>,
+    /// As [`HttpMatch::source_labels`].
+    #[serde(default)]
+    pub source_labels: Option<Labels>,
 }
 
 /// A VirtualService's `tls[]` route.
@@ -671,8 +678,8 @@ pub struct TlsRoute {
     pub route: Vec<RouteDestination>,
 }
 
-/// One `match` of a TCP route: every condition must hold. `sourceLabels` and
-/// `sourceSubnet` are not modelled: a route using them is left out on input (fails closed).
+/// One `match` of a TCP route: every condition must hold. `sourceSubnet` is not modelled:
+/// a route using it is left out on input (fails closed).
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct TcpMatch {
     /// Only connections to this service port (or gateway server port).
@@ -683,6 +690,9 @@ pub struct TcpMatch {
     pub gateways: Vec<String>,
     /// As [`HttpMatch::source_namespace`]: sidecars in that namespace, never a gateway.
     pub source_namespace: Option<String>,
+    /// As [`HttpMatch::source_labels`].
+    #[serde(default)]
+    pub source_labels: Option<Labels>,
 }
 
 /// A VirtualService's `tcp[]` route: where matching connections go.
@@ -694,6 +704,17 @@ pub struct TcpRoute {
 }
 
 impl VirtualService {
+    /// The `sourceLabels` selectors of its matches (HTTP, TCP and TLS).
+    pub fn source_selectors(&self) -> Vec<Labels> {
+        let http = self.http.iter().flat_map(|r| &r.matches).map(|m| &m.source_labels);
+        let tcp = self.tcp.iter().flat_map(|r| &r.matches).map(|m| &m.source_labels);
+        let tls = self.tls.iter().flat_map(|r| &r.matches).map(|m| &m.source_labels);
+        let mut out: Vec<Labels> = http.chain(tcp).chain(tls).flatten().cloned().collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+
     /// The VirtualServices its routes delegate to.
     pub fn delegates(&self) -> Vec<ConfigKey> {
         let mut out: Vec<ConfigKey> = self
@@ -1301,6 +1322,25 @@ pub enum Holder {
 /// One provenance row: the resource `(holder, type, name)` was produced from input `.1`.
 pub type ProvenanceRow = ((Holder, ResourceType, String), ConfigKey);
 
+/// Who a configuration is for, as a route match's `sourceNamespace` and `sourceLabels` see
+/// it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Source<'a> {
+    /// The proxies' namespace; none at a gateway, where `sourceNamespace` never holds (its
+    /// configuration is not per namespace).
+    pub namespace: Option<&'a str>,
+    /// The mesh's `sourceLabels` selectors the proxies match.
+    pub labels: &'a [Labels],
+}
+
+impl Source<'_> {
+    /// Whether a match with these source conditions applies to these proxies.
+    pub fn admits(&self, namespace: Option<&String>, labels: Option<&Labels>) -> bool {
+        namespace.is_none_or(|ns| Some(ns.as_str()) == self.namespace)
+            && labels.is_none_or(|sel| self.labels.contains(sel))
+    }
+}
+
 /// What a proxy's configuration is computed for. Proxies with the same scope share all
 /// scope-level work; only the inbound part is per proxy.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -1312,11 +1352,17 @@ pub enum ScopeKey {
         interception_none: bool,
         /// Proxyless gRPC: API listeners named `host:port` instead of socket listeners.
         proxyless: bool,
+        /// The VirtualServices' `sourceLabels` selectors these proxies match (sorted).
+        #[serde(default)]
+        source_labels: Vec<Labels>,
     },
     /// A gateway proxy in `namespace` selected by these Gateways (sorted).
     Router {
         namespace: String,
         gateways: Vec<ConfigKey>,
+        /// As for sidecars.
+        #[serde(default)]
+        source_labels: Vec<Labels>,
     },
 }
 
@@ -1336,5 +1382,42 @@ impl ScopeKey {
         match self {
             ScopeKey::Sidecar { namespace, .. } | ScopeKey::Router { namespace, .. } => namespace,
         }
+    }
+
+    /// The `sourceLabels` selectors its proxies match.
+    pub fn source_labels(&self) -> &[Labels] {
+        match self {
+            ScopeKey::Sidecar { source_labels, .. } | ScopeKey::Router { source_labels, .. } => {
+                source_labels
+            }
+        }
+    }
+
+    /// Who its configuration is for, as route matches' source conditions see it.
+    pub fn source(&self) -> Source<'_> {
+        match self {
+            ScopeKey::Sidecar {
+                namespace,
+                source_labels,
+                ..
+            } => Source {
+                namespace: Some(namespace),
+                labels: source_labels,
+            },
+            ScopeKey::Router { source_labels, .. } => Source {
+                namespace: None,
+                labels: source_labels,
+            },
+        }
+    }
+
+    /// The same scope for proxies matching `selectors` (sorted, distinct).
+    pub fn with_source_labels(mut self, selectors: Vec<Labels>) -> Self {
+        match &mut self {
+            ScopeKey::Sidecar { source_labels, .. } | ScopeKey::Router { source_labels, .. } => {
+                *source_labels = selectors
+            }
+        }
+        self
     }
 }

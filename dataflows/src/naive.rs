@@ -33,6 +33,8 @@ struct View<'a> {
     sidecars: Vec<&'a Sidecar>,
     proxies: Vec<&'a Proxy>,
     secrets: Vec<&'a TlsSecret>,
+    /// Every `sourceLabels` selector of the VirtualServices, sorted.
+    source_selectors: Vec<Labels>,
     /// The mesh settings in effect.
     mesh: MeshSettings,
 }
@@ -51,6 +53,7 @@ impl<'a> View<'a> {
             sidecars: Vec::new(),
             proxies: Vec::new(),
             secrets: Vec::new(),
+            source_selectors: Vec::new(),
         };
         // Records iterate in order, so the first service per host is the least one.
         for r in &snap.records {
@@ -72,6 +75,9 @@ impl<'a> View<'a> {
                 Record::Mesh(_) => {}
             }
         }
+        v.source_selectors = v.vss.iter().flat_map(|vs| vs.source_selectors()).collect();
+        v.source_selectors.sort();
+        v.source_selectors.dedup();
         v
     }
 
@@ -139,7 +145,13 @@ impl<'a> View<'a> {
     }
 
     fn scope_of(&self, p: &Proxy) -> ScopeKey {
-        match p.kind {
+        let matched = self
+            .source_selectors
+            .iter()
+            .filter(|sel| rules::labels_match(sel, &p.labels))
+            .cloned()
+            .collect();
+        let s = match p.kind {
             ProxyKind::Sidecar | ProxyKind::Proxyless => {
                 let chosen = self
                     .sidecars
@@ -158,8 +170,10 @@ impl<'a> View<'a> {
                     .filter(|g| rules::gateway_selects(g, p))
                     .map(|g| g.key.clone())
                     .collect(),
+                source_labels: Vec::new(),
             },
-        }
+        };
+        s.with_source_labels(matched)
     }
 
     fn sidecar_spec(&self, s: &ScopeKey) -> Option<&'a Sidecar> {
@@ -333,6 +347,7 @@ pub fn compute(mesh: &MeshConfig, snap: &Snapshot) -> ProxyConfigs {
             ScopeKey::Router {
                 gateways,
                 namespace,
+                ..
             } => res.extend(router(&v, s, namespace, gateways)),
         }
         if names_workload_certificate(&v, &index, p, s) {
@@ -475,6 +490,7 @@ fn scope_part(
         ScopeKey::Router {
             gateways,
             namespace,
+            ..
         } => res.extend(router(v, s, namespace, gateways)),
     }
     res
@@ -625,6 +641,7 @@ fn sidecar_outbound(
             .collect();
         res.push(route::sidecar_route_config(
             port,
+            s.source(),
             s.namespace(),
             &mesh.domain_suffix,
             &vhosts,
@@ -651,7 +668,7 @@ fn sidecar_outbound(
         // The services it cannot reach are the dataflow's to report, not the oracle's.
         res.extend(
             assemble::sidecar_port_listener(
-                s.namespace(),
+                s.source(),
                 port,
                 http_ports.contains(&port),
                 tcp.as_ref().map(|(addr, bind, targets)| TcpPort {
@@ -767,7 +784,7 @@ fn router(v: &View, s: &ScopeKey, namespace: &str, gateways: &[ConfigKey]) -> Ve
         .copied()
         .filter(|s| s.key.namespace == namespace)
         .collect();
-    assemble::router_resources(namespace, &gws, &pairs, &secrets, &v.hashing(s))
+    assemble::router_resources(s.source(), namespace, &gws, &pairs, &secrets, &v.hashing(s))
         .resources
         .into_iter()
         .map(|(r, _)| r)

@@ -251,6 +251,7 @@ pub fn sidecar_scope(p: &Proxy, sidecar: Option<ConfigKey>) -> ScopeKey {
         sidecar,
         interception_none: p.interception_none || proxyless,
         proxyless,
+        source_labels: Vec::new(),
     }
 }
 

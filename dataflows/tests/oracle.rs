@@ -199,6 +199,7 @@ fn random_record(rng: &mut StdRng, extra: &mut StdRng, slot: usize) -> Record {
                     .map(|g| g.to_string())
                     .collect(),
                 source_namespace: rng.random_bool(0.2).then(|| ns.to_string()),
+                source_labels: source_labels(rng),
             };
             let tcp = match rng.random_range(0..3) {
                 0 => vec![],
@@ -230,6 +231,7 @@ fn random_record(rng: &mut StdRng, extra: &mut StdRng, slot: usize) -> Record {
                     matches: vec![TlsMatch {
                         sni_hosts: vec![pick(rng, &[vs_host.as_str(), "nowhere.example"]).into()],
                         port: rng.random_bool(0.3).then_some(8444),
+                        source_labels: source_labels(rng),
                         ..Default::default()
                     }],
                     route: vec![dest(Some("v1"), w), dest(Some("v2"), 100 - w)],
@@ -252,6 +254,7 @@ fn random_record(rng: &mut StdRng, extra: &mut StdRng, slot: usize) -> Record {
                         matches: vec![HttpMatch {
                             headers: [("end-user".to_string(), StringMatch::Exact("jason".into()))]
                                 .into(),
+                            source_labels: source_labels(rng),
                             ..Default::default()
                         }],
                         route: vec![dest(Some("v2"), 100)],
@@ -524,6 +527,17 @@ fn random_record(rng: &mut StdRng, extra: &mut StdRng, slot: usize) -> Record {
             })
         }
     }
+}
+
+/// A match's `sourceLabels`, now and then: selectors some proxies carry (sidecars `app`,
+/// routers `istio`) and one nobody does.
+fn source_labels(rng: &mut StdRng) -> Option<Labels> {
+    rng.random_bool(0.3).then(|| match rng.random_range(0..4) {
+        0 => labels(&[("app", "client")]),
+        1 => labels(&[("app", "svc0")]),
+        2 => labels(&[("istio", "ingressgateway")]),
+        _ => labels(&[("app", "client"), ("version", "none")]),
+    })
 }
 
 /// The key a source would hold one version of.

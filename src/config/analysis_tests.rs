@@ -68,7 +68,7 @@ fn untranslated_route_fields_are_warnings_naming_each_field() {
 #[test]
 fn a_match_condition_not_read_keeps_its_route_out() {
     for cond in [
-        "sourceLabels: {app: productpage}",
+        "sourceLabel: {app: productpage}",
         "headers: {end-user: {exact: jason}, x: {present: true}}",
     ] {
         let doc = format!(
@@ -173,11 +173,11 @@ fn tcp_routes_are_translated_and_tls_routes_warned() {
     assert_eq!(route.route[0].host, "mongo.ns.svc.cluster.local");
 }
 
-/// `sourceLabels` and `sourceSubnet` restrict which clients a TCP route is for; meshflow
-/// cannot honour them, so the route is left out (an error naming the field), never widened.
+/// `sourceSubnet` restricts which clients a TCP route is for; meshflow cannot honour it, so
+/// the route is left out (an error naming the field), never widened.
 #[test]
 fn tcp_source_conditions_fail_closed() {
-    for field in ["sourceLabels: {app: a}", "sourceSubnet: 10.0.0.0/8"] {
+    for field in ["sourceSubnet: 10.0.0.0/8"] {
         let doc = format!(
             "{VS}  tcp:\n  - match: [{{port: 27017, {field}}}]\n    route: [{{destination: {{host: mongo}}}}]\n  - route: [{{destination: {{host: other}}}}]\n"
         );
@@ -822,5 +822,44 @@ fn delegation_is_read_and_its_rules_enforced() {
     ] {
         let err = parse_document(&doc, &MeshConfig::default()).expect_err(&doc);
         assert!(format!("{err:?}").contains(field), "{field}: {err:?}");
+    }
+}
+
+/// `sourceLabels` is read on HTTP, TCP and TLS matches (an empty selector selects every
+/// proxy), and its labels are checked as Kubernetes spells them.
+#[test]
+fn source_labels_are_read_and_checked() {
+    let doc = format!(
+        "{VS}  http:\n  - match:\n    - {{uri: {{prefix: /a}}, sourceLabels: {{app: productpage, version: v1}}}}\n    - {{uri: {{prefix: /b}}, sourceLabels: {{}}}}\n    route:\n    - destination: {{host: reviews}}\n  tcp:\n  - match: [{{port: 27017, sourceLabels: {{app: a}}}}]\n    route: [{{destination: {{host: mongo}}}}]\n"
+    );
+    let p = parse(&doc);
+    assert!(p.findings.is_empty(), "{:?}", p.findings);
+    let v = vs(&p);
+    let sel = |pairs: &[(&str, &str)]| -> dataflows::model::Labels {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    assert_eq!(
+        v.http[0].matches[0].source_labels,
+        Some(sel(&[("app", "productpage"), ("version", "v1")]))
+    );
+    assert_eq!(v.http[0].matches[1].source_labels, None);
+    assert_eq!(v.tcp[0].matches[0].source_labels, Some(sel(&[("app", "a")])));
+    assert_eq!(
+        v.source_selectors(),
+        vec![sel(&[("app", "a")]), sel(&[("app", "productpage"), ("version", "v1")])]
+    );
+    for (bad, field) in [
+        ("{app: -x}", "spec.http[0].match[0].sourceLabels.app"),
+        ("{a b: x}", "spec.http[0].match[0].sourceLabels.a b"),
+        ("{/app: x}", "spec.http[0].match[0].sourceLabels./app"),
+    ] {
+        let doc = format!(
+            "{VS}  http:\n  - match:\n    - {{sourceLabels: {bad}}}\n    route:\n    - destination: {{host: reviews}}\n"
+        );
+        let e = parse_document(&doc, &MeshConfig::default()).expect_err(bad);
+        assert_eq!(e.field, field, "{bad}: {e:?}");
     }
 }

@@ -548,7 +548,54 @@ fn http_match(
         port,
         gateways: gateway_refs(&mr.gateways, ns),
         source_namespace: mr.source_namespace.clone(),
+        source_labels: source_labels(&mr.source_labels, &format!("{f}.sourceLabels"))?,
     })
+}
+
+/// A match's `sourceLabels`: a label selector as Kubernetes spells labels (none when empty,
+/// which selects every proxy).
+fn source_labels(labels: &Labels, field: &str) -> Result<Option<Labels>> {
+    for (k, v) in labels {
+        if let Err(why) = label_key(k).and_then(|()| label_value(v)) {
+            return Err(Invalid::field(format!("{field}.{k}"), why));
+        }
+    }
+    Ok((!labels.is_empty()).then(|| labels.clone()))
+}
+
+/// A label key: an optional DNS-subdomain prefix and `/`, then a name of at most 63
+/// alphanumerics, `-`, `_` and `.`, starting and ending alphanumeric.
+fn label_key(key: &str) -> std::result::Result<(), String> {
+    let name = match key.split_once('/') {
+        Some((prefix, name)) => {
+            if prefix.is_empty() || prefix.len() > 253 || !is_fqdn(prefix) {
+                return Err(format!("{key:?}: the prefix must be a DNS subdomain"));
+            }
+            name
+        }
+        None => key,
+    };
+    if name.is_empty() {
+        return Err(format!("{key:?}: a label key needs a name"));
+    }
+    label_value(name).map_err(|_| format!("{key:?} is not a valid label key"))
+}
+
+/// A label value: empty, or at most 63 alphanumerics, `-`, `_` and `.`, starting and
+/// ending alphanumeric.
+fn label_value(value: &str) -> std::result::Result<(), String> {
+    let ok = value.is_empty()
+        || (value.len() <= 63
+            && value.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && value.ends_with(|c: char| c.is_ascii_alphanumeric())
+            && value
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("{value:?} is not a valid label value"))
+    }
 }
 
 fn string_match(sm: &istio::StringMatch, field: &str, mesh: &MeshConfig) -> Result<m::StringMatch> {
@@ -590,8 +637,8 @@ fn string_match(sm: &istio::StringMatch, field: &str, mesh: &MeshConfig) -> Resu
 fn routes_not_generated(ignored: &[FieldPath], findings: &mut Vec<Finding>) -> NotGenerated {
     let mut out = NotGenerated::default();
     report_ignored(ignored, findings, |p| {
-        // A TCP route whose match reads a condition meshflow cannot honour (`sourceLabels`,
-        // `sourceSubnet`, a misspelt one) would match more connections than written.
+        // A TCP route whose match reads a condition meshflow cannot honour (`sourceSubnet`,
+        // a misspelt one) would match more connections than written.
         if let (Some(ri), Some("match")) = (p.index_under("tls"), p.key_at(2)) {
             out.tls.push(ri);
             return Some(Finding::error(
@@ -775,6 +822,7 @@ fn tcp_routes(
                 destination_subnets,
                 gateways: gateway_refs(&mr.gateways, ns),
                 source_namespace: mr.source_namespace.clone(),
+                source_labels: source_labels(&mr.source_labels, &format!("{mf}.sourceLabels"))?,
             });
         }
         out.push(m::TcpRoute {
@@ -852,6 +900,7 @@ fn tls_routes(
                 destination_subnets,
                 gateways: gateway_refs(&mr.gateways, ns),
                 source_namespace: mr.source_namespace.clone(),
+                source_labels: source_labels(&mr.source_labels, &format!("{mf}.sourceLabels"))?,
             });
         }
         out.push(m::TlsRoute {

@@ -16,8 +16,7 @@ pub struct VirtualServiceSpec {
     pub tls: Vec<TlsRoute>,
 }
 
-/// A `tls[]` route: passthrough by SNI. `sourceLabels` is left untyped on purpose, as for
-/// TCP routes.
+/// A `tls[]` route: passthrough by SNI.
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct TlsRoute {
@@ -34,10 +33,11 @@ pub struct TlsMatchAttributes {
     pub port: Option<i64>,
     pub gateways: Vec<String>,
     pub source_namespace: Option<String>,
+    pub source_labels: BTreeMap<String, String>,
 }
 
-/// A `tcp[]` route. `sourceLabels` and `sourceSubnet` are left untyped on purpose: they
-/// are reported (and the route left out) as fields meshflow cannot honour.
+/// A `tcp[]` route. `sourceSubnet` is left untyped on purpose: it is reported (and the
+/// route left out) as a field meshflow cannot honour.
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct TcpRoute {
@@ -53,6 +53,7 @@ pub struct L4MatchAttributes {
     pub port: Option<i64>,
     pub gateways: Vec<String>,
     pub source_namespace: Option<String>,
+    pub source_labels: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -199,6 +200,7 @@ pub struct HttpMatchRequest {
     pub without_headers: BTreeMap<String, StringMatch>,
     pub gateways: Vec<String>,
     pub source_namespace: Option<String>,
+    pub source_labels: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

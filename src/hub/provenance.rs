@@ -84,7 +84,7 @@ impl ProvenanceStore {
 
 /// `sidecar default (Sidecar default/sleep)`, `router istio-system (Gateway ...)`.
 fn describe_scope(scope: &ScopeKey) -> String {
-    match scope {
+    let what = match scope {
         ScopeKey::Sidecar {
             namespace,
             sidecar,
@@ -103,12 +103,20 @@ fn describe_scope(scope: &ScopeKey) -> String {
         ScopeKey::Router {
             namespace,
             gateways,
+            ..
         } => {
             let gws: Vec<String> = gateways
                 .iter()
                 .map(|g| format!("{}/{}", g.namespace, g.name))
                 .collect();
             format!("router {namespace} selected by [{}]", gws.join(", "))
+        }
+    };
+    match scope.source_labels() {
+        [] => what,
+        sels => {
+            let sels: Vec<String> = sels.iter().map(|sel| format!("{sel:?}")).collect();
+            format!("{what}, matching sourceLabels {}", sels.join(", "))
         }
     }
 }
@@ -130,6 +138,7 @@ mod tests {
             sidecar: None,
             interception_none: false,
             proxyless: false,
+            source_labels: Vec::new(),
         };
         let route = (
             Holder::Scope(scope.clone()),

@@ -106,7 +106,7 @@ pub(super) fn routers<'s>(
         .concat(router_hash_items)
         .concat(router_secret_items)
         .reduce(|s, vals: &[(&GwItem, isize)], out| {
-            let built = resources(s.namespace(), vals);
+            let built = resources(s, vals);
             out.extend(built.resources.into_iter().map(|r| (Ok(r), 1isize)));
             out.extend(built.errors.into_iter().map(|e| (Err(e), 1isize)));
         });
@@ -128,7 +128,7 @@ pub(super) fn routers<'s>(
 
 /// One router scope's resources, each with its inputs, sorted and deduplicated, and its
 /// errors.
-fn resources(namespace: &str, vals: &[(&GwItem, isize)]) -> assemble::Router {
+fn resources(s: &ScopeKey, vals: &[(&GwItem, isize)]) -> assemble::Router {
     let gws: Vec<&Gateway> = vals
         .iter()
         .filter_map(|(v, _)| {
@@ -163,7 +163,7 @@ fn resources(namespace: &str, vals: &[(&GwItem, isize)]) -> assemble::Router {
             _ => None,
         })
         .collect();
-    let mut out = assemble::router_resources(namespace, &gws, &vss, &secrets, &hashing);
+    let mut out = assemble::router_resources(s.source(), s.namespace(), &gws, &vss, &secrets, &hashing);
     // One record per resource, whatever the number of servers that built it (a Secret two
     // Gateways' servers name is built twice, with different inputs): the scope's resources
     // are a set downstream, and a second copy would make one server's removal retract it.

@@ -99,7 +99,13 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         &services.chosen,
     );
 
-    let proxy_scopes = scopes::of_proxies(&mesh, &i.proxies, &i.sidecars, &i.gateways);
+    let proxy_scopes = scopes::of_proxies(
+        &mesh,
+        &i.proxies,
+        &i.sidecars,
+        &i.gateways,
+        &virtual_services,
+    );
     let scopes = proxy_scopes.clone().map(|(_, s)| s).distinct();
     let specs = scopes::sidecar_specs(&scopes, &i.sidecars, &mesh);
     let visible = visibility::hosts(&specs, &services.chosen);

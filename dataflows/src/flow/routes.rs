@@ -232,6 +232,7 @@ fn configs<'s>(rows: Rows<'s>, domain_suffix: &str) -> Coll<'s, (ScopeKey, Resou
             out.push((
                 route::sidecar_route_config(
                     *port,
+                    s.source(),
                     s.namespace(),
                     &suffix,
                     &vhosts,

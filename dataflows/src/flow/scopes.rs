@@ -1,5 +1,5 @@
 //! Scopes: which [`ScopeKey`] each connected proxy's shared resources come from. In: proxies,
-//! Sidecar resources, Gateways. Out: `(proxy, scope)` and, per scope, the Sidecar spec in
+//! Sidecar resources, Gateways, VirtualServices' `sourceLabels`. Out: `(proxy, scope)` and, per scope, the Sidecar spec in
 //! effect. Proxies of one scope share every scope-level stage downstream, so this is where a
 //! proxy's identity stops mattering to everything but [`super::inbound`].
 
@@ -9,14 +9,45 @@ use crate::model::*;
 use crate::rules;
 
 /// `(proxy, scope)` for every connected proxy: sidecars and proxyless clients by the Sidecar
-/// resource in effect, routers by the Gateways that select them.
+/// resource in effect, routers by the Gateways that select them; both by the `sourceLabels`
+/// selectors of VirtualServices they match.
 pub(super) fn of_proxies<'s>(
     mesh: &Mesh<'s>,
     proxies: &Coll<'s, (ProxyId, Proxy)>,
     sidecars: &Coll<'s, (ConfigKey, Sidecar)>,
     gateways: &Coll<'s, (ConfigKey, Gateway)>,
+    vss: &Coll<'s, (ConfigKey, VirtualService)>,
 ) -> Coll<'s, (ProxyId, ScopeKey)> {
-    sidecar_scopes(mesh, proxies, sidecars).concat(router_scopes(proxies, gateways))
+    let scopes = sidecar_scopes(mesh, proxies, sidecars).concat(router_scopes(proxies, gateways));
+    let matched = source_selectors(proxies, vss);
+    let labelled = scopes.clone().join_map(matched.clone(), |id, s, sels| {
+        (id.clone(), s.clone().with_source_labels(sels.clone()))
+    });
+    labelled.concat(scopes.antijoin(matched.map(|(id, _)| id)))
+}
+
+/// The `sourceLabels` selectors each proxy matches, sorted, for the proxies matching any.
+/// Only proxies whose labels some selector reads are split from their scope, and only by
+/// the selectors they match, so a mesh without `sourceLabels` keeps its scopes whole.
+fn source_selectors<'s>(
+    proxies: &Coll<'s, (ProxyId, Proxy)>,
+    vss: &Coll<'s, (ConfigKey, VirtualService)>,
+) -> Coll<'s, (ProxyId, Vec<Labels>)> {
+    let by_first_label = vss
+        .clone()
+        .flat_map(|(_, vs)| vs.source_selectors())
+        .distinct()
+        .flat_map(|sel| {
+            let first = sel.iter().next().map(|(k, v)| (k.clone(), v.clone()));
+            first.map(|(k, v)| ((String::new(), k, v), sel))
+        });
+    candidates(proxies, false, by_first_label)
+        .filter(|(_, (sel, p))| rules::labels_match(sel, &p.labels))
+        .map(|(id, (sel, _))| (id, sel))
+        .reduce(|_, vals, out| {
+            let sels: Vec<Labels> = vals.iter().map(|(s, _)| (*s).clone()).collect();
+            out.push((sels, 1isize))
+        })
 }
 
 /// (namespace or "", label key, label value).
@@ -139,6 +170,7 @@ fn router_scopes<'s>(
                 ScopeKey::Router {
                     namespace: p.namespace.clone(),
                     gateways: gws.clone(),
+                    source_labels: Vec::new(),
                 },
             )
         });
@@ -150,6 +182,7 @@ fn router_scopes<'s>(
                 ScopeKey::Router {
                     namespace: p.namespace,
                     gateways: Vec::new(),
+                    source_labels: Vec::new(),
                 },
             )
         });

@@ -154,5 +154,5 @@ fn port_listener(s: &ScopeKey, port: u16, vals: &[(&PortRow, isize)]) -> Sidecar
         registry_only,
         targets: &targets,
     });
-    assemble::sidecar_port_listener(s.namespace(), port, http, tcp)
+    assemble::sidecar_port_listener(s.source(), port, http, tcp)
 }

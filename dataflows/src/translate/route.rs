@@ -6,7 +6,7 @@ use super::{duration_ms, outbound_cluster_name, PASSTHROUGH_CLUSTER};
 use crate::model::{
     AbortStatus, Cors, DirectResponse, Fault, HashKey, Hashing, HeaderEdits, HttpMatch, HttpRoute,
     PerMillion, Redirect, ResolvedVs, Resource, ResourceType, Retries, RouteDestination, Service,
-    StringMatch, UnknownHosts,
+    Source, StringMatch, UnknownHosts,
 };
 use envoy_types::pb::envoy::config::core::v3::{
     data_source, header_value_option::HeaderAppendAction, DataSource, HeaderValue,
@@ -500,12 +500,12 @@ fn envoy_route(
 
 /// Envoy routes for one VirtualService: one route per match of each HTTP route, in order.
 /// `via`: the gateways (`namespace/name`) the VirtualService is applied through, or `mesh`;
-/// `source_ns`: the namespace of the proxies the configuration is for, when it is one.
+/// `source`: the proxies the configuration is for (`sourceNamespace`, `sourceLabels`).
 pub fn vs_routes(
     vs: &ResolvedVs,
     current: u16,
     via: &[String],
-    source_ns: Option<&str>,
+    source: Source,
     hashing: &Hashing,
 ) -> Vec<Route> {
     let mut out = Vec::new();
@@ -523,11 +523,7 @@ pub fn vs_routes(
                 .iter()
                 .filter(|m| m.port.is_none_or(|p| p == current))
                 .filter(|m| m.gateways.is_empty() || m.gateways.iter().any(|g| via.contains(g)))
-                .filter(|m| {
-                    m.source_namespace
-                        .as_deref()
-                        .is_none_or(|ns| Some(ns) == source_ns)
-                })
+                .filter(|m| source.admits(m.source_namespace.as_ref(), m.source_labels.as_ref()))
                 .map(Some)
                 .collect()
         };
@@ -616,6 +612,7 @@ pub type SidecarVhost = (Service, Option<ResolvedVs>);
 /// hosts outside the registry: `allow_any` (passthrough) or `block_all` (502).
 pub fn sidecar_route_config(
     port: u16,
+    source: Source,
     proxy_ns: &str,
     domain_suffix: &str,
     vhosts: &[SidecarVhost],
@@ -631,7 +628,7 @@ pub fn sidecar_route_config(
             name: format!("{}:{}", svc.hostname, port),
             domains: domains(&svc.hostname, port, proxy_ns, domain_suffix),
             routes: match vs {
-                Some(vs) => vs_routes(vs, port, &[MESH.to_string()], Some(proxy_ns), hashing),
+                Some(vs) => vs_routes(vs, port, &[MESH.to_string()], source, hashing),
                 None => vec![default_route(svc, port, default_retries, hashing)],
             },
             ..Default::default()
@@ -684,6 +681,7 @@ pub fn sidecar_route_config(
 pub fn gateway_route_config(
     name: &str,
     port: u16,
+    source: Source,
     vhosts: &GatewayVhosts,
     require_tls: &BTreeSet<String>,
     hashing: &Hashing,
@@ -703,7 +701,7 @@ pub fn gateway_route_config(
             },
             routes: vss
                 .iter()
-                .flat_map(|(vs, via)| vs_routes(vs, port, via, None, hashing))
+                .flat_map(|(vs, via)| vs_routes(vs, port, via, source, hashing))
                 .collect(),
             require_tls: if require_tls.contains(domain) {
                 virtual_host::TlsRequirementType::All as i32

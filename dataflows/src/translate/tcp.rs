@@ -12,7 +12,7 @@
 use super::listener::{bind_flag, http_chain, listener_name, tcp_to};
 use super::{outbound_cluster_name, socket_address};
 use crate::model::{
-    Protocol, ResolvedVs, Resource, ResourceType, RouteDestination, Service, TcpMatch,
+    Protocol, ResolvedVs, Resource, ResourceType, RouteDestination, Service, Source, TcpMatch,
 };
 use envoy_types::pb::envoy::config::core::v3::{CidrRange, TrafficDirection};
 use envoy_types::pb::envoy::config::listener::v3::FilterChainMatch;
@@ -49,13 +49,11 @@ pub(crate) fn destinations(route: &[RouteDestination], port: u16, vs: &ResolvedV
 }
 
 /// Whether a match applies on `port` through `via` (gateways `namespace/name`, or `mesh`)
-/// for proxies in `source_ns` (none: a gateway, where `sourceNamespace` never holds).
-fn applies(m: &TcpMatch, port: u16, via: &[String], source_ns: Option<&str>) -> bool {
+/// for the proxies of `source`.
+fn applies(m: &TcpMatch, port: u16, via: &[String], source: Source) -> bool {
     m.port.is_none_or(|p| p == port)
         && (m.gateways.is_empty() || m.gateways.iter().any(|g| via.contains(g)))
-        && m.source_namespace
-            .as_deref()
-            .is_none_or(|ns| Some(ns) == source_ns)
+        && source.admits(m.source_namespace.as_ref(), m.source_labels.as_ref())
 }
 
 /// The chains the `tcp[]` routes of `vss` (each with the gateways it applies through, in
@@ -67,7 +65,7 @@ fn applies(m: &TcpMatch, port: u16, via: &[String], source_ns: Option<&str>) -> 
 pub fn chains(
     vss: &[(&ResolvedVs, &[String])],
     port: u16,
-    source_ns: Option<&str>,
+    source: Source,
     fallback: Option<&str>,
 ) -> Vec<TcpChain> {
     let mut out: Vec<TcpChain> = Vec::new();
@@ -81,7 +79,7 @@ pub fn chains(
             let live: Vec<&TcpMatch> = route
                 .matches
                 .iter()
-                .filter(|m| applies(m, port, via, source_ns))
+                .filter(|m| applies(m, port, via, source))
                 .collect();
             if !route.matches.is_empty() && live.is_empty() {
                 continue;
@@ -249,8 +247,8 @@ pub struct OutboundPort<'a> {
     /// Where connections no chain matches go on a captured listener (`PassthroughCluster`,
     /// or `BlackHoleCluster` under REGISTRY_ONLY).
     pub fallback: &'a str,
-    /// The proxy's namespace, for `sourceNamespace`.
-    pub namespace: &'a str,
+    /// The proxies it is for, for `sourceNamespace` and `sourceLabels`.
+    pub source: Source<'a>,
 }
 
 /// A sidecar's outbound listener for TCP services `targets` (sorted by host here). On a
@@ -286,7 +284,7 @@ pub fn sidecar_listener(p: &OutboundPort, targets: &[TcpTarget]) -> SidecarListe
         let mut reached = false;
         let fallback = outbound_cluster_name(p.port, None, &svc.hostname);
         let vss: Vec<(&ResolvedVs, &[String])> = vs.iter().map(|v| (v, mesh.as_slice())).collect();
-        let list = chains(&vss, p.port, Some(p.namespace), Some(&fallback));
+        let list = chains(&vss, p.port, p.source, Some(&fallback));
         for (i, (ranges, dests)) in list.into_iter().enumerate() {
             // On a captured listener a chain is for this service's connections only: its
             // addresses, or those of them inside a route's `destinationSubnets` (a subnet
@@ -365,9 +363,10 @@ pub fn gateway_listener(
     addr: &str,
     port: u16,
     vss: &[(&ResolvedVs, &[String])],
+    source: Source,
 ) -> Option<Resource> {
     let name = listener_name(addr, port);
-    let list = chains(vss, port, None, None);
+    let list = chains(vss, port, source, None);
     let mut built = Chains::new(false);
     for (i, (ranges, dests)) in list.into_iter().enumerate() {
         built.add(format!("{name}#{i}"), ranges, &dests);
