@@ -140,3 +140,61 @@ fn envoy_accepts_the_tcp_echo_example_listeners() {
         );
     }
 }
+
+/// A Sidecar `ingress` port of protocol TCP (here `MONGO`) is proxied as TCP to its
+/// `defaultEndpoint`: the server sidecar (pod `mongo-server-abc`, no capture) binds
+/// `inbound_IP_PORT` itself, and every connection greets and echoes through it — an HTTP
+/// connection manager there would answer the first bytes with a 400 instead. Switching the
+/// port's protocol to HTTP puts the connection manager back (the echo breaks), and back to
+/// TCP restores it, with no update rejected.
+#[test]
+fn sidecar_ingress_tcp_port_proxies_connections_to_its_default_endpoint() {
+    let envoy_bin = require_envoy!();
+    let dir = TestDir::new("envoy-tcp-ingress");
+    let config = dir.subdir("config");
+    let (port, app_port) = (free_port(), free_port());
+    let server_ip = ip(30);
+    let _app = TcpEcho::start("127.0.0.1", app_port, "mongo-app");
+    let sidecar = |protocol: &str| {
+        format!(
+            "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {{name: mongo-server, namespace: default}}\nspec:\n  workloadSelector: {{labels: {{app: mongo-server}}}}\n  ingress:\n  - port: {{number: {port}, protocol: {protocol}, name: mongo}}\n    bind: {server_ip}\n    captureMode: NONE\n    defaultEndpoint: 127.0.0.1:{app_port}\n  egress:\n  - hosts: ['./*']\n"
+        )
+    };
+    support::write_config(&config, "sidecar.yaml", &sidecar("MONGO"));
+    let meshflow = Meshflow::start(&config, dir.path());
+    let node = ProxyNode::sidecar(
+        "mongo-server-abc",
+        "default",
+        &server_ip,
+        &[("app", "mongo-server")],
+    );
+    let server = Envoy::start(
+        &envoy_bin,
+        dir.path(),
+        &node,
+        meshflow.xds_addr(),
+        XdsMode::Delta,
+    );
+    server.wait_live(STARTUP_TIMEOUT);
+    server.await_listener(&format!("inbound_{server_ip}_{port}"));
+    let addr: SocketAddr = format!("{server_ip}:{port}").parse().expect("address");
+    let app = "mongo-app";
+
+    let counts = converge_tcp("TCP ingress echoes", &server, addr, |c| only(c, app), 10);
+    assert_eq!(counts.get(app), Some(&10), "{counts:?}");
+
+    support::write_config(&config, "sidecar.yaml", &sidecar("HTTP"));
+    let counts = converge_tcp(
+        "HTTP ingress does not echo",
+        &server,
+        addr,
+        |c| !c.contains_key(app),
+        5,
+    );
+    assert!(!counts.contains_key(app), "{counts:?}");
+
+    support::write_config(&config, "sidecar.yaml", &sidecar("TCP"));
+    let counts = converge_tcp("TCP again", &server, addr, |c| only(c, app), 10);
+    assert_eq!(counts.get(app), Some(&10), "{counts:?}");
+    assert_eq!(server.rejected_updates(), 0, "{}", server.summary());
+}

@@ -65,7 +65,17 @@ fn sidecar_ingress(spec: &ScopeSpec, interception_none: bool) -> Vec<Resource> {
         .iter()
         .flat_map(|s| &s.ingress)
         .filter(|l| interception_none || l.capture_none)
-        .map(|l| listener::ingress_listener(l.bind.as_deref().unwrap_or("0.0.0.0"), l.port))
+        .map(|l| listener::ingress_listener(l.bind.as_deref().unwrap_or("0.0.0.0"), l.inbound()))
+        .collect()
+}
+
+/// The Sidecar's `ingress` ports, each with whether a captured proxy reaches it through
+/// `virtualInbound` (not `captureMode: NONE`, which binds a listener of its own).
+pub fn ingress_ports(spec: &ScopeSpec) -> Vec<(InboundPort, bool)> {
+    spec.sidecar
+        .iter()
+        .flat_map(|s| &s.ingress)
+        .map(|l| (l.inbound(), !l.capture_none))
         .collect()
 }
 

@@ -288,6 +288,53 @@ impl Protocol {
     }
 }
 
+/// A port of a proxy's own workload, as its inbound side serves it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct InboundPort {
+    pub port: u16,
+    /// Proxied as TCP (`tcp_proxy`) rather than through an HTTP connection manager.
+    pub tcp: bool,
+}
+
+impl InboundPort {
+    /// The ports of `rows` (a target port, and the protocol of a service port reaching it),
+    /// sorted, one each: a port some service reaches as TCP or TLS is proxied as TCP, which
+    /// also carries HTTP (unparsed), where an HTTP chain would break every TCP client.
+    pub fn merged(rows: impl IntoIterator<Item = (u16, Protocol)>) -> Vec<InboundPort> {
+        let mut ports: BTreeMap<u16, bool> = BTreeMap::new();
+        for (port, protocol) in rows {
+            *ports.entry(port).or_default() |= !protocol.is_http();
+        }
+        ports
+            .into_iter()
+            .map(|(port, tcp)| InboundPort { port, tcp })
+            .collect()
+    }
+
+    /// The ports `virtualInbound` serves for a proxy: its own (`own`, as for [`Self::merged`])
+    /// and the Sidecar `ingress` ports it captures; an `ingress` port's protocol is the one
+    /// in effect for its port (`ingress`: each port, and whether traffic reaches it through
+    /// `virtualInbound` rather than a listener of its own).
+    pub fn of_proxy(
+        own: impl IntoIterator<Item = (u16, Protocol)>,
+        ingress: impl IntoIterator<Item = (InboundPort, bool)>,
+    ) -> Vec<InboundPort> {
+        let mut ports: BTreeMap<u16, bool> = Self::merged(own)
+            .into_iter()
+            .map(|p| (p.port, p.tcp))
+            .collect();
+        for (p, captured) in ingress {
+            if captured || ports.contains_key(&p.port) {
+                ports.insert(p.port, p.tcp);
+            }
+        }
+        ports
+            .into_iter()
+            .map(|(port, tcp)| InboundPort { port, tcp })
+            .collect()
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct ServicePort {
     pub name: String,
@@ -1030,6 +1077,23 @@ pub struct IngressListener {
     /// `defaultEndpoint` as (IP, port): `127.0.0.1:PORT` when unset.
     pub endpoint: (String, u16),
     pub capture_none: bool,
+    /// The port's protocol: an HTTP one gets the HTTP chains, any other `tcp_proxy`.
+    #[serde(default = "http_protocol")]
+    pub protocol: Protocol,
+}
+
+fn http_protocol() -> Protocol {
+    Protocol::Http
+}
+
+impl IngressListener {
+    /// Its port as the inbound side serves it.
+    pub fn inbound(&self) -> InboundPort {
+        InboundPort {
+            port: self.port,
+            tcp: !self.protocol.is_http(),
+        }
+    }
 }
 
 /// The virtual host a sidecar route configuration ends with, for hosts outside the registry:

@@ -548,7 +548,8 @@ fn clusters_of(
 /// Resolved endpoints looked up by host and port (assignments) and by IP (inbound ports).
 struct EndpointIndex<'e> {
     by_host: HashMap<(&'e str, u16), Vec<&'e Endpoint>>,
-    by_ip: HashMap<&'e str, Vec<&'e Endpoint>>,
+    /// Each with the host and service port it was resolved to.
+    by_ip: HashMap<&'e str, Vec<(&'e str, u16, &'e Endpoint)>>,
 }
 
 impl<'e> EndpointIndex<'e> {
@@ -557,9 +558,12 @@ impl<'e> EndpointIndex<'e> {
         for ((h, port), ep) in eps {
             by_host.entry((h.as_str(), *port)).or_default().push(ep);
         }
-        let mut by_ip: HashMap<&str, Vec<&Endpoint>> = HashMap::new();
-        for (_, ep) in eps {
-            by_ip.entry(ep.ip.as_str()).or_default().push(ep);
+        let mut by_ip: HashMap<&str, Vec<(&str, u16, &Endpoint)>> = HashMap::new();
+        for ((h, port), ep) in eps {
+            by_ip
+                .entry(ep.ip.as_str())
+                .or_default()
+                .push((h.as_str(), *port, ep));
         }
         EndpointIndex { by_host, by_ip }
     }
@@ -736,13 +740,19 @@ fn inbound(v: &View, index: &EndpointIndex, p: &Proxy, s: &ScopeKey) -> Vec<Reso
         assemble::ingress_clusters(&ScopeSpec::new(v.sidecar_spec(s).cloned(), &v.mesh))
     };
     let connect_timeout_ms = v.mesh.connect_timeout_ms;
-    let ports: BTreeSet<u16> = p
+    // Each own endpoint's port, with the protocol of the service port it serves.
+    let own: Vec<(u16, Protocol)> = p
         .ips
         .iter()
         .filter(|_| !proxyless)
         .flat_map(|ip| index.by_ip.get(ip.as_str()).into_iter().flatten())
-        .map(|ep| ep.port)
+        .filter_map(|(h, svc_port, ep)| {
+            let svc = v.services.get(h)?;
+            let sp = svc.ports.iter().find(|sp| sp.port == *svc_port)?;
+            Some((ep.port, sp.protocol))
+        })
         .collect();
+    let ports: BTreeSet<u16> = own.iter().map(|(port, _)| *port).collect();
     // The Sidecar's `ingress` gives its own cluster for its ports.
     let mut res: Vec<Resource> = ports
         .iter()
@@ -751,9 +761,15 @@ fn inbound(v: &View, index: &EndpointIndex, p: &Proxy, s: &ScopeKey) -> Vec<Reso
         .chain(ingress.iter().map(|(_, c)| c.clone()))
         .collect();
     if !interception_none {
-        res.push(listener::virtual_inbound(
-            &ports.iter().copied().collect::<Vec<_>>(),
-        ));
+        let ingress_ports = if proxyless {
+            Vec::new()
+        } else {
+            assemble::ingress_ports(&ScopeSpec::new(v.sidecar_spec(s).cloned(), &v.mesh))
+        };
+        res.push(listener::virtual_inbound(&InboundPort::of_proxy(
+            own,
+            ingress_ports,
+        )));
     }
     res
 }

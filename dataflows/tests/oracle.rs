@@ -387,6 +387,7 @@ fn random_record(rng: &mut StdRng, extra: &mut StdRng, slot: usize) -> Record {
                         bind: extra.random_bool(0.5).then(|| "127.0.0.1".into()),
                         endpoint: ("127.0.0.1".into(), 18080),
                         capture_none: extra.random_bool(0.5),
+                        protocol: pick(extra, &[Protocol::Http, Protocol::Tcp]),
                     }],
                     _ => Vec::new(),
                 },

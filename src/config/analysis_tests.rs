@@ -445,7 +445,7 @@ fn tls_routes_are_read_with_their_sni_hosts_within_the_virtual_service_hosts() {
 
 #[test]
 fn sidecar_registry_only_and_ingress_are_read() {
-    let doc = "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: s, namespace: ns}\nspec:\n  outboundTrafficPolicy: {mode: REGISTRY_ONLY}\n  ingress:\n  - port: {number: 9080, protocol: HTTP, name: http}\n    defaultEndpoint: 127.0.0.1:8080\n  egress:\n  - hosts: ['./*']\n";
+    let doc = "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: s, namespace: ns}\nspec:\n  outboundTrafficPolicy: {mode: REGISTRY_ONLY}\n  ingress:\n  - port: {number: 9080, protocol: HTTP, name: http}\n    defaultEndpoint: 127.0.0.1:8080\n  - port: {number: 27017, protocol: MONGO, name: mongo}\n    defaultEndpoint: 127.0.0.1:27018\n    captureMode: NONE\n  egress:\n  - hosts: ['./*']\n";
     let p = parse(doc);
     let Record::Sidecar(sc) = &p.records[0] else {
         panic!()
@@ -453,12 +453,22 @@ fn sidecar_registry_only_and_ingress_are_read() {
     assert_eq!(sc.registry_only, Some(true));
     assert_eq!(
         sc.ingress,
-        vec![dataflows::model::IngressListener {
-            port: 9080,
-            bind: None,
-            endpoint: ("127.0.0.1".into(), 8080),
-            capture_none: false,
-        }]
+        vec![
+            dataflows::model::IngressListener {
+                port: 9080,
+                bind: None,
+                endpoint: ("127.0.0.1".into(), 8080),
+                capture_none: false,
+                protocol: dataflows::model::Protocol::Http,
+            },
+            dataflows::model::IngressListener {
+                port: 27017,
+                bind: None,
+                endpoint: ("127.0.0.1".into(), 27018),
+                capture_none: true,
+                protocol: dataflows::model::Protocol::Tcp,
+            }
+        ]
     );
     assert!(p.findings.is_empty(), "{:?}", p.findings);
 }

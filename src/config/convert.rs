@@ -2218,9 +2218,10 @@ fn sidecar(key: &ConfigKey, value: &Value, findings: &mut Vec<Finding>) -> Resul
     })])
 }
 
-/// A Sidecar's `ingress[]`: HTTP ports to a `defaultEndpoint` on the workload. A port whose
-/// protocol is not HTTP, or whose endpoint is a Unix socket, is left out and said (its
-/// traffic keeps reaching the workload as the proxy's own endpoints have it).
+/// A Sidecar's `ingress[]`: ports to a `defaultEndpoint` on the workload, HTTP ones through
+/// a connection manager, any other protocol as TCP. A port whose endpoint is a Unix socket
+/// is left out and said (its traffic keeps reaching the workload as the proxy's own
+/// endpoints have it).
 fn sidecar_ingress(
     list: &[istio::IstioIngressListener],
     findings: &mut Vec<Finding>,
@@ -2259,14 +2260,7 @@ fn sidecar_ingress(
                 ))
             }
         };
-        if !server_protocol(&p.protocol).is_http() {
-            findings.push(Finding::warning(
-                format!("{f}.port.protocol"),
-                "ingress listeners are generated for HTTP ports only yet; this one is not \
-                 generated",
-            ));
-            continue;
-        }
+        let protocol = server_protocol(&p.protocol);
         let endpoint = match l.default_endpoint.as_deref() {
             None => ("127.0.0.1".to_string(), port),
             Some(e) if e.starts_with("unix://") => {
@@ -2292,6 +2286,7 @@ fn sidecar_ingress(
             bind: l.bind.clone(),
             endpoint,
             capture_none,
+            protocol,
         });
     }
     Ok(out)

@@ -12,14 +12,29 @@ use super::mesh::Mesh;
 use super::{Built, Coll};
 use crate::model::*;
 use crate::translate::{self, cluster, listener, secret};
+use serde::{Deserialize, Serialize};
+
+/// What a captured sidecar's `virtualInbound` is built from.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+enum InboundRow {
+    /// The proxy is captured (its listener exists even with no port).
+    Captured,
+    /// A port of its own endpoints, with the protocol of a service port reaching it.
+    Own(u16, Protocol),
+    /// A Sidecar `ingress` port, and whether it is reached through `virtualInbound`.
+    Ingress(InboundPort, bool),
+}
 
 /// `ingress`: the inbound clusters the proxy's Sidecar `ingress` gives, by port, in place of
-/// those of its own endpoints.
+/// those of its own endpoints, and `ingress_ports` its ports (see
+/// [`crate::assemble::ingress_ports`]); `services`: the protocol of each port.
 pub(super) fn per_proxy<'s>(
     proxies: Coll<'s, (ProxyId, Proxy)>,
     endpoints: Resolved<'s>,
+    services: &Coll<'s, (Hostname, Service)>,
     mesh: &Mesh<'s>,
     ingress: Coll<'s, (ProxyId, (u16, Resource))>,
+    ingress_ports: Coll<'s, (ProxyId, (InboundPort, bool))>,
     mtls: Coll<'s, ProxyId>,
 ) -> Built<'s, ProxyId> {
     let sidecar_proxies = proxies
@@ -32,10 +47,22 @@ pub(super) fn per_proxy<'s>(
             .map(|ip| (ip.clone(), id.clone()))
             .collect::<Vec<_>>()
     });
+    let protocols = services.clone().flat_map(|(h, s)| {
+        s.ports
+            .iter()
+            .map(|p| ((h.clone(), p.port), p.protocol))
+            .collect::<Vec<_>>()
+    });
+    let endpoints = endpoints.join_map(protocols, |_, ep, protocol| (ep.clone(), *protocol));
     let inbound_rows = proxy_ips.join_map(
-        endpoints.map(|(_, ep)| (ep.ip, (ep.port, ep.origins))),
-        |_, id, (port, origins)| ((id.clone(), *port), origins.clone()),
+        endpoints.map(|(ep, protocol)| (ep.ip, (ep.port, protocol, ep.origins))),
+        |_, id, (port, protocol, origins)| ((id.clone(), *port), (*protocol, origins.clone())),
     );
+    let own_protocols = inbound_rows
+        .clone()
+        .map(|((id, port), (protocol, _))| (id, InboundRow::Own(port, protocol)))
+        .distinct();
+    let inbound_rows = inbound_rows.map(|(k, (_, origins))| (k, origins));
     let inbound_ports = inbound_rows.clone().map(|(k, _)| k).distinct();
     let captured_ids = sidecar_proxies
         .clone()
@@ -85,16 +112,24 @@ pub(super) fn per_proxy<'s>(
             (id.clone(), cluster::inbound(*port, m.connect_timeout_ms))
         });
     // Every captured sidecar has a `virtualInbound`, even with no port of its own: the
-    // `None` row makes its group exist.
+    // `Captured` row makes its group exist.
     let captured = sidecar_proxies
         .filter(|(_, p)| !p.interception_none)
-        .map(|(id, _)| (id, None));
-    let virtual_inbound = inbound_ports
-        .map(|(id, port)| (id, Some(port)))
+        .map(|(id, _)| (id, InboundRow::Captured));
+    let virtual_inbound = own_protocols
+        .concat(ingress_ports.map(|(id, (p, via))| (id, InboundRow::Ingress(p, via))))
         .concat(captured.clone())
         .semijoin(captured.map(|(id, _)| id).distinct())
-        .reduce(|_, vals: &[(&Option<u16>, isize)], out| {
-            let ports: Vec<u16> = vals.iter().filter_map(|(p, _)| **p).collect();
+        .reduce(|_, vals: &[(&InboundRow, isize)], out| {
+            let own = vals.iter().filter_map(|(r, _)| match r {
+                InboundRow::Own(port, protocol) => Some((*port, *protocol)),
+                _ => None,
+            });
+            let ingress = vals.iter().filter_map(|(r, _)| match r {
+                InboundRow::Ingress(p, via) => Some((*p, *via)),
+                _ => None,
+            });
+            let ports = InboundPort::of_proxy(own, ingress);
             out.push((listener::virtual_inbound(&ports), 1isize));
         });
     Built {

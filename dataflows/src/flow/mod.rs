@@ -175,7 +175,28 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         .map(|(id, s)| (s, id))
         .semijoin(clusters.mtls_scopes.clone())
         .map(|(_, id)| id);
-    let inbound = inbound::per_proxy(i.proxies, endpoints, &mesh, ingress, mtls_proxies);
+    let ingress_ports = proxy_scopes
+        .clone()
+        .map(|(id, s)| (s, id))
+        .join_map(specs.clone(), |s, id, spec| {
+            if s.is_proxyless() {
+                return Vec::new();
+            }
+            crate::assemble::ingress_ports(spec)
+                .into_iter()
+                .map(|p| (id.clone(), p))
+                .collect::<Vec<_>>()
+        })
+        .flat_map(|x| x);
+    let inbound = inbound::per_proxy(
+        i.proxies,
+        endpoints,
+        &services.chosen,
+        &mesh,
+        ingress,
+        ingress_ports,
+        mtls_proxies,
+    );
 
     let scoped = clusters
         .built

@@ -2,7 +2,7 @@
 //! listeners, and the `virtualOutbound`/`virtualInbound` capture listeners.
 
 use super::{duration_ms, inbound_cluster_name, socket_address, PASSTHROUGH_CLUSTER};
-use crate::model::{Resource, ResourceType};
+use crate::model::{InboundPort, Resource, ResourceType};
 use envoy_types::pb::envoy::config::core::v3::TrafficDirection;
 use envoy_types::pb::envoy::config::listener::v3::ApiListener;
 use envoy_types::pb::envoy::config::listener::v3::{
@@ -214,16 +214,45 @@ const INBOUND_MTLS_ALPN: [&str; 5] = [
 ];
 
 /// One inbound chain of `port`: plaintext, or (`mtls`) TLS with Istio's ALPN terminated
-/// with the workload certificate, a client certificate of the mesh required, the client's
-/// identity passed to the application in `x-forwarded-client-cert`.
-fn inbound_chain(port: u16, mtls: bool) -> FilterChain {
+/// with the workload certificate, a client certificate of the mesh required. An HTTP port's
+/// chain passes the client's identity to the application in `x-forwarded-client-cert`; a
+/// TCP port's proxies the bytes to the same cluster.
+fn inbound_chain(port: InboundPort, mtls: bool) -> FilterChain {
+    let cluster = inbound_cluster_name(port.port);
+    let mut chain = FilterChain {
+        name: cluster.clone(),
+        filter_chain_match: Some(FilterChainMatch {
+            destination_port: Some(UInt32Value {
+                value: port.port as u32,
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    if mtls {
+        chain.name = format!("{}-mtls", chain.name);
+        if let Some(m) = chain.filter_chain_match.as_mut() {
+            m.transport_protocol = "tls".into();
+            m.application_protocols = INBOUND_MTLS_ALPN.iter().map(|a| a.to_string()).collect();
+        }
+        chain.transport_socket = Some(super::secret::inbound_mtls());
+    }
+    chain.filters = vec![if port.tcp {
+        tcp_to(&cluster, &cluster)
+    } else {
+        hcm_filter(inbound_hcm(port.port, &cluster, mtls))
+    }];
+    chain
+}
+
+/// The connection manager of an HTTP inbound chain: every request to `cluster`.
+fn inbound_hcm(port: u16, cluster: &str, mtls: bool) -> HttpConnectionManager {
     use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::{
         ForwardClientCertDetails, SetCurrentClientCertDetails,
     };
-    let cluster = inbound_cluster_name(port);
     let mut hcm = HttpConnectionManager {
         route_specifier: Some(RouteSpecifier::RouteConfig(RouteConfiguration {
-            name: cluster.clone(),
+            name: cluster.to_string(),
             virtual_hosts: vec![VirtualHost {
                 name: format!("inbound|http|{port}"),
                 domains: vec!["*".into()],
@@ -234,7 +263,7 @@ fn inbound_chain(port: u16, mtls: bool) -> FilterChain {
                         ..Default::default()
                     }),
                     action: Some(Action::Route(RouteAction {
-                        cluster_specifier: Some(ClusterSpecifier::Cluster(cluster.clone())),
+                        cluster_specifier: Some(ClusterSpecifier::Cluster(cluster.to_string())),
                         timeout: Some(duration_ms(0)),
                         ..Default::default()
                     })),
@@ -245,15 +274,7 @@ fn inbound_chain(port: u16, mtls: bool) -> FilterChain {
             validate_clusters: Some(BoolValue { value: false }),
             ..Default::default()
         })),
-        ..base_hcm(&cluster)
-    };
-    let mut chain = FilterChain {
-        name: cluster,
-        filter_chain_match: Some(FilterChainMatch {
-            destination_port: Some(UInt32Value { value: port as u32 }),
-            ..Default::default()
-        }),
-        ..Default::default()
+        ..base_hcm(cluster)
     };
     if mtls {
         hcm.forward_client_cert_details = ForwardClientCertDetails::AppendForward as i32;
@@ -263,25 +284,18 @@ fn inbound_chain(port: u16, mtls: bool) -> FilterChain {
             subject: Some(BoolValue { value: true }),
             ..Default::default()
         });
-        chain.name = format!("{}-mtls", chain.name);
-        if let Some(m) = chain.filter_chain_match.as_mut() {
-            m.transport_protocol = "tls".into();
-            m.application_protocols = INBOUND_MTLS_ALPN.iter().map(|a| a.to_string()).collect();
-        }
-        chain.transport_socket = Some(super::secret::inbound_mtls());
     }
-    chain.filters = vec![hcm_filter(hcm)];
-    chain
+    hcm
 }
 
 /// The listener of a Sidecar `ingress` port the proxy binds itself, `inbound_BIND_PORT`
 /// (apart from `BIND_PORT`, the name of an outbound listener on the same port: with `bind`
 /// unset both would be `0.0.0.0_PORT`): the plaintext and the mTLS chain of
 /// [`virtual_inbound`]'s ports, to `inbound|PORT||`.
-pub fn ingress_listener(addr: &str, port: u16) -> Resource {
+pub fn ingress_listener(addr: &str, port: InboundPort) -> Resource {
     let listener = Listener {
-        name: format!("inbound_{}", listener_name(addr, port)),
-        address: Some(socket_address(addr, port)),
+        name: format!("inbound_{}", listener_name(addr, port.port)),
+        address: Some(socket_address(addr, port.port)),
         listener_filters: vec![tls_inspector_filter()],
         continue_on_listener_filters_timeout: true,
         filter_chains: vec![inbound_chain(port, false), inbound_chain(port, true)],
@@ -323,14 +337,11 @@ pub fn virtual_outbound(registry_only: bool) -> Resource {
     )
 }
 
-/// `virtualInbound` on 15006: per port of the proxy's own workload (sorted), a plaintext
-/// HTTP chain and, beside it, an mTLS chain for connections of other sidecars (TLS with
-/// Istio's ALPN), each routing to `inbound|PORT||`: Istio's default PERMISSIVE mode, as no
-/// PeerAuthentication is read. Other ports pass through.
-pub fn virtual_inbound(ports: &[u16]) -> Resource {
-    let mut ports = ports.to_vec();
-    ports.sort();
-    ports.dedup();
+/// `virtualInbound` on 15006: per port of the proxy's own workload (sorted, one each), a
+/// plaintext chain (HTTP, or TCP) and, beside it, an mTLS chain for connections of other
+/// sidecars (TLS with Istio's ALPN), each to `inbound|PORT||`: Istio's default PERMISSIVE
+/// mode, as no PeerAuthentication is read. Other ports pass through.
+pub fn virtual_inbound(ports: &[InboundPort]) -> Resource {
     let mut chains: Vec<FilterChain> = ports
         .iter()
         .flat_map(|&port| [inbound_chain(port, false), inbound_chain(port, true)])
@@ -356,4 +367,75 @@ pub fn virtual_inbound(ports: &[u16]) -> Resource {
         listener.name.clone(),
         listener.encode_to_vec(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Protocol;
+
+    fn filters_of(r: &Resource) -> Vec<(String, Vec<String>)> {
+        let l = Listener::decode(&r.body.0[..]).expect("a listener");
+        l.filter_chains
+            .iter()
+            .map(|c| {
+                (
+                    c.name.clone(),
+                    c.filters.iter().map(|f| f.name.clone()).collect(),
+                )
+            })
+            .collect()
+    }
+
+    /// A TCP port's inbound chains (plaintext and mTLS) proxy bytes; an HTTP port's run the
+    /// connection manager; the catch-all passes through.
+    #[test]
+    fn virtual_inbound_proxies_tcp_ports_as_tcp() {
+        let ports = [
+            InboundPort {
+                port: 9080,
+                tcp: false,
+            },
+            InboundPort {
+                port: 27017,
+                tcp: true,
+            },
+        ];
+        let hcm = "envoy.filters.network.http_connection_manager".to_string();
+        let tcp = "envoy.filters.network.tcp_proxy".to_string();
+        assert_eq!(
+            filters_of(&virtual_inbound(&ports)),
+            vec![
+                ("inbound|9080||".into(), vec![hcm.clone()]),
+                ("inbound|9080||-mtls".into(), vec![hcm]),
+                ("inbound|27017||".into(), vec![tcp.clone()]),
+                ("inbound|27017||-mtls".into(), vec![tcp.clone()]),
+                ("virtualInbound-catchall-tcp".into(), vec![tcp]),
+            ]
+        );
+    }
+
+    #[test]
+    fn merged_ports_are_tcp_when_any_service_reaches_them_as_tcp() {
+        let merged = InboundPort::merged([
+            (9080, Protocol::Http),
+            (27017, Protocol::Http),
+            (27017, Protocol::Tcp),
+            (8443, Protocol::Tls),
+        ]);
+        let tcp: Vec<(u16, bool)> = merged.iter().map(|p| (p.port, p.tcp)).collect();
+        assert_eq!(tcp, vec![(8443, true), (9080, false), (27017, true)]);
+        // A Sidecar ingress port decides its protocol; one reached only by its own
+        // listener (captureMode NONE) joins `virtualInbound` only if the workload has it.
+        let of = InboundPort::of_proxy(
+            [(9080, Protocol::Http)],
+            [
+                (InboundPort { port: 9080, tcp: true }, false),
+                (InboundPort { port: 7000, tcp: false }, false),
+                (InboundPort { port: 7001, tcp: true }, true),
+            ],
+        );
+        let tcp: Vec<(u16, bool)> = of.iter().map(|p| (p.port, p.tcp)).collect();
+        assert_eq!(tcp, vec![(7001, true), (9080, true)]);
+    }
 }
