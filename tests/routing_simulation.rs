@@ -810,6 +810,32 @@ fn match_source_labels_apply_to_the_proxies_carrying_them() {
     mesh.assert_no_errors();
 }
 
+/// Two Gateways selecting one router, an HTTP server and a TCP server on the same address
+/// and port: the HTTP server keeps the port (its routes still answer), and the TCP server of
+/// the other Gateway is reported by name (Istio's ConflictingGateways) rather than vanishing;
+/// the report goes with the second Gateway.
+#[test]
+fn a_tcp_server_on_another_gateways_http_port_is_reported() {
+    let (mut mesh, reviews, gateway, binding) = gateway_setup("gateway-port-clash", &["v1"]);
+    reviews.write_plain_routing(&binding);
+    let tcp_gateway = format!(
+        "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {{name: tcp-gateway, namespace: default}}\nspec:\n  selector: {{istio: ingressgateway}}\n  servers:\n  - port: {{number: {PORT}, name: tcp, protocol: TCP}}\n    bind: 127.0.0.1\n    hosts: ['*']\n"
+    );
+    write_config(&mesh.config, "tcp-gateway.yaml", &tcp_gateway);
+    let o = mesh.send(&gateway, &via_gateway(GATEWAY_HOST, "/"));
+    assert_routes_to(&o, &reviews.cluster(""), &[pod(&reviews, "v1")]);
+    mesh.assert_one_error(&[
+        "Gateway/default/tcp-gateway",
+        "spec.servers[0].port",
+        &format!("port {PORT}"),
+        "HTTP server's (Gateway default/bookinfo-gateway)",
+    ]);
+    std::fs::remove_file(mesh.config.join("tcp-gateway.yaml")).expect("remove");
+    let o = mesh.send(&gateway, &via_gateway(GATEWAY_HOST, "/"));
+    assert_routes_to(&o, &reviews.cluster(""), &[pod(&reviews, "v1")]);
+    mesh.assert_no_errors();
+}
+
 /// A match's `gateways` (Istio's egress-gateway pattern): one VirtualService bound to the
 /// gateway and to `mesh`, whose first route matches only for `mesh`. Through the gateway that
 /// route does not apply (v1); from a sidecar it does (v2).

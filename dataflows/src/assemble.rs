@@ -217,7 +217,9 @@ pub fn router_resources(
     let tls = crate::gateway_tls::servers(
         source, namespace, gateways, vss, secrets, hashing, &listeners,
     );
-    let tcp_listeners = gateway_tcp_listeners(source, gateways, vss, &listeners, &tls.ports);
+    let mut errors = tls.errors;
+    let tcp_listeners =
+        gateway_tcp_listeners(source, gateways, vss, &listeners, &tls.ports, &mut errors);
     let mut out: Vec<(Resource, BTreeSet<ConfigKey>)> = listeners
         .into_iter()
         .map(|((addr, port), inputs)| {
@@ -238,7 +240,7 @@ pub fn router_resources(
     }
     Router {
         resources: out,
-        errors: tls.errors,
+        errors,
     }
 }
 
@@ -302,7 +304,8 @@ fn gateway_tcp_listeners(
     gateways: &[&Gateway],
     vss: &[(&ConfigKey, &ResolvedVs)],
     http: &BTreeMap<(String, u16), BTreeSet<ConfigKey>>,
-    tls: &BTreeSet<(String, u16)>,
+    tls: &BTreeMap<(String, u16), BTreeSet<ConfigKey>>,
+    errors: &mut Vec<ConfigError>,
 ) -> Vec<(Resource, BTreeSet<ConfigKey>)> {
     type Servers = BTreeMap<(String, u16), (Vec<(ResolvedVs, Vec<String>)>, BTreeSet<ConfigKey>)>;
     let mut servers: Servers = BTreeMap::new();
@@ -310,7 +313,15 @@ fn gateway_tcp_listeners(
         for server in gw.servers.iter().filter(|s| s.protocol == Protocol::Tcp) {
             let addr = server.bind.clone().unwrap_or_else(|| "0.0.0.0".into());
             let key = (addr, server.port);
-            if http.contains_key(&key) || tls.contains(&key) {
+            // A clash within one Gateway is left out (and said) when it is read.
+            if let Some(holders) = http.get(&key) {
+                if !holders.contains(&gw.key) {
+                    errors.push(ConfigError::port_taken(gw, server, holders, "HTTP"));
+                }
+                continue;
+            }
+            if let Some(holders) = tls.get(&key) {
+                errors.push(ConfigError::port_taken(gw, server, holders, "HTTPS/TLS"));
                 continue;
             }
             let (list, inputs) = servers.entry(key).or_default();

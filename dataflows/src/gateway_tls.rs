@@ -19,7 +19,8 @@ use std::collections::{BTreeMap, BTreeSet};
 pub struct TlsServers {
     pub resources: Vec<(Resource, BTreeSet<ConfigKey>)>,
     pub errors: Vec<ConfigError>,
-    pub ports: BTreeSet<(String, u16)>,
+    /// Each with the Gateways whose servers it serves.
+    pub ports: BTreeMap<(String, u16), BTreeSet<ConfigKey>>,
 }
 
 /// The SDS resources a terminating `server` of `gw` needs from the Secrets of `namespace`
@@ -138,7 +139,12 @@ pub fn servers(
             };
             let addr = server.bind.clone().unwrap_or_else(|| "0.0.0.0".into());
             let key = (addr, server.port);
-            if http.contains_key(&key) {
+            // A clash within one Gateway is left out (and said) when it is read.
+            if let Some(holders) = http.get(&key) {
+                if !holders.contains(&gw.key) {
+                    out.errors
+                        .push(ConfigError::port_taken(gw, server, holders, "HTTP"));
+                }
                 continue;
             }
             let (chains, inputs) = listeners.entry(key).or_default();
@@ -194,8 +200,13 @@ pub fn servers(
         if chains.is_empty() {
             continue;
         }
+        let gateways = inputs
+            .iter()
+            .filter(|k| k.kind == Kind::Gateway)
+            .cloned()
+            .collect();
         out.resources.push((chains.listener(&addr, port), inputs));
-        out.ports.insert((addr, port));
+        out.ports.insert((addr, port), gateways);
     }
     out
 }

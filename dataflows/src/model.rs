@@ -1344,6 +1344,8 @@ pub enum ErrorCode {
     /// A VirtualService `tls[]` route a gateway server cannot take (its SNI names are not
     /// among the server's hosts).
     TlsRouteUnmatched,
+    /// Two Gateways selecting one workload put servers of different protocols on one port.
+    GatewayPortConflict,
 }
 
 impl ErrorCode {
@@ -1363,6 +1365,34 @@ impl ErrorCode {
             }
             ErrorCode::GatewaySecret => ("MF0008", "InvalidGatewayCredential"),
             ErrorCode::TlsRouteUnmatched => ("MF0009", "TlsRouteNotServed"),
+            ErrorCode::GatewayPortConflict => ("MF0010", "ConflictingGateways"),
+        }
+    }
+}
+
+impl ConfigError {
+    /// `server` of `gw` gets nothing on its port: servers of another protocol hold it
+    /// (`holders`: their Gateways; `what`: their protocol).
+    pub fn port_taken(
+        gw: &Gateway,
+        server: &GatewayServer,
+        holders: &std::collections::BTreeSet<ConfigKey>,
+        what: &str,
+    ) -> ConfigError {
+        let names: Vec<String> = holders
+            .iter()
+            .map(|k| format!("{}/{}", k.namespace, k.name))
+            .collect();
+        ConfigError {
+            object: gw.key.clone(),
+            code: ErrorCode::GatewayPortConflict,
+            message: format!(
+                "{}.port: port {} of this workload is already an {what} server's (Gateway {}); \
+                 one listener cannot serve both protocols, so this server gets nothing",
+                server.field,
+                server.port,
+                names.join(", ")
+            ),
         }
     }
 }
