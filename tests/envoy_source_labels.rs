@@ -24,20 +24,52 @@ fn source_labels_pick_the_route_of_the_clients_labels_in_envoy() {
 
     // The selector names the client's own label: its requests take the first route.
     write_config(&scene.config, "vs.yaml", &split("{app: client}"));
-    let counts = client.converge("sourceLabels app=client → v2", "/reviews/1", &[], |c| only(c, rv2), 20);
+    let counts = client.converge(
+        "sourceLabels app=client → v2",
+        "/reviews/1",
+        &[],
+        |c| only(c, rv2),
+        20,
+    );
     assert_eq!(count(&counts, rv2), 20, "{counts:?}");
 
     // Another client's label: the route is not this proxy's, the next one takes over.
     write_config(&scene.config, "vs.yaml", &split("{app: productpage}"));
-    let counts = client.converge("sourceLabels app=productpage → v1", "/reviews/1", &[], |c| only(c, rv1), 20);
+    let counts = client.converge(
+        "sourceLabels app=productpage → v1",
+        "/reviews/1",
+        &[],
+        |c| only(c, rv1),
+        20,
+    );
     assert_eq!(count(&counts, rv1), 20, "{counts:?}");
 
     // Back to the client's label, then one label more it does not carry.
     write_config(&scene.config, "vs.yaml", &split("{app: client}"));
-    client.converge("sourceLabels app=client again → v2", "/reviews/1", &[], |c| only(c, rv2), 10);
-    write_config(&scene.config, "vs.yaml", &split("{app: client, version: v9}"));
-    let counts = client.converge("sourceLabels app=client,version=v9 → v1", "/reviews/1", &[], |c| only(c, rv1), 20);
+    client.converge(
+        "sourceLabels app=client again → v2",
+        "/reviews/1",
+        &[],
+        |c| only(c, rv2),
+        10,
+    );
+    write_config(
+        &scene.config,
+        "vs.yaml",
+        &split("{app: client, version: v9}"),
+    );
+    let counts = client.converge(
+        "sourceLabels app=client,version=v9 → v1",
+        "/reviews/1",
+        &[],
+        |c| only(c, rv1),
+        20,
+    );
     assert_eq!(count(&counts, rv1), 20, "{counts:?}");
     assert_eq!(count(&counts, rv2), 0, "{counts:?}");
-    assert_eq!(scene.envoy.rejected_updates(), 0, "Envoy rejected an update");
+    assert_eq!(
+        scene.envoy.rejected_updates(),
+        0,
+        "Envoy rejected an update"
+    );
 }

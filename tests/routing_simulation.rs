@@ -784,18 +784,46 @@ fn match_source_labels_apply_to_the_proxies_carrying_them() {
     let (pod1, pod2) = (pod(&reviews, "v1"), pod(&reviews, "v2"));
 
     write_config(&mesh.config, "split.yaml", &vs("{app: productpage}"));
-    assert_routes_to(&mesh.send(&productpage, &call), &v2, std::slice::from_ref(&pod2));
-    assert_routes_to(&mesh.send(&ratings, &call), &v1, std::slice::from_ref(&pod1));
-    assert_routes_to(&mesh.send(&gateway, &at_gateway), &v1, std::slice::from_ref(&pod1));
+    assert_routes_to(
+        &mesh.send(&productpage, &call),
+        &v2,
+        std::slice::from_ref(&pod2),
+    );
+    assert_routes_to(
+        &mesh.send(&ratings, &call),
+        &v1,
+        std::slice::from_ref(&pod1),
+    );
+    assert_routes_to(
+        &mesh.send(&gateway, &at_gateway),
+        &v1,
+        std::slice::from_ref(&pod1),
+    );
 
     write_config(&mesh.config, "split.yaml", &vs("{app: ratings}"));
-    assert_routes_to(&mesh.send(&productpage, &call), &v1, std::slice::from_ref(&pod1));
-    assert_routes_to(&mesh.send(&ratings, &call), &v2, std::slice::from_ref(&pod2));
+    assert_routes_to(
+        &mesh.send(&productpage, &call),
+        &v1,
+        std::slice::from_ref(&pod1),
+    );
+    assert_routes_to(
+        &mesh.send(&ratings, &call),
+        &v2,
+        std::slice::from_ref(&pod2),
+    );
 
     // The gateway's own labels: the router carries `istio: ingressgateway`.
     write_config(&mesh.config, "split.yaml", &vs("{istio: ingressgateway}"));
-    assert_routes_to(&mesh.send(&gateway, &at_gateway), &v2, std::slice::from_ref(&pod2));
-    assert_routes_to(&mesh.send(&ratings, &call), &v1, std::slice::from_ref(&pod1));
+    assert_routes_to(
+        &mesh.send(&gateway, &at_gateway),
+        &v2,
+        std::slice::from_ref(&pod2),
+    );
+    assert_routes_to(
+        &mesh.send(&ratings, &call),
+        &v1,
+        std::slice::from_ref(&pod1),
+    );
 
     // Every label of the selector must be carried.
     write_config(
@@ -806,7 +834,11 @@ fn match_source_labels_apply_to_the_proxies_carrying_them() {
     for proxy in [&productpage, &ratings] {
         assert_routes_to(&mesh.send(proxy, &call), &v1, std::slice::from_ref(&pod1));
     }
-    assert_routes_to(&mesh.send(&gateway, &at_gateway), &v1, std::slice::from_ref(&pod1));
+    assert_routes_to(
+        &mesh.send(&gateway, &at_gateway),
+        &v1,
+        std::slice::from_ref(&pod1),
+    );
     mesh.assert_no_errors();
 }
 

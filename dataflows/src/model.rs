@@ -753,9 +753,21 @@ pub struct TcpRoute {
 impl VirtualService {
     /// The `sourceLabels` selectors of its matches (HTTP, TCP and TLS).
     pub fn source_selectors(&self) -> Vec<Labels> {
-        let http = self.http.iter().flat_map(|r| &r.matches).map(|m| &m.source_labels);
-        let tcp = self.tcp.iter().flat_map(|r| &r.matches).map(|m| &m.source_labels);
-        let tls = self.tls.iter().flat_map(|r| &r.matches).map(|m| &m.source_labels);
+        let http = self
+            .http
+            .iter()
+            .flat_map(|r| &r.matches)
+            .map(|m| &m.source_labels);
+        let tcp = self
+            .tcp
+            .iter()
+            .flat_map(|r| &r.matches)
+            .map(|m| &m.source_labels);
+        let tls = self
+            .tls
+            .iter()
+            .flat_map(|r| &r.matches)
+            .map(|m| &m.source_labels);
         let mut out: Vec<Labels> = http.chain(tcp).chain(tls).flatten().cloned().collect();
         out.sort();
         out.dedup();

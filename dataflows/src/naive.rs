@@ -645,8 +645,7 @@ fn sidecar_outbound(
             .collect();
         res.push(route::sidecar_route_config(
             port,
-            s.source(),
-            s.namespace(),
+            s,
             &mesh.domain_suffix,
             &vhosts,
             allow_any,

@@ -177,7 +177,8 @@ fn tcp_routes_are_translated_and_tls_routes_warned() {
 /// the route is left out (an error naming the field), never widened.
 #[test]
 fn tcp_source_conditions_fail_closed() {
-    for field in ["sourceSubnet: 10.0.0.0/8"] {
+    {
+        let field = "sourceSubnet: 10.0.0.0/8";
         let doc = format!(
             "{VS}  tcp:\n  - match: [{{port: 27017, {field}}}]\n    route: [{{destination: {{host: mongo}}}}]\n  - route: [{{destination: {{host: other}}}}]\n"
         );
@@ -856,10 +857,16 @@ fn source_labels_are_read_and_checked() {
         Some(sel(&[("app", "productpage"), ("version", "v1")]))
     );
     assert_eq!(v.http[0].matches[1].source_labels, None);
-    assert_eq!(v.tcp[0].matches[0].source_labels, Some(sel(&[("app", "a")])));
+    assert_eq!(
+        v.tcp[0].matches[0].source_labels,
+        Some(sel(&[("app", "a")]))
+    );
     assert_eq!(
         v.source_selectors(),
-        vec![sel(&[("app", "a")]), sel(&[("app", "productpage"), ("version", "v1")])]
+        vec![
+            sel(&[("app", "a")]),
+            sel(&[("app", "productpage"), ("version", "v1")])
+        ]
     );
     for (bad, field) in [
         ("{app: -x}", "spec.http[0].match[0].sourceLabels.app"),

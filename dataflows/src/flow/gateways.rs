@@ -163,7 +163,8 @@ fn resources(s: &ScopeKey, vals: &[(&GwItem, isize)]) -> assemble::Router {
             _ => None,
         })
         .collect();
-    let mut out = assemble::router_resources(s.source(), s.namespace(), &gws, &vss, &secrets, &hashing);
+    let mut out =
+        assemble::router_resources(s.source(), s.namespace(), &gws, &vss, &secrets, &hashing);
     // One record per resource, whatever the number of servers that built it (a Secret two
     // Gateways' servers name is built twice, with different inputs): the scope's resources
     // are a set downstream, and a second copy would make one server's removal retract it.

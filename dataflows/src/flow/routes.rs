@@ -231,14 +231,7 @@ fn configs<'s>(rows: Rows<'s>, domain_suffix: &str) -> Coll<'s, (ScopeKey, Resou
             }
             out.push((
                 route::sidecar_route_config(
-                    *port,
-                    s.source(),
-                    s.namespace(),
-                    &suffix,
-                    &vhosts,
-                    allow_any,
-                    retries,
-                    &hashing,
+                    *port, s, &suffix, &vhosts, allow_any, retries, &hashing,
                 ),
                 1isize,
             ));

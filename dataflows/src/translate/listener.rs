@@ -430,9 +430,27 @@ mod tests {
         let of = InboundPort::of_proxy(
             [(9080, Protocol::Http)],
             [
-                (InboundPort { port: 9080, tcp: true }, false),
-                (InboundPort { port: 7000, tcp: false }, false),
-                (InboundPort { port: 7001, tcp: true }, true),
+                (
+                    InboundPort {
+                        port: 9080,
+                        tcp: true,
+                    },
+                    false,
+                ),
+                (
+                    InboundPort {
+                        port: 7000,
+                        tcp: false,
+                    },
+                    false,
+                ),
+                (
+                    InboundPort {
+                        port: 7001,
+                        tcp: true,
+                    },
+                    true,
+                ),
             ],
         );
         let tcp: Vec<(u16, bool)> = of.iter().map(|p| (p.port, p.tcp)).collect();

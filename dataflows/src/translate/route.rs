@@ -5,8 +5,8 @@
 use super::{duration_ms, outbound_cluster_name, PASSTHROUGH_CLUSTER};
 use crate::model::{
     AbortStatus, Cors, DirectResponse, Fault, HashKey, Hashing, HeaderEdits, HttpMatch, HttpRoute,
-    PerMillion, Redirect, ResolvedVs, Resource, ResourceType, Retries, RouteDestination, Service,
-    Source, StringMatch, UnknownHosts,
+    PerMillion, Redirect, ResolvedVs, Resource, ResourceType, Retries, RouteDestination, ScopeKey,
+    Service, Source, StringMatch, UnknownHosts,
 };
 use envoy_types::pb::envoy::config::core::v3::{
     data_source, header_value_option::HeaderAppendAction, DataSource, HeaderValue,
@@ -612,14 +612,14 @@ pub type SidecarVhost = (Service, Option<ResolvedVs>);
 /// hosts outside the registry: `allow_any` (passthrough) or `block_all` (502).
 pub fn sidecar_route_config(
     port: u16,
-    source: Source,
-    proxy_ns: &str,
+    scope: &ScopeKey,
     domain_suffix: &str,
     vhosts: &[SidecarVhost],
     unknown: UnknownHosts,
     default_retries: Option<&Retries>,
     hashing: &Hashing,
 ) -> Resource {
+    let (source, proxy_ns) = (scope.source(), scope.namespace());
     let mut sorted: Vec<&SidecarVhost> = vhosts.iter().collect();
     sorted.sort_by(|a, b| a.0.hostname.cmp(&b.0.hostname));
     let mut virtual_hosts: Vec<VirtualHost> = sorted
