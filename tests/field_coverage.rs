@@ -97,6 +97,7 @@ const TRANSLATED: &[&str] = &[
     "spec.tls[].route[].weight",
     // DestinationRule
     "spec.host",
+    "spec.workloadSelector.matchLabels",
     "spec.trafficPolicy.loadBalancer.simple",
     "spec.trafficPolicy.loadBalancer.consistentHash",
     "spec.subsets[].trafficPolicy.loadBalancer.warmup",

@@ -868,6 +868,43 @@ fn a_tcp_server_on_another_gateways_http_port_is_reported() {
     mesh.assert_no_errors();
 }
 
+/// A DestinationRule with a `workloadSelector` applies to the proxies of its namespace it
+/// selects, ahead of the rule without one: its subset `v2` (here selecting the v1 pod) is
+/// the productpage sidecar's, while the ratings sidecar keeps the namespace's rule (v2 is
+/// the v2 pod), and a sidecar of another namespace carrying the label is not selected.
+#[test]
+fn destination_rule_workload_selector_picks_the_rule_per_workload() {
+    let (mut mesh, reviews, _, _) = gateway_setup("dr-workload-selector", &["v1", "v2"]);
+    let node = |name: &str, ns: &str, app: &str, ip: u8| {
+        ProxyNode::sidecar(name, ns, &reviews.ip(ip), &[("app", app)])
+    };
+    let productpage = mesh.connect_captured(&node("productpage-abc", "default", "productpage", 20));
+    let ratings = mesh.connect_captured(&node("ratings-abc", "default", "ratings", 21));
+    let elsewhere = mesh.connect_captured(&node("productpage-xyz", "other", "productpage", 22));
+    write_config(
+        &mesh.config,
+        "vs.yaml",
+        "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: to-v2, namespace: default}\nspec:\n  hosts: [reviews.default.svc.cluster.local]\n  http:\n  - route: [{destination: {host: reviews.default.svc.cluster.local, subset: v2}}]\n",
+    );
+    write_config(
+        &mesh.config,
+        "dr-productpage.yaml",
+        "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: reviews-for-productpage, namespace: default}\nspec:\n  host: reviews\n  workloadSelector: {matchLabels: {app: productpage}}\n  subsets:\n  - {name: v1, labels: {version: v1}}\n  - {name: v2, labels: {version: v1}}\n",
+    );
+    let call = Call::get("reviews.default.svc.cluster.local", 9080, "/").to_address("203.0.113.9");
+    let v2 = reviews.cluster("v2");
+    let o = mesh.send(&productpage, &call);
+    assert_routes_to(&o, &v2, &[pod(&reviews, "v1")]);
+    let o = mesh.send(&ratings, &call);
+    assert_routes_to(&o, &v2, &[pod(&reviews, "v2")]);
+    let o = mesh.send(&elsewhere, &call);
+    assert_routes_to(&o, &v2, &[pod(&reviews, "v2")]);
+    // Without the selector's rule, every proxy is back on the namespace's rule.
+    std::fs::remove_file(mesh.config.join("dr-productpage.yaml")).expect("remove");
+    let o = mesh.send(&productpage, &call);
+    assert_routes_to(&o, &v2, &[pod(&reviews, "v2")]);
+}
+
 /// A match's `gateways` (Istio's egress-gateway pattern): one VirtualService bound to the
 /// gateway and to `mesh`, whose first route matches only for `mesh`. Through the gateway that
 /// route does not apply (v1); from a sidecar it does (v2).

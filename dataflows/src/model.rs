@@ -936,6 +936,10 @@ pub struct DestinationRule {
     pub export_to: Vec<String>,
     pub traffic_policy: Option<TrafficPolicy>,
     pub subsets: Vec<Subset>,
+    /// `workloadSelector`: only for the proxies of its namespace carrying these labels, for
+    /// which it goes before every rule without one.
+    #[serde(default)]
+    pub selector: Option<Labels>,
 }
 
 impl DestinationRule {

@@ -76,6 +76,8 @@ impl<'a> View<'a> {
             }
         }
         v.source_selectors = v.vss.iter().flat_map(|vs| vs.source_selectors()).collect();
+        v.source_selectors
+            .extend(v.drs.iter().filter_map(|dr| dr.selector.clone()));
         v.source_selectors.sort();
         v.source_selectors.dedup();
         v
@@ -210,9 +212,7 @@ impl<'a> View<'a> {
             .iter()
             .copied()
             .filter(|dr| dr.host == svc.hostname)
-            .filter_map(|dr| {
-                rules::dr_rank(dr, s.namespace(), svc.namespace(), root).map(|r| (r, &dr.key, dr))
-            })
+            .filter_map(|dr| rules::dr_rank(dr, s, svc.namespace(), root).map(|r| (r, &dr.key, dr)))
             .min_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)))
             .map(|(_, _, dr)| dr)
     }

@@ -104,20 +104,26 @@ pub fn host_namespace<'a>(host: &'a str, suffix: &str) -> Option<&'a str> {
     prefix.split_once('.').map(|(_, ns)| ns)
 }
 
-/// Rank of a DestinationRule for a service in `svc_ns`, seen from `scope_ns` (lower wins):
-/// Istio's lookup path is the proxy's namespace, then the service's namespace, then the
-/// root namespace; a rule anywhere else does not apply, whatever it exports.
-pub fn dr_rank(dr: &DestinationRule, scope_ns: &str, svc_ns: &str, root_ns: &str) -> Option<u8> {
+/// Rank of a DestinationRule for a service in `svc_ns`, seen from the proxies of `scope`
+/// (lower wins): a rule with a `workloadSelector` applies only to the proxies of its own
+/// namespace it selects, and before any other; then Istio's lookup path is the proxy's
+/// namespace, the service's namespace, the root namespace; a rule anywhere else does not
+/// apply, whatever it exports.
+pub fn dr_rank(dr: &DestinationRule, scope: &ScopeKey, svc_ns: &str, root_ns: &str) -> Option<u8> {
     let ns = dr.key.namespace.as_str();
+    let scope_ns = scope.namespace();
+    if let Some(sel) = &dr.selector {
+        return (ns == scope_ns && scope.source_labels().contains(sel)).then_some(0);
+    }
     if !exported_to(&dr.export_to, ns, scope_ns) {
         return None;
     }
     if ns == scope_ns {
-        Some(0)
-    } else if ns == svc_ns {
         Some(1)
-    } else if ns == root_ns {
+    } else if ns == svc_ns {
         Some(2)
+    } else if ns == root_ns {
+        Some(3)
     } else {
         None
     }

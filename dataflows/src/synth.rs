@@ -249,6 +249,7 @@ pub fn records(shape: &Shape, mesh: &MeshConfig) -> Vec<Record> {
                 export_to: vec![],
                 traffic_policy: None,
                 subsets: vec![subset("v1"), subset("v2")],
+                selector: None,
             }));
             out.push(Record::VirtualService(vs(s, 90, shape, mesh)));
         }

@@ -326,6 +326,10 @@ fn random_record(rng: &mut StdRng, extra: &mut StdRng, slot: usize) -> Record {
                     traffic_policy: lb_policy(rng, extra),
                 })
                 .collect(),
+            // Now and then only for the proxies of its namespace a label selects.
+            selector: extra
+                .random_bool(0.3)
+                .then(|| labels(&[("app", pick(extra, &["client", "svc0", "nobody"]))])),
         }),
         5 => {
             let tls_server = rng.random_bool(0.6).then(|| {

@@ -288,6 +288,7 @@ fn destination_rule(ns: &str, name: &str, host: &str, subsets: &[(&str, &str)]) 
                 traffic_policy: None,
             })
             .collect(),
+        selector: None,
     })
 }
 

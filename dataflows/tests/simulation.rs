@@ -99,6 +99,7 @@ fn service_with_pods(name: &str, n: u8, versions: &[u8]) -> Vec<Record> {
                 traffic_policy: None,
             })
             .collect(),
+        selector: None,
     }));
     out
 }

@@ -880,3 +880,21 @@ fn source_labels_are_read_and_checked() {
         assert_eq!(e.field, field, "{bad}: {e:?}");
     }
 }
+
+/// A DestinationRule's `workloadSelector.matchLabels` is read (labels checked as Kubernetes
+/// spells them); an empty one selects every workload, as none does.
+#[test]
+fn destination_rule_workload_selector_is_read() {
+    let doc = |sel: &str| {
+        format!("apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {{name: d, namespace: ns}}\nspec:\n  host: reviews\n  workloadSelector: {sel}\n  subsets: [{{name: v1, labels: {{version: v1}}}}]\n")
+    };
+    let p = parse(&doc("{matchLabels: {app: productpage}}"));
+    assert!(p.findings.is_empty(), "{:?}", p.findings);
+    let expected: dataflows::model::Labels =
+        [("app".to_string(), "productpage".to_string())].into();
+    assert_eq!(dr(&p).selector, Some(expected));
+    assert_eq!(dr(&parse(&doc("{matchLabels: {}}"))).selector, None);
+    let e = parse_document(&doc("{matchLabels: {app: -x}}"), &MeshConfig::default())
+        .expect_err("bad label");
+    assert_eq!(e.field, "spec.workloadSelector.matchLabels.app");
+}

@@ -1814,6 +1814,10 @@ fn destination_rule(
             .map(|tp| traffic_policy(tp, "spec.trafficPolicy", findings))
             .transpose()?,
         subsets,
+        selector: match &s.workload_selector {
+            Some(w) => source_labels(&w.match_labels, "spec.workloadSelector.matchLabels")?,
+            None => None,
+        },
     })])
 }
 

@@ -245,6 +245,7 @@ pub struct HttpRetry {
 #[serde(rename_all = "camelCase", default)]
 pub struct DestinationRuleSpec {
     pub host: String,
+    pub workload_selector: Option<MatchLabels>,
     pub export_to: Vec<String>,
     pub traffic_policy: Option<TrafficPolicy>,
     pub subsets: Vec<Subset>,
@@ -471,6 +472,13 @@ pub struct OutboundTrafficPolicy {
 #[serde(rename_all = "camelCase", default)]
 pub struct WorkloadSelector {
     pub labels: BTreeMap<String, String>,
+}
+
+/// A DestinationRule's `workloadSelector` (its labels are `matchLabels`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct MatchLabels {
+    pub match_labels: BTreeMap<String, String>,
 }
 
 /// `ingress[]`; its `tls` and `connectionPool` are not read (reported).

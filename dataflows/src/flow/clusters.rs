@@ -135,7 +135,7 @@ fn rule_in_effect<'s>(
     let dr_chosen = visible
         .host_scopes()
         .join_map(rules_placed, move |h, s, (dr, svc_ns, root)| {
-            rules::dr_rank(dr, s.namespace(), svc_ns, root)
+            rules::dr_rank(dr, s, svc_ns, root)
                 .map(|r| ((s.clone(), h.clone()), (r, dr.key.clone())))
         })
         .flat_map(|x| x)

@@ -17,25 +17,29 @@ pub(super) fn of_proxies<'s>(
     sidecars: &Coll<'s, (ConfigKey, Sidecar)>,
     gateways: &Coll<'s, (ConfigKey, Gateway)>,
     vss: &Coll<'s, (ConfigKey, VirtualService)>,
+    drs: &Coll<'s, (ConfigKey, DestinationRule)>,
 ) -> Coll<'s, (ProxyId, ScopeKey)> {
     let scopes = sidecar_scopes(mesh, proxies, sidecars).concat(router_scopes(proxies, gateways));
-    let matched = source_selectors(proxies, vss);
+    let matched = source_selectors(proxies, vss, drs);
     let labelled = scopes.clone().join_map(matched.clone(), |id, s, sels| {
         (id.clone(), s.clone().with_source_labels(sels.clone()))
     });
     labelled.concat(scopes.antijoin(matched.map(|(id, _)| id)))
 }
 
-/// The `sourceLabels` selectors each proxy matches, sorted, for the proxies matching any.
-/// Only proxies whose labels some selector reads are split from their scope, and only by
-/// the selectors they match, so a mesh without `sourceLabels` keeps its scopes whole.
+/// The selectors each proxy matches (VirtualServices' `sourceLabels`, DestinationRules'
+/// `workloadSelector`), sorted, for the proxies matching any. Only proxies whose labels
+/// some selector reads are split from their scope, and only by the selectors they match,
+/// so a mesh without either keeps its scopes whole.
 fn source_selectors<'s>(
     proxies: &Coll<'s, (ProxyId, Proxy)>,
     vss: &Coll<'s, (ConfigKey, VirtualService)>,
+    drs: &Coll<'s, (ConfigKey, DestinationRule)>,
 ) -> Coll<'s, (ProxyId, Vec<Labels>)> {
     let by_first_label = vss
         .clone()
         .flat_map(|(_, vs)| vs.source_selectors())
+        .concat(drs.clone().flat_map(|(_, dr)| dr.selector))
         .distinct()
         .flat_map(|sel| {
             let first = sel.iter().next().map(|(k, v)| (k.clone(), v.clone()));

@@ -640,6 +640,7 @@ mod tests {
                 labels: [("version".to_string(), "v1".to_string())].into(),
                 traffic_policy: None,
             }],
+            selector: None,
         }
     }
 
