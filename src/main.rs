@@ -427,6 +427,13 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+    if matches!(
+        cli.command,
+        Command::Serve { .. } | Command::Loadgen(_) | Command::Bench(_)
+    ) {
+        // Tens of thousands of xDS connections on either side.
+        meshflow::async_runtime::raise_open_files_limit_logged();
+    }
     match cli.command {
         Command::Serve {
             config_dir,

@@ -10,7 +10,7 @@ use super::expected::{self, Affected, Expected, Inputs, Oracle};
 use super::loadgen::{self, later, ms, Counters, Loadgen, Protocol};
 use super::mesh_gen::{self, MeshState};
 use super::options::Options;
-use super::procstat::ProcStats;
+use super::procstat::{self, ProcStats};
 use super::render;
 use super::report::ScenarioResult;
 use super::scenarios::{self, Change, EditFn, Scenario, SequenceFn};
@@ -43,6 +43,8 @@ pub struct RunContext<'a> {
 /// The server's figures and the proxies' counters at a scenario's start.
 struct Window {
     before: ProcStats,
+    /// The bench process's own figures (the load generator's CPU).
+    before_self: Option<ProcStats>,
     peak_reset: bool,
     counters: Counters,
     messages: Vec<u64>,
@@ -55,6 +57,7 @@ impl Window {
             counters: lg.map(Loadgen::totals).unwrap_or_default(),
             messages: lg.map(Loadgen::messages_per_proxy).unwrap_or_default(),
             before: server.stats()?,
+            before_self: procstat::read(std::process::id()).ok(),
             peak_reset: server.reset_peak(),
         })
     }
@@ -70,6 +73,11 @@ impl Window {
         let after = server.stats()?;
         r.server_cpu_s = after.cpu_s - self.before.cpu_s;
         r.server_cpu_task_s = (after.cpu_task_s - self.before.cpu_task_s).max(0.0);
+        r.loadgen_cpu_s = self.before_self.and_then(|b| {
+            procstat::read(std::process::id())
+                .ok()
+                .map(|a| (a.cpu_s - b.cpu_s).max(0.0))
+        });
         let peak = if self.peak_reset {
             after.hwm_kib
         } else {
