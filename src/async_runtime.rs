@@ -1,5 +1,6 @@
 //! The tokio runtime every multi-threaded meshflow command runs on (the server, the load
-//! generator, the bench harness): one place to tune it.
+//! generator, the bench harness), and the process settings they start with (open-files
+//! limit, no transparent huge pages): one place to tune them.
 //!
 //! Tried and left out (BENCHMARKS.md, session 4): tokio's `disable_lifo_slot` (behind
 //! `--cfg tokio_unstable`), so that the streams of one HTTP/2 connection would queue their
@@ -57,4 +58,25 @@ pub fn raise_open_files_limit_logged() {
         Ok(_) => {}
         Err(e) => tracing::warn!("{e}"),
     }
+}
+
+/// Turns transparent huge pages off for this process (`prctl(PR_SET_THP_DISABLE)`; inherited
+/// by children). mimalloc asks for huge pages on its arenas, and with THP the kernel zeroes
+/// a whole 2 MiB page on the first touch of any byte of it, again after every purge of freed
+/// memory: while 25,000 proxies connected (shape XL), a third of the server's CPU was
+/// `clear_page_erms` under `do_huge_pmd_anonymous_page` (perf). Without them (BENCHMARKS.md,
+/// shape XL): connect p99 47 → 39 s, server CPU 40.8 → 33.9 s, peak RSS 5.3 → 5.1 GiB.
+/// `serve`, `bench` and `loadgen` call it unless `MESHFLOW_ALLOW_THP` is set. `Err` names
+/// what the kernel refused (the process then runs as before).
+pub fn disable_transparent_huge_pages() -> Result<(), String> {
+    // SAFETY: PR_SET_THP_DISABLE takes plain integers and changes only this process's
+    // memory policy.
+    let rc = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
+    if rc != 0 {
+        return Err(format!(
+            "disabling transparent huge pages: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(())
 }

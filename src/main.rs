@@ -433,6 +433,12 @@ fn main() -> ExitCode {
     ) {
         // Tens of thousands of xDS connections on either side.
         meshflow::async_runtime::raise_open_files_limit_logged();
+        // No transparent huge pages (see the function), unless asked to keep them.
+        if std::env::var_os("MESHFLOW_ALLOW_THP").is_none() {
+            if let Err(e) = meshflow::async_runtime::disable_transparent_huge_pages() {
+                tracing::warn!("{e}");
+            }
+        }
     }
     match cli.command {
         Command::Serve {

@@ -73,11 +73,12 @@ impl Window {
         let after = server.stats()?;
         r.server_cpu_s = after.cpu_s - self.before.cpu_s;
         r.server_cpu_task_s = (after.cpu_task_s - self.before.cpu_task_s).max(0.0);
-        r.loadgen_cpu_s = self.before_self.and_then(|b| {
-            procstat::read(std::process::id())
-                .ok()
-                .map(|a| (a.cpu_s - b.cpu_s).max(0.0))
-        });
+        let own = procstat::read(std::process::id()).ok();
+        r.loadgen_cpu_s = self
+            .before_self
+            .zip(own)
+            .map(|(b, a)| (a.cpu_s - b.cpu_s).max(0.0));
+        r.loadgen_peak_rss_kib = own.map(|a| a.hwm_kib);
         let peak = if self.peak_reset {
             after.hwm_kib
         } else {
@@ -479,6 +480,7 @@ async fn wait_converged(
     let deadline = later(t0, timeout);
     let mut pending = affected.clone();
     loop {
+        let scan = Instant::now();
         pending.retain(
             |(p, changes)| match expected::converged_at(lg, *p, changes, t0) {
                 Some(d) => {
@@ -494,6 +496,7 @@ async fn wait_converged(
         if let Some(e) = lg.errors(1).into_iter().next() {
             return Err(format!("a simulated proxy failed: {e}"));
         }
-        tokio::time::sleep(Duration::from_millis(2)).await;
+        let pause = churn::poll_pause(scan.elapsed(), Duration::from_millis(2));
+        tokio::time::sleep(pause).await;
     }
 }

@@ -33,6 +33,7 @@ fn scenario_json(r: &ScenarioResult) -> serde_json::Value {
         "server_cpu_s": r.server_cpu_s,
         "server_cpu_task_s": r.server_cpu_task_s,
         "loadgen_cpu_s": r.loadgen_cpu_s,
+        "loadgen_peak_rss_kib": r.loadgen_peak_rss_kib,
         "server_peak_rss_kib": r.peak_rss_kib,
         "verified": r.verified,
         "mismatched_proxies": r.mismatched_proxies,

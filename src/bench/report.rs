@@ -30,6 +30,8 @@ pub struct ScenarioResult {
     /// (their runtime threads) plus the harness's polling — the load generator's cost, to
     /// read next to the server's (near threads × window, it was the bottleneck).
     pub loadgen_cpu_s: Option<f64>,
+    /// The bench process's peak resident memory so far (VmHWM, never reset), KiB.
+    pub loadgen_peak_rss_kib: Option<u64>,
     pub peak_rss_kib: Option<u64>,
     pub verified: bool,
     pub mismatched_proxies: usize,
