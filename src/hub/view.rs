@@ -54,9 +54,7 @@ impl Bodies {
     }
 
     pub fn get(&self, t: ResourceType, name: &Name, version: &Name) -> Option<&Body> {
-        self.0
-            .get(&BodyKeyRef(t, name, version))
-            .map(|(b, _)| b)
+        self.0.get(&BodyKeyRef(t, name, version)).map(|(b, _)| b)
     }
 
     pub fn len(&self) -> usize {
@@ -130,7 +128,11 @@ mod tests {
     fn bodies_found_by_equal_names() {
         let mut held = Materialized::default();
         let mut bodies = Bodies::default();
-        let r = Resource::new(ResourceType::Cluster, "outbound|80||a".into(), vec![1, 2, 3]);
+        let r = Resource::new(
+            ResourceType::Cluster,
+            "outbound|80||a".into(),
+            vec![1, 2, 3],
+        );
         let version = r.version.clone();
         bodies.add(&mut held, vec![(r, 1)]);
         let name: Name = Arc::from("outbound|80||a");
