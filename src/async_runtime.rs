@@ -65,7 +65,7 @@ pub fn raise_open_files_limit_logged() {
 /// a whole 2 MiB page on the first touch of any byte of it, again after every purge of freed
 /// memory: while 25,000 proxies connected (shape XL), a third of the server's CPU was
 /// `clear_page_erms` under `do_huge_pmd_anonymous_page` (perf). Without them (BENCHMARKS.md,
-/// shape XL): connect p99 47 → 39 s, server CPU 40.8 → 33.9 s, peak RSS 5.3 → 5.1 GiB.
+/// shape XL): connect p99 46.9 → 39.3 s, server CPU 40.8 → 33.9 s, peak RSS 5,217 → 5,074 MiB.
 /// `serve`, `bench` and `loadgen` call it unless `MESHFLOW_ALLOW_THP` is set. `Err` names
 /// what the kernel refused (the process then runs as before).
 pub fn disable_transparent_huge_pages() -> Result<(), String> {
