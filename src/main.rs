@@ -427,6 +427,19 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+    if matches!(
+        cli.command,
+        Command::Serve { .. } | Command::Loadgen(_) | Command::Bench(_)
+    ) {
+        // Tens of thousands of xDS connections on either side.
+        meshflow::async_runtime::raise_open_files_limit_logged();
+        // No transparent huge pages (see the function), unless asked to keep them.
+        if std::env::var_os("MESHFLOW_ALLOW_THP").is_none() {
+            if let Err(e) = meshflow::async_runtime::disable_transparent_huge_pages() {
+                tracing::warn!("{e}");
+            }
+        }
+    }
     match cli.command {
         Command::Serve {
             config_dir,

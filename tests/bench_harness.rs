@@ -70,12 +70,19 @@ fn bench(protocol: &str) -> Value {
 
 /// The bench on the tiny mesh with `engine`, all scenarios or those named.
 fn bench_with(protocol: &str, engine: &str, scenarios: Option<&str>) -> Value {
-    let out_dir = temp_dir(&format!("bench-{protocol}-{engine}"));
+    bench_args(protocol, engine, scenarios, &[])
+}
+
+/// [`bench_with`] with more arguments; `engine` may name several (the chart is checked for
+/// the first).
+fn bench_args(protocol: &str, engine: &str, scenarios: Option<&str>, extra: &[&str]) -> Value {
+    let out_dir = temp_dir(&format!("bench-{protocol}-{}", engine.replace(',', "-")));
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_meshflow"));
     cmd.arg("bench");
     if let Some(names) = scenarios {
         cmd.args(["--scenarios", names]);
     }
+    cmd.args(extra);
     let out = cmd
         .args([
             "--shape",
@@ -128,9 +135,10 @@ fn bench_with(protocol: &str, engine: &str, scenarios: Option<&str>) -> Value {
     // The chart of a real run: a bar per engine that ran, on log axes of whole decades
     // (its layout is tested in src/bench/chart.rs).
     let svg = std::fs::read_to_string(json.with_extension("svg")).unwrap();
+    let first = engine.split(',').next().unwrap_or(engine);
     assert!(
         svg.contains(&format!(
-            r#"class="bar" data-panel="latency" data-engine="{engine}""#
+            r#"class="bar" data-panel="latency" data-engine="{first}""#
         )),
         "{svg}"
     );
@@ -240,6 +248,39 @@ fn check(v: &Value, protocol: &str) {
 #[test]
 fn bench_delta_converges_and_verifies() {
     check(&bench("delta"), "delta");
+}
+
+/// Above `--full-push-max-proxies` the full-push baseline is not started: the run still
+/// succeeds, the report says why, and the engine that ran reports the load generator's CPU
+/// next to the server's.
+#[test]
+fn bench_skips_full_push_above_its_limit() {
+    let v = bench_args(
+        "delta",
+        "meshflow,full-push",
+        Some("endpoint-ip"),
+        &["--full-push-max-proxies", "10"],
+    );
+    assert_eq!(v["ok"], true, "{v:#}");
+    let engines = v["engines"].as_array().unwrap();
+    assert_eq!(engines.len(), 2, "{v:#}");
+    assert!(engines[0]["skipped"].is_null(), "{v:#}");
+    let why = engines[1]["skipped"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("full-push not run at 14 proxies (over --full-push-max-proxies 10)"),
+        "{v:#}"
+    );
+    assert!(
+        engines[1]["scenarios"].as_array().unwrap().is_empty(),
+        "{v:#}"
+    );
+    let connect = &engines[0]["scenarios"][0];
+    assert_eq!(connect["scenario"], "connect", "{v:#}");
+    assert!(connect["loadgen_cpu_s"].as_f64().is_some(), "{connect:#}");
+    assert!(
+        connect["loadgen_peak_rss_kib"].as_u64().unwrap_or(0) > 0,
+        "{connect:#}"
+    );
 }
 
 /// The istio-style baseline pushes what Istio's rules push (`src/runtime/istio_style.rs`),

@@ -74,6 +74,22 @@ impl Shape {
             gateway_vs_every: 10,
         }
     }
+
+    /// 10,000 services × 10 endpoints, 250 namespaces, 25,000 proxies, each scoped by
+    /// Sidecar to its namespace plus two shared ones (issue 15's shape XL).
+    pub fn xlarge() -> Shape {
+        Shape {
+            services: 10_000,
+            endpoints_per_service: 10,
+            namespaces: 250,
+            proxies: 25_000,
+            vs_every: 4,
+            sidecar_scoping: true,
+            shared_namespaces: 2,
+            gateways: 0,
+            gateway_vs_every: 10,
+        }
+    }
 }
 
 pub fn namespace(i: usize) -> String {

@@ -174,7 +174,8 @@ pub fn loadgen(a: LoadgenArgs) -> ExitCode {
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
     /// small (200 services × 10, 10 namespaces, 200 proxies), M (1,000 × 10, 20 ns, 2,000
-    /// proxies), M-unscoped (M without Sidecars), L (5,000 × 10, 100 ns, 10,000 proxies).
+    /// proxies), M-unscoped (M without Sidecars), L (5,000 × 10, 100 ns, 10,000 proxies),
+    /// XL (10,000 × 10, 250 ns, 25,000 proxies).
     #[arg(long, default_value = "M")]
     pub shape: String,
     /// Override the shape's number of services.
@@ -264,6 +265,10 @@ pub struct BenchArgs {
     /// Threads of the simulated proxies (they share the machine with the server).
     #[arg(long, default_value_t = 1)]
     pub loadgen_threads: usize,
+    /// Above this many proxies the full-push baseline is reported as not run instead of
+    /// being started (each of its changes recomputes every proxy's whole config).
+    #[arg(long, default_value_t = 10_000)]
+    pub full_push_max_proxies: usize,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
@@ -345,6 +350,7 @@ fn bench_options(a: BenchArgs) -> Result<Options, String> {
         max_server_rss_mib: (a.max_server_rss_mib > 0).then_some(a.max_server_rss_mib),
         server_args: a.server_args,
         loadgen_threads: a.loadgen_threads,
+        full_push_max_proxies: a.full_push_max_proxies,
         churn: ChurnConfig {
             rate: a.churn_rate,
             duration: seconds(a.churn_seconds, "--churn-seconds")?,

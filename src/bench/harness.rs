@@ -145,10 +145,15 @@ impl OneRun<'_> {
             engine,
             protocol,
             error: None,
+            skipped: options::skip_reason(opts, engine),
             results: Vec::new(),
             verify: "full",
             server_log: Some(self.log.clone()),
         };
+        if let Some(why) = &report.skipped {
+            ui.say(&format!("== run {}: {why}", self.run + 1));
+            return Ok(report);
+        }
         let lock = match &opts.lock {
             Some(path) => {
                 ui.say(&format!("waiting for the lock {}", path.display()));

@@ -10,7 +10,7 @@ use super::expected::{self, Affected, Expected, Inputs, Oracle};
 use super::loadgen::{self, later, ms, Counters, Loadgen, Protocol};
 use super::mesh_gen::{self, MeshState};
 use super::options::Options;
-use super::procstat::ProcStats;
+use super::procstat::{self, ProcStats};
 use super::render;
 use super::report::ScenarioResult;
 use super::scenarios::{self, Change, EditFn, Scenario, SequenceFn};
@@ -43,6 +43,8 @@ pub struct RunContext<'a> {
 /// The server's figures and the proxies' counters at a scenario's start.
 struct Window {
     before: ProcStats,
+    /// The bench process's own figures (the load generator's CPU).
+    before_self: Option<ProcStats>,
     peak_reset: bool,
     counters: Counters,
     messages: Vec<u64>,
@@ -55,6 +57,7 @@ impl Window {
             counters: lg.map(Loadgen::totals).unwrap_or_default(),
             messages: lg.map(Loadgen::messages_per_proxy).unwrap_or_default(),
             before: server.stats()?,
+            before_self: procstat::read(std::process::id()).ok(),
             peak_reset: server.reset_peak(),
         })
     }
@@ -70,6 +73,12 @@ impl Window {
         let after = server.stats()?;
         r.server_cpu_s = after.cpu_s - self.before.cpu_s;
         r.server_cpu_task_s = (after.cpu_task_s - self.before.cpu_task_s).max(0.0);
+        let own = procstat::read(std::process::id()).ok();
+        r.loadgen_cpu_s = self
+            .before_self
+            .zip(own)
+            .map(|(b, a)| (a.cpu_s - b.cpu_s).max(0.0));
+        r.loadgen_peak_rss_kib = own.map(|a| a.hwm_kib);
         let peak = if self.peak_reset {
             after.hwm_kib
         } else {
@@ -471,6 +480,7 @@ async fn wait_converged(
     let deadline = later(t0, timeout);
     let mut pending = affected.clone();
     loop {
+        let scan = Instant::now();
         pending.retain(
             |(p, changes)| match expected::converged_at(lg, *p, changes, t0) {
                 Some(d) => {
@@ -486,6 +496,7 @@ async fn wait_converged(
         if let Some(e) = lg.errors(1).into_iter().next() {
             return Err(format!("a simulated proxy failed: {e}"));
         }
-        tokio::time::sleep(Duration::from_millis(2)).await;
+        let pause = churn::poll_pause(scan.elapsed(), Duration::from_millis(2));
+        tokio::time::sleep(pause).await;
     }
 }

@@ -38,14 +38,17 @@ impl VerifyMode {
     }
 }
 
-/// A named shape: `small`, `M`, `M-unscoped`, `L`.
+/// A named shape: `small`, `M`, `M-unscoped`, `L`, `XL`.
 pub fn named_shape(name: &str) -> Result<Shape, String> {
     match name {
         "small" | "S" => Ok(Shape::small()),
         "M" | "m" => Ok(Shape::medium(true)),
         "M-unscoped" | "m-unscoped" => Ok(Shape::medium(false)),
         "L" | "l" => Ok(Shape::large()),
-        other => Err(format!("unknown shape {other:?} (small, M, M-unscoped, L)")),
+        "XL" | "xl" => Ok(Shape::xlarge()),
+        other => Err(format!(
+            "unknown shape {other:?} (small, M, M-unscoped, L, XL)"
+        )),
     }
 }
 
@@ -97,4 +100,24 @@ pub struct Options {
     pub server_args: Vec<String>,
     /// Worker threads of the simulated proxies' runtime.
     pub loadgen_threads: usize,
+    /// Above this many proxies the full-push baseline is not run (see [`skip_reason`]).
+    pub full_push_max_proxies: usize,
+}
+
+/// Why `engine` is not run on this shape, if it is not: the full-push baseline recomputes
+/// and re-sends every proxy's whole config on every change, so its cost per change grows
+/// with proxies × config; past `--full-push-max-proxies` a run would take hours (every
+/// scenario ending at `--timeout`) or be stopped by `--max-server-rss-mib`, and the bench
+/// says so instead of starting it.
+pub fn skip_reason(opts: &Options, engine: EngineKind) -> Option<String> {
+    let proxies = opts.shape.proxies + opts.shape.gateways;
+    (engine == EngineKind::FullPush && proxies > opts.full_push_max_proxies).then(|| {
+        format!(
+            "full-push not run at {proxies} proxies (over --full-push-max-proxies {}): every \
+             change recomputes and re-sends every proxy's whole config; at shape L (10,000 \
+             proxies) one change already cost ~50 s of server CPU, ~60 s p99 and 6.4 GiB, and \
+             it grows with proxies × config",
+            opts.full_push_max_proxies
+        )
+    })
 }

@@ -32,6 +32,8 @@ fn scenario_json(r: &ScenarioResult) -> serde_json::Value {
         "min_bytes": r.min_bytes,
         "server_cpu_s": r.server_cpu_s,
         "server_cpu_task_s": r.server_cpu_task_s,
+        "loadgen_cpu_s": r.loadgen_cpu_s,
+        "loadgen_peak_rss_kib": r.loadgen_peak_rss_kib,
         "server_peak_rss_kib": r.peak_rss_kib,
         "verified": r.verified,
         "mismatched_proxies": r.mismatched_proxies,
@@ -62,6 +64,7 @@ pub fn json(report: &Report) -> serde_json::Value {
             "protocol": e.protocol.name(),
             "verify": e.verify,
             "error": e.error,
+            "skipped": e.skipped,
             "server_log": e.server_log.as_ref().map(|p| p.display().to_string()),
             "ok": e.ok(),
             "scenarios": e.results.iter().map(scenario_json).collect::<Vec<_>>(),
@@ -148,16 +151,25 @@ fn markdown_runs(report: &Report) -> String {
     md.push_str(
             "| run | engine | xDS | scenario | affected proxies | proxies messaged | p50 ms | p99 ms | max ms \
              | messages | messages per affected proxy | resources | bytes | min bytes | server CPU s \
-             | peak RSS MiB | verified |\n",
+             | loadgen CPU s | peak RSS MiB | verified |\n",
         );
     md.push_str(
-        "|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
+        "|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
     );
     let f = |v: Option<f64>| v.map(|x| format!("{x:.1}")).unwrap_or_else(|| "–".into());
     for e in &report.engines {
+        if let Some(why) = &e.skipped {
+            md.push_str(&format!(
+                "| {} | {} | {} | (skipped: {}) |||||||||||||||\n",
+                e.run + 1,
+                e.engine.name(),
+                e.protocol.name(),
+                why.replace('|', "/")
+            ));
+        }
         if let Some(err) = &e.error {
             md.push_str(&format!(
-                "| {} | {} | {} | (did not run: {}) ||||||||||||||\n",
+                "| {} | {} | {} | (did not run: {}) |||||||||||||||\n",
                 e.run + 1,
                 e.engine.name(),
                 e.protocol.name(),
@@ -167,7 +179,7 @@ fn markdown_runs(report: &Report) -> String {
         for r in &e.results {
             if let Some(why) = &r.skipped {
                 md.push_str(&format!(
-                    "| {} | {} | {} | {} (skipped: {}) ||||||||||||||\n",
+                    "| {} | {} | {} | {} (skipped: {}) |||||||||||||||\n",
                     e.run + 1,
                     e.engine.name(),
                     e.protocol.name(),
@@ -192,7 +204,7 @@ fn markdown_runs(report: &Report) -> String {
                 )
             };
             md.push_str(&format!(
-                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.3} | {} | {} |\n",
+                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.3} | {} | {} | {} |\n",
                     e.run + 1,
                     e.engine.name(),
                     e.protocol.name(),
@@ -210,6 +222,9 @@ fn markdown_runs(report: &Report) -> String {
                     r.received.total_bytes(),
                     r.min_bytes,
                     r.server_cpu_s,
+                    r.loadgen_cpu_s
+                        .map(|c| format!("{c:.3}"))
+                        .unwrap_or_else(|| "–".into()),
                     r.peak_rss_kib
                         .map(|k| format!("{:.0}", k as f64 / 1024.0))
                         .unwrap_or_else(|| "–".into()),
@@ -225,6 +240,7 @@ fn markdown_runs(report: &Report) -> String {
              proxy received during the scenario; messages per affected proxy: messages ÷ affected proxies (protobuf-encoded response size, no gRPC/HTTP/2 \
              framing). Min bytes: the encoded size of the changed resources times the proxies \
              that need them. Server CPU: utime+stime of the server process from /proc/PID/stat; \
+             loadgen CPU s: the same of the bench process (the simulated proxies and the harness); \
              peak RSS: VmHWM, reset before each scenario.\n",
         );
     md
@@ -238,7 +254,7 @@ pub fn line(r: &ScenarioResult) -> String {
     let lat = r.sorted_latency();
     let f = |v: Option<f64>| v.map(|x| format!("{x:.1}")).unwrap_or_else(|| "-".into());
     format!(
-        "{:<12} affected {:>5} (converged {:>5}) p50 {:>7} ms p99 {:>7} ms | {} msgs {} res {} B (min {} B) | cpu {:.3} s | {}",
+        "{:<12} affected {:>5} (converged {:>5}) p50 {:>7} ms p99 {:>7} ms | {} msgs {} res {} B (min {} B) | cpu {:.3} s (loadgen {}) | {}",
         r.name,
         r.affected,
         r.converged,
@@ -249,6 +265,9 @@ pub fn line(r: &ScenarioResult) -> String {
         r.received.total_bytes(),
         r.min_bytes,
         r.server_cpu_s,
+        r.loadgen_cpu_s
+            .map(|c| format!("{c:.3} s"))
+            .unwrap_or_else(|| "-".into()),
         if r.verified {
             "verified".to_string()
         } else {

@@ -26,6 +26,12 @@ pub struct ScenarioResult {
     pub min_bytes: u64,
     pub server_cpu_s: f64,
     pub server_cpu_task_s: f64,
+    /// CPU seconds of the bench process itself over the same window: the simulated proxies
+    /// (their runtime threads) plus the harness's polling — the load generator's cost, to
+    /// read next to the server's (near threads × window, it was the bottleneck).
+    pub loadgen_cpu_s: Option<f64>,
+    /// The bench process's peak resident memory so far (VmHWM, never reset), KiB.
+    pub loadgen_peak_rss_kib: Option<u64>,
     pub peak_rss_kib: Option<u64>,
     pub verified: bool,
     pub mismatched_proxies: usize,
@@ -72,6 +78,8 @@ pub struct EngineReport {
     pub engine: EngineKind,
     pub protocol: Protocol,
     pub error: Option<String>,
+    /// Not run on purpose, and why ([`super::options::skip_reason`]).
+    pub skipped: Option<String>,
     pub results: Vec<ScenarioResult>,
     pub verify: &'static str,
     pub server_log: Option<PathBuf>,

@@ -10,6 +10,7 @@ use super::loadgen::percentile;
 use super::report::{EngineReport, ScenarioResult};
 use crate::engine::EngineKind;
 use serde_json::json;
+use std::collections::BTreeSet;
 
 /// The median of some values (mean of the two middle ones for an even count).
 pub fn median(mut v: Vec<f64>) -> Option<f64> {
@@ -49,6 +50,8 @@ pub struct MedianRow {
     pub min_bytes: Option<f64>,
     pub cpu_s: Option<f64>,
     pub cpu_cores: Option<f64>,
+    /// The bench process's CPU seconds (the simulated proxies).
+    pub loadgen_cpu_s: Option<f64>,
     pub rss_mib: Option<f64>,
     pub verified: bool,
 }
@@ -129,6 +132,7 @@ pub fn median_rows(engines: &[EngineReport]) -> Vec<MedianRow> {
                 min_bytes: med(&rs, |r| (r.min_bytes > 0).then_some(r.min_bytes as f64)),
                 cpu_s: med(&rs, |r| Some(r.server_cpu_s)),
                 cpu_cores: med(&rs, ScenarioResult::cpu_cores),
+                loadgen_cpu_s: med(&rs, |r| r.loadgen_cpu_s),
                 rss_mib: med(&rs, |r| r.peak_rss_kib.map(|k| k as f64 / 1024.0)),
                 verified: rs.iter().all(|r| r.verified),
             });
@@ -239,14 +243,22 @@ fn fx(v: Option<f64>) -> String {
 /// The medians and ratios as markdown tables.
 pub fn markdown(engines: &[EngineReport], runs: usize) -> String {
     let mut md = String::new();
+    let mut skipped = BTreeSet::new();
+    for e in engines {
+        if let Some(why) = &e.skipped {
+            if skipped.insert(e.engine.name()) {
+                md.push_str(&format!("Engine `{}` skipped: {why}.\n\n", e.engine.name()));
+            }
+        }
+    }
     md.push_str(&format!("Medians over {runs} repetition(s):\n\n"));
     md.push_str(
         "| engine | xDS | scenario | runs | affected proxies | proxies messaged | p50 ms | p99 ms | max ms \
          | messages | messages per affected proxy | resources | bytes | min bytes | server CPU s | CPU cores \
-         | peak RSS MiB | verified |\n",
+         | loadgen CPU s | peak RSS MiB | verified |\n",
     );
     md.push_str(
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
     );
     for r in median_rows(engines) {
         let affected = if r.not_converged == 0 {
@@ -259,7 +271,7 @@ pub fn markdown(engines: &[EngineReport], runs: usize) -> String {
             )
         };
         md.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             r.engine.name(),
             r.protocol,
             r.scenario,
@@ -276,6 +288,7 @@ pub fn markdown(engines: &[EngineReport], runs: usize) -> String {
             f0(r.min_bytes),
             f3(r.cpu_s),
             r.cpu_cores.map(|c| format!("{c:.3}")).unwrap_or_else(|| "–".into()),
+            f3(r.loadgen_cpu_s),
             f0(r.rss_mib),
             if r.verified { "yes" } else { "**NO**" },
         ));
@@ -325,6 +338,7 @@ pub fn json(engines: &[EngineReport]) -> serde_json::Value {
             "min_bytes": r.min_bytes,
             "server_cpu_s": r.cpu_s,
             "server_cpu_cores": r.cpu_cores,
+            "loadgen_cpu_s": r.loadgen_cpu_s,
             "peak_rss_mib": r.rss_mib,
             "verified": r.verified,
         })).collect::<Vec<_>>(),

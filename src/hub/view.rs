@@ -10,9 +10,27 @@
 use crate::ca::WorkloadCa;
 use dataflows::materialize::{Held, Materialized, Name};
 use dataflows::model::{Body, Resource, ResourceType};
-use std::collections::HashMap;
+use hashbrown::{Equivalent, HashMap};
 
 type BodyKey = (ResourceType, Name, Name);
+
+/// A [`BodyKey`] borrowed: every stream's lookup of every body it sends goes through
+/// [`Bodies::get`], so it neither clones the shared names nor hashes with SipHash. Hashes as
+/// the tuple does (field by field, the `str`s as `str`s).
+#[derive(Hash)]
+struct BodyKeyRef<'a>(ResourceType, &'a str, &'a str);
+
+/// Equal strings; the same shared allocation (the usual case: names and versions are
+/// interned) without comparing the bytes.
+fn same(a: &str, b: &str) -> bool {
+    (a.as_ptr() == b.as_ptr() && a.len() == b.len()) || a == b
+}
+
+impl Equivalent<BodyKey> for BodyKeyRef<'_> {
+    fn equivalent(&self, key: &BodyKey) -> bool {
+        self.0 == key.0 && same(self.1, &key.1) && same(self.2, &key.2)
+    }
+}
 
 /// The encoded body of every resource version some proxy holds, once each, counted by how
 /// many times the dataflow emitted it.
@@ -36,9 +54,7 @@ impl Bodies {
     }
 
     pub fn get(&self, t: ResourceType, name: &Name, version: &Name) -> Option<&Body> {
-        self.0
-            .get(&(t, name.clone(), version.clone()))
-            .map(|(b, _)| b)
+        self.0.get(&BodyKeyRef(t, name, version)).map(|(b, _)| b)
     }
 
     pub fn len(&self) -> usize {
@@ -98,5 +114,41 @@ impl<'a> ProxyView<'a> {
             Some(ca) if t == ResourceType::Secret => ca.substitute(body),
             _ => Some(body.clone()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    /// A body is found by names equal to the interned ones whether or not they are the same
+    /// allocation, and not by a different version or type.
+    #[test]
+    fn bodies_found_by_equal_names() {
+        let mut held = Materialized::default();
+        let mut bodies = Bodies::default();
+        let r = Resource::new(
+            ResourceType::Cluster,
+            "outbound|80||a".into(),
+            vec![1, 2, 3],
+        );
+        let version = r.version.clone();
+        bodies.add(&mut held, vec![(r, 1)]);
+        let name: Name = Arc::from("outbound|80||a");
+        let v: Name = Arc::from(version.as_str());
+        assert_eq!(
+            bodies
+                .get(ResourceType::Cluster, &name, &v)
+                .map(|b| b.0.to_vec()),
+            Some(vec![1, 2, 3])
+        );
+        let interned = (held.intern("outbound|80||a"), held.intern(&version));
+        assert!(bodies
+            .get(ResourceType::Cluster, &interned.0, &interned.1)
+            .is_some());
+        let other: Name = Arc::from("0000");
+        assert!(bodies.get(ResourceType::Cluster, &name, &other).is_none());
+        assert!(bodies.get(ResourceType::Endpoint, &name, &v).is_none());
     }
 }

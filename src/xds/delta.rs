@@ -13,7 +13,11 @@ use envoy_types::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, Resource,
 };
 use envoy_types::pb::google::protobuf::Any;
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+// hashbrown's maps hash with foldhash: every comparison of a stream's held set with the
+// proxy's resources looks up each name here (a tenth of the server's CPU under SipHash while
+// 25,000 proxies connect).
+use hashbrown::{HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 
 #[derive(Default, Debug)]
 struct TypeState {
