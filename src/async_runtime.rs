@@ -32,7 +32,7 @@ pub fn raise_open_files_limit() -> Result<(u64, u64), String> {
             std::io::Error::last_os_error()
         ));
     }
-    let old = lim.rlim_cur as u64;
+    let old = lim.rlim_cur;
     if lim.rlim_cur >= lim.rlim_max {
         return Ok((old, old));
     }
@@ -45,7 +45,7 @@ pub fn raise_open_files_limit() -> Result<(u64, u64), String> {
             std::io::Error::last_os_error()
         ));
     }
-    Ok((old, lim.rlim_max as u64))
+    Ok((old, lim.rlim_max))
 }
 
 /// [`raise_open_files_limit`], logging what happened (a refusal is a warning: the process
