@@ -450,3 +450,32 @@ fn gateway_istio_mutual_serves_clients_of_the_mesh_ca_only() {
     assert_eq!(router.rejected_updates(), 0, "{}", router.summary());
     drop(meshflow);
 }
+
+/// `examples/tls-ports` (the goldens `tests/golden/tls-ports-*.txt`), for captured proxies:
+/// the per-port clusters with SDS TLS contexts, the failed-closed ones, and the gateway's
+/// ISTIO_MUTUAL listener, checked by `envoy --mode validate`.
+#[test]
+fn envoy_accepts_the_tls_ports_example() {
+    let envoy_bin = require_envoy!();
+    let dir = TestDir::new("envoy-tls-ports-validate");
+    let sleep = ProxyNode::sidecar("sleep-abc", "default", "127.0.0.20", &[("app", "sleep")]);
+    let gateway = ProxyNode::router(
+        "istio-ingressgateway-abc",
+        "istio-system",
+        "127.0.0.1",
+        &[("istio", "ingressgateway")],
+    );
+    let listeners = support::envoy_validate::envoy_validates_example(
+        &envoy_bin,
+        dir.path(),
+        "tls-ports",
+        &[
+            (&sleep, dataflows::model::ProxyKind::Sidecar),
+            (&gateway, dataflows::model::ProxyKind::Router),
+        ],
+    );
+    let text = serde_json::Value::from(listeners[1].clone()).to_string();
+    for part in ["0.0.0.0_8443", "ROOTCA", "require_client_certificate"] {
+        assert!(text.contains(part), "{part} in {text}");
+    }
+}

@@ -143,28 +143,7 @@ fn outbound(
             }),
         ..Default::default()
     };
-    // A proxyless gRPC client takes certificates from certificate providers, not SDS: it
-    // cannot do `ISTIO_MUTUAL` or a `credentialName` as generated here, so its cluster fails
-    // closed too; so does a cluster whose Secret this proxy cannot be served.
-    let fail_closed: Option<String> = match policy.tls.as_deref() {
-        Some(t) if grpc && t.istio_mutual => Some(
-            "DestinationRule tls mode ISTIO_MUTUAL is not supported for a proxyless gRPC \
-             client (it takes no SDS certificates)"
-                .into(),
-        ),
-        Some(t) if grpc && t.credential.is_some() => Some(format!(
-            "DestinationRule {}.credentialName is not supported for a proxyless gRPC client \
-             (it takes no SDS certificates)",
-            t.field
-        )),
-        Some(t) if t.credential.is_some() => secrets.resolve(t).err().map(|why| {
-            format!(
-                "DestinationRule {}.credentialName: {why} (namespace {})",
-                t.field, secrets.namespace
-            )
-        }),
-        _ => None,
-    };
+    let fail_closed = fail_closed(&policy, grpc, secrets);
     match service.resolution {
         // Fail closed: a cluster of no hosts answers 503 where the rule asked for TLS that
         // is not generated, instead of sending the request in plaintext. Its metadata says
@@ -395,6 +374,30 @@ fn credential_tls(
     TransportSocket {
         name: "envoy.transport_sockets.tls".into(),
         config_type: Some(ConfigType::TypedConfig(pack_any(context))),
+    }
+}
+
+/// Why a cluster under `policy` fails closed (has no endpoints) rather than send plaintext,
+/// if it does. A proxyless gRPC client takes certificates from certificate providers, not
+/// SDS: it cannot do `ISTIO_MUTUAL` or a `credentialName` as generated here; a
+/// `credentialName` whose Secret this proxy cannot be served fails closed too.
+fn fail_closed(policy: &TrafficPolicy, grpc: bool, secrets: ClientSecrets) -> Option<String> {
+    match policy.tls.as_deref() {
+        Some(t) if grpc && t.istio_mutual => Some(
+            "DestinationRule tls mode ISTIO_MUTUAL is not supported for a proxyless gRPC \
+             client (it takes no SDS certificates)"
+                .into(),
+        ),
+        Some(t) if grpc && t.credential.is_some() => Some(format!(
+            "DestinationRule {}.credentialName is not supported for a proxyless gRPC client \
+             (it takes no SDS certificates)",
+            t.field
+        )),
+        Some(t) if t.credential.is_some() => secrets
+            .resolve(t)
+            .err()
+            .map(|why| format!("DestinationRule {}.credentialName: {why}", t.field)),
+        _ => None,
     }
 }
 
@@ -670,11 +673,13 @@ pub fn outbound_all_with(
     secrets: ClientSecrets,
 ) -> Vec<(Resource, u16, Option<crate::model::Labels>)> {
     let mut out = Vec::new();
-    // A `PASSTHROUGH` cluster goes to original destinations: it has no assignment.
+    // A `PASSTHROUGH` cluster goes to original destinations, and one that fails closed
+    // has no hosts: neither has an assignment.
     let eds = |subset, port| {
+        let policy = effective_policy(dr, subset, Some(port));
         service.resolution == Resolution::Static
-            && effective_policy(dr, subset, Some(port)).load_balancer
-                != Some(LoadBalancer::Passthrough)
+            && policy.load_balancer != Some(LoadBalancer::Passthrough)
+            && fail_closed(&policy, grpc, secrets).is_none()
     };
     let outbound = |port, subset| outbound(service, port, dr, subset, grpc, defaults, secrets);
     for port in &service.ports {
