@@ -117,11 +117,7 @@ fn destination_rule_tls_per_port_and_from_a_secret() {
             m = ip(11),
         ),
     );
-    write_config(
-        &config,
-        "sidecar.yaml",
-        &client_sidecar(&[port_a, port_b]),
-    );
+    write_config(&config, "sidecar.yaml", &client_sidecar(&[port_a, port_b]));
     // TLS on port `a` only: the rule's own policy says nothing of TLS.
     let ext_rule = |entries: &str| {
         format!(
@@ -248,11 +244,7 @@ fn destination_rule_tls_per_port_and_from_a_secret() {
     let errors = debug_json(debug, "/debug/config_errors").to_string();
     assert!(!errors.contains("client-cred"), "{errors}");
     // The proxy holds the Secret's SDS resources, its key redacted on the debug port.
-    let dump = debug_json(
-        debug,
-        &format!("/debug/config_dump?proxy={}", node.id),
-    )
-    .to_string();
+    let dump = debug_json(debug, &format!("/debug/config_dump?proxy={}", node.id)).to_string();
     assert!(dump.contains("kubernetes://client-cred"), "{dump}");
     assert!(dump.contains("kubernetes://client-cred-cacert"), "{dump}");
     assert!(!dump.contains("PRIVATE KEY"), "the dump shows a key");
@@ -414,7 +406,11 @@ fn gateway_istio_mutual_serves_clients_of_the_mesh_ca_only() {
         last.as_ref()
             .is_ok_and(|(a, _)| a.starts_with("HTTP/1.1 200") && a.contains("web"))
     });
-    assert!(served, "a mesh client is served: {last:?}\n{}", router.summary());
+    assert!(
+        served,
+        "a mesh client is served: {last:?}\n{}",
+        router.summary()
+    );
     let (_, peer) = last.expect("an answer");
     let spiffe = b"spiffe://cluster.local/ns/default/sa/default";
     assert!(
@@ -444,7 +440,9 @@ fn gateway_istio_mutual_serves_clients_of_the_mesh_ca_only() {
     // And the mesh client still is.
     let again = https_get(addr, "web.example.com", Some((&mesh_cert, &mesh_key)));
     assert!(
-        again.as_ref().is_ok_and(|(a, _)| a.starts_with("HTTP/1.1 200")),
+        again
+            .as_ref()
+            .is_ok_and(|(a, _)| a.starts_with("HTTP/1.1 200")),
         "{again:?}"
     );
     assert_eq!(router.rejected_updates(), 0, "{}", router.summary());

@@ -159,7 +159,11 @@ mod tests {
     }
 
     fn names(r: Result<Vec<(Resource, ConfigKey)>, String>) -> Result<Vec<String>, String> {
-        r.map(|v| v.into_iter().map(|(r, k)| format!("{} {}", r.name, k.name)).collect())
+        r.map(|v| {
+            v.into_iter()
+                .map(|(r, k)| format!("{} {}", r.name, k.name))
+                .collect()
+        })
     }
 
     #[test]
@@ -223,7 +227,10 @@ mod tests {
             namespace: "ns",
             secrets: &list,
         };
-        assert!(here.resolve(&tls(true)).unwrap_err().contains("no certificate"));
+        assert!(here
+            .resolve(&tls(true))
+            .unwrap_err()
+            .contains("no certificate"));
         assert!(here.resolve(&tls(false)).is_ok());
         let bad = secret("client", true, Some("CA"), Some("tls.key does not match"));
         let list = [&bad];
@@ -231,6 +238,9 @@ mod tests {
             namespace: "ns",
             secrets: &list,
         };
-        assert!(here.resolve(&tls(false)).unwrap_err().contains("does not match"));
+        assert!(here
+            .resolve(&tls(false))
+            .unwrap_err()
+            .contains("does not match"));
     }
 }

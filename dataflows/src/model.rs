@@ -762,7 +762,11 @@ pub enum HashTable {
 pub type HostHashing = BTreeMap<(Option<String>, Option<u16>), Option<HashKey>>;
 
 /// The hash key of the cluster of `subset` on `port` in `hh`, if it hashes.
-pub fn host_hash<'h>(hh: &'h HostHashing, subset: &Option<String>, port: u16) -> Option<&'h HashKey> {
+pub fn host_hash<'h>(
+    hh: &'h HostHashing,
+    subset: &Option<String>,
+    port: u16,
+) -> Option<&'h HashKey> {
     match hh.get(&(subset.clone(), Some(port))) {
         Some(at_port) => at_port.as_ref(),
         None => hh.get(&(subset.clone(), None)).and_then(Option::as_ref),

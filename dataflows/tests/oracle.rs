@@ -48,7 +48,10 @@ fn lb_policy(rng: &mut StdRng, extra: &mut StdRng) -> Option<TrafficPolicy> {
 
 /// Later additions, drawn from `extra` only: a `portLevelSettings` entry (hashing, TLS from
 /// a Secret, or TLS disabled for one port), or the policy's own TLS from a Secret.
-fn per_port_and_secrets(extra: &mut StdRng, policy: Option<TrafficPolicy>) -> Option<TrafficPolicy> {
+fn per_port_and_secrets(
+    extra: &mut StdRng,
+    policy: Option<TrafficPolicy>,
+) -> Option<TrafficPolicy> {
     let credential = |extra: &mut StdRng| {
         Some(Box::new(UpstreamTls {
             credential: Some(pick(extra, &["cred", "other"]).to_string()),

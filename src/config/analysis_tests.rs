@@ -327,18 +327,30 @@ fn client_tls_is_read_at_the_rule_its_subsets_and_its_ports() {
         (Some("/ca.pem"), Some("r.example.com"))
     );
     let top = d.traffic_policy.as_ref().expect("the rule's policy");
-    assert_eq!(top.load_balancer, Some(dataflows::model::LoadBalancer::RoundRobin));
+    assert_eq!(
+        top.load_balancer,
+        Some(dataflows::model::LoadBalancer::RoundRobin)
+    );
     let ports: Vec<u16> = top.port_level.iter().map(|(p, _)| *p).collect();
     assert_eq!(ports, vec![9080, 9081]);
     let at_9080 = &top.port_level[0].1;
-    assert_eq!(at_9080.load_balancer, Some(dataflows::model::LoadBalancer::Random));
+    assert_eq!(
+        at_9080.load_balancer,
+        Some(dataflows::model::LoadBalancer::Random)
+    );
     assert_eq!(at_9080.connect_timeout_ms, Some(2000));
     assert_eq!(
-        at_9080.connection_pool.as_ref().and_then(|c| c.max_connections),
+        at_9080
+            .connection_pool
+            .as_ref()
+            .and_then(|c| c.max_connections),
         Some(7)
     );
     assert_eq!(
-        at_9080.outlier_detection.as_ref().and_then(|o| o.consecutive_5xx),
+        at_9080
+            .outlier_detection
+            .as_ref()
+            .and_then(|o| o.consecutive_5xx),
         Some(3)
     );
     let tls = at_9080.tls.as_ref().expect("the port's tls");
@@ -470,7 +482,10 @@ fn gateway_istio_mutual_terminates_with_the_workload_certificate() {
     let Record::Gateway(g) = &p.records[0] else {
         panic!()
     };
-    let tls = g.servers[0].tls.as_deref().expect("the server is generated");
+    let tls = g.servers[0]
+        .tls
+        .as_deref()
+        .expect("the server is generated");
     assert_eq!(tls.mode, dataflows::model::ServerTlsMode::IstioMutual);
     assert_eq!(tls.credential, None);
     assert_eq!(

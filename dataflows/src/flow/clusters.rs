@@ -45,14 +45,18 @@ pub(super) struct Clusters<'s> {
 }
 
 /// What a `credentialName` group's clusters are built from.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 enum CredItem {
-    Base(Service, DestinationRule, ClusterDefaults),
+    Base(Box<(Service, DestinationRule, ClusterDefaults)>),
     Secret(TlsSecret),
 }
 
 /// What a `credentialName` group builds.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 enum CredOut {
     Cluster(ClusterRow),
     Secret(Resource, Vec<ConfigKey>),
@@ -91,8 +95,11 @@ pub(super) fn outbound<'s>(
             _ => None,
         })
         .distinct();
-    let scope_secret_rows =
-        scope_groups.clone().join_map(group_secrets, |_, s, (r, from)| (s.clone(), (r.clone(), from.clone())));
+    let scope_secret_rows = scope_groups
+        .clone()
+        .join_map(group_secrets, |_, s, (r, from)| {
+            (s.clone(), (r.clone(), from.clone()))
+        });
     let secret_provenance = scope_secret_rows.clone().flat_map(|(s, (r, from))| {
         let key = (Holder::Scope(s), r.rtype, r.name);
         from.into_iter()
@@ -257,21 +264,24 @@ fn per_group<'s>(
         .join_map(drs, |k, (h, svc, grpc, ns, timeout), dr| {
             (
                 (h.clone(), (Some(k.clone()), *grpc, Some(ns.clone()))),
-                CredItem::Base(svc.clone(), dr.clone(), timeout.clone()),
+                CredItem::Base(Box::new((svc.clone(), dr.clone(), timeout.clone()))),
             )
         });
     let cred_secrets = cred_base
         .clone()
         .flat_map(|(g, item)| {
-            let (CredItem::Base(_, dr, _), Some(ns)) = (&item, &(g.1).2) else {
+            let (CredItem::Base(base), Some(ns)) = (&item, &(g.1).2) else {
                 return Vec::new();
             };
-            dr.wanted_secrets()
+            base.1
+                .wanted_secrets()
                 .into_iter()
                 .map(|name| ((ns.clone(), name), g.clone()))
                 .collect()
         })
-        .join_map(secrets.clone(), |_, g, s| (g.clone(), CredItem::Secret(s.clone())));
+        .join_map(secrets.clone(), |_, g, s| {
+            (g.clone(), CredItem::Secret(s.clone()))
+        });
     let cred_out = cred_base
         .concat(cred_secrets)
         .reduce(|g, vals: &[(&CredItem, isize)], out| {
@@ -279,7 +289,7 @@ fn per_group<'s>(
                 .iter()
                 .filter_map(|(v, _)| match v {
                     CredItem::Secret(s) => Some(s),
-                    CredItem::Base(..) => None,
+                    CredItem::Base(_) => None,
                 })
                 .collect();
             let client = crate::client_tls::ClientSecrets {
@@ -287,9 +297,10 @@ fn per_group<'s>(
                 secrets: &found,
             };
             for (v, _) in vals {
-                let CredItem::Base(svc, dr, defaults) = v else {
+                let CredItem::Base(base) = v else {
                     continue;
                 };
+                let (svc, dr, defaults) = &**base;
                 for c in cluster::outbound_all_with(svc, Some(dr), (g.1).1, defaults, client) {
                     out.push((CredOut::Cluster(c), 1isize));
                 }

@@ -48,7 +48,11 @@ pub(super) fn routers<'s>(
     resolved: Coll<'s, (ConfigKey, ResolvedVs)>,
     hashing: &Coll<'s, ((ScopeKey, Hostname), HostHashing)>,
     secrets: &Coll<'s, ((String, String), TlsSecret)>,
-) -> (Built<'s, ScopeKey>, Coll<'s, ConfigError>, Coll<'s, ScopeKey>) {
+) -> (
+    Built<'s, ScopeKey>,
+    Coll<'s, ConfigError>,
+    Coll<'s, ScopeKey>,
+) {
     let router_gw = scopes.clone().flat_map(|s| match &s {
         ScopeKey::Router { gateways, .. } => {
             gateways.iter().map(|g| (g.clone(), s.clone())).collect()

@@ -168,13 +168,7 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     let mtls_proxies = proxy_scopes
         .clone()
         .map(|(id, s)| (s, id))
-        .semijoin(
-            clusters
-                .mtls_scopes
-                .clone()
-                .concat(gateway_mtls)
-                .distinct(),
-        )
+        .semijoin(clusters.mtls_scopes.clone().concat(gateway_mtls).distinct())
         .map(|(_, id)| id);
     let inbound = inbound::per_proxy(i.proxies, endpoints, &mesh, ingress, mtls_proxies);
 
@@ -215,7 +209,10 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
 #[allow(clippy::type_complexity)]
 fn split_secrets<'s>(
     resources: Coll<'s, (ScopeKey, Resource)>,
-) -> (Coll<'s, (ScopeKey, Resource)>, Coll<'s, (ScopeKey, Resource)>) {
+) -> (
+    Coll<'s, (ScopeKey, Resource)>,
+    Coll<'s, (ScopeKey, Resource)>,
+) {
     let secrets = resources
         .clone()
         .filter(|(_, r)| r.rtype == ResourceType::Secret);
