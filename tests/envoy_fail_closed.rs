@@ -1,6 +1,6 @@
 //! Real Envoy, fed by meshflow, never carries traffic more openly than the config asks: a
-//! DestinationRule asking for TLS meshflow does not generate yet (SIMPLE with a credentialName) leaves its cluster with no
-//! endpoints (Envoy answers 503, and the plaintext backend sees no request) instead of sending
+//! DestinationRule asking for TLS the proxy cannot be given (SIMPLE with a credentialName
+//! whose Secret is not in the client's namespace) leaves its cluster with no endpoints (Envoy answers 503, and the plaintext backend sees no request) instead of sending
 //! plaintext; a route whose match condition meshflow does not read is left out instead of
 //! matching every request; and the debug port names each such field. Envoy accepts every update.
 
@@ -13,6 +13,17 @@ use support::{debug_json, free_port, only, require_envoy, write_config, SidecarS
 
 fn config_errors(debug: SocketAddr) -> serde_json::Value {
     debug_json(debug, "/debug/config_errors")
+}
+
+/// The dataflow's errors on the debug port (object and message) that contain `needle`.
+fn errors_with(debug: SocketAddr, needle: &str) -> Vec<String> {
+    config_errors(debug)["errors"]
+        .as_array()
+        .expect("errors")
+        .iter()
+        .map(|e| e.to_string())
+        .filter(|l| l.contains(needle))
+        .collect()
 }
 
 /// The analysis lines of the debug port that contain `needle`.
@@ -71,8 +82,8 @@ fn unsupported_tls_and_match_conditions_fail_closed_in_envoy() {
         "{said:?}"
     );
 
-    // 2. The DestinationRule asks for TLS: every request is refused by Envoy (503), none
-    //    reaches the plaintext backend.
+    // 2. The DestinationRule asks for TLS from a Secret the client's namespace does not
+    //    have: every request is refused by Envoy (503), none reaches the plaintext backend.
     let served_before = v1.requests_served();
     reviews.write_destination_rule_with_policy(
         &["v1", "v2"],
@@ -96,10 +107,10 @@ fn unsupported_tls_and_match_conditions_fail_closed_in_envoy() {
         "no plaintext request after the rule"
     );
     assert!(served >= served_before);
-    let said = analysis_with(debug, "spec.trafficPolicy.tls");
+    let said = errors_with(debug, "spec.trafficPolicy.tls.credentialName");
     assert_eq!(said.len(), 1, "{:#}", config_errors(debug));
     assert!(
-        said[0].contains("TLS mode SIMPLE with credentialName"),
+        said[0].contains("Secret default/reviews-client does not exist"),
         "{said:?}"
     );
     let dump = envoy.config_dump().to_string();
@@ -115,6 +126,7 @@ fn unsupported_tls_and_match_conditions_fail_closed_in_envoy() {
     );
     let counts = client.converge("DISABLE → v1", "/reviews/1", &[], |c| only(c, rv1), 20);
     assert_eq!(count(&counts, rv1), 20, "{counts:?}");
+    assert!(errors_with(debug, "spec.trafficPolicy.tls").is_empty());
     assert!(analysis_with(debug, "spec.trafficPolicy.tls").is_empty());
 
     // 4. The match conditions meshflow translates route in Envoy as written: method, query

@@ -123,6 +123,13 @@ const TRANSLATED: &[&str] = &[
     "spec.subsets[].labels",
     "spec.subsets[].trafficPolicy.loadBalancer.simple",
     "spec.subsets[].trafficPolicy.connectionPool.tcp.connectTimeout",
+    "spec.subsets[].trafficPolicy.tls.mode",
+    "spec.subsets[].trafficPolicy.tls.credentialName",
+    "spec.trafficPolicy.portLevelSettings[].port.number",
+    "spec.trafficPolicy.portLevelSettings[].loadBalancer",
+    "spec.trafficPolicy.portLevelSettings[].connectionPool.tcp.maxConnections",
+    "spec.trafficPolicy.portLevelSettings[].outlierDetection",
+    "spec.trafficPolicy.portLevelSettings[].tls.mode",
     // Gateway
     "spec.selector",
     "spec.servers[].port.number",
@@ -298,10 +305,8 @@ fn restricting_fields_not_honoured_are_errors() {
     for expected in [
         // Match conditions: the route is left out.
         "VirtualService spec.tcp[0].match[0].sourceSubnet",
-        // TLS: the clusters fail closed; an HTTPS server whose tls names a field meshflow
-        // cannot honour (which certificates to accept) is not generated.
-        "DestinationRule spec.trafficPolicy.tls",
-        "DestinationRule spec.trafficPolicy.portLevelSettings[0].tls",
+        // TLS: an HTTPS server whose tls names a field meshflow cannot honour (which
+        // certificates to accept) is not generated.
         "Gateway spec.servers[1].tls.caCrl",
         "Gateway spec.servers[1].tls.credentialNames",
         "Gateway spec.servers[1].tls.verifyCertificateSpki",
@@ -309,4 +314,9 @@ fn restricting_fields_not_honoured_are_errors() {
     ] {
         assert!(errors.contains(expected), "{expected} in {errors:#?}");
     }
+    // Every tls of the DestinationRule (files, a Secret, per port) is generated.
+    assert!(
+        !errors.iter().any(|e| e.starts_with("DestinationRule")),
+        "{errors:#?}"
+    );
 }

@@ -150,7 +150,7 @@ pub fn servers(
             let (chains, inputs) = listeners.entry(key).or_default();
             inputs.insert(gw.key.clone());
             match tls.mode {
-                ServerTlsMode::Simple | ServerTlsMode::Mutual => {
+                ServerTlsMode::Simple | ServerTlsMode::Mutual | ServerTlsMode::IstioMutual => {
                     let material = match credential(namespace, gw, server, secrets) {
                         Ok(m) => m,
                         Err(e) => {

@@ -13,6 +13,7 @@
 //! [`synth`] (generated meshes). Imports nothing of meshflow; meshflow imports it.
 
 pub mod assemble;
+pub mod client_tls;
 pub mod delegation;
 pub mod driver;
 pub mod flow;

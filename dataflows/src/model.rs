@@ -835,8 +835,23 @@ pub enum HashTable {
 }
 
 /// The consistent-hash keys of one host's clusters under the DestinationRule a scope has in
-/// effect: per subset (`None`: the host's own cluster), only where one is set.
-pub type HostHashing = BTreeMap<Option<String>, HashKey>;
+/// effect: per subset (`None`: the host's own cluster) and port. A `None` port stands for
+/// every port no `portLevelSettings` entry names, and is there only where it hashes; a port
+/// an entry names (of the rule or the subset) has its own row, `None` where that port does
+/// not hash. Look it up with [`host_hash`].
+pub type HostHashing = BTreeMap<(Option<String>, Option<u16>), Option<HashKey>>;
+
+/// The hash key of the cluster of `subset` on `port` in `hh`, if it hashes.
+pub fn host_hash<'h>(
+    hh: &'h HostHashing,
+    subset: &Option<String>,
+    port: u16,
+) -> Option<&'h HashKey> {
+    match hh.get(&(subset.clone(), Some(port))) {
+        Some(at_port) => at_port.as_ref(),
+        None => hh.get(&(subset.clone(), None)).and_then(Option::as_ref),
+    }
+}
 
 /// [`HostHashing`] per host, for the routes of one route configuration.
 pub type Hashing = BTreeMap<Hostname, HostHashing>;
@@ -857,11 +872,6 @@ pub struct TrafficPolicy {
     pub load_balancer: Option<LoadBalancer>,
     pub warmup: Option<Warmup>,
     pub connect_timeout_ms: Option<u64>,
-    /// A `tls` setting meshflow cannot honour yet (the mode, e.g. `SIMPLE` with
-    /// `credentialName`): the
-    /// cluster fails closed (it has no endpoints) rather than send plaintext where the
-    /// rule asks for encryption.
-    pub unsupported_tls: Option<String>,
     /// TLS to the upstream (`SIMPLE`, `MUTUAL` with certificate files, `ISTIO_MUTUAL`).
     /// (Boxed, as the other rarely set parts: every `Record` is as large as its largest
     /// variant, and endpoints are most of them.)
@@ -870,6 +880,97 @@ pub struct TrafficPolicy {
     /// lifetimes; `None` fields keep Istio's defaults (no limit).
     pub connection_pool: Option<Box<ConnectionPool>>,
     pub outlier_detection: Option<Box<OutlierDetection>>,
+    /// `tls` given with mode `DISABLE`: it replaces an inherited `tls` (a subset's over the
+    /// rule's) as Istio's merge does, though nothing is generated for it.
+    #[serde(default)]
+    pub tls_disabled: bool,
+    /// `portLevelSettings[]`: per port number, the policy that replaces this one's
+    /// `loadBalancer`, `connectionPool`, `outlierDetection` and `tls` on that port, whole
+    /// (a setting the entry leaves out takes its default; nothing is inherited, as Istio's
+    /// docs say). The entries' own `port_level` is empty.
+    #[serde(default)]
+    pub port_level: Vec<(u16, TrafficPolicy)>,
+}
+
+impl TrafficPolicy {
+    /// The policy on `port`: a `portLevelSettings` entry for it in place of the four
+    /// settings, else this one (without its port entries); and whether an entry applied.
+    /// `None`: a port no entry names.
+    pub fn at_port(&self, port: Option<u16>) -> (TrafficPolicy, bool) {
+        match self.port_level.iter().find(|(p, _)| Some(*p) == port) {
+            Some((_, entry)) => (
+                TrafficPolicy {
+                    port_level: Vec::new(),
+                    ..entry.clone()
+                },
+                true,
+            ),
+            None => (
+                TrafficPolicy {
+                    port_level: Vec::new(),
+                    ..self.clone()
+                },
+                false,
+            ),
+        }
+    }
+
+    /// Whether `loadBalancer` is given (a warmup alone is part of it).
+    fn sets_load_balancer(&self) -> bool {
+        self.load_balancer.is_some() || self.warmup.is_some()
+    }
+
+    /// Whether `connectionPool` is given (its connect timeout is part of it).
+    fn sets_connection_pool(&self) -> bool {
+        self.connect_timeout_ms.is_some() || self.connection_pool.is_some()
+    }
+
+    /// Whether `tls` is given, `DISABLE` included.
+    fn sets_tls(&self) -> bool {
+        self.tls.is_some() || self.tls_disabled
+    }
+
+    /// Istio's merge of a rule's policy and a subset's on one port: first each level's
+    /// `portLevelSettings` entry for the port (which replaces that level's four settings
+    /// whole); then a subset's entry for the port wins whole, else each setting the
+    /// subset gives replaces the rule's.
+    /// `port` `None`: a port no entry of either names.
+    pub fn merged(
+        rule: Option<&TrafficPolicy>,
+        subset: Option<&TrafficPolicy>,
+        port: Option<u16>,
+    ) -> TrafficPolicy {
+        let base = rule.map(|r| r.at_port(port).0).unwrap_or_default();
+        let Some(subset) = subset else {
+            return base;
+        };
+        let (sub, whole) = subset.at_port(port);
+        if whole || rule.is_none() {
+            return sub;
+        }
+        let mut out = base;
+        if sub.sets_load_balancer() {
+            out.load_balancer = sub.load_balancer.clone();
+            out.warmup = sub.warmup.clone();
+        }
+        if sub.sets_connection_pool() {
+            out.connect_timeout_ms = sub.connect_timeout_ms;
+            out.connection_pool = sub.connection_pool.clone();
+        }
+        if sub.outlier_detection.is_some() {
+            out.outlier_detection = sub.outlier_detection.clone();
+        }
+        if sub.sets_tls() {
+            out.tls = sub.tls.clone();
+            out.tls_disabled = sub.tls_disabled;
+        }
+        out
+    }
+
+    /// This policy and its port entries.
+    pub fn with_ports(&self) -> impl Iterator<Item = &TrafficPolicy> {
+        std::iter::once(self).chain(self.port_level.iter().map(|(_, p)| p))
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -919,6 +1020,16 @@ pub struct UpstreamTls {
     /// against the mesh's root (SDS `ROOTCA`); the files above are unused.
     #[serde(default)]
     pub istio_mutual: bool,
+    /// `credentialName` of `SIMPLE`/`MUTUAL`: the client certificate (MUTUAL) and the CA
+    /// come from this Secret of the proxy's own namespace over SDS, in place of files.
+    #[serde(default)]
+    pub credential: Option<String>,
+    /// Where this `tls` is in the rule (`spec.trafficPolicy.tls`), for errors that name it.
+    #[serde(default)]
+    pub field: String,
+    /// Mode `MUTUAL` (a client certificate is presented: from files, or the Secret's).
+    #[serde(default)]
+    pub mutual: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -942,14 +1053,54 @@ pub struct DestinationRule {
     pub selector: Option<Labels>,
 }
 
-impl DestinationRule {
-    /// Some cluster of the rule (the host's or a subset's) uses `ISTIO_MUTUAL`: the proxies
-    /// holding them need their workload certificate.
+impl Gateway {
+    /// Some server terminates with the workload certificate (`ISTIO_MUTUAL`): the gateway
+    /// proxies it selects need their workload identity.
     pub fn uses_istio_mutual(&self) -> bool {
+        self.servers.iter().any(|s| {
+            s.tls
+                .as_deref()
+                .is_some_and(|t| t.mode == ServerTlsMode::IstioMutual)
+        })
+    }
+}
+
+impl DestinationRule {
+    /// Every policy of the rule: its own, its subsets', and their port entries.
+    fn policies(&self) -> impl Iterator<Item = &TrafficPolicy> {
         std::iter::once(self.traffic_policy.as_ref())
             .chain(self.subsets.iter().map(|s| s.traffic_policy.as_ref()))
             .flatten()
+            .flat_map(TrafficPolicy::with_ports)
+    }
+
+    /// Some cluster of the rule (the host's or a subset's) uses `ISTIO_MUTUAL`: the proxies
+    /// holding them need their workload certificate.
+    pub fn uses_istio_mutual(&self) -> bool {
+        self.policies()
             .any(|p| p.tls.as_ref().is_some_and(|t| t.istio_mutual))
+    }
+
+    /// Every `tls` of the rule that takes its certificates from a Secret (`credentialName`).
+    pub fn credential_tls(&self) -> Vec<&UpstreamTls> {
+        self.policies()
+            .filter_map(|p| p.tls.as_deref())
+            .filter(|t| t.credential.is_some())
+            .collect()
+    }
+
+    /// The Secrets (by name) the rule's `credentialName`s need in a proxy's namespace: each
+    /// named one and its `-cacert` companion.
+    pub fn wanted_secrets(&self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .credential_tls()
+            .into_iter()
+            .filter_map(|t| t.credential.clone())
+            .flat_map(|n| [format!("{n}-cacert"), n])
+            .collect();
+        out.sort();
+        out.dedup();
+        out
     }
 }
 
@@ -981,6 +1132,9 @@ pub enum ServerTlsMode {
     Mutual,
     /// Route by SNI (VirtualService `tls[]` routes) without terminating.
     Passthrough,
+    /// Terminate with the gateway's own workload certificate (SDS `default`), and require a
+    /// client certificate the mesh's root signed (SDS `ROOTCA`).
+    IstioMutual,
 }
 
 /// Where a terminating server's certificate comes from.
@@ -1000,7 +1154,7 @@ pub enum Credential {
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct ServerTls {
     pub mode: ServerTlsMode,
-    /// `None` only for PASSTHROUGH.
+    /// `None` only for PASSTHROUGH and ISTIO_MUTUAL (the workload certificate).
     pub credential: Option<Credential>,
     /// `minProtocolVersion`/`maxProtocolVersion` as Envoy's `TlsProtocol` numbers
     /// (`TLSV1_2` is 3).
@@ -1362,6 +1516,9 @@ pub enum ErrorCode {
     TlsRouteUnmatched,
     /// Two Gateways selecting one workload put servers of different protocols on one port.
     GatewayPortConflict,
+    /// A DestinationRule's `credentialName` Secret is missing from a client proxy's
+    /// namespace, or cannot be served: that proxy's clusters of the rule fail closed.
+    DestinationRuleSecret,
 }
 
 impl ErrorCode {
@@ -1381,7 +1538,8 @@ impl ErrorCode {
             }
             ErrorCode::GatewaySecret => ("MF0008", "InvalidGatewayCredential"),
             ErrorCode::TlsRouteUnmatched => ("MF0009", "TlsRouteNotServed"),
-            ErrorCode::GatewayPortConflict => ("MF0010", "ConflictingGateways"),
+            ErrorCode::DestinationRuleSecret => ("MF0010", "InvalidDestinationRuleCredential"),
+            ErrorCode::GatewayPortConflict => ("MF0011", "ConflictingGateways"),
         }
     }
 }

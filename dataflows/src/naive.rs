@@ -528,18 +528,34 @@ fn clusters_of(
             .map(|r| (r, None))
             .collect(),
     };
+    // The Secrets a `credentialName` may take: the scope's namespace's (none for gRPC).
+    let ns_secrets: Vec<&TlsSecret> = v
+        .secrets
+        .iter()
+        .copied()
+        .filter(|sec| !s.is_proxyless() && sec.key.namespace == s.namespace())
+        .collect();
+    let client = crate::client_tls::ClientSecrets {
+        namespace: if s.is_proxyless() { "" } else { s.namespace() },
+        secrets: &ns_secrets,
+    };
     for h in hosts {
         if only.is_some_and(|o| !o.contains(h)) {
             continue;
         }
         let svc = v.services[h];
-        for (res, _port, labels) in cluster::outbound_all_for(
+        let dr = v.dr_for(s, svc);
+        for (res, _port, labels) in cluster::outbound_all_with(
             svc,
-            v.dr_for(s, svc),
+            dr,
             s.is_proxyless(),
             &ClusterDefaults::of(&v.mesh),
+            client,
         ) {
             list.push((res, labels));
+        }
+        if let (None, Some(dr), false) = (only, dr, s.is_proxyless()) {
+            list.extend(client.resources(dr).into_iter().map(|(r, _)| (r, None)));
         }
     }
     list
@@ -696,7 +712,8 @@ fn sidecar_outbound(
 }
 
 /// Whether the proxy's config names its workload certificate: an `ISTIO_MUTUAL` cluster of
-/// its scope, `virtualInbound` with a port of its own (its mTLS chain), a Sidecar `ingress`.
+/// its scope, `virtualInbound` with a port of its own (its mTLS chain), a Sidecar `ingress`,
+/// a router's `ISTIO_MUTUAL` gateway server.
 fn names_workload_certificate(v: &View, index: &EndpointIndex, p: &Proxy, s: &ScopeKey) -> bool {
     let hosts: BTreeSet<&str> = v.view_hosts(s).into_iter().flatten().collect();
     let mtls = hosts.iter().any(|h| {
@@ -709,7 +726,15 @@ fn names_workload_certificate(v: &View, index: &EndpointIndex, p: &Proxy, s: &Sc
         ..
     } = s
     else {
-        return mtls;
+        // A router: an `ISTIO_MUTUAL` server of a Gateway selecting it too.
+        let ScopeKey::Router { gateways, .. } = s else {
+            return mtls;
+        };
+        return mtls
+            || gateways
+                .iter()
+                .filter_map(|k| v.gateways.get(k))
+                .any(|g| g.uses_istio_mutual());
     };
     if *proxyless {
         return mtls;

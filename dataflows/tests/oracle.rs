@@ -42,6 +42,58 @@ fn placement(rng: &mut StdRng) -> Placement {
 /// `extra` draws what later features add (mesh mTLS), so the draws of `rng` (and the
 /// scenarios each seed has always explored) stay as they were.
 fn lb_policy(rng: &mut StdRng, extra: &mut StdRng) -> Option<TrafficPolicy> {
+    let policy = base_policy(rng, extra);
+    per_port_and_secrets(extra, policy)
+}
+
+/// Later additions, drawn from `extra` only: a `portLevelSettings` entry (hashing, TLS from
+/// a Secret, or TLS disabled for one port), or the policy's own TLS from a Secret.
+fn per_port_and_secrets(
+    extra: &mut StdRng,
+    policy: Option<TrafficPolicy>,
+) -> Option<TrafficPolicy> {
+    let credential = |extra: &mut StdRng| {
+        Some(Box::new(UpstreamTls {
+            credential: Some(pick(extra, &["cred", "other"]).to_string()),
+            mutual: extra.random_bool(0.5),
+            field: "spec.trafficPolicy.tls".into(),
+            ..Default::default()
+        }))
+    };
+    match extra.random_range(0..6) {
+        0 => {
+            let entry = match extra.random_range(0..3) {
+                0 => TrafficPolicy {
+                    load_balancer: Some(LoadBalancer::ConsistentHash(Box::new(ConsistentHash {
+                        key: HashKey::Header("x-port".into()),
+                        table: HashTable::Ring { minimum_size: None },
+                    }))),
+                    ..Default::default()
+                },
+                1 => TrafficPolicy {
+                    tls: credential(extra),
+                    ..Default::default()
+                },
+                _ => TrafficPolicy {
+                    tls_disabled: true,
+                    connect_timeout_ms: Some(1234),
+                    ..Default::default()
+                },
+            };
+            let mut p = policy.unwrap_or_default();
+            p.port_level.push((pick(extra, &[9080u16, 8080]), entry));
+            Some(p)
+        }
+        1 => {
+            let mut p = policy.unwrap_or_default();
+            p.tls = credential(extra);
+            Some(p)
+        }
+        _ => policy,
+    }
+}
+
+fn base_policy(rng: &mut StdRng, extra: &mut StdRng) -> Option<TrafficPolicy> {
     let hash = |key| {
         LoadBalancer::ConsistentHash(Box::new(ConsistentHash {
             key,
@@ -342,6 +394,12 @@ fn random_record(rng: &mut StdRng, extra: &mut StdRng, slot: usize) -> Record {
                         ServerTlsMode::Passthrough,
                     ],
                 );
+                // Later: the gateway's workload certificate.
+                let mode = if extra.random_bool(0.2) {
+                    ServerTlsMode::IstioMutual
+                } else {
+                    mode
+                };
                 GatewayServer {
                     port: pick(rng, &[8443u16, 8444]),
                     port_name: "https".into(),
@@ -352,7 +410,8 @@ fn random_record(rng: &mut StdRng, extra: &mut StdRng, slot: usize) -> Record {
                     tls: Some(Box::new(ServerTls {
                         mode,
                         credential: (mode != ServerTlsMode::Passthrough)
-                            .then(|| Credential::Secret(pick(rng, &["cred", "other"]).into())),
+                            .then(|| Credential::Secret(pick(rng, &["cred", "other"]).into()))
+                            .filter(|_| mode != ServerTlsMode::IstioMutual),
                         min_version: None,
                         max_version: None,
                         cipher_suites: vec![],

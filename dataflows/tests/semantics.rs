@@ -1486,3 +1486,102 @@ fn passthrough_routes_by_sni_within_the_server_hosts() {
     )]);
     assert!(m.listeners(&gw).contains("0.0.0.0_9443"));
 }
+
+/// Proves that a DestinationRule's `credentialName` (here in a `portLevelSettings` entry)
+/// takes the Secret of each client proxy's own namespace: without it there, that proxy's
+/// cluster fails closed (no assignment, no SDS secret) and an error names the rule, the field
+/// and the namespace; the Secret appearing heals only the proxies of its namespace, and
+/// replacing its certificate changes that SDS secret alone. The port the entry does not name
+/// keeps the rule's own (plaintext) policy throughout.
+#[test]
+fn credential_name_takes_the_secret_of_each_clients_own_namespace() {
+    let mut m = Mesh::new();
+    let a = sidecar_proxy("a-1", "default", "10.0.0.1", &[("app", "a")]);
+    let b = sidecar_proxy("b-1", "other", "10.0.0.2", &[("app", "b")]);
+    let Record::Service(mut svc) = service("reviews", "default") else {
+        unreachable!()
+    };
+    svc.ports.push(ServicePort {
+        name: "http-plain".into(),
+        port: 9081,
+        protocol: Protocol::Http,
+    });
+    let Record::DestinationRule(mut dr) =
+        destination_rule("default", "reviews", &host("reviews", "default"), &[])
+    else {
+        unreachable!()
+    };
+    dr.traffic_policy = Some(TrafficPolicy {
+        port_level: vec![(
+            9080,
+            TrafficPolicy {
+                tls: Some(Box::new(UpstreamTls {
+                    credential: Some("client".into()),
+                    mutual: true,
+                    field: "spec.trafficPolicy.portLevelSettings[0].tls".into(),
+                    ..Default::default()
+                })),
+                ..Default::default()
+            },
+        )],
+        ..Default::default()
+    });
+    m.insert(vec![
+        Record::Service(svc),
+        Record::DestinationRule(dr),
+        px(&a),
+        px(&b),
+    ]);
+    let tls_cluster = outbound(9080, "", "reviews", "default");
+    let plain_cluster = outbound(9081, "", "reviews", "default");
+    let errors = |m: &Mesh| gateway_errors(m, ErrorCode::DestinationRuleSecret);
+    for p in [&a, &b] {
+        assert!(m.clusters(p).contains(&tls_cluster));
+        let eds = m.names(p, ResourceType::Endpoint);
+        assert!(!eds.contains(&tls_cluster), "failed closed: {eds:?}");
+        assert!(eds.contains(&plain_cluster), "the other port is untouched");
+        assert!(m.names(p, ResourceType::Secret).is_empty());
+    }
+    let e = errors(&m);
+    assert_eq!(e.len(), 2, "{e:?}");
+    assert!(
+        e.iter()
+            .all(|e| e.contains("DestinationRule/default/reviews")
+                && e.contains("spec.trafficPolicy.portLevelSettings[0].tls.credentialName")),
+        "{e:?}"
+    );
+    assert!(e.iter().any(|e| e.contains("namespace other")), "{e:?}");
+
+    // The Secret in `default`: `a` is served it, `b` (namespace `other`) is not.
+    let first = tls_secret("default", "client", "fp1", Some("CA 1"), None);
+    m.insert(vec![first.clone()]);
+    assert_eq!(
+        m.names(&a, ResourceType::Secret),
+        set(&["kubernetes://client", "kubernetes://client-cacert"])
+    );
+    assert!(m.names(&a, ResourceType::Endpoint).contains(&tls_cluster));
+    assert!(m.names(&b, ResourceType::Secret).is_empty());
+    assert!(!m.names(&b, ResourceType::Endpoint).contains(&tls_cluster));
+    let e = errors(&m);
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(e[0].contains("Secret other/client does not exist"), "{e:?}");
+
+    // A new certificate: only that SDS secret changes, for `a` only.
+    let diffs = m.replace(
+        first,
+        tls_secret("default", "client", "fp2", Some("CA 1"), None),
+    );
+    let changed: BTreeSet<(ProxyId, ResourceType, String)> = diffs
+        .iter()
+        .map(|((p, k), _)| (p.clone(), k.rtype, k.name.clone()))
+        .collect();
+    assert_eq!(
+        changed,
+        BTreeSet::from([(
+            a.id.clone(),
+            ResourceType::Secret,
+            "kubernetes://client".to_string()
+        )]),
+        "{diffs:?}"
+    );
+}

@@ -263,13 +263,18 @@ fn dr(p: &Parsed) -> &dataflows::model::DestinationRule {
 const DR: &str = "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: d, namespace: ns}\nspec:\n  host: reviews\n";
 
 #[test]
-fn tls_that_cannot_be_generated_fails_the_clusters_closed() {
+fn client_tls_is_read_at_the_rule_its_subsets_and_its_ports() {
+    // A Secret's certificates (credentialName): served over SDS from the client proxy's
+    // namespace, so nothing fails closed at conversion.
     let p = parse(&format!(
-        "{DR}  trafficPolicy:\n    tls: {{mode: SIMPLE, credentialName: x}}\n    proxyProtocol: {{version: V1}}\n"
+        "{DR}  trafficPolicy:\n    tls: {{mode: SIMPLE, credentialName: x, sni: r.example}}\n    proxyProtocol: {{version: V1}}\n"
     ));
     let policy = dr(&p).traffic_policy.clone().expect("a traffic policy");
-    assert_eq!(policy.unsupported_tls.as_deref(), Some("SIMPLE"));
-    assert_eq!(fields(&p, Level::Error), vec!["spec.trafficPolicy.tls"]);
+    let tls = policy.tls.expect("SIMPLE with credentialName is generated");
+    assert_eq!(tls.credential.as_deref(), Some("x"));
+    assert!(!tls.mutual);
+    assert_eq!(tls.field, "spec.trafficPolicy.tls");
+    assert!(fields(&p, Level::Error).is_empty(), "{:?}", p.findings);
     assert_eq!(
         fields(&p, Level::Warning),
         vec!["spec.trafficPolicy.proxyProtocol"]
@@ -281,7 +286,6 @@ fn tls_that_cannot_be_generated_fails_the_clusters_closed() {
         "{DR}  trafficPolicy:\n    tls: {{mode: ISTIO_MUTUAL, sni: x, subjectAltNames: [spiffe://cluster.local/ns/ns/sa/r], caCertificates: /ca.pem}}\n"
     ));
     let policy = dr(&p).traffic_policy.clone().expect("a traffic policy");
-    assert_eq!(policy.unsupported_tls, None);
     let tls = policy.tls.expect("ISTIO_MUTUAL is generated");
     assert!(tls.istio_mutual);
     assert_eq!(tls.sni.as_deref(), Some("x"));
@@ -296,31 +300,24 @@ fn tls_that_cannot_be_generated_fails_the_clusters_closed() {
         vec!["spec.trafficPolicy.tls.caCertificates"]
     );
 
-    // DISABLE is what is generated: nothing to say.
+    // DISABLE generates nothing, but is kept as given: it replaces an inherited tls.
     let p = parse(&format!(
         "{DR}  trafficPolicy:\n    tls: {{mode: DISABLE}}\n"
     ));
-    assert_eq!(
-        dr(&p)
-            .traffic_policy
-            .clone()
-            .expect("a traffic policy")
-            .unsupported_tls,
-        None
-    );
+    let policy = dr(&p).traffic_policy.clone().expect("a traffic policy");
+    assert!(policy.tls.is_none() && policy.tls_disabled);
     assert!(p.findings.is_empty(), "{:?}", p.findings);
 
-    // SIMPLE and MUTUAL with files are generated (a subset's own here); TLS per port is not
-    // (it closes every port of the rule), nor is a credentialName.
+    // SIMPLE and MUTUAL with files (a subset's own here), and each port's own settings:
+    // the entry's four settings, read like the rule's.
     let p = parse(&format!(
-        "{DR}  subsets:\n  - name: v1\n    labels: {{version: v1}}\n    trafficPolicy: {{tls: {{mode: MUTUAL, clientCertificate: /c.pem, privateKey: /k.pem, caCertificates: /ca.pem, sni: r.example.com, subjectAltNames: [r.example.com]}}}}\n  trafficPolicy:\n    portLevelSettings:\n    - port: {{number: 9080}}\n      tls: {{mode: SIMPLE}}\n      loadBalancer: {{simple: RANDOM}}\n"
+        "{DR}  subsets:\n  - name: v1\n    labels: {{version: v1}}\n    trafficPolicy: {{tls: {{mode: MUTUAL, clientCertificate: /c.pem, privateKey: /k.pem, caCertificates: /ca.pem, sni: r.example.com, subjectAltNames: [r.example.com]}}}}\n  trafficPolicy:\n    loadBalancer: {{simple: ROUND_ROBIN}}\n    portLevelSettings:\n    - port: {{number: 9080}}\n      tls: {{mode: SIMPLE, credentialName: reviews-cert}}\n      loadBalancer: {{simple: RANDOM}}\n      connectionPool: {{tcp: {{connectTimeout: 2s, maxConnections: 7}}}}\n      outlierDetection: {{consecutive5xxErrors: 3}}\n    - port: {{number: 9081}}\n      tls: {{mode: DISABLE}}\n"
     ));
     let d = dr(&p);
     let sub = d.subsets[0]
         .traffic_policy
         .as_ref()
         .expect("the subset's policy");
-    assert_eq!(sub.unsupported_tls, None);
     let tls = sub.tls.as_ref().expect("MUTUAL is generated");
     assert_eq!(
         tls.client_cert,
@@ -331,27 +328,51 @@ fn tls_that_cannot_be_generated_fails_the_clusters_closed() {
         (Some("/ca.pem"), Some("r.example.com"))
     );
     let top = d.traffic_policy.as_ref().expect("the rule's policy");
-    assert_eq!(top.unsupported_tls.as_deref(), Some("SIMPLE"));
     assert_eq!(
-        fields(&p, Level::Error),
-        vec!["spec.trafficPolicy.portLevelSettings[0].tls"]
+        top.load_balancer,
+        Some(dataflows::model::LoadBalancer::RoundRobin)
     );
-    let warnings = fields(&p, Level::Warning);
-    assert!(
-        warnings.contains(&"spec.trafficPolicy.portLevelSettings[0].loadBalancer".to_string()),
-        "{warnings:?}"
+    let ports: Vec<u16> = top.port_level.iter().map(|(p, _)| *p).collect();
+    assert_eq!(ports, vec![9080, 9081]);
+    let at_9080 = &top.port_level[0].1;
+    assert_eq!(
+        at_9080.load_balancer,
+        Some(dataflows::model::LoadBalancer::Random)
     );
-    let p = parse(&format!(
-        "{DR}  trafficPolicy: {{tls: {{mode: SIMPLE, credentialName: reviews-cert}}}}\n"
-    ));
-    assert_eq!(fields(&p, Level::Error), vec!["spec.trafficPolicy.tls"]);
-    assert!(p.findings[0].message.contains("credentialName"));
+    assert_eq!(at_9080.connect_timeout_ms, Some(2000));
+    assert_eq!(
+        at_9080
+            .connection_pool
+            .as_ref()
+            .and_then(|c| c.max_connections),
+        Some(7)
+    );
+    assert_eq!(
+        at_9080
+            .outlier_detection
+            .as_ref()
+            .and_then(|o| o.consecutive_5xx),
+        Some(3)
+    );
+    let tls = at_9080.tls.as_ref().expect("the port's tls");
+    assert_eq!(tls.credential.as_deref(), Some("reviews-cert"));
+    assert_eq!(tls.field, "spec.trafficPolicy.portLevelSettings[0].tls");
+    assert!(top.port_level[1].1.tls_disabled);
+    assert!(p.findings.is_empty(), "{:?}", p.findings);
+
     let e = parse_document(
         &format!("{DR}  trafficPolicy: {{tls: {{mode: MUTUAL, caCertificates: /ca.pem}}}}\n"),
         &MeshConfig::default(),
     )
     .unwrap_err();
     assert_eq!(e.field, "spec.trafficPolicy.tls");
+    // Files beside a credentialName are refused, as Istio's validation does.
+    let e = parse_document(
+        &format!("{DR}  trafficPolicy: {{tls: {{mode: MUTUAL, credentialName: c, caCertificates: /ca.pem}}}}\n"),
+        &MeshConfig::default(),
+    )
+    .unwrap_err();
+    assert_eq!(e.field, "spec.trafficPolicy.tls.caCertificates");
 
     // A mode Istio does not know is rejected, as Istio's validation does.
     let e = parse_document(
@@ -360,6 +381,59 @@ fn tls_that_cannot_be_generated_fails_the_clusters_closed() {
     )
     .unwrap_err();
     assert_eq!(e.field, "spec.trafficPolicy.tls.mode");
+}
+
+#[test]
+fn port_level_settings_are_checked_as_istio_checks_them() {
+    let rejected = |entries: &str| {
+        parse_document(
+            &format!("{DR}  trafficPolicy:\n    portLevelSettings:\n{entries}"),
+            &MeshConfig::default(),
+        )
+        .unwrap_err()
+        .field
+    };
+    // An entry without a port, or with nothing to set, is refused.
+    assert_eq!(
+        rejected("    - loadBalancer: {simple: RANDOM}\n"),
+        "spec.trafficPolicy.portLevelSettings[0].port"
+    );
+    assert_eq!(
+        rejected("    - port: {}\n      tls: {mode: DISABLE}\n"),
+        "spec.trafficPolicy.portLevelSettings[0].port"
+    );
+    assert_eq!(
+        rejected("    - port: {number: 9080}\n"),
+        "spec.trafficPolicy.portLevelSettings[0]"
+    );
+    assert_eq!(
+        rejected("    - port: {number: 70000}\n      tls: {mode: DISABLE}\n"),
+        "spec.trafficPolicy.portLevelSettings[0].port.number"
+    );
+    assert_eq!(
+        rejected("    - port: {number: 9080}\n      loadBalancer: {simple: FASTEST}\n"),
+        "spec.trafficPolicy.portLevelSettings[0].loadBalancer.simple"
+    );
+    // A second entry for a port is never used (Istio takes the first): said, not refused;
+    // a field of an entry not read is named.
+    let p = parse(&format!(
+        "{DR}  subsets:\n  - name: v1\n    labels: {{version: v1}}\n    trafficPolicy:\n      portLevelSettings:\n      - port: {{number: 9080}}\n        loadBalancer: {{simple: RANDOM}}\n      - port: {{number: 9080}}\n        loadBalancer: {{simple: ROUND_ROBIN}}\n        connectionPool: {{http: {{h2UpgradePolicy: UPGRADE}}}}\n"
+    ));
+    let sub = dr(&p).subsets[0].traffic_policy.as_ref().expect("a policy");
+    assert_eq!(sub.port_level.len(), 1);
+    assert_eq!(
+        sub.port_level[0].1.load_balancer,
+        Some(dataflows::model::LoadBalancer::Random)
+    );
+    let mut warnings = fields(&p, Level::Warning);
+    warnings.sort();
+    assert_eq!(
+        warnings,
+        vec![
+            "spec.subsets[0].trafficPolicy.portLevelSettings[1].connectionPool.http.h2UpgradePolicy",
+            "spec.subsets[0].trafficPolicy.portLevelSettings[1].port.number",
+        ]
+    );
 }
 
 #[test]
@@ -403,6 +477,27 @@ fn gateway_servers_not_generated_are_errors_and_left_out() {
 }
 
 #[test]
+fn gateway_istio_mutual_terminates_with_the_workload_certificate() {
+    let doc = "apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: g, namespace: ns}\nspec:\n  selector: {istio: ingressgateway}\n  servers:\n  - port: {number: 443, name: https, protocol: HTTPS}\n    hosts: ['*']\n    tls: {mode: ISTIO_MUTUAL, subjectAltNames: [spiffe://cluster.local/ns/ns/sa/client]}\n";
+    let p = parse(doc);
+    let Record::Gateway(g) = &p.records[0] else {
+        panic!()
+    };
+    let tls = g.servers[0]
+        .tls
+        .as_deref()
+        .expect("the server is generated");
+    assert_eq!(tls.mode, dataflows::model::ServerTlsMode::IstioMutual);
+    assert_eq!(tls.credential, None);
+    assert_eq!(
+        tls.subject_alt_names,
+        vec!["spiffe://cluster.local/ns/ns/sa/client"]
+    );
+    assert!(g.uses_istio_mutual());
+    assert!(p.findings.is_empty(), "{:?}", p.findings);
+}
+
+#[test]
 fn gateway_tls_rejected_where_istio_rejects_it() {
     let gw = |server: &str| {
         format!("apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {{name: g, namespace: ns}}\nspec:\n  selector: {{istio: ingressgateway}}\n  servers:\n  - {server}\n")
@@ -420,6 +515,14 @@ fn gateway_tls_rejected_where_istio_rejects_it() {
         (
             "{port: {number: 443, name: https, protocol: HTTPS}, hosts: ['*'], tls: {mode: SIMPLE, credentialName: c, minProtocolVersion: TLSV9}}",
             "spec.servers[0].tls.minProtocolVersion",
+        ),
+        (
+            "{port: {number: 443, name: https, protocol: HTTPS}, hosts: ['*'], tls: {mode: ISTIO_MUTUAL, credentialName: c}}",
+            "spec.servers[0].tls.credentialName",
+        ),
+        (
+            "{port: {number: 443, name: https, protocol: HTTPS}, hosts: ['*'], tls: {mode: ISTIO_MUTUAL, serverCertificate: /c}}",
+            "spec.servers[0].tls.serverCertificate",
         ),
     ] {
         let e = parse_document(&gw(server), &MeshConfig::default()).unwrap_err();

@@ -1354,30 +1354,22 @@ fn virtual_service(
     })])
 }
 
-/// A policy's `tls`: what is generated (`SIMPLE`, `MUTUAL` with files, `ISTIO_MUTUAL`), or
-/// the mode that
-/// cannot be and so fails the clusters closed (reported), or neither (`DISABLE`).
+/// A policy's `tls`: what is generated (`SIMPLE`, `MUTUAL` with files or a Secret's
+/// `credentialName`, `ISTIO_MUTUAL`), or nothing (`DISABLE`: `Ok((false, None))`, with `true`
+/// saying a `tls` was given, which replaces an inherited one). Rejected where Istio's
+/// validation rejects.
 fn client_tls(
     tls: Option<&istio::ClientTls>,
     field: &str,
     findings: &mut Vec<Finding>,
-) -> Result<(Option<String>, Option<m::UpstreamTls>)> {
+) -> Result<(bool, Option<m::UpstreamTls>)> {
     let Some(t) = tls else {
-        return Ok((None, None));
+        return Ok((false, None));
     };
     let mode = t.mode.as_deref().unwrap_or("DISABLE");
-    let fail_closed = |why: String, findings: &mut Vec<Finding>| {
-        findings.push(Finding::error(
-            field,
-            format!(
-                "{why}: the clusters this policy applies to fail closed (no endpoints, every \
-                 request answered 503) rather than send plaintext"
-            ),
-        ));
-        Ok((Some(mode.to_string()), None))
-    };
+    let credential = t.credential_name.clone().filter(|n| !n.is_empty());
     match mode {
-        "DISABLE" => Ok((None, None)),
+        "DISABLE" => Ok((true, None)),
         // The proxy's own workload certificate and the mesh's root, both over SDS; the
         // files of SIMPLE and MUTUAL have no part in it (Istio requires them empty).
         "ISTIO_MUTUAL" => {
@@ -1397,28 +1389,51 @@ fn client_tls(
                 }
             }
             Ok((
-                None,
+                true,
                 Some(m::UpstreamTls {
                     sni: t.sni.clone(),
                     subject_alt_names: t.subject_alt_names.clone(),
                     istio_mutual: true,
+                    field: field.to_string(),
                     ..Default::default()
                 }),
             ))
         }
-        "SIMPLE" | "MUTUAL" if t.credential_name.is_some() => fail_closed(
-            format!(
-                "TLS mode {mode} with credentialName is not supported by meshflow yet (it needs \
-                 the Secret over SDS); give the files instead"
-            ),
-            findings,
-        ),
+        // The certificates of a Secret in the client proxy's own namespace, over SDS.
+        "SIMPLE" | "MUTUAL" if credential.is_some() => {
+            for (set, name) in [
+                (t.client_certificate.is_some(), "clientCertificate"),
+                (t.private_key.is_some(), "privateKey"),
+                (t.ca_certificates.is_some(), "caCertificates"),
+                (t.ca_crl.is_some(), "caCrl"),
+            ] {
+                if set {
+                    return Err(Invalid::field(
+                        format!("{field}.{name}"),
+                        "cannot be given beside credentialName (the Secret holds the \
+                         certificates)",
+                    ));
+                }
+            }
+            Ok((
+                true,
+                Some(m::UpstreamTls {
+                    sni: t.sni.clone(),
+                    subject_alt_names: t.subject_alt_names.clone(),
+                    insecure_skip_verify: t.insecure_skip_verify.unwrap_or(false),
+                    credential,
+                    mutual: mode == "MUTUAL",
+                    field: field.to_string(),
+                    ..Default::default()
+                }),
+            ))
+        }
         "SIMPLE" | "MUTUAL" => {
             let client_cert = if mode == "MUTUAL" {
                 let (Some(cert), Some(key)) = (&t.client_certificate, &t.private_key) else {
                     return Err(Invalid::field(
                         field,
-                        "MUTUAL TLS needs clientCertificate and privateKey",
+                        "MUTUAL TLS needs clientCertificate and privateKey (or credentialName)",
                     ));
                 };
                 Some((cert.clone(), key.clone()))
@@ -1426,7 +1441,7 @@ fn client_tls(
                 None
             };
             Ok((
-                None,
+                true,
                 Some(m::UpstreamTls {
                     client_cert,
                     ca: t.ca_certificates.clone(),
@@ -1435,6 +1450,9 @@ fn client_tls(
                     subject_alt_names: t.subject_alt_names.clone(),
                     insecure_skip_verify: t.insecure_skip_verify.unwrap_or(false),
                     istio_mutual: false,
+                    credential: None,
+                    mutual: mode == "MUTUAL",
+                    field: field.to_string(),
                 }),
             ))
         }
@@ -1702,43 +1720,22 @@ fn warmup(
     }))
 }
 
-fn traffic_policy(
-    tp: &istio::TrafficPolicy,
+/// The four settings a policy and each of its `portLevelSettings` entries have.
+fn policy_settings(
+    lb: Option<&istio::LoadBalancerSettings>,
+    pool: Option<&istio::ConnectionPool>,
+    outlier: Option<&istio::OutlierDetection>,
+    tls: Option<&istio::ClientTls>,
     field: &str,
     findings: &mut Vec<Finding>,
 ) -> Result<m::TrafficPolicy> {
-    let (mut unsupported, tls) = client_tls(tp.tls.as_ref(), &format!("{field}.tls"), findings)?;
-    for (i, pl) in tp.port_level_settings.iter().enumerate() {
-        let f = format!("{field}.portLevelSettings[{i}]");
-        // Which ports a policy covers is not read: a TLS mode it asks for closes them all.
-        let mode = pl
-            .tls
-            .as_ref()
-            .and_then(|t| t.mode.as_deref())
-            .unwrap_or("DISABLE");
-        if mode != "DISABLE" {
-            findings.push(Finding::error(
-                format!("{f}.tls"),
-                format!(
-                    "TLS per port (mode {mode}) is not supported by meshflow yet: every cluster \
-                     of this rule fails closed (no endpoints) rather than send plaintext"
-                ),
-            ));
-            unsupported.get_or_insert(mode.to_string());
-        }
-        for k in pl.rest.keys() {
-            findings.push(Finding::warning(format!("{f}.{k}"), IGNORED));
-        }
-    }
-    let lb = tp.load_balancer.as_ref();
+    let (tls_given, tls) = client_tls(tls, &format!("{field}.tls"), findings)?;
     let load_balancer = load_balancer(lb, &format!("{field}.loadBalancer"))?;
     let warmup = lb
         .map(|l| warmup(l, &format!("{field}.loadBalancer"), findings))
         .transpose()?
         .flatten();
-    let connect_timeout_ms = tp
-        .connection_pool
-        .as_ref()
+    let connect_timeout_ms = pool
         .and_then(|c| c.tcp.as_ref())
         .and_then(|t| t.connect_timeout.as_deref())
         .map(|t| parse_duration_ms(t, &format!("{field}.connectionPool.tcp.connectTimeout")))
@@ -1747,26 +1744,78 @@ fn traffic_policy(
         load_balancer,
         warmup,
         connect_timeout_ms,
-        tls: if unsupported.is_some() {
-            None
-        } else {
-            tls.map(Box::new)
-        },
-        connection_pool: tp
-            .connection_pool
-            .as_ref()
+        tls_disabled: tls_given && tls.is_none(),
+        tls: tls.map(Box::new),
+        connection_pool: pool
             .map(|c| connection_pool(c, &format!("{field}.connectionPool")))
             .transpose()?
             .flatten()
             .map(Box::new),
-        outlier_detection: tp
-            .outlier_detection
-            .as_ref()
+        outlier_detection: outlier
             .map(|o| outlier_detection(o, &format!("{field}.outlierDetection")))
             .transpose()?
             .map(Box::new),
-        unsupported_tls: unsupported,
+        port_level: Vec::new(),
     })
+}
+
+/// A `trafficPolicy` with its `portLevelSettings`: each entry needs a port and a setting,
+/// as Istio's validation requires; a second entry for a port is never used (Istio takes
+/// the first), which is said.
+fn traffic_policy(
+    tp: &istio::TrafficPolicy,
+    field: &str,
+    findings: &mut Vec<Finding>,
+) -> Result<m::TrafficPolicy> {
+    let mut policy = policy_settings(
+        tp.load_balancer.as_ref(),
+        tp.connection_pool.as_ref(),
+        tp.outlier_detection.as_ref(),
+        tp.tls.as_ref(),
+        field,
+        findings,
+    )?;
+    for (i, pl) in tp.port_level_settings.iter().enumerate() {
+        let f = format!("{field}.portLevelSettings[{i}]");
+        let Some(number) = pl.port.as_ref().and_then(|p| p.number) else {
+            return Err(Invalid::field(
+                format!("{f}.port"),
+                "a port level setting needs port.number",
+            ));
+        };
+        let port = port_u16(number, &format!("{f}.port.number"))?;
+        if pl.load_balancer.is_none()
+            && pl.connection_pool.is_none()
+            && pl.outlier_detection.is_none()
+            && pl.tls.is_none()
+        {
+            return Err(Invalid::field(
+                f,
+                "a port level setting needs at least one of loadBalancer, connectionPool, \
+                 outlierDetection or tls",
+            ));
+        }
+        let entry = policy_settings(
+            pl.load_balancer.as_ref(),
+            pl.connection_pool.as_ref(),
+            pl.outlier_detection.as_ref(),
+            pl.tls.as_ref(),
+            &f,
+            findings,
+        )?;
+        if policy.port_level.iter().any(|(p, _)| *p == port) {
+            findings.push(Finding::warning(
+                format!("{f}.port.number"),
+                format!(
+                    "port {port} has an earlier entry, which applies (as Istio takes the \
+                     first); this one is never used"
+                ),
+            ));
+            continue;
+        }
+        policy.port_level.push((port, entry));
+    }
+    Ok(policy)
 }
 
 fn destination_rule(
@@ -1902,7 +1951,25 @@ fn server_tls(
         "SIMPLE" => m::ServerTlsMode::Simple,
         "MUTUAL" => m::ServerTlsMode::Mutual,
         "PASSTHROUGH" => m::ServerTlsMode::Passthrough,
-        "AUTO_PASSTHROUGH" | "ISTIO_MUTUAL" | "OPTIONAL_MUTUAL" => {
+        // The gateway's workload certificate; Istio's validation refuses files and Secrets.
+        "ISTIO_MUTUAL" => {
+            for (set, name) in [
+                (tls.server_certificate.is_some(), "serverCertificate"),
+                (tls.private_key.is_some(), "privateKey"),
+                (tls.ca_certificates.is_some(), "caCertificates"),
+                (tls.credential_name.is_some(), "credentialName"),
+            ] {
+                if set {
+                    return Err(Invalid::field(
+                        format!("{f}.tls.{name}"),
+                        "ISTIO_MUTUAL cannot have it: the gateway presents its workload \
+                         certificate and verifies clients against the mesh's root",
+                    ));
+                }
+            }
+            m::ServerTlsMode::IstioMutual
+        }
+        "AUTO_PASSTHROUGH" | "OPTIONAL_MUTUAL" => {
             findings.push(Finding::error(
                 format!("{f}.tls.mode"),
                 format!(
@@ -1922,7 +1989,10 @@ fn server_tls(
             ))
         }
     };
-    let credential = if mode == m::ServerTlsMode::Passthrough {
+    let credential = if matches!(
+        mode,
+        m::ServerTlsMode::Passthrough | m::ServerTlsMode::IstioMutual
+    ) {
         None
     } else if let Some(name) = tls.credential_name.as_ref().filter(|n| !n.is_empty()) {
         Some(m::Credential::Secret(name.clone()))

@@ -275,23 +275,15 @@ pub struct ClientTls {
     pub ca_crl: Option<String>,
 }
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct PortTls {
-    pub mode: Option<String>,
-    #[serde(flatten)]
-    pub settings: BTreeMap<String, serde_yaml_ng::Value>,
-}
-
-/// `portLevelSettings[]`: only its `tls` is read (a mode meshflow cannot generate fails
-/// closed); the rest is reported as not supported.
+/// `portLevelSettings[]`: the four settings of a policy, for one port.
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct PortTrafficPolicy {
-    /// Read whole: any mode but DISABLE fails the rule's clusters closed.
-    pub tls: Option<PortTls>,
-    #[serde(flatten)]
-    pub rest: BTreeMap<String, serde_yaml_ng::Value>,
+    pub port: Option<PortSelector>,
+    pub load_balancer: Option<LoadBalancerSettings>,
+    pub connection_pool: Option<ConnectionPool>,
+    pub outlier_detection: Option<OutlierDetection>,
+    pub tls: Option<ClientTls>,
 }
 
 #[derive(Debug, Default, Deserialize)]

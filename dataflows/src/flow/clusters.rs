@@ -13,8 +13,11 @@ use crate::model::*;
 use crate::rules;
 use crate::translate::cluster;
 
-/// (host, (DestinationRule in effect, for proxyless gRPC)): what a cluster's body depends on.
-type Group = (Hostname, (Option<ConfigKey>, bool));
+/// (host, (DestinationRule in effect, for proxyless gRPC, the scope's namespace)): what a
+/// cluster's body depends on. The namespace is there only for a rule with a
+/// `credentialName` (and not for gRPC, which fails those closed anyway): whether its
+/// clusters can use the Secret depends on the client proxy's namespace.
+type Group = (Hostname, (Option<ConfigKey>, bool, Option<String>));
 /// A cluster, the service port it is for, and the subset labels of an EDS cluster.
 type ClusterRow = (Resource, u16, Option<Labels>);
 
@@ -34,6 +37,30 @@ pub(super) struct Clusters<'s> {
     pub hashing: Coll<'s, ((ScopeKey, Hostname), HostHashing)>,
     /// Scopes holding an `ISTIO_MUTUAL` cluster: their proxies need workload secrets.
     pub mtls_scopes: Coll<'s, ScopeKey>,
+    /// `(scope, SDS secret)`: what the `credentialName` clusters of each scope use (a secret
+    /// may come for several rules; `distinct` it with the others of the scope).
+    pub secrets: Built<'s, ScopeKey>,
+    /// `credentialName`s a scope's namespace cannot serve.
+    pub errors: Coll<'s, ConfigError>,
+}
+
+/// What a `credentialName` group's clusters are built from.
+#[derive(
+    Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+enum CredItem {
+    Base(Box<(Service, DestinationRule, ClusterDefaults)>),
+    Secret(TlsSecret),
+}
+
+/// What a `credentialName` group builds.
+#[derive(
+    Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+enum CredOut {
+    Cluster(ClusterRow),
+    Secret(Resource, Vec<ConfigKey>),
+    Error(ConfigError),
 }
 
 pub(super) fn outbound<'s>(
@@ -42,6 +69,7 @@ pub(super) fn outbound<'s>(
     visible: &Visible<'s>,
     drs: Coll<'s, (ConfigKey, DestinationRule)>,
     services: &Coll<'s, (Hostname, Service)>,
+    secrets: &Coll<'s, ((String, String), TlsSecret)>,
 ) -> Clusters<'s> {
     let scope_groups = rule_in_effect(mesh, visible, &drs, services);
     let hashing = hashing(&scope_groups, &drs);
@@ -52,11 +80,36 @@ pub(super) fn outbound<'s>(
         .distinct();
     let mtls_scopes = scope_groups
         .clone()
-        .flat_map(|((_, (d, _)), s)| d.map(|k| (k, s)))
+        .flat_map(|((_, (d, _, _)), s)| d.map(|k| (k, s)))
         .semijoin(mtls_drs)
         .map(|(_, s)| s)
         .distinct();
-    let group_clusters = per_group(&scope_groups, drs, services, mesh);
+    let (group_clusters, cred_out) = per_group(&scope_groups, drs, services, mesh, secrets);
+    let group_secrets = cred_out.clone().flat_map(|(g, o)| match o {
+        CredOut::Secret(r, from) => Some((g, (r, from))),
+        _ => None,
+    });
+    let errors = cred_out
+        .flat_map(|(_, o)| match o {
+            CredOut::Error(e) => Some(e),
+            _ => None,
+        })
+        .distinct();
+    let scope_secret_rows = scope_groups
+        .clone()
+        .join_map(group_secrets, |_, s, (r, from)| {
+            (s.clone(), (r.clone(), from.clone()))
+        });
+    let secret_provenance = scope_secret_rows.clone().flat_map(|(s, (r, from))| {
+        let key = (Holder::Scope(s), r.rtype, r.name);
+        from.into_iter()
+            .map(move |k| (key.clone(), k))
+            .collect::<Vec<_>>()
+    });
+    let secrets = Built {
+        resources: scope_secret_rows.map(|(s, (r, _))| (s, r)),
+        provenance: secret_provenance,
+    };
     // One join gives each scope its clusters and, for provenance, the group they came from.
     let scope_cluster_groups = scope_groups.join_map(group_clusters.clone(), |g, s, c| {
         (s.clone(), c.clone(), g.clone())
@@ -89,6 +142,8 @@ pub(super) fn outbound<'s>(
         eds,
         hashing,
         mtls_scopes,
+        secrets,
+        errors,
     }
 }
 
@@ -104,7 +159,7 @@ fn hashing<'s>(
         .filter(|(_, h)| !h.is_empty());
     scope_groups
         .clone()
-        .flat_map(|((h, (d, _)), s)| d.map(|k| (k, (h, s))))
+        .flat_map(|((h, (d, _, _)), s)| d.map(|k| (k, (h, s))))
         .join_map(rule_hashing, |_, (h, s), hashing| {
             ((s.clone(), h.clone()), hashing.clone())
         })
@@ -135,31 +190,41 @@ fn rule_in_effect<'s>(
     let dr_chosen = visible
         .host_scopes()
         .join_map(rules_placed, move |h, s, (dr, svc_ns, root)| {
+            let creds = !dr.credential_tls().is_empty();
             rules::dr_rank(dr, s, svc_ns, root)
-                .map(|r| ((s.clone(), h.clone()), (r, dr.key.clone())))
+                .map(|r| ((s.clone(), h.clone()), (r, dr.key.clone(), creds)))
         })
         .flat_map(|x| x)
-        .reduce(|_, vals, out| out.push((vals[0].0 .1.clone(), 1isize)));
+        .reduce(|_, vals, out| {
+            let (_, k, creds) = vals[0].0;
+            out.push(((k.clone(), *creds), 1isize))
+        });
     let scope_host_keyed = visible.scope_hosts.clone().map(|(s, h)| ((s, h), ()));
     scope_host_keyed
         .clone()
-        .join_map(dr_chosen.clone(), |(s, h), _, k| {
-            ((h.clone(), (Some(k.clone()), s.is_proxyless())), s.clone())
+        .join_map(dr_chosen.clone(), |(s, h), _, (k, creds)| {
+            let grpc = s.is_proxyless();
+            let ns = (*creds && !grpc).then(|| s.namespace().to_string());
+            ((h.clone(), (Some(k.clone()), grpc, ns)), s.clone())
         })
         .concat(
             scope_host_keyed
                 .antijoin(dr_chosen.map(|(k, _)| k))
-                .map(|((s, h), _)| ((h, (None, s.is_proxyless())), s)),
+                .map(|((s, h), _)| ((h, (None, s.is_proxyless(), None)), s)),
         )
 }
 
-/// The clusters of each group some scope uses.
+/// The clusters of each group some scope uses; and what the groups of a `credentialName`
+/// rule build (their clusters too, the SDS secrets and errors), from the Secrets of the
+/// group's namespace that the rule names.
+#[allow(clippy::type_complexity)]
 fn per_group<'s>(
     scope_groups: &Coll<'s, (Group, ScopeKey)>,
     drs: Coll<'s, (ConfigKey, DestinationRule)>,
     services: &Coll<'s, (Hostname, Service)>,
     mesh: &Mesh<'s>,
-) -> Coll<'s, (Group, ClusterRow)> {
+    secrets: &Coll<'s, ((String, String), TlsSecret)>,
+) -> (Coll<'s, (Group, ClusterRow)>, Coll<'s, (Group, CredOut)>) {
     let groups = scope_groups.clone().map(|(g, _)| g).distinct();
     // The mesh's connect timeout joins once per group, before the rule does.
     let groups_svc = groups
@@ -169,24 +234,89 @@ fn per_group<'s>(
         .join_map(mesh.clone(), |_, (d, (h, svc)), m| {
             (d.clone(), (h.clone(), svc.clone(), ClusterDefaults::of(m)))
         });
-    groups_svc
+    let plain = groups_svc
         .clone()
-        .flat_map(|((d, grpc), (h, svc, timeout))| d.map(|k| (k, (h, svc, grpc, timeout))))
-        .join_map(drs, |k, (h, svc, grpc, timeout), dr| {
+        .flat_map(|((d, grpc, ns), (h, svc, timeout))| match (d, ns) {
+            (Some(k), None) => Some((k, (h, svc, grpc, timeout))),
+            _ => None,
+        })
+        .join_map(drs.clone(), |k, (h, svc, grpc, timeout), dr| {
             (
-                (h.clone(), (Some(k.clone()), *grpc)),
+                (h.clone(), (Some(k.clone()), *grpc, None)),
                 cluster::outbound_all_for(svc, Some(dr), *grpc, timeout),
             )
         })
-        .concat(groups_svc.filter(|((d, _), _)| d.is_none()).map(
-            |((_, grpc), (h, svc, timeout))| {
+        .concat(groups_svc.clone().filter(|((d, _, _), _)| d.is_none()).map(
+            |((_, grpc, _), (h, svc, timeout))| {
                 (
-                    (h, (None, grpc)),
+                    (h, (None, grpc, None)),
                     cluster::outbound_all_for(&svc, None, grpc, &timeout),
                 )
             },
         ))
-        .flat_map(|(g, list)| list.into_iter().map(move |c| (g.clone(), c)))
+        .flat_map(|(g, list)| list.into_iter().map(move |c| (g.clone(), c)));
+    // A `credentialName` rule's groups: one per namespace its clients are in.
+    let cred_base = groups_svc
+        .flat_map(|((d, grpc, ns), (h, svc, timeout))| match (d, ns) {
+            (Some(k), Some(ns)) => Some((k, (h, svc, grpc, ns, timeout))),
+            _ => None,
+        })
+        .join_map(drs, |k, (h, svc, grpc, ns, timeout), dr| {
+            (
+                (h.clone(), (Some(k.clone()), *grpc, Some(ns.clone()))),
+                CredItem::Base(Box::new((svc.clone(), dr.clone(), timeout.clone()))),
+            )
+        });
+    let cred_secrets = cred_base
+        .clone()
+        .flat_map(|(g, item)| {
+            let (CredItem::Base(base), Some(ns)) = (&item, &(g.1).2) else {
+                return Vec::new();
+            };
+            base.1
+                .wanted_secrets()
+                .into_iter()
+                .map(|name| ((ns.clone(), name), g.clone()))
+                .collect()
+        })
+        .join_map(secrets.clone(), |_, g, s| {
+            (g.clone(), CredItem::Secret(s.clone()))
+        });
+    let cred_out = cred_base
+        .concat(cred_secrets)
+        .reduce(|g, vals: &[(&CredItem, isize)], out| {
+            let found: Vec<&TlsSecret> = vals
+                .iter()
+                .filter_map(|(v, _)| match v {
+                    CredItem::Secret(s) => Some(s),
+                    CredItem::Base(_) => None,
+                })
+                .collect();
+            let client = crate::client_tls::ClientSecrets {
+                namespace: (g.1).2.as_deref().unwrap_or_default(),
+                secrets: &found,
+            };
+            for (v, _) in vals {
+                let CredItem::Base(base) = v else {
+                    continue;
+                };
+                let (svc, dr, defaults) = &**base;
+                for c in cluster::outbound_all_with(svc, Some(dr), (g.1).1, defaults, client) {
+                    out.push((CredOut::Cluster(c), 1isize));
+                }
+                for (r, from) in client.resources(dr) {
+                    out.push((CredOut::Secret(r, from), 1isize));
+                }
+                for e in client.errors(dr) {
+                    out.push((CredOut::Error(e), 1isize));
+                }
+            }
+        });
+    let cred_clusters = cred_out.clone().flat_map(|(g, o)| match o {
+        CredOut::Cluster(c) => Some((g, c)),
+        _ => None,
+    });
+    (plain.concat(cred_clusters), cred_out)
 }
 
 /// A cluster (and its assignment) comes from the service and the DestinationRule in effect.
@@ -196,7 +326,7 @@ fn provenance<'s>(
 ) -> Coll<'s, ProvenanceRow> {
     let svc_origin = services.clone().map(|(h, svc)| (h, svc.origin));
     let cluster_keys = scope_cluster_groups
-        .map(|(s, (res, _, labels), (h, (d, _)))| (h, (s, res.name, labels.is_some(), d)));
+        .map(|(s, (res, _, labels), (h, (d, _, _)))| (h, (s, res.name, labels.is_some(), d)));
     cluster_keys
         .clone()
         .join_map(svc_origin, |_, row, o| (row.clone(), o.clone()))

@@ -48,7 +48,11 @@ pub(super) fn routers<'s>(
     resolved: Coll<'s, (ConfigKey, ResolvedVs)>,
     hashing: &Coll<'s, ((ScopeKey, Hostname), HostHashing)>,
     secrets: &Coll<'s, ((String, String), TlsSecret)>,
-) -> (Built<'s, ScopeKey>, Coll<'s, ConfigError>) {
+) -> (
+    Built<'s, ScopeKey>,
+    Coll<'s, ConfigError>,
+    Coll<'s, ScopeKey>,
+) {
     let router_gw = scopes.clone().flat_map(|s| match &s {
         ScopeKey::Router { gateways, .. } => {
             gateways.iter().map(|g| (g.clone(), s.clone())).collect()
@@ -58,6 +62,12 @@ pub(super) fn routers<'s>(
     let router_gws = router_gw
         .clone()
         .join_map(gateways, |_, s, gw| (s.clone(), gw.clone()));
+    // Routers with an `ISTIO_MUTUAL` server: their proxies need their workload identity.
+    let mtls_scopes = router_gws
+        .clone()
+        .filter(|(_, gw)| gw.uses_istio_mutual())
+        .map(|(s, _)| s)
+        .distinct();
     let router_secret_items = router_gws
         .clone()
         .flat_map(|(s, gw)| {
@@ -123,7 +133,7 @@ pub(super) fn routers<'s>(
         resources: router_out.map(|(s, (r, _))| (s, r)),
         provenance,
     };
-    (built, errors)
+    (built, errors, mtls_scopes)
 }
 
 /// One router scope's resources, each with its inputs, sorted and deduplicated, and its

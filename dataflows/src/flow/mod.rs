@@ -124,6 +124,7 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         &visible,
         destination_rules,
         &services.chosen,
+        &i.secrets,
     );
     let assignments = endpoints::assignments(clusters.eds, &endpoints);
 
@@ -149,7 +150,7 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         http_ports,
     );
     let listeners = listeners::sidecar(&specs, ports, &config.domain_suffix);
-    let (gateways, gateway_errors) = gateways::routers(
+    let (gateways, gateway_errors, gateway_mtls) = gateways::routers(
         &scopes,
         i.gateways,
         routed_vss,
@@ -174,7 +175,7 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     let mtls_proxies = proxy_scopes
         .clone()
         .map(|(id, s)| (s, id))
-        .semijoin(clusters.mtls_scopes.clone())
+        .semijoin(clusters.mtls_scopes.clone().concat(gateway_mtls).distinct())
         .map(|(_, id)| id);
     let ingress_ports = proxy_scopes
         .clone()
@@ -199,13 +200,25 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         mtls_proxies,
     );
 
+    // SDS secrets a scope takes from Secrets: a gateway server's and a DestinationRule
+    // `credentialName`'s may be the same one (a scope holds each once).
+    let (gw_secrets, gw_rest) = split_secrets(gateways.resources);
+    let secrets = Built {
+        resources: gw_secrets.concat(clusters.secrets.resources).distinct(),
+        provenance: clusters.secrets.provenance,
+    };
+    let gateways = Built {
+        resources: gw_rest,
+        provenance: gateways.provenance,
+    };
     let scoped = clusters
         .built
         .concat(assignments)
         .concat(routes)
         .concat(tcp)
         .concat(listeners)
-        .concat(gateways);
+        .concat(gateways)
+        .concat(secrets);
     let errors = services
         .conflicts
         .concat(undefined_subsets)
@@ -215,8 +228,24 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         .concat(conflicting_vss)
         .concat(undefined_delegates)
         .concat(unreachable)
+        .concat(clusters.errors)
         .concat(secret_errors.concat(gateway_errors).distinct());
     outputs(scoped, inbound, errors, proxy_scopes)
+}
+
+/// A scope's SDS secrets apart from its other resources.
+#[allow(clippy::type_complexity)]
+fn split_secrets<'s>(
+    resources: Coll<'s, (ScopeKey, Resource)>,
+) -> (
+    Coll<'s, (ScopeKey, Resource)>,
+    Coll<'s, (ScopeKey, Resource)>,
+) {
+    let secrets = resources
+        .clone()
+        .filter(|(_, r)| r.rtype == ResourceType::Secret);
+    let rest = resources.filter(|(_, r)| r.rtype != ResourceType::Secret);
+    (secrets, rest)
 }
 
 /// The stages' results as the outputs the driver captures.

@@ -2,6 +2,7 @@
 //! for a proxy's own ports, and the Passthrough/BlackHole clusters.
 
 use super::{ads, duration_ms, inbound_cluster_name, outbound_cluster_name, socket_address};
+use crate::client_tls::ClientSecrets;
 use crate::model::{
     ClusterDefaults, ConnectionPool, DestinationRule, HashTable, LoadBalancer, OutlierDetection,
     Resolution, Resource, ResourceType, Service, ServicePort, TrafficPolicy,
@@ -32,47 +33,55 @@ use envoy_types::pb::google::protobuf::{UInt32Value, UInt64Value};
 use envoy_types::util::pack_any;
 use prost::Message;
 
-/// The subset-specific policy overrides the rule-wide one, field by field.
-fn effective_policy(dr: Option<&DestinationRule>, subset: Option<&str>) -> TrafficPolicy {
-    let mut policy = dr
-        .and_then(|d| d.traffic_policy.clone())
-        .unwrap_or_default();
-    let sub = dr.and_then(|d| d.subsets.iter().find(|s| Some(s.name.as_str()) == subset));
-    if let Some(p) = sub.and_then(|s| s.traffic_policy.as_ref()) {
-        // A subset's `loadBalancer` replaces the rule's whole, warmup included.
-        if p.load_balancer.is_some() || p.warmup.is_some() {
-            policy.load_balancer = p.load_balancer.clone();
-            policy.warmup = p.warmup.clone();
-        }
-        if p.connect_timeout_ms.is_some() {
-            policy.connect_timeout_ms = p.connect_timeout_ms;
-        }
-        if p.connection_pool.is_some() {
-            policy.connection_pool = p.connection_pool.clone();
-        }
-        if p.outlier_detection.is_some() {
-            policy.outlier_detection = p.outlier_detection.clone();
-        }
-        if p.unsupported_tls.is_some() || p.tls.is_some() {
-            policy.unsupported_tls = p.unsupported_tls.clone();
-            policy.tls = p.tls.clone();
-        }
-    }
-    policy
+/// The policy of the cluster of `subset` on `port` (`None`: a port no `portLevelSettings`
+/// entry names): Istio's merge of the rule's policy and the subset's, see
+/// [`TrafficPolicy::merged`].
+fn effective_policy(
+    dr: Option<&DestinationRule>,
+    subset: Option<&str>,
+    port: Option<u16>,
+) -> TrafficPolicy {
+    let rule = dr.and_then(|d| d.traffic_policy.as_ref());
+    let sub = dr
+        .and_then(|d| d.subsets.iter().find(|s| Some(s.name.as_str()) == subset))
+        .and_then(|s| s.traffic_policy.as_ref());
+    TrafficPolicy::merged(rule, sub, port)
 }
 
-/// The consistent-hash keys of `dr`'s clusters, per subset (`None`: the host's own), where
-/// its effective policy hashes: what the routes to those clusters hash requests by.
+/// The consistent-hash keys of `dr`'s clusters, per subset (`None`: the host's own) and
+/// port, where its effective policy hashes: what the routes to those clusters hash
+/// requests by. Each port a `portLevelSettings` entry names (of the rule or the subset)
+/// has its own row; empty when no cluster of the rule hashes.
 pub fn hashing(dr: &DestinationRule) -> crate::model::HostHashing {
-    std::iter::once(None)
-        .chain(dr.subsets.iter().map(|s| Some(s.name.as_str())))
-        .filter_map(
-            |subset| match effective_policy(Some(dr), subset).load_balancer {
-                Some(LoadBalancer::ConsistentHash(ch)) => Some((subset.map(String::from), ch.key)),
-                _ => None,
-            },
-        )
-        .collect()
+    let hash = |p: TrafficPolicy| match p.load_balancer {
+        Some(LoadBalancer::ConsistentHash(ch)) => Some(ch.key),
+        _ => None,
+    };
+    let rule = dr.traffic_policy.as_ref();
+    let mut out = crate::model::HostHashing::new();
+    let subsets = std::iter::once(None).chain(dr.subsets.iter().map(Some));
+    for subset in subsets {
+        let name = subset.map(|s| s.name.clone());
+        let sub = subset.and_then(|s| s.traffic_policy.as_ref());
+        if let Some(key) = hash(TrafficPolicy::merged(rule, sub, None)) {
+            out.insert((name.clone(), None), Some(key));
+        }
+        let ports: std::collections::BTreeSet<u16> = rule
+            .into_iter()
+            .chain(sub)
+            .flat_map(|p| p.port_level.iter().map(|(n, _)| *n))
+            .collect();
+        for port in ports {
+            out.insert(
+                (name.clone(), Some(port)),
+                hash(TrafficPolicy::merged(rule, sub, Some(port))),
+            );
+        }
+    }
+    if out.values().all(Option::is_none) {
+        out.clear();
+    }
+    out
 }
 
 /// One outbound cluster for `service` on `port`, optionally for one subset of `dr`.
@@ -86,9 +95,10 @@ fn outbound(
     subset: Option<&str>,
     grpc: bool,
     defaults: &ClusterDefaults,
+    secrets: ClientSecrets,
 ) -> Resource {
     let name = outbound_cluster_name(port.port, subset, &service.hostname);
-    let policy = effective_policy(dr, subset);
+    let policy = effective_policy(dr, subset, Some(port.port));
     let mut cluster = Cluster {
         name: name.clone(),
         connect_timeout: Some(duration_ms(
@@ -133,17 +143,12 @@ fn outbound(
             }),
         ..Default::default()
     };
-    // A proxyless gRPC client takes certificates from certificate providers, not SDS: it
-    // cannot do `ISTIO_MUTUAL` as generated here, so its cluster fails closed too.
-    let unsupported_tls = policy.unsupported_tls.clone().or_else(|| {
-        (grpc && policy.tls.as_ref().is_some_and(|t| t.istio_mutual))
-            .then(|| "ISTIO_MUTUAL (for a proxyless gRPC client)".to_string())
-    });
+    let fail_closed = fail_closed(&policy, grpc, secrets);
     match service.resolution {
         // Fail closed: a cluster of no hosts answers 503 where the rule asked for TLS that
         // is not generated, instead of sending the request in plaintext. Its metadata says
         // why, for whoever reads the config dump.
-        _ if unsupported_tls.is_some() => {
+        _ if fail_closed.is_some() => {
             cluster.cluster_discovery_type =
                 Some(ClusterDiscoveryType::Type(DiscoveryType::Static as i32));
             cluster.load_assignment = Some(ClusterLoadAssignment {
@@ -151,9 +156,8 @@ fn outbound(
                 ..Default::default()
             });
             cluster.metadata = Some(fail_closed_metadata(&format!(
-                "DestinationRule tls mode {} is not supported by meshflow yet: this cluster has \
-                 no endpoints, so no request is sent unencrypted",
-                unsupported_tls.as_deref().unwrap_or_default()
+                "{}: this cluster has no endpoints, so no request is sent unencrypted",
+                fail_closed.as_deref().unwrap_or_default()
             )));
         }
         // `PASSTHROUGH`: the connection's original destination, as Istio does.
@@ -198,7 +202,7 @@ fn outbound(
         }
     }
     match &policy.tls {
-        _ if unsupported_tls.is_some() => {}
+        _ if fail_closed.is_some() => {}
         Some(tls) if tls.istio_mutual => {
             cluster.transport_socket = Some(istio_mutual(
                 tls,
@@ -207,6 +211,9 @@ fn outbound(
                 &service.hostname,
                 &defaults.trust_domain,
             ))
+        }
+        Some(tls) if tls.credential.is_some() => {
+            cluster.transport_socket = Some(credential_tls(tls))
         }
         Some(tls) => cluster.transport_socket = Some(upstream_tls(tls)),
         None => {}
@@ -323,6 +330,74 @@ fn upstream_tls(
     TransportSocket {
         name: "envoy.transport_sockets.tls".into(),
         config_type: Some(ConfigType::TypedConfig(pack_any(context))),
+    }
+}
+
+/// Envoy's TLS transport socket for `SIMPLE`/`MUTUAL` with `credentialName`, as Istio
+/// builds it: the client certificate from SDS `kubernetes://NAME` (MUTUAL), the server
+/// verified against SDS `kubernetes://NAME-cacert` and the rule's `subjectAltNames`
+/// (unless `insecureSkipVerify`).
+fn credential_tls(
+    tls: &crate::model::UpstreamTls,
+) -> envoy_types::pb::envoy::config::core::v3::TransportSocket {
+    use super::secret::{ca_name, certificate_name, san_matchers, sds};
+    use envoy_types::pb::envoy::config::core::v3::{transport_socket::ConfigType, TransportSocket};
+    use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
+        common_tls_context::{CombinedCertificateValidationContext, ValidationContextType},
+        CertificateValidationContext, CommonTlsContext, UpstreamTlsContext,
+    };
+    let name = tls.credential.as_deref().unwrap_or_default();
+    let context = UpstreamTlsContext {
+        common_tls_context: Some(CommonTlsContext {
+            tls_certificate_sds_secret_configs: if tls.mutual {
+                vec![sds(certificate_name(name))]
+            } else {
+                Vec::new()
+            },
+            validation_context_type: (!tls.insecure_skip_verify).then(|| {
+                ValidationContextType::CombinedValidationContext(
+                    CombinedCertificateValidationContext {
+                        default_validation_context: Some(CertificateValidationContext {
+                            match_typed_subject_alt_names: san_matchers(&tls.subject_alt_names),
+                            ..Default::default()
+                        }),
+                        validation_context_sds_secret_config: Some(sds(ca_name(name))),
+                        ..Default::default()
+                    },
+                )
+            }),
+            ..Default::default()
+        }),
+        sni: tls.sni.clone().unwrap_or_default(),
+        ..Default::default()
+    };
+    TransportSocket {
+        name: "envoy.transport_sockets.tls".into(),
+        config_type: Some(ConfigType::TypedConfig(pack_any(context))),
+    }
+}
+
+/// Why a cluster under `policy` fails closed (has no endpoints) rather than send plaintext,
+/// if it does. A proxyless gRPC client takes certificates from certificate providers, not
+/// SDS: it cannot do `ISTIO_MUTUAL` or a `credentialName` as generated here; a
+/// `credentialName` whose Secret this proxy cannot be served fails closed too.
+fn fail_closed(policy: &TrafficPolicy, grpc: bool, secrets: ClientSecrets) -> Option<String> {
+    match policy.tls.as_deref() {
+        Some(t) if grpc && t.istio_mutual => Some(
+            "DestinationRule tls mode ISTIO_MUTUAL is not supported for a proxyless gRPC \
+             client (it takes no SDS certificates)"
+                .into(),
+        ),
+        Some(t) if grpc && t.credential.is_some() => Some(format!(
+            "DestinationRule {}.credentialName is not supported for a proxyless gRPC client \
+             (it takes no SDS certificates)",
+            t.field
+        )),
+        Some(t) if t.credential.is_some() => secrets
+            .resolve(t)
+            .err()
+            .map(|why| format!("DestinationRule {}.credentialName: {why}", t.field)),
+        _ => None,
     }
 }
 
@@ -578,24 +653,40 @@ pub fn outbound_all(
 }
 
 /// As [`outbound_all`], for Envoy (`grpc: false`) or proxyless gRPC clients (`grpc: true`).
+/// A `credentialName` cluster fails closed here: see [`outbound_all_with`].
 pub fn outbound_all_for(
     service: &Service,
     dr: Option<&DestinationRule>,
     grpc: bool,
     defaults: &ClusterDefaults,
 ) -> Vec<(Resource, u16, Option<crate::model::Labels>)> {
+    outbound_all_with(service, dr, grpc, defaults, ClientSecrets::default())
+}
+
+/// As [`outbound_all_for`], for a client proxy that may take the certificates of a
+/// `credentialName` from `secrets` (its namespace's).
+pub fn outbound_all_with(
+    service: &Service,
+    dr: Option<&DestinationRule>,
+    grpc: bool,
+    defaults: &ClusterDefaults,
+    secrets: ClientSecrets,
+) -> Vec<(Resource, u16, Option<crate::model::Labels>)> {
     let mut out = Vec::new();
-    // A `PASSTHROUGH` cluster goes to original destinations: it has no assignment.
-    let eds = |subset| {
+    // A `PASSTHROUGH` cluster goes to original destinations, and one that fails closed
+    // has no hosts: neither has an assignment.
+    let eds = |subset, port| {
+        let policy = effective_policy(dr, subset, Some(port));
         service.resolution == Resolution::Static
-            && effective_policy(dr, subset).load_balancer != Some(LoadBalancer::Passthrough)
+            && policy.load_balancer != Some(LoadBalancer::Passthrough)
+            && fail_closed(&policy, grpc, secrets).is_none()
     };
-    let outbound = |port, subset| outbound(service, port, dr, subset, grpc, defaults);
+    let outbound = |port, subset| outbound(service, port, dr, subset, grpc, defaults, secrets);
     for port in &service.ports {
-        let labels = eds(None).then(crate::model::Labels::new);
+        let labels = eds(None, port.port).then(crate::model::Labels::new);
         out.push((outbound(port, None), port.port, labels));
         for subset in dr.map(|d| d.subsets.as_slice()).unwrap_or(&[]) {
-            let labels = eds(Some(&subset.name)).then(|| subset.labels.clone());
+            let labels = eds(Some(&subset.name), port.port).then(|| subset.labels.clone());
             out.push((outbound(port, Some(&subset.name)), port.port, labels));
         }
     }

@@ -116,9 +116,9 @@ fn hash_policy(key: &HashKey) -> HashPolicy {
     }
 }
 
-/// The hash key of the cluster `dest` goes to, if its rule hashes.
-fn dest_hash<'h>(hashing: &'h Hashing, dest: &RouteDestination) -> Option<&'h HashKey> {
-    hashing.get(&dest.host)?.get(&dest.subset)
+/// The hash key of the cluster `dest` goes to (on `port`), if its rule hashes there.
+fn dest_hash<'h>(hashing: &'h Hashing, dest: &RouteDestination, port: u16) -> Option<&'h HashKey> {
+    crate::model::host_hash(hashing.get(&dest.host)?, &dest.subset, port)
 }
 
 /// `retries` (a route's, or the mesh's `defaultHttpRetryPolicy`) as Envoy's policy; none:
@@ -251,7 +251,8 @@ fn route_match(m: Option<&HttpMatch>) -> RouteMatch {
 fn action(route: &HttpRoute, current: u16, vs: &ResolvedVs, hashing: &Hashing) -> RouteAction {
     let live: Vec<&RouteDestination> = route.route.iter().filter(|d| d.weight > 0).collect();
     let (hash_policy, retry_policy) = hashed(
-        live.iter().find_map(|d| dest_hash(hashing, d)),
+        live.iter()
+            .find_map(|d| dest_hash(hashing, d, resolve_port(d, current, vs))),
         retry_policy(route),
     );
     let cluster_specifier = match live.as_slice() {
@@ -541,7 +542,9 @@ fn default_route(
     hashing: &Hashing,
 ) -> Route {
     let (hash_policy, retry_policy) = hashed(
-        hashing.get(&service.hostname).and_then(|h| h.get(&None)),
+        hashing
+            .get(&service.hostname)
+            .and_then(|h| crate::model::host_hash(h, &None, port)),
         retries_policy(retries),
     );
     Route {

@@ -118,17 +118,17 @@ pub(crate) fn san_matchers(names: &[String]) -> Vec<SubjectAltNameMatcher> {
         .collect()
 }
 
-fn sds(name: String) -> SdsSecretConfig {
+pub(crate) fn sds(name: String) -> SdsSecretConfig {
     SdsSecretConfig {
         name,
         sds_config: Some(ads()),
     }
 }
 
-/// The transport socket of a terminating gateway server (SIMPLE or MUTUAL); `http`: the
-/// chain speaks HTTP, so ALPN offers h2 and http/1.1 as Istio's gateways do.
+/// The transport socket of a terminating gateway server (SIMPLE, MUTUAL or ISTIO_MUTUAL);
+/// `http`: the chain speaks HTTP, so ALPN offers h2 and http/1.1 as Istio's gateways do.
 pub fn downstream_tls(tls: &ServerTls, http: bool) -> TransportSocket {
-    let mutual = tls.mode == ServerTlsMode::Mutual;
+    let mutual = matches!(tls.mode, ServerTlsMode::Mutual | ServerTlsMode::IstioMutual);
     let sans = CertificateValidationContext {
         match_typed_subject_alt_names: san_matchers(&tls.subject_alt_names),
         ..Default::default()
@@ -178,6 +178,13 @@ pub fn downstream_tls(tls: &ServerTls, http: bool) -> TransportSocket {
                     },
                 ));
             }
+        }
+        // The gateway's workload certificate; clients verified against the mesh's root
+        // (and the server's `subjectAltNames`, if any).
+        None if tls.mode == ServerTlsMode::IstioMutual => {
+            let istio = istio_common_context(&[], sans.match_typed_subject_alt_names);
+            common.tls_certificate_sds_secret_configs = istio.tls_certificate_sds_secret_configs;
+            common.validation_context_type = istio.validation_context_type;
         }
         None => {}
     }
