@@ -11,107 +11,28 @@
 
 mod support;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::sync::Arc;
-use std::time::Duration;
+use std::net::SocketAddr;
 
 use support::pki::{ca, leaf};
 use support::reviews::{client_sidecar_yaml, count, Reviews};
+use support::tls_client::tls_get;
 use support::{
     converge, debug_json, free_port, http_request, require_envoy, write_config, Backend, Envoy,
     Meshflow, ProxyNode, TestDir, XdsMode, CONVERGE_TIMEOUT, STARTUP_TIMEOUT,
 };
-use tokio_rustls::rustls::client::danger::{
-    HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier,
-};
-use tokio_rustls::rustls::pki_types::pem::PemObject;
-use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
-use tokio_rustls::rustls::{
-    self, ClientConfig, ClientConnection, DigitallySignedStruct, StreamOwned,
-};
 
 const NET: u8 = 61;
-
-/// Accepts any server certificate: these checks are about what the *server* accepts.
-#[derive(Debug)]
-struct AnyServer(Arc<rustls::crypto::CryptoProvider>);
-
-impl ServerCertVerifier for AnyServer {
-    fn verify_server_cert(
-        &self,
-        _: &CertificateDer<'_>,
-        _: &[CertificateDer<'_>],
-        _: &ServerName<'_>,
-        _: &[u8],
-        _: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-    fn verify_tls12_signature(
-        &self,
-        _: &[u8],
-        _: &CertificateDer<'_>,
-        _: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        Ok(HandshakeSignatureValid::assertion())
-    }
-    fn verify_tls13_signature(
-        &self,
-        _: &[u8],
-        _: &CertificateDer<'_>,
-        _: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        Ok(HandshakeSignatureValid::assertion())
-    }
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
-}
 
 /// TLS with Istio's ALPN to `addr`, presenting `client` if given, `GET /`: the answer
 /// (status line, headers, body) or why it failed.
 fn mesh_tls_get(addr: SocketAddr, client: Option<(&str, &str)>) -> Result<String, String> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = ClientConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(AnyServer(provider)));
-    let mut config = match client {
-        None => builder.with_no_client_auth(),
-        Some((cert, key)) => {
-            let chain: Vec<CertificateDer<'static>> =
-                CertificateDer::pem_slice_iter(cert.as_bytes())
-                    .collect::<Result<_, _>>()
-                    .map_err(|e| e.to_string())?;
-            let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).map_err(|e| e.to_string())?;
-            builder
-                .with_client_auth_cert(chain, key)
-                .map_err(|e| e.to_string())?
-        }
-    };
-    config.alpn_protocols = vec![b"istio".to_vec()];
-    let name =
-        ServerName::try_from("reviews.default.svc.cluster.local").map_err(|e| e.to_string())?;
-    let conn = ClientConnection::new(Arc::new(config), name).map_err(|e| e.to_string())?;
-    let sock =
-        TcpStream::connect_timeout(&addr, Duration::from_secs(2)).map_err(|e| e.to_string())?;
-    sock.set_read_timeout(Some(Duration::from_secs(5))).ok();
-    let mut tls = StreamOwned::new(conn, sock);
-    let req = "GET / HTTP/1.1\r\nHost: reviews\r\nConnection: close\r\n\r\n";
-    tls.write_all(req.as_bytes())
-        .map_err(|e| format!("write: {e}"))?;
-    let mut out = Vec::new();
-    match tls.read_to_end(&mut out) {
-        Ok(_) => {}
-        Err(_) if !out.is_empty() => {}
-        Err(e) => return Err(format!("read: {e}")),
-    }
-    if out.is_empty() {
-        return Err("closed without an answer".into());
-    }
-    Ok(String::from_utf8_lossy(&out).into_owned())
+    tls_get(
+        addr,
+        "reviews.default.svc.cluster.local",
+        &["istio"],
+        client,
+    )
+    .map(|(a, _)| a)
 }
 
 #[test]

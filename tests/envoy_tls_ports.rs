@@ -13,25 +13,15 @@
 mod support;
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::sync::Arc;
-use std::time::Duration;
+use std::net::SocketAddr;
 
 use support::pki::{ca, leaf};
 use support::reviews::count;
 use support::tls_backend::TlsBackend;
+use support::tls_client::tls_get;
 use support::{
     converge, debug_json, free_port, http_request, only, require_envoy, write_config, Backend,
     Envoy, Meshflow, ProxyNode, TestDir, XdsMode, CONVERGE_TIMEOUT, STARTUP_TIMEOUT,
-};
-use tokio_rustls::rustls::client::danger::{
-    HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier,
-};
-use tokio_rustls::rustls::pki_types::pem::PemObject;
-use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
-use tokio_rustls::rustls::{
-    self, ClientConfig, ClientConnection, DigitallySignedStruct, StreamOwned,
 };
 
 /// A `kubernetes.io/tls` Secret with `ca.crt`, in `namespace`.
@@ -265,42 +255,6 @@ fn destination_rule_tls_per_port_and_from_a_secret() {
     drop(meshflow);
 }
 
-/// Accepts any server certificate: these checks are about what the gateway accepts.
-#[derive(Debug)]
-struct AnyServer(Arc<rustls::crypto::CryptoProvider>);
-
-impl ServerCertVerifier for AnyServer {
-    fn verify_server_cert(
-        &self,
-        _: &CertificateDer<'_>,
-        _: &[CertificateDer<'_>],
-        _: &ServerName<'_>,
-        _: &[u8],
-        _: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-    fn verify_tls12_signature(
-        &self,
-        _: &[u8],
-        _: &CertificateDer<'_>,
-        _: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        Ok(HandshakeSignatureValid::assertion())
-    }
-    fn verify_tls13_signature(
-        &self,
-        _: &[u8],
-        _: &CertificateDer<'_>,
-        _: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        Ok(HandshakeSignatureValid::assertion())
-    }
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
-}
-
 /// HTTPS `GET /` with `Host: host` to `addr`, presenting `client` if given: the answer and
 /// the server's certificate (DER), or why it failed.
 fn https_get(
@@ -308,50 +262,7 @@ fn https_get(
     host: &str,
     client: Option<(&str, &str)>,
 ) -> Result<(String, Vec<u8>), String> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = ClientConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(AnyServer(provider)));
-    let config = match client {
-        None => builder.with_no_client_auth(),
-        Some((cert, key)) => {
-            let chain: Vec<CertificateDer<'static>> =
-                CertificateDer::pem_slice_iter(cert.as_bytes())
-                    .collect::<Result<_, _>>()
-                    .map_err(|e| e.to_string())?;
-            let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).map_err(|e| e.to_string())?;
-            builder
-                .with_client_auth_cert(chain, key)
-                .map_err(|e| e.to_string())?
-        }
-    };
-    let name = ServerName::try_from(host.to_string()).map_err(|e| e.to_string())?;
-    let conn = ClientConnection::new(Arc::new(config), name).map_err(|e| e.to_string())?;
-    let sock =
-        TcpStream::connect_timeout(&addr, Duration::from_secs(2)).map_err(|e| e.to_string())?;
-    sock.set_read_timeout(Some(Duration::from_secs(5))).ok();
-    let mut tls = StreamOwned::new(conn, sock);
-    let req = format!("GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
-    tls.write_all(req.as_bytes())
-        .map_err(|e| format!("write: {e}"))?;
-    let mut out = Vec::new();
-    match tls.read_to_end(&mut out) {
-        Ok(_) => {}
-        Err(_) if !out.is_empty() => {}
-        Err(e) => return Err(format!("read: {e}")),
-    }
-    if out.is_empty() {
-        return Err("closed without an answer".into());
-    }
-    let peer = tls
-        .conn
-        .peer_certificates()
-        .and_then(|c| c.first())
-        .map(|c| c.to_vec())
-        .unwrap_or_default();
-    Ok((String::from_utf8_lossy(&out).into_owned(), peer))
+    tls_get(addr, host, &[], client)
 }
 
 #[test]

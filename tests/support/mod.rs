@@ -36,6 +36,7 @@ pub mod reviews;
 pub mod scene;
 pub mod tcp_echo;
 pub mod tls_backend;
+pub mod tls_client;
 pub mod xds_client;
 
 // The harness's surface. In a test binary `support` is a private module, so rustc reports each

@@ -1,0 +1,109 @@
+//! A TLS client for tests that check what a server *accepts*: it trusts any server
+//! certificate, presents a client certificate when given one, offers the ALPN asked for, and
+//! sends one `GET /`.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_rustls::rustls::client::danger::{
+    HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier,
+};
+use tokio_rustls::rustls::pki_types::pem::PemObject;
+use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use tokio_rustls::rustls::{
+    self, ClientConfig, ClientConnection, DigitallySignedStruct, StreamOwned,
+};
+
+/// Accepts any server certificate.
+#[derive(Debug)]
+struct AnyServer(Arc<rustls::crypto::CryptoProvider>);
+
+impl ServerCertVerifier for AnyServer {
+    fn verify_server_cert(
+        &self,
+        _: &CertificateDer<'_>,
+        _: &[CertificateDer<'_>],
+        _: &ServerName<'_>,
+        _: &[u8],
+        _: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+    fn verify_tls12_signature(
+        &self,
+        _: &[u8],
+        _: &CertificateDer<'_>,
+        _: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        Ok(HandshakeSignatureValid::assertion())
+    }
+    fn verify_tls13_signature(
+        &self,
+        _: &[u8],
+        _: &CertificateDer<'_>,
+        _: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        Ok(HandshakeSignatureValid::assertion())
+    }
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// `GET /` with `Host: host` over TLS to `addr` (SNI `host`, ALPN `alpn`), presenting
+/// `client` (certificate and key PEM) if given: the answer (status line, headers, body) and
+/// the server's certificate (DER), or why it failed.
+pub fn tls_get(
+    addr: SocketAddr,
+    host: &str,
+    alpn: &[&str],
+    client: Option<(&str, &str)>,
+) -> Result<(String, Vec<u8>), String> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AnyServer(provider)));
+    let mut config = match client {
+        None => builder.with_no_client_auth(),
+        Some((cert, key)) => {
+            let chain: Vec<CertificateDer<'static>> =
+                CertificateDer::pem_slice_iter(cert.as_bytes())
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| e.to_string())?;
+            let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).map_err(|e| e.to_string())?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| e.to_string())?
+        }
+    };
+    config.alpn_protocols = alpn.iter().map(|a| a.as_bytes().to_vec()).collect();
+    let name = ServerName::try_from(host.to_string()).map_err(|e| e.to_string())?;
+    let conn = ClientConnection::new(Arc::new(config), name).map_err(|e| e.to_string())?;
+    let sock =
+        TcpStream::connect_timeout(&addr, Duration::from_secs(2)).map_err(|e| e.to_string())?;
+    sock.set_read_timeout(Some(Duration::from_secs(5))).ok();
+    let mut tls = StreamOwned::new(conn, sock);
+    let req = format!("GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    tls.write_all(req.as_bytes())
+        .map_err(|e| format!("write: {e}"))?;
+    let mut out = Vec::new();
+    match tls.read_to_end(&mut out) {
+        Ok(_) => {}
+        Err(_) if !out.is_empty() => {}
+        Err(e) => return Err(format!("read: {e}")),
+    }
+    if out.is_empty() {
+        return Err("closed without an answer".into());
+    }
+    let peer = tls
+        .conn
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .map(|c| c.to_vec())
+        .unwrap_or_default();
+    Ok((String::from_utf8_lossy(&out).into_owned(), peer))
+}
