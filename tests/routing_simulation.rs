@@ -761,6 +761,12 @@ fn match_source_namespace_applies_to_that_namespace_only() {
     assert_routes_to(&o, &reviews.cluster("v1"), &[pod(&reviews, "v1")]);
 }
 
+/// Syncs, sends `call` from `proxy` and asserts it reaches `cluster` and only `pod`.
+fn routes_to(mesh: &mut Mesh, proxy: &str, call: &Call, cluster: &str, pod: &String) {
+    let o = mesh.send(proxy, call);
+    assert_routes_to(&o, cluster, std::slice::from_ref(pod));
+}
+
 /// `sourceLabels`: a match for proxies labelled `app: productpage` applies to the sidecar
 /// carrying that label and to no other, at a gateway as at a sidecar (the gateway's own
 /// labels decide); relabelling the selector moves each proxy's route, and a route whose only
@@ -784,46 +790,18 @@ fn match_source_labels_apply_to_the_proxies_carrying_them() {
     let (pod1, pod2) = (pod(&reviews, "v1"), pod(&reviews, "v2"));
 
     write_config(&mesh.config, "split.yaml", &vs("{app: productpage}"));
-    assert_routes_to(
-        &mesh.send(&productpage, &call),
-        &v2,
-        std::slice::from_ref(&pod2),
-    );
-    assert_routes_to(
-        &mesh.send(&ratings, &call),
-        &v1,
-        std::slice::from_ref(&pod1),
-    );
-    assert_routes_to(
-        &mesh.send(&gateway, &at_gateway),
-        &v1,
-        std::slice::from_ref(&pod1),
-    );
+    routes_to(&mut mesh, &productpage, &call, &v2, &pod2);
+    routes_to(&mut mesh, &ratings, &call, &v1, &pod1);
+    routes_to(&mut mesh, &gateway, &at_gateway, &v1, &pod1);
 
     write_config(&mesh.config, "split.yaml", &vs("{app: ratings}"));
-    assert_routes_to(
-        &mesh.send(&productpage, &call),
-        &v1,
-        std::slice::from_ref(&pod1),
-    );
-    assert_routes_to(
-        &mesh.send(&ratings, &call),
-        &v2,
-        std::slice::from_ref(&pod2),
-    );
+    routes_to(&mut mesh, &productpage, &call, &v1, &pod1);
+    routes_to(&mut mesh, &ratings, &call, &v2, &pod2);
 
     // The gateway's own labels: the router carries `istio: ingressgateway`.
     write_config(&mesh.config, "split.yaml", &vs("{istio: ingressgateway}"));
-    assert_routes_to(
-        &mesh.send(&gateway, &at_gateway),
-        &v2,
-        std::slice::from_ref(&pod2),
-    );
-    assert_routes_to(
-        &mesh.send(&ratings, &call),
-        &v1,
-        std::slice::from_ref(&pod1),
-    );
+    routes_to(&mut mesh, &gateway, &at_gateway, &v2, &pod2);
+    routes_to(&mut mesh, &ratings, &call, &v1, &pod1);
 
     // Every label of the selector must be carried.
     write_config(
@@ -832,13 +810,9 @@ fn match_source_labels_apply_to_the_proxies_carrying_them() {
         &vs("{app: productpage, version: v9}"),
     );
     for proxy in [&productpage, &ratings] {
-        assert_routes_to(&mesh.send(proxy, &call), &v1, std::slice::from_ref(&pod1));
+        routes_to(&mut mesh, proxy, &call, &v1, &pod1);
     }
-    assert_routes_to(
-        &mesh.send(&gateway, &at_gateway),
-        &v1,
-        std::slice::from_ref(&pod1),
-    );
+    routes_to(&mut mesh, &gateway, &at_gateway, &v1, &pod1);
     mesh.assert_no_errors();
 }
 
