@@ -567,6 +567,17 @@ pub struct Retries {
     pub attempts: u32,
     pub per_try_timeout_ms: Option<u64>,
     pub retry_on: Option<String>,
+    /// `retryRemoteLocalities`: a retry may move on to the next priority (the localities
+    /// after the client's own), as Envoy's `previous_priorities` retry priority does.
+    #[serde(default)]
+    pub remote_localities: bool,
+    /// `retryIgnorePreviousHosts`: `Some(false)` lets a retry pick a host already tried
+    /// (unset and `true`: avoid them, Istio's default).
+    #[serde(default)]
+    pub ignore_previous_hosts: Option<bool>,
+    /// `backoff`: the base interval between retries (Envoy's default, 25 ms, when unset).
+    #[serde(default)]
+    pub backoff_ms: Option<u64>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

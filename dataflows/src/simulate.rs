@@ -255,6 +255,12 @@ pub struct Retry {
     pub num_retries: u32,
     pub per_try_timeout: Option<Duration>,
     pub retriable_status_codes: Vec<u32>,
+    /// Hosts already tried are avoided (`previous_hosts`).
+    pub avoids_previous_hosts: bool,
+    /// A retry may go on to the next priority (`previous_priorities`): other localities.
+    pub to_other_localities: bool,
+    /// The base interval between retries (Envoy's default 25 ms when unset).
+    pub backoff: Option<Duration>,
 }
 
 /// One cluster a call may be sent to, with its endpoints.
@@ -1181,6 +1187,19 @@ fn retry(p: &RetryPolicy) -> Retry {
         num_retries: p.num_retries.map_or(1, |n| n.value),
         per_try_timeout: p.per_try_timeout.as_ref().map(to_duration),
         retriable_status_codes: p.retriable_status_codes.clone(),
+        avoids_previous_hosts: p
+            .retry_host_predicate
+            .iter()
+            .any(|h| h.name == "envoy.retry_host_predicates.previous_hosts"),
+        to_other_localities: p
+            .retry_priority
+            .as_ref()
+            .is_some_and(|r| r.name == "envoy.retry_priorities.previous_priorities"),
+        backoff: p
+            .retry_back_off
+            .as_ref()
+            .and_then(|b| b.base_interval.as_ref())
+            .map(to_duration),
     }
 }
 

@@ -143,6 +143,9 @@ fn reviews_vs(gateways: &[&str], hosts: &[&str]) -> Record {
         attempts: 3,
         per_try_timeout_ms: Some(500),
         retry_on: Some("5xx".into()),
+        remote_localities: true,
+        ignore_previous_hosts: None,
+        backoff_ms: Some(50),
     });
     Record::VirtualService(VirtualService {
         key: ConfigKey::new(Kind::VirtualService, "default", "reviews"),
@@ -230,6 +233,13 @@ fn captured_sidecar_follows_header_prefix_exact_and_regex_routes() {
             .as_ref()
             .map(|r: &Retry| (r.num_retries, r.per_try_timeout, r.retry_on.as_str())),
         Some((3, Some(Duration::from_millis(500)), "5xx"))
+    );
+    // retryRemoteLocalities, backoff; previous hosts avoided unless told otherwise.
+    assert_eq!(
+        retry
+            .as_ref()
+            .map(|r| (r.to_other_localities, r.backoff, r.avoids_previous_hosts)),
+        Some((true, Some(Duration::from_millis(50)), true))
     );
 
     // `path` is an exact match on the path without its query; `/exact/more` is not it.

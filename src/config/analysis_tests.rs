@@ -30,15 +30,16 @@ const VS: &str = "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmeta
 #[test]
 fn untranslated_route_fields_are_warnings_naming_each_field() {
     let doc = format!(
-        "{VS}  http:\n  - fault: {{abort: {{httpStatus: 500, percentage: {{value: 100}}}}}}\n    mirror: {{host: shadow}}\n    headers: {{request: {{set: {{x-a: b}}}}}}\n    corsPolicy: {{allowOrigins: [{{exact: a}}]}}\n    rewrite: {{uri: /}}\n    retries: {{attempts: 2, retryRemoteLocalities: true}}\n    route:\n    - destination: {{host: reviews}}\n      headers: {{response: {{remove: [x]}}}}\n"
+        "{VS}  http:\n  - fault: {{abort: {{httpStatus: 500, percentage: {{value: 100}}}}}}\n    mirror: {{host: shadow}}\n    headers: {{request: {{set: {{x-a: b}}}}}}\n    corsPolicy: {{allowOrigins: [{{exact: a}}]}}\n    rewrite: {{uri: /}}\n    retries: {{attempts: 2, retryRemoteLocalities: true}}\n    route:\n    - destination: {{host: reviews}}\n      headers: {{response: {{remove: [x]}}}}\n  - redirect: {{uri: /moved, derivePort: FROM_REQUEST_PORT}}\n"
     );
     let p = parse(&doc);
     let route = &vs(&p).http[0];
-    assert_eq!(vs(&p).http.len(), 1, "the route is generated");
+    assert_eq!(vs(&p).http.len(), 2, "the routes are generated");
     assert_eq!(
         fields(&p, Level::Warning),
-        vec!["spec.http[0].retries.retryRemoteLocalities"]
+        vec!["spec.http[1].redirect.derivePort"]
     );
+    assert!(route.retries.as_ref().is_some_and(|r| r.remote_localities));
     assert_eq!(
         route.route[0].headers.response.remove,
         vec!["x".to_string()]
@@ -776,13 +777,13 @@ fn kinds_not_served_are_listed_and_other_kinds_skipped() {
 #[test]
 fn finding_lines_name_level_object_and_field() {
     let p = parse(&format!(
-        "{VS}  http:\n  - retries: {{attempts: 2, retryRemoteLocalities: true}}\n    route: [{{destination: {{host: reviews}}}}]\n"
+        "{VS}  http:\n  - redirect: {{uri: /moved, derivePort: FROM_REQUEST_PORT}}\n"
     ));
     let lines: Vec<String> = p.finding_lines().map(|(_, l)| l).collect();
     assert_eq!(
         lines,
         vec![format!(
-            "warning: VirtualService ns/r: spec.http[0].retries.retryRemoteLocalities: {}",
+            "warning: VirtualService ns/r: spec.http[0].redirect.derivePort: {}",
             findings::IGNORED
         )]
     );

@@ -83,19 +83,80 @@ pub fn protocol_of(name: &str, app_protocol: Option<&str>) -> m::Protocol {
     }
 }
 
-/// An `HTTPRetry` (a route's `retries`, the mesh's `defaultHttpRetryPolicy`) at `field`.
+/// An `HTTPRetry` (a route's `retries`, the mesh's `defaultHttpRetryPolicy`) at `field`,
+/// checked as Istio's validation checks it: zero attempts (retries off) with anything else
+/// set is refused, and each `retryOn` part is a status code or a condition Envoy knows.
 pub(super) fn retries(rt: &istio::HttpRetry, field: &str) -> Result<m::Retries> {
+    let attempts = u32::try_from(rt.attempts.unwrap_or(0))
+        .map_err(|_| Invalid::field(format!("{field}.attempts"), "must not be negative"))?;
+    if attempts == 0
+        && (rt.per_try_timeout.is_some()
+            || rt.retry_on.as_deref().is_some_and(|o| !o.is_empty())
+            || rt.retry_remote_localities.is_some())
+    {
+        return Err(Invalid::field(
+            format!("{field}.attempts"),
+            "a retry policy is configured while attempts is 0 (retries disabled)",
+        ));
+    }
+    if let Some(on) = &rt.retry_on {
+        for part in on.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let status = part.parse::<u16>().is_ok_and(|c| (100..=599).contains(&c));
+            if !status && !RETRY_ON.contains(&part) {
+                return Err(Invalid::field(
+                    format!("{field}.retryOn"),
+                    format!(
+                        "{part:?} is neither an HTTP status code nor a retry condition ({})",
+                        RETRY_ON.join(", ")
+                    ),
+                ));
+            }
+        }
+    }
     Ok(m::Retries {
-        attempts: u32::try_from(rt.attempts.unwrap_or(0))
-            .map_err(|_| Invalid::field(format!("{field}.attempts"), "must not be negative"))?,
+        attempts,
         per_try_timeout_ms: rt
             .per_try_timeout
             .as_deref()
             .map(|t| parse_duration_ms(t, &format!("{field}.perTryTimeout")))
             .transpose()?,
         retry_on: rt.retry_on.clone(),
+        remote_localities: rt.retry_remote_localities.unwrap_or(false),
+        ignore_previous_hosts: rt.retry_ignore_previous_hosts,
+        backoff_ms: rt
+            .backoff
+            .as_deref()
+            .map(|t| match parse_duration_ms(t, &format!("{field}.backoff"))? {
+                0 => Err(Invalid::field(
+                    format!("{field}.backoff"),
+                    "must be at least 1ms",
+                )),
+                ms => Ok(ms),
+            })
+            .transpose()?,
     })
 }
+
+/// The retry conditions Istio accepts in `retryOn`: Envoy's `x-envoy-retry-on` and
+/// `x-envoy-retry-grpc-on` policies.
+const RETRY_ON: &[&str] = &[
+    "5xx",
+    "gateway-error",
+    "reset",
+    "reset-before-request",
+    "connect-failure",
+    "retriable-4xx",
+    "refused-stream",
+    "retriable-status-codes",
+    "retriable-headers",
+    "envoy-ratelimited",
+    "http3-post-connect-failure",
+    "cancelled",
+    "deadline-exceeded",
+    "internal",
+    "resource-exhausted",
+    "unavailable",
+];
 
 /// A `corsPolicy` at `field`. `allowOrigins` wins over the older `allowOrigin`, as in Istio.
 fn cors(c: &istio::CorsPolicy, field: &str, mesh: &MeshConfig) -> Result<m::Cors> {

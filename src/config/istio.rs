@@ -239,6 +239,9 @@ pub struct HttpRetry {
     pub attempts: Option<i64>,
     pub per_try_timeout: Option<String>,
     pub retry_on: Option<String>,
+    pub retry_remote_localities: Option<bool>,
+    pub retry_ignore_previous_hosts: Option<bool>,
+    pub backoff: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

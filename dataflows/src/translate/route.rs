@@ -13,7 +13,7 @@ use envoy_types::pb::envoy::config::core::v3::{
     HeaderValueOption, RuntimeFractionalPercent,
 };
 use envoy_types::pb::envoy::config::route::v3::retry_policy::{
-    retry_host_predicate, RetryHostPredicate,
+    retry_host_predicate, retry_priority, RetryBackOff, RetryHostPredicate, RetryPriority,
 };
 use envoy_types::pb::envoy::config::route::v3::route_action::hash_policy::{
     ConnectionProperties, Cookie, Header, PolicySpecifier, QueryParameter,
@@ -37,6 +37,7 @@ use envoy_types::pb::envoy::extensions::filters::http::fault::v3::{
     fault_abort::ErrorType, FaultAbort, HttpFault,
 };
 use envoy_types::pb::envoy::extensions::retry::host::previous_hosts::v3::PreviousHostsPredicate;
+use envoy_types::pb::envoy::extensions::retry::priority::previous_priorities::v3::PreviousPrioritiesConfig;
 use envoy_types::pb::envoy::r#type::matcher::v3::RegexMatchAndSubstitute;
 use envoy_types::pb::envoy::r#type::matcher::v3::{
     string_matcher::MatchPattern, RegexMatcher, StringMatcher,
@@ -132,6 +133,23 @@ fn retries_policy(retries: Option<&Retries>) -> Option<RetryPolicy> {
     let mut policy = default_retry_policy();
     policy.num_retries = Some(UInt32Value { value: r.attempts });
     policy.per_try_timeout = r.per_try_timeout_ms.map(duration_ms);
+    if r.ignore_previous_hosts == Some(false) {
+        policy.retry_host_predicate.clear();
+    }
+    if r.remote_localities {
+        // Istio's choice: after two attempts at a priority, the next retry may go on to the
+        // next one (the localities after the client's own).
+        policy.retry_priority = Some(RetryPriority {
+            name: "envoy.retry_priorities.previous_priorities".into(),
+            config_type: Some(retry_priority::ConfigType::TypedConfig(pack_any(
+                PreviousPrioritiesConfig { update_frequency: 2 },
+            ))),
+        });
+    }
+    policy.retry_back_off = r.backoff_ms.map(|ms| RetryBackOff {
+        base_interval: Some(duration_ms(ms)),
+        max_interval: None,
+    });
     if let Some(on) = &r.retry_on {
         let (codes, conditions): (Vec<&str>, Vec<&str>) = on
             .split(',')
