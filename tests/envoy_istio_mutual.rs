@@ -7,7 +7,9 @@
 //! plugged in (`--ca-cert`/`--ca-key`), so the test can also hold certificates of its own:
 //! a client presenting none, or one of another CA, is refused by the server's listener; one
 //! the mesh's CA signed is served. A rule naming an identity the server does not have is
-//! refused by the client. Real Envoy, loopback only.
+//! refused by the client, and so is a server whose certificate names another service
+//! account than the service's pods run as (Istio's pinning of servers to the service's
+//! accounts). Real Envoy, loopback only.
 
 mod support;
 
@@ -251,7 +253,8 @@ fn istio_mutual_between_two_sidecars() {
     assert_eq!(app.requests_served(), served);
     assert_eq!(client.rejected_updates(), 0, "{}", client.summary());
 
-    // 4. Back to the rule's default (any identity of the trust domain): served again.
+    // 4. Back to the rule's default (the service accounts of the service's pods, here
+    //    `reviews`, which the server runs as): served again.
     reviews.write_destination_rule_with_policy(
         &["v1"],
         "  trafficPolicy:\n    tls: {mode: ISTIO_MUTUAL}\n",
@@ -263,6 +266,35 @@ fn istio_mutual_between_two_sidecars() {
         |c| count(c, "reviews-app") == 5,
         || client.summary(),
     );
+    let dump = debug_json(
+        debug,
+        &format!("/debug/config_dump?proxy={}", client_node.id),
+    );
+    assert!(
+        dump.to_string()
+            .contains("spiffe://cluster.local/ns/default/sa/reviews"),
+        "the client pins the service's account: {dump}"
+    );
+
+    // 5. The pod now runs as another service account than the server's certificate names:
+    //    the client, pinned to the pods' accounts, refuses the server, as Istio's would.
+    reviews.write_pods_as(&["v1"], "ratings");
+    converge(
+        "a server running as an account the service's pods do not is refused",
+        CONVERGE_TIMEOUT,
+        answers,
+        |c| count(c, "reviews-app") == 0,
+        || client.summary(),
+    );
+    reviews.write_pods_as(&["v1"], "reviews");
+    converge(
+        "served once the pod's account is the server's again",
+        CONVERGE_TIMEOUT,
+        answers,
+        |c| count(c, "reviews-app") == 5,
+        || client.summary(),
+    );
+    assert_eq!(client.rejected_updates(), 0, "{}", client.summary());
     drop(meshflow);
 }
 

@@ -264,7 +264,10 @@ fn endpoint_slice(service: &str, namespace: &str, ips: &[&str]) -> Value {
 fn with_untranslated(name: &str) -> Value {
     let mut vs = virtual_service(name, name, "1s");
     let moved = json!({"redirect": {"uri": "/moved", "derivePort": "FROM_REQUEST_PORT"}});
-    vs["spec"]["http"].as_array_mut().expect("http routes").push(moved);
+    vs["spec"]["http"]
+        .as_array_mut()
+        .expect("http routes")
+        .push(moved);
     vs
 }
 
@@ -669,8 +672,7 @@ async fn invalid_objects_are_named_and_their_last_valid_version_stays() {
     // An accepted object with a field meshflow does not translate gets the file source's
     // analysis, without file:line; it goes with the object.
     cluster.fake.apply(with_untranslated("cors"));
-    let warning =
-        "warning: VirtualService default/cors: spec.http[1].redirect.derivePort: ";
+    let warning = "warning: VirtualService default/cors: spec.http[1].redirect.derivePort: ";
     cluster.await_analysis("the untranslated field is named", |a| {
         a.iter().any(|l| l.starts_with(warning))
     });

@@ -69,7 +69,10 @@ pub fn credential(
         secret::certificate(&secret::certificate_name(name), id),
         s.key.clone(),
     )];
-    if tls.mode == ServerTlsMode::Mutual {
+    if matches!(
+        tls.mode,
+        ServerTlsMode::Mutual | ServerTlsMode::OptionalMutual
+    ) {
         let companion = format!("{name}-cacert");
         let ca = match &s.ca {
             Some(ca) => (ca.clone(), s.key.clone()),
@@ -87,8 +90,13 @@ pub fn credential(
                 ),
                 _ => {
                     return Err(fail(format!(
-                        "has no CA certificate (ca.crt or cacert) for MUTUAL, nor does a \
-                         Secret {namespace}/{companion}"
+                        "has no CA certificate (ca.crt or cacert) for {}, nor does a \
+                         Secret {namespace}/{companion}",
+                        if tls.mode == ServerTlsMode::Mutual {
+                            "MUTUAL"
+                        } else {
+                            "OPTIONAL_MUTUAL"
+                        }
                     )))
                 }
             },
@@ -150,7 +158,10 @@ pub fn servers(
             let (chains, inputs) = listeners.entry(key).or_default();
             inputs.insert(gw.key.clone());
             match tls.mode {
-                ServerTlsMode::Simple | ServerTlsMode::Mutual | ServerTlsMode::IstioMutual => {
+                ServerTlsMode::Simple
+                | ServerTlsMode::Mutual
+                | ServerTlsMode::OptionalMutual
+                | ServerTlsMode::IstioMutual => {
                     let material = match credential(namespace, gw, server, secrets) {
                         Ok(m) => m,
                         Err(e) => {

@@ -163,10 +163,7 @@ impl MeshSettings {
 
     /// The SPIFFE identity of workloads of `namespace` running as `service_account`.
     pub fn spiffe_id(&self, namespace: &str, service_account: &str) -> String {
-        format!(
-            "spiffe://{}/ns/{namespace}/sa/{service_account}",
-            self.trust_domain
-        )
+        spiffe_id(&self.trust_domain, namespace, service_account)
     }
 
     /// A VirtualService as the mesh defaults complete it: its `exportTo`, and the retry
@@ -355,6 +352,12 @@ pub enum Resolution {
     None,
 }
 
+/// The SPIFFE identity of workloads of `namespace` running as `service_account` in
+/// `trust_domain`.
+pub fn spiffe_id(trust_domain: &str, namespace: &str, service_account: &str) -> String {
+    format!("spiffe://{trust_domain}/ns/{namespace}/sa/{service_account}")
+}
+
 /// A service from a Kubernetes Service or one host of a ServiceEntry.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct Service {
@@ -374,6 +377,11 @@ pub struct Service {
     /// (empty: each host is resolved itself). Other services' endpoints are records of
     /// their own (EDS).
     pub dns_endpoints: Vec<DnsEndpoint>,
+    /// The identities a server of this service may present under `ISTIO_MUTUAL`: a
+    /// ServiceEntry's `subjectAltNames`. The dataflow adds the SPIFFE identities of the
+    /// service's endpoints (their service accounts) before it builds clusters.
+    #[serde(default)]
+    pub subject_alt_names: Vec<String>,
 }
 
 /// One endpoint of a DNS ServiceEntry: a host name (or IP) Envoy resolves, and the port it
@@ -386,11 +394,37 @@ pub struct DnsEndpoint {
     pub ports: BTreeMap<String, u16>,
     pub labels: Labels,
     pub placement: Placement,
+    /// `serviceAccount`: the identity it runs as, in the entry's namespace.
+    #[serde(default)]
+    pub service_account: Option<String>,
 }
 
 impl Service {
     pub fn namespace(&self) -> &str {
         &self.origin.namespace
+    }
+
+    /// Every identity its servers may present (Istio's service accounts of a service):
+    /// `subject_alt_names` and the service accounts of its DNS endpoints, sorted, once each.
+    pub fn identities(&self, trust_domain: &str) -> Vec<String> {
+        let mut ids: Vec<String> = self.subject_alt_names.clone();
+        ids.extend(self.dns_endpoints.iter().filter_map(|e| {
+            let sa = e.service_account.as_deref()?;
+            Some(spiffe_id(trust_domain, self.namespace(), sa))
+        }));
+        ids.sort();
+        ids.dedup();
+        ids
+    }
+
+    /// This service with `ids` (SPIFFE identities of its endpoints) among its
+    /// `subject_alt_names`.
+    pub fn with_identities<'i>(&self, ids: impl IntoIterator<Item = &'i String>) -> Service {
+        let mut svc = self.clone();
+        svc.subject_alt_names.extend(ids.into_iter().cloned());
+        svc.subject_alt_names.sort();
+        svc.subject_alt_names.dedup();
+        svc
     }
 }
 
@@ -409,6 +443,10 @@ pub struct RawEndpoint {
     /// Its own locality and weight (a ServiceEntry endpoint's, a Kubernetes endpoint's zone);
     /// where unset, its workload's apply.
     pub placement: Placement,
+    /// A ServiceEntry endpoint's `serviceAccount` (in the entry's namespace); where unset,
+    /// its workload's applies.
+    #[serde(default)]
+    pub service_account: Option<String>,
 }
 
 /// Where an endpoint runs and how much of its cluster's traffic it takes: Istio's endpoint
@@ -444,6 +482,10 @@ pub struct Endpoint {
     /// labels joined in by IP, the Pod or WorkloadEntry. For `explain`, not for Envoy.
     pub origins: Vec<ConfigKey>,
     pub placement: Placement,
+    /// `(namespace, service account)` it runs as, if known: the endpoint's own, else its
+    /// workload's. What `ISTIO_MUTUAL` clients of its service pin the server's identity to.
+    #[serde(default)]
+    pub identity: Option<(String, String)>,
 }
 
 impl Endpoint {
@@ -466,6 +508,14 @@ impl Endpoint {
                 Some(w) => raw.placement.over(&w.placement),
                 None => raw.placement.clone(),
             },
+            identity: raw
+                .service_account
+                .as_ref()
+                .map(|sa| (raw.origin.namespace.clone(), sa.clone()))
+                .or_else(|| {
+                    let w = workload?;
+                    Some((w.origin.namespace.clone(), w.service_account.clone()?))
+                }),
         }
     }
 
@@ -481,6 +531,7 @@ impl Endpoint {
             labels: Labels::new(),
             origin: entry.origin.clone(),
             placement: Placement::default(),
+            service_account: None,
         };
         Endpoint::resolved(&raw, Some(w))
     }
@@ -495,6 +546,10 @@ pub struct Workload {
     /// A WorkloadEntry's `ports`: the workload's port per service port name.
     pub ports: BTreeMap<String, u16>,
     pub placement: Placement,
+    /// The service account it runs as (a Pod's `serviceAccountName`, `default` when unset;
+    /// a WorkloadEntry's `serviceAccount`), in its own namespace.
+    #[serde(default)]
+    pub service_account: Option<String>,
 }
 
 /// A ServiceEntry's `workloadSelector`: its endpoints are the Pods and WorkloadEntries of
@@ -1146,6 +1201,8 @@ pub enum ServerTlsMode {
     /// Terminate with the gateway's own workload certificate (SDS `default`), and require a
     /// client certificate the mesh's root signed (SDS `ROOTCA`).
     IstioMutual,
+    /// As `Mutual`, but a client may present no certificate; one it presents is verified.
+    OptionalMutual,
 }
 
 /// Where a terminating server's certificate comes from.

@@ -314,7 +314,7 @@ pub fn compute(mesh: &MeshConfig, snap: &Snapshot) -> ProxyConfigs {
     let eps = v.resolved_endpoints();
     let index = EndpointIndex::new(&eps);
     let scopes: Vec<(&Proxy, ScopeKey)> = v.proxies.iter().map(|p| (*p, v.scope_of(p))).collect();
-    let scope_clusters = scope_clusters(&v, &scopes);
+    let scope_clusters = scope_clusters(&v, &index, &scopes);
 
     let mut out = ProxyConfigs::new();
     // Identical bodies built for different proxies are kept once (the work of building
@@ -471,7 +471,7 @@ fn scope_part(
     only: Option<&BTreeSet<Hostname>>,
 ) -> Vec<Resource> {
     let mut res = Vec::new();
-    for (c, sel) in clusters_of(v, s, only) {
+    for (c, sel) in clusters_of(v, index, s, only) {
         let assignment = sel.as_ref().map(|sel| index.load_assignment(&c, sel));
         if only.is_none() {
             res.push(c);
@@ -500,6 +500,7 @@ fn scope_part(
 /// built once per scope however many proxies share it.
 fn scope_clusters<'s>(
     v: &View,
+    index: &EndpointIndex,
     scopes: &'s [(&Proxy, ScopeKey)],
 ) -> BTreeMap<&'s ScopeKey, Vec<(Resource, Option<Labels>)>> {
     let mut scope_clusters: BTreeMap<&ScopeKey, Vec<(Resource, Option<Labels>)>> = BTreeMap::new();
@@ -507,7 +508,7 @@ fn scope_clusters<'s>(
         if scope_clusters.contains_key(s) {
             continue;
         }
-        let list = clusters_of(v, s, None);
+        let list = clusters_of(v, index, s, None);
         scope_clusters.insert(s, list);
     }
     scope_clusters
@@ -517,6 +518,7 @@ fn scope_clusters<'s>(
 /// with `only`, the outbound clusters of those hosts alone.
 fn clusters_of(
     v: &View,
+    index: &EndpointIndex,
     s: &ScopeKey,
     only: Option<&BTreeSet<Hostname>>,
 ) -> Vec<(Resource, Option<Labels>)> {
@@ -546,7 +548,7 @@ fn clusters_of(
         let svc = v.services[h];
         let dr = v.dr_for(s, svc);
         for (res, _port, labels) in cluster::outbound_all_with(
-            svc,
+            &index.identified(svc, &v.mesh),
             dr,
             s.is_proxyless(),
             &ClusterDefaults::of(&v.mesh),
@@ -566,6 +568,8 @@ struct EndpointIndex<'e> {
     by_host: HashMap<(&'e str, u16), Vec<&'e Endpoint>>,
     /// Each with the host and service port it was resolved to.
     by_ip: HashMap<&'e str, Vec<(&'e str, u16, &'e Endpoint)>>,
+    /// `(namespace, service account)` of each host's endpoints.
+    identities: HashMap<&'e str, BTreeSet<&'e (String, String)>>,
 }
 
 impl<'e> EndpointIndex<'e> {
@@ -581,7 +585,29 @@ impl<'e> EndpointIndex<'e> {
                 .or_default()
                 .push((h.as_str(), *port, ep));
         }
-        EndpointIndex { by_host, by_ip }
+        let mut identities: HashMap<&str, BTreeSet<&(String, String)>> = HashMap::new();
+        for ((h, _), ep) in eps {
+            if let Some(id) = &ep.identity {
+                identities.entry(h.as_str()).or_default().insert(id);
+            }
+        }
+        EndpointIndex {
+            by_host,
+            by_ip,
+            identities,
+        }
+    }
+
+    /// `svc` with the SPIFFE identities of its endpoints, as clusters are built from it.
+    fn identified(&self, svc: &Service, mesh: &MeshSettings) -> Service {
+        let ids: Vec<String> = self
+            .identities
+            .get(svc.hostname.as_str())
+            .into_iter()
+            .flatten()
+            .map(|(ns, sa)| mesh.spiffe_id(ns, sa))
+            .collect();
+        svc.with_identities(&ids)
     }
 
     /// An assignment per (cluster, subset labels) from the endpoints of that host and port

@@ -115,6 +115,7 @@ pub fn endpoint(s: usize, e: usize, shape: &Shape, mesh: &MeshConfig) -> Record 
     Record::Endpoint(
         hostname(s, shape, mesh),
         RawEndpoint {
+            service_account: None,
             ip: endpoint_ip(s, e),
             port_name: "http".into(),
             port: 8080,
@@ -225,6 +226,7 @@ pub fn records(shape: &Shape, mesh: &MeshConfig) -> Vec<Record> {
         let ns = namespace(s % shape.namespaces);
         let host = hostname(s, shape, mesh);
         out.push(Record::Service(Service {
+            subject_alt_names: Vec::new(),
             hostname: host.clone(),
             origin: ConfigKey::new(Kind::Service, &ns, format!("svc-{s}")),
             ports: vec![ServicePort {
@@ -246,6 +248,7 @@ pub fn records(shape: &Shape, mesh: &MeshConfig) -> Vec<Record> {
                 if e % 2 == 0 { "v1".into() } else { "v2".into() },
             );
             out.push(Record::Workload(Workload {
+                service_account: Some("default".into()),
                 ip: endpoint_ip(s, e),
                 labels,
                 origin: ConfigKey::new(Kind::Pod, &ns, format!("svc-{s}-{e}")),

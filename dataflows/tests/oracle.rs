@@ -185,6 +185,11 @@ fn random_record(rng: &mut StdRng, extra: &mut StdRng, slot: usize) -> Record {
             resolution: Resolution::Static,
             dns_endpoints: Vec::new(),
             addresses: addresses(rng),
+            subject_alt_names: if rng.random_bool(0.2) {
+                vec!["spiffe://cluster.local/ns/ext/sa/entry".into()]
+            } else {
+                vec![]
+            },
         }),
         1 => Record::Endpoint(
             host(&svc_name, ns),
@@ -196,6 +201,7 @@ fn random_record(rng: &mut StdRng, extra: &mut StdRng, slot: usize) -> Record {
                 labels: Labels::new(),
                 origin: ConfigKey::new(Kind::EndpointSlice, ns, &svc_name),
                 placement: placement(rng),
+                service_account: pick(rng, &[None, None, Some("own")]).map(String::from),
             },
         ),
         2 if rng.random_bool(0.25) => {
@@ -214,6 +220,7 @@ fn random_record(rng: &mut StdRng, extra: &mut StdRng, slot: usize) -> Record {
             )
         }
         2 => Record::Workload(Workload {
+            service_account: pick(rng, &[None, Some("a"), Some("b")]).map(String::from),
             ip: format!("10.0.0.{}", rng.random_range(1..6)),
             labels: labels(&[("app", &svc_name), ("version", pick(rng, &["v1", "v2"]))]),
             origin: ConfigKey::new(
@@ -391,6 +398,7 @@ fn random_record(rng: &mut StdRng, extra: &mut StdRng, slot: usize) -> Record {
                     &[
                         ServerTlsMode::Simple,
                         ServerTlsMode::Mutual,
+                        ServerTlsMode::OptionalMutual,
                         ServerTlsMode::Passthrough,
                     ],
                 );

@@ -210,6 +210,7 @@ fn visible(clusters: &BTreeSet<String>) -> BTreeSet<String> {
 
 fn service(name: &str, ns: &str) -> Record {
     Record::Service(Service {
+        subject_alt_names: Vec::new(),
         hostname: host(name, ns),
         origin: ConfigKey::new(Kind::Service, ns, name),
         ports: vec![ServicePort {
@@ -347,6 +348,7 @@ fn endpoint(svc: &str, ns: &str, ip: &str, ready: bool) -> Record {
     Record::Endpoint(
         host(svc, ns),
         RawEndpoint {
+            service_account: None,
             ip: ip.to_string(),
             port_name: "http".into(),
             port: 9080,
@@ -360,6 +362,7 @@ fn endpoint(svc: &str, ns: &str, ip: &str, ready: bool) -> Record {
 
 fn workload(pod: &str, ns: &str, ip: &str, pod_labels: &[(&str, &str)]) -> Record {
     Record::Workload(Workload {
+        service_account: None,
         ip: ip.to_string(),
         labels: labels(pod_labels),
         origin: ConfigKey::new(Kind::Pod, ns, pod),
@@ -797,6 +800,7 @@ fn service_entry_selector_takes_workloads_with_their_placement() {
     let vm = "vm.example.com".to_string();
     let client = sidecar_proxy("a", "default", "10.1.0.1", &[("app", "a")]);
     let entry = Record::Service(Service {
+        subject_alt_names: Vec::new(),
         hostname: vm.clone(),
         origin: ConfigKey::new(Kind::ServiceEntry, "default", "vm"),
         ports: vec![ServicePort {
@@ -822,6 +826,7 @@ fn service_entry_selector_takes_workloads_with_their_placement() {
     );
     let entry_vm = |name: &str, ns: &str, ip: &str, app: &str, port: Option<u16>| {
         Record::Workload(Workload {
+            service_account: None,
             ip: ip.into(),
             labels: labels(&[("app", app)]),
             origin: ConfigKey::new(Kind::WorkloadEntry, ns, name),

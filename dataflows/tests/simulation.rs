@@ -51,6 +51,7 @@ fn cluster(subset: &str, name: &str) -> String {
 /// (`10.0.<n>.<version>`), and a DestinationRule with a subset per version.
 fn service_with_pods(name: &str, n: u8, versions: &[u8]) -> Vec<Record> {
     let mut out = vec![Record::Service(Service {
+        subject_alt_names: Vec::new(),
         hostname: fqdn(name),
         origin: ConfigKey::new(Kind::Service, "default", name),
         ports: vec![ServicePort {
@@ -67,6 +68,7 @@ fn service_with_pods(name: &str, n: u8, versions: &[u8]) -> Vec<Record> {
         let ip = format!("10.0.{n}.{v}");
         let version = format!("v{v}");
         out.push(Record::Workload(Workload {
+            service_account: None,
             ip: ip.clone(),
             labels: labels(&[("app", name), ("version", &version)]),
             origin: ConfigKey::new(Kind::Pod, "default", format!("{name}-{version}")),
@@ -76,6 +78,7 @@ fn service_with_pods(name: &str, n: u8, versions: &[u8]) -> Vec<Record> {
         out.push(Record::Endpoint(
             fqdn(name),
             RawEndpoint {
+                service_account: None,
                 ip,
                 port_name: "http".into(),
                 port: 9080,
@@ -379,6 +382,7 @@ fn gateway_routes_by_host_and_answers_404_otherwise() {
     }
     // The gateway's pod: its labels are what the Gateway's selector finds.
     let gw_pod = Record::Workload(Workload {
+        service_account: None,
         ip: "10.9.0.2".into(),
         labels: gw_proxy.labels.clone(),
         origin: ConfigKey::new(Kind::Pod, "istio-system", "gw-0"),

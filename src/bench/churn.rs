@@ -170,6 +170,7 @@ pub async fn drive(
             .endpoints
             .iter()
             .map(|ep| Endpoint {
+                identity: None,
                 ip: ep.ip.clone(),
                 port: 8080,
                 ready: true,

@@ -742,16 +742,14 @@ fn service_entry_workload_selector_selects_and_excludes_endpoints() {
 fn workload_entry_ports_weight_and_locality_are_read() {
     let doc = "apiVersion: networking.istio.io/v1\nkind: WorkloadEntry\nmetadata: {name: vm1, namespace: ns}\nspec:\n  address: 10.0.0.9\n  ports: {http: 9090}\n  labels: {app: vm}\n  weight: 5\n  locality: r1/z1/s1\n  network: n1\n  serviceAccount: sa\n";
     let p = parse(doc);
-    assert_eq!(
-        fields(&p, Level::Warning),
-        vec!["spec.network", "spec.serviceAccount"]
-    );
+    assert_eq!(fields(&p, Level::Warning), vec!["spec.network"]);
     let Record::Workload(w) = &p.records[0] else {
         panic!("{:?}", p.records)
     };
     assert_eq!(w.ports.get("http"), Some(&9090));
     assert_eq!(w.placement.weight, Some(5));
     assert_eq!(w.placement.locality, "r1/z1/s1");
+    assert_eq!(w.service_account.as_deref(), Some("sa"));
     let bad = doc.replace("weight: 5", "weight: -1");
     let err = parse_document(&bad, &MeshConfig::default()).unwrap_err();
     assert!(format!("{err:?}").contains("spec.weight"), "{err:?}");

@@ -126,13 +126,15 @@ pub(super) fn retries(rt: &istio::HttpRetry, field: &str) -> Result<m::Retries> 
         backoff_ms: rt
             .backoff
             .as_deref()
-            .map(|t| match parse_duration_ms(t, &format!("{field}.backoff"))? {
-                0 => Err(Invalid::field(
-                    format!("{field}.backoff"),
-                    "must be at least 1ms",
-                )),
-                ms => Ok(ms),
-            })
+            .map(
+                |t| match parse_duration_ms(t, &format!("{field}.backoff"))? {
+                    0 => Err(Invalid::field(
+                        format!("{field}.backoff"),
+                        "must be at least 1ms",
+                    )),
+                    ms => Ok(ms),
+                },
+            )
             .transpose()?,
     })
 }
@@ -345,11 +347,13 @@ fn service(key: &ConfigKey, value: Value, mesh: &MeshConfig) -> Result<Vec<Recor
                 ports: ports.iter().map(|p| (p.name.clone(), p.port)).collect(),
                 labels: Default::default(),
                 placement: Default::default(),
+                service_account: None,
             })
             .into_iter()
             .collect(),
         ports,
         addresses,
+        subject_alt_names: Vec::new(),
     })])
 }
 
@@ -439,6 +443,7 @@ fn endpoint_record(
             labels: Labels::new(),
             origin: key.clone(),
             placement: m::Placement::default(),
+            service_account: None,
         },
     ))
 }
@@ -492,6 +497,17 @@ fn pod(key: &ConfigKey, value: Value) -> Result<Vec<Record>> {
         locality: pod_locality(&labels),
         weight: None,
     };
+    // Every Pod runs as a service account: `default` unless it names one.
+    let service_account = pod
+        .spec
+        .as_ref()
+        .and_then(|s| {
+            s.service_account_name
+                .clone()
+                .or_else(|| s.service_account.clone())
+        })
+        .filter(|sa| !sa.is_empty())
+        .unwrap_or_else(|| "default".to_string());
     // A pod without an IP yet has no endpoints to label; that is not an error.
     Ok(ips
         .into_iter()
@@ -502,6 +518,7 @@ fn pod(key: &ConfigKey, value: Value) -> Result<Vec<Record>> {
                 origin: key.clone(),
                 ports: Default::default(),
                 placement: placement.clone(),
+                service_account: Some(service_account.clone()),
             })
         })
         .collect())
@@ -2011,6 +2028,7 @@ fn server_tls(
     let mode = match mode.as_str() {
         "SIMPLE" => m::ServerTlsMode::Simple,
         "MUTUAL" => m::ServerTlsMode::Mutual,
+        "OPTIONAL_MUTUAL" => m::ServerTlsMode::OptionalMutual,
         "PASSTHROUGH" => m::ServerTlsMode::Passthrough,
         // The gateway's workload certificate; Istio's validation refuses files and Secrets.
         "ISTIO_MUTUAL" => {
@@ -2030,7 +2048,7 @@ fn server_tls(
             }
             m::ServerTlsMode::IstioMutual
         }
-        "AUTO_PASSTHROUGH" | "OPTIONAL_MUTUAL" => {
+        "AUTO_PASSTHROUGH" => {
             findings.push(Finding::error(
                 format!("{f}.tls.mode"),
                 format!(
@@ -2064,10 +2082,14 @@ fn server_tls(
                 "SIMPLE and MUTUAL need credentialName, or serverCertificate and privateKey",
             ));
         };
-        if mode == m::ServerTlsMode::Mutual && tls.ca_certificates.is_none() {
+        let mutual = matches!(
+            mode,
+            m::ServerTlsMode::Mutual | m::ServerTlsMode::OptionalMutual
+        );
+        if mutual && tls.ca_certificates.is_none() {
             return Err(Invalid::field(
                 format!("{f}.tls.caCertificates"),
-                "MUTUAL with certificate files needs caCertificates",
+                "MUTUAL and OPTIONAL_MUTUAL with certificate files need caCertificates",
             ));
         }
         Some(m::Credential::Files {
@@ -2575,6 +2597,7 @@ fn service_entry(
             resolution,
             addresses: addresses.clone(),
             dns_endpoints: dns_endpoints.clone(),
+            subject_alt_names: s.subject_alt_names.clone(),
         }));
         if resolution != m::Resolution::Static {
             continue;
@@ -2612,6 +2635,7 @@ fn service_entry(
                         labels: ep.labels.clone(),
                         origin: key.clone(),
                         placement: placement.clone(),
+                        service_account: ep.service_account.clone(),
                     },
                 ));
             }
@@ -2644,6 +2668,7 @@ fn workload_entry(
         origin: key.clone(),
         ports,
         placement: placement(&s, "spec")?,
+        service_account: s.service_account.clone(),
     })])
 }
 
@@ -2683,6 +2708,7 @@ fn dns_endpoints(
                 ports,
                 labels: ep.labels.clone(),
                 placement: placement(ep, &format!("spec.endpoints[{ei}]"))?,
+                service_account: ep.service_account.clone(),
             })
         })
         .collect()

@@ -505,6 +505,7 @@ pub struct ServiceEntrySpec {
     pub endpoints: Vec<WorkloadEntrySpec>,
     pub export_to: Vec<String>,
     pub workload_selector: Option<WorkloadSelector>,
+    pub subject_alt_names: Vec<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -515,4 +516,5 @@ pub struct WorkloadEntrySpec {
     pub labels: BTreeMap<String, String>,
     pub locality: Option<String>,
     pub weight: Option<i64>,
+    pub service_account: Option<String>,
 }

@@ -628,6 +628,7 @@ mod tests {
     fn istio_style_service_nobody_imports_pushes_nothing() {
         let mut run = Run::start();
         let svc = Service {
+            subject_alt_names: Vec::new(),
             hostname: "lonely.unrelated.svc.cluster.local".into(),
             origin: ConfigKey::new(Kind::Service, "unrelated", "lonely"),
             ports: vec![ServicePort {

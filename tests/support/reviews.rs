@@ -119,8 +119,14 @@ spec:
         self.write(SERVICE_FILE, &yaml);
     }
 
-    /// Running pods `reviews-<version>` for each of `versions`.
+    /// Running pods `reviews-<version>` for each of `versions`, running as service account
+    /// `reviews` (as bookinfo's do).
     pub fn write_pods(&self, versions: &[&str]) {
+        self.write_pods_as(versions, "reviews")
+    }
+
+    /// [`Reviews::write_pods`], running as `service_account`.
+    pub fn write_pods_as(&self, versions: &[&str], service_account: &str) {
         let pods: Vec<String> = versions
             .iter()
             .map(|version| {
@@ -135,6 +141,7 @@ metadata:
     app: reviews
     version: {version}
 spec:
+  serviceAccountName: {service_account}
   containers:
   - name: reviews
     image: docker.io/istio/examples-bookinfo-reviews-{version}:1.20.2

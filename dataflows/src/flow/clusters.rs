@@ -69,6 +69,7 @@ pub(super) fn outbound<'s>(
     visible: &Visible<'s>,
     drs: Coll<'s, (ConfigKey, DestinationRule)>,
     services: &Coll<'s, (Hostname, Service)>,
+    identified: &Coll<'s, (Hostname, Service)>,
     secrets: &Coll<'s, ((String, String), TlsSecret)>,
 ) -> Clusters<'s> {
     let scope_groups = rule_in_effect(mesh, visible, &drs, services);
@@ -84,7 +85,7 @@ pub(super) fn outbound<'s>(
         .semijoin(mtls_drs)
         .map(|(_, s)| s)
         .distinct();
-    let (group_clusters, cred_out) = per_group(&scope_groups, drs, services, mesh, secrets);
+    let (group_clusters, cred_out) = per_group(&scope_groups, drs, identified, mesh, secrets);
     let group_secrets = cred_out.clone().flat_map(|(g, o)| match o {
         CredOut::Secret(r, from) => Some((g, (r, from))),
         _ => None,
@@ -216,7 +217,7 @@ fn rule_in_effect<'s>(
 
 /// The clusters of each group some scope uses; and what the groups of a `credentialName`
 /// rule build (their clusters too, the SDS secrets and errors), from the Secrets of the
-/// group's namespace that the rule names.
+/// group's namespace that the rule names. `services` carry their endpoints' identities.
 #[allow(clippy::type_complexity)]
 fn per_group<'s>(
     scope_groups: &Coll<'s, (Group, ScopeKey)>,

@@ -63,6 +63,49 @@ pub(super) fn resolve<'s>(
         .concat(selected)
 }
 
+/// What goes into a service's identities: the service, or one identity of its endpoints.
+#[derive(
+    Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+enum IdentityItem {
+    Service(Service),
+    Identity(String),
+}
+
+/// The services in effect, each with the SPIFFE identities of its endpoints among its
+/// `subject_alt_names` (what `ISTIO_MUTUAL` clusters pin servers to). An endpoint change
+/// reaches the clusters only when it changes a service's set of identities.
+pub(super) fn identified<'s>(
+    resolved: &Resolved<'s>,
+    services: &Coll<'s, (Hostname, Service)>,
+    mesh: &super::mesh::Mesh<'s>,
+) -> Coll<'s, (Hostname, Service)> {
+    let identities = resolved
+        .clone()
+        .flat_map(|((h, _), ep)| ep.identity.map(|i| ((), (h, i))))
+        .distinct()
+        .join_map(mesh.clone(), |_, (h, (ns, sa)), m| {
+            (h.clone(), IdentityItem::Identity(m.spiffe_id(ns, sa)))
+        });
+    services
+        .clone()
+        .map(|(h, svc)| (h, IdentityItem::Service(svc)))
+        .concat(identities)
+        .reduce(|_, vals: &[(&IdentityItem, isize)], out| {
+            let mut svc = None;
+            let mut ids = Vec::new();
+            for (v, _) in vals {
+                match v {
+                    IdentityItem::Service(s) => svc = Some(s),
+                    IdentityItem::Identity(id) => ids.push(id),
+                }
+            }
+            if let Some(svc) = svc {
+                out.push((svc.with_identities(ids), 1isize));
+            }
+        })
+}
+
 /// One ClusterLoadAssignment per EDS cluster name, shared by all scopes.
 pub(super) fn assignments<'s>(eds: Eds<'s>, resolved: &Resolved<'s>) -> Built<'s, ScopeKey> {
     // Keyed by (name, subset labels): two scopes may see the same subset name defined by

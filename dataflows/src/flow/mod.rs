@@ -118,12 +118,14 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     let secret_errors = analysis::gateway_secrets(&i.gateways, &i.workloads, &i.secrets);
     let conflicting_vss = analysis::conflicting_mesh_vss(&virtual_services);
     let undefined_delegates = analysis::undefined_delegates(&virtual_services);
+    let identified = endpoints::identified(&endpoints, &services.chosen, &mesh);
     let clusters = clusters::outbound(
         &mesh,
         &scopes,
         &visible,
         destination_rules,
         &services.chosen,
+        &identified,
         &i.secrets,
     );
     let assignments = endpoints::assignments(clusters.eds, &endpoints);

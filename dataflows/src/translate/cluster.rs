@@ -208,7 +208,7 @@ fn outbound(
                 tls,
                 port.port,
                 subset,
-                &service.hostname,
+                service,
                 &defaults.trust_domain,
             ))
         }
@@ -407,25 +407,29 @@ pub fn istio_sni(port: u16, subset: Option<&str>, host: &str) -> String {
 }
 
 /// Envoy's TLS transport socket for `ISTIO_MUTUAL`: the proxy's workload certificate (SDS
-/// `default`), the server verified against the mesh's root (SDS `ROOTCA`) and the rule's
-/// `subjectAltNames`, else any identity of the trust domain (`spiffe://TD/`): meshflow
-/// does not yet follow which service accounts run a service's endpoints, so it holds the
-/// server to the mesh's identities rather than to the service's.
+/// `default`), the server verified against the mesh's root (SDS `ROOTCA`) and pinned, as
+/// Istio pins it, to the rule's `subjectAltNames`, else to the service's identities (the
+/// service accounts its endpoints run as, a ServiceEntry's `subjectAltNames`); a service
+/// with none known is held to the mesh's identities (`spiffe://TD/`), never to anyone.
 fn istio_mutual(
     tls: &crate::model::UpstreamTls,
     port: u16,
     subset: Option<&str>,
-    host: &str,
+    service: &Service,
     trust_domain: &str,
 ) -> envoy_types::pb::envoy::config::core::v3::TransportSocket {
     use envoy_types::pb::envoy::config::core::v3::{transport_socket::ConfigType, TransportSocket};
     use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::UpstreamTlsContext;
-    let sans = if tls.subject_alt_names.is_empty() {
+    let host = &service.hostname;
+    let identities = service.identities(trust_domain);
+    let sans = if !tls.subject_alt_names.is_empty() {
+        super::secret::san_matchers(&tls.subject_alt_names)
+    } else if !identities.is_empty() {
+        super::secret::identity_matchers(&identities)
+    } else {
         vec![super::secret::uri_prefix_matcher(&format!(
             "spiffe://{trust_domain}/"
         ))]
-    } else {
-        super::secret::san_matchers(&tls.subject_alt_names)
     };
     let context = UpstreamTlsContext {
         common_tls_context: Some(super::secret::istio_common_context(
@@ -696,13 +700,14 @@ pub fn outbound_all_with(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{ConfigKey, Kind, Protocol, Subset, UpstreamTls};
+    use crate::model::{ConfigKey, DnsEndpoint, Kind, Protocol, Subset, UpstreamTls};
     use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
         common_tls_context::ValidationContextType, UpstreamTlsContext,
     };
 
     fn reviews() -> Service {
         Service {
+            subject_alt_names: Vec::new(),
             hostname: "reviews.default.svc.cluster.local".into(),
             origin: ConfigKey::new(Kind::Service, "default", "reviews"),
             ports: vec![ServicePort {
@@ -736,7 +741,18 @@ mod tests {
     }
 
     /// The clusters' TLS contexts by name (`None`: no transport socket).
-    fn contexts(
+    fn contexts(dr: &DestinationRule, grpc: bool) -> Vec<TlsOf> {
+        contexts_of(&reviews(), dr, grpc)
+    }
+
+    type TlsOf = (
+        String,
+        Option<UpstreamTlsContext>,
+        Option<ClusterLoadAssignment>,
+    );
+
+    fn contexts_of(
+        service: &Service,
         dr: &DestinationRule,
         grpc: bool,
     ) -> Vec<(
@@ -748,7 +764,7 @@ mod tests {
             connect_timeout_ms: 1000,
             trust_domain: "corp.example".into(),
         };
-        outbound_all_for(&reviews(), Some(dr), grpc, &defaults)
+        outbound_all_for(service, Some(dr), grpc, &defaults)
             .into_iter()
             .map(|(r, _, _)| {
                 let c = Cluster::decode(&*r.body.0).unwrap();
@@ -817,6 +833,38 @@ mod tests {
         assert_eq!(tls.sni, "r.example");
         assert!(format!("{tls:?}").contains("sa/reviews"));
         assert!(!format!("{tls:?}").contains("Prefix"));
+    }
+
+    /// Without names of its own, the rule pins the server to the service's identities: its
+    /// endpoints' accounts, a ServiceEntry's `subjectAltNames`, its DNS endpoints' accounts.
+    #[test]
+    fn istio_mutual_pins_servers_to_the_services_identities() {
+        let dr = rule(UpstreamTls {
+            istio_mutual: true,
+            ..Default::default()
+        });
+        let mut svc = reviews().with_identities(&[
+            "spiffe://corp.example/ns/default/sa/reviews".to_string(),
+            "spiffe://other.example/ns/x/sa/y".to_string(),
+        ]);
+        svc.dns_endpoints.push(DnsEndpoint {
+            address: "reviews.example".into(),
+            ports: Default::default(),
+            labels: Default::default(),
+            placement: Default::default(),
+            service_account: Some("dns".into()),
+        });
+        for (_, tls, _) in contexts_of(&svc, &dr, false) {
+            let sans = format!("{tls:?}");
+            for id in [
+                "spiffe://corp.example/ns/default/sa/reviews",
+                "spiffe://other.example/ns/x/sa/y",
+                "spiffe://corp.example/ns/default/sa/dns",
+            ] {
+                assert!(sans.contains(&format!("Exact(\"{id}\")")), "{id}: {sans}");
+            }
+            assert!(!sans.contains("Prefix"), "no trust-domain prefix: {sans}");
+        }
     }
 
     /// A proxyless gRPC client cannot use SDS certificates: no transport socket, no hosts.

@@ -142,7 +142,9 @@ fn retries_policy(retries: Option<&Retries>) -> Option<RetryPolicy> {
         policy.retry_priority = Some(RetryPriority {
             name: "envoy.retry_priorities.previous_priorities".into(),
             config_type: Some(retry_priority::ConfigType::TypedConfig(pack_any(
-                PreviousPrioritiesConfig { update_frequency: 2 },
+                PreviousPrioritiesConfig {
+                    update_frequency: 2,
+                },
             ))),
         });
     }

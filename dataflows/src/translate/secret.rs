@@ -125,10 +125,15 @@ pub(crate) fn sds(name: String) -> SdsSecretConfig {
     }
 }
 
-/// The transport socket of a terminating gateway server (SIMPLE, MUTUAL or ISTIO_MUTUAL);
-/// `http`: the chain speaks HTTP, so ALPN offers h2 and http/1.1 as Istio's gateways do.
+/// The transport socket of a terminating gateway server (SIMPLE, MUTUAL, OPTIONAL_MUTUAL or
+/// ISTIO_MUTUAL); `http`: the chain speaks HTTP, so ALPN offers h2 and http/1.1 as Istio's
+/// gateways do. OPTIONAL_MUTUAL verifies a client certificate without requiring one.
 pub fn downstream_tls(tls: &ServerTls, http: bool) -> TransportSocket {
-    let mutual = matches!(tls.mode, ServerTlsMode::Mutual | ServerTlsMode::IstioMutual);
+    let mutual = matches!(
+        tls.mode,
+        ServerTlsMode::Mutual | ServerTlsMode::IstioMutual | ServerTlsMode::OptionalMutual
+    );
+    let required = mutual && tls.mode != ServerTlsMode::OptionalMutual;
     let sans = CertificateValidationContext {
         match_typed_subject_alt_names: san_matchers(&tls.subject_alt_names),
         ..Default::default()
@@ -190,7 +195,7 @@ pub fn downstream_tls(tls: &ServerTls, http: bool) -> TransportSocket {
     }
     let context = DownstreamTlsContext {
         common_tls_context: Some(common),
-        require_client_certificate: mutual.then_some(BoolValue { value: true }),
+        require_client_certificate: required.then_some(BoolValue { value: true }),
         ..Default::default()
     };
     TransportSocket {
@@ -267,6 +272,27 @@ pub fn workload_certificate(chain_pem: &str, key_pem: &str) -> Vec<u8> {
 }
 
 /// Matches URI SANs starting with `prefix` (a trust domain's `spiffe://TD/`).
+/// Matchers for workload identities: a SPIFFE ID as an exact URI SAN (a workload
+/// certificate carries nothing else); any other name as [`san_matchers`] match it.
+pub(crate) fn identity_matchers(ids: &[String]) -> Vec<SubjectAltNameMatcher> {
+    ids.iter()
+        .flat_map(|id| {
+            if id.starts_with("spiffe://") {
+                vec![SubjectAltNameMatcher {
+                    san_type: SanType::Uri as i32,
+                    matcher: Some(StringMatcher {
+                        match_pattern: Some(MatchPattern::Exact(id.clone())),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }]
+            } else {
+                san_matchers(std::slice::from_ref(id))
+            }
+        })
+        .collect()
+}
+
 pub(crate) fn uri_prefix_matcher(prefix: &str) -> SubjectAltNameMatcher {
     SubjectAltNameMatcher {
         san_type: SanType::Uri as i32,
