@@ -121,9 +121,21 @@ spec:
 
     /// Running pods `reviews-<version>` for each of `versions`.
     pub fn write_pods(&self, versions: &[&str]) {
-        let pods: Vec<String> = versions
+        let placed: Vec<(&str, &str)> = versions.iter().map(|v| (*v, "")).collect();
+        self.write_pods_placed(&placed);
+    }
+
+    /// As [`Reviews::write_pods`], each pod `(version, locality)` in its locality (Istio's
+    /// `istio-locality` label, `region.zone.subzone`; "" for none).
+    pub fn write_pods_placed(&self, placed: &[(&str, &str)]) {
+        let pods: Vec<String> = placed
             .iter()
-            .map(|version| {
+            .map(|(version, locality)| {
+                let locality = if locality.is_empty() {
+                    String::new()
+                } else {
+                    format!("    istio-locality: {locality}\n")
+                };
                 format!(
                     "\
 apiVersion: v1
@@ -134,7 +146,7 @@ metadata:
   labels:
     app: reviews
     version: {version}
-spec:
+{locality}spec:
   containers:
   - name: reviews
     image: docker.io/istio/examples-bookinfo-reviews-{version}:1.20.2
