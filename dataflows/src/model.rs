@@ -910,10 +910,9 @@ impl LocalityMode {
     /// priorities only with `outlierDetection` (without it Envoy would never fail over);
     /// nothing when the setting in effect has `enabled: false`.
     pub fn of(policy: &TrafficPolicy, mesh: Option<&LocalityLbSetting>) -> Option<LocalityMode> {
-        let setting = match policy.locality_lb.as_deref() {
-            Some(own) => own,
-            None => mesh?,
-        };
+        // Istio's mesh config defaults to `{enabled: true}`.
+        let builtin = LocalityLbSetting::default();
+        let setting = policy.locality_lb.as_deref().or(mesh).unwrap_or(&builtin);
         if setting.enabled == Some(false) {
             return None;
         }

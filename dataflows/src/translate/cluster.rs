@@ -767,6 +767,7 @@ mod tests {
         let defaults = ClusterDefaults {
             connect_timeout_ms: 1000,
             trust_domain: "corp.example".into(),
+            locality_lb: None,
         };
         outbound_all_for(&reviews(), Some(dr), grpc, &defaults)
             .into_iter()
