@@ -52,7 +52,13 @@ fn locality_failover_prefers_the_local_pod_then_fails_over_in_envoy() {
 
     // The local pod at priority 0, the remote one at priority 1, as Envoy reports them.
     let cluster = reviews.cluster("");
-    let host = |v: &str| format!("{cluster}::{}:{}", reviews.pod_ip(v), reviews.backend_port());
+    let host = |v: &str| {
+        format!(
+            "{cluster}::{}:{}",
+            reviews.pod_ip(v),
+            reviews.backend_port()
+        )
+    };
     let (local_host, remote_host) = (host("v1"), host("v2"));
     converge(
         "Envoy holds the endpoints by priority",
@@ -87,8 +93,10 @@ fn locality_failover_prefers_the_local_pod_then_fails_over_in_envoy() {
     assert_eq!(count(&counts, "reviews-v2"), 20);
     let clusters = envoy.admin_get("/clusters");
     assert!(
-        clusters.lines().any(|l| l.starts_with(&format!("{local_host}::health_flags::"))
-            && l.contains("failed_outlier_check")),
+        clusters
+            .lines()
+            .any(|l| l.starts_with(&format!("{local_host}::health_flags::"))
+                && l.contains("failed_outlier_check")),
         "the local pod is ejected by outlier detection"
     );
     assert_eq!(

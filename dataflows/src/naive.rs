@@ -84,8 +84,8 @@ impl<'a> View<'a> {
             .extend(v.drs.iter().filter_map(|dr| dr.selector.clone()));
         v.source_selectors.sort();
         v.source_selectors.dedup();
-        v.by_locality = v.mesh.distributes_by_locality()
-            || v.drs.iter().any(|dr| dr.may_balance_by_locality());
+        v.by_locality =
+            v.mesh.distributes_by_locality() || v.drs.iter().any(|dr| dr.may_balance_by_locality());
         v
     }
 

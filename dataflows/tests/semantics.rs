@@ -1628,7 +1628,11 @@ impl Mesh {
     }
 
     /// The Cluster `name` that `proxy` holds.
-    fn cluster_body(&self, proxy: &Proxy, name: &str) -> envoy_types::pb::envoy::config::cluster::v3::Cluster {
+    fn cluster_body(
+        &self,
+        proxy: &Proxy,
+        name: &str,
+    ) -> envoy_types::pb::envoy::config::cluster::v3::Cluster {
         let version = self.version(proxy, ResourceType::Cluster, name);
         let (body, _) = &self.bodies[&(ResourceType::Cluster, name.to_string(), version)];
         envoy_types::pb::envoy::config::cluster::v3::Cluster::decode(&body.body.0[..])
@@ -1705,14 +1709,23 @@ fn load_assignments_follow_each_client_locality() {
     );
     // A client of no locality shares nothing with any group: one priority.
     assert!(groups(&m.cla(&d, &reviews)).values().all(|g| g.0 == 0));
-    assert_eq!(eds(&m, &a, &reviews), eds(&m, &b, &reviews), "one locality, one assignment");
+    assert_eq!(
+        eds(&m, &a, &reviews),
+        eds(&m, &b, &reviews),
+        "one locality, one assignment"
+    );
     assert_ne!(eds(&m, &a, &reviews), eds(&m, &c, &reviews));
     // Without a locality rule, everyone shares the one assignment.
     for p in [&b, &c, &d] {
         assert_eq!(eds(&m, &a, &ratings), eds(&m, p, &ratings));
     }
     // Priorities need no switch in the cluster; distribute does (below).
-    assert!(m.cluster_body(&a, &reviews).common_lb_config.unwrap().locality_config_specifier.is_none());
+    assert!(m
+        .cluster_body(&a, &reviews)
+        .common_lb_config
+        .unwrap()
+        .locality_config_specifier
+        .is_none());
 
     // An endpoint of ratings: each proxy gets its one new ratings assignment, nothing else.
     let before = m.held.clone();
@@ -1741,7 +1754,10 @@ fn load_assignments_follow_each_client_locality() {
         })),
         ..Default::default()
     };
-    m.replace(reviews_rule(outlier.clone()), reviews_rule(distribute.clone()));
+    m.replace(
+        reviews_rule(outlier.clone()),
+        reviews_rule(distribute.clone()),
+    );
     assert_eq!(
         groups(&m.cla(&a, &reviews)),
         BTreeMap::from([

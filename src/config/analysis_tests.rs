@@ -1052,7 +1052,10 @@ fn locality_lb_setting_is_read_and_checked_as_istio_checks_it() {
         "spec.trafficPolicy.loadBalancer.localityLbSetting"
     );
     assert_eq!(
-        rejected(&format!("{lb}        failover: [{{from: r1/z1, to: r2}}]\n")).0,
+        rejected(&format!(
+            "{lb}        failover: [{{from: r1/z1, to: r2}}]\n"
+        ))
+        .0,
         "spec.trafficPolicy.loadBalancer.localityLbSetting.failover[0]"
     );
     assert_eq!(
@@ -1082,5 +1085,8 @@ fn locality_lb_setting_is_read_and_checked_as_istio_checks_it() {
          loadBalancer:\n        localityLbSetting: {{enabled: false}}\n"
     ));
     let sub = dr(&p).subsets[0].traffic_policy.as_ref().expect("a policy");
-    assert_eq!(sub.locality_lb.as_deref().and_then(|l| l.enabled), Some(false));
+    assert_eq!(
+        sub.locality_lb.as_deref().and_then(|l| l.enabled),
+        Some(false)
+    );
 }

@@ -391,8 +391,9 @@ mod tests {
             "{:?}",
             p.findings
         );
-        let err = read("localityLbSetting:\n  distribute:\n  - from: r1\n    to: {r1: 80, r2: 10}\n")
-            .unwrap_err();
+        let err =
+            read("localityLbSetting:\n  distribute:\n  - from: r1\n    to: {r1: 80, r2: 10}\n")
+                .unwrap_err();
         assert_eq!(err.field, "mesh.localityLbSetting.distribute[0].to");
         assert!(err.message.contains("sum to 100"), "{}", err.message);
         let err = read("localityLbSetting:\n  failover: [{from: r1, to: r1}]\n").unwrap_err();

@@ -168,7 +168,12 @@ fn proxy_locality(node: &Node, labels: &Labels) -> String {
     };
     parts
         .iter()
-        .map(|p| p.chars().filter(|c| *c != '/').take(128).collect::<String>())
+        .map(|p| {
+            p.chars()
+                .filter(|c| *c != '/')
+                .take(128)
+                .collect::<String>()
+        })
         .collect::<Vec<_>>()
         .join("/")
         .trim_end_matches('/')

@@ -81,31 +81,29 @@ pub(super) fn assignments<'s>(eds: Eds<'s>, resolved: &Resolved<'s>) -> Built<'s
         .clone()
         .flat_map(|(def, ep)| ep.origins.into_iter().map(move |o| (def.clone(), o)))
         .distinct();
-    let per_class = eds
-        .per_scope
-        .clone()
-        .map(|(def, s)| {
-            let class = def.1.client_class(&s);
-            ((def, class), s)
-        });
+    let per_class = eds.per_scope.clone().map(|(def, s)| {
+        let class = def.1.client_class(&s);
+        ((def, class), s)
+    });
     let classes = per_class.clone().map(|(k, _)| k).distinct();
     // Each member once per class of its definition (one class unless it balances by
     // locality); the class itself joins as `None`, so a cluster with no member still gets
     // its (empty) assignment.
     let class_members = classes.clone().join_map(cla_members, |def, class, ep| {
-            ((def.clone(), class.clone()), Some(ep.clone()))
-        });
-    let clas = class_members
-        .concat(classes.map(|k| (k, None)))
-        .reduce(
-            |((name, sel), class): &((String, EdsSel), String),
-             vals: &[(&Option<Endpoint>, isize)],
-             out| {
-                let members = vals.iter().filter_map(|(v, _)| v.as_ref());
-                let locality = sel.locality.as_deref().map(|m| (m, class.as_str()));
-                out.push((endpoint::load_assignment_for(name, members, locality), 1isize))
-            },
-        );
+        ((def.clone(), class.clone()), Some(ep.clone()))
+    });
+    let clas = class_members.concat(classes.map(|k| (k, None))).reduce(
+        |((name, sel), class): &((String, EdsSel), String),
+         vals: &[(&Option<Endpoint>, isize)],
+         out| {
+            let members = vals.iter().filter_map(|(v, _)| v.as_ref());
+            let locality = sel.locality.as_deref().map(|m| (m, class.as_str()));
+            out.push((
+                endpoint::load_assignment_for(name, members, locality),
+                1isize,
+            ))
+        },
+    );
     let resources = per_class.join_map(clas, |_, s, cla| (s.clone(), cla.clone()));
     // An assignment also comes from the EndpointSlices and Pods of its members.
     let provenance = eds.per_scope.join_map(cla_origins, |(name, _), s, o| {

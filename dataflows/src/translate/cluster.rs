@@ -5,15 +5,14 @@ use super::{ads, duration_ms, inbound_cluster_name, outbound_cluster_name, socke
 use crate::client_tls::ClientSecrets;
 use crate::model::{
     ClusterDefaults, ConnectionPool, DestinationRule, EdsSel, HashTable, LoadBalancer,
-    LocalityMode, OutlierDetection,
-    Resolution, Resource, ResourceType, Service, ServicePort, TrafficPolicy,
-    DEFAULT_CONNECT_TIMEOUT_MS,
+    LocalityMode, OutlierDetection, Resolution, Resource, ResourceType, Service, ServicePort,
+    TrafficPolicy, DEFAULT_CONNECT_TIMEOUT_MS,
 };
 use envoy_types::pb::envoy::config::cluster::v3::circuit_breakers::Thresholds;
+use envoy_types::pb::envoy::config::cluster::v3::cluster::common_lb_config::LocalityConfigSpecifier;
 use envoy_types::pb::envoy::config::cluster::v3::cluster::{
     ClusterDiscoveryType, DiscoveryType, DnsLookupFamily, EdsClusterConfig, LbPolicy,
 };
-use envoy_types::pb::envoy::config::cluster::v3::cluster::common_lb_config::LocalityConfigSpecifier;
 use envoy_types::pb::envoy::config::cluster::v3::cluster::{
     CommonLbConfig, LbConfig, LeastRequestLbConfig, MaglevLbConfig, RingHashLbConfig,
     RoundRobinLbConfig, SlowStartConfig,
@@ -177,9 +176,9 @@ fn outbound(
                 cluster
                     .common_lb_config
                     .get_or_insert_with(Default::default)
-                    .locality_config_specifier = Some(LocalityConfigSpecifier::LocalityWeightedLbConfig(
-                    Default::default(),
-                ));
+                    .locality_config_specifier = Some(
+                    LocalityConfigSpecifier::LocalityWeightedLbConfig(Default::default()),
+                );
             }
             cluster.cluster_discovery_type =
                 Some(ClusterDiscoveryType::Type(DiscoveryType::Eds as i32));

@@ -44,7 +44,11 @@ pub fn load_assignment_for<'a>(
     if let Some((mode, client)) = locality {
         apply_locality(&mut cla, mode, client);
     }
-    Resource::new(ResourceType::Endpoint, cluster.to_string(), cla.encode_to_vec())
+    Resource::new(
+        ResourceType::Endpoint,
+        cluster.to_string(),
+        cla.encode_to_vec(),
+    )
 }
 
 /// Istio's locality load balancing of an assignment for a client in locality `client`:
@@ -66,7 +70,9 @@ pub fn apply_locality(cla: &mut ClusterLoadAssignment, mode: &LocalityMode, clie
                     let at = g.locality.clone().unwrap_or_default();
                     let mut rank = lb_priority(&client, &at);
                     if rank == 3 {
-                        if let Some((_, to)) = failover.iter().find(|(from, _)| *from == client.region) {
+                        if let Some((_, to)) =
+                            failover.iter().find(|(from, _)| *from == client.region)
+                        {
                             if at.region != *to {
                                 rank = 4;
                             }
@@ -246,7 +252,13 @@ mod tests {
 
     #[test]
     fn failover_ranks_groups_by_what_they_share_with_the_client() {
-        let mut a = cla(&[("r1/z1/s1", 1), ("r1/z1/s2", 1), ("r1/z2", 1), ("r2/z1", 1), ("r3", 1)]);
+        let mut a = cla(&[
+            ("r1/z1/s1", 1),
+            ("r1/z1/s2", 1),
+            ("r1/z2", 1),
+            ("r2/z1", 1),
+            ("r3", 1),
+        ]);
         apply_locality(&mut a, &LocalityMode::Failover(Vec::new()), "r1/z1/s1");
         let prios: Vec<u32> = shape(&a).iter().map(|g| g.1).collect();
         assert_eq!(prios, vec![0, 1, 2, 3, 3]);
@@ -291,8 +303,10 @@ mod tests {
         // Another client takes the catch-all entry.
         let mut a = cla(&groups);
         apply_locality(&mut a, &mode, "r2/z1");
-        let kept: Vec<(String, u32, usize)> =
-            shape(&a).into_iter().map(|(l, _, w, n)| (l, w, n)).collect();
+        let kept: Vec<(String, u32, usize)> = shape(&a)
+            .into_iter()
+            .map(|(l, _, w, n)| (l, w, n))
+            .collect();
         assert_eq!(
             kept,
             vec![
