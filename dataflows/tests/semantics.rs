@@ -1732,14 +1732,24 @@ fn load_assignments_follow_each_client_locality() {
     let diffs = m.insert(vec![placed_endpoint("ratings", "10.0.0.6", "r2/z2")]);
     assert_eq!(
         diffs,
-        expected_eds_diffs(&before, &[&a, &b, &c, &d], &[ratings.clone()], &diffs)
+        expected_eds_diffs(
+            &before,
+            &[&a, &b, &c, &d],
+            std::slice::from_ref(&ratings),
+            &diffs
+        )
     );
     // An endpoint of reviews: each proxy's reviews assignment, nothing else.
     let before = m.held.clone();
     let diffs = m.insert(vec![placed_endpoint("reviews", "10.0.0.4", "r2/z2")]);
     assert_eq!(
         diffs,
-        expected_eds_diffs(&before, &[&a, &b, &c, &d], &[reviews.clone()], &diffs)
+        expected_eds_diffs(
+            &before,
+            &[&a, &b, &c, &d],
+            std::slice::from_ref(&reviews),
+            &diffs
+        )
     );
     assert_eq!(groups(&m.cla(&c, &reviews))["r2/z2/"], (0, 2, 2));
 
