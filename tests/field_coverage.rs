@@ -103,6 +103,7 @@ const TRANSLATED: &[&str] = &[
     "spec.workloadSelector.matchLabels",
     "spec.trafficPolicy.loadBalancer.simple",
     "spec.trafficPolicy.loadBalancer.consistentHash",
+    "spec.trafficPolicy.loadBalancer.localityLbSetting.enabled",
     "spec.subsets[].trafficPolicy.loadBalancer.warmup",
     "spec.trafficPolicy.connectionPool.tcp.connectTimeout",
     "spec.trafficPolicy.connectionPool.tcp.maxConnections",

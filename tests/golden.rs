@@ -72,6 +72,12 @@ const TLS_PORTS_PROXIES: [(&str, &str); 2] = [
     ("tls-ports-gateway", "envoy-gateway.yaml"),
 ];
 
+/// `examples/locality`: sleep sidecars in r1/z1 and in r2/z1.
+const LOCALITY_PROXIES: [(&str, &str); 2] = [
+    ("locality-sleep-r1", "envoy-sleep-r1.yaml"),
+    ("locality-sleep-r2", "envoy-sleep-r2.yaml"),
+];
+
 /// A stand-in for the root a `serve` CA has (any PEM: the goldens show it as it is sent).
 const GOLDEN_ROOT: &str =
     "-----BEGIN CERTIFICATE-----\nbWVzaGZsb3cgZ29sZGVuIHJvb3Q=\n-----END CERTIFICATE-----\n";
@@ -117,6 +123,15 @@ fn istio_mutual_config_matches_golden_files() {
         ..MeshConfig::default()
     };
     check_example_with("istio-mutual", &MTLS_PROXIES, mesh);
+}
+
+/// As for bookinfo, for `examples/locality`: each sidecar's load assignments relative to
+/// its own locality (failover priorities where outliers are detected, `distribute` weights
+/// for the clients its entry names, the cluster's `locality_weighted_lb_config`), against
+/// `tests/golden/locality-*.txt`.
+#[test]
+fn locality_config_matches_golden_files() {
+    check_example("locality", &LOCALITY_PROXIES);
 }
 
 /// As for bookinfo, for `examples/tls-ports` with a CA's root: a DestinationRule's

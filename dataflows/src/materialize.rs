@@ -548,6 +548,7 @@ mod tests {
             interception_none: false,
             proxyless: false,
             source_labels: Vec::new(),
+            locality: None,
         }
     }
 

@@ -85,6 +85,10 @@ pub struct MeshSettings {
     /// generated, only the references to them.
     #[serde(default)]
     pub trust_root: Option<String>,
+    /// `localityLbSetting`: the locality load balancing of clusters whose DestinationRule
+    /// sets none (`None`: Istio's default, enabled with no `distribute` or `failover`).
+    #[serde(default)]
+    pub locality_lb: Option<LocalityLbSetting>,
 }
 
 /// What an outbound cluster takes from the mesh settings in effect.
@@ -95,6 +99,8 @@ pub struct ClusterDefaults {
     /// `ISTIO_MUTUAL` clusters with no subject alt names of their own accept any identity
     /// of this trust domain.
     pub trust_domain: String,
+    /// The mesh's `localityLbSetting`, for rules that set none.
+    pub locality_lb: Option<LocalityLbSetting>,
 }
 
 impl Default for ClusterDefaults {
@@ -102,6 +108,7 @@ impl Default for ClusterDefaults {
         ClusterDefaults {
             connect_timeout_ms: DEFAULT_CONNECT_TIMEOUT_MS,
             trust_domain: default_trust_domain(),
+            locality_lb: None,
         }
     }
 }
@@ -111,6 +118,7 @@ impl ClusterDefaults {
         ClusterDefaults {
             connect_timeout_ms: m.connect_timeout_ms,
             trust_domain: m.trust_domain.clone(),
+            locality_lb: m.locality_lb.clone(),
         }
     }
 }
@@ -126,6 +134,14 @@ fn default_trust_domain() -> String {
 pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 10_000;
 
 impl MeshSettings {
+    /// Whether the mesh's own `localityLbSetting` weighs localities (`distribute`), which
+    /// applies to every cluster whose rule sets no `localityLbSetting`.
+    pub fn distributes_by_locality(&self) -> bool {
+        self.locality_lb
+            .as_ref()
+            .is_some_and(|l| l.enabled != Some(false) && !l.distribute.is_empty())
+    }
+
     /// Istio's defaults, in the root namespace of `mesh`.
     pub fn builtin(mesh: &MeshConfig) -> MeshSettings {
         MeshSettings {
@@ -140,6 +156,7 @@ impl MeshSettings {
             destination_rule_export_to: Vec::new(),
             trust_domain: default_trust_domain(),
             trust_root: mesh.trust_root.clone(),
+            locality_lb: None,
         }
     }
 
@@ -922,6 +939,87 @@ pub fn host_hash<'h>(
 /// [`HostHashing`] per host, for the routes of one route configuration.
 pub type Hashing = BTreeMap<Hostname, HostHashing>;
 
+/// Istio's `localityLbSetting` (of a DestinationRule's `loadBalancer` or of the mesh
+/// config), as validated: `distribute` and `failover` are never both given.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct LocalityLbSetting {
+    /// `enabled` (unset: on).
+    pub enabled: Option<bool>,
+    pub distribute: Vec<LocalityDistribute>,
+    /// `failover[]` `(from, to)`: regions.
+    pub failover: Vec<(String, String)>,
+}
+
+/// One `distribute` entry: clients in `from` (`region/zone/subzone`, a trailing `*`
+/// matches any) send each `to` locality its percentage.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct LocalityDistribute {
+    pub from: String,
+    /// Locality (possibly with a trailing `*`) → weight; the weights sum to 100.
+    pub to: Vec<(String, u32)>,
+}
+
+/// What locality load balancing does to one EDS cluster's assignment, relative to the
+/// client proxy's locality: Istio's `ApplyLocalityLoadBalancer`.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum LocalityMode {
+    /// Locality groups weighted per the first entry whose `from` the client matches.
+    Distribute(Vec<LocalityDistribute>),
+    /// Priorities by how much of the client's locality a group shares, with these
+    /// `(from, to)` region failovers.
+    Failover(Vec<(String, String)>),
+}
+
+impl LocalityMode {
+    /// The mode for a cluster under `policy` (its rule's, merged for the subset and port),
+    /// with the mesh's setting for a policy that sets none: `distribute` applies as it is;
+    /// priorities only with `outlierDetection` (without it Envoy would never fail over);
+    /// nothing when the setting in effect has `enabled: false`.
+    pub fn of(policy: &TrafficPolicy, mesh: Option<&LocalityLbSetting>) -> Option<LocalityMode> {
+        // Istio's mesh config defaults to `{enabled: true}`.
+        let builtin = LocalityLbSetting::default();
+        let setting = policy.locality_lb.as_deref().or(mesh).unwrap_or(&builtin);
+        if setting.enabled == Some(false) {
+            return None;
+        }
+        if !setting.distribute.is_empty() {
+            return Some(LocalityMode::Distribute(setting.distribute.clone()));
+        }
+        policy
+            .outlier_detection
+            .is_some()
+            .then(|| LocalityMode::Failover(setting.failover.clone()))
+    }
+
+    /// Whether Istio sets the cluster's `locality_weighted_lb_config` for it: with
+    /// `distribute`, or `failover` entries.
+    pub fn weighted(&self) -> bool {
+        match self {
+            LocalityMode::Distribute(_) => true,
+            LocalityMode::Failover(f) => !f.is_empty(),
+        }
+    }
+}
+
+/// What an EDS cluster's assignment is built from: its subset's labels (empty: the host's
+/// own cluster) and the locality load balancing in effect for it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct EdsSel {
+    pub labels: Labels,
+    pub locality: Option<Box<LocalityMode>>,
+}
+
+impl EdsSel {
+    /// The client locality an assignment under this selection is built for: the scope's
+    /// where locality load balancing applies, else the one shared assignment's ("").
+    pub fn client_class(&self, s: &ScopeKey) -> String {
+        match self.locality {
+            Some(_) => s.locality().to_string(),
+            None => String::new(),
+        }
+    }
+}
+
 /// `loadBalancer.warmup`: new endpoints ramp up over `duration_ms` (Envoy's slow start).
 /// The fractions are kept in millionths, so the record compares and hashes exactly.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -937,6 +1035,9 @@ pub struct Warmup {
 pub struct TrafficPolicy {
     pub load_balancer: Option<LoadBalancer>,
     pub warmup: Option<Warmup>,
+    /// `loadBalancer.localityLbSetting` (part of `loadBalancer`: merged with it).
+    #[serde(default)]
+    pub locality_lb: Option<Box<LocalityLbSetting>>,
     pub connect_timeout_ms: Option<u64>,
     /// TLS to the upstream (`SIMPLE`, `MUTUAL` with certificate files, `ISTIO_MUTUAL`).
     /// (Boxed, as the other rarely set parts: every `Record` is as large as its largest
@@ -983,7 +1084,7 @@ impl TrafficPolicy {
 
     /// Whether `loadBalancer` is given (a warmup alone is part of it).
     fn sets_load_balancer(&self) -> bool {
-        self.load_balancer.is_some() || self.warmup.is_some()
+        self.load_balancer.is_some() || self.warmup.is_some() || self.locality_lb.is_some()
     }
 
     /// Whether `connectionPool` is given (its connect timeout is part of it).
@@ -1018,6 +1119,7 @@ impl TrafficPolicy {
         if sub.sets_load_balancer() {
             out.load_balancer = sub.load_balancer.clone();
             out.warmup = sub.warmup.clone();
+            out.locality_lb = sub.locality_lb.clone();
         }
         if sub.sets_connection_pool() {
             out.connect_timeout_ms = sub.connect_timeout_ms;
@@ -1132,6 +1234,18 @@ impl Gateway {
 }
 
 impl DestinationRule {
+    /// Whether some cluster of the rule may balance by locality (an `outlierDetection`,
+    /// which turns on Istio's default locality failover, or a `distribute`): while one
+    /// such rule exists, proxies with a locality are scoped by it.
+    pub fn may_balance_by_locality(&self) -> bool {
+        self.policies().any(|p| {
+            p.outlier_detection.is_some()
+                || p.locality_lb
+                    .as_ref()
+                    .is_some_and(|l| !l.distribute.is_empty())
+        })
+    }
+
     /// Every policy of the rule: its own, its subsets', and their port entries.
     fn policies(&self) -> impl Iterator<Item = &TrafficPolicy> {
         std::iter::once(self.traffic_policy.as_ref())
@@ -1412,6 +1526,10 @@ pub struct Proxy {
     /// `default`, as Kubernetes runs a Pod that names none).
     #[serde(default)]
     pub service_account: Option<String>,
+    /// Where it runs (`region/zone/subzone`, empty: unknown): the node's `locality`, or
+    /// the locality labels of its workload, as Istio reads it.
+    #[serde(default)]
+    pub locality: String,
 }
 
 impl Proxy {
@@ -1691,6 +1809,10 @@ pub enum ScopeKey {
         /// The VirtualServices' `sourceLabels` selectors these proxies match (sorted).
         #[serde(default)]
         source_labels: Vec<Labels>,
+        /// The proxies' locality, where locality load balancing may make their load
+        /// assignments differ (see [`ScopeKey::with_locality`]); `None`: unknown or unused.
+        #[serde(default)]
+        locality: Option<String>,
     },
     /// A gateway proxy in `namespace` selected by these Gateways (sorted).
     Router {
@@ -1699,6 +1821,9 @@ pub enum ScopeKey {
         /// As for sidecars.
         #[serde(default)]
         source_labels: Vec<Labels>,
+        /// As for sidecars.
+        #[serde(default)]
+        locality: Option<String>,
     },
 }
 
@@ -1745,6 +1870,28 @@ impl ScopeKey {
                 labels: source_labels,
             },
         }
+    }
+
+    /// The client locality its proxies share ("" where unknown or not used).
+    pub fn locality(&self) -> &str {
+        match self {
+            ScopeKey::Sidecar { locality, .. } | ScopeKey::Router { locality, .. } => {
+                locality.as_deref().unwrap_or_default()
+            }
+        }
+    }
+
+    /// The same scope for proxies in `locality`: only proxies with a locality, and only while
+    /// some rule of the mesh may balance by locality (see
+    /// [`DestinationRule::may_balance_by_locality`]), are split by it, so other meshes keep
+    /// their scopes whole.
+    pub fn with_locality(mut self, loc: String) -> Self {
+        match &mut self {
+            ScopeKey::Sidecar { locality, .. } | ScopeKey::Router { locality, .. } => {
+                *locality = Some(loc)
+            }
+        }
+        self
     }
 
     /// The same scope for proxies matching `selectors` (sorted, distinct).

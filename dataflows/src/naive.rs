@@ -37,6 +37,9 @@ struct View<'a> {
     source_selectors: Vec<Labels>,
     /// The mesh settings in effect.
     mesh: MeshSettings,
+    /// Some rule (or the mesh config) may balance by locality: proxies with a locality
+    /// are scoped by it.
+    by_locality: bool,
 }
 
 impl<'a> View<'a> {
@@ -54,6 +57,7 @@ impl<'a> View<'a> {
             proxies: Vec::new(),
             secrets: Vec::new(),
             source_selectors: Vec::new(),
+            by_locality: false,
         };
         // Records iterate in order, so the first service per host is the least one.
         for r in &snap.records {
@@ -80,6 +84,8 @@ impl<'a> View<'a> {
             .extend(v.drs.iter().filter_map(|dr| dr.selector.clone()));
         v.source_selectors.sort();
         v.source_selectors.dedup();
+        v.by_locality =
+            v.mesh.distributes_by_locality() || v.drs.iter().any(|dr| dr.may_balance_by_locality());
         v
     }
 
@@ -173,9 +179,14 @@ impl<'a> View<'a> {
                     .map(|g| g.key.clone())
                     .collect(),
                 source_labels: Vec::new(),
+                locality: None,
             },
         };
-        s.with_source_labels(matched)
+        let s = s.with_source_labels(matched);
+        if self.by_locality && !p.locality.is_empty() {
+            return s.with_locality(p.locality.clone());
+        }
+        s
     }
 
     fn sidecar_spec(&self, s: &ScopeKey) -> Option<&'a Sidecar> {
@@ -326,7 +337,7 @@ pub fn compute(mesh: &MeshConfig, snap: &Snapshot) -> ProxyConfigs {
         for (c, sel) in &scope_clusters[s] {
             res.push(c.clone());
             if let Some(sel) = sel {
-                res.push(index.load_assignment(c, sel));
+                res.push(index.load_assignment(c, sel, s));
             }
         }
         match s {
@@ -472,7 +483,7 @@ fn scope_part(
 ) -> Vec<Resource> {
     let mut res = Vec::new();
     for (c, sel) in clusters_of(v, index, s, only) {
-        let assignment = sel.as_ref().map(|sel| index.load_assignment(&c, sel));
+        let assignment = sel.as_ref().map(|sel| index.load_assignment(&c, sel, s));
         if only.is_none() {
             res.push(c);
         }
@@ -502,8 +513,8 @@ fn scope_clusters<'s>(
     v: &View,
     index: &EndpointIndex,
     scopes: &'s [(&Proxy, ScopeKey)],
-) -> BTreeMap<&'s ScopeKey, Vec<(Resource, Option<Labels>)>> {
-    let mut scope_clusters: BTreeMap<&ScopeKey, Vec<(Resource, Option<Labels>)>> = BTreeMap::new();
+) -> BTreeMap<&'s ScopeKey, Vec<(Resource, Option<EdsSel>)>> {
+    let mut scope_clusters: BTreeMap<&ScopeKey, Vec<(Resource, Option<EdsSel>)>> = BTreeMap::new();
     for (_, s) in scopes {
         if scope_clusters.contains_key(s) {
             continue;
@@ -521,9 +532,9 @@ fn clusters_of(
     index: &EndpointIndex,
     s: &ScopeKey,
     only: Option<&BTreeSet<Hostname>>,
-) -> Vec<(Resource, Option<Labels>)> {
+) -> Vec<(Resource, Option<EdsSel>)> {
     let hosts: BTreeSet<&str> = v.view_hosts(s).into_iter().flatten().collect();
-    let mut list: Vec<(Resource, Option<Labels>)> = match only {
+    let mut list: Vec<(Resource, Option<EdsSel>)> = match only {
         Some(_) => Vec::new(),
         None => assemble::fixed_clusters(s, v.mesh.connect_timeout_ms)
             .into_iter()
@@ -612,7 +623,7 @@ impl<'e> EndpointIndex<'e> {
 
     /// An assignment per (cluster, subset labels) from the endpoints of that host and port
     /// (endpoints looked up by host and port, in order; still rebuilt for every proxy).
-    fn load_assignment(&self, c: &Resource, sel: &Labels) -> Resource {
+    fn load_assignment(&self, c: &Resource, sel: &EdsSel, s: &ScopeKey) -> Resource {
         let (host, port) = cluster_host_port(&c.name);
         let members = self
             .by_host
@@ -620,8 +631,10 @@ impl<'e> EndpointIndex<'e> {
             .into_iter()
             .flatten()
             .copied()
-            .filter(|ep| rules::labels_match(sel, &ep.labels));
-        endpoint::load_assignment(&c.name, members)
+            .filter(|ep| rules::labels_match(&sel.labels, &ep.labels));
+        let class = sel.client_class(s);
+        let locality = sel.locality.as_deref().map(|m| (m, class.as_str()));
+        endpoint::load_assignment_for(&c.name, members, locality)
     }
 }
 

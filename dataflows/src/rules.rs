@@ -258,6 +258,7 @@ pub fn sidecar_scope(p: &Proxy, sidecar: Option<ConfigKey>) -> ScopeKey {
         interception_none: p.interception_none || proxyless,
         proxyless,
         source_labels: Vec::new(),
+        locality: None,
     }
 }
 

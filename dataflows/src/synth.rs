@@ -197,6 +197,7 @@ pub fn router(g: usize, mesh: &MeshConfig) -> Proxy {
         labels: [("istio".to_string(), "ingressgateway".to_string())].into(),
         interception_none: false,
         service_account: None,
+        locality: String::new(),
     }
 }
 
@@ -216,6 +217,7 @@ pub fn proxy(p: usize, shape: &Shape) -> Record {
         labels,
         interception_none: false,
         service_account: None,
+        locality: String::new(),
     })
 }
 

@@ -43,7 +43,63 @@ fn placement(rng: &mut StdRng) -> Placement {
 /// scenarios each seed has always explored) stay as they were.
 fn lb_policy(rng: &mut StdRng, extra: &mut StdRng) -> Option<TrafficPolicy> {
     let policy = base_policy(rng, extra);
-    per_port_and_secrets(extra, policy)
+    let policy = per_port_and_secrets(extra, policy);
+    with_locality(extra, policy)
+}
+
+/// A locality load balancing setting: failover (with or without region entries),
+/// `distribute` with wildcards, or switched off.
+fn locality_setting(extra: &mut StdRng) -> LocalityLbSetting {
+    match extra.random_range(0..4) {
+        0 => LocalityLbSetting::default(),
+        1 => LocalityLbSetting {
+            failover: vec![("r1".into(), "r2".into())],
+            ..Default::default()
+        },
+        2 => LocalityLbSetting {
+            distribute: vec![
+                LocalityDistribute {
+                    from: "r1/z1/*".into(),
+                    to: vec![("r1/z1/*".into(), 70), ("r2/*".into(), 30)],
+                },
+                LocalityDistribute {
+                    from: "*".into(),
+                    to: vec![("r1/*".into(), 50), ("r2".into(), 50)],
+                },
+            ],
+            ..Default::default()
+        },
+        _ => LocalityLbSetting {
+            enabled: Some(false),
+            ..Default::default()
+        },
+    }
+}
+
+/// Sometimes `outlierDetection` (which turns locality failover on) and a
+/// `localityLbSetting`, at the policy or at a port entry.
+fn with_locality(extra: &mut StdRng, policy: Option<TrafficPolicy>) -> Option<TrafficPolicy> {
+    if extra.random_bool(0.6) {
+        return policy;
+    }
+    let mut p = policy.unwrap_or_default();
+    let mut target = TrafficPolicy::default();
+    if extra.random_bool(0.6) {
+        target.outlier_detection = Some(Box::new(OutlierDetection {
+            consecutive_5xx: Some(1),
+            ..Default::default()
+        }));
+    }
+    if extra.random_bool(0.6) {
+        target.locality_lb = Some(Box::new(locality_setting(extra)));
+    }
+    if extra.random_bool(0.3) {
+        p.port_level.push((pick(extra, &[9080u16, 8080]), target));
+    } else {
+        p.outlier_detection = target.outlier_detection;
+        p.locality_lb = target.locality_lb;
+    }
+    Some(p)
 }
 
 /// Later additions, drawn from `extra` only: a `portLevelSettings` entry (hashing, TLS from
@@ -573,6 +629,7 @@ fn random_record(rng: &mut StdRng, extra: &mut StdRng, slot: usize) -> Record {
                 destination_rule_export_to: export_to(rng),
                 trust_domain: pick(extra, &["cluster.local", "corp.example"]).into(),
                 trust_root: None,
+                locality_lb: extra.random_bool(0.5).then(|| locality_setting(extra)),
             })
         }
         _ => {
@@ -602,6 +659,7 @@ fn random_record(rng: &mut StdRng, extra: &mut StdRng, slot: usize) -> Record {
                 },
                 interception_none: rng.random_bool(0.5),
                 service_account: extra.random_bool(0.5).then(|| "reviews".to_string()),
+                locality: pick(extra, &["", "r1/z1", "r1/z2/s1", "r2/z9"]).to_string(),
             })
         }
     }

@@ -242,6 +242,7 @@ fn sidecar_proxy(pod: &str, ns: &str, ip: &str, pod_labels: &[(&str, &str)]) -> 
         labels: labels(pod_labels),
         interception_none: false,
         service_account: None,
+        locality: String::new(),
     }
 }
 
@@ -1589,4 +1590,218 @@ fn credential_name_takes_the_secret_of_each_clients_own_namespace() {
         )]),
         "{diffs:?}"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Locality load balancing
+// ---------------------------------------------------------------------------------------------
+
+/// An endpoint of `svc` in locality `loc`.
+fn placed_endpoint(svc: &str, ip: &str, loc: &str) -> Record {
+    let Record::Endpoint(h, mut e) = endpoint(svc, "default", ip, true) else {
+        unreachable!("endpoint() makes endpoints")
+    };
+    e.placement.locality = loc.to_string();
+    Record::Endpoint(h, e)
+}
+
+/// A sidecar in `default` whose node says it runs in `loc`.
+fn placed_proxy(pod: &str, ip: &str, loc: &str) -> Proxy {
+    Proxy {
+        locality: loc.to_string(),
+        ..sidecar_proxy(pod, "default", ip, &[("app", pod)])
+    }
+}
+
+/// The `reviews` rule with this policy and no subsets.
+fn reviews_rule(policy: TrafficPolicy) -> Record {
+    let Record::DestinationRule(mut dr) =
+        destination_rule("default", "reviews", &host("reviews", "default"), &[])
+    else {
+        unreachable!("destination_rule() makes rules")
+    };
+    dr.traffic_policy = Some(policy);
+    Record::DestinationRule(dr)
+}
+
+impl Mesh {
+    /// The ClusterLoadAssignment `name` that `proxy` holds.
+    fn cla(&self, proxy: &Proxy, name: &str) -> ClusterLoadAssignment {
+        let version = self.version(proxy, ResourceType::Endpoint, name);
+        let (body, _) = &self.bodies[&(ResourceType::Endpoint, name.to_string(), version)];
+        ClusterLoadAssignment::decode(&body.body.0[..]).expect("a ClusterLoadAssignment")
+    }
+
+    /// The Cluster `name` that `proxy` holds.
+    fn cluster_body(
+        &self,
+        proxy: &Proxy,
+        name: &str,
+    ) -> envoy_types::pb::envoy::config::cluster::v3::Cluster {
+        let version = self.version(proxy, ResourceType::Cluster, name);
+        let (body, _) = &self.bodies[&(ResourceType::Cluster, name.to_string(), version)];
+        envoy_types::pb::envoy::config::cluster::v3::Cluster::decode(&body.body.0[..])
+            .expect("a Cluster")
+    }
+}
+
+/// `region/zone/subzone` → (priority, weight, endpoint count) per locality group.
+fn groups(cla: &ClusterLoadAssignment) -> BTreeMap<String, (u32, u32, usize)> {
+    cla.endpoints
+        .iter()
+        .map(|g| {
+            let l = g.locality.clone().unwrap_or_default();
+            let name = format!("{}/{}/{}", l.region, l.zone, l.sub_zone);
+            let weight = g.load_balancing_weight.as_ref().map_or(0, |w| w.value);
+            (name, (g.priority, weight, g.lb_endpoints.len()))
+        })
+        .collect()
+}
+
+/// Locality load balancing, as Istio applies it, relative to each client proxy's locality:
+/// with `outlierDetection`, priorities (0 the client's own zone and subzone, then its zone,
+/// its region, elsewhere, without gaps); with `distribute`, the weights of the first entry
+/// the client matches (the groups it names nothing emptied), whether or not outliers are
+/// detected; `enabled: false` neither. Proxies in one locality share one assignment;
+/// proxies without a locality, and clusters without such a rule, share one as before; an
+/// endpoint change reaches exactly the assignments that hold it.
+#[test]
+fn load_assignments_follow_each_client_locality() {
+    let mut m = Mesh::new();
+    let a = placed_proxy("a", "10.9.0.1", "r1/z1");
+    let b = placed_proxy("b", "10.9.0.2", "r1/z1");
+    let c = placed_proxy("c", "10.9.0.3", "r2/z2");
+    let d = placed_proxy("d", "10.9.0.4", "");
+    let outlier = TrafficPolicy {
+        outlier_detection: Some(Box::new(OutlierDetection {
+            consecutive_5xx: Some(1),
+            ..Default::default()
+        })),
+        ..Default::default()
+    };
+    m.insert(vec![
+        service("reviews", "default"),
+        service("ratings", "default"),
+        placed_endpoint("reviews", "10.0.0.1", "r1/z1"),
+        placed_endpoint("reviews", "10.0.0.2", "r2/z2"),
+        placed_endpoint("reviews", "10.0.0.3", "r1/z2"),
+        placed_endpoint("ratings", "10.0.0.5", "r1/z1"),
+        reviews_rule(outlier.clone()),
+        px(&a),
+        px(&b),
+        px(&c),
+        px(&d),
+    ]);
+    let reviews = outbound(9080, "", "reviews", "default");
+    let ratings = outbound(9080, "", "ratings", "default");
+    let eds = |m: &Mesh, p: &Proxy, name: &str| m.version(p, ResourceType::Endpoint, name);
+    // Failover: priorities relative to the client.
+    assert_eq!(
+        groups(&m.cla(&a, &reviews)),
+        BTreeMap::from([
+            ("r1/z1/".to_string(), (0, 1, 1)),
+            ("r1/z2/".to_string(), (1, 1, 1)),
+            ("r2/z2/".to_string(), (2, 1, 1)),
+        ])
+    );
+    assert_eq!(
+        groups(&m.cla(&c, &reviews)),
+        BTreeMap::from([
+            ("r1/z1/".to_string(), (1, 1, 1)),
+            ("r1/z2/".to_string(), (1, 1, 1)),
+            ("r2/z2/".to_string(), (0, 1, 1)),
+        ])
+    );
+    // A client of no locality shares nothing with any group: one priority.
+    assert!(groups(&m.cla(&d, &reviews)).values().all(|g| g.0 == 0));
+    assert_eq!(
+        eds(&m, &a, &reviews),
+        eds(&m, &b, &reviews),
+        "one locality, one assignment"
+    );
+    assert_ne!(eds(&m, &a, &reviews), eds(&m, &c, &reviews));
+    // Without a locality rule, everyone shares the one assignment.
+    for p in [&b, &c, &d] {
+        assert_eq!(eds(&m, &a, &ratings), eds(&m, p, &ratings));
+    }
+    // Priorities need no switch in the cluster; distribute does (below).
+    assert!(m
+        .cluster_body(&a, &reviews)
+        .common_lb_config
+        .unwrap()
+        .locality_config_specifier
+        .is_none());
+
+    // An endpoint of ratings: each proxy gets its one new ratings assignment, nothing else.
+    let before = m.held.clone();
+    let diffs = m.insert(vec![placed_endpoint("ratings", "10.0.0.6", "r2/z2")]);
+    assert_eq!(
+        diffs,
+        expected_eds_diffs(
+            &before,
+            &[&a, &b, &c, &d],
+            std::slice::from_ref(&ratings),
+            &diffs
+        )
+    );
+    // An endpoint of reviews: each proxy's reviews assignment, nothing else.
+    let before = m.held.clone();
+    let diffs = m.insert(vec![placed_endpoint("reviews", "10.0.0.4", "r2/z2")]);
+    assert_eq!(
+        diffs,
+        expected_eds_diffs(
+            &before,
+            &[&a, &b, &c, &d],
+            std::slice::from_ref(&reviews),
+            &diffs
+        )
+    );
+    assert_eq!(groups(&m.cla(&c, &reviews))["r2/z2/"], (0, 2, 2));
+
+    // Distribute, without outlier detection: clients in r1/z1 weigh by it, others not.
+    let distribute = TrafficPolicy {
+        locality_lb: Some(Box::new(LocalityLbSetting {
+            distribute: vec![LocalityDistribute {
+                from: "r1/z1/*".into(),
+                to: vec![("r1/z1".into(), 80), ("r2/*".into(), 20)],
+            }],
+            ..Default::default()
+        })),
+        ..Default::default()
+    };
+    m.replace(
+        reviews_rule(outlier.clone()),
+        reviews_rule(distribute.clone()),
+    );
+    assert_eq!(
+        groups(&m.cla(&a, &reviews)),
+        BTreeMap::from([
+            ("r1/z1/".to_string(), (0, 80, 1)),
+            ("r1/z2/".to_string(), (0, 1, 0)),
+            ("r2/z2/".to_string(), (0, 20, 2)),
+        ])
+    );
+    assert_eq!(
+        groups(&m.cla(&c, &reviews)),
+        groups(&m.cla(&d, &reviews)),
+        "no entry for r2/z2: as it is"
+    );
+    assert!(m
+        .cluster_body(&a, &reviews)
+        .common_lb_config
+        .and_then(|c| c.locality_config_specifier)
+        .is_some());
+
+    // Switched off: one assignment for all again.
+    let mut off = distribute.clone();
+    off.outlier_detection = outlier.outlier_detection.clone();
+    if let Some(l) = off.locality_lb.as_mut() {
+        l.enabled = Some(false);
+        l.distribute.clear();
+    }
+    m.replace(reviews_rule(distribute), reviews_rule(off));
+    for p in [&b, &c, &d] {
+        assert_eq!(eds(&m, &a, &reviews), eds(&m, p, &reviews));
+    }
+    assert!(groups(&m.cla(&a, &reviews)).values().all(|g| g.0 == 0));
 }

@@ -183,6 +183,7 @@ fn proxy(kind: ProxyKind, id_kind: &str, app: &str, interception_none: bool) -> 
         labels: labels(&[("app", app)]),
         interception_none,
         service_account: None,
+        locality: String::new(),
     }
 }
 

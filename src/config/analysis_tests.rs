@@ -1000,3 +1000,92 @@ fn destination_rule_workload_selector_is_read() {
         .expect_err("bad label");
     assert_eq!(e.field, "spec.workloadSelector.matchLabels.app");
 }
+
+#[test]
+fn locality_lb_setting_is_read_and_checked_as_istio_checks_it() {
+    let doc = |tp: &str| format!("{DR}  trafficPolicy:\n{tp}");
+    // Failover with outlier detection, at the rule and a port; nothing said.
+    let p = parse(&doc(
+        "    loadBalancer:\n      localityLbSetting:\n        failover: [{from: r1, to: r2}]\n    \
+         outlierDetection: {consecutive5xxErrors: 1}\n    portLevelSettings:\n    - port: {number: 9080}\n      \
+         loadBalancer:\n        localityLbSetting:\n          distribute:\n          - from: r1/z1/*\n            \
+         to: {r1/z1/*: 80, r2/*: 20}\n",
+    ));
+    assert!(p.findings.is_empty(), "{:?}", p.findings);
+    let policy = dr(&p).traffic_policy.as_ref().expect("a policy");
+    let own = policy.locality_lb.as_deref().expect("read");
+    assert_eq!(own.failover, vec![("r1".to_string(), "r2".to_string())]);
+    let port = policy.port_level[0].1.locality_lb.as_deref().expect("read");
+    assert_eq!(port.distribute[0].to.len(), 2);
+    // Failover without outlier detection never applies; failoverPriority is not supported.
+    let p = parse(&doc(
+        "    loadBalancer:\n      localityLbSetting:\n        failover: [{from: r1, to: r2}]\n        \
+         failoverPriority: [app]\n",
+    ));
+    assert_eq!(
+        fields(&p, Level::Warning),
+        vec![
+            "spec.trafficPolicy.loadBalancer.localityLbSetting",
+            "spec.trafficPolicy.loadBalancer.localityLbSetting.failoverPriority",
+        ]
+    );
+    // Rejected as Istio's validation rejects them, naming the field.
+    let rejected = |tp: &str| {
+        let e = parse_document(&doc(tp), &MeshConfig::default()).unwrap_err();
+        (e.field, e.message)
+    };
+    let lb = "    loadBalancer:\n      localityLbSetting:\n";
+    let (field, message) = rejected(&format!(
+        "{lb}        distribute:\n        - from: r1\n          to: {{r1: 80, r2: 10}}\n"
+    ));
+    assert_eq!(
+        field,
+        "spec.trafficPolicy.loadBalancer.localityLbSetting.distribute[0].to"
+    );
+    assert_eq!(message, "weights must sum to 100 (they sum to 90)");
+    assert_eq!(
+        rejected(&format!(
+            "{lb}        distribute: [{{from: r1, to: {{r1: 100}}}}]\n        failover: [{{from: r1, to: r2}}]\n"
+        ))
+        .0,
+        "spec.trafficPolicy.loadBalancer.localityLbSetting"
+    );
+    assert_eq!(
+        rejected(&format!(
+            "{lb}        failover: [{{from: r1/z1, to: r2}}]\n"
+        ))
+        .0,
+        "spec.trafficPolicy.loadBalancer.localityLbSetting.failover[0]"
+    );
+    assert_eq!(
+        rejected(&format!(
+            "{lb}        distribute: [{{from: '*/z1', to: {{r1: 100}}}}]\n"
+        ))
+        .0,
+        "spec.trafficPolicy.loadBalancer.localityLbSetting.distribute"
+    );
+    assert_eq!(
+        rejected(&format!(
+            "{lb}        distribute: [{{from: r1, to: {{r1: 50, r1/z1: 50}}}}]\n"
+        ))
+        .0,
+        "spec.trafficPolicy.loadBalancer.localityLbSetting.distribute[0].to"
+    );
+    assert_eq!(
+        rejected(&format!(
+            "{lb}        distribute: [{{from: r1, to: {{r1: 0, r2: 100}}}}]\n"
+        ))
+        .0,
+        "spec.trafficPolicy.loadBalancer.localityLbSetting.distribute[0].to.r1"
+    );
+    // At a subset too.
+    let p = parse(&format!(
+        "{DR}  subsets:\n  - name: v1\n    labels: {{version: v1}}\n    trafficPolicy:\n      \
+         loadBalancer:\n        localityLbSetting: {{enabled: false}}\n"
+    ));
+    let sub = dr(&p).subsets[0].traffic_policy.as_ref().expect("a policy");
+    assert_eq!(
+        sub.locality_lb.as_deref().and_then(|l| l.enabled),
+        Some(false)
+    );
+}

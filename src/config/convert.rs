@@ -1798,6 +1798,147 @@ fn warmup(
     }))
 }
 
+/// A `localityLbSetting`, validated as Istio validates it (at `field`): `distribute` and
+/// `failover` not both; each `distribute` entry's weights in 1..=100 summing to 100; its
+/// localities (`from`s, and each entry's `to`s) with at most one `*`, at the end, no empty
+/// part, none overlapping another; `failover` entries between two different regions, no
+/// `*`; no topology label in `failoverPriority` beside `failover`. `failover` or
+/// `failoverPriority` without `outlierDetection` (`has_outlier`) is said: it never applies.
+/// `failoverPriority` itself is not acted on, which is said.
+pub(super) fn locality_lb_setting(
+    l: &istio::LocalityLbSetting,
+    field: &str,
+    has_outlier: bool,
+    findings: &mut Vec<Finding>,
+) -> Result<m::LocalityLbSetting> {
+    if !l.distribute.is_empty() && !l.failover.is_empty() {
+        return Err(Invalid::field(
+            field,
+            "distribute and failover cannot both be given",
+        ));
+    }
+    const TOPOLOGY: [&str; 3] = [
+        "topology.kubernetes.io/region",
+        "topology.kubernetes.io/zone",
+        "topology.istio.io/subzone",
+    ];
+    if !l.failover.is_empty() {
+        if let Some((i, label)) = l
+            .failover_priority
+            .iter()
+            .enumerate()
+            .find(|(_, p)| TOPOLOGY.contains(&p.split('=').next().unwrap_or_default()))
+        {
+            return Err(Invalid::field(
+                format!("{field}.failoverPriority[{i}]"),
+                format!("the topology label {label:?} cannot be given beside failover"),
+            ));
+        }
+    }
+    let mut distribute = Vec::new();
+    for (i, d) in l.distribute.iter().enumerate() {
+        let f = format!("{field}.distribute[{i}].to");
+        let mut to = Vec::new();
+        for (loc, w) in &d.to {
+            if !(1..=100).contains(w) {
+                return Err(Invalid::field(
+                    format!("{f}.{loc}"),
+                    format!("locality weight {w} is not in 1..100"),
+                ));
+            }
+            to.push((loc.clone(), *w as u32));
+        }
+        let total: u32 = to.iter().map(|(_, w)| w).sum();
+        if total != 100 {
+            return Err(Invalid::field(
+                f,
+                format!("weights must sum to 100 (they sum to {total})"),
+            ));
+        }
+        check_localities(to.iter().map(|(l, _)| l.as_str()), &f)?;
+        distribute.push(m::LocalityDistribute {
+            from: d.from.clone(),
+            to,
+        });
+    }
+    check_localities(
+        l.distribute.iter().map(|d| d.from.as_str()),
+        &format!("{field}.distribute"),
+    )?;
+    let mut failover = Vec::new();
+    for (i, fo) in l.failover.iter().enumerate() {
+        let f = format!("{field}.failover[{i}]");
+        if fo.from == fo.to {
+            return Err(Invalid::field(
+                f,
+                "a failover must be between two different regions",
+            ));
+        }
+        if fo.from.contains('/') || fo.to.contains('/') {
+            return Err(Invalid::field(f, "a failover names regions only"));
+        }
+        if fo.from.contains('*') || fo.to.contains('*') {
+            return Err(Invalid::field(f, "a failover region cannot contain '*'"));
+        }
+        failover.push((fo.from.clone(), fo.to.clone()));
+    }
+    if (!l.failover.is_empty() || !l.failover_priority.is_empty()) && !has_outlier {
+        findings.push(Finding::warning(
+            field,
+            "failover needs outlierDetection (without it Envoy never fails over): not applied",
+        ));
+    }
+    if !l.failover_priority.is_empty() {
+        findings.push(Finding::warning(
+            format!("{field}.failoverPriority"),
+            "not supported yet, ignored: with outlierDetection, endpoints are prioritized by \
+             locality (region, zone, subzone) and failover instead",
+        ));
+    }
+    Ok(m::LocalityLbSetting {
+        enabled: l.enabled,
+        distribute,
+        failover,
+    })
+}
+
+/// Localities of a `distribute` list (at `field`), as Istio checks them: at most one `*`,
+/// at the end; no empty part; none overlapping another.
+fn check_localities<'a>(locs: impl Iterator<Item = &'a str>, field: &str) -> Result<()> {
+    let mut seen: Vec<[&str; 3]> = Vec::new();
+    for loc in locs {
+        let stars = loc.matches('*').count();
+        if stars > 1 || (stars == 1 && !loc.ends_with('*')) {
+            return Err(Invalid::field(
+                field,
+                format!("locality {loc:?}: a '*' may appear once, at the end"),
+            ));
+        }
+        let parts: Vec<&str> = loc.splitn(3, '/').collect();
+        if parts.iter().any(|p| p.is_empty()) {
+            return Err(Invalid::field(
+                field,
+                format!("locality {loc:?} has an empty region, zone or subzone"),
+            ));
+        }
+        let part = |i: usize| parts.get(i).copied().unwrap_or("*");
+        let key = [part(0), part(1), part(2)];
+        let overlaps = |other: &[&str; 3]| {
+            key.iter()
+                .zip(other)
+                .all(|(a, b)| a == b || *a == "*" || *b == "*")
+        };
+        if seen.iter().any(overlaps) {
+            return Err(Invalid::field(
+                field,
+                format!("locality {loc:?} overlaps an earlier one"),
+            ));
+        }
+        seen.push(key);
+    }
+    Ok(())
+}
+
 /// The four settings a policy and each of its `portLevelSettings` entries have.
 fn policy_settings(
     lb: Option<&istio::LoadBalancerSettings>,
@@ -1818,9 +1959,18 @@ fn policy_settings(
         .and_then(|t| t.connect_timeout.as_deref())
         .map(|t| parse_duration_ms(t, &format!("{field}.connectionPool.tcp.connectTimeout")))
         .transpose()?;
+    let locality_lb = lb
+        .and_then(|l| l.locality_lb_setting.as_ref())
+        .map(|l| {
+            let f = format!("{field}.loadBalancer.localityLbSetting");
+            locality_lb_setting(l, &f, outlier.is_some(), findings)
+        })
+        .transpose()?
+        .map(Box::new);
     Ok(m::TrafficPolicy {
         load_balancer,
         warmup,
+        locality_lb,
         connect_timeout_ms,
         tls_disabled: tls_given && tls.is_none(),
         tls: tls.map(Box::new),

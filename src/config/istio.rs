@@ -297,6 +297,31 @@ pub struct LoadBalancerSettings {
     pub warmup: Option<Warmup>,
     /// Deprecated form of `warmup.duration`.
     pub warmup_duration_secs: Option<String>,
+    pub locality_lb_setting: Option<LocalityLbSetting>,
+}
+
+/// `localityLbSetting` (of a DestinationRule's `loadBalancer`, and of the mesh config).
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct LocalityLbSetting {
+    pub enabled: Option<bool>,
+    pub distribute: Vec<LocalityDistribute>,
+    pub failover: Vec<LocalityFailover>,
+    pub failover_priority: Vec<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct LocalityDistribute {
+    pub from: String,
+    pub to: std::collections::BTreeMap<String, i64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct LocalityFailover {
+    pub from: String,
+    pub to: String,
 }
 
 #[derive(Debug, Default, Deserialize)]

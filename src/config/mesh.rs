@@ -4,7 +4,7 @@
 //! by name (the same rule as for networking objects); a value meshflow cannot accept
 //! rejects the whole config, naming the field, so the last valid one stays in effect.
 
-use super::convert::{export_to, parse_duration_ms, retries};
+use super::convert::{export_to, locality_lb_setting, parse_duration_ms, retries};
 use super::findings::{typed_with_ignored, Finding, IGNORED};
 use super::{istio, Invalid};
 use dataflows::model::{ConfigKey, MeshConfig, MeshLayer, MeshSettings};
@@ -25,7 +25,7 @@ struct MeshConfigSpec {
     default_virtual_service_export_to: Option<Vec<String>>,
     default_destination_rule_export_to: Option<Vec<String>>,
     enable_auto_mtls: Option<bool>,
-    locality_lb_setting: Option<Value>,
+    locality_lb_setting: Option<istio::LocalityLbSetting>,
     protocol_detection_timeout: Option<String>,
     default_config: Option<ProxyConfigSpec>,
 }
@@ -162,6 +162,11 @@ pub fn parse_mesh(
             *out = export_to(v, field)?;
         }
     }
+    settings.locality_lb = spec
+        .locality_lb_setting
+        .as_ref()
+        .map(|l| locality_lb_setting(l, "mesh.localityLbSetting", true, &mut findings))
+        .transpose()?;
     findings.extend(unused_fields(&spec));
     if let Some(text) = networks_yaml {
         findings.extend(mesh_networks(text)?);
@@ -181,9 +186,6 @@ fn unused_fields(spec: &MeshConfigSpec) -> Vec<Finding> {
              stays plaintext unless a DestinationRule sets tls mode ISTIO_MUTUAL (or SIMPLE, \
              MUTUAL)",
         ));
-    }
-    if spec.locality_lb_setting.is_some() {
-        out.push(Finding::warning("mesh.localityLbSetting", IGNORED));
     }
     if spec.protocol_detection_timeout.is_some() {
         out.push(Finding::warning(
@@ -342,7 +344,6 @@ mod tests {
                 "mesh.defaultConfig.discoveryAddress",
                 "mesh.enableAutoMtls",
                 "mesh.enableTracing",
-                "mesh.localityLbSetting",
                 "mesh.protocolDetectionTimeout",
                 "meshNetworks.extra",
                 "meshNetworks.networks",
@@ -355,6 +356,48 @@ mod tests {
             .iter()
             .find(|f| f.field == "meshNetworks.networks");
         assert!(networks.unwrap().message.contains("network1"));
+        assert_eq!(
+            p.settings.locality_lb,
+            Some(dataflows::model::LocalityLbSetting {
+                enabled: Some(true),
+                ..Default::default()
+            })
+        );
+    }
+
+    #[test]
+    fn locality_lb_setting_is_read_and_validated_as_istio_does() {
+        let read = |yaml: &str| {
+            parse_mesh(
+                yaml,
+                None,
+                mesh_config_key("", "mesh"),
+                &MeshConfig::default(),
+                &MeshOverrides::default(),
+            )
+        };
+        let p = read(
+            "localityLbSetting:\n  distribute:\n  - from: r1/z1/*\n    to: {r1/z1/*: 80, r2/*: 20}\n",
+        )
+        .unwrap();
+        let l = p.settings.locality_lb.expect("read");
+        assert_eq!(l.distribute[0].from, "r1/z1/*");
+        assert_eq!(
+            l.distribute[0].to,
+            vec![("r1/z1/*".to_string(), 80), ("r2/*".to_string(), 20)]
+        );
+        assert!(
+            p.findings.iter().all(|f| !f.field.contains("locality")),
+            "{:?}",
+            p.findings
+        );
+        let err =
+            read("localityLbSetting:\n  distribute:\n  - from: r1\n    to: {r1: 80, r2: 10}\n")
+                .unwrap_err();
+        assert_eq!(err.field, "mesh.localityLbSetting.distribute[0].to");
+        assert!(err.message.contains("sum to 100"), "{}", err.message);
+        let err = read("localityLbSetting:\n  failover: [{from: r1, to: r1}]\n").unwrap_err();
+        assert_eq!(err.field, "mesh.localityLbSetting.failover[0]");
     }
 
     #[test]

@@ -17,7 +17,7 @@ use super::envoy::bootstrap_json;
 use super::http::{self, Landed};
 use crate::bench::loadgen::{Loadgen, Protocol};
 use dataflows::simulate::{Call, ProxyConfig, Upstream};
-use envoy_types::pb::envoy::config::core::v3::Node;
+use envoy_types::pb::envoy::config::core::v3::{Locality, Node};
 use envoy_types::pb::google::protobuf::{value::Kind, ListValue, Struct, Value};
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -165,10 +165,17 @@ pub fn node_of(bootstrap_yaml: &str) -> Result<Node, String> {
         Some(Kind::StructValue(s)) => Some(s),
         _ => None,
     };
+    let part = |k: &str| node["locality"][k].as_str().unwrap_or_default().to_string();
+    let locality = node["locality"].is_object().then(|| Locality {
+        region: part("region"),
+        zone: part("zone"),
+        sub_zone: part("sub_zone"),
+    });
     Ok(Node {
         id: id.to_string(),
         cluster: node["cluster"].as_str().unwrap_or_default().to_string(),
         metadata,
+        locality,
         ..Default::default()
     })
 }

@@ -112,12 +112,16 @@ fn describe_scope(scope: &ScopeKey) -> String {
             format!("router {namespace} selected by [{}]", gws.join(", "))
         }
     };
-    match scope.source_labels() {
+    let what = match scope.source_labels() {
         [] => what,
         sels => {
             let sels: Vec<String> = sels.iter().map(|sel| format!("{sel:?}")).collect();
             format!("{what}, matching sourceLabels {}", sels.join(", "))
         }
+    };
+    match scope.locality() {
+        "" => what,
+        loc => format!("{what}, in locality {loc}"),
     }
 }
 
@@ -139,6 +143,7 @@ mod tests {
             interception_none: false,
             proxyless: false,
             source_labels: Vec::new(),
+            locality: None,
         };
         let route = (
             Holder::Scope(scope.clone()),

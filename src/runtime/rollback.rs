@@ -332,6 +332,7 @@ mod tests {
             labels: Default::default(),
             interception_none: false,
             service_account: None,
+            locality: String::new(),
         });
         assert_eq!(rb.admit(7, vec![(svc.clone(), 1)]).0, vec![(svc, 1)]);
     }

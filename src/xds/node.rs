@@ -131,6 +131,7 @@ pub fn proxy_from_node(node: Option<&Node>) -> Result<Proxy, InvalidNode> {
             )));
         }
     }
+    let locality = proxy_locality(node, &labels);
     Ok(Proxy {
         id: id.to_string(),
         kind,
@@ -139,7 +140,44 @@ pub fn proxy_from_node(node: Option<&Node>) -> Result<Proxy, InvalidNode> {
         labels,
         interception_none,
         service_account,
+        locality,
     })
+}
+
+/// The proxy's locality as Istio reads it: its workload's locality labels (`istio-locality`
+/// as `region.zone.subzone`, else the topology labels) where the metadata carries them, else
+/// the node's `locality`; `region/zone/subzone` with trailing empty parts left out.
+fn proxy_locality(node: &Node, labels: &Labels) -> String {
+    let parts: [String; 3] = if let Some(l) = labels.get("istio-locality") {
+        let mut it = l.splitn(3, '.').map(str::to_string);
+        [
+            it.next().unwrap_or_default(),
+            it.next().unwrap_or_default(),
+            it.next().unwrap_or_default(),
+        ]
+    } else if let Some(region) = labels.get("topology.kubernetes.io/region") {
+        let get = |k: &str| labels.get(k).cloned().unwrap_or_default();
+        [
+            region.clone(),
+            get("topology.kubernetes.io/zone"),
+            get("topology.istio.io/subzone"),
+        ]
+    } else {
+        let l = node.locality.clone().unwrap_or_default();
+        [l.region, l.zone, l.sub_zone]
+    };
+    parts
+        .iter()
+        .map(|p| {
+            p.chars()
+                .filter(|c| *c != '/')
+                .take(128)
+                .collect::<String>()
+        })
+        .collect::<Vec<_>>()
+        .join("/")
+        .trim_end_matches('/')
+        .to_string()
 }
 
 /// The one namespace the node states: in `POD.NS`, in `NS.svc.DOMAIN` and in the NAMESPACE

@@ -39,6 +39,7 @@ pub fn envoy_validates_example(
             labels: node.labels.clone(),
             interception_none: false,
             service_account: None,
+            locality: String::new(),
         }));
     }
     let configs = naive::compute(&mesh, &Snapshot { records });

@@ -127,9 +127,26 @@ spec:
 
     /// [`Reviews::write_pods`], running as `service_account`.
     pub fn write_pods_as(&self, versions: &[&str], service_account: &str) {
-        let pods: Vec<String> = versions
+        let placed: Vec<(&str, &str)> = versions.iter().map(|v| (*v, "")).collect();
+        self.write_pods_placed_as(&placed, service_account);
+    }
+
+    /// As [`Reviews::write_pods`], each pod `(version, locality)` in its locality (Istio's
+    /// `istio-locality` label, `region.zone.subzone`; "" for none).
+    pub fn write_pods_placed(&self, placed: &[(&str, &str)]) {
+        self.write_pods_placed_as(placed, "reviews")
+    }
+
+    /// [`Reviews::write_pods_placed`], running as `service_account`.
+    pub fn write_pods_placed_as(&self, placed: &[(&str, &str)], service_account: &str) {
+        let pods: Vec<String> = placed
             .iter()
-            .map(|version| {
+            .map(|(version, locality)| {
+                let locality = if locality.is_empty() {
+                    String::new()
+                } else {
+                    format!("    istio-locality: {locality}\n")
+                };
                 format!(
                     "\
 apiVersion: v1
@@ -140,7 +157,7 @@ metadata:
   labels:
     app: reviews
     version: {version}
-spec:
+{locality}spec:
   serviceAccountName: {service_account}
   containers:
   - name: reviews

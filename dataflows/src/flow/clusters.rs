@@ -18,15 +18,16 @@ use crate::translate::cluster;
 /// `credentialName` (and not for gRPC, which fails those closed anyway): whether its
 /// clusters can use the Secret depends on the client proxy's namespace.
 type Group = (Hostname, (Option<ConfigKey>, bool, Option<String>));
-/// A cluster, the service port it is for, and the subset labels of an EDS cluster.
-type ClusterRow = (Resource, u16, Option<Labels>);
+/// A cluster, the service port it is for, and what an EDS cluster's assignment is built
+/// from.
+type ClusterRow = (Resource, u16, Option<EdsSel>);
 
 /// The EDS clusters that need a ClusterLoadAssignment.
 pub(super) struct Eds<'s> {
-    /// `((host, service port), (cluster name, subset labels))`, once per definition.
-    pub defs: Coll<'s, ((Hostname, u16), (String, Labels))>,
-    /// `((cluster name, subset labels), scope)`: which scopes hold each.
-    pub per_scope: Coll<'s, ((String, Labels), ScopeKey)>,
+    /// `((host, service port), (cluster name, selection))`, once per definition.
+    pub defs: Coll<'s, ((Hostname, u16), (String, EdsSel))>,
+    /// `((cluster name, selection), scope)`: which scopes hold each.
+    pub per_scope: Coll<'s, ((String, EdsSel), ScopeKey)>,
 }
 
 pub(super) struct Clusters<'s> {

@@ -106,42 +106,48 @@ pub(super) fn identified<'s>(
         })
 }
 
-/// One ClusterLoadAssignment per EDS cluster name, shared by all scopes.
+/// One ClusterLoadAssignment per EDS cluster name and client locality class, shared by all
+/// scopes of that class: one class ("") for a cluster that does not balance by locality,
+/// one per locality of the scopes holding it for one that does.
 pub(super) fn assignments<'s>(eds: Eds<'s>, resolved: &Resolved<'s>) -> Built<'s, ScopeKey> {
-    // Keyed by (name, subset labels): two scopes may see the same subset name defined by
+    // Keyed by (name, selection): two scopes may see the same subset name defined by
     // different DestinationRules, and each must get its own rule's endpoints.
     let cla_members = eds
         .defs
         .clone()
         .join_map(resolved.clone(), |_, (name, sel), ep| {
-            rules::labels_match(sel, &ep.labels)
-                .then(|| ((name.clone(), sel.clone()), Some(ep.clone())))
+            rules::labels_match(&sel.labels, &ep.labels)
+                .then(|| ((name.clone(), sel.clone()), ep.clone()))
         })
         .flat_map(|x| x);
     let cla_origins = cla_members
         .clone()
-        .flat_map(|(def, ep)| {
-            ep.map(|ep| ep.origins.into_iter().map(move |o| (def.clone(), o)))
-                .into_iter()
-                .flatten()
-        })
+        .flat_map(|(def, ep)| ep.origins.into_iter().map(move |o| (def.clone(), o)))
         .distinct();
-    // The definition itself joins as `None` so a cluster with no member still gets its
-    // (empty) assignment.
-    let clas = cla_members
-        .concat(eds.defs.map(|(_, def)| (def, None)))
-        .reduce(
-            |(name, _): &(String, Labels), vals: &[(&Option<Endpoint>, isize)], out| {
-                out.push((
-                    endpoint::load_assignment(name, vals.iter().filter_map(|(v, _)| v.as_ref())),
-                    1isize,
-                ))
-            },
-        );
-    let resources = eds
-        .per_scope
-        .clone()
-        .join_map(clas, |_, s, cla| (s.clone(), cla.clone()));
+    let per_class = eds.per_scope.clone().map(|(def, s)| {
+        let class = def.1.client_class(&s);
+        ((def, class), s)
+    });
+    let classes = per_class.clone().map(|(k, _)| k).distinct();
+    // Each member once per class of its definition (one class unless it balances by
+    // locality); the class itself joins as `None`, so a cluster with no member still gets
+    // its (empty) assignment.
+    let class_members = classes.clone().join_map(cla_members, |def, class, ep| {
+        ((def.clone(), class.clone()), Some(ep.clone()))
+    });
+    let clas = class_members.concat(classes.map(|k| (k, None))).reduce(
+        |((name, sel), class): &((String, EdsSel), String),
+         vals: &[(&Option<Endpoint>, isize)],
+         out| {
+            let members = vals.iter().filter_map(|(v, _)| v.as_ref());
+            let locality = sel.locality.as_deref().map(|m| (m, class.as_str()));
+            out.push((
+                endpoint::load_assignment_for(name, members, locality),
+                1isize,
+            ))
+        },
+    );
+    let resources = per_class.join_map(clas, |_, s, cla| (s.clone(), cla.clone()));
     // An assignment also comes from the EndpointSlices and Pods of its members.
     let provenance = eds.per_scope.join_map(cla_origins, |(name, _), s, o| {
         (

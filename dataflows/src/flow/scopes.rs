@@ -24,7 +24,41 @@ pub(super) fn of_proxies<'s>(
     let labelled = scopes.clone().join_map(matched.clone(), |id, s, sels| {
         (id.clone(), s.clone().with_source_labels(sels.clone()))
     });
-    labelled.concat(scopes.antijoin(matched.map(|(id, _)| id)))
+    let scopes = labelled.concat(scopes.antijoin(matched.map(|(id, _)| id)));
+    let placed = localities(mesh, proxies, drs);
+    scopes
+        .clone()
+        .join_map(placed.clone(), |id, s, loc| {
+            (id.clone(), s.clone().with_locality(loc.clone()))
+        })
+        .concat(scopes.antijoin(placed.map(|(id, _)| id)))
+}
+
+/// `(proxy, locality)` for the proxies with a locality, while some DestinationRule may
+/// balance by locality or the mesh config distributes by it: only then can the load
+/// assignments of proxies in different localities differ. (Per mesh, not per scope: which
+/// clusters a scope holds depends on its scope.)
+fn localities<'s>(
+    mesh: &Mesh<'s>,
+    proxies: &Coll<'s, (ProxyId, Proxy)>,
+    drs: &Coll<'s, (ConfigKey, DestinationRule)>,
+) -> Coll<'s, (ProxyId, String)> {
+    let wanted = drs
+        .clone()
+        .filter(|(_, dr)| dr.may_balance_by_locality())
+        .map(|_| ())
+        .concat(
+            mesh.clone()
+                .filter(|(_, m)| m.distributes_by_locality())
+                .map(|_| ()),
+        )
+        .distinct();
+    proxies
+        .clone()
+        .filter(|(_, p)| !p.locality.is_empty())
+        .map(|(id, p)| ((), (id, p.locality)))
+        .semijoin(wanted)
+        .map(|(_, row)| row)
 }
 
 /// The selectors each proxy matches (VirtualServices' `sourceLabels`, DestinationRules'
@@ -175,6 +209,7 @@ fn router_scopes<'s>(
                     namespace: p.namespace.clone(),
                     gateways: gws.clone(),
                     source_labels: Vec::new(),
+                    locality: None,
                 },
             )
         });
@@ -187,6 +222,7 @@ fn router_scopes<'s>(
                     namespace: p.namespace,
                     gateways: Vec::new(),
                     source_labels: Vec::new(),
+                    locality: None,
                 },
             )
         });

@@ -4,11 +4,12 @@
 use super::{ads, duration_ms, inbound_cluster_name, outbound_cluster_name, socket_address};
 use crate::client_tls::ClientSecrets;
 use crate::model::{
-    ClusterDefaults, ConnectionPool, DestinationRule, HashTable, LoadBalancer, OutlierDetection,
-    Resolution, Resource, ResourceType, Service, ServicePort, TrafficPolicy,
-    DEFAULT_CONNECT_TIMEOUT_MS,
+    ClusterDefaults, ConnectionPool, DestinationRule, EdsSel, HashTable, LoadBalancer,
+    LocalityMode, OutlierDetection, Resolution, Resource, ResourceType, Service, ServicePort,
+    TrafficPolicy, DEFAULT_CONNECT_TIMEOUT_MS,
 };
 use envoy_types::pb::envoy::config::cluster::v3::circuit_breakers::Thresholds;
+use envoy_types::pb::envoy::config::cluster::v3::cluster::common_lb_config::LocalityConfigSpecifier;
 use envoy_types::pb::envoy::config::cluster::v3::cluster::{
     ClusterDiscoveryType, DiscoveryType, DnsLookupFamily, EdsClusterConfig, LbPolicy,
 };
@@ -167,6 +168,18 @@ fn outbound(
             ));
         }
         Resolution::Static => {
+            // Locality weights and failover entries: Envoy weighs localities only when told
+            // to, as Istio tells it (priorities alone need no switch).
+            let weighted = LocalityMode::of(&policy, defaults.locality_lb.as_ref())
+                .is_some_and(|m| m.weighted());
+            if weighted {
+                cluster
+                    .common_lb_config
+                    .get_or_insert_with(Default::default)
+                    .locality_config_specifier = Some(
+                    LocalityConfigSpecifier::LocalityWeightedLbConfig(Default::default()),
+                );
+            }
             cluster.cluster_discovery_type =
                 Some(ClusterDiscoveryType::Type(DiscoveryType::Eds as i32));
             cluster.eds_cluster_config = Some(EdsClusterConfig {
@@ -647,12 +660,12 @@ pub fn blackhole() -> Resource {
 }
 
 /// Every outbound cluster of one service under the DestinationRule in effect: the default
-/// cluster per port plus one per subset per port. Returns `(resource, eds subset labels)`;
-/// the labels are `Some` for EDS clusters.
+/// cluster per port plus one per subset per port. Returns `(resource, port, selection)`;
+/// the selection (subset labels, locality load balancing) is `Some` for EDS clusters.
 pub fn outbound_all(
     service: &Service,
     dr: Option<&DestinationRule>,
-) -> Vec<(Resource, u16, Option<crate::model::Labels>)> {
+) -> Vec<(Resource, u16, Option<EdsSel>)> {
     outbound_all_for(service, dr, false, &ClusterDefaults::default())
 }
 
@@ -663,7 +676,7 @@ pub fn outbound_all_for(
     dr: Option<&DestinationRule>,
     grpc: bool,
     defaults: &ClusterDefaults,
-) -> Vec<(Resource, u16, Option<crate::model::Labels>)> {
+) -> Vec<(Resource, u16, Option<EdsSel>)> {
     outbound_all_with(service, dr, grpc, defaults, ClientSecrets::default())
 }
 
@@ -675,23 +688,29 @@ pub fn outbound_all_with(
     grpc: bool,
     defaults: &ClusterDefaults,
     secrets: ClientSecrets,
-) -> Vec<(Resource, u16, Option<crate::model::Labels>)> {
+) -> Vec<(Resource, u16, Option<EdsSel>)> {
     let mut out = Vec::new();
     // A `PASSTHROUGH` cluster goes to original destinations, and one that fails closed
     // has no hosts: neither has an assignment.
-    let eds = |subset, port| {
+    // What the assignment of an EDS cluster is built from: the subset's labels and the
+    // locality load balancing of its policy.
+    let eds = |subset: Option<&str>, port, labels: &crate::model::Labels| {
         let policy = effective_policy(dr, subset, Some(port));
-        service.resolution == Resolution::Static
+        let is_eds = service.resolution == Resolution::Static
             && policy.load_balancer != Some(LoadBalancer::Passthrough)
-            && fail_closed(&policy, grpc, secrets).is_none()
+            && fail_closed(&policy, grpc, secrets).is_none();
+        is_eds.then(|| EdsSel {
+            labels: labels.clone(),
+            locality: LocalityMode::of(&policy, defaults.locality_lb.as_ref()).map(Box::new),
+        })
     };
     let outbound = |port, subset| outbound(service, port, dr, subset, grpc, defaults, secrets);
     for port in &service.ports {
-        let labels = eds(None, port.port).then(crate::model::Labels::new);
-        out.push((outbound(port, None), port.port, labels));
+        let sel = eds(None, port.port, &crate::model::Labels::new());
+        out.push((outbound(port, None), port.port, sel));
         for subset in dr.map(|d| d.subsets.as_slice()).unwrap_or(&[]) {
-            let labels = eds(Some(&subset.name), port.port).then(|| subset.labels.clone());
-            out.push((outbound(port, Some(&subset.name)), port.port, labels));
+            let sel = eds(Some(&subset.name), port.port, &subset.labels);
+            out.push((outbound(port, Some(&subset.name)), port.port, sel));
         }
     }
     out
@@ -763,6 +782,7 @@ mod tests {
         let defaults = ClusterDefaults {
             connect_timeout_ms: 1000,
             trust_domain: "corp.example".into(),
+            locality_lb: None,
         };
         outbound_all_for(service, Some(dr), grpc, &defaults)
             .into_iter()
