@@ -19,14 +19,13 @@ use support::{require_envoy, wait_until, SidecarScene, CONVERGE_TIMEOUT};
 
 const VHOST: &str = "type.googleapis.com/envoy.config.route.v3.VirtualHost";
 
-/// The dynamic route configuration `name` of a config dump.
+/// The dynamic route configuration `name` of `/config_dump?resource=dynamic_route_configs`
+/// (one `DynamicRouteConfig` per entry of `configs`).
 fn dumped_route<'a>(dump: &'a Value, name: &str) -> Option<&'a Value> {
     dump["configs"]
         .as_array()?
         .iter()
-        .filter_map(|c| c["dynamic_route_configs"].as_array())
-        .flatten()
-        .map(|r| &r["route_config"])
+        .map(|c| &c["route_config"])
         .find(|rc| rc["name"] == name)
 }
 

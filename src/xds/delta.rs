@@ -152,8 +152,11 @@ impl DeltaStream {
                 .iter()
                 .map(|(n, v)| (name(n), name(v)))
                 .collect();
-            // The legacy wildcard: a first CDS/LDS request that names nothing.
-            st.wildcard = wildcard_by_default(t) && req.resource_names_subscribe.is_empty();
+            // The legacy wildcard: a first CDS/LDS request that names nothing. Envoy 1.40's
+            // VHDS over ADS names nothing either (not the route configuration it wants the
+            // virtual hosts of): every route configuration the client holds.
+            st.wildcard =
+                (wildcard_by_default(t) || vhost) && req.resource_names_subscribe.is_empty();
             // A client resuming with versions already has what it needs to run.
             st.must_respond = req.initial_resource_versions.is_empty();
             if !req.initial_resource_versions.is_empty() && !vhost {
@@ -475,6 +478,13 @@ impl DeltaStream {
                     eds.resend.extend(updated);
                 }
             }
+            // The route configurations the client holds changed: so may the virtual hosts
+            // of a wildcard VHDS subscription.
+            if t == ResourceType::Route {
+                if let Some(v) = self.vhosts.as_mut() {
+                    v.compared_at = None;
+                }
+            }
         }
         out
     }
@@ -485,6 +495,12 @@ impl DeltaStream {
     /// answered as removed, so the request does not wait). Without VHDS every name asked
     /// is answered as removed.
     fn compare_vhosts(&mut self, view: &ProxyView<'_>) -> Option<DeltaDiscoveryResponse> {
+        // A wildcard subscription: the virtual hosts of every route configuration the client
+        // holds.
+        let routes_held: Vec<Name> = match (&self.vhosts, self.types.get(&ResourceType::Route)) {
+            (Some(v), Some(rds)) if v.wildcard => rds.client.keys().cloned().collect(),
+            _ => Vec::new(),
+        };
         let st = self.vhosts.as_mut()?;
         if st.in_flight.is_some() || self.clusters_incomplete {
             return None;
@@ -507,8 +523,9 @@ impl DeltaStream {
                 view.body(ResourceType::Route, name, version)
             })
         };
-        let mut names: Vec<&Name> = st.names.iter().collect();
+        let mut names: Vec<&Name> = st.names.iter().chain(&routes_held).collect();
         names.sort();
+        names.dedup();
         for n in names {
             if let Some(s) = split(n) {
                 for vh in &s.vhosts {

@@ -641,3 +641,40 @@ fn delta_vhds_sends_changed_virtual_hosts_only() {
     assert_eq!(r[0].resources[0].aliases, ["80/a"]);
     assert_eq!(r[0].removed_resources, ["80/nowhere"]);
 }
+
+/// Envoy 1.40's VHDS request over ADS names no resource: the virtual hosts of every route
+/// configuration the client holds are sent, and follow a route configuration it gains.
+#[test]
+fn delta_vhds_wildcard_follows_route_configurations_held() {
+    use crate::hub::vhds::{VhdsCache, VIRTUAL_HOST_TYPE_URL};
+    let hub = hub();
+    let cache = VhdsCache::default();
+    let look = |s: &mut DeltaStream| {
+        let st = hub.0.borrow();
+        s.pending(&ProxyView::new(st.0.held(ID), &st.1, 0).with_vhds(Some(&cache)))
+    };
+    epoch(&hub, 1, &[route_with_vhosts("b1")], &[]);
+    let mut s = DeltaStream::default();
+    s.on_request_unshared(&DeltaDiscoveryRequest {
+        type_url: ResourceType::Route.type_url().into(),
+        resource_names_subscribe: vec!["80".into()],
+        ..Default::default()
+    })
+    .unwrap();
+    let r = look(&mut s);
+    s.on_request_unshared(&DeltaDiscoveryRequest {
+        type_url: ResourceType::Route.type_url().into(),
+        response_nonce: r[0].nonce.clone(),
+        ..Default::default()
+    })
+    .unwrap();
+    s.on_request_unshared(&DeltaDiscoveryRequest {
+        type_url: VIRTUAL_HOST_TYPE_URL.into(),
+        ..Default::default()
+    })
+    .unwrap();
+    let r = look(&mut s);
+    assert_eq!(r.len(), 1, "{r:?}");
+    let names: Vec<&str> = r[0].resources.iter().map(|x| x.name.as_str()).collect();
+    assert_eq!(names, ["80/a:80", "80/b:80"]);
+}
