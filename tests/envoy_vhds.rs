@@ -93,7 +93,11 @@ fn vhds_over_delta_ads_in_envoy() {
     // A protocol client on the same server, with the same Sidecar: what goes on the wire.
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let mut xds = rt.block_on(async {
-        let node = xds_client::node("client-vhds", "default", &[("app", "client")]);
+        let node = xds_client::node(
+            "sidecar~127.0.76.30~client-vhds.default~default.svc.cluster.local",
+            "default",
+            &[("app", "client")],
+        );
         let mut c = DeltaClient::connect(scene.meshflow.xds_addr(), node).await;
         c.sync().await;
         c.subscribe(RDS, std::slice::from_ref(&route), HashMap::new())
