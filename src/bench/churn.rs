@@ -192,20 +192,17 @@ pub async fn drive(
         let subset = {
             let svc = &state.services[s];
             let version = svc.endpoints.get(e).map(|ep| ep.version.clone());
-            version
-                .filter(|v| svc.subsets.contains(v))
-                .map(|v| {
-                    let sub_name =
-                        dataflows::translate::outbound_cluster_name(80, Some(&v), &host);
-                    let sub_eps: Vec<Endpoint> = svc
-                        .endpoints
-                        .iter()
-                        .zip(&eps)
-                        .filter(|(ep, _)| ep.version == v)
-                        .map(|(_, x)| x.clone())
-                        .collect();
-                    dataflows::translate::endpoint::load_assignment(&sub_name, &sub_eps)
-                })
+            version.filter(|v| svc.subsets.contains(v)).map(|v| {
+                let sub_name = dataflows::translate::outbound_cluster_name(80, Some(&v), &host);
+                let sub_eps: Vec<Endpoint> = svc
+                    .endpoints
+                    .iter()
+                    .zip(&eps)
+                    .filter(|(ep, _)| ep.version == v)
+                    .map(|(_, x)| x.clone())
+                    .collect();
+                dataflows::translate::endpoint::load_assignment(&sub_name, &sub_eps)
+            })
         };
         if let Some(holders) = index.get(&*name) {
             let mut changed = vec![(
@@ -216,7 +213,10 @@ pub async fn drive(
             let mut body_bytes = cla.body.0.len() as u64;
             // Every holder of a service's assignment holds its subsets' (the Sidecar
             // imports hosts, not clusters): one response carries both.
-            if let Some(sub) = subset.as_ref().filter(|c| index.contains_key(c.name.as_str())) {
+            if let Some(sub) = subset
+                .as_ref()
+                .filter(|c| index.contains_key(c.name.as_str()))
+            {
                 changed.push((
                     dataflows::model::ResourceType::Endpoint,
                     sub.name.as_str(),

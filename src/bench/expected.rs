@@ -29,12 +29,14 @@ impl Expected {
         self.per_proxy
             .iter()
             .map(|c| {
-                *per_config.entry(Arc::as_ptr(c) as usize).or_insert_with(|| {
-                    delta_min_bytes(
-                        c.iter()
-                            .map(|((t, n), (v, l))| (*t, n.as_str(), Some((v.as_str(), *l)))),
-                    )
-                })
+                *per_config
+                    .entry(Arc::as_ptr(c) as usize)
+                    .or_insert_with(|| {
+                        delta_min_bytes(
+                            c.iter()
+                                .map(|((t, n), (v, l))| (*t, n.as_str(), Some((v.as_str(), *l)))),
+                        )
+                    })
             })
             .sum()
     }
@@ -91,7 +93,10 @@ pub fn delta_min_bytes<'a>(
             // (Any { type_url = 1, value = 2 }), name = 3 }.
             Some((version, len)) => {
                 let any = field_len(1, url.len()) + field_len(2, len);
-                field_len(2, field_len(1, version.len()) + field_len(2, any) + field_len(3, name.len()))
+                field_len(
+                    2,
+                    field_len(1, version.len()) + field_len(2, any) + field_len(3, name.len()),
+                )
             }
             // removed_resources = 6.
             None => field_len(6, name.len()),
@@ -101,7 +106,9 @@ pub fn delta_min_bytes<'a>(
     per_url
         .into_iter()
         // type_url = 4, nonce = 5.
-        .map(|(url, fields)| (fields + field_len(4, url.len()) + field_len(5, MIN_NONCE_LEN)) as u64)
+        .map(|(url, fields)| {
+            (fields + field_len(4, url.len()) + field_len(5, MIN_NONCE_LEN)) as u64
+        })
         .sum()
 }
 
@@ -172,9 +179,7 @@ impl Oracle {
     pub async fn compute(&self, records: BTreeSet<Record>) -> Result<Expected, String> {
         let (mesh, proxies, mode) = (self.mesh.clone(), self.proxies.clone(), self.mode);
         let vhds = self.vhds;
-        tokio::task::spawn_blocking(move || {
-            compute_expected(&mesh, &records, &proxies, mode, vhds)
-        })
+        tokio::task::spawn_blocking(move || compute_expected(&mesh, &records, &proxies, mode, vhds))
             .await
             .map_err(|e| format!("the recompute failed: {e}"))
     }
@@ -469,11 +474,31 @@ mod tests {
     fn delta_min_bytes_is_the_encoded_size() {
         let body = |n: usize| vec![7u8; n];
         let changes = [
-            (ResourceType::Endpoint, "outbound|80||a.ns.svc.cluster.local", Some(("0123456789abcdef", 342))),
-            (ResourceType::Endpoint, "outbound|80|v1|a.ns.svc.cluster.local", Some(("fedcba9876543210", 200))),
-            (ResourceType::Endpoint, "outbound|80|v9|a.ns.svc.cluster.local", None),
-            (ResourceType::Route, "80", Some(("00000000000000aa", 70_000))),
-            (ResourceType::Route, "80/a.ns.svc.cluster.local:80", Some(("00000000000000bb", 300))),
+            (
+                ResourceType::Endpoint,
+                "outbound|80||a.ns.svc.cluster.local",
+                Some(("0123456789abcdef", 342)),
+            ),
+            (
+                ResourceType::Endpoint,
+                "outbound|80|v1|a.ns.svc.cluster.local",
+                Some(("fedcba9876543210", 200)),
+            ),
+            (
+                ResourceType::Endpoint,
+                "outbound|80|v9|a.ns.svc.cluster.local",
+                None,
+            ),
+            (
+                ResourceType::Route,
+                "80",
+                Some(("00000000000000aa", 70_000)),
+            ),
+            (
+                ResourceType::Route,
+                "80/a.ns.svc.cluster.local:80",
+                Some(("00000000000000bb", 300)),
+            ),
         ];
         let mut by_url: BTreeMap<&str, DeltaDiscoveryResponse> = BTreeMap::new();
         for (t, name, sent) in changes {

@@ -873,8 +873,8 @@ async fn run_delta(
         let bytes = resp.encoded_len() as u64;
         // VHDS virtual hosts are route content: counted and held as RDS.
         let vhost = resp.type_url == VIRTUAL_HOST_TYPE_URL;
-        let Some(t) = ResourceType::from_type_url(&resp.type_url)
-            .or(vhost.then_some(ResourceType::Route))
+        let Some(t) =
+            ResourceType::from_type_url(&resp.type_url).or(vhost.then_some(ResourceType::Route))
         else {
             h.lock().undecodable += 1;
             continue;

@@ -190,7 +190,10 @@ mod tests {
         let names: Vec<&str> = a.vhosts.iter().map(|v| &*v.name).collect();
         assert_eq!(
             names,
-            ["80/a.ns.svc.cluster.local:80", "80/b.ns.svc.cluster.local:80"]
+            [
+                "80/a.ns.svc.cluster.local:80",
+                "80/b.ns.svc.cluster.local:80"
+            ]
         );
         let vh = VirtualHost::decode(&a.vhosts[0].body.0[..]).expect("decode");
         assert_eq!(vh.name, "80/a.ns.svc.cluster.local:80");

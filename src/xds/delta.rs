@@ -105,7 +105,9 @@ impl DeltaStream {
             // asks for others: answered as holding none of the names, so the client stops
             // waiting for it, and the stream goes on. A stream that asks for nothing else
             // is refused: it has nothing to be served.
-            Err(e) if self.types.is_empty() && self.unserved.is_empty() && self.vhosts.is_none() => {
+            Err(e)
+                if self.types.is_empty() && self.unserved.is_empty() && self.vhosts.is_none() =>
+            {
                 return Err(e)
             }
             Err(_) => {
@@ -421,8 +423,10 @@ impl DeltaStream {
                 sent.push((name, version));
             }
             if truncated {
-                st.resend
-                    .extend(rest.filter(|(n, _, _)| resend.contains(n)).map(|(n, _, _)| n));
+                st.resend.extend(
+                    rest.filter(|(n, _, _)| resend.contains(n))
+                        .map(|(n, _, _)| n),
+                );
                 // What was left out differs from what the client holds: compare it all again.
                 st.compared_at = None;
             }

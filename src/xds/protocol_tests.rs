@@ -579,16 +579,18 @@ fn delta_vhds_sends_changed_virtual_hosts_only() {
         let st = hub.0.borrow();
         s.pending(&ProxyView::new(st.0.held(ID), &st.1, 0).with_vhds(Some(&cache)))
     };
-    let ack = |s: &mut DeltaStream, r: &envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryResponse| {
-        s.on_request_unshared(&DeltaDiscoveryRequest {
-            type_url: r.type_url.clone(),
-            response_nonce: r.nonce.clone(),
-            ..Default::default()
-        })
-        .unwrap();
-    };
+    let ack =
+        |s: &mut DeltaStream,
+         r: &envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryResponse| {
+            s.on_request_unshared(&DeltaDiscoveryRequest {
+                type_url: r.type_url.clone(),
+                response_nonce: r.nonce.clone(),
+                ..Default::default()
+            })
+            .unwrap();
+        };
     let r1 = route_with_vhosts("b1");
-    epoch(&hub, 1, &[r1.clone()], &[]);
+    epoch(&hub, 1, std::slice::from_ref(&r1), &[]);
     let mut s = DeltaStream::default();
     s.on_request_unshared(&DeltaDiscoveryRequest {
         type_url: ResourceType::Route.type_url().into(),
@@ -598,10 +600,9 @@ fn delta_vhds_sends_changed_virtual_hosts_only() {
     .unwrap();
     let r = look(&mut s);
     assert_eq!(r.len(), 1);
-    let rc = RouteConfiguration::decode(
-        &r[0].resources[0].resource.as_ref().expect("body").value[..],
-    )
-    .expect("a route configuration");
+    let rc =
+        RouteConfiguration::decode(&r[0].resources[0].resource.as_ref().expect("body").value[..])
+            .expect("a route configuration");
     assert!(rc.virtual_hosts.is_empty() && rc.vhds.is_some(), "{rc:?}");
     ack(&mut s, &r[0]);
     s.on_request_unshared(&DeltaDiscoveryRequest {
