@@ -224,7 +224,7 @@ pub async fn drive(
                 ));
                 body_bytes += sub.body.0.len() as u64;
             }
-            let response = super::expected::delta_min_bytes(changed);
+            let response = super::min_bytes::delta_min_bytes(changed);
             out.min_bytes += response * holders.len() as u64;
             out.min_body_bytes += body_bytes * holders.len() as u64;
             for &p in holders {

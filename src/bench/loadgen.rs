@@ -25,8 +25,8 @@
 //! content hash meshflow uses ([`dataflows::model::version_of`] of the encoded body), and for
 //! Delta the loadgen checks the two agree (`version_mismatches`).
 
-use crate::hub::vhds::VIRTUAL_HOST_TYPE_URL;
 use crate::xds::node::proxy_from_node;
+use crate::xds::vhds::VIRTUAL_HOST_TYPE_URL;
 use dataflows::model::{version_of, Proxy, ResourceType};
 use envoy_types::pb::envoy::config::cluster::v3::cluster::{ClusterDiscoveryType, DiscoveryType};
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;

@@ -23,7 +23,7 @@ pub struct ScenarioResult {
     pub unaffected_messaged: usize,
     /// What an ideal incremental server must send at least: the smallest Delta responses
     /// delivering the changed resources (one per type per proxy, envelope included:
-    /// [`super::expected::delta_min_bytes`]), summed over the proxies affected.
+    /// [`super::min_bytes::delta_min_bytes`]), summed over the proxies affected.
     pub min_bytes: u64,
     /// The changed resources' encoded bodies alone, summed over the proxies affected (the
     /// minimum before the envelope was counted).
