@@ -190,6 +190,13 @@ enum Command {
         /// NACK: where proxies are not trusted (no mTLS), consider turning this off.
         #[arg(long)]
         no_nack_rollback: bool,
+        /// Serve route configurations over VHDS on Delta streams: each route configuration
+        /// goes without its virtual hosts and points at the ADS stream for them; the
+        /// virtual hosts follow as `envoy.config.route.v3.VirtualHost` resources named
+        /// `ROUTE/HOST`, so a change of one virtual host sends only it. SotW streams keep
+        /// the virtual hosts inline (VHDS needs Delta).
+        #[arg(long)]
+        vhds: bool,
         /// Address of the ADS gRPC server. Loopback by default: any other address needs
         /// TLS (`--tls-cert`/`--tls-key`) or `--plaintext`.
         #[arg(long, default_value = "127.0.0.1:15010")]
@@ -449,6 +456,7 @@ fn main() -> ExitCode {
             lease,
             lease_duration_s,
             no_nack_rollback,
+            vhds,
             xds_addr,
             debug_addr,
             debug_public,
@@ -503,6 +511,7 @@ fn main() -> ExitCode {
                 }),
                 state_file,
                 nack_rollback: !no_nack_rollback,
+                vhds,
                 xds_addr,
                 debug_addr,
                 debug_public,

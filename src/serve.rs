@@ -37,6 +37,10 @@ pub struct ServeOptions {
     pub state_file: Option<PathBuf>,
     /// A NACK sets back the objects behind the rejected resources (`runtime::rollback`).
     pub nack_rollback: bool,
+    /// Delta streams serve route configurations over VHDS: without their virtual hosts,
+    /// which follow as resources of their own ([`crate::hub::vhds`]). SotW streams keep
+    /// them inline.
+    pub vhds: bool,
     pub workers: usize,
     pub engine: EngineKind,
     pub debounce: crate::runtime::Debounce,
@@ -133,6 +137,9 @@ pub async fn serve(opts: ServeOptions) -> Result<(), String> {
         },
     );
     let _ = hub.workload_ca.set(std::sync::Arc::new(ca));
+    if opts.vhds {
+        let _ = hub.vhds.set(Default::default());
+    }
     // The runtime ending while serving is fatal: proxies could no longer be computed.
     let (runtime_end_tx, runtime_end) = tokio::sync::oneshot::channel::<Result<(), String>>();
     {

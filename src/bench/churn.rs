@@ -53,8 +53,11 @@ pub struct ChurnOutcome {
     pub edits: Vec<Edit>,
     /// Wall time from the first write to the last, s.
     pub write_window_s: f64,
-    /// Encoded size of each new assignment times the proxies holding it.
+    /// The smallest Delta response carrying each new assignment, times the proxies
+    /// holding it.
     pub min_bytes: u64,
+    /// Encoded size of each new assignment times the proxies holding it.
+    pub min_body_bytes: u64,
 }
 
 /// Which endpoint each change moves.
@@ -185,8 +188,46 @@ pub async fn drive(
             .entry(name.clone())
             .or_default()
             .push((expected.clone(), i));
+        // The moved endpoint's subset (if its DestinationRule selects its version) changes
+        // too: its assignment is part of what the change must send.
+        let subset = {
+            let svc = &state.services[s];
+            let version = svc.endpoints.get(e).map(|ep| ep.version.clone());
+            version.filter(|v| svc.subsets.contains(v)).map(|v| {
+                let sub_name = dataflows::translate::outbound_cluster_name(80, Some(&v), &host);
+                let sub_eps: Vec<Endpoint> = svc
+                    .endpoints
+                    .iter()
+                    .zip(&eps)
+                    .filter(|(ep, _)| ep.version == v)
+                    .map(|(_, x)| x.clone())
+                    .collect();
+                dataflows::translate::endpoint::load_assignment(&sub_name, &sub_eps)
+            })
+        };
         if let Some(holders) = index.get(&*name) {
-            out.min_bytes += cla.body.0.len() as u64 * holders.len() as u64;
+            let mut changed = vec![(
+                dataflows::model::ResourceType::Endpoint,
+                &*name,
+                Some((cla.version.as_str(), cla.body.0.len())),
+            )];
+            let mut body_bytes = cla.body.0.len() as u64;
+            // Every holder of a service's assignment holds its subsets' (the Sidecar
+            // imports hosts, not clusters): one response carries both.
+            if let Some(sub) = subset
+                .as_ref()
+                .filter(|c| index.contains_key(c.name.as_str()))
+            {
+                changed.push((
+                    dataflows::model::ResourceType::Endpoint,
+                    sub.name.as_str(),
+                    Some((sub.version.as_str(), sub.body.0.len())),
+                ));
+                body_bytes += sub.body.0.len() as u64;
+            }
+            let response = super::min_bytes::delta_min_bytes(changed);
+            out.min_bytes += response * holders.len() as u64;
+            out.min_body_bytes += body_bytes * holders.len() as u64;
             for &p in holders {
                 pending.push(Pending {
                     change: i,

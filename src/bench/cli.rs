@@ -262,6 +262,11 @@ pub struct BenchArgs {
     /// `--server-arg=--history-bytes=0` to see what the history costs.
     #[arg(long = "server-arg", allow_hyphen_values = true)]
     pub server_args: Vec<String>,
+    /// Serve route configurations over VHDS (`meshflow serve --vhds`) to the Delta
+    /// engines: a virtual host's change sends that virtual host, not its route
+    /// configuration. The simulated proxies subscribe to the virtual hosts as Envoy does.
+    #[arg(long)]
+    pub vhds: bool,
     /// Threads of the simulated proxies (they share the machine with the server).
     #[arg(long, default_value_t = 1)]
     pub loadgen_threads: usize,
@@ -349,6 +354,7 @@ fn bench_options(a: BenchArgs) -> Result<Options, String> {
         lock: a.lock,
         max_server_rss_mib: (a.max_server_rss_mib > 0).then_some(a.max_server_rss_mib),
         server_args: a.server_args,
+        vhds: a.vhds,
         loadgen_threads: a.loadgen_threads,
         full_push_max_proxies: a.full_push_max_proxies,
         churn: ChurnConfig {

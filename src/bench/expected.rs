@@ -4,6 +4,7 @@
 //! affects and with what; and the check of every proxy's held set against it.
 
 use super::loadgen::{type_index, Loadgen};
+use super::min_bytes::delta_min_bytes;
 use super::options::VerifyMode;
 use crate::sources::files::FileSource;
 use dataflows::model::{MeshConfig, Proxy, Record, ResourceType};
@@ -22,9 +23,28 @@ pub struct Expected {
 }
 
 impl Expected {
-    /// The encoded size of every proxy's whole config, summed: what `connect` must send
-    /// at least.
+    /// What `connect` must send at least: every proxy's whole config, as the smallest
+    /// Delta responses that carry it ([`delta_min_bytes`]: one per type).
     pub fn total_bytes(&self) -> u64 {
+        let mut per_config: HashMap<usize, u64> = HashMap::new();
+        self.per_proxy
+            .iter()
+            .map(|c| {
+                *per_config
+                    .entry(Arc::as_ptr(c) as usize)
+                    .or_insert_with(|| {
+                        delta_min_bytes(
+                            c.iter()
+                                .map(|((t, n), (v, l))| (*t, n.as_str(), Some((v.as_str(), *l)))),
+                        )
+                    })
+            })
+            .sum()
+    }
+
+    /// The encoded size of the resource bodies of every proxy's whole config, summed (the
+    /// minimum before it counted the Delta envelope).
+    pub fn total_body_bytes(&self) -> u64 {
         self.per_proxy
             .iter()
             .map(|c| c.values().map(|(_, l)| *l as u64).sum::<u64>())
@@ -35,12 +55,35 @@ impl Expected {
 /// One changed resource of a proxy: its new version, or `None` when it is removed.
 pub type ResourceChange = (ResourceType, String, Option<String>);
 
+/// One proxy's expected config. With `vhds` (`serve --vhds`, Delta), each route
+/// configuration is what the server sends over VHDS: the route configuration without its
+/// virtual hosts, and each virtual host as an RDS entry of its own named `ROUTE/HOST` (the
+/// simulated proxies hold them so).
 fn to_expected(
     res: &BTreeMap<(ResourceType, String), dataflows::model::Resource>,
+    vhds: bool,
 ) -> ExpectedConfig {
-    res.iter()
-        .map(|(k, r)| (k.clone(), (r.version.clone(), r.body.0.len())))
-        .collect()
+    let mut out = ExpectedConfig::new();
+    for (k, r) in res {
+        let split = (vhds && k.0 == ResourceType::Route)
+            .then(|| crate::xds::vhds::split_route(&r.body))
+            .flatten();
+        match split {
+            Some(s) => {
+                out.insert(k.clone(), (s.route_version.to_string(), s.route.0.len()));
+                for vh in &s.vhosts {
+                    out.insert(
+                        (ResourceType::Route, vh.name.to_string()),
+                        (vh.version.to_string(), vh.body.0.len()),
+                    );
+                }
+            }
+            None => {
+                out.insert(k.clone(), (r.version.clone(), r.body.0.len()));
+            }
+        }
+    }
+    out
 }
 
 /// The mode `requested` comes to for these inputs and proxies, and whether `namespace`
@@ -67,13 +110,16 @@ pub struct Oracle {
     pub mesh: MeshConfig,
     pub proxies: Arc<Vec<Proxy>>,
     pub mode: VerifyMode,
+    /// The server serves route configurations over VHDS (`bench --vhds`).
+    pub vhds: bool,
 }
 
 impl Oracle {
     /// What every proxy must hold for `records`, computed off the async threads.
     pub async fn compute(&self, records: BTreeSet<Record>) -> Result<Expected, String> {
         let (mesh, proxies, mode) = (self.mesh.clone(), self.proxies.clone(), self.mode);
-        tokio::task::spawn_blocking(move || compute_expected(&mesh, &records, &proxies, mode))
+        let vhds = self.vhds;
+        tokio::task::spawn_blocking(move || compute_expected(&mesh, &records, &proxies, mode, vhds))
             .await
             .map_err(|e| format!("the recompute failed: {e}"))
     }
@@ -108,6 +154,7 @@ fn compute_expected(
     records: &BTreeSet<Record>,
     proxies: &[Proxy],
     mode: VerifyMode,
+    vhds: bool,
 ) -> Expected {
     let mut snapshot = Snapshot {
         records: records.clone(),
@@ -124,7 +171,10 @@ fn compute_expected(
         let by_group: BTreeMap<&str, Arc<ExpectedConfig>> = reps
             .iter()
             .map(|(group, p)| {
-                let cfg = out.get(&p.id).map(to_expected).unwrap_or_default();
+                let cfg = out
+                    .get(&p.id)
+                    .map(|r| to_expected(r, vhds))
+                    .unwrap_or_default();
                 (group.as_str(), Arc::new(cfg))
             })
             .collect();
@@ -148,41 +198,68 @@ fn compute_expected(
         Expected {
             per_proxy: proxies
                 .iter()
-                .map(|p| Arc::new(out.get(&p.id).map(to_expected).unwrap_or_default()))
+                .map(|p| {
+                    Arc::new(
+                        out.get(&p.id)
+                            .map(|r| to_expected(r, vhds))
+                            .unwrap_or_default(),
+                    )
+                })
                 .collect(),
         }
     }
 }
 
-fn diff_configs(old: &ExpectedConfig, new: &ExpectedConfig) -> (Vec<ResourceChange>, u64) {
+/// The changes from `old` to `new`, the smallest Delta responses delivering them
+/// ([`delta_min_bytes`]) and the size of the changed bodies alone.
+fn diff_configs(old: &ExpectedConfig, new: &ExpectedConfig) -> (Vec<ResourceChange>, MinBytes) {
     let mut changes = Vec::new();
-    let mut bytes = 0u64;
+    let mut bodies = 0u64;
+    let mut sent = Vec::new();
     for (k, (v, len)) in new {
         if old.get(k).map(|(ov, _)| ov) != Some(v) {
             changes.push((k.0, k.1.clone(), Some(v.clone())));
-            bytes += *len as u64;
+            sent.push((k.0, k.1.as_str(), Some((v.as_str(), *len))));
+            bodies += *len as u64;
         }
     }
     for k in old.keys() {
         if !new.contains_key(k) {
             changes.push((k.0, k.1.clone(), None));
+            sent.push((k.0, k.1.as_str(), None));
         }
     }
-    (changes, bytes)
+    let envelope = delta_min_bytes(sent);
+    (
+        changes,
+        MinBytes {
+            responses: envelope,
+            bodies,
+        },
+    )
+}
+
+/// What a change must send at least, summed over the proxies it affects.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MinBytes {
+    /// The smallest Delta responses that deliver it ([`delta_min_bytes`]).
+    pub responses: u64,
+    /// The changed resources' bodies alone.
+    pub bodies: u64,
 }
 
 /// Per proxy, the changes between two expectations (computed once per distinct pair).
-/// One proxy config's changes and their encoded size.
-type Diffed = (Arc<Vec<ResourceChange>>, u64);
+/// One proxy config's changes and their minimum size.
+type Diffed = (Arc<Vec<ResourceChange>>, MinBytes);
 
 /// Proxies (by position) with their changes.
 pub type Affected = Vec<(usize, Arc<Vec<ResourceChange>>)>;
 
-pub fn affected_changes(old: &Expected, new: &Expected) -> (Affected, u64) {
+pub fn affected_changes(old: &Expected, new: &Expected) -> (Affected, MinBytes) {
     // Keyed by the addresses of the two shared configs.
     let mut cache: HashMap<(usize, usize), Diffed> = HashMap::new();
     let mut out = Vec::new();
-    let mut min_bytes = 0;
+    let mut min_bytes = MinBytes::default();
     for (i, (o, n)) in old.per_proxy.iter().zip(&new.per_proxy).enumerate() {
         let key = (Arc::as_ptr(o) as usize, Arc::as_ptr(n) as usize);
         let (changes, bytes) = cache
@@ -193,7 +270,8 @@ pub fn affected_changes(old: &Expected, new: &Expected) -> (Affected, u64) {
             })
             .clone();
         if !changes.is_empty() {
-            min_bytes += bytes;
+            min_bytes.responses += bytes.responses;
+            min_bytes.bodies += bytes.bodies;
             out.push((i, changes));
         }
     }

@@ -211,6 +211,7 @@ impl OneRun<'_> {
             mesh: opts.mesh.clone(),
             proxies: Arc::new(proxies),
             mode,
+            vhds: opts.vhds && protocol == Protocol::Delta,
         };
         let expected = oracle.compute(inputs.set()).await?;
 

@@ -26,6 +26,7 @@
 //! Delta the loadgen checks the two agree (`version_mismatches`).
 
 use crate::xds::node::proxy_from_node;
+use crate::xds::vhds::VIRTUAL_HOST_TYPE_URL;
 use dataflows::model::{version_of, Proxy, ResourceType};
 use envoy_types::pb::envoy::config::cluster::v3::cluster::{ClusterDiscoveryType, DiscoveryType};
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
@@ -251,6 +252,13 @@ pub struct ProxyState {
     eds_subscribed: BTreeSet<String>,
     rds_subscribed: BTreeSet<String>,
     got: [bool; ResourceType::COUNT],
+    /// Route configurations held that carry `vhds` (`serve --vhds`): their virtual hosts
+    /// are subscribed to by the route configuration's name and held (and counted) as RDS
+    /// resources named `ROUTE/HOST`.
+    vhds_routes: BTreeSet<String>,
+    vhds_subscribed: BTreeSet<String>,
+    /// A VHDS subscription not answered yet.
+    vhds_waiting: bool,
 }
 
 impl ProxyState {
@@ -303,6 +311,35 @@ impl ProxyState {
                 .rds_subscribed
                 .iter()
                 .all(|n| self.held[3].contains_key(n))
+            && !self.vhds_waiting
+    }
+
+    /// The VHDS subscription change the route configurations held call for: (subscribe,
+    /// unsubscribe); the virtual hosts of a route configuration no longer subscribed are
+    /// forgotten, as Envoy drops them with it.
+    fn follow_vhds(&mut self, now: Instant) -> (Vec<String>, Vec<String>) {
+        let wanted: BTreeSet<String> = self
+            .vhds_routes
+            .intersection(&self.rds_subscribed)
+            .cloned()
+            .collect();
+        let (add, drop) = diff_sets(&self.vhds_subscribed, &wanted);
+        for r in &drop {
+            let prefix = format!("{r}/");
+            let gone: Vec<String> = self.held[3]
+                .keys()
+                .filter(|n| n.starts_with(&prefix))
+                .cloned()
+                .collect();
+            for n in gone {
+                self.forget(3, &n, now);
+            }
+        }
+        if !add.is_empty() {
+            self.vhds_waiting = true;
+        }
+        self.vhds_subscribed = wanted;
+        (add, drop)
     }
 }
 
@@ -655,6 +692,33 @@ fn rds_names_of(body: &[u8]) -> Vec<String> {
 }
 
 /// The name inside a SotW resource body.
+/// Whether a route configuration's virtual hosts come over VHDS: it has field 9
+/// (`vhds`). Scans the top-level fields only, skipping their contents, so the virtual
+/// hosts of every route configuration every simulated proxy receives are not decoded.
+fn has_vhds(mut body: &[u8]) -> bool {
+    use prost::encoding::{decode_varint, WireType};
+    while !body.is_empty() {
+        let Ok(key) = decode_varint(&mut body) else {
+            return false;
+        };
+        if key >> 3 == 9 {
+            return true;
+        }
+        let skip = match WireType::try_from(key & 7) {
+            Ok(WireType::Varint) => decode_varint(&mut body).map(|_| 0),
+            Ok(WireType::SixtyFourBit) => Ok(8),
+            Ok(WireType::ThirtyTwoBit) => Ok(4),
+            Ok(WireType::LengthDelimited) => decode_varint(&mut body),
+            _ => return false,
+        };
+        match skip {
+            Ok(n) if (n as usize) <= body.len() => body = &body[n as usize..],
+            _ => return false,
+        }
+    }
+    false
+}
+
 fn name_of(t: ResourceType, body: &[u8]) -> Option<String> {
     match t {
         ResourceType::Cluster => Cluster::decode(body).ok().map(|c| c.name),
@@ -807,7 +871,11 @@ async fn run_delta(
         let now = Instant::now();
         shared.touch(now);
         let bytes = resp.encoded_len() as u64;
-        let Some(t) = ResourceType::from_type_url(&resp.type_url) else {
+        // VHDS virtual hosts are route content: counted and held as RDS.
+        let vhost = resp.type_url == VIRTUAL_HOST_TYPE_URL;
+        let Some(t) =
+            ResourceType::from_type_url(&resp.type_url).or(vhost.then_some(ResourceType::Route))
+        else {
             h.lock().undecodable += 1;
             continue;
         };
@@ -815,6 +883,9 @@ async fn run_delta(
         let mut subs: Vec<DeltaDiscoveryRequest> = Vec::new();
         {
             let mut st = h.lock();
+            if vhost {
+                st.vhds_waiting = false;
+            }
             st.last_message_at = Some(now);
             st.counters.messages[i] += 1;
             st.counters.bytes[i] += bytes;
@@ -831,6 +902,13 @@ async fn run_delta(
                 match t {
                     ResourceType::Cluster => derived.on_cluster(&r.name, body),
                     ResourceType::Listener => derived.on_listener(&r.name, body),
+                    ResourceType::Route if !vhost => {
+                        if body.is_some_and(has_vhds) {
+                            st.vhds_routes.insert(r.name.clone());
+                        } else {
+                            st.vhds_routes.remove(&r.name);
+                        }
+                    }
                     _ => {}
                 }
                 record_arrival(&mut st, t, (r.name.clone(), body), r.version.clone(), now);
@@ -840,6 +918,9 @@ async fn run_delta(
                 match t {
                     ResourceType::Cluster => derived.on_cluster(n, None),
                     ResourceType::Listener => derived.on_listener(n, None),
+                    ResourceType::Route if !vhost => {
+                        st.vhds_routes.remove(n);
+                    }
                     _ => {}
                 }
             }
@@ -858,6 +939,17 @@ async fn run_delta(
                 ResourceType::Cluster => follow(&mut st, EDS, derived.eds()),
                 ResourceType::Listener => follow(&mut st, RDS, derived.rds()),
                 _ => {}
+            }
+            if matches!(t, ResourceType::Listener | ResourceType::Route) && !vhost {
+                let (add, drop) = st.follow_vhds(now);
+                if !add.is_empty() || !drop.is_empty() {
+                    subs.push(DeltaDiscoveryRequest {
+                        type_url: VIRTUAL_HOST_TYPE_URL.into(),
+                        resource_names_subscribe: add,
+                        resource_names_unsubscribe: drop,
+                        ..Default::default()
+                    });
+                }
             }
             if st.synced_at.is_none() && st.is_synced() {
                 st.synced_at = Some(now);
@@ -1092,4 +1184,31 @@ pub async fn run_cli(
     let summary = lg.summary();
     lg.stop();
     Ok(summary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use envoy_types::pb::envoy::config::route::v3::{Vhds, VirtualHost};
+
+    /// A route configuration with `vhds` is recognised from its top-level fields, with or
+    /// without virtual hosts before it; one without is not, nor a body that does not parse.
+    #[test]
+    fn has_vhds_reads_top_level_fields() {
+        let mut rc = RouteConfiguration {
+            name: "80".into(),
+            virtual_hosts: vec![VirtualHost {
+                name: "a:80".into(),
+                domains: vec!["a".into()],
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        assert!(!has_vhds(&rc.encode_to_vec()));
+        rc.vhds = Some(Vhds::default());
+        assert!(has_vhds(&rc.encode_to_vec()));
+        rc.virtual_hosts.clear();
+        assert!(has_vhds(&rc.encode_to_vec()));
+        assert!(!has_vhds(&[0x0a, 0xff]));
+    }
 }

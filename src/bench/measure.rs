@@ -226,6 +226,7 @@ impl RunContext<'_> {
             description: format!("{proxies} proxies connect at once"),
             affected: lg.proxies.len(),
             min_bytes: self.expected.total_bytes(),
+            min_body_bytes: self.expected.total_body_bytes(),
             ..Default::default()
         };
         window.close(self.server, &lg, &mut connect)?;
@@ -289,7 +290,8 @@ impl RunContext<'_> {
         let next = self.recompute().await?;
         let (affected, min_bytes) = expected::affected_changes(&self.expected, &next);
         result.affected = affected.len();
-        result.min_bytes = min_bytes;
+        result.min_bytes = min_bytes.responses;
+        result.min_body_bytes = min_bytes.bodies;
         let window = Window::open(self.server, Some(lg))?;
 
         let t0 = Instant::now();
@@ -343,7 +345,8 @@ impl RunContext<'_> {
         let next = self.recompute().await?;
         let (affected, min_bytes) = expected::affected_changes(&self.expected, &next);
         result.affected = affected.len();
-        result.min_bytes = min_bytes;
+        result.min_bytes = min_bytes.responses;
+        result.min_body_bytes = min_bytes.bodies;
         let window = Window::open(self.server, Some(lg))?;
         let start = Instant::now();
         let mut last = start;
@@ -444,6 +447,7 @@ impl RunContext<'_> {
         result.latency_ms = outcome.latency_ms;
         result.changes = outcome.changes;
         result.min_bytes = outcome.min_bytes;
+        result.min_body_bytes = outcome.min_body_bytes;
         // CPU over the window the changes were written in plus the tail to convergence.
         result.window_s = Some(outcome.write_window_s.max(cfg.duration.as_secs_f64()));
         for edit in &outcome.edits {

@@ -6,13 +6,13 @@
 //! full recompute. Results go to `bench-results/` as JSON, markdown and an SVG chart
 //! ([`chart`]). A new scenario is one row of [`scenarios::SCENARIOS`].
 //!
-//! Dependency order (each module uses only those before it): procstat, mesh_gen, loadgen,
-//! churn → scenarios → options → report → summary → chart, render → lock, ui, server →
+//! Dependency order (each module uses only those before it): procstat, min_bytes, mesh_gen,
+//! loadgen, churn → scenarios → options → report → summary → chart, render → lock, ui, server →
 //! expected → measure → harness → cli.
 //!
 //! May import of the crate: `engine`, `input`, `config`, `sources` (the file source, to
-//! compute what every proxy must hold), `xds::node` (the simulated proxies' identity) and
-//! `async_runtime`; never the server's state (`tests/layers.rs`).
+//! compute what every proxy must hold), `xds::node` (the simulated proxies' identity),
+//! `xds::vhds` (how `--vhds` splits route configurations) and `async_runtime`; never the server's state (`tests/layers.rs`).
 
 pub mod chart;
 pub mod churn;
@@ -23,6 +23,7 @@ pub mod loadgen;
 pub mod lock;
 pub mod measure;
 pub mod mesh_gen;
+pub mod min_bytes;
 pub mod options;
 pub mod procstat;
 pub mod render;

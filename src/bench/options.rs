@@ -98,6 +98,10 @@ pub struct Options {
     pub max_server_rss_mib: Option<u64>,
     /// Extra `meshflow serve` arguments for every engine.
     pub server_args: Vec<String>,
+    /// Serve with `--vhds`: Delta streams send route configurations without their virtual
+    /// hosts, which follow as VHDS resources (the simulated proxies subscribe to them as
+    /// Envoy does, and the expected configs are split the same way).
+    pub vhds: bool,
     /// Worker threads of the simulated proxies' runtime.
     pub loadgen_threads: usize,
     /// Above this many proxies the full-push baseline is not run (see [`skip_reason`]).

@@ -30,6 +30,7 @@ fn scenario_json(r: &ScenarioResult) -> serde_json::Value {
         "messages_per_affected_proxy": r.messages_per_affected(),
         "unaffected_proxies_messaged": r.unaffected_messaged,
         "min_bytes": r.min_bytes,
+        "min_body_bytes": r.min_body_bytes,
         "server_cpu_s": r.server_cpu_s,
         "server_cpu_task_s": r.server_cpu_task_s,
         "loadgen_cpu_s": r.loadgen_cpu_s,
@@ -238,8 +239,10 @@ fn markdown_runs(report: &Report) -> String {
              opened → proxy synced; `idle` is one second with no change (the server's \
              background cost, to read the other rows against). Messages, resources and bytes: everything every simulated \
              proxy received during the scenario; messages per affected proxy: messages ÷ affected proxies (protobuf-encoded response size, no gRPC/HTTP/2 \
-             framing). Min bytes: the encoded size of the changed resources times the proxies \
-             that need them. Server CPU: utime+stime of the server process from /proc/PID/stat; \
+             framing). Min bytes: the smallest Delta responses that deliver the changed \
+             resources to the proxies that need them (one response per type per proxy: type \
+             URL, a 16-character nonce, each resource's name, version and body; removed \
+             names), protobuf-encoded as the bytes column is. Server CPU: utime+stime of the server process from /proc/PID/stat; \
              loadgen CPU s: the same of the bench process (the simulated proxies and the harness); \
              peak RSS: VmHWM, reset before each scenario.\n",
         );

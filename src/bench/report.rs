@@ -21,9 +21,13 @@ pub struct ScenarioResult {
     /// Proxies that received at least one message, and those of them not affected.
     pub proxies_messaged: usize,
     pub unaffected_messaged: usize,
-    /// The encoded size of the changed resources, summed over the proxies affected: what
-    /// an ideal incremental server must send at least.
+    /// What an ideal incremental server must send at least: the smallest Delta responses
+    /// delivering the changed resources (one per type per proxy, envelope included:
+    /// [`super::min_bytes::delta_min_bytes`]), summed over the proxies affected.
     pub min_bytes: u64,
+    /// The changed resources' encoded bodies alone, summed over the proxies affected (the
+    /// minimum before the envelope was counted).
+    pub min_body_bytes: u64,
     pub server_cpu_s: f64,
     pub server_cpu_task_s: f64,
     /// CPU seconds of the bench process itself over the same window: the simulated proxies

@@ -83,6 +83,7 @@ fn start_server(
         .arg(&opts.mesh.domain_suffix)
         .args(serve_args(engine))
         .args(&opts.server_args)
+        .args(opts.vhds.then_some("--vhds"))
         // The server's log filter: warnings, unless MESHFLOW_SERVER_LOG says otherwise
         // (e.g. `meshflow::xds::hub=debug` to see how long each epoch held the hub).
         .env(

@@ -279,6 +279,7 @@ impl Meshflow {
             debug_read_timeout: Duration::from_secs(10),
             state_file: None,
             nack_rollback: true,
+            vhds: false,
             workers: 1,
             engine: crate::engine::EngineKind::Meshflow,
             debounce: crate::serve::Debounce::fixed(Duration::from_millis(20)),

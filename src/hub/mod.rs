@@ -24,6 +24,7 @@ pub mod per_type;
 pub mod provenance;
 pub mod recorder;
 pub mod sync;
+pub mod vhds;
 pub mod view;
 
 use crate::engine::EngineKind;
@@ -95,6 +96,9 @@ pub struct Hub {
     /// Issues the workload certificates streams send in place of the dataflow's stand-ins
     /// (`serve` sets it once, before any proxy connects).
     pub workload_ca: std::sync::OnceLock<Arc<crate::ca::WorkloadCa>>,
+    /// Set by `serve --vhds`: Delta streams then send route configurations without their
+    /// virtual hosts, which follow as VHDS resources ([`vhds`]).
+    pub vhds: std::sync::OnceLock<Arc<vhds::VhdsCache>>,
     inputs: Sender<Input>,
     engine: EngineKind,
     nack_rollback: bool,
@@ -120,6 +124,7 @@ impl Hub {
         Arc::new(Hub {
             state: Mutex::new(HubState::default()),
             workload_ca: Default::default(),
+            vhds: Default::default(),
             inputs,
             engine: options.engine,
             nack_rollback: options.nack_rollback,
@@ -359,7 +364,8 @@ impl Hub {
             st.generation,
         )
         .with_forced(&entry.forced)
-        .with_ca(self.workload_ca.get().map(|c| &**c))))
+        .with_ca(self.workload_ca.get().map(|c| &**c))
+        .with_vhds(self.vhds.get().map(|c| &**c))))
     }
 
     /// Runs `f` with the shared copies of resource names: one lock for all the names of a

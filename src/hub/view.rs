@@ -7,6 +7,7 @@
 //! the CA issued for the proxy's identity in place of the dataflow's stand-in, which names
 //! the identity only: the key is made here, at the edge, and is never in the dataflow.
 
+use super::vhds::VhdsCache;
 use crate::ca::WorkloadCa;
 use dataflows::materialize::{Held, Materialized, Name};
 use dataflows::model::{Body, Resource, ResourceType};
@@ -76,6 +77,8 @@ pub struct ProxyView<'a> {
     /// that asked (the istio-style baseline's pushes; empty for the other engines).
     pub forced: &'a [(u64, ResourceType, Name)],
     ca: Option<&'a WorkloadCa>,
+    /// Route configurations are served over VHDS (`serve --vhds`; Delta streams only).
+    pub vhds: Option<&'a VhdsCache>,
 }
 
 impl<'a> ProxyView<'a> {
@@ -86,6 +89,7 @@ impl<'a> ProxyView<'a> {
             generation,
             forced: &[],
             ca: None,
+            vhds: None,
         }
     }
 
@@ -98,6 +102,11 @@ impl<'a> ProxyView<'a> {
     /// The view whose workload certificates `ca` issues.
     pub fn with_ca(self, ca: Option<&'a WorkloadCa>) -> ProxyView<'a> {
         ProxyView { ca, ..self }
+    }
+
+    /// The view whose Delta streams serve route configurations over VHDS.
+    pub fn with_vhds(self, vhds: Option<&'a VhdsCache>) -> ProxyView<'a> {
+        ProxyView { vhds, ..self }
     }
 
     /// The resources the proxy should hold.

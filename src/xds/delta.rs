@@ -6,9 +6,10 @@ use super::{
     nack_message, resource_type, shown, wildcard_by_default, Events, Feedback, Nack, Nonces,
     ProtocolError, Push, Subscription, MAX_NAMES,
 };
+use crate::hub::vhds::VIRTUAL_HOST_TYPE_URL;
 use crate::hub::view::ProxyView;
 use dataflows::materialize::{Name, Stamp};
-use dataflows::model::ResourceType;
+use dataflows::model::{Body, ResourceType};
 use envoy_types::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, Resource,
 };
@@ -61,6 +62,9 @@ impl TypeState {
 #[derive(Default, Debug)]
 pub struct DeltaStream {
     types: BTreeMap<ResourceType, TypeState>,
+    /// VHDS virtual hosts (`serve --vhds`): subscribed by route configuration name (a
+    /// namespace: every `ROUTE/…`) or, on demand, `ROUTE/DOMAIN`.
+    vhosts: Option<TypeState>,
     nonces: Nonces,
     /// Answers to requests for types meshflow does not serve, sent with the next look.
     unserved: Vec<DeltaDiscoveryResponse>,
@@ -92,13 +96,20 @@ impl DeltaStream {
         req: &DeltaDiscoveryRequest,
         name: &dyn Fn(&str) -> Name,
     ) -> Result<(), ProtocolError> {
+        // VHDS virtual hosts are route content: their NACKs are recorded as RDS's.
+        let vhost = req.type_url == VIRTUAL_HOST_TYPE_URL;
         let t = match resource_type(&req.type_url) {
+            _ if vhost => ResourceType::Route,
             Ok(t) => t,
             // A type meshflow does not serve (SDS secrets, say) asked on a stream that also
             // asks for others: answered as holding none of the names, so the client stops
             // waiting for it, and the stream goes on. A stream that asks for nothing else
             // is refused: it has nothing to be served.
-            Err(e) if self.types.is_empty() && self.unserved.is_empty() => return Err(e),
+            Err(e)
+                if self.types.is_empty() && self.unserved.is_empty() && self.vhosts.is_none() =>
+            {
+                return Err(e)
+            }
             Err(_) => {
                 if req.response_nonce.is_empty() || !req.resource_names_subscribe.is_empty() {
                     self.asked_since_look = true;
@@ -118,14 +129,22 @@ impl DeltaStream {
         if n > MAX_NAMES {
             return Err(ProtocolError::TooManyNames(n));
         }
-        let first = !self.types.contains_key(&t);
+        let first = if vhost {
+            self.vhosts.is_none()
+        } else {
+            !self.types.contains_key(&t)
+        };
         let plain_ack = !first
             && !req.response_nonce.is_empty()
             && req.error_detail.is_none()
             && req.resource_names_subscribe.is_empty()
             && req.resource_names_unsubscribe.is_empty();
         self.asked_since_look |= !plain_ack;
-        let st = self.types.entry(t).or_default();
+        let st = if vhost {
+            self.vhosts.get_or_insert_with(TypeState::default)
+        } else {
+            self.types.entry(t).or_default()
+        };
         if !req.resource_names_subscribe.is_empty() || !req.resource_names_unsubscribe.is_empty() {
             st.compared_at = None;
         }
@@ -135,11 +154,14 @@ impl DeltaStream {
                 .iter()
                 .map(|(n, v)| (name(n), name(v)))
                 .collect();
-            // The legacy wildcard: a first CDS/LDS request that names nothing.
-            st.wildcard = wildcard_by_default(t) && req.resource_names_subscribe.is_empty();
+            // The legacy wildcard: a first CDS/LDS request that names nothing. Envoy 1.40's
+            // VHDS over ADS names nothing either (not the route configuration it wants the
+            // virtual hosts of): every route configuration the client holds.
+            st.wildcard =
+                (wildcard_by_default(t) || vhost) && req.resource_names_subscribe.is_empty();
             // A client resuming with versions already has what it needs to run.
             st.must_respond = req.initial_resource_versions.is_empty();
-            if !req.initial_resource_versions.is_empty() {
+            if !req.initial_resource_versions.is_empty() && !vhost {
                 self.events.feedback(Feedback::Resumed {
                     rtype: t,
                     versions: req.initial_resource_versions.clone(),
@@ -165,6 +187,9 @@ impl DeltaStream {
                     nonce: req.response_nonce.clone(),
                     message: nack_message(&status.message),
                 })),
+                // The hub tracks one response in flight per type: a virtual host's ACK is
+                // not an RDS one.
+                None if vhost => {}
                 None => self.events.feedback(Feedback::Ack {
                     rtype: t,
                     nonce: req.response_nonce.clone(),
@@ -217,7 +242,10 @@ impl DeltaStream {
 
     /// A response is waiting for its ACK or NACK.
     pub fn in_flight(&self) -> bool {
-        self.types.values().any(|st| st.in_flight.is_some())
+        self.types
+            .values()
+            .chain(&self.vhosts)
+            .any(|st| st.in_flight.is_some())
     }
 
     /// Whether [`DeltaStream::pending`] could have anything to send that it did not have
@@ -259,14 +287,21 @@ impl DeltaStream {
             self.forced_seen = self.forced_seen.max(latest);
         }
         out.extend(self.compare(view));
+        out.extend(self.compare_vhosts(view));
         self.asked_since_look = false;
         let held = view.held();
         let clusters_incomplete = self.clusters_incomplete;
-        self.deferred = self.types.iter().any(|(t, st)| {
-            let gated =
-                clusters_incomplete && matches!(t, ResourceType::Listener | ResourceType::Route);
-            (st.in_flight.is_some() || gated) && !st.settled(held.stamp(*t))
-        });
+        let vhosts = self.vhosts.iter().map(|st| (ResourceType::Route, st));
+        self.deferred = self
+            .types
+            .iter()
+            .map(|(t, st)| (*t, st))
+            .chain(vhosts)
+            .any(|(t, st)| {
+                let gated = clusters_incomplete
+                    && matches!(t, ResourceType::Listener | ResourceType::Route);
+                (st.in_flight.is_some() || gated) && !st.settled(held.stamp(t))
+            });
         out
     }
 
@@ -296,8 +331,20 @@ impl DeltaStream {
             st.compared_at = Some(stamp);
             let resend = std::mem::take(&mut st.resend);
             let subscribed = |name: &str| st.wildcard || st.names.contains(name);
-            // (name, version) to send, and names to remove.
-            let mut changed: Vec<(&Name, &Name)> = Vec::new();
+            // Under VHDS a route configuration is served without its virtual hosts, in a
+            // version of its own: what the client holds is compared with that.
+            let vhds = view.vhds.filter(|_| t == ResourceType::Route);
+            let served = |name: &Name, version: &Name| -> Option<(Name, Option<Body>)> {
+                match vhds {
+                    None => Some((version.clone(), None)),
+                    Some(cache) => {
+                        let s = cache.split(name, version, || view.body(t, name, version))?;
+                        Some((s.route_version.clone(), Some(s.route.clone())))
+                    }
+                }
+            };
+            // (name, version, body if not the stored one) to send, and names to remove.
+            let mut changed: Vec<(Name, Name, Option<Body>)> = Vec::new();
             let mut removed: Vec<Name> = Vec::new();
             let differs = |name: &Name, version: &Name| {
                 st.client.get(name) != Some(version) || resend.contains(name)
@@ -310,8 +357,13 @@ impl DeltaStream {
                     for n in names {
                         match held.get_entry(t, &n) {
                             Some((name, version)) => {
-                                if subscribed(name) && differs(name, version) {
-                                    changed.push((name, version));
+                                if !subscribed(name) {
+                                    continue;
+                                }
+                                if let Some((v, b)) = served(name, version) {
+                                    if differs(name, &v) {
+                                        changed.push((name.clone(), v, b));
+                                    }
                                 }
                             }
                             None => {
@@ -324,8 +376,13 @@ impl DeltaStream {
                 }
                 None => {
                     for (name, version) in held.iter(t) {
-                        if subscribed(name) && differs(name, version) {
-                            changed.push((name, version));
+                        if !subscribed(name) {
+                            continue;
+                        }
+                        if let Some((v, b)) = served(name, version) {
+                            if differs(name, &v) {
+                                changed.push((name.clone(), v, b));
+                            }
                         }
                     }
                     removed.extend(
@@ -341,16 +398,16 @@ impl DeltaStream {
             let mut bytes = 0usize;
             let mut rest = changed.into_iter();
             let mut truncated = false;
-            for (name, version) in rest.by_ref() {
+            for (name, version, body) in rest.by_ref() {
                 if bytes >= MAX_RESPONSE_BYTES {
                     // The rest goes in the next response, after this one's ACK.
                     truncated = true;
-                    if resend.contains(name) {
+                    if resend.contains(&name) {
                         st.resend.insert(name.clone());
                     }
                     break;
                 }
-                let Some(body) = view.body(t, name, version) else {
+                let Some(body) = body.or_else(|| view.body(t, &name, &version)) else {
                     continue;
                 };
                 bytes += body.0.len();
@@ -363,12 +420,12 @@ impl DeltaStream {
                     }),
                     ..Default::default()
                 });
-                sent.push((name.clone(), version.clone()));
+                sent.push((name, version));
             }
             if truncated {
                 st.resend.extend(
-                    rest.filter(|(n, _)| resend.contains(*n))
-                        .map(|(n, _)| n.clone()),
+                    rest.filter(|(n, _, _)| resend.contains(n))
+                        .map(|(n, _, _)| n),
                 );
                 // What was left out differs from what the client holds: compare it all again.
                 st.compared_at = None;
@@ -425,7 +482,131 @@ impl DeltaStream {
                     eds.resend.extend(updated);
                 }
             }
+            // The route configurations the client holds changed: so may the virtual hosts
+            // of a wildcard VHDS subscription.
+            if t == ResourceType::Route {
+                if let Some(v) = self.vhosts.as_mut() {
+                    v.compared_at = None;
+                }
+            }
         }
         out
+    }
+
+    /// The VHDS virtual hosts due (`serve --vhds`): every virtual host of each route
+    /// configuration the client subscribed to by name, and the ones it asked for on demand
+    /// as `ROUTE/DOMAIN` (sent with that name as an alias; a name that resolves to none is
+    /// answered as removed, so the request does not wait). Without VHDS every name asked
+    /// is answered as removed.
+    fn compare_vhosts(&mut self, view: &ProxyView<'_>) -> Option<DeltaDiscoveryResponse> {
+        // A wildcard subscription: the virtual hosts of every route configuration the client
+        // holds.
+        let routes_held: Vec<Name> = match (&self.vhosts, self.types.get(&ResourceType::Route)) {
+            (Some(v), Some(rds)) if v.wildcard => rds.client.keys().cloned().collect(),
+            _ => Vec::new(),
+        };
+        let st = self.vhosts.as_mut()?;
+        if st.in_flight.is_some() || self.clusters_incomplete {
+            return None;
+        }
+        let held = view.held();
+        let stamp = held.stamp(ResourceType::Route);
+        if st.settled(stamp) {
+            return None;
+        }
+        st.compared_at = Some(stamp);
+        let resend = std::mem::take(&mut st.resend);
+        let asked = std::mem::take(&mut st.asked);
+        // name → (version, body, aliases asked for it now)
+        let mut due: BTreeMap<Name, (Name, Body, Vec<String>)> = BTreeMap::new();
+        let mut unknown: Vec<Name> = Vec::new();
+        let split = |route: &str| {
+            let cache = view.vhds?;
+            let (name, version) = held.get_entry(ResourceType::Route, route)?;
+            cache.split(name, version, || {
+                view.body(ResourceType::Route, name, version)
+            })
+        };
+        let mut names: Vec<&Name> = st.names.iter().chain(&routes_held).collect();
+        names.sort();
+        names.dedup();
+        for n in names {
+            if let Some(s) = split(n) {
+                for vh in &s.vhosts {
+                    due.entry(vh.name.clone())
+                        .or_insert_with(|| (vh.version.clone(), vh.body.clone(), Vec::new()));
+                }
+                continue;
+            }
+            let found = n.rsplit_once('/').and_then(|(route, host)| {
+                let s = split(route)?;
+                let vh = s
+                    .vhosts
+                    .iter()
+                    .find(|v| *v.name == **n)
+                    .or_else(|| s.resolve(host))?;
+                Some(vh.clone())
+            });
+            match found {
+                Some(vh) => {
+                    let e = due
+                        .entry(vh.name.clone())
+                        .or_insert_with(|| (vh.version.clone(), vh.body.clone(), Vec::new()));
+                    if asked.contains(n) && *vh.name != **n {
+                        e.2.push(n.to_string());
+                    }
+                }
+                None if asked.contains(n) => unknown.push(n.clone()),
+                None => {}
+            }
+        }
+        let mut resources = Vec::new();
+        let mut sent: Vec<(Name, Name)> = Vec::new();
+        for (name, (version, body, aliases)) in &due {
+            if st.client.get(name) == Some(version) && !resend.contains(name) && aliases.is_empty()
+            {
+                continue;
+            }
+            resources.push(Resource {
+                name: name.to_string(),
+                version: version.to_string(),
+                aliases: aliases.clone(),
+                resource: Some(Any {
+                    type_url: VIRTUAL_HOST_TYPE_URL.to_string(),
+                    value: body.0.to_vec(),
+                }),
+                ..Default::default()
+            });
+            sent.push((name.clone(), version.clone()));
+        }
+        let mut removed: Vec<Name> = st
+            .client
+            .keys()
+            .filter(|n| !due.contains_key(*n))
+            .cloned()
+            .collect();
+        removed.extend(unknown.into_iter().filter(|n| !due.contains_key(n)));
+        removed.sort();
+        removed.dedup();
+        if resources.is_empty() && removed.is_empty() && !st.must_respond {
+            return None;
+        }
+        st.must_respond = false;
+        for n in &removed {
+            st.client.remove(n);
+        }
+        for (n, v) in sent {
+            st.client.insert(n, v);
+        }
+        let nonce = self.nonces.issue();
+        st.in_flight = Some(nonce.clone());
+        st.last_nonce = Some(nonce.clone());
+        Some(DeltaDiscoveryResponse {
+            type_url: VIRTUAL_HOST_TYPE_URL.to_string(),
+            resources,
+            removed_resources: removed.iter().map(|n| n.to_string()).collect(),
+            nonce,
+            ..Default::default()
+        })
     }
 }

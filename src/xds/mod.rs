@@ -17,6 +17,10 @@ pub mod sotw;
 pub mod tls;
 
 pub use crate::hub::recorder::{Feedback, Nack, Push, StreamEvent, Subscription};
+/// VHDS (`serve --vhds`): how route configurations are split into virtual hosts. The hub
+/// keeps the splits streams share; what goes on the wire is the protocol's, so its users
+/// (the bench's simulated proxies and oracle) read it here.
+pub use crate::hub::vhds;
 use dataflows::model::ResourceType;
 
 /// A request the protocol cannot serve.

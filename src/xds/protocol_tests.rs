@@ -542,3 +542,140 @@ fn delta_subscriptions_are_bounded_per_stream() {
         .unwrap_err();
     assert_eq!(err, super::ProtocolError::TooManySubscribed(100_001));
 }
+
+/// A route configuration with two virtual hosts, the second's route named `tag`.
+fn route_with_vhosts(tag: &str) -> Resource {
+    use envoy_types::pb::envoy::config::route::v3::{Route, RouteConfiguration, VirtualHost};
+    use prost::Message;
+    let vh = |name: &str, route: &str| VirtualHost {
+        name: name.into(),
+        domains: vec![name.into(), name.split(':').next().unwrap_or(name).into()],
+        routes: vec![Route {
+            name: route.into(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let rc = RouteConfiguration {
+        name: "80".into(),
+        virtual_hosts: vec![vh("a:80", "a"), vh("b:80", tag)],
+        ..Default::default()
+    };
+    Resource::new(ResourceType::Route, "80".into(), rc.encode_to_vec())
+}
+
+/// `serve --vhds`: the route configuration goes without virtual hosts; subscribing to its
+/// name as VHDS sends every virtual host as `ROUTE/HOST`; a change of one virtual host
+/// sends that one only (no route configuration); an on-demand `ROUTE/DOMAIN` gets the
+/// virtual host listing it, with the name as an alias, and an unknown one is removed.
+#[test]
+fn delta_vhds_sends_changed_virtual_hosts_only() {
+    use crate::hub::vhds::{VhdsCache, VIRTUAL_HOST_TYPE_URL};
+    use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
+    use prost::Message;
+    let hub = hub();
+    let cache = VhdsCache::default();
+    let look = |s: &mut DeltaStream| {
+        let st = hub.0.borrow();
+        s.pending(&ProxyView::new(st.0.held(ID), &st.1, 0).with_vhds(Some(&cache)))
+    };
+    let ack =
+        |s: &mut DeltaStream,
+         r: &envoy_types::pb::envoy::service::discovery::v3::DeltaDiscoveryResponse| {
+            s.on_request_unshared(&DeltaDiscoveryRequest {
+                type_url: r.type_url.clone(),
+                response_nonce: r.nonce.clone(),
+                ..Default::default()
+            })
+            .unwrap();
+        };
+    let r1 = route_with_vhosts("b1");
+    epoch(&hub, 1, std::slice::from_ref(&r1), &[]);
+    let mut s = DeltaStream::default();
+    s.on_request_unshared(&DeltaDiscoveryRequest {
+        type_url: ResourceType::Route.type_url().into(),
+        resource_names_subscribe: vec!["80".into()],
+        ..Default::default()
+    })
+    .unwrap();
+    let r = look(&mut s);
+    assert_eq!(r.len(), 1);
+    let rc =
+        RouteConfiguration::decode(&r[0].resources[0].resource.as_ref().expect("body").value[..])
+            .expect("a route configuration");
+    assert!(rc.virtual_hosts.is_empty() && rc.vhds.is_some(), "{rc:?}");
+    ack(&mut s, &r[0]);
+    s.on_request_unshared(&DeltaDiscoveryRequest {
+        type_url: VIRTUAL_HOST_TYPE_URL.into(),
+        resource_names_subscribe: vec!["80".into()],
+        ..Default::default()
+    })
+    .unwrap();
+    let r = look(&mut s);
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].type_url, VIRTUAL_HOST_TYPE_URL);
+    let names: Vec<&str> = r[0].resources.iter().map(|x| x.name.as_str()).collect();
+    assert_eq!(names, ["80/a:80", "80/b:80"]);
+    ack(&mut s, &r[0]);
+    assert!(look(&mut s).is_empty());
+
+    // One virtual host changes: it alone is sent, the route configuration is not.
+    epoch(&hub, 2, &[route_with_vhosts("b2")], &[r1]);
+    let r = look(&mut s);
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!(r[0].type_url, VIRTUAL_HOST_TYPE_URL);
+    let names: Vec<&str> = r[0].resources.iter().map(|x| x.name.as_str()).collect();
+    assert_eq!(names, ["80/b:80"]);
+    ack(&mut s, &r[0]);
+
+    // On demand: a domain of a virtual host, and one nobody lists.
+    s.on_request_unshared(&DeltaDiscoveryRequest {
+        type_url: VIRTUAL_HOST_TYPE_URL.into(),
+        resource_names_subscribe: vec!["80/a".into(), "80/nowhere".into()],
+        ..Default::default()
+    })
+    .unwrap();
+    let r = look(&mut s);
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_eq!(r[0].resources.len(), 1);
+    assert_eq!(r[0].resources[0].name, "80/a:80");
+    assert_eq!(r[0].resources[0].aliases, ["80/a"]);
+    assert_eq!(r[0].removed_resources, ["80/nowhere"]);
+}
+
+/// Envoy 1.40's VHDS request over ADS names no resource: the virtual hosts of every route
+/// configuration the client holds are sent, and follow a route configuration it gains.
+#[test]
+fn delta_vhds_wildcard_follows_route_configurations_held() {
+    use crate::hub::vhds::{VhdsCache, VIRTUAL_HOST_TYPE_URL};
+    let hub = hub();
+    let cache = VhdsCache::default();
+    let look = |s: &mut DeltaStream| {
+        let st = hub.0.borrow();
+        s.pending(&ProxyView::new(st.0.held(ID), &st.1, 0).with_vhds(Some(&cache)))
+    };
+    epoch(&hub, 1, &[route_with_vhosts("b1")], &[]);
+    let mut s = DeltaStream::default();
+    s.on_request_unshared(&DeltaDiscoveryRequest {
+        type_url: ResourceType::Route.type_url().into(),
+        resource_names_subscribe: vec!["80".into()],
+        ..Default::default()
+    })
+    .unwrap();
+    let r = look(&mut s);
+    s.on_request_unshared(&DeltaDiscoveryRequest {
+        type_url: ResourceType::Route.type_url().into(),
+        response_nonce: r[0].nonce.clone(),
+        ..Default::default()
+    })
+    .unwrap();
+    s.on_request_unshared(&DeltaDiscoveryRequest {
+        type_url: VIRTUAL_HOST_TYPE_URL.into(),
+        ..Default::default()
+    })
+    .unwrap();
+    let r = look(&mut s);
+    assert_eq!(r.len(), 1, "{r:?}");
+    let names: Vec<&str> = r[0].resources.iter().map(|x| x.name.as_str()).collect();
+    assert_eq!(names, ["80/a:80", "80/b:80"]);
+}
