@@ -1,6 +1,7 @@
 //! Istio gateway TLS with real Envoy as the gateway, fed by meshflow over Delta ADS: HTTPS
 //! terminated with a Kubernetes Secret's certificate served over SDS (`credentialName`),
-//! rotated by replacing the Secret; MUTUAL with the Secret's CA; PASSTHROUGH routed by SNI
+//! rotated by replacing the Secret; MUTUAL with the Secret's CA, and OPTIONAL_MUTUAL (a
+//! client certificate verified when presented); PASSTHROUGH routed by SNI
 //! (VirtualService `tls[]`) to two loopback TLS backends; `httpsRedirect` on the HTTP server.
 //! Certificates are made at test time (rcgen) and checked from the client side (rustls): the
 //! certificate a client is presented must be the Secret's.
@@ -123,6 +124,7 @@ fn tls_secret(name: &str, cert: &str, key: &str, ca: Option<&str>) -> String {
 struct Ports {
     https: u16,
     mtls: u16,
+    opt: u16,
     pass: u16,
     http: u16,
 }
@@ -150,6 +152,10 @@ spec:
     bind: 127.0.0.1
     hosts: [mtls.example.com]
     tls: {{mode: MUTUAL, credentialName: mtls-cred}}
+  - port: {{number: {opt}, name: https-optional, protocol: HTTPS}}
+    bind: 127.0.0.1
+    hosts: [mtls.example.com]
+    tls: {{mode: OPTIONAL_MUTUAL, credentialName: mtls-cred}}
   - port: {{number: {pass}, name: tls, protocol: TLS}}
     bind: 127.0.0.1
     hosts: [a.example.com, b.example.com]
@@ -213,6 +219,7 @@ spec:
         gw = ip(30),
         https = p.https,
         mtls = p.mtls,
+        opt = p.opt,
         pass = p.pass,
         http = p.http,
         web = ip(10),
@@ -321,6 +328,7 @@ fn scenario(envoy_bin: &std::path::Path, mode: XdsMode, net: u8) {
     let ports = Ports {
         https: free_port(),
         mtls: free_port(),
+        opt: free_port(),
         pass: free_port(),
         http: free_port(),
     };
@@ -437,6 +445,33 @@ fn scenario(envoy_bin: &std::path::Path, mode: XdsMode, net: u8) {
             .as_ref()
             .map_or(true, |a| !a.response.contains("200")),
         "a client without a certificate is refused: {without:?}"
+    );
+
+    // (c') OPTIONAL_MUTUAL: served without a client certificate and with one the CA signed;
+    //      a certificate of another CA is verified and refused.
+    for client in [None, Some((ccert.as_str(), ckey.as_str()))] {
+        let answer = converge(
+            "OPTIONAL_MUTUAL",
+            || tls_get(at(ports.opt), "mtls.example.com", &gw_ca.pem, client),
+            |a| {
+                a.as_ref()
+                    .is_ok_and(|a| a.response.starts_with("HTTP/1.1 200"))
+            },
+        )
+        .unwrap();
+        assert_eq!(answer.peer, der_of(&mcert));
+    }
+    let stranger = tls_get(
+        at(ports.opt),
+        "mtls.example.com",
+        &gw_ca.pem,
+        Some((&bcert, &bkey)),
+    );
+    assert!(
+        stranger
+            .as_ref()
+            .map_or(true, |a| !a.response.contains("200")),
+        "a certificate of another CA is refused: {stranger:?}"
     );
 
     // (d) PASSTHROUGH: each SNI name to its own backend, TLS end to end with the backend.
