@@ -8,20 +8,17 @@
 
 mod support;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::sync::Arc;
-use std::time::Duration;
+use std::net::SocketAddr;
 
 use support::pki::{ca, leaf, Ca};
 use support::tls_backend::TlsBackend;
+use support::tls_client::{tls_get_trusting, Trust};
 use support::{
     debug_json, free_port, http_request, meshflow_cli, require_envoy, wait_until, write_config,
     Backend, Envoy, Meshflow, ProxyNode, TestDir, XdsMode, CONVERGE_TIMEOUT, STARTUP_TIMEOUT,
 };
 use tokio_rustls::rustls::pki_types::pem::PemObject;
-use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-use tokio_rustls::rustls::{self, ClientConfig, ClientConnection, RootCertStore, StreamOwned};
+use tokio_rustls::rustls::pki_types::CertificateDer;
 
 /// `127.0.<net>.<host>`: each run's backends on loopback addresses of their own.
 fn loopback(net: u8, host: u8) -> String {
@@ -44,58 +41,11 @@ fn tls_get(
     roots: &str,
     client: Option<(&str, &str)>,
 ) -> Result<Answer, String> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut store = RootCertStore::empty();
-    for c in CertificateDer::pem_slice_iter(roots.as_bytes()) {
-        store
-            .add(c.map_err(|e| e.to_string())?)
-            .map_err(|e| e.to_string())?;
+    let (response, peer) = tls_get_trusting(addr, sni, Trust::Roots(roots), &[], client)?;
+    if peer.is_empty() {
+        return Err("no peer certificate".into());
     }
-    let builder = ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_root_certificates(store);
-    let config = match client {
-        None => builder.with_no_client_auth(),
-        Some((cert, key)) => {
-            let chain: Vec<CertificateDer<'static>> =
-                CertificateDer::pem_slice_iter(cert.as_bytes())
-                    .collect::<Result<_, _>>()
-                    .map_err(|e| e.to_string())?;
-            let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).map_err(|e| e.to_string())?;
-            builder
-                .with_client_auth_cert(chain, key)
-                .map_err(|e| e.to_string())?
-        }
-    };
-    let name = ServerName::try_from(sni.to_string()).map_err(|e| e.to_string())?;
-    let conn = ClientConnection::new(Arc::new(config), name).map_err(|e| e.to_string())?;
-    let sock =
-        TcpStream::connect_timeout(&addr, Duration::from_secs(2)).map_err(|e| e.to_string())?;
-    sock.set_read_timeout(Some(Duration::from_secs(5))).ok();
-    let mut tls = StreamOwned::new(conn, sock);
-    let req = format!("GET / HTTP/1.1\r\nHost: {sni}\r\nConnection: close\r\n\r\n");
-    tls.write_all(req.as_bytes())
-        .map_err(|e| format!("write: {e}"))?;
-    let mut out = Vec::new();
-    match tls.read_to_end(&mut out) {
-        Ok(_) => {}
-        // Servers may close without close_notify once the answer is sent.
-        Err(e) if !out.is_empty() => {
-            let _ = e;
-        }
-        Err(e) => return Err(format!("read: {e}")),
-    }
-    let peer = tls
-        .conn
-        .peer_certificates()
-        .and_then(|c| c.first())
-        .map(|c| c.to_vec())
-        .ok_or("no peer certificate")?;
-    Ok(Answer {
-        peer,
-        response: String::from_utf8_lossy(&out).into_owned(),
-    })
+    Ok(Answer { peer, response })
 }
 
 fn der_of(pem: &str) -> Vec<u8> {

@@ -1,6 +1,6 @@
-//! A TLS client for tests that check what a server *accepts*: it trusts any server
-//! certificate, presents a client certificate when given one, offers the ALPN asked for, and
-//! sends one `GET /`.
+//! A TLS client for tests: it trusts any server certificate (tests that check what a server
+//! *accepts*) or only given roots (tests that check what a server *presents*), presents a
+//! client certificate when given one, offers the ALPN asked for, and sends one `GET /`.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -13,8 +13,17 @@ use tokio_rustls::rustls::client::danger::{
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use tokio_rustls::rustls::{
-    self, ClientConfig, ClientConnection, DigitallySignedStruct, StreamOwned,
+    self, ClientConfig, ClientConnection, DigitallySignedStruct, RootCertStore, StreamOwned,
 };
+
+/// Which server certificates the client accepts.
+#[derive(Clone, Copy, Debug)]
+pub enum Trust<'a> {
+    /// Any: the test looks at what the server accepts, not at what it presents.
+    Any,
+    /// Those the roots (PEM) sign, for the name sent as SNI.
+    Roots(&'a str),
+}
 
 /// Accepts any server certificate.
 #[derive(Debug)]
@@ -61,12 +70,35 @@ pub fn tls_get(
     alpn: &[&str],
     client: Option<(&str, &str)>,
 ) -> Result<(String, Vec<u8>), String> {
+    tls_get_trusting(addr, host, Trust::Any, alpn, client)
+}
+
+/// As [`tls_get`], accepting the server certificates `trust` says.
+pub fn tls_get_trusting(
+    addr: SocketAddr,
+    host: &str,
+    trust: Trust<'_>,
+    alpn: &[&str],
+    client: Option<(&str, &str)>,
+) -> Result<(String, Vec<u8>), String> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = ClientConfig::builder_with_provider(provider.clone())
+    let versions = ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(AnyServer(provider)));
+        .map_err(|e| e.to_string())?;
+    let builder = match trust {
+        Trust::Any => versions
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AnyServer(provider))),
+        Trust::Roots(pem) => {
+            let mut store = RootCertStore::empty();
+            for c in CertificateDer::pem_slice_iter(pem.as_bytes()) {
+                store
+                    .add(c.map_err(|e| e.to_string())?)
+                    .map_err(|e| e.to_string())?;
+            }
+            versions.with_root_certificates(store)
+        }
+    };
     let mut config = match client {
         None => builder.with_no_client_auth(),
         Some((cert, key)) => {
