@@ -323,7 +323,7 @@ pub fn compute(mesh: &MeshConfig, snap: &Snapshot) -> ProxyConfigs {
     let snap = snap.as_ref();
     let v = View::new(snap, settings);
     let eps = v.resolved_endpoints();
-    let index = EndpointIndex::new(&eps);
+    let index = EndpointIndex::new(&eps, &v);
     let scopes: Vec<(&Proxy, ScopeKey)> = v.proxies.iter().map(|p| (*p, v.scope_of(p))).collect();
     let scope_clusters = scope_clusters(&v, &index, &scopes);
 
@@ -430,7 +430,7 @@ pub fn compute_planned<'k>(
     // Only assignments to rebuild: only the endpoints of their hosts are resolved.
     let only = plan.full.is_empty().then_some(&plan.eds_hosts);
     let eps = v.resolved_endpoints_of(only);
-    let index = EndpointIndex::new(&eps);
+    let index = EndpointIndex::new(&eps, &v);
     let mut out = Planned::default();
     let mut shared: HashMap<(ScopeKey, bool), Vec<Resource>> = HashMap::new();
     for p in &v.proxies {
@@ -559,7 +559,7 @@ fn clusters_of(
         let svc = v.services[h];
         let dr = v.dr_for(s, svc);
         for (res, _port, labels) in cluster::outbound_all_with(
-            &index.identified(svc, &v.mesh),
+            index.identified(svc),
             dr,
             s.is_proxyless(),
             &ClusterDefaults::of(&v.mesh),
@@ -579,12 +579,13 @@ struct EndpointIndex<'e> {
     by_host: HashMap<(&'e str, u16), Vec<&'e Endpoint>>,
     /// Each with the host and service port it was resolved to.
     by_ip: HashMap<&'e str, Vec<(&'e str, u16, &'e Endpoint)>>,
-    /// `(namespace, service account)` of each host's endpoints.
-    identities: HashMap<&'e str, BTreeSet<&'e (String, String)>>,
+    /// The services whose endpoints run as known service accounts, with their SPIFFE
+    /// identities added: built once per recompute, not per scope.
+    identified: HashMap<&'e str, Service>,
 }
 
 impl<'e> EndpointIndex<'e> {
-    fn new(eps: &'e [((Hostname, u16), Endpoint)]) -> Self {
+    fn new(eps: &'e [((Hostname, u16), Endpoint)], v: &View) -> Self {
         let mut by_host: HashMap<(&str, u16), Vec<&Endpoint>> = HashMap::new();
         for ((h, port), ep) in eps {
             by_host.entry((h.as_str(), *port)).or_default().push(ep);
@@ -602,23 +603,27 @@ impl<'e> EndpointIndex<'e> {
                 identities.entry(h.as_str()).or_default().insert(id);
             }
         }
+        let identified = identities
+            .into_iter()
+            .filter_map(|(h, ids)| {
+                let svc = v.services.get(h)?;
+                let ids: Vec<String> = ids
+                    .into_iter()
+                    .map(|(ns, sa)| v.mesh.spiffe_id(ns, sa))
+                    .collect();
+                Some((h, svc.with_identities(&ids)))
+            })
+            .collect();
         EndpointIndex {
             by_host,
             by_ip,
-            identities,
+            identified,
         }
     }
 
     /// `svc` with the SPIFFE identities of its endpoints, as clusters are built from it.
-    fn identified(&self, svc: &Service, mesh: &MeshSettings) -> Service {
-        let ids: Vec<String> = self
-            .identities
-            .get(svc.hostname.as_str())
-            .into_iter()
-            .flatten()
-            .map(|(ns, sa)| mesh.spiffe_id(ns, sa))
-            .collect();
-        svc.with_identities(&ids)
+    fn identified<'s>(&'s self, svc: &'s Service) -> &'s Service {
+        self.identified.get(svc.hostname.as_str()).unwrap_or(svc)
     }
 
     /// An assignment per (cluster, subset labels) from the endpoints of that host and port
