@@ -33,14 +33,21 @@ async fn trailers_of(body: &mut ResponseBody) -> HeaderMap {
 
 #[tokio::test]
 async fn body_ends_with_status_trailers() {
-    let (tx, rx) = mpsc::channel(2);
-    tx.send(Ok(Bytes::from_static(b"abc"))).await.unwrap();
+    let (tx, rx) = mpsc::channel(4);
+    // A response of two chunks, one of none, one of one: each chunk is a data frame, in
+    // order.
+    let chunks = |c: &[&'static [u8]]| c.iter().map(|b| Bytes::from_static(b)).collect();
+    tx.send(Ok(chunks(&[b"abc", b"de"]))).await.unwrap();
+    tx.send(Ok(chunks(&[]))).await.unwrap();
+    tx.send(Ok(chunks(&[b"f"]))).await.unwrap();
     tx.send(Err(Status::invalid_argument("bad node")))
         .await
         .unwrap();
     let mut body = ResponseBody::new(rx);
-    let data = body.frame().await.unwrap().unwrap().into_data().unwrap();
-    assert_eq!(&data[..], b"abc");
+    for expected in [&b"abc"[..], b"de", b"f"] {
+        let data = body.frame().await.unwrap().unwrap().into_data().unwrap();
+        assert_eq!(&data[..], expected);
+    }
     let t = trailers_of(&mut body).await;
     assert_eq!(t.get("grpc-status").unwrap(), "3");
     assert_eq!(t.get("grpc-message").unwrap(), "bad%20node");

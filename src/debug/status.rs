@@ -61,7 +61,7 @@ pub fn stream_details(e: &ProxyEntry) -> Vec<model::StreamInfo> {
                     Some(model::StreamSubscription {
                         rtype: t.short().into(),
                         wildcard: sub.wildcard,
-                        names: sub.names.clone(),
+                        names: sub.shown_names(),
                         in_flight,
                     })
                 })

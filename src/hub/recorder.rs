@@ -57,8 +57,31 @@ pub struct Push {
 pub struct Subscription {
     pub rtype: Option<ResourceType>,
     pub wildcard: bool,
-    pub names: Vec<String>,
+    /// The subscribed names as the stream holds them: shared copies, in no order. A
+    /// stream reports them each time its subscriptions change (every proxy's, when a new
+    /// service adds a cluster), so the copying, sorting and cutting for display
+    /// ([`Subscription::shown_names`]) waits until the debug port asks.
+    pub names: Vec<Name>,
 }
+
+impl Subscription {
+    /// The names sorted, cut to [`SHOWN_NAMES`] with a last entry counting the rest.
+    pub fn shown_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.names.iter().map(|n| n.to_string()).collect();
+        names.sort();
+        if names.len() > SHOWN_NAMES {
+            let more = names.len() - SHOWN_NAMES;
+            names.truncate(SHOWN_NAMES);
+            names.push(format!("… and {more} more"));
+        }
+        names
+    }
+}
+
+/// Names of one subscription the debug port is given: a stream subscribed to more shows
+/// these and a last entry saying how many more (a 100,000-name subscription copied per
+/// stream made `/debug/proxies` 70 MB).
+pub const SHOWN_NAMES: usize = 1_000;
 
 /// One thing a stream did or was told.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -3,7 +3,7 @@
 //! flight per type, ACK/NACK. It reads a [`ProxyView`] and produces responses; it does no I/O.
 
 use super::{
-    nack_message, resource_type, shown, wildcard_by_default, Events, Feedback, Nack, Nonces,
+    nack_message, resource_type, wildcard_by_default, Events, Feedback, Nack, Nonces,
     ProtocolError, Push, Subscription, MAX_NAMES,
 };
 use crate::hub::vhds::VIRTUAL_HOST_TYPE_URL;
@@ -36,7 +36,9 @@ struct TypeState {
     /// The client is waiting for an answer (first request, new subscriptions) even if
     /// there is nothing to send: Envoy would otherwise wait out its initial fetch timeout.
     must_respond: bool,
-    /// Newly subscribed names: answered as removed if they do not exist.
+    /// Newly subscribed names: compared with what the client holds at the next look, and
+    /// answered as removed if they do not exist. (VHDS keeps only those the client does not
+    /// hold: they are the on-demand requests its aliases answer.)
     asked: BTreeSet<Name>,
     /// Where the proxy's resources of this type stood ([`Held::stamp`]) when they were last
     /// compared with what the client holds, if nothing else (subscriptions) changed since:
@@ -87,6 +89,42 @@ pub struct DeltaStream {
 /// thousand proxies take their first configs (270 KB each on shape L). Each response is
 /// then freed once written ([`super::grpc`]); no stream keeps an encode buffer.
 pub const MAX_RESPONSE_BYTES: usize = 32 * 1024;
+
+/// A Delta response as a stream produces it: the message, each resource's `Any` without
+/// its value, and beside it the resources' encoded bodies, shared with the hub. Nothing
+/// copies a body: [`super::grpc::delta_frame`] writes the gRPC frame around them (a 53 KB
+/// route configuration pushed to two thousand proxies used to be copied twice per proxy,
+/// into the `Any` and into the frame).
+#[derive(Debug, Clone, Default)]
+pub struct DeltaOut {
+    pub message: DeltaDiscoveryResponse,
+    /// The body of `message.resources[i]`'s `Any`, for each `i` (none for a resource whose
+    /// `Any` carries its own value).
+    pub bodies: Vec<Option<Body>>,
+}
+
+impl DeltaOut {
+    fn new(message: DeltaDiscoveryResponse, bodies: Vec<Option<Body>>) -> Self {
+        DeltaOut { message, bodies }
+    }
+
+    /// The whole message, each body copied into its `Any` (tests, in-process clients).
+    pub fn into_message(self) -> DeltaDiscoveryResponse {
+        let mut m = self.message;
+        for (r, body) in m.resources.iter_mut().zip(self.bodies) {
+            if let (Some(any), Some(body)) = (r.resource.as_mut(), body) {
+                any.value = body.0.to_vec();
+            }
+        }
+        m
+    }
+}
+
+impl From<DeltaDiscoveryResponse> for DeltaOut {
+    fn from(message: DeltaDiscoveryResponse) -> Self {
+        DeltaOut::new(message, Vec::new())
+    }
+}
 
 impl DeltaStream {
     /// Takes in one request: subscription changes and ACK/NACK of a previous response.
@@ -145,7 +183,18 @@ impl DeltaStream {
         } else {
             self.types.entry(t).or_default()
         };
-        if !req.resource_names_subscribe.is_empty() || !req.resource_names_unsubscribe.is_empty() {
+        // A change of the wildcard (or of VHDS's subscriptions, which are compared whole)
+        // needs the whole held set compared again; named subscriptions only need their
+        // own names looked at (`asked`), so a proxy subscribing to a new cluster's
+        // assignment does not compare its hundreds of others.
+        let wildcard_moved = req
+            .resource_names_subscribe
+            .iter()
+            .chain(&req.resource_names_unsubscribe)
+            .any(|n| n == "*");
+        let names_moved =
+            !req.resource_names_subscribe.is_empty() || !req.resource_names_unsubscribe.is_empty();
+        if wildcard_moved || (vhost && names_moved) {
             st.compared_at = None;
         }
         if first {
@@ -209,9 +258,12 @@ impl DeltaStream {
                 st.wildcard = true;
             } else {
                 let n = name(n);
-                if !st.client.contains_key(&n) {
-                    st.asked.insert(n.clone());
+                let held = st.client.contains_key(&n);
+                if !held {
                     st.must_respond = true;
+                }
+                if !held || !vhost {
+                    st.asked.insert(n.clone());
                 }
                 st.names.insert(n);
             }
@@ -263,7 +315,7 @@ impl DeltaStream {
             .map(|(t, st)| Subscription {
                 rtype: Some(*t),
                 wildcard: st.wildcard,
-                names: shown(st.names.iter().map(|n| n.to_string()).collect()),
+                names: st.names.iter().cloned().collect(),
             })
             .collect()
     }
@@ -272,7 +324,18 @@ impl DeltaStream {
     /// type with no response in flight whose subscribed resources differ from what the
     /// client holds.
     pub fn pending(&mut self, view: &ProxyView<'_>) -> Vec<DeltaDiscoveryResponse> {
-        let mut out = std::mem::take(&mut self.unserved);
+        self.pending_out(view)
+            .into_iter()
+            .map(DeltaOut::into_message)
+            .collect()
+    }
+
+    /// [`DeltaStream::pending`] with the bodies kept apart, as the server frames them.
+    pub fn pending_out(&mut self, view: &ProxyView<'_>) -> Vec<DeltaOut> {
+        let mut out: Vec<DeltaOut> = std::mem::take(&mut self.unserved)
+            .into_iter()
+            .map(DeltaOut::from)
+            .collect();
         // What the engine's push resends unchanged joins each type's resends (the
         // istio-style baseline's whole listener and route sets).
         for (epoch, t, name) in view.forced {
@@ -305,7 +368,7 @@ impl DeltaStream {
         out
     }
 
-    fn compare(&mut self, view: &ProxyView<'_>) -> Vec<DeltaDiscoveryResponse> {
+    fn compare(&mut self, view: &ProxyView<'_>) -> Vec<DeltaOut> {
         let mut out = Vec::new();
         for t in ResourceType::ALL {
             let Some(st) = self.types.get_mut(&t) else {
@@ -352,6 +415,7 @@ impl DeltaStream {
             match candidates {
                 Some(mut names) => {
                     names.extend(resend.iter().cloned());
+                    names.extend(st.asked.iter().cloned());
                     names.sort();
                     names.dedup();
                     for n in names {
@@ -394,6 +458,7 @@ impl DeltaStream {
                 }
             }
             let mut resources = Vec::new();
+            let mut bodies = Vec::new();
             let mut sent: Vec<(Name, Name)> = Vec::new();
             let mut bytes = 0usize;
             let mut rest = changed.into_iter();
@@ -416,10 +481,11 @@ impl DeltaStream {
                     version: version.to_string(),
                     resource: Some(Any {
                         type_url: t.type_url().to_string(),
-                        value: body.0.to_vec(),
+                        value: Vec::new(),
                     }),
                     ..Default::default()
                 });
+                bodies.push(Some(body));
                 sent.push((name, version));
             }
             if truncated {
@@ -470,13 +536,16 @@ impl DeltaStream {
                 removed,
                 full_set: false,
             });
-            out.push(DeltaDiscoveryResponse {
-                type_url: t.type_url().to_string(),
-                resources,
-                removed_resources,
-                nonce,
-                ..Default::default()
-            });
+            out.push(DeltaOut::new(
+                DeltaDiscoveryResponse {
+                    type_url: t.type_url().to_string(),
+                    resources,
+                    removed_resources,
+                    nonce,
+                    ..Default::default()
+                },
+                bodies,
+            ));
             if t == ResourceType::Cluster {
                 if let Some(eds) = self.types.get_mut(&ResourceType::Endpoint) {
                     eds.resend.extend(updated);
@@ -498,7 +567,7 @@ impl DeltaStream {
     /// as `ROUTE/DOMAIN` (sent with that name as an alias; a name that resolves to none is
     /// answered as removed, so the request does not wait). Without VHDS every name asked
     /// is answered as removed.
-    fn compare_vhosts(&mut self, view: &ProxyView<'_>) -> Option<DeltaDiscoveryResponse> {
+    fn compare_vhosts(&mut self, view: &ProxyView<'_>) -> Option<DeltaOut> {
         // A wildcard subscription: the virtual hosts of every route configuration the client
         // holds.
         let routes_held: Vec<Name> = match (&self.vhosts, self.types.get(&ResourceType::Route)) {
@@ -561,6 +630,7 @@ impl DeltaStream {
             }
         }
         let mut resources = Vec::new();
+        let mut bodies = Vec::new();
         let mut sent: Vec<(Name, Name)> = Vec::new();
         for (name, (version, body, aliases)) in &due {
             if st.client.get(name) == Some(version) && !resend.contains(name) && aliases.is_empty()
@@ -573,10 +643,11 @@ impl DeltaStream {
                 aliases: aliases.clone(),
                 resource: Some(Any {
                     type_url: VIRTUAL_HOST_TYPE_URL.to_string(),
-                    value: body.0.to_vec(),
+                    value: Vec::new(),
                 }),
                 ..Default::default()
             });
+            bodies.push(Some(body.clone()));
             sent.push((name.clone(), version.clone()));
         }
         let mut removed: Vec<Name> = st
@@ -601,12 +672,15 @@ impl DeltaStream {
         let nonce = self.nonces.issue();
         st.in_flight = Some(nonce.clone());
         st.last_nonce = Some(nonce.clone());
-        Some(DeltaDiscoveryResponse {
-            type_url: VIRTUAL_HOST_TYPE_URL.to_string(),
-            resources,
-            removed_resources: removed.iter().map(|n| n.to_string()).collect(),
-            nonce,
-            ..Default::default()
-        })
+        Some(DeltaOut::new(
+            DeltaDiscoveryResponse {
+                type_url: VIRTUAL_HOST_TYPE_URL.to_string(),
+                resources,
+                removed_resources: removed.iter().map(|n| n.to_string()).collect(),
+                nonce,
+                ..Default::default()
+            },
+            bodies,
+        ))
     }
 }

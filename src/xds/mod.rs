@@ -51,21 +51,7 @@ impl std::fmt::Display for ProtocolError {
 /// to per type.
 pub const MAX_NAMES: usize = 100_000;
 
-/// Names of one subscription the debug port is given: a stream subscribed to more shows
-/// these and a last entry saying how many more (a 100,000-name subscription copied per
-/// stream made `/debug/proxies` 70 MB).
-pub const SHOWN_NAMES: usize = 1_000;
-
-/// `names`, sorted, cut to [`SHOWN_NAMES`] with a last entry that counts the rest.
-pub(crate) fn shown(mut names: Vec<String>) -> Vec<String> {
-    names.sort();
-    if names.len() > SHOWN_NAMES {
-        let more = names.len() - SHOWN_NAMES;
-        names.truncate(SHOWN_NAMES);
-        names.push(format!("… and {more} more"));
-    }
-    names
-}
+pub use crate::hub::recorder::SHOWN_NAMES;
 
 pub(crate) fn resource_type(url: &str) -> Result<ResourceType, ProtocolError> {
     ResourceType::from_type_url(url).ok_or_else(|| ProtocolError::UnknownType(url.to_string()))

@@ -534,7 +534,7 @@ fn delta_subscriptions_are_bounded_per_stream() {
     };
     s.on_request_unshared(&subscribe(0, 60_000)).unwrap();
     s.on_request_unshared(&subscribe(0, 60_000)).unwrap(); // the same names again
-    let shown = &s.subscriptions()[0].names;
+    let shown = &s.subscriptions()[0].shown_names();
     assert_eq!(shown.len(), super::SHOWN_NAMES + 1);
     assert_eq!(shown.last().map(String::as_str), Some("… and 59000 more"));
     let err = s
@@ -678,4 +678,80 @@ fn delta_vhds_wildcard_follows_route_configurations_held() {
     assert_eq!(r.len(), 1, "{r:?}");
     let names: Vec<&str> = r[0].resources.iter().map(|x| x.name.as_str()).collect();
     assert_eq!(names, ["80/a:80", "80/b:80"]);
+}
+
+/// Named subscriptions added one request at a time are answered with exactly the new names
+/// (current versions, or removed when they do not exist), never with resources the stream
+/// is not subscribed to; a name unsubscribed and subscribed again is sent again.
+#[test]
+fn delta_named_subscriptions_send_exactly_the_new_names() {
+    let hub = hub();
+    let e = |n: &str, v: &str| res(ResourceType::Endpoint, n, v);
+    epoch(
+        &hub,
+        1,
+        &[e("e1", "1"), e("e2", "1"), e("e3", "1"), e("e4", "1")],
+        &[],
+    );
+    let mut s = DeltaStream::default();
+    let ask = |s: &mut DeltaStream, sub: &[&str], unsub: &[&str]| {
+        s.on_request_unshared(&DeltaDiscoveryRequest {
+            type_url: ResourceType::Endpoint.type_url().into(),
+            resource_names_subscribe: sub.iter().map(|n| n.to_string()).collect(),
+            resource_names_unsubscribe: unsub.iter().map(|n| n.to_string()).collect(),
+            ..Default::default()
+        })
+        .unwrap();
+        let r = hub.with_view(ID, |v| s.pending(v)).unwrap();
+        for resp in &r {
+            s.on_request_unshared(&DeltaDiscoveryRequest {
+                type_url: resp.type_url.clone(),
+                response_nonce: resp.nonce.clone(),
+                ..Default::default()
+            })
+            .unwrap();
+        }
+        r.iter()
+            .map(|r| {
+                let sent: Vec<String> = r
+                    .resources
+                    .iter()
+                    .map(|x| {
+                        format!(
+                            "{}@{}",
+                            x.name,
+                            x.resource.as_ref().map_or(0, |a| a.value.len())
+                        )
+                    })
+                    .collect();
+                (sent, r.removed_resources.clone())
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        ask(&mut s, &["e1"], &[]),
+        vec![(vec!["e1@1".to_string()], vec![])]
+    );
+    assert_eq!(
+        ask(&mut s, &["e2", "missing"], &[]),
+        vec![(vec!["e2@1".to_string()], vec!["missing".to_string()])]
+    );
+    // e3 changes while nobody subscribes to it: nothing goes out.
+    epoch(&hub, 2, &[e("e3", "22")], &[e("e3", "1")]);
+    assert!(hub.with_view(ID, |v| s.pending(v)).unwrap().is_empty());
+    // Subscribed now: its current version, and nothing else.
+    assert_eq!(
+        ask(&mut s, &["e3"], &[]),
+        vec![(vec!["e3@2".to_string()], vec![])]
+    );
+    // Unsubscribed e1 changes: nothing; subscribed again: sent again, in its new version.
+    assert_eq!(ask(&mut s, &[], &["e1"]), vec![]);
+    epoch(&hub, 3, &[e("e1", "333")], &[e("e1", "1")]);
+    assert!(hub.with_view(ID, |v| s.pending(v)).unwrap().is_empty());
+    assert_eq!(
+        ask(&mut s, &["e1"], &[]),
+        vec![(vec!["e1@3".to_string()], vec![])]
+    );
+    // A subscription to a name the stream already has: nothing to send.
+    assert_eq!(ask(&mut s, &["e2"], &[]), vec![]);
 }

@@ -3,7 +3,7 @@
 //! `tonic::Status` is made.
 
 use super::auth::{AuthConfig, Denied};
-use super::delta::DeltaStream;
+use super::delta::{DeltaOut, DeltaStream};
 use super::grpc;
 use super::node::proxy_from_node;
 use super::sotw::SotwStream;
@@ -11,7 +11,6 @@ use super::{Feedback, ProtocolError, StreamEvent};
 use crate::hub::recorder::{Recorder, StreamRef};
 use crate::hub::view::ProxyView;
 use crate::hub::Hub;
-use bytes::Bytes;
 use dataflows::materialize::Name;
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::{
@@ -53,7 +52,11 @@ trait Protocol: Default + Send + 'static {
         req: &Self::Req,
         name: &dyn Fn(&str) -> Name,
     ) -> Result<(), ProtocolError>;
-    fn pending(&mut self, view: &ProxyView<'_>) -> Vec<Self::Resp>;
+    /// A response as the state machine produces it.
+    type Out: Send + 'static;
+    fn pending(&mut self, view: &ProxyView<'_>) -> Vec<Self::Out>;
+    /// `out` as the chunks of its gRPC frame.
+    fn frame(out: Self::Out) -> Result<grpc::Chunks, Status>;
     /// What happened since the last call, for the hub's [`Recorder`].
     fn events(&mut self) -> Vec<StreamEvent>;
     /// A response is waiting for its ACK or NACK.
@@ -67,6 +70,7 @@ trait Protocol: Default + Send + 'static {
 impl Protocol for DeltaStream {
     type Req = DeltaDiscoveryRequest;
     type Resp = DeltaDiscoveryResponse;
+    type Out = DeltaOut;
     const NAME: &'static str = "delta";
     fn node(req: &Self::Req) -> Option<&Node> {
         req.node.as_ref()
@@ -78,8 +82,11 @@ impl Protocol for DeltaStream {
     ) -> Result<(), ProtocolError> {
         DeltaStream::on_request(self, req, name)
     }
-    fn pending(&mut self, view: &ProxyView<'_>) -> Vec<Self::Resp> {
-        DeltaStream::pending(self, view)
+    fn pending(&mut self, view: &ProxyView<'_>) -> Vec<Self::Out> {
+        DeltaStream::pending_out(self, view)
+    }
+    fn frame(out: Self::Out) -> Result<grpc::Chunks, Status> {
+        grpc::delta_frame(out)
     }
     fn events(&mut self) -> Vec<StreamEvent> {
         let subscriptions = self
@@ -99,6 +106,7 @@ impl Protocol for DeltaStream {
 impl Protocol for SotwStream {
     type Req = DiscoveryRequest;
     type Resp = DiscoveryResponse;
+    type Out = DiscoveryResponse;
     const NAME: &'static str = "sotw";
     fn node(req: &Self::Req) -> Option<&Node> {
         req.node.as_ref()
@@ -110,8 +118,11 @@ impl Protocol for SotwStream {
     ) -> Result<(), ProtocolError> {
         SotwStream::on_request(self, req)
     }
-    fn pending(&mut self, view: &ProxyView<'_>) -> Vec<Self::Resp> {
+    fn pending(&mut self, view: &ProxyView<'_>) -> Vec<Self::Out> {
         SotwStream::pending(self, view)
+    }
+    fn frame(out: Self::Out) -> Result<grpc::Chunks, Status> {
+        grpc::frame(&out).map(|b| vec![b])
     }
     fn events(&mut self) -> Vec<StreamEvent> {
         let subscriptions = self
@@ -145,7 +156,7 @@ async fn serve_stream<P: Protocol>(
     warmup: Arc<Semaphore>,
     peer: Peer,
     mut inbound: Streaming<P::Req>,
-    tx: mpsc::Sender<Result<Bytes, Status>>,
+    tx: mpsc::Sender<Result<grpc::Chunks, Status>>,
 ) {
     let (first_request_timeout, warmup_hold) =
         (limits.first_request_timeout, limits.initial_push_hold);
@@ -288,7 +299,7 @@ async fn serve_stream<P: Protocol>(
                 return;
             };
             // Encoded here, one allocation per response, freed once HTTP/2 wrote it.
-            room.send(grpc::frame(&r));
+            room.send(P::frame(r));
         }
         tokio::select! {
             msg = inbound.message() => match msg {
@@ -311,7 +322,11 @@ async fn serve_stream<P: Protocol>(
 /// that is not a valid protobuf is INVALID_ARGUMENT, one over [`MAX_MESSAGE_BYTES`] is
 /// RESOURCE_EXHAUSTED (both logged, once per stream since the stream ends). Anything else
 /// is the client going away, which needs no answer.
-async fn refuse_unreadable(tx: &mpsc::Sender<Result<Bytes, Status>>, proxy: &str, e: Status) {
+async fn refuse_unreadable(
+    tx: &mpsc::Sender<Result<grpc::Chunks, Status>>,
+    proxy: &str,
+    e: Status,
+) {
     let status = match e.code() {
         // tonic reports a protobuf that does not decode as INTERNAL, a frame over the
         // limit as OUT_OF_RANGE: both are the client's doing.

@@ -4,7 +4,7 @@
 //! per type; a NACK is recorded and the rejected version is not resent.
 
 use super::{
-    nack_message, resource_type, shown, wildcard_by_default, Events, Feedback, Nack, Nonces,
+    nack_message, resource_type, wildcard_by_default, Events, Feedback, Nack, Nonces,
     ProtocolError, Push, Subscription, MAX_NAMES,
 };
 use crate::hub::view::ProxyView;
@@ -112,7 +112,7 @@ impl SotwStream {
             .map(|(t, st)| Subscription {
                 rtype: Some(*t),
                 wildcard: st.wildcard,
-                names: shown(st.names.iter().cloned().collect()),
+                names: st.names.iter().map(|n| Name::from(n.as_str())).collect(),
             })
             .collect()
     }
