@@ -26,6 +26,8 @@ pub enum Input {
         errors: Vec<String>,
         /// Analysis messages about the objects in effect (the complete list).
         analysis: Vec<String>,
+        /// When the source first saw these changes ([`crate::sources::Report::seen`]).
+        seen: std::time::Instant,
     },
     ProxyUp(Proxy),
     ProxyDown(Proxy),

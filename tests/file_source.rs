@@ -1061,6 +1061,7 @@ fn watch_delivers_edits_made_after_it_starts() {
     std::thread::sleep(Duration::from_millis(100));
 
     // An edit: the new VirtualService replaces the old one.
+    let before_edit = Instant::now();
     write_atomic(
         &routing,
         &ROUTING
@@ -1073,6 +1074,16 @@ fn watch_delivers_edits_made_after_it_starts() {
         let scan = rx
             .recv_timeout(left)
             .expect("the edit was not delivered in time");
+        // The report says when its first event was seen: after the edit began, and at
+        // least the settle time (50 ms) before the report, which waited for quiet.
+        let seen = scan
+            .seen
+            .expect("a report of an edit says when it was seen");
+        assert!(seen >= before_edit, "seen before the edit was made");
+        assert!(
+            Instant::now().duration_since(seen) >= Duration::from_millis(50),
+            "the report came within the settle time of its first event"
+        );
         net.apply(&scan.changes);
         let current: Vec<&VirtualService> = net
             .0
@@ -1353,4 +1364,81 @@ fn last_valid_version_survives_a_restart_with_a_state_file() {
     let scan = fixed.rescan();
     assert_eq!(the_vs(&scan.changes, 1), valid_vs);
     assert_eq!(std::fs::read_to_string(&state).expect("state"), "[]");
+}
+
+/// A file rewritten again and again with documents added, removed, reordered, edited and
+/// duplicated (the file source takes unchanged documents from its last read rather than
+/// parsing them again) ends in the same records and errors as a fresh source reading the
+/// final text at once.
+#[test]
+fn rereads_reusing_unchanged_documents_match_a_fresh_read() {
+    let service = |name: &str, port: u32| {
+        format!(
+            "apiVersion: v1\nkind: Service\nmetadata: {{name: {name}, namespace: default}}\n\
+             spec:\n  ports: [{{name: http, port: {port}}}]\n  selector: {{app: {name}}}\n"
+        )
+    };
+    let pool: Vec<String> = vec![
+        service("a", 80),
+        service("a", 81),
+        service("b", 80),
+        service("b", 82),
+        service("c", 80),
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\n".to_string(),
+        "apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: p}\nspec: {}\n"
+            .to_string(),
+    ];
+    let dir = test_dir("memo_reuse");
+    let file = dir.join("mesh.yaml");
+    write(&file, &pool[0]);
+    let mut src = source(&dir);
+    let mut net = Net::default();
+    let first = src.rescan();
+    net.apply(&first.changes);
+    // A small deterministic generator: the same sequence on every run.
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = |n: usize| {
+        seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        ((seed >> 33) as usize) % n
+    };
+    for step in 0..60 {
+        let docs: Vec<&str> = (0..1 + next(5))
+            .map(|_| pool[next(pool.len())].as_str())
+            .collect();
+        let text = docs.join("---\n");
+        write(&file, &text);
+        let scan = src.rescan();
+        net.apply(&scan.changes);
+        let fresh_dir = test_dir("memo_reuse_fresh");
+        write(&fresh_dir.join("mesh.yaml"), &text);
+        let fresh = source(&fresh_dir).rescan();
+        let mut fresh_net = Net::default();
+        fresh_net.apply(&fresh.changes);
+        assert_eq!(
+            net.0.keys().collect::<Vec<_>>(),
+            fresh_net.0.keys().collect::<Vec<_>>(),
+            "step {step}: records differ from a fresh read of\n{text}"
+        );
+        let strip = |errors: &[String]| -> Vec<String> {
+            errors
+                .iter()
+                .map(|e| {
+                    e.replace(&fresh_dir.display().to_string(), "DIR")
+                        .replace(&dir.display().to_string(), "DIR")
+                })
+                .collect()
+        };
+        assert_eq!(
+            strip(&scan.errors),
+            strip(&fresh.errors),
+            "step {step}: errors differ"
+        );
+        assert_eq!(
+            strip(&scan.analysis),
+            strip(&fresh.analysis),
+            "step {step}: analysis differs"
+        );
+    }
 }

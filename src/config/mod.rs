@@ -141,9 +141,25 @@ pub fn split_documents(text: &str) -> Vec<(usize, String)> {
 /// Parses every document of a file. Unknown kinds are skipped: a config directory may
 /// hold Deployments and other objects meshflow has no use for.
 pub fn parse_file(path: &Path, text: &str, mesh: &MeshConfig) -> FileContents {
+    parse_file_reusing(path, text, mesh, |_, _| None)
+}
+
+/// [`parse_file`], taking the reading of a document from `known` (given the line the
+/// document starts on and its text) when it has one, for a document whose text was read
+/// before: a file rewritten with one document changed is parsed for that document only.
+pub fn parse_file_reusing(
+    path: &Path,
+    text: &str,
+    mesh: &MeshConfig,
+    mut known: impl FnMut(usize, &str) -> Option<Document>,
+) -> FileContents {
     let mut out = FileContents::default();
     for (line, doc) in split_documents(text) {
-        match read_document(&doc, mesh) {
+        let read = match known(line, &doc) {
+            Some(d) => Ok(d),
+            None => read_document(&doc, mesh),
+        };
+        match read {
             Ok(Document::Object(parsed)) => out.objects.push((line, parsed)),
             Ok(Document::Unserved(kind)) => out.unserved.push((line, kind)),
             Ok(Document::Other) => {}

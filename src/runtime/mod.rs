@@ -73,7 +73,12 @@ pub fn run(
     let mut rollback = rollback::Rollback::default();
     let mut epoch = 0u64;
     while let Ok(first) = inputs.recv() {
-        let started = Instant::now();
+        // The window counts from when the source saw the first change (a file burst's
+        // first event, before it settled and was read), not from when it was handed over.
+        let started = match &first {
+            Input::Changes { seen, .. } => (*seen).min(Instant::now()),
+            _ => Instant::now(),
+        };
         let mut batch = vec![first];
         let mut last = started;
         // Collect what arrives within the debounce window into the same epoch.
@@ -112,6 +117,7 @@ pub fn run(
                     described: d,
                     errors,
                     analysis,
+                    ..
                 } => {
                     n_config += c.len();
                     let (admitted, errors_changed) = rollback.admit(epoch, c);

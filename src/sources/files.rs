@@ -11,7 +11,7 @@
 
 use super::objects::{Object, ObjectSet};
 use super::{Sink, Source};
-use crate::config::{parse_file, DocError, Invalid, Level};
+use crate::config::{parse_file_reusing, DocError, Document, FileContents, Invalid, Level, Parsed};
 use crate::input::SourceName;
 use dataflows::model::{ConfigKey, MeshConfig, Record};
 use std::collections::{BTreeMap, HashMap};
@@ -32,6 +32,23 @@ struct FileState {
     unserved: Vec<(usize, String)>,
     /// The line each valid object starts at.
     lines: BTreeMap<ConfigKey, usize>,
+    /// What each document of the file's last read held, by the hash of its text: a
+    /// document read again unchanged is not parsed again ([`Memo`]).
+    memos: HashMap<u64, Memo>,
+}
+
+/// What a document read before held, enough to stand for its reading when its text comes
+/// back unchanged: an object's key (its records are the file's `objects` entry) and
+/// findings, or a kind not served, or nothing meshflow uses. Documents that failed are not
+/// kept, nor objects defined twice in the file (their entry may be the other copy's).
+#[derive(Clone, Debug)]
+enum Memo {
+    Object {
+        key: ConfigKey,
+        findings: Vec<crate::config::Finding>,
+    },
+    Unserved(String),
+    Other,
 }
 
 /// The state of a watched directory, diffed on every rescan.
@@ -116,6 +133,39 @@ fn now_ns() -> i128 {
 
 fn hash_bytes(b: &[u8]) -> u64 {
     xxhash_rust::xxh3::xxh3_64(b)
+}
+
+/// The memos of a file just read, from its documents' hashes by starting line: what each
+/// valid, unique object, kind not served or other document held. Documents in error, and
+/// objects defined twice in the file, get none (they are read again next time).
+fn memos_of(parsed: &FileContents, hashes: &[(usize, u64)]) -> HashMap<u64, Memo> {
+    let mut count: HashMap<&ConfigKey, usize> = HashMap::new();
+    for (_, p) in &parsed.objects {
+        *count.entry(&p.key).or_default() += 1;
+    }
+    let objects: HashMap<usize, &Parsed> = parsed.objects.iter().map(|(l, p)| (*l, p)).collect();
+    let unserved: HashMap<usize, &String> = parsed.unserved.iter().map(|(l, k)| (*l, k)).collect();
+    let failed: std::collections::HashSet<usize> = parsed.errors.iter().map(|e| e.line).collect();
+    let mut memos = HashMap::new();
+    for (line, h) in hashes {
+        let memo = if let Some(p) = objects.get(line) {
+            if count.get(&p.key).copied().unwrap_or(0) > 1 {
+                continue;
+            }
+            Memo::Object {
+                key: p.key.clone(),
+                findings: p.findings.clone(),
+            }
+        } else if let Some(kind) = unserved.get(line) {
+            Memo::Unserved((*kind).clone())
+        } else if failed.contains(line) {
+            continue;
+        } else {
+            Memo::Other
+        };
+        memos.insert(*h, memo);
+    }
+    memos
 }
 
 /// What one listing of the directory found.
@@ -399,7 +449,23 @@ impl FileSource {
             other => other,
         };
         let text = String::from_utf8_lossy(&bytes);
-        let parsed = parse_file(&path, &text, &self.mesh);
+        // Documents whose text the last read had are taken from it; the rest are read.
+        let mut hashes: Vec<(usize, u64)> = Vec::new();
+        let parsed = parse_file_reusing(&path, &text, &self.mesh, |line, doc| {
+            let h = hash_bytes(doc.as_bytes());
+            hashes.push((line, h));
+            let o = old.as_ref()?;
+            Some(match o.memos.get(&h)? {
+                Memo::Object { key, findings } => Document::Object(Parsed {
+                    key: key.clone(),
+                    records: o.objects.get(key)?.clone(),
+                    findings: findings.clone(),
+                }),
+                Memo::Unserved(kind) => Document::Unserved(kind.clone()),
+                Memo::Other => Document::Other,
+            })
+        });
+        let memos = memos_of(&parsed, &hashes);
         let mut objects: BTreeMap<ConfigKey, Vec<Record>> = BTreeMap::new();
         let mut parsed = parsed;
         let mut findings = Vec::new();
@@ -467,6 +533,7 @@ impl FileSource {
                 findings,
                 unserved: parsed.unserved,
                 lines,
+                memos,
             },
         );
     }
@@ -486,6 +553,7 @@ impl FileSource {
                 described: Vec::new(),
                 errors: self.errors(),
                 analysis: self.analysis_lines(),
+                seen: None,
             };
         }
         for (path, before) in &changed {
@@ -539,6 +607,7 @@ impl FileSource {
             described: diff.described,
             errors: self.errors(),
             analysis: self.analysis_lines(),
+            seen: None,
         }
     }
 
@@ -667,13 +736,16 @@ pub fn watch(
     let mut first = true;
     // The paths reported since the last rescan; `None`: rescan everything.
     let mut reported: Option<Vec<PathBuf>> = None;
+    // When the first event of the burst being read arrived.
+    let mut seen: Option<std::time::Instant> = None;
     loop {
-        let scan = match reported.take() {
+        let mut scan = match reported.take() {
             Some(paths) => source
                 .rescan_paths(&paths)
                 .unwrap_or_else(|| source.rescan()),
             None => source.rescan(),
         };
+        scan.seen = seen.take();
         let said = (scan.errors.clone(), scan.analysis.clone());
         if first || !scan.changes.is_empty() || said != errors_before {
             errors_before = said;
@@ -705,6 +777,7 @@ pub fn watch(
             match rx.recv() {
                 Ok(ev) => {
                     if note(ev, &mut paths) {
+                        seen = Some(std::time::Instant::now());
                         break;
                     }
                 }

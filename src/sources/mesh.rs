@@ -158,6 +158,7 @@ impl MeshState {
             described,
             errors: self.error.iter().cloned().collect(),
             analysis: self.analysis.iter().map(|(_, l)| l.clone()).collect(),
+            seen: None,
         }
     }
 }

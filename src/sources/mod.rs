@@ -65,6 +65,11 @@ pub struct Report {
     /// Every analysis message about the objects in effect (`…: error: …`, `…: warning: …`):
     /// fields not translated, parts not generated, kinds not served. Replaces the previous.
     pub analysis: Vec<String>,
+    /// When the source first saw what this report carries, if before it was sent: the
+    /// file watch's first event of a burst, before the burst settled and was read. The
+    /// runtime's debounce window counts from it, so the source's own settling is part of
+    /// the window rather than added to it.
+    pub seen: Option<std::time::Instant>,
 }
 
 /// A source of input objects. It runs on a thread of its own until its sink closes.
@@ -103,6 +108,7 @@ impl Sink {
                 described: report.described,
                 errors: report.errors,
                 analysis: report.analysis,
+                seen: report.seen.unwrap_or_else(std::time::Instant::now),
             })
             .is_ok();
         tell(&self.initial, Ok(()));
