@@ -243,7 +243,14 @@ impl<'a> View<'a> {
     fn resolve(&self, vs: &VirtualService) -> ResolvedVs {
         let mut dest_ports = BTreeMap::new();
         let tcp = vs.tcp.iter().flat_map(|r| r.route.iter());
-        for d in vs.http.iter().flat_map(|r| r.route.iter()).chain(tcp) {
+        let tls = vs.tls.iter().flat_map(|r| r.route.iter());
+        for d in vs
+            .http
+            .iter()
+            .flat_map(|r| r.route.iter())
+            .chain(tcp)
+            .chain(tls)
+        {
             if let Some(svc) = self.services.get(d.host.as_str()) {
                 dest_ports.insert(d.host.clone(), svc.ports.iter().map(|p| p.port).collect());
             }

@@ -147,16 +147,24 @@ fn redirects_and_direct_responses_are_routes_of_their_own() {
 }
 
 #[test]
-fn tcp_routes_are_translated_and_tls_routes_warned() {
+fn tcp_and_mesh_tls_routes_are_translated_without_findings() {
     let doc = format!(
         "{VS}  tcp:\n  - match: [{{port: 27017, destinationSubnets: [10.1.2.3/16], gateways: [mesh], sourceNamespace: ns}}]\n    route:\n    - destination: {{host: mongo, subset: v1}}\n      weight: 30\n    - destination: {{host: mongo, subset: v2}}\n      weight: 70\n  tls:\n  - match: [{{sniHosts: [reviews]}}]\n    route: [{{destination: {{host: reviews}}}}]\n"
     );
     let p = parse(&doc);
-    assert_eq!(fields(&p, Level::Warning), vec!["spec.tls"]);
+    // Sidecars route `tls[]` by SNI: nothing to warn of.
+    assert_eq!(fields(&p, Level::Warning), Vec::<String>::new());
     assert!(fields(&p, Level::Error).is_empty());
     let Record::VirtualService(vs) = &p.records[0] else {
         panic!()
     };
+    let [tls] = vs.tls.as_slice() else {
+        panic!("{:?}", vs.tls)
+    };
+    assert_eq!(
+        tls.matches[0].sni_hosts,
+        vec!["reviews.ns.svc.cluster.local"]
+    );
     let [route] = vs.tcp.as_slice() else {
         panic!("{:?}", vs.tcp)
     };

@@ -1414,13 +1414,6 @@ fn virtual_service(
     let gateways = gateway_refs(&s.gateways, ns);
     let hosts: Vec<String> = s.hosts.iter().map(|h| fqdn(h, ns, mesh)).collect();
     let tls = tls_routes(&s.tls, &not_generated.tls, &hosts, ns, mesh)?;
-    if !tls.is_empty() && (gateways.is_empty() || gateways.iter().any(|g| g == "mesh")) {
-        findings.push(Finding::warning(
-            "spec.tls",
-            "TLS routes are generated for gateways only; sidecars do not route by SNI yet and \
-             proxy TLS ports as TCP, to the service's own cluster",
-        ));
-    }
     Ok(vec![Record::VirtualService(m::VirtualService {
         key: key.clone(),
         hosts,
