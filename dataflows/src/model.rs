@@ -286,8 +286,8 @@ pub enum Protocol {
     Grpc,
     Tcp,
     /// TLS the proxy does not terminate (`tls`, `https`): proxied as TCP where the service's
-    /// address tells it apart; Istio also routes it by SNI, which meshflow does not generate
-    /// yet, so without an address it passes through as before.
+    /// address tells it apart, and routed by SNI (`tls[]` routes) there; without an address
+    /// it passes through as before.
     Tls,
 }
 
@@ -782,7 +782,8 @@ pub struct VirtualService {
     pub http: Vec<HttpRoute>,
     /// `tcp[]`: routes for the TCP ports of the hosts, in order (the first that matches wins).
     pub tcp: Vec<TcpRoute>,
-    /// `tls[]`: routes of TLS passthrough by SNI (gateways' PASSTHROUGH servers), in order.
+    /// `tls[]`: routes of TLS passthrough by SNI (gateways' PASSTHROUGH servers, sidecars'
+    /// TLS ports), in order.
     #[serde(default)]
     pub tls: Vec<TlsRoute>,
 }

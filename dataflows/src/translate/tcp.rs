@@ -7,7 +7,8 @@
 //! destination (`prefix_ranges`: the service's addresses, or a route's
 //! `destinationSubnets`); Istio names a listener per service address (`VIP_PORT`) instead,
 //! which routes the same connections the same way. Where a port also carries HTTP services,
-//! their connection manager is the chain without a match.
+//! their connection manager is the chain without a match. A TLS service's `tls[]` routes add
+//! chains matched by SNI name on the same addresses ([`sni_chains`]), with the TLS inspector.
 
 use super::listener::{bind_flag, http_chain, listener_name, tcp_to, tls_inspector_filter};
 use super::{outbound_cluster_name, socket_address};
