@@ -1346,6 +1346,10 @@ pub struct ServerTls {
     pub cipher_suites: Vec<String>,
     /// MUTUAL: names a client certificate must carry (exact).
     pub subject_alt_names: Vec<String>,
+    /// A server of protocol TLS (not HTTPS) that terminates: the decrypted stream is TCP,
+    /// routed by the `tcp[]` routes of the VirtualServices bound to the gateway.
+    #[serde(default)]
+    pub tcp: bool,
 }
 
 /// A TLS Secret (`kubernetes.io/tls` with `tls.crt`/`tls.key`/`ca.crt`, or Istio's generic

@@ -516,6 +516,8 @@ fn random_record(rng: &mut StdRng, extra: &mut StdRng, slot: usize) -> Record {
                         max_version: None,
                         cipher_suites: vec![],
                         subject_alt_names: vec![],
+                        // A TLS server that terminates: routed by `tcp[]` routes.
+                        tcp: mode != ServerTlsMode::Passthrough && extra.random_bool(0.4),
                     })),
                     field: "spec.servers[2]".into(),
                 }

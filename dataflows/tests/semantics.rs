@@ -1288,6 +1288,7 @@ fn tls_gateway(mode: ServerTlsMode) -> Record {
             max_version: None,
             cipher_suites: vec![],
             subject_alt_names: vec![],
+            tcp: false,
         })),
         field: field.into(),
     };
@@ -1804,4 +1805,120 @@ fn load_assignments_follow_each_client_locality() {
         assert_eq!(eds(&m, &a, &reviews), eds(&m, p, &reviews));
     }
     assert!(groups(&m.cla(&a, &reviews)).values().all(|g| g.0 == 0));
+}
+
+impl Mesh {
+    /// The Listener `name` that `proxy` holds.
+    fn listener_body(
+        &self,
+        proxy: &Proxy,
+        name: &str,
+    ) -> envoy_types::pb::envoy::config::listener::v3::Listener {
+        let version = self.version(proxy, ResourceType::Listener, name);
+        let (body, _) = &self.bodies[&(ResourceType::Listener, name.to_string(), version)];
+        envoy_types::pb::envoy::config::listener::v3::Listener::decode(&body.body.0[..])
+            .expect("a Listener")
+    }
+}
+
+/// The cluster a chain's `tcp_proxy` sends to (one cluster), if it has one.
+fn tcp_proxy_cluster(
+    chain: &envoy_types::pb::envoy::config::listener::v3::FilterChain,
+) -> Option<String> {
+    use envoy_types::pb::envoy::config::listener::v3::filter::ConfigType;
+    use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
+        tcp_proxy::ClusterSpecifier, TcpProxy,
+    };
+    let f = chain.filters.first()?;
+    let Some(ConfigType::TypedConfig(any)) = &f.config_type else {
+        return None;
+    };
+    match TcpProxy::decode(&any.value[..]).ok()?.cluster_specifier? {
+        ClusterSpecifier::Cluster(c) => Some(c),
+        _ => None,
+    }
+}
+
+/// Proves that a TLS server (not HTTPS) that terminates is generated: a chain matched on
+/// its hosts as SNI names that terminates with its Secret's certificate (SDS) and passes
+/// the decrypted stream to the `tcp[]` route of the VirtualService bound to the gateway;
+/// without an applicable route it has no chain (and its Secret is not served), and the
+/// Secret still decides whether it is generated at all.
+#[test]
+fn terminating_tls_server_routes_decrypted_stream_by_tcp_routes() {
+    let mut m = Mesh::new();
+    let gw = router_proxy(
+        "gw-1",
+        "istio-system",
+        "10.0.0.9",
+        &[("istio", "ingressgateway")],
+    );
+    let Record::Gateway(mut gateway) = tls_gateway(ServerTlsMode::Simple) else {
+        unreachable!("tls_gateway() makes a Gateway")
+    };
+    if let Some(tls) = gateway.servers[0].tls.as_mut() {
+        tls.tcp = true;
+    }
+    let secret = tls_secret("istio-system", "cred", "fp1", None, None);
+    m.insert(vec![
+        px(&gw),
+        Record::Gateway(gateway.clone()),
+        secret.clone(),
+    ]);
+    // No tcp route yet: no chain, no listener, no Secret served.
+    assert!(
+        !m.listeners(&gw).contains("0.0.0.0_443"),
+        "{:?}",
+        m.listeners(&gw)
+    );
+    assert!(m.names(&gw, ResourceType::Secret).is_empty());
+
+    let db = host("db", "default");
+    let vs = Record::VirtualService(VirtualService {
+        key: ConfigKey::new(Kind::VirtualService, "default", "db"),
+        hosts: vec!["web.example.com".into()],
+        gateways: vec!["istio-system/tls".into()],
+        export_to: vec![],
+        http: vec![],
+        tcp: vec![TcpRoute {
+            matches: vec![TcpMatch {
+                port: Some(443),
+                ..Default::default()
+            }],
+            route: vec![RouteDestination {
+                headers: Default::default(),
+                host: db.clone(),
+                subset: None,
+                port: Some(5432),
+                weight: 100,
+            }],
+        }],
+        tls: vec![],
+    });
+    m.insert(vec![vs.clone()]);
+    let l = m.listener_body(&gw, "0.0.0.0_443");
+    let [chain] = l.filter_chains.as_slice() else {
+        panic!("one chain: {l:?}")
+    };
+    let names = chain
+        .filter_chain_match
+        .as_ref()
+        .map(|c| c.server_names.clone())
+        .unwrap_or_default();
+    assert_eq!(names, vec!["web.example.com"]);
+    assert!(chain.transport_socket.is_some(), "terminates: {chain:?}");
+    assert_eq!(
+        tcp_proxy_cluster(chain).as_deref(),
+        Some(format!("outbound|5432||{db}").as_str())
+    );
+    assert!(m.routes(&gw).iter().all(|r| !r.starts_with("https.443")));
+    assert_eq!(
+        m.names(&gw, ResourceType::Secret),
+        BTreeSet::from(["kubernetes://cred".to_string()])
+    );
+
+    // Without the Secret it fails closed, said as for HTTPS servers.
+    m.retract(vec![secret]);
+    assert!(!m.listeners(&gw).contains("0.0.0.0_443"));
+    assert_eq!(gateway_errors(&m, ErrorCode::GatewaySecret).len(), 1);
 }

@@ -454,9 +454,17 @@ fn gateway_servers_not_generated_are_errors_and_left_out() {
     };
     assert_eq!(
         g.servers.iter().map(|s| s.port).collect::<Vec<_>>(),
-        vec![80, 443, 8080, 31400],
-        "HTTP, HTTPS (SIMPLE), HTTP with httpsRedirect and TCP servers"
+        vec![80, 443, 8080, 15443, 31400, 15444],
+        "HTTP, HTTPS (SIMPLE), HTTP with httpsRedirect, TLS terminating (ISTIO_MUTUAL, \
+         SIMPLE) and TCP servers"
     );
+    // TLS servers that terminate carry TCP (routed by `tcp[]`); HTTPS ones carry HTTP.
+    let tcp: Vec<bool> = g
+        .servers
+        .iter()
+        .filter_map(|s| s.tls.as_deref().map(|t| t.tcp))
+        .collect();
+    assert_eq!(tcp, vec![false, true, true]);
     let https = g.servers[1].tls.as_deref().unwrap();
     assert_eq!(https.mode, dataflows::model::ServerTlsMode::Simple);
     assert_eq!(
@@ -472,10 +480,8 @@ fn gateway_servers_not_generated_are_errors_and_left_out() {
     assert_eq!(
         errors,
         vec![
-            "spec.servers[3].tls.mode",
             "spec.servers[5].tls",
             "spec.servers[6]",
-            "spec.servers[7].tls.mode",
             "spec.servers[8].tls.caCrl",
         ]
     );

@@ -2254,6 +2254,7 @@ fn server_tls(
         ));
     }
     Ok(Some(m::ServerTls {
+        tcp: false,
         mode,
         credential,
         min_version: tls
@@ -2343,20 +2344,11 @@ fn gateway(key: &ConfigKey, value: &Value, findings: &mut Vec<Finding>) -> Resul
                 ))
             }
             (Some(t), true) => {
-                let Some(st) = server_tls(t, &f, findings)? else {
+                let Some(mut st) = server_tls(t, &f, findings)? else {
                     continue;
                 };
-                if st.mode != m::ServerTlsMode::Passthrough && protocol == "TLS" {
-                    findings.push(Finding::error(
-                        format!("{f}.tls.mode"),
-                        format!(
-                            "a TLS server terminating TLS (then routed by tcp routes) is not \
-                             supported by meshflow yet; no filter chain is generated for it \
-                             (port {number})"
-                        ),
-                    ));
-                    continue;
-                }
+                // A TLS server that terminates carries TCP: routed by `tcp[]` routes.
+                st.tcp = st.mode != m::ServerTlsMode::Passthrough && protocol == "TLS";
                 if t.https_redirect {
                     findings.push(Finding::warning(
                         format!("{f}.tls.httpsRedirect"),
