@@ -115,7 +115,8 @@ fn tls_sni_config_matches_golden_files() {
 }
 
 /// As for bookinfo, for `examples/gateway-tls`: the TLS listeners (SNI chains terminating
-/// with SDS certificates, passthrough chains by SNI), the HTTPS servers' own route
+/// with SDS certificates, passthrough chains by SNI, a TLS server terminating into a
+/// `tcp_proxy`), the HTTPS servers' own route
 /// configurations, the redirecting HTTP routes and the SDS secrets (rendered redacted, as
 /// the debug port shows them), against `tests/golden/gateway-tls.txt`.
 #[test]
