@@ -474,10 +474,9 @@ fn add_service_chains(
     }
     for (i, (names, ranges, dests)) in sni.iter().enumerate() {
         let own = ranges_of(ranges);
-        let mut j = 0;
-        for r in all.iter().filter(|r| own.iter().any(|o| covers(o, r))) {
+        let mine = all.iter().filter(|r| own.iter().any(|o| covers(o, r)));
+        for (j, r) in mine.enumerate() {
             let name = format!("{}:{port}#tls{i}.{j}", svc.hostname);
-            j += 1;
             reached |= built.add_sni(name, r, names, dests);
         }
     }
