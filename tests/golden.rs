@@ -116,7 +116,7 @@ fn tls_sni_config_matches_golden_files() {
 
 /// As for bookinfo, for `examples/gateway-tls`: the TLS listeners (SNI chains terminating
 /// with SDS certificates, passthrough chains by SNI, a TLS server terminating into a
-/// `tcp_proxy`), the HTTPS servers' own route
+/// `tcp_proxy`, AUTO_PASSTHROUGH chains per cluster by its SNI name), the HTTPS servers' own route
 /// configurations, the redirecting HTTP routes and the SDS secrets (rendered redacted, as
 /// the debug port shows them), against `tests/golden/gateway-tls.txt`.
 #[test]

@@ -129,6 +129,7 @@ fn applies(m: &TlsMatch, port: u16, via: &str, source: Source) -> bool {
 
 /// The TLS servers of a router in `namespace`: listeners per address and port not already
 /// an HTTP server's (`http`), for its proxies (`source`).
+#[allow(clippy::too_many_arguments)] // the router's inputs, each of its own kind
 pub fn servers(
     source: Source,
     namespace: &str,
@@ -137,6 +138,7 @@ pub fn servers(
     secrets: &[&TlsSecret],
     hashing: &Hashing,
     http: &BTreeMap<(String, u16), BTreeSet<ConfigKey>>,
+    clusters: &[String],
 ) -> TlsServers {
     let mut out = TlsServers::default();
     let mut listeners: BTreeMap<(String, u16), (TlsChains, BTreeSet<ConfigKey>)> = BTreeMap::new();
@@ -218,6 +220,7 @@ pub fn servers(
                 ServerTlsMode::Passthrough => {
                     passthrough(gw, server, vss, source, chains, inputs, &mut out.errors);
                 }
+                ServerTlsMode::AutoPassthrough => auto_passthrough(server, clusters, chains),
             }
         }
     }
@@ -299,6 +302,37 @@ fn terminate_tcp<'a>(
         0 => Added::Taken,
         n if n == total => Added::All,
         _ => Added::Some,
+    }
+}
+
+/// The chains of an AUTO_PASSTHROUGH server: one per outbound cluster of the gateway's
+/// scope (`outbound|PORT|SUBSET|HOST`) whose host the server's hosts match, matched on the
+/// SNI Istio's clients send for it (`outbound_.PORT_.SUBSET_.HOST`: `outbound_.9080_._.HOST`
+/// for no subset), a
+/// `tcp_proxy` to that cluster. A name no chain claims is refused (no chain matches).
+fn auto_passthrough(server: &GatewayServer, clusters: &[String], chains: &mut TlsChains) {
+    let sorted: BTreeSet<&String> = clusters.iter().collect();
+    for name in sorted {
+        let mut parts = name.splitn(4, '|');
+        let (Some("outbound"), Some(port), Some(subset), Some(host)) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        let serves = server.hosts.iter().any(|sh| {
+            let bare = sh.split_once('/').map_or(sh.as_str(), |(_, h)| h);
+            crate::rules::host_matches(bare, host)
+        });
+        if !serves {
+            continue;
+        }
+        let sni = format!("outbound_.{port}_.{subset}_.{host}");
+        let chain = TlsChain::Passthrough {
+            ranges: Vec::new(),
+            dests: vec![(name.clone(), 100)],
+        };
+        // A name an earlier server on the port took stays with it.
+        let _ = chains.add(vec![sni], chain);
     }
 }
 

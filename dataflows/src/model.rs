@@ -1223,6 +1223,16 @@ pub struct DestinationRule {
 }
 
 impl Gateway {
+    /// Some server is AUTO_PASSTHROUGH: the gateway proxies it selects route by their
+    /// outbound clusters' names.
+    pub fn uses_auto_passthrough(&self) -> bool {
+        self.servers.iter().any(|s| {
+            s.tls
+                .as_deref()
+                .is_some_and(|t| t.mode == ServerTlsMode::AutoPassthrough)
+        })
+    }
+
     /// Some server terminates with the workload certificate (`ISTIO_MUTUAL`): the gateway
     /// proxies it selects need their workload identity.
     pub fn uses_istio_mutual(&self) -> bool {
@@ -1318,6 +1328,9 @@ pub enum ServerTlsMode {
     IstioMutual,
     /// As `Mutual`, but a client may present no certificate; one it presents is verified.
     OptionalMutual,
+    /// Pass through to the cluster the client names in its SNI,
+    /// `outbound_.PORT_.SUBSET_.HOST` (Istio's cross-network gateway).
+    AutoPassthrough,
 }
 
 /// Where a terminating server's certificate comes from.

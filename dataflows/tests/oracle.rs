@@ -500,6 +500,12 @@ fn random_record(rng: &mut StdRng, extra: &mut StdRng, slot: usize) -> Record {
                 } else {
                     mode
                 };
+                // Now and then: passing through to the cluster the SNI names.
+                let mode = if extra.random_bool(0.15) {
+                    ServerTlsMode::AutoPassthrough
+                } else {
+                    mode
+                };
                 GatewayServer {
                     port: pick(rng, &[8443u16, 8444]),
                     port_name: "https".into(),
@@ -511,13 +517,21 @@ fn random_record(rng: &mut StdRng, extra: &mut StdRng, slot: usize) -> Record {
                         mode,
                         credential: (mode != ServerTlsMode::Passthrough)
                             .then(|| Credential::Secret(pick(rng, &["cred", "other"]).into()))
-                            .filter(|_| mode != ServerTlsMode::IstioMutual),
+                            .filter(|_| {
+                                !matches!(
+                                    mode,
+                                    ServerTlsMode::IstioMutual | ServerTlsMode::AutoPassthrough
+                                )
+                            }),
                         min_version: None,
                         max_version: None,
                         cipher_suites: vec![],
                         subject_alt_names: vec![],
                         // A TLS server that terminates: routed by `tcp[]` routes.
-                        tcp: mode != ServerTlsMode::Passthrough && extra.random_bool(0.4),
+                        tcp: !matches!(
+                            mode,
+                            ServerTlsMode::Passthrough | ServerTlsMode::AutoPassthrough
+                        ) && extra.random_bool(0.4),
                     })),
                     field: "spec.servers[2]".into(),
                 }

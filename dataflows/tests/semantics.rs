@@ -1922,3 +1922,83 @@ fn terminating_tls_server_routes_decrypted_stream_by_tcp_routes() {
     assert!(!m.listeners(&gw).contains("0.0.0.0_443"));
     assert_eq!(gateway_errors(&m, ErrorCode::GatewaySecret).len(), 1);
 }
+
+/// Proves that an AUTO_PASSTHROUGH server has a chain per outbound cluster of the gateway's
+/// scope whose host its hosts match, matched on Istio's SNI for it and passing to it, and
+/// that a new subset adds its chain incrementally (the dataflow's result is the naive
+/// recompute's, which the oracle checks on random inputs).
+#[test]
+fn auto_passthrough_server_has_a_chain_per_cluster_by_its_sni() {
+    let mut m = Mesh::new();
+    let gw = router_proxy(
+        "eastwest-1",
+        "istio-system",
+        "10.0.0.9",
+        &[("istio", "eastwestgateway")],
+    );
+    let server = GatewayServer {
+        port: 15443,
+        port_name: "tls".into(),
+        protocol: Protocol::Tls,
+        bind: None,
+        hosts: vec!["*/*.default.svc.cluster.local".into()],
+        https_redirect: false,
+        tls: Some(Box::new(ServerTls {
+            mode: ServerTlsMode::AutoPassthrough,
+            credential: None,
+            min_version: None,
+            max_version: None,
+            cipher_suites: vec![],
+            subject_alt_names: vec![],
+            tcp: false,
+        })),
+        field: "spec.servers[0]".into(),
+    };
+    let gateway = Record::Gateway(Gateway {
+        key: ConfigKey::new(Kind::Gateway, "istio-system", "cross-network"),
+        selector: labels(&[("istio", "eastwestgateway")]),
+        servers: vec![server],
+    });
+    m.insert(vec![
+        px(&gw),
+        gateway,
+        service("reviews", "default"),
+        service("ratings", "other"),
+    ]);
+    let chains = |m: &Mesh| -> BTreeMap<String, String> {
+        m.listener_body(&gw, "0.0.0.0_15443")
+            .filter_chains
+            .iter()
+            .map(|c| {
+                let names = c
+                    .filter_chain_match
+                    .as_ref()
+                    .map(|f| f.server_names.join(","))
+                    .unwrap_or_default();
+                (names, tcp_proxy_cluster(c).unwrap_or_default())
+            })
+            .collect()
+    };
+    let reviews = host("reviews", "default");
+    assert_eq!(
+        chains(&m),
+        BTreeMap::from([(
+            format!("outbound_.9080_._.{reviews}"),
+            outbound(9080, "", "reviews", "default")
+        )]),
+        "only the hosts the server matches"
+    );
+    m.insert(vec![destination_rule(
+        "default",
+        "reviews",
+        &reviews,
+        &[("v1", "v1")],
+    )]);
+    let got = chains(&m);
+    assert_eq!(
+        got.get(&format!("outbound_.9080_.v1_.{reviews}")),
+        Some(&outbound(9080, "v1", "reviews", "default")),
+        "{got:?}"
+    );
+    assert_eq!(got.len(), 2, "{got:?}");
+}

@@ -1103,3 +1103,51 @@ fn locality_lb_setting_is_read_and_checked_as_istio_checks_it() {
         Some(false)
     );
 }
+
+#[test]
+fn gateway_auto_passthrough_is_read_and_namespaced_hosts_fail_closed() {
+    let gw = |server: &str| {
+        format!("apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {{name: g, namespace: ns}}\nspec:\n  selector: {{istio: eastwestgateway}}\n  servers:\n  - {server}\n")
+    };
+    // Istio's cross-network gateway: read, no finding.
+    let p = parse(&gw(
+        "{port: {number: 15443, name: tls, protocol: TLS}, hosts: ['*.local'], tls: {mode: AUTO_PASSTHROUGH}}",
+    ));
+    let Record::Gateway(g) = &p.records[0] else {
+        panic!()
+    };
+    let tls = g.servers[0].tls.as_deref().expect("generated");
+    assert_eq!(tls.mode, dataflows::model::ServerTlsMode::AutoPassthrough);
+    assert_eq!((tls.credential.as_ref(), tls.tcp), (None, false));
+    assert!(g.uses_auto_passthrough());
+    assert!(p.findings.is_empty(), "{:?}", p.findings);
+
+    // A host restricted to a namespace is left out (an error), the others kept.
+    let p = parse(&gw(
+        "{port: {number: 15443, name: tls, protocol: TLS}, hosts: ['*.local', 'other/*.example'], tls: {mode: AUTO_PASSTHROUGH}}",
+    ));
+    let Record::Gateway(g) = &p.records[0] else {
+        panic!()
+    };
+    assert_eq!(g.servers[0].hosts, vec!["*/*.local"]);
+    assert_eq!(fields(&p, Level::Error), vec!["spec.servers[0].hosts[1]"]);
+
+    // Only namespaced hosts, or an HTTPS server: the server is not generated.
+    for (server, field) in [
+        (
+            "{port: {number: 15443, name: tls, protocol: TLS}, hosts: ['./*'], tls: {mode: AUTO_PASSTHROUGH}}",
+            "spec.servers[0].hosts[0]",
+        ),
+        (
+            "{port: {number: 15443, name: https, protocol: HTTPS}, hosts: ['*'], tls: {mode: AUTO_PASSTHROUGH}}",
+            "spec.servers[0].tls.mode",
+        ),
+    ] {
+        let p = parse(&gw(server));
+        let Record::Gateway(g) = &p.records[0] else {
+            panic!()
+        };
+        assert!(g.servers.is_empty(), "{server}");
+        assert_eq!(fields(&p, Level::Error), vec![field], "{server}");
+    }
+}
