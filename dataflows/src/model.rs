@@ -1350,7 +1350,8 @@ pub enum Credential {
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct ServerTls {
     pub mode: ServerTlsMode,
-    /// `None` only for PASSTHROUGH and ISTIO_MUTUAL (the workload certificate).
+    /// `None` only for PASSTHROUGH, AUTO_PASSTHROUGH and ISTIO_MUTUAL (the workload
+    /// certificate).
     pub credential: Option<Credential>,
     /// `minProtocolVersion`/`maxProtocolVersion` as Envoy's `TlsProtocol` numbers
     /// (`TLSV1_2` is 3).
