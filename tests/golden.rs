@@ -72,6 +72,9 @@ const TLS_PORTS_PROXIES: [(&str, &str); 2] = [
     ("tls-ports-gateway", "envoy-gateway.yaml"),
 ];
 
+/// `examples/tls-sni`: a captured sidecar routing a TLS port by SNI.
+const TLS_SNI_PROXIES: [(&str, &str); 1] = [("tls-sni-sidecar", "envoy-sidecar.yaml")];
+
 /// `examples/locality`: sleep sidecars in r1/z1 and in r2/z1.
 const LOCALITY_PROXIES: [(&str, &str); 2] = [
     ("locality-sleep-r1", "envoy-sleep-r1.yaml"),
@@ -102,8 +105,18 @@ fn tcp_echo_config_matches_golden_files() {
     check_example("tcp-echo", &TCP_PROXIES);
 }
 
+/// As for bookinfo, for `examples/tls-sni`: a captured sidecar's port 443 with the TLS
+/// inspector, the API's SNI chains by its `tls[]` routes (a weighted one narrowed to the
+/// entry's address), its chain without a name to its own cluster, and the HTTPS service
+/// sharing the port by its cluster IP, against `tests/golden/tls-sni-sidecar.txt`.
+#[test]
+fn tls_sni_config_matches_golden_files() {
+    check_example("tls-sni", &TLS_SNI_PROXIES);
+}
+
 /// As for bookinfo, for `examples/gateway-tls`: the TLS listeners (SNI chains terminating
-/// with SDS certificates, passthrough chains by SNI), the HTTPS servers' own route
+/// with SDS certificates, passthrough chains by SNI, a TLS server terminating into a
+/// `tcp_proxy`, AUTO_PASSTHROUGH chains per cluster by its SNI name), the HTTPS servers' own route
 /// configurations, the redirecting HTTP routes and the SDS secrets (rendered redacted, as
 /// the debug port shows them), against `tests/golden/gateway-tls.txt`.
 #[test]

@@ -178,7 +178,9 @@ pub struct Router {
 /// selected by `gateways`, with the VirtualServices bound to each gateway (`(gateway, vs)`
 /// pairs) and the Secrets of that namespace its servers name.
 /// `hashing`: the consistent-hash keys of the hosts the routes go to; `source`: who the
-/// proxies are, for the routes' source conditions.
+/// proxies are, for the routes' source conditions; `clusters`: the names of the scope's
+/// outbound clusters, for AUTO_PASSTHROUGH servers (the dataflow gives them only to scopes
+/// with one).
 pub fn router_resources(
     source: Source,
     namespace: &str,
@@ -186,6 +188,7 @@ pub fn router_resources(
     vss: &[(&ConfigKey, &ResolvedVs)],
     secrets: &[&TlsSecret],
     hashing: &Hashing,
+    clusters: &[String],
 ) -> Router {
     let mut listeners: BTreeMap<(String, u16), BTreeSet<ConfigKey>> = BTreeMap::new();
     // Per port and domain, the VirtualServices with the gateways they came through, and
@@ -215,7 +218,7 @@ pub fn router_resources(
         }
     }
     let tls = crate::gateway_tls::servers(
-        source, namespace, gateways, vss, secrets, hashing, &listeners,
+        source, namespace, gateways, vss, secrets, hashing, &listeners, clusters,
     );
     let mut errors = tls.errors;
     let tcp_listeners =

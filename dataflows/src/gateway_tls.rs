@@ -1,7 +1,7 @@
 //! A gateway proxy's TLS servers, shared by the dataflow and the naive recompute: which
 //! Secrets a terminating server takes its certificate from (only its workload's namespace,
-//! as Istio allows), the SNI chains of HTTPS and PASSTHROUGH servers, and each HTTPS
-//! server's own route configuration. What cannot be served fails closed: a server whose
+//! as Istio allows), the SNI chains of HTTPS, terminating TLS and PASSTHROUGH servers, and
+//! each HTTPS server's own route configuration. What cannot be served fails closed: a server whose
 //! Secret is missing or invalid, or a `tls[]` route whose SNI names the server does not
 //! serve, gets no chain, and an error names the Gateway (or VirtualService), the field and
 //! the Secret.
@@ -129,6 +129,7 @@ fn applies(m: &TlsMatch, port: u16, via: &str, source: Source) -> bool {
 
 /// The TLS servers of a router in `namespace`: listeners per address and port not already
 /// an HTTP server's (`http`), for its proxies (`source`).
+#[allow(clippy::too_many_arguments)] // the router's inputs, each of its own kind
 pub fn servers(
     source: Source,
     namespace: &str,
@@ -137,6 +138,7 @@ pub fn servers(
     secrets: &[&TlsSecret],
     hashing: &Hashing,
     http: &BTreeMap<(String, u16), BTreeSet<ConfigKey>>,
+    clusters: &[String],
 ) -> TlsServers {
     let mut out = TlsServers::default();
     let mut listeners: BTreeMap<(String, u16), (TlsChains, BTreeSet<ConfigKey>)> = BTreeMap::new();
@@ -169,6 +171,20 @@ pub fn servers(
                             continue;
                         }
                     };
+                    if tls.tcp {
+                        let added = terminate_tcp(gw, server, tls, vss, source, chains, inputs);
+                        match added {
+                            Added::All | Added::Some => {
+                                for (r, from) in material {
+                                    inputs.insert(from.clone());
+                                    out.resources.push((r, [gw.key.clone(), from].into()));
+                                }
+                            }
+                            Added::Taken => out.errors.push(taken(gw, server)),
+                            Added::NoRoute => {}
+                        }
+                        continue;
+                    }
                     let name = https_route_name(
                         server.port,
                         &server.port_name,
@@ -204,6 +220,7 @@ pub fn servers(
                 ServerTlsMode::Passthrough => {
                     passthrough(gw, server, vss, source, chains, inputs, &mut out.errors);
                 }
+                ServerTlsMode::AutoPassthrough => auto_passthrough(server, clusters, chains),
             }
         }
     }
@@ -220,6 +237,103 @@ pub fn servers(
         out.ports.insert((addr, port), gateways);
     }
     out
+}
+
+/// What became of a terminating TLS server's chains.
+enum Added {
+    All,
+    /// Some chains, not all: earlier servers took the rest of its names.
+    Some,
+    /// None: earlier servers took every name.
+    Taken,
+    /// No `tcp[]` route applies: no chain (Istio generates none either).
+    NoRoute,
+}
+
+/// The chains of a TLS server that terminates (`tls.tcp`): it takes the `tcp[]` routes
+/// of the VirtualServices bound to the gateway whose hosts it serves, as a TCP server
+/// does ([`tcp::chains`]: the first route that applies, with `destinationSubnets` as
+/// address ranges), each a chain matched on the server's hosts as SNI names that
+/// terminates with the server's certificate and passes the decrypted stream on.
+fn terminate_tcp<'a>(
+    gw: &Gateway,
+    server: &GatewayServer,
+    tls: &'a ServerTls,
+    vss: &[(&ConfigKey, &ResolvedVs)],
+    source: Source,
+    chains: &mut TlsChains<'a>,
+    inputs: &mut BTreeSet<ConfigKey>,
+) -> Added {
+    let mut bound: Vec<(ResolvedVs, Vec<String>)> = Vec::new();
+    for (_, rvs) in vss.iter().filter(|(k, _)| **k == gw.key) {
+        let vs_ns = &rvs.vs.key.namespace;
+        let serves = exported_to(&rvs.vs.export_to, vs_ns, &gw.key.namespace)
+            && rvs.vs.hosts.iter().any(|h| {
+                server
+                    .hosts
+                    .iter()
+                    .any(|sh| gateway_domain(sh, &gw.key.namespace, vs_ns, h).is_some())
+            });
+        if serves && !rvs.vs.tcp.is_empty() {
+            inputs.insert(rvs.vs.key.clone());
+            add_via(&mut bound, rvs, &gw.key);
+        }
+    }
+    bound.sort_by(|a, b| a.0.vs.key.cmp(&b.0.vs.key));
+    for (_, via) in bound.iter_mut() {
+        via.sort();
+    }
+    let pairs: Vec<(&ResolvedVs, &[String])> =
+        bound.iter().map(|(v, g)| (v, g.as_slice())).collect();
+    let list = tcp::chains(&pairs, server.port, source, None);
+    if list.is_empty() {
+        return Added::NoRoute;
+    }
+    let names = server_names(&server.hosts);
+    let total = list.len();
+    let mut added = 0;
+    for (ranges, dests) in list {
+        let chain = TlsChain::TerminateTcp { tls, ranges, dests };
+        if chains.add(names.clone(), chain).is_some() {
+            added += 1;
+        }
+    }
+    match added {
+        0 => Added::Taken,
+        n if n == total => Added::All,
+        _ => Added::Some,
+    }
+}
+
+/// The chains of an AUTO_PASSTHROUGH server: one per outbound cluster of the gateway's
+/// scope (`outbound|PORT|SUBSET|HOST`) whose host the server's hosts match, matched on the
+/// SNI Istio's clients send for it (`outbound_.PORT_.SUBSET_.HOST`: `outbound_.9080_._.HOST`
+/// for no subset), a
+/// `tcp_proxy` to that cluster. A name no chain claims is refused (no chain matches).
+fn auto_passthrough(server: &GatewayServer, clusters: &[String], chains: &mut TlsChains) {
+    let sorted: BTreeSet<&String> = clusters.iter().collect();
+    for name in sorted {
+        let mut parts = name.splitn(4, '|');
+        let (Some("outbound"), Some(port), Some(subset), Some(host)) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        let serves = server.hosts.iter().any(|sh| {
+            let bare = sh.split_once('/').map_or(sh.as_str(), |(_, h)| h);
+            crate::rules::host_matches(bare, host)
+        });
+        if !serves {
+            continue;
+        }
+        let sni = format!("outbound_.{port}_.{subset}_.{host}");
+        let chain = TlsChain::Passthrough {
+            ranges: Vec::new(),
+            dests: vec![(name.clone(), 100)],
+        };
+        // A name an earlier server on the port took stays with it.
+        let _ = chains.add(vec![sni], chain);
+    }
 }
 
 /// What is said of a server whose SNI names earlier servers on its port already take.

@@ -286,8 +286,8 @@ pub enum Protocol {
     Grpc,
     Tcp,
     /// TLS the proxy does not terminate (`tls`, `https`): proxied as TCP where the service's
-    /// address tells it apart; Istio also routes it by SNI, which meshflow does not generate
-    /// yet, so without an address it passes through as before.
+    /// address tells it apart, and routed by SNI (`tls[]` routes) there; without an address
+    /// it passes through as before.
     Tls,
 }
 
@@ -782,7 +782,8 @@ pub struct VirtualService {
     pub http: Vec<HttpRoute>,
     /// `tcp[]`: routes for the TCP ports of the hosts, in order (the first that matches wins).
     pub tcp: Vec<TcpRoute>,
-    /// `tls[]`: routes of TLS passthrough by SNI (gateways' PASSTHROUGH servers), in order.
+    /// `tls[]`: routes of TLS passthrough by SNI (gateways' PASSTHROUGH servers, sidecars'
+    /// TLS ports), in order.
     #[serde(default)]
     pub tls: Vec<TlsRoute>,
 }
@@ -1222,6 +1223,16 @@ pub struct DestinationRule {
 }
 
 impl Gateway {
+    /// Some server is AUTO_PASSTHROUGH: the gateway proxies it selects route by their
+    /// outbound clusters' names.
+    pub fn uses_auto_passthrough(&self) -> bool {
+        self.servers.iter().any(|s| {
+            s.tls
+                .as_deref()
+                .is_some_and(|t| t.mode == ServerTlsMode::AutoPassthrough)
+        })
+    }
+
     /// Some server terminates with the workload certificate (`ISTIO_MUTUAL`): the gateway
     /// proxies it selects need their workload identity.
     pub fn uses_istio_mutual(&self) -> bool {
@@ -1317,6 +1328,9 @@ pub enum ServerTlsMode {
     IstioMutual,
     /// As `Mutual`, but a client may present no certificate; one it presents is verified.
     OptionalMutual,
+    /// Pass through to the cluster the client names in its SNI,
+    /// `outbound_.PORT_.SUBSET_.HOST` (Istio's cross-network gateway).
+    AutoPassthrough,
 }
 
 /// Where a terminating server's certificate comes from.
@@ -1336,7 +1350,8 @@ pub enum Credential {
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct ServerTls {
     pub mode: ServerTlsMode,
-    /// `None` only for PASSTHROUGH and ISTIO_MUTUAL (the workload certificate).
+    /// `None` only for PASSTHROUGH, AUTO_PASSTHROUGH and ISTIO_MUTUAL (the workload
+    /// certificate).
     pub credential: Option<Credential>,
     /// `minProtocolVersion`/`maxProtocolVersion` as Envoy's `TlsProtocol` numbers
     /// (`TLSV1_2` is 3).
@@ -1345,6 +1360,10 @@ pub struct ServerTls {
     pub cipher_suites: Vec<String>,
     /// MUTUAL: names a client certificate must carry (exact).
     pub subject_alt_names: Vec<String>,
+    /// A server of protocol TLS (not HTTPS) that terminates: the decrypted stream is TCP,
+    /// routed by the `tcp[]` routes of the VirtualServices bound to the gateway.
+    #[serde(default)]
+    pub tcp: bool,
 }
 
 /// A TLS Secret (`kubernetes.io/tls` with `tls.crt`/`tls.key`/`ca.crt`, or Istio's generic

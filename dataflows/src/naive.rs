@@ -243,7 +243,14 @@ impl<'a> View<'a> {
     fn resolve(&self, vs: &VirtualService) -> ResolvedVs {
         let mut dest_ports = BTreeMap::new();
         let tcp = vs.tcp.iter().flat_map(|r| r.route.iter());
-        for d in vs.http.iter().flat_map(|r| r.route.iter()).chain(tcp) {
+        let tls = vs.tls.iter().flat_map(|r| r.route.iter());
+        for d in vs
+            .http
+            .iter()
+            .flat_map(|r| r.route.iter())
+            .chain(tcp)
+            .chain(tls)
+        {
             if let Some(svc) = self.services.get(d.host.as_str()) {
                 dest_ports.insert(d.host.clone(), svc.ports.iter().map(|p| p.port).collect());
             }
@@ -359,7 +366,13 @@ pub fn compute(mesh: &MeshConfig, snap: &Snapshot) -> ProxyConfigs {
                 gateways,
                 namespace,
                 ..
-            } => res.extend(router(&v, s, namespace, gateways)),
+            } => {
+                let names: Vec<String> = scope_clusters[s]
+                    .iter()
+                    .map(|(c, _)| c.name.clone())
+                    .collect();
+                res.extend(router(&v, s, namespace, gateways, &names))
+            }
         }
         if names_workload_certificate(&v, &index, p, s) {
             res.extend(crate::translate::secret::workload_secrets(p, &v.mesh));
@@ -482,7 +495,9 @@ fn scope_part(
     only: Option<&BTreeSet<Hostname>>,
 ) -> Vec<Resource> {
     let mut res = Vec::new();
+    let mut names = Vec::new();
     for (c, sel) in clusters_of(v, index, s, only) {
+        names.push(c.name.clone());
         let assignment = sel.as_ref().map(|sel| index.load_assignment(&c, sel, s));
         if only.is_none() {
             res.push(c);
@@ -502,7 +517,7 @@ fn scope_part(
             gateways,
             namespace,
             ..
-        } => res.extend(router(v, s, namespace, gateways)),
+        } => res.extend(router(v, s, namespace, gateways, &names)),
     }
     res
 }
@@ -844,7 +859,13 @@ fn inbound(v: &View, index: &EndpointIndex, p: &Proxy, s: &ScopeKey) -> Vec<Reso
 
 /// A router scope's listeners, routes and secrets, from the Gateways selecting it and the
 /// Secrets of its namespace.
-fn router(v: &View, s: &ScopeKey, namespace: &str, gateways: &[ConfigKey]) -> Vec<Resource> {
+fn router(
+    v: &View,
+    s: &ScopeKey,
+    namespace: &str,
+    gateways: &[ConfigKey],
+    clusters: &[String],
+) -> Vec<Resource> {
     let gws: Vec<&Gateway> = gateways
         .iter()
         .filter_map(|k| v.gateways.get(k).copied())
@@ -868,11 +889,24 @@ fn router(v: &View, s: &ScopeKey, namespace: &str, gateways: &[ConfigKey]) -> Ve
         .copied()
         .filter(|s| s.key.namespace == namespace)
         .collect();
-    assemble::router_resources(s.source(), namespace, &gws, &pairs, &secrets, &v.hashing(s))
-        .resources
-        .into_iter()
-        .map(|(r, _)| r)
-        .collect()
+    let clusters: Vec<String> = clusters
+        .iter()
+        .filter(|c| c.starts_with("outbound|"))
+        .cloned()
+        .collect();
+    assemble::router_resources(
+        s.source(),
+        namespace,
+        &gws,
+        &pairs,
+        &secrets,
+        &v.hashing(s),
+        &clusters,
+    )
+    .resources
+    .into_iter()
+    .map(|(r, _)| r)
+    .collect()
 }
 
 /// `outbound|PORT|SUBSET|HOST` → (HOST, PORT).

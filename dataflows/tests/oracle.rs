@@ -340,17 +340,53 @@ fn random_record(rng: &mut StdRng, extra: &mut StdRng, slot: usize) -> Record {
             };
             // Passthrough routes by SNI: the VirtualService's host, or a name no server
             // serves (an error, no chain).
+            // Sidecars route them by SNI on TLS ports (3306 here), narrowed by
+            // `destinationSubnets`, `gateways: [mesh]` and the source conditions.
             let tls = match rng.random_range(0..3) {
                 0 => vec![],
-                _ => vec![TlsRoute {
-                    matches: vec![TlsMatch {
-                        sni_hosts: vec![pick(rng, &[vs_host.as_str(), "nowhere.example"]).into()],
-                        port: rng.random_bool(0.3).then_some(8444),
-                        source_labels: source_labels(rng),
-                        ..Default::default()
-                    }],
-                    route: vec![dest(Some("v1"), w), dest(Some("v2"), 100 - w)],
-                }],
+                _ => {
+                    let mut routes = vec![TlsRoute {
+                        matches: vec![TlsMatch {
+                            sni_hosts: vec![
+                                pick(rng, &[vs_host.as_str(), "nowhere.example"]).into()
+                            ],
+                            port: rng.random_bool(0.3).then_some(8444),
+                            source_labels: source_labels(rng),
+                            ..Default::default()
+                        }],
+                        route: vec![dest(Some("v1"), w), dest(Some("v2"), 100 - w)],
+                    }];
+                    let m = &mut routes[0].matches[0];
+                    if m.port.is_some() && extra.random_bool(0.5) {
+                        m.port = Some(3306);
+                    }
+                    if extra.random_bool(0.3) {
+                        m.destination_subnets =
+                            vec![pick(extra, &["10.96.0.0/24", "10.96.0.2/32"]).into()];
+                    }
+                    if extra.random_bool(0.2) {
+                        m.gateways = vec!["mesh".into()];
+                    }
+                    if extra.random_bool(0.2) {
+                        m.source_namespace = Some(ns.to_string());
+                    }
+                    if extra.random_bool(0.5) {
+                        // A second route: another name of the host, or any name.
+                        routes.push(TlsRoute {
+                            matches: vec![TlsMatch {
+                                sni_hosts: vec![pick(extra, &[vs_host.as_str(), "*"]).into()],
+                                destination_subnets: if extra.random_bool(0.3) {
+                                    vec!["10.96.0.1/32".into()]
+                                } else {
+                                    vec![]
+                                },
+                                ..Default::default()
+                            }],
+                            route: vec![dest(None, 100)],
+                        });
+                    }
+                    routes
+                }
             };
             let mut vs = VirtualService {
                 key: ConfigKey::new(Kind::VirtualService, ns, format!("vs{}", slot % 3)),
@@ -464,6 +500,12 @@ fn random_record(rng: &mut StdRng, extra: &mut StdRng, slot: usize) -> Record {
                 } else {
                     mode
                 };
+                // Now and then: passing through to the cluster the SNI names.
+                let mode = if extra.random_bool(0.15) {
+                    ServerTlsMode::AutoPassthrough
+                } else {
+                    mode
+                };
                 GatewayServer {
                     port: pick(rng, &[8443u16, 8444]),
                     port_name: "https".into(),
@@ -475,11 +517,21 @@ fn random_record(rng: &mut StdRng, extra: &mut StdRng, slot: usize) -> Record {
                         mode,
                         credential: (mode != ServerTlsMode::Passthrough)
                             .then(|| Credential::Secret(pick(rng, &["cred", "other"]).into()))
-                            .filter(|_| mode != ServerTlsMode::IstioMutual),
+                            .filter(|_| {
+                                !matches!(
+                                    mode,
+                                    ServerTlsMode::IstioMutual | ServerTlsMode::AutoPassthrough
+                                )
+                            }),
                         min_version: None,
                         max_version: None,
                         cipher_suites: vec![],
                         subject_alt_names: vec![],
+                        // A TLS server that terminates: routed by `tcp[]` routes.
+                        tcp: !matches!(
+                            mode,
+                            ServerTlsMode::Passthrough | ServerTlsMode::AutoPassthrough
+                        ) && extra.random_bool(0.4),
                     })),
                     field: "spec.servers[2]".into(),
                 }

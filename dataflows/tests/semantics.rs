@@ -1288,6 +1288,7 @@ fn tls_gateway(mode: ServerTlsMode) -> Record {
             max_version: None,
             cipher_suites: vec![],
             subject_alt_names: vec![],
+            tcp: false,
         })),
         field: field.into(),
     };
@@ -1804,4 +1805,200 @@ fn load_assignments_follow_each_client_locality() {
         assert_eq!(eds(&m, &a, &reviews), eds(&m, p, &reviews));
     }
     assert!(groups(&m.cla(&a, &reviews)).values().all(|g| g.0 == 0));
+}
+
+impl Mesh {
+    /// The Listener `name` that `proxy` holds.
+    fn listener_body(
+        &self,
+        proxy: &Proxy,
+        name: &str,
+    ) -> envoy_types::pb::envoy::config::listener::v3::Listener {
+        let version = self.version(proxy, ResourceType::Listener, name);
+        let (body, _) = &self.bodies[&(ResourceType::Listener, name.to_string(), version)];
+        envoy_types::pb::envoy::config::listener::v3::Listener::decode(&body.body.0[..])
+            .expect("a Listener")
+    }
+}
+
+/// The cluster a chain's `tcp_proxy` sends to (one cluster), if it has one.
+fn tcp_proxy_cluster(
+    chain: &envoy_types::pb::envoy::config::listener::v3::FilterChain,
+) -> Option<String> {
+    use envoy_types::pb::envoy::config::listener::v3::filter::ConfigType;
+    use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
+        tcp_proxy::ClusterSpecifier, TcpProxy,
+    };
+    let f = chain.filters.first()?;
+    let Some(ConfigType::TypedConfig(any)) = &f.config_type else {
+        return None;
+    };
+    match TcpProxy::decode(&any.value[..]).ok()?.cluster_specifier? {
+        ClusterSpecifier::Cluster(c) => Some(c),
+        _ => None,
+    }
+}
+
+/// Proves that a TLS server (not HTTPS) that terminates is generated: a chain matched on
+/// its hosts as SNI names that terminates with its Secret's certificate (SDS) and passes
+/// the decrypted stream to the `tcp[]` route of the VirtualService bound to the gateway;
+/// without an applicable route it has no chain (and its Secret is not served), and the
+/// Secret still decides whether it is generated at all.
+#[test]
+fn terminating_tls_server_routes_decrypted_stream_by_tcp_routes() {
+    let mut m = Mesh::new();
+    let gw = router_proxy(
+        "gw-1",
+        "istio-system",
+        "10.0.0.9",
+        &[("istio", "ingressgateway")],
+    );
+    let Record::Gateway(mut gateway) = tls_gateway(ServerTlsMode::Simple) else {
+        unreachable!("tls_gateway() makes a Gateway")
+    };
+    if let Some(tls) = gateway.servers[0].tls.as_mut() {
+        tls.tcp = true;
+    }
+    let secret = tls_secret("istio-system", "cred", "fp1", None, None);
+    m.insert(vec![
+        px(&gw),
+        Record::Gateway(gateway.clone()),
+        secret.clone(),
+    ]);
+    // No tcp route yet: no chain, no listener, no Secret served.
+    assert!(
+        !m.listeners(&gw).contains("0.0.0.0_443"),
+        "{:?}",
+        m.listeners(&gw)
+    );
+    assert!(m.names(&gw, ResourceType::Secret).is_empty());
+
+    let db = host("db", "default");
+    let vs = Record::VirtualService(VirtualService {
+        key: ConfigKey::new(Kind::VirtualService, "default", "db"),
+        hosts: vec!["web.example.com".into()],
+        gateways: vec!["istio-system/tls".into()],
+        export_to: vec![],
+        http: vec![],
+        tcp: vec![TcpRoute {
+            matches: vec![TcpMatch {
+                port: Some(443),
+                ..Default::default()
+            }],
+            route: vec![RouteDestination {
+                headers: Default::default(),
+                host: db.clone(),
+                subset: None,
+                port: Some(5432),
+                weight: 100,
+            }],
+        }],
+        tls: vec![],
+    });
+    m.insert(vec![vs.clone()]);
+    let l = m.listener_body(&gw, "0.0.0.0_443");
+    let [chain] = l.filter_chains.as_slice() else {
+        panic!("one chain: {l:?}")
+    };
+    let names = chain
+        .filter_chain_match
+        .as_ref()
+        .map(|c| c.server_names.clone())
+        .unwrap_or_default();
+    assert_eq!(names, vec!["web.example.com"]);
+    assert!(chain.transport_socket.is_some(), "terminates: {chain:?}");
+    assert_eq!(
+        tcp_proxy_cluster(chain).as_deref(),
+        Some(format!("outbound|5432||{db}").as_str())
+    );
+    assert!(m.routes(&gw).iter().all(|r| !r.starts_with("https.443")));
+    assert_eq!(
+        m.names(&gw, ResourceType::Secret),
+        BTreeSet::from(["kubernetes://cred".to_string()])
+    );
+
+    // Without the Secret it fails closed, said as for HTTPS servers.
+    m.retract(vec![secret]);
+    assert!(!m.listeners(&gw).contains("0.0.0.0_443"));
+    assert_eq!(gateway_errors(&m, ErrorCode::GatewaySecret).len(), 1);
+}
+
+/// Proves that an AUTO_PASSTHROUGH server has a chain per outbound cluster of the gateway's
+/// scope whose host its hosts match, matched on Istio's SNI for it and passing to it, and
+/// that a new subset adds its chain incrementally (the dataflow's result is the naive
+/// recompute's, which the oracle checks on random inputs).
+#[test]
+fn auto_passthrough_server_has_a_chain_per_cluster_by_its_sni() {
+    let mut m = Mesh::new();
+    let gw = router_proxy(
+        "eastwest-1",
+        "istio-system",
+        "10.0.0.9",
+        &[("istio", "eastwestgateway")],
+    );
+    let server = GatewayServer {
+        port: 15443,
+        port_name: "tls".into(),
+        protocol: Protocol::Tls,
+        bind: None,
+        hosts: vec!["*/*.default.svc.cluster.local".into()],
+        https_redirect: false,
+        tls: Some(Box::new(ServerTls {
+            mode: ServerTlsMode::AutoPassthrough,
+            credential: None,
+            min_version: None,
+            max_version: None,
+            cipher_suites: vec![],
+            subject_alt_names: vec![],
+            tcp: false,
+        })),
+        field: "spec.servers[0]".into(),
+    };
+    let gateway = Record::Gateway(Gateway {
+        key: ConfigKey::new(Kind::Gateway, "istio-system", "cross-network"),
+        selector: labels(&[("istio", "eastwestgateway")]),
+        servers: vec![server],
+    });
+    m.insert(vec![
+        px(&gw),
+        gateway,
+        service("reviews", "default"),
+        service("ratings", "other"),
+    ]);
+    let chains = |m: &Mesh| -> BTreeMap<String, String> {
+        m.listener_body(&gw, "0.0.0.0_15443")
+            .filter_chains
+            .iter()
+            .map(|c| {
+                let names = c
+                    .filter_chain_match
+                    .as_ref()
+                    .map(|f| f.server_names.join(","))
+                    .unwrap_or_default();
+                (names, tcp_proxy_cluster(c).unwrap_or_default())
+            })
+            .collect()
+    };
+    let reviews = host("reviews", "default");
+    assert_eq!(
+        chains(&m),
+        BTreeMap::from([(
+            format!("outbound_.9080_._.{reviews}"),
+            outbound(9080, "", "reviews", "default")
+        )]),
+        "only the hosts the server matches"
+    );
+    m.insert(vec![destination_rule(
+        "default",
+        "reviews",
+        &reviews,
+        &[("v1", "v1")],
+    )]);
+    let got = chains(&m);
+    assert_eq!(
+        got.get(&format!("outbound_.9080_.v1_.{reviews}")),
+        Some(&outbound(9080, "v1", "reviews", "default")),
+        "{got:?}"
+    );
+    assert_eq!(got.len(), 2, "{got:?}");
 }

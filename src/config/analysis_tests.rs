@@ -147,16 +147,24 @@ fn redirects_and_direct_responses_are_routes_of_their_own() {
 }
 
 #[test]
-fn tcp_routes_are_translated_and_tls_routes_warned() {
+fn tcp_and_mesh_tls_routes_are_translated_without_findings() {
     let doc = format!(
         "{VS}  tcp:\n  - match: [{{port: 27017, destinationSubnets: [10.1.2.3/16], gateways: [mesh], sourceNamespace: ns}}]\n    route:\n    - destination: {{host: mongo, subset: v1}}\n      weight: 30\n    - destination: {{host: mongo, subset: v2}}\n      weight: 70\n  tls:\n  - match: [{{sniHosts: [reviews]}}]\n    route: [{{destination: {{host: reviews}}}}]\n"
     );
     let p = parse(&doc);
-    assert_eq!(fields(&p, Level::Warning), vec!["spec.tls"]);
+    // Sidecars route `tls[]` by SNI: nothing to warn of.
+    assert_eq!(fields(&p, Level::Warning), Vec::<String>::new());
     assert!(fields(&p, Level::Error).is_empty());
     let Record::VirtualService(vs) = &p.records[0] else {
         panic!()
     };
+    let [tls] = vs.tls.as_slice() else {
+        panic!("{:?}", vs.tls)
+    };
+    assert_eq!(
+        tls.matches[0].sni_hosts,
+        vec!["reviews.ns.svc.cluster.local"]
+    );
     let [route] = vs.tcp.as_slice() else {
         panic!("{:?}", vs.tcp)
     };
@@ -446,9 +454,17 @@ fn gateway_servers_not_generated_are_errors_and_left_out() {
     };
     assert_eq!(
         g.servers.iter().map(|s| s.port).collect::<Vec<_>>(),
-        vec![80, 443, 8080, 31400],
-        "HTTP, HTTPS (SIMPLE), HTTP with httpsRedirect and TCP servers"
+        vec![80, 443, 8080, 15443, 31400, 15444],
+        "HTTP, HTTPS (SIMPLE), HTTP with httpsRedirect, TLS terminating (ISTIO_MUTUAL, \
+         SIMPLE) and TCP servers"
     );
+    // TLS servers that terminate carry TCP (routed by `tcp[]`); HTTPS ones carry HTTP.
+    let tcp: Vec<bool> = g
+        .servers
+        .iter()
+        .filter_map(|s| s.tls.as_deref().map(|t| t.tcp))
+        .collect();
+    assert_eq!(tcp, vec![false, true, true]);
     let https = g.servers[1].tls.as_deref().unwrap();
     assert_eq!(https.mode, dataflows::model::ServerTlsMode::Simple);
     assert_eq!(
@@ -464,10 +480,8 @@ fn gateway_servers_not_generated_are_errors_and_left_out() {
     assert_eq!(
         errors,
         vec![
-            "spec.servers[3].tls.mode",
             "spec.servers[5].tls",
             "spec.servers[6]",
-            "spec.servers[7].tls.mode",
             "spec.servers[8].tls.caCrl",
         ]
     );
@@ -1088,4 +1102,52 @@ fn locality_lb_setting_is_read_and_checked_as_istio_checks_it() {
         sub.locality_lb.as_deref().and_then(|l| l.enabled),
         Some(false)
     );
+}
+
+#[test]
+fn gateway_auto_passthrough_is_read_and_namespaced_hosts_fail_closed() {
+    let gw = |server: &str| {
+        format!("apiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {{name: g, namespace: ns}}\nspec:\n  selector: {{istio: eastwestgateway}}\n  servers:\n  - {server}\n")
+    };
+    // Istio's cross-network gateway: read, no finding.
+    let p = parse(&gw(
+        "{port: {number: 15443, name: tls, protocol: TLS}, hosts: ['*.local'], tls: {mode: AUTO_PASSTHROUGH}}",
+    ));
+    let Record::Gateway(g) = &p.records[0] else {
+        panic!()
+    };
+    let tls = g.servers[0].tls.as_deref().expect("generated");
+    assert_eq!(tls.mode, dataflows::model::ServerTlsMode::AutoPassthrough);
+    assert_eq!((tls.credential.as_ref(), tls.tcp), (None, false));
+    assert!(g.uses_auto_passthrough());
+    assert!(p.findings.is_empty(), "{:?}", p.findings);
+
+    // A host restricted to a namespace is left out (an error), the others kept.
+    let p = parse(&gw(
+        "{port: {number: 15443, name: tls, protocol: TLS}, hosts: ['*.local', 'other/*.example'], tls: {mode: AUTO_PASSTHROUGH}}",
+    ));
+    let Record::Gateway(g) = &p.records[0] else {
+        panic!()
+    };
+    assert_eq!(g.servers[0].hosts, vec!["*/*.local"]);
+    assert_eq!(fields(&p, Level::Error), vec!["spec.servers[0].hosts[1]"]);
+
+    // Only namespaced hosts, or an HTTPS server: the server is not generated.
+    for (server, field) in [
+        (
+            "{port: {number: 15443, name: tls, protocol: TLS}, hosts: ['./*'], tls: {mode: AUTO_PASSTHROUGH}}",
+            "spec.servers[0].hosts[0]",
+        ),
+        (
+            "{port: {number: 15443, name: https, protocol: HTTPS}, hosts: ['*'], tls: {mode: AUTO_PASSTHROUGH}}",
+            "spec.servers[0].tls.mode",
+        ),
+    ] {
+        let p = parse(&gw(server));
+        let Record::Gateway(g) = &p.records[0] else {
+            panic!()
+        };
+        assert!(g.servers.is_empty(), "{server}");
+        assert_eq!(fields(&p, Level::Error), vec![field], "{server}");
+    }
 }

@@ -1414,13 +1414,6 @@ fn virtual_service(
     let gateways = gateway_refs(&s.gateways, ns);
     let hosts: Vec<String> = s.hosts.iter().map(|h| fqdn(h, ns, mesh)).collect();
     let tls = tls_routes(&s.tls, &not_generated.tls, &hosts, ns, mesh)?;
-    if !tls.is_empty() && (gateways.is_empty() || gateways.iter().any(|g| g == "mesh")) {
-        findings.push(Finding::warning(
-            "spec.tls",
-            "TLS routes are generated for gateways only; sidecars do not route by SNI yet and \
-             proxy TLS ports as TCP, to the service's own cluster",
-        ));
-    }
     Ok(vec![Record::VirtualService(m::VirtualService {
         key: key.clone(),
         hosts,
@@ -2198,16 +2191,7 @@ fn server_tls(
             }
             m::ServerTlsMode::IstioMutual
         }
-        "AUTO_PASSTHROUGH" => {
-            findings.push(Finding::error(
-                format!("{f}.tls.mode"),
-                format!(
-                    "TLS mode {mode} on a gateway is not supported by meshflow yet; no filter \
-                     chain is generated for this server"
-                ),
-            ));
-            return Ok(None);
-        }
+        "AUTO_PASSTHROUGH" => m::ServerTlsMode::AutoPassthrough,
         other => {
             return Err(Invalid::field(
                 format!("{f}.tls.mode"),
@@ -2220,7 +2204,9 @@ fn server_tls(
     };
     let credential = if matches!(
         mode,
-        m::ServerTlsMode::Passthrough | m::ServerTlsMode::IstioMutual
+        m::ServerTlsMode::Passthrough
+            | m::ServerTlsMode::IstioMutual
+            | m::ServerTlsMode::AutoPassthrough
     ) {
         None
     } else if let Some(name) = tls.credential_name.as_ref().filter(|n| !n.is_empty()) {
@@ -2261,6 +2247,7 @@ fn server_tls(
         ));
     }
     Ok(Some(m::ServerTls {
+        tcp: false,
         mode,
         credential,
         min_version: tls
@@ -2342,6 +2329,8 @@ fn gateway(key: &ConfigKey, value: &Value, findings: &mut Vec<Finding>) -> Resul
         }
         let mut https_redirect = false;
         let mut tls = None;
+        // Hosts left out of the server (a condition it cannot honour), by index.
+        let mut left_out: Vec<usize> = Vec::new();
         match (&srv.tls, tls_protocol) {
             (None, true) => {
                 return Err(Invalid::field(
@@ -2350,16 +2339,41 @@ fn gateway(key: &ConfigKey, value: &Value, findings: &mut Vec<Finding>) -> Resul
                 ))
             }
             (Some(t), true) => {
-                let Some(st) = server_tls(t, &f, findings)? else {
+                let Some(mut st) = server_tls(t, &f, findings)? else {
                     continue;
                 };
-                if st.mode != m::ServerTlsMode::Passthrough && protocol == "TLS" {
+                // A TLS server that terminates carries TCP: routed by `tcp[]` routes.
+                st.tcp = !matches!(
+                    st.mode,
+                    m::ServerTlsMode::Passthrough | m::ServerTlsMode::AutoPassthrough
+                ) && protocol == "TLS";
+                if st.mode == m::ServerTlsMode::AutoPassthrough {
+                    // The clusters it passes to are matched by host name only: a host
+                    // restricted to a namespace cannot be honoured, and is left out.
+                    for (hi, h) in srv.hosts.iter().enumerate() {
+                        if h.split_once('/').is_some_and(|(ns, _)| ns != "*") {
+                            findings.push(Finding::error(
+                                format!("{f}.hosts[{hi}]"),
+                                format!(
+                                    "{h:?}: an AUTO_PASSTHROUGH server matches clusters by \
+                                     host name, not by namespace, in meshflow; this host is \
+                                     left out"
+                                ),
+                            ));
+                            left_out.push(hi);
+                        }
+                    }
+                    if left_out.len() == srv.hosts.len() {
+                        continue;
+                    }
+                }
+                if st.mode == m::ServerTlsMode::AutoPassthrough && protocol != "TLS" {
                     findings.push(Finding::error(
                         format!("{f}.tls.mode"),
                         format!(
-                            "a TLS server terminating TLS (then routed by tcp routes) is not \
-                             supported by meshflow yet; no filter chain is generated for it \
-                             (port {number})"
+                            "AUTO_PASSTHROUGH is generated for servers of protocol TLS only; \
+                             no filter chain is generated for this {protocol} server (port \
+                             {number})"
                         ),
                     ));
                     continue;
@@ -2399,7 +2413,9 @@ fn gateway(key: &ConfigKey, value: &Value, findings: &mut Vec<Finding>) -> Resul
             hosts: srv
                 .hosts
                 .iter()
-                .map(|h| {
+                .enumerate()
+                .filter(|(hi, _)| !left_out.contains(hi))
+                .map(|(_, h)| {
                     if h.contains('/') {
                         h.clone()
                     } else {

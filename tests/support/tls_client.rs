@@ -73,14 +73,15 @@ pub fn tls_get(
     tls_get_trusting(addr, host, Trust::Any, alpn, client)
 }
 
-/// As [`tls_get`], accepting the server certificates `trust` says.
-pub fn tls_get_trusting(
+/// A TLS stream to `addr` (SNI `host`), accepting the server certificates `trust` says,
+/// offering `alpn`, presenting `client` if given.
+pub fn tls_connect(
     addr: SocketAddr,
     host: &str,
     trust: Trust<'_>,
     alpn: &[&str],
     client: Option<(&str, &str)>,
-) -> Result<(String, Vec<u8>), String> {
+) -> Result<StreamOwned<ClientConnection, TcpStream>, String> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let versions = ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
@@ -118,7 +119,18 @@ pub fn tls_get_trusting(
     let sock =
         TcpStream::connect_timeout(&addr, Duration::from_secs(2)).map_err(|e| e.to_string())?;
     sock.set_read_timeout(Some(Duration::from_secs(5))).ok();
-    let mut tls = StreamOwned::new(conn, sock);
+    Ok(StreamOwned::new(conn, sock))
+}
+
+/// As [`tls_get`], accepting the server certificates `trust` says.
+pub fn tls_get_trusting(
+    addr: SocketAddr,
+    host: &str,
+    trust: Trust<'_>,
+    alpn: &[&str],
+    client: Option<(&str, &str)>,
+) -> Result<(String, Vec<u8>), String> {
+    let mut tls = tls_connect(addr, host, trust, alpn, client)?;
     let req = format!("GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
     tls.write_all(req.as_bytes())
         .map_err(|e| format!("write: {e}"))?;
@@ -138,4 +150,32 @@ pub fn tls_get_trusting(
         .map(|c| c.to_vec())
         .unwrap_or_default();
     Ok((String::from_utf8_lossy(&out).into_owned(), peer))
+}
+
+/// Over TLS to a TCP echo backend (`support::tcp_echo`) through `addr`: sends `ping`, reads
+/// the backend's greeting and the echo; the backend's identity, or why it failed.
+pub fn tls_echo(
+    addr: SocketAddr,
+    host: &str,
+    trust: Trust<'_>,
+    client: Option<(&str, &str)>,
+) -> Result<String, String> {
+    let mut tls = tls_connect(addr, host, trust, &[], client)?;
+    tls.write_all(b"ping\n")
+        .map_err(|e| format!("write: {e}"))?;
+    let mut got = Vec::new();
+    let mut byte = [0u8; 1];
+    while got.iter().filter(|b| **b == b'\n').count() < 2 {
+        match tls.read(&mut byte) {
+            Ok(0) => break,
+            Ok(_) => got.push(byte[0]),
+            Err(e) => return Err(format!("read: {e}")),
+        }
+    }
+    let text = String::from_utf8_lossy(&got).into_owned();
+    let mut lines = text.lines();
+    match (lines.next(), lines.next()) {
+        (Some(identity), Some("ping")) => Ok(identity.to_string()),
+        _ => Err(format!("no greeting and echo: {text:?}")),
+    }
 }

@@ -20,6 +20,8 @@ enum GwItem {
     /// The hash keys of a host the routes go to, where its rule hashes.
     Hash(Hostname, HostHashing),
     Secret(TlsSecret),
+    /// An outbound cluster of the scope, for its AUTO_PASSTHROUGH servers.
+    Cluster(String),
 }
 
 /// The Secrets (namespace, name) a Gateway's servers may take from a workload in `ns`.
@@ -48,6 +50,7 @@ pub(super) fn routers<'s>(
     resolved: Coll<'s, (ConfigKey, ResolvedVs)>,
     hashing: &Coll<'s, ((ScopeKey, Hostname), HostHashing)>,
     secrets: &Coll<'s, ((String, String), TlsSecret)>,
+    clusters: &Coll<'s, (ScopeKey, Resource)>,
 ) -> (
     Built<'s, ScopeKey>,
     Coll<'s, ConfigError>,
@@ -80,6 +83,19 @@ pub(super) fn routers<'s>(
         .join_map(secrets.clone(), |_, s, secret| {
             (s.clone(), GwItem::Secret(secret.clone()))
         });
+    // Routers with an AUTO_PASSTHROUGH server take the names of their outbound clusters
+    // (only those: the others never depend on them).
+    let auto_scopes = router_gws
+        .clone()
+        .filter(|(_, gw)| gw.uses_auto_passthrough())
+        .map(|(s, _)| s)
+        .distinct();
+    let router_cluster_items = clusters
+        .clone()
+        .filter(|(_, r)| r.rtype == ResourceType::Cluster && r.name.starts_with("outbound|"))
+        .map(|(s, r)| (s, r.name))
+        .semijoin(auto_scopes)
+        .map(|(s, name)| (s, GwItem::Cluster(name)));
     let router_gw_items = router_gws.map(|(s, gw)| (s, GwItem::Gateway(gw)));
     let vs_by_gw = vss.flat_map(|(k, vs)| {
         vs.gateways
@@ -115,6 +131,7 @@ pub(super) fn routers<'s>(
         .concat(router_vs_items)
         .concat(router_hash_items)
         .concat(router_secret_items)
+        .concat(router_cluster_items)
         .reduce(|s, vals: &[(&GwItem, isize)], out| {
             let built = resources(s, vals);
             out.extend(built.resources.into_iter().map(|r| (Ok(r), 1isize)));
@@ -173,8 +190,22 @@ fn resources(s: &ScopeKey, vals: &[(&GwItem, isize)]) -> assemble::Router {
             _ => None,
         })
         .collect();
-    let mut out =
-        assemble::router_resources(s.source(), s.namespace(), &gws, &vss, &secrets, &hashing);
+    let clusters: Vec<String> = vals
+        .iter()
+        .filter_map(|(v, _)| match v {
+            GwItem::Cluster(name) => Some(name.clone()),
+            _ => None,
+        })
+        .collect();
+    let mut out = assemble::router_resources(
+        s.source(),
+        s.namespace(),
+        &gws,
+        &vss,
+        &secrets,
+        &hashing,
+        &clusters,
+    );
     // One record per resource, whatever the number of servers that built it (a Secret two
     // Gateways' servers name is built twice, with different inputs): the scope's resources
     // are a set downstream, and a second copy would make one server's removal retract it.

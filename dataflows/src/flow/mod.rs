@@ -159,6 +159,7 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         vss,
         &clusters.hashing,
         &i.secrets,
+        &clusters.built.resources,
     );
 
     let ingress = proxy_scopes

@@ -72,6 +72,7 @@ pub(super) fn resolve<'s>(
                 .iter()
                 .flat_map(|r| r.route.iter())
                 .chain(vs.tcp.iter().flat_map(|r| r.route.iter()))
+                .chain(vs.tls.iter().flat_map(|r| r.route.iter()))
                 .map(|d| d.host.clone())
                 .collect();
             hosts.sort();

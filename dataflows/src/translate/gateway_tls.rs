@@ -1,7 +1,8 @@
 //! LDS for a gateway's TLS servers: one listener per address and port whose filter chains
 //! are told apart by SNI (`tls_inspector`): a terminating chain per HTTPS server (its
-//! certificate, then HTTP routing by the server's own route configuration), and a
-//! `tcp_proxy` chain per `tls[]` route of a PASSTHROUGH server (by its `sniHosts`).
+//! certificate, then HTTP routing by the server's own route configuration), a terminating
+//! `tcp_proxy` chain per `tcp[]` chain of a TLS server that terminates, and a `tcp_proxy`
+//! chain per `tls[]` route of a PASSTHROUGH server (by its `sniHosts`).
 
 use super::listener::{hcm_filter, listener_name, rds_hcm};
 use super::secret::downstream_tls;
@@ -24,6 +25,13 @@ pub enum TlsChain<'a> {
     /// Pass the connection through to `dests`, for destination addresses in `ranges`
     /// (empty: any).
     Passthrough {
+        ranges: Vec<String>,
+        dests: Destinations,
+    },
+    /// Terminate with `tls`, then pass the decrypted stream to `dests` (a TLS server's
+    /// `tcp[]` routes), for destination addresses in `ranges` (empty: any).
+    TerminateTcp {
+        tls: &'a ServerTls,
         ranges: Vec<String>,
         dests: Destinations,
     },
@@ -61,7 +69,9 @@ impl<'a> TlsChains<'a> {
     /// chains took theirs (`None`: nothing, the chain is not added).
     pub fn add(&mut self, names: Vec<String>, chain: TlsChain<'a>) -> Option<Vec<String>> {
         let ranges = match &chain {
-            TlsChain::Passthrough { ranges, .. } => ranges.clone(),
+            TlsChain::Passthrough { ranges, .. } | TlsChain::TerminateTcp { ranges, .. } => {
+                ranges.clone()
+            }
             TlsChain::Terminate { .. } => Vec::new(),
         };
         let keys: Vec<String> = if names.is_empty() {
@@ -126,6 +136,19 @@ fn build_chain(listener: &str, i: usize, names: Vec<String>, chain: TlsChain) ->
                 true,
             ))],
             transport_socket: Some(downstream_tls(tls, true)),
+            name: chain_name,
+            ..Default::default()
+        },
+        TlsChain::TerminateTcp { tls, ranges, dests } => FilterChain {
+            filter_chain_match: (!names.is_empty() || !ranges.is_empty()).then(|| {
+                FilterChainMatch {
+                    server_names: names,
+                    prefix_ranges: ranges.iter().map(|r| cidr(r)).collect(),
+                    ..Default::default()
+                }
+            }),
+            filters: vec![tcp_proxy(&dests, &chain_name)],
+            transport_socket: Some(downstream_tls(tls, false)),
             name: chain_name,
             ..Default::default()
         },

@@ -193,7 +193,7 @@ fn original_dst_filter() -> ListenerFilter {
     }
 }
 
-fn tls_inspector_filter() -> ListenerFilter {
+pub(super) fn tls_inspector_filter() -> ListenerFilter {
     ListenerFilter {
         name: "envoy.filters.listener.tls_inspector".into(),
         config_type: Some(listener_filter::ConfigType::TypedConfig(pack_any(

@@ -7,12 +7,14 @@
 //! destination (`prefix_ranges`: the service's addresses, or a route's
 //! `destinationSubnets`); Istio names a listener per service address (`VIP_PORT`) instead,
 //! which routes the same connections the same way. Where a port also carries HTTP services,
-//! their connection manager is the chain without a match.
+//! their connection manager is the chain without a match. A TLS service's `tls[]` routes add
+//! chains matched by SNI name on the same addresses ([`sni_chains`]), with the TLS inspector.
 
-use super::listener::{bind_flag, http_chain, listener_name, tcp_to};
+use super::listener::{bind_flag, http_chain, listener_name, tcp_to, tls_inspector_filter};
 use super::{outbound_cluster_name, socket_address};
 use crate::model::{
     Protocol, ResolvedVs, Resource, ResourceType, RouteDestination, Service, Source, TcpMatch,
+    TlsMatch,
 };
 use envoy_types::pb::envoy::config::core::v3::{CidrRange, TrafficDirection};
 use envoy_types::pb::envoy::config::listener::v3::FilterChainMatch;
@@ -178,10 +180,11 @@ pub(super) fn tcp_proxy(dests: &Destinations, stat_prefix: &str) -> Filter {
     }
 }
 
-fn chain(name: String, ranges: &[String], dests: &Destinations) -> FilterChain {
+fn chain(name: String, ranges: &[String], names: Vec<String>, dests: &Destinations) -> FilterChain {
     FilterChain {
-        filter_chain_match: (!ranges.is_empty()).then(|| FilterChainMatch {
+        filter_chain_match: (!ranges.is_empty() || !names.is_empty()).then(|| FilterChainMatch {
             prefix_ranges: ranges.iter().map(|r| cidr(r)).collect(),
+            server_names: names,
             ..Default::default()
         }),
         filters: vec![tcp_proxy(dests, &name)],
@@ -190,13 +193,17 @@ fn chain(name: String, ranges: &[String], dests: &Destinations) -> FilterChain {
     }
 }
 
-/// Builds a listener's chains from each destination's chains, in order: a CIDR is kept by
-/// the first chain that names it (Envoy refuses a listener whose chains match alike), and
-/// only one chain may go without a match (`no_match_taken`: another already does).
+/// Builds a listener's chains from each destination's chains, in order: a CIDR (with an
+/// SNI name, or none) is kept by the first chain naming it (Envoy refuses a listener whose
+/// chains match alike), and only one chain may go without any match (`no_match_taken`:
+/// another already does).
 struct Chains {
     chains: Vec<FilterChain>,
-    taken: BTreeSet<String>,
+    /// `(CIDR, SNI name)` taken; `""` for no name.
+    taken: BTreeSet<(String, String)>,
     no_match_taken: bool,
+    /// Some chain matches SNI names: the listener needs the TLS inspector.
+    sni: bool,
 }
 
 impl Chains {
@@ -205,6 +212,7 @@ impl Chains {
             chains: Vec::new(),
             taken: BTreeSet::new(),
             no_match_taken,
+            sni: false,
         }
     }
 
@@ -215,19 +223,100 @@ impl Chains {
                 return false;
             }
             self.no_match_taken = true;
-            self.chains.push(chain(name, &[], dests));
+            self.chains.push(chain(name, &[], Vec::new(), dests));
             return true;
         }
         let ranges: Vec<String> = ranges
             .into_iter()
-            .filter(|r| self.taken.insert(r.clone()))
+            .filter(|r| self.taken.insert((r.clone(), String::new())))
             .collect();
         if ranges.is_empty() {
             return false;
         }
-        self.chains.push(chain(name, &ranges, dests));
+        self.chains.push(chain(name, &ranges, Vec::new(), dests));
         true
     }
+
+    /// Adds a chain for SNI `names` (empty: any name, as a chain without one) on `range`
+    /// (`""`: any address), with what is left of the names; whether it was.
+    fn add_sni(
+        &mut self,
+        name: String,
+        range: &str,
+        names: &[String],
+        dests: &Destinations,
+    ) -> bool {
+        let ranges: Vec<String> = if range.is_empty() {
+            Vec::new()
+        } else {
+            vec![range.to_string()]
+        };
+        if names.is_empty() {
+            return self.add(name, ranges, dests);
+        }
+        let left: Vec<String> = names
+            .iter()
+            .filter(|n| self.taken.insert((range.to_string(), (*n).clone())))
+            .cloned()
+            .collect();
+        if left.is_empty() {
+            return false;
+        }
+        self.sni = true;
+        self.chains.push(chain(name, &ranges, left, dests));
+        true
+    }
+}
+
+/// Whether address range `outer` (`""`: any) holds all of `inner`.
+fn covers(outer: &str, inner: &str) -> bool {
+    if outer.is_empty() {
+        return true;
+    }
+    match (bits(outer), bits(inner)) {
+        (Some(o), Some(i)) => contains(o, i),
+        _ => false,
+    }
+}
+
+/// How specific a range is (`""`: least of all).
+fn specificity(range: &str) -> i64 {
+    bits(range).map_or(-1, |(_, len)| i64::from(len))
+}
+
+/// Whether a TLS match applies on `port` of a sidecar (gateway `mesh`) for `source`.
+fn tls_applies(m: &TlsMatch, port: u16, source: Source) -> bool {
+    m.port.is_none_or(|p| p == port)
+        && (m.gateways.is_empty() || m.gateways.iter().any(|g| g == super::route::MESH))
+        && source.admits(m.source_namespace.as_ref(), m.source_labels.as_ref())
+}
+
+/// One SNI chain of a sidecar's TLS port: the SNI names (empty: any), the destination
+/// CIDRs (empty: the service's), and where it sends connections.
+pub type SniChain = (Vec<String>, Vec<String>, Destinations);
+
+/// The SNI chains the `tls[]` routes of a mesh VirtualService make on a sidecar's TLS
+/// `port`: one per applicable match, in order (Istio's), the same runtime match once.
+pub fn sni_chains(vs: &ResolvedVs, port: u16, source: Source) -> Vec<SniChain> {
+    let mut out: Vec<SniChain> = Vec::new();
+    for route in &vs.vs.tls {
+        let dests = destinations(&route.route, port, vs);
+        if dests.is_empty() {
+            continue;
+        }
+        for m in route
+            .matches
+            .iter()
+            .filter(|m| tls_applies(m, port, source))
+        {
+            let names = super::gateway_tls::server_names(&m.sni_hosts);
+            let ranges = m.destination_subnets.clone();
+            if !out.iter().any(|(n, r, _)| *n == names && *r == ranges) {
+                out.push((names, ranges, dests.clone()));
+            }
+        }
+    }
+    out
 }
 
 /// One TCP service reached through a sidecar listener, with the mesh VirtualService in
@@ -281,27 +370,38 @@ pub fn sidecar_listener(p: &OutboundPort, targets: &[TcpTarget]) -> SidecarListe
         if sni_only {
             continue;
         }
-        let mut reached = false;
         let fallback = outbound_cluster_name(p.port, None, &svc.hostname);
         let vss: Vec<(&ResolvedVs, &[String])> = vs.iter().map(|v| (v, mesh.as_slice())).collect();
-        let list = chains(&vss, p.port, p.source, Some(&fallback));
-        for (i, (ranges, dests)) in list.into_iter().enumerate() {
-            // On a captured listener a chain is for this service's connections only: its
-            // addresses, or those of them inside a route's `destinationSubnets` (a subnet
-            // wider than the service must not draw other destinations to its route).
-            let ranges = match (ranges.is_empty(), p.bind || svc.addresses.is_empty()) {
-                (true, false) => svc.addresses.clone(),
+        // On a captured listener a chain is for this service's connections only: its
+        // addresses, or those of them inside a route's `destinationSubnets` (a subnet
+        // wider than the service must not draw other destinations to its route).
+        let narrow = |ranges: Vec<String>| -> Option<Vec<String>> {
+            match (ranges.is_empty(), p.bind || svc.addresses.is_empty()) {
+                (true, false) => Some(svc.addresses.clone()),
                 (false, false) => {
                     let within = intersect(&svc.addresses, &ranges);
-                    if within.is_empty() {
-                        continue;
-                    }
-                    within
+                    (!within.is_empty()).then_some(within)
                 }
-                (_, true) => ranges,
-            };
-            reached |= built.add(format!("{}:{}#{i}", svc.hostname, p.port), ranges, &dests);
-        }
+                (_, true) => Some(ranges),
+            }
+        };
+        let tcp_list: Vec<(usize, TcpChain)> = chains(&vss, p.port, p.source, Some(&fallback))
+            .into_iter()
+            .enumerate()
+            .filter_map(|(i, (ranges, dests))| narrow(ranges).map(|r| (i, (r, dests))))
+            .collect();
+        let tls_port = svc
+            .ports
+            .iter()
+            .any(|sp| sp.port == p.port && sp.protocol == Protocol::Tls);
+        let sni_list: Vec<SniChain> = match vs {
+            Some(v) if tls_port => sni_chains(v, p.port, p.source)
+                .into_iter()
+                .filter_map(|(names, ranges, dests)| narrow(ranges).map(|r| (names, r, dests)))
+                .collect(),
+            _ => Vec::new(),
+        };
+        let reached = add_service_chains(&mut built, svc, p.port, &tcp_list, &sni_list);
         if !reached {
             unreachable.push(svc.clone());
         }
@@ -317,10 +417,20 @@ pub fn sidecar_listener(p: &OutboundPort, targets: &[TcpTarget]) -> SidecarListe
         filters: vec![tcp_to(p.fallback, p.fallback)],
         ..Default::default()
     });
+    // SNI chains need the TLS inspector; a connection whose first bytes are not a TLS
+    // handshake (or come late) carries no name, and takes the chain without one.
+    let listener_filters = if built.sni {
+        vec![tls_inspector_filter()]
+    } else {
+        Vec::new()
+    };
+    let continue_on_listener_filters_timeout = built.sni;
     let listener = (!filter_chains.is_empty()).then(|| {
         encode(Listener {
             default_filter_chain,
             bind_to_port: bind_flag(p.bind),
+            listener_filters,
+            continue_on_listener_filters_timeout,
             ..outbound(name, p.addr, p.port, filter_chains)
         })
     });
@@ -328,6 +438,78 @@ pub fn sidecar_listener(p: &OutboundPort, targets: &[TcpTarget]) -> SidecarListe
         listener,
         unreachable,
     }
+}
+
+/// Adds a service's chains to a sidecar listener: its SNI chains first (`sni`: on each
+/// of their ranges, and on each narrower TCP range inside one, since Envoy picks the most
+/// specific address before it looks at names), then its TCP chains (`tcp`), then, for each
+/// range only SNI chains name, a chain without a name to where the TCP chains would send
+/// that range (a connection whose name no route claims goes where it went before). A range
+/// `""` (none in the lists) means any address. Whether any chain was added.
+fn add_service_chains(
+    built: &mut Chains,
+    svc: &Service,
+    port: u16,
+    tcp: &[(usize, TcpChain)],
+    sni: &[SniChain],
+) -> bool {
+    let any = || vec![String::new()];
+    let ranges_of = |r: &Vec<String>| if r.is_empty() { any() } else { r.clone() };
+    let mut reached = false;
+    let mut sni_ranges: Vec<String> = Vec::new();
+    for (_, ranges, _) in sni {
+        for r in ranges_of(ranges) {
+            if !sni_ranges.contains(&r) {
+                sni_ranges.push(r);
+            }
+        }
+    }
+    let mut all = sni_ranges.clone();
+    for (_, (ranges, _)) in tcp {
+        for r in ranges_of(ranges) {
+            if !all.contains(&r) && sni_ranges.iter().any(|o| covers(o, &r)) {
+                all.push(r);
+            }
+        }
+    }
+    for (i, (names, ranges, dests)) in sni.iter().enumerate() {
+        let own = ranges_of(ranges);
+        let mine = all.iter().filter(|r| own.iter().any(|o| covers(o, r)));
+        for (j, r) in mine.enumerate() {
+            let name = format!("{}:{port}#tls{i}.{j}", svc.hostname);
+            reached |= built.add_sni(name, r, names, dests);
+        }
+    }
+    for (i, (ranges, dests)) in tcp {
+        reached |= built.add(
+            format!("{}:{port}#{i}", svc.hostname),
+            ranges.clone(),
+            dests,
+        );
+    }
+    for (j, r) in sni_ranges.iter().enumerate() {
+        if tcp
+            .iter()
+            .any(|(_, (ranges, _))| ranges_of(ranges).contains(r))
+        {
+            continue;
+        }
+        let best = tcp
+            .iter()
+            .flat_map(|(_, (ranges, dests))| ranges_of(ranges).into_iter().map(move |o| (o, dests)))
+            .filter(|(o, _)| covers(o, r))
+            .max_by_key(|(o, _)| specificity(o));
+        if let Some((_, dests)) = best {
+            let name = format!("{}:{port}#sni-default{j}", svc.hostname);
+            let ranges = if r.is_empty() {
+                Vec::new()
+            } else {
+                vec![r.clone()]
+            };
+            reached |= built.add(name, ranges, dests);
+        }
+    }
+    reached
 }
 
 /// A sidecar port's listener, and the TCP services it cannot reach.
