@@ -250,6 +250,19 @@ enum Added {
     NoRoute,
 }
 
+/// Whether the VirtualService, bound to the gateway, is exported to the gateway's namespace
+/// and names a host the server serves.
+fn server_takes(gw: &Gateway, server: &GatewayServer, rvs: &ResolvedVs) -> bool {
+    let vs_ns = &rvs.vs.key.namespace;
+    exported_to(&rvs.vs.export_to, vs_ns, &gw.key.namespace)
+        && rvs.vs.hosts.iter().any(|h| {
+            server
+                .hosts
+                .iter()
+                .any(|sh| gateway_domain(sh, &gw.key.namespace, vs_ns, h).is_some())
+        })
+}
+
 /// The chains of a TLS server that terminates (`tls.tcp`): it takes the `tcp[]` routes
 /// of the VirtualServices bound to the gateway whose hosts it serves, as a TCP server
 /// does ([`tcp::chains`]: the first route that applies, with `destinationSubnets` as
@@ -266,14 +279,7 @@ fn terminate_tcp<'a>(
 ) -> Added {
     let mut bound: Vec<(ResolvedVs, Vec<String>)> = Vec::new();
     for (_, rvs) in vss.iter().filter(|(k, _)| **k == gw.key) {
-        let vs_ns = &rvs.vs.key.namespace;
-        let serves = exported_to(&rvs.vs.export_to, vs_ns, &gw.key.namespace)
-            && rvs.vs.hosts.iter().any(|h| {
-                server
-                    .hosts
-                    .iter()
-                    .any(|sh| gateway_domain(sh, &gw.key.namespace, vs_ns, h).is_some())
-            });
+        let serves = server_takes(gw, server, rvs);
         if serves && !rvs.vs.tcp.is_empty() {
             inputs.insert(rvs.vs.key.clone());
             add_via(&mut bound, rvs, &gw.key);
@@ -364,14 +370,7 @@ fn passthrough<'a>(
     let via = format!("{}/{}", gw.key.namespace, gw.key.name);
     let mut bound: Vec<(ResolvedVs, Vec<String>)> = Vec::new();
     for (_, rvs) in vss.iter().filter(|(k, _)| **k == gw.key) {
-        let vs_ns = &rvs.vs.key.namespace;
-        let serves = exported_to(&rvs.vs.export_to, vs_ns, &gw.key.namespace)
-            && rvs.vs.hosts.iter().any(|h| {
-                server
-                    .hosts
-                    .iter()
-                    .any(|sh| gateway_domain(sh, &gw.key.namespace, vs_ns, h).is_some())
-            });
+        let serves = server_takes(gw, server, rvs);
         if serves && !rvs.vs.tls.is_empty() {
             add_via(&mut bound, rvs, &gw.key);
         }
