@@ -104,6 +104,7 @@ const TRANSLATED: &[&str] = &[
     "spec.trafficPolicy.loadBalancer.simple",
     "spec.trafficPolicy.loadBalancer.consistentHash",
     "spec.trafficPolicy.loadBalancer.localityLbSetting.enabled",
+    "spec.trafficPolicy.loadBalancer.localityLbSetting.failoverPriority",
     "spec.subsets[].trafficPolicy.loadBalancer.warmup",
     "spec.trafficPolicy.connectionPool.tcp.connectTimeout",
     "spec.trafficPolicy.connectionPool.tcp.maxConnections",

@@ -549,6 +549,7 @@ mod tests {
             proxyless: false,
             source_labels: Vec::new(),
             locality: None,
+            priority_labels: None,
         }
     }
 

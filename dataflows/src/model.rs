@@ -142,6 +142,14 @@ impl MeshSettings {
             .is_some_and(|l| l.enabled != Some(false) && !l.distribute.is_empty())
     }
 
+    /// The label keys the mesh's own `failoverPriority` reads of a client.
+    pub fn failover_priority_keys(&self) -> Vec<String> {
+        self.locality_lb
+            .as_ref()
+            .map(|l| failover_priority_keys(l))
+            .unwrap_or_default()
+    }
+
     /// Istio's defaults, in the root namespace of `mesh`.
     pub fn builtin(mesh: &MeshConfig) -> MeshSettings {
         MeshSettings {
@@ -949,6 +957,10 @@ pub struct LocalityLbSetting {
     pub distribute: Vec<LocalityDistribute>,
     /// `failover[]` `(from, to)`: regions.
     pub failover: Vec<(String, String)>,
+    /// `failoverPriority[]`: label keys (`key`: the client's value) or `key=value` pairs,
+    /// most important first.
+    #[serde(default)]
+    pub failover_priority: Vec<String>,
 }
 
 /// One `distribute` entry: clients in `from` (`region/zone/subzone`, a trailing `*`
@@ -969,6 +981,56 @@ pub enum LocalityMode {
     /// Priorities by how much of the client's locality a group shares, with these
     /// `(from, to)` region failovers.
     Failover(Vec<(String, String)>),
+    /// `failoverPriority`: priorities by how many of these labels (in order) an endpoint
+    /// shares with the client; then, with `failover` entries, by locality as `Failover`
+    /// on top (Istio applies both in that order).
+    Prioritized {
+        labels: Vec<String>,
+        failover: Vec<(String, String)>,
+    },
+}
+
+/// The topology labels whose values come from a locality (`region/zone/subzone`), as Istio
+/// adds them to a proxy's and an endpoint's labels, with the part of the locality each is.
+pub const TOPOLOGY_LABELS: [(&str, usize); 3] = [
+    ("topology.kubernetes.io/region", 0),
+    ("topology.kubernetes.io/zone", 1),
+    ("topology.istio.io/subzone", 2),
+];
+
+/// The value of label `key` for a workload with `labels` in `locality`: a topology label
+/// is the locality's part where the locality has it (Istio's `AugmentLabels` overrides
+/// the workload's own), any other label the workload's; "" when absent.
+pub fn priority_label_value<'a>(key: &str, labels: &'a Labels, locality: &'a str) -> &'a str {
+    let part = TOPOLOGY_LABELS
+        .iter()
+        .find(|(k, _)| *k == key)
+        .and_then(|(_, i)| locality.split('/').nth(*i))
+        .filter(|p| !p.is_empty());
+    part.or_else(|| labels.get(key).map(String::as_str))
+        .unwrap_or_default()
+}
+
+/// The keys of a setting's `failoverPriority` entries that read the client's value, and
+/// "" (no label's key) for any non-empty list: proxies are told apart by whether they have
+/// labels at all even where every entry fixes its value.
+pub fn failover_priority_keys(l: &LocalityLbSetting) -> Vec<String> {
+    let read = l
+        .failover_priority
+        .iter()
+        .map(|e| priority_entry(e))
+        .filter(|(_, fixed)| fixed.is_none())
+        .map(|(k, _)| k.to_string());
+    let any = (!l.failover_priority.is_empty()).then(String::new);
+    any.into_iter().chain(read).collect()
+}
+
+/// The key of a `failoverPriority` entry, and the value it fixes (`key=value`), if any.
+pub fn priority_entry(entry: &str) -> (&str, Option<&str>) {
+    match entry.split_once('=') {
+        Some((k, v)) => (k, Some(v)),
+        None => (entry, None),
+    }
 }
 
 impl LocalityMode {
@@ -986,10 +1048,27 @@ impl LocalityMode {
         if !setting.distribute.is_empty() {
             return Some(LocalityMode::Distribute(setting.distribute.clone()));
         }
-        policy
-            .outlier_detection
-            .is_some()
-            .then(|| LocalityMode::Failover(setting.failover.clone()))
+        policy.outlier_detection.as_ref()?;
+        Some(match setting.failover_priority.is_empty() {
+            true => LocalityMode::Failover(setting.failover.clone()),
+            false => LocalityMode::Prioritized {
+                labels: setting.failover_priority.clone(),
+                failover: setting.failover.clone(),
+            },
+        })
+    }
+
+    /// The label keys whose client values this mode reads (`key=value` entries fix theirs).
+    pub fn client_label_keys(&self) -> Vec<&str> {
+        match self {
+            LocalityMode::Prioritized { labels, .. } => labels
+                .iter()
+                .map(|l| priority_entry(l))
+                .filter(|(_, fixed)| fixed.is_none())
+                .map(|(k, _)| k)
+                .collect(),
+            _ => Vec::new(),
+        }
     }
 
     /// Whether Istio sets the cluster's `locality_weighted_lb_config` for it: with
@@ -997,7 +1076,9 @@ impl LocalityMode {
     pub fn weighted(&self) -> bool {
         match self {
             LocalityMode::Distribute(_) => true,
-            LocalityMode::Failover(f) => !f.is_empty(),
+            LocalityMode::Failover(f) | LocalityMode::Prioritized { failover: f, .. } => {
+                !f.is_empty()
+            }
         }
     }
 }
@@ -1010,13 +1091,36 @@ pub struct EdsSel {
     pub locality: Option<Box<LocalityMode>>,
 }
 
+/// The clients one assignment is built for: those in `locality` ("" unknown or unused)
+/// and, under `failoverPriority`, with these values of the labels it reads (`None`: a
+/// client without any label, for which Istio applies no label priorities).
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ClientClass {
+    pub locality: String,
+    pub labels: Option<Vec<(String, String)>>,
+}
+
 impl EdsSel {
-    /// The client locality an assignment under this selection is built for: the scope's
-    /// where locality load balancing applies, else the one shared assignment's ("").
-    pub fn client_class(&self, s: &ScopeKey) -> String {
-        match self.locality {
-            Some(_) => s.locality().to_string(),
-            None => String::new(),
+    /// The clients an assignment under this selection is built for: the scope's locality
+    /// (and its values of the labels a `failoverPriority` reads) where locality load
+    /// balancing applies, else the one shared assignment's (all default).
+    pub fn client_class(&self, s: &ScopeKey) -> ClientClass {
+        let Some(mode) = self.locality.as_deref() else {
+            return ClientClass::default();
+        };
+        let keys = mode.client_label_keys();
+        let labels = match mode {
+            LocalityMode::Prioritized { .. } => s.priority_labels().map(|all| {
+                all.iter()
+                    .filter(|(k, _)| keys.contains(&k.as_str()))
+                    .cloned()
+                    .collect()
+            }),
+            _ => None,
+        };
+        ClientClass {
+            locality: s.locality().to_string(),
+            labels,
         }
     }
 }
@@ -1255,6 +1359,15 @@ impl DestinationRule {
                     .as_ref()
                     .is_some_and(|l| !l.distribute.is_empty())
         })
+    }
+
+    /// The label keys its `failoverPriority` lists read of a client (`key=value` entries
+    /// fix their value and read none).
+    pub fn failover_priority_keys(&self) -> Vec<String> {
+        self.policies()
+            .filter_map(|p| p.locality_lb.as_deref())
+            .flat_map(failover_priority_keys)
+            .collect()
     }
 
     /// Every policy of the rule: its own, its subsets', and their port entries.
@@ -1832,6 +1945,10 @@ pub enum ScopeKey {
         /// assignments differ (see [`ScopeKey::with_locality`]); `None`: unknown or unused.
         #[serde(default)]
         locality: Option<String>,
+        /// The proxies' values of the labels some `failoverPriority` reads (see
+        /// [`ScopeKey::with_priority_labels`]); `None`: none read, or proxies without labels.
+        #[serde(default)]
+        priority_labels: Option<Vec<(String, String)>>,
     },
     /// A gateway proxy in `namespace` selected by these Gateways (sorted).
     Router {
@@ -1843,6 +1960,9 @@ pub enum ScopeKey {
         /// As for sidecars.
         #[serde(default)]
         locality: Option<String>,
+        /// As for sidecars.
+        #[serde(default)]
+        priority_labels: Option<Vec<(String, String)>>,
     },
 }
 
@@ -1909,6 +2029,33 @@ impl ScopeKey {
             ScopeKey::Sidecar { locality, .. } | ScopeKey::Router { locality, .. } => {
                 *locality = Some(loc)
             }
+        }
+        self
+    }
+
+    /// The values of the labels some `failoverPriority` reads its proxies share.
+    pub fn priority_labels(&self) -> Option<&[(String, String)]> {
+        match self {
+            ScopeKey::Sidecar {
+                priority_labels, ..
+            }
+            | ScopeKey::Router {
+                priority_labels, ..
+            } => priority_labels.as_deref(),
+        }
+    }
+
+    /// The same scope for proxies with these values (sorted by key) of the labels the
+    /// mesh's `failoverPriority` lists read: only while some list reads a label are proxies
+    /// split by it, and only by the labels read.
+    pub fn with_priority_labels(mut self, values: Vec<(String, String)>) -> Self {
+        match &mut self {
+            ScopeKey::Sidecar {
+                priority_labels, ..
+            }
+            | ScopeKey::Router {
+                priority_labels, ..
+            } => *priority_labels = Some(values),
         }
         self
     }

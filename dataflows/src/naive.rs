@@ -40,6 +40,9 @@ struct View<'a> {
     /// Some rule (or the mesh config) may balance by locality: proxies with a locality
     /// are scoped by it.
     by_locality: bool,
+    /// The label keys some `failoverPriority` reads of a client, sorted: proxies are
+    /// scoped by their values of them.
+    priority_keys: Vec<String>,
 }
 
 impl<'a> View<'a> {
@@ -58,6 +61,7 @@ impl<'a> View<'a> {
             secrets: Vec::new(),
             source_selectors: Vec::new(),
             by_locality: false,
+            priority_keys: Vec::new(),
         };
         // Records iterate in order, so the first service per host is the least one.
         for r in &snap.records {
@@ -86,6 +90,11 @@ impl<'a> View<'a> {
         v.source_selectors.dedup();
         v.by_locality =
             v.mesh.distributes_by_locality() || v.drs.iter().any(|dr| dr.may_balance_by_locality());
+        v.priority_keys = v.mesh.failover_priority_keys();
+        v.priority_keys
+            .extend(v.drs.iter().flat_map(|dr| dr.failover_priority_keys()));
+        v.priority_keys.sort();
+        v.priority_keys.dedup();
         v
     }
 
@@ -180,11 +189,19 @@ impl<'a> View<'a> {
                     .collect(),
                 source_labels: Vec::new(),
                 locality: None,
+                priority_labels: None,
             },
         };
-        let s = s.with_source_labels(matched);
+        let mut s = s.with_source_labels(matched);
         if self.by_locality && !p.locality.is_empty() {
-            return s.with_locality(p.locality.clone());
+            s = s.with_locality(p.locality.clone());
+        }
+        if !self.priority_keys.is_empty() && (!p.labels.is_empty() || !p.locality.is_empty()) {
+            let values = self.priority_keys.iter().map(|k| {
+                let v = priority_label_value(k, &p.labels, &p.locality);
+                (k.clone(), v.to_string())
+            });
+            s = s.with_priority_labels(values.collect());
         }
         s
     }
@@ -653,7 +670,7 @@ impl<'e> EndpointIndex<'e> {
             .copied()
             .filter(|ep| rules::labels_match(&sel.labels, &ep.labels));
         let class = sel.client_class(s);
-        let locality = sel.locality.as_deref().map(|m| (m, class.as_str()));
+        let locality = sel.locality.as_deref().map(|m| (m, &class));
         endpoint::load_assignment_for(&c.name, members, locality)
     }
 }

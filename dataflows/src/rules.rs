@@ -259,6 +259,7 @@ pub fn sidecar_scope(p: &Proxy, sidecar: Option<ConfigKey>) -> ScopeKey {
         proxyless,
         source_labels: Vec::new(),
         locality: None,
+        priority_labels: None,
     }
 }
 

@@ -48,9 +48,23 @@ fn lb_policy(rng: &mut StdRng, extra: &mut StdRng) -> Option<TrafficPolicy> {
 }
 
 /// A locality load balancing setting: failover (with or without region entries),
-/// `distribute` with wildcards, or switched off.
+/// `failoverPriority` (with a fixed value, a label and a topology label, or beside
+/// failover), `distribute` with wildcards, or switched off.
 fn locality_setting(extra: &mut StdRng) -> LocalityLbSetting {
-    match extra.random_range(0..4) {
+    match extra.random_range(0..6) {
+        4 => LocalityLbSetting {
+            failover_priority: vec![
+                "version=v1".into(),
+                "app".into(),
+                "topology.kubernetes.io/zone".into(),
+            ],
+            ..Default::default()
+        },
+        5 => LocalityLbSetting {
+            failover: vec![("r1".into(), "r2".into())],
+            failover_priority: vec!["app".into()],
+            ..Default::default()
+        },
         0 => LocalityLbSetting::default(),
         1 => LocalityLbSetting {
             failover: vec![("r1".into(), "r2".into())],

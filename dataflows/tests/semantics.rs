@@ -1807,6 +1807,134 @@ fn load_assignments_follow_each_client_locality() {
     assert!(groups(&m.cla(&a, &reviews)).values().all(|g| g.0 == 0));
 }
 
+/// An endpoint of `svc` in `loc` whose workload carries `tier`.
+fn tiered_endpoint(svc: &str, ip: &str, loc: &str, tier: &str) -> Record {
+    let Record::Endpoint(h, mut e) = placed_endpoint(svc, ip, loc) else {
+        unreachable!("placed_endpoint() makes endpoints")
+    };
+    e.labels = labels(&[("tier", tier)]);
+    Record::Endpoint(h, e)
+}
+
+/// `(locality, priority, endpoints)` per group, in the assignment's order.
+fn ranked_groups(cla: &ClusterLoadAssignment) -> Vec<(String, u32, usize)> {
+    cla.endpoints
+        .iter()
+        .map(|g| {
+            let l = g.locality.clone().unwrap_or_default();
+            let name = format!("{}/{}/{}", l.region, l.zone, l.sub_zone);
+            (name, g.priority, g.lb_endpoints.len())
+        })
+        .collect()
+}
+
+/// `failoverPriority` as Istio applies it, per client: an endpoint's priority comes from
+/// how many of the listed labels, in order, it shares with the client proxy (a topology
+/// label from each side's locality), renumbered without gaps; proxies with the same values
+/// share one assignment; a proxy with neither labels nor a locality gets no label
+/// priorities; clusters without the rule stay shared; an endpoint change reaches exactly
+/// the assignments that hold it; removing the list ends the split.
+#[test]
+fn failover_priority_ranks_endpoints_by_the_labels_they_share_with_each_client() {
+    let mut m = Mesh::new();
+    let gold = |pod: &str, ip: &str| Proxy {
+        locality: "r1/z1".into(),
+        ..sidecar_proxy(pod, "default", ip, &[("tier", "gold")])
+    };
+    let a = gold("a", "10.9.0.1");
+    let b = gold("b", "10.9.0.2");
+    let c = Proxy {
+        locality: "r1/z1".into(),
+        ..sidecar_proxy("c", "default", "10.9.0.3", &[("tier", "silver")])
+    };
+    let d = sidecar_proxy("d", "default", "10.9.0.4", &[]);
+    let prioritized = TrafficPolicy {
+        outlier_detection: Some(Box::new(OutlierDetection {
+            consecutive_5xx: Some(1),
+            ..Default::default()
+        })),
+        locality_lb: Some(Box::new(LocalityLbSetting {
+            failover_priority: vec!["tier".into(), "topology.kubernetes.io/zone".into()],
+            ..Default::default()
+        })),
+        ..Default::default()
+    };
+    m.insert(vec![
+        service("reviews", "default"),
+        service("ratings", "default"),
+        tiered_endpoint("reviews", "10.0.0.1", "r1/z1", "gold"),
+        tiered_endpoint("reviews", "10.0.0.2", "r1/z2", "gold"),
+        tiered_endpoint("reviews", "10.0.0.3", "r1/z1", "silver"),
+        placed_endpoint("ratings", "10.0.0.5", "r1/z1"),
+        reviews_rule(prioritized.clone()),
+        px(&a),
+        px(&b),
+        px(&c),
+        px(&d),
+    ]);
+    let reviews = outbound(9080, "", "reviews", "default");
+    let ratings = outbound(9080, "", "ratings", "default");
+    let eds = |m: &Mesh, p: &Proxy, name: &str| m.version(p, ResourceType::Endpoint, name);
+    let g = |s: &str, p: u32, n: usize| (s.to_string(), p, n);
+    // Gold in z1: its tier and zone first, its tier elsewhere next, then the rest.
+    assert_eq!(
+        ranked_groups(&m.cla(&a, &reviews)),
+        vec![g("r1/z1/", 0, 1), g("r1/z1/", 2, 1), g("r1/z2/", 1, 1)]
+    );
+    // Silver: the silver endpoint, then every other one (the zone counts only after the tier).
+    assert_eq!(
+        ranked_groups(&m.cla(&c, &reviews)),
+        vec![g("r1/z1/", 0, 1), g("r1/z1/", 1, 1), g("r1/z2/", 1, 1)]
+    );
+    // No labels and no locality: no label priorities.
+    assert_eq!(
+        ranked_groups(&m.cla(&d, &reviews)),
+        vec![g("r1/z1/", 0, 2), g("r1/z2/", 0, 1)]
+    );
+    assert_eq!(
+        eds(&m, &a, &reviews),
+        eds(&m, &b, &reviews),
+        "same values, one assignment"
+    );
+    assert_ne!(eds(&m, &a, &reviews), eds(&m, &c, &reviews));
+    for p in [&b, &c, &d] {
+        assert_eq!(
+            eds(&m, &a, &ratings),
+            eds(&m, p, &ratings),
+            "no rule: shared"
+        );
+    }
+
+    // A gold endpoint in z1: gold clients' first group grows; each proxy gets only its
+    // new reviews assignment.
+    let before = m.held.clone();
+    let diffs = m.insert(vec![tiered_endpoint(
+        "reviews", "10.0.0.4", "r1/z1", "gold",
+    )]);
+    assert_eq!(
+        diffs,
+        expected_eds_diffs(
+            &before,
+            &[&a, &b, &c, &d],
+            std::slice::from_ref(&reviews),
+            &diffs
+        )
+    );
+    assert_eq!(ranked_groups(&m.cla(&b, &reviews))[0], g("r1/z1/", 0, 2));
+
+    // Without the list: locality failover again, one assignment per locality.
+    let mut plain = prioritized.clone();
+    if let Some(l) = plain.locality_lb.as_mut() {
+        l.failover_priority.clear();
+    }
+    m.replace(reviews_rule(prioritized), reviews_rule(plain));
+    assert_eq!(eds(&m, &a, &reviews), eds(&m, &c, &reviews));
+    assert_eq!(
+        ranked_groups(&m.cla(&c, &reviews)),
+        vec![g("r1/z1/", 0, 3), g("r1/z2/", 1, 1)]
+    );
+}
+
 impl Mesh {
     /// The Listener `name` that `proxy` holds.
     fn listener_body(

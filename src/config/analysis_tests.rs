@@ -1031,17 +1031,37 @@ fn locality_lb_setting_is_read_and_checked_as_istio_checks_it() {
     assert_eq!(own.failover, vec![("r1".to_string(), "r2".to_string())]);
     let port = policy.port_level[0].1.locality_lb.as_deref().expect("read");
     assert_eq!(port.distribute[0].to.len(), 2);
-    // Failover without outlier detection never applies; failoverPriority is not supported.
+    // Failover without outlier detection never applies.
     let p = parse(&doc(
         "    loadBalancer:\n      localityLbSetting:\n        failover: [{from: r1, to: r2}]\n        \
          failoverPriority: [app]\n",
     ));
     assert_eq!(
         fields(&p, Level::Warning),
-        vec![
-            "spec.trafficPolicy.loadBalancer.localityLbSetting",
-            "spec.trafficPolicy.loadBalancer.localityLbSetting.failoverPriority",
-        ]
+        vec!["spec.trafficPolicy.loadBalancer.localityLbSetting"]
+    );
+    // failoverPriority is read, in order, with its `key=value` entries.
+    let p = parse(&doc(
+        "    loadBalancer:\n      localityLbSetting:\n        \
+         failoverPriority: [\"tier=gold\", app, topology.kubernetes.io/zone]\n    \
+         outlierDetection: {consecutive5xxErrors: 1}\n",
+    ));
+    assert!(p.findings.is_empty(), "{:?}", p.findings);
+    let policy = dr(&p).traffic_policy.as_ref().expect("a policy");
+    let own = policy.locality_lb.as_deref().expect("read");
+    assert_eq!(
+        own.failover_priority,
+        vec!["tier=gold", "app", "topology.kubernetes.io/zone"]
+    );
+    // Beside distribute it is ignored, which is said.
+    let p = parse(&doc(
+        "    loadBalancer:\n      localityLbSetting:\n        \
+         distribute: [{from: r1/*, to: {r1/*: 100}}]\n        failoverPriority: [app]\n    \
+         outlierDetection: {consecutive5xxErrors: 1}\n",
+    ));
+    assert_eq!(
+        fields(&p, Level::Warning),
+        vec!["spec.trafficPolicy.loadBalancer.localityLbSetting.failoverPriority"]
     );
     // Rejected as Istio's validation rejects them, naming the field.
     let rejected = |tp: &str| {

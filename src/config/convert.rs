@@ -1796,8 +1796,8 @@ fn warmup(
 /// localities (`from`s, and each entry's `to`s) with at most one `*`, at the end, no empty
 /// part, none overlapping another; `failover` entries between two different regions, no
 /// `*`; no topology label in `failoverPriority` beside `failover`. `failover` or
-/// `failoverPriority` without `outlierDetection` (`has_outlier`) is said: it never applies.
-/// `failoverPriority` itself is not acted on, which is said.
+/// `failoverPriority` without `outlierDetection` (`has_outlier`) is said: it never applies;
+/// so is `failoverPriority` beside `distribute`, which wins.
 pub(super) fn locality_lb_setting(
     l: &istio::LocalityLbSetting,
     field: &str,
@@ -1881,17 +1881,17 @@ pub(super) fn locality_lb_setting(
             "failover needs outlierDetection (without it Envoy never fails over): not applied",
         ));
     }
-    if !l.failover_priority.is_empty() {
+    if !l.failover_priority.is_empty() && !l.distribute.is_empty() {
         findings.push(Finding::warning(
             format!("{field}.failoverPriority"),
-            "not supported yet, ignored: with outlierDetection, endpoints are prioritized by \
-             locality (region, zone, subzone) and failover instead",
+            "distribute applies and failoverPriority is ignored (Istio applies one of them)",
         ));
     }
     Ok(m::LocalityLbSetting {
         enabled: l.enabled,
         distribute,
         failover,
+        failover_priority: l.failover_priority.clone(),
     })
 }
 

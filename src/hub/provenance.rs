@@ -144,6 +144,7 @@ mod tests {
             proxyless: false,
             source_labels: Vec::new(),
             locality: None,
+            priority_labels: None,
         };
         let route = (
             Holder::Scope(scope.clone()),

@@ -107,8 +107,9 @@ pub(super) fn identified<'s>(
 }
 
 /// One ClusterLoadAssignment per EDS cluster name and client locality class, shared by all
-/// scopes of that class: one class ("") for a cluster that does not balance by locality,
-/// one per locality of the scopes holding it for one that does.
+/// scopes of that class: one class for a cluster that does not balance by locality, one
+/// per locality (and, under `failoverPriority`, per values of the labels it reads) of the
+/// scopes holding it for one that does.
 pub(super) fn assignments<'s>(eds: Eds<'s>, resolved: &Resolved<'s>) -> Built<'s, ScopeKey> {
     // Keyed by (name, selection): two scopes may see the same subset name defined by
     // different DestinationRules, and each must get its own rule's endpoints.
@@ -136,11 +137,11 @@ pub(super) fn assignments<'s>(eds: Eds<'s>, resolved: &Resolved<'s>) -> Built<'s
         ((def.clone(), class.clone()), Some(ep.clone()))
     });
     let clas = class_members.concat(classes.map(|k| (k, None))).reduce(
-        |((name, sel), class): &((String, EdsSel), String),
+        |((name, sel), class): &((String, EdsSel), ClientClass),
          vals: &[(&Option<Endpoint>, isize)],
          out| {
             let members = vals.iter().filter_map(|(v, _)| v.as_ref());
-            let locality = sel.locality.as_deref().map(|m| (m, class.as_str()));
+            let locality = sel.locality.as_deref().map(|m| (m, class));
             out.push((
                 endpoint::load_assignment_for(name, members, locality),
                 1isize,

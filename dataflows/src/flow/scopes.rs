@@ -26,12 +26,48 @@ pub(super) fn of_proxies<'s>(
     });
     let scopes = labelled.concat(scopes.antijoin(matched.map(|(id, _)| id)));
     let placed = localities(mesh, proxies, drs);
-    scopes
+    let scopes = scopes
         .clone()
         .join_map(placed.clone(), |id, s, loc| {
             (id.clone(), s.clone().with_locality(loc.clone()))
         })
-        .concat(scopes.antijoin(placed.map(|(id, _)| id)))
+        .concat(scopes.antijoin(placed.map(|(id, _)| id)));
+    let valued = priority_values(mesh, proxies, drs);
+    scopes
+        .clone()
+        .join_map(valued.clone(), |id, s, values| {
+            (id.clone(), s.clone().with_priority_labels(values.clone()))
+        })
+        .concat(scopes.antijoin(valued.map(|(id, _)| id)))
+}
+
+/// `(proxy, values)`: each proxy's values (sorted by key) of the labels some
+/// `failoverPriority` reads (of a DestinationRule, or the mesh config's), for the proxies
+/// with a label or a locality (Istio applies no label priorities to a client without
+/// either). While no list reads a label, no proxy is split by one.
+fn priority_values<'s>(
+    mesh: &Mesh<'s>,
+    proxies: &Coll<'s, (ProxyId, Proxy)>,
+    drs: &Coll<'s, (ConfigKey, DestinationRule)>,
+) -> Coll<'s, (ProxyId, Vec<(String, String)>)> {
+    let keys = drs
+        .clone()
+        .flat_map(|(_, dr)| dr.failover_priority_keys())
+        .concat(mesh.clone().flat_map(|(_, m)| m.failover_priority_keys()))
+        .distinct()
+        .map(|k| ((), k));
+    proxies
+        .clone()
+        .filter(|(_, p)| !p.labels.is_empty() || !p.locality.is_empty())
+        .map(|(id, p)| ((), (id, p)))
+        .join_map(keys, |_, (id, p), key| {
+            let value = priority_label_value(key, &p.labels, &p.locality);
+            (id.clone(), (key.clone(), value.to_string()))
+        })
+        .reduce(|_, vals, out| {
+            let values: Vec<(String, String)> = vals.iter().map(|(kv, _)| (*kv).clone()).collect();
+            out.push((values, 1isize))
+        })
 }
 
 /// `(proxy, locality)` for the proxies with a locality, while some DestinationRule may
@@ -210,6 +246,7 @@ fn router_scopes<'s>(
                     gateways: gws.clone(),
                     source_labels: Vec::new(),
                     locality: None,
+                    priority_labels: None,
                 },
             )
         });
@@ -223,6 +260,7 @@ fn router_scopes<'s>(
                     gateways: Vec::new(),
                     source_labels: Vec::new(),
                     locality: None,
+                    priority_labels: None,
                 },
             )
         });

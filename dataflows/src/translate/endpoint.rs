@@ -1,7 +1,10 @@
 //! EDS: one ClusterLoadAssignment per EDS cluster, shared by every proxy holding it.
 
 use super::socket_address;
-use crate::model::{Endpoint, LocalityDistribute, LocalityMode, Resource, ResourceType};
+use crate::model::{
+    priority_entry, priority_label_value, ClientClass, Endpoint, LocalityDistribute, LocalityMode,
+    Resource, ResourceType,
+};
 use envoy_types::pb::envoy::config::core::v3::{address, Address, HealthStatus, Locality, Pipe};
 use envoy_types::pb::envoy::config::endpoint::v3::{
     lb_endpoint::HostIdentifier, ClusterLoadAssignment, Endpoint as EnvoyEndpoint, LbEndpoint,
@@ -26,23 +29,31 @@ pub fn load_assignment<'a>(
 pub fn load_assignment_for<'a>(
     cluster: &str,
     endpoints: impl IntoIterator<Item = &'a Endpoint>,
-    locality: Option<(&LocalityMode, &str)>,
+    locality: Option<(&LocalityMode, &ClientClass)>,
 ) -> Resource {
+    // Under `failoverPriority`, each endpoint's rank by the labels it shares with the
+    // client (none for a client without labels, as in Istio).
+    let ranked = locality.and_then(|(mode, client)| match mode {
+        LocalityMode::Prioritized { labels, .. } => client.labels.as_deref().map(|v| (labels, v)),
+        _ => None,
+    });
     let addrs = endpoints
         .into_iter()
         .filter(|e| e.ready)
         .map(|e| {
+            let rank = ranked.map_or(0, |(labels, values)| label_rank(labels, values, e));
             (
                 e.placement.locality.as_str(),
+                rank,
                 e.ip.as_str(),
                 e.port,
                 e.placement.weight.unwrap_or(1).max(1),
             )
         })
         .collect();
-    let mut cla = assignment(cluster, addrs);
+    let mut cla = ranked_assignment(cluster, addrs);
     if let Some((mode, client)) = locality {
-        apply_locality(&mut cla, mode, client);
+        apply_locality(&mut cla, mode, &client.locality);
     }
     Resource::new(
         ResourceType::Endpoint,
@@ -51,43 +62,85 @@ pub fn load_assignment_for<'a>(
     )
 }
 
+/// Istio's rank of an endpoint under `failoverPriority` `labels` for a client with
+/// `values` of the labels read: 0 when it shares every label, else the number of labels
+/// from the first one it does not share to the end (a label counts only when every
+/// earlier one is shared). A `key=value` entry compares with that value instead of the
+/// client's; a label either side lacks is "".
+fn label_rank(labels: &[String], values: &[(String, String)], e: &Endpoint) -> u32 {
+    for (j, entry) in labels.iter().enumerate() {
+        let (key, fixed) = priority_entry(entry);
+        let client = fixed.unwrap_or_else(|| {
+            values
+                .iter()
+                .find(|(k, _)| k == key)
+                .map_or("", |(_, v)| v.as_str())
+        });
+        if client != priority_label_value(key, &e.labels, &e.placement.locality) {
+            return u32::try_from(labels.len() - j).unwrap_or(u32::MAX);
+        }
+    }
+    0
+}
+
 /// Istio's locality load balancing of an assignment for a client in locality `client`:
 /// with `distribute`, the first entry whose `from` the client matches weighs each `to`
 /// locality's groups by its percentage (shared among the groups a wildcard matches, in
 /// proportion to their weights, rounded up) and empties the groups no `to` names; with
 /// failover, each group's priority is 0 for the client's own subzone, 1 its zone, 2 its
 /// region, 3 elsewhere — 4 for a region other than the one a `failover` entry from the
-/// client's region names — renumbered from 0 without gaps.
+/// client's region names — renumbered from 0 without gaps. Under `failoverPriority` the
+/// groups' label ranks (set by [`load_assignment_for`]) are renumbered from 0 without
+/// gaps, and only with `failover` entries ranked by locality on top of that.
 pub fn apply_locality(cla: &mut ClusterLoadAssignment, mode: &LocalityMode, client: &str) {
     let client = parse_locality(client);
     match mode {
         LocalityMode::Distribute(entries) => distribute(cla, &client, entries),
-        LocalityMode::Failover(failover) => {
-            let ranks: Vec<u32> = cla
-                .endpoints
-                .iter()
-                .map(|g| {
-                    let at = g.locality.clone().unwrap_or_default();
-                    let mut rank = lb_priority(&client, &at);
-                    if rank == 3 {
-                        if let Some((_, to)) =
-                            failover.iter().find(|(from, _)| *from == client.region)
-                        {
-                            if at.region != *to {
-                                rank = 4;
-                            }
-                        }
-                    }
-                    g.priority * 5 + rank
-                })
-                .collect();
-            let mut levels = ranks.clone();
-            levels.sort_unstable();
-            levels.dedup();
-            for (g, rank) in cla.endpoints.iter_mut().zip(ranks) {
-                g.priority = levels.binary_search(&rank).unwrap_or_default() as u32;
+        LocalityMode::Failover(failover) => failover_ranks(cla, failover, &client),
+        LocalityMode::Prioritized { failover, .. } => {
+            let ranks: Vec<u32> = cla.endpoints.iter().map(|g| g.priority).collect();
+            renumber(cla, ranks);
+            if !failover.is_empty() {
+                failover_ranks(cla, failover, &client);
             }
         }
+    }
+}
+
+/// Each group's priority by what its locality shares with `client` (and the region
+/// `failover`s), under the priority it has (`priority * 5 + rank`, as Istio composes them).
+fn failover_ranks(
+    cla: &mut ClusterLoadAssignment,
+    failover: &[(String, String)],
+    client: &Locality,
+) {
+    let ranks: Vec<u32> = cla
+        .endpoints
+        .iter()
+        .map(|g| {
+            let at = g.locality.clone().unwrap_or_default();
+            let mut rank = lb_priority(client, &at);
+            if rank == 3 {
+                if let Some((_, to)) = failover.iter().find(|(from, _)| *from == client.region) {
+                    if at.region != *to {
+                        rank = 4;
+                    }
+                }
+            }
+            g.priority * 5 + rank
+        })
+        .collect();
+    renumber(cla, ranks);
+}
+
+/// Sets each group's priority to its rank's place among the distinct ranks (0, 1, … with
+/// no gap, as Envoy requires).
+fn renumber(cla: &mut ClusterLoadAssignment, ranks: Vec<u32>) {
+    let mut levels = ranks.clone();
+    levels.sort_unstable();
+    levels.dedup();
+    for (g, rank) in cla.endpoints.iter_mut().zip(ranks) {
+        g.priority = levels.binary_search(&rank).unwrap_or_default() as u32;
     }
 }
 
@@ -157,20 +210,37 @@ fn distribute(cla: &mut ClusterLoadAssignment, client: &Locality, entries: &[Loc
 /// An address `unix://PATH` is a Unix domain socket (its port means nothing).
 pub(crate) fn assignment(
     cluster: &str,
-    mut addrs: Vec<(&str, &str, u16, u32)>,
+    addrs: Vec<(&str, &str, u16, u32)>,
 ) -> ClusterLoadAssignment {
-    addrs.sort();
+    let ranked = addrs
+        .into_iter()
+        .map(|(locality, ip, port, weight)| (locality, 0, ip, port, weight))
+        .collect();
+    ranked_assignment(cluster, ranked)
+}
+
+/// As [`assignment`], from `(locality, rank, address, port, weight)` entries: a locality's
+/// endpoints of different ranks are groups of their own (Istio's split of a locality by
+/// `failoverPriority`), each with its rank as its priority and the sum of its endpoints'
+/// weights as its weight.
+fn ranked_assignment(
+    cluster: &str,
+    mut addrs: Vec<(&str, u32, &str, u16, u32)>,
+) -> ClusterLoadAssignment {
+    addrs.sort_by(|a, b| (a.0, a.2, a.3, a.4, a.1).cmp(&(b.0, b.2, b.3, b.4, b.1)));
     // One entry per address in a locality (the least weight, by the order above).
-    addrs.dedup_by(|b, a| (a.0, a.1, a.2) == (b.0, b.1, b.2));
+    addrs.dedup_by(|b, a| (a.0, a.2, a.3) == (b.0, b.2, b.3));
+    addrs.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
     let mut groups: Vec<LocalityLbEndpoints> = Vec::new();
-    let mut current: Option<&str> = None;
-    for (locality, ip, port, weight) in addrs {
-        if current != Some(locality) {
-            current = Some(locality);
+    let mut current: Option<(&str, u32)> = None;
+    for (locality, rank, ip, port, weight) in addrs {
+        if current != Some((locality, rank)) {
+            current = Some((locality, rank));
             groups.push(LocalityLbEndpoints {
                 // Always present, if empty: gRPC's xDS client rejects a group without one.
                 locality: Some(parse_locality(locality)),
                 load_balancing_weight: Some(UInt32Value { value: 0 }),
+                priority: rank,
                 ..Default::default()
             });
         }
@@ -273,6 +343,105 @@ mod tests {
         apply_locality(&mut a, &LocalityMode::Failover(failover), "r4/z1");
         let prios: Vec<u32> = shape(&a).iter().map(|g| g.1).collect();
         assert_eq!(prios, vec![0, 0]);
+    }
+
+    /// An endpoint at `ip` in `locality` with `labels`.
+    fn ep(ip: &str, locality: &str, labels: &[(&str, &str)]) -> Endpoint {
+        Endpoint {
+            ip: ip.into(),
+            port: 80,
+            ready: true,
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            origins: Vec::new(),
+            placement: crate::model::Placement {
+                locality: locality.into(),
+                weight: None,
+            },
+            identity: None,
+        }
+    }
+
+    fn decoded(r: &Resource) -> ClusterLoadAssignment {
+        ClusterLoadAssignment::decode(&r.body.0[..]).expect("an assignment")
+    }
+
+    #[test]
+    fn failover_priority_ranks_endpoints_by_the_labels_they_share_in_order() {
+        let mode = LocalityMode::Prioritized {
+            labels: vec![
+                "tier=gold".into(),
+                "app".into(),
+                "topology.kubernetes.io/zone".into(),
+            ],
+            failover: Vec::new(),
+        };
+        let client = ClientClass {
+            locality: "r1/z1".into(),
+            labels: Some(vec![
+                ("app".into(), "a".into()),
+                ("topology.kubernetes.io/zone".into(), "z1".into()),
+            ]),
+        };
+        let eps = [
+            // All three: rank 0. Tier and app: 1. Tier only: 2. Not even the tier: 3.
+            ep("10.0.0.1", "r1/z1", &[("tier", "gold"), ("app", "a")]),
+            ep("10.0.0.2", "r1/z2", &[("tier", "gold"), ("app", "a")]),
+            ep("10.0.0.3", "r1/z1", &[("tier", "gold"), ("app", "b")]),
+            // The zone matches but an earlier label does not: it does not count.
+            ep("10.0.0.4", "r1/z1", &[("app", "a")]),
+            // A zone label loses to the endpoint's locality.
+            ep(
+                "10.0.0.5",
+                "r1/z2",
+                &[
+                    ("tier", "gold"),
+                    ("app", "a"),
+                    ("topology.kubernetes.io/zone", "z1"),
+                ],
+            ),
+        ];
+        let cla = decoded(&load_assignment_for("c", &eps, Some((&mode, &client))));
+        // Groups per (locality, rank), priorities renumbered from 0 without gaps; each
+        // group's weight is the sum of its endpoints'.
+        assert_eq!(
+            shape(&cla),
+            vec![
+                ("r1/z1/".into(), 0, 1, 1),
+                ("r1/z1/".into(), 2, 1, 1),
+                ("r1/z1/".into(), 3, 1, 1),
+                ("r1/z2/".into(), 1, 2, 2),
+            ]
+        );
+        // A client without labels gets no label priorities (as in Istio).
+        let bare = ClientClass {
+            locality: "r1/z1".into(),
+            labels: None,
+        };
+        let cla = decoded(&load_assignment_for("c", &eps, Some((&mode, &bare))));
+        assert!(cla.endpoints.iter().all(|g| g.priority == 0), "{cla:?}");
+        // With failover entries, locality ranks come on top of the label ranks.
+        let both = LocalityMode::Prioritized {
+            labels: vec!["app".into()],
+            failover: vec![("r1".into(), "r2".into())],
+        };
+        let eps = [
+            ep("10.0.0.1", "r1/z1", &[("app", "a")]),
+            ep("10.0.0.2", "r2/z1", &[("app", "a")]),
+            ep("10.0.0.3", "r1/z1", &[("app", "b")]),
+        ];
+        let cla = decoded(&load_assignment_for("c", &eps, Some((&both, &client))));
+        let prios: Vec<(String, u32)> = shape(&cla).into_iter().map(|g| (g.0, g.1)).collect();
+        assert_eq!(
+            prios,
+            vec![
+                ("r1/z1/".into(), 0),
+                ("r1/z1/".into(), 2),
+                ("r2/z1/".into(), 1)
+            ]
+        );
     }
 
     #[test]
