@@ -1,4 +1,5 @@
-//! Istio's locality failover in real Envoy: a client sidecar in region `r1`, zone `z1`
+//! Istio's locality failover in real Envoy (and `failoverPriority`, below): a client
+//! sidecar in region `r1`, zone `z1`
 //! (its node's locality), `reviews` with a pod in `r1/z1` and one in `r2/z2`, and a
 //! DestinationRule with `outlierDetection`. Envoy holds the local pod at priority 0 and the
 //! remote one at priority 1, so every request goes to the local pod; once the local pod
@@ -16,29 +17,63 @@ use support::{
 
 #[test]
 fn locality_failover_prefers_the_local_pod_then_fails_over_in_envoy() {
+    fails_over_in_envoy(
+        "envoy-locality",
+        &[("v1", "r1.z1"), ("v2", "r2.z2")],
+        "",
+        &[("app", "client")],
+        ("v1", "v2"),
+    );
+}
+
+/// `failoverPriority: [version]`: both pods in the client's own zone, the client labelled
+/// `version: v2`. Envoy holds the v2 pod (it shares the label) at priority 0 and the v1 pod
+/// at priority 1, whatever their localities say; once v2 stops answering, requests fail
+/// over to v1.
+#[test]
+fn failover_priority_prefers_the_pod_sharing_the_clients_label_in_envoy() {
+    fails_over_in_envoy(
+        "envoy-failover-priority",
+        &[("v1", "r1.z1"), ("v2", "r1.z1")],
+        "    loadBalancer:\n      localityLbSetting:\n        failoverPriority: [version]\n",
+        &[("app", "client"), ("version", "v2")],
+        ("v2", "v1"),
+    );
+}
+
+/// A client sidecar in `r1/z1` with `labels`, `reviews` pods `placed`, and a
+/// DestinationRule with outlier detection and `policy`: every request goes to the
+/// `preferred` pod (priority 0, `other` at 1) until it stops answering, then every one to
+/// `other`.
+fn fails_over_in_envoy(
+    name: &str,
+    placed: &[(&str, &str)],
+    policy: &str,
+    labels: &[(&str, &str)],
+    (preferred, other): (&str, &str),
+) {
     let envoy_bin = require_envoy!();
-    let dir = TestDir::new("envoy-locality");
+    let dir = TestDir::new(name);
     let config = dir.subdir("config");
     let port = free_port();
     let reviews = Reviews::new(83, port, &config);
-    let local = reviews.start_backend("v1");
-    let _remote = reviews.start_backend("v2");
+    let mut backends: Vec<_> = ["v1", "v2"]
+        .iter()
+        .map(|v| (*v, Some(reviews.start_backend(v))))
+        .collect();
     reviews.write_service();
-    reviews.write_pods_placed(&[("v1", "r1.z1"), ("v2", "r2.z2")]);
+    reviews.write_pods_placed(placed);
     reviews.write_endpoints(&["v1", "v2"]);
     reviews.write_destination_rule_with_policy(
         &["v1", "v2"],
-        "  trafficPolicy:\n    outlierDetection:\n      consecutiveGatewayErrors: 1\n      \
-         interval: 1s\n      baseEjectionTime: 5m\n      maxEjectionPercent: 100\n",
+        &format!(
+            "  trafficPolicy:\n    outlierDetection:\n      consecutiveGatewayErrors: 1\n      \
+             interval: 1s\n      baseEjectionTime: 5m\n      maxEjectionPercent: 100\n{policy}"
+        ),
     );
     write_config(&config, "sidecar.yaml", &client_sidecar_yaml(port));
     let meshflow = Meshflow::start(&config, dir.path());
-    let node = ProxyNode::sidecar(
-        "client-abc",
-        "default",
-        &reviews.ip(20),
-        &[("app", "client")],
-    );
+    let node = ProxyNode::sidecar("client-abc", "default", &reviews.ip(20), labels);
     let envoy = Envoy::start_customized(
         &envoy_bin,
         dir.path(),
@@ -50,7 +85,7 @@ fn locality_failover_prefers_the_local_pod_then_fails_over_in_envoy() {
     envoy.wait_live(STARTUP_TIMEOUT);
     envoy.await_listener(&format!("127.0.0.1_{port}"));
 
-    // The local pod at priority 0, the remote one at priority 1, as Envoy reports them.
+    // The preferred pod at priority 0, the other at priority 1, as Envoy reports them.
     let cluster = reviews.cluster("");
     let host = |v: &str| {
         format!(
@@ -59,14 +94,14 @@ fn locality_failover_prefers_the_local_pod_then_fails_over_in_envoy() {
             reviews.backend_port()
         )
     };
-    let (local_host, remote_host) = (host("v1"), host("v2"));
+    let (first_host, second_host) = (host(preferred), host(other));
     converge(
         "Envoy holds the endpoints by priority",
         CONVERGE_TIMEOUT,
         || envoy.admin_get("/clusters"),
         |text| {
-            text.contains(&format!("{local_host}::priority::0"))
-                && text.contains(&format!("{remote_host}::priority::1"))
+            text.contains(&format!("{first_host}::priority::0"))
+                && text.contains(&format!("{second_host}::priority::1"))
         },
         || envoy.summary(),
     );
@@ -75,29 +110,34 @@ fn locality_failover_prefers_the_local_pod_then_fails_over_in_envoy() {
         std::net::SocketAddr::from(([127, 0, 0, 1], port)),
         "reviews",
     );
-    // Without locality load balancing, requests would go to both pods.
+    let (first, second) = (format!("reviews-{preferred}"), format!("reviews-{other}"));
+    // Without priorities, requests would go to both pods.
     let counts = client.tally(20, "/reviews/1", &[]);
-    assert!(only(&counts, "reviews-v1"), "{counts:?}");
-    assert_eq!(count(&counts, "reviews-v1"), 20);
+    assert!(only(&counts, &first), "{counts:?}");
+    assert_eq!(count(&counts, &first), 20);
 
-    // The local pod stops answering: ejected, and the remote region takes every request.
-    drop(local);
+    // The preferred pod stops answering: ejected, and the other takes every request.
+    for (v, backend) in backends.iter_mut() {
+        if *v == preferred {
+            backend.take();
+        }
+    }
     let counts = client.converge(
-        "requests fail over to r2/z2",
+        "requests fail over",
         "/reviews/1",
         &[],
-        |c| count(c, "reviews-v2") == 10,
+        |c| count(c, &second) == 10,
         20,
     );
-    assert!(only(&counts, "reviews-v2"), "{counts:?}");
-    assert_eq!(count(&counts, "reviews-v2"), 20);
+    assert!(only(&counts, &second), "{counts:?}");
+    assert_eq!(count(&counts, &second), 20);
     let clusters = envoy.admin_get("/clusters");
     assert!(
         clusters
             .lines()
-            .any(|l| l.starts_with(&format!("{local_host}::health_flags::"))
+            .any(|l| l.starts_with(&format!("{first_host}::health_flags::"))
                 && l.contains("failed_outlier_check")),
-        "the local pod is ejected by outlier detection"
+        "the preferred pod is ejected by outlier detection"
     );
     assert_eq!(
         envoy.rejected_updates(),
