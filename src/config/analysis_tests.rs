@@ -688,6 +688,12 @@ fn service_entry_dns_endpoints_are_resolved_in_place_of_the_hosts() {
         ]
     );
     assert_eq!(svc.dns_endpoints[0].placement.locality, "us");
+    // Its locality groups the host, but no locality load balancing applies to it: said.
+    let warned = fields(&p, Level::Warning);
+    assert!(
+        warned.iter().any(|f| *f == "spec.endpoints[0].locality"),
+        "{warned:?}"
+    );
     let rr = doc.replace("resolution: DNS\n", "resolution: DNS_ROUND_ROBIN\n");
     let err = parse_document(&rr, &MeshConfig::default()).unwrap_err();
     assert!(format!("{err:?}").contains("spec.endpoints"), "{err:?}");

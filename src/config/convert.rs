@@ -2699,6 +2699,19 @@ fn service_entry(
     } else {
         Vec::new()
     };
+    // A DNS cluster's hosts are inline in one cluster shared by clients of every locality:
+    // they are grouped by locality, but no rule's locality load balancing ranks or weighs
+    // them per client as an EDS assignment's are.
+    for (ei, ep) in s.endpoints.iter().enumerate() {
+        if dns && ep.locality.as_deref().is_some_and(|l| !l.is_empty()) {
+            findings.push(Finding::warning(
+                format!("spec.endpoints[{ei}].locality"),
+                "grouped by locality, but locality load balancing (failover, distribute, \
+                 failoverPriority) is not applied to the hosts of a DNS entry: every client \
+                 gets them at one priority",
+            ));
+        }
+    }
     if dns && s.endpoints.is_empty() {
         // Envoy resolves the hosts themselves: each must be a name DNS can answer.
         for (i, host) in s.hosts.iter().enumerate() {
