@@ -2667,21 +2667,6 @@ fn service_entry(
         .enumerate()
         .map(|(i, a)| cidr(a, &format!("spec.addresses[{i}]")))
         .collect::<Result<Vec<_>>>()?;
-    if addresses.is_empty() {
-        for (i, p) in ports.iter().enumerate() {
-            if p.protocol == m::Protocol::Tls {
-                findings.push(Finding::warning(
-                    format!("spec.ports[{i}]"),
-                    format!(
-                        "port {} is TLS and the entry has no addresses: sidecars would need \
-                         SNI to tell it apart, which meshflow does not generate yet, so its \
-                         connections pass through to their original destination",
-                        p.port
-                    ),
-                ));
-            }
-        }
-    }
     let exports = export_to(&s.export_to, "spec.exportTo")?;
     if resolution == m::Resolution::None && !s.endpoints.is_empty() {
         findings.push(Finding::warning(

@@ -121,8 +121,8 @@ fn unreachable(svc: &Service, port: u16) -> ConfigError {
         message: format!(
             "{}: port {port} (TCP) cannot be told apart from another service on that port \
              where sidecars see both (it has no address of its own, an earlier service has \
-             its addresses, or a bound egress listener serves another); those sidecars do \
-             not route its connections",
+             its addresses or, for TLS, the name (SNI) of its host, or a bound egress \
+             listener serves another); those sidecars do not route its connections",
             svc.hostname
         ),
     }
