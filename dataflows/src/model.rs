@@ -287,7 +287,7 @@ pub enum Protocol {
     Tcp,
     /// TLS the proxy does not terminate (`tls`, `https`): proxied as TCP where the service's
     /// address tells it apart, and routed by SNI (`tls[]` routes) there; without an address
-    /// it passes through as before.
+    /// it is told apart by SNI alone (its routes' names, then its host name).
     Tls,
 }
 
