@@ -1509,9 +1509,17 @@ spec:
 ",
     );
     let o = mesh.send(&sidecar, &to("www.example.com"));
-    assert_eq!(o.cluster(), Some("outbound|443||egress.example.com"), "{o:#?}");
+    assert_eq!(
+        o.cluster(),
+        Some("outbound|443||egress.example.com"),
+        "{o:#?}"
+    );
     let o = mesh.send(&sidecar, &to("egress.example.com"));
-    assert_eq!(o.cluster(), Some("outbound|443||egress.example.com"), "{o:#?}");
+    assert_eq!(
+        o.cluster(),
+        Some("outbound|443||egress.example.com"),
+        "{o:#?}"
+    );
 
     write_config(
         &mesh.config,

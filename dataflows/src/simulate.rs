@@ -909,7 +909,11 @@ fn select_filter_chain<'a>(
         }),
         Box::new(|c| {
             let t = m(c).transport_protocol;
-            let seen = if call.sni.is_some() { "tls" } else { "raw_buffer" };
+            let seen = if call.sni.is_some() {
+                "tls"
+            } else {
+                "raw_buffer"
+            };
             (!t.is_empty()).then(|| (t == seen).then_some(0))
         }),
         Box::new(|c| {

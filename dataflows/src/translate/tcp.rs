@@ -572,10 +572,20 @@ fn add_named_service_chains(
     let mut list: Vec<(String, &[String], &[String], &Destinations)> = Vec::new();
     for (i, (names, ranges, dests)) in sni.iter().enumerate() {
         let names = if names.is_empty() { &own_names } else { names };
-        list.push((format!("{}:{port}#tls{i}", svc.hostname), names, ranges, dests));
+        list.push((
+            format!("{}:{port}#tls{i}", svc.hostname),
+            names,
+            ranges,
+            dests,
+        ));
     }
     for (i, (ranges, dests)) in tcp {
-        list.push((format!("{}:{port}#{i}", svc.hostname), &own_names, ranges, dests));
+        list.push((
+            format!("{}:{port}#{i}", svc.hostname),
+            &own_names,
+            ranges,
+            dests,
+        ));
     }
     let mut all = vec![String::new()];
     for (_, _, ranges, _) in &list {
