@@ -565,6 +565,12 @@ fn random_record(rng: &mut StdRng, extra: &mut StdRng, slot: usize) -> Record {
             let sel = rng.random_bool(0.5).then(|| labels(&[("app", "client")]));
             Record::Sidecar(Sidecar {
                 registry_only: pick(rng, &[None, Some(false), Some(true)]),
+                // Unknown destinations to an egress proxy (where ALLOW_ANY holds).
+                egress_proxy: extra.random_bool(0.3).then(|| EgressProxy {
+                    host: host("svc1", "default"),
+                    subset: pick(extra, &[None, Some("v1")]).map(String::from),
+                    port: pick(extra, &[9080u16, 3306]),
+                }),
                 // Ingress on a port the proxies' own endpoints may have: it takes it over.
                 ingress: match extra.random_range(0..3) {
                     0 => vec![IngressListener {

@@ -263,6 +263,7 @@ fn px(p: &Proxy) -> Record {
 fn sidecar(ns: &str, name: &str, selector: Option<&[(&str, &str)]>, hosts: &[&str]) -> Record {
     Record::Sidecar(Sidecar {
         registry_only: None,
+        egress_proxy: None,
         ingress: Vec::new(),
         key: ConfigKey::new(Kind::Sidecar, ns, name),
         selector: selector.map(labels),
