@@ -170,7 +170,8 @@ fn sidecar_routes_tls_connections_by_sni() {
 }
 
 /// Proves that real Envoy accepts the listener a captured sidecar gets for a TLS port
-/// routed by SNI (`examples/tls-sni`: chains by address and name, the TLS inspector),
+/// routed by SNI (`examples/tls-sni`: chains by address and name, chains by the names of
+/// entries without addresses, the TLS inspector),
 /// which the scenario above cannot bind: checked by `envoy --mode validate`.
 #[test]
 fn envoy_accepts_the_tls_sni_example_listeners() {
@@ -185,4 +186,121 @@ fn envoy_accepts_the_tls_sni_example_listeners() {
         "SNI chains: {text}"
     );
     assert!(text.contains("tls_inspector"), "the TLS inspector: {text}");
+    for name in ["www.example.com", "*.wikipedia.org", "edition.example.com"] {
+        assert!(text.contains(name), "the SNI chain of {name}: {text}");
+    }
+}
+
+/// Two ServiceEntries without addresses on one TLS port (`a.example.com`, `b.example.com`,
+/// each with one loopback endpoint), and the client's Sidecar with a TLS egress listener
+/// bound to any address (`0.0.0.0`, captureMode NONE): nothing but the name tells them
+/// apart.
+fn write_nameless_entries(config: &Path, port: u16, backend_port: u16) {
+    let (a, b) = (ip(31), ip(32));
+    write_config(
+        config,
+        "entries.yaml",
+        &format!(
+            "apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {{name: a, namespace: default}}
+spec:
+  hosts: [a.example.com]
+  ports: [{{number: {port}, name: tls, protocol: TLS, targetPort: {backend_port}}}]
+  resolution: STATIC
+  endpoints: [{{address: {a}}}]
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {{name: b, namespace: default}}
+spec:
+  hosts: [b.example.com]
+  ports: [{{number: {port}, name: https, protocol: HTTPS, targetPort: {backend_port}}}]
+  resolution: STATIC
+  endpoints: [{{address: {b}}}]
+---
+apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {{name: client, namespace: default}}
+spec:
+  workloadSelector: {{labels: {{app: client}}}}
+  egress:
+  - port: {{number: {port}, protocol: TLS, name: tls}}
+    bind: 0.0.0.0
+    captureMode: NONE
+    hosts: [./*]
+"
+        ),
+    );
+}
+
+/// Proves that TLS services without an address of their own are told apart by the name
+/// the client sends, as Istio does on a listener for any address: each entry's host name
+/// reaches only its own backend (which sees the name itself: the handshake is passed
+/// through), a name neither entry has reaches neither, and a `tls[]` route for
+/// `a.example.com` moves that name to `b.example.com`'s backend, with no update rejected.
+#[test]
+fn sidecar_tells_tls_services_without_addresses_apart_by_sni() {
+    let envoy_bin = require_envoy!();
+    let dir = TestDir::new("envoy-tls-sni-names");
+    let config = dir.subdir("config");
+    let (port, backend_port) = (free_port(), free_port());
+    let authority = ca("tls-sni names test CA");
+    let (cert, key) = leaf(&authority, &["a.example.com", "b.example.com"], None);
+    let _a = TlsBackend::start(&ip(31), backend_port, "entry-a", &cert, &key, None);
+    let _b = TlsBackend::start(&ip(32), backend_port, "entry-b", &cert, &key, None);
+    write_nameless_entries(&config, port, backend_port);
+    let meshflow = Meshflow::start(&config, dir.path());
+
+    let node = ProxyNode::sidecar("client-def", "default", &ip(40), &[("app", "client")]);
+    let sidecar = Envoy::start(
+        &envoy_bin,
+        dir.path(),
+        &node,
+        meshflow.xds_addr(),
+        XdsMode::Delta,
+    );
+    sidecar.wait_live(STARTUP_TIMEOUT);
+    sidecar.await_listener(&format!("0.0.0.0_{port}"));
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let (a, b) = ("entry-a", "entry-b");
+    let converge = |what: &str, sni: &str, accept: &dyn Fn(&HashMap<String, usize>) -> bool| {
+        converge_then(
+            what,
+            |k| sni_tally(addr, sni, k),
+            accept,
+            10,
+            || sidecar.summary(),
+        )
+    };
+    let refused = |c: &HashMap<String, usize>| c.keys().all(|k| k.starts_with("error:"));
+
+    // 1. Each entry's name to its own backend; another name to neither.
+    let to_a = converge("a.example.com to a", "a.example.com", &|c| only(c, a));
+    assert!(only(&to_a, a), "{to_a:?}");
+    let to_b = converge("b.example.com to b", "b.example.com", &|c| only(c, b));
+    assert!(only(&to_b, b), "{to_b:?}");
+    let other = converge("c.example.com refused", "c.example.com", &refused);
+    assert!(refused(&other), "{other:?}");
+
+    // 2. A tls[] route moves a.example.com's connections to b.example.com.
+    write_config(
+        &config,
+        "routes.yaml",
+        "apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: a, namespace: default}
+spec:
+  hosts: [a.example.com]
+  tls:
+  - match: [{sniHosts: [a.example.com]}]
+    route: [{destination: {host: b.example.com}}]
+",
+    );
+    let moved = converge("a.example.com to b", "a.example.com", &|c| only(c, b));
+    assert!(only(&moved, b), "{moved:?}");
+    let to_b = converge("b.example.com still to b", "b.example.com", &|c| only(c, b));
+    assert!(only(&to_b, b), "{to_b:?}");
+
+    assert_eq!(sidecar.rejected_updates(), 0, "{}", sidecar.summary());
 }

@@ -181,6 +181,9 @@ const TRANSLATED: &[&str] = &[
     "spec.egress[].captureMode",
     "spec.egress[].hosts",
     "spec.outboundTrafficPolicy.mode",
+    "spec.outboundTrafficPolicy.egressProxy.host",
+    "spec.outboundTrafficPolicy.egressProxy.subset",
+    "spec.outboundTrafficPolicy.egressProxy.port.number",
     // WorkloadEntry
     "spec.address",
     "spec.labels",

@@ -107,8 +107,10 @@ fn tcp_echo_config_matches_golden_files() {
 
 /// As for bookinfo, for `examples/tls-sni`: a captured sidecar's port 443 with the TLS
 /// inspector, the API's SNI chains by its `tls[]` routes (a weighted one narrowed to the
-/// entry's address), its chain without a name to its own cluster, and the HTTPS service
-/// sharing the port by its cluster IP, against `tests/golden/tls-sni-sidecar.txt`.
+/// entry's address), its chain without a name to its own cluster, the HTTPS service
+/// sharing the port by its cluster IP, and the entries without addresses told apart by
+/// their host names (a wildcard one, one routed by a `tls[]` route), against
+/// `tests/golden/tls-sni-sidecar.txt`.
 #[test]
 fn tls_sni_config_matches_golden_files() {
     check_example("tls-sni", &TLS_SNI_PROXIES);

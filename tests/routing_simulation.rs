@@ -1376,8 +1376,8 @@ fn tcp_listeners_name_the_inputs_they_are_built_from() {
 
 /// Two ServiceEntries without addresses on one TCP port: nothing tells their connections
 /// apart, so the first (by host) takes the port and the second is an error naming it, until
-/// it gets addresses of its own. A TLS port without addresses is not proxied at all (it
-/// would need SNI): its connections pass through to where they were going, as before.
+/// it gets addresses of its own. A TLS port without addresses is told apart by SNI: a
+/// connection without its name still passes through to where it was going, as before.
 #[test]
 fn tcp_services_a_sidecar_cannot_tell_apart_are_reported() {
     let mut mesh = Mesh::new("tcp-unreachable");
@@ -1435,6 +1435,107 @@ spec:
         "{:?}",
         mesh.dataflow_errors
     );
+}
+
+/// TLS ServiceEntries without addresses (Istio's egress task: `www.example.com` on 443,
+/// resolution DNS; a wildcard `*.wikipedia.org`, NONE) on a captured sidecar: a connection
+/// is routed by the name its client sends (SNI), a wildcard host by Envoy's wildcard match,
+/// to the entry's own cluster whatever its destination address; a name no entry has passes
+/// through (ALLOW_ANY) or is dropped (REGISTRY_ONLY), as without the entries; a `tls[]`
+/// route for a host sends its name to the route's destination.
+#[test]
+fn tls_service_entries_without_addresses_are_routed_by_sni() {
+    let mut mesh = Mesh::new("tls-sni-no-address");
+    let entries = "apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: www, namespace: default}
+spec:
+  hosts: [www.example.com]
+  ports: [{number: 443, name: tls, protocol: TLS}]
+  resolution: DNS
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: egress, namespace: default}
+spec:
+  hosts: [egress.example.com]
+  ports: [{number: 443, name: https, protocol: HTTPS}]
+  resolution: DNS
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: wikipedia, namespace: default}
+spec:
+  hosts: ['*.wikipedia.org']
+  ports: [{number: 443, name: tls, protocol: TLS}]
+  resolution: NONE
+";
+    write_config(&mesh.config, "entries.yaml", entries);
+    let sidecar = mesh.connect_captured(&ProxyNode::sidecar(
+        "client-abc",
+        "default",
+        "127.0.61.20",
+        &[("app", "client")],
+    ));
+    let to = |sni: &str| Call::tls(443, sni).to_address("203.0.113.80");
+    let o = mesh.send(&sidecar, &to("www.example.com"));
+    assert_eq!(o.cluster(), Some("outbound|443||www.example.com"), "{o:#?}");
+    let o = mesh.send(&sidecar, &to("en.wikipedia.org"));
+    assert_eq!(o.cluster(), Some("outbound|443||*.wikipedia.org"), "{o:#?}");
+    let o = mesh.send(&sidecar, &to("wikipedia.org"));
+    assert_eq!(o.cluster(), Some("PassthroughCluster"), "{o:#?}");
+    let o = mesh.send(&sidecar, &to("unknown.example.org"));
+    assert_eq!(o.cluster(), Some("PassthroughCluster"), "{o:#?}");
+    let o = mesh.send(&sidecar, &Call::connect(443).to_address("203.0.113.80"));
+    assert_eq!(o.cluster(), Some("PassthroughCluster"), "{o:#?}");
+    assert!(
+        mesh.dataflow_errors.is_empty(),
+        "{:?}",
+        mesh.dataflow_errors
+    );
+
+    // As in Istio's egress gateway task: www.example.com's name goes elsewhere by a route.
+    write_config(
+        &mesh.config,
+        "route.yaml",
+        "apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: www, namespace: default}
+spec:
+  hosts: [www.example.com]
+  tls:
+  - match: [{sniHosts: [www.example.com], port: 443}]
+    route: [{destination: {host: egress.example.com, port: {number: 443}}}]
+",
+    );
+    let o = mesh.send(&sidecar, &to("www.example.com"));
+    assert_eq!(
+        o.cluster(),
+        Some("outbound|443||egress.example.com"),
+        "{o:#?}"
+    );
+    let o = mesh.send(&sidecar, &to("egress.example.com"));
+    assert_eq!(
+        o.cluster(),
+        Some("outbound|443||egress.example.com"),
+        "{o:#?}"
+    );
+
+    write_config(
+        &mesh.config,
+        "sidecar.yaml",
+        "apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {name: default, namespace: default}
+spec:
+  egress: [{hosts: ['./*']}]
+  outboundTrafficPolicy: {mode: REGISTRY_ONLY}
+",
+    );
+    let o = mesh.send(&sidecar, &to("unknown.example.org"));
+    assert_eq!(o.cluster(), Some("BlackHoleCluster"), "{o:#?}");
+    let o = mesh.send(&sidecar, &to("en.wikipedia.org"));
+    assert_eq!(o.cluster(), Some("outbound|443||*.wikipedia.org"), "{o:#?}");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -5,7 +5,7 @@
 use crate::model::*;
 use crate::rules::{egress_bind, egress_listeners, exported_to, gateway_domain};
 use crate::translate::tcp::{OutboundPort, TcpTarget};
-use crate::translate::{cluster, listener, route, tcp, BLACKHOLE_CLUSTER, PASSTHROUGH_CLUSTER};
+use crate::translate::{cluster, listener, route, tcp};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Clusters every proxy of a scope holds whatever it sees. Gateways have no original
@@ -52,7 +52,7 @@ pub fn sidecar_fixed_listeners(
         }
     }
     if !interception_none {
-        out.push(listener::virtual_outbound(spec.registry_only));
+        out.push(listener::virtual_outbound(&spec.outbound_fallback()));
     }
     out.extend(sidecar_ingress(spec, interception_none));
     out
@@ -112,7 +112,7 @@ pub fn sidecar_fixed_routes(
             let unknown = if egress_bind(l, interception_none).1 {
                 UnknownHosts::None
             } else {
-                UnknownHosts::captured(spec.registry_only)
+                UnknownHosts::captured(spec)
             };
             Some((port.number, unknown))
         })
@@ -130,8 +130,8 @@ pub struct TcpPort<'a> {
     pub addr: &'a str,
     /// Bound itself rather than handed over by `virtualOutbound`.
     pub bind: bool,
-    /// REGISTRY_ONLY: connections no service claims go to `BlackHoleCluster`.
-    pub registry_only: bool,
+    /// Where connections no service claims go ([`ScopeSpec::outbound_fallback`]).
+    pub fallback: &'a str,
     pub targets: &'a [TcpTarget],
 }
 
@@ -150,17 +150,12 @@ pub fn sidecar_port_listener(
             unreachable: Vec::new(),
         };
     };
-    let fallback = if t.registry_only {
-        BLACKHOLE_CLUSTER
-    } else {
-        PASSTHROUGH_CLUSTER
-    };
     let p = OutboundPort {
         addr: t.addr,
         port,
         bind: t.bind,
         http: http && !t.bind,
-        fallback,
+        fallback: t.fallback,
         source,
     };
     tcp::sidecar_listener(&p, t.targets)

@@ -295,7 +295,7 @@ pub enum Protocol {
     Tcp,
     /// TLS the proxy does not terminate (`tls`, `https`): proxied as TCP where the service's
     /// address tells it apart, and routed by SNI (`tls[]` routes) there; without an address
-    /// it passes through as before.
+    /// it is told apart by SNI alone (its routes' names, then its host name).
     Tls,
 }
 
@@ -1547,6 +1547,28 @@ pub struct Sidecar {
     /// `ingress[]`: how the workload receives traffic, per port.
     #[serde(default)]
     pub ingress: Vec<IngressListener>,
+    /// `outboundTrafficPolicy.egressProxy` (only beside mode `ALLOW_ANY`, as Istio
+    /// validates): where traffic to destinations outside the registry goes instead of
+    /// passing through.
+    #[serde(default)]
+    pub egress_proxy: Option<EgressProxy>,
+}
+
+/// A Sidecar's `egressProxy`: the cluster `outbound|PORT|SUBSET|HOST` that takes what would
+/// pass through.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct EgressProxy {
+    /// Fully qualified.
+    pub host: Hostname,
+    pub subset: Option<String>,
+    pub port: u16,
+}
+
+impl EgressProxy {
+    /// Its cluster's name.
+    pub fn cluster(&self) -> String {
+        crate::translate::outbound_cluster_name(self.port, self.subset.as_deref(), &self.host)
+    }
 }
 
 /// A Sidecar `ingress` listener: traffic for the workload's `port` goes to `endpoint`
@@ -1581,22 +1603,23 @@ impl IngressListener {
 }
 
 /// The virtual host a sidecar route configuration ends with, for hosts outside the registry:
-/// Istio's `allow_any` (to `PassthroughCluster`) or `block_all` (a 502) on captured
-/// listeners, by `outboundTrafficPolicy.mode`; none on bound ones.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+/// Istio's `allow_any` (to `PassthroughCluster`, or the Sidecar's `egressProxy` cluster) or
+/// `block_all` (a 502) on captured listeners, by `outboundTrafficPolicy`; none on bound ones.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum UnknownHosts {
     None,
-    AllowAny,
+    /// To this cluster.
+    AllowAny(String),
     BlockAll,
 }
 
 impl UnknownHosts {
-    /// The catch-all of a captured listener.
-    pub fn captured(registry_only: bool) -> UnknownHosts {
-        if registry_only {
+    /// The catch-all of a captured listener of a scope of `spec`.
+    pub fn captured(spec: &ScopeSpec) -> UnknownHosts {
+        if spec.registry_only {
             UnknownHosts::BlockAll
         } else {
-            UnknownHosts::AllowAny
+            UnknownHosts::AllowAny(spec.outbound_fallback())
         }
     }
 }
@@ -1620,6 +1643,21 @@ fn default_connect_timeout() -> u64 {
 }
 
 impl ScopeSpec {
+    /// Where a captured connection no service claims goes: `BlackHoleCluster` under
+    /// REGISTRY_ONLY, else the Sidecar's `egressProxy` cluster, else `PassthroughCluster`.
+    pub fn outbound_fallback(&self) -> String {
+        if self.registry_only {
+            return crate::translate::BLACKHOLE_CLUSTER.to_string();
+        }
+        self.sidecar
+            .as_ref()
+            .and_then(|s| s.egress_proxy.as_ref())
+            .map_or_else(
+                || crate::translate::PASSTHROUGH_CLUSTER.to_string(),
+                EgressProxy::cluster,
+            )
+    }
+
     pub fn new(sidecar: Option<Sidecar>, mesh: &MeshSettings) -> ScopeSpec {
         let registry_only = sidecar
             .as_ref()

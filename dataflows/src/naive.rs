@@ -715,7 +715,7 @@ fn sidecar_outbound(
                 svc,
                 interception_none,
                 proxyless,
-                spec.registry_only,
+                &spec,
             ) {
                 if proxyless {
                     api_listeners.insert((h, port));
@@ -723,7 +723,9 @@ fn sidecar_outbound(
                 if catch_all {
                     catch_all_ports.insert(port);
                 }
-                let entry = rows.entry(port).or_insert((allow_any, BTreeMap::new()));
+                let entry = rows
+                    .entry(port)
+                    .or_insert((allow_any.clone(), BTreeMap::new()));
                 entry.0 = allow_any;
                 entry.1.insert(h, v.vs_for(s, h).map(|vs| v.resolve(vs)));
             }
@@ -752,6 +754,7 @@ fn sidecar_outbound(
     };
     let listener_ports: BTreeSet<u16> =
         http_ports.iter().chain(tcp_ports.keys()).copied().collect();
+    let fallback = spec.outbound_fallback();
     for port in listener_ports {
         let tcp = tcp_ports.get(&port).map(|((addr, bind), targets)| {
             let targets: Vec<TcpTarget> = targets
@@ -769,7 +772,7 @@ fn sidecar_outbound(
                 tcp.as_ref().map(|(addr, bind, targets)| TcpPort {
                     addr,
                     bind: *bind,
-                    registry_only: spec.registry_only,
+                    fallback: &fallback,
                     targets,
                 }),
             )

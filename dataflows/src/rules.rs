@@ -172,7 +172,7 @@ pub fn sidecar_route_ports(
     svc: &Service,
     interception_none: bool,
     proxyless: bool,
-    registry_only: bool,
+    spec: &ScopeSpec,
 ) -> Vec<(u16, UnknownHosts, bool)> {
     let Some(l) = listeners.get(idx) else {
         return Vec::new();
@@ -202,11 +202,11 @@ pub fn sidecar_route_ports(
             let unknown = if egress_bind(l, interception_none).1 {
                 UnknownHosts::None
             } else {
-                UnknownHosts::captured(registry_only)
+                UnknownHosts::captured(spec)
             };
             http_ports
                 .filter(|p| *p == ep.number)
-                .map(|p| (p, unknown, false))
+                .map(|p| (p, unknown.clone(), false))
                 .collect()
         }
         None if interception_none => Vec::new(),
@@ -214,7 +214,7 @@ pub fn sidecar_route_ports(
             let explicit = explicit_ports(listeners);
             http_ports
                 .filter(|p| !explicit.contains(p))
-                .map(|p| (p, UnknownHosts::captured(registry_only), true))
+                .map(|p| (p, UnknownHosts::captured(spec), true))
                 .collect()
         }
     }

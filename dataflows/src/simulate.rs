@@ -20,7 +20,8 @@
 //!    destination IP ranges, server names, transport protocol, application protocols), most
 //!    specific first, else the `default_filter_chain`. The call is plaintext HTTP/1.1: no SNI,
 //!    transport protocol `raw_buffer`, application protocol `http/1.1` only when the listener
-//!    runs the HTTP inspector.
+//!    runs the HTTP inspector; or a TLS connection passed through ([`Call::tls`]), whose SNI
+//!    matches server names exactly, else by the longest wildcard suffix.
 //! 3. **HTTP connection manager**: its `rds.route_config_name` (or inline route
 //!    configuration); a `tcp_proxy` chain forwards to its cluster(s) instead.
 //! 4. **Virtual host** by `domains`, on the lower-cased authority (port stripped when the
@@ -93,6 +94,9 @@ pub struct Call {
     pub method: String,
     /// Other request headers; names are compared case-insensitively.
     pub headers: Vec<(String, String)>,
+    /// The name a TLS client sends in its handshake (SNI), which listeners running the TLS
+    /// inspector match chains on; `None`: a plaintext connection, or TLS without a name.
+    pub sni: Option<String>,
 }
 
 impl Call {
@@ -105,6 +109,16 @@ impl Call {
             path: path.to_string(),
             method: "GET".into(),
             headers: Vec::new(),
+            sni: None,
+        }
+    }
+
+    /// A TLS connection to port `port` whose handshake names `sni`, which the proxy passes
+    /// through without terminating it (a `tcp_proxy` chain forwards it).
+    pub fn tls(port: u16, sni: &str) -> Call {
+        Call {
+            sni: Some(sni.to_string()),
+            ..Call::connect(port)
         }
     }
 
@@ -884,11 +898,23 @@ fn select_filter_chain<'a>(
                     .max()
             })
         }),
-        // A plaintext call carries no SNI.
-        Box::new(|c| (!m(c).server_names.is_empty()).then_some(None)),
+        // A plaintext call carries no SNI; a TLS one matches a name exactly, else the
+        // longest wildcard suffix (`*.example.com`), as Envoy picks them.
+        Box::new(|c| {
+            let names = m(c).server_names;
+            (!names.is_empty()).then(|| {
+                let sni = call.sni.as_deref()?;
+                names.iter().filter_map(|n| sni_match(n, sni)).max()
+            })
+        }),
         Box::new(|c| {
             let t = m(c).transport_protocol;
-            (!t.is_empty()).then(|| (t == "raw_buffer").then_some(0))
+            let seen = if call.sni.is_some() {
+                "tls"
+            } else {
+                "raw_buffer"
+            };
+            (!t.is_empty()).then(|| (t == seen).then_some(0))
         }),
         Box::new(|c| {
             let protos = m(c).application_protocols;
@@ -940,6 +966,20 @@ fn port_of(host: &str) -> Option<&str> {
     let plain = !head.contains(':');
     ((bracketed_v6 || plain) && port.bytes().all(|b| b.is_ascii_digit()) && !port.is_empty())
         .then_some(port)
+}
+
+/// How specifically server name `name` matches SNI `sni`: exactly (above any wildcard), or
+/// as a wildcard `*.suffix` by the suffix's length; `None`: no match.
+fn sni_match(name: &str, sni: &str) -> Option<u32> {
+    if name.eq_ignore_ascii_case(sni) {
+        return Some(u32::MAX);
+    }
+    let suffix = name.strip_prefix('*')?;
+    let longer = sni.len() > suffix.len();
+    let ends = sni
+        .get(sni.len().saturating_sub(suffix.len())..)
+        .is_some_and(|end| end.eq_ignore_ascii_case(suffix));
+    (suffix.starts_with('.') && longer && ends).then(|| u32::try_from(suffix.len()).unwrap_or(0))
 }
 
 /// Envoy's virtual host selection for `authority` (already lower-cased): exact domain, then

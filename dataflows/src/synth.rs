@@ -286,6 +286,7 @@ pub fn records(shape: &Shape, mesh: &MeshConfig) -> Vec<Record> {
             let ns = namespace(n);
             out.push(Record::Sidecar(Sidecar {
                 registry_only: None,
+                egress_proxy: None,
                 ingress: Vec::new(),
                 key: ConfigKey::new(Kind::Sidecar, &ns, "default"),
                 selector: None,

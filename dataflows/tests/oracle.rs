@@ -371,6 +371,12 @@ fn random_record(rng: &mut StdRng, extra: &mut StdRng, slot: usize) -> Record {
                         route: vec![dest(Some("v1"), w), dest(Some("v2"), 100 - w)],
                     }];
                     let m = &mut routes[0].matches[0];
+                    if extra.random_bool(0.2) {
+                        // Another service's host: where services without addresses are
+                        // told apart by name, the first to claim a name keeps it.
+                        let other = format!("svc{}", extra.random_range(0..4));
+                        m.sni_hosts = vec![host(&other, pick(extra, &NAMESPACES))];
+                    }
                     if m.port.is_some() && extra.random_bool(0.5) {
                         m.port = Some(3306);
                     }
@@ -573,6 +579,12 @@ fn random_record(rng: &mut StdRng, extra: &mut StdRng, slot: usize) -> Record {
             let sel = rng.random_bool(0.5).then(|| labels(&[("app", "client")]));
             Record::Sidecar(Sidecar {
                 registry_only: pick(rng, &[None, Some(false), Some(true)]),
+                // Unknown destinations to an egress proxy (where ALLOW_ANY holds).
+                egress_proxy: extra.random_bool(0.3).then(|| EgressProxy {
+                    host: host("svc1", "default"),
+                    subset: pick(extra, &[None, Some("v1")]).map(String::from),
+                    port: pick(extra, &[9080u16, 3306]),
+                }),
                 // Ingress on a port the proxies' own endpoints may have: it takes it over.
                 ingress: match extra.random_range(0..3) {
                     0 => vec![IngressListener {
@@ -598,7 +610,11 @@ fn random_record(rng: &mut StdRng, extra: &mut StdRng, slot: usize) -> Record {
                                 protocol: Protocol::Tcp,
                                 name: "tcp".into(),
                             }),
-                            bind: rng.random_bool(0.5).then(|| "127.0.0.1".into()),
+                            // A bound listener for any address tells TLS services
+                            // apart by SNI; one for a single address serves its first.
+                            bind: rng
+                                .random_bool(0.5)
+                                .then(|| pick(extra, &["127.0.0.1", "0.0.0.0"]).into()),
                             capture_none: rng.random_bool(0.5),
                             hosts: vec![pick(rng, &["./*", "*/*"]).to_string()],
                         },

@@ -263,6 +263,7 @@ fn px(p: &Proxy) -> Record {
 fn sidecar(ns: &str, name: &str, selector: Option<&[(&str, &str)]>, hosts: &[&str]) -> Record {
     Record::Sidecar(Sidecar {
         registry_only: None,
+        egress_proxy: None,
         ingress: Vec::new(),
         key: ConfigKey::new(Kind::Sidecar, ns, name),
         selector: selector.map(labels),
@@ -2129,4 +2130,171 @@ fn auto_passthrough_server_has_a_chain_per_cluster_by_its_sni() {
         "{got:?}"
     );
     assert_eq!(got.len(), 2, "{got:?}");
+}
+
+/// A ServiceEntry `name` (namespace `default`) for `host` with TLS port 443 and no
+/// addresses.
+fn tls_entry(name: &str, host: &str, resolution: Resolution) -> Record {
+    Record::Service(Service {
+        subject_alt_names: Vec::new(),
+        hostname: host.to_string(),
+        origin: ConfigKey::new(Kind::ServiceEntry, "default", name),
+        ports: vec![ServicePort {
+            name: "tls".into(),
+            port: 443,
+            protocol: Protocol::Tls,
+        }],
+        export_to: vec![],
+        resolution,
+        dns_endpoints: Vec::new(),
+        addresses: vec![],
+    })
+}
+
+/// A mesh VirtualService `name` for `hosts` with one `tls[]` route: SNI `sni` to `dest`'s
+/// subset `subset` on port 443.
+fn sni_vs(name: &str, hosts: &[&str], sni: &str, dest: &str, subset: &str) -> Record {
+    Record::VirtualService(VirtualService {
+        key: ConfigKey::new(Kind::VirtualService, "default", name),
+        hosts: hosts.iter().map(|h| h.to_string()).collect(),
+        gateways: vec![],
+        export_to: vec![],
+        http: vec![],
+        tcp: vec![],
+        tls: vec![TlsRoute {
+            matches: vec![TlsMatch {
+                sni_hosts: vec![sni.into()],
+                ..Default::default()
+            }],
+            route: vec![RouteDestination {
+                headers: Default::default(),
+                host: dest.into(),
+                subset: Some(subset.into()),
+                port: Some(443),
+                weight: 100,
+            }],
+        }],
+    })
+}
+
+/// A listener's chains as `(server names, prefix ranges, tcp_proxy cluster)`.
+fn sni_table(
+    l: &envoy_types::pb::envoy::config::listener::v3::Listener,
+) -> Vec<(Vec<String>, usize, Option<String>)> {
+    l.filter_chains
+        .iter()
+        .map(|c| {
+            let m = c.filter_chain_match.clone().unwrap_or_default();
+            (m.server_names, m.prefix_ranges.len(), tcp_proxy_cluster(c))
+        })
+        .collect()
+}
+
+/// Proves that TLS services without an address of their own are told apart by the name
+/// the client sends, as Istio does: the sidecar's `0.0.0.0_443` gets, with the TLS
+/// inspector, a chain per service matched by its host (a wildcard host as Envoy's wildcard
+/// name) on any address, to its own cluster, and what no name claims still passes through;
+/// a `tls[]` route for the host moves its chain to the route's destination; a route that
+/// claims another entry's host first leaves that entry unreachable, which is reported, and
+/// the report goes with the route.
+#[test]
+fn tls_services_without_addresses_are_routed_by_their_host_names() {
+    let mut m = Mesh::new();
+    let client = sidecar_proxy("sleep-1", "default", "10.0.0.5", &[("app", "sleep")]);
+    m.insert(vec![
+        px(&client),
+        tls_entry("www", "www.example.com", Resolution::Dns),
+        tls_entry("wiki", "*.wiki.example.org", Resolution::None),
+    ]);
+    let l = m.listener_body(&client, "0.0.0.0_443");
+    assert_eq!(
+        sni_table(&l),
+        vec![
+            (
+                vec!["*.wiki.example.org".to_string()],
+                0,
+                Some("outbound|443||*.wiki.example.org".to_string())
+            ),
+            (
+                vec!["www.example.com".to_string()],
+                0,
+                Some("outbound|443||www.example.com".to_string())
+            ),
+        ]
+    );
+    assert!(
+        l.listener_filters
+            .iter()
+            .any(|f| f.name.contains("tls_inspector")),
+        "{l:?}"
+    );
+    assert!(l.continue_on_listener_filters_timeout);
+    let passthrough = l.default_filter_chain.as_ref().and_then(tcp_proxy_cluster);
+    assert_eq!(passthrough.as_deref(), Some("PassthroughCluster"));
+    assert!(m.errors.is_empty(), "{:?}", m.errors);
+
+    // A tls[] route for www.example.com takes its name to subset v1.
+    let www_vs = sni_vs(
+        "www",
+        &["www.example.com"],
+        "www.example.com",
+        "www.example.com",
+        "v1",
+    );
+    m.insert(vec![www_vs.clone()]);
+    let l = m.listener_body(&client, "0.0.0.0_443");
+    let www: Vec<_> = sni_table(&l)
+        .into_iter()
+        .filter(|(names, _, _)| names == &["www.example.com"])
+        .collect();
+    assert_eq!(
+        www,
+        vec![(
+            vec!["www.example.com".to_string()],
+            0,
+            Some("outbound|443|v1|www.example.com".to_string())
+        )]
+    );
+    m.retract(vec![www_vs]);
+
+    // An entry for a.wiki.example.org, and a route of the wildcard entry claiming that name
+    // first (`*` sorts before letters): the later entry is reported, not silently lost.
+    let a_entry = tls_entry("a-wiki", "a.wiki.example.org", Resolution::Dns);
+    m.insert(vec![a_entry]);
+    let l = m.listener_body(&client, "0.0.0.0_443");
+    assert!(sni_table(&l).contains(&(
+        vec!["a.wiki.example.org".to_string()],
+        0,
+        Some("outbound|443||a.wiki.example.org".to_string())
+    )));
+    assert!(m.errors.is_empty(), "{:?}", m.errors);
+    let wiki_vs = sni_vs(
+        "wiki",
+        &["*.wiki.example.org"],
+        "a.wiki.example.org",
+        "*.wiki.example.org",
+        "v2",
+    );
+    m.insert(vec![wiki_vs.clone()]);
+    let l = m.listener_body(&client, "0.0.0.0_443");
+    let claimed: Vec<_> = sni_table(&l)
+        .into_iter()
+        .filter(|(names, _, _)| names == &["a.wiki.example.org"])
+        .collect();
+    assert_eq!(
+        claimed,
+        vec![(
+            vec!["a.wiki.example.org".to_string()],
+            0,
+            Some("outbound|443|v2|*.wiki.example.org".to_string())
+        )]
+    );
+    let errors = gateway_errors(&m, ErrorCode::TcpServiceConflict);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].contains("ServiceEntry/default/a-wiki") && errors[0].contains("(SNI)"),
+        "{errors:?}"
+    );
+    m.retract(vec![wiki_vs]);
+    assert!(m.errors.is_empty(), "{:?}", m.errors);
 }

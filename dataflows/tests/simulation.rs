@@ -309,6 +309,7 @@ fn sidecar_without_capture_uses_its_bound_listener_only() {
     let client = proxy(ProxyKind::Sidecar, "sidecar", "client", true);
     let sc = Record::Sidecar(Sidecar {
         registry_only: None,
+        egress_proxy: None,
         ingress: Vec::new(),
         key: ConfigKey::new(Kind::Sidecar, "default", "client"),
         selector: Some(labels(&[("app", "client")])),
@@ -472,4 +473,84 @@ fn odd_calls_get_an_outcome_never_a_panic() {
             }
         }
     }
+}
+
+/// A Sidecar whose `outboundTrafficPolicy` is ALLOW_ANY with an `egressProxy` (ratings'
+/// subset v1 on 9080, standing in for an egress gateway): what would pass through goes to
+/// that cluster instead, as Istio sends it — a host outside the registry on a known HTTP
+/// port (the `allow_any` virtual host), an address no TCP service has on a TCP port (the
+/// port listener's default chain), and a port no service has (`virtualOutbound`); known
+/// services are routed as before.
+#[test]
+fn egress_proxy_takes_what_would_pass_through() {
+    let client = proxy(ProxyKind::Sidecar, "sidecar", "client", false);
+    let egress = EgressProxy {
+        host: fqdn("ratings"),
+        subset: Some("v1".into()),
+        port: 9080,
+    };
+    let sc = Record::Sidecar(Sidecar {
+        registry_only: Some(false),
+        egress_proxy: Some(egress.clone()),
+        ingress: Vec::new(),
+        key: ConfigKey::new(Kind::Sidecar, "default", "default"),
+        selector: None,
+        egress: vec![EgressListener {
+            port: None,
+            bind: None,
+            capture_none: false,
+            hosts: vec!["./*".into()],
+        }],
+    });
+    let db = Record::Service(Service {
+        subject_alt_names: Vec::new(),
+        hostname: fqdn("db"),
+        origin: ConfigKey::new(Kind::Service, "default", "db"),
+        ports: vec![ServicePort {
+            name: "tcp".into(),
+            port: 5432,
+            protocol: Protocol::Tcp,
+        }],
+        export_to: vec![],
+        resolution: Resolution::Static,
+        dns_endpoints: Vec::new(),
+        addresses: vec!["10.96.0.20/32".into()],
+    });
+    let all = configs(mesh(vec![Record::Proxy(client.clone()), sc, db]));
+    let sim = &all[&client.id];
+    let proxy_cluster = egress.cluster();
+    assert_eq!(proxy_cluster, cluster("v1", "ratings"));
+
+    let unknown = sim.simulate(&Call::get("example.com", 9080, "/").to_address("93.184.216.34"));
+    assert_eq!(unknown.virtual_host.as_deref(), Some("allow_any"));
+    assert_eq!(
+        unknown.cluster(),
+        Some(proxy_cluster.as_str()),
+        "{unknown:#?}"
+    );
+    assert_eq!(unknown.endpoints(), ["10.0.2.1:9080"]);
+
+    let tcp_other = sim.simulate(&Call::connect(5432).to_address("10.1.1.1"));
+    assert_eq!(tcp_other.listener.as_deref(), Some("0.0.0.0_5432"));
+    assert_eq!(
+        tcp_other.cluster(),
+        Some(proxy_cluster.as_str()),
+        "{tcp_other:#?}"
+    );
+    let tcp_db = sim.simulate(&Call::connect(5432).to_address("10.96.0.20"));
+    assert_eq!(
+        tcp_db.cluster(),
+        Some(format!("outbound|5432||{}", fqdn("db")).as_str())
+    );
+
+    let other_port = sim.simulate(&Call::get("db", 6000, "/").to_address("10.1.1.1"));
+    assert_eq!(other_port.listener.as_deref(), Some("virtualOutbound"));
+    assert_eq!(
+        other_port.cluster(),
+        Some(proxy_cluster.as_str()),
+        "{other_port:#?}"
+    );
+
+    let ratings = sim.simulate(&Call::get("ratings:9080", 9080, "/"));
+    assert_eq!(ratings.cluster(), Some(cluster("", "ratings").as_str()));
 }

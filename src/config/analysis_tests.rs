@@ -593,6 +593,51 @@ fn sidecar_registry_only_and_ingress_are_read() {
 }
 
 #[test]
+fn sidecar_egress_proxy_is_read_and_checked_as_istio_checks_it() {
+    let sc = |policy: &str| {
+        format!("apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {{name: s, namespace: ns}}\nspec:\n  outboundTrafficPolicy: {policy}\n")
+    };
+    let p = parse(&sc(
+        "{mode: ALLOW_ANY, egressProxy: {host: Egress.Example.com, subset: v1, port: {number: 443}}}",
+    ));
+    let Record::Sidecar(s) = &p.records[0] else {
+        panic!()
+    };
+    let proxy = s.egress_proxy.as_ref().expect("the egress proxy");
+    assert_eq!(proxy.cluster(), "outbound|443|v1|egress.example.com");
+    assert!(p.findings.is_empty(), "{:?}", p.findings);
+    for (policy, field) in [
+        (
+            "{mode: REGISTRY_ONLY, egressProxy: {host: egress.example.com, port: {number: 443}}}",
+            "spec.outboundTrafficPolicy.egressProxy",
+        ),
+        (
+            "{egressProxy: {host: egress.example.com, port: {number: 443}}}",
+            "spec.outboundTrafficPolicy.egressProxy",
+        ),
+        (
+            "{mode: ALLOW_ANY, egressProxy: {host: egress, port: {number: 443}}}",
+            "spec.outboundTrafficPolicy.egressProxy.host",
+        ),
+        (
+            "{mode: ALLOW_ANY, egressProxy: {host: '*.example.com', port: {number: 443}}}",
+            "spec.outboundTrafficPolicy.egressProxy.host",
+        ),
+        (
+            "{mode: ALLOW_ANY, egressProxy: {host: egress.example.com}}",
+            "spec.outboundTrafficPolicy.egressProxy.port",
+        ),
+        (
+            "{mode: ALLOW_ANY, egressProxy: {host: egress.example.com, port: {number: 70000}}}",
+            "spec.outboundTrafficPolicy.egressProxy.port.number",
+        ),
+    ] {
+        let e = parse_document(&sc(policy), &MeshConfig::default()).unwrap_err();
+        assert_eq!(e.field, field, "{policy}: {e}");
+    }
+}
+
+#[test]
 fn service_entry_target_port_is_where_endpoints_listen() {
     let doc = "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: se, namespace: ns}\nspec:\n  hosts: [a.example.com]\n  ports: [{number: 80, name: http, protocol: HTTP, targetPort: 8080}]\n  resolution: STATIC\n  endpoints:\n  - address: 127.0.0.1\n  - address: 127.0.0.2\n    ports: {http: 9090}\n";
     let p = parse(doc);

@@ -2461,6 +2461,14 @@ fn sidecar(key: &ConfigKey, value: &Value, findings: &mut Vec<Finding>) -> Resul
             ))
         }
     };
+    let egress_proxy = match s
+        .outbound_traffic_policy
+        .as_ref()
+        .and_then(|o| o.egress_proxy.as_ref())
+    {
+        None => None,
+        Some(d) => Some(egress_proxy(d, registry_only)?),
+    };
     let mut egress: Vec<m::EgressListener> = Vec::new();
     for (i, e) in s.egress.iter().enumerate() {
         let f = format!("spec.egress[{i}]");
@@ -2538,7 +2546,45 @@ fn sidecar(key: &ConfigKey, value: &Value, findings: &mut Vec<Finding>) -> Resul
         egress,
         registry_only,
         ingress,
+        egress_proxy,
     })])
+}
+
+/// A Sidecar's `outboundTrafficPolicy.egressProxy`, checked as Istio's validation checks it:
+/// only beside mode `ALLOW_ANY`, a fully qualified host (no wildcard), and a port.
+fn egress_proxy(d: &istio::Destination, registry_only: Option<bool>) -> Result<m::EgressProxy> {
+    const F: &str = "spec.outboundTrafficPolicy.egressProxy";
+    if registry_only != Some(false) {
+        return Err(Invalid::field(
+            F,
+            "an egress proxy is only valid with outboundTrafficPolicy.mode ALLOW_ANY",
+        ));
+    }
+    let host = d.host.trim();
+    let labels_ok = host.split('.').all(|l| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    });
+    if !host.contains('.') || !labels_ok {
+        return Err(Invalid::field(
+            format!("{F}.host"),
+            format!("{host:?} is not a fully qualified domain name"),
+        ));
+    }
+    let Some(number) = d.port.as_ref().and_then(|p| p.number) else {
+        return Err(Invalid::field(
+            format!("{F}.port"),
+            "an egress proxy needs a port number",
+        ));
+    };
+    Ok(m::EgressProxy {
+        host: host.to_ascii_lowercase(),
+        subset: d.subset.clone().filter(|s| !s.is_empty()),
+        port: port_u16(number, &format!("{F}.port.number"))?,
+    })
 }
 
 /// A Sidecar's `ingress[]`: ports to a `defaultEndpoint` on the workload, HTTP ones through
@@ -2667,21 +2713,6 @@ fn service_entry(
         .enumerate()
         .map(|(i, a)| cidr(a, &format!("spec.addresses[{i}]")))
         .collect::<Result<Vec<_>>>()?;
-    if addresses.is_empty() {
-        for (i, p) in ports.iter().enumerate() {
-            if p.protocol == m::Protocol::Tls {
-                findings.push(Finding::warning(
-                    format!("spec.ports[{i}]"),
-                    format!(
-                        "port {} is TLS and the entry has no addresses: sidecars would need \
-                         SNI to tell it apart, which meshflow does not generate yet, so its \
-                         connections pass through to their original destination",
-                        p.port
-                    ),
-                ));
-            }
-        }
-    }
     let exports = export_to(&s.export_to, "spec.exportTo")?;
     if resolution == m::Resolution::None && !s.endpoints.is_empty() {
         findings.push(Finding::warning(

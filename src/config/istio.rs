@@ -486,6 +486,7 @@ pub struct SidecarSpec {
 #[serde(rename_all = "camelCase", default)]
 pub struct OutboundTrafficPolicy {
     pub mode: Option<String>,
+    pub egress_proxy: Option<Destination>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -142,6 +142,7 @@ mod tests {
         let key = ConfigKey::new(Kind::Sidecar, "default", name);
         let record = Record::Sidecar(Sidecar {
             registry_only: None,
+            egress_proxy: None,
             ingress: Vec::new(),
             key: key.clone(),
             selector: Some([("app".to_string(), app.to_string())].into()),

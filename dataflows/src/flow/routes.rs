@@ -50,7 +50,7 @@ pub(super) fn ports<'s>(
             v.service,
             v.interception_none,
             v.proxyless,
-            v.spec.registry_only,
+            v.spec,
         )
         .into_iter()
         .map(|(port, allow_any, catch_all)| (port, allow_any, catch_all, v.service.clone()))
@@ -216,7 +216,7 @@ fn configs<'s>(rows: Rows<'s>, domain_suffix: &str) -> Coll<'s, (ScopeKey, Resou
                     RouteRow::Hash(h, hh) => {
                         hashing.insert(h.clone(), hh.clone());
                     }
-                    RouteRow::Exists { allow_any: a } => allow_any = *a,
+                    RouteRow::Exists { allow_any: a } => allow_any = a.clone(),
                     RouteRow::DefaultRetries(r) => retries = Some(r),
                     RouteRow::Vhost {
                         allow_any: a,
@@ -224,7 +224,7 @@ fn configs<'s>(rows: Rows<'s>, domain_suffix: &str) -> Coll<'s, (ScopeKey, Resou
                         vs,
                         ..
                     } => {
-                        allow_any = *a;
+                        allow_any = a.clone();
                         vhosts.push((service.clone(), vs.clone()));
                     }
                 }

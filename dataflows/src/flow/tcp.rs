@@ -25,15 +25,16 @@ enum PortRow {
     Tcp {
         addr: String,
         bind: bool,
-        registry_only: bool,
+        /// Where connections no service claims go.
+        fallback: String,
         service: Service,
         vs: Option<ResolvedVs>,
     },
 }
 
-type TcpRows<'s> = Coll<'s, ((ScopeKey, Hostname), (u16, String, bool, bool, Service))>;
+type TcpRows<'s> = Coll<'s, ((ScopeKey, Hostname), (u16, String, bool, String, Service))>;
 
-/// `((scope, host), (port, address, bind, registry_only, service))` for every TCP listener
+/// `((scope, host), (port, address, bind, fallback, service))` for every TCP listener
 /// a visible service joins, through the egress listener that made it visible.
 fn tcp_ports<'s>(
     visible: &Visible<'s>,
@@ -49,7 +50,10 @@ fn tcp_ports<'s>(
             v.proxyless,
         )
         .into_iter()
-        .map(|(port, addr, bind)| (port, addr, bind, v.spec.registry_only, v.service.clone()))
+        .map(|(port, addr, bind)| {
+            let fallback = v.spec.outbound_fallback();
+            (port, addr, bind, fallback, v.service.clone())
+        })
         .collect()
     })
 }
@@ -64,18 +68,16 @@ pub(super) fn sidecar<'s>(
 ) -> (Built<'s, ScopeKey>, Coll<'s, ConfigError>) {
     let tcp =
         super::virtual_services::with_mesh_vs(tcp_ports(visible, services, specs), mesh_vss, vss)
-            .map(
-                |((s, _), ((port, addr, bind, registry_only, service), vs))| {
-                    let row = PortRow::Tcp {
-                        addr,
-                        bind,
-                        registry_only,
-                        service,
-                        vs,
-                    };
-                    ((s, port), row)
-                },
-            );
+            .map(|((s, _), ((port, addr, bind, fallback, service), vs))| {
+                let row = PortRow::Tcp {
+                    addr,
+                    bind,
+                    fallback,
+                    service,
+                    vs,
+                };
+                ((s, port), row)
+            });
     let provenance = tcp.clone().flat_map(|((s, port), row)| {
         let PortRow::Tcp {
             addr, service, vs, ..
@@ -121,8 +123,8 @@ fn unreachable(svc: &Service, port: u16) -> ConfigError {
         message: format!(
             "{}: port {port} (TCP) cannot be told apart from another service on that port \
              where sidecars see both (it has no address of its own, an earlier service has \
-             its addresses, or a bound egress listener serves another); those sidecars do \
-             not route its connections",
+             its addresses or, for TLS, the name (SNI) of its host, or a bound egress \
+             listener serves another); those sidecars do not route its connections",
             svc.hostname
         ),
     }
@@ -139,19 +141,19 @@ fn port_listener(s: &ScopeKey, port: u16, vals: &[(&PortRow, isize)]) -> Sidecar
             PortRow::Tcp {
                 addr,
                 bind,
-                registry_only,
+                fallback,
                 service,
                 vs,
             } => {
-                how = Some((addr.as_str(), *bind, *registry_only));
+                how = Some((addr.as_str(), *bind, fallback.as_str()));
                 targets.push((service.clone(), vs.clone()));
             }
         }
     }
-    let tcp = how.map(|(addr, bind, registry_only)| TcpPort {
+    let tcp = how.map(|(addr, bind, fallback)| TcpPort {
         addr,
         bind,
-        registry_only,
+        fallback,
         targets: &targets,
     });
     assemble::sidecar_port_listener(s.source(), port, http, tcp)

@@ -310,14 +310,10 @@ pub fn ingress_listener(addr: &str, port: InboundPort) -> Resource {
 }
 
 /// `virtualOutbound` on 15001: captured outbound connections are handed to the listener for
-/// their original destination; the rest pass through, or with `registry_only` are dropped
-/// (`BlackHoleCluster`), as Istio's REGISTRY_ONLY does.
-pub fn virtual_outbound(registry_only: bool) -> Resource {
-    let catchall = if registry_only {
-        super::BLACKHOLE_CLUSTER
-    } else {
-        PASSTHROUGH_CLUSTER
-    };
+/// their original destination; the rest go to `catchall`: `PassthroughCluster`, the
+/// Sidecar's `egressProxy` cluster, or under REGISTRY_ONLY `BlackHoleCluster` (dropped), as
+/// Istio does.
+pub fn virtual_outbound(catchall: &str) -> Resource {
     let listener = Listener {
         name: "virtualOutbound".into(),
         address: Some(socket_address("0.0.0.0", 15001)),

@@ -2,7 +2,7 @@
 //! visible service, and gateway route configurations (`http.8080`) from the
 //! VirtualServices bound to the gateway.
 
-use super::{duration_ms, outbound_cluster_name, PASSTHROUGH_CLUSTER};
+use super::{duration_ms, outbound_cluster_name};
 use crate::model::{
     AbortStatus, Cors, DirectResponse, Fault, HashKey, Hashing, HeaderEdits, HttpMatch, HttpRoute,
     PerMillion, Redirect, ResolvedVs, Resource, ResourceType, Retries, RouteDestination, ScopeKey,
@@ -632,7 +632,8 @@ pub type SidecarVhost = (Service, Option<ResolvedVs>);
 
 /// The sidecar route configuration for `port`, with a virtual host per service (sorted by
 /// host so the encoding is canonical) and, on captured listeners, Istio's catch-all for
-/// hosts outside the registry: `allow_any` (passthrough) or `block_all` (502).
+/// hosts outside the registry: `allow_any` (passthrough, or the Sidecar's `egressProxy`) or
+/// `block_all` (502).
 pub fn sidecar_route_config(
     port: u16,
     scope: &ScopeKey,
@@ -670,10 +671,10 @@ pub fn sidecar_route_config(
     };
     match unknown {
         UnknownHosts::None => {}
-        UnknownHosts::AllowAny => virtual_hosts.push(catch_all(
+        UnknownHosts::AllowAny(cluster) => virtual_hosts.push(catch_all(
             "allow_any",
             Action::Route(RouteAction {
-                cluster_specifier: Some(ClusterSpecifier::Cluster(PASSTHROUGH_CLUSTER.into())),
+                cluster_specifier: Some(ClusterSpecifier::Cluster(cluster)),
                 timeout: Some(duration_ms(0)),
                 ..Default::default()
             }),

@@ -9,6 +9,9 @@
 //! which routes the same connections the same way. Where a port also carries HTTP services,
 //! their connection manager is the chain without a match. A TLS service's `tls[]` routes add
 //! chains matched by SNI name on the same addresses ([`sni_chains`]), with the TLS inspector.
+//! A TLS service without an address of its own (a ServiceEntry without `addresses`, a
+//! headless Service) is told apart by name alone, as Istio does: chains matched by its
+//! `tls[]` routes' names and by its own host name, on any address.
 
 use super::listener::{bind_flag, http_chain, listener_name, tcp_to, tls_inspector_filter};
 use super::{outbound_cluster_name, socket_address};
@@ -26,7 +29,7 @@ use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
 use envoy_types::pb::google::protobuf::UInt32Value;
 use envoy_types::util::pack_any;
 use prost::Message;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Where a set of connections goes: `(cluster, weight)`, weights 0 left out.
 pub type Destinations = Vec<(String, u32)>;
@@ -199,8 +202,8 @@ fn chain(name: String, ranges: &[String], names: Vec<String>, dests: &Destinatio
 /// another already does).
 struct Chains {
     chains: Vec<FilterChain>,
-    /// `(CIDR, SNI name)` taken; `""` for no name.
-    taken: BTreeSet<(String, String)>,
+    /// `(CIDR, SNI name)` taken (`""` for no name), with where its chain sends connections.
+    taken: BTreeMap<(String, String), Destinations>,
     no_match_taken: bool,
     /// Some chain matches SNI names: the listener needs the TLS inspector.
     sni: bool,
@@ -210,7 +213,7 @@ impl Chains {
     fn new(no_match_taken: bool) -> Chains {
         Chains {
             chains: Vec::new(),
-            taken: BTreeSet::new(),
+            taken: BTreeMap::new(),
             no_match_taken,
             sni: false,
         }
@@ -228,7 +231,7 @@ impl Chains {
         }
         let ranges: Vec<String> = ranges
             .into_iter()
-            .filter(|r| self.taken.insert((r.clone(), String::new())))
+            .filter(|r| self.claim(r, "", dests))
             .collect();
         if ranges.is_empty() {
             return false;
@@ -256,7 +259,7 @@ impl Chains {
         }
         let left: Vec<String> = names
             .iter()
-            .filter(|n| self.taken.insert((range.to_string(), (*n).clone())))
+            .filter(|n| self.claim(range, n, dests))
             .cloned()
             .collect();
         if left.is_empty() {
@@ -265,6 +268,21 @@ impl Chains {
         self.sni = true;
         self.chains.push(chain(name, &ranges, left, dests));
         true
+    }
+
+    /// Takes `(range, name)` for `dests`; false if a chain already has it.
+    fn claim(&mut self, range: &str, name: &str, dests: &Destinations) -> bool {
+        let key = (range.to_string(), name.to_string());
+        if self.taken.contains_key(&key) {
+            return false;
+        }
+        self.taken.insert(key, dests.clone());
+        true
+    }
+
+    /// Where the chain holding SNI `name` on `range` sends connections, if one does.
+    fn holder(&self, range: &str, name: &str) -> Option<&Destinations> {
+        self.taken.get(&(range.to_string(), name.to_string()))
     }
 }
 
@@ -340,36 +358,54 @@ pub struct OutboundPort<'a> {
     pub source: Source<'a>,
 }
 
+/// Whether a TLS service on `p`'s port is told apart by the name its clients send (SNI),
+/// as Istio tells it: on a listener for any address (`0.0.0.0`, `::`), a service without an
+/// address of its own, or any service where the listener is bound itself (no address
+/// tells services apart there). A listener bound to one address serves its first service
+/// instead, as for TCP.
+fn by_name(p: &OutboundPort, svc: &Service) -> bool {
+    let wildcard = matches!(p.addr, "0.0.0.0" | "::" | "[::]");
+    wildcard
+        && (p.bind || svc.addresses.is_empty())
+        && svc
+            .ports
+            .iter()
+            .any(|sp| sp.port == p.port && sp.protocol == Protocol::Tls)
+}
+
 /// A sidecar's outbound listener for TCP services `targets` (sorted by host here). On a
 /// captured listener each service's default chain matches its addresses; a service without
 /// any takes the chain without a match, unless HTTP services or an earlier such service
-/// have it (Istio drops a TCP listener that conflicts with HTTP on the port alike). A bound
-/// listener serves the first service only: nothing tells its connections apart.
+/// have it (Istio drops a TCP listener that conflicts with HTTP on the port alike). A TLS
+/// service told apart by name ([`by_name`]) gets chains matched by SNI: its `tls[]` routes'
+/// names, then its own host name (a wildcard host as Envoy's wildcard name). A bound
+/// listener serves the first other service only: nothing tells their connections apart.
 ///
-/// Also the services the listener cannot reach at all (none of their chains is left): the
-/// caller reports them, as nothing of a service may vanish without a word.
+/// Also the services the listener cannot reach at all (none of their chains is left, or
+/// their host name is held by an earlier service's chain): the caller reports them, as
+/// nothing of a service may vanish without a word.
 pub fn sidecar_listener(p: &OutboundPort, targets: &[TcpTarget]) -> SidecarListener {
     let name = listener_name(p.addr, p.port);
     let mut sorted: Vec<&TcpTarget> = targets.iter().collect();
     sorted.sort_by(|a, b| a.0.hostname.cmp(&b.0.hostname));
     let mut unreachable = Vec::new();
     if p.bind {
-        unreachable.extend(sorted.drain(1.min(sorted.len())..).map(|t| t.0.clone()));
+        let mut first = true;
+        sorted.retain(|t| {
+            if by_name(p, &t.0) {
+                return true;
+            }
+            let keep = std::mem::replace(&mut first, false);
+            if !keep {
+                unreachable.push(t.0.clone());
+            }
+            keep
+        });
     }
     let mut built = Chains::new(p.http);
     let mesh = [super::route::MESH.to_string()];
     for (svc, vs) in sorted {
-        // A TLS port without an address would need SNI to be told apart: its connections
-        // keep passing through to their original destination, as before TCP listeners.
-        let sni_only = !p.bind
-            && svc.addresses.is_empty()
-            && svc
-                .ports
-                .iter()
-                .any(|sp| sp.port == p.port && sp.protocol == Protocol::Tls);
-        if sni_only {
-            continue;
-        }
+        let named = by_name(p, svc);
         let fallback = outbound_cluster_name(p.port, None, &svc.hostname);
         let vss: Vec<(&ResolvedVs, &[String])> = vs.iter().map(|v| (v, mesh.as_slice())).collect();
         // On a captured listener a chain is for this service's connections only: its
@@ -401,7 +437,11 @@ pub fn sidecar_listener(p: &OutboundPort, targets: &[TcpTarget]) -> SidecarListe
                 .collect(),
             _ => Vec::new(),
         };
-        let reached = add_service_chains(&mut built, svc, p.port, &tcp_list, &sni_list);
+        let reached = if named {
+            add_named_service_chains(&mut built, svc, p.port, &tcp_list, &sni_list)
+        } else {
+            add_service_chains(&mut built, svc, p.port, &tcp_list, &sni_list)
+        };
         if !reached {
             unreachable.push(svc.clone());
         }
@@ -510,6 +550,74 @@ fn add_service_chains(
         }
     }
     reached
+}
+
+/// Adds the chains of a TLS service told apart by name ([`by_name`]): its SNI chains
+/// (`sni`; a match for any name is for the service's own names), then its TCP chains
+/// (`tcp`: where the service's own names go) matched by its host name. Each goes on every
+/// range of the service's chains its own ranges cover (`""`: any address), since Envoy picks
+/// the most specific address before it looks at names. A connection whose name none of
+/// these claims takes the listener's chain without a name, as before. Whether the service
+/// is reached: its host names, on any address, go where its own chains send them (an
+/// earlier service's chain may hold a name first: then it is not).
+fn add_named_service_chains(
+    built: &mut Chains,
+    svc: &Service,
+    port: u16,
+    tcp: &[(usize, TcpChain)],
+    sni: &[SniChain],
+) -> bool {
+    let own_names = super::gateway_tls::server_names(std::slice::from_ref(&svc.hostname));
+    // (chain name, SNI names, ranges, destinations), in precedence order.
+    let mut list: Vec<(String, &[String], &[String], &Destinations)> = Vec::new();
+    for (i, (names, ranges, dests)) in sni.iter().enumerate() {
+        let names = if names.is_empty() { &own_names } else { names };
+        list.push((
+            format!("{}:{port}#tls{i}", svc.hostname),
+            names,
+            ranges,
+            dests,
+        ));
+    }
+    for (i, (ranges, dests)) in tcp {
+        list.push((
+            format!("{}:{port}#{i}", svc.hostname),
+            &own_names,
+            ranges,
+            dests,
+        ));
+    }
+    let mut all = vec![String::new()];
+    for (_, _, ranges, _) in &list {
+        for r in ranges.iter() {
+            if !all.contains(r) {
+                all.push(r.clone());
+            }
+        }
+    }
+    let mut added = false;
+    for (name, names, ranges, dests) in &list {
+        let own: Vec<&str> = if ranges.is_empty() {
+            vec![""]
+        } else {
+            ranges.iter().map(String::as_str).collect()
+        };
+        let mine = all.iter().filter(|r| own.iter().any(|o| covers(o, r)));
+        for (j, r) in mine.enumerate() {
+            added |= built.add_sni(format!("{name}.{j}"), r, names, dests);
+        }
+    }
+    if own_names.is_empty() {
+        // A host of any name (`*`): its chain is the one without a name.
+        return added;
+    }
+    own_names.iter().all(|h| {
+        let wanted = list
+            .iter()
+            .find(|(_, names, ranges, _)| ranges.is_empty() && names.contains(h))
+            .map(|(_, _, _, dests)| *dests);
+        wanted.is_some() && built.holder("", h) == wanted
+    })
 }
 
 /// A sidecar port's listener, and the TCP services it cannot reach.
