@@ -146,7 +146,7 @@ impl MeshSettings {
     pub fn failover_priority_keys(&self) -> Vec<String> {
         self.locality_lb
             .as_ref()
-            .map(|l| failover_priority_keys(l))
+            .map(failover_priority_keys)
             .unwrap_or_default()
     }
 
