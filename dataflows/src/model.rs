@@ -1011,18 +1011,14 @@ pub fn priority_label_value<'a>(key: &str, labels: &'a Labels, locality: &'a str
         .unwrap_or_default()
 }
 
-/// The keys of a setting's `failoverPriority` entries that read the client's value, and
-/// "" (no label's key) for any non-empty list: proxies are told apart by whether they have
-/// labels at all even where every entry fixes its value.
+/// The keys of a setting's `failoverPriority` entries that read the client's value.
 pub fn failover_priority_keys(l: &LocalityLbSetting) -> Vec<String> {
-    let read = l
-        .failover_priority
+    l.failover_priority
         .iter()
         .map(|e| priority_entry(e))
         .filter(|(_, fixed)| fixed.is_none())
-        .map(|(k, _)| k.to_string());
-    let any = (!l.failover_priority.is_empty()).then(String::new);
-    any.into_iter().chain(read).collect()
+        .map(|(k, _)| k.to_string())
+        .collect()
 }
 
 /// The key of a `failoverPriority` entry, and the value it fixes (`key=value`), if any.
@@ -1092,8 +1088,8 @@ pub struct EdsSel {
 }
 
 /// The clients one assignment is built for: those in `locality` ("" unknown or unused)
-/// and, under `failoverPriority`, with these values of the labels it reads (`None`: a
-/// client without any label, for which Istio applies no label priorities).
+/// and, under `failoverPriority`, with these values of the labels it reads (`None`: no
+/// `failoverPriority` applies).
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct ClientClass {
     pub locality: String,
@@ -1110,12 +1106,14 @@ impl EdsSel {
         };
         let keys = mode.client_label_keys();
         let labels = match mode {
-            LocalityMode::Prioritized { .. } => s.priority_labels().map(|all| {
-                all.iter()
+            LocalityMode::Prioritized { .. } => Some(
+                s.priority_labels()
+                    .unwrap_or_default()
+                    .iter()
                     .filter(|(k, _)| keys.contains(&k.as_str()))
                     .cloned()
-                    .collect()
-            }),
+                    .collect(),
+            ),
             _ => None,
         };
         ClientClass {
@@ -1984,7 +1982,7 @@ pub enum ScopeKey {
         #[serde(default)]
         locality: Option<String>,
         /// The proxies' values of the labels some `failoverPriority` reads (see
-        /// [`ScopeKey::with_priority_labels`]); `None`: none read, or proxies without labels.
+        /// [`ScopeKey::with_priority_labels`]); `None`: none read.
         #[serde(default)]
         priority_labels: Option<Vec<(String, String)>>,
     },

@@ -196,7 +196,7 @@ impl<'a> View<'a> {
         if self.by_locality && !p.locality.is_empty() {
             s = s.with_locality(p.locality.clone());
         }
-        if !self.priority_keys.is_empty() && (!p.labels.is_empty() || !p.locality.is_empty()) {
+        if !self.priority_keys.is_empty() {
             let values = self.priority_keys.iter().map(|k| {
                 let v = priority_label_value(k, &p.labels, &p.locality);
                 (k.clone(), v.to_string())

@@ -1832,8 +1832,8 @@ fn ranked_groups(cla: &ClusterLoadAssignment) -> Vec<(String, u32, usize)> {
 /// `failoverPriority` as Istio applies it, per client: an endpoint's priority comes from
 /// how many of the listed labels, in order, it shares with the client proxy (a topology
 /// label from each side's locality), renumbered without gaps; proxies with the same values
-/// share one assignment; a proxy with neither labels nor a locality gets no label
-/// priorities; clusters without the rule stay shared; an endpoint change reaches exactly
+/// share one assignment; a proxy with neither labels nor a locality compares "" for each
+/// (as Istio's proxies always carry some label, it ranks them too); clusters without the rule stay shared; an endpoint change reaches exactly
 /// the assignments that hold it; removing the list ends the split.
 #[test]
 fn failover_priority_ranks_endpoints_by_the_labels_they_share_with_each_client() {
@@ -1887,7 +1887,7 @@ fn failover_priority_ranks_endpoints_by_the_labels_they_share_with_each_client()
         ranked_groups(&m.cla(&c, &reviews)),
         vec![g("r1/z1/", 0, 1), g("r1/z1/", 1, 1), g("r1/z2/", 1, 1)]
     );
-    // No labels and no locality: no label priorities.
+    // No labels and no locality: "" shares the tier with no endpoint, one rank for all.
     assert_eq!(
         ranked_groups(&m.cla(&d, &reviews)),
         vec![g("r1/z1/", 0, 2), g("r1/z2/", 0, 1)]

@@ -42,9 +42,8 @@ pub(super) fn of_proxies<'s>(
 }
 
 /// `(proxy, values)`: each proxy's values (sorted by key) of the labels some
-/// `failoverPriority` reads (of a DestinationRule, or the mesh config's), for the proxies
-/// with a label or a locality (Istio applies no label priorities to a client without
-/// either). While no list reads a label, no proxy is split by one.
+/// `failoverPriority` reads (of a DestinationRule, or the mesh config's). While no list
+/// reads a label, no proxy is split by one.
 fn priority_values<'s>(
     mesh: &Mesh<'s>,
     proxies: &Coll<'s, (ProxyId, Proxy)>,
@@ -58,7 +57,6 @@ fn priority_values<'s>(
         .map(|k| ((), k));
     proxies
         .clone()
-        .filter(|(_, p)| !p.labels.is_empty() || !p.locality.is_empty())
         .map(|(id, p)| ((), (id, p)))
         .join_map(keys, |_, (id, p), key| {
             let value = priority_label_value(key, &p.labels, &p.locality);

@@ -32,9 +32,11 @@ pub fn load_assignment_for<'a>(
     locality: Option<(&LocalityMode, &ClientClass)>,
 ) -> Resource {
     // Under `failoverPriority`, each endpoint's rank by the labels it shares with the
-    // client (none for a client without labels, as in Istio).
+    // client.
     let ranked = locality.and_then(|(mode, client)| match mode {
-        LocalityMode::Prioritized { labels, .. } => client.labels.as_deref().map(|v| (labels, v)),
+        LocalityMode::Prioritized { labels, .. } => {
+            Some((labels, client.labels.as_deref().unwrap_or_default()))
+        }
         _ => None,
     });
     let addrs = endpoints
@@ -415,13 +417,15 @@ mod tests {
                 ("r1/z2/".into(), 1, 2, 2),
             ]
         );
-        // A client without labels gets no label priorities (as in Istio).
+        // A client without labels (or locality) has "" for each label it reads: the fixed
+        // tier still ranks endpoints, its app and zone match no endpoint here.
         let bare = ClientClass {
-            locality: "r1/z1".into(),
-            labels: None,
+            locality: String::new(),
+            labels: Some(Vec::new()),
         };
         let cla = decoded(&load_assignment_for("c", &eps, Some((&mode, &bare))));
-        assert!(cla.endpoints.iter().all(|g| g.priority == 0), "{cla:?}");
+        let prios: Vec<u32> = shape(&cla).iter().map(|g| g.1).collect();
+        assert_eq!(prios, vec![0, 1, 0], "{cla:?}");
         // With failover entries, locality ranks come on top of the label ranks.
         let both = LocalityMode::Prioritized {
             labels: vec!["app".into()],
