@@ -92,6 +92,28 @@ spec:
     );
 }
 
+/// A client sidecar `pod` at `ip(host)` labelled `app: client`, live and holding `listener`.
+fn client_sidecar(
+    envoy_bin: &Path,
+    dir: &TestDir,
+    meshflow: &Meshflow,
+    pod: &str,
+    host: u8,
+    listener: &str,
+) -> Envoy {
+    let node = ProxyNode::sidecar(pod, "default", &ip(host), &[("app", "client")]);
+    let sidecar = Envoy::start(
+        envoy_bin,
+        dir.path(),
+        &node,
+        meshflow.xds_addr(),
+        XdsMode::Delta,
+    );
+    sidecar.wait_live(STARTUP_TIMEOUT);
+    sidecar.await_listener(listener);
+    sidecar
+}
+
 /// `n` TLS connections to `addr` with SNI `sni`, tallied by the backend that answered (its
 /// body), or by the failure.
 fn sni_tally(addr: SocketAddr, sni: &str, n: usize) -> HashMap<String, usize> {
@@ -127,16 +149,14 @@ fn sidecar_routes_tls_connections_by_sni() {
     write_routes(&config, "v1", "v2");
     let meshflow = Meshflow::start(&config, dir.path());
 
-    let node = ProxyNode::sidecar("client-abc", "default", &ip(20), &[("app", "client")]);
-    let sidecar = Envoy::start(
+    let sidecar = client_sidecar(
         &envoy_bin,
-        dir.path(),
-        &node,
-        meshflow.xds_addr(),
-        XdsMode::Delta,
+        &dir,
+        &meshflow,
+        "client-abc",
+        20,
+        &format!("127.0.0.1_{port}"),
     );
-    sidecar.wait_live(STARTUP_TIMEOUT);
-    sidecar.await_listener(&format!("127.0.0.1_{port}"));
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let (v1, v2) = ("api-v1", "api-v2");
     let converge = |what: &str, sni: &str, accept: &dyn Fn(&HashMap<String, usize>) -> bool| {
@@ -252,16 +272,14 @@ fn sidecar_tells_tls_services_without_addresses_apart_by_sni() {
     write_nameless_entries(&config, port, backend_port);
     let meshflow = Meshflow::start(&config, dir.path());
 
-    let node = ProxyNode::sidecar("client-def", "default", &ip(40), &[("app", "client")]);
-    let sidecar = Envoy::start(
+    let sidecar = client_sidecar(
         &envoy_bin,
-        dir.path(),
-        &node,
-        meshflow.xds_addr(),
-        XdsMode::Delta,
+        &dir,
+        &meshflow,
+        "client-def",
+        40,
+        &format!("0.0.0.0_{port}"),
     );
-    sidecar.wait_live(STARTUP_TIMEOUT);
-    sidecar.await_listener(&format!("0.0.0.0_{port}"));
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let (a, b) = ("entry-a", "entry-b");
     let converge = |what: &str, sni: &str, accept: &dyn Fn(&HashMap<String, usize>) -> bool| {
