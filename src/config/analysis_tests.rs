@@ -635,6 +635,29 @@ fn sidecar_egress_proxy_is_read_and_checked_as_istio_checks_it() {
         let e = parse_document(&sc(policy), &MeshConfig::default()).unwrap_err();
         assert_eq!(e.field, field, "{policy}: {e}");
     }
+    // A host the Sidecar's egress imports: nothing said; one it cannot: said (its cluster
+    // is never generated, so that traffic fails).
+    let with_egress = |hosts: &str| {
+        format!(
+            "{}  egress:\n  - hosts: {hosts}\n",
+            sc("{mode: ALLOW_ANY, egressProxy: {host: egress.example.com, port: {number: 443}}}")
+        )
+    };
+    for hosts in [
+        "['./*']",
+        "['istio-system/egress.example.com']",
+        "['*/*.example.com']",
+    ] {
+        let p = parse(&with_egress(hosts));
+        assert!(p.findings.is_empty(), "{hosts}: {:?}", p.findings);
+    }
+    let p = parse(&with_egress(
+        "['./*.internal', 'istio-system/other.example.com']",
+    ));
+    assert_eq!(
+        fields(&p, Level::Warning),
+        vec!["spec.outboundTrafficPolicy.egressProxy.host"]
+    );
 }
 
 #[test]

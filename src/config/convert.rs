@@ -2540,6 +2540,26 @@ fn sidecar(key: &ConfigKey, value: &Value, findings: &mut Vec<Finding>) -> Resul
         .map(|w| w.labels)
         .filter(|l| !l.is_empty());
     let ingress = sidecar_ingress(&s.ingress, findings)?;
+    // The egress proxy's cluster exists only where the Sidecar imports its host: a host no
+    // egress listener's `hosts` can name (in any namespace) leaves what would pass through
+    // with no cluster to go to.
+    if let Some(p) = &egress_proxy {
+        let imported = egress.is_empty()
+            || egress.iter().flat_map(|e| &e.hosts).any(|h| {
+                let name = h.split_once('/').map_or(h.as_str(), |(_, n)| n);
+                dataflows::rules::host_matches(name, &p.host)
+            });
+        if !imported {
+            findings.push(Finding::warning(
+                "spec.outboundTrafficPolicy.egressProxy.host",
+                format!(
+                    "{} is not among the hosts this Sidecar's egress imports: its cluster is \
+                     not generated, so traffic that would pass through fails instead",
+                    p.host
+                ),
+            ));
+        }
+    }
     Ok(vec![Record::Sidecar(m::Sidecar {
         key: key.clone(),
         selector,
