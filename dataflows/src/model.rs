@@ -1013,12 +1013,18 @@ pub fn priority_label_value<'a>(key: &str, labels: &'a Labels, locality: &'a str
 
 /// The keys of a setting's `failoverPriority` entries that read the client's value.
 pub fn failover_priority_keys(l: &LocalityLbSetting) -> Vec<String> {
-    l.failover_priority
+    read_keys(&l.failover_priority)
+        .map(str::to_string)
+        .collect()
+}
+
+/// The keys of `failoverPriority` entries that read the client's value (not `key=value`).
+fn read_keys(entries: &[String]) -> impl Iterator<Item = &str> {
+    entries
         .iter()
         .map(|e| priority_entry(e))
         .filter(|(_, fixed)| fixed.is_none())
-        .map(|(k, _)| k.to_string())
-        .collect()
+        .map(|(k, _)| k)
 }
 
 /// The key of a `failoverPriority` entry, and the value it fixes (`key=value`), if any.
@@ -1057,12 +1063,7 @@ impl LocalityMode {
     /// The label keys whose client values this mode reads (`key=value` entries fix theirs).
     pub fn client_label_keys(&self) -> Vec<&str> {
         match self {
-            LocalityMode::Prioritized { labels, .. } => labels
-                .iter()
-                .map(|l| priority_entry(l))
-                .filter(|(_, fixed)| fixed.is_none())
-                .map(|(k, _)| k)
-                .collect(),
+            LocalityMode::Prioritized { labels, .. } => read_keys(labels).collect(),
             _ => Vec::new(),
         }
     }
