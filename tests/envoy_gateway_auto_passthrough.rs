@@ -47,11 +47,22 @@ kind: ServiceEntry
 metadata: {{name: api, namespace: default}}
 spec:
   hosts: [api.internal]
+  location: MESH_INTERNAL
   ports: [{{number: 443, name: tls, protocol: TLS, targetPort: {backend_port}}}]
   resolution: STATIC
   endpoints:
   - {{address: {v1}, labels: {{version: v1}}}}
   - {{address: {v2}, labels: {{version: v2}}}}
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {{name: partner, namespace: default}}
+spec:
+  hosts: [partner.internal]
+  ports: [{{number: 443, name: tls, protocol: TLS, targetPort: {backend_port}}}]
+  resolution: STATIC
+  endpoints:
+  - {{address: {v1}}}
 ---
 apiVersion: networking.istio.io/v1
 kind: DestinationRule
@@ -86,7 +97,10 @@ fn sni_tally(addr: SocketAddr, sni: &str, n: usize) -> HashMap<String, usize> {
 
 /// Proves that an `AUTO_PASSTHROUGH` server routes by the cluster named in the SNI: a
 /// subset's name reaches only that subset's backend, the service's own (`_` subset) both,
-/// and a name that is no cluster of the gateway is refused; with no update rejected.
+/// and a name that is no cluster of the gateway is refused — nor is a service outside the
+/// mesh (`partner.internal`, a ServiceEntry of Istio's default location MESH_EXTERNAL, whose
+/// backend answers: the gateway has its cluster but no chain for it, as Istio's has none);
+/// with no update rejected.
 #[test]
 fn auto_passthrough_routes_by_the_cluster_in_the_sni() {
     let envoy_bin = require_envoy!();
@@ -143,6 +157,16 @@ fn auto_passthrough_routes_by_the_cluster_in_the_sni() {
     assert!(only(&got, "error"), "{got:?}");
     let got = sni_tally(addr, "api.internal", 5);
     assert!(only(&got, "error"), "{got:?}");
+    let got = sni_tally(addr, "outbound_.443_._.partner.internal", 5);
+    assert!(only(&got, "error"), "{got:?}");
+    assert!(
+        router
+            .cluster_names()
+            .iter()
+            .any(|c| c == "outbound|443||partner.internal"),
+        "the gateway holds the external service's cluster: {}",
+        router.summary()
+    );
 
     assert_eq!(router.rejected_updates(), 0, "{}", router.summary());
 }

@@ -165,7 +165,9 @@ const TRANSLATED: &[&str] = &[
     "spec.endpoints[].weight",
     "spec.endpoints[].locality",
     "spec.endpoints[].serviceAccount",
+    "spec.endpoints[].network",
     "spec.subjectAltNames",
+    "spec.location",
     // Sidecar
     "spec.workloadSelector.labels",
     "spec.ingress[].port.number",
@@ -191,6 +193,7 @@ const TRANSLATED: &[&str] = &[
     "spec.weight",
     "spec.locality",
     "spec.serviceAccount",
+    "spec.network",
 ];
 
 /// Every leaf of `v` below `path`, indices as `[]`.

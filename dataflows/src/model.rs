@@ -407,6 +407,11 @@ pub struct Service {
     /// service's endpoints (their service accounts) before it builds clusters.
     #[serde(default)]
     pub subject_alt_names: Vec<String>,
+    /// Outside the mesh: a ServiceEntry of `location: MESH_EXTERNAL` (Istio's default), a
+    /// Kubernetes `ExternalName` Service. An AUTO_PASSTHROUGH gateway server takes no such
+    /// service's clusters, as Istio's does.
+    #[serde(default)]
+    pub mesh_external: bool,
 }
 
 /// One endpoint of a DNS ServiceEntry: a host name (or IP) Envoy resolves, and the port it
@@ -998,6 +1003,11 @@ pub const TOPOLOGY_LABELS: [(&str, usize); 3] = [
     ("topology.istio.io/subzone", 2),
 ];
 
+/// The label Istio gives a workload (and a proxy) its network: a WorkloadEntry's or
+/// ServiceEntry endpoint's `network`, a proxy's `NETWORK` metadata, where the workload has
+/// no such label of its own.
+pub const NETWORK_LABEL: &str = "topology.istio.io/network";
+
 /// The value of label `key` for a workload with `labels` in `locality`: a topology label
 /// is the locality's part where the locality has it (Istio's `AugmentLabels` overrides
 /// the workload's own), any other label the workload's; "" when absent.
@@ -1086,6 +1096,21 @@ impl LocalityMode {
 pub struct EdsSel {
     pub labels: Labels,
     pub locality: Option<Box<LocalityMode>>,
+    /// A DNS cluster's own hosts where locality load balancing applies to them: such a
+    /// cluster carries its assignment inline, so the cluster itself is built per client
+    /// class from these (`translate::cluster::localized_dns`). `None` for an EDS cluster.
+    #[serde(default)]
+    pub inline_hosts: Option<Vec<InlineHost>>,
+}
+
+/// One host of a DNS cluster's inline assignment, with what locality load balancing reads.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct InlineHost {
+    pub locality: String,
+    pub labels: Labels,
+    pub address: String,
+    pub port: u16,
+    pub weight: u32,
 }
 
 /// The clients one assignment is built for: those in `locality` ("" unknown or unused)

@@ -597,7 +597,14 @@ fn clusters_of(
             &ClusterDefaults::of(&v.mesh),
             client,
         ) {
-            list.push((res, labels));
+            match labels {
+                // A DNS cluster balanced by locality: built for this scope's clients.
+                Some(sel) if sel.inline_hosts.is_some() => list.push((
+                    cluster::localized_dns(&res, &sel, &sel.client_class(s)),
+                    None,
+                )),
+                labels => list.push((res, labels)),
+            }
         }
         if let (None, Some(dr), false) = (only, dr, s.is_proxyless()) {
             list.extend(client.resources(dr).into_iter().map(|(r, _)| (r, None)));
@@ -909,9 +916,15 @@ fn router(
         .copied()
         .filter(|s| s.key.namespace == namespace)
         .collect();
+    // AUTO_PASSTHROUGH serves no service outside the mesh.
     let clusters: Vec<String> = clusters
         .iter()
         .filter(|c| c.starts_with("outbound|"))
+        .filter(|c| {
+            v.services
+                .get(crate::translate::outbound_cluster_host(c))
+                .is_none_or(|svc| !svc.mesh_external)
+        })
         .cloned()
         .collect();
     assemble::router_resources(

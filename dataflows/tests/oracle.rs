@@ -244,6 +244,8 @@ fn random_record(rng: &mut StdRng, extra: &mut StdRng, slot: usize) -> Record {
     };
     match rng.random_range(0..9) {
         0 => Record::Service(Service {
+            // Outside the mesh: AUTO_PASSTHROUGH gateways take no cluster of it.
+            mesh_external: rng.random_bool(0.2),
             hostname: host(&svc_name, ns),
             origin: ConfigKey::new(Kind::Service, ns, &svc_name),
             ports: ports(rng),

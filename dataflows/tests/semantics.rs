@@ -210,6 +210,7 @@ fn visible(clusters: &BTreeSet<String>) -> BTreeSet<String> {
 
 fn service(name: &str, ns: &str) -> Record {
     Record::Service(Service {
+        mesh_external: false,
         subject_alt_names: Vec::new(),
         hostname: host(name, ns),
         origin: ConfigKey::new(Kind::Service, ns, name),
@@ -802,6 +803,7 @@ fn service_entry_selector_takes_workloads_with_their_placement() {
     let vm = "vm.example.com".to_string();
     let client = sidecar_proxy("a", "default", "10.1.0.1", &[("app", "a")]);
     let entry = Record::Service(Service {
+        mesh_external: false,
         subject_alt_names: Vec::new(),
         hostname: vm.clone(),
         origin: ConfigKey::new(Kind::ServiceEntry, "default", "vm"),
@@ -2053,8 +2055,8 @@ fn terminating_tls_server_routes_decrypted_stream_by_tcp_routes() {
 }
 
 /// Proves that an AUTO_PASSTHROUGH server has a chain per outbound cluster of the gateway's
-/// scope whose host its hosts match, matched on Istio's SNI for it and passing to it, and
-/// that a new subset adds its chain incrementally (the dataflow's result is the naive
+/// scope whose host its hosts match (services inside the mesh only), matched on Istio's SNI
+/// for it and passing to it, and that a new subset adds its chain incrementally (the dataflow's result is the naive
 /// recompute's, which the oracle checks on random inputs).
 #[test]
 fn auto_passthrough_server_has_a_chain_per_cluster_by_its_sni() {
@@ -2130,12 +2132,37 @@ fn auto_passthrough_server_has_a_chain_per_cluster_by_its_sni() {
         "{got:?}"
     );
     assert_eq!(got.len(), 2, "{got:?}");
+
+    // A service outside the mesh (a ServiceEntry's default location) gets no chain, though
+    // the server's hosts match it; moved inside the mesh, it gets its chain.
+    let partner = |external: bool| {
+        let Record::Service(mut svc) = service("partner", "default") else {
+            unreachable!()
+        };
+        svc.mesh_external = external;
+        Record::Service(svc)
+    };
+    m.insert(vec![partner(true)]);
+    let got = chains(&m);
+    assert_eq!(
+        got.len(),
+        2,
+        "no chain for a service outside the mesh: {got:?}"
+    );
+    m.replace(partner(true), partner(false));
+    let got = chains(&m);
+    assert_eq!(
+        got.get(&format!("outbound_.9080_._.{}", host("partner", "default"))),
+        Some(&outbound(9080, "", "partner", "default")),
+        "{got:?}"
+    );
 }
 
 /// A ServiceEntry `name` (namespace `default`) for `host` with TLS port 443 and no
-/// addresses.
+/// addresses, of Istio's default location (outside the mesh).
 fn tls_entry(name: &str, host: &str, resolution: Resolution) -> Record {
     Record::Service(Service {
+        mesh_external: true,
         subject_alt_names: Vec::new(),
         hostname: host.to_string(),
         origin: ConfigKey::new(Kind::ServiceEntry, "default", name),

@@ -756,12 +756,9 @@ fn service_entry_dns_endpoints_are_resolved_in_place_of_the_hosts() {
         ]
     );
     assert_eq!(svc.dns_endpoints[0].placement.locality, "us");
-    // Its locality groups the host, but no locality load balancing applies to it: said.
-    let warned = fields(&p, Level::Warning);
-    assert!(
-        warned.iter().any(|f| *f == "spec.endpoints[0].locality"),
-        "{warned:?}"
-    );
+    // Its locality is translated (locality load balancing of the DNS cluster's hosts), not
+    // reported.
+    assert!(fields(&p, Level::Warning).is_empty(), "{:?}", p.findings);
     let rr = doc.replace("resolution: DNS\n", "resolution: DNS_ROUND_ROBIN\n");
     let err = parse_document(&rr, &MeshConfig::default()).unwrap_err();
     assert!(format!("{err:?}").contains("spec.endpoints"), "{err:?}");
@@ -827,13 +824,18 @@ fn service_entry_workload_selector_selects_and_excludes_endpoints() {
 }
 
 #[test]
-fn workload_entry_ports_weight_and_locality_are_read() {
+fn workload_entry_ports_weight_locality_and_network_are_read() {
     let doc = "apiVersion: networking.istio.io/v1\nkind: WorkloadEntry\nmetadata: {name: vm1, namespace: ns}\nspec:\n  address: 10.0.0.9\n  ports: {http: 9090}\n  labels: {app: vm}\n  weight: 5\n  locality: r1/z1/s1\n  network: n1\n  serviceAccount: sa\n";
     let p = parse(doc);
-    assert_eq!(fields(&p, Level::Warning), vec!["spec.network"]);
+    assert!(fields(&p, Level::Warning).is_empty(), "{:?}", p.findings);
     let Record::Workload(w) = &p.records[0] else {
         panic!("{:?}", p.records)
     };
+    assert_eq!(
+        w.labels.get(dataflows::model::NETWORK_LABEL).map(String::as_str),
+        Some("n1"),
+        "the network is a label"
+    );
     assert_eq!(w.ports.get("http"), Some(&9090));
     assert_eq!(w.placement.weight, Some(5));
     assert_eq!(w.placement.locality, "r1/z1/s1");
@@ -1244,4 +1246,71 @@ fn gateway_auto_passthrough_is_read_and_namespaced_hosts_fail_closed() {
         assert!(g.servers.is_empty(), "{server}");
         assert_eq!(fields(&p, Level::Error), vec![field], "{server}");
     }
+}
+
+#[test]
+fn service_entry_location_marks_services_outside_the_mesh() {
+    let entry = |location: &str| {
+        format!("apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {{name: se, namespace: ns}}\nspec:\n  hosts: [a.example.com]\n{location}  ports: [{{number: 443, name: tls, protocol: TLS}}]\n  resolution: DNS\n")
+    };
+    let external = |doc: &str| {
+        let p = parse(doc);
+        assert!(p.findings.is_empty(), "{:?}", p.findings);
+        match &p.records[0] {
+            Record::Service(s) => s.mesh_external,
+            other => panic!("{other:?}"),
+        }
+    };
+    // Istio's default location is MESH_EXTERNAL.
+    assert!(external(&entry("")));
+    assert!(external(&entry("  location: MESH_EXTERNAL\n")));
+    assert!(!external(&entry("  location: MESH_INTERNAL\n")));
+    let err =
+        crate::config::parse_document(&entry("  location: OUTSIDE\n"), &MeshConfig::default())
+            .unwrap_err();
+    assert_eq!(err.field, "spec.location");
+    assert!(err.message.contains("OUTSIDE"), "{}", err.message);
+    // A Kubernetes ExternalName Service is outside the mesh too; a ClusterIP one is not.
+    let svc = |spec: &str| {
+        let doc = format!("apiVersion: v1\nkind: Service\nmetadata: {{name: s, namespace: ns}}\nspec:\n{spec}  ports: [{{name: http, port: 80}}]\n");
+        external(&doc)
+    };
+    assert!(svc(
+        "  type: ExternalName\n  externalName: api.example.com\n"
+    ));
+    assert!(!svc("  clusterIP: 10.96.0.9\n"));
+}
+
+#[test]
+fn endpoint_network_is_the_network_label_unless_the_workload_has_one() {
+    let doc = "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: se, namespace: ns}\nspec:\n  hosts: [a.example.com]\n  ports: [{number: 80, name: http, protocol: HTTP}]\n  resolution: STATIC\n  endpoints:\n  - address: 127.0.0.1\n    network: n1\n  - address: 127.0.0.2\n    network: n1\n    labels: {topology.istio.io/network: own}\n  - address: 127.0.0.3\n---\napiVersion: networking.istio.io/v1\nkind: WorkloadEntry\nmetadata: {name: vm, namespace: ns}\nspec:\n  address: 10.0.0.7\n  network: vm-net\n  labels: {app: a}\n";
+    let out =
+        crate::config::parse_file(std::path::Path::new("f.yaml"), doc, &MeshConfig::default());
+    assert!(out.errors.is_empty(), "{:?}", out.errors);
+    let findings: Vec<_> = out.objects.iter().flat_map(|(_, o)| &o.findings).collect();
+    assert!(
+        findings.is_empty(),
+        "network is translated, not reported: {findings:?}"
+    );
+    let records: Vec<&Record> = out.objects.iter().flat_map(|(_, o)| &o.records).collect();
+    let networks: Vec<Option<&str>> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Endpoint(_, e) => Some(
+                e.labels
+                    .get(dataflows::model::NETWORK_LABEL)
+                    .map(String::as_str),
+            ),
+            Record::Workload(w) => Some(
+                w.labels
+                    .get(dataflows::model::NETWORK_LABEL)
+                    .map(String::as_str),
+            ),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        networks,
+        vec![Some("n1"), Some("own"), None, Some("vm-net")]
+    );
 }

@@ -326,6 +326,7 @@ fn service(key: &ConfigKey, value: Value, mesh: &MeshConfig) -> Result<Vec<Recor
         };
         ports.push(port);
     }
+    let resolution_is_external_name = external_name.is_some();
     let exports: Vec<String> = annotations
         .get("networking.istio.io/exportTo")
         .map(|s| s.split(',').map(|e| e.trim().to_string()).collect())
@@ -354,6 +355,8 @@ fn service(key: &ConfigKey, value: Value, mesh: &MeshConfig) -> Result<Vec<Recor
         ports,
         addresses,
         subject_alt_names: Vec::new(),
+        // Istio treats an ExternalName Service as outside the mesh.
+        mesh_external: resolution_is_external_name,
     })])
 }
 
@@ -2706,6 +2709,17 @@ fn service_entry(
             ))
         }
     };
+    // Istio's default location is MESH_EXTERNAL.
+    let mesh_external = match s.location.as_deref() {
+        None | Some("MESH_EXTERNAL") => true,
+        Some("MESH_INTERNAL") => false,
+        Some(other) => {
+            return Err(Invalid::field(
+                "spec.location",
+                format!("unknown location {other:?} (MESH_EXTERNAL or MESH_INTERNAL)"),
+            ))
+        }
+    };
     let mut ports = Vec::new();
     // Where each port's endpoints receive traffic when an endpoint names no port of its own.
     let mut target_ports = Vec::new();
@@ -2750,19 +2764,6 @@ fn service_entry(
     } else {
         Vec::new()
     };
-    // A DNS cluster's hosts are inline in one cluster shared by clients of every locality:
-    // they are grouped by locality, but no rule's locality load balancing ranks or weighs
-    // them per client as an EDS assignment's are.
-    for (ei, ep) in s.endpoints.iter().enumerate() {
-        if dns && ep.locality.as_deref().is_some_and(|l| !l.is_empty()) {
-            findings.push(Finding::warning(
-                format!("spec.endpoints[{ei}].locality"),
-                "grouped by locality, but locality load balancing (failover, distribute, \
-                 failoverPriority) is not applied to the hosts of a DNS entry: every client \
-                 gets them at one priority",
-            ));
-        }
-    }
     if dns && s.endpoints.is_empty() {
         // Envoy resolves the hosts themselves: each must be a name DNS can answer.
         for (i, host) in s.hosts.iter().enumerate() {
@@ -2828,6 +2829,7 @@ fn service_entry(
             addresses: addresses.clone(),
             dns_endpoints: dns_endpoints.clone(),
             subject_alt_names: s.subject_alt_names.clone(),
+            mesh_external,
         }));
         if resolution != m::Resolution::Static {
             continue;
@@ -2862,7 +2864,7 @@ fn service_entry(
                         port_name: p.name.clone(),
                         port: target,
                         ready: true,
-                        labels: ep.labels.clone(),
+                        labels: labels_with_network(ep),
                         origin: key.clone(),
                         placement: placement.clone(),
                         service_account: ep.service_account.clone(),
@@ -2894,7 +2896,7 @@ fn workload_entry(
         .collect::<Result<_>>()?;
     Ok(vec![Record::Workload(m::Workload {
         ip: s.address.clone(),
-        labels: s.labels.clone(),
+        labels: labels_with_network(&s),
         origin: key.clone(),
         ports,
         placement: placement(&s, "spec")?,
@@ -2936,7 +2938,7 @@ fn dns_endpoints(
             Ok(m::DnsEndpoint {
                 address: ep.address.clone(),
                 ports,
-                labels: ep.labels.clone(),
+                labels: labels_with_network(ep),
                 placement: placement(ep, &format!("spec.endpoints[{ei}]"))?,
                 service_account: ep.service_account.clone(),
             })
@@ -2971,6 +2973,21 @@ fn is_fqdn(name: &str) -> bool {
                 && !label.ends_with('-')
                 && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
         })
+}
+
+/// A WorkloadEntry's (or ServiceEntry endpoint's) labels, with its `network` as the label
+/// `topology.istio.io/network` where it has no such label, as Istio labels endpoints (a
+/// `failoverPriority` on that label and a subset's selector read it). Without network
+/// gateways in the mesh networks, Istio reaches endpoints on every network directly, and so
+/// does meshflow.
+fn labels_with_network(s: &istio::WorkloadEntrySpec) -> m::Labels {
+    let mut labels = s.labels.clone();
+    if let Some(network) = s.network.as_deref().filter(|n| !n.is_empty()) {
+        labels
+            .entry(m::NETWORK_LABEL.to_string())
+            .or_insert_with(|| network.to_string());
+    }
+    labels
 }
 
 /// A WorkloadEntry's (or ServiceEntry endpoint's) `locality` and `weight`.

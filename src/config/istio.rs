@@ -532,6 +532,7 @@ pub struct ServiceEntrySpec {
     pub export_to: Vec<String>,
     pub workload_selector: Option<WorkloadSelector>,
     pub subject_alt_names: Vec<String>,
+    pub location: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -543,4 +544,5 @@ pub struct WorkloadEntrySpec {
     pub locality: Option<String>,
     pub weight: Option<i64>,
     pub service_account: Option<String>,
+    pub network: Option<String>,
 }

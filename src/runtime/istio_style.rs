@@ -629,6 +629,7 @@ mod tests {
         let mut run = Run::start();
         let svc = Service {
             subject_alt_names: Vec::new(),
+            mesh_external: false,
             hostname: "lonely.unrelated.svc.cluster.local".into(),
             origin: ConfigKey::new(Kind::Service, "unrelated", "lonely"),
             ports: vec![ServicePort {

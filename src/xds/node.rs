@@ -1,6 +1,6 @@
 //! Proxy identity from the xDS `Node`: Istio's node id `TYPE~IP~POD.NS~NS.svc.DOMAIN` and
-//! node metadata (NAMESPACE, LABELS, INSTANCE_IPS, INTERCEPTION_MODE, SERVICE_ACCOUNT, and
-//! GENERATOR `grpc` for proxyless gRPC).
+//! node metadata (NAMESPACE, LABELS, INSTANCE_IPS, INTERCEPTION_MODE, SERVICE_ACCOUNT, NETWORK,
+//! and GENERATOR `grpc` for proxyless gRPC).
 //!
 //! Every namespace a node states (the id's `POD.NS`, its `NS.svc.DOMAIN`, the NAMESPACE
 //! metadata) must be the same one: the certificate check compares the client's identity with
@@ -8,7 +8,7 @@
 //! otherwise pass as one and be served the other. Client-controlled sizes are bounded
 //! ([`MAX_LABELS`], [`MAX_METADATA_BYTES`]).
 
-use dataflows::model::{Labels, Proxy, ProxyKind};
+use dataflows::model::{Labels, Proxy, ProxyKind, NETWORK_LABEL};
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::google::protobuf::{value::Kind as ValueKind, Struct, Value};
 
@@ -103,7 +103,7 @@ pub fn proxy_from_node(node: Option<&Node>) -> Result<Proxy, InvalidNode> {
     ips.sort();
     ips.dedup();
     let interception_none = string_field(&meta, "INTERCEPTION_MODE").as_deref() == Some("NONE");
-    let labels = map_field(&meta, "LABELS");
+    let mut labels = map_field(&meta, "LABELS");
     if labels.len() > MAX_LABELS {
         return Err(InvalidNode(format!(
             "node {id:?}: {} LABELS, more than {MAX_LABELS}",
@@ -132,6 +132,13 @@ pub fn proxy_from_node(node: Option<&Node>) -> Result<Proxy, InvalidNode> {
         }
     }
     let locality = proxy_locality(node, &labels);
+    // Istio labels a proxy with its NETWORK (where its workload has no network label), so
+    // a `failoverPriority` on the network label compares it with the endpoints'.
+    if let Some(network) =
+        string_field(&meta, "NETWORK").filter(|n| !n.is_empty() && n.len() <= 253)
+    {
+        labels.entry(NETWORK_LABEL.to_string()).or_insert(network);
+    }
     Ok(Proxy {
         id: id.to_string(),
         kind,
@@ -256,6 +263,34 @@ mod tests {
         assert_eq!(p.ips, vec!["10.1.2.3".to_string()]);
         assert_eq!(p.labels.get("app").map(String::as_str), Some("reviews"));
         assert!(p.interception_none);
+    }
+
+    #[test]
+    fn network_metadata_is_the_network_label_unless_the_workload_has_one() {
+        let proxy = |labels: &[(&str, &str)]| {
+            let mut l = Struct::default();
+            for (k, v) in labels {
+                l.fields.insert((*k).into(), s(v));
+            }
+            let mut meta = Struct::default();
+            meta.fields.insert("NETWORK".into(), s("net-a"));
+            meta.fields.insert(
+                "LABELS".into(),
+                Value {
+                    kind: Some(ValueKind::StructValue(l)),
+                },
+            );
+            let node = Node {
+                id: "sidecar~10.1.2.3~a-1.default~default.svc.cluster.local".into(),
+                metadata: Some(meta),
+                ..Default::default()
+            };
+            proxy_from_node(Some(&node)).unwrap().labels
+        };
+        let labels = proxy(&[("app", "a")]);
+        assert_eq!(labels.get(NETWORK_LABEL).map(String::as_str), Some("net-a"));
+        let labels = proxy(&[(NETWORK_LABEL, "own")]);
+        assert_eq!(labels.get(NETWORK_LABEL).map(String::as_str), Some("own"));
     }
 
     #[test]

@@ -118,14 +118,39 @@ pub(super) fn outbound<'s>(
     });
     let provenance = provenance(scope_cluster_groups.clone(), services);
     let scope_cluster_rows = scope_cluster_groups.map(|(s, c, _)| (s, c));
+    let is_eds = |sel: &Option<EdsSel>| sel.as_ref().is_some_and(|s| s.inline_hosts.is_none());
     let eds = Eds {
         defs: group_clusters
+            .filter(move |(_, (_, _, sel))| is_eds(sel))
             .flat_map(|((h, _), (res, port, labels))| labels.map(|l| ((h, port), (res.name, l))))
             .distinct(),
         per_scope: scope_cluster_rows
             .clone()
+            .filter(move |(_, (_, _, sel))| is_eds(sel))
             .flat_map(|(s, (res, _, labels))| labels.map(|l| ((res.name, l), s))),
     };
+    // A DNS cluster balanced by locality is built once per (cluster, client class), for
+    // the scopes of that class; every other cluster is the group's as it is.
+    let dns_rows = scope_cluster_rows
+        .clone()
+        .flat_map(|(s, (res, _, sel))| match sel {
+            Some(sel) if sel.inline_hosts.is_some() => {
+                let class = sel.client_class(&s);
+                Some(((res, sel, class), s))
+            }
+            _ => None,
+        });
+    let localized = dns_rows
+        .clone()
+        .map(|(k, _)| k)
+        .distinct()
+        .map(|(res, sel, class)| {
+            let built = cluster::localized_dns(&res, &sel, &class);
+            ((res, sel, class), built)
+        });
+    let dns_clusters = dns_rows.join_map(localized, |_, s, built| (s.clone(), built.clone()));
+    let scope_cluster_rows = scope_cluster_rows
+        .filter(|(_, (_, _, sel))| sel.as_ref().is_none_or(|s| s.inline_hosts.is_none()));
     let fixed = scopes
         .clone()
         .map(|s| ((), s))
@@ -135,7 +160,9 @@ pub(super) fn outbound<'s>(
                 .into_iter()
                 .map(move |r| (s.clone(), r))
         });
-    let resources = fixed.concat(scope_cluster_rows.map(|(s, (res, _, _))| (s, res)));
+    let resources = fixed
+        .concat(scope_cluster_rows.map(|(s, (res, _, _))| (s, res)))
+        .concat(dns_clusters);
     Clusters {
         built: Built {
             resources,

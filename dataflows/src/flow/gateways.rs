@@ -51,6 +51,7 @@ pub(super) fn routers<'s>(
     hashing: &Coll<'s, ((ScopeKey, Hostname), HostHashing)>,
     secrets: &Coll<'s, ((String, String), TlsSecret)>,
     clusters: &Coll<'s, (ScopeKey, Resource)>,
+    services: &Coll<'s, (Hostname, Service)>,
 ) -> (
     Built<'s, ScopeKey>,
     Coll<'s, ConfigError>,
@@ -90,12 +91,25 @@ pub(super) fn routers<'s>(
         .filter(|(_, gw)| gw.uses_auto_passthrough())
         .map(|(s, _)| s)
         .distinct();
+    // Not those of services outside the mesh, as Istio's AUTO_PASSTHROUGH servers.
+    let external = services
+        .clone()
+        .filter(|(_, svc)| svc.mesh_external)
+        .map(|(h, _)| h)
+        .distinct();
     let router_cluster_items = clusters
         .clone()
         .filter(|(_, r)| r.rtype == ResourceType::Cluster && r.name.starts_with("outbound|"))
         .map(|(s, r)| (s, r.name))
         .semijoin(auto_scopes)
-        .map(|(s, name)| (s, GwItem::Cluster(name)));
+        .map(|(s, name)| {
+            (
+                crate::translate::outbound_cluster_host(&name).to_string(),
+                (s, name),
+            )
+        })
+        .antijoin(external)
+        .map(|(_, (s, name))| (s, GwItem::Cluster(name)));
     let router_gw_items = router_gws.map(|(s, gw)| (s, GwItem::Gateway(gw)));
     let vs_by_gw = vss.flat_map(|(k, vs)| {
         vs.gateways

@@ -160,6 +160,7 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         &clusters.hashing,
         &i.secrets,
         &clusters.built.resources,
+        &services.chosen,
     );
 
     let ingress = proxy_scopes

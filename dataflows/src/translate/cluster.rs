@@ -4,7 +4,8 @@
 use super::{ads, duration_ms, inbound_cluster_name, outbound_cluster_name, socket_address};
 use crate::client_tls::ClientSecrets;
 use crate::model::{
-    ClusterDefaults, ConnectionPool, DestinationRule, EdsSel, HashTable, LoadBalancer,
+    ClientClass, ClusterDefaults, ConnectionPool, DestinationRule, EdsSel, HashTable,
+    InlineHost, LoadBalancer,
     LocalityMode, OutlierDetection, Resolution, Resource, ResourceType, Service, ServicePort,
     TrafficPolicy, DEFAULT_CONNECT_TIMEOUT_MS,
 };
@@ -173,12 +174,7 @@ fn outbound(
             let weighted = LocalityMode::of(&policy, defaults.locality_lb.as_ref())
                 .is_some_and(|m| m.weighted());
             if weighted {
-                cluster
-                    .common_lb_config
-                    .get_or_insert_with(Default::default)
-                    .locality_config_specifier = Some(
-                    LocalityConfigSpecifier::LocalityWeightedLbConfig(Default::default()),
-                );
+                weigh_localities(&mut cluster);
             }
             cluster.cluster_discovery_type =
                 Some(ClusterDiscoveryType::Type(DiscoveryType::Eds as i32));
@@ -192,6 +188,13 @@ fn outbound(
             });
         }
         Resolution::Dns | Resolution::DnsRoundRobin => {
+            let weighted = service.resolution == Resolution::Dns
+                && !service.dns_endpoints.is_empty()
+                && LocalityMode::of(&policy, defaults.locality_lb.as_ref())
+                    .is_some_and(|m| m.weighted());
+            if weighted {
+                weigh_localities(&mut cluster);
+            }
             let hosts = dns_hosts(service, port, dr, subset, &name);
             let logical = service.resolution == Resolution::DnsRoundRobin;
             let kind = match hosts.endpoints.iter().map(|g| g.lb_endpoints.len()).sum() {
@@ -557,6 +560,17 @@ fn outlier_detection(
     }
 }
 
+/// Has Envoy weigh the cluster's locality groups (`locality_weighted_lb_config`), as Istio
+/// has it for `distribute` and `failover` entries (priorities alone need no switch).
+fn weigh_localities(cluster: &mut Cluster) {
+    cluster
+        .common_lb_config
+        .get_or_insert_with(Default::default)
+        .locality_config_specifier = Some(LocalityConfigSpecifier::LocalityWeightedLbConfig(
+        Default::default(),
+    ));
+}
+
 /// The hosts a DNS cluster resolves: the entry's endpoints (of the subset's labels, each at
 /// its port for `port`, weighted and grouped by locality) or, without endpoints, the host
 /// itself, as Istio generates them.
@@ -570,23 +584,57 @@ fn dns_hosts(
     if service.dns_endpoints.is_empty() {
         return single_host(cluster, &service.hostname, port.port);
     }
+    let no_labels = crate::model::Labels::new();
     let selector = dr
         .and_then(|d| d.subsets.iter().find(|s| Some(s.name.as_str()) == subset))
-        .map(|s| &s.labels);
-    let addrs = service
-        .dns_endpoints
+        .map_or(&no_labels, |s| &s.labels);
+    let members = dns_members(service, port, selector);
+    let addrs = members
         .iter()
-        .filter(|e| selector.is_none_or(|sel| sel.iter().all(|(k, v)| e.labels.get(k) == Some(v))))
-        .map(|e| {
-            (
-                e.placement.locality.as_str(),
-                e.address.as_str(),
-                e.ports.get(&port.name).copied().unwrap_or(port.port),
-                e.placement.weight.unwrap_or(1).max(1),
-            )
-        })
+        .map(|h| (h.locality.as_str(), h.address.as_str(), h.port, h.weight))
         .collect();
     super::endpoint::assignment(cluster, addrs)
+}
+
+/// A DNS entry's endpoints a subset's `selector` selects (all for none), each at its port
+/// for `port`, with its locality, labels and weight.
+fn dns_members(
+    service: &Service,
+    port: &ServicePort,
+    selector: &crate::model::Labels,
+) -> Vec<InlineHost> {
+    service
+        .dns_endpoints
+        .iter()
+        .filter(|e| selector.iter().all(|(k, v)| e.labels.get(k) == Some(v)))
+        .map(|e| InlineHost {
+            locality: e.placement.locality.clone(),
+            labels: e.labels.clone(),
+            address: e.address.clone(),
+            port: e.ports.get(&port.name).copied().unwrap_or(port.port),
+            weight: e.placement.weight.unwrap_or(1).max(1),
+        })
+        .collect()
+}
+
+/// A DNS cluster whose hosts are balanced by locality (its selection carries them), for
+/// clients of `class`: its inline assignment ranked and weighed as an EDS cluster's would
+/// be for them (Istio applies locality load balancing to a DNS cluster's load assignment
+/// as to EDS). Anything else is returned as it is.
+pub fn localized_dns(res: &Resource, sel: &EdsSel, class: &ClientClass) -> Resource {
+    let (Some(hosts), Some(mode)) = (&sel.inline_hosts, sel.locality.as_deref()) else {
+        return res.clone();
+    };
+    let Ok(mut cluster) = Cluster::decode(&res.body.0[..]) else {
+        return res.clone();
+    };
+    cluster.load_assignment = Some(super::endpoint::localized_assignment(
+        &cluster.name,
+        hosts,
+        mode,
+        class,
+    ));
+    Resource::new(res.rtype, res.name.clone(), cluster.encode_to_vec())
 }
 
 fn single_host(cluster: &str, ip_or_host: &str, port: u16) -> ClusterLoadAssignment {
@@ -694,22 +742,38 @@ pub fn outbound_all_with(
     // has no hosts: neither has an assignment.
     // What the assignment of an EDS cluster is built from: the subset's labels and the
     // locality load balancing of its policy.
-    let eds = |subset: Option<&str>, port, labels: &crate::model::Labels| {
-        let policy = effective_policy(dr, subset, Some(port));
-        let is_eds = service.resolution == Resolution::Static
-            && policy.load_balancer != Some(LoadBalancer::Passthrough)
-            && fail_closed(&policy, grpc, secrets).is_none();
-        is_eds.then(|| EdsSel {
-            labels: labels.clone(),
-            locality: LocalityMode::of(&policy, defaults.locality_lb.as_ref()).map(Box::new),
-        })
+    // A STRICT_DNS cluster of a ServiceEntry's endpoints carries them inline: under
+    // locality load balancing the cluster itself differs per client class.
+    let eds = |subset: Option<&str>, port: &ServicePort, labels: &crate::model::Labels| {
+        let policy = effective_policy(dr, subset, Some(port.port));
+        if policy.load_balancer == Some(LoadBalancer::Passthrough)
+            || fail_closed(&policy, grpc, secrets).is_some()
+        {
+            return None;
+        }
+        let locality = LocalityMode::of(&policy, defaults.locality_lb.as_ref()).map(Box::new);
+        match service.resolution {
+            Resolution::Static => Some(EdsSel {
+                labels: labels.clone(),
+                locality,
+                inline_hosts: None,
+            }),
+            Resolution::Dns if !service.dns_endpoints.is_empty() => {
+                locality.map(|mode| EdsSel {
+                    labels: crate::model::Labels::new(),
+                    locality: Some(mode),
+                    inline_hosts: Some(dns_members(service, port, labels)),
+                })
+            }
+            _ => None,
+        }
     };
     let outbound = |port, subset| outbound(service, port, dr, subset, grpc, defaults, secrets);
     for port in &service.ports {
-        let sel = eds(None, port.port, &crate::model::Labels::new());
+        let sel = eds(None, port, &crate::model::Labels::new());
         out.push((outbound(port, None), port.port, sel));
         for subset in dr.map(|d| d.subsets.as_slice()).unwrap_or(&[]) {
-            let sel = eds(Some(&subset.name), port.port, &subset.labels);
+            let sel = eds(Some(&subset.name), port, &subset.labels);
             out.push((outbound(port, Some(&subset.name)), port.port, sel));
         }
     }
@@ -726,6 +790,7 @@ mod tests {
 
     fn reviews() -> Service {
         Service {
+            mesh_external: false,
             subject_alt_names: Vec::new(),
             hostname: "reviews.default.svc.cluster.local".into(),
             origin: ConfigKey::new(Kind::Service, "default", "reviews"),

@@ -1,9 +1,10 @@
-//! EDS: one ClusterLoadAssignment per EDS cluster, shared by every proxy holding it.
+//! EDS: one ClusterLoadAssignment per EDS cluster, shared by every proxy holding it; and
+//! the inline assignments of DNS clusters, built the same way.
 
 use super::socket_address;
 use crate::model::{
-    priority_entry, priority_label_value, ClientClass, Endpoint, LocalityDistribute, LocalityMode,
-    Resource, ResourceType,
+    priority_entry, priority_label_value, ClientClass, Endpoint, InlineHost, LocalityDistribute,
+    LocalityMode, Resource, ResourceType,
 };
 use envoy_types::pb::envoy::config::core::v3::{address, Address, HealthStatus, Locality, Pipe};
 use envoy_types::pb::envoy::config::endpoint::v3::{
@@ -43,7 +44,9 @@ pub fn load_assignment_for<'a>(
         .into_iter()
         .filter(|e| e.ready)
         .map(|e| {
-            let rank = ranked.map_or(0, |(labels, values)| label_rank(labels, values, e));
+            let rank = ranked.map_or(0, |(labels, values)| {
+                label_rank(labels, values, &e.labels, &e.placement.locality)
+            });
             (
                 e.placement.locality.as_str(),
                 rank,
@@ -69,7 +72,12 @@ pub fn load_assignment_for<'a>(
 /// from the first one it does not share to the end (a label counts only when every
 /// earlier one is shared). A `key=value` entry compares with that value instead of the
 /// client's; a label either side lacks is "".
-fn label_rank(labels: &[String], values: &[(String, String)], e: &Endpoint) -> u32 {
+fn label_rank(
+    labels: &[String],
+    values: &[(String, String)],
+    own: &crate::model::Labels,
+    locality: &str,
+) -> u32 {
     for (j, entry) in labels.iter().enumerate() {
         let (key, fixed) = priority_entry(entry);
         let client = fixed.unwrap_or_else(|| {
@@ -78,11 +86,38 @@ fn label_rank(labels: &[String], values: &[(String, String)], e: &Endpoint) -> u
                 .find(|(k, _)| k == key)
                 .map_or("", |(_, v)| v.as_str())
         });
-        if client != priority_label_value(key, &e.labels, &e.placement.locality) {
+        if client != priority_label_value(key, own, locality) {
             return u32::try_from(labels.len() - j).unwrap_or(u32::MAX);
         }
     }
     0
+}
+
+/// A DNS cluster's inline assignment of `hosts` for clients of `client` under `mode`:
+/// ranked by `failoverPriority` and balanced by locality exactly as an EDS assignment of
+/// the same endpoints ([`load_assignment_for`]).
+pub(crate) fn localized_assignment(
+    cluster: &str,
+    hosts: &[InlineHost],
+    mode: &LocalityMode,
+    client: &ClientClass,
+) -> ClusterLoadAssignment {
+    let values = client.labels.as_deref().unwrap_or_default();
+    let addrs = hosts
+        .iter()
+        .map(|h| {
+            let rank = match mode {
+                LocalityMode::Prioritized { labels, .. } => {
+                    label_rank(labels, values, &h.labels, &h.locality)
+                }
+                _ => 0,
+            };
+            (h.locality.as_str(), rank, h.address.as_str(), h.port, h.weight)
+        })
+        .collect();
+    let mut cla = ranked_assignment(cluster, addrs);
+    apply_locality(&mut cla, mode, &client.locality);
+    cla
 }
 
 /// Istio's locality load balancing of an assignment for a client in locality `client`:

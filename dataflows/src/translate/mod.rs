@@ -50,6 +50,15 @@ pub fn outbound_cluster_name(port: u16, subset: Option<&str>, host: &str) -> Str
     format!("outbound|{}|{}|{}", port, subset.unwrap_or(""), host)
 }
 
+/// The host of an outbound cluster name `outbound|PORT|SUBSET|HOST` ("" for another name).
+pub fn outbound_cluster_host(name: &str) -> &str {
+    let mut parts = name.splitn(4, '|');
+    match (parts.next(), parts.next(), parts.next(), parts.next()) {
+        (Some("outbound"), Some(_), Some(_), Some(host)) => host,
+        _ => "",
+    }
+}
+
 /// Istio's inbound cluster name: `inbound|PORT||`.
 pub fn inbound_cluster_name(port: u16) -> String {
     format!("inbound|{port}||")
