@@ -81,6 +81,19 @@ const LOCALITY_PROXIES: [(&str, &str); 2] = [
     ("locality-sleep-r2", "envoy-sleep-r2.yaml"),
 ];
 
+/// `examples/traffic-management`: the captured `sleep` sidecar and the ingress gateway.
+const TRAFFIC_PROXIES: [(&str, &str); 2] = [
+    ("traffic-sleep", "envoy-sidecar.yaml"),
+    ("traffic-gateway", "envoy-gateway.yaml"),
+];
+
+/// `examples/service-registry`: the `frontend` sidecar its Sidecar shapes, and a `sleep`
+/// sidecar that sees everything.
+const REGISTRY_PROXIES: [(&str, &str); 2] = [
+    ("registry-frontend", "envoy-frontend.yaml"),
+    ("registry-sleep", "envoy-sleep.yaml"),
+];
+
 /// A stand-in for the root a `serve` CA has (any PEM: the goldens show it as it is sent).
 const GOLDEN_ROOT: &str =
     "-----BEGIN CERTIFICATE-----\nbWVzaGZsb3cgZ29sZGVuIHJvb3Q=\n-----END CERTIFICATE-----\n";
@@ -171,6 +184,41 @@ fn tls_ports_config_matches_golden_files() {
             "spec.subsets[0].trafficPolicy.portLevelSettings[0].tls.credentialName: Secret istio-system/api-client",
         ],
     );
+}
+
+/// As for bookinfo, for `examples/traffic-management`, Istio's traffic management tasks
+/// (request routing, fault injection, timeouts, retries, traffic shifting, mirroring, CORS,
+/// circuit breaking) over bookinfo and httpbin: every HTTP match kind (URI regex and
+/// case-insensitive prefix, headers and `withoutHeaders`, `queryParams`, `method`,
+/// `authority`, `scheme`, `port`, `sourceLabels`, `sourceNamespace`) and route action
+/// (fault delay and abort, `mirror` with its percentage and `mirrors[]`, `corsPolicy`,
+/// `rewrite` of URI, authority and by regex, `redirect`, `directResponse`, request and
+/// response `headers` on the route and per destination, `retries`, `timeout`), hosts by short
+/// name and FQDN, a VirtualService of another namespace exported to it alone (unseen), and
+/// DestinationRule policies (`LEAST_REQUEST` with warmup, `connectionPool`,
+/// `outlierDetection`, subsets with their own policy, each `consistentHash` kind, a port's
+/// own settings, a `workloadSelector` rule ahead of the one for everyone); at the gateway, a
+/// root VirtualService delegating `/reviews`, and a wildcard host behind the exact ones,
+/// against `tests/golden/traffic-*.txt`.
+#[test]
+fn traffic_management_config_matches_golden_files() {
+    check_example("traffic-management", &TRAFFIC_PROXIES);
+}
+
+/// As for bookinfo, for `examples/service-registry`, where services come from: Kubernetes
+/// Services whose ports take their protocol by name prefix or `appProtocol` (HTTP, gRPC,
+/// MongoDB, Redis, TCP, TLS), a named target port, a headless and an ExternalName Service,
+/// EndpointSlice endpoints ready, not ready and terminating, pods' topology labels as
+/// localities; ServiceEntries of each resolution (STATIC with weighted endpoints in two
+/// localities and a port of their own, DNS with endpoint names, DNS_ROUND_ROBIN, NONE), a
+/// Unix socket endpoint, and a `workloadSelector` entry backed by WorkloadEntries (ports,
+/// weight, locality) and a Pod; and a Sidecar (`ingress` bound with `captureMode: NONE` to
+/// its `defaultEndpoint`, bound HTTP and MONGO `egress` listeners for one host each, captured
+/// egress for its namespace and one host of another, `REGISTRY_ONLY`) beside a sidecar under
+/// none, against `tests/golden/registry-*.txt`.
+#[test]
+fn service_registry_config_matches_golden_files() {
+    check_example("service-registry", &REGISTRY_PROXIES);
 }
 
 /// Computes the proxies of `examples/NAME` both ways and compares them with their goldens.
