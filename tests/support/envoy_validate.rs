@@ -90,9 +90,16 @@ fn validate(
                 .into_iter()
                 .map(|r| (r["name"].as_str().unwrap_or_default().to_owned(), r))
                 .collect();
-            for listener in &mut listeners {
-                inline_rds(listener, &routes, &node.id);
-            }
+            let inlined: usize = listeners
+                .iter_mut()
+                .map(|l| inline_rds(l, &routes, &node.id))
+                .sum();
+            assert!(
+                routes.is_empty() || inlined > 0,
+                "{}: no RDS reference found to put its {} route configurations in place of",
+                node.id,
+                routes.len()
+            );
         }
         let mut bootstrap = envoy_bootstrap(node, ([127, 0, 0, 1], 1).into(), XdsMode::Delta);
         bootstrap["static_resources"]["listeners"] = listeners.clone().into();
@@ -118,36 +125,38 @@ fn validate(
     out
 }
 
-/// Replaces, anywhere in `json`, an `rds` reference (`{"rds": {"routeConfigName": NAME, ..}}`)
-/// by `"routeConfig": <the route configuration NAME>`.
+/// Replaces, anywhere in `json`, an `rds` reference (`{"rds": {"route_config_name": NAME, ..}}`)
+/// by `"route_config": <the route configuration NAME>`; returns how many it replaced.
 fn inline_rds(
     json: &mut serde_json::Value,
     routes: &BTreeMap<String, serde_json::Value>,
     node: &str,
-) {
+) -> usize {
     match json {
         serde_json::Value::Object(map) => {
             let name = map
                 .get("rds")
-                .and_then(|rds| rds.get("routeConfigName"))
+                .and_then(|rds| rds.get("route_config_name"))
                 .and_then(|n| n.as_str())
                 .map(str::to_owned);
+            let mut inlined = 0;
             if let Some(name) = name {
                 let route = routes.get(&name).unwrap_or_else(|| {
                     panic!("{node}: a listener names route configuration {name:?}, not generated")
                 });
                 map.remove("rds");
-                map.insert("routeConfig".into(), route.clone());
+                map.insert("route_config".into(), route.clone());
+                inlined += 1;
             }
-            for value in map.values_mut() {
-                inline_rds(value, routes, node);
-            }
+            inlined
+                + map
+                    .values_mut()
+                    .map(|v| inline_rds(v, routes, node))
+                    .sum::<usize>()
         }
         serde_json::Value::Array(items) => {
-            for item in items {
-                inline_rds(item, routes, node);
-            }
+            items.iter_mut().map(|i| inline_rds(i, routes, node)).sum()
         }
-        _ => {}
+        _ => 0,
     }
 }
