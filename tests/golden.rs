@@ -83,10 +83,14 @@ const LOCALITY_PROXIES: [(&str, &str); 2] = [
     ("locality-sleep-r2", "envoy-sleep-r2.yaml"),
 ];
 
-/// `examples/traffic-management`: the captured `sleep` sidecar and the ingress gateway.
-const TRAFFIC_PROXIES: [(&str, &str); 2] = [
+/// `examples/traffic-management`: the captured `sleep` sidecar, the ingress gateway, the
+/// `productpage` sidecar (not selected by `sourceLabels` for `sleep`) and a `sleep` sidecar
+/// of the `staging` namespace (its own VirtualService for reviews; outside `sourceNamespace`).
+const TRAFFIC_PROXIES: [(&str, &str); 4] = [
     ("traffic-sleep", "envoy-sidecar.yaml"),
     ("traffic-gateway", "envoy-gateway.yaml"),
+    ("traffic-productpage", "envoy-productpage.yaml"),
+    ("traffic-staging-sleep", "envoy-staging-sleep.yaml"),
 ];
 
 /// `examples/service-registry`: the `frontend` sidecar its Sidecar shapes, and a `sleep`
@@ -197,7 +201,9 @@ fn tls_ports_config_matches_golden_files() {
 /// `rewrite` of URI, authority and by regex, `redirect`, `directResponse`, request and
 /// response `headers` on the route and per destination, `retries`, `timeout`), hosts by short
 /// name and FQDN, a wildcard host (a `*.cdn.example` ServiceEntry's) beside an exact one under
-/// it, two VirtualServices for one host each exported to its own namespace alone, and
+/// it, two VirtualServices for one host each exported to its own namespace alone (the
+/// `staging` sidecar routes reviews by its own; `sourceLabels` and `sourceNamespace` routes
+/// are left out for the `productpage` and `staging` sidecars they do not select), and
 /// DestinationRule policies (`LEAST_REQUEST` with warmup, `connectionPool`,
 /// `outlierDetection`, subsets with their own policy, each `consistentHash` kind, a port's
 /// own settings, a `workloadSelector` rule ahead of the one for everyone); at the gateway, a
