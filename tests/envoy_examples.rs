@@ -36,10 +36,7 @@ fn envoy_accepts_the_traffic_management_example() {
         "127.0.3.70",
         &[("app", "istio-ingressgateway"), ("istio", "ingressgateway")],
     );
-    let nodes = [
-        (&sleep, ProxyKind::Sidecar),
-        (&gateway, ProxyKind::Router),
-    ];
+    let nodes = [(&sleep, ProxyKind::Sidecar), (&gateway, ProxyKind::Router)];
     let listeners =
         envoy_validates_example_with_routes(&envoy_bin, dir.path(), "traffic-management", &nodes);
     let sidecar: String = listeners[0].iter().map(|l| l.to_string()).collect();
@@ -63,7 +60,12 @@ fn envoy_accepts_the_traffic_management_example() {
         );
     }
     let router: String = listeners[1].iter().map(|l| l.to_string()).collect();
-    for expected in ["*.bookinfo.example", "no such storefront", "jason", "/productpage"] {
+    for expected in [
+        "*.bookinfo.example",
+        "no such storefront",
+        "jason",
+        "/productpage",
+    ] {
         assert!(
             router.contains(expected),
             "the gateway's routes carry {expected}: {router}"
@@ -81,7 +83,12 @@ fn envoy_accepts_the_traffic_management_example() {
 fn envoy_accepts_the_service_registry_example() {
     let envoy_bin = require_envoy!();
     let dir = TestDir::new("envoy-examples-registry");
-    let frontend = ProxyNode::sidecar("frontend-abc", "default", "127.0.4.60", &[("app", "frontend")]);
+    let frontend = ProxyNode::sidecar(
+        "frontend-abc",
+        "default",
+        "127.0.4.60",
+        &[("app", "frontend")],
+    );
     let sleep = ProxyNode::sidecar("sleep-abc", "default", "127.0.4.70", &[("app", "sleep")]);
     let nodes = [
         (&frontend, ProxyKind::Sidecar),
@@ -97,7 +104,10 @@ fn envoy_accepts_the_service_registry_example() {
     };
     let bound = names(0);
     for name in ["127.0.0.1_80", "127.0.0.1_27017", "inbound_127.0.4.60_9080"] {
-        assert!(bound.iter().any(|n| n == name), "frontend listener {name}: {bound:?}");
+        assert!(
+            bound.iter().any(|n| n == name),
+            "frontend listener {name}: {bound:?}"
+        );
     }
     let frontend_text: String = listeners[0].iter().map(|l| l.to_string()).collect();
     assert!(
