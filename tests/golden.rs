@@ -27,7 +27,9 @@ use dataflows::naive::{self, ProxyConfigs, Snapshot};
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use envoy_types::pb::envoy::config::listener::v3::Listener;
-use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
+use envoy_types::pb::envoy::config::route::v3::{FilterConfig, RouteConfiguration};
+use envoy_types::pb::envoy::extensions::filters::http::cors::v3::CorsPolicy;
+use envoy_types::pb::envoy::extensions::filters::http::fault::v3::HttpFault;
 use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
 use envoy_types::pb::envoy::extensions::filters::listener::original_dst::v3::OriginalDst;
 use envoy_types::pb::envoy::extensions::filters::listener::tls_inspector::v3::TlsInspector;
@@ -79,6 +81,23 @@ const TLS_SNI_PROXIES: [(&str, &str); 1] = [("tls-sni-sidecar", "envoy-sidecar.y
 const LOCALITY_PROXIES: [(&str, &str); 2] = [
     ("locality-sleep-r1", "envoy-sleep-r1.yaml"),
     ("locality-sleep-r2", "envoy-sleep-r2.yaml"),
+];
+
+/// `examples/traffic-management`: the captured `sleep` sidecar, the ingress gateway, the
+/// `productpage` sidecar (not selected by `sourceLabels` for `sleep`) and a `sleep` sidecar
+/// of the `staging` namespace (its own VirtualService for reviews; outside `sourceNamespace`).
+const TRAFFIC_PROXIES: [(&str, &str); 4] = [
+    ("traffic-sleep", "envoy-sidecar.yaml"),
+    ("traffic-gateway", "envoy-gateway.yaml"),
+    ("traffic-productpage", "envoy-productpage.yaml"),
+    ("traffic-staging-sleep", "envoy-staging-sleep.yaml"),
+];
+
+/// `examples/service-registry`: the `frontend` sidecar its Sidecar shapes, and a `sleep`
+/// sidecar that sees everything.
+const REGISTRY_PROXIES: [(&str, &str); 2] = [
+    ("registry-frontend", "envoy-frontend.yaml"),
+    ("registry-sleep", "envoy-sleep.yaml"),
 ];
 
 /// A stand-in for the root a `serve` CA has (any PEM: the goldens show it as it is sent).
@@ -173,6 +192,44 @@ fn tls_ports_config_matches_golden_files() {
     );
 }
 
+/// As for bookinfo, for `examples/traffic-management`, Istio's traffic management tasks
+/// (request routing, fault injection, timeouts, retries, traffic shifting, mirroring, CORS,
+/// circuit breaking) over bookinfo and httpbin: every HTTP match kind (URI regex and
+/// case-insensitive prefix, headers and `withoutHeaders`, `queryParams`, `method`,
+/// `authority`, `scheme`, `port`, `sourceLabels`, `sourceNamespace`) and route action
+/// (fault delay and abort, `mirror` with its percentage and `mirrors[]`, `corsPolicy`,
+/// `rewrite` of URI, authority and by regex, `redirect`, `directResponse`, request and
+/// response `headers` on the route and per destination, `retries`, `timeout`), hosts by short
+/// name and FQDN, a wildcard host (a `*.cdn.example` ServiceEntry's) beside an exact one under
+/// it, two VirtualServices for one host each exported to its own namespace alone (the
+/// `staging` sidecar routes reviews by its own; `sourceLabels` and `sourceNamespace` routes
+/// are left out for the `productpage` and `staging` sidecars they do not select), and
+/// DestinationRule policies (`LEAST_REQUEST` with warmup, `connectionPool`,
+/// `outlierDetection`, subsets with their own policy, each `consistentHash` kind, a port's
+/// own settings, a `workloadSelector` rule ahead of the one for everyone); at the gateway, a
+/// root VirtualService delegating `/reviews`, and a wildcard host behind the exact ones,
+/// against `tests/golden/traffic-*.txt`.
+#[test]
+fn traffic_management_config_matches_golden_files() {
+    check_example("traffic-management", &TRAFFIC_PROXIES);
+}
+
+/// As for bookinfo, for `examples/service-registry`, where services come from: Kubernetes
+/// Services whose ports take their protocol by name prefix or `appProtocol` (HTTP, gRPC,
+/// MongoDB, Redis, TCP, TLS), a named target port, a headless and an ExternalName Service,
+/// EndpointSlice endpoints ready, not ready and terminating, pods' topology labels as
+/// localities; ServiceEntries of each resolution (STATIC with weighted endpoints in two
+/// localities and a port of their own, DNS with endpoint names, DNS_ROUND_ROBIN, NONE), a
+/// Unix socket endpoint, and a `workloadSelector` entry backed by WorkloadEntries (ports,
+/// weight, locality) and a Pod; and a Sidecar (`ingress` bound with `captureMode: NONE` to
+/// its `defaultEndpoint`, bound HTTP and MONGO `egress` listeners for one host each, captured
+/// egress for its namespace and one host of another, `REGISTRY_ONLY`) beside a sidecar under
+/// none, against `tests/golden/registry-*.txt`.
+#[test]
+fn service_registry_config_matches_golden_files() {
+    check_example("service-registry", &REGISTRY_PROXIES);
+}
+
 /// Computes the proxies of `examples/NAME` both ways and compares them with their goldens.
 fn check_example(name: &str, proxies: &[(&str, &str)]) {
     check_example_with(name, proxies, MeshConfig::default())
@@ -225,7 +282,7 @@ fn check_example_expecting(
         let resources = oracle
             .get(&proxy.id)
             .unwrap_or_else(|| panic!("no resources computed for {}", proxy.id));
-        let text = render_proxy(proxy, resources);
+        let text = render_proxy(name, proxy, resources);
         let path = golden_path(stem);
         if update {
             std::fs::create_dir_all(path.parent().unwrap()).expect("create tests/golden");
@@ -388,13 +445,14 @@ fn assert_same_configs(oracle: &ProxyConfigs, incremental: &ProxyConfigs) {
 /// The golden text of one proxy: a short preamble with its identity, then every resource in
 /// (type, name) order.
 fn render_proxy(
+    example: &str,
     proxy: &Proxy,
     resources: &BTreeMap<(ResourceType, String), dataflows::model::Resource>,
 ) -> String {
     let mut out = String::new();
     writeln!(
         out,
-        "# Generated by tests/golden.rs from examples/bookinfo; regenerate with"
+        "# Generated by tests/golden.rs from examples/{example}; regenerate with"
     )
     .unwrap();
     writeln!(out, "# {UPDATE_HINT}").unwrap();
@@ -452,6 +510,15 @@ fn decode_any(type_url: &str, bytes: &[u8]) -> Option<String> {
         .or_else(|| known::<TlsInspector>(type_url, bytes))
         .or_else(|| known::<DownstreamTlsContext>(type_url, bytes))
         .or_else(|| known::<UpstreamTlsContext>(type_url, bytes))
+        // Per-route filter configs; the fault filter's empty config in a connection
+        // manager's filter list stays shown as the empty payload it is.
+        .or_else(|| known::<FilterConfig>(type_url, bytes))
+        .or_else(|| known::<CorsPolicy>(type_url, bytes))
+        .or_else(|| {
+            (!bytes.is_empty())
+                .then(|| known::<HttpFault>(type_url, bytes))
+                .flatten()
+        })
         .flatten()
 }
 

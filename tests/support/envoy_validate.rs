@@ -2,9 +2,11 @@
 //! naive recompute over `examples/NAME/config`, as the file source reads it) for some
 //! proxies, embedded as static listeners and clusters in a bootstrap that `envoy --mode
 //! validate` loads without binding any port. Resources that come over ADS in a real run
-//! (EDS, RDS, SDS) stay referenced by name, as Envoy checks them when they arrive.
+//! (EDS, SDS, and RDS unless asked) stay referenced by name, as Envoy checks them when they
+//! arrive; [`envoy_validates_example_with_routes`] puts each route configuration in place of
+//! its RDS reference, so Envoy judges the routes too.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use dataflows::model::{MeshConfig, Proxy, ProxyKind, Record, Resource, ResourceType};
@@ -22,6 +24,29 @@ pub fn envoy_validates_example(
     scratch: &Path,
     example: &str,
     nodes: &[(&ProxyNode, ProxyKind)],
+) -> Vec<Vec<serde_json::Value>> {
+    validate(envoy_bin, scratch, example, nodes, false)
+}
+
+/// As [`envoy_validates_example`], with every connection manager's RDS reference replaced by
+/// the route configuration of that name (inline `route_config`), so Envoy also loads every
+/// virtual host, route and per-route filter config (panicking if a listener names a route
+/// configuration the node was not given). The listeners returned carry those routes.
+pub fn envoy_validates_example_with_routes(
+    envoy_bin: &Path,
+    scratch: &Path,
+    example: &str,
+    nodes: &[(&ProxyNode, ProxyKind)],
+) -> Vec<Vec<serde_json::Value>> {
+    validate(envoy_bin, scratch, example, nodes, true)
+}
+
+fn validate(
+    envoy_bin: &Path,
+    scratch: &Path,
+    example: &str,
+    nodes: &[(&ProxyNode, ProxyKind)],
+    inline_routes: bool,
 ) -> Vec<Vec<serde_json::Value>> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("examples")
@@ -59,7 +84,23 @@ pub fn envoy_validates_example(
                 })
                 .collect()
         };
-        let listeners = of(ResourceType::Listener);
+        let mut listeners = of(ResourceType::Listener);
+        if inline_routes {
+            let routes: BTreeMap<String, serde_json::Value> = of(ResourceType::Route)
+                .into_iter()
+                .map(|r| (r["name"].as_str().unwrap_or_default().to_owned(), r))
+                .collect();
+            let inlined: usize = listeners
+                .iter_mut()
+                .map(|l| inline_rds(l, &routes, &node.id))
+                .sum();
+            assert!(
+                routes.is_empty() || inlined > 0,
+                "{}: no RDS reference found to put its {} route configurations in place of",
+                node.id,
+                routes.len()
+            );
+        }
         let mut bootstrap = envoy_bootstrap(node, ([127, 0, 0, 1], 1).into(), XdsMode::Delta);
         bootstrap["static_resources"]["listeners"] = listeners.clone().into();
         if let Some(clusters) = bootstrap["static_resources"]["clusters"].as_array_mut() {
@@ -82,4 +123,40 @@ pub fn envoy_validates_example(
         out.push(listeners);
     }
     out
+}
+
+/// Replaces, anywhere in `json`, an `rds` reference (`{"rds": {"route_config_name": NAME, ..}}`)
+/// by `"route_config": <the route configuration NAME>`; returns how many it replaced.
+fn inline_rds(
+    json: &mut serde_json::Value,
+    routes: &BTreeMap<String, serde_json::Value>,
+    node: &str,
+) -> usize {
+    match json {
+        serde_json::Value::Object(map) => {
+            let name = map
+                .get("rds")
+                .and_then(|rds| rds.get("route_config_name"))
+                .and_then(|n| n.as_str())
+                .map(str::to_owned);
+            let mut inlined = 0;
+            if let Some(name) = name {
+                let route = routes.get(&name).unwrap_or_else(|| {
+                    panic!("{node}: a listener names route configuration {name:?}, not generated")
+                });
+                map.remove("rds");
+                map.insert("route_config".into(), route.clone());
+                inlined += 1;
+            }
+            inlined
+                + map
+                    .values_mut()
+                    .map(|v| inline_rds(v, routes, node))
+                    .sum::<usize>()
+        }
+        serde_json::Value::Array(items) => {
+            items.iter_mut().map(|i| inline_rds(i, routes, node)).sum()
+        }
+        _ => 0,
+    }
 }
