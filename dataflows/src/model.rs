@@ -693,6 +693,11 @@ pub struct Redirect {
     pub uri: Option<String>,
     pub authority: Option<String>,
     pub port: Option<u16>,
+    /// `derivePort: FROM_REQUEST_PORT`: the port of the route configuration the route is
+    /// on (the port requests arrive on), as Istio writes it; Envoy cannot take it from the
+    /// request itself. (`FROM_PROTOCOL_DEFAULT`, like no port: none in the location.)
+    #[serde(default)]
+    pub from_request_port: bool,
     pub scheme: Option<String>,
     /// 301, 302, 303, 307 or 308.
     pub code: u32,
@@ -1260,6 +1265,29 @@ pub struct ConnectionPool {
     pub max_connection_duration_ms: Option<u64>,
     /// `tcp.tcpKeepalive`: (probes, time s, interval s).
     pub tcp_keepalive: Option<(Option<u32>, Option<u64>, Option<u64>)>,
+    /// `tcp.idleTimeout`: the idle timeout of the cluster's HTTP connections where
+    /// `http.idleTimeout` sets none, as Istio falls back to it (0: none).
+    #[serde(default)]
+    pub tcp_idle_timeout_ms: Option<u64>,
+    /// `http.h2UpgradePolicy` (`None`: `DEFAULT`, the mesh's policy, Istio's default
+    /// `DO_NOT_UPGRADE`).
+    #[serde(default)]
+    pub h2_upgrade: Option<H2Upgrade>,
+    /// `http.useClientProtocol`: the upstream connection speaks the protocol the request
+    /// came in (Envoy's `use_downstream_protocol_config`); never upgraded.
+    #[serde(default)]
+    pub use_client_protocol: bool,
+    /// `http.maxConcurrentStreams`: Envoy's `max_concurrent_streams` of an HTTP/2 cluster
+    /// (0, like unset: Envoy's default).
+    #[serde(default)]
+    pub max_concurrent_streams: Option<u32>,
+}
+
+/// `connectionPool.http.h2UpgradePolicy` other than `DEFAULT`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum H2Upgrade {
+    Upgrade,
+    DoNotUpgrade,
 }
 
 /// `outlierDetection`, as Istio maps it: a set error count ejects at once (enforcing 100%).
