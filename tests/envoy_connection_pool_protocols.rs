@@ -41,9 +41,10 @@ fn start_h2c_backend(addr: SocketAddr) {
                         continue;
                     };
                     tokio::spawn(async move {
-                        let service = hyper::service::service_fn(|req: Request<Incoming>| async move {
-                            Ok::<_, Infallible>(Response::new(format!("{:?}", req.version())))
-                        });
+                        let service =
+                            hyper::service::service_fn(|req: Request<Incoming>| async move {
+                                Ok::<_, Infallible>(Response::new(format!("{:?}", req.version())))
+                            });
                         let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
                             .serve_connection(TokioIo::new(stream), service)
                             .await;
@@ -60,7 +61,12 @@ fn protocol_options(dump: &Value, name: &str) -> Value {
         .as_array()
         .into_iter()
         .flatten()
-        .flat_map(|s| s["dynamic_active_clusters"].as_array().into_iter().flatten())
+        .flat_map(|s| {
+            s["dynamic_active_clusters"]
+                .as_array()
+                .into_iter()
+                .flatten()
+        })
         .find(|c| c["cluster"]["name"] == name)
         .map(|c| {
             c["cluster"]["typed_extension_protocol_options"]
@@ -73,7 +79,13 @@ fn protocol_options(dump: &Value, name: &str) -> Value {
 #[test]
 fn h2_upgrade_and_client_protocol_in_envoy() {
     let envoy_bin = require_envoy!();
-    let scene = SidecarScene::start(&envoy_bin, "envoy-connection-pool-protocols", 91, &[], |_| {});
+    let scene = SidecarScene::start(
+        &envoy_bin,
+        "envoy-connection-pool-protocols",
+        91,
+        &[],
+        |_| {},
+    );
     let listener = scene.listener();
     let SidecarScene {
         envoy, v1, reviews, ..
@@ -108,8 +120,7 @@ fn h2_upgrade_and_client_protocol_in_envoy() {
     );
     let options = protocol_options(&envoy.config_dump(), &cluster);
     assert_eq!(
-        options["explicit_http_config"]["http2_protocol_options"]["max_concurrent_streams"],
-        5,
+        options["explicit_http_config"]["http2_protocol_options"]["max_concurrent_streams"], 5,
         "{options:#}"
     );
     assert_eq!(

@@ -263,7 +263,8 @@ fn endpoint_slice(service: &str, namespace: &str, ips: &[&str]) -> Value {
 /// A VirtualService with a field meshflow does not translate (analysis: a warning).
 fn with_untranslated(name: &str) -> Value {
     let mut vs = virtual_service(name, name, "1s");
-    let moved = json!({"redirect": {"uri": "/moved"}, "fault": {"abort": {"http2Error": "CANCEL"}}});
+    let moved =
+        json!({"redirect": {"uri": "/moved"}, "fault": {"abort": {"http2Error": "CANCEL"}}});
     vs["spec"]["http"]
         .as_array_mut()
         .expect("http routes")

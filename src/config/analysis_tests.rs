@@ -1269,8 +1269,15 @@ fn connection_pool_protocol_fields_are_read_and_checked() {
     assert_eq!(pool.max_concurrent_streams, Some(9));
     assert_eq!(pool.tcp_idle_timeout_ms, Some(0));
     assert!(!pool.use_client_protocol);
-    let port = tp.port_level[0].1.connection_pool.as_deref().expect("a pool");
-    assert_eq!(port.h2_upgrade, Some(dataflows::model::H2Upgrade::DoNotUpgrade));
+    let port = tp.port_level[0]
+        .1
+        .connection_pool
+        .as_deref()
+        .expect("a pool");
+    assert_eq!(
+        port.h2_upgrade,
+        Some(dataflows::model::H2Upgrade::DoNotUpgrade)
+    );
     assert!(port.use_client_protocol);
     assert_eq!(port.tcp_idle_timeout_ms, Some(90_000));
     // `DEFAULT` is the mesh's policy: a given pool that sets it still replaces the rule's
@@ -1341,7 +1348,10 @@ fn redirect_derive_port_is_read_and_checked() {
     assert!(!default.from_request_port && default.port.is_none());
     for (rd, message) in [
         ("{uri: /a, derivePort: SOMETIMES}", "unknown derivePort"),
-        ("{uri: /a, port: 8080, derivePort: FROM_REQUEST_PORT}", "alternatives"),
+        (
+            "{uri: /a, port: 8080, derivePort: FROM_REQUEST_PORT}",
+            "alternatives",
+        ),
     ] {
         let e = parse_document(
             &format!("{VS}  http:\n  - redirect: {rd}\n"),

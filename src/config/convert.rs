@@ -1046,9 +1046,7 @@ fn redirect(rd: &istio::HttpRedirect, f: &str) -> Result<m::Redirect> {
         Some(other) => {
             return Err(Invalid::field(
                 format!("{f}.derivePort"),
-                format!(
-                    "unknown derivePort {other:?} (FROM_PROTOCOL_DEFAULT, FROM_REQUEST_PORT)"
-                ),
+                format!("unknown derivePort {other:?} (FROM_PROTOCOL_DEFAULT, FROM_REQUEST_PORT)"),
             ))
         }
     };
@@ -2147,8 +2145,14 @@ fn destination_rule(
     }
     // Istio also gives the TCP proxy of routes to the host the idle timeout of the rule's
     // own policy (not a subset's or a port's); meshflow's `tcp_proxy` does not take it yet.
-    let tcp = s.traffic_policy.as_ref().and_then(|tp| tp.connection_pool.as_ref());
-    if tcp.and_then(|c| c.tcp.as_ref()).is_some_and(|t| t.idle_timeout.is_some()) {
+    let tcp = s
+        .traffic_policy
+        .as_ref()
+        .and_then(|tp| tp.connection_pool.as_ref());
+    if tcp
+        .and_then(|c| c.tcp.as_ref())
+        .is_some_and(|t| t.idle_timeout.is_some())
+    {
         findings.push(Finding::warning(
             "spec.trafficPolicy.connectionPool.tcp.idleTimeout",
             "applied to the clusters' HTTP connections (where http.idleTimeout is unset), \

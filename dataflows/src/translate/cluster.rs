@@ -231,8 +231,7 @@ fn outbound(
         Some(tls) => cluster.transport_socket = Some(upstream_tls(tls)),
         None => {}
     }
-    if let Some(options) = http_protocol_options(port.protocol, policy.connection_pool.as_deref())
-    {
+    if let Some(options) = http_protocol_options(port.protocol, policy.connection_pool.as_deref()) {
         // A single entry, so the map's iteration order cannot change the encoding.
         cluster.typed_extension_protocol_options.insert(
             "envoy.extensions.upstreams.http.v3.HttpProtocolOptions".into(),
@@ -1008,7 +1007,11 @@ mod tests {
             let streams = h2.and_then(|h| h.max_concurrent_streams.as_ref());
             assert_eq!(streams.map(|s| s.value), Some(7), "{name}: {options:?}");
             // No lifetimes given: no common options.
-            assert!(options.as_ref().unwrap().common_http_protocol_options.is_none());
+            assert!(options
+                .as_ref()
+                .unwrap()
+                .common_http_protocol_options
+                .is_none());
         }
         for policy in [None, Some(H2Upgrade::DoNotUpgrade)] {
             let got = protocol_options(

@@ -770,9 +770,18 @@ mod tests {
     /// (`FROM_PROTOCOL_DEFAULT`) no port is written; an explicit `port` is kept.
     #[test]
     fn redirect_port_from_the_request_is_the_route_configurations() {
-        assert_eq!(redirect_action(&redirect(None, true), 8080).port_redirect, 8080);
+        assert_eq!(
+            redirect_action(&redirect(None, true), 8080).port_redirect,
+            8080
+        );
         assert_eq!(redirect_action(&redirect(None, true), 80).port_redirect, 80);
-        assert_eq!(redirect_action(&redirect(None, false), 8080).port_redirect, 0);
-        assert_eq!(redirect_action(&redirect(Some(9), false), 8080).port_redirect, 9);
+        assert_eq!(
+            redirect_action(&redirect(None, false), 8080).port_redirect,
+            0
+        );
+        assert_eq!(
+            redirect_action(&redirect(Some(9), false), 8080).port_redirect,
+            9
+        );
     }
 }
