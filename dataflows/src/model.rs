@@ -953,6 +953,23 @@ pub fn host_hash<'h>(
 /// [`HostHashing`] per host, for the routes of one route configuration.
 pub type Hashing = BTreeMap<Hostname, HostHashing>;
 
+/// Per host a scope routes TCP connections to, the idle timeout (ms) Istio gives the
+/// `tcp_proxy` of those routes: `trafficPolicy.connectionPool.tcp.idleTimeout` of the
+/// rule in effect, the rule's own (not a subset's or a port's), as Istio reads it for the
+/// route's first destination. Hosts whose rule sets none are absent (Envoy's 1h applies).
+pub type TcpIdle = BTreeMap<Hostname, u64>;
+
+impl DestinationRule {
+    /// The rule's own `connectionPool.tcp.idleTimeout` ([`TcpIdle`]).
+    pub fn tcp_idle_timeout_ms(&self) -> Option<u64> {
+        self.traffic_policy
+            .as_ref()?
+            .connection_pool
+            .as_ref()?
+            .tcp_idle_timeout_ms
+    }
+}
+
 /// Istio's `localityLbSetting` (of a DestinationRule's `loadBalancer` or of the mesh
 /// config), as validated: `distribute` and `failover` are never both given.
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

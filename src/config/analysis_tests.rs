@@ -1258,11 +1258,7 @@ fn connection_pool_protocol_fields_are_read_and_checked() {
     let p = parse(&format!(
         "{DR}  trafficPolicy:\n    connectionPool:\n      tcp: {{idleTimeout: 0s}}\n      http: {{h2UpgradePolicy: UPGRADE, maxConcurrentStreams: 9}}\n    portLevelSettings:\n    - port: {{number: 9080}}\n      connectionPool:\n        tcp: {{idleTimeout: 90s}}\n        http: {{h2UpgradePolicy: DO_NOT_UPGRADE, useClientProtocol: true}}\n"
     ));
-    // The rule's own tcp.idleTimeout is not given to tcp_proxy (Istio does): said.
-    assert_eq!(
-        fields(&p, Level::Warning),
-        vec!["spec.trafficPolicy.connectionPool.tcp.idleTimeout"]
-    );
+    assert!(p.findings.is_empty(), "{:?}", p.findings);
     let tp = dr(&p).traffic_policy.as_ref().expect("a policy");
     let pool = tp.connection_pool.as_deref().expect("a pool");
     assert_eq!(pool.h2_upgrade, Some(dataflows::model::H2Upgrade::Upgrade));

@@ -2143,23 +2143,6 @@ fn destination_rule(
                 .transpose()?,
         });
     }
-    // Istio also gives the TCP proxy of routes to the host the idle timeout of the rule's
-    // own policy (not a subset's or a port's); meshflow's `tcp_proxy` does not take it yet.
-    let tcp = s
-        .traffic_policy
-        .as_ref()
-        .and_then(|tp| tp.connection_pool.as_ref());
-    if tcp
-        .and_then(|c| c.tcp.as_ref())
-        .is_some_and(|t| t.idle_timeout.is_some())
-    {
-        findings.push(Finding::warning(
-            "spec.trafficPolicy.connectionPool.tcp.idleTimeout",
-            "applied to the clusters' HTTP connections (where http.idleTimeout is unset), \
-             as Istio does; the idle timeout of TCP connections (tcp_proxy) to this host is \
-             not set by meshflow yet: Envoy's default (1h) applies",
-        ));
-    }
     Ok(vec![Record::DestinationRule(m::DestinationRule {
         key: key.clone(),
         host: fqdn(&s.host, &key.namespace, mesh),
