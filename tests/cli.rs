@@ -48,7 +48,7 @@ fn write_problems(dir: &Path) {
     write_config(
         dir,
         "cors.yaml",
-        "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: cors, namespace: default}\nspec:\n  hosts: [reviews]\n  http:\n  - redirect: {uri: /moved, derivePort: FROM_REQUEST_PORT}\n",
+        "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: cors, namespace: default}\nspec:\n  hosts: [reviews]\n  http:\n  - redirect: {uri: /moved}\n    fault: {abort: {http2Error: CANCEL}}\n",
     );
 }
 

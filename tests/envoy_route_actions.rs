@@ -1,5 +1,6 @@
 //! Real Envoy carries out a VirtualService's route actions as Istio's would: fault injection
-//! (an abort answers its code, a delay takes its time), redirects, direct responses, URI and
+//! (an abort answers its code, a delay takes its time), redirects (`derivePort:
+//! FROM_REQUEST_PORT` writes the port the request came to), direct responses, URI and
 //! authority rewrites, request and response header edits, and mirroring (the mirror receives a
 //! copy while the answer comes from the route), and a CORS policy (Envoy answers the
 //! preflight of an allowed origin itself and marks its responses; other origins get no CORS
@@ -32,6 +33,10 @@ spec:
     route: [{destination: {host: reviews, subset: v1}}]
   - match: [{uri: {exact: /old}}]
     redirect: {uri: /new, authority: example.com, redirectCode: 302}
+  - match: [{uri: {exact: /older}}]
+    redirect: {uri: /new, derivePort: FROM_REQUEST_PORT}
+  - match: [{uri: {exact: /oldest}}]
+    redirect: {uri: /new, derivePort: FROM_PROTOCOL_DEFAULT}
   - match: [{uri: {exact: /health}}]
     directResponse: {status: 200, body: {string: meshflow says ok}}
   - match: [{uri: {prefix: /api/}}]
@@ -121,6 +126,14 @@ fn route_actions_take_effect_in_envoy() {
     let r = get("/old", &[]);
     assert_eq!(r.status, 302);
     assert_eq!(r.header("location"), Some("http://example.com/new"));
+    // derivePort: FROM_REQUEST_PORT carries the port the request came to (the route
+    // configuration's); FROM_PROTOCOL_DEFAULT leaves it to the scheme.
+    let r = get("/older", &[]);
+    assert_eq!(r.status, 301);
+    let location = format!("http://reviews:{}/new", scene.port);
+    assert_eq!(r.header("location"), Some(location.as_str()));
+    let r = get("/oldest", &[]);
+    assert_eq!(r.header("location"), Some("http://reviews/new"));
     let r = get("/health", &[]);
     assert_eq!((r.status, r.text().as_str()), (200, "meshflow says ok"));
 

@@ -198,3 +198,91 @@ fn sidecar_ingress_tcp_port_proxies_connections_to_its_default_endpoint() {
     assert_eq!(counts.get(app), Some(&10), "{counts:?}");
     assert_eq!(server.rejected_updates(), 0, "{}", server.summary());
 }
+
+/// A DestinationRule's own `connectionPool.tcp.idleTimeout` is the idle timeout of the
+/// `tcp_proxy` of routes to its host, as Istio sets it: the sidecar's Envoy closes a
+/// connection idle for 1s (with Envoy's default, 1h, it would stay open; the echo backend
+/// itself gives up only after 5s of silence).
+#[test]
+fn tcp_idle_timeout_closes_idle_connections() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::time::{Duration, Instant};
+    let envoy_bin = require_envoy!();
+    let net = 92;
+    let dir = TestDir::new("envoy-tcp-idle");
+    let config = dir.subdir("config");
+    let (port, backend_port, gateway_port) = (free_port(), free_port(), free_port());
+    let _v1 = TcpEcho::start(&mongo::ip(net, 11), backend_port, "mongo-v1");
+    let _v2 = TcpEcho::start(&mongo::ip(net, 12), backend_port, "mongo-v2");
+    mongo::write_mesh(&config, net, port, backend_port, gateway_port);
+    let path = config.join("mongo.yaml");
+    let text = std::fs::read_to_string(&path).expect("mongo.yaml");
+    let with_idle = text.replace(
+        "  host: mongo\n  subsets:",
+        "  host: mongo\n  trafficPolicy: {connectionPool: {tcp: {idleTimeout: 1s}}}\n  subsets:",
+    );
+    assert_ne!(with_idle, text, "the rule is in mongo.yaml");
+    std::fs::write(&path, with_idle).expect("write mongo.yaml");
+    let meshflow = Meshflow::start(&config, dir.path());
+    let node = ProxyNode::sidecar(
+        "client-abc",
+        "default",
+        &mongo::ip(net, 20),
+        &[("app", "client")],
+    );
+    let sidecar = Envoy::start(
+        &envoy_bin,
+        dir.path(),
+        &node,
+        meshflow.xds_addr(),
+        XdsMode::Delta,
+    );
+    sidecar.wait_live(STARTUP_TIMEOUT);
+    sidecar.await_listener(&format!("127.0.0.1_{port}"));
+    // On the listener's tcp_proxy (the cluster has it too, for HTTP connections).
+    let dump = sidecar.config_dump();
+    let listeners: Vec<String> = dump["configs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| {
+            c["@type"]
+                .as_str()
+                .is_some_and(|t| t.ends_with("ListenersConfigDump"))
+        })
+        .map(|c| c.to_string())
+        .collect();
+    assert!(
+        listeners
+            .iter()
+            .any(|l| l.contains("\"idle_timeout\":\"1s\"")),
+        "{listeners:?}"
+    );
+
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let stream = std::net::TcpStream::connect(addr).expect("connect through the sidecar");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("read timeout");
+    let mut writer = stream.try_clone().expect("a writer");
+    writer.write_all(b"ping\n").expect("ping");
+    let mut reader = BufReader::new(stream);
+    let (mut greeting, mut echo) = (String::new(), String::new());
+    reader.read_line(&mut greeting).expect("greeting");
+    reader.read_line(&mut echo).expect("echo");
+    assert!(greeting.starts_with("mongo-v"), "{greeting:?}");
+    assert_eq!(echo, "ping\n");
+    let idle_from = Instant::now();
+    let mut rest = Vec::new();
+    let read = reader.read_to_end(&mut rest);
+    let idle = idle_from.elapsed();
+    assert!(
+        read.is_ok() && rest.is_empty(),
+        "closed, not {read:?} {rest:?}"
+    );
+    assert!(
+        idle >= Duration::from_millis(800) && idle < Duration::from_secs(3),
+        "Envoy closed the idle connection after {idle:?}"
+    );
+    assert_eq!(sidecar.rejected_updates(), 0, "{}", sidecar.summary());
+}

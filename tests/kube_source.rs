@@ -263,7 +263,8 @@ fn endpoint_slice(service: &str, namespace: &str, ips: &[&str]) -> Value {
 /// A VirtualService with a field meshflow does not translate (analysis: a warning).
 fn with_untranslated(name: &str) -> Value {
     let mut vs = virtual_service(name, name, "1s");
-    let moved = json!({"redirect": {"uri": "/moved", "derivePort": "FROM_REQUEST_PORT"}});
+    let moved =
+        json!({"redirect": {"uri": "/moved"}, "fault": {"abort": {"http2Error": "CANCEL"}}});
     vs["spec"]["http"]
         .as_array_mut()
         .expect("http routes")
@@ -482,7 +483,7 @@ fn validate_reads_a_cluster_and_names_what_it_would_reject() {
     );
     assert!(
         lines[1].starts_with(
-            "warning: VirtualService default/details: spec.http[1].redirect.derivePort: "
+            "warning: VirtualService default/details: spec.http[1].fault.abort.http2Error: "
         ),
         "{stdout}"
     );
@@ -496,7 +497,7 @@ fn validate_reads_a_cluster_and_names_what_it_would_reject() {
     assert_eq!(lines[3], "2 error(s), 1 warning(s)");
     // Each problem once: not also as a log line.
     assert!(
-        !stderr.contains("default/ratings") && !stderr.contains("derivePort"),
+        !stderr.contains("default/ratings") && !stderr.contains("http2Error"),
         "{stderr}"
     );
 }
@@ -672,7 +673,7 @@ async fn invalid_objects_are_named_and_their_last_valid_version_stays() {
     // An accepted object with a field meshflow does not translate gets the file source's
     // analysis, without file:line; it goes with the object.
     cluster.fake.apply(with_untranslated("cors"));
-    let warning = "warning: VirtualService default/cors: spec.http[1].redirect.derivePort: ";
+    let warning = "warning: VirtualService default/cors: spec.http[1].fault.abort.http2Error: ";
     cluster.await_analysis("the untranslated field is named", |a| {
         a.iter().any(|l| l.starts_with(warning))
     });
@@ -758,7 +759,7 @@ fn status_says_what_is_in_effect_and_what_is_not_translated() {
     assert!(message["type"]["name"].is_string(), "{status:#}");
     assert_eq!(descriptions(&status).len(), 1, "{status:#}");
     assert!(
-        descriptions(&status)[0].starts_with("spec.http[1].redirect.derivePort: "),
+        descriptions(&status)[0].starts_with("spec.http[1].fault.abort.http2Error: "),
         "{status:#}"
     );
     assert_eq!(status["conditions"][0]["type"], "Reconciled", "{status:#}");

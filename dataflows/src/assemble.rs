@@ -133,6 +133,8 @@ pub struct TcpPort<'a> {
     /// Where connections no service claims go ([`ScopeSpec::outbound_fallback`]).
     pub fallback: &'a str,
     pub targets: &'a [TcpTarget],
+    /// The idle timeouts of the hosts the port's routes go to.
+    pub idle: &'a TcpIdle,
 }
 
 /// The outbound listener of a sidecar port: the HTTP catch-all alone (`http`: HTTP services
@@ -157,6 +159,7 @@ pub fn sidecar_port_listener(
         http: http && !t.bind,
         fallback: t.fallback,
         source,
+        idle: t.idle,
     };
     tcp::sidecar_listener(&p, t.targets)
 }
@@ -172,10 +175,12 @@ pub struct Router {
 /// Listeners, route configurations and SDS secrets of a gateway proxy in `namespace`
 /// selected by `gateways`, with the VirtualServices bound to each gateway (`(gateway, vs)`
 /// pairs) and the Secrets of that namespace its servers name.
-/// `hashing`: the consistent-hash keys of the hosts the routes go to; `source`: who the
+/// `hashing`: the consistent-hash keys of the hosts the routes go to; `idle`: the idle
+/// timeouts of the hosts TCP and TLS routes go to; `source`: who the
 /// proxies are, for the routes' source conditions; `clusters`: the names of the scope's
 /// outbound clusters, for AUTO_PASSTHROUGH servers (the dataflow gives them only to scopes
 /// with one).
+#[allow(clippy::too_many_arguments)] // the router's inputs, each of its own kind
 pub fn router_resources(
     source: Source,
     namespace: &str,
@@ -183,6 +188,7 @@ pub fn router_resources(
     vss: &[(&ConfigKey, &ResolvedVs)],
     secrets: &[&TlsSecret],
     hashing: &Hashing,
+    idle: &TcpIdle,
     clusters: &[String],
 ) -> Router {
     let mut listeners: BTreeMap<(String, u16), BTreeSet<ConfigKey>> = BTreeMap::new();
@@ -213,11 +219,18 @@ pub fn router_resources(
         }
     }
     let tls = crate::gateway_tls::servers(
-        source, namespace, gateways, vss, secrets, hashing, &listeners, clusters,
+        source, namespace, gateways, vss, secrets, hashing, idle, &listeners, clusters,
     );
     let mut errors = tls.errors;
-    let tcp_listeners =
-        gateway_tcp_listeners(source, gateways, vss, &listeners, &tls.ports, &mut errors);
+    let tcp_listeners = gateway_tcp_listeners(
+        source,
+        gateways,
+        vss,
+        idle,
+        &listeners,
+        &tls.ports,
+        &mut errors,
+    );
     let mut out: Vec<(Resource, BTreeSet<ConfigKey>)> = listeners
         .into_iter()
         .map(|((addr, port), inputs)| {
@@ -301,6 +314,7 @@ fn gateway_tcp_listeners(
     source: Source,
     gateways: &[&Gateway],
     vss: &[(&ConfigKey, &ResolvedVs)],
+    idle: &TcpIdle,
     http: &BTreeMap<(String, u16), BTreeSet<ConfigKey>>,
     tls: &BTreeMap<(String, u16), BTreeSet<ConfigKey>>,
     errors: &mut Vec<ConfigError>,
@@ -348,7 +362,7 @@ fn gateway_tcp_listeners(
         }
         let pairs: Vec<(&ResolvedVs, &[String])> =
             list.iter().map(|(v, g)| (v, g.as_slice())).collect();
-        if let Some(l) = tcp::gateway_listener(&addr, port, &pairs, source) {
+        if let Some(l) = tcp::gateway_listener(&addr, port, &pairs, source, idle) {
             out.push((l, inputs));
         }
     }

@@ -137,6 +137,7 @@ pub fn servers(
     vss: &[(&ConfigKey, &ResolvedVs)],
     secrets: &[&TlsSecret],
     hashing: &Hashing,
+    idle: &TcpIdle,
     http: &BTreeMap<(String, u16), BTreeSet<ConfigKey>>,
     clusters: &[String],
 ) -> TlsServers {
@@ -172,7 +173,8 @@ pub fn servers(
                         }
                     };
                     if tls.tcp {
-                        let added = terminate_tcp(gw, server, tls, vss, source, chains, inputs);
+                        let added =
+                            terminate_tcp(gw, server, tls, vss, source, idle, chains, inputs);
                         match added {
                             Added::All | Added::Some => {
                                 for (r, from) in material {
@@ -218,7 +220,16 @@ pub fn servers(
                     out.resources.push((rc, route_inputs));
                 }
                 ServerTlsMode::Passthrough => {
-                    passthrough(gw, server, vss, source, chains, inputs, &mut out.errors);
+                    passthrough(
+                        gw,
+                        server,
+                        vss,
+                        source,
+                        idle,
+                        chains,
+                        inputs,
+                        &mut out.errors,
+                    );
                 }
                 ServerTlsMode::AutoPassthrough => auto_passthrough(server, clusters, chains),
             }
@@ -268,12 +279,14 @@ fn server_takes(gw: &Gateway, server: &GatewayServer, rvs: &ResolvedVs) -> bool 
 /// does ([`tcp::chains`]: the first route that applies, with `destinationSubnets` as
 /// address ranges), each a chain matched on the server's hosts as SNI names that
 /// terminates with the server's certificate and passes the decrypted stream on.
+#[allow(clippy::too_many_arguments)] // the server, its routes and what it adds to
 fn terminate_tcp<'a>(
     gw: &Gateway,
     server: &GatewayServer,
     tls: &'a ServerTls,
     vss: &[(&ConfigKey, &ResolvedVs)],
     source: Source,
+    idle: &TcpIdle,
     chains: &mut TlsChains<'a>,
     inputs: &mut BTreeSet<ConfigKey>,
 ) -> Added {
@@ -299,7 +312,13 @@ fn terminate_tcp<'a>(
     let total = list.len();
     let mut added = 0;
     for (ranges, dests) in list {
-        let chain = TlsChain::TerminateTcp { tls, ranges, dests };
+        let idle_ms = tcp::idle_of(idle, &dests);
+        let chain = TlsChain::TerminateTcp {
+            tls,
+            ranges,
+            dests,
+            idle_ms,
+        };
         if chains.add(names.clone(), chain).is_some() {
             added += 1;
         }
@@ -333,9 +352,11 @@ fn auto_passthrough(server: &GatewayServer, clusters: &[String], chains: &mut Tl
             continue;
         }
         let sni = format!("outbound_.{port}_.{subset}_.{host}");
+        // Istio's AUTO_PASSTHROUGH chains take no DestinationRule's idle timeout.
         let chain = TlsChain::Passthrough {
             ranges: Vec::new(),
             dests: vec![(name.clone(), 100)],
+            idle_ms: None,
         };
         // A name an earlier server on the port took stays with it.
         let _ = chains.add(vec![sni], chain);
@@ -358,11 +379,13 @@ fn taken(gw: &Gateway, server: &GatewayServer) -> ConfigError {
 /// The chains of a PASSTHROUGH server: one per applicable match of each `tls[]` route of
 /// the VirtualServices bound to the gateway whose hosts it serves, for the match's SNI
 /// names the server serves. A match left with none is an error naming it.
+#[allow(clippy::too_many_arguments)] // the server, its routes and what it adds to
 fn passthrough<'a>(
     gw: &Gateway,
     server: &GatewayServer,
     vss: &[(&ConfigKey, &'a ResolvedVs)],
     source: Source,
+    idle: &TcpIdle,
     chains: &mut TlsChains<'a>,
     inputs: &mut BTreeSet<ConfigKey>,
     errors: &mut Vec<ConfigError>,
@@ -407,6 +430,7 @@ fn passthrough<'a>(
                 let chain = TlsChain::Passthrough {
                     ranges: m.destination_subnets.clone(),
                     dests: dests.clone(),
+                    idle_ms: tcp::idle_of(idle, &dests),
                 };
                 if chains.add(names, chain).is_none() {
                     errors.push(ConfigError {

@@ -698,6 +698,11 @@ pub struct Redirect {
     pub uri: Option<String>,
     pub authority: Option<String>,
     pub port: Option<u16>,
+    /// `derivePort: FROM_REQUEST_PORT`: the port of the route configuration the route is
+    /// on (the port requests arrive on), as Istio writes it; Envoy cannot take it from the
+    /// request itself. (`FROM_PROTOCOL_DEFAULT`, like no port: none in the location.)
+    #[serde(default)]
+    pub from_request_port: bool,
     pub scheme: Option<String>,
     /// 301, 302, 303, 307 or 308.
     pub code: u32,
@@ -952,6 +957,23 @@ pub fn host_hash<'h>(
 
 /// [`HostHashing`] per host, for the routes of one route configuration.
 pub type Hashing = BTreeMap<Hostname, HostHashing>;
+
+/// Per host a scope routes TCP connections to, the idle timeout (ms) Istio gives the
+/// `tcp_proxy` of those routes: `trafficPolicy.connectionPool.tcp.idleTimeout` of the
+/// rule in effect, the rule's own (not a subset's or a port's), as Istio reads it for the
+/// route's first destination. Hosts whose rule sets none are absent (Envoy's 1h applies).
+pub type TcpIdle = BTreeMap<Hostname, u64>;
+
+impl DestinationRule {
+    /// The rule's own `connectionPool.tcp.idleTimeout` ([`TcpIdle`]).
+    pub fn tcp_idle_timeout_ms(&self) -> Option<u64> {
+        self.traffic_policy
+            .as_ref()?
+            .connection_pool
+            .as_ref()?
+            .tcp_idle_timeout_ms
+    }
+}
 
 /// Istio's `localityLbSetting` (of a DestinationRule's `loadBalancer` or of the mesh
 /// config), as validated: `distribute` and `failover` are never both given.
@@ -1285,6 +1307,29 @@ pub struct ConnectionPool {
     pub max_connection_duration_ms: Option<u64>,
     /// `tcp.tcpKeepalive`: (probes, time s, interval s).
     pub tcp_keepalive: Option<(Option<u32>, Option<u64>, Option<u64>)>,
+    /// `tcp.idleTimeout`: the idle timeout of the cluster's HTTP connections where
+    /// `http.idleTimeout` sets none, as Istio falls back to it (0: none).
+    #[serde(default)]
+    pub tcp_idle_timeout_ms: Option<u64>,
+    /// `http.h2UpgradePolicy` (`None`: `DEFAULT`, the mesh's policy, Istio's default
+    /// `DO_NOT_UPGRADE`).
+    #[serde(default)]
+    pub h2_upgrade: Option<H2Upgrade>,
+    /// `http.useClientProtocol`: the upstream connection speaks the protocol the request
+    /// came in (Envoy's `use_downstream_protocol_config`); never upgraded.
+    #[serde(default)]
+    pub use_client_protocol: bool,
+    /// `http.maxConcurrentStreams`: Envoy's `max_concurrent_streams` of an HTTP/2 cluster
+    /// (0, like unset: Envoy's default).
+    #[serde(default)]
+    pub max_concurrent_streams: Option<u32>,
+}
+
+/// `connectionPool.http.h2UpgradePolicy` other than `DEFAULT`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum H2Upgrade {
+    Upgrade,
+    DoNotUpgrade,
 }
 
 /// `outlierDetection`, as Istio maps it: a set error count ejects at once (enforcing 100%).

@@ -257,6 +257,19 @@ impl<'a> View<'a> {
             .collect()
     }
 
+    /// The rule's own `tcp.idleTimeout` of the hosts the scope sees, where the rule in effect
+    /// sets one.
+    fn tcp_idle(&self, s: &ScopeKey) -> TcpIdle {
+        let hosts: BTreeSet<&str> = self.view_hosts(s).into_iter().flatten().collect();
+        hosts
+            .into_iter()
+            .filter_map(|h| {
+                let ms = self.dr_for(s, self.services[h])?.tcp_idle_timeout_ms()?;
+                Some((h.to_string(), ms))
+            })
+            .collect()
+    }
+
     fn resolve(&self, vs: &VirtualService) -> ResolvedVs {
         let mut dest_ports = BTreeMap::new();
         let tcp = vs.tcp.iter().flat_map(|r| r.route.iter());
@@ -762,6 +775,7 @@ fn sidecar_outbound(
     let listener_ports: BTreeSet<u16> =
         http_ports.iter().chain(tcp_ports.keys()).copied().collect();
     let fallback = spec.outbound_fallback();
+    let idle = v.tcp_idle(s);
     for port in listener_ports {
         let tcp = tcp_ports.get(&port).map(|((addr, bind), targets)| {
             let targets: Vec<TcpTarget> = targets
@@ -781,6 +795,7 @@ fn sidecar_outbound(
                     bind: *bind,
                     fallback: &fallback,
                     targets,
+                    idle: &idle,
                 }),
             )
             .listener,
@@ -934,6 +949,7 @@ fn router(
         &pairs,
         &secrets,
         &v.hashing(s),
+        &v.tcp_idle(s),
         &clusters,
     )
     .resources

@@ -44,7 +44,25 @@ fn placement(rng: &mut StdRng) -> Placement {
 fn lb_policy(rng: &mut StdRng, extra: &mut StdRng) -> Option<TrafficPolicy> {
     let policy = base_policy(rng, extra);
     let policy = per_port_and_secrets(extra, policy);
-    with_locality(extra, policy)
+    let policy = with_locality(extra, policy);
+    with_connection_pool(extra, policy)
+}
+
+/// Sometimes a `connectionPool` whose `tcp.idleTimeout` reaches the `tcp_proxy` of routes
+/// to the host (the rule's own) and whose `h2UpgradePolicy` makes its clusters HTTP/2.
+fn with_connection_pool(
+    extra: &mut StdRng,
+    policy: Option<TrafficPolicy>,
+) -> Option<TrafficPolicy> {
+    if extra.random_bool(0.7) {
+        return policy;
+    }
+    let mut p = policy.unwrap_or_default();
+    let pool = p.connection_pool.get_or_insert_with(Default::default);
+    pool.tcp_idle_timeout_ms = Some(30_000);
+    pool.h2_upgrade = Some(H2Upgrade::Upgrade);
+    pool.max_concurrent_streams = Some(10);
+    Some(p)
 }
 
 /// A locality load balancing setting: failover (with or without region entries),

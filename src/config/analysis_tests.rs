@@ -30,15 +30,19 @@ const VS: &str = "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmeta
 #[test]
 fn untranslated_route_fields_are_warnings_naming_each_field() {
     let doc = format!(
-        "{VS}  http:\n  - fault: {{abort: {{httpStatus: 500, percentage: {{value: 100}}}}}}\n    mirror: {{host: shadow}}\n    headers: {{request: {{set: {{x-a: b}}}}}}\n    corsPolicy: {{allowOrigins: [{{exact: a}}]}}\n    rewrite: {{uri: /}}\n    retries: {{attempts: 2, retryRemoteLocalities: true}}\n    route:\n    - destination: {{host: reviews}}\n      headers: {{response: {{remove: [x]}}}}\n  - redirect: {{uri: /moved, derivePort: FROM_REQUEST_PORT}}\n"
+        "{VS}  http:\n  - fault: {{abort: {{httpStatus: 500, percentage: {{value: 100}}}}}}\n    mirror: {{host: shadow}}\n    headers: {{request: {{set: {{x-a: b}}}}}}\n    corsPolicy: {{allowOrigins: [{{exact: a}}]}}\n    rewrite: {{uri: /}}\n    retries: {{attempts: 2, retryRemoteLocalities: true}}\n    route:\n    - destination: {{host: reviews}}\n      headers: {{response: {{remove: [x]}}}}\n  - redirect: {{uri: /moved, derivePort: FROM_REQUEST_PORT}}\n    fault: {{abort: {{http2Error: CANCEL}}}}\n"
     );
     let p = parse(&doc);
     let route = &vs(&p).http[0];
     assert_eq!(vs(&p).http.len(), 2, "the routes are generated");
     assert_eq!(
         fields(&p, Level::Warning),
-        vec!["spec.http[1].redirect.derivePort"]
+        vec!["spec.http[1].fault.abort.http2Error"]
     );
+    assert!(vs(&p).http[1]
+        .redirect
+        .as_ref()
+        .is_some_and(|r| r.from_request_port));
     assert!(route.retries.as_ref().is_some_and(|r| r.remote_localities));
     assert_eq!(
         route.route[0].headers.response.remove,
@@ -426,7 +430,7 @@ fn port_level_settings_are_checked_as_istio_checks_them() {
     // A second entry for a port is never used (Istio takes the first): said, not refused;
     // a field of an entry not read is named.
     let p = parse(&format!(
-        "{DR}  subsets:\n  - name: v1\n    labels: {{version: v1}}\n    trafficPolicy:\n      portLevelSettings:\n      - port: {{number: 9080}}\n        loadBalancer: {{simple: RANDOM}}\n      - port: {{number: 9080}}\n        loadBalancer: {{simple: ROUND_ROBIN}}\n        connectionPool: {{http: {{h2UpgradePolicy: UPGRADE}}}}\n"
+        "{DR}  subsets:\n  - name: v1\n    labels: {{version: v1}}\n    trafficPolicy:\n      portLevelSettings:\n      - port: {{number: 9080}}\n        loadBalancer: {{simple: RANDOM}}\n      - port: {{number: 9080}}\n        loadBalancer: {{simple: ROUND_ROBIN}}\n        connectionPool: {{http: {{h2UpgradePolicy: UPGRADE}}}}\n        proxyProtocol: {{version: V1}}\n"
     ));
     let sub = dr(&p).subsets[0].traffic_policy.as_ref().expect("a policy");
     assert_eq!(sub.port_level.len(), 1);
@@ -439,8 +443,8 @@ fn port_level_settings_are_checked_as_istio_checks_them() {
     assert_eq!(
         warnings,
         vec![
-            "spec.subsets[0].trafficPolicy.portLevelSettings[1].connectionPool.http.h2UpgradePolicy",
             "spec.subsets[0].trafficPolicy.portLevelSettings[1].port.number",
+            "spec.subsets[0].trafficPolicy.portLevelSettings[1].proxyProtocol",
         ]
     );
 }
@@ -832,7 +836,9 @@ fn workload_entry_ports_weight_locality_and_network_are_read() {
         panic!("{:?}", p.records)
     };
     assert_eq!(
-        w.labels.get(dataflows::model::NETWORK_LABEL).map(String::as_str),
+        w.labels
+            .get(dataflows::model::NETWORK_LABEL)
+            .map(String::as_str),
         Some("n1"),
         "the network is a label"
     );
@@ -865,13 +871,13 @@ fn kinds_not_served_are_listed_and_other_kinds_skipped() {
 #[test]
 fn finding_lines_name_level_object_and_field() {
     let p = parse(&format!(
-        "{VS}  http:\n  - redirect: {{uri: /moved, derivePort: FROM_REQUEST_PORT}}\n"
+        "{VS}  http:\n  - redirect: {{uri: /moved}}\n    fault: {{abort: {{http2Error: CANCEL}}}}\n"
     ));
     let lines: Vec<String> = p.finding_lines().map(|(_, l)| l).collect();
     assert_eq!(
         lines,
         vec![format!(
-            "warning: VirtualService ns/r: spec.http[0].redirect.derivePort: {}",
+            "warning: VirtualService ns/r: spec.http[0].fault.abort.http2Error: {}",
             findings::IGNORED
         )]
     );
@@ -1313,4 +1319,113 @@ fn endpoint_network_is_the_network_label_unless_the_workload_has_one() {
         networks,
         vec![Some("n1"), Some("own"), None, Some("vm-net")]
     );
+}
+
+/// `connectionPool.http.h2UpgradePolicy`, `useClientProtocol`, `maxConcurrentStreams` and
+/// `tcp.idleTimeout` are read (no warning), at the rule and per port, and bad values are
+/// refused naming the field, as Istio's validation refuses them.
+#[test]
+fn connection_pool_protocol_fields_are_read_and_checked() {
+    let p = parse(&format!(
+        "{DR}  trafficPolicy:\n    connectionPool:\n      tcp: {{idleTimeout: 0s}}\n      http: {{h2UpgradePolicy: UPGRADE, maxConcurrentStreams: 9}}\n    portLevelSettings:\n    - port: {{number: 9080}}\n      connectionPool:\n        tcp: {{idleTimeout: 90s}}\n        http: {{h2UpgradePolicy: DO_NOT_UPGRADE, useClientProtocol: true}}\n"
+    ));
+    assert!(p.findings.is_empty(), "{:?}", p.findings);
+    let tp = dr(&p).traffic_policy.as_ref().expect("a policy");
+    let pool = tp.connection_pool.as_deref().expect("a pool");
+    assert_eq!(pool.h2_upgrade, Some(dataflows::model::H2Upgrade::Upgrade));
+    assert_eq!(pool.max_concurrent_streams, Some(9));
+    assert_eq!(pool.tcp_idle_timeout_ms, Some(0));
+    assert!(!pool.use_client_protocol);
+    let port = tp.port_level[0]
+        .1
+        .connection_pool
+        .as_deref()
+        .expect("a pool");
+    assert_eq!(
+        port.h2_upgrade,
+        Some(dataflows::model::H2Upgrade::DoNotUpgrade)
+    );
+    assert!(port.use_client_protocol);
+    assert_eq!(port.tcp_idle_timeout_ms, Some(90_000));
+    // `DEFAULT` is the mesh's policy: a given pool that sets it still replaces the rule's
+    // (a subset's connectionPool is taken whole).
+    let p = parse(&format!(
+        "{DR}  subsets:\n  - name: v1\n    labels: {{version: v1}}\n    trafficPolicy:\n      connectionPool: {{http: {{h2UpgradePolicy: DEFAULT}}}}\n"
+    ));
+    let sub = dr(&p).subsets[0].traffic_policy.as_ref().expect("a policy");
+    assert_eq!(
+        sub.connection_pool.as_deref().map(|c| c.h2_upgrade),
+        Some(None)
+    );
+
+    let rejected = |pool: &str| {
+        let e = parse_document(
+            &format!("{DR}  trafficPolicy:\n    connectionPool: {pool}\n"),
+            &MeshConfig::default(),
+        )
+        .unwrap_err();
+        (e.field, e.message)
+    };
+    let cases = [
+        (
+            "{http: {h2UpgradePolicy: SOMETIMES}}",
+            "spec.trafficPolicy.connectionPool.http.h2UpgradePolicy",
+            "unknown h2UpgradePolicy",
+        ),
+        (
+            "{http: {h2UpgradePolicy: UPGRADE, useClientProtocol: true}}",
+            "spec.trafficPolicy.connectionPool.http.h2UpgradePolicy",
+            "useClientProtocol must not be true",
+        ),
+        (
+            "{http: {maxConcurrentStreams: -1}}",
+            "spec.trafficPolicy.connectionPool.http.maxConcurrentStreams",
+            "not a count",
+        ),
+        (
+            "{tcp: {idleTimeout: soon}}",
+            "spec.trafficPolicy.connectionPool.tcp.idleTimeout",
+            "not a duration",
+        ),
+        (
+            "{tcp: {idleTimeout: 0.4ms}}",
+            "spec.trafficPolicy.connectionPool.tcp.idleTimeout",
+            "below 1ms",
+        ),
+    ];
+    for (pool, field, message) in cases {
+        let (f, m) = rejected(pool);
+        assert_eq!(f, field, "{pool}");
+        assert!(m.contains(message), "{pool}: {m}");
+    }
+}
+
+/// `redirect.derivePort` is read: `FROM_REQUEST_PORT` marks the redirect,
+/// `FROM_PROTOCOL_DEFAULT` does not; an unknown value, or one beside `port` (Istio's
+/// oneof), is refused naming the field.
+#[test]
+fn redirect_derive_port_is_read_and_checked() {
+    let redirect = |rd: &str| {
+        let p = parse(&format!("{VS}  http:\n  - redirect: {rd}\n"));
+        assert!(p.findings.is_empty(), "{:?}", p.findings);
+        vs(&p).http[0].redirect.clone().expect("a redirect")
+    };
+    assert!(redirect("{uri: /a, derivePort: FROM_REQUEST_PORT}").from_request_port);
+    let default = redirect("{uri: /a, derivePort: FROM_PROTOCOL_DEFAULT}");
+    assert!(!default.from_request_port && default.port.is_none());
+    for (rd, message) in [
+        ("{uri: /a, derivePort: SOMETIMES}", "unknown derivePort"),
+        (
+            "{uri: /a, port: 8080, derivePort: FROM_REQUEST_PORT}",
+            "alternatives",
+        ),
+    ] {
+        let e = parse_document(
+            &format!("{VS}  http:\n  - redirect: {rd}\n"),
+            &MeshConfig::default(),
+        )
+        .unwrap_err();
+        assert_eq!(e.field, "spec.http[0].redirect.derivePort", "{rd}");
+        assert!(e.message.contains(message), "{rd}: {}", e.message);
+    }
 }

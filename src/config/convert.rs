@@ -1042,6 +1042,23 @@ fn redirect(rd: &istio::HttpRedirect, f: &str) -> Result<m::Redirect> {
             ))
         }
     };
+    // `port` and `derivePort` are one oneof in Istio's API: both is an error.
+    let from_request_port = match rd.derive_port.as_deref() {
+        None | Some("FROM_PROTOCOL_DEFAULT") => false,
+        Some("FROM_REQUEST_PORT") => true,
+        Some(other) => {
+            return Err(Invalid::field(
+                format!("{f}.derivePort"),
+                format!("unknown derivePort {other:?} (FROM_PROTOCOL_DEFAULT, FROM_REQUEST_PORT)"),
+            ))
+        }
+    };
+    if rd.port.is_some() && rd.derive_port.is_some() {
+        return Err(Invalid::field(
+            format!("{f}.derivePort"),
+            "port and derivePort are alternatives (one oneof): give one",
+        ));
+    }
     Ok(m::Redirect {
         uri: rd.uri.clone(),
         authority: rd.authority.clone(),
@@ -1049,6 +1066,7 @@ fn redirect(rd: &istio::HttpRedirect, f: &str) -> Result<m::Redirect> {
             .port
             .map(|p| port_u16(p, &format!("{f}.port")))
             .transpose()?,
+        from_request_port,
         scheme: rd.scheme.clone(),
         code,
     })
@@ -1599,8 +1617,59 @@ fn connection_pool(c: &istio::ConnectionPool, f: &str) -> Result<Option<m::Conne
             &http.and_then(|h| h.idle_timeout.clone()),
             &format!("{f}.http.idleTimeout"),
         )?,
+        tcp_idle_timeout_ms: tcp_idle_timeout(tcp, f)?,
+        h2_upgrade: h2_upgrade(http, f)?,
+        use_client_protocol: http.and_then(|h| h.use_client_protocol).unwrap_or(false),
+        max_concurrent_streams: count(
+            http.and_then(|h| h.max_concurrent_streams),
+            &format!("{f}.http.maxConcurrentStreams"),
+        )?
+        .filter(|n| *n > 0),
     };
-    Ok((pool != m::ConnectionPool::default()).then_some(pool))
+    // A given `connectionPool` is kept even when it sets nothing meshflow generates: a
+    // subset's (or port's) replaces the rule's whole, as Istio merges them.
+    Ok(Some(pool))
+}
+
+/// `tcp.idleTimeout`: a duration of at least 1ms, or 0s (no timeout), as Istio validates.
+fn tcp_idle_timeout(tcp: Option<&istio::TcpSettings>, f: &str) -> Result<Option<u64>> {
+    let field = format!("{f}.tcp.idleTimeout");
+    let Some(text) = tcp.and_then(|t| t.idle_timeout.as_deref()) else {
+        return Ok(None);
+    };
+    let ms = parse_duration_ms(text, &field)?;
+    if ms == 0 && text.trim_end_matches(['m', 's', 'h']).parse::<f64>() != Ok(0.0) {
+        return Err(Invalid::field(
+            field,
+            format!("{text:?} is below 1ms (0s turns the timeout off)"),
+        ));
+    }
+    Ok(Some(ms))
+}
+
+/// `http.h2UpgradePolicy` (`DEFAULT`: `None`), and Istio's check that `UPGRADE` does not
+/// come with `useClientProtocol`.
+fn h2_upgrade(http: Option<&istio::HttpSettings>, f: &str) -> Result<Option<m::H2Upgrade>> {
+    let Some(h) = http else { return Ok(None) };
+    let field = format!("{f}.http.h2UpgradePolicy");
+    let policy = match h.h2_upgrade_policy.as_deref() {
+        None | Some("DEFAULT") => None,
+        Some("UPGRADE") => Some(m::H2Upgrade::Upgrade),
+        Some("DO_NOT_UPGRADE") => Some(m::H2Upgrade::DoNotUpgrade),
+        Some(other) => {
+            return Err(Invalid::field(
+                field,
+                format!("unknown h2UpgradePolicy {other:?} (DEFAULT, DO_NOT_UPGRADE, UPGRADE)"),
+            ))
+        }
+    };
+    if policy == Some(m::H2Upgrade::Upgrade) && h.use_client_protocol == Some(true) {
+        return Err(Invalid::field(
+            field,
+            "useClientProtocol must not be true when h2UpgradePolicy is UPGRADE",
+        ));
+    }
+    Ok(policy)
 }
 
 fn outlier_detection(o: &istio::OutlierDetection, f: &str) -> Result<m::OutlierDetection> {

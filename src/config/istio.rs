@@ -103,6 +103,8 @@ pub struct HttpRedirect {
     pub uri: Option<String>,
     pub authority: Option<String>,
     pub port: Option<i64>,
+    /// `FROM_PROTOCOL_DEFAULT` or `FROM_REQUEST_PORT` (a oneof with `port`).
+    pub derive_port: Option<String>,
     pub scheme: Option<String>,
     pub redirect_code: Option<i64>,
 }
@@ -380,6 +382,10 @@ pub struct HttpSettings {
     pub max_requests_per_connection: Option<i64>,
     pub max_retries: Option<i64>,
     pub idle_timeout: Option<String>,
+    /// `DEFAULT`, `DO_NOT_UPGRADE` or `UPGRADE`.
+    pub h2_upgrade_policy: Option<String>,
+    pub use_client_protocol: Option<bool>,
+    pub max_concurrent_streams: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -411,6 +417,7 @@ pub struct TcpSettings {
     pub max_connections: Option<i64>,
     pub max_connection_duration: Option<String>,
     pub tcp_keepalive: Option<TcpKeepalive>,
+    pub idle_timeout: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

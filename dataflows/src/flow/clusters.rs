@@ -36,6 +36,9 @@ pub(super) struct Clusters<'s> {
     /// `((scope, host), hash keys)`: where the rule a scope has in effect for a host hashes
     /// (only those), for the routes to its clusters.
     pub hashing: Coll<'s, ((ScopeKey, Hostname), HostHashing)>,
+    /// `((scope, host), ms)`: the idle timeout of the rule a scope has in effect for a host
+    /// (only those that set one), for the `tcp_proxy` of the routes to it ([`TcpIdle`]).
+    pub tcp_idle: Coll<'s, ((ScopeKey, Hostname), u64)>,
     /// Scopes holding an `ISTIO_MUTUAL` cluster: their proxies need workload secrets.
     pub mtls_scopes: Coll<'s, ScopeKey>,
     /// `(scope, SDS secret)`: what the `credentialName` clusters of each scope use (a secret
@@ -75,6 +78,7 @@ pub(super) fn outbound<'s>(
 ) -> Clusters<'s> {
     let scope_groups = rule_in_effect(mesh, visible, &drs, services);
     let hashing = hashing(&scope_groups, &drs);
+    let tcp_idle = tcp_idle(&scope_groups, &drs);
     let mtls_drs = drs
         .clone()
         .filter(|(_, dr)| dr.uses_istio_mutual())
@@ -170,6 +174,7 @@ pub(super) fn outbound<'s>(
         },
         eds,
         hashing,
+        tcp_idle,
         mtls_scopes,
         secrets,
         errors,
@@ -192,6 +197,21 @@ fn hashing<'s>(
         .join_map(rule_hashing, |_, (h, s), hashing| {
             ((s.clone(), h.clone()), hashing.clone())
         })
+}
+
+/// The rule's own `tcp.idleTimeout` per (scope, host), from the rules that set one: a rule
+/// without adds no row, so its changes reach no listener.
+fn tcp_idle<'s>(
+    scope_groups: &Coll<'s, (Group, ScopeKey)>,
+    drs: &Coll<'s, (ConfigKey, DestinationRule)>,
+) -> Coll<'s, ((ScopeKey, Hostname), u64)> {
+    let rule_idle = drs
+        .clone()
+        .flat_map(|(k, dr)| dr.tcp_idle_timeout_ms().map(|ms| (k, ms)));
+    scope_groups
+        .clone()
+        .flat_map(|((h, (d, _, _)), s)| d.map(|k| (k, (h, s))))
+        .join_map(rule_idle, |_, (h, s), ms| ((s.clone(), h.clone()), *ms))
 }
 
 /// `(group, scope)` for every host a scope sees: the DestinationRule in effect per

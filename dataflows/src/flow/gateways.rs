@@ -19,6 +19,8 @@ enum GwItem {
     Vs(ConfigKey, ResolvedVs),
     /// The hash keys of a host the routes go to, where its rule hashes.
     Hash(Hostname, HostHashing),
+    /// The idle timeout of a host the TCP and TLS routes go to, where its rule sets one.
+    Idle(Hostname, u64),
     Secret(TlsSecret),
     /// An outbound cluster of the scope, for its AUTO_PASSTHROUGH servers.
     Cluster(String),
@@ -43,12 +45,14 @@ pub(super) fn wanted_secrets(ns: &str, gw: &Gateway) -> Vec<(String, String)> {
         .collect()
 }
 
+#[allow(clippy::too_many_arguments)] // the router inputs, each its own collection
 pub(super) fn routers<'s>(
     scopes: &Coll<'s, ScopeKey>,
     gateways: Coll<'s, (ConfigKey, Gateway)>,
     vss: Coll<'s, (ConfigKey, VirtualService)>,
     resolved: Coll<'s, (ConfigKey, ResolvedVs)>,
     hashing: &Coll<'s, ((ScopeKey, Hostname), HostHashing)>,
+    tcp_idle: &Coll<'s, ((ScopeKey, Hostname), u64)>,
     secrets: &Coll<'s, ((String, String), TlsSecret)>,
     clusters: &Coll<'s, (ScopeKey, Resource)>,
     services: &Coll<'s, (Hostname, Service)>,
@@ -139,11 +143,28 @@ pub(super) fn routers<'s>(
         .join_map(hashing.clone(), |(s, h), _, hh| {
             (s.clone(), GwItem::Hash(h.clone(), hh.clone()))
         });
+    let router_idle_items = router_vs_items
+        .clone()
+        .flat_map(|(s, item)| match item {
+            GwItem::Vs(_, rvs) => {
+                let tcp = rvs.vs.tcp.iter().flat_map(|r| r.route.iter());
+                let tls = rvs.vs.tls.iter().flat_map(|r| r.route.iter());
+                tcp.chain(tls)
+                    .map(|d| ((s.clone(), d.host.clone()), ()))
+                    .collect()
+            }
+            _ => Vec::new(),
+        })
+        .distinct()
+        .join_map(tcp_idle.clone(), |(s, h), _, ms| {
+            (s.clone(), GwItem::Idle(h.clone(), *ms))
+        });
     // A router's resources depend on all its Gateways and VirtualServices together (servers
     // of several Gateways share a port), so they are built from the scope's whole group.
     let router_out = router_gw_items
         .concat(router_vs_items)
         .concat(router_hash_items)
+        .concat(router_idle_items)
         .concat(router_secret_items)
         .concat(router_cluster_items)
         .reduce(|s, vals: &[(&GwItem, isize)], out| {
@@ -197,6 +218,13 @@ fn resources(s: &ScopeKey, vals: &[(&GwItem, isize)]) -> assemble::Router {
             _ => None,
         })
         .collect();
+    let idle: TcpIdle = vals
+        .iter()
+        .filter_map(|(v, _)| match v {
+            GwItem::Idle(h, ms) => Some((h.clone(), *ms)),
+            _ => None,
+        })
+        .collect();
     let secrets: Vec<&TlsSecret> = vals
         .iter()
         .filter_map(|(v, _)| match v {
@@ -218,6 +246,7 @@ fn resources(s: &ScopeKey, vals: &[(&GwItem, isize)]) -> assemble::Router {
         &vss,
         &secrets,
         &hashing,
+        &idle,
         &clusters,
     );
     // One record per resource, whatever the number of servers that built it (a Secret two

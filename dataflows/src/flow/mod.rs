@@ -150,6 +150,7 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         mesh_vss,
         &vss,
         http_ports,
+        &clusters.tcp_idle,
     );
     let listeners = listeners::sidecar(&specs, ports, &config.domain_suffix);
     let (gateways, gateway_errors, gateway_mtls) = gateways::routers(
@@ -158,6 +159,7 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         routed_vss,
         vss,
         &clusters.hashing,
+        &clusters.tcp_idle,
         &i.secrets,
         &clusters.built.resources,
         &services.chosen,

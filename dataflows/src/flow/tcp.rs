@@ -21,6 +21,8 @@ use serde::{Deserialize, Serialize};
 enum PortRow {
     /// HTTP services need the port's catch-all chain.
     Http,
+    /// The idle timeout of a host the port's TCP routes go to, where its rule sets one.
+    Idle(Hostname, u64),
     /// A TCP service reached on the port, and how the listener is reached.
     Tcp {
         addr: String,
@@ -65,6 +67,7 @@ pub(super) fn sidecar<'s>(
     mesh_vss: Coll<'s, ((ScopeKey, Hostname), ConfigKey)>,
     vss: &Coll<'s, (ConfigKey, ResolvedVs)>,
     http_ports: Coll<'s, (ScopeKey, u16)>,
+    tcp_idle: &Coll<'s, ((ScopeKey, Hostname), u64)>,
 ) -> (Built<'s, ScopeKey>, Coll<'s, ConfigError>) {
     let tcp =
         super::virtual_services::with_mesh_vs(tcp_ports(visible, services, specs), mesh_vss, vss)
@@ -94,10 +97,33 @@ pub(super) fn sidecar<'s>(
         rows.extend(vs.map(|v| (key, v.vs.key)));
         rows
     });
+    // The idle timeouts of the hosts the port's routes go to: the services' own (their
+    // default chains) and their VirtualServices' `tcp[]` and `tls[]` destinations.
+    let idle = tcp
+        .clone()
+        .flat_map(|((s, port), row)| {
+            let PortRow::Tcp { service, vs, .. } = row else {
+                return Vec::new();
+            };
+            let routed = vs.iter().flat_map(|v| {
+                let tcp = v.vs.tcp.iter().flat_map(|r| r.route.iter());
+                let tls = v.vs.tls.iter().flat_map(|r| r.route.iter());
+                tcp.chain(tls).map(|d| d.host.clone()).collect::<Vec<_>>()
+            });
+            std::iter::once(service.hostname)
+                .chain(routed)
+                .map(|h| ((s.clone(), h), port))
+                .collect()
+        })
+        .distinct()
+        .join_map(tcp_idle.clone(), |(s, h), port, ms| {
+            ((s.clone(), *port), PortRow::Idle(h.clone(), *ms))
+        });
     // Per (scope, port): the listener (`Ok`), and an error (`Err`) per TCP service it cannot
     // reach, which the same error from every other scope collapses into.
     let out = tcp
         .concat(http_ports.map(|k| (k, PortRow::Http)))
+        .concat(idle)
         .reduce(|(s, port), vals: &[(&PortRow, isize)], out| {
             let built = port_listener(s, *port, vals);
             out.extend(built.listener.map(|l| (Ok(l), 1isize)));
@@ -135,9 +161,13 @@ fn port_listener(s: &ScopeKey, port: u16, vals: &[(&PortRow, isize)]) -> Sidecar
     let mut http = false;
     let mut targets = Vec::new();
     let mut how = None;
+    let mut idle = TcpIdle::new();
     for (row, _) in vals {
         match row {
             PortRow::Http => http = true,
+            PortRow::Idle(h, ms) => {
+                idle.insert(h.clone(), *ms);
+            }
             PortRow::Tcp {
                 addr,
                 bind,
@@ -155,6 +185,7 @@ fn port_listener(s: &ScopeKey, port: u16, vals: &[(&PortRow, isize)]) -> Sidecar
         bind,
         fallback,
         targets: &targets,
+        idle: &idle,
     });
     assemble::sidecar_port_listener(s.source(), port, http, tcp)
 }

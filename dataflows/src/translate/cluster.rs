@@ -4,10 +4,9 @@
 use super::{ads, duration_ms, inbound_cluster_name, outbound_cluster_name, socket_address};
 use crate::client_tls::ClientSecrets;
 use crate::model::{
-    ClientClass, ClusterDefaults, ConnectionPool, DestinationRule, EdsSel, HashTable,
-    InlineHost, LoadBalancer,
-    LocalityMode, OutlierDetection, Resolution, Resource, ResourceType, Service, ServicePort,
-    TrafficPolicy, DEFAULT_CONNECT_TIMEOUT_MS,
+    ClientClass, ClusterDefaults, ConnectionPool, DestinationRule, EdsSel, H2Upgrade, HashTable,
+    InlineHost, LoadBalancer, LocalityMode, OutlierDetection, Resolution, Resource, ResourceType,
+    Service, ServicePort, TrafficPolicy, DEFAULT_CONNECT_TIMEOUT_MS,
 };
 use envoy_types::pb::envoy::config::cluster::v3::circuit_breakers::Thresholds;
 use envoy_types::pb::envoy::config::cluster::v3::cluster::common_lb_config::LocalityConfigSpecifier;
@@ -234,29 +233,7 @@ fn outbound(
         Some(tls) => cluster.transport_socket = Some(upstream_tls(tls)),
         None => {}
     }
-    let h2 = matches!(
-        port.protocol,
-        crate::model::Protocol::Http2 | crate::model::Protocol::Grpc
-    );
-    let common = policy
-        .connection_pool
-        .as_deref()
-        .and_then(common_http_options);
-    if h2 || common.is_some() {
-        let protocol = if h2 {
-            ProtocolConfig::Http2ProtocolOptions(Http2ProtocolOptions::default())
-        } else {
-            ProtocolConfig::HttpProtocolOptions(Default::default())
-        };
-        let options = HttpProtocolOptions {
-            common_http_protocol_options: common,
-            upstream_protocol_options: Some(UpstreamProtocolOptions::ExplicitHttpConfig(
-                ExplicitHttpConfig {
-                    protocol_config: Some(protocol),
-                },
-            )),
-            ..Default::default()
-        };
+    if let Some(options) = http_protocol_options(port.protocol, policy.connection_pool.as_deref()) {
         // A single entry, so the map's iteration order cannot change the encoding.
         cluster.typed_extension_protocol_options.insert(
             "envoy.extensions.upstreams.http.v3.HttpProtocolOptions".into(),
@@ -501,11 +478,69 @@ fn circuit_breakers(pool: Option<&ConnectionPool>) -> CircuitBreakers {
     }
 }
 
+/// Whether an outbound cluster is upgraded to HTTP/2, as Istio decides it: never with
+/// `useClientProtocol`; `UPGRADE` upgrades whatever the port's protocol (the rule's author
+/// says the port speaks HTTP; a TCP port's `tcp_proxy` does not use the options), and
+/// `DO_NOT_UPGRADE` does not; `DEFAULT` follows the mesh's `h2UpgradePolicy`, which
+/// meshflow leaves at Istio's default, `DO_NOT_UPGRADE`.
+fn h2_upgrade(pool: Option<&ConnectionPool>) -> bool {
+    pool.is_some_and(|p| !p.use_client_protocol && p.h2_upgrade == Some(H2Upgrade::Upgrade))
+}
+
+/// The cluster's `HttpProtocolOptions`, as Istio builds them: HTTP/2 for HTTP2 and gRPC
+/// ports and for upgraded clusters (with `maxConcurrentStreams`), the protocol of the
+/// request with `useClientProtocol`, the connection lifetimes of `connectionPool`
+/// (`tcp.idleTimeout` where `http.idleTimeout` is unset); `None` where none of it applies.
+fn http_protocol_options(
+    protocol: crate::model::Protocol,
+    pool: Option<&ConnectionPool>,
+) -> Option<HttpProtocolOptions> {
+    use envoy_types::pb::envoy::extensions::upstreams::http::v3::http_protocol_options::UseDownstreamHttpConfig;
+    let h2 = matches!(
+        protocol,
+        crate::model::Protocol::Http2 | crate::model::Protocol::Grpc
+    ) || h2_upgrade(pool);
+    let common = pool.and_then(common_http_options);
+    let downstream = pool.is_some_and(|p| p.use_client_protocol);
+    if !h2 && !downstream && common.is_none() {
+        return None;
+    }
+    let upstream = if downstream {
+        // Istio replaces the explicit protocol whole: HTTP/1.1 or HTTP/2 as the request
+        // came, Envoy's defaults for each.
+        UpstreamProtocolOptions::UseDownstreamProtocolConfig(UseDownstreamHttpConfig {
+            http_protocol_options: Some(Default::default()),
+            http2_protocol_options: Some(Http2ProtocolOptions::default()),
+            ..Default::default()
+        })
+    } else {
+        let protocol = if h2 {
+            ProtocolConfig::Http2ProtocolOptions(Http2ProtocolOptions {
+                max_concurrent_streams: pool
+                    .and_then(|p| p.max_concurrent_streams)
+                    .map(|value| UInt32Value { value }),
+                ..Default::default()
+            })
+        } else {
+            ProtocolConfig::HttpProtocolOptions(Default::default())
+        };
+        UpstreamProtocolOptions::ExplicitHttpConfig(ExplicitHttpConfig {
+            protocol_config: Some(protocol),
+        })
+    };
+    Some(HttpProtocolOptions {
+        common_http_protocol_options: common,
+        upstream_protocol_options: Some(upstream),
+        ..Default::default()
+    })
+}
+
 /// The connection lifetimes of `connectionPool`, if any is set.
 fn common_http_options(
     pool: &ConnectionPool,
 ) -> Option<envoy_types::pb::envoy::config::core::v3::HttpProtocolOptions> {
-    if pool.idle_timeout_ms.is_none()
+    let idle = pool.idle_timeout_ms.or(pool.tcp_idle_timeout_ms);
+    if idle.is_none()
         && pool.max_connection_duration_ms.is_none()
         && pool.max_requests_per_connection.is_none()
     {
@@ -513,7 +548,7 @@ fn common_http_options(
     }
     Some(
         envoy_types::pb::envoy::config::core::v3::HttpProtocolOptions {
-            idle_timeout: pool.idle_timeout_ms.map(duration_ms),
+            idle_timeout: idle.map(duration_ms),
             max_connection_duration: pool.max_connection_duration_ms.map(duration_ms),
             max_requests_per_connection: pool
                 .max_requests_per_connection
@@ -758,13 +793,11 @@ pub fn outbound_all_with(
                 locality,
                 inline_hosts: None,
             }),
-            Resolution::Dns if !service.dns_endpoints.is_empty() => {
-                locality.map(|mode| EdsSel {
-                    labels: crate::model::Labels::new(),
-                    locality: Some(mode),
-                    inline_hosts: Some(dns_members(service, port, labels)),
-                })
-            }
+            Resolution::Dns if !service.dns_endpoints.is_empty() => locality.map(|mode| EdsSel {
+                labels: crate::model::Labels::new(),
+                locality: Some(mode),
+                inline_hosts: Some(dns_members(service, port, labels)),
+            }),
             _ => None,
         }
     };
@@ -964,5 +997,149 @@ mod tests {
             let a = assignment.expect("a static assignment");
             assert!(a.endpoints.is_empty(), "{name}");
         }
+    }
+
+    /// The `HttpProtocolOptions` of each cluster of `svc` under a rule whose whole
+    /// `connectionPool` is `pool` (by cluster name; `None`: no options).
+    fn protocol_options(
+        svc: &Service,
+        pool: ConnectionPool,
+    ) -> Vec<(String, Option<HttpProtocolOptions>)> {
+        let dr = DestinationRule {
+            traffic_policy: Some(TrafficPolicy {
+                connection_pool: Some(Box::new(pool)),
+                ..Default::default()
+            }),
+            subsets: Vec::new(),
+            ..rule(UpstreamTls::default())
+        };
+        outbound_all(svc, Some(&dr))
+            .into_iter()
+            .map(|(r, _, _)| {
+                let c = Cluster::decode(&*r.body.0).unwrap();
+                let options = c
+                    .typed_extension_protocol_options
+                    .get("envoy.extensions.upstreams.http.v3.HttpProtocolOptions")
+                    .map(|a| HttpProtocolOptions::decode(&*a.value).unwrap());
+                (c.name, options)
+            })
+            .collect()
+    }
+
+    fn ports(protocols: &[(u16, Protocol)]) -> Service {
+        Service {
+            ports: protocols
+                .iter()
+                .map(|(port, protocol)| ServicePort {
+                    name: format!("p{port}"),
+                    port: *port,
+                    protocol: *protocol,
+                })
+                .collect(),
+            ..reviews()
+        }
+    }
+
+    fn explicit_h2(o: &HttpProtocolOptions) -> Option<&Http2ProtocolOptions> {
+        match &o.upstream_protocol_options {
+            Some(UpstreamProtocolOptions::ExplicitHttpConfig(ExplicitHttpConfig {
+                protocol_config: Some(ProtocolConfig::Http2ProtocolOptions(h2)),
+            })) => Some(h2),
+            _ => None,
+        }
+    }
+
+    /// `h2UpgradePolicy: UPGRADE` makes every cluster of the rule HTTP/2, with
+    /// `maxConcurrentStreams`; `DEFAULT` and `DO_NOT_UPGRADE` leave HTTP/1.1 ports alone,
+    /// and an HTTP2 port is HTTP/2 (with the limit) whatever the policy.
+    #[test]
+    fn h2_upgrade_policy_as_istio_decides_it() {
+        let svc = ports(&[(80, Protocol::Http), (81, Protocol::Http2)]);
+        let upgraded = protocol_options(
+            &svc,
+            ConnectionPool {
+                h2_upgrade: Some(H2Upgrade::Upgrade),
+                max_concurrent_streams: Some(7),
+                ..Default::default()
+            },
+        );
+        assert_eq!(upgraded.len(), 2);
+        for (name, options) in &upgraded {
+            let h2 = options.as_ref().and_then(explicit_h2);
+            let streams = h2.and_then(|h| h.max_concurrent_streams.as_ref());
+            assert_eq!(streams.map(|s| s.value), Some(7), "{name}: {options:?}");
+            // No lifetimes given: no common options.
+            assert!(options
+                .as_ref()
+                .unwrap()
+                .common_http_protocol_options
+                .is_none());
+        }
+        for policy in [None, Some(H2Upgrade::DoNotUpgrade)] {
+            let got = protocol_options(
+                &svc,
+                ConnectionPool {
+                    h2_upgrade: policy,
+                    max_concurrent_streams: Some(7),
+                    ..Default::default()
+                },
+            );
+            assert_eq!(got[0].0, "outbound|80||reviews.default.svc.cluster.local");
+            assert!(got[0].1.is_none(), "{policy:?}: {:?}", got[0].1);
+            let h2 = got[1].1.as_ref().and_then(explicit_h2).expect("h2 port");
+            assert_eq!(h2.max_concurrent_streams.as_ref().map(|s| s.value), Some(7));
+        }
+    }
+
+    /// `useClientProtocol`: Envoy's downstream protocol on every port (never upgraded,
+    /// no stream limit, as Istio replaces the explicit protocol).
+    #[test]
+    fn use_client_protocol_takes_the_requests_protocol() {
+        let svc = ports(&[(80, Protocol::Http), (81, Protocol::Grpc)]);
+        let got = protocol_options(
+            &svc,
+            ConnectionPool {
+                use_client_protocol: true,
+                max_concurrent_streams: Some(7),
+                ..Default::default()
+            },
+        );
+        for (name, options) in got {
+            let options = options.expect("options");
+            match options.upstream_protocol_options {
+                Some(UpstreamProtocolOptions::UseDownstreamProtocolConfig(d)) => {
+                    assert!(d.http_protocol_options.is_some(), "{name}");
+                    let h2 = d.http2_protocol_options.expect("h2 options");
+                    assert!(h2.max_concurrent_streams.is_none(), "{name}");
+                }
+                other => panic!("{name}: {other:?}"),
+            }
+        }
+    }
+
+    /// `tcp.idleTimeout` is the idle timeout of the cluster's connections where
+    /// `http.idleTimeout` sets none; `http.idleTimeout` wins.
+    #[test]
+    fn tcp_idle_timeout_falls_back_for_http_connections() {
+        let svc = ports(&[(80, Protocol::Http)]);
+        let idle = |pool: ConnectionPool| {
+            let (_, options) = protocol_options(&svc, pool).remove(0);
+            let options = options.expect("options");
+            assert!(options.upstream_protocol_options.is_some());
+            options
+                .common_http_protocol_options
+                .and_then(|c| c.idle_timeout)
+                .map(|d| d.seconds)
+        };
+        let tcp_only = ConnectionPool {
+            tcp_idle_timeout_ms: Some(30_000),
+            ..Default::default()
+        };
+        assert_eq!(idle(tcp_only.clone()), Some(30));
+        let both = ConnectionPool {
+            idle_timeout_ms: Some(5_000),
+            ..tcp_only
+        };
+        assert_eq!(idle(both), Some(5));
     }
 }

@@ -112,7 +112,13 @@ pub(crate) fn localized_assignment(
                 }
                 _ => 0,
             };
-            (h.locality.as_str(), rank, h.address.as_str(), h.port, h.weight)
+            (
+                h.locality.as_str(),
+                rank,
+                h.address.as_str(),
+                h.port,
+                h.weight,
+            )
         })
         .collect();
     let mut cla = ranked_assignment(cluster, addrs);

@@ -27,6 +27,8 @@ pub enum TlsChain<'a> {
     Passthrough {
         ranges: Vec<String>,
         dests: Destinations,
+        /// The `tcp_proxy`'s idle timeout (a route's: its first destination's rule's).
+        idle_ms: Option<u64>,
     },
     /// Terminate with `tls`, then pass the decrypted stream to `dests` (a TLS server's
     /// `tcp[]` routes), for destination addresses in `ranges` (empty: any).
@@ -34,6 +36,7 @@ pub enum TlsChain<'a> {
         tls: &'a ServerTls,
         ranges: Vec<String>,
         dests: Destinations,
+        idle_ms: Option<u64>,
     },
 }
 
@@ -139,7 +142,12 @@ fn build_chain(listener: &str, i: usize, names: Vec<String>, chain: TlsChain) ->
             name: chain_name,
             ..Default::default()
         },
-        TlsChain::TerminateTcp { tls, ranges, dests } => FilterChain {
+        TlsChain::TerminateTcp {
+            tls,
+            ranges,
+            dests,
+            idle_ms,
+        } => FilterChain {
             filter_chain_match: (!names.is_empty() || !ranges.is_empty()).then(|| {
                 FilterChainMatch {
                     server_names: names,
@@ -147,18 +155,22 @@ fn build_chain(listener: &str, i: usize, names: Vec<String>, chain: TlsChain) ->
                     ..Default::default()
                 }
             }),
-            filters: vec![tcp_proxy(&dests, &chain_name)],
+            filters: vec![tcp_proxy(&dests, &chain_name, idle_ms)],
             transport_socket: Some(downstream_tls(tls, false)),
             name: chain_name,
             ..Default::default()
         },
-        TlsChain::Passthrough { ranges, dests } => FilterChain {
+        TlsChain::Passthrough {
+            ranges,
+            dests,
+            idle_ms,
+        } => FilterChain {
             filter_chain_match: Some(FilterChainMatch {
                 server_names: names,
                 prefix_ranges: ranges.iter().map(|r| cidr(r)).collect(),
                 ..Default::default()
             }),
-            filters: vec![tcp_proxy(&dests, &chain_name)],
+            filters: vec![tcp_proxy(&dests, &chain_name, idle_ms)],
             name: chain_name,
             ..Default::default()
         },

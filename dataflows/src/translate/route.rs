@@ -338,7 +338,10 @@ fn fraction(f: PerMillion) -> FractionalPercent {
     }
 }
 
-fn redirect_action(r: &Redirect) -> RedirectAction {
+/// A `redirect` on the route configuration of port `current`: `derivePort:
+/// FROM_REQUEST_PORT` writes that port, as Istio does (every route configuration is for one
+/// port, so it is the port the request came to).
+fn redirect_action(r: &Redirect, current: u16) -> RedirectAction {
     use redirect_action::{
         PathRewriteSpecifier, RedirectResponseCode as C, SchemeRewriteSpecifier,
     };
@@ -351,7 +354,11 @@ fn redirect_action(r: &Redirect) -> RedirectAction {
     };
     RedirectAction {
         host_redirect: r.authority.clone().unwrap_or_default(),
-        port_redirect: r.port.map(u32::from).unwrap_or(0),
+        port_redirect: match r.port {
+            Some(p) => u32::from(p),
+            None if r.from_request_port => u32::from(current),
+            None => 0,
+        },
         response_code: code as i32,
         scheme_rewrite_specifier: r.scheme.clone().map(SchemeRewriteSpecifier::SchemeRedirect),
         path_rewrite_specifier: r.uri.clone().map(PathRewriteSpecifier::PathRedirect),
@@ -468,7 +475,7 @@ fn envoy_route(
     hashing: &Hashing,
 ) -> Route {
     let action = match (&http.redirect, &http.direct_response) {
-        (Some(r), _) => Action::Redirect(redirect_action(r)),
+        (Some(r), _) => Action::Redirect(redirect_action(r, current)),
         (None, Some(d)) => Action::DirectResponse(direct_response_action(d)),
         (None, None) => Action::Route(action(http, current, vs, hashing)),
     };
@@ -742,4 +749,39 @@ pub fn gateway_route_config(
         ..Default::default()
     };
     Resource::new(ResourceType::Route, rc.name.clone(), rc.encode_to_vec())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn redirect(port: Option<u16>, from_request_port: bool) -> Redirect {
+        Redirect {
+            uri: Some("/new".into()),
+            authority: None,
+            port,
+            from_request_port,
+            scheme: None,
+            code: 301,
+        }
+    }
+
+    /// `derivePort: FROM_REQUEST_PORT` writes the route configuration's port; without it
+    /// (`FROM_PROTOCOL_DEFAULT`) no port is written; an explicit `port` is kept.
+    #[test]
+    fn redirect_port_from_the_request_is_the_route_configurations() {
+        assert_eq!(
+            redirect_action(&redirect(None, true), 8080).port_redirect,
+            8080
+        );
+        assert_eq!(redirect_action(&redirect(None, true), 80).port_redirect, 80);
+        assert_eq!(
+            redirect_action(&redirect(None, false), 8080).port_redirect,
+            0
+        );
+        assert_eq!(
+            redirect_action(&redirect(Some(9), false), 8080).port_redirect,
+            9
+        );
+    }
 }

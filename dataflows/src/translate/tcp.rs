@@ -16,8 +16,8 @@
 use super::listener::{bind_flag, http_chain, listener_name, tcp_to, tls_inspector_filter};
 use super::{outbound_cluster_name, socket_address};
 use crate::model::{
-    Protocol, ResolvedVs, Resource, ResourceType, RouteDestination, Service, Source, TcpMatch,
-    TlsMatch,
+    Protocol, ResolvedVs, Resource, ResourceType, RouteDestination, Service, Source, TcpIdle,
+    TcpMatch, TlsMatch,
 };
 use envoy_types::pb::envoy::config::core::v3::{CidrRange, TrafficDirection};
 use envoy_types::pb::envoy::config::listener::v3::FilterChainMatch;
@@ -158,24 +158,41 @@ pub(super) fn cidr(s: &str) -> CidrRange {
     }
 }
 
-/// The tcp_proxy filter for `dests`: one cluster, or Envoy's weighted clusters.
-pub(super) fn tcp_proxy(dests: &Destinations, stat_prefix: &str) -> Filter {
-    if let [(cluster, _)] = dests.as_slice() {
-        return tcp_to(cluster, cluster);
-    }
+/// The idle timeout Istio gives the `tcp_proxy` of a route to `dests`: the rule's own
+/// `tcp.idleTimeout` of the first destination's host, if `idle` has one for it.
+pub fn idle_of(idle: &TcpIdle, dests: &Destinations) -> Option<u64> {
+    let (cluster, _) = dests.first()?;
+    let host = cluster.strip_prefix("outbound|")?.splitn(3, '|').nth(2)?;
+    idle.get(host).copied()
+}
+
+/// The tcp_proxy filter for `dests`: one cluster, or Envoy's weighted clusters; `idle_ms`:
+/// its idle timeout (`None`: Envoy's default, 1h).
+pub(super) fn tcp_proxy(dests: &Destinations, stat_prefix: &str, idle_ms: Option<u64>) -> Filter {
+    let proxy = match dests.as_slice() {
+        [(cluster, _)] => TcpProxy {
+            stat_prefix: cluster.clone(),
+            cluster_specifier: Some(ClusterSpecifier::Cluster(cluster.clone())),
+            ..Default::default()
+        },
+        _ => TcpProxy {
+            stat_prefix: stat_prefix.to_string(),
+            cluster_specifier: Some(ClusterSpecifier::WeightedClusters(WeightedCluster {
+                clusters: dests
+                    .iter()
+                    .map(|(name, weight)| ClusterWeight {
+                        name: name.clone(),
+                        weight: *weight,
+                        ..Default::default()
+                    })
+                    .collect(),
+            })),
+            ..Default::default()
+        },
+    };
     let proxy = TcpProxy {
-        stat_prefix: stat_prefix.to_string(),
-        cluster_specifier: Some(ClusterSpecifier::WeightedClusters(WeightedCluster {
-            clusters: dests
-                .iter()
-                .map(|(name, weight)| ClusterWeight {
-                    name: name.clone(),
-                    weight: *weight,
-                    ..Default::default()
-                })
-                .collect(),
-        })),
-        ..Default::default()
+        idle_timeout: idle_ms.map(super::duration_ms),
+        ..proxy
     };
     Filter {
         name: "envoy.filters.network.tcp_proxy".into(),
@@ -183,14 +200,20 @@ pub(super) fn tcp_proxy(dests: &Destinations, stat_prefix: &str) -> Filter {
     }
 }
 
-fn chain(name: String, ranges: &[String], names: Vec<String>, dests: &Destinations) -> FilterChain {
+fn chain(
+    name: String,
+    ranges: &[String],
+    names: Vec<String>,
+    dests: &Destinations,
+    idle: &TcpIdle,
+) -> FilterChain {
     FilterChain {
         filter_chain_match: (!ranges.is_empty() || !names.is_empty()).then(|| FilterChainMatch {
             prefix_ranges: ranges.iter().map(|r| cidr(r)).collect(),
             server_names: names,
             ..Default::default()
         }),
-        filters: vec![tcp_proxy(dests, &name)],
+        filters: vec![tcp_proxy(dests, &name, idle_of(idle, dests))],
         name,
         ..Default::default()
     }
@@ -207,15 +230,18 @@ struct Chains {
     no_match_taken: bool,
     /// Some chain matches SNI names: the listener needs the TLS inspector.
     sni: bool,
+    /// The idle timeouts of the destinations' `tcp_proxy`.
+    idle: TcpIdle,
 }
 
 impl Chains {
-    fn new(no_match_taken: bool) -> Chains {
+    fn new(no_match_taken: bool, idle: &TcpIdle) -> Chains {
         Chains {
             chains: Vec::new(),
             taken: BTreeMap::new(),
             no_match_taken,
             sni: false,
+            idle: idle.clone(),
         }
     }
 
@@ -226,7 +252,8 @@ impl Chains {
                 return false;
             }
             self.no_match_taken = true;
-            self.chains.push(chain(name, &[], Vec::new(), dests));
+            self.chains
+                .push(chain(name, &[], Vec::new(), dests, &self.idle));
             return true;
         }
         let ranges: Vec<String> = ranges
@@ -236,7 +263,8 @@ impl Chains {
         if ranges.is_empty() {
             return false;
         }
-        self.chains.push(chain(name, &ranges, Vec::new(), dests));
+        self.chains
+            .push(chain(name, &ranges, Vec::new(), dests, &self.idle));
         true
     }
 
@@ -266,7 +294,8 @@ impl Chains {
             return false;
         }
         self.sni = true;
-        self.chains.push(chain(name, &ranges, left, dests));
+        self.chains
+            .push(chain(name, &ranges, left, dests, &self.idle));
         true
     }
 
@@ -356,6 +385,8 @@ pub struct OutboundPort<'a> {
     pub fallback: &'a str,
     /// The proxies it is for, for `sourceNamespace` and `sourceLabels`.
     pub source: Source<'a>,
+    /// The idle timeouts of the hosts its routes go to ([`TcpIdle`]).
+    pub idle: &'a TcpIdle,
 }
 
 /// Whether a TLS service on `p`'s port is told apart by the name its clients send (SNI),
@@ -402,7 +433,7 @@ pub fn sidecar_listener(p: &OutboundPort, targets: &[TcpTarget]) -> SidecarListe
             keep
         });
     }
-    let mut built = Chains::new(p.http);
+    let mut built = Chains::new(p.http, p.idle);
     let mesh = [super::route::MESH.to_string()];
     for (svc, vs) in sorted {
         let named = by_name(p, svc);
@@ -654,10 +685,11 @@ pub fn gateway_listener(
     port: u16,
     vss: &[(&ResolvedVs, &[String])],
     source: Source,
+    idle: &TcpIdle,
 ) -> Option<Resource> {
     let name = listener_name(addr, port);
     let list = chains(vss, port, source, None);
-    let mut built = Chains::new(false);
+    let mut built = Chains::new(false, idle);
     for (i, (ranges, dests)) in list.into_iter().enumerate() {
         built.add(format!("{name}#{i}"), ranges, &dests);
     }
@@ -665,4 +697,47 @@ pub fn gateway_listener(
         return None;
     }
     Some(encode(outbound(name, addr, port, built.chains)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::TcpProxy;
+
+    fn idle_timeout(f: &Filter) -> Option<i64> {
+        let Some(filter::ConfigType::TypedConfig(any)) = &f.config_type else {
+            panic!("a typed config");
+        };
+        TcpProxy::decode(&*any.value)
+            .expect("a tcp_proxy")
+            .idle_timeout
+            .map(|d| d.seconds)
+    }
+
+    /// A route's `tcp_proxy` takes the idle timeout of its first destination's host (a
+    /// split included); a host without one, and a cluster not of a service, take none.
+    #[test]
+    fn tcp_proxy_takes_the_first_destinations_idle_timeout() {
+        let idle: TcpIdle = [("a.ns.svc.cluster.local".to_string(), 30_000)].into();
+        let one: Destinations = vec![("outbound|80|v1|a.ns.svc.cluster.local".into(), 100)];
+        let split: Destinations = vec![
+            ("outbound|80||a.ns.svc.cluster.local".into(), 50),
+            ("outbound|80||b.ns.svc.cluster.local".into(), 50),
+        ];
+        let other: Destinations = vec![("outbound|80||b.ns.svc.cluster.local".into(), 100)];
+        let passthrough: Destinations = vec![("PassthroughCluster".into(), 100)];
+        assert_eq!(idle_of(&idle, &one), Some(30_000));
+        assert_eq!(idle_of(&idle, &split), Some(30_000));
+        assert_eq!(idle_of(&idle, &other), None);
+        assert_eq!(idle_of(&idle, &passthrough), None);
+        assert_eq!(
+            idle_timeout(&tcp_proxy(&one, "x", idle_of(&idle, &one))),
+            Some(30)
+        );
+        assert_eq!(
+            idle_timeout(&tcp_proxy(&split, "x", idle_of(&idle, &split))),
+            Some(30)
+        );
+        assert_eq!(idle_timeout(&tcp_proxy(&other, "x", None)), None);
+    }
 }
