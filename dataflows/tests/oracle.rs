@@ -260,10 +260,11 @@ fn random_record(rng: &mut StdRng, extra: &mut StdRng, slot: usize) -> Record {
         1 => vec!["10.96.0.0/16".to_string()],
         _ => vec![format!("10.96.0.{}/32", rng.random_range(1..4))],
     };
+    let dns = extra.random_bool(0.15);
     match rng.random_range(0..9) {
         0 => Record::Service(Service {
             // Outside the mesh: AUTO_PASSTHROUGH gateways take no cluster of it.
-            mesh_external: rng.random_bool(0.2),
+            mesh_external: extra.random_bool(0.2),
             hostname: host(&svc_name, ns),
             origin: ConfigKey::new(Kind::Service, ns, &svc_name),
             ports: ports(rng),
@@ -272,8 +273,24 @@ fn random_record(rng: &mut StdRng, extra: &mut StdRng, slot: usize) -> Record {
             } else {
                 vec![]
             },
-            resolution: Resolution::Static,
-            dns_endpoints: Vec::new(),
+            // Sometimes a DNS entry with hosts of its own, in localities and with labels
+            // (its clusters are then balanced by locality per client class).
+            resolution: match dns {
+                true => Resolution::Dns,
+                false => Resolution::Static,
+            },
+            dns_endpoints: match dns {
+                true => (0..extra.random_range(1..4))
+                    .map(|i| DnsEndpoint {
+                        address: format!("h{i}.{svc_name}.example"),
+                        ports: Default::default(),
+                        labels: labels(&[("version", pick(extra, &["v1", "v2"]))]),
+                        placement: placement(extra),
+                        service_account: None,
+                    })
+                    .collect(),
+                false => Vec::new(),
+            },
             addresses: addresses(rng),
             subject_alt_names: if rng.random_bool(0.2) {
                 vec!["spiffe://cluster.local/ns/ext/sa/entry".into()]

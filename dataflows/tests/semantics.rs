@@ -7,6 +7,7 @@
 use dataflows::driver::{Batch, Engine};
 use dataflows::materialize::Materialized;
 use dataflows::model::*;
+use envoy_types::pb::envoy::config::cluster::v3::cluster::{ClusterDiscoveryType, DiscoveryType};
 use envoy_types::pb::envoy::config::core::v3::{address, socket_address::PortSpecifier};
 use envoy_types::pb::envoy::config::endpoint::v3::{
     lb_endpoint::HostIdentifier, ClusterLoadAssignment,
@@ -1660,6 +1661,104 @@ fn groups(cla: &ClusterLoadAssignment) -> BTreeMap<String, (u32, u32, usize)> {
             (name, (g.priority, weight, g.lb_endpoints.len()))
         })
         .collect()
+}
+
+/// A DNS ServiceEntry's hosts are balanced by locality as EDS endpoints are: under a rule
+/// with `outlierDetection`, the STRICT_DNS cluster a client in r1/z1 holds has its own
+/// zone's host at priority 0 and the other region's at 1, a client in r2/z2 the reverse;
+/// clients of one locality share one cluster; a client without a locality gets one
+/// priority. Removing the rule's outlier detection gives everyone the one unranked cluster
+/// again, and a new host reaches every client's cluster.
+#[test]
+fn dns_entry_hosts_are_balanced_by_each_clients_locality() {
+    let mut m = Mesh::new();
+    let a = placed_proxy("a", "10.9.0.1", "r1/z1");
+    let b = placed_proxy("b", "10.9.0.2", "r1/z1");
+    let c = placed_proxy("c", "10.9.0.3", "r2/z2");
+    let d = placed_proxy("d", "10.9.0.4", "");
+    let entry = |hosts: &[(&str, &str)]| {
+        let Record::Service(mut svc) = service("reviews", "default") else {
+            unreachable!()
+        };
+        svc.resolution = Resolution::Dns;
+        svc.dns_endpoints = hosts
+            .iter()
+            .map(|(address, locality)| DnsEndpoint {
+                address: address.to_string(),
+                ports: Default::default(),
+                labels: Labels::new(),
+                placement: Placement {
+                    locality: locality.to_string(),
+                    weight: None,
+                },
+                service_account: None,
+            })
+            .collect();
+        Record::Service(svc)
+    };
+    let outlier = TrafficPolicy {
+        outlier_detection: Some(Box::new(OutlierDetection {
+            consecutive_5xx: Some(1),
+            ..Default::default()
+        })),
+        ..Default::default()
+    };
+    let two = entry(&[("east.example", "r1/z1"), ("west.example", "r2/z2")]);
+    m.insert(vec![
+        two.clone(),
+        reviews_rule(outlier.clone()),
+        px(&a),
+        px(&b),
+        px(&c),
+        px(&d),
+    ]);
+    let reviews = outbound(9080, "", "reviews", "default");
+    let inline = |m: &Mesh, p: &Proxy| {
+        let c = m.cluster_body(p, &reviews);
+        assert_eq!(
+            c.cluster_discovery_type,
+            Some(ClusterDiscoveryType::Type(DiscoveryType::StrictDns as i32))
+        );
+        groups(&c.load_assignment.expect("inline hosts"))
+    };
+    let cds = |m: &Mesh, p: &Proxy| m.version(p, ResourceType::Cluster, &reviews);
+    assert_eq!(
+        inline(&m, &a),
+        BTreeMap::from([
+            ("r1/z1/".to_string(), (0, 1, 1)),
+            ("r2/z2/".to_string(), (1, 1, 1)),
+        ])
+    );
+    assert_eq!(
+        inline(&m, &c),
+        BTreeMap::from([
+            ("r1/z1/".to_string(), (1, 1, 1)),
+            ("r2/z2/".to_string(), (0, 1, 1)),
+        ])
+    );
+    assert!(inline(&m, &d).values().all(|g| g.0 == 0));
+    assert_eq!(cds(&m, &a), cds(&m, &b), "one locality, one cluster");
+    assert_ne!(cds(&m, &a), cds(&m, &c));
+
+    // A new host: every client's cluster has it, at its place.
+    let three = entry(&[
+        ("east.example", "r1/z1"),
+        ("west.example", "r2/z2"),
+        ("east2.example", "r1/z1"),
+    ]);
+    m.replace(two, three.clone());
+    assert_eq!(inline(&m, &a)["r1/z1/"], (0, 2, 2));
+    assert_eq!(inline(&m, &c)["r1/z1/"], (1, 2, 2));
+
+    // Without outlier detection nothing ranks the hosts: one cluster for everyone.
+    m.replace(
+        reviews_rule(outlier),
+        reviews_rule(TrafficPolicy::default()),
+    );
+    for p in [&b, &c, &d] {
+        assert_eq!(cds(&m, &a), cds(&m, p));
+    }
+    assert!(inline(&m, &a).values().all(|g| g.0 == 0));
 }
 
 /// Locality load balancing, as Istio applies it, relative to each client proxy's locality:

@@ -985,6 +985,138 @@ mod tests {
         }
     }
 
+    /// A DNS entry's endpoints under a rule with `outlierDetection` (Istio's default
+    /// locality failover) and a `failoverPriority`: the cluster carries its hosts for
+    /// localizing (its selection), and for a client labelled `tier: gold` the hosts with
+    /// its label are priority 0, the other next; a `silver` client gets the reverse; with a
+    /// `failover` entry too, the locality ranks within. Without outlier
+    /// detection the cluster is as it was (no selection). A DNS_ROUND_ROBIN entry (one host)
+    /// is never localized.
+    #[test]
+    fn dns_clusters_are_balanced_by_locality_per_client_class() {
+        let mut svc = reviews();
+        svc.resolution = Resolution::Dns;
+        for (address, locality, tier) in [
+            ("a.example", "r1/z1", "gold"),
+            ("b.example", "r1/z1", "silver"),
+            ("c.example", "r2/z1", "gold"),
+        ] {
+            svc.dns_endpoints.push(DnsEndpoint {
+                address: address.into(),
+                ports: Default::default(),
+                labels: [("tier".to_string(), tier.to_string())].into(),
+                placement: crate::model::Placement {
+                    locality: locality.into(),
+                    weight: None,
+                },
+                service_account: None,
+            });
+        }
+        let mut dr = rule(UpstreamTls::default());
+        dr.subsets.clear();
+        let policy = dr.traffic_policy.as_mut().unwrap();
+        policy.tls = None;
+        policy.outlier_detection = Some(Box::default());
+        policy.locality_lb = Some(Box::new(crate::model::LocalityLbSetting {
+            failover_priority: vec!["tier".into()],
+            ..Default::default()
+        }));
+        let all = outbound_all(&svc, Some(&dr));
+        let (res, _, sel) = &all[0];
+        let sel = sel.as_ref().expect("localized per client class");
+        assert_eq!(sel.inline_hosts.as_ref().map(Vec::len), Some(3));
+        let priorities = |locality: &str, tier: &str| -> Vec<(String, u32)> {
+            let class = ClientClass {
+                locality: locality.into(),
+                labels: Some(vec![("tier".into(), tier.into())]),
+            };
+            let built = localized_dns(res, sel, &class);
+            let c = Cluster::decode(&built.body.0[..]).unwrap();
+            assert_eq!(
+                c.cluster_discovery_type,
+                Some(ClusterDiscoveryType::Type(DiscoveryType::StrictDns as i32))
+            );
+            let mut out: Vec<(String, u32)> = c
+                .load_assignment
+                .unwrap()
+                .endpoints
+                .iter()
+                .flat_map(|g| {
+                    g.lb_endpoints.iter().map(move |e| {
+                        let Some(HostIdentifier::Endpoint(ep)) = &e.host_identifier else {
+                            panic!("{e:?}")
+                        };
+                        (
+                            format!("{:?}", ep.address)
+                                .split('"')
+                                .nth(1)
+                                .unwrap()
+                                .to_string(),
+                            g.priority,
+                        )
+                    })
+                })
+                .collect();
+            out.sort();
+            out
+        };
+        assert_eq!(
+            priorities("r1/z1", "gold"),
+            vec![
+                ("a.example".into(), 0),
+                ("b.example".into(), 1),
+                ("c.example".into(), 0)
+            ],
+            "the hosts sharing its label first, whatever their locality"
+        );
+        assert_eq!(
+            priorities("r2/z1", "silver"),
+            vec![
+                ("a.example".into(), 1),
+                ("b.example".into(), 0),
+                ("c.example".into(), 1)
+            ]
+        );
+        // With a `failover` entry as well, locality ranks the hosts within each label rank.
+        dr.traffic_policy.as_mut().unwrap().locality_lb =
+            Some(Box::new(crate::model::LocalityLbSetting {
+                failover_priority: vec!["tier".into()],
+                failover: vec![("r1".into(), "r2".into())],
+                ..Default::default()
+            }));
+        let all = outbound_all(&svc, Some(&dr));
+        let (res, _, sel) = &all[0];
+        let sel = sel.as_ref().unwrap();
+        let class = ClientClass {
+            locality: "r1/z1".into(),
+            labels: Some(vec![("tier".into(), "gold".into())]),
+        };
+        let c = Cluster::decode(&localized_dns(res, sel, &class).body.0[..]).unwrap();
+        let groups: Vec<(String, u32)> = c
+            .load_assignment
+            .unwrap()
+            .endpoints
+            .iter()
+            .map(|g| (g.locality.clone().unwrap_or_default().region, g.priority))
+            .collect();
+        assert!(groups.contains(&("r1".into(), 0)), "{groups:?}");
+        assert!(groups.contains(&("r2".into(), 1)), "{groups:?}");
+        assert!(
+            c.common_lb_config
+                .and_then(|l| l.locality_config_specifier)
+                .is_some(),
+            "failover entries weigh localities"
+        );
+        // Without outlier detection nothing is applied: no selection, one priority.
+        dr.traffic_policy.as_mut().unwrap().outlier_detection = None;
+        assert!(outbound_all(&svc, Some(&dr))[0].2.is_none());
+        // One host, resolved by LOGICAL_DNS: never localized.
+        svc.resolution = Resolution::DnsRoundRobin;
+        svc.dns_endpoints.truncate(1);
+        dr.traffic_policy.as_mut().unwrap().outlier_detection = Some(Box::default());
+        assert!(outbound_all(&svc, Some(&dr))[0].2.is_none());
+    }
+
     /// A proxyless gRPC client cannot use SDS certificates: no transport socket, no hosts.
     #[test]
     fn istio_mutual_fails_closed_for_proxyless_clients() {
