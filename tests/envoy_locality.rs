@@ -1,6 +1,5 @@
-//! Istio's locality failover in real Envoy (and `failoverPriority`, below): a client
-//! sidecar in region `r1`, zone `z1`
-//! (its node's locality), `reviews` with a pod in `r1/z1` and one in `r2/z2`, and a
+//! Istio's locality failover in real Envoy (and `failoverPriority`, and a DNS ServiceEntry's
+//! hosts, below): a client sidecar in region `r1`, zone `z1` (its node's locality), `reviews` with a pod in `r1/z1` and one in `r2/z2`, and a
 //! DestinationRule with `outlierDetection`. Envoy holds the local pod at priority 0 and the
 //! remote one at priority 1, so every request goes to the local pod; once the local pod
 //! stops answering, outlier detection ejects it and every request fails over to the remote
@@ -23,6 +22,22 @@ fn locality_failover_prefers_the_local_pod_then_fails_over_in_envoy() {
         "",
         &[("app", "client")],
         ("v1", "v2"),
+        Registry::Pods,
+    );
+}
+
+/// The same failover for a DNS ServiceEntry's own hosts (a STRICT_DNS cluster carrying
+/// them inline): the host in the client's locality at priority 0, the other region's at
+/// 1, and failover once the local one stops answering.
+#[test]
+fn locality_failover_of_a_dns_entrys_hosts_in_envoy() {
+    fails_over_in_envoy(
+        "envoy-locality-dns",
+        &[("v1", "r1.z1"), ("v2", "r2.z2")],
+        "",
+        &[("app", "client")],
+        ("v1", "v2"),
+        Registry::DnsEntry,
     );
 }
 
@@ -38,10 +53,20 @@ fn failover_priority_prefers_the_pod_sharing_the_clients_label_in_envoy() {
         "    loadBalancer:\n      localityLbSetting:\n        failoverPriority: [version]\n",
         &[("app", "client"), ("version", "v2")],
         ("v2", "v1"),
+        Registry::Pods,
     );
 }
 
-/// A client sidecar in `r1/z1` with `labels`, `reviews` pods `placed`, and a
+/// Where `reviews`' backends come from.
+enum Registry {
+    /// A Service, its pods (placed by their `istio-locality` label) and EndpointSlices.
+    Pods,
+    /// A ServiceEntry of resolution DNS for the same host, whose endpoints are the pods'
+    /// addresses with their localities.
+    DnsEntry,
+}
+
+/// A client sidecar in `r1/z1` with `labels`, `reviews` pods `placed` (from `registry`), and a
 /// DestinationRule with outlier detection and `policy`: every request goes to the
 /// `preferred` pod (priority 0, `other` at 1) until it stops answering, then every one to
 /// `other`.
@@ -51,6 +76,7 @@ fn fails_over_in_envoy(
     policy: &str,
     labels: &[(&str, &str)],
     (preferred, other): (&str, &str),
+    registry: Registry,
 ) {
     let envoy_bin = require_envoy!();
     let dir = TestDir::new(name);
@@ -61,9 +87,37 @@ fn fails_over_in_envoy(
         .iter()
         .map(|v| (*v, Some(reviews.start_backend(v))))
         .collect();
-    reviews.write_service();
-    reviews.write_pods_placed(placed);
-    reviews.write_endpoints(&["v1", "v2"]);
+    match registry {
+        Registry::Pods => {
+            reviews.write_service();
+            reviews.write_pods_placed(placed);
+            reviews.write_endpoints(&["v1", "v2"]);
+        }
+        Registry::DnsEntry => {
+            let endpoints: String = placed
+                .iter()
+                .map(|(v, at)| {
+                    format!(
+                        "  - {{address: {}, locality: {}, labels: {{version: {v}}}}}\n",
+                        reviews.pod_ip(v),
+                        at.replace('.', "/")
+                    )
+                })
+                .collect();
+            reviews.write(
+                "reviews-entry.yaml",
+                &format!(
+                    "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: \
+                     {{name: reviews, namespace: default}}\nspec:\n  hosts: \
+                     [reviews.default.svc.cluster.local]\n  location: MESH_INTERNAL\n  \
+                     ports: [{{number: {}, name: http, protocol: HTTP, targetPort: {}}}]\n  \
+                     resolution: DNS\n  endpoints:\n{endpoints}",
+                    reviews.service_port(),
+                    reviews.backend_port()
+                ),
+            );
+        }
+    }
     reviews.write_destination_rule_with_policy(
         &["v1", "v2"],
         &format!(
@@ -105,6 +159,13 @@ fn fails_over_in_envoy(
         },
         || envoy.summary(),
     );
+    if matches!(registry, Registry::DnsEntry) {
+        let dump = envoy.admin_get("/config_dump?resource=dynamic_active_clusters");
+        assert!(
+            dump.contains("\"STRICT_DNS\""),
+            "the entry's hosts are a STRICT_DNS cluster: {dump}"
+        );
+    }
     let client = Client::new(
         &envoy,
         std::net::SocketAddr::from(([127, 0, 0, 1], port)),
