@@ -333,23 +333,23 @@ impl InboundPort {
             .collect()
     }
 
-    /// The ports `virtualInbound` serves for a proxy: its own (`own`, as for [`Self::merged`])
-    /// and the Sidecar `ingress` ports it captures; an `ingress` port's protocol is the one
-    /// in effect for its port (`ingress`: each port, and whether traffic reaches it through
-    /// `virtualInbound` rather than a listener of its own).
+    /// The ports `virtualInbound` serves for a proxy: its own (`own`, as for [`Self::merged`]),
+    /// unless its Sidecar has `ingress` listeners, which then replace them, as in Istio
+    /// (`ingress`: each port, and whether traffic reaches it through `virtualInbound`
+    /// rather than a listener of its own; only the former are served here).
     pub fn of_proxy(
         own: impl IntoIterator<Item = (u16, Protocol)>,
         ingress: impl IntoIterator<Item = (InboundPort, bool)>,
     ) -> Vec<InboundPort> {
-        let mut ports: BTreeMap<u16, bool> = Self::merged(own)
-            .into_iter()
-            .map(|p| (p.port, p.tcp))
-            .collect();
-        for (p, captured) in ingress {
-            if captured || ports.contains_key(&p.port) {
-                ports.insert(p.port, p.tcp);
-            }
+        let ingress: Vec<(InboundPort, bool)> = ingress.into_iter().collect();
+        if ingress.is_empty() {
+            return Self::merged(own);
         }
+        let ports: BTreeMap<u16, bool> = ingress
+            .into_iter()
+            .filter(|(_, captured)| *captured)
+            .map(|(p, _)| (p.port, p.tcp))
+            .collect();
         ports
             .into_iter()
             .map(|(port, tcp)| InboundPort { port, tcp })

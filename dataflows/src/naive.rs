@@ -881,7 +881,8 @@ fn inbound(v: &View, index: &EndpointIndex, p: &Proxy, s: &ScopeKey) -> Vec<Reso
     // The Sidecar's `ingress` gives its own cluster for its ports.
     let mut res: Vec<Resource> = ports
         .iter()
-        .filter(|port| !ingress.iter().any(|(p, _)| p == *port))
+        // A Sidecar's `ingress` replaces the proxy's own ports, as in Istio.
+        .filter(|_| ingress.is_empty())
         .map(|port| cluster::inbound(*port, connect_timeout_ms))
         .chain(ingress.iter().map(|(_, c)| c.clone()))
         .collect();

@@ -622,7 +622,8 @@ fn random_record(rng: &mut StdRng, extra: &mut StdRng, slot: usize) -> Record {
                     subset: pick(extra, &[None, Some("v1")]).map(String::from),
                     port: pick(extra, &[9080u16, 3306]),
                 }),
-                // Ingress on a port the proxies' own endpoints may have: it takes it over.
+                // Ingress, on a port the proxies' own endpoints may have or not: it replaces
+                // their own ports.
                 ingress: match extra.random_range(0..3) {
                     0 => vec![IngressListener {
                         port: pick(extra, &[9080u16, 8080]),

@@ -1663,6 +1663,55 @@ fn groups(cla: &ClusterLoadAssignment) -> BTreeMap<String, (u32, u32, usize)> {
         .collect()
 }
 
+/// A Sidecar with `ingress` listeners replaces the proxy's own inbound ports, as Istio
+/// builds inbound from `ingress` alone: the pod serving reviews on 9080 has
+/// `inbound|9080||` and a `virtualInbound` chain for it until a Sidecar with an ingress on
+/// 7070 selects it; then only `inbound|7070||` (to its default endpoint); removing the
+/// Sidecar brings its own port back.
+#[test]
+fn sidecar_ingress_replaces_the_proxys_own_inbound_ports() {
+    let mut m = Mesh::new();
+    let pod = sidecar_proxy("reviews-1", "default", "10.1.0.9", &[("app", "reviews")]);
+    m.insert(vec![
+        service("reviews", "default"),
+        endpoint("reviews", "default", "10.1.0.9", true),
+        px(&pod),
+    ]);
+    let inbound = |m: &Mesh| -> BTreeSet<String> {
+        m.held
+            .keys()
+            .filter(|(p, k)| *p == pod.id && k.rtype == ResourceType::Cluster)
+            .map(|(_, k)| k.name.clone())
+            .filter(|n| n.starts_with("inbound|"))
+            .collect()
+    };
+    assert_eq!(inbound(&m), BTreeSet::from(["inbound|9080||".to_string()]));
+    let sidecar = Record::Sidecar(Sidecar {
+        key: ConfigKey::new(Kind::Sidecar, "default", "reviews"),
+        selector: Some(labels(&[("app", "reviews")])),
+        egress: Vec::new(),
+        registry_only: None,
+        ingress: vec![IngressListener {
+            port: 7070,
+            bind: None,
+            endpoint: ("127.0.0.1".into(), 17070),
+            capture_none: false,
+            protocol: Protocol::Http,
+        }],
+        egress_proxy: None,
+    });
+    m.insert(vec![sidecar.clone()]);
+    assert_eq!(inbound(&m), BTreeSet::from(["inbound|7070||".to_string()]));
+    let chains = format!(
+        "{:?}",
+        m.listener_body(&pod, "virtualInbound").filter_chains
+    );
+    assert!(chains.contains("inbound|7070||"), "{chains}");
+    assert!(!chains.contains("inbound|9080||"), "{chains}");
+    m.retract(vec![sidecar]);
+    assert_eq!(inbound(&m), BTreeSet::from(["inbound|9080||".to_string()]));
+}
+
 /// A DNS ServiceEntry's hosts are balanced by locality as EDS endpoints are: under a rule
 /// with `outlierDetection`, the STRICT_DNS cluster a client in r1/z1 holds has its own
 /// zone's host at priority 0 and the other region's at 1, a client in r2/z2 the reverse;

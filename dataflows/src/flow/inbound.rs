@@ -26,7 +26,7 @@ enum InboundRow {
 }
 
 /// `ingress`: the inbound clusters the proxy's Sidecar `ingress` gives, by port, in place of
-/// those of its own endpoints, and `ingress_ports` its ports (see
+/// all those of its own endpoints (as Istio, which then builds inbound from `ingress` only), and `ingress_ports` its ports (see
 /// [`crate::assemble::ingress_ports`]); `services`: the protocol of each port.
 pub(super) fn per_proxy<'s>(
     proxies: Coll<'s, (ProxyId, Proxy)>,
@@ -90,8 +90,12 @@ pub(super) fn per_proxy<'s>(
                 .collect::<Vec<_>>()
         })
         .flat_map(|x| x);
+    // A Sidecar with `ingress` listeners replaces the proxy's own inbound ports, as in Istio.
+    let with_ingress = ingress.clone().map(|(id, _)| id).distinct();
     let provenance = inbound_rows
-        .flat_map(|((id, port), origins)| {
+        .map(|((id, port), origins)| (id, (port, origins)))
+        .antijoin(with_ingress.clone())
+        .flat_map(|(id, (port, origins))| {
             let key = (
                 Holder::Proxy(id),
                 ResourceType::Cluster,
@@ -105,9 +109,8 @@ pub(super) fn per_proxy<'s>(
         .distinct();
     let inbound_clusters = inbound_ports
         .clone()
-        .map(|row| (row, ()))
-        .antijoin(ingress.clone().map(|(id, (port, _))| (id, port)).distinct())
-        .map(|(row, ())| ((), row))
+        .antijoin(with_ingress)
+        .map(|row| ((), row))
         .join_map(mesh.clone(), |_, (id, port), m| {
             (id.clone(), cluster::inbound(*port, m.connect_timeout_ms))
         });

@@ -421,8 +421,8 @@ mod tests {
         ]);
         let tcp: Vec<(u16, bool)> = merged.iter().map(|p| (p.port, p.tcp)).collect();
         assert_eq!(tcp, vec![(8443, true), (9080, false), (27017, true)]);
-        // A Sidecar ingress port decides its protocol; one reached only by its own
-        // listener (captureMode NONE) joins `virtualInbound` only if the workload has it.
+        // A Sidecar's ingress ports replace the workload's own (as in Istio); one reached
+        // only by its own listener (captureMode NONE) is not in `virtualInbound`.
         let of = InboundPort::of_proxy(
             [(9080, Protocol::Http)],
             [
@@ -450,6 +450,15 @@ mod tests {
             ],
         );
         let tcp: Vec<(u16, bool)> = of.iter().map(|p| (p.port, p.tcp)).collect();
-        assert_eq!(tcp, vec![(7001, true), (9080, true)]);
+        assert_eq!(tcp, vec![(7001, true)]);
+        // Without ingress ports, the workload's own.
+        let of = InboundPort::of_proxy([(9080, Protocol::Http)], []);
+        assert_eq!(
+            of,
+            vec![InboundPort {
+                port: 9080,
+                tcp: false
+            }]
+        );
     }
 }
