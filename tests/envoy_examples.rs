@@ -122,3 +122,61 @@ fn envoy_accepts_the_service_registry_example() {
         );
     }
 }
+
+/// Proves that Envoy accepts the config of `examples/locality` for its sleep sidecars in
+/// r1/z1 and r2/z1, and that the DNS entry `geo.example.com` reaches each as a STRICT_DNS
+/// cluster whose inline hosts are ranked from that client's locality: its own region's
+/// host at priority 0, the other region's at 1.
+#[test]
+fn envoy_accepts_the_locality_example_with_each_clients_dns_cluster() {
+    let envoy_bin = require_envoy!();
+    let dir = TestDir::new("envoy-examples-locality");
+    let r1 = ProxyNode::sidecar(
+        "sleep-r1",
+        "default",
+        "127.0.0.51",
+        &[("app", "sleep"), ("istio-locality", "r1.z1")],
+    );
+    let r2 = ProxyNode::sidecar(
+        "sleep-r2",
+        "default",
+        "127.0.0.52",
+        &[("app", "sleep"), ("istio-locality", "r2.z1")],
+    );
+    let nodes = [(&r1, ProxyKind::Sidecar), (&r2, ProxyKind::Sidecar)];
+    let held = support::envoy_validate::envoy_validates_example_with_clusters(
+        &envoy_bin,
+        dir.path(),
+        "locality",
+        &nodes,
+    );
+    for ((node, near, far), (_, clusters)) in [
+        (&r1, "east.geo.example.com", "west.geo.example.com"),
+        (&r2, "west.geo.example.com", "east.geo.example.com"),
+    ]
+    .into_iter()
+    .zip(&held)
+    {
+        let cluster = clusters
+            .iter()
+            .find(|c| c["name"] == "outbound|8080||geo.example.com")
+            .expect("the DNS entry's cluster");
+        assert_eq!(cluster["type"], "STRICT_DNS", "{cluster}");
+        let groups = cluster["load_assignment"]["endpoints"]
+            .as_array()
+            .expect("inline hosts")
+            .iter()
+            .map(|g| {
+                (
+                    g["lb_endpoints"][0]["endpoint"]["address"]["socket_address"]["address"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                    g["priority"].as_u64().unwrap_or(0),
+                )
+            })
+            .collect::<std::collections::BTreeMap<String, u64>>();
+        assert_eq!(groups.get(near), Some(&0), "{}: {cluster}", node.id);
+        assert_eq!(groups.get(far), Some(&1), "{}: {cluster}", node.id);
+    }
+}

@@ -26,6 +26,9 @@ pub fn envoy_validates_example(
     nodes: &[(&ProxyNode, ProxyKind)],
 ) -> Vec<Vec<serde_json::Value>> {
     validate(envoy_bin, scratch, example, nodes, false)
+        .into_iter()
+        .map(|(listeners, _)| listeners)
+        .collect()
 }
 
 /// As [`envoy_validates_example`], with every connection manager's RDS reference replaced by
@@ -38,6 +41,21 @@ pub fn envoy_validates_example_with_routes(
     example: &str,
     nodes: &[(&ProxyNode, ProxyKind)],
 ) -> Vec<Vec<serde_json::Value>> {
+    envoy_validates_example_with_clusters(envoy_bin, scratch, example, nodes)
+        .into_iter()
+        .map(|(listeners, _)| listeners)
+        .collect()
+}
+
+/// As [`envoy_validates_example_with_routes`], returning each node's listeners and its
+/// clusters.
+#[allow(dead_code)] // not every test binary looks at clusters
+pub fn envoy_validates_example_with_clusters(
+    envoy_bin: &Path,
+    scratch: &Path,
+    example: &str,
+    nodes: &[(&ProxyNode, ProxyKind)],
+) -> Vec<(Vec<serde_json::Value>, Vec<serde_json::Value>)> {
     validate(envoy_bin, scratch, example, nodes, true)
 }
 
@@ -47,7 +65,7 @@ fn validate(
     example: &str,
     nodes: &[(&ProxyNode, ProxyKind)],
     inline_routes: bool,
-) -> Vec<Vec<serde_json::Value>> {
+) -> Vec<(Vec<serde_json::Value>, Vec<serde_json::Value>)> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("examples")
         .join(example);
@@ -64,7 +82,12 @@ fn validate(
             labels: node.labels.clone(),
             interception_none: false,
             service_account: None,
-            locality: String::new(),
+            // Where the node's workload says it runs (`istio-locality: REGION.ZONE`).
+            locality: node
+                .labels
+                .get("istio-locality")
+                .map(|l| l.replace('.', "/"))
+                .unwrap_or_default(),
         }));
     }
     let configs = naive::compute(&mesh, &Snapshot { records });
@@ -103,8 +126,9 @@ fn validate(
         }
         let mut bootstrap = envoy_bootstrap(node, ([127, 0, 0, 1], 1).into(), XdsMode::Delta);
         bootstrap["static_resources"]["listeners"] = listeners.clone().into();
-        if let Some(clusters) = bootstrap["static_resources"]["clusters"].as_array_mut() {
-            clusters.extend(of(ResourceType::Cluster));
+        let clusters = of(ResourceType::Cluster);
+        if let Some(held) = bootstrap["static_resources"]["clusters"].as_array_mut() {
+            held.extend(clusters.clone());
         }
         let path = scratch.join(format!("{}.json", node.pod_name));
         std::fs::write(&path, bootstrap.to_string()).expect("write bootstrap");
@@ -120,7 +144,7 @@ fn validate(
             String::from_utf8_lossy(&run.stdout),
             String::from_utf8_lossy(&run.stderr)
         );
-        out.push(listeners);
+        out.push((listeners, clusters));
     }
     out
 }
