@@ -22,6 +22,39 @@ pub fn host_matches(pattern: &str, host: &str) -> bool {
     }
 }
 
+/// How closely a VirtualService host covers a service host, lower first; `None` when it does
+/// not cover it. As Istio picks the VirtualService of a sidecar's service: the host itself
+/// (a wildcard service's own pattern included), then the longest wildcard that covers it
+/// (`*.b.example.com` before `*.example.com` before `*`).
+pub fn vs_host_specificity(vs_host: &str, host: &str) -> Option<(u8, usize)> {
+    if vs_host == host {
+        Some((0, 0))
+    } else if host_matches(vs_host, host) {
+        Some((1, usize::MAX - vs_host.len()))
+    } else {
+        None
+    }
+}
+
+/// Every VirtualService host that may cover `host` ([`vs_host_specificity`]): the host
+/// itself, `*.` before each suffix after a dot, and `*`. Joining on these finds the
+/// wildcard VirtualServices of a host without comparing it to every VirtualService.
+pub fn covering_patterns(host: &str) -> Vec<String> {
+    let mut out = vec![host.to_string()];
+    for (i, c) in host.char_indices() {
+        if c == '.' {
+            let pattern = format!("*.{}", &host[i + 1..]);
+            if vs_host_specificity(&pattern, host).is_some() && !out.contains(&pattern) {
+                out.push(pattern);
+            }
+        }
+    }
+    if host != "*" {
+        out.push("*".to_string());
+    }
+    out
+}
+
 /// Every label of `selector` is present in `labels` with the same value.
 pub fn labels_match(selector: &Labels, labels: &Labels) -> bool {
     selector.iter().all(|(k, v)| labels.get(k) == Some(v))
@@ -130,7 +163,8 @@ pub fn dr_rank(dr: &DestinationRule, scope: &ScopeKey, svc_ns: &str, root_ns: &s
 }
 
 /// Rank of a mesh VirtualService for a proxy in `scope_ns` (lower wins): its own namespace
-/// first, then others that export to it.
+/// first, then others that export to it. Among VirtualServices covering a host this decides
+/// only between equally specific hosts ([`vs_host_specificity`] comes first).
 pub fn vs_rank(vs: &VirtualService, scope_ns: &str) -> Option<u8> {
     let ns = vs.key.namespace.as_str();
     (vs.binds_mesh() && exported_to(&vs.export_to, ns, scope_ns))
