@@ -2221,9 +2221,10 @@ fn sni_table(
 /// the client sends, as Istio does: the sidecar's `0.0.0.0_443` gets, with the TLS
 /// inspector, a chain per service matched by its host (a wildcard host as Envoy's wildcard
 /// name) on any address, to its own cluster, and what no name claims still passes through;
-/// a `tls[]` route for the host moves its chain to the route's destination; a route that
-/// claims another entry's host first leaves that entry unreachable, which is reported, and
-/// the report goes with the route.
+/// a `tls[]` route for the host moves its chain to the route's destination; a wildcard
+/// VirtualService's route for a name under it is that entry's own, but a route that claims
+/// the host of an entry with a VirtualService of its own first leaves that entry
+/// unreachable, which is reported, and the report goes with the route.
 #[test]
 fn tls_services_without_addresses_are_routed_by_their_host_names() {
     let mut m = Mesh::new();
@@ -2316,13 +2317,39 @@ fn tls_services_without_addresses_are_routed_by_their_host_names() {
             Some("outbound|443|v2|*.wiki.example.org".to_string())
         )]
     );
+    // The wildcard VirtualService covers a.wiki.example.org too, so the route is that
+    // entry's own: nothing is lost. An exact VirtualService for the entry (without `tls[]`
+    // routes) takes it back from the wildcard, and then the wildcard's route does claim a
+    // name another entry keeps for itself.
+    assert!(m.errors.is_empty(), "{:?}", m.errors);
+    let a_vs = virtual_service(
+        "default",
+        "a-wiki",
+        &["a.wiki.example.org"],
+        &[],
+        "a.wiki.example.org",
+    );
+    m.insert(vec![a_vs.clone()]);
+    let l = m.listener_body(&client, "0.0.0.0_443");
+    let claimed: Vec<_> = sni_table(&l)
+        .into_iter()
+        .filter(|(names, _, _)| names == &["a.wiki.example.org"])
+        .collect();
+    assert_eq!(
+        claimed,
+        vec![(
+            vec!["a.wiki.example.org".to_string()],
+            0,
+            Some("outbound|443|v2|*.wiki.example.org".to_string())
+        )]
+    );
     let errors = gateway_errors(&m, ErrorCode::TcpServiceConflict);
     assert_eq!(errors.len(), 1, "{errors:?}");
     assert!(
         errors[0].contains("ServiceEntry/default/a-wiki") && errors[0].contains("(SNI)"),
         "{errors:?}"
     );
-    m.retract(vec![wiki_vs]);
+    m.retract(vec![wiki_vs, a_vs]);
     assert!(m.errors.is_empty(), "{:?}", m.errors);
 }
 
