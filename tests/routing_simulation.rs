@@ -1864,16 +1864,42 @@ fn sidecar_wildcard_virtual_service_routes_the_hosts_it_covers() {
     let o = mesh.send(&proxy, &call("a.example.com"));
     assert_eq!(o.cluster(), Some("outbound|80||a.example.com"), "{o:#?}");
 
-    write_config(&mesh.config, "wild.yaml", &vs("wild", "*.example.com", "v1"));
-    write_config(&mesh.config, "exact.yaml", &vs("exact", "b.example.com", "v2"));
+    write_config(
+        &mesh.config,
+        "wild.yaml",
+        &vs("wild", "*.example.com", "v1"),
+    );
+    write_config(
+        &mesh.config,
+        "exact.yaml",
+        &vs("exact", "b.example.com", "v2"),
+    );
     let v1 = reviews.cluster("v1");
     let v2 = reviews.cluster("v2");
-    routes_to(&mut mesh, &proxy, &call("a.example.com"), &v1, &pod(&reviews, "v1"));
-    routes_to(&mut mesh, &proxy, &call("b.example.com"), &v2, &pod(&reviews, "v2"));
+    routes_to(
+        &mut mesh,
+        &proxy,
+        &call("a.example.com"),
+        &v1,
+        &pod(&reviews, "v1"),
+    );
+    routes_to(
+        &mut mesh,
+        &proxy,
+        &call("b.example.com"),
+        &v2,
+        &pod(&reviews, "v2"),
+    );
     mesh.assert_no_errors();
 
     std::fs::remove_file(mesh.config.join("exact.yaml")).expect("remove exact.yaml");
-    routes_to(&mut mesh, &proxy, &call("b.example.com"), &v1, &pod(&reviews, "v1"));
+    routes_to(
+        &mut mesh,
+        &proxy,
+        &call("b.example.com"),
+        &v1,
+        &pod(&reviews, "v1"),
+    );
 
     std::fs::remove_file(mesh.config.join("wild.yaml")).expect("remove wild.yaml");
     let o = mesh.send(&proxy, &call("b.example.com"));

@@ -2448,5 +2448,8 @@ fn wildcard_virtual_service_hosts_govern_the_services_they_cover() {
     assert_eq!(routes[&vh("b", "default")], to("d", "other"), "{routes:?}");
     assert_eq!(routes[&vh("c", "other")], to("c", "other"), "{routes:?}");
     m.retract(vec![wild]);
-    assert_eq!(m.vhost_clusters(&client, "9080")[&vh("a", "default")], to("a", "default"));
+    assert_eq!(
+        m.vhost_clusters(&client, "9080")[&vh("a", "default")],
+        to("a", "default")
+    );
 }
