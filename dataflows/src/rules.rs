@@ -344,3 +344,59 @@ pub fn sidecar_tcp_ports(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The patterns a host is joined on are exactly the VirtualService hosts that cover it,
+    /// ranked as Istio ranks them: the host itself, then longer wildcards before shorter.
+    #[test]
+    fn covering_patterns_are_the_hosts_that_cover_and_rank_by_specificity() {
+        let hosts = [
+            "a.b.example.com",
+            "*.cdn.example",
+            "example.com",
+            "*",
+            "localhost",
+        ];
+        let candidates = [
+            "a.b.example.com",
+            "*.b.example.com",
+            "*.example.com",
+            "*.com",
+            "*",
+            "*.cdn.example",
+            "*.example",
+            "*.x.cdn.example",
+            "b.example.com",
+            "example.com",
+            "*.localhost",
+            "localhost",
+        ];
+        for h in hosts {
+            let patterns = covering_patterns(h);
+            for c in candidates {
+                assert_eq!(
+                    patterns.iter().any(|p| p == c),
+                    vs_host_specificity(c, h).is_some(),
+                    "{c} covering {h}: {patterns:?}"
+                );
+            }
+        }
+        let rank = |p: &str| vs_host_specificity(p, "a.b.example.com");
+        assert!(rank("a.b.example.com") < rank("*.b.example.com"));
+        assert!(rank("*.b.example.com") < rank("*.example.com"));
+        assert!(rank("*.example.com") < rank("*"));
+        assert_eq!(rank("b.example.com"), None);
+        assert_eq!(
+            vs_host_specificity("*.cdn.example", "*.cdn.example"),
+            Some((0, 0))
+        );
+        assert!(vs_host_specificity("*.example", "*.cdn.example").is_some());
+        assert_eq!(
+            vs_host_specificity("*.x.cdn.example", "*.cdn.example"),
+            None
+        );
+    }
+}
