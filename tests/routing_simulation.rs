@@ -1835,3 +1835,73 @@ spec:
     assert_eq!(o.status(), Some(503), "{o:#?}");
     mesh.assert_no_errors();
 }
+
+/// A mesh VirtualService whose host is a wildcard governs every service it covers, as
+/// Istio's sidecars do: with ServiceEntries `a.example.com` and `b.example.com`, a request
+/// for `a.example.com` follows the `*.example.com` VirtualService (to `reviews` v1), while
+/// an exact VirtualService for `b.example.com` beats the wildcard for its host (to v2);
+/// deleting the exact one hands `b.example.com` to the wildcard, deleting the wildcard
+/// restores each entry's own default route.
+#[test]
+fn sidecar_wildcard_virtual_service_routes_the_hosts_it_covers() {
+    let mut mesh = Mesh::new("wildcard-vs");
+    let reviews = reviews_mesh(&mesh, PORT, &["v1", "v2"]);
+    let proxy = mesh.connect_captured(&ProxyNode::sidecar(
+        "client-abc",
+        "default",
+        &reviews.ip(20),
+        &[("app", "client")],
+    ));
+    let entry = |name: &str| {
+        format!("apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  hosts: [{name}.example.com]\n  location: MESH_EXTERNAL\n  ports: [{{number: 80, name: http, protocol: HTTP}}]\n  resolution: DNS\n")
+    };
+    let vs = |name: &str, host: &str, subset: &str| {
+        format!("apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  hosts: ['{host}']\n  http:\n  - route:\n    - destination: {{host: {FQDN}, subset: {subset}, port: {{number: {PORT}}}}}\n")
+    };
+    write_config(&mesh.config, "a.yaml", &entry("a"));
+    write_config(&mesh.config, "b.yaml", &entry("b"));
+    let call = |host: &str| Call::get(host, 80, "/").to_address("203.0.113.7");
+    let o = mesh.send(&proxy, &call("a.example.com"));
+    assert_eq!(o.cluster(), Some("outbound|80||a.example.com"), "{o:#?}");
+
+    write_config(
+        &mesh.config,
+        "wild.yaml",
+        &vs("wild", "*.example.com", "v1"),
+    );
+    write_config(
+        &mesh.config,
+        "exact.yaml",
+        &vs("exact", "b.example.com", "v2"),
+    );
+    let v1 = reviews.cluster("v1");
+    let v2 = reviews.cluster("v2");
+    routes_to(
+        &mut mesh,
+        &proxy,
+        &call("a.example.com"),
+        &v1,
+        &pod(&reviews, "v1"),
+    );
+    routes_to(
+        &mut mesh,
+        &proxy,
+        &call("b.example.com"),
+        &v2,
+        &pod(&reviews, "v2"),
+    );
+    mesh.assert_no_errors();
+
+    std::fs::remove_file(mesh.config.join("exact.yaml")).expect("remove exact.yaml");
+    routes_to(
+        &mut mesh,
+        &proxy,
+        &call("b.example.com"),
+        &v1,
+        &pod(&reviews, "v1"),
+    );
+
+    std::fs::remove_file(mesh.config.join("wild.yaml")).expect("remove wild.yaml");
+    let o = mesh.send(&proxy, &call("b.example.com"));
+    assert_eq!(o.cluster(), Some("outbound|80||b.example.com"), "{o:#?}");
+}

@@ -295,10 +295,16 @@ impl<'a> View<'a> {
         self.vss
             .iter()
             .copied()
-            .filter(|vs| vs.hosts.iter().any(|h| h == host))
-            .filter_map(|vs| rules::vs_rank(vs, s.namespace()).map(|r| (r, &vs.key, vs)))
-            .min_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)))
-            .map(|(_, _, vs)| vs)
+            .filter_map(|vs| {
+                let spec = vs
+                    .hosts
+                    .iter()
+                    .filter_map(|h| rules::vs_host_specificity(h, host))
+                    .min()?;
+                rules::vs_rank(vs, s.namespace()).map(|r| ((spec, r, &vs.key), vs))
+            })
+            .min_by(|a, b| a.0.cmp(&b.0))
+            .map(|(_, vs)| vs)
     }
 }
 

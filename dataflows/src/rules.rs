@@ -22,6 +22,39 @@ pub fn host_matches(pattern: &str, host: &str) -> bool {
     }
 }
 
+/// How closely a VirtualService host covers a service host, lower first; `None` when it does
+/// not cover it. As Istio picks the VirtualService of a sidecar's service: the host itself
+/// (a wildcard service's own pattern included), then the longest wildcard that covers it
+/// (`*.b.example.com` before `*.example.com` before `*`).
+pub fn vs_host_specificity(vs_host: &str, host: &str) -> Option<(u8, usize)> {
+    if vs_host == host {
+        Some((0, 0))
+    } else if host_matches(vs_host, host) {
+        Some((1, usize::MAX - vs_host.len()))
+    } else {
+        None
+    }
+}
+
+/// Every VirtualService host that may cover `host` ([`vs_host_specificity`]): the host
+/// itself, `*.` before each suffix after a dot, and `*`. Joining on these finds the
+/// wildcard VirtualServices of a host without comparing it to every VirtualService.
+pub fn covering_patterns(host: &str) -> Vec<String> {
+    let mut out = vec![host.to_string()];
+    for (i, c) in host.char_indices() {
+        if c == '.' {
+            let pattern = format!("*.{}", &host[i + 1..]);
+            if vs_host_specificity(&pattern, host).is_some() && !out.contains(&pattern) {
+                out.push(pattern);
+            }
+        }
+    }
+    if host != "*" {
+        out.push("*".to_string());
+    }
+    out
+}
+
 /// Every label of `selector` is present in `labels` with the same value.
 pub fn labels_match(selector: &Labels, labels: &Labels) -> bool {
     selector.iter().all(|(k, v)| labels.get(k) == Some(v))
@@ -130,7 +163,8 @@ pub fn dr_rank(dr: &DestinationRule, scope: &ScopeKey, svc_ns: &str, root_ns: &s
 }
 
 /// Rank of a mesh VirtualService for a proxy in `scope_ns` (lower wins): its own namespace
-/// first, then others that export to it.
+/// first, then others that export to it. Among VirtualServices covering a host this decides
+/// only between equally specific hosts ([`vs_host_specificity`] comes first).
 pub fn vs_rank(vs: &VirtualService, scope_ns: &str) -> Option<u8> {
     let ns = vs.key.namespace.as_str();
     (vs.binds_mesh() && exported_to(&vs.export_to, ns, scope_ns))
@@ -308,5 +342,61 @@ pub fn sidecar_tcp_ports(
                 .map(|p| (p.port, "0.0.0.0".to_string(), false))
                 .collect()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The patterns a host is joined on are exactly the VirtualService hosts that cover it,
+    /// ranked as Istio ranks them: the host itself, then longer wildcards before shorter.
+    #[test]
+    fn covering_patterns_are_the_hosts_that_cover_and_rank_by_specificity() {
+        let hosts = [
+            "a.b.example.com",
+            "*.cdn.example",
+            "example.com",
+            "*",
+            "localhost",
+        ];
+        let candidates = [
+            "a.b.example.com",
+            "*.b.example.com",
+            "*.example.com",
+            "*.com",
+            "*",
+            "*.cdn.example",
+            "*.example",
+            "*.x.cdn.example",
+            "b.example.com",
+            "example.com",
+            "*.localhost",
+            "localhost",
+        ];
+        for h in hosts {
+            let patterns = covering_patterns(h);
+            for c in candidates {
+                assert_eq!(
+                    patterns.iter().any(|p| p == c),
+                    vs_host_specificity(c, h).is_some(),
+                    "{c} covering {h}: {patterns:?}"
+                );
+            }
+        }
+        let rank = |p: &str| vs_host_specificity(p, "a.b.example.com");
+        assert!(rank("a.b.example.com") < rank("*.b.example.com"));
+        assert!(rank("*.b.example.com") < rank("*.example.com"));
+        assert!(rank("*.example.com") < rank("*"));
+        assert_eq!(rank("b.example.com"), None);
+        assert_eq!(
+            vs_host_specificity("*.cdn.example", "*.cdn.example"),
+            Some((0, 0))
+        );
+        assert!(vs_host_specificity("*.example", "*.cdn.example").is_some());
+        assert_eq!(
+            vs_host_specificity("*.x.cdn.example", "*.cdn.example"),
+            None
+        );
     }
 }

@@ -483,6 +483,19 @@ fn random_record(rng: &mut StdRng, extra: &mut StdRng, slot: usize) -> Record {
                     },
                 ],
             };
+            if vs_host != "*" && extra.random_bool(0.3) {
+                // A wildcard of the host: it covers every service under it, but a
+                // VirtualService naming a service exactly (or a longer wildcard) wins.
+                let wildcards = [
+                    format!("*.{ns}.svc.cluster.local"),
+                    "*.svc.cluster.local".to_string(),
+                    "*.local".to_string(),
+                ];
+                vs.hosts = vec![wildcards[extra.random_range(0..wildcards.len())].clone()];
+                if extra.random_bool(0.3) {
+                    vs.hosts.push(vs_host.clone());
+                }
+            }
             match rng.random_range(0..5) {
                 // A delegate: no hosts, routes under /r, sometimes private to its namespace.
                 0 => {

@@ -2369,9 +2369,10 @@ fn sni_table(
 /// the client sends, as Istio does: the sidecar's `0.0.0.0_443` gets, with the TLS
 /// inspector, a chain per service matched by its host (a wildcard host as Envoy's wildcard
 /// name) on any address, to its own cluster, and what no name claims still passes through;
-/// a `tls[]` route for the host moves its chain to the route's destination; a route that
-/// claims another entry's host first leaves that entry unreachable, which is reported, and
-/// the report goes with the route.
+/// a `tls[]` route for the host moves its chain to the route's destination; a wildcard
+/// VirtualService's route for a name under it is that entry's own, but a route that claims
+/// the host of an entry with a VirtualService of its own first leaves that entry
+/// unreachable, which is reported, and the report goes with the route.
 #[test]
 fn tls_services_without_addresses_are_routed_by_their_host_names() {
     let mut m = Mesh::new();
@@ -2464,12 +2465,139 @@ fn tls_services_without_addresses_are_routed_by_their_host_names() {
             Some("outbound|443|v2|*.wiki.example.org".to_string())
         )]
     );
+    // The wildcard VirtualService covers a.wiki.example.org too, so the route is that
+    // entry's own: nothing is lost. An exact VirtualService for the entry (without `tls[]`
+    // routes) takes it back from the wildcard, and then the wildcard's route does claim a
+    // name another entry keeps for itself.
+    assert!(m.errors.is_empty(), "{:?}", m.errors);
+    let a_vs = virtual_service(
+        "default",
+        "a-wiki",
+        &["a.wiki.example.org"],
+        &[],
+        "a.wiki.example.org",
+    );
+    m.insert(vec![a_vs.clone()]);
+    let l = m.listener_body(&client, "0.0.0.0_443");
+    let claimed: Vec<_> = sni_table(&l)
+        .into_iter()
+        .filter(|(names, _, _)| names == &["a.wiki.example.org"])
+        .collect();
+    assert_eq!(
+        claimed,
+        vec![(
+            vec!["a.wiki.example.org".to_string()],
+            0,
+            Some("outbound|443|v2|*.wiki.example.org".to_string())
+        )]
+    );
     let errors = gateway_errors(&m, ErrorCode::TcpServiceConflict);
     assert_eq!(errors.len(), 1, "{errors:?}");
     assert!(
         errors[0].contains("ServiceEntry/default/a-wiki") && errors[0].contains("(SNI)"),
         "{errors:?}"
     );
-    m.retract(vec![wiki_vs]);
+    m.retract(vec![wiki_vs, a_vs]);
     assert!(m.errors.is_empty(), "{:?}", m.errors);
+}
+
+impl Mesh {
+    /// The cluster each virtual host of route configuration `name` sends its first route to,
+    /// by virtual host name.
+    fn vhost_clusters(&self, proxy: &Proxy, name: &str) -> BTreeMap<String, String> {
+        use envoy_types::pb::envoy::config::route::v3::{
+            route::Action, route_action::ClusterSpecifier, RouteConfiguration,
+        };
+        let version = self.version(proxy, ResourceType::Route, name);
+        let (body, _) = &self.bodies[&(ResourceType::Route, name.to_string(), version)];
+        let rc = RouteConfiguration::decode(&body.body.0[..]).expect("a RouteConfiguration");
+        rc.virtual_hosts
+            .iter()
+            .filter_map(|vh| {
+                let action = vh.routes.first()?.action.as_ref()?;
+                let Action::Route(ra) = action else {
+                    return None;
+                };
+                let cluster = match ra.cluster_specifier.as_ref()? {
+                    ClusterSpecifier::Cluster(c) => c.clone(),
+                    ClusterSpecifier::WeightedClusters(w) => w.clusters.first()?.name.clone(),
+                    _ => return None,
+                };
+                Some((vh.name.clone(), cluster))
+            })
+            .collect()
+    }
+}
+
+/// Proves that a mesh VirtualService with a wildcard host governs every visible service it
+/// covers, with Istio's precedence (the most specific cover wins, whatever the namespaces'
+/// order): `*.default.svc.cluster.local` routes `a` and `b` of `default`; an exact
+/// VirtualService for `b` — in another namespace, which would otherwise rank after the
+/// proxy's own — takes `b` back; `*` covers what no longer wildcard does (`c` of `other`) and
+/// never displaces the longer one; withdrawing the exact one hands `b` back to the wildcard.
+#[test]
+fn wildcard_virtual_service_hosts_govern_the_services_they_cover() {
+    let mut m = Mesh::new();
+    let client = sidecar_proxy("sleep-1", "default", "10.0.0.5", &[("app", "sleep")]);
+    let to = |name: &str, ns: &str| outbound(9080, "", name, ns);
+    let vh = |name: &str, ns: &str| format!("{}:9080", host(name, ns));
+    m.insert(vec![
+        px(&client),
+        service("a", "default"),
+        service("b", "default"),
+        service("c", "other"),
+        service("d", "other"),
+    ]);
+    let defaults = m.vhost_clusters(&client, "9080");
+    assert_eq!(defaults[&vh("a", "default")], to("a", "default"));
+    assert_eq!(defaults[&vh("c", "other")], to("c", "other"));
+
+    let wild = virtual_service(
+        "default",
+        "wild",
+        &["*.default.svc.cluster.local"],
+        &[],
+        &host("d", "other"),
+    );
+    m.insert(vec![wild.clone()]);
+    let routes = m.vhost_clusters(&client, "9080");
+    assert_eq!(routes[&vh("a", "default")], to("d", "other"), "{routes:?}");
+    assert_eq!(routes[&vh("b", "default")], to("d", "other"), "{routes:?}");
+    assert_eq!(routes[&vh("c", "other")], to("c", "other"), "{routes:?}");
+
+    let exact = virtual_service(
+        "other",
+        "exact-b",
+        &[&host("b", "default")],
+        &["mesh"],
+        &host("c", "other"),
+    );
+    let everything = virtual_service("default", "everything", &["*"], &[], &host("a", "default"));
+    m.insert(vec![exact.clone(), everything.clone()]);
+    let routes = m.vhost_clusters(&client, "9080");
+    assert_eq!(routes[&vh("a", "default")], to("d", "other"), "{routes:?}");
+    assert_eq!(routes[&vh("b", "default")], to("c", "other"), "{routes:?}");
+    assert_eq!(routes[&vh("c", "other")], to("a", "default"), "{routes:?}");
+    assert_eq!(routes[&vh("d", "other")], to("a", "default"), "{routes:?}");
+
+    // A gateway-only wildcard VirtualService changes nothing on sidecars.
+    let gw_only = virtual_service(
+        "default",
+        "gw-only",
+        &["*.svc.cluster.local"],
+        &["default/gw"],
+        &host("b", "default"),
+    );
+    m.insert(vec![gw_only]);
+    assert_eq!(m.vhost_clusters(&client, "9080"), routes);
+
+    m.retract(vec![exact, everything]);
+    let routes = m.vhost_clusters(&client, "9080");
+    assert_eq!(routes[&vh("b", "default")], to("d", "other"), "{routes:?}");
+    assert_eq!(routes[&vh("c", "other")], to("c", "other"), "{routes:?}");
+    m.retract(vec![wild]);
+    assert_eq!(
+        m.vhost_clusters(&client, "9080")[&vh("a", "default")],
+        to("a", "default")
+    );
 }

@@ -105,23 +105,48 @@ pub(super) fn resolve<'s>(
         })
 }
 
-/// `((scope, host), VirtualService key)`: the mesh VirtualService in effect per (scope, host),
-/// lowest `rules::vs_rank` first.
+/// `((scope, host), VirtualService key)`: the mesh VirtualService in effect per (scope, host).
+/// A VirtualService covers a host it names or a wildcard of it names; the most specific
+/// cover wins (`rules::vs_host_specificity`: the host itself, then the longest wildcard),
+/// then the lowest `rules::vs_rank`, then the key.
 pub(super) fn mesh_in_effect<'s>(
     vss: &Coll<'s, (ConfigKey, VirtualService)>,
+    services: &Coll<'s, (Hostname, Service)>,
     visible: &Visible<'s>,
 ) -> Coll<'s, ((ScopeKey, Hostname), ConfigKey)> {
     let vs_by_host = vss
         .clone()
         .filter(|(_, vs)| vs.binds_mesh())
-        .flat_map(|(_, vs)| vs.hosts.clone().into_iter().map(move |h| (h, vs.clone())));
+        .flat_map(|(_, vs)| {
+            let mut hosts = vs.hosts.clone();
+            hosts.sort();
+            hosts.dedup();
+            hosts.into_iter().map(move |h| (h, vs.clone()))
+        });
+    // Per service host, each VirtualService that covers it and how closely: found by
+    // joining the patterns that could cover the host with the VirtualServices' hosts, so a
+    // service meets only its own VirtualServices.
+    let covering = services
+        .clone()
+        .map(|(h, _)| h)
+        .distinct()
+        .flat_map(|h| {
+            rules::covering_patterns(&h)
+                .into_iter()
+                .map(move |p| (p, h.clone()))
+        })
+        .join_map(vs_by_host, |p, h, vs| {
+            rules::vs_host_specificity(p, h).map(|spec| (h.clone(), (spec, vs.clone())))
+        })
+        .flat_map(|x| x);
     visible
         .host_scopes()
-        .join_map(vs_by_host, |h, s, vs| {
-            rules::vs_rank(vs, s.namespace()).map(|r| ((s.clone(), h.clone()), (r, vs.key.clone())))
+        .join_map(covering, |h, s, (spec, vs)| {
+            rules::vs_rank(vs, s.namespace())
+                .map(|r| ((s.clone(), h.clone()), (*spec, r, vs.key.clone())))
         })
         .flat_map(|x| x)
-        .reduce(|_, vals, out| out.push((vals[0].0 .1.clone(), 1isize)))
+        .reduce(|_, vals, out| out.push((vals[0].0 .2.clone(), 1isize)))
 }
 
 /// Rows of [`with_mesh_vs`].
