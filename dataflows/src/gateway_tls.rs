@@ -338,10 +338,7 @@ fn terminate_tcp<'a>(
 fn auto_passthrough(server: &GatewayServer, clusters: &[String], chains: &mut TlsChains) {
     let sorted: BTreeSet<&String> = clusters.iter().collect();
     for name in sorted {
-        let mut parts = name.splitn(4, '|');
-        let (Some("outbound"), Some(port), Some(subset), Some(host)) =
-            (parts.next(), parts.next(), parts.next(), parts.next())
-        else {
+        let Some((port, subset, host)) = crate::translate::outbound_cluster_parts(name) else {
             continue;
         };
         let serves = server.hosts.iter().any(|sh| {

@@ -967,9 +967,6 @@ fn router(
 
 /// `outbound|PORT|SUBSET|HOST` → (HOST, PORT).
 fn cluster_host_port(name: &str) -> (String, u16) {
-    let mut parts = name.splitn(4, '|');
-    let _ = parts.next();
-    let port = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
-    let _ = parts.next();
-    (parts.next().unwrap_or("").to_string(), port)
+    let (port, _, host) = crate::translate::outbound_cluster_parts(name).unwrap_or_default();
+    (host.to_string(), port.parse().unwrap_or(0))
 }

@@ -50,13 +50,19 @@ pub fn outbound_cluster_name(port: u16, subset: Option<&str>, host: &str) -> Str
     format!("outbound|{}|{}|{}", port, subset.unwrap_or(""), host)
 }
 
-/// The host of an outbound cluster name `outbound|PORT|SUBSET|HOST` ("" for another name).
-pub fn outbound_cluster_host(name: &str) -> &str {
+/// The parts of an outbound cluster name `outbound|PORT|SUBSET|HOST`: (PORT, SUBSET, HOST)
+/// as written; `None` for another name.
+pub fn outbound_cluster_parts(name: &str) -> Option<(&str, &str, &str)> {
     let mut parts = name.splitn(4, '|');
     match (parts.next(), parts.next(), parts.next(), parts.next()) {
-        (Some("outbound"), Some(_), Some(_), Some(host)) => host,
-        _ => "",
+        (Some("outbound"), Some(port), Some(subset), Some(host)) => Some((port, subset, host)),
+        _ => None,
     }
+}
+
+/// The host of an outbound cluster name ("" for another name).
+pub fn outbound_cluster_host(name: &str) -> &str {
+    outbound_cluster_parts(name).map_or("", |(_, _, host)| host)
 }
 
 /// Istio's inbound cluster name: `inbound|PORT||`.

@@ -162,7 +162,7 @@ pub(super) fn cidr(s: &str) -> CidrRange {
 /// `tcp.idleTimeout` of the first destination's host, if `idle` has one for it.
 pub fn idle_of(idle: &TcpIdle, dests: &Destinations) -> Option<u64> {
     let (cluster, _) = dests.first()?;
-    let host = cluster.strip_prefix("outbound|")?.splitn(3, '|').nth(2)?;
+    let (_, _, host) = super::outbound_cluster_parts(cluster)?;
     idle.get(host).copied()
 }
 
