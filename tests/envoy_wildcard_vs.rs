@@ -48,6 +48,53 @@ spec:
     )
 }
 
+/// `reviews` v1 and v2 (backends running, Service, Pods, EndpointSlice, subsets) on `port`,
+/// and the client's Sidecar binding its egress listener to `127.0.0.1:<port>`.
+fn reviews_v1_v2(
+    net: u8,
+    port: u16,
+    config_dir: &std::path::Path,
+) -> (Reviews, [support::Backend; 2]) {
+    let reviews = Reviews::new(net, port, config_dir);
+    let backends = [reviews.start_backend("v1"), reviews.start_backend("v2")];
+    reviews.write_service();
+    reviews.write_pods(&["v1", "v2"]);
+    reviews.write_endpoints(&["v1", "v2"]);
+    reviews.write_destination_rule(&["v1", "v2"]);
+    write_config(
+        config_dir,
+        "sidecar.yaml",
+        &support::reviews::client_sidecar_yaml(port),
+    );
+    (reviews, backends)
+}
+
+/// The client sidecar's Envoy, live, with its bound egress listener in place.
+fn client_envoy(
+    envoy_binary: &std::path::Path,
+    dir: &TestDir,
+    meshflow: &Meshflow,
+    reviews: &Reviews,
+    port: u16,
+) -> Envoy {
+    let node = ProxyNode::sidecar(
+        "client-abc",
+        "default",
+        &reviews.ip(20),
+        &[("app", "client")],
+    );
+    let envoy = Envoy::start(
+        envoy_binary,
+        dir.path(),
+        &node,
+        meshflow.xds_addr(),
+        XdsMode::Delta,
+    );
+    envoy.wait_live(STARTUP_TIMEOUT);
+    envoy.await_listener(&format!("127.0.0.1_{port}"));
+    envoy
+}
+
 /// Proves on Envoy that a `*.example.com` VirtualService routes `a.example.com` (to v1),
 /// that an exact VirtualService for `b.example.com` beats the wildcard for its host (to v2),
 /// and that deleting the exact one hands `b.example.com` to the wildcard.
@@ -59,18 +106,7 @@ fn wildcard_virtual_service_routes_the_hosts_it_covers_on_envoy() {
     let port = free_port();
     let route_config = port.to_string();
 
-    let reviews = Reviews::new(147, port, &config_dir);
-    let _v1 = reviews.start_backend("v1");
-    let _v2 = reviews.start_backend("v2");
-    reviews.write_service();
-    reviews.write_pods(&["v1", "v2"]);
-    reviews.write_endpoints(&["v1", "v2"]);
-    reviews.write_destination_rule(&["v1", "v2"]);
-    write_config(
-        &config_dir,
-        "sidecar.yaml",
-        &support::reviews::client_sidecar_yaml(port),
-    );
+    let (reviews, _backends) = reviews_v1_v2(147, port, &config_dir);
     write_config(&config_dir, "a.yaml", &entry("a", port));
     write_config(&config_dir, "b.yaml", &entry("b", port));
     write_config(
@@ -85,21 +121,7 @@ fn wildcard_virtual_service_routes_the_hosts_it_covers_on_envoy() {
     );
 
     let meshflow = Meshflow::start(&config_dir, dir.path());
-    let node = ProxyNode::sidecar(
-        "client-abc",
-        "default",
-        &reviews.ip(20),
-        &[("app", "client")],
-    );
-    let envoy = Envoy::start(
-        &envoy_binary,
-        dir.path(),
-        &node,
-        meshflow.xds_addr(),
-        XdsMode::Delta,
-    );
-    envoy.wait_live(STARTUP_TIMEOUT);
-    envoy.await_listener(&format!("127.0.0.1_{port}"));
+    let envoy = client_envoy(&envoy_binary, &dir, &meshflow, &reviews, port);
 
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let (v1, v2) = ("reviews-v1", "reviews-v2");
@@ -118,4 +140,49 @@ fn wildcard_virtual_service_routes_the_hosts_it_covers_on_envoy() {
     assert_eq!(count(&counts, v1), 20, "{counts:?}");
     let counts = a.tally(10, "/", &[]);
     assert_eq!(count(&counts, v1), 10, "{counts:?}");
+}
+
+/// Proves on Envoy that a VirtualService host outside the registry written beside a
+/// service's (`reviews.example.com` beside `reviews`) gets a virtual host of its own on the
+/// service's port: Envoy accepts the route configuration, and the alias's requests follow
+/// the VirtualService (to v2) as `reviews`' own do; once the VirtualService is deleted the
+/// alias has no virtual host (404) while `reviews` keeps its default route.
+#[test]
+fn an_alias_host_beside_a_service_is_routed_on_envoy() {
+    let envoy_binary = require_envoy!();
+    let dir = TestDir::new("envoy-vs-alias");
+    let config_dir = dir.subdir("config");
+    let port = free_port();
+    let route_config = port.to_string();
+
+    let (reviews, _backends) = reviews_v1_v2(148, port, &config_dir);
+    let alias = routing("alias", "reviews.example.com", "v2", port).replace(
+        "hosts: ['reviews.example.com']",
+        &format!("hosts: ['{FQDN}', 'reviews.example.com']"),
+    );
+    write_config(&config_dir, "alias.yaml", &alias);
+
+    let meshflow = Meshflow::start(&config_dir, dir.path());
+    let envoy = client_envoy(&envoy_binary, &dir, &meshflow, &reviews, port);
+
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let v2 = "reviews-v2";
+    let by_alias = Client::new(&envoy, addr, "reviews.example.com");
+    let by_name = Client::new(&envoy, addr, "reviews");
+    let counts = by_alias.converge("alias → v2", "/", &[], |c| only(c, v2), 20);
+    assert_eq!(count(&counts, v2), 20, "{counts:?}");
+    let counts = by_name.tally(10, "/", &[]);
+    assert_eq!(count(&counts, v2), 10, "{counts:?}");
+
+    envoy.await_rds_update(&route_config, || {
+        std::fs::remove_file(config_dir.join("alias.yaml")).expect("remove alias.yaml");
+    });
+    let counts = by_alias.tally(10, "/", &[]);
+    assert_eq!(count(&counts, "status 404"), 10, "{counts:?}");
+    let counts = by_name.tally(20, "/", &[]);
+    assert_eq!(
+        count(&counts, v2) + count(&counts, "reviews-v1"),
+        20,
+        "{counts:?}"
+    );
 }

@@ -402,6 +402,22 @@ fn sidecar_method_query_case_absence_and_port_conditions() {
     assert_status(&o, 404);
 }
 
+/// `withoutHeaders` with a value matches a request that lacks the header (it does not carry
+/// that value), as Istio translates it (`treat_missing_header_as_empty`): a guard route
+/// answering 403 to every request without the right key stops a request with no key at all,
+/// and only the right key reaches the service.
+#[test]
+fn without_headers_value_match_takes_requests_lacking_the_header() {
+    let (mut mesh, reviews, proxy) = sidecar_setup("sidecar-without-value", &["v1"]);
+    let vs = "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: guard, namespace: default}\nspec:\n  hosts: [reviews]\n  http:\n  - match: [{withoutHeaders: {x-api-key: {exact: s3cret}}}]\n    directResponse: {status: 403}\n  - route: [{destination: {host: reviews, subset: v1}}]\n";
+    write_config(&mesh.config, "guard.yaml", vs);
+    let get = || via_sidecar("reviews", "/reviews/1");
+    assert_status(&mesh.send(&proxy, &get()), 403);
+    assert_status(&mesh.send(&proxy, &get().header("x-api-key", "guess")), 403);
+    let o = mesh.send(&proxy, &get().header("x-api-key", "s3cret"));
+    assert_routes_to(&o, &reviews.cluster("v1"), &[pod(&reviews, "v1")]);
+}
+
 /// Redirects and direct responses are answered by the proxy: the simulation sees the status
 /// Envoy sends without any upstream (tests/envoy_route_actions.rs checks the same in Envoy).
 #[test]
@@ -458,6 +474,61 @@ fn captured_sidecar_registry_only_blocks_unknown_hosts() {
         &Call::get("reviews", PORT, "/").to_address("203.0.113.7"),
     );
     assert_routes_to(&known, &reviews.cluster(""), &[pod(&reviews, "v1")]);
+}
+
+/// A VirtualService host that is no service's gets a virtual host of its own, as in Istio: an
+/// alias written beside a service host (`reviews.example.com` beside `reviews`) routes on the
+/// service's port through the sidecar's bound egress listener, where it answered 404 before.
+#[test]
+fn an_alias_beside_a_service_host_is_routed_by_the_virtual_service() {
+    let (mut mesh, reviews, proxy) = sidecar_setup("vs-alias", &["v1", "v2"]);
+    let alias = via_sidecar("reviews.example.com", "/reviews/1");
+    assert_status(&mesh.send(&proxy, &alias), 404);
+    write_config(
+        &mesh.config,
+        "alias.yaml",
+        "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: alias, namespace: default}\nspec:\n  hosts: [reviews, reviews.example.com]\n  http:\n  - route:\n    - destination: {host: reviews, subset: v2}\n",
+    );
+    let o = mesh.send(&proxy, &alias);
+    assert_eq!(o.virtual_host, Some(format!("reviews.example.com:{PORT}")));
+    assert_routes_to(&o, &reviews.cluster("v2"), &[pod(&reviews, "v2")]);
+    let o = mesh.send(&proxy, &via_sidecar("reviews", "/reviews/1"));
+    assert_routes_to(&o, &reviews.cluster("v2"), &[pod(&reviews, "v2")]);
+}
+
+/// A VirtualService whose only host is outside the registry (no ServiceEntry) routes that host
+/// on a captured sidecar's port 80, as Istio does: the request that passed through to its
+/// original destination goes to the VirtualService's destination instead, and passes through
+/// again once the VirtualService is deleted.
+#[test]
+fn a_virtual_service_for_a_host_outside_the_registry_routes_it_on_port_80() {
+    let mut mesh = Mesh::new("vs-hostless");
+    let reviews = reviews_mesh(&mesh, PORT, &["v1"]);
+    write_config(
+        &mesh.config,
+        "web.yaml",
+        "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: default}\nspec:\n  selector: {app: web}\n  ports:\n  - {name: http, port: 80}\n",
+    );
+    let proxy = mesh.connect_captured(&ProxyNode::sidecar(
+        "client-abc",
+        "default",
+        &reviews.ip(20),
+        &[("app", "client")],
+    ));
+    let legacy = Call::get("legacy.example.com", 80, "/reviews/1").to_address("203.0.113.7");
+    let o = mesh.send(&proxy, &legacy);
+    assert_eq!(o.cluster(), Some("PassthroughCluster"), "{o:#?}");
+    write_config(
+        &mesh.config,
+        "legacy.yaml",
+        "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: legacy, namespace: default}\nspec:\n  hosts: [legacy.example.com]\n  http:\n  - route:\n    - destination: {host: reviews}\n",
+    );
+    let o = mesh.send(&proxy, &legacy);
+    assert_eq!(o.virtual_host.as_deref(), Some("legacy.example.com:80"));
+    assert_routes_to(&o, &reviews.cluster(""), &[pod(&reviews, "v1")]);
+    std::fs::remove_file(mesh.config.join("legacy.yaml")).expect("remove legacy.yaml");
+    let o = mesh.send(&proxy, &legacy);
+    assert_eq!(o.cluster(), Some("PassthroughCluster"), "{o:#?}");
 }
 
 /// The mesh config's `outboundTrafficPolicy.mode` for a captured sidecar with no mode of its

@@ -191,6 +191,15 @@ pub fn router_resources(
     idle: &TcpIdle,
     clusters: &[String],
 ) -> Router {
+    // As Istio (`VirtualServicesForGateway` of the proxy's namespace): a VirtualService bound
+    // to a Gateway serves the gateway proxies of the namespaces it is exported to, wherever
+    // the Gateway resource itself lives.
+    let vss: Vec<(&ConfigKey, &ResolvedVs)> = vss
+        .iter()
+        .filter(|(_, rvs)| exported_to(&rvs.vs.export_to, &rvs.vs.key.namespace, namespace))
+        .copied()
+        .collect();
+    let vss = vss.as_slice();
     let mut listeners: BTreeMap<(String, u16), BTreeSet<ConfigKey>> = BTreeMap::new();
     // Per port and domain, the VirtualServices with the gateways they came through, and
     // the domains an `httpsRedirect` server sends to https.
@@ -265,11 +274,8 @@ pub(crate) fn server_vhosts(
     vhosts: &mut route::GatewayVhosts,
 ) -> Vec<String> {
     let mut domains = Vec::new();
-    for (gw_key, rvs) in vss.iter().filter(|(k, _)| **k == gw.key) {
+    for (_, rvs) in vss.iter().filter(|(k, _)| **k == gw.key) {
         let vs_ns = &rvs.vs.key.namespace;
-        if !exported_to(&rvs.vs.export_to, vs_ns, &gw_key.namespace) {
-            continue;
-        }
         for vs_host in &rvs.vs.hosts {
             for server_host in &server.hosts {
                 if let Some(domain) = gateway_domain(server_host, &gw.key.namespace, vs_ns, vs_host)
@@ -340,13 +346,12 @@ fn gateway_tcp_listeners(
             inputs.insert(gw.key.clone());
             for (_, rvs) in vss.iter().filter(|(k, _)| **k == gw.key) {
                 let vs_ns = &rvs.vs.key.namespace;
-                let serves = exported_to(&rvs.vs.export_to, vs_ns, &gw.key.namespace)
-                    && rvs.vs.hosts.iter().any(|h| {
-                        server
-                            .hosts
-                            .iter()
-                            .any(|sh| gateway_domain(sh, &gw.key.namespace, vs_ns, h).is_some())
-                    });
+                let serves = rvs.vs.hosts.iter().any(|h| {
+                    server
+                        .hosts
+                        .iter()
+                        .any(|sh| gateway_domain(sh, &gw.key.namespace, vs_ns, h).is_some())
+                });
                 if serves {
                     inputs.insert(rvs.vs.key.clone());
                     add_via(list, rvs, &gw.key);

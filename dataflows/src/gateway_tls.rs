@@ -8,7 +8,7 @@
 
 use crate::assemble::{add_via, server_vhosts, sort_vhosts};
 use crate::model::*;
-use crate::rules::{exported_to, gateway_domain};
+use crate::rules::gateway_domain;
 use crate::translate::gateway_tls::{https_route_name, server_names, TlsChain, TlsChains};
 use crate::translate::{route, secret, tcp};
 use std::collections::{BTreeMap, BTreeSet};
@@ -261,17 +261,17 @@ enum Added {
     NoRoute,
 }
 
-/// Whether the VirtualService, bound to the gateway, is exported to the gateway's namespace
-/// and names a host the server serves.
+/// Whether the VirtualService, bound to the gateway (and exported to the router's
+/// namespace: [`crate::assemble::router_resources`] keeps only those), names a host the
+/// server serves.
 fn server_takes(gw: &Gateway, server: &GatewayServer, rvs: &ResolvedVs) -> bool {
     let vs_ns = &rvs.vs.key.namespace;
-    exported_to(&rvs.vs.export_to, vs_ns, &gw.key.namespace)
-        && rvs.vs.hosts.iter().any(|h| {
-            server
-                .hosts
-                .iter()
-                .any(|sh| gateway_domain(sh, &gw.key.namespace, vs_ns, h).is_some())
-        })
+    rvs.vs.hosts.iter().any(|h| {
+        server
+            .hosts
+            .iter()
+            .any(|sh| gateway_domain(sh, &gw.key.namespace, vs_ns, h).is_some())
+    })
 }
 
 /// The chains of a TLS server that terminates (`tls.tcp`): it takes the `tcp[]` routes

@@ -2019,8 +2019,8 @@ pub type ProvenanceRow = ((Holder, ResourceType, String), ConfigKey);
 /// it.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Source<'a> {
-    /// The proxies' namespace; none at a gateway, where `sourceNamespace` never holds (its
-    /// configuration is not per namespace).
+    /// The proxies' namespace (sidecars' and gateways' alike, as Istio compares
+    /// `sourceNamespace` with the proxy's own); `None` matches no `sourceNamespace`.
     pub namespace: Option<&'a str>,
     /// The mesh's `sourceLabels` selectors the proxies match.
     pub labels: &'a [Labels],
@@ -2111,8 +2111,12 @@ impl ScopeKey {
                 namespace: Some(namespace),
                 labels: source_labels,
             },
-            ScopeKey::Router { source_labels, .. } => Source {
-                namespace: None,
+            ScopeKey::Router {
+                namespace,
+                source_labels,
+                ..
+            } => Source {
+                namespace: Some(namespace),
                 labels: source_labels,
             },
         }

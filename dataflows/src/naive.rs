@@ -291,6 +291,30 @@ impl<'a> View<'a> {
         }
     }
 
+    /// The mesh VirtualServices none of whose hosts names or covers a service, that the
+    /// scope sees on port 80.
+    fn hostless_vss(
+        &self,
+        s: &ScopeKey,
+        listeners: &[EgressListener],
+        proxyless: bool,
+    ) -> Vec<ResolvedVs> {
+        self.vss
+            .iter()
+            .copied()
+            .filter(|vs| vs.binds_mesh() && !vs.hosts.is_empty())
+            .filter(|vs| {
+                !vs.hosts.iter().any(|h| {
+                    self.services
+                        .keys()
+                        .any(|svc| rules::vs_host_specificity(h, svc).is_some())
+                })
+            })
+            .filter(|vs| rules::sidecar_sees_hostless_vs(listeners, s.namespace(), proxyless, vs))
+            .map(|vs| self.resolve(vs))
+            .collect()
+    }
+
     fn vs_for(&self, s: &ScopeKey, host: &str) -> Option<&'a VirtualService> {
         self.vss
             .iter()
@@ -759,10 +783,17 @@ fn sidecar_outbound(
     }
     let hashing = v.hashing(s);
     for (port, (allow_any, vhosts)) in rows {
-        let vhosts: Vec<route::SidecarVhost> = vhosts
-            .into_iter()
-            .map(|(h, vs)| (v.services[h].clone(), vs))
-            .collect();
+        let vhosts = route::SidecarVhosts {
+            services: vhosts
+                .into_iter()
+                .map(|(h, vs)| (v.services[h].clone(), vs))
+                .collect(),
+            hostless: if port == 80 {
+                v.hostless_vss(s, &listeners, proxyless)
+            } else {
+                Vec::new()
+            },
+        };
         res.push(route::sidecar_route_config(
             port,
             s,

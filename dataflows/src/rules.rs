@@ -55,6 +55,52 @@ pub fn covering_patterns(host: &str) -> Vec<String> {
     out
 }
 
+/// Whether two host patterns have a name in common, as Istio compares an egress listener's
+/// imported hosts with a VirtualService's: equal names, a wildcard covering the other
+/// name, or two wildcards one of which covers the other.
+pub fn hosts_overlap(a: &str, b: &str) -> bool {
+    match (a.strip_prefix('*'), b.strip_prefix('*')) {
+        (Some(sa), Some(sb)) => sa.ends_with(sb) || sb.ends_with(sa),
+        (Some(sa), None) => b.ends_with(sa),
+        (None, Some(sb)) => a.ends_with(sb),
+        (None, None) => a == b,
+    }
+}
+
+/// A mesh VirtualService none of whose hosts names or covers any service of the registry:
+/// Istio still gives sidecars a virtual host for each of its hosts, on the route
+/// configuration of port 80 only (its `serviceByPort[80]` fallback), through the egress
+/// listener serving that port. Does the scope in `scope_ns` with these egress `listeners`
+/// see `vs` there? Its `exportTo` must admit the namespace, and one of the listener's
+/// `ns/host` patterns must reach the VirtualService's namespace and overlap one of its
+/// hosts. Proxyless clients have no port-80 route configuration.
+pub fn sidecar_sees_hostless_vs(
+    listeners: &[EgressListener],
+    scope_ns: &str,
+    proxyless: bool,
+    vs: &VirtualService,
+) -> bool {
+    if proxyless || vs_rank(vs, scope_ns).is_none() {
+        return false;
+    }
+    let serving = listeners
+        .iter()
+        .find(|l| l.port.as_ref().is_some_and(|p| p.number == 80))
+        .or_else(|| listeners.iter().find(|l| l.port.is_none()));
+    let Some(l) = serving else {
+        return false;
+    };
+    l.hosts.iter().any(|pattern| {
+        egress_pattern(pattern, scope_ns).is_some_and(|(ns, host)| {
+            let ns_ok = match ns {
+                NsKey::Any => true,
+                NsKey::Ns(n) => n == vs.key.namespace,
+            };
+            ns_ok && vs.hosts.iter().any(|h| hosts_overlap(&host, h))
+        })
+    })
+}
+
 /// Every label of `selector` is present in `labels` with the same value.
 pub fn labels_match(selector: &Labels, labels: &Labels) -> bool {
     selector.iter().all(|(k, v)| labels.get(k) == Some(v))

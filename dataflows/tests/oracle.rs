@@ -267,7 +267,18 @@ fn random_record(rng: &mut StdRng, extra: &mut StdRng, slot: usize) -> Record {
             mesh_external: extra.random_bool(0.2),
             hostname: host(&svc_name, ns),
             origin: ConfigKey::new(Kind::Service, ns, &svc_name),
-            ports: ports(rng),
+            ports: {
+                let mut ports = ports(rng);
+                // Port 80 now and then: hostless VirtualServices join its configuration.
+                if extra.random_bool(0.25) {
+                    ports.push(ServicePort {
+                        name: "http-web".into(),
+                        port: 80,
+                        protocol: Protocol::Http,
+                    });
+                }
+                ports
+            },
             export_to: if rng.random_bool(0.2) {
                 vec![".".into()]
             } else {
@@ -494,6 +505,16 @@ fn random_record(rng: &mut StdRng, extra: &mut StdRng, slot: usize) -> Record {
                 vs.hosts = vec![wildcards[extra.random_range(0..wildcards.len())].clone()];
                 if extra.random_bool(0.3) {
                     vs.hosts.push(vs_host.clone());
+                }
+            }
+            if extra.random_bool(0.25) {
+                // A host outside the registry: an alias beside the services' (routed on
+                // their ports), or alone (routed on port 80).
+                let outside = pick(extra, &["alias.example.com", "*.legacy.example"]).to_string();
+                if extra.random_bool(0.5) {
+                    vs.hosts = vec![outside];
+                } else {
+                    vs.hosts.push(outside);
                 }
             }
             match rng.random_range(0..5) {

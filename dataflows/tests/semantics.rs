@@ -2601,3 +2601,111 @@ fn wildcard_virtual_service_hosts_govern_the_services_they_cover() {
         to("a", "default")
     );
 }
+
+/// A service like [`service`] on HTTP port `port` instead.
+fn service_on(name: &str, ns: &str, port: u16) -> Record {
+    let Record::Service(mut s) = service(name, ns) else {
+        unreachable!()
+    };
+    s.ports[0].port = port;
+    Record::Service(s)
+}
+
+/// Proves Istio's virtual hosts for VirtualService hosts that are no service's: a
+/// VirtualService governing `a` also routes its alias `a.example.com` on `a`'s port (and not
+/// on port 80); a VirtualService whose only host is outside the registry routes it on port
+/// 80's configuration alone, for the scopes that see it (not one it is not exported to, nor
+/// one whose Sidecar imports only its own namespace); once a ServiceEntry defines the host,
+/// the host is a service like any other; withdrawing the VirtualService removes its hosts.
+#[test]
+fn virtual_service_hosts_outside_the_registry_get_virtual_hosts_of_their_own() {
+    let mut m = Mesh::new();
+    let client = sidecar_proxy("sleep-1", "default", "10.0.0.5", &[("app", "sleep")]);
+    let fenced = sidecar_proxy("fenced-1", "fenced", "10.0.0.6", &[("app", "fenced")]);
+    let to = |name: &str, ns: &str, port: u16| outbound(port, "", name, ns);
+    m.insert(vec![
+        px(&client),
+        px(&fenced),
+        service("a", "default"),
+        service("b", "default"),
+        service_on("web", "default", 80),
+        sidecar("fenced", "fenced", None, &["./*", "default/*"]),
+    ]);
+    let alias = virtual_service(
+        "default",
+        "alias",
+        &[&host("a", "default"), "a.example.com"],
+        &[],
+        &host("b", "default"),
+    );
+    m.insert(vec![alias.clone()]);
+    let on_9080 = m.vhost_clusters(&client, "9080");
+    assert_eq!(on_9080["a.example.com:9080"], to("b", "default", 9080));
+    assert_eq!(
+        on_9080[&format!("{}:9080", host("a", "default"))],
+        to("b", "default", 9080)
+    );
+    assert!(!m
+        .vhost_clusters(&client, "80")
+        .contains_key("a.example.com:80"));
+
+    let legacy = virtual_service(
+        "other",
+        "legacy",
+        &["legacy.example.com"],
+        &[],
+        &host("a", "default"),
+    );
+    m.insert(vec![legacy.clone()]);
+    let on_80 = m.vhost_clusters(&client, "80");
+    assert_eq!(
+        on_80["legacy.example.com:80"],
+        to("a", "default", 9080),
+        "{on_80:?}"
+    );
+    assert!(!m
+        .vhost_clusters(&client, "9080")
+        .contains_key("legacy.example.com:9080"));
+    // The fenced Sidecar imports `fenced` and `default` only: not `other`'s VirtualService.
+    assert!(!m
+        .vhost_clusters(&fenced, "80")
+        .contains_key("legacy.example.com:80"));
+    let Record::VirtualService(mut private) = legacy.clone() else {
+        unreachable!()
+    };
+    private.export_to = vec![".".into()];
+    m.replace(legacy.clone(), Record::VirtualService(private.clone()));
+    assert!(!m
+        .vhost_clusters(&client, "80")
+        .contains_key("legacy.example.com:80"));
+    m.replace(Record::VirtualService(private), legacy.clone());
+    assert!(m
+        .vhost_clusters(&client, "80")
+        .contains_key("legacy.example.com:80"));
+
+    // Defined by a ServiceEntry on port 8080, the host is governed as a service.
+    let Record::Service(mut entry) = service_on("legacy", "other", 8080) else {
+        unreachable!()
+    };
+    entry.hostname = "legacy.example.com".into();
+    m.insert(vec![Record::Service(entry.clone())]);
+    assert!(!m
+        .vhost_clusters(&client, "80")
+        .contains_key("legacy.example.com:80"));
+    assert_eq!(
+        m.vhost_clusters(&client, "8080")["legacy.example.com:8080"],
+        to("a", "default", 9080)
+    );
+    m.retract(vec![Record::Service(entry)]);
+    assert!(m
+        .vhost_clusters(&client, "80")
+        .contains_key("legacy.example.com:80"));
+
+    m.retract(vec![legacy, alias]);
+    assert!(!m
+        .vhost_clusters(&client, "80")
+        .contains_key("legacy.example.com:80"));
+    assert!(!m
+        .vhost_clusters(&client, "9080")
+        .contains_key("a.example.com:9080"));
+}

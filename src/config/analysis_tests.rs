@@ -186,6 +186,43 @@ fn tcp_and_mesh_tls_routes_are_translated_without_findings() {
     assert_eq!(route.route[0].host, "mongo.ns.svc.cluster.local");
 }
 
+/// A `headers` or `withoutHeaders` condition on a JWT claim (`@request.auth.claims.…`) is
+/// matched by Istio against verified claims, which meshflow does not read: the route is left
+/// out with an error naming the condition. (Taken as a header, `withoutHeaders` on a claim
+/// would match every request, since no request carries that header.)
+#[test]
+fn a_match_on_a_jwt_claim_keeps_its_route_out() {
+    for (field, cond) in [
+        (
+            "headers",
+            "headers: {'@request.auth.claims.group': {exact: admin}}",
+        ),
+        (
+            "withoutHeaders",
+            "withoutHeaders: {'@request.auth.claims.group': {exact: admin}}",
+        ),
+    ] {
+        let doc = format!(
+            "{VS}  http:\n  - match:\n    - {{{cond}}}\n    directResponse: {{status: 403}}\n  - route:\n    - destination: {{host: reviews, subset: v1}}\n"
+        );
+        let p = parse(&doc);
+        let v = vs(&p);
+        assert_eq!(
+            v.http.len(),
+            1,
+            "{cond}: only the second route is generated"
+        );
+        assert_eq!(v.http[0].route[0].subset.as_deref(), Some("v1"), "{cond}");
+        assert_eq!(
+            fields(&p, Level::Error),
+            vec![format!(
+                "spec.http[0].match[0].{field}.@request.auth.claims.group"
+            )],
+            "{cond}"
+        );
+    }
+}
+
 /// `sourceSubnet` restricts which clients a TCP route is for; meshflow cannot honour it, so
 /// the route is left out (an error naming the field), never widened.
 #[test]

@@ -135,12 +135,14 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     let vss = virtual_services::resolve(&routed_vss, &services.chosen);
     let mesh_vss = virtual_services::mesh_in_effect(&routed_vss, &services.chosen, &visible);
     let ports = routes::ports(&visible, &services.chosen, &specs);
+    let hostless_vss = virtual_services::hostless(&routed_vss, &vss, &services.chosen);
     let (routes, http_ports) = routes::sidecar(
         &config.domain_suffix,
         &specs,
         &ports,
         mesh_vss.clone(),
         &vss,
+        &hostless_vss,
         &clusters.hashing,
     );
     let (tcp, unreachable) = tcp::sidecar(

@@ -33,6 +33,9 @@ enum RouteRow {
     },
     /// The hash keys of a host some virtual host of the configuration routes to.
     Hash(Hostname, HostHashing),
+    /// A mesh VirtualService whose hosts are no service's, seen by the scope on port 80:
+    /// virtual hosts of their own, if the route configuration exists for other reasons.
+    Hostless(ResolvedVs),
 }
 
 type Rows<'s> = Coll<'s, ((ScopeKey, u16), RouteRow)>;
@@ -67,9 +70,10 @@ pub(super) fn sidecar<'s>(
     ports: &Ports<'s>,
     mesh_vss: Coll<'s, ((ScopeKey, Hostname), ConfigKey)>,
     vss: &Coll<'s, (ConfigKey, ResolvedVs)>,
+    hostless: &Coll<'s, (ConfigKey, ResolvedVs)>,
     hashing: &Coll<'s, ((ScopeKey, Hostname), HostHashing)>,
 ) -> (Built<'s, ScopeKey>, Coll<'s, (ScopeKey, u16)>) {
-    let rows = rows(specs, ports, mesh_vss, vss, hashing);
+    let rows = rows(specs, ports, mesh_vss, vss, hostless, hashing);
     let provenance = provenance(&rows);
     let catchall = catchall_ports(&rows);
     let built = Built {
@@ -86,6 +90,7 @@ fn rows<'s>(
     ports: &Ports<'s>,
     mesh_vss: Coll<'s, ((ScopeKey, Hostname), ConfigKey)>,
     vss: &Coll<'s, (ConfigKey, ResolvedVs)>,
+    hostless: &Coll<'s, (ConfigKey, ResolvedVs)>,
     hashing: &Coll<'s, ((ScopeKey, Hostname), HostHashing)>,
 ) -> Rows<'s> {
     let rows_vs = super::virtual_services::with_mesh_vs(ports.clone(), mesh_vss, vss).map(
@@ -110,11 +115,33 @@ fn rows<'s>(
             .collect(),
         ScopeKey::Router { .. } => Vec::new(),
     });
+    // Hostless VirtualServices, for every sidecar scope whose port-80 egress listener sees
+    // them (few: VirtualServices name services almost always).
+    let hostless_rows = specs
+        .clone()
+        .map(|(s, spec)| ((), (s, spec)))
+        .join_map(
+            hostless.clone().map(|(_, vs)| ((), vs)),
+            |_, (s, spec), vs| {
+                let ScopeKey::Sidecar { proxyless, .. } = &s else {
+                    return None;
+                };
+                let listeners = rules::egress_listeners(spec.sidecar.as_ref());
+                rules::sidecar_sees_hostless_vs(&listeners, s.namespace(), *proxyless, &vs.vs)
+                    .then(|| ((s.clone(), 80u16), RouteRow::Hostless(vs.clone())))
+            },
+        )
+        .flat_map(|x| x);
     // The hash keys of each host a virtual host routes to, when its rule hashes.
     let hashes = rows_vs
         .clone()
+        .concat(hostless_rows.clone())
         .flat_map(|((s, port), row)| match row {
             RouteRow::Vhost { service, vs, .. } => route::routed_hosts(&service, vs.as_ref())
+                .into_iter()
+                .map(|h| ((s.clone(), h), port))
+                .collect(),
+            RouteRow::Hostless(vs) => route::routed_hosts_of(&vs)
                 .into_iter()
                 .map(|h| ((s.clone(), h), port))
                 .collect(),
@@ -124,7 +151,7 @@ fn rows<'s>(
         .join_map(hashing.clone(), |(s, h), port, hh| {
             ((s.clone(), *port), RouteRow::Hash(h.clone(), hh.clone()))
         });
-    let rows = rows_vs.concat(route_exists).concat(hashes);
+    let rows = rows_vs.concat(route_exists);
     // One row per (scope, port) with the mesh's retry default, when there is one: a
     // change of it rebuilds the scopes' route configurations and nothing else.
     let retries = rows
@@ -137,7 +164,7 @@ fn rows<'s>(
                 .flat_map(|(s, spec)| spec.default_retries.map(|r| (s, r))),
             |s, port, r| ((s.clone(), *port), RouteRow::DefaultRetries(r.clone())),
         );
-    rows.concat(retries)
+    rows.concat(hashes).concat(retries).concat(hostless_rows)
 }
 
 /// Only a sidecar whose traffic is captured has the `0.0.0.0` listeners a catch-all needs.
@@ -155,6 +182,10 @@ fn captured(s: &ScopeKey) -> bool {
 /// catch-all listener of a port from the services that needed it.
 fn provenance<'s>(rows: &Rows<'s>) -> Coll<'s, ProvenanceRow> {
     rows.clone().flat_map(|((s, port), row)| {
+        if let RouteRow::Hostless(vs) = row {
+            let route_key = (Holder::Scope(s), ResourceType::Route, port.to_string());
+            return vec![(route_key, vs.vs.key)];
+        }
         let RouteRow::Vhost {
             service,
             vs,
@@ -208,26 +239,36 @@ fn configs<'s>(rows: Rows<'s>, domain_suffix: &str) -> Coll<'s, (ScopeKey, Resou
     rows.reduce(
         move |(s, port): &(ScopeKey, u16), vals: &[(&RouteRow, isize)], out| {
             let mut allow_any = UnknownHosts::None;
-            let mut vhosts = Vec::new();
+            let mut vhosts = route::SidecarVhosts::default();
             let mut retries = None;
             let mut hashing = Hashing::new();
+            let mut exists = false;
             for (row, _) in vals {
                 match row {
                     RouteRow::Hash(h, hh) => {
                         hashing.insert(h.clone(), hh.clone());
                     }
-                    RouteRow::Exists { allow_any: a } => allow_any = a.clone(),
+                    RouteRow::Exists { allow_any: a } => {
+                        exists = true;
+                        allow_any = a.clone();
+                    }
                     RouteRow::DefaultRetries(r) => retries = Some(r),
+                    RouteRow::Hostless(vs) => vhosts.hostless.push(vs.clone()),
                     RouteRow::Vhost {
                         allow_any: a,
                         service,
                         vs,
                         ..
                     } => {
+                        exists = true;
                         allow_any = a.clone();
-                        vhosts.push((service.clone(), vs.clone()));
+                        vhosts.services.push((service.clone(), vs.clone()));
                     }
                 }
+            }
+            // Hostless VirtualServices join a port-80 configuration; they never make one.
+            if !exists {
+                return;
             }
             out.push((
                 route::sidecar_route_config(

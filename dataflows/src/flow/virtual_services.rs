@@ -172,3 +172,35 @@ pub(super) fn with_mesh_vs<'s, T: differential_dataflow::ExchangeData>(
         .map(|(sh, t)| (sh, (t, None)));
     with_vs.concat(without_vs)
 }
+
+/// `(key, resolved VirtualService)` of every mesh VirtualService none of whose hosts names or
+/// covers a service of the registry: sidecars give its hosts virtual hosts of their own on
+/// port 80 ([`crate::rules::sidecar_sees_hostless_vs`]). Found by joining the patterns that
+/// could cover each service host with the VirtualServices' hosts, as [`mesh_in_effect`]
+/// does, so no VirtualService is compared with every service.
+pub(super) fn hostless<'s>(
+    routed: &Coll<'s, (ConfigKey, VirtualService)>,
+    resolved: &Coll<'s, (ConfigKey, ResolvedVs)>,
+    services: &Coll<'s, (Hostname, Service)>,
+) -> Coll<'s, (ConfigKey, ResolvedVs)> {
+    let mesh = routed
+        .clone()
+        .filter(|(_, vs)| vs.binds_mesh() && !vs.hosts.is_empty());
+    let vs_hosts = mesh.clone().flat_map(|(k, vs)| {
+        let mut hosts = vs.hosts;
+        hosts.sort();
+        hosts.dedup();
+        hosts.into_iter().map(move |h| (h, k.clone()))
+    });
+    let covered = services
+        .clone()
+        .map(|(h, _)| h)
+        .distinct()
+        .flat_map(|h| rules::covering_patterns(&h))
+        .distinct();
+    let with_service = vs_hosts.semijoin(covered).map(|(_, k)| k).distinct();
+    resolved
+        .clone()
+        .semijoin(mesh.map(|(k, _)| k))
+        .antijoin(with_service)
+}

@@ -208,16 +208,20 @@ fn string_matcher(m: &StringMatch, ignore_case: bool) -> Option<StringMatcher> {
     })
 }
 
+/// A `headers` (`invert: false`) or `withoutHeaders` (`invert: true`) condition. As Istio
+/// translates `withoutHeaders`, a value match treats a missing header as empty: a request
+/// without the header is one whose header does not have the value, so it matches (Envoy
+/// would otherwise fail an inverted value match on a missing header).
 fn header_matcher(name: &str, m: &StringMatch, invert: bool) -> HeaderMatcher {
-    let spec = match string_matcher(m, false) {
-        Some(sm) => HeaderMatchSpecifier::StringMatch(sm),
-        None => HeaderMatchSpecifier::PresentMatch(true),
+    let (spec, value) = match string_matcher(m, false) {
+        Some(sm) => (HeaderMatchSpecifier::StringMatch(sm), true),
+        None => (HeaderMatchSpecifier::PresentMatch(true), false),
     };
     HeaderMatcher {
         name: name.to_string(),
         header_match_specifier: Some(spec),
         invert_match: invert,
-        ..Default::default()
+        treat_missing_header_as_empty: invert && value,
     }
 }
 
@@ -550,8 +554,15 @@ pub fn vs_routes(
             http.matches
                 .iter()
                 .filter(|m| m.port.is_none_or(|p| p == current))
-                .filter(|m| m.gateways.is_empty() || m.gateways.iter().any(|g| via.contains(g)))
-                .filter(|m| source.admits(m.source_namespace.as_ref(), m.source_labels.as_ref()))
+                // Istio's `sourceMatchHTTP`: a match naming gateways applies through them,
+                // whatever its source conditions; without, the source conditions decide.
+                .filter(|m| {
+                    if m.gateways.is_empty() {
+                        source.admits(m.source_namespace.as_ref(), m.source_labels.as_ref())
+                    } else {
+                        m.gateways.iter().any(|g| via.contains(g))
+                    }
+                })
                 .map(Some)
                 .collect()
         };
@@ -618,16 +629,21 @@ pub fn domains(host: &str, port: u16, proxy_ns: &str, domain_suffix: &str) -> Ve
 /// The hosts a virtual host's routes send to: the service's own (its default route), or
 /// the destinations of its VirtualService's HTTP routes.
 pub fn routed_hosts(service: &Service, vs: Option<&ResolvedVs>) -> Vec<String> {
-    let mut hosts: Vec<String> = match vs {
+    match vs {
         None => vec![service.hostname.clone()],
-        Some(vs) => vs
-            .vs
-            .http
-            .iter()
-            .flat_map(|r| r.route.iter())
-            .map(|d| d.host.clone())
-            .collect(),
-    };
+        Some(vs) => routed_hosts_of(vs),
+    }
+}
+
+/// The hosts the HTTP routes of a VirtualService send to.
+pub fn routed_hosts_of(vs: &ResolvedVs) -> Vec<String> {
+    let mut hosts: Vec<String> = vs
+        .vs
+        .http
+        .iter()
+        .flat_map(|r| r.route.iter())
+        .map(|d| d.host.clone())
+        .collect();
     hosts.sort();
     hosts.dedup();
     hosts
@@ -637,21 +653,32 @@ pub fn routed_hosts(service: &Service, vs: Option<&ResolvedVs>) -> Vec<String> {
 /// effect for it, if any.
 pub type SidecarVhost = (Service, Option<ResolvedVs>);
 
+/// What a sidecar route configuration's virtual hosts come from.
+#[derive(Clone, Debug, Default)]
+pub struct SidecarVhosts {
+    /// The visible services on the port, each with the VirtualService in effect for it.
+    pub services: Vec<SidecarVhost>,
+    /// Mesh VirtualServices that name or cover no service of the registry at all, seen by
+    /// the scope on this port (port 80 only: [`crate::rules::sidecar_sees_hostless_vs`]).
+    pub hostless: Vec<ResolvedVs>,
+}
+
 /// The sidecar route configuration for `port`, with a virtual host per service (sorted by
-/// host so the encoding is canonical) and, on captured listeners, Istio's catch-all for
+/// host so the encoding is canonical), one per VirtualService host that is not a service
+/// on the port ([`vs_host_vhosts`]) and, on captured listeners, Istio's catch-all for
 /// hosts outside the registry: `allow_any` (passthrough, or the Sidecar's `egressProxy`) or
 /// `block_all` (502).
 pub fn sidecar_route_config(
     port: u16,
     scope: &ScopeKey,
     domain_suffix: &str,
-    vhosts: &[SidecarVhost],
+    vhosts: &SidecarVhosts,
     unknown: UnknownHosts,
     default_retries: Option<&Retries>,
     hashing: &Hashing,
 ) -> Resource {
     let (source, proxy_ns) = (scope.source(), scope.namespace());
-    let mut sorted: Vec<&SidecarVhost> = vhosts.iter().collect();
+    let mut sorted: Vec<&SidecarVhost> = vhosts.services.iter().collect();
     sorted.sort_by(|a, b| a.0.hostname.cmp(&b.0.hostname));
     let mut virtual_hosts: Vec<VirtualHost> = sorted
         .into_iter()
@@ -665,6 +692,8 @@ pub fn sidecar_route_config(
             ..Default::default()
         })
         .collect();
+    let extra = vs_host_vhosts(port, vhosts, &virtual_hosts, source, hashing);
+    virtual_hosts.extend(extra);
     let catch_all = |name: &str, action: Action| VirtualHost {
         name: name.into(),
         domains: vec!["*".into()],
@@ -702,6 +731,73 @@ pub fn sidecar_route_config(
         ..Default::default()
     };
     Resource::new(ResourceType::Route, rc.name.clone(), rc.encode_to_vec())
+}
+
+/// Istio's virtual hosts for the hosts of a sidecar's VirtualServices that are not services
+/// on this port: a VirtualService governing services here also gets one per other host it
+/// names (an alias such as `reviews.example.com`, a wildcard no service falls under), with
+/// its own routes; so does each hostless VirtualService ([`SidecarVhosts::hostless`]).
+/// Named `host:port`, with domains `host` and `host:port`; a name or domain an earlier
+/// virtual host took stays with it (VirtualServices by key), and a VirtualService none of
+/// whose routes apply to these proxies adds nothing, as in Istio.
+fn vs_host_vhosts(
+    port: u16,
+    vhosts: &SidecarVhosts,
+    services: &[VirtualHost],
+    source: Source,
+    hashing: &Hashing,
+) -> Vec<VirtualHost> {
+    let mut vss: Vec<&ResolvedVs> = vhosts
+        .services
+        .iter()
+        .filter_map(|(_, vs)| vs.as_ref())
+        .chain(vhosts.hostless.iter())
+        .collect();
+    vss.sort_by(|a, b| a.vs.key.cmp(&b.vs.key));
+    vss.dedup_by(|a, b| a.vs.key == b.vs.key);
+    let is_service = |host: &str| {
+        vhosts.services.iter().any(|(svc, _)| {
+            svc.hostname == host
+                || (host.starts_with('*') && crate::rules::host_matches(host, &svc.hostname))
+        })
+    };
+    let mut names: BTreeSet<String> = services.iter().map(|v| v.name.clone()).collect();
+    let mut taken: BTreeSet<String> = services
+        .iter()
+        .flat_map(|v| v.domains.iter().map(|d| d.to_ascii_lowercase()))
+        .collect();
+    let mut out = Vec::new();
+    for vs in vss {
+        let hosts: Vec<&String> = vs.vs.hosts.iter().filter(|h| !is_service(h)).collect();
+        if hosts.is_empty() {
+            continue;
+        }
+        let routes = vs_routes(vs, port, &[MESH.to_string()], source, hashing);
+        if routes.is_empty() {
+            continue;
+        }
+        for host in hosts {
+            let host = host.to_ascii_lowercase();
+            let name = format!("{host}:{port}");
+            if !names.insert(name.clone()) {
+                continue;
+            }
+            let domains: Vec<String> = [host, name.clone()]
+                .into_iter()
+                .filter(|d| taken.insert(d.clone()))
+                .collect();
+            if domains.is_empty() {
+                continue;
+            }
+            out.push(VirtualHost {
+                name,
+                domains,
+                routes: routes.clone(),
+                ..Default::default()
+            });
+        }
+    }
+    out
 }
 
 /// A gateway route configuration `name` (`http.PORT`, or an HTTPS server's own): `vhosts`
