@@ -1944,6 +1944,9 @@ pub enum ErrorCode {
     /// A DestinationRule's `credentialName` Secret is missing from a client proxy's
     /// namespace, or cannot be served: that proxy's clusters of the rule fail closed.
     DestinationRuleSecret,
+    /// A DestinationRule merged into an earlier one of its namespace for the same host (a
+    /// warning: the merge is what Istio does, but parts of it may be set aside).
+    DestinationRuleMerged,
 }
 
 impl ErrorCode {
@@ -1965,7 +1968,14 @@ impl ErrorCode {
             ErrorCode::TlsRouteUnmatched => ("MF0009", "TlsRouteNotServed"),
             ErrorCode::DestinationRuleSecret => ("MF0010", "InvalidDestinationRuleCredential"),
             ErrorCode::GatewayPortConflict => ("MF0011", "ConflictingGateways"),
+            ErrorCode::DestinationRuleMerged => ("MF0012", "MergedDestinationRules"),
         }
+    }
+
+    /// Reported as a warning (the config works as Istio's would), not an error: `validate`
+    /// does not fail on it and status writes it at level WARNING.
+    pub fn is_warning(self) -> bool {
+        matches!(self, ErrorCode::DestinationRuleMerged)
     }
 }
 

@@ -29,6 +29,8 @@ struct View<'a> {
     selections: Vec<(&'a Hostname, &'a WorkloadSelection)>,
     vss: Vec<&'a VirtualService>,
     drs: Vec<&'a DestinationRule>,
+    /// The rules merged per namespace and host, as the lookup sees them.
+    dr_entries: Vec<(rules::DrEntry, DestinationRule)>,
     gateways: BTreeMap<&'a ConfigKey, &'a Gateway>,
     sidecars: Vec<&'a Sidecar>,
     proxies: Vec<&'a Proxy>,
@@ -55,6 +57,7 @@ impl<'a> View<'a> {
             selections: Vec::new(),
             vss: Vec::new(),
             drs: Vec::new(),
+            dr_entries: Vec::new(),
             gateways: BTreeMap::new(),
             sidecars: Vec::new(),
             proxies: Vec::new(),
@@ -83,6 +86,18 @@ impl<'a> View<'a> {
                 Record::Mesh(_) => {}
             }
         }
+        let mut by_place: BTreeMap<(&str, &str), Vec<&DestinationRule>> = BTreeMap::new();
+        for dr in &v.drs {
+            by_place
+                .entry((dr.key.namespace.as_str(), dr.host.as_str()))
+                .or_default()
+                .push(dr);
+        }
+        v.dr_entries = by_place
+            .values()
+            .flat_map(|list| rules::consolidate_drs(list))
+            .map(|(e, dr, _)| (e, dr))
+            .collect();
         v.source_selectors = v.vss.iter().flat_map(|vs| vs.source_selectors()).collect();
         v.source_selectors
             .extend(v.drs.iter().filter_map(|dr| dr.selector.clone()));
@@ -234,15 +249,14 @@ impl<'a> View<'a> {
             .collect()
     }
 
-    fn dr_for(&self, s: &ScopeKey, svc: &Service) -> Option<&'a DestinationRule> {
+    fn dr_for(&self, s: &ScopeKey, svc: &Service) -> Option<&DestinationRule> {
         let root = self.mesh.root_namespace.as_str();
-        self.drs
+        let entries: Vec<&rules::DrEntry> = self.dr_entries.iter().map(|(e, _)| e).collect();
+        let chosen = rules::dr_in_effect(&entries, s, &svc.hostname, svc.namespace(), root)?;
+        self.dr_entries
             .iter()
-            .copied()
-            .filter(|dr| dr.host == svc.hostname)
-            .filter_map(|dr| rules::dr_rank(dr, s, svc.namespace(), root).map(|r| (r, &dr.key, dr)))
-            .min_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)))
-            .map(|(_, _, dr)| dr)
+            .find(|(e, _)| e == chosen)
+            .map(|(_, dr)| dr)
     }
 
     /// The hash keys of the hosts the scope sees, where the rule in effect hashes.

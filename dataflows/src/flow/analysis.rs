@@ -11,6 +11,7 @@
 
 use super::Coll;
 use crate::model::*;
+use crate::rules;
 
 /// What each VirtualService's route and mirror destinations reference (`pick`), once per
 /// VirtualService.
@@ -49,8 +50,22 @@ pub(super) fn undefined_subsets<'s>(
                 .collect::<Vec<_>>()
         })
         .distinct();
+    // A subset counts wherever a rule whose host covers the destination's defines it: the
+    // host itself or a wildcard (merged rules define the union of their subsets).
+    let found = wanted
+        .clone()
+        .map(|(hs, _)| hs)
+        .distinct()
+        .flat_map(|(host, subset)| {
+            rules::covering_patterns(&host)
+                .into_iter()
+                .map(move |p| ((p, subset.clone()), host.clone()))
+        })
+        .semijoin(defined)
+        .map(|((_, subset), host)| (host, subset))
+        .distinct();
     wanted
-        .antijoin(defined)
+        .antijoin(found)
         .map(|((host, subset), key)| ConfigError {
             object: key,
             code: ErrorCode::SubsetNotDefined,

@@ -10,7 +10,7 @@ use super::visibility::Visible;
 use super::{Built, Coll};
 use crate::assemble;
 use crate::model::*;
-use crate::rules;
+use crate::rules::{self, DrEntry};
 use crate::translate::cluster;
 
 /// (host, (DestinationRule in effect, for proxyless gRPC, the scope's namespace)): what a
@@ -71,12 +71,14 @@ pub(super) fn outbound<'s>(
     mesh: &Mesh<'s>,
     scopes: &Coll<'s, ScopeKey>,
     visible: &Visible<'s>,
-    drs: Coll<'s, (ConfigKey, DestinationRule)>,
+    merged_drs: &Consolidated<'s>,
     services: &Coll<'s, (Hostname, Service)>,
     identified: &Coll<'s, (Hostname, Service)>,
     secrets: &Coll<'s, ((String, String), TlsSecret)>,
 ) -> Clusters<'s> {
-    let scope_groups = rule_in_effect(mesh, visible, &drs, services);
+    let scope_groups = rule_in_effect(mesh, visible, &merged_drs.entries, services);
+    // Clusters are built from the merged rules, under their entries' keys.
+    let drs = merged_drs.rules.clone();
     let hashing = hashing(&scope_groups, &drs);
     let tcp_idle = tcp_idle(&scope_groups, &drs);
     let mtls_drs = drs
@@ -120,7 +122,11 @@ pub(super) fn outbound<'s>(
     let scope_cluster_groups = scope_groups.join_map(group_clusters.clone(), |g, s, c| {
         (s.clone(), c.clone(), g.clone())
     });
-    let provenance = provenance(scope_cluster_groups.clone(), services);
+    let provenance = provenance(
+        scope_cluster_groups.clone(),
+        services,
+        &merged_drs.contributors,
+    );
     let scope_cluster_rows = scope_cluster_groups.map(|(s, c, _)| (s, c));
     let is_eds = |sel: &Option<EdsSel>| sel.as_ref().is_some_and(|s| s.inline_hosts.is_none());
     let eds = Eds {
@@ -214,40 +220,124 @@ fn tcp_idle<'s>(
         .join_map(rule_idle, |_, (h, s), ms| ((s.clone(), h.clone()), *ms))
 }
 
-/// `(group, scope)` for every host a scope sees: the DestinationRule in effect per
-/// (scope, host), lowest `rules::dr_rank` first, or none.
+/// What merging the DestinationRules of a namespace for a host gives.
+#[derive(
+    Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+enum Merged {
+    Entry(DrEntry),
+    Rule(Box<(ConfigKey, DestinationRule)>),
+    Contributor(ConfigKey, ConfigKey),
+    Warning(ConfigError),
+}
+
+/// The DestinationRules merged as Istio merges them ([`rules::consolidate_drs`]).
+pub(super) struct Consolidated<'s> {
+    /// Every entry of every namespace's indexes.
+    pub entries: Coll<'s, DrEntry>,
+    /// `(entry key, merged rule)`, once per key.
+    pub rules: Coll<'s, (ConfigKey, DestinationRule)>,
+    /// `(entry key, rule)` for every rule merged into an entry (provenance).
+    pub contributors: Coll<'s, (ConfigKey, ConfigKey)>,
+    /// What the merges set aside.
+    pub warnings: Coll<'s, ConfigError>,
+}
+
+/// Merges the DestinationRules of each namespace for each host (exact or wildcard). A
+/// rule's change recomputes only its own namespace and host.
+pub(super) fn consolidated<'s>(drs: &Coll<'s, (ConfigKey, DestinationRule)>) -> Consolidated<'s> {
+    let merged = drs
+        .clone()
+        .map(|(k, dr)| ((k.namespace.clone(), dr.host.clone()), dr))
+        .reduce(|_, vals: &[(&DestinationRule, isize)], out| {
+            let list: Vec<&DestinationRule> = vals.iter().map(|(d, _)| *d).collect();
+            let mut rules = std::collections::BTreeMap::new();
+            let mut contributors = std::collections::BTreeSet::new();
+            for (e, dr, from) in rules::consolidate_drs(&list) {
+                for k in from {
+                    contributors.insert((e.key.clone(), k));
+                }
+                rules.entry(e.key.clone()).or_insert(dr);
+                out.push((Merged::Entry(e), 1isize));
+            }
+            for (k, dr) in rules {
+                out.push((Merged::Rule(Box::new((k, dr))), 1isize));
+            }
+            for (e, k) in contributors {
+                out.push((Merged::Contributor(e, k), 1isize));
+            }
+            for w in rules::dr_merge_warnings(&list) {
+                out.push((Merged::Warning(w), 1isize));
+            }
+        })
+        .map(|(_, m)| m);
+    Consolidated {
+        entries: merged.clone().flat_map(|m| match m {
+            Merged::Entry(e) => Some(e),
+            _ => None,
+        }),
+        rules: merged.clone().flat_map(|m| match m {
+            Merged::Rule(b) => Some(*b),
+            _ => None,
+        }),
+        contributors: merged.clone().flat_map(|m| match m {
+            Merged::Contributor(e, k) => Some((e, k)),
+            _ => None,
+        }),
+        warnings: merged.flat_map(|m| match m {
+            Merged::Warning(w) => Some(w),
+            _ => None,
+        }),
+    }
+}
+
+/// `(group, scope)` for every host a scope sees: the DestinationRule entry in effect per
+/// (scope, host) ([`rules::dr_in_effect`]), or none. Each host meets only the entries whose
+/// host covers it — itself, `*.` and each suffix after a dot, `*` —, so a wildcard rule's
+/// change reaches the hosts it covers and no other.
 fn rule_in_effect<'s>(
     mesh: &Mesh<'s>,
     visible: &Visible<'s>,
-    drs: &Coll<'s, (ConfigKey, DestinationRule)>,
+    dr_entries: &Coll<'s, DrEntry>,
     services: &Coll<'s, (Hostname, Service)>,
 ) -> Coll<'s, (Group, ScopeKey)> {
-    // Each rule with its service's namespace and the root namespace: the three places
-    // Istio looks a rule up.
-    let rules_placed = drs
+    let by_pattern = dr_entries.clone().map(|e| (e.host.clone(), e));
+    // Each entry with the hosts it covers, their service's namespace and the root
+    // namespace: the three places Istio looks a rule up.
+    let host_entries = services
         .clone()
-        .map(|(_, dr)| (dr.host.clone(), dr))
-        .join_map(services.clone(), |h, dr, svc| {
-            ((), (h.clone(), dr.clone(), svc.namespace().to_string()))
+        .map(|(h, svc)| (h, svc.namespace().to_string()))
+        .flat_map(|(h, ns)| {
+            rules::covering_patterns(&h)
+                .into_iter()
+                .map(move |p| (p, (h.clone(), ns.clone())))
         })
-        .join_map(mesh.clone(), |_, (h, dr, svc_ns), m| {
-            (
-                h.clone(),
-                (dr.clone(), svc_ns.clone(), m.root_namespace.clone()),
-            )
+        .join_map(by_pattern, |_, (h, ns), e| {
+            ((), (h.clone(), ns.clone(), e.clone()))
+        })
+        .join_map(mesh.clone(), |_, (h, ns, e), m| {
+            (h.clone(), (e.clone(), ns.clone(), m.root_namespace.clone()))
         });
     let dr_chosen = visible
         .host_scopes()
-        .join_map(rules_placed, move |h, s, (dr, svc_ns, root)| {
-            let creds = !dr.credential_tls().is_empty();
-            rules::dr_rank(dr, s, svc_ns, root)
-                .map(|r| ((s.clone(), h.clone()), (r, dr.key.clone(), creds)))
+        .join_map(host_entries, |h, s, (e, svc_ns, root)| {
+            rules::dr_entry_relevant(&e.namespace, s.namespace(), svc_ns, root).then(|| {
+                (
+                    (s.clone(), h.clone()),
+                    (e.clone(), svc_ns.clone(), root.clone()),
+                )
+            })
         })
         .flat_map(|x| x)
-        .reduce(|_, vals, out| {
-            let (_, k, creds) = vals[0].0;
-            out.push(((k.clone(), *creds), 1isize))
-        });
+        .reduce(
+            |(s, h), vals: &[(&(DrEntry, String, String), isize)], out| {
+                let entries: Vec<&DrEntry> = vals.iter().map(|(v, _)| &v.0).collect();
+                let (_, svc_ns, root) = vals[0].0;
+                if let Some(e) = rules::dr_in_effect(&entries, s, h, svc_ns, root) {
+                    out.push(((e.key.clone(), e.creds), 1isize));
+                }
+            },
+        );
     let scope_host_keyed = visible.scope_hosts.clone().map(|(s, h)| ((s, h), ()));
     scope_host_keyed
         .clone()
@@ -372,6 +462,7 @@ fn per_group<'s>(
 fn provenance<'s>(
     scope_cluster_groups: Coll<'s, (ScopeKey, ClusterRow, Group)>,
     services: &Coll<'s, (Hostname, Service)>,
+    contributors: &Coll<'s, (ConfigKey, ConfigKey)>,
 ) -> Coll<'s, ProvenanceRow> {
     let svc_origin = services.clone().map(|(h, svc)| (h, svc.origin));
     let cluster_keys = scope_cluster_groups
@@ -379,10 +470,12 @@ fn provenance<'s>(
     cluster_keys
         .clone()
         .join_map(svc_origin, |_, row, o| (row.clone(), o.clone()))
-        .concat(cluster_keys.flat_map(|(_, row)| {
-            let dr = row.3.clone();
-            dr.map(|d| (row, d))
-        }))
+        .concat(
+            // Every rule merged into the entry in effect.
+            cluster_keys
+                .flat_map(|(_, row)| row.3.clone().map(|d| (d, row)))
+                .join_map(contributors.clone(), |_, row, k| (row.clone(), k.clone())),
+        )
         .flat_map(|((s, name, eds, _), input)| {
             let mut rows = vec![(
                 (

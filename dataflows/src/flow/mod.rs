@@ -112,6 +112,8 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     let visible = visibility::hosts(&specs, &services.chosen);
 
     let undefined_subsets = analysis::undefined_subsets(&virtual_services, &destination_rules);
+    let merged_drs = clusters::consolidated(&destination_rules);
+    let dr_merge_warnings = merged_drs.warnings.clone();
     let undefined_gateways = analysis::undefined_gateways(&virtual_services, &i.gateways);
     let undefined_hosts = analysis::undefined_hosts(&virtual_services, &services.chosen);
     let unselected_gateways = analysis::unselected_gateways(&i.gateways, &i.workloads);
@@ -123,7 +125,7 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         &mesh,
         &scopes,
         &visible,
-        destination_rules,
+        &merged_drs,
         &services.chosen,
         &identified,
         &i.secrets,
@@ -230,6 +232,7 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     let errors = services
         .conflicts
         .concat(undefined_subsets)
+        .concat(dr_merge_warnings)
         .concat(undefined_gateways)
         .concat(undefined_hosts)
         .concat(unselected_gateways)
