@@ -23,6 +23,20 @@ fn host(name: &str, ns: &str) -> String {
     format!("{name}.{ns}.svc.cluster.local")
 }
 
+/// Edits a record that is a DestinationRule (others pass unchanged).
+trait MapDr {
+    fn map_dr(self, edit: impl FnOnce(&mut DestinationRule)) -> Self;
+}
+
+impl MapDr for Record {
+    fn map_dr(mut self, edit: impl FnOnce(&mut DestinationRule)) -> Self {
+        if let Record::DestinationRule(dr) = &mut self {
+            edit(dr);
+        }
+        self
+    }
+}
+
 fn pick<T: Copy>(rng: &mut StdRng, xs: &[T]) -> T {
     xs[rng.random_range(0..xs.len())]
 }
@@ -572,6 +586,23 @@ fn random_record(rng: &mut StdRng, extra: &mut StdRng, slot: usize) -> Record {
             selector: extra
                 .random_bool(0.3)
                 .then(|| labels(&[("app", pick(extra, &["client", "svc0", "nobody"]))])),
+        })
+        .map_dr(|dr| {
+            // Now and then a wildcard host (the most specific covering rule applies where
+            // no rule names the host), and an `exportTo` that decides which rules of one
+            // namespace and host merge; the rules of a namespace for one host (`dr0` to
+            // `dr2`) merge in name order.
+            match extra.random_range(0..8) {
+                0 => dr.host = format!("*.{ns}.svc.cluster.local"),
+                1 => dr.host = "*.svc.cluster.local".to_string(),
+                2 => dr.host = "*".to_string(),
+                _ => {}
+            }
+            let exports: [&[&str]; 6] = [&[], &[], &["."], &["*"], &[".", "other"], &["other"]];
+            dr.export_to = exports[extra.random_range(0..exports.len())]
+                .iter()
+                .map(|e| e.to_string())
+                .collect();
         }),
         5 => {
             let tls_server = rng.random_bool(0.6).then(|| {
