@@ -678,14 +678,17 @@ fn main() -> ExitCode {
             for e in &errors {
                 println!("{e}");
             }
-            // Across objects, as `serve` would find it: each is an error.
+            // Across objects, as `serve` would find it: errors, and a few warnings (rules
+            // merged as Istio merges them).
             let count_records = records.len();
             for e in meshflow::config::cross::analyze(records, mesh.mesh()) {
                 let location = files.as_ref().and_then(|f| f.location(&e.object));
-                analysis.push((
-                    meshflow::config::Level::Error,
-                    meshflow::config::cross::error_line(&e, location),
-                ));
+                let level = if e.code.is_warning() {
+                    meshflow::config::Level::Warning
+                } else {
+                    meshflow::config::Level::Error
+                };
+                analysis.push((level, meshflow::config::cross::error_line(&e, location)));
             }
             // Analysis: errors (parts not generated) fail the check, warnings do not.
             for (_, line) in &analysis {

@@ -25,13 +25,19 @@ pub fn analyze(records: Vec<(Record, isize)>, mesh: MeshConfig) -> Vec<ConfigErr
     errors
 }
 
-/// One line per error: `LOCATION: error: Kind ns/name: message [CODE Name]`.
+/// One line per error: `LOCATION: error: Kind ns/name: message [CODE Name]` (`warning:`
+/// for the codes that are warnings).
 pub fn error_line(e: &ConfigError, location: Option<String>) -> String {
     let (code, name) = e.code.message_code();
     let o = &e.object;
     format!(
-        "{}error: {:?} {}/{}: {} [{code} {name}]",
+        "{}{}: {:?} {}/{}: {} [{code} {name}]",
         location.map(|l| format!("{l}: ")).unwrap_or_default(),
+        if e.code.is_warning() {
+            "warning"
+        } else {
+            "error"
+        },
         o.kind,
         o.namespace,
         o.name,

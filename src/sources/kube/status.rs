@@ -133,7 +133,7 @@ impl ObjectStatus {
             let (code, name) = e.code.message_code();
             self.messages.push(json!({
                 "type": {"code": code, "name": name},
-                "level": "ERROR",
+                "level": if e.code.is_warning() { "WARNING" } else { "ERROR" },
                 "description": e.message,
             }));
         }
