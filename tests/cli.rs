@@ -191,6 +191,50 @@ fn validate_reports_what_serve_finds_across_objects() {
     );
 }
 
+/// A subset that only a wildcard DestinationRule, or the later of two merged rules,
+/// defines is defined: `validate` finds no MF0004. Two rules of one namespace for one host
+/// are merged as Istio merges them: a warning (MF0012) names the later, and the check passes.
+#[test]
+fn validate_counts_subsets_of_wildcard_and_merged_rules_and_warns_of_the_merge() {
+    let dir = TestDir::new("cli-validate-dr-merge");
+    let config = dir.subdir("config");
+    write_config(
+        &config,
+        "service.yaml",
+        "apiVersion: v1\nkind: Service\nmetadata: {name: reviews, namespace: default}\nspec:\n  ports: [{name: http, port: 9080}]\n",
+    );
+    write_config(
+        &config,
+        "rules.yaml",
+        "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: all, namespace: istio-system}\nspec:\n  host: '*.svc.cluster.local'\n  subsets: [{name: wild, labels: {version: v1}}]\n---\napiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: a, namespace: default}\nspec:\n  host: reviews\n  subsets: [{name: v1, labels: {version: v1}}]\n---\napiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: b, namespace: default}\nspec:\n  host: reviews\n  subsets: [{name: v2, labels: {version: v2}}]\n",
+    );
+    write_config(
+        &config,
+        "routes.yaml",
+        "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: r, namespace: default}\nspec:\n  hosts: [reviews]\n  http:\n  - route:\n    - destination: {host: reviews, subset: v2}\n      weight: 50\n    - destination: {host: reviews, subset: wild}\n      weight: 50\n",
+    );
+    let out = meshflow(&["validate", config.to_str().unwrap()]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(!stdout.contains("MF0004"), "{stdout}");
+    let rules = config.join("rules.yaml");
+    assert!(
+        stdout.lines().any(|l| l.starts_with(&format!(
+            "{}:15: warning: DestinationRule default/b: ",
+            rules.display()
+        )) && l.contains("merged into a")
+            && l.ends_with("[MF0012 MergedDestinationRules]")),
+        "{stdout}"
+    );
+    assert!(
+        stdout
+            .lines()
+            .last()
+            .is_some_and(|l| l.ends_with("1 warning(s)")),
+        "{stdout}"
+    );
+}
+
 /// `--version` names the commit the binary was built from: git's HEAD in a checkout.
 #[test]
 fn version_names_the_git_commit() {
