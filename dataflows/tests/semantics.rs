@@ -1116,6 +1116,43 @@ fn destination_rules_merge_only_with_the_same_export_to_and_selector() {
     );
 }
 
+/// Once the proxy's namespace has rules for the most specific host covering a service,
+/// Istio's lookup stops there even if they all have a `workloadSelector` the proxy does not
+/// match: that proxy gets no rule, not the service namespace's.
+#[test]
+fn selector_rules_of_the_proxy_namespace_stop_the_lookup_there() {
+    let mut m = Mesh::new();
+    let selected = sidecar_proxy("a", "client", "10.1.0.1", &[("app", "a")]);
+    let other = sidecar_proxy("b", "client", "10.1.0.2", &[("app", "b")]);
+    let reviews = host("reviews", "default");
+    m.insert(vec![
+        service("reviews", "default"),
+        px(&selected),
+        px(&other),
+        destination_rule("default", "reviews", &reviews, &[("from-service-ns", "v1")]),
+        destination_rule_with(
+            "client",
+            "for-a",
+            &reviews,
+            &[("for-a", "v2")],
+            &[],
+            None,
+            Some(&[("app", "a")]),
+        ),
+    ]);
+    let subsets = |m: &Mesh, p: &Proxy| subset_clusters(&m.clusters(p), "reviews", "default");
+    assert_eq!(subsets(&m, &selected), set(&["for-a"]));
+    assert_eq!(subsets(&m, &other), set(&[]));
+    m.insert(vec![destination_rule(
+        "client",
+        "for-all",
+        &reviews,
+        &[("for-all", "v3")],
+    )]);
+    assert_eq!(subsets(&m, &other), set(&["for-all"]));
+    assert_eq!(subsets(&m, &selected), set(&["for-a"]));
+}
+
 /// A route to a subset that only a wildcard rule, or the later of two merged rules,
 /// defines is no undefined subset; one no rule covering the host defines is (MF0004).
 #[test]
