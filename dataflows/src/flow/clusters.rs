@@ -3,7 +3,9 @@
 //! that [`super::endpoints::assignments`] must give a load assignment.
 //!
 //! Clusters are built once per group, (host, DestinationRule in effect, for gRPC or Envoy),
-//! not per scope: scopes that agree on a host's rule share the work.
+//! not per scope: scopes that agree on a host's rule share the work. The rule in effect is
+//! an entry of the rules merged per namespace and host ([`consolidated`]), found through the
+//! host patterns that cover each service, so a wildcard rule meets only the hosts it covers.
 
 use super::mesh::Mesh;
 use super::visibility::Visible;
