@@ -740,11 +740,19 @@ pub struct HeaderEdits {
     /// Append to what is there.
     pub add: BTreeMap<String, String>,
     pub remove: Vec<String>,
+    /// A request's `host` / `:authority` set or added: Envoy edits no pseudo-header (nor
+    /// `host`) as a header, so, as Istio does, it becomes a host rewrite of the route (or of
+    /// the destination, for `route[].headers`).
+    #[serde(default)]
+    pub authority: Option<String>,
 }
 
 impl HeaderEdits {
     pub fn is_empty(&self) -> bool {
-        self.set.is_empty() && self.add.is_empty() && self.remove.is_empty()
+        self.set.is_empty()
+            && self.add.is_empty()
+            && self.remove.is_empty()
+            && self.authority.is_none()
     }
 }
 

@@ -1466,3 +1466,51 @@ fn redirect_derive_port_is_read_and_checked() {
         assert!(e.message.contains(message), "{rd}: {}", e.message);
     }
 }
+
+/// A request's `host` / `:authority` set or added is the route's (or the destination's)
+/// authority rewrite, as in Istio: Envoy edits neither as a header. Elsewhere (removed, on a
+/// response, or a second authority beside `rewrite.authority`) it is refused, as Istio's
+/// validation refuses it, naming the field.
+#[test]
+fn host_header_edits_become_the_authority_rewrite() {
+    let route = |edit: &str| {
+        format!("{VS}  http:\n  - {edit}\n    route:\n    - destination: {{host: reviews}}\n")
+    };
+    let p = parse(&route(
+        "headers: {request: {set: {Host: a.example, x-a: b}}}",
+    ));
+    let edits = &vs(&p).http[0].headers.request;
+    assert_eq!(edits.authority.as_deref(), Some("a.example"));
+    assert_eq!(edits.set.keys().collect::<Vec<_>>(), vec!["x-a"]);
+    let p = parse(&format!(
+        "{VS}  http:\n  - route:\n    - destination: {{host: reviews}}\n      headers: {{request: {{add: {{':authority': b.example}}}}}}\n"
+    ));
+    let dest = &vs(&p).http[0].route[0].headers.request;
+    assert_eq!(dest.authority.as_deref(), Some("b.example"));
+    assert!(dest.add.is_empty());
+    for (edit, field) in [
+        (
+            "headers: {request: {remove: [host]}}",
+            "spec.http[0].headers.request.remove",
+        ),
+        (
+            "headers: {response: {set: {host: a}}}",
+            "spec.http[0].headers.response.set",
+        ),
+        (
+            "headers: {request: {set: {':path': /a}}}",
+            "spec.http[0].headers.request.set",
+        ),
+        (
+            "headers: {request: {set: {host: a}, add: {':authority': b}}}",
+            "spec.http[0].headers.request.add.:authority",
+        ),
+        (
+            "rewrite: {authority: a}\n    headers: {request: {set: {host: b}}}",
+            "spec.http[0].headers.request",
+        ),
+    ] {
+        let e = parse_document(&route(edit), &MeshConfig::default()).unwrap_err();
+        assert_eq!(e.field, field, "{edit}: {e}");
+    }
+}

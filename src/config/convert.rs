@@ -1125,14 +1125,60 @@ fn rewrite(rw: &istio::HttpRewrite, f: &str, mesh: &MeshConfig) -> Result<m::Rew
     })
 }
 
-fn header_edits(ops: &istio::HeaderOperations, f: &str) -> Result<m::HeaderEdits> {
+/// Whether a header name is the request's authority (`host` or `:authority`), which Envoy
+/// cannot edit as a header.
+fn is_authority_header(name: &str) -> bool {
+    name.eq_ignore_ascii_case("host") || name.eq_ignore_ascii_case(":authority")
+}
+
+/// The edits of one direction. On requests (`request` true), a `host`/`:authority` set or
+/// added becomes the authority rewrite, as in Istio; anywhere else, as in Istio's
+/// validation, `host` and `:`-prefixed names are refused (Envoy rejects the configuration).
+fn header_edits(ops: &istio::HeaderOperations, f: &str, request: bool) -> Result<m::HeaderEdits> {
     let names = ops
         .set
         .keys()
         .map(|k| (k, "set"))
         .chain(ops.add.keys().map(|k| (k, "add")))
         .chain(ops.remove.iter().map(|k| (k, "remove")));
+    let mut authority: Option<(String, &String)> = None;
     for (name, op) in names {
+        if is_authority_header(name) {
+            let value = match op {
+                "set" => ops.set.get(name),
+                "add" => ops.add.get(name),
+                _ => None,
+            };
+            match value {
+                Some(value) if request => {
+                    if let Some((first, _)) = &authority {
+                        return Err(Invalid::field(
+                            format!("{f}.{op}.{name}"),
+                            format!(
+                                "the authority is already set by {first}; it can be set in one \
+                                 place only"
+                            ),
+                        ));
+                    }
+                    authority = Some((format!("{f}.{op}.{name}"), value));
+                    continue;
+                }
+                _ => {
+                    return Err(Invalid::field(
+                        format!("{f}.{op}"),
+                        format!(
+                            "{name:?} cannot be {}: Envoy edits the authority only as a \
+                             request's host rewrite (set it under request.set)",
+                            if op == "remove" {
+                                "removed"
+                            } else {
+                                "edited on a response"
+                            }
+                        ),
+                    ))
+                }
+            }
+        }
         let ok = !name.is_empty()
             && name
                 .bytes()
@@ -1144,10 +1190,17 @@ fn header_edits(ops: &istio::HeaderOperations, f: &str) -> Result<m::HeaderEdits
             ));
         }
     }
+    let keep = |m: &std::collections::BTreeMap<String, String>| {
+        m.iter()
+            .filter(|(k, _)| !is_authority_header(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    };
     Ok(m::HeaderEdits {
-        set: ops.set.clone(),
-        add: ops.add.clone(),
+        set: keep(&ops.set),
+        add: keep(&ops.add),
         remove: ops.remove.clone(),
+        authority: authority.map(|(_, v)| v.clone()),
     })
 }
 
@@ -1156,13 +1209,13 @@ fn header_ops(h: &istio::Headers, f: &str) -> Result<m::HeaderOps> {
         request: h
             .request
             .as_ref()
-            .map(|o| header_edits(o, &format!("{f}.request")))
+            .map(|o| header_edits(o, &format!("{f}.request"), true))
             .transpose()?
             .unwrap_or_default(),
         response: h
             .response
             .as_ref()
-            .map(|o| header_edits(o, &format!("{f}.response")))
+            .map(|o| header_edits(o, &format!("{f}.response"), false))
             .transpose()?
             .unwrap_or_default(),
     })
@@ -1415,6 +1468,27 @@ fn virtual_service(
             .as_ref()
             .map(|rt| retries(rt, &format!("{f}.retries")))
             .transpose()?;
+        let rewrite = r
+            .rewrite
+            .as_ref()
+            .map(|rw| rewrite(rw, &format!("{f}.rewrite"), mesh))
+            .transpose()?;
+        let headers = r
+            .headers
+            .as_ref()
+            .map(|h| header_ops(h, &format!("{f}.headers")))
+            .transpose()?
+            .unwrap_or_default();
+        // As Istio's validation: the authority is rewritten in one place of a route.
+        if let (Some(rw), Some(_)) = (
+            rewrite.as_ref().and_then(|rw| rw.authority.as_ref()),
+            &headers.request.authority,
+        ) {
+            return Err(Invalid::field(
+                format!("{f}.headers.request"),
+                format!("the authority is already rewritten to {rw:?} by {f}.rewrite.authority"),
+            ));
+        }
         http.push(m::HttpRoute {
             name: r.name.clone(),
             matches,
@@ -1432,17 +1506,8 @@ fn virtual_service(
                 .as_ref()
                 .map(|d| direct_response(d, &format!("{f}.directResponse")))
                 .transpose()?,
-            rewrite: r
-                .rewrite
-                .as_ref()
-                .map(|rw| rewrite(rw, &format!("{f}.rewrite"), mesh))
-                .transpose()?,
-            headers: r
-                .headers
-                .as_ref()
-                .map(|h| header_ops(h, &format!("{f}.headers")))
-                .transpose()?
-                .unwrap_or_default(),
+            rewrite,
+            headers,
             mirrors: mirrors(r, &f, ns, mesh)?,
             fault: r
                 .fault

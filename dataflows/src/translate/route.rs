@@ -291,6 +291,9 @@ fn action(route: &HttpRoute, current: u16, vs: &ResolvedVs, hashing: &Hashing) -
                     request_headers_to_remove: d.headers.request.remove.clone(),
                     response_headers_to_add: headers_to_add(&d.headers.response),
                     response_headers_to_remove: d.headers.response.remove.clone(),
+                    host_rewrite_specifier: d.headers.request.authority.clone().map(
+                        envoy_types::pb::envoy::config::route::v3::weighted_cluster::cluster_weight::HostRewriteSpecifier::HostRewriteLiteral,
+                    ),
                     ..Default::default()
                 })
                 .collect(),
@@ -298,15 +301,22 @@ fn action(route: &HttpRoute, current: u16, vs: &ResolvedVs, hashing: &Hashing) -
         }),
     };
     let rewrite = route.rewrite.clone().unwrap_or_default();
+    // The authority from `rewrite.authority` or a `host` header edit of the route (one of
+    // the two, by validation), and a lone destination's own overriding both, as Istio folds
+    // a single weighted destination into the route.
+    let authority = match live.as_slice() {
+        [one] => one.headers.request.authority.clone(),
+        _ => None,
+    }
+    .or(rewrite.authority)
+    .or_else(|| route.headers.request.authority.clone());
     RouteAction {
         cluster_specifier: Some(cluster_specifier),
         timeout: Some(duration_ms(route.timeout_ms.unwrap_or(0))),
         retry_policy,
         hash_policy,
         prefix_rewrite: rewrite.uri.unwrap_or_default(),
-        host_rewrite_specifier: rewrite
-            .authority
-            .map(HostRewriteSpecifier::HostRewriteLiteral),
+        host_rewrite_specifier: authority.map(HostRewriteSpecifier::HostRewriteLiteral),
         regex_rewrite: rewrite
             .uri_regex
             .map(|(pattern, substitution)| RegexMatchAndSubstitute {
