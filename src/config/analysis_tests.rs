@@ -1514,3 +1514,31 @@ fn host_header_edits_become_the_authority_rewrite() {
         assert_eq!(e.field, field, "{edit}: {e}");
     }
 }
+
+/// A Service port whose name and `appProtocol` name no protocol is proxied as HTTP, which
+/// is said (Istio would detect the protocol); `kubernetes.io/h2c` is HTTP/2. Service fields
+/// that steer traffic and are not read are named.
+#[test]
+fn service_ports_without_a_protocol_and_fields_not_read_are_said() {
+    let doc = "apiVersion: v1\nkind: Service\nmetadata: {name: s, namespace: ns}\nspec:\n  clusterIP: 10.0.0.9\n  internalTrafficPolicy: Local\n  sessionAffinity: ClientIP\n  ports:\n  - {name: http-web, port: 80}\n  - {port: 81}\n  - {name: metrics, port: 82}\n  - {name: web, port: 83, appProtocol: kubernetes.io/h2c}\n  - {name: db, port: 84, appProtocol: mysql}\n";
+    let p = parse(doc);
+    assert_eq!(
+        fields(&p, Level::Warning),
+        vec![
+            "spec.internalTrafficPolicy",
+            "spec.sessionAffinity",
+            "spec.ports[1]",
+            "spec.ports[2]"
+        ]
+    );
+    assert!(p.findings[2].message.contains("unnamed"), "{:?}", p.findings);
+    let Record::Service(s) = &p.records[0] else {
+        panic!("{:?}", p.records)
+    };
+    let protocols: Vec<_> = s.ports.iter().map(|p| (p.port, p.protocol)).collect();
+    use dataflows::model::Protocol::*;
+    assert_eq!(
+        protocols,
+        vec![(80, Http), (81, Http), (82, Http), (83, Http2), (84, Tcp)]
+    );
+}

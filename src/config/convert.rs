@@ -74,12 +74,72 @@ fn port_u16(n: i64, field: &str) -> Result<u16> {
 /// `appProtocol`; anything unknown is treated as HTTP, as protocol sniffing would.
 pub fn protocol_of(name: &str, app_protocol: Option<&str>) -> m::Protocol {
     let p = app_protocol.unwrap_or_else(|| name.split('-').next().unwrap_or(""));
-    match p.to_ascii_lowercase().as_str() {
+    match p.to_ascii_lowercase().trim_start_matches("kubernetes.io/") {
         "http2" | "h2c" => m::Protocol::Http2,
         "grpc" | "grpc-web" => m::Protocol::Grpc,
         "tls" | "https" => m::Protocol::Tls,
         "tcp" | "mongo" | "mysql" | "redis" => m::Protocol::Tcp,
         _ => m::Protocol::Http,
+    }
+}
+
+/// The protocol names Istio knows, as a port name's prefix or an `appProtocol`.
+const PROTOCOL_NAMES: &[&str] = &[
+    "http", "http2", "h2c", "grpc", "grpc-web", "https", "tls", "tcp", "mongo", "mysql", "redis",
+];
+
+/// Whether a port's name prefix or `appProtocol` names a protocol Istio knows; where none
+/// does, Istio detects the protocol per connection.
+fn names_protocol(name: &str, app_protocol: Option<&str>) -> bool {
+    let known = |p: &str| PROTOCOL_NAMES.contains(&p.to_ascii_lowercase().as_str());
+    match app_protocol {
+        Some(p) => known(p) || known(p.trim_start_matches("kubernetes.io/")),
+        None => known(name.split('-').next().unwrap_or("")),
+    }
+}
+
+/// The fields of a Service spec that change where or how its traffic goes and that meshflow
+/// does not read, each a warning. (`publishNotReadyAddresses` needs no reading: Kubernetes
+/// marks such a service's endpoints ready in its EndpointSlices.)
+fn service_fields_not_read(
+    spec: &k8s_openapi::api::core::v1::ServiceSpec,
+    findings: &mut Vec<Finding>,
+) {
+    let mut not_read = |field: &str, what: &str| {
+        findings.push(Finding::warning(
+            format!("spec.{field}"),
+            format!("{what}; {IGNORED}"),
+        ))
+    };
+    if spec.internal_traffic_policy.as_deref() == Some("Local") {
+        not_read(
+            "internalTrafficPolicy",
+            "Local: meshflow sends to every endpoint of the service, not only those on the client's node",
+        );
+    }
+    if let Some(d) = &spec.traffic_distribution {
+        not_read(
+            "trafficDistribution",
+            &format!(
+                "{d}: meshflow balances over every endpoint as the service's DestinationRule says"
+            ),
+        );
+    }
+    if spec.session_affinity.as_deref() == Some("ClientIP") {
+        not_read(
+            "sessionAffinity",
+            "ClientIP: meshflow keeps no client on one endpoint (a DestinationRule's consistentHash useSourceIp does)",
+        );
+    }
+    if spec
+        .external_ips
+        .as_ref()
+        .is_some_and(|ips| !ips.is_empty())
+    {
+        not_read(
+            "externalIPs",
+            "meshflow serves the service at its cluster IPs only",
+        );
     }
 }
 
@@ -267,7 +327,7 @@ pub fn convert(
     let mut f = Vec::new();
     let records = match key.kind {
         Kind::Namespace => Ok(Vec::new()),
-        Kind::Service => service(key, value, mesh),
+        Kind::Service => service(key, value, mesh, &mut f),
         Kind::EndpointSlice => endpoint_slice(key, value, mesh),
         Kind::Endpoints => endpoints(key, value, mesh),
         Kind::Pod => pod(key, value),
@@ -284,10 +344,16 @@ pub fn convert(
     Ok((records, f))
 }
 
-fn service(key: &ConfigKey, value: Value, mesh: &MeshConfig) -> Result<Vec<Record>> {
+fn service(
+    key: &ConfigKey,
+    value: Value,
+    mesh: &MeshConfig,
+    findings: &mut Vec<Finding>,
+) -> Result<Vec<Record>> {
     let annotations = metadata_map(&value, "annotations");
     let svc: k8s_openapi::api::core::v1::Service = typed(value, "")?;
     let spec = svc.spec.unwrap_or_default();
+    service_fields_not_read(&spec, findings);
     // An ExternalName service is the DNS name it points at, resolved by Envoy at the
     // service's ports (as Istio serves it); it has no cluster IPs and no endpoints.
     let external_name = match spec.type_.as_deref() {
@@ -319,8 +385,24 @@ fn service(key: &ConfigKey, value: Value, mesh: &MeshConfig) -> Result<Vec<Recor
                 format!("port {port} is listed twice"),
             ));
         }
+        let protocol = protocol_of(&name, p.app_protocol.as_deref());
+        if !names_protocol(&name, p.app_protocol.as_deref()) {
+            findings.push(Finding::warning(
+                format!("spec.ports[{i}]"),
+                format!(
+                    "port {port} ({}) names no protocol, by a name prefix (http-, grpc-, tcp-, \
+                     tls-…) or appProtocol: Istio detects HTTP or TCP per connection, meshflow \
+                     proxies it as HTTP, so other traffic to it fails; name its protocol",
+                    if name.is_empty() {
+                        "unnamed"
+                    } else {
+                        name.as_str()
+                    }
+                ),
+            ));
+        }
         let port = m::ServicePort {
-            protocol: protocol_of(&name, p.app_protocol.as_deref()),
+            protocol,
             name,
             port,
         };
