@@ -1542,3 +1542,14 @@ fn service_ports_without_a_protocol_and_fields_not_read_are_said() {
         vec![(80, Http), (81, Http), (82, Http), (83, Http2), (84, Tcp)]
     );
 }
+
+/// `simple: UNSPECIFIED` is Istio's default algorithm, LEAST_REQUEST, not Envoy's round robin.
+#[test]
+fn an_unspecified_load_balancer_is_least_request() {
+    let p = parse("apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: d, namespace: ns}\nspec:\n  host: reviews\n  trafficPolicy: {loadBalancer: {simple: UNSPECIFIED}}\n");
+    let d = dr(&p);
+    assert_eq!(
+        d.traffic_policy.as_ref().and_then(|t| t.load_balancer.clone()),
+        Some(dataflows::model::LoadBalancer::LeastRequest)
+    );
+}

@@ -630,7 +630,12 @@ fn pod_locality(labels: &Labels) -> String {
 /// A header's or query parameter's match, where Istio's empty match means "present".
 fn value_match(sm: &istio::StringMatch, field: &str, mesh: &MeshConfig) -> Result<m::StringMatch> {
     match (&sm.exact, &sm.prefix, &sm.regex) {
+        // Istio's catch-all header matches: none, an empty prefix (which Envoy's string
+        // matcher would refuse) and the regex `*` (not RE2, which Istio's validation lets
+        // through for withoutHeaders) each mean "present".
         (None, None, None) => Ok(m::StringMatch::Present),
+        (None, Some(p), None) if p.is_empty() => Ok(m::StringMatch::Present),
+        (None, None, Some(r)) if r == "*" => Ok(m::StringMatch::Present),
         _ => string_match(sm, field, mesh),
     }
 }
@@ -1884,8 +1889,11 @@ fn load_balancer(
     let Some(lb) = lb else { return Ok(None) };
     let simple = match lb.simple.as_deref() {
         None => None,
-        Some("ROUND_ROBIN") | Some("UNSPECIFIED") => Some(m::LoadBalancer::RoundRobin),
-        Some("LEAST_REQUEST") | Some("LEAST_CONN") => Some(m::LoadBalancer::LeastRequest),
+        Some("ROUND_ROBIN") => Some(m::LoadBalancer::RoundRobin),
+        // UNSPECIFIED is Istio's default algorithm, LEAST_REQUEST (not Envoy's).
+        Some("LEAST_REQUEST") | Some("LEAST_CONN") | Some("UNSPECIFIED") => {
+            Some(m::LoadBalancer::LeastRequest)
+        }
         Some("RANDOM") => Some(m::LoadBalancer::Random),
         Some("PASSTHROUGH") => Some(m::LoadBalancer::Passthrough),
         Some(other) => {
