@@ -1531,7 +1531,11 @@ fn service_ports_without_a_protocol_and_fields_not_read_are_said() {
             "spec.ports[2]"
         ]
     );
-    assert!(p.findings[2].message.contains("unnamed"), "{:?}", p.findings);
+    assert!(
+        p.findings[2].message.contains("unnamed"),
+        "{:?}",
+        p.findings
+    );
     let Record::Service(s) = &p.records[0] else {
         panic!("{:?}", p.records)
     };
@@ -1549,7 +1553,9 @@ fn an_unspecified_load_balancer_is_least_request() {
     let p = parse("apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: d, namespace: ns}\nspec:\n  host: reviews\n  trafficPolicy: {loadBalancer: {simple: UNSPECIFIED}}\n");
     let d = dr(&p);
     assert_eq!(
-        d.traffic_policy.as_ref().and_then(|t| t.load_balancer.clone()),
+        d.traffic_policy
+            .as_ref()
+            .and_then(|t| t.load_balancer.clone()),
         Some(dataflows::model::LoadBalancer::LeastRequest)
     );
 }
