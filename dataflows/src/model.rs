@@ -2032,6 +2032,8 @@ pub struct Source<'a> {
     pub namespace: Option<&'a str>,
     /// The mesh's `sourceLabels` selectors the proxies match.
     pub labels: &'a [Labels],
+    /// Proxyless gRPC clients, which read a route's timeout from `max_stream_duration`.
+    pub proxyless: bool,
 }
 
 impl Source<'_> {
@@ -2114,10 +2116,12 @@ impl ScopeKey {
             ScopeKey::Sidecar {
                 namespace,
                 source_labels,
+                proxyless,
                 ..
             } => Source {
                 namespace: Some(namespace),
                 labels: source_labels,
+                proxyless: *proxyless,
             },
             ScopeKey::Router {
                 namespace,
@@ -2126,6 +2130,7 @@ impl ScopeKey {
             } => Source {
                 namespace: Some(namespace),
                 labels: source_labels,
+                proxyless: false,
             },
         }
     }
