@@ -1,7 +1,8 @@
 //! Real Envoy carries out a VirtualService's route actions as Istio's would: fault injection
 //! (an abort answers its code, a delay takes its time), redirects (`derivePort:
 //! FROM_REQUEST_PORT` writes the port the request came to), direct responses, URI and
-//! authority rewrites, request and response header edits, and mirroring (the mirror receives a
+//! authority rewrites (from `rewrite.authority` and from a `host`/`:authority` header edit),
+//! request and response header edits, and mirroring (the mirror receives a
 //! copy while the answer comes from the route), and a CORS policy (Envoy answers the
 //! preflight of an allowed origin itself and marks its responses; other origins get no CORS
 //! headers). The backends echo the path, host and `x-`
@@ -60,6 +61,16 @@ spec:
     - destination: {host: reviews, subset: v2}
       weight: 50
       headers: {request: {set: {x-dest: v2}}, response: {set: {x-from: v2}, remove: [x-echo-path]}}
+  - match: [{uri: {prefix: /host-header}}]
+    headers: {request: {set: {host: via-header.reviews}}}
+    route: [{destination: {host: reviews, subset: v1}}]
+  - match: [{uri: {prefix: /two-authorities}}]
+    route:
+    - destination: {host: reviews, subset: v1}
+      weight: 50
+    - destination: {host: reviews, subset: v2}
+      weight: 50
+      headers: {request: {add: {\":authority\": v2.reviews}}}
   - match: [{uri: {prefix: /cors}}]
     corsPolicy:
       allowOrigins: [{exact: \"https://app.example.com\"}, {prefix: \"https://admin.\"}]
@@ -190,6 +201,28 @@ fn route_actions_take_effect_in_envoy() {
         seen.insert(version);
     }
     assert_eq!(seen.len(), 2, "both destinations answered: {seen:?}");
+
+    // A `host` / `:authority` header edit is the host rewrite Envoy performs (it edits no
+    // such header itself): on the route, and on the one weighted destination that asks.
+    let r = get("/host-header", &[]);
+    assert_eq!(r.text(), "reviews-v1");
+    assert_eq!(r.header("x-echo-host"), Some("via-header.reviews"));
+    let mut hosts = std::collections::BTreeMap::new();
+    for _ in 0..40 {
+        let r = get("/two-authorities", &[]);
+        let host = r.header("x-echo-host").unwrap_or_default().to_string();
+        hosts.insert(r.text(), host);
+    }
+    assert_eq!(
+        hosts.get("reviews-v2").map(String::as_str),
+        Some("v2.reviews"),
+        "{hosts:?}"
+    );
+    assert_eq!(
+        hosts.get("reviews-v1").map(String::as_str),
+        Some("reviews"),
+        "{hosts:?}"
+    );
 
     // CORS: the preflight of an allowed origin is answered by Envoy with the policy.
     let preflight = |origin: &str| {

@@ -416,6 +416,20 @@ fn without_headers_value_match_takes_requests_lacking_the_header() {
     assert_status(&mesh.send(&proxy, &get().header("x-api-key", "guess")), 403);
     let o = mesh.send(&proxy, &get().header("x-api-key", "s3cret"));
     assert_routes_to(&o, &reviews.cluster("v1"), &[pod(&reviews, "v1")]);
+
+    // Istio's catch-all forms, `regex: "*"` and an empty prefix, mean "present": the
+    // request without the header is the one answered 403.
+    for catch_all in ["{regex: \"*\"}", "{prefix: \"\"}"] {
+        write_config(
+            &mesh.config,
+            "guard.yaml",
+            &vs.replace("{exact: s3cret}", catch_all),
+        );
+        assert_status(&mesh.send(&proxy, &get()), 403);
+        let o = mesh.send(&proxy, &get().header("x-api-key", "anything"));
+        assert_routes_to(&o, &reviews.cluster("v1"), &[pod(&reviews, "v1")]);
+        assert!(mesh.errors.is_empty(), "{catch_all}: {:?}", mesh.errors);
+    }
 }
 
 /// Redirects and direct responses are answered by the proxy: the simulation sees the status

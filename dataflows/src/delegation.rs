@@ -3,7 +3,9 @@
 //! exported to the root's namespace), each under the root route's matches merged with its
 //! own. A delegate's match must lie within the root's: where the two contradict (another
 //! path prefix, another value of one header), that combination matches nothing and is left
-//! out, so delegation never routes more traffic than the root allows. One level only.
+//! out, so delegation never routes more traffic than the root allows. What the root route
+//! sets beside `delegate` (timeout, retries, rewrite, fault, mirrors, CORS, header edits)
+//! holds for the delegate's routes that leave it unset, as in Istio. One level only.
 //! Both engines expand through here.
 
 use crate::model::{ConfigKey, HttpMatch, HttpRoute, StringMatch, VirtualService};
@@ -89,7 +91,40 @@ fn under(r: &HttpRoute, dr: &HttpRoute) -> Option<HttpRoute> {
     }
     let mut out = dr.clone();
     out.matches = matches;
+    inherit(&mut out, r);
     Some(out)
+}
+
+/// What the root route says beside `delegate` holds for each of its delegate's routes that
+/// does not say it itself, as Istio's `mergeHTTPRoute` does: the name (joined as
+/// `root-delegate` when both have one), rewrite, timeout, retries, fault, mirrors, CORS
+/// policy and header edits.
+fn inherit(out: &mut HttpRoute, root: &HttpRoute) {
+    out.name = match (&root.name, &out.name) {
+        (Some(r), Some(d)) => Some(format!("{r}-{d}")),
+        (r, d) => d.clone().or_else(|| r.clone()),
+    };
+    if out.rewrite.is_none() {
+        out.rewrite = root.rewrite.clone();
+    }
+    if out.timeout_ms.is_none() {
+        out.timeout_ms = root.timeout_ms;
+    }
+    if out.retries.is_none() {
+        out.retries = root.retries.clone();
+    }
+    if out.fault.is_none() {
+        out.fault = root.fault.clone();
+    }
+    if out.mirrors.is_empty() {
+        out.mirrors = root.mirrors.clone();
+    }
+    if out.cors.is_none() {
+        out.cors = root.cors.clone();
+    }
+    if out.headers.request.is_empty() && out.headers.response.is_empty() {
+        out.headers = root.headers.clone();
+    }
 }
 
 /// Both matches at once, or `None` where they contradict. The gateways a route applies
@@ -240,6 +275,65 @@ mod tests {
         let out = expand(&root, &BTreeMap::from([(d_key, private)]));
         assert_eq!(out.http.len(), 1);
         assert_eq!(expand(&root, &BTreeMap::new()).http.len(), 1);
+    }
+
+    /// The root route's settings beside `delegate` hold for each delegate route that leaves
+    /// them unset (Istio's `mergeHTTPRoute`); a delegate route's own settings win.
+    #[test]
+    fn the_roots_settings_fill_what_the_delegate_leaves_unset() {
+        let d_key = ConfigKey::new(Kind::VirtualService, "team", "reviews-routes");
+        let mut root_headers = crate::model::HeaderOps::default();
+        root_headers
+            .request
+            .set
+            .insert("x-root".into(), "yes".into());
+        let root = vs(
+            "default",
+            "root",
+            &["reviews.default.svc.cluster.local"],
+            vec![HttpRoute {
+                name: Some("reviews".into()),
+                matches: vec![prefix("/reviews")],
+                delegate: Some(d_key.clone()),
+                timeout_ms: Some(2_000),
+                retries: Some(crate::model::Retries {
+                    attempts: 5,
+                    per_try_timeout_ms: None,
+                    retry_on: None,
+                    remote_localities: false,
+                    ignore_previous_hosts: None,
+                    backoff_ms: None,
+                }),
+                headers: root_headers.clone(),
+                ..Default::default()
+            }],
+        );
+        let delegate = vs(
+            "team",
+            "reviews-routes",
+            &[],
+            vec![
+                HttpRoute {
+                    name: Some("v2".into()),
+                    matches: vec![prefix("/reviews/v2")],
+                    timeout_ms: Some(100),
+                    ..Default::default()
+                },
+                HttpRoute::default(),
+            ],
+        );
+        let out = expand(&root, &BTreeMap::from([(d_key, delegate)]));
+        let [v2, rest] = out.http.as_slice() else {
+            panic!("{:?}", out.http)
+        };
+        assert_eq!(v2.name.as_deref(), Some("reviews-v2"));
+        assert_eq!(rest.name.as_deref(), Some("reviews"));
+        assert_eq!(v2.timeout_ms, Some(100), "the delegate's own timeout");
+        assert_eq!(rest.timeout_ms, Some(2_000), "the root's");
+        for r in [v2, rest] {
+            assert_eq!(r.retries.as_ref().map(|r| r.attempts), Some(5));
+            assert_eq!(r.headers, root_headers);
+        }
     }
 
     #[test]

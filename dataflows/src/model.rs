@@ -740,11 +740,19 @@ pub struct HeaderEdits {
     /// Append to what is there.
     pub add: BTreeMap<String, String>,
     pub remove: Vec<String>,
+    /// A request's `host` / `:authority` set or added: Envoy edits no pseudo-header (nor
+    /// `host`) as a header, so, as Istio does, it becomes a host rewrite of the route (or of
+    /// the destination, for `route[].headers`).
+    #[serde(default)]
+    pub authority: Option<String>,
 }
 
 impl HeaderEdits {
     pub fn is_empty(&self) -> bool {
-        self.set.is_empty() && self.add.is_empty() && self.remove.is_empty()
+        self.set.is_empty()
+            && self.add.is_empty()
+            && self.remove.is_empty()
+            && self.authority.is_none()
     }
 }
 
@@ -2034,6 +2042,8 @@ pub struct Source<'a> {
     pub namespace: Option<&'a str>,
     /// The mesh's `sourceLabels` selectors the proxies match.
     pub labels: &'a [Labels],
+    /// Proxyless gRPC clients, which read a route's timeout from `max_stream_duration`.
+    pub proxyless: bool,
 }
 
 impl Source<'_> {
@@ -2116,10 +2126,12 @@ impl ScopeKey {
             ScopeKey::Sidecar {
                 namespace,
                 source_labels,
+                proxyless,
                 ..
             } => Source {
                 namespace: Some(namespace),
                 labels: source_labels,
+                proxyless: *proxyless,
             },
             ScopeKey::Router {
                 namespace,
@@ -2128,6 +2140,7 @@ impl ScopeKey {
             } => Source {
                 namespace: Some(namespace),
                 labels: source_labels,
+                proxyless: false,
             },
         }
     }

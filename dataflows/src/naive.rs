@@ -329,10 +329,16 @@ impl<'a> View<'a> {
             .collect()
     }
 
-    fn vs_for(&self, s: &ScopeKey, host: &str) -> Option<&'a VirtualService> {
+    fn vs_for(
+        &self,
+        s: &ScopeKey,
+        listeners: &[EgressListener],
+        host: &str,
+    ) -> Option<&'a VirtualService> {
         self.vss
             .iter()
             .copied()
+            .filter(|vs| rules::egress_imports_vs(listeners, s.namespace(), vs))
             .filter_map(|vs| {
                 let spec = vs
                     .hosts
@@ -771,7 +777,9 @@ fn sidecar_outbound(
                 let entry = tcp_ports
                     .entry(port)
                     .or_insert(((addr, bind), BTreeMap::new()));
-                entry.1.insert(h, v.vs_for(s, h).map(|vs| v.resolve(vs)));
+                entry
+                    .1
+                    .insert(h, v.vs_for(s, &listeners, h).map(|vs| v.resolve(vs)));
             }
             for (port, allow_any, catch_all) in rules::sidecar_route_ports(
                 &listeners,
@@ -791,7 +799,9 @@ fn sidecar_outbound(
                     .entry(port)
                     .or_insert((allow_any.clone(), BTreeMap::new()));
                 entry.0 = allow_any;
-                entry.1.insert(h, v.vs_for(s, h).map(|vs| v.resolve(vs)));
+                entry
+                    .1
+                    .insert(h, v.vs_for(s, &listeners, h).map(|vs| v.resolve(vs)));
             }
         }
     }

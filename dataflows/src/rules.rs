@@ -90,6 +90,13 @@ pub fn sidecar_sees_hostless_vs(
     let Some(l) = serving else {
         return false;
     };
+    listener_imports_vs(l, scope_ns, vs)
+}
+
+/// Does an egress listener import `vs`, as Istio's Sidecar scope selects VirtualServices:
+/// one of its `ns/host` patterns reaches the VirtualService's own namespace (not its
+/// hosts') and overlaps one of its hosts.
+fn listener_imports_vs(l: &EgressListener, scope_ns: &str, vs: &VirtualService) -> bool {
     l.hosts.iter().any(|pattern| {
         egress_pattern(pattern, scope_ns).is_some_and(|(ns, host)| {
             let ns_ok = match ns {
@@ -99,6 +106,20 @@ pub fn sidecar_sees_hostless_vs(
             ns_ok && vs.hosts.iter().any(|h| hosts_overlap(&host, h))
         })
     })
+}
+
+/// Does a sidecar scope whose egress listeners are `listeners` import the mesh
+/// VirtualService `vs` through any of them? A VirtualService a Sidecar's `egress[].hosts`
+/// do not import governs none of its hosts for that scope (Istio): a Sidecar importing
+/// `./*` keeps out the VirtualServices of other namespaces, even for its own services.
+pub fn egress_imports_vs(
+    listeners: &[EgressListener],
+    scope_ns: &str,
+    vs: &VirtualService,
+) -> bool {
+    listeners
+        .iter()
+        .any(|l| listener_imports_vs(l, scope_ns, vs))
 }
 
 /// Every label of `selector` is present in `labels` with the same value.

@@ -3106,3 +3106,62 @@ fn virtual_service_hosts_outside_the_registry_get_virtual_hosts_of_their_own() {
         .vhost_clusters(&client, "9080")
         .contains_key("a.example.com:9080"));
 }
+
+/// A Sidecar's `egress[].hosts` select VirtualServices by the VirtualService's own
+/// namespace, as Istio's Sidecar scope does: a Sidecar importing `./*` keeps a
+/// VirtualService of another namespace out even for services it sees; importing that
+/// namespace too (or no Sidecar) lets it govern them.
+#[test]
+fn sidecar_egress_hosts_select_the_virtual_services_that_apply() {
+    let mut m = Mesh::new();
+    let open = sidecar_proxy("sleep-1", "default", "10.0.0.5", &[("app", "sleep")]);
+    let fenced = sidecar_proxy("fenced-1", "fenced", "10.0.0.6", &[("app", "fenced")]);
+    let to = |name: &str, ns: &str, port: u16| outbound(port, "", name, ns);
+    let fence = sidecar("fenced", "fenced", None, &["./*", "default/*"]);
+    m.insert(vec![
+        px(&open),
+        px(&fenced),
+        service("a", "default"),
+        service("b", "default"),
+        fence.clone(),
+    ]);
+    let a = host("a", "default");
+    let elsewhere = virtual_service("team", "a-to-b", &[&a], &[], &host("b", "default"));
+    m.insert(vec![elsewhere.clone()]);
+    assert_eq!(
+        m.vhost_clusters(&open, "9080")[&format!("{a}:9080")],
+        to("b", "default", 9080),
+        "no Sidecar: every namespace's VirtualServices"
+    );
+    assert_eq!(
+        m.vhost_clusters(&fenced, "9080")[&format!("{a}:9080")],
+        to("a", "default", 9080),
+        "the fenced Sidecar does not import namespace team"
+    );
+    // Importing `team/*` (any host there) brings it in.
+    m.replace(
+        fence.clone(),
+        sidecar("fenced", "fenced", None, &["./*", "default/*", "team/*"]),
+    );
+    assert_eq!(
+        m.vhost_clusters(&fenced, "9080")[&format!("{a}:9080")],
+        to("b", "default", 9080)
+    );
+    // A VirtualService of `default` for the host is imported by `default/*` and governs it
+    // for the fenced scope, whichever governs it elsewhere.
+    m.replace(
+        sidecar("fenced", "fenced", None, &["./*", "default/*", "team/*"]),
+        fence,
+    );
+    let home = virtual_service("default", "a-home", &[&a], &[], &host("a", "default"));
+    m.insert(vec![home.clone()]);
+    assert_eq!(
+        m.vhost_clusters(&fenced, "9080")[&format!("{a}:9080")],
+        to("a", "default", 9080)
+    );
+    m.retract(vec![home, elsewhere]);
+    assert_eq!(
+        m.vhost_clusters(&open, "9080")[&format!("{a}:9080")],
+        to("a", "default", 9080)
+    );
+}

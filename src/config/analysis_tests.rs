@@ -1466,3 +1466,96 @@ fn redirect_derive_port_is_read_and_checked() {
         assert!(e.message.contains(message), "{rd}: {}", e.message);
     }
 }
+
+/// A request's `host` / `:authority` set or added is the route's (or the destination's)
+/// authority rewrite, as in Istio: Envoy edits neither as a header. Elsewhere (removed, on a
+/// response, or a second authority beside `rewrite.authority`) it is refused, as Istio's
+/// validation refuses it, naming the field.
+#[test]
+fn host_header_edits_become_the_authority_rewrite() {
+    let route = |edit: &str| {
+        format!("{VS}  http:\n  - {edit}\n    route:\n    - destination: {{host: reviews}}\n")
+    };
+    let p = parse(&route(
+        "headers: {request: {set: {Host: a.example, x-a: b}}}",
+    ));
+    let edits = &vs(&p).http[0].headers.request;
+    assert_eq!(edits.authority.as_deref(), Some("a.example"));
+    assert_eq!(edits.set.keys().collect::<Vec<_>>(), vec!["x-a"]);
+    let p = parse(&format!(
+        "{VS}  http:\n  - route:\n    - destination: {{host: reviews}}\n      headers: {{request: {{add: {{':authority': b.example}}}}}}\n"
+    ));
+    let dest = &vs(&p).http[0].route[0].headers.request;
+    assert_eq!(dest.authority.as_deref(), Some("b.example"));
+    assert!(dest.add.is_empty());
+    for (edit, field) in [
+        (
+            "headers: {request: {remove: [host]}}",
+            "spec.http[0].headers.request.remove",
+        ),
+        (
+            "headers: {response: {set: {host: a}}}",
+            "spec.http[0].headers.response.set",
+        ),
+        (
+            "headers: {request: {set: {':path': /a}}}",
+            "spec.http[0].headers.request.set",
+        ),
+        (
+            "headers: {request: {set: {host: a}, add: {':authority': b}}}",
+            "spec.http[0].headers.request.add.:authority",
+        ),
+        (
+            "rewrite: {authority: a}\n    headers: {request: {set: {host: b}}}",
+            "spec.http[0].headers.request",
+        ),
+    ] {
+        let e = parse_document(&route(edit), &MeshConfig::default()).unwrap_err();
+        assert_eq!(e.field, field, "{edit}: {e}");
+    }
+}
+
+/// A Service port whose name and `appProtocol` name no protocol is proxied as HTTP, which
+/// is said (Istio would detect the protocol); `kubernetes.io/h2c` is HTTP/2. Service fields
+/// that steer traffic and are not read are named.
+#[test]
+fn service_ports_without_a_protocol_and_fields_not_read_are_said() {
+    let doc = "apiVersion: v1\nkind: Service\nmetadata: {name: s, namespace: ns}\nspec:\n  clusterIP: 10.0.0.9\n  internalTrafficPolicy: Local\n  sessionAffinity: ClientIP\n  ports:\n  - {name: http-web, port: 80}\n  - {port: 81}\n  - {name: metrics, port: 82}\n  - {name: web, port: 83, appProtocol: kubernetes.io/h2c}\n  - {name: db, port: 84, appProtocol: mysql}\n";
+    let p = parse(doc);
+    assert_eq!(
+        fields(&p, Level::Warning),
+        vec![
+            "spec.internalTrafficPolicy",
+            "spec.sessionAffinity",
+            "spec.ports[1]",
+            "spec.ports[2]"
+        ]
+    );
+    assert!(
+        p.findings[2].message.contains("unnamed"),
+        "{:?}",
+        p.findings
+    );
+    let Record::Service(s) = &p.records[0] else {
+        panic!("{:?}", p.records)
+    };
+    let protocols: Vec<_> = s.ports.iter().map(|p| (p.port, p.protocol)).collect();
+    use dataflows::model::Protocol::*;
+    assert_eq!(
+        protocols,
+        vec![(80, Http), (81, Http), (82, Http), (83, Http2), (84, Tcp)]
+    );
+}
+
+/// `simple: UNSPECIFIED` is Istio's default algorithm, LEAST_REQUEST, not Envoy's round robin.
+#[test]
+fn an_unspecified_load_balancer_is_least_request() {
+    let p = parse("apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: d, namespace: ns}\nspec:\n  host: reviews\n  trafficPolicy: {loadBalancer: {simple: UNSPECIFIED}}\n");
+    let d = dr(&p);
+    assert_eq!(
+        d.traffic_policy
+            .as_ref()
+            .and_then(|t| t.load_balancer.clone()),
+        Some(dataflows::model::LoadBalancer::LeastRequest)
+    );
+}

@@ -74,12 +74,72 @@ fn port_u16(n: i64, field: &str) -> Result<u16> {
 /// `appProtocol`; anything unknown is treated as HTTP, as protocol sniffing would.
 pub fn protocol_of(name: &str, app_protocol: Option<&str>) -> m::Protocol {
     let p = app_protocol.unwrap_or_else(|| name.split('-').next().unwrap_or(""));
-    match p.to_ascii_lowercase().as_str() {
+    match p.to_ascii_lowercase().trim_start_matches("kubernetes.io/") {
         "http2" | "h2c" => m::Protocol::Http2,
         "grpc" | "grpc-web" => m::Protocol::Grpc,
         "tls" | "https" => m::Protocol::Tls,
         "tcp" | "mongo" | "mysql" | "redis" => m::Protocol::Tcp,
         _ => m::Protocol::Http,
+    }
+}
+
+/// The protocol names Istio knows, as a port name's prefix or an `appProtocol`.
+const PROTOCOL_NAMES: &[&str] = &[
+    "http", "http2", "h2c", "grpc", "grpc-web", "https", "tls", "tcp", "mongo", "mysql", "redis",
+];
+
+/// Whether a port's name prefix or `appProtocol` names a protocol Istio knows; where none
+/// does, Istio detects the protocol per connection.
+fn names_protocol(name: &str, app_protocol: Option<&str>) -> bool {
+    let known = |p: &str| PROTOCOL_NAMES.contains(&p.to_ascii_lowercase().as_str());
+    match app_protocol {
+        Some(p) => known(p) || known(p.trim_start_matches("kubernetes.io/")),
+        None => known(name.split('-').next().unwrap_or("")),
+    }
+}
+
+/// The fields of a Service spec that change where or how its traffic goes and that meshflow
+/// does not read, each a warning. (`publishNotReadyAddresses` needs no reading: Kubernetes
+/// marks such a service's endpoints ready in its EndpointSlices.)
+fn service_fields_not_read(
+    spec: &k8s_openapi::api::core::v1::ServiceSpec,
+    findings: &mut Vec<Finding>,
+) {
+    let mut not_read = |field: &str, what: &str| {
+        findings.push(Finding::warning(
+            format!("spec.{field}"),
+            format!("{what}; {IGNORED}"),
+        ))
+    };
+    if spec.internal_traffic_policy.as_deref() == Some("Local") {
+        not_read(
+            "internalTrafficPolicy",
+            "Local: meshflow sends to every endpoint of the service, not only those on the client's node",
+        );
+    }
+    if let Some(d) = &spec.traffic_distribution {
+        not_read(
+            "trafficDistribution",
+            &format!(
+                "{d}: meshflow balances over every endpoint as the service's DestinationRule says"
+            ),
+        );
+    }
+    if spec.session_affinity.as_deref() == Some("ClientIP") {
+        not_read(
+            "sessionAffinity",
+            "ClientIP: meshflow keeps no client on one endpoint (a DestinationRule's consistentHash useSourceIp does)",
+        );
+    }
+    if spec
+        .external_ips
+        .as_ref()
+        .is_some_and(|ips| !ips.is_empty())
+    {
+        not_read(
+            "externalIPs",
+            "meshflow serves the service at its cluster IPs only",
+        );
     }
 }
 
@@ -267,7 +327,7 @@ pub fn convert(
     let mut f = Vec::new();
     let records = match key.kind {
         Kind::Namespace => Ok(Vec::new()),
-        Kind::Service => service(key, value, mesh),
+        Kind::Service => service(key, value, mesh, &mut f),
         Kind::EndpointSlice => endpoint_slice(key, value, mesh),
         Kind::Endpoints => endpoints(key, value, mesh),
         Kind::Pod => pod(key, value),
@@ -284,10 +344,16 @@ pub fn convert(
     Ok((records, f))
 }
 
-fn service(key: &ConfigKey, value: Value, mesh: &MeshConfig) -> Result<Vec<Record>> {
+fn service(
+    key: &ConfigKey,
+    value: Value,
+    mesh: &MeshConfig,
+    findings: &mut Vec<Finding>,
+) -> Result<Vec<Record>> {
     let annotations = metadata_map(&value, "annotations");
     let svc: k8s_openapi::api::core::v1::Service = typed(value, "")?;
     let spec = svc.spec.unwrap_or_default();
+    service_fields_not_read(&spec, findings);
     // An ExternalName service is the DNS name it points at, resolved by Envoy at the
     // service's ports (as Istio serves it); it has no cluster IPs and no endpoints.
     let external_name = match spec.type_.as_deref() {
@@ -319,8 +385,24 @@ fn service(key: &ConfigKey, value: Value, mesh: &MeshConfig) -> Result<Vec<Recor
                 format!("port {port} is listed twice"),
             ));
         }
+        let protocol = protocol_of(&name, p.app_protocol.as_deref());
+        if !names_protocol(&name, p.app_protocol.as_deref()) {
+            findings.push(Finding::warning(
+                format!("spec.ports[{i}]"),
+                format!(
+                    "port {port} ({}) names no protocol, by a name prefix (http-, grpc-, tcp-, \
+                     tls-…) or appProtocol: Istio detects HTTP or TCP per connection, meshflow \
+                     proxies it as HTTP, so other traffic to it fails; name its protocol",
+                    if name.is_empty() {
+                        "unnamed"
+                    } else {
+                        name.as_str()
+                    }
+                ),
+            ));
+        }
         let port = m::ServicePort {
-            protocol: protocol_of(&name, p.app_protocol.as_deref()),
+            protocol,
             name,
             port,
         };
@@ -548,7 +630,12 @@ fn pod_locality(labels: &Labels) -> String {
 /// A header's or query parameter's match, where Istio's empty match means "present".
 fn value_match(sm: &istio::StringMatch, field: &str, mesh: &MeshConfig) -> Result<m::StringMatch> {
     match (&sm.exact, &sm.prefix, &sm.regex) {
+        // Istio's catch-all header matches: none, an empty prefix (which Envoy's string
+        // matcher would refuse) and the regex `*` (not RE2, which Istio's validation lets
+        // through for withoutHeaders) each mean "present".
         (None, None, None) => Ok(m::StringMatch::Present),
+        (None, Some(p), None) if p.is_empty() => Ok(m::StringMatch::Present),
+        (None, None, Some(r)) if r == "*" => Ok(m::StringMatch::Present),
         _ => string_match(sm, field, mesh),
     }
 }
@@ -1125,14 +1212,60 @@ fn rewrite(rw: &istio::HttpRewrite, f: &str, mesh: &MeshConfig) -> Result<m::Rew
     })
 }
 
-fn header_edits(ops: &istio::HeaderOperations, f: &str) -> Result<m::HeaderEdits> {
+/// Whether a header name is the request's authority (`host` or `:authority`), which Envoy
+/// cannot edit as a header.
+fn is_authority_header(name: &str) -> bool {
+    name.eq_ignore_ascii_case("host") || name.eq_ignore_ascii_case(":authority")
+}
+
+/// The edits of one direction. On requests (`request` true), a `host`/`:authority` set or
+/// added becomes the authority rewrite, as in Istio; anywhere else, as in Istio's
+/// validation, `host` and `:`-prefixed names are refused (Envoy rejects the configuration).
+fn header_edits(ops: &istio::HeaderOperations, f: &str, request: bool) -> Result<m::HeaderEdits> {
     let names = ops
         .set
         .keys()
         .map(|k| (k, "set"))
         .chain(ops.add.keys().map(|k| (k, "add")))
         .chain(ops.remove.iter().map(|k| (k, "remove")));
+    let mut authority: Option<(String, &String)> = None;
     for (name, op) in names {
+        if is_authority_header(name) {
+            let value = match op {
+                "set" => ops.set.get(name),
+                "add" => ops.add.get(name),
+                _ => None,
+            };
+            match value {
+                Some(value) if request => {
+                    if let Some((first, _)) = &authority {
+                        return Err(Invalid::field(
+                            format!("{f}.{op}.{name}"),
+                            format!(
+                                "the authority is already set by {first}; it can be set in one \
+                                 place only"
+                            ),
+                        ));
+                    }
+                    authority = Some((format!("{f}.{op}.{name}"), value));
+                    continue;
+                }
+                _ => {
+                    return Err(Invalid::field(
+                        format!("{f}.{op}"),
+                        format!(
+                            "{name:?} cannot be {}: Envoy edits the authority only as a \
+                             request's host rewrite (set it under request.set)",
+                            if op == "remove" {
+                                "removed"
+                            } else {
+                                "edited on a response"
+                            }
+                        ),
+                    ))
+                }
+            }
+        }
         let ok = !name.is_empty()
             && name
                 .bytes()
@@ -1144,10 +1277,17 @@ fn header_edits(ops: &istio::HeaderOperations, f: &str) -> Result<m::HeaderEdits
             ));
         }
     }
+    let keep = |m: &std::collections::BTreeMap<String, String>| {
+        m.iter()
+            .filter(|(k, _)| !is_authority_header(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    };
     Ok(m::HeaderEdits {
-        set: ops.set.clone(),
-        add: ops.add.clone(),
+        set: keep(&ops.set),
+        add: keep(&ops.add),
         remove: ops.remove.clone(),
+        authority: authority.map(|(_, v)| v.clone()),
     })
 }
 
@@ -1156,13 +1296,13 @@ fn header_ops(h: &istio::Headers, f: &str) -> Result<m::HeaderOps> {
         request: h
             .request
             .as_ref()
-            .map(|o| header_edits(o, &format!("{f}.request")))
+            .map(|o| header_edits(o, &format!("{f}.request"), true))
             .transpose()?
             .unwrap_or_default(),
         response: h
             .response
             .as_ref()
-            .map(|o| header_edits(o, &format!("{f}.response")))
+            .map(|o| header_edits(o, &format!("{f}.response"), false))
             .transpose()?
             .unwrap_or_default(),
     })
@@ -1415,6 +1555,27 @@ fn virtual_service(
             .as_ref()
             .map(|rt| retries(rt, &format!("{f}.retries")))
             .transpose()?;
+        let rewrite = r
+            .rewrite
+            .as_ref()
+            .map(|rw| rewrite(rw, &format!("{f}.rewrite"), mesh))
+            .transpose()?;
+        let headers = r
+            .headers
+            .as_ref()
+            .map(|h| header_ops(h, &format!("{f}.headers")))
+            .transpose()?
+            .unwrap_or_default();
+        // As Istio's validation: the authority is rewritten in one place of a route.
+        if let (Some(rw), Some(_)) = (
+            rewrite.as_ref().and_then(|rw| rw.authority.as_ref()),
+            &headers.request.authority,
+        ) {
+            return Err(Invalid::field(
+                format!("{f}.headers.request"),
+                format!("the authority is already rewritten to {rw:?} by {f}.rewrite.authority"),
+            ));
+        }
         http.push(m::HttpRoute {
             name: r.name.clone(),
             matches,
@@ -1432,17 +1593,8 @@ fn virtual_service(
                 .as_ref()
                 .map(|d| direct_response(d, &format!("{f}.directResponse")))
                 .transpose()?,
-            rewrite: r
-                .rewrite
-                .as_ref()
-                .map(|rw| rewrite(rw, &format!("{f}.rewrite"), mesh))
-                .transpose()?,
-            headers: r
-                .headers
-                .as_ref()
-                .map(|h| header_ops(h, &format!("{f}.headers")))
-                .transpose()?
-                .unwrap_or_default(),
+            rewrite,
+            headers,
             mirrors: mirrors(r, &f, ns, mesh)?,
             fault: r
                 .fault
@@ -1737,8 +1889,11 @@ fn load_balancer(
     let Some(lb) = lb else { return Ok(None) };
     let simple = match lb.simple.as_deref() {
         None => None,
-        Some("ROUND_ROBIN") | Some("UNSPECIFIED") => Some(m::LoadBalancer::RoundRobin),
-        Some("LEAST_REQUEST") | Some("LEAST_CONN") => Some(m::LoadBalancer::LeastRequest),
+        Some("ROUND_ROBIN") => Some(m::LoadBalancer::RoundRobin),
+        // UNSPECIFIED is Istio's default algorithm, LEAST_REQUEST (not Envoy's).
+        Some("LEAST_REQUEST") | Some("LEAST_CONN") | Some("UNSPECIFIED") => {
+            Some(m::LoadBalancer::LeastRequest)
+        }
         Some("RANDOM") => Some(m::LoadBalancer::Random),
         Some("PASSTHROUGH") => Some(m::LoadBalancer::Passthrough),
         Some(other) => {

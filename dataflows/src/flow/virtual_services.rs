@@ -108,11 +108,13 @@ pub(super) fn resolve<'s>(
 /// `((scope, host), VirtualService key)`: the mesh VirtualService in effect per (scope, host).
 /// A VirtualService covers a host it names or a wildcard of it names; the most specific
 /// cover wins (`rules::vs_host_specificity`: the host itself, then the longest wildcard),
-/// then the lowest `rules::vs_rank`, then the key.
+/// then the lowest `rules::vs_rank`, then the key; only among those the scope's egress
+/// listeners import (`rules::egress_imports_vs`).
 pub(super) fn mesh_in_effect<'s>(
     vss: &Coll<'s, (ConfigKey, VirtualService)>,
     services: &Coll<'s, (Hostname, Service)>,
     visible: &Visible<'s>,
+    specs: &Coll<'s, (ScopeKey, ScopeSpec)>,
 ) -> Coll<'s, ((ScopeKey, Hostname), ConfigKey)> {
     let vs_by_host = vss
         .clone()
@@ -139,11 +141,20 @@ pub(super) fn mesh_in_effect<'s>(
             rules::vs_host_specificity(p, h).map(|spec| (h.clone(), (spec, vs.clone())))
         })
         .flat_map(|x| x);
+    // Each candidate then meets its scope's egress listeners, which must import it.
+    let listeners = specs
+        .clone()
+        .map(|(s, spec)| (s, rules::egress_listeners(spec.sidecar.as_ref())));
     visible
         .host_scopes()
         .join_map(covering, |h, s, (spec, vs)| {
             rules::vs_rank(vs, s.namespace())
-                .map(|r| ((s.clone(), h.clone()), (*spec, r, vs.key.clone())))
+                .map(|r| (s.clone(), (h.clone(), (*spec, r, vs.clone()))))
+        })
+        .flat_map(|x| x)
+        .join_map(listeners, |s, (h, (spec, r, vs)), listeners| {
+            rules::egress_imports_vs(listeners, s.namespace(), vs)
+                .then(|| ((s.clone(), h.clone()), (*spec, *r, vs.key.clone())))
         })
         .flat_map(|x| x)
         .reduce(|_, vals, out| out.push((vals[0].0 .2.clone(), 1isize)))

@@ -291,6 +291,9 @@ fn action(route: &HttpRoute, current: u16, vs: &ResolvedVs, hashing: &Hashing) -
                     request_headers_to_remove: d.headers.request.remove.clone(),
                     response_headers_to_add: headers_to_add(&d.headers.response),
                     response_headers_to_remove: d.headers.response.remove.clone(),
+                    host_rewrite_specifier: d.headers.request.authority.clone().map(
+                        envoy_types::pb::envoy::config::route::v3::weighted_cluster::cluster_weight::HostRewriteSpecifier::HostRewriteLiteral,
+                    ),
                     ..Default::default()
                 })
                 .collect(),
@@ -298,15 +301,22 @@ fn action(route: &HttpRoute, current: u16, vs: &ResolvedVs, hashing: &Hashing) -
         }),
     };
     let rewrite = route.rewrite.clone().unwrap_or_default();
+    // The authority from `rewrite.authority` or a `host` header edit of the route (one of
+    // the two, by validation), and a lone destination's own overriding both, as Istio folds
+    // a single weighted destination into the route.
+    let authority = match live.as_slice() {
+        [one] => one.headers.request.authority.clone(),
+        _ => None,
+    }
+    .or(rewrite.authority)
+    .or_else(|| route.headers.request.authority.clone());
     RouteAction {
         cluster_specifier: Some(cluster_specifier),
         timeout: Some(duration_ms(route.timeout_ms.unwrap_or(0))),
         retry_policy,
         hash_policy,
         prefix_rewrite: rewrite.uri.unwrap_or_default(),
-        host_rewrite_specifier: rewrite
-            .authority
-            .map(HostRewriteSpecifier::HostRewriteLiteral),
+        host_rewrite_specifier: authority.map(HostRewriteSpecifier::HostRewriteLiteral),
         regex_rewrite: rewrite
             .uri_regex
             .map(|(pattern, substitution)| RegexMatchAndSubstitute {
@@ -477,11 +487,25 @@ fn envoy_route(
     current: u16,
     vs: &ResolvedVs,
     hashing: &Hashing,
+    proxyless: bool,
 ) -> Route {
     let action = match (&http.redirect, &http.direct_response) {
         (Some(r), _) => Action::Redirect(redirect_action(r, current)),
         (None, Some(d)) => Action::DirectResponse(direct_response_action(d)),
-        (None, None) => Action::Route(action(http, current, vs, hashing)),
+        (None, None) => {
+            let mut a = action(http, current, vs, hashing);
+            // gRPC's xDS client ignores `timeout` and bounds a call by the route's
+            // `max_stream_duration` (gRFC A31), where Istio puts the timeout for it.
+            if let Some(ms) = http.timeout_ms.filter(|ms| proxyless && *ms > 0) {
+                a.max_stream_duration = Some(
+                    envoy_types::pb::envoy::config::route::v3::route_action::MaxStreamDuration {
+                        max_stream_duration: Some(duration_ms(ms)),
+                        ..Default::default()
+                    },
+                );
+            }
+            Action::Route(a)
+        }
     };
     // A single destination's header edits go on the route, after the route's own, as Istio
     // writes them; several destinations carry theirs on their weighted cluster.
@@ -567,7 +591,15 @@ pub fn vs_routes(
                 .collect()
         };
         for m in matches {
-            out.push(envoy_route(http, &name, m, current, vs, hashing));
+            out.push(envoy_route(
+                http,
+                &name,
+                m,
+                current,
+                vs,
+                hashing,
+                source.proxyless,
+            ));
         }
     }
     out
@@ -879,5 +911,50 @@ mod tests {
             redirect_action(&redirect(Some(9), false), 8080).port_redirect,
             9
         );
+    }
+    /// A route's timeout reaches proxyless gRPC clients as `max_stream_duration` (gRPC
+    /// reads no `timeout`); Envoy's routes keep the plain `timeout` alone.
+    #[test]
+    fn proxyless_clients_get_the_timeout_as_max_stream_duration() {
+        use crate::model::{ConfigKey, VirtualService};
+        let host = "reviews.default.svc.cluster.local".to_string();
+        let vs = ResolvedVs {
+            vs: VirtualService {
+                key: ConfigKey::new(crate::model::Kind::VirtualService, "default", "r"),
+                hosts: vec![host.clone()],
+                gateways: vec![],
+                export_to: vec![],
+                http: vec![HttpRoute {
+                    route: vec![RouteDestination {
+                        host: host.clone(),
+                        subset: None,
+                        port: Some(9080),
+                        weight: 100,
+                        headers: Default::default(),
+                    }],
+                    timeout_ms: Some(1500),
+                    ..Default::default()
+                }],
+                tcp: vec![],
+                tls: vec![],
+            },
+            dest_ports: std::collections::BTreeMap::from([(host, vec![9080])]),
+        };
+        let msd = |proxyless: bool| {
+            let source = Source {
+                proxyless,
+                ..Default::default()
+            };
+            let routes = vs_routes(&vs, 9080, &[MESH.to_string()], source, &Hashing::new());
+            let Some(Action::Route(a)) = &routes[0].action else {
+                panic!("{routes:?}")
+            };
+            assert_eq!(a.timeout, Some(duration_ms(1500)));
+            a.max_stream_duration
+                .as_ref()
+                .and_then(|m| m.max_stream_duration)
+        };
+        assert_eq!(msd(true), Some(duration_ms(1500)));
+        assert_eq!(msd(false), None);
     }
 }
