@@ -181,6 +181,7 @@ const TRANSLATED: &[&str] = &[
     "spec.ingress[].bind",
     "spec.ingress[].captureMode",
     "spec.ingress[].defaultEndpoint",
+    "spec.ingress[].connectionPool.tcp.maxConnections",
     "spec.egress[].port.number",
     "spec.egress[].port.name",
     "spec.egress[].port.protocol",
@@ -191,6 +192,7 @@ const TRANSLATED: &[&str] = &[
     "spec.outboundTrafficPolicy.egressProxy.host",
     "spec.outboundTrafficPolicy.egressProxy.subset",
     "spec.outboundTrafficPolicy.egressProxy.port.number",
+    "spec.inboundConnectionPool.http.http1MaxPendingRequests",
     // WorkloadEntry
     "spec.address",
     "spec.labels",

@@ -65,6 +65,17 @@ fn with_connection_pool(
     Some(p)
 }
 
+/// A Sidecar's connection pool for inbound clusters, told apart by `pending`.
+fn inbound_pool(pending: u32) -> InboundPool {
+    InboundPool {
+        connect_timeout_ms: Some(2_000),
+        pool: Some(ConnectionPool {
+            max_pending_requests: Some(pending),
+            ..Default::default()
+        }),
+    }
+}
+
 /// A locality load balancing setting: failover (with or without region entries),
 /// `failoverPriority` (with a fixed value, a label and a topology label, or beside
 /// failover), `distribute` with wildcards, or switched off.
@@ -665,9 +676,12 @@ fn random_record(rng: &mut StdRng, extra: &mut StdRng, slot: usize) -> Record {
                         endpoint: ("127.0.0.1".into(), 18080),
                         capture_none: extra.random_bool(0.5),
                         protocol: pick(extra, &[Protocol::Http, Protocol::Tcp]),
+                        connection_pool: extra.random_bool(0.3).then(|| inbound_pool(3)),
                     }],
                     _ => Vec::new(),
                 },
+                // A connection pool for every inbound cluster of the selected proxies.
+                inbound_connection_pool: extra.random_bool(0.2).then(|| inbound_pool(7)),
                 key: ConfigKey::new(
                     Kind::Sidecar,
                     pick(rng, &NAMESPACES),

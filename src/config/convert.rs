@@ -2638,6 +2638,11 @@ fn sidecar(key: &ConfigKey, value: &Value, findings: &mut Vec<Finding>) -> Resul
         .map(|w| w.labels)
         .filter(|l| !l.is_empty());
     let ingress = sidecar_ingress(&s.ingress, findings)?;
+    let inbound_connection_pool = s
+        .inbound_connection_pool
+        .as_ref()
+        .map(|c| inbound_pool(c, "spec.inboundConnectionPool"))
+        .transpose()?;
     // The egress proxy's cluster exists only where the Sidecar imports its host: a host no
     // egress listener's `hosts` can name (in any namespace) leaves what would pass through
     // with no cluster to go to.
@@ -2665,7 +2670,29 @@ fn sidecar(key: &ConfigKey, value: &Value, findings: &mut Vec<Finding>) -> Resul
         registry_only,
         ingress,
         egress_proxy,
+        inbound_connection_pool,
     })])
+}
+
+/// A Sidecar's `connectionPool` (of an `ingress` listener, or `inboundConnectionPool`), as
+/// Istio validates it: with `tcp` or `http`, each checked as a DestinationRule's.
+fn inbound_pool(c: &istio::ConnectionPool, field: &str) -> Result<m::InboundPool> {
+    if c.tcp.is_none() && c.http.is_none() {
+        return Err(Invalid::field(
+            field,
+            "a connection pool needs tcp or http settings",
+        ));
+    }
+    let connect_timeout_ms = c
+        .tcp
+        .as_ref()
+        .and_then(|t| t.connect_timeout.as_deref())
+        .map(|t| parse_duration_ms(t, &format!("{field}.tcp.connectTimeout")))
+        .transpose()?;
+    Ok(m::InboundPool {
+        connect_timeout_ms,
+        pool: connection_pool(c, field)?,
+    })
 }
 
 /// A Sidecar's `outboundTrafficPolicy.egressProxy`, checked as Istio's validation checks it:
@@ -2768,12 +2795,27 @@ fn sidecar_ingress(
                 }
             },
         };
+        let connection_pool = l
+            .connection_pool
+            .as_ref()
+            .map(|c| inbound_pool(c, &format!("{f}.connectionPool")))
+            .transpose()?;
+        if l.connection_pool.as_ref().is_some_and(|c| c.http.is_some()) && !protocol.is_http() {
+            findings.push(Finding::warning(
+                format!("{f}.connectionPool.http"),
+                format!(
+                    "port {port} is not HTTP: only the tcp settings of its connection pool \
+                     apply"
+                ),
+            ));
+        }
         out.push(m::IngressListener {
             port,
             bind: l.bind.clone(),
             endpoint,
             capture_none,
             protocol,
+            connection_pool,
         });
     }
     Ok(out)

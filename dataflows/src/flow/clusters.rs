@@ -39,6 +39,8 @@ pub(super) struct Clusters<'s> {
     /// `((scope, host), ms)`: the idle timeout of the rule a scope has in effect for a host
     /// (only those that set one), for the `tcp_proxy` of the routes to it ([`TcpIdle`]).
     pub tcp_idle: Coll<'s, ((ScopeKey, Hostname), u64)>,
+    /// Every DestinationRule placed for ranking, for the inbound clusters' rule lookup.
+    pub placed: Placed<'s>,
     /// Scopes holding an `ISTIO_MUTUAL` cluster: their proxies need workload secrets.
     pub mtls_scopes: Coll<'s, ScopeKey>,
     /// `(scope, SDS secret)`: what the `credentialName` clusters of each scope use (a secret
@@ -76,7 +78,8 @@ pub(super) fn outbound<'s>(
     identified: &Coll<'s, (Hostname, Service)>,
     secrets: &Coll<'s, ((String, String), TlsSecret)>,
 ) -> Clusters<'s> {
-    let scope_groups = rule_in_effect(mesh, visible, &drs, services);
+    let placed = placed(mesh, &drs, services);
+    let scope_groups = rule_in_effect(visible, &placed);
     let hashing = hashing(&scope_groups, &drs);
     let tcp_idle = tcp_idle(&scope_groups, &drs);
     let mtls_drs = drs
@@ -175,6 +178,7 @@ pub(super) fn outbound<'s>(
         eds,
         hashing,
         tcp_idle,
+        placed,
         mtls_scopes,
         secrets,
         errors,
@@ -214,18 +218,18 @@ fn tcp_idle<'s>(
         .join_map(rule_idle, |_, (h, s), ms| ((s.clone(), h.clone()), *ms))
 }
 
-/// `(group, scope)` for every host a scope sees: the DestinationRule in effect per
-/// (scope, host), lowest `rules::dr_rank` first, or none.
-fn rule_in_effect<'s>(
+/// `(host, (rule, its service's namespace, the root namespace))`: each DestinationRule with
+/// what [`rules::dr_rank`] ranks it by.
+pub(super) type Placed<'s> = Coll<'s, (Hostname, (DestinationRule, String, String))>;
+
+/// Each rule with its service's namespace and the root namespace: the three places Istio
+/// looks a rule up.
+fn placed<'s>(
     mesh: &Mesh<'s>,
-    visible: &Visible<'s>,
     drs: &Coll<'s, (ConfigKey, DestinationRule)>,
     services: &Coll<'s, (Hostname, Service)>,
-) -> Coll<'s, (Group, ScopeKey)> {
-    // Each rule with its service's namespace and the root namespace: the three places
-    // Istio looks a rule up.
-    let rules_placed = drs
-        .clone()
+) -> Placed<'s> {
+    drs.clone()
         .map(|(_, dr)| (dr.host.clone(), dr))
         .join_map(services.clone(), |h, dr, svc| {
             ((), (h.clone(), dr.clone(), svc.namespace().to_string()))
@@ -235,10 +239,18 @@ fn rule_in_effect<'s>(
                 h.clone(),
                 (dr.clone(), svc_ns.clone(), m.root_namespace.clone()),
             )
-        });
+        })
+}
+
+/// `(group, scope)` for every host a scope sees: the DestinationRule in effect per
+/// (scope, host), lowest `rules::dr_rank` first, or none.
+fn rule_in_effect<'s>(
+    visible: &Visible<'s>,
+    rules_placed: &Placed<'s>,
+) -> Coll<'s, (Group, ScopeKey)> {
     let dr_chosen = visible
         .host_scopes()
-        .join_map(rules_placed, move |h, s, (dr, svc_ns, root)| {
+        .join_map(rules_placed.clone(), move |h, s, (dr, svc_ns, root)| {
             let creds = !dr.credential_tls().is_empty();
             rules::dr_rank(dr, s, svc_ns, root)
                 .map(|r| ((s.clone(), h.clone()), (r, dr.key.clone(), creds)))
