@@ -152,7 +152,7 @@ pub struct TcpPort<'a> {
     pub fallback: &'a str,
     pub targets: &'a [TcpTarget],
     /// The idle timeouts of the hosts the port's routes go to.
-    pub idle: &'a TcpIdle,
+    pub idle: &'a TcpTimeouts,
 }
 
 /// The outbound listener of a sidecar port: the HTTP catch-all alone (`http`: HTTP services
@@ -206,7 +206,7 @@ pub fn router_resources(
     vss: &[(&ConfigKey, &ResolvedVs)],
     secrets: &[&TlsSecret],
     hashing: &Hashing,
-    idle: &TcpIdle,
+    idle: &TcpTimeouts,
     clusters: &[String],
 ) -> Router {
     // As Istio (`VirtualServicesForGateway` of the proxy's namespace): a VirtualService bound
@@ -338,7 +338,7 @@ fn gateway_tcp_listeners(
     source: Source,
     gateways: &[&Gateway],
     vss: &[(&ConfigKey, &ResolvedVs)],
-    idle: &TcpIdle,
+    idle: &TcpTimeouts,
     http: &BTreeMap<(String, u16), BTreeSet<ConfigKey>>,
     tls: &BTreeMap<(String, u16), BTreeSet<ConfigKey>>,
     errors: &mut Vec<ConfigError>,

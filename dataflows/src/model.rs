@@ -958,20 +958,31 @@ pub fn host_hash<'h>(
 /// [`HostHashing`] per host, for the routes of one route configuration.
 pub type Hashing = BTreeMap<Hostname, HostHashing>;
 
-/// Per host a scope routes TCP connections to, the idle timeout (ms) Istio gives the
-/// `tcp_proxy` of those routes: `trafficPolicy.connectionPool.tcp.idleTimeout` of the
-/// rule in effect, the rule's own (not a subset's or a port's), as Istio reads it for the
-/// route's first destination. Hosts whose rule sets none are absent (Envoy's 1h applies).
-pub type TcpIdle = BTreeMap<Hostname, u64>;
+/// The limits Istio gives the `tcp_proxy` of a route to a host, from the rule in effect's
+/// own `trafficPolicy.connectionPool.tcp` (not a subset's or a port's), as Istio reads it
+/// for the route's first destination: `idleTimeout` (`None`: Envoy's 1h; 0: none) and
+/// `maxConnectionDuration` (Envoy's `max_downstream_connection_duration`; `None`: no limit).
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+pub struct TcpTimeout {
+    pub idle_ms: Option<u64>,
+    pub max_duration_ms: Option<u64>,
+}
+
+/// Per host a scope routes TCP connections to, its [`TcpTimeout`]. Hosts whose rule sets
+/// neither are absent.
+pub type TcpTimeouts = BTreeMap<Hostname, TcpTimeout>;
 
 impl DestinationRule {
-    /// The rule's own `connectionPool.tcp.idleTimeout` ([`TcpIdle`]).
-    pub fn tcp_idle_timeout_ms(&self) -> Option<u64> {
-        self.traffic_policy
-            .as_ref()?
-            .connection_pool
-            .as_ref()?
-            .tcp_idle_timeout_ms
+    /// The rule's own [`TcpTimeout`], if it sets either.
+    pub fn tcp_timeout(&self) -> Option<TcpTimeout> {
+        let pool = self.traffic_policy.as_ref()?.connection_pool.as_ref()?;
+        let t = TcpTimeout {
+            idle_ms: pool.tcp_idle_timeout_ms,
+            max_duration_ms: pool.max_connection_duration_ms,
+        };
+        (t != TcpTimeout::default()).then_some(t)
     }
 }
 

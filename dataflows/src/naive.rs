@@ -272,13 +272,13 @@ impl<'a> View<'a> {
 
     /// The rule's own `tcp.idleTimeout` of the hosts the scope sees, where the rule in effect
     /// sets one.
-    fn tcp_idle(&self, s: &ScopeKey) -> TcpIdle {
+    fn tcp_idle(&self, s: &ScopeKey) -> TcpTimeouts {
         let hosts: BTreeSet<&str> = self.view_hosts(s).into_iter().flatten().collect();
         hosts
             .into_iter()
             .filter_map(|h| {
-                let ms = self.dr_for(s, self.services[h])?.tcp_idle_timeout_ms()?;
-                Some((h.to_string(), ms))
+                let t = self.dr_for(s, self.services[h])?.tcp_timeout()?;
+                Some((h.to_string(), t))
             })
             .collect()
     }

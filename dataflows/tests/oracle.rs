@@ -62,6 +62,10 @@ fn with_connection_pool(
     pool.tcp_idle_timeout_ms = Some(30_000);
     pool.h2_upgrade = Some(H2Upgrade::Upgrade);
     pool.max_concurrent_streams = Some(10);
+    pool.max_requests_per_connection = Some(5);
+    if extra.random_bool(0.5) {
+        pool.max_connection_duration_ms = Some(60_000);
+    }
     Some(p)
 }
 

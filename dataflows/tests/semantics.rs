@@ -2205,6 +2205,90 @@ fn terminating_tls_server_routes_decrypted_stream_by_tcp_routes() {
     assert_eq!(gateway_errors(&m, ErrorCode::GatewaySecret).len(), 1);
 }
 
+/// (idle timeout, longest connection) in seconds of a chain's `tcp_proxy`.
+fn tcp_proxy_limits(
+    chain: &envoy_types::pb::envoy::config::listener::v3::FilterChain,
+) -> (Option<i64>, Option<i64>) {
+    use envoy_types::pb::envoy::config::listener::v3::filter::ConfigType;
+    use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::TcpProxy;
+    let Some(ConfigType::TypedConfig(any)) = &chain.filters[0].config_type else {
+        panic!("a typed config");
+    };
+    let p = TcpProxy::decode(&any.value[..]).expect("a tcp_proxy");
+    (
+        p.idle_timeout.map(|d| d.seconds),
+        p.max_downstream_connection_duration.map(|d| d.seconds),
+    )
+}
+
+/// Istio gives the `tcp_proxy` of an AUTO_PASSTHROUGH chain the `tcp.idleTimeout` and
+/// `tcp.maxConnectionDuration` of its host's rule (its subsets' chains too), as it gives a
+/// TCP route's; a rule's change reaches the chains, and without the settings they go.
+#[test]
+fn auto_passthrough_chains_take_their_hosts_tcp_limits() {
+    let mut m = Mesh::new();
+    let gw = router_proxy(
+        "eastwest-1",
+        "istio-system",
+        "10.0.0.9",
+        &[("istio", "eastwestgateway")],
+    );
+    let gateway = Record::Gateway(Gateway {
+        key: ConfigKey::new(Kind::Gateway, "istio-system", "cross-network"),
+        selector: labels(&[("istio", "eastwestgateway")]),
+        servers: vec![GatewayServer {
+            port: 15443,
+            port_name: "tls".into(),
+            protocol: Protocol::Tls,
+            bind: None,
+            hosts: vec!["*/*.default.svc.cluster.local".into()],
+            https_redirect: false,
+            tls: Some(Box::new(ServerTls {
+                mode: ServerTlsMode::AutoPassthrough,
+                credential: None,
+                min_version: None,
+                max_version: None,
+                cipher_suites: vec![],
+                subject_alt_names: vec![],
+                tcp: false,
+            })),
+            field: "spec.servers[0]".into(),
+        }],
+    });
+    let reviews = host("reviews", "default");
+    let rule = |pool: Option<ConnectionPool>| {
+        let Record::DestinationRule(mut dr) =
+            destination_rule("default", "reviews", &reviews, &[("v1", "v1")])
+        else {
+            unreachable!()
+        };
+        dr.traffic_policy = pool.map(|p| TrafficPolicy {
+            connection_pool: Some(Box::new(p)),
+            ..Default::default()
+        });
+        Record::DestinationRule(dr)
+    };
+    let limited = rule(Some(ConnectionPool {
+        tcp_idle_timeout_ms: Some(30_000),
+        max_connection_duration_ms: Some(60_000),
+        ..Default::default()
+    }));
+    m.insert(vec![
+        px(&gw),
+        gateway,
+        service("reviews", "default"),
+        limited.clone(),
+    ]);
+    let limits = |m: &Mesh| -> BTreeSet<(Option<i64>, Option<i64>)> {
+        let chains = m.listener_body(&gw, "0.0.0.0_15443").filter_chains;
+        assert_eq!(chains.len(), 2, "the host's chain and its subset's");
+        chains.iter().map(tcp_proxy_limits).collect()
+    };
+    assert_eq!(limits(&m), BTreeSet::from([(Some(30), Some(60))]));
+    m.replace(limited, rule(None));
+    assert_eq!(limits(&m), BTreeSet::from([(None, None)]));
+}
+
 /// Proves that an AUTO_PASSTHROUGH server has a chain per outbound cluster of the gateway's
 /// scope whose host its hosts match (services inside the mesh only), matched on Istio's SNI
 /// for it and passing to it, and that a new subset adds its chain incrementally (the dataflow's result is the naive

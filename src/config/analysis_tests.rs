@@ -1360,6 +1360,37 @@ fn endpoint_network_is_the_network_label_unless_the_workload_has_one() {
     );
 }
 
+/// `connectionPool.tcp.maxConnectionDuration` is held to at least 1ms, as Istio's validation
+/// holds it (`0s` too: unlike `idleTimeout`, it has no "off"); 1ms and more are read.
+#[test]
+fn max_connection_duration_below_1ms_is_refused() {
+    let dr = |d: &str| {
+        format!("{DR}  trafficPolicy:\n    connectionPool:\n      tcp: {{maxConnectionDuration: {d}}}\n")
+    };
+    for d in ["0s", "0.5ms", "0.0009s"] {
+        let e = parse_document(&dr(d), &MeshConfig::default()).unwrap_err();
+        assert_eq!(
+            e.field, "spec.trafficPolicy.connectionPool.tcp.maxConnectionDuration",
+            "{d}: {e}"
+        );
+    }
+    for (d, ms) in [("1ms", 1), ("1.5s", 1_500), ("2m", 120_000)] {
+        let p = parse(&dr(d));
+        let Record::DestinationRule(r) = &p.records[0] else {
+            panic!()
+        };
+        let pool = r
+            .traffic_policy
+            .as_ref()
+            .and_then(|t| t.connection_pool.as_ref());
+        assert_eq!(
+            pool.and_then(|p| p.max_connection_duration_ms),
+            Some(ms),
+            "{d}"
+        );
+    }
+}
+
 /// `connectionPool.http.h2UpgradePolicy`, `useClientProtocol`, `maxConcurrentStreams` and
 /// `tcp.idleTimeout` are read (no warning), at the rule and per port, and bad values are
 /// refused naming the field, as Istio's validation refuses them.

@@ -201,6 +201,24 @@ fn cors(c: &istio::CorsPolicy, field: &str, mesh: &MeshConfig) -> Result<m::Cors
 
 /// Istio's duration strings: `1.5s`, `300ms`, `2m`, `1h`.
 pub fn parse_duration_ms(s: &str, field: &str) -> Result<u64> {
+    Ok(duration_exact_ms(s, field)?.round() as u64)
+}
+
+/// A duration Istio's validation holds to at least 1ms (`agent.ValidateDuration`), in ms.
+fn duration_at_least_1ms(v: Option<&str>, field: &str) -> Result<Option<u64>> {
+    let Some(text) = v else { return Ok(None) };
+    let exact = duration_exact_ms(text, field)?;
+    if exact < 1.0 {
+        return Err(Invalid::field(
+            field,
+            format!("{text:?} is below 1ms, the least duration Istio accepts here"),
+        ));
+    }
+    Ok(Some(exact.round() as u64))
+}
+
+/// A duration as written, in (possibly fractional) milliseconds.
+fn duration_exact_ms(s: &str, field: &str) -> Result<f64> {
     let bad = || {
         Invalid::field(
             field,
@@ -222,7 +240,7 @@ pub fn parse_duration_ms(s: &str, field: &str) -> Result<u64> {
     if !v.is_finite() || v < 0.0 {
         return Err(bad());
     }
-    Ok((v * unit_ms).round() as u64)
+    Ok(v * unit_ms)
 }
 
 /// Expands a short host name relative to the config's namespace, as Istio does:
@@ -1618,8 +1636,8 @@ fn connection_pool(c: &istio::ConnectionPool, f: &str) -> Result<Option<m::Conne
             tcp.and_then(|t| t.max_connections),
             &format!("{f}.tcp.maxConnections"),
         )?,
-        max_connection_duration_ms: duration(
-            &tcp.and_then(|t| t.max_connection_duration.clone()),
+        max_connection_duration_ms: duration_at_least_1ms(
+            tcp.and_then(|t| t.max_connection_duration.as_deref()),
             &format!("{f}.tcp.maxConnectionDuration"),
         )?,
         tcp_keepalive: keepalive,

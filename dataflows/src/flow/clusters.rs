@@ -37,8 +37,8 @@ pub(super) struct Clusters<'s> {
     /// (only those), for the routes to its clusters.
     pub hashing: Coll<'s, ((ScopeKey, Hostname), HostHashing)>,
     /// `((scope, host), ms)`: the idle timeout of the rule a scope has in effect for a host
-    /// (only those that set one), for the `tcp_proxy` of the routes to it ([`TcpIdle`]).
-    pub tcp_idle: Coll<'s, ((ScopeKey, Hostname), u64)>,
+    /// (only those that set one), for the `tcp_proxy` of the routes to it ([`TcpTimeouts`]).
+    pub tcp_idle: Coll<'s, ((ScopeKey, Hostname), TcpTimeout)>,
     /// Every DestinationRule placed for ranking, for the inbound clusters' rule lookup.
     pub placed: Placed<'s>,
     /// Scopes holding an `ISTIO_MUTUAL` cluster: their proxies need workload secrets.
@@ -203,15 +203,15 @@ fn hashing<'s>(
         })
 }
 
-/// The rule's own `tcp.idleTimeout` per (scope, host), from the rules that set one: a rule
-/// without adds no row, so its changes reach no listener.
+/// The rule's own `tcp.idleTimeout` and `tcp.maxConnectionDuration` per (scope, host), from
+/// the rules that set one: a rule without adds no row, so its changes reach no listener.
 fn tcp_idle<'s>(
     scope_groups: &Coll<'s, (Group, ScopeKey)>,
     drs: &Coll<'s, (ConfigKey, DestinationRule)>,
-) -> Coll<'s, ((ScopeKey, Hostname), u64)> {
+) -> Coll<'s, ((ScopeKey, Hostname), TcpTimeout)> {
     let rule_idle = drs
         .clone()
-        .flat_map(|(k, dr)| dr.tcp_idle_timeout_ms().map(|ms| (k, ms)));
+        .flat_map(|(k, dr)| dr.tcp_timeout().map(|t| (k, t)));
     scope_groups
         .clone()
         .flat_map(|((h, (d, _, _)), s)| d.map(|k| (k, (h, s))))
