@@ -286,3 +286,87 @@ fn tcp_idle_timeout_closes_idle_connections() {
     );
     assert_eq!(sidecar.rejected_updates(), 0, "{}", sidecar.summary());
 }
+
+/// A DestinationRule's own `connectionPool.tcp.maxConnectionDuration` is the longest a
+/// connection through the `tcp_proxy` of routes to its host may last, as Istio sets it
+/// (`max_downstream_connection_duration`): the sidecar's Envoy closes a connection after 1s
+/// though it is never idle (a ping every 200ms, each echoed).
+#[test]
+fn tcp_max_connection_duration_closes_busy_connections() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::time::{Duration, Instant};
+    let envoy_bin = require_envoy!();
+    let net = 85;
+    let dir = TestDir::new("envoy-tcp-max-duration");
+    let config = dir.subdir("config");
+    let (port, backend_port, gateway_port) = (free_port(), free_port(), free_port());
+    let _v1 = TcpEcho::start(&mongo::ip(net, 11), backend_port, "mongo-v1");
+    let _v2 = TcpEcho::start(&mongo::ip(net, 12), backend_port, "mongo-v2");
+    mongo::write_mesh(&config, net, port, backend_port, gateway_port);
+    let path = config.join("mongo.yaml");
+    let text = std::fs::read_to_string(&path).expect("mongo.yaml");
+    let limited = text.replace(
+        "  host: mongo\n  subsets:",
+        "  host: mongo\n  trafficPolicy: {connectionPool: {tcp: {maxConnectionDuration: 1s}}}\n  subsets:",
+    );
+    assert_ne!(limited, text, "the rule is in mongo.yaml");
+    std::fs::write(&path, limited).expect("write mongo.yaml");
+    let meshflow = Meshflow::start(&config, dir.path());
+    let node = ProxyNode::sidecar(
+        "client-abc",
+        "default",
+        &mongo::ip(net, 20),
+        &[("app", "client")],
+    );
+    let sidecar = Envoy::start(
+        &envoy_bin,
+        dir.path(),
+        &node,
+        meshflow.xds_addr(),
+        XdsMode::Delta,
+    );
+    sidecar.wait_live(STARTUP_TIMEOUT);
+    sidecar.await_listener(&format!("127.0.0.1_{port}"));
+    let dump = sidecar.config_dump().to_string();
+    assert!(
+        dump.contains("\"max_downstream_connection_duration\":\"1s\""),
+        "the tcp_proxy's limit: {dump}"
+    );
+
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let stream = std::net::TcpStream::connect(addr).expect("connect through the sidecar");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("read timeout");
+    let mut writer = stream.try_clone().expect("a writer");
+    let mut reader = BufReader::new(stream);
+    let mut greeting = String::new();
+    reader.read_line(&mut greeting).expect("greeting");
+    assert!(greeting.starts_with("mongo-v"), "{greeting:?}");
+    let opened = Instant::now();
+    let mut echoed = 0;
+    let lasted = loop {
+        let mut echo = String::new();
+        let alive = writer.write_all(b"ping\n").is_ok()
+            && matches!(reader.read_line(&mut echo), Ok(n) if n > 0);
+        if !alive {
+            break opened.elapsed();
+        }
+        assert_eq!(echo, "ping\n");
+        echoed += 1;
+        assert!(
+            opened.elapsed() < Duration::from_secs(8),
+            "still open after {echoed} pings"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(
+        echoed >= 2,
+        "the connection carried data first ({echoed} pings)"
+    );
+    assert!(
+        lasted >= Duration::from_millis(800) && lasted < Duration::from_secs(4),
+        "Envoy closed the busy connection after {lasted:?}"
+    );
+    assert_eq!(sidecar.rejected_updates(), 0, "{}", sidecar.summary());
+}

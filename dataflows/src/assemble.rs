@@ -79,20 +79,38 @@ pub fn ingress_ports(spec: &ScopeSpec) -> Vec<(InboundPort, bool)> {
         .collect()
 }
 
-/// The inbound clusters of the Sidecar's `ingress`, per port: `inbound|PORT||` to its
-/// `defaultEndpoint`, held per proxy in place of the one its own endpoints would give
-/// (the same name: the two never meet in one proxy's set).
-pub fn ingress_clusters(spec: &ScopeSpec) -> Vec<(u16, Resource)> {
-    spec.sidecar
-        .iter()
-        .flat_map(|s| &s.ingress)
-        .map(|l| {
-            (
-                l.port,
-                cluster::inbound_to(l.port, &l.endpoint.0, l.endpoint.1, spec.connect_timeout_ms),
-            )
-        })
-        .collect()
+/// What the inbound cluster of a proxy's `port` is built from, if it has one: its
+/// Sidecar's `ingress` listener for the port (to its `defaultEndpoint`), else — unless the
+/// Sidecar has `ingress` listeners, which replace the proxy's own ports, as in Istio — the
+/// service port `own` reaching it (to the application on loopback). Its connection pool:
+/// the Sidecar's for the port ([`SidecarInbound::pool`]), else that of `rule`, the pools of
+/// the DestinationRule of `own`'s host ([`inbound_pool_at`] the service port, or for an
+/// `ingress` listener at its port, as Istio looks it up).
+pub fn inbound_cluster_spec(
+    port: u16,
+    own: Option<&OwnPort>,
+    sidecar: Option<&SidecarInbound>,
+    rule: Option<&InboundRulePools>,
+) -> Option<InboundClusterSpec> {
+    let ingress = sidecar.and_then(|s| s.ingress.iter().find(|l| l.port == port));
+    let replaced = sidecar.is_some_and(|s| !s.ingress.is_empty());
+    let (endpoint, protocol, policy_port) = match (ingress, own) {
+        (Some(l), _) => (l.endpoint.clone(), l.protocol, l.port),
+        (None, Some(o)) if !replaced => {
+            (("127.0.0.1".to_string(), port), o.protocol, o.service_port)
+        }
+        _ => return None,
+    };
+    let pool = sidecar
+        .and_then(|s| s.pool(port))
+        .or_else(|| own.and(rule).and_then(|r| inbound_pool_at(r, policy_port)))
+        .cloned();
+    Some(InboundClusterSpec {
+        port,
+        endpoint,
+        protocol,
+        pool,
+    })
 }
 
 /// Route configuration names an explicit egress listener needs even with no services
@@ -134,7 +152,7 @@ pub struct TcpPort<'a> {
     pub fallback: &'a str,
     pub targets: &'a [TcpTarget],
     /// The idle timeouts of the hosts the port's routes go to.
-    pub idle: &'a TcpIdle,
+    pub idle: &'a TcpTimeouts,
 }
 
 /// The outbound listener of a sidecar port: the HTTP catch-all alone (`http`: HTTP services
@@ -188,7 +206,7 @@ pub fn router_resources(
     vss: &[(&ConfigKey, &ResolvedVs)],
     secrets: &[&TlsSecret],
     hashing: &Hashing,
-    idle: &TcpIdle,
+    idle: &TcpTimeouts,
     clusters: &[String],
 ) -> Router {
     // As Istio (`VirtualServicesForGateway` of the proxy's namespace): a VirtualService bound
@@ -320,7 +338,7 @@ fn gateway_tcp_listeners(
     source: Source,
     gateways: &[&Gateway],
     vss: &[(&ConfigKey, &ResolvedVs)],
-    idle: &TcpIdle,
+    idle: &TcpTimeouts,
     http: &BTreeMap<(String, u16), BTreeSet<ConfigKey>>,
     tls: &BTreeMap<(String, u16), BTreeSet<ConfigKey>>,
     errors: &mut Vec<ConfigError>,

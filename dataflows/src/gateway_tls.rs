@@ -137,7 +137,7 @@ pub fn servers(
     vss: &[(&ConfigKey, &ResolvedVs)],
     secrets: &[&TlsSecret],
     hashing: &Hashing,
-    idle: &TcpIdle,
+    idle: &TcpTimeouts,
     http: &BTreeMap<(String, u16), BTreeSet<ConfigKey>>,
     clusters: &[String],
 ) -> TlsServers {
@@ -231,7 +231,7 @@ pub fn servers(
                         &mut out.errors,
                     );
                 }
-                ServerTlsMode::AutoPassthrough => auto_passthrough(server, clusters, chains),
+                ServerTlsMode::AutoPassthrough => auto_passthrough(server, clusters, idle, chains),
             }
         }
     }
@@ -286,7 +286,7 @@ fn terminate_tcp<'a>(
     tls: &'a ServerTls,
     vss: &[(&ConfigKey, &ResolvedVs)],
     source: Source,
-    idle: &TcpIdle,
+    idle: &TcpTimeouts,
     chains: &mut TlsChains<'a>,
     inputs: &mut BTreeSet<ConfigKey>,
 ) -> Added {
@@ -312,12 +312,12 @@ fn terminate_tcp<'a>(
     let total = list.len();
     let mut added = 0;
     for (ranges, dests) in list {
-        let idle_ms = tcp::idle_of(idle, &dests);
+        let timeout = tcp::timeout_of(idle, &dests);
         let chain = TlsChain::TerminateTcp {
             tls,
             ranges,
             dests,
-            idle_ms,
+            timeout,
         };
         if chains.add(names.clone(), chain).is_some() {
             added += 1;
@@ -335,7 +335,12 @@ fn terminate_tcp<'a>(
 /// SNI Istio's clients send for it (`outbound_.PORT_.SUBSET_.HOST`: `outbound_.9080_._.HOST`
 /// for no subset), a
 /// `tcp_proxy` to that cluster. A name no chain claims is refused (no chain matches).
-fn auto_passthrough(server: &GatewayServer, clusters: &[String], chains: &mut TlsChains) {
+fn auto_passthrough(
+    server: &GatewayServer,
+    clusters: &[String],
+    idle: &TcpTimeouts,
+    chains: &mut TlsChains,
+) {
     let sorted: BTreeSet<&String> = clusters.iter().collect();
     for name in sorted {
         let Some((port, subset, host)) = crate::translate::outbound_cluster_parts(name) else {
@@ -349,11 +354,12 @@ fn auto_passthrough(server: &GatewayServer, clusters: &[String], chains: &mut Tl
             continue;
         }
         let sni = format!("outbound_.{port}_.{subset}_.{host}");
-        // Istio's AUTO_PASSTHROUGH chains take no DestinationRule's idle timeout.
+        // Istio gives each chain the limits of the host's rule, as to a TCP route's.
+        let dests = vec![(name.clone(), 100)];
         let chain = TlsChain::Passthrough {
             ranges: Vec::new(),
-            dests: vec![(name.clone(), 100)],
-            idle_ms: None,
+            timeout: tcp::timeout_of(idle, &dests),
+            dests,
         };
         // A name an earlier server on the port took stays with it.
         let _ = chains.add(vec![sni], chain);
@@ -382,7 +388,7 @@ fn passthrough<'a>(
     server: &GatewayServer,
     vss: &[(&ConfigKey, &'a ResolvedVs)],
     source: Source,
-    idle: &TcpIdle,
+    idle: &TcpTimeouts,
     chains: &mut TlsChains<'a>,
     inputs: &mut BTreeSet<ConfigKey>,
     errors: &mut Vec<ConfigError>,
@@ -427,7 +433,7 @@ fn passthrough<'a>(
                 let chain = TlsChain::Passthrough {
                     ranges: m.destination_subnets.clone(),
                     dests: dests.clone(),
-                    idle_ms: tcp::idle_of(idle, &dests),
+                    timeout: tcp::timeout_of(idle, &dests),
                 };
                 if chains.add(names, chain).is_none() {
                     errors.push(ConfigError {

@@ -966,20 +966,31 @@ pub fn host_hash<'h>(
 /// [`HostHashing`] per host, for the routes of one route configuration.
 pub type Hashing = BTreeMap<Hostname, HostHashing>;
 
-/// Per host a scope routes TCP connections to, the idle timeout (ms) Istio gives the
-/// `tcp_proxy` of those routes: `trafficPolicy.connectionPool.tcp.idleTimeout` of the
-/// rule in effect, the rule's own (not a subset's or a port's), as Istio reads it for the
-/// route's first destination. Hosts whose rule sets none are absent (Envoy's 1h applies).
-pub type TcpIdle = BTreeMap<Hostname, u64>;
+/// The limits Istio gives the `tcp_proxy` of a route to a host, from the rule in effect's
+/// own `trafficPolicy.connectionPool.tcp` (not a subset's or a port's), as Istio reads it
+/// for the route's first destination: `idleTimeout` (`None`: Envoy's 1h; 0: none) and
+/// `maxConnectionDuration` (Envoy's `max_downstream_connection_duration`; `None`: no limit).
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+pub struct TcpTimeout {
+    pub idle_ms: Option<u64>,
+    pub max_duration_ms: Option<u64>,
+}
+
+/// Per host a scope routes TCP connections to, its [`TcpTimeout`]. Hosts whose rule sets
+/// neither are absent.
+pub type TcpTimeouts = BTreeMap<Hostname, TcpTimeout>;
 
 impl DestinationRule {
-    /// The rule's own `connectionPool.tcp.idleTimeout` ([`TcpIdle`]).
-    pub fn tcp_idle_timeout_ms(&self) -> Option<u64> {
-        self.traffic_policy
-            .as_ref()?
-            .connection_pool
-            .as_ref()?
-            .tcp_idle_timeout_ms
+    /// The rule's own [`TcpTimeout`], if it sets either.
+    pub fn tcp_timeout(&self) -> Option<TcpTimeout> {
+        let pool = self.traffic_policy.as_ref()?.connection_pool.as_ref()?;
+        let t = TcpTimeout {
+            idle_ms: pool.tcp_idle_timeout_ms,
+            max_duration_ms: pool.max_connection_duration_ms,
+        };
+        (t != TcpTimeout::default()).then_some(t)
     }
 }
 
@@ -1629,6 +1640,115 @@ pub struct Sidecar {
     /// passing through.
     #[serde(default)]
     pub egress_proxy: Option<EgressProxy>,
+    /// `inboundConnectionPool`: the connection pool of every inbound cluster of the
+    /// workload whose `ingress` listener sets none, in place of the DestinationRule's.
+    #[serde(default)]
+    pub inbound_connection_pool: Option<InboundPool>,
+}
+
+/// What of a Sidecar its proxies' inbound clusters read: `ingress` (which replaces the
+/// proxy's own ports) and `inboundConnectionPool`.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct SidecarInbound {
+    pub ingress: Vec<IngressListener>,
+    pub inbound_connection_pool: Option<InboundPool>,
+}
+
+impl SidecarInbound {
+    /// `None` for a Sidecar that says nothing of the inbound side.
+    pub fn of(sidecar: &Sidecar) -> Option<SidecarInbound> {
+        (!sidecar.ingress.is_empty() || sidecar.inbound_connection_pool.is_some()).then(|| {
+            SidecarInbound {
+                ingress: sidecar.ingress.clone(),
+                inbound_connection_pool: sidecar.inbound_connection_pool.clone(),
+            }
+        })
+    }
+
+    /// The connection pool the Sidecar gives the inbound cluster of `port`: its `ingress`
+    /// listener's for that port, else `inboundConnectionPool`, as Istio looks it up.
+    pub fn pool(&self, port: u16) -> Option<&InboundPool> {
+        self.ingress
+            .iter()
+            .find(|l| l.port == port && l.connection_pool.is_some())
+            .and_then(|l| l.connection_pool.as_ref())
+            .or(self.inbound_connection_pool.as_ref())
+    }
+}
+
+/// A `connectionPool` as an inbound cluster applies it: `tcp.connectTimeout` and the rest
+/// (circuit-breaker limits, connection lifetimes, `useClientProtocol`). Istio applies only
+/// the connection pool to inbound clusters: no load balancer, outlier detection or TLS.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct InboundPool {
+    pub connect_timeout_ms: Option<u64>,
+    pub pool: Option<ConnectionPool>,
+}
+
+impl InboundPool {
+    /// The connection pool of `policy` (a rule's policy on one port), if it sets one.
+    pub fn of_policy(policy: &TrafficPolicy) -> Option<InboundPool> {
+        (policy.connect_timeout_ms.is_some() || policy.connection_pool.is_some()).then(|| {
+            InboundPool {
+                connect_timeout_ms: policy.connect_timeout_ms,
+                pool: policy.connection_pool.as_deref().cloned(),
+            }
+        })
+    }
+}
+
+/// What a proxy's inbound cluster `inbound|PORT||` is built from, besides the mesh's
+/// connect timeout: where it sends traffic, the protocol of the port (HTTP2 and gRPC
+/// ports speak HTTP/2 to the application) and the connection pool in effect (a Sidecar's,
+/// else that of the DestinationRule of the service reaching the port).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct InboundClusterSpec {
+    pub port: u16,
+    /// `(IP, port)` of the application.
+    pub endpoint: (String, u16),
+    pub protocol: Protocol,
+    pub pool: Option<InboundPool>,
+}
+
+/// The service port that gives a proxy's own port its inbound cluster: of the services
+/// whose endpoints are at one of the proxy's IPs on that port, the least (host, service
+/// port), so the choice is stable (Istio takes the first it lists).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct OwnPort {
+    pub host: Hostname,
+    pub service_port: u16,
+    pub protocol: Protocol,
+}
+
+/// The connection pools a DestinationRule gives inbound clusters: its own policy's (not a
+/// subset's), per port a `portLevelSettings` entry names (the entry's, whole: `None` where
+/// it sets no pool) and for every other port (`None` key). Empty when it gives none.
+pub type InboundRulePools = Vec<(Option<u16>, Option<InboundPool>)>;
+
+impl DestinationRule {
+    /// This rule's [`InboundRulePools`].
+    pub fn inbound_pools(&self) -> InboundRulePools {
+        let Some(policy) = &self.traffic_policy else {
+            return Vec::new();
+        };
+        let out: InboundRulePools = std::iter::once(None)
+            .chain(policy.port_level.iter().map(|(p, _)| Some(*p)))
+            .map(|port| (port, InboundPool::of_policy(&policy.at_port(port).0)))
+            .collect();
+        if out.iter().all(|(_, p)| p.is_none()) {
+            return Vec::new();
+        }
+        out
+    }
+}
+
+/// The pool of `pools` ([`InboundRulePools`]) on service port `port`.
+pub fn inbound_pool_at(pools: &InboundRulePools, port: u16) -> Option<&InboundPool> {
+    pools
+        .iter()
+        .find(|(p, _)| *p == Some(port))
+        .or_else(|| pools.iter().find(|(p, _)| p.is_none()))
+        .and_then(|(_, pool)| pool.as_ref())
 }
 
 /// A Sidecar's `egressProxy`: the cluster `outbound|PORT|SUBSET|HOST` that takes what would
@@ -1663,6 +1783,10 @@ pub struct IngressListener {
     /// The port's protocol: an HTTP one gets the HTTP chains, any other `tcp_proxy`.
     #[serde(default = "http_protocol")]
     pub protocol: Protocol,
+    /// `connectionPool`: the pool of this port's inbound cluster, over the
+    /// DestinationRule's and the Sidecar's `inboundConnectionPool`.
+    #[serde(default)]
+    pub connection_pool: Option<InboundPool>,
 }
 
 fn http_protocol() -> Protocol {

@@ -259,6 +259,19 @@ impl<'a> View<'a> {
             .map(|(_, dr)| dr)
     }
 
+    /// The rule whose connection pool a scope's inbound clusters for `svc` take: the lookup
+    /// of [`View::dr_for`], of the entries without a `workloadSelector`.
+    fn inbound_dr_for(&self, s: &ScopeKey, svc: &Service) -> Option<&DestinationRule> {
+        let root = self.mesh.root_namespace.as_str();
+        let entries: Vec<&rules::DrEntry> = self.dr_entries.iter().map(|(e, _)| e).collect();
+        let chosen =
+            rules::dr_in_effect_inbound(&entries, s, &svc.hostname, svc.namespace(), root)?;
+        self.dr_entries
+            .iter()
+            .find(|(e, _)| e == chosen)
+            .map(|(_, dr)| dr)
+    }
+
     /// The hash keys of the hosts the scope sees, where the rule in effect hashes.
     fn hashing(&self, s: &ScopeKey) -> Hashing {
         let hosts: BTreeSet<&str> = self.view_hosts(s).into_iter().flatten().collect();
@@ -273,13 +286,13 @@ impl<'a> View<'a> {
 
     /// The rule's own `tcp.idleTimeout` of the hosts the scope sees, where the rule in effect
     /// sets one.
-    fn tcp_idle(&self, s: &ScopeKey) -> TcpIdle {
+    fn tcp_idle(&self, s: &ScopeKey) -> TcpTimeouts {
         let hosts: BTreeSet<&str> = self.view_hosts(s).into_iter().flatten().collect();
         hosts
             .into_iter()
             .filter_map(|h| {
-                let ms = self.dr_for(s, self.services[h])?.tcp_idle_timeout_ms()?;
-                Some((h.to_string(), ms))
+                let t = self.dr_for(s, self.services[h])?.tcp_timeout()?;
+                Some((h.to_string(), t))
             })
             .collect()
     }
@@ -920,14 +933,13 @@ fn inbound(v: &View, index: &EndpointIndex, p: &Proxy, s: &ScopeKey) -> Vec<Reso
         return Vec::new();
     };
     let (interception_none, proxyless) = (*interception_none, *proxyless);
-    let ingress = if proxyless {
-        Vec::new()
-    } else {
-        assemble::ingress_clusters(&ScopeSpec::new(v.sidecar_spec(s).cloned(), &v.mesh))
-    };
+    let sidecar = v
+        .sidecar_spec(s)
+        .filter(|_| !proxyless)
+        .and_then(SidecarInbound::of);
     let connect_timeout_ms = v.mesh.connect_timeout_ms;
-    // Each own endpoint's port, with the protocol of the service port it serves.
-    let own: Vec<(u16, Protocol)> = p
+    // Each own endpoint's port, with the service port it serves.
+    let own_ports: Vec<(u16, OwnPort)> = p
         .ips
         .iter()
         .filter(|_| !proxyless)
@@ -935,17 +947,46 @@ fn inbound(v: &View, index: &EndpointIndex, p: &Proxy, s: &ScopeKey) -> Vec<Reso
         .filter_map(|(h, svc_port, ep)| {
             let svc = v.services.get(h)?;
             let sp = svc.ports.iter().find(|sp| sp.port == *svc_port)?;
-            Some((ep.port, sp.protocol))
+            let own = OwnPort {
+                host: h.to_string(),
+                service_port: *svc_port,
+                protocol: sp.protocol,
+            };
+            Some((ep.port, own))
         })
         .collect();
-    let ports: BTreeSet<u16> = own.iter().map(|(port, _)| *port).collect();
-    // The Sidecar's `ingress` gives its own cluster for its ports.
+    let own: Vec<(u16, Protocol)> = own_ports.iter().map(|(p, o)| (*p, o.protocol)).collect();
+    // Per port, the least service port reaching it.
+    let mut chosen: BTreeMap<u16, &OwnPort> = BTreeMap::new();
+    for (port, o) in &own_ports {
+        let e = chosen.entry(*port).or_insert(o);
+        if o < *e {
+            *e = o;
+        }
+    }
+    let mut ports: BTreeSet<u16> = chosen.keys().copied().collect();
+    ports.extend(
+        sidecar
+            .iter()
+            .flat_map(|sc| sc.ingress.iter().map(|l| l.port)),
+    );
+    let seen: BTreeSet<&str> = if chosen.is_empty() {
+        BTreeSet::new()
+    } else {
+        v.view_hosts(s).into_iter().flatten().collect()
+    };
     let mut res: Vec<Resource> = ports
         .iter()
-        // A Sidecar's `ingress` replaces the proxy's own ports, as in Istio.
-        .filter(|_| ingress.is_empty())
-        .map(|port| cluster::inbound(*port, connect_timeout_ms))
-        .chain(ingress.iter().map(|(_, c)| c.clone()))
+        .filter_map(|port| {
+            let own = chosen.get(port).copied();
+            let rule = own
+                .filter(|o| seen.contains(o.host.as_str()))
+                .and_then(|o| v.inbound_dr_for(s, v.services.get(o.host.as_str())?))
+                .map(|dr| dr.inbound_pools())
+                .filter(|pools| !pools.is_empty());
+            let spec = assemble::inbound_cluster_spec(*port, own, sidecar.as_ref(), rule.as_ref())?;
+            Some(cluster::inbound(&spec, connect_timeout_ms))
+        })
         .collect();
     if !interception_none {
         let ingress_ports = if proxyless {

@@ -445,6 +445,30 @@ pub fn dr_in_effect<'e>(
     svc_ns: &str,
     root_ns: &str,
 ) -> Option<&'e DrEntry> {
+    dr_lookup(entries, scope, host, svc_ns, root_ns, true)
+}
+
+/// The entry whose connection pool a proxy's inbound clusters for `host` take: the same
+/// lookup as [`dr_in_effect`], then the last entry without a `workloadSelector` (Istio
+/// honours selectors for outbound traffic only).
+pub fn dr_in_effect_inbound<'e>(
+    entries: &[&'e DrEntry],
+    scope: &ScopeKey,
+    host: &str,
+    svc_ns: &str,
+    root_ns: &str,
+) -> Option<&'e DrEntry> {
+    dr_lookup(entries, scope, host, svc_ns, root_ns, false)
+}
+
+fn dr_lookup<'e>(
+    entries: &[&'e DrEntry],
+    scope: &ScopeKey,
+    host: &str,
+    svc_ns: &str,
+    root_ns: &str,
+    outbound: bool,
+) -> Option<&'e DrEntry> {
     let p = scope.namespace();
     let most_specific = |keep: &dyn Fn(&DrEntry) -> bool| -> Vec<&'e DrEntry> {
         let covering: Vec<(&'e DrEntry, (u8, usize))> = entries
@@ -468,7 +492,8 @@ pub fn dr_in_effect<'e>(
         list.iter()
             .copied()
             .find(|e| {
-                e.namespace == p
+                outbound
+                    && e.namespace == p
                     && e.selector
                         .as_ref()
                         .is_some_and(|sel| scope.source_labels().contains(sel))

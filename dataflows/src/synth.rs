@@ -288,6 +288,7 @@ pub fn records(shape: &Shape, mesh: &MeshConfig) -> Vec<Record> {
             out.push(Record::Sidecar(Sidecar {
                 registry_only: None,
                 egress_proxy: None,
+                inbound_connection_pool: None,
                 ingress: Vec::new(),
                 key: ConfigKey::new(Kind::Sidecar, &ns, "default"),
                 selector: None,

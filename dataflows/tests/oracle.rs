@@ -76,7 +76,22 @@ fn with_connection_pool(
     pool.tcp_idle_timeout_ms = Some(30_000);
     pool.h2_upgrade = Some(H2Upgrade::Upgrade);
     pool.max_concurrent_streams = Some(10);
+    pool.max_requests_per_connection = Some(5);
+    if extra.random_bool(0.5) {
+        pool.max_connection_duration_ms = Some(60_000);
+    }
     Some(p)
+}
+
+/// A Sidecar's connection pool for inbound clusters, told apart by `pending`.
+fn inbound_pool(pending: u32) -> InboundPool {
+    InboundPool {
+        connect_timeout_ms: Some(2_000),
+        pool: Some(ConnectionPool {
+            max_pending_requests: Some(pending),
+            ..Default::default()
+        }),
+    }
 }
 
 /// A locality load balancing setting: failover (with or without region entries),
@@ -696,9 +711,12 @@ fn random_record(rng: &mut StdRng, extra: &mut StdRng, slot: usize) -> Record {
                         endpoint: ("127.0.0.1".into(), 18080),
                         capture_none: extra.random_bool(0.5),
                         protocol: pick(extra, &[Protocol::Http, Protocol::Tcp]),
+                        connection_pool: extra.random_bool(0.3).then(|| inbound_pool(3)),
                     }],
                     _ => Vec::new(),
                 },
+                // A connection pool for every inbound cluster of the selected proxies.
+                inbound_connection_pool: extra.random_bool(0.2).then(|| inbound_pool(7)),
                 key: ConfigKey::new(
                     Kind::Sidecar,
                     pick(rng, &NAMESPACES),

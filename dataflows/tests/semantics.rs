@@ -266,6 +266,7 @@ fn sidecar(ns: &str, name: &str, selector: Option<&[(&str, &str)]>, hosts: &[&st
     Record::Sidecar(Sidecar {
         registry_only: None,
         egress_proxy: None,
+        inbound_connection_pool: None,
         ingress: Vec::new(),
         key: ConfigKey::new(Kind::Sidecar, ns, name),
         selector: selector.map(labels),
@@ -2094,8 +2095,10 @@ fn sidecar_ingress_replaces_the_proxys_own_inbound_ports() {
             endpoint: ("127.0.0.1".into(), 17070),
             capture_none: false,
             protocol: Protocol::Http,
+            connection_pool: None,
         }],
         egress_proxy: None,
+        inbound_connection_pool: None,
     });
     m.insert(vec![sidecar.clone()]);
     assert_eq!(inbound(&m), BTreeSet::from(["inbound|7070||".to_string()]));
@@ -2597,6 +2600,90 @@ fn terminating_tls_server_routes_decrypted_stream_by_tcp_routes() {
     m.retract(vec![secret]);
     assert!(!m.listeners(&gw).contains("0.0.0.0_443"));
     assert_eq!(gateway_errors(&m, ErrorCode::GatewaySecret).len(), 1);
+}
+
+/// (idle timeout, longest connection) in seconds of a chain's `tcp_proxy`.
+fn tcp_proxy_limits(
+    chain: &envoy_types::pb::envoy::config::listener::v3::FilterChain,
+) -> (Option<i64>, Option<i64>) {
+    use envoy_types::pb::envoy::config::listener::v3::filter::ConfigType;
+    use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::TcpProxy;
+    let Some(ConfigType::TypedConfig(any)) = &chain.filters[0].config_type else {
+        panic!("a typed config");
+    };
+    let p = TcpProxy::decode(&any.value[..]).expect("a tcp_proxy");
+    (
+        p.idle_timeout.map(|d| d.seconds),
+        p.max_downstream_connection_duration.map(|d| d.seconds),
+    )
+}
+
+/// Istio gives the `tcp_proxy` of an AUTO_PASSTHROUGH chain the `tcp.idleTimeout` and
+/// `tcp.maxConnectionDuration` of its host's rule (its subsets' chains too), as it gives a
+/// TCP route's; a rule's change reaches the chains, and without the settings they go.
+#[test]
+fn auto_passthrough_chains_take_their_hosts_tcp_limits() {
+    let mut m = Mesh::new();
+    let gw = router_proxy(
+        "eastwest-1",
+        "istio-system",
+        "10.0.0.9",
+        &[("istio", "eastwestgateway")],
+    );
+    let gateway = Record::Gateway(Gateway {
+        key: ConfigKey::new(Kind::Gateway, "istio-system", "cross-network"),
+        selector: labels(&[("istio", "eastwestgateway")]),
+        servers: vec![GatewayServer {
+            port: 15443,
+            port_name: "tls".into(),
+            protocol: Protocol::Tls,
+            bind: None,
+            hosts: vec!["*/*.default.svc.cluster.local".into()],
+            https_redirect: false,
+            tls: Some(Box::new(ServerTls {
+                mode: ServerTlsMode::AutoPassthrough,
+                credential: None,
+                min_version: None,
+                max_version: None,
+                cipher_suites: vec![],
+                subject_alt_names: vec![],
+                tcp: false,
+            })),
+            field: "spec.servers[0]".into(),
+        }],
+    });
+    let reviews = host("reviews", "default");
+    let rule = |pool: Option<ConnectionPool>| {
+        let Record::DestinationRule(mut dr) =
+            destination_rule("default", "reviews", &reviews, &[("v1", "v1")])
+        else {
+            unreachable!()
+        };
+        dr.traffic_policy = pool.map(|p| TrafficPolicy {
+            connection_pool: Some(Box::new(p)),
+            ..Default::default()
+        });
+        Record::DestinationRule(dr)
+    };
+    let limited = rule(Some(ConnectionPool {
+        tcp_idle_timeout_ms: Some(30_000),
+        max_connection_duration_ms: Some(60_000),
+        ..Default::default()
+    }));
+    m.insert(vec![
+        px(&gw),
+        gateway,
+        service("reviews", "default"),
+        limited.clone(),
+    ]);
+    let limits = |m: &Mesh| -> BTreeSet<(Option<i64>, Option<i64>)> {
+        let chains = m.listener_body(&gw, "0.0.0.0_15443").filter_chains;
+        assert_eq!(chains.len(), 2, "the host's chain and its subset's");
+        chains.iter().map(tcp_proxy_limits).collect()
+    };
+    assert_eq!(limits(&m), BTreeSet::from([(Some(30), Some(60))]));
+    m.replace(limited, rule(None));
+    assert_eq!(limits(&m), BTreeSet::from([(None, None)]));
 }
 
 /// Proves that an AUTO_PASSTHROUGH server has a chain per outbound cluster of the gateway's
@@ -3164,4 +3251,228 @@ fn sidecar_egress_hosts_select_the_virtual_services_that_apply() {
         m.vhost_clusters(&open, "9080")[&format!("{a}:9080")],
         to("a", "default", 9080)
     );
+}
+
+/// The HttpProtocolOptions of a cluster, if it has them.
+fn http_options(
+    c: &envoy_types::pb::envoy::config::cluster::v3::Cluster,
+) -> Option<envoy_types::pb::envoy::extensions::upstreams::http::v3::HttpProtocolOptions> {
+    c.typed_extension_protocol_options
+        .get("envoy.extensions.upstreams.http.v3.HttpProtocolOptions")
+        .map(|a| {
+            envoy_types::pb::envoy::extensions::upstreams::http::v3::HttpProtocolOptions::decode(
+                &a.value[..],
+            )
+            .expect("HttpProtocolOptions")
+        })
+}
+
+/// (max connections, max pending requests, max requests, max retries) of a cluster.
+fn limits(c: &envoy_types::pb::envoy::config::cluster::v3::Cluster) -> [u32; 4] {
+    let t = &c
+        .circuit_breakers
+        .as_ref()
+        .expect("circuit breakers")
+        .thresholds[0];
+    [
+        t.max_connections.as_ref().map_or(0, |v| v.value),
+        t.max_pending_requests.as_ref().map_or(0, |v| v.value),
+        t.max_requests.as_ref().map_or(0, |v| v.value),
+        t.max_retries.as_ref().map_or(0, |v| v.value),
+    ]
+}
+
+/// A policy whose connection pool allows `pending` queued requests, with a load balancer,
+/// outlier detection and TLS beside it (which inbound clusters never take).
+fn pool_policy(pending: u32) -> TrafficPolicy {
+    TrafficPolicy {
+        load_balancer: Some(LoadBalancer::RoundRobin),
+        connect_timeout_ms: Some(3_000),
+        connection_pool: Some(Box::new(ConnectionPool {
+            max_pending_requests: Some(pending),
+            max_requests_per_connection: Some(2),
+            ..Default::default()
+        })),
+        outlier_detection: Some(Box::new(OutlierDetection {
+            consecutive_5xx: Some(1),
+            ..Default::default()
+        })),
+        tls: Some(Box::new(UpstreamTls {
+            istio_mutual: true,
+            ..Default::default()
+        })),
+        ..Default::default()
+    }
+}
+
+/// Istio applies the connection pool of the DestinationRule of a workload's own service to
+/// its inbound cluster, and nothing else of the rule: with no rule the cluster has Istio's
+/// default limits (no limit); a rule's pool sets its limits, lifetimes and connect timeout
+/// (not its load balancer, outlier detection or TLS), and its change reaches only the
+/// inbound clusters of that host's workloads. A rule with a `workloadSelector` is not used
+/// for inbound traffic; a `portLevelSettings` entry for the service port is; a Sidecar's
+/// `inboundConnectionPool` wins over the rule, and an `ingress` listener's pool over that.
+#[test]
+fn inbound_clusters_take_the_connection_pool_of_their_services_rule() {
+    let mut m = Mesh::new();
+    let reviews = sidecar_proxy("reviews-1", "default", "10.1.0.9", &[("app", "reviews")]);
+    let ratings = sidecar_proxy("ratings-1", "default", "10.1.0.10", &[("app", "ratings")]);
+    m.insert(vec![
+        service("reviews", "default"),
+        service("ratings", "default"),
+        endpoint("reviews", "default", "10.1.0.9", true),
+        endpoint("ratings", "default", "10.1.0.10", true),
+        px(&reviews),
+        px(&ratings),
+    ]);
+    let inbound = |m: &Mesh| m.cluster_body(&reviews, "inbound|9080||");
+    let c = inbound(&m);
+    assert_eq!(limits(&c), [u32::MAX; 4], "Istio's defaults: no limit");
+    assert!(http_options(&c).is_none());
+    let rule = |policy: TrafficPolicy, selector: Option<Labels>| {
+        let Record::DestinationRule(mut dr) =
+            destination_rule("default", "reviews", &host("reviews", "default"), &[])
+        else {
+            unreachable!()
+        };
+        dr.traffic_policy = Some(policy);
+        dr.selector = selector;
+        Record::DestinationRule(dr)
+    };
+    let dr = rule(pool_policy(1), None);
+    let diffs = m.insert(vec![dr.clone()]);
+    let inbound_changes: BTreeSet<(ProxyId, String)> = diffs
+        .iter()
+        .filter(|((_, k), _)| k.name.starts_with("inbound|"))
+        .map(|((p, k), _)| (p.clone(), k.name.clone()))
+        .collect();
+    assert_eq!(
+        inbound_changes,
+        BTreeSet::from([(reviews.id.clone(), "inbound|9080||".to_string())]),
+        "only the inbound cluster of the rule's host's workload changes"
+    );
+    let c = inbound(&m);
+    assert_eq!(limits(&c), [u32::MAX, 1, u32::MAX, u32::MAX]);
+    assert_eq!(c.connect_timeout.as_ref().map(|d| d.seconds), Some(3));
+    let common = http_options(&c).and_then(|o| o.common_http_protocol_options);
+    assert_eq!(
+        common
+            .and_then(|o| o.max_requests_per_connection)
+            .map(|v| v.value),
+        Some(2)
+    );
+    assert!(
+        c.outlier_detection.is_none(),
+        "no outlier detection inbound"
+    );
+    assert!(c.transport_socket.is_none(), "no TLS inbound");
+    assert_eq!(
+        c.lb_policy, 0,
+        "the default load balancer, not the rule's ROUND_ROBIN"
+    );
+    // The outbound cluster of the host has the whole rule.
+    let out = m.cluster_body(&ratings, &outbound(9080, "", "reviews", "default"));
+    assert!(out.outlier_detection.is_some());
+    // A rule with a workload selector (selecting the workload itself) is not read inbound.
+    let selected = Record::DestinationRule(DestinationRule {
+        key: ConfigKey::new(Kind::DestinationRule, "default", "reviews-selected"),
+        ..match rule(pool_policy(5), Some(labels(&[("app", "reviews")]))) {
+            Record::DestinationRule(d) => d,
+            _ => unreachable!(),
+        }
+    });
+    m.insert(vec![selected.clone()]);
+    assert_eq!(limits(&inbound(&m))[1], 1, "the selector rule is not used");
+    m.retract(vec![selected]);
+    // A port-level entry for the service port replaces the rule's pool there.
+    let mut per_port = pool_policy(1);
+    per_port.port_level = vec![(9080, pool_policy(4))];
+    let dr_port = rule(per_port, None);
+    m.replace(dr.clone(), dr_port.clone());
+    assert_eq!(limits(&inbound(&m))[1], 4);
+    // The Sidecar's inboundConnectionPool wins; an ingress listener's pool wins over it.
+    let Record::Sidecar(mut sc) =
+        sidecar("default", "reviews", Some(&[("app", "reviews")]), &["*/*"])
+    else {
+        unreachable!()
+    };
+    let sidecar_pool = |pending| InboundPool {
+        connect_timeout_ms: None,
+        pool: Some(ConnectionPool {
+            max_pending_requests: Some(pending),
+            ..Default::default()
+        }),
+    };
+    sc.inbound_connection_pool = Some(sidecar_pool(7));
+    let sc_pool = Record::Sidecar(sc.clone());
+    m.insert(vec![sc_pool.clone()]);
+    let c = inbound(&m);
+    assert_eq!(limits(&c)[1], 7);
+    assert_eq!(
+        c.connect_timeout.as_ref().map(|d| d.seconds),
+        Some(10),
+        "the Sidecar's pool replaces the rule's whole (the mesh's connect timeout)"
+    );
+    sc.ingress = vec![IngressListener {
+        port: 9080,
+        bind: None,
+        endpoint: ("127.0.0.1".into(), 19080),
+        capture_none: false,
+        protocol: Protocol::Http,
+        connection_pool: Some(sidecar_pool(8)),
+    }];
+    let sc_ingress = Record::Sidecar(sc);
+    m.replace(sc_pool, sc_ingress.clone());
+    let c = inbound(&m);
+    assert_eq!(limits(&c)[1], 8);
+    assert!(format!("{:?}", c.load_assignment).contains("19080"));
+    // Without the Sidecar, the rule's port entry again; without the rule, the defaults.
+    m.retract(vec![sc_ingress]);
+    assert_eq!(limits(&inbound(&m))[1], 4);
+    m.retract(vec![dr_port]);
+    assert_eq!(limits(&inbound(&m)), [u32::MAX; 4]);
+}
+
+/// An inbound cluster of an HTTP2 or gRPC service port speaks HTTP/2 to the application,
+/// as Istio's do; an HTTP/1.1 port's does not, even under `h2UpgradePolicy: UPGRADE`
+/// (Istio never upgrades inbound), and `maxConcurrentStreams` reaches the HTTP/2 options.
+#[test]
+fn inbound_clusters_of_grpc_ports_speak_http2() {
+    let mut m = Mesh::new();
+    let pod = sidecar_proxy("reviews-1", "default", "10.1.0.9", &[("app", "reviews")]);
+    let grpc = |protocol| {
+        let Record::Service(mut s) = service("reviews", "default") else {
+            unreachable!()
+        };
+        s.ports[0].protocol = protocol;
+        Record::Service(s)
+    };
+    let Record::DestinationRule(mut dr) =
+        destination_rule("default", "reviews", &host("reviews", "default"), &[])
+    else {
+        unreachable!()
+    };
+    dr.traffic_policy = Some(TrafficPolicy {
+        connection_pool: Some(Box::new(ConnectionPool {
+            h2_upgrade: Some(H2Upgrade::Upgrade),
+            max_concurrent_streams: Some(9),
+            ..Default::default()
+        })),
+        ..Default::default()
+    });
+    m.insert(vec![
+        grpc(Protocol::Grpc),
+        endpoint("reviews", "default", "10.1.0.9", true),
+        Record::DestinationRule(dr),
+        px(&pod),
+    ]);
+    let h2 = |m: &Mesh| {
+        let c = m.cluster_body(&pod, "inbound|9080||");
+        let dump = format!("{:?}", http_options(&c));
+        dump.contains("Http2ProtocolOptions")
+            .then(|| dump.contains("max_concurrent_streams: Some(UInt32Value { value: 9 })"))
+    };
+    assert_eq!(h2(&m), Some(true), "HTTP/2 with the rule's stream limit");
+    m.replace(grpc(Protocol::Grpc), grpc(Protocol::Http));
+    assert_eq!(h2(&m), None, "an HTTP/1.1 port is never upgraded inbound");
 }

@@ -311,6 +311,7 @@ fn sidecar_without_capture_uses_its_bound_listener_only() {
     let sc = Record::Sidecar(Sidecar {
         registry_only: None,
         egress_proxy: None,
+        inbound_connection_pool: None,
         ingress: Vec::new(),
         key: ConfigKey::new(Kind::Sidecar, "default", "client"),
         selector: Some(labels(&[("app", "client")])),
@@ -493,6 +494,7 @@ fn egress_proxy_takes_what_would_pass_through() {
     let sc = Record::Sidecar(Sidecar {
         registry_only: Some(false),
         egress_proxy: Some(egress.clone()),
+        inbound_connection_pool: None,
         ingress: Vec::new(),
         key: ConfigKey::new(Kind::Sidecar, "default", "default"),
         selector: None,

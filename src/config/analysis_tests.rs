@@ -620,6 +620,7 @@ fn sidecar_registry_only_and_ingress_are_read() {
                 endpoint: ("127.0.0.1".into(), 8080),
                 capture_none: false,
                 protocol: dataflows::model::Protocol::Http,
+                connection_pool: None,
             },
             dataflows::model::IngressListener {
                 port: 27017,
@@ -627,6 +628,7 @@ fn sidecar_registry_only_and_ingress_are_read() {
                 endpoint: ("127.0.0.1".into(), 27018),
                 capture_none: true,
                 protocol: dataflows::model::Protocol::Tcp,
+                connection_pool: None,
             }
         ]
     );
@@ -1358,6 +1360,37 @@ fn endpoint_network_is_the_network_label_unless_the_workload_has_one() {
     );
 }
 
+/// `connectionPool.tcp.maxConnectionDuration` is held to at least 1ms, as Istio's validation
+/// holds it (`0s` too: unlike `idleTimeout`, it has no "off"); 1ms and more are read.
+#[test]
+fn max_connection_duration_below_1ms_is_refused() {
+    let dr = |d: &str| {
+        format!("{DR}  trafficPolicy:\n    connectionPool:\n      tcp: {{maxConnectionDuration: {d}}}\n")
+    };
+    for d in ["0s", "0.5ms", "0.0009s"] {
+        let e = parse_document(&dr(d), &MeshConfig::default()).unwrap_err();
+        assert_eq!(
+            e.field, "spec.trafficPolicy.connectionPool.tcp.maxConnectionDuration",
+            "{d}: {e}"
+        );
+    }
+    for (d, ms) in [("1ms", 1), ("1.5s", 1_500), ("2m", 120_000)] {
+        let p = parse(&dr(d));
+        let Record::DestinationRule(r) = &p.records[0] else {
+            panic!()
+        };
+        let pool = r
+            .traffic_policy
+            .as_ref()
+            .and_then(|t| t.connection_pool.as_ref());
+        assert_eq!(
+            pool.and_then(|p| p.max_connection_duration_ms),
+            Some(ms),
+            "{d}"
+        );
+    }
+}
+
 /// `connectionPool.http.h2UpgradePolicy`, `useClientProtocol`, `maxConcurrentStreams` and
 /// `tcp.idleTimeout` are read (no warning), at the rule and per port, and bad values are
 /// refused naming the field, as Istio's validation refuses them.
@@ -1558,4 +1591,37 @@ fn an_unspecified_load_balancer_is_least_request() {
             .and_then(|t| t.load_balancer.clone()),
         Some(dataflows::model::LoadBalancer::LeastRequest)
     );
+}
+
+/// A Sidecar's `ingress[].connectionPool` and `inboundConnectionPool` are read (with
+/// `tcp.connectTimeout`) and checked as Istio checks them: a pool needs tcp or http
+/// settings; HTTP settings on a port that is not HTTP are said not to apply.
+#[test]
+fn sidecar_inbound_connection_pools_are_read() {
+    let doc = |pool: &str| {
+        format!("apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {{name: s, namespace: ns}}\nspec:\n  ingress:\n  - port: {{number: 9080, protocol: HTTP, name: http}}\n    defaultEndpoint: 127.0.0.1:8080\n    connectionPool: {{tcp: {{connectTimeout: 2s}}, http: {{http1MaxPendingRequests: 3}}}}\n  - port: {{number: 27017, protocol: TCP, name: tcp}}\n    connectionPool: {{tcp: {{maxConnections: 4}}, http: {{maxRetries: 1}}}}\n  inboundConnectionPool: {pool}\n")
+    };
+    let p = parse(&doc("{http: {http2MaxRequests: 5}}"));
+    let Record::Sidecar(sc) = &p.records[0] else {
+        panic!()
+    };
+    let pool = sc.ingress[0].connection_pool.as_ref().expect("a pool");
+    assert_eq!(pool.connect_timeout_ms, Some(2_000));
+    assert_eq!(
+        pool.pool.as_ref().and_then(|p| p.max_pending_requests),
+        Some(3)
+    );
+    let tcp = sc.ingress[1].connection_pool.as_ref().expect("a pool");
+    assert_eq!(tcp.pool.as_ref().and_then(|p| p.max_connections), Some(4));
+    let all = sc.inbound_connection_pool.as_ref().expect("a pool");
+    assert_eq!(all.pool.as_ref().and_then(|p| p.max_requests), Some(5));
+    let fields: Vec<&str> = p.findings.iter().map(|f| f.field.as_str()).collect();
+    assert_eq!(
+        fields,
+        vec!["spec.ingress[1].connectionPool.http"],
+        "{:?}",
+        p.findings
+    );
+    let e = parse_document(&doc("{}"), &MeshConfig::default()).unwrap_err();
+    assert_eq!(e.field, "spec.inboundConnectionPool");
 }

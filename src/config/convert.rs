@@ -261,6 +261,24 @@ fn cors(c: &istio::CorsPolicy, field: &str, mesh: &MeshConfig) -> Result<m::Cors
 
 /// Istio's duration strings: `1.5s`, `300ms`, `2m`, `1h`.
 pub fn parse_duration_ms(s: &str, field: &str) -> Result<u64> {
+    Ok(duration_exact_ms(s, field)?.round() as u64)
+}
+
+/// A duration Istio's validation holds to at least 1ms (`agent.ValidateDuration`), in ms.
+fn duration_at_least_1ms(v: Option<&str>, field: &str) -> Result<Option<u64>> {
+    let Some(text) = v else { return Ok(None) };
+    let exact = duration_exact_ms(text, field)?;
+    if exact < 1.0 {
+        return Err(Invalid::field(
+            field,
+            format!("{text:?} is below 1ms, the least duration Istio accepts here"),
+        ));
+    }
+    Ok(Some(exact.round() as u64))
+}
+
+/// A duration as written, in (possibly fractional) milliseconds.
+fn duration_exact_ms(s: &str, field: &str) -> Result<f64> {
     let bad = || {
         Invalid::field(
             field,
@@ -282,7 +300,7 @@ pub fn parse_duration_ms(s: &str, field: &str) -> Result<u64> {
     if !v.is_finite() || v < 0.0 {
         return Err(bad());
     }
-    Ok((v * unit_ms).round() as u64)
+    Ok(v * unit_ms)
 }
 
 /// Expands a short host name relative to the config's namespace, as Istio does:
@@ -1770,8 +1788,8 @@ fn connection_pool(c: &istio::ConnectionPool, f: &str) -> Result<Option<m::Conne
             tcp.and_then(|t| t.max_connections),
             &format!("{f}.tcp.maxConnections"),
         )?,
-        max_connection_duration_ms: duration(
-            &tcp.and_then(|t| t.max_connection_duration.clone()),
+        max_connection_duration_ms: duration_at_least_1ms(
+            tcp.and_then(|t| t.max_connection_duration.as_deref()),
             &format!("{f}.tcp.maxConnectionDuration"),
         )?,
         tcp_keepalive: keepalive,
@@ -2793,6 +2811,11 @@ fn sidecar(key: &ConfigKey, value: &Value, findings: &mut Vec<Finding>) -> Resul
         .map(|w| w.labels)
         .filter(|l| !l.is_empty());
     let ingress = sidecar_ingress(&s.ingress, findings)?;
+    let inbound_connection_pool = s
+        .inbound_connection_pool
+        .as_ref()
+        .map(|c| inbound_pool(c, "spec.inboundConnectionPool"))
+        .transpose()?;
     // The egress proxy's cluster exists only where the Sidecar imports its host: a host no
     // egress listener's `hosts` can name (in any namespace) leaves what would pass through
     // with no cluster to go to.
@@ -2820,7 +2843,29 @@ fn sidecar(key: &ConfigKey, value: &Value, findings: &mut Vec<Finding>) -> Resul
         registry_only,
         ingress,
         egress_proxy,
+        inbound_connection_pool,
     })])
+}
+
+/// A Sidecar's `connectionPool` (of an `ingress` listener, or `inboundConnectionPool`), as
+/// Istio validates it: with `tcp` or `http`, each checked as a DestinationRule's.
+fn inbound_pool(c: &istio::ConnectionPool, field: &str) -> Result<m::InboundPool> {
+    if c.tcp.is_none() && c.http.is_none() {
+        return Err(Invalid::field(
+            field,
+            "a connection pool needs tcp or http settings",
+        ));
+    }
+    let connect_timeout_ms = c
+        .tcp
+        .as_ref()
+        .and_then(|t| t.connect_timeout.as_deref())
+        .map(|t| parse_duration_ms(t, &format!("{field}.tcp.connectTimeout")))
+        .transpose()?;
+    Ok(m::InboundPool {
+        connect_timeout_ms,
+        pool: connection_pool(c, field)?,
+    })
 }
 
 /// A Sidecar's `outboundTrafficPolicy.egressProxy`, checked as Istio's validation checks it:
@@ -2923,12 +2968,27 @@ fn sidecar_ingress(
                 }
             },
         };
+        let connection_pool = l
+            .connection_pool
+            .as_ref()
+            .map(|c| inbound_pool(c, &format!("{f}.connectionPool")))
+            .transpose()?;
+        if l.connection_pool.as_ref().is_some_and(|c| c.http.is_some()) && !protocol.is_http() {
+            findings.push(Finding::warning(
+                format!("{f}.connectionPool.http"),
+                format!(
+                    "port {port} is not HTTP: only the tcp settings of its connection pool \
+                     apply"
+                ),
+            ));
+        }
         out.push(m::IngressListener {
             port,
             bind: l.bind.clone(),
             endpoint,
             capture_none,
             protocol,
+            connection_pool,
         });
     }
     Ok(out)

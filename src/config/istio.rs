@@ -487,6 +487,7 @@ pub struct SidecarSpec {
     pub ingress: Vec<IstioIngressListener>,
     pub egress: Vec<IstioEgressListener>,
     pub outbound_traffic_policy: Option<OutboundTrafficPolicy>,
+    pub inbound_connection_pool: Option<ConnectionPool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -509,7 +510,7 @@ pub struct MatchLabels {
     pub match_labels: BTreeMap<String, String>,
 }
 
-/// `ingress[]`; its `tls` and `connectionPool` are not read (reported).
+/// `ingress[]`; its `tls` is not read (reported).
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct IstioIngressListener {
@@ -517,6 +518,7 @@ pub struct IstioIngressListener {
     pub bind: Option<String>,
     pub capture_mode: Option<String>,
     pub default_endpoint: Option<String>,
+    pub connection_pool: Option<ConnectionPool>,
 }
 
 #[derive(Debug, Default, Deserialize)]

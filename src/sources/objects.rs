@@ -143,6 +143,7 @@ mod tests {
         let record = Record::Sidecar(Sidecar {
             registry_only: None,
             egress_proxy: None,
+            inbound_connection_pool: None,
             ingress: Vec::new(),
             key: key.clone(),
             selector: Some([("app".to_string(), app.to_string())].into()),

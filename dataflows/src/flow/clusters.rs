@@ -39,8 +39,10 @@ pub(super) struct Clusters<'s> {
     /// (only those), for the routes to its clusters.
     pub hashing: Coll<'s, ((ScopeKey, Hostname), HostHashing)>,
     /// `((scope, host), ms)`: the idle timeout of the rule a scope has in effect for a host
-    /// (only those that set one), for the `tcp_proxy` of the routes to it ([`TcpIdle`]).
-    pub tcp_idle: Coll<'s, ((ScopeKey, Hostname), u64)>,
+    /// (only those that set one), for the `tcp_proxy` of the routes to it ([`TcpTimeouts`]).
+    pub tcp_idle: Coll<'s, ((ScopeKey, Hostname), TcpTimeout)>,
+    /// Every DestinationRule entry with the hosts it covers, for the inbound clusters.
+    pub placed: Placed<'s>,
     /// Scopes holding an `ISTIO_MUTUAL` cluster: their proxies need workload secrets.
     pub mtls_scopes: Coll<'s, ScopeKey>,
     /// `(scope, SDS secret)`: what the `credentialName` clusters of each scope use (a secret
@@ -78,7 +80,8 @@ pub(super) fn outbound<'s>(
     identified: &Coll<'s, (Hostname, Service)>,
     secrets: &Coll<'s, ((String, String), TlsSecret)>,
 ) -> Clusters<'s> {
-    let scope_groups = rule_in_effect(mesh, visible, &merged_drs.entries, services);
+    let placed = placed(mesh, &merged_drs.entries, services);
+    let scope_groups = rule_in_effect(visible, &placed);
     // Clusters are built from the merged rules, under their entries' keys.
     let drs = merged_drs.rules.clone();
     let hashing = hashing(&scope_groups, &drs);
@@ -183,6 +186,7 @@ pub(super) fn outbound<'s>(
         eds,
         hashing,
         tcp_idle,
+        placed,
         mtls_scopes,
         secrets,
         errors,
@@ -207,15 +211,15 @@ fn hashing<'s>(
         })
 }
 
-/// The rule's own `tcp.idleTimeout` per (scope, host), from the rules that set one: a rule
-/// without adds no row, so its changes reach no listener.
+/// The rule's own `tcp.idleTimeout` and `tcp.maxConnectionDuration` per (scope, host), from
+/// the rules that set one: a rule without adds no row, so its changes reach no listener.
 fn tcp_idle<'s>(
     scope_groups: &Coll<'s, (Group, ScopeKey)>,
     drs: &Coll<'s, (ConfigKey, DestinationRule)>,
-) -> Coll<'s, ((ScopeKey, Hostname), u64)> {
+) -> Coll<'s, ((ScopeKey, Hostname), TcpTimeout)> {
     let rule_idle = drs
         .clone()
-        .flat_map(|(k, dr)| dr.tcp_idle_timeout_ms().map(|ms| (k, ms)));
+        .flat_map(|(k, dr)| dr.tcp_timeout().map(|t| (k, t)));
     scope_groups
         .clone()
         .flat_map(|((h, (d, _, _)), s)| d.map(|k| (k, (h, s))))
@@ -293,20 +297,19 @@ pub(super) fn consolidated<'s>(drs: &Coll<'s, (ConfigKey, DestinationRule)>) -> 
     }
 }
 
-/// `(group, scope)` for every host a scope sees: the DestinationRule entry in effect per
-/// (scope, host) ([`rules::dr_in_effect`]), or none. Each host meets only the entries whose
-/// host covers it — itself, `*.` and each suffix after a dot, `*` —, so a wildcard rule's
-/// change reaches the hosts it covers and no other.
-fn rule_in_effect<'s>(
+/// `(host, (entry, its service's namespace, the root namespace))`: each DestinationRule
+/// entry with every service host it covers — itself, `*.` and each suffix after a dot, `*`
+/// — and the namespaces Istio looks a rule up in, so a wildcard rule's change reaches the
+/// hosts it covers and no other. Outbound and inbound clusters choose from these.
+pub(super) type Placed<'s> = Coll<'s, (Hostname, (DrEntry, String, String))>;
+
+fn placed<'s>(
     mesh: &Mesh<'s>,
-    visible: &Visible<'s>,
     dr_entries: &Coll<'s, DrEntry>,
     services: &Coll<'s, (Hostname, Service)>,
-) -> Coll<'s, (Group, ScopeKey)> {
+) -> Placed<'s> {
     let by_pattern = dr_entries.clone().map(|e| (e.host.clone(), e));
-    // Each entry with the hosts it covers, their service's namespace and the root
-    // namespace: the three places Istio looks a rule up.
-    let host_entries = services
+    services
         .clone()
         .map(|(h, svc)| (h, svc.namespace().to_string()))
         .flat_map(|(h, ns)| {
@@ -319,10 +322,18 @@ fn rule_in_effect<'s>(
         })
         .join_map(mesh.clone(), |_, (h, ns, e), m| {
             (h.clone(), (e.clone(), ns.clone(), m.root_namespace.clone()))
-        });
+        })
+}
+
+/// `(group, scope)` for every host a scope sees: the DestinationRule entry in effect per
+/// (scope, host) ([`rules::dr_in_effect`]), or none.
+fn rule_in_effect<'s>(
+    visible: &Visible<'s>,
+    host_entries: &Placed<'s>,
+) -> Coll<'s, (Group, ScopeKey)> {
     let dr_chosen = visible
         .host_scopes()
-        .join_map(host_entries, |h, s, (e, svc_ns, root)| {
+        .join_map(host_entries.clone(), |h, s, (e, svc_ns, root)| {
             rules::dr_entry_relevant(&e.namespace, s.namespace(), svc_ns, root).then(|| {
                 (
                     (s.clone(), h.clone()),

@@ -20,7 +20,7 @@ enum GwItem {
     /// The hash keys of a host the routes go to, where its rule hashes.
     Hash(Hostname, HostHashing),
     /// The idle timeout of a host the TCP and TLS routes go to, where its rule sets one.
-    Idle(Hostname, u64),
+    Idle(Hostname, TcpTimeout),
     Secret(TlsSecret),
     /// An outbound cluster of the scope, for its AUTO_PASSTHROUGH servers.
     Cluster(String),
@@ -52,7 +52,7 @@ pub(super) fn routers<'s>(
     vss: Coll<'s, (ConfigKey, VirtualService)>,
     resolved: Coll<'s, (ConfigKey, ResolvedVs)>,
     hashing: &Coll<'s, ((ScopeKey, Hostname), HostHashing)>,
-    tcp_idle: &Coll<'s, ((ScopeKey, Hostname), u64)>,
+    tcp_idle: &Coll<'s, ((ScopeKey, Hostname), TcpTimeout)>,
     secrets: &Coll<'s, ((String, String), TlsSecret)>,
     clusters: &Coll<'s, (ScopeKey, Resource)>,
     services: &Coll<'s, (Hostname, Service)>,
@@ -113,7 +113,14 @@ pub(super) fn routers<'s>(
             )
         })
         .antijoin(external)
-        .map(|(_, (s, name))| (s, GwItem::Cluster(name)));
+        .map(|(h, (s, name))| (s, (h, name)));
+    // The hosts of those clusters: their AUTO_PASSTHROUGH chains take the hosts' TCP limits.
+    let auto_hosts = router_cluster_items
+        .clone()
+        .map(|(s, (h, _))| ((s, h), ()))
+        .distinct();
+    let router_cluster_items =
+        router_cluster_items.map(|(s, (_, name))| (s, GwItem::Cluster(name)));
     let router_gw_items = router_gws.map(|(s, gw)| (s, GwItem::Gateway(gw)));
     let vs_by_gw = vss.flat_map(|(k, vs)| {
         vs.gateways
@@ -155,6 +162,7 @@ pub(super) fn routers<'s>(
             }
             _ => Vec::new(),
         })
+        .concat(auto_hosts)
         .distinct()
         .join_map(tcp_idle.clone(), |(s, h), _, ms| {
             (s.clone(), GwItem::Idle(h.clone(), *ms))
@@ -218,7 +226,7 @@ fn resources(s: &ScopeKey, vals: &[(&GwItem, isize)]) -> assemble::Router {
             _ => None,
         })
         .collect();
-    let idle: TcpIdle = vals
+    let idle: TcpTimeouts = vals
         .iter()
         .filter_map(|(v, _)| match v {
             GwItem::Idle(h, ms) => Some((h.clone(), *ms)),

@@ -7,10 +7,12 @@
 //! `ISTIO_MUTUAL` cluster, an inbound mTLS chain): SDS is sent by subscription only, so a
 //! proxy holding what it never asks for would show as never in sync.
 
+use super::clusters::Placed;
 use super::endpoints::Resolved;
 use super::mesh::Mesh;
 use super::{Built, Coll};
 use crate::model::*;
+use crate::rules;
 use crate::translate::{self, cluster, listener, secret};
 use serde::{Deserialize, Serialize};
 
@@ -25,18 +27,65 @@ enum InboundRow {
     Ingress(InboundPort, bool),
 }
 
-/// `ingress`: the inbound clusters the proxy's Sidecar `ingress` gives, by port, in place of
-/// all those of its own endpoints (as Istio, which then builds inbound from `ingress` only), and `ingress_ports` its ports (see
-/// [`crate::assemble::ingress_ports`]); `services`: the protocol of each port.
+/// What one inbound cluster of a proxy is built from ([`crate::assemble::inbound_cluster_spec`]).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+enum Part {
+    /// The service port reaching the proxy's port.
+    Own(OwnPort),
+    /// The proxy's Sidecar, where it says something of the inbound side.
+    Sidecar(SidecarInbound),
+    /// The connection pools of the inbound DestinationRule of `Own`'s host, and the rule.
+    Rule(InboundRulePools, ConfigKey),
+}
+
+/// What the per-(proxy, port) reduce yields: the cluster's spec, and the rule it took its
+/// pool from (provenance).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+enum SpecOut {
+    Spec(InboundClusterSpec),
+    From(ConfigKey),
+}
+
+/// The inputs of the inbound side that the scope stage knows.
+pub(super) struct ScopeInputs<'s> {
+    /// `(proxy, scope)` of every connected proxy.
+    pub proxy_scopes: Coll<'s, (ProxyId, ScopeKey)>,
+    /// `(scope, Sidecar inbound parts)`, for sidecar scopes (not proxyless) whose Sidecar
+    /// has `ingress` or `inboundConnectionPool`.
+    pub sidecars: Coll<'s, (ScopeKey, SidecarInbound)>,
+    /// `ingress_ports`: the Sidecar `ingress` ports of each proxy (see
+    /// [`crate::assemble::ingress_ports`]).
+    pub ingress_ports: Coll<'s, (ProxyId, (InboundPort, bool))>,
+    /// `(scope, host)`: what each scope sees ([`super::visibility::Visible::scope_hosts`]).
+    pub scope_hosts: Coll<'s, (ScopeKey, Hostname)>,
+    /// Every DestinationRule entry with the hosts it covers ([`super::clusters::Placed`]).
+    pub placed: Placed<'s>,
+    /// `(entry key, merged rule)` of every entry.
+    pub merged_rules: Coll<'s, (ConfigKey, DestinationRule)>,
+}
+
+/// `services`: the protocol of each port. Inbound clusters: one per port of the proxy's own
+/// endpoints (or per Sidecar `ingress` listener, which then replace them, as Istio builds
+/// inbound from `ingress` only), with the connection pool of the Sidecar, else of the
+/// inbound DestinationRule of the port's service (the rule the proxy's scope has for the
+/// host, not one with a `workloadSelector`, as Istio looks it up for inbound traffic): a
+/// rule change reaches only the inbound clusters of its host's workloads.
 pub(super) fn per_proxy<'s>(
     proxies: Coll<'s, (ProxyId, Proxy)>,
     endpoints: Resolved<'s>,
     services: &Coll<'s, (Hostname, Service)>,
     mesh: &Mesh<'s>,
-    ingress: Coll<'s, (ProxyId, (u16, Resource))>,
-    ingress_ports: Coll<'s, (ProxyId, (InboundPort, bool))>,
+    scope: ScopeInputs<'s>,
     mtls: Coll<'s, ProxyId>,
 ) -> Built<'s, ProxyId> {
+    let ScopeInputs {
+        proxy_scopes,
+        sidecars,
+        ingress_ports,
+        scope_hosts,
+        placed,
+        merged_rules,
+    } = scope;
     let sidecar_proxies = proxies
         .clone()
         .filter(|(_, p)| p.kind == ProxyKind::Sidecar);
@@ -53,17 +102,41 @@ pub(super) fn per_proxy<'s>(
             .map(|p| ((h.clone(), p.port), p.protocol))
             .collect::<Vec<_>>()
     });
-    let endpoints = endpoints.join_map(protocols, |_, ep, protocol| (ep.clone(), *protocol));
+    let endpoints = endpoints.join_map(protocols, |(h, sp), ep, protocol| {
+        (
+            ep.clone(),
+            OwnPort {
+                host: h.clone(),
+                service_port: *sp,
+                protocol: *protocol,
+            },
+        )
+    });
     let inbound_rows = proxy_ips.join_map(
-        endpoints.map(|(ep, protocol)| (ep.ip, (ep.port, protocol, ep.origins))),
-        |_, id, (port, protocol, origins)| ((id.clone(), *port), (*protocol, origins.clone())),
+        endpoints.map(|(ep, own)| (ep.ip, (ep.port, own, ep.origins))),
+        |_, id, (port, own, origins)| ((id.clone(), *port), (own.clone(), origins.clone())),
     );
     let own_protocols = inbound_rows
         .clone()
-        .map(|((id, port), (protocol, _))| (id, InboundRow::Own(port, protocol)))
+        .map(|((id, port), (own, _))| (id, InboundRow::Own(port, own.protocol)))
         .distinct();
+    // Per (proxy, port), the least service port reaching it.
+    let own = inbound_rows
+        .clone()
+        .map(|(k, (own, _))| (k, own))
+        .reduce(|_, vals: &[(&OwnPort, isize)], out| out.push((vals[0].0.clone(), 1isize)));
     let inbound_rows = inbound_rows.map(|(k, (_, origins))| (k, origins));
     let inbound_ports = inbound_rows.clone().map(|(k, _)| k).distinct();
+    // The Sidecar of each proxy, where it says something of the inbound side.
+    let proxy_sidecar = proxy_scopes
+        .clone()
+        .map(|(id, s)| (s, id))
+        .join_map(sidecars, |_, id, sc| (id.clone(), sc.clone()));
+    // A Sidecar with `ingress` listeners replaces the proxy's own inbound ports, as in Istio.
+    let with_ingress = proxy_sidecar
+        .clone()
+        .filter(|(_, sc)| !sc.ingress.is_empty())
+        .map(|(id, _)| id);
     let captured_ids = sidecar_proxies
         .clone()
         .filter(|(_, p)| !p.interception_none)
@@ -75,7 +148,7 @@ pub(super) fn per_proxy<'s>(
         .map(|(id, _)| (id, ()))
         .semijoin(captured_ids)
         .map(|(id, ())| id)
-        .concat(ingress.clone().map(|(id, _)| id))
+        .concat(with_ingress.clone())
         .concat(mtls)
         .distinct();
     // A proxy's identity (namespace, service account) and the mesh's trust domain and root.
@@ -90,11 +163,9 @@ pub(super) fn per_proxy<'s>(
                 .collect::<Vec<_>>()
         })
         .flat_map(|x| x);
-    // A Sidecar with `ingress` listeners replaces the proxy's own inbound ports, as in Istio.
-    let with_ingress = ingress.clone().map(|(id, _)| id).distinct();
     let provenance = inbound_rows
         .map(|((id, port), origins)| (id, (port, origins)))
-        .antijoin(with_ingress.clone())
+        .antijoin(with_ingress.distinct())
         .flat_map(|(id, (port, origins))| {
             let key = (
                 Holder::Proxy(id),
@@ -107,12 +178,111 @@ pub(super) fn per_proxy<'s>(
                 .collect::<Vec<_>>()
         })
         .distinct();
-    let inbound_clusters = inbound_ports
+    // The inbound rule of each (scope, host) some proxy's own port is reached by, where the
+    // scope sees the host: the least-ranked rule without a `workloadSelector` (Istio honours
+    // selectors for outbound traffic only), if it sets a connection pool.
+    let own_scoped = own
         .clone()
-        .antijoin(with_ingress)
-        .map(|row| ((), row))
-        .join_map(mesh.clone(), |_, (id, port), m| {
-            (id.clone(), cluster::inbound(*port, m.connect_timeout_ms))
+        .map(|((id, port), o)| (id, (port, o.host)))
+        .join_map(proxy_scopes, |id, (port, h), s| {
+            ((s.clone(), h.clone()), (id.clone(), *port))
+        });
+    let needed = own_scoped
+        .clone()
+        .map(|(k, _)| (k, ()))
+        .distinct()
+        .semijoin(scope_hosts)
+        .map(|((s, h), ())| (h, s));
+    let chosen = needed
+        .join_map(placed, |h, s, (e, svc_ns, root)| {
+            rules::dr_entry_relevant(&e.namespace, s.namespace(), svc_ns, root).then(|| {
+                (
+                    (s.clone(), h.clone()),
+                    (e.clone(), svc_ns.clone(), root.clone()),
+                )
+            })
+        })
+        .flat_map(|x| x)
+        .reduce(
+            |(s, h), vals: &[(&(rules::DrEntry, String, String), isize)], out| {
+                let entries: Vec<&rules::DrEntry> = vals.iter().map(|(v, _)| &v.0).collect();
+                let (_, svc_ns, root) = vals[0].0;
+                if let Some(e) = rules::dr_in_effect_inbound(&entries, s, h, svc_ns, root) {
+                    out.push((e.key.clone(), 1isize));
+                }
+            },
+        );
+    let rules = chosen
+        .map(|(sh, k)| (k, sh))
+        .join_map(merged_rules, |k, sh, dr| {
+            let pools = dr.inbound_pools();
+            (!pools.is_empty()).then(|| (sh.clone(), (k.clone(), pools)))
+        })
+        .flat_map(|x| x);
+    let rule_parts = own_scoped.join_map(rules, |_, (id, port), (key, pools)| {
+        ((id.clone(), *port), Part::Rule(pools.clone(), key.clone()))
+    });
+    let own_ports = own.clone().map(|((id, port), _)| (id, port));
+    let sidecar_parts = own_ports
+        .join_map(proxy_sidecar.clone(), |id, port, sc| {
+            ((id.clone(), *port), Part::Sidecar(sc.clone()))
+        })
+        .concat(proxy_sidecar.flat_map(|(id, sc)| {
+            sc.ingress
+                .iter()
+                .map(|l| ((id.clone(), l.port), Part::Sidecar(sc.clone())))
+                .collect::<Vec<_>>()
+        }))
+        .distinct();
+    let specs = own
+        .map(|(k, o)| (k, Part::Own(o)))
+        .concat(sidecar_parts)
+        .concat(rule_parts)
+        .reduce(|(_, port), vals: &[(&Part, isize)], out| {
+            let (mut own, mut sidecar, mut rule) = (None, None, None);
+            for (part, _) in vals {
+                match part {
+                    Part::Own(o) => own = Some(o),
+                    Part::Sidecar(s) => sidecar = Some(s),
+                    Part::Rule(pools, key) => rule = Some((pools, key)),
+                }
+            }
+            let Some(spec) = crate::assemble::inbound_cluster_spec(
+                *port,
+                own,
+                sidecar,
+                rule.map(|(pools, _)| pools),
+            ) else {
+                return;
+            };
+            // The rule is a source only where its pool is the cluster's.
+            let from_rule = own.is_some()
+                && sidecar.and_then(|s| s.pool(*port)).is_none()
+                && spec.pool.is_some();
+            if let (true, Some((_, key))) = (from_rule, rule) {
+                out.push((SpecOut::From(key.clone()), 1isize));
+            }
+            out.push((SpecOut::Spec(spec), 1isize));
+        });
+    let rule_provenance = specs.clone().flat_map(|((id, port), b)| match b {
+        SpecOut::From(key) => Some((
+            (
+                Holder::Proxy(id),
+                ResourceType::Cluster,
+                translate::inbound_cluster_name(port),
+            ),
+            key,
+        )),
+        SpecOut::Spec(_) => None,
+    });
+    let provenance = provenance.concat(rule_provenance);
+    let inbound_clusters = specs
+        .flat_map(|((id, _), b)| match b {
+            SpecOut::Spec(spec) => Some(((), (id, spec))),
+            SpecOut::From(_) => None,
+        })
+        .join_map(mesh.clone(), |_, (id, spec), m| {
+            (id.clone(), cluster::inbound(spec, m.connect_timeout_ms))
         });
     // Every captured sidecar has a `virtualInbound`, even with no port of its own: the
     // `Captured` row makes its group exist.
@@ -136,10 +306,7 @@ pub(super) fn per_proxy<'s>(
             out.push((listener::virtual_inbound(&ports), 1isize));
         });
     Built {
-        resources: inbound_clusters
-            .concat(ingress.map(|(id, (_, c))| (id, c)))
-            .concat(virtual_inbound)
-            .concat(identity),
+        resources: inbound_clusters.concat(virtual_inbound).concat(identity),
         provenance,
     }
 }

@@ -170,19 +170,6 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         &services.chosen,
     );
 
-    let ingress = proxy_scopes
-        .clone()
-        .map(|(id, s)| (s, id))
-        .join_map(specs.clone(), |s, id, spec| {
-            if s.is_proxyless() {
-                return Vec::new();
-            }
-            crate::assemble::ingress_clusters(spec)
-                .into_iter()
-                .map(|c| (id.clone(), c))
-                .collect::<Vec<_>>()
-        })
-        .flat_map(|x| x);
     let mtls_proxies = proxy_scopes
         .clone()
         .map(|(id, s)| (s, id))
@@ -201,13 +188,26 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
                 .collect::<Vec<_>>()
         })
         .flat_map(|x| x);
+    let inbound_sidecars = specs.clone().flat_map(|(s, spec)| {
+        if s.is_proxyless() {
+            return None;
+        }
+        let sc = spec.sidecar.as_ref().and_then(SidecarInbound::of)?;
+        Some((s, sc))
+    });
     let inbound = inbound::per_proxy(
         i.proxies,
         endpoints,
         &services.chosen,
         &mesh,
-        ingress,
-        ingress_ports,
+        inbound::ScopeInputs {
+            proxy_scopes: proxy_scopes.clone(),
+            sidecars: inbound_sidecars,
+            ingress_ports,
+            scope_hosts: visible.scope_hosts.clone(),
+            placed: clusters.placed.clone(),
+            merged_rules: merged_drs.rules.clone(),
+        },
         mtls_proxies,
     );
 

@@ -22,7 +22,7 @@ enum PortRow {
     /// HTTP services need the port's catch-all chain.
     Http,
     /// The idle timeout of a host the port's TCP routes go to, where its rule sets one.
-    Idle(Hostname, u64),
+    Idle(Hostname, TcpTimeout),
     /// A TCP service reached on the port, and how the listener is reached.
     Tcp {
         addr: String,
@@ -67,7 +67,7 @@ pub(super) fn sidecar<'s>(
     mesh_vss: Coll<'s, ((ScopeKey, Hostname), ConfigKey)>,
     vss: &Coll<'s, (ConfigKey, ResolvedVs)>,
     http_ports: Coll<'s, (ScopeKey, u16)>,
-    tcp_idle: &Coll<'s, ((ScopeKey, Hostname), u64)>,
+    tcp_idle: &Coll<'s, ((ScopeKey, Hostname), TcpTimeout)>,
 ) -> (Built<'s, ScopeKey>, Coll<'s, ConfigError>) {
     let tcp =
         super::virtual_services::with_mesh_vs(tcp_ports(visible, services, specs), mesh_vss, vss)
@@ -161,7 +161,7 @@ fn port_listener(s: &ScopeKey, port: u16, vals: &[(&PortRow, isize)]) -> Sidecar
     let mut http = false;
     let mut targets = Vec::new();
     let mut how = None;
-    let mut idle = TcpIdle::new();
+    let mut idle = TcpTimeouts::new();
     for (row, _) in vals {
         match row {
             PortRow::Http => http = true,

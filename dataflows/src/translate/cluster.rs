@@ -5,8 +5,8 @@ use super::{ads, duration_ms, inbound_cluster_name, outbound_cluster_name, socke
 use crate::client_tls::ClientSecrets;
 use crate::model::{
     ClientClass, ClusterDefaults, ConnectionPool, DestinationRule, EdsSel, H2Upgrade, HashTable,
-    InlineHost, LoadBalancer, LocalityMode, OutlierDetection, Resolution, Resource, ResourceType,
-    Service, ServicePort, TrafficPolicy, DEFAULT_CONNECT_TIMEOUT_MS,
+    InboundClusterSpec, InlineHost, LoadBalancer, LocalityMode, OutlierDetection, Resolution,
+    Resource, ResourceType, Service, ServicePort, TrafficPolicy, DEFAULT_CONNECT_TIMEOUT_MS,
 };
 use envoy_types::pb::envoy::config::cluster::v3::circuit_breakers::Thresholds;
 use envoy_types::pb::envoy::config::cluster::v3::cluster::common_lb_config::LocalityConfigSpecifier;
@@ -130,18 +130,7 @@ fn outbound(
             }),
             ..Default::default()
         }),
-        upstream_connection_options: policy
-            .connection_pool
-            .as_ref()
-            .and_then(|p| p.tcp_keepalive)
-            .map(|(probes, time, interval)| UpstreamConnectionOptions {
-                tcp_keepalive: Some(TcpKeepalive {
-                    keepalive_probes: probes.map(|value| UInt32Value { value }),
-                    keepalive_time: time.map(|s| UInt32Value { value: s as u32 }),
-                    keepalive_interval: interval.map(|s| UInt32Value { value: s as u32 }),
-                }),
-                ..Default::default()
-            }),
+        upstream_connection_options: keepalive(policy.connection_pool.as_deref()),
         ..Default::default()
     };
     let fail_closed = fail_closed(&policy, grpc, secrets);
@@ -233,7 +222,9 @@ fn outbound(
         Some(tls) => cluster.transport_socket = Some(upstream_tls(tls)),
         None => {}
     }
-    if let Some(options) = http_protocol_options(port.protocol, policy.connection_pool.as_deref()) {
+    if let Some(options) =
+        http_protocol_options(port.protocol, policy.connection_pool.as_deref(), true)
+    {
         // A single entry, so the map's iteration order cannot change the encoding.
         cluster.typed_extension_protocol_options.insert(
             "envoy.extensions.upstreams.http.v3.HttpProtocolOptions".into(),
@@ -456,12 +447,27 @@ fn fail_closed_metadata(why: &str) -> envoy_types::pb::envoy::config::core::v3::
     }
 }
 
+/// The TCP keepalive of `tcp.tcpKeepalive`, if set.
+fn keepalive(pool: Option<&ConnectionPool>) -> Option<UpstreamConnectionOptions> {
+    pool.and_then(|p| p.tcp_keepalive)
+        .map(|(probes, time, interval)| UpstreamConnectionOptions {
+            tcp_keepalive: Some(TcpKeepalive {
+                keepalive_probes: probes.map(|value| UInt32Value { value }),
+                keepalive_time: time.map(|s| UInt32Value { value: s as u32 }),
+                keepalive_interval: interval.map(|s| UInt32Value { value: s as u32 }),
+            }),
+            ..Default::default()
+        })
+}
+
 /// Istio sets Envoy's per-cluster limits to the maximum unless a DestinationRule says
 /// otherwise; Envoy's own defaults (1024 requests, 3 concurrent retries) would cap traffic.
+/// A limit of 0 is no limit too: Istio cannot tell it from unset (proto3 integers), so it
+/// keeps the maximum rather than refuse every connection.
 fn circuit_breakers(pool: Option<&ConnectionPool>) -> CircuitBreakers {
     let limit = |v: Option<u32>| {
         Some(UInt32Value {
-            value: v.unwrap_or(u32::MAX),
+            value: v.filter(|n| *n > 0).unwrap_or(u32::MAX),
         })
     };
     let pool = pool.cloned().unwrap_or_default();
@@ -491,15 +497,18 @@ fn h2_upgrade(pool: Option<&ConnectionPool>) -> bool {
 /// ports and for upgraded clusters (with `maxConcurrentStreams`), the protocol of the
 /// request with `useClientProtocol`, the connection lifetimes of `connectionPool`
 /// (`tcp.idleTimeout` where `http.idleTimeout` is unset); `None` where none of it applies.
+/// `upgrade`: whether `h2UpgradePolicy` applies (outbound only: Istio never upgrades an
+/// inbound cluster).
 fn http_protocol_options(
     protocol: crate::model::Protocol,
     pool: Option<&ConnectionPool>,
+    upgrade: bool,
 ) -> Option<HttpProtocolOptions> {
     use envoy_types::pb::envoy::extensions::upstreams::http::v3::http_protocol_options::UseDownstreamHttpConfig;
     let h2 = matches!(
         protocol,
         crate::model::Protocol::Http2 | crate::model::Protocol::Grpc
-    ) || h2_upgrade(pool);
+    ) || (upgrade && h2_upgrade(pool));
     let common = pool.and_then(common_http_options);
     let downstream = pool.is_some_and(|p| p.use_client_protocol);
     if !h2 && !downstream && common.is_none() {
@@ -689,23 +698,34 @@ fn single_host(cluster: &str, ip_or_host: &str, port: u16) -> ClusterLoadAssignm
     }
 }
 
-/// `inbound|PORT||`: traffic arriving for the proxy's own workload, sent to the
-/// application on loopback.
-pub fn inbound(port: u16, connect_timeout_ms: u64) -> Resource {
-    inbound_to(port, "127.0.0.1", port, connect_timeout_ms)
-}
-
-/// `inbound|PORT||` to the application at `ip:target` (a Sidecar ingress's
-/// `defaultEndpoint`).
-pub fn inbound_to(port: u16, ip: &str, target: u16, connect_timeout_ms: u64) -> Resource {
-    let name = inbound_cluster_name(port);
-    let cluster = Cluster {
+/// `inbound|PORT||` as `spec` describes it: traffic arriving for the proxy's own workload,
+/// sent to the application at `spec.endpoint`. As Istio builds inbound clusters: only the
+/// connection pool applies (the Sidecar's or the DestinationRule's: connect timeout,
+/// circuit-breaker limits — Istio's defaults, no limit, where it sets none —, connection
+/// lifetimes, keepalive, `useClientProtocol`), never a load balancer, outlier detection,
+/// TLS or an `h2UpgradePolicy`; an HTTP2 or gRPC port speaks HTTP/2 to the application.
+pub fn inbound(spec: &InboundClusterSpec, connect_timeout_ms: u64) -> Resource {
+    let name = inbound_cluster_name(spec.port);
+    let pool = spec.pool.as_ref();
+    let connection_pool = pool.and_then(|p| p.pool.as_ref());
+    let mut cluster = Cluster {
         name: name.clone(),
-        connect_timeout: Some(duration_ms(connect_timeout_ms)),
+        connect_timeout: Some(duration_ms(
+            pool.and_then(|p| p.connect_timeout_ms)
+                .unwrap_or(connect_timeout_ms),
+        )),
         cluster_discovery_type: Some(ClusterDiscoveryType::Type(DiscoveryType::Static as i32)),
-        load_assignment: Some(single_host(&name, ip, target)),
+        load_assignment: Some(single_host(&name, &spec.endpoint.0, spec.endpoint.1)),
+        circuit_breakers: Some(circuit_breakers(connection_pool)),
+        upstream_connection_options: keepalive(connection_pool),
         ..Default::default()
     };
+    if let Some(options) = http_protocol_options(spec.protocol, connection_pool, false) {
+        cluster.typed_extension_protocol_options.insert(
+            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions".into(),
+            pack_any(options),
+        );
+    }
     Resource::new(ResourceType::Cluster, name, cluster.encode_to_vec())
 }
 

@@ -8,7 +8,7 @@ use super::listener::{hcm_filter, listener_name, rds_hcm};
 use super::secret::downstream_tls;
 use super::socket_address;
 use super::tcp::{cidr, tcp_proxy, Destinations};
-use crate::model::{Resource, ResourceType, ServerTls};
+use crate::model::{Resource, ResourceType, ServerTls, TcpTimeout};
 use envoy_types::pb::envoy::config::core::v3::TrafficDirection;
 use envoy_types::pb::envoy::config::listener::v3::{
     listener_filter, FilterChain, FilterChainMatch, Listener, ListenerFilter,
@@ -28,7 +28,7 @@ pub enum TlsChain<'a> {
         ranges: Vec<String>,
         dests: Destinations,
         /// The `tcp_proxy`'s idle timeout (a route's: its first destination's rule's).
-        idle_ms: Option<u64>,
+        timeout: TcpTimeout,
     },
     /// Terminate with `tls`, then pass the decrypted stream to `dests` (a TLS server's
     /// `tcp[]` routes), for destination addresses in `ranges` (empty: any).
@@ -36,7 +36,7 @@ pub enum TlsChain<'a> {
         tls: &'a ServerTls,
         ranges: Vec<String>,
         dests: Destinations,
-        idle_ms: Option<u64>,
+        timeout: TcpTimeout,
     },
 }
 
@@ -146,7 +146,7 @@ fn build_chain(listener: &str, i: usize, names: Vec<String>, chain: TlsChain) ->
             tls,
             ranges,
             dests,
-            idle_ms,
+            timeout,
         } => FilterChain {
             filter_chain_match: (!names.is_empty() || !ranges.is_empty()).then(|| {
                 FilterChainMatch {
@@ -155,7 +155,7 @@ fn build_chain(listener: &str, i: usize, names: Vec<String>, chain: TlsChain) ->
                     ..Default::default()
                 }
             }),
-            filters: vec![tcp_proxy(&dests, &chain_name, idle_ms)],
+            filters: vec![tcp_proxy(&dests, &chain_name, timeout)],
             transport_socket: Some(downstream_tls(tls, false)),
             name: chain_name,
             ..Default::default()
@@ -163,14 +163,14 @@ fn build_chain(listener: &str, i: usize, names: Vec<String>, chain: TlsChain) ->
         TlsChain::Passthrough {
             ranges,
             dests,
-            idle_ms,
+            timeout,
         } => FilterChain {
             filter_chain_match: Some(FilterChainMatch {
                 server_names: names,
                 prefix_ranges: ranges.iter().map(|r| cidr(r)).collect(),
                 ..Default::default()
             }),
-            filters: vec![tcp_proxy(&dests, &chain_name, idle_ms)],
+            filters: vec![tcp_proxy(&dests, &chain_name, timeout)],
             name: chain_name,
             ..Default::default()
         },

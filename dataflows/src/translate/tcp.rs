@@ -16,8 +16,8 @@
 use super::listener::{bind_flag, http_chain, listener_name, tcp_to, tls_inspector_filter};
 use super::{outbound_cluster_name, socket_address};
 use crate::model::{
-    Protocol, ResolvedVs, Resource, ResourceType, RouteDestination, Service, Source, TcpIdle,
-    TcpMatch, TlsMatch,
+    Protocol, ResolvedVs, Resource, ResourceType, RouteDestination, Service, Source, TcpMatch,
+    TcpTimeout, TcpTimeouts, TlsMatch,
 };
 use envoy_types::pb::envoy::config::core::v3::{CidrRange, TrafficDirection};
 use envoy_types::pb::envoy::config::listener::v3::FilterChainMatch;
@@ -158,17 +158,19 @@ pub(super) fn cidr(s: &str) -> CidrRange {
     }
 }
 
-/// The idle timeout Istio gives the `tcp_proxy` of a route to `dests`: the rule's own
-/// `tcp.idleTimeout` of the first destination's host, if `idle` has one for it.
-pub fn idle_of(idle: &TcpIdle, dests: &Destinations) -> Option<u64> {
-    let (cluster, _) = dests.first()?;
-    let (_, _, host) = super::outbound_cluster_parts(cluster)?;
-    idle.get(host).copied()
+/// The limits Istio gives the `tcp_proxy` of a route to `dests`: those of the rule of the
+/// first destination's host, if `timeouts` has them.
+pub fn timeout_of(timeouts: &TcpTimeouts, dests: &Destinations) -> TcpTimeout {
+    dests
+        .first()
+        .and_then(|(cluster, _)| super::outbound_cluster_parts(cluster))
+        .and_then(|(_, _, host)| timeouts.get(host).copied())
+        .unwrap_or_default()
 }
 
-/// The tcp_proxy filter for `dests`: one cluster, or Envoy's weighted clusters; `idle_ms`:
-/// its idle timeout (`None`: Envoy's default, 1h).
-pub(super) fn tcp_proxy(dests: &Destinations, stat_prefix: &str, idle_ms: Option<u64>) -> Filter {
+/// The tcp_proxy filter for `dests`: one cluster, or Envoy's weighted clusters; `limits`:
+/// its idle timeout (unset: Envoy's default, 1h) and longest connection.
+pub(super) fn tcp_proxy(dests: &Destinations, stat_prefix: &str, limits: TcpTimeout) -> Filter {
     let proxy = match dests.as_slice() {
         [(cluster, _)] => TcpProxy {
             stat_prefix: cluster.clone(),
@@ -191,7 +193,8 @@ pub(super) fn tcp_proxy(dests: &Destinations, stat_prefix: &str, idle_ms: Option
         },
     };
     let proxy = TcpProxy {
-        idle_timeout: idle_ms.map(super::duration_ms),
+        idle_timeout: limits.idle_ms.map(super::duration_ms),
+        max_downstream_connection_duration: limits.max_duration_ms.map(super::duration_ms),
         ..proxy
     };
     Filter {
@@ -205,7 +208,7 @@ fn chain(
     ranges: &[String],
     names: Vec<String>,
     dests: &Destinations,
-    idle: &TcpIdle,
+    idle: &TcpTimeouts,
 ) -> FilterChain {
     FilterChain {
         filter_chain_match: (!ranges.is_empty() || !names.is_empty()).then(|| FilterChainMatch {
@@ -213,7 +216,7 @@ fn chain(
             server_names: names,
             ..Default::default()
         }),
-        filters: vec![tcp_proxy(dests, &name, idle_of(idle, dests))],
+        filters: vec![tcp_proxy(dests, &name, timeout_of(idle, dests))],
         name,
         ..Default::default()
     }
@@ -231,11 +234,11 @@ struct Chains {
     /// Some chain matches SNI names: the listener needs the TLS inspector.
     sni: bool,
     /// The idle timeouts of the destinations' `tcp_proxy`.
-    idle: TcpIdle,
+    idle: TcpTimeouts,
 }
 
 impl Chains {
-    fn new(no_match_taken: bool, idle: &TcpIdle) -> Chains {
+    fn new(no_match_taken: bool, idle: &TcpTimeouts) -> Chains {
         Chains {
             chains: Vec::new(),
             taken: BTreeMap::new(),
@@ -385,8 +388,8 @@ pub struct OutboundPort<'a> {
     pub fallback: &'a str,
     /// The proxies it is for, for `sourceNamespace` and `sourceLabels`.
     pub source: Source<'a>,
-    /// The idle timeouts of the hosts its routes go to ([`TcpIdle`]).
-    pub idle: &'a TcpIdle,
+    /// The idle timeouts of the hosts its routes go to ([`TcpTimeouts`]).
+    pub idle: &'a TcpTimeouts,
 }
 
 /// Whether a TLS service on `p`'s port is told apart by the name its clients send (SNI),
@@ -685,7 +688,7 @@ pub fn gateway_listener(
     port: u16,
     vss: &[(&ResolvedVs, &[String])],
     source: Source,
-    idle: &TcpIdle,
+    idle: &TcpTimeouts,
 ) -> Option<Resource> {
     let name = listener_name(addr, port);
     let list = chains(vss, port, source, None);
@@ -704,21 +707,28 @@ mod tests {
     use super::*;
     use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::TcpProxy;
 
-    fn idle_timeout(f: &Filter) -> Option<i64> {
+    /// (idle timeout, longest connection) of a `tcp_proxy`, in seconds.
+    fn limits(f: &Filter) -> (Option<i64>, Option<i64>) {
         let Some(filter::ConfigType::TypedConfig(any)) = &f.config_type else {
             panic!("a typed config");
         };
-        TcpProxy::decode(&*any.value)
-            .expect("a tcp_proxy")
-            .idle_timeout
-            .map(|d| d.seconds)
+        let p = TcpProxy::decode(&*any.value).expect("a tcp_proxy");
+        (
+            p.idle_timeout.map(|d| d.seconds),
+            p.max_downstream_connection_duration.map(|d| d.seconds),
+        )
     }
 
-    /// A route's `tcp_proxy` takes the idle timeout of its first destination's host (a
-    /// split included); a host without one, and a cluster not of a service, take none.
+    /// A route's `tcp_proxy` takes the idle timeout and longest connection of its first
+    /// destination's host (a split included); a host without them, and a cluster not of a
+    /// service, take none.
     #[test]
-    fn tcp_proxy_takes_the_first_destinations_idle_timeout() {
-        let idle: TcpIdle = [("a.ns.svc.cluster.local".to_string(), 30_000)].into();
+    fn tcp_proxy_takes_the_first_destinations_limits() {
+        let both = TcpTimeout {
+            idle_ms: Some(30_000),
+            max_duration_ms: Some(60_000),
+        };
+        let idle: TcpTimeouts = [("a.ns.svc.cluster.local".to_string(), both)].into();
         let one: Destinations = vec![("outbound|80|v1|a.ns.svc.cluster.local".into(), 100)];
         let split: Destinations = vec![
             ("outbound|80||a.ns.svc.cluster.local".into(), 50),
@@ -726,18 +736,21 @@ mod tests {
         ];
         let other: Destinations = vec![("outbound|80||b.ns.svc.cluster.local".into(), 100)];
         let passthrough: Destinations = vec![("PassthroughCluster".into(), 100)];
-        assert_eq!(idle_of(&idle, &one), Some(30_000));
-        assert_eq!(idle_of(&idle, &split), Some(30_000));
-        assert_eq!(idle_of(&idle, &other), None);
-        assert_eq!(idle_of(&idle, &passthrough), None);
+        assert_eq!(timeout_of(&idle, &one), both);
+        assert_eq!(timeout_of(&idle, &split), both);
+        assert_eq!(timeout_of(&idle, &other), TcpTimeout::default());
+        assert_eq!(timeout_of(&idle, &passthrough), TcpTimeout::default());
         assert_eq!(
-            idle_timeout(&tcp_proxy(&one, "x", idle_of(&idle, &one))),
-            Some(30)
+            limits(&tcp_proxy(&one, "x", timeout_of(&idle, &one))),
+            (Some(30), Some(60))
         );
         assert_eq!(
-            idle_timeout(&tcp_proxy(&split, "x", idle_of(&idle, &split))),
-            Some(30)
+            limits(&tcp_proxy(&split, "x", timeout_of(&idle, &split))),
+            (Some(30), Some(60))
         );
-        assert_eq!(idle_timeout(&tcp_proxy(&other, "x", None)), None);
+        assert_eq!(
+            limits(&tcp_proxy(&other, "x", TcpTimeout::default())),
+            (None, None)
+        );
     }
 }
