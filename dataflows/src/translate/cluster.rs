@@ -216,6 +216,7 @@ fn outbound(
             cluster.lb_policy = LbPolicy::ClusterProvided as i32;
         }
     }
+    let mut options = http_protocol_options(port.protocol, policy.connection_pool.as_deref());
     match &policy.tls {
         _ if fail_closed.is_some() => {}
         Some(tls) if tls.istio_mutual => {
@@ -227,13 +228,41 @@ fn outbound(
                 &defaults.trust_domain,
             ))
         }
-        Some(tls) if tls.credential.is_some() => {
-            cluster.transport_socket = Some(credential_tls(tls))
+        Some(tls) => {
+            // Istio offers ALPN `h2` where the cluster speaks HTTP/2 by its explicit
+            // options (not where it speaks the request's protocol).
+            let h2 = options.as_ref().is_some_and(|o| {
+                matches!(
+                    &o.upstream_protocol_options,
+                    Some(UpstreamProtocolOptions::ExplicitHttpConfig(ExplicitHttpConfig {
+                        protocol_config: Some(ProtocolConfig::Http2ProtocolOptions(_)),
+                    }))
+                )
+            });
+            let sans = origination_sans(tls, service, &defaults.trust_domain);
+            cluster.transport_socket = Some(if tls.credential.is_some() {
+                credential_tls(tls, &sans, h2)
+            } else {
+                upstream_tls(tls, &sans, h2, &defaults.system_ca_bundle)
+            });
+            if let Some(auto) = auto_sni(tls) {
+                let o = options.get_or_insert_with(|| HttpProtocolOptions {
+                    // Envoy requires the protocol: HTTP/1.1, as Istio completes it.
+                    upstream_protocol_options: Some(UpstreamProtocolOptions::ExplicitHttpConfig(
+                        ExplicitHttpConfig {
+                            protocol_config: Some(ProtocolConfig::HttpProtocolOptions(
+                                Default::default(),
+                            )),
+                        },
+                    )),
+                    ..Default::default()
+                });
+                o.upstream_http_protocol_options = Some(auto);
+            }
         }
-        Some(tls) => cluster.transport_socket = Some(upstream_tls(tls)),
         None => {}
     }
-    if let Some(options) = http_protocol_options(port.protocol, policy.connection_pool.as_deref()) {
+    if let Some(options) = options {
         // A single entry, so the map's iteration order cannot change the encoding.
         cluster.typed_extension_protocol_options.insert(
             "envoy.extensions.upstreams.http.v3.HttpProtocolOptions".into(),
@@ -285,38 +314,101 @@ fn lb_config(policy: &TrafficPolicy, grpc: bool) -> Option<LbConfig> {
     }
 }
 
-/// Envoy's TLS transport socket for a DestinationRule's `SIMPLE` or `MUTUAL` TLS.
+/// The names a `SIMPLE`/`MUTUAL` server's certificate must carry: the rule's
+/// `subjectAltNames`, else, for a ServiceEntry's host, its identities (the entry's
+/// `subjectAltNames` and its endpoints' service accounts), as Istio falls back to the
+/// service accounts of a service of its external registry; none for a Kubernetes Service.
+fn origination_sans(
+    tls: &crate::model::UpstreamTls,
+    service: &Service,
+    trust_domain: &str,
+) -> Vec<String> {
+    if !tls.subject_alt_names.is_empty() {
+        return tls.subject_alt_names.clone();
+    }
+    if service.origin.kind == crate::model::Kind::ServiceEntry {
+        return service.identities(trust_domain);
+    }
+    Vec::new()
+}
+
+/// Istio's upstream HTTP options of `SIMPLE`/`MUTUAL`: without an `sni`, Envoy takes the
+/// SNI from each request's host (`auto_sni`) and, unless the rule names
+/// `subjectAltNames` or skips verification, checks the server's certificate for that host
+/// (`auto_san_validation`). Decided on the rule's own names, before a ServiceEntry's are
+/// taken, as Istio decides it. `None` with an `sni`: the one name is sent, and the
+/// certificate is held to the CA and the names given. A TCP port's `tcp_proxy` does not
+/// read these options (no host: no SNI, the CA alone).
+fn auto_sni(
+    tls: &crate::model::UpstreamTls,
+) -> Option<envoy_types::pb::envoy::config::core::v3::UpstreamHttpProtocolOptions> {
+    let sni = tls.sni.as_deref().is_none_or(str::is_empty);
+    if !sni {
+        return None;
+    }
+    Some(
+        envoy_types::pb::envoy::config::core::v3::UpstreamHttpProtocolOptions {
+            auto_sni: true,
+            auto_san_validation: tls.subject_alt_names.is_empty() && !tls.insecure_skip_verify,
+            ..Default::default()
+        },
+    )
+}
+
+/// The common context Istio starts `SIMPLE`/`MUTUAL` from: TLS 1.2 to 1.3, and ALPN `h2`
+/// where the cluster speaks HTTP/2 (`h2`); no ALPN otherwise.
+fn origination_context(
+    h2: bool,
+) -> envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::CommonTlsContext {
+    use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
+        tls_parameters::TlsProtocol, CommonTlsContext, TlsParameters,
+    };
+    CommonTlsContext {
+        tls_params: Some(TlsParameters {
+            tls_minimum_protocol_version: TlsProtocol::TlSv12 as i32,
+            tls_maximum_protocol_version: TlsProtocol::TlSv13 as i32,
+            ..Default::default()
+        }),
+        alpn_protocols: if h2 { vec!["h2".into()] } else { Vec::new() },
+        ..Default::default()
+    }
+}
+
+/// Envoy's TLS transport socket for a DestinationRule's `SIMPLE` or `MUTUAL` TLS from
+/// files: the server verified (unless `insecureSkipVerify`) against `caCertificates`, else
+/// the proxy's system bundle `system_ca` (Istio's proxies verify against their system's
+/// bundle then), and `sans` (see [`origination_sans`]).
 fn upstream_tls(
     tls: &crate::model::UpstreamTls,
+    sans: &[String],
+    h2: bool,
+    system_ca: &str,
 ) -> envoy_types::pb::envoy::config::core::v3::TransportSocket {
     use envoy_types::pb::envoy::config::core::v3::{transport_socket::ConfigType, TransportSocket};
     use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
-        certificate_validation_context::SystemRootCerts, common_tls_context::ValidationContextType,
-        CertificateValidationContext, CommonTlsContext, TlsCertificate, UpstreamTlsContext,
+        common_tls_context::ValidationContextType, CertificateValidationContext,
+        TlsCertificate, UpstreamTlsContext,
     };
-    let file = |path: &String| super::secret::file(path);
+    let file = |path: &str| super::secret::file(path);
     let validation = (!tls.insecure_skip_verify).then(|| CertificateValidationContext {
-        trusted_ca: tls.ca.as_ref().map(file),
-        // No CA named: the system's roots, as Istio verifies by default.
-        system_root_certs: tls.ca.is_none().then_some(SystemRootCerts {}),
-        crl: tls.crl.as_ref().map(file),
-        match_typed_subject_alt_names: super::secret::san_matchers(&tls.subject_alt_names),
+        trusted_ca: Some(file(tls.ca.as_deref().unwrap_or(system_ca))),
+        crl: tls.crl.as_deref().map(file),
+        match_typed_subject_alt_names: super::secret::san_matchers(sans),
         ..Default::default()
     });
-    let context = UpstreamTlsContext {
-        common_tls_context: Some(CommonTlsContext {
-            tls_certificates: tls
-                .client_cert
-                .iter()
-                .map(|(cert, key)| TlsCertificate {
-                    certificate_chain: Some(file(cert)),
-                    private_key: Some(file(key)),
-                    ..Default::default()
-                })
-                .collect(),
-            validation_context_type: validation.map(ValidationContextType::ValidationContext),
+    let mut common = origination_context(h2);
+    common.tls_certificates = tls
+        .client_cert
+        .iter()
+        .map(|(cert, key)| TlsCertificate {
+            certificate_chain: Some(file(cert)),
+            private_key: Some(file(key)),
             ..Default::default()
-        }),
+        })
+        .collect();
+    common.validation_context_type = validation.map(ValidationContextType::ValidationContext);
+    let context = UpstreamTlsContext {
+        common_tls_context: Some(common),
         sni: tls.sni.clone().unwrap_or_default(),
         ..Default::default()
     };
@@ -328,39 +420,36 @@ fn upstream_tls(
 
 /// Envoy's TLS transport socket for `SIMPLE`/`MUTUAL` with `credentialName`, as Istio
 /// builds it: the client certificate from SDS `kubernetes://NAME` (MUTUAL), the server
-/// verified against SDS `kubernetes://NAME-cacert` and the rule's `subjectAltNames`
-/// (unless `insecureSkipVerify`).
+/// verified against SDS `kubernetes://NAME-cacert` and `sans` (unless
+/// `insecureSkipVerify`).
 fn credential_tls(
     tls: &crate::model::UpstreamTls,
+    sans: &[String],
+    h2: bool,
 ) -> envoy_types::pb::envoy::config::core::v3::TransportSocket {
     use super::secret::{ca_name, certificate_name, san_matchers, sds};
     use envoy_types::pb::envoy::config::core::v3::{transport_socket::ConfigType, TransportSocket};
     use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
         common_tls_context::{CombinedCertificateValidationContext, ValidationContextType},
-        CertificateValidationContext, CommonTlsContext, UpstreamTlsContext,
+        CertificateValidationContext, UpstreamTlsContext,
     };
     let name = tls.credential.as_deref().unwrap_or_default();
-    let context = UpstreamTlsContext {
-        common_tls_context: Some(CommonTlsContext {
-            tls_certificate_sds_secret_configs: if tls.mutual {
-                vec![sds(certificate_name(name))]
-            } else {
-                Vec::new()
-            },
-            validation_context_type: (!tls.insecure_skip_verify).then(|| {
-                ValidationContextType::CombinedValidationContext(
-                    CombinedCertificateValidationContext {
-                        default_validation_context: Some(CertificateValidationContext {
-                            match_typed_subject_alt_names: san_matchers(&tls.subject_alt_names),
-                            ..Default::default()
-                        }),
-                        validation_context_sds_secret_config: Some(sds(ca_name(name))),
-                        ..Default::default()
-                    },
-                )
+    let mut common = origination_context(h2);
+    if tls.mutual {
+        common.tls_certificate_sds_secret_configs = vec![sds(certificate_name(name))];
+    }
+    common.validation_context_type = (!tls.insecure_skip_verify).then(|| {
+        ValidationContextType::CombinedValidationContext(CombinedCertificateValidationContext {
+            default_validation_context: Some(CertificateValidationContext {
+                match_typed_subject_alt_names: san_matchers(sans),
+                ..Default::default()
             }),
+            validation_context_sds_secret_config: Some(sds(ca_name(name))),
             ..Default::default()
-        }),
+        })
+    });
+    let context = UpstreamTlsContext {
+        common_tls_context: Some(common),
         sni: tls.sni.clone().unwrap_or_default(),
         ..Default::default()
     };
@@ -371,9 +460,11 @@ fn credential_tls(
 }
 
 /// Why a cluster under `policy` fails closed (has no endpoints) rather than send plaintext,
-/// if it does. A proxyless gRPC client takes certificates from certificate providers, not
-/// SDS: it cannot do `ISTIO_MUTUAL` or a `credentialName` as generated here; a
-/// `credentialName` whose Secret this proxy cannot be served fails closed too.
+/// if it does. A proxyless gRPC client takes certificates from the certificate providers of
+/// its own bootstrap, not from SDS or files a control plane names: it can do neither
+/// `ISTIO_MUTUAL` as generated here nor `SIMPLE`/`MUTUAL` (files or `credentialName`), and
+/// its xDS client would refuse the cluster (or, with fallback credentials, send
+/// plaintext); a `credentialName` whose Secret this proxy cannot be served fails closed too.
 fn fail_closed(policy: &TrafficPolicy, grpc: bool, secrets: ClientSecrets) -> Option<String> {
     match policy.tls.as_deref() {
         Some(t) if grpc && t.istio_mutual => Some(
@@ -381,16 +472,31 @@ fn fail_closed(policy: &TrafficPolicy, grpc: bool, secrets: ClientSecrets) -> Op
              client (it takes no SDS certificates)"
                 .into(),
         ),
-        Some(t) if grpc && t.credential.is_some() => Some(format!(
-            "DestinationRule {}.credentialName is not supported for a proxyless gRPC client \
-             (it takes no SDS certificates)",
-            t.field
-        )),
+        Some(t) if grpc => Some(proxyless_tls_reason(t)),
         Some(t) if t.credential.is_some() => secrets
             .resolve(t)
             .err()
             .map(|why| format!("DestinationRule {}.credentialName: {why}", t.field)),
         _ => None,
+    }
+}
+
+/// Why a proxyless gRPC client cannot originate a rule's `SIMPLE`/`MUTUAL` TLS: the field
+/// named, for the cluster's metadata and the error of its rule.
+pub fn proxyless_tls_reason(t: &crate::model::UpstreamTls) -> String {
+    let mode = if t.mutual { "MUTUAL" } else { "SIMPLE" };
+    match t.credential {
+        Some(_) => format!(
+            "DestinationRule {}.credentialName is not supported for a proxyless gRPC client \
+             (it takes no SDS certificates)",
+            t.field
+        ),
+        None => format!(
+            "DestinationRule {}.mode {mode} is not supported for a proxyless gRPC client (it \
+             verifies servers only with the certificate providers of its own bootstrap, not \
+             with files a control plane names)",
+            t.field
+        ),
     }
 }
 
@@ -881,6 +987,7 @@ mod tests {
             connect_timeout_ms: 1000,
             trust_domain: "corp.example".into(),
             locality_lb: None,
+            system_ca_bundle: "/etc/proxy/ca-bundle.pem".into(),
         };
         outbound_all_for(service, Some(dr), grpc, &defaults)
             .into_iter()
