@@ -50,6 +50,12 @@ struct MeshArgs {
     /// refused naming its field: the proxy would reject the whole route configuration.
     #[arg(long, default_value_t = 100)]
     max_regex_program_size: u32,
+    /// The proxies' file of trusted CA certificates (a path on the proxy's file system): a
+    /// DestinationRule's SIMPLE or MUTUAL TLS without `caCertificates` (and without
+    /// `insecureSkipVerify`) verifies the server against it, as Istio's proxies verify
+    /// against their system's bundle. The default is where Debian-based images keep it.
+    #[arg(long, value_name = "PATH", default_value = dataflows::model::DEFAULT_SYSTEM_CA_BUNDLE)]
+    system_ca_bundle: String,
 }
 
 impl MeshArgs {
@@ -100,6 +106,7 @@ impl MeshArgs {
             domain_suffix: self.domain_suffix.clone(),
             max_regex_program_size: self.max_regex_program_size,
             trust_root: None,
+            system_ca_bundle: self.system_ca_bundle.clone(),
         }
     }
 }

@@ -132,6 +132,38 @@ impl<'a> ClientSecrets<'a> {
     }
 }
 
+/// What is said of `dr` where it applies to proxyless gRPC clients: each `tls` that
+/// encrypts (SIMPLE, MUTUAL, ISTIO_MUTUAL) cannot be given to them, so their clusters it
+/// applies to fail closed (no endpoints) instead of sending plaintext.
+pub fn proxyless_errors(dr: &DestinationRule) -> Vec<ConfigError> {
+    let mut out: Vec<ConfigError> = dr
+        .encrypting_tls()
+        .into_iter()
+        .map(|t| {
+            let why = if t.istio_mutual {
+                format!(
+                    "DestinationRule {}.mode ISTIO_MUTUAL is not supported for a proxyless gRPC \
+                     client (it takes no SDS certificates)",
+                    t.field
+                )
+            } else {
+                crate::translate::cluster::proxyless_tls_reason(t)
+            };
+            ConfigError {
+                object: dr.key.clone(),
+                code: ErrorCode::ProxylessTls,
+                message: format!(
+                    "{why}; the rule's clusters this tls applies to fail closed (no endpoints) \
+                     for proxyless gRPC clients"
+                ),
+            }
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

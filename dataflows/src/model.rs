@@ -33,6 +33,20 @@ pub struct MeshConfig {
     /// [`MeshSettings::in_effect`] carries it into the settings every layer has.
     #[serde(default)]
     pub trust_root: Option<String>,
+    /// The proxies' file of trusted CA certificates (`--system-ca-bundle`): what a
+    /// DestinationRule's `SIMPLE`/`MUTUAL` TLS without `caCertificates` verifies the server
+    /// against, as Istio's proxies verify against their operating system's bundle. A path
+    /// on the proxy's file system, fixed for the process's life;
+    /// [`MeshSettings::in_effect`] carries it into the settings every layer has.
+    #[serde(default = "default_system_ca_bundle")]
+    pub system_ca_bundle: String,
+}
+
+/// Where Debian-based proxy images (Istio's among them) keep the system's CA bundle.
+pub const DEFAULT_SYSTEM_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+fn default_system_ca_bundle() -> String {
+    DEFAULT_SYSTEM_CA_BUNDLE.to_string()
 }
 
 impl Default for MeshConfig {
@@ -42,6 +56,7 @@ impl Default for MeshConfig {
             domain_suffix: "cluster.local".into(),
             max_regex_program_size: 100,
             trust_root: None,
+            system_ca_bundle: default_system_ca_bundle(),
         }
     }
 }
@@ -89,6 +104,10 @@ pub struct MeshSettings {
     /// sets none (`None`: Istio's default, enabled with no `distribute` or `failover`).
     #[serde(default)]
     pub locality_lb: Option<LocalityLbSetting>,
+    /// The process's [`MeshConfig::system_ca_bundle`]: the CA file `SIMPLE`/`MUTUAL` TLS
+    /// without `caCertificates` verifies servers against.
+    #[serde(default = "default_system_ca_bundle")]
+    pub system_ca_bundle: String,
 }
 
 /// What an outbound cluster takes from the mesh settings in effect.
@@ -101,6 +120,8 @@ pub struct ClusterDefaults {
     pub trust_domain: String,
     /// The mesh's `localityLbSetting`, for rules that set none.
     pub locality_lb: Option<LocalityLbSetting>,
+    /// The CA file `SIMPLE`/`MUTUAL` TLS without `caCertificates` verifies servers against.
+    pub system_ca_bundle: String,
 }
 
 impl Default for ClusterDefaults {
@@ -109,6 +130,7 @@ impl Default for ClusterDefaults {
             connect_timeout_ms: DEFAULT_CONNECT_TIMEOUT_MS,
             trust_domain: default_trust_domain(),
             locality_lb: None,
+            system_ca_bundle: default_system_ca_bundle(),
         }
     }
 }
@@ -119,6 +141,7 @@ impl ClusterDefaults {
             connect_timeout_ms: m.connect_timeout_ms,
             trust_domain: m.trust_domain.clone(),
             locality_lb: m.locality_lb.clone(),
+            system_ca_bundle: m.system_ca_bundle.clone(),
         }
     }
 }
@@ -165,6 +188,7 @@ impl MeshSettings {
             trust_domain: default_trust_domain(),
             trust_root: mesh.trust_root.clone(),
             locality_lb: None,
+            system_ca_bundle: mesh.system_ca_bundle.clone(),
         }
     }
 
@@ -181,8 +205,9 @@ impl MeshSettings {
             }
         }
         let mut chosen = best.cloned().unwrap_or_else(|| MeshSettings::builtin(mesh));
-        // The CA is the process's, whichever layer is in effect.
+        // The CA and the system's bundle are the process's, whichever layer is in effect.
         chosen.trust_root = mesh.trust_root.clone();
+        chosen.system_ca_bundle = mesh.system_ca_bundle.clone();
         chosen
     }
 
@@ -1370,7 +1395,7 @@ pub struct UpstreamTls {
     /// `MUTUAL`: the client certificate and key presented.
     pub client_cert: Option<(String, String)>,
     /// Verify the server against this CA bundle; `None` with `insecure_skip_verify` false:
-    /// against the system's roots.
+    /// against the system's bundle ([`ClusterDefaults::system_ca_bundle`]).
     pub ca: Option<String>,
     pub crl: Option<String>,
     pub sni: Option<String>,
@@ -1479,6 +1504,12 @@ impl DestinationRule {
             .filter_map(|p| p.tls.as_deref())
             .filter(|t| t.credential.is_some())
             .collect()
+    }
+
+    /// Every `tls` of the rule that encrypts (`SIMPLE`, `MUTUAL`, `ISTIO_MUTUAL`): what a
+    /// proxyless gRPC client cannot be given (see [`ErrorCode::ProxylessTls`]).
+    pub fn encrypting_tls(&self) -> Vec<&UpstreamTls> {
+        self.policies().filter_map(|p| p.tls.as_deref()).collect()
     }
 
     /// The Secrets (by name) the rule's `credentialName`s need in a proxy's namespace: each
@@ -2079,6 +2110,9 @@ pub enum ErrorCode {
     /// A DestinationRule merged into an earlier one of its namespace for the same host (a
     /// warning: the merge is what Istio does, but parts of it may be set aside).
     DestinationRuleMerged,
+    /// A DestinationRule's `tls` (SIMPLE, MUTUAL, ISTIO_MUTUAL) applies to a proxyless gRPC
+    /// client, which cannot take it from the control plane: its clusters fail closed.
+    ProxylessTls,
 }
 
 impl ErrorCode {
@@ -2101,6 +2135,7 @@ impl ErrorCode {
             ErrorCode::DestinationRuleSecret => ("MF0010", "InvalidDestinationRuleCredential"),
             ErrorCode::GatewayPortConflict => ("MF0011", "ConflictingGateways"),
             ErrorCode::DestinationRuleMerged => ("MF0012", "MergedDestinationRules"),
+            ErrorCode::ProxylessTls => ("MF0013", "UnsupportedProxylessTls"),
         }
     }
 

@@ -833,6 +833,8 @@ fn random_record(rng: &mut StdRng, extra: &mut StdRng, slot: usize) -> Record {
                 trust_domain: pick(extra, &["cluster.local", "corp.example"]).into(),
                 trust_root: None,
                 locality_lb: extra.random_bool(0.5).then(|| locality_setting(extra)),
+                // Replaced by the process's bundle whichever layer is in effect.
+                system_ca_bundle: "/layer/bundle.pem".into(),
             })
         }
         _ => {
@@ -1002,6 +1004,7 @@ fn run(seed: u64, steps: usize, workers: usize) {
     // A CA's root: every sidecar and router holds its workload secrets.
     let mesh = MeshConfig {
         trust_root: Some("-----BEGIN CERTIFICATE-----\noracle\n-----END CERTIFICATE-----\n".into()),
+        system_ca_bundle: "/oracle/ca-bundle.pem".into(),
         ..Default::default()
     };
     let engine = Engine::start(workers, mesh.clone());

@@ -1896,6 +1896,55 @@ fn passthrough_routes_by_sni_within_the_server_hosts() {
     assert!(m.listeners(&gw).contains("0.0.0.0_9443"));
 }
 
+/// Proves that a proxyless gRPC client is never given a DestinationRule's `SIMPLE` TLS it
+/// cannot honour: its cluster fails closed (no assignment) while a sidecar's originates TLS,
+/// and an error names the rule and the field for as long as such a client has the rule in
+/// effect.
+#[test]
+fn simple_tls_fails_closed_for_proxyless_clients_and_is_reported() {
+    let mut m = Mesh::new();
+    let sidecar = sidecar_proxy("a-1", "default", "10.0.0.1", &[("app", "a")]);
+    let grpc = Proxy {
+        kind: ProxyKind::Proxyless,
+        ..sidecar_proxy("g-1", "default", "10.0.0.3", &[("app", "g")])
+    };
+    let Record::DestinationRule(mut dr) =
+        destination_rule("default", "reviews", &host("reviews", "default"), &[])
+    else {
+        unreachable!()
+    };
+    dr.traffic_policy = Some(TrafficPolicy {
+        tls: Some(Box::new(UpstreamTls {
+            field: "spec.trafficPolicy.tls".into(),
+            ..Default::default()
+        })),
+        ..Default::default()
+    });
+    m.insert(vec![
+        service("reviews", "default"),
+        Record::DestinationRule(dr),
+        px(&sidecar),
+    ]);
+    let cluster = outbound(9080, "", "reviews", "default");
+    let errors = |m: &Mesh| gateway_errors(m, ErrorCode::ProxylessTls);
+    assert!(m.names(&sidecar, ResourceType::Endpoint).contains(&cluster));
+    assert!(errors(&m).is_empty(), "no gRPC client yet");
+    m.insert(vec![px(&grpc)]);
+    assert!(m.clusters(&grpc).contains(&cluster));
+    let eds = m.names(&grpc, ResourceType::Endpoint);
+    assert!(!eds.contains(&cluster), "failed closed: {eds:?}");
+    assert!(m.names(&sidecar, ResourceType::Endpoint).contains(&cluster));
+    let e = errors(&m);
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(
+        e[0].contains("DestinationRule/default/reviews")
+            && e[0].contains("spec.trafficPolicy.tls.mode SIMPLE"),
+        "{e:?}"
+    );
+    m.retract(vec![px(&grpc)]);
+    assert!(errors(&m).is_empty(), "{:?}", errors(&m));
+}
+
 /// Proves that a DestinationRule's `credentialName` (here in a `portLevelSettings` entry)
 /// takes the Secret of each client proxy's own namespace: without it there, that proxy's
 /// cluster fails closed (no assignment, no SDS secret) and an error names the rule, the field

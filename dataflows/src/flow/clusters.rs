@@ -378,6 +378,13 @@ fn per_group<'s>(
     secrets: &Coll<'s, ((String, String), TlsSecret)>,
 ) -> (Coll<'s, (Group, ClusterRow)>, Coll<'s, (Group, CredOut)>) {
     let groups = scope_groups.clone().map(|(g, _)| g).distinct();
+    let groups_grpc = groups.clone().flat_map(|g| match &g.1 {
+        (Some(k), true, _) => Some((k.clone(), g.clone())),
+        _ => None,
+    });
+    let drs_for_grpc = drs
+        .clone()
+        .filter(|(_, dr)| !dr.encrypting_tls().is_empty());
     // The mesh's connect timeout joins once per group, before the rule does.
     let groups_svc = groups
         .join_map(services.clone(), |h, d, svc| {
@@ -464,6 +471,16 @@ fn per_group<'s>(
                 }
             }
         });
+    // A rule proxyless gRPC clients have in effect: what of its TLS they cannot be given.
+    let grpc_errors = groups_grpc
+        .join_map(drs_for_grpc, |_, g, dr| {
+            (g.clone(), crate::client_tls::proxyless_errors(dr))
+        })
+        .flat_map(|(g, errs)| {
+            errs.into_iter()
+                .map(move |e| (g.clone(), CredOut::Error(e)))
+        });
+    let cred_out = cred_out.concat(grpc_errors);
     let cred_clusters = cred_out.clone().flat_map(|(g, o)| match o {
         CredOut::Cluster(c) => Some((g, c)),
         _ => None,

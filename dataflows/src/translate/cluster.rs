@@ -205,6 +205,7 @@ fn outbound(
             cluster.lb_policy = LbPolicy::ClusterProvided as i32;
         }
     }
+    let mut options = http_protocol_options(port.protocol, policy.connection_pool.as_deref(), true);
     match &policy.tls {
         _ if fail_closed.is_some() => {}
         Some(tls) if tls.istio_mutual => {
@@ -216,15 +217,43 @@ fn outbound(
                 &defaults.trust_domain,
             ))
         }
-        Some(tls) if tls.credential.is_some() => {
-            cluster.transport_socket = Some(credential_tls(tls))
+        Some(tls) => {
+            // Istio offers ALPN `h2` where the cluster speaks HTTP/2 by its explicit
+            // options (not where it speaks the request's protocol).
+            let h2 = options.as_ref().is_some_and(|o| {
+                matches!(
+                    &o.upstream_protocol_options,
+                    Some(UpstreamProtocolOptions::ExplicitHttpConfig(
+                        ExplicitHttpConfig {
+                            protocol_config: Some(ProtocolConfig::Http2ProtocolOptions(_)),
+                        }
+                    ))
+                )
+            });
+            let sans = origination_sans(tls, service, &defaults.trust_domain);
+            cluster.transport_socket = Some(if tls.credential.is_some() {
+                credential_tls(tls, &sans, h2)
+            } else {
+                upstream_tls(tls, &sans, h2, &defaults.system_ca_bundle)
+            });
+            if let Some(auto) = auto_sni(tls) {
+                let o = options.get_or_insert_with(|| HttpProtocolOptions {
+                    // Envoy requires the protocol: HTTP/1.1, as Istio completes it.
+                    upstream_protocol_options: Some(UpstreamProtocolOptions::ExplicitHttpConfig(
+                        ExplicitHttpConfig {
+                            protocol_config: Some(ProtocolConfig::HttpProtocolOptions(
+                                Default::default(),
+                            )),
+                        },
+                    )),
+                    ..Default::default()
+                });
+                o.upstream_http_protocol_options = Some(auto);
+            }
         }
-        Some(tls) => cluster.transport_socket = Some(upstream_tls(tls)),
         None => {}
     }
-    if let Some(options) =
-        http_protocol_options(port.protocol, policy.connection_pool.as_deref(), true)
-    {
+    if let Some(options) = options {
         // A single entry, so the map's iteration order cannot change the encoding.
         cluster.typed_extension_protocol_options.insert(
             "envoy.extensions.upstreams.http.v3.HttpProtocolOptions".into(),
@@ -276,38 +305,101 @@ fn lb_config(policy: &TrafficPolicy, grpc: bool) -> Option<LbConfig> {
     }
 }
 
-/// Envoy's TLS transport socket for a DestinationRule's `SIMPLE` or `MUTUAL` TLS.
+/// The names a `SIMPLE`/`MUTUAL` server's certificate must carry: the rule's
+/// `subjectAltNames`, else, for a ServiceEntry's host, its identities (the entry's
+/// `subjectAltNames` and its endpoints' service accounts), as Istio falls back to the
+/// service accounts of a service of its external registry; none for a Kubernetes Service.
+fn origination_sans(
+    tls: &crate::model::UpstreamTls,
+    service: &Service,
+    trust_domain: &str,
+) -> Vec<String> {
+    if !tls.subject_alt_names.is_empty() {
+        return tls.subject_alt_names.clone();
+    }
+    if service.origin.kind == crate::model::Kind::ServiceEntry {
+        return service.identities(trust_domain);
+    }
+    Vec::new()
+}
+
+/// Istio's upstream HTTP options of `SIMPLE`/`MUTUAL`: without an `sni`, Envoy takes the
+/// SNI from each request's host (`auto_sni`) and, unless the rule names
+/// `subjectAltNames` or skips verification, checks the server's certificate for that host
+/// (`auto_san_validation`). Decided on the rule's own names, before a ServiceEntry's are
+/// taken, as Istio decides it. `None` with an `sni`: the one name is sent, and the
+/// certificate is held to the CA and the names given. A TCP port's `tcp_proxy` does not
+/// read these options (no host: no SNI, the CA alone).
+fn auto_sni(
+    tls: &crate::model::UpstreamTls,
+) -> Option<envoy_types::pb::envoy::config::core::v3::UpstreamHttpProtocolOptions> {
+    let sni = tls.sni.as_deref().is_none_or(str::is_empty);
+    if !sni {
+        return None;
+    }
+    Some(
+        envoy_types::pb::envoy::config::core::v3::UpstreamHttpProtocolOptions {
+            auto_sni: true,
+            auto_san_validation: tls.subject_alt_names.is_empty() && !tls.insecure_skip_verify,
+            ..Default::default()
+        },
+    )
+}
+
+/// The common context Istio starts `SIMPLE`/`MUTUAL` from: TLS 1.2 to 1.3, and ALPN `h2`
+/// where the cluster speaks HTTP/2 (`h2`); no ALPN otherwise.
+fn origination_context(
+    h2: bool,
+) -> envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::CommonTlsContext {
+    use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
+        tls_parameters::TlsProtocol, CommonTlsContext, TlsParameters,
+    };
+    CommonTlsContext {
+        tls_params: Some(TlsParameters {
+            tls_minimum_protocol_version: TlsProtocol::TlSv12 as i32,
+            tls_maximum_protocol_version: TlsProtocol::TlSv13 as i32,
+            ..Default::default()
+        }),
+        alpn_protocols: if h2 { vec!["h2".into()] } else { Vec::new() },
+        ..Default::default()
+    }
+}
+
+/// Envoy's TLS transport socket for a DestinationRule's `SIMPLE` or `MUTUAL` TLS from
+/// files: the server verified (unless `insecureSkipVerify`) against `caCertificates`, else
+/// the proxy's system bundle `system_ca` (Istio's proxies verify against their system's
+/// bundle then), and `sans` (see [`origination_sans`]).
 fn upstream_tls(
     tls: &crate::model::UpstreamTls,
+    sans: &[String],
+    h2: bool,
+    system_ca: &str,
 ) -> envoy_types::pb::envoy::config::core::v3::TransportSocket {
     use envoy_types::pb::envoy::config::core::v3::{transport_socket::ConfigType, TransportSocket};
     use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
-        certificate_validation_context::SystemRootCerts, common_tls_context::ValidationContextType,
-        CertificateValidationContext, CommonTlsContext, TlsCertificate, UpstreamTlsContext,
+        common_tls_context::ValidationContextType, CertificateValidationContext, TlsCertificate,
+        UpstreamTlsContext,
     };
-    let file = |path: &String| super::secret::file(path);
+    let file = |path: &str| super::secret::file(path);
     let validation = (!tls.insecure_skip_verify).then(|| CertificateValidationContext {
-        trusted_ca: tls.ca.as_ref().map(file),
-        // No CA named: the system's roots, as Istio verifies by default.
-        system_root_certs: tls.ca.is_none().then_some(SystemRootCerts {}),
-        crl: tls.crl.as_ref().map(file),
-        match_typed_subject_alt_names: super::secret::san_matchers(&tls.subject_alt_names),
+        trusted_ca: Some(file(tls.ca.as_deref().unwrap_or(system_ca))),
+        crl: tls.crl.as_deref().map(file),
+        match_typed_subject_alt_names: super::secret::san_matchers(sans),
         ..Default::default()
     });
-    let context = UpstreamTlsContext {
-        common_tls_context: Some(CommonTlsContext {
-            tls_certificates: tls
-                .client_cert
-                .iter()
-                .map(|(cert, key)| TlsCertificate {
-                    certificate_chain: Some(file(cert)),
-                    private_key: Some(file(key)),
-                    ..Default::default()
-                })
-                .collect(),
-            validation_context_type: validation.map(ValidationContextType::ValidationContext),
+    let mut common = origination_context(h2);
+    common.tls_certificates = tls
+        .client_cert
+        .iter()
+        .map(|(cert, key)| TlsCertificate {
+            certificate_chain: Some(file(cert)),
+            private_key: Some(file(key)),
             ..Default::default()
-        }),
+        })
+        .collect();
+    common.validation_context_type = validation.map(ValidationContextType::ValidationContext);
+    let context = UpstreamTlsContext {
+        common_tls_context: Some(common),
         sni: tls.sni.clone().unwrap_or_default(),
         ..Default::default()
     };
@@ -319,39 +411,36 @@ fn upstream_tls(
 
 /// Envoy's TLS transport socket for `SIMPLE`/`MUTUAL` with `credentialName`, as Istio
 /// builds it: the client certificate from SDS `kubernetes://NAME` (MUTUAL), the server
-/// verified against SDS `kubernetes://NAME-cacert` and the rule's `subjectAltNames`
-/// (unless `insecureSkipVerify`).
+/// verified against SDS `kubernetes://NAME-cacert` and `sans` (unless
+/// `insecureSkipVerify`).
 fn credential_tls(
     tls: &crate::model::UpstreamTls,
+    sans: &[String],
+    h2: bool,
 ) -> envoy_types::pb::envoy::config::core::v3::TransportSocket {
     use super::secret::{ca_name, certificate_name, san_matchers, sds};
     use envoy_types::pb::envoy::config::core::v3::{transport_socket::ConfigType, TransportSocket};
     use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
         common_tls_context::{CombinedCertificateValidationContext, ValidationContextType},
-        CertificateValidationContext, CommonTlsContext, UpstreamTlsContext,
+        CertificateValidationContext, UpstreamTlsContext,
     };
     let name = tls.credential.as_deref().unwrap_or_default();
-    let context = UpstreamTlsContext {
-        common_tls_context: Some(CommonTlsContext {
-            tls_certificate_sds_secret_configs: if tls.mutual {
-                vec![sds(certificate_name(name))]
-            } else {
-                Vec::new()
-            },
-            validation_context_type: (!tls.insecure_skip_verify).then(|| {
-                ValidationContextType::CombinedValidationContext(
-                    CombinedCertificateValidationContext {
-                        default_validation_context: Some(CertificateValidationContext {
-                            match_typed_subject_alt_names: san_matchers(&tls.subject_alt_names),
-                            ..Default::default()
-                        }),
-                        validation_context_sds_secret_config: Some(sds(ca_name(name))),
-                        ..Default::default()
-                    },
-                )
+    let mut common = origination_context(h2);
+    if tls.mutual {
+        common.tls_certificate_sds_secret_configs = vec![sds(certificate_name(name))];
+    }
+    common.validation_context_type = (!tls.insecure_skip_verify).then(|| {
+        ValidationContextType::CombinedValidationContext(CombinedCertificateValidationContext {
+            default_validation_context: Some(CertificateValidationContext {
+                match_typed_subject_alt_names: san_matchers(sans),
+                ..Default::default()
             }),
+            validation_context_sds_secret_config: Some(sds(ca_name(name))),
             ..Default::default()
-        }),
+        })
+    });
+    let context = UpstreamTlsContext {
+        common_tls_context: Some(common),
         sni: tls.sni.clone().unwrap_or_default(),
         ..Default::default()
     };
@@ -362,9 +451,11 @@ fn credential_tls(
 }
 
 /// Why a cluster under `policy` fails closed (has no endpoints) rather than send plaintext,
-/// if it does. A proxyless gRPC client takes certificates from certificate providers, not
-/// SDS: it cannot do `ISTIO_MUTUAL` or a `credentialName` as generated here; a
-/// `credentialName` whose Secret this proxy cannot be served fails closed too.
+/// if it does. A proxyless gRPC client takes certificates from the certificate providers of
+/// its own bootstrap, not from SDS or files a control plane names: it can do neither
+/// `ISTIO_MUTUAL` as generated here nor `SIMPLE`/`MUTUAL` (files or `credentialName`), and
+/// its xDS client would refuse the cluster (or, with fallback credentials, send
+/// plaintext); a `credentialName` whose Secret this proxy cannot be served fails closed too.
 fn fail_closed(policy: &TrafficPolicy, grpc: bool, secrets: ClientSecrets) -> Option<String> {
     match policy.tls.as_deref() {
         Some(t) if grpc && t.istio_mutual => Some(
@@ -372,16 +463,31 @@ fn fail_closed(policy: &TrafficPolicy, grpc: bool, secrets: ClientSecrets) -> Op
              client (it takes no SDS certificates)"
                 .into(),
         ),
-        Some(t) if grpc && t.credential.is_some() => Some(format!(
-            "DestinationRule {}.credentialName is not supported for a proxyless gRPC client \
-             (it takes no SDS certificates)",
-            t.field
-        )),
+        Some(t) if grpc => Some(proxyless_tls_reason(t)),
         Some(t) if t.credential.is_some() => secrets
             .resolve(t)
             .err()
             .map(|why| format!("DestinationRule {}.credentialName: {why}", t.field)),
         _ => None,
+    }
+}
+
+/// Why a proxyless gRPC client cannot originate a rule's `SIMPLE`/`MUTUAL` TLS: the field
+/// named, for the cluster's metadata and the error of its rule.
+pub fn proxyless_tls_reason(t: &crate::model::UpstreamTls) -> String {
+    let mode = if t.mutual { "MUTUAL" } else { "SIMPLE" };
+    match t.credential {
+        Some(_) => format!(
+            "DestinationRule {}.credentialName is not supported for a proxyless gRPC client \
+             (it takes no SDS certificates)",
+            t.field
+        ),
+        None => format!(
+            "DestinationRule {}.mode {mode} is not supported for a proxyless gRPC client (it \
+             verifies servers only with the certificate providers of its own bootstrap, not \
+             with files a control plane names)",
+            t.field
+        ),
     }
 }
 
@@ -838,7 +944,7 @@ mod tests {
     use super::*;
     use crate::model::{ConfigKey, DnsEndpoint, Kind, Protocol, Subset, UpstreamTls};
     use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
-        common_tls_context::ValidationContextType, UpstreamTlsContext,
+        common_tls_context::ValidationContextType, tls_parameters::TlsProtocol, UpstreamTlsContext,
     };
 
     fn reviews() -> Service {
@@ -901,6 +1007,7 @@ mod tests {
             connect_timeout_ms: 1000,
             trust_domain: "corp.example".into(),
             locality_lb: None,
+            system_ca_bundle: "/etc/proxy/ca-bundle.pem".into(),
         };
         outbound_all_for(service, Some(dr), grpc, &defaults)
             .into_iter()
@@ -1293,5 +1400,318 @@ mod tests {
             ..tcp_only
         };
         assert_eq!(idle(both), Some(5));
+    }
+
+    /// The clusters of `svc` under `dr`, decoded, with the system bundle of
+    /// [`contexts_of`].
+    fn decoded(svc: &Service, dr: &DestinationRule, grpc: bool) -> Vec<Cluster> {
+        let defaults = ClusterDefaults {
+            system_ca_bundle: "/etc/proxy/ca-bundle.pem".into(),
+            ..Default::default()
+        };
+        outbound_all_for(svc, Some(dr), grpc, &defaults)
+            .into_iter()
+            .map(|(r, _, _)| Cluster::decode(&*r.body.0).unwrap())
+            .collect()
+    }
+
+    fn tls_of(c: &Cluster) -> UpstreamTlsContext {
+        use envoy_types::pb::envoy::config::core::v3::transport_socket::ConfigType;
+        match c
+            .transport_socket
+            .as_ref()
+            .and_then(|t| t.config_type.as_ref())
+        {
+            Some(ConfigType::TypedConfig(a)) => UpstreamTlsContext::decode(&*a.value).unwrap(),
+            other => panic!("{}: no TLS context: {other:?}", c.name),
+        }
+    }
+
+    fn options_of(c: &Cluster) -> Option<HttpProtocolOptions> {
+        c.typed_extension_protocol_options
+            .get("envoy.extensions.upstreams.http.v3.HttpProtocolOptions")
+            .map(|a| HttpProtocolOptions::decode(&*a.value).unwrap())
+    }
+
+    /// `(auto_sni, auto_san_validation)` of the cluster's upstream HTTP options.
+    fn auto(c: &Cluster) -> Option<(bool, bool)> {
+        let o = options_of(c)?.upstream_http_protocol_options?;
+        Some((o.auto_sni, o.auto_san_validation))
+    }
+
+    fn validation(
+        t: &UpstreamTlsContext,
+    ) -> Option<&envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::CertificateValidationContext>
+    {
+        match &t.common_tls_context.as_ref()?.validation_context_type {
+            Some(ValidationContextType::ValidationContext(v)) => Some(v),
+            Some(ValidationContextType::CombinedValidationContext(v)) => {
+                v.default_validation_context.as_ref()
+            }
+            _ => None,
+        }
+    }
+
+    fn trusted_file(t: &UpstreamTlsContext) -> Option<String> {
+        use envoy_types::pb::envoy::config::core::v3::data_source::Specifier;
+        match validation(t)?.trusted_ca.as_ref()?.specifier.as_ref()? {
+            Specifier::Filename(f) => Some(f.clone()),
+            _ => None,
+        }
+    }
+
+    /// SIMPLE without `caCertificates` verifies against the proxy's system bundle (a file
+    /// Envoy reads: Envoy does not implement `system_root_certs`), with Istio's TLS
+    /// versions, auto SNI and auto SAN validation; `caCertificates` replaces the bundle.
+    #[test]
+    fn simple_tls_without_a_ca_verifies_against_the_system_bundle() {
+        let dr = rule(UpstreamTls::default());
+        let clusters = decoded(&reviews(), &dr, false);
+        assert_eq!(clusters.len(), 2);
+        for c in &clusters {
+            let t = tls_of(c);
+            assert_eq!(
+                trusted_file(&t).as_deref(),
+                Some("/etc/proxy/ca-bundle.pem"),
+                "{}",
+                c.name
+            );
+            let v = validation(&t).unwrap();
+            assert!(v.system_root_certs.is_none(), "{v:?}");
+            assert!(v.match_typed_subject_alt_names.is_empty());
+            let common = t.common_tls_context.as_ref().unwrap();
+            let params = common.tls_params.as_ref().expect("TLS parameters");
+            assert_eq!(
+                params.tls_minimum_protocol_version,
+                TlsProtocol::TlSv12 as i32
+            );
+            assert_eq!(
+                params.tls_maximum_protocol_version,
+                TlsProtocol::TlSv13 as i32
+            );
+            // An HTTP/1.1 cluster offers no ALPN; the SNI comes from each request.
+            assert!(common.alpn_protocols.is_empty());
+            assert_eq!(t.sni, "");
+            assert_eq!(auto(c), Some((true, true)), "{}", c.name);
+            // Envoy requires a protocol beside the upstream options: HTTP/1.1.
+            let o = options_of(c).unwrap();
+            assert!(
+                matches!(
+                    o.upstream_protocol_options,
+                    Some(UpstreamProtocolOptions::ExplicitHttpConfig(
+                        ExplicitHttpConfig {
+                            protocol_config: Some(ProtocolConfig::HttpProtocolOptions(_))
+                        }
+                    ))
+                ),
+                "{o:?}"
+            );
+        }
+        let dr = rule(UpstreamTls {
+            ca: Some("/etc/certs/ca.pem".into()),
+            ..Default::default()
+        });
+        let c = &decoded(&reviews(), &dr, false)[0];
+        assert_eq!(
+            trusted_file(&tls_of(c)).as_deref(),
+            Some("/etc/certs/ca.pem")
+        );
+    }
+
+    /// Istio's auto SNI and SAN validation: an `sni` turns both off; `subjectAltNames` or
+    /// `insecureSkipVerify` turn SAN validation off (the names given are checked, or none).
+    #[test]
+    fn sni_and_names_decide_auto_sni_and_san_validation() {
+        let with = |tls: UpstreamTls| {
+            let c = decoded(&reviews(), &rule(tls), false).remove(0);
+            (tls_of(&c), auto(&c))
+        };
+        let (t, a) = with(UpstreamTls {
+            sni: Some("reviews.example".into()),
+            ..Default::default()
+        });
+        assert_eq!((t.sni.as_str(), a), ("reviews.example", None));
+        let (t, a) = with(UpstreamTls {
+            subject_alt_names: vec!["reviews.example".into()],
+            ..Default::default()
+        });
+        assert_eq!(a, Some((true, false)));
+        assert!(format!("{:?}", validation(&t)).contains("reviews.example"));
+        let (t, a) = with(UpstreamTls {
+            insecure_skip_verify: true,
+            ..Default::default()
+        });
+        assert_eq!(a, Some((true, false)));
+        assert!(validation(&t).is_none(), "nothing verified: {t:?}");
+        // MUTUAL from files: the client certificate, the same verification.
+        let (t, a) = with(UpstreamTls {
+            client_cert: Some(("/c.pem".into(), "/k.pem".into())),
+            mutual: true,
+            ..Default::default()
+        });
+        assert_eq!(a, Some((true, true)));
+        assert_eq!(
+            trusted_file(&t).as_deref(),
+            Some("/etc/proxy/ca-bundle.pem")
+        );
+        assert_eq!(t.common_tls_context.unwrap().tls_certificates.len(), 1);
+    }
+
+    /// ALPN `h2` where the cluster speaks HTTP/2 by its explicit options, none where it
+    /// speaks the request's protocol.
+    #[test]
+    fn http2_clusters_offer_h2_by_alpn() {
+        let svc = ports(&[(9090, Protocol::Grpc), (80, Protocol::Http)]);
+        let dr = DestinationRule {
+            subsets: Vec::new(),
+            ..rule(UpstreamTls::default())
+        };
+        let alpn: Vec<(String, Vec<String>)> = decoded(&svc, &dr, false)
+            .iter()
+            .map(|c| {
+                let t = tls_of(c);
+                (c.name.clone(), t.common_tls_context.unwrap().alpn_protocols)
+            })
+            .collect();
+        assert_eq!(
+            alpn,
+            vec![
+                (
+                    "outbound|9090||reviews.default.svc.cluster.local".to_string(),
+                    vec!["h2".to_string()]
+                ),
+                (
+                    "outbound|80||reviews.default.svc.cluster.local".to_string(),
+                    Vec::new()
+                ),
+            ]
+        );
+        let mut dr = dr;
+        if let Some(p) = dr.traffic_policy.as_mut() {
+            p.connection_pool = Some(Box::new(ConnectionPool {
+                use_client_protocol: true,
+                ..Default::default()
+            }));
+        }
+        for c in decoded(&svc, &dr, false) {
+            let t = tls_of(&c);
+            assert!(t.common_tls_context.unwrap().alpn_protocols.is_empty());
+            assert_eq!(auto(&c), Some((true, true)), "{}", c.name);
+        }
+    }
+
+    /// A ServiceEntry's names (and its endpoints' identities) hold the server where the
+    /// rule names none, as Istio takes an external service's accounts; auto SAN validation
+    /// is still decided on the rule's own names. A Kubernetes Service lends none.
+    #[test]
+    fn a_service_entrys_names_verify_the_server_where_the_rule_gives_none() {
+        let mut entry = reviews();
+        entry.origin = ConfigKey::new(Kind::ServiceEntry, "default", "reviews");
+        entry.subject_alt_names = vec!["api.example.com".into()];
+        let sans = |svc: &Service, tls: UpstreamTls| {
+            let c = decoded(svc, &rule(tls), false).remove(0);
+            (format!("{:?}", validation(&tls_of(&c))), auto(&c))
+        };
+        let (v, a) = sans(&entry, UpstreamTls::default());
+        assert!(v.contains("api.example.com"), "{v}");
+        assert_eq!(a, Some((true, true)));
+        let (v, _) = sans(
+            &reviews().with_identities(&["api.example.com".into()]),
+            UpstreamTls::default(),
+        );
+        assert!(!v.contains("api.example.com"), "{v}");
+        let (v, a) = sans(
+            &entry,
+            UpstreamTls {
+                subject_alt_names: vec!["other.example.com".into()],
+                ..Default::default()
+            },
+        );
+        assert!(v.contains("other.example.com") && !v.contains("api.example.com"));
+        assert_eq!(a, Some((true, false)));
+    }
+
+    /// `credentialName` origination takes Istio's TLS versions, ALPN and auto SNI too.
+    #[test]
+    fn credential_tls_takes_istios_parameters() {
+        let svc = ports(&[(9090, Protocol::Http2)]);
+        let dr = DestinationRule {
+            subsets: Vec::new(),
+            ..rule(UpstreamTls {
+                credential: Some("client".into()),
+                mutual: true,
+                ..Default::default()
+            })
+        };
+        let secret = crate::model::TlsSecret {
+            key: ConfigKey::new(Kind::Secret, "default", "client"),
+            identity: Some(crate::model::TlsIdentity {
+                cert_chain: "CERT".into(),
+                private_key: "KEY".into(),
+                fingerprint: "fp".into(),
+            }),
+            ca: Some("CA".into()),
+            problem: None,
+        };
+        let list = [&secret];
+        let secrets = ClientSecrets {
+            namespace: "default",
+            secrets: &list,
+        };
+        let (r, _, _) =
+            outbound_all_with(&svc, Some(&dr), false, &ClusterDefaults::default(), secrets)
+                .remove(0);
+        let c = Cluster::decode(&*r.body.0).unwrap();
+        let t = tls_of(&c);
+        let common = t.common_tls_context.as_ref().unwrap();
+        assert_eq!(common.alpn_protocols, vec!["h2"]);
+        assert_eq!(
+            common
+                .tls_params
+                .as_ref()
+                .unwrap()
+                .tls_minimum_protocol_version,
+            TlsProtocol::TlSv12 as i32
+        );
+        assert_eq!(
+            common.tls_certificate_sds_secret_configs[0].name,
+            "kubernetes://client"
+        );
+        assert_eq!(auto(&c), Some((true, true)));
+    }
+
+    /// A proxyless gRPC client cannot verify with files (nor take SDS): SIMPLE and MUTUAL
+    /// clusters fail closed there, and the rule's error names the field.
+    #[test]
+    fn simple_and_mutual_fail_closed_for_proxyless_clients() {
+        for tls in [
+            UpstreamTls {
+                field: "spec.trafficPolicy.tls".into(),
+                ..Default::default()
+            },
+            UpstreamTls {
+                client_cert: Some(("/c.pem".into(), "/k.pem".into())),
+                mutual: true,
+                field: "spec.trafficPolicy.tls".into(),
+                ..Default::default()
+            },
+        ] {
+            let dr = rule(tls);
+            for (name, tls, assignment) in contexts(&dr, true) {
+                assert!(tls.is_none(), "{name}");
+                assert!(assignment
+                    .expect("a static assignment")
+                    .endpoints
+                    .is_empty());
+            }
+            let errors = crate::client_tls::proxyless_errors(&dr);
+            assert_eq!(errors.len(), 1);
+            assert_eq!(errors[0].code, crate::model::ErrorCode::ProxylessTls);
+            assert!(
+                errors[0].message.contains("spec.trafficPolicy.tls.mode"),
+                "{}",
+                errors[0].message
+            );
+        }
     }
 }
