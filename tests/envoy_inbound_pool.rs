@@ -103,17 +103,28 @@ fn inbound_cluster_takes_the_services_connection_pool() {
     // Two requests: one on the one connection, one waiting for it.
     let addr: SocketAddr = format!("{pod_ip}:{target}").parse().expect("address");
     let request = b"GET /reviews/1 HTTP/1.1\r\nhost: reviews\r\n\r\n";
-    let mut waiting: Vec<TcpStream> = Vec::new();
-    for _ in 0..2 {
-        let mut s = TcpStream::connect(addr).expect("connect to the inbound listener");
-        s.write_all(request).expect("send a request");
-        waiting.push(s);
-    }
     let stat = |name: &str| {
         server
             .stat(&format!("cluster.{cluster}.{name}"))
             .unwrap_or(0)
     };
+    let send = || {
+        let mut s = TcpStream::connect(addr).expect("connect to the inbound listener");
+        s.write_all(request).expect("send a request");
+        s
+    };
+    // The second is sent once the first is on the connection: while that connection is
+    // still being set up, the first request itself is the one pending, and a second would
+    // overflow the pending queue at once.
+    let mut waiting = vec![send()];
+    converge(
+        "the first request on the one connection",
+        CONVERGE_TIMEOUT,
+        || stat("upstream_rq_active"),
+        |active| *active == 1,
+        || server.summary(),
+    );
+    waiting.push(send());
     converge(
         "one request in flight, one waiting",
         CONVERGE_TIMEOUT,

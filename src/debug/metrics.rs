@@ -101,7 +101,7 @@ pub fn render(st: &HubState, counters: &Counters) -> Result<String, std::fmt::Er
     epoch.set(st.epoch as i64);
     errors
         .get_or_create(&labels(&[("source", "dataflow")]))
-        .set(st.errors.len() as i64);
+        .set(st.errors.keys().filter(|e| !e.code.is_warning()).count() as i64);
     errors
         .get_or_create(&labels(&[("source", "input")]))
         .set(st.source_errors.values().map(Vec::len).sum::<usize>() as i64);

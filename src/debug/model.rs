@@ -248,6 +248,10 @@ pub struct ConfigErrors {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ConfigError {
     pub object: String,
+    /// `MF00NN Name`, as `validate` and the objects' status print it.
+    pub code: String,
+    /// `error`, or `warning` for what works as Istio's would (`MF0012`).
+    pub level: String,
     pub message: String,
 }
 

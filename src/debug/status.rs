@@ -120,9 +120,19 @@ pub fn config_errors(st: &HubState) -> model::ConfigErrors {
         errors: st
             .errors
             .keys()
-            .map(|e| model::ConfigError {
-                object: e.object.to_string(),
-                message: e.message.clone(),
+            .map(|e| {
+                let (code, name) = e.code.message_code();
+                model::ConfigError {
+                    object: e.object.to_string(),
+                    code: format!("{code} {name}"),
+                    level: if e.code.is_warning() {
+                        "warning"
+                    } else {
+                        "error"
+                    }
+                    .into(),
+                    message: e.message.clone(),
+                }
             })
             .collect(),
         rejected_inputs: st.source_errors.values().flatten().cloned().collect(),

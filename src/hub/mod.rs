@@ -433,11 +433,10 @@ impl HubState {
     /// Every source's problems and every config error, as lines for people.
     pub fn error_lines(&self) -> Vec<String> {
         let mut out: Vec<String> = self.source_errors.values().flatten().cloned().collect();
-        out.extend(
-            self.errors
-                .keys()
-                .map(|e| format!("{}: {}", e.object, e.message)),
-        );
+        out.extend(self.errors.keys().map(|e| match e.code.is_warning() {
+            true => format!("{}: warning: {}", e.object, e.message),
+            false => format!("{}: {}", e.object, e.message),
+        }));
         out.extend(self.source_analysis.values().flatten().cloned());
         out
     }
