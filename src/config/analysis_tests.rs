@@ -1625,3 +1625,22 @@ fn sidecar_inbound_connection_pools_are_read() {
     let e = parse_document(&doc("{}"), &MeshConfig::default()).unwrap_err();
     assert_eq!(e.field, "spec.inboundConnectionPool");
 }
+
+/// A DestinationRule `connectionPool` without `tcp` or `http` is refused, as Istio's
+/// validation refuses it, naming the field (at the rule, a subset, a port).
+#[test]
+fn an_empty_connection_pool_is_refused() {
+    for (policy, field) in [
+        (
+            "  trafficPolicy: {connectionPool: {}}\n",
+            "spec.trafficPolicy.connectionPool",
+        ),
+        (
+            "  subsets:\n  - name: v1\n    labels: {version: v1}\n    trafficPolicy: {portLevelSettings: [{port: {number: 80}, connectionPool: {}}]}\n",
+            "spec.subsets[0].trafficPolicy.portLevelSettings[0].connectionPool",
+        ),
+    ] {
+        let e = parse_document(&format!("{DR}{policy}"), &MeshConfig::default()).unwrap_err();
+        assert_eq!(e.field, field, "{policy}: {e}");
+    }
+}

@@ -1766,7 +1766,15 @@ fn duration(v: &Option<String>, field: &str) -> Result<Option<u64>> {
         .transpose()
 }
 
+/// A `connectionPool`, checked as Istio's validation checks it: with `tcp` or `http` settings
+/// (an empty pool is refused), each setting in range.
 fn connection_pool(c: &istio::ConnectionPool, f: &str) -> Result<Option<m::ConnectionPool>> {
+    if c.tcp.is_none() && c.http.is_none() {
+        return Err(Invalid::field(
+            f,
+            "a connection pool needs tcp or http settings",
+        ));
+    }
     let tcp = c.tcp.as_ref();
     let http = c.http.as_ref();
     let keepalive = match tcp.and_then(|t| t.tcp_keepalive.as_ref()) {
@@ -2850,12 +2858,6 @@ fn sidecar(key: &ConfigKey, value: &Value, findings: &mut Vec<Finding>) -> Resul
 /// A Sidecar's `connectionPool` (of an `ingress` listener, or `inboundConnectionPool`), as
 /// Istio validates it: with `tcp` or `http`, each checked as a DestinationRule's.
 fn inbound_pool(c: &istio::ConnectionPool, field: &str) -> Result<m::InboundPool> {
-    if c.tcp.is_none() && c.http.is_none() {
-        return Err(Invalid::field(
-            field,
-            "a connection pool needs tcp or http settings",
-        ));
-    }
     let connect_timeout_ms = c
         .tcp
         .as_ref()
