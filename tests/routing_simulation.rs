@@ -1419,6 +1419,48 @@ spec:
     assert_eq!(o.cluster(), Some("outbound|9000||db.example.com"), "{o:#?}");
 }
 
+/// On TCP ports a sidecar tries the `tcp[]` routes of every VirtualService covering the host,
+/// most specific first (Istio walks every VirtualService of the host): where the exact
+/// host's VirtualService has no route that applies, a wildcard one's route takes the
+/// connection, instead of the service's own cluster.
+#[test]
+fn tcp_routes_of_every_covering_virtual_service_are_tried_in_order() {
+    let (mut mesh, sidecar, _) = tcp_echo();
+    write_config(
+        &mesh.config,
+        "db-routes.yaml",
+        "apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: db, namespace: default}
+spec:
+  hosts: [db.example.com]
+  tcp:
+  - match: [{sourceNamespace: elsewhere}]
+    route: [{destination: {host: tcp-echo, subset: v2, port: {number: 9000}}}]
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: example-wide, namespace: default}
+spec:
+  hosts: ['*.example.com']
+  tcp:
+  - route: [{destination: {host: tcp-echo, subset: v1, port: {number: 9000}}}]
+",
+    );
+    let o = mesh.send(&sidecar, &Call::connect(9000).to_address("192.0.2.5"));
+    assert_eq!(o.cluster(), Some(&*tcp_echo_cluster(9000, "v1")), "{o:#?}");
+    // The exact host's route, where it applies, comes first.
+    write_config(
+        &mesh.config,
+        "db-routes.yaml",
+        &std::fs::read_to_string(mesh.config.join("db-routes.yaml"))
+            .expect("read")
+            .replace("sourceNamespace: elsewhere", "port: 9000"),
+    );
+    let o = mesh.send(&sidecar, &Call::connect(9000).to_address("192.0.2.5"));
+    assert_eq!(o.cluster(), Some(&*tcp_echo_cluster(9000, "v2")), "{o:#?}");
+}
+
 /// `explain` for the TCP listeners: a captured sidecar's `0.0.0.0_9000` comes from every
 /// service on the port (TCP and HTTP) and tcp-echo's VirtualService; the gateway's TCP
 /// listener from its Gateway and the VirtualService bound to it.

@@ -348,7 +348,19 @@ impl<'a> View<'a> {
         listeners: &[EgressListener],
         host: &str,
     ) -> Option<&'a VirtualService> {
-        self.vss
+        self.vss_covering(s, listeners, host).into_iter().next()
+    }
+
+    /// Every mesh VirtualService the scope imports that covers `host`, most specific host
+    /// first, then by rank and key: the first is the one in effect.
+    fn vss_covering(
+        &self,
+        s: &ScopeKey,
+        listeners: &[EgressListener],
+        host: &str,
+    ) -> Vec<&'a VirtualService> {
+        let mut list: Vec<_> = self
+            .vss
             .iter()
             .copied()
             .filter(|vs| rules::egress_imports_vs(listeners, s.namespace(), vs))
@@ -360,8 +372,9 @@ impl<'a> View<'a> {
                     .min()?;
                 rules::vs_rank(vs, s.namespace()).map(|r| ((spec, r, &vs.key), vs))
             })
-            .min_by(|a, b| a.0.cmp(&b.0))
-            .map(|(_, vs)| vs)
+            .collect();
+        list.sort_by(|a, b| a.0.cmp(&b.0));
+        list.into_iter().map(|(_, vs)| vs).collect()
     }
 }
 
@@ -759,7 +772,7 @@ impl<'e> EndpointIndex<'e> {
 }
 
 /// Per port of a sidecar: (address, bound) of its TCP listener, and its TCP services.
-type TcpPorts<'a> = BTreeMap<u16, ((String, bool), BTreeMap<&'a str, Option<ResolvedVs>>)>;
+type TcpPorts<'a> = BTreeMap<u16, ((String, bool), BTreeMap<&'a str, Vec<ResolvedVs>>)>;
 
 /// A sidecar scope's route configurations and outbound listeners.
 fn sidecar_outbound(
@@ -790,9 +803,10 @@ fn sidecar_outbound(
                 let entry = tcp_ports
                     .entry(port)
                     .or_insert(((addr, bind), BTreeMap::new()));
+                let covering = v.vss_covering(s, &listeners, h);
                 entry
                     .1
-                    .insert(h, v.vs_for(s, &listeners, h).map(|vs| v.resolve(vs)));
+                    .insert(h, covering.into_iter().map(|vs| v.resolve(vs)).collect());
             }
             for (port, allow_any, catch_all) in rules::sidecar_route_ports(
                 &listeners,

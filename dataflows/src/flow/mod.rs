@@ -135,8 +135,9 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     // Analysis reads VirtualServices as written; routing reads them with delegates expanded.
     let routed_vss = virtual_services::expand_delegates(virtual_services.clone());
     let vss = virtual_services::resolve(&routed_vss, &services.chosen);
-    let mesh_vss =
-        virtual_services::mesh_in_effect(&routed_vss, &services.chosen, &visible, &specs);
+    let covering_vss =
+        virtual_services::mesh_covering(&routed_vss, &services.chosen, &visible, &specs);
+    let mesh_vss = virtual_services::mesh_in_effect(&covering_vss);
     let ports = routes::ports(&visible, &services.chosen, &specs);
     let hostless_vss = virtual_services::hostless(&routed_vss, &vss, &services.chosen);
     let (routes, http_ports) = routes::sidecar(
@@ -152,7 +153,7 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         &visible,
         &services.chosen,
         &specs,
-        mesh_vss,
+        covering_vss,
         &vss,
         http_ports,
         &clusters.tcp_idle,

@@ -30,7 +30,15 @@ enum PortRow {
         /// Where connections no service claims go.
         fallback: String,
         service: Service,
-        vs: Option<ResolvedVs>,
+    },
+    /// A mesh VirtualService covering a TCP service's host on the port, with its place
+    /// among those covering it ([`super::virtual_services::Covering`]).
+    Vs {
+        /// The listener's address (for provenance).
+        addr: String,
+        host: Hostname,
+        order: ((u8, usize), u8, ConfigKey),
+        vs: ResolvedVs,
     },
 }
 
@@ -64,56 +72,75 @@ pub(super) fn sidecar<'s>(
     visible: &Visible<'s>,
     services: &Coll<'s, (Hostname, Service)>,
     specs: &Coll<'s, (ScopeKey, ScopeSpec)>,
-    mesh_vss: Coll<'s, ((ScopeKey, Hostname), ConfigKey)>,
+    covering: super::virtual_services::Covering<'s>,
     vss: &Coll<'s, (ConfigKey, ResolvedVs)>,
     http_ports: Coll<'s, (ScopeKey, u16)>,
     tcp_idle: &Coll<'s, ((ScopeKey, Hostname), TcpTimeout)>,
 ) -> (Built<'s, ScopeKey>, Coll<'s, ConfigError>) {
-    let tcp =
-        super::virtual_services::with_mesh_vs(tcp_ports(visible, services, specs), mesh_vss, vss)
-            .map(|((s, _), ((port, addr, bind, fallback, service), vs))| {
-                let row = PortRow::Tcp {
-                    addr,
-                    bind,
-                    fallback,
-                    service,
-                    vs,
-                };
-                ((s, port), row)
-            });
+    let ports = tcp_ports(visible, services, specs);
+    let service_rows = ports
+        .clone()
+        .map(|((s, _), (port, addr, bind, fallback, service))| {
+            let row = PortRow::Tcp {
+                addr,
+                bind,
+                fallback,
+                service,
+            };
+            ((s, port), row)
+        });
+    // Every VirtualService covering each TCP service's host, on each of its ports.
+    let vs_rows = ports
+        .map(|(sh, (port, addr, ..))| (sh, (port, addr)))
+        .join_map(covering, |sh, (port, addr), order| {
+            (
+                order.2.clone(),
+                (sh.clone(), *port, addr.clone(), order.clone()),
+            )
+        })
+        .join_map(vss.clone(), |_, ((s, h), port, addr, order), rvs| {
+            (
+                (s.clone(), *port),
+                PortRow::Vs {
+                    addr: addr.clone(),
+                    host: h.clone(),
+                    order: order.clone(),
+                    vs: rvs.clone(),
+                },
+            )
+        });
+    let tcp = service_rows.concat(vs_rows);
     let provenance = tcp.clone().flat_map(|((s, port), row)| {
-        let PortRow::Tcp {
-            addr, service, vs, ..
-        } = row
-        else {
-            return Vec::new();
+        let (addr, from) = match row {
+            PortRow::Tcp { addr, service, .. } => (addr, service.origin),
+            PortRow::Vs { addr, vs, .. } => (addr, vs.vs.key),
+            _ => return None,
         };
         let key = (
             Holder::Scope(s),
             ResourceType::Listener,
             listener::listener_name(&addr, port),
         );
-        let mut rows = vec![(key.clone(), service.origin)];
-        rows.extend(vs.map(|v| (key, v.vs.key)));
-        rows
+        Some((key, from))
     });
     // The idle timeouts of the hosts the port's routes go to: the services' own (their
     // default chains) and their VirtualServices' `tcp[]` and `tls[]` destinations.
     let idle = tcp
         .clone()
         .flat_map(|((s, port), row)| {
-            let PortRow::Tcp { service, vs, .. } = row else {
-                return Vec::new();
+            let hosts: Vec<Hostname> = match row {
+                PortRow::Tcp { service, .. } => vec![service.hostname],
+                PortRow::Vs { vs, .. } => {
+                    let tcp = vs.vs.tcp.iter().flat_map(|r| r.route.iter());
+                    let tls = vs.vs.tls.iter().flat_map(|r| r.route.iter());
+                    tcp.chain(tls).map(|d| d.host.clone()).collect()
+                }
+                _ => Vec::new(),
             };
-            let routed = vs.iter().flat_map(|v| {
-                let tcp = v.vs.tcp.iter().flat_map(|r| r.route.iter());
-                let tls = v.vs.tls.iter().flat_map(|r| r.route.iter());
-                tcp.chain(tls).map(|d| d.host.clone()).collect::<Vec<_>>()
-            });
-            std::iter::once(service.hostname)
-                .chain(routed)
+            hosts
+                .into_iter()
                 .map(|h| ((s.clone(), h), port))
-                .collect()
+                .collect::<Vec<_>>()
         })
         .distinct()
         .join_map(tcp_idle.clone(), |(s, h), port, ms| {
@@ -159,7 +186,9 @@ fn unreachable(svc: &Service, port: u16) -> ConfigError {
 /// One (scope, port)'s listener from all its rows at once.
 fn port_listener(s: &ScopeKey, port: u16, vals: &[(&PortRow, isize)]) -> SidecarListener {
     let mut http = false;
-    let mut targets = Vec::new();
+    let mut services = Vec::new();
+    let mut covering: std::collections::BTreeMap<&Hostname, Vec<(&_, &ResolvedVs)>> =
+        std::collections::BTreeMap::new();
     let mut how = None;
     let mut idle = TcpTimeouts::new();
     for (row, _) in vals {
@@ -173,13 +202,26 @@ fn port_listener(s: &ScopeKey, port: u16, vals: &[(&PortRow, isize)]) -> Sidecar
                 bind,
                 fallback,
                 service,
-                vs,
             } => {
                 how = Some((addr.as_str(), *bind, fallback.as_str()));
-                targets.push((service.clone(), vs.clone()));
+                services.push(service);
+            }
+            PortRow::Vs {
+                host, order, vs, ..
+            } => {
+                covering.entry(host).or_default().push((order, vs));
             }
         }
     }
+    let targets: Vec<_> = services
+        .into_iter()
+        .map(|svc| {
+            let mut vss = covering.remove(&svc.hostname).unwrap_or_default();
+            vss.sort_by(|a, b| a.0.cmp(b.0));
+            let vss = vss.into_iter().map(|(_, v)| v.clone()).collect();
+            (svc.clone(), vss)
+        })
+        .collect();
     let tcp = how.map(|(addr, bind, fallback)| TcpPort {
         addr,
         bind,

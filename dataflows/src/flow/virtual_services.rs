@@ -111,11 +111,24 @@ pub(super) fn resolve<'s>(
 /// then the lowest `rules::vs_rank`, then the key; only among those the scope's egress
 /// listeners import (`rules::egress_imports_vs`).
 pub(super) fn mesh_in_effect<'s>(
+    covering: &Covering<'s>,
+) -> Coll<'s, ((ScopeKey, Hostname), ConfigKey)> {
+    covering
+        .clone()
+        .reduce(|_, vals, out| out.push((vals[0].0 .2.clone(), 1isize)))
+}
+
+/// `((scope, host), (specificity, rank, key))`: every mesh VirtualService a scope imports
+/// that covers a host it sees, ordered (as the tuple sorts) the way [`mesh_in_effect`]
+/// chooses: TCP and TLS ports try them all, in this order.
+pub(super) type Covering<'s> = Coll<'s, ((ScopeKey, Hostname), ((u8, usize), u8, ConfigKey))>;
+
+pub(super) fn mesh_covering<'s>(
     vss: &Coll<'s, (ConfigKey, VirtualService)>,
     services: &Coll<'s, (Hostname, Service)>,
     visible: &Visible<'s>,
     specs: &Coll<'s, (ScopeKey, ScopeSpec)>,
-) -> Coll<'s, ((ScopeKey, Hostname), ConfigKey)> {
+) -> Covering<'s> {
     let vs_by_host = vss
         .clone()
         .filter(|(_, vs)| vs.binds_mesh())
@@ -157,7 +170,6 @@ pub(super) fn mesh_in_effect<'s>(
                 .then(|| ((s.clone(), h.clone()), (*spec, *r, vs.key.clone())))
         })
         .flat_map(|x| x)
-        .reduce(|_, vals, out| out.push((vals[0].0 .2.clone(), 1isize)))
 }
 
 /// Rows of [`with_mesh_vs`].

@@ -369,9 +369,10 @@ pub fn sni_chains(vs: &ResolvedVs, port: u16, source: Source) -> Vec<SniChain> {
     out
 }
 
-/// One TCP service reached through a sidecar listener, with the mesh VirtualService in
-/// effect for its host.
-pub type TcpTarget = (Service, Option<ResolvedVs>);
+/// One TCP service reached through a sidecar listener, with every mesh VirtualService
+/// covering its host, in precedence order: Istio's sidecars try the `tcp[]` and `tls[]`
+/// routes of each in turn.
+pub type TcpTarget = (Service, Vec<ResolvedVs>);
 
 /// How a sidecar's outbound listener on a port is reached and what else it carries.
 pub struct OutboundPort<'a> {
@@ -464,12 +465,13 @@ pub fn sidecar_listener(p: &OutboundPort, targets: &[TcpTarget]) -> SidecarListe
             .ports
             .iter()
             .any(|sp| sp.port == p.port && sp.protocol == Protocol::Tls);
-        let sni_list: Vec<SniChain> = match vs {
-            Some(v) if tls_port => sni_chains(v, p.port, p.source)
-                .into_iter()
+        let sni_list: Vec<SniChain> = match tls_port {
+            true => vs
+                .iter()
+                .flat_map(|v| sni_chains(v, p.port, p.source))
                 .filter_map(|(names, ranges, dests)| narrow(ranges).map(|r| (names, r, dests)))
                 .collect(),
-            _ => Vec::new(),
+            false => Vec::new(),
         };
         let reached = if named {
             add_named_service_chains(&mut built, svc, p.port, &tcp_list, &sni_list)
