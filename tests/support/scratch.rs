@@ -10,6 +10,32 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::thread;
 
+/// Claims `port` for this test process against the others running at once (nextest runs each
+/// test in a process of its own, so `free_port`'s own set cannot see them): a marker file
+/// created exclusively in a shared directory. A marker older than ten minutes is from a run
+/// long over and is taken over. Seen in CI: two tests given the same port, the second's Envoy
+/// unable to bind its listener.
+fn reserve_across_processes(port: u16) -> bool {
+    let dir = std::env::temp_dir().join("meshflow-test-ports");
+    if fs::create_dir_all(&dir).is_err() {
+        return true; // no shared directory: the bind check alone
+    }
+    let marker = dir.join(port.to_string());
+    let stale = fs::metadata(&marker)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.elapsed().ok())
+        .is_some_and(|age| age > std::time::Duration::from_secs(600));
+    if stale {
+        let _ = fs::remove_file(&marker);
+    }
+    fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&marker)
+        .is_ok()
+}
+
 /// A loopback TCP port that was free a moment ago, chosen below the kernel's ephemeral range.
 ///
 /// Why not `bind 127.0.0.1:0`: the port is released before its user binds it, and in between a
@@ -37,7 +63,10 @@ pub fn free_port() -> u16 {
         };
         // Never the same port twice in one test process: its users bind them later, not now.
         let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
-        if !given.contains(&port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
+        if !given.contains(&port)
+            && TcpListener::bind(("127.0.0.1", port)).is_ok()
+            && reserve_across_processes(port)
+        {
             given.insert(port);
             return port;
         }
