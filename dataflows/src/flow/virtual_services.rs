@@ -133,23 +133,14 @@ pub(super) fn mesh_covering<'s>(
         .clone()
         .filter(|(_, vs)| vs.binds_mesh())
         .flat_map(|(_, vs)| {
-            let mut hosts = vs.hosts.clone();
-            hosts.sort();
-            hosts.dedup();
-            hosts.into_iter().map(move |h| (h, vs.clone()))
+            distinct_hosts(&vs)
+                .into_iter()
+                .map(move |h| (h, vs.clone()))
         });
     // Per service host, each VirtualService that covers it and how closely: found by
     // joining the patterns that could cover the host with the VirtualServices' hosts, so a
     // service meets only its own VirtualServices.
-    let covering = services
-        .clone()
-        .map(|(h, _)| h)
-        .distinct()
-        .flat_map(|h| {
-            rules::covering_patterns(&h)
-                .into_iter()
-                .map(move |p| (p, h.clone()))
-        })
+    let covering = service_patterns(services)
         .join_map(vs_by_host, |p, h, vs| {
             rules::vs_host_specificity(p, h).map(|spec| (h.clone(), (spec, vs.clone())))
         })
@@ -209,21 +200,32 @@ pub(super) fn hostless<'s>(
     let mesh = routed
         .clone()
         .filter(|(_, vs)| vs.binds_mesh() && !vs.hosts.is_empty());
-    let vs_hosts = mesh.clone().flat_map(|(k, vs)| {
-        let mut hosts = vs.hosts;
-        hosts.sort();
-        hosts.dedup();
-        hosts.into_iter().map(move |h| (h, k.clone()))
-    });
-    let covered = services
+    let vs_hosts = mesh
         .clone()
-        .map(|(h, _)| h)
-        .distinct()
-        .flat_map(|h| rules::covering_patterns(&h))
-        .distinct();
+        .flat_map(|(k, vs)| distinct_hosts(&vs).into_iter().map(move |h| (h, k.clone())));
+    let covered = service_patterns(services).map(|(p, _)| p).distinct();
     let with_service = vs_hosts.semijoin(covered).map(|(_, k)| k).distinct();
     resolved
         .clone()
         .semijoin(mesh.map(|(k, _)| k))
         .antijoin(with_service)
+}
+
+/// A VirtualService's hosts, each once.
+fn distinct_hosts(vs: &VirtualService) -> Vec<Hostname> {
+    let mut hosts = vs.hosts.clone();
+    hosts.sort();
+    hosts.dedup();
+    hosts
+}
+
+/// `(pattern, service host)`: every host pattern that could cover a service's host
+/// ([`rules::covering_patterns`]: itself, `*.` and each suffix after a dot, `*`), so joins
+/// with VirtualService hosts meet only the VirtualServices of a service.
+fn service_patterns<'s>(services: &Coll<'s, (Hostname, Service)>) -> Coll<'s, (String, Hostname)> {
+    services.clone().map(|(h, _)| h).distinct().flat_map(|h| {
+        rules::covering_patterns(&h)
+            .into_iter()
+            .map(move |p| (p, h.clone()))
+    })
 }
