@@ -11,10 +11,7 @@ mod support;
 use std::net::SocketAddr;
 
 use support::reviews::{count, Client, Reviews, FQDN};
-use support::{
-    free_port, only, require_envoy, write_config, Envoy, Meshflow, ProxyNode, TestDir, XdsMode,
-    STARTUP_TIMEOUT,
-};
+use support::{client_envoy, free_port, only, require_envoy, write_config, Meshflow, TestDir};
 
 /// A ServiceEntry for `NAME.example.com` on `port` (HTTP), one static endpoint that is never
 /// reached: the VirtualServices send its requests elsewhere.
@@ -69,32 +66,6 @@ fn reviews_v1_v2(
     (reviews, backends)
 }
 
-/// The client sidecar's Envoy, live, with its bound egress listener in place.
-fn client_envoy(
-    envoy_binary: &std::path::Path,
-    dir: &TestDir,
-    meshflow: &Meshflow,
-    reviews: &Reviews,
-    port: u16,
-) -> Envoy {
-    let node = ProxyNode::sidecar(
-        "client-abc",
-        "default",
-        &reviews.ip(20),
-        &[("app", "client")],
-    );
-    let envoy = Envoy::start(
-        envoy_binary,
-        dir.path(),
-        &node,
-        meshflow.xds_addr(),
-        XdsMode::Delta,
-    );
-    envoy.wait_live(STARTUP_TIMEOUT);
-    envoy.await_listener(&format!("127.0.0.1_{port}"));
-    envoy
-}
-
 /// Proves on Envoy that a `*.example.com` VirtualService routes `a.example.com` (to v1),
 /// that an exact VirtualService for `b.example.com` beats the wildcard for its host (to v2),
 /// and that deleting the exact one hands `b.example.com` to the wildcard.
@@ -121,7 +92,13 @@ fn wildcard_virtual_service_routes_the_hosts_it_covers_on_envoy() {
     );
 
     let meshflow = Meshflow::start(&config_dir, dir.path());
-    let envoy = client_envoy(&envoy_binary, &dir, &meshflow, &reviews, port);
+    let envoy = client_envoy(
+        &envoy_binary,
+        dir.path(),
+        meshflow.xds_addr(),
+        &reviews,
+        port,
+    );
 
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let (v1, v2) = ("reviews-v1", "reviews-v2");
@@ -163,7 +140,13 @@ fn an_alias_host_beside_a_service_is_routed_on_envoy() {
     write_config(&config_dir, "alias.yaml", &alias);
 
     let meshflow = Meshflow::start(&config_dir, dir.path());
-    let envoy = client_envoy(&envoy_binary, &dir, &meshflow, &reviews, port);
+    let envoy = client_envoy(
+        &envoy_binary,
+        dir.path(),
+        meshflow.xds_addr(),
+        &reviews,
+        port,
+    );
 
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let v2 = "reviews-v2";

@@ -59,7 +59,7 @@ pub use self::{
     outcomes::{exactly, only, outcome_key, tally},
     polling::{converge, converge_then, wait_until, CONVERGE_TIMEOUT, STARTUP_TIMEOUT},
     process::log_tail,
-    scene::SidecarScene,
+    scene::{client_envoy, SidecarScene},
     scratch::{free_port, remove_config, write_config, TestDir},
 };
 #[allow(unused_imports)]

@@ -46,21 +46,7 @@ impl SidecarScene {
         write_config(&config, "sidecar.yaml", &client_sidecar_yaml(port));
         prepare(&config);
         let meshflow = Meshflow::start_with_args(&config, dir.path(), meshflow_args);
-        let node = ProxyNode::sidecar(
-            "client-abc",
-            "default",
-            &reviews.ip(20),
-            &[("app", "client")],
-        );
-        let envoy = Envoy::start(
-            envoy_bin,
-            dir.path(),
-            &node,
-            meshflow.xds_addr(),
-            XdsMode::Delta,
-        );
-        envoy.wait_live(STARTUP_TIMEOUT);
-        envoy.await_listener(&format!("127.0.0.1_{port}"));
+        let envoy = client_envoy(envoy_bin, dir.path(), meshflow.xds_addr(), &reviews, port);
         SidecarScene {
             envoy,
             meshflow,
@@ -77,4 +63,25 @@ impl SidecarScene {
     pub fn listener(&self) -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], self.port))
     }
+}
+
+/// The `client-abc` sidecar's Envoy of the reviews fixture (at the fixture's address 20,
+/// Delta ADS to `xds`), live, with its bound egress listener `127.0.0.1_PORT` in place.
+pub fn client_envoy(
+    envoy_bin: &Path,
+    dir: &Path,
+    xds: SocketAddr,
+    reviews: &Reviews,
+    port: u16,
+) -> Envoy {
+    let node = ProxyNode::sidecar(
+        "client-abc",
+        "default",
+        &reviews.ip(20),
+        &[("app", "client")],
+    );
+    let envoy = Envoy::start(envoy_bin, dir, &node, xds, XdsMode::Delta);
+    envoy.wait_live(STARTUP_TIMEOUT);
+    envoy.await_listener(&format!("127.0.0.1_{port}"));
+    envoy
 }
