@@ -322,9 +322,14 @@ pub enum Protocol {
     /// address tells it apart, and routed by SNI (`tls[]` routes) there; without an address
     /// it is told apart by SNI alone (its routes' names, then its host name).
     Tls,
+    /// Named by neither a known name prefix nor `appProtocol`: told per connection, as
+    /// Istio's protocol sniffing does (Envoy's HTTP inspector), HTTP/1.1 and HTTP/2 without
+    /// TLS through the HTTP routes, anything else as TCP.
+    Auto,
 }
 
 impl Protocol {
+    /// Declared HTTP (HTTP/1.1, HTTP/2, gRPC).
     pub fn is_http(self) -> bool {
         matches!(self, Protocol::Http | Protocol::Http2 | Protocol::Grpc)
     }
@@ -333,28 +338,71 @@ impl Protocol {
     pub fn is_tcp(self) -> bool {
         matches!(self, Protocol::Tcp | Protocol::Tls)
     }
+
+    /// Gets HTTP routes: declared HTTP, or detected as HTTP on some connections.
+    pub fn carries_http(self) -> bool {
+        self.is_http() || self == Protocol::Auto
+    }
+
+    /// Gets `tcp_proxy` chains: declared TCP or TLS, or detected as other than HTTP on some
+    /// connections.
+    pub fn carries_tcp(self) -> bool {
+        self.is_tcp() || self == Protocol::Auto
+    }
+}
+
+/// How the inbound side of a proxy serves a port of its workload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Proxying {
+    /// Through an HTTP connection manager.
+    Http,
+    /// As bytes (`tcp_proxy`).
+    Tcp,
+    /// Told per connection (HTTP inspector; for mTLS, Istio's ALPN): HTTP through the
+    /// connection manager, the rest as bytes.
+    Detected,
+}
+
+impl Proxying {
+    pub fn of(protocol: Protocol) -> Proxying {
+        match protocol {
+            p if p.is_http() => Proxying::Http,
+            Protocol::Auto => Proxying::Detected,
+            _ => Proxying::Tcp,
+        }
+    }
 }
 
 /// A port of a proxy's own workload, as its inbound side serves it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct InboundPort {
     pub port: u16,
-    /// Proxied as TCP (`tcp_proxy`) rather than through an HTTP connection manager.
-    pub tcp: bool,
+    pub proxying: Proxying,
 }
 
 impl InboundPort {
     /// The ports of `rows` (a target port, and the protocol of a service port reaching it),
     /// sorted, one each: a port some service reaches as TCP or TLS is proxied as TCP, which
-    /// also carries HTTP (unparsed), where an HTTP chain would break every TCP client.
+    /// also carries HTTP (unparsed), where an HTTP chain would break every TCP client; one
+    /// some service names no protocol for is told per connection, unless TCP; else HTTP.
     pub fn merged(rows: impl IntoIterator<Item = (u16, Protocol)>) -> Vec<InboundPort> {
-        let mut ports: BTreeMap<u16, bool> = BTreeMap::new();
+        let mut ports: BTreeMap<u16, Proxying> = BTreeMap::new();
         for (port, protocol) in rows {
-            *ports.entry(port).or_default() |= !protocol.is_http();
+            let p = Proxying::of(protocol);
+            let e = ports.entry(port).or_insert(p);
+            // Tcp > Detected > Http: the variant order puts Detected last, so rank by hand.
+            let rank = |p: Proxying| match p {
+                Proxying::Http => 0,
+                Proxying::Detected => 1,
+                Proxying::Tcp => 2,
+            };
+            if rank(p) > rank(*e) {
+                *e = p;
+            }
         }
         ports
             .into_iter()
-            .map(|(port, tcp)| InboundPort { port, tcp })
+            .map(|(port, proxying)| InboundPort { port, proxying })
             .collect()
     }
 
@@ -370,14 +418,14 @@ impl InboundPort {
         if ingress.is_empty() {
             return Self::merged(own);
         }
-        let ports: BTreeMap<u16, bool> = ingress
+        let ports: BTreeMap<u16, Proxying> = ingress
             .into_iter()
             .filter(|(_, captured)| *captured)
-            .map(|(p, _)| (p.port, p.tcp))
+            .map(|(p, _)| (p.port, p.proxying))
             .collect();
         ports
             .into_iter()
-            .map(|(port, tcp)| InboundPort { port, tcp })
+            .map(|(port, proxying)| InboundPort { port, proxying })
             .collect()
     }
 }
@@ -1811,7 +1859,8 @@ pub struct IngressListener {
     /// `defaultEndpoint` as (IP, port): `127.0.0.1:PORT` when unset.
     pub endpoint: (String, u16),
     pub capture_none: bool,
-    /// The port's protocol: an HTTP one gets the HTTP chains, any other `tcp_proxy`.
+    /// The port's protocol: an HTTP one gets the HTTP chains, TCP and TLS `tcp_proxy`, an
+    /// unset one both, told per connection.
     #[serde(default = "http_protocol")]
     pub protocol: Protocol,
     /// `connectionPool`: the pool of this port's inbound cluster, over the
@@ -1829,7 +1878,7 @@ impl IngressListener {
     pub fn inbound(&self) -> InboundPort {
         InboundPort {
             port: self.port,
-            tcp: !self.protocol.is_http(),
+            proxying: Proxying::of(self.protocol),
         }
     }
 }

@@ -560,7 +560,8 @@ pub fn egress_bind(l: &EgressListener, interception_none: bool) -> (String, bool
 
 /// The sidecar route configurations a visible service joins through egress listener
 /// `idx`: `(port, allow_any, catch_all)`. An explicit listener serves only its own port; the
-/// catch-all serves every other HTTP port, and only where traffic is captured.
+/// catch-all serves every other HTTP port, and only where traffic is captured (a port whose
+/// protocol is told per connection gets its routes, not the port's catch-all HTTP chain).
 ///
 /// A proxyless gRPC client dials services by name, so every port of a service it sees gets
 /// routes whatever its declared protocol (gRPC speaks HTTP/2 on it regardless), with no
@@ -589,11 +590,13 @@ pub fn sidecar_route_ports(
             .map(|p| (p, UnknownHosts::None, false))
             .collect();
     }
+    // A port whose protocol is told per connection gets routes for what is told HTTP, on
+    // chains for the service's own addresses ([`sidecar_tcp_ports`]), not the catch-all's.
     let http_ports = svc
         .ports
         .iter()
-        .filter(|p| p.protocol.is_http())
-        .map(|p| p.port);
+        .filter(|p| p.protocol.carries_http())
+        .map(|p| (p.port, p.protocol.is_http()));
     match &l.port {
         // A TCP egress listener proxies its port as TCP ([`sidecar_tcp_ports`]): no routes.
         Some(ep) if ep.protocol.is_tcp() => Vec::new(),
@@ -604,16 +607,16 @@ pub fn sidecar_route_ports(
                 UnknownHosts::captured(spec)
             };
             http_ports
-                .filter(|p| *p == ep.number)
-                .map(|p| (p, unknown.clone(), false))
+                .filter(|(p, _)| *p == ep.number)
+                .map(|(p, _)| (p, unknown.clone(), false))
                 .collect()
         }
         None if interception_none => Vec::new(),
         None => {
             let explicit = explicit_ports(listeners);
             http_ports
-                .filter(|p| !explicit.contains(p))
-                .map(|p| (p, UnknownHosts::captured(spec), true))
+                .filter(|(p, _)| !explicit.contains(p))
+                .map(|(p, declared)| (p, UnknownHosts::captured(spec), declared))
                 .collect()
         }
     }
@@ -674,7 +677,8 @@ fn explicit_ports(listeners: &[EgressListener]) -> Vec<u16> {
 /// `(port, address, bind_to_port)`. An explicit egress listener of protocol TCP takes the
 /// service's port of its number (proxied as TCP whatever the port's own protocol, as the
 /// listener declares); the catch-all takes every TCP port no explicit listener claims, and
-/// only where traffic is captured. Proxyless clients speak gRPC only.
+/// only where traffic is captured, and the TCP side of each port whose protocol is told per
+/// connection. Proxyless clients speak gRPC only.
 pub fn sidecar_tcp_ports(
     listeners: &[EgressListener],
     idx: usize,
@@ -703,7 +707,7 @@ pub fn sidecar_tcp_ports(
             let explicit = explicit_ports(listeners);
             svc.ports
                 .iter()
-                .filter(|p| p.protocol.is_tcp() && !explicit.contains(&p.port))
+                .filter(|p| p.protocol.carries_tcp() && !explicit.contains(&p.port))
                 .map(|p| (p.port, "0.0.0.0".to_string(), false))
                 .collect()
         }

@@ -20,8 +20,9 @@
 //!    destination IP ranges, server names, transport protocol, application protocols), most
 //!    specific first, else the `default_filter_chain`. The call is plaintext HTTP/1.1: no SNI,
 //!    transport protocol `raw_buffer`, application protocol `http/1.1` only when the listener
-//!    runs the HTTP inspector; or a TLS connection passed through ([`Call::tls`]), whose SNI
-//!    matches server names exactly, else by the longest wildcard suffix.
+//!    runs the HTTP inspector; or plaintext bytes that are not HTTP ([`Call::connect`]); or a
+//!    TLS connection passed through ([`Call::tls`]), whose SNI matches server names exactly,
+//!    else by the longest wildcard suffix.
 //! 3. **HTTP connection manager**: its `rds.route_config_name` (or inline route
 //!    configuration); a `tcp_proxy` chain forwards to its cluster(s) instead.
 //! 4. **Virtual host** by `domains`, on the lower-cased authority (port stripped when the
@@ -97,6 +98,9 @@ pub struct Call {
     /// The name a TLS client sends in its handshake (SNI), which listeners running the TLS
     /// inspector match chains on; `None`: a plaintext connection, or TLS without a name.
     pub sni: Option<String>,
+    /// Its first bytes are an HTTP/1.1 request (which the HTTP inspector reports as
+    /// `http/1.1`); false for a connection carrying other bytes ([`Call::connect`]).
+    pub http: bool,
 }
 
 impl Call {
@@ -110,6 +114,7 @@ impl Call {
             method: "GET".into(),
             headers: Vec::new(),
             sni: None,
+            http: true,
         }
     }
 
@@ -126,7 +131,10 @@ impl Call {
     /// chain forwards. Should it land on an HTTP chain instead, it is taken as a request
     /// without `Host` or path (which no virtual host but `*` matches).
     pub fn connect(port: u16) -> Call {
-        Call::get("", port, "")
+        Call {
+            http: false,
+            ..Call::get("", port, "")
+        }
     }
 
     /// The same call to destination address `ip`.
@@ -876,6 +884,8 @@ fn select_filter_chain<'a>(
         .listener_filters
         .iter()
         .any(|f| f.name.contains("http_inspector"));
+    // The inspector reports plaintext HTTP only (it leaves TLS alone).
+    let seen_http = http_inspector && call.http && call.sni.is_none();
     let mut chains: Vec<(usize, &FilterChain)> = l.filter_chains.iter().enumerate().collect();
     let m = |c: &FilterChain| c.filter_chain_match.clone().unwrap_or_default();
     // Each criterion gives, per chain: None (not named), Some(None) (named, no match),
@@ -919,7 +929,7 @@ fn select_filter_chain<'a>(
         Box::new(|c| {
             let protos = m(c).application_protocols;
             (!protos.is_empty())
-                .then(|| (http_inspector && protos.iter().any(|p| p == "http/1.1")).then_some(0))
+                .then(|| (seen_http && protos.iter().any(|p| p == "http/1.1")).then_some(0))
         }),
     ];
     for criterion in &criteria {

@@ -1548,26 +1548,16 @@ fn host_header_edits_become_the_authority_rewrite() {
     }
 }
 
-/// A Service port whose name and `appProtocol` name no protocol is proxied as HTTP, which
-/// is said (Istio would detect the protocol); `kubernetes.io/h2c` is HTTP/2. Service fields
-/// that steer traffic and are not read are named.
+/// A Service port whose name and `appProtocol` name no protocol is told per connection
+/// (Istio's protocol sniffing), without a word: it is translated; `kubernetes.io/h2c` is
+/// HTTP/2. Service fields that steer traffic and are not read are named.
 #[test]
-fn service_ports_without_a_protocol_and_fields_not_read_are_said() {
-    let doc = "apiVersion: v1\nkind: Service\nmetadata: {name: s, namespace: ns}\nspec:\n  clusterIP: 10.0.0.9\n  internalTrafficPolicy: Local\n  sessionAffinity: ClientIP\n  ports:\n  - {name: http-web, port: 80}\n  - {port: 81}\n  - {name: metrics, port: 82}\n  - {name: web, port: 83, appProtocol: kubernetes.io/h2c}\n  - {name: db, port: 84, appProtocol: mysql}\n";
+fn service_ports_without_a_protocol_are_detected_and_fields_not_read_are_said() {
+    let doc = "apiVersion: v1\nkind: Service\nmetadata: {name: s, namespace: ns}\nspec:\n  clusterIP: 10.0.0.9\n  internalTrafficPolicy: Local\n  sessionAffinity: ClientIP\n  ports:\n  - {name: http-web, port: 80}\n  - {port: 81}\n  - {name: metrics, port: 82}\n  - {name: web, port: 83, appProtocol: kubernetes.io/h2c}\n  - {name: db, port: 84, appProtocol: mysql}\n  - {name: web2, port: 85, appProtocol: custom}\n";
     let p = parse(doc);
     assert_eq!(
         fields(&p, Level::Warning),
-        vec![
-            "spec.internalTrafficPolicy",
-            "spec.sessionAffinity",
-            "spec.ports[1]",
-            "spec.ports[2]"
-        ]
-    );
-    assert!(
-        p.findings[2].message.contains("unnamed"),
-        "{:?}",
-        p.findings
+        vec!["spec.internalTrafficPolicy", "spec.sessionAffinity"]
     );
     let Record::Service(s) = &p.records[0] else {
         panic!("{:?}", p.records)
@@ -1576,8 +1566,27 @@ fn service_ports_without_a_protocol_and_fields_not_read_are_said() {
     use dataflows::model::Protocol::*;
     assert_eq!(
         protocols,
-        vec![(80, Http), (81, Http), (82, Http), (83, Http2), (84, Tcp)]
+        vec![
+            (80, Http),
+            (81, Auto),
+            (82, Auto),
+            (83, Http2),
+            (84, Tcp),
+            (85, Auto)
+        ]
     );
+}
+
+/// A Sidecar `ingress` port naming no protocol is told per connection; a named one keeps it.
+#[test]
+fn sidecar_ingress_ports_without_a_protocol_are_detected() {
+    let p = parse("apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: s, namespace: ns}\nspec:\n  ingress:\n  - port: {number: 9080, name: web}\n  - port: {number: 9081, protocol: TCP, name: tcp}\n");
+    let Record::Sidecar(sc) = &p.records[0] else {
+        panic!("{:?}", p.records)
+    };
+    let protocols: Vec<_> = sc.ingress.iter().map(|l| (l.port, l.protocol)).collect();
+    use dataflows::model::Protocol::*;
+    assert_eq!(protocols, vec![(9080, Auto), (9081, Tcp)]);
 }
 
 /// `simple: UNSPECIFIED` is Istio's default algorithm, LEAST_REQUEST, not Envoy's round robin.

@@ -71,8 +71,11 @@ fn port_u16(n: i64, field: &str) -> Result<u16> {
 }
 
 /// Istio's rule for naming protocols by port name prefix (`http-foo`, `grpc`) or
-/// `appProtocol`; anything unknown is treated as HTTP, as protocol sniffing would.
+/// `appProtocol`; a port naming none is told per connection (Istio's protocol sniffing).
 pub fn protocol_of(name: &str, app_protocol: Option<&str>) -> m::Protocol {
+    if !names_protocol(name, app_protocol) {
+        return m::Protocol::Auto;
+    }
     let p = app_protocol.unwrap_or_else(|| name.split('-').next().unwrap_or(""));
     match p.to_ascii_lowercase().trim_start_matches("kubernetes.io/") {
         "http2" | "h2c" => m::Protocol::Http2,
@@ -404,21 +407,6 @@ fn service(
             ));
         }
         let protocol = protocol_of(&name, p.app_protocol.as_deref());
-        if !names_protocol(&name, p.app_protocol.as_deref()) {
-            findings.push(Finding::warning(
-                format!("spec.ports[{i}]"),
-                format!(
-                    "port {port} ({}) names no protocol, by a name prefix (http-, grpc-, tcp-, \
-                     tls-…) or appProtocol: Istio detects HTTP or TCP per connection, meshflow \
-                     proxies it as HTTP, so other traffic to it fails; name its protocol",
-                    if name.is_empty() {
-                        "unnamed"
-                    } else {
-                        name.as_str()
-                    }
-                ),
-            ));
-        }
         let port = m::ServicePort {
             protocol,
             name,
@@ -2949,7 +2937,11 @@ fn sidecar_ingress(
                 ))
             }
         };
-        let protocol = server_protocol(&p.protocol);
+        // An ingress port naming no protocol is told per connection, as Istio does.
+        let protocol = match p.protocol.as_str() {
+            "" => m::Protocol::Auto,
+            named => server_protocol(named),
+        };
         let endpoint = match l.default_endpoint.as_deref() {
             None => ("127.0.0.1".to_string(), port),
             Some(e) if e.starts_with("unix://") => {
@@ -2975,7 +2967,8 @@ fn sidecar_ingress(
             .as_ref()
             .map(|c| inbound_pool(c, &format!("{f}.connectionPool")))
             .transpose()?;
-        if l.connection_pool.as_ref().is_some_and(|c| c.http.is_some()) && !protocol.is_http() {
+        if l.connection_pool.as_ref().is_some_and(|c| c.http.is_some()) && !protocol.carries_http()
+        {
             findings.push(Finding::warning(
                 format!("{f}.connectionPool.http"),
                 format!(

@@ -603,20 +603,25 @@ fn h2_upgrade(pool: Option<&ConnectionPool>) -> bool {
 /// ports and for upgraded clusters (with `maxConcurrentStreams`), the protocol of the
 /// request with `useClientProtocol`, the connection lifetimes of `connectionPool`
 /// (`tcp.idleTimeout` where `http.idleTimeout` is unset); `None` where none of it applies.
-/// `upgrade`: whether `h2UpgradePolicy` applies (outbound only: Istio never upgrades an
-/// inbound cluster).
+/// `outbound`: whether `h2UpgradePolicy` applies (Istio never upgrades an inbound cluster).
+/// An inbound cluster of a port whose protocol is told per connection speaks the protocol
+/// of the request (HTTP/1.1, or HTTP/2 for an `h2c` client), as Istio's sidecars do; an
+/// outbound one speaks HTTP/1.1, as Istio's gateways do (meshflow's outbound clusters are
+/// shared by sidecars and gateways, and a gateway's clients negotiate HTTP/2 by ALPN
+/// whatever the application speaks).
 fn http_protocol_options(
     protocol: crate::model::Protocol,
     pool: Option<&ConnectionPool>,
-    upgrade: bool,
+    outbound: bool,
 ) -> Option<HttpProtocolOptions> {
     use envoy_types::pb::envoy::extensions::upstreams::http::v3::http_protocol_options::UseDownstreamHttpConfig;
     let h2 = matches!(
         protocol,
         crate::model::Protocol::Http2 | crate::model::Protocol::Grpc
-    ) || (upgrade && h2_upgrade(pool));
+    ) || (outbound && h2_upgrade(pool));
     let common = pool.and_then(common_http_options);
-    let downstream = pool.is_some_and(|p| p.use_client_protocol);
+    let downstream = pool.is_some_and(|p| p.use_client_protocol)
+        || (!outbound && protocol == crate::model::Protocol::Auto);
     if !h2 && !downstream && common.is_none() {
         return None;
     }
@@ -809,7 +814,8 @@ fn single_host(cluster: &str, ip_or_host: &str, port: u16) -> ClusterLoadAssignm
 /// connection pool applies (the Sidecar's or the DestinationRule's: connect timeout,
 /// circuit-breaker limits — Istio's defaults, no limit, where it sets none —, connection
 /// lifetimes, keepalive, `useClientProtocol`), never a load balancer, outlier detection,
-/// TLS or an `h2UpgradePolicy`; an HTTP2 or gRPC port speaks HTTP/2 to the application.
+/// TLS or an `h2UpgradePolicy`; an HTTP2 or gRPC port speaks HTTP/2 to the application, a
+/// port whose protocol is told per connection the protocol of each request.
 pub fn inbound(spec: &InboundClusterSpec, connect_timeout_ms: u64) -> Resource {
     let name = inbound_cluster_name(spec.port);
     let pool = spec.pool.as_ref();

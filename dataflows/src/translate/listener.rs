@@ -2,7 +2,7 @@
 //! listeners, and the `virtualOutbound`/`virtualInbound` capture listeners.
 
 use super::{duration_ms, inbound_cluster_name, socket_address, PASSTHROUGH_CLUSTER};
-use crate::model::{InboundPort, Resource, ResourceType};
+use crate::model::{InboundPort, Proxying, Resource, ResourceType};
 use envoy_types::pb::envoy::config::core::v3::TrafficDirection;
 use envoy_types::pb::envoy::config::listener::v3::ApiListener;
 use envoy_types::pb::envoy::config::listener::v3::{
@@ -213,36 +213,122 @@ const INBOUND_MTLS_ALPN: [&str; 5] = [
     "istio-h2",
 ];
 
-/// One inbound chain of `port`: plaintext, or (`mtls`) TLS with Istio's ALPN terminated
-/// with the workload certificate, a client certificate of the mesh required. An HTTP port's
-/// chain passes the client's identity to the application in `x-forwarded-client-cert`; a
-/// TCP port's proxies the bytes to the same cluster.
-fn inbound_chain(port: InboundPort, mtls: bool) -> FilterChain {
-    let cluster = inbound_cluster_name(port.port);
-    let mut chain = FilterChain {
-        name: cluster.clone(),
+/// What Envoy's HTTP inspector reports for plaintext HTTP/1.1 and HTTP/2 (Istio leaves
+/// HTTP/1.0 out unless asked: such connections go on as TCP rather than be refused).
+pub(super) const PLAINTEXT_HTTP_ALPN: [&str; 2] = ["http/1.1", "h2c"];
+
+/// Over mTLS, the ALPN an Istio client sends for HTTP it detected, and for the rest.
+const MTLS_HTTP_ALPN: [&str; 3] = ["istio-http/1.0", "istio-http/1.1", "istio-h2"];
+const MTLS_TCP_ALPN: [&str; 2] = ["istio-peer-exchange", "istio"];
+
+/// The HTTP inspector: sets a plaintext connection's application protocol (`http/1.1`,
+/// `h2c`) from its first bytes, for chains matched on it. It leaves TLS connections alone.
+pub(super) fn http_inspector_filter() -> ListenerFilter {
+    ListenerFilter {
+        name: "envoy.filters.listener.http_inspector".into(),
+        config_type: Some(listener_filter::ConfigType::TypedConfig(pack_any(
+            envoy_types::pb::envoy::extensions::filters::listener::http_inspector::v3::HttpInspector::default(),
+        ))),
+        ..Default::default()
+    }
+}
+
+/// The HTTP inspector for the ports of `detected` only (`filter_disabled` on every other
+/// destination port): on a port proxied as TCP it would hold up a server that speaks first.
+fn http_inspector_on(detected: &[u16]) -> ListenerFilter {
+    use envoy_types::pb::envoy::config::listener::v3::listener_filter_chain_match_predicate::{
+        MatchSet, Rule,
+    };
+    use envoy_types::pb::envoy::config::listener::v3::ListenerFilterChainMatchPredicate as Predicate;
+    use envoy_types::pb::envoy::r#type::v3::Int32Range;
+    let on = detected
+        .iter()
+        .map(|&p| Predicate {
+            rule: Some(Rule::DestinationPortRange(Int32Range {
+                start: p as i32,
+                end: p as i32 + 1,
+            })),
+        })
+        .collect();
+    ListenerFilter {
+        filter_disabled: Some(Predicate {
+            rule: Some(Rule::NotMatch(Box::new(Predicate {
+                rule: Some(Rule::OrMatch(MatchSet { rules: on })),
+            }))),
+        }),
+        ..http_inspector_filter()
+    }
+}
+
+/// A chain matched on `port`, a transport protocol (`""`: any) and application protocols.
+fn port_chain(name: String, port: u16, transport: &str, alpn: &[&str]) -> FilterChain {
+    FilterChain {
+        name,
         filter_chain_match: Some(FilterChainMatch {
-            destination_port: Some(UInt32Value {
-                value: port.port as u32,
-            }),
+            destination_port: Some(UInt32Value { value: port as u32 }),
+            transport_protocol: transport.into(),
+            application_protocols: alpn.iter().map(|a| a.to_string()).collect(),
             ..Default::default()
         }),
         ..Default::default()
-    };
-    if mtls {
-        chain.name = format!("{}-mtls", chain.name);
-        if let Some(m) = chain.filter_chain_match.as_mut() {
-            m.transport_protocol = "tls".into();
-            m.application_protocols = INBOUND_MTLS_ALPN.iter().map(|a| a.to_string()).collect();
-        }
-        chain.transport_socket = Some(super::secret::inbound_mtls());
     }
-    chain.filters = vec![if port.tcp {
-        tcp_to(&cluster, &cluster)
-    } else {
-        hcm_filter(inbound_hcm(port.port, &cluster, mtls))
-    }];
-    chain
+}
+
+/// The inbound chains of `port`, each to `inbound|PORT||`: plaintext and (Istio's
+/// PERMISSIVE mode) TLS with Istio's ALPN terminated with the workload certificate, a client
+/// certificate of the mesh required. An HTTP port's chains run the connection manager, which
+/// passes an mTLS client's identity to the application in `x-forwarded-client-cert`; a TCP
+/// port's proxy the bytes. A port whose protocol is told per connection gets Istio's five
+/// chains: HTTP over mTLS (`istio-http/*`), plaintext HTTP (as the HTTP inspector reports
+/// it), other mTLS (`istio`, `istio-peer-exchange`), other plaintext, and TLS the
+/// application itself speaks (no Istio ALPN), passed through as bytes.
+fn inbound_chains(port: InboundPort) -> Vec<FilterChain> {
+    let cluster = inbound_cluster_name(port.port);
+    let p = port.port;
+    let http = |mut c: FilterChain, mtls: bool| {
+        if mtls {
+            c.transport_socket = Some(super::secret::inbound_mtls());
+        }
+        c.filters = vec![hcm_filter(inbound_hcm(p, &cluster, mtls))];
+        c
+    };
+    let tcp = |mut c: FilterChain, mtls: bool| {
+        if mtls {
+            c.transport_socket = Some(super::secret::inbound_mtls());
+        }
+        c.filters = vec![tcp_to(&cluster, &cluster)];
+        c
+    };
+    let name = |suffix: &str| format!("{cluster}{suffix}");
+    match port.proxying {
+        Proxying::Http => vec![
+            http(port_chain(name(""), p, "", &[]), false),
+            http(
+                port_chain(name("-mtls"), p, "tls", &INBOUND_MTLS_ALPN),
+                true,
+            ),
+        ],
+        Proxying::Tcp => vec![
+            tcp(port_chain(name(""), p, "", &[]), false),
+            tcp(
+                port_chain(name("-mtls"), p, "tls", &INBOUND_MTLS_ALPN),
+                true,
+            ),
+        ],
+        Proxying::Detected => vec![
+            http(port_chain(name("-mtls"), p, "tls", &MTLS_HTTP_ALPN), true),
+            http(
+                port_chain(name(""), p, "raw_buffer", &PLAINTEXT_HTTP_ALPN),
+                false,
+            ),
+            tcp(
+                port_chain(name("-mtls-tcp"), p, "tls", &MTLS_TCP_ALPN),
+                true,
+            ),
+            tcp(port_chain(name("-tcp"), p, "raw_buffer", &[]), false),
+            tcp(port_chain(name("-tls"), p, "tls", &[]), false),
+        ],
+    }
 }
 
 /// The connection manager of an HTTP inbound chain: every request to `cluster`.
@@ -296,9 +382,12 @@ pub fn ingress_listener(addr: &str, port: InboundPort) -> Resource {
     let listener = Listener {
         name: format!("inbound_{}", listener_name(addr, port.port)),
         address: Some(socket_address(addr, port.port)),
-        listener_filters: vec![tls_inspector_filter()],
+        listener_filters: match port.proxying {
+            Proxying::Detected => vec![tls_inspector_filter(), http_inspector_filter()],
+            _ => vec![tls_inspector_filter()],
+        },
         continue_on_listener_filters_timeout: true,
-        filter_chains: vec![inbound_chain(port, false), inbound_chain(port, true)],
+        filter_chains: inbound_chains(port),
         traffic_direction: TrafficDirection::Inbound as i32,
         ..Default::default()
     };
@@ -338,10 +427,16 @@ pub fn virtual_outbound(catchall: &str) -> Resource {
 /// sidecars (TLS with Istio's ALPN), each to `inbound|PORT||`: Istio's default PERMISSIVE
 /// mode, as no PeerAuthentication is read. Other ports pass through.
 pub fn virtual_inbound(ports: &[InboundPort]) -> Resource {
-    let mut chains: Vec<FilterChain> = ports
+    let mut chains: Vec<FilterChain> = ports.iter().flat_map(|&p| inbound_chains(p)).collect();
+    let detected: Vec<u16> = ports
         .iter()
-        .flat_map(|&port| [inbound_chain(port, false), inbound_chain(port, true)])
+        .filter(|p| p.proxying == Proxying::Detected)
+        .map(|p| p.port)
         .collect();
+    let mut listener_filters = vec![original_dst_filter(), tls_inspector_filter()];
+    if !detected.is_empty() {
+        listener_filters.push(http_inspector_on(&detected));
+    }
     chains.push(FilterChain {
         name: "virtualInbound-catchall-tcp".into(),
         filters: vec![tcp_to(PASSTHROUGH_CLUSTER, "InboundPassthroughCluster")],
@@ -350,8 +445,9 @@ pub fn virtual_inbound(ports: &[InboundPort]) -> Resource {
     let listener = Listener {
         name: "virtualInbound".into(),
         address: Some(socket_address("0.0.0.0", 15006)),
-        // The TLS inspector tells an mTLS connection (and its ALPN) from a plaintext one.
-        listener_filters: vec![original_dst_filter(), tls_inspector_filter()],
+        // The TLS inspector tells an mTLS connection (and its ALPN) from a plaintext one;
+        // the HTTP inspector, on ports told per connection, HTTP from other bytes.
+        listener_filters,
         // A server that speaks first (no client bytes to inspect) is not held up for ever.
         continue_on_listener_filters_timeout: true,
         filter_chains: chains,
@@ -390,11 +486,11 @@ mod tests {
         let ports = [
             InboundPort {
                 port: 9080,
-                tcp: false,
+                proxying: Proxying::Http,
             },
             InboundPort {
                 port: 27017,
-                tcp: true,
+                proxying: Proxying::Tcp,
             },
         ];
         let hcm = "envoy.filters.network.http_connection_manager".to_string();
@@ -419,7 +515,10 @@ mod tests {
             (27017, Protocol::Tcp),
             (8443, Protocol::Tls),
         ]);
-        let tcp: Vec<(u16, bool)> = merged.iter().map(|p| (p.port, p.tcp)).collect();
+        let tcp: Vec<(u16, bool)> = merged
+            .iter()
+            .map(|p| (p.port, p.proxying == Proxying::Tcp))
+            .collect();
         assert_eq!(tcp, vec![(8443, true), (9080, false), (27017, true)]);
         // A Sidecar's ingress ports replace the workload's own (as in Istio); one reached
         // only by its own listener (captureMode NONE) is not in `virtualInbound`.
@@ -429,27 +528,30 @@ mod tests {
                 (
                     InboundPort {
                         port: 9080,
-                        tcp: true,
+                        proxying: Proxying::Tcp,
                     },
                     false,
                 ),
                 (
                     InboundPort {
                         port: 7000,
-                        tcp: false,
+                        proxying: Proxying::Http,
                     },
                     false,
                 ),
                 (
                     InboundPort {
                         port: 7001,
-                        tcp: true,
+                        proxying: Proxying::Tcp,
                     },
                     true,
                 ),
             ],
         );
-        let tcp: Vec<(u16, bool)> = of.iter().map(|p| (p.port, p.tcp)).collect();
+        let tcp: Vec<(u16, bool)> = of
+            .iter()
+            .map(|p| (p.port, p.proxying == Proxying::Tcp))
+            .collect();
         assert_eq!(tcp, vec![(7001, true)]);
         // Without ingress ports, the workload's own.
         let of = InboundPort::of_proxy([(9080, Protocol::Http)], []);
@@ -457,7 +559,7 @@ mod tests {
             of,
             vec![InboundPort {
                 port: 9080,
-                tcp: false
+                proxying: Proxying::Http
             }]
         );
     }

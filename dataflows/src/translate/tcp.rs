@@ -13,7 +13,10 @@
 //! headless Service) is told apart by name alone, as Istio does: chains matched by its
 //! `tls[]` routes' names and by its own host name, on any address.
 
-use super::listener::{bind_flag, http_chain, listener_name, tcp_to, tls_inspector_filter};
+use super::listener::{
+    bind_flag, http_chain, http_inspector_filter, listener_name, tcp_to, tls_inspector_filter,
+    PLAINTEXT_HTTP_ALPN,
+};
 use super::{outbound_cluster_name, socket_address};
 use crate::model::{
     Protocol, ResolvedVs, Resource, ResourceType, RouteDestination, Service, Source, TcpMatch,
@@ -235,6 +238,8 @@ struct Chains {
     sni: bool,
     /// The idle timeouts of the destinations' `tcp_proxy`.
     idle: TcpTimeouts,
+    /// Some chain matches what the HTTP inspector reports: the listener needs it.
+    http_detected: bool,
 }
 
 impl Chains {
@@ -245,7 +250,74 @@ impl Chains {
             no_match_taken,
             sni: false,
             idle: idle.clone(),
+            http_detected: false,
         }
+    }
+
+    /// For a service whose protocol is told per connection, whose chains start at `first`:
+    /// on the address ranges they match (and, where one matches none, on any address), a
+    /// chain for plaintext HTTP as the HTTP inspector reports it, to the port's connection
+    /// manager (RDS `route_name`), and beside each TCP chain its twin for other plaintext
+    /// bytes. Envoy picks the most specific transport protocol before it looks at
+    /// application protocols and never falls back: without the twins a plaintext
+    /// connection that is not HTTP would find no chain. TLS takes the TCP chains as before.
+    /// The service's chains without an address exist only where it took the listener's
+    /// no-match level (no HTTP services, no earlier service without an address there): its
+    /// chains for any address then hold that level whole.
+    fn detect_http(
+        &mut self,
+        first: usize,
+        listener: &str,
+        route_name: &str,
+        host: &str,
+        port: u16,
+    ) {
+        let added: Vec<FilterChain> = self.chains[first..].to_vec();
+        let mut ranged = Vec::new();
+        let mut unranged = false;
+        for c in &added {
+            let m = c.filter_chain_match.clone().unwrap_or_default();
+            if !m.server_names.is_empty() {
+                continue;
+            }
+            if m.prefix_ranges.is_empty() {
+                unranged = true;
+            }
+            for r in &m.prefix_ranges {
+                if !ranged.contains(r) {
+                    ranged.push(r.clone());
+                }
+            }
+            let mut twin = c.clone();
+            twin.name = format!("{}-raw", c.name);
+            twin.filter_chain_match = Some(FilterChainMatch {
+                transport_protocol: "raw_buffer".into(),
+                ..m
+            });
+            self.chains.push(twin);
+        }
+        let plaintext_http = |name: String, prefix_ranges| {
+            let mut c = http_chain(listener, route_name, false);
+            c.name = name;
+            c.filter_chain_match = Some(FilterChainMatch {
+                prefix_ranges,
+                transport_protocol: "raw_buffer".into(),
+                application_protocols: PLAINTEXT_HTTP_ALPN.iter().map(|a| a.to_string()).collect(),
+                ..Default::default()
+            });
+            c
+        };
+        if !ranged.is_empty() {
+            self.chains
+                .push(plaintext_http(format!("{host}:{port}#http"), ranged));
+        }
+        if unranged {
+            self.chains.push(plaintext_http(
+                format!("{host}:{port}#http-any"),
+                Vec::new(),
+            ));
+        }
+        self.http_detected = true;
     }
 
     /// Adds the chain if anything is left of it; whether it was.
@@ -473,11 +545,19 @@ pub fn sidecar_listener(p: &OutboundPort, targets: &[TcpTarget]) -> SidecarListe
                 .collect(),
             false => Vec::new(),
         };
+        let detected = svc
+            .ports
+            .iter()
+            .any(|sp| sp.port == p.port && sp.protocol == Protocol::Auto);
+        let first = built.chains.len();
         let reached = if named {
             add_named_service_chains(&mut built, svc, p.port, &tcp_list, &sni_list)
         } else {
             add_service_chains(&mut built, svc, p.port, &tcp_list, &sni_list)
         };
+        if detected && reached {
+            built.detect_http(first, &name, &p.port.to_string(), &svc.hostname, p.port);
+        }
         if !reached {
             unreachable.push(svc.clone());
         }
@@ -494,13 +574,17 @@ pub fn sidecar_listener(p: &OutboundPort, targets: &[TcpTarget]) -> SidecarListe
         ..Default::default()
     });
     // SNI chains need the TLS inspector; a connection whose first bytes are not a TLS
-    // handshake (or come late) carries no name, and takes the chain without one.
-    let listener_filters = if built.sni {
-        vec![tls_inspector_filter()]
-    } else {
-        Vec::new()
-    };
-    let continue_on_listener_filters_timeout = built.sni;
+    // handshake (or come late) carries no name, and takes the chain without one. Chains of
+    // services whose protocol is told per connection need the HTTP inspector too; a
+    // connection that sends nothing in time goes on as TCP.
+    let mut listener_filters = Vec::new();
+    if built.sni || built.http_detected {
+        listener_filters.push(tls_inspector_filter());
+    }
+    if built.http_detected {
+        listener_filters.push(http_inspector_filter());
+    }
+    let continue_on_listener_filters_timeout = !listener_filters.is_empty();
     let listener = (!filter_chains.is_empty()).then(|| {
         encode(Listener {
             default_filter_chain,
