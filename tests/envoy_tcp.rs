@@ -125,20 +125,28 @@ fn envoy_accepts_the_tcp_echo_example_listeners() {
         "127.0.0.1",
         &[("istio", "ingressgateway")],
     );
+    // The legacy service's own sidecar: `virtualInbound` tells HTTP from TCP on its ports,
+    // which name no protocol (the HTTP inspector, off on every other port).
+    let legacy = ProxyNode::sidecar("legacy-1", "default", "127.0.2.40", &[("app", "legacy")]);
     let nodes = [
         (&captured, ProxyKind::Sidecar),
         (&router, ProxyKind::Router),
+        (&legacy, ProxyKind::Sidecar),
     ];
     let listeners = envoy_validates_example(&envoy_bin, dir.path(), "tcp-echo", &nodes);
-    for ((node, _), listeners) in nodes.iter().zip(listeners) {
-        assert!(
-            listeners
-                .iter()
-                .any(|l| l.to_string().contains("tcp_proxy")),
-            "{} has TCP listeners",
-            node.id
-        );
+    let has = |listeners: &[serde_json::Value], what: &str| {
+        listeners.iter().any(|l| l.to_string().contains(what))
+    };
+    for ((node, _), listeners) in nodes.iter().zip(&listeners) {
+        assert!(has(listeners, "tcp_proxy"), "{} has TCP listeners", node.id);
     }
+    // Ports naming no protocol run the HTTP inspector: the client's outbound listener for
+    // legacy's ports, the legacy sidecar's `virtualInbound`; the gateway's never.
+    let inspects: Vec<bool> = listeners
+        .iter()
+        .map(|l| has(l, "envoy.filters.listener.http_inspector"))
+        .collect();
+    assert_eq!(inspects, vec![true, false, true]);
 }
 
 /// A Sidecar `ingress` port of protocol TCP (here `MONGO`) is proxied as TCP to its

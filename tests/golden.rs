@@ -52,10 +52,12 @@ const PROXIES: [(&str, &str); 3] = [
 ];
 
 /// The proxies of the tcp-echo example (Istio's TCP traffic shifting task): its TCP gateway,
-/// and a captured sidecar seeing TCP and HTTP services on one port.
-const TCP_PROXIES: [(&str, &str); 2] = [
+/// a captured sidecar seeing TCP and HTTP services on one port (and a service whose ports
+/// name no protocol), and that service's own sidecar (inbound chains told per connection).
+const TCP_PROXIES: [(&str, &str); 3] = [
     ("tcp-echo-gateway", "envoy-gateway.yaml"),
     ("tcp-echo-sidecar", "envoy-sidecar.yaml"),
+    ("tcp-echo-legacy", "envoy-legacy.yaml"),
 ];
 
 /// The secure ingress gateway of `examples/gateway-tls` (HTTPS, MUTUAL, passthrough and

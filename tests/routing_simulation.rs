@@ -1366,6 +1366,91 @@ fn captured_sidecar_tells_tcp_services_apart_by_destination_address() {
     assert_eq!(o.cluster(), Some("PassthroughCluster"), "{o:#?}");
 }
 
+/// A port that names no protocol (the example's `legacy` on 9000: no name, no `appProtocol`) is told
+/// per connection, as Istio's protocol sniffing does, on the chains for the service's own
+/// address: plaintext HTTP takes the port's routes (its VirtualService answers `/teapot`
+/// itself), other bytes and TLS go to the service's cluster as TCP. Beside it on the same
+/// port, tcp-echo stays TCP, `web` keeps the HTTP chain for other addresses; without
+/// services sharing it, an unnamed port's unknown destinations pass through, HTTP or not.
+#[test]
+fn a_port_without_a_protocol_is_told_per_connection() {
+    let (mut mesh, sidecar, _) = tcp_echo();
+    write_config(
+        &mesh.config,
+        "legacy-routes.yaml",
+        "apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: legacy, namespace: default}
+spec:
+  hosts: [legacy]
+  http:
+  - match: [{uri: {prefix: /teapot}}]
+    directResponse: {status: 418}
+  - route: [{destination: {host: legacy}}]
+",
+    );
+    let legacy = "outbound|9000||legacy.default.svc.cluster.local";
+    let http = Call::get("legacy", 9000, "/teapot").to_address("10.96.0.92");
+    let o = mesh.send(&sidecar, &http);
+    assert_eq!(
+        o.filter_chain.as_deref(),
+        Some("legacy.default.svc.cluster.local:9000#http"),
+        "{o:#?}"
+    );
+    assert_status(&o, 418);
+    let o = mesh.send(
+        &sidecar,
+        &Call::get("legacy", 9000, "/").to_address("10.96.0.92"),
+    );
+    assert_eq!(o.cluster(), Some(legacy), "{o:#?}");
+    assert_eq!(o.route_config.as_deref(), Some("9000"), "{o:#?}");
+    let o = mesh.send(&sidecar, &Call::connect(9000).to_address("10.96.0.92"));
+    assert_eq!(o.cluster(), Some(legacy), "{o:#?}");
+    assert_eq!(o.route_config, None, "proxied as TCP: {o:#?}");
+    let o = mesh.send(
+        &sidecar,
+        &Call::tls(9000, "legacy").to_address("10.96.0.92"),
+    );
+    assert_eq!(o.cluster(), Some(legacy), "{o:#?}");
+    // Its neighbours on the port keep their protocols.
+    let o = mesh.send(&sidecar, &Call::connect(9000).to_address("10.96.0.90"));
+    assert_eq!(o.cluster(), Some(&*tcp_echo_cluster(9000, "v1")), "{o:#?}");
+    let o = mesh.send(
+        &sidecar,
+        &Call::get("web", 9000, "/").to_address("10.96.0.91"),
+    );
+    assert_eq!(
+        o.cluster(),
+        Some("outbound|9000||web.default.svc.cluster.local"),
+        "{o:#?}"
+    );
+    // A port of its own (9100, named `admin`: no protocol either): HTTP and TCP to the
+    // service, anything to another address passes through.
+    let admin = "outbound|9100||legacy.default.svc.cluster.local";
+    let o = mesh.send(
+        &sidecar,
+        &Call::get("legacy", 9100, "/").to_address("10.96.0.92"),
+    );
+    assert_eq!(
+        (o.cluster(), o.route_config.as_deref()),
+        (Some(admin), Some("9100")),
+        "{o:#?}"
+    );
+    let o = mesh.send(&sidecar, &Call::connect(9100).to_address("10.96.0.92"));
+    assert_eq!(
+        (o.cluster(), o.route_config.as_deref()),
+        (Some(admin), None),
+        "{o:#?}"
+    );
+    for call in [
+        Call::connect(9100).to_address("203.0.113.9"),
+        Call::get("elsewhere", 9100, "/").to_address("203.0.113.9"),
+    ] {
+        let o = mesh.send(&sidecar, &call);
+        assert_eq!(o.cluster(), Some("PassthroughCluster"), "{o:#?}");
+    }
+}
+
 /// The task's gateway: TCP on 31400 split 80/20 between tcp-echo's v1 and v2.
 #[test]
 fn tcp_echo_gateway_splits_connections_80_20() {
@@ -1462,7 +1547,7 @@ spec:
 }
 
 /// `explain` for the TCP listeners: a captured sidecar's `0.0.0.0_9000` comes from every
-/// service on the port (TCP and HTTP) and tcp-echo's VirtualService; the gateway's TCP
+/// service on the port (TCP, HTTP and told per connection) and tcp-echo's VirtualService; the gateway's TCP
 /// listener from its Gateway and the VirtualService bound to it.
 #[test]
 fn tcp_listeners_name_the_inputs_they_are_built_from() {
@@ -1486,6 +1571,7 @@ fn tcp_listeners_name_the_inputs_they_are_built_from() {
     assert_eq!(
         built_from(false, "0.0.0.0_9000"),
         vec![
+            "Service default/legacy",
             "Service default/tcp-echo",
             "Service default/web",
             "VirtualService default/tcp-echo",

@@ -190,8 +190,8 @@ fn unused_fields(spec: &MeshConfigSpec) -> Vec<Finding> {
     if spec.protocol_detection_timeout.is_some() {
         out.push(Finding::warning(
             "mesh.protocolDetectionTimeout",
-            "not used: meshflow does not sniff protocols; a port's protocol comes from its \
-             name or appProtocol",
+            "not used: where a port's protocol is told per connection, a connection that \
+             sends nothing goes on as TCP after Envoy's listener filter timeout (15s)",
         ));
     }
     if spec
