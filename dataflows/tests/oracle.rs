@@ -283,6 +283,13 @@ fn random_record(rng: &mut StdRng, extra: &mut StdRng, slot: usize) -> Record {
         }
         ports
     };
+    // A port naming no protocol (told per connection) beside HTTP and TCP services' ports.
+    let detected = |ports: &mut Vec<ServicePort>, extra: &mut StdRng| {
+        if extra.random_bool(0.25) {
+            let i = extra.random_range(0..ports.len());
+            ports[i].protocol = Protocol::Auto;
+        }
+    };
     // Addresses that collide across services and nest, as ServiceEntries may.
     let addresses = |rng: &mut StdRng| match rng.random_range(0..4) {
         0 => vec![],
@@ -298,6 +305,7 @@ fn random_record(rng: &mut StdRng, extra: &mut StdRng, slot: usize) -> Record {
             origin: ConfigKey::new(Kind::Service, ns, &svc_name),
             ports: {
                 let mut ports = ports(rng);
+                detected(&mut ports, extra);
                 // Port 80 now and then: hostless VirtualServices join its configuration.
                 if extra.random_bool(0.25) {
                     ports.push(ServicePort {
