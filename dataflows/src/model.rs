@@ -122,6 +122,11 @@ pub struct ClusterDefaults {
     pub locality_lb: Option<LocalityLbSetting>,
     /// The CA file `SIMPLE`/`MUTUAL` TLS without `caCertificates` verifies servers against.
     pub system_ca_bundle: String,
+    /// For gateways: a port whose protocol is told per connection speaks HTTP/1.1 upstream
+    /// (a gateway's clients negotiate HTTP/2 by ALPN whatever the application speaks), where
+    /// a sidecar passes on the request's protocol, as Istio builds them.
+    #[serde(default)]
+    pub gateway: bool,
 }
 
 impl Default for ClusterDefaults {
@@ -131,6 +136,7 @@ impl Default for ClusterDefaults {
             trust_domain: default_trust_domain(),
             locality_lb: None,
             system_ca_bundle: default_system_ca_bundle(),
+            gateway: false,
         }
     }
 }
@@ -142,6 +148,7 @@ impl ClusterDefaults {
             trust_domain: m.trust_domain.clone(),
             locality_lb: m.locality_lb.clone(),
             system_ca_bundle: m.system_ca_bundle.clone(),
+            gateway: false,
         }
     }
 }

@@ -683,7 +683,10 @@ fn clusters_of(
             index.identified(svc),
             dr,
             s.is_proxyless(),
-            &ClusterDefaults::of(&v.mesh),
+            &ClusterDefaults {
+                gateway: matches!(s, ScopeKey::Router { .. }),
+                ..ClusterDefaults::of(&v.mesh)
+            },
             client,
         ) {
             match labels {

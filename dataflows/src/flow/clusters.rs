@@ -15,11 +15,66 @@ use crate::model::*;
 use crate::rules::{self, DrEntry};
 use crate::translate::cluster;
 
-/// (host, (DestinationRule in effect, for proxyless gRPC, the scope's namespace)): what a
+/// (host, (DestinationRule in effect, the kind of client, the scope's namespace)): what a
 /// cluster's body depends on. The namespace is there only for a rule with a
 /// `credentialName` (and not for gRPC, which fails those closed anyway): whether its
 /// clusters can use the Secret depends on the client proxy's namespace.
-type Group = (Hostname, (Option<ConfigKey>, bool, Option<String>));
+type Group = (Hostname, (Option<ConfigKey>, Client, Option<String>));
+
+/// Who a group's clusters are for. Gateways share the sidecars' clusters except for hosts
+/// with a port whose protocol is told per connection, whose clusters differ for them
+/// ([`ClusterDefaults::gateway`]): only there do they get groups of their own.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+enum Client {
+    Envoy,
+    Gateway,
+    Grpc,
+}
+
+impl Client {
+    fn of(s: &ScopeKey) -> Client {
+        if s.is_proxyless() {
+            Client::Grpc
+        } else {
+            Client::Envoy
+        }
+    }
+
+    /// The mesh's cluster defaults as this client's clusters take them.
+    fn defaults(self, m: &MeshSettings) -> ClusterDefaults {
+        ClusterDefaults {
+            gateway: self == Client::Gateway,
+            ..ClusterDefaults::of(m)
+        }
+    }
+}
+
+/// Moves the gateways' groups of hosts with a port told per connection to groups of their
+/// own (`Client::Gateway`).
+fn gateway_groups<'s>(
+    groups: Coll<'s, (Group, ScopeKey)>,
+    services: &Coll<'s, (Hostname, Service)>,
+) -> Coll<'s, (Group, ScopeKey)> {
+    let detected = services
+        .clone()
+        .filter(|(_, svc)| svc.ports.iter().any(|p| p.protocol == Protocol::Auto))
+        .map(|(h, _)| h)
+        .distinct();
+    let routers = groups
+        .clone()
+        .filter(|(_, s)| matches!(s, ScopeKey::Router { .. }))
+        .map(|((h, d), s)| (h, (d, s)));
+    let moved = routers
+        .clone()
+        .semijoin(detected.clone())
+        .map(|(h, ((d, _, ns), s))| ((h, (d, Client::Gateway, ns)), s));
+    groups
+        .filter(|(_, s)| !matches!(s, ScopeKey::Router { .. }))
+        .concat(routers.antijoin(detected).map(|(h, (d, s))| ((h, d), s)))
+        .concat(moved)
+}
 /// A cluster, the service port it is for, and what an EDS cluster's assignment is built
 /// from.
 type ClusterRow = (Resource, u16, Option<EdsSel>);
@@ -81,7 +136,7 @@ pub(super) fn outbound<'s>(
     secrets: &Coll<'s, ((String, String), TlsSecret)>,
 ) -> Clusters<'s> {
     let placed = placed(mesh, &merged_drs.entries, services);
-    let scope_groups = rule_in_effect(visible, &placed);
+    let scope_groups = gateway_groups(rule_in_effect(visible, &placed), services);
     // Clusters are built from the merged rules, under their entries' keys.
     let drs = merged_drs.rules.clone();
     let hashing = hashing(&scope_groups, &drs);
@@ -355,14 +410,14 @@ fn rule_in_effect<'s>(
     scope_host_keyed
         .clone()
         .join_map(dr_chosen.clone(), |(s, h), _, (k, creds)| {
-            let grpc = s.is_proxyless();
-            let ns = (*creds && !grpc).then(|| s.namespace().to_string());
-            ((h.clone(), (Some(k.clone()), grpc, ns)), s.clone())
+            let client = Client::of(s);
+            let ns = (*creds && client != Client::Grpc).then(|| s.namespace().to_string());
+            ((h.clone(), (Some(k.clone()), client, ns)), s.clone())
         })
         .concat(
             scope_host_keyed
                 .antijoin(dr_chosen.map(|(k, _)| k))
-                .map(|((s, h), _)| ((h, (None, s.is_proxyless(), None)), s)),
+                .map(|((s, h), _)| ((h, (None, Client::of(&s), None)), s)),
         )
 }
 
@@ -379,7 +434,7 @@ fn per_group<'s>(
 ) -> (Coll<'s, (Group, ClusterRow)>, Coll<'s, (Group, CredOut)>) {
     let groups = scope_groups.clone().map(|(g, _)| g).distinct();
     let groups_grpc = groups.clone().flat_map(|g| match &g.1 {
-        (Some(k), true, _) => Some((k.clone(), g.clone())),
+        (Some(k), Client::Grpc, _) => Some((k.clone(), g.clone())),
         _ => None,
     });
     let drs_for_grpc = drs
@@ -391,7 +446,7 @@ fn per_group<'s>(
             ((), (d.clone(), (h.clone(), svc.clone())))
         })
         .join_map(mesh.clone(), |_, (d, (h, svc)), m| {
-            (d.clone(), (h.clone(), svc.clone(), ClusterDefaults::of(m)))
+            (d.clone(), (h.clone(), svc.clone(), d.1.defaults(m)))
         });
     let plain = groups_svc
         .clone()
@@ -402,14 +457,14 @@ fn per_group<'s>(
         .join_map(drs.clone(), |k, (h, svc, grpc, timeout), dr| {
             (
                 (h.clone(), (Some(k.clone()), *grpc, None)),
-                cluster::outbound_all_for(svc, Some(dr), *grpc, timeout),
+                cluster::outbound_all_for(svc, Some(dr), *grpc == Client::Grpc, timeout),
             )
         })
         .concat(groups_svc.clone().filter(|((d, _, _), _)| d.is_none()).map(
             |((_, grpc, _), (h, svc, timeout))| {
                 (
                     (h, (None, grpc, None)),
-                    cluster::outbound_all_for(&svc, None, grpc, &timeout),
+                    cluster::outbound_all_for(&svc, None, grpc == Client::Grpc, &timeout),
                 )
             },
         ))
@@ -460,7 +515,8 @@ fn per_group<'s>(
                     continue;
                 };
                 let (svc, dr, defaults) = &**base;
-                for c in cluster::outbound_all_with(svc, Some(dr), (g.1).1, defaults, client) {
+                let grpc = (g.1).1 == Client::Grpc;
+                for c in cluster::outbound_all_with(svc, Some(dr), grpc, defaults, client) {
                     out.push((CredOut::Cluster(c), 1isize));
                 }
                 for (r, from) in client.resources(dr) {

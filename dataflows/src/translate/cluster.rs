@@ -205,7 +205,10 @@ fn outbound(
             cluster.lb_policy = LbPolicy::ClusterProvided as i32;
         }
     }
-    let mut options = http_protocol_options(port.protocol, policy.connection_pool.as_deref(), true);
+    let side = Side::Outbound {
+        gateway: defaults.gateway,
+    };
+    let mut options = http_protocol_options(port.protocol, policy.connection_pool.as_deref(), side);
     match &policy.tls {
         _ if fail_closed.is_some() => {}
         Some(tls) if tls.istio_mutual => {
@@ -599,29 +602,37 @@ fn h2_upgrade(pool: Option<&ConnectionPool>) -> bool {
     pool.is_some_and(|p| !p.use_client_protocol && p.h2_upgrade == Some(H2Upgrade::Upgrade))
 }
 
+/// Which side of a proxy a cluster is on, and for outbound ones whether the proxy is a
+/// gateway.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Outbound { gateway: bool },
+    Inbound,
+}
+
 /// The cluster's `HttpProtocolOptions`, as Istio builds them: HTTP/2 for HTTP2 and gRPC
 /// ports and for upgraded clusters (with `maxConcurrentStreams`), the protocol of the
 /// request with `useClientProtocol`, the connection lifetimes of `connectionPool`
 /// (`tcp.idleTimeout` where `http.idleTimeout` is unset); `None` where none of it applies.
-/// `outbound`: whether `h2UpgradePolicy` applies (Istio never upgrades an inbound cluster).
-/// An inbound cluster of a port whose protocol is told per connection speaks the protocol
-/// of the request (HTTP/1.1, or HTTP/2 for an `h2c` client), as Istio's sidecars do; an
-/// outbound one speaks HTTP/1.1, as Istio's gateways do (meshflow's outbound clusters are
-/// shared by sidecars and gateways, and a gateway's clients negotiate HTTP/2 by ALPN
-/// whatever the application speaks).
+/// `side`: outbound (where `h2UpgradePolicy` applies: Istio never upgrades an inbound
+/// cluster) or inbound. A port whose protocol is told per connection speaks the protocol of
+/// the request (HTTP/1.1, or HTTP/2 for an `h2c` client) on sidecars, inbound and outbound,
+/// and HTTP/1.1 from gateways, whose clients negotiate HTTP/2 by ALPN whatever the
+/// application speaks, as Istio builds them.
 fn http_protocol_options(
     protocol: crate::model::Protocol,
     pool: Option<&ConnectionPool>,
-    outbound: bool,
+    side: Side,
 ) -> Option<HttpProtocolOptions> {
     use envoy_types::pb::envoy::extensions::upstreams::http::v3::http_protocol_options::UseDownstreamHttpConfig;
+    let outbound = matches!(side, Side::Outbound { .. });
     let h2 = matches!(
         protocol,
         crate::model::Protocol::Http2 | crate::model::Protocol::Grpc
     ) || (outbound && h2_upgrade(pool));
-    let common = pool.and_then(common_http_options);
     let downstream = pool.is_some_and(|p| p.use_client_protocol)
-        || (!outbound && protocol == crate::model::Protocol::Auto);
+        || (protocol == crate::model::Protocol::Auto && side != Side::Outbound { gateway: true });
+    let common = pool.and_then(common_http_options);
     if !h2 && !downstream && common.is_none() {
         return None;
     }
@@ -832,7 +843,7 @@ pub fn inbound(spec: &InboundClusterSpec, connect_timeout_ms: u64) -> Resource {
         upstream_connection_options: keepalive(connection_pool),
         ..Default::default()
     };
-    if let Some(options) = http_protocol_options(spec.protocol, connection_pool, false) {
+    if let Some(options) = http_protocol_options(spec.protocol, connection_pool, Side::Inbound) {
         cluster.typed_extension_protocol_options.insert(
             "envoy.extensions.upstreams.http.v3.HttpProtocolOptions".into(),
             pack_any(options),
@@ -1014,6 +1025,7 @@ mod tests {
             trust_domain: "corp.example".into(),
             locality_lb: None,
             system_ca_bundle: "/etc/proxy/ca-bundle.pem".into(),
+            gateway: false,
         };
         outbound_all_for(service, Some(dr), grpc, &defaults)
             .into_iter()
