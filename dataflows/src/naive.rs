@@ -939,7 +939,8 @@ fn names_workload_certificate(v: &View, index: &EndpointIndex, p: &Proxy, s: &Sc
     mtls || ingress || own_port
 }
 
-/// The proxy's own ports; a proxyless client and a router have no inbound side.
+/// The proxy's own ports; a proxyless client, a router, and a sidecar without capture
+/// whose Sidecar has no `ingress` have no inbound side.
 fn inbound(v: &View, index: &EndpointIndex, p: &Proxy, s: &ScopeKey) -> Vec<Resource> {
     let ScopeKey::Sidecar {
         interception_none,
@@ -955,11 +956,14 @@ fn inbound(v: &View, index: &EndpointIndex, p: &Proxy, s: &ScopeKey) -> Vec<Reso
         .filter(|_| !proxyless)
         .and_then(SidecarInbound::of);
     let connect_timeout_ms = v.mesh.connect_timeout_ms;
+    // Without capture and without Sidecar `ingress`, the proxy has no inbound side: its own
+    // ports give neither listeners nor clusters, as in Istio.
+    let no_inbound = interception_none && sidecar.as_ref().is_none_or(|sc| sc.ingress.is_empty());
     // Each own endpoint's port, with the service port it serves.
     let own_ports: Vec<(u16, OwnPort)> = p
         .ips
         .iter()
-        .filter(|_| !proxyless)
+        .filter(|_| !proxyless && !no_inbound)
         .flat_map(|ip| index.by_ip.get(ip.as_str()).into_iter().flatten())
         .filter_map(|(h, svc_port, ep)| {
             let svc = v.services.get(h)?;

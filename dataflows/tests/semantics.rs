@@ -2161,6 +2161,89 @@ fn sidecar_ingress_replaces_the_proxys_own_inbound_ports() {
     assert_eq!(inbound(&m), BTreeSet::from(["inbound|9080||".to_string()]));
 }
 
+/// A proxy without capture (`INTERCEPTION_MODE: NONE`) builds its inbound side from Sidecar
+/// `ingress` alone, as Istio does: serving reviews on 9080 it has no inbound cluster and no
+/// inbound listener (binding 9080 would take the application's port), not even when a
+/// Sidecar gives it only an `inboundConnectionPool`; a Sidecar with an `ingress` on 7070
+/// gives it `inbound|7070||` and the bound `inbound_0.0.0.0_7070`, and removing it takes
+/// both away again. A captured pod of the same service keeps `inbound|9080||` throughout.
+#[test]
+fn uncaptured_proxy_has_inbound_clusters_from_sidecar_ingress_only() {
+    let mut m = Mesh::new();
+    let pod = Proxy {
+        interception_none: true,
+        ..sidecar_proxy("reviews-1", "default", "10.1.0.9", &[("app", "reviews")])
+    };
+    let captured = sidecar_proxy("reviews-2", "default", "10.1.0.10", &[("app", "other")]);
+    m.insert(vec![
+        service("reviews", "default"),
+        endpoint("reviews", "default", "10.1.0.9", true),
+        endpoint("reviews", "default", "10.1.0.10", true),
+        px(&pod),
+        px(&captured),
+    ]);
+    let inbound = |m: &Mesh, p: &Proxy| -> (BTreeSet<String>, BTreeSet<String>) {
+        let clusters = m
+            .clusters(p)
+            .into_iter()
+            .filter(|n| n.starts_with("inbound|"))
+            .collect();
+        let listeners = m
+            .listeners(p)
+            .into_iter()
+            .filter(|n| n.starts_with("inbound_") || n == "virtualInbound")
+            .collect();
+        (clusters, listeners)
+    };
+    let none = (BTreeSet::new(), BTreeSet::new());
+    let captured_side = (
+        BTreeSet::from(["inbound|9080||".to_string()]),
+        BTreeSet::from(["virtualInbound".to_string()]),
+    );
+    assert_eq!(inbound(&m, &pod), none);
+    assert_eq!(inbound(&m, &captured), captured_side);
+    let pool_only = Record::Sidecar(Sidecar {
+        key: ConfigKey::new(Kind::Sidecar, "default", "reviews"),
+        selector: Some(labels(&[("app", "reviews")])),
+        egress: Vec::new(),
+        registry_only: None,
+        ingress: Vec::new(),
+        egress_proxy: None,
+        inbound_connection_pool: Some(InboundPool {
+            connect_timeout_ms: Some(250),
+            pool: None,
+        }),
+    });
+    m.insert(vec![pool_only.clone()]);
+    assert_eq!(inbound(&m, &pod), none);
+    let Record::Sidecar(with_ingress) = pool_only.clone() else {
+        unreachable!()
+    };
+    let with_ingress = Record::Sidecar(Sidecar {
+        ingress: vec![IngressListener {
+            port: 7070,
+            bind: None,
+            endpoint: ("127.0.0.1".into(), 17070),
+            capture_none: false,
+            protocol: Protocol::Http,
+            connection_pool: None,
+        }],
+        ..with_ingress
+    });
+    m.replace(pool_only, with_ingress.clone());
+    assert_eq!(
+        inbound(&m, &pod),
+        (
+            BTreeSet::from(["inbound|7070||".to_string()]),
+            BTreeSet::from(["inbound_0.0.0.0_7070".to_string()]),
+        )
+    );
+    assert_eq!(inbound(&m, &captured), captured_side);
+    m.retract(vec![with_ingress]);
+    assert_eq!(inbound(&m, &pod), none);
+    assert_eq!(inbound(&m, &captured), captured_side);
+}
+
 /// A DNS ServiceEntry's hosts are balanced by locality as EDS endpoints are: under a rule
 /// with `outlierDetection`, the STRICT_DNS cluster a client in r1/z1 holds has its own
 /// zone's host at priority 0 and the other region's at 1, a client in r2/z2 the reverse;

@@ -1,6 +1,7 @@
 //! Proxy identity from the xDS `Node`: Istio's node id `TYPE~IP~POD.NS~NS.svc.DOMAIN` and
 //! node metadata (NAMESPACE, LABELS, INSTANCE_IPS, INTERCEPTION_MODE, SERVICE_ACCOUNT, NETWORK,
-//! and GENERATOR `grpc` for proxyless gRPC).
+//! and GENERATOR `grpc` for proxyless gRPC); metadata Istio reads and meshflow does not
+//! translate (IDLE_TIMEOUT) is named for a warning.
 //!
 //! Every namespace a node states (the id's `POD.NS`, its `NS.svc.DOMAIN`, the NAMESPACE
 //! metadata) must be the same one: the certificate check compares the client's identity with
@@ -46,6 +47,42 @@ fn map_field(s: &Struct, key: &str) -> Labels {
             .collect(),
         _ => Labels::new(),
     }
+}
+
+/// Node metadata istiod translates that meshflow does not, with what Istio does with it: a
+/// proxy sending one is warned about when its stream opens ([`untranslated_metadata`]), so
+/// what it asks for is never dropped silently.
+///
+/// `IDLE_TIMEOUT` (a Go duration, `10s`) is, in Istio, per proxy the idle timeout of every
+/// HTTP connection manager it is given (`common_http_protocol_options.idle_timeout`, inbound,
+/// outbound and gateway), of its inbound `tcp_proxy` filters and `virtualOutbound`'s
+/// catch-all one, and of its outbound `tcp_proxy` filters whose DestinationRule sets no
+/// `tcp.idleTimeout`. meshflow builds those listeners once per scope (proxies of one scope
+/// share their bodies), so honouring a per-proxy value needs it in the scope key and in
+/// every listener builder; until then Envoy's defaults apply (1 hour for both).
+pub const UNTRANSLATED_METADATA: &[(&str, &str)] = &[(
+    "IDLE_TIMEOUT",
+    "Istio's idle timeout of the proxy's connection managers and tcp_proxy filters; Envoy's 1h default applies",
+)];
+
+/// Longest metadata value quoted in a warning (the value is the client's).
+const QUOTED_VALUE_CHARS: usize = 64;
+
+/// The [`UNTRANSLATED_METADATA`] fields the node sends with a non-empty string value: the
+/// field, its value (escaped, at most [`QUOTED_VALUE_CHARS`] characters) and what meshflow
+/// leaves out.
+pub fn untranslated_metadata(node: Option<&Node>) -> Vec<(&'static str, String, &'static str)> {
+    let Some(meta) = node.and_then(|n| n.metadata.as_ref()) else {
+        return Vec::new();
+    };
+    UNTRANSLATED_METADATA
+        .iter()
+        .filter_map(|(field, what)| {
+            let value = string_field(meta, field).filter(|v| !v.is_empty())?;
+            let quoted: String = value.chars().take(QUOTED_VALUE_CHARS).collect();
+            Some((*field, format!("{quoted:?}"), *what))
+        })
+        .collect()
 }
 
 /// Parses the proxy a stream speaks for.
@@ -263,6 +300,39 @@ mod tests {
         assert_eq!(p.ips, vec!["10.1.2.3".to_string()]);
         assert_eq!(p.labels.get("app").map(String::as_str), Some("reviews"));
         assert!(p.interception_none);
+    }
+
+    /// `IDLE_TIMEOUT` is named when a node sends it (its value quoted, escaped and
+    /// bounded), and not when it is absent or empty; the node is served either way.
+    #[test]
+    fn idle_timeout_metadata_is_reported_as_untranslated() {
+        let node = |value: Option<&str>| {
+            let mut meta = Struct::default();
+            meta.fields.insert("NAMESPACE".into(), s("default"));
+            if let Some(v) = value {
+                meta.fields.insert("IDLE_TIMEOUT".into(), s(v));
+            }
+            Node {
+                id: "sidecar~10.1.2.3~a-1.default~default.svc.cluster.local".into(),
+                metadata: Some(meta),
+                ..Default::default()
+            }
+        };
+        let sent = node(Some("30s"));
+        let found = untranslated_metadata(Some(&sent));
+        assert_eq!(found.len(), 1);
+        assert_eq!(
+            (found[0].0, found[0].1.as_str()),
+            ("IDLE_TIMEOUT", "\"30s\"")
+        );
+        assert!(proxy_from_node(Some(&sent)).is_ok());
+        assert!(untranslated_metadata(Some(&node(None))).is_empty());
+        assert!(untranslated_metadata(Some(&node(Some("")))).is_empty());
+        assert!(untranslated_metadata(None).is_empty());
+        let long = format!("\u{1b}[31m{}", "9".repeat(500));
+        let found = untranslated_metadata(Some(&node(Some(&long))));
+        assert!(!found[0].1.contains('\u{1b}'), "{}", found[0].1);
+        assert!(found[0].1.len() < 100, "{}", found[0].1);
     }
 
     #[test]

@@ -66,7 +66,8 @@ pub(super) struct ScopeInputs<'s> {
 
 /// `services`: the protocol of each port. Inbound clusters: one per port of the proxy's own
 /// endpoints (or per Sidecar `ingress` listener, which then replace them, as Istio builds
-/// inbound from `ingress` only), with the connection pool of the Sidecar, else of the
+/// inbound from `ingress` only; a proxy with `INTERCEPTION_MODE: NONE` and no `ingress`
+/// has none), with the connection pool of the Sidecar, else of the
 /// inbound DestinationRule of the port's service (the rule the proxy's scope has for the
 /// host, not one with a `workloadSelector`, as Istio looks it up for inbound traffic): a
 /// rule change reaches only the inbound clusters of its host's workloads.
@@ -112,10 +113,33 @@ pub(super) fn per_proxy<'s>(
             },
         )
     });
-    let inbound_rows = proxy_ips.join_map(
-        endpoints.map(|(ep, own)| (ep.ip, (ep.port, own, ep.origins))),
-        |_, id, (port, own, origins)| ((id.clone(), *port), (own.clone(), origins.clone())),
-    );
+    // The Sidecar of each proxy, where it says something of the inbound side.
+    let proxy_sidecar = proxy_scopes
+        .clone()
+        .map(|(id, s)| (s, id))
+        .join_map(sidecars, |_, id, sc| (id.clone(), sc.clone()));
+    // A Sidecar with `ingress` listeners replaces the proxy's own inbound ports, as in Istio.
+    let with_ingress = proxy_sidecar
+        .clone()
+        .filter(|(_, sc)| !sc.ingress.is_empty())
+        .map(|(id, _)| id)
+        .distinct();
+    // A proxy without capture (`INTERCEPTION_MODE: NONE`) whose Sidecar has no `ingress`
+    // has no inbound side at all: Istio builds neither listeners nor clusters from its
+    // own ports then (binding them would take the application's ports).
+    let no_inbound = sidecar_proxies
+        .clone()
+        .filter(|(_, p)| p.interception_none)
+        .map(|(id, _)| (id, ()))
+        .antijoin(with_ingress.clone())
+        .map(|(id, ())| id);
+    let inbound_rows = proxy_ips
+        .join_map(
+            endpoints.map(|(ep, own)| (ep.ip, (ep.port, own, ep.origins))),
+            |_, id, (port, own, origins)| (id.clone(), (*port, own.clone(), origins.clone())),
+        )
+        .antijoin(no_inbound)
+        .map(|(id, (port, own, origins))| ((id, port), (own, origins)));
     let own_protocols = inbound_rows
         .clone()
         .map(|((id, port), (own, _))| (id, InboundRow::Own(port, own.protocol)))
@@ -127,16 +151,6 @@ pub(super) fn per_proxy<'s>(
         .reduce(|_, vals: &[(&OwnPort, isize)], out| out.push((vals[0].0.clone(), 1isize)));
     let inbound_rows = inbound_rows.map(|(k, (_, origins))| (k, origins));
     let inbound_ports = inbound_rows.clone().map(|(k, _)| k).distinct();
-    // The Sidecar of each proxy, where it says something of the inbound side.
-    let proxy_sidecar = proxy_scopes
-        .clone()
-        .map(|(id, s)| (s, id))
-        .join_map(sidecars, |_, id, sc| (id.clone(), sc.clone()));
-    // A Sidecar with `ingress` listeners replaces the proxy's own inbound ports, as in Istio.
-    let with_ingress = proxy_sidecar
-        .clone()
-        .filter(|(_, sc)| !sc.ingress.is_empty())
-        .map(|(id, _)| id);
     let captured_ids = sidecar_proxies
         .clone()
         .filter(|(_, p)| !p.interception_none)
@@ -165,7 +179,7 @@ pub(super) fn per_proxy<'s>(
         .flat_map(|x| x);
     let provenance = inbound_rows
         .map(|((id, port), origins)| (id, (port, origins)))
-        .antijoin(with_ingress.distinct())
+        .antijoin(with_ingress.clone())
         .flat_map(|(id, (port, origins))| {
             let key = (
                 Holder::Proxy(id),

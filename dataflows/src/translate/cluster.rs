@@ -671,19 +671,18 @@ fn common_http_options(
     pool: &ConnectionPool,
 ) -> Option<envoy_types::pb::envoy::config::core::v3::HttpProtocolOptions> {
     let idle = pool.idle_timeout_ms.or(pool.tcp_idle_timeout_ms);
-    if idle.is_none()
-        && pool.max_connection_duration_ms.is_none()
-        && pool.max_requests_per_connection.is_none()
-    {
+    // `maxRequestsPerConnection: 0` means unset to Istio (its proto cannot tell the two
+    // apart), so it is left out: Envoy's own default (no limit) applies either way, and
+    // the config equals the one istiod sends.
+    let per_connection = pool.max_requests_per_connection.filter(|n| *n > 0);
+    if idle.is_none() && pool.max_connection_duration_ms.is_none() && per_connection.is_none() {
         return None;
     }
     Some(
         envoy_types::pb::envoy::config::core::v3::HttpProtocolOptions {
             idle_timeout: idle.map(duration_ms),
             max_connection_duration: pool.max_connection_duration_ms.map(duration_ms),
-            max_requests_per_connection: pool
-                .max_requests_per_connection
-                .map(|value| UInt32Value { value }),
+            max_requests_per_connection: per_connection.map(|value| UInt32Value { value }),
             ..Default::default()
         },
     )
@@ -1418,6 +1417,39 @@ mod tests {
             ..tcp_only
         };
         assert_eq!(idle(both), Some(5));
+    }
+
+    /// `http.maxRequestsPerConnection: 0` is unset, as Istio reads it: no
+    /// `max_requests_per_connection` (and, alone, no common HTTP options at all); a
+    /// positive count is sent.
+    #[test]
+    fn zero_max_requests_per_connection_is_left_out() {
+        let svc = ports(&[(80, Protocol::Http)]);
+        let common = |n: u32| {
+            let pool = ConnectionPool {
+                max_requests_per_connection: Some(n),
+                ..Default::default()
+            };
+            protocol_options(&svc, pool)
+                .remove(0)
+                .1
+                .and_then(|o| o.common_http_protocol_options)
+        };
+        assert_eq!(common(0), None);
+        let zero_with_idle = ConnectionPool {
+            max_requests_per_connection: Some(0),
+            idle_timeout_ms: Some(5_000),
+            ..Default::default()
+        };
+        let options = protocol_options(&svc, zero_with_idle)
+            .remove(0)
+            .1
+            .and_then(|o| o.common_http_protocol_options)
+            .expect("idle timeout");
+        assert_eq!(options.max_requests_per_connection, None);
+        assert_eq!(options.idle_timeout.map(|d| d.seconds), Some(5));
+        let one = common(1).expect("a positive count is sent");
+        assert_eq!(one.max_requests_per_connection.map(|v| v.value), Some(1));
     }
 
     /// The clusters of `svc` under `dr`, decoded, with the system bundle of
