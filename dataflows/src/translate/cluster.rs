@@ -1393,6 +1393,71 @@ mod tests {
         }
     }
 
+    /// A port whose protocol is told per connection passes the request's protocol on from
+    /// a sidecar (outbound and inbound) and speaks HTTP/1.1 from a gateway, whose clients
+    /// negotiate HTTP/2 by ALPN whatever the application speaks; a `useClientProtocol` rule
+    /// still passes it on from a gateway.
+    #[test]
+    fn ports_told_per_connection_pass_the_requests_protocol_on_from_sidecars_only() {
+        let svc = ports(&[(80, Protocol::Auto), (81, Protocol::Http)]);
+        let options = |gateway: bool, pool: Option<ConnectionPool>| -> Vec<bool> {
+            let dr = pool.map(|p| DestinationRule {
+                traffic_policy: Some(TrafficPolicy {
+                    connection_pool: Some(Box::new(p)),
+                    ..Default::default()
+                }),
+                subsets: Vec::new(),
+                ..rule(UpstreamTls::default())
+            });
+            let defaults = ClusterDefaults {
+                gateway,
+                ..Default::default()
+            };
+            outbound_all_for(&svc, dr.as_ref(), false, &defaults)
+                .into_iter()
+                .map(|(r, _, _)| {
+                    let c = Cluster::decode(&*r.body.0).unwrap();
+                    c.typed_extension_protocol_options
+                        .get("envoy.extensions.upstreams.http.v3.HttpProtocolOptions")
+                        .map(|a| HttpProtocolOptions::decode(&*a.value).unwrap())
+                        .is_some_and(|o| {
+                            matches!(
+                                o.upstream_protocol_options,
+                                Some(UpstreamProtocolOptions::UseDownstreamProtocolConfig(_))
+                            )
+                        })
+                })
+                .collect()
+        };
+        assert_eq!(options(false, None), vec![true, false]);
+        assert_eq!(options(true, None), vec![false, false]);
+        let client = ConnectionPool {
+            use_client_protocol: true,
+            ..Default::default()
+        };
+        assert_eq!(options(true, Some(client)), vec![true, true]);
+        let spec = |protocol| InboundClusterSpec {
+            port: 7000,
+            endpoint: ("127.0.0.1".into(), 7000),
+            protocol,
+            pool: None,
+        };
+        let inbound_downstream = |protocol| {
+            let c = Cluster::decode(&*inbound(&spec(protocol), 1000).body.0).unwrap();
+            c.typed_extension_protocol_options
+                .get("envoy.extensions.upstreams.http.v3.HttpProtocolOptions")
+                .map(|a| HttpProtocolOptions::decode(&*a.value).unwrap())
+                .is_some_and(|o| {
+                    matches!(
+                        o.upstream_protocol_options,
+                        Some(UpstreamProtocolOptions::UseDownstreamProtocolConfig(_))
+                    )
+                })
+        };
+        assert!(inbound_downstream(Protocol::Auto));
+        assert!(!inbound_downstream(Protocol::Http));
+    }
+
     /// `tcp.idleTimeout` is the idle timeout of the cluster's connections where
     /// `http.idleTimeout` sets none; `http.idleTimeout` wins.
     #[test]
