@@ -6,7 +6,8 @@
 //! through the connection manager (the application sees the `x-request-id` Envoy adds, and
 //! answers HTTP); a connection that sends other bytes is proxied as bytes (the application
 //! echoes them). Before detection, such a port was HTTP only and the second kind got a 400.
-//! Loopback only.
+//! The mesh's `protocolDetectionTimeout` bounds the wait for a client's first bytes, so a
+//! server that speaks first is reached. Loopback only.
 
 mod support;
 
@@ -15,6 +16,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::Duration;
 
 use support::reviews::Reviews;
+use support::tcp_echo::TcpEcho;
 use support::{
     converge, free_port, http_request, require_envoy, write_config, Envoy, Meshflow, ProxyNode,
     TestDir, XdsMode, CONVERGE_TIMEOUT, STARTUP_TIMEOUT,
@@ -84,17 +86,18 @@ fn line_exchange(addr: SocketAddr, line: &str) -> Result<String, String> {
     Ok(got)
 }
 
-/// Proves that a Sidecar `ingress` port without a protocol serves HTTP and other TCP bytes
-/// alike in real Envoy: HTTP through the connection manager, the rest as bytes; and that
-/// the listener carries the HTTP inspector, with no update rejected.
-#[test]
-fn a_port_without_a_protocol_serves_http_and_tcp() {
-    let envoy_bin = require_envoy!();
-    let dir = TestDir::new("envoy-protocol-detection");
+/// The server sidecar of `reviews-v1`, its Sidecar `ingress` port naming no protocol bound
+/// to the pod's address and sent to the application on `app_port`; meshflow started with
+/// `args`. Returns meshflow, the Envoy and the port's address.
+fn server_scene(
+    envoy_bin: &std::path::Path,
+    dir: &TestDir,
+    app_port: u16,
+    args: &[&str],
+) -> (Meshflow, Envoy, SocketAddr) {
     let config = dir.subdir("config");
     let port = free_port();
     let reviews = Reviews::new(NET, port, &config);
-    let app_port = dual_app();
     reviews.write_service();
     reviews.write_pods(&["v1"]);
     reviews.write_endpoints(&["v1"]);
@@ -107,7 +110,7 @@ fn a_port_without_a_protocol_serves_http_and_tcp() {
             "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {{name: reviews, namespace: default}}\nspec:\n  workloadSelector: {{labels: {{app: reviews}}}}\n  ingress:\n  - port: {{number: {target}, name: web}}\n    bind: {pod_ip}\n    captureMode: NONE\n    defaultEndpoint: 127.0.0.1:{app_port}\n  egress:\n  - hosts: ['./*']\n"
         ),
     );
-    let meshflow = Meshflow::start(&config, dir.path());
+    let meshflow = Meshflow::start_with_args(&config, dir.path(), args);
     let node = ProxyNode::sidecar(
         "reviews-v1",
         "default",
@@ -115,7 +118,7 @@ fn a_port_without_a_protocol_serves_http_and_tcp() {
         &[("app", "reviews"), ("version", "v1")],
     );
     let server = Envoy::start(
-        &envoy_bin,
+        envoy_bin,
         dir.path(),
         &node,
         meshflow.xds_addr(),
@@ -124,6 +127,17 @@ fn a_port_without_a_protocol_serves_http_and_tcp() {
     server.wait_live(STARTUP_TIMEOUT);
     server.await_listener(&format!("inbound_{pod_ip}_{target}"));
     let addr: SocketAddr = format!("{pod_ip}:{target}").parse().expect("an address");
+    (meshflow, server, addr)
+}
+
+/// Proves that a Sidecar `ingress` port without a protocol serves HTTP and other TCP bytes
+/// alike in real Envoy: HTTP through the connection manager, the rest as bytes; and that
+/// the listener carries the HTTP inspector, with no update rejected.
+#[test]
+fn a_port_without_a_protocol_serves_http_and_tcp() {
+    let envoy_bin = require_envoy!();
+    let dir = TestDir::new("envoy-protocol-detection");
+    let (_meshflow, server, addr) = server_scene(&envoy_bin, &dir, dual_app(), &[]);
 
     let http = converge(
         "an HTTP request through the connection manager",
@@ -143,5 +157,35 @@ fn a_port_without_a_protocol_serves_http_and_tcp() {
         dump.contains("envoy.filters.listener.http_inspector"),
         "the ingress listener runs the HTTP inspector"
     );
+    assert_eq!(server.rejected_updates(), 0, "{}", server.summary());
+}
+
+/// Proves that the mesh's `protocolDetectionTimeout` bounds how long Envoy waits for a
+/// client's first bytes on such a port: an application that speaks first (it greets, then
+/// echoes) is reached once the 1 s timeout passes, as TCP — where Envoy's own 15 s default
+/// would outlast the client's 5 s wait.
+#[test]
+fn a_server_that_speaks_first_is_reached_after_the_detection_timeout() {
+    let envoy_bin = require_envoy!();
+    let dir = TestDir::new("envoy-protocol-detection-timeout");
+    let app_port = free_port();
+    let _app = TcpEcho::start("127.0.0.1", app_port, "greeter");
+    write_config(dir.path(), "mesh.yaml", "protocolDetectionTimeout: 1s\n");
+    let mesh_file = dir.path().join("mesh.yaml");
+    let args = ["--mesh-config", mesh_file.to_str().expect("a UTF-8 path")];
+    let (_meshflow, server, addr) = server_scene(&envoy_bin, &dir, app_port, &args);
+    let dump = server.config_dump().to_string();
+    assert!(
+        dump.contains("\"listener_filters_timeout\":\"1s\""),
+        "the mesh's timeout on the listener"
+    );
+    let s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("a read timeout");
+    let mut greeting = String::new();
+    BufReader::new(s)
+        .read_line(&mut greeting)
+        .unwrap_or_else(|e| panic!("no greeting within 5s ({e}): {}", server.summary()));
+    assert_eq!(greeting, "greeter\n");
     assert_eq!(server.rejected_updates(), 0, "{}", server.summary());
 }

@@ -65,7 +65,10 @@ fn sidecar_ingress(spec: &ScopeSpec, interception_none: bool) -> Vec<Resource> {
         .iter()
         .flat_map(|s| &s.ingress)
         .filter(|l| interception_none || l.capture_none)
-        .map(|l| listener::ingress_listener(l.bind.as_deref().unwrap_or("0.0.0.0"), l.inbound()))
+        .map(|l| {
+            let addr = l.bind.as_deref().unwrap_or("0.0.0.0");
+            listener::ingress_listener(addr, l.inbound(), spec.detection_timeout_ms)
+        })
         .collect()
 }
 
@@ -153,6 +156,8 @@ pub struct TcpPort<'a> {
     pub targets: &'a [TcpTarget],
     /// The idle timeouts of the hosts the port's routes go to.
     pub idle: &'a TcpTimeouts,
+    /// The mesh's `protocolDetectionTimeout` ([`ScopeSpec::detection_timeout_ms`]).
+    pub detection_ms: Option<u64>,
 }
 
 /// The outbound listener of a sidecar port: the HTTP catch-all alone (`http`: HTTP services
@@ -178,6 +183,7 @@ pub fn sidecar_port_listener(
         fallback: t.fallback,
         source,
         idle: t.idle,
+        detection_ms: t.detection_ms,
     };
     tcp::sidecar_listener(&p, t.targets)
 }

@@ -108,6 +108,10 @@ pub struct MeshSettings {
     /// without `caCertificates` verifies servers against.
     #[serde(default = "default_system_ca_bundle")]
     pub system_ca_bundle: String,
+    /// `protocolDetectionTimeout`: how long sidecar listeners wait for the first bytes they
+    /// tell protocols by (`0`: for ever), then go on (`None`: Envoy's 15 s).
+    #[serde(default)]
+    pub protocol_detection_timeout_ms: Option<u64>,
 }
 
 /// What an outbound cluster takes from the mesh settings in effect.
@@ -196,6 +200,7 @@ impl MeshSettings {
             trust_root: mesh.trust_root.clone(),
             locality_lb: None,
             system_ca_bundle: mesh.system_ca_bundle.clone(),
+            protocol_detection_timeout_ms: None,
         }
     }
 
@@ -1924,6 +1929,9 @@ pub struct ScopeSpec {
     /// The mesh's connect timeout, for the inbound clusters of the Sidecar's `ingress`.
     #[serde(default = "default_connect_timeout")]
     pub connect_timeout_ms: u64,
+    /// The mesh's `protocolDetectionTimeout` ([`MeshSettings::protocol_detection_timeout_ms`]).
+    #[serde(default)]
+    pub detection_timeout_ms: Option<u64>,
 }
 
 fn default_connect_timeout() -> u64 {
@@ -1956,6 +1964,7 @@ impl ScopeSpec {
             registry_only,
             default_retries: mesh.default_retries.clone(),
             connect_timeout_ms: mesh.connect_timeout_ms,
+            detection_timeout_ms: mesh.protocol_detection_timeout_ms,
         }
     }
 }

@@ -887,6 +887,7 @@ fn sidecar_outbound(
                     fallback: &fallback,
                     targets,
                     idle: &idle,
+                    detection_ms: spec.detection_timeout_ms,
                 }),
             )
             .listener,
@@ -1015,10 +1016,10 @@ fn inbound(v: &View, index: &EndpointIndex, p: &Proxy, s: &ScopeKey) -> Vec<Reso
         } else {
             assemble::ingress_ports(&ScopeSpec::new(v.sidecar_spec(s).cloned(), &v.mesh))
         };
-        res.push(listener::virtual_inbound(&InboundPort::of_proxy(
-            own,
-            ingress_ports,
-        )));
+        res.push(listener::virtual_inbound(
+            &InboundPort::of_proxy(own, ingress_ports),
+            v.mesh.protocol_detection_timeout_ms,
+        ));
     }
     res
 }

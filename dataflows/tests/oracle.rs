@@ -816,6 +816,7 @@ fn random_record(rng: &mut StdRng, extra: &mut StdRng, slot: usize) -> Record {
                 root_namespace: pick(rng, &["istio-system", "other"]).into(),
                 registry_only: rng.random_bool(0.5),
                 connect_timeout_ms: pick(rng, &[10_000, 2_500]),
+                protocol_detection_timeout_ms: pick(extra, &[None, Some(0), Some(500)]),
                 default_retries: match rng.random_range(0..3) {
                     0 => None,
                     1 => Some(Retries {

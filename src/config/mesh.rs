@@ -136,6 +136,10 @@ pub fn parse_mesh(
         }
         settings.connect_timeout_ms = ms;
     }
+    if let Some(t) = &spec.protocol_detection_timeout {
+        let ms = parse_duration_ms(t, "mesh.protocolDetectionTimeout")?;
+        settings.protocol_detection_timeout_ms = Some(ms);
+    }
     settings.default_retries = spec
         .default_http_retry_policy
         .as_ref()
@@ -185,13 +189,6 @@ fn unused_fields(spec: &MeshConfigSpec) -> Vec<Finding> {
             "meshflow does not switch to mutual TLS by itself: traffic between sidecars \
              stays plaintext unless a DestinationRule sets tls mode ISTIO_MUTUAL (or SIMPLE, \
              MUTUAL)",
-        ));
-    }
-    if spec.protocol_detection_timeout.is_some() {
-        out.push(Finding::warning(
-            "mesh.protocolDetectionTimeout",
-            "not used: where a port's protocol is told per connection, a connection that \
-             sends nothing goes on as TCP after Envoy's listener filter timeout (15s)",
         ));
     }
     if spec
@@ -344,13 +341,13 @@ mod tests {
                 "mesh.defaultConfig.discoveryAddress",
                 "mesh.enableAutoMtls",
                 "mesh.enableTracing",
-                "mesh.protocolDetectionTimeout",
                 "meshNetworks.extra",
                 "meshNetworks.networks",
             ]
         );
         assert!(p.findings.iter().all(|f| f.level == Level::Warning));
         assert_eq!(p.settings.trust_domain, "example.org");
+        assert_eq!(p.settings.protocol_detection_timeout_ms, Some(1_000));
         let networks = p
             .findings
             .iter()

@@ -316,8 +316,13 @@ pub(super) fn per_proxy<'s>(
                 InboundRow::Ingress(p, via) => Some((*p, *via)),
                 _ => None,
             });
-            let ports = InboundPort::of_proxy(own, ingress);
-            out.push((listener::virtual_inbound(&ports), 1isize));
+            out.push((InboundPort::of_proxy(own, ingress), 1isize));
+        })
+        // The mesh's detection timeout joins once per proxy's ports.
+        .map(|(id, ports)| ((), (id, ports)))
+        .join_map(mesh.clone(), |_, (id, ports), m| {
+            let detection = m.protocol_detection_timeout_ms;
+            (id.clone(), listener::virtual_inbound(ports, detection))
         });
     Built {
         resources: inbound_clusters.concat(virtual_inbound).concat(identity),

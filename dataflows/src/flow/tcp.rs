@@ -29,6 +29,8 @@ enum PortRow {
         bind: bool,
         /// Where connections no service claims go.
         fallback: String,
+        /// The mesh's `protocolDetectionTimeout`, from the scope's spec.
+        detection_ms: Option<u64>,
         service: Service,
     },
     /// A mesh VirtualService covering a TCP service's host on the port, with its place
@@ -42,9 +44,15 @@ enum PortRow {
     },
 }
 
-type TcpRows<'s> = Coll<'s, ((ScopeKey, Hostname), (u16, String, bool, String, Service))>;
+type TcpRows<'s> = Coll<
+    's,
+    (
+        (ScopeKey, Hostname),
+        (u16, String, bool, (String, Option<u64>), Service),
+    ),
+>;
 
-/// `((scope, host), (port, address, bind, fallback, service))` for every TCP listener
+/// `((scope, host), (port, address, bind, (fallback, detection timeout), service))` for every TCP listener
 /// a visible service joins, through the egress listener that made it visible.
 fn tcp_ports<'s>(
     visible: &Visible<'s>,
@@ -61,8 +69,8 @@ fn tcp_ports<'s>(
         )
         .into_iter()
         .map(|(port, addr, bind)| {
-            let fallback = v.spec.outbound_fallback();
-            (port, addr, bind, fallback, v.service.clone())
+            let how = (v.spec.outbound_fallback(), v.spec.detection_timeout_ms);
+            (port, addr, bind, how, v.service.clone())
         })
         .collect()
     })
@@ -78,17 +86,18 @@ pub(super) fn sidecar<'s>(
     tcp_idle: &Coll<'s, ((ScopeKey, Hostname), TcpTimeout)>,
 ) -> (Built<'s, ScopeKey>, Coll<'s, ConfigError>) {
     let ports = tcp_ports(visible, services, specs);
-    let service_rows = ports
-        .clone()
-        .map(|((s, _), (port, addr, bind, fallback, service))| {
+    let service_rows = ports.clone().map(
+        |((s, _), (port, addr, bind, (fallback, detection_ms), service))| {
             let row = PortRow::Tcp {
                 addr,
                 bind,
                 fallback,
+                detection_ms,
                 service,
             };
             ((s, port), row)
-        });
+        },
+    );
     // Every VirtualService covering each TCP service's host, on each of its ports.
     let vs_rows = ports
         .map(|(sh, (port, addr, ..))| (sh, (port, addr)))
@@ -201,9 +210,10 @@ fn port_listener(s: &ScopeKey, port: u16, vals: &[(&PortRow, isize)]) -> Sidecar
                 addr,
                 bind,
                 fallback,
+                detection_ms,
                 service,
             } => {
-                how = Some((addr.as_str(), *bind, fallback.as_str()));
+                how = Some((addr.as_str(), *bind, fallback.as_str(), *detection_ms));
                 services.push(service);
             }
             PortRow::Vs {
@@ -222,12 +232,13 @@ fn port_listener(s: &ScopeKey, port: u16, vals: &[(&PortRow, isize)]) -> Sidecar
             (svc.clone(), vss)
         })
         .collect();
-    let tcp = how.map(|(addr, bind, fallback)| TcpPort {
+    let tcp = how.map(|(addr, bind, fallback, detection_ms)| TcpPort {
         addr,
         bind,
         fallback,
         targets: &targets,
         idle: &idle,
+        detection_ms,
     });
     assemble::sidecar_port_listener(s.source(), port, http, tcp)
 }

@@ -65,10 +65,12 @@ pub(super) fn hcm_filter(hcm: HttpConnectionManager) -> Filter {
 }
 
 /// The connection manager settings Istio uses everywhere: normalized paths with escaped
-/// slashes kept, websocket upgrades allowed.
+/// slashes kept, websocket upgrades allowed, no stream idle timeout (Envoy's 5 minutes would
+/// reset long-lived quiet streams, gRPC streaming among them; routes bound requests).
 fn base_hcm(stat_prefix: &str) -> HttpConnectionManager {
     HttpConnectionManager {
         stat_prefix: stat_prefix.to_string(),
+        stream_idle_timeout: Some(duration_ms(0)),
         http_filters: vec![cors_filter(), fault_filter(), router_filter()],
         normalize_path: Some(BoolValue { value: true }),
         path_with_escaped_slashes_action: PathWithEscapedSlashesAction::KeepUnchanged as i32,
@@ -378,7 +380,8 @@ fn inbound_hcm(port: u16, cluster: &str, mtls: bool) -> HttpConnectionManager {
 /// (apart from `BIND_PORT`, the name of an outbound listener on the same port: with `bind`
 /// unset both would be `0.0.0.0_PORT`): the plaintext and the mTLS chain of
 /// [`virtual_inbound`]'s ports, to `inbound|PORT||`.
-pub fn ingress_listener(addr: &str, port: InboundPort) -> Resource {
+/// `detection_ms`: the mesh's `protocolDetectionTimeout`, how long the inspectors wait.
+pub fn ingress_listener(addr: &str, port: InboundPort, detection_ms: Option<u64>) -> Resource {
     let listener = Listener {
         name: format!("inbound_{}", listener_name(addr, port.port)),
         address: Some(socket_address(addr, port.port)),
@@ -387,6 +390,7 @@ pub fn ingress_listener(addr: &str, port: InboundPort) -> Resource {
             _ => vec![tls_inspector_filter()],
         },
         continue_on_listener_filters_timeout: true,
+        listener_filters_timeout: detection_ms.map(duration_ms),
         filter_chains: inbound_chains(port),
         traffic_direction: TrafficDirection::Inbound as i32,
         ..Default::default()
@@ -426,7 +430,9 @@ pub fn virtual_outbound(catchall: &str) -> Resource {
 /// plaintext chain (HTTP, or TCP) and, beside it, an mTLS chain for connections of other
 /// sidecars (TLS with Istio's ALPN), each to `inbound|PORT||`: Istio's default PERMISSIVE
 /// mode, as no PeerAuthentication is read. Other ports pass through.
-pub fn virtual_inbound(ports: &[InboundPort]) -> Resource {
+/// `detection_ms`: the mesh's `protocolDetectionTimeout`, how long the inspectors wait for
+/// a client's first bytes (`0`: for ever; `None`: Envoy's 15 s) before going on.
+pub fn virtual_inbound(ports: &[InboundPort], detection_ms: Option<u64>) -> Resource {
     let mut chains: Vec<FilterChain> = ports.iter().flat_map(|&p| inbound_chains(p)).collect();
     let detected: Vec<u16> = ports
         .iter()
@@ -450,6 +456,7 @@ pub fn virtual_inbound(ports: &[InboundPort]) -> Resource {
         listener_filters,
         // A server that speaks first (no client bytes to inspect) is not held up for ever.
         continue_on_listener_filters_timeout: true,
+        listener_filters_timeout: detection_ms.map(duration_ms),
         filter_chains: chains,
         traffic_direction: TrafficDirection::Inbound as i32,
         ..Default::default()
@@ -496,7 +503,7 @@ mod tests {
         let hcm = "envoy.filters.network.http_connection_manager".to_string();
         let tcp = "envoy.filters.network.tcp_proxy".to_string();
         assert_eq!(
-            filters_of(&virtual_inbound(&ports)),
+            filters_of(&virtual_inbound(&ports, None)),
             vec![
                 ("inbound|9080||".into(), vec![hcm.clone()]),
                 ("inbound|9080||-mtls".into(), vec![hcm]),
@@ -505,6 +512,98 @@ mod tests {
                 ("virtualInbound-catchall-tcp".into(), vec![tcp]),
             ]
         );
+    }
+
+    /// A port told per connection gets Istio's five chains (HTTP over mTLS and plaintext
+    /// HTTP by ALPN to the connection manager; other mTLS, other plaintext and the
+    /// application's own TLS as bytes); the HTTP inspector runs on that port only, and the
+    /// mesh's detection timeout bounds the wait for the first bytes.
+    #[test]
+    fn virtual_inbound_tells_protocols_apart_on_ports_that_name_none() {
+        let ports = [
+            InboundPort {
+                port: 9080,
+                proxying: Proxying::Http,
+            },
+            InboundPort {
+                port: 7000,
+                proxying: Proxying::Detected,
+            },
+        ];
+        let r = virtual_inbound(&ports, Some(500));
+        let l = Listener::decode(&r.body.0[..]).expect("a listener");
+        let detected: Vec<(String, String, Vec<String>, String)> = l
+            .filter_chains
+            .iter()
+            .filter(|c| c.name.starts_with("inbound|7000||"))
+            .map(|c| {
+                let m = c.filter_chain_match.clone().unwrap_or_default();
+                let filter = c.filters[0]
+                    .name
+                    .rsplit('.')
+                    .next()
+                    .unwrap_or("")
+                    .to_string();
+                (
+                    c.name.clone(),
+                    m.transport_protocol,
+                    m.application_protocols,
+                    filter,
+                )
+            })
+            .collect();
+        let alpn = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let hcm = "http_connection_manager".to_string();
+        let tcp = "tcp_proxy".to_string();
+        assert_eq!(
+            detected,
+            vec![
+                (
+                    "inbound|7000||-mtls".into(),
+                    "tls".into(),
+                    alpn(&MTLS_HTTP_ALPN),
+                    hcm.clone()
+                ),
+                (
+                    "inbound|7000||".into(),
+                    "raw_buffer".into(),
+                    alpn(&PLAINTEXT_HTTP_ALPN),
+                    hcm
+                ),
+                (
+                    "inbound|7000||-mtls-tcp".into(),
+                    "tls".into(),
+                    alpn(&MTLS_TCP_ALPN),
+                    tcp.clone()
+                ),
+                (
+                    "inbound|7000||-tcp".into(),
+                    "raw_buffer".into(),
+                    vec![],
+                    tcp.clone()
+                ),
+                ("inbound|7000||-tls".into(), "tls".into(), vec![], tcp),
+            ]
+        );
+        let inspector = l
+            .listener_filters
+            .iter()
+            .find(|f| f.name == "envoy.filters.listener.http_inspector")
+            .expect("the HTTP inspector");
+        let off = format!("{:?}", inspector.filter_disabled);
+        assert!(
+            off.contains("NotMatch") && off.contains("start: 7000, end: 7001"),
+            "{off}"
+        );
+        assert!(!off.contains("9080"), "{off}");
+        assert_eq!(l.listener_filters_timeout, Some(duration_ms(500)));
+        // Without such a port, no HTTP inspector; without a mesh setting, Envoy's timeout.
+        let plain = Listener::decode(&virtual_inbound(&ports[..1], None).body.0[..]).unwrap();
+        assert!(plain
+            .listener_filters
+            .iter()
+            .all(|f| !f.name.contains("http_inspector")));
+        assert_eq!(plain.listener_filters_timeout, None);
     }
 
     #[test]

@@ -463,6 +463,9 @@ pub struct OutboundPort<'a> {
     pub source: Source<'a>,
     /// The idle timeouts of the hosts its routes go to ([`TcpTimeouts`]).
     pub idle: &'a TcpTimeouts,
+    /// The mesh's `protocolDetectionTimeout`: how long the HTTP inspector waits, where a
+    /// service's protocol is told per connection (`None`: Envoy's 15 s).
+    pub detection_ms: Option<u64>,
 }
 
 /// Whether a TLS service on `p`'s port is told apart by the name its clients send (SNI),
@@ -585,12 +588,17 @@ pub fn sidecar_listener(p: &OutboundPort, targets: &[TcpTarget]) -> SidecarListe
         listener_filters.push(http_inspector_filter());
     }
     let continue_on_listener_filters_timeout = !listener_filters.is_empty();
+    let listener_filters_timeout = p
+        .detection_ms
+        .filter(|_| built.http_detected)
+        .map(super::duration_ms);
     let listener = (!filter_chains.is_empty()).then(|| {
         encode(Listener {
             default_filter_chain,
             bind_to_port: bind_flag(p.bind),
             listener_filters,
             continue_on_listener_filters_timeout,
+            listener_filters_timeout,
             ..outbound(name, p.addr, p.port, filter_chains)
         })
     });
