@@ -329,6 +329,66 @@ fn completions_for_each_shell() {
     assert_eq!(bad.status.code(), Some(2), "{bad:?}");
 }
 
+/// `validate` finds what `serve` finds only for connected proxies, for the proxies the
+/// files describe (each Pod, as a gateway where a Gateway selects it, else a sidecar): a
+/// `credentialName` Secret missing from the namespace of a client pod (MF0010, for that
+/// namespace only), and Gateways whose servers clash on a port of the gateway pod they both
+/// select (MF0011). Without the pods, neither is said.
+#[test]
+fn validate_reports_what_serve_finds_for_the_pods_the_files_describe() {
+    let dir = TestDir::new("cli-validate-proxies");
+    let config = dir.subdir("config");
+    write_config(
+        &config,
+        "mesh.yaml",
+        "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: api, namespace: default}\nspec:\n  hosts: [api.example.com]\n  ports: [{number: 443, name: http, protocol: HTTP}]\n  resolution: STATIC\n  endpoints: [{address: 10.0.0.40}]\n---\napiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: api, namespace: default}\nspec:\n  host: api.example.com\n  trafficPolicy: {tls: {mode: SIMPLE, credentialName: api-client}}\n---\napiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: web, namespace: istio-system}\nspec:\n  selector: {istio: ingressgateway}\n  servers: [{port: {number: 8080, name: http, protocol: HTTP}, hosts: ['*']}]\n---\napiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: db, namespace: istio-system}\nspec:\n  selector: {istio: ingressgateway}\n  servers: [{port: {number: 8080, name: tcp, protocol: TCP}, hosts: ['*']}]\n",
+    );
+    // The CA the rule's clients in `default` take.
+    let key = rcgen::KeyPair::generate().unwrap();
+    let ca = rcgen::CertificateParams::new(vec!["ca.example.com".into()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    let indent = |pem: &str| -> String { pem.lines().map(|l| format!("    {l}\n")).collect() };
+    write_config(
+        &config,
+        "secret.yaml",
+        &format!(
+            "apiVersion: v1\nkind: Secret\nmetadata: {{name: api-client-cacert, namespace: default}}\nstringData:\n  ca.crt: |\n{}",
+            indent(&ca.pem())
+        ),
+    );
+    let out = meshflow(&["validate", config.to_str().unwrap()]);
+    let stdout = text(&out.stdout);
+    assert!(
+        !stdout.contains("MF0010") && !stdout.contains("MF0011"),
+        "{stdout}"
+    );
+    write_config(
+        &config,
+        "pods.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: sleep-1, namespace: apps, labels: {app: sleep}}\nstatus: {podIP: 10.0.0.7}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: sleep-2, namespace: default, labels: {app: sleep}}\nstatus: {podIP: 10.0.0.8}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: ingress-1, namespace: istio-system, labels: {istio: ingressgateway}}\nstatus: {podIP: 10.0.0.9}\n",
+    );
+    let out = meshflow(&["validate", config.to_str().unwrap()]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
+    let lines = |code: &str| -> Vec<&str> { stdout.lines().filter(|l| l.contains(code)).collect() };
+    let secret = lines("MF0010");
+    assert!(
+        secret
+            .iter()
+            .any(|l| l.contains("for proxies in namespace apps")),
+        "{stdout}"
+    );
+    assert!(
+        secret.iter().all(|l| !l.contains("namespace default")),
+        "the Secret's own namespace is served: {stdout}"
+    );
+    let clash = lines("MF0011");
+    assert_eq!(clash.len(), 1, "{stdout}");
+    assert!(clash[0].contains("Gateway istio-system/db"), "{}", clash[0]);
+}
+
 /// An HTTPS gateway whose Secret does not exist (in the gateway workload's namespace) is an
 /// error naming the Gateway, the field and the Secret, and `validate` exits non-zero; once
 /// the Secret exists (and holds a certificate and its key), it is clean.
