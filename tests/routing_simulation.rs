@@ -1451,6 +1451,51 @@ spec:
     }
 }
 
+/// A Sidecar egress listener whose port names no protocol tells HTTP from TCP per
+/// connection for every service on it (the listener's protocol governs, as in Istio): on
+/// the listener the proxy binds (no capture), an HTTP request takes the port's routes by
+/// `Host`, other bytes the one service a bound listener serves (the first by host name).
+#[test]
+fn an_egress_listener_without_a_protocol_is_told_per_connection() {
+    let (mut mesh, _, _) = tcp_echo();
+    write_config(
+        &mesh.config,
+        "bound-sidecar.yaml",
+        "apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {name: bound, namespace: default}
+spec:
+  workloadSelector: {labels: {app: bound}}
+  egress:
+  - port: {number: 9000, name: any}
+    hosts: ['./*']
+",
+    );
+    let proxy = mesh.connect(&ProxyNode::sidecar(
+        "bound-abc",
+        "default",
+        "127.0.2.60",
+        &[("app", "bound")],
+    ));
+    let o = mesh.send(&proxy, &Call::get("web", 9000, "/").to_address("127.0.0.1"));
+    assert_eq!(o.listener.as_deref(), Some("127.0.0.1_9000"), "{o:#?}");
+    assert_eq!(o.route_config.as_deref(), Some("9000"), "{o:#?}");
+    assert_eq!(
+        o.cluster(),
+        Some("outbound|9000||web.default.svc.cluster.local"),
+        "{o:#?}"
+    );
+    // tcp-echo's port is TCP, yet its HTTP is routed here too.
+    let o = mesh.send(
+        &proxy,
+        &Call::get("tcp-echo", 9000, "/").to_address("127.0.0.1"),
+    );
+    assert_eq!(o.route_config.as_deref(), Some("9000"), "{o:#?}");
+    let o = mesh.send(&proxy, &Call::connect(9000).to_address("127.0.0.1"));
+    assert_eq!(o.route_config, None, "proxied as TCP: {o:#?}");
+    assert_eq!(o.cluster(), Some("outbound|9000||db.example.com"), "{o:#?}");
+}
+
 /// The task's gateway: TCP on 31400 split 80/20 between tcp-echo's v1 and v2.
 #[test]
 fn tcp_echo_gateway_splits_connections_80_20() {

@@ -158,6 +158,8 @@ pub struct TcpPort<'a> {
     pub idle: &'a TcpTimeouts,
     /// The mesh's `protocolDetectionTimeout` ([`ScopeSpec::detection_timeout_ms`]).
     pub detection_ms: Option<u64>,
+    /// Its egress listener names no protocol: every service is told per connection.
+    pub detect: bool,
 }
 
 /// The outbound listener of a sidecar port: the HTTP catch-all alone (`http`: HTTP services
@@ -184,6 +186,7 @@ pub fn sidecar_port_listener(
         source,
         idle: t.idle,
         detection_ms: t.detection_ms,
+        detect: t.detect,
     };
     tcp::sidecar_listener(&p, t.targets)
 }

@@ -775,7 +775,7 @@ impl<'e> EndpointIndex<'e> {
 }
 
 /// Per port of a sidecar: (address, bound) of its TCP listener, and its TCP services.
-type TcpPorts<'a> = BTreeMap<u16, ((String, bool), BTreeMap<&'a str, Vec<ResolvedVs>>)>;
+type TcpPorts<'a> = BTreeMap<u16, ((String, bool, bool), BTreeMap<&'a str, Vec<ResolvedVs>>)>;
 
 /// A sidecar scope's route configurations and outbound listeners.
 fn sidecar_outbound(
@@ -800,12 +800,12 @@ fn sidecar_outbound(
     for (idx, hosts) in v.view_hosts(s).into_iter().enumerate() {
         for h in hosts {
             let svc = v.services[h];
-            for (port, addr, bind) in
+            for (port, addr, bind, detect) in
                 rules::sidecar_tcp_ports(&listeners, idx, svc, interception_none, proxyless)
             {
                 let entry = tcp_ports
                     .entry(port)
-                    .or_insert(((addr, bind), BTreeMap::new()));
+                    .or_insert(((addr, bind, detect), BTreeMap::new()));
                 let covering = v.vss_covering(s, &listeners, h);
                 entry
                     .1
@@ -868,12 +868,12 @@ fn sidecar_outbound(
     let fallback = spec.outbound_fallback();
     let idle = v.tcp_idle(s);
     for port in listener_ports {
-        let tcp = tcp_ports.get(&port).map(|((addr, bind), targets)| {
+        let tcp = tcp_ports.get(&port).map(|((addr, bind, detect), targets)| {
             let targets: Vec<TcpTarget> = targets
                 .iter()
                 .map(|(h, vs)| (v.services[h].clone(), vs.clone()))
                 .collect();
-            (addr.as_str(), *bind, targets)
+            (addr.as_str(), *bind, *detect, targets)
         });
         // The services it cannot reach are the dataflow's to report, not the oracle's.
         res.extend(
@@ -881,9 +881,10 @@ fn sidecar_outbound(
                 s.source(),
                 port,
                 http_ports.contains(&port),
-                tcp.as_ref().map(|(addr, bind, targets)| TcpPort {
+                tcp.as_ref().map(|(addr, bind, detect, targets)| TcpPort {
                     addr,
                     bind: *bind,
+                    detect: *detect,
                     fallback: &fallback,
                     targets,
                     idle: &idle,

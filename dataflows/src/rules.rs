@@ -600,6 +600,19 @@ pub fn sidecar_route_ports(
     match &l.port {
         // A TCP egress listener proxies its port as TCP ([`sidecar_tcp_ports`]): no routes.
         Some(ep) if ep.protocol.is_tcp() => Vec::new(),
+        // One naming no protocol routes what it tells HTTP, for every service on its port.
+        Some(ep) if ep.protocol == Protocol::Auto => {
+            let unknown = if egress_bind(l, interception_none).1 {
+                UnknownHosts::None
+            } else {
+                UnknownHosts::captured(spec)
+            };
+            svc.ports
+                .iter()
+                .filter(|p| p.port == ep.number)
+                .map(|p| (p.port, unknown.clone(), false))
+                .collect()
+        }
         Some(ep) => {
             let unknown = if egress_bind(l, interception_none).1 {
                 UnknownHosts::None
@@ -674,7 +687,9 @@ fn explicit_ports(listeners: &[EgressListener]) -> Vec<u16> {
 }
 
 /// The sidecar TCP listeners a visible service joins through egress listener `idx`:
-/// `(port, address, bind_to_port)`. An explicit egress listener of protocol TCP takes the
+/// `(port, address, bind_to_port, detect)`, `detect`: the listener names no protocol, so it
+/// tells HTTP from TCP per connection for every service on it (as Istio's listener protocol
+/// governs its services). An explicit egress listener of protocol TCP takes the
 /// service's port of its number (proxied as TCP whatever the port's own protocol, as the
 /// listener declares); the catch-all takes every TCP port no explicit listener claims, and
 /// only where traffic is captured, and the TCP side of each port whose protocol is told per
@@ -685,7 +700,7 @@ pub fn sidecar_tcp_ports(
     svc: &Service,
     interception_none: bool,
     proxyless: bool,
-) -> Vec<(u16, String, bool)> {
+) -> Vec<(u16, String, bool, bool)> {
     let Some(l) = listeners.get(idx) else {
         return Vec::new();
     };
@@ -693,12 +708,13 @@ pub fn sidecar_tcp_ports(
         return Vec::new();
     }
     match &l.port {
-        Some(ep) if ep.protocol.is_tcp() => {
+        Some(ep) if ep.protocol.carries_tcp() => {
             let (addr, bind) = egress_bind(l, interception_none);
+            let detect = ep.protocol == Protocol::Auto;
             svc.ports
                 .iter()
                 .filter(|p| p.port == ep.number)
-                .map(|p| (p.port, addr.clone(), bind))
+                .map(|p| (p.port, addr.clone(), bind, detect))
                 .collect()
         }
         Some(_) => Vec::new(),
@@ -708,7 +724,7 @@ pub fn sidecar_tcp_ports(
             svc.ports
                 .iter()
                 .filter(|p| p.protocol.carries_tcp() && !explicit.contains(&p.port))
-                .map(|p| (p.port, "0.0.0.0".to_string(), false))
+                .map(|p| (p.port, "0.0.0.0".to_string(), false, false))
                 .collect()
         }
     }

@@ -736,7 +736,11 @@ fn random_record(rng: &mut StdRng, extra: &mut StdRng, slot: usize) -> Record {
                         EgressListener {
                             port: Some(EgressPort {
                                 number: pick(rng, &[3306u16, 9080]),
-                                protocol: Protocol::Tcp,
+                                // Or naming no protocol: told per connection.
+                                protocol: pick(
+                                    extra,
+                                    &[Protocol::Tcp, Protocol::Tcp, Protocol::Auto],
+                                ),
                                 name: "tcp".into(),
                             }),
                             // A bound listener for any address tells TLS services

@@ -2760,7 +2760,11 @@ fn sidecar(key: &ConfigKey, value: &Value, findings: &mut Vec<Finding>) -> Resul
             None => None,
             Some(p) => Some(m::EgressPort {
                 number: port_u16(p.number, &format!("{f}.port.number"))?,
-                protocol: server_protocol(&p.protocol),
+                // Naming no protocol, the listener tells HTTP from TCP per connection.
+                protocol: match p.protocol.as_str() {
+                    "" => m::Protocol::Auto,
+                    named => server_protocol(named),
+                },
                 name: p.name.clone(),
             }),
         };

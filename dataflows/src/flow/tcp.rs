@@ -31,6 +31,8 @@ enum PortRow {
         fallback: String,
         /// The mesh's `protocolDetectionTimeout`, from the scope's spec.
         detection_ms: Option<u64>,
+        /// The egress listener names no protocol: every service on it is told per connection.
+        detect: bool,
         service: Service,
     },
     /// A mesh VirtualService covering a TCP service's host on the port, with its place
@@ -48,11 +50,12 @@ type TcpRows<'s> = Coll<
     's,
     (
         (ScopeKey, Hostname),
-        (u16, String, bool, (String, Option<u64>), Service),
+        (u16, String, bool, (String, Option<u64>, bool), Service),
     ),
 >;
 
-/// `((scope, host), (port, address, bind, (fallback, detection timeout), service))` for every TCP listener
+/// `((scope, host), (port, address, bind, (fallback, detection timeout, detect), service))`
+/// for every TCP listener
 /// a visible service joins, through the egress listener that made it visible.
 fn tcp_ports<'s>(
     visible: &Visible<'s>,
@@ -68,8 +71,12 @@ fn tcp_ports<'s>(
             v.proxyless,
         )
         .into_iter()
-        .map(|(port, addr, bind)| {
-            let how = (v.spec.outbound_fallback(), v.spec.detection_timeout_ms);
+        .map(|(port, addr, bind, detect)| {
+            let how = (
+                v.spec.outbound_fallback(),
+                v.spec.detection_timeout_ms,
+                detect,
+            );
             (port, addr, bind, how, v.service.clone())
         })
         .collect()
@@ -87,12 +94,13 @@ pub(super) fn sidecar<'s>(
 ) -> (Built<'s, ScopeKey>, Coll<'s, ConfigError>) {
     let ports = tcp_ports(visible, services, specs);
     let service_rows = ports.clone().map(
-        |((s, _), (port, addr, bind, (fallback, detection_ms), service))| {
+        |((s, _), (port, addr, bind, (fallback, detection_ms, detect), service))| {
             let row = PortRow::Tcp {
                 addr,
                 bind,
                 fallback,
                 detection_ms,
+                detect,
                 service,
             };
             ((s, port), row)
@@ -211,9 +219,16 @@ fn port_listener(s: &ScopeKey, port: u16, vals: &[(&PortRow, isize)]) -> Sidecar
                 bind,
                 fallback,
                 detection_ms,
+                detect,
                 service,
             } => {
-                how = Some((addr.as_str(), *bind, fallback.as_str(), *detection_ms));
+                how = Some((
+                    addr.as_str(),
+                    *bind,
+                    fallback.as_str(),
+                    *detection_ms,
+                    *detect,
+                ));
                 services.push(service);
             }
             PortRow::Vs {
@@ -232,13 +247,14 @@ fn port_listener(s: &ScopeKey, port: u16, vals: &[(&PortRow, isize)]) -> Sidecar
             (svc.clone(), vss)
         })
         .collect();
-    let tcp = how.map(|(addr, bind, fallback, detection_ms)| TcpPort {
+    let tcp = how.map(|(addr, bind, fallback, detection_ms, detect)| TcpPort {
         addr,
         bind,
         fallback,
         targets: &targets,
         idle: &idle,
         detection_ms,
+        detect,
     });
     assemble::sidecar_port_listener(s.source(), port, http, tcp)
 }

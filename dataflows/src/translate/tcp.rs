@@ -466,6 +466,9 @@ pub struct OutboundPort<'a> {
     /// The mesh's `protocolDetectionTimeout`: how long the HTTP inspector waits, where a
     /// service's protocol is told per connection (`None`: Envoy's 15 s).
     pub detection_ms: Option<u64>,
+    /// An egress listener naming no protocol: every service on it is told per connection,
+    /// not only those whose port names none.
+    pub detect: bool,
 }
 
 /// Whether a TLS service on `p`'s port is told apart by the name its clients send (SNI),
@@ -548,10 +551,11 @@ pub fn sidecar_listener(p: &OutboundPort, targets: &[TcpTarget]) -> SidecarListe
                 .collect(),
             false => Vec::new(),
         };
-        let detected = svc
-            .ports
-            .iter()
-            .any(|sp| sp.port == p.port && sp.protocol == Protocol::Auto);
+        let detected = p.detect
+            || svc
+                .ports
+                .iter()
+                .any(|sp| sp.port == p.port && sp.protocol == Protocol::Auto);
         let first = built.chains.len();
         let reached = if named {
             add_named_service_chains(&mut built, svc, p.port, &tcp_list, &sni_list)
