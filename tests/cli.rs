@@ -344,18 +344,12 @@ fn validate_reports_what_serve_finds_for_the_pods_the_files_describe() {
         "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: api, namespace: default}\nspec:\n  hosts: [api.example.com]\n  ports: [{number: 443, name: http, protocol: HTTP}]\n  resolution: STATIC\n  endpoints: [{address: 10.0.0.40}]\n---\napiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: api, namespace: default}\nspec:\n  host: api.example.com\n  trafficPolicy: {tls: {mode: SIMPLE, credentialName: api-client}}\n---\napiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: web, namespace: istio-system}\nspec:\n  selector: {istio: ingressgateway}\n  servers: [{port: {number: 8080, name: http, protocol: HTTP}, hosts: ['*']}]\n---\napiVersion: networking.istio.io/v1\nkind: Gateway\nmetadata: {name: db, namespace: istio-system}\nspec:\n  selector: {istio: ingressgateway}\n  servers: [{port: {number: 8080, name: tcp, protocol: TCP}, hosts: ['*']}]\n",
     );
     // The CA the rule's clients in `default` take.
-    let key = rcgen::KeyPair::generate().unwrap();
-    let ca = rcgen::CertificateParams::new(vec!["ca.example.com".into()])
-        .unwrap()
-        .self_signed(&key)
-        .unwrap();
-    let indent = |pem: &str| -> String { pem.lines().map(|l| format!("    {l}\n")).collect() };
+    let (ca, _) = self_signed("ca.example.com");
     write_config(
         &config,
         "secret.yaml",
         &format!(
-            "apiVersion: v1\nkind: Secret\nmetadata: {{name: api-client-cacert, namespace: default}}\nstringData:\n  ca.crt: |\n{}",
-            indent(&ca.pem())
+            "apiVersion: v1\nkind: Secret\nmetadata: {{name: api-client-cacert, namespace: default}}\nstringData:\n  ca.crt: |\n{ca}"
         ),
     );
     let out = meshflow(&["validate", config.to_str().unwrap()]);
@@ -423,19 +417,12 @@ fn validate_names_a_missing_gateway_secret() {
         assert!(line.contains(part), "{part:?} in {line}");
     }
 
-    let ca = rcgen::KeyPair::generate().unwrap();
-    let cert = rcgen::CertificateParams::new(vec!["web.example.com".into()])
-        .unwrap()
-        .self_signed(&ca)
-        .unwrap();
-    let indent = |pem: &str| -> String { pem.lines().map(|l| format!("    {l}\n")).collect() };
+    let (cert, key) = self_signed("web.example.com");
     write_config(
         &config,
         "secret.yaml",
         &format!(
-            "apiVersion: v1\nkind: Secret\nmetadata: {{name: web-cred, namespace: istio-system}}\ntype: kubernetes.io/tls\nstringData:\n  tls.crt: |\n{}  tls.key: |\n{}",
-            indent(&cert.pem()),
-            indent(&ca.serialize_pem())
+            "apiVersion: v1\nkind: Secret\nmetadata: {{name: web-cred, namespace: istio-system}}\ntype: kubernetes.io/tls\nstringData:\n  tls.crt: |\n{cert}  tls.key: |\n{key}"
         ),
     );
     let out = meshflow(&["validate", config.to_str().unwrap()]);
@@ -445,4 +432,16 @@ fn validate_names_a_missing_gateway_secret() {
         !stdout.contains("PRIVATE KEY") && !text(&out.stderr).contains("PRIVATE KEY"),
         "{stdout}"
     );
+}
+
+/// A self-signed certificate for `name` and its key, PEM, each line indented four spaces
+/// (a YAML block scalar's lines under `stringData`).
+fn self_signed(name: &str) -> (String, String) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec![name.into()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    let indent = |pem: &str| -> String { pem.lines().map(|l| format!("    {l}\n")).collect() };
+    (indent(&cert.pem()), indent(&key.serialize_pem()))
 }

@@ -1415,18 +1415,7 @@ mod tests {
             };
             outbound_all_for(&svc, dr.as_ref(), false, &defaults)
                 .into_iter()
-                .map(|(r, _, _)| {
-                    let c = Cluster::decode(&*r.body.0).unwrap();
-                    c.typed_extension_protocol_options
-                        .get("envoy.extensions.upstreams.http.v3.HttpProtocolOptions")
-                        .map(|a| HttpProtocolOptions::decode(&*a.value).unwrap())
-                        .is_some_and(|o| {
-                            matches!(
-                                o.upstream_protocol_options,
-                                Some(UpstreamProtocolOptions::UseDownstreamProtocolConfig(_))
-                            )
-                        })
-                })
+                .map(|(r, _, _)| passes_protocol_on(&r))
                 .collect()
         };
         assert_eq!(options(false, None), vec![true, false]);
@@ -1442,20 +1431,22 @@ mod tests {
             protocol,
             pool: None,
         };
-        let inbound_downstream = |protocol| {
-            let c = Cluster::decode(&*inbound(&spec(protocol), 1000).body.0).unwrap();
-            c.typed_extension_protocol_options
-                .get("envoy.extensions.upstreams.http.v3.HttpProtocolOptions")
-                .map(|a| HttpProtocolOptions::decode(&*a.value).unwrap())
-                .is_some_and(|o| {
-                    matches!(
-                        o.upstream_protocol_options,
-                        Some(UpstreamProtocolOptions::UseDownstreamProtocolConfig(_))
-                    )
-                })
-        };
-        assert!(inbound_downstream(Protocol::Auto));
-        assert!(!inbound_downstream(Protocol::Http));
+        assert!(passes_protocol_on(&inbound(&spec(Protocol::Auto), 1000)));
+        assert!(!passes_protocol_on(&inbound(&spec(Protocol::Http), 1000)));
+    }
+
+    /// Whether cluster `r` speaks the request's protocol upstream (`use_downstream_protocol`).
+    fn passes_protocol_on(r: &Resource) -> bool {
+        let c = Cluster::decode(&*r.body.0).unwrap();
+        c.typed_extension_protocol_options
+            .get("envoy.extensions.upstreams.http.v3.HttpProtocolOptions")
+            .map(|a| HttpProtocolOptions::decode(&*a.value).unwrap())
+            .is_some_and(|o| {
+                matches!(
+                    o.upstream_protocol_options,
+                    Some(UpstreamProtocolOptions::UseDownstreamProtocolConfig(_))
+                )
+            })
     }
 
     /// `tcp.idleTimeout` is the idle timeout of the cluster's connections where
