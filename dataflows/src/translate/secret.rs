@@ -101,19 +101,31 @@ pub fn validation(name: &str, ca_pem: &str) -> Resource {
     })
 }
 
-/// Matchers for names a peer certificate must carry: each as a DNS or a URI SAN (exact).
+/// Matchers for names a peer certificate must carry: each as a DNS or a URI SAN (exact),
+/// and an IP address also as an IP SAN (in its canonical text, as Envoy compares it), so
+/// `subjectAltNames: [10.0.0.5]` accepts a server certificate naming that address.
 pub(crate) fn san_matchers(names: &[String]) -> Vec<SubjectAltNameMatcher> {
+    let exact = |t: SanType, value: String| SubjectAltNameMatcher {
+        san_type: t as i32,
+        matcher: Some(StringMatcher {
+            match_pattern: Some(MatchPattern::Exact(value)),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
     names
         .iter()
         .flat_map(|san| {
-            [SanType::Dns, SanType::Uri].map(|t| SubjectAltNameMatcher {
-                san_type: t as i32,
-                matcher: Some(StringMatcher {
-                    match_pattern: Some(MatchPattern::Exact(san.clone())),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            })
+            let ip = san
+                .parse::<std::net::IpAddr>()
+                .ok()
+                .map(|ip| exact(SanType::IpAddress, ip.to_string()));
+            [
+                exact(SanType::Dns, san.clone()),
+                exact(SanType::Uri, san.clone()),
+            ]
+            .into_iter()
+            .chain(ip)
         })
         .collect()
 }
@@ -342,5 +354,45 @@ pub fn inbound_mtls() -> TransportSocket {
     TransportSocket {
         name: "envoy.transport_sockets.tls".into(),
         config_type: Some(ConfigType::TypedConfig(pack_any(context))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A name that is an IP address is also matched as an IP SAN (canonical text); other
+    /// names as DNS or URI SANs only.
+    #[test]
+    fn ip_address_names_are_matched_as_ip_sans_too() {
+        let m = san_matchers(&["10.0.0.5".into(), "api.example.com".into(), "::0:1".into()]);
+        let got: Vec<(i32, String)> = m
+            .iter()
+            .map(|m| {
+                let v = match m.matcher.as_ref().and_then(|x| x.match_pattern.as_ref()) {
+                    Some(MatchPattern::Exact(v)) => v.clone(),
+                    other => panic!("{other:?}"),
+                };
+                (m.san_type, v)
+            })
+            .collect();
+        let (dns, uri, ip) = (
+            SanType::Dns as i32,
+            SanType::Uri as i32,
+            SanType::IpAddress as i32,
+        );
+        assert_eq!(
+            got,
+            vec![
+                (dns, "10.0.0.5".into()),
+                (uri, "10.0.0.5".into()),
+                (ip, "10.0.0.5".into()),
+                (dns, "api.example.com".into()),
+                (uri, "api.example.com".into()),
+                (dns, "::0:1".into()),
+                (uri, "::0:1".into()),
+                (ip, "::1".into()),
+            ]
+        );
     }
 }
