@@ -145,21 +145,44 @@ pub fn catchall_listener(port: u16) -> Resource {
     listener::http_listener("0.0.0.0", port, false, &port.to_string(), false)
 }
 
-/// TCP services a sidecar reaches on one port, and how the port's listener is reached.
-pub struct TcpPort<'a> {
+/// How a sidecar port's TCP listener is reached and what it does beyond its services'
+/// chains: from the egress listener that made them visible and the scope's spec.
+#[derive(
+    Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+pub struct PortListener {
     /// `0.0.0.0`, or the egress listener's `bind`.
-    pub addr: &'a str,
+    pub addr: String,
     /// Bound itself rather than handed over by `virtualOutbound`.
     pub bind: bool,
+    /// Its egress listener names no protocol: every service is told per connection.
+    pub detect: bool,
     /// Where connections no service claims go ([`ScopeSpec::outbound_fallback`]).
-    pub fallback: &'a str,
+    pub fallback: String,
+    /// The mesh's `protocolDetectionTimeout` ([`ScopeSpec::detection_timeout_ms`]).
+    pub detection_ms: Option<u64>,
+}
+
+impl PortListener {
+    /// A listener as [`crate::rules::sidecar_tcp_ports`] places it (`addr`, `bind`,
+    /// `detect`), in a scope of `spec`.
+    pub fn new(addr: String, bind: bool, detect: bool, spec: &ScopeSpec) -> PortListener {
+        PortListener {
+            addr,
+            bind,
+            detect,
+            fallback: spec.outbound_fallback(),
+            detection_ms: spec.detection_timeout_ms,
+        }
+    }
+}
+
+/// TCP services a sidecar reaches on one port, and how the port's listener is reached.
+pub struct TcpPort<'a> {
+    pub how: &'a PortListener,
     pub targets: &'a [TcpTarget],
     /// The idle timeouts of the hosts the port's routes go to.
     pub idle: &'a TcpTimeouts,
-    /// The mesh's `protocolDetectionTimeout` ([`ScopeSpec::detection_timeout_ms`]).
-    pub detection_ms: Option<u64>,
-    /// Its egress listener names no protocol: every service is told per connection.
-    pub detect: bool,
 }
 
 /// The outbound listener of a sidecar port: the HTTP catch-all alone (`http`: HTTP services
@@ -177,16 +200,17 @@ pub fn sidecar_port_listener(
             unreachable: Vec::new(),
         };
     };
+    let how = t.how;
     let p = OutboundPort {
-        addr: t.addr,
+        addr: &how.addr,
         port,
-        bind: t.bind,
-        http: http && !t.bind,
-        fallback: t.fallback,
+        bind: how.bind,
+        http: http && !how.bind,
+        fallback: &how.fallback,
         source,
         idle: t.idle,
-        detection_ms: t.detection_ms,
-        detect: t.detect,
+        detection_ms: how.detection_ms,
+        detect: how.detect,
     };
     tcp::sidecar_listener(&p, t.targets)
 }

@@ -146,6 +146,14 @@ impl Default for ClusterDefaults {
 }
 
 impl ClusterDefaults {
+    /// As [`Self::of`], for gateways' clusters (`gateway`) or sidecars'.
+    pub fn of_client(m: &MeshSettings, gateway: bool) -> ClusterDefaults {
+        ClusterDefaults {
+            gateway,
+            ..ClusterDefaults::of(m)
+        }
+    }
+
     pub fn of(m: &MeshSettings) -> ClusterDefaults {
         ClusterDefaults {
             connect_timeout_ms: m.connect_timeout_ms,
@@ -365,14 +373,15 @@ impl Protocol {
 
 /// How the inbound side of a proxy serves a port of its workload.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+/// Ordered by precedence where services reach one port differently (the greatest wins).
 pub enum Proxying {
     /// Through an HTTP connection manager.
     Http,
-    /// As bytes (`tcp_proxy`).
-    Tcp,
     /// Told per connection (HTTP inspector; for mTLS, Istio's ALPN): HTTP through the
     /// connection manager, the rest as bytes.
     Detected,
+    /// As bytes (`tcp_proxy`).
+    Tcp,
 }
 
 impl Proxying {
@@ -402,15 +411,7 @@ impl InboundPort {
         for (port, protocol) in rows {
             let p = Proxying::of(protocol);
             let e = ports.entry(port).or_insert(p);
-            // Tcp > Detected > Http: the variant order puts Detected last, so rank by hand.
-            let rank = |p: Proxying| match p {
-                Proxying::Http => 0,
-                Proxying::Detected => 1,
-                Proxying::Tcp => 2,
-            };
-            if rank(p) > rank(*e) {
-                *e = p;
-            }
+            *e = (*e).max(p);
         }
         ports
             .into_iter()

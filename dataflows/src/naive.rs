@@ -5,7 +5,7 @@
 //! costs what rebuilding every proxy's config costs, not a scan of every endpoint per
 //! cluster.
 
-use crate::assemble::{self, TcpPort};
+use crate::assemble::{self, PortListener, TcpPort};
 use crate::model::*;
 use crate::rules;
 use crate::translate::tcp::TcpTarget;
@@ -683,10 +683,7 @@ fn clusters_of(
             index.identified(svc),
             dr,
             s.is_proxyless(),
-            &ClusterDefaults {
-                gateway: matches!(s, ScopeKey::Router { .. }),
-                ..ClusterDefaults::of(&v.mesh)
-            },
+            &ClusterDefaults::of_client(&v.mesh, matches!(s, ScopeKey::Router { .. })),
             client,
         ) {
             match labels {
@@ -775,7 +772,7 @@ impl<'e> EndpointIndex<'e> {
 }
 
 /// Per port of a sidecar: (address, bound) of its TCP listener, and its TCP services.
-type TcpPorts<'a> = BTreeMap<u16, ((String, bool, bool), BTreeMap<&'a str, Vec<ResolvedVs>>)>;
+type TcpPorts<'a> = BTreeMap<u16, (PortListener, BTreeMap<&'a str, Vec<ResolvedVs>>)>;
 
 /// A sidecar scope's route configurations and outbound listeners.
 fn sidecar_outbound(
@@ -803,9 +800,10 @@ fn sidecar_outbound(
             for (port, addr, bind, detect) in
                 rules::sidecar_tcp_ports(&listeners, idx, svc, interception_none, proxyless)
             {
-                let entry = tcp_ports
-                    .entry(port)
-                    .or_insert(((addr, bind, detect), BTreeMap::new()));
+                let entry = tcp_ports.entry(port).or_insert((
+                    PortListener::new(addr, bind, detect, &spec),
+                    BTreeMap::new(),
+                ));
                 let covering = v.vss_covering(s, &listeners, h);
                 entry
                     .1
@@ -865,15 +863,14 @@ fn sidecar_outbound(
     };
     let listener_ports: BTreeSet<u16> =
         http_ports.iter().chain(tcp_ports.keys()).copied().collect();
-    let fallback = spec.outbound_fallback();
     let idle = v.tcp_idle(s);
     for port in listener_ports {
-        let tcp = tcp_ports.get(&port).map(|((addr, bind, detect), targets)| {
+        let tcp = tcp_ports.get(&port).map(|(how, targets)| {
             let targets: Vec<TcpTarget> = targets
                 .iter()
                 .map(|(h, vs)| (v.services[h].clone(), vs.clone()))
                 .collect();
-            (addr.as_str(), *bind, *detect, targets)
+            (how, targets)
         });
         // The services it cannot reach are the dataflow's to report, not the oracle's.
         res.extend(
@@ -881,14 +878,10 @@ fn sidecar_outbound(
                 s.source(),
                 port,
                 http_ports.contains(&port),
-                tcp.as_ref().map(|(addr, bind, detect, targets)| TcpPort {
-                    addr,
-                    bind: *bind,
-                    detect: *detect,
-                    fallback: &fallback,
+                tcp.as_ref().map(|(how, targets)| TcpPort {
+                    how,
                     targets,
                     idle: &idle,
-                    detection_ms: spec.detection_timeout_ms,
                 }),
             )
             .listener,

@@ -600,28 +600,19 @@ pub fn sidecar_route_ports(
     match &l.port {
         // A TCP egress listener proxies its port as TCP ([`sidecar_tcp_ports`]): no routes.
         Some(ep) if ep.protocol.is_tcp() => Vec::new(),
-        // One naming no protocol routes what it tells HTTP, for every service on its port.
-        Some(ep) if ep.protocol == Protocol::Auto => {
-            let unknown = if egress_bind(l, interception_none).1 {
-                UnknownHosts::None
-            } else {
-                UnknownHosts::captured(spec)
-            };
-            svc.ports
-                .iter()
-                .filter(|p| p.port == ep.number)
-                .map(|p| (p.port, unknown.clone(), false))
-                .collect()
-        }
         Some(ep) => {
             let unknown = if egress_bind(l, interception_none).1 {
                 UnknownHosts::None
             } else {
                 UnknownHosts::captured(spec)
             };
-            http_ports
-                .filter(|(p, _)| *p == ep.number)
-                .map(|(p, _)| (p, unknown.clone(), false))
+            // One naming no protocol routes what it tells HTTP for every service on its
+            // port, whatever the port declares (the listener's protocol governs).
+            let detects = ep.protocol == Protocol::Auto;
+            svc.ports
+                .iter()
+                .filter(|p| p.port == ep.number && (detects || p.protocol.carries_http()))
+                .map(|p| (p.port, unknown.clone(), false))
                 .collect()
         }
         None if interception_none => Vec::new(),

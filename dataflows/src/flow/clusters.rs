@@ -44,10 +44,7 @@ impl Client {
 
     /// The mesh's cluster defaults as this client's clusters take them.
     fn defaults(self, m: &MeshSettings) -> ClusterDefaults {
-        ClusterDefaults {
-            gateway: self == Client::Gateway,
-            ..ClusterDefaults::of(m)
-        }
+        ClusterDefaults::of_client(m, self == Client::Gateway)
     }
 }
 

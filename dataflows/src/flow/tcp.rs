@@ -8,7 +8,7 @@
 
 use super::visibility::Visible;
 use super::{Built, Coll};
-use crate::assemble::{self, TcpPort};
+use crate::assemble::{self, PortListener, TcpPort};
 use crate::model::*;
 use crate::rules;
 use crate::translate::listener;
@@ -24,17 +24,7 @@ enum PortRow {
     /// The idle timeout of a host the port's TCP routes go to, where its rule sets one.
     Idle(Hostname, TcpTimeout),
     /// A TCP service reached on the port, and how the listener is reached.
-    Tcp {
-        addr: String,
-        bind: bool,
-        /// Where connections no service claims go.
-        fallback: String,
-        /// The mesh's `protocolDetectionTimeout`, from the scope's spec.
-        detection_ms: Option<u64>,
-        /// The egress listener names no protocol: every service on it is told per connection.
-        detect: bool,
-        service: Service,
-    },
+    Tcp { how: PortListener, service: Service },
     /// A mesh VirtualService covering a TCP service's host on the port, with its place
     /// among those covering it ([`super::virtual_services::Covering`]).
     Vs {
@@ -46,17 +36,10 @@ enum PortRow {
     },
 }
 
-type TcpRows<'s> = Coll<
-    's,
-    (
-        (ScopeKey, Hostname),
-        (u16, String, bool, (String, Option<u64>, bool), Service),
-    ),
->;
+type TcpRows<'s> = Coll<'s, ((ScopeKey, Hostname), (u16, PortListener, Service))>;
 
-/// `((scope, host), (port, address, bind, (fallback, detection timeout, detect), service))`
-/// for every TCP listener
-/// a visible service joins, through the egress listener that made it visible.
+/// `((scope, host), (port, listener, service))` for every TCP listener a visible service
+/// joins, through the egress listener that made it visible.
 fn tcp_ports<'s>(
     visible: &Visible<'s>,
     services: &Coll<'s, (Hostname, Service)>,
@@ -72,12 +55,8 @@ fn tcp_ports<'s>(
         )
         .into_iter()
         .map(|(port, addr, bind, detect)| {
-            let how = (
-                v.spec.outbound_fallback(),
-                v.spec.detection_timeout_ms,
-                detect,
-            );
-            (port, addr, bind, how, v.service.clone())
+            let how = PortListener::new(addr, bind, detect, &v.spec);
+            (port, how, v.service.clone())
         })
         .collect()
     })
@@ -93,22 +72,12 @@ pub(super) fn sidecar<'s>(
     tcp_idle: &Coll<'s, ((ScopeKey, Hostname), TcpTimeout)>,
 ) -> (Built<'s, ScopeKey>, Coll<'s, ConfigError>) {
     let ports = tcp_ports(visible, services, specs);
-    let service_rows = ports.clone().map(
-        |((s, _), (port, addr, bind, (fallback, detection_ms, detect), service))| {
-            let row = PortRow::Tcp {
-                addr,
-                bind,
-                fallback,
-                detection_ms,
-                detect,
-                service,
-            };
-            ((s, port), row)
-        },
-    );
+    let service_rows = ports
+        .clone()
+        .map(|((s, _), (port, how, service))| ((s, port), PortRow::Tcp { how, service }));
     // Every VirtualService covering each TCP service's host, on each of its ports.
     let vs_rows = ports
-        .map(|(sh, (port, addr, ..))| (sh, (port, addr)))
+        .map(|(sh, (port, how, _))| (sh, (port, how.addr)))
         .join_map(covering, |sh, (port, addr), order| {
             (
                 order.2.clone(),
@@ -129,7 +98,7 @@ pub(super) fn sidecar<'s>(
     let tcp = service_rows.concat(vs_rows);
     let provenance = tcp.clone().flat_map(|((s, port), row)| {
         let (addr, from) = match row {
-            PortRow::Tcp { addr, service, .. } => (addr, service.origin),
+            PortRow::Tcp { how, service } => (how.addr, service.origin),
             PortRow::Vs { addr, vs, .. } => (addr, vs.vs.key),
             _ => return None,
         };
@@ -214,21 +183,8 @@ fn port_listener(s: &ScopeKey, port: u16, vals: &[(&PortRow, isize)]) -> Sidecar
             PortRow::Idle(h, ms) => {
                 idle.insert(h.clone(), *ms);
             }
-            PortRow::Tcp {
-                addr,
-                bind,
-                fallback,
-                detection_ms,
-                detect,
-                service,
-            } => {
-                how = Some((
-                    addr.as_str(),
-                    *bind,
-                    fallback.as_str(),
-                    *detection_ms,
-                    *detect,
-                ));
+            PortRow::Tcp { how: h, service } => {
+                how = Some(h);
                 services.push(service);
             }
             PortRow::Vs {
@@ -247,14 +203,10 @@ fn port_listener(s: &ScopeKey, port: u16, vals: &[(&PortRow, isize)]) -> Sidecar
             (svc.clone(), vss)
         })
         .collect();
-    let tcp = how.map(|(addr, bind, fallback, detection_ms, detect)| TcpPort {
-        addr,
-        bind,
-        fallback,
+    let tcp = how.map(|how| TcpPort {
+        how,
         targets: &targets,
         idle: &idle,
-        detection_ms,
-        detect,
     });
     assemble::sidecar_port_listener(s.source(), port, http, tcp)
 }
