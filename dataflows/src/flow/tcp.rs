@@ -55,7 +55,7 @@ fn tcp_ports<'s>(
         )
         .into_iter()
         .map(|(port, addr, bind, detect)| {
-            let how = PortListener::new(addr, bind, detect, &v.spec);
+            let how = PortListener::new(addr, bind, detect, v.spec);
             (port, how, v.service.clone())
         })
         .collect()
