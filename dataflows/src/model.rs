@@ -2155,6 +2155,10 @@ pub enum ErrorCode {
     GatewayNotDefined,
     /// A route or mirror destination names a host no service defines.
     HostNotFound,
+    /// A destination names a port its host does not have.
+    PortNotFound,
+    /// A destination names no port and its host has several (Istio's IST0112).
+    PortSelectorRequired,
     /// A Gateway's selector matches no workload (Pod or WorkloadEntry).
     GatewaySelectsNothing,
     /// A TCP service sidecars cannot tell apart from another on its port.
@@ -2189,6 +2193,7 @@ impl ErrorCode {
             ErrorCode::SubsetNotDefined
             | ErrorCode::GatewayNotDefined
             | ErrorCode::HostNotFound
+            | ErrorCode::PortNotFound
             | ErrorCode::GatewaySelectsNothing
             | ErrorCode::DelegateNotFound => ("MF0004", "ReferencedResourceNotFound"),
             ErrorCode::HostConflict => ("MF0005", "ConflictingHost"),
@@ -2202,6 +2207,9 @@ impl ErrorCode {
             ErrorCode::GatewayPortConflict => ("MF0011", "ConflictingGateways"),
             ErrorCode::DestinationRuleMerged => ("MF0012", "MergedDestinationRules"),
             ErrorCode::ProxylessTls => ("MF0013", "UnsupportedProxylessTls"),
+            ErrorCode::PortSelectorRequired => {
+                ("MF0014", "VirtualServiceDestinationPortSelectorRequired")
+            }
         }
     }
 

@@ -3085,7 +3085,10 @@ fn tls_services_without_addresses_are_routed_by_their_host_names() {
     // entry's own: nothing is lost. An exact VirtualService for the entry (without `tls[]`
     // routes) does not take it back: a TLS port tries the routes of every VirtualService
     // covering the host, the exact one's first, then the wildcard's, as Istio's sidecars do.
-    assert!(m.errors.is_empty(), "{:?}", m.errors);
+    // The one finding is the subset no DestinationRule defines (analysis reads `tls[]`
+    // destinations as it reads `http[]` ones).
+    let codes: Vec<ErrorCode> = m.errors.keys().map(|e| e.code).collect();
+    assert_eq!(codes, vec![ErrorCode::SubsetNotDefined], "{:?}", m.errors);
     let a_vs = virtual_service(
         "default",
         "a-wiki",
@@ -3606,4 +3609,72 @@ fn inbound_clusters_of_grpc_ports_speak_http2() {
     assert_eq!(h2(&m), Some(true), "HTTP/2 with the rule's stream limit");
     m.replace(grpc(Protocol::Grpc), grpc(Protocol::Http));
     assert_eq!(h2(&m), None, "an HTTP/1.1 port is never upgraded inbound");
+}
+
+/// Proves the port of a destination without one, as Istio's `GetDestinationCluster`
+/// resolves it, and the analysis of it (Istio's IST0112 and IST0101): `front` (port 8000)
+/// routes to `reviews` (ports 9080 and 9090) without a port, so the route goes to the port
+/// the request arrived on (8000, a cluster `reviews` does not have: Envoy answers 503), not
+/// to one of `reviews`' ports picked for it, and the VirtualService is told to name one; a
+/// port `reviews` does not have is reported as such; a port it has is routed and clears both.
+#[test]
+fn a_destination_without_a_port_takes_the_request_port_and_is_reported() {
+    let mut m = Mesh::new();
+    let client = sidecar_proxy("sleep-1", "default", "10.0.0.5", &[("app", "sleep")]);
+    let Record::Service(mut reviews) = service("reviews", "default") else {
+        unreachable!()
+    };
+    reviews.ports.push(ServicePort {
+        name: "http-admin".into(),
+        port: 9090,
+        protocol: Protocol::Http,
+    });
+    let front_host = host("front", "default");
+    let reviews_host = host("reviews", "default");
+    let vs = |port: Option<u16>| {
+        let Record::VirtualService(mut vs) =
+            virtual_service("default", "front", &[&front_host], &[], &reviews_host)
+        else {
+            unreachable!()
+        };
+        vs.http[0].route[0].port = port;
+        Record::VirtualService(vs)
+    };
+    m.insert(vec![
+        px(&client),
+        service_on("front", "default", 8000),
+        Record::Service(reviews),
+        vs(None),
+    ]);
+    let vhost = format!("{front_host}:8000");
+    let routed = |m: &Mesh| m.vhost_clusters(&client, "8000").get(&vhost).cloned();
+    assert_eq!(
+        routed(&m).as_deref(),
+        Some(format!("outbound|8000||{reviews_host}").as_str())
+    );
+    let found: Vec<(ErrorCode, String)> = m
+        .errors
+        .keys()
+        .map(|e| (e.code, e.message.clone()))
+        .collect();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].0, ErrorCode::PortSelectorRequired);
+    assert!(found[0].1.contains("(9080, 9090)"), "{found:?}");
+    assert_eq!(
+        ErrorCode::PortSelectorRequired.message_code().1,
+        "VirtualServiceDestinationPortSelectorRequired"
+    );
+
+    m.retract(vec![vs(None)]);
+    m.insert(vec![vs(Some(9191))]);
+    let codes: Vec<ErrorCode> = m.errors.keys().map(|e| e.code).collect();
+    assert_eq!(codes, vec![ErrorCode::PortNotFound], "{:?}", m.errors);
+
+    m.retract(vec![vs(Some(9191))]);
+    m.insert(vec![vs(Some(9090))]);
+    assert_eq!(
+        routed(&m).as_deref(),
+        Some(format!("outbound|9090||{reviews_host}").as_str())
+    );
+    assert!(m.errors.is_empty(), "{:?}", m.errors);
 }
