@@ -351,8 +351,9 @@ impl<'a> View<'a> {
         self.vss_covering(s, listeners, host).into_iter().next()
     }
 
-    /// Every mesh VirtualService the scope imports that covers `host`, most specific host
-    /// first, then by rank and key: the first is the one in effect.
+    /// Every mesh VirtualService `listeners` (the egress listener serving a port) import
+    /// that covers `host`, most specific host first, then by rank and key: the first is the
+    /// one in effect.
     fn vss_covering(
         &self,
         s: &ScopeKey,
@@ -363,7 +364,7 @@ impl<'a> View<'a> {
             .vss
             .iter()
             .copied()
-            .filter(|vs| rules::egress_imports_vs(listeners, s.namespace(), vs))
+            .filter(|vs| !rules::listeners_importing_vs(listeners, s.namespace(), vs).is_empty())
             .filter_map(|vs| {
                 let spec = vs
                     .hosts
@@ -771,6 +772,11 @@ impl<'e> EndpointIndex<'e> {
     }
 }
 
+/// The egress listener at `idx` alone: VirtualServices are selected per egress listener.
+fn listener_at(listeners: &[EgressListener], idx: usize) -> &[EgressListener] {
+    listeners.get(idx..=idx).unwrap_or(&[])
+}
+
 /// Per port of a sidecar: (address, bound) of its TCP listener, and its TCP services.
 type TcpPorts<'a> = BTreeMap<u16, (PortListener, BTreeMap<&'a str, Vec<ResolvedVs>>)>;
 
@@ -804,7 +810,7 @@ fn sidecar_outbound(
                     PortListener::new(addr, bind, detect, &spec),
                     BTreeMap::new(),
                 ));
-                let covering = v.vss_covering(s, &listeners, h);
+                let covering = v.vss_covering(s, listener_at(&listeners, idx), h);
                 entry
                     .1
                     .insert(h, covering.into_iter().map(|vs| v.resolve(vs)).collect());
@@ -827,9 +833,11 @@ fn sidecar_outbound(
                     .entry(port)
                     .or_insert((allow_any.clone(), BTreeMap::new()));
                 entry.0 = allow_any;
-                entry
-                    .1
-                    .insert(h, v.vs_for(s, &listeners, h).map(|vs| v.resolve(vs)));
+                entry.1.insert(
+                    h,
+                    v.vs_for(s, listener_at(&listeners, idx), h)
+                        .map(|vs| v.resolve(vs)),
+                );
             }
         }
     }

@@ -3678,3 +3678,82 @@ fn a_destination_without_a_port_takes_the_request_port_and_is_reported() {
     );
     assert!(m.errors.is_empty(), "{:?}", m.errors);
 }
+
+/// Proves that VirtualServices are selected per egress listener, as Istio's Sidecar scope
+/// selects them: a Sidecar whose port-9080 listener imports `./*` and `routing/*` and whose
+/// catch-all imports `./*` alone sees the `routing` namespace's VirtualService for `reviews`
+/// on port 9080 (its route goes to `ratings`) and not on port 9070 (the catch-all serves it:
+/// `reviews`' own default route), where a per-scope selection would apply it to both;
+/// importing `routing/*` on the catch-all too applies it on both ports.
+#[test]
+fn virtual_services_are_selected_per_egress_listener() {
+    let mut m = Mesh::new();
+    let client = sidecar_proxy("sleep-1", "default", "10.0.0.5", &[("app", "sleep")]);
+    let Record::Service(mut reviews) = service("reviews", "default") else {
+        unreachable!()
+    };
+    reviews.ports.push(ServicePort {
+        name: "http-v2".into(),
+        port: 9070,
+        protocol: Protocol::Http,
+    });
+    let reviews_host = host("reviews", "default");
+    let ratings_host = host("ratings", "default");
+    let Record::VirtualService(mut vs) =
+        virtual_service("routing", "reviews", &[&reviews_host], &[], &ratings_host)
+    else {
+        unreachable!()
+    };
+    vs.http[0].route[0].port = Some(9080);
+    let egress = |catch_all: &[&str]| {
+        Record::Sidecar(Sidecar {
+            registry_only: None,
+            egress_proxy: None,
+            inbound_connection_pool: None,
+            ingress: Vec::new(),
+            key: ConfigKey::new(Kind::Sidecar, "default", "default"),
+            selector: None,
+            egress: vec![
+                EgressListener {
+                    port: Some(EgressPort {
+                        number: 9080,
+                        protocol: Protocol::Http,
+                        name: "http".into(),
+                    }),
+                    bind: None,
+                    capture_none: false,
+                    hosts: vec!["./*".into(), "routing/*".into()],
+                },
+                EgressListener {
+                    port: None,
+                    bind: None,
+                    capture_none: false,
+                    hosts: catch_all.iter().map(|h| h.to_string()).collect(),
+                },
+            ],
+        })
+    };
+    m.insert(vec![
+        px(&client),
+        Record::Service(reviews),
+        service("ratings", "default"),
+        Record::VirtualService(vs),
+        egress(&["./*"]),
+    ]);
+    let routed = |m: &Mesh, port: u16| {
+        m.vhost_clusters(&client, &port.to_string())
+            .get(&format!("{reviews_host}:{port}"))
+            .cloned()
+    };
+    let ratings = format!("outbound|9080||{ratings_host}");
+    assert_eq!(routed(&m, 9080).as_deref(), Some(ratings.as_str()));
+    assert_eq!(
+        routed(&m, 9070).as_deref(),
+        Some(format!("outbound|9070||{reviews_host}").as_str())
+    );
+
+    m.retract(vec![egress(&["./*"])]);
+    m.insert(vec![egress(&["./*", "routing/*"])]);
+    assert_eq!(routed(&m, 9080).as_deref(), Some(ratings.as_str()));
+    assert_eq!(routed(&m, 9070).as_deref(), Some(ratings.as_str()));
+}
