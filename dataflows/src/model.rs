@@ -498,6 +498,13 @@ pub struct Service {
     /// service's clusters, as Istio's does.
     #[serde(default)]
     pub mesh_external: bool,
+    /// A Kubernetes Service's `trafficDistribution: PreferClose` (or `PreferSameZone`, or
+    /// Istio's `networking.istio.io/traffic-distribution` annotation): without a
+    /// DestinationRule `localityLbSetting`, its clusters prefer the endpoints that share
+    /// the client's network, region, zone and subzone, in that order (Istio's
+    /// `GetLocalityLbSetting`), with or without outlier detection.
+    #[serde(default)]
+    pub prefer_close: bool,
 }
 
 /// One endpoint of a DNS ServiceEntry: a host name (or IP) Envoy resolves, and the port it
@@ -1135,6 +1142,15 @@ pub const TOPOLOGY_LABELS: [(&str, usize); 3] = [
 /// no such label of its own.
 pub const NETWORK_LABEL: &str = "topology.istio.io/network";
 
+/// The labels a service with `trafficDistribution: PreferClose` prefers its clients'
+/// values of, most important first (Istio's order: network, region, zone, subzone).
+pub const PREFER_CLOSE_LABELS: [&str; 4] = [
+    NETWORK_LABEL,
+    "topology.kubernetes.io/region",
+    "topology.kubernetes.io/zone",
+    "topology.istio.io/subzone",
+];
+
 /// The value of label `key` for a workload with `labels` in `locality`: a topology label
 /// is the locality's part where the locality has it (Istio's `AugmentLabels` overrides
 /// the workload's own), any other label the workload's; "" when absent.
@@ -1173,11 +1189,24 @@ pub fn priority_entry(entry: &str) -> (&str, Option<&str>) {
 }
 
 impl LocalityMode {
-    /// The mode for a cluster under `policy` (its rule's, merged for the subset and port),
-    /// with the mesh's setting for a policy that sets none: `distribute` applies as it is;
-    /// priorities only with `outlierDetection` (without it Envoy would never fail over);
-    /// nothing when the setting in effect has `enabled: false`.
-    pub fn of(policy: &TrafficPolicy, mesh: Option<&LocalityLbSetting>) -> Option<LocalityMode> {
+    /// The mode for a cluster of `service` under `policy` (its rule's, merged for the
+    /// subset and port), as Istio's `GetLocalityLbSetting` picks the setting: the policy's,
+    /// else the service's `trafficDistribution: PreferClose` (priorities by
+    /// [`PREFER_CLOSE_LABELS`], applied without outlier detection too), else the mesh's:
+    /// `distribute` applies as it is; other priorities only with `outlierDetection`
+    /// (without it Envoy would never fail over); nothing when the setting in effect has
+    /// `enabled: false`.
+    pub fn of(
+        policy: &TrafficPolicy,
+        mesh: Option<&LocalityLbSetting>,
+        service: &Service,
+    ) -> Option<LocalityMode> {
+        if policy.locality_lb.is_none() && service.prefer_close {
+            return Some(LocalityMode::Prioritized {
+                labels: PREFER_CLOSE_LABELS.map(String::from).to_vec(),
+                failover: Vec::new(),
+            });
+        }
         // Istio's mesh config defaults to `{enabled: true}`.
         let builtin = LocalityLbSetting::default();
         let setting = policy.locality_lb.as_deref().or(mesh).unwrap_or(&builtin);

@@ -108,6 +108,10 @@ impl<'a> View<'a> {
         v.priority_keys = v.mesh.failover_priority_keys();
         v.priority_keys
             .extend(v.drs.iter().flat_map(|dr| dr.failover_priority_keys()));
+        if v.services.values().any(|s| s.prefer_close) {
+            v.priority_keys
+                .extend(PREFER_CLOSE_LABELS.iter().map(|k| k.to_string()));
+        }
         v.priority_keys.sort();
         v.priority_keys.dedup();
         v

@@ -212,6 +212,7 @@ fn visible(clusters: &BTreeSet<String>) -> BTreeSet<String> {
 fn service(name: &str, ns: &str) -> Record {
     Record::Service(Service {
         mesh_external: false,
+        prefer_close: false,
         subject_alt_names: Vec::new(),
         hostname: host(name, ns),
         origin: ConfigKey::new(Kind::Service, ns, name),
@@ -1203,6 +1204,7 @@ fn service_entry_selector_takes_workloads_with_their_placement() {
     let client = sidecar_proxy("a", "default", "10.1.0.1", &[("app", "a")]);
     let entry = Record::Service(Service {
         mesh_external: false,
+        prefer_close: false,
         subject_alt_names: Vec::new(),
         hostname: vm.clone(),
         origin: ConfigKey::new(Kind::ServiceEntry, "default", "vm"),
@@ -2927,6 +2929,7 @@ fn auto_passthrough_server_has_a_chain_per_cluster_by_its_sni() {
 fn tls_entry(name: &str, host: &str, resolution: Resolution) -> Record {
     Record::Service(Service {
         mesh_external: true,
+        prefer_close: false,
         subject_alt_names: Vec::new(),
         hostname: host.to_string(),
         origin: ConfigKey::new(Kind::ServiceEntry, "default", name),
@@ -3756,4 +3759,69 @@ fn virtual_services_are_selected_per_egress_listener() {
     m.insert(vec![egress(&["./*", "routing/*"])]);
     assert_eq!(routed(&m, 9080).as_deref(), Some(ratings.as_str()));
     assert_eq!(routed(&m, 9070).as_deref(), Some(ratings.as_str()));
+}
+
+/// A Service's `trafficDistribution: PreferClose`, as Istio's `GetLocalityLbSetting` reads it:
+/// without a DestinationRule `localityLbSetting`, each client's assignment ranks the
+/// endpoints by how much of its network, region, zone and subzone they share, even without
+/// outlier detection; clients in different places get different assignments; a rule's
+/// `localityLbSetting` (here `enabled: false`) takes precedence; without the preference the
+/// assignment is one shared, unranked one again.
+#[test]
+fn prefer_close_services_rank_endpoints_by_the_clients_place() {
+    let mut m = Mesh::new();
+    let a = placed_proxy("a", "10.9.0.1", "r1/z1");
+    let b = placed_proxy("b", "10.9.0.2", "r2/z3");
+    let Record::Service(mut close) = service("reviews", "default") else {
+        unreachable!()
+    };
+    close.prefer_close = true;
+    m.insert(vec![
+        Record::Service(close.clone()),
+        placed_endpoint("reviews", "10.0.0.1", "r1/z1"),
+        placed_endpoint("reviews", "10.0.0.2", "r1/z2"),
+        placed_endpoint("reviews", "10.0.0.3", "r2/z3"),
+        px(&a),
+        px(&b),
+    ]);
+    let reviews = outbound(9080, "", "reviews", "default");
+    let g = |s: &str, p: u32| (s.to_string(), p, 1usize);
+    let ranks = |m: &Mesh, p: &Proxy| {
+        let mut r = ranked_groups(&m.cla(p, &reviews));
+        r.sort();
+        r
+    };
+    assert_eq!(
+        ranks(&m, &a),
+        vec![g("r1/z1/", 0), g("r1/z2/", 1), g("r2/z3/", 2)]
+    );
+    assert_eq!(
+        ranks(&m, &b),
+        vec![g("r1/z1/", 1), g("r1/z2/", 1), g("r2/z3/", 0)]
+    );
+    let eds = |m: &Mesh, p: &Proxy| m.version(p, ResourceType::Endpoint, &reviews);
+    assert_ne!(eds(&m, &a), eds(&m, &b));
+
+    // A rule's own setting wins: disabled, nothing is ranked.
+    let off = TrafficPolicy {
+        locality_lb: Some(Box::new(LocalityLbSetting {
+            enabled: Some(false),
+            ..Default::default()
+        })),
+        ..Default::default()
+    };
+    m.insert(vec![reviews_rule(off.clone())]);
+    assert!(
+        ranks(&m, &a).iter().all(|(_, p, _)| *p == 0),
+        "{:?}",
+        ranks(&m, &a)
+    );
+    m.retract(vec![reviews_rule(off)]);
+
+    // Without the preference: no ranking, one assignment for both.
+    let mut plain = close.clone();
+    plain.prefer_close = false;
+    m.replace(Record::Service(close), Record::Service(plain));
+    assert!(ranks(&m, &a).iter().all(|(_, p, _)| *p == 0));
+    assert_eq!(eds(&m, &a), eds(&m, &b));
 }

@@ -106,6 +106,7 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         &i.gateways,
         &virtual_services,
         &destination_rules,
+        &services.chosen,
     );
     let scopes = proxy_scopes.clone().map(|(_, s)| s).distinct();
     let specs = scopes::sidecar_specs(&scopes, &i.sidecars, &mesh);

@@ -159,7 +159,7 @@ fn outbound(
         Resolution::Static => {
             // Locality weights and failover entries: Envoy weighs localities only when told
             // to, as Istio tells it (priorities alone need no switch).
-            let weighted = LocalityMode::of(&policy, defaults.locality_lb.as_ref())
+            let weighted = LocalityMode::of(&policy, defaults.locality_lb.as_ref(), service)
                 .is_some_and(|m| m.weighted());
             if weighted {
                 weigh_localities(&mut cluster);
@@ -178,7 +178,7 @@ fn outbound(
         Resolution::Dns | Resolution::DnsRoundRobin => {
             let weighted = service.resolution == Resolution::Dns
                 && !service.dns_endpoints.is_empty()
-                && LocalityMode::of(&policy, defaults.locality_lb.as_ref())
+                && LocalityMode::of(&policy, defaults.locality_lb.as_ref(), service)
                     .is_some_and(|m| m.weighted());
             if weighted {
                 weigh_localities(&mut cluster);
@@ -928,7 +928,8 @@ pub fn outbound_all_with(
         {
             return None;
         }
-        let locality = LocalityMode::of(&policy, defaults.locality_lb.as_ref()).map(Box::new);
+        let locality =
+            LocalityMode::of(&policy, defaults.locality_lb.as_ref(), service).map(Box::new);
         match service.resolution {
             Resolution::Static => Some(EdsSel {
                 labels: labels.clone(),
@@ -966,6 +967,7 @@ mod tests {
     fn reviews() -> Service {
         Service {
             mesh_external: false,
+            prefer_close: false,
             subject_alt_names: Vec::new(),
             hostname: "reviews.default.svc.cluster.local".into(),
             origin: ConfigKey::new(Kind::Service, "default", "reviews"),
