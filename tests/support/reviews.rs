@@ -93,6 +93,12 @@ impl Reviews {
 
     /// The Service: selector `app: reviews`, port `http` → the backends' port.
     pub fn write_service(&self) {
+        self.write_service_with("");
+    }
+
+    /// [`Reviews::write_service`] with `spec_lines` (each indented by two spaces, ending in a
+    /// newline) added to its spec.
+    pub fn write_service_with(&self, spec_lines: &str) {
         let yaml = format!(
             "\
 apiVersion: v1
@@ -105,7 +111,7 @@ metadata:
     service: reviews
 spec:
   type: ClusterIP
-  selector:
+{spec_lines}  selector:
     app: reviews
   ports:
   - name: http
