@@ -112,6 +112,15 @@ pub struct MeshSettings {
     /// tell protocols by (`0`: for ever), then go on (`None`: Envoy's 15 s).
     #[serde(default)]
     pub protocol_detection_timeout_ms: Option<u64>,
+    /// `enableAutoMtls` (Istio's default: on): clusters whose DestinationRule sets no `tls`
+    /// speak the mesh's mutual TLS to the endpoints that run a sidecar (labelled
+    /// `security.istio.io/tlsMode: istio`) and plaintext to the others.
+    #[serde(default = "yes")]
+    pub auto_mtls: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// What an outbound cluster takes from the mesh settings in effect.
@@ -131,6 +140,9 @@ pub struct ClusterDefaults {
     /// a sidecar passes on the request's protocol, as Istio builds them.
     #[serde(default)]
     pub gateway: bool,
+    /// The mesh's `enableAutoMtls` ([`MeshSettings::auto_mtls`]).
+    #[serde(default = "yes")]
+    pub auto_mtls: bool,
 }
 
 impl Default for ClusterDefaults {
@@ -141,6 +153,7 @@ impl Default for ClusterDefaults {
             locality_lb: None,
             system_ca_bundle: default_system_ca_bundle(),
             gateway: false,
+            auto_mtls: true,
         }
     }
 }
@@ -161,6 +174,7 @@ impl ClusterDefaults {
             locality_lb: m.locality_lb.clone(),
             system_ca_bundle: m.system_ca_bundle.clone(),
             gateway: false,
+            auto_mtls: m.auto_mtls,
         }
     }
 }
@@ -209,6 +223,7 @@ impl MeshSettings {
             locality_lb: None,
             system_ca_bundle: mesh.system_ca_bundle.clone(),
             protocol_detection_timeout_ms: None,
+            auto_mtls: true,
         }
     }
 

@@ -911,14 +911,16 @@ fn sidecar_outbound(
 }
 
 /// Whether the proxy's config names its workload certificate: an `ISTIO_MUTUAL` cluster of
-/// its scope, `virtualInbound` with a port of its own (its mTLS chain), a Sidecar `ingress`,
+/// its scope (with auto mTLS: any cluster), `virtualInbound` with a port of its own (its mTLS chain), a Sidecar `ingress`,
 /// a router's `ISTIO_MUTUAL` gateway server.
 fn names_workload_certificate(v: &View, index: &EndpointIndex, p: &Proxy, s: &ScopeKey) -> bool {
     let hosts: BTreeSet<&str> = v.view_hosts(s).into_iter().flatten().collect();
-    let mtls = hosts.iter().any(|h| {
-        v.dr_for(s, v.services[h])
-            .is_some_and(|dr| dr.uses_istio_mutual())
-    });
+    // With auto mTLS, any scope but a proxyless client's may name it.
+    let mtls = (v.mesh.auto_mtls && !s.is_proxyless())
+        || hosts.iter().any(|h| {
+            v.dr_for(s, v.services[h])
+                .is_some_and(|dr| dr.uses_istio_mutual())
+        });
     let ScopeKey::Sidecar {
         interception_none,
         proxyless,

@@ -145,13 +145,36 @@ spec:
 
     /// [`Reviews::write_pods_placed`], running as `service_account`.
     pub fn write_pods_placed_as(&self, placed: &[(&str, &str)], service_account: &str) {
-        let pods: Vec<String> = placed
+        let labelled: Vec<(&str, String)> = placed
             .iter()
             .map(|(version, locality)| {
-                let locality = if locality.is_empty() {
+                let line = if locality.is_empty() {
                     String::new()
                 } else {
-                    format!("    istio-locality: {locality}\n")
+                    format!("istio-locality: {locality}")
+                };
+                (*version, line)
+            })
+            .collect();
+        self.write_pods_labelled_as(&labelled, service_account);
+    }
+
+    /// Running pods `reviews-<version>`, each with one more label (`key: value`, or ""
+    /// for none), running as service account `reviews`.
+    pub fn write_pods_labelled(&self, pods: &[(&str, &str)]) {
+        let labelled: Vec<(&str, String)> =
+            pods.iter().map(|(v, l)| (*v, (*l).to_string())).collect();
+        self.write_pods_labelled_as(&labelled, "reviews");
+    }
+
+    fn write_pods_labelled_as(&self, labelled: &[(&str, String)], service_account: &str) {
+        let pods: Vec<String> = labelled
+            .iter()
+            .map(|(version, label)| {
+                let locality = if label.is_empty() {
+                    String::new()
+                } else {
+                    format!("    {label}\n")
                 };
                 format!(
                     "\
