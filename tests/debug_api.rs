@@ -199,14 +199,27 @@ struct Setup {
 }
 
 /// meshflow with its debug port on a free loopback port, proxy `a` in `default` (sees both
-/// services) and proxy `b` in `other` (sees none), both synced.
+/// services) and proxy `b` in `other` (sees none), both synced. The test clients are not
+/// Envoy: they subscribe to clusters, listeners, routes and endpoints, never to the SDS
+/// secrets auto mTLS clusters name, so the mesh runs without auto mTLS and every resource a
+/// proxy should hold is one it acknowledged.
 async fn setup(label: &str) -> Setup {
     let dir = TestDir::new(label);
     let config = dir.subdir("config");
     write_mesh(&config);
+    let mesh_config = dir.path().join("mesh.yaml");
+    std::fs::write(&mesh_config, "enableAutoMtls: false\n").expect("write mesh.yaml");
     let debug = SocketAddr::from(([127, 0, 0, 1], support::free_port()));
-    let meshflow =
-        Meshflow::start_with_args(&config, dir.path(), &["--debug-addr", &debug.to_string()]);
+    let meshflow = Meshflow::start_with_args(
+        &config,
+        dir.path(),
+        &[
+            "--debug-addr",
+            &debug.to_string(),
+            "--mesh-config",
+            &mesh_config.display().to_string(),
+        ],
+    );
     let mut a = DeltaClient::connect(meshflow.xds_addr(), node(A_ID, "default", &[])).await;
     a.sync().await;
     let mut b = DeltaClient::connect(

@@ -141,8 +141,8 @@ fn scenario(envoy_binary: &Path, mode: XdsMode, net: u8) {
     );
     let status_args = ["proxy-status", "--debug-addr", &debug_s];
 
-    // proxy-status: SYNCED for every type once Envoy has ACKed everything (a sidecar holds
-    // no SDS secrets: NOT SENT).
+    // proxy-status: SYNCED for every type once Envoy has ACKed everything, SDS included:
+    // auto mTLS clusters name the workload certificate and root, which Envoy subscribes to.
     let mut status = String::new();
     let synced = wait_until(CONVERGE_TIMEOUT, || {
         status = meshflow_cli(&status_args);
@@ -152,7 +152,7 @@ fn scenario(envoy_binary: &Path, mode: XdsMode, net: u8) {
             .is_some_and(|r| {
                 r.len() == 7
                     && r[2..6].iter().all(|c| c.starts_with("SYNCED"))
-                    && r[6] == "NOT SENT (0)"
+                    && r[6] == "SYNCED (2)"
             })
     });
     assert!(synced, "proxy-status never showed all SYNCED:\n{status}");

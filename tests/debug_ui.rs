@@ -89,10 +89,11 @@ fn every_view_renders_in_a_real_browser() {
     // Proxies: the connected Envoy, synced on every type.
     let dom = browser.dom(&url("/proxies"), scratch.path());
     assert!(dom.contains(&format!("data-proxy=\"{id}\"")), "{dom}");
+    // SDS too: auto mTLS clusters name the workload certificate and root.
     assert_eq!(
         dom.matches(">SYNCED<").count(),
-        4,
-        "CDS, EDS, LDS and RDS synced: {dom}"
+        5,
+        "CDS, EDS, LDS, RDS and SDS synced: {dom}"
     );
     shoot("proxies", "/proxies");
 
