@@ -2992,6 +2992,629 @@ mod tests {
         assert_eq!(o.status(), Some(503));
     }
 
+    /// A listener on `0.0.0.0:port` with `chains` (and the TLS inspector when `inspect`).
+    fn listener(port: u32, chains: Vec<FilterChain>, inspect: bool) -> Listener {
+        use envoy_types::pb::envoy::config::listener::v3::ListenerFilter;
+        Listener {
+            name: format!("0.0.0.0_{port}"),
+            address: Some(Address {
+                address: Some(address::Address::SocketAddress(
+                    envoy_types::pb::envoy::config::core::v3::SocketAddress {
+                        address: "0.0.0.0".into(),
+                        port_specifier: Some(socket_address::PortSpecifier::PortValue(port)),
+                        ..Default::default()
+                    },
+                )),
+            }),
+            filter_chains: chains,
+            listener_filters: if inspect {
+                vec![ListenerFilter {
+                    name: "envoy.filters.listener.tls_inspector".into(),
+                    ..Default::default()
+                }]
+            } else {
+                Vec::new()
+            },
+            ..Default::default()
+        }
+    }
+
+    fn tcp_chain(name: &str, cluster: &str) -> FilterChain {
+        use envoy_types::util::pack_any;
+        FilterChain {
+            name: name.into(),
+            filters: vec![envoy_types::pb::envoy::config::listener::v3::Filter {
+                name: "tcp".into(),
+                config_type: Some(filter::ConfigType::TypedConfig(pack_any(TcpProxy {
+                    cluster_specifier: Some(tcp_proxy::ClusterSpecifier::Cluster(cluster.into())),
+                    ..Default::default()
+                }))),
+            }],
+            ..Default::default()
+        }
+    }
+
+    fn hcm_chain(name: &str, hcm: HttpConnectionManager) -> FilterChain {
+        use envoy_types::util::pack_any;
+        FilterChain {
+            name: name.into(),
+            filters: vec![envoy_types::pb::envoy::config::listener::v3::Filter {
+                name: "hcm".into(),
+                config_type: Some(filter::ConfigType::TypedConfig(pack_any(hcm))),
+            }],
+            ..Default::default()
+        }
+    }
+
+    fn socket(name: &str, any: Any) -> TransportSocket {
+        use envoy_types::pb::envoy::config::core::v3::transport_socket::ConfigType;
+        TransportSocket {
+            name: name.into(),
+            config_type: Some(ConfigType::TypedConfig(any)),
+        }
+    }
+
+    fn string_struct(pairs: &[(&str, &str)]) -> envoy_types::pb::google::protobuf::Struct {
+        use envoy_types::pb::google::protobuf::{value::Kind, Struct, Value};
+        Struct {
+            fields: pairs
+                .iter()
+                .map(|(k, v)| {
+                    (
+                        k.to_string(),
+                        Value {
+                            kind: Some(Kind::StringValue(v.to_string())),
+                        },
+                    )
+                })
+                .collect(),
+        }
+    }
+
+    fn socket_metadata(
+        pairs: &[(&str, &str)],
+    ) -> Option<envoy_types::pb::envoy::config::core::v3::Metadata> {
+        Some(envoy_types::pb::envoy::config::core::v3::Metadata {
+            filter_metadata: [(SOCKET_MATCH_KEY.to_string(), string_struct(pairs))].into(),
+            ..Default::default()
+        })
+    }
+
+    /// Transport sockets this simulation does not read (an unknown type, a body that does not
+    /// decode, a context for the other end, no config at all) are reported as such, in the
+    /// outcome and its warnings: never a panic, never taken as plaintext.
+    #[test]
+    fn unknown_or_broken_transport_sockets_are_reported() {
+        use envoy_types::pb::envoy::config::core::v3::transport_socket::ConfigType;
+        use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::DownstreamTlsContext;
+        use envoy_types::util::pack_any;
+        let alts = Any {
+            type_url: "type.googleapis.com/envoy.extensions.transport_sockets.alts.v3.Alts".into(),
+            value: vec![1, 2, 3],
+        };
+        let broken = Any {
+            type_url: format!("type.googleapis.com/{UPSTREAM_TLS_TYPE}"),
+            value: vec![0xff, 0xff, 0xff],
+        };
+        let cases = [
+            (socket("alts", alts), "not modelled"),
+            (socket("tls", broken), "did not decode"),
+            (
+                socket("tls", pack_any(DownstreamTlsContext::default())),
+                "other end",
+            ),
+            (
+                TransportSocket {
+                    name: "custom".into(),
+                    config_type: None,
+                },
+                "no typed config",
+            ),
+        ];
+        for (ts, why) in cases {
+            let cluster = Cluster {
+                name: "c".into(),
+                transport_socket: Some(ts.clone()),
+                ..Default::default()
+            };
+            let config = ProxyConfig {
+                listeners: [(
+                    "l".to_string(),
+                    listener(80, vec![tcp_chain("t", "c")], false),
+                )]
+                .into(),
+                clusters: [("c".to_string(), cluster)].into(),
+                ..Default::default()
+            };
+            let o = config.simulate(&Call::connect(80));
+            match &o.upstreams()[0].transport {
+                Transport::Unsupported { why: w, .. } => assert!(w.contains(why), "{w}"),
+                other => panic!("{other:?}"),
+            }
+            assert!(
+                o.warnings.iter().any(|w| w.contains("not modelled")),
+                "{:?}",
+                o.warnings
+            );
+        }
+        // raw_buffer, typed or by name alone, is plaintext.
+        let raw = TransportSocket {
+            name: "envoy.transport_sockets.raw_buffer".into(),
+            config_type: None,
+        };
+        assert_eq!(transport(&raw, Side::Upstream), Transport::Plaintext);
+        let typed = TransportSocket {
+            config_type: Some(ConfigType::TypedConfig(pack_any(
+                envoy_types::pb::envoy::extensions::transport_sockets::raw_buffer::v3::RawBuffer {},
+            ))),
+            ..raw
+        };
+        assert_eq!(transport(&typed, Side::Upstream), Transport::Plaintext);
+    }
+
+    /// Istio's auto mTLS: `transport_socket_matches` send mTLS to endpoints whose metadata
+    /// under `envoy.transport_socket_match` says `tlsMode: istio` (or whose locality's does),
+    /// plaintext to the rest by the empty match; without a matching entry an endpoint gets
+    /// the cluster's own socket.
+    #[test]
+    fn transport_socket_matches_pick_each_endpoints_socket() {
+        use envoy_types::pb::envoy::config::cluster::v3::cluster::TransportSocketMatch;
+        use envoy_types::pb::envoy::config::endpoint::v3::{
+            Endpoint, LbEndpoint, LocalityLbEndpoints,
+        };
+        use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
+            common_tls_context::{CombinedCertificateValidationContext, ValidationContextType},
+            CommonTlsContext, SdsSecretConfig, UpstreamTlsContext,
+        };
+        use envoy_types::util::pack_any;
+        let sds = |n: &str| SdsSecretConfig {
+            name: n.into(),
+            ..Default::default()
+        };
+        let mtls = UpstreamTlsContext {
+            common_tls_context: Some(CommonTlsContext {
+                alpn_protocols: vec!["istio-peer-exchange".into(), "istio".into()],
+                tls_certificate_sds_secret_configs: vec![sds("default")],
+                validation_context_type: Some(ValidationContextType::CombinedValidationContext(
+                    CombinedCertificateValidationContext {
+                        validation_context_sds_secret_config: Some(sds("ROOTCA")),
+                        ..Default::default()
+                    },
+                )),
+                ..Default::default()
+            }),
+            sni: "outbound_.80_._.a.example".into(),
+            ..Default::default()
+        };
+        let endpoint = |ip: &str, meta: &[(&str, &str)]| LbEndpoint {
+            host_identifier: Some(lb_endpoint::HostIdentifier::Endpoint(Endpoint {
+                address: Some(Address {
+                    address: Some(address::Address::SocketAddress(
+                        envoy_types::pb::envoy::config::core::v3::SocketAddress {
+                            address: ip.into(),
+                            port_specifier: Some(socket_address::PortSpecifier::PortValue(80)),
+                            ..Default::default()
+                        },
+                    )),
+                }),
+                ..Default::default()
+            })),
+            metadata: (!meta.is_empty()).then(|| socket_metadata(meta)).flatten(),
+            ..Default::default()
+        };
+        let assignment = ClusterLoadAssignment {
+            endpoints: vec![
+                LocalityLbEndpoints {
+                    lb_endpoints: vec![
+                        endpoint("10.0.0.1", &[("tlsMode", "istio")]),
+                        endpoint("10.0.0.2", &[("tlsMode", "disabled")]),
+                        endpoint("10.0.0.3", &[]),
+                    ],
+                    ..Default::default()
+                },
+                LocalityLbEndpoints {
+                    metadata: socket_metadata(&[("tlsMode", "istio")]),
+                    lb_endpoints: vec![endpoint("10.0.1.1", &[])],
+                    ..Default::default()
+                },
+            ],
+            ..Default::default()
+        };
+        let matches = |with_plaintext: bool| {
+            let mut m = vec![TransportSocketMatch {
+                name: "tlsMode-istio".into(),
+                r#match: Some(string_struct(&[("tlsMode", "istio")])),
+                transport_socket: Some(socket(
+                    "envoy.transport_sockets.tls",
+                    pack_any(mtls.clone()),
+                )),
+            }];
+            if with_plaintext {
+                m.push(TransportSocketMatch {
+                    name: "tlsMode-disabled".into(),
+                    r#match: Some(Default::default()),
+                    transport_socket: Some(TransportSocket {
+                        name: "envoy.transport_sockets.raw_buffer".into(),
+                        config_type: None,
+                    }),
+                });
+            }
+            m
+        };
+        for with_plaintext in [true, false] {
+            let cluster = Cluster {
+                name: "c".into(),
+                load_assignment: Some(assignment.clone()),
+                transport_socket_matches: matches(with_plaintext),
+                ..Default::default()
+            };
+            let config = ProxyConfig {
+                listeners: [(
+                    "l".to_string(),
+                    listener(80, vec![tcp_chain("t", "c")], false),
+                )]
+                .into(),
+                clusters: [("c".to_string(), cluster)].into(),
+                ..Default::default()
+            };
+            let o = config.simulate(&Call::connect(80));
+            let up = &o.upstreams()[0];
+            assert_eq!(up.socket_matches.len(), if with_plaintext { 2 } else { 1 });
+            assert_eq!(up.socket_matches[0].criteria, ["tlsMode=\"istio\""]);
+            let sockets: Vec<(String, Option<String>, bool)> = up
+                .endpoints
+                .iter()
+                .map(|e| {
+                    let mutual = up.transport_of(e).tls().is_some_and(|t| t.istio_mutual);
+                    (e.address.clone(), e.socket.clone(), mutual)
+                })
+                .collect();
+            let plain = with_plaintext.then(|| "tlsMode-disabled".to_string());
+            assert_eq!(
+                sockets,
+                [
+                    ("10.0.0.1:80".into(), Some("tlsMode-istio".into()), true),
+                    ("10.0.0.2:80".into(), plain.clone(), false),
+                    ("10.0.0.3:80".into(), plain.clone(), false),
+                    // The locality's metadata, where the endpoint's matches nothing.
+                    (
+                        "10.0.1.1:80".into(),
+                        Some(if with_plaintext {
+                            "tlsMode-disabled".into()
+                        } else {
+                            "tlsMode-istio".into()
+                        }),
+                        !with_plaintext
+                    ),
+                ],
+                "with a plaintext entry: {with_plaintext}"
+            );
+            let t = up.transport_of(&up.endpoints[0]).tls().expect("mTLS");
+            assert_eq!(t.sni.as_deref(), Some("outbound_.80_._.a.example"));
+            assert_eq!(up.transport, Transport::Plaintext, "no socket of its own");
+            assert!(o.warnings.is_empty(), "{:?}", o.warnings);
+        }
+    }
+
+    /// TLS calls and chains: the TLS inspector reads SNI and ALPN (Envoy adds it where a
+    /// chain matches on them); without it a TLS connection is `raw_buffer`. A chain that
+    /// terminates TLS refuses plaintext, and an HTTP chain that does not cannot read TLS.
+    #[test]
+    fn tls_calls_select_chains_by_transport_and_alpn() {
+        use envoy_types::pb::envoy::config::listener::v3::FilterChainMatch;
+        use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
+            CommonTlsContext, DownstreamTlsContext, SdsSecretConfig,
+        };
+        use envoy_types::pb::google::protobuf::BoolValue;
+        use envoy_types::util::pack_any;
+        let hcm = HttpConnectionManager {
+            route_specifier: Some(RouteSpecifier::RouteConfig(RouteConfiguration {
+                name: "inline".into(),
+                virtual_hosts: vec![VirtualHost {
+                    name: "all".into(),
+                    domains: vec!["*".into()],
+                    routes: vec![Route {
+                        r#match: Some(RouteMatch {
+                            path_specifier: Some(PathSpecifier::Prefix("/".into())),
+                            ..Default::default()
+                        }),
+                        action: Some(RouteActionKind::Route(RouteAction {
+                            cluster_specifier: Some(ClusterSpecifier::Cluster("app".into())),
+                            ..Default::default()
+                        })),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            })),
+            ..Default::default()
+        };
+        let matching = |transport: &str, alpn: &[&str]| FilterChainMatch {
+            transport_protocol: transport.into(),
+            application_protocols: alpn.iter().map(|a| a.to_string()).collect(),
+            ..Default::default()
+        };
+        let terminating = DownstreamTlsContext {
+            common_tls_context: Some(CommonTlsContext {
+                tls_certificate_sds_secret_configs: vec![SdsSecretConfig {
+                    name: "kubernetes://cert".into(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            require_client_certificate: Some(BoolValue { value: true }),
+            ..Default::default()
+        };
+        let mut mtls = hcm_chain("mtls", hcm.clone());
+        mtls.filter_chain_match = Some(matching("tls", &["istio-peer-exchange", "istio"]));
+        mtls.transport_socket = Some(socket(
+            "envoy.transport_sockets.tls",
+            pack_any(terminating.clone()),
+        ));
+        let mut tls_bytes = tcp_chain("tls-passthrough", "passthrough");
+        tls_bytes.filter_chain_match = Some(matching("tls", &[]));
+        let plain = hcm_chain("plain", hcm.clone());
+        let config = |chains: Vec<FilterChain>, inspect: bool| ProxyConfig {
+            listeners: [("l".to_string(), listener(80, chains, inspect))].into(),
+            ..Default::default()
+        };
+        let permissive = config(vec![mtls.clone(), tls_bytes.clone(), plain.clone()], true);
+        let get = || Call::get("a", 80, "/");
+        let o = permissive.simulate(&get());
+        assert_eq!(o.filter_chain.as_deref(), Some("plain"));
+        assert_eq!(o.downstream_tls, None);
+        let o = permissive.simulate(&get().istio_mtls("outbound_.80_._.a"));
+        assert_eq!(o.filter_chain.as_deref(), Some("mtls"), "{o:#?}");
+        let t = o
+            .downstream_tls
+            .as_ref()
+            .and_then(Transport::tls)
+            .expect("TLS");
+        assert!(t.require_client_certificate && !t.istio_mutual);
+        assert_eq!(t.certificates, [Source::Sds("kubernetes://cert".into())]);
+        assert_eq!(o.cluster(), Some("app"));
+        // Other TLS goes by its transport alone, to the chain naming no ALPN.
+        let o = permissive.simulate(&Call::tls(80, "a").over_tls(Some("a"), &["h2"]));
+        assert_eq!(o.filter_chain.as_deref(), Some("tls-passthrough"));
+        assert_eq!(o.cluster(), Some("passthrough"));
+
+        // Without an inspector (and no chain Envoy would add one for) TLS is raw_buffer.
+        let blind = config(vec![plain.clone()], false);
+        let o = blind.simulate(&get().istio_mtls("x"));
+        assert_eq!(
+            o.result,
+            Err(NoMatch::TlsNotTerminated {
+                filter_chain: "plain".into()
+            })
+        );
+        // A chain matching on the transport makes Envoy add the inspector itself.
+        let o = config(vec![mtls.clone()], false).simulate(&get().istio_mtls("x"));
+        assert_eq!(o.filter_chain.as_deref(), Some("mtls"), "{o:#?}");
+        // A terminating chain refuses plaintext.
+        let mut only_tls = mtls;
+        only_tls.filter_chain_match = None;
+        let o = config(vec![only_tls], true).simulate(&get());
+        assert_eq!(
+            o.result,
+            Err(NoMatch::TlsExpected {
+                filter_chain: "mtls".into()
+            })
+        );
+        assert_eq!(o.status(), None, "the connection is closed, no HTTP answer");
+    }
+
+    /// What a route does to the request: the fault filter's per-route config (at the most
+    /// specific level; not without the filter in the chain; disabled by a `FilterConfig`;
+    /// under its header condition), header edits in Envoy's order of levels (and reversed by
+    /// `most_specific_header_mutations_wins`), rewrites and mirrors.
+    #[test]
+    fn route_effects_follow_envoys_levels_and_conditions() {
+        use envoy_types::pb::envoy::config::core::v3::{HeaderValue, HeaderValueOption};
+        use envoy_types::pb::envoy::config::route::v3::{
+            route_action::RequestMirrorPolicy, FilterConfig,
+        };
+        use envoy_types::pb::envoy::extensions::filters::http::fault::v3::{
+            fault_abort::ErrorType, FaultAbort as EnvoyAbort, HttpFault,
+        };
+        use envoy_types::pb::envoy::r#type::matcher::v3::{RegexMatchAndSubstitute, RegexMatcher};
+        use envoy_types::pb::envoy::r#type::v3::{
+            fractional_percent::DenominatorType, FractionalPercent,
+        };
+        use envoy_types::util::pack_any;
+        let set = |k: &str, v: &str| HeaderValueOption {
+            header: Some(HeaderValue {
+                key: k.into(),
+                value: v.into(),
+                ..Default::default()
+            }),
+            append_action: 2,
+            ..Default::default()
+        };
+        let abort = |status: u32, numerator: u32, headers: Vec<HeaderMatcher>| HttpFault {
+            abort: Some(EnvoyAbort {
+                error_type: Some(ErrorType::HttpStatus(status)),
+                percentage: Some(FractionalPercent {
+                    numerator,
+                    denominator: DenominatorType::Hundred as i32,
+                }),
+                ..Default::default()
+            }),
+            headers,
+            ..Default::default()
+        };
+        let route = |name: &str, prefix: &str| Route {
+            name: name.into(),
+            r#match: Some(RouteMatch {
+                path_specifier: Some(PathSpecifier::Prefix(prefix.into())),
+                ..Default::default()
+            }),
+            action: Some(RouteActionKind::Route(RouteAction {
+                cluster_specifier: Some(ClusterSpecifier::Cluster("app".into())),
+                ..Default::default()
+            })),
+            request_headers_to_add: vec![set("x-level", "route")],
+            ..Default::default()
+        };
+        let mut aborted = route("aborted", "/abort");
+        aborted
+            .typed_per_filter_config
+            .insert("fault".into(), pack_any(abort(429, 100, Vec::new())));
+        let mut off = route("off", "/off");
+        off.typed_per_filter_config.insert(
+            "fault".into(),
+            pack_any(FilterConfig {
+                disabled: true,
+                ..Default::default()
+            }),
+        );
+        let mut rewritten = route("rewritten", "/re");
+        if let Some(RouteActionKind::Route(ra)) = &mut rewritten.action {
+            ra.regex_rewrite = Some(RegexMatchAndSubstitute {
+                pattern: Some(RegexMatcher {
+                    regex: "/re/(\\w+)".into(),
+                    ..Default::default()
+                }),
+                substitution: "/\\1/$x".into(),
+            });
+            ra.request_mirror_policies = vec![RequestMirrorPolicy {
+                cluster: "shadow".into(),
+                ..Default::default()
+            }];
+        }
+        let mut vh = VirtualHost {
+            name: "all".into(),
+            domains: vec!["*".into()],
+            routes: vec![aborted, off, rewritten, route("rest", "/")],
+            request_headers_to_add: vec![set("x-level", "vhost")],
+            request_headers_to_remove: vec!["x-drop".into()],
+            ..Default::default()
+        };
+        // The virtual host's fault applies where a route has none: only with `x-fault`.
+        let cond = HeaderMatcher {
+            name: "x-fault".into(),
+            header_match_specifier: Some(HeaderMatchSpecifier::PresentMatch(true)),
+            ..Default::default()
+        };
+        vh.typed_per_filter_config
+            .insert("fault".into(), pack_any(abort(418, 50, vec![cond])));
+        let rc = RouteConfiguration {
+            name: "rc".into(),
+            virtual_hosts: vec![vh],
+            request_headers_to_add: vec![set("x-level", "config")],
+            ..Default::default()
+        };
+        let fault_filter = HttpFilter {
+            name: "fault".into(),
+            config_type: Some(http_filter::ConfigType::TypedConfig(pack_any(
+                HttpFault::default(),
+            ))),
+            ..Default::default()
+        };
+        let config = |filters: Vec<HttpFilter>, rc: RouteConfiguration| {
+            let hcm = HttpConnectionManager {
+                route_specifier: Some(RouteSpecifier::RouteConfig(rc)),
+                http_filters: filters,
+                ..Default::default()
+            };
+            ProxyConfig {
+                listeners: [(
+                    "l".to_string(),
+                    listener(80, vec![hcm_chain("h", hcm)], false),
+                )]
+                .into(),
+                ..Default::default()
+            }
+        };
+        let with = config(vec![fault_filter.clone()], rc.clone());
+        let o = with.simulate(&Call::get("a", 80, "/abort"));
+        assert_eq!(o.fault_status(), Some(429));
+        assert_eq!(o.effective_status(), Some(429), "before the router's 503");
+        assert_eq!(o.status(), Some(503), "no cluster app");
+        assert_eq!(o.cluster(), Some("app"), "the route itself is unchanged");
+        let fx = o.http.as_ref().expect("effects");
+        // Default order: route, virtual host, route configuration — the last write wins.
+        let levels: Vec<(HeaderLevel, HeaderOp)> =
+            fx.request_headers.iter().map(|e| (e.level, e.op)).collect();
+        assert_eq!(
+            levels,
+            [
+                (HeaderLevel::Route, HeaderOp::Set),
+                (HeaderLevel::VirtualHost, HeaderOp::Remove),
+                (HeaderLevel::VirtualHost, HeaderOp::Set),
+                (HeaderLevel::RouteConfiguration, HeaderOp::Set),
+            ]
+        );
+        let o = with.simulate(&Call::get("a", 80, "/").header("x-drop", "1"));
+        let fx = o.http.as_ref().expect("effects");
+        assert_eq!(
+            fx.upstream_headers,
+            [("x-level".to_string(), "config".to_string())]
+        );
+        assert_eq!(o.fault(), None, "the virtual host's fault needs x-fault");
+        let o = with.simulate(&Call::get("a", 80, "/").header("x-fault", "1"));
+        assert_eq!(
+            o.fault().and_then(|f| f.abort.clone()),
+            Some((FaultAbort::Http(418), ALL / 2))
+        );
+        assert_eq!(o.fault_status(), None, "half of them");
+        let o = with.simulate(&Call::get("a", 80, "/off").header("x-fault", "1"));
+        assert_eq!(o.fault(), None, "disabled on the route");
+        let o = with.simulate(&Call::get("a", 80, "/re/abc?q"));
+        let fx = o.http.as_ref().expect("effects");
+        assert_eq!(fx.upstream_path, "/abc/$x?q", "RE2's \\1; a literal $");
+        assert_eq!(
+            fx.mirrors,
+            [Mirror {
+                cluster: "shadow".into(),
+                per_million: ALL,
+                cluster_found: false
+            }]
+        );
+
+        // Without the filter in the chain, nothing is injected (and that is said).
+        let o = config(Vec::new(), rc.clone()).simulate(&Call::get("a", 80, "/abort"));
+        assert_eq!(o.fault(), None);
+        assert_eq!(o.effective_status(), Some(503), "the router's");
+        assert!(
+            o.warnings.iter().any(|w| w.contains("no fault filter")),
+            "{:?}",
+            o.warnings
+        );
+
+        // The most specific level last: the route's value wins.
+        let specific = RouteConfiguration {
+            most_specific_header_mutations_wins: true,
+            ..rc
+        };
+        let o = config(Vec::new(), specific).simulate(&Call::get("a", 80, "/"));
+        let fx = o.http.as_ref().expect("effects");
+        assert_eq!(
+            fx.upstream_headers,
+            [("x-level".to_string(), "route".to_string())]
+        );
+        assert_eq!(fx.request_headers[0].level, HeaderLevel::RouteConfiguration);
+    }
+
+    #[test]
+    fn shares_and_substitutions_convert_like_envoy() {
+        use envoy_types::pb::envoy::r#type::v3::{
+            fractional_percent::DenominatorType, FractionalPercent,
+        };
+        let share = |numerator, d: DenominatorType| {
+            per_million(Some(&FractionalPercent {
+                numerator,
+                denominator: d as i32,
+            }))
+        };
+        assert_eq!(share(100, DenominatorType::Hundred), ALL);
+        assert_eq!(share(250, DenominatorType::Hundred), ALL, "capped");
+        assert_eq!(share(1, DenominatorType::TenThousand), 100);
+        assert_eq!(share(7, DenominatorType::Million), 7);
+        assert_eq!(per_million(None), 0);
+        assert_eq!(re2_substitution("/a/\\1-\\2\\\\$"), "/a/${1}-${2}\\$$");
+    }
+
     #[test]
     fn paths_are_normalized_like_envoy() {
         assert_eq!(normalize_path("/a/./b/../c?x=/../"), "/a/c?x=/../");
