@@ -21,8 +21,8 @@ use dataflows::model::{
     ResourceType,
 };
 use dataflows::simulate::{
-    Call, Discovery, Fault, FaultAbort, HeaderEdit, HeaderLevel, HeaderOp, HostRewrite, Mirror,
-    NoMatch, Outcome, ProxyConfig, SanMatcher, Source, Tls, Transport, ALL,
+    Call, Cors, Discovery, Fault, FaultAbort, HeaderEdit, HeaderLevel, HeaderOp, HostRewrite,
+    Mirror, NoMatch, Outcome, ProxyConfig, SanMatcher, Source, Tls, Transport, ALL,
 };
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::google::protobuf::{value::Kind, Struct, Value};
@@ -2737,8 +2737,8 @@ spec:
 }
 
 /// `rewrite` (a matched prefix and the authority; a path by regex), `headers` (request
-/// `set`/`add`/`remove`, response `set`/`remove`, and a destination's own) and a mirror of a
-/// share of the requests, as the client sidecar forwards a request.
+/// `set`/`add`/`remove`, response `set`/`remove`, and a destination's own), a mirror of a
+/// share of the requests and a `corsPolicy`, as the client sidecar forwards a request.
 #[test]
 fn rewrites_header_edits_and_mirrors_shape_the_forwarded_request() {
     let (mut mesh, reviews, proxy) = sidecar_setup("rewrites", &["v1", "v2"]);
@@ -2766,6 +2766,12 @@ spec:
   - match: [{uri: {regex: "/v[0-9]+/.*"}}]
     rewrite:
       uriRegexRewrite: {match: "^/v([0-9]+)/", rewrite: "/version-\\1/"}
+    corsPolicy:
+      allowOrigins: [{exact: "https://example.com"}, {prefix: "https://app."}]
+      allowMethods: [GET, POST]
+      allowHeaders: [x-custom]
+      maxAge: 24h
+      allowCredentials: true
     route: [{destination: {host: reviews, subset: v1}}]
   - route:
     - destination: {host: reviews, subset: v1}
@@ -2835,6 +2841,21 @@ spec:
     assert_eq!(fx.upstream_path, "/version-2/reviews/1");
     assert_eq!(fx.upstream_authority, "reviews", "no authority rewrite");
     assert!(fx.mirrors.is_empty());
+    assert_eq!(
+        fx.cors,
+        Some(Cors {
+            allow_origins: vec![
+                "exact:https://example.com".into(),
+                "prefix:https://app.".into()
+            ],
+            allow_methods: "GET,POST".into(),
+            allow_headers: "x-custom".into(),
+            expose_headers: String::new(),
+            max_age: "86400".into(),
+            allow_credentials: Some(true),
+            enabled_per_million: ALL,
+        })
+    );
 
     let o = mesh.send(&proxy, &via_sidecar("reviews", "/other"));
     let fx = o.http.as_ref().expect("a route matched");
@@ -2844,5 +2865,6 @@ spec:
         "a lone destination's headers go on the route"
     );
     assert_eq!(fx.upstream_path, "/other");
+    assert_eq!(fx.cors, None, "CORS is per route");
     mesh.assert_no_errors();
 }

@@ -1,10 +1,10 @@
 //! An in-process routing simulation of one Envoy proxy, in the spirit of Istio's
 //! `pilot/pkg/simulation`: given the resources a proxy holds (the encoded Listener,
 //! RouteConfiguration, Cluster and ClusterLoadAssignment bodies the dataflow produces) and a
-//! [`Call`], it follows Envoy's matching order and reports what matched ([`Outcome`]), so routing
-//! can be asserted in milliseconds without starting Envoy. Pure code: no I/O; every problem with
-//! the input (an undecodable body, an invalid regex, a feature not modelled) is reported as data,
-//! never as a panic.
+//! [`Call`], it follows Envoy's matching order and reports what matched and how the request
+//! goes ([`Outcome`]), so routing can be asserted in milliseconds without starting Envoy. Pure
+//! code: no I/O; every problem with the input (an undecodable body, an invalid regex, a feature
+//! not modelled) is reported as data, never as a panic.
 //!
 //! The order followed is Envoy's:
 //! 1. **Listener.** A listener bound to the destination `address:port` itself takes the
@@ -15,14 +15,23 @@
 //!    blackhole). Without capture (gateways, sidecars with `INTERCEPTION_MODE: NONE`) the
 //!    connection reaches the bound wildcard listener on its port, if any. A call without an
 //!    address is taken as going to the wildcard listener of its port (or, without capture, to
-//!    the only bound listener on it).
+//!    the only bound listener on it). A call captured inbound ([`Call::inbound`]) reaches the
+//!    inbound listener that reads the original destination (Istio's `virtualInbound`), which
+//!    keeps it and matches its chains on that destination.
 //! 2. **Filter chain**, by `FilterChainMatch` criteria in Envoy's order (destination port,
 //!    destination IP ranges, server names, transport protocol, application protocols), most
-//!    specific first, else the `default_filter_chain`. The call is plaintext HTTP/1.1: no SNI,
-//!    transport protocol `raw_buffer`, application protocol `http/1.1` only when the listener
-//!    runs the HTTP inspector; or plaintext bytes that are not HTTP ([`Call::connect`]); or a
-//!    TLS connection passed through ([`Call::tls`]), whose SNI matches server names exactly,
-//!    else by the longest wildcard suffix.
+//!    specific first, never going back to a less specific branch, else the
+//!    `default_filter_chain`. A plaintext call has no SNI, transport protocol `raw_buffer`, and
+//!    application protocol `http/1.1` only when the listener runs the HTTP inspector and the
+//!    call is HTTP (not so for [`Call::connect`]). A TLS call ([`Call::tls`],
+//!    [`Call::https`], [`Call::istio_mtls`], [`Call::over_tls`]) is `tls` with its SNI (server
+//!    names matched exactly, else by the longest wildcard suffix) and its ALPN (any one the
+//!    chain names) where the listener runs the TLS inspector — or Envoy adds it, as it does
+//!    for a listener whose chains match on what it reports; without, it is `raw_buffer` with
+//!    neither. The chain's `transport_socket` is the TLS it terminates
+//!    ([`Outcome::downstream_tls`]: certificates, client certificate required, validation): a
+//!    plaintext call there fails the handshake; a TLS call on an HTTP chain that does not
+//!    terminate it cannot be read.
 //! 3. **HTTP connection manager**: its `rds.route_config_name` (or inline route
 //!    configuration); a `tcp_proxy` chain forwards to its cluster(s) instead.
 //! 4. **Virtual host** by `domains`, on the lower-cased authority (port stripped when the
@@ -38,19 +47,45 @@
 //!    (dot segments) first when the connection manager sets `normalize_path`.
 //! 6. **Action**: `cluster`, `cluster_header`, `weighted_clusters` (every cluster with its
 //!    weight), `direct_response` or `redirect`; the route's timeout and retry policy (the
-//!    virtual host's when the route has none).
+//!    virtual host's when the route has none). Besides, what the route does to the request
+//!    ([`Outcome::http`]): the fault filter's per-route config (the most specific of route,
+//!    virtual host and route configuration, `FilterConfig`-wrapped or not, else the filter's
+//!    own; only when the connection manager runs the fault filter, and under its `headers`,
+//!    `upstream_cluster` and `downstream_nodes` conditions) — an abort of every request is the
+//!    status Envoy answers ([`Outcome::effective_status`]) though `result` still names the
+//!    route's clusters —; `prefix_rewrite`, `regex_rewrite` and the host rewrites, applied to
+//!    give the path and authority the upstream receives; request and response header edits
+//!    in Envoy's order (weighted cluster, route, virtual host, route configuration, or the
+//!    most specific last under `most_specific_header_mutations_wins`; removals before
+//!    additions at each level), applied to the call's headers; the CORS policy in effect; the
+//!    mirror policies (route, else virtual host, else route configuration) with their shares.
 //! 7. **Clusters → endpoints**: EDS clusters through their assignment
 //!    (`eds_cluster_config.service_name`, else the cluster name), static and DNS clusters through
 //!    their inline `load_assignment`, original-destination clusters to the call's destination.
+//!    Each cluster's upstream transport ([`Upstream::transport`]: plaintext or TLS with its
+//!    SNI or `auto_sni`, ALPN, SAN matchers, CA source — file, inline, SDS such as `ROOTCA` or
+//!    `kubernetes://NAME-cacert`, the system store —, client certificates, whether it is
+//!    Istio's mTLS), and per endpoint the `transport_socket_matches` entry its metadata under
+//!    `envoy.transport_socket_match` selects, else its locality's, else none (the cluster's
+//!    own socket), as Istio's auto mTLS uses them.
 //!
 //! Not modelled: the choice among weighted clusters or endpoints (load balancing, priorities,
-//! outlier detection: every candidate is reported), TLS and SNI, source-address criteria of
-//! filter chains, iptables details (which destinations are excluded from capture), HTTP
-//! filters (faults, RBAC, ext_authz, rewrites), runtime fractions (taken as matching), cookie,
-//! dynamic metadata and filter state matchers (taken as not matching, with a warning), scoped
-//! routes, cluster specifier plugins, VHDS, proxyless gRPC API listeners, Envoy's limits on
-//! what it accepts (RE2 program size: a route Envoy would NACK is simulated as if accepted), and
-//! what the upstream itself answers.
+//! outlier detection: every candidate is reported), the TLS handshake itself (certificates are
+//! reported by source, never checked against the SANs or CAs named; a chain requiring a client
+//! certificate takes any TLS call; `auto_sni` is reported, not resolved to the request's
+//! host), the cluster's xDS `transport_socket_matcher` (reported; the metadata matches
+//! apply), transport sockets other than TLS and raw buffer (reported as unsupported),
+//! source-address criteria of filter chains, iptables details (which destinations are
+//! excluded from capture), HTTP filters other than fault and CORS (RBAC, ext_authz, Lua,
+//! rate limits…: not run), header edits of weighted clusters when several may be picked
+//! (reported), `%…%` substitutions in header values and host rewrites (kept as written),
+//! `auto_host_rewrite`'s resulting host (reported), delays taken from request headers, the
+//! headers Envoy's router adds itself (`x-forwarded-*`, `x-request-id`, `x-envoy-*`), runtime
+//! fractions (taken as matching; a fault's or mirror's share is reported as configured),
+//! cookie, dynamic metadata and filter state matchers (taken as not matching, with a warning),
+//! scoped routes, cluster specifier plugins, VHDS, proxyless gRPC API listeners, Envoy's limits
+//! on what it accepts (RE2 program size: a route Envoy would NACK is simulated as if accepted),
+//! and what the upstream itself answers.
 
 use crate::model::{Resource, ResourceType};
 use envoy_types::pb::envoy::config::cluster::v3::cluster::{ClusterDiscoveryType, DiscoveryType};
@@ -82,8 +117,9 @@ use std::time::Duration;
 // Inputs
 // ---------------------------------------------------------------------------------------------
 
-/// One HTTP request on a fresh plaintext connection from the proxy's workload (a sidecar) or
-/// from a client (a gateway).
+/// One HTTP request on a fresh connection (plaintext unless made over TLS) from the proxy's
+/// workload (a sidecar), from a client (a gateway), or from another workload to the proxy's
+/// own ([`Call::inbound`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Call {
     /// The destination port of the connection.
