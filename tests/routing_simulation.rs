@@ -2593,32 +2593,30 @@ fn gateway_https_servers_terminate_by_sni_with_their_credentials() {
     write_config(
         &mesh.config,
         "https.yaml",
-        &format!(
-            "apiVersion: networking.istio.io/v1
+        "apiVersion: networking.istio.io/v1
 kind: Gateway
-metadata: {{name: https-gateway, namespace: default}}
+metadata: {name: https-gateway, namespace: default}
 spec:
-  selector: {{istio: ingressgateway}}
+  selector: {istio: ingressgateway}
   servers:
-  - port: {{number: 8443, name: https, protocol: HTTPS}}
+  - port: {number: 8443, name: https, protocol: HTTPS}
     hosts: [reviews.example.com]
-    tls: {{mode: SIMPLE, credentialName: reviews-cert}}
-  - port: {{number: 8443, name: https-mtls, protocol: HTTPS}}
+    tls: {mode: SIMPLE, credentialName: reviews-cert}
+  - port: {number: 8443, name: https-mtls, protocol: HTTPS}
     hosts: [mtls.example.com]
-    tls: {{mode: MUTUAL, credentialName: mtls-cert}}
+    tls: {mode: MUTUAL, credentialName: mtls-cert}
 ---
 apiVersion: networking.istio.io/v1
 kind: VirtualService
-metadata: {{name: https-reviews, namespace: default}}
+metadata: {name: https-reviews, namespace: default}
 spec:
   hosts: [reviews.example.com, mtls.example.com]
   gateways: [https-gateway]
   http:
-  - match: [{{authority: {{exact: mtls.example.com}}}}]
-    route: [{{destination: {{host: reviews, subset: v2, port: {{number: 9080}}}}}}]
-  - route: [{{destination: {{host: reviews, subset: v1, port: {{number: 9080}}}}}}]
-"
-        ),
+  - match: [{authority: {exact: mtls.example.com}}]
+    route: [{destination: {host: reviews, subset: v2, port: {number: 9080}}}]
+  - route: [{destination: {host: reviews, subset: v1, port: {number: 9080}}}]
+",
     );
     let https = |host: &str| Call::https(host, 8443, "/reviews/1", host).to_address("127.0.0.1");
 
