@@ -2604,6 +2604,66 @@ fn istio_mutual_clients_reach_the_servers_mtls_chain() {
     mesh.assert_no_errors();
 }
 
+/// Mirrors `tests/envoy_istio_mutual.rs`: the server sidecar (pod `reviews-v1`, no capture)
+/// binds its Sidecar `ingress` port on the pod's address (`inbound_IP_PORT`); the client
+/// sidecar's `ISTIO_MUTUAL` connection to it (the cluster's SNI and ALPN) takes the mTLS chain,
+/// a plaintext one the plaintext chain, both to `inbound|PORT||`; TLS without Istio's ALPN
+/// (an HTTPS client's `h2`) finds no chain on an HTTP port, as in Istio.
+#[test]
+fn istio_mutual_reaches_a_bound_ingress_listeners_mtls_chain() {
+    let (mut mesh, reviews, client) = sidecar_setup("mtls-ingress", &["v1"]);
+    reviews.write_destination_rule_with_policy(
+        &["v1"],
+        "  trafficPolicy:\n    tls: {mode: ISTIO_MUTUAL}\n",
+    );
+    let ip = reviews.pod_ip("v1");
+    let target = reviews.backend_port();
+    write_config(
+        &mesh.config,
+        "server-sidecar.yaml",
+        &format!(
+            "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {{name: reviews, namespace: default}}\nspec:\n  workloadSelector: {{labels: {{app: reviews}}}}\n  ingress:\n  - port: {{number: {target}, protocol: HTTP, name: http}}\n    bind: {ip}\n    captureMode: NONE\n    defaultEndpoint: 127.0.0.1:9999\n  egress:\n  - hosts: ['./*']\n"
+        ),
+    );
+    let server = mesh.connect(&ProxyNode::sidecar(
+        "reviews-v1",
+        "default",
+        &ip,
+        &[("app", "reviews"), ("version", "v1")],
+    ));
+    let o = mesh.send(&client, &via_sidecar("reviews", "/"));
+    let t = upstream_tls(&o, &reviews.cluster("")).expect("mTLS");
+    let alpn: Vec<&str> = t.alpn.iter().map(String::as_str).collect();
+    let direct = Call::get("reviews", target, "/").to_address(&ip);
+    let listener = format!("inbound_{ip}_{target}");
+    let inbound = format!("inbound|{target}||");
+
+    let o = mesh.send(&server, &direct.clone().over_tls(t.sni.as_deref(), &alpn));
+    assert_eq!(o.listener.as_deref(), Some(listener.as_str()), "{o:#?}");
+    assert_eq!(o.captured_by, None);
+    assert_eq!(o.filter_chain, Some(format!("{inbound}-mtls")));
+    let server_tls = o
+        .downstream_tls
+        .as_ref()
+        .and_then(Transport::tls)
+        .expect("terminated");
+    assert!(server_tls.istio_mutual && server_tls.require_client_certificate);
+    assert_eq!(o.cluster(), Some(inbound.as_str()));
+    assert_eq!(o.endpoints(), ["127.0.0.1:9999"]);
+
+    let o = mesh.send(&server, &direct);
+    assert_eq!(o.filter_chain.as_deref(), Some(inbound.as_str()));
+    assert_eq!(o.downstream_tls, None);
+    assert_eq!(o.cluster(), Some(inbound.as_str()));
+
+    let o = mesh.send(&server, &direct.clone().over_tls(t.sni.as_deref(), &["h2"]));
+    assert!(
+        matches!(o.result, Err(NoMatch::NoFilterChain { .. })),
+        "{o:#?}"
+    );
+    mesh.assert_no_errors();
+}
+
 /// Inbound PERMISSIVE on a TCP port: Istio gives it three chains — Istio's mTLS (TLS with
 /// its ALPN, terminated), TLS of the application's own (TLS with other or no ALPN, passed on
 /// as bytes) and plaintext — so a client outside the mesh speaking TLS to, say, a database
