@@ -72,20 +72,22 @@
 //! Not modelled: the choice among weighted clusters or endpoints (load balancing, priorities,
 //! outlier detection: every candidate is reported), the TLS handshake itself (certificates are
 //! reported by source, never checked against the SANs or CAs named; a chain requiring a client
-//! certificate takes any TLS call; `auto_sni` is reported, not resolved to the request's
-//! host), the cluster's xDS `transport_socket_matcher` (reported; the metadata matches
-//! apply), transport sockets other than TLS and raw buffer (reported as unsupported),
-//! source-address criteria of filter chains, iptables details (which destinations are
-//! excluded from capture), HTTP filters other than fault and CORS (RBAC, ext_authz, Lua,
-//! rate limits…: not run), header edits of weighted clusters when several may be picked
-//! (reported), `%…%` substitutions in header values and host rewrites (kept as written),
-//! `auto_host_rewrite`'s resulting host (reported), delays taken from request headers, the
-//! headers Envoy's router adds itself (`x-forwarded-*`, `x-request-id`, `x-envoy-*`), runtime
-//! fractions (taken as matching; a fault's or mirror's share is reported as configured),
-//! cookie, dynamic metadata and filter state matchers (taken as not matching, with a warning),
-//! scoped routes, cluster specifier plugins, VHDS, proxyless gRPC API listeners, Envoy's limits
-//! on what it accepts (RE2 program size: a route Envoy would NACK is simulated as if accepted),
-//! and what the upstream itself answers.
+//! certificate takes any TLS call; `auto_sni` is reported, not resolved to the request's host),
+//! the cluster's xDS `transport_socket_matcher` (reported; the metadata matches apply),
+//! transport sockets other than TLS and raw buffer (reported as unsupported), source-address
+//! criteria of filter chains, iptables details (which destinations are excluded from capture),
+//! HTTP filters other than fault and CORS (RBAC, ext_authz, Lua, rate limits…: not run), the
+//! CORS filter's own answers to preflight requests (the policy is reported), header edits of
+//! weighted clusters when several may be picked (reported), `%…%` substitutions in header values
+//! and host rewrites (kept as written), `auto_host_rewrite`'s resulting host (reported), delays
+//! taken from request headers, the fault filter's `max_active_faults`, runtime keys and response
+//! rate limits, per-filter configs of weighted clusters, the headers Envoy's router adds itself
+//! (`x-forwarded-*`, `x-request-id`, `x-envoy-*`), runtime fractions (taken as matching; a
+//! fault's or mirror's share is reported as configured), cookie, dynamic metadata and filter
+//! state matchers (taken as not matching, with a warning), scoped routes, cluster specifier
+//! plugins, VHDS, proxyless gRPC API listeners, Envoy's limits on what it accepts (RE2 program
+//! size: a route Envoy would NACK is simulated as if accepted), and what the upstream itself
+//! answers.
 
 use crate::model::{Resource, ResourceType};
 use envoy_types::pb::envoy::config::cluster::v3::cluster::{ClusterDiscoveryType, DiscoveryType};
