@@ -2151,21 +2151,18 @@ impl Effects<'_> {
         };
         let any_fault = |a: &Any| a.type_url.ends_with(FAULT_TYPE);
         let filter = self.filter(FAULT_TYPE).cloned();
-        let per_route = self
-            .route
-            .typed_per_filter_config
-            .iter()
-            .chain(&self.vh.typed_per_filter_config)
-            .chain(&self.rc.typed_per_filter_config)
-            .any(|(_, a)| any_fault(a) || a.type_url.ends_with(FILTER_CONFIG_TYPE));
         let Some(filter) = filter else {
-            if per_route
-                && self
-                    .route
-                    .typed_per_filter_config
-                    .keys()
-                    .any(|k| k.contains("fault"))
-            {
+            // A fault configured for the route (by its type, or under the usual filter
+            // name) that no filter of the connection manager would read.
+            let configured = [
+                &self.route.typed_per_filter_config,
+                &self.vh.typed_per_filter_config,
+                &self.rc.typed_per_filter_config,
+            ]
+            .into_iter()
+            .flatten()
+            .any(|(name, a)| any_fault(a) || name.contains("fault"));
+            if configured {
                 self.warnings.push(
                     "the route configures a fault, but the connection manager runs no fault \
                      filter: no fault is injected"
