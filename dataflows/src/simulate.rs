@@ -754,7 +754,8 @@ impl Outcome {
     /// The status Envoy itself answers, when it answers without an upstream: 404 for no virtual
     /// host or route, 503 when the cluster is missing or every cluster the route may pick has
     /// no healthy endpoint, the direct response's or redirect's status. `None` when the request
-    /// is forwarded (or the connection fails before HTTP).
+    /// is forwarded (or the connection fails before HTTP). Faults aside: an abort the fault
+    /// filter answers before routing is in [`Outcome::effective_status`].
     pub fn status(&self) -> Option<u32> {
         match &self.result {
             Err(NoMatch::NoVirtualHost { .. } | NoMatch::NoRoute) => Some(404),
