@@ -1,5 +1,5 @@
 //! Istio's locality failover in real Envoy (and `failoverPriority`, and a DNS ServiceEntry's
-//! hosts, below): a client sidecar in region `r1`, zone `z1` (its node's locality), `reviews` with a pod in `r1/z1` and one in `r2/z2`, and a
+//! hosts, and a Service's `trafficDistribution: PreferClose`, below): a client sidecar in region `r1`, zone `z1` (its node's locality), `reviews` with a pod in `r1/z1` and one in `r2/z2`, and a
 //! DestinationRule with `outlierDetection`. Envoy holds the local pod at priority 0 and the
 //! remote one at priority 1, so every request goes to the local pod; once the local pod
 //! stops answering, outlier detection ejects it and every request fails over to the remote
@@ -54,6 +54,76 @@ fn failover_priority_prefers_the_pod_sharing_the_clients_label_in_envoy() {
         &[("app", "client"), ("version", "v2")],
         ("v2", "v1"),
         Registry::Pods,
+    );
+}
+
+/// A Service with `trafficDistribution: PreferClose` and no DestinationRule at all (so no
+/// outlier detection): Envoy still holds the pod in the client's zone at priority 0 and the
+/// other region's at 1, as Istio's `GetLocalityLbSetting` ranks them, and every request
+/// stays in the client's zone.
+#[test]
+fn prefer_close_keeps_requests_in_the_clients_zone_in_envoy() {
+    let envoy_bin = require_envoy!();
+    let dir = TestDir::new("envoy-prefer-close");
+    let config = dir.subdir("config");
+    let port = free_port();
+    let reviews = Reviews::new(97, port, &config);
+    let _backends: Vec<_> = ["v1", "v2"]
+        .iter()
+        .map(|v| reviews.start_backend(v))
+        .collect();
+    reviews.write_service_with("  trafficDistribution: PreferClose\n");
+    reviews.write_pods_placed(&[("v1", "r2.z2"), ("v2", "r1.z1")]);
+    reviews.write_endpoints(&["v1", "v2"]);
+    write_config(&config, "sidecar.yaml", &client_sidecar_yaml(port));
+    let meshflow = Meshflow::start(&config, dir.path());
+    let node = ProxyNode::sidecar(
+        "client-abc",
+        "default",
+        &reviews.ip(20),
+        &[("app", "client")],
+    );
+    let envoy = Envoy::start_customized(
+        &envoy_bin,
+        dir.path(),
+        &node,
+        meshflow.xds_addr(),
+        XdsMode::Delta,
+        |b| b["node"]["locality"] = json!({"region": "r1", "zone": "z1"}),
+    );
+    envoy.wait_live(STARTUP_TIMEOUT);
+    envoy.await_listener(&format!("127.0.0.1_{port}"));
+    let cluster = reviews.cluster("");
+    let host = |v: &str| {
+        format!(
+            "{cluster}::{}:{}",
+            reviews.pod_ip(v),
+            reviews.backend_port()
+        )
+    };
+    converge(
+        "Envoy holds the endpoints by closeness",
+        CONVERGE_TIMEOUT,
+        || envoy.admin_get("/clusters"),
+        |text| {
+            text.contains(&format!("{}::priority::0", host("v2")))
+                && text.contains(&format!("{}::priority::1", host("v1")))
+        },
+        || envoy.summary(),
+    );
+    let client = Client::new(
+        &envoy,
+        std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+        "reviews",
+    );
+    let counts = client.tally(20, "/reviews/1", &[]);
+    assert!(only(&counts, "reviews-v2"), "{counts:?}");
+    assert_eq!(count(&counts, "reviews-v2"), 20);
+    assert_eq!(
+        envoy.rejected_updates(),
+        0,
+        "{:?}",
+        envoy.rejected_update_stats()
     );
 }
 

@@ -112,6 +112,15 @@ pub struct MeshSettings {
     /// tell protocols by (`0`: for ever), then go on (`None`: Envoy's 15 s).
     #[serde(default)]
     pub protocol_detection_timeout_ms: Option<u64>,
+    /// `enableAutoMtls` (Istio's default: on): clusters whose DestinationRule sets no `tls`
+    /// speak the mesh's mutual TLS to the endpoints that run a sidecar (labelled
+    /// `security.istio.io/tlsMode: istio`) and plaintext to the others.
+    #[serde(default = "yes")]
+    pub auto_mtls: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// What an outbound cluster takes from the mesh settings in effect.
@@ -131,6 +140,9 @@ pub struct ClusterDefaults {
     /// a sidecar passes on the request's protocol, as Istio builds them.
     #[serde(default)]
     pub gateway: bool,
+    /// The mesh's `enableAutoMtls` ([`MeshSettings::auto_mtls`]).
+    #[serde(default = "yes")]
+    pub auto_mtls: bool,
 }
 
 impl Default for ClusterDefaults {
@@ -141,6 +153,7 @@ impl Default for ClusterDefaults {
             locality_lb: None,
             system_ca_bundle: default_system_ca_bundle(),
             gateway: false,
+            auto_mtls: true,
         }
     }
 }
@@ -161,6 +174,7 @@ impl ClusterDefaults {
             locality_lb: m.locality_lb.clone(),
             system_ca_bundle: m.system_ca_bundle.clone(),
             gateway: false,
+            auto_mtls: m.auto_mtls,
         }
     }
 }
@@ -209,6 +223,7 @@ impl MeshSettings {
             locality_lb: None,
             system_ca_bundle: mesh.system_ca_bundle.clone(),
             protocol_detection_timeout_ms: None,
+            auto_mtls: true,
         }
     }
 
@@ -498,6 +513,13 @@ pub struct Service {
     /// service's clusters, as Istio's does.
     #[serde(default)]
     pub mesh_external: bool,
+    /// A Kubernetes Service's `trafficDistribution: PreferClose` (or `PreferSameZone`, or
+    /// Istio's `networking.istio.io/traffic-distribution` annotation): without a
+    /// DestinationRule `localityLbSetting`, its clusters prefer the endpoints that share
+    /// the client's network, region, zone and subzone, in that order (Istio's
+    /// `GetLocalityLbSetting`), with or without outlier detection.
+    #[serde(default)]
+    pub prefer_close: bool,
 }
 
 /// One endpoint of a DNS ServiceEntry: a host name (or IP) Envoy resolves, and the port it
@@ -1135,6 +1157,15 @@ pub const TOPOLOGY_LABELS: [(&str, usize); 3] = [
 /// no such label of its own.
 pub const NETWORK_LABEL: &str = "topology.istio.io/network";
 
+/// The labels a service with `trafficDistribution: PreferClose` prefers its clients'
+/// values of, most important first (Istio's order: network, region, zone, subzone).
+pub const PREFER_CLOSE_LABELS: [&str; 4] = [
+    NETWORK_LABEL,
+    "topology.kubernetes.io/region",
+    "topology.kubernetes.io/zone",
+    "topology.istio.io/subzone",
+];
+
 /// The value of label `key` for a workload with `labels` in `locality`: a topology label
 /// is the locality's part where the locality has it (Istio's `AugmentLabels` overrides
 /// the workload's own), any other label the workload's; "" when absent.
@@ -1173,11 +1204,24 @@ pub fn priority_entry(entry: &str) -> (&str, Option<&str>) {
 }
 
 impl LocalityMode {
-    /// The mode for a cluster under `policy` (its rule's, merged for the subset and port),
-    /// with the mesh's setting for a policy that sets none: `distribute` applies as it is;
-    /// priorities only with `outlierDetection` (without it Envoy would never fail over);
-    /// nothing when the setting in effect has `enabled: false`.
-    pub fn of(policy: &TrafficPolicy, mesh: Option<&LocalityLbSetting>) -> Option<LocalityMode> {
+    /// The mode for a cluster of `service` under `policy` (its rule's, merged for the
+    /// subset and port), as Istio's `GetLocalityLbSetting` picks the setting: the policy's,
+    /// else the service's `trafficDistribution: PreferClose` (priorities by
+    /// [`PREFER_CLOSE_LABELS`], applied without outlier detection too), else the mesh's:
+    /// `distribute` applies as it is; other priorities only with `outlierDetection`
+    /// (without it Envoy would never fail over); nothing when the setting in effect has
+    /// `enabled: false`.
+    pub fn of(
+        policy: &TrafficPolicy,
+        mesh: Option<&LocalityLbSetting>,
+        service: &Service,
+    ) -> Option<LocalityMode> {
+        if policy.locality_lb.is_none() && service.prefer_close {
+            return Some(LocalityMode::Prioritized {
+                labels: PREFER_CLOSE_LABELS.map(String::from).to_vec(),
+                failover: Vec::new(),
+            });
+        }
         // Istio's mesh config defaults to `{enabled: true}`.
         let builtin = LocalityLbSetting::default();
         let setting = policy.locality_lb.as_deref().or(mesh).unwrap_or(&builtin);
@@ -2155,6 +2199,10 @@ pub enum ErrorCode {
     GatewayNotDefined,
     /// A route or mirror destination names a host no service defines.
     HostNotFound,
+    /// A destination names a port its host does not have.
+    PortNotFound,
+    /// A destination names no port and its host has several (Istio's IST0112).
+    PortSelectorRequired,
     /// A Gateway's selector matches no workload (Pod or WorkloadEntry).
     GatewaySelectsNothing,
     /// A TCP service sidecars cannot tell apart from another on its port.
@@ -2189,6 +2237,7 @@ impl ErrorCode {
             ErrorCode::SubsetNotDefined
             | ErrorCode::GatewayNotDefined
             | ErrorCode::HostNotFound
+            | ErrorCode::PortNotFound
             | ErrorCode::GatewaySelectsNothing
             | ErrorCode::DelegateNotFound => ("MF0004", "ReferencedResourceNotFound"),
             ErrorCode::HostConflict => ("MF0005", "ConflictingHost"),
@@ -2202,6 +2251,9 @@ impl ErrorCode {
             ErrorCode::GatewayPortConflict => ("MF0011", "ConflictingGateways"),
             ErrorCode::DestinationRuleMerged => ("MF0012", "MergedDestinationRules"),
             ErrorCode::ProxylessTls => ("MF0013", "UnsupportedProxylessTls"),
+            ErrorCode::PortSelectorRequired => {
+                ("MF0014", "VirtualServiceDestinationPortSelectorRequired")
+            }
         }
     }
 

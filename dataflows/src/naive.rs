@@ -108,6 +108,10 @@ impl<'a> View<'a> {
         v.priority_keys = v.mesh.failover_priority_keys();
         v.priority_keys
             .extend(v.drs.iter().flat_map(|dr| dr.failover_priority_keys()));
+        if v.services.values().any(|s| s.prefer_close) {
+            v.priority_keys
+                .extend(PREFER_CLOSE_LABELS.iter().map(|k| k.to_string()));
+        }
         v.priority_keys.sort();
         v.priority_keys.dedup();
         v
@@ -351,8 +355,9 @@ impl<'a> View<'a> {
         self.vss_covering(s, listeners, host).into_iter().next()
     }
 
-    /// Every mesh VirtualService the scope imports that covers `host`, most specific host
-    /// first, then by rank and key: the first is the one in effect.
+    /// Every mesh VirtualService `listeners` (the egress listener serving a port) import
+    /// that covers `host`, most specific host first, then by rank and key: the first is the
+    /// one in effect.
     fn vss_covering(
         &self,
         s: &ScopeKey,
@@ -363,7 +368,7 @@ impl<'a> View<'a> {
             .vss
             .iter()
             .copied()
-            .filter(|vs| rules::egress_imports_vs(listeners, s.namespace(), vs))
+            .filter(|vs| !rules::listeners_importing_vs(listeners, s.namespace(), vs).is_empty())
             .filter_map(|vs| {
                 let spec = vs
                     .hosts
@@ -771,6 +776,11 @@ impl<'e> EndpointIndex<'e> {
     }
 }
 
+/// The egress listener at `idx` alone: VirtualServices are selected per egress listener.
+fn listener_at(listeners: &[EgressListener], idx: usize) -> &[EgressListener] {
+    listeners.get(idx..=idx).unwrap_or(&[])
+}
+
 /// Per port of a sidecar: (address, bound) of its TCP listener, and its TCP services.
 type TcpPorts<'a> = BTreeMap<u16, (PortListener, BTreeMap<&'a str, Vec<ResolvedVs>>)>;
 
@@ -804,7 +814,7 @@ fn sidecar_outbound(
                     PortListener::new(addr, bind, detect, &spec),
                     BTreeMap::new(),
                 ));
-                let covering = v.vss_covering(s, &listeners, h);
+                let covering = v.vss_covering(s, listener_at(&listeners, idx), h);
                 entry
                     .1
                     .insert(h, covering.into_iter().map(|vs| v.resolve(vs)).collect());
@@ -827,9 +837,11 @@ fn sidecar_outbound(
                     .entry(port)
                     .or_insert((allow_any.clone(), BTreeMap::new()));
                 entry.0 = allow_any;
-                entry
-                    .1
-                    .insert(h, v.vs_for(s, &listeners, h).map(|vs| v.resolve(vs)));
+                entry.1.insert(
+                    h,
+                    v.vs_for(s, listener_at(&listeners, idx), h)
+                        .map(|vs| v.resolve(vs)),
+                );
             }
         }
     }
@@ -899,14 +911,16 @@ fn sidecar_outbound(
 }
 
 /// Whether the proxy's config names its workload certificate: an `ISTIO_MUTUAL` cluster of
-/// its scope, `virtualInbound` with a port of its own (its mTLS chain), a Sidecar `ingress`,
+/// its scope (with auto mTLS: any cluster), `virtualInbound` with a port of its own (its mTLS chain), a Sidecar `ingress`,
 /// a router's `ISTIO_MUTUAL` gateway server.
 fn names_workload_certificate(v: &View, index: &EndpointIndex, p: &Proxy, s: &ScopeKey) -> bool {
     let hosts: BTreeSet<&str> = v.view_hosts(s).into_iter().flatten().collect();
-    let mtls = hosts.iter().any(|h| {
-        v.dr_for(s, v.services[h])
-            .is_some_and(|dr| dr.uses_istio_mutual())
-    });
+    // With auto mTLS, any scope but a proxyless client's may name it.
+    let mtls = (v.mesh.auto_mtls && !s.is_proxyless())
+        || hosts.iter().any(|h| {
+            v.dr_for(s, v.services[h])
+                .is_some_and(|dr| dr.uses_istio_mutual())
+        });
     let ScopeKey::Sidecar {
         interception_none,
         proxyless,

@@ -108,18 +108,23 @@ fn listener_imports_vs(l: &EgressListener, scope_ns: &str, vs: &VirtualService) 
     })
 }
 
-/// Does a sidecar scope whose egress listeners are `listeners` import the mesh
-/// VirtualService `vs` through any of them? A VirtualService a Sidecar's `egress[].hosts`
-/// do not import governs none of its hosts for that scope (Istio): a Sidecar importing
-/// `./*` keeps out the VirtualServices of other namespaces, even for its own services.
-pub fn egress_imports_vs(
+/// The egress listeners (their indexes in `listeners`) of a sidecar scope that import the
+/// mesh VirtualService `vs`. Istio selects VirtualServices per egress listener: a port's
+/// routes (and TCP chains) use only those the listener serving the port imports, so a
+/// VirtualService a listener's `hosts` do not import governs none of its hosts on that
+/// listener's ports (a Sidecar importing `./*` keeps out the VirtualServices of other
+/// namespaces, even for its own services), whatever the scope's other listeners import.
+pub fn listeners_importing_vs(
     listeners: &[EgressListener],
     scope_ns: &str,
     vs: &VirtualService,
-) -> bool {
+) -> Vec<usize> {
     listeners
         .iter()
-        .any(|l| listener_imports_vs(l, scope_ns, vs))
+        .enumerate()
+        .filter(|(_, l)| listener_imports_vs(l, scope_ns, vs))
+        .map(|(i, _)| i)
+        .collect()
 }
 
 /// Every label of `selector` is present in `labels` with the same value.

@@ -229,6 +229,7 @@ pub fn records(shape: &Shape, mesh: &MeshConfig) -> Vec<Record> {
         let host = hostname(s, shape, mesh);
         out.push(Record::Service(Service {
             mesh_external: false,
+            prefer_close: false,
             subject_alt_names: Vec::new(),
             hostname: host.clone(),
             origin: ConfigKey::new(Kind::Service, &ns, format!("svc-{s}")),

@@ -301,6 +301,7 @@ fn random_record(rng: &mut StdRng, extra: &mut StdRng, slot: usize) -> Record {
         0 => Record::Service(Service {
             // Outside the mesh: AUTO_PASSTHROUGH gateways take no cluster of it.
             mesh_external: extra.random_bool(0.2),
+            prefer_close: extra.random_bool(0.2),
             hostname: host(&svc_name, ns),
             origin: ConfigKey::new(Kind::Service, ns, &svc_name),
             ports: {
@@ -377,7 +378,14 @@ fn random_record(rng: &mut StdRng, extra: &mut StdRng, slot: usize) -> Record {
         2 => Record::Workload(Workload {
             service_account: pick(rng, &[None, Some("a"), Some("b")]).map(String::from),
             ip: format!("10.0.0.{}", rng.random_range(1..6)),
-            labels: labels(&[("app", &svc_name), ("version", pick(rng, &["v1", "v2"]))]),
+            labels: {
+                let mut l = labels(&[("app", &svc_name), ("version", pick(rng, &["v1", "v2"]))]);
+                // Some workloads run a sidecar (auto mTLS matches them).
+                if extra.random_bool(0.5) {
+                    l.insert("security.istio.io/tlsMode".into(), "istio".into());
+                }
+                l
+            },
             origin: ConfigKey::new(
                 pick(rng, &[Kind::Pod, Kind::WorkloadEntry]),
                 ns,
@@ -821,6 +829,7 @@ fn random_record(rng: &mut StdRng, extra: &mut StdRng, slot: usize) -> Record {
                 registry_only: rng.random_bool(0.5),
                 connect_timeout_ms: pick(rng, &[10_000, 2_500]),
                 protocol_detection_timeout_ms: pick(extra, &[None, Some(0), Some(500)]),
+                auto_mtls: extra.random_bool(0.7),
                 default_retries: match rng.random_range(0..3) {
                     0 => None,
                     1 => Some(Retries {

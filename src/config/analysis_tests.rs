@@ -1577,6 +1577,44 @@ fn service_ports_without_a_protocol_are_detected_and_fields_not_read_are_said() 
     );
 }
 
+/// `trafficDistribution` as Istio reads it: `PreferClose` and `PreferSameZone` prefer close
+/// endpoints without a word; without the field, Istio's annotation does (any case); another
+/// value is named as not read and prefers nothing; the field wins over the annotation.
+#[test]
+fn traffic_distribution_prefer_close_is_read_and_other_values_are_said() {
+    let doc = |spec: &str, annotation: &str| {
+        format!(
+            "apiVersion: v1\nkind: Service\nmetadata: {{name: s, namespace: ns{annotation}}}\nspec:\n  clusterIP: 10.0.0.9\n{spec}  ports:\n  - {{name: http-web, port: 80}}\n"
+        )
+    };
+    let annotated = ", annotations: {networking.istio.io/traffic-distribution: preferclose}";
+    for (spec, annotation, close, warned) in [
+        ("  trafficDistribution: PreferClose\n", "", true, false),
+        ("  trafficDistribution: PreferSameZone\n", "", true, false),
+        ("", annotated, true, false),
+        ("", "", false, false),
+        ("  trafficDistribution: PreferSameNode\n", "", false, true),
+        (
+            "  trafficDistribution: PreferSameNode\n",
+            annotated,
+            false,
+            true,
+        ),
+    ] {
+        let p = parse(&doc(spec, annotation));
+        let Record::Service(s) = &p.records[0] else {
+            panic!("{:?}", p.records)
+        };
+        assert_eq!(s.prefer_close, close, "{spec}{annotation}");
+        let expected: Vec<&str> = if warned {
+            vec!["spec.trafficDistribution"]
+        } else {
+            vec![]
+        };
+        assert_eq!(fields(&p, Level::Warning), expected, "{spec}{annotation}");
+    }
+}
+
 /// A Sidecar `ingress` port naming no protocol is told per connection; a named one keeps it.
 #[test]
 fn sidecar_ingress_ports_without_a_protocol_are_detected() {

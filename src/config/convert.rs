@@ -120,11 +120,17 @@ fn service_fields_not_read(
             "Local: meshflow sends to every endpoint of the service, not only those on the client's node",
         );
     }
-    if let Some(d) = &spec.traffic_distribution {
+    if let Some(d) = spec
+        .traffic_distribution
+        .as_deref()
+        .filter(|d| !matches!(*d, "PreferClose" | "PreferSameZone"))
+    {
         not_read(
             "trafficDistribution",
             &format!(
-                "{d}: meshflow balances over every endpoint as the service's DestinationRule says"
+                "{:?}: meshflow prefers close endpoints for PreferClose and PreferSameZone only; \
+                 this service's clients balance over every endpoint as its DestinationRule says",
+                d.chars().take(64).collect::<String>()
             ),
         );
     }
@@ -375,6 +381,7 @@ fn service(
     let svc: k8s_openapi::api::core::v1::Service = typed(value, "")?;
     let spec = svc.spec.unwrap_or_default();
     service_fields_not_read(&spec, findings);
+    let prefer_close = prefers_close(&spec, &annotations);
     // An ExternalName service is the DNS name it points at, resolved by Envoy at the
     // service's ports (as Istio serves it); it has no cluster IPs and no endpoints.
     let external_name = match spec.type_.as_deref() {
@@ -445,7 +452,23 @@ fn service(
         subject_alt_names: Vec::new(),
         // Istio treats an ExternalName Service as outside the mesh.
         mesh_external: resolution_is_external_name,
+        prefer_close,
     })])
+}
+
+/// Istio's annotation naming a Service's traffic distribution where its spec has none.
+const TRAFFIC_DISTRIBUTION_ANNOTATION: &str = "networking.istio.io/traffic-distribution";
+
+/// Whether the Service prefers close endpoints, as Istio reads it: `spec.trafficDistribution`
+/// `PreferClose` or `PreferSameZone` (Kubernetes' newer name for it); without the field,
+/// the annotation `networking.istio.io/traffic-distribution: PreferClose` (any case).
+fn prefers_close(spec: &k8s_openapi::api::core::v1::ServiceSpec, annotations: &Labels) -> bool {
+    match spec.traffic_distribution.as_deref() {
+        Some(d) => matches!(d, "PreferClose" | "PreferSameZone"),
+        None => annotations
+            .get(TRAFFIC_DISTRIBUTION_ANNOTATION)
+            .is_some_and(|v| v.eq_ignore_ascii_case("PreferClose")),
+    }
 }
 
 /// A Service's `clusterIPs` (else `clusterIP`) as CIDRs; none for a headless one.
@@ -3139,6 +3162,7 @@ fn service_entry(
             dns_endpoints: dns_endpoints.clone(),
             subject_alt_names: s.subject_alt_names.clone(),
             mesh_external,
+            prefer_close: false,
         }));
         if resolution != m::Resolution::Static {
             continue;

@@ -166,6 +166,7 @@ pub fn parse_mesh(
             *out = export_to(v, field)?;
         }
     }
+    settings.auto_mtls = spec.enable_auto_mtls.unwrap_or(true);
     settings.locality_lb = spec
         .locality_lb_setting
         .as_ref()
@@ -181,16 +182,6 @@ pub fn parse_mesh(
 /// The fields Istio acts on that meshflow reads and cannot act on: said, never silent.
 fn unused_fields(spec: &MeshConfigSpec) -> Vec<Finding> {
     let mut out = Vec::new();
-    // Istio's default is on; a user coming from Istio believes sidecar-to-sidecar traffic
-    // is encrypted unless told otherwise, so this is said unless it is switched off.
-    if spec.enable_auto_mtls != Some(false) {
-        out.push(Finding::warning(
-            "mesh.enableAutoMtls",
-            "meshflow does not switch to mutual TLS by itself: traffic between sidecars \
-             stays plaintext unless a DestinationRule sets tls mode ISTIO_MUTUAL (or SIMPLE, \
-             MUTUAL)",
-        ));
-    }
     if spec
         .default_config
         .as_ref()
@@ -263,8 +254,9 @@ mod tests {
         builtin.layer = MeshLayer::Configured;
         builtin.origin = Some(mesh_config_key("", "mesh"));
         assert_eq!(p.settings, builtin);
-        // Auto mTLS is Istio's default, so its absence is said too.
-        assert_eq!(fields(&p), vec!["mesh.enableAutoMtls"]);
+        // Auto mTLS is Istio's default, and meshflow's.
+        assert!(p.settings.auto_mtls);
+        assert_eq!(fields(&p), Vec::<&str>::new());
     }
 
     #[test]
@@ -288,6 +280,7 @@ mod tests {
         assert_eq!(s.service_export_to, vec!["."]);
         assert_eq!(s.virtual_service_export_to, vec!["*"]);
         assert_eq!(s.destination_rule_export_to, vec!["~"]);
+        assert!(!s.auto_mtls, "enableAutoMtls: false is read");
         assert!(p.findings.is_empty(), "{:?}", p.findings);
     }
 
@@ -339,7 +332,6 @@ mod tests {
             vec![
                 "mesh.defaultConfig.concurrency",
                 "mesh.defaultConfig.discoveryAddress",
-                "mesh.enableAutoMtls",
                 "mesh.enableTracing",
                 "meshNetworks.extra",
                 "meshNetworks.networks",

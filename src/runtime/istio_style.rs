@@ -630,6 +630,7 @@ mod tests {
         let svc = Service {
             subject_alt_names: Vec::new(),
             mesh_external: false,
+            prefer_close: false,
             hostname: "lonely.unrelated.svc.cluster.local".into(),
             origin: ConfigKey::new(Kind::Service, "unrelated", "lonely"),
             ports: vec![ServicePort {

@@ -93,6 +93,12 @@ impl Reviews {
 
     /// The Service: selector `app: reviews`, port `http` → the backends' port.
     pub fn write_service(&self) {
+        self.write_service_with("");
+    }
+
+    /// [`Reviews::write_service`] with `spec_lines` (each indented by two spaces, ending in a
+    /// newline) added to its spec.
+    pub fn write_service_with(&self, spec_lines: &str) {
         let yaml = format!(
             "\
 apiVersion: v1
@@ -105,7 +111,7 @@ metadata:
     service: reviews
 spec:
   type: ClusterIP
-  selector:
+{spec_lines}  selector:
     app: reviews
   ports:
   - name: http
@@ -139,13 +145,36 @@ spec:
 
     /// [`Reviews::write_pods_placed`], running as `service_account`.
     pub fn write_pods_placed_as(&self, placed: &[(&str, &str)], service_account: &str) {
-        let pods: Vec<String> = placed
+        let labelled: Vec<(&str, String)> = placed
             .iter()
             .map(|(version, locality)| {
-                let locality = if locality.is_empty() {
+                let line = if locality.is_empty() {
                     String::new()
                 } else {
-                    format!("    istio-locality: {locality}\n")
+                    format!("istio-locality: {locality}")
+                };
+                (*version, line)
+            })
+            .collect();
+        self.write_pods_labelled_as(&labelled, service_account);
+    }
+
+    /// Running pods `reviews-<version>`, each with one more label (`key: value`, or ""
+    /// for none), running as service account `reviews`.
+    pub fn write_pods_labelled(&self, pods: &[(&str, &str)]) {
+        let labelled: Vec<(&str, String)> =
+            pods.iter().map(|(v, l)| (*v, (*l).to_string())).collect();
+        self.write_pods_labelled_as(&labelled, "reviews");
+    }
+
+    fn write_pods_labelled_as(&self, labelled: &[(&str, String)], service_account: &str) {
+        let pods: Vec<String> = labelled
+            .iter()
+            .map(|(version, label)| {
+                let locality = if label.is_empty() {
+                    String::new()
+                } else {
+                    format!("    {label}\n")
                 };
                 format!(
                     "\

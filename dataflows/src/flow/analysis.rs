@@ -2,7 +2,8 @@
 //! ReferencedResourceNotFound): a VirtualService destination naming a subset that no
 //! DestinationRule of its host defines (Envoy answers 503 for it), and a VirtualService
 //! bound to a gateway no Gateway defines (its routes reach no proxy through it), a
-//! destination host no service defines (503 as well), and a Gateway whose selector matches
+//! destination host no service defines (503 as well), a destination port its host does not
+//! have or a destination without a port whose host has several (IST0112), and a Gateway whose selector matches
 //! no workload (no proxy serves its servers), and a Gateway TLS server whose Secret is
 //! missing or cannot be served in the namespace of a workload it selects.
 //! In: VirtualServices, DestinationRules, Gateways, services, workloads, Secrets. Out: one
@@ -13,21 +14,23 @@ use super::Coll;
 use crate::model::*;
 use crate::rules;
 
-/// What each VirtualService's route and mirror destinations reference (`pick`), once per
-/// VirtualService.
+/// What each VirtualService's destinations (of `http`, `tcp` and `tls` routes, and mirrors)
+/// reference (`pick`), once per VirtualService.
 fn references<'s, R: differential_dataflow::ExchangeData + std::hash::Hash>(
     vss: &Coll<'s, (ConfigKey, VirtualService)>,
     pick: fn(&RouteDestination) -> Option<R>,
 ) -> Coll<'s, (R, ConfigKey)> {
     vss.clone().flat_map(move |(key, vs)| {
-        let mut out: Vec<(R, ConfigKey)> = vs
-            .http
-            .iter()
-            .flat_map(|r| {
-                r.route
-                    .iter()
-                    .chain(r.mirrors.iter().map(|m| &m.destination))
-            })
+        let http = vs.http.iter().flat_map(|r| {
+            r.route
+                .iter()
+                .chain(r.mirrors.iter().map(|m| &m.destination))
+        });
+        let tcp = vs.tcp.iter().flat_map(|r| &r.route);
+        let tls = vs.tls.iter().flat_map(|r| &r.route);
+        let mut out: Vec<(R, ConfigKey)> = http
+            .chain(tcp)
+            .chain(tls)
             .filter_map(|d| Some((pick(d)?, key.clone())))
             .collect();
         out.sort();
@@ -219,6 +222,59 @@ pub(super) fn undefined_hosts<'s>(
              answered 503 (IST0101 ReferencedResourceNotFound)"
         ),
     })
+}
+
+/// A destination whose port its host does not have, or that names no port where its host
+/// has several (Istio's IST0112): Istio then routes to the port the request arrived on
+/// (`route::resolve_port`), a cluster that exists only if the host has that port too.
+pub(super) fn undefined_ports<'s>(
+    vss: &Coll<'s, (ConfigKey, VirtualService)>,
+    services: &Coll<'s, (Hostname, Service)>,
+) -> Coll<'s, ConfigError> {
+    let wanted = references(vss, |d| Some((d.host.clone(), d.port)));
+    let ports = services.clone().map(|(h, s)| {
+        let mut ports: Vec<u16> = s.ports.iter().map(|p| p.port).collect();
+        ports.sort();
+        ports.dedup();
+        (h, ports)
+    });
+    wanted
+        .map(|((host, port), key)| (host, (port, key)))
+        .join_map(ports, |host, (port, key), ports| {
+            (host.clone(), *port, key.clone(), ports.clone())
+        })
+        .flat_map(|(host, port, key, ports)| {
+            let list = ports
+                .iter()
+                .map(u16::to_string)
+                .collect::<Vec<_>>()
+                .join(", ");
+            let (code, message) = match port {
+                Some(p) if !ports.contains(&p) => (
+                    ErrorCode::PortNotFound,
+                    format!(
+                        "port {p} of host {host} is defined by no Service or ServiceEntry (its \
+                         ports: {list}): requests routed to it are answered 503 (IST0101 \
+                         ReferencedResourceNotFound)"
+                    ),
+                ),
+                None if ports.len() > 1 => (
+                    ErrorCode::PortSelectorRequired,
+                    format!(
+                        "a destination of host {host} names no port and the host has several \
+                         ({list}): it is sent to the port the request arrived on, and answered \
+                         503 where the host has no such port; add destination.port \
+                         (IST0112 VirtualServiceDestinationPortSelectorRequired)"
+                    ),
+                ),
+                _ => return None,
+            };
+            Some(ConfigError {
+                object: key,
+                code,
+                message,
+            })
+        })
 }
 
 /// A Gateway whose selector matches the labels of no workload (Pod or WorkloadEntry): no

@@ -95,7 +95,8 @@ pub(super) struct Clusters<'s> {
     pub tcp_idle: Coll<'s, ((ScopeKey, Hostname), TcpTimeout)>,
     /// Every DestinationRule entry with the hosts it covers, for the inbound clusters.
     pub placed: Placed<'s>,
-    /// Scopes holding an `ISTIO_MUTUAL` cluster: their proxies need workload secrets.
+    /// Scopes holding an `ISTIO_MUTUAL` cluster, and with auto mTLS every scope but
+    /// proxyless clients': their proxies need workload secrets.
     pub mtls_scopes: Coll<'s, ScopeKey>,
     /// `(scope, SDS secret)`: what the `credentialName` clusters of each scope use (a secret
     /// may come for several rules; `distinct` it with the others of the scope).
@@ -143,11 +144,20 @@ pub(super) fn outbound<'s>(
         .filter(|(_, dr)| dr.uses_istio_mutual())
         .map(|(k, _)| k)
         .distinct();
+    // With auto mTLS, every scope of proxies that take SDS certificates may name it.
+    let auto_mtls_scopes = scopes
+        .clone()
+        .map(|s| ((), s))
+        .join_map(mesh.clone(), |_, s, m| {
+            (m.auto_mtls && !s.is_proxyless()).then(|| s.clone())
+        })
+        .flat_map(|s| s);
     let mtls_scopes = scope_groups
         .clone()
         .flat_map(|((_, (d, _, _)), s)| d.map(|k| (k, s)))
         .semijoin(mtls_drs)
         .map(|(_, s)| s)
+        .concat(auto_mtls_scopes)
         .distinct();
     let (group_clusters, cred_out) = per_group(&scope_groups, drs, identified, mesh, secrets);
     let group_secrets = cred_out.clone().flat_map(|(g, o)| match o {

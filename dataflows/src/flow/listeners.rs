@@ -45,7 +45,7 @@ fn api_listeners<'s>(ports: Ports<'s>, domain_suffix: &str) -> Built<'s, ScopeKe
                 }
             )
         })
-        .flat_map(move |((s, h), (port, .., svc))| {
+        .flat_map(move |((s, h), (port, _, _, svc, _))| {
             listener::api_listeners(&h, port, s.namespace(), &suffix)
                 .into_iter()
                 .map(|l| (s.clone(), l, svc.origin.clone()))

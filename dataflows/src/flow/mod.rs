@@ -106,6 +106,7 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         &i.gateways,
         &virtual_services,
         &destination_rules,
+        &services.chosen,
     );
     let scopes = proxy_scopes.clone().map(|(_, s)| s).distinct();
     let specs = scopes::sidecar_specs(&scopes, &i.sidecars, &mesh);
@@ -116,6 +117,7 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     let dr_merge_warnings = merged_drs.warnings.clone();
     let undefined_gateways = analysis::undefined_gateways(&virtual_services, &i.gateways);
     let undefined_hosts = analysis::undefined_hosts(&virtual_services, &services.chosen);
+    let undefined_ports = analysis::undefined_ports(&virtual_services, &services.chosen);
     let unselected_gateways = analysis::unselected_gateways(&i.gateways, &i.workloads);
     let secret_errors = analysis::gateway_secrets(&i.gateways, &i.workloads, &i.secrets);
     let conflicting_vss = analysis::conflicting_mesh_vss(&virtual_services);
@@ -237,6 +239,7 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         .concat(dr_merge_warnings)
         .concat(undefined_gateways)
         .concat(undefined_hosts)
+        .concat(undefined_ports)
         .concat(unselected_gateways)
         .concat(conflicting_vss)
         .concat(undefined_delegates)

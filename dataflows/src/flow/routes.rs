@@ -11,9 +11,16 @@ use crate::rules;
 use crate::translate::{listener, route};
 use serde::{Deserialize, Serialize};
 
-/// `((scope, host), (port, allow_any, catch_all, service))`: a host's port in a scope, and
-/// whether the port's listener allows any destination and needs a catch-all.
-pub(super) type Ports<'s> = Coll<'s, ((ScopeKey, Hostname), (u16, UnknownHosts, bool, Service))>;
+/// `((scope, host), (port, allow_any, catch_all, service, listener))`: a host's port in a
+/// scope, whether the port's listener allows any destination and needs a catch-all, and the
+/// egress listener serving the port (its index: VirtualServices are selected per listener).
+pub(super) type Ports<'s> = Coll<
+    's,
+    (
+        (ScopeKey, Hostname),
+        (u16, UnknownHosts, bool, Service, usize),
+    ),
+>;
 
 /// Rows of a sidecar route configuration: a marker that it must exist, or a virtual host.
 #[allow(clippy::large_enum_variant)] // rows live in arrangements, not on hot stacks
@@ -56,7 +63,7 @@ pub(super) fn ports<'s>(
             v.spec,
         )
         .into_iter()
-        .map(|(port, allow_any, catch_all)| (port, allow_any, catch_all, v.service.clone()))
+        .map(|(port, allow_any, catch_all)| (port, allow_any, catch_all, v.service.clone(), v.idx))
         .collect()
     })
 }
@@ -68,7 +75,7 @@ pub(super) fn sidecar<'s>(
     domain_suffix: &str,
     specs: &Coll<'s, (ScopeKey, ScopeSpec)>,
     ports: &Ports<'s>,
-    mesh_vss: Coll<'s, ((ScopeKey, Hostname), ConfigKey)>,
+    mesh_vss: Coll<'s, (super::virtual_services::ListenerHost, ConfigKey)>,
     vss: &Coll<'s, (ConfigKey, ResolvedVs)>,
     hostless: &Coll<'s, (ConfigKey, ResolvedVs)>,
     hashing: &Coll<'s, ((ScopeKey, Hostname), HostHashing)>,
@@ -88,13 +95,18 @@ pub(super) fn sidecar<'s>(
 fn rows<'s>(
     specs: &Coll<'s, (ScopeKey, ScopeSpec)>,
     ports: &Ports<'s>,
-    mesh_vss: Coll<'s, ((ScopeKey, Hostname), ConfigKey)>,
+    mesh_vss: Coll<'s, (super::virtual_services::ListenerHost, ConfigKey)>,
     vss: &Coll<'s, (ConfigKey, ResolvedVs)>,
     hostless: &Coll<'s, (ConfigKey, ResolvedVs)>,
     hashing: &Coll<'s, ((ScopeKey, Hostname), HostHashing)>,
 ) -> Rows<'s> {
-    let rows_vs = super::virtual_services::with_mesh_vs(ports.clone(), mesh_vss, vss).map(
-        |((s, _), ((port, allow_any, catch_all, svc), vs))| {
+    let by_listener = ports
+        .clone()
+        .map(|((s, h), (port, allow_any, catch_all, svc, idx))| {
+            ((s, h, idx), (port, allow_any, catch_all, svc))
+        });
+    let rows_vs = super::virtual_services::with_mesh_vs(by_listener, mesh_vss, vss).map(
+        |((s, _, _), ((port, allow_any, catch_all, svc), vs))| {
             let row = RouteRow::Vhost {
                 allow_any,
                 catch_all,

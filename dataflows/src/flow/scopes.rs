@@ -18,6 +18,7 @@ pub(super) fn of_proxies<'s>(
     gateways: &Coll<'s, (ConfigKey, Gateway)>,
     vss: &Coll<'s, (ConfigKey, VirtualService)>,
     drs: &Coll<'s, (ConfigKey, DestinationRule)>,
+    services: &Coll<'s, (Hostname, Service)>,
 ) -> Coll<'s, (ProxyId, ScopeKey)> {
     let scopes = sidecar_scopes(mesh, proxies, sidecars).concat(router_scopes(proxies, gateways));
     let matched = source_selectors(proxies, vss, drs);
@@ -32,7 +33,7 @@ pub(super) fn of_proxies<'s>(
             (id.clone(), s.clone().with_locality(loc.clone()))
         })
         .concat(scopes.antijoin(placed.map(|(id, _)| id)));
-    let valued = priority_values(mesh, proxies, drs);
+    let valued = priority_values(mesh, proxies, drs, services);
     scopes
         .clone()
         .join_map(valued.clone(), |id, s, values| {
@@ -42,17 +43,26 @@ pub(super) fn of_proxies<'s>(
 }
 
 /// `(proxy, values)`: each proxy's values (sorted by key) of the labels some
-/// `failoverPriority` reads (of a DestinationRule, or the mesh config's). While no list
-/// reads a label, no proxy is split by one.
+/// `failoverPriority` reads (of a DestinationRule, or the mesh config's), or a service's
+/// `trafficDistribution: PreferClose` does. While no list reads a label, no proxy is split
+/// by one.
 fn priority_values<'s>(
     mesh: &Mesh<'s>,
     proxies: &Coll<'s, (ProxyId, Proxy)>,
     drs: &Coll<'s, (ConfigKey, DestinationRule)>,
+    services: &Coll<'s, (Hostname, Service)>,
 ) -> Coll<'s, (ProxyId, Vec<(String, String)>)> {
+    let prefer_close = services
+        .clone()
+        .filter(|(_, s)| s.prefer_close)
+        .map(|_| ())
+        .distinct()
+        .flat_map(|()| PREFER_CLOSE_LABELS.map(String::from));
     let keys = drs
         .clone()
         .flat_map(|(_, dr)| dr.failover_priority_keys())
         .concat(mesh.clone().flat_map(|(_, m)| m.failover_priority_keys()))
+        .concat(prefer_close)
         .distinct()
         .map(|k| ((), k));
     proxies

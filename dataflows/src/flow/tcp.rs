@@ -36,10 +36,11 @@ enum PortRow {
     },
 }
 
-type TcpRows<'s> = Coll<'s, ((ScopeKey, Hostname), (u16, PortListener, Service))>;
+type TcpRows<'s> = Coll<'s, ((ScopeKey, Hostname), (u16, PortListener, Service, usize))>;
 
-/// `((scope, host), (port, listener, service))` for every TCP listener a visible service
-/// joins, through the egress listener that made it visible.
+/// `((scope, host), (port, listener, service, egress listener))` for every TCP listener a
+/// visible service joins, through the egress listener that made it visible (its index:
+/// VirtualServices are selected per egress listener).
 fn tcp_ports<'s>(
     visible: &Visible<'s>,
     services: &Coll<'s, (Hostname, Service)>,
@@ -56,7 +57,7 @@ fn tcp_ports<'s>(
         .into_iter()
         .map(|(port, addr, bind, detect)| {
             let how = PortListener::new(addr, bind, detect, v.spec);
-            (port, how, v.service.clone())
+            (port, how, v.service.clone(), v.idx)
         })
         .collect()
     })
@@ -74,14 +75,15 @@ pub(super) fn sidecar<'s>(
     let ports = tcp_ports(visible, services, specs);
     let service_rows = ports
         .clone()
-        .map(|((s, _), (port, how, service))| ((s, port), PortRow::Tcp { how, service }));
-    // Every VirtualService covering each TCP service's host, on each of its ports.
+        .map(|((s, _), (port, how, service, _))| ((s, port), PortRow::Tcp { how, service }));
+    // Every VirtualService covering each TCP service's host that the egress listener of
+    // the port imports, on each of its ports.
     let vs_rows = ports
-        .map(|(sh, (port, how, _))| (sh, (port, how.addr)))
-        .join_map(covering, |sh, (port, addr), order| {
+        .map(|((s, h), (port, how, _, idx))| ((s, h, idx), (port, how.addr)))
+        .join_map(covering, |(s, h, _), (port, addr), order| {
             (
                 order.2.clone(),
-                (sh.clone(), *port, addr.clone(), order.clone()),
+                ((s.clone(), h.clone()), *port, addr.clone(), order.clone()),
             )
         })
         .join_map(vss.clone(), |_, ((s, h), port, addr, order), rvs| {

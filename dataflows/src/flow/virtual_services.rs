@@ -105,23 +105,26 @@ pub(super) fn resolve<'s>(
         })
 }
 
-/// `((scope, host), VirtualService key)`: the mesh VirtualService in effect per (scope, host).
-/// A VirtualService covers a host it names or a wildcard of it names; the most specific
-/// cover wins (`rules::vs_host_specificity`: the host itself, then the longest wildcard),
-/// then the lowest `rules::vs_rank`, then the key; only among those the scope's egress
-/// listeners import (`rules::egress_imports_vs`).
-pub(super) fn mesh_in_effect<'s>(
-    covering: &Covering<'s>,
-) -> Coll<'s, ((ScopeKey, Hostname), ConfigKey)> {
+/// `((scope, host, egress listener), VirtualService key)`: the mesh VirtualService in effect
+/// per (scope, host) on the ports an egress listener serves. A VirtualService covers a host
+/// it names or a wildcard of it names; the most specific cover wins
+/// (`rules::vs_host_specificity`: the host itself, then the longest wildcard), then the
+/// lowest `rules::vs_rank`, then the key; only among those the listener imports
+/// (`rules::listeners_importing_vs`).
+pub(super) fn mesh_in_effect<'s>(covering: &Covering<'s>) -> Coll<'s, (ListenerHost, ConfigKey)> {
     covering
         .clone()
         .reduce(|_, vals, out| out.push((vals[0].0 .2.clone(), 1isize)))
 }
 
-/// `((scope, host), (specificity, rank, key))`: every mesh VirtualService a scope imports
-/// that covers a host it sees, ordered (as the tuple sorts) the way [`mesh_in_effect`]
-/// chooses: TCP and TLS ports try them all, in this order.
-pub(super) type Covering<'s> = Coll<'s, ((ScopeKey, Hostname), ((u8, usize), u8, ConfigKey))>;
+/// A host as a sidecar scope sees it through one of its egress listeners (its index among
+/// the scope's listeners): VirtualServices are selected per listener.
+pub(super) type ListenerHost = (ScopeKey, Hostname, usize);
+
+/// `((scope, host, listener), (specificity, rank, key))`: every mesh VirtualService an egress
+/// listener of a scope imports that covers a host the scope sees, ordered (as the tuple
+/// sorts) the way [`mesh_in_effect`] chooses: TCP and TLS ports try them all, in this order.
+pub(super) type Covering<'s> = Coll<'s, (ListenerHost, ((u8, usize), u8, ConfigKey))>;
 
 pub(super) fn mesh_covering<'s>(
     vss: &Coll<'s, (ConfigKey, VirtualService)>,
@@ -145,7 +148,7 @@ pub(super) fn mesh_covering<'s>(
             rules::vs_host_specificity(p, h).map(|spec| (h.clone(), (spec, vs.clone())))
         })
         .flat_map(|x| x);
-    // Each candidate then meets its scope's egress listeners, which must import it.
+    // Each candidate then meets its scope's egress listeners: a row per listener importing it.
     let listeners = specs
         .clone()
         .map(|(s, spec)| (s, rules::egress_listeners(spec.sidecar.as_ref())));
@@ -157,20 +160,22 @@ pub(super) fn mesh_covering<'s>(
         })
         .flat_map(|x| x)
         .join_map(listeners, |s, (h, (spec, r, vs)), listeners| {
-            rules::egress_imports_vs(listeners, s.namespace(), vs)
-                .then(|| ((s.clone(), h.clone()), (*spec, *r, vs.key.clone())))
+            rules::listeners_importing_vs(listeners, s.namespace(), vs)
+                .into_iter()
+                .map(|idx| ((s.clone(), h.clone(), idx), (*spec, *r, vs.key.clone())))
+                .collect::<Vec<_>>()
         })
         .flat_map(|x| x)
 }
 
 /// Rows of [`with_mesh_vs`].
-pub(super) type WithVs<'s, T> = Coll<'s, ((ScopeKey, Hostname), (T, Option<ResolvedVs>))>;
+pub(super) type WithVs<'s, T> = Coll<'s, (ListenerHost, (T, Option<ResolvedVs>))>;
 
-/// Each `((scope, host), T)` row with the mesh VirtualService in effect for its host, if
-/// any: what sidecar routes (HTTP) and sidecar TCP listeners both build from.
+/// Each `((scope, host, listener), T)` row with the mesh VirtualService in effect for its
+/// host on that egress listener, if any: what sidecar routes (HTTP) build from.
 pub(super) fn with_mesh_vs<'s, T: differential_dataflow::ExchangeData>(
-    rows: Coll<'s, ((ScopeKey, Hostname), T)>,
-    mesh_vss: Coll<'s, ((ScopeKey, Hostname), ConfigKey)>,
+    rows: Coll<'s, (ListenerHost, T)>,
+    mesh_vss: Coll<'s, (ListenerHost, ConfigKey)>,
     vss: &Coll<'s, (ConfigKey, ResolvedVs)>,
 ) -> WithVs<'s, T> {
     let with_vs = rows

@@ -159,7 +159,7 @@ fn outbound(
         Resolution::Static => {
             // Locality weights and failover entries: Envoy weighs localities only when told
             // to, as Istio tells it (priorities alone need no switch).
-            let weighted = LocalityMode::of(&policy, defaults.locality_lb.as_ref())
+            let weighted = LocalityMode::of(&policy, defaults.locality_lb.as_ref(), service)
                 .is_some_and(|m| m.weighted());
             if weighted {
                 weigh_localities(&mut cluster);
@@ -178,7 +178,7 @@ fn outbound(
         Resolution::Dns | Resolution::DnsRoundRobin => {
             let weighted = service.resolution == Resolution::Dns
                 && !service.dns_endpoints.is_empty()
-                && LocalityMode::of(&policy, defaults.locality_lb.as_ref())
+                && LocalityMode::of(&policy, defaults.locality_lb.as_ref(), service)
                     .is_some_and(|m| m.weighted());
             if weighted {
                 weigh_localities(&mut cluster);
@@ -253,6 +253,18 @@ fn outbound(
                 });
                 o.upstream_http_protocol_options = Some(auto);
             }
+        }
+        // Istio's auto mTLS: no `tls` of the rule, a service inside the mesh, a client that
+        // takes SDS certificates (not a proxyless one), endpoints Envoy knows (not original
+        // destinations).
+        None if defaults.auto_mtls
+            && !grpc
+            && !service.mesh_external
+            && service.resolution != Resolution::None
+            && policy.load_balancer != Some(LoadBalancer::Passthrough) =>
+        {
+            cluster.transport_socket_matches =
+                auto_mtls_matches(port.port, subset, service, &defaults.trust_domain);
         }
         None => {}
     }
@@ -541,6 +553,56 @@ fn istio_mutual(
     }
 }
 
+/// The endpoint metadata Envoy picks a cluster's transport socket by
+/// (`filter_metadata["envoy.transport_socket_match"]`), and the value of its `tlsMode` key
+/// for an endpoint that runs a sidecar: Istio's names.
+pub const TRANSPORT_SOCKET_MATCH: &str = "envoy.transport_socket_match";
+pub const TLS_MODE_ISTIO: &str = "istio";
+
+/// Istio's auto mTLS sockets: the mesh's mutual TLS (as `ISTIO_MUTUAL` without a rule's
+/// `sni` or `subjectAltNames`) to the endpoints whose metadata says `tlsMode: istio`,
+/// plaintext to every other endpoint.
+fn auto_mtls_matches(
+    port: u16,
+    subset: Option<&str>,
+    service: &Service,
+    trust_domain: &str,
+) -> Vec<envoy_types::pb::envoy::config::cluster::v3::cluster::TransportSocketMatch> {
+    use envoy_types::pb::envoy::config::cluster::v3::cluster::TransportSocketMatch;
+    use envoy_types::pb::envoy::config::core::v3::{transport_socket::ConfigType, TransportSocket};
+    use envoy_types::pb::envoy::extensions::transport_sockets::raw_buffer::v3::RawBuffer;
+    use envoy_types::pb::google::protobuf::{value::Kind, Struct, Value};
+    let istio = Struct {
+        fields: [(
+            "tlsMode".to_string(),
+            Value {
+                kind: Some(Kind::StringValue(TLS_MODE_ISTIO.into())),
+            },
+        )]
+        .into_iter()
+        .collect(),
+    };
+    let mtls = crate::model::UpstreamTls {
+        istio_mutual: true,
+        ..Default::default()
+    };
+    vec![
+        TransportSocketMatch {
+            name: "tlsMode-istio".into(),
+            r#match: Some(istio),
+            transport_socket: Some(istio_mutual(&mtls, port, subset, service, trust_domain)),
+        },
+        TransportSocketMatch {
+            name: "tlsMode-disabled".into(),
+            r#match: Some(Struct::default()),
+            transport_socket: Some(TransportSocket {
+                name: "envoy.transport_sockets.raw_buffer".into(),
+                config_type: Some(ConfigType::TypedConfig(pack_any(RawBuffer::default()))),
+            }),
+        },
+    ]
+}
+
 /// `filter_metadata["meshflow"].fail_closed = why`.
 fn fail_closed_metadata(why: &str) -> envoy_types::pb::envoy::config::core::v3::Metadata {
     use envoy_types::pb::google::protobuf::{value::Kind, Struct, Value};
@@ -756,7 +818,15 @@ fn dns_hosts(
     let members = dns_members(service, port, selector);
     let addrs = members
         .iter()
-        .map(|h| (h.locality.as_str(), h.address.as_str(), h.port, h.weight))
+        .map(|h| {
+            (
+                h.locality.as_str(),
+                h.address.as_str(),
+                h.port,
+                h.weight,
+                super::endpoint::runs_sidecar(&h.labels),
+            )
+        })
         .collect();
     super::endpoint::assignment(cluster, addrs)
 }
@@ -928,7 +998,8 @@ pub fn outbound_all_with(
         {
             return None;
         }
-        let locality = LocalityMode::of(&policy, defaults.locality_lb.as_ref()).map(Box::new);
+        let locality =
+            LocalityMode::of(&policy, defaults.locality_lb.as_ref(), service).map(Box::new);
         match service.resolution {
             Resolution::Static => Some(EdsSel {
                 labels: labels.clone(),
@@ -966,6 +1037,7 @@ mod tests {
     fn reviews() -> Service {
         Service {
             mesh_external: false,
+            prefer_close: false,
             subject_alt_names: Vec::new(),
             hostname: "reviews.default.svc.cluster.local".into(),
             origin: ConfigKey::new(Kind::Service, "default", "reviews"),
@@ -1025,6 +1097,7 @@ mod tests {
             locality_lb: None,
             system_ca_bundle: "/etc/proxy/ca-bundle.pem".into(),
             gateway: false,
+            auto_mtls: true,
         };
         outbound_all_for(service, Some(dr), grpc, &defaults)
             .into_iter()

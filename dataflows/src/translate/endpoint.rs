@@ -53,6 +53,7 @@ pub fn load_assignment_for<'a>(
                 e.ip.as_str(),
                 e.port,
                 e.placement.weight.unwrap_or(1).max(1),
+                runs_sidecar(&e.labels),
             )
         })
         .collect();
@@ -118,6 +119,7 @@ pub(crate) fn localized_assignment(
                 h.address.as_str(),
                 h.port,
                 h.weight,
+                runs_sidecar(&h.labels),
             )
         })
         .collect();
@@ -248,27 +250,40 @@ fn distribute(cla: &mut ClusterLoadAssignment, client: &Locality, entries: &[Loc
     }
 }
 
-/// The assignment of `(locality, address, port, weight)` entries in a canonical order,
-/// grouped by locality: the body of an EDS resource, and the inline hosts of a DNS cluster.
-/// An address `unix://PATH` is a Unix domain socket (its port means nothing).
+/// Whether an endpoint's workload runs a sidecar that takes the mesh's mutual TLS: Istio's
+/// label `security.istio.io/tlsMode: istio`, which its injector gives such pods.
+pub fn runs_sidecar(labels: &crate::model::Labels) -> bool {
+    labels
+        .get(TLS_MODE_LABEL)
+        .is_some_and(|v| v.eq_ignore_ascii_case(super::cluster::TLS_MODE_ISTIO))
+}
+
+/// The workload label saying whether it takes the mesh's mutual TLS (Istio's).
+pub const TLS_MODE_LABEL: &str = "security.istio.io/tlsMode";
+
+/// The assignment of `(locality, address, port, weight, runs a sidecar)` entries in a
+/// canonical order, grouped by locality: the body of an EDS resource, and the inline hosts
+/// of a DNS cluster. An address `unix://PATH` is a Unix domain socket (its port means
+/// nothing).
 pub(crate) fn assignment(
     cluster: &str,
-    addrs: Vec<(&str, &str, u16, u32)>,
+    addrs: Vec<(&str, &str, u16, u32, bool)>,
 ) -> ClusterLoadAssignment {
     let ranked = addrs
         .into_iter()
-        .map(|(locality, ip, port, weight)| (locality, 0, ip, port, weight))
+        .map(|(locality, ip, port, weight, mtls)| (locality, 0, ip, port, weight, mtls))
         .collect();
     ranked_assignment(cluster, ranked)
 }
 
-/// As [`assignment`], from `(locality, rank, address, port, weight)` entries: a locality's
-/// endpoints of different ranks are groups of their own (Istio's split of a locality by
-/// `failoverPriority`), each with its rank as its priority and the sum of its endpoints'
-/// weights as its weight.
+/// As [`assignment`], from `(locality, rank, address, port, weight, runs a sidecar)`
+/// entries: a locality's endpoints of different ranks are groups of their own (Istio's
+/// split of a locality by `failoverPriority`), each with its rank as its priority and the
+/// sum of its endpoints' weights as its weight. An endpoint that runs a sidecar carries
+/// Istio's `tlsMode: istio` transport socket metadata, which auto mTLS clusters match.
 fn ranked_assignment(
     cluster: &str,
-    mut addrs: Vec<(&str, u32, &str, u16, u32)>,
+    mut addrs: Vec<(&str, u32, &str, u16, u32, bool)>,
 ) -> ClusterLoadAssignment {
     addrs.sort_by(|a, b| (a.0, a.2, a.3, a.4, a.1).cmp(&(b.0, b.2, b.3, b.4, b.1)));
     // One entry per address in a locality (the least weight, by the order above).
@@ -276,7 +291,7 @@ fn ranked_assignment(
     addrs.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
     let mut groups: Vec<LocalityLbEndpoints> = Vec::new();
     let mut current: Option<(&str, u32)> = None;
-    for (locality, rank, ip, port, weight) in addrs {
+    for (locality, rank, ip, port, weight, mtls) in addrs {
         if current != Some((locality, rank)) {
             current = Some((locality, rank));
             groups.push(LocalityLbEndpoints {
@@ -295,6 +310,7 @@ fn ranked_assignment(
             })),
             health_status: HealthStatus::Healthy as i32,
             load_balancing_weight: Some(UInt32Value { value: weight }),
+            metadata: mtls.then(tls_mode_metadata),
             ..Default::default()
         });
         if let Some(w) = group.load_balancing_weight.as_mut() {
@@ -304,6 +320,24 @@ fn ranked_assignment(
     ClusterLoadAssignment {
         cluster_name: cluster.to_string(),
         endpoints: groups,
+        ..Default::default()
+    }
+}
+
+/// `filter_metadata["envoy.transport_socket_match"] = {tlsMode: istio}`.
+fn tls_mode_metadata() -> envoy_types::pb::envoy::config::core::v3::Metadata {
+    use envoy_types::pb::google::protobuf::{value::Kind, Struct, Value};
+    let mode = Value {
+        kind: Some(Kind::StringValue(super::cluster::TLS_MODE_ISTIO.into())),
+    };
+    let fields = [("tlsMode".to_string(), mode)].into_iter().collect();
+    envoy_types::pb::envoy::config::core::v3::Metadata {
+        filter_metadata: [(
+            super::cluster::TRANSPORT_SOCKET_MATCH.to_string(),
+            Struct { fields },
+        )]
+        .into_iter()
+        .collect(),
         ..Default::default()
     }
 }
@@ -342,7 +376,7 @@ mod tests {
         let addrs = groups
             .iter()
             .zip(&ips)
-            .map(|((loc, w), ip)| (*loc, ip.as_str(), 80, *w))
+            .map(|((loc, w), ip)| (*loc, ip.as_str(), 80, *w, false))
             .collect();
         assignment("c", addrs)
     }

@@ -168,16 +168,16 @@ fn retries_policy(retries: Option<&Retries>) -> Option<RetryPolicy> {
     Some(policy)
 }
 
-/// The port a destination means: explicit, else the only port of the destination service,
-/// else the port the request arrived on.
+/// The port a destination means, as Istio's `GetDestinationCluster` resolves it: explicit,
+/// else the only port of the destination service, else the port of the listener the request
+/// arrived on — even where the service has no such port (its cluster then does not exist and
+/// Envoy answers 503; analysis reports the destination, Istio's IST0112).
 pub fn resolve_port(dest: &RouteDestination, current: u16, vs: &ResolvedVs) -> u16 {
     if let Some(p) = dest.port {
         return p;
     }
     match vs.dest_ports.get(&dest.host).map(Vec::as_slice) {
         Some([only]) => *only,
-        Some(ports) if ports.contains(&current) => current,
-        Some([first, ..]) => *first,
         _ => current,
     }
 }
