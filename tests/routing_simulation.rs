@@ -2481,25 +2481,68 @@ spec:
     mesh.assert_no_errors();
 }
 
-/// Auto mTLS: Istio would give a mesh service without a rule's `tls` transport socket
-/// matches (mTLS to endpoints labelled `tlsMode: istio`, plaintext to others). meshflow
-/// does not (`enableAutoMtls` is reported): every endpoint is reached in plaintext, with no
-/// socket match, whether or not its pod runs a sidecar. This pins that down so that adding
-/// auto mTLS shows up here.
+/// Auto mTLS (Istio's default): a mesh service without a rule's `tls` carries Istio's
+/// transport socket matches; the endpoint whose pod runs a sidecar (labelled
+/// `security.istio.io/tlsMode: istio`) is reached over the mesh's mTLS — the workload
+/// certificate, `ROOTCA`, SNI `outbound_.PORT_._.HOST`, the server pinned to the service's
+/// account — and the one without a sidecar in plaintext; with `enableAutoMtls: false` both
+/// are plaintext and no socket matches are sent.
 #[test]
-fn without_a_rules_tls_every_endpoint_is_reached_in_plaintext() {
+fn without_a_rules_tls_auto_mtls_reaches_sidecars_over_mtls_and_the_rest_in_plaintext() {
     let (mut mesh, reviews, proxy) = sidecar_setup("auto-mtls", &["v1", "v2"]);
+    reviews.write_pods_labelled(&[("v1", "security.istio.io/tlsMode: istio"), ("v2", "")]);
+    mesh.sync_clean();
+    let o = mesh.send(&proxy, &via_sidecar("reviews", "/"));
+    let up = &o.upstreams()[0];
+    let names: Vec<&str> = up.socket_matches.iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(names, ["tlsMode-istio", "tlsMode-disabled"], "{up:#?}");
+    let transports = up.transports();
+    assert_eq!(transports.len(), 2, "{up:#?}");
+    let (v1, v2) = (pod(&reviews, "v1"), pod(&reviews, "v2"));
+    let of = |addr: &str| {
+        transports
+            .iter()
+            .find(|(a, _)| a == addr)
+            .map(|(_, t)| *t)
+            .expect("an endpoint")
+    };
+    let t = of(&v1).tls().expect("mTLS to the pod with a sidecar");
+    assert!(t.istio_mutual, "{t:#?}");
+    assert_eq!(t.certificates, [Source::Sds("default".into())]);
+    assert_eq!(t.validation, Some(Source::Sds("ROOTCA".into())));
+    assert_eq!(
+        t.sni.as_deref(),
+        Some(format!("outbound_.{PORT}_._.{FQDN}").as_str())
+    );
+    assert!(
+        t.sans.iter().any(|s| s
+            .matcher
+            .contains("spiffe://cluster.local/ns/default/sa/reviews")),
+        "{t:#?}"
+    );
+    assert_eq!(of(&v2), &Transport::Plaintext);
+
+    use meshflow::config::mesh::{mesh_config_key, MeshOverrides};
+    use meshflow::sources::mesh::MeshState;
+    let mut state = MeshState::new(
+        MeshConfig::default(),
+        MeshOverrides::default(),
+        mesh_config_key("", "mesh"),
+        "mesh.yaml".into(),
+        "files",
+    );
+    let report = state
+        .update("enableAutoMtls: false\n", None)
+        .expect("a new config");
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    mesh.step(report.changes);
     let o = mesh.send(&proxy, &via_sidecar("reviews", "/"));
     let up = &o.upstreams()[0];
     assert!(up.socket_matches.is_empty(), "{up:#?}");
-    assert_eq!(
-        up.transports(),
-        vec![
-            (pod(&reviews, "v1"), &Transport::Plaintext),
-            (pod(&reviews, "v2"), &Transport::Plaintext)
-        ]
-    );
-    assert!(o.endpoints().len() == 2 && up.endpoints.iter().all(|e| e.socket.is_none()));
+    assert!(up
+        .transports()
+        .iter()
+        .all(|(_, t)| **t == Transport::Plaintext));
 }
 
 /// Inbound, Istio's PERMISSIVE mode: a captured `reviews-v1` sidecar's `virtualInbound`
