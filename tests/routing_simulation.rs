@@ -2263,7 +2263,19 @@ fn destination_rule_tls_modes_set_how_clusters_connect() {
     let all = reviews.cluster("");
     let call = via_sidecar("reviews", "/");
     let o = mesh.send(&proxy, &call);
-    assert_eq!(upstream_tls(&o, &all), None, "no rule tls: plaintext");
+    // No rule tls: auto mTLS, plaintext to these pods (none is labelled as running a
+    // sidecar).
+    let up = o
+        .upstreams()
+        .iter()
+        .find(|u| u.cluster == all)
+        .expect("the service's cluster");
+    let names: Vec<&str> = up.socket_matches.iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(names, ["tlsMode-istio", "tlsMode-disabled"], "{up:#?}");
+    assert!(up
+        .transports()
+        .iter()
+        .all(|(_, t)| **t == Transport::Plaintext));
     let policy = |tls: &str| format!("  trafficPolicy:\n    tls: {tls}\n");
     let both = ["v1", "v2"];
 
@@ -2478,7 +2490,9 @@ spec:
         "the subset's DISABLE"
     );
     assert_eq!(o.endpoints(), ["10.9.0.2:7080"]);
-    mesh.assert_no_errors();
+    // The route names no port on a two-port host: it takes the request's port (as meant
+    // here), which Istio's analysis asks to be written out (IST0112).
+    mesh.assert_one_error(&["db.example.internal", "IST0112"]);
 }
 
 /// Auto mTLS (Istio's default): a mesh service without a rule's `tls` carries Istio's
@@ -2707,15 +2721,12 @@ fn istio_mutual_reaches_a_bound_ingress_listeners_mtls_chain() {
     mesh.assert_no_errors();
 }
 
-/// Inbound PERMISSIVE on a TCP port: Istio gives it three chains — Istio's mTLS (TLS with
-/// its ALPN, terminated), TLS of the application's own (TLS with other or no ALPN, passed on
-/// as bytes) and plaintext — so a client outside the mesh speaking TLS to, say, a database
-/// reaches it. meshflow builds only the mTLS and the plaintext chain, so such a connection
-/// matches the mTLS chain's transport and then no ALPN: no chain, Envoy closes it. A
-/// translation finding for the lead (dataflows/src/translate/listener.rs, `inbound_chains`,
-/// `Proxying::Tcp`); this test states Istio's behaviour.
+/// Inbound PERMISSIVE on a TCP port: as Istio, three chains — Istio's mTLS (TLS with its
+/// ALPN, terminated), TLS of the application's own (TLS with other or no ALPN, passed on as
+/// bytes) and plaintext — so a client outside the mesh speaking TLS to, say, a database
+/// reaches it (without the second chain, such a connection would match the mTLS chain's
+/// transport and then no ALPN: no chain, Envoy would close it).
 #[test]
-#[ignore = "translation finding: no plain-TLS inbound chain on TCP ports (reported)"]
 fn inbound_permissive_tcp_ports_pass_the_applications_own_tls_through() {
     let mut mesh = Mesh::new("inbound-permissive-tcp");
     let reviews = reviews_mesh(&mesh, 9080, &["v1"]);

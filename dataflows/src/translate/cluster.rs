@@ -254,10 +254,11 @@ fn outbound(
                 o.upstream_http_protocol_options = Some(auto);
             }
         }
-        // Istio's auto mTLS: no `tls` of the rule, a service inside the mesh, a client that
-        // takes SDS certificates (not a proxyless one), endpoints Envoy knows (not original
-        // destinations).
+        // Istio's auto mTLS: no `tls` of the rule (`DISABLE` is one: plaintext), a service
+        // inside the mesh, a client that takes SDS certificates (not a proxyless one),
+        // endpoints Envoy knows (not original destinations).
         None if defaults.auto_mtls
+            && !policy.tls_disabled
             && !grpc
             && !service.mesh_external
             && service.resolution != Resolution::None

@@ -311,7 +311,6 @@ fn ranked_assignment(
             health_status: HealthStatus::Healthy as i32,
             load_balancing_weight: Some(UInt32Value { value: weight }),
             metadata: mtls.then(tls_mode_metadata),
-            ..Default::default()
         });
         if let Some(w) = group.load_balancing_weight.as_mut() {
             w.value = w.value.saturating_add(weight);

@@ -310,12 +310,17 @@ fn inbound_chains(port: InboundPort) -> Vec<FilterChain> {
                 true,
             ),
         ],
+        // Istio's permissive TCP chains: the mesh's mTLS, the application's own TLS passed
+        // through as it is (Envoy narrows to the `tls` chains once the TLS inspector sees
+        // TLS, so without this chain a client's TLS of any other ALPN found none), and the
+        // rest in plaintext.
         Proxying::Tcp => vec![
             tcp(port_chain(name(""), p, "", &[]), false),
             tcp(
                 port_chain(name("-mtls"), p, "tls", &INBOUND_MTLS_ALPN),
                 true,
             ),
+            tcp(port_chain(name("-tls"), p, "tls", &[]), false),
         ],
         Proxying::Detected => vec![
             http(port_chain(name("-mtls"), p, "tls", &MTLS_HTTP_ALPN), true),
