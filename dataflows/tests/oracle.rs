@@ -887,6 +887,7 @@ fn random_record(rng: &mut StdRng, extra: &mut StdRng, slot: usize) -> Record {
                 interception_none: rng.random_bool(0.5),
                 service_account: extra.random_bool(0.5).then(|| "reviews".to_string()),
                 locality: pick(extra, &["", "r1/z1", "r1/z2/s1", "r2/z9"]).to_string(),
+                idle_timeout_ns: None,
             })
         }
     }

@@ -246,6 +246,7 @@ fn sidecar_proxy(pod: &str, ns: &str, ip: &str, pod_labels: &[(&str, &str)]) -> 
         interception_none: false,
         service_account: None,
         locality: String::new(),
+        idle_timeout_ns: None,
     }
 }
 

@@ -88,6 +88,7 @@ fn validate(
                 .get("istio-locality")
                 .map(|l| l.replace('.', "/"))
                 .unwrap_or_default(),
+            idle_timeout_ns: None,
         }));
     }
     let configs = naive::compute(&mesh, &Snapshot { records });

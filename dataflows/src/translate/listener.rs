@@ -3,7 +3,7 @@
 
 use super::{duration_ms, inbound_cluster_name, socket_address, PASSTHROUGH_CLUSTER};
 use crate::model::{InboundPort, Proxying, Resource, ResourceType};
-use envoy_types::pb::envoy::config::core::v3::TrafficDirection;
+use envoy_types::pb::envoy::config::core::v3::{HttpProtocolOptions, TrafficDirection};
 use envoy_types::pb::envoy::config::listener::v3::ApiListener;
 use envoy_types::pb::envoy::config::listener::v3::{
     filter, listener_filter, Filter, FilterChain, FilterChainMatch, Listener, ListenerFilter,
@@ -464,6 +464,62 @@ pub fn virtual_inbound(ports: &[InboundPort], detection_ms: Option<u64>) -> Reso
     Resource::new(
         ResourceType::Listener,
         listener.name.clone(),
+        listener.encode_to_vec(),
+    )
+}
+
+/// Listener `r` as a proxy whose node metadata says `IDLE_TIMEOUT` gets it, as Istio builds
+/// it for that proxy: every connection manager's idle timeout
+/// (`common_http_protocol_options.idle_timeout`: outbound, inbound, gateway), and the idle
+/// timeout of every `tcp_proxy` that has none of its own — inbound chains, the catch-alls
+/// of `virtualOutbound`, `virtualInbound` and of a port's listener, outbound TCP and TLS
+/// routes. A route's `tcp_proxy` has one only where its DestinationRule sets `tcp.idleTimeout`
+/// (the one idle timeout a builder here gives it), which wins, as in Istio. `0`: none.
+///
+/// One pass over a built listener rather than a parameter of every builder: no listener a
+/// proxy gets can miss it, and the dataflow and the naive recompute apply the same function
+/// to the same bodies. API listeners (proxyless gRPC) have no filter chains and are left
+/// alone, as Istio gives them none. Other resources come back as they are.
+///
+/// The listener is decoded and encoded again: its builders set no map field with more than
+/// one entry (prost's maps are `HashMap`s), so the encoding stays deterministic.
+pub fn with_idle_timeout(r: &Resource, idle_ns: u64) -> Resource {
+    if r.rtype != ResourceType::Listener {
+        return r.clone();
+    }
+    let Ok(mut listener) = Listener::decode(&r.body.0[..]) else {
+        return r.clone();
+    };
+    let idle = super::duration_ns(idle_ns);
+    let chains = listener
+        .filter_chains
+        .iter_mut()
+        .chain(listener.default_filter_chain.iter_mut());
+    for f in chains.flat_map(|c| c.filters.iter_mut()) {
+        let Some(filter::ConfigType::TypedConfig(any)) = &mut f.config_type else {
+            continue;
+        };
+        if any.type_url.ends_with(".HttpConnectionManager") {
+            if let Ok(mut hcm) = HttpConnectionManager::decode(&any.value[..]) {
+                let options = hcm.common_http_protocol_options.take().unwrap_or_default();
+                hcm.common_http_protocol_options = Some(HttpProtocolOptions {
+                    idle_timeout: Some(idle),
+                    ..options
+                });
+                *any = pack_any(hcm);
+            }
+        } else if any.type_url.ends_with(".TcpProxy") {
+            if let Ok(mut proxy) = TcpProxy::decode(&any.value[..]) {
+                if proxy.idle_timeout.is_none() {
+                    proxy.idle_timeout = Some(idle);
+                    *any = pack_any(proxy);
+                }
+            }
+        }
+    }
+    Resource::new(
+        ResourceType::Listener,
+        r.name.clone(),
         listener.encode_to_vec(),
     )
 }
