@@ -10,7 +10,8 @@ use crate::rules;
 
 /// `(proxy, scope)` for every connected proxy: sidecars and proxyless clients by the Sidecar
 /// resource in effect, routers by the Gateways that select them; both by the `sourceLabels`
-/// selectors of VirtualServices they match.
+/// selectors of VirtualServices they match, and by their node metadata `IDLE_TIMEOUT`
+/// (which their listeners carry).
 pub(super) fn of_proxies<'s>(
     mesh: &Mesh<'s>,
     proxies: &Coll<'s, (ProxyId, Proxy)>,
