@@ -24,6 +24,17 @@ pub fn fixed_clusters(scope: &ScopeKey, connect_timeout_ms: u64) -> Vec<Resource
     }
 }
 
+/// Resource `r` as proxies whose node metadata says `IDLE_TIMEOUT` (`idle_ns`) get it: a
+/// listener with their idle timeout ([`listener::with_idle_timeout`]); anything else, and
+/// anything for proxies without one, as built. Applied to every listener of a scope
+/// ([`ScopeKey::idle_timeout_ns`]) and to a proxy's own `virtualInbound`.
+pub fn apply_idle_timeout(idle_ns: Option<u64>, r: Resource) -> Resource {
+    match idle_ns {
+        Some(ns) if r.rtype == ResourceType::Listener => listener::with_idle_timeout(&r, ns),
+        _ => r,
+    }
+}
+
 /// Listeners of a sidecar scope that do not depend on services: one per explicit egress
 /// listener, plus `virtualOutbound` where traffic is captured, and the listeners and
 /// clusters of its `ingress`. Proxyless clients have no

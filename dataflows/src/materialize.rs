@@ -550,6 +550,7 @@ mod tests {
             source_labels: Vec::new(),
             locality: None,
             priority_labels: None,
+            idle_timeout_ns: None,
         }
     }
 

@@ -2042,6 +2042,11 @@ pub struct Proxy {
     /// the locality labels of its workload, as Istio reads it.
     #[serde(default)]
     pub locality: String,
+    /// Node metadata `IDLE_TIMEOUT` (a Go duration), in nanoseconds: Istio's idle timeout of
+    /// every connection manager and `tcp_proxy` of the proxy (see
+    /// [`crate::assemble::apply_idle_timeout`]). `None`: not sent, or not a valid duration.
+    #[serde(default)]
+    pub idle_timeout_ns: Option<u64>,
 }
 
 impl Proxy {
@@ -2353,6 +2358,10 @@ pub enum ScopeKey {
         /// [`ScopeKey::with_priority_labels`]); `None`: none read.
         #[serde(default)]
         priority_labels: Option<Vec<(String, String)>>,
+        /// The proxies' node metadata `IDLE_TIMEOUT` ([`Proxy::idle_timeout_ns`]; never for
+        /// proxyless clients, which Istio does not give it): their listeners carry it.
+        #[serde(default)]
+        idle_timeout_ns: Option<u64>,
     },
     /// A gateway proxy in `namespace` selected by these Gateways (sorted).
     Router {
@@ -2367,6 +2376,9 @@ pub enum ScopeKey {
         /// As for sidecars.
         #[serde(default)]
         priority_labels: Option<Vec<(String, String)>>,
+        /// As for sidecars.
+        #[serde(default)]
+        idle_timeout_ns: Option<u64>,
     },
 }
 
@@ -2419,6 +2431,18 @@ impl ScopeKey {
                 labels: source_labels,
                 proxyless: false,
             },
+        }
+    }
+
+    /// The node metadata `IDLE_TIMEOUT` its proxies share, in nanoseconds.
+    pub fn idle_timeout_ns(&self) -> Option<u64> {
+        match self {
+            ScopeKey::Sidecar {
+                idle_timeout_ns, ..
+            }
+            | ScopeKey::Router {
+                idle_timeout_ns, ..
+            } => *idle_timeout_ns,
         }
     }
 

@@ -198,18 +198,14 @@ impl<'a> View<'a> {
                     .min();
                 rules::sidecar_scope(p, chosen.map(|(_, k)| k.clone()))
             }
-            ProxyKind::Router => ScopeKey::Router {
-                namespace: p.namespace.clone(),
-                gateways: self
-                    .gateways
+            ProxyKind::Router => rules::router_scope(
+                p,
+                self.gateways
                     .values()
                     .filter(|g| rules::gateway_selects(g, p))
                     .map(|g| g.key.clone())
                     .collect(),
-                source_labels: Vec::new(),
-                locality: None,
-                priority_labels: None,
-            },
+            ),
         };
         let mut s = s.with_source_labels(matched);
         if self.by_locality && !p.locality.is_empty() {
@@ -907,7 +903,14 @@ fn sidecar_outbound(
     res.extend(api_listeners.into_iter().flat_map(|(h, port)| {
         listener::api_listeners(h, port, s.namespace(), &mesh.domain_suffix)
     }));
-    res
+    with_idle_timeout(s, res)
+}
+
+/// A scope's resources as its proxies get them: listeners with their `IDLE_TIMEOUT`.
+fn with_idle_timeout(s: &ScopeKey, res: Vec<Resource>) -> Vec<Resource> {
+    res.into_iter()
+        .map(|r| assemble::apply_idle_timeout(s.idle_timeout_ns(), r))
+        .collect()
 }
 
 /// Whether the proxy's config names its workload certificate: an `ISTIO_MUTUAL` cluster of
@@ -1024,10 +1027,11 @@ fn inbound(v: &View, index: &EndpointIndex, p: &Proxy, s: &ScopeKey) -> Vec<Reso
         } else {
             assemble::ingress_ports(&ScopeSpec::new(v.sidecar_spec(s).cloned(), &v.mesh))
         };
-        res.push(listener::virtual_inbound(
+        let l = listener::virtual_inbound(
             &InboundPort::of_proxy(own, ingress_ports),
             v.mesh.protocol_detection_timeout_ms,
-        ));
+        );
+        res.push(assemble::apply_idle_timeout(p.idle_timeout_ns, l));
     }
     res
 }
@@ -1075,7 +1079,7 @@ fn router(
         })
         .cloned()
         .collect();
-    assemble::router_resources(
+    let res = assemble::router_resources(
         s.source(),
         namespace,
         &gws,
@@ -1088,7 +1092,8 @@ fn router(
     .resources
     .into_iter()
     .map(|(r, _)| r)
-    .collect()
+    .collect();
+    with_idle_timeout(s, res)
 }
 
 /// `outbound|PORT|SUBSET|HOST` → (HOST, PORT).

@@ -660,7 +660,8 @@ pub fn gateway_ref_str(reference: &String) -> Option<ConfigKey> {
 }
 
 /// The scope of a sidecar-scoped proxy under the Sidecar resource `sidecar` (if any). A
-/// proxyless client captures nothing, whatever its metadata says.
+/// proxyless client captures nothing, whatever its metadata says, and has no connection
+/// manager or `tcp_proxy` an `IDLE_TIMEOUT` would apply to.
 pub fn sidecar_scope(p: &Proxy, sidecar: Option<ConfigKey>) -> ScopeKey {
     let proxyless = p.kind == ProxyKind::Proxyless;
     ScopeKey::Sidecar {
@@ -671,6 +672,19 @@ pub fn sidecar_scope(p: &Proxy, sidecar: Option<ConfigKey>) -> ScopeKey {
         source_labels: Vec::new(),
         locality: None,
         priority_labels: None,
+        idle_timeout_ns: p.idle_timeout_ns.filter(|_| !proxyless),
+    }
+}
+
+/// The scope of a router in its namespace, selected by `gateways` (sorted).
+pub fn router_scope(p: &Proxy, gateways: Vec<ConfigKey>) -> ScopeKey {
+    ScopeKey::Router {
+        namespace: p.namespace.clone(),
+        gateways,
+        source_labels: Vec::new(),
+        locality: None,
+        priority_labels: None,
+        idle_timeout_ns: p.idle_timeout_ns,
     }
 }
 
@@ -863,6 +877,7 @@ mod tests {
                     interception_none: false,
                     service_account: None,
                     locality: String::new(),
+                    idle_timeout_ns: None,
                 },
                 None,
             )

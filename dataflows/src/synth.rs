@@ -198,6 +198,7 @@ pub fn router(g: usize, mesh: &MeshConfig) -> Proxy {
         interception_none: false,
         service_account: None,
         locality: String::new(),
+        idle_timeout_ns: None,
     }
 }
 
@@ -218,6 +219,7 @@ pub fn proxy(p: usize, shape: &Shape) -> Record {
         interception_none: false,
         service_account: None,
         locality: String::new(),
+        idle_timeout_ns: None,
     })
 }
 

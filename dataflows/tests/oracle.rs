@@ -887,8 +887,32 @@ fn random_record(rng: &mut StdRng, extra: &mut StdRng, slot: usize) -> Record {
                 interception_none: rng.random_bool(0.5),
                 service_account: extra.random_bool(0.5).then(|| "reviews".to_string()),
                 locality: pick(extra, &["", "r1/z1", "r1/z2/s1", "r2/z9"]).to_string(),
+                // Drawn apart: see `with_idle_timeout`.
+                idle_timeout_ns: None,
             })
         }
+    }
+}
+
+/// A proxy's node metadata `IDLE_TIMEOUT`, now and then: none, 1s, 0s (no timeout),
+/// 1m30.5s. Drawn from a generator of its own, so the logs the other generators draw stay
+/// what they were.
+fn with_idle_timeout(rng: &mut StdRng, r: Record) -> Record {
+    match r {
+        Record::Proxy(p) => Record::Proxy(Proxy {
+            idle_timeout_ns: pick(
+                rng,
+                &[
+                    None,
+                    None,
+                    Some(1_000_000_000),
+                    Some(0),
+                    Some(90_500_000_000),
+                ],
+            ),
+            ..p
+        }),
+        other => other,
     }
 }
 
@@ -1023,6 +1047,7 @@ fn check_reported_changes(before: &Held, after: &Held, applied: &Applied, epoch:
 fn run(seed: u64, steps: usize, workers: usize) {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut extra = StdRng::seed_from_u64(seed ^ 0x6d74_6c73);
+    let mut node_meta = StdRng::seed_from_u64(seed ^ 0x6964_6c65);
     // A CA's root: every sidecar and router holds its workload secrets.
     let mesh = MeshConfig {
         trust_root: Some("-----BEGIN CERTIFICATE-----\noracle\n-----END CERTIFICATE-----\n".into()),
@@ -1037,7 +1062,8 @@ fn run(seed: u64, steps: usize, workers: usize) {
         let mut changes = Vec::new();
         for _ in 0..rng.random_range(1..6) {
             let slot = rng.random_range(0..12);
-            let record = random_record(&mut rng, &mut extra, slot);
+            let record =
+                with_idle_timeout(&mut node_meta, random_record(&mut rng, &mut extra, slot));
             let id = identity(&record);
             if let Some(old) = live.remove(&id) {
                 changes.push((old, -1));

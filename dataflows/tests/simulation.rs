@@ -186,6 +186,7 @@ fn proxy(kind: ProxyKind, id_kind: &str, app: &str, interception_none: bool) -> 
         interception_none,
         service_account: None,
         locality: String::new(),
+        idle_timeout_ns: None,
     }
 }
 

@@ -45,6 +45,7 @@ fn described_proxies(records: &[(Record, isize)]) -> Vec<(Record, isize)> {
                         interception_none: false,
                         service_account: w.service_account.clone(),
                         locality: w.placement.locality.clone(),
+                        idle_timeout_ns: None,
                     }),
                     1,
                 ))

@@ -119,9 +119,16 @@ fn describe_scope(scope: &ScopeKey) -> String {
             format!("{what}, matching sourceLabels {}", sels.join(", "))
         }
     };
-    match scope.locality() {
+    let what = match scope.locality() {
         "" => what,
         loc => format!("{what}, in locality {loc}"),
+    };
+    match scope.idle_timeout_ns() {
+        Some(ns) => format!(
+            "{what}, with IDLE_TIMEOUT {:?}",
+            std::time::Duration::from_nanos(ns)
+        ),
+        None => what,
     }
 }
 
@@ -145,6 +152,7 @@ mod tests {
             source_labels: Vec::new(),
             locality: None,
             priority_labels: None,
+            idle_timeout_ns: None,
         };
         let route = (
             Holder::Scope(scope.clone()),

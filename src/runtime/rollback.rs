@@ -333,6 +333,7 @@ mod tests {
             interception_none: false,
             service_account: None,
             locality: String::new(),
+            idle_timeout_ns: None,
         });
         assert_eq!(rb.admit(7, vec![(svc.clone(), 1)]).0, vec![(svc, 1)]);
     }

@@ -1,7 +1,8 @@
 //! Proxy identity from the xDS `Node`: Istio's node id `TYPE~IP~POD.NS~NS.svc.DOMAIN` and
 //! node metadata (NAMESPACE, LABELS, INSTANCE_IPS, INTERCEPTION_MODE, SERVICE_ACCOUNT, NETWORK,
-//! and GENERATOR `grpc` for proxyless gRPC); metadata Istio reads and meshflow does not
-//! translate (IDLE_TIMEOUT) is named for a warning.
+//! IDLE_TIMEOUT, and GENERATOR `grpc` for proxyless gRPC). A metadata value meshflow cannot
+//! use (an IDLE_TIMEOUT that is no duration) is named for a warning ([`metadata_warnings`])
+//! and ignored, as Istio ignores it.
 //!
 //! Every namespace a node states (the id's `POD.NS`, its `NS.svc.DOMAIN`, the NAMESPACE
 //! metadata) must be the same one: the certificate check compares the client's identity with
@@ -49,40 +50,146 @@ fn map_field(s: &Struct, key: &str) -> Labels {
     }
 }
 
-/// Node metadata istiod translates that meshflow does not, with what Istio does with it: a
-/// proxy sending one is warned about when its stream opens ([`untranslated_metadata`]), so
-/// what it asks for is never dropped silently.
-///
-/// `IDLE_TIMEOUT` (a Go duration, `10s`) is, in Istio, per proxy the idle timeout of every
-/// HTTP connection manager it is given (`common_http_protocol_options.idle_timeout`, inbound,
-/// outbound and gateway), of its inbound `tcp_proxy` filters and `virtualOutbound`'s
-/// catch-all one, and of its outbound `tcp_proxy` filters whose DestinationRule sets no
-/// `tcp.idleTimeout`. meshflow builds those listeners once per scope (proxies of one scope
-/// share their bodies), so honouring a per-proxy value needs it in the scope key and in
-/// every listener builder; until then Envoy's defaults apply (1 hour for both).
-pub const UNTRANSLATED_METADATA: &[(&str, &str)] = &[(
-    "IDLE_TIMEOUT",
-    "Istio's idle timeout of the proxy's connection managers and tcp_proxy filters; Envoy's 1h default applies",
-)];
-
 /// Longest metadata value quoted in a warning (the value is the client's).
 const QUOTED_VALUE_CHARS: usize = 64;
 
-/// The [`UNTRANSLATED_METADATA`] fields the node sends with a non-empty string value: the
-/// field, its value (escaped, at most [`QUOTED_VALUE_CHARS`] characters) and what meshflow
-/// leaves out.
-pub fn untranslated_metadata(node: Option<&Node>) -> Vec<(&'static str, String, &'static str)> {
+/// A node metadata value meshflow reads but cannot use: the field, the value (escaped, at
+/// most [`QUOTED_VALUE_CHARS`] characters) and what happens instead.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetadataWarning {
+    pub field: &'static str,
+    pub value: String,
+    pub what: &'static str,
+}
+
+/// The node's metadata values meshflow cannot use, each said when its stream opens so that
+/// nothing it asks for is dropped silently: an `IDLE_TIMEOUT` that is not a Go duration (or
+/// is negative, or longer than Go's durations can be). The node is served either way.
+pub fn metadata_warnings(node: Option<&Node>) -> Vec<MetadataWarning> {
     let Some(meta) = node.and_then(|n| n.metadata.as_ref()) else {
         return Vec::new();
     };
-    UNTRANSLATED_METADATA
-        .iter()
-        .filter_map(|(field, what)| {
-            let value = string_field(meta, field).filter(|v| !v.is_empty())?;
-            let quoted: String = value.chars().take(QUOTED_VALUE_CHARS).collect();
-            Some((*field, format!("{quoted:?}"), *what))
-        })
-        .collect()
+    let mut out = Vec::new();
+    let ignored = "is not a duration (like 10s or 1m30s); ignored, as Istio ignores it: Envoy's 1h idle timeouts apply";
+    match meta.fields.get(IDLE_TIMEOUT).and_then(|v| v.kind.as_ref()) {
+        Some(ValueKind::StringValue(value)) if idle_timeout(value).is_err() => {
+            out.push(MetadataWarning {
+                field: IDLE_TIMEOUT,
+                value: quoted(value),
+                what: ignored,
+            });
+        }
+        Some(ValueKind::StringValue(_)) | None => {}
+        Some(other) => out.push(MetadataWarning {
+            field: IDLE_TIMEOUT,
+            value: quoted(&format!("{other:?}")),
+            what: ignored,
+        }),
+    }
+    out
+}
+
+fn quoted(value: &str) -> String {
+    let cut: String = value.chars().take(QUOTED_VALUE_CHARS).collect();
+    format!("{cut:?}")
+}
+
+/// The node metadata field of Istio's per-proxy idle timeout.
+pub const IDLE_TIMEOUT: &str = "IDLE_TIMEOUT";
+
+/// Node metadata `IDLE_TIMEOUT` as Istio reads it (Go's `time.ParseDuration`): `Ok(None)`
+/// when empty (no timeout of the proxy's own), the duration in nanoseconds, or an error for
+/// anything else, which Istio ignores. In Istio the value becomes the idle timeout of every
+/// HTTP connection manager of the proxy (`common_http_protocol_options.idle_timeout`:
+/// outbound, inbound, gateway), of its inbound and catch-all `tcp_proxy` filters, and of its
+/// outbound ones whose DestinationRule sets no `tcp.idleTimeout`; `0s` turns the timeout off.
+/// A negative duration, which Go accepts, is refused here: Envoy would reject the listener.
+pub fn idle_timeout(value: &str) -> Result<Option<u64>, String> {
+    if value.is_empty() {
+        return Ok(None);
+    }
+    let ns = go_duration_ns(value)?;
+    u64::try_from(ns)
+        .map(Some)
+        .map_err(|_| "a negative duration".to_string())
+}
+
+/// A Go duration string (`300ms`, `-1.5h`, `2h45m`; units ns, us, µs, μs, ms, s, m, h; a
+/// bare `0`) in nanoseconds, within Go's `time.Duration` (±2^63 ns, about 292 years).
+/// Fractions are kept to the nanosecond, truncated as Go truncates them.
+fn go_duration_ns(s: &str) -> Result<i64, String> {
+    let bad = || format!("{s:?} is not a duration");
+    let (negative, mut rest) = match s.as_bytes().first() {
+        Some(b'-') => (true, &s[1..]),
+        Some(b'+') => (false, &s[1..]),
+        _ => (false, s),
+    };
+    if rest == "0" {
+        return Ok(0);
+    }
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    // Magnitudes up to 2^63 (the negative end of Go's range), checked as they grow.
+    const LIMIT: u128 = 1 << 63;
+    let mut total: u128 = 0;
+    while !rest.is_empty() {
+        let int_len = rest.bytes().take_while(u8::is_ascii_digit).count();
+        let (int, after) = rest.split_at(int_len);
+        let (frac, after) = match after.strip_prefix('.') {
+            Some(a) => {
+                let n = a.bytes().take_while(u8::is_ascii_digit).count();
+                a.split_at(n)
+            }
+            None => ("", after),
+        };
+        if int.is_empty() && frac.is_empty() {
+            return Err(bad());
+        }
+        let unit_len = after
+            .char_indices()
+            .find(|(_, c)| *c == '.' || c.is_ascii_digit())
+            .map_or(after.len(), |(i, _)| i);
+        let (unit, next) = after.split_at(unit_len);
+        let scale: u128 = match unit {
+            "ns" => 1,
+            "us" | "\u{b5}s" | "\u{3bc}s" => 1_000,
+            "ms" => 1_000_000,
+            "s" => 1_000_000_000,
+            "m" => 60_000_000_000,
+            "h" => 3_600_000_000_000,
+            "" => return Err(format!("{s:?} is not a duration: a number without a unit")),
+            _ => return Err(format!("{s:?} is not a duration: unknown unit {unit:?}")),
+        };
+        let mut whole: u128 = 0;
+        for d in int.bytes() {
+            whole = whole * 10 + u128::from(d - b'0');
+            if whole > LIMIT {
+                return Err(bad());
+            }
+        }
+        let mut part = whole * scale;
+        // The fraction's digits past a nanosecond cannot add one: at most 19 are read.
+        let (mut num, mut den): (u128, u128) = (0, 1);
+        for d in frac.bytes().take(19) {
+            num = num * 10 + u128::from(d - b'0');
+            den *= 10;
+        }
+        part += num * scale / den;
+        total += part;
+        if total > LIMIT {
+            return Err(bad());
+        }
+        rest = next;
+    }
+    if negative {
+        // -2^63 is Go's least duration.
+        Ok((total as i128).wrapping_neg() as i64)
+    } else if total == LIMIT {
+        Err(bad())
+    } else {
+        Ok(total as i64)
+    }
 }
 
 /// Parses the proxy a stream speaks for.
@@ -140,6 +247,10 @@ pub fn proxy_from_node(node: Option<&Node>) -> Result<Proxy, InvalidNode> {
     ips.sort();
     ips.dedup();
     let interception_none = string_field(&meta, "INTERCEPTION_MODE").as_deref() == Some("NONE");
+    // An invalid value is ignored, as Istio ignores it (and said: `metadata_warnings`).
+    let idle_timeout_ns = string_field(&meta, IDLE_TIMEOUT)
+        .and_then(|v| idle_timeout(&v).ok())
+        .flatten();
     let mut labels = map_field(&meta, "LABELS");
     if labels.len() > MAX_LABELS {
         return Err(InvalidNode(format!(
@@ -185,6 +296,7 @@ pub fn proxy_from_node(node: Option<&Node>) -> Result<Proxy, InvalidNode> {
         interception_none,
         service_account,
         locality,
+        idle_timeout_ns,
     })
 }
 
@@ -302,37 +414,127 @@ mod tests {
         assert!(p.interception_none);
     }
 
-    /// `IDLE_TIMEOUT` is named when a node sends it (its value quoted, escaped and
-    /// bounded), and not when it is absent or empty; the node is served either way.
+    /// Go's durations, as `time.ParseDuration` reads them: units from ns to h, fractions,
+    /// several parts, a bare `0`; empty is no timeout.
     #[test]
-    fn idle_timeout_metadata_is_reported_as_untranslated() {
-        let node = |value: Option<&str>| {
-            let mut meta = Struct::default();
-            meta.fields.insert("NAMESPACE".into(), s("default"));
-            if let Some(v) = value {
-                meta.fields.insert("IDLE_TIMEOUT".into(), s(v));
-            }
-            Node {
-                id: "sidecar~10.1.2.3~a-1.default~default.svc.cluster.local".into(),
-                metadata: Some(meta),
-                ..Default::default()
-            }
+    fn idle_timeout_parses_go_durations() {
+        const S: u64 = 1_000_000_000;
+        for (text, ns) in [
+            ("10s", 10 * S),
+            ("1m30s", 90 * S),
+            ("0s", 0),
+            ("0", 0),
+            ("-0s", 0),
+            ("+1s", S),
+            ("1.5h", 5400 * S),
+            ("300ms", 300_000_000),
+            ("1500us", 1_500_000),
+            ("2\u{b5}s", 2_000),
+            ("2\u{3bc}s", 2_000),
+            ("7ns", 7),
+            ("1h2m3s4ms5us6ns", 3723 * S + 4_005_006),
+            (".5s", S / 2),
+            ("5.s", 5 * S),
+            ("0.000000001s", 1),
+            ("0.0000000019s", 1),
+            // Go's longest duration, 2^63-1 ns.
+            ("2562047h47m16.854775807s", i64::MAX as u64),
+        ] {
+            assert_eq!(idle_timeout(text), Ok(Some(ns)), "{text:?}");
+        }
+        assert_eq!(idle_timeout(""), Ok(None));
+    }
+
+    /// What Go refuses is refused (Istio then ignores the value), and so are negative
+    /// durations, which Envoy would refuse; nothing panics, however long or strange.
+    #[test]
+    fn idle_timeout_refuses_what_is_no_duration() {
+        let huge = "9".repeat(10_000) + "h";
+        for text in [
+            "10",
+            "s",
+            "1x",
+            "1 s",
+            " 1s",
+            "1s ",
+            ".s",
+            ".",
+            "+",
+            "-",
+            "1.5.3s",
+            "--1s",
+            "-1s",
+            "-2562047h",
+            "9999999999h",
+            "2562047h47m16.854775808s",
+            "2562047h47m16.854775807s1ns",
+            huge.as_str(),
+            "1\u{1b}[31ms",
+            "\u{e9}",
+        ] {
+            assert!(idle_timeout(text).is_err(), "{text:?} accepted");
+        }
+    }
+
+    fn idle_node(value: Option<Value>) -> Node {
+        let mut meta = Struct::default();
+        meta.fields.insert("NAMESPACE".into(), s("default"));
+        if let Some(v) = value {
+            meta.fields.insert(IDLE_TIMEOUT.into(), v);
+        }
+        Node {
+            id: "sidecar~10.1.2.3~a-1.default~default.svc.cluster.local".into(),
+            metadata: Some(meta),
+            ..Default::default()
+        }
+    }
+
+    /// A valid `IDLE_TIMEOUT` is the proxy's (`0s` too: no timeout); an invalid one is
+    /// ignored, the node still served.
+    #[test]
+    fn idle_timeout_metadata_is_the_proxys() {
+        let idle = |v: Option<Value>| {
+            proxy_from_node(Some(&idle_node(v)))
+                .unwrap()
+                .idle_timeout_ns
         };
-        let sent = node(Some("30s"));
-        let found = untranslated_metadata(Some(&sent));
+        assert_eq!(idle(Some(s("1s"))), Some(1_000_000_000));
+        assert_eq!(idle(Some(s("0s"))), Some(0));
+        assert_eq!(idle(Some(s("1m30s"))), Some(90_000_000_000));
+        assert_eq!(idle(None), None);
+        assert_eq!(idle(Some(s(""))), None);
+        assert_eq!(idle(Some(s("ten seconds"))), None);
+        assert_eq!(idle(Some(s("-5s"))), None);
+        let number = Value {
+            kind: Some(ValueKind::NumberValue(10.0)),
+        };
+        assert_eq!(idle(Some(number)), None);
+    }
+
+    /// An `IDLE_TIMEOUT` that is no duration is named in a warning, its value quoted,
+    /// escaped and bounded; a valid, empty or absent one is not.
+    #[test]
+    fn invalid_idle_timeout_metadata_is_warned_about() {
+        let warnings = |v: Option<Value>| metadata_warnings(Some(&idle_node(v)));
+        let found = warnings(Some(s("30 seconds")));
         assert_eq!(found.len(), 1);
         assert_eq!(
-            (found[0].0, found[0].1.as_str()),
-            ("IDLE_TIMEOUT", "\"30s\"")
+            (found[0].field, found[0].value.as_str()),
+            (IDLE_TIMEOUT, "\"30 seconds\"")
         );
-        assert!(proxy_from_node(Some(&sent)).is_ok());
-        assert!(untranslated_metadata(Some(&node(None))).is_empty());
-        assert!(untranslated_metadata(Some(&node(Some("")))).is_empty());
-        assert!(untranslated_metadata(None).is_empty());
+        assert!(found[0].what.contains("ignored"), "{}", found[0].what);
+        for ok in [Some(s("30s")), Some(s("0s")), Some(s("")), None] {
+            assert!(warnings(ok.clone()).is_empty(), "{ok:?}");
+        }
+        assert!(metadata_warnings(None).is_empty());
         let long = format!("\u{1b}[31m{}", "9".repeat(500));
-        let found = untranslated_metadata(Some(&node(Some(&long))));
-        assert!(!found[0].1.contains('\u{1b}'), "{}", found[0].1);
-        assert!(found[0].1.len() < 100, "{}", found[0].1);
+        let found = warnings(Some(s(&long)));
+        assert!(!found[0].value.contains('\u{1b}'), "{}", found[0].value);
+        assert!(found[0].value.len() < 100, "{}", found[0].value);
+        let number = Value {
+            kind: Some(ValueKind::NumberValue(10.0)),
+        };
+        assert_eq!(warnings(Some(number)).len(), 1);
     }
 
     #[test]

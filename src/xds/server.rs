@@ -5,7 +5,7 @@
 use super::auth::{AuthConfig, Denied};
 use super::delta::{DeltaOut, DeltaStream};
 use super::grpc;
-use super::node::{proxy_from_node, untranslated_metadata};
+use super::node::{metadata_warnings, proxy_from_node};
 use super::sotw::SotwStream;
 use super::{Feedback, ProtocolError, StreamEvent};
 use crate::hub::recorder::{Recorder, StreamRef};
@@ -200,13 +200,15 @@ async fn serve_stream<P: Protocol>(
     };
     let stream = hub.next_stream_id();
     tracing::info!(proxy = %id, stream, protocol = P::NAME, "stream opened");
-    // What the proxy asks for and meshflow does not translate is said, not dropped.
-    for (field, value, what) in untranslated_metadata(P::node(&first)) {
+    // What the proxy asks for and meshflow cannot use is said, not dropped.
+    for w in metadata_warnings(P::node(&first)) {
         tracing::warn!(
             proxy = %id,
-            field,
-            value = %value,
-            "node metadata {field} is not translated: {what}"
+            field = w.field,
+            value = %w.value,
+            "node metadata {} {}",
+            w.field,
+            w.what
         );
     }
     let mut state = P::default();

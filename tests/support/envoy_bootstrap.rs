@@ -42,6 +42,8 @@ pub struct ProxyNode {
     pub namespace: String,
     pub labels: BTreeMap<String, String>,
     pub instance_ips: Vec<String>,
+    /// Further node metadata (e.g. `IDLE_TIMEOUT`), beside what every node sends.
+    pub extra_metadata: BTreeMap<String, String>,
 }
 
 impl ProxyNode {
@@ -68,7 +70,15 @@ impl ProxyNode {
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                 .collect(),
             instance_ips: vec![ip.to_owned()],
+            extra_metadata: BTreeMap::new(),
         }
+    }
+
+    /// The same node, also sending node metadata `key: value`.
+    #[allow(dead_code)] // not every test binary sends more
+    pub fn with_metadata(mut self, key: &str, value: &str) -> Self {
+        self.extra_metadata.insert(key.to_owned(), value.to_owned());
+        self
     }
 }
 
@@ -77,7 +87,7 @@ impl ProxyNode {
 /// admin on an ephemeral loopback port.
 pub fn envoy_bootstrap(node: &ProxyNode, xds_addr: SocketAddr, mode: XdsMode) -> Value {
     let from_ads = json!({ "ads": {}, "resource_api_version": "V3" });
-    json!({
+    let mut bootstrap = json!({
         "node": {
             "id": node.id,
             "cluster": node.cluster,
@@ -132,5 +142,9 @@ pub fn envoy_bootstrap(node: &ProxyNode, xds_addr: SocketAddr, mode: XdsMode) ->
         "admin": {
             "address": { "socket_address": { "address": "127.0.0.1", "port_value": 0 } },
         },
-    })
+    });
+    for (k, v) in &node.extra_metadata {
+        bootstrap["node"]["metadata"][k] = json!(v);
+    }
+    bootstrap
 }

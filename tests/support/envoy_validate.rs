@@ -88,6 +88,11 @@ fn validate(
                 .get("istio-locality")
                 .map(|l| l.replace('.', "/"))
                 .unwrap_or_default(),
+            // As the xDS server reads it.
+            idle_timeout_ns: node
+                .extra_metadata
+                .get("IDLE_TIMEOUT")
+                .and_then(|v| meshflow::xds::node::idle_timeout(v).ok().flatten()),
         }));
     }
     let configs = naive::compute(&mesh, &Snapshot { records });

@@ -19,8 +19,9 @@ use serde::{Deserialize, Serialize};
 /// What a captured sidecar's `virtualInbound` is built from.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 enum InboundRow {
-    /// The proxy is captured (its listener exists even with no port).
-    Captured,
+    /// The proxy is captured (its listener exists even with no port), with its node
+    /// metadata `IDLE_TIMEOUT`.
+    Captured(Option<u64>),
     /// A port of its own endpoints, with the protocol of a service port reaching it.
     Own(u16, Protocol),
     /// A Sidecar `ingress` port, and whether it is reached through `virtualInbound`.
@@ -302,7 +303,7 @@ pub(super) fn per_proxy<'s>(
     // `Captured` row makes its group exist.
     let captured = sidecar_proxies
         .filter(|(_, p)| !p.interception_none)
-        .map(|(id, _)| (id, InboundRow::Captured));
+        .map(|(id, p)| (id, InboundRow::Captured(p.idle_timeout_ns)));
     let virtual_inbound = own_protocols
         .concat(ingress_ports.map(|(id, (p, via))| (id, InboundRow::Ingress(p, via))))
         .concat(captured.clone())
@@ -316,13 +317,18 @@ pub(super) fn per_proxy<'s>(
                 InboundRow::Ingress(p, via) => Some((*p, *via)),
                 _ => None,
             });
-            out.push((InboundPort::of_proxy(own, ingress), 1isize));
+            let idle = vals.iter().find_map(|(r, _)| match r {
+                InboundRow::Captured(idle) => *idle,
+                _ => None,
+            });
+            out.push(((InboundPort::of_proxy(own, ingress), idle), 1isize));
         })
         // The mesh's detection timeout joins once per proxy's ports.
         .map(|(id, ports)| ((), (id, ports)))
-        .join_map(mesh.clone(), |_, (id, ports), m| {
+        .join_map(mesh.clone(), |_, (id, (ports, idle)), m| {
             let detection = m.protocol_detection_timeout_ms;
-            (id.clone(), listener::virtual_inbound(ports, detection))
+            let l = listener::virtual_inbound(ports, detection);
+            (id.clone(), crate::assemble::apply_idle_timeout(*idle, l))
         });
     Built {
         resources: inbound_clusters.concat(virtual_inbound).concat(identity),

@@ -272,6 +272,11 @@ fn outputs<'s>(
     proxy_scopes: Coll<'s, (ProxyId, ScopeKey)>,
 ) -> Outputs<'s> {
     let (scope_res, proxy_res) = (scoped.resources, owned.resources);
+    // Listeners carry their scope's node metadata `IDLE_TIMEOUT`, whichever stage built them.
+    let scope_res = scope_res.map(|(s, r)| {
+        let r = crate::assemble::apply_idle_timeout(s.idle_timeout_ns(), r);
+        (s, r)
+    });
     // Every resource of a scope governed by a Sidecar resource comes from it too.
     let sidecar_prov = scope_res.clone().flat_map(|(s, r)| match &s {
         ScopeKey::Sidecar {

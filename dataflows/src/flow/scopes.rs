@@ -10,7 +10,8 @@ use crate::rules;
 
 /// `(proxy, scope)` for every connected proxy: sidecars and proxyless clients by the Sidecar
 /// resource in effect, routers by the Gateways that select them; both by the `sourceLabels`
-/// selectors of VirtualServices they match.
+/// selectors of VirtualServices they match, and by their node metadata `IDLE_TIMEOUT`
+/// (which their listeners carry).
 pub(super) fn of_proxies<'s>(
     mesh: &Mesh<'s>,
     proxies: &Coll<'s, (ProxyId, Proxy)>,
@@ -247,31 +248,11 @@ fn router_scopes<'s>(
     let routers_scoped = router_proxies
         .clone()
         .join_map(router_gws.clone(), |id, p, gws| {
-            (
-                id.clone(),
-                ScopeKey::Router {
-                    namespace: p.namespace.clone(),
-                    gateways: gws.clone(),
-                    source_labels: Vec::new(),
-                    locality: None,
-                    priority_labels: None,
-                },
-            )
+            (id.clone(), rules::router_scope(p, gws.clone()))
         });
     let routers_unscoped = router_proxies
         .antijoin(router_gws.map(|(id, _)| id))
-        .map(|(id, p)| {
-            (
-                id,
-                ScopeKey::Router {
-                    namespace: p.namespace,
-                    gateways: Vec::new(),
-                    source_labels: Vec::new(),
-                    locality: None,
-                    priority_labels: None,
-                },
-            )
-        });
+        .map(|(id, p)| (id, rules::router_scope(&p, Vec::new())));
     routers_scoped.concat(routers_unscoped)
 }
 

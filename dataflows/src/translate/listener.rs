@@ -3,7 +3,7 @@
 
 use super::{duration_ms, inbound_cluster_name, socket_address, PASSTHROUGH_CLUSTER};
 use crate::model::{InboundPort, Proxying, Resource, ResourceType};
-use envoy_types::pb::envoy::config::core::v3::TrafficDirection;
+use envoy_types::pb::envoy::config::core::v3::{HttpProtocolOptions, TrafficDirection};
 use envoy_types::pb::envoy::config::listener::v3::ApiListener;
 use envoy_types::pb::envoy::config::listener::v3::{
     filter, listener_filter, Filter, FilterChain, FilterChainMatch, Listener, ListenerFilter,
@@ -473,6 +473,62 @@ pub fn virtual_inbound(ports: &[InboundPort], detection_ms: Option<u64>) -> Reso
     )
 }
 
+/// Listener `r` as a proxy whose node metadata says `IDLE_TIMEOUT` gets it, as Istio builds
+/// it for that proxy: every connection manager's idle timeout
+/// (`common_http_protocol_options.idle_timeout`: outbound, inbound, gateway), and the idle
+/// timeout of every `tcp_proxy` that has none of its own — inbound chains, the catch-alls
+/// of `virtualOutbound`, `virtualInbound` and of a port's listener, outbound TCP and TLS
+/// routes. A route's `tcp_proxy` has one only where its DestinationRule sets `tcp.idleTimeout`
+/// (the one idle timeout a builder here gives it), which wins, as in Istio. `0`: none.
+///
+/// One pass over a built listener rather than a parameter of every builder: no listener a
+/// proxy gets can miss it, and the dataflow and the naive recompute apply the same function
+/// to the same bodies. API listeners (proxyless gRPC) have no filter chains and are left
+/// alone, as Istio gives them none. Other resources come back as they are.
+///
+/// The listener is decoded and encoded again: its builders set no map field with more than
+/// one entry (prost's maps are `HashMap`s), so the encoding stays deterministic.
+pub fn with_idle_timeout(r: &Resource, idle_ns: u64) -> Resource {
+    if r.rtype != ResourceType::Listener {
+        return r.clone();
+    }
+    let Ok(mut listener) = Listener::decode(&r.body.0[..]) else {
+        return r.clone();
+    };
+    let idle = super::duration_ns(idle_ns);
+    let chains = listener
+        .filter_chains
+        .iter_mut()
+        .chain(listener.default_filter_chain.iter_mut());
+    for f in chains.flat_map(|c| c.filters.iter_mut()) {
+        let Some(filter::ConfigType::TypedConfig(any)) = &mut f.config_type else {
+            continue;
+        };
+        if any.type_url.ends_with(".HttpConnectionManager") {
+            if let Ok(mut hcm) = HttpConnectionManager::decode(&any.value[..]) {
+                let options = hcm.common_http_protocol_options.take().unwrap_or_default();
+                hcm.common_http_protocol_options = Some(HttpProtocolOptions {
+                    idle_timeout: Some(idle),
+                    ..options
+                });
+                *any = pack_any(hcm);
+            }
+        } else if any.type_url.ends_with(".TcpProxy") {
+            if let Ok(mut proxy) = TcpProxy::decode(&any.value[..]) {
+                if proxy.idle_timeout.is_none() {
+                    proxy.idle_timeout = Some(idle);
+                    *any = pack_any(proxy);
+                }
+            }
+        }
+    }
+    Resource::new(
+        ResourceType::Listener,
+        r.name.clone(),
+        listener.encode_to_vec(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -666,5 +722,101 @@ mod tests {
                 proxying: Proxying::Http
             }]
         );
+    }
+
+    /// Per filter of each chain (the default chain last): the filter's kind and its idle
+    /// timeout in milliseconds (a connection manager's `common_http_protocol_options`).
+    fn idle_of(r: &Resource) -> Vec<(String, &'static str, Option<i64>)> {
+        let l = Listener::decode(&r.body.0[..]).expect("a listener");
+        let ms = |d: Option<envoy_types::pb::google::protobuf::Duration>| {
+            d.map(|d| d.seconds * 1000 + i64::from(d.nanos) / 1_000_000)
+        };
+        l.filter_chains
+            .iter()
+            .chain(l.default_filter_chain.iter())
+            .flat_map(|c| c.filters.iter().map(move |f| (c.name.clone(), f)))
+            .map(|(chain, f)| {
+                let Some(filter::ConfigType::TypedConfig(any)) = &f.config_type else {
+                    return (chain, "other", None);
+                };
+                if let Ok(h) = HttpConnectionManager::decode(&any.value[..]) {
+                    if any.type_url.ends_with("HttpConnectionManager") {
+                        let idle = h.common_http_protocol_options.and_then(|o| o.idle_timeout);
+                        return (chain, "hcm", ms(idle));
+                    }
+                }
+                let t = TcpProxy::decode(&any.value[..]).expect("a tcp_proxy");
+                (chain, "tcp", ms(t.idle_timeout))
+            })
+            .collect()
+    }
+
+    /// A proxy's `IDLE_TIMEOUT` is the idle timeout of every connection manager and of
+    /// every `tcp_proxy` (inbound, catch-all, outbound) of its listeners; an outbound one
+    /// whose DestinationRule sets an idle timeout keeps the rule's. API listeners and other
+    /// resources are left alone.
+    #[test]
+    fn idle_timeout_reaches_every_connection_manager_and_tcp_proxy() {
+        let ports = [
+            InboundPort {
+                port: 9080,
+                proxying: Proxying::Http,
+            },
+            InboundPort {
+                port: 27017,
+                proxying: Proxying::Tcp,
+            },
+        ];
+        let vin = virtual_inbound(&ports, None);
+        assert!(idle_of(&vin).iter().all(|(_, _, idle)| idle.is_none()));
+        let with = idle_of(&with_idle_timeout(&vin, 1_500_000_000));
+        assert_eq!(with.len(), 5);
+        assert!(
+            with.iter().all(|(_, _, idle)| *idle == Some(1500)),
+            "{with:?}"
+        );
+        assert!(with.iter().any(|(_, kind, _)| *kind == "hcm"));
+        let out = with_idle_timeout(&virtual_outbound(PASSTHROUGH_CLUSTER), 0);
+        assert_eq!(
+            idle_of(&out),
+            vec![("virtualOutbound-catchall-tcp".into(), "tcp", Some(0))]
+        );
+        let http = with_idle_timeout(
+            &http_listener("0.0.0.0", 8080, true, "http.8080", true),
+            2_000_000_000,
+        );
+        assert_eq!(idle_of(&http), vec![(String::new(), "hcm", Some(2000))]);
+        // The rule's own idle timeout wins; a rule with only a longest duration does not.
+        let dests = vec![("outbound|27017||db.ns.svc.cluster.local".to_string(), 100)];
+        let chain = |idle_ms, max_duration_ms| FilterChain {
+            name: format!("{idle_ms:?}"),
+            filters: vec![super::super::tcp::tcp_proxy(
+                &dests,
+                "db",
+                crate::model::TcpTimeout {
+                    idle_ms,
+                    max_duration_ms,
+                },
+            )],
+            ..Default::default()
+        };
+        let l = Listener {
+            name: "0.0.0.0_27017".into(),
+            filter_chains: vec![chain(Some(5_000), None), chain(Some(0), None)],
+            default_filter_chain: Some(chain(None, Some(60_000))),
+            ..Default::default()
+        };
+        let r = Resource::new(ResourceType::Listener, l.name.clone(), l.encode_to_vec());
+        let idle: Vec<Option<i64>> = idle_of(&with_idle_timeout(&r, 1_000_000_000))
+            .into_iter()
+            .map(|(_, _, idle)| idle)
+            .collect();
+        assert_eq!(idle, vec![Some(5_000), Some(0), Some(1_000)]);
+        // Proxyless clients' API listeners and resources other than listeners: as built.
+        let api = &api_listeners("a.ns.svc.cluster.local", 9080, "ns", "cluster.local")[0];
+        assert_eq!(with_idle_timeout(api, 1_000_000_000), *api);
+        let route = Resource::new(ResourceType::Route, "9080".into(), vec![1, 2, 3]);
+        assert_eq!(with_idle_timeout(&route, 1_000_000_000), route);
+        assert_eq!(crate::assemble::apply_idle_timeout(None, vin.clone()), vin);
     }
 }

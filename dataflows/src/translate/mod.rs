@@ -35,6 +35,14 @@ pub(crate) fn duration_ms(ms: u64) -> Duration {
     }
 }
 
+/// A duration given in nanoseconds (a Go `time.Duration`, as Istio's agent sends them).
+pub(crate) fn duration_ns(ns: u64) -> Duration {
+    Duration {
+        seconds: (ns / 1_000_000_000) as i64,
+        nanos: (ns % 1_000_000_000) as i32,
+    }
+}
+
 pub(crate) fn socket_address(ip: &str, port: u16) -> Address {
     Address {
         address: Some(address::Address::SocketAddress(SocketAddress {
