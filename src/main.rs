@@ -685,6 +685,11 @@ fn main() -> ExitCode {
             for e in &errors {
                 println!("{e}");
             }
+            // Each object's own findings, with their code (cross-object ones carry theirs).
+            let mut analysis: Vec<(meshflow::config::Level, String)> = analysis
+                .into_iter()
+                .map(|(level, line)| (level, level.coded(&line)))
+                .collect();
             // Across objects, as `serve` would find it: errors, and a few warnings (rules
             // merged as Istio merges them).
             let count_records = records.len();

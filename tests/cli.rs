@@ -124,6 +124,37 @@ fn validate_prints_each_problem_once() {
         );
     }
     assert!(!stdout.contains("service.yaml"), "{stdout}");
+    // An object's own finding carries its code, as cross-object ones do.
+    let cors = lines
+        .iter()
+        .find(|l| l.contains("cors.yaml"))
+        .expect("the cors.yaml line");
+    assert!(
+        cors.contains(": warning: ") && cors.ends_with(" [MF0001 FieldNotSupported]"),
+        "{cors}"
+    );
+}
+
+/// A kind meshflow does not serve (PeerAuthentication) is said once by `validate`, with its
+/// code, and does not fail the check.
+#[test]
+fn validate_names_kinds_not_served_with_a_code() {
+    let dir = TestDir::new("cli-validate-kinds");
+    let config = dir.subdir("config");
+    write_config(
+        &config,
+        "peer.yaml",
+        "apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: default, namespace: istio-system}\nspec:\n  mtls: {mode: STRICT}\n",
+    );
+    let out = meshflow(&["validate", config.to_str().unwrap()]);
+    let stdout = text(&out.stdout);
+    let said: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.contains("PeerAuthentication"))
+        .collect();
+    assert_eq!(said.len(), 1, "{stdout}");
+    assert!(said[0].ends_with(" [MF0001 FieldNotSupported]"), "{stdout}");
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
 }
 
 /// What only the objects together show (a subset no DestinationRule defines, a host no

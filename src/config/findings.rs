@@ -16,6 +16,25 @@ pub enum Level {
     Warning,
 }
 
+impl Level {
+    /// The analysis message code and name an object's own finding of this level is reported
+    /// under (`validate`, Kubernetes status): a field or kind not translated (a warning), a
+    /// part of the object that generates nothing or fails closed (an error).
+    pub fn message_code(self) -> (&'static str, &'static str) {
+        match self {
+            Level::Error => ("MF0002", "ConfigNotFullyGenerated"),
+            Level::Warning => ("MF0001", "FieldNotSupported"),
+        }
+    }
+
+    /// `line` with this level's code appended, as `validate` prints every finding:
+    /// `… [MF0001 FieldNotSupported]`.
+    pub fn coded(self, line: &str) -> String {
+        let (code, name) = self.message_code();
+        format!("{line} [{code} {name}]")
+    }
+}
+
 impl fmt::Display for Level {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {

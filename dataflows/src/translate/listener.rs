@@ -570,6 +570,7 @@ mod tests {
                 ("inbound|9080||-mtls".into(), vec![hcm]),
                 ("inbound|27017||".into(), vec![tcp.clone()]),
                 ("inbound|27017||-mtls".into(), vec![tcp.clone()]),
+                ("inbound|27017||-tls".into(), vec![tcp.clone()]),
                 ("virtualInbound-catchall-tcp".into(), vec![tcp]),
             ]
         );
@@ -770,7 +771,9 @@ mod tests {
         let vin = virtual_inbound(&ports, None);
         assert!(idle_of(&vin).iter().all(|(_, _, idle)| idle.is_none()));
         let with = idle_of(&with_idle_timeout(&vin, 1_500_000_000));
-        assert_eq!(with.len(), 5);
+        // Two HTTP chains, three TCP ones (mTLS, the application's TLS, plaintext) and the
+        // catch-all.
+        assert_eq!(with.len(), 6);
         assert!(
             with.iter().all(|(_, _, idle)| *idle == Some(1500)),
             "{with:?}"

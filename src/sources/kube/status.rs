@@ -108,9 +108,10 @@ impl ObjectStatus {
             .map(|(level, line)| {
                 let prefix = format!("{level}: {:?} {}/{}: ", key.kind, key.namespace, key.name);
                 let description = line.strip_prefix(&prefix).unwrap_or(line);
-                let (code, name, level) = match level {
-                    Level::Error => ("MF0002", "ConfigNotFullyGenerated", "ERROR"),
-                    Level::Warning => ("MF0001", "FieldNotSupported", "WARNING"),
+                let (code, name) = level.message_code();
+                let level = match level {
+                    Level::Error => "ERROR",
+                    Level::Warning => "WARNING",
                 };
                 json!({"type": {"code": code, "name": name}, "level": level, "description": description})
             })
