@@ -3636,7 +3636,6 @@ spec:
 /// service, as Istio's sidecars send it (an `ORIGINAL_DST` cluster for a headless service,
 /// unless `PILOT_ENABLE_EDS_FOR_HEADLESS_SERVICES`), on a TCP port as on an HTTP one.
 #[test]
-#[ignore = "translation finding: a headless Service's cluster is EDS over every pod (Istio's sidecars use ORIGINAL_DST: the dialled pod)"]
 fn a_headless_service_is_reached_at_the_pod_the_client_dialled() {
     let mut mesh = Mesh::new("headless");
     write_config(

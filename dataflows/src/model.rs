@@ -520,6 +520,26 @@ pub struct Service {
     /// `GetLocalityLbSetting`), with or without outlier detection.
     #[serde(default)]
     pub prefer_close: bool,
+    /// A Kubernetes Service with `clusterIP: None` (headless): Istio's `Passthrough`
+    /// resolution. (A Service written without a cluster IP is not headless: the API server
+    /// would give it one.)
+    #[serde(default)]
+    pub headless: bool,
+}
+
+impl Service {
+    /// A Kubernetes Service without a cluster IP (`clusterIP: None`): Istio's `Passthrough`
+    /// resolution, which sidecars reach at the address the client dialled.
+    pub fn is_headless(&self) -> bool {
+        self.headless && self.resolution == Resolution::Static
+    }
+
+    /// Whether a gateway's clusters of this service differ from a sidecar's: a port told
+    /// per connection (HTTP/1.1 upstream from gateways) or a headless Service (EDS from
+    /// gateways, the original destination from sidecars).
+    pub fn differs_for_gateways(&self) -> bool {
+        self.is_headless() || self.ports.iter().any(|p| p.protocol == Protocol::Auto)
+    }
 }
 
 /// One endpoint of a DNS ServiceEntry: a host name (or IP) Envoy resolves, and the port it

@@ -232,6 +232,7 @@ pub fn records(shape: &Shape, mesh: &MeshConfig) -> Vec<Record> {
         out.push(Record::Service(Service {
             mesh_external: false,
             prefer_close: false,
+            headless: false,
             subject_alt_names: Vec::new(),
             hostname: host.clone(),
             origin: ConfigKey::new(Kind::Service, &ns, format!("svc-{s}")),

@@ -302,6 +302,7 @@ fn random_record(rng: &mut StdRng, extra: &mut StdRng, slot: usize) -> Record {
             // Outside the mesh: AUTO_PASSTHROUGH gateways take no cluster of it.
             mesh_external: extra.random_bool(0.2),
             prefer_close: extra.random_bool(0.2),
+            headless: extra.random_bool(0.2),
             hostname: host(&svc_name, ns),
             origin: ConfigKey::new(Kind::Service, ns, &svc_name),
             ports: {

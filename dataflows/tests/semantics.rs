@@ -213,6 +213,7 @@ fn service(name: &str, ns: &str) -> Record {
     Record::Service(Service {
         mesh_external: false,
         prefer_close: false,
+        headless: false,
         subject_alt_names: Vec::new(),
         hostname: host(name, ns),
         origin: ConfigKey::new(Kind::Service, ns, name),
@@ -1206,6 +1207,7 @@ fn service_entry_selector_takes_workloads_with_their_placement() {
     let entry = Record::Service(Service {
         mesh_external: false,
         prefer_close: false,
+        headless: false,
         subject_alt_names: Vec::new(),
         hostname: vm.clone(),
         origin: ConfigKey::new(Kind::ServiceEntry, "default", "vm"),
@@ -2931,6 +2933,7 @@ fn tls_entry(name: &str, host: &str, resolution: Resolution) -> Record {
     Record::Service(Service {
         mesh_external: true,
         prefer_close: false,
+        headless: false,
         subject_alt_names: Vec::new(),
         hostname: host.to_string(),
         origin: ConfigKey::new(Kind::ServiceEntry, "default", name),

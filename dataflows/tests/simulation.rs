@@ -53,6 +53,7 @@ fn service_with_pods(name: &str, n: u8, versions: &[u8]) -> Vec<Record> {
     let mut out = vec![Record::Service(Service {
         mesh_external: false,
         prefer_close: false,
+        headless: false,
         subject_alt_names: Vec::new(),
         hostname: fqdn(name),
         origin: ConfigKey::new(Kind::Service, "default", name),
@@ -510,6 +511,7 @@ fn egress_proxy_takes_what_would_pass_through() {
     let db = Record::Service(Service {
         mesh_external: false,
         prefer_close: false,
+        headless: false,
         subject_alt_names: Vec::new(),
         hostname: fqdn("db"),
         origin: ConfigKey::new(Kind::Service, "default", "db"),

@@ -382,6 +382,7 @@ fn service(
     let spec = svc.spec.unwrap_or_default();
     service_fields_not_read(&spec, findings);
     let prefer_close = prefers_close(&spec, &annotations);
+    let headless = spec.cluster_ip.as_deref() == Some("None");
     // An ExternalName service is the DNS name it points at, resolved by Envoy at the
     // service's ports (as Istio serves it); it has no cluster IPs and no endpoints.
     let external_name = match spec.type_.as_deref() {
@@ -453,6 +454,7 @@ fn service(
         // Istio treats an ExternalName Service as outside the mesh.
         mesh_external: resolution_is_external_name,
         prefer_close,
+        headless,
     })])
 }
 
@@ -3163,6 +3165,7 @@ fn service_entry(
             subject_alt_names: s.subject_alt_names.clone(),
             mesh_external,
             prefer_close: false,
+            headless: false,
         }));
         if resolution != m::Resolution::Static {
             continue;

@@ -631,6 +631,7 @@ mod tests {
             subject_alt_names: Vec::new(),
             mesh_external: false,
             prefer_close: false,
+            headless: false,
             hostname: "lonely.unrelated.svc.cluster.local".into(),
             origin: ConfigKey::new(Kind::Service, "unrelated", "lonely"),
             ports: vec![ServicePort {

@@ -48,15 +48,16 @@ impl Client {
     }
 }
 
-/// Moves the gateways' groups of hosts with a port told per connection to groups of their
-/// own (`Client::Gateway`).
+/// Moves the gateways' groups of hosts whose clusters differ for them (a port told per
+/// connection, a headless Service: [`Service::differs_for_gateways`]) to groups of their own
+/// (`Client::Gateway`).
 fn gateway_groups<'s>(
     groups: Coll<'s, (Group, ScopeKey)>,
     services: &Coll<'s, (Hostname, Service)>,
 ) -> Coll<'s, (Group, ScopeKey)> {
     let detected = services
         .clone()
-        .filter(|(_, svc)| svc.ports.iter().any(|p| p.protocol == Protocol::Auto))
+        .filter(|(_, svc)| svc.differs_for_gateways())
         .map(|(h, _)| h)
         .distinct();
     let routers = groups

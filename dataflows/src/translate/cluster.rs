@@ -156,6 +156,15 @@ fn outbound(
                 DiscoveryType::OriginalDst as i32,
             ));
         }
+        // A headless Service from a sidecar: the pod the client dialled (Istio's
+        // `Passthrough` resolution); gateways and gRPC clients balance over its pods (EDS).
+        Resolution::Static if original_destination(service, grpc, defaults) => {
+            cluster.cluster_discovery_type = Some(ClusterDiscoveryType::Type(
+                DiscoveryType::OriginalDst as i32,
+            ));
+            cluster.lb_policy = LbPolicy::ClusterProvided as i32;
+            cluster.lb_config = None;
+        }
         Resolution::Static => {
             // Locality weights and failover entries: Envoy weighs localities only when told
             // to, as Istio tells it (priorities alone need no switch).
@@ -277,6 +286,13 @@ fn outbound(
         );
     }
     Resource::new(ResourceType::Cluster, name, cluster.encode_to_vec())
+}
+
+/// Whether a client's cluster of `service` goes to the connection's original destination
+/// for want of an address of the service's own: a headless Service, from a sidecar (Istio's
+/// `convertResolution` for `Passthrough`; gateways and proxyless clients take EDS).
+fn original_destination(service: &Service, grpc: bool, defaults: &ClusterDefaults) -> bool {
+    service.is_headless() && !grpc && !defaults.gateway
 }
 
 /// The table of a consistent-hash cluster (Istio's minimum ring size defaults to 1024), or
@@ -995,6 +1011,7 @@ pub fn outbound_all_with(
     let eds = |subset: Option<&str>, port: &ServicePort, labels: &crate::model::Labels| {
         let policy = effective_policy(dr, subset, Some(port.port));
         if policy.load_balancer == Some(LoadBalancer::Passthrough)
+            || original_destination(service, grpc, defaults)
             || fail_closed(&policy, grpc, secrets).is_some()
         {
             return None;
@@ -1039,6 +1056,7 @@ mod tests {
         Service {
             mesh_external: false,
             prefer_close: false,
+            headless: false,
             subject_alt_names: Vec::new(),
             hostname: "reviews.default.svc.cluster.local".into(),
             origin: ConfigKey::new(Kind::Service, "default", "reviews"),
