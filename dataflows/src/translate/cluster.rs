@@ -265,10 +265,13 @@ fn outbound(
         }
         // Istio's auto mTLS: no `tls` of the rule (`DISABLE` is one: plaintext), a service
         // inside the mesh, a client that takes SDS certificates (not a proxyless one),
-        // endpoints Envoy knows (not original destinations).
+        // endpoints Envoy knows (not original destinations, which carry no metadata to
+        // match: Envoy 1.40 `--mode validate` crashes on socket matches of an ORIGINAL_DST
+        // cluster).
         None if defaults.auto_mtls
             && !policy.tls_disabled
             && !grpc
+            && !original_destination(service, grpc, defaults)
             && !service.mesh_external
             && service.resolution != Resolution::None
             && policy.load_balancer != Some(LoadBalancer::Passthrough) =>
