@@ -42,9 +42,7 @@ fn auto_mtls_to_sidecars_and_plaintext_to_the_rest() {
     write_config(
         &config,
         "server-sidecar.yaml",
-        &format!(
-            "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {{name: reviews, namespace: default}}\nspec:\n  workloadSelector: {{labels: {{app: reviews}}}}\n  ingress:\n  - port: {{number: {target}, protocol: HTTP, name: http}}\n    bind: {pod_ip}\n    captureMode: NONE\n    defaultEndpoint: 127.0.0.1:{app_port}\n  egress:\n  - hosts: ['./*']\n"
-        ),
+        &reviews.server_sidecar_yaml(app_port, ""),
     );
     let meshflow = Meshflow::start(&config, dir.path());
     let with_sa = |sa: &'static str| {

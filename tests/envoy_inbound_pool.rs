@@ -49,11 +49,7 @@ fn inbound_cluster_takes_the_services_connection_pool() {
     );
     let pod_ip = reviews.pod_ip("v1");
     let target = reviews.backend_port();
-    let server_sidecar = |pool: &str| {
-        format!(
-            "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {{name: reviews, namespace: default}}\nspec:\n  workloadSelector: {{labels: {{app: reviews}}}}\n  ingress:\n  - port: {{number: {target}, protocol: HTTP, name: http}}\n    bind: {pod_ip}\n    captureMode: NONE\n    defaultEndpoint: 127.0.0.1:{app_port}\n{pool}  egress:\n  - hosts: ['./*']\n"
-        )
-    };
+    let server_sidecar = |pool: &str| reviews.server_sidecar_yaml(app_port, pool);
     write_config(&config, "server-sidecar.yaml", &server_sidecar(""));
     let meshflow = Meshflow::start(&config, dir.path());
     let node = ProxyNode::sidecar(

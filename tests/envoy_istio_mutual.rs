@@ -68,9 +68,7 @@ fn istio_mutual_between_two_sidecars() {
     write_config(
         &config,
         "server-sidecar.yaml",
-        &format!(
-            "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {{name: reviews, namespace: default}}\nspec:\n  workloadSelector: {{labels: {{app: reviews}}}}\n  ingress:\n  - port: {{number: {target}, protocol: HTTP, name: http}}\n    bind: {pod_ip}\n    captureMode: NONE\n    defaultEndpoint: 127.0.0.1:{app_port}\n  egress:\n  - hosts: ['./*']\n"
-        ),
+        &reviews.server_sidecar_yaml(app_port, ""),
     );
     let ca_cert = pki.join("ca-cert.pem").display().to_string();
     let ca_key = pki.join("ca-key.pem").display().to_string();

@@ -91,6 +91,18 @@ impl Reviews {
         write_config(&self.config_dir, file_name, yaml);
     }
 
+    /// A Sidecar for the `reviews` pods whose one `ingress` listener binds pod `reviews-v1`'s
+    /// address at the backends' port (no capture) and hands requests to the application on
+    /// `127.0.0.1:app_port`; `ingress_lines` (indented under the ingress entry, ending in a
+    /// newline) are added to that entry.
+    pub fn server_sidecar_yaml(&self, app_port: u16, ingress_lines: &str) -> String {
+        format!(
+            "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {{name: reviews, namespace: default}}\nspec:\n  workloadSelector: {{labels: {{app: reviews}}}}\n  ingress:\n  - port: {{number: {target}, protocol: HTTP, name: http}}\n    bind: {pod_ip}\n    captureMode: NONE\n    defaultEndpoint: 127.0.0.1:{app_port}\n{ingress_lines}  egress:\n  - hosts: ['./*']\n",
+            target = self.backend_port,
+            pod_ip = self.pod_ip("v1"),
+        )
+    }
+
     /// The Service: selector `app: reviews`, port `http` → the backends' port.
     pub fn write_service(&self) {
         self.write_service_with("");
