@@ -3126,6 +3126,49 @@ fn tls_services_without_addresses_are_routed_by_their_host_names() {
     assert!(m.errors.is_empty(), "{:?}", m.errors);
 }
 
+/// Proves that a VirtualService whose hosts cover a service twice — by its exact name and
+/// by a wildcard — is walked once on the service's TLS port: its `tls[]` routes make one
+/// chain each, named by its place among the VirtualServices covering the host (the oracle
+/// found the dataflow walking it twice, once per covering host, where the full recompute
+/// walks it once, by its most specific host).
+#[test]
+fn a_virtual_service_covering_a_host_twice_is_walked_once() {
+    let mut m = Mesh::new();
+    let client = sidecar_proxy("sleep-1", "default", "10.0.0.5", &[("app", "sleep")]);
+    m.insert(vec![
+        px(&client),
+        tls_entry("www", "www.example.com", Resolution::Dns),
+        sni_vs(
+            "www",
+            &["*.example.com", "www.example.com"],
+            "www.example.com",
+            "www.example.com",
+            "v1",
+        ),
+        sni_vs(
+            "com",
+            &["*.com"],
+            "api.example.com",
+            "www.example.com",
+            "v2",
+        ),
+    ]);
+    let l = m.listener_body(&client, "0.0.0.0_443");
+    let names: Vec<&str> = l
+        .filter_chains
+        .iter()
+        .map(|c| c.name.as_str())
+        .filter(|n| n.starts_with("www.example.com:443"))
+        .collect();
+    // The SNI chain of each VirtualService's route, in order (on any address): walked twice,
+    // the first would take two places and the second's chain would be `#tls2.0`.
+    assert_eq!(
+        names,
+        vec!["www.example.com:443#tls0.0", "www.example.com:443#tls1.0"],
+        "{l:?}"
+    );
+}
+
 impl Mesh {
     /// The cluster each virtual host of route configuration `name` sends its first route to,
     /// by virtual host name.
