@@ -216,13 +216,14 @@ fn ingress_task_pages_route_terminate_and_pass_through() {
         http_request(ingress(80), "GET", "httpbin.example.com", path, &[])
             .map(|r| (r.status, r.text()))
     };
-    converge(
+    let routed = converge(
         "httpbin.example.com/status/200 through port 80",
         CONVERGE_TIMEOUT,
         || get("/status/200"),
         |r| r.as_ref().is_ok_and(|(s, b)| *s == 200 && b == "httpbin"),
         || router.summary(),
     );
+    assert_eq!(routed, Ok((200, "httpbin".to_string())));
     assert_eq!(
         get("/delay/1").map(|(s, b)| (s, b == "httpbin")),
         Ok((200, true))

@@ -2262,10 +2262,13 @@ fn task_ingress_tls_passthrough() {
         "outbound|443||my-nginx.default.svc.cluster.local",
         &["127.0.2.30:443".into()],
     );
-    assert_eq!(
-        upstream_tls(&o, "outbound|443||my-nginx.default.svc.cluster.local"),
-        None,
-        "the client's own TLS goes on as it is"
+    // The pod runs no sidecar: auto mTLS leaves the client's own TLS as it is.
+    let up = &o.upstreams()[0];
+    assert!(
+        up.transports()
+            .iter()
+            .all(|(_, t)| **t == Transport::Plaintext),
+        "{up:#?}"
     );
     for call in [
         to_ingress(Call::tls(443, "other.example.com")),
