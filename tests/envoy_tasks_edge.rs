@@ -10,7 +10,8 @@
 //!   httpbin backend, `/headers` is answered 404.
 //! - Secure Gateways: port 443 terminates TLS with Secret `httpbin-credential`'s certificate
 //!   (the client compares the certificate it is served with the Secret's) and routes the
-//!   request inside.
+//!   request inside; in the mutual TLS step only a client presenting a certificate of the
+//!   Secret's `ca.crt` is served.
 //! - Ingress Gateway without TLS Termination: TLS naming nginx.example.com reaches the my-nginx
 //!   backend, which presents its own certificate to the client.
 //! - Egress TLS Origination: plain HTTP from the application to edition.cnn.com:80 reaches a
@@ -30,7 +31,7 @@ use std::net::{SocketAddr, TcpListener};
 
 use support::pki::{ca, leaf};
 use support::tls_backend::TlsBackend;
-use support::tls_client::{tls_get_trusting, Trust};
+use support::tls_client::{tls_connect, tls_get_trusting, Trust};
 use support::{
     converge, free_port, http_request, require_envoy, write_config, Backend, Envoy, Meshflow,
     ProxyNode, TestDir, XdsMode, CONVERGE_TIMEOUT, STARTUP_TIMEOUT,
@@ -87,6 +88,49 @@ fn privileged_ports() -> Option<File> {
         }
     }
     Some(lock)
+}
+
+/// `GET path` with `Host: sni` over TLS to `addr` (SNI `sni`), accepting any server
+/// certificate, presenting `client` (certificate and key PEM) if given: the answer and the
+/// certificate the server presented (DER), or why it failed.
+fn tls_request(
+    addr: SocketAddr,
+    sni: &str,
+    path: &str,
+    client: Option<(&str, &str)>,
+) -> Result<(String, Vec<u8>), String> {
+    use std::io::{Read, Write};
+    let mut tls = tls_connect(addr, sni, Trust::Any, &[], client)?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {sni}\r\nConnection: close\r\n\r\n");
+    tls.write_all(request.as_bytes())
+        .map_err(|e| format!("write: {e}"))?;
+    let mut answer = Vec::new();
+    match tls.read_to_end(&mut answer) {
+        Ok(_) => {}
+        Err(_) if !answer.is_empty() => {}
+        Err(e) => return Err(format!("read: {e}")),
+    }
+    if answer.is_empty() {
+        return Err("closed without an answer".into());
+    }
+    let peer = tls
+        .conn
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .map(|c| c.to_vec())
+        .unwrap_or_default();
+    Ok((String::from_utf8_lossy(&answer).into_owned(), peer))
+}
+
+/// The `stringData` entry `key` of Secret `name` in task fixture `task`.
+fn secret_entry(task: &str, name: &str, key: &str) -> String {
+    let text = std::fs::read_to_string(format!("{TASKS}/{task}.yaml")).expect("the task");
+    meshflow::config::split_documents(&text)
+        .into_iter()
+        .map(|(_, d)| serde_yaml_ng::from_str::<serde_yaml_ng::Value>(&d).expect("YAML"))
+        .find(|d| d["kind"] == "Secret" && d["metadata"]["name"] == name)
+        .and_then(|d| d["stringData"][key].as_str().map(str::to_string))
+        .unwrap_or_else(|| panic!("{task}: no {key} in Secret {name}"))
 }
 
 fn der_of(pem: &str) -> Vec<u8> {
@@ -162,7 +206,7 @@ endpoints:
     )
 }
 
-/// The three ingress tasks one after the other on one gateway Envoy (Delta ADS), each
+/// The ingress tasks one after the other on one gateway Envoy (Delta ADS), each
 /// fixture's Istio objects replacing the previous one's (two of them name their Gateway
 /// `mygateway`), with no update rejected.
 #[test]
@@ -234,47 +278,25 @@ fn ingress_task_pages_route_terminate_and_pass_through() {
 
     // Secure Gateways: the Secret's certificate, checked by the client, then the same routes.
     write_config(&config, "task.yaml", &task_objects("ingress-https"));
-    let secret: serde_yaml_ng::Value = meshflow::config::split_documents(
-        &std::fs::read_to_string(format!("{TASKS}/ingress-https.yaml")).expect("read"),
-    )
-    .into_iter()
-    .map(|(_, d)| serde_yaml_ng::from_str(&d).expect("YAML"))
-    .find(|d: &serde_yaml_ng::Value| d["kind"] == "Secret")
-    .expect("the Secret");
-    let secret_cert = der_of(secret["stringData"]["tls.crt"].as_str().expect("tls.crt"));
-    let https = |sni: &str| tls_get_trusting(ingress(443), sni, Trust::Any, &[], None);
+    let secret_cert = der_of(&secret_entry(
+        "ingress-https",
+        "httpbin-credential",
+        "tls.crt",
+    ));
+    let https = |path: &str, client| tls_request(ingress(443), "httpbin.example.com", path, client);
     let (answer, peer) = converge(
         "HTTPS for httpbin.example.com on port 443",
         CONVERGE_TIMEOUT,
-        || https("httpbin.example.com"),
-        |r| r.as_ref().is_ok_and(|(a, _)| a.starts_with("HTTP/1.1 404")),
+        || https("/status/200", None),
+        |r| r.as_ref().is_ok_and(|(a, _)| a.starts_with("HTTP/1.1 200")),
         || router.summary(),
     )
     .expect("an answer");
     assert_eq!(peer, secret_cert, "the Secret's certificate is presented");
-    // `tls_get` asks for `/`, which the task does not route: Envoy's own 404, over the TLS
-    // the gateway terminated. A routed path reaches httpbin over it.
+    assert!(answer.ends_with("httpbin"), "{answer}");
+    let (answer, _) = https("/headers", None).expect("an answer");
     assert!(answer.starts_with("HTTP/1.1 404"), "{answer}");
-    let mut tls = support::tls_client::tls_connect(
-        ingress(443),
-        "httpbin.example.com",
-        Trust::Any,
-        &[],
-        None,
-    )
-    .expect("TLS");
-    use std::io::{Read, Write};
-    tls.write_all(
-        b"GET /status/200 HTTP/1.1\r\nHost: httpbin.example.com\r\nConnection: close\r\n\r\n",
-    )
-    .expect("write");
-    let mut routed = String::new();
-    let _ = tls.read_to_string(&mut routed);
-    assert!(
-        routed.starts_with("HTTP/1.1 200") && routed.ends_with("httpbin"),
-        "{routed}"
-    );
-    let unknown = https("other.example.com");
+    let unknown = tls_request(ingress(443), "other.example.com", "/status/200", None);
     assert!(
         unknown.is_err(),
         "another name finds no filter chain: {unknown:?}"
@@ -290,6 +312,41 @@ fn ingress_task_pages_route_terminate_and_pass_through() {
         plain.as_ref().map_or(true, |r| r.status != 200),
         "{:?}",
         plain.map(|r| r.status)
+    );
+
+    // Its mutual TLS step: only a client presenting a certificate of the Secret's CA is served.
+    write_config(&config, "task.yaml", &task_objects("ingress-https-mutual"));
+    let client_cert = secret_entry("ingress-https-mutual", "client-credential", "tls.crt");
+    let client_key = secret_entry("ingress-https-mutual", "client-credential", "tls.key");
+    let client = Some((client_cert.as_str(), client_key.as_str()));
+    converge(
+        "without a client certificate, no answer",
+        CONVERGE_TIMEOUT,
+        || https("/status/200", None),
+        |r| {
+            r.as_ref()
+                .map_or(true, |(a, _)| !a.starts_with("HTTP/1.1 200"))
+        },
+        || router.summary(),
+    );
+    let (answer, peer) = converge(
+        "with the client's certificate, httpbin",
+        CONVERGE_TIMEOUT,
+        || https("/status/200", client),
+        |r| r.as_ref().is_ok_and(|(a, _)| a.starts_with("HTTP/1.1 200")),
+        || router.summary(),
+    )
+    .expect("an answer");
+    assert!(answer.ends_with("httpbin"), "{answer}");
+    assert_eq!(peer, secret_cert);
+    let stranger_ca = ca("stranger CA");
+    let (stranger_cert, stranger_key) = leaf(&stranger_ca, &["client.example.com"], None);
+    let stranger = https("/status/200", Some((&stranger_cert, &stranger_key)));
+    assert!(
+        stranger
+            .as_ref()
+            .map_or(true, |(a, _)| !a.starts_with("HTTP/1.1 200")),
+        "a certificate of another CA is refused: {stranger:?}"
     );
 
     // Without TLS termination: nginx.example.com's TLS reaches my-nginx, whose own certificate
@@ -319,7 +376,7 @@ fn ingress_task_pages_route_terminate_and_pass_through() {
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     assert_eq!(peer, der_of(&nginx_cert), "the backend's own certificate");
     assert!(nginx.requests_served() > 0);
-    let httpbin = https("httpbin.example.com");
+    let httpbin = https("/status/200", client);
     assert!(
         httpbin.is_err(),
         "httpbin.example.com is no longer served: {httpbin:?}"

@@ -2243,6 +2243,53 @@ fn task_ingress_https() {
     assert_eq!(o.result, Err(NoMatch::NoListener { port: 80 }), "{o:#?}");
 }
 
+/// Secure Gateways (mutual TLS): the same server now requires a client certificate, verified
+/// against `kubernetes://httpbin-credential-cacert`, which the gateway holds as the Secret's
+/// `ca.crt`; the request inside is routed as before.
+#[test]
+fn task_ingress_https_mutual() {
+    use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::secret::Type;
+    let (mesh, gateway, _) = task_mesh("ingress-https-mutual");
+    let config = mesh.proxy(&gateway);
+    let o = config.simulate(&to_ingress(Call::https(
+        "httpbin.example.com",
+        443,
+        "/status/200",
+        "httpbin.example.com",
+    )));
+    let t = o
+        .downstream_tls
+        .as_ref()
+        .and_then(Transport::tls)
+        .expect("terminated");
+    assert_eq!(
+        t.certificates,
+        [Source::Sds("kubernetes://httpbin-credential".into())]
+    );
+    assert!(t.require_client_certificate, "{t:#?}");
+    assert_eq!(
+        t.validation,
+        Some(Source::Sds("kubernetes://httpbin-credential-cacert".into()))
+    );
+    assert_routes_to(&o, HTTPBIN_CLUSTER, &["127.0.2.10:8080".into()]);
+
+    let fixture =
+        std::fs::read_to_string(format!("{TASKS}/ingress-https-mutual.yaml")).expect("read");
+    let doc: serde_yaml_ng::Value = meshflow::config::split_documents(&fixture)
+        .into_iter()
+        .map(|(_, d)| serde_yaml_ng::from_str(&d).expect("YAML"))
+        .find(|d: &serde_yaml_ng::Value| d["metadata"]["name"] == "httpbin-credential")
+        .expect("the Secret");
+    let secret = held_secret(&mesh, &gateway, "kubernetes://httpbin-credential-cacert");
+    let Some(Type::ValidationContext(ca)) = secret.r#type else {
+        panic!("not a validation context: {secret:?}")
+    };
+    assert_eq!(
+        inline_text(ca.trusted_ca.as_ref()).trim(),
+        doc["stringData"]["ca.crt"].as_str().expect("ca.crt").trim()
+    );
+}
+
 /// Ingress Gateway without TLS Termination: a TLS connection to port 443 naming
 /// nginx.example.com is passed through, not terminated, to the my-nginx pod's port 443; a
 /// connection naming another host, or without TLS, finds no filter chain.
