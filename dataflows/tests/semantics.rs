@@ -225,6 +225,7 @@ fn service(name: &str, ns: &str) -> Record {
         export_to: vec![],
         resolution: Resolution::Static,
         dns_endpoints: Vec::new(),
+        host_target_ports: Default::default(),
         addresses: vec![],
     })
 }
@@ -1219,6 +1220,7 @@ fn service_entry_selector_takes_workloads_with_their_placement() {
         export_to: vec![],
         resolution: Resolution::Static,
         dns_endpoints: Vec::new(),
+        host_target_ports: Default::default(),
         addresses: vec![],
     });
     let selection = Record::Selection(
@@ -2945,6 +2947,7 @@ fn tls_entry(name: &str, host: &str, resolution: Resolution) -> Record {
         export_to: vec![],
         resolution,
         dns_endpoints: Vec::new(),
+        host_target_ports: Default::default(),
         addresses: vec![],
     })
 }
