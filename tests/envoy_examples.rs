@@ -10,7 +10,7 @@ mod support;
 
 use dataflows::model::ProxyKind;
 
-use support::envoy_validate::envoy_validates_example_with_routes;
+use support::envoy_validate::envoy_validates_example;
 use support::{require_envoy, ProxyNode, TestDir};
 
 /// Proves that Envoy accepts every listener, cluster and route configuration of
@@ -36,9 +36,23 @@ fn envoy_accepts_the_traffic_management_example() {
         "127.0.3.70",
         &[("app", "istio-ingressgateway"), ("istio", "ingressgateway")],
     );
-    let nodes = [(&sleep, ProxyKind::Sidecar), (&gateway, ProxyKind::Router)];
+    // The goldens' other two: a client `sourceLabels` leaves out, and one of another
+    // namespace (its own VirtualService for reviews).
+    let productpage = ProxyNode::sidecar(
+        "productpage-v1",
+        "default",
+        "127.0.3.21",
+        &[("app", "productpage"), ("version", "v1")],
+    );
+    let staging = ProxyNode::sidecar("sleep", "staging", "127.0.3.80", &[("app", "sleep")]);
+    let nodes = [
+        (&sleep, ProxyKind::Sidecar),
+        (&gateway, ProxyKind::Router),
+        (&productpage, ProxyKind::Sidecar),
+        (&staging, ProxyKind::Sidecar),
+    ];
     let listeners =
-        envoy_validates_example_with_routes(&envoy_bin, dir.path(), "traffic-management", &nodes);
+        envoy_validates_example(&envoy_bin, dir.path(), "traffic-management", &nodes);
     let sidecar: String = listeners[0].iter().map(|l| l.to_string()).collect();
     for expected in [
         "envoy.filters.http.fault",
@@ -95,7 +109,7 @@ fn envoy_accepts_the_service_registry_example() {
         (&sleep, ProxyKind::Sidecar),
     ];
     let listeners =
-        envoy_validates_example_with_routes(&envoy_bin, dir.path(), "service-registry", &nodes);
+        envoy_validates_example(&envoy_bin, dir.path(), "service-registry", &nodes);
     let names = |i: usize| -> Vec<String> {
         listeners[i]
             .iter()
