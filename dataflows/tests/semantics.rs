@@ -4026,7 +4026,9 @@ fn passthrough_load_balancing_sends_to_the_original_destination() {
         let c = m.cluster_body(&client, name);
         assert_eq!(
             c.cluster_discovery_type,
-            Some(ClusterDiscoveryType::Type(DiscoveryType::OriginalDst as i32)),
+            Some(ClusterDiscoveryType::Type(
+                DiscoveryType::OriginalDst as i32
+            )),
             "{name}: {c:?}"
         );
         assert_eq!(c.lb_policy, LbPolicy::ClusterProvided as i32, "{name}");
@@ -4084,7 +4086,7 @@ fn gateway_http2_and_grpc_servers_serve_http_routes() {
             "default",
             "bookinfo",
             &["bookinfo.example.com"],
-            &["bookinfo-gateway"],
+            &["default/bookinfo-gateway"],
             &host("productpage", "default"),
         ),
         px(&ingress),

@@ -209,8 +209,7 @@ pub fn embedded_example(example: &str, nodes: &[(&ProxyNode, ProxyKind)]) -> Vec
             static_sds(&mut embedded.1);
             ship_files(&mut embedded.0, &files);
             ship_files(&mut embedded.1, &files);
-            let mut bootstrap =
-                envoy_bootstrap(node, ([127, 0, 0, 1], 1).into(), XdsMode::Delta);
+            let mut bootstrap = envoy_bootstrap(node, ([127, 0, 0, 1], 1).into(), XdsMode::Delta);
             bootstrap["static_resources"]["listeners"] = embedded.0.into();
             if let Some(held) = bootstrap["static_resources"]["clusters"].as_array_mut() {
                 held.extend(embedded.1);
