@@ -1,10 +1,12 @@
 //! Envoy's judgement of the examples that show Istio's networking API field by field
 //! (`examples/traffic-management`, `examples/service-registry`): the config meshflow
-//! generates for their proxies — listeners, clusters, and the route configurations put in
-//! place of their RDS references — is loaded by `envoy --mode validate`, which refuses
-//! anything it would reject over xDS (a bad regex, an unknown filter config, a cluster whose
-//! load balancer and hash policy disagree). The goldens (`tests/golden.rs`) pin what is
-//! generated; this checks that Envoy takes it.
+//! generates for their proxies — listeners, clusters, and what a real run sends over RDS,
+//! EDS and SDS put in place of its reference (`support::envoy_validate`) — is loaded by
+//! `envoy --mode validate`, which refuses anything it would reject over xDS (a bad regex, an
+//! unknown filter config, a cluster whose load balancer and hash policy disagree, an
+//! endpoint address, a certificate or a file it cannot load). The goldens (`tests/golden.rs`)
+//! pin what is generated; this checks that Envoy takes it, and that the embedding really has
+//! Envoy parse what it embeds.
 
 mod support;
 
@@ -13,13 +15,16 @@ use dataflows::model::ProxyKind;
 use support::envoy_validate::{embedded_example, envoy_validate, envoy_validates_example};
 use support::{require_envoy, ProxyNode, TestDir};
 
-/// Proves that Envoy accepts every listener, cluster and route configuration of
-/// `examples/traffic-management` (Istio's traffic management tasks: every HTTP match kind
-/// and route action, DestinationRule load balancing, connection pools, outlier detection
-/// and consistent hashing) for its captured `sleep` sidecar and its ingress gateway, and
-/// that the route actions reach Envoy as such: fault injection, CORS, mirroring, rewrites
-/// (by regex too), redirects, direct responses, hash policies, and at the gateway the
-/// delegated `/reviews` routes and the wildcard host's direct response.
+/// Proves that Envoy accepts every listener, route configuration, cluster, load assignment
+/// and secret of `examples/traffic-management` (Istio's traffic management tasks: every HTTP
+/// match kind and route action, DestinationRule load balancing incl. PASSTHROUGH, connection
+/// pools, outlier detection and consistent hashing, a wildcard rule, TLS origination from
+/// files with a CRL, tcp routes by destination subnet) for the four proxies of its goldens
+/// (the captured `sleep` sidecar, the ingress gateway, the `productpage` sidecar and the
+/// `staging` namespace's `sleep`), and that the route actions reach Envoy as such: fault
+/// injection, CORS, mirroring, rewrites (by regex too), redirects (to another port too),
+/// direct responses, hash policies (by source IP too), retries on to other localities, and
+/// at the gateway the delegated `/reviews` routes and the wildcard host's direct response.
 #[test]
 fn envoy_accepts_the_traffic_management_example() {
     let envoy_bin = require_envoy!();
