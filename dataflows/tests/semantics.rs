@@ -4033,3 +4033,141 @@ fn idle_timeout_metadata_reaches_every_listener_of_its_proxy() {
         assert_eq!(idle, None, "virtualInbound to {to}");
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// PASSTHROUGH load balancing; HTTP2 and GRPC gateway servers
+// ---------------------------------------------------------------------------------------------
+
+/// Proves that a DestinationRule's `loadBalancer.simple: PASSTHROUGH` makes the host's
+/// clusters (the service's and each subset's) go to the connection's original destination
+/// as Istio's do: type ORIGINAL_DST, lb policy CLUSTER_PROVIDED, no EDS config, no load
+/// assignment and no endpoint metadata to match (no auto mTLS); without the rule the
+/// clusters take their endpoints from EDS again.
+#[test]
+fn passthrough_load_balancing_sends_to_the_original_destination() {
+    use envoy_types::pb::envoy::config::cluster::v3::cluster::LbPolicy;
+    let mut m = Mesh::new();
+    let client = sidecar_proxy("sleep-1", "default", "10.0.0.5", &[("app", "sleep")]);
+    let rule = destination_rule_with(
+        "default",
+        "reviews",
+        &host("reviews", "default"),
+        &[("v1", "v1")],
+        &[],
+        Some(LoadBalancer::Passthrough),
+        None,
+    );
+    m.insert(vec![
+        px(&client),
+        service("reviews", "default"),
+        endpoint("reviews", "default", "10.2.0.1", true),
+        workload("reviews-v1", "default", "10.2.0.1", &[("version", "v1")]),
+        rule.clone(),
+    ]);
+    let names = [
+        outbound(9080, "", "reviews", "default"),
+        outbound(9080, "v1", "reviews", "default"),
+    ];
+    for name in &names {
+        let c = m.cluster_body(&client, name);
+        assert_eq!(
+            c.cluster_discovery_type,
+            Some(ClusterDiscoveryType::Type(
+                DiscoveryType::OriginalDst as i32
+            )),
+            "{name}: {c:?}"
+        );
+        assert_eq!(c.lb_policy, LbPolicy::ClusterProvided as i32, "{name}");
+        assert!(c.eds_cluster_config.is_none(), "{name}: {c:?}");
+        assert!(c.load_assignment.is_none(), "{name}: {c:?}");
+        assert!(c.lb_config.is_none(), "{name}: {c:?}");
+        assert!(c.transport_socket_matches.is_empty(), "{name}: {c:?}");
+    }
+
+    m.retract(vec![rule]);
+    let c = m.cluster_body(&client, &names[0]);
+    assert_eq!(
+        c.cluster_discovery_type,
+        Some(ClusterDiscoveryType::Type(DiscoveryType::Eds as i32))
+    );
+    assert_eq!(c.lb_policy, LbPolicy::LeastRequest as i32);
+    assert_eq!(m.eds_addresses(&client, &names[0]), set(&["10.2.0.1:9080"]));
+}
+
+/// Proves that Gateway servers of protocol HTTP2 and GRPC are served as an HTTP server is
+/// (Istio treats every HTTP protocol alike at a gateway): each port gets a listener
+/// `0.0.0.0_PORT` whose connection manager takes HTTP/1.1 and HTTP/2 (codec AUTO: gRPC and
+/// HTTP/2 clients speak it in cleartext without an upgrade) and names route configuration
+/// `http.PORT`, whose virtual host sends the VirtualService's requests to its destination.
+#[test]
+fn gateway_http2_and_grpc_servers_serve_http_routes() {
+    use envoy_types::pb::envoy::config::listener::v3::filter::ConfigType;
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+        http_connection_manager::{CodecType, RouteSpecifier},
+        HttpConnectionManager,
+    };
+    let mut m = Mesh::new();
+    let ingress = router_proxy(
+        "istio-ingressgateway-abc",
+        "istio-system",
+        "10.1.0.9",
+        &[("istio", "ingressgateway")],
+    );
+    let Record::Gateway(mut gw) = gateway(
+        "default",
+        "bookinfo-gateway",
+        &[("istio", "ingressgateway")],
+        &[(8081, None), (8082, None)],
+    ) else {
+        unreachable!("gateway() makes gateways")
+    };
+    gw.servers[0].protocol = Protocol::Http2;
+    gw.servers[0].port_name = "http2".into();
+    gw.servers[1].protocol = Protocol::Grpc;
+    gw.servers[1].port_name = "grpc".into();
+    m.insert(vec![
+        service("productpage", "default"),
+        Record::Gateway(gw),
+        virtual_service(
+            "default",
+            "bookinfo",
+            &["bookinfo.example.com"],
+            &["default/bookinfo-gateway"],
+            &host("productpage", "default"),
+        ),
+        px(&ingress),
+    ]);
+    assert_eq!(
+        m.listeners(&ingress),
+        set(&["0.0.0.0_8081", "0.0.0.0_8082"])
+    );
+    assert_eq!(m.routes(&ingress), set(&["http.8081", "http.8082"]));
+    for port in [8081, 8082] {
+        let listener = m.listener_body(&ingress, &format!("0.0.0.0_{port}"));
+        let hcm: Vec<HttpConnectionManager> = listener
+            .filter_chains
+            .iter()
+            .flat_map(|c| &c.filters)
+            .filter_map(|f| match &f.config_type {
+                Some(ConfigType::TypedConfig(any))
+                    if any.type_url.ends_with(".HttpConnectionManager") =>
+                {
+                    HttpConnectionManager::decode(&any.value[..]).ok()
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(hcm.len(), 1, "{port}: {listener:?}");
+        assert_eq!(hcm[0].codec_type, CodecType::Auto as i32, "{port}");
+        let Some(RouteSpecifier::Rds(rds)) = &hcm[0].route_specifier else {
+            panic!("{port}: routes by RDS: {:?}", hcm[0]);
+        };
+        assert_eq!(rds.route_config_name, format!("http.{port}"));
+        let vhosts = m.vhost_clusters(&ingress, &format!("http.{port}"));
+        assert_eq!(
+            vhosts.get(&format!("bookinfo.example.com:{port}")),
+            Some(&outbound(9080, "", "productpage", "default")),
+            "{port}: {vhosts:?}"
+        );
+    }
+}
