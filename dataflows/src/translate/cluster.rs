@@ -151,7 +151,7 @@ fn outbound(
             )));
         }
         // `PASSTHROUGH`: the connection's original destination, as Istio does.
-        _ if policy.load_balancer == Some(LoadBalancer::Passthrough) => {
+        _ if passthrough_lb(&policy, grpc) => {
             cluster.cluster_discovery_type = Some(ClusterDiscoveryType::Type(
                 DiscoveryType::OriginalDst as i32,
             ));
@@ -274,7 +274,7 @@ fn outbound(
             && !original_destination(service, grpc, defaults)
             && !service.mesh_external
             && service.resolution != Resolution::None
-            && policy.load_balancer != Some(LoadBalancer::Passthrough) =>
+            && !passthrough_lb(&policy, grpc) =>
         {
             cluster.transport_socket_matches =
                 auto_mtls_matches(port.port, subset, service, &defaults.trust_domain);
@@ -289,6 +289,13 @@ fn outbound(
         );
     }
     Resource::new(ResourceType::Cluster, name, cluster.encode_to_vec())
+}
+
+/// Whether a rule's `simple: PASSTHROUGH` makes the cluster an original-destination one:
+/// not for proxyless gRPC clients, whose xDS client has no such cluster — Istio's gRPC
+/// generator keeps their clusters EDS, balanced round robin, whatever the rule says.
+fn passthrough_lb(policy: &TrafficPolicy, grpc: bool) -> bool {
+    policy.load_balancer == Some(LoadBalancer::Passthrough) && !grpc
 }
 
 /// Whether a client's cluster of `service` goes to the connection's original destination
@@ -1014,7 +1021,7 @@ pub fn outbound_all_with(
     // locality load balancing the cluster itself differs per client class.
     let eds = |subset: Option<&str>, port: &ServicePort, labels: &crate::model::Labels| {
         let policy = effective_policy(dr, subset, Some(port.port));
-        if policy.load_balancer == Some(LoadBalancer::Passthrough)
+        if passthrough_lb(&policy, grpc)
             || original_destination(service, grpc, defaults)
             || fail_closed(&policy, grpc, secrets).is_some()
         {
@@ -1369,6 +1376,47 @@ mod tests {
             assert!(tls.is_none(), "{name}");
             let a = assignment.expect("a static assignment");
             assert!(a.endpoints.is_empty(), "{name}");
+        }
+    }
+
+    /// `simple: PASSTHROUGH` makes original-destination clusters for Envoy, and leaves
+    /// proxyless gRPC clients EDS clusters balanced round robin with an assignment each, as
+    /// Istio's gRPC generator does (their xDS client has no original-destination cluster).
+    #[test]
+    fn passthrough_keeps_eds_for_proxyless_clients() {
+        use envoy_types::pb::envoy::config::cluster::v3::cluster::LbPolicy;
+        let dr = DestinationRule {
+            traffic_policy: Some(TrafficPolicy {
+                load_balancer: Some(LoadBalancer::Passthrough),
+                ..Default::default()
+            }),
+            ..rule(UpstreamTls::default())
+        };
+        let defaults = ClusterDefaults::default();
+        for grpc in [false, true] {
+            let all = outbound_all_for(&reviews(), Some(&dr), grpc, &defaults);
+            assert_eq!(all.len(), 2, "the service's cluster and subset v1's");
+            for (r, _, eds) in all {
+                let c = Cluster::decode(&*r.body.0).unwrap();
+                let kind = if grpc {
+                    DiscoveryType::Eds
+                } else {
+                    DiscoveryType::OriginalDst
+                };
+                assert_eq!(
+                    c.cluster_discovery_type,
+                    Some(ClusterDiscoveryType::Type(kind as i32)),
+                    "{} grpc={grpc}",
+                    c.name
+                );
+                let lb = if grpc {
+                    LbPolicy::RoundRobin
+                } else {
+                    LbPolicy::ClusterProvided
+                };
+                assert_eq!(c.lb_policy, lb as i32, "{} grpc={grpc}", c.name);
+                assert_eq!(eds.is_some(), grpc, "{} grpc={grpc}", c.name);
+            }
         }
     }
 
