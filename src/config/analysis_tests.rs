@@ -1715,8 +1715,11 @@ fn match_header_names_are_checked_as_istio_and_envoy_check_them() {
             "spec.http[0].match[1].withoutHeaders.x\\r",
         ),
     ] {
-        let e = parse_document(&format!("{VS}  http:\n{bad}{route}"), &MeshConfig::default())
-            .expect_err(bad);
+        let e = parse_document(
+            &format!("{VS}  http:\n{bad}{route}"),
+            &MeshConfig::default(),
+        )
+        .expect_err(bad);
         assert_eq!(e.field, field, "{bad}: {e:?}");
     }
     // Accepted, as Istio accepts them: pseudo-headers, any token; a name no request carries
@@ -1812,4 +1815,39 @@ fn a_query_parameter_prefix_keeps_its_route_out() {
     // Only the catch-all is generated: nothing goes to v1 by a condition not honoured.
     assert_eq!(vs(&p).http.len(), 1);
     assert!(vs(&p).http[0].matches.is_empty());
+}
+
+/// The README's word on regexes: checked with Rust's `regex`, not RE2, so the syntaxes differ
+/// at the edges. Pinned here so that a change of either side is seen.
+#[test]
+fn regex_syntax_is_rusts_not_re2s_at_the_edges() {
+    let uri = |re: &str| {
+        parse_document(
+            &format!(
+                "{VS}  http:\n  - match: [{{uri: {{regex: '{re}'}}}}]\n    route: [{{destination: {{host: reviews}}}}]\n"
+            ),
+            &MeshConfig::default(),
+        )
+    };
+    // Accepted here, refused by RE2 (Envoy NACKs; the rollback catches it).
+    for re in [r"\<a\>", r"a\>"] {
+        assert!(uri(re).is_ok(), "{re}");
+    }
+    // With a raised program-size limit, also what RE2 lacks or limits.
+    let raised = MeshConfig {
+        max_regex_program_size: 1_000_000,
+        ..MeshConfig::default()
+    };
+    for re in [r"\p{Emoji}", "a{1001}"] {
+        let doc = format!(
+            "{VS}  http:\n  - match: [{{uri: {{regex: '{re}'}}}}]\n    route: [{{destination: {{host: reviews}}}}]\n"
+        );
+        assert!(parse_document(&doc, &raised).is_ok(), "{re}");
+        assert!(uri(re).is_err(), "{re}: over the default limit");
+    }
+    // Refused here, accepted by RE2.
+    for re in [r"\Qa.b\E", r"a\C"] {
+        let e = uri(re).expect_err(re);
+        assert_eq!(e.field, "spec.http[0].match[0].uri.regex", "{re}");
+    }
 }
