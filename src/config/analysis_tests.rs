@@ -1721,3 +1721,163 @@ fn an_empty_connection_pool_is_refused() {
         assert_eq!(e.field, field, "{policy}: {e}");
     }
 }
+
+#[test]
+fn match_header_names_are_checked_as_istio_and_envoy_check_them() {
+    let route = "    route: [{destination: {host: reviews}}]\n";
+    // Refused: empty (Istio's validation), NUL, CR or LF (Envoy would refuse every route of
+    // the port), in `headers` and `withoutHeaders` alike.
+    for (bad, field) in [
+        (
+            "  - match: [{headers: {\"\": {exact: a}}}]\n",
+            "spec.http[0].match[0].headers",
+        ),
+        (
+            "  - match: [{withoutHeaders: {\"\": {exact: a}}}]\n",
+            "spec.http[0].match[0].withoutHeaders",
+        ),
+        (
+            "  - match: [{headers: {\"x-a\\ny\": {exact: a}}}]\n",
+            "spec.http[0].match[0].headers.x-a\\ny",
+        ),
+        (
+            "  - match: [{uri: {prefix: /}}, {withoutHeaders: {\"x\\r\": {}}}]\n",
+            "spec.http[0].match[1].withoutHeaders.x\\r",
+        ),
+    ] {
+        let e = parse_document(
+            &format!("{VS}  http:\n{bad}{route}"),
+            &MeshConfig::default(),
+        )
+        .expect_err(bad);
+        assert_eq!(e.field, field, "{bad}: {e:?}");
+    }
+    // Accepted, as Istio accepts them: pseudo-headers, any token; a name no request carries
+    // is said, and the route is generated as written.
+    let p = parse(&format!(
+        "{VS}  http:\n  - match: [{{headers: {{\":authority\": {{exact: a}}, X-Upper_1: {{prefix: b}}, \"x y\": {{exact: c}}}}, withoutHeaders: {{\"x(y)\": {{}}}}}}]\n{route}"
+    ));
+    assert_eq!(
+        fields(&p, Level::Warning),
+        vec![
+            "spec.http[0].match[0].headers.x y",
+            "spec.http[0].match[0].withoutHeaders.x(y)"
+        ]
+    );
+    assert!(p.findings[0].message.contains("never holds"));
+    assert!(p.findings[1].message.contains("always holds"));
+    let m = &vs(&p).http[0].matches[0];
+    assert!(m.headers.contains_key(":authority") && m.headers.contains_key("x-upper_1"));
+    assert!(m.without_headers.contains_key("x(y)"));
+    // A JWT claim is not a header name: its route is left out, as before, with no refusal.
+    let p = parse(&format!(
+        "{VS}  http:\n  - match: [{{headers: {{\"@request.auth.claims.group\": {{exact: a}}}}}}]\n{route}"
+    ));
+    assert_eq!(
+        fields(&p, Level::Error),
+        vec!["spec.http[0].match[0].headers.@request.auth.claims.group"]
+    );
+}
+
+#[test]
+fn mirror_percent_is_read_as_istio_reads_it() {
+    let one = |extra: &str| {
+        parse(&format!(
+            "{VS}  http:\n  - route: [{{destination: {{host: reviews}}}}]\n    mirror: {{host: shadow}}\n{extra}"
+        ))
+    };
+    let fraction = |p: &Parsed| vs(p).http[0].mirrors[0].fraction;
+    assert_eq!(fraction(&one("    mirrorPercent: 5\n")), Some(50_000));
+    // The snake-case spelling Istio's schema also has; 0 mirrors nothing.
+    assert_eq!(fraction(&one("    mirror_percent: 0\n")), Some(0));
+    assert_eq!(fraction(&one("")), None, "every request");
+    // mirrorPercentage wins.
+    assert_eq!(
+        fraction(&one(
+            "    mirrorPercent: 5\n    mirrorPercentage: {value: 0.5}\n"
+        )),
+        Some(5_000)
+    );
+    let p = one("    mirrorPercent: 5\n");
+    assert!(p.findings.is_empty(), "{:?}", p.findings);
+    let e = parse_document(
+        &format!(
+            "{VS}  http:\n  - route: [{{destination: {{host: reviews}}}}]\n    mirror: {{host: shadow}}\n    mirrorPercent: 101\n"
+        ),
+        &MeshConfig::default(),
+    )
+    .expect_err("over 100");
+    assert_eq!(e.field, "spec.http[0].mirrorPercent");
+}
+
+#[test]
+fn an_exponential_delay_is_said_and_not_generated() {
+    let route = "    route: [{destination: {host: reviews}}]\n";
+    let p = parse(&format!(
+        "{VS}  http:\n  - fault: {{delay: {{exponentialDelay: 1s, percentage: {{value: 100}}}}, abort: {{httpStatus: 503, percentage: {{value: 1}}}}}}\n{route}"
+    ));
+    assert_eq!(
+        fields(&p, Level::Warning),
+        vec!["spec.http[0].fault.delay.exponentialDelay"]
+    );
+    let fault = vs(&p).http[0].fault.as_ref().expect("the abort");
+    assert!(fault.delay.is_none());
+    assert!(fault.abort.is_some());
+    let e = parse_document(
+        &format!(
+            "{VS}  http:\n  - fault: {{delay: {{fixedDelay: 1s, exponentialDelay: 1s}}}}\n{route}"
+        ),
+        &MeshConfig::default(),
+    )
+    .expect_err("both");
+    assert_eq!(e.field, "spec.http[0].fault.delay");
+}
+
+#[test]
+fn a_query_parameter_prefix_keeps_its_route_out() {
+    let p = parse(&format!(
+        "{VS}  http:\n  - match: [{{queryParams: {{q: {{prefix: a}}}}}}]\n    route: [{{destination: {{host: reviews, subset: v1}}}}]\n  - route: [{{destination: {{host: reviews}}}}]\n"
+    ));
+    assert_eq!(
+        fields(&p, Level::Error),
+        vec!["spec.http[0].match[0].queryParams.q.prefix"]
+    );
+    // Only the catch-all is generated: nothing goes to v1 by a condition not honoured.
+    assert_eq!(vs(&p).http.len(), 1);
+    assert!(vs(&p).http[0].matches.is_empty());
+}
+
+/// The README's word on regexes: checked with Rust's `regex`, not RE2, so the syntaxes differ
+/// at the edges. Pinned here so that a change of either side is seen.
+#[test]
+fn regex_syntax_is_rusts_not_re2s_at_the_edges() {
+    let uri = |re: &str| {
+        parse_document(
+            &format!(
+                "{VS}  http:\n  - match: [{{uri: {{regex: '{re}'}}}}]\n    route: [{{destination: {{host: reviews}}}}]\n"
+            ),
+            &MeshConfig::default(),
+        )
+    };
+    // Accepted here, refused by RE2 (Envoy NACKs; the rollback catches it).
+    for re in [r"\<a\>", r"a\>"] {
+        assert!(uri(re).is_ok(), "{re}");
+    }
+    // With a raised program-size limit, also what RE2 lacks or limits.
+    let raised = MeshConfig {
+        max_regex_program_size: 1_000_000,
+        ..MeshConfig::default()
+    };
+    for re in [r"\p{Emoji}", "a{1001}"] {
+        let doc = format!(
+            "{VS}  http:\n  - match: [{{uri: {{regex: '{re}'}}}}]\n    route: [{{destination: {{host: reviews}}}}]\n"
+        );
+        assert!(parse_document(&doc, &raised).is_ok(), "{re}");
+        assert!(uri(re).is_err(), "{re}: over the default limit");
+    }
+    // Refused here, accepted by RE2.
+    for re in [r"\Qa.b\E", r"a\C"] {
+        let e = uri(re).expect_err(re);
+        assert_eq!(e.field, "spec.http[0].match[0].uri.regex", "{re}");
+    }
+}

@@ -700,12 +700,75 @@ fn claim_condition(r: &istio::HttpRoute, f: &str) -> Option<String> {
     })
 }
 
+/// The first `queryParams` condition of route `f` matching by `prefix`, which Istio's API
+/// says is not supported for query parameters: the route is left out rather than matching
+/// more than written.
+fn query_prefix_condition(r: &istio::HttpRoute, f: &str) -> Option<String> {
+    r.matches.iter().enumerate().find_map(|(mi, mr)| {
+        mr.query_params
+            .iter()
+            .find(|(_, sm)| sm.prefix.is_some())
+            .map(|(q, _)| format!("{f}.match[{mi}].queryParams.{q}.prefix"))
+    })
+}
+
+/// Whether `name` is an HTTP field name: an RFC 9110 token (letters, digits and
+/// ``!#$%&'*+-.^_`|~``).
+fn is_header_token(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.!#$%&'*+^`|~".contains(&b))
+}
+
+/// The name of a `headers` (`present` true) or `withoutHeaders` condition at `field` (the
+/// map). Refused as Istio's validation refuses it (empty) and where Envoy would refuse the
+/// whole route configuration of the port (an empty name, or one with NUL, CR or LF).
+/// Istio accepts any other name, and so does meshflow; a name that is neither a token nor a
+/// pseudo-header (`:authority`) is never in a request, which a warning says. JWT claim
+/// conditions (`@request.auth.claims.…`) never reach here (see [`claim_condition`]).
+fn match_header_name(
+    name: &str,
+    field: &str,
+    present: bool,
+    findings: &mut Vec<Finding>,
+) -> Result<()> {
+    if name.is_empty() {
+        return Err(Invalid::field(field, "a header name cannot be empty"));
+    }
+    if name.contains(['\0', '\r', '\n']) {
+        return Err(Invalid::field(
+            format!("{field}.{}", name.escape_debug()),
+            format!(
+                "{name:?} is not a header name: Envoy refuses NUL, CR and LF in one (and with \
+                 it the route configuration of every route on the port)"
+            ),
+        ));
+    }
+    if !is_header_token(name.strip_prefix(':').unwrap_or(name)) {
+        findings.push(Finding::warning(
+            format!("{field}.{name}"),
+            format!(
+                "{name:?} is not an HTTP header name (a token, or a pseudo-header such as \
+                 :authority): no request carries it, so this condition {}",
+                if present {
+                    "never holds and the match never applies"
+                } else {
+                    "always holds"
+                }
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// One `match` of an HTTP route.
 fn http_match(
     mr: &istio::HttpMatchRequest,
     f: &str,
     ns: &str,
     mesh: &MeshConfig,
+    findings: &mut Vec<Finding>,
 ) -> Result<m::HttpMatch> {
     let uri = mr
         .uri
@@ -714,6 +777,7 @@ fn http_match(
         .transpose()?;
     let mut headers = std::collections::BTreeMap::new();
     for (h, sm) in &mr.headers {
+        match_header_name(h, &format!("{f}.headers"), true, findings)?;
         headers.insert(
             h.to_ascii_lowercase(),
             value_match(sm, &format!("{f}.headers.{h}"), mesh)?,
@@ -734,6 +798,7 @@ fn http_match(
     }
     let mut without_headers = std::collections::BTreeMap::new();
     for (h, sm) in &mr.without_headers {
+        match_header_name(h, &format!("{f}.withoutHeaders"), false, findings)?;
         without_headers.insert(
             h.to_ascii_lowercase(),
             value_match(sm, &format!("{f}.withoutHeaders.{h}"), mesh)?,
@@ -741,13 +806,8 @@ fn http_match(
     }
     let mut query_params = std::collections::BTreeMap::new();
     for (q, sm) in &mr.query_params {
+        // A prefix never reaches here: its route is left out (see `query_prefix_condition`).
         let field = format!("{f}.queryParams.{q}");
-        if sm.prefix.is_some() {
-            return Err(Invalid::field(
-                field,
-                "query parameters match exact or regex, not prefix",
-            ));
-        }
         query_params.insert(q.clone(), value_match(sm, &field, mesh)?);
     }
     let port = mr
@@ -1298,11 +1358,7 @@ fn header_edits(ops: &istio::HeaderOperations, f: &str, request: bool) -> Result
                 }
             }
         }
-        let ok = !name.is_empty()
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"-_.!#$%&'*+^`|~".contains(&b));
-        if !ok {
+        if !is_header_token(name) {
             return Err(Invalid::field(
                 format!("{f}.{op}"),
                 format!("{name:?} is not an HTTP header name"),
@@ -1350,13 +1406,22 @@ fn mirrors(r: &istio::HttpRoute, f: &str, ns: &str, mesh: &MeshConfig) -> Result
                 "a route cannot have both mirror and mirrors",
             ));
         }
+        // `mirrorPercentage` wins over the older whole-percent `mirrorPercent`, as in Istio,
+        // where a `mirrorPercent` of 0 mirrors nothing.
+        let fraction = match (&r.mirror_percentage, r.mirror_percent) {
+            (Some(p), _) => Some(per_million(p, &format!("{f}.mirrorPercentage"))?),
+            (None, Some(p)) if (0..=100).contains(&p) => Some(p as m::PerMillion * 10_000),
+            (None, Some(p)) => {
+                return Err(Invalid::field(
+                    format!("{f}.mirrorPercent"),
+                    format!("{p} is not a percentage in 0..100"),
+                ))
+            }
+            (None, None) => None,
+        };
         out.push(m::Mirror {
             destination: destination(Some(d), &format!("{f}.mirror"), ns, mesh)?,
-            fraction: r
-                .mirror_percentage
-                .as_ref()
-                .map(|p| per_million(p, &format!("{f}.mirrorPercentage")))
-                .transpose()?,
+            fraction,
         });
     }
     for (i, mp) in r.mirrors.iter().enumerate() {
@@ -1380,7 +1445,11 @@ fn mirrors(r: &istio::HttpRoute, f: &str, ns: &str, mesh: &MeshConfig) -> Result
 
 /// `fault`: a delay or abort whose `percentage` is unset applies to no request (Istio's
 /// documented default).
-fn fault(ft: &istio::HttpFaultInjection, f: &str) -> Result<Option<m::Fault>> {
+fn fault(
+    ft: &istio::HttpFaultInjection,
+    f: &str,
+    findings: &mut Vec<Finding>,
+) -> Result<Option<m::Fault>> {
     let fraction = |p: &Option<istio::Percent>, field: String| {
         p.as_ref()
             .map(|p| per_million(p, &field))
@@ -1389,7 +1458,21 @@ fn fault(ft: &istio::HttpFaultInjection, f: &str) -> Result<Option<m::Fault>> {
     };
     let delay = match &ft.delay {
         None => None,
+        // Istio generates no delay from an exponential one (not implemented there either).
+        Some(d) if d.fixed_delay.is_none() && d.exponential_delay.is_some() => {
+            findings.push(Finding::warning(
+                format!("{f}.delay.exponentialDelay"),
+                "not implemented by Istio nor meshflow; this delay is not generated",
+            ));
+            None
+        }
         Some(d) => {
+            if d.exponential_delay.is_some() {
+                return Err(Invalid::field(
+                    format!("{f}.delay"),
+                    "a delay has either fixedDelay or exponentialDelay, not both",
+                ));
+            }
             let Some(fixed) = &d.fixed_delay else {
                 return Err(Invalid::field(
                     format!("{f}.delay.fixedDelay"),
@@ -1534,9 +1617,26 @@ fn virtual_service(
             ));
             continue;
         }
+        if let Some(path) = query_prefix_condition(r, &f) {
+            findings.push(Finding::error(
+                path,
+                format!(
+                    "a query parameter matches exact or regex (Istio does not support prefix \
+                     there); the route {f} is not generated, so it never matches more \
+                     traffic than written"
+                ),
+            ));
+            continue;
+        }
         let mut matches = Vec::new();
         for (mi, mr) in r.matches.iter().enumerate() {
-            matches.push(http_match(mr, &format!("{f}.match[{mi}]"), ns, mesh)?);
+            matches.push(http_match(
+                mr,
+                &format!("{f}.match[{mi}]"),
+                ns,
+                mesh,
+                findings,
+            )?);
         }
         // Istio's rule: exactly one of route, redirect, directResponse (or delegate).
         let actions = [
@@ -1631,7 +1731,7 @@ fn virtual_service(
             fault: r
                 .fault
                 .as_ref()
-                .map(|ft| fault(ft, &format!("{f}.fault")))
+                .map(|ft| fault(ft, &format!("{f}.fault"), findings))
                 .transpose()?
                 .flatten(),
             cors: r
@@ -2620,6 +2720,11 @@ fn gateway(key: &ConfigKey, value: &Value, findings: &mut Vec<Finding>) -> Resul
             ));
             continue;
         }
+        // Not generated: its tls names what meshflow cannot honour, which may also be what
+        // completes it (`tlsCertificates` in place of `serverCertificate`).
+        if closed.contains(&i) {
+            continue;
+        }
         let mut https_redirect = false;
         let mut tls = None;
         // Hosts left out of the server (a condition it cannot honour), by index.
@@ -2694,9 +2799,6 @@ fn gateway(key: &ConfigKey, value: &Value, findings: &mut Vec<Finding>) -> Resul
                 }
             }
             (None, false) => {}
-        }
-        if closed.contains(&i) {
-            continue;
         }
         servers.push(m::GatewayServer {
             port: number,

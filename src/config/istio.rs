@@ -71,6 +71,9 @@ pub struct HttpRoute {
     pub headers: Option<Headers>,
     pub mirror: Option<Destination>,
     pub mirror_percentage: Option<Percent>,
+    /// The older, whole-percent form of `mirrorPercentage` (also spelt `mirror_percent`).
+    #[serde(alias = "mirror_percent")]
+    pub mirror_percent: Option<i64>,
     pub mirrors: Vec<HttpMirrorPolicy>,
     pub fault: Option<HttpFaultInjection>,
     pub cors_policy: Option<CorsPolicy>,
@@ -177,6 +180,8 @@ pub struct HttpFaultInjection {
 #[serde(rename_all = "camelCase", default)]
 pub struct FaultDelay {
     pub fixed_delay: Option<String>,
+    /// Read only to say it is not generated (Istio does not implement it either).
+    pub exponential_delay: Option<String>,
     pub percentage: Option<Percent>,
 }
 
