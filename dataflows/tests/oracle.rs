@@ -303,6 +303,8 @@ fn random_record(rng: &mut StdRng, extra: &mut StdRng, slot: usize) -> Record {
             mesh_external: extra.random_bool(0.2),
             prefer_close: extra.random_bool(0.2),
             headless: extra.random_bool(0.2),
+            alias_for: None,
+            aliases: Vec::new(),
             hostname: host(&svc_name, ns),
             origin: ConfigKey::new(Kind::Service, ns, &svc_name),
             ports: {

@@ -632,6 +632,8 @@ mod tests {
             mesh_external: false,
             prefer_close: false,
             headless: false,
+            alias_for: None,
+            aliases: Vec::new(),
             hostname: "lonely.unrelated.svc.cluster.local".into(),
             origin: ConfigKey::new(Kind::Service, "unrelated", "lonely"),
             ports: vec![ServicePort {
