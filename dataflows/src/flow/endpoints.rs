@@ -68,7 +68,7 @@ pub(super) fn resolve<'s>(
     Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
 )]
 enum IdentityItem {
-    Service(Service),
+    Service(Box<Service>),
     Identity(String),
 }
 
@@ -89,7 +89,7 @@ pub(super) fn identified<'s>(
         });
     services
         .clone()
-        .map(|(h, svc)| (h, IdentityItem::Service(svc)))
+        .map(|(h, svc)| (h, IdentityItem::Service(Box::new(svc))))
         .concat(identities)
         .reduce(|_, vals: &[(&IdentityItem, isize)], out| {
             let mut svc = None;
