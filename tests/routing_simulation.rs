@@ -4095,7 +4095,6 @@ endpoints:
 /// `billing.partner.example` goes, that host's ServiceEntry cluster and its VirtualService
 /// routes.
 #[test]
-#[ignore = "translation finding: an ExternalName Service gets a STRICT_DNS cluster of its own (Istio before 1.21), not the alias of its target Istio now makes it"]
 fn an_external_name_service_routes_as_the_host_it_names() {
     let mut mesh = Mesh::new("external-name");
     write_config(

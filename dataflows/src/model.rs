@@ -530,6 +530,17 @@ pub struct Service {
     /// would give it one.)
     #[serde(default)]
     pub headless: bool,
+    /// A Kubernetes `ExternalName` Service: the host its `externalName` names. Istio (1.21
+    /// and later, `ENABLE_EXTERNAL_NAME_ALIAS`) makes such a service an alias of that host:
+    /// it has no cluster, listener or virtual host of its own; the service of the host it
+    /// names (through any chain of aliases) answers to its names too ([`Service::aliases`]).
+    #[serde(default)]
+    pub alias_for: Option<Hostname>,
+    /// The hosts of the `ExternalName` Services that resolve to this one, sorted: its
+    /// virtual hosts take their names as well (Istio's `Aliases` of a service). Filled by the
+    /// dataflow ([`crate::rules::resolve_aliases`]); empty as sources write it.
+    #[serde(default)]
+    pub aliases: Vec<Hostname>,
 }
 
 impl Service {
@@ -540,10 +551,18 @@ impl Service {
     }
 
     /// Whether a gateway's clusters of this service differ from a sidecar's: a port told
-    /// per connection (HTTP/1.1 upstream from gateways) or a headless Service (EDS from
-    /// gateways, the original destination from sidecars).
+    /// per connection (HTTP/1.1 upstream from gateways) or Istio's `Passthrough` resolution
+    /// (EDS from gateways, the original destination from sidecars: [`Service::passes_through`]).
     pub fn differs_for_gateways(&self) -> bool {
-        self.is_headless() || self.ports.iter().any(|p| p.protocol == Protocol::Auto)
+        self.passes_through() || self.ports.iter().any(|p| p.protocol == Protocol::Auto)
+    }
+
+    /// Istio's `Passthrough` resolution: a headless Service, or a ServiceEntry of
+    /// `resolution: NONE`. Sidecars send its connections to their original destination;
+    /// gateways (which have none to keep) balance over its endpoints by EDS, as Istio's
+    /// `convertResolution` does for routers.
+    pub fn passes_through(&self) -> bool {
+        self.is_headless() || self.resolution == Resolution::None
     }
 }
 

@@ -402,6 +402,40 @@ fn prepare<'s>(mesh: &MeshConfig, snap: &'s Snapshot) -> (MeshSettings, Cow<'s, 
                 .collect(),
         });
     }
+    // `ExternalName` aliases resolved, as the dataflow's `services` stage resolves them:
+    // the service in effect per host (the least record), alias ones gone, the rest with the
+    // aliases that resolve to them. Route destinations naming one are retargeted below.
+    let mut alias_targets = BTreeMap::new();
+    if snap
+        .records
+        .iter()
+        .any(|r| matches!(r, Record::Service(s) if s.alias_for.is_some()))
+    {
+        let mut chosen: BTreeMap<&str, &Service> = BTreeMap::new();
+        for r in &snap.records {
+            if let Record::Service(s) = r {
+                chosen.entry(s.hostname.as_str()).or_insert(s);
+            }
+        }
+        alias_targets = rules::alias_targets(chosen.values().copied());
+        let resolved: BTreeMap<Hostname, Service> = rules::with_aliases(chosen.values().copied())
+            .into_iter()
+            .map(|s| (s.hostname.clone(), s))
+            .collect();
+        let mut records = BTreeSet::new();
+        for r in &snap.records {
+            match r {
+                Record::Service(s) if !resolved.contains_key(&s.hostname) => {}
+                Record::Service(s) if chosen.get(s.hostname.as_str()) == Some(&s) => {
+                    records.insert(Record::Service(resolved[&s.hostname].clone()));
+                }
+                other => {
+                    records.insert(other.clone());
+                }
+            }
+        }
+        snap = Cow::Owned(Snapshot { records });
+    }
     if snap
         .records
         .iter()
@@ -422,6 +456,20 @@ fn prepare<'s>(mesh: &MeshConfig, snap: &'s Snapshot) -> (MeshSettings, Cow<'s, 
                 .map(|r| match r {
                     Record::VirtualService(vs) if !vs.delegates().is_empty() => {
                         Record::VirtualService(crate::delegation::expand(vs, &all))
+                    }
+                    other => other.clone(),
+                })
+                .collect(),
+        });
+    }
+    if !alias_targets.is_empty() {
+        snap = Cow::Owned(Snapshot {
+            records: snap
+                .records
+                .iter()
+                .map(|r| match r {
+                    Record::VirtualService(vs) => {
+                        Record::VirtualService(rules::with_alias_destinations(vs, &alias_targets))
                     }
                     other => other.clone(),
                 })

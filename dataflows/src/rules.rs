@@ -2,6 +2,7 @@
 //! dataflow and the naive recompute used as its oracle.
 
 use crate::model::*;
+use std::collections::BTreeMap;
 
 /// `exportTo`: empty or `*` is everyone, `.` the owner's namespace, `~` no one.
 pub fn exported_to(export_to: &[String], owner_ns: &str, ns: &str) -> bool {
@@ -738,6 +739,129 @@ pub fn sidecar_tcp_ports(
                 .collect()
         }
     }
+}
+
+/// How many rounds of pointer jumping resolve chains of `ExternalName` aliases: a chain of
+/// up to `2^ALIAS_ROUNDS` hops resolves to the service at its end. Istio follows chains of any
+/// length; one this long (or a loop, which Istio drops as Kubernetes DNS answers NXDOMAIN
+/// for it) resolves to nothing here. The dataflow joins this many times, the oracle follows
+/// as many hops.
+pub const ALIAS_ROUNDS: u32 = 5;
+
+/// Each `ExternalName` alias resolved to the host at the end of its chain (`raw`: alias host
+/// → the host it names), as Istio's `resolveServiceAliases` does; aliases whose chain loops
+/// or runs longer than `2^ALIAS_ROUNDS` hops are left out.
+pub fn resolve_aliases(raw: &BTreeMap<Hostname, Hostname>) -> BTreeMap<Hostname, Hostname> {
+    let hops = 1usize << ALIAS_ROUNDS;
+    raw.iter()
+        .filter_map(|(alias, target)| {
+            let mut t = target;
+            for _ in 0..hops {
+                match raw.get(t) {
+                    Some(next) => t = next,
+                    None => return Some((alias.clone(), t.clone())),
+                }
+            }
+            None
+        })
+        .collect()
+}
+
+/// The services in effect with `ExternalName` aliases resolved: each alias service leaves
+/// (it has no cluster, listener or virtual host of its own), and the service each resolves
+/// to lists it among its [`Service::aliases`], sorted.
+pub fn with_aliases<'s>(services: impl IntoIterator<Item = &'s Service>) -> Vec<Service> {
+    let services: Vec<&Service> = services.into_iter().collect();
+    let raw: BTreeMap<Hostname, Hostname> = services
+        .iter()
+        .filter_map(|s| Some((s.hostname.clone(), s.alias_for.clone()?)))
+        .collect();
+    let mut aliases: BTreeMap<Hostname, Vec<Hostname>> = BTreeMap::new();
+    for (alias, target) in resolve_aliases(&raw) {
+        aliases.entry(target).or_default().push(alias);
+    }
+    services
+        .into_iter()
+        .filter(|s| s.alias_for.is_none())
+        .map(|s| {
+            let mut s = s.clone();
+            s.aliases = aliases.get(&s.hostname).cloned().unwrap_or_default();
+            s
+        })
+        .collect()
+}
+
+/// An `ExternalName` alias as route destinations see it: the host it names and its ports.
+pub type AliasTarget = (Hostname, Vec<u16>);
+
+/// The alias services among `services` (one per host), by host.
+pub fn alias_targets<'s>(
+    services: impl IntoIterator<Item = &'s Service>,
+) -> BTreeMap<Hostname, AliasTarget> {
+    services
+        .into_iter()
+        .filter_map(|s| {
+            let target = s.alias_for.clone()?;
+            Some((
+                s.hostname.clone(),
+                (target, s.ports.iter().map(|p| p.port).collect()),
+            ))
+        })
+        .collect()
+}
+
+/// Every destination host of a VirtualService's routes and mirrors (HTTP, TCP, TLS), once.
+pub fn destination_hosts(vs: &VirtualService) -> Vec<Hostname> {
+    let mut hosts: Vec<Hostname> = vs
+        .http
+        .iter()
+        .flat_map(|r| {
+            r.route
+                .iter()
+                .chain(r.mirrors.iter().map(|m| &m.destination))
+        })
+        .chain(vs.tcp.iter().flat_map(|r| r.route.iter()))
+        .chain(vs.tls.iter().flat_map(|r| r.route.iter()))
+        .map(|d| d.host.clone())
+        .collect();
+    hosts.sort();
+    hosts.dedup();
+    hosts
+}
+
+/// `vs` with each route or mirror destination that names an `ExternalName` alias sent where
+/// Istio's `GetDestinationCluster` sends it: the host the alias names (one hop: an alias of an
+/// alias names a host without a cluster, as in Istio), at the destination's port, else the
+/// alias's only port. (Where the alias has no port or several, Istio takes the port the
+/// request arrived on; here the named host's only port, if it has one, else that port.)
+pub fn with_alias_destinations(
+    vs: &VirtualService,
+    aliases: &BTreeMap<Hostname, AliasTarget>,
+) -> VirtualService {
+    let mut vs = vs.clone();
+    let retarget = |d: &mut RouteDestination| {
+        if let Some((target, ports)) = aliases.get(&d.host) {
+            d.host = target.clone();
+            if d.port.is_none() {
+                if let [only] = ports.as_slice() {
+                    d.port = Some(*only);
+                }
+            }
+        }
+    };
+    for r in &mut vs.http {
+        r.route.iter_mut().for_each(retarget);
+        r.mirrors
+            .iter_mut()
+            .for_each(|m| retarget(&mut m.destination));
+    }
+    for r in &mut vs.tcp {
+        r.route.iter_mut().for_each(retarget);
+    }
+    for r in &mut vs.tls {
+        r.route.iter_mut().for_each(retarget);
+    }
+    vs
 }
 
 #[cfg(test)]

@@ -233,6 +233,8 @@ pub fn records(shape: &Shape, mesh: &MeshConfig) -> Vec<Record> {
             mesh_external: false,
             prefer_close: false,
             headless: false,
+            alias_for: None,
+            aliases: Vec::new(),
             subject_alt_names: Vec::new(),
             hostname: host.clone(),
             origin: ConfigKey::new(Kind::Service, &ns, format!("svc-{s}")),

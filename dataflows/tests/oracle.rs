@@ -297,12 +297,23 @@ fn random_record(rng: &mut StdRng, extra: &mut StdRng, slot: usize) -> Record {
         _ => vec![format!("10.96.0.{}/32", rng.random_range(1..4))],
     };
     let dns = extra.random_bool(0.15);
+    // Now and then a ServiceEntry of resolution NONE (sidecars keep the original destination,
+    // gateways take EDS over its endpoints).
+    let passthrough = !dns && extra.random_bool(0.15);
+    // Now and then a Kubernetes ExternalName Service: an alias of a host that may be a
+    // service, another alias (a chain, or a loop back to itself) or nothing at all.
+    let alias_for = extra.random_bool(0.2).then(|| {
+        let n = extra.random_range(0..4);
+        host(&format!("svc{n}"), pick(extra, &NAMESPACES[..2]))
+    });
     match rng.random_range(0..9) {
         0 => Record::Service(Service {
             // Outside the mesh: AUTO_PASSTHROUGH gateways take no cluster of it.
             mesh_external: extra.random_bool(0.2),
             prefer_close: extra.random_bool(0.2),
             headless: extra.random_bool(0.2),
+            alias_for,
+            aliases: Vec::new(),
             hostname: host(&svc_name, ns),
             origin: ConfigKey::new(Kind::Service, ns, &svc_name),
             ports: {
@@ -325,9 +336,10 @@ fn random_record(rng: &mut StdRng, extra: &mut StdRng, slot: usize) -> Record {
             },
             // Sometimes a DNS entry with hosts of its own, in localities and with labels
             // (its clusters are then balanced by locality per client class).
-            resolution: match dns {
-                true => Resolution::Dns,
-                false => Resolution::Static,
+            resolution: match (dns, passthrough) {
+                (true, _) => Resolution::Dns,
+                (false, true) => Resolution::None,
+                (false, false) => Resolution::Static,
             },
             dns_endpoints: match dns {
                 true => (0..extra.random_range(1..4))

@@ -214,6 +214,8 @@ fn service(name: &str, ns: &str) -> Record {
         mesh_external: false,
         prefer_close: false,
         headless: false,
+        alias_for: None,
+        aliases: Vec::new(),
         subject_alt_names: Vec::new(),
         hostname: host(name, ns),
         origin: ConfigKey::new(Kind::Service, ns, name),
@@ -1209,6 +1211,8 @@ fn service_entry_selector_takes_workloads_with_their_placement() {
         mesh_external: false,
         prefer_close: false,
         headless: false,
+        alias_for: None,
+        aliases: Vec::new(),
         subject_alt_names: Vec::new(),
         hostname: vm.clone(),
         origin: ConfigKey::new(Kind::ServiceEntry, "default", "vm"),
@@ -2936,6 +2940,8 @@ fn tls_entry(name: &str, host: &str, resolution: Resolution) -> Record {
         mesh_external: true,
         prefer_close: false,
         headless: false,
+        alias_for: None,
+        aliases: Vec::new(),
         subject_alt_names: Vec::new(),
         hostname: host.to_string(),
         origin: ConfigKey::new(Kind::ServiceEntry, "default", name),
@@ -4170,4 +4176,163 @@ fn gateway_http2_and_grpc_servers_serve_http_routes() {
             "{port}: {vhosts:?}"
         );
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// ExternalName aliases and resolution NONE
+// ---------------------------------------------------------------------------------------------
+
+/// A Kubernetes ExternalName Service `name.ns` naming `target`.
+fn external_name(name: &str, ns: &str, target: &str) -> Record {
+    let Record::Service(mut s) = service(name, ns) else {
+        unreachable!()
+    };
+    s.alias_for = Some(target.to_string());
+    s.resolution = Resolution::Dns;
+    s.mesh_external = true;
+    Record::Service(s)
+}
+
+impl Mesh {
+    /// The domains of each virtual host of route configuration `name`, by virtual host name.
+    fn vhost_domains(&self, proxy: &Proxy, name: &str) -> BTreeMap<String, Vec<String>> {
+        use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
+        let version = self.version(proxy, ResourceType::Route, name);
+        let (body, _) = &self.bodies[&(ResourceType::Route, name.to_string(), version)];
+        let rc = RouteConfiguration::decode(&body.body.0[..]).expect("a RouteConfiguration");
+        rc.virtual_hosts
+            .into_iter()
+            .map(|vh| (vh.name, vh.domains))
+            .collect()
+    }
+}
+
+/// An ExternalName Service is an alias of the host it names (Istio 1.21 and later): it has
+/// no cluster of its own, the named service's virtual host answers to the alias's names (in
+/// every form the client's namespace may use) and routes where that service routes; a chain
+/// of aliases resolves to its end, a loop and a missing target to nothing. A route naming the
+/// alias goes to the named host's cluster.
+#[test]
+fn external_name_services_are_aliases_of_the_host_they_name() {
+    let mut m = Mesh::new();
+    let client = sidecar_proxy("client", "default", "10.0.9.1", &[("app", "client")]);
+    m.insert(vec![
+        px(&client),
+        service("reviews", "shop"),
+        external_name("rv", "default", &host("reviews", "shop")),
+    ]);
+    let clusters = m.clusters(&client);
+    assert!(
+        clusters.contains(&outbound(9080, "", "reviews", "shop")),
+        "{clusters:?}"
+    );
+    assert!(
+        !clusters.iter().any(|c| c.contains("rv.default")),
+        "the alias has no cluster of its own: {clusters:?}"
+    );
+    let domains = m.vhost_domains(&client, "9080");
+    let reviews = &domains[&format!("{}:9080", host("reviews", "shop"))];
+    for d in [
+        "rv",
+        "rv.default",
+        "rv.default.svc",
+        "rv.default.svc.cluster.local:9080",
+    ] {
+        assert!(reviews.contains(&d.to_string()), "{d}: {domains:?}");
+    }
+    assert!(
+        !domains.keys().any(|k| k.starts_with("rv.")),
+        "no virtual host of its own: {domains:?}"
+    );
+
+    // A chain (alias → alias → service) resolves to its end; a loop resolves to nothing.
+    let chained = external_name("chained", "default", &host("rv", "default"));
+    let looped = [
+        external_name("l1", "default", &host("l2", "default")),
+        external_name("l2", "default", &host("l1", "default")),
+    ];
+    m.insert(vec![chained.clone(), looped[0].clone(), looped[1].clone()]);
+    let domains = m.vhost_domains(&client, "9080");
+    let all: Vec<&String> = domains.values().flatten().collect();
+    assert!(all.contains(&&"chained".to_string()), "{domains:?}");
+    assert!(
+        !all.iter()
+            .any(|d| d.starts_with("l1") || d.starts_with("l2")),
+        "{domains:?}"
+    );
+
+    // A route naming the alias goes to the named host's cluster.
+    m.insert(vec![virtual_service(
+        "default",
+        "to-alias",
+        &[&host("reviews", "shop")],
+        &[],
+        &host("rv", "default"),
+    )]);
+    let to = m.vhost_clusters(&client, "9080");
+    assert_eq!(
+        to[&format!("{}:9080", host("reviews", "shop"))],
+        outbound(9080, "", "reviews", "shop"),
+        "{to:?}"
+    );
+
+    // Without the service it names, an alias adds nothing: its names are unknown hosts.
+    m.retract(vec![service("reviews", "shop")]);
+    assert!(
+        !m.clusters(&client).iter().any(|c| c.contains("reviews")),
+        "{:?}",
+        m.clusters(&client)
+    );
+    assert!(
+        !m.routes(&client).contains("9080"),
+        "{:?}",
+        m.routes(&client)
+    );
+}
+
+/// A ServiceEntry of `resolution: NONE`: sidecars send its connections to their original
+/// destination (ORIGINAL_DST); a gateway has none to keep and balances over the entry's
+/// endpoints by EDS, as Istio's `convertResolution` gives routers EDS for `Passthrough`.
+#[test]
+fn resolution_none_entries_are_original_destinations_for_sidecars_and_eds_for_gateways() {
+    let mut m = Mesh::new();
+    let client = sidecar_proxy("client", "default", "10.0.9.1", &[("app", "client")]);
+    let gw = router_proxy(
+        "ingress",
+        "istio-system",
+        "10.0.9.2",
+        &[("istio", "ingress")],
+    );
+    let Record::Service(mut entry) = service("legacy", "default") else {
+        unreachable!()
+    };
+    entry.origin = ConfigKey::new(Kind::ServiceEntry, "default", "legacy");
+    entry.resolution = Resolution::None;
+    m.insert(vec![
+        px(&client),
+        px(&gw),
+        Record::Service(entry),
+        endpoint("legacy", "default", "10.1.0.7", true),
+        gateway(
+            "istio-system",
+            "gw",
+            &[("istio", "ingress")],
+            &[(8080, None)],
+        ),
+    ]);
+    let name = outbound(9080, "", "legacy", "default");
+    let kind =
+        |c: &envoy_types::pb::envoy::config::cluster::v3::Cluster| c.cluster_discovery_type.clone();
+    assert_eq!(
+        kind(&m.cluster_body(&client, &name)),
+        Some(ClusterDiscoveryType::Type(
+            DiscoveryType::OriginalDst as i32
+        ))
+    );
+    assert!(!m.names(&client, ResourceType::Endpoint).contains(&name));
+    assert_eq!(
+        kind(&m.cluster_body(&gw, &name)),
+        Some(ClusterDiscoveryType::Type(DiscoveryType::Eds as i32))
+    );
+    assert_eq!(m.eds_addresses(&gw, &name), set(&["10.1.0.7:9080"]));
 }

@@ -846,9 +846,10 @@ fn service_entry_dns_hosts_are_reached_at_the_target_port() {
     assert_eq!(svc.dns_endpoints[0].ports.get("http-port"), Some(&443));
 }
 
-/// An ExternalName Service is the DNS name it points at, at its ports, as Istio serves it.
+/// An ExternalName Service is an alias of the host it names (Istio 1.21 and later): no
+/// addresses, no endpoints of its own, the name it points at kept for the dataflow.
 #[test]
-fn external_name_services_resolve_their_name() {
+fn external_name_services_alias_their_name() {
     let doc = "apiVersion: v1\nkind: Service\nmetadata: {name: db, namespace: ns}\nspec:\n  type: ExternalName\n  externalName: db.example.com\n  ports: [{name: tcp-db, port: 5432}]\n";
     let p = parse(doc);
     assert!(p.findings.is_empty(), "{:?}", p.findings);
@@ -856,11 +857,9 @@ fn external_name_services_resolve_their_name() {
         panic!("{:?}", p.records)
     };
     assert_eq!(svc.hostname, "db.ns.svc.cluster.local");
-    assert_eq!(svc.resolution, dataflows::model::Resolution::Dns);
+    assert_eq!(svc.alias_for.as_deref(), Some("db.example.com"));
     assert!(svc.addresses.is_empty());
-    assert_eq!(svc.dns_endpoints.len(), 1);
-    assert_eq!(svc.dns_endpoints[0].address, "db.example.com");
-    assert_eq!(svc.dns_endpoints[0].ports.get("tcp-db"), Some(&5432));
+    assert!(svc.dns_endpoints.is_empty());
     let err = parse_document(
         &doc.replace("db.example.com", "'bad name'"),
         &MeshConfig::default(),

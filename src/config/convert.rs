@@ -383,8 +383,9 @@ fn service(
     service_fields_not_read(&spec, findings);
     let prefer_close = prefers_close(&spec, &annotations);
     let headless = spec.cluster_ip.as_deref() == Some("None");
-    // An ExternalName service is the DNS name it points at, resolved by Envoy at the
-    // service's ports (as Istio serves it); it has no cluster IPs and no endpoints.
+    // An ExternalName service is an alias of the host it names, as Istio (1.21 and later)
+    // treats it: the service of that host answers to its names too; it has no cluster IPs,
+    // no endpoints and no cluster of its own (the dataflow resolves it).
     let external_name = match spec.type_.as_deref() {
         Some("ExternalName") => match spec.external_name.as_deref() {
             Some(n) if is_fqdn(n) || n.parse::<std::net::IpAddr>().is_ok() => Some(n.to_string()),
@@ -438,16 +439,7 @@ fn service(
             Some(_) => m::Resolution::Dns,
             None => m::Resolution::Static,
         },
-        dns_endpoints: external_name
-            .map(|address| m::DnsEndpoint {
-                address,
-                ports: ports.iter().map(|p| (p.name.clone(), p.port)).collect(),
-                labels: Default::default(),
-                placement: Default::default(),
-                service_account: None,
-            })
-            .into_iter()
-            .collect(),
+        dns_endpoints: Vec::new(),
         host_target_ports: Default::default(),
         ports,
         addresses,
@@ -456,6 +448,8 @@ fn service(
         mesh_external: resolution_is_external_name,
         prefer_close,
         headless,
+        alias_for: external_name.map(|n| n.trim_end_matches('.').to_ascii_lowercase()),
+        aliases: Vec::new(),
     })])
 }
 
@@ -3185,13 +3179,9 @@ fn service_entry(
         .map(|(i, a)| cidr(a, &format!("spec.addresses[{i}]")))
         .collect::<Result<Vec<_>>>()?;
     let exports = export_to(&s.export_to, "spec.exportTo")?;
-    if resolution == m::Resolution::None && !s.endpoints.is_empty() {
-        findings.push(Finding::warning(
-            "spec.endpoints",
-            "with resolution NONE, the endpoints are not used by meshflow yet: connections \
-             go to their original destination",
-        ));
-    }
+    // With resolution NONE, sidecars send connections to their original destination and
+    // gateways balance over the endpoints (EDS), as Istio's routers do: the endpoints (and the
+    // workloads a selector picks) are records for those.
     let dns = matches!(
         resolution,
         m::Resolution::Dns | m::Resolution::DnsRoundRobin
@@ -3245,7 +3235,7 @@ fn service_entry(
                 })
                 .collect(),
         });
-    if selection.is_some() && resolution != m::Resolution::Static {
+    if selection.is_some() && dns {
         findings.push(Finding::warning(
             "spec.workloadSelector",
             format!(
@@ -3281,8 +3271,10 @@ fn service_entry(
             mesh_external,
             prefer_close: false,
             headless: false,
+            alias_for: None,
+            aliases: Vec::new(),
         }));
-        if resolution != m::Resolution::Static {
+        if dns {
             continue;
         }
         if let Some(sel) = &selection {

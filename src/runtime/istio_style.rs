@@ -381,6 +381,20 @@ impl IstioStyle {
                 t.config_hosts.insert(s.hostname.clone());
                 t.service_hosts.insert(s.hostname.clone());
                 t.eds_hosts.insert(s.hostname.clone());
+                // An ExternalName alias changes the virtual hosts of the service its chain
+                // ends at: Istio marks that service updated too (`resolveServiceAliases`).
+                let mut next = s.alias_for.clone();
+                for _ in 0..=(1usize << dataflows::rules::ALIAS_ROUNDS) {
+                    let Some(h) = next.take() else { break };
+                    if !t.config_hosts.insert(h.clone()) {
+                        break;
+                    }
+                    t.service_hosts.insert(h.clone());
+                    next = self.snapshot.records.iter().find_map(|r| match r {
+                        Record::Service(a) if a.hostname == h => a.alias_for.clone(),
+                        _ => None,
+                    });
+                }
             }
             Record::Endpoint(h, e) => {
                 t.eds_hosts.insert(h.clone());
@@ -632,6 +646,8 @@ mod tests {
             mesh_external: false,
             prefer_close: false,
             headless: false,
+            alias_for: None,
+            aliases: Vec::new(),
             hostname: "lonely.unrelated.svc.cluster.local".into(),
             origin: ConfigKey::new(Kind::Service, "unrelated", "lonely"),
             ports: vec![ServicePort {

@@ -90,14 +90,12 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         &mesh,
         MeshSettings::complete_service,
     ));
+    // What every stage but the analysis of references routes by: `ExternalName` aliases
+    // resolved into the services they name.
+    let chosen = services::with_aliases(&services.chosen);
     let virtual_services = mesh::complete(i.virtual_services, &mesh, MeshSettings::complete_vs);
     let destination_rules = mesh::complete(i.destination_rules, &mesh, MeshSettings::complete_dr);
-    let endpoints = endpoints::resolve(
-        i.endpoints,
-        i.workloads.clone(),
-        i.selections,
-        &services.chosen,
-    );
+    let endpoints = endpoints::resolve(i.endpoints, i.workloads.clone(), i.selections, &chosen);
 
     let proxy_scopes = scopes::of_proxies(
         &mesh,
@@ -106,11 +104,11 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         &i.gateways,
         &virtual_services,
         &destination_rules,
-        &services.chosen,
+        &chosen,
     );
     let scopes = proxy_scopes.clone().map(|(_, s)| s).distinct();
     let specs = scopes::sidecar_specs(&scopes, &i.sidecars, &mesh);
-    let visible = visibility::hosts(&specs, &services.chosen);
+    let visible = visibility::hosts(&specs, &chosen);
 
     let undefined_subsets = analysis::undefined_subsets(&virtual_services, &destination_rules);
     let merged_drs = clusters::consolidated(&destination_rules);
@@ -122,26 +120,29 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     let secret_errors = analysis::gateway_secrets(&i.gateways, &i.workloads, &i.secrets);
     let conflicting_vss = analysis::conflicting_mesh_vss(&virtual_services);
     let undefined_delegates = analysis::undefined_delegates(&virtual_services);
-    let identified = endpoints::identified(&endpoints, &services.chosen, &mesh);
+    let identified = endpoints::identified(&endpoints, &chosen, &mesh);
     let clusters = clusters::outbound(
         &mesh,
         &scopes,
         &visible,
         &merged_drs,
-        &services.chosen,
+        &chosen,
         &identified,
         &i.secrets,
     );
     let assignments = endpoints::assignments(clusters.eds, &endpoints);
 
     // Analysis reads VirtualServices as written; routing reads them with delegates expanded.
-    let routed_vss = virtual_services::expand_delegates(virtual_services.clone());
-    let vss = virtual_services::resolve(&routed_vss, &services.chosen);
-    let covering_vss =
-        virtual_services::mesh_covering(&routed_vss, &services.chosen, &visible, &specs);
+    // Destinations naming an `ExternalName` alias go to the host it names.
+    let routed_vss = virtual_services::alias_destinations(
+        virtual_services::expand_delegates(virtual_services.clone()),
+        &services.chosen,
+    );
+    let vss = virtual_services::resolve(&routed_vss, &chosen);
+    let covering_vss = virtual_services::mesh_covering(&routed_vss, &chosen, &visible, &specs);
     let mesh_vss = virtual_services::mesh_in_effect(&covering_vss);
-    let ports = routes::ports(&visible, &services.chosen, &specs);
-    let hostless_vss = virtual_services::hostless(&routed_vss, &vss, &services.chosen);
+    let ports = routes::ports(&visible, &chosen, &specs);
+    let hostless_vss = virtual_services::hostless(&routed_vss, &vss, &chosen);
     let (routes, http_ports) = routes::sidecar(
         &config.domain_suffix,
         &specs,
@@ -153,7 +154,7 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     );
     let (tcp, unreachable) = tcp::sidecar(
         &visible,
-        &services.chosen,
+        &chosen,
         &specs,
         covering_vss,
         &vss,
@@ -170,7 +171,7 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         &clusters.tcp_idle,
         &i.secrets,
         &clusters.built.resources,
-        &services.chosen,
+        &chosen,
     );
 
     let mtls_proxies = proxy_scopes
@@ -201,7 +202,7 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     let inbound = inbound::per_proxy(
         i.proxies,
         endpoints,
-        &services.chosen,
+        &chosen,
         &mesh,
         inbound::ScopeInputs {
             proxy_scopes: proxy_scopes.clone(),

@@ -51,6 +51,60 @@ pub(super) fn expand_delegates<'s>(
     plain.concat(expanded)
 }
 
+/// A VirtualService and the `ExternalName` aliases its destinations name, gathered to
+/// retarget them.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+enum AliasPart {
+    Spec(VirtualService),
+    Alias(Hostname, rules::AliasTarget),
+}
+
+/// Every VirtualService with its destinations that name an `ExternalName` alias sent to the
+/// host the alias names ([`rules::with_alias_destinations`]); one naming no alias passes
+/// through. `services`: the services in effect, aliases included. A VirtualService meets
+/// only the aliases it names, so an alias's change re-resolves only those.
+pub(super) fn alias_destinations<'s>(
+    vss: Coll<'s, (ConfigKey, VirtualService)>,
+    services: &Coll<'s, (Hostname, Service)>,
+) -> Coll<'s, (ConfigKey, VirtualService)> {
+    let aliases = services.clone().flat_map(|(h, s)| {
+        let ports = s.ports.iter().map(|p| p.port).collect::<Vec<_>>();
+        s.alias_for.map(|t| (h, (t, ports)))
+    });
+    let named = vss
+        .clone()
+        .flat_map(|(k, vs)| {
+            rules::destination_hosts(&vs)
+                .into_iter()
+                .map(move |h| (h, k.clone()))
+        })
+        .join_map(aliases, |h, k, a| {
+            (k.clone(), AliasPart::Alias(h.clone(), a.clone()))
+        });
+    let naming = named.clone().map(|(k, _)| k).distinct();
+    let plain = vss.clone().antijoin(naming.clone());
+    let retargeted = vss
+        .semijoin(naming)
+        .map(|(k, vs)| (k, AliasPart::Spec(vs)))
+        .concat(named)
+        .reduce(|_, vals: &[(&AliasPart, isize)], out| {
+            let mut spec = None;
+            let mut aliases = std::collections::BTreeMap::new();
+            for (v, _) in vals {
+                match v {
+                    AliasPart::Spec(vs) => spec = Some(vs),
+                    AliasPart::Alias(h, a) => {
+                        aliases.insert(h.clone(), a.clone());
+                    }
+                }
+            }
+            if let Some(vs) = spec {
+                out.push((rules::with_alias_destinations(vs, &aliases), 1isize));
+            }
+        });
+    plain.concat(retargeted)
+}
+
 /// Parts of a VirtualService gathered to resolve destination ports.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 enum VsPart {

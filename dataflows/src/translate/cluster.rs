@@ -165,7 +165,18 @@ fn outbound(
             cluster.lb_policy = LbPolicy::ClusterProvided as i32;
             cluster.lb_config = None;
         }
-        Resolution::Static => {
+        // A `resolution: NONE` ServiceEntry from a sidecar: the connection's original
+        // destination, which is all such an entry asks for.
+        Resolution::None if original_destination(service, grpc, defaults) => {
+            cluster.cluster_discovery_type = Some(ClusterDiscoveryType::Type(
+                DiscoveryType::OriginalDst as i32,
+            ));
+            cluster.lb_policy = LbPolicy::ClusterProvided as i32;
+        }
+        // EDS; for a `Passthrough` service (headless, `resolution: NONE`) this is a gateway's
+        // or a gRPC client's cluster, which has no original destination to keep: Istio's
+        // `convertResolution` gives routers EDS over the service's endpoints.
+        Resolution::Static | Resolution::None => {
             // Locality weights and failover entries: Envoy weighs localities only when told
             // to, as Istio tells it (priorities alone need no switch).
             let weighted = LocalityMode::of(&policy, defaults.locality_lb.as_ref(), service)
@@ -206,12 +217,6 @@ fn outbound(
             // IPv4 answers only, as Istio resolves for proxies with IPv4 addresses (the
             // clusters are shared by a scope, so per-proxy families are not chosen here).
             cluster.dns_lookup_family = DnsLookupFamily::V4Only as i32;
-        }
-        Resolution::None => {
-            cluster.cluster_discovery_type = Some(ClusterDiscoveryType::Type(
-                DiscoveryType::OriginalDst as i32,
-            ));
-            cluster.lb_policy = LbPolicy::ClusterProvided as i32;
         }
     }
     let side = Side::Outbound {
@@ -273,7 +278,6 @@ fn outbound(
             && !grpc
             && !original_destination(service, grpc, defaults)
             && !service.mesh_external
-            && service.resolution != Resolution::None
             && !passthrough_lb(&policy, grpc) =>
         {
             cluster.transport_socket_matches =
@@ -298,11 +302,11 @@ fn passthrough_lb(policy: &TrafficPolicy, grpc: bool) -> bool {
     policy.load_balancer == Some(LoadBalancer::Passthrough) && !grpc
 }
 
-/// Whether a client's cluster of `service` goes to the connection's original destination
-/// for want of an address of the service's own: a headless Service, from a sidecar (Istio's
-/// `convertResolution` for `Passthrough`; gateways and proxyless clients take EDS).
+/// Whether a client's cluster of `service` goes to the connection's original destination:
+/// Istio's `Passthrough` resolution (a headless Service, a `resolution: NONE` ServiceEntry),
+/// from a sidecar (`convertResolution`; gateways and proxyless clients take EDS).
 fn original_destination(service: &Service, grpc: bool, defaults: &ClusterDefaults) -> bool {
-    service.is_headless() && !grpc && !defaults.gateway
+    service.passes_through() && !grpc && !defaults.gateway
 }
 
 /// The table of a consistent-hash cluster (Istio's minimum ring size defaults to 1024), or
@@ -1030,7 +1034,7 @@ pub fn outbound_all_with(
         let locality =
             LocalityMode::of(&policy, defaults.locality_lb.as_ref(), service).map(Box::new);
         match service.resolution {
-            Resolution::Static => Some(EdsSel {
+            Resolution::Static | Resolution::None => Some(EdsSel {
                 labels: labels.clone(),
                 locality,
                 inline_hosts: None,
@@ -1068,6 +1072,8 @@ mod tests {
             mesh_external: false,
             prefer_close: false,
             headless: false,
+            alias_for: None,
+            aliases: Vec::new(),
             subject_alt_names: Vec::new(),
             hostname: "reviews.default.svc.cluster.local".into(),
             origin: ConfigKey::new(Kind::Service, "default", "reviews"),

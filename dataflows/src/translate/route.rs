@@ -713,7 +713,7 @@ pub fn sidecar_route_config(
     let mut sorted: Vec<&SidecarVhost> = vhosts.services.iter().collect();
     sorted.sort_by(|a, b| a.0.hostname.cmp(&b.0.hostname));
     let mut virtual_hosts: Vec<VirtualHost> = sorted
-        .into_iter()
+        .iter()
         .map(|(svc, vs)| VirtualHost {
             name: format!("{}:{}", svc.hostname, port),
             domains: domains(&svc.hostname, port, proxy_ns, domain_suffix),
@@ -724,6 +724,7 @@ pub fn sidecar_route_config(
             ..Default::default()
         })
         .collect();
+    add_alias_domains(&mut virtual_hosts, &sorted, port, proxy_ns, domain_suffix);
     let extra = vs_host_vhosts(port, vhosts, &virtual_hosts, source, hashing);
     virtual_hosts.extend(extra);
     let catch_all = |name: &str, action: Action| VirtualHost {
@@ -763,6 +764,36 @@ pub fn sidecar_route_config(
         ..Default::default()
     };
     Resource::new(ResourceType::Route, rc.name.clone(), rc.encode_to_vec())
+}
+
+/// Each service's virtual host also answers to the names of its `ExternalName` aliases
+/// ([`Service::aliases`]), in every form a client in `proxy_ns` may use, as Istio's
+/// `generateVirtualHostDomains` adds them; a name some virtual host already has stays with
+/// it (Envoy refuses a domain twice in one configuration). `services[i]` is
+/// `virtual_hosts[i]`'s.
+fn add_alias_domains(
+    virtual_hosts: &mut [VirtualHost],
+    services: &[&SidecarVhost],
+    port: u16,
+    proxy_ns: &str,
+    domain_suffix: &str,
+) {
+    if services.iter().all(|(svc, _)| svc.aliases.is_empty()) {
+        return;
+    }
+    let mut taken: BTreeSet<String> = virtual_hosts
+        .iter()
+        .flat_map(|v| v.domains.iter().map(|d| d.to_ascii_lowercase()))
+        .collect();
+    for (vhost, (svc, _)) in virtual_hosts.iter_mut().zip(services) {
+        for alias in &svc.aliases {
+            for d in domains(alias, port, proxy_ns, domain_suffix) {
+                if taken.insert(d.to_ascii_lowercase()) {
+                    vhost.domains.push(d);
+                }
+            }
+        }
+    }
 }
 
 /// Istio's virtual hosts for the hosts of a sidecar's VirtualServices that are not services
