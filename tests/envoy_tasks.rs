@@ -1,16 +1,16 @@
 //! Real Envoy running Istio's traffic-management task pages: each test serves fixtures of
 //! `tests/fixtures/tasks/` exactly as they are (the Istio objects the page applies) and adds
 //! only what a cluster would already hold — bookinfo's Services, pods and EndpointSlices with
-//! its DestinationRules, or tcp-echo's pods and EndpointSlice — and the client's proxy. The
-//! pods' addresses are in the test's own loopback /24, where test backends listen: every
-//! target must be a loopback address, since nothing here may leave the machine. The client
-//! (pod `sleep`) has a Sidecar whose egress listener binds its own address without capture, in
-//! place of iptables (see `support::tasks`).
+//! its DestinationRules, or tcp-echo's pods and EndpointSlice — and the proxies. The pods'
+//! addresses are in the test's own loopback /24, where test backends listen: every target must
+//! be a loopback address, since nothing here may leave the machine. In place of iptables, the
+//! client (pod `sleep`) has a Sidecar whose egress listener binds its own address without
+//! capture, and so does the server's ingress listener where one runs (see `support::tasks`).
 //!
 //! What the pages promise is checked on the wire: a fault delay takes its time and an abort
 //! answers its code, the request timeout answers 504 while the upstream waits on a delayed
-//! call, weights split requests and TCP connections in their ratio, and `ISTIO_MUTUAL` reaches
-//! the server's sidecar over Istio's mutual TLS.
+//! call, weights split requests and TCP connections in their ratio, a mirror copies every
+//! call, and `ISTIO_MUTUAL` reaches the server's sidecar over Istio's mutual TLS.
 
 mod support;
 
@@ -538,4 +538,37 @@ spec:
     assert!(only(&details, "details-v1"), "plaintext: {details:?}");
     assert_eq!(client.rejected_updates(), 0, "{}", client.summary());
     assert_eq!(server.rejected_updates(), 0, "{}", server.summary());
+}
+
+/// The "Mirroring" page: every call to reviews is answered by v1, and v2 gets a copy of each
+/// (Envoy sends it without waiting for, or returning, v2's answer).
+#[test]
+fn mirroring_task_copies_reviews_calls_to_v2() {
+    let envoy_bin = require_envoy!();
+    let net = 186;
+    let scene = Bookinfo::start(&envoy_bin, net, "mirroring");
+    let v1 = Bookinfo::backend(net, scene.target, "reviews", "v1");
+    let v2 = Bookinfo::backend(net, scene.target, "reviews", "v2");
+    let _v3 = Bookinfo::backend(net, scene.target, "reviews", "v3");
+    scene.converge(
+        "reviews answered by v1",
+        ("reviews", "/reviews/0", &[]),
+        |c| only(c, "reviews-v1"),
+        10,
+    );
+    let (answered, copied) = (v1.requests_served(), v2.requests_served());
+    let counts = scene.tally(20, "reviews", "/reviews/0", &[]);
+    assert_eq!(count(&counts, "reviews-v1"), 20, "{counts:?}");
+    assert_eq!(v1.requests_served(), answered + 20);
+    assert!(
+        support::wait_until(CONVERGE_TIMEOUT, || v2.requests_served() >= copied + 20),
+        "v2 got {} of 20 copies",
+        v2.requests_served() - copied
+    );
+    assert_eq!(
+        scene.envoy.rejected_updates(),
+        0,
+        "{}",
+        scene.envoy.summary()
+    );
 }
