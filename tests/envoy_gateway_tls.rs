@@ -461,8 +461,10 @@ fn scenario(envoy_bin: &std::path::Path, mode: XdsMode, net: u8) {
 
 /// Proves that real Envoy accepts the listeners and clusters generated for
 /// `examples/gateway-tls` (the golden `tests/golden/gateway-tls.txt`): SNI chains
-/// terminating with SDS certificates (SIMPLE, MUTUAL with the CA's SDS validation context),
-/// a passthrough chain, and the redirecting HTTP server, checked by `envoy --mode validate`.
+/// terminating with SDS certificates (SIMPLE with its cipher suites, MUTUAL with the CA's SDS
+/// validation context and the clients' names), a passthrough chain, the redirecting HTTP
+/// server and the HTTP2 and GRPC servers' routes, checked by `envoy --mode validate` with
+/// the Secrets as Envoy parses them.
 #[test]
 fn envoy_accepts_the_gateway_tls_example() {
     let envoy_bin = require_envoy!();
@@ -485,6 +487,10 @@ fn envoy_accepts_the_gateway_tls_example() {
         "kubernetes://bookinfo-credential-cacert",
         "tls_inspector",
         "nginx.example.com",
+        "ECDHE-ECDSA-AES256-GCM-SHA384",
+        "client.bookinfo.example.com",
+        "http.8081",
+        "http.8082",
     ] {
         assert!(text.contains(part), "{part} in {text}");
     }

@@ -138,10 +138,12 @@ fn tls_sni_config_matches_golden_files() {
 }
 
 /// As for bookinfo, for `examples/gateway-tls`: the TLS listeners (SNI chains terminating
-/// with SDS certificates, passthrough chains by SNI, a TLS server terminating into a
-/// `tcp_proxy`, AUTO_PASSTHROUGH chains per cluster by its SNI name), the HTTPS servers' own route
-/// configurations, the redirecting HTTP routes and the SDS secrets (rendered redacted, as
-/// the debug port shows them), against `tests/golden/gateway-tls.txt`.
+/// with SDS certificates, one with its `cipherSuites`, a MUTUAL one with the clients'
+/// `subjectAltNames`, passthrough chains by SNI, a TLS server terminating into a
+/// `tcp_proxy`, AUTO_PASSTHROUGH chains per cluster by its SNI name), the HTTPS servers' own
+/// route configurations, the redirecting HTTP routes, the HTTP2 and GRPC servers' listeners
+/// and routes, and the SDS secrets (rendered redacted, as the debug port shows them),
+/// against `tests/golden/gateway-tls.txt`.
 #[test]
 fn gateway_tls_config_matches_golden_files() {
     check_example("gateway-tls", &TLS_PROXIES);
@@ -200,15 +202,20 @@ fn tls_ports_config_matches_golden_files() {
 /// case-insensitive prefix, headers and `withoutHeaders`, `queryParams`, `method`,
 /// `authority`, `scheme`, `port`, `sourceLabels`, `sourceNamespace`) and route action
 /// (fault delay and abort, `mirror` with its percentage and `mirrors[]`, `corsPolicy`,
-/// `rewrite` of URI, authority and by regex, `redirect`, `directResponse`, request and
-/// response `headers` on the route and per destination, `retries`, `timeout`), hosts by short
+/// `rewrite` of URI, authority and by regex, `redirect` (one with a `port`),
+/// `directResponse`, request and response `headers` on the route and per destination,
+/// `retries` (one with `retryRemoteLocalities`), `timeout`), `tcp` routes by
+/// `destinationSubnets`, hosts by short
 /// name and FQDN, a wildcard host (a `*.cdn.example` ServiceEntry's) beside an exact one under
 /// it, two VirtualServices for one host each exported to its own namespace alone (the
 /// `staging` sidecar routes reviews by its own; `sourceLabels` and `sourceNamespace` routes
 /// are left out for the `productpage` and `staging` sidecars they do not select), and
 /// DestinationRule policies (`LEAST_REQUEST` with warmup, `connectionPool`,
-/// `outlierDetection`, subsets with their own policy, each `consistentHash` kind, a port's
-/// own settings, a `workloadSelector` rule ahead of the one for everyone); at the gateway, a
+/// `outlierDetection`, subsets with their own policy, each `consistentHash` kind (a route
+/// hashing by source IP), a port's own settings, a `workloadSelector` rule ahead of the one
+/// for everyone, `PASSTHROUGH`, a wildcard host exported to its namespace alone, `SIMPLE` and
+/// `MUTUAL` TLS from files with `caCrl` and `subjectAltNames`, the rule's or the
+/// ServiceEntry's); at the gateway, a
 /// root VirtualService delegating `/reviews`, and a wildcard host behind the exact ones,
 /// against `tests/golden/traffic-*.txt`.
 #[test]

@@ -503,6 +503,11 @@ pub struct Service {
     /// (empty: each host is resolved itself). Other services' endpoints are records of
     /// their own (EDS).
     pub dns_endpoints: Vec<DnsEndpoint>,
+    /// A DNS ServiceEntry's `targetPort`s by port name: where Envoy reaches each host that
+    /// is resolved itself (no `endpoints`), as Istio does; a port without one is reached at
+    /// its number (Istio's egress TLS origination sends port 80 to the host's 443 so).
+    #[serde(default)]
+    pub host_target_ports: BTreeMap<String, u16>,
     /// The identities a server of this service may present under `ISTIO_MUTUAL`: a
     /// ServiceEntry's `subjectAltNames`. The dataflow adds the SPIFFE identities of the
     /// service's endpoints (their service accounts) before it builds clusters.

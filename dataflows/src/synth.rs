@@ -244,6 +244,7 @@ pub fn records(shape: &Shape, mesh: &MeshConfig) -> Vec<Record> {
             export_to: vec![],
             resolution: Resolution::Static,
             dns_endpoints: Vec::new(),
+            host_target_ports: Default::default(),
             addresses: vec![],
         }));
         for e in 0..shape.endpoints_per_service {

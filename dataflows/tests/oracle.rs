@@ -341,6 +341,7 @@ fn random_record(rng: &mut StdRng, extra: &mut StdRng, slot: usize) -> Record {
                     .collect(),
                 false => Vec::new(),
             },
+            host_target_ports: Default::default(),
             addresses: addresses(rng),
             subject_alt_names: if rng.random_bool(0.2) {
                 vec!["spiffe://cluster.local/ns/ext/sa/entry".into()]

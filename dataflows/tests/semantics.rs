@@ -225,6 +225,7 @@ fn service(name: &str, ns: &str) -> Record {
         export_to: vec![],
         resolution: Resolution::Static,
         dns_endpoints: Vec::new(),
+        host_target_ports: Default::default(),
         addresses: vec![],
     })
 }
@@ -1219,6 +1220,7 @@ fn service_entry_selector_takes_workloads_with_their_placement() {
         export_to: vec![],
         resolution: Resolution::Static,
         dns_endpoints: Vec::new(),
+        host_target_ports: Default::default(),
         addresses: vec![],
     });
     let selection = Record::Selection(
@@ -2945,6 +2947,7 @@ fn tls_entry(name: &str, host: &str, resolution: Resolution) -> Record {
         export_to: vec![],
         resolution,
         dns_endpoints: Vec::new(),
+        host_target_ports: Default::default(),
         addresses: vec![],
     })
 }
@@ -3124,6 +3127,49 @@ fn tls_services_without_addresses_are_routed_by_their_host_names() {
     );
     m.retract(vec![wiki_vs, a_vs]);
     assert!(m.errors.is_empty(), "{:?}", m.errors);
+}
+
+/// Proves that a VirtualService whose hosts cover a service twice — by its exact name and
+/// by a wildcard — is walked once on the service's TLS port: its `tls[]` routes make one
+/// chain each, named by its place among the VirtualServices covering the host (the oracle
+/// found the dataflow walking it twice, once per covering host, where the full recompute
+/// walks it once, by its most specific host).
+#[test]
+fn a_virtual_service_covering_a_host_twice_is_walked_once() {
+    let mut m = Mesh::new();
+    let client = sidecar_proxy("sleep-1", "default", "10.0.0.5", &[("app", "sleep")]);
+    m.insert(vec![
+        px(&client),
+        tls_entry("www", "www.example.com", Resolution::Dns),
+        sni_vs(
+            "www",
+            &["*.example.com", "www.example.com"],
+            "www.example.com",
+            "www.example.com",
+            "v1",
+        ),
+        sni_vs(
+            "com",
+            &["*.com"],
+            "api.example.com",
+            "www.example.com",
+            "v2",
+        ),
+    ]);
+    let l = m.listener_body(&client, "0.0.0.0_443");
+    let names: Vec<&str> = l
+        .filter_chains
+        .iter()
+        .map(|c| c.name.as_str())
+        .filter(|n| n.starts_with("www.example.com:443"))
+        .collect();
+    // The SNI chain of each VirtualService's route, in order (on any address): walked twice,
+    // the first would take two places and the second's chain would be `#tls2.0`.
+    assert_eq!(
+        names,
+        vec!["www.example.com:443#tls0.0", "www.example.com:443#tls1.0"],
+        "{l:?}"
+    );
 }
 
 impl Mesh {
@@ -3985,5 +4031,143 @@ fn idle_timeout_metadata_reaches_every_listener_of_its_proxy() {
     assert_eq!(versions(&m, &unhurried), versions(&m, &plain));
     for (to, idle) in idle_timeouts(&m.listener_body(&unhurried, "virtualInbound")) {
         assert_eq!(idle, None, "virtualInbound to {to}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// PASSTHROUGH load balancing; HTTP2 and GRPC gateway servers
+// ---------------------------------------------------------------------------------------------
+
+/// Proves that a DestinationRule's `loadBalancer.simple: PASSTHROUGH` makes the host's
+/// clusters (the service's and each subset's) go to the connection's original destination
+/// as Istio's do: type ORIGINAL_DST, lb policy CLUSTER_PROVIDED, no EDS config, no load
+/// assignment and no endpoint metadata to match (no auto mTLS); without the rule the
+/// clusters take their endpoints from EDS again.
+#[test]
+fn passthrough_load_balancing_sends_to_the_original_destination() {
+    use envoy_types::pb::envoy::config::cluster::v3::cluster::LbPolicy;
+    let mut m = Mesh::new();
+    let client = sidecar_proxy("sleep-1", "default", "10.0.0.5", &[("app", "sleep")]);
+    let rule = destination_rule_with(
+        "default",
+        "reviews",
+        &host("reviews", "default"),
+        &[("v1", "v1")],
+        &[],
+        Some(LoadBalancer::Passthrough),
+        None,
+    );
+    m.insert(vec![
+        px(&client),
+        service("reviews", "default"),
+        endpoint("reviews", "default", "10.2.0.1", true),
+        workload("reviews-v1", "default", "10.2.0.1", &[("version", "v1")]),
+        rule.clone(),
+    ]);
+    let names = [
+        outbound(9080, "", "reviews", "default"),
+        outbound(9080, "v1", "reviews", "default"),
+    ];
+    for name in &names {
+        let c = m.cluster_body(&client, name);
+        assert_eq!(
+            c.cluster_discovery_type,
+            Some(ClusterDiscoveryType::Type(
+                DiscoveryType::OriginalDst as i32
+            )),
+            "{name}: {c:?}"
+        );
+        assert_eq!(c.lb_policy, LbPolicy::ClusterProvided as i32, "{name}");
+        assert!(c.eds_cluster_config.is_none(), "{name}: {c:?}");
+        assert!(c.load_assignment.is_none(), "{name}: {c:?}");
+        assert!(c.lb_config.is_none(), "{name}: {c:?}");
+        assert!(c.transport_socket_matches.is_empty(), "{name}: {c:?}");
+    }
+
+    m.retract(vec![rule]);
+    let c = m.cluster_body(&client, &names[0]);
+    assert_eq!(
+        c.cluster_discovery_type,
+        Some(ClusterDiscoveryType::Type(DiscoveryType::Eds as i32))
+    );
+    assert_eq!(c.lb_policy, LbPolicy::LeastRequest as i32);
+    assert_eq!(m.eds_addresses(&client, &names[0]), set(&["10.2.0.1:9080"]));
+}
+
+/// Proves that Gateway servers of protocol HTTP2 and GRPC are served as an HTTP server is
+/// (Istio treats every HTTP protocol alike at a gateway): each port gets a listener
+/// `0.0.0.0_PORT` whose connection manager takes HTTP/1.1 and HTTP/2 (codec AUTO: gRPC and
+/// HTTP/2 clients speak it in cleartext without an upgrade) and names route configuration
+/// `http.PORT`, whose virtual host sends the VirtualService's requests to its destination.
+#[test]
+fn gateway_http2_and_grpc_servers_serve_http_routes() {
+    use envoy_types::pb::envoy::config::listener::v3::filter::ConfigType;
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+        http_connection_manager::{CodecType, RouteSpecifier},
+        HttpConnectionManager,
+    };
+    let mut m = Mesh::new();
+    let ingress = router_proxy(
+        "istio-ingressgateway-abc",
+        "istio-system",
+        "10.1.0.9",
+        &[("istio", "ingressgateway")],
+    );
+    let Record::Gateway(mut gw) = gateway(
+        "default",
+        "bookinfo-gateway",
+        &[("istio", "ingressgateway")],
+        &[(8081, None), (8082, None)],
+    ) else {
+        unreachable!("gateway() makes gateways")
+    };
+    gw.servers[0].protocol = Protocol::Http2;
+    gw.servers[0].port_name = "http2".into();
+    gw.servers[1].protocol = Protocol::Grpc;
+    gw.servers[1].port_name = "grpc".into();
+    m.insert(vec![
+        service("productpage", "default"),
+        Record::Gateway(gw),
+        virtual_service(
+            "default",
+            "bookinfo",
+            &["bookinfo.example.com"],
+            &["default/bookinfo-gateway"],
+            &host("productpage", "default"),
+        ),
+        px(&ingress),
+    ]);
+    assert_eq!(
+        m.listeners(&ingress),
+        set(&["0.0.0.0_8081", "0.0.0.0_8082"])
+    );
+    assert_eq!(m.routes(&ingress), set(&["http.8081", "http.8082"]));
+    for port in [8081, 8082] {
+        let listener = m.listener_body(&ingress, &format!("0.0.0.0_{port}"));
+        let hcm: Vec<HttpConnectionManager> = listener
+            .filter_chains
+            .iter()
+            .flat_map(|c| &c.filters)
+            .filter_map(|f| match &f.config_type {
+                Some(ConfigType::TypedConfig(any))
+                    if any.type_url.ends_with(".HttpConnectionManager") =>
+                {
+                    HttpConnectionManager::decode(&any.value[..]).ok()
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(hcm.len(), 1, "{port}: {listener:?}");
+        assert_eq!(hcm[0].codec_type, CodecType::Auto as i32, "{port}");
+        let Some(RouteSpecifier::Rds(rds)) = &hcm[0].route_specifier else {
+            panic!("{port}: routes by RDS: {:?}", hcm[0]);
+        };
+        assert_eq!(rds.route_config_name, format!("http.{port}"));
+        let vhosts = m.vhost_clusters(&ingress, &format!("http.{port}"));
+        assert_eq!(
+            vhosts.get(&format!("bookinfo.example.com:{port}")),
+            Some(&outbound(9080, "", "productpage", "default")),
+            "{port}: {vhosts:?}"
+        );
     }
 }

@@ -65,6 +65,7 @@ fn service_with_pods(name: &str, n: u8, versions: &[u8]) -> Vec<Record> {
         export_to: vec![],
         resolution: Resolution::Static,
         dns_endpoints: Vec::new(),
+        host_target_ports: Default::default(),
         addresses: vec![],
     })];
     for v in versions {
@@ -523,6 +524,7 @@ fn egress_proxy_takes_what_would_pass_through() {
         export_to: vec![],
         resolution: Resolution::Static,
         dns_endpoints: Vec::new(),
+        host_target_ports: Default::default(),
         addresses: vec!["10.96.0.20/32".into()],
     });
     let all = configs(mesh(vec![Record::Proxy(client.clone()), sc, db]));

@@ -816,6 +816,36 @@ fn service_entry_dns_endpoints_are_resolved_in_place_of_the_hosts() {
     assert!(format!("{err:?}").contains("spec.hosts[0]"), "{err:?}");
 }
 
+/// A DNS entry without endpoints: Envoy resolves each host itself, at the port's
+/// `targetPort` where it has one (Istio's TLS origination task: port 80 to the host's 443);
+/// with endpoints, the target ports are theirs, not the hosts'.
+#[test]
+fn service_entry_dns_hosts_are_reached_at_the_target_port() {
+    let doc = "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: cnn, namespace: ns}\nspec:\n  hosts: [edition.cnn.com]\n  ports: [{number: 80, name: http-port, protocol: HTTP, targetPort: 443}, {number: 443, name: https-port, protocol: HTTPS}]\n  resolution: DNS\n";
+    let p = parse(doc);
+    assert!(fields(&p, Level::Error).is_empty(), "{:?}", p.findings);
+    let Some(Record::Service(svc)) = p.records.first() else {
+        panic!("{:?}", p.records)
+    };
+    assert!(svc.dns_endpoints.is_empty());
+    let got: Vec<(&str, u16)> = svc
+        .host_target_ports
+        .iter()
+        .map(|(k, v)| (k.as_str(), *v))
+        .collect();
+    assert_eq!(got, [("http-port", 443)]);
+    let with_endpoint = doc.replace(
+        "resolution: DNS\n",
+        "resolution: DNS\n  endpoints: [{address: cnn.example.net}]\n",
+    );
+    let p = parse(&with_endpoint);
+    let Some(Record::Service(svc)) = p.records.first() else {
+        panic!("{:?}", p.records)
+    };
+    assert!(svc.host_target_ports.is_empty());
+    assert_eq!(svc.dns_endpoints[0].ports.get("http-port"), Some(&443));
+}
+
 /// An ExternalName Service is the DNS name it points at, at its ports, as Istio serves it.
 #[test]
 fn external_name_services_resolve_their_name() {

@@ -448,6 +448,7 @@ fn service(
             })
             .into_iter()
             .collect(),
+        host_target_ports: Default::default(),
         ports,
         addresses,
         subject_alt_names: Vec::new(),
@@ -3152,6 +3153,17 @@ fn service_entry(
             ),
         ));
     }
+    // A host resolved itself is reached at the port's targetPort, as Istio does.
+    let host_target_ports: std::collections::BTreeMap<String, u16> =
+        if dns && s.endpoints.is_empty() {
+            ports
+                .iter()
+                .zip(&target_ports)
+                .filter_map(|(p, t)| Some((p.name.clone(), (*t)?)))
+                .collect()
+        } else {
+            std::collections::BTreeMap::new()
+        };
     let mut out = Vec::new();
     for host in &s.hosts {
         out.push(Record::Service(m::Service {
@@ -3162,6 +3174,7 @@ fn service_entry(
             resolution,
             addresses: addresses.clone(),
             dns_endpoints: dns_endpoints.clone(),
+            host_target_ports: host_target_ports.clone(),
             subject_alt_names: s.subject_alt_names.clone(),
             mesh_external,
             prefer_close: false,

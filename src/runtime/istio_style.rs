@@ -643,6 +643,7 @@ mod tests {
             resolution: dataflows::model::Resolution::Static,
             addresses: vec![],
             dns_endpoints: vec![],
+            host_target_ports: Default::default(),
         };
         let (out, resend) = run.step(vec![(Record::Service(svc), 1)]);
         assert!(out.proxy_resources.is_empty(), "{:?}", out.proxy_resources);

@@ -68,7 +68,8 @@ pub(super) fn resolve<'s>(
     Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
 )]
 enum IdentityItem {
-    Service(Service),
+    // Boxed: a service is many times the size of an identity.
+    Service(Box<Service>),
     Identity(String),
 }
 
@@ -89,14 +90,14 @@ pub(super) fn identified<'s>(
         });
     services
         .clone()
-        .map(|(h, svc)| (h, IdentityItem::Service(svc)))
+        .map(|(h, svc)| (h, IdentityItem::Service(Box::new(svc))))
         .concat(identities)
         .reduce(|_, vals: &[(&IdentityItem, isize)], out| {
             let mut svc = None;
             let mut ids = Vec::new();
             for (v, _) in vals {
                 match v {
-                    IdentityItem::Service(s) => svc = Some(s),
+                    IdentityItem::Service(s) => svc = Some(&**s),
                     IdentityItem::Identity(id) => ids.push(id),
                 }
             }

@@ -145,9 +145,17 @@ pub(super) fn mesh_covering<'s>(
     // service meets only its own VirtualServices.
     let covering = service_patterns(services)
         .join_map(vs_by_host, |p, h, vs| {
-            rules::vs_host_specificity(p, h).map(|spec| (h.clone(), (spec, vs.clone())))
+            rules::vs_host_specificity(p, h)
+                .map(|spec| ((h.clone(), vs.key.clone()), (spec, vs.clone())))
         })
-        .flat_map(|x| x);
+        .flat_map(|x| x)
+        // A VirtualService covers a host once, by its most specific host (`*.local` and the
+        // exact name both cover `a.ns.svc.cluster.local`): TCP and TLS ports walk every cover
+        // in order, and must not walk one VirtualService twice.
+        .reduce(|_, vals: &[(&((u8, usize), VirtualService), isize)], out| {
+            out.push((vals[0].0.clone(), 1isize))
+        })
+        .map(|((h, _), cover)| (h, cover));
     // Each candidate then meets its scope's egress listeners: a row per listener importing it.
     let listeners = specs
         .clone()

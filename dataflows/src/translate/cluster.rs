@@ -820,7 +820,7 @@ fn weigh_localities(cluster: &mut Cluster) {
 
 /// The hosts a DNS cluster resolves: the entry's endpoints (of the subset's labels, each at
 /// its port for `port`, weighted and grouped by locality) or, without endpoints, the host
-/// itself, as Istio generates them.
+/// itself at the port's `targetPort`, as Istio generates them.
 fn dns_hosts(
     service: &Service,
     port: &ServicePort,
@@ -829,7 +829,8 @@ fn dns_hosts(
     cluster: &str,
 ) -> ClusterLoadAssignment {
     if service.dns_endpoints.is_empty() {
-        return single_host(cluster, &service.hostname, port.port);
+        let at = service.host_target_ports.get(&port.name).copied();
+        return single_host(cluster, &service.hostname, at.unwrap_or(port.port));
     }
     let no_labels = crate::model::Labels::new();
     let selector = dr
@@ -1072,6 +1073,7 @@ mod tests {
             resolution: Resolution::Static,
             addresses: Vec::new(),
             dns_endpoints: Vec::new(),
+            host_target_ports: Default::default(),
         }
     }
 
