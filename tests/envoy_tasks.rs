@@ -402,10 +402,11 @@ fn traffic_shifting_task_splits_reviews_between_v1_and_v3() {
     );
 }
 
-/// The "TCP Traffic Shifting" page, in the mesh: tcp-echo's connections 80% to v1, 20% to
-/// v2. Over 300 connections (each greets and echoes through the client's TCP listener) both
-/// versions answer, v2 between 25 and 100 of them — about 20%, far from an even split; an 80/20
-/// split falls outside that about once in 10^6 runs.
+/// The "TCP Traffic Shifting" page: tcp-echo's connections 80% to v1, 20% to v2, through
+/// the client's TCP listener (the fixture's in-mesh VirtualService) and through the task's
+/// own ingress gateway on port 31400. Over 300 connections on each (every one greets and
+/// echoes) both versions answer, v2 between 25 and 100 of them — about 20%, far from an even
+/// split; an 80/20 split falls outside that about once in 10^6 runs.
 #[test]
 fn tcp_traffic_shifting_task_splits_connections_80_20() {
     let envoy_bin = require_envoy!();
@@ -415,6 +416,7 @@ fn tcp_traffic_shifting_task_splits_connections_80_20() {
     tasks::apply_task(&config, "tcp-traffic-shifting");
     tasks::write_tcp_echo_workloads(&config, net);
     tasks::write_client_sidecar(&config, net, TCP_ECHO_PORT, "TCP");
+    let gateway_node = tasks::write_ingress_gateway(&config, net);
     let (v1, v2) = ("tcp-echo-v1", "tcp-echo-v2");
     let _v1 = TcpEcho::start(&tasks::pod_ip(net, "tcp-echo", "v1"), TCP_ECHO_PORT, v1);
     let _v2 = TcpEcho::start(&tasks::pod_ip(net, "tcp-echo", "v2"), TCP_ECHO_PORT, v2);
@@ -422,22 +424,54 @@ fn tcp_traffic_shifting_task_splits_connections_80_20() {
     let envoy = client_envoy(&envoy_bin, &dir, &meshflow, net, TCP_ECHO_PORT);
     let addr = listener(net, TCP_ECHO_PORT);
 
-    let n = 300;
-    let counts = converge_then(
-        "connections reach both versions",
-        |k| tcp_tally(addr, k),
-        |c| exactly(c, &[v1, v2]),
-        n,
-        || envoy.summary(),
-    );
-    eprintln!("TCP TRAFFIC SHIFTING: {counts:?}");
-    assert_eq!(count(&counts, v1) + count(&counts, v2), n, "{counts:?}");
-    let k = count(&counts, v2);
-    assert!(
-        (25..=100).contains(&k),
-        "v2 took {k} of {n} connections: {counts:?}"
-    );
+    let split_80_20 = |what: &str, envoy: &Envoy, addr: SocketAddr| {
+        let n = 300;
+        let counts = converge_then(
+            what,
+            |k| tcp_tally(addr, k),
+            |c| exactly(c, &[v1, v2]),
+            n,
+            || envoy.summary(),
+        );
+        eprintln!("TCP TRAFFIC SHIFTING ({what}): {counts:?}");
+        assert_eq!(count(&counts, v1) + count(&counts, v2), n, "{counts:?}");
+        let k = count(&counts, v2);
+        assert!(
+            (25..=100).contains(&k),
+            "{what}: v2 took {k} of {n} connections: {counts:?}"
+        );
+    };
+    split_80_20("the client's connections", &envoy, addr);
     assert_eq!(envoy.rejected_updates(), 0, "{}", envoy.summary());
+
+    // The Gateway's server names no `bind`, so the router listens on 0.0.0.0:31400; a lock
+    // keeps two runs of this test from taking turns on the port.
+    let _port = gateway_port_lock(31400);
+    let gateway = Envoy::start(
+        &envoy_bin,
+        dir.path(),
+        &gateway_node,
+        meshflow.xds_addr(),
+        XdsMode::Delta,
+    );
+    gateway.wait_live(STARTUP_TIMEOUT);
+    gateway.await_listener("0.0.0.0_31400");
+    let gateway_addr = SocketAddr::from(([127, 0, 0, 1], 31400));
+    split_80_20("the gateway's connections", &gateway, gateway_addr);
+    assert_eq!(gateway.rejected_updates(), 0, "{}", gateway.summary());
+}
+
+/// Holds the lock of `port` for this test binary's runs, once nothing else listens there.
+fn gateway_port_lock(port: u16) -> std::fs::File {
+    let lock = std::fs::File::create(
+        std::env::temp_dir().join(format!("meshflow-envoy-tasks-{port}.lock")),
+    )
+    .expect("the lock file");
+    lock.lock().expect("lock");
+    if let Err(e) = TcpListener::bind(("0.0.0.0", port)) {
+        panic!("port {port}, where the task's gateway listens, is taken by another process: {e}");
+    }
+    lock
 }
 
 /// Mutual TLS by DestinationRule (`mtls-destination-rule.yaml`): the client's calls to
