@@ -1877,6 +1877,94 @@ fn sleep_route(
         .clone()
 }
 
+/// TCP traffic shifting, as `tests/envoy_tasks.rs` serves it (the fixture unchanged, tcp-echo's
+/// pods and the client's Sidecar added): the client's bound TCP listener on 9000 splits
+/// tcp-echo's connections 80/20 between subsets v1 and v2 (a `tcp_proxy` over weighted
+/// clusters, no route configuration), and so does the task's ingress gateway on 31400.
+#[test]
+fn task_tcp_traffic_shifting() {
+    use support::tasks;
+    // No socket is opened here: any /24 will do.
+    let net = 60;
+    let mut mesh = Mesh::new("task-tcp-traffic-shifting");
+    tasks::apply_task(&mesh.config, "tcp-traffic-shifting");
+    tasks::write_tcp_echo_workloads(&mesh.config, net);
+    tasks::write_client_sidecar(&mesh.config, net, tasks::TCP_ECHO_PORT, "TCP");
+    let client = mesh.connect(&tasks::client_node(net));
+    let cluster =
+        |subset: &str| format!("outbound|9000|{subset}|tcp-echo.default.svc.cluster.local");
+    let split = vec![(cluster("v1"), Some(80)), (cluster("v2"), Some(20))];
+    let pods = vec![
+        format!("{}:9000", tasks::pod_ip(net, "tcp-echo", "v1")),
+        format!("{}:9000", tasks::pod_ip(net, "tcp-echo", "v2")),
+    ];
+    let client_ip = tasks::client_ip(net);
+    let o = mesh.send(&client, &Call::connect(9000).to_address(&client_ip));
+    assert_eq!(o.listener, Some(format!("{client_ip}_9000")), "{o:#?}");
+    assert_eq!(o.clusters(), split, "{o:#?}");
+    assert_eq!(o.endpoints(), pods);
+    assert!(mesh.proxy(&client).routes.is_empty(), "TCP needs no routes");
+
+    let gateway = mesh.connect(&tasks::write_ingress_gateway(&mesh.config, net));
+    let o = mesh.send(&gateway, &Call::connect(31400));
+    assert_eq!(o.listener.as_deref(), Some("0.0.0.0_31400"), "{o:#?}");
+    assert_eq!(o.clusters(), split, "{o:#?}");
+    assert_eq!(o.endpoints(), pods);
+    mesh.assert_no_errors();
+}
+
+/// Mutual TLS by DestinationRule, over bookinfo: the `sleep` sidecar's calls to reviews and
+/// ratings leave with Istio's mutual TLS — the workload certificate (SDS `default`) verified
+/// against SDS `ROOTCA`, Istio's ALPN, the SNI `outbound_.9080_.SUBSET_.HOST` of the subset
+/// the route picked, the pods' service account pinned — while details' `DISABLE` connects in
+/// plaintext, with no auto-mTLS socket match left to pick TLS per endpoint.
+#[test]
+fn task_mtls_destination_rule() {
+    let (mesh, sleep) = bookinfo_with_task("mtls-destination-rule");
+    let config = mesh.proxy(&sleep);
+    for (call, service, subset) in [
+        (via_sleep("reviews", "/reviews/0"), "reviews", "v1"),
+        (
+            via_sleep("reviews", "/reviews/0").header(JASON.0, JASON.1),
+            "reviews",
+            "v2",
+        ),
+        (via_sleep("ratings", "/ratings/0"), "ratings", "v1"),
+        (
+            via_sleep("productpage", "/productpage"),
+            "productpage",
+            "v1",
+        ),
+    ] {
+        let o = config.simulate(&call);
+        let cluster = bookinfo_cluster(subset, service);
+        assert_eq!(o.cluster(), Some(cluster.as_str()), "{o:#?}");
+        let t = upstream_tls(&o, &cluster).expect("mTLS");
+        assert!(t.istio_mutual, "{t:#?}");
+        assert_eq!(t.certificates, [Source::Sds("default".into())]);
+        assert_eq!(t.validation, Some(Source::Sds("ROOTCA".into())));
+        assert_eq!(t.alpn, dataflows::simulate::ISTIO_MTLS_ALPN);
+        assert_eq!(
+            t.sni,
+            Some(format!(
+                "outbound_.9080_.{subset}_.{service}.default.svc.cluster.local"
+            ))
+        );
+        assert_eq!(
+            t.sans,
+            sans(&[(
+                "URI",
+                &format!("exact:spiffe://cluster.local/ns/default/sa/bookinfo-{service}")
+            )])
+        );
+    }
+    let details = config.simulate(&via_sleep("details", "/details/0"));
+    let cluster = bookinfo_cluster("v1", "details");
+    assert_routes_to(&details, &cluster, &["127.0.1.11:9080".into()]);
+    assert_eq!(upstream_tls(&details, &cluster), None, "DISABLE: plaintext");
+    mesh.assert_no_errors();
+}
+
 /// Request routing: every service on v1, jason's reviews on v2.
 #[test]
 fn task_request_routing() {

@@ -34,6 +34,7 @@ pub mod mongo;
 pub mod pki;
 pub mod reviews;
 pub mod scene;
+pub mod tasks;
 pub mod tcp_echo;
 pub mod tls_backend;
 pub mod tls_client;
