@@ -180,6 +180,9 @@ pub(super) type ListenerHost = (ScopeKey, Hostname, usize);
 /// sorts) the way [`mesh_in_effect`] chooses: TCP and TLS ports try them all, in this order.
 pub(super) type Covering<'s> = Coll<'s, (ListenerHost, ((u8, usize), u8, ConfigKey))>;
 
+/// How closely a VirtualService covers a host (`rules::vs_host_specificity`), and which.
+type Cover = ((u8, usize), VirtualService);
+
 pub(super) fn mesh_covering<'s>(
     vss: &Coll<'s, (ConfigKey, VirtualService)>,
     services: &Coll<'s, (Hostname, Service)>,
@@ -206,9 +209,7 @@ pub(super) fn mesh_covering<'s>(
         // A VirtualService covers a host once, by its most specific host (`*.local` and the
         // exact name both cover `a.ns.svc.cluster.local`): TCP and TLS ports walk every cover
         // in order, and must not walk one VirtualService twice.
-        .reduce(|_, vals: &[(&((u8, usize), VirtualService), isize)], out| {
-            out.push((vals[0].0.clone(), 1isize))
-        })
+        .reduce(|_, vals: &[(&Cover, isize)], out| out.push((vals[0].0.clone(), 1isize)))
         .map(|((h, _), cover)| (h, cover));
     // Each candidate then meets its scope's egress listeners: a row per listener importing it.
     let listeners = specs
