@@ -126,12 +126,7 @@ fn auto_mtls_to_sidecars_and_plaintext_to_the_rest() {
             _ => assert_eq!(xfcc, &None, "{body}"),
         }
     }
-    let handshakes: u64 = server
-        .stats(Some("ssl.handshake"))
-        .iter()
-        .filter(|(k, _)| k.starts_with("listener.") && k.ends_with(".ssl.handshake"))
-        .map(|(_, v)| *v)
-        .sum();
+    let handshakes = server.listener_tls_handshakes();
     assert!(handshakes >= 1, "{:?}", server.stats(Some("ssl")));
     // The client's cluster chose its sockets by the endpoints' metadata.
     let clusters = client.admin_get("/config_dump?resource=dynamic_active_clusters");

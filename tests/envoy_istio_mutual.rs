@@ -168,12 +168,7 @@ fn istio_mutual_between_two_sidecars() {
         xfcc.contains("By=spiffe://cluster.local/ns/default/sa/reviews"),
         "{xfcc}"
     );
-    let handshakes: u64 = server
-        .stats(Some("ssl.handshake"))
-        .iter()
-        .filter(|(k, _)| k.starts_with("listener.") && k.ends_with(".ssl.handshake"))
-        .map(|(_, v)| *v)
-        .sum();
+    let handshakes = server.listener_tls_handshakes();
     assert!(handshakes >= 1, "{:?}", server.stats(Some("ssl")));
     assert_eq!(client.rejected_updates(), 0, "{}", client.summary());
     assert_eq!(server.rejected_updates(), 0, "{}", server.summary());

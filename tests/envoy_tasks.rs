@@ -560,12 +560,7 @@ spec:
         xfcc.contains("By=spiffe://cluster.local/ns/default/sa/bookinfo-reviews"),
         "{xfcc}"
     );
-    let handshakes: u64 = server
-        .stats(Some("ssl.handshake"))
-        .iter()
-        .filter(|(k, _)| k.starts_with("listener.") && k.ends_with(".ssl.handshake"))
-        .map(|(_, v)| *v)
-        .sum();
+    let handshakes = server.listener_tls_handshakes();
     assert!(handshakes >= 1, "{:?}", server.stats(Some("ssl")));
 
     let details = tally(5, || http_get(listener, "details", "/details/0", &[]));

@@ -31,7 +31,7 @@ use std::net::{SocketAddr, TcpListener};
 
 use support::pki::{ca, leaf};
 use support::tls_backend::TlsBackend;
-use support::tls_client::{tls_connect, tls_get_trusting, Trust};
+use support::tls_client::{tls_get_path, tls_get_trusting, Trust};
 use support::{
     converge, free_port, http_request, require_envoy, write_config, Backend, Envoy, Meshflow,
     ProxyNode, TestDir, XdsMode, CONVERGE_TIMEOUT, STARTUP_TIMEOUT,
@@ -99,27 +99,7 @@ fn tls_request(
     path: &str,
     client: Option<(&str, &str)>,
 ) -> Result<(String, Vec<u8>), String> {
-    use std::io::{Read, Write};
-    let mut tls = tls_connect(addr, sni, Trust::Any, &[], client)?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {sni}\r\nConnection: close\r\n\r\n");
-    tls.write_all(request.as_bytes())
-        .map_err(|e| format!("write: {e}"))?;
-    let mut answer = Vec::new();
-    match tls.read_to_end(&mut answer) {
-        Ok(_) => {}
-        Err(_) if !answer.is_empty() => {}
-        Err(e) => return Err(format!("read: {e}")),
-    }
-    if answer.is_empty() {
-        return Err("closed without an answer".into());
-    }
-    let peer = tls
-        .conn
-        .peer_certificates()
-        .and_then(|c| c.first())
-        .map(|c| c.to_vec())
-        .unwrap_or_default();
-    Ok((String::from_utf8_lossy(&answer).into_owned(), peer))
+    tls_get_path(addr, sni, path, Trust::Any, &[], client)
 }
 
 /// The `stringData` entry `key` of Secret `name` in task fixture `task`.

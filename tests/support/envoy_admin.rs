@@ -60,6 +60,16 @@ impl Envoy {
         parse_stats(&self.admin_get(&path))
     }
 
+    /// TLS handshakes completed by this Envoy's listeners (the server side of mTLS), over
+    /// all of them.
+    pub fn listener_tls_handshakes(&self) -> u64 {
+        self.stats(Some("ssl.handshake"))
+            .iter()
+            .filter(|(k, _)| k.starts_with("listener.") && k.ends_with(".ssl.handshake"))
+            .map(|(_, v)| *v)
+            .sum()
+    }
+
     /// One stat by its exact name.
     pub fn stat(&self, name: &str) -> Option<u64> {
         self.stats(None).get(name).copied()

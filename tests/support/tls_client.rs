@@ -130,8 +130,20 @@ pub fn tls_get_trusting(
     alpn: &[&str],
     client: Option<(&str, &str)>,
 ) -> Result<(String, Vec<u8>), String> {
+    tls_get_path(addr, host, "/", trust, alpn, client)
+}
+
+/// As [`tls_get_trusting`], for `path`.
+pub fn tls_get_path(
+    addr: SocketAddr,
+    host: &str,
+    path: &str,
+    trust: Trust<'_>,
+    alpn: &[&str],
+    client: Option<(&str, &str)>,
+) -> Result<(String, Vec<u8>), String> {
     let mut tls = tls_connect(addr, host, trust, alpn, client)?;
-    let req = format!("GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
     tls.write_all(req.as_bytes())
         .map_err(|e| format!("write: {e}"))?;
     let mut out = Vec::new();
