@@ -124,6 +124,7 @@ pub fn inbound_cluster_spec(
         endpoint,
         protocol,
         pool,
+        fail_closed: ingress.and_then(|l| l.fail_closed.clone()),
     })
 }
 

@@ -1888,6 +1888,9 @@ pub struct InboundClusterSpec {
     pub endpoint: (String, u16),
     pub protocol: Protocol,
     pub pool: Option<InboundPool>,
+    /// Why the cluster has no endpoints, if it fails closed
+    /// ([`IngressListener::fail_closed`]).
+    pub fail_closed: Option<String>,
 }
 
 /// The service port that gives a proxy's own port its inbound cluster: of the services
@@ -1968,6 +1971,10 @@ pub struct IngressListener {
     /// DestinationRule's and the Sidecar's `inboundConnectionPool`.
     #[serde(default)]
     pub connection_pool: Option<InboundPool>,
+    /// Why the port's inbound cluster has no endpoints, if it fails closed (a `tls` meshflow
+    /// does not terminate: plaintext must not reach the application in its place).
+    #[serde(default)]
+    pub fail_closed: Option<String>,
 }
 
 fn http_protocol() -> Protocol {

@@ -742,6 +742,7 @@ fn random_record(rng: &mut StdRng, extra: &mut StdRng, slot: usize) -> Record {
                         capture_none: extra.random_bool(0.5),
                         protocol: pick(extra, &[Protocol::Http, Protocol::Tcp]),
                         connection_pool: extra.random_bool(0.3).then(|| inbound_pool(3)),
+                        fail_closed: None,
                     }],
                     _ => Vec::new(),
                 },

@@ -2156,6 +2156,7 @@ fn sidecar_ingress_replaces_the_proxys_own_inbound_ports() {
             capture_none: false,
             protocol: Protocol::Http,
             connection_pool: None,
+            fail_closed: None,
         }],
         egress_proxy: None,
         inbound_connection_pool: None,
@@ -2238,6 +2239,7 @@ fn uncaptured_proxy_has_inbound_clusters_from_sidecar_ingress_only() {
             capture_none: false,
             protocol: Protocol::Http,
             connection_pool: None,
+            fail_closed: None,
         }],
         ..with_ingress
     });
@@ -3613,12 +3615,28 @@ fn inbound_clusters_take_the_connection_pool_of_their_services_rule() {
         capture_none: false,
         protocol: Protocol::Http,
         connection_pool: Some(sidecar_pool(8)),
+        fail_closed: None,
     }];
     let sc_ingress = Record::Sidecar(sc);
     m.replace(sc_pool, sc_ingress.clone());
     let c = inbound(&m);
     assert_eq!(limits(&c)[1], 8);
     assert!(format!("{:?}", c.load_assignment).contains("19080"));
+    // An ingress listener failing closed (a `tls` not terminated): no endpoints at all.
+    let Record::Sidecar(mut closed) = sc_ingress.clone() else {
+        unreachable!()
+    };
+    closed.ingress[0].fail_closed = Some("spec.ingress[0].tls".into());
+    let sc_closed = Record::Sidecar(closed);
+    m.replace(sc_ingress.clone(), sc_closed.clone());
+    let c = inbound(&m);
+    assert!(
+        c.load_assignment
+            .as_ref()
+            .is_some_and(|a| a.endpoints.is_empty()),
+        "{c:?}"
+    );
+    m.replace(sc_closed, sc_ingress.clone());
     // Without the Sidecar, the rule's port entry again; without the rule, the defaults.
     m.retract(vec![sc_ingress]);
     assert_eq!(limits(&inbound(&m))[1], 4);

@@ -603,6 +603,27 @@ fn tls_routes_are_read_with_their_sni_hosts_within_the_virtual_service_hosts() {
     assert_eq!(e.field, "spec.tls[0].match[0].sniHosts[0]");
 }
 
+/// A Sidecar ingress listener's `tls` is not terminated: an error names the field, and the
+/// listener's inbound cluster fails closed (no plaintext reaches the application in place
+/// of the TLS Istio would require); the other listener is untouched.
+#[test]
+fn sidecar_ingress_tls_fails_closed() {
+    let doc = "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: s, namespace: ns}\nspec:\n  ingress:\n  - port: {number: 9080, protocol: HTTP, name: http}\n  - port: {number: 8443, protocol: HTTPS, name: https}\n    defaultEndpoint: 127.0.0.1:8080\n    tls: {mode: SIMPLE, serverCertificate: /etc/certs/cert.pem, privateKey: /etc/certs/key.pem}\n";
+    let p = parse(doc);
+    let errors = fields(&p, Level::Error);
+    assert!(!errors.is_empty(), "{:?}", p.findings);
+    assert!(
+        errors.iter().all(|f| f.starts_with("spec.ingress[1].tls")),
+        "{errors:?}"
+    );
+    let Record::Sidecar(sc) = &p.records[0] else {
+        panic!("{:?}", p.records)
+    };
+    assert_eq!(sc.ingress[0].fail_closed, None);
+    let why = sc.ingress[1].fail_closed.as_deref().expect("fails closed");
+    assert!(why.contains("spec.ingress[1].tls"), "{why}");
+}
+
 #[test]
 fn sidecar_registry_only_and_ingress_are_read() {
     let doc = "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: s, namespace: ns}\nspec:\n  outboundTrafficPolicy: {mode: REGISTRY_ONLY}\n  ingress:\n  - port: {number: 9080, protocol: HTTP, name: http}\n    defaultEndpoint: 127.0.0.1:8080\n  - port: {number: 27017, protocol: MONGO, name: mongo}\n    defaultEndpoint: 127.0.0.1:27018\n    captureMode: NONE\n  egress:\n  - hosts: ['./*']\n";
@@ -621,6 +642,7 @@ fn sidecar_registry_only_and_ingress_are_read() {
                 capture_none: false,
                 protocol: dataflows::model::Protocol::Http,
                 connection_pool: None,
+                fail_closed: None,
             },
             dataflows::model::IngressListener {
                 port: 27017,
@@ -629,6 +651,7 @@ fn sidecar_registry_only_and_ingress_are_read() {
                 capture_none: true,
                 protocol: dataflows::model::Protocol::Tcp,
                 connection_pool: None,
+                fail_closed: None,
             }
         ]
     );

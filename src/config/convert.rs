@@ -2833,7 +2833,24 @@ fn srv_is_http(protocol: &str) -> bool {
 
 fn sidecar(key: &ConfigKey, value: &Value, findings: &mut Vec<Finding>) -> Result<Vec<Record>> {
     let (s, ignored): (istio::SidecarSpec, _) = spec(value)?;
-    report_ignored(&ignored, findings, |_| None);
+    // An ingress listener's `tls` (TLS termination for clients outside the mesh) is not
+    // translated: served in plaintext, the port would take what Istio refuses. Its inbound
+    // cluster has no endpoints instead, so nothing reaches the application through it.
+    let mut closed: Vec<usize> = Vec::new();
+    report_ignored(&ignored, findings, |p| {
+        let i = p.index_under("ingress")?;
+        (p.key_at(2) == Some("tls")).then(|| {
+            closed.push(i);
+            Finding::error(
+                p.to_string(),
+                format!(
+                    "TLS termination on a Sidecar ingress listener is not supported by \
+                     meshflow yet; the inbound cluster of spec.ingress[{i}] has no endpoints \
+                     (fails closed), so no plaintext connection reaches the application"
+                ),
+            )
+        })
+    });
     let mode = s
         .outbound_traffic_policy
         .as_ref()
@@ -2932,7 +2949,7 @@ fn sidecar(key: &ConfigKey, value: &Value, findings: &mut Vec<Finding>) -> Resul
         .workload_selector
         .map(|w| w.labels)
         .filter(|l| !l.is_empty());
-    let ingress = sidecar_ingress(&s.ingress, findings)?;
+    let ingress = sidecar_ingress(&s.ingress, &closed, findings)?;
     let inbound_connection_pool = s
         .inbound_connection_pool
         .as_ref()
@@ -3025,8 +3042,10 @@ fn egress_proxy(d: &istio::Destination, registry_only: Option<bool>) -> Result<m
 /// a connection manager, any other protocol as TCP. A port whose endpoint is a Unix socket
 /// is left out and said (its traffic keeps reaching the workload as the proxy's own
 /// endpoints have it).
+/// `closed`: the indices of listeners whose inbound cluster fails closed.
 fn sidecar_ingress(
     list: &[istio::IstioIngressListener],
+    closed: &[usize],
     findings: &mut Vec<Finding>,
 ) -> Result<Vec<m::IngressListener>> {
     let mut out: Vec<m::IngressListener> = Vec::new();
@@ -3110,6 +3129,9 @@ fn sidecar_ingress(
             capture_none,
             protocol,
             connection_pool,
+            fail_closed: closed.contains(&i).then(|| {
+                format!("Sidecar {f}.tls (TLS termination) is not supported by meshflow yet")
+            }),
         });
     }
     Ok(out)

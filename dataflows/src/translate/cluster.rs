@@ -944,6 +944,16 @@ pub fn inbound(spec: &InboundClusterSpec, connect_timeout_ms: u64) -> Resource {
         upstream_connection_options: keepalive(connection_pool),
         ..Default::default()
     };
+    if let Some(why) = &spec.fail_closed {
+        cluster.load_assignment = Some(ClusterLoadAssignment {
+            cluster_name: name.clone(),
+            ..Default::default()
+        });
+        cluster.metadata = Some(fail_closed_metadata(&format!(
+            "{why}: this cluster has no endpoints, so no connection reaches the application \
+             without it"
+        )));
+    }
     if let Some(options) = http_protocol_options(spec.protocol, connection_pool, Side::Inbound) {
         cluster.typed_extension_protocol_options.insert(
             "envoy.extensions.upstreams.http.v3.HttpProtocolOptions".into(),
@@ -1581,9 +1591,42 @@ mod tests {
             endpoint: ("127.0.0.1".into(), 7000),
             protocol,
             pool: None,
+            fail_closed: None,
         };
         assert!(passes_protocol_on(&inbound(&spec(Protocol::Auto), 1000)));
         assert!(!passes_protocol_on(&inbound(&spec(Protocol::Http), 1000)));
+    }
+
+    /// An inbound cluster that fails closed (a Sidecar ingress `tls` not terminated) has an
+    /// assignment of no endpoints, and says why in its metadata; otherwise the application's.
+    #[test]
+    fn an_inbound_cluster_failing_closed_has_no_endpoints() {
+        let spec = |fail_closed: Option<&str>| InboundClusterSpec {
+            port: 8443,
+            endpoint: ("127.0.0.1".into(), 8443),
+            protocol: Protocol::Http,
+            pool: None,
+            fail_closed: fail_closed.map(str::to_string),
+        };
+        let open = Cluster::decode(&*inbound(&spec(None), 1000).body.0).unwrap();
+        let hosts = |c: &Cluster| {
+            c.load_assignment.as_ref().map(|a| {
+                a.endpoints
+                    .iter()
+                    .map(|e| e.lb_endpoints.len())
+                    .sum::<usize>()
+            })
+        };
+        assert_eq!(hosts(&open), Some(1));
+        assert!(open.metadata.is_none());
+        let closed = Cluster::decode(&*inbound(&spec(Some("ingress tls")), 1000).body.0).unwrap();
+        assert_eq!(closed.name, "inbound|8443||");
+        assert_eq!(hosts(&closed), Some(0));
+        assert!(
+            format!("{:?}", closed.metadata).contains("ingress tls"),
+            "{:?}",
+            closed.metadata
+        );
     }
 
     /// Whether cluster `r` speaks the request's protocol upstream (`use_downstream_protocol`).
