@@ -8,9 +8,9 @@ mod support;
 
 use std::net::SocketAddr;
 
+use support::free_port;
 use support::reviews::{count, Client, Reviews, FQDN};
-use support::{free_port, STARTUP_TIMEOUT};
-use support::{only, require_envoy, write_config, Envoy, Meshflow, ProxyNode, TestDir, XdsMode};
+use support::{only, require_envoy, write_config, Envoy, Meshflow, ProxyNode, TestDir};
 
 /// A DestinationRule `name` in `ns` for `host` with subsets `(name, version label)`.
 fn rule(ns: &str, name: &str, host: &str, subsets: &[(&str, &str)]) -> String {
@@ -84,14 +84,7 @@ spec:
         &reviews.ip(20),
         &[("app", "client")],
     );
-    let envoy = Envoy::start(
-        &envoy_binary,
-        dir.path(),
-        &node,
-        meshflow.xds_addr(),
-        XdsMode::Delta,
-    );
-    envoy.wait_live(STARTUP_TIMEOUT);
+    let envoy = Envoy::start_live(&envoy_binary, dir.path(), &node, meshflow.xds_addr());
     envoy.await_listener(&format!("127.0.0.1_{port}"));
 
     let addr = SocketAddr::from(([127, 0, 0, 1], port));

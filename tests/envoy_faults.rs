@@ -82,8 +82,7 @@ fn restart_under_load_fails_no_request_and_delta_resumes_with_only_changes() {
         &reviews.ip(20),
         &[("app", "client")],
     );
-    let envoy = Envoy::start(&envoy_bin, dir.path(), &node, xds_addr, XdsMode::Delta);
-    envoy.wait_live(STARTUP_TIMEOUT);
+    let envoy = Envoy::start_live(&envoy_bin, dir.path(), &node, xds_addr);
     let listener_addr = SocketAddr::from(([127, 0, 0, 1], port));
     let client = Client::new(&envoy, listener_addr, "reviews");
     client.converge(
@@ -236,8 +235,7 @@ fn envoy_moving_to_another_replica_converges_to_identical_config() {
     let listener = format!("127.0.0.1_{port}");
 
     let first = {
-        let envoy = Envoy::start(&envoy_bin, dir.path(), &node, a.xds_addr(), XdsMode::Delta);
-        envoy.wait_live(STARTUP_TIMEOUT);
+        let envoy = Envoy::start_live(&envoy_bin, dir.path(), &node, a.xds_addr());
         envoy.await_listener(&listener);
         Client::new(&envoy, SocketAddr::from(([127, 0, 0, 1], port)), "reviews").converge(
             "via replica A",
@@ -310,14 +308,7 @@ fn invalid_edits_and_atomic_directory_swaps_never_retract_valid_config() {
         &reviews.ip(20),
         &[("app", "client")],
     );
-    let envoy = Envoy::start(
-        &envoy_bin,
-        dir.path(),
-        &node,
-        meshflow.xds_addr(),
-        XdsMode::Delta,
-    );
-    envoy.wait_live(STARTUP_TIMEOUT);
+    let envoy = Envoy::start_live(&envoy_bin, dir.path(), &node, meshflow.xds_addr());
     let client = Client::new(&envoy, SocketAddr::from(([127, 0, 0, 1], port)), "reviews");
     client.converge(
         "/reviews → v1",

@@ -13,7 +13,7 @@ use support::tls_backend::TlsBackend;
 use support::tls_client::tls_get;
 use support::{
     converge_then, exactly, free_port, only, require_envoy, write_config, Envoy, Meshflow,
-    ProxyNode, TestDir, XdsMode, STARTUP_TIMEOUT,
+    ProxyNode, TestDir,
 };
 
 /// This test's loopback /24.
@@ -119,14 +119,7 @@ fn auto_passthrough_routes_by_the_cluster_in_the_sni() {
         &ip(30),
         &[("istio", "eastwestgateway")],
     );
-    let router = Envoy::start(
-        &envoy_bin,
-        dir.path(),
-        &node,
-        meshflow.xds_addr(),
-        XdsMode::Delta,
-    );
-    router.wait_live(STARTUP_TIMEOUT);
+    let router = Envoy::start_live(&envoy_bin, dir.path(), &node, meshflow.xds_addr());
     router.await_listener(&format!("127.0.0.1_{gateway_port}"));
     let addr = SocketAddr::from(([127, 0, 0, 1], gateway_port));
     let converge = |what: &str, sni: &str, accept: &dyn Fn(&HashMap<String, usize>) -> bool| {

@@ -13,7 +13,7 @@ use support::tcp_echo::TcpEcho;
 use support::tls_client::{tls_echo, Trust};
 use support::{
     free_port, require_envoy, wait_until, write_config, Envoy, Meshflow, ProxyNode, TestDir,
-    XdsMode, CONVERGE_TIMEOUT, STARTUP_TIMEOUT,
+    CONVERGE_TIMEOUT,
 };
 
 /// This test's loopback /24.
@@ -137,14 +137,7 @@ fn terminating_tls_servers_route_decrypted_streams_by_tcp_routes() {
         &ip(30),
         &[("istio", "ingressgateway")],
     );
-    let router = Envoy::start(
-        &envoy_bin,
-        dir.path(),
-        &node,
-        meshflow.xds_addr(),
-        XdsMode::Delta,
-    );
-    router.wait_live(STARTUP_TIMEOUT);
+    let router = Envoy::start_live(&envoy_bin, dir.path(), &node, meshflow.xds_addr());
     let at = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
     let trust = Trust::Roots(&gw_ca.pem);
     let echoed = |r: &Result<String, String>| r.as_deref() == Ok("db-echo");

@@ -15,9 +15,7 @@ use dataflows::model::ProxyKind;
 use support::envoy_validate::envoy_validates_example;
 use support::mongo;
 use support::tcp_echo::TcpEcho;
-use support::{
-    free_port, require_envoy, Envoy, Meshflow, ProxyNode, TestDir, XdsMode, STARTUP_TIMEOUT,
-};
+use support::{free_port, require_envoy, Envoy, Meshflow, ProxyNode, TestDir};
 
 /// This test's loopback /24.
 const NET: u8 = 107;
@@ -73,14 +71,7 @@ fn idle_timeout_metadata_closes_idle_tcp_connections() {
             &mongo::ip(NET, 20),
             &[("app", "client")],
         );
-        let plain = Envoy::start(
-            &envoy_bin,
-            dir.path(),
-            &node,
-            meshflow.xds_addr(),
-            XdsMode::Delta,
-        );
-        plain.wait_live(STARTUP_TIMEOUT);
+        let plain = Envoy::start_live(&envoy_bin, dir.path(), &node, meshflow.xds_addr());
         plain.await_listener(&listener);
         let (mut reader, mut writer) = exchanged(addr);
         std::thread::sleep(Duration::from_secs(3));
@@ -99,14 +90,7 @@ fn idle_timeout_metadata_closes_idle_tcp_connections() {
         &[("app", "client")],
     )
     .with_metadata("IDLE_TIMEOUT", "1s");
-    let quick = Envoy::start(
-        &envoy_bin,
-        dir.path(),
-        &node,
-        meshflow.xds_addr(),
-        XdsMode::Delta,
-    );
-    quick.wait_live(STARTUP_TIMEOUT);
+    let quick = Envoy::start_live(&envoy_bin, dir.path(), &node, meshflow.xds_addr());
     quick.await_listener(&listener);
     let dump = quick.config_dump().to_string();
     assert!(dump.contains("\"idle_timeout\":\"1s\""), "{dump}");

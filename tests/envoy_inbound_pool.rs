@@ -14,7 +14,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use support::reviews::Reviews;
 use support::{
     converge, free_port, http_request, require_envoy, write_config, Envoy, Meshflow, ProxyNode,
-    TestDir, XdsMode, CONVERGE_TIMEOUT, STARTUP_TIMEOUT,
+    TestDir, CONVERGE_TIMEOUT,
 };
 
 const NET: u8 = 84;
@@ -58,14 +58,7 @@ fn inbound_cluster_takes_the_services_connection_pool() {
         &pod_ip,
         &[("app", "reviews"), ("version", "v1")],
     );
-    let server = Envoy::start(
-        &envoy_bin,
-        dir.path(),
-        &node,
-        meshflow.xds_addr(),
-        XdsMode::Delta,
-    );
-    server.wait_live(STARTUP_TIMEOUT);
+    let server = Envoy::start_live(&envoy_bin, dir.path(), &node, meshflow.xds_addr());
     server.await_listener(&format!("inbound_{pod_ip}_{target}"));
 
     let cluster = format!("inbound|{target}||");

@@ -19,7 +19,7 @@ use support::reviews::Reviews;
 use support::tcp_echo::TcpEcho;
 use support::{
     converge, free_port, http_request, require_envoy, write_config, Envoy, Meshflow, ProxyNode,
-    TestDir, XdsMode, CONVERGE_TIMEOUT, STARTUP_TIMEOUT,
+    TestDir, CONVERGE_TIMEOUT,
 };
 
 const NET: u8 = 86;
@@ -117,14 +117,7 @@ fn server_scene(
         &pod_ip,
         &[("app", "reviews"), ("version", "v1")],
     );
-    let server = Envoy::start(
-        envoy_bin,
-        dir.path(),
-        &node,
-        meshflow.xds_addr(),
-        XdsMode::Delta,
-    );
-    server.wait_live(STARTUP_TIMEOUT);
+    let server = Envoy::start_live(envoy_bin, dir.path(), &node, meshflow.xds_addr());
     server.await_listener(&format!("inbound_{pod_ip}_{target}"));
     let addr: SocketAddr = format!("{pod_ip}:{target}").parse().expect("an address");
     (meshflow, server, addr)

@@ -28,8 +28,7 @@ use support::tasks::{self, BOOKINFO_PORT, TCP_ECHO_PORT};
 use support::tcp_echo::{tcp_tally, TcpEcho};
 use support::{
     converge, converge_then, exactly, free_port, http_get, http_request, only, require_envoy,
-    tally, write_config, Backend, Envoy, Meshflow, ProxyNode, TestDir, XdsMode, CONVERGE_TIMEOUT,
-    STARTUP_TIMEOUT,
+    tally, write_config, Backend, Envoy, Meshflow, ProxyNode, TestDir, CONVERGE_TIMEOUT,
 };
 
 const JASON: (&str, &str) = ("end-user", "jason");
@@ -131,14 +130,12 @@ fn client_envoy(
     net: u8,
     port: u16,
 ) -> Envoy {
-    let envoy = Envoy::start(
+    let envoy = Envoy::start_live(
         envoy_bin,
         dir.path(),
         &tasks::client_node(net),
         meshflow.xds_addr(),
-        XdsMode::Delta,
     );
-    envoy.wait_live(STARTUP_TIMEOUT);
     envoy.await_listener(&format!("{}_{port}", tasks::client_ip(net)));
     envoy
 }
@@ -447,14 +444,7 @@ fn tcp_traffic_shifting_task_splits_connections_80_20() {
     // The Gateway's server names no `bind`, so the router listens on 0.0.0.0:31400; a lock
     // keeps two runs of this test from taking turns on the port.
     let _port = gateway_port_lock(31400);
-    let gateway = Envoy::start(
-        &envoy_bin,
-        dir.path(),
-        &gateway_node,
-        meshflow.xds_addr(),
-        XdsMode::Delta,
-    );
-    gateway.wait_live(STARTUP_TIMEOUT);
+    let gateway = Envoy::start_live(&envoy_bin, dir.path(), &gateway_node, meshflow.xds_addr());
     gateway.await_listener("0.0.0.0_31400");
     let gateway_addr = SocketAddr::from(([127, 0, 0, 1], 31400));
     split_80_20("the gateway's connections", &gateway, gateway_addr);
@@ -526,14 +516,7 @@ spec:
         &[("app", "reviews"), ("version", "v1")],
     )
     .with_metadata("SERVICE_ACCOUNT", "bookinfo-reviews");
-    let server = Envoy::start(
-        &envoy_bin,
-        dir.path(),
-        &server_node,
-        meshflow.xds_addr(),
-        XdsMode::Delta,
-    );
-    server.wait_live(STARTUP_TIMEOUT);
+    let server = Envoy::start_live(&envoy_bin, dir.path(), &server_node, meshflow.xds_addr());
     server.await_listener(&format!("inbound_{pod_ip}_{target}"));
     let client = client_envoy(&envoy_bin, &dir, &meshflow, net, BOOKINFO_PORT);
     let listener = listener(net, BOOKINFO_PORT);

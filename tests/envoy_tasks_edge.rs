@@ -34,7 +34,7 @@ use support::tls_backend::TlsBackend;
 use support::tls_client::{tls_get_path, tls_get_trusting, Trust};
 use support::{
     converge, free_port, http_request, require_envoy, write_config, Backend, Envoy, Meshflow,
-    ProxyNode, TestDir, XdsMode, CONVERGE_TIMEOUT, STARTUP_TIMEOUT,
+    ProxyNode, TestDir, CONVERGE_TIMEOUT,
 };
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::CertificateDer;
@@ -224,14 +224,7 @@ fn ingress_task_pages_route_terminate_and_pass_through() {
         &ip(2),
         &[("app", "istio-ingressgateway"), ("istio", "ingressgateway")],
     );
-    let router = Envoy::start(
-        &envoy_bin,
-        dir.path(),
-        &node,
-        meshflow.xds_addr(),
-        XdsMode::Delta,
-    );
-    router.wait_live(STARTUP_TIMEOUT);
+    let router = Envoy::start_live(&envoy_bin, dir.path(), &node, meshflow.xds_addr());
     let ingress = |port: u16| SocketAddr::new(ip(2).parse().expect("IP"), port);
 
     // Ingress Gateways: /status and /delay of httpbin.example.com reach httpbin; /headers
@@ -443,14 +436,7 @@ spec:
         &["--system-ca-bundle", &bundle.display().to_string()],
     );
     let node = ProxyNode::sidecar("sleep-abc", "default", &ip(50), &[("app", "sleep")]);
-    let envoy = Envoy::start(
-        &envoy_bin,
-        dir.path(),
-        &node,
-        meshflow.xds_addr(),
-        XdsMode::Delta,
-    );
-    envoy.wait_live(STARTUP_TIMEOUT);
+    let envoy = Envoy::start_live(&envoy_bin, dir.path(), &node, meshflow.xds_addr());
     let at = |port: u16| SocketAddr::new(ip(50).parse().expect("IP"), port);
 
     // The application's plain HTTP leaves as TLS naming edition.cnn.com.

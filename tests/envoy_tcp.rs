@@ -17,7 +17,6 @@ use support::mongo;
 use support::tcp_echo::{tcp_tally, TcpEcho};
 use support::{
     converge_then, exactly, free_port, only, require_envoy, Envoy, Meshflow, ProxyNode, TestDir,
-    XdsMode, STARTUP_TIMEOUT,
 };
 
 /// This test's loopback /24.
@@ -55,14 +54,7 @@ fn tcp_routes_shift_connections_on_sidecar_and_gateway() {
     let meshflow = Meshflow::start(&config, dir.path());
 
     let node = ProxyNode::sidecar("client-abc", "default", &ip(20), &[("app", "client")]);
-    let sidecar = Envoy::start(
-        &envoy_bin,
-        dir.path(),
-        &node,
-        meshflow.xds_addr(),
-        XdsMode::Delta,
-    );
-    sidecar.wait_live(STARTUP_TIMEOUT);
+    let sidecar = Envoy::start_live(&envoy_bin, dir.path(), &node, meshflow.xds_addr());
     sidecar.await_listener(&format!("127.0.0.1_{port}"));
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let (v1, v2) = ("mongo-v1", "mongo-v2");
@@ -92,14 +84,7 @@ fn tcp_routes_shift_connections_on_sidecar_and_gateway() {
         &ip(30),
         &[("istio", "ingressgateway")],
     );
-    let router = Envoy::start(
-        &envoy_bin,
-        dir.path(),
-        &router_node,
-        meshflow.xds_addr(),
-        XdsMode::Delta,
-    );
-    router.wait_live(STARTUP_TIMEOUT);
+    let router = Envoy::start_live(&envoy_bin, dir.path(), &router_node, meshflow.xds_addr());
     router.await_listener(&format!("127.0.0.1_{gateway_port}"));
     let gw_addr = SocketAddr::from(([127, 0, 0, 1], gateway_port));
     let counts = converge_tcp("gateway to v2", &router, gw_addr, |c| only(c, v2), 20);
@@ -176,14 +161,7 @@ fn sidecar_ingress_tcp_port_proxies_connections_to_its_default_endpoint() {
         &server_ip,
         &[("app", "mongo-server")],
     );
-    let server = Envoy::start(
-        &envoy_bin,
-        dir.path(),
-        &node,
-        meshflow.xds_addr(),
-        XdsMode::Delta,
-    );
-    server.wait_live(STARTUP_TIMEOUT);
+    let server = Envoy::start_live(&envoy_bin, dir.path(), &node, meshflow.xds_addr());
     server.await_listener(&format!("inbound_{server_ip}_{port}"));
     let addr: SocketAddr = format!("{server_ip}:{port}").parse().expect("address");
     let app = "mongo-app";
@@ -238,14 +216,7 @@ fn tcp_idle_timeout_closes_idle_connections() {
         &mongo::ip(net, 20),
         &[("app", "client")],
     );
-    let sidecar = Envoy::start(
-        &envoy_bin,
-        dir.path(),
-        &node,
-        meshflow.xds_addr(),
-        XdsMode::Delta,
-    );
-    sidecar.wait_live(STARTUP_TIMEOUT);
+    let sidecar = Envoy::start_live(&envoy_bin, dir.path(), &node, meshflow.xds_addr());
     sidecar.await_listener(&format!("127.0.0.1_{port}"));
     // On the listener's tcp_proxy (the cluster has it too, for HTTP connections).
     let dump = sidecar.config_dump();
@@ -326,14 +297,7 @@ fn tcp_max_connection_duration_closes_busy_connections() {
         &mongo::ip(net, 20),
         &[("app", "client")],
     );
-    let sidecar = Envoy::start(
-        &envoy_bin,
-        dir.path(),
-        &node,
-        meshflow.xds_addr(),
-        XdsMode::Delta,
-    );
-    sidecar.wait_live(STARTUP_TIMEOUT);
+    let sidecar = Envoy::start_live(&envoy_bin, dir.path(), &node, meshflow.xds_addr());
     sidecar.await_listener(&format!("127.0.0.1_{port}"));
     let dump = sidecar.config_dump().to_string();
     assert!(

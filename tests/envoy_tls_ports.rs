@@ -147,14 +147,7 @@ fn destination_rule_tls_per_port_and_from_a_secret() {
     let meshflow =
         Meshflow::start_with_args(&config, dir.path(), &["--debug-addr", &debug.to_string()]);
     let node = ProxyNode::sidecar("client-abc", "default", &ip(20), &[("app", "client")]);
-    let envoy = Envoy::start(
-        &envoy_bin,
-        dir.path(),
-        &node,
-        meshflow.xds_addr(),
-        XdsMode::Delta,
-    );
-    envoy.wait_live(STARTUP_TIMEOUT);
+    let envoy = Envoy::start_live(&envoy_bin, dir.path(), &node, meshflow.xds_addr());
     envoy.await_listener(&format!("127.0.0.1_{port_a}"));
     envoy.await_listener(&format!("127.0.0.1_{port_b}"));
     let at = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));

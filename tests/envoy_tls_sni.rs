@@ -19,7 +19,7 @@ use support::tls_backend::TlsBackend;
 use support::tls_client::tls_get;
 use support::{
     converge_then, exactly, free_port, only, require_envoy, write_config, Envoy, Meshflow,
-    ProxyNode, TestDir, XdsMode, STARTUP_TIMEOUT,
+    ProxyNode, TestDir,
 };
 
 /// This test's loopback /24.
@@ -102,14 +102,7 @@ fn client_sidecar(
     listener: &str,
 ) -> Envoy {
     let node = ProxyNode::sidecar(pod, "default", &ip(host), &[("app", "client")]);
-    let sidecar = Envoy::start(
-        envoy_bin,
-        dir.path(),
-        &node,
-        meshflow.xds_addr(),
-        XdsMode::Delta,
-    );
-    sidecar.wait_live(STARTUP_TIMEOUT);
+    let sidecar = Envoy::start_live(envoy_bin, dir.path(), &node, meshflow.xds_addr());
     sidecar.await_listener(listener);
     sidecar
 }

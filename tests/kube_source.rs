@@ -24,8 +24,8 @@ use support::reviews::{Binding, Client, Reviews};
 use support::xds_client::{node, DeltaClient, CDS, EDS, RDS};
 use support::{
     dump_served_config, exactly, free_port, http_get, only, require_envoy,
-    served_config_differences, wait_until, Envoy, Meshflow, ProxyNode, TestDir, XdsMode,
-    CONVERGE_TIMEOUT, STARTUP_TIMEOUT,
+    served_config_differences, wait_until, Envoy, Meshflow, ProxyNode, TestDir, CONVERGE_TIMEOUT,
+    STARTUP_TIMEOUT,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -155,8 +155,7 @@ impl Cluster {
     /// A real Envoy as the client sidecar `at` describes, once it has the listener of `port`.
     fn envoy_of(&self, bin: &Path, at: Sidecar, port: u16) -> Envoy {
         let node = ProxyNode::sidecar(at.name, "default", &at.ip, &[("app", "client")]);
-        let envoy = Envoy::start(bin, self.dir.path(), &node, at.xds, XdsMode::Delta);
-        envoy.wait_live(STARTUP_TIMEOUT);
+        let envoy = Envoy::start_live(bin, self.dir.path(), &node, at.xds);
         envoy.await_listener(&format!("127.0.0.1_{port}"));
         envoy
     }

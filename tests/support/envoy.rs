@@ -34,6 +34,14 @@ impl Envoy {
         Self::start_customized(binary, dir, node, xds_addr, mode, |_| {})
     }
 
+    /// `start` over delta ADS, then `wait_live` within the harness's startup timeout: what
+    /// most tests begin with.
+    pub fn start_live(binary: &Path, dir: &Path, node: &ProxyNode, xds_addr: SocketAddr) -> Envoy {
+        let envoy = Self::start(binary, dir, node, xds_addr, XdsMode::Delta);
+        envoy.wait_live(super::STARTUP_TIMEOUT);
+        envoy
+    }
+
     /// Like `start`, with a last edit of the bootstrap (e.g. TLS towards meshflow).
     pub fn start_customized(
         binary: &Path,
