@@ -148,7 +148,7 @@ fn scenario(envoy_bin: &Path, delivery: Delivery, gateway_port: u16) -> (Served,
 
     // 1. The ingress gateway: VirtualService `bookinfo` sends its five paths to productpage.
     let gateway_listener = format!("127.0.0.1_{gateway_port}");
-    let gateway_routes = format!("http.{gateway_port}");
+    let gateway_routes = format!("http.{gateway_port}.127.0.0.1");
     gateway.wait_live(STARTUP_TIMEOUT);
     gateway.await_listener(&gateway_listener);
     let gateway_addr = SocketAddr::from(([127, 0, 0, 1], gateway_port));

@@ -73,7 +73,7 @@ fn gateway_scenario(envoy_binary: &Path, mode: XdsMode, net: u8) {
     let config_dir = dir.subdir("config");
     let port = free_port();
     let listener = format!("127.0.0.1_{port}");
-    let route_config = format!("http.{port}");
+    let route_config = format!("http.{port}.127.0.0.1");
 
     let reviews = Reviews::new(net, SERVICE_PORT, &config_dir);
     let _v1 = reviews.start_backend("v1");

@@ -1000,7 +1000,7 @@ fn gateway_without_virtual_service_answers_404() {
     let (mut mesh, reviews, proxy, binding) = gateway_setup("gateway-404", &["v1", "v2"]);
     let o = mesh.send(&proxy, &via_gateway(GATEWAY_HOST, "/reviews/1"));
     assert_eq!(o.listener, Some(format!("127.0.0.1_{PORT}")));
-    assert_eq!(o.route_config, Some(format!("http.{PORT}")));
+    assert_eq!(o.route_config, Some(format!("http.{PORT}.127.0.0.1")));
     assert_status(&o, 404);
     reviews.write_plain_routing(&binding);
     let routed = mesh.send(&proxy, &via_gateway(GATEWAY_HOST, "/reviews/1"));
@@ -1111,7 +1111,7 @@ fn bookinfo_cluster(subset: &str, service: &str) -> String {
 }
 
 /// Mirrors `tests/bookinfo.rs` part 1 (`bookinfo_example_serves_gateway_and_sidecar_over_delta_ads`):
-/// through the ingress gateway (`127.0.0.1_8080`, `http.8080`), the five paths of
+/// through the ingress gateway (`127.0.0.1_8080`, `http.8080.127.0.0.1`), the five paths of
 /// VirtualService `bookinfo` reach productpage-v1, other paths get 404, and any host is served.
 #[test]
 fn bookinfo_gateway_routes_the_productpage_paths() {
@@ -1128,7 +1128,7 @@ fn bookinfo_gateway_routes_the_productpage_paths() {
     ] {
         let o = config.simulate(&call("bookinfo.example.com", path));
         assert_eq!(o.listener.as_deref(), Some("127.0.0.1_8080"), "{path}");
-        assert_eq!(o.route_config.as_deref(), Some("http.8080"), "{path}");
+        assert_eq!(o.route_config.as_deref(), Some("http.8080.127.0.0.1"), "{path}");
         assert_routes_to(&o, &productpage, &["127.0.1.41:9080".into()]);
     }
     for path in ["/", "/reviews/0", "/productpage/extra", "/loginx"] {

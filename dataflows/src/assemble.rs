@@ -243,6 +243,10 @@ pub struct Router {
 /// proxies are, for the routes' source conditions; `clusters`: the names of the scope's
 /// outbound clusters, for AUTO_PASSTHROUGH servers (the dataflow gives them only to scopes
 /// with one).
+/// `ports`: where servers of each port listen ([`ScopeKey::gateway_ports`]): listeners
+/// and the `http.PORT` route configurations are named for the port listened on, while the
+/// routes themselves (their `port` matches, virtual host names, `FROM_REQUEST_PORT`
+/// redirects) and HTTPS route configurations keep the server's port, as Istio builds them.
 #[allow(clippy::too_many_arguments)] // the router's inputs, each of its own kind
 pub fn router_resources(
     source: Source,
@@ -253,6 +257,7 @@ pub fn router_resources(
     hashing: &Hashing,
     idle: &TcpTimeouts,
     clusters: &[String],
+    ports: &[(u16, u16)],
 ) -> Router {
     // As Istio (`VirtualServicesForGateway` of the proxy's namespace): a VirtualService bound
     // to a Gateway serves the gateway proxies of the namespaces it is exported to, wherever
@@ -264,20 +269,30 @@ pub fn router_resources(
         .collect();
     let vss = vss.as_slice();
     let mut listeners: BTreeMap<(String, u16), BTreeSet<ConfigKey>> = BTreeMap::new();
-    // Per port and domain, the VirtualServices with the gateways they came through, and
-    // the domains an `httpsRedirect` server sends to https.
-    let mut routes: BTreeMap<u16, (route::GatewayVhosts, BTreeSet<String>)> = BTreeMap::new();
-    let mut route_inputs: BTreeMap<u16, BTreeSet<ConfigKey>> = BTreeMap::new();
+    // Per address and port listened on: the route configuration's name and the server port
+    // its routes are built for (the first server's, where several ports listen on one);
+    // per domain, the VirtualServices with the gateways they came through; the domains an
+    // `httpsRedirect` server sends to https.
+    let mut routes: BTreeMap<(String, u16), HttpRoutes> = BTreeMap::new();
+    let mut route_inputs: BTreeMap<(String, u16), BTreeSet<ConfigKey>> = BTreeMap::new();
     for gw in gateways {
         for server in gw.servers.iter().filter(|s| s.protocol.is_http()) {
             let addr = server.bind.clone().unwrap_or_else(|| "0.0.0.0".into());
+            let key = (addr, listen_port(ports, server.port));
             listeners
-                .entry((addr, server.port))
+                .entry(key.clone())
                 .or_default()
                 .insert(gw.key.clone());
-            let inputs = route_inputs.entry(server.port).or_default();
+            let inputs = route_inputs.entry(key.clone()).or_default();
             inputs.insert(gw.key.clone());
-            let (vhosts, redirect) = routes.entry(server.port).or_default();
+            let HttpRoutes {
+                vhosts, redirect, ..
+            } = routes.entry(key.clone()).or_insert_with(|| HttpRoutes {
+                name: http_route_name(key.1, server.bind.as_deref()),
+                port: server.port,
+                vhosts: Default::default(),
+                redirect: Default::default(),
+            });
             let domains = server_vhosts(gw, server, vss, inputs, vhosts);
             if server.https_redirect {
                 // Istio redirects a server's hosts even where no VirtualService serves them.
@@ -291,7 +306,7 @@ pub fn router_resources(
         }
     }
     let tls = crate::gateway_tls::servers(
-        source, namespace, gateways, vss, secrets, hashing, idle, &listeners, clusters,
+        source, namespace, gateways, vss, secrets, hashing, idle, &listeners, clusters, ports,
     );
     let mut errors = tls.errors;
     let tcp_listeners = gateway_tcp_listeners(
@@ -299,31 +314,61 @@ pub fn router_resources(
         gateways,
         vss,
         idle,
-        &listeners,
-        &tls.ports,
+        (&listeners, &tls.ports),
+        ports,
         &mut errors,
     );
-    let mut out: Vec<(Resource, BTreeSet<ConfigKey>)> = listeners
-        .into_iter()
-        .map(|((addr, port), inputs)| {
-            let l = listener::http_listener(&addr, port, true, &format!("http.{port}"), true);
-            (l, inputs)
-        })
-        .collect();
+    let mut out: Vec<(Resource, BTreeSet<ConfigKey>)> = Vec::new();
+    for ((addr, port), inputs) in listeners {
+        if let Some(r) = routes.get(&(addr.clone(), port)) {
+            out.push((
+                listener::http_listener(&addr, port, true, &r.name, true),
+                inputs,
+            ));
+        }
+    }
     out.extend(tcp_listeners);
     out.extend(tls.resources);
-    for (port, (mut vhosts, redirect)) in routes {
-        sort_vhosts(&mut vhosts);
-        let inputs = route_inputs.remove(&port).unwrap_or_default();
-        let name = format!("http.{port}");
+    for (key, mut r) in routes {
+        sort_vhosts(&mut r.vhosts);
+        let inputs = route_inputs.remove(&key).unwrap_or_default();
         out.push((
-            route::gateway_route_config(&name, port, source, &vhosts, &redirect, hashing),
+            route::gateway_route_config(&r.name, r.port, source, &r.vhosts, &r.redirect, hashing),
             inputs,
         ));
     }
     Router {
         resources: out,
         errors,
+    }
+}
+
+/// A router's listeners by address and port listened on, with the objects they come from.
+pub(crate) type Listeners = BTreeMap<(String, u16), BTreeSet<ConfigKey>>;
+
+/// The HTTP routes of a router's listener (see [`router_resources`]).
+struct HttpRoutes {
+    name: String,
+    port: u16,
+    vhosts: route::GatewayVhosts,
+    redirect: BTreeSet<String>,
+}
+
+/// Where a router's server of `port` listens, under the router's port map
+/// ([`ScopeKey::gateway_ports`]).
+pub(crate) fn listen_port(ports: &[(u16, u16)], port: u16) -> u16 {
+    ports
+        .iter()
+        .find(|(p, _)| *p == port)
+        .map_or(port, |(_, target)| *target)
+}
+
+/// The route configuration of a router's HTTP servers listening on `port` (at `bind`, if
+/// they bind): `http.PORT`, or `http.PORT.BIND`, as Istio names it.
+fn http_route_name(port: u16, bind: Option<&str>) -> String {
+    match bind {
+        Some(b) => format!("http.{port}.{b}"),
+        None => format!("http.{port}"),
     }
 }
 
@@ -379,21 +424,26 @@ pub(crate) fn add_via(list: &mut Vec<(ResolvedVs, Vec<String>)>, rvs: &ResolvedV
 /// the VirtualServices bound to their Gateway whose hosts the server serves. A port an HTTP
 /// server already holds stays HTTP: one listener cannot be both without telling the
 /// protocols apart, which Istio does not do at a gateway either.
+/// `taken`: the listeners of HTTP servers, and of TLS ones, by address and port listened on.
 fn gateway_tcp_listeners(
     source: Source,
     gateways: &[&Gateway],
     vss: &[(&ConfigKey, &ResolvedVs)],
     idle: &TcpTimeouts,
-    http: &BTreeMap<(String, u16), BTreeSet<ConfigKey>>,
-    tls: &BTreeMap<(String, u16), BTreeSet<ConfigKey>>,
+    taken: (&Listeners, &Listeners),
+    ports: &[(u16, u16)],
     errors: &mut Vec<ConfigError>,
 ) -> Vec<(Resource, BTreeSet<ConfigKey>)> {
-    type Servers = BTreeMap<(String, u16), (Vec<(ResolvedVs, Vec<String>)>, BTreeSet<ConfigKey>)>;
+    // Per address and port listened on: the server port its routes match (the first
+    // server's), the VirtualServices with the gateways they came through, the inputs.
+    type Servers =
+        BTreeMap<(String, u16), (u16, Vec<(ResolvedVs, Vec<String>)>, BTreeSet<ConfigKey>)>;
+    let (http, tls) = taken;
     let mut servers: Servers = BTreeMap::new();
     for gw in gateways {
         for server in gw.servers.iter().filter(|s| s.protocol == Protocol::Tcp) {
             let addr = server.bind.clone().unwrap_or_else(|| "0.0.0.0".into());
-            let key = (addr, server.port);
+            let key = (addr, listen_port(ports, server.port));
             // A clash within one Gateway is left out (and said) when it is read.
             if let Some(holders) = http.get(&key) {
                 if !holders.contains(&gw.key) {
@@ -405,7 +455,9 @@ fn gateway_tcp_listeners(
                 errors.push(ConfigError::port_taken(gw, server, holders, "HTTPS/TLS"));
                 continue;
             }
-            let (list, inputs) = servers.entry(key).or_default();
+            let (_, list, inputs) = servers
+                .entry(key)
+                .or_insert_with(|| (server.port, Vec::new(), BTreeSet::new()));
             inputs.insert(gw.key.clone());
             for (_, rvs) in vss.iter().filter(|(k, _)| **k == gw.key) {
                 let vs_ns = &rvs.vs.key.namespace;
@@ -423,14 +475,14 @@ fn gateway_tcp_listeners(
         }
     }
     let mut out = Vec::new();
-    for ((addr, port), (mut list, inputs)) in servers {
+    for ((addr, listen), (port, mut list, inputs)) in servers {
         list.sort_by(|a, b| a.0.vs.key.cmp(&b.0.vs.key));
         for (_, via) in list.iter_mut() {
             via.sort();
         }
         let pairs: Vec<(&ResolvedVs, &[String])> =
             list.iter().map(|(v, g)| (v, g.as_slice())).collect();
-        if let Some(l) = tcp::gateway_listener(&addr, port, &pairs, source, idle) {
+        if let Some(l) = tcp::gateway_listener(&addr, (listen, port), &pairs, source, idle) {
             out.push((l, inputs));
         }
     }

@@ -6,7 +6,7 @@
 //! serve, gets no chain, and an error names the Gateway (or VirtualService), the field and
 //! the Secret.
 
-use crate::assemble::{add_via, server_vhosts, sort_vhosts};
+use crate::assemble::{add_via, listen_port, server_vhosts, sort_vhosts};
 use crate::model::*;
 use crate::rules::gateway_domain;
 use crate::translate::gateway_tls::{https_route_name, server_names, TlsChain, TlsChains};
@@ -140,6 +140,7 @@ pub fn servers(
     idle: &TcpTimeouts,
     http: &BTreeMap<(String, u16), BTreeSet<ConfigKey>>,
     clusters: &[String],
+    ports: &[(u16, u16)],
 ) -> TlsServers {
     let mut out = TlsServers::default();
     let mut listeners: BTreeMap<(String, u16), (TlsChains, BTreeSet<ConfigKey>)> = BTreeMap::new();
@@ -149,7 +150,7 @@ pub fn servers(
                 continue;
             };
             let addr = server.bind.clone().unwrap_or_else(|| "0.0.0.0".into());
-            let key = (addr, server.port);
+            let key = (addr, listen_port(ports, server.port));
             // A clash within one Gateway is left out (and said) when it is read.
             if let Some(holders) = http.get(&key) {
                 if !holders.contains(&gw.key) {
@@ -192,6 +193,7 @@ pub fn servers(
                         &server.port_name,
                         &gw.key.name,
                         &gw.key.namespace,
+                        server.bind.as_deref(),
                     );
                     let chain = TlsChain::Terminate {
                         tls,

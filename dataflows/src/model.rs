@@ -2430,6 +2430,12 @@ pub enum ScopeKey {
         /// As for sidecars.
         #[serde(default)]
         idle_timeout_ns: Option<u64>,
+        /// `(service port, target port)`: where a server of a service port listens, as
+        /// Istio's gateways listen on the target port of the Service of their pods that has
+        /// the server's port ([`crate::rules::gateway_ports`]); a port not here is listened
+        /// on as written.
+        #[serde(default)]
+        ports: Vec<(u16, u16)>,
     },
 }
 
@@ -2542,6 +2548,23 @@ impl ScopeKey {
             | ScopeKey::Router {
                 priority_labels, ..
             } => *priority_labels = Some(values),
+        }
+        self
+    }
+
+    /// Where a router's servers of each service port listen (see [`ScopeKey::Router`]'s
+    /// `ports`); empty for sidecars.
+    pub fn gateway_ports(&self) -> &[(u16, u16)] {
+        match self {
+            ScopeKey::Router { ports, .. } => ports,
+            ScopeKey::Sidecar { .. } => &[],
+        }
+    }
+
+    /// The same router scope for proxies whose servers listen per `map`.
+    pub fn with_gateway_ports(mut self, map: Vec<(u16, u16)>) -> Self {
+        if let ScopeKey::Router { ports, .. } = &mut self {
+            *ports = map;
         }
         self
     }

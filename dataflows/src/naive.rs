@@ -45,6 +45,9 @@ struct View<'a> {
     /// The label keys some `failoverPriority` reads of a client, sorted: proxies are
     /// scoped by their values of them.
     priority_keys: Vec<String>,
+    /// Per IP of a router, `(service port, host, target port)` of each endpoint there: where
+    /// its servers listen ([`rules::gateway_ports`]).
+    router_targets: HashMap<String, Vec<(u16, Hostname, u16)>>,
 }
 
 impl<'a> View<'a> {
@@ -65,6 +68,7 @@ impl<'a> View<'a> {
             source_selectors: Vec::new(),
             by_locality: false,
             priority_keys: Vec::new(),
+            router_targets: HashMap::new(),
         };
         // Records iterate in order, so the first service per host is the least one.
         for r in &snap.records {
@@ -114,6 +118,19 @@ impl<'a> View<'a> {
         }
         v.priority_keys.sort();
         v.priority_keys.dedup();
+        let router_ips: BTreeSet<&str> = v
+            .proxies
+            .iter()
+            .filter(|p| p.kind == ProxyKind::Router)
+            .flat_map(|p| p.ips.iter().map(String::as_str))
+            .collect();
+        if !router_ips.is_empty() {
+            let at_routers = v.resolved_endpoints_where(|_| true, |ip| router_ips.contains(ip));
+            for ((host, port), ep) in at_routers {
+                let rows = v.router_targets.entry(ep.ip.clone()).or_default();
+                rows.push((port, host, ep.port));
+            }
+        }
         v
     }
 
@@ -127,7 +144,15 @@ impl<'a> View<'a> {
         &self,
         only: Option<&BTreeSet<Hostname>>,
     ) -> Vec<((Hostname, u16), Endpoint)> {
-        let wanted = |h: &str| only.is_none_or(|o| o.contains(h));
+        self.resolved_endpoints_where(|h| only.is_none_or(|o| o.contains(h)), |_| true)
+    }
+
+    /// [`View::resolved_endpoints`] of the hosts `wanted` takes, at the IPs `at` takes.
+    fn resolved_endpoints_where(
+        &self,
+        wanted: impl Fn(&str) -> bool,
+        at: impl Fn(&str) -> bool,
+    ) -> Vec<((Hostname, u16), Endpoint)> {
         // Workloads by IP, in record order (a lookup, not a scan per endpoint).
         let mut by_ip: HashMap<&str, Vec<&Workload>> = HashMap::new();
         for w in &self.workloads {
@@ -135,7 +160,7 @@ impl<'a> View<'a> {
         }
         let mut out = Vec::new();
         for (h, e) in &self.endpoints {
-            if !wanted(h) {
+            if !wanted(h) || !at(&e.ip) {
                 continue;
             }
             let Some(svc) = self.services.get(h.as_str()) else {
@@ -172,7 +197,11 @@ impl<'a> View<'a> {
                 }
                 for p in &sel.ports {
                     if let Some(port) = svc.ports.iter().find(|sp| sp.name == p.name) {
-                        out.push((((*h).clone(), port.port), Endpoint::selected(sel, p, w)));
+                        let ep = Endpoint::selected(sel, p, w);
+                        if !at(&ep.ip) {
+                            continue;
+                        }
+                        out.push((((*h).clone(), port.port), ep));
                     }
                 }
             }
@@ -198,14 +227,23 @@ impl<'a> View<'a> {
                     .min();
                 rules::sidecar_scope(p, chosen.map(|(_, k)| k.clone()))
             }
-            ProxyKind::Router => rules::router_scope(
-                p,
-                self.gateways
-                    .values()
-                    .filter(|g| rules::gateway_selects(g, p))
-                    .map(|g| g.key.clone())
-                    .collect(),
-            ),
+            ProxyKind::Router => {
+                let targets = p
+                    .ips
+                    .iter()
+                    .filter_map(|ip| self.router_targets.get(ip))
+                    .flatten()
+                    .map(|(port, host, target)| (*port, host.as_str(), *target));
+                rules::router_scope(
+                    p,
+                    self.gateways
+                        .values()
+                        .filter(|g| rules::gateway_selects(g, p))
+                        .map(|g| g.key.clone())
+                        .collect(),
+                )
+                .with_gateway_ports(rules::gateway_ports(targets))
+            }
         };
         let mut s = s.with_source_labels(matched);
         if self.by_locality && !p.locality.is_empty() {
@@ -1136,6 +1174,7 @@ fn router(
         &v.hashing(s),
         &v.tcp_idle(s),
         &clusters,
+        s.gateway_ports(),
     )
     .resources
     .into_iter()

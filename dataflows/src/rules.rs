@@ -686,7 +686,30 @@ pub fn router_scope(p: &Proxy, gateways: Vec<ConfigKey>) -> ScopeKey {
         locality: None,
         priority_labels: None,
         idle_timeout_ns: p.idle_timeout_ns,
+        ports: Vec::new(),
     }
+}
+
+/// Where a router's servers listen, from the services of its own workload: `targets` holds
+/// `(service port, host, target port)` for every endpoint of a service at one of the
+/// router's IPs. As Istio's gateways (`resolvePorts` for gateways selected by labels), a
+/// server of port N listens on the target port of the first such service with a port N, and
+/// on N itself where none has one; meshflow takes the services in host order. Only the ports
+/// that change are kept, sorted: a router without a Service of its own keeps an empty map,
+/// and so its scope.
+pub fn gateway_ports<'a>(targets: impl IntoIterator<Item = (u16, &'a str, u16)>) -> Vec<(u16, u16)> {
+    let mut first: BTreeMap<u16, (&str, u16)> = BTreeMap::new();
+    for (port, host, target) in targets {
+        let e = first.entry(port).or_insert((host, target));
+        if (host, target) < *e {
+            *e = (host, target);
+        }
+    }
+    first
+        .into_iter()
+        .filter(|(port, (_, target))| port != target)
+        .map(|(port, (_, target))| (port, target))
+        .collect()
 }
 
 /// The ports explicit egress listeners claim: the catch-all listener leaves them alone.

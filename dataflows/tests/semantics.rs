@@ -1358,11 +1358,105 @@ fn gateway_selected_by_labels_gets_listener_and_route() {
         m.listeners(&ingress),
         set(&["0.0.0.0_8080", "10.1.0.9_9090"])
     );
-    assert_eq!(m.routes(&ingress), set(&["http.8080", "http.9090"]));
+    assert_eq!(m.routes(&ingress), set(&["http.8080", "http.9090.10.1.0.9"]));
 
     m.retract(vec![gw, bound]);
     assert_eq!(m.listeners(&ingress), set(&[]));
     assert_eq!(m.routes(&ingress), set(&[]));
+}
+
+/// The Service of a gateway's own pods, `istio-ingressgateway` in `istio-system` as Istio
+/// installs it: port 80 (`http2`) to target port 8080 and 443 (`https`) to 8443, with its
+/// endpoints at `ip`.
+fn gateway_service(ip: &str, ports: &[(&str, u16, u16)]) -> Vec<Record> {
+    let Record::Service(mut s) = service("istio-ingressgateway", "istio-system") else {
+        unreachable!()
+    };
+    s.ports = ports
+        .iter()
+        .map(|(name, port, _)| ServicePort {
+            name: name.to_string(),
+            port: *port,
+            protocol: Protocol::Http,
+        })
+        .collect();
+    let mut out = vec![Record::Service(s)];
+    for (name, _, target) in ports {
+        let Record::Endpoint(h, mut e) = endpoint("istio-ingressgateway", "istio-system", ip, true)
+        else {
+            unreachable!()
+        };
+        e.port_name = name.to_string();
+        e.port = *target;
+        out.push(Record::Endpoint(h, e));
+    }
+    out
+}
+
+/// As Istio's gateways do, a server listens on the target port of the gateway workload's
+/// Service port of the server's number (Istio's ingress gateway Service maps 80 to 8080):
+/// the listener and the `http.PORT` route configuration are the target port's, while the
+/// routes are still built for the server's port (the virtual host `*:80`). Where no Service of
+/// the router's pods has the port, the server listens on it as written; a second Service of
+/// the same pods with port 80 elsewhere does not move it (the first Service by name wins);
+/// removing the Service's endpoints moves the listener back to 80.
+#[test]
+fn a_gateway_listens_on_the_target_port_of_its_workloads_service() {
+    let mut m = Mesh::new();
+    let ingress = router_proxy(
+        "istio-ingressgateway-abc",
+        "istio-system",
+        "10.1.0.9",
+        &[("istio", "ingressgateway")],
+    );
+    let gw = gateway(
+        "default",
+        "bookinfo-gateway",
+        &[("istio", "ingressgateway")],
+        &[(80, None), (9000, None)],
+    );
+    m.insert(vec![
+        service("productpage", "default"),
+        gw,
+        virtual_service(
+            "default",
+            "bookinfo",
+            &["*"],
+            &["default/bookinfo-gateway"],
+            &host("productpage", "default"),
+        ),
+        px(&ingress),
+    ]);
+    assert_eq!(m.listeners(&ingress), set(&["0.0.0.0_80", "0.0.0.0_9000"]));
+
+    let own = gateway_service("10.1.0.9", &[("http2", 80, 8080), ("https", 443, 8443)]);
+    m.insert(own.clone());
+    assert_eq!(m.listeners(&ingress), set(&["0.0.0.0_8080", "0.0.0.0_9000"]));
+    assert_eq!(m.routes(&ingress), set(&["http.8080", "http.9000"]));
+    let vhosts = m.vhost_domains(&ingress, "http.8080");
+    assert_eq!(vhosts.keys().collect::<Vec<_>>(), ["*:80"], "routes for port 80");
+
+    // Another Service of the same pods mapping 80 elsewhere: the first by name still rules.
+    let Record::Service(mut other) = service("zz-status", "istio-system") else {
+        unreachable!()
+    };
+    other.ports[0].port = 80;
+    let Record::Endpoint(h, mut e) = endpoint("zz-status", "istio-system", "10.1.0.9", true) else {
+        unreachable!()
+    };
+    e.port = 8081;
+    let other = vec![Record::Service(other), Record::Endpoint(h, e)];
+    m.insert(other.clone());
+    assert_eq!(m.listeners(&ingress), set(&["0.0.0.0_8080", "0.0.0.0_9000"]));
+    m.retract(own[1..].to_vec());
+    assert_eq!(
+        m.listeners(&ingress),
+        set(&["0.0.0.0_8081", "0.0.0.0_9000"]),
+        "the other Service's target once the first has no endpoint there"
+    );
+    m.retract(other);
+    assert_eq!(m.listeners(&ingress), set(&["0.0.0.0_80", "0.0.0.0_9000"]));
+    assert_eq!(m.routes(&ingress), set(&["http.80", "http.9000"]));
 }
 
 /// A router that no Gateway selects (labels do not match, or only some of the selector's

@@ -256,6 +256,7 @@ fn resources(s: &ScopeKey, vals: &[(&GwItem, isize)]) -> assemble::Router {
         &hashing,
         &idle,
         &clusters,
+        s.gateway_ports(),
     );
     // One record per resource, whatever the number of servers that built it (a Secret two
     // Gateways' servers name is built twice, with different inputs): the scope's resources

@@ -105,6 +105,7 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         &virtual_services,
         &destination_rules,
         &chosen,
+        &endpoints,
     );
     let scopes = proxy_scopes.clone().map(|(_, s)| s).distinct();
     let specs = scopes::sidecar_specs(&scopes, &i.sidecars, &mesh);

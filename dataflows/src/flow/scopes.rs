@@ -3,6 +3,7 @@
 //! effect. Proxies of one scope share every scope-level stage downstream, so this is where a
 //! proxy's identity stops mattering to everything but [`super::inbound`].
 
+use super::endpoints::Resolved;
 use super::mesh::Mesh;
 use super::Coll;
 use crate::model::*;
@@ -11,7 +12,8 @@ use crate::rules;
 /// `(proxy, scope)` for every connected proxy: sidecars and proxyless clients by the Sidecar
 /// resource in effect, routers by the Gateways that select them; both by the `sourceLabels`
 /// selectors of VirtualServices they match, and by their node metadata `IDLE_TIMEOUT`
-/// (which their listeners carry).
+/// (which their listeners carry); routers also by where their servers listen (the target
+/// ports of their own Services).
 pub(super) fn of_proxies<'s>(
     mesh: &Mesh<'s>,
     proxies: &Coll<'s, (ProxyId, Proxy)>,
@@ -20,8 +22,10 @@ pub(super) fn of_proxies<'s>(
     vss: &Coll<'s, (ConfigKey, VirtualService)>,
     drs: &Coll<'s, (ConfigKey, DestinationRule)>,
     services: &Coll<'s, (Hostname, Service)>,
+    endpoints: &Resolved<'s>,
 ) -> Coll<'s, (ProxyId, ScopeKey)> {
-    let scopes = sidecar_scopes(mesh, proxies, sidecars).concat(router_scopes(proxies, gateways));
+    let scopes = sidecar_scopes(mesh, proxies, sidecars)
+        .concat(router_scopes(proxies, gateways, endpoints));
     let matched = source_selectors(proxies, vss, drs);
     let labelled = scopes.clone().join_map(matched.clone(), |id, s, sels| {
         (id.clone(), s.clone().with_source_labels(sels.clone()))
@@ -221,10 +225,14 @@ fn sidecar_scopes<'s>(
     with_sc.concat(without_sc)
 }
 
-/// A router's scope is its namespace and the Gateways selecting it (none: no listeners).
+/// A router's scope is its namespace, the Gateways selecting it (none: no listeners) and
+/// where its servers listen: the target ports of the services whose endpoints are at its
+/// IPs ([`rules::gateway_ports`]), so only a change to the router's own Services moves its
+/// listeners.
 fn router_scopes<'s>(
     proxies: &Coll<'s, (ProxyId, Proxy)>,
     gateways: &Coll<'s, (ConfigKey, Gateway)>,
+    endpoints: &Resolved<'s>,
 ) -> Coll<'s, (ProxyId, ScopeKey)> {
     let router_proxies = proxies.clone().filter(|(_, p)| p.kind == ProxyKind::Router);
     let gw_by_first_label = gateways.clone().flat_map(|(_, gw)| {
@@ -251,9 +259,32 @@ fn router_scopes<'s>(
             (id.clone(), rules::router_scope(p, gws.clone()))
         });
     let routers_unscoped = router_proxies
+        .clone()
         .antijoin(router_gws.map(|(id, _)| id))
         .map(|(id, p)| (id, rules::router_scope(&p, Vec::new())));
-    routers_scoped.concat(routers_unscoped)
+    let scopes = routers_scoped.concat(routers_unscoped);
+    let router_ips = router_proxies.flat_map(|(id, p)| {
+        p.ips
+            .into_iter()
+            .map(|ip| (ip, id.clone()))
+            .collect::<Vec<_>>()
+    });
+    let ports = endpoints
+        .clone()
+        .map(|((host, port), ep)| (ep.ip, (port, host, ep.port)))
+        .join_map(router_ips, |_, row, id| (id.clone(), row.clone()))
+        .reduce(|_, vals, out| {
+            let map = rules::gateway_ports(vals.iter().map(|((p, h, t), _)| (*p, h.as_str(), *t)));
+            if !map.is_empty() {
+                out.push((map, 1isize));
+            }
+        });
+    scopes
+        .clone()
+        .join_map(ports.clone(), |id, s, map| {
+            (id.clone(), s.clone().with_gateway_ports(map.clone()))
+        })
+        .concat(scopes.antijoin(ports.map(|(id, _)| id)))
 }
 
 /// Scope → its spec: the Sidecar in effect (None: defaults; routers see everything

@@ -40,9 +40,19 @@ pub enum TlsChain<'a> {
     },
 }
 
-/// Istio's route configuration name of an HTTPS server: `https.PORT.PORTNAME.GATEWAY.NS`.
-pub fn https_route_name(port: u16, port_name: &str, gateway: &str, namespace: &str) -> String {
-    format!("https.{port}.{port_name}.{gateway}.{namespace}")
+/// Istio's route configuration name of an HTTPS server: `https.PORT.PORTNAME.GATEWAY.NS`,
+/// with `.BIND` where the server binds; `PORT` is the server's, not the one listened on.
+pub fn https_route_name(
+    port: u16,
+    port_name: &str,
+    gateway: &str,
+    namespace: &str,
+    bind: Option<&str>,
+) -> String {
+    match bind {
+        Some(b) => format!("https.{port}.{port_name}.{gateway}.{namespace}.{b}"),
+        None => format!("https.{port}.{port_name}.{gateway}.{namespace}"),
+    }
 }
 
 /// The SNI names of a server's or route's hosts (`ns/host` or `host`); empty when one of

@@ -778,17 +778,18 @@ fn encode(listener: Listener) -> Resource {
     )
 }
 
-/// A gateway's TCP server listener on `addr:port` from the VirtualServices bound to it
-/// (each with the gateways it came through, in precedence order); none when no `tcp` route
-/// applies (Istio generates no listener for such a server either).
+/// A gateway's TCP server listener on `addr:listen` from the VirtualServices bound to it
+/// (each with the gateways it came through, in precedence order), whose routes match the
+/// server's `port`; none when no `tcp` route applies (Istio generates no listener for such
+/// a server either).
 pub fn gateway_listener(
     addr: &str,
-    port: u16,
+    (listen, port): (u16, u16),
     vss: &[(&ResolvedVs, &[String])],
     source: Source,
     idle: &TcpTimeouts,
 ) -> Option<Resource> {
-    let name = listener_name(addr, port);
+    let name = listener_name(addr, listen);
     let list = chains(vss, port, source, None);
     let mut built = Chains::new(false, idle);
     for (i, (ranges, dests)) in list.into_iter().enumerate() {
@@ -797,7 +798,7 @@ pub fn gateway_listener(
     if built.chains.is_empty() {
         return None;
     }
-    Some(encode(outbound(name, addr, port, built.chains)))
+    Some(encode(outbound(name, addr, listen, built.chains)))
 }
 
 #[cfg(test)]
