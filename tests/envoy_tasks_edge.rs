@@ -7,7 +7,9 @@
 //! host by DNS; here it resolves a loopback address instead, on the entry's own ports).
 //!
 //! - Ingress Gateways: `httpbin.example.com/status/*` through the gateway's port 80 reaches the
-//!   httpbin backend, `/headers` is answered 404.
+//!   httpbin backend, `/headers` is answered 404. The gateway pod has the Service Istio installs
+//!   for it, whose ports 80 and 443 target other ports of the pod (8080 and 8443 in Istio's
+//!   installation, free ports here): the gateway listens there, as Istio's does.
 //! - Secure Gateways: port 443 terminates TLS with Secret `httpbin-credential`'s certificate
 //!   (the client compares the certificate it is served with the Secret's) and routes the
 //!   request inside; in the mutual TLS step only a client presenting a certificate of the
@@ -19,10 +21,10 @@
 //!   edition.cnn.com, the certificate verified against the proxy's CA bundle; HTTPS from the
 //!   application on port 443 passes through.
 //!
-//! The tasks listen on ports 80 and 443 as they write them (the gateway binds `0.0.0.0:80` and
-//! `0.0.0.0:443`, the sidecar its pod's address), which only root may bind. Without that
-//! right the tests skip loudly, and fail under `CI=true`, as for a missing Envoy. Both tests
-//! hold a file lock while they run, so no two of them share those ports.
+//! The egress task listens on ports 80 and 443 as it writes them (the sidecar on its pod's
+//! address, the backend on the entry's target port), which only root may bind. Without that
+//! right that test skips loudly, and fails under `CI=true`, as for a missing Envoy; it holds a
+//! file lock while it runs, so no other run shares those ports.
 
 mod support;
 
@@ -30,6 +32,7 @@ use std::fs::File;
 use std::net::{SocketAddr, TcpListener};
 
 use support::pki::{ca, leaf};
+use support::tasks::write_ingress_gateway_service;
 use support::tls_backend::TlsBackend;
 use support::tls_client::{tls_get_path, tls_get_trusting, Trust};
 use support::{
@@ -192,9 +195,6 @@ endpoints:
 #[test]
 fn ingress_task_pages_route_terminate_and_pass_through() {
     let envoy_bin = require_envoy!();
-    let Some(_ports) = privileged_ports() else {
-        return;
-    };
     let net = 201;
     let ip = |host| loopback(net, host);
     let dir = TestDir::new("envoy-tasks-ingress");
@@ -216,6 +216,16 @@ fn ingress_task_pages_route_terminate_and_pass_through() {
         "registry.yaml",
         &ingress_registry(net, httpbin_port, nginx_port),
     );
+    // Istio's gateway Service: ports 80 and 443 of the load balancer reach the pod on their
+    // target ports, where the gateway's servers of 80 and 443 listen (free ports here, 8080
+    // and 8443 in Istio's installation).
+    let (http_port, https_port) = (free_port(), free_port());
+    write_ingress_gateway_service(
+        &config,
+        "istio-system",
+        &ip(2),
+        &[("http2", 80, http_port), ("https", 443, https_port)],
+    );
     write_config(&config, "task.yaml", &task_objects("ingress-http"));
     let meshflow = Meshflow::start(&config, dir.path());
     let node = ProxyNode::router(
@@ -230,11 +240,11 @@ fn ingress_task_pages_route_terminate_and_pass_through() {
     // Ingress Gateways: /status and /delay of httpbin.example.com reach httpbin; /headers
     // does not.
     let get = |path: &str| {
-        http_request(ingress(80), "GET", "httpbin.example.com", path, &[])
+        http_request(ingress(http_port), "GET", "httpbin.example.com", path, &[])
             .map(|r| (r.status, r.text()))
     };
     let routed = converge(
-        "httpbin.example.com/status/200 through port 80",
+        "httpbin.example.com/status/200 through the gateway Service's port 80",
         CONVERGE_TIMEOUT,
         || get("/status/200"),
         |r| r.as_ref().is_ok_and(|(s, b)| *s == 200 && b == "httpbin"),
@@ -246,7 +256,13 @@ fn ingress_task_pages_route_terminate_and_pass_through() {
         Ok((200, true))
     );
     assert_eq!(get("/headers").map(|(s, _)| s), Ok(404));
-    let other = http_request(ingress(80), "GET", "other.example.com", "/status/200", &[]);
+    let other = http_request(
+        ingress(http_port),
+        "GET",
+        "other.example.com",
+        "/status/200",
+        &[],
+    );
     assert_eq!(other.map(|r| r.status), Ok(404));
 
     // Secure Gateways: the Secret's certificate, checked by the client, then the same routes.
@@ -256,9 +272,10 @@ fn ingress_task_pages_route_terminate_and_pass_through() {
         "httpbin-credential",
         "tls.crt",
     ));
-    let https = |path: &str, client| tls_request(ingress(443), "httpbin.example.com", path, client);
+    let https =
+        |path: &str, client| tls_request(ingress(https_port), "httpbin.example.com", path, client);
     let (answer, peer) = converge(
-        "HTTPS for httpbin.example.com on port 443",
+        "HTTPS for httpbin.example.com on the gateway Service's port 443",
         CONVERGE_TIMEOUT,
         || https("/status/200", None),
         |r| r.as_ref().is_ok_and(|(a, _)| a.starts_with("HTTP/1.1 200")),
@@ -269,13 +286,18 @@ fn ingress_task_pages_route_terminate_and_pass_through() {
     assert!(answer.ends_with("httpbin"), "{answer}");
     let (answer, _) = https("/headers", None).expect("an answer");
     assert!(answer.starts_with("HTTP/1.1 404"), "{answer}");
-    let unknown = tls_request(ingress(443), "other.example.com", "/status/200", None);
+    let unknown = tls_request(
+        ingress(https_port),
+        "other.example.com",
+        "/status/200",
+        None,
+    );
     assert!(
         unknown.is_err(),
         "another name finds no filter chain: {unknown:?}"
     );
     let plain = http_request(
-        ingress(443),
+        ingress(https_port),
         "GET",
         "httpbin.example.com",
         "/status/200",
@@ -332,7 +354,7 @@ fn ingress_task_pages_route_terminate_and_pass_through() {
     );
     let nginx_get = || {
         tls_get_trusting(
-            ingress(443),
+            ingress(https_port),
             "nginx.example.com",
             Trust::Roots(&nginx_ca.pem),
             &[],

@@ -1128,7 +1128,11 @@ fn bookinfo_gateway_routes_the_productpage_paths() {
     ] {
         let o = config.simulate(&call("bookinfo.example.com", path));
         assert_eq!(o.listener.as_deref(), Some("127.0.0.1_8080"), "{path}");
-        assert_eq!(o.route_config.as_deref(), Some("http.8080.127.0.0.1"), "{path}");
+        assert_eq!(
+            o.route_config.as_deref(),
+            Some("http.8080.127.0.0.1"),
+            "{path}"
+        );
         assert_routes_to(&o, &productpage, &["127.0.1.41:9080".into()]);
     }
     for path in ["/", "/reviews/0", "/productpage/extra", "/loginx"] {
@@ -2151,12 +2155,20 @@ const INGRESS_GATEWAY_IP: &str = "127.0.2.2";
 const HTTPBIN_CLUSTER: &str = "outbound|8000||httpbin.default.svc.cluster.local";
 
 /// A task fixture served alone, with two proxies connected: the ingress gateway of the
-/// fixtures' pod (`istio: ingressgateway` in istio-system) and a `sleep` sidecar in `default`
-/// whose outbound traffic is captured, as an injected pod's is. Nothing is reported.
+/// fixtures' pod (`istio: ingressgateway` in istio-system), with the Service Istio installs
+/// for it (ports 80 and 443 to 8080 and 8443, where its servers listen), and a `sleep`
+/// sidecar in `default` whose outbound traffic is captured, as an injected pod's is. Nothing
+/// is reported.
 fn task_mesh(task: &str) -> (Mesh, ProxyId, ProxyId) {
     let mut mesh = Mesh::new(&format!("task-{task}"));
     let fixture = std::fs::read_to_string(format!("{TASKS}/{task}.yaml")).expect("the task");
     write_config(&mesh.config, "task.yaml", &fixture);
+    support::tasks::write_ingress_gateway_service(
+        &mesh.config,
+        "istio-system",
+        INGRESS_GATEWAY_IP,
+        &support::tasks::ISTIO_INGRESS_PORTS,
+    );
     let gateway = mesh.connect(&ProxyNode::router(
         "istio-ingressgateway-6c8f9d7b5-q4x2m",
         "istio-system",
@@ -2206,9 +2218,10 @@ fn inline_text(source: Option<&envoy_types::pb::envoy::config::core::v3::DataSou
     }
 }
 
-/// Ingress Gateways: through the gateway's port 80, httpbin.example.com's `/status` and
-/// `/delay` reach the httpbin pod (Service port 8000, container port 8080); any other path of
-/// that host, and any other host, is answered 404 by the gateway. The VirtualService is bound
+/// Ingress Gateways: through the gateway's port 80 (the gateway Service's, which the pod
+/// listens for on 8080), httpbin.example.com's `/status` and `/delay` reach the httpbin pod
+/// (Service port 8000, container port 8080); any other path of that host, and any other
+/// host, is answered 404 by the gateway; the pod listens on neither 80 nor 443. The VirtualService is bound
 /// to the gateway only: the mesh's own calls to httpbin take the service's default route.
 #[test]
 fn task_ingress_http() {
@@ -2216,30 +2229,32 @@ fn task_ingress_http() {
     let config = mesh.proxy(&gateway);
     let pod = ["127.0.2.10:8080".to_string()];
     for path in ["/status/200", "/delay/1"] {
-        let o = config.simulate(&to_ingress(Call::get("httpbin.example.com", 80, path)));
-        assert_eq!(o.listener.as_deref(), Some("0.0.0.0_80"), "{o:#?}");
-        assert_eq!(o.route_config.as_deref(), Some("http.80"));
+        let o = config.simulate(&to_ingress(Call::get("httpbin.example.com", 8080, path)));
+        assert_eq!(o.listener.as_deref(), Some("0.0.0.0_8080"), "{o:#?}");
+        assert_eq!(o.route_config.as_deref(), Some("http.8080"));
         assert_routes_to(&o, HTTPBIN_CLUSTER, &pod);
     }
     let o = config.simulate(&to_ingress(Call::get(
         "httpbin.example.com",
-        80,
+        8080,
         "/headers",
     )));
     assert_eq!(o.result, Err(NoMatch::NoRoute), "{o:#?}");
     assert_status(&o, 404);
     let o = config.simulate(&to_ingress(Call::get(
         "other.example.com",
-        80,
+        8080,
         "/status/200",
     )));
     assert_status(&o, 404);
-    let o = config.simulate(&to_ingress(Call::get(
-        "httpbin.example.com",
-        443,
-        "/status/200",
-    )));
-    assert_eq!(o.result, Err(NoMatch::NoListener { port: 443 }), "{o:#?}");
+    for port in [80, 443, 8443] {
+        let o = config.simulate(&to_ingress(Call::get(
+            "httpbin.example.com",
+            port,
+            "/status/200",
+        )));
+        assert_eq!(o.result, Err(NoMatch::NoListener { port }), "{o:#?}");
+    }
 
     let o = mesh
         .proxy(&sleep)
@@ -2247,7 +2262,7 @@ fn task_ingress_http() {
     assert_routes_to(&o, HTTPBIN_CLUSTER, &pod);
 }
 
-/// Secure Gateways (simple TLS): port 443 takes TLS for httpbin.example.com by its SNI and
+/// Secure Gateways (simple TLS): port 443 (8443 on the pod) takes TLS for httpbin.example.com by its SNI and
 /// terminates it with `kubernetes://httpbin-credential`, which the gateway holds as the
 /// Secret's own certificate and key (the Secret of the gateway's namespace); no client
 /// certificate is asked for; the request inside is routed as over HTTP. A plaintext
@@ -2259,13 +2274,13 @@ fn task_ingress_https() {
     let https = |path: &str| {
         to_ingress(Call::https(
             "httpbin.example.com",
-            443,
+            8443,
             path,
             "httpbin.example.com",
         ))
     };
     let o = config.simulate(&https("/status/418"));
-    assert_eq!(o.listener.as_deref(), Some("0.0.0.0_443"), "{o:#?}");
+    assert_eq!(o.listener.as_deref(), Some("0.0.0.0_8443"), "{o:#?}");
     let t = o
         .downstream_tls
         .as_ref()
@@ -2313,10 +2328,10 @@ fn task_ingress_https() {
     );
 
     for call in [
-        to_ingress(Call::get("httpbin.example.com", 443, "/status/200")),
+        to_ingress(Call::get("httpbin.example.com", 8443, "/status/200")),
         to_ingress(Call::https(
             "other.example.com",
-            443,
+            8443,
             "/",
             "other.example.com",
         )),
@@ -2327,8 +2342,10 @@ fn task_ingress_https() {
             "{call:?}: {o:#?}"
         );
     }
-    let o = config.simulate(&to_ingress(Call::get("httpbin.example.com", 80, "/")));
-    assert_eq!(o.result, Err(NoMatch::NoListener { port: 80 }), "{o:#?}");
+    for port in [80, 8080] {
+        let o = config.simulate(&to_ingress(Call::get("httpbin.example.com", port, "/")));
+        assert_eq!(o.result, Err(NoMatch::NoListener { port }), "{o:#?}");
+    }
 }
 
 /// Secure Gateways (mutual TLS): the same server now requires a client certificate, verified
@@ -2341,7 +2358,7 @@ fn task_ingress_https_mutual() {
     let config = mesh.proxy(&gateway);
     let o = config.simulate(&to_ingress(Call::https(
         "httpbin.example.com",
-        443,
+        8443,
         "/status/200",
         "httpbin.example.com",
     )));
@@ -2378,15 +2395,15 @@ fn task_ingress_https_mutual() {
     );
 }
 
-/// Ingress Gateway without TLS Termination: a TLS connection to port 443 naming
+/// Ingress Gateway without TLS Termination: a TLS connection to port 443 (8443 on the pod) naming
 /// nginx.example.com is passed through, not terminated, to the my-nginx pod's port 443; a
 /// connection naming another host, or without TLS, finds no filter chain.
 #[test]
 fn task_ingress_tls_passthrough() {
     let (mesh, gateway, _) = task_mesh("ingress-tls-passthrough");
     let config = mesh.proxy(&gateway);
-    let o = config.simulate(&to_ingress(Call::tls(443, "nginx.example.com")));
-    assert_eq!(o.listener.as_deref(), Some("0.0.0.0_443"), "{o:#?}");
+    let o = config.simulate(&to_ingress(Call::tls(8443, "nginx.example.com")));
+    assert_eq!(o.listener.as_deref(), Some("0.0.0.0_8443"), "{o:#?}");
     assert_eq!(o.downstream_tls, None, "passed through, not terminated");
     assert!(
         matches!(o.result, Ok(dataflows::simulate::Action::Tcp { .. })),
@@ -2406,8 +2423,8 @@ fn task_ingress_tls_passthrough() {
         "{up:#?}"
     );
     for call in [
-        to_ingress(Call::tls(443, "other.example.com")),
-        to_ingress(Call::connect(443)),
+        to_ingress(Call::tls(8443, "other.example.com")),
+        to_ingress(Call::connect(8443)),
     ] {
         let o = config.simulate(&call);
         assert!(

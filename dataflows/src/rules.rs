@@ -697,7 +697,9 @@ pub fn router_scope(p: &Proxy, gateways: Vec<ConfigKey>) -> ScopeKey {
 /// on N itself where none has one; meshflow takes the services in host order. Only the ports
 /// that change are kept, sorted: a router without a Service of its own keeps an empty map,
 /// and so its scope.
-pub fn gateway_ports<'a>(targets: impl IntoIterator<Item = (u16, &'a str, u16)>) -> Vec<(u16, u16)> {
+pub fn gateway_ports<'a>(
+    targets: impl IntoIterator<Item = (u16, &'a str, u16)>,
+) -> Vec<(u16, u16)> {
     let mut first: BTreeMap<u16, (&str, u16)> = BTreeMap::new();
     for (port, host, target) in targets {
         let e = first.entry(port).or_insert((host, target));

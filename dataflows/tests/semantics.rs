@@ -1358,7 +1358,10 @@ fn gateway_selected_by_labels_gets_listener_and_route() {
         m.listeners(&ingress),
         set(&["0.0.0.0_8080", "10.1.0.9_9090"])
     );
-    assert_eq!(m.routes(&ingress), set(&["http.8080", "http.9090.10.1.0.9"]));
+    assert_eq!(
+        m.routes(&ingress),
+        set(&["http.8080", "http.9090.10.1.0.9"])
+    );
 
     m.retract(vec![gw, bound]);
     assert_eq!(m.listeners(&ingress), set(&[]));
@@ -1431,10 +1434,17 @@ fn a_gateway_listens_on_the_target_port_of_its_workloads_service() {
 
     let own = gateway_service("10.1.0.9", &[("http2", 80, 8080), ("https", 443, 8443)]);
     m.insert(own.clone());
-    assert_eq!(m.listeners(&ingress), set(&["0.0.0.0_8080", "0.0.0.0_9000"]));
+    assert_eq!(
+        m.listeners(&ingress),
+        set(&["0.0.0.0_8080", "0.0.0.0_9000"])
+    );
     assert_eq!(m.routes(&ingress), set(&["http.8080", "http.9000"]));
     let vhosts = m.vhost_domains(&ingress, "http.8080");
-    assert_eq!(vhosts.keys().collect::<Vec<_>>(), ["*:80"], "routes for port 80");
+    assert_eq!(
+        vhosts.keys().collect::<Vec<_>>(),
+        ["*:80"],
+        "routes for port 80"
+    );
 
     // Another Service of the same pods mapping 80 elsewhere: the first by name still rules.
     let Record::Service(mut other) = service("zz-status", "istio-system") else {
@@ -1447,7 +1457,10 @@ fn a_gateway_listens_on_the_target_port_of_its_workloads_service() {
     e.port = 8081;
     let other = vec![Record::Service(other), Record::Endpoint(h, e)];
     m.insert(other.clone());
-    assert_eq!(m.listeners(&ingress), set(&["0.0.0.0_8080", "0.0.0.0_9000"]));
+    assert_eq!(
+        m.listeners(&ingress),
+        set(&["0.0.0.0_8080", "0.0.0.0_9000"])
+    );
     m.retract(own[1..].to_vec());
     assert_eq!(
         m.listeners(&ingress),

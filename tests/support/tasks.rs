@@ -255,3 +255,60 @@ status:
         &[("istio", "ingressgateway")],
     )
 }
+
+/// The ports of Istio's ingress gateway Service as its installation creates them: `(name,
+/// port, targetPort)`. The gateway's servers of port 80 and 443 listen on 8080 and 8443.
+pub const ISTIO_INGRESS_PORTS: [(&str, u16, u16); 4] = [
+    ("status-port", 15021, 15021),
+    ("http2", 80, 8080),
+    ("https", 443, 8443),
+    ("tcp", 31400, 31400),
+];
+
+/// Service `istio-ingressgateway` in `namespace` (selecting `istio: ingressgateway`) with
+/// `ports` (`(name, port, targetPort)`), and its EndpointSlice placing the gateway pod at `ip`:
+/// what makes the gateway's servers listen where Istio's do, on each port's target port.
+pub fn write_ingress_gateway_service(
+    config: &Path,
+    namespace: &str,
+    ip: &str,
+    ports: &[(&str, u16, u16)],
+) {
+    let service_ports: String = ports
+        .iter()
+        .map(|(name, port, target)| {
+            format!("  - {{name: {name}, port: {port}, targetPort: {target}, protocol: TCP}}\n")
+        })
+        .collect();
+    let slice_ports: Vec<String> = ports
+        .iter()
+        .map(|(name, _, target)| format!("{{name: {name}, port: {target}, protocol: TCP}}"))
+        .collect();
+    let yaml = format!(
+        "apiVersion: v1
+kind: Service
+metadata:
+  name: istio-ingressgateway
+  namespace: {namespace}
+  labels: {{app: istio-ingressgateway, istio: ingressgateway}}
+spec:
+  type: LoadBalancer
+  selector: {{istio: ingressgateway}}
+  ports:
+{service_ports}---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: istio-ingressgateway-slice
+  namespace: {namespace}
+  labels: {{kubernetes.io/service-name: istio-ingressgateway}}
+addressType: IPv4
+ports: [{slice_ports}]
+endpoints:
+- addresses: [{ip}]
+  conditions: {{ready: true}}
+",
+        slice_ports = slice_ports.join(", ")
+    );
+    write_config(config, "ingressgateway-service.yaml", &yaml);
+}

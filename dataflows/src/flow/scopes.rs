@@ -24,8 +24,8 @@ pub(super) fn of_proxies<'s>(
     services: &Coll<'s, (Hostname, Service)>,
     endpoints: &Resolved<'s>,
 ) -> Coll<'s, (ProxyId, ScopeKey)> {
-    let scopes = sidecar_scopes(mesh, proxies, sidecars)
-        .concat(router_scopes(proxies, gateways, endpoints));
+    let scopes =
+        sidecar_scopes(mesh, proxies, sidecars).concat(router_scopes(proxies, gateways, endpoints));
     let matched = source_selectors(proxies, vss, drs);
     let labelled = scopes.clone().join_map(matched.clone(), |id, s, sels| {
         (id.clone(), s.clone().with_source_labels(sels.clone()))
