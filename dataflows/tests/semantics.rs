@@ -343,6 +343,7 @@ fn virtual_service(ns: &str, name: &str, hosts: &[&str], gateways: &[&str], dest
             matches: vec![],
             route: vec![RouteDestination {
                 headers: Default::default(),
+                via_alias: None,
                 host: dest.to_string(),
                 subset: None,
                 port: None,
@@ -1743,6 +1744,7 @@ fn tls_route_vs(name: &str, host: &str, sni: &str, dest: &str) -> Record {
             }],
             route: vec![RouteDestination {
                 headers: Default::default(),
+                via_alias: None,
                 host: dest.into(),
                 subset: None,
                 port: Some(443),
@@ -2711,6 +2713,7 @@ fn terminating_tls_server_routes_decrypted_stream_by_tcp_routes() {
             }],
             route: vec![RouteDestination {
                 headers: Default::default(),
+                via_alias: None,
                 host: db.clone(),
                 subset: None,
                 port: Some(5432),
@@ -2977,6 +2980,7 @@ fn sni_vs(name: &str, hosts: &[&str], sni: &str, dest: &str, subset: &str) -> Re
             }],
             route: vec![RouteDestination {
                 headers: Default::default(),
+                via_alias: None,
                 host: dest.into(),
                 subset: Some(subset.into()),
                 port: Some(443),

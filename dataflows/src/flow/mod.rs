@@ -120,6 +120,8 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     let secret_errors = analysis::gateway_secrets(&i.gateways, &i.workloads, &i.secrets);
     let conflicting_vss = analysis::conflicting_mesh_vss(&virtual_services);
     let undefined_delegates = analysis::undefined_delegates(&virtual_services);
+    let unresolved_aliases =
+        analysis::unresolved_aliases(&virtual_services, &services.chosen, &chosen);
     let identified = endpoints::identified(&endpoints, &chosen, &mesh);
     let clusters = clusters::outbound(
         &mesh,
@@ -244,6 +246,7 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         .concat(unselected_gateways)
         .concat(conflicting_vss)
         .concat(undefined_delegates)
+        .concat(unresolved_aliases)
         .concat(unreachable)
         .concat(clusters.errors)
         .concat(secret_errors.concat(gateway_errors).distinct());

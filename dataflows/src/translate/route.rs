@@ -169,25 +169,56 @@ fn retries_policy(retries: Option<&Retries>) -> Option<RetryPolicy> {
 }
 
 /// The port a destination means, as Istio's `GetDestinationCluster` resolves it: explicit,
-/// else the only port of the destination service, else the port of the listener the request
-/// arrived on — even where the service has no such port (its cluster then does not exist and
-/// Envoy answers 503; analysis reports the destination, Istio's IST0112).
+/// else the only port of the destination service — of the `ExternalName` alias it named,
+/// where it named one ([`RouteDestination::via_alias`]) —, else the port of the listener the
+/// request arrived on — even where the service has no such port (its cluster then does not
+/// exist and Envoy answers 503; analysis reports the destination, Istio's IST0112).
 pub fn resolve_port(dest: &RouteDestination, current: u16, vs: &ResolvedVs) -> u16 {
     if let Some(p) = dest.port {
         return p;
     }
-    match vs.dest_ports.get(&dest.host).map(Vec::as_slice) {
+    let ports = match &dest.via_alias {
+        Some(alias) => Some(alias.ports.as_slice()),
+        None => vs.dest_ports.get(&dest.host).map(Vec::as_slice),
+    };
+    match ports {
         Some([only]) => *only,
         _ => current,
     }
 }
 
-fn cluster_of(dest: &RouteDestination, current: u16, vs: &ResolvedVs) -> String {
-    outbound_cluster_name(
-        resolve_port(dest, current, vs),
-        dest.subset.as_deref(),
-        &dest.host,
-    )
+/// The route configuration HTTP routes are built for: its port (the port requests arrive
+/// on) and whether it is a sidecar's (the mesh's) or a gateway's.
+#[derive(Clone, Copy, Debug)]
+struct At {
+    port: u16,
+    sidecar: bool,
+}
+
+/// The host and port of a destination's cluster. A sidecar's route configuration for port
+/// `p` knows the services only at `p` (Istio's `servicesByName`, each service cut down to
+/// that port): a destination that named an `ExternalName` alias declaring `p` goes to the
+/// host the alias names at the destination's port, else `p`; one whose alias does not
+/// declare `p` keeps the alias's own host, which has no cluster (Envoy answers 503), as
+/// Istio's `GetDestinationCluster` leaves a host it finds no service for. Elsewhere (gateways,
+/// TCP) the whole alias is known: [`resolve_port`].
+fn destination_at<'d>(dest: &'d RouteDestination, at: At, vs: &ResolvedVs) -> (&'d str, u16) {
+    match &dest.via_alias {
+        Some(alias) if at.sidecar => {
+            let host = if alias.ports.contains(&at.port) {
+                &dest.host
+            } else {
+                &alias.host
+            };
+            (host, dest.port.unwrap_or(at.port))
+        }
+        _ => (&dest.host, resolve_port(dest, at.port, vs)),
+    }
+}
+
+fn cluster_of(dest: &RouteDestination, at: At, vs: &ResolvedVs) -> String {
+    let (host, port) = destination_at(dest, at, vs);
+    outbound_cluster_name(port, dest.subset.as_deref(), host)
 }
 
 /// Envoy's matcher for a string match; `None` for [`StringMatch::Present`], which Envoy
@@ -272,20 +303,24 @@ fn route_match(m: Option<&HttpMatch>) -> RouteMatch {
     }
 }
 
-fn action(route: &HttpRoute, current: u16, vs: &ResolvedVs, hashing: &Hashing) -> RouteAction {
+fn action(route: &HttpRoute, at: At, vs: &ResolvedVs, hashing: &Hashing) -> RouteAction {
     let live: Vec<&RouteDestination> = route.route.iter().filter(|d| d.weight > 0).collect();
     let (hash_policy, retry_policy) = hashed(
-        live.iter()
-            .find_map(|d| dest_hash(hashing, d, resolve_port(d, current, vs))),
+        live.iter().find_map(|d| {
+            let (host, port) = destination_at(d, at, vs);
+            (host == d.host)
+                .then(|| dest_hash(hashing, d, port))
+                .flatten()
+        }),
         retry_policy(route),
     );
     let cluster_specifier = match live.as_slice() {
-        [one] => ClusterSpecifier::Cluster(cluster_of(one, current, vs)),
+        [one] => ClusterSpecifier::Cluster(cluster_of(one, at, vs)),
         many => ClusterSpecifier::WeightedClusters(WeightedCluster {
             clusters: many
                 .iter()
                 .map(|d| ClusterWeight {
-                    name: cluster_of(d, current, vs),
+                    name: cluster_of(d, at, vs),
                     weight: Some(UInt32Value { value: d.weight }),
                     request_headers_to_add: headers_to_add(&d.headers.request),
                     request_headers_to_remove: d.headers.request.remove.clone(),
@@ -330,7 +365,7 @@ fn action(route: &HttpRoute, current: u16, vs: &ResolvedVs, hashing: &Hashing) -
             .mirrors
             .iter()
             .map(|m| RequestMirrorPolicy {
-                cluster: cluster_of(&m.destination, current, vs),
+                cluster: cluster_of(&m.destination, at, vs),
                 runtime_fraction: m.fraction.map(|f| RuntimeFractionalPercent {
                     default_value: Some(fraction(f)),
                     ..Default::default()
@@ -484,16 +519,16 @@ fn envoy_route(
     http: &HttpRoute,
     name: &str,
     m: Option<&HttpMatch>,
-    current: u16,
+    at: At,
     vs: &ResolvedVs,
     hashing: &Hashing,
     proxyless: bool,
 ) -> Route {
     let action = match (&http.redirect, &http.direct_response) {
-        (Some(r), _) => Action::Redirect(redirect_action(r, current)),
+        (Some(r), _) => Action::Redirect(redirect_action(r, at.port)),
         (None, Some(d)) => Action::DirectResponse(direct_response_action(d)),
         (None, None) => {
-            let mut a = action(http, current, vs, hashing);
+            let mut a = action(http, at, vs, hashing);
             // gRPC's xDS client ignores `timeout` and bounds a call by the route's
             // `max_stream_duration` (gRFC A31), where Istio puts the timeout for it.
             if let Some(ms) = http.timeout_ms.filter(|ms| proxyless && *ms > 0) {
@@ -564,6 +599,11 @@ pub fn vs_routes(
     source: Source,
     hashing: &Hashing,
 ) -> Vec<Route> {
+    // Sidecars apply a VirtualService through the mesh; gateways through themselves.
+    let at = At {
+        port: current,
+        sidecar: via.iter().any(|v| v == MESH),
+    };
     let mut out = Vec::new();
     for (i, http) in vs.vs.http.iter().enumerate() {
         let name = http
@@ -595,7 +635,7 @@ pub fn vs_routes(
                 http,
                 &name,
                 m,
-                current,
+                at,
                 vs,
                 hashing,
                 source.proxyless,
@@ -962,6 +1002,7 @@ mod tests {
                         port: Some(9080),
                         weight: 100,
                         headers: Default::default(),
+                        via_alias: None,
                     }],
                     timeout_ms: Some(1500),
                     ..Default::default()
