@@ -6,6 +6,7 @@
 
 use super::Coll;
 use crate::model::*;
+
 pub(super) struct Services<'s> {
     /// The service in effect per hostname.
     pub chosen: Coll<'s, (Hostname, Service)>,
