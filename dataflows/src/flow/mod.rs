@@ -145,6 +145,22 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     let mesh_vss = virtual_services::mesh_in_effect(&covering_vss);
     let ports = routes::ports(&visible, &chosen, &specs);
     let hostless_vss = virtual_services::hostless(&routed_vss, &vss, &chosen);
+    // `ExternalName` aliases, which build nothing of their own: only a VirtualService of
+    // their own host gives their names a virtual host (see `route::SidecarVhosts::aliases`).
+    let alias_services = services
+        .chosen
+        .clone()
+        .filter(|(_, s)| s.alias_for.is_some());
+    let alias_visible = visibility::hosts(&specs, &alias_services);
+    let aliases = routes::Aliases {
+        ports: routes::ports(&alias_visible, &alias_services, &specs),
+        vss: virtual_services::mesh_in_effect(&virtual_services::mesh_covering(
+            &routed_vss,
+            &alias_services,
+            &alias_visible,
+            &specs,
+        )),
+    };
     let (routes, http_ports) = routes::sidecar(
         &config.domain_suffix,
         &specs,
@@ -152,6 +168,7 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         mesh_vss.clone(),
         &vss,
         &hostless_vss,
+        aliases,
         &clusters.hashing,
     );
     let (tcp, unreachable) = tcp::sidecar(

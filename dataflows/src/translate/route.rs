@@ -733,6 +733,9 @@ pub struct SidecarVhosts {
     /// Mesh VirtualServices that name or cover no service of the registry at all, seen by
     /// the scope on this port (port 80 only: [`crate::rules::sidecar_sees_hostless_vs`]).
     pub hostless: Vec<ResolvedVs>,
+    /// The visible Kubernetes `ExternalName` aliases that declare the port (HTTP), each with
+    /// the mesh VirtualService in effect for its own host — only those that have one.
+    pub aliases: Vec<(Service, ResolvedVs)>,
 }
 
 /// The sidecar route configuration for `port`, with a virtual host per service (sorted by
@@ -764,7 +767,24 @@ pub fn sidecar_route_config(
             ..Default::default()
         })
         .collect();
-    add_alias_domains(&mut virtual_hosts, &sorted, port, proxy_ns, domain_suffix);
+    let own = alias_vhosts(
+        port,
+        &sorted,
+        &virtual_hosts,
+        vhosts,
+        scope,
+        domain_suffix,
+        hashing,
+    );
+    add_alias_domains(
+        &mut virtual_hosts,
+        &sorted,
+        &own,
+        port,
+        proxy_ns,
+        domain_suffix,
+    );
+    virtual_hosts.extend(own);
     let extra = vs_host_vhosts(port, vhosts, &virtual_hosts, source, hashing);
     virtual_hosts.extend(extra);
     let catch_all = |name: &str, action: Action| VirtualHost {
@@ -806,14 +826,75 @@ pub fn sidecar_route_config(
     Resource::new(ResourceType::Route, rc.name.clone(), rc.encode_to_vec())
 }
 
+/// The virtual hosts of `ExternalName` aliases a VirtualService of their own governs
+/// ([`SidecarVhosts::aliases`]), as Istio's sidecars build them: an alias that declares the
+/// port is a service of the route configuration for it (`servicesByName`), so a VirtualService
+/// naming (or covering) its host gives it a virtual host `alias:port` with the alias's names,
+/// in every form a client of `scope`'s namespace may use, and the VirtualService's routes. Istio
+/// builds VirtualServices' virtual hosts before the default ones of services without one, in
+/// VirtualService order (creation time; here by key): the service the alias names keeps the
+/// alias's names only where its own VirtualService comes first. A name a service's own
+/// virtual host has stays with it; a VirtualService none of whose routes applies to these
+/// proxies adds nothing. `services[i]` is `service_vhosts[i]`'s.
+fn alias_vhosts(
+    port: u16,
+    services: &[&SidecarVhost],
+    service_vhosts: &[VirtualHost],
+    vhosts: &SidecarVhosts,
+    scope: &ScopeKey,
+    domain_suffix: &str,
+    hashing: &Hashing,
+) -> Vec<VirtualHost> {
+    if vhosts.aliases.is_empty() {
+        return Vec::new();
+    }
+    let (source, proxy_ns) = (scope.source(), scope.namespace());
+    let mut taken: BTreeSet<String> = service_vhosts
+        .iter()
+        .flat_map(|v| v.domains.iter().map(|d| d.to_ascii_lowercase()))
+        .collect();
+    let mut aliases: Vec<&(Service, ResolvedVs)> = vhosts.aliases.iter().collect();
+    aliases.sort_by(|a, b| a.0.hostname.cmp(&b.0.hostname));
+    let mut out = Vec::new();
+    for (alias, vs) in aliases {
+        // The service the alias resolves to, where its VirtualService comes first.
+        let named_first = services.iter().any(|(svc, svc_vs)| {
+            svc.aliases.contains(&alias.hostname)
+                && svc_vs.as_ref().is_some_and(|v| v.vs.key < vs.vs.key)
+        });
+        if named_first {
+            continue;
+        }
+        let routes = vs_routes(vs, port, &[MESH.to_string()], source, hashing);
+        if routes.is_empty() {
+            continue;
+        }
+        let domains: Vec<String> = domains(&alias.hostname, port, proxy_ns, domain_suffix)
+            .into_iter()
+            .filter(|d| taken.insert(d.to_ascii_lowercase()))
+            .collect();
+        if domains.is_empty() {
+            continue;
+        }
+        out.push(VirtualHost {
+            name: format!("{}:{}", alias.hostname, port),
+            domains,
+            routes,
+            ..Default::default()
+        });
+    }
+    out
+}
+
 /// Each service's virtual host also answers to the names of its `ExternalName` aliases
 /// ([`Service::aliases`]), in every form a client in `proxy_ns` may use, as Istio's
-/// `generateVirtualHostDomains` adds them; a name some virtual host already has stays with
-/// it (Envoy refuses a domain twice in one configuration). `services[i]` is
-/// `virtual_hosts[i]`'s.
+/// `generateVirtualHostDomains` adds them; a name some virtual host already has — an
+/// alias's own (`own`, [`alias_vhosts`]) included — stays with it (Envoy refuses a domain
+/// twice in one configuration). `services[i]` is `virtual_hosts[i]`'s.
 fn add_alias_domains(
     virtual_hosts: &mut [VirtualHost],
     services: &[&SidecarVhost],
+    own: &[VirtualHost],
     port: u16,
     proxy_ns: &str,
     domain_suffix: &str,
@@ -823,6 +904,7 @@ fn add_alias_domains(
     }
     let mut taken: BTreeSet<String> = virtual_hosts
         .iter()
+        .chain(own)
         .flat_map(|v| v.domains.iter().map(|d| d.to_ascii_lowercase()))
         .collect();
     for (vhost, (svc, _)) in virtual_hosts.iter_mut().zip(services) {
