@@ -4432,6 +4432,89 @@ fn alias_destinations_without_a_port_take_the_alias_port_or_the_request_port() {
     );
 }
 
+/// A VirtualService naming an ExternalName alias's own host governs the alias's names on
+/// the ports the alias declares, as Istio's sidecars give it: the alias is a service of the
+/// route configuration of such a port (`servicesByName`), so the VirtualService's virtual
+/// host `alias:port` takes the alias's names and routes them, and the named service's
+/// virtual host keeps its own; VirtualServices build their virtual hosts in order, so where
+/// the named service's own VirtualService comes first (Istio: by creation time; meshflow: by
+/// key) it keeps the alias's names. An alias without the port leaves its names with the
+/// named service.
+#[test]
+fn a_virtual_service_of_an_alias_host_governs_the_alias_names_on_its_ports() {
+    let mut m = Mesh::new();
+    let client = sidecar_proxy("client", "default", "10.0.9.1", &[("app", "client")]);
+    let reviews = host("reviews", "shop");
+    let rv = host("rv", "default");
+    let alias = external_name_ports("rv", "default", &reviews, &[9080]);
+    let alias_vs = virtual_service("default", "m-rv", &[&rv], &[], &host("ratings", "shop"));
+    m.insert(vec![
+        px(&client),
+        service("reviews", "shop"),
+        service("ratings", "shop"),
+        alias.clone(),
+        alias_vs.clone(),
+    ]);
+    let rv_vhost = format!("{rv}:9080");
+    let reviews_vhost = format!("{reviews}:9080");
+    let to = m.vhost_clusters(&client, "9080");
+    assert_eq!(
+        to.get(&rv_vhost),
+        Some(&outbound(9080, "", "ratings", "shop")),
+        "{to:?}"
+    );
+    let domains = m.vhost_domains(&client, "9080");
+    for d in [
+        "rv",
+        "rv.default",
+        "rv.default.svc",
+        &rv,
+        &format!("{rv}:9080"),
+    ] {
+        assert!(
+            domains[&rv_vhost].contains(&d.to_string()),
+            "{d}: {domains:?}"
+        );
+        assert!(
+            !domains[&reviews_vhost].contains(&d.to_string()),
+            "{d}: {domains:?}"
+        );
+    }
+    assert!(!m.clusters(&client).iter().any(|c| c.contains("rv.default")));
+
+    // The named service's own VirtualService comes first (by key): it keeps the names.
+    let first = virtual_service("default", "a-reviews", &[&reviews], &[], &reviews);
+    m.insert(vec![first.clone()]);
+    let domains = m.vhost_domains(&client, "9080");
+    assert!(!domains.contains_key(&rv_vhost), "{domains:?}");
+    assert!(
+        domains[&reviews_vhost].contains(&"rv".to_string()),
+        "{domains:?}"
+    );
+    // It comes after: the alias's VirtualService has them again.
+    m.replace(
+        first,
+        virtual_service("default", "z-reviews", &[&reviews], &[], &reviews),
+    );
+    let domains = m.vhost_domains(&client, "9080");
+    assert!(
+        domains[&rv_vhost].contains(&"rv".to_string()),
+        "{domains:?}"
+    );
+
+    // An alias that does not declare the port: its VirtualService does not govern it there.
+    m.replace(
+        alias,
+        external_name_ports("rv", "default", &reviews, &[8080]),
+    );
+    let domains = m.vhost_domains(&client, "9080");
+    assert!(!domains.contains_key(&rv_vhost), "{domains:?}");
+    assert!(
+        domains[&reviews_vhost].contains(&"rv".to_string()),
+        "{domains:?}"
+    );
+}
+
 /// Istio resolves a chain of ExternalName aliases of any length (`resolveServiceAliases`
 /// walks it until it ends or comes back to a host already seen): the first alias of a chain
 /// of 40 answers at the service the chain ends at; closing the chain into a loop takes every
