@@ -656,8 +656,10 @@ pub fn compute_planned<'k>(
 
 /// Every host a scope sees, through any of its egress listeners.
 fn visible_hosts(v: &View, s: &ScopeKey) -> BTreeSet<Hostname> {
+    // `ExternalName` aliases too: a VirtualService of an alias's host routes its names.
     v.view_hosts(s)
         .into_iter()
+        .chain(v.view_hosts_of(s, &v.alias_services))
         .flatten()
         .map(str::to_string)
         .collect()

@@ -385,8 +385,7 @@ impl IstioStyle {
                 // ends at: Istio marks that service updated too (`resolveServiceAliases`).
                 // Chains of any length; a host seen before ends the walk (a loop).
                 let mut next = s.alias_for.clone();
-                loop {
-                    let Some(h) = next.take() else { break };
+                while let Some(h) = next.take() {
                     if !t.config_hosts.insert(h.clone()) {
                         break;
                     }
