@@ -862,6 +862,22 @@ pub fn with_alias_destinations(
 mod tests {
     use super::*;
 
+    /// A chain of aliases of any length resolves to its end; one that comes back to a host
+    /// on it (a loop, or an alias naming itself) resolves to nothing, as in Istio.
+    #[test]
+    fn alias_chains_of_any_length_resolve_and_loops_do_not() {
+        let name = |i: usize| format!("a{i}.default.svc.cluster.local");
+        let mut raw: BTreeMap<Hostname, Hostname> =
+            (0..100).map(|i| (name(i), name(i + 1))).collect();
+        let resolved = resolve_aliases(&raw);
+        assert_eq!(resolved.len(), 100);
+        assert_eq!(resolved[&name(0)], name(100));
+        raw.insert(name(99), name(50));
+        raw.insert("self.example".into(), "self.example".into());
+        let resolved = resolve_aliases(&raw);
+        assert!(resolved.is_empty(), "{resolved:?}");
+    }
+
     /// The patterns a host is joined on are exactly the VirtualService hosts that cover it,
     /// ranked as Istio ranks them: the host itself, then longer wildcards before shorter.
     #[test]

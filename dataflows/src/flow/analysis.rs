@@ -5,7 +5,9 @@
 //! destination host no service defines (503 as well), a destination port its host does not
 //! have or a destination without a port whose host has several (IST0112), and a Gateway whose selector matches
 //! no workload (no proxy serves its servers), and a Gateway TLS server whose Secret is
-//! missing or cannot be served in the namespace of a workload it selects.
+//! missing or cannot be served in the namespace of a workload it selects; a Kubernetes
+//! `ExternalName` alias that resolves to no service, and a destination naming an alias whose
+//! named host has no cluster (`MF0015`, warnings).
 //! In: VirtualServices, DestinationRules, Gateways, services, workloads, Secrets. Out: one
 //! [`ConfigError`] per such reference and object, retracted when the referenced object
 //! appears or the reference changes.
