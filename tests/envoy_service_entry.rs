@@ -177,3 +177,99 @@ spec:
         scene.envoy.rejected_update_stats()
     );
 }
+
+/// The edge cases of Kubernetes ExternalName aliases on Envoy, as Istio's sidecars route
+/// them: a VirtualService naming the alias's own host (the alias declares the port) routes
+/// the alias's names — to another entry's backend —, while the host the alias names keeps
+/// its own route; a route destination without a port naming an alias that declares no port
+/// keeps the alias's host, which has no cluster: Envoy answers 503.
+#[test]
+fn external_name_alias_virtual_services_and_portless_destinations_route_in_envoy() {
+    let envoy_bin = require_envoy!();
+    let scene = SidecarScene::start(&envoy_bin, "envoy-external-name-edges", 68, &[], |_| {});
+    let (db_port, other_port) = (support::free_port(), support::free_port());
+    let db = Backend::start("127.0.0.1", db_port, "db");
+    let other = Backend::start("127.0.0.1", other_port, "other");
+    let entry = |name: &str, backend: u16| {
+        format!(
+            "apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {{name: {name}, namespace: default}}
+spec:
+  hosts: [{name}.example.com]
+  location: MESH_EXTERNAL
+  ports: [{{number: {port}, name: http, protocol: HTTP}}]
+  resolution: DNS
+  endpoints: [{{address: localhost, ports: {{http: {backend}}}}}]
+---
+",
+            port = scene.port,
+        )
+    };
+    scene.reviews.write(
+        "entries.yaml",
+        &format!(
+            "{}{}{}apiVersion: v1
+kind: Service
+metadata: {{name: ext, namespace: default}}
+spec:
+  type: ExternalName
+  externalName: db.example.com
+  ports: [{{name: http, port: {port}}}]
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {{name: ext, namespace: default}}
+spec:
+  hosts: [ext]
+  http:
+  - route:
+    - destination: {{host: other.example.com}}
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: noport, namespace: default}}
+spec:
+  type: ExternalName
+  externalName: db.example.com
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {{name: ledger, namespace: default}}
+spec:
+  hosts: [ledger.example.com]
+  http:
+  - route:
+    - destination: {{host: noport}}
+",
+            entry("db", db_port),
+            entry("other", other_port),
+            entry("ledger", db_port),
+            port = scene.port,
+        ),
+    );
+    for (host, answer) in [
+        ("ext", "other"),
+        ("ext.default.svc.cluster.local", "other"),
+        ("db.example.com", "db"),
+        ("ledger.example.com", "status 503"),
+    ] {
+        let client = support::reviews::Client::new(&scene.envoy, scene.listener(), host);
+        let counts = client.converge(
+            &format!("{host} answers {answer}"),
+            "/",
+            &[],
+            |c| count(c, answer) == c.values().sum::<usize>(),
+            5,
+        );
+        assert_eq!(count(&counts, answer), 5, "{host}: {counts:?}");
+    }
+    assert!(db.requests_served() >= 5);
+    assert!(other.requests_served() >= 10);
+    assert_eq!(
+        scene.envoy.rejected_updates(),
+        0,
+        "{:?}",
+        scene.envoy.rejected_update_stats()
+    );
+}

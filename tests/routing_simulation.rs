@@ -4244,6 +4244,98 @@ spec:
     }
 }
 
+/// The edge cases of ExternalName aliases, as Istio's sidecars route them: a VirtualService
+/// naming the alias's own host governs the alias's names on a port the alias declares (a
+/// request for `billing` goes where that VirtualService sends it, while one for the named
+/// host keeps its own route); a destination without a port naming an alias that does not
+/// declare the port the request arrived on keeps the alias's host, which has no cluster —
+/// Envoy answers 503 (Istio's `GetDestinationCluster` finds no service for it there) —, and
+/// is reported (`MF0015` when the alias names no service).
+#[test]
+fn external_name_aliases_route_their_own_virtual_service_and_portless_destinations_as_istio() {
+    let mut mesh = Mesh::new("external-name-edges");
+    write_config(
+        &mesh.config,
+        "billing.yaml",
+        "apiVersion: v1
+kind: Service
+metadata: {name: billing, namespace: default}
+spec:
+  type: ExternalName
+  externalName: billing.partner.example
+  ports:
+  - {name: http, port: 80, protocol: TCP}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: ledger, namespace: default}
+spec:
+  type: ExternalName
+  externalName: billing.partner.example
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: billing-partner, namespace: default}
+spec:
+  hosts: [billing.partner.example, billing-v2.partner.example, ledger.partner.example]
+  ports: [{number: 80, name: http, protocol: HTTP}]
+  resolution: DNS
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: billing, namespace: default}
+spec:
+  hosts: [billing]
+  http:
+  - route:
+    - destination: {host: billing-v2.partner.example}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: ledger, namespace: default}
+spec:
+  hosts: [ledger.partner.example]
+  http:
+  - route:
+    - destination: {host: ledger}
+",
+    );
+    let sidecar = mesh.connect_captured(&ProxyNode::sidecar(
+        "client-abc",
+        "default",
+        "127.0.64.21",
+        &[("app", "client")],
+    ));
+    let get = |host: &str| Call::get(host, 80, "/invoices").to_address("203.0.113.9");
+    for host in [
+        "billing",
+        "billing.default",
+        "billing.default.svc.cluster.local",
+    ] {
+        let o = mesh.send(&sidecar, &get(host));
+        assert_eq!(
+            o.cluster(),
+            Some("outbound|80||billing-v2.partner.example"),
+            "{host}: {o:#?}"
+        );
+    }
+    let o = mesh.send(&sidecar, &get("billing.partner.example"));
+    assert_eq!(
+        o.cluster(),
+        Some("outbound|80||billing.partner.example"),
+        "{o:#?}"
+    );
+    // `ledger` declares no port: on port 80 the destination keeps its host, a cluster no
+    // proxy has.
+    let o = mesh.send(&sidecar, &get("ledger.partner.example"));
+    assert_eq!(
+        o.cluster(),
+        Some("outbound|80||ledger.default.svc.cluster.local"),
+        "{o:#?}"
+    );
+    assert_status(&o, 503);
+}
+
 /// A ServiceEntry whose endpoints are the workloads its `workloadSelector` selects: two
 /// WorkloadEntries (one at the port its `ports` names for the entry's port, with its
 /// weight; one at the entry's `targetPort`) and a Pod of the namespace carrying the labels.

@@ -797,6 +797,19 @@ pub struct RouteDestination {
     /// `route[].headers`: edits of requests sent to, and responses from, this destination.
     #[serde(default)]
     pub headers: HeaderOps,
+    /// Set where the destination named a Kubernetes `ExternalName` alias and was sent to the
+    /// host the alias names ([`crate::rules::with_alias_destinations`]): the alias, whose
+    /// ports decide the port a destination without one goes to. Sources leave it `None`.
+    #[serde(default)]
+    pub via_alias: Option<AliasVia>,
+}
+
+/// The `ExternalName` alias a route destination named, as Istio's `GetDestinationCluster`
+/// reads it: its host and its ports.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct AliasVia {
+    pub host: Hostname,
+    pub ports: Vec<u16>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -2283,6 +2296,10 @@ pub enum ErrorCode {
     /// A DestinationRule's `tls` (SIMPLE, MUTUAL, ISTIO_MUTUAL) applies to a proxyless gRPC
     /// client, which cannot take it from the control plane: its clusters fail closed.
     ProxylessTls,
+    /// A Kubernetes `ExternalName` alias that resolves to no service (the host it names is
+    /// in no registry, or its chain loops), or a destination naming an alias whose named
+    /// host has no cluster (a warning: the config works as Istio's would).
+    AliasUnresolved,
 }
 
 impl ErrorCode {
@@ -2310,13 +2327,17 @@ impl ErrorCode {
             ErrorCode::PortSelectorRequired => {
                 ("MF0014", "VirtualServiceDestinationPortSelectorRequired")
             }
+            ErrorCode::AliasUnresolved => ("MF0015", "UnresolvedExternalNameAlias"),
         }
     }
 
     /// Reported as a warning (the config works as Istio's would), not an error: `validate`
     /// does not fail on it and status writes it at level WARNING.
     pub fn is_warning(self) -> bool {
-        matches!(self, ErrorCode::DestinationRuleMerged)
+        matches!(
+            self,
+            ErrorCode::DestinationRuleMerged | ErrorCode::AliasUnresolved
+        )
     }
 }
 

@@ -24,6 +24,9 @@ pub type ProxyConfigs = BTreeMap<ProxyId, BTreeMap<(ResourceType, String), Resou
 
 struct View<'a> {
     services: BTreeMap<&'a str, &'a Service>,
+    /// The `ExternalName` alias services in effect (one per host), apart from `services`:
+    /// they build nothing of their own, but a VirtualService may govern their names.
+    alias_services: BTreeMap<&'a str, &'a Service>,
     endpoints: Vec<(&'a Hostname, &'a RawEndpoint)>,
     workloads: Vec<&'a Workload>,
     selections: Vec<(&'a Hostname, &'a WorkloadSelection)>,
@@ -55,6 +58,7 @@ impl<'a> View<'a> {
         let mut v = View {
             mesh,
             services: BTreeMap::new(),
+            alias_services: BTreeMap::new(),
             endpoints: Vec::new(),
             workloads: Vec::new(),
             selections: Vec::new(),
@@ -73,6 +77,9 @@ impl<'a> View<'a> {
         // Records iterate in order, so the first service per host is the least one.
         for r in &snap.records {
             match r {
+                Record::Service(s) if s.alias_for.is_some() => {
+                    v.alias_services.entry(s.hostname.as_str()).or_insert(s);
+                }
                 Record::Service(s) => {
                     v.services.entry(s.hostname.as_str()).or_insert(s);
                 }
@@ -270,11 +277,20 @@ impl<'a> View<'a> {
 
     /// Hosts visible through each egress listener of the scope.
     fn view_hosts(&self, s: &ScopeKey) -> Vec<BTreeSet<&'a str>> {
+        self.view_hosts_of(s, &self.services)
+    }
+
+    /// Per egress listener of the scope, the hosts of `services` it sees.
+    fn view_hosts_of(
+        &self,
+        s: &ScopeKey,
+        services: &BTreeMap<&'a str, &'a Service>,
+    ) -> Vec<BTreeSet<&'a str>> {
         let spec = self.sidecar_spec(s);
         rules::egress_listeners(spec)
             .iter()
             .map(|l| {
-                self.services
+                services
                     .iter()
                     .filter(|(_, svc)| {
                         l.hosts
@@ -463,6 +479,13 @@ fn prepare<'s>(mesh: &MeshConfig, snap: &'s Snapshot) -> (MeshSettings, Cow<'s, 
         let mut records = BTreeSet::new();
         for r in &snap.records {
             match r {
+                // The alias in effect for its host stays, for the VirtualServices of its own
+                // names (`View::alias_services`).
+                Record::Service(s)
+                    if s.alias_for.is_some() && chosen.get(s.hostname.as_str()) == Some(&s) =>
+                {
+                    records.insert(r.clone());
+                }
                 Record::Service(s) if !resolved.contains_key(&s.hostname) => {}
                 Record::Service(s) if chosen.get(s.hostname.as_str()) == Some(&s) => {
                     records.insert(Record::Service(resolved[&s.hostname].clone()));
@@ -671,8 +694,10 @@ pub fn compute_planned<'k>(
 
 /// Every host a scope sees, through any of its egress listeners.
 fn visible_hosts(v: &View, s: &ScopeKey) -> BTreeSet<Hostname> {
+    // `ExternalName` aliases too: a VirtualService of an alias's host routes its names.
     v.view_hosts(s)
         .into_iter()
+        .chain(v.view_hosts_of(s, &v.alias_services))
         .flatten()
         .map(str::to_string)
         .collect()
@@ -927,9 +952,38 @@ fn sidecar_outbound(
             }
         }
     }
+    // `ExternalName` aliases that a VirtualService of their own governs, per HTTP port
+    // they declare.
+    let mut alias_rows: BTreeMap<u16, Vec<(Service, ResolvedVs)>> = BTreeMap::new();
+    for (idx, hosts) in v
+        .view_hosts_of(s, &v.alias_services)
+        .into_iter()
+        .enumerate()
+    {
+        for h in hosts {
+            let alias = v.alias_services[h];
+            let Some(vs) = v.vs_for(s, listener_at(&listeners, idx), h) else {
+                continue;
+            };
+            for (port, _, _) in rules::sidecar_route_ports(
+                &listeners,
+                idx,
+                alias,
+                interception_none,
+                proxyless,
+                &spec,
+            ) {
+                alias_rows
+                    .entry(port)
+                    .or_default()
+                    .push((alias.clone(), v.resolve(vs)));
+            }
+        }
+    }
     let hashing = v.hashing(s);
     for (port, (allow_any, vhosts)) in rows {
         let vhosts = route::SidecarVhosts {
+            aliases: alias_rows.remove(&port).unwrap_or_default(),
             services: vhosts
                 .into_iter()
                 .map(|(h, vs)| (v.services[h].clone(), vs))

@@ -766,28 +766,22 @@ pub fn sidecar_tcp_ports(
     }
 }
 
-/// How many rounds of pointer jumping resolve chains of `ExternalName` aliases: a chain of
-/// up to `2^ALIAS_ROUNDS` hops resolves to the service at its end. Istio follows chains of any
-/// length; one this long (or a loop, which Istio drops as Kubernetes DNS answers NXDOMAIN
-/// for it) resolves to nothing here. The dataflow joins this many times, the oracle follows
-/// as many hops.
-pub const ALIAS_ROUNDS: u32 = 5;
-
 /// Each `ExternalName` alias resolved to the host at the end of its chain (`raw`: alias host
-/// → the host it names), as Istio's `resolveServiceAliases` does; aliases whose chain loops
-/// or runs longer than `2^ALIAS_ROUNDS` hops are left out.
+/// → the host it names), as Istio's `resolveServiceAliases` does: chains of any length
+/// resolve; an alias whose chain comes back to a host already on it (a loop, which Istio
+/// drops as Kubernetes DNS answers NXDOMAIN for it) is left out.
 pub fn resolve_aliases(raw: &BTreeMap<Hostname, Hostname>) -> BTreeMap<Hostname, Hostname> {
-    let hops = 1usize << ALIAS_ROUNDS;
     raw.iter()
         .filter_map(|(alias, target)| {
+            let mut seen = std::collections::BTreeSet::from([alias, target]);
             let mut t = target;
-            for _ in 0..hops {
-                match raw.get(t) {
-                    Some(next) => t = next,
-                    None => return Some((alias.clone(), t.clone())),
+            while let Some(next) = raw.get(t) {
+                if !seen.insert(next) {
+                    return None;
                 }
+                t = next;
             }
-            None
+            Some((alias.clone(), t.clone()))
         })
         .collect()
 }
@@ -856,9 +850,10 @@ pub fn destination_hosts(vs: &VirtualService) -> Vec<Hostname> {
 
 /// `vs` with each route or mirror destination that names an `ExternalName` alias sent where
 /// Istio's `GetDestinationCluster` sends it: the host the alias names (one hop: an alias of an
-/// alias names a host without a cluster, as in Istio), at the destination's port, else the
-/// alias's only port. (Where the alias has no port or several, Istio takes the port the
-/// request arrived on; here the named host's only port, if it has one, else that port.)
+/// alias names a host without a cluster, as in Istio), remembering the alias
+/// ([`RouteDestination::via_alias`]): without a port of its own the destination goes to the
+/// alias's only port, else the port the request arrived on — and a sidecar's route for a port
+/// the alias does not declare keeps the alias's host (see `translate::route`).
 pub fn with_alias_destinations(
     vs: &VirtualService,
     aliases: &BTreeMap<Hostname, AliasTarget>,
@@ -866,12 +861,11 @@ pub fn with_alias_destinations(
     let mut vs = vs.clone();
     let retarget = |d: &mut RouteDestination| {
         if let Some((target, ports)) = aliases.get(&d.host) {
-            d.host = target.clone();
-            if d.port.is_none() {
-                if let [only] = ports.as_slice() {
-                    d.port = Some(*only);
-                }
-            }
+            let alias = std::mem::replace(&mut d.host, target.clone());
+            d.via_alias = Some(AliasVia {
+                host: alias,
+                ports: ports.clone(),
+            });
         }
     };
     for r in &mut vs.http {
@@ -892,6 +886,22 @@ pub fn with_alias_destinations(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A chain of aliases of any length resolves to its end; one that comes back to a host
+    /// on it (a loop, or an alias naming itself) resolves to nothing, as in Istio.
+    #[test]
+    fn alias_chains_of_any_length_resolve_and_loops_do_not() {
+        let name = |i: usize| format!("a{i}.default.svc.cluster.local");
+        let mut raw: BTreeMap<Hostname, Hostname> =
+            (0..100).map(|i| (name(i), name(i + 1))).collect();
+        let resolved = resolve_aliases(&raw);
+        assert_eq!(resolved.len(), 100);
+        assert_eq!(resolved[&name(0)], name(100));
+        raw.insert(name(99), name(50));
+        raw.insert("self.example".into(), "self.example".into());
+        let resolved = resolve_aliases(&raw);
+        assert!(resolved.is_empty(), "{resolved:?}");
+    }
 
     /// The patterns a host is joined on are exactly the VirtualService hosts that cover it,
     /// ranked as Istio ranks them: the host itself, then longer wildcards before shorter.

@@ -173,6 +173,7 @@ pub fn gateway_vs(s: usize, shape: &Shape, mesh: &MeshConfig) -> VirtualService 
             matches: vec![],
             route: vec![RouteDestination {
                 headers: Default::default(),
+                via_alias: None,
                 host: hostname(s, shape, mesh),
                 subset: None,
                 port: Some(80),
@@ -326,6 +327,7 @@ pub fn vs(s: usize, v1_weight: u32, shape: &Shape, mesh: &MeshConfig) -> Virtual
     let host = hostname(s, shape, mesh);
     let dest = |subset: &str, weight| RouteDestination {
         headers: Default::default(),
+        via_alias: None,
         host: host.clone(),
         subset: Some(subset.into()),
         port: None,

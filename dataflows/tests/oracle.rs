@@ -417,6 +417,7 @@ fn random_record(rng: &mut StdRng, extra: &mut StdRng, slot: usize) -> Record {
             let target = host(&format!("svc{n}"), pick(rng, &NAMESPACES[..2]));
             let dest = |subset: Option<&str>, weight| RouteDestination {
                 headers: Default::default(),
+                via_alias: None,
                 host: target.clone(),
                 subset: subset.map(String::from),
                 port: None,

@@ -116,6 +116,7 @@ fn service_with_pods(name: &str, n: u8, versions: &[u8]) -> Vec<Record> {
 fn dest(host: &str, subset: &str, weight: u32) -> RouteDestination {
     RouteDestination {
         headers: Default::default(),
+        via_alias: None,
         host: fqdn(host),
         subset: Some(subset.to_string()).filter(|s| !s.is_empty()),
         port: None,

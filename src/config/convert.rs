@@ -1205,6 +1205,7 @@ fn destination(
         port,
         weight: 100,
         headers: m::HeaderOps::default(),
+        via_alias: None,
     })
 }
 

@@ -383,9 +383,9 @@ impl IstioStyle {
                 t.eds_hosts.insert(s.hostname.clone());
                 // An ExternalName alias changes the virtual hosts of the service its chain
                 // ends at: Istio marks that service updated too (`resolveServiceAliases`).
+                // Chains of any length; a host seen before ends the walk (a loop).
                 let mut next = s.alias_for.clone();
-                for _ in 0..=(1usize << dataflows::rules::ALIAS_ROUNDS) {
-                    let Some(h) = next.take() else { break };
+                while let Some(h) = next.take() {
                     if !t.config_hosts.insert(h.clone()) {
                         break;
                     }

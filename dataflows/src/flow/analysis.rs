@@ -5,7 +5,9 @@
 //! destination host no service defines (503 as well), a destination port its host does not
 //! have or a destination without a port whose host has several (IST0112), and a Gateway whose selector matches
 //! no workload (no proxy serves its servers), and a Gateway TLS server whose Secret is
-//! missing or cannot be served in the namespace of a workload it selects.
+//! missing or cannot be served in the namespace of a workload it selects; a Kubernetes
+//! `ExternalName` alias that resolves to no service, and a destination naming an alias whose
+//! named host has no cluster (`MF0015`, warnings).
 //! In: VirtualServices, DestinationRules, Gateways, services, workloads, Secrets. Out: one
 //! [`ConfigError`] per such reference and object, retracted when the referenced object
 //! appears or the reference changes.
@@ -385,4 +387,105 @@ pub(super) fn unselected_gateways<'s>(
                 ),
             }
         })
+}
+
+/// Kubernetes `ExternalName` aliases that resolve to no service, as `istioctl analyze` flags
+/// a host nobody serves (warnings, `MF0015`): the alias Service itself, at
+/// `spec.externalName`, where its chain does not end at a service (the host it names is in no
+/// registry, or its chain loops or ends at such a host) — its names then stay unknown hosts,
+/// passed through or blocked as the outbound traffic policy says; and each VirtualService
+/// destination naming an alias whose named host has no cluster (no service, or another
+/// alias: routes follow one hop, as Istio's `GetDestinationCluster` does) — requests routed
+/// there are answered 503. `services`: one per host, aliases included; `resolved`: the
+/// services with aliases resolved ([`super::services::with_aliases`]).
+pub(super) fn unresolved_aliases<'s>(
+    vss: &Coll<'s, (ConfigKey, VirtualService)>,
+    services: &Coll<'s, (Hostname, Service)>,
+    resolved: &Coll<'s, (Hostname, Service)>,
+) -> Coll<'s, ConfigError> {
+    let raw = services
+        .clone()
+        .flat_map(|(h, s)| s.alias_for.map(|t| (h, (t, s.origin))));
+    let resolving = resolved.clone().flat_map(|(_, s)| s.aliases).distinct();
+    let defined = services.clone().map(|(h, _)| h).distinct();
+    let by_target = raw
+        .clone()
+        .antijoin(resolving)
+        .map(|(alias, (target, origin))| (target, (alias, origin)));
+    let missing = by_target
+        .clone()
+        .antijoin(defined.clone())
+        .map(|(target, (alias, origin))| ConfigError {
+            object: origin,
+            code: ErrorCode::AliasUnresolved,
+            message: format!(
+                "spec.externalName: host {target} is defined by no Service or ServiceEntry: \
+                 requests for {alias} are routed to no service of the mesh (passed through or \
+                 blocked as the outbound traffic policy says), as in Istio"
+            ),
+        });
+    let broken = by_target
+        .semijoin(defined)
+        .map(|(target, (alias, origin))| ConfigError {
+            object: origin,
+            code: ErrorCode::AliasUnresolved,
+            message: format!(
+                "spec.externalName: the chain of ExternalName aliases through {target} loops \
+                 or ends at a host no Service or ServiceEntry defines: requests for {alias} \
+                 are routed to no service of the mesh (passed through or blocked as the \
+                 outbound traffic policy says), as in Istio"
+            ),
+        });
+    // Aliases whose named host has no cluster of its own: it is no service, or an alias.
+    let concrete = services
+        .clone()
+        .filter(|(_, s)| s.alias_for.is_none())
+        .map(|(h, _)| h);
+    let dead_ends = raw
+        .map(|(alias, (target, _))| (target, alias))
+        .antijoin(concrete)
+        .map(|(target, alias)| (alias, target));
+    let named = vss.clone().flat_map(|(key, vs)| {
+        destination_fields(&vs)
+            .into_iter()
+            .map(move |(host, field)| (host, (key.clone(), field)))
+    });
+    let routed = named.join_map(dead_ends, |alias, (key, field), target| ConfigError {
+        object: key.clone(),
+        code: ErrorCode::AliasUnresolved,
+        message: format!(
+            "{field}: host {alias} is an ExternalName alias of {target}, which has no cluster \
+             (no Service or ServiceEntry defines it, or it is another alias: a destination \
+             follows one hop, as in Istio): requests routed to it are answered 503"
+        ),
+    });
+    missing.concat(broken).concat(routed)
+}
+
+/// Every route and mirror destination of a VirtualService (`http`, `tcp`, `tls`) with the
+/// field path of its host.
+fn destination_fields(vs: &VirtualService) -> Vec<(Hostname, String)> {
+    let mut out = Vec::new();
+    for (i, r) in vs.http.iter().enumerate() {
+        for (j, d) in r.route.iter().enumerate() {
+            let field = format!("spec.http[{i}].route[{j}].destination.host");
+            out.push((d.host.clone(), field));
+        }
+        for (j, m) in r.mirrors.iter().enumerate() {
+            let field = format!("spec.http[{i}].mirrors[{j}].destination.host");
+            out.push((m.destination.host.clone(), field));
+        }
+    }
+    for (kind, routes) in [
+        ("tcp", vs.tcp.iter().map(|r| &r.route).collect::<Vec<_>>()),
+        ("tls", vs.tls.iter().map(|r| &r.route).collect()),
+    ] {
+        for (i, route) in routes.into_iter().enumerate() {
+            for (j, d) in route.iter().enumerate() {
+                let field = format!("spec.{kind}[{i}].route[{j}].destination.host");
+                out.push((d.host.clone(), field));
+            }
+        }
+    }
+    out
 }

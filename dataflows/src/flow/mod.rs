@@ -121,6 +121,8 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     let secret_errors = analysis::gateway_secrets(&i.gateways, &i.workloads, &i.secrets);
     let conflicting_vss = analysis::conflicting_mesh_vss(&virtual_services);
     let undefined_delegates = analysis::undefined_delegates(&virtual_services);
+    let unresolved_aliases =
+        analysis::unresolved_aliases(&virtual_services, &services.chosen, &chosen);
     let identified = endpoints::identified(&endpoints, &chosen, &mesh);
     let clusters = clusters::outbound(
         &mesh,
@@ -144,6 +146,22 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     let mesh_vss = virtual_services::mesh_in_effect(&covering_vss);
     let ports = routes::ports(&visible, &chosen, &specs);
     let hostless_vss = virtual_services::hostless(&routed_vss, &vss, &chosen);
+    // `ExternalName` aliases, which build nothing of their own: only a VirtualService of
+    // their own host gives their names a virtual host (see `route::SidecarVhosts::aliases`).
+    let alias_services = services
+        .chosen
+        .clone()
+        .filter(|(_, s)| s.alias_for.is_some());
+    let alias_visible = visibility::hosts(&specs, &alias_services);
+    let aliases = routes::Aliases {
+        ports: routes::ports(&alias_visible, &alias_services, &specs),
+        vss: virtual_services::mesh_in_effect(&virtual_services::mesh_covering(
+            &routed_vss,
+            &alias_services,
+            &alias_visible,
+            &specs,
+        )),
+    };
     let (routes, http_ports) = routes::sidecar(
         &config.domain_suffix,
         &specs,
@@ -151,6 +169,7 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         mesh_vss.clone(),
         &vss,
         &hostless_vss,
+        aliases,
         &clusters.hashing,
     );
     let (tcp, unreachable) = tcp::sidecar(
@@ -245,6 +264,7 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         .concat(unselected_gateways)
         .concat(conflicting_vss)
         .concat(undefined_delegates)
+        .concat(unresolved_aliases)
         .concat(unreachable)
         .concat(clusters.errors)
         .concat(secret_errors.concat(gateway_errors).distinct());

@@ -43,6 +43,20 @@ enum RouteRow {
     /// A mesh VirtualService whose hosts are no service's, seen by the scope on port 80:
     /// virtual hosts of their own, if the route configuration exists for other reasons.
     Hostless(ResolvedVs),
+    /// A Kubernetes `ExternalName` alias declaring the port, with the mesh VirtualService in
+    /// effect for its own host: a virtual host of its own, if the route configuration
+    /// exists for other reasons (`route::SidecarVhosts::aliases`).
+    Alias {
+        service: Service,
+        vs: ResolvedVs,
+    },
+}
+
+/// `ExternalName` aliases as sidecar routes see them: their ports per (scope, host), as
+/// [`ports`] gives a service's, and the mesh VirtualService in effect for each alias host.
+pub(super) struct Aliases<'s> {
+    pub ports: Ports<'s>,
+    pub vss: Coll<'s, (super::virtual_services::ListenerHost, ConfigKey)>,
 }
 
 type Rows<'s> = Coll<'s, ((ScopeKey, u16), RouteRow)>;
@@ -71,6 +85,7 @@ pub(super) fn ports<'s>(
 /// Route configurations of sidecar scopes with their provenance (and that of the catch-all
 /// listeners), and the `(scope, port)`s whose captured listener needs the HTTP chain:
 /// [`super::tcp`] builds those listeners, as TCP services may share their ports.
+#[allow(clippy::too_many_arguments)] // the sidecar route inputs, each its own collection
 pub(super) fn sidecar<'s>(
     domain_suffix: &str,
     specs: &Coll<'s, (ScopeKey, ScopeSpec)>,
@@ -78,9 +93,10 @@ pub(super) fn sidecar<'s>(
     mesh_vss: Coll<'s, (super::virtual_services::ListenerHost, ConfigKey)>,
     vss: &Coll<'s, (ConfigKey, ResolvedVs)>,
     hostless: &Coll<'s, (ConfigKey, ResolvedVs)>,
+    aliases: Aliases<'s>,
     hashing: &Coll<'s, ((ScopeKey, Hostname), HostHashing)>,
 ) -> (Built<'s, ScopeKey>, Coll<'s, (ScopeKey, u16)>) {
-    let rows = rows(specs, ports, mesh_vss, vss, hostless, hashing);
+    let rows = rows(specs, ports, mesh_vss, vss, hostless, aliases, hashing);
     let provenance = provenance(&rows);
     let catchall = catchall_ports(&rows);
     let built = Built {
@@ -98,13 +114,23 @@ fn rows<'s>(
     mesh_vss: Coll<'s, (super::virtual_services::ListenerHost, ConfigKey)>,
     vss: &Coll<'s, (ConfigKey, ResolvedVs)>,
     hostless: &Coll<'s, (ConfigKey, ResolvedVs)>,
+    aliases: Aliases<'s>,
     hashing: &Coll<'s, ((ScopeKey, Hostname), HostHashing)>,
 ) -> Rows<'s> {
-    let by_listener = ports
-        .clone()
-        .map(|((s, h), (port, allow_any, catch_all, svc, idx))| {
-            ((s, h, idx), (port, allow_any, catch_all, svc))
-        });
+    let by_listener = |ports: &Ports<'s>| {
+        ports
+            .clone()
+            .map(|((s, h), (port, allow_any, catch_all, svc, idx))| {
+                ((s, h, idx), (port, allow_any, catch_all, svc))
+            })
+    };
+    // Aliases only where a VirtualService governs their host.
+    let alias_rows =
+        super::virtual_services::with_mesh_vs(by_listener(&aliases.ports), aliases.vss, vss)
+            .flat_map(|((s, _, _), ((port, _, _, service), vs))| {
+                vs.map(|vs| ((s, port), RouteRow::Alias { service, vs }))
+            });
+    let by_listener = by_listener(ports);
     let rows_vs = super::virtual_services::with_mesh_vs(by_listener, mesh_vss, vss).map(
         |((s, _, _), ((port, allow_any, catch_all, svc), vs))| {
             let row = RouteRow::Vhost {
@@ -148,12 +174,13 @@ fn rows<'s>(
     let hashes = rows_vs
         .clone()
         .concat(hostless_rows.clone())
+        .concat(alias_rows.clone())
         .flat_map(|((s, port), row)| match row {
             RouteRow::Vhost { service, vs, .. } => route::routed_hosts(&service, vs.as_ref())
                 .into_iter()
                 .map(|h| ((s.clone(), h), port))
                 .collect(),
-            RouteRow::Hostless(vs) => route::routed_hosts_of(&vs)
+            RouteRow::Hostless(vs) | RouteRow::Alias { vs, .. } => route::routed_hosts_of(&vs)
                 .into_iter()
                 .map(|h| ((s.clone(), h), port))
                 .collect(),
@@ -176,7 +203,10 @@ fn rows<'s>(
                 .flat_map(|(s, spec)| spec.default_retries.map(|r| (s, r))),
             |s, port, r| ((s.clone(), *port), RouteRow::DefaultRetries(r.clone())),
         );
-    rows.concat(hashes).concat(retries).concat(hostless_rows)
+    rows.concat(hashes)
+        .concat(retries)
+        .concat(hostless_rows)
+        .concat(alias_rows)
 }
 
 /// Only a sidecar whose traffic is captured has the `0.0.0.0` listeners a catch-all needs.
@@ -197,6 +227,10 @@ fn provenance<'s>(rows: &Rows<'s>) -> Coll<'s, ProvenanceRow> {
         if let RouteRow::Hostless(vs) = row {
             let route_key = (Holder::Scope(s), ResourceType::Route, port.to_string());
             return vec![(route_key, vs.vs.key)];
+        }
+        if let RouteRow::Alias { service, vs } = row {
+            let route_key = (Holder::Scope(s), ResourceType::Route, port.to_string());
+            return vec![(route_key.clone(), service.origin), (route_key, vs.vs.key)];
         }
         let RouteRow::Vhost {
             service,
@@ -266,6 +300,9 @@ fn configs<'s>(rows: Rows<'s>, domain_suffix: &str) -> Coll<'s, (ScopeKey, Resou
                     }
                     RouteRow::DefaultRetries(r) => retries = Some(r),
                     RouteRow::Hostless(vs) => vhosts.hostless.push(vs.clone()),
+                    RouteRow::Alias { service, vs } => {
+                        vhosts.aliases.push((service.clone(), vs.clone()))
+                    }
                     RouteRow::Vhost {
                         allow_any: a,
                         service,
@@ -278,7 +315,7 @@ fn configs<'s>(rows: Rows<'s>, domain_suffix: &str) -> Coll<'s, (ScopeKey, Resou
                     }
                 }
             }
-            // Hostless VirtualServices join a port-80 configuration; they never make one.
+            // Hostless VirtualServices and aliases join a configuration; they never make one.
             if !exists {
                 return;
             }

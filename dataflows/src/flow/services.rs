@@ -6,7 +6,6 @@
 
 use super::Coll;
 use crate::model::*;
-use crate::rules;
 
 pub(super) struct Services<'s> {
     /// The service in effect per hostname.
@@ -39,32 +38,31 @@ pub(super) fn one_per_host<'s>(all: Coll<'s, (Hostname, Service)>) -> Services<'
     }
 }
 
-/// The services in effect with `ExternalName` aliases resolved ([`rules::with_aliases`]): an
-/// alias service leaves, and the service its chain ends at lists it among its
-/// [`Service::aliases`]. Chains resolve by pointer jumping, [`rules::ALIAS_ROUNDS`] joins of
-/// the alias relation with itself, so a change touches only the aliases on its chains and
-/// the services they end at.
+/// The services in effect with `ExternalName` aliases resolved
+/// ([`crate::rules::with_aliases`]): an alias service leaves, and the service its chain ends
+/// at lists it among its [`Service::aliases`]. Chains of any length resolve, as in Istio: an iteration gathers
+/// every host on each alias's chain (a monotone set, so it converges even where a chain
+/// loops), and the one host on it that is no alias is where the chain ends; a chain that
+/// loops has none and resolves to nothing. A change touches only the aliases on its chains
+/// and the services they end at.
 pub(super) fn with_aliases<'s>(
     chosen: &Coll<'s, (Hostname, Service)>,
 ) -> Coll<'s, (Hostname, Service)> {
+    use differential_dataflow::operators::Iterate;
     let raw = chosen
         .clone()
         .flat_map(|(h, s)| s.alias_for.map(|t| (h, t)));
     let alias_hosts = raw.clone().map(|(a, _)| a);
-    // `(alias, target)`: after round i, the host 2^i hops down the alias's chain, or the end
-    // of the chain if nearer.
-    let mut resolved = raw;
-    for _ in 0..rules::ALIAS_ROUNDS {
-        let by_target = resolved.clone().map(|(a, t)| (t, a));
-        let ended = by_target
-            .clone()
-            .antijoin(alias_hosts.clone())
-            .map(|(t, a)| (a, t));
-        let jumped = by_target.join_map(resolved.clone(), |_, a, t| (a.clone(), t.clone()));
-        resolved = ended.concat(jumped);
-    }
-    // Chains still ending at an alias loop or run too long: they resolve to nothing.
-    let aliases = resolved.map(|(a, t)| (t, a)).antijoin(alias_hosts).reduce(
+    // `(alias, host)`: every host on the alias's chain, after the first hop.
+    let on_chain = raw.clone().iterate(|scope, reached| {
+        let raw = raw.enter(scope);
+        reached
+            .map(|(a, h)| (h, a))
+            .join_map(raw.clone(), |_, a, next| (a.clone(), next.clone()))
+            .concat(raw)
+            .distinct()
+    });
+    let aliases = on_chain.map(|(a, h)| (h, a)).antijoin(alias_hosts).reduce(
         |_, vals: &[(&Hostname, isize)], out| {
             out.push((
                 vals.iter().map(|(a, _)| (*a).clone()).collect::<Vec<_>>(),

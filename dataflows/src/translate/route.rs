@@ -169,25 +169,56 @@ fn retries_policy(retries: Option<&Retries>) -> Option<RetryPolicy> {
 }
 
 /// The port a destination means, as Istio's `GetDestinationCluster` resolves it: explicit,
-/// else the only port of the destination service, else the port of the listener the request
-/// arrived on — even where the service has no such port (its cluster then does not exist and
-/// Envoy answers 503; analysis reports the destination, Istio's IST0112).
+/// else the only port of the destination service — of the `ExternalName` alias it named,
+/// where it named one ([`RouteDestination::via_alias`]) —, else the port of the listener the
+/// request arrived on — even where the service has no such port (its cluster then does not
+/// exist and Envoy answers 503; analysis reports the destination, Istio's IST0112).
 pub fn resolve_port(dest: &RouteDestination, current: u16, vs: &ResolvedVs) -> u16 {
     if let Some(p) = dest.port {
         return p;
     }
-    match vs.dest_ports.get(&dest.host).map(Vec::as_slice) {
+    let ports = match &dest.via_alias {
+        Some(alias) => Some(alias.ports.as_slice()),
+        None => vs.dest_ports.get(&dest.host).map(Vec::as_slice),
+    };
+    match ports {
         Some([only]) => *only,
         _ => current,
     }
 }
 
-fn cluster_of(dest: &RouteDestination, current: u16, vs: &ResolvedVs) -> String {
-    outbound_cluster_name(
-        resolve_port(dest, current, vs),
-        dest.subset.as_deref(),
-        &dest.host,
-    )
+/// The route configuration HTTP routes are built for: its port (the port requests arrive
+/// on) and whether it is a sidecar's (the mesh's) or a gateway's.
+#[derive(Clone, Copy, Debug)]
+struct At {
+    port: u16,
+    sidecar: bool,
+}
+
+/// The host and port of a destination's cluster. A sidecar's route configuration for port
+/// `p` knows the services only at `p` (Istio's `servicesByName`, each service cut down to
+/// that port): a destination that named an `ExternalName` alias declaring `p` goes to the
+/// host the alias names at the destination's port, else `p`; one whose alias does not
+/// declare `p` keeps the alias's own host, which has no cluster (Envoy answers 503), as
+/// Istio's `GetDestinationCluster` leaves a host it finds no service for. Elsewhere (gateways,
+/// TCP) the whole alias is known: [`resolve_port`].
+fn destination_at<'d>(dest: &'d RouteDestination, at: At, vs: &ResolvedVs) -> (&'d str, u16) {
+    match &dest.via_alias {
+        Some(alias) if at.sidecar => {
+            let host = if alias.ports.contains(&at.port) {
+                &dest.host
+            } else {
+                &alias.host
+            };
+            (host, dest.port.unwrap_or(at.port))
+        }
+        _ => (&dest.host, resolve_port(dest, at.port, vs)),
+    }
+}
+
+fn cluster_of(dest: &RouteDestination, at: At, vs: &ResolvedVs) -> String {
+    let (host, port) = destination_at(dest, at, vs);
+    outbound_cluster_name(port, dest.subset.as_deref(), host)
 }
 
 /// Envoy's matcher for a string match; `None` for [`StringMatch::Present`], which Envoy
@@ -272,20 +303,24 @@ fn route_match(m: Option<&HttpMatch>) -> RouteMatch {
     }
 }
 
-fn action(route: &HttpRoute, current: u16, vs: &ResolvedVs, hashing: &Hashing) -> RouteAction {
+fn action(route: &HttpRoute, at: At, vs: &ResolvedVs, hashing: &Hashing) -> RouteAction {
     let live: Vec<&RouteDestination> = route.route.iter().filter(|d| d.weight > 0).collect();
     let (hash_policy, retry_policy) = hashed(
-        live.iter()
-            .find_map(|d| dest_hash(hashing, d, resolve_port(d, current, vs))),
+        live.iter().find_map(|d| {
+            let (host, port) = destination_at(d, at, vs);
+            (host == d.host)
+                .then(|| dest_hash(hashing, d, port))
+                .flatten()
+        }),
         retry_policy(route),
     );
     let cluster_specifier = match live.as_slice() {
-        [one] => ClusterSpecifier::Cluster(cluster_of(one, current, vs)),
+        [one] => ClusterSpecifier::Cluster(cluster_of(one, at, vs)),
         many => ClusterSpecifier::WeightedClusters(WeightedCluster {
             clusters: many
                 .iter()
                 .map(|d| ClusterWeight {
-                    name: cluster_of(d, current, vs),
+                    name: cluster_of(d, at, vs),
                     weight: Some(UInt32Value { value: d.weight }),
                     request_headers_to_add: headers_to_add(&d.headers.request),
                     request_headers_to_remove: d.headers.request.remove.clone(),
@@ -330,7 +365,7 @@ fn action(route: &HttpRoute, current: u16, vs: &ResolvedVs, hashing: &Hashing) -
             .mirrors
             .iter()
             .map(|m| RequestMirrorPolicy {
-                cluster: cluster_of(&m.destination, current, vs),
+                cluster: cluster_of(&m.destination, at, vs),
                 runtime_fraction: m.fraction.map(|f| RuntimeFractionalPercent {
                     default_value: Some(fraction(f)),
                     ..Default::default()
@@ -484,16 +519,16 @@ fn envoy_route(
     http: &HttpRoute,
     name: &str,
     m: Option<&HttpMatch>,
-    current: u16,
+    at: At,
     vs: &ResolvedVs,
     hashing: &Hashing,
     proxyless: bool,
 ) -> Route {
     let action = match (&http.redirect, &http.direct_response) {
-        (Some(r), _) => Action::Redirect(redirect_action(r, current)),
+        (Some(r), _) => Action::Redirect(redirect_action(r, at.port)),
         (None, Some(d)) => Action::DirectResponse(direct_response_action(d)),
         (None, None) => {
-            let mut a = action(http, current, vs, hashing);
+            let mut a = action(http, at, vs, hashing);
             // gRPC's xDS client ignores `timeout` and bounds a call by the route's
             // `max_stream_duration` (gRFC A31), where Istio puts the timeout for it.
             if let Some(ms) = http.timeout_ms.filter(|ms| proxyless && *ms > 0) {
@@ -564,6 +599,11 @@ pub fn vs_routes(
     source: Source,
     hashing: &Hashing,
 ) -> Vec<Route> {
+    // Sidecars apply a VirtualService through the mesh; gateways through themselves.
+    let at = At {
+        port: current,
+        sidecar: via.iter().any(|v| v == MESH),
+    };
     let mut out = Vec::new();
     for (i, http) in vs.vs.http.iter().enumerate() {
         let name = http
@@ -595,7 +635,7 @@ pub fn vs_routes(
                 http,
                 &name,
                 m,
-                current,
+                at,
                 vs,
                 hashing,
                 source.proxyless,
@@ -693,6 +733,9 @@ pub struct SidecarVhosts {
     /// Mesh VirtualServices that name or cover no service of the registry at all, seen by
     /// the scope on this port (port 80 only: [`crate::rules::sidecar_sees_hostless_vs`]).
     pub hostless: Vec<ResolvedVs>,
+    /// The visible Kubernetes `ExternalName` aliases that declare the port (HTTP), each with
+    /// the mesh VirtualService in effect for its own host — only those that have one.
+    pub aliases: Vec<(Service, ResolvedVs)>,
 }
 
 /// The sidecar route configuration for `port`, with a virtual host per service (sorted by
@@ -724,7 +767,24 @@ pub fn sidecar_route_config(
             ..Default::default()
         })
         .collect();
-    add_alias_domains(&mut virtual_hosts, &sorted, port, proxy_ns, domain_suffix);
+    let own = alias_vhosts(
+        port,
+        &sorted,
+        &virtual_hosts,
+        vhosts,
+        scope,
+        domain_suffix,
+        hashing,
+    );
+    add_alias_domains(
+        &mut virtual_hosts,
+        &sorted,
+        &own,
+        port,
+        proxy_ns,
+        domain_suffix,
+    );
+    virtual_hosts.extend(own);
     let extra = vs_host_vhosts(port, vhosts, &virtual_hosts, source, hashing);
     virtual_hosts.extend(extra);
     let catch_all = |name: &str, action: Action| VirtualHost {
@@ -766,14 +826,75 @@ pub fn sidecar_route_config(
     Resource::new(ResourceType::Route, rc.name.clone(), rc.encode_to_vec())
 }
 
+/// The virtual hosts of `ExternalName` aliases a VirtualService of their own governs
+/// ([`SidecarVhosts::aliases`]), as Istio's sidecars build them: an alias that declares the
+/// port is a service of the route configuration for it (`servicesByName`), so a VirtualService
+/// naming (or covering) its host gives it a virtual host `alias:port` with the alias's names,
+/// in every form a client of `scope`'s namespace may use, and the VirtualService's routes. Istio
+/// builds VirtualServices' virtual hosts before the default ones of services without one, in
+/// VirtualService order (creation time; here by key): the service the alias names keeps the
+/// alias's names only where its own VirtualService comes first. A name a service's own
+/// virtual host has stays with it; a VirtualService none of whose routes applies to these
+/// proxies adds nothing. `services[i]` is `service_vhosts[i]`'s.
+fn alias_vhosts(
+    port: u16,
+    services: &[&SidecarVhost],
+    service_vhosts: &[VirtualHost],
+    vhosts: &SidecarVhosts,
+    scope: &ScopeKey,
+    domain_suffix: &str,
+    hashing: &Hashing,
+) -> Vec<VirtualHost> {
+    if vhosts.aliases.is_empty() {
+        return Vec::new();
+    }
+    let (source, proxy_ns) = (scope.source(), scope.namespace());
+    let mut taken: BTreeSet<String> = service_vhosts
+        .iter()
+        .flat_map(|v| v.domains.iter().map(|d| d.to_ascii_lowercase()))
+        .collect();
+    let mut aliases: Vec<&(Service, ResolvedVs)> = vhosts.aliases.iter().collect();
+    aliases.sort_by(|a, b| a.0.hostname.cmp(&b.0.hostname));
+    let mut out = Vec::new();
+    for (alias, vs) in aliases {
+        // The service the alias resolves to, where its VirtualService comes first.
+        let named_first = services.iter().any(|(svc, svc_vs)| {
+            svc.aliases.contains(&alias.hostname)
+                && svc_vs.as_ref().is_some_and(|v| v.vs.key < vs.vs.key)
+        });
+        if named_first {
+            continue;
+        }
+        let routes = vs_routes(vs, port, &[MESH.to_string()], source, hashing);
+        if routes.is_empty() {
+            continue;
+        }
+        let domains: Vec<String> = domains(&alias.hostname, port, proxy_ns, domain_suffix)
+            .into_iter()
+            .filter(|d| taken.insert(d.to_ascii_lowercase()))
+            .collect();
+        if domains.is_empty() {
+            continue;
+        }
+        out.push(VirtualHost {
+            name: format!("{}:{}", alias.hostname, port),
+            domains,
+            routes,
+            ..Default::default()
+        });
+    }
+    out
+}
+
 /// Each service's virtual host also answers to the names of its `ExternalName` aliases
 /// ([`Service::aliases`]), in every form a client in `proxy_ns` may use, as Istio's
-/// `generateVirtualHostDomains` adds them; a name some virtual host already has stays with
-/// it (Envoy refuses a domain twice in one configuration). `services[i]` is
-/// `virtual_hosts[i]`'s.
+/// `generateVirtualHostDomains` adds them; a name some virtual host already has — an
+/// alias's own (`own`, [`alias_vhosts`]) included — stays with it (Envoy refuses a domain
+/// twice in one configuration). `services[i]` is `virtual_hosts[i]`'s.
 fn add_alias_domains(
     virtual_hosts: &mut [VirtualHost],
     services: &[&SidecarVhost],
+    own: &[VirtualHost],
     port: u16,
     proxy_ns: &str,
     domain_suffix: &str,
@@ -783,6 +904,7 @@ fn add_alias_domains(
     }
     let mut taken: BTreeSet<String> = virtual_hosts
         .iter()
+        .chain(own)
         .flat_map(|v| v.domains.iter().map(|d| d.to_ascii_lowercase()))
         .collect();
     for (vhost, (svc, _)) in virtual_hosts.iter_mut().zip(services) {
@@ -962,6 +1084,7 @@ mod tests {
                         port: Some(9080),
                         weight: 100,
                         headers: Default::default(),
+                        via_alias: None,
                     }],
                     timeout_ms: Some(1500),
                     ..Default::default()
