@@ -516,7 +516,9 @@ fn an_alias_beside_a_service_host_is_routed_by_the_virtual_service() {
 /// A VirtualService whose only host is outside the registry (no ServiceEntry) routes that host
 /// on a captured sidecar's port 80, as Istio does: the request that passed through to its
 /// original destination goes to the VirtualService's destination instead, and passes through
-/// again once the VirtualService is deleted.
+/// again once the VirtualService is deleted. A destination without a port is taken at port 80
+/// there (Istio's sidecars know services at the route configuration's port only), where
+/// reviews has no cluster: 503 until the destination names reviews' port.
 #[test]
 fn a_virtual_service_for_a_host_outside_the_registry_routes_it_on_port_80() {
     let mut mesh = Mesh::new("vs-hostless");
@@ -542,6 +544,18 @@ fn a_virtual_service_for_a_host_outside_the_registry_routes_it_on_port_80() {
     );
     let o = mesh.send(&proxy, &legacy);
     assert_eq!(o.virtual_host.as_deref(), Some("legacy.example.com:80"));
+    assert_eq!(
+        o.cluster(),
+        Some(format!("outbound|80||{FQDN}").as_str()),
+        "{o:#?}"
+    );
+    assert_status(&o, 503);
+    write_config(
+        &mesh.config,
+        "legacy.yaml",
+        &format!("apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: legacy, namespace: default}}\nspec:\n  hosts: [legacy.example.com]\n  http:\n  - route:\n    - destination: {{host: reviews, port: {{number: {PORT}}}}}\n"),
+    );
+    let o = mesh.send(&proxy, &legacy);
     assert_routes_to(&o, &reviews.cluster(""), &[pod(&reviews, "v1")]);
     std::fs::remove_file(mesh.config.join("legacy.yaml")).expect("remove legacy.yaml");
     let o = mesh.send(&proxy, &legacy);

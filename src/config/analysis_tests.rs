@@ -869,6 +869,21 @@ fn service_entry_dns_hosts_are_reached_at_the_target_port() {
     assert_eq!(svc.dns_endpoints[0].ports.get("http-port"), Some(&443));
 }
 
+/// `resolution: DYNAMIC_DNS` (Istio 1.29's dynamic forward proxy) is refused by name, not
+/// taken for another resolution or called unknown.
+#[test]
+fn service_entry_dynamic_dns_is_refused_by_name() {
+    let doc = "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: any, namespace: ns}\nspec:\n  hosts: [\"*.example.com\"]\n  ports: [{number: 443, name: tls, protocol: TLS}]\n  resolution: DYNAMIC_DNS\n";
+    let err = parse_document(doc, &MeshConfig::default()).expect_err("refused");
+    let text = format!("{err:?}");
+    assert!(
+        text.contains("spec.resolution")
+            && text.contains("DYNAMIC_DNS")
+            && text.contains("not supported"),
+        "{text}"
+    );
+}
+
 /// An ExternalName Service is an alias of the host it names (Istio 1.21 and later): no
 /// addresses, no endpoints of its own, the name it points at kept for the dataflow.
 #[test]

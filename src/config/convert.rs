@@ -3156,6 +3156,16 @@ fn service_entry(
         Some("STATIC") => m::Resolution::Static,
         Some("DNS") => m::Resolution::Dns,
         Some("DNS_ROUND_ROBIN") => m::Resolution::DnsRoundRobin,
+        // Istio 1.29's dynamic forward proxy for wildcard hosts: no cluster meshflow could
+        // build would resolve the host the request names, so the entry is refused by name
+        // rather than served as something else.
+        Some("DYNAMIC_DNS") => {
+            return Err(Invalid::field(
+                "spec.resolution",
+                "DYNAMIC_DNS (Istio's dynamic forward proxy) is not supported yet; the entry \
+                 is not served",
+            ))
+        }
         Some(other) => {
             return Err(Invalid::field(
                 "spec.resolution",

@@ -197,22 +197,20 @@ struct At {
 
 /// The host and port of a destination's cluster. A sidecar's route configuration for port
 /// `p` knows the services only at `p` (Istio's `servicesByName`, each service cut down to
-/// that port): a destination that named an `ExternalName` alias declaring `p` goes to the
-/// host the alias names at the destination's port, else `p`; one whose alias does not
-/// declare `p` keeps the alias's own host, which has no cluster (Envoy answers 503), as
-/// Istio's `GetDestinationCluster` leaves a host it finds no service for. Elsewhere (gateways,
-/// TCP) the whole alias is known: [`resolve_port`].
+/// that port), so a destination without a port goes to `p` whatever ports its service has:
+/// where the service has no port `p`, its cluster does not exist and Envoy answers 503, as
+/// in Istio (analysis asks for the port, `MF0014`). A destination that named an
+/// `ExternalName` alias declaring `p` goes to the host the alias names; one whose alias does
+/// not declare `p` keeps the alias's own host, which has no cluster either, as Istio's
+/// `GetDestinationCluster` leaves a host it finds no service for. Elsewhere (gateways, TCP)
+/// services are known whole: [`resolve_port`].
 fn destination_at<'d>(dest: &'d RouteDestination, at: At, vs: &ResolvedVs) -> (&'d str, u16) {
     match &dest.via_alias {
-        Some(alias) if at.sidecar => {
-            let host = if alias.ports.contains(&at.port) {
-                &dest.host
-            } else {
-                &alias.host
-            };
-            (host, dest.port.unwrap_or(at.port))
+        _ if !at.sidecar => (&dest.host, resolve_port(dest, at.port, vs)),
+        Some(alias) if !alias.ports.contains(&at.port) => {
+            (&alias.host, dest.port.unwrap_or(at.port))
         }
-        _ => (&dest.host, resolve_port(dest, at.port, vs)),
+        _ => (&dest.host, dest.port.unwrap_or(at.port)),
     }
 }
 
