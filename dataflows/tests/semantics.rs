@@ -2156,6 +2156,7 @@ fn sidecar_ingress_replaces_the_proxys_own_inbound_ports() {
             capture_none: false,
             protocol: Protocol::Http,
             connection_pool: None,
+            tls: None,
             fail_closed: None,
         }],
         egress_proxy: None,
@@ -2239,6 +2240,7 @@ fn uncaptured_proxy_has_inbound_clusters_from_sidecar_ingress_only() {
             capture_none: false,
             protocol: Protocol::Http,
             connection_pool: None,
+            tls: None,
             fail_closed: None,
         }],
         ..with_ingress
@@ -3615,6 +3617,7 @@ fn inbound_clusters_take_the_connection_pool_of_their_services_rule() {
         capture_none: false,
         protocol: Protocol::Http,
         connection_pool: Some(sidecar_pool(8)),
+        tls: None,
         fail_closed: None,
     }];
     let sc_ingress = Record::Sidecar(sc);

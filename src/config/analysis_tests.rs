@@ -642,6 +642,7 @@ fn sidecar_registry_only_and_ingress_are_read() {
                 capture_none: false,
                 protocol: dataflows::model::Protocol::Http,
                 connection_pool: None,
+                tls: None,
                 fail_closed: None,
             },
             dataflows::model::IngressListener {
@@ -651,6 +652,7 @@ fn sidecar_registry_only_and_ingress_are_read() {
                 capture_none: true,
                 protocol: dataflows::model::Protocol::Tcp,
                 connection_pool: None,
+                tls: None,
                 fail_closed: None,
             }
         ]
