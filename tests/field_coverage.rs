@@ -535,7 +535,12 @@ fn every_networking_field_is_translated_or_reported() {
         .iter()
         .map(|(k, f)| (k.to_string(), f.to_string()))
         .collect();
-    assert_eq!(contents.errors.len(), REFUSED.len(), "{:?}", contents.errors);
+    assert_eq!(
+        contents.errors.len(),
+        REFUSED.len(),
+        "{:?}",
+        contents.errors
+    );
     assert_eq!(refused, expected, "{:?}", contents.errors);
     let rejected: BTreeSet<usize> = contents.errors.iter().map(|e| e.line).collect();
     let mut uncovered = Vec::new();
