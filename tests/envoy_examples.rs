@@ -98,9 +98,10 @@ fn envoy_accepts_the_traffic_management_example() {
 /// Proves that Envoy accepts every listener, cluster and route configuration of
 /// `examples/service-registry` (ServiceEntries of each resolution, a Unix socket endpoint,
 /// WorkloadEntries, Kubernetes Services of each protocol, headless and ExternalName) for its
-/// `frontend` sidecar, whose Sidecar binds an ingress port and two egress ports itself, and
-/// for a captured `sleep` sidecar under no Sidecar, whose TCP services are proxied by
-/// address.
+/// `frontend` sidecar, whose Sidecar binds two ingress ports (one terminating TLS with the
+/// example's certificate files) and two egress ports itself and terminates mutual TLS on a
+/// captured ingress port, and for a captured `sleep` sidecar under no Sidecar, whose TCP
+/// services are proxied by address.
 #[test]
 fn envoy_accepts_the_service_registry_example() {
     let envoy_bin = require_envoy!();
@@ -124,7 +125,12 @@ fn envoy_accepts_the_service_registry_example() {
             .collect()
     };
     let bound = names(0);
-    for name in ["127.0.0.1_80", "127.0.0.1_27017", "inbound_127.0.4.60_9080"] {
+    for name in [
+        "127.0.0.1_80",
+        "127.0.0.1_27017",
+        "inbound_127.0.4.60_9080",
+        "inbound_127.0.4.60_8443",
+    ] {
         assert!(
             bound.iter().any(|n| n == name),
             "frontend listener {name}: {bound:?}"
@@ -135,6 +141,19 @@ fn envoy_accepts_the_service_registry_example() {
         frontend_text.contains("block_all"),
         "REGISTRY_ONLY's block_all virtual host: {frontend_text}"
     );
+    // The ingress ports with `tls`: their one chain each terminates with the shipped files.
+    for expected in [
+        "inbound|8443||-ingress-tls",
+        "inbound|9443||-ingress-tls",
+        "DownstreamTlsContext",
+        "etc/certs/frontend/cert.pem",
+        "etc/certs/frontend/ca.pem",
+    ] {
+        assert!(
+            frontend_text.contains(expected),
+            "the frontend sidecar's listeners carry {expected}: {frontend_text}"
+        );
+    }
     let sleep_text: String = listeners[1].iter().map(|l| l.to_string()).collect();
     for expected in ["tcp_proxy", "10.96.4.20", "10.96.4.21", "198.51.100.0"] {
         assert!(

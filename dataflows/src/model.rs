@@ -410,10 +410,15 @@ impl Proxying {
 }
 
 /// A port of a proxy's own workload, as its inbound side serves it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct InboundPort {
     pub port: u16,
+    /// After TLS termination, where `tls` is set.
     pub proxying: Proxying,
+    /// A Sidecar `ingress` listener's `tls`: the port's one chain terminates TLS with it
+    /// (in place of the plaintext and mTLS chains), as Istio builds it (boxed: most ports
+    /// have none).
+    pub tls: Option<Box<ServerTls>>,
 }
 
 impl InboundPort {
@@ -430,7 +435,11 @@ impl InboundPort {
         }
         ports
             .into_iter()
-            .map(|(port, proxying)| InboundPort { port, proxying })
+            .map(|(port, proxying)| InboundPort {
+                port,
+                proxying,
+                tls: None,
+            })
             .collect()
     }
 
@@ -446,15 +455,12 @@ impl InboundPort {
         if ingress.is_empty() {
             return Self::merged(own);
         }
-        let ports: BTreeMap<u16, Proxying> = ingress
+        let ports: BTreeMap<u16, InboundPort> = ingress
             .into_iter()
             .filter(|(_, captured)| *captured)
-            .map(|(p, _)| (p.port, p.proxying))
+            .map(|(p, _)| (p.port, p))
             .collect();
-        ports
-            .into_iter()
-            .map(|(port, proxying)| InboundPort { port, proxying })
-            .collect()
+        ports.into_values().collect()
     }
 }
 
@@ -1740,7 +1746,8 @@ pub enum Credential {
     },
 }
 
-/// A gateway server's `tls` in a mode meshflow generates.
+/// A gateway server's `tls` in a mode meshflow generates (also a Sidecar `ingress`
+/// listener's: SIMPLE, MUTUAL or OPTIONAL_MUTUAL with files).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct ServerTls {
     pub mode: ServerTlsMode,
@@ -1967,7 +1974,8 @@ impl EgressProxy {
 /// A Sidecar `ingress` listener: traffic for the workload's `port` goes to `endpoint`
 /// (`defaultEndpoint`), through a listener of its own where the proxy binds it (`captureMode:
 /// NONE`, or a proxy whose traffic is not captured), else through `virtualInbound`. Both
-/// accept plaintext and the mesh's mTLS (Istio's PERMISSIVE default).
+/// accept plaintext and the mesh's mTLS (Istio's PERMISSIVE default), or, with `tls`, TLS
+/// alone, terminated with the listener's certificate.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct IngressListener {
     pub port: u16,
@@ -1977,15 +1985,20 @@ pub struct IngressListener {
     pub endpoint: (String, u16),
     pub capture_none: bool,
     /// The port's protocol: an HTTP one gets the HTTP chains, TCP and TLS `tcp_proxy`, an
-    /// unset one both, told per connection.
+    /// unset one both, told per connection. With `tls`, the protocol after termination
+    /// (HTTPS is HTTP, TLS is TCP, as Istio reads it).
     #[serde(default = "http_protocol")]
     pub protocol: Protocol,
+    /// `tls` (SIMPLE, MUTUAL or OPTIONAL_MUTUAL, certificates from files): the proxy
+    /// terminates TLS for clients outside the mesh and the application receives plaintext.
+    #[serde(default)]
+    pub tls: Option<Box<ServerTls>>,
     /// `connectionPool`: the pool of this port's inbound cluster, over the
     /// DestinationRule's and the Sidecar's `inboundConnectionPool`.
     #[serde(default)]
     pub connection_pool: Option<InboundPool>,
     /// Why the port's inbound cluster has no endpoints, if it fails closed (a `tls` meshflow
-    /// does not terminate: plaintext must not reach the application in its place).
+    /// cannot terminate as asked: plaintext must not reach the application in its place).
     #[serde(default)]
     pub fail_closed: Option<String>,
 }
@@ -2000,6 +2013,7 @@ impl IngressListener {
         InboundPort {
             port: self.port,
             proxying: Proxying::of(self.protocol),
+            tls: self.tls.clone(),
         }
     }
 }

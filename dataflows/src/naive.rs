@@ -1054,7 +1054,8 @@ fn with_idle_timeout(s: &ScopeKey, res: Vec<Resource>) -> Vec<Resource> {
 }
 
 /// Whether the proxy's config names its workload certificate: an `ISTIO_MUTUAL` cluster of
-/// its scope (with auto mTLS: any cluster), `virtualInbound` with a port of its own (its mTLS chain), a Sidecar `ingress`,
+/// its scope (with auto mTLS: any cluster), `virtualInbound` with a port of its own (its mTLS
+/// chain; unless Sidecar `ingress` replaces them), a Sidecar `ingress` listener without `tls`,
 /// a router's `ISTIO_MUTUAL` gateway server.
 fn names_workload_certificate(v: &View, index: &EndpointIndex, p: &Proxy, s: &ScopeKey) -> bool {
     let hosts: BTreeSet<&str> = v.view_hosts(s).into_iter().flatten().collect();
@@ -1083,12 +1084,16 @@ fn names_workload_certificate(v: &View, index: &EndpointIndex, p: &Proxy, s: &Sc
     if *proxyless {
         return mtls;
     }
-    let ingress = v.sidecar_spec(s).is_some_and(|sc| !sc.ingress.is_empty());
+    // An `ingress` listener without `tls` has an mTLS chain; `ingress` replaces the proxy's
+    // own ports.
+    let ingress = v.sidecar_spec(s).map(|sc| &sc.ingress);
+    let mtls_ingress = ingress.is_some_and(|i| i.iter().any(|l| l.tls.is_none()));
     let own_port = !*interception_none
+        && ingress.is_none_or(|i| i.is_empty())
         && p.ips
             .iter()
             .any(|ip| index.by_ip.get(ip.as_str()).is_some_and(|e| !e.is_empty()));
-    mtls || ingress || own_port
+    mtls || mtls_ingress || own_port
 }
 
 /// The proxy's own ports; a proxyless client, a router, and a sidecar without capture

@@ -743,6 +743,32 @@ fn random_record(rng: &mut StdRng, extra: &mut StdRng, slot: usize) -> Record {
                         capture_none: extra.random_bool(0.5),
                         protocol: pick(extra, &[Protocol::Http, Protocol::Tcp]),
                         connection_pool: extra.random_bool(0.3).then(|| inbound_pool(3)),
+                        // TLS terminated for clients outside the mesh: the port's one
+                        // chain, and no mTLS chain naming the workload certificate.
+                        tls: extra.random_bool(0.4).then(|| {
+                            let mode = pick(
+                                extra,
+                                &[
+                                    ServerTlsMode::Simple,
+                                    ServerTlsMode::Mutual,
+                                    ServerTlsMode::OptionalMutual,
+                                ],
+                            );
+                            Box::new(ServerTls {
+                                mode,
+                                credential: Some(Credential::Files {
+                                    cert: "/etc/certs/cert.pem".into(),
+                                    key: "/etc/certs/key.pem".into(),
+                                    ca: (mode != ServerTlsMode::Simple)
+                                        .then(|| "/etc/certs/ca.pem".into()),
+                                }),
+                                min_version: None,
+                                max_version: None,
+                                cipher_suites: vec![],
+                                subject_alt_names: vec![],
+                                tcp: false,
+                            })
+                        }),
                         fail_closed: None,
                     }],
                     _ => Vec::new(),

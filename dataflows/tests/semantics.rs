@@ -2265,6 +2265,7 @@ fn sidecar_ingress_replaces_the_proxys_own_inbound_ports() {
             capture_none: false,
             protocol: Protocol::Http,
             connection_pool: None,
+            tls: None,
             fail_closed: None,
         }],
         egress_proxy: None,
@@ -2280,6 +2281,164 @@ fn sidecar_ingress_replaces_the_proxys_own_inbound_ports() {
     assert!(!chains.contains("inbound|9080||"), "{chains}");
     m.retract(vec![sidecar]);
     assert_eq!(inbound(&m), BTreeSet::from(["inbound|9080||".to_string()]));
+}
+
+/// A Sidecar `ingress` listener's `tls` of `mode`, from certificate files.
+fn ingress_tls(mode: ServerTlsMode) -> Option<Box<ServerTls>> {
+    Some(Box::new(ServerTls {
+        mode,
+        credential: Some(Credential::Files {
+            cert: "/etc/certs/cert.pem".into(),
+            key: "/etc/certs/key.pem".into(),
+            ca: (mode != ServerTlsMode::Simple).then(|| "/etc/certs/ca.pem".into()),
+        }),
+        min_version: None,
+        max_version: None,
+        cipher_suites: vec![],
+        subject_alt_names: vec![],
+        tcp: false,
+    }))
+}
+
+/// Sidecar `ingress` listeners with `tls` terminate TLS with their certificate files, as
+/// Istio builds them: a captured port's one chain in `virtualInbound` and a bound port's
+/// (`captureMode: NONE`) in its own listener, on TLS only (no plaintext, no mesh mTLS
+/// chain), to the port's inbound cluster, which keeps its endpoint. With no mTLS chain left
+/// (and `ingress` replacing the pod's own port), the proxy's config names no workload
+/// certificate, so it holds no `default` or `ROOTCA` (auto mTLS off, so no cluster names
+/// them either); a listener without `tls` brings the mTLS chain and both secrets back.
+#[test]
+fn sidecar_ingress_tls_terminates_on_its_port_alone() {
+    let mut m = Mesh {
+        engine: Engine::start(
+            1,
+            MeshConfig {
+                trust_root: Some("ROOT PEM".into()),
+                ..MeshConfig::default()
+            },
+        ),
+        ..Mesh::new()
+    };
+    let pod = sidecar_proxy("reviews-1", "default", "10.1.0.9", &[("app", "reviews")]);
+    m.insert(vec![
+        mesh_settings(|s| s.auto_mtls = false),
+        service("reviews", "default"),
+        endpoint("reviews", "default", "10.1.0.9", true),
+        px(&pod),
+    ]);
+    assert_eq!(
+        m.names(&pod, ResourceType::Secret),
+        set(&["ROOTCA", "default"]),
+        "virtualInbound's mTLS chain of the pod's own port names them"
+    );
+    let listener = |port: u16, protocol: Protocol, capture_none: bool, mode| IngressListener {
+        port,
+        bind: None,
+        endpoint: ("127.0.0.1".into(), port + 10000),
+        capture_none,
+        protocol,
+        connection_pool: None,
+        tls: ingress_tls(mode),
+        fail_closed: None,
+    };
+    let sidecar = |ingress: Vec<IngressListener>| {
+        Record::Sidecar(Sidecar {
+            key: ConfigKey::new(Kind::Sidecar, "default", "reviews"),
+            selector: Some(labels(&[("app", "reviews")])),
+            egress: Vec::new(),
+            registry_only: None,
+            ingress,
+            egress_proxy: None,
+            inbound_connection_pool: None,
+        })
+    };
+    let tls_only = sidecar(vec![
+        listener(8443, Protocol::Http, false, ServerTlsMode::Simple),
+        listener(9443, Protocol::Tcp, true, ServerTlsMode::Mutual),
+    ]);
+    m.insert(vec![tls_only.clone()]);
+    let chains = |l: &envoy_types::pb::envoy::config::listener::v3::Listener| {
+        l.filter_chains
+            .iter()
+            .map(|c| {
+                let m = c.filter_chain_match.clone().unwrap_or_default();
+                (
+                    c.name.clone(),
+                    m.transport_protocol,
+                    c.transport_socket.is_some(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let vin = m.listener_body(&pod, "virtualInbound");
+    assert_eq!(
+        chains(&vin),
+        vec![
+            ("inbound|8443||-ingress-tls".into(), "tls".into(), true),
+            ("virtualInbound-catchall-tcp".into(), String::new(), false),
+        ]
+    );
+    let socket = vin.filter_chains[0]
+        .transport_socket
+        .clone()
+        .expect("a transport socket");
+    let Some(envoy_types::pb::envoy::config::core::v3::transport_socket::ConfigType::TypedConfig(
+        any,
+    )) = socket.config_type
+    else {
+        panic!("{socket:?}")
+    };
+    assert!(any.type_url.ends_with("DownstreamTlsContext"), "{any:?}");
+    let context = String::from_utf8_lossy(&any.value);
+    assert!(context.contains("/etc/certs/cert.pem"), "{context}");
+    let bound = m.listener_body(&pod, "inbound_0.0.0.0_9443");
+    assert_eq!(
+        chains(&bound),
+        vec![("inbound|9443||-ingress-tls".into(), "tls".into(), true)]
+    );
+    assert_eq!(
+        tcp_proxy_cluster(&bound.filter_chains[0]).as_deref(),
+        Some("inbound|9443||")
+    );
+    for (cluster, app) in [("inbound|8443||", "18443"), ("inbound|9443||", "19443")] {
+        let c = m.cluster_body(&pod, cluster);
+        assert!(
+            format!("{:?}", c.load_assignment).contains(app),
+            "{cluster}: {c:?}"
+        );
+    }
+    assert!(m.clusters(&pod).iter().all(|c| c != "inbound|9080||"));
+    assert!(
+        m.names(&pod, ResourceType::Secret).is_empty(),
+        "no chain names the workload certificate"
+    );
+
+    // A listener without `tls`: its plaintext and mTLS chains, which name the workload
+    // certificate again.
+    let mixed = sidecar(vec![
+        IngressListener {
+            tls: None,
+            ..listener(8443, Protocol::Http, false, ServerTlsMode::Simple)
+        },
+        listener(9443, Protocol::Tcp, true, ServerTlsMode::Mutual),
+    ]);
+    m.replace(tls_only, mixed);
+    let names: Vec<String> = chains(&m.listener_body(&pod, "virtualInbound"))
+        .into_iter()
+        .map(|(n, _, _)| n)
+        .collect();
+    assert_eq!(
+        names,
+        vec![
+            "inbound|8443||",
+            "inbound|8443||-mtls",
+            "virtualInbound-catchall-tcp"
+        ]
+    );
+    assert_eq!(
+        m.names(&pod, ResourceType::Secret),
+        set(&["ROOTCA", "default"])
+    );
 }
 
 /// A proxy without capture (`INTERCEPTION_MODE: NONE`) builds its inbound side from Sidecar
@@ -2348,6 +2507,7 @@ fn uncaptured_proxy_has_inbound_clusters_from_sidecar_ingress_only() {
             capture_none: false,
             protocol: Protocol::Http,
             connection_pool: None,
+            tls: None,
             fail_closed: None,
         }],
         ..with_ingress
@@ -3730,6 +3890,7 @@ fn inbound_clusters_take_the_connection_pool_of_their_services_rule() {
         capture_none: false,
         protocol: Protocol::Http,
         connection_pool: Some(sidecar_pool(8)),
+        tls: None,
         fail_closed: None,
     }];
     let sc_ingress = Record::Sidecar(sc);

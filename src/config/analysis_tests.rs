@@ -603,25 +603,157 @@ fn tls_routes_are_read_with_their_sni_hosts_within_the_virtual_service_hosts() {
     assert_eq!(e.field, "spec.tls[0].match[0].sniHosts[0]");
 }
 
-/// A Sidecar ingress listener's `tls` is not terminated: an error names the field, and the
-/// listener's inbound cluster fails closed (no plaintext reaches the application in place
-/// of the TLS Istio would require); the other listener is untouched.
+/// A Sidecar with a plain HTTP ingress listener and a second one, on `protocol`, with `tls`
+/// (a flow mapping's inside).
+fn sidecar_with_ingress_tls(protocol: &str, tls: &str) -> String {
+    format!("apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {{name: s, namespace: ns}}\nspec:\n  ingress:\n  - port: {{number: 9080, protocol: HTTP, name: http}}\n  - port: {{number: 8443, protocol: {protocol}, name: p}}\n    defaultEndpoint: 127.0.0.1:8080\n    tls: {{{tls}}}\n")
+}
+
+fn ingress(p: &Parsed) -> &[dataflows::model::IngressListener] {
+    match &p.records[0] {
+        Record::Sidecar(sc) => &sc.ingress,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A Sidecar ingress listener's `tls` is read as Istio reads it: the mode, the certificate
+/// files, the protocol versions and cipher suites (TLS 1.3 names said and dropped, as for a
+/// Gateway); the port's protocol is what the application receives once the proxy has
+/// terminated TLS (HTTPS is HTTP, TLS is TCP); the other listener is untouched.
 #[test]
-fn sidecar_ingress_tls_fails_closed() {
-    let doc = "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: s, namespace: ns}\nspec:\n  ingress:\n  - port: {number: 9080, protocol: HTTP, name: http}\n  - port: {number: 8443, protocol: HTTPS, name: https}\n    defaultEndpoint: 127.0.0.1:8080\n    tls: {mode: SIMPLE, serverCertificate: /etc/certs/cert.pem, privateKey: /etc/certs/key.pem}\n";
-    let p = parse(doc);
-    let errors = fields(&p, Level::Error);
-    assert!(!errors.is_empty(), "{:?}", p.findings);
-    assert!(
-        errors.iter().all(|f| f.starts_with("spec.ingress[1].tls")),
-        "{errors:?}"
+fn sidecar_ingress_tls_is_read_with_the_protocol_after_termination() {
+    use dataflows::model::{Credential, Protocol, ServerTlsMode};
+    let p = parse(&sidecar_with_ingress_tls(
+        "HTTPS",
+        "mode: SIMPLE, serverCertificate: /etc/certs/cert.pem, privateKey: /etc/certs/key.pem, minProtocolVersion: TLSV1_2, maxProtocolVersion: TLSV1_3, cipherSuites: [ECDHE-RSA-AES256-GCM-SHA384, TLS_AES_128_GCM_SHA256], httpsRedirect: false",
+    ));
+    assert_eq!(
+        fields(&p, Level::Warning),
+        vec!["spec.ingress[1].tls.cipherSuites"]
     );
-    let Record::Sidecar(sc) = &p.records[0] else {
-        panic!("{:?}", p.records)
-    };
-    assert_eq!(sc.ingress[0].fail_closed, None);
-    let why = sc.ingress[1].fail_closed.as_deref().expect("fails closed");
-    assert!(why.contains("spec.ingress[1].tls"), "{why}");
+    assert!(fields(&p, Level::Error).is_empty(), "{:?}", p.findings);
+    let l = ingress(&p);
+    assert_eq!((l[0].tls.as_ref(), l[0].fail_closed.as_ref()), (None, None));
+    assert_eq!(l[1].fail_closed, None);
+    assert_eq!(l[1].protocol, Protocol::Http);
+    let tls = l[1].tls.as_deref().expect("the listener's tls");
+    assert_eq!(tls.mode, ServerTlsMode::Simple);
+    assert_eq!(
+        tls.credential,
+        Some(Credential::Files {
+            cert: "/etc/certs/cert.pem".into(),
+            key: "/etc/certs/key.pem".into(),
+            ca: None
+        })
+    );
+    assert_eq!((tls.min_version, tls.max_version), (Some(3), Some(4)));
+    assert_eq!(tls.cipher_suites, vec!["ECDHE-RSA-AES256-GCM-SHA384"]);
+
+    let p = parse(&sidecar_with_ingress_tls(
+        "TLS",
+        "mode: MUTUAL, serverCertificate: /c, privateKey: /k, caCertificates: /ca",
+    ));
+    let l = &ingress(&p)[1];
+    assert_eq!(l.protocol, Protocol::Tcp);
+    let tls = l.tls.as_deref().expect("the listener's tls");
+    assert_eq!(tls.mode, ServerTlsMode::Mutual);
+    assert!(
+        matches!(&tls.credential, Some(Credential::Files { ca: Some(ca), .. }) if ca == "/ca"),
+        "{tls:?}"
+    );
+    // An HTTP port stays HTTP; OPTIONAL_MUTUAL is read too.
+    let p = parse(&sidecar_with_ingress_tls(
+        "HTTP",
+        "mode: OPTIONAL_MUTUAL, serverCertificate: /c, privateKey: /k, caCertificates: /ca",
+    ));
+    let l = &ingress(&p)[1];
+    assert_eq!(l.protocol, Protocol::Http);
+    assert_eq!(
+        l.tls.as_deref().map(|t| t.mode),
+        Some(ServerTlsMode::OptionalMutual)
+    );
+}
+
+/// What Istio's validation refuses in a Sidecar ingress listener's `tls` rejects the object,
+/// naming the field: `subjectAltNames`, `httpsRedirect`, `credentialName`, the modes
+/// ISTIO_MUTUAL and AUTO_PASSTHROUGH, SIMPLE without its files, MUTUAL without a CA, an
+/// unknown mode or version.
+#[test]
+fn sidecar_ingress_tls_rejected_where_istio_rejects_it() {
+    for (tls, field) in [
+        (
+            "mode: SIMPLE, serverCertificate: /c, privateKey: /k, subjectAltNames: [a.example.com]",
+            "spec.ingress[1].tls.subjectAltNames",
+        ),
+        (
+            "mode: SIMPLE, serverCertificate: /c, privateKey: /k, httpsRedirect: true",
+            "spec.ingress[1].tls.httpsRedirect",
+        ),
+        (
+            "mode: SIMPLE, credentialName: cert",
+            "spec.ingress[1].tls.credentialName",
+        ),
+        ("mode: ISTIO_MUTUAL", "spec.ingress[1].tls.mode"),
+        ("mode: AUTO_PASSTHROUGH", "spec.ingress[1].tls.mode"),
+        ("mode: SIMPLE, serverCertificate: /c", "spec.ingress[1].tls"),
+        (
+            "mode: MUTUAL, serverCertificate: /c, privateKey: /k",
+            "spec.ingress[1].tls.caCertificates",
+        ),
+        ("mode: STRICT", "spec.ingress[1].tls.mode"),
+        (
+            "mode: SIMPLE, serverCertificate: /c, privateKey: /k, maxProtocolVersion: TLSV9",
+            "spec.ingress[1].tls.maxProtocolVersion",
+        ),
+    ] {
+        let doc = sidecar_with_ingress_tls("HTTPS", tls);
+        let e = parse_document(&doc, &MeshConfig::default()).unwrap_err();
+        assert_eq!(e.field, field, "{tls}: {e}");
+    }
+}
+
+/// What meshflow cannot terminate as asked fails closed, an error naming the field: the
+/// listener gets no `tls` and its inbound cluster no endpoints, so nothing reaches the
+/// application in place of the TLS Istio requires there. A field of `tls` meshflow does not
+/// read (`caCrl`, `tlsCertificates`, …); PASSTHROUGH, the default mode (Istio would
+/// terminate with no certificate); a port without a protocol (Istio builds no chain for it).
+#[test]
+fn sidecar_ingress_tls_fails_closed_where_it_cannot_be_honoured() {
+    for (protocol, tls, field) in [
+        (
+            "HTTPS",
+            "mode: MUTUAL, serverCertificate: /c, privateKey: /k, caCertificates: /ca, caCrl: /crl",
+            "spec.ingress[1].tls.caCrl",
+        ),
+        (
+            "HTTPS",
+            "mode: SIMPLE, serverCertificate: /c, privateKey: /k, tlsCertificates: [{serverCertificate: /c2, privateKey: /k2}]",
+            "spec.ingress[1].tls.tlsCertificates",
+        ),
+        (
+            "HTTPS",
+            "mode: MUTUAL, serverCertificate: /c, privateKey: /k, caCertificates: /ca, verifyCertificateSpki: [abc]",
+            "spec.ingress[1].tls.verifyCertificateSpki",
+        ),
+        (
+            "HTTPS",
+            "serverCertificate: /c, privateKey: /k",
+            "spec.ingress[1].tls.mode",
+        ),
+        (
+            "\"\"",
+            "mode: SIMPLE, serverCertificate: /c, privateKey: /k",
+            "spec.ingress[1].tls",
+        ),
+    ] {
+        let p = parse(&sidecar_with_ingress_tls(protocol, tls));
+        assert_eq!(fields(&p, Level::Error), vec![field], "{tls}");
+        let l = ingress(&p);
+        assert_eq!(l[0].fail_closed, None);
+        assert_eq!(l[1].tls, None, "{tls}");
+        let why = l[1].fail_closed.as_deref().expect("fails closed");
+        assert!(why.contains("spec.ingress[1].tls"), "{why}");
+    }
 }
 
 #[test]
@@ -642,6 +774,7 @@ fn sidecar_registry_only_and_ingress_are_read() {
                 capture_none: false,
                 protocol: dataflows::model::Protocol::Http,
                 connection_pool: None,
+                tls: None,
                 fail_closed: None,
             },
             dataflows::model::IngressListener {
@@ -651,6 +784,7 @@ fn sidecar_registry_only_and_ingress_are_read() {
                 capture_none: true,
                 protocol: dataflows::model::Protocol::Tcp,
                 connection_pool: None,
+                tls: None,
                 fail_closed: None,
             }
         ]

@@ -2834,9 +2834,10 @@ fn srv_is_http(protocol: &str) -> bool {
 
 fn sidecar(key: &ConfigKey, value: &Value, findings: &mut Vec<Finding>) -> Result<Vec<Record>> {
     let (s, ignored): (istio::SidecarSpec, _) = spec(value)?;
-    // An ingress listener's `tls` (TLS termination for clients outside the mesh) is not
-    // translated: served in plaintext, the port would take what Istio refuses. Its inbound
-    // cluster has no endpoints instead, so nothing reaches the application through it.
+    // A field of an ingress listener's `tls` that is not read (which certificates to
+    // present or accept) cannot be honoured: terminating without it would take what Istio
+    // refuses. The listener's inbound cluster has no endpoints instead, so nothing reaches
+    // the application through it.
     let mut closed: Vec<usize> = Vec::new();
     report_ignored(&ignored, findings, |p| {
         let i = p.index_under("ingress")?;
@@ -2845,9 +2846,9 @@ fn sidecar(key: &ConfigKey, value: &Value, findings: &mut Vec<Finding>) -> Resul
             Finding::error(
                 p.to_string(),
                 format!(
-                    "TLS termination on a Sidecar ingress listener is not supported by \
-                     meshflow yet; the inbound cluster of spec.ingress[{i}] has no endpoints \
-                     (fails closed), so no plaintext connection reaches the application"
+                    "not supported by meshflow yet on a Sidecar ingress listener; the inbound \
+                     cluster of spec.ingress[{i}] has no endpoints (fails closed), so no \
+                     connection reaches the application"
                 ),
             )
         })
@@ -3042,8 +3043,9 @@ fn egress_proxy(d: &istio::Destination, registry_only: Option<bool>) -> Result<m
 /// A Sidecar's `ingress[]`: ports to a `defaultEndpoint` on the workload, HTTP ones through
 /// a connection manager, any other protocol as TCP. A port whose endpoint is a Unix socket
 /// is left out and said (its traffic keeps reaching the workload as the proxy's own
-/// endpoints have it).
-/// `closed`: the indices of listeners whose inbound cluster fails closed.
+/// endpoints have it). `tls`: see [`ingress_tls`].
+/// `closed`: the indices of listeners whose inbound cluster fails closed (a field of their
+/// `tls` is not read).
 fn sidecar_ingress(
     list: &[istio::IstioIngressListener],
     closed: &[usize],
@@ -3084,9 +3086,33 @@ fn sidecar_ingress(
             }
         };
         // An ingress port naming no protocol is told per connection, as Istio does.
-        let protocol = match p.protocol.as_str() {
+        let mut protocol = match p.protocol.as_str() {
             "" => m::Protocol::Auto,
             named => server_protocol(named),
+        };
+        let mut fail_closed = closed
+            .contains(&i)
+            .then(|| format!("Sidecar {f}.tls names a field meshflow does not support yet"));
+        let tls = match &l.tls {
+            Some(t) => match ingress_tls(t, &f, &p.protocol, findings)? {
+                Ok(_) if fail_closed.is_some() => None,
+                Ok(tls) => {
+                    // What the application receives once the proxy has terminated TLS.
+                    protocol = match protocol {
+                        m::Protocol::Tls if p.protocol.eq_ignore_ascii_case("HTTPS") => {
+                            m::Protocol::Http
+                        }
+                        m::Protocol::Tls => m::Protocol::Tcp,
+                        other => other,
+                    };
+                    Some(Box::new(tls))
+                }
+                Err(why) => {
+                    fail_closed = fail_closed.or(Some(why));
+                    None
+                }
+            },
+            None => None,
         };
         let endpoint = match l.default_endpoint.as_deref() {
             None => ("127.0.0.1".to_string(), port),
@@ -3130,12 +3156,85 @@ fn sidecar_ingress(
             capture_none,
             protocol,
             connection_pool,
-            fail_closed: closed.contains(&i).then(|| {
-                format!("Sidecar {f}.tls (TLS termination) is not supported by meshflow yet")
-            }),
+            tls,
+            fail_closed,
         });
     }
     Ok(out)
+}
+
+/// An `ingress` listener's `tls` at field `f` (its port's `protocol` as written), as Istio
+/// reads it: SIMPLE, MUTUAL or OPTIONAL_MUTUAL with `serverCertificate`, `privateKey` and
+/// (to verify clients) `caCertificates`, the protocol versions and the cipher suites.
+/// Rejected as Istio's validation rejects them: `subjectAltNames`, `httpsRedirect`,
+/// `credentialName` (not supported on sidecars), the modes ISTIO_MUTUAL and AUTO_PASSTHROUGH,
+/// and whatever a Gateway server's `tls` is rejected for ([`server_tls`]). `Ok(Err(why))`:
+/// what meshflow cannot terminate as asked (an error names the field; the listener fails
+/// closed): PASSTHROUGH (terminating, Istio would present no certificate) and a port whose
+/// protocol is told per connection (Istio builds no chain for it once TLS is terminated).
+fn ingress_tls(
+    t: &istio::ServerTlsSettings,
+    f: &str,
+    port_protocol: &str,
+    findings: &mut Vec<Finding>,
+) -> Result<std::result::Result<m::ServerTls, String>> {
+    let refuse = |field: &str, why: &str| Err(Invalid::field(format!("{f}.tls.{field}"), why));
+    if !t.subject_alt_names.is_empty() {
+        return refuse(
+            "subjectAltNames",
+            "not supported in a Sidecar ingress listener's tls (Istio refuses it)",
+        );
+    }
+    if t.https_redirect {
+        return refuse(
+            "httpsRedirect",
+            "not supported in a Sidecar ingress listener's tls (Istio refuses it)",
+        );
+    }
+    if t.credential_name.as_ref().is_some_and(|n| !n.is_empty()) {
+        return refuse(
+            "credentialName",
+            "not supported in a Sidecar ingress listener's tls (Istio refuses it): name \
+             serverCertificate and privateKey files",
+        );
+    }
+    let mode = t.mode.as_deref().unwrap_or("").to_ascii_uppercase();
+    if matches!(mode.as_str(), "ISTIO_MUTUAL" | "AUTO_PASSTHROUGH") {
+        return refuse(
+            "mode",
+            &format!("{mode} cannot be a Sidecar ingress listener's mode (Istio refuses it)"),
+        );
+    }
+    let Some(tls) = server_tls(t, f, findings)? else {
+        return Ok(Err(format!("Sidecar {f}.tls cannot be terminated")));
+    };
+    let mut fail = |field: String, why: String| {
+        findings.push(Finding::error(
+            field.clone(),
+            format!(
+                "{why}; the inbound cluster of {f} has no endpoints (fails closed), so no \
+                 connection reaches the application"
+            ),
+        ));
+        Ok(Err(format!("Sidecar {field}: {why}")))
+    };
+    if tls.mode == m::ServerTlsMode::Passthrough {
+        return fail(
+            format!("{f}.tls.mode"),
+            "PASSTHROUGH (the default mode) terminates nothing on a Sidecar ingress listener: \
+             set SIMPLE, MUTUAL or OPTIONAL_MUTUAL"
+                .into(),
+        );
+    }
+    if port_protocol.is_empty() {
+        return fail(
+            format!("{f}.tls"),
+            "a port without a protocol cannot be told HTTP or TCP once TLS is terminated \
+             (Istio builds no chain for it): set the port's protocol"
+                .into(),
+        );
+    }
+    Ok(Ok(tls))
 }
 
 fn service_entry(

@@ -449,9 +449,11 @@ pub struct Server {
     pub tls: Option<ServerTlsSettings>,
 }
 
-/// A server's `tls`. `verifyCertificateSpki`, `verifyCertificateHash`, `caCrl`,
-/// `credentialNames` and `tlsCertificates` are left untyped: each restricts or changes which
-/// certificate is used, so a server naming one is not generated (fails closed).
+/// A server's `tls` (a Gateway server's, or a Sidecar `ingress` listener's).
+/// `verifyCertificateSpki`, `verifyCertificateHash`, `caCrl`, `credentialNames`,
+/// `tlsCertificates` and `caCertCredentialName` are left untyped: each restricts or changes
+/// which certificate is used, so a server naming one is not generated, and an `ingress`
+/// listener naming one fails closed.
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct ServerTlsSettings {
@@ -524,6 +526,7 @@ pub struct IstioIngressListener {
     pub capture_mode: Option<String>,
     pub default_endpoint: Option<String>,
     pub connection_pool: Option<ConnectionPool>,
+    pub tls: Option<ServerTlsSettings>,
 }
 
 #[derive(Debug, Default, Deserialize)]

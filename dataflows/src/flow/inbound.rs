@@ -157,13 +157,20 @@ pub(super) fn per_proxy<'s>(
         .filter(|(_, p)| !p.interception_none)
         .map(|(id, _)| id);
     // Who names its workload certificate: an `ISTIO_MUTUAL` cluster, `virtualInbound`'s
-    // mTLS chain of a port, or a Sidecar `ingress`.
+    // mTLS chain of a port of its own (unless `ingress` replaces them), or a Sidecar
+    // `ingress` listener without `tls` (one with `tls` has no mTLS chain).
+    let mtls_ingress = proxy_sidecar
+        .clone()
+        .filter(|(_, sc)| sc.ingress.iter().any(|l| l.tls.is_none()))
+        .map(|(id, _)| id)
+        .distinct();
     let referencing = inbound_ports
         .clone()
         .map(|(id, _)| (id, ()))
         .semijoin(captured_ids)
+        .antijoin(with_ingress.clone())
         .map(|(id, ())| id)
-        .concat(with_ingress.clone())
+        .concat(mtls_ingress)
         .concat(mtls)
         .distinct();
     // A proxy's identity (namespace, service account) and the mesh's trust domain and root.
@@ -314,7 +321,7 @@ pub(super) fn per_proxy<'s>(
                 _ => None,
             });
             let ingress = vals.iter().filter_map(|(r, _)| match r {
-                InboundRow::Ingress(p, via) => Some((*p, *via)),
+                InboundRow::Ingress(p, via) => Some((p.clone(), *via)),
                 _ => None,
             });
             let idle = vals.iter().find_map(|(r, _)| match r {

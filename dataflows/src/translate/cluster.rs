@@ -1597,8 +1597,9 @@ mod tests {
         assert!(!passes_protocol_on(&inbound(&spec(Protocol::Http), 1000)));
     }
 
-    /// An inbound cluster that fails closed (a Sidecar ingress `tls` not terminated) has an
-    /// assignment of no endpoints, and says why in its metadata; otherwise the application's.
+    /// An inbound cluster that fails closed (a Sidecar ingress `tls` meshflow cannot honour)
+    /// has an assignment of no endpoints, and says why in its metadata; otherwise the
+    /// application's.
     #[test]
     fn an_inbound_cluster_failing_closed_has_no_endpoints() {
         let spec = |fail_closed: Option<&str>| InboundClusterSpec {

@@ -284,7 +284,14 @@ fn port_chain(name: String, port: u16, transport: &str, alpn: &[&str]) -> Filter
 /// chains: HTTP over mTLS (`istio-http/*`), plaintext HTTP (as the HTTP inspector reports
 /// it), other mTLS (`istio`, `istio-peer-exchange`), other plaintext, and TLS the
 /// application itself speaks (no Istio ALPN), passed through as bytes.
-fn inbound_chains(port: InboundPort) -> Vec<FilterChain> {
+///
+/// A Sidecar `ingress` port with `tls` has one chain instead, as Istio builds it: TLS (any
+/// ALPN) terminated with the listener's certificate, offering `h2` and `http/1.1`, the
+/// client certificate verified as the mode says, then the connection manager (passing a
+/// client certificate's details in `x-forwarded-client-cert`) or `tcp_proxy`; the application
+/// receives plaintext. Plaintext, and the mesh's mTLS, find no chain there: Istio honours
+/// `tls` only where the port's mTLS is disabled, so the two never share the port.
+fn inbound_chains(port: &InboundPort) -> Vec<FilterChain> {
     let cluster = inbound_cluster_name(port.port);
     let p = port.port;
     let http = |mut c: FilterChain, mtls: bool| {
@@ -294,6 +301,17 @@ fn inbound_chains(port: InboundPort) -> Vec<FilterChain> {
         c.filters = vec![hcm_filter(inbound_hcm(p, &cluster, mtls))];
         c
     };
+    if let Some(tls) = &port.tls {
+        let mut chain = port_chain(format!("{cluster}-ingress-tls"), p, "tls", &[]);
+        chain.transport_socket = Some(super::secret::downstream_tls(tls, true));
+        // The port's protocol after termination; one told per connection is not generated
+        // with `tls` (the conversion fails it closed), and would go on as TCP here.
+        chain.filters = vec![match port.proxying {
+            Proxying::Http => hcm_filter(inbound_hcm(p, &cluster, true)),
+            Proxying::Tcp | Proxying::Detected => tcp_to(&cluster, &cluster),
+        }];
+        return vec![chain];
+    }
     let tcp = |mut c: FilterChain, mtls: bool| {
         if mtls {
             c.transport_socket = Some(super::secret::inbound_mtls());
@@ -338,8 +356,10 @@ fn inbound_chains(port: InboundPort) -> Vec<FilterChain> {
     }
 }
 
-/// The connection manager of an HTTP inbound chain: every request to `cluster`.
-fn inbound_hcm(port: u16, cluster: &str, mtls: bool) -> HttpConnectionManager {
+/// The connection manager of an HTTP inbound chain: every request to `cluster`. `tls`: the
+/// chain terminates TLS (the mesh's, or an `ingress` listener's), so a client certificate's
+/// details reach the application in `x-forwarded-client-cert`, as Istio passes them.
+fn inbound_hcm(port: u16, cluster: &str, tls: bool) -> HttpConnectionManager {
     use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::{
         ForwardClientCertDetails, SetCurrentClientCertDetails,
     };
@@ -369,7 +389,7 @@ fn inbound_hcm(port: u16, cluster: &str, mtls: bool) -> HttpConnectionManager {
         })),
         ..base_hcm(cluster)
     };
-    if mtls {
+    if tls {
         hcm.forward_client_cert_details = ForwardClientCertDetails::AppendForward as i32;
         hcm.set_current_client_cert_details = Some(SetCurrentClientCertDetails {
             uri: true,
@@ -396,7 +416,7 @@ pub fn ingress_listener(addr: &str, port: InboundPort, detection_ms: Option<u64>
         },
         continue_on_listener_filters_timeout: true,
         listener_filters_timeout: detection_ms.map(duration_ms),
-        filter_chains: inbound_chains(port),
+        filter_chains: inbound_chains(&port),
         traffic_direction: TrafficDirection::Inbound as i32,
         ..Default::default()
     };
@@ -438,7 +458,7 @@ pub fn virtual_outbound(catchall: &str) -> Resource {
 /// `detection_ms`: the mesh's `protocolDetectionTimeout`, how long the inspectors wait for
 /// a client's first bytes (`0`: for ever; `None`: Envoy's 15 s) before going on.
 pub fn virtual_inbound(ports: &[InboundPort], detection_ms: Option<u64>) -> Resource {
-    let mut chains: Vec<FilterChain> = ports.iter().flat_map(|&p| inbound_chains(p)).collect();
+    let mut chains: Vec<FilterChain> = ports.iter().flat_map(inbound_chains).collect();
     let detected: Vec<u16> = ports
         .iter()
         .filter(|p| p.proxying == Proxying::Detected)
@@ -555,10 +575,12 @@ mod tests {
             InboundPort {
                 port: 9080,
                 proxying: Proxying::Http,
+                tls: None,
             },
             InboundPort {
                 port: 27017,
                 proxying: Proxying::Tcp,
+                tls: None,
             },
         ];
         let hcm = "envoy.filters.network.http_connection_manager".to_string();
@@ -586,10 +608,12 @@ mod tests {
             InboundPort {
                 port: 9080,
                 proxying: Proxying::Http,
+                tls: None,
             },
             InboundPort {
                 port: 7000,
                 proxying: Proxying::Detected,
+                tls: None,
             },
         ];
         let r = virtual_inbound(&ports, Some(500));
@@ -668,6 +692,165 @@ mod tests {
         assert_eq!(plain.listener_filters_timeout, None);
     }
 
+    /// A Sidecar `ingress` port's `tls` of `mode` with certificate files (a CA for the
+    /// modes that verify clients).
+    fn ingress_tls(mode: crate::model::ServerTlsMode) -> Option<Box<crate::model::ServerTls>> {
+        use crate::model::{Credential, ServerTls, ServerTlsMode};
+        Some(Box::new(ServerTls {
+            mode,
+            credential: Some(Credential::Files {
+                cert: "/etc/certs/cert.pem".into(),
+                key: "/etc/certs/key.pem".into(),
+                ca: (mode != ServerTlsMode::Simple).then(|| "/etc/certs/ca.pem".into()),
+            }),
+            min_version: Some(3),
+            max_version: None,
+            cipher_suites: vec!["ECDHE-RSA-AES256-GCM-SHA384".into()],
+            subject_alt_names: vec![],
+            tcp: false,
+        }))
+    }
+
+    /// The downstream TLS context of chain `c`.
+    fn downstream_of(
+        c: &FilterChain,
+    ) -> envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::DownstreamTlsContext {
+        use envoy_types::pb::envoy::config::core::v3::transport_socket::ConfigType;
+        let Some(ConfigType::TypedConfig(any)) = c
+            .transport_socket
+            .as_ref()
+            .and_then(|t| t.config_type.clone())
+        else {
+            panic!("no transport socket on {}", c.name);
+        };
+        prost::Message::decode(&any.value[..]).expect("a DownstreamTlsContext")
+    }
+
+    /// An `ingress` port with `tls` has one chain, on TLS of any ALPN, terminated with the
+    /// listener's certificate files (offering h2 and http/1.1, its versions and suites, a
+    /// client certificate required by MUTUAL and verified against its CA), to the port's
+    /// inbound cluster: the connection manager for HTTP, passing a client certificate's
+    /// details on; `tcp_proxy` for TCP. No plaintext or mTLS chain for that port; the other
+    /// ports keep theirs.
+    #[test]
+    fn ingress_tls_ports_have_one_terminating_chain() {
+        use crate::model::ServerTlsMode;
+        use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::ForwardClientCertDetails;
+        use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::common_tls_context::ValidationContextType;
+        let ports = [
+            InboundPort {
+                port: 8443,
+                proxying: Proxying::Http,
+                tls: ingress_tls(ServerTlsMode::Simple),
+            },
+            InboundPort {
+                port: 9080,
+                proxying: Proxying::Http,
+                tls: None,
+            },
+            InboundPort {
+                port: 9443,
+                proxying: Proxying::Tcp,
+                tls: ingress_tls(ServerTlsMode::Mutual),
+            },
+        ];
+        let r = virtual_inbound(&ports, None);
+        let hcm = "envoy.filters.network.http_connection_manager".to_string();
+        let tcp = "envoy.filters.network.tcp_proxy".to_string();
+        assert_eq!(
+            filters_of(&r),
+            vec![
+                ("inbound|8443||-ingress-tls".into(), vec![hcm.clone()]),
+                ("inbound|9080||".into(), vec![hcm.clone()]),
+                ("inbound|9080||-mtls".into(), vec![hcm]),
+                ("inbound|9443||-ingress-tls".into(), vec![tcp.clone()]),
+                ("virtualInbound-catchall-tcp".into(), vec![tcp]),
+            ]
+        );
+        let l = Listener::decode(&r.body.0[..]).expect("a listener");
+        let chain = |name: &str| {
+            l.filter_chains
+                .iter()
+                .find(|c| c.name == name)
+                .unwrap_or_else(|| panic!("{name}"))
+        };
+        let simple = chain("inbound|8443||-ingress-tls");
+        let m = simple.filter_chain_match.as_ref().expect("a match");
+        assert_eq!(m.destination_port, Some(UInt32Value { value: 8443 }));
+        assert_eq!(m.transport_protocol, "tls");
+        assert!(m.application_protocols.is_empty(), "{m:?}");
+        let ctx = downstream_of(simple);
+        assert_eq!(ctx.require_client_certificate, None);
+        let common = ctx.common_tls_context.expect("a common context");
+        assert_eq!(common.alpn_protocols, vec!["h2", "http/1.1"]);
+        let files = format!("{:?}", common.tls_certificates);
+        assert!(
+            files.contains("/etc/certs/cert.pem") && files.contains("/etc/certs/key.pem"),
+            "{files}"
+        );
+        assert!(common.validation_context_type.is_none());
+        let params = common.tls_params.expect("TLS parameters");
+        assert_eq!(params.tls_minimum_protocol_version, 3);
+        assert_eq!(params.cipher_suites, vec!["ECDHE-RSA-AES256-GCM-SHA384"]);
+        let Some(filter::ConfigType::TypedConfig(any)) = &simple.filters[0].config_type else {
+            panic!("no connection manager config");
+        };
+        let manager = HttpConnectionManager::decode(&any.value[..]).expect("a connection manager");
+        assert_eq!(
+            manager.forward_client_cert_details,
+            ForwardClientCertDetails::AppendForward as i32
+        );
+        assert!(format!("{:?}", manager.route_specifier).contains("inbound|8443||"));
+
+        let mutual = downstream_of(chain("inbound|9443||-ingress-tls"));
+        assert_eq!(
+            mutual.require_client_certificate,
+            Some(BoolValue { value: true })
+        );
+        let Some(ValidationContextType::ValidationContext(v)) = mutual
+            .common_tls_context
+            .expect("a common context")
+            .validation_context_type
+        else {
+            panic!("no validation context");
+        };
+        assert!(format!("{:?}", v.trusted_ca).contains("/etc/certs/ca.pem"));
+
+        // OPTIONAL_MUTUAL verifies a certificate presented without requiring one.
+        let optional = InboundPort {
+            port: 8443,
+            proxying: Proxying::Http,
+            tls: ingress_tls(ServerTlsMode::OptionalMutual),
+        };
+        let r = virtual_inbound(std::slice::from_ref(&optional), None);
+        let l = Listener::decode(&r.body.0[..]).expect("a listener");
+        let ctx = downstream_of(&l.filter_chains[0]);
+        assert_eq!(ctx.require_client_certificate, None);
+        assert!(ctx
+            .common_tls_context
+            .is_some_and(|c| c.validation_context_type.is_some()));
+
+        // The listener a proxy binds for the port: the same one chain, behind the TLS
+        // inspector that tells TLS from plaintext.
+        let bound = ingress_listener("10.0.0.1", optional, Some(100));
+        let bl = Listener::decode(&bound.body.0[..]).expect("a listener");
+        assert_eq!(bl.name, "inbound_10.0.0.1_8443");
+        assert_eq!(
+            filters_of(&bound),
+            vec![(
+                "inbound|8443||-ingress-tls".into(),
+                vec!["envoy.filters.network.http_connection_manager".to_string()]
+            )]
+        );
+        assert_eq!(
+            bl.listener_filters
+                .iter()
+                .map(|f| f.name.as_str())
+                .collect::<Vec<_>>(),
+            vec!["envoy.filters.listener.tls_inspector"]
+        );
+    }
+
     #[test]
     fn merged_ports_are_tcp_when_any_service_reaches_them_as_tcp() {
         let merged = InboundPort::merged([
@@ -690,6 +873,7 @@ mod tests {
                     InboundPort {
                         port: 9080,
                         proxying: Proxying::Tcp,
+                        tls: None,
                     },
                     false,
                 ),
@@ -697,6 +881,7 @@ mod tests {
                     InboundPort {
                         port: 7000,
                         proxying: Proxying::Http,
+                        tls: None,
                     },
                     false,
                 ),
@@ -704,6 +889,7 @@ mod tests {
                     InboundPort {
                         port: 7001,
                         proxying: Proxying::Tcp,
+                        tls: None,
                     },
                     true,
                 ),
@@ -720,7 +906,8 @@ mod tests {
             of,
             vec![InboundPort {
                 port: 9080,
-                proxying: Proxying::Http
+                proxying: Proxying::Http,
+                tls: None,
             }]
         );
     }
@@ -762,10 +949,12 @@ mod tests {
             InboundPort {
                 port: 9080,
                 proxying: Proxying::Http,
+                tls: None,
             },
             InboundPort {
                 port: 27017,
                 proxying: Proxying::Tcp,
+                tls: None,
             },
         ];
         let vin = virtual_inbound(&ports, None);
