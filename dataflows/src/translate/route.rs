@@ -1001,7 +1001,8 @@ pub fn gateway_route_config(
         .map(|(domain, vss)| VirtualHost {
             name: format!("{domain}:{port}"),
             // Exact hosts match on any port (behind a load balancer the port differs);
-            // wildcard hosts as themselves and with the listener port, as Istio does.
+            // wildcard hosts as themselves and with the server's port, as Istio writes
+            // them; the port of a `Host` is ignored anyway (below).
             domains: if domain == "*" {
                 vec!["*".into()]
             } else if domain.starts_with('*') {
@@ -1025,6 +1026,10 @@ pub fn gateway_route_config(
         name: name.to_string(),
         virtual_hosts,
         validate_clusters: Some(BoolValue { value: false }),
+        // As Istio's gateway route configurations: a `Host` naming the port the gateway
+        // listens on (a port-forward to the pod, not the load balancer's port) still
+        // matches its host, wildcards included.
+        ignore_port_in_host_matching: true,
         ..Default::default()
     };
     Resource::new(ResourceType::Route, rc.name.clone(), rc.encode_to_vec())
