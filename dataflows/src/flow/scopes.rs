@@ -14,6 +14,7 @@ use crate::rules;
 /// selectors of VirtualServices they match, and by their node metadata `IDLE_TIMEOUT`
 /// (which their listeners carry); routers also by where their servers listen (the target
 /// ports of their own Services).
+#[allow(clippy::too_many_arguments)] // each input a proxy's scope depends on
 pub(super) fn of_proxies<'s>(
     mesh: &Mesh<'s>,
     proxies: &Coll<'s, (ProxyId, Proxy)>,
