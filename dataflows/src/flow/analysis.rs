@@ -227,8 +227,9 @@ pub(super) fn undefined_hosts<'s>(
 }
 
 /// A destination whose port its host does not have, or that names no port where its host
-/// has several (Istio's IST0112): Istio then routes to the port the request arrived on
-/// (`route::resolve_port`), a cluster that exists only if the host has that port too.
+/// has several (Istio's IST0112): Istio then routes to the port the request arrived on (on
+/// sidecars even where the host has one port only: `route::destination_at`), a cluster that
+/// exists only if the host has that port too.
 pub(super) fn undefined_ports<'s>(
     vss: &Coll<'s, (ConfigKey, VirtualService)>,
     services: &Coll<'s, (Hostname, Service)>,
