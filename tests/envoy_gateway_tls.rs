@@ -10,15 +10,13 @@ mod support;
 
 use std::net::SocketAddr;
 
-use support::pki::{ca, leaf, Ca};
+use support::pki::{ca, der_of, leaf, Ca};
 use support::tls_backend::TlsBackend;
 use support::tls_client::{tls_get_trusting, Trust};
 use support::{
     debug_json, free_port, http_request, meshflow_cli, require_envoy, wait_until, write_config,
     Backend, Envoy, Meshflow, ProxyNode, TestDir, XdsMode, CONVERGE_TIMEOUT, STARTUP_TIMEOUT,
 };
-use tokio_rustls::rustls::pki_types::pem::PemObject;
-use tokio_rustls::rustls::pki_types::CertificateDer;
 
 /// `127.0.<net>.<host>`: each run's backends on loopback addresses of their own.
 fn loopback(net: u8, host: u8) -> String {
@@ -46,14 +44,6 @@ fn tls_get(
         return Err("no peer certificate".into());
     }
     Ok(Answer { peer, response })
-}
-
-fn der_of(pem: &str) -> Vec<u8> {
-    CertificateDer::pem_slice_iter(pem.as_bytes())
-        .next()
-        .expect("a certificate")
-        .expect("PEM")
-        .to_vec()
 }
 
 /// A `kubernetes.io/tls` Secret (base64 `data`, as `kubectl create secret tls` writes it),

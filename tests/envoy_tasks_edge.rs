@@ -31,7 +31,7 @@ mod support;
 use std::fs::File;
 use std::net::{SocketAddr, TcpListener};
 
-use support::pki::{ca, leaf};
+use support::pki::{ca, der_of, leaf};
 use support::tasks::write_ingress_gateway_service;
 use support::tls_backend::TlsBackend;
 use support::tls_client::{tls_get_path, tls_get_trusting, Trust};
@@ -39,8 +39,6 @@ use support::{
     converge, free_port, http_request, require_envoy, write_config, Backend, Envoy, Meshflow,
     ProxyNode, TestDir, CONVERGE_TIMEOUT,
 };
-use tokio_rustls::rustls::pki_types::pem::PemObject;
-use tokio_rustls::rustls::pki_types::CertificateDer;
 
 const TASKS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tasks");
 
@@ -114,14 +112,6 @@ fn secret_entry(task: &str, name: &str, key: &str) -> String {
         .find(|d| d["kind"] == "Secret" && d["metadata"]["name"] == name)
         .and_then(|d| d["stringData"][key].as_str().map(str::to_string))
         .unwrap_or_else(|| panic!("{task}: no {key} in Secret {name}"))
-}
-
-fn der_of(pem: &str) -> Vec<u8> {
-    CertificateDer::pem_slice_iter(pem.as_bytes())
-        .next()
-        .expect("a certificate")
-        .expect("PEM")
-        .to_vec()
 }
 
 /// The registry of the ingress tasks at test time: the gateway's pod at the router's address,

@@ -196,7 +196,9 @@ impl<'a> View<'a> {
             let Some(svc) = self.services.get(h.as_str()) else {
                 continue;
             };
-            for w in &self.workloads {
+            // A selected endpoint is at its workload's IP: workloads elsewhere are skipped
+            // before their labels are matched.
+            for w in self.workloads.iter().filter(|w| at(&w.ip)) {
                 if w.origin.namespace != sel.origin.namespace
                     || !rules::labels_match(&sel.labels, &w.labels)
                 {
@@ -204,11 +206,7 @@ impl<'a> View<'a> {
                 }
                 for p in &sel.ports {
                     if let Some(port) = svc.ports.iter().find(|sp| sp.name == p.name) {
-                        let ep = Endpoint::selected(sel, p, w);
-                        if !at(&ep.ip) {
-                            continue;
-                        }
-                        out.push((((*h).clone(), port.port), ep));
+                        out.push((((*h).clone(), port.port), Endpoint::selected(sel, p, w)));
                     }
                 }
             }

@@ -44,3 +44,13 @@ pub fn leaf(ca: &Ca, dns: &[&str], uri: Option<&str>) -> (String, String) {
         key.serialize_pem(),
     )
 }
+
+/// The DER of the first certificate in `pem`: what a TLS client is handed, to compare with.
+pub fn der_of(pem: &str) -> Vec<u8> {
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    tokio_rustls::rustls::pki_types::CertificateDer::pem_slice_iter(pem.as_bytes())
+        .next()
+        .expect("a certificate")
+        .expect("PEM")
+        .to_vec()
+}
