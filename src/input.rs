@@ -31,8 +31,8 @@ pub enum Input {
     },
     ProxyUp(Proxy),
     ProxyDown(Proxy),
-    /// A proxy rejected a push; the runtime may set back the objects behind it
-    /// (`runtime::rollback`).
+    /// A proxy rejected a push; the runtime names the objects whose change it rejected
+    /// (`runtime::rejections`), and changes nothing.
     Rejected(Rejection),
 }
 
@@ -40,8 +40,11 @@ pub enum Input {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rejection {
     pub proxy: ProxyId,
+    /// The proxy's namespace, as its stream authenticated it (as claimed where the server
+    /// authenticates no one): who may write on which object's status.
+    pub namespace: String,
     pub rtype: ResourceType,
-    /// The resources of the push that no proxy has accepted in that version (and that
+    /// The resources of the push in a version this proxy had not accepted (and that
     /// Envoy's message names, when it names any).
     pub resources: Vec<String>,
     /// Envoy's message.
@@ -54,8 +57,8 @@ pub struct Rejection {
     pub rejected_epoch: u64,
 }
 
-/// An object set back because proxies rejected a resource built from it (NACK), while it
-/// is: for its status (`serve --kube --write-status`).
+/// An object whose change proxies rejected (NACK), until it changes again: for its status
+/// (`serve --kube --write-status`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProxyRejection {
     /// The proxies that rejected it.
@@ -63,11 +66,11 @@ pub struct ProxyRejection {
     /// The first rejection's resource type and resources (`RDS 80`), and Envoy's message.
     pub resources: String,
     pub message: String,
-    /// When it was set back.
+    /// When it was first rejected.
     pub since: SystemTime,
 }
 
-/// The objects set back by rejections now, published by the runtime (a `watch` channel:
+/// The objects proxies reject now, published by the runtime (a `watch` channel:
 /// readers see the latest state).
 pub type ProxyRejections = std::collections::BTreeMap<ConfigKey, ProxyRejection>;
 

@@ -190,13 +190,6 @@ enum Command {
         /// after the holder stops.
         #[arg(long, requires = "write_status", default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=3600))]
         lease_duration_s: u64,
-        /// Do not set back the objects behind a resource a proxy rejects (NACK). By default
-        /// the objects that changed the resource since the proxy last accepted it return to
-        /// their previous version (reported as errors), so one bad object does not hold back
-        /// the valid edits of every object sharing its resource. Any connected proxy can
-        /// NACK: where proxies are not trusted (no mTLS), consider turning this off.
-        #[arg(long)]
-        no_nack_rollback: bool,
         /// Serve route configurations over VHDS on Delta streams: each route configuration
         /// goes without its virtual hosts and points at the ADS stream for them; the
         /// virtual hosts follow as `envoy.config.route.v3.VirtualHost` resources named
@@ -285,9 +278,25 @@ enum Command {
         /// The private key (PKCS#8 PEM) of `--ca-cert`'s first certificate.
         #[arg(long, requires = "ca_cert", value_name = "FILE")]
         ca_key: Option<PathBuf>,
-        /// Require `authorization: Bearer TOKEN` matching this file's content.
-        #[arg(long)]
+        /// Require `authorization: Bearer TOKEN` matching this file's content. It admits a
+        /// client; it proves no workload identity (no key material is served on it).
+        #[arg(long, conflicts_with = "token_review")]
         token_file: Option<PathBuf>,
+        /// Authenticate each xDS stream by the Kubernetes service-account token it sends
+        /// (`authorization: Bearer TOKEN`, as Istio's agent sends it), checked with the
+        /// TokenReview API of the `--kube` cluster: the stream is then that namespace and
+        /// service account, and a node claiming otherwise is refused.
+        #[arg(long, requires = "kube")]
+        token_review: bool,
+        /// The audiences a reviewed token must be issued for.
+        #[arg(long, requires = "token_review", value_delimiter = ',', default_value = "istio-ca")]
+        token_audience: Vec<String>,
+        /// Send certificates, private keys and `kubernetes://` Secrets to streams that
+        /// proved no workload identity (neither --tls-client-ca nor --token-review): any
+        /// client may then claim any identity and be given its key. For the demo and
+        /// single-user test setups only.
+        #[arg(long)]
+        insecure_serve_keys: bool,
         /// Serve plaintext xDS on a non-loopback address.
         #[arg(long)]
         plaintext: bool,
@@ -462,7 +471,6 @@ fn main() -> ExitCode {
             write_status,
             lease,
             lease_duration_s,
-            no_nack_rollback,
             vhds,
             xds_addr,
             debug_addr,
@@ -486,6 +494,9 @@ fn main() -> ExitCode {
             ca_cert,
             ca_key,
             token_file,
+            token_review,
+            token_audience,
+            insecure_serve_keys,
             plaintext,
             history_bytes,
             history_age,
@@ -517,7 +528,6 @@ fn main() -> ExitCode {
                     o
                 }),
                 state_file,
-                nack_rollback: !no_nack_rollback,
                 vhds,
                 xds_addr,
                 debug_addr,
@@ -548,7 +558,10 @@ fn main() -> ExitCode {
                     require_spiffe: tls_client_ca.is_some(),
                     trust_domain,
                     token_file,
+                    token_review: None,
+                    insecure_serve_keys,
                 },
+                token_review_audiences: token_review.then_some(token_audience),
                 tls: match (tls_cert, tls_key) {
                     (Some(cert), Some(key)) => Some(meshflow::xds::tls::TlsFiles {
                         cert,

@@ -35,8 +35,6 @@ pub struct ServeOptions {
     /// Where the last valid versions of objects whose files turned invalid survive a
     /// restart (none: a restart forgets them, and the objects are out until fixed).
     pub state_file: Option<PathBuf>,
-    /// A NACK sets back the objects behind the rejected resources (`runtime::rollback`).
-    pub nack_rollback: bool,
     /// Delta streams serve route configurations over VHDS: without their virtual hosts,
     /// which follow as resources of their own ([`crate::hub::vhds`]). SotW streams keep
     /// them inline.
@@ -52,6 +50,9 @@ pub struct ServeOptions {
     /// TLS (and mTLS with a client CA) for the xDS port.
     pub tls: Option<TlsFiles>,
     pub auth: AuthConfig,
+    /// Review each stream's service-account token with the cluster of `kube`, for these
+    /// audiences (`--token-review`): per-workload identity without mTLS.
+    pub token_review_audiences: Option<Vec<String>>,
     /// Allow plaintext xDS on a non-loopback address.
     pub plaintext: bool,
     /// Bounds of the per-proxy debug history.
@@ -109,6 +110,28 @@ pub async fn serve(opts: ServeOptions) -> Result<(), String> {
         );
     }
     let acceptor = opts.tls.as_ref().map(tls::acceptor).transpose()?;
+    let mut opts = opts;
+    if let Some(audiences) = opts.token_review_audiences.take() {
+        let Some(kube) = &opts.kube else {
+            return Err("--token-review checks tokens with the cluster of --kube: give --kube".into());
+        };
+        let client = crate::sources::kube::client(kube).await?;
+        opts.auth.token_review = Some(crate::xds::token_review::TokenReviewer::new(client, audiences));
+    }
+    match (opts.auth.require_spiffe || opts.auth.token_review.is_some(), opts.auth.insecure_serve_keys) {
+        (true, _) => tracing::info!(
+            "xDS streams prove their workload identity ({}); each is issued only its own",
+            if opts.auth.require_spiffe { "client certificates" } else { "service-account tokens, TokenReview" }
+        ),
+        (false, true) => tracing::warn!(
+            "--insecure-serve-keys: streams prove no workload identity, yet are sent \
+             certificates, keys and kubernetes:// Secrets for whatever identity they claim"
+        ),
+        (false, false) => tracing::info!(
+            "xDS streams prove no workload identity (no --tls-client-ca, no --token-review): \
+             they are served their config without certificates, keys or kubernetes:// Secrets"
+        ),
+    }
     let ca = match &opts.ca {
         Some((cert, key)) => {
             let ca = WorkloadCa::load(cert, key)?;
@@ -124,7 +147,6 @@ pub async fn serve(opts: ServeOptions) -> Result<(), String> {
             ca
         }
     };
-    let mut opts = opts;
     // The root is public: it enters the dataflow as SDS `ROOTCA`.
     opts.mesh.trust_root = Some(ca.root_pem().to_string());
     let (inputs_tx, inputs_rx) = std::sync::mpsc::channel::<Input>();
@@ -133,7 +155,6 @@ pub async fn serve(opts: ServeOptions) -> Result<(), String> {
         HubOptions {
             history: opts.history,
             engine: opts.engine,
-            nack_rollback: opts.nack_rollback,
         },
     );
     let _ = hub.workload_ca.set(std::sync::Arc::new(ca));

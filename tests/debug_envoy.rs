@@ -117,7 +117,6 @@ fn scenario(envoy_binary: &Path, mode: XdsMode, net: u8) {
             &debug_s,
             "--max-regex-program-size",
             "100000",
-            "--no-nack-rollback",
         ],
     );
     let node = ProxyNode::sidecar(

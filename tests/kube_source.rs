@@ -1423,7 +1423,7 @@ fn envoy_routes_by_a_virtual_service_created_through_the_api() {
 /// NACK attribution with a real Envoy: meshflow is told proxies accept RE2 programs of any
 /// size (`--max-regex-program-size`), which Envoy (default limit 100) does not, so a
 /// VirtualService with the regex `/a{150}` passes meshflow and Envoy rejects its route
-/// configuration. The VirtualService, set back, is not Reconciled, and a RejectedByProxies
+/// configuration. The VirtualService, rejected, is not Reconciled, and a RejectedByProxies
 /// message names the proxy, Envoy's message and since when; fixing it clears both.
 #[test]
 fn a_virtual_service_envoy_rejects_says_so_on_its_status() {
@@ -1492,7 +1492,7 @@ fn a_virtual_service_envoy_rejects_says_so_on_its_status() {
     assert_eq!(events.len(), 1, "{events:#?}");
     let event = &events[0];
     assert_eq!(event["type"], "Warning", "{event:#}");
-    assert_eq!(event["action"], "SetBack", "{event:#}");
+    assert_eq!(event["action"], "Rejected", "{event:#}");
     assert_eq!(event["reportingController"], "meshflow", "{event:#}");
     assert!(
         event["reportingInstance"]

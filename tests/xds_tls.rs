@@ -315,7 +315,7 @@ fn envoy_over_mtls_gets_config_and_impostor_gets_none() {
     assert!(
         support::wait_until(Duration::from_secs(10), || meshflow
             .log()
-            .contains("may not speak for a proxy in namespace \"default\"")),
+            .contains("claims namespace \"default\", but its client certificate")),
         "the impostor is refused"
     );
     assert_eq!(

@@ -278,7 +278,6 @@ impl Meshflow {
             debug_public: false,
             debug_read_timeout: Duration::from_secs(10),
             state_file: None,
-            nack_rollback: true,
             vhds: false,
             workers: 1,
             engine: crate::engine::EngineKind::Meshflow,
@@ -287,7 +286,13 @@ impl Meshflow {
             mesh_source: None,
             limits: Default::default(),
             tls: None,
-            auth: Default::default(),
+            // The demo's own Envoys on loopback, proving no identity, are given their
+            // workload certificates (the bookinfo sidecars speak ISTIO_MUTUAL).
+            auth: crate::xds::auth::AuthConfig {
+                insecure_serve_keys: true,
+                ..Default::default()
+            },
+            token_review_audiences: None,
             plaintext: false,
             history: Default::default(),
             ca: None,

@@ -20,6 +20,7 @@ pub mod counters;
 pub mod events;
 pub mod health;
 pub mod history;
+pub mod identities;
 pub mod per_type;
 pub mod provenance;
 pub mod recorder;
@@ -60,8 +61,6 @@ pub struct HubOptions {
     pub history: HistoryLimits,
     /// The full-push baseline wakes every proxy with a new generation after each epoch.
     pub engine: EngineKind,
-    /// A NACK sets back the objects behind the rejected resources (`runtime::rollback`).
-    pub nack_rollback: bool,
 }
 
 impl Default for HubOptions {
@@ -69,7 +68,6 @@ impl Default for HubOptions {
         HubOptions {
             history: HistoryLimits::default(),
             engine: EngineKind::Meshflow,
-            nack_rollback: true,
         }
     }
 }
@@ -101,7 +99,6 @@ pub struct Hub {
     pub vhds: std::sync::OnceLock<Arc<vhds::VhdsCache>>,
     inputs: Sender<Input>,
     engine: EngineKind,
-    nack_rollback: bool,
     /// What each resource was built from (`explain`), under its own lock.
     pub provenance: ProvenanceStore,
     /// Live and ready, for `/healthz` and `/readyz`.
@@ -109,13 +106,15 @@ pub struct Hub {
     /// Taken after `state` when both are needed, never the other way round.
     history: Mutex<History>,
     pub metrics: Counters,
-    /// The objects set back because proxies rejected them (published by the runtime; read
+    /// The objects proxies rejected, where they may say so (published by the runtime; read
     /// by status writing).
     pub rejections: tokio::sync::watch::Sender<crate::input::ProxyRejections>,
     /// The dataflow's errors by object (read by status writing).
     pub object_errors: tokio::sync::watch::Sender<crate::input::ObjectErrors>,
     watch: events::Watchers,
     next_stream: AtomicU64,
+    /// The service account of each known workload: node ids bound to identities.
+    workload_accounts: Mutex<identities::WorkloadAccounts>,
 }
 
 impl Hub {
@@ -127,7 +126,6 @@ impl Hub {
             vhds: Default::default(),
             inputs,
             engine: options.engine,
-            nack_rollback: options.nack_rollback,
             provenance: Default::default(),
             health: Default::default(),
             history: Mutex::new(History::new(options.history)),
@@ -136,6 +134,7 @@ impl Hub {
             object_errors: tokio::sync::watch::Sender::new(Default::default()),
             watch: Default::default(),
             next_stream: AtomicU64::new(1),
+            workload_accounts: Default::default(),
         })
     }
 
@@ -165,6 +164,28 @@ impl Hub {
     /// Watch events buffered now (for tests of the bound).
     pub fn watch_buffered(&self) -> usize {
         self.watch.buffered()
+    }
+
+    /// Notes the workloads of an epoch's record changes (the runtime calls it).
+    pub fn note_workloads(&self, changes: &[(dataflows::model::Record, isize)]) {
+        self.workload_accounts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .apply(changes);
+    }
+
+    /// Why a stream proved to be `namespace`/`service_account` may not speak for `proxy`
+    /// ([`identities::WorkloadAccounts::conflict`]).
+    pub fn identity_conflict(
+        &self,
+        proxy: &Proxy,
+        namespace: &str,
+        service_account: &str,
+    ) -> Option<String> {
+        self.workload_accounts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .conflict(proxy, namespace, service_account)
     }
 
     /// A fresh id for a new stream.
@@ -356,6 +377,17 @@ impl Hub {
 
     /// Runs `f` on the proxy's view if the proxy is connected and computed.
     pub fn with_view<R>(&self, id: &str, f: impl FnOnce(&ProxyView<'_>) -> R) -> Option<R> {
+        self.with_view_keys(id, true, f)
+    }
+
+    /// [`Hub::with_view`] for a stream that may (`keys`) or may not be sent key material:
+    /// without, every Secret but the mesh's public root (`ROOTCA`) is withheld.
+    pub fn with_view_keys<R>(
+        &self,
+        id: &str,
+        keys: bool,
+        f: impl FnOnce(&ProxyView<'_>) -> R,
+    ) -> Option<R> {
         let st = self.lock();
         let entry = st.proxies.get(id).filter(|e| e.ready)?;
         Some(f(&ProxyView::new(
@@ -365,7 +397,8 @@ impl Hub {
         )
         .with_forced(&entry.forced)
         .with_ca(self.workload_ca.get().map(|c| &**c))
-        .with_vhds(self.vhds.get().map(|c| &**c))))
+        .with_vhds(self.vhds.get().map(|c| &**c))
+        .with_keys(keys)))
     }
 
     /// Runs `f` with the shared copies of resource names: one lock for all the names of a

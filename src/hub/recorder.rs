@@ -130,7 +130,7 @@ impl Hub {
         {
             let mut st = self.lock();
             epoch = st.epoch;
-            if let (Feedback::Nack(n), true) = (&fb, self.nack_rollback) {
+            if let Feedback::Nack(n) = &fb {
                 rejected = rejected_resources(&st, id, stream, n);
             }
             let Some(e) = st.proxies.get_mut(id) else {
@@ -177,10 +177,8 @@ impl Hub {
                 }
             }
         }
-        if let (Some((resources, accepted_epoch, rejected_epoch)), Feedback::Nack(n)) =
-            (rejected, &fb)
-        {
-            self.report_rejection(id, n, resources, accepted_epoch, rejected_epoch);
+        if let (Some(suspects), Feedback::Nack(n)) = (rejected, &fb) {
+            self.report_rejection(id, n, suspects);
         }
         let (rtype, nonce, nack) = match &fb {
             Feedback::Ack { rtype, nonce } => (*rtype, nonce.as_str(), None),
@@ -219,14 +217,12 @@ impl Hub {
     }
 
     /// Tells the runtime which input objects built the resources of a rejected push, so it
-    /// can set them back ([`crate::input::Rejection`]).
+    /// can name them ([`crate::input::Rejection`]); it changes nothing that is served.
     fn report_rejection(
         &self,
         id: &str,
         n: &Nack,
-        resources: Vec<String>,
-        accepted_epoch: u64,
-        rejected_epoch: u64,
+        (resources, namespace, accepted_epoch, rejected_epoch): Suspects,
     ) {
         let mut inputs = BTreeSet::new();
         for name in &resources {
@@ -239,6 +235,7 @@ impl Hub {
         }
         let _ = self.inputs.send(Input::Rejected(Rejection {
             proxy: id.to_string(),
+            namespace,
             rtype: n.rtype,
             resources,
             message: n.message.clone(),
@@ -353,27 +350,28 @@ impl Hub {
     }
 }
 
-/// The resources of the push a NACK answers that could be at fault: those in a version no
-/// proxy has acknowledged (a version some proxy took is valid Envoy config, so the fault is
-/// elsewhere: a port in use, say), narrowed to those Envoy's message names when it names
-/// any. With the epochs of the proxy's last accepted push of the type and of this one.
-/// `None` when the NACK answers no push in flight, or nothing qualifies.
+/// What a NACK's attribution starts from: the suspect resources, the proxy's namespace, and
+/// the epochs of its last accepted push of the type and of the rejected one.
+type Suspects = (Vec<String>, String, u64, u64);
+
+/// The resources of the push a NACK answers that could be at fault: those in a version this
+/// proxy had not acknowledged, narrowed to those Envoy's message names when it names any.
+/// Only the rejecting proxy's own record is read: what other proxies acknowledged does not
+/// sway what is said about this one. `None` when the NACK answers no push in flight, or
+/// nothing qualifies.
 fn rejected_resources(
     st: &super::HubState,
     id: &str,
     stream: u64,
     n: &Nack,
-) -> Option<(Vec<String>, u64, u64)> {
-    let sync = &st.proxies.get(id)?.sync[n.rtype];
+) -> Option<Suspects> {
+    let entry = st.proxies.get(id)?;
+    let sync = &entry.sync[n.rtype];
     let f = sync
         .in_flight
         .as_ref()
         .filter(|f| f.stream == stream && f.nonce == n.nonce)?;
-    let taken = |name: &Name, version: &Name| {
-        st.proxies
-            .values()
-            .any(|e| e.sync[n.rtype].acked.get(name) == Some(version))
-    };
+    let taken = |name: &Name, version: &Name| sync.acked.get(name) == Some(version);
     let suspects: Vec<&Name> = f
         .push
         .resources
@@ -392,6 +390,7 @@ fn rejected_resources(
     }
     Some((
         chosen.iter().map(|n| n.to_string()).collect(),
+        entry.proxy.namespace.clone(),
         sync.acked_epoch,
         f.epoch,
     ))

@@ -11,6 +11,7 @@ use super::vhds::VhdsCache;
 use crate::ca::WorkloadCa;
 use dataflows::materialize::{Held, Materialized, Name};
 use dataflows::model::{Body, Resource, ResourceType};
+use dataflows::translate::secret;
 use hashbrown::{Equivalent, HashMap};
 
 type BodyKey = (ResourceType, Name, Name);
@@ -79,6 +80,9 @@ pub struct ProxyView<'a> {
     ca: Option<&'a WorkloadCa>,
     /// Route configurations are served over VHDS (`serve --vhds`; Delta streams only).
     pub vhds: Option<&'a VhdsCache>,
+    /// Key material may be sent: certificates, keys and `kubernetes://` Secrets (only the
+    /// mesh's public root otherwise).
+    keys: bool,
 }
 
 impl<'a> ProxyView<'a> {
@@ -90,7 +94,13 @@ impl<'a> ProxyView<'a> {
             forced: &[],
             ca: None,
             vhds: None,
+            keys: true,
         }
+    }
+
+    /// The view of a stream that may (or may not) be sent key material.
+    pub fn with_keys(self, keys: bool) -> ProxyView<'a> {
+        ProxyView { keys, ..self }
     }
 
     /// The view with the proxy's forced resends.
@@ -116,8 +126,13 @@ impl<'a> ProxyView<'a> {
 
     /// The body to send: the stored one, except a workload certificate's stand-in, which
     /// becomes the certificate the CA issued for its identity (`None` if it cannot be
-    /// issued: the resource is then not sent, rather than sent without a key).
+    /// issued: the resource is then not sent, rather than sent without a key). A stream
+    /// that may not hold keys gets no Secret but `ROOTCA` (`None`: not sent; what needs it
+    /// stays warming, failing closed).
     pub fn body(&self, t: ResourceType, name: &Name, version: &Name) -> Option<Body> {
+        if t == ResourceType::Secret && !self.keys && **name != *secret::ROOT_CA {
+            return None;
+        }
         let body = self.bodies.get(t, name, version)?;
         match self.ca {
             Some(ca) if t == ResourceType::Secret => ca.substitute(body),

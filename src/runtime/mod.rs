@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 pub mod full_push;
 pub mod istio_style;
-pub mod rollback;
+pub mod rejections;
 
 pub use crate::engine::EngineKind;
 
@@ -64,13 +64,14 @@ pub fn run(
     inputs: Receiver<Input>,
     hub: Arc<Hub>,
 ) -> Result<(), String> {
+    let root_namespace = mesh.root_namespace.clone();
     let mut engine = match engine_kind {
         EngineKind::Meshflow => Compute::Dataflow(Engine::start(workers, mesh)),
         EngineKind::FullPush => Compute::FullPush(Box::new(full_push::FullPush::new(mesh))),
         EngineKind::IstioStyle => Compute::IstioStyle(Box::new(istio_style::IstioStyle::new(mesh))),
     };
     hub.health.running();
-    let mut rollback = rollback::Rollback::default();
+    let mut rejected = rejections::Rejections::default();
     let mut epoch = 0u64;
     while let Ok(first) = inputs.recv() {
         // The window counts from when the source saw the first change (a file burst's
@@ -120,12 +121,11 @@ pub fn run(
                     ..
                 } => {
                     n_config += c.len();
-                    let (admitted, errors_changed) = rollback.admit(epoch, c);
-                    changes.extend(admitted);
-                    if errors_changed {
-                        source_errors.retain(|(s, _)| *s != rollback::SOURCE);
-                        source_errors.push((rollback::SOURCE, rollback.errors()));
+                    if rejected.admit(epoch, &c) {
+                        source_errors.retain(|(s, _)| *s != rejections::SOURCE);
+                        source_errors.push((rejections::SOURCE, rejected.errors()));
                     }
+                    changes.extend(c);
                     described.extend(d);
                     // A later report of the same source in this epoch replaces its earlier one.
                     source_errors.retain(|(s, _)| *s != source);
@@ -147,19 +147,17 @@ pub fn run(
             }
         }
         // Rejections after the epoch's own changes: an object that changed again in this
-        // epoch is judged anew, not set back.
+        // epoch is not blamed for a push made before. They change no record: what a proxy
+        // says never changes what another is served.
         for r in &rejections {
-            let (setback, d) = rollback.reject(r);
-            if !d.is_empty() {
-                changes.extend(setback);
-                described.extend(d);
-                source_errors.retain(|(s, _)| *s != rollback::SOURCE);
-                source_errors.push((rollback::SOURCE, rollback.errors()));
+            if rejected.reject(r, &root_namespace) {
+                source_errors.retain(|(s, _)| *s != rejections::SOURCE);
+                source_errors.push((rejections::SOURCE, rejected.errors()));
             }
         }
         // Only when they changed: a watcher is woken by every send.
         hub.rejections.send_if_modified(|published| {
-            let now = rollback.rejections();
+            let now = rejected.rejections();
             let changed = *published != now;
             *published = now;
             changed
@@ -169,6 +167,7 @@ pub fn run(
             records = changes.len(),
             "epoch batched"
         );
+        hub.note_workloads(&changes);
         let batch = Batch { epoch, changes };
         let stepped = Instant::now();
         let mut resend = crate::hub::Resend::new();

@@ -1,7 +1,17 @@
-//! Who may speak for which proxy: the SPIFFE identity of a client certificate
-//! (`spiffe://TRUST_DOMAIN/ns/NAMESPACE/sa/SERVICE_ACCOUNT`) must match the namespace the
-//! proxy claims, and an optional bearer token (as istio-agent sends) must match a token file.
+//! Who may speak for which proxy. A stream's workload identity (namespace and service
+//! account) comes only from what it authenticated: the SPIFFE identity of its client
+//! certificate (`spiffe://TRUST_DOMAIN/ns/NAMESPACE/sa/SERVICE_ACCOUNT`, under mTLS) or a
+//! Kubernetes service-account token checked with TokenReview ([`super::token_review`]). The
+//! node's claims may only repeat it ([`bind`]): a NAMESPACE or SERVICE_ACCOUNT that differs is
+//! refused, one left out is taken from the identity.
+//!
+//! A stream with no such identity (plaintext, TLS without client certificates, the shared
+//! `--token-file`) is served its config but no key material ([`Trust::keys`]) unless the
+//! operator says otherwise (`serve --insecure-serve-keys`): otherwise any client could claim
+//! any identity and take its certificate and key.
 
+use super::token_review::TokenReviewer;
+use dataflows::model::Proxy;
 use std::path::PathBuf;
 
 /// Authentication settings of the xDS server.
@@ -11,8 +21,32 @@ pub struct AuthConfig {
     pub require_spiffe: bool,
     pub trust_domain: String,
     /// A file holding the token clients must send as `authorization: Bearer TOKEN`; re-read
-    /// for each new stream, so rotating it needs no restart.
+    /// for each new stream, so rotating it needs no restart. It admits a client, it proves
+    /// no identity.
     pub token_file: Option<PathBuf>,
+    /// Review the bearer token of each stream with the Kubernetes API (per-workload
+    /// identity); a stream without a valid one is refused unless its certificate proves it.
+    pub token_review: Option<TokenReviewer>,
+    /// Serve certificates, keys and `kubernetes://` Secrets to streams that proved no
+    /// identity (`--insecure-serve-keys`: the demo, trusted single-user setups).
+    pub insecure_serve_keys: bool,
+}
+
+/// A workload identity a stream proved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Identity {
+    pub namespace: String,
+    pub service_account: String,
+    /// How it was proved, and as what (`client certificate spiffe://…`), for messages.
+    pub by: String,
+}
+
+/// What a stream may be given, from what it proved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Trust {
+    pub identity: Option<Identity>,
+    /// Certificates, keys and `kubernetes://` Secrets may be sent.
+    pub keys: bool,
 }
 
 /// A SPIFFE workload identity.
@@ -87,8 +121,64 @@ impl std::fmt::Display for Denied {
     }
 }
 
+/// Binds a proxy's claims to the identity its stream proved: the namespace must be the
+/// identity's, a SERVICE_ACCOUNT given must be the identity's, and one not given becomes
+/// it. Without an identity the claims stand (and no key material is served on them).
+pub fn bind(identity: Option<&Identity>, proxy: &mut Proxy) -> Result<(), Denied> {
+    let Some(id) = identity else {
+        return Ok(());
+    };
+    if proxy.namespace != id.namespace {
+        return Err(Denied::PermissionDenied(format!(
+            "node {:?} claims namespace {:?}, but its {} is of namespace {:?}",
+            proxy.id, proxy.namespace, id.by, id.namespace
+        )));
+    }
+    match &proxy.service_account {
+        Some(sa) if *sa != id.service_account => Err(Denied::PermissionDenied(format!(
+            "node {:?} claims SERVICE_ACCOUNT {sa:?}, but its {} is of service account {:?}",
+            proxy.id, id.by, id.service_account
+        ))),
+        _ => {
+            proxy.service_account = Some(id.service_account.clone());
+            Ok(())
+        }
+    }
+}
+
 impl AuthConfig {
-    /// Checks the bearer token of a new stream.
+    /// The identity a stream proved, from its client certificate (under mTLS) or its
+    /// bearer token (with TokenReview); `None` where the server checks neither.
+    pub async fn authenticate(
+        &self,
+        leaf_der: Option<&[u8]>,
+        authorization: Option<&str>,
+    ) -> Result<Option<Identity>, Denied> {
+        if self.require_spiffe {
+            return self.certificate_identity(leaf_der).map(Some);
+        }
+        if let Some(reviewer) = &self.token_review {
+            // A client certificate of the mesh (TLS with a client CA is checked above; here
+            // none is required) is not looked at: only the token proves.
+            let Some(token) = authorization.and_then(|a| a.strip_prefix("Bearer ")) else {
+                return Err(Denied::Unauthenticated(
+                    "a service-account token is required (authorization: Bearer …)".into(),
+                ));
+            };
+            return reviewer.review(token.trim()).await.map(Some);
+        }
+        Ok(None)
+    }
+
+    /// What a stream that proved `identity` may be given.
+    pub fn trust(&self, identity: Option<Identity>) -> Trust {
+        Trust {
+            keys: identity.is_some() || self.insecure_serve_keys,
+            identity,
+        }
+    }
+
+    /// Checks the shared bearer token of a new stream (`--token-file`).
     pub fn check_token(&self, authorization: Option<&str>) -> Result<(), Denied> {
         let Some(path) = &self.token_file else {
             return Ok(());
@@ -108,11 +198,8 @@ impl AuthConfig {
         }
     }
 
-    /// Checks that the client certificate may speak for a proxy in `namespace`.
-    pub fn check_identity(&self, leaf_der: Option<&[u8]>, namespace: &str) -> Result<(), Denied> {
-        if !self.require_spiffe {
-            return Ok(());
-        }
+    /// The one SPIFFE identity of the trust domain the client certificate carries.
+    fn certificate_identity(&self, leaf_der: Option<&[u8]>) -> Result<Identity, Denied> {
         let Some(der) = leaf_der else {
             return Err(Denied::Unauthenticated(
                 "a client certificate is required".into(),
@@ -124,11 +211,19 @@ impl AuthConfig {
                 "the client certificate has no SPIFFE URI SAN".into(),
             ));
         }
-        if ids
+        let mine: Vec<&SpiffeId> = ids
             .iter()
-            .any(|id| id.trust_domain == self.trust_domain && id.namespace == namespace)
-        {
-            return Ok(());
+            .filter(|id| id.trust_domain == self.trust_domain)
+            .collect();
+        if let [id] = mine.as_slice() {
+            return Ok(Identity {
+                namespace: id.namespace.clone(),
+                service_account: id.service_account.clone(),
+                by: format!(
+                    "client certificate (spiffe://{}/ns/{}/sa/{})",
+                    id.trust_domain, id.namespace, id.service_account
+                ),
+            });
         }
         let shown: Vec<String> = ids
             .iter()
@@ -140,9 +235,9 @@ impl AuthConfig {
             })
             .collect();
         Err(Denied::PermissionDenied(format!(
-            "identity {} may not speak for a proxy in namespace {namespace:?} (trust domain {:?})",
-            shown.join(", "),
-            self.trust_domain
+            "the client certificate must carry one identity of trust domain {:?}; it carries {}",
+            self.trust_domain,
+            shown.join(", ")
         )))
     }
 }

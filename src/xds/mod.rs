@@ -9,6 +9,7 @@
 //! simulated proxies.
 
 pub mod auth;
+pub mod token_review;
 pub mod delta;
 pub mod grpc;
 pub mod node;

@@ -2,7 +2,7 @@
 //! notifications, writing what the protocol state machine says to send. The only place a
 //! `tonic::Status` is made.
 
-use super::auth::{AuthConfig, Denied};
+use super::auth::{bind, AuthConfig, Denied};
 use super::delta::{DeltaOut, DeltaStream};
 use super::grpc;
 use super::node::{metadata_warnings, proxy_from_node};
@@ -136,10 +136,12 @@ impl Protocol for SotwStream {
     }
 }
 
-/// What the transport proved about the client of one stream.
+/// What the transport proved about the client of one stream, and what it presented.
 struct Peer {
     /// DER of the client certificate's leaf, under mTLS.
     leaf: Option<Vec<u8>>,
+    /// The `authorization` header (a service-account token, with TokenReview).
+    authorization: Option<String>,
 }
 
 fn denied(d: Denied) -> Status {
@@ -177,18 +179,35 @@ async fn serve_stream<P: Protocol>(
             return;
         }
     };
-    let proxy = match proxy_from_node(P::node(&first)) {
+    let mut proxy = match proxy_from_node(P::node(&first)) {
         Ok(p) => p,
         Err(e) => {
             let _ = tx.send(Err(Status::invalid_argument(e.to_string()))).await;
             return;
         }
     };
-    if let Err(d) = auth.check_identity(peer.leaf.as_deref(), &proxy.namespace) {
-        tracing::warn!(proxy = %proxy.id, reason = %d, "stream refused");
-        let _ = tx.send(Err(denied(d))).await;
-        return;
-    }
+    // The identity the stream proved binds what the node claims (namespace, service
+    // account, and the node id: no pod or address of another account).
+    let proven = auth
+        .authenticate(peer.leaf.as_deref(), peer.authorization.as_deref())
+        .await
+        .and_then(|identity| {
+            bind(identity.as_ref(), &mut proxy)?;
+            if let Some(i) = &identity {
+                if let Some(why) = hub.identity_conflict(&proxy, &i.namespace, &i.service_account) {
+                    return Err(Denied::PermissionDenied(why));
+                }
+            }
+            Ok(identity)
+        });
+    let trust = match proven {
+        Ok(identity) => auth.trust(identity),
+        Err(d) => {
+            tracing::warn!(proxy = %proxy.id, reason = %d, "stream refused");
+            let _ = tx.send(Err(denied(d))).await;
+            return;
+        }
+    };
     let id = proxy.id.clone();
     let notify = match hub.connect(proxy) {
         Ok(n) => n,
@@ -199,7 +218,14 @@ async fn serve_stream<P: Protocol>(
         }
     };
     let stream = hub.next_stream_id();
-    tracing::info!(proxy = %id, stream, protocol = P::NAME, "stream opened");
+    tracing::info!(
+        proxy = %id,
+        stream,
+        protocol = P::NAME,
+        identity = %trust.identity.as_ref().map_or("none".to_string(), |i| format!("{}/{} ({})", i.namespace, i.service_account, i.by)),
+        keys = trust.keys,
+        "stream opened"
+    );
     // What the proxy asks for and meshflow cannot use is said, not dropped.
     for w in metadata_warnings(P::node(&first)) {
         tracing::warn!(
@@ -259,7 +285,7 @@ async fn serve_stream<P: Protocol>(
         // what is due.
         let look = woken || state.wants_look() || slot.is_some();
         let responses = if look {
-            hub.with_view(&id, |view| state.pending(view))
+            hub.with_view_keys(&id, trust.keys, |view| state.pending(view))
                 .unwrap_or_default()
         } else {
             Vec::new()
@@ -416,11 +442,21 @@ impl Ads {
             .metadata()
             .get("authorization")
             .and_then(|v| v.to_str().ok());
-        self.auth.check_token(authorization).map_err(denied)?;
+        // The shared token file and the per-workload token review both read the header;
+        // serve refuses to have both.
+        if self.auth.token_review.is_none() {
+            self.auth.check_token(authorization).map_err(denied)?;
+        }
         let leaf = request
             .peer_certs()
             .and_then(|c| c.first().map(|c| c.as_ref().to_vec()));
-        Ok((slot, Peer { leaf }))
+        Ok((
+            slot,
+            Peer {
+                leaf,
+                authorization: authorization.map(String::from),
+            },
+        ))
     }
 
     fn take_slot(&self) -> Result<StreamSlot, Status> {

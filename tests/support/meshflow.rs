@@ -19,6 +19,11 @@ pub struct Meshflow {
     log_path: PathBuf,
 }
 
+/// Put among a start's extra arguments, it keeps the harness from adding
+/// `--insecure-serve-keys` (and is not passed on): the meshflow then serves key material
+/// only to streams that prove their identity, as a deployed one does.
+pub const PROVEN_KEYS_ONLY: &str = "<proven keys only>";
+
 impl Meshflow {
     /// Starts `meshflow serve --config-dir <config_dir> --xds-addr 127.0.0.1:<free> --debounce-ms 10`,
     /// logging to `<log_dir>/meshflow.log`, and waits until the xDS port accepts connections.
@@ -73,6 +78,21 @@ impl Meshflow {
             .unwrap_or_else(|e| panic!("create {}: {e}", log_path.display()));
         let log_for_stdout = log.try_clone().expect("clone log file handle");
 
+        // The tests' Envoys connect over plaintext loopback and prove no identity; most of
+        // them need their workload certificates and Secrets all the same. Tests of identity
+        // opt out (PROVEN_KEYS_ONLY), as does any start that configures authentication.
+        let proves = extra_args
+            .iter()
+            .any(|a| {
+                [PROVEN_KEYS_ONLY, "--tls-client-ca", "--token-review", "--insecure-serve-keys"]
+                    .contains(a)
+            });
+        let extra_args: Vec<&str> = extra_args
+            .iter()
+            .copied()
+            .filter(|a| *a != PROVEN_KEYS_ONLY)
+            .chain((!proves).then_some("--insecure-serve-keys"))
+            .collect();
         let mut command = Command::new(env!("CARGO_BIN_EXE_meshflow"));
         command
             .arg("serve")
@@ -80,7 +100,7 @@ impl Meshflow {
             .arg("--xds-addr")
             .arg(xds_addr.to_string())
             .args(["--debounce-ms", "10"])
-            .args(extra_args)
+            .args(&extra_args)
             .stdin(Stdio::null())
             .stdout(log_for_stdout)
             .stderr(log);

@@ -1,16 +1,16 @@
 //! NACK attribution as Kubernetes Events (`events.k8s.io/v1`, with `serve --kube
-//! --write-status`): when proxies reject a resource built from an object and meshflow sets
-//! the object back, a `Warning` Event with reason `RejectedByProxies` regards the object
+//! --write-status`): when proxies reject a resource that an object's change altered, a
+//! `Warning` Event with reason `RejectedByProxies` regards the object
 //! (`kubectl describe vs NAME` and `kubectl events --for vs/NAME` show it), its note
 //! naming the proxies, the resources and Envoy's message ([`describe`]).
 //!
-//! One Event per object per rejection (a rollback is one: it ends when the object's next
-//! version is accepted or deleted), sent from the status writer's task, so a storm of NACKs
+//! One Event per object per rejection (a report is one: it ends when the object's next
+//! version comes or it is deleted), sent from the status writer's task, so a storm of NACKs
 //! is one Event and serving never waits on the API server. A failed create is logged, not
 //! retried.
 //!
 //! Every replica reports the rejections of its own proxies, whether or not it holds the
-//! status Lease: only it knows them (each replica's proxies and rollbacks are its own), and
+//! status Lease: only it knows them (each replica's proxies and their rejections are its own), and
 //! Events are separate objects that replicas cannot overwrite (`reportingInstance` says
 //! which replica). Status, one field per object, stays the Lease holder's to write.
 //!
@@ -79,10 +79,10 @@ impl Events {
                 event_time: Some(MicroTime(now)),
                 type_: Some("Warning".into()),
                 reason: Some(REASON.into()),
-                action: Some("SetBack".into()),
+                action: Some("Rejected".into()),
                 note: Some(truncate(
                     format!(
-                        "{}; the previous version stays in effect until the object changes again",
+                        "{}; those proxies keep the version they last accepted, every other proxy is served this one",
                         describe(r)
                     ),
                     NOTE_MAX_BYTES,

@@ -115,7 +115,7 @@ fn runtime() -> Result<tokio::runtime::Runtime, String> {
 }
 
 /// The client of the cluster `options` name.
-async fn client(options: &KubeOptions) -> Result<Client, String> {
+pub async fn client(options: &KubeOptions) -> Result<Client, String> {
     {
         let config = match &options.kubeconfig {
             Some(path) => {

@@ -11,12 +11,14 @@
 //!   objects (published by the hub): a destination subset no DestinationRule defines or a
 //!   gateway no Gateway defines (`MF0004 ReferencedResourceNotFound`, Istio's IST0101), a
 //!   host another service already defines (`MF0005 ConflictingHost`).
-//! - NACK attribution: while an object is set back because proxies rejected a resource
-//!   built from it (`runtime::rollback`, published through the hub), `Reconciled` is
+//! - NACK attribution: while proxies reject a resource that the object's latest change
+//!   altered (`runtime::rejections`, published through the hub; only proxies of the
+//!   object's own namespace or of the root namespace are reported here), `Reconciled` is
 //!   `False` and a validationMessage `RejectedByProxies` (ERROR) names how many proxies
 //!   rejected it and up to [`PROXIES_NAMED`] of them, the resources, Envoy's message and
-//!   since when; both go when the object's next version ends the rollback. The same is
-//!   reported once as a Kubernetes Event on the object ([`events`](super::events)).
+//!   since when; both go when the object changes again. Nothing is set back: every other
+//!   proxy is served the object. The same is reported once as a Kubernetes Event on the
+//!   object ([`events`](super::events)).
 //!
 //! Writes are merge patches of the status subresource, from a task of their own: the
 //! source hands it the whole desired state through a `watch` channel (so a burst of
@@ -141,12 +143,14 @@ impl ObjectStatus {
         self
     }
 
-    /// With what proxies rejected of the object (it is set back: not reconciled).
+    /// With what proxies rejected of the object (those proxies keep their last accepted
+    /// version: not reconciled everywhere).
     fn rejected(mut self, r: &ProxyRejection) -> Self {
         let description = describe(r);
         self.reconciled = false;
         self.message = format!(
-            "{description}; the previous version stays in effect until the object changes again"
+            "{description}; those proxies keep the version they last accepted, every other \
+             proxy is served this one"
         );
         self.messages.push(json!({
             "type": {"code": "MF0003", "name": "RejectedByProxies"},

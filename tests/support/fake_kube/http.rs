@@ -75,6 +75,11 @@ pub fn handle(store: &Arc<Mutex<Store>>, req: Request<Bytes>) -> Response<Body> 
             ),
         );
     }
+    if let (&hyper::Method::POST, ["apis", "authentication.k8s.io", "v1", "tokenreviews"]) =
+        (req.method(), parts.as_slice())
+    {
+        return token_review(&st, req.body());
+    }
     if req.method() == hyper::Method::PATCH {
         if let ["apis", ISTIO_GROUP, version, "namespaces", ns, plural, name, "status"] =
             parts.as_slice()
@@ -148,6 +153,53 @@ pub fn handle(store: &Arc<Mutex<Store>>, req: Request<Bytes>) -> Response<Body> 
         }
         _ => not_found(&path),
     }
+}
+
+/// POST of a TokenReview (`authentication.k8s.io/v1`), answered as the API server answers
+/// it: the review echoed with its `status` — `authenticated`, the service account's
+/// `user` (`system:serviceaccount:NS:SA` and its groups) and the `audiences` both the token
+/// and the request name; a token issued for none of the requested audiences, or unknown,
+/// is not authenticated and says why in `status.error`.
+fn token_review(st: &Store, body: &[u8]) -> Response<Body> {
+    let review: Value = match serde_json::from_slice(body) {
+        Ok(v) => v,
+        Err(e) => return failure(StatusCode::BAD_REQUEST, "BadRequest", &format!("{e}")),
+    };
+    if review["kind"] != "TokenReview" || review["apiVersion"] != "authentication.k8s.io/v1" {
+        return failure(StatusCode::BAD_REQUEST, "BadRequest", "not a TokenReview of authentication.k8s.io/v1");
+    }
+    let token = review["spec"]["token"].as_str().unwrap_or("");
+    let wanted: Vec<String> = review["spec"]["audiences"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|v| v.as_str().map(String::from)).collect())
+        .unwrap_or_default();
+    let status = match st.sa_tokens.get(token) {
+        None => json!({"authenticated": false, "user": {}, "error": "[invalid bearer token, service account token has been invalidated]"}),
+        Some((ns, sa, audiences)) => {
+            let common: Vec<&String> = if wanted.is_empty() {
+                audiences.iter().collect()
+            } else {
+                wanted.iter().filter(|a| audiences.contains(a)).collect()
+            };
+            if common.is_empty() {
+                json!({"authenticated": false, "user": {}, "error": "[invalid bearer token, token audiences \"...\" is invalid for the target audiences]"})
+            } else {
+                json!({
+                    "authenticated": true,
+                    "user": {
+                        "username": format!("system:serviceaccount:{ns}:{sa}"),
+                        "uid": format!("uid-{ns}-{sa}"),
+                        "groups": ["system:serviceaccounts", format!("system:serviceaccounts:{ns}"), "system:authenticated"],
+                    },
+                    "audiences": common,
+                })
+            }
+        }
+    };
+    let mut answer = review.clone();
+    answer["status"] = status;
+    answer["metadata"] = json!({"creationTimestamp": null});
+    full(StatusCode::CREATED, &answer)
 }
 
 /// POST: creates the object, or 409 AlreadyExists (as the API server words it).

@@ -245,6 +245,19 @@ impl FakeKube {
         self.store().failing_lists.clear();
     }
 
+    /// Makes `token` a service-account token of `namespace`/`service_account` issued for
+    /// `audiences`, as TokenReview will say.
+    pub fn add_sa_token(&self, token: &str, namespace: &str, service_account: &str, audiences: &[&str]) {
+        self.store().sa_tokens.insert(
+            token.to_string(),
+            (
+                namespace.to_string(),
+                service_account.to_string(),
+                audiences.iter().map(|a| a.to_string()).collect(),
+            ),
+        );
+    }
+
     /// Answers every request for `plural` (`leases`) with 403 until [`FakeKube::permit_all`].
     pub fn forbid(&self, plural: &str) {
         self.store().forbidden.push(plural.to_string());

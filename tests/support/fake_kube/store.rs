@@ -267,6 +267,9 @@ pub struct Store {
     pub token: String,
     /// Status patches per object.
     pub status_patches: HashMap<Key, usize>,
+    /// Service-account tokens TokenReview knows: token → (namespace, service account, the
+    /// audiences it was issued for).
+    pub sa_tokens: HashMap<String, (String, String, Vec<String>)>,
 }
 
 impl Store {
@@ -285,6 +288,7 @@ impl Store {
             quiet: false,
             gone_as_http: false,
             status_patches: HashMap::new(),
+            sa_tokens: HashMap::new(),
             failing_lists: Vec::new(),
             forbidden: Vec::new(),
             token,
