@@ -53,6 +53,15 @@ pub struct DeltaClient {
     /// type → name → version held.
     pub held: HashMap<String, BTreeMap<String, String>>,
     pub bytes: usize,
+    /// How long it waits before it answers a response (a proxy under load).
+    pub answer_delay: Duration,
+    /// Whether it rejects (NACKs) a response; by default it accepts everything. What it
+    /// rejects still counts as received in `held`: what it was served.
+    pub rejects: Box<dyn FnMut(&DeltaDiscoveryResponse) -> bool + Send>,
+    /// NACKs it sent.
+    pub nacks: usize,
+    /// EDS names it subscribed to (for tests that subscribe as clusters arrive).
+    pub eds_subscribed: Vec<String>,
 }
 
 impl DeltaClient {
@@ -72,6 +81,10 @@ impl DeltaClient {
             node: Some(node),
             held: HashMap::new(),
             bytes: 0,
+            answer_delay: Duration::ZERO,
+            rejects: Box::new(|_| false),
+            nacks: 0,
+            eds_subscribed: Vec::new(),
         }
     }
 
@@ -109,12 +122,24 @@ impl DeltaClient {
         for n in &resp.removed_resources {
             held.remove(n);
         }
-        let ack = DeltaDiscoveryRequest {
+        if !self.answer_delay.is_zero() {
+            tokio::time::sleep(self.answer_delay).await;
+        }
+        let error_detail = (self.rejects)(&resp).then(|| {
+            self.nacks += 1;
+            envoy_types::pb::google::rpc::Status {
+                code: 13,
+                message: "rejected by the test client".into(),
+                ..Default::default()
+            }
+        });
+        let answer = DeltaDiscoveryRequest {
             type_url: resp.type_url.clone(),
             response_nonce: resp.nonce.clone(),
+            error_detail,
             ..Default::default()
         };
-        self.send(ack).await;
+        self.send(answer).await;
         Some(resp)
     }
 
