@@ -289,7 +289,12 @@ enum Command {
         #[arg(long, requires = "kube")]
         token_review: bool,
         /// The audiences a reviewed token must be issued for.
-        #[arg(long, requires = "token_review", value_delimiter = ',', default_value = "istio-ca")]
+        #[arg(
+            long,
+            requires = "token_review",
+            value_delimiter = ',',
+            default_value = "istio-ca"
+        )]
         token_audience: Vec<String>,
         /// Send certificates, private keys and `kubernetes://` Secrets to streams that
         /// proved no workload identity (neither --tls-client-ca nor --token-review): any

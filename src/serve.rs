@@ -113,15 +113,26 @@ pub async fn serve(opts: ServeOptions) -> Result<(), String> {
     let mut opts = opts;
     if let Some(audiences) = opts.token_review_audiences.take() {
         let Some(kube) = &opts.kube else {
-            return Err("--token-review checks tokens with the cluster of --kube: give --kube".into());
+            return Err(
+                "--token-review checks tokens with the cluster of --kube: give --kube".into(),
+            );
         };
         let client = crate::sources::kube::client(kube).await?;
-        opts.auth.token_review = Some(crate::xds::token_review::TokenReviewer::new(client, audiences));
+        opts.auth.token_review = Some(crate::xds::token_review::TokenReviewer::new(
+            client, audiences,
+        ));
     }
-    match (opts.auth.require_spiffe || opts.auth.token_review.is_some(), opts.auth.insecure_serve_keys) {
+    match (
+        opts.auth.require_spiffe || opts.auth.token_review.is_some(),
+        opts.auth.insecure_serve_keys,
+    ) {
         (true, _) => tracing::info!(
             "xDS streams prove their workload identity ({}); each is issued only its own",
-            if opts.auth.require_spiffe { "client certificates" } else { "service-account tokens, TokenReview" }
+            if opts.auth.require_spiffe {
+                "client certificates"
+            } else {
+                "service-account tokens, TokenReview"
+            }
         ),
         (false, true) => tracing::warn!(
             "--insecure-serve-keys: streams prove no workload identity, yet are sent \
@@ -140,10 +151,14 @@ pub async fn serve(opts: ServeOptions) -> Result<(), String> {
         }
         None => {
             let ca = WorkloadCa::generate("meshflow")?;
-            tracing::warn!(
-                "workload CA: no --ca-cert/--ca-key, so a self-signed root was generated for \
-                 this run; proxies connected across a restart are sent the new one"
-            );
+            let what = "workload CA: no --ca-cert/--ca-key, so a self-signed root was generated \
+                        for this run; proxies connected across a restart are sent the new one";
+            // A caller that runs serve in-process (the demo) expects exactly that: information.
+            if opts.ready.is_some() {
+                tracing::info!("{what}");
+            } else {
+                tracing::warn!("{what}");
+            }
             ca
         }
     };

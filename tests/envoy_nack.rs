@@ -164,7 +164,13 @@ fn scenario(envoy_binary: &Path, mode: XdsMode, net: u8, let_through: bool) {
             envoy.rejected_updates() > rejected_before
         });
         assert!(rejected_again, "{}", envoy.summary());
-        let counts = client.converge("reviews still → v1", "/reviews/1", &[], |c| only(c, "reviews-v1"), 10);
+        let counts = client.converge(
+            "reviews still → v1",
+            "/reviews/1",
+            &[],
+            |c| only(c, "reviews-v1"),
+            10,
+        );
         assert_eq!(count(&counts, "reviews-v1"), 10, "{counts:?}");
     } else {
         let counts = client.converge(
@@ -175,7 +181,12 @@ fn scenario(envoy_binary: &Path, mode: XdsMode, net: u8, let_through: bool) {
             10,
         );
         assert_eq!(count(&counts, "reviews-v2"), 10, "{counts:?}");
-        assert_eq!(envoy.rejected_updates(), 0, "nothing reached Envoy to reject: {}", envoy.summary());
+        assert_eq!(
+            envoy.rejected_updates(),
+            0,
+            "nothing reached Envoy to reject: {}",
+            envoy.summary()
+        );
     }
 
     // 3. Fixing ratings applies it (with the reviews edit), and its report goes.
@@ -194,14 +205,23 @@ fn scenario(envoy_binary: &Path, mode: XdsMode, net: u8, let_through: bool) {
         "the fixed ratings route reaches Envoy:\n{}",
         envoy.summary()
     );
-    let counts = client.converge("reviews → v2", "/reviews/1", &[], |c| only(c, "reviews-v2"), 10);
+    let counts = client.converge(
+        "reviews → v2",
+        "/reviews/1",
+        &[],
+        |c| only(c, "reviews-v2"),
+        10,
+    );
     assert_eq!(count(&counts, "reviews-v2"), 10, "{counts:?}");
     let cleared = wait_until(CONVERGE_TIMEOUT, || {
         !errors(debug).iter().any(|e| e.contains("default/ratings"))
     });
     assert!(cleared, "the report is gone: {:?}", errors(debug));
     let log = meshflow.log();
-    assert!(!log.contains("rolled back") && !log.contains("taken out"), "nothing set back");
+    assert!(
+        !log.contains("rolled back") && !log.contains("taken out"),
+        "nothing set back"
+    );
     drop(meshflow);
 }
 
@@ -209,9 +229,15 @@ fn scenario(envoy_binary: &Path, mode: XdsMode, net: u8, let_through: bool) {
 /// and Envoy saw nothing to reject.
 fn refused_by_validation(envoy: &Envoy, debug: SocketAddr) {
     let reported = wait_until(CONVERGE_TIMEOUT, || {
-        errors(debug).iter().any(|e| e.contains("default/ratings") && e.contains("regex"))
+        errors(debug)
+            .iter()
+            .any(|e| e.contains("default/ratings") && e.contains("regex"))
     });
-    assert!(reported, "the regex is refused by name: {:?}", errors(debug));
+    assert!(
+        reported,
+        "the regex is refused by name: {:?}",
+        errors(debug)
+    );
     std::thread::sleep(std::time::Duration::from_millis(500));
     assert_eq!(envoy.rejected_updates(), 0, "{}", envoy.summary());
 }
@@ -242,10 +268,15 @@ fn rejected_and_named(envoy: &Envoy, node: &ProxyNode, debug: SocketAddr, route_
         "names the proxy, the resource and Envoy's reason: {report}"
     );
     assert!(
-        !all.iter().any(|e| e.contains("default/reviews") || e.contains("Sidecar")),
+        !all.iter()
+            .any(|e| e.contains("default/reviews") || e.contains("Sidecar")),
         "only the object whose change was rejected is named: {all:?}"
     );
-    assert!(envoy.rejected_updates() >= 1, "Envoy did reject: {}", envoy.summary());
+    assert!(
+        envoy.rejected_updates() >= 1,
+        "Envoy did reject: {}",
+        envoy.summary()
+    );
     // Still served as written: the proxy's route configuration on the debug port has it.
     let served = http_json(debug, &format!("/debug/config_dump?proxy={}", node.id)).to_string();
     assert!(served.contains("a{150}"), "ratings is not taken out");

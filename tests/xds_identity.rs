@@ -123,7 +123,10 @@ async fn secrets(
         let Some(resp) = msg? else { break };
         for r in &resp.resources {
             let body = r.resource.as_ref().expect("a body");
-            out.insert(r.name.clone(), Secret::decode(&*body.value).expect("a Secret"));
+            out.insert(
+                r.name.clone(),
+                Secret::decode(&*body.value).expect("a Secret"),
+            );
         }
         tx.send(DeltaDiscoveryRequest {
             type_url: resp.type_url.clone(),
@@ -215,26 +218,54 @@ async fn a_stream_that_proves_no_identity_gets_no_key_material() {
     };
 
     let strict = Meshflow::start_with_args(&config, dir.path(), &[PROVEN_KEYS_ONLY]);
-    let got = secrets(plain(strict.xds_addr()).await, None, admin(), &["default", "ROOTCA"])
-        .await
-        .expect("served");
-    assert_eq!(got.keys().collect::<Vec<_>>(), ["ROOTCA"], "only the public root");
-    let got = secrets(plain(strict.xds_addr()).await, None, router(), &[CREDENTIAL, "ROOTCA"])
-        .await
-        .expect("served");
-    assert_eq!(got.keys().collect::<Vec<_>>(), ["ROOTCA"], "no gateway Secret");
+    let got = secrets(
+        plain(strict.xds_addr()).await,
+        None,
+        admin(),
+        &["default", "ROOTCA"],
+    )
+    .await
+    .expect("served");
+    assert_eq!(
+        got.keys().collect::<Vec<_>>(),
+        ["ROOTCA"],
+        "only the public root"
+    );
+    let got = secrets(
+        plain(strict.xds_addr()).await,
+        None,
+        router(),
+        &[CREDENTIAL, "ROOTCA"],
+    )
+    .await
+    .expect("served");
+    assert_eq!(
+        got.keys().collect::<Vec<_>>(),
+        ["ROOTCA"],
+        "no gateway Secret"
+    );
     drop(strict);
 
     let insecure = Meshflow::start_with_args(&config, dir.path(), &["--insecure-serve-keys"]);
-    let got = secrets(plain(insecure.xds_addr()).await, None, admin(), &["default"])
-        .await
-        .expect("served");
+    let got = secrets(
+        plain(insecure.xds_addr()).await,
+        None,
+        admin(),
+        &["default"],
+    )
+    .await
+    .expect("served");
     let (uris, key) = issued(&got["default"]);
     assert_eq!(uris, ["spiffe://cluster.local/ns/prod/sa/admin"]);
     assert!(key, "the flag serves keys on claims alone");
-    let got = secrets(plain(insecure.xds_addr()).await, None, router(), &[CREDENTIAL])
-        .await
-        .expect("served");
+    let got = secrets(
+        plain(insecure.xds_addr()).await,
+        None,
+        router(),
+        &[CREDENTIAL],
+    )
+    .await
+    .expect("served");
     assert!(got.contains_key(CREDENTIAL), "{:?}", got.keys());
 }
 
@@ -256,17 +287,38 @@ async fn mtls_binds_namespace_service_account_and_node_id() {
     let meshflow = Meshflow::start_with_args(
         &config,
         dir.path(),
-        &["--tls-cert", &cert_file, "--tls-key", &key_file, "--tls-client-ca", &ca_file],
+        &[
+            "--tls-cert",
+            &cert_file,
+            "--tls-key",
+            &key_file,
+            "--tls-client-ca",
+            &ca_file,
+        ],
     );
     let addr = meshflow.xds_addr();
     let sleep = "spiffe://cluster.local/ns/default/sa/sleep";
 
-    let claim_reviews = proxy_node(&sidecar_id("sleep-1", "default"), "default", Some("reviews"), &[]);
-    let err = secrets(mtls(addr, &test_ca, sleep).await, None, claim_reviews, &["default"])
-        .await
-        .expect_err("another account's claim is refused");
+    let claim_reviews = proxy_node(
+        &sidecar_id("sleep-1", "default"),
+        "default",
+        Some("reviews"),
+        &[],
+    );
+    let err = secrets(
+        mtls(addr, &test_ca, sleep).await,
+        None,
+        claim_reviews,
+        &["default"],
+    )
+    .await
+    .expect_err("another account's claim is refused");
     assert_eq!(err.code(), tonic::Code::PermissionDenied, "{err:?}");
-    assert!(err.message().contains("reviews") && err.message().contains("sa/sleep"), "{}", err.message());
+    assert!(
+        err.message().contains("reviews") && err.message().contains("sa/sleep"),
+        "{}",
+        err.message()
+    );
 
     for claimed in [None, Some("sleep")] {
         let n = proxy_node(&sidecar_id("sleep-1", "default"), "default", claimed, &[]);
@@ -279,15 +331,29 @@ async fn mtls_binds_namespace_service_account_and_node_id() {
     }
 
     let squat = proxy_node(&sidecar_id("reviews-v1", "default"), "default", None, &[]);
-    let err = secrets(mtls(addr, &test_ca, sleep).await, None, squat.clone(), &["default"])
-        .await
-        .expect_err("a pod of another account's node id is refused");
+    let err = secrets(
+        mtls(addr, &test_ca, sleep).await,
+        None,
+        squat.clone(),
+        &["default"],
+    )
+    .await
+    .expect_err("a pod of another account's node id is refused");
     assert_eq!(err.code(), tonic::Code::PermissionDenied, "{err:?}");
-    assert!(err.message().contains("default/bookinfo-reviews"), "{}", err.message());
+    assert!(
+        err.message().contains("default/bookinfo-reviews"),
+        "{}",
+        err.message()
+    );
     let reviews = "spiffe://cluster.local/ns/default/sa/bookinfo-reviews";
-    let got = secrets(mtls(addr, &test_ca, reviews).await, None, squat, &["default"])
-        .await
-        .expect("the pod's own identity may use its node id");
+    let got = secrets(
+        mtls(addr, &test_ca, reviews).await,
+        None,
+        squat,
+        &["default"],
+    )
+    .await
+    .expect("the pod's own identity may use its node id");
     assert_eq!(issued(&got["default"]).0, [reviews]);
 }
 
@@ -301,7 +367,12 @@ async fn service_account_tokens_are_reviewed_with_their_audience() {
     let test_ca = ca("identity test CA");
     fake.apply_yaml(&mesh_yaml(&test_ca));
     fake.add_sa_token("tok-sleep", "default", "sleep", &["istio-ca"]);
-    fake.add_sa_token("tok-api", "default", "sleep", &["https://kubernetes.default.svc"]);
+    fake.add_sa_token(
+        "tok-api",
+        "default",
+        "sleep",
+        &["https://kubernetes.default.svc"],
+    );
     let kubeconfig = dir.path().join("kubeconfig");
     fake.write_kubeconfig(&kubeconfig);
     let meshflow = Meshflow::start_kube(&kubeconfig, dir.path(), &["--token-review"]);
@@ -322,7 +393,12 @@ async fn service_account_tokens_are_reviewed_with_their_audience() {
         "reviewed by the API server"
     );
 
-    let claim = proxy_node(&sidecar_id("sleep-1", "default"), "default", Some("reviews"), &[]);
+    let claim = proxy_node(
+        &sidecar_id("sleep-1", "default"),
+        "default",
+        Some("reviews"),
+        &[],
+    );
     let err = secrets(plain(addr).await, Some("tok-sleep"), claim, &["default"])
         .await
         .expect_err("another account refused");
@@ -337,6 +413,10 @@ async fn service_account_tokens_are_reviewed_with_their_audience() {
         let err = secrets(plain(addr).await, token, sleep(), &["default"])
             .await
             .expect_err("not authenticated");
-        assert_eq!(err.code(), tonic::Code::Unauthenticated, "{token:?}: {err:?}");
+        assert_eq!(
+            err.code(),
+            tonic::Code::Unauthenticated,
+            "{token:?}: {err:?}"
+        );
     }
 }

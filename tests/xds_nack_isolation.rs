@@ -38,7 +38,9 @@ fn reviews_vs(weights: [u32; 3]) -> String {
     let routes: String = ["v1", "v2", "v3"]
         .iter()
         .zip(weights)
-        .map(|(s, w)| format!("    - destination: {{host: reviews, subset: {s}}}\n      weight: {w}\n"))
+        .map(|(s, w)| {
+            format!("    - destination: {{host: reviews, subset: {s}}}\n      weight: {w}\n")
+        })
         .collect();
     format!(
         "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: reviews, namespace: default}}\nspec:\n  hosts: [reviews]\n  http:\n  - route:\n{routes}"
@@ -61,7 +63,8 @@ async fn follow(c: &mut DeltaClient, quiet: Duration) {
     if c.node.is_some() {
         c.subscribe(CDS, &[], HashMap::new()).await;
         c.subscribe(LDS, &[], HashMap::new()).await;
-        c.subscribe(RDS, &["9080".to_string()], HashMap::new()).await;
+        c.subscribe(RDS, &["9080".to_string()], HashMap::new())
+            .await;
     }
     loop {
         let got = c.drain(quiet).await;
@@ -87,11 +90,13 @@ type Served = HashMap<String, BTreeMap<String, String>>;
 /// What an honest client connected now is served, and its route configuration `9080`.
 async fn reference(addr: SocketAddr) -> (Served, RouteConfiguration) {
     let mut c = DeltaClient::connect(addr, sleep_node(200)).await;
-    c.subscribe(RDS, &["9080".to_string()], HashMap::new()).await;
+    c.subscribe(RDS, &["9080".to_string()], HashMap::new())
+        .await;
     let mut route = None;
     for r in c.drain(Duration::from_millis(800)).await {
         for res in r.resources.iter().filter(|x| x.name == "9080") {
-            route = Some(RouteConfiguration::decode(&*res.resource.as_ref().unwrap().value).unwrap());
+            route =
+                Some(RouteConfiguration::decode(&*res.resource.as_ref().unwrap().value).unwrap());
         }
     }
     // A fresh stream for the rest, subscribed as the others are.
@@ -114,7 +119,10 @@ fn clusters_of(route: &RouteConfiguration) -> Vec<String> {
 
 fn no_setback(debug: SocketAddr) {
     let errors = debug_json(debug, "/debug/config_errors").to_string();
-    assert!(!errors.contains("rolled back") && !errors.contains("taken out"), "{errors}");
+    assert!(
+        !errors.contains("rolled back") && !errors.contains("taken out"),
+        "{errors}"
+    );
 }
 
 /// A hostile client NACKs every route configuration; victims answering after 0, 50 and
@@ -126,7 +134,8 @@ async fn a_hostile_nack_changes_nothing_for_the_victims() {
     bookinfo(&config);
     write_config(&config, "reviews-vs.yaml", &reviews_vs([50, 25, 25]));
     let debug = SocketAddr::from(([127, 0, 0, 1], free_port()));
-    let meshflow = Meshflow::start_with_args(&config, dir.path(), &["--debug-addr", &debug.to_string()]);
+    let meshflow =
+        Meshflow::start_with_args(&config, dir.path(), &["--debug-addr", &debug.to_string()]);
     let addr = meshflow.xds_addr();
 
     let mut hostile = DeltaClient::connect(addr, sleep_node(66)).await;
@@ -173,7 +182,10 @@ async fn a_hostile_nack_changes_nothing_for_the_victims() {
             .collect();
         let clusters = clusters_of(&route);
         for e in &expected {
-            assert!(clusters.contains(e), "edit {edit}: {e} routed: {clusters:?}");
+            assert!(
+                clusters.contains(e),
+                "edit {edit}: {e} routed: {clusters:?}"
+            );
         }
         for (i, v) in victims.iter().enumerate() {
             assert_eq!(
@@ -189,7 +201,10 @@ async fn a_hostile_nack_changes_nothing_for_the_victims() {
     }
     assert!(hostile.nacks >= 3, "rejected every edit: {}", hostile.nacks);
     let errors = debug_json(debug, "/debug/config_errors").to_string();
-    assert!(errors.contains("rejected by proxy"), "the NACKs are recorded: {errors}");
+    assert!(
+        errors.contains("rejected by proxy"),
+        "the NACKs are recorded: {errors}"
+    );
     drop(meshflow);
 }
 
@@ -215,7 +230,10 @@ async fn random_answers_never_change_what_another_is_served() {
     write_config(&config, "reviews-vs.yaml", &reviews_vs([50, 25, 25]));
     let meshflow = Meshflow::start(&config, dir.path());
     let addr = meshflow.xds_addr();
-    let seed: u64 = std::env::var("NACK_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x5eed_1234);
+    let seed: u64 = std::env::var("NACK_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x5eed_1234);
     eprintln!("NACK_SEED={seed}");
     let mut rng = Rng(seed);
     let mut clients = Vec::new();
@@ -250,7 +268,11 @@ async fn random_answers_never_change_what_another_is_served() {
         let routed = clusters_of(&route);
         for (s, w) in ["v1", "v2", "v3"].iter().zip(weights) {
             let c = format!("outbound|9080|{s}|reviews.default.svc.cluster.local");
-            assert_eq!(routed.contains(&c), w > 0, "round {round}: {weights:?} {routed:?}");
+            assert_eq!(
+                routed.contains(&c),
+                w > 0,
+                "round {round}: {weights:?} {routed:?}"
+            );
         }
         for (i, c) in clients.iter().enumerate() {
             for t in [CDS, EDS, LDS, RDS] {

@@ -18,7 +18,12 @@ pub struct WorkloadAccounts {
     by_ip: HashMap<String, HashMap<Account, isize>>,
 }
 
-fn bump<K: std::hash::Hash + Eq>(m: &mut HashMap<K, HashMap<Account, isize>>, k: K, a: Account, d: isize) {
+fn bump<K: std::hash::Hash + Eq>(
+    m: &mut HashMap<K, HashMap<Account, isize>>,
+    k: K,
+    a: Account,
+    d: isize,
+) {
     let inner = m.entry(k).or_default();
     *inner.entry(a.clone()).or_default() += d;
     if inner.get(&a).is_some_and(|n| *n <= 0) {
@@ -31,7 +36,9 @@ impl WorkloadAccounts {
     pub fn apply(&mut self, changes: &[(Record, isize)]) {
         for (r, d) in changes {
             let Record::Workload(w) = r else { continue };
-            let Some(sa) = &w.service_account else { continue };
+            let Some(sa) = &w.service_account else {
+                continue;
+            };
             let account = (w.origin.namespace.clone(), sa.clone());
             if w.origin.kind == Kind::Pod {
                 let pod = (w.origin.namespace.clone(), w.origin.name.clone());
@@ -46,7 +53,12 @@ impl WorkloadAccounts {
     /// Why a stream proved to be `namespace`/`service_account` may not speak for `proxy`:
     /// the pod its node id names, or a workload at one of its addresses, runs as another
     /// account. `None` when nothing known says otherwise.
-    pub fn conflict(&self, proxy: &Proxy, namespace: &str, service_account: &str) -> Option<String> {
+    pub fn conflict(
+        &self,
+        proxy: &Proxy,
+        namespace: &str,
+        service_account: &str,
+    ) -> Option<String> {
         let mine = (namespace.to_string(), service_account.to_string());
         let others = |m: &HashMap<Account, isize>| -> Option<String> {
             m.keys()
@@ -118,15 +130,29 @@ mod tests {
     fn a_node_id_of_another_accounts_pod_or_address_conflicts() {
         let mut w = WorkloadAccounts::default();
         w.apply(&[(pod("reviews-v1", "10.0.0.5", "bookinfo-reviews"), 1)]);
-        let squat = proxy("sidecar~10.0.0.9~reviews-v1.default~default.svc.cluster.local", "10.0.0.9");
-        let why = w.conflict(&squat, "default", "sleep").expect("the pod runs as another account");
+        let squat = proxy(
+            "sidecar~10.0.0.9~reviews-v1.default~default.svc.cluster.local",
+            "10.0.0.9",
+        );
+        let why = w
+            .conflict(&squat, "default", "sleep")
+            .expect("the pod runs as another account");
         assert!(why.contains("default/bookinfo-reviews"), "{why}");
         assert!(w.conflict(&squat, "default", "bookinfo-reviews").is_none());
-        let by_ip = proxy("sidecar~10.0.0.5~other.default~default.svc.cluster.local", "10.0.0.5");
+        let by_ip = proxy(
+            "sidecar~10.0.0.5~other.default~default.svc.cluster.local",
+            "10.0.0.5",
+        );
         assert!(w.conflict(&by_ip, "default", "sleep").is_some());
-        let unknown = proxy("sidecar~10.0.0.7~sleep-1.default~default.svc.cluster.local", "10.0.0.7");
+        let unknown = proxy(
+            "sidecar~10.0.0.7~sleep-1.default~default.svc.cluster.local",
+            "10.0.0.7",
+        );
         assert!(w.conflict(&unknown, "default", "sleep").is_none());
         w.apply(&[(pod("reviews-v1", "10.0.0.5", "bookinfo-reviews"), -1)]);
-        assert!(w.conflict(&squat, "default", "sleep").is_none(), "gone with its pod");
+        assert!(
+            w.conflict(&squat, "default", "sleep").is_none(),
+            "gone with its pod"
+        );
     }
 }

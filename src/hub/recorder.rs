@@ -359,12 +359,7 @@ type Suspects = (Vec<String>, String, u64, u64);
 /// Only the rejecting proxy's own record is read: what other proxies acknowledged does not
 /// sway what is said about this one. `None` when the NACK answers no push in flight, or
 /// nothing qualifies.
-fn rejected_resources(
-    st: &super::HubState,
-    id: &str,
-    stream: u64,
-    n: &Nack,
-) -> Option<Suspects> {
+fn rejected_resources(st: &super::HubState, id: &str, stream: u64, n: &Nack) -> Option<Suspects> {
     let entry = st.proxies.get(id)?;
     let sync = &entry.sync[n.rtype];
     let f = sync

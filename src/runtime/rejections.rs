@@ -218,7 +218,13 @@ mod tests {
         })
     }
 
-    fn rejection(proxy: &str, ns: &str, inputs: &[ConfigKey], accepted: u64, rejected: u64) -> Rejection {
+    fn rejection(
+        proxy: &str,
+        ns: &str,
+        inputs: &[ConfigKey],
+        accepted: u64,
+        rejected: u64,
+    ) -> Rejection {
         Rejection {
             proxy: proxy.into(),
             namespace: ns.into(),
@@ -238,8 +244,14 @@ mod tests {
         let mut rj = Rejections::default();
         rj.admit(1, &[(vs("reviews", "a"), 1), (vs("ratings", "a"), 1)]);
         rj.admit(2, &[(vs("ratings", "a"), -1), (vs("ratings", "bad"), 1)]);
-        let inputs = [key(Kind::VirtualService, "reviews"), key(Kind::VirtualService, "ratings")];
-        assert!(rj.reject(&rejection("sleep.default", "default", &inputs, 1, 2), "istio-system"));
+        let inputs = [
+            key(Kind::VirtualService, "reviews"),
+            key(Kind::VirtualService, "ratings"),
+        ];
+        assert!(rj.reject(
+            &rejection("sleep.default", "default", &inputs, 1, 2),
+            "istio-system"
+        ));
         let errors = rj.errors();
         assert_eq!(errors.len(), 1, "{errors:?}");
         assert!(
@@ -247,13 +259,29 @@ mod tests {
             "{errors:?}"
         );
         // A second proxy is counted on the same report.
-        assert!(!rj.reject(&rejection("other.default", "default", &inputs, 1, 2), "istio-system"));
+        assert!(!rj.reject(
+            &rejection("other.default", "default", &inputs, 1, 2),
+            "istio-system"
+        ));
         let status = rj.rejections();
-        assert_eq!(status.keys().collect::<Vec<_>>(), [&key(Kind::VirtualService, "ratings")]);
-        assert_eq!(status[&key(Kind::VirtualService, "ratings")].proxies.len(), 2);
-        assert!(rj.errors()[0].ends_with("(2 proxies rejected it)"), "{:?}", rj.errors());
+        assert_eq!(
+            status.keys().collect::<Vec<_>>(),
+            [&key(Kind::VirtualService, "ratings")]
+        );
+        assert_eq!(
+            status[&key(Kind::VirtualService, "ratings")].proxies.len(),
+            2
+        );
+        assert!(
+            rj.errors()[0].ends_with("(2 proxies rejected it)"),
+            "{:?}",
+            rj.errors()
+        );
         // The object changes: the report ends.
-        assert!(rj.admit(3, &[(vs("ratings", "bad"), -1), (vs("ratings", "fixed"), 1)]));
+        assert!(rj.admit(
+            3,
+            &[(vs("ratings", "bad"), -1), (vs("ratings", "fixed"), 1)]
+        ));
         assert!(rj.errors().is_empty());
         assert!(rj.rejections().is_empty());
     }
@@ -279,7 +307,10 @@ mod tests {
         assert!(!rj.reject(&r, "istio-system"));
         assert!(rj.errors().is_empty());
         r.rtype = ResourceType::Listener;
-        assert!(rj.reject(&r, "istio-system"), "a listener is the Sidecar's to shape");
+        assert!(
+            rj.reject(&r, "istio-system"),
+            "a listener is the Sidecar's to shape"
+        );
     }
 
     /// A proxy of another namespace is reported on the debug port, never on the status.
@@ -290,8 +321,14 @@ mod tests {
         let inputs = [key(Kind::VirtualService, "reviews")];
         assert!(rj.reject(&rejection("x.evil", "evil", &inputs, 0, 1), "istio-system"));
         assert_eq!(rj.errors().len(), 1);
-        assert!(rj.rejections().is_empty(), "evil writes nothing on default's objects");
-        rj.reject(&rejection("gw.istio-system", "istio-system", &inputs, 0, 1), "istio-system");
+        assert!(
+            rj.rejections().is_empty(),
+            "evil writes nothing on default's objects"
+        );
+        rj.reject(
+            &rejection("gw.istio-system", "istio-system", &inputs, 0, 1),
+            "istio-system",
+        );
         let status = rj.rejections();
         let proxies: Vec<_> = status[&inputs[0]].proxies.iter().cloned().collect();
         assert_eq!(proxies, ["gw.istio-system"]);
@@ -304,11 +341,20 @@ mod tests {
         let mut rj = Rejections::default();
         rj.admit(1, &[(vs("reviews", "a"), 1)]);
         rj.admit(5, &[(vs("ratings", "a"), 1)]);
-        let inputs = [key(Kind::VirtualService, "reviews"), key(Kind::VirtualService, "ratings")];
-        assert!(!rj.reject(&rejection("p.default", "default", &inputs, 2, 4), "istio-system"));
+        let inputs = [
+            key(Kind::VirtualService, "reviews"),
+            key(Kind::VirtualService, "ratings"),
+        ];
+        assert!(!rj.reject(
+            &rejection("p.default", "default", &inputs, 2, 4),
+            "istio-system"
+        ));
         assert!(rj.errors().is_empty());
         rj.admit(6, &[(vs("ratings", "a"), -1)]);
-        assert!(!rj.reject(&rejection("p.default", "default", &inputs, 2, 6), "istio-system"));
+        assert!(!rj.reject(
+            &rejection("p.default", "default", &inputs, 2, 6),
+            "istio-system"
+        ));
         assert!(rj.objects.get(&inputs[1]).is_none());
     }
 }

@@ -9,13 +9,13 @@
 //! simulated proxies.
 
 pub mod auth;
-pub mod token_review;
 pub mod delta;
 pub mod grpc;
 pub mod node;
 pub mod server;
 pub mod sotw;
 pub mod tls;
+pub mod token_review;
 
 pub use crate::hub::recorder::{Feedback, Nack, Push, StreamEvent, Subscription};
 /// VHDS (`serve --vhds`): how route configurations are split into virtual hosts. The hub

@@ -84,13 +84,11 @@ impl TokenReviewer {
 pub fn service_account_identity(username: &str) -> Result<Identity, Denied> {
     let rest = username.strip_prefix("system:serviceaccount:");
     match rest.and_then(|r| r.split_once(':')) {
-        Some((ns, sa)) if !ns.is_empty() && !sa.is_empty() && !sa.contains(':') => {
-            Ok(Identity {
-                namespace: ns.to_string(),
-                service_account: sa.to_string(),
-                by: format!("service-account token ({username})"),
-            })
-        }
+        Some((ns, sa)) if !ns.is_empty() && !sa.is_empty() && !sa.contains(':') => Ok(Identity {
+            namespace: ns.to_string(),
+            service_account: sa.to_string(),
+            by: format!("service-account token ({username})"),
+        }),
         _ => Err(Denied::PermissionDenied(format!(
             "the token is of {username:?}, not of a service account"
         ))),
@@ -104,8 +102,16 @@ mod tests {
     #[test]
     fn usernames_of_service_accounts_only() {
         let id = service_account_identity("system:serviceaccount:default:sleep").unwrap();
-        assert_eq!((id.namespace.as_str(), id.service_account.as_str()), ("default", "sleep"));
-        for bad in ["admin", "system:serviceaccount:default", "system:serviceaccount::x", "system:serviceaccount:a:b:c"] {
+        assert_eq!(
+            (id.namespace.as_str(), id.service_account.as_str()),
+            ("default", "sleep")
+        );
+        for bad in [
+            "admin",
+            "system:serviceaccount:default",
+            "system:serviceaccount::x",
+            "system:serviceaccount:a:b:c",
+        ] {
             assert!(service_account_identity(bad).is_err(), "{bad}");
         }
     }

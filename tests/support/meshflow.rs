@@ -81,12 +81,15 @@ impl Meshflow {
         // The tests' Envoys connect over plaintext loopback and prove no identity; most of
         // them need their workload certificates and Secrets all the same. Tests of identity
         // opt out (PROVEN_KEYS_ONLY), as does any start that configures authentication.
-        let proves = extra_args
-            .iter()
-            .any(|a| {
-                [PROVEN_KEYS_ONLY, "--tls-client-ca", "--token-review", "--insecure-serve-keys"]
-                    .contains(a)
-            });
+        let proves = extra_args.iter().any(|a| {
+            [
+                PROVEN_KEYS_ONLY,
+                "--tls-client-ca",
+                "--token-review",
+                "--insecure-serve-keys",
+            ]
+            .contains(a)
+        });
         let extra_args: Vec<&str> = extra_args
             .iter()
             .copied()

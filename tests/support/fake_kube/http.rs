@@ -166,15 +166,25 @@ fn token_review(st: &Store, body: &[u8]) -> Response<Body> {
         Err(e) => return failure(StatusCode::BAD_REQUEST, "BadRequest", &format!("{e}")),
     };
     if review["kind"] != "TokenReview" || review["apiVersion"] != "authentication.k8s.io/v1" {
-        return failure(StatusCode::BAD_REQUEST, "BadRequest", "not a TokenReview of authentication.k8s.io/v1");
+        return failure(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            "not a TokenReview of authentication.k8s.io/v1",
+        );
     }
     let token = review["spec"]["token"].as_str().unwrap_or("");
     let wanted: Vec<String> = review["spec"]["audiences"]
         .as_array()
-        .map(|a| a.iter().filter_map(|v| v.as_str().map(String::from)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(String::from))
+                .collect()
+        })
         .unwrap_or_default();
     let status = match st.sa_tokens.get(token) {
-        None => json!({"authenticated": false, "user": {}, "error": "[invalid bearer token, service account token has been invalidated]"}),
+        None => {
+            json!({"authenticated": false, "user": {}, "error": "[invalid bearer token, service account token has been invalidated]"})
+        }
         Some((ns, sa, audiences)) => {
             let common: Vec<&String> = if wanted.is_empty() {
                 audiences.iter().collect()

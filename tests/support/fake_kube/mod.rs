@@ -247,7 +247,13 @@ impl FakeKube {
 
     /// Makes `token` a service-account token of `namespace`/`service_account` issued for
     /// `audiences`, as TokenReview will say.
-    pub fn add_sa_token(&self, token: &str, namespace: &str, service_account: &str, audiences: &[&str]) {
+    pub fn add_sa_token(
+        &self,
+        token: &str,
+        namespace: &str,
+        service_account: &str,
+        audiences: &[&str],
+    ) {
         self.store().sa_tokens.insert(
             token.to_string(),
             (
