@@ -284,7 +284,8 @@ impl FileSource {
     }
 
     /// Rewrites the state file if what is held over changed (write, then rename: a crash
-    /// leaves the old file or the new one, never half of one).
+    /// leaves the old file or the new one, never half of one). It may hold the private keys
+    /// of held-over Secrets: see [`write_private`].
     fn save_state(&mut self) {
         if self.state.is_none() {
             return;
@@ -300,11 +301,9 @@ impl FileSource {
             .iter()
             .flat_map(|(f, objs)| objs.iter().map(move |(k, r)| (f, k, r)))
             .collect();
-        let tmp = state.path.with_extension("tmp");
         let written = serde_json::to_vec(&rows)
             .map_err(|e| e.to_string())
-            .and_then(|b| std::fs::write(&tmp, b).map_err(|e| e.to_string()))
-            .and_then(|_| std::fs::rename(&tmp, &state.path).map_err(|e| e.to_string()));
+            .and_then(|b| write_private(&state.path, &b));
         match written {
             Ok(()) => state.written = now,
             Err(e) => tracing::warn!(
@@ -799,5 +798,72 @@ fn changes_content(ev: &notify::Event) -> bool {
         EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
         EventKind::Access(_) => false,
         _ => true,
+    }
+}
+
+/// Writes `bytes` to `path` as only its owner may read it (0600): into a new file of a
+/// random name beside it, created exclusively and never through a symlink (a link planted
+/// at a guessable temporary path is not followed), then renamed over `path`.
+fn write_private(path: &Path, bytes: &[u8]) -> Result<(), String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut random = [0u8; 8];
+    getrandom::fill(&mut random).map_err(|e| format!("no randomness for a temporary name: {e}"))?;
+    let suffix: String = random.iter().map(|b| format!("{b:02x}")).collect();
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = path.with_file_name(format!(".{name}.{suffix}.tmp"));
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc_nofollow())
+        .open(&tmp)
+        .and_then(|mut f| f.write_all(bytes).and_then(|_| f.sync_all()))
+        .and_then(|_| std::fs::rename(&tmp, path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written.map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// `O_NOFOLLOW` (Linux): with `create_new` (`O_EXCL`) a symlink at the path already fails,
+/// this says so twice.
+const fn libc_nofollow() -> i32 {
+    0o400000
+}
+
+#[cfg(test)]
+mod private_write_tests {
+    use super::write_private;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// The state file is 0600 whatever the umask, replaces the old one, and a symlink
+    /// planted at the old fixed temporary name (`state.tmp`) is not followed.
+    #[test]
+    fn the_state_file_is_private_and_follows_no_link() {
+        let dir = std::env::temp_dir().join(format!("meshflow-private-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let victim = dir.join("victim");
+        std::fs::write(&victim, "untouched").unwrap();
+        std::os::unix::fs::symlink(&victim, dir.join("state.tmp")).unwrap();
+        let state = dir.join("state");
+        std::fs::write(&state, "old").unwrap();
+        std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o644)).unwrap();
+        write_private(&state, b"new").unwrap();
+        assert_eq!(std::fs::read_to_string(&state).unwrap(), "new");
+        let mode = std::fs::metadata(&state).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{mode:o}");
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "untouched");
+        let leftovers: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".tmp") && n != "state.tmp")
+            .collect();
+        assert!(leftovers.is_empty(), "{leftovers:?}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

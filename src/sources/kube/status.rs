@@ -167,7 +167,7 @@ impl ObjectStatus {
             // Merge patch: null removes the field.
             Value::Null
         } else {
-            Value::from(self.messages.clone())
+            Value::from(capped(&self.messages))
         };
         json!({"status": {
             "conditions": [{
@@ -179,6 +179,45 @@ impl ObjectStatus {
             "validationMessages": messages,
         }})
     }
+}
+
+/// Most `validationMessages` written on one object: past them, one more message counts the
+/// rest. An object of thousands of findings would otherwise make a status patch of
+/// megabytes, and past etcd's limit every write of it would fail.
+pub const MAX_MESSAGES: usize = 50;
+/// Longest `description` written; a longer one is cut with `…`.
+const MAX_DESCRIPTION: usize = 1024;
+
+/// The messages to write: errors first, at most [`MAX_MESSAGES`] of them with their
+/// descriptions cut, the last counting what was left out (`MF0016 MoreMessages`).
+fn capped(messages: &[Value]) -> Vec<Value> {
+    let mut sorted: Vec<&Value> = messages.iter().collect();
+    sorted.sort_by_key(|m| m["level"] != "ERROR");
+    let keep = if sorted.len() > MAX_MESSAGES { MAX_MESSAGES - 1 } else { sorted.len() };
+    let mut out: Vec<Value> = sorted[..keep]
+        .iter()
+        .map(|m| {
+            let mut m = (*m).clone();
+            if let Some(d) = m["description"].as_str() {
+                if let Some((i, _)) = d.char_indices().nth(MAX_DESCRIPTION) {
+                    m["description"] = Value::from(format!("{}…", &d[..i]));
+                }
+            }
+            m
+        })
+        .collect();
+    if sorted.len() > keep {
+        out.push(json!({
+            "type": {"code": "MF0016", "name": "MoreMessages"},
+            "level": "WARNING",
+            "description": format!(
+                "{} more validation messages not written here: `meshflow validate` and the \
+                 debug port's /debug/config_errors list them all",
+                sorted.len() - keep
+            ),
+        }));
+    }
+    out
 }
 
 /// `rejected by 2 proxies (a, b) since 2026-…Z, RDS 80: <Envoy's message>`.
@@ -450,6 +489,25 @@ mod tests {
         assert_eq!(from_stored(&s), (None, false));
         s.stored = StoredStatus(None);
         assert_eq!(from_stored(&s), (None, false));
+    }
+
+    #[test]
+    fn validation_messages_are_capped_errors_first() {
+        let many: Vec<Value> = (0..2000)
+            .map(|i| {
+                json!({"type": {"code": "MF0002", "name": "x"}, "level": if i == 1999 { "ERROR" } else { "WARNING" }, "description": "d".repeat(5000)})
+            })
+            .collect();
+        let out = capped(&many);
+        assert_eq!(out.len(), MAX_MESSAGES);
+        assert_eq!(out[0]["level"], "ERROR", "errors first");
+        assert!(out[1]["description"].as_str().unwrap().chars().count() <= MAX_DESCRIPTION + 1);
+        let last = &out[MAX_MESSAGES - 1];
+        assert_eq!(last["type"]["name"], "MoreMessages");
+        assert!(last["description"].as_str().unwrap().starts_with("1951 more"), "{last}");
+        assert!(serde_json::to_vec(&out).unwrap().len() < 100_000);
+        let few = &many[..3];
+        assert_eq!(capped(few).len(), 3);
     }
 
     #[test]
