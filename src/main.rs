@@ -209,6 +209,11 @@ enum Command {
         /// behind something that is not).
         #[arg(long)]
         debug_public: bool,
+        /// A host name the debug port answers to besides IP addresses and `localhost`
+        /// (a Service's DNS name, say); repeatable. Requests naming any other `Host` are
+        /// refused, so a web page cannot read the port through DNS rebinding.
+        #[arg(long, value_delimiter = ',')]
+        debug_host: Vec<String>,
         /// Milliseconds a debug-port connection may take to deliver a request's headers (its
         /// first request, and each HTTP/1 request after); slower ones are closed.
         #[arg(long, default_value_t = 10_000)]
@@ -481,6 +486,7 @@ fn main() -> ExitCode {
             debug_addr,
             debug_public,
             debug_read_timeout_ms,
+            debug_host,
             workers,
             engine,
             debounce_ms,
@@ -538,6 +544,7 @@ fn main() -> ExitCode {
                 debug_addr,
                 debug_public,
                 debug_read_timeout: Duration::from_millis(debug_read_timeout_ms),
+                debug_hosts: debug_host,
                 workers,
                 engine,
                 debounce: match (debounce_after_ms, debounce_max_ms) {

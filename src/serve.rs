@@ -32,6 +32,8 @@ pub struct ServeOptions {
     pub debug_public: bool,
     /// How long a debug connection may take to deliver a request's headers.
     pub debug_read_timeout: Duration,
+    /// Host names the debug port answers to besides IP addresses and `localhost`.
+    pub debug_hosts: Vec<String>,
     /// Where the last valid versions of objects whose files turned invalid survive a
     /// restart (none: a restart forgets them, and the objects are out until fixed).
     pub state_file: Option<PathBuf>,
@@ -225,8 +227,9 @@ pub async fn serve(opts: ServeOptions) -> Result<(), String> {
             debug_addr = Some(addr);
             tracing::info!(%addr, "debug API listening (gRPC, CSDS, HTTP JSON, /metrics)");
             let (hub, read_timeout) = (hub.clone(), opts.debug_read_timeout);
+            let hosts = std::sync::Arc::new(opts.debug_hosts.clone());
             tokio::spawn(async move {
-                if let Err(e) = crate::debug::serve(hub, l, read_timeout).await {
+                if let Err(e) = crate::debug::serve(hub, l, read_timeout, hosts).await {
                     tracing::error!(error = %e, "debug API stopped");
                 }
             });

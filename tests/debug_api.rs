@@ -521,6 +521,23 @@ async fn health_endpoints_say_live_and_ready() {
     assert!(body.contains("/readyz"), "{body}");
 }
 
+/// The debug port answers to IP addresses and `localhost` only (no `--debug-host` given):
+/// a request naming another host — a DNS-rebinding page's — is refused with 421 and says
+/// why, whatever the path.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_debug_port_refuses_other_host_names() {
+    let s = setup("debug-host").await;
+    for host in ["127.0.0.1", "localhost", "[::1]"] {
+        let (status, _) = http_get(s.debug, host, "/debug/proxies", &[]).unwrap();
+        assert_eq!(status, 200, "{host}");
+    }
+    for path in ["/debug/proxies", "/debug/config_dump?proxy=a.default", "/healthz"] {
+        let (status, body) = http_get(s.debug, "rebind.attacker.example", path, &[]).unwrap();
+        assert_eq!(status, 421, "{path}: {body}");
+        assert!(body.contains("--debug-host"), "{body}");
+    }
+}
+
 /// The JSON endpoints and `/metrics` on the same port as gRPC: proxies with sync state per
 /// type, a proxy's config dump in Envoy's form, config errors; a NACK shows in all of them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -218,8 +218,21 @@ fn mesh_networks(text: &str) -> Result<Vec<Finding>, Invalid> {
     Ok(out)
 }
 
-/// One YAML document; empty text is an empty config (Istio's defaults).
+/// One YAML document; empty text is an empty config (Istio's defaults). Bounded as the
+/// config files' documents are: their size and their `[`/`{` nesting, checked before the
+/// YAML parser (whose time grows with the square of the nesting) sees them.
 fn document(text: &str) -> Result<Value, Invalid> {
+    if text.len() > super::MAX_DOCUMENT_BYTES {
+        return Err(Invalid::field(
+            "",
+            format!(
+                "the mesh config is {} bytes, more than {}",
+                text.len(),
+                super::MAX_DOCUMENT_BYTES
+            ),
+        ));
+    }
+    super::check_nesting(text)?;
     let value: Value =
         serde_yaml_ng::from_str(text).map_err(|e| Invalid::field("", e.to_string()))?;
     Ok(match value {
@@ -232,6 +245,21 @@ fn document(text: &str) -> Result<Value, Invalid> {
 mod tests {
     use super::*;
     use crate::config::Level;
+
+    /// A mesh config nesting far past the limit is refused at once, naming why (a deep
+    /// document kept the YAML parser busy for seconds, growing with the square of it).
+    #[test]
+    fn deep_nesting_is_refused_before_parsing() {
+        let deep = format!("defaultConfig: {}{}", "[".repeat(100_000), "]".repeat(100_000));
+        let started = std::time::Instant::now();
+        let err = parse(&deep).expect_err("refused");
+        assert!(err.to_string().contains("nests 100000 levels"), "{err}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(1), "{:?}", started.elapsed());
+        let networks = format!("networks: {}", "{a: ".repeat(1000));
+        let err = parse_mesh("", Some(&networks), mesh_config_key("", "mesh"), &MeshConfig::default(), &Default::default())
+            .expect_err("meshNetworks too");
+        assert!(err.to_string().contains("levels"), "{err}");
+    }
 
     fn parse(text: &str) -> Result<ParsedMesh, Invalid> {
         parse_mesh(

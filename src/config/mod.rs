@@ -202,6 +202,19 @@ fn flow_nesting(doc: &str) -> usize {
     deepest
 }
 
+/// Refuses a document nesting `[`/`{` deeper than [`MAX_NESTING`], before a YAML parser
+/// spends seconds on it (the config files' documents and the mesh config alike).
+pub fn check_nesting(doc: &str) -> Result<(), Invalid> {
+    let nesting = flow_nesting(doc);
+    if nesting > MAX_NESTING {
+        return Err(Invalid::field(
+            "",
+            format!("the document nests {nesting} levels deep, more than {MAX_NESTING}"),
+        ));
+    }
+    Ok(())
+}
+
 /// Parses one YAML document into an object's records (`None`: not mesh config).
 pub fn parse_document(doc: &str, mesh: &MeshConfig) -> Result<Option<Parsed>, Invalid> {
     read_document(doc, mesh).map(Document::object)
@@ -227,13 +240,7 @@ pub fn read_document(doc: &str, mesh: &MeshConfig) -> Result<Document, Invalid> 
             ),
         ));
     }
-    let nesting = flow_nesting(doc);
-    if nesting > MAX_NESTING {
-        return Err(Invalid::field(
-            "",
-            format!("the document nests {nesting} levels deep, more than {MAX_NESTING}"),
-        ));
-    }
+    check_nesting(doc)?;
     let value: serde_yaml_ng::Value = serde_yaml_ng::from_str(doc).map_err(|e| {
         let at = e
             .location()

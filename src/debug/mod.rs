@@ -40,6 +40,7 @@ pub mod envoy_json;
 pub mod error;
 pub mod explain;
 pub mod grpc;
+pub mod host;
 pub mod http;
 pub mod metrics;
 pub mod model;
@@ -79,8 +80,9 @@ pub async fn serve(
     hub: Arc<Hub>,
     listener: tokio::net::TcpListener,
     read_timeout: std::time::Duration,
+    hosts: Arc<Vec<String>>,
 ) -> std::io::Result<()> {
-    let app = router(hub);
+    let app = router(hub).layer(axum::middleware::from_fn_with_state(hosts, host::check));
     loop {
         let tcp = match listener.accept().await {
             Ok((tcp, _)) => tcp,
