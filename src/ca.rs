@@ -11,12 +11,15 @@
 //! Keys are made at random, so they are made here, where streams send them, never in the
 //! dataflow: the dataflow carries a stand-in naming the identity
 //! (`dataflows::translate::secret::workload_stand_in`), and [`WorkloadCa::substitute`]
-//! replaces it by the issued certificate and key, one per identity for the process's life
-//! (proxies of one identity share it). No key is logged, recorded in the history or shown
+//! replaces it by the issued certificate and key, one per identity (proxies of one identity
+//! share it), renewed once half of its lifetime has passed. No key is logged, recorded in the history or shown
 //! on the debug port: they hold the stand-in.
 //!
-//! Not done yet: rotation. A certificate is valid for [`LEAF_VALIDITY`]; a proxy is sent a
-//! new one only when its identity or the root changes.
+//! Rotation: a certificate is valid for [`LEAF_VALIDITY`] (24 h, as Istio's) unless `serve
+//! --workload-cert-ttl` says otherwise; once half of that has passed it is due
+//! ([`WorkloadCa::rotate_due`]): the next substitution issues a new one, and serve has the
+//! hub push it to the proxies of that identity, so a stolen certificate is good for a day
+//! at most.
 
 use dataflows::model::Body;
 use dataflows::translate::secret;
@@ -29,8 +32,8 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::Duration;
 
-/// How long an issued workload certificate is valid.
-pub const LEAF_VALIDITY: Duration = Duration::from_secs(365 * 24 * 3600);
+/// How long an issued workload certificate is valid by default (Istio's 24 h).
+pub const LEAF_VALIDITY: Duration = Duration::from_secs(24 * 3600);
 /// How long a generated root is valid.
 const ROOT_VALIDITY: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 /// Clocks of proxies may be behind meshflow's.
@@ -48,8 +51,11 @@ pub struct WorkloadCa {
     root_pem: String,
     /// Whether the root was generated at start (no `--ca-cert`).
     pub generated: bool,
-    /// Identity → the encoded `default` secret (certificate chain and key).
-    issued: Mutex<HashMap<String, Body>>,
+    /// Identity → the encoded `default` secret (certificate chain and key) and when it was
+    /// issued.
+    issued: Mutex<HashMap<String, (Body, std::time::Instant)>>,
+    /// How long a workload certificate is valid; it is renewed after half of it.
+    validity: Duration,
 }
 
 impl std::fmt::Debug for WorkloadCa {
@@ -123,6 +129,7 @@ impl WorkloadCa {
             root_pem,
             generated: true,
             issued: Mutex::default(),
+            validity: LEAF_VALIDITY,
         })
     }
 
@@ -171,7 +178,35 @@ impl WorkloadCa {
             root_pem,
             generated: false,
             issued: Mutex::default(),
+            validity: LEAF_VALIDITY,
         })
+    }
+
+    /// The CA with workload certificates valid for `validity` (at least a second).
+    pub fn with_validity(mut self, validity: Duration) -> WorkloadCa {
+        self.validity = validity.max(Duration::from_secs(1));
+        self
+    }
+
+    /// How long a workload certificate is valid.
+    pub fn validity(&self) -> Duration {
+        self.validity
+    }
+
+    /// The identities whose certificate has lived half of its validity: forgotten here, so
+    /// the next substitution issues a new one. Serve pushes it to their proxies.
+    pub fn rotate_due(&self) -> Vec<String> {
+        let mut issued = self.issued.lock().unwrap_or_else(|p| p.into_inner());
+        let half = self.validity / 2;
+        let due: Vec<String> = issued
+            .iter()
+            .filter(|(_, (_, at))| at.elapsed() >= half)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in &due {
+            issued.remove(id);
+        }
+        due
     }
 
     /// The root certificate proxies verify peers with (PEM; public).
@@ -197,7 +232,7 @@ impl WorkloadCa {
             ExtendedKeyUsagePurpose::ClientAuth,
         ];
         params.not_before = offset(CLOCK_SKEW, false);
-        params.not_after = offset(LEAF_VALIDITY, true);
+        params.not_after = offset(self.validity, true);
         let key = KeyPair::generate().map_err(|e| format!("a key for {identity}: {e}"))?;
         let leaf = params
             .signed_by(&key, &self.issuer)
@@ -216,8 +251,11 @@ impl WorkloadCa {
             return Some(body.clone());
         };
         let mut issued = self.issued.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(b) = issued.get(&identity) {
-            return Some(b.clone());
+        // A certificate past half its life is renewed here too (a proxy that reconnects
+        // before serve's next rotation round).
+        match issued.get(&identity) {
+            Some((b, at)) if at.elapsed() < self.validity / 2 => return Some(b.clone()),
+            _ => {}
         }
         match self.issue(&identity) {
             Ok((chain, key)) => {
@@ -225,7 +263,7 @@ impl WorkloadCa {
                     issued.clear();
                 }
                 let b = Body(secret::workload_certificate(&chain, &key).into());
-                issued.insert(identity.clone(), b.clone());
+                issued.insert(identity.clone(), (b.clone(), std::time::Instant::now()));
                 tracing::debug!(%identity, "workload certificate issued");
                 Some(b)
             }

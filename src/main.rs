@@ -283,6 +283,10 @@ enum Command {
         /// The private key (PKCS#8 PEM) of `--ca-cert`'s first certificate.
         #[arg(long, requires = "ca_cert", value_name = "FILE")]
         ca_key: Option<PathBuf>,
+        /// How long an issued workload certificate is valid (24h as Istio's, 90m, 30s...);
+        /// it is renewed and pushed to its proxies after half of that.
+        #[arg(long, default_value = "24h", value_parser = meshflow::debug::units::parse_duration)]
+        workload_cert_ttl: Duration,
         /// Require `authorization: Bearer TOKEN` matching this file's content. It admits a
         /// client; it proves no workload identity (no key material is served on it).
         #[arg(long, conflicts_with = "token_review")]
@@ -507,6 +511,7 @@ fn main() -> ExitCode {
             token_file,
             token_review,
             token_audience,
+            workload_cert_ttl,
             insecure_serve_keys,
             plaintext,
             history_bytes,
@@ -588,6 +593,7 @@ fn main() -> ExitCode {
                     max_age: history_age,
                 },
                 ca: ca_cert.zip(ca_key),
+                workload_cert_ttl,
                 ready: None,
             };
             match rt.block_on(serve(opts)) {

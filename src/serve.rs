@@ -62,6 +62,8 @@ pub struct ServeOptions {
     /// The workload CA's signing certificate (optionally with its chain up to the root) and
     /// key (`--ca-cert`, `--ca-key`); `None`: a root generated at start.
     pub ca: Option<(PathBuf, PathBuf)>,
+    /// How long an issued workload certificate is valid (renewed after half of it).
+    pub workload_cert_ttl: Duration,
     /// Told the addresses bound once the initial read of every source is in and the xDS
     /// port accepts connections, so a caller that asked for port 0 (`meshflow demo`) learns
     /// where to connect.
@@ -174,7 +176,24 @@ pub async fn serve(opts: ServeOptions) -> Result<(), String> {
             engine: opts.engine,
         },
     );
-    let _ = hub.workload_ca.set(std::sync::Arc::new(ca));
+    let ca = std::sync::Arc::new(ca.with_validity(opts.workload_cert_ttl));
+    let _ = hub.workload_ca.set(ca.clone());
+    {
+        // Renewal rounds: often enough that a certificate is renewed well before it
+        // expires (an eighth of its lifetime, at most a minute apart).
+        let (hub, every) = (hub.clone(), (ca.validity() / 8).min(Duration::from_secs(60)));
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every.max(Duration::from_millis(100)));
+            loop {
+                tick.tick().await;
+                let due = ca.rotate_due();
+                if !due.is_empty() {
+                    tracing::info!(identities = due.len(), "workload certificates renewed");
+                    hub.certificates_rotated(&due);
+                }
+            }
+        });
+    }
     if opts.vhds {
         let _ = hub.vhds.set(Default::default());
     }

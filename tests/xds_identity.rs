@@ -420,3 +420,65 @@ async fn service_account_tokens_are_reviewed_with_their_audience() {
         );
     }
 }
+
+/// Certificates are short-lived and renewed: with `--workload-cert-ttl 4s` a stream holding
+/// `default` is pushed a new certificate (another key, a later expiry) about every 2 s,
+/// without asking, and each expires no later than 4 s after it was issued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workload_certificates_are_short_lived_and_renewed() {
+    let dir = TestDir::new("xds-identity-rotation");
+    let config = dir.subdir("config");
+    let test_ca = ca("identity test CA");
+    write_config(&config, "mesh.yaml", &mesh_yaml(&test_ca));
+    let meshflow = Meshflow::start_with_args(&config, dir.path(), &["--workload-cert-ttl", "4s"]);
+    let mut client = AggregatedDiscoveryServiceClient::new(plain(meshflow.xds_addr()).await);
+    let (tx, rx) = tokio::sync::mpsc::channel(8);
+    tx.send(DeltaDiscoveryRequest {
+        node: Some(proxy_node(&sidecar_id("sleep-1", "default"), "default", Some("sleep"), &[])),
+        type_url: SDS.into(),
+        resource_names_subscribe: vec!["default".into()],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let mut stream = client
+        .delta_aggregated_resources(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut certs: Vec<(String, i64)> = Vec::new();
+    let until = tokio::time::Instant::now() + Duration::from_secs(8);
+    while certs.len() < 3 {
+        let Ok(msg) = tokio::time::timeout_at(until, stream.message()).await else {
+            break;
+        };
+        let resp = msg.expect("stream").expect("open");
+        for r in &resp.resources {
+            let s = Secret::decode(&*r.resource.as_ref().unwrap().value).unwrap();
+            let Some(secret::Type::TlsCertificate(c)) = &s.r#type else { continue };
+            let Some(Specifier::InlineString(pem)) = c.certificate_chain.as_ref().and_then(|d| d.specifier.clone()) else {
+                continue;
+            };
+            let der = support::pki::der_of(&pem);
+            let (_, x) = x509_parser::parse_x509_certificate(&der).unwrap();
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_secs() as i64;
+            let expires = x.validity().not_after.timestamp();
+            assert!(expires <= now + 5, "valid for the ttl only: expires in {} s", expires - now);
+            certs.push((pem.clone(), expires));
+        }
+        tx.send(DeltaDiscoveryRequest {
+            type_url: resp.type_url.clone(),
+            response_nonce: resp.nonce.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    }
+    assert!(certs.len() >= 3, "renewed twice within 8 s: {} certificates", certs.len());
+    assert_ne!(certs[0].0, certs[1].0);
+    assert_ne!(certs[1].0, certs[2].0);
+    assert!(certs[2].1 > certs[0].1, "later expiry");
+}

@@ -297,6 +297,7 @@ impl Meshflow {
             plaintext: false,
             history: Default::default(),
             ca: None,
+            workload_cert_ttl: crate::ca::LEAF_VALIDITY,
             ready: Some(ready_tx),
         };
         let mut task = tokio::spawn(serve(opts));

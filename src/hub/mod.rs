@@ -188,6 +188,29 @@ impl Hub {
             .conflict(proxy, namespace, service_account)
     }
 
+    /// The workload certificates of `identities` (`spiffe://TD/ns/NS/sa/SA`) were renewed
+    /// ([`crate::ca::WorkloadCa::rotate_due`]): the connected proxies of those identities
+    /// are woken to resend their `default` Secret, and no other.
+    pub fn certificates_rotated(&self, identities: &[String]) {
+        let mut st = self.lock();
+        for e in st.proxies.values_mut().filter(|e| e.connected()) {
+            let mine = format!(
+                "/ns/{}/sa/{}",
+                e.proxy.namespace,
+                e.proxy.service_account()
+            );
+            if identities.iter().any(|i| i.ends_with(&mine)) {
+                e.rotations += 1;
+                e.notify.notify_one();
+            }
+        }
+    }
+
+    /// How many times proxy `id`'s workload certificate was renewed while connected.
+    pub fn rotations(&self, id: &str) -> u64 {
+        self.lock().proxies.get(id).map_or(0, |e| e.rotations)
+    }
+
     /// A fresh id for a new stream.
     pub fn next_stream_id(&self) -> u64 {
         self.next_stream.fetch_add(1, Ordering::Relaxed)

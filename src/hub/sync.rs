@@ -87,6 +87,8 @@ pub struct ProxyEntry {
     pub stream_info: BTreeMap<u64, StreamInfo>,
     /// Resources the engine's latest pushes resend unchanged: (epoch, type, name).
     pub(super) forced: Vec<(u64, ResourceType, Name)>,
+    /// Bumped each time its workload certificate is renewed: its streams resend `default`.
+    pub(super) rotations: u64,
 }
 
 impl ProxyEntry {
@@ -100,6 +102,7 @@ impl ProxyEntry {
             ready_at: None,
             stream_info: BTreeMap::new(),
             forced: Vec::new(),
+            rotations: 0,
         }
     }
 

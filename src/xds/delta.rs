@@ -331,6 +331,15 @@ impl DeltaStream {
     }
 
     /// [`DeltaStream::pending`] with the bodies kept apart, as the server frames them.
+    /// Sends `name` of type `t` again at the next look, if the client holds it.
+    pub fn resend(&mut self, t: ResourceType, name: Name) {
+        if let Some(st) = self.types.get_mut(&t) {
+            if st.client.contains_key(&name) {
+                st.resend.insert(name);
+            }
+        }
+    }
+
     pub fn pending_out(&mut self, view: &ProxyView<'_>) -> Vec<DeltaOut> {
         let mut out: Vec<DeltaOut> = std::mem::take(&mut self.unserved)
             .into_iter()

@@ -12,6 +12,8 @@ use crate::hub::recorder::{Recorder, StreamRef};
 use crate::hub::view::ProxyView;
 use crate::hub::Hub;
 use dataflows::materialize::Name;
+use dataflows::model::ResourceType;
+use dataflows::translate::secret;
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::{
     aggregated_discovery_service_server, DeltaDiscoveryRequest, DeltaDiscoveryResponse,
@@ -61,6 +63,9 @@ trait Protocol: Default + Send + 'static {
     fn events(&mut self) -> Vec<StreamEvent>;
     /// A response is waiting for its ACK or NACK.
     fn in_flight(&self) -> bool;
+    /// Sends `name` of type `t` again at the next look, whatever the client holds (a
+    /// renewed workload certificate: same resource version, new body).
+    fn resend(&mut self, t: ResourceType, name: Name);
     /// `pending` may have something new to send (see [`DeltaStream::wants_look`]).
     fn wants_look(&self) -> bool {
         true
@@ -98,6 +103,9 @@ impl Protocol for DeltaStream {
     fn in_flight(&self) -> bool {
         DeltaStream::in_flight(self)
     }
+    fn resend(&mut self, t: ResourceType, name: Name) {
+        DeltaStream::resend(self, t, name)
+    }
     fn wants_look(&self) -> bool {
         DeltaStream::wants_look(self)
     }
@@ -133,6 +141,9 @@ impl Protocol for SotwStream {
     }
     fn in_flight(&self) -> bool {
         SotwStream::in_flight(self)
+    }
+    fn resend(&mut self, t: ResourceType, name: Name) {
+        SotwStream::resend(self, t, name)
     }
 }
 
@@ -253,7 +264,15 @@ async fn serve_stream<P: Protocol>(
     let mut quiet_since: Option<tokio::time::Instant> = None;
     let mut warmed = false;
     let mut woken = true;
+    let mut rotations_seen = hub.rotations(&id);
     loop {
+        let rotations = hub.rotations(&id);
+        if rotations != rotations_seen {
+            rotations_seen = rotations;
+            if trust.keys {
+                state.resend(ResourceType::Secret, Name::from(secret::WORKLOAD_CERT));
+            }
+        }
         if let Some(req) = next.take() {
             if let Err(e) = hub.with_names(|name| state.on_request(&req, name)) {
                 let _ = tx.send(Err(Status::invalid_argument(e.to_string()))).await;

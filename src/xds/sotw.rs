@@ -117,6 +117,15 @@ impl SotwStream {
             .collect()
     }
 
+    /// Sends `name` of type `t` again at the next look, if the client asked for it.
+    pub fn resend(&mut self, t: ResourceType, name: Name) {
+        if let Some(st) = self.types.get_mut(&t) {
+            if st.names.contains(&*name) {
+                st.resend.insert(name);
+            }
+        }
+    }
+
     pub fn pending(&mut self, view: &ProxyView<'_>) -> Vec<DiscoveryResponse> {
         let mut out = std::mem::take(&mut self.unserved);
         if view.generation != self.generation {
