@@ -102,16 +102,54 @@ async fn interrupted() -> &'static str {
     }
 }
 
+/// What the demo says when it finds no Envoy and walks with the simulated proxies.
+const NO_ENVOY_FOUND: &str = "no Envoy found: meshflow's simulated proxies play the gateway \
+     and the sidecar (for real Envoys: scripts/install-test-deps.sh, or --envoy PATH)";
+
+/// The Envoy to run, if any, and a line to say: `--no-envoy` runs none; an Envoy asked for
+/// by path must be there; otherwise, when none is found, the same walk runs with the
+/// simulated proxies and says so in one line, so the first command shows traffic on a
+/// fresh machine.
+fn choose_envoy(
+    no_envoy: bool,
+    flag: Option<&std::path::Path>,
+    find: impl Fn(Option<&std::path::Path>) -> Result<std::path::PathBuf, String>,
+) -> Result<(Option<std::path::PathBuf>, Option<&'static str>), String> {
+    match (no_envoy, flag) {
+        (true, _) => Ok((None, None)),
+        (false, Some(path)) => Ok((Some(find(Some(path))?), None)),
+        (false, None) => Ok(match find(None) {
+            Ok(binary) => (Some(binary), None),
+            Err(_) => (None, Some(NO_ENVOY_FOUND)),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod choose_envoy_tests {
+    use super::*;
+    use std::path::{Path, PathBuf};
+
+    #[test]
+    fn no_envoy_found_falls_back_to_the_simulated_proxies_and_says_so() {
+        let none = |_: Option<&Path>| Err::<PathBuf, _>("no Envoy found".to_string());
+        assert_eq!(choose_envoy(false, None, none).unwrap(), (None, Some(NO_ENVOY_FOUND)));
+        assert!(choose_envoy(false, Some(Path::new("/missing")), none).is_err(), "asked for: an error");
+        assert_eq!(choose_envoy(true, None, none).unwrap(), (None, None));
+        let found = |_: Option<&Path>| Ok::<_, String>(PathBuf::from("/usr/bin/envoy"));
+        assert_eq!(choose_envoy(false, None, found).unwrap(), (Some(PathBuf::from("/usr/bin/envoy")), None));
+    }
+}
+
 /// Starts everything, walks, and (without `--once`) keeps running. The guards are locals,
 /// dropped in reverse order on every way out: proxies, meshflow, workloads, scratch directory.
 async fn run(args: &DemoArgs, screen: &mut Screen) -> Result<(), String> {
     let started = Instant::now();
     // Before anything is started: a missing Envoy is the likeliest problem.
-    let envoy_binary = if args.no_envoy {
-        None
-    } else {
-        Some(envoy::find(args.envoy.as_deref())?)
-    };
+    let (envoy_binary, said) = choose_envoy(args.no_envoy, args.envoy.as_deref(), envoy::find)?;
+    if let Some(line) = said {
+        screen.say(line)?;
+    }
     let scratch = ScratchDir::create()?;
     let workloads = Workloads::start(config::pods()?).await?;
     let layout = Layout {

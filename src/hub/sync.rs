@@ -148,6 +148,20 @@ pub fn sync_state(st: &HubState, entry: &ProxyEntry, t: ResourceType) -> SyncSta
     sync_state_at(st, entry, t, Instant::now()).0
 }
 
+/// Whether a stream of the proxy subscribes to type `t` (as its streams last reported);
+/// before any stream reported, it is taken to.
+fn asked(entry: &ProxyEntry, t: ResourceType) -> bool {
+    let reported: Vec<_> = entry
+        .stream_info
+        .values()
+        .filter(|s| !s.subscriptions.is_empty())
+        .collect();
+    reported.is_empty()
+        || reported
+            .iter()
+            .any(|s| s.subscriptions.iter().any(|sub| sub.rtype == Some(t)))
+}
+
 /// The sync state and, for STALE, how long it has been stale.
 pub fn sync_state_at(
     st: &HubState,
@@ -167,7 +181,9 @@ pub fn sync_state_at(
         (SyncState::Stale, since(Some(f.sent_at)))
     } else if sync.acks > 0 || sync.resumed {
         (SyncState::Synced, Duration::ZERO)
-    } else if resources == 0 {
+    } else if resources == 0 || !asked(entry, t) {
+        // Nothing to send, or nothing asked: a client that never subscribes to a type (a
+        // simulated proxy's SDS, say) is not late in answering it.
         (SyncState::NotSent, Duration::ZERO)
     } else {
         (SyncState::Stale, since(entry.ready_at))
