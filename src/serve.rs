@@ -20,6 +20,11 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// What a caller of [`serve`] that runs it in-process (the demo) sets, without importing
+/// the layers below.
+pub use crate::ca::LEAF_VALIDITY as WORKLOAD_CERT_TTL;
+pub use crate::xds::auth::AuthConfig as XdsAuth;
+
 pub struct ServeOptions {
     /// The file source's directory, if any.
     pub config_dir: Option<PathBuf>,

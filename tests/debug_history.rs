@@ -367,7 +367,7 @@ async fn watch_streams_pushes_and_acks() {
     http.set_read_timeout(Some(Duration::from_millis(200))).ok();
     write!(
         http,
-        "GET /debug/watch?proxy=a-1.default HTTP/1.1\r\nHost: x\r\n\r\n"
+        "GET /debug/watch?proxy=a-1.default HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
     )
     .expect("request");
     let mut cli_watch = Command::new(env!("CARGO_BIN_EXE_meshflow"))

@@ -327,7 +327,7 @@ impl Meshflow {
             tls: None,
             // The demo's own Envoys on loopback, proving no identity, are given their
             // workload certificates (the bookinfo sidecars speak ISTIO_MUTUAL).
-            auth: crate::xds::auth::AuthConfig {
+            auth: crate::serve::XdsAuth {
                 insecure_serve_keys: true,
                 ..Default::default()
             },
@@ -335,7 +335,7 @@ impl Meshflow {
             plaintext: false,
             history: Default::default(),
             ca: None,
-            workload_cert_ttl: crate::ca::LEAF_VALIDITY,
+            workload_cert_ttl: crate::serve::WORKLOAD_CERT_TTL,
             ready: Some(ready_tx),
         };
         let mut task = tokio::spawn(serve(opts));

@@ -350,14 +350,20 @@ fn check(docs: &[Value], what: &str) {
     }
     patched.sort();
     let writes_status = args.contains(&"--write-status");
+    let reviews_tokens = args.contains(&"--token-review");
+    let mut expected_created = Vec::new();
+    if writes_status {
+        expected_created.push(("events.k8s.io".to_string(), "events".to_string()));
+    }
+    if reviews_tokens {
+        expected_created.push(("authentication.k8s.io".to_string(), "tokenreviews".to_string()));
+    }
+    created.sort();
+    expected_created.sort();
     assert_eq!(
         created,
-        if writes_status {
-            vec![("events.k8s.io".to_string(), "events".to_string())]
-        } else {
-            vec![]
-        },
-        "{what}: create on Events, with --write-status only"
+        expected_created,
+        "{what}: create on Events with --write-status only, on TokenReviews with --token-review only"
     );
     check_lease_role(docs, sa, deployment, writes_status, what);
     let mut status: Vec<(String, String)> = STATUS_WRITTEN
