@@ -186,7 +186,10 @@ pub async fn serve(opts: ServeOptions) -> Result<(), String> {
     {
         // Renewal rounds: often enough that a certificate is renewed well before it
         // expires (an eighth of its lifetime, at most a minute apart).
-        let (hub, every) = (hub.clone(), (ca.validity() / 8).min(Duration::from_secs(60)));
+        let (hub, every) = (
+            hub.clone(),
+            (ca.validity() / 8).min(Duration::from_secs(60)),
+        );
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(every.max(Duration::from_millis(100)));
             loop {

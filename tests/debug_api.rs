@@ -531,7 +531,11 @@ async fn the_debug_port_refuses_other_host_names() {
         let (status, _) = http_get(s.debug, host, "/debug/proxies", &[]).unwrap();
         assert_eq!(status, 200, "{host}");
     }
-    for path in ["/debug/proxies", "/debug/config_dump?proxy=a.default", "/healthz"] {
+    for path in [
+        "/debug/proxies",
+        "/debug/config_dump?proxy=a.default",
+        "/healthz",
+    ] {
         let (status, body) = http_get(s.debug, "rebind.attacker.example", path, &[]).unwrap();
         assert_eq!(status, 421, "{path}: {body}");
         assert!(body.contains("--debug-host"), "{body}");

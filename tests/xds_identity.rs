@@ -434,7 +434,12 @@ async fn workload_certificates_are_short_lived_and_renewed() {
     let mut client = AggregatedDiscoveryServiceClient::new(plain(meshflow.xds_addr()).await);
     let (tx, rx) = tokio::sync::mpsc::channel(8);
     tx.send(DeltaDiscoveryRequest {
-        node: Some(proxy_node(&sidecar_id("sleep-1", "default"), "default", Some("sleep"), &[])),
+        node: Some(proxy_node(
+            &sidecar_id("sleep-1", "default"),
+            "default",
+            Some("sleep"),
+            &[],
+        )),
         type_url: SDS.into(),
         resource_names_subscribe: vec!["default".into()],
         ..Default::default()
@@ -455,8 +460,14 @@ async fn workload_certificates_are_short_lived_and_renewed() {
         let resp = msg.expect("stream").expect("open");
         for r in &resp.resources {
             let s = Secret::decode(&*r.resource.as_ref().unwrap().value).unwrap();
-            let Some(secret::Type::TlsCertificate(c)) = &s.r#type else { continue };
-            let Some(Specifier::InlineString(pem)) = c.certificate_chain.as_ref().and_then(|d| d.specifier.clone()) else {
+            let Some(secret::Type::TlsCertificate(c)) = &s.r#type else {
+                continue;
+            };
+            let Some(Specifier::InlineString(pem)) = c
+                .certificate_chain
+                .as_ref()
+                .and_then(|d| d.specifier.clone())
+            else {
                 continue;
             };
             let der = support::pki::der_of(&pem);
@@ -466,7 +477,11 @@ async fn workload_certificates_are_short_lived_and_renewed() {
                 .unwrap()
                 .as_secs() as i64;
             let expires = x.validity().not_after.timestamp();
-            assert!(expires <= now + 5, "valid for the ttl only: expires in {} s", expires - now);
+            assert!(
+                expires <= now + 5,
+                "valid for the ttl only: expires in {} s",
+                expires - now
+            );
             certs.push((pem.clone(), expires));
         }
         tx.send(DeltaDiscoveryRequest {
@@ -477,7 +492,11 @@ async fn workload_certificates_are_short_lived_and_renewed() {
         .await
         .unwrap();
     }
-    assert!(certs.len() >= 3, "renewed twice within 8 s: {} certificates", certs.len());
+    assert!(
+        certs.len() >= 3,
+        "renewed twice within 8 s: {} certificates",
+        certs.len()
+    );
     assert_ne!(certs[0].0, certs[1].0);
     assert_ne!(certs[1].0, certs[2].0);
     assert!(certs[2].1 > certs[0].1, "later expiry");

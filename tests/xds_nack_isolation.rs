@@ -240,7 +240,7 @@ async fn random_answers_never_change_what_another_is_served() {
     for i in 0..4u32 {
         let mut c = DeltaClient::connect(addr, sleep_node(30 + i)).await;
         let mut own = Rng(seed.wrapping_add(i as u64 + 1));
-        c.rejects = Box::new(move |_| own.next() % 2 == 0);
+        c.rejects = Box::new(move |_| own.next().is_multiple_of(2));
         c.answer_delay = Duration::from_millis(rng.next() % 40);
         clients.push(c);
     }

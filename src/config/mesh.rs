@@ -250,14 +250,28 @@ mod tests {
     /// document kept the YAML parser busy for seconds, growing with the square of it).
     #[test]
     fn deep_nesting_is_refused_before_parsing() {
-        let deep = format!("defaultConfig: {}{}", "[".repeat(100_000), "]".repeat(100_000));
+        let deep = format!(
+            "defaultConfig: {}{}",
+            "[".repeat(100_000),
+            "]".repeat(100_000)
+        );
         let started = std::time::Instant::now();
         let err = parse(&deep).expect_err("refused");
         assert!(err.to_string().contains("nests 100000 levels"), "{err}");
-        assert!(started.elapsed() < std::time::Duration::from_secs(1), "{:?}", started.elapsed());
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(1),
+            "{:?}",
+            started.elapsed()
+        );
         let networks = format!("networks: {}", "{a: ".repeat(1000));
-        let err = parse_mesh("", Some(&networks), mesh_config_key("", "mesh"), &MeshConfig::default(), &Default::default())
-            .expect_err("meshNetworks too");
+        let err = parse_mesh(
+            "",
+            Some(&networks),
+            mesh_config_key("", "mesh"),
+            &MeshConfig::default(),
+            &Default::default(),
+        )
+        .expect_err("meshNetworks too");
         assert!(err.to_string().contains("levels"), "{err}");
     }
 

@@ -68,7 +68,13 @@ mod tests {
         ] {
             assert!(allowed(ok, &names), "{ok}");
         }
-        for bad in ["evil.example.com", "evil.example.com:15014", "127.0.0.1.nip.io", "localhost.evil.com", ""] {
+        for bad in [
+            "evil.example.com",
+            "evil.example.com:15014",
+            "127.0.0.1.nip.io",
+            "localhost.evil.com",
+            "",
+        ] {
             assert!(!allowed(bad, &names), "{bad}");
         }
     }

@@ -125,22 +125,6 @@ fn choose_envoy(
     }
 }
 
-#[cfg(test)]
-mod choose_envoy_tests {
-    use super::*;
-    use std::path::{Path, PathBuf};
-
-    #[test]
-    fn no_envoy_found_falls_back_to_the_simulated_proxies_and_says_so() {
-        let none = |_: Option<&Path>| Err::<PathBuf, _>("no Envoy found".to_string());
-        assert_eq!(choose_envoy(false, None, none).unwrap(), (None, Some(NO_ENVOY_FOUND)));
-        assert!(choose_envoy(false, Some(Path::new("/missing")), none).is_err(), "asked for: an error");
-        assert_eq!(choose_envoy(true, None, none).unwrap(), (None, None));
-        let found = |_: Option<&Path>| Ok::<_, String>(PathBuf::from("/usr/bin/envoy"));
-        assert_eq!(choose_envoy(false, None, found).unwrap(), (Some(PathBuf::from("/usr/bin/envoy")), None));
-    }
-}
-
 /// Starts everything, walks, and (without `--once`) keeps running. The guards are locals,
 /// dropped in reverse order on every way out: proxies, meshflow, workloads, scratch directory.
 async fn run(args: &DemoArgs, screen: &mut Screen) -> Result<(), String> {
@@ -363,5 +347,30 @@ impl Meshflow {
 impl Drop for Meshflow {
     fn drop(&mut self) {
         self.task.abort();
+    }
+}
+
+#[cfg(test)]
+mod choose_envoy_tests {
+    use super::*;
+    use std::path::{Path, PathBuf};
+
+    #[test]
+    fn no_envoy_found_falls_back_to_the_simulated_proxies_and_says_so() {
+        let none = |_: Option<&Path>| Err::<PathBuf, _>("no Envoy found".to_string());
+        assert_eq!(
+            choose_envoy(false, None, none).unwrap(),
+            (None, Some(NO_ENVOY_FOUND))
+        );
+        assert!(
+            choose_envoy(false, Some(Path::new("/missing")), none).is_err(),
+            "asked for: an error"
+        );
+        assert_eq!(choose_envoy(true, None, none).unwrap(), (None, None));
+        let found = |_: Option<&Path>| Ok::<_, String>(PathBuf::from("/usr/bin/envoy"));
+        assert_eq!(
+            choose_envoy(false, None, found).unwrap(),
+            (Some(PathBuf::from("/usr/bin/envoy")), None)
+        );
     }
 }

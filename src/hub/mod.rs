@@ -194,11 +194,7 @@ impl Hub {
     pub fn certificates_rotated(&self, identities: &[String]) {
         let mut st = self.lock();
         for e in st.proxies.values_mut().filter(|e| e.connected()) {
-            let mine = format!(
-                "/ns/{}/sa/{}",
-                e.proxy.namespace,
-                e.proxy.service_account()
-            );
+            let mine = format!("/ns/{}/sa/{}", e.proxy.namespace, e.proxy.service_account());
             if identities.iter().any(|i| i.ends_with(&mine)) {
                 e.rotations += 1;
                 e.notify.notify_one();

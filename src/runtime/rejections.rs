@@ -301,7 +301,13 @@ mod tests {
             inbound_connection_pool: None,
         });
         rj.admit(1, &[(sidecar, 1), (vs("reviews", "a"), 1)]);
-        let mut r = rejection("sleep.default", "default", &[sidecar_key.clone()], 0, 1);
+        let mut r = rejection(
+            "sleep.default",
+            "default",
+            std::slice::from_ref(&sidecar_key),
+            0,
+            1,
+        );
         r.rtype = ResourceType::Cluster;
         r.resources = vec!["outbound|80||a.default.svc.cluster.local".into()];
         assert!(!rj.reject(&r, "istio-system"));
@@ -355,6 +361,6 @@ mod tests {
             &rejection("p.default", "default", &inputs, 2, 6),
             "istio-system"
         ));
-        assert!(rj.objects.get(&inputs[1]).is_none());
+        assert!(!rj.objects.contains_key(&inputs[1]));
     }
 }

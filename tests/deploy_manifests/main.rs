@@ -356,7 +356,10 @@ fn check(docs: &[Value], what: &str) {
         expected_created.push(("events.k8s.io".to_string(), "events".to_string()));
     }
     if reviews_tokens {
-        expected_created.push(("authentication.k8s.io".to_string(), "tokenreviews".to_string()));
+        expected_created.push((
+            "authentication.k8s.io".to_string(),
+            "tokenreviews".to_string(),
+        ));
     }
     created.sort();
     expected_created.sort();

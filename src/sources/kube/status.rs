@@ -193,7 +193,11 @@ const MAX_DESCRIPTION: usize = 1024;
 fn capped(messages: &[Value]) -> Vec<Value> {
     let mut sorted: Vec<&Value> = messages.iter().collect();
     sorted.sort_by_key(|m| m["level"] != "ERROR");
-    let keep = if sorted.len() > MAX_MESSAGES { MAX_MESSAGES - 1 } else { sorted.len() };
+    let keep = if sorted.len() > MAX_MESSAGES {
+        MAX_MESSAGES - 1
+    } else {
+        sorted.len()
+    };
     let mut out: Vec<Value> = sorted[..keep]
         .iter()
         .map(|m| {
@@ -504,7 +508,13 @@ mod tests {
         assert!(out[1]["description"].as_str().unwrap().chars().count() <= MAX_DESCRIPTION + 1);
         let last = &out[MAX_MESSAGES - 1];
         assert_eq!(last["type"]["name"], "MoreMessages");
-        assert!(last["description"].as_str().unwrap().starts_with("1951 more"), "{last}");
+        assert!(
+            last["description"]
+                .as_str()
+                .unwrap()
+                .starts_with("1951 more"),
+            "{last}"
+        );
         assert!(serde_json::to_vec(&out).unwrap().len() < 100_000);
         let few = &many[..3];
         assert_eq!(capped(few).len(), 3);
