@@ -25,6 +25,7 @@
 
 pub mod events;
 pub mod kinds;
+mod object;
 pub mod lease;
 pub mod mesh_configmap;
 mod session;

@@ -8,7 +8,8 @@ use super::watched::Watched;
 use crate::config::Level;
 use crate::sources::Report;
 use dataflows::model::{Kind, MeshConfig};
-use kube::api::{Api, DynamicObject};
+use super::object::KubeObject;
+use kube::api::Api;
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use kube::Client;
@@ -32,7 +33,7 @@ const REDISCOVER_FIRST: Duration = Duration::from_secs(2);
 const REDISCOVER_MAX: Duration = Duration::from_secs(60);
 
 /// One watch's message to the session.
-pub type Message = (usize, Result<Event<DynamicObject>, watcher::Error>);
+pub type Message = (usize, Result<Event<KubeObject>, watcher::Error>);
 
 /// What every watch shares.
 pub struct Scope {
@@ -99,7 +100,7 @@ impl Session {
             }
             for ns in &self.scope.namespaces {
                 let client = self.scope.client.clone();
-                let api: Api<DynamicObject> = match ns {
+                let api: Api<KubeObject> = match ns {
                     Some(ns) => Api::namespaced_with(client, ns, &k.resource),
                     None => Api::all_with(client, &k.resource),
                 };
@@ -298,7 +299,7 @@ impl Session {
 /// same expired resourceVersion.
 async fn run_watch(
     index: usize,
-    api: Api<DynamicObject>,
+    api: Api<KubeObject>,
     config: watcher::Config,
     tx: mpsc::Sender<Message>,
 ) {

@@ -15,6 +15,7 @@
 use super::super::objects::{Diff, Object, ObjectSet};
 use crate::config::{parse_object, Invalid, Level};
 use dataflows::model::{ConfigKey, Kind, MeshConfig};
+use super::object::KubeObject;
 use kube::api::DynamicObject;
 use kube::runtime::watcher::Event;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -41,10 +42,16 @@ struct Stored {
 }
 
 impl Stored {
-    fn of(obj: &DynamicObject) -> Stored {
+    fn of(obj: &KubeObject) -> Stored {
         Stored {
             uid: obj.metadata.uid.clone(),
-            status: obj.data.get("status").filter(|s| !s.is_null()).cloned(),
+            status: obj
+                .decoded
+                .as_ref()
+                .ok()
+                .and_then(|o| o.data.get("status"))
+                .filter(|s| !s.is_null())
+                .cloned(),
         }
     }
 }
@@ -113,7 +120,7 @@ impl Watched {
     }
 
     /// Applies one watcher event.
-    pub fn apply(&mut self, event: Event<DynamicObject>) {
+    pub fn apply(&mut self, event: Event<KubeObject>) {
         match event {
             Event::Init => self.relist = Some(Listing::default()),
             Event::InitApply(obj) => {
@@ -229,7 +236,7 @@ impl Watched {
         self.findings.values().flatten()
     }
 
-    fn key_of(&self, obj: &DynamicObject) -> ConfigKey {
+    fn key_of(&self, obj: &KubeObject) -> ConfigKey {
         let namespace = match self.kind {
             Kind::Namespace => String::new(),
             _ => obj
@@ -246,12 +253,16 @@ impl Watched {
     }
 
     /// The object's key, and its records and findings or the error that rejects it.
-    fn parse(&self, obj: DynamicObject) -> (ConfigKey, Result<(Object, Findings), String>) {
+    fn parse(&self, obj: KubeObject) -> (ConfigKey, Result<(Object, Findings), String>) {
         let key = self.key_of(&obj);
         let version = obj.metadata.resource_version.clone().unwrap_or_default();
         let named = |mut invalid: Invalid| {
             invalid.object.get_or_insert_with(|| key.clone());
             invalid.to_string()
+        };
+        let obj: DynamicObject = match obj.decoded {
+            Ok(o) => o,
+            Err(why) => return (key.clone(), Err(named(Invalid::field("", why)))),
         };
         let mut value = match serde_json::to_value(&obj) {
             Ok(serde_json::Value::Object(map)) => map,
@@ -317,12 +328,11 @@ mod tests {
 
     /// A VirtualService `name` routing `host` to itself with `timeout`, as a list item
     /// comes: without apiVersion and kind.
-    fn vs(name: &str, timeout: &str, version: &str) -> DynamicObject {
-        serde_json::from_value(serde_json::json!({
+    fn vs(name: &str, timeout: &str, version: &str) -> KubeObject {
+        KubeObject::from_json(&serde_json::json!({
             "metadata": {"name": name, "namespace": "default", "resourceVersion": version},
             "spec": {"hosts": ["reviews"], "http": [{"timeout": timeout, "route": [{"destination": {"host": "reviews"}}]}]}
-        }))
-        .expect("a DynamicObject")
+        }).to_string())
     }
 
     fn records(d: &Diff) -> Vec<(String, isize)> {
@@ -335,7 +345,7 @@ mod tests {
             .collect()
     }
 
-    fn list(w: &mut Watched, objects: Vec<DynamicObject>) {
+    fn list(w: &mut Watched, objects: Vec<KubeObject>) {
         w.apply(Event::Init);
         for o in objects {
             w.apply(Event::InitApply(o));
