@@ -159,170 +159,7 @@ impl KubeArgs {
 enum Command {
     /// Serve xDS to Envoy proxies from a directory of Kubernetes/Istio YAML and/or a
     /// Kubernetes cluster.
-    Serve {
-        /// Directory of YAML files (watched; subdirectories included). Optional with
-        /// `--kube`; both together serve the objects of both (each keeps its own errors).
-        #[arg(long, required_unless_present = "kube")]
-        config_dir: Option<PathBuf>,
-        #[command(flatten)]
-        kube: KubeArgs,
-        /// A file (outside the config directory) where the last valid version of each object
-        /// whose file is now invalid is kept, so that a restart keeps it in effect. Without
-        /// it, a restart forgets such versions: the objects are out, with their errors, until
-        /// their files are fixed.
-        #[arg(long)]
-        state_file: Option<PathBuf>,
-        /// With `--kube`: write on each VirtualService, DestinationRule, Gateway,
-        /// ServiceEntry and Sidecar's status whether it is in effect (condition
-        /// `Reconciled`) and what meshflow's analysis says of it (`validationMessages`), as
-        /// Istio does, and report what proxies reject as Events on the objects. Needs
-        /// `patch` on those kinds' `status` subresources, `create` on events.k8s.io Events,
-        /// and get/create/update on the Lease of `--lease`.
-        #[arg(long, requires = "kube")]
-        write_status: bool,
-        /// With `--write-status`: the Lease (coordination.k8s.io) whose holder writes status
-        /// among replicas, `NAME` (in the namespace meshflow runs in: the pod's, else the
-        /// kubeconfig context's, else `default`) or `NAMESPACE/NAME`.
-        #[arg(long, requires = "write_status", default_value = meshflow::sources::kube::lease::DEFAULT_NAME, value_parser = meshflow::sources::kube::lease::LeaseOptions::parse_name)]
-        lease: (Option<String>, String),
-        /// With `--write-status`: how long the Lease's holder holds it without renewing
-        /// (renewed every fifth of it); another replica takes over within about this long
-        /// after the holder stops.
-        #[arg(long, requires = "write_status", default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=3600))]
-        lease_duration_s: u64,
-        /// Serve route configurations over VHDS on Delta streams: each route configuration
-        /// goes without its virtual hosts and points at the ADS stream for them; the
-        /// virtual hosts follow as `envoy.config.route.v3.VirtualHost` resources named
-        /// `ROUTE/HOST`, so a change of one virtual host sends only it. SotW streams keep
-        /// the virtual hosts inline (VHDS needs Delta).
-        #[arg(long)]
-        vhds: bool,
-        /// Address of the ADS gRPC server. Loopback by default: any other address needs
-        /// TLS (`--tls-cert`/`--tls-key`) or `--plaintext`.
-        #[arg(long, default_value = "127.0.0.1:15010")]
-        xds_addr: SocketAddr,
-        /// Address of the debug port (gRPC, CSDS, HTTP JSON, /metrics). It shows every
-        /// proxy's config and history: an address off loopback needs `--debug-public`.
-        #[arg(long, default_value = "127.0.0.1:15014")]
-        debug_addr: SocketAddr,
-        /// Serve the debug port on a non-loopback `--debug-addr` (unauthenticated: put it
-        /// behind something that is not).
-        #[arg(long)]
-        debug_public: bool,
-        /// A host name the debug port answers to besides IP addresses and `localhost`
-        /// (a Service's DNS name, say); repeatable. Requests naming any other `Host` are
-        /// refused, so a web page cannot read the port through DNS rebinding.
-        #[arg(long, value_delimiter = ',')]
-        debug_host: Vec<String>,
-        /// Milliseconds a debug-port connection may take to deliver a request's headers (its
-        /// first request, and each HTTP/1 request after); slower ones are closed.
-        #[arg(long, default_value_t = 10_000)]
-        debug_read_timeout_ms: u64,
-        /// Timely worker threads.
-        #[arg(long, default_value_t = 1)]
-        workers: usize,
-        /// `meshflow` (incremental); `istio-style`: the baseline that pushes as Istio 1.22+
-        /// decides (scoped pushes, incremental EDS, whole listener and route sets resent);
-        /// or `full-push`: the baseline that recomputes and pushes every proxy's whole config
-        /// on every change (State-of-the-World only).
-        #[arg(long, value_enum, default_value = "meshflow")]
-        engine: meshflow::engine::EngineKind,
-        /// Changes arriving within this window share one epoch.
-        #[arg(long, default_value_t = 50)]
-        debounce_ms: u64,
-        /// Istio-style debounce instead: an epoch closes after this many ms without a new
-        /// change (`PILOT_DEBOUNCE_AFTER`, 100 in Istio)...
-        #[arg(long)]
-        debounce_after_ms: Option<u64>,
-        /// ...and at most this many ms after its first change (`PILOT_DEBOUNCE_MAX`, 10,000
-        /// in Istio; the default when only `--debounce-after-ms` is given).
-        #[arg(long)]
-        debounce_max_ms: Option<u64>,
-        /// Concurrent xDS streams served; more are refused with RESOURCE_EXHAUSTED.
-        #[arg(long, default_value_t = 50_000)]
-        max_streams: usize,
-        /// Seconds between HTTP/2 keepalive pings on xDS connections.
-        #[arg(long, default_value_t = 30)]
-        keepalive_interval_s: u64,
-        /// Seconds a client may take to answer a keepalive ping before its connection (and
-        /// every stream on it) is closed.
-        #[arg(long, default_value_t = 20)]
-        keepalive_timeout_s: u64,
-        /// Streams that may be building and sending their first full config at once; the
-        /// others wait (bounds memory when thousands of proxies connect together).
-        #[arg(long, default_value_t = 100)]
-        initial_pushes: usize,
-        /// Milliseconds a new stream may take to send its first request; a stream that
-        /// sends none is closed (DEADLINE_EXCEEDED) and stops counting against
-        /// `--max-streams`.
-        #[arg(long, default_value_t = 10_000)]
-        first_request_timeout_ms: u64,
-        /// Milliseconds a stream may hold an initial-push slot at most, answered or not.
-        #[arg(long, default_value_t = 10_000)]
-        initial_push_hold_ms: u64,
-        /// PEM certificate chain for TLS on the xDS port (reloaded when it changes).
-        #[arg(long, requires = "tls_key")]
-        tls_cert: Option<PathBuf>,
-        /// PEM private key for --tls-cert.
-        #[arg(long, requires = "tls_cert")]
-        tls_key: Option<PathBuf>,
-        /// PEM CA bundle: require client certificates it signed (mTLS), and check their
-        /// SPIFFE identity against the namespace each proxy claims.
-        #[arg(long, requires = "tls_cert")]
-        tls_client_ca: Option<PathBuf>,
-        /// SPIFFE trust domain of client identities.
-        #[arg(long, default_value = "cluster.local")]
-        trust_domain: String,
-        /// The workload CA's certificate (PEM; Istio's plug-in `cacerts`: the signing
-        /// certificate, optionally followed by its chain up to the root, whose last
-        /// certificate is the root proxies trust). It issues each workload's SPIFFE
-        /// certificate (SDS `default`) for `ISTIO_MUTUAL` and inbound mTLS. Without it, a
-        /// root is generated at start (logged as such).
-        #[arg(long, requires = "ca_key", value_name = "FILE")]
-        ca_cert: Option<PathBuf>,
-        /// The private key (PKCS#8 PEM) of `--ca-cert`'s first certificate.
-        #[arg(long, requires = "ca_cert", value_name = "FILE")]
-        ca_key: Option<PathBuf>,
-        /// How long an issued workload certificate is valid (24h as Istio's, 90m, 30s...);
-        /// it is renewed and pushed to its proxies after half of that.
-        #[arg(long, default_value = "24h", value_parser = meshflow::debug::units::parse_duration)]
-        workload_cert_ttl: Duration,
-        /// Require `authorization: Bearer TOKEN` matching this file's content. It admits a
-        /// client; it proves no workload identity (no key material is served on it).
-        #[arg(long, conflicts_with = "token_review")]
-        token_file: Option<PathBuf>,
-        /// Authenticate each xDS stream by the Kubernetes service-account token it sends
-        /// (`authorization: Bearer TOKEN`, as Istio's agent sends it), checked with the
-        /// TokenReview API of the `--kube` cluster: the stream is then that namespace and
-        /// service account, and a node claiming otherwise is refused.
-        #[arg(long, requires = "kube")]
-        token_review: bool,
-        /// The audiences a reviewed token must be issued for.
-        #[arg(
-            long,
-            requires = "token_review",
-            value_delimiter = ',',
-            default_value = "istio-ca"
-        )]
-        token_audience: Vec<String>,
-        /// Send certificates, private keys and `kubernetes://` Secrets to streams that
-        /// proved no workload identity (neither --tls-client-ca nor --token-review): any
-        /// client may then claim any identity and be given its key. For the demo and
-        /// single-user test setups only.
-        #[arg(long)]
-        insecure_serve_keys: bool,
-        /// Serve plaintext xDS on a non-loopback address.
-        #[arg(long)]
-        plaintext: bool,
-        /// Bytes of per-proxy history kept for `diff` (64MiB, 512KiB, ...; 0 keeps none).
-        #[arg(long, default_value = "64MiB", value_parser = meshflow::debug::units::parse_bytes)]
-        history_bytes: usize,
-        /// Age of the oldest per-proxy history kept (90s, 30m, 1h, ...).
-        #[arg(long, default_value = "1h", value_parser = meshflow::debug::units::parse_duration)]
-        history_age: Duration,
-        #[command(flatten)]
-        mesh: MeshArgs,
-    },
+    Serve(ServeArgs),
     /// Connected proxies and what they hold, per xDS type (from a running meshflow).
     ProxyStatus {
         #[arg(long, default_value = "127.0.0.1:15014")]
@@ -413,25 +250,196 @@ enum Command {
     /// does not serve; exit 1 if any.
     ///
     /// One line per problem on stdout, then a summary line.
-    Validate {
-        /// Directory of YAML files to check (subdirectories included).
-        #[arg(
-            value_name = "DIR",
-            required_unless_present_any = ["config_dir", "kube", "mesh_config"],
-            conflicts_with = "config_dir"
-        )]
-        dir: Option<PathBuf>,
-        /// The same as DIR, spelled as `serve` takes it.
-        #[arg(long, value_name = "DIR")]
-        config_dir: Option<PathBuf>,
-        #[command(flatten)]
-        kube: KubeArgs,
-        #[command(flatten)]
-        mesh: MeshArgs,
-    },
+    Validate(ValidateArgs),
 }
 
 /// The shells `meshflow completions` writes for.
+/// `meshflow serve`: what to serve, from where, and how.
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// Directory of YAML files (watched; subdirectories included). Optional with
+    /// `--kube`; both together serve the objects of both (each keeps its own errors).
+    #[arg(long, required_unless_present = "kube")]
+    config_dir: Option<PathBuf>,
+    #[command(flatten)]
+    kube: KubeArgs,
+    /// A file (outside the config directory) where the last valid version of each object
+    /// whose file is now invalid is kept, so that a restart keeps it in effect. Without
+    /// it, a restart forgets such versions: the objects are out, with their errors, until
+    /// their files are fixed.
+    #[arg(long)]
+    state_file: Option<PathBuf>,
+    /// With `--kube`: write on each VirtualService, DestinationRule, Gateway,
+    /// ServiceEntry and Sidecar's status whether it is in effect (condition
+    /// `Reconciled`) and what meshflow's analysis says of it (`validationMessages`), as
+    /// Istio does, and report what proxies reject as Events on the objects. Needs
+    /// `patch` on those kinds' `status` subresources, `create` on events.k8s.io Events,
+    /// and get/create/update on the Lease of `--lease`.
+    #[arg(long, requires = "kube")]
+    write_status: bool,
+    /// With `--write-status`: the Lease (coordination.k8s.io) whose holder writes status
+    /// among replicas, `NAME` (in the namespace meshflow runs in: the pod's, else the
+    /// kubeconfig context's, else `default`) or `NAMESPACE/NAME`.
+    #[arg(long, requires = "write_status", default_value = meshflow::sources::kube::lease::DEFAULT_NAME, value_parser = meshflow::sources::kube::lease::LeaseOptions::parse_name)]
+    lease: (Option<String>, String),
+    /// With `--write-status`: how long the Lease's holder holds it without renewing
+    /// (renewed every fifth of it); another replica takes over within about this long
+    /// after the holder stops.
+    #[arg(long, requires = "write_status", default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    lease_duration_s: u64,
+    /// Serve route configurations over VHDS on Delta streams: each route configuration
+    /// goes without its virtual hosts and points at the ADS stream for them; the
+    /// virtual hosts follow as `envoy.config.route.v3.VirtualHost` resources named
+    /// `ROUTE/HOST`, so a change of one virtual host sends only it. SotW streams keep
+    /// the virtual hosts inline (VHDS needs Delta).
+    #[arg(long)]
+    vhds: bool,
+    /// Address of the ADS gRPC server. Loopback by default: any other address needs
+    /// TLS (`--tls-cert`/`--tls-key`) or `--plaintext`.
+    #[arg(long, default_value = "127.0.0.1:15010")]
+    xds_addr: SocketAddr,
+    /// Address of the debug port (gRPC, CSDS, HTTP JSON, /metrics). It shows every
+    /// proxy's config and history: an address off loopback needs `--debug-public`.
+    #[arg(long, default_value = "127.0.0.1:15014")]
+    debug_addr: SocketAddr,
+    /// Serve the debug port on a non-loopback `--debug-addr` (unauthenticated: put it
+    /// behind something that is not).
+    #[arg(long)]
+    debug_public: bool,
+    /// A host name the debug port answers to besides IP addresses and `localhost`
+    /// (a Service's DNS name, say); repeatable. Requests naming any other `Host` are
+    /// refused, so a web page cannot read the port through DNS rebinding.
+    #[arg(long, value_delimiter = ',')]
+    debug_host: Vec<String>,
+    /// Milliseconds a debug-port connection may take to deliver a request's headers (its
+    /// first request, and each HTTP/1 request after); slower ones are closed.
+    #[arg(long, default_value_t = 10_000)]
+    debug_read_timeout_ms: u64,
+    /// Timely worker threads.
+    #[arg(long, default_value_t = 1)]
+    workers: usize,
+    /// `meshflow` (incremental); `istio-style`: the baseline that pushes as Istio 1.22+
+    /// decides (scoped pushes, incremental EDS, whole listener and route sets resent);
+    /// or `full-push`: the baseline that recomputes and pushes every proxy's whole config
+    /// on every change (State-of-the-World only).
+    #[arg(long, value_enum, default_value = "meshflow")]
+    engine: meshflow::engine::EngineKind,
+    /// Changes arriving within this window share one epoch.
+    #[arg(long, default_value_t = 50)]
+    debounce_ms: u64,
+    /// Istio-style debounce instead: an epoch closes after this many ms without a new
+    /// change (`PILOT_DEBOUNCE_AFTER`, 100 in Istio)...
+    #[arg(long)]
+    debounce_after_ms: Option<u64>,
+    /// ...and at most this many ms after its first change (`PILOT_DEBOUNCE_MAX`, 10,000
+    /// in Istio; the default when only `--debounce-after-ms` is given).
+    #[arg(long)]
+    debounce_max_ms: Option<u64>,
+    /// Concurrent xDS streams served; more are refused with RESOURCE_EXHAUSTED.
+    #[arg(long, default_value_t = 50_000)]
+    max_streams: usize,
+    /// Seconds between HTTP/2 keepalive pings on xDS connections.
+    #[arg(long, default_value_t = 30)]
+    keepalive_interval_s: u64,
+    /// Seconds a client may take to answer a keepalive ping before its connection (and
+    /// every stream on it) is closed.
+    #[arg(long, default_value_t = 20)]
+    keepalive_timeout_s: u64,
+    /// Streams that may be building and sending their first full config at once; the
+    /// others wait (bounds memory when thousands of proxies connect together).
+    #[arg(long, default_value_t = 100)]
+    initial_pushes: usize,
+    /// Milliseconds a new stream may take to send its first request; a stream that
+    /// sends none is closed (DEADLINE_EXCEEDED) and stops counting against
+    /// `--max-streams`.
+    #[arg(long, default_value_t = 10_000)]
+    first_request_timeout_ms: u64,
+    /// Milliseconds a stream may hold an initial-push slot at most, answered or not.
+    #[arg(long, default_value_t = 10_000)]
+    initial_push_hold_ms: u64,
+    /// PEM certificate chain for TLS on the xDS port (reloaded when it changes).
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key for --tls-cert.
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// PEM CA bundle: require client certificates it signed (mTLS), and check their
+    /// SPIFFE identity against the namespace each proxy claims.
+    #[arg(long, requires = "tls_cert")]
+    tls_client_ca: Option<PathBuf>,
+    /// SPIFFE trust domain of client identities.
+    #[arg(long, default_value = "cluster.local")]
+    trust_domain: String,
+    /// The workload CA's certificate (PEM; Istio's plug-in `cacerts`: the signing
+    /// certificate, optionally followed by its chain up to the root, whose last
+    /// certificate is the root proxies trust). It issues each workload's SPIFFE
+    /// certificate (SDS `default`) for `ISTIO_MUTUAL` and inbound mTLS. Without it, a
+    /// root is generated at start (logged as such).
+    #[arg(long, requires = "ca_key", value_name = "FILE")]
+    ca_cert: Option<PathBuf>,
+    /// The private key (PKCS#8 PEM) of `--ca-cert`'s first certificate.
+    #[arg(long, requires = "ca_cert", value_name = "FILE")]
+    ca_key: Option<PathBuf>,
+    /// How long an issued workload certificate is valid (24h as Istio's, 90m, 30s...);
+    /// it is renewed and pushed to its proxies after half of that.
+    #[arg(long, default_value = "24h", value_parser = meshflow::debug::units::parse_duration)]
+    workload_cert_ttl: Duration,
+    /// Require `authorization: Bearer TOKEN` matching this file's content. It admits a
+    /// client; it proves no workload identity (no key material is served on it).
+    #[arg(long, conflicts_with = "token_review")]
+    token_file: Option<PathBuf>,
+    /// Authenticate each xDS stream by the Kubernetes service-account token it sends
+    /// (`authorization: Bearer TOKEN`, as Istio's agent sends it), checked with the
+    /// TokenReview API of the `--kube` cluster: the stream is then that namespace and
+    /// service account, and a node claiming otherwise is refused.
+    #[arg(long, requires = "kube")]
+    token_review: bool,
+    /// The audiences a reviewed token must be issued for.
+    #[arg(
+        long,
+        requires = "token_review",
+        value_delimiter = ',',
+        default_value = "istio-ca"
+    )]
+    token_audience: Vec<String>,
+    /// Send certificates, private keys and `kubernetes://` Secrets to streams that
+    /// proved no workload identity (neither --tls-client-ca nor --token-review): any
+    /// client may then claim any identity and be given its key. For the demo and
+    /// single-user test setups only.
+    #[arg(long)]
+    insecure_serve_keys: bool,
+    /// Serve plaintext xDS on a non-loopback address.
+    #[arg(long)]
+    plaintext: bool,
+    /// Bytes of per-proxy history kept for `diff` (64MiB, 512KiB, ...; 0 keeps none).
+    #[arg(long, default_value = "64MiB", value_parser = meshflow::debug::units::parse_bytes)]
+    history_bytes: usize,
+    /// Age of the oldest per-proxy history kept (90s, 30m, 1h, ...).
+    #[arg(long, default_value = "1h", value_parser = meshflow::debug::units::parse_duration)]
+    history_age: Duration,
+    #[command(flatten)]
+    mesh: MeshArgs,
+}
+
+/// `meshflow validate`: what to check.
+#[derive(clap::Args)]
+struct ValidateArgs {
+    /// Directory of YAML files to check (subdirectories included).
+    #[arg(
+        value_name = "DIR",
+        required_unless_present_any = ["config_dir", "kube", "mesh_config"],
+        conflicts_with = "config_dir"
+    )]
+    dir: Option<PathBuf>,
+    /// The same as DIR, spelled as `serve` takes it.
+    #[arg(long, value_name = "DIR")]
+    config_dir: Option<PathBuf>,
+    #[command(flatten)]
+    kube: KubeArgs,
+    #[command(flatten)]
+    mesh: MeshArgs,
+}
+
 #[derive(Clone, Copy, clap::ValueEnum)]
 enum CompletionShell {
     Bash,
@@ -445,165 +453,9 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    // The demo draws on the terminal: only warnings and errors interleave with it.
-    let default_level = match cli.command {
-        Command::Demo(_) => "warn",
-        _ => "info",
-    };
-    let mut filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| default_level.into());
-    if matches!(cli.command, Command::Validate { .. }) {
-        // validate prints every problem as its report: the sources' log line of the same
-        // problem would show it twice.
-        if let Ok(off) = format!("{}=off", meshflow::sources::PROBLEMS_LOG_TARGET).parse() {
-            filter = filter.add_directive(off);
-        }
-    }
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
-    if matches!(
-        cli.command,
-        Command::Serve { .. } | Command::Loadgen(_) | Command::Bench(_)
-    ) {
-        // Tens of thousands of xDS connections on either side.
-        meshflow::async_runtime::raise_open_files_limit_logged();
-        // No transparent huge pages (see the function), unless asked to keep them.
-        if std::env::var_os("MESHFLOW_ALLOW_THP").is_none() {
-            if let Err(e) = meshflow::async_runtime::disable_transparent_huge_pages() {
-                tracing::warn!("{e}");
-            }
-        }
-    }
+    init_process(&cli.command);
     match cli.command {
-        Command::Serve {
-            config_dir,
-            kube,
-            state_file,
-            write_status,
-            lease,
-            lease_duration_s,
-            vhds,
-            xds_addr,
-            debug_addr,
-            debug_public,
-            debug_read_timeout_ms,
-            debug_host,
-            workers,
-            engine,
-            debounce_ms,
-            debounce_after_ms,
-            debounce_max_ms,
-            max_streams,
-            keepalive_interval_s,
-            keepalive_timeout_s,
-            initial_pushes,
-            first_request_timeout_ms,
-            initial_push_hold_ms,
-            tls_cert,
-            tls_key,
-            tls_client_ca,
-            trust_domain,
-            ca_cert,
-            ca_key,
-            token_file,
-            token_review,
-            token_audience,
-            workload_cert_ttl,
-            insecure_serve_keys,
-            plaintext,
-            history_bytes,
-            history_age,
-            mesh,
-        } => {
-            let rt = match meshflow::async_runtime::multi_thread(None).build() {
-                Ok(rt) => rt,
-                Err(e) => {
-                    eprintln!("meshflow: starting the async runtime: {e}");
-                    return ExitCode::FAILURE;
-                }
-            };
-            let mesh_source = match mesh.serve_source(&kube) {
-                Ok(s) => s,
-                Err(e) => {
-                    eprintln!("meshflow: {e}");
-                    return ExitCode::FAILURE;
-                }
-            };
-            let opts = ServeOptions {
-                config_dir,
-                kube: kube.options().map(|mut o| {
-                    o.write_status = write_status;
-                    o.lease = meshflow::sources::kube::lease::LeaseOptions {
-                        namespace: lease.0,
-                        name: lease.1,
-                        duration: std::time::Duration::from_secs(lease_duration_s),
-                    };
-                    o
-                }),
-                state_file,
-                vhds,
-                xds_addr,
-                debug_addr,
-                debug_public,
-                debug_read_timeout: Duration::from_millis(debug_read_timeout_ms),
-                debug_hosts: debug_host,
-                workers,
-                engine,
-                debounce: match (debounce_after_ms, debounce_max_ms) {
-                    (None, None) => {
-                        meshflow::runtime::Debounce::fixed(Duration::from_millis(debounce_ms))
-                    }
-                    (after, max) => meshflow::runtime::Debounce {
-                        after: Duration::from_millis(after.unwrap_or(debounce_ms)),
-                        max: Duration::from_millis(max.unwrap_or(10_000)),
-                    },
-                },
-                mesh: mesh.mesh(),
-                mesh_source,
-                limits: meshflow::xds::server::Limits {
-                    max_streams,
-                    keepalive_interval: std::time::Duration::from_secs(keepalive_interval_s),
-                    keepalive_timeout: std::time::Duration::from_secs(keepalive_timeout_s),
-                    initial_pushes,
-                    first_request_timeout: Duration::from_millis(first_request_timeout_ms),
-                    initial_push_hold: Duration::from_millis(initial_push_hold_ms),
-                },
-                auth: meshflow::xds::auth::AuthConfig {
-                    require_spiffe: tls_client_ca.is_some(),
-                    trust_domain,
-                    token_file,
-                    token_review: None,
-                    insecure_serve_keys,
-                },
-                token_review_audiences: token_review.then_some(token_audience),
-                tls: match (tls_cert, tls_key) {
-                    (Some(cert), Some(key)) => Some(meshflow::xds::tls::TlsFiles {
-                        cert,
-                        key,
-                        client_ca: tls_client_ca,
-                    }),
-                    _ => None,
-                },
-                plaintext,
-                history: meshflow::hub::history::HistoryLimits {
-                    max_bytes: history_bytes,
-                    max_age: history_age,
-                },
-                ca: ca_cert.zip(ca_key),
-                workload_cert_ttl,
-                ready: None,
-            };
-            match rt.block_on(serve(opts)) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("meshflow: {e}");
-                    ExitCode::FAILURE
-                }
-            }
-        }
+        Command::Serve(args) => serve_command(args),
         Command::ProxyStatus { debug_addr, output } => {
             print_client(meshflow::debug::client::proxy_status(debug_addr, output))
         }
@@ -643,113 +495,284 @@ fn main() -> ExitCode {
             debug_addr,
             output,
         } => print_client(meshflow::debug::client::watch(debug_addr, &proxy, output)),
-        Command::Completions { shell } => {
-            let shell = match shell {
-                CompletionShell::Bash => clap_complete::Shell::Bash,
-                CompletionShell::Zsh => clap_complete::Shell::Zsh,
-                CompletionShell::Fish => clap_complete::Shell::Fish,
-            };
-            let mut command = <Cli as clap::CommandFactory>::command();
-            // Into memory first: clap_complete panics when its writer fails (a closed pipe,
-            // `| head`), while writing a buffer cannot.
-            let mut script = Vec::new();
-            clap_complete::generate(shell, &mut command, "meshflow", &mut script);
-            let mut out = std::io::stdout().lock();
-            match out.write_all(&script).and_then(|()| out.flush()) {
-                Ok(()) => ExitCode::SUCCESS,
-                // The reader went away (`| head`): nothing left to say.
-                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("meshflow: writing the completion script: {e}");
-                    ExitCode::FAILURE
-                }
-            }
-        }
+        Command::Completions { shell } => completions(shell),
         Command::Demo(args) => meshflow::demo::main(args),
         Command::MeshGen(args) => meshflow::bench::cli::mesh_gen(args),
         Command::Loadgen(args) => meshflow::bench::cli::loadgen(args),
         Command::Bench(args) => meshflow::bench::cli::bench(args),
-        Command::Validate {
-            dir,
-            config_dir,
-            kube,
-            mesh,
-        } => {
-            let (mut errors, mut analysis, mut records) = (Vec::new(), Vec::new(), Vec::new());
-            if let Some(mut source) = mesh.source() {
-                match source.read() {
-                    Ok(report) => {
-                        let report = report.unwrap_or_default();
-                        errors.extend(report.errors);
-                        analysis.extend(source.analysis());
-                        records.extend(report.changes);
-                    }
-                    Err(e) => {
-                        eprintln!("meshflow: {e}");
-                        return ExitCode::FAILURE;
-                    }
-                }
-            }
-            let mut files = None;
-            if let Some(dir) = dir.or(config_dir) {
-                let mut source = meshflow::sources::files::FileSource::new(dir, mesh.mesh());
-                let scan = source.rescan();
-                errors.extend(scan.errors);
-                analysis.extend(source.analysis());
-                records.extend(scan.changes);
-                files = Some(source);
-            }
-            if let Some(options) = kube.options() {
-                let source = meshflow::sources::kube::KubeSource::new(options, mesh.mesh());
-                match source.read_once() {
-                    Ok((report, found)) => {
-                        errors.extend(report.errors);
-                        analysis.extend(found);
-                        records.extend(report.changes);
-                    }
-                    Err(e) => {
-                        eprintln!("meshflow: {e}");
-                        return ExitCode::FAILURE;
-                    }
-                }
-            }
-            for e in &errors {
-                println!("{e}");
-            }
-            // Each object's own findings, with their code (cross-object ones carry theirs).
-            let mut analysis: Vec<(meshflow::config::Level, String)> = analysis
-                .into_iter()
-                .map(|(level, line)| (level, level.coded(&line)))
-                .collect();
-            // Across objects, as `serve` would find it: errors, and a few warnings (rules
-            // merged as Istio merges them).
-            let count_records = records.len();
-            for e in meshflow::config::cross::analyze(records, mesh.mesh()) {
-                let location = files.as_ref().and_then(|f| f.location(&e.object));
-                let level = if e.code.is_warning() {
-                    meshflow::config::Level::Warning
-                } else {
-                    meshflow::config::Level::Error
-                };
-                analysis.push((level, meshflow::config::cross::error_line(&e, location)));
-            }
-            // Analysis: errors (parts not generated) fail the check, warnings do not.
-            for (_, line) in &analysis {
-                println!("{line}");
-            }
-            let count = |l| analysis.iter().filter(|(level, _)| *level == l).count();
-            let (errors, warnings) = (
-                errors.len() + count(meshflow::config::Level::Error),
-                count(meshflow::config::Level::Warning),
-            );
-            if errors == 0 {
-                println!("ok: {count_records} records, no errors, {warnings} warning(s)");
-                ExitCode::SUCCESS
-            } else {
-                println!("{errors} error(s), {warnings} warning(s)");
-                ExitCode::FAILURE
+        Command::Validate(args) => validate_command(args),
+    }
+}
+
+/// Logging (to stderr, quieter under the demo's drawing) and, for the commands that hold
+/// many connections, the process's limits.
+fn init_process(command: &Command) {
+    // The demo draws on the terminal: only warnings and errors interleave with it.
+    let default_level = match command {
+        Command::Demo(_) => "warn",
+        _ => "info",
+    };
+    let mut filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| default_level.into());
+    if matches!(command, Command::Validate { .. }) {
+        // validate prints every problem as its report: the sources' log line of the same
+        // problem would show it twice.
+        if let Ok(off) = format!("{}=off", meshflow::sources::PROBLEMS_LOG_TARGET).parse() {
+            filter = filter.add_directive(off);
+        }
+    }
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    if matches!(
+        command,
+        Command::Serve { .. } | Command::Loadgen(_) | Command::Bench(_)
+    ) {
+        // Tens of thousands of xDS connections on either side.
+        meshflow::async_runtime::raise_open_files_limit_logged();
+        // No transparent huge pages (see the function), unless asked to keep them.
+        if std::env::var_os("MESHFLOW_ALLOW_THP").is_none() {
+            if let Err(e) = meshflow::async_runtime::disable_transparent_huge_pages() {
+                tracing::warn!("{e}");
             }
         }
+    }
+}
+
+/// `meshflow serve`.
+fn serve_command(args: ServeArgs) -> ExitCode {
+    let ServeArgs {
+        config_dir,
+        kube,
+        state_file,
+        write_status,
+        lease,
+        lease_duration_s,
+        vhds,
+        xds_addr,
+        debug_addr,
+        debug_public,
+        debug_read_timeout_ms,
+        debug_host,
+        workers,
+        engine,
+        debounce_ms,
+        debounce_after_ms,
+        debounce_max_ms,
+        max_streams,
+        keepalive_interval_s,
+        keepalive_timeout_s,
+        initial_pushes,
+        first_request_timeout_ms,
+        initial_push_hold_ms,
+        tls_cert,
+        tls_key,
+        tls_client_ca,
+        trust_domain,
+        ca_cert,
+        ca_key,
+        token_file,
+        token_review,
+        token_audience,
+        workload_cert_ttl,
+        insecure_serve_keys,
+        plaintext,
+        history_bytes,
+        history_age,
+        mesh,
+    } = args;
+    let rt = match meshflow::async_runtime::multi_thread(None).build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("meshflow: starting the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mesh_source = match mesh.serve_source(&kube) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("meshflow: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let opts = ServeOptions {
+        config_dir,
+        kube: kube.options().map(|mut o| {
+            o.write_status = write_status;
+            o.lease = meshflow::sources::kube::lease::LeaseOptions {
+                namespace: lease.0,
+                name: lease.1,
+                duration: std::time::Duration::from_secs(lease_duration_s),
+            };
+            o
+        }),
+        state_file,
+        vhds,
+        xds_addr,
+        debug_addr,
+        debug_public,
+        debug_read_timeout: Duration::from_millis(debug_read_timeout_ms),
+        debug_hosts: debug_host,
+        workers,
+        engine,
+        debounce: match (debounce_after_ms, debounce_max_ms) {
+            (None, None) => meshflow::runtime::Debounce::fixed(Duration::from_millis(debounce_ms)),
+            (after, max) => meshflow::runtime::Debounce {
+                after: Duration::from_millis(after.unwrap_or(debounce_ms)),
+                max: Duration::from_millis(max.unwrap_or(10_000)),
+            },
+        },
+        mesh: mesh.mesh(),
+        mesh_source,
+        limits: meshflow::xds::server::Limits {
+            max_streams,
+            keepalive_interval: std::time::Duration::from_secs(keepalive_interval_s),
+            keepalive_timeout: std::time::Duration::from_secs(keepalive_timeout_s),
+            initial_pushes,
+            first_request_timeout: Duration::from_millis(first_request_timeout_ms),
+            initial_push_hold: Duration::from_millis(initial_push_hold_ms),
+        },
+        auth: meshflow::xds::auth::AuthConfig {
+            require_spiffe: tls_client_ca.is_some(),
+            trust_domain,
+            token_file,
+            token_review: None,
+            insecure_serve_keys,
+        },
+        token_review_audiences: token_review.then_some(token_audience),
+        tls: match (tls_cert, tls_key) {
+            (Some(cert), Some(key)) => Some(meshflow::xds::tls::TlsFiles {
+                cert,
+                key,
+                client_ca: tls_client_ca,
+            }),
+            _ => None,
+        },
+        plaintext,
+        history: meshflow::hub::history::HistoryLimits {
+            max_bytes: history_bytes,
+            max_age: history_age,
+        },
+        ca: ca_cert.zip(ca_key),
+        workload_cert_ttl,
+        ready: None,
+    };
+    match rt.block_on(serve(opts)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("meshflow: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `meshflow completions SHELL`.
+fn completions(shell: CompletionShell) -> ExitCode {
+    let shell = match shell {
+        CompletionShell::Bash => clap_complete::Shell::Bash,
+        CompletionShell::Zsh => clap_complete::Shell::Zsh,
+        CompletionShell::Fish => clap_complete::Shell::Fish,
+    };
+    let mut command = <Cli as clap::CommandFactory>::command();
+    // Into memory first: clap_complete panics when its writer fails (a closed pipe,
+    // `| head`), while writing a buffer cannot.
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut command, "meshflow", &mut script);
+    let mut out = std::io::stdout().lock();
+    match out.write_all(&script).and_then(|()| out.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        // The reader went away (`| head`): nothing left to say.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("meshflow: writing the completion script: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `meshflow validate`.
+fn validate_command(args: ValidateArgs) -> ExitCode {
+    let ValidateArgs {
+        dir,
+        config_dir,
+        kube,
+        mesh,
+    } = args;
+    let (mut errors, mut analysis, mut records) = (Vec::new(), Vec::new(), Vec::new());
+    if let Some(mut source) = mesh.source() {
+        match source.read() {
+            Ok(report) => {
+                let report = report.unwrap_or_default();
+                errors.extend(report.errors);
+                analysis.extend(source.analysis());
+                records.extend(report.changes);
+            }
+            Err(e) => {
+                eprintln!("meshflow: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    let mut files = None;
+    if let Some(dir) = dir.or(config_dir) {
+        let mut source = meshflow::sources::files::FileSource::new(dir, mesh.mesh());
+        let scan = source.rescan();
+        errors.extend(scan.errors);
+        analysis.extend(source.analysis());
+        records.extend(scan.changes);
+        files = Some(source);
+    }
+    if let Some(options) = kube.options() {
+        let source = meshflow::sources::kube::KubeSource::new(options, mesh.mesh());
+        match source.read_once() {
+            Ok((report, found)) => {
+                errors.extend(report.errors);
+                analysis.extend(found);
+                records.extend(report.changes);
+            }
+            Err(e) => {
+                eprintln!("meshflow: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    for e in &errors {
+        println!("{e}");
+    }
+    // Each object's own findings, with their code (cross-object ones carry theirs).
+    let mut analysis: Vec<(meshflow::config::Level, String)> = analysis
+        .into_iter()
+        .map(|(level, line)| (level, level.coded(&line)))
+        .collect();
+    // Across objects, as `serve` would find it: errors, and a few warnings (rules
+    // merged as Istio merges them).
+    let count_records = records.len();
+    for e in meshflow::config::cross::analyze(records, mesh.mesh()) {
+        let location = files.as_ref().and_then(|f| f.location(&e.object));
+        let level = if e.code.is_warning() {
+            meshflow::config::Level::Warning
+        } else {
+            meshflow::config::Level::Error
+        };
+        analysis.push((level, meshflow::config::cross::error_line(&e, location)));
+    }
+    // Analysis: errors (parts not generated) fail the check, warnings do not.
+    for (_, line) in &analysis {
+        println!("{line}");
+    }
+    let count = |l| analysis.iter().filter(|(level, _)| *level == l).count();
+    let (errors, warnings) = (
+        errors.len() + count(meshflow::config::Level::Error),
+        count(meshflow::config::Level::Warning),
+    );
+    if errors == 0 {
+        println!("ok: {count_records} records, no errors, {warnings} warning(s)");
+        ExitCode::SUCCESS
+    } else {
+        println!("{errors} error(s), {warnings} warning(s)");
+        ExitCode::FAILURE
     }
 }
 

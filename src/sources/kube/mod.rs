@@ -25,9 +25,9 @@
 
 pub mod events;
 pub mod kinds;
-mod object;
 pub mod lease;
 pub mod mesh_configmap;
+mod object;
 mod session;
 pub mod status;
 pub mod watched;

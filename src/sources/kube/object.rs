@@ -131,11 +131,15 @@ mod tests {
             nested(300),
             nested(300)
         );
-        let list: kube::core::ObjectList<KubeObject> = serde_json::from_str(&page).expect("the page decodes");
+        let list: kube::core::ObjectList<KubeObject> =
+            serde_json::from_str(&page).expect("the page decodes");
         assert_eq!(list.items.len(), 2);
         let ok = &list.items[0];
         assert_eq!(ok.metadata.name.as_deref(), Some("ok"));
-        assert!(ok.decoded.as_ref().is_ok_and(|o| o.data["spec"]["hosts"][0] == "a"));
+        assert!(ok
+            .decoded
+            .as_ref()
+            .is_ok_and(|o| o.data["spec"]["hosts"][0] == "a"));
         let deep = &list.items[1];
         assert_eq!(deep.metadata.name.as_deref(), Some("deep"));
         assert_eq!(deep.metadata.resource_version.as_deref(), Some("8"));

@@ -4,11 +4,11 @@
 //! so CRDs installed after meshflow are picked up), and the report of what changed.
 
 use super::kinds::{self, WatchedKind};
+use super::object::KubeObject;
 use super::watched::Watched;
 use crate::config::Level;
 use crate::sources::Report;
 use dataflows::model::{Kind, MeshConfig};
-use super::object::KubeObject;
 use kube::api::Api;
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;

@@ -13,9 +13,9 @@
 //!   annotations, say) produces no change at all.
 
 use super::super::objects::{Diff, Object, ObjectSet};
+use super::object::KubeObject;
 use crate::config::{parse_object, Invalid, Level};
 use dataflows::model::{ConfigKey, Kind, MeshConfig};
-use super::object::KubeObject;
 use kube::api::DynamicObject;
 use kube::runtime::watcher::Event;
 use std::collections::{BTreeMap, BTreeSet, HashMap};

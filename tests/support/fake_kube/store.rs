@@ -328,7 +328,8 @@ impl Store {
 /// One line of a watch stream, `type` first as the API server writes it (a client may
 /// depend on it to decode `object` without buffering it).
 pub fn event(kind: &str, object: &Value) -> Frame<Bytes> {
-    let object = serde_json::to_string(object).unwrap_or_else(|e| panic!("encode a watch event: {e}"));
+    let object =
+        serde_json::to_string(object).unwrap_or_else(|e| panic!("encode a watch event: {e}"));
     let mut line = format!("{{\"type\":{},\"object\":{object}}}", Value::from(kind)).into_bytes();
     line.push(b'\n');
     Frame::data(Bytes::from(line))
