@@ -12,6 +12,12 @@ pub mod route;
 pub mod secret;
 pub mod tcp;
 
+// The names of Istio's clusters live in the model, which names clusters in its records.
+pub use crate::model::names::{
+    inbound_cluster_name, outbound_cluster_host, outbound_cluster_name, outbound_cluster_parts,
+    BLACKHOLE_CLUSTER, PASSTHROUGH_CLUSTER,
+};
+
 use envoy_types::pb::envoy::config::core::v3::{address, Address};
 use envoy_types::pb::envoy::config::core::v3::{
     config_source::ConfigSourceSpecifier, socket_address::PortSpecifier, AggregatedConfigSource,
@@ -52,31 +58,3 @@ pub(crate) fn socket_address(ip: &str, port: u16) -> Address {
         })),
     }
 }
-
-/// Istio's outbound cluster name: `outbound|PORT|SUBSET|HOST`.
-pub fn outbound_cluster_name(port: u16, subset: Option<&str>, host: &str) -> String {
-    format!("outbound|{}|{}|{}", port, subset.unwrap_or(""), host)
-}
-
-/// The parts of an outbound cluster name `outbound|PORT|SUBSET|HOST`: (PORT, SUBSET, HOST)
-/// as written; `None` for another name.
-pub fn outbound_cluster_parts(name: &str) -> Option<(&str, &str, &str)> {
-    let mut parts = name.splitn(4, '|');
-    match (parts.next(), parts.next(), parts.next(), parts.next()) {
-        (Some("outbound"), Some(port), Some(subset), Some(host)) => Some((port, subset, host)),
-        _ => None,
-    }
-}
-
-/// The host of an outbound cluster name ("" for another name).
-pub fn outbound_cluster_host(name: &str) -> &str {
-    outbound_cluster_parts(name).map_or("", |(_, _, host)| host)
-}
-
-/// Istio's inbound cluster name: `inbound|PORT||`.
-pub fn inbound_cluster_name(port: u16) -> String {
-    format!("inbound|{port}||")
-}
-
-pub const PASSTHROUGH_CLUSTER: &str = "PassthroughCluster";
-pub const BLACKHOLE_CLUSTER: &str = "BlackHoleCluster";

@@ -1,0 +1,37 @@
+//! Istio's names: of the clusters it generates (`outbound|PORT|SUBSET|HOST`,
+//! `inbound|PORT||`, the two fallbacks) and of workload identities (SPIFFE). They live in
+//! the model so records can name a cluster without `translate`, which re-exports them.
+
+/// Istio's outbound cluster name: `outbound|PORT|SUBSET|HOST`.
+pub fn outbound_cluster_name(port: u16, subset: Option<&str>, host: &str) -> String {
+    format!("outbound|{}|{}|{}", port, subset.unwrap_or(""), host)
+}
+
+/// The parts of an outbound cluster name `outbound|PORT|SUBSET|HOST`: (PORT, SUBSET, HOST)
+/// as written; `None` for another name.
+pub fn outbound_cluster_parts(name: &str) -> Option<(&str, &str, &str)> {
+    let mut parts = name.splitn(4, '|');
+    match (parts.next(), parts.next(), parts.next(), parts.next()) {
+        (Some("outbound"), Some(port), Some(subset), Some(host)) => Some((port, subset, host)),
+        _ => None,
+    }
+}
+
+/// The host of an outbound cluster name ("" for another name).
+pub fn outbound_cluster_host(name: &str) -> &str {
+    outbound_cluster_parts(name).map_or("", |(_, _, host)| host)
+}
+
+/// Istio's inbound cluster name: `inbound|PORT||`.
+pub fn inbound_cluster_name(port: u16) -> String {
+    format!("inbound|{port}||")
+}
+
+pub const PASSTHROUGH_CLUSTER: &str = "PassthroughCluster";
+pub const BLACKHOLE_CLUSTER: &str = "BlackHoleCluster";
+
+/// The SPIFFE identity of workloads of `namespace` running as `service_account` in
+/// `trust_domain`.
+pub fn spiffe_id(trust_domain: &str, namespace: &str, service_account: &str) -> String {
+    format!("spiffe://{trust_domain}/ns/{namespace}/sa/{service_account}")
+}

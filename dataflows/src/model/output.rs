@@ -1,0 +1,235 @@
+//! What the dataflow produces: encoded xDS resources, addressed by type, name and content
+//! hash, and the configuration errors it finds, with the codes status writing reports.
+
+use super::{ConfigKey, Gateway, GatewayServer};
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+/// xDS resource types, in make-before-break push order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum ResourceType {
+    Cluster,
+    Endpoint,
+    Listener,
+    Route,
+    /// SDS: TLS certificates and validation contexts, by name (`kubernetes://NAME`).
+    Secret,
+}
+
+impl ResourceType {
+    /// How many types there are: the length of per-type arrays.
+    pub const COUNT: usize = 5;
+
+    pub const ALL: [ResourceType; ResourceType::COUNT] = [
+        ResourceType::Cluster,
+        ResourceType::Endpoint,
+        ResourceType::Listener,
+        ResourceType::Route,
+        ResourceType::Secret,
+    ];
+
+    /// Position in [`ResourceType::ALL`]: the index of per-type arrays.
+    pub fn index(self) -> usize {
+        match self {
+            ResourceType::Cluster => 0,
+            ResourceType::Endpoint => 1,
+            ResourceType::Listener => 2,
+            ResourceType::Route => 3,
+            ResourceType::Secret => 4,
+        }
+    }
+
+    pub fn type_url(self) -> &'static str {
+        match self {
+            ResourceType::Cluster => "type.googleapis.com/envoy.config.cluster.v3.Cluster",
+            ResourceType::Endpoint => {
+                "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
+            }
+            ResourceType::Listener => "type.googleapis.com/envoy.config.listener.v3.Listener",
+            ResourceType::Route => "type.googleapis.com/envoy.config.route.v3.RouteConfiguration",
+            ResourceType::Secret => {
+                "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
+            }
+        }
+    }
+
+    pub fn from_type_url(url: &str) -> Option<ResourceType> {
+        ResourceType::ALL.into_iter().find(|t| t.type_url() == url)
+    }
+
+    pub fn short(self) -> &'static str {
+        match self {
+            ResourceType::Cluster => "CDS",
+            ResourceType::Endpoint => "EDS",
+            ResourceType::Listener => "LDS",
+            ResourceType::Route => "RDS",
+            ResourceType::Secret => "SDS",
+        }
+    }
+}
+
+/// An encoded resource body, shared (reference-counted) by every proxy that holds it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Body(pub Arc<[u8]>);
+
+/// Content hash of an encoded body: the per-resource xDS version.
+pub fn version_of(bytes: &[u8]) -> String {
+    format!("{:016x}", xxhash_rust::xxh3::xxh3_64(bytes))
+}
+
+/// A named, encoded resource.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Resource {
+    pub rtype: ResourceType,
+    pub name: String,
+    pub version: String,
+    pub body: Body,
+}
+
+impl Resource {
+    pub fn new(rtype: ResourceType, name: String, bytes: Vec<u8>) -> Self {
+        let version = version_of(&bytes);
+        Resource {
+            rtype,
+            name,
+            version,
+            body: Body(bytes.into()),
+        }
+    }
+
+    pub fn key(&self) -> ResourceKey {
+        ResourceKey {
+            rtype: self.rtype,
+            name: self.name.clone(),
+            version: self.version.clone(),
+        }
+    }
+}
+
+/// What flows per proxy: a resource's identity and version, never its body.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ResourceKey {
+    pub rtype: ResourceType,
+    pub name: String,
+    pub version: String,
+}
+
+/// A configuration problem found while computing; retracted when the inputs are fixed.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ConfigError {
+    pub object: ConfigKey,
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl ConfigError {
+    /// `server` of `gw` gets nothing on its port: servers of another protocol hold it
+    /// (`holders`: their Gateways; `what`: their protocol).
+    pub fn port_taken(
+        gw: &Gateway,
+        server: &GatewayServer,
+        holders: &std::collections::BTreeSet<ConfigKey>,
+        what: &str,
+    ) -> ConfigError {
+        let names: Vec<String> = holders
+            .iter()
+            .map(|k| format!("{}/{}", k.namespace, k.name))
+            .collect();
+        ConfigError {
+            object: gw.key.clone(),
+            code: ErrorCode::GatewayPortConflict,
+            message: format!(
+                "{}.port: port {} of this workload is already an {what} server's (Gateway {}); \
+                 one listener cannot serve both protocols, so this server gets nothing",
+                server.field,
+                server.port,
+                names.join(", ")
+            ),
+        }
+    }
+}
+
+/// What kind of problem a [`ConfigError`] is: status writing gives each its own
+/// `validationMessages` code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum ErrorCode {
+    /// A host another service already defines.
+    HostConflict,
+    /// A route or mirror destination names a subset no DestinationRule of its host defines.
+    SubsetNotDefined,
+    /// A VirtualService names a gateway no Gateway defines.
+    GatewayNotDefined,
+    /// A route or mirror destination names a host no service defines.
+    HostNotFound,
+    /// A destination names a port its host does not have.
+    PortNotFound,
+    /// A destination names no port and its host has several (Istio's IST0112).
+    PortSelectorRequired,
+    /// A Gateway's selector matches no workload (Pod or WorkloadEntry).
+    GatewaySelectsNothing,
+    /// A TCP service sidecars cannot tell apart from another on its port.
+    TcpServiceConflict,
+    /// Two VirtualServices bound to the mesh name the same host: one is in effect for it.
+    VirtualServiceConflict,
+    /// A route delegates to a VirtualService that does not exist or has hosts.
+    DelegateNotFound,
+    /// A gateway server's certificate Secret is missing, in another namespace, or invalid.
+    GatewaySecret,
+    /// A VirtualService `tls[]` route a gateway server cannot take (its SNI names are not
+    /// among the server's hosts).
+    TlsRouteUnmatched,
+    /// Two Gateways selecting one workload put servers of different protocols on one port.
+    GatewayPortConflict,
+    /// A DestinationRule's `credentialName` Secret is missing from a client proxy's
+    /// namespace, or cannot be served: that proxy's clusters of the rule fail closed.
+    DestinationRuleSecret,
+    /// A DestinationRule merged into an earlier one of its namespace for the same host (a
+    /// warning: the merge is what Istio does, but parts of it may be set aside).
+    DestinationRuleMerged,
+    /// A DestinationRule's `tls` (SIMPLE, MUTUAL, ISTIO_MUTUAL) applies to a proxyless gRPC
+    /// client, which cannot take it from the control plane: its clusters fail closed.
+    ProxylessTls,
+    /// A Kubernetes `ExternalName` alias that resolves to no service (the host it names is
+    /// in no registry, or its chain loops), or a destination naming an alias whose named
+    /// host has no cluster (a warning: the config works as Istio's would).
+    AliasUnresolved,
+}
+
+impl ErrorCode {
+    /// The analysis message code and name it is reported under (validate, status),
+    /// after the `istioctl analyze` message it matches.
+    pub fn message_code(self) -> (&'static str, &'static str) {
+        match self {
+            ErrorCode::SubsetNotDefined
+            | ErrorCode::GatewayNotDefined
+            | ErrorCode::HostNotFound
+            | ErrorCode::PortNotFound
+            | ErrorCode::GatewaySelectsNothing
+            | ErrorCode::DelegateNotFound => ("MF0004", "ReferencedResourceNotFound"),
+            ErrorCode::HostConflict => ("MF0005", "ConflictingHost"),
+            ErrorCode::TcpServiceConflict => ("MF0006", "ConflictingTcpService"),
+            ErrorCode::VirtualServiceConflict => {
+                ("MF0007", "ConflictingMeshGatewayVirtualServiceHosts")
+            }
+            ErrorCode::GatewaySecret => ("MF0008", "InvalidGatewayCredential"),
+            ErrorCode::TlsRouteUnmatched => ("MF0009", "TlsRouteNotServed"),
+            ErrorCode::DestinationRuleSecret => ("MF0010", "InvalidDestinationRuleCredential"),
+            ErrorCode::GatewayPortConflict => ("MF0011", "ConflictingGateways"),
+            ErrorCode::DestinationRuleMerged => ("MF0012", "MergedDestinationRules"),
+            ErrorCode::ProxylessTls => ("MF0013", "UnsupportedProxylessTls"),
+            ErrorCode::PortSelectorRequired => {
+                ("MF0014", "VirtualServiceDestinationPortSelectorRequired")
+            }
+            ErrorCode::AliasUnresolved => ("MF0015", "UnresolvedExternalNameAlias"),
+        }
+    }
+
+    /// Reported as a warning (the config works as Istio's would), not an error: `validate`
+    /// does not fail on it and status writes it at level WARNING.
+    pub fn is_warning(self) -> bool {
+        matches!(
+            self,
+            ErrorCode::DestinationRuleMerged | ErrorCode::AliasUnresolved
+        )
+    }
+}
