@@ -91,51 +91,12 @@ pub(super) fn gateway(
                 ))
             }
             (Some(t), true) => {
-                let Some(mut st) = server_tls(t, &f, findings)? else {
+                let Some((st, hosts_left_out)) =
+                    secure_server_tls(srv, t, &f, &protocol, number, findings)?
+                else {
                     continue;
                 };
-                // A TLS server that terminates carries TCP: routed by `tcp[]` routes.
-                st.tcp = !matches!(
-                    st.mode,
-                    m::ServerTlsMode::Passthrough | m::ServerTlsMode::AutoPassthrough
-                ) && protocol == "TLS";
-                if st.mode == m::ServerTlsMode::AutoPassthrough {
-                    // The clusters it passes to are matched by host name only: a host
-                    // restricted to a namespace cannot be honoured, and is left out.
-                    for (hi, h) in srv.hosts.iter().enumerate() {
-                        if h.split_once('/').is_some_and(|(ns, _)| ns != "*") {
-                            findings.push(Finding::error(
-                                format!("{f}.hosts[{hi}]"),
-                                format!(
-                                    "{h:?}: an AUTO_PASSTHROUGH server matches clusters by \
-                                     host name, not by namespace, in meshflow; this host is \
-                                     left out"
-                                ),
-                            ));
-                            left_out.push(hi);
-                        }
-                    }
-                    if left_out.len() == srv.hosts.len() {
-                        continue;
-                    }
-                }
-                if st.mode == m::ServerTlsMode::AutoPassthrough && protocol != "TLS" {
-                    findings.push(Finding::error(
-                        format!("{f}.tls.mode"),
-                        format!(
-                            "AUTO_PASSTHROUGH is generated for servers of protocol TLS only; \
-                             no filter chain is generated for this {protocol} server (port \
-                             {number})"
-                        ),
-                    ));
-                    continue;
-                }
-                if t.https_redirect {
-                    findings.push(Finding::warning(
-                        format!("{f}.tls.httpsRedirect"),
-                        "applies to HTTP servers only; ignored on an HTTPS or TLS server",
-                    ));
-                }
+                left_out = hosts_left_out;
                 tls = Some(Box::new(st));
             }
             (Some(t), false) => {
@@ -184,6 +145,66 @@ pub(super) fn gateway(
         selector: s.selector,
         servers,
     })])
+}
+
+/// The `tls` of an HTTPS or TLS server (at `f`; `protocol` as upper case), and the indices of
+/// the hosts it leaves out (a condition it cannot honour); `None` where no filter chain is
+/// generated for the server (an error says why).
+fn secure_server_tls(
+    srv: &istio::Server,
+    t: &istio::ServerTlsSettings,
+    f: &str,
+    protocol: &str,
+    number: u16,
+    findings: &mut Vec<Finding>,
+) -> Result<Option<(m::ServerTls, Vec<usize>)>> {
+    let Some(mut st) = server_tls(t, f, findings)? else {
+        return Ok(None);
+    };
+    let mut left_out: Vec<usize> = Vec::new();
+    // A TLS server that terminates carries TCP: routed by `tcp[]` routes.
+    st.tcp = !matches!(
+        st.mode,
+        m::ServerTlsMode::Passthrough | m::ServerTlsMode::AutoPassthrough
+    ) && protocol == "TLS";
+    if st.mode == m::ServerTlsMode::AutoPassthrough {
+        // The clusters it passes to are matched by host name only: a host
+        // restricted to a namespace cannot be honoured, and is left out.
+        for (hi, h) in srv.hosts.iter().enumerate() {
+            if h.split_once('/').is_some_and(|(ns, _)| ns != "*") {
+                findings.push(Finding::error(
+                    format!("{f}.hosts[{hi}]"),
+                    format!(
+                        "{h:?}: an AUTO_PASSTHROUGH server matches clusters by \
+                         host name, not by namespace, in meshflow; this host is \
+                         left out"
+                    ),
+                ));
+                left_out.push(hi);
+            }
+        }
+        if left_out.len() == srv.hosts.len() {
+            return Ok(None);
+        }
+    }
+    if st.mode == m::ServerTlsMode::AutoPassthrough && protocol != "TLS" {
+        findings.push(Finding::error(
+            format!("{f}.tls.mode"),
+            format!(
+                "AUTO_PASSTHROUGH is generated for servers of protocol TLS only; \
+                 no filter chain is generated for this {protocol} server (port \
+                 {number})"
+            ),
+        ));
+        return Ok(None);
+    }
+    if t.https_redirect {
+        findings.push(Finding::warning(
+            format!("{f}.tls.httpsRedirect"),
+            "applies to HTTP servers only; ignored on an HTTPS or TLS server",
+        ));
+    }
+    Ok(Some((st, left_out)))
 }
 
 /// HTTP servers take `httpsRedirect`.

@@ -23,28 +23,7 @@ pub(super) fn service_entry(
             "at least one host is required",
         ));
     }
-    let resolution = match s.resolution.as_deref() {
-        None | Some("NONE") => m::Resolution::None,
-        Some("STATIC") => m::Resolution::Static,
-        Some("DNS") => m::Resolution::Dns,
-        Some("DNS_ROUND_ROBIN") => m::Resolution::DnsRoundRobin,
-        // Istio 1.29's dynamic forward proxy for wildcard hosts: no cluster meshflow could
-        // build would resolve the host the request names, so the entry is refused by name
-        // rather than served as something else.
-        Some("DYNAMIC_DNS") => {
-            return Err(Invalid::field(
-                "spec.resolution",
-                "DYNAMIC_DNS (Istio's dynamic forward proxy) is not supported yet; the entry \
-                 is not served",
-            ))
-        }
-        Some(other) => {
-            return Err(Invalid::field(
-                "spec.resolution",
-                format!("unknown resolution {other:?}"),
-            ))
-        }
-    };
+    let resolution = resolution(s.resolution.as_deref())?;
     // Istio's default location is MESH_EXTERNAL.
     let mesh_external = match s.location.as_deref() {
         None | Some("MESH_EXTERNAL") => true,
@@ -56,27 +35,7 @@ pub(super) fn service_entry(
             ))
         }
     };
-    let mut ports = Vec::new();
-    // Where each port's endpoints receive traffic when an endpoint names no port of its own.
-    let mut target_ports = Vec::new();
-    for (i, p) in s.ports.iter().enumerate() {
-        target_ports.push(
-            p.target_port
-                .map(|t| port_u16(t, &format!("spec.ports[{i}].targetPort")))
-                .transpose()?,
-        );
-        let proto = if p.protocol.is_empty() {
-            protocol_of(&p.name, None)
-        } else {
-            server_protocol(&p.protocol)
-        };
-        let port = m::ServicePort {
-            name: p.name.clone(),
-            port: port_u16(p.number, &format!("spec.ports[{i}].number"))?,
-            protocol: proto,
-        };
-        ports.push(port);
-    }
+    let (ports, target_ports) = entry_ports(&s.ports)?;
     let addresses = s
         .addresses
         .iter()
@@ -185,40 +144,107 @@ pub(super) fn service_entry(
         if let Some(sel) = &selection {
             out.push(Record::Selection(host.clone(), sel.clone()));
         }
-        for (ei, ep) in s.endpoints.iter().enumerate() {
-            let unix = ep.address.starts_with("unix://");
-            if unix && (ep.address.len() == "unix://".len() || !ep.ports.is_empty()) {
-                return Err(Invalid::field(
-                    format!("spec.endpoints[{ei}]"),
-                    format!(
-                        "{:?}: a unix domain socket endpoint needs a path and takes no ports",
-                        ep.address
-                    ),
-                ));
-            }
-            if !unix && ep.address.parse::<std::net::IpAddr>().is_err() {
-                return Err(Invalid::field(
-                    format!("spec.endpoints[{ei}].address"),
-                    format!("{:?} is not an IP address", ep.address),
-                ));
-            }
-            let placement = placement(ep, &format!("spec.endpoints[{ei}]"))?;
-            for (p, target_port) in ports.iter().zip(&target_ports) {
-                let target = endpoint_port(ep, ei, p, *target_port)?;
-                out.push(Record::Endpoint(
-                    host.clone(),
-                    m::RawEndpoint {
-                        ip: ep.address.clone(),
-                        port_name: p.name.clone(),
-                        port: target,
-                        ready: true,
-                        labels: labels_with_network(ep),
-                        origin: key.clone(),
-                        placement: placement.clone(),
-                        service_account: ep.service_account.clone(),
-                    },
-                ));
-            }
+        out.extend(endpoint_records(key, host, &s, &ports, &target_ports)?);
+    }
+    Ok(out)
+}
+
+/// A ServiceEntry's `resolution` (unset: NONE).
+fn resolution(resolution: Option<&str>) -> Result<m::Resolution> {
+    Ok(match resolution {
+        None | Some("NONE") => m::Resolution::None,
+        Some("STATIC") => m::Resolution::Static,
+        Some("DNS") => m::Resolution::Dns,
+        Some("DNS_ROUND_ROBIN") => m::Resolution::DnsRoundRobin,
+        // Istio 1.29's dynamic forward proxy for wildcard hosts: no cluster meshflow could
+        // build would resolve the host the request names, so the entry is refused by name
+        // rather than served as something else.
+        Some("DYNAMIC_DNS") => {
+            return Err(Invalid::field(
+                "spec.resolution",
+                "DYNAMIC_DNS (Istio's dynamic forward proxy) is not supported yet; the entry \
+                 is not served",
+            ))
+        }
+        Some(other) => {
+            return Err(Invalid::field(
+                "spec.resolution",
+                format!("unknown resolution {other:?}"),
+            ))
+        }
+    })
+}
+
+/// A ServiceEntry's `ports`, and where each port's endpoints receive traffic when an
+/// endpoint names no port of its own (its `targetPort`).
+fn entry_ports(list: &[istio::ServicePort]) -> Result<(Vec<m::ServicePort>, Vec<Option<u16>>)> {
+    let mut ports = Vec::new();
+    // Where each port's endpoints receive traffic when an endpoint names no port of its own.
+    let mut target_ports = Vec::new();
+    for (i, p) in list.iter().enumerate() {
+        target_ports.push(
+            p.target_port
+                .map(|t| port_u16(t, &format!("spec.ports[{i}].targetPort")))
+                .transpose()?,
+        );
+        let proto = if p.protocol.is_empty() {
+            protocol_of(&p.name, None)
+        } else {
+            server_protocol(&p.protocol)
+        };
+        let port = m::ServicePort {
+            name: p.name.clone(),
+            port: port_u16(p.number, &format!("spec.ports[{i}].number"))?,
+            protocol: proto,
+        };
+        ports.push(port);
+    }
+    Ok((ports, target_ports))
+}
+
+/// The endpoint records of host `host` of a ServiceEntry not resolved by DNS: each endpoint
+/// (an IP or a unix domain socket) at each port of the entry.
+fn endpoint_records(
+    key: &ConfigKey,
+    host: &str,
+    s: &istio::ServiceEntrySpec,
+    ports: &[m::ServicePort],
+    target_ports: &[Option<u16>],
+) -> Result<Vec<Record>> {
+    let mut out = Vec::new();
+    for (ei, ep) in s.endpoints.iter().enumerate() {
+        let unix = ep.address.starts_with("unix://");
+        if unix && (ep.address.len() == "unix://".len() || !ep.ports.is_empty()) {
+            return Err(Invalid::field(
+                format!("spec.endpoints[{ei}]"),
+                format!(
+                    "{:?}: a unix domain socket endpoint needs a path and takes no ports",
+                    ep.address
+                ),
+            ));
+        }
+        if !unix && ep.address.parse::<std::net::IpAddr>().is_err() {
+            return Err(Invalid::field(
+                format!("spec.endpoints[{ei}].address"),
+                format!("{:?} is not an IP address", ep.address),
+            ));
+        }
+        let placement = placement(ep, &format!("spec.endpoints[{ei}]"))?;
+        for (p, target_port) in ports.iter().zip(target_ports) {
+            let target = endpoint_port(ep, ei, p, *target_port)?;
+            out.push(Record::Endpoint(
+                host.to_string(),
+                m::RawEndpoint {
+                    ip: ep.address.clone(),
+                    port_name: p.name.clone(),
+                    port: target,
+                    ready: true,
+                    labels: labels_with_network(ep),
+                    origin: key.clone(),
+                    placement: placement.clone(),
+                    service_account: ep.service_account.clone(),
+                },
+            ));
         }
     }
     Ok(out)

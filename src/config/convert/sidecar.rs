@@ -59,76 +59,7 @@ pub(super) fn sidecar(
         None => None,
         Some(d) => Some(egress_proxy(d, registry_only)?),
     };
-    let mut egress: Vec<m::EgressListener> = Vec::new();
-    for (i, e) in s.egress.iter().enumerate() {
-        let f = format!("spec.egress[{i}]");
-        if e.hosts.is_empty() {
-            return Err(Invalid::field(
-                format!("{f}.hosts"),
-                "an egress listener needs hosts",
-            ));
-        }
-        for (hi, h) in e.hosts.iter().enumerate() {
-            let ok = h
-                .split_once('/')
-                .is_some_and(|(ns, host)| !ns.is_empty() && !host.is_empty());
-            if !ok {
-                return Err(Invalid::field(
-                    format!("{f}.hosts[{hi}]"),
-                    format!("{h:?} is not of the form namespace/host"),
-                ));
-            }
-        }
-        let port = match &e.port {
-            None => None,
-            Some(p) => Some(m::EgressPort {
-                number: port_u16(p.number, &format!("{f}.port.number"))?,
-                // Naming no protocol, the listener tells HTTP from TCP per connection.
-                protocol: match p.protocol.as_str() {
-                    "" => m::Protocol::Auto,
-                    named => server_protocol(named),
-                },
-                name: p.name.clone(),
-            }),
-        };
-        if let Some(b) = &e.bind {
-            if b.parse::<std::net::IpAddr>().is_err() {
-                return Err(Invalid::field(
-                    format!("{f}.bind"),
-                    format!("{b:?} is not an IP address"),
-                ));
-            }
-        }
-        let capture_none = match e.capture_mode.as_deref() {
-            None | Some("DEFAULT") | Some("IPTABLES") => false,
-            Some("NONE") => true,
-            Some(other) => {
-                return Err(Invalid::field(
-                    format!("{f}.captureMode"),
-                    format!("unknown capture mode {other:?}"),
-                ))
-            }
-        };
-        let clash = egress
-            .iter()
-            .any(|x| x.port.as_ref().map(|p| p.number) == port.as_ref().map(|p| p.number));
-        if clash {
-            let what = port
-                .as_ref()
-                .map(|p| format!("port {}", p.number))
-                .unwrap_or_else(|| "the catch-all".into());
-            return Err(Invalid::field(
-                format!("{f}.port"),
-                format!("{what} has two egress listeners"),
-            ));
-        }
-        egress.push(m::EgressListener {
-            port,
-            bind: e.bind.clone(),
-            capture_none,
-            hosts: e.hosts.clone(),
-        });
-    }
+    let egress = egress_listeners(&s.egress)?;
     let selector = s
         .workload_selector
         .map(|w| w.labels)
@@ -205,6 +136,82 @@ fn egress_proxy(d: &istio::Destination, registry_only: Option<bool>) -> Result<m
         subset: d.subset.clone().filter(|s| !s.is_empty()),
         port: port_u16(number, &format!("{F}.port.number"))?,
     })
+}
+
+/// A Sidecar's `egress[]`: each listener's hosts (`namespace/host`), port, bind and capture
+/// mode; one listener a port.
+fn egress_listeners(list: &[istio::IstioEgressListener]) -> Result<Vec<m::EgressListener>> {
+    let mut egress: Vec<m::EgressListener> = Vec::new();
+    for (i, e) in list.iter().enumerate() {
+        let f = format!("spec.egress[{i}]");
+        if e.hosts.is_empty() {
+            return Err(Invalid::field(
+                format!("{f}.hosts"),
+                "an egress listener needs hosts",
+            ));
+        }
+        for (hi, h) in e.hosts.iter().enumerate() {
+            let ok = h
+                .split_once('/')
+                .is_some_and(|(ns, host)| !ns.is_empty() && !host.is_empty());
+            if !ok {
+                return Err(Invalid::field(
+                    format!("{f}.hosts[{hi}]"),
+                    format!("{h:?} is not of the form namespace/host"),
+                ));
+            }
+        }
+        let port = match &e.port {
+            None => None,
+            Some(p) => Some(m::EgressPort {
+                number: port_u16(p.number, &format!("{f}.port.number"))?,
+                // Naming no protocol, the listener tells HTTP from TCP per connection.
+                protocol: match p.protocol.as_str() {
+                    "" => m::Protocol::Auto,
+                    named => server_protocol(named),
+                },
+                name: p.name.clone(),
+            }),
+        };
+        if let Some(b) = &e.bind {
+            if b.parse::<std::net::IpAddr>().is_err() {
+                return Err(Invalid::field(
+                    format!("{f}.bind"),
+                    format!("{b:?} is not an IP address"),
+                ));
+            }
+        }
+        let capture_none = match e.capture_mode.as_deref() {
+            None | Some("DEFAULT") | Some("IPTABLES") => false,
+            Some("NONE") => true,
+            Some(other) => {
+                return Err(Invalid::field(
+                    format!("{f}.captureMode"),
+                    format!("unknown capture mode {other:?}"),
+                ))
+            }
+        };
+        let clash = egress
+            .iter()
+            .any(|x| x.port.as_ref().map(|p| p.number) == port.as_ref().map(|p| p.number));
+        if clash {
+            let what = port
+                .as_ref()
+                .map(|p| format!("port {}", p.number))
+                .unwrap_or_else(|| "the catch-all".into());
+            return Err(Invalid::field(
+                format!("{f}.port"),
+                format!("{what} has two egress listeners"),
+            ));
+        }
+        egress.push(m::EgressListener {
+            port,
+            bind: e.bind.clone(),
+            capture_none,
+            hosts: e.hosts.clone(),
+        });
+    }
+    Ok(egress)
 }
 
 /// A Sidecar's `connectionPool` (of an `ingress` listener, or `inboundConnectionPool`), as

@@ -27,28 +27,7 @@ pub(super) fn virtual_service(
     // gateway and delegates no further (Istio supports one level).
     let delegate_only = s.hosts.is_empty();
     if delegate_only {
-        if !s.gateways.is_empty() {
-            return Err(Invalid::field(
-                "spec.gateways",
-                "a VirtualService without hosts is a delegate and cannot bind gateways",
-            ));
-        }
-        if !s.tcp.is_empty() || !s.tls.is_empty() {
-            return Err(Invalid::field(
-                if s.tcp.is_empty() {
-                    "spec.tls"
-                } else {
-                    "spec.tcp"
-                },
-                "a VirtualService without hosts is a delegate: only http routes are delegated",
-            ));
-        }
-        if let Some(ri) = s.http.iter().position(|r| r.delegate.is_some()) {
-            return Err(Invalid::field(
-                format!("spec.http[{ri}].delegate"),
-                "a delegate VirtualService cannot delegate further (one level only)",
-            ));
-        }
+        delegate_rules(&s)?;
     }
     let not_generated = routes_not_generated(&ignored, findings);
     let mut http = Vec::new();
@@ -57,141 +36,9 @@ pub(super) fn virtual_service(
             continue;
         }
         let f = format!("spec.http[{ri}]");
-        if let Some(path) = claim_condition(r, &f) {
-            findings.push(Finding::error(
-                path,
-                format!(
-                    "a match on a JWT claim needs a RequestAuthentication, which meshflow does \
-                     not read yet; the route {f} is not generated, so it never matches more \
-                     traffic than written"
-                ),
-            ));
-            continue;
+        if let Some(route) = http_route(r, &f, ns, mesh, findings)? {
+            http.push(route);
         }
-        if let Some(path) = query_prefix_condition(r, &f) {
-            findings.push(Finding::error(
-                path,
-                format!(
-                    "a query parameter matches exact or regex (Istio does not support prefix \
-                     there); the route {f} is not generated, so it never matches more \
-                     traffic than written"
-                ),
-            ));
-            continue;
-        }
-        let mut matches = Vec::new();
-        for (mi, mr) in r.matches.iter().enumerate() {
-            matches.push(http_match(
-                mr,
-                &format!("{f}.match[{mi}]"),
-                ns,
-                mesh,
-                findings,
-            )?);
-        }
-        // Istio's rule: exactly one of route, redirect, directResponse (or delegate).
-        let actions = [
-            ("route", !r.route.is_empty()),
-            ("redirect", r.redirect.is_some()),
-            ("directResponse", r.direct_response.is_some()),
-            ("delegate", r.delegate.is_some()),
-        ];
-        let given: Vec<&str> = actions.iter().filter(|a| a.1).map(|a| a.0).collect();
-        match given.as_slice() {
-            [] => {
-                return Err(Invalid::field(
-                    format!("{f}.route"),
-                    "a route needs destinations (route), a redirect, a directResponse or a \
-                     delegate",
-                ))
-            }
-            [_] => {}
-            [a, b, ..] => {
-                return Err(Invalid::field(
-                    format!("{f}.{b}"),
-                    format!("a route cannot have both {a} and {b}"),
-                ))
-            }
-        }
-        let delegate = match &r.delegate {
-            None => None,
-            Some(d) if d.name.is_empty() => {
-                return Err(Invalid::field(
-                    format!("{f}.delegate.name"),
-                    "a delegate needs the name of a VirtualService",
-                ))
-            }
-            Some(d) => Some(ConfigKey::new(
-                dataflows::model::Kind::VirtualService,
-                d.namespace.as_deref().unwrap_or(ns),
-                &d.name,
-            )),
-        };
-        let route = weighted_destinations(&r.route, &f, ns, mesh, true)?;
-        let timeout_ms = r
-            .timeout
-            .as_deref()
-            .map(|t| parse_duration_ms(t, &format!("{f}.timeout")))
-            .transpose()?;
-        let retries = r
-            .retries
-            .as_ref()
-            .map(|rt| retries(rt, &format!("{f}.retries")))
-            .transpose()?;
-        let rewrite = r
-            .rewrite
-            .as_ref()
-            .map(|rw| rewrite(rw, &format!("{f}.rewrite"), mesh))
-            .transpose()?;
-        let headers = r
-            .headers
-            .as_ref()
-            .map(|h| header_ops(h, &format!("{f}.headers")))
-            .transpose()?
-            .unwrap_or_default();
-        // As Istio's validation: the authority is rewritten in one place of a route.
-        if let (Some(rw), Some(_)) = (
-            rewrite.as_ref().and_then(|rw| rw.authority.as_ref()),
-            &headers.request.authority,
-        ) {
-            return Err(Invalid::field(
-                format!("{f}.headers.request"),
-                format!("the authority is already rewritten to {rw:?} by {f}.rewrite.authority"),
-            ));
-        }
-        http.push(m::HttpRoute {
-            name: r.name.clone(),
-            matches,
-            route,
-            delegate,
-            timeout_ms,
-            retries,
-            redirect: r
-                .redirect
-                .as_ref()
-                .map(|rd| redirect(rd, &format!("{f}.redirect")))
-                .transpose()?,
-            direct_response: r
-                .direct_response
-                .as_ref()
-                .map(|d| direct_response(d, &format!("{f}.directResponse")))
-                .transpose()?,
-            rewrite,
-            headers,
-            mirrors: mirrors(r, &f, ns, mesh)?,
-            fault: r
-                .fault
-                .as_ref()
-                .map(|ft| fault(ft, &format!("{f}.fault"), findings))
-                .transpose()?
-                .flatten(),
-            cors: r
-                .cors_policy
-                .as_ref()
-                .map(|c| cors(c, &format!("{f}.corsPolicy"), mesh))
-                .transpose()?
-                .map(Box::new),
-        });
     }
     let gateways = gateway_refs(&s.gateways, ns);
     let hosts: Vec<String> = s.hosts.iter().map(|h| fqdn(h, ns, mesh)).collect();
@@ -205,6 +52,180 @@ pub(super) fn virtual_service(
         tcp: tcp_routes(&s.tcp, &not_generated.tcp, ns, mesh)?,
         tls,
     })])
+}
+
+/// The rules of a VirtualService without hosts, a delegate: it binds no gateway, has http
+/// routes only and delegates no further.
+fn delegate_rules(s: &istio::VirtualServiceSpec) -> Result<()> {
+    if !s.gateways.is_empty() {
+        return Err(Invalid::field(
+            "spec.gateways",
+            "a VirtualService without hosts is a delegate and cannot bind gateways",
+        ));
+    }
+    if !s.tcp.is_empty() || !s.tls.is_empty() {
+        return Err(Invalid::field(
+            if s.tcp.is_empty() {
+                "spec.tls"
+            } else {
+                "spec.tcp"
+            },
+            "a VirtualService without hosts is a delegate: only http routes are delegated",
+        ));
+    }
+    if let Some(ri) = s.http.iter().position(|r| r.delegate.is_some()) {
+        return Err(Invalid::field(
+            format!("spec.http[{ri}].delegate"),
+            "a delegate VirtualService cannot delegate further (one level only)",
+        ));
+    }
+    Ok(())
+}
+
+/// An HTTP route (at field `f`), or `None` where a match condition meshflow cannot honour
+/// leaves it out (an error says which).
+fn http_route(
+    r: &istio::HttpRoute,
+    f: &str,
+    ns: &str,
+    mesh: &MeshConfig,
+    findings: &mut Vec<Finding>,
+) -> Result<Option<m::HttpRoute>> {
+    if let Some(path) = claim_condition(r, f) {
+        findings.push(Finding::error(
+            path,
+            format!(
+                "a match on a JWT claim needs a RequestAuthentication, which meshflow does \
+                 not read yet; the route {f} is not generated, so it never matches more \
+                 traffic than written"
+            ),
+        ));
+        return Ok(None);
+    }
+    if let Some(path) = query_prefix_condition(r, f) {
+        findings.push(Finding::error(
+            path,
+            format!(
+                "a query parameter matches exact or regex (Istio does not support prefix \
+                 there); the route {f} is not generated, so it never matches more \
+                 traffic than written"
+            ),
+        ));
+        return Ok(None);
+    }
+    let mut matches = Vec::new();
+    for (mi, mr) in r.matches.iter().enumerate() {
+        matches.push(http_match(
+            mr,
+            &format!("{f}.match[{mi}]"),
+            ns,
+            mesh,
+            findings,
+        )?);
+    }
+    // Istio's rule: exactly one of route, redirect, directResponse (or delegate).
+    let actions = [
+        ("route", !r.route.is_empty()),
+        ("redirect", r.redirect.is_some()),
+        ("directResponse", r.direct_response.is_some()),
+        ("delegate", r.delegate.is_some()),
+    ];
+    let given: Vec<&str> = actions.iter().filter(|a| a.1).map(|a| a.0).collect();
+    match given.as_slice() {
+        [] => {
+            return Err(Invalid::field(
+                format!("{f}.route"),
+                "a route needs destinations (route), a redirect, a directResponse or a \
+                 delegate",
+            ))
+        }
+        [_] => {}
+        [a, b, ..] => {
+            return Err(Invalid::field(
+                format!("{f}.{b}"),
+                format!("a route cannot have both {a} and {b}"),
+            ))
+        }
+    }
+    let delegate = match &r.delegate {
+        None => None,
+        Some(d) if d.name.is_empty() => {
+            return Err(Invalid::field(
+                format!("{f}.delegate.name"),
+                "a delegate needs the name of a VirtualService",
+            ))
+        }
+        Some(d) => Some(ConfigKey::new(
+            dataflows::model::Kind::VirtualService,
+            d.namespace.as_deref().unwrap_or(ns),
+            &d.name,
+        )),
+    };
+    let route = weighted_destinations(&r.route, f, ns, mesh, true)?;
+    let timeout_ms = r
+        .timeout
+        .as_deref()
+        .map(|t| parse_duration_ms(t, &format!("{f}.timeout")))
+        .transpose()?;
+    let retries = r
+        .retries
+        .as_ref()
+        .map(|rt| retries(rt, &format!("{f}.retries")))
+        .transpose()?;
+    let rewrite = r
+        .rewrite
+        .as_ref()
+        .map(|rw| rewrite(rw, &format!("{f}.rewrite"), mesh))
+        .transpose()?;
+    let headers = r
+        .headers
+        .as_ref()
+        .map(|h| header_ops(h, &format!("{f}.headers")))
+        .transpose()?
+        .unwrap_or_default();
+    // As Istio's validation: the authority is rewritten in one place of a route.
+    if let (Some(rw), Some(_)) = (
+        rewrite.as_ref().and_then(|rw| rw.authority.as_ref()),
+        &headers.request.authority,
+    ) {
+        return Err(Invalid::field(
+            format!("{f}.headers.request"),
+            format!("the authority is already rewritten to {rw:?} by {f}.rewrite.authority"),
+        ));
+    }
+    Ok(Some(m::HttpRoute {
+        name: r.name.clone(),
+        matches,
+        route,
+        delegate,
+        timeout_ms,
+        retries,
+        redirect: r
+            .redirect
+            .as_ref()
+            .map(|rd| redirect(rd, &format!("{f}.redirect")))
+            .transpose()?,
+        direct_response: r
+            .direct_response
+            .as_ref()
+            .map(|d| direct_response(d, &format!("{f}.directResponse")))
+            .transpose()?,
+        rewrite,
+        headers,
+        mirrors: mirrors(r, f, ns, mesh)?,
+        fault: r
+            .fault
+            .as_ref()
+            .map(|ft| fault(ft, &format!("{f}.fault"), findings))
+            .transpose()?
+            .flatten(),
+        cors: r
+            .cors_policy
+            .as_ref()
+            .map(|c| cors(c, &format!("{f}.corsPolicy"), mesh))
+            .transpose()?
+            .map(Box::new),
+    }))
 }
 
 /// The routes of a VirtualService that cannot be generated as written: where a match
