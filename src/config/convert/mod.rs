@@ -30,6 +30,10 @@ pub(super) use route_actions::retries;
 
 type Result<T> = std::result::Result<T, Invalid>;
 
+// `config::tests` shares its helpers.
+#[cfg(test)]
+pub(super) mod tests;
+
 /// Converts one object to its records, and what there is to say about the parts of it
 /// meshflow does not translate.
 pub fn convert(
