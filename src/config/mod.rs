@@ -494,6 +494,4 @@ fn kind_of(api_version: &str, kind: &str) -> Option<Kind> {
 }
 
 #[cfg(test)]
-mod analysis_tests;
-#[cfg(test)]
 mod tests;

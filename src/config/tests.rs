@@ -1,11 +1,8 @@
 //! Parsing and validation of input documents.
 
+use super::convert::tests::{mesh, parse, VS};
 use super::*;
-use dataflows::model::{Kind, Record};
-
-fn mesh() -> MeshConfig {
-    MeshConfig::default()
-}
+use dataflows::model::Kind;
 
 #[test]
 fn splits_documents_with_their_lines() {
@@ -13,26 +10,6 @@ fn splits_documents_with_their_lines() {
     assert_eq!(
         docs,
         vec![(1, "a: 1\n".to_string()), (5, "b: 2\n".to_string())]
-    );
-}
-
-#[test]
-fn virtual_service_short_hosts_expand_and_weights_validate() {
-    let ok = "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {name: r, namespace: ns1}\nspec:\n  hosts: [reviews]\n  http:\n  - route:\n    - destination: {host: reviews, subset: v1}\n      weight: 70\n    - destination: {host: reviews, subset: v2}\n      weight: 30\n";
-    let parsed = parse_document(ok, &mesh()).unwrap().unwrap();
-    let Record::VirtualService(vs) = &parsed.records[0] else {
-        panic!()
-    };
-    assert_eq!(vs.hosts, vec!["reviews.ns1.svc.cluster.local"]);
-    assert_eq!(vs.http[0].route[1].weight, 30);
-
-    let bad = ok.replace("weight: 30", "weight: 40");
-    let err = parse_document(&bad, &mesh()).unwrap_err();
-    assert_eq!(err.field, "spec.http[0].route");
-    assert!(err.message.contains("110"), "{}", err.message);
-    assert_eq!(
-        err.object,
-        Some(ConfigKey::new(Kind::VirtualService, "ns1", "r"))
     );
 }
 
@@ -188,4 +165,37 @@ fn invalid_regexes_and_names_are_refused() {
     }
     let dotted = "apiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {name: reviews.v1, namespace: ns1}\nspec: {host: reviews}\n";
     assert!(parse_document(dotted, &mesh()).is_ok());
+}
+
+#[test]
+fn kinds_not_served_are_listed_and_other_kinds_skipped() {
+    let text = "apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: p}\nspec: {mtls: {mode: STRICT}}\n---\napiVersion: networking.istio.io/v1alpha3\nkind: EnvoyFilter\nmetadata: {name: e}\n---\napiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: h}\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\n";
+    let out = parse_file(std::path::Path::new("f.yaml"), text, &MeshConfig::default());
+    assert!(out.errors.is_empty() && out.objects.is_empty());
+    let kinds: Vec<&str> = out.unserved.iter().map(|(_, k)| k.as_str()).collect();
+    assert_eq!(
+        kinds,
+        vec![
+            "PeerAuthentication (security.istio.io/v1)",
+            "EnvoyFilter (networking.istio.io/v1alpha3)",
+            "HTTPRoute (gateway.networking.k8s.io/v1)",
+        ]
+    );
+    assert_eq!(out.unserved[1].0, 6);
+}
+
+#[test]
+fn finding_lines_name_level_object_and_field() {
+    let p = parse(&format!(
+        "{VS}  http:\n  - redirect: {{uri: /moved}}\n    fault: {{abort: {{http2Error: CANCEL}}}}\n"
+    ));
+    let lines: Vec<String> = p.finding_lines().map(|(_, l)| l).collect();
+    assert_eq!(
+        lines,
+        vec![format!(
+            "warning: VirtualService ns/r: spec.http[0].fault.abort.http2Error: {}",
+            findings::IGNORED
+        )]
+    );
+    assert_eq!(p.key, ConfigKey::new(Kind::VirtualService, "ns", "r"));
 }
