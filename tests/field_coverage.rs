@@ -7,7 +7,9 @@
 //! not served; a field Istio's validation refuses wherever it is set ([`REFUSED`]) is set by
 //! an object of its own, which is rejected naming it. A field newly read by the parser but not translated stops being reported and
 //! fails this test until it is listed here, with the translation that backs the claim; a field
-//! added to the API fails it until the fixture sets it.
+//! added to the API fails it until the fixture sets it. And every field translated or
+//! reported has its row in the reference (`docs/reference/<kind>.md`, one table row per field
+//! path), so what the code does with a field is written down where users look for it.
 
 use meshflow::config::{parse_file, FileContents, Level};
 use serde_yaml_ng::Value;
@@ -633,5 +635,148 @@ fn restricting_fields_not_honoured_are_errors() {
     assert!(
         !errors.iter().any(|e| e.starts_with("DestinationRule")),
         "{errors:#?}"
+    );
+}
+
+/// The reference file (`docs/reference/`) of each kind meshflow serves: one table row per
+/// field path.
+const REFERENCE_FILES: &[(&str, &str)] = &[
+    ("VirtualService", "virtual_service.md"),
+    ("DestinationRule", "destination_rule.md"),
+    ("Gateway", "gateway.md"),
+    ("ServiceEntry", "service_entry.md"),
+    ("Sidecar", "sidecar.md"),
+    ("WorkloadEntry", "workload_entry.md"),
+];
+
+/// The field paths a reference file has rows for, in order: every table row (a line opening
+/// with `|`) but the header and its rule; each row's first cell must be one path in backticks,
+/// `` | `spec.http[].match[].uri.exact` | … ``. A row whose first cell is anything else is
+/// returned as an error, so a row cannot slip past the check by its form.
+fn reference_rows(file: &str) -> (Vec<String>, Vec<String>) {
+    let path = format!("{}/docs/reference/{file}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let mut rows = Vec::new();
+    let mut malformed = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let Some(rest) = line.strip_prefix('|') else {
+            continue;
+        };
+        let first = rest.split('|').next().unwrap_or_default().trim();
+        if first == "field" || first.starts_with("---") {
+            continue;
+        }
+        let path = first
+            .strip_prefix('`')
+            .and_then(|p| p.strip_suffix('`'))
+            .filter(|p| !p.contains('`') && !p.contains(' '));
+        match path {
+            Some(p) => rows.push(p.to_string()),
+            None => malformed.push(format!("{file}:{}: {first}", n + 1)),
+        }
+    }
+    (rows, malformed)
+}
+
+/// The row that documents `field` of `kind`: the field itself, but for a DestinationRule's
+/// policy, which is written once at `spec.trafficPolicy.…` and holds at a subset's policy
+/// and at `portLevelSettings[]` of either ([`POLICY_AT`]).
+fn reference_path(kind: &str, field: &str) -> String {
+    if kind != "DestinationRule" {
+        return field.to_string();
+    }
+    let mut at: Vec<&str> = POLICY_AT.to_vec();
+    at.sort_by_key(|a| std::cmp::Reverse(a.len()));
+    for a in at {
+        let Some(rest) = field.strip_prefix(a).and_then(|r| r.strip_prefix('.')) else {
+            continue;
+        };
+        if a.ends_with("[]") && rest == "port.number" {
+            return "spec.trafficPolicy.portLevelSettings[].port.number".to_string();
+        }
+        return format!("spec.trafficPolicy.{rest}");
+    }
+    field.to_string()
+}
+
+#[test]
+fn every_translated_or_reported_field_has_a_reference_row() {
+    let api = api_fields();
+    let (docs, contents) = fixture();
+    let rejected: BTreeSet<usize> = contents.errors.iter().map(|e| e.line).collect();
+    let mut missing = Vec::new();
+    let mut stale = Vec::new();
+    let mut malformed = Vec::new();
+    let mut unknown = Vec::new();
+    for (kind, file) in REFERENCE_FILES {
+        let fields = api.get(*kind).expect("a kind of the API");
+        // What the fixture's valid objects of this kind set, with what was said of them.
+        let said: Vec<(String, Vec<String>)> = docs
+            .iter()
+            .filter(|d| &d.kind == kind && !rejected.contains(&d.line))
+            .flat_map(|d| {
+                let findings: Vec<String> = contents
+                    .objects
+                    .iter()
+                    .find(|(l, _)| *l == d.line)
+                    .map(|(_, p)| {
+                        p.findings
+                            .iter()
+                            .map(|f| without_indices(&f.field))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                d.leaves.iter().map(move |l| (joined(l), findings.clone()))
+            })
+            .collect();
+        // A field is translated or reported when a leaf that sets it is (a field Istio's
+        // validation refuses is reported by the rejection of its object).
+        let (needed, unsaid): (Vec<&String>, Vec<&String>) = fields.iter().partition(|f| {
+            REFUSED.iter().any(|(k, r)| k == kind && covered_by(f, r))
+                || said.iter().any(|(leaf, findings)| {
+                    sets(&segments(leaf), &segments(f))
+                        && (translated(kind, leaf) || findings.iter().any(|x| covered_by(leaf, x)))
+                })
+        });
+        // Every field of a served kind is translated or reported (the test above checks
+        // it), so each needs its row.
+        unknown.extend(unsaid.iter().map(|f| format!("{kind} {f}")));
+        let (rows, bad) = reference_rows(file);
+        malformed.extend(bad);
+        let mut seen = BTreeSet::new();
+        for row in &rows {
+            if !fields.contains(row) {
+                stale.push(format!("{file}: `{row}` is not a field of {kind}"));
+            }
+            if !seen.insert(row) {
+                stale.push(format!("{file}: `{row}` has two rows"));
+            }
+        }
+        for f in needed {
+            let row = reference_path(kind, f);
+            if !rows.contains(&row) {
+                missing.push(format!("{file}: {kind} {f} (row `{row}`)"));
+            }
+        }
+    }
+    assert!(
+        malformed.is_empty(),
+        "table rows whose first cell is not one field path in backticks:\n{}",
+        malformed.join("\n")
+    );
+    assert!(
+        missing.is_empty(),
+        "fields translated or reported without a row in docs/reference/:\n{}",
+        missing.join("\n")
+    );
+    assert!(
+        stale.is_empty(),
+        "rows of docs/reference/ that name no field of the API:\n{}",
+        stale.join("\n")
+    );
+    assert!(
+        unknown.is_empty(),
+        "fields of the API neither translated nor reported:\n{}",
+        unknown.join("\n")
     );
 }
