@@ -450,6 +450,12 @@ mod tests {
             ),
             ("rootNamespace: ''\n", "mesh.rootNamespace"),
             ("connectTimeout: [1]\n", "mesh.connectTimeout"),
+            // Past a protobuf Duration: every Envoy would reject CDS (and RDS) with it.
+            ("connectTimeout: 9999999999999999h\n", "mesh.connectTimeout"),
+            (
+                "defaultHttpRetryPolicy: {attempts: 2, perTryTimeout: 999999999h}\n",
+                "mesh.defaultHttpRetryPolicy.perTryTimeout",
+            ),
         ] {
             let e = parse(text).expect_err(text);
             assert_eq!(e.field, field, "{text}: {e:?}");

@@ -127,6 +127,9 @@ pub(super) fn duration_at_least_1ms(v: Option<&str>, field: &str) -> Result<Opti
     Ok(Some(exact.round() as u64))
 }
 
+/// The longest protobuf Duration (`google.protobuf.Duration`: 315,576,000,000 s), in ms.
+const MAX_DURATION_MS: f64 = 315_576_000_000_000.0;
+
 /// A duration as written, in (possibly fractional) milliseconds.
 fn duration_exact_ms(s: &str, field: &str) -> Result<f64> {
     let bad = || {
@@ -150,7 +153,18 @@ fn duration_exact_ms(s: &str, field: &str) -> Result<f64> {
     if !v.is_finite() || v < 0.0 {
         return Err(bad());
     }
-    Ok(v * unit_ms)
+    let ms = v * unit_ms;
+    // Every duration becomes a protobuf Duration, which Envoy refuses past 10,000 years:
+    // the whole CDS or RDS update with it would be rejected by every proxy.
+    if ms > MAX_DURATION_MS {
+        return Err(Invalid::field(
+            field,
+            format!(
+                "{s:?} is longer than a protobuf Duration may be (315576000000s, 10,000 years)"
+            ),
+        ));
+    }
+    Ok(ms)
 }
 
 pub(super) fn duration(v: &Option<String>, field: &str) -> Result<Option<u64>> {

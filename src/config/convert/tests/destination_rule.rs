@@ -195,6 +195,23 @@ fn destination_rule_workload_selector_is_read() {
     assert_eq!(e.field, "spec.workloadSelector.matchLabels.app");
 }
 
+/// Durations past protobuf's range (10,000 years) are refused naming the field, wherever
+/// they are: Envoy would reject every update carrying them.
+#[test]
+fn durations_past_protobufs_range_are_refused() {
+    let dr = format!("{DR}  trafficPolicy:\n    connectionPool:\n      tcp: {{connectTimeout: 9999999999999999h}}\n");
+    let e = parse_document(&dr, &MeshConfig::default()).unwrap_err();
+    assert_eq!(
+        e.field, "spec.trafficPolicy.connectionPool.tcp.connectTimeout",
+        "{e}"
+    );
+    assert!(e.to_string().contains("protobuf Duration"), "{e}");
+    let ok = format!(
+        "{DR}  trafficPolicy:\n    connectionPool:\n      tcp: {{connectTimeout: 87600000h}}\n"
+    );
+    parse(&ok);
+}
+
 /// `connectionPool.tcp.maxConnectionDuration` is held to at least 1ms, as Istio's validation
 /// holds it (`0s` too: unlike `idleTimeout`, it has no "off"); 1ms and more are read.
 #[test]
