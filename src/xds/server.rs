@@ -37,6 +37,12 @@ pub const WARMUP_HOLD: std::time::Duration = std::time::Duration::from_secs(10);
 /// for nothing more for this long (Envoy asks for EDS and RDS right after it took CDS and
 /// LDS: a slot is not given back in between).
 const WARMUP_QUIET: std::time::Duration = std::time::Duration::from_millis(50);
+/// A stream that holds an initial-push slot and makes no progress for this long (no
+/// request, no ACK, nothing sent) gives the slot back and goes on without one: a client that
+/// never reads or answers then holds a slot for a quarter of a second, not for the whole
+/// hold, so a few hundred of them connecting first delay a healthy proxy's first config by
+/// about a second (a hundred slots turn over four times a second), not by tens.
+const WARMUP_STALL: std::time::Duration = std::time::Duration::from_millis(250);
 /// A stream logs at most one NACK per this interval (the count of the others with it).
 const NACK_LOG_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 /// Largest xDS request accepted.
@@ -262,6 +268,8 @@ async fn serve_stream<P: Protocol>(
     // queued at the same time. Later (small) pushes do not wait for a slot.
     let mut slot: Option<(OwnedSemaphorePermit, tokio::time::Instant)> = None;
     let mut quiet_since: Option<tokio::time::Instant> = None;
+    // The last time the stream moved: a request came, or responses went out.
+    let mut progress = tokio::time::Instant::now();
     let mut warmed = false;
     let mut woken = true;
     let mut rotations_seen = hub.rotations(&id);
@@ -274,6 +282,7 @@ async fn serve_stream<P: Protocol>(
             }
         }
         if let Some(req) = next.take() {
+            progress = tokio::time::Instant::now();
             if let Err(e) = hub.with_names(|name| state.on_request(&req, name)) {
                 let _ = tx.send(Err(Status::invalid_argument(e.to_string()))).await;
                 break;
@@ -296,7 +305,10 @@ async fn serve_stream<P: Protocol>(
         }
         if !warmed && slot.is_none() {
             match warmup.clone().acquire_owned().await {
-                Ok(permit) => slot = Some((permit, tokio::time::Instant::now() + warmup_hold)),
+                Ok(permit) => {
+                    progress = tokio::time::Instant::now();
+                    slot = Some((permit, progress + warmup_hold));
+                }
                 Err(_) => warmed = true,
             }
         }
@@ -311,8 +323,9 @@ async fn serve_stream<P: Protocol>(
         };
         woken = false;
         let mut wake_at = None;
-        if let Some((_, deadline)) = &slot {
+        if let Some((_, hold)) = &slot {
             let now = tokio::time::Instant::now();
+            let deadline = &(*hold).min(progress + WARMUP_STALL);
             let acknowledged = responses.is_empty() && !state.in_flight();
             // Not computed yet (its first epoch): nothing was sent, keep waiting.
             let computed = hub.read(|st| st.proxy(&id).is_some_and(|e| e.ready));
@@ -333,12 +346,13 @@ async fn serve_stream<P: Protocol>(
         for event in state.events() {
             hub.record(from, event);
         }
+        let sent_any = !responses.is_empty();
         for r in responses {
             // A client that does not read fills the channel and holds this task here: the
             // slot's deadline is kept while waiting, so no client can hold a slot longer.
             let room = match &slot {
-                Some((_, deadline)) => {
-                    let deadline = *deadline;
+                Some((_, hold)) => {
+                    let deadline = (*hold).min(progress + WARMUP_STALL);
                     tokio::select! {
                         room = tx.reserve() => room,
                         _ = tokio::time::sleep_until(deadline) => {
@@ -356,6 +370,14 @@ async fn serve_stream<P: Protocol>(
             };
             // Encoded here, one allocation per response, freed once HTTP/2 wrote it.
             room.send(P::frame(r));
+        }
+        if sent_any {
+            progress = tokio::time::Instant::now();
+            if slot.is_some() {
+                // Woken to give the slot back if no answer comes.
+                let stall = progress + WARMUP_STALL;
+                wake_at = Some(wake_at.map_or(stall, |w: tokio::time::Instant| w.min(stall)));
+            }
         }
         tokio::select! {
             msg = inbound.message() => match msg {
