@@ -363,4 +363,135 @@ mod tests {
         ));
         assert!(!rj.objects.contains_key(&inputs[1]));
     }
+
+    mod fuzz {
+        //! Random change logs and random NACKs from several proxies of several namespaces:
+        //! attribution never panics, names only objects the rejected push was built from and
+        //! that changed in the rejecting proxy's window, and writes a proxy on an object's
+        //! status only when it is of the object's namespace or the root's. (What is served is
+        //! out of its reach: it returns no record to apply — `tests/xds_nack_isolation.rs`
+        //! checks what the clients get.)
+        use super::*;
+        use proptest::prelude::*;
+
+        #[derive(Debug, Clone)]
+        enum Step {
+            Change {
+                object: u8,
+                version: u8,
+                delete: bool,
+            },
+            Nack {
+                proxy: u8,
+                ns: u8,
+                inputs: Vec<u8>,
+                accepted: u8,
+                rejected: u8,
+            },
+        }
+
+        fn step() -> impl Strategy<Value = Step> {
+            prop_oneof![
+                (0u8..6, 0u8..4, any::<bool>()).prop_map(|(object, version, delete)| {
+                    Step::Change {
+                        object,
+                        version,
+                        delete,
+                    }
+                }),
+                (
+                    0u8..4,
+                    0u8..3,
+                    proptest::collection::vec(0u8..6, 0..6),
+                    0u8..20,
+                    0u8..20
+                )
+                    .prop_map(|(proxy, ns, inputs, accepted, rejected)| {
+                        Step::Nack {
+                            proxy,
+                            ns,
+                            inputs,
+                            accepted,
+                            rejected,
+                        }
+                    }),
+            ]
+        }
+
+        const NAMESPACES: [&str; 3] = ["default", "evil", "istio-system"];
+
+        fn object_key(i: u8) -> ConfigKey {
+            ConfigKey::new(
+                Kind::VirtualService,
+                NAMESPACES[(i % 2) as usize],
+                format!("o{i}"),
+            )
+        }
+
+        fn record(i: u8, version: u8) -> Record {
+            let mut r = vs(&format!("o{i}"), &format!("v{version}"));
+            if let Record::VirtualService(v) = &mut r {
+                v.key = object_key(i);
+            }
+            r
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+            #[test]
+            fn attribution_stays_within_its_bounds(steps in proptest::collection::vec(step(), 0..40)) {
+                let mut rj = Rejections::default();
+                let mut current: std::collections::HashMap<u8, Record> = Default::default();
+                let mut changed_at: std::collections::HashMap<ConfigKey, u64> = Default::default();
+                let mut epoch = 0u64;
+                for s in steps {
+                    match s {
+                        Step::Change { object, version, delete } => {
+                            epoch += 1;
+                            let mut diff = Vec::new();
+                            if let Some(old) = current.remove(&object) {
+                                diff.push((old, -1));
+                            }
+                            if !delete {
+                                let r = record(object, version);
+                                current.insert(object, r.clone());
+                                diff.push((r, 1));
+                            }
+                            rj.admit(epoch, &diff);
+                            changed_at.insert(object_key(object), epoch);
+                        }
+                        Step::Nack { proxy, ns, inputs, accepted, rejected } => {
+                            let namespace = NAMESPACES[ns as usize];
+                            let r = Rejection {
+                                proxy: format!("p{proxy}.{namespace}"),
+                                namespace: namespace.into(),
+                                rtype: ResourceType::Route,
+                                resources: vec!["9080".into()],
+                                message: "bad".into(),
+                                inputs: inputs.iter().map(|i| object_key(*i)).collect(),
+                                accepted_epoch: accepted as u64,
+                                rejected_epoch: rejected as u64,
+                            };
+                            rj.reject(&r, "istio-system");
+                            // Every object named on a status was an input of a NACK of a
+                            // proxy allowed to speak of it.
+                            for (key, report) in rj.rejections() {
+                                for p in &report.proxies {
+                                    let pns = p.split('.').nth(1).unwrap_or("");
+                                    prop_assert!(pns == key.namespace || pns == "istio-system", "{p} on {key:?}");
+                                }
+                            }
+                            for (key, obj) in &rj.objects {
+                                if obj.rejected.is_some() {
+                                    prop_assert!(current.keys().any(|i| object_key(*i) == *key), "{key:?} is gone");
+                                    prop_assert!(changed_at.get(key).is_some());
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
