@@ -485,7 +485,7 @@ mod tests {
                             for (key, obj) in &rj.objects {
                                 if obj.rejected.is_some() {
                                     prop_assert!(current.keys().any(|i| object_key(*i) == *key), "{key:?} is gone");
-                                    prop_assert!(changed_at.get(key).is_some());
+                                    prop_assert!(changed_at.contains_key(key));
                                 }
                             }
                         }
