@@ -431,7 +431,7 @@ pub fn sni_chains(vs: &ResolvedVs, port: u16, source: Source) -> Vec<SniChain> {
             .iter()
             .filter(|m| tls_applies(m, port, source))
         {
-            let names = super::gateway_tls::server_names(&m.sni_hosts);
+            let names = super::hosts::server_names(&m.sni_hosts);
             let ranges = m.destination_subnets.clone();
             if !out.iter().any(|(n, r, _)| *n == names && *r == ranges) {
                 out.push((names, ranges, dests.clone()));
@@ -699,7 +699,7 @@ fn add_named_service_chains(
     tcp: &[(usize, TcpChain)],
     sni: &[SniChain],
 ) -> bool {
-    let own_names = super::gateway_tls::server_names(std::slice::from_ref(&svc.hostname));
+    let own_names = super::hosts::server_names(std::slice::from_ref(&svc.hostname));
     // (chain name, SNI names, ranges, destinations), in precedence order.
     let mut list: Vec<(String, &[String], &[String], &Destinations)> = Vec::new();
     for (i, (names, ranges, dests)) in sni.iter().enumerate() {
