@@ -331,7 +331,7 @@ pub fn dr_entry_relevant(ns: &str, scope_ns: &str, svc_ns: &str, root_ns: &str) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rules::sidecar_scope;
+    use crate::rules::sidecar::sidecar_scope;
 
     fn dr(ns: &str, name: &str, host: &str, export: &[&str], subsets: &[&str]) -> DestinationRule {
         DestinationRule {
