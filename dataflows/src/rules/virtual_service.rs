@@ -6,7 +6,8 @@ use crate::model::*;
 
 /// Rank of a mesh VirtualService for a proxy in `scope_ns` (lower wins): its own namespace
 /// first, then others that export to it. Among VirtualServices covering a host this decides
-/// only between equally specific hosts ([`vs_host_specificity`] comes first).
+/// only between equally specific hosts
+/// ([`vs_host_specificity`](super::hosts::vs_host_specificity) comes first).
 pub fn vs_rank(vs: &VirtualService, scope_ns: &str) -> Option<u8> {
     let ns = vs.key.namespace.as_str();
     (vs.binds_mesh() && exported_to(&vs.export_to, ns, scope_ns))
