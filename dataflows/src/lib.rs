@@ -17,7 +17,6 @@ pub mod client_tls;
 pub mod delegation;
 pub mod driver;
 pub mod flow;
-pub mod gateway_tls;
 pub mod materialize;
 pub mod model;
 pub mod naive;

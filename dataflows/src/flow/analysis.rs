@@ -356,7 +356,7 @@ pub(super) fn gateway_secrets<'s>(
                 .collect();
             for (v, _) in vals {
                 if let Item::Gateway(gw) = v {
-                    for e in crate::gateway_tls::credential_errors(ns, gw, &secrets) {
+                    for e in crate::assemble::router_tls::credential_errors(ns, gw, &secrets) {
                         out.push((e, 1isize));
                     }
                 }

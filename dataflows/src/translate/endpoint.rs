@@ -14,6 +14,13 @@ use envoy_types::pb::envoy::config::endpoint::v3::{
 use envoy_types::pb::google::protobuf::UInt32Value;
 use prost::Message;
 
+/// The endpoint metadata Envoy picks a cluster's transport socket by
+/// (`filter_metadata["envoy.transport_socket_match"]`), and the value of its `tlsMode` key
+/// for an endpoint that runs a sidecar: Istio's names. The clusters' auto mTLS matches on
+/// them (re-exported as `translate::cluster::{TRANSPORT_SOCKET_MATCH, TLS_MODE_ISTIO}`).
+pub const TRANSPORT_SOCKET_MATCH: &str = "envoy.transport_socket_match";
+pub const TLS_MODE_ISTIO: &str = "istio";
+
 /// The assignment for `cluster` from its endpoints, in a canonical order (sorted, deduplicated)
 /// so equal sets encode to equal bytes. Endpoints that are not ready are left out, as Istio does.
 /// Endpoints are grouped by locality (Istio's `region/zone/subzone`); each carries its
@@ -255,7 +262,7 @@ fn distribute(cla: &mut ClusterLoadAssignment, client: &Locality, entries: &[Loc
 pub fn runs_sidecar(labels: &crate::model::Labels) -> bool {
     labels
         .get(TLS_MODE_LABEL)
-        .is_some_and(|v| v.eq_ignore_ascii_case(super::cluster::TLS_MODE_ISTIO))
+        .is_some_and(|v| v.eq_ignore_ascii_case(TLS_MODE_ISTIO))
 }
 
 /// The workload label saying whether it takes the mesh's mutual TLS (Istio's).
@@ -327,16 +334,13 @@ fn ranked_assignment(
 fn tls_mode_metadata() -> envoy_types::pb::envoy::config::core::v3::Metadata {
     use envoy_types::pb::google::protobuf::{value::Kind, Struct, Value};
     let mode = Value {
-        kind: Some(Kind::StringValue(super::cluster::TLS_MODE_ISTIO.into())),
+        kind: Some(Kind::StringValue(TLS_MODE_ISTIO.into())),
     };
     let fields = [("tlsMode".to_string(), mode)].into_iter().collect();
     envoy_types::pb::envoy::config::core::v3::Metadata {
-        filter_metadata: [(
-            super::cluster::TRANSPORT_SOCKET_MATCH.to_string(),
-            Struct { fields },
-        )]
-        .into_iter()
-        .collect(),
+        filter_metadata: [(TRANSPORT_SOCKET_MATCH.to_string(), Struct { fields })]
+            .into_iter()
+            .collect(),
         ..Default::default()
     }
 }

@@ -4,6 +4,8 @@
 //! `tcp_proxy` chain per `tcp[]` chain of a TLS server that terminates, and a `tcp_proxy`
 //! chain per `tls[]` route of a PASSTHROUGH server (by its `sniHosts`).
 
+pub use super::hosts::server_names;
+
 use super::listener::{hcm_filter, listener_name, rds_hcm};
 use super::secret::downstream_tls;
 use super::socket_address;
@@ -53,20 +55,6 @@ pub fn https_route_name(
         Some(b) => format!("https.{port}.{port_name}.{gateway}.{namespace}.{b}"),
         None => format!("https.{port}.{port_name}.{gateway}.{namespace}"),
     }
-}
-
-/// The SNI names of a server's or route's hosts (`ns/host` or `host`); empty when one of
-/// them is `*` (the chain takes any name, and connections without SNI).
-pub fn server_names(hosts: &[String]) -> Vec<String> {
-    let names: Vec<String> = hosts
-        .iter()
-        .map(|h| h.split_once('/').map_or(h.as_str(), |(_, n)| n).to_string())
-        .collect();
-    if names.iter().any(|n| n == "*") {
-        return Vec::new();
-    }
-    let set: BTreeSet<String> = names.into_iter().collect();
-    set.into_iter().collect()
 }
 
 /// Chains of one listener, in order: an SNI name (with its address ranges) is kept by the

@@ -7,6 +7,7 @@
 pub mod cluster;
 pub mod endpoint;
 pub mod gateway_tls;
+pub mod hosts;
 pub mod listener;
 pub mod route;
 pub mod secret;

@@ -1,209 +1,26 @@
-//! LDS: outbound HTTP listeners (RDS by port name), bound egress listeners, gateway
-//! listeners, and the `virtualOutbound`/`virtualInbound` capture listeners.
+//! Inbound listeners: `virtualInbound` on 15006, with a plaintext and an mTLS chain (or
+//! Istio's five, for a port whose protocol is told per connection) per port of the proxy's
+//! own workload, and the listeners of Sidecar `ingress` ports the proxy binds itself.
 
-use super::{duration_ms, inbound_cluster_name, socket_address, PASSTHROUGH_CLUSTER};
+use super::filters::{
+    base_hcm, hcm_filter, http_inspector_filter, listener_name, original_dst_filter, tcp_to,
+    tls_inspector_filter, PLAINTEXT_HTTP_ALPN,
+};
 use crate::model::{InboundPort, Proxying, Resource, ResourceType};
-use envoy_types::pb::envoy::config::core::v3::{HttpProtocolOptions, TrafficDirection};
-use envoy_types::pb::envoy::config::listener::v3::ApiListener;
+use crate::translate::{duration_ms, inbound_cluster_name, socket_address, PASSTHROUGH_CLUSTER};
+use envoy_types::pb::envoy::config::core::v3::TrafficDirection;
 use envoy_types::pb::envoy::config::listener::v3::{
-    filter, listener_filter, Filter, FilterChain, FilterChainMatch, Listener, ListenerFilter,
+    FilterChain, FilterChainMatch, Listener, ListenerFilter,
 };
 use envoy_types::pb::envoy::config::route::v3::{
     route::Action, route_action::ClusterSpecifier, route_match::PathSpecifier, Route, RouteAction,
     RouteConfiguration, RouteMatch, VirtualHost,
 };
-use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
-use envoy_types::pb::envoy::extensions::filters::listener::original_dst::v3::OriginalDst;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
-    http_connection_manager::{PathWithEscapedSlashesAction, RouteSpecifier, UpgradeConfig},
-    http_filter, HttpConnectionManager, HttpFilter, Rds,
+    http_connection_manager::RouteSpecifier, HttpConnectionManager,
 };
-use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{tcp_proxy, TcpProxy};
 use envoy_types::pb::google::protobuf::{BoolValue, UInt32Value};
-use envoy_types::util::pack_any;
 use prost::Message;
-
-fn router_filter() -> HttpFilter {
-    HttpFilter {
-        name: "envoy.filters.http.router".into(),
-        config_type: Some(http_filter::ConfigType::TypedConfig(pack_any(
-            Router::default(),
-        ))),
-        ..Default::default()
-    }
-}
-
-/// The CORS filter, before the fault filter as in Istio's chain: routes with `corsPolicy`
-/// configure it per route; elsewhere it lets requests through untouched.
-fn cors_filter() -> HttpFilter {
-    HttpFilter {
-        name: super::route::CORS_FILTER.into(),
-        config_type: Some(http_filter::ConfigType::TypedConfig(pack_any(
-            envoy_types::pb::envoy::extensions::filters::http::cors::v3::Cors::default(),
-        ))),
-        ..Default::default()
-    }
-}
-
-/// The fault filter with no fault of its own: VirtualService routes with `fault` configure it
-/// per route (`typed_per_filter_config`), as Istio does.
-fn fault_filter() -> HttpFilter {
-    HttpFilter {
-        name: super::route::FAULT_FILTER.into(),
-        config_type: Some(http_filter::ConfigType::TypedConfig(pack_any(
-            envoy_types::pb::envoy::extensions::filters::http::fault::v3::HttpFault::default(),
-        ))),
-        ..Default::default()
-    }
-}
-
-pub(super) fn hcm_filter(hcm: HttpConnectionManager) -> Filter {
-    Filter {
-        name: "envoy.filters.network.http_connection_manager".into(),
-        config_type: Some(filter::ConfigType::TypedConfig(pack_any(hcm))),
-    }
-}
-
-/// The connection manager settings Istio uses everywhere: normalized paths with escaped
-/// slashes kept, websocket upgrades allowed, no stream idle timeout (Envoy's 5 minutes would
-/// reset long-lived quiet streams, gRPC streaming among them; routes bound requests).
-fn base_hcm(stat_prefix: &str) -> HttpConnectionManager {
-    HttpConnectionManager {
-        stat_prefix: stat_prefix.to_string(),
-        stream_idle_timeout: Some(duration_ms(0)),
-        http_filters: vec![cors_filter(), fault_filter(), router_filter()],
-        normalize_path: Some(BoolValue { value: true }),
-        path_with_escaped_slashes_action: PathWithEscapedSlashesAction::KeepUnchanged as i32,
-        upgrade_configs: vec![UpgradeConfig {
-            upgrade_type: "websocket".into(),
-            ..Default::default()
-        }],
-        ..Default::default()
-    }
-}
-
-pub(super) fn rds_hcm(stat_prefix: &str, route_name: &str, edge: bool) -> HttpConnectionManager {
-    HttpConnectionManager {
-        route_specifier: Some(RouteSpecifier::Rds(Rds {
-            config_source: Some(super::ads()),
-            route_config_name: route_name.to_string(),
-        })),
-        // At the edge (gateways) the peer is the real client.
-        use_remote_address: edge.then_some(BoolValue { value: true }),
-        ..base_hcm(stat_prefix)
-    }
-}
-
-/// The API listeners a proxyless gRPC client looks up for `xds:///NAME:port`: one per name
-/// a client in `proxy_ns` may dial the host by (the FQDN and, for a cluster-local service,
-/// `name.ns.svc`, `name.ns` and, from its own namespace, `name`: the names the port's route
-/// configuration also carries as domains), each taking that route configuration. Faults
-/// are injected (gRPC implements the filter); CORS is not, its per-route config is optional.
-pub fn api_listeners(host: &str, port: u16, proxy_ns: &str, domain_suffix: &str) -> Vec<Resource> {
-    let suffix = format!(":{port}");
-    super::route::domains(host, port, proxy_ns, domain_suffix)
-        .into_iter()
-        .filter(|d| d.ends_with(&suffix))
-        .map(|name| {
-            let hcm = HttpConnectionManager {
-                route_specifier: Some(RouteSpecifier::Rds(Rds {
-                    config_source: Some(super::ads()),
-                    route_config_name: port.to_string(),
-                })),
-                http_filters: vec![fault_filter(), router_filter()],
-                ..Default::default()
-            };
-            let listener = Listener {
-                name: name.clone(),
-                api_listener: Some(ApiListener {
-                    api_listener: Some(pack_any(hcm)),
-                }),
-                ..Default::default()
-            };
-            Resource::new(ResourceType::Listener, name, listener.encode_to_vec())
-        })
-        .collect()
-}
-
-/// Istio's listener name: `ADDRESS_PORT`.
-pub fn listener_name(ip: &str, port: u16) -> String {
-    format!("{ip}_{port}")
-}
-
-/// An outbound HTTP listener on `ip:port` that takes its routes from RDS `route_name`.
-/// `bind_to_port: false` listeners only receive connections handed over by `virtualOutbound`;
-/// `edge` listeners (gateways) face clients directly.
-pub fn http_listener(
-    ip: &str,
-    port: u16,
-    bind_to_port: bool,
-    route_name: &str,
-    edge: bool,
-) -> Resource {
-    let name = listener_name(ip, port);
-    let listener = Listener {
-        name: name.clone(),
-        address: Some(socket_address(ip, port)),
-        filter_chains: vec![http_chain(&name, route_name, edge)],
-        bind_to_port: bind_flag(bind_to_port),
-        traffic_direction: TrafficDirection::Outbound as i32,
-        ..Default::default()
-    };
-    Resource::new(ResourceType::Listener, name, listener.encode_to_vec())
-}
-
-/// The filter chain of an outbound HTTP listener `name`: a connection manager taking its
-/// routes from RDS `route_name`.
-pub(super) fn http_chain(name: &str, route_name: &str, edge: bool) -> FilterChain {
-    FilterChain {
-        filters: vec![hcm_filter(rds_hcm(
-            &format!("outbound_{name}"),
-            route_name,
-            edge,
-        ))],
-        ..Default::default()
-    }
-}
-
-/// `bind_to_port` as Envoy reads it: unset means bound.
-pub(super) fn bind_flag(bind_to_port: bool) -> Option<BoolValue> {
-    if bind_to_port {
-        None
-    } else {
-        Some(BoolValue { value: false })
-    }
-}
-
-pub(super) fn tcp_to(cluster: &str, stat_prefix: &str) -> Filter {
-    Filter {
-        name: "envoy.filters.network.tcp_proxy".into(),
-        config_type: Some(filter::ConfigType::TypedConfig(pack_any(TcpProxy {
-            stat_prefix: stat_prefix.into(),
-            cluster_specifier: Some(tcp_proxy::ClusterSpecifier::Cluster(cluster.into())),
-            ..Default::default()
-        }))),
-    }
-}
-
-fn original_dst_filter() -> ListenerFilter {
-    ListenerFilter {
-        name: "envoy.filters.listener.original_dst".into(),
-        config_type: Some(listener_filter::ConfigType::TypedConfig(pack_any(
-            OriginalDst {},
-        ))),
-        ..Default::default()
-    }
-}
-
-pub(super) fn tls_inspector_filter() -> ListenerFilter {
-    ListenerFilter {
-        name: "envoy.filters.listener.tls_inspector".into(),
-        config_type: Some(listener_filter::ConfigType::TypedConfig(pack_any(
-            envoy_types::pb::envoy::extensions::filters::listener::tls_inspector::v3::TlsInspector::default(),
-        ))),
-        ..Default::default()
-    }
-}
 
 /// The ALPN values of a sidecar's mTLS, as Istio's proxies offer them (the HTTP ones are
 /// what Istio's own outbound side sends; meshflow's sends the first two).
@@ -215,25 +32,10 @@ const INBOUND_MTLS_ALPN: [&str; 5] = [
     "istio-h2",
 ];
 
-/// What Envoy's HTTP inspector reports for plaintext HTTP/1.1 and HTTP/2 (Istio leaves
-/// HTTP/1.0 out unless asked: such connections go on as TCP rather than be refused).
-pub(super) const PLAINTEXT_HTTP_ALPN: [&str; 2] = ["http/1.1", "h2c"];
-
 /// Over mTLS, the ALPN an Istio client sends for HTTP it detected, and for the rest.
 const MTLS_HTTP_ALPN: [&str; 3] = ["istio-http/1.0", "istio-http/1.1", "istio-h2"];
-const MTLS_TCP_ALPN: [&str; 2] = ["istio-peer-exchange", "istio"];
 
-/// The HTTP inspector: sets a plaintext connection's application protocol (`http/1.1`,
-/// `h2c`) from its first bytes, for chains matched on it. It leaves TLS connections alone.
-pub(super) fn http_inspector_filter() -> ListenerFilter {
-    ListenerFilter {
-        name: "envoy.filters.listener.http_inspector".into(),
-        config_type: Some(listener_filter::ConfigType::TypedConfig(pack_any(
-            envoy_types::pb::envoy::extensions::filters::listener::http_inspector::v3::HttpInspector::default(),
-        ))),
-        ..Default::default()
-    }
-}
+const MTLS_TCP_ALPN: [&str; 2] = ["istio-peer-exchange", "istio"];
 
 /// The HTTP inspector for the ports of `detected` only (`filter_disabled` on every other
 /// destination port): on a port proxied as TCP it would hold up a server that speaks first.
@@ -296,14 +98,14 @@ fn inbound_chains(port: &InboundPort) -> Vec<FilterChain> {
     let p = port.port;
     let http = |mut c: FilterChain, mtls: bool| {
         if mtls {
-            c.transport_socket = Some(super::secret::inbound_mtls());
+            c.transport_socket = Some(crate::translate::secret::inbound_mtls());
         }
         c.filters = vec![hcm_filter(inbound_hcm(p, &cluster, mtls))];
         c
     };
     if let Some(tls) = &port.tls {
         let mut chain = port_chain(format!("{cluster}-ingress-tls"), p, "tls", &[]);
-        chain.transport_socket = Some(super::secret::downstream_tls(tls, true));
+        chain.transport_socket = Some(crate::translate::secret::downstream_tls(tls, true));
         // The port's protocol after termination; one told per connection is not generated
         // with `tls` (the conversion fails it closed), and would go on as TCP here.
         chain.filters = vec![match port.proxying {
@@ -314,7 +116,7 @@ fn inbound_chains(port: &InboundPort) -> Vec<FilterChain> {
     }
     let tcp = |mut c: FilterChain, mtls: bool| {
         if mtls {
-            c.transport_socket = Some(super::secret::inbound_mtls());
+            c.transport_socket = Some(crate::translate::secret::inbound_mtls());
         }
         c.filters = vec![tcp_to(&cluster, &cluster)];
         c
@@ -427,30 +229,6 @@ pub fn ingress_listener(addr: &str, port: InboundPort, detection_ms: Option<u64>
     )
 }
 
-/// `virtualOutbound` on 15001: captured outbound connections are handed to the listener for
-/// their original destination; the rest go to `catchall`: `PassthroughCluster`, the
-/// Sidecar's `egressProxy` cluster, or under REGISTRY_ONLY `BlackHoleCluster` (dropped), as
-/// Istio does.
-pub fn virtual_outbound(catchall: &str) -> Resource {
-    let listener = Listener {
-        name: "virtualOutbound".into(),
-        address: Some(socket_address("0.0.0.0", 15001)),
-        use_original_dst: Some(BoolValue { value: true }),
-        filter_chains: vec![FilterChain {
-            name: "virtualOutbound-catchall-tcp".into(),
-            filters: vec![tcp_to(catchall, catchall)],
-            ..Default::default()
-        }],
-        traffic_direction: TrafficDirection::Outbound as i32,
-        ..Default::default()
-    };
-    Resource::new(
-        ResourceType::Listener,
-        listener.name.clone(),
-        listener.encode_to_vec(),
-    )
-}
-
 /// `virtualInbound` on 15006: per port of the proxy's own workload (sorted, one each), a
 /// plaintext chain (HTTP, or TCP) and, beside it, an mTLS chain for connections of other
 /// sidecars (TLS with Istio's ALPN), each to `inbound|PORT||`: Istio's default PERMISSIVE
@@ -493,66 +271,11 @@ pub fn virtual_inbound(ports: &[InboundPort], detection_ms: Option<u64>) -> Reso
     )
 }
 
-/// Listener `r` as a proxy whose node metadata says `IDLE_TIMEOUT` gets it, as Istio builds
-/// it for that proxy: every connection manager's idle timeout
-/// (`common_http_protocol_options.idle_timeout`: outbound, inbound, gateway), and the idle
-/// timeout of every `tcp_proxy` that has none of its own — inbound chains, the catch-alls
-/// of `virtualOutbound`, `virtualInbound` and of a port's listener, outbound TCP and TLS
-/// routes. A route's `tcp_proxy` has one only where its DestinationRule sets `tcp.idleTimeout`
-/// (the one idle timeout a builder here gives it), which wins, as in Istio. `0`: none.
-///
-/// One pass over a built listener rather than a parameter of every builder: no listener a
-/// proxy gets can miss it, and the dataflow and the naive recompute apply the same function
-/// to the same bodies. API listeners (proxyless gRPC) have no filter chains and are left
-/// alone, as Istio gives them none. Other resources come back as they are.
-///
-/// The listener is decoded and encoded again: its builders set no map field with more than
-/// one entry (prost's maps are `HashMap`s), so the encoding stays deterministic.
-pub fn with_idle_timeout(r: &Resource, idle_ns: u64) -> Resource {
-    if r.rtype != ResourceType::Listener {
-        return r.clone();
-    }
-    let Ok(mut listener) = Listener::decode(&r.body.0[..]) else {
-        return r.clone();
-    };
-    let idle = super::duration_ns(idle_ns);
-    let chains = listener
-        .filter_chains
-        .iter_mut()
-        .chain(listener.default_filter_chain.iter_mut());
-    for f in chains.flat_map(|c| c.filters.iter_mut()) {
-        let Some(filter::ConfigType::TypedConfig(any)) = &mut f.config_type else {
-            continue;
-        };
-        if any.type_url.ends_with(".HttpConnectionManager") {
-            if let Ok(mut hcm) = HttpConnectionManager::decode(&any.value[..]) {
-                let options = hcm.common_http_protocol_options.take().unwrap_or_default();
-                hcm.common_http_protocol_options = Some(HttpProtocolOptions {
-                    idle_timeout: Some(idle),
-                    ..options
-                });
-                *any = pack_any(hcm);
-            }
-        } else if any.type_url.ends_with(".TcpProxy") {
-            if let Ok(mut proxy) = TcpProxy::decode(&any.value[..]) {
-                if proxy.idle_timeout.is_none() {
-                    proxy.idle_timeout = Some(idle);
-                    *any = pack_any(proxy);
-                }
-            }
-        }
-    }
-    Resource::new(
-        ResourceType::Listener,
-        r.name.clone(),
-        listener.encode_to_vec(),
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::model::Protocol;
+    use envoy_types::pb::envoy::config::listener::v3::filter;
 
     fn filters_of(r: &Resource) -> Vec<(String, Vec<String>)> {
         let l = Listener::decode(&r.body.0[..]).expect("a listener");
@@ -910,105 +633,5 @@ mod tests {
                 tls: None,
             }]
         );
-    }
-
-    /// Per filter of each chain (the default chain last): the filter's kind and its idle
-    /// timeout in milliseconds (a connection manager's `common_http_protocol_options`).
-    fn idle_of(r: &Resource) -> Vec<(String, &'static str, Option<i64>)> {
-        let l = Listener::decode(&r.body.0[..]).expect("a listener");
-        let ms = |d: Option<envoy_types::pb::google::protobuf::Duration>| {
-            d.map(|d| d.seconds * 1000 + i64::from(d.nanos) / 1_000_000)
-        };
-        l.filter_chains
-            .iter()
-            .chain(l.default_filter_chain.iter())
-            .flat_map(|c| c.filters.iter().map(move |f| (c.name.clone(), f)))
-            .map(|(chain, f)| {
-                let Some(filter::ConfigType::TypedConfig(any)) = &f.config_type else {
-                    return (chain, "other", None);
-                };
-                if let Ok(h) = HttpConnectionManager::decode(&any.value[..]) {
-                    if any.type_url.ends_with("HttpConnectionManager") {
-                        let idle = h.common_http_protocol_options.and_then(|o| o.idle_timeout);
-                        return (chain, "hcm", ms(idle));
-                    }
-                }
-                let t = TcpProxy::decode(&any.value[..]).expect("a tcp_proxy");
-                (chain, "tcp", ms(t.idle_timeout))
-            })
-            .collect()
-    }
-
-    /// A proxy's `IDLE_TIMEOUT` is the idle timeout of every connection manager and of
-    /// every `tcp_proxy` (inbound, catch-all, outbound) of its listeners; an outbound one
-    /// whose DestinationRule sets an idle timeout keeps the rule's. API listeners and other
-    /// resources are left alone.
-    #[test]
-    fn idle_timeout_reaches_every_connection_manager_and_tcp_proxy() {
-        let ports = [
-            InboundPort {
-                port: 9080,
-                proxying: Proxying::Http,
-                tls: None,
-            },
-            InboundPort {
-                port: 27017,
-                proxying: Proxying::Tcp,
-                tls: None,
-            },
-        ];
-        let vin = virtual_inbound(&ports, None);
-        assert!(idle_of(&vin).iter().all(|(_, _, idle)| idle.is_none()));
-        let with = idle_of(&with_idle_timeout(&vin, 1_500_000_000));
-        // Two HTTP chains, three TCP ones (mTLS, the application's TLS, plaintext) and the
-        // catch-all.
-        assert_eq!(with.len(), 6);
-        assert!(
-            with.iter().all(|(_, _, idle)| *idle == Some(1500)),
-            "{with:?}"
-        );
-        assert!(with.iter().any(|(_, kind, _)| *kind == "hcm"));
-        let out = with_idle_timeout(&virtual_outbound(PASSTHROUGH_CLUSTER), 0);
-        assert_eq!(
-            idle_of(&out),
-            vec![("virtualOutbound-catchall-tcp".into(), "tcp", Some(0))]
-        );
-        let http = with_idle_timeout(
-            &http_listener("0.0.0.0", 8080, true, "http.8080", true),
-            2_000_000_000,
-        );
-        assert_eq!(idle_of(&http), vec![(String::new(), "hcm", Some(2000))]);
-        // The rule's own idle timeout wins; a rule with only a longest duration does not.
-        let dests = vec![("outbound|27017||db.ns.svc.cluster.local".to_string(), 100)];
-        let chain = |idle_ms, max_duration_ms| FilterChain {
-            name: format!("{idle_ms:?}"),
-            filters: vec![super::super::tcp::tcp_proxy(
-                &dests,
-                "db",
-                crate::model::TcpTimeout {
-                    idle_ms,
-                    max_duration_ms,
-                },
-            )],
-            ..Default::default()
-        };
-        let l = Listener {
-            name: "0.0.0.0_27017".into(),
-            filter_chains: vec![chain(Some(5_000), None), chain(Some(0), None)],
-            default_filter_chain: Some(chain(None, Some(60_000))),
-            ..Default::default()
-        };
-        let r = Resource::new(ResourceType::Listener, l.name.clone(), l.encode_to_vec());
-        let idle: Vec<Option<i64>> = idle_of(&with_idle_timeout(&r, 1_000_000_000))
-            .into_iter()
-            .map(|(_, _, idle)| idle)
-            .collect();
-        assert_eq!(idle, vec![Some(5_000), Some(0), Some(1_000)]);
-        // Proxyless clients' API listeners and resources other than listeners: as built.
-        let api = &api_listeners("a.ns.svc.cluster.local", 9080, "ns", "cluster.local")[0];
-        assert_eq!(with_idle_timeout(api, 1_000_000_000), *api);
-        let route = Resource::new(ResourceType::Route, "9080".into(), vec![1, 2, 3]);
-        assert_eq!(with_idle_timeout(&route, 1_000_000_000), route);
-        assert_eq!(crate::assemble::apply_idle_timeout(None, vin.clone()), vin);
     }
 }

@@ -6,9 +6,9 @@
 //! serve, gets no chain, and an error names the Gateway (or VirtualService), the field and
 //! the Secret.
 
-use crate::assemble::{add_via, listen_port, server_vhosts, sort_vhosts};
+use super::binding::{add_via, listen_port, server_vhosts, sort_vhosts};
 use crate::model::*;
-use crate::rules::gateway_domain;
+use crate::rules::{gateway_domain, host_matches};
 use crate::translate::gateway_tls::{https_route_name, server_names, TlsChain, TlsChains};
 use crate::translate::{route, secret, tcp};
 use std::collections::{BTreeMap, BTreeSet};
@@ -350,7 +350,7 @@ fn auto_passthrough(
         };
         let serves = server.hosts.iter().any(|sh| {
             let bare = sh.split_once('/').map_or(sh.as_str(), |(_, h)| h);
-            crate::rules::host_matches(bare, host)
+            host_matches(bare, host)
         });
         if !serves {
             continue;

@@ -1,27 +1,13 @@
-//! LDS for TCP traffic: which `tcp[]` route of a VirtualService a connection takes (the
-//! first that matches, as Istio orders them) and the `envoy.filters.network.tcp_proxy`
-//! filter chains that carry it out, for sidecar outbound listeners and gateway TCP servers.
-//!
-//! A sidecar's captured port is one listener `0.0.0.0_PORT` (reached from `virtualOutbound`)
-//! whose chains tell the TCP services sharing the port apart by the connection's original
-//! destination (`prefix_ranges`: the service's addresses, or a route's
-//! `destinationSubnets`); Istio names a listener per service address (`VIP_PORT`) instead,
-//! which routes the same connections the same way. Where a port also carries HTTP services,
-//! their connection manager is the chain without a match. A TLS service's `tls[]` routes add
-//! chains matched by SNI name on the same addresses ([`sni_chains`]), with the TLS inspector.
-//! A TLS service without an address of its own (a ServiceEntry without `addresses`, a
-//! headless Service) is told apart by name alone, as Istio does: chains matched by its
-//! `tls[]` routes' names and by its own host name, on any address.
+//! Which `tcp[]` or `tls[]` route of a VirtualService a connection takes (the first that
+//! matches, as Istio orders them), and the `tcp_proxy` filter chains and listeners that
+//! carry it out, for sidecars' outbound listeners and gateways' TCP servers alike.
 
-use super::listener::{
-    bind_flag, http_chain, http_inspector_filter, listener_name, tcp_to, tls_inspector_filter,
-    PLAINTEXT_HTTP_ALPN,
-};
-use super::{outbound_cluster_name, socket_address};
 use crate::model::{
-    Protocol, ResolvedVs, Resource, ResourceType, RouteDestination, Service, Source, TcpMatch,
-    TcpTimeout, TcpTimeouts, TlsMatch,
+    ResolvedVs, Resource, ResourceType, RouteDestination, Source, TcpMatch, TcpTimeout,
+    TcpTimeouts, TlsMatch,
 };
+use crate::translate::listener::{http_chain, PLAINTEXT_HTTP_ALPN};
+use crate::translate::{outbound_cluster_name, socket_address};
 use envoy_types::pb::envoy::config::core::v3::{CidrRange, TrafficDirection};
 use envoy_types::pb::envoy::config::listener::v3::FilterChainMatch;
 use envoy_types::pb::envoy::config::listener::v3::{filter, Filter, FilterChain, Listener};
@@ -47,7 +33,7 @@ pub(crate) fn destinations(route: &[RouteDestination], port: u16, vs: &ResolvedV
         .iter()
         .filter(|d| d.weight > 0)
         .map(|d| {
-            let p = super::route::resolve_port(d, port, vs);
+            let p = crate::translate::route::resolve_port(d, port, vs);
             (
                 outbound_cluster_name(p, d.subset.as_deref(), &d.host),
                 d.weight,
@@ -132,7 +118,7 @@ fn contains(outer: (u128, u32), inner: (u128, u32)) -> bool {
 
 /// The parts of `addresses` inside `subnets`: each address a subnet holds, and each subnet
 /// inside an address (a ServiceEntry's address block); sorted, once each.
-fn intersect(addresses: &[String], subnets: &[String]) -> Vec<String> {
+pub(super) fn intersect(addresses: &[String], subnets: &[String]) -> Vec<String> {
     let mut out = BTreeSet::new();
     for a in addresses {
         for s in subnets {
@@ -150,7 +136,7 @@ fn intersect(addresses: &[String], subnets: &[String]) -> Vec<String> {
 }
 
 /// `10.0.0.0/8` as Envoy's range (a bare address is a host route).
-pub(super) fn cidr(s: &str) -> CidrRange {
+pub(in crate::translate) fn cidr(s: &str) -> CidrRange {
     let (addr, len) = match s.split_once('/') {
         Some((a, l)) => (a, l.parse().unwrap_or(0)),
         None => (s, if s.contains(':') { 128 } else { 32 }),
@@ -166,14 +152,18 @@ pub(super) fn cidr(s: &str) -> CidrRange {
 pub fn timeout_of(timeouts: &TcpTimeouts, dests: &Destinations) -> TcpTimeout {
     dests
         .first()
-        .and_then(|(cluster, _)| super::outbound_cluster_parts(cluster))
+        .and_then(|(cluster, _)| crate::translate::outbound_cluster_parts(cluster))
         .and_then(|(_, _, host)| timeouts.get(host).copied())
         .unwrap_or_default()
 }
 
 /// The tcp_proxy filter for `dests`: one cluster, or Envoy's weighted clusters; `limits`:
 /// its idle timeout (unset: Envoy's default, 1h) and longest connection.
-pub(super) fn tcp_proxy(dests: &Destinations, stat_prefix: &str, limits: TcpTimeout) -> Filter {
+pub(in crate::translate) fn tcp_proxy(
+    dests: &Destinations,
+    stat_prefix: &str,
+    limits: TcpTimeout,
+) -> Filter {
     let proxy = match dests.as_slice() {
         [(cluster, _)] => TcpProxy {
             stat_prefix: cluster.clone(),
@@ -196,8 +186,10 @@ pub(super) fn tcp_proxy(dests: &Destinations, stat_prefix: &str, limits: TcpTime
         },
     };
     let proxy = TcpProxy {
-        idle_timeout: limits.idle_ms.map(super::duration_ms),
-        max_downstream_connection_duration: limits.max_duration_ms.map(super::duration_ms),
+        idle_timeout: limits.idle_ms.map(crate::translate::duration_ms),
+        max_downstream_connection_duration: limits
+            .max_duration_ms
+            .map(crate::translate::duration_ms),
         ..proxy
     };
     Filter {
@@ -229,21 +221,21 @@ fn chain(
 /// SNI name, or none) is kept by the first chain naming it (Envoy refuses a listener whose
 /// chains match alike), and only one chain may go without any match (`no_match_taken`:
 /// another already does).
-struct Chains {
-    chains: Vec<FilterChain>,
+pub(super) struct Chains {
+    pub(super) chains: Vec<FilterChain>,
     /// `(CIDR, SNI name)` taken (`""` for no name), with where its chain sends connections.
     taken: BTreeMap<(String, String), Destinations>,
-    no_match_taken: bool,
+    pub(super) no_match_taken: bool,
     /// Some chain matches SNI names: the listener needs the TLS inspector.
-    sni: bool,
+    pub(super) sni: bool,
     /// The idle timeouts of the destinations' `tcp_proxy`.
     idle: TcpTimeouts,
     /// Some chain matches what the HTTP inspector reports: the listener needs it.
-    http_detected: bool,
+    pub(super) http_detected: bool,
 }
 
 impl Chains {
-    fn new(no_match_taken: bool, idle: &TcpTimeouts) -> Chains {
+    pub(super) fn new(no_match_taken: bool, idle: &TcpTimeouts) -> Chains {
         Chains {
             chains: Vec::new(),
             taken: BTreeMap::new(),
@@ -264,7 +256,7 @@ impl Chains {
     /// The service's chains without an address exist only where it took the listener's
     /// no-match level (no HTTP services, no earlier service without an address there): its
     /// chains for any address then hold that level whole.
-    fn detect_http(
+    pub(super) fn detect_http(
         &mut self,
         first: usize,
         listener: &str,
@@ -321,7 +313,7 @@ impl Chains {
     }
 
     /// Adds the chain if anything is left of it; whether it was.
-    fn add(&mut self, name: String, ranges: Vec<String>, dests: &Destinations) -> bool {
+    pub(super) fn add(&mut self, name: String, ranges: Vec<String>, dests: &Destinations) -> bool {
         if ranges.is_empty() {
             if self.no_match_taken {
                 return false;
@@ -345,7 +337,7 @@ impl Chains {
 
     /// Adds a chain for SNI `names` (empty: any name, as a chain without one) on `range`
     /// (`""`: any address), with what is left of the names; whether it was.
-    fn add_sni(
+    pub(super) fn add_sni(
         &mut self,
         name: String,
         range: &str,
@@ -385,13 +377,13 @@ impl Chains {
     }
 
     /// Where the chain holding SNI `name` on `range` sends connections, if one does.
-    fn holder(&self, range: &str, name: &str) -> Option<&Destinations> {
+    pub(super) fn holder(&self, range: &str, name: &str) -> Option<&Destinations> {
         self.taken.get(&(range.to_string(), name.to_string()))
     }
 }
 
 /// Whether address range `outer` (`""`: any) holds all of `inner`.
-fn covers(outer: &str, inner: &str) -> bool {
+pub(super) fn covers(outer: &str, inner: &str) -> bool {
     if outer.is_empty() {
         return true;
     }
@@ -402,14 +394,17 @@ fn covers(outer: &str, inner: &str) -> bool {
 }
 
 /// How specific a range is (`""`: least of all).
-fn specificity(range: &str) -> i64 {
+pub(super) fn specificity(range: &str) -> i64 {
     bits(range).map_or(-1, |(_, len)| i64::from(len))
 }
 
 /// Whether a TLS match applies on `port` of a sidecar (gateway `mesh`) for `source`.
 fn tls_applies(m: &TlsMatch, port: u16, source: Source) -> bool {
     m.port.is_none_or(|p| p == port)
-        && (m.gateways.is_empty() || m.gateways.iter().any(|g| g == super::route::MESH))
+        && (m.gateways.is_empty()
+            || m.gateways
+                .iter()
+                .any(|g| g == crate::translate::route::MESH))
         && source.admits(m.source_namespace.as_ref(), m.source_labels.as_ref())
 }
 
@@ -431,7 +426,7 @@ pub fn sni_chains(vs: &ResolvedVs, port: u16, source: Source) -> Vec<SniChain> {
             .iter()
             .filter(|m| tls_applies(m, port, source))
         {
-            let names = super::gateway_tls::server_names(&m.sni_hosts);
+            let names = crate::translate::hosts::server_names(&m.sni_hosts);
             let ranges = m.destination_subnets.clone();
             if !out.iter().any(|(n, r, _)| *n == names && *r == ranges) {
                 out.push((names, ranges, dests.clone()));
@@ -441,326 +436,13 @@ pub fn sni_chains(vs: &ResolvedVs, port: u16, source: Source) -> Vec<SniChain> {
     out
 }
 
-/// One TCP service reached through a sidecar listener, with every mesh VirtualService
-/// covering its host, in precedence order: Istio's sidecars try the `tcp[]` and `tls[]`
-/// routes of each in turn.
-pub type TcpTarget = (Service, Vec<ResolvedVs>);
-
-/// How a sidecar's outbound listener on a port is reached and what else it carries.
-pub struct OutboundPort<'a> {
-    /// `0.0.0.0`, or an egress listener's `bind`.
-    pub addr: &'a str,
-    pub port: u16,
-    /// Bound itself (`captureMode: NONE`, `bind`), else handed over by `virtualOutbound`.
-    pub bind: bool,
-    /// HTTP services share the port: their connection manager (RDS `PORT`) takes what no
-    /// TCP chain matches.
-    pub http: bool,
-    /// Where connections no chain matches go on a captured listener (`PassthroughCluster`,
-    /// or `BlackHoleCluster` under REGISTRY_ONLY).
-    pub fallback: &'a str,
-    /// The proxies it is for, for `sourceNamespace` and `sourceLabels`.
-    pub source: Source<'a>,
-    /// The idle timeouts of the hosts its routes go to ([`TcpTimeouts`]).
-    pub idle: &'a TcpTimeouts,
-    /// The mesh's `protocolDetectionTimeout`: how long the HTTP inspector waits, where a
-    /// service's protocol is told per connection (`None`: Envoy's 15 s).
-    pub detection_ms: Option<u64>,
-    /// An egress listener naming no protocol: every service on it is told per connection,
-    /// not only those whose port names none.
-    pub detect: bool,
-}
-
-/// Whether a TLS service on `p`'s port is told apart by the name its clients send (SNI),
-/// as Istio tells it: on a listener for any address (`0.0.0.0`, `::`), a service without an
-/// address of its own, or any service where the listener is bound itself (no address
-/// tells services apart there). A listener bound to one address serves its first service
-/// instead, as for TCP.
-fn by_name(p: &OutboundPort, svc: &Service) -> bool {
-    let wildcard = matches!(p.addr, "0.0.0.0" | "::" | "[::]");
-    wildcard
-        && (p.bind || svc.addresses.is_empty())
-        && svc
-            .ports
-            .iter()
-            .any(|sp| sp.port == p.port && sp.protocol == Protocol::Tls)
-}
-
-/// A sidecar's outbound listener for TCP services `targets` (sorted by host here). On a
-/// captured listener each service's default chain matches its addresses; a service without
-/// any takes the chain without a match, unless HTTP services or an earlier such service
-/// have it (Istio drops a TCP listener that conflicts with HTTP on the port alike). A TLS
-/// service told apart by name ([`by_name`]) gets chains matched by SNI: its `tls[]` routes'
-/// names, then its own host name (a wildcard host as Envoy's wildcard name). A bound
-/// listener serves the first other service only: nothing tells their connections apart.
-///
-/// Also the services the listener cannot reach at all (none of their chains is left, or
-/// their host name is held by an earlier service's chain): the caller reports them, as
-/// nothing of a service may vanish without a word.
-pub fn sidecar_listener(p: &OutboundPort, targets: &[TcpTarget]) -> SidecarListener {
-    let name = listener_name(p.addr, p.port);
-    let mut sorted: Vec<&TcpTarget> = targets.iter().collect();
-    sorted.sort_by(|a, b| a.0.hostname.cmp(&b.0.hostname));
-    let mut unreachable = Vec::new();
-    if p.bind {
-        let mut first = true;
-        sorted.retain(|t| {
-            if by_name(p, &t.0) {
-                return true;
-            }
-            let keep = std::mem::replace(&mut first, false);
-            if !keep {
-                unreachable.push(t.0.clone());
-            }
-            keep
-        });
-    }
-    let mut built = Chains::new(p.http, p.idle);
-    let mesh = [super::route::MESH.to_string()];
-    for (svc, vs) in sorted {
-        let named = by_name(p, svc);
-        let fallback = outbound_cluster_name(p.port, None, &svc.hostname);
-        let vss: Vec<(&ResolvedVs, &[String])> = vs.iter().map(|v| (v, mesh.as_slice())).collect();
-        // On a captured listener a chain is for this service's connections only: its
-        // addresses, or those of them inside a route's `destinationSubnets` (a subnet
-        // wider than the service must not draw other destinations to its route).
-        let narrow = |ranges: Vec<String>| -> Option<Vec<String>> {
-            match (ranges.is_empty(), p.bind || svc.addresses.is_empty()) {
-                (true, false) => Some(svc.addresses.clone()),
-                (false, false) => {
-                    let within = intersect(&svc.addresses, &ranges);
-                    (!within.is_empty()).then_some(within)
-                }
-                (_, true) => Some(ranges),
-            }
-        };
-        let tcp_list: Vec<(usize, TcpChain)> = chains(&vss, p.port, p.source, Some(&fallback))
-            .into_iter()
-            .enumerate()
-            .filter_map(|(i, (ranges, dests))| narrow(ranges).map(|r| (i, (r, dests))))
-            .collect();
-        let tls_port = svc
-            .ports
-            .iter()
-            .any(|sp| sp.port == p.port && sp.protocol == Protocol::Tls);
-        let sni_list: Vec<SniChain> = match tls_port {
-            true => vs
-                .iter()
-                .flat_map(|v| sni_chains(v, p.port, p.source))
-                .filter_map(|(names, ranges, dests)| narrow(ranges).map(|r| (names, r, dests)))
-                .collect(),
-            false => Vec::new(),
-        };
-        let detected = p.detect
-            || svc
-                .ports
-                .iter()
-                .any(|sp| sp.port == p.port && sp.protocol == Protocol::Auto);
-        let first = built.chains.len();
-        let reached = if named {
-            add_named_service_chains(&mut built, svc, p.port, &tcp_list, &sni_list)
-        } else {
-            add_service_chains(&mut built, svc, p.port, &tcp_list, &sni_list)
-        };
-        if detected && reached {
-            built.detect_http(first, &name, &p.port.to_string(), &svc.hostname, p.port);
-        }
-        if !reached {
-            unreachable.push(svc.clone());
-        }
-    }
-    let mut filter_chains = built.chains;
-    if p.http {
-        filter_chains.push(http_chain(&name, &p.port.to_string(), false));
-    }
-    // What reaches a captured port for an address no service claims leaves as it would
-    // without the listener: through the mesh's outbound policy.
-    let default_filter_chain = (!p.bind && !built.no_match_taken).then(|| FilterChain {
-        name: "PassthroughFilterChain".into(),
-        filters: vec![tcp_to(p.fallback, p.fallback)],
-        ..Default::default()
-    });
-    // SNI chains need the TLS inspector; a connection whose first bytes are not a TLS
-    // handshake (or come late) carries no name, and takes the chain without one. Chains of
-    // services whose protocol is told per connection need the HTTP inspector too; a
-    // connection that sends nothing in time goes on as TCP.
-    let mut listener_filters = Vec::new();
-    if built.sni || built.http_detected {
-        listener_filters.push(tls_inspector_filter());
-    }
-    if built.http_detected {
-        listener_filters.push(http_inspector_filter());
-    }
-    let continue_on_listener_filters_timeout = !listener_filters.is_empty();
-    let listener_filters_timeout = p
-        .detection_ms
-        .filter(|_| built.http_detected)
-        .map(super::duration_ms);
-    let listener = (!filter_chains.is_empty()).then(|| {
-        encode(Listener {
-            default_filter_chain,
-            bind_to_port: bind_flag(p.bind),
-            listener_filters,
-            continue_on_listener_filters_timeout,
-            listener_filters_timeout,
-            ..outbound(name, p.addr, p.port, filter_chains)
-        })
-    });
-    SidecarListener {
-        listener,
-        unreachable,
-    }
-}
-
-/// Adds a service's chains to a sidecar listener: its SNI chains first (`sni`: on each
-/// of their ranges, and on each narrower TCP range inside one, since Envoy picks the most
-/// specific address before it looks at names), then its TCP chains (`tcp`), then, for each
-/// range only SNI chains name, a chain without a name to where the TCP chains would send
-/// that range (a connection whose name no route claims goes where it went before). A range
-/// `""` (none in the lists) means any address. Whether any chain was added.
-fn add_service_chains(
-    built: &mut Chains,
-    svc: &Service,
-    port: u16,
-    tcp: &[(usize, TcpChain)],
-    sni: &[SniChain],
-) -> bool {
-    let any = || vec![String::new()];
-    let ranges_of = |r: &Vec<String>| if r.is_empty() { any() } else { r.clone() };
-    let mut reached = false;
-    let mut sni_ranges: Vec<String> = Vec::new();
-    for (_, ranges, _) in sni {
-        for r in ranges_of(ranges) {
-            if !sni_ranges.contains(&r) {
-                sni_ranges.push(r);
-            }
-        }
-    }
-    let mut all = sni_ranges.clone();
-    for (_, (ranges, _)) in tcp {
-        for r in ranges_of(ranges) {
-            if !all.contains(&r) && sni_ranges.iter().any(|o| covers(o, &r)) {
-                all.push(r);
-            }
-        }
-    }
-    for (i, (names, ranges, dests)) in sni.iter().enumerate() {
-        let own = ranges_of(ranges);
-        let mine = all.iter().filter(|r| own.iter().any(|o| covers(o, r)));
-        for (j, r) in mine.enumerate() {
-            let name = format!("{}:{port}#tls{i}.{j}", svc.hostname);
-            reached |= built.add_sni(name, r, names, dests);
-        }
-    }
-    for (i, (ranges, dests)) in tcp {
-        reached |= built.add(
-            format!("{}:{port}#{i}", svc.hostname),
-            ranges.clone(),
-            dests,
-        );
-    }
-    for (j, r) in sni_ranges.iter().enumerate() {
-        if tcp
-            .iter()
-            .any(|(_, (ranges, _))| ranges_of(ranges).contains(r))
-        {
-            continue;
-        }
-        let best = tcp
-            .iter()
-            .flat_map(|(_, (ranges, dests))| ranges_of(ranges).into_iter().map(move |o| (o, dests)))
-            .filter(|(o, _)| covers(o, r))
-            .max_by_key(|(o, _)| specificity(o));
-        if let Some((_, dests)) = best {
-            let name = format!("{}:{port}#sni-default{j}", svc.hostname);
-            let ranges = if r.is_empty() {
-                Vec::new()
-            } else {
-                vec![r.clone()]
-            };
-            reached |= built.add(name, ranges, dests);
-        }
-    }
-    reached
-}
-
-/// Adds the chains of a TLS service told apart by name ([`by_name`]): its SNI chains
-/// (`sni`; a match for any name is for the service's own names), then its TCP chains
-/// (`tcp`: where the service's own names go) matched by its host name. Each goes on every
-/// range of the service's chains its own ranges cover (`""`: any address), since Envoy picks
-/// the most specific address before it looks at names. A connection whose name none of
-/// these claims takes the listener's chain without a name, as before. Whether the service
-/// is reached: its host names, on any address, go where its own chains send them (an
-/// earlier service's chain may hold a name first: then it is not).
-fn add_named_service_chains(
-    built: &mut Chains,
-    svc: &Service,
-    port: u16,
-    tcp: &[(usize, TcpChain)],
-    sni: &[SniChain],
-) -> bool {
-    let own_names = super::gateway_tls::server_names(std::slice::from_ref(&svc.hostname));
-    // (chain name, SNI names, ranges, destinations), in precedence order.
-    let mut list: Vec<(String, &[String], &[String], &Destinations)> = Vec::new();
-    for (i, (names, ranges, dests)) in sni.iter().enumerate() {
-        let names = if names.is_empty() { &own_names } else { names };
-        list.push((
-            format!("{}:{port}#tls{i}", svc.hostname),
-            names,
-            ranges,
-            dests,
-        ));
-    }
-    for (i, (ranges, dests)) in tcp {
-        list.push((
-            format!("{}:{port}#{i}", svc.hostname),
-            &own_names,
-            ranges,
-            dests,
-        ));
-    }
-    let mut all = vec![String::new()];
-    for (_, _, ranges, _) in &list {
-        for r in ranges.iter() {
-            if !all.contains(r) {
-                all.push(r.clone());
-            }
-        }
-    }
-    let mut added = false;
-    for (name, names, ranges, dests) in &list {
-        let own: Vec<&str> = if ranges.is_empty() {
-            vec![""]
-        } else {
-            ranges.iter().map(String::as_str).collect()
-        };
-        let mine = all.iter().filter(|r| own.iter().any(|o| covers(o, r)));
-        for (j, r) in mine.enumerate() {
-            added |= built.add_sni(format!("{name}.{j}"), r, names, dests);
-        }
-    }
-    if own_names.is_empty() {
-        // A host of any name (`*`): its chain is the one without a name.
-        return added;
-    }
-    own_names.iter().all(|h| {
-        let wanted = list
-            .iter()
-            .find(|(_, names, ranges, _)| ranges.is_empty() && names.contains(h))
-            .map(|(_, _, _, dests)| *dests);
-        wanted.is_some() && built.holder("", h) == wanted
-    })
-}
-
-/// A sidecar port's listener, and the TCP services it cannot reach.
-#[derive(Default)]
-pub struct SidecarListener {
-    pub listener: Option<Resource>,
-    pub unreachable: Vec<Service>,
-}
-
 /// An outbound listener `name` on `addr:port` with `filter_chains`.
-fn outbound(name: String, addr: &str, port: u16, filter_chains: Vec<FilterChain>) -> Listener {
+pub(super) fn outbound(
+    name: String,
+    addr: &str,
+    port: u16,
+    filter_chains: Vec<FilterChain>,
+) -> Listener {
     Listener {
         name,
         address: Some(socket_address(addr, port)),
@@ -770,37 +452,13 @@ fn outbound(name: String, addr: &str, port: u16, filter_chains: Vec<FilterChain>
     }
 }
 
-fn encode(listener: Listener) -> Resource {
+pub(super) fn encode(listener: Listener) -> Resource {
     Resource::new(
         ResourceType::Listener,
         listener.name.clone(),
         listener.encode_to_vec(),
     )
 }
-
-/// A gateway's TCP server listener on `addr:listen` from the VirtualServices bound to it
-/// (each with the gateways it came through, in precedence order), whose routes match the
-/// server's `port`; none when no `tcp` route applies (Istio generates no listener for such
-/// a server either).
-pub fn gateway_listener(
-    addr: &str,
-    (listen, port): (u16, u16),
-    vss: &[(&ResolvedVs, &[String])],
-    source: Source,
-    idle: &TcpTimeouts,
-) -> Option<Resource> {
-    let name = listener_name(addr, listen);
-    let list = chains(vss, port, source, None);
-    let mut built = Chains::new(false, idle);
-    for (i, (ranges, dests)) in list.into_iter().enumerate() {
-        built.add(format!("{name}#{i}"), ranges, &dests);
-    }
-    if built.chains.is_empty() {
-        return None;
-    }
-    Some(encode(outbound(name, addr, listen, built.chains)))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
