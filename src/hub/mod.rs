@@ -24,6 +24,7 @@ pub mod identities;
 pub mod per_type;
 pub mod provenance;
 pub mod recorder;
+pub mod stream_events;
 pub mod sync;
 pub mod vhds;
 pub mod view;

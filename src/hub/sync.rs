@@ -20,7 +20,7 @@
 //! streams for one node id, the last push of any of them is the one in flight.
 
 use super::per_type::PerType;
-use super::recorder::{Push, Subscription};
+use super::stream_events::{Push, Subscription};
 use super::HubState;
 use dataflows::materialize::Name;
 use dataflows::model::{Proxy, ResourceType};

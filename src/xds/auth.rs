@@ -10,6 +10,7 @@
 //! operator says otherwise (`serve --insecure-serve-keys`): otherwise any client could claim
 //! any identity and take its certificate and key.
 
+pub use super::identity::{Denied, Identity};
 use super::token_review::TokenReviewer;
 use dataflows::model::Proxy;
 use std::path::PathBuf;
@@ -30,15 +31,6 @@ pub struct AuthConfig {
     /// Serve certificates, keys and `kubernetes://` Secrets to streams that proved no
     /// identity (`--insecure-serve-keys`: the demo, trusted single-user setups).
     pub insecure_serve_keys: bool,
-}
-
-/// A workload identity a stream proved.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Identity {
-    pub namespace: String,
-    pub service_account: String,
-    /// How it was proved, and as what (`client certificate spiffe://…`), for messages.
-    pub by: String,
 }
 
 /// What a stream may be given, from what it proved.
@@ -102,23 +94,6 @@ pub fn spiffe_ids(cert_der: &[u8]) -> Vec<SpiffeId> {
             }
         })
         .collect()
-}
-
-/// Why a stream is refused.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Denied {
-    /// No or wrong credentials (maps to UNAUTHENTICATED).
-    Unauthenticated(String),
-    /// Valid credentials for something else (maps to PERMISSION_DENIED).
-    PermissionDenied(String),
-}
-
-impl std::fmt::Display for Denied {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Denied::Unauthenticated(m) | Denied::PermissionDenied(m) => f.write_str(m),
-        }
-    }
 }
 
 /// Binds a proxy's claims to the identity its stream proved: the namespace must be the

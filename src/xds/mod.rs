@@ -11,6 +11,7 @@
 pub mod auth;
 pub mod delta;
 pub mod grpc;
+pub mod identity;
 pub mod node;
 pub mod server;
 pub mod sotw;

@@ -5,7 +5,7 @@
 //! `system:serviceaccount:NS:SA`, for one of those audiences, proves that namespace and
 //! service account; anything else is refused.
 
-use super::auth::{Denied, Identity};
+use super::identity::{Denied, Identity};
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use std::time::Duration;
 

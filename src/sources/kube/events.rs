@@ -19,7 +19,7 @@
 //! first (a series, keeping the first note), so a second rejection with another message of
 //! Envoy's would be reported with the first one's.
 
-use super::status::{describe, key_name, Statuses};
+use super::status::{describe, key_name, RejectionReporter, Statuses};
 use crate::input::ProxyRejections;
 use dataflows::model::ConfigKey;
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -109,6 +109,12 @@ impl Events {
                 }
             }
         }
+    }
+}
+
+impl RejectionReporter for Events {
+    async fn report(&mut self, objects: &Statuses, rejected: &ProxyRejections) {
+        Events::report(self, objects, rejected).await
     }
 }
 

@@ -266,6 +266,16 @@ impl Default for Feed {
     }
 }
 
+/// Where the writer reports what proxies rejected, besides the status: Events
+/// ([`super::events::Events`]). A trait so that the writer knows nothing of how.
+pub trait RejectionReporter: Send + 'static {
+    fn report(
+        &mut self,
+        objects: &Statuses,
+        rejected: &ProxyRejections,
+    ) -> impl std::future::Future<Output = ()> + Send;
+}
+
 /// Starts the writer on the current runtime; returns where to send the desired statuses.
 /// `holding`: whether this replica holds the status Lease (only then is status written);
 /// `events`: where the rejections are reported as Events.
@@ -273,7 +283,7 @@ pub fn spawn(
     client: Client,
     feed: Feed,
     holding: watch::Receiver<bool>,
-    events: super::events::Events,
+    events: impl RejectionReporter,
 ) -> watch::Sender<Statuses> {
     let (tx, rx) = watch::channel(Statuses::new());
     tokio::spawn(run(client, rx, feed, holding, events));
@@ -293,7 +303,7 @@ async fn run(
     mut rx: watch::Receiver<Statuses>,
     mut feed: Feed,
     mut holding: watch::Receiver<bool>,
-    mut events: super::events::Events,
+    mut events: impl RejectionReporter,
 ) {
     let mut written: HashMap<ConfigKey, Written> = HashMap::new();
     // The runtime or the Lease's task gone (meshflow stopping) leaves the last state standing.
