@@ -1891,3 +1891,50 @@ async fn a_gateway_secret_from_the_api_is_served_over_sds() {
     assert!(!errors.contains("PRIVATE KEY"), "{errors}");
     assert!(!cluster.meshflow.log().contains("PRIVATE KEY"));
 }
+
+/// One object nested past JSON decoding's limit (a VirtualService whose `status` nests 200
+/// levels, as a namespace editor may write it) is an error of that object alone: its kind
+/// still lists, meshflow turns ready and serves the others, and an edit of another
+/// VirtualService still arrives — at the initial list and through the watch.
+#[test]
+fn an_object_nested_too_deep_is_its_own_error_and_its_kind_still_lists() {
+    let deep = |name: &str| {
+        let mut status = json!(1);
+        for _ in 0..200 {
+            status = json!([status]);
+        }
+        json!({
+            "apiVersion": "networking.istio.io/v1", "kind": "VirtualService",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"hosts": ["reviews"]},
+            "status": {"deep": status},
+        })
+    };
+    let vs = |name: &str, host: &str| {
+        json!({
+            "apiVersion": "networking.istio.io/v1", "kind": "VirtualService",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"hosts": [host], "http": [{"route": [{"destination": {"host": host}}]}]},
+        })
+    };
+    let cluster = start(
+        "kube-deep",
+        |fake| {
+            fake.apply(deep("deep-a"));
+            fake.apply(vs("ok", "ratings"));
+        },
+        &[],
+    );
+    // Started means listed: the kind's list did not fail with it.
+    cluster.await_input_changes("VirtualService", "insert", 1.0);
+    cluster.await_errors("the deep object is named", |e| {
+        e.iter()
+            .any(|l| l.contains("default/deep-a") && l.contains("recursion limit"))
+    });
+    cluster.fake.apply(deep("deep-b"));
+    cluster.fake.apply(vs("ok-2", "details"));
+    cluster.await_input_changes("VirtualService", "insert", 2.0);
+    cluster.await_errors("a deep object by the watch too", |e| {
+        e.iter().any(|l| l.contains("default/deep-b"))
+    });
+}
