@@ -8,7 +8,7 @@
 //! valid config stays in effect. From a cluster, `--mesh-configmap` watches the `istio`
 //! ConfigMap through the fake API server (`support::fake_kube`) the same way.
 //!
-//! What a request does under each mode is checked by `tests/routing_simulation.rs`, which
+//! What a request does under each mode is checked by `tests/routing_simulation/`, which
 //! sends it through the same generated config: a real Envoy only sees captured traffic
 //! through iptables, which the tests cannot set up, so here Envoy's own config dump and its
 //! xDS update counters are the evidence.

@@ -2,114 +2,51 @@
 //! (`dataflows::driver::Engine`, one epoch, each proxy's set resolved by `Materialized`): a
 //! captured sidecar, a sidecar without capture and a gateway, each asked where calls go.
 
-use dataflows::driver::{Batch, Engine};
-use dataflows::materialize::Materialized;
+mod support;
+
 use dataflows::model::*;
 use dataflows::simulate::{Action, Call, Discovery, NoMatch, ProxyConfig, Retry};
 use std::collections::BTreeMap;
 use std::time::Duration;
+use support::{
+    destination_rule, endpoint, host, labels, outbound, service, sidecar_proxy, workload, Mesh,
+};
 
 /// Runs `records` through the engine as one epoch; returns each proxy's decoded resources.
 fn configs(records: Vec<Record>) -> BTreeMap<ProxyId, ProxyConfig> {
-    let engine = Engine::start(1, MeshConfig::default());
-    let out = engine
-        .step(Batch {
-            epoch: 1,
-            changes: records.into_iter().map(|r| (r, 1)).collect(),
-        })
-        .expect("the engine stopped");
-    assert!(out.errors.is_empty(), "config errors: {:?}", out.errors);
-    let bodies: BTreeMap<ResourceKey, &Resource> =
-        out.bodies.iter().map(|(r, _)| (r.key(), r)).collect();
-    let mut held = Materialized::default();
-    held.apply(&out, false);
-    held.snapshot()
-        .into_iter()
-        .map(|(proxy, keys)| {
-            let resources = keys.into_keys().map(|k| bodies[&k]);
-            (proxy, ProxyConfig::from_resources(resources))
-        })
-        .collect()
-}
-
-fn labels(pairs: &[(&str, &str)]) -> Labels {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
+    let mut m = Mesh::new();
+    m.insert(records);
+    assert!(m.errors.is_empty(), "config errors: {:?}", m.errors);
+    m.configs()
 }
 
 fn fqdn(name: &str) -> String {
-    format!("{name}.default.svc.cluster.local")
+    host(name, "default")
 }
 
 fn cluster(subset: &str, name: &str) -> String {
-    format!("outbound|9080|{subset}|{}", fqdn(name))
+    outbound(9080, subset, name, "default")
 }
 
 /// Service `name` in `default` on HTTP port 9080, with one ready pod per version
 /// (`10.0.<n>.<version>`), and a DestinationRule with a subset per version.
 fn service_with_pods(name: &str, n: u8, versions: &[u8]) -> Vec<Record> {
-    let mut out = vec![Record::Service(Service {
-        mesh_external: false,
-        prefer_close: false,
-        headless: false,
-        alias_for: None,
-        aliases: Vec::new(),
-        subject_alt_names: Vec::new(),
-        hostname: fqdn(name),
-        origin: ConfigKey::new(Kind::Service, "default", name),
-        ports: vec![ServicePort {
-            name: "http".into(),
-            port: 9080,
-            protocol: Protocol::Http,
-        }],
-        export_to: vec![],
-        resolution: Resolution::Static,
-        dns_endpoints: Vec::new(),
-        host_target_ports: Default::default(),
-        addresses: vec![],
-    })];
+    let mut out = vec![service(name, "default")];
     for v in versions {
         let ip = format!("10.0.{n}.{v}");
         let version = format!("v{v}");
-        out.push(Record::Workload(Workload {
-            service_account: None,
-            ip: ip.clone(),
-            labels: labels(&[("app", name), ("version", &version)]),
-            origin: ConfigKey::new(Kind::Pod, "default", format!("{name}-{version}")),
-            ports: Default::default(),
-            placement: Placement::default(),
-        }));
-        out.push(Record::Endpoint(
-            fqdn(name),
-            RawEndpoint {
-                service_account: None,
-                ip,
-                port_name: "http".into(),
-                port: 9080,
-                ready: true,
-                labels: Labels::new(),
-                origin: ConfigKey::new(Kind::EndpointSlice, "default", format!("{name}-x")),
-                placement: Placement::default(),
-            },
+        let pod = format!("{name}-{version}");
+        out.push(workload(
+            &pod,
+            "default",
+            &ip,
+            &[("app", name), ("version", &version)],
         ));
+        out.push(endpoint(name, "default", &ip, true));
     }
-    out.push(Record::DestinationRule(DestinationRule {
-        key: ConfigKey::new(Kind::DestinationRule, "default", name),
-        host: fqdn(name),
-        export_to: vec![],
-        traffic_policy: None,
-        subsets: versions
-            .iter()
-            .map(|v| Subset {
-                name: format!("v{v}"),
-                labels: labels(&[("version", &format!("v{v}"))]),
-                traffic_policy: None,
-            })
-            .collect(),
-        selector: None,
-    }));
+    let subsets: Vec<String> = versions.iter().map(|v| format!("v{v}")).collect();
+    let subsets: Vec<(&str, &str)> = subsets.iter().map(|s| (s.as_str(), s.as_str())).collect();
+    out.push(destination_rule("default", name, &fqdn(name), &subsets));
     out
 }
 
@@ -185,13 +122,8 @@ fn proxy(kind: ProxyKind, id_kind: &str, app: &str, interception_none: bool) -> 
     Proxy {
         id: format!("{id_kind}~10.9.0.1~{app}-0.default~default.svc.cluster.local"),
         kind,
-        ips: vec!["10.9.0.1".into()],
-        namespace: "default".into(),
-        labels: labels(&[("app", app)]),
         interception_none,
-        service_account: None,
-        locality: String::new(),
-        idle_timeout_ns: None,
+        ..sidecar_proxy(&format!("{app}-0"), "default", "10.9.0.1", &[("app", app)])
     }
 }
 

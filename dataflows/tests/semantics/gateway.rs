@@ -1,0 +1,301 @@
+//! Gateways: which routers a Gateway selects, the ports its servers listen on (the target
+//! port of the router's own Service), and HTTP2 and GRPC servers served as HTTP.
+
+use crate::support::{
+    endpoint, gateway, host, labels, outbound, px, router_proxy, service, set, virtual_service,
+    Mesh,
+};
+use dataflows::model::*;
+use prost::Message;
+
+/// A router whose labels match a Gateway's selector (the Gateway may live in another
+/// namespace) gets a listener `0.0.0.0_8080` for the Gateway's HTTP server on port 8080 and
+/// the route configuration `http.8080`; a server with `bind` gives `BIND_PORT`
+/// (`10.1.0.9_9090`, route `http.9090`). A router gets no sidecar listeners (`virtualOutbound`,
+/// `virtualInbound`). Removing the Gateway removes its listeners and routes.
+#[test]
+fn gateway_selected_by_labels_gets_listener_and_route() {
+    let mut m = Mesh::new();
+    let ingress = router_proxy(
+        "istio-ingressgateway-abc",
+        "istio-system",
+        "10.1.0.9",
+        &[("istio", "ingressgateway"), ("app", "gw")],
+    );
+    let gw = gateway(
+        "default",
+        "bookinfo-gateway",
+        &[("istio", "ingressgateway")],
+        &[(8080, None)],
+    );
+    m.insert(vec![
+        service("productpage", "default"),
+        gw.clone(),
+        virtual_service(
+            "default",
+            "bookinfo",
+            &["*"],
+            &["bookinfo-gateway", "default/bookinfo-gateway"],
+            &host("productpage", "default"),
+        ),
+        px(&ingress),
+    ]);
+    assert_eq!(m.listeners(&ingress), set(&["0.0.0.0_8080"]));
+    assert_eq!(m.routes(&ingress), set(&["http.8080"]));
+    assert!(m
+        .clusters(&ingress)
+        .contains(&outbound(9080, "", "productpage", "default")));
+
+    let bound = gateway(
+        "istio-system",
+        "internal",
+        &[("istio", "ingressgateway")],
+        &[(9090, Some("10.1.0.9"))],
+    );
+    m.insert(vec![bound.clone()]);
+    assert_eq!(
+        m.listeners(&ingress),
+        set(&["0.0.0.0_8080", "10.1.0.9_9090"])
+    );
+    assert_eq!(
+        m.routes(&ingress),
+        set(&["http.8080", "http.9090.10.1.0.9"])
+    );
+
+    m.retract(vec![gw, bound]);
+    assert_eq!(m.listeners(&ingress), set(&[]));
+    assert_eq!(m.routes(&ingress), set(&[]));
+}
+
+/// The Service of a gateway's own pods, `istio-ingressgateway` in `istio-system` as Istio
+/// installs it: port 80 (`http2`) to target port 8080 and 443 (`https`) to 8443, with its
+/// endpoints at `ip`.
+fn gateway_service(ip: &str, ports: &[(&str, u16, u16)]) -> Vec<Record> {
+    let Record::Service(mut s) = service("istio-ingressgateway", "istio-system") else {
+        unreachable!()
+    };
+    s.ports = ports
+        .iter()
+        .map(|(name, port, _)| ServicePort {
+            name: name.to_string(),
+            port: *port,
+            protocol: Protocol::Http,
+        })
+        .collect();
+    let mut out = vec![Record::Service(s)];
+    for (name, _, target) in ports {
+        let Record::Endpoint(h, mut e) = endpoint("istio-ingressgateway", "istio-system", ip, true)
+        else {
+            unreachable!()
+        };
+        e.port_name = name.to_string();
+        e.port = *target;
+        out.push(Record::Endpoint(h, e));
+    }
+    out
+}
+
+/// As Istio's gateways do, a server listens on the target port of the gateway workload's
+/// Service port of the server's number (Istio's ingress gateway Service maps 80 to 8080):
+/// the listener and the `http.PORT` route configuration are the target port's, while the
+/// routes are still built for the server's port (the virtual host `*:80`). Where no Service of
+/// the router's pods has the port, the server listens on it as written; a second Service of
+/// the same pods with port 80 elsewhere does not move it (the first Service by name wins);
+/// removing the Service's endpoints moves the listener back to 80.
+#[test]
+fn a_gateway_listens_on_the_target_port_of_its_workloads_service() {
+    let mut m = Mesh::new();
+    let ingress = router_proxy(
+        "istio-ingressgateway-abc",
+        "istio-system",
+        "10.1.0.9",
+        &[("istio", "ingressgateway")],
+    );
+    let gw = gateway(
+        "default",
+        "bookinfo-gateway",
+        &[("istio", "ingressgateway")],
+        &[(80, None), (9000, None)],
+    );
+    m.insert(vec![
+        service("productpage", "default"),
+        gw,
+        virtual_service(
+            "default",
+            "bookinfo",
+            &["*"],
+            &["default/bookinfo-gateway"],
+            &host("productpage", "default"),
+        ),
+        px(&ingress),
+    ]);
+    assert_eq!(m.listeners(&ingress), set(&["0.0.0.0_80", "0.0.0.0_9000"]));
+
+    let own = gateway_service("10.1.0.9", &[("http2", 80, 8080), ("https", 443, 8443)]);
+    m.insert(own.clone());
+    assert_eq!(
+        m.listeners(&ingress),
+        set(&["0.0.0.0_8080", "0.0.0.0_9000"])
+    );
+    assert_eq!(m.routes(&ingress), set(&["http.8080", "http.9000"]));
+    let vhosts = m.vhost_domains(&ingress, "http.8080");
+    assert_eq!(
+        vhosts.keys().collect::<Vec<_>>(),
+        ["*:80"],
+        "routes for port 80"
+    );
+
+    // Another Service of the same pods mapping 80 elsewhere: the first by name still rules.
+    let Record::Service(mut other) = service("zz-status", "istio-system") else {
+        unreachable!()
+    };
+    other.ports[0].port = 80;
+    let Record::Endpoint(h, mut e) = endpoint("zz-status", "istio-system", "10.1.0.9", true) else {
+        unreachable!()
+    };
+    e.port = 8081;
+    let other = vec![Record::Service(other), Record::Endpoint(h, e)];
+    m.insert(other.clone());
+    assert_eq!(
+        m.listeners(&ingress),
+        set(&["0.0.0.0_8080", "0.0.0.0_9000"])
+    );
+    m.retract(own[1..].to_vec());
+    assert_eq!(
+        m.listeners(&ingress),
+        set(&["0.0.0.0_8081", "0.0.0.0_9000"]),
+        "the other Service's target once the first has no endpoint there"
+    );
+    m.retract(other);
+    assert_eq!(m.listeners(&ingress), set(&["0.0.0.0_80", "0.0.0.0_9000"]));
+    assert_eq!(m.routes(&ingress), set(&["http.80", "http.9000"]));
+}
+
+/// A router that no Gateway selects (labels do not match, or only some of the selector's
+/// labels match) gets no listeners and no route configurations, while the selected router
+/// does; relabelling the router (reconnect with other labels) moves it between the two.
+#[test]
+fn router_without_matching_gateway_has_no_listeners() {
+    let mut m = Mesh::new();
+    let selected = router_proxy(
+        "gw-a",
+        "istio-system",
+        "10.1.0.8",
+        &[("istio", "ingressgateway"), ("tier", "edge")],
+    );
+    let partial = router_proxy(
+        "gw-b",
+        "istio-system",
+        "10.1.0.9",
+        &[("istio", "ingressgateway")],
+    );
+    let unrelated = router_proxy(
+        "gw-c",
+        "istio-system",
+        "10.1.0.10",
+        &[("istio", "egressgateway"), ("tier", "edge")],
+    );
+    m.insert(vec![
+        service("productpage", "default"),
+        gateway(
+            "istio-system",
+            "edge",
+            &[("istio", "ingressgateway"), ("tier", "edge")],
+            &[(8080, None)],
+        ),
+        px(&selected),
+        px(&partial),
+        px(&unrelated),
+    ]);
+    assert_eq!(m.listeners(&selected), set(&["0.0.0.0_8080"]));
+    for p in [&partial, &unrelated] {
+        assert_eq!(m.listeners(p), set(&[]), "{}", p.id);
+        assert_eq!(m.routes(p), set(&[]), "{}", p.id);
+    }
+
+    let relabelled = Proxy {
+        labels: labels(&[("istio", "ingressgateway"), ("tier", "edge")]),
+        ..partial.clone()
+    };
+    m.replace(px(&partial), px(&relabelled));
+    assert_eq!(m.listeners(&relabelled), set(&["0.0.0.0_8080"]));
+    assert_eq!(m.routes(&relabelled), set(&["http.8080"]));
+}
+
+/// Proves that Gateway servers of protocol HTTP2 and GRPC are served as an HTTP server is
+/// (Istio treats every HTTP protocol alike at a gateway): each port gets a listener
+/// `0.0.0.0_PORT` whose connection manager takes HTTP/1.1 and HTTP/2 (codec AUTO: gRPC and
+/// HTTP/2 clients speak it in cleartext without an upgrade) and names route configuration
+/// `http.PORT`, whose virtual host sends the VirtualService's requests to its destination.
+#[test]
+fn gateway_http2_and_grpc_servers_serve_http_routes() {
+    use envoy_types::pb::envoy::config::listener::v3::filter::ConfigType;
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+        http_connection_manager::{CodecType, RouteSpecifier},
+        HttpConnectionManager,
+    };
+    let mut m = Mesh::new();
+    let ingress = router_proxy(
+        "istio-ingressgateway-abc",
+        "istio-system",
+        "10.1.0.9",
+        &[("istio", "ingressgateway")],
+    );
+    let Record::Gateway(mut gw) = gateway(
+        "default",
+        "bookinfo-gateway",
+        &[("istio", "ingressgateway")],
+        &[(8081, None), (8082, None)],
+    ) else {
+        unreachable!("gateway() makes gateways")
+    };
+    gw.servers[0].protocol = Protocol::Http2;
+    gw.servers[0].port_name = "http2".into();
+    gw.servers[1].protocol = Protocol::Grpc;
+    gw.servers[1].port_name = "grpc".into();
+    m.insert(vec![
+        service("productpage", "default"),
+        Record::Gateway(gw),
+        virtual_service(
+            "default",
+            "bookinfo",
+            &["bookinfo.example.com"],
+            &["default/bookinfo-gateway"],
+            &host("productpage", "default"),
+        ),
+        px(&ingress),
+    ]);
+    assert_eq!(
+        m.listeners(&ingress),
+        set(&["0.0.0.0_8081", "0.0.0.0_8082"])
+    );
+    assert_eq!(m.routes(&ingress), set(&["http.8081", "http.8082"]));
+    for port in [8081, 8082] {
+        let listener = m.listener_body(&ingress, &format!("0.0.0.0_{port}"));
+        let hcm: Vec<HttpConnectionManager> = listener
+            .filter_chains
+            .iter()
+            .flat_map(|c| &c.filters)
+            .filter_map(|f| match &f.config_type {
+                Some(ConfigType::TypedConfig(any))
+                    if any.type_url.ends_with(".HttpConnectionManager") =>
+                {
+                    HttpConnectionManager::decode(&any.value[..]).ok()
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(hcm.len(), 1, "{port}: {listener:?}");
+        assert_eq!(hcm[0].codec_type, CodecType::Auto as i32, "{port}");
+        let Some(RouteSpecifier::Rds(rds)) = &hcm[0].route_specifier else {
+            panic!("{port}: routes by RDS: {:?}", hcm[0]);
+        };
+        assert_eq!(rds.route_config_name, format!("http.{port}"));
+        let vhosts = m.vhost_clusters(&ingress, &format!("http.{port}"));
+        assert_eq!(
+            vhosts.get(&format!("bookinfo.example.com:{port}")),
+            Some(&outbound(9080, "", "productpage", "default")),
+            "{port}: {vhosts:?}"
+        );
+    }
+}

@@ -1,0 +1,165 @@
+//! ServiceEntries: a `workloadSelector` taking Pods and WorkloadEntries as endpoints, and
+//! `resolution: NONE` (original destinations for sidecars, EDS for gateways).
+
+use crate::support::{
+    endpoint, gateway, labels, outbound, px, router_proxy, service, set, sidecar_proxy, workload,
+    Mesh,
+};
+use dataflows::model::*;
+use envoy_types::pb::envoy::config::cluster::v3::cluster::{ClusterDiscoveryType, DiscoveryType};
+use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
+use prost::Message;
+
+/// A ServiceEntry's `workloadSelector` makes endpoints of the Pods and WorkloadEntries of its
+/// own namespace whose labels match: a WorkloadEntry at the port it names for the entry's
+/// port, a Pod at the target port; each with its locality and weight, grouped by locality.
+/// Relabelling a workload out of the selector, or deleting the selection, removes them.
+#[test]
+fn service_entry_selector_takes_workloads_with_their_placement() {
+    let mut m = Mesh::new();
+    let vm = "vm.example.com".to_string();
+    let client = sidecar_proxy("a", "default", "10.1.0.1", &[("app", "a")]);
+    let entry = Record::Service(Service {
+        mesh_external: false,
+        prefer_close: false,
+        headless: false,
+        alias_for: None,
+        aliases: Vec::new(),
+        subject_alt_names: Vec::new(),
+        hostname: vm.clone(),
+        origin: ConfigKey::new(Kind::ServiceEntry, "default", "vm"),
+        ports: vec![ServicePort {
+            name: "http".into(),
+            port: 80,
+            protocol: Protocol::Http,
+        }],
+        export_to: vec![],
+        resolution: Resolution::Static,
+        dns_endpoints: Vec::new(),
+        host_target_ports: Default::default(),
+        addresses: vec![],
+    });
+    let selection = Record::Selection(
+        vm.clone(),
+        WorkloadSelection {
+            origin: ConfigKey::new(Kind::ServiceEntry, "default", "vm"),
+            labels: labels(&[("app", "vm")]),
+            ports: vec![SelectedPort {
+                name: "http".into(),
+                target: 8080,
+            }],
+        },
+    );
+    let entry_vm = |name: &str, ns: &str, ip: &str, app: &str, port: Option<u16>| {
+        Record::Workload(Workload {
+            service_account: None,
+            ip: ip.into(),
+            labels: labels(&[("app", app)]),
+            origin: ConfigKey::new(Kind::WorkloadEntry, ns, name),
+            ports: port.map(|p| ("http".to_string(), p)).into_iter().collect(),
+            placement: Placement {
+                locality: "r1/z1".into(),
+                weight: Some(4),
+            },
+        })
+    };
+    let vm1 = entry_vm("vm1", "default", "10.5.0.1", "vm", Some(9090));
+    m.insert(vec![
+        entry,
+        selection.clone(),
+        vm1.clone(),
+        // Not in the entry's namespace; not matching.
+        entry_vm("vm2", "other", "10.5.0.2", "vm", None),
+        entry_vm("vm3", "default", "10.5.0.3", "db", None),
+        workload("vm-pod", "default", "10.5.0.4", &[("app", "vm")]),
+        px(&client),
+    ]);
+    let name = "outbound|80||vm.example.com";
+    assert_eq!(
+        m.eds_addresses(&client, name),
+        set(&["10.5.0.1:9090", "10.5.0.4:8080"])
+    );
+    let version = m.version(&client, ResourceType::Endpoint, name);
+    let (body, _) = &m.bodies[&(ResourceType::Endpoint, name.to_string(), version)];
+    let cla = ClusterLoadAssignment::decode(&body.body.0[..]).expect("a ClusterLoadAssignment");
+    let groups: Vec<(String, String, u32, Vec<u32>)> = cla
+        .endpoints
+        .iter()
+        .map(|g| {
+            let l = g.locality.clone().unwrap_or_default();
+            (
+                l.region,
+                l.zone,
+                g.load_balancing_weight.as_ref().map_or(0, |w| w.value),
+                g.lb_endpoints
+                    .iter()
+                    .map(|e| e.load_balancing_weight.as_ref().map_or(0, |w| w.value))
+                    .collect(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        groups,
+        vec![
+            (String::new(), String::new(), 1, vec![1]),
+            ("r1".into(), "z1".into(), 4, vec![4]),
+        ],
+        "the Pod in no locality with weight 1, the WorkloadEntry in r1/z1 with its weight"
+    );
+    // The WorkloadEntry relabelled out of the selector: only the Pod is left.
+    let Record::Workload(mut moved) = vm1.clone() else {
+        unreachable!()
+    };
+    moved.labels = labels(&[("app", "db")]);
+    m.replace(vm1, Record::Workload(moved));
+    assert_eq!(m.eds_addresses(&client, name), set(&["10.5.0.4:8080"]));
+    m.retract(vec![selection]);
+    assert!(m.eds_addresses(&client, name).is_empty());
+}
+
+/// A ServiceEntry of `resolution: NONE`: sidecars send its connections to their original
+/// destination (ORIGINAL_DST); a gateway has none to keep and balances over the entry's
+/// endpoints by EDS, as Istio's `convertResolution` gives routers EDS for `Passthrough`.
+#[test]
+fn resolution_none_entries_are_original_destinations_for_sidecars_and_eds_for_gateways() {
+    let mut m = Mesh::new();
+    let client = sidecar_proxy("client", "default", "10.0.9.1", &[("app", "client")]);
+    let gw = router_proxy(
+        "ingress",
+        "istio-system",
+        "10.0.9.2",
+        &[("istio", "ingress")],
+    );
+    let Record::Service(mut entry) = service("legacy", "default") else {
+        unreachable!()
+    };
+    entry.origin = ConfigKey::new(Kind::ServiceEntry, "default", "legacy");
+    entry.resolution = Resolution::None;
+    m.insert(vec![
+        px(&client),
+        px(&gw),
+        Record::Service(entry),
+        endpoint("legacy", "default", "10.1.0.7", true),
+        gateway(
+            "istio-system",
+            "gw",
+            &[("istio", "ingress")],
+            &[(8080, None)],
+        ),
+    ]);
+    let name = outbound(9080, "", "legacy", "default");
+    let kind =
+        |c: &envoy_types::pb::envoy::config::cluster::v3::Cluster| c.cluster_discovery_type.clone();
+    assert_eq!(
+        kind(&m.cluster_body(&client, &name)),
+        Some(ClusterDiscoveryType::Type(
+            DiscoveryType::OriginalDst as i32
+        ))
+    );
+    assert!(!m.names(&client, ResourceType::Endpoint).contains(&name));
+    assert_eq!(
+        kind(&m.cluster_body(&gw, &name)),
+        Some(ClusterDiscoveryType::Type(DiscoveryType::Eds as i32))
+    );
+    assert_eq!(m.eds_addresses(&gw, &name), set(&["10.1.0.7:9080"]));
+}
