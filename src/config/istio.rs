@@ -29,11 +29,9 @@ pub struct TlsRoute {
 #[serde(rename_all = "camelCase", default)]
 pub struct TlsMatchAttributes {
     pub sni_hosts: Vec<String>,
-    pub destination_subnets: Vec<String>,
-    pub port: Option<i64>,
-    pub gateways: Vec<String>,
-    pub source_namespace: Option<String>,
-    pub source_labels: BTreeMap<String, String>,
+    /// The conditions a TCP match has too.
+    #[serde(flatten)]
+    pub l4: L4MatchAttributes,
 }
 
 /// A `tcp[]` route. `sourceSubnet` is left untyped on purpose: it is reported (and the

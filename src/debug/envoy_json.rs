@@ -514,4 +514,45 @@ mod tests {
             "EDS"
         );
     }
+
+    #[test]
+    fn a_secret_shows_its_fingerprint_and_never_its_key() {
+        let kp = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["a.example".into()])
+            .unwrap()
+            .self_signed(&kp)
+            .unwrap();
+        let id = dataflows::model::TlsIdentity {
+            cert_chain: cert.pem(),
+            private_key: kp.serialize_pem(),
+            fingerprint: ring::digest::digest(&ring::digest::SHA256, cert.der())
+                .as_ref()
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect(),
+        };
+        let r = dataflows::translate::secret::certificate("kubernetes://a", &id);
+        let shown = crate::debug::redact::bytes(
+            dataflows::model::ResourceType::Secret.type_url(),
+            &r.body.0,
+        );
+        let text = String::from_utf8_lossy(&shown);
+        assert!(!text.contains("PRIVATE KEY"), "{text}");
+        assert!(!text.contains("BEGIN CERTIFICATE"), "{text}");
+        assert!(
+            text.contains(&format!("sha256:{}", id.fingerprint)),
+            "{text}"
+        );
+        assert!(text.contains(crate::debug::redact::REDACTED));
+        let twice =
+            crate::debug::redact::bytes(dataflows::model::ResourceType::Secret.type_url(), &shown);
+        assert_eq!(twice, shown, "redacting is idempotent");
+        let json = any_json(dataflows::model::ResourceType::Secret.type_url(), &r.body.0)
+            .unwrap()
+            .to_string();
+        assert!(
+            !json.contains("PRIVATE KEY") && json.contains(crate::debug::redact::REDACTED),
+            "{json}"
+        );
+    }
 }

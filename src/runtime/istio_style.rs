@@ -381,19 +381,24 @@ impl IstioStyle {
                 t.config_hosts.insert(s.hostname.clone());
                 t.service_hosts.insert(s.hostname.clone());
                 t.eds_hosts.insert(s.hostname.clone());
-                // An ExternalName alias changes the virtual hosts of the service its chain
-                // ends at: Istio marks that service updated too (`resolveServiceAliases`).
-                // Chains of any length; a host seen before ends the walk (a loop).
-                let mut next = s.alias_for.clone();
-                while let Some(h) = next.take() {
-                    if !t.config_hosts.insert(h.clone()) {
-                        break;
+                // An ExternalName alias changes the virtual hosts of the services its chain
+                // passes through to its end: Istio marks them updated too
+                // (`resolveServiceAliases`). Chains of any length, up to a loop.
+                if let Some(target) = &s.alias_for {
+                    let raw: BTreeMap<Hostname, Hostname> = self
+                        .snapshot
+                        .records
+                        .iter()
+                        .filter_map(|r| match r {
+                            Record::Service(a) => Some((a.hostname.clone(), a.alias_for.clone()?)),
+                            _ => None,
+                        })
+                        .chain([(s.hostname.clone(), target.clone())])
+                        .collect();
+                    for h in dataflows::rules::alias_chain(&raw, &s.hostname).0 {
+                        t.config_hosts.insert(h.clone());
+                        t.service_hosts.insert(h.clone());
                     }
-                    t.service_hosts.insert(h.clone());
-                    next = self.snapshot.records.iter().find_map(|r| match r {
-                        Record::Service(a) if a.hostname == h => a.alias_for.clone(),
-                        _ => None,
-                    });
                 }
             }
             Record::Endpoint(h, e) => {

@@ -119,14 +119,6 @@ pub fn credential_errors(
         .collect()
 }
 
-/// Whether a TLS route match applies on `port` of gateway `via` for the gateway proxies of
-/// `source` (`sourceNamespace` never holds at a gateway).
-fn applies(m: &TlsMatch, port: u16, via: &str, source: Source) -> bool {
-    m.port.is_none_or(|p| p == port)
-        && (m.gateways.is_empty() || m.gateways.iter().any(|g| g == via))
-        && source.admits(m.source_namespace.as_ref(), m.source_labels.as_ref())
-}
-
 /// The TLS servers of a router in `namespace`: listeners per address and port not already
 /// an HTTP server's (`http`), for its proxies (`source`).
 #[allow(clippy::too_many_arguments)] // the router's inputs, each of its own kind
@@ -413,7 +405,7 @@ fn passthrough<'a>(
                 continue;
             }
             for (mi, m) in r.matches.iter().enumerate() {
-                if !applies(m, server.port, &via, source) {
+                if !m.applies(server.port, &[&via], source) {
                     continue;
                 }
                 let names: Vec<String> = m

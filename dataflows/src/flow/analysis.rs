@@ -41,7 +41,34 @@ fn references<'s, R: differential_dataflow::ExchangeData + std::hash::Hash>(
     })
 }
 
-pub(super) fn undefined_subsets<'s>(
+/// What the analyses below read.
+pub(super) struct Inputs<'a, 's> {
+    pub virtual_services: &'a Coll<'s, (ConfigKey, VirtualService)>,
+    pub destination_rules: &'a Coll<'s, (ConfigKey, DestinationRule)>,
+    pub gateways: &'a Coll<'s, (ConfigKey, Gateway)>,
+    pub workloads: &'a Coll<'s, (String, Workload)>,
+    /// The services as defined, aliases unresolved.
+    pub services: &'a Coll<'s, (Hostname, Service)>,
+    /// The services with `ExternalName` aliases resolved.
+    pub aliased: &'a Coll<'s, (Hostname, Service)>,
+}
+
+/// Every finding of the reference analyses that needs no built resource: subsets,
+/// gateways, hosts and ports a VirtualService names but nothing defines, gateways no
+/// workload runs, conflicting mesh VirtualServices, missing delegates, unresolved aliases.
+pub(super) fn findings<'s>(i: Inputs<'_, 's>) -> Coll<'s, ConfigError> {
+    let vss = i.virtual_services;
+    undefined_subsets(vss, i.destination_rules)
+        .concat(undefined_gateways(vss, i.gateways))
+        .concat(undefined_hosts(vss, i.services))
+        .concat(undefined_ports(vss, i.services))
+        .concat(unselected_gateways(i.gateways, i.workloads))
+        .concat(conflicting_mesh_vss(vss))
+        .concat(undefined_delegates(vss))
+        .concat(unresolved_aliases(vss, i.services, i.aliased))
+}
+
+fn undefined_subsets<'s>(
     vss: &Coll<'s, (ConfigKey, VirtualService)>,
     drs: &Coll<'s, (ConfigKey, DestinationRule)>,
 ) -> Coll<'s, ConfigError> {
@@ -82,7 +109,7 @@ pub(super) fn undefined_subsets<'s>(
 }
 
 /// A VirtualService's `gateways` entry (other than `mesh`) naming no Gateway.
-pub(super) fn undefined_gateways<'s>(
+fn undefined_gateways<'s>(
     vss: &Coll<'s, (ConfigKey, VirtualService)>,
     gateways: &Coll<'s, (ConfigKey, Gateway)>,
 ) -> Coll<'s, ConfigError> {
@@ -114,9 +141,7 @@ pub(super) fn undefined_gateways<'s>(
 /// VirtualServices bound to the mesh that name the same host (Istio's IST0109): sidecars
 /// take one of them for the host (`rules::vs_rank`), the others' routes for it are not
 /// used. Each is told which others name the host.
-pub(super) fn conflicting_mesh_vss<'s>(
-    vss: &Coll<'s, (ConfigKey, VirtualService)>,
-) -> Coll<'s, ConfigError> {
+fn conflicting_mesh_vss<'s>(vss: &Coll<'s, (ConfigKey, VirtualService)>) -> Coll<'s, ConfigError> {
     vss.clone()
         .filter(|(_, vs)| vs.binds_mesh())
         .flat_map(|(key, vs)| {
@@ -187,9 +212,7 @@ fn overlap(a: &Option<Vec<String>>, b: &Option<Vec<String>>) -> bool {
 
 /// A route delegating to a VirtualService that does not exist, or has hosts (only one
 /// without hosts can be delegated to): the route is not generated.
-pub(super) fn undefined_delegates<'s>(
-    vss: &Coll<'s, (ConfigKey, VirtualService)>,
-) -> Coll<'s, ConfigError> {
+fn undefined_delegates<'s>(vss: &Coll<'s, (ConfigKey, VirtualService)>) -> Coll<'s, ConfigError> {
     let wanted = vss
         .clone()
         .flat_map(|(k, vs)| vs.delegates().into_iter().map(move |d| (d, k.clone())));
@@ -210,7 +233,7 @@ pub(super) fn undefined_delegates<'s>(
 }
 
 /// A route or mirror destination host no service (Service or ServiceEntry) defines.
-pub(super) fn undefined_hosts<'s>(
+fn undefined_hosts<'s>(
     vss: &Coll<'s, (ConfigKey, VirtualService)>,
     services: &Coll<'s, (Hostname, Service)>,
 ) -> Coll<'s, ConfigError> {
@@ -230,7 +253,7 @@ pub(super) fn undefined_hosts<'s>(
 /// has several (Istio's IST0112): Istio then routes to the port the request arrived on (on
 /// sidecars even where the host has one port only: `route::destination_at`), a cluster that
 /// exists only if the host has that port too.
-pub(super) fn undefined_ports<'s>(
+fn undefined_ports<'s>(
     vss: &Coll<'s, (ConfigKey, VirtualService)>,
     services: &Coll<'s, (Hostname, Service)>,
 ) -> Coll<'s, ConfigError> {
@@ -365,7 +388,7 @@ pub(super) fn gateway_secrets<'s>(
         .map(|(_, e)| e)
 }
 
-pub(super) fn unselected_gateways<'s>(
+fn unselected_gateways<'s>(
     gateways: &Coll<'s, (ConfigKey, Gateway)>,
     workloads: &Coll<'s, (String, Workload)>,
 ) -> Coll<'s, ConfigError> {
@@ -399,7 +422,7 @@ pub(super) fn unselected_gateways<'s>(
 /// alias: routes follow one hop, as Istio's `GetDestinationCluster` does) — requests routed
 /// there are answered 503. `services`: one per host, aliases included; `resolved`: the
 /// services with aliases resolved ([`super::services::with_aliases`]).
-pub(super) fn unresolved_aliases<'s>(
+fn unresolved_aliases<'s>(
     vss: &Coll<'s, (ConfigKey, VirtualService)>,
     services: &Coll<'s, (Hostname, Service)>,
     resolved: &Coll<'s, (Hostname, Service)>,

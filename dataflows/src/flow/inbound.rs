@@ -10,6 +10,7 @@
 use super::clusters::Placed;
 use super::endpoints::Resolved;
 use super::mesh::Mesh;
+use super::visibility::Visible;
 use super::{Built, Coll};
 use crate::model::*;
 use crate::rules;
@@ -65,6 +66,51 @@ pub(super) struct ScopeInputs<'s> {
     pub merged_rules: Coll<'s, (ConfigKey, DestinationRule)>,
 }
 
+/// The inbound side's inputs from the scope stage, and the proxies whose scope has an
+/// `ISTIO_MUTUAL` cluster (`mtls_scopes`): each proxy's Sidecar `ingress` ports and its
+/// scope's Sidecar inbound parts (proxyless clients have neither).
+pub(super) fn scope_inputs<'s>(
+    proxy_scopes: &Coll<'s, (ProxyId, ScopeKey)>,
+    specs: &Coll<'s, (ScopeKey, ScopeSpec)>,
+    mtls_scopes: Coll<'s, ScopeKey>,
+    visible: &Visible<'s>,
+    placed: &Placed<'s>,
+    merged_rules: &Coll<'s, (ConfigKey, DestinationRule)>,
+) -> (ScopeInputs<'s>, Coll<'s, ProxyId>) {
+    let by_scope = proxy_scopes.clone().map(|(id, s)| (s, id));
+    let mtls_proxies = by_scope
+        .clone()
+        .semijoin(mtls_scopes.distinct())
+        .map(|(_, id)| id);
+    let ingress_ports = by_scope
+        .join_map(specs.clone(), |s, id, spec| {
+            if s.is_proxyless() {
+                return Vec::new();
+            }
+            crate::assemble::ingress_ports(spec)
+                .into_iter()
+                .map(|p| (id.clone(), p))
+                .collect::<Vec<_>>()
+        })
+        .flat_map(|x| x);
+    let sidecars = specs.clone().flat_map(|(s, spec)| {
+        if s.is_proxyless() {
+            return None;
+        }
+        let sc = spec.sidecar.as_ref().and_then(SidecarInbound::of)?;
+        Some((s, sc))
+    });
+    let inputs = ScopeInputs {
+        proxy_scopes: proxy_scopes.clone(),
+        sidecars,
+        ingress_ports,
+        scope_hosts: visible.scope_hosts.clone(),
+        placed: placed.clone(),
+        merged_rules: merged_rules.clone(),
+    };
+    (inputs, mtls_proxies)
+}
+
 /// `services`: the protocol of each port. Inbound clusters: one per port of the proxy's own
 /// endpoints (or per Sidecar `ingress` listener, which then replace them, as Istio builds
 /// inbound from `ingress` only; a proxy with `INTERCEPTION_MODE: NONE` and no `ingress`
@@ -91,29 +137,6 @@ pub(super) fn per_proxy<'s>(
     let sidecar_proxies = proxies
         .clone()
         .filter(|(_, p)| p.kind == ProxyKind::Sidecar);
-    // The proxy's own service ports: the endpoints at its IPs.
-    let proxy_ips = sidecar_proxies.clone().flat_map(|(id, p)| {
-        p.ips
-            .iter()
-            .map(|ip| (ip.clone(), id.clone()))
-            .collect::<Vec<_>>()
-    });
-    let protocols = services.clone().flat_map(|(h, s)| {
-        s.ports
-            .iter()
-            .map(|p| ((h.clone(), p.port), p.protocol))
-            .collect::<Vec<_>>()
-    });
-    let endpoints = endpoints.join_map(protocols, |(h, sp), ep, protocol| {
-        (
-            ep.clone(),
-            OwnPort {
-                host: h.clone(),
-                service_port: *sp,
-                protocol: *protocol,
-            },
-        )
-    });
     // The Sidecar of each proxy, where it says something of the inbound side.
     let proxy_sidecar = proxy_scopes
         .clone()
@@ -125,47 +148,144 @@ pub(super) fn per_proxy<'s>(
         .filter(|(_, sc)| !sc.ingress.is_empty())
         .map(|(id, _)| id)
         .distinct();
-    // A proxy without capture (`INTERCEPTION_MODE: NONE`) whose Sidecar has no `ingress`
-    // has no inbound side at all: Istio builds neither listeners nor clusters from its
-    // own ports then (binding them would take the application's ports).
-    let no_inbound = sidecar_proxies
-        .clone()
-        .filter(|(_, p)| p.interception_none)
-        .map(|(id, _)| (id, ()))
-        .antijoin(with_ingress.clone())
-        .map(|(id, ())| id);
-    let inbound_rows = proxy_ips
-        .join_map(
-            endpoints.map(|(ep, own)| (ep.ip, (ep.port, own, ep.origins))),
-            |_, id, (port, own, origins)| (id.clone(), (*port, own.clone(), origins.clone())),
-        )
-        .antijoin(no_inbound)
-        .map(|(id, (port, own, origins))| ((id, port), (own, origins)));
-    let own_protocols = inbound_rows
-        .clone()
-        .map(|((id, port), (own, _))| (id, InboundRow::Own(port, own.protocol)))
+    let own = OwnPorts::of(&sidecar_proxies, endpoints, services, &with_ingress);
+    let identity = workload_secrets(
+        &proxies,
+        &sidecar_proxies,
+        &own,
+        &proxy_sidecar,
+        &with_ingress,
+        mtls,
+        mesh,
+    );
+    let provenance = own
+        .origins
+        .map(|((id, port), origins)| (id, (port, origins)))
+        .antijoin(with_ingress)
+        .flat_map(|(id, (port, origins))| {
+            let key = inbound_cluster_key(id, port);
+            origins
+                .into_iter()
+                .map(move |o| (key.clone(), o))
+                .collect::<Vec<_>>()
+        })
         .distinct();
-    // Per (proxy, port), the least service port reaching it.
-    let own = inbound_rows
-        .clone()
-        .map(|(k, (own, _))| (k, own))
-        .reduce(|_, vals: &[(&OwnPort, isize)], out| out.push((vals[0].0.clone(), 1isize)));
-    let inbound_rows = inbound_rows.map(|(k, (_, origins))| (k, origins));
-    let inbound_ports = inbound_rows.clone().map(|(k, _)| k).distinct();
+    let rule_parts = rule_parts(&own.least, proxy_scopes, scope_hosts, placed, merged_rules);
+    let clusters = inbound_clusters(own.least, proxy_sidecar, rule_parts, mesh);
+    let virtual_inbound = virtual_inbound(sidecar_proxies, own.protocols, ingress_ports, mesh);
+    Built {
+        resources: clusters.resources.concat(virtual_inbound).concat(identity),
+        provenance: provenance.concat(clusters.provenance),
+    }
+}
+
+/// The provenance key of the inbound cluster of a proxy's port.
+fn inbound_cluster_key(id: ProxyId, port: u16) -> (Holder, ResourceType, String) {
+    (
+        Holder::Proxy(id),
+        ResourceType::Cluster,
+        translate::inbound_cluster_name(port),
+    )
+}
+
+/// A sidecar's own ports: the endpoints at its IPs, for proxies that have an inbound side.
+struct OwnPorts<'s> {
+    /// `((proxy, port), origins)`: the objects each endpoint at the proxy's port came from.
+    origins: Coll<'s, ((ProxyId, u16), Vec<ConfigKey>)>,
+    /// `((proxy, port), service port)`: the least service port reaching it.
+    least: Coll<'s, ((ProxyId, u16), OwnPort)>,
+    /// The `virtualInbound` rows of the proxy's ports, with their protocols.
+    protocols: Coll<'s, (ProxyId, InboundRow)>,
+}
+
+impl<'s> OwnPorts<'s> {
+    fn of(
+        sidecar_proxies: &Coll<'s, (ProxyId, Proxy)>,
+        endpoints: Resolved<'s>,
+        services: &Coll<'s, (Hostname, Service)>,
+        with_ingress: &Coll<'s, ProxyId>,
+    ) -> Self {
+        let proxy_ips = sidecar_proxies.clone().flat_map(|(id, p)| {
+            p.ips
+                .iter()
+                .map(|ip| (ip.clone(), id.clone()))
+                .collect::<Vec<_>>()
+        });
+        let protocols = services.clone().flat_map(|(h, s)| {
+            s.ports
+                .iter()
+                .map(|p| ((h.clone(), p.port), p.protocol))
+                .collect::<Vec<_>>()
+        });
+        let endpoints = endpoints.join_map(protocols, |(h, sp), ep, protocol| {
+            (
+                ep.clone(),
+                OwnPort {
+                    host: h.clone(),
+                    service_port: *sp,
+                    protocol: *protocol,
+                },
+            )
+        });
+        // A proxy without capture (`INTERCEPTION_MODE: NONE`) whose Sidecar has no `ingress`
+        // has no inbound side at all: Istio builds neither listeners nor clusters from its
+        // own ports then (binding them would take the application's ports).
+        let no_inbound = sidecar_proxies
+            .clone()
+            .filter(|(_, p)| p.interception_none)
+            .map(|(id, _)| (id, ()))
+            .antijoin(with_ingress.clone())
+            .map(|(id, ())| id);
+        let rows = proxy_ips
+            .join_map(
+                endpoints.map(|(ep, own)| (ep.ip, (ep.port, own, ep.origins))),
+                |_, id, (port, own, origins)| (id.clone(), (*port, own.clone(), origins.clone())),
+            )
+            .antijoin(no_inbound)
+            .map(|(id, (port, own, origins))| ((id, port), (own, origins)));
+        let protocols = rows
+            .clone()
+            .map(|((id, port), (own, _))| (id, InboundRow::Own(port, own.protocol)))
+            .distinct();
+        let least = rows
+            .clone()
+            .map(|(k, (own, _))| (k, own))
+            .reduce(|_, vals: &[(&OwnPort, isize)], out| out.push((vals[0].0.clone(), 1isize)));
+        OwnPorts {
+            origins: rows.map(|(k, (_, origins))| (k, origins)),
+            least,
+            protocols,
+        }
+    }
+}
+
+/// The SDS resources of the workload identity of each proxy that names its workload
+/// certificate: an `ISTIO_MUTUAL` cluster (`mtls`), `virtualInbound`'s mTLS chain of a port
+/// of its own (unless `ingress` replaces them), or a Sidecar `ingress` listener without
+/// `tls` (one with `tls` has no mTLS chain).
+fn workload_secrets<'s>(
+    proxies: &Coll<'s, (ProxyId, Proxy)>,
+    sidecar_proxies: &Coll<'s, (ProxyId, Proxy)>,
+    own: &OwnPorts<'s>,
+    proxy_sidecar: &Coll<'s, (ProxyId, SidecarInbound)>,
+    with_ingress: &Coll<'s, ProxyId>,
+    mtls: Coll<'s, ProxyId>,
+    mesh: &Mesh<'s>,
+) -> Coll<'s, (ProxyId, Resource)> {
     let captured_ids = sidecar_proxies
         .clone()
         .filter(|(_, p)| !p.interception_none)
         .map(|(id, _)| id);
-    // Who names its workload certificate: an `ISTIO_MUTUAL` cluster, `virtualInbound`'s
-    // mTLS chain of a port of its own (unless `ingress` replaces them), or a Sidecar
-    // `ingress` listener without `tls` (one with `tls` has no mTLS chain).
     let mtls_ingress = proxy_sidecar
         .clone()
         .filter(|(_, sc)| sc.ingress.iter().any(|l| l.tls.is_none()))
         .map(|(id, _)| id)
         .distinct();
-    let referencing = inbound_ports
+    let referencing = own
+        .origins
         .clone()
+        .map(|(k, _)| k)
+        .distinct()
         .map(|(id, _)| (id, ()))
         .semijoin(captured_ids)
         .antijoin(with_ingress.clone())
@@ -174,7 +294,7 @@ pub(super) fn per_proxy<'s>(
         .concat(mtls)
         .distinct();
     // A proxy's identity (namespace, service account) and the mesh's trust domain and root.
-    let identity = proxies
+    proxies
         .clone()
         .semijoin(referencing)
         .map(|(id, p)| ((), (id, p)))
@@ -184,25 +304,20 @@ pub(super) fn per_proxy<'s>(
                 .map(|r| (id.clone(), r))
                 .collect::<Vec<_>>()
         })
-        .flat_map(|x| x);
-    let provenance = inbound_rows
-        .map(|((id, port), origins)| (id, (port, origins)))
-        .antijoin(with_ingress.clone())
-        .flat_map(|(id, (port, origins))| {
-            let key = (
-                Holder::Proxy(id),
-                ResourceType::Cluster,
-                translate::inbound_cluster_name(port),
-            );
-            origins
-                .into_iter()
-                .map(move |o| (key.clone(), o))
-                .collect::<Vec<_>>()
-        })
-        .distinct();
-    // The inbound rule of each (scope, host) some proxy's own port is reached by, where the
-    // scope sees the host: the least-ranked rule without a `workloadSelector` (Istio honours
-    // selectors for outbound traffic only), if it sets a connection pool.
+        .flat_map(|x| x)
+}
+
+/// The inbound rule of each (scope, host) some proxy's own port is reached by, where the
+/// scope sees the host: the least-ranked rule without a `workloadSelector` (Istio honours
+/// selectors for outbound traffic only), if it sets a connection pool. Out: the rule's part
+/// of each `(proxy, port)`'s inbound cluster.
+fn rule_parts<'s>(
+    own: &Coll<'s, ((ProxyId, u16), OwnPort)>,
+    proxy_scopes: Coll<'s, (ProxyId, ScopeKey)>,
+    scope_hosts: Coll<'s, (ScopeKey, Hostname)>,
+    placed: Placed<'s>,
+    merged_rules: Coll<'s, (ConfigKey, DestinationRule)>,
+) -> Coll<'s, ((ProxyId, u16), Part)> {
     let own_scoped = own
         .clone()
         .map(|((id, port), o)| (id, (port, o.host)))
@@ -241,9 +356,20 @@ pub(super) fn per_proxy<'s>(
             (!pools.is_empty()).then(|| (sh.clone(), (k.clone(), pools)))
         })
         .flat_map(|x| x);
-    let rule_parts = own_scoped.join_map(rules, |_, (id, port), (key, pools)| {
+    own_scoped.join_map(rules, |_, (id, port), (key, pools)| {
         ((id.clone(), *port), Part::Rule(pools.clone(), key.clone()))
-    });
+    })
+}
+
+/// Each proxy's inbound clusters from the parts of each `(proxy, port)`: its own service
+/// port, its Sidecar's inbound side and the inbound rule's pools; with the rule as a source
+/// where its pool is the cluster's.
+fn inbound_clusters<'s>(
+    own: Coll<'s, ((ProxyId, u16), OwnPort)>,
+    proxy_sidecar: Coll<'s, (ProxyId, SidecarInbound)>,
+    rule_parts: Coll<'s, ((ProxyId, u16), Part)>,
+    mesh: &Mesh<'s>,
+) -> Built<'s, ProxyId> {
     let own_ports = own.clone().map(|((id, port), _)| (id, port));
     let sidecar_parts = own_ports
         .join_map(proxy_sidecar.clone(), |id, port, sc| {
@@ -286,19 +412,11 @@ pub(super) fn per_proxy<'s>(
             }
             out.push((SpecOut::Spec(spec), 1isize));
         });
-    let rule_provenance = specs.clone().flat_map(|((id, port), b)| match b {
-        SpecOut::From(key) => Some((
-            (
-                Holder::Proxy(id),
-                ResourceType::Cluster,
-                translate::inbound_cluster_name(port),
-            ),
-            key,
-        )),
+    let provenance = specs.clone().flat_map(|((id, port), b)| match b {
+        SpecOut::From(key) => Some((inbound_cluster_key(id, port), key)),
         SpecOut::Spec(_) => None,
     });
-    let provenance = provenance.concat(rule_provenance);
-    let inbound_clusters = specs
+    let resources = specs
         .flat_map(|((id, _), b)| match b {
             SpecOut::Spec(spec) => Some(((), (id, spec))),
             SpecOut::From(_) => None,
@@ -306,12 +424,26 @@ pub(super) fn per_proxy<'s>(
         .join_map(mesh.clone(), |_, (id, spec), m| {
             (id.clone(), cluster::inbound(spec, m.connect_timeout_ms))
         });
+    Built {
+        resources,
+        provenance,
+    }
+}
+
+/// Every captured sidecar's `virtualInbound`, from its own ports' protocols and its Sidecar
+/// `ingress` ports, with its node metadata `IDLE_TIMEOUT`.
+fn virtual_inbound<'s>(
+    sidecar_proxies: Coll<'s, (ProxyId, Proxy)>,
+    own_protocols: Coll<'s, (ProxyId, InboundRow)>,
+    ingress_ports: Coll<'s, (ProxyId, (InboundPort, bool))>,
+    mesh: &Mesh<'s>,
+) -> Coll<'s, (ProxyId, Resource)> {
     // Every captured sidecar has a `virtualInbound`, even with no port of its own: the
     // `Captured` row makes its group exist.
     let captured = sidecar_proxies
         .filter(|(_, p)| !p.interception_none)
         .map(|(id, p)| (id, InboundRow::Captured(p.idle_timeout_ns)));
-    let virtual_inbound = own_protocols
+    own_protocols
         .concat(ingress_ports.map(|(id, (p, via))| (id, InboundRow::Ingress(p, via))))
         .concat(captured.clone())
         .semijoin(captured.map(|(id, _)| id).distinct())
@@ -336,9 +468,5 @@ pub(super) fn per_proxy<'s>(
             let detection = m.protocol_detection_timeout_ms;
             let l = listener::virtual_inbound(ports, detection);
             (id.clone(), crate::assemble::apply_idle_timeout(*idle, l))
-        });
-    Built {
-        resources: inbound_clusters.concat(virtual_inbound).concat(identity),
-        provenance,
-    }
+        })
 }

@@ -6,7 +6,8 @@
 //! A stage that yields resources hands back a [`Built`]: the resources and their provenance,
 //! side by side, so `explain` is always exactly as current as what proxies receive.
 //!
-//! May import: `crate::model`, `crate::rules`, `crate::translate`, `crate::assemble`.
+//! May import: `crate::model`, `crate::rules`, `crate::translate`, `crate::assemble`,
+//! `crate::client_tls`, `crate::delegation`.
 //! Only [`crate::driver`] (and the benches) build it.
 
 mod analysis;
@@ -111,18 +112,17 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     let specs = scopes::sidecar_specs(&scopes, &i.sidecars, &mesh);
     let visible = visibility::hosts(&specs, &chosen);
 
-    let undefined_subsets = analysis::undefined_subsets(&virtual_services, &destination_rules);
     let merged_drs = clusters::consolidated(&destination_rules);
+    let findings = analysis::findings(analysis::Inputs {
+        virtual_services: &virtual_services,
+        destination_rules: &destination_rules,
+        gateways: &i.gateways,
+        workloads: &i.workloads,
+        services: &services.chosen,
+        aliased: &chosen,
+    });
     let dr_merge_warnings = merged_drs.warnings.clone();
-    let undefined_gateways = analysis::undefined_gateways(&virtual_services, &i.gateways);
-    let undefined_hosts = analysis::undefined_hosts(&virtual_services, &services.chosen);
-    let undefined_ports = analysis::undefined_ports(&virtual_services, &services.chosen);
-    let unselected_gateways = analysis::unselected_gateways(&i.gateways, &i.workloads);
     let secret_errors = analysis::gateway_secrets(&i.gateways, &i.workloads, &i.secrets);
-    let conflicting_vss = analysis::conflicting_mesh_vss(&virtual_services);
-    let undefined_delegates = analysis::undefined_delegates(&virtual_services);
-    let unresolved_aliases =
-        analysis::unresolved_aliases(&virtual_services, &services.chosen, &chosen);
     let identified = endpoints::identified(&endpoints, &chosen, &mesh);
     let clusters = clusters::outbound(
         &mesh,
@@ -146,22 +146,7 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     let mesh_vss = virtual_services::mesh_in_effect(&covering_vss);
     let ports = routes::ports(&visible, &chosen, &specs);
     let hostless_vss = virtual_services::hostless(&routed_vss, &vss, &chosen);
-    // `ExternalName` aliases, which build nothing of their own: only a VirtualService of
-    // their own host gives their names a virtual host (see `route::SidecarVhosts::aliases`).
-    let alias_services = services
-        .chosen
-        .clone()
-        .filter(|(_, s)| s.alias_for.is_some());
-    let alias_visible = visibility::hosts(&specs, &alias_services);
-    let aliases = routes::Aliases {
-        ports: routes::ports(&alias_visible, &alias_services, &specs),
-        vss: virtual_services::mesh_in_effect(&virtual_services::mesh_covering(
-            &routed_vss,
-            &alias_services,
-            &alias_visible,
-            &specs,
-        )),
-    };
+    let aliases = routes::Aliases::of(&services.chosen, &specs, &routed_vss);
     let (routes, http_ports) = routes::sidecar(
         &config.domain_suffix,
         &specs,
@@ -194,44 +179,20 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         &chosen,
     );
 
-    let mtls_proxies = proxy_scopes
-        .clone()
-        .map(|(id, s)| (s, id))
-        .semijoin(clusters.mtls_scopes.clone().concat(gateway_mtls).distinct())
-        .map(|(_, id)| id);
-    let ingress_ports = proxy_scopes
-        .clone()
-        .map(|(id, s)| (s, id))
-        .join_map(specs.clone(), |s, id, spec| {
-            if s.is_proxyless() {
-                return Vec::new();
-            }
-            crate::assemble::ingress_ports(spec)
-                .into_iter()
-                .map(|p| (id.clone(), p))
-                .collect::<Vec<_>>()
-        })
-        .flat_map(|x| x);
-    let inbound_sidecars = specs.clone().flat_map(|(s, spec)| {
-        if s.is_proxyless() {
-            return None;
-        }
-        let sc = spec.sidecar.as_ref().and_then(SidecarInbound::of)?;
-        Some((s, sc))
-    });
+    let (inbound_inputs, mtls_proxies) = inbound::scope_inputs(
+        &proxy_scopes,
+        &specs,
+        clusters.mtls_scopes.clone().concat(gateway_mtls),
+        &visible,
+        &clusters.placed,
+        &merged_drs.rules,
+    );
     let inbound = inbound::per_proxy(
         i.proxies,
         endpoints,
         &chosen,
         &mesh,
-        inbound::ScopeInputs {
-            proxy_scopes: proxy_scopes.clone(),
-            sidecars: inbound_sidecars,
-            ingress_ports,
-            scope_hosts: visible.scope_hosts.clone(),
-            placed: clusters.placed.clone(),
-            merged_rules: merged_drs.rules.clone(),
-        },
+        inbound_inputs,
         mtls_proxies,
     );
 
@@ -256,15 +217,8 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         .concat(secrets);
     let errors = services
         .conflicts
-        .concat(undefined_subsets)
+        .concat(findings)
         .concat(dr_merge_warnings)
-        .concat(undefined_gateways)
-        .concat(undefined_hosts)
-        .concat(undefined_ports)
-        .concat(unselected_gateways)
-        .concat(conflicting_vss)
-        .concat(undefined_delegates)
-        .concat(unresolved_aliases)
         .concat(unreachable)
         .concat(clusters.errors)
         .concat(secret_errors.concat(gateway_errors).distinct());

@@ -59,6 +59,25 @@ pub(super) struct Aliases<'s> {
     pub vss: Coll<'s, (super::virtual_services::ListenerHost, ConfigKey)>,
 }
 
+impl<'s> Aliases<'s> {
+    /// `ExternalName` aliases build nothing of their own: only a VirtualService of their own
+    /// host gives their names a virtual host (see `route::SidecarVhosts::aliases`).
+    pub(super) fn of(
+        services: &Coll<'s, (Hostname, Service)>,
+        specs: &Coll<'s, (ScopeKey, ScopeSpec)>,
+        routed_vss: &Coll<'s, (ConfigKey, VirtualService)>,
+    ) -> Self {
+        let alias_services = services.clone().filter(|(_, s)| s.alias_for.is_some());
+        let visible = super::visibility::hosts(specs, &alias_services);
+        let covering =
+            super::virtual_services::mesh_covering(routed_vss, &alias_services, &visible, specs);
+        Aliases {
+            ports: ports(&visible, &alias_services, specs),
+            vss: super::virtual_services::mesh_in_effect(&covering),
+        }
+    }
+}
+
 type Rows<'s> = Coll<'s, ((ScopeKey, u16), RouteRow)>;
 
 /// Sidecar route ports per (scope, host), from the egress listener that made it visible.

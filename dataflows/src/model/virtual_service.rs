@@ -1,7 +1,7 @@
 //! VirtualService: its HTTP, TLS and TCP routes, their matches, and what an HTTP route
 //! does to a request (redirects, rewrites, header edits, mirrors, CORS, faults).
 
-use super::{ConfigKey, Hostname, Labels};
+use super::{ConfigKey, Hostname, Labels, Source};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -16,11 +16,11 @@ pub struct VirtualService {
     pub export_to: Vec<String>,
     pub http: Vec<HttpRoute>,
     /// `tcp[]`: routes for the TCP ports of the hosts, in order (the first that matches wins).
-    pub tcp: Vec<TcpRoute>,
+    pub tcp: Vec<L4Route>,
     /// `tls[]`: routes of TLS passthrough by SNI (gateways' PASSTHROUGH servers, sidecars'
     /// TLS ports), in order.
     #[serde(default)]
-    pub tls: Vec<TlsRoute>,
+    pub tls: Vec<L4Route>,
 }
 
 impl VirtualService {
@@ -282,31 +282,14 @@ pub enum AbortStatus {
     Grpc(u32),
 }
 
-/// One `match` of a TLS route: the SNI names (required) and the TCP conditions.
+/// One `match` of a `tcp[]` or `tls[]` route: every condition must hold. A TLS match names
+/// its SNI hosts (required there); a TCP match has none. `sourceSubnet` is not modelled: a
+/// TCP route using it is left out on input (fails closed).
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct TlsMatch {
-    /// `sniHosts`, fully qualified as the VirtualService's hosts are.
+pub struct L4Match {
+    /// `sniHosts` of a TLS match, fully qualified as the VirtualService's hosts are.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sni_hosts: Vec<String>,
-    pub port: Option<u16>,
-    pub destination_subnets: Vec<String>,
-    pub gateways: Vec<String>,
-    pub source_namespace: Option<String>,
-    /// As [`HttpMatch::source_labels`].
-    #[serde(default)]
-    pub source_labels: Option<Labels>,
-}
-
-/// A VirtualService's `tls[]` route.
-#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct TlsRoute {
-    pub matches: Vec<TlsMatch>,
-    pub route: Vec<RouteDestination>,
-}
-
-/// One `match` of a TCP route: every condition must hold. `sourceSubnet` is not modelled:
-/// a route using it is left out on input (fails closed).
-#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct TcpMatch {
     /// Only connections to this service port (or gateway server port).
     pub port: Option<u16>,
     /// Only connections whose destination IP is in one of these (canonical CIDRs).
@@ -320,10 +303,25 @@ pub struct TcpMatch {
     pub source_labels: Option<Labels>,
 }
 
-/// A VirtualService's `tcp[]` route: where matching connections go.
+impl L4Match {
+    /// Whether the match applies on `port` through one of `via` (gateways as
+    /// `namespace/name`, or `mesh`) for the proxies of `source`.
+    pub fn applies<V: AsRef<str>>(&self, port: u16, via: &[V], source: Source) -> bool {
+        self.port.is_none_or(|p| p == port)
+            && (self.gateways.is_empty()
+                || self
+                    .gateways
+                    .iter()
+                    .any(|g| via.iter().any(|v| v.as_ref() == g)))
+            && source.admits(self.source_namespace.as_ref(), self.source_labels.as_ref())
+    }
+}
+
+/// A VirtualService's `tcp[]` or `tls[]` route: where matching connections go.
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct TcpRoute {
-    /// Any of these matches (OR); empty matches every connection.
-    pub matches: Vec<TcpMatch>,
+pub struct L4Route {
+    /// Any of these matches (OR); empty matches every connection (TCP only: a TLS route
+    /// needs a match).
+    pub matches: Vec<L4Match>,
     pub route: Vec<RouteDestination>,
 }

@@ -9,19 +9,32 @@ use std::collections::BTreeMap;
 /// resolve; an alias whose chain comes back to a host already on it (a loop, which Istio
 /// drops as Kubernetes DNS answers NXDOMAIN for it) is left out.
 pub fn resolve_aliases(raw: &BTreeMap<Hostname, Hostname>) -> BTreeMap<Hostname, Hostname> {
-    raw.iter()
-        .filter_map(|(alias, target)| {
-            let mut seen = std::collections::BTreeSet::from([alias, target]);
-            let mut t = target;
-            while let Some(next) = raw.get(t) {
-                if !seen.insert(next) {
-                    return None;
-                }
-                t = next;
-            }
-            Some((alias.clone(), t.clone()))
+    raw.keys()
+        .filter_map(|alias| match alias_chain(raw, alias) {
+            (chain, false) => Some((alias.clone(), (*chain.last()?).clone())),
+            (_, true) => None,
         })
         .collect()
+}
+
+/// The hosts the chain from `alias` passes through (`raw`: alias host → the host it
+/// names), in order: the host it names, the host that one names, and so on to the end of
+/// the chain, or to the first host seen again; and whether it came back (a loop).
+pub fn alias_chain<'a>(
+    raw: &'a BTreeMap<Hostname, Hostname>,
+    alias: &'a Hostname,
+) -> (Vec<&'a Hostname>, bool) {
+    let mut seen = std::collections::BTreeSet::from([alias]);
+    let mut chain = Vec::new();
+    let mut at = alias;
+    while let Some(next) = raw.get(at) {
+        if !seen.insert(next) {
+            return (chain, true);
+        }
+        chain.push(next);
+        at = next;
+    }
+    (chain, false)
 }
 
 /// The services in effect with `ExternalName` aliases resolved: each alias service leaves

@@ -12,7 +12,7 @@ mod sidecar;
 mod virtual_service;
 
 pub use aliases::{
-    alias_targets, resolve_aliases, with_alias_destinations, with_aliases, AliasTarget,
+    alias_chain, alias_targets, resolve_aliases, with_alias_destinations, with_aliases, AliasTarget,
 };
 pub use destination_rule::{
     consolidate_drs, dr_entry_relevant, dr_export_set, dr_in_effect, dr_in_effect_inbound,

@@ -1,7 +1,7 @@
 //! What the HTTP filters and the matched route do to a request besides choosing where it
 //! goes: faults, rewrites, header edits, CORS and mirrors ([`HttpEffects`]).
 
-use super::route::{header_matches, to_duration, Request};
+use super::request::{header_matches, to_duration, Request};
 use super::transport::string_matcher_text;
 use super::{
     Action, Cors, Fault, FaultAbort, HeaderEdit, HeaderLevel, HeaderOp, HostRewrite, HttpEffects,

@@ -97,6 +97,7 @@ mod call;
 mod effects;
 mod listener;
 mod outcome;
+mod request;
 mod route;
 mod transport;
 mod upstream;

@@ -53,8 +53,9 @@ pub fn virtual_service(rng: &mut StdRng, extra: &mut StdRng, slot: usize) -> Rec
 
 /// A TCP route's match: on port 3306, subnets, gateways and the source's namespace and labels,
 /// each now and then.
-fn tcp_match(rng: &mut StdRng, ns: &str) -> TcpMatch {
-    TcpMatch {
+fn tcp_match(rng: &mut StdRng, ns: &str) -> L4Match {
+    L4Match {
+        sni_hosts: Vec::new(),
         port: rng.random_bool(0.3).then_some(3306),
         destination_subnets: if rng.random_bool(0.3) {
             vec!["10.96.0.0/24".into()]
@@ -71,18 +72,18 @@ fn tcp_match(rng: &mut StdRng, ns: &str) -> TcpMatch {
 }
 
 /// None, or a split between subsets v1 and v2 and a route to the whole service.
-fn tcp_routes(rng: &mut StdRng, ns: &str, target: &str, w: u32) -> Vec<TcpRoute> {
+fn tcp_routes(rng: &mut StdRng, ns: &str, target: &str, w: u32) -> Vec<L4Route> {
     match rng.random_range(0..3) {
         0 => vec![],
         _ => vec![
-            TcpRoute {
+            L4Route {
                 matches: vec![tcp_match(rng, ns), tcp_match(rng, ns)],
                 route: vec![
                     dest(target, Some("v1"), w),
                     dest(target, Some("v2"), 100 - w),
                 ],
             },
-            TcpRoute {
+            L4Route {
                 matches: if rng.random_bool(0.5) {
                     vec![]
                 } else {
@@ -105,12 +106,12 @@ fn tls_routes(
     vs_host: &str,
     target: &str,
     w: u32,
-) -> Vec<TlsRoute> {
+) -> Vec<L4Route> {
     if rng.random_range(0..3) == 0 {
         return vec![];
     }
-    let mut routes = vec![TlsRoute {
-        matches: vec![TlsMatch {
+    let mut routes = vec![L4Route {
+        matches: vec![L4Match {
             sni_hosts: vec![pick(rng, &[vs_host, "nowhere.example"]).into()],
             port: rng.random_bool(0.3).then_some(8444),
             source_labels: source_labels(rng),
@@ -142,8 +143,8 @@ fn tls_routes(
     }
     if extra.random_bool(0.5) {
         // A second route: another name of the host, or any name.
-        routes.push(TlsRoute {
-            matches: vec![TlsMatch {
+        routes.push(L4Route {
+            matches: vec![L4Match {
                 sni_hosts: vec![pick(extra, &[vs_host, "*"]).into()],
                 destination_subnets: if extra.random_bool(0.3) {
                     vec!["10.96.0.1/32".into()]

@@ -61,8 +61,8 @@ fn tls_route_vs(name: &str, host: &str, sni: &str, dest: &str) -> Record {
         export_to: vec![],
         http: vec![],
         tcp: vec![],
-        tls: vec![TlsRoute {
-            matches: vec![TlsMatch {
+        tls: vec![L4Route {
+            matches: vec![L4Match {
                 sni_hosts: vec![sni.into()],
                 ..Default::default()
             }],
@@ -266,8 +266,8 @@ fn terminating_tls_server_routes_decrypted_stream_by_tcp_routes() {
         gateways: vec!["istio-system/tls".into()],
         export_to: vec![],
         http: vec![],
-        tcp: vec![TcpRoute {
-            matches: vec![TcpMatch {
+        tcp: vec![L4Route {
+            matches: vec![L4Match {
                 port: Some(443),
                 ..Default::default()
             }],

@@ -192,8 +192,8 @@ fn sni_vs(name: &str, hosts: &[&str], sni: &str, dest: &str, subset: &str) -> Re
         export_to: vec![],
         http: vec![],
         tcp: vec![],
-        tls: vec![TlsRoute {
-            matches: vec![TlsMatch {
+        tls: vec![L4Route {
+            matches: vec![L4Match {
                 sni_hosts: vec![sni.into()],
                 ..Default::default()
             }],

@@ -1,5 +1,5 @@
 //! The field vocabulary the kinds share: typed specs and the fields not read, ports and
-//! protocols, durations, host names, `exportTo`, CIDRs, label selectors and string matches.
+//! protocols, durations, host names, `exportTo`, CIDRs, label selectors, string matches and route destinations.
 
 use super::Result;
 use crate::config::findings::{typed_with_ignored, FieldPath, Finding, IGNORED};
@@ -343,4 +343,33 @@ pub(super) fn is_header_token(name: &str) -> bool {
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"-_.!#$%&'*+^`|~".contains(&b))
+}
+
+/// A route's or mirror's destination (weight 100).
+pub(super) fn destination(
+    dest: Option<&istio::Destination>,
+    field: &str,
+    ns: &str,
+    mesh: &MeshConfig,
+) -> Result<m::RouteDestination> {
+    let Some(dest) = dest.filter(|d| !d.host.is_empty()) else {
+        return Err(Invalid::field(
+            format!("{field}.host"),
+            "a destination host is required",
+        ));
+    };
+    let port = dest
+        .port
+        .as_ref()
+        .and_then(|p| p.number)
+        .map(|n| port_u16(n, &format!("{field}.port.number")))
+        .transpose()?;
+    Ok(m::RouteDestination {
+        host: fqdn(&dest.host, ns, mesh),
+        subset: dest.subset.clone(),
+        port,
+        weight: 100,
+        headers: m::HeaderOps::default(),
+        via_alias: None,
+    })
 }

@@ -1,8 +1,7 @@
 //! What an HTTP route of a VirtualService does besides choosing destinations: redirects,
 //! direct responses, rewrites, header edits, mirrors, faults, retries and CORS.
 
-use super::fields::{is_header_token, parse_duration_ms, port_u16, string_match};
-use super::virtual_service::destination;
+use super::fields::{destination, is_header_token, parse_duration_ms, port_u16, string_match};
 use super::Result;
 use crate::config::findings::Finding;
 use crate::config::{istio, Invalid};

@@ -3,8 +3,8 @@
 //! read. What an HTTP route does besides choosing destinations is [`super::route_actions`]'s.
 
 use super::fields::{
-    cidr, export_to, fqdn, is_header_token, parse_duration_ms, port_u16, report_ignored,
-    source_labels, spec, string_match,
+    cidr, destination, export_to, fqdn, is_header_token, parse_duration_ms, port_u16,
+    report_ignored, source_labels, spec, string_match,
 };
 use super::route_actions::{
     cors, direct_response, fault, header_ops, mirrors, redirect, retries, rewrite,
@@ -508,35 +508,6 @@ fn weighted_destinations(
     Ok(route)
 }
 
-/// A route's or mirror's destination (weight 100).
-pub(super) fn destination(
-    dest: Option<&istio::Destination>,
-    field: &str,
-    ns: &str,
-    mesh: &MeshConfig,
-) -> Result<m::RouteDestination> {
-    let Some(dest) = dest.filter(|d| !d.host.is_empty()) else {
-        return Err(Invalid::field(
-            format!("{field}.host"),
-            "a destination host is required",
-        ));
-    };
-    let port = dest
-        .port
-        .as_ref()
-        .and_then(|p| p.number)
-        .map(|n| port_u16(n, &format!("{field}.port.number")))
-        .transpose()?;
-    Ok(m::RouteDestination {
-        host: fqdn(&dest.host, ns, mesh),
-        subset: dest.subset.clone(),
-        port,
-        weight: 100,
-        headers: m::HeaderOps::default(),
-        via_alias: None,
-    })
-}
-
 /// `tcp[]`: each route's matches and weighted destinations; the routes in `skip` are left
 /// out (a match condition meshflow cannot honour: reported by [`routes_not_generated`]).
 fn tcp_routes(
@@ -544,45 +515,11 @@ fn tcp_routes(
     skip: &[usize],
     ns: &str,
     mesh: &MeshConfig,
-) -> Result<Vec<m::TcpRoute>> {
-    let mut out = Vec::new();
-    for (ri, r) in routes.iter().enumerate() {
-        if skip.contains(&ri) {
-            continue;
-        }
-        let f = format!("spec.tcp[{ri}]");
-        if r.route.is_empty() {
-            return Err(Invalid::field(
-                format!("{f}.route"),
-                "a TCP route needs destinations",
-            ));
-        }
-        let mut matches = Vec::new();
-        for (mi, mr) in r.matches.iter().enumerate() {
-            let mf = format!("{f}.match[{mi}]");
-            let destination_subnets = mr
-                .destination_subnets
-                .iter()
-                .enumerate()
-                .map(|(si, sn)| cidr(sn, &format!("{mf}.destinationSubnets[{si}]")))
-                .collect::<Result<Vec<_>>>()?;
-            matches.push(m::TcpMatch {
-                port: mr
-                    .port
-                    .map(|p| port_u16(p, &format!("{mf}.port")))
-                    .transpose()?,
-                destination_subnets,
-                gateways: gateway_refs(&mr.gateways, ns),
-                source_namespace: mr.source_namespace.clone(),
-                source_labels: source_labels(&mr.source_labels, &format!("{mf}.sourceLabels"))?,
-            });
-        }
-        out.push(m::TcpRoute {
-            matches,
-            route: weighted_destinations(&r.route, &f, ns, mesh, false)?,
-        });
-    }
-    Ok(out)
+) -> Result<Vec<m::L4Route>> {
+    let routes = routes.iter().map(|r| (&r.matches[..], &r.route[..]));
+    l4_routes("tcp", routes, skip, ns, mesh, |mr, mf| {
+        l4_match(mr, mf, ns, Vec::new())
+    })
 }
 
 /// `tls[]`: each route's SNI matches and weighted destinations; the routes in `skip` are
@@ -594,71 +531,100 @@ fn tls_routes(
     hosts: &[String],
     ns: &str,
     mesh: &MeshConfig,
-) -> Result<Vec<m::TlsRoute>> {
+) -> Result<Vec<m::L4Route>> {
+    let routes = routes.iter().map(|r| (&r.matches[..], &r.route[..]));
+    l4_routes("tls", routes, skip, ns, mesh, |mr, mf| {
+        if mr.sni_hosts.is_empty() {
+            return Err(Invalid::field(
+                format!("{mf}.sniHosts"),
+                "a TLS match needs sniHosts",
+            ));
+        }
+        let mut sni_hosts = Vec::new();
+        for (si, h) in mr.sni_hosts.iter().enumerate() {
+            let full = fqdn(h, ns, mesh);
+            let within = hosts.iter().any(|vh| {
+                dataflows::rules::host_matches(vh, &full)
+                    || dataflows::rules::host_matches(&full, vh)
+            });
+            if !within {
+                return Err(Invalid::field(
+                    format!("{mf}.sniHosts[{si}]"),
+                    format!("{h:?} is not one of the VirtualService's hosts"),
+                ));
+            }
+            sni_hosts.push(full);
+        }
+        l4_match(&mr.l4, mf, ns, sni_hosts)
+    })
+}
+
+/// The routes of `spec.<field>[]` (`tcp` or `tls`) but those in `skip`, each with its
+/// matches read by `read_match` and its weighted destinations.
+fn l4_routes<'r, M: 'r>(
+    field: &str,
+    routes: impl Iterator<Item = (&'r [M], &'r [istio::HttpRouteDestination])>,
+    skip: &[usize],
+    ns: &str,
+    mesh: &MeshConfig,
+    read_match: impl Fn(&M, &str) -> Result<m::L4Match>,
+) -> Result<Vec<m::L4Route>> {
     let mut out = Vec::new();
-    for (ri, r) in routes.iter().enumerate() {
+    for (ri, (matches, route)) in routes.enumerate() {
         if skip.contains(&ri) {
             continue;
         }
-        let f = format!("spec.tls[{ri}]");
-        if r.route.is_empty() {
+        let f = format!("spec.{field}[{ri}]");
+        let kind = field.to_uppercase();
+        if route.is_empty() {
             return Err(Invalid::field(
                 format!("{f}.route"),
-                "a TLS route needs destinations",
+                format!("a {kind} route needs destinations"),
             ));
         }
-        if r.matches.is_empty() {
+        // Istio requires a match of every TLS route (its SNI hosts); a TCP route without
+        // one matches every connection.
+        if field == "tls" && matches.is_empty() {
             return Err(Invalid::field(
                 format!("{f}.match"),
-                "a TLS route needs a match",
+                format!("a {kind} route needs a match"),
             ));
         }
-        let mut matches = Vec::new();
-        for (mi, mr) in r.matches.iter().enumerate() {
-            let mf = format!("{f}.match[{mi}]");
-            if mr.sni_hosts.is_empty() {
-                return Err(Invalid::field(
-                    format!("{mf}.sniHosts"),
-                    "a TLS match needs sniHosts",
-                ));
-            }
-            let mut sni_hosts = Vec::new();
-            for (si, h) in mr.sni_hosts.iter().enumerate() {
-                let full = fqdn(h, ns, mesh);
-                let within = hosts.iter().any(|vh| {
-                    dataflows::rules::host_matches(vh, &full)
-                        || dataflows::rules::host_matches(&full, vh)
-                });
-                if !within {
-                    return Err(Invalid::field(
-                        format!("{mf}.sniHosts[{si}]"),
-                        format!("{h:?} is not one of the VirtualService's hosts"),
-                    ));
-                }
-                sni_hosts.push(full);
-            }
-            let destination_subnets = mr
-                .destination_subnets
-                .iter()
-                .enumerate()
-                .map(|(si, sn)| cidr(sn, &format!("{mf}.destinationSubnets[{si}]")))
-                .collect::<Result<Vec<_>>>()?;
-            matches.push(m::TlsMatch {
-                sni_hosts,
-                port: mr
-                    .port
-                    .map(|p| port_u16(p, &format!("{mf}.port")))
-                    .transpose()?,
-                destination_subnets,
-                gateways: gateway_refs(&mr.gateways, ns),
-                source_namespace: mr.source_namespace.clone(),
-                source_labels: source_labels(&mr.source_labels, &format!("{mf}.sourceLabels"))?,
-            });
-        }
-        out.push(m::TlsRoute {
+        let matches = matches
+            .iter()
+            .enumerate()
+            .map(|(mi, mr)| read_match(mr, &format!("{f}.match[{mi}]")))
+            .collect::<Result<Vec<_>>>()?;
+        out.push(m::L4Route {
             matches,
-            route: weighted_destinations(&r.route, &f, ns, mesh, false)?,
+            route: weighted_destinations(route, &f, ns, mesh, false)?,
         });
     }
     Ok(out)
+}
+
+/// The conditions a TCP and a TLS match share, with the TLS match's `sni_hosts`.
+fn l4_match(
+    mr: &istio::L4MatchAttributes,
+    mf: &str,
+    ns: &str,
+    sni_hosts: Vec<String>,
+) -> Result<m::L4Match> {
+    let destination_subnets = mr
+        .destination_subnets
+        .iter()
+        .enumerate()
+        .map(|(si, sn)| cidr(sn, &format!("{mf}.destinationSubnets[{si}]")))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(m::L4Match {
+        sni_hosts,
+        port: mr
+            .port
+            .map(|p| port_u16(p, &format!("{mf}.port")))
+            .transpose()?,
+        destination_subnets,
+        gateways: gateway_refs(&mr.gateways, ns),
+        source_namespace: mr.source_namespace.clone(),
+        source_labels: source_labels(&mr.source_labels, &format!("{mf}.sourceLabels"))?,
+    })
 }

@@ -2,9 +2,8 @@
 //! path handling around it.
 
 use crate::simulate::listener::in_cidr;
-use crate::simulate::route::{
-    header_matches, normalize_path, port_of, query_matches, strip_port, Request,
-};
+use crate::simulate::request::{header_matches, normalize_path, query_matches, Request};
+use crate::simulate::route::{port_of, strip_port};
 use crate::simulate::{select_virtual_host, Call};
 use envoy_types::pb::envoy::config::route::v3::{
     header_matcher::HeaderMatchSpecifier, query_parameter_matcher::QueryParameterMatchSpecifier,

@@ -70,32 +70,6 @@ fn idle_timeout_reaches_every_connection_manager_and_tcp_proxy() {
         2_000_000_000,
     );
     assert_eq!(idle_of(&http), vec![(String::new(), "hcm", Some(2000))]);
-    // The rule's own idle timeout wins; a rule with only a longest duration does not.
-    let dests = vec![("outbound|27017||db.ns.svc.cluster.local".to_string(), 100)];
-    let chain = |idle_ms, max_duration_ms| FilterChain {
-        name: format!("{idle_ms:?}"),
-        filters: vec![super::super::tcp::tcp_proxy(
-            &dests,
-            "db",
-            crate::model::TcpTimeout {
-                idle_ms,
-                max_duration_ms,
-            },
-        )],
-        ..Default::default()
-    };
-    let l = Listener {
-        name: "0.0.0.0_27017".into(),
-        filter_chains: vec![chain(Some(5_000), None), chain(Some(0), None)],
-        default_filter_chain: Some(chain(None, Some(60_000))),
-        ..Default::default()
-    };
-    let r = Resource::new(ResourceType::Listener, l.name.clone(), l.encode_to_vec());
-    let idle: Vec<Option<i64>> = idle_of(&with_idle_timeout(&r, 1_000_000_000))
-        .into_iter()
-        .map(|(_, _, idle)| idle)
-        .collect();
-    assert_eq!(idle, vec![Some(5_000), Some(0), Some(1_000)]);
     // Proxyless clients' API listeners and resources other than listeners: as built.
     let api = &api_listeners("a.ns.svc.cluster.local", 9080, "ns", "cluster.local")[0];
     assert_eq!(with_idle_timeout(api, 1_000_000_000), *api);

@@ -3,8 +3,7 @@
 //! carry it out, for sidecars' outbound listeners and gateways' TCP servers alike.
 
 use crate::model::{
-    ResolvedVs, Resource, ResourceType, RouteDestination, Source, TcpMatch, TcpTimeout,
-    TcpTimeouts, TlsMatch,
+    L4Match, ResolvedVs, Resource, ResourceType, RouteDestination, Source, TcpTimeout, TcpTimeouts,
 };
 use crate::translate::listener::{http_chain, PLAINTEXT_HTTP_ALPN};
 use crate::translate::{outbound_cluster_name, socket_address};
@@ -42,14 +41,6 @@ pub(crate) fn destinations(route: &[RouteDestination], port: u16, vs: &ResolvedV
         .collect()
 }
 
-/// Whether a match applies on `port` through `via` (gateways `namespace/name`, or `mesh`)
-/// for the proxies of `source`.
-fn applies(m: &TcpMatch, port: u16, via: &[String], source: Source) -> bool {
-    m.port.is_none_or(|p| p == port)
-        && (m.gateways.is_empty() || m.gateways.iter().any(|g| via.contains(g)))
-        && source.admits(m.source_namespace.as_ref(), m.source_labels.as_ref())
-}
-
 /// The chains the `tcp[]` routes of `vss` (each with the gateways it applies through, in
 /// precedence order) make on `port`. Routes are taken in order: a route whose applicable
 /// matches name `destinationSubnets` gets a chain for those subnets (a subnet an earlier
@@ -70,10 +61,10 @@ pub fn chains(
             if dests.is_empty() {
                 continue;
             }
-            let live: Vec<&TcpMatch> = route
+            let live: Vec<&L4Match> = route
                 .matches
                 .iter()
-                .filter(|m| applies(m, port, via, source))
+                .filter(|m| m.applies(port, via, source))
                 .collect();
             if !route.matches.is_empty() && live.is_empty() {
                 continue;
@@ -398,16 +389,6 @@ pub(super) fn specificity(range: &str) -> i64 {
     bits(range).map_or(-1, |(_, len)| i64::from(len))
 }
 
-/// Whether a TLS match applies on `port` of a sidecar (gateway `mesh`) for `source`.
-fn tls_applies(m: &TlsMatch, port: u16, source: Source) -> bool {
-    m.port.is_none_or(|p| p == port)
-        && (m.gateways.is_empty()
-            || m.gateways
-                .iter()
-                .any(|g| g == crate::translate::route::MESH))
-        && source.admits(m.source_namespace.as_ref(), m.source_labels.as_ref())
-}
-
 /// One SNI chain of a sidecar's TLS port: the SNI names (empty: any), the destination
 /// CIDRs (empty: the service's), and where it sends connections.
 pub type SniChain = (Vec<String>, Vec<String>, Destinations);
@@ -424,7 +405,7 @@ pub fn sni_chains(vs: &ResolvedVs, port: u16, source: Source) -> Vec<SniChain> {
         for m in route
             .matches
             .iter()
-            .filter(|m| tls_applies(m, port, source))
+            .filter(|m| m.applies(port, &[crate::translate::route::MESH], source))
         {
             let names = crate::translate::hosts::server_names(&m.sni_hosts);
             let ranges = m.destination_subnets.clone();
@@ -479,6 +460,49 @@ mod tests {
     /// A route's `tcp_proxy` takes the idle timeout and longest connection of its first
     /// destination's host (a split included); a host without them, and a cluster not of a
     /// service, take none.
+    /// A proxy's `IDLE_TIMEOUT` ([`crate::translate::listener::with_idle_timeout`]) leaves
+    /// a chain's own idle timeout (a DestinationRule's, even 0) as it is, and fills in one
+    /// whose rule set only a longest duration.
+    #[test]
+    fn a_chains_own_idle_timeout_wins_over_the_proxys() {
+        let dests = vec![("outbound|27017||db.ns.svc.cluster.local".to_string(), 100)];
+        let chain = |idle_ms, max_duration_ms| FilterChain {
+            name: format!("{idle_ms:?}"),
+            filters: vec![tcp_proxy(
+                &dests,
+                "db",
+                TcpTimeout {
+                    idle_ms,
+                    max_duration_ms,
+                },
+            )],
+            ..Default::default()
+        };
+        let l = Listener {
+            name: "0.0.0.0_27017".into(),
+            filter_chains: vec![chain(Some(5_000), None), chain(Some(0), None)],
+            default_filter_chain: Some(chain(None, Some(60_000))),
+            ..Default::default()
+        };
+        let r = Resource::new(ResourceType::Listener, l.name.clone(), l.encode_to_vec());
+        let out = crate::translate::listener::with_idle_timeout(&r, 1_000_000_000);
+        let out = Listener::decode(&out.body.0[..]).expect("a listener");
+        let idle: Vec<Option<i64>> = out
+            .filter_chains
+            .iter()
+            .chain(out.default_filter_chain.iter())
+            .map(|c| {
+                let Some(filter::ConfigType::TypedConfig(any)) = &c.filters[0].config_type else {
+                    panic!("a typed config");
+                };
+                let t = TcpProxy::decode(&any.value[..]).expect("a tcp_proxy");
+                t.idle_timeout
+                    .map(|d| d.seconds * 1000 + i64::from(d.nanos) / 1_000_000)
+            })
+            .collect();
+        assert_eq!(idle, vec![Some(5_000), Some(0), Some(1_000)]);
+    }
+
     #[test]
     fn tcp_proxy_takes_the_first_destinations_limits() {
         let both = TcpTimeout {
