@@ -64,7 +64,7 @@ elif ! cmp -s "$node_dir/package-lock.json" "$node_stamp"; then
     cp "$node_dir/package-lock.json" "$node_stamp"
 fi
 
-# Chromium from Debian's packages, for the debug UI's browser tests (tests/debug_ui.rs); they
+# Chromium from Debian's packages, for the debug UI's browser tests (tests/debug/ui.rs); they
 # skip without it, or fail under CI=true. Installing needs apt-get as root.
 if ! command -v chromium >/dev/null 2>&1; then
     if command -v apt-get >/dev/null 2>&1 && [[ "$(id -u)" == 0 ]]; then

@@ -1,7 +1,7 @@
 //! The command line itself, run as the built binary: `validate` taking its directory as an
 //! argument or a flag and printing each problem once, `--version` naming the git commit, and
 //! the shell completion scripts. (The debug commands are tested against a running server in
-//! `debug_api.rs`.)
+//! `debug/api.rs`.)
 
 mod support;
 

@@ -369,7 +369,7 @@ mod tests {
         //! attribution never panics, names only objects the rejected push was built from and
         //! that changed in the rejecting proxy's window, and writes a proxy on an object's
         //! status only when it is of the object's namespace or the root's. (What is served is
-        //! out of its reach: it returns no record to apply — `tests/xds_nack_isolation.rs`
+        //! out of its reach: it returns no record to apply — `tests/xds/nack_isolation.rs`
         //! checks what the clients get.)
         use super::*;
         use proptest::prelude::*;

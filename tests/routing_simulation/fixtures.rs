@@ -29,7 +29,7 @@ pub(crate) fn pod(reviews: &Reviews, version: &str) -> String {
     format!("{}:{}", reviews.pod_ip(version), reviews.backend_port())
 }
 
-/// The sidecar scenario's setup (envoy_sidecar.rs, envoy_faults.rs, debug_envoy.rs): pod
+/// The sidecar scenario's setup (envoy/sidecar.rs, envoy/faults.rs, debug/envoy.rs): pod
 /// `client-abc` without capture, scoped by Sidecar `client` (egress listener bound to
 /// `127.0.0.1:PORT`); the `reviews` Service on that same port.
 pub(crate) fn sidecar_setup(label: &str, versions: &[&str]) -> (Mesh, Reviews, ProxyId) {

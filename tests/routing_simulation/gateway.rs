@@ -1,4 +1,4 @@
-//! The gateway scenario of tests/envoy_gateway.rs: routes by host and path at the gateway,
+//! The gateway scenario of tests/envoy/gateway.rs: routes by host and path at the gateway,
 //! match conditions on the source and the gateway, HTTPS redirects and TLS passthrough by SNI.
 
 use crate::fixtures::{gateway_setup, pod, via_gateway, GATEWAY_HOST, JASON, PORT};
@@ -193,7 +193,7 @@ fn match_gateways_split_one_virtual_service_between_gateway_and_sidecars() {
     assert_routes_to(&o, &reviews.cluster("v2"), &[pod(&reviews, "v2")]);
 }
 
-/// Mirrors `envoy_gateway.rs` steps 1 and 7 (`gateway_follows_config_changes_over_*`): a
+/// Mirrors `envoy/gateway.rs` steps 1 and 7 (`gateway_follows_config_changes_over_*`): a
 /// Gateway without a bound VirtualService routes nothing (404), again after the
 /// VirtualService is deleted.
 #[test]
@@ -211,7 +211,7 @@ fn gateway_without_virtual_service_answers_404() {
     assert_status(&o, 404);
 }
 
-/// Mirrors `envoy_gateway.rs` steps 2, 8 and 9: the plain (subset-less) route reaches both
+/// Mirrors `envoy/gateway.rs` steps 2, 8 and 9: the plain (subset-less) route reaches both
 /// pods through the service's cluster; with v1's endpoint gone only v2 is left; the proxy
 /// holds the EDS assignments of the service and of v1 and v2.
 #[test]
@@ -235,7 +235,7 @@ fn gateway_plain_route_reaches_the_services_endpoints() {
     assert_routes_to(&o, &reviews.cluster(""), &[pod(&reviews, "v2")]);
 }
 
-/// Mirrors `envoy_gateway.rs` steps 3–4: jason → v2, `/reviews` → v1 (100/0) then v2
+/// Mirrors `envoy/gateway.rs` steps 3–4: jason → v2, `/reviews` → v1 (100/0) then v2
 /// (0/100), an unmatched path and an unknown host → 404.
 #[test]
 fn gateway_header_prefix_and_host_routing() {
@@ -263,7 +263,7 @@ fn gateway_header_prefix_and_host_routing() {
     assert_routes_to(&shifted, &reviews.cluster("v2"), &[pod(&reviews, "v2")]);
 }
 
-/// Mirrors `envoy_gateway.rs` steps 5–6: subset v3 takes `/reviews` while jason stays on v2;
+/// Mirrors `envoy/gateway.rs` steps 5–6: subset v3 takes `/reviews` while jason stays on v2;
 /// without v3's endpoint the gateway answers 503.
 #[test]
 fn gateway_new_subset_v3_then_503_without_endpoints() {

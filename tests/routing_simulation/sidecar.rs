@@ -1,5 +1,5 @@
-//! The sidecar scenario of the `reviews` fixture (tests/envoy_sidecar.rs, envoy_faults.rs,
-//! debug_envoy.rs): routes by header, prefix, method and weight, subsets coming and going,
+//! The sidecar scenario of the `reviews` fixture (tests/envoy/sidecar.rs, envoy/faults.rs,
+//! debug/envoy.rs): routes by header, prefix, method and weight, subsets coming and going,
 //! redirects, the outbound traffic policy, hosts outside the registry and wildcard hosts, and
 //! what an invalid edit leaves in place.
 
@@ -11,7 +11,7 @@ use dataflows::model::MeshConfig;
 use dataflows::simulate::{Call, NoMatch};
 use std::path::Path;
 
-/// Mirrors `envoy_sidecar.rs` step 1 (`sidecar_follows_config_changes_over_{delta,sotw}_ads`):
+/// Mirrors `envoy/sidecar.rs` step 1 (`sidecar_follows_config_changes_over_{delta,sotw}_ads`):
 /// without a VirtualService the sidecar's listener `127.0.0.1_PORT` and route configuration
 /// `PORT` send `/reviews/1` to the whole `reviews` cluster (both pods), under every host alias;
 /// the proxy holds the EDS assignments of the service and of subsets v1 and v2.
@@ -44,7 +44,7 @@ fn sidecar_default_route_reaches_both_pods_under_every_alias() {
     );
 }
 
-/// Mirrors `envoy_sidecar.rs` step 2: with VirtualService `reviews` (jason → v2, `/reviews` →
+/// Mirrors `envoy/sidecar.rs` step 2: with VirtualService `reviews` (jason → v2, `/reviews` →
 /// v1 100 / v2 0), `end-user: jason` reaches only v2, `/reviews/1` only v1 (the 0-weight
 /// subset is not a candidate), and `/ratings/1` matches no route: 404.
 #[test]
@@ -68,7 +68,7 @@ fn sidecar_header_and_prefix_routes_pick_subsets() {
     assert_status(&unmatched, 404);
 }
 
-/// Mirrors `envoy_sidecar.rs` step 3 and `envoy_faults.rs`
+/// Mirrors `envoy/sidecar.rs` step 3 and `envoy/faults.rs`
 /// (`restart_under_load_fails_no_request_and_delta_resumes_with_only_changes`): the split
 /// shifted to v1 0 / v2 100 sends `/reviews/1` only to v2.
 #[test]
@@ -82,7 +82,7 @@ fn sidecar_weight_shift_moves_reviews_to_v2() {
     assert_routes_to(&after, &reviews.cluster("v2"), &[pod(&reviews, "v2")]);
 }
 
-/// Mirrors `envoy_sidecar.rs` steps 4–5: a third version (pod, endpoint, subset) takes all of
+/// Mirrors `envoy/sidecar.rs` steps 4–5: a third version (pod, endpoint, subset) takes all of
 /// `/reviews` while jason stays on v2; when v3's endpoint leaves the slice its subset has no
 /// endpoint and Envoy answers 503 (v3 gets nothing).
 #[test]
@@ -163,7 +163,7 @@ fn without_headers_value_match_takes_requests_lacking_the_header() {
 }
 
 /// Redirects and direct responses are answered by the proxy: the simulation sees the status
-/// Envoy sends without any upstream (tests/envoy_route_actions.rs checks the same in Envoy).
+/// Envoy sends without any upstream (tests/envoy/route_actions.rs checks the same in Envoy).
 #[test]
 fn sidecar_redirect_and_direct_response_answer_without_an_upstream() {
     let (mut mesh, _reviews, proxy) = sidecar_setup("sidecar-answers", &["v1", "v2"]);
@@ -371,7 +371,7 @@ fn a_route_to_an_undefined_subset_is_reported_until_a_rule_defines_it() {
     mesh.assert_no_errors();
 }
 
-/// Mirrors `envoy_sidecar.rs` steps 6–7: deleting the VirtualService restores the default
+/// Mirrors `envoy/sidecar.rs` steps 6–7: deleting the VirtualService restores the default
 /// route over both pods; when v1's endpoint leaves, only v2 is behind it.
 #[test]
 fn sidecar_deleting_the_virtual_service_restores_the_default_route() {
@@ -392,7 +392,7 @@ fn sidecar_deleting_the_virtual_service_restores_the_default_route() {
     assert_routes_to(&o, &reviews.cluster(""), &[pod(&reviews, "v2")]);
 }
 
-/// Mirrors `debug_envoy.rs` (`debug_views_match_envoy_over_{delta,sotw}_ads`): with the split
+/// Mirrors `debug/envoy.rs` (`debug_views_match_envoy_over_{delta,sotw}_ads`): with the split
 /// v1 90 / v2 10, `/reviews/1` is a weighted route over both subsets, and subset v1's EDS
 /// assignment holds exactly pod v1.
 #[test]
@@ -412,7 +412,7 @@ fn sidecar_weighted_split_reports_both_subsets_with_their_weights() {
     assert_eq!(addresses, [pod(&reviews, "v1")]);
 }
 
-/// Mirrors `envoy_faults.rs` (`invalid_edits_and_atomic_directory_swaps_never_retract_valid_config`):
+/// Mirrors `envoy/faults.rs` (`invalid_edits_and_atomic_directory_swaps_never_retract_valid_config`):
 /// the directory is a ConfigMap-style volume (`..data` symlink); swapping in a VirtualService
 /// whose weights add up to 150 is reported and leaves the last valid routes (`/reviews/1` → v1);
 /// swapping in the fixed split moves it to v2.

@@ -80,7 +80,7 @@ fn sleep_route(
         .clone()
 }
 
-/// TCP traffic shifting, as `tests/envoy_tasks.rs` serves it (the fixture unchanged, tcp-echo's
+/// TCP traffic shifting, as `tests/envoy/tasks.rs` serves it (the fixture unchanged, tcp-echo's
 /// pods and the client's Sidecar added): the client's bound TCP listener on 9000 splits
 /// tcp-echo's connections 80/20 between subsets v1 and v2 (a `tcp_proxy` over weighted
 /// clusters, no route configuration), and so does the task's ingress gateway on 31400.

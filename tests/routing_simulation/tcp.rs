@@ -1,4 +1,4 @@
-//! TCP traffic: the `mongo` fixture of tests/envoy_tcp.rs and examples/tcp-echo; services
+//! TCP traffic: the `mongo` fixture of tests/envoy/tcp.rs and examples/tcp-echo; services
 //! told apart by address, protocols told per connection, TCP match conditions, and TLS
 //! ServiceEntries routed by SNI.
 
@@ -9,7 +9,7 @@ use crate::{assert_routes_to, assert_status, Mesh};
 use dataflows::model::{ConfigKey, Holder, ProxyId, ResourceType};
 use dataflows::simulate::Call;
 
-/// Mirrors `envoy_tcp.rs` (`tcp_routes_shift_connections_on_sidecar_and_gateway`): the
+/// Mirrors `envoy/tcp.rs` (`tcp_routes_shift_connections_on_sidecar_and_gateway`): the
 /// sidecar's bound TCP listener `127.0.0.1_PORT` proxies to the whole `mongo` cluster
 /// (both pods) without a VirtualService; `tcp` route weights send every connection to v2,
 /// then to v1, then split them 50/50; the gateway's TCP server forwards to subset v2.

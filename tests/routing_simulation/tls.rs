@@ -420,7 +420,7 @@ fn istio_mutual_clients_reach_the_servers_mtls_chain() {
     mesh.assert_no_errors();
 }
 
-/// Mirrors `tests/envoy_istio_mutual.rs`: the server sidecar (pod `reviews-v1`, no capture)
+/// Mirrors `tests/envoy/istio_mutual.rs`: the server sidecar (pod `reviews-v1`, no capture)
 /// binds its Sidecar `ingress` port on the pod's address (`inbound_IP_PORT`); the client
 /// sidecar's `ISTIO_MUTUAL` connection to it (the cluster's SNI and ALPN) takes the mTLS chain,
 /// a plaintext one the plaintext chain, both to `inbound|PORT||`; TLS without Istio's ALPN

@@ -1,4 +1,4 @@
-//! The `mongo` fixture of the TCP tests (`tests/envoy_tcp.rs` and its mirror in
+//! The `mongo` fixture of the TCP tests (`tests/envoy/tcp.rs` and its mirror in
 //! `tests/routing_simulation/tcp.rs`): a Service whose port is named `tcp-mongo`, pods
 //! `mongo-v1`/`mongo-v2` at `127.0.<net>.11`/`.12`, their EndpointSlice and subsets, Sidecar
 //! `client` with a bound TCP egress listener, and Gateway `tcp-gateway` with a TCP server,
