@@ -36,6 +36,7 @@ fn identity(r: &Record) -> String {
         Record::Proxy(p) => format!("px/{}", p.id),
         Record::Secret(s) => format!("secret/{}", s.key),
         Record::Selection(h, s) => format!("sel/{h}/{}", s.origin),
+        Record::Security(p) => format!("sec/{}", p.key),
         // One mesh config, as a mesh config source holds.
         Record::Mesh(_) => "mesh".into(),
     }
