@@ -190,6 +190,7 @@ pub fn record_key(r: &Record) -> Option<&ConfigKey> {
         Record::Secret(s) => Some(&s.key),
         Record::Proxy(_) => None,
         Record::Selection(_, s) => Some(&s.origin),
+        Record::Security(p) => Some(&p.key),
         Record::Mesh(m) => m.origin.as_ref(),
     }
 }

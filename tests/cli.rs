@@ -135,26 +135,84 @@ fn validate_prints_each_problem_once() {
     );
 }
 
-/// A kind meshflow does not serve (PeerAuthentication) is said once by `validate`, with its
-/// code, and does not fail the check.
+/// A kind meshflow does not serve (Telemetry) is said once by `validate`, with its code,
+/// and does not fail the check.
 #[test]
 fn validate_names_kinds_not_served_with_a_code() {
     let dir = TestDir::new("cli-validate-kinds");
     let config = dir.subdir("config");
     write_config(
         &config,
-        "peer.yaml",
-        "apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: default, namespace: istio-system}\nspec:\n  mtls: {mode: STRICT}\n",
+        "telemetry.yaml",
+        "apiVersion: telemetry.istio.io/v1\nkind: Telemetry\nmetadata: {name: default, namespace: istio-system}\nspec: {}\n",
     );
     let out = meshflow(&["validate", config.to_str().unwrap()]);
     let stdout = text(&out.stdout);
-    let said: Vec<&str> = stdout
-        .lines()
-        .filter(|l| l.contains("PeerAuthentication"))
-        .collect();
+    let said: Vec<&str> = stdout.lines().filter(|l| l.contains("Telemetry")).collect();
     assert_eq!(said.len(), 1, "{stdout}");
     assert!(said[0].ends_with(" [MF0001 FieldNotSupported]"), "{stdout}");
     assert_eq!(out.status.code(), Some(0), "{stdout}");
+}
+
+/// Issue 36's example: a mesh-wide STRICT PeerAuthentication and a DENY AuthorizationPolicy
+/// selecting `app: ratings` are not translated, so `validate` fails, naming each object,
+/// that it is not enforced and what fails closed in its place; with the ratings Pod in the
+/// config, each also applies to the proxy the Pod describes (MF0017). A PERMISSIVE
+/// namespace policy restricts nothing and is no error.
+#[test]
+fn validate_fails_on_security_policies_it_does_not_enforce() {
+    let dir = TestDir::new("cli-validate-security");
+    let config = dir.subdir("config");
+    write_config(
+        &config,
+        "security.yaml",
+        "apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: default, namespace: istio-system}\nspec:\n  mtls: {mode: STRICT}\n---\napiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: ratings-deny, namespace: default}\nspec:\n  selector: {matchLabels: {app: ratings}}\n  action: DENY\n  rules: [{}]\n---\napiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: open, namespace: other}\nspec:\n  mtls: {mode: PERMISSIVE}\n",
+    );
+    let out = meshflow(&["validate", config.to_str().unwrap()]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    let line =
+        |needle: &str| -> Vec<&str> { stdout.lines().filter(|l| l.contains(needle)).collect() };
+    let peer = line("PeerAuthentication istio-system/default");
+    assert!(
+        peer.len() == 1
+            && peer[0].contains("error: ")
+            && peer[0].contains("spec.mtls.mode")
+            && peer[0].contains("STRICT is not translated")
+            && peer[0].contains("plaintext finds no chain"),
+        "{stdout}"
+    );
+    let authz = line("AuthorizationPolicy default/ratings-deny");
+    assert!(
+        authz.len() == 1
+            && authz[0].contains("error: ")
+            && authz[0].contains("not translated")
+            && authz[0].contains("refused"),
+        "{stdout}"
+    );
+    assert!(line("other/open").is_empty(), "{stdout}");
+    assert!(stdout.contains("2 error(s)"), "{stdout}");
+
+    // The ratings Pod: each policy applies to its proxy (MF0017).
+    write_config(
+        &config,
+        "pod.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: ratings-1, namespace: default, labels: {app: ratings}}\nspec: {containers: [{name: c, image: i}]}\nstatus: {podIP: 10.1.0.5}\n",
+    );
+    let out = meshflow(&["validate", config.to_str().unwrap()]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    let applied: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.contains("MF0017 SecurityPolicyNotEnforced"))
+        .collect();
+    assert_eq!(applied.len(), 2, "{stdout}");
+    assert!(
+        applied
+            .iter()
+            .any(|l| l.contains("ratings-deny") && l.contains("deny-all")),
+        "{stdout}"
+    );
 }
 
 /// What only the objects together show (a subset no DestinationRule defines, a host no

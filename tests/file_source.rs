@@ -208,6 +208,7 @@ fn describe(r: &Record) -> String {
         Record::Proxy(p) => format!("Proxy {}", p.id),
         Record::Secret(s) => format!("Secret {}", s.key),
         Record::Selection(h, s) => format!("Selection {h} ({})", s.origin),
+        Record::Security(p) => format!("Security {}", p.key),
         Record::Mesh(m) => format!("Mesh {:?}", m.origin),
     }
 }

@@ -72,6 +72,7 @@ struct Sessions {
     secrets: InputSession<u64, ((String, String), TlsSecret), isize>,
     mesh: InputSession<u64, MeshSettings, isize>,
     selections: InputSession<u64, (Hostname, WorkloadSelection), isize>,
+    security: InputSession<u64, (ConfigKey, SecurityPolicy), isize>,
 }
 
 impl Sessions {
@@ -89,6 +90,7 @@ impl Sessions {
                 .secrets
                 .update(((s.key.namespace.clone(), s.key.name.clone()), s), diff),
             Record::Selection(h, sel) => self.selections.update((h, sel), diff),
+            Record::Security(p) => self.security.update((p.key.clone(), p), diff),
             Record::Mesh(m) => self.mesh.update(m, diff),
         }
     }
@@ -108,7 +110,8 @@ impl Sessions {
             proxies,
             secrets,
             mesh,
-            selections
+            selections,
+            security
         );
     }
 }
@@ -151,6 +154,7 @@ impl Engine {
                         let (mut mesh_input, s9) = scope.new_collection();
                         let (secrets, s11) = scope.new_collection();
                         let (selections, s10) = scope.new_collection();
+                        let (security, s12) = scope.new_collection();
                         // The built-in settings are always there, below any configured
                         // ones: the mesh has settings before (and without) a mesh config.
                         if index == 0 {
@@ -170,6 +174,7 @@ impl Engine {
                                 secrets: s11,
                                 mesh: s9,
                                 selections: s10,
+                                security: s12,
                             },
                         );
                         capture(out, &cap, &probe);
@@ -185,6 +190,7 @@ impl Engine {
                             secrets,
                             mesh: mesh_input,
                             selections,
+                            security,
                         }
                     });
                     if index == 0 {

@@ -14,6 +14,7 @@ pub mod istio;
 pub mod mesh;
 pub mod re2_size;
 pub mod secret;
+pub mod security;
 
 pub use convert::convert;
 use dataflows::model::{ConfigKey, Kind, MeshConfig, Record};
@@ -411,6 +412,9 @@ fn api_version_mistake(api_version: &str, kind: &str) -> Option<(Kind, String)> 
         "ServiceEntry" => (Kind::ServiceEntry, ISTIO, ISTIO_VERSIONS),
         "Sidecar" => (Kind::Sidecar, ISTIO, ISTIO_VERSIONS),
         "WorkloadEntry" => (Kind::WorkloadEntry, ISTIO, ISTIO_VERSIONS),
+        "PeerAuthentication" => (Kind::PeerAuthentication, SECURITY, SECURITY_VERSIONS),
+        "AuthorizationPolicy" => (Kind::AuthorizationPolicy, SECURITY, SECURITY_VERSIONS),
+        "RequestAuthentication" => (Kind::RequestAuthentication, SECURITY, SECURITY_VERSIONS),
         _ => return None,
     };
     let (given_group, version) = match api_version.rsplit_once('/') {
@@ -421,7 +425,7 @@ fn api_version_mistake(api_version: &str, kind: &str) -> Option<(Kind, String)> 
     };
     let mistaken = given_group == group
         || (given_group.len() > 3 && edit_distance(given_group, group) <= 2)
-        || (given_group.ends_with(".istio.io") && group == ISTIO)
+        || (given_group.ends_with(".istio.io") && group.ends_with(".istio.io"))
         || KUBERNETES_GROUPS.contains(&given_group);
     if !mistaken {
         return None;
@@ -452,6 +456,8 @@ fn api_version_mistake(api_version: &str, kind: &str) -> Option<(Kind, String)> 
 
 const ISTIO: &str = "networking.istio.io";
 const ISTIO_VERSIONS: &[&str] = &["v1", "v1beta1", "v1alpha3"];
+const SECURITY: &str = "security.istio.io";
+const SECURITY_VERSIONS: &[&str] = &["v1", "v1beta1"];
 
 /// Levenshtein distance, for telling a typo from another API group.
 fn edit_distance(a: &str, b: &str) -> usize {
@@ -476,6 +482,8 @@ fn kind_of(api_version: &str, kind: &str) -> Option<Kind> {
             api_version.rsplit('/').next(),
             Some("v1" | "v1beta1" | "v1alpha3")
         );
+    let security =
+        group == SECURITY && matches!(api_version.rsplit('/').next(), Some("v1" | "v1beta1"));
     Some(match (group, kind) {
         ("", "Namespace") => Kind::Namespace,
         ("", "Service") => Kind::Service,
@@ -489,6 +497,9 @@ fn kind_of(api_version: &str, kind: &str) -> Option<Kind> {
         (_, "ServiceEntry") if istio => Kind::ServiceEntry,
         (_, "Sidecar") if istio => Kind::Sidecar,
         (_, "WorkloadEntry") if istio => Kind::WorkloadEntry,
+        (_, "PeerAuthentication") if security => Kind::PeerAuthentication,
+        (_, "AuthorizationPolicy") if security => Kind::AuthorizationPolicy,
+        (_, "RequestAuthentication") if security => Kind::RequestAuthentication,
         _ => return None,
     })
 }

@@ -169,14 +169,14 @@ fn invalid_regexes_and_names_are_refused() {
 
 #[test]
 fn kinds_not_served_are_listed_and_other_kinds_skipped() {
-    let text = "apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: p}\nspec: {mtls: {mode: STRICT}}\n---\napiVersion: networking.istio.io/v1alpha3\nkind: EnvoyFilter\nmetadata: {name: e}\n---\napiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: h}\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\n";
+    let text = "apiVersion: telemetry.istio.io/v1\nkind: Telemetry\nmetadata: {name: p}\nspec: {}\n---\napiVersion: networking.istio.io/v1alpha3\nkind: EnvoyFilter\nmetadata: {name: e}\n---\napiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: h}\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\n";
     let out = parse_file(std::path::Path::new("f.yaml"), text, &MeshConfig::default());
     assert!(out.errors.is_empty() && out.objects.is_empty());
     let kinds: Vec<&str> = out.unserved.iter().map(|(_, k)| k.as_str()).collect();
     assert_eq!(
         kinds,
         vec![
-            "PeerAuthentication (security.istio.io/v1)",
+            "Telemetry (telemetry.istio.io/v1)",
             "EnvoyFilter (networking.istio.io/v1alpha3)",
             "HTTPRoute (gateway.networking.k8s.io/v1)",
         ]

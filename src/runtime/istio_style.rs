@@ -430,6 +430,9 @@ impl IstioStyle {
                 t.sidecar_namespaces.insert(sc.key.namespace.clone());
             }
             Record::Mesh(_) => t.everything = true,
+            // A policy changes inbound listeners of the proxies it selects; Istio pushes
+            // every proxy on a security policy change.
+            Record::Security(_) => t.everything = true,
             Record::Proxy(p) => {
                 if d > 0 {
                     t.up.insert(p.id.clone());

@@ -40,6 +40,9 @@ fn tracked(kind: Kind) -> bool {
             | Kind::Sidecar
             | Kind::ServiceEntry
             | Kind::WorkloadEntry
+            | Kind::PeerAuthentication
+            | Kind::AuthorizationPolicy
+            | Kind::RequestAuthentication
     )
 }
 
@@ -49,6 +52,10 @@ fn tracked(kind: Kind) -> bool {
 /// endpoints or a secret hold.
 fn may_blame(kind: Kind, t: ResourceType, resources: &[String]) -> bool {
     match kind {
+        // Security policies change only inbound listeners (and a proxy's own secrets).
+        Kind::PeerAuthentication | Kind::AuthorizationPolicy | Kind::RequestAuthentication => {
+            t == ResourceType::Listener
+        }
         Kind::Sidecar | Kind::MeshConfig => match t {
             ResourceType::Listener | ResourceType::Route => true,
             ResourceType::Cluster => resources.iter().any(|r| r.starts_with("inbound|")),

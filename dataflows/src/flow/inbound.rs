@@ -27,6 +27,8 @@ enum InboundRow {
     Own(u16, Protocol),
     /// A Sidecar `ingress` port, and whether it is reached through `virtualInbound`.
     Ingress(InboundPort, bool),
+    /// What the security policies selecting the proxy make it refuse.
+    Security(InboundSecurity),
 }
 
 /// What one inbound cluster of a proxy is built from ([`crate::assemble::inbound_cluster_spec`]).
@@ -125,6 +127,7 @@ pub(super) fn per_proxy<'s>(
     mesh: &Mesh<'s>,
     scope: ScopeInputs<'s>,
     mtls: Coll<'s, ProxyId>,
+    security: Coll<'s, (ProxyId, InboundSecurity)>,
 ) -> Built<'s, ProxyId> {
     let ScopeInputs {
         proxy_scopes,
@@ -155,7 +158,12 @@ pub(super) fn per_proxy<'s>(
         &own,
         &proxy_sidecar,
         &with_ingress,
-        mtls,
+        mtls.concat(
+            security
+                .clone()
+                .filter(|(_, s)| s.names_certificate())
+                .map(|(id, _)| id),
+        ),
         mesh,
     );
     let provenance = own
@@ -172,7 +180,13 @@ pub(super) fn per_proxy<'s>(
         .distinct();
     let rule_parts = rule_parts(&own.least, proxy_scopes, scope_hosts, placed, merged_rules);
     let clusters = inbound_clusters(own.least, proxy_sidecar, rule_parts, mesh);
-    let virtual_inbound = virtual_inbound(sidecar_proxies, own.protocols, ingress_ports, mesh);
+    let virtual_inbound = virtual_inbound(
+        sidecar_proxies,
+        own.protocols,
+        ingress_ports,
+        security,
+        mesh,
+    );
     Built {
         resources: clusters.resources.concat(virtual_inbound).concat(identity),
         provenance: provenance.concat(clusters.provenance),
@@ -431,11 +445,13 @@ fn inbound_clusters<'s>(
 }
 
 /// Every captured sidecar's `virtualInbound`, from its own ports' protocols and its Sidecar
-/// `ingress` ports, with its node metadata `IDLE_TIMEOUT`.
+/// `ingress` ports, with its node metadata `IDLE_TIMEOUT` and what the security policies
+/// selecting it make it refuse.
 fn virtual_inbound<'s>(
     sidecar_proxies: Coll<'s, (ProxyId, Proxy)>,
     own_protocols: Coll<'s, (ProxyId, InboundRow)>,
     ingress_ports: Coll<'s, (ProxyId, (InboundPort, bool))>,
+    security: Coll<'s, (ProxyId, InboundSecurity)>,
     mesh: &Mesh<'s>,
 ) -> Coll<'s, (ProxyId, Resource)> {
     // Every captured sidecar has a `virtualInbound`, even with no port of its own: the
@@ -446,6 +462,7 @@ fn virtual_inbound<'s>(
     own_protocols
         .concat(ingress_ports.map(|(id, (p, via))| (id, InboundRow::Ingress(p, via))))
         .concat(captured.clone())
+        .concat(security.map(|(id, s)| (id, InboundRow::Security(s))))
         .semijoin(captured.map(|(id, _)| id).distinct())
         .reduce(|_, vals: &[(&InboundRow, isize)], out| {
             let own = vals.iter().filter_map(|(r, _)| match r {
@@ -460,13 +477,18 @@ fn virtual_inbound<'s>(
                 InboundRow::Captured(idle) => *idle,
                 _ => None,
             });
-            out.push(((InboundPort::of_proxy(own, ingress), idle), 1isize));
+            let sec = vals.iter().find_map(|(r, _)| match r {
+                InboundRow::Security(s) => Some(s.clone()),
+                _ => None,
+            });
+            let ports = InboundPort::of_proxy(own, ingress);
+            out.push(((ports, idle, sec.unwrap_or_default()), 1isize));
         })
         // The mesh's detection timeout joins once per proxy's ports.
         .map(|(id, ports)| ((), (id, ports)))
-        .join_map(mesh.clone(), |_, (id, (ports, idle)), m| {
+        .join_map(mesh.clone(), |_, (id, (ports, idle, sec)), m| {
             let detection = m.protocol_detection_timeout_ms;
-            let l = listener::virtual_inbound(ports, detection);
+            let l = listener::virtual_inbound_secured(ports, detection, sec);
             (id.clone(), crate::assemble::apply_idle_timeout(*idle, l))
         })
 }

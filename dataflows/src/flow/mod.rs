@@ -19,6 +19,7 @@ mod listeners;
 mod mesh;
 mod routes;
 mod scopes;
+mod security;
 mod services;
 mod tcp;
 mod virtual_services;
@@ -46,6 +47,8 @@ pub struct Inputs<'s> {
     pub mesh: Coll<'s, MeshSettings>,
     /// ServiceEntries' workload selectors, per host.
     pub selections: Coll<'s, (Hostname, WorkloadSelection)>,
+    /// Security policies (PeerAuthentication, AuthorizationPolicy, RequestAuthentication).
+    pub security: Coll<'s, (ConfigKey, SecurityPolicy)>,
 }
 
 pub struct Outputs<'s> {
@@ -187,6 +190,7 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         &clusters.placed,
         &merged_drs.rules,
     );
+    let secured = security::per_proxy(i.security, &i.proxies, &mesh);
     let inbound = inbound::per_proxy(
         i.proxies,
         endpoints,
@@ -194,6 +198,7 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         &mesh,
         inbound_inputs,
         mtls_proxies,
+        secured.inbound,
     );
 
     // SDS secrets a scope takes from Secrets: a gateway server's and a DestinationRule
@@ -221,6 +226,7 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         .concat(dr_merge_warnings)
         .concat(unreachable)
         .concat(clusters.errors)
+        .concat(secured.errors)
         .concat(secret_errors.concat(gateway_errors).distinct());
     outputs(scoped, inbound, errors, proxy_scopes)
 }

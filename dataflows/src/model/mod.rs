@@ -15,6 +15,7 @@ mod mesh;
 pub mod names;
 mod output;
 mod scope;
+mod security;
 mod service;
 mod sidecar;
 mod tls;
@@ -28,6 +29,7 @@ pub use mesh::*;
 pub use names::*;
 pub use output::*;
 pub use scope::*;
+pub use security::*;
 pub use service::*;
 pub use sidecar::*;
 pub use tls::*;
@@ -63,6 +65,10 @@ pub enum Kind {
     MeshConfig,
     /// A Kubernetes Secret holding TLS material (gateway `credentialName`).
     Secret,
+    /// security.istio.io kinds, read by the fail-closed stopgap ([`SecurityPolicy`]).
+    PeerAuthentication,
+    AuthorizationPolicy,
+    RequestAuthentication,
 }
 
 /// Identity of an input object: kind/namespace/name.
@@ -143,6 +149,8 @@ pub enum Record {
     Secret(TlsSecret),
     /// A ServiceEntry host's `workloadSelector`.
     Selection(Hostname, WorkloadSelection),
+    /// A PeerAuthentication, AuthorizationPolicy or RequestAuthentication.
+    Security(SecurityPolicy),
     /// The mesh config in effect (one per layer). Keep it the last variant: records sort by
     /// variant, and the naive recompute reads mesh records from the end of a snapshot.
     Mesh(MeshSettings),

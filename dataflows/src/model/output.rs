@@ -193,6 +193,10 @@ pub enum ErrorCode {
     /// in no registry, or its chain loops), or a destination naming an alias whose named
     /// host has no cluster (a warning: the config works as Istio's would).
     AliasUnresolved,
+    /// A security policy (PeerAuthentication STRICT, a restricting AuthorizationPolicy, a
+    /// RequestAuthentication) applies to connected proxies: meshflow does not translate
+    /// it, and those proxies fail closed in its place.
+    SecurityPolicyFailsClosed,
 }
 
 impl ErrorCode {
@@ -221,6 +225,7 @@ impl ErrorCode {
                 ("MF0014", "VirtualServiceDestinationPortSelectorRequired")
             }
             ErrorCode::AliasUnresolved => ("MF0015", "UnresolvedExternalNameAlias"),
+            ErrorCode::SecurityPolicyFailsClosed => ("MF0017", "SecurityPolicyNotEnforced"),
         }
     }
 

@@ -267,6 +267,8 @@ fn names_workload_certificate(v: &View, index: &EndpointIndex, p: &Proxy, s: &Sc
     if *proxyless {
         return mtls;
     }
+    // A STRICT catch-all, or a STRICT `ingress` port's mTLS chains.
+    let strict = !*interception_none && v.inbound_security(p).names_certificate();
     // An `ingress` listener without `tls` has an mTLS chain; `ingress` replaces the proxy's
     // own ports.
     let ingress = v.sidecar_spec(s).map(|sc| &sc.ingress);
@@ -276,5 +278,5 @@ fn names_workload_certificate(v: &View, index: &EndpointIndex, p: &Proxy, s: &Sc
         && p.ips
             .iter()
             .any(|ip| index.by_ip.get(ip.as_str()).is_some_and(|e| !e.is_empty()));
-    mtls || mtls_ingress || own_port
+    mtls || mtls_ingress || own_port || strict
 }

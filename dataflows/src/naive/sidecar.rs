@@ -262,9 +262,10 @@ pub(super) fn inbound(v: &View, index: &EndpointIndex, p: &Proxy, s: &ScopeKey) 
         } else {
             assemble::ingress_ports(&ScopeSpec::new(v.sidecar_spec(s).cloned(), &v.mesh))
         };
-        let l = listener::virtual_inbound(
+        let l = listener::virtual_inbound_secured(
             &InboundPort::of_proxy(own, ingress_ports),
             v.mesh.protocol_detection_timeout_ms,
+            &v.inbound_security(p),
         );
         res.push(assemble::apply_idle_timeout(p.idle_timeout_ns, l));
     }

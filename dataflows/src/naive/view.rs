@@ -25,6 +25,7 @@ pub(super) struct View<'a> {
     sidecars: Vec<&'a Sidecar>,
     pub(super) proxies: Vec<&'a Proxy>,
     pub(super) secrets: Vec<&'a TlsSecret>,
+    pub(super) security: Vec<&'a SecurityPolicy>,
     /// Every `sourceLabels` selector of the VirtualServices, sorted.
     source_selectors: Vec<Labels>,
     /// The mesh settings in effect.
@@ -41,6 +42,26 @@ pub(super) struct View<'a> {
 }
 
 impl<'a> View<'a> {
+    /// What the security policies applying to `p` make its inbound side refuse: for a
+    /// sidecar with its traffic captured (the proxies the stopgap reaches).
+    pub(super) fn inbound_security(&self, p: &Proxy) -> InboundSecurity {
+        if p.kind != ProxyKind::Sidecar || p.interception_none {
+            return InboundSecurity::default();
+        }
+        let root = self.mesh.root_namespace.as_str();
+        let applying = self
+            .security
+            .iter()
+            .copied()
+            .filter(|s| s.applies(&p.namespace, &p.labels, root));
+        let sec = InboundSecurity::compose(applying, root);
+        if sec.is_open() {
+            InboundSecurity::default()
+        } else {
+            sec
+        }
+    }
+
     pub(super) fn new(snap: &'a Snapshot, mesh: MeshSettings) -> Self {
         let mut v = View {
             mesh,
@@ -56,6 +77,7 @@ impl<'a> View<'a> {
             sidecars: Vec::new(),
             proxies: Vec::new(),
             secrets: Vec::new(),
+            security: Vec::new(),
             source_selectors: Vec::new(),
             by_locality: false,
             priority_keys: Vec::new(),
@@ -81,6 +103,7 @@ impl<'a> View<'a> {
                 Record::Proxy(p) => v.proxies.push(p),
                 Record::Secret(s) => v.secrets.push(s),
                 Record::Selection(h, sel) => v.selections.push((h, sel)),
+                Record::Security(p) => v.security.push(p),
                 Record::Mesh(_) => {}
             }
         }

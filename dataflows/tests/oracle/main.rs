@@ -11,6 +11,7 @@ mod support;
 mod destination_rule;
 mod gateway;
 mod records;
+mod security;
 mod sidecar;
 mod virtual_service;
 
@@ -36,6 +37,7 @@ fn identity(r: &Record) -> String {
         Record::Proxy(p) => format!("px/{}", p.id),
         Record::Secret(s) => format!("secret/{}", s.key),
         Record::Selection(h, s) => format!("sel/{h}/{}", s.origin),
+        Record::Security(p) => format!("sec/{}", p.key),
         // One mesh config, as a mesh config source holds.
         Record::Mesh(_) => "mesh".into(),
     }
@@ -144,6 +146,9 @@ fn run(seed: u64, steps: usize, workers: usize) {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut extra = StdRng::seed_from_u64(seed ^ 0x6d74_6c73);
     let mut node_meta = StdRng::seed_from_u64(seed ^ 0x6964_6c65);
+    // Security policies, from a generator of their own: added to an epoch's changes after
+    // the others, so the logs the other generators draw stay what they were.
+    let mut policies = StdRng::seed_from_u64(seed ^ 0x7365_6375);
     // A CA's root: every sidecar and router holds its workload secrets.
     let mesh = MeshConfig {
         trust_root: Some("-----BEGIN CERTIFICATE-----\noracle\n-----END CERTIFICATE-----\n".into()),
@@ -169,6 +174,19 @@ fn run(seed: u64, steps: usize, workers: usize) {
             }
             live.insert(id, record.clone());
             changes.push((record, 1));
+        }
+        if policies.random_bool(0.4) {
+            let record = security::security(&mut policies);
+            let id = identity(&record);
+            let old = live.remove(&id);
+            let delete = old.is_some() && policies.random_bool(0.3);
+            if let Some(old) = old {
+                changes.push((old, -1));
+            }
+            if !delete {
+                live.insert(id, record.clone());
+                changes.push((record, 1));
+            }
         }
         let out = engine
             .step(Batch { epoch, changes })

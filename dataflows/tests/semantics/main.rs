@@ -18,6 +18,7 @@ mod gateway_tls;
 mod inbound;
 mod locality;
 mod proxy;
+mod security;
 mod service_entry;
 mod sidecar;
 mod tls;

@@ -9,6 +9,7 @@ mod gateway;
 mod kube;
 mod load_balancer;
 mod route_actions;
+mod security;
 mod service_entry;
 mod sidecar;
 mod virtual_service;
@@ -57,6 +58,9 @@ pub fn convert(
         // Read by `config::mesh`, never as an object of a config directory.
         Kind::MeshConfig => Ok(Vec::new()),
         Kind::Secret => super::secret::secret(key, &value),
+        Kind::PeerAuthentication | Kind::AuthorizationPolicy | Kind::RequestAuthentication => {
+            security::security(key, &value, mesh, &mut f)
+        }
     }?;
     Ok((records, f))
 }

@@ -6,7 +6,8 @@ use super::filters::{
     base_hcm, hcm_filter, http_inspector_filter, listener_name, original_dst_filter, tcp_to,
     tls_inspector_filter, PLAINTEXT_HTTP_ALPN,
 };
-use crate::model::{InboundPort, Proxying, Resource, ResourceType};
+use super::rbac;
+use crate::model::{InboundPort, InboundSecurity, Proxying, Resource, ResourceType};
 use crate::translate::{duration_ms, inbound_cluster_name, socket_address, PASSTHROUGH_CLUSTER};
 use envoy_types::pb::envoy::config::core::v3::TrafficDirection;
 use envoy_types::pb::envoy::config::listener::v3::{
@@ -93,23 +94,29 @@ fn port_chain(name: String, port: u16, transport: &str, alpn: &[&str]) -> Filter
 /// client certificate's details in `x-forwarded-client-cert`) or `tcp_proxy`; the application
 /// receives plaintext. Plaintext, and the mesh's mTLS, find no chain there: Istio honours
 /// `tls` only where the port's mTLS is disabled, so the two never share the port.
-fn inbound_chains(port: &InboundPort) -> Vec<FilterChain> {
+///
+/// `sec`: the security stopgap's part. A port in STRICT mode keeps its mTLS chains only
+/// (and an `ingress` port's `tls` is set aside for them, as Istio honours it only where
+/// mTLS is disabled); HTTP chains refuse requests carrying a token where a
+/// RequestAuthentication looks for one. [`secure`] adds the deny-all filter afterwards.
+fn inbound_chains(port: &InboundPort, sec: &InboundSecurity) -> Vec<FilterChain> {
     let cluster = inbound_cluster_name(port.port);
     let p = port.port;
+    let strict = sec.strict(p);
     let http = |mut c: FilterChain, mtls: bool| {
         if mtls {
             c.transport_socket = Some(crate::translate::secret::inbound_mtls());
         }
-        c.filters = vec![hcm_filter(inbound_hcm(p, &cluster, mtls))];
+        c.filters = vec![hcm_filter(inbound_hcm(p, &cluster, mtls, sec))];
         c
     };
-    if let Some(tls) = &port.tls {
+    if let Some(tls) = port.tls.as_ref().filter(|_| !strict) {
         let mut chain = port_chain(format!("{cluster}-ingress-tls"), p, "tls", &[]);
         chain.transport_socket = Some(crate::translate::secret::downstream_tls(tls, true));
         // The port's protocol after termination; one told per connection is not generated
         // with `tls` (the conversion fails it closed), and would go on as TCP here.
         chain.filters = vec![match port.proxying {
-            Proxying::Http => hcm_filter(inbound_hcm(p, &cluster, true)),
+            Proxying::Http => hcm_filter(inbound_hcm(p, &cluster, true, sec)),
             Proxying::Tcp | Proxying::Detected => tcp_to(&cluster, &cluster),
         }];
         return vec![chain];
@@ -122,7 +129,7 @@ fn inbound_chains(port: &InboundPort) -> Vec<FilterChain> {
         c
     };
     let name = |suffix: &str| format!("{cluster}{suffix}");
-    match port.proxying {
+    let chains = match port.proxying {
         Proxying::Http => vec![
             http(port_chain(name(""), p, "", &[]), false),
             http(
@@ -155,13 +162,39 @@ fn inbound_chains(port: &InboundPort) -> Vec<FilterChain> {
             tcp(port_chain(name("-tcp"), p, "raw_buffer", &[]), false),
             tcp(port_chain(name("-tls"), p, "tls", &[]), false),
         ],
+    };
+    if !strict {
+        return chains;
     }
+    // STRICT: only the chains that terminate the mesh's mTLS (a client certificate of the
+    // mesh required); plaintext, and TLS the application speaks itself, find no chain.
+    chains
+        .into_iter()
+        .filter(|c| c.transport_socket.is_some())
+        .collect()
+}
+
+/// Every chain of `chains` refuses connections where an AuthorizationPolicy that meshflow
+/// cannot evaluate selects the workload: the deny-all network RBAC filter first.
+fn secure(mut chains: Vec<FilterChain>, sec: &InboundSecurity) -> Vec<FilterChain> {
+    if sec.deny_all {
+        for c in &mut chains {
+            c.filters.insert(0, rbac::deny_all_filter());
+        }
+    }
+    chains
 }
 
 /// The connection manager of an HTTP inbound chain: every request to `cluster`. `tls`: the
 /// chain terminates TLS (the mesh's, or an `ingress` listener's), so a client certificate's
 /// details reach the application in `x-forwarded-client-cert`, as Istio passes them.
-fn inbound_hcm(port: u16, cluster: &str, tls: bool) -> HttpConnectionManager {
+/// `sec`: a RequestAuthentication's token locations put the token filter first.
+fn inbound_hcm(
+    port: u16,
+    cluster: &str,
+    tls: bool,
+    sec: &InboundSecurity,
+) -> HttpConnectionManager {
     use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::{
         ForwardClientCertDetails, SetCurrentClientCertDetails,
     };
@@ -191,6 +224,9 @@ fn inbound_hcm(port: u16, cluster: &str, tls: bool) -> HttpConnectionManager {
         })),
         ..base_hcm(cluster)
     };
+    if let Some(f) = rbac::token_filter(&sec.token_headers, &sec.token_params, &sec.token_cookies) {
+        hcm.http_filters.insert(0, f);
+    }
     if tls {
         hcm.forward_client_cert_details = ForwardClientCertDetails::AppendForward as i32;
         hcm.set_current_client_cert_details = Some(SetCurrentClientCertDetails {
@@ -208,6 +244,9 @@ fn inbound_hcm(port: u16, cluster: &str, tls: bool) -> HttpConnectionManager {
 /// unset both would be `0.0.0.0_PORT`): the plaintext and the mTLS chain of
 /// [`virtual_inbound`]'s ports, to `inbound|PORT||`.
 /// `detection_ms`: the mesh's `protocolDetectionTimeout`, how long the inspectors wait.
+///
+/// Bound by the proxy itself, it is shared by the proxies of a Sidecar's scope, so the
+/// security stopgap (per proxy) does not reach it: see `docs/reference/security.md`.
 pub fn ingress_listener(addr: &str, port: InboundPort, detection_ms: Option<u64>) -> Resource {
     let listener = Listener {
         name: format!("inbound_{}", listener_name(addr, port.port)),
@@ -218,7 +257,7 @@ pub fn ingress_listener(addr: &str, port: InboundPort, detection_ms: Option<u64>
         },
         continue_on_listener_filters_timeout: true,
         listener_filters_timeout: detection_ms.map(duration_ms),
-        filter_chains: inbound_chains(&port),
+        filter_chains: inbound_chains(&port, &InboundSecurity::default()),
         traffic_direction: TrafficDirection::Inbound as i32,
         ..Default::default()
     };
@@ -236,7 +275,20 @@ pub fn ingress_listener(addr: &str, port: InboundPort, detection_ms: Option<u64>
 /// `detection_ms`: the mesh's `protocolDetectionTimeout`, how long the inspectors wait for
 /// a client's first bytes (`0`: for ever; `None`: Envoy's 15 s) before going on.
 pub fn virtual_inbound(ports: &[InboundPort], detection_ms: Option<u64>) -> Resource {
-    let mut chains: Vec<FilterChain> = ports.iter().flat_map(inbound_chains).collect();
+    virtual_inbound_secured(ports, detection_ms, &InboundSecurity::default())
+}
+
+/// [`virtual_inbound`] with the security stopgap's part `sec` (see [`inbound_chains`]):
+/// besides each port's chains, the catch-all of ports no service declares takes the
+/// mesh's mTLS only where the workload's mode is STRICT, and is gone where a
+/// RequestAuthentication selects the workload (it proxies bytes, so it cannot see a
+/// token where Istio's would check it); with deny-all, every chain denies.
+pub fn virtual_inbound_secured(
+    ports: &[InboundPort],
+    detection_ms: Option<u64>,
+    sec: &InboundSecurity,
+) -> Resource {
+    let mut chains: Vec<FilterChain> = ports.iter().flat_map(|p| inbound_chains(p, sec)).collect();
     let detected: Vec<u16> = ports
         .iter()
         .filter(|p| p.proxying == Proxying::Detected)
@@ -246,11 +298,29 @@ pub fn virtual_inbound(ports: &[InboundPort], detection_ms: Option<u64>) -> Reso
     if !detected.is_empty() {
         listener_filters.push(http_inspector_on(&detected));
     }
-    chains.push(FilterChain {
-        name: "virtualInbound-catchall-tcp".into(),
-        filters: vec![tcp_to(PASSTHROUGH_CLUSTER, "InboundPassthroughCluster")],
-        ..Default::default()
-    });
+    let catch_all = tcp_to(PASSTHROUGH_CLUSTER, "InboundPassthroughCluster");
+    if sec.checks_tokens() {
+        // No catch-all: HTTP to an undeclared port is refused rather than passed unchecked.
+    } else if sec.mode_for(0) == crate::model::MtlsMode::Strict {
+        chains.push(FilterChain {
+            name: "virtualInbound-catchall-mtls".into(),
+            filter_chain_match: Some(FilterChainMatch {
+                transport_protocol: "tls".into(),
+                application_protocols: INBOUND_MTLS_ALPN.iter().map(|a| a.to_string()).collect(),
+                ..Default::default()
+            }),
+            transport_socket: Some(crate::translate::secret::inbound_mtls()),
+            filters: vec![catch_all],
+            ..Default::default()
+        });
+    } else {
+        chains.push(FilterChain {
+            name: "virtualInbound-catchall-tcp".into(),
+            filters: vec![catch_all],
+            ..Default::default()
+        });
+    }
+    let chains = secure(chains, sec);
     let listener = Listener {
         name: "virtualInbound".into(),
         address: Some(socket_address("0.0.0.0", 15006)),

@@ -1,10 +1,12 @@
 //! LDS: outbound HTTP listeners (RDS by port name), bound egress listeners, gateway
 //! listeners, and the `virtualOutbound`/`virtualInbound` capture listeners. This file holds
 //! the outbound ones, the API listeners of proxyless gRPC clients, and a proxy's idle
-//! timeout; `inbound.rs` the inbound ones; `filters.rs` the pieces they share.
+//! timeout; `inbound.rs` the inbound ones; `filters.rs` the pieces they share; `rbac.rs`
+//! the security stopgap's RBAC filters.
 
 mod filters;
 mod inbound;
+pub mod rbac;
 #[cfg(test)]
 mod tests;
 
@@ -13,7 +15,7 @@ pub(super) use filters::{
     bind_flag, hcm_filter, http_chain, http_inspector_filter, rds_hcm, tcp_to,
     tls_inspector_filter, PLAINTEXT_HTTP_ALPN,
 };
-pub use inbound::{ingress_listener, virtual_inbound};
+pub use inbound::{ingress_listener, virtual_inbound, virtual_inbound_secured};
 
 use crate::model::{Resource, ResourceType};
 use crate::translate::socket_address;

@@ -7,6 +7,7 @@ mod gateway;
 mod kube;
 mod load_balancer;
 mod route_actions;
+mod security;
 mod service_entry;
 mod sidecar;
 mod virtual_service;

@@ -1,0 +1,273 @@
+//! Istio's security policies (security.istio.io: PeerAuthentication, AuthorizationPolicy,
+//! RequestAuthentication) as the fail-closed stopgap reads them, and what they make of one
+//! proxy's inbound side ([`InboundSecurity`]).
+//!
+//! meshflow does not translate these kinds yet. Until it does, it honours each of them in
+//! the one direction that cannot let through what Istio would refuse: a STRICT mTLS mode
+//! removes the plaintext chains of the ports it covers; an AuthorizationPolicy that
+//! restricts (ALLOW, DENY, CUSTOM) denies every connection to the workloads it selects; a
+//! RequestAuthentication refuses every request that carries a token where its rules look
+//! for one (meshflow cannot tell a valid token from an invalid one yet).
+//!
+//! One record type for the three kinds: they attach to workloads alike (namespace,
+//! `selector.matchLabels`, the root namespace's mesh-wide rule), so they share one input
+//! collection, one join with the proxies and one per-proxy reduce; only what each adds to
+//! a proxy ([`PolicyEffect`]) differs.
+
+use super::{ConfigError, ConfigKey, ErrorCode, Kind, Labels};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// A PeerAuthentication mTLS mode (`UNSET` inherits from the level above).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum MtlsMode {
+    Unset,
+    Disable,
+    Permissive,
+    Strict,
+}
+
+/// What one policy asks of the workloads it selects, as far as the stopgap reads it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum PolicyEffect {
+    /// PeerAuthentication: `mtls.mode` and `portLevelMtls` (by workload port).
+    Peer {
+        mode: MtlsMode,
+        ports: BTreeMap<u16, MtlsMode>,
+    },
+    /// An AuthorizationPolicy whose action restricts (ALLOW, DENY, CUSTOM; not AUDIT, not
+    /// dry-run): every connection to the workload is denied.
+    DenyAll,
+    /// A RequestAuthentication: where its `jwtRules` look for tokens (header names,
+    /// lowercase; query parameter and cookie names). A request carrying any is refused.
+    Tokens {
+        headers: BTreeSet<String>,
+        params: BTreeSet<String>,
+        cookies: BTreeSet<String>,
+    },
+}
+
+/// One security policy object.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct SecurityPolicy {
+    pub key: ConfigKey,
+    /// `metadata.creationTimestamp` as written (RFC 3339, which sorts as time does; empty
+    /// when absent, as in a config file, which sorts first as Istio's zero time does).
+    pub created: String,
+    /// `selector.matchLabels`; `None` (absent or empty) selects its whole namespace, or
+    /// the whole mesh in the root namespace.
+    pub selector: Option<Labels>,
+    pub effect: PolicyEffect,
+}
+
+/// Where a policy attaches, for a proxy: Istio's three PeerAuthentication slots.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Level {
+    Mesh,
+    Namespace,
+    Workload,
+}
+
+impl SecurityPolicy {
+    /// Whether the policy applies to a workload of `namespace` with `labels`, as Istio
+    /// attaches it: in the workload's namespace, or in the root namespace (mesh-wide with no
+    /// selector; with a selector, every matching workload of any namespace, except for
+    /// PeerAuthentication, whose selector policies in the root namespace Istio ignores).
+    pub fn applies(&self, namespace: &str, labels: &Labels, root: &str) -> bool {
+        let ns = &self.key.namespace;
+        if ns != namespace && ns != root {
+            return false;
+        }
+        match &self.selector {
+            None => true,
+            // Istio collects these but puts them in no slot.
+            Some(_) if ns == root && self.key.kind == Kind::PeerAuthentication => false,
+            Some(s) => s.iter().all(|(k, v)| labels.get(k) == Some(v)),
+        }
+    }
+
+    fn level(&self, root: &str) -> Level {
+        match (&self.selector, self.key.namespace == root) {
+            (None, true) => Level::Mesh,
+            (None, false) => Level::Namespace,
+            (Some(_), _) => Level::Workload,
+        }
+    }
+
+    /// Istio's order among policies of one slot: the oldest first, then by name.
+    fn age(&self) -> (&str, &str, &str) {
+        (&self.created, &self.key.name, &self.key.namespace)
+    }
+}
+
+/// What the security policies applying to one proxy make of its inbound side.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct InboundSecurity {
+    /// The workload's composed mode (for ports `ports` does not name, and the catch-all).
+    pub mode: Option<MtlsMode>,
+    /// The winning workload policy's `portLevelMtls`, resolved.
+    pub ports: BTreeMap<u16, MtlsMode>,
+    /// An AuthorizationPolicy that restricts selects the workload: every inbound chain
+    /// denies.
+    pub deny_all: bool,
+    /// Token locations of the RequestAuthentications selecting it (lowercase headers).
+    pub token_headers: BTreeSet<String>,
+    pub token_params: BTreeSet<String>,
+    pub token_cookies: BTreeSet<String>,
+}
+
+impl InboundSecurity {
+    /// Composes the policies that apply to one proxy (each for which [`SecurityPolicy::applies`]
+    /// holds), as Istio does: for PeerAuthentication one mesh, one namespace and one
+    /// workload policy (the oldest of each slot), each mode overriding the one above unless
+    /// UNSET, ports from the workload policy; the rest accumulate.
+    pub fn compose<'a>(
+        policies: impl IntoIterator<Item = &'a SecurityPolicy>,
+        root: &str,
+    ) -> InboundSecurity {
+        let mut out = InboundSecurity::default();
+        let mut slots: BTreeMap<Level, &SecurityPolicy> = BTreeMap::new();
+        for p in policies {
+            match &p.effect {
+                PolicyEffect::Peer { .. } => {
+                    let level = p.level(root);
+                    let e = slots.entry(level).or_insert(p);
+                    if p.age() < e.age() {
+                        *e = p;
+                    }
+                }
+                PolicyEffect::DenyAll => out.deny_all = true,
+                PolicyEffect::Tokens {
+                    headers,
+                    params,
+                    cookies,
+                } => {
+                    out.token_headers.extend(headers.iter().cloned());
+                    out.token_params.extend(params.iter().cloned());
+                    out.token_cookies.extend(cookies.iter().cloned());
+                }
+            }
+        }
+        if slots.is_empty() {
+            return out;
+        }
+        let mut mode = MtlsMode::Permissive;
+        for p in slots.values() {
+            if let PolicyEffect::Peer { mode: m, .. } = &p.effect {
+                if *m != MtlsMode::Unset {
+                    mode = *m;
+                }
+            }
+        }
+        out.mode = Some(mode);
+        if let Some(PolicyEffect::Peer { ports, .. }) =
+            slots.get(&Level::Workload).map(|p| &p.effect)
+        {
+            out.ports = ports
+                .iter()
+                .map(|(port, m)| (*port, if *m == MtlsMode::Unset { mode } else { *m }))
+                .collect();
+        }
+        out
+    }
+
+    /// The mode in effect on workload port `port`.
+    pub fn mode_for(&self, port: u16) -> MtlsMode {
+        self.ports
+            .get(&port)
+            .copied()
+            .or(self.mode)
+            .unwrap_or(MtlsMode::Permissive)
+    }
+
+    /// Whether `port` takes mTLS only (its plaintext chains are gone).
+    pub fn strict(&self, port: u16) -> bool {
+        self.mode_for(port) == MtlsMode::Strict
+    }
+
+    /// Whether a RequestAuthentication looks for tokens somewhere.
+    pub fn checks_tokens(&self) -> bool {
+        !(self.token_headers.is_empty()
+            && self.token_params.is_empty()
+            && self.token_cookies.is_empty())
+    }
+
+    /// Whether the policies change nothing of the inbound side.
+    pub fn is_open(&self) -> bool {
+        !self.deny_all
+            && !self.checks_tokens()
+            && self.mode != Some(MtlsMode::Strict)
+            && self.ports.values().all(|m| *m != MtlsMode::Strict)
+    }
+}
+
+impl SecurityPolicy {
+    /// Whether the policy asks for anything the stopgap must fail closed for: a STRICT
+    /// mode (of the workload or a port), an authorization that restricts, a token check.
+    pub fn restricts(&self) -> bool {
+        match &self.effect {
+            PolicyEffect::Peer { mode, ports } => {
+                *mode == MtlsMode::Strict || ports.values().any(|m| *m == MtlsMode::Strict)
+            }
+            PolicyEffect::DenyAll => true,
+            PolicyEffect::Tokens { .. } => true,
+        }
+    }
+
+    /// What the sidecars the policy selects do in its place.
+    fn fails_closed(&self) -> &'static str {
+        match &self.effect {
+            PolicyEffect::Peer { .. } => {
+                "on the STRICT ports of the sidecars it selects only mTLS connections are \
+                 accepted (their plaintext inbound chains are removed)"
+            }
+            PolicyEffect::DenyAll => {
+                "every inbound connection to the sidecars it selects is refused (deny-all)"
+            }
+            PolicyEffect::Tokens { .. } => {
+                "the sidecars it selects refuse (403) every request that carries a token \
+                 where its jwtRules look for one, valid or not, and refuse traffic to ports \
+                 no service declares"
+            }
+        }
+    }
+
+    /// The error that the policy applies to connected proxies: `sidecars`, whose inbound
+    /// side fails closed in its place; `unprotected`, proxies the stopgap does not reach
+    /// (gateways, proxyless gRPC servers, sidecars without traffic capture). `None` for a policy that restricts nothing.
+    pub fn not_enforced(&self, sidecars: bool, unprotected: bool) -> Option<ConfigError> {
+        if !self.restricts() || !(sidecars || unprotected) {
+            return None;
+        }
+        let mut message = format!(
+            "{:?} is not enforced by meshflow yet (it is not translated)",
+            self.key.kind
+        );
+        if sidecars {
+            message.push_str(&format!(
+                "; instead, failing closed, {}",
+                self.fails_closed()
+            ));
+        }
+        if unprotected {
+            message.push_str(
+                "; it also selects gateways, proxyless gRPC servers or sidecars without \
+                 traffic capture, which meshflow does NOT protect: traffic to them is not \
+                 restricted by this policy",
+            );
+        }
+        Some(ConfigError {
+            object: self.key.clone(),
+            code: ErrorCode::SecurityPolicyFailsClosed,
+            message,
+        })
+    }
+}
+
+impl InboundSecurity {
+    /// Whether a chain it adds names the workload certificate: a STRICT catch-all, or a
+    /// STRICT `ingress` port whose `tls` is set aside for the mesh's mTLS.
+    pub fn names_certificate(&self) -> bool {
+        self.mode == Some(MtlsMode::Strict) || self.ports.values().any(|m| *m == MtlsMode::Strict)
+    }
+}

@@ -1,0 +1,355 @@
+//! The security stopgap (issue 36): security.istio.io policies meshflow does not translate
+//! make the sidecars they select fail closed. A STRICT PeerAuthentication (mesh, namespace
+//! or workload level, Istio's precedence) leaves only mTLS chains on the ports it covers;
+//! a restricting AuthorizationPolicy puts a deny-all network RBAC filter first on every
+//! inbound chain; a RequestAuthentication refuses requests carrying a token. Each
+//! restricting policy that applies to a connected proxy is an error (MF0017), which says
+//! when gateways it selects are not protected.
+
+use crate::support::{
+    endpoint, gateway_errors, labels, px, router_proxy, service, sidecar_proxy, Mesh,
+};
+use dataflows::model::*;
+use envoy_types::pb::envoy::config::listener::v3::{filter, FilterChain, Listener};
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
+use prost::Message;
+use std::collections::{BTreeMap, BTreeSet};
+
+fn policy(
+    kind: Kind,
+    ns: &str,
+    name: &str,
+    created: &str,
+    selector: Option<&[(&str, &str)]>,
+    effect: PolicyEffect,
+) -> Record {
+    Record::Security(SecurityPolicy {
+        key: ConfigKey::new(kind, ns, name),
+        created: created.into(),
+        selector: selector.map(labels),
+        effect,
+    })
+}
+
+fn peer(ns: &str, name: &str, selector: Option<&[(&str, &str)]>, mode: MtlsMode) -> Record {
+    let effect = PolicyEffect::Peer {
+        mode,
+        ports: BTreeMap::new(),
+    };
+    policy(Kind::PeerAuthentication, ns, name, "", selector, effect)
+}
+
+fn deny_all(ns: &str, name: &str, selector: Option<&[(&str, &str)]>) -> Record {
+    policy(
+        Kind::AuthorizationPolicy,
+        ns,
+        name,
+        "",
+        selector,
+        PolicyEffect::DenyAll,
+    )
+}
+
+fn tokens(ns: &str, name: &str, selector: Option<&[(&str, &str)]>) -> Record {
+    let effect = PolicyEffect::Tokens {
+        headers: BTreeSet::from(["authorization".to_string()]),
+        params: BTreeSet::from(["access_token".to_string()]),
+        cookies: BTreeSet::new(),
+    };
+    policy(Kind::RequestAuthentication, ns, name, "", selector, effect)
+}
+
+/// ratings (default, 10.1.0.1) and reviews (default, 10.1.0.2), each serving HTTP 9080.
+fn two_workloads() -> (Mesh, Proxy, Proxy) {
+    let mut m = Mesh::new();
+    let ratings = sidecar_proxy("ratings-1", "default", "10.1.0.1", &[("app", "ratings")]);
+    let reviews = sidecar_proxy("reviews-1", "default", "10.1.0.2", &[("app", "reviews")]);
+    m.insert(vec![
+        service("ratings", "default"),
+        endpoint("ratings", "default", "10.1.0.1", true),
+        service("reviews", "default"),
+        endpoint("reviews", "default", "10.1.0.2", true),
+        px(&ratings),
+        px(&reviews),
+    ]);
+    (m, ratings, reviews)
+}
+
+fn inbound(m: &Mesh, p: &Proxy) -> Listener {
+    m.listener_body(p, "virtualInbound")
+}
+
+fn chain_names(l: &Listener) -> Vec<String> {
+    l.filter_chains.iter().map(|c| c.name.clone()).collect()
+}
+
+/// Whether every chain is plaintext-free: each terminates TLS.
+fn first_filters(l: &Listener) -> Vec<(String, String)> {
+    l.filter_chains
+        .iter()
+        .map(|c| (c.name.clone(), c.filters[0].name.clone()))
+        .collect()
+}
+
+fn hcm_of(c: &FilterChain) -> HttpConnectionManager {
+    let f = c
+        .filters
+        .iter()
+        .find(|f| f.name == "envoy.filters.network.http_connection_manager")
+        .expect("a connection manager");
+    let Some(filter::ConfigType::TypedConfig(any)) = &f.config_type else {
+        panic!("no config");
+    };
+    HttpConnectionManager::decode(&any.value[..]).expect("an HCM")
+}
+
+const OPEN_CHAINS: [&str; 3] = [
+    "inbound|9080||",
+    "inbound|9080||-mtls",
+    "virtualInbound-catchall-tcp",
+];
+
+/// A mesh-wide STRICT PeerAuthentication (root namespace, no selector) leaves every
+/// sidecar only its mTLS chains: the plaintext chain of 9080 is gone and the catch-all of
+/// undeclared ports takes mTLS only; the policy is reported as not enforced (MF0017).
+/// Retracting it brings the plaintext chains back and the error goes.
+#[test]
+fn mesh_wide_strict_leaves_only_mtls_chains() {
+    let (mut m, ratings, reviews) = two_workloads();
+    assert_eq!(chain_names(&inbound(&m, &ratings)), OPEN_CHAINS);
+    let strict = peer("istio-system", "default", None, MtlsMode::Strict);
+    m.insert(vec![strict.clone()]);
+    for p in [&ratings, &reviews] {
+        let l = inbound(&m, p);
+        assert_eq!(
+            chain_names(&l),
+            ["inbound|9080||-mtls", "virtualInbound-catchall-mtls"]
+        );
+        for c in &l.filter_chains {
+            assert!(c.transport_socket.is_some(), "{} is plaintext", c.name);
+            let matched = c.filter_chain_match.as_ref().expect("a match");
+            assert_eq!(matched.transport_protocol, "tls", "{}", c.name);
+        }
+    }
+    let errors = gateway_errors(&m, ErrorCode::SecurityPolicyFailsClosed);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].starts_with("PeerAuthentication/istio-system/default: ")
+            && errors[0].contains("not enforced")
+            && errors[0].contains("only mTLS"),
+        "{errors:?}"
+    );
+    assert_eq!(
+        ErrorCode::SecurityPolicyFailsClosed.message_code().0,
+        "MF0017"
+    );
+    m.retract(vec![strict]);
+    assert_eq!(chain_names(&inbound(&m, &ratings)), OPEN_CHAINS);
+    assert!(gateway_errors(&m, ErrorCode::SecurityPolicyFailsClosed).is_empty());
+}
+
+/// Istio's precedence: a namespace policy overrides the mesh's, a workload policy the
+/// namespace's (UNSET inherits); in one slot the oldest wins (creationTimestamp, then name);
+/// `portLevelMtls` of the workload policy sets a port apart; a selector policy in the root
+/// namespace applies to nothing; a PERMISSIVE-only mesh is no error.
+#[test]
+fn peer_authentication_precedence_follows_istio() {
+    let (mut m, ratings, reviews) = two_workloads();
+    let mesh_strict = peer("istio-system", "default", None, MtlsMode::Strict);
+    let ns_permissive = peer("default", "ns", None, MtlsMode::Permissive);
+    m.insert(vec![mesh_strict.clone(), ns_permissive.clone()]);
+    assert_eq!(chain_names(&inbound(&m, &ratings)), OPEN_CHAINS);
+    // The mesh policy still applies (it restricts, by its own mode): its error stays.
+    assert_eq!(
+        gateway_errors(&m, ErrorCode::SecurityPolicyFailsClosed).len(),
+        1
+    );
+
+    // A workload policy STRICT on ratings, with port 9080 PERMISSIVE: 9080 keeps its
+    // plaintext chain, the catch-all (the workload's mode) takes mTLS only.
+    let Record::Security(mut wl) = peer(
+        "default",
+        "ratings",
+        Some(&[("app", "ratings")]),
+        MtlsMode::Strict,
+    ) else {
+        unreachable!()
+    };
+    wl.effect = PolicyEffect::Peer {
+        mode: MtlsMode::Strict,
+        ports: BTreeMap::from([(9080, MtlsMode::Permissive)]),
+    };
+    m.insert(vec![Record::Security(wl.clone())]);
+    assert_eq!(
+        chain_names(&inbound(&m, &ratings)),
+        [
+            "inbound|9080||",
+            "inbound|9080||-mtls",
+            "virtualInbound-catchall-mtls"
+        ]
+    );
+    assert_eq!(chain_names(&inbound(&m, &reviews)), OPEN_CHAINS);
+    m.retract(vec![Record::Security(wl)]);
+
+    // Two namespace policies: the older (STRICT) wins over a later PERMISSIVE one...
+    let older = policy(
+        Kind::PeerAuthentication,
+        "default",
+        "zz-older",
+        "2020-01-01T00:00:00Z",
+        None,
+        PolicyEffect::Peer {
+            mode: MtlsMode::Strict,
+            ports: BTreeMap::new(),
+        },
+    );
+    let Record::Security(mut newer) = ns_permissive.clone() else {
+        unreachable!()
+    };
+    newer.created = "2021-01-01T00:00:00Z".into();
+    m.replace(ns_permissive, Record::Security(newer.clone()));
+    m.insert(vec![older.clone()]);
+    assert_eq!(
+        chain_names(&inbound(&m, &ratings)),
+        ["inbound|9080||-mtls", "virtualInbound-catchall-mtls"]
+    );
+    // ...and, with equal timestamps, the first by name.
+    let Record::Security(mut same_time) = older.clone() else {
+        unreachable!()
+    };
+    same_time.created = newer.created.clone();
+    m.replace(older, Record::Security(same_time.clone()));
+    // "ns" < "zz-older": PERMISSIVE wins.
+    assert_eq!(chain_names(&inbound(&m, &ratings)), OPEN_CHAINS);
+    m.retract(vec![
+        Record::Security(same_time),
+        Record::Security(newer),
+        mesh_strict,
+    ]);
+
+    // A selector PeerAuthentication in the root namespace is ignored, as in Istio.
+    let root_selector = peer(
+        "istio-system",
+        "sel",
+        Some(&[("app", "ratings")]),
+        MtlsMode::Strict,
+    );
+    m.insert(vec![root_selector]);
+    assert_eq!(chain_names(&inbound(&m, &ratings)), OPEN_CHAINS);
+    assert!(gateway_errors(&m, ErrorCode::SecurityPolicyFailsClosed).is_empty());
+}
+
+/// An AuthorizationPolicy selecting `app: ratings` puts the deny-all network RBAC filter
+/// first on every chain of ratings' `virtualInbound` (the catch-all too); reviews is
+/// untouched. One in the root namespace with a selector applies in every namespace.
+#[test]
+fn authorization_policy_denies_every_chain_of_the_workloads_it_selects() {
+    let (mut m, ratings, reviews) = two_workloads();
+    let deny = deny_all("default", "ratings-deny", Some(&[("app", "ratings")]));
+    m.insert(vec![deny.clone()]);
+    let rbac = "envoy.filters.network.rbac".to_string();
+    let firsts = first_filters(&inbound(&m, &ratings));
+    assert_eq!(firsts.len(), 3, "{firsts:?}");
+    assert!(firsts.iter().all(|(_, f)| *f == rbac), "{firsts:?}");
+    assert!(first_filters(&inbound(&m, &reviews))
+        .iter()
+        .all(|(_, f)| *f != rbac));
+    // The filter's rules: action ALLOW, no policy (Envoy: present and empty denies).
+    {
+        use envoy_types::pb::envoy::extensions::filters::network::rbac::v3::Rbac;
+        let l = inbound(&m, &ratings);
+        let Some(filter::ConfigType::TypedConfig(any)) = &l.filter_chains[0].filters[0].config_type
+        else {
+            panic!("no config");
+        };
+        let r = Rbac::decode(&any.value[..]).expect("RBAC");
+        let rules = r.rules.expect("enforcing rules");
+        assert_eq!(rules.action, 0, "ALLOW");
+        assert!(rules.policies.is_empty());
+    }
+    let errors = gateway_errors(&m, ErrorCode::SecurityPolicyFailsClosed);
+    assert!(
+        errors.len() == 1 && errors[0].contains("deny-all"),
+        "{errors:?}"
+    );
+    m.retract(vec![deny]);
+    assert_eq!(chain_names(&inbound(&m, &ratings)), OPEN_CHAINS);
+    assert!(first_filters(&inbound(&m, &ratings))
+        .iter()
+        .all(|(_, f)| *f != rbac));
+
+    // Root namespace, selector: every `app: reviews` workload of any namespace.
+    let root = deny_all("istio-system", "reviews", Some(&[("app", "reviews")]));
+    m.insert(vec![root]);
+    assert!(first_filters(&inbound(&m, &reviews))
+        .iter()
+        .all(|(_, f)| *f == rbac));
+    assert!(first_filters(&inbound(&m, &ratings))
+        .iter()
+        .all(|(_, f)| *f != rbac));
+}
+
+/// A RequestAuthentication selecting ratings puts a DENY HTTP RBAC filter on the token's
+/// locations first in each HTTP chain's connection manager, and drops the catch-all
+/// (which cannot see HTTP); reviews keeps its chains as they were.
+#[test]
+fn request_authentication_refuses_requests_carrying_tokens() {
+    let (mut m, ratings, reviews) = two_workloads();
+    let before_reviews = inbound(&m, &reviews);
+    m.insert(vec![tokens("default", "jwt", Some(&[("app", "ratings")]))]);
+    let l = inbound(&m, &ratings);
+    assert_eq!(
+        chain_names(&l),
+        ["inbound|9080||", "inbound|9080||-mtls"],
+        "no catch-all"
+    );
+    for c in &l.filter_chains {
+        let hcm = hcm_of(c);
+        assert_eq!(hcm.http_filters[0].name, "envoy.filters.http.rbac");
+        use envoy_types::pb::envoy::extensions::filters::http::rbac::v3::Rbac;
+        use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_filter::ConfigType;
+        let Some(ConfigType::TypedConfig(any)) = &hcm.http_filters[0].config_type else {
+            panic!("no config");
+        };
+        let rules = Rbac::decode(&any.value[..])
+            .expect("RBAC")
+            .rules
+            .expect("rules");
+        assert_eq!(rules.action, 1, "DENY");
+        let body = format!("{rules:?}");
+        assert!(body.contains("\"authorization\""), "{body}");
+        assert!(body.contains("access\\\\_token"), "{body}");
+    }
+    assert_eq!(inbound(&m, &reviews), before_reviews);
+    assert_eq!(
+        gateway_errors(&m, ErrorCode::SecurityPolicyFailsClosed).len(),
+        1
+    );
+}
+
+/// A restricting policy selecting a gateway: the gateway is not protected, and the error
+/// says so; a policy that selects no connected proxy is no error.
+#[test]
+fn a_policy_selecting_a_gateway_says_it_is_not_protected() {
+    let mut m = Mesh::new();
+    let gw = router_proxy(
+        "ingress-1",
+        "istio-system",
+        "10.1.0.9",
+        &[("istio", "ingressgateway")],
+    );
+    m.insert(vec![px(&gw)]);
+    let nothing = deny_all("default", "nobody", Some(&[("app", "none")]));
+    m.insert(vec![nothing]);
+    assert!(gateway_errors(&m, ErrorCode::SecurityPolicyFailsClosed).is_empty());
+    m.insert(vec![deny_all(
+        "istio-system",
+        "gw",
+        Some(&[("istio", "ingressgateway")]),
+    )]);
+    let errors = gateway_errors(&m, ErrorCode::SecurityPolicyFailsClosed);
+    assert!(
+        errors.len() == 1 && errors[0].contains("NOT protect"),
+        "{errors:?}"
+    );
+}

@@ -1,0 +1,196 @@
+//! PeerAuthentication, AuthorizationPolicy and RequestAuthentication read for the
+//! fail-closed stopgap: modes and ports, whether an authorization restricts, where tokens
+//! are looked for; an error finding on each object that restricts, warnings on what
+//! restricts nothing, `targetRef` policies reported as not enforced, invalid objects
+//! refused naming the field.
+
+use super::*;
+use dataflows::model::{MtlsMode, PolicyEffect, SecurityPolicy};
+use std::collections::{BTreeMap, BTreeSet};
+
+fn policy(p: &Parsed) -> &SecurityPolicy {
+    match &p.records[..] {
+        [Record::Security(s)] => s,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn refused(doc: &str) -> crate::config::Invalid {
+    parse_document(doc, &MeshConfig::default()).expect_err("refused")
+}
+
+const PA: &str = "apiVersion: security.istio.io/v1beta1\nkind: PeerAuthentication\nmetadata: {name: p, namespace: ns, creationTimestamp: \"2024-05-01T10:00:00Z\"}\n";
+
+/// A workload PeerAuthentication: its selector, creation time, mode and port modes (ports
+/// written as numbers or strings); STRICT is an error finding (not translated; fails
+/// closed), DISABLE a warning, an unknown field a warning by its path.
+#[test]
+fn peer_authentication_reads_selector_modes_and_ports() {
+    let p = parse(&format!(
+        "{PA}spec:\n  selector: {{matchLabels: {{app: ratings}}}}\n  mtls: {{mode: STRICT}}\n  portLevelMtls:\n    8080: {{mode: DISABLE}}\n    \"9090\": {{mode: UNSET}}\n  extra: 1\n"
+    ));
+    let s = policy(&p);
+    assert_eq!(s.key, ConfigKey::new(Kind::PeerAuthentication, "ns", "p"));
+    assert_eq!(s.created, "2024-05-01T10:00:00Z");
+    assert_eq!(
+        s.selector
+            .as_ref()
+            .and_then(|l| l.get("app"))
+            .map(String::as_str),
+        Some("ratings")
+    );
+    assert_eq!(
+        s.effect,
+        PolicyEffect::Peer {
+            mode: MtlsMode::Strict,
+            ports: BTreeMap::from([(8080, MtlsMode::Disable), (9090, MtlsMode::Unset)]),
+        }
+    );
+    assert_eq!(fields(&p, Level::Error), vec!["spec.mtls.mode"]);
+    assert_eq!(
+        fields(&p, Level::Warning),
+        vec!["spec.extra", "spec.portLevelMtls[8080].mode"]
+    );
+    // Namespace-wide PERMISSIVE: honoured as it is (meshflow's default), nothing to say.
+    let open = parse(&format!("{PA}spec: {{mtls: {{mode: PERMISSIVE}}}}\n"));
+    assert!(policy(&open).selector.is_none());
+    assert!(open.findings.is_empty(), "{:?}", open.findings);
+    // A selector in the root namespace: applies to nothing, as in Istio; said.
+    let root = parse("apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: p, namespace: istio-system}\nspec: {selector: {matchLabels: {app: a}}, mtls: {mode: STRICT}}\n");
+    assert!(fields(&root, Level::Warning).contains(&"spec.selector".to_string()));
+}
+
+/// Istio's validation: an unknown mode, portLevelMtls without a selector or empty, port 0.
+#[test]
+fn peer_authentication_refuses_what_istio_refuses() {
+    for (spec, field) in [
+        ("{mtls: {mode: STRICTER}}", "spec.mtls.mode"),
+        (
+            "{portLevelMtls: {8080: {mode: STRICT}}}",
+            "spec.portLevelMtls",
+        ),
+        (
+            "{selector: {matchLabels: {a: b}}, portLevelMtls: {}}",
+            "spec.portLevelMtls",
+        ),
+        (
+            "{selector: {matchLabels: {a: b}}, portLevelMtls: {0: {mode: STRICT}}}",
+            "spec.portLevelMtls[0]",
+        ),
+    ] {
+        let e = refused(&format!("{PA}spec: {spec}\n"));
+        assert_eq!(e.field, field, "{spec}: {e}");
+        assert!(
+            e.to_string().starts_with("PeerAuthentication ns/p: "),
+            "{e}"
+        );
+    }
+}
+
+const AP: &str =
+    "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: a, namespace: ns}\n";
+
+/// DENY, CUSTOM and ALLOW with real rules (or none) restrict: a deny-all record and an
+/// error finding; AUDIT, dry-run and an ALLOW with an empty rule (allow all) restrict
+/// nothing: no record, a warning.
+#[test]
+fn authorization_policy_restricts_or_says_why_not() {
+    for spec in [
+        "{action: DENY, rules: [{}]}",
+        "{selector: {matchLabels: {app: ratings}}, action: DENY, rules: [{from: [{source: {namespaces: [x]}}]}]}",
+        "{action: ALLOW, rules: [{to: [{operation: {methods: [GET]}}]}]}",
+        "{}",
+        "{action: CUSTOM, provider: {name: ext}, rules: [{}]}",
+    ] {
+        let p = parse(&format!("{AP}spec: {spec}\n"));
+        assert_eq!(policy(&p).effect, PolicyEffect::DenyAll, "{spec}");
+        assert_eq!(fields(&p, Level::Error), vec!["spec.action"], "{spec}");
+        // The rules are read whole: no field of them is reported apart.
+        assert!(fields(&p, Level::Warning).is_empty(), "{spec}: {:?}", p.findings);
+    }
+    for (spec, field) in [
+        ("{action: AUDIT, rules: [{}]}", "spec.action"),
+        ("{action: ALLOW, rules: [{}]}", "spec.rules"),
+    ] {
+        let p = parse(&format!("{AP}spec: {spec}\n"));
+        assert!(p.records.is_empty(), "{spec}");
+        assert_eq!(fields(&p, Level::Warning), vec![field], "{spec}");
+        assert!(fields(&p, Level::Error).is_empty(), "{spec}");
+    }
+    let dry = parse("apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: a, namespace: ns, annotations: {istio.io/dry-run: \"true\"}}\nspec: {action: DENY, rules: [{}]}\n");
+    assert!(dry.records.is_empty());
+    assert_eq!(
+        fields(&dry, Level::Warning),
+        vec!["metadata.annotations[istio.io/dry-run]"]
+    );
+}
+
+/// A `targetRef(s)` policy is for Gateway API gateways and waypoints: an error saying it is
+/// enforced nowhere, no record; with a selector too, refused; so are an unknown action, a
+/// DENY without rules, a provider without CUSTOM.
+#[test]
+fn authorization_policy_target_refs_and_invalid_ones() {
+    let p = parse(&format!(
+        "{AP}spec: {{targetRefs: [{{kind: Gateway, group: gateway.networking.k8s.io, name: gw}}], action: DENY, rules: [{{}}]}}\n"
+    ));
+    assert!(p.records.is_empty());
+    assert_eq!(fields(&p, Level::Error), vec!["spec.targetRefs"]);
+    assert!(
+        p.findings[0].message.contains("NOT enforced"),
+        "{:?}",
+        p.findings
+    );
+    for (spec, field) in [
+        (
+            "{selector: {matchLabels: {a: b}}, targetRef: {kind: Gateway, name: gw}, rules: [{}]}",
+            "spec.targetRef",
+        ),
+        ("{action: REJECT}", "spec.action"),
+        ("{action: DENY}", "spec.rules"),
+        ("{action: ALLOW, provider: {name: x}}", "spec.provider"),
+    ] {
+        assert_eq!(
+            refused(&format!("{AP}spec: {spec}\n")).field,
+            field,
+            "{spec}"
+        );
+    }
+}
+
+const RA: &str =
+    "apiVersion: security.istio.io/v1\nkind: RequestAuthentication\nmetadata: {name: r, namespace: ns}\n";
+
+/// A RequestAuthentication's token locations: its rules' headers (lowercased), parameters
+/// and cookies; a rule naming none looks where Envoy does by default (`Authorization`,
+/// `access_token`). An error finding on `spec.jwtRules`; none with no rules.
+#[test]
+fn request_authentication_reads_token_locations() {
+    let p = parse(&format!(
+        "{RA}spec:\n  selector: {{matchLabels: {{app: ratings}}}}\n  jwtRules:\n  - issuer: a\n    jwksUri: https://a/keys\n    fromHeaders: [{{name: X-Jwt, prefix: \"Bearer \"}}]\n    fromParams: [tok]\n    fromCookies: [session]\n  - issuer: b\n"
+    ));
+    let set = |xs: &[&str]| xs.iter().map(|x| x.to_string()).collect::<BTreeSet<_>>();
+    assert_eq!(
+        policy(&p).effect,
+        PolicyEffect::Tokens {
+            headers: set(&["authorization", "x-jwt"]),
+            params: set(&["access_token", "tok"]),
+            cookies: set(&["session"]),
+        }
+    );
+    assert_eq!(fields(&p, Level::Error), vec!["spec.jwtRules"]);
+    let none = parse(&format!("{RA}spec: {{}}\n"));
+    assert!(none.records.is_empty() && none.findings.is_empty());
+    for (spec, field) in [
+        ("{jwtRules: [{jwks: x}]}", "spec.jwtRules[0]"),
+        (
+            "{jwtRules: [{issuer: a, fromHeaders: [{name: \"\"}]}]}",
+            "spec.jwtRules[0].fromHeaders[0].name",
+        ),
+    ] {
+        assert_eq!(
+            refused(&format!("{RA}spec: {spec}\n")).field,
+            field,
+            "{spec}"
+        );
+    }
+}

@@ -1,0 +1,82 @@
+//! Istio's security API types (security.istio.io v1 and v1beta1) as they appear in YAML:
+//! camelCase, unknown fields tolerated (and reported). Only what the fail-closed stopgap
+//! reads is typed; `rules` and the JWT fields it cannot honour are read whole, to be
+//! reported as one field each. Field names follow Istio's API reference.
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+
+/// `selector` of the three kinds.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Selector {
+    pub match_labels: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Mtls {
+    pub mode: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct PeerAuthenticationSpec {
+    pub selector: Option<Selector>,
+    pub mtls: Option<Mtls>,
+    /// Keyed by workload port (written as a string or a number in YAML).
+    pub port_level_mtls: Option<BTreeMap<PortKey, Mtls>>,
+}
+
+/// A `portLevelMtls` key: YAML writes it as a number or a string.
+#[derive(Debug, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(untagged)]
+pub enum PortKey {
+    Number(i64),
+    Text(String),
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct AuthorizationPolicySpec {
+    pub selector: Option<Selector>,
+    pub target_ref: Option<serde_yaml_ng::Value>,
+    pub target_refs: Option<serde_yaml_ng::Value>,
+    pub action: Option<String>,
+    pub provider: Option<serde_yaml_ng::Value>,
+    /// Not evaluated: a restricting policy denies everything instead.
+    pub rules: Option<serde_yaml_ng::Value>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct RequestAuthenticationSpec {
+    pub selector: Option<Selector>,
+    pub target_ref: Option<serde_yaml_ng::Value>,
+    pub target_refs: Option<serde_yaml_ng::Value>,
+    pub jwt_rules: Vec<JwtRule>,
+}
+
+/// A `jwtRules[]` entry: where its token is found; the rest is read whole and reported.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct JwtRule {
+    pub from_headers: Vec<JwtHeader>,
+    pub from_params: Vec<String>,
+    pub from_cookies: Vec<String>,
+    pub issuer: Option<serde_yaml_ng::Value>,
+    pub audiences: Option<serde_yaml_ng::Value>,
+    pub jwks_uri: Option<serde_yaml_ng::Value>,
+    pub jwks: Option<serde_yaml_ng::Value>,
+    pub output_payload_to_header: Option<serde_yaml_ng::Value>,
+    pub output_claim_to_headers: Option<serde_yaml_ng::Value>,
+    pub forward_original_token: Option<serde_yaml_ng::Value>,
+    pub timeout: Option<serde_yaml_ng::Value>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct JwtHeader {
+    pub name: String,
+    pub prefix: Option<String>,
+}
