@@ -47,9 +47,9 @@ pub(super) fn per_proxy<'s>(
     let everywhere = by_namespace.clone().map(|(ns, rest)| ((), (ns, rest)));
     // `(proxy, (reached, root, policy))` for every policy that applies to a proxy.
     let applied = by_namespace
-        .join_map(in_namespace, |ns, (id, kind, labels), (p, root)| {
+        .join_map(in_namespace, |ns, (id, reached, labels), (p, root)| {
             p.applies(ns, labels, root)
-                .then(|| (id.clone(), (*kind, root.clone(), p.clone())))
+                .then(|| (id.clone(), (*reached, root.clone(), p.clone())))
         })
         .concat(
             everywhere.join_map(in_root, |_, (ns, (id, reached, labels)), (p, root)| {
