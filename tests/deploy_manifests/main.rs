@@ -174,13 +174,16 @@ fn merge(into: &mut Value, from: Value) {
 // Checks
 // ---------------------------------------------------------------------------------------------
 
-/// The Istio kinds (plural) whose status `--write-status` patches.
-const STATUS_WRITTEN: &[&str] = &[
-    "virtualservices",
-    "destinationrules",
-    "gateways",
-    "serviceentries",
-    "sidecars",
+/// The Istio kinds (group, plural) whose status `--write-status` patches.
+const STATUS_WRITTEN: &[(&str, &str)] = &[
+    ("networking.istio.io", "virtualservices"),
+    ("networking.istio.io", "destinationrules"),
+    ("networking.istio.io", "gateways"),
+    ("networking.istio.io", "serviceentries"),
+    ("networking.istio.io", "sidecars"),
+    ("security.istio.io", "peerauthentications"),
+    ("security.istio.io", "authorizationpolicies"),
+    ("security.istio.io", "requestauthentications"),
 ];
 
 /// What `serve --kube` watches, as RBAC names it.
@@ -195,6 +198,9 @@ const WATCHED: &[(&str, &str)] = &[
     ("networking.istio.io", "serviceentries"),
     ("networking.istio.io", "sidecars"),
     ("networking.istio.io", "workloadentries"),
+    ("security.istio.io", "peerauthentications"),
+    ("security.istio.io", "authorizationpolicies"),
+    ("security.istio.io", "requestauthentications"),
 ];
 
 fn one<'a>(docs: &'a [Value], kind: &str) -> &'a Value {
@@ -371,7 +377,7 @@ fn check(docs: &[Value], what: &str) {
     check_lease_role(docs, sa, deployment, writes_status, what);
     let mut status: Vec<(String, String)> = STATUS_WRITTEN
         .iter()
-        .map(|r| ("networking.istio.io".to_string(), format!("{r}/status")))
+        .map(|(g, r)| (g.to_string(), format!("{r}/status")))
         .collect();
     status.sort();
     if writes_status {

@@ -19,6 +19,7 @@
 mod support;
 
 mod envoy;
+mod security;
 mod status;
 mod watch;
 

@@ -234,6 +234,23 @@ fn validate_reads_a_cluster_and_names_what_it_would_reject() {
         !stderr.contains("default/ratings") && !stderr.contains("http2Error"),
         "{stderr}"
     );
+
+    // A security policy of the cluster is read as one of a file: not translated, an error.
+    fake.delete("VirtualService", "default", "ratings");
+    fake.delete("VirtualService", "default", "details");
+    fake.apply(serde_json::json!({
+        "apiVersion": "security.istio.io/v1", "kind": "PeerAuthentication",
+        "metadata": {"name": "strict", "namespace": "default"},
+        "spec": {"mtls": {"mode": "STRICT"}},
+    }));
+    let (ok, stdout, stderr) = validate();
+    assert!(!ok, "{stdout}{stderr}");
+    assert!(
+        stdout.lines().any(|l| l.starts_with(
+            "error: PeerAuthentication default/strict: spec.mtls.mode: STRICT is not translated"
+        )),
+        "{stdout}"
+    );
 }
 
 /// A label selector the API server refuses ends `serve` with the server's reason naming
@@ -564,15 +581,17 @@ async fn two_replicas_serve_identical_config() {
     assert_eq!(a.held, b.held, "identical after the change");
 }
 
-/// Istio kinds are watched at the most stable version the cluster serves; on a cluster
-/// without Istio's CRDs each kind is reported by name, the Kubernetes kinds still serve, and
-/// the kinds are watched once the CRDs are installed.
+/// Istio kinds (networking.istio.io and security.istio.io) are watched at the most stable
+/// version the cluster serves; on a cluster without Istio's CRDs each kind is reported by
+/// name, the Kubernetes kinds still serve, and the kinds are watched once the CRDs are
+/// installed.
 #[test]
 fn istio_versions_come_from_discovery_and_missing_kinds_are_named() {
     let older = start(
         "kube-versions",
         |fake| {
             fake.serve_istio_versions(&["v1beta1", "v1alpha3"]);
+            fake.serve_security_versions(&["v1beta1"]);
             fake.apply(service("reviews", "default", 9080));
         },
         &[],
@@ -592,6 +611,17 @@ fn istio_versions_come_from_discovery_and_missing_kinds_are_named() {
             "{path}: {requests:#?}"
         );
     }
+    for plural in [
+        "peerauthentications",
+        "authorizationpolicies",
+        "requestauthentications",
+    ] {
+        let path = format!("GET /apis/security.istio.io/v1beta1/{plural}?");
+        assert!(
+            requests.iter().any(|r| r.starts_with(&path)),
+            "{path}: {requests:#?}"
+        );
+    }
     older.await_input_changes("Service", "insert", 1.0);
     assert!(older.errors().is_empty(), "{:?}", older.errors());
     drop(older);
@@ -600,11 +630,12 @@ fn istio_versions_come_from_discovery_and_missing_kinds_are_named() {
         "kube-no-istio",
         |fake| {
             fake.serve_istio_versions(&[]);
+            fake.serve_security_versions(&[]);
             fake.apply(service("reviews", "default", 9080));
         },
         &[],
     );
-    let errors = bare.await_errors("every Istio kind", |e| e.len() == 6);
+    let errors = bare.await_errors("every Istio kind", |e| e.len() == 9);
     for kind in [
         "VirtualService",
         "DestinationRule",
@@ -612,6 +643,9 @@ fn istio_versions_come_from_discovery_and_missing_kinds_are_named() {
         "ServiceEntry",
         "Sidecar",
         "WorkloadEntry",
+        "PeerAuthentication",
+        "AuthorizationPolicy",
+        "RequestAuthentication",
     ] {
         assert!(
             errors
@@ -627,6 +661,10 @@ fn istio_versions_come_from_discovery_and_missing_kinds_are_named() {
     bare.fake.apply(virtual_service("reviews", "reviews", "1s"));
     bare.fake.serve_istio_versions(&["v1"]);
     bare.await_input_changes("VirtualService", "insert", 1.0);
+    bare.await_errors("only the security kinds are missing", |e| {
+        e.len() == 3 && e.iter().all(|e| e.contains("security.istio.io"))
+    });
+    bare.fake.serve_security_versions(&["v1"]);
     bare.await_errors("no kind is missing any more", |e| e.is_empty());
 }
 

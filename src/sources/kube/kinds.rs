@@ -1,9 +1,10 @@
 //! The kinds the Kubernetes source watches, and where the cluster serves them.
 //!
 //! Kubernetes kinds are fixed (`v1` Services and Pods, `discovery.k8s.io/v1` EndpointSlices:
-//! GA everywhere meshflow runs). Istio's networking kinds are custom resources whose served
-//! versions depend on the Istio release installed, so they are found by API discovery, one
-//! watch per kind at the most stable version served: `v1`, else `v1beta1`, else `v1alpha3`.
+//! GA everywhere meshflow runs). Istio's kinds are custom resources whose served versions
+//! depend on the Istio release installed, so they are found by API discovery, group by group
+//! ([`ISTIO_GROUPS`]: networking.istio.io and security.istio.io), one watch per kind at the
+//! most stable version served (`v1`, else `v1beta1`, else `v1alpha3` where the group had it).
 //! A kind the cluster does not serve is reported by name, never silently skipped.
 //!
 //! Secrets are watched for the TLS material gateways serve (`credentialName`); every
@@ -23,18 +24,44 @@ pub struct WatchedKind {
     pub resource: ApiResource,
 }
 
-pub const ISTIO_GROUP: &str = "networking.istio.io";
-/// The versions of the Istio group meshflow reads, most stable first.
-pub const ISTIO_VERSIONS: [&str; 3] = ["v1", "v1beta1", "v1alpha3"];
-/// Istio's networking kinds meshflow reads.
-pub const ISTIO_KINDS: [(Kind, &str); 6] = [
-    (Kind::VirtualService, "VirtualService"),
-    (Kind::DestinationRule, "DestinationRule"),
-    (Kind::Gateway, "Gateway"),
-    (Kind::ServiceEntry, "ServiceEntry"),
-    (Kind::Sidecar, "Sidecar"),
-    (Kind::WorkloadEntry, "WorkloadEntry"),
-];
+/// An API group of Istio's custom resources and the kinds meshflow reads from it.
+#[derive(Clone, Copy, Debug)]
+pub struct IstioGroup {
+    pub group: &'static str,
+    /// The versions meshflow reads, most stable first.
+    pub versions: &'static [&'static str],
+    pub kinds: &'static [(Kind, &'static str)],
+}
+
+/// Istio's traffic kinds.
+pub const NETWORKING: IstioGroup = IstioGroup {
+    group: "networking.istio.io",
+    versions: &["v1", "v1beta1", "v1alpha3"],
+    kinds: &[
+        (Kind::VirtualService, "VirtualService"),
+        (Kind::DestinationRule, "DestinationRule"),
+        (Kind::Gateway, "Gateway"),
+        (Kind::ServiceEntry, "ServiceEntry"),
+        (Kind::Sidecar, "Sidecar"),
+        (Kind::WorkloadEntry, "WorkloadEntry"),
+    ],
+};
+
+/// Istio's security policies: read so that a policy in the cluster is enforced (or fails
+/// closed) exactly as one in a file; a cluster that lacks them is told so like any other
+/// missing kind.
+pub const SECURITY: IstioGroup = IstioGroup {
+    group: "security.istio.io",
+    versions: &["v1", "v1beta1"],
+    kinds: &[
+        (Kind::PeerAuthentication, "PeerAuthentication"),
+        (Kind::AuthorizationPolicy, "AuthorizationPolicy"),
+        (Kind::RequestAuthentication, "RequestAuthentication"),
+    ],
+};
+
+/// Every Istio group the source discovers.
+pub const ISTIO_GROUPS: [IstioGroup; 2] = [NETWORKING, SECURITY];
 
 /// Services, Pods, EndpointSlices and Secrets.
 pub fn kubernetes_kinds() -> Vec<WatchedKind> {
@@ -60,37 +87,43 @@ pub fn kubernetes_kinds() -> Vec<WatchedKind> {
     ]
 }
 
-/// Asks the cluster (API discovery: `/apis`, then `/apis/networking.istio.io/VERSION`) which
-/// Istio kinds it serves and at which versions; see [`istio_kinds`]. `Err` when the API server
-/// cannot be asked; a cluster without the group serves none.
+/// Asks the cluster (API discovery: `/apis`, then `/apis/GROUP/VERSION`) which Istio kinds
+/// it serves and at which versions, for each of [`ISTIO_GROUPS`]; see [`istio_kinds`]. `Err`
+/// when the API server cannot be asked; a cluster without a group serves none of its kinds.
 pub async fn discover_istio(
     client: &Client,
 ) -> Result<(Vec<WatchedKind>, Vec<String>), kube::Error> {
-    match kube::discovery::group(client, ISTIO_GROUP).await {
-        Ok(group) => {
-            let served: Vec<_> = group
+    let mut found = Vec::new();
+    let mut missing = Vec::new();
+    for g in &ISTIO_GROUPS {
+        let served: Vec<_> = match kube::discovery::group(client, g.group).await {
+            Ok(group) => group
                 .versions()
                 .map(|v| (v.to_string(), group.versioned_resources(v)))
-                .collect();
-            Ok(istio_kinds(&served))
-        }
-        Err(kube::Error::Discovery(kube::error::DiscoveryError::MissingApiGroup(_))) => {
-            Ok(istio_kinds(&[]))
-        }
-        Err(e) => Err(e),
+                .collect(),
+            Err(kube::Error::Discovery(kube::error::DiscoveryError::MissingApiGroup(_))) => {
+                Vec::new()
+            }
+            Err(e) => return Err(e),
+        };
+        let (f, m) = istio_kinds(g, &served);
+        found.extend(f);
+        missing.extend(m);
     }
+    Ok((found, missing))
 }
 
-/// Which version of each Istio kind to watch, given the resources each served version of
-/// the group lists (`served`: version → resources); the kinds no version serves with
+/// Which version of each kind of `group` to watch, given the resources each served version
+/// of the group lists (`served`: version → resources); the kinds no version serves with
 /// list and watch, as errors naming them.
 pub fn istio_kinds(
+    group: &IstioGroup,
     served: &[(String, Vec<(ApiResource, ApiCapabilities)>)],
 ) -> (Vec<WatchedKind>, Vec<String>) {
     let mut found = Vec::new();
     let mut missing = Vec::new();
-    for (kind, name) in ISTIO_KINDS {
-        let chosen = ISTIO_VERSIONS.iter().find_map(|v| {
+    for &(kind, name) in group.kinds {
+        let chosen = group.versions.iter().find_map(|v| {
             served
                 .iter()
                 .filter(|(version, _)| version == v)
@@ -106,26 +139,34 @@ pub fn istio_kinds(
                 kind,
                 resource: ar.clone(),
             }),
-            None => missing.push(not_served(name, served)),
+            None => missing.push(not_served(group, name, served)),
         }
     }
     (found, missing)
 }
 
 /// The error for an Istio kind the cluster does not serve.
-pub fn not_served(kind: &str, served: &[(String, Vec<(ApiResource, ApiCapabilities)>)]) -> String {
+pub fn not_served(
+    group: &IstioGroup,
+    kind: &str,
+    served: &[(String, Vec<(ApiResource, ApiCapabilities)>)],
+) -> String {
+    let name = group.group;
     let versions: Vec<&str> = served.iter().map(|(v, _)| v.as_str()).collect();
-    let wanted = ISTIO_VERSIONS
-        .map(|v| format!("{ISTIO_GROUP}/{v}"))
-        .join(", ");
+    let wanted: Vec<String> = group
+        .versions
+        .iter()
+        .map(|v| format!("{name}/{v}"))
+        .collect();
     let serves = if versions.is_empty() {
-        format!("the cluster does not serve the {ISTIO_GROUP} API group")
+        format!("the cluster does not serve the {name} API group")
     } else {
-        format!("the cluster serves {ISTIO_GROUP} {}", versions.join(", "))
+        format!("the cluster serves {name} {}", versions.join(", "))
     };
     format!(
-        "{kind}: not watched: {serves}, without {kind} (read as {wanted}); are Istio's CRDs \
-         installed? (looked for again every minute)"
+        "{kind}: not watched: {serves}, without {kind} (read as {}); are Istio's CRDs \
+         installed? (looked for again every minute)",
+        wanted.join(", ")
     )
 }
 
@@ -143,9 +184,9 @@ mod tests {
             .iter()
             .map(|k| {
                 let ar = ApiResource {
-                    group: ISTIO_GROUP.into(),
+                    group: NETWORKING.group.into(),
                     version: version.into(),
-                    api_version: format!("{ISTIO_GROUP}/{version}"),
+                    api_version: format!("{}/{version}", NETWORKING.group),
                     kind: k.to_string(),
                     plural: format!("{}s", k.to_lowercase()),
                 };
@@ -178,7 +219,7 @@ mod tests {
             // Listed but not watchable: not used.
             served("v2", &["WorkloadEntry"], &all),
         ];
-        let (found, missing) = istio_kinds(&group);
+        let (found, missing) = istio_kinds(&NETWORKING, &group);
         let versions: Vec<(Kind, &str)> = found
             .iter()
             .map(|w| (w.kind, w.resource.version.as_str()))
@@ -204,9 +245,9 @@ mod tests {
     #[test]
     fn a_kind_without_watch_is_not_served() {
         let group = [served("v1", &["Sidecar"], &["get", "list"])];
-        let (found, missing) = istio_kinds(&group);
+        let (found, missing) = istio_kinds(&NETWORKING, &group);
         assert!(found.is_empty());
-        assert_eq!(missing.len(), ISTIO_KINDS.len());
+        assert_eq!(missing.len(), NETWORKING.kinds.len());
         assert!(missing
             .iter()
             .any(|m| m.starts_with("Sidecar: not watched")));
@@ -214,9 +255,44 @@ mod tests {
 
     #[test]
     fn no_istio_group_is_one_error_per_kind() {
-        let (found, missing) = istio_kinds(&[]);
+        let (found, missing) = istio_kinds(&NETWORKING, &[]);
         assert!(found.is_empty());
         assert_eq!(missing.len(), 6);
         assert!(missing[0].contains("does not serve the networking.istio.io API group"));
+    }
+
+    #[test]
+    fn security_kinds_are_found_in_their_own_group_and_named_when_missing() {
+        let all = ["list", "watch", "get"];
+        let group = [
+            served(
+                "v1beta1",
+                &["PeerAuthentication", "AuthorizationPolicy"],
+                &all,
+            ),
+            served("v1", &["AuthorizationPolicy"], &all),
+        ];
+        let (found, missing) = istio_kinds(&SECURITY, &group);
+        let versions: Vec<(Kind, &str)> = found
+            .iter()
+            .map(|w| (w.kind, w.resource.version.as_str()))
+            .collect();
+        assert_eq!(
+            versions,
+            vec![
+                (Kind::PeerAuthentication, "v1beta1"),
+                (Kind::AuthorizationPolicy, "v1"),
+            ]
+        );
+        assert_eq!(missing.len(), 1);
+        assert!(
+            missing[0].starts_with("RequestAuthentication: not watched: the cluster serves security.istio.io v1beta1, v1")
+                && missing[0].contains("security.istio.io/v1, security.istio.io/v1beta1"),
+            "{}",
+            missing[0]
+        );
+        let (_, none) = istio_kinds(&SECURITY, &[]);
+        assert_eq!(none.len(), 3);
+        assert!(none[0].contains("does not serve the security.istio.io API group"));
     }
 }

@@ -1,5 +1,6 @@
 //! Status writing (`serve --kube --write-status`): tells each VirtualService,
-//! DestinationRule, Gateway, ServiceEntry and Sidecar's author what became of it, on the
+//! DestinationRule, Gateway, ServiceEntry, Sidecar and security policy's (PeerAuthentication,
+//! AuthorizationPolicy, RequestAuthentication) author what became of it, on the
 //! object's `status` subresource, in the shape Istio writes:
 //!
 //! - `conditions: [{type: Reconciled, status: "True"|"False", lastTransitionTime, message}]`:
@@ -43,12 +44,15 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 /// The kinds whose status is written (WorkloadEntry's is not Istio's to say either).
-pub const STATUS_KINDS: [&str; 5] = [
+pub const STATUS_KINDS: [&str; 8] = [
     "VirtualService",
     "DestinationRule",
     "Gateway",
     "ServiceEntry",
     "Sidecar",
+    "PeerAuthentication",
+    "AuthorizationPolicy",
+    "RequestAuthentication",
 ];
 
 /// The proxies a rejection names (all are counted).
@@ -97,18 +101,41 @@ impl ObjectStatus {
     /// the findings (`level: Kind ns/name: field: message`) of the version in effect.
     pub fn new(resource: &ApiResource, seen: &Seen) -> Self {
         let key = seen.key;
-        let (reconciled, message) = match seen.error {
-            None => (true, "the latest version is in effect".to_string()),
-            Some(e) => (
+        let prefix = format!("{:?} {}/{}: ", key.kind, key.namespace, key.name);
+        // An error finding of a valid version is a part meshflow cannot honour as written
+        // (a security policy, a match, a TLS server): it fails closed, and the object is not
+        // in effect as its author wrote it.
+        let not_honoured = seen
+            .findings
+            .iter()
+            .filter(|(level, _)| matches!(level, Level::Error))
+            .map(|(level, line)| {
+                let line = line.strip_prefix(&format!("{level}: {prefix}"));
+                line.unwrap_or_default().to_string()
+            })
+            .collect::<Vec<_>>();
+        let (reconciled, message) = match (seen.error, not_honoured.first()) {
+            (Some(e), _) => (
                 false,
                 format!("{e} (the last valid version, if any, stays in effect)"),
             ),
+            (None, Some(first)) => (
+                false,
+                format!(
+                    "the latest version is in effect, but not as written: {first}{}",
+                    match not_honoured.len() {
+                        1 => String::new(),
+                        n => format!(" ({} more errors in validationMessages)", n - 1),
+                    }
+                ),
+            ),
+            (None, None) => (true, "the latest version is in effect".to_string()),
         };
         let messages = seen
             .findings
             .iter()
             .map(|(level, line)| {
-                let prefix = format!("{level}: {:?} {}/{}: ", key.kind, key.namespace, key.name);
+                let prefix = format!("{level}: {prefix}");
                 let description = line.strip_prefix(&prefix).unwrap_or(line);
                 let (code, name) = level.message_code();
                 let level = match level {
@@ -593,5 +620,31 @@ mod tests {
         let p = s.patch("2026-01-01T00:00:00Z");
         assert_eq!(p["status"]["conditions"][0]["status"], "False");
         assert!(p["status"]["validationMessages"].is_null());
+    }
+
+    #[test]
+    fn an_error_finding_means_not_reconciled_as_written() {
+        let key = ConfigKey::new(Kind::AuthorizationPolicy, "ns", "deny");
+        let findings = vec![
+            (
+                Level::Error,
+                "error: AuthorizationPolicy ns/deny: spec.action: DENY is not translated"
+                    .to_string(),
+            ),
+            (
+                Level::Error,
+                "error: AuthorizationPolicy ns/deny: spec.rules[0]: not read".to_string(),
+            ),
+        ];
+        let s = ObjectStatus::new(&resource(), &seen(&key, None, &findings));
+        let p = s.patch("2026-01-01T00:00:00Z");
+        let condition = &p["status"]["conditions"][0];
+        assert_eq!(condition["status"], "False", "{p:#}");
+        assert_eq!(
+            condition["message"],
+            "the latest version is in effect, but not as written: spec.action: DENY is not \
+             translated (1 more errors in validationMessages)"
+        );
+        assert_eq!(p["status"]["validationMessages"][1]["level"], "ERROR");
     }
 }

@@ -3,7 +3,7 @@
 
 use super::store::{
     event, status, type_of_kind, Key, ResourceType, Scope, Selector, Snapshot, Store, Watch,
-    WatchFrame, COORDINATION_GROUP, EVENTS_GROUP, ISTIO_GROUP, TYPES,
+    WatchFrame, COORDINATION_GROUP, EVENTS_GROUP, ISTIO_GROUP, SECURITY_GROUP, TYPES,
 };
 use bytes::Bytes;
 use http_body_util::{combinators::BoxBody, BodyExt, Full, StreamBody};
@@ -81,16 +81,17 @@ pub fn handle(store: &Arc<Mutex<Store>>, req: Request<Bytes>) -> Response<Body> 
         return token_review(&st, req.body());
     }
     if req.method() == hyper::Method::PATCH {
-        if let ["apis", ISTIO_GROUP, version, "namespaces", ns, plural, name, "status"] =
+        if let ["apis", group @ (ISTIO_GROUP | SECURITY_GROUP), version, "namespaces", ns, plural, name, "status"] =
             parts.as_slice()
         {
-            if served(&st, ISTIO_GROUP, version) {
+            if served(&st, group, version) {
                 let content_type = req
                     .headers()
                     .get("content-type")
                     .and_then(|v| v.to_str().ok())
                     .unwrap_or("");
-                return patch_status(&mut st, version, ns, plural, name, content_type, req.body());
+                let object = (*group, *ns, *plural, *name);
+                return patch_status(&mut st, version, object, content_type, req.body());
             }
         }
     }
@@ -330,17 +331,15 @@ fn get_one(st: &Store, scope: &Scope, name: &str) -> Response<Body> {
 }
 
 /// A merge patch (RFC 7386) of an Istio object's status subresource: only `status` is
-/// taken from the patch.
+/// taken from the patch. `object`: its group, namespace, plural and name.
 fn patch_status(
     st: &mut Store,
     version: &str,
-    ns: &str,
-    plural: &str,
-    name: &str,
+    (group, ns, plural, name): (&str, &str, &str, &str),
     content_type: &str,
     body: &Bytes,
 ) -> Response<Body> {
-    let Some(rtype) = type_of_plural(ISTIO_GROUP, plural) else {
+    let Some(rtype) = type_of_plural(group, plural) else {
         return not_found(plural);
     };
     let key: Key = (rtype.kind.to_string(), ns.to_string(), name.to_string());
@@ -360,7 +359,7 @@ fn patch_status(
         return failure(
             StatusCode::NOT_FOUND,
             "NotFound",
-            &format!("{plural}.{ISTIO_GROUP} \"{name}\" not found"),
+            &format!("{plural}.{group} \"{name}\" not found"),
         );
     };
     let mut status = object.get("status").cloned().unwrap_or(Value::Null);
@@ -451,6 +450,7 @@ fn percent_decode(s: &str) -> String {
 fn versions_of<'a>(st: &'a Store, group: &str) -> Vec<&'a str> {
     match group {
         ISTIO_GROUP => st.istio_versions.clone(),
+        SECURITY_GROUP => st.security_versions.clone(),
         "discovery.k8s.io" | COORDINATION_GROUP | EVENTS_GROUP => vec!["v1"],
         _ => Vec::new(),
     }
@@ -480,6 +480,7 @@ fn group_list(st: &Store) -> Value {
         api_group(st, EVENTS_GROUP),
     ];
     groups.push(api_group(st, ISTIO_GROUP));
+    groups.push(api_group(st, SECURITY_GROUP));
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups.into_iter().flatten().collect::<Vec<_>>()})
 }
 

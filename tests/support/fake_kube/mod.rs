@@ -6,10 +6,11 @@
 //! What it covers, in the API server's JSON wire format:
 //! - API discovery: `/api`, `/api/v1`, `/apis` (an `APIGroupList`, never the aggregated v2
 //!   form), `/apis/GROUP`, `/apis/GROUP/VERSION` (`APIResourceList` with verbs and `/status`
-//!   subresources) for the core group, `discovery.k8s.io/v1` and `networking.istio.io` at the
-//!   versions a test chooses ([`FakeKube::serve_istio_versions`]), and `/version`.
-//! - Lists of Namespaces, Services, Pods, ConfigMaps, Secrets, EndpointSlices and the six Istio
-//!   networking kinds, cluster-wide or `namespaces/NS/`, with `labelSelector` (`=`, `==`,
+//!   subresources) for the core group, `discovery.k8s.io/v1`, and `networking.istio.io` and
+//!   `security.istio.io` at the versions a test chooses ([`FakeKube::serve_istio_versions`],
+//!   [`FakeKube::serve_security_versions`]), and `/version`.
+//! - Lists of Namespaces, Services, Pods, ConfigMaps, Secrets, EndpointSlices, the six Istio
+//!   networking kinds and the three security kinds, cluster-wide or `namespaces/NS/`, with `labelSelector` (`=`, `==`,
 //!   `!=`, existence; a set-based selector is answered 400), `fieldSelector` of
 //!   `metadata.name=NAME` only (any other is answered 400), `metadata.resourceVersion`, and `limit` +
 //!   `continue` pagination over a consistent snapshot (pages are cut at `limit` or at the
@@ -34,7 +35,7 @@
 //!   the client's TLS path is exercised as in a cluster.
 //!
 //! - Status: a JSON merge patch (`application/merge-patch+json`, RFC 7386) of an Istio
-//!   object's `status` subresource (`PATCH /apis/networking.istio.io/V/namespaces/NS/PLURAL/
+//!   object's `status` subresource (`PATCH /apis/{networking,security}.istio.io/V/namespaces/NS/PLURAL/
 //!   NAME/status`) replaces what the patch names in the object's `status`, bumps its
 //!   resourceVersion and sends `MODIFIED` to the watches, as the API server does;
 //!   [`FakeKube::status_of`] reads it and [`FakeKube::status_patches`] counts the patches.
@@ -218,6 +219,12 @@ impl FakeKube {
     /// not served at all, as on a cluster without Istio's CRDs).
     pub fn serve_istio_versions(&self, versions: &[&'static str]) {
         self.store().istio_versions = versions.to_vec();
+    }
+
+    /// Which versions of security.istio.io it serves, preferred first (none: the group is
+    /// not served).
+    pub fn serve_security_versions(&self, versions: &[&'static str]) {
+        self.store().security_versions = versions.to_vec();
     }
 
     /// The most items one list page holds.

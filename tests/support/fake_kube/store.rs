@@ -23,7 +23,7 @@ impl ResourceType {
     /// Built-in kinds: list items come without `apiVersion` and `kind`, as the real API
     /// server sends them; custom resources keep theirs.
     pub fn builtin(&self) -> bool {
-        self.group != ISTIO_GROUP
+        self.group != ISTIO_GROUP && self.group != SECURITY_GROUP
     }
 
     pub fn api_version(&self, version: &str) -> String {
@@ -36,6 +36,7 @@ impl ResourceType {
 }
 
 pub const ISTIO_GROUP: &str = "networking.istio.io";
+pub const SECURITY_GROUP: &str = "security.istio.io";
 
 pub const TYPES: &[ResourceType] = &[
     rt("", "namespaces", "Namespace", false, &["ns"]),
@@ -73,6 +74,27 @@ pub const TYPES: &[ResourceType] = &[
         "WorkloadEntry",
         true,
         &["we"],
+    ),
+    rt(
+        SECURITY_GROUP,
+        "peerauthentications",
+        "PeerAuthentication",
+        true,
+        &["pa"],
+    ),
+    rt(
+        SECURITY_GROUP,
+        "authorizationpolicies",
+        "AuthorizationPolicy",
+        true,
+        &["ap"],
+    ),
+    rt(
+        SECURITY_GROUP,
+        "requestauthentications",
+        "RequestAuthentication",
+        true,
+        &["ra"],
     ),
     // What clients write: the status writer's Lease and the Events it reports with.
     rt(COORDINATION_GROUP, "leases", "Lease", true, &[]),
@@ -252,6 +274,8 @@ pub struct Store {
     pub requests: Vec<String>,
     /// The served versions of networking.istio.io, preferred first.
     pub istio_versions: Vec<&'static str>,
+    /// The versions of security.istio.io served (none: the group's CRDs are not installed).
+    pub security_versions: Vec<&'static str>,
     /// The most items a list page holds, whatever `limit` asks.
     pub max_page: usize,
     /// Events are logged but not sent to open watches (a watch that silently misses them).
@@ -284,6 +308,7 @@ impl Store {
             next_snapshot: 1,
             requests: Vec::new(),
             istio_versions: vec!["v1", "v1beta1", "v1alpha3"],
+            security_versions: vec!["v1", "v1beta1"],
             max_page: 500,
             quiet: false,
             gone_as_http: false,

@@ -1,0 +1,112 @@
+//! Security policies (security.istio.io) read from the cluster hold exactly as those read
+//! from files: an AuthorizationPolicy created through the API makes the sidecars it selects
+//! fail closed (the fail-closed stopgap, until policies are translated), says so on its
+//! status and in the dataflow's errors, and its deletion opens them again.
+//!
+//! Against the fake API server (`support::fake_kube`: the real `kube` client, the API
+//! server's list/watch wire format); the sidecar is a Delta xDS client.
+
+use crate::status::{await_status, reconciled};
+use crate::support::xds_client::{node, DeltaClient, LDS};
+use crate::{pod, service, start};
+use serde_json::json;
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// What a virtualInbound that refuses every connection carries: the network RBAC filter.
+const RBAC_FILTER: &[u8] = b"envoy.filters.network.rbac";
+
+/// The `virtualInbound` listener the client was last served (empty before).
+fn virtual_inbound(resources: &HashMap<String, Vec<u8>>) -> &[u8] {
+    resources
+        .get("virtualInbound")
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+}
+
+/// Receives until `accept` holds for the listeners held, or the convergence timeout.
+async fn await_listeners(
+    c: &mut DeltaClient,
+    held: &mut HashMap<String, Vec<u8>>,
+    what: &str,
+    accept: impl Fn(&HashMap<String, Vec<u8>>) -> bool,
+) {
+    let deadline = tokio::time::Instant::now() + crate::support::CONVERGE_TIMEOUT;
+    while !accept(held) {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        assert!(!left.is_zero(), "{what}: listeners held {:?}", held.keys());
+        let Some(resp) = c.recv(left.min(Duration::from_secs(1))).await else {
+            continue;
+        };
+        for r in resp.resources {
+            held.insert(r.name, r.resource.map(|a| a.value).unwrap_or_default());
+        }
+        for n in resp.removed_resources {
+            held.remove(&n);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_authorization_policy_from_the_cluster_fails_its_sidecars_closed() {
+    let cluster = start(
+        "kube-security",
+        |fake| {
+            fake.apply(service("ratings", "default", 9080));
+            fake.apply(pod("ratings-1", "10.1.0.7", "ratings"));
+            fake.apply(crate::endpoint_slice("ratings", "default", &["10.1.0.7"]));
+        },
+        &["--write-status"],
+    );
+    let id = "sidecar~10.1.0.7~ratings-1.default~default.svc.cluster.local";
+    let mut c = DeltaClient::connect(
+        cluster.meshflow.xds_addr(),
+        node(id, "default", &[("app", "ratings")]),
+    )
+    .await;
+    c.subscribe(LDS, &[], HashMap::new()).await;
+    let mut held = HashMap::new();
+    await_listeners(&mut c, &mut held, "an open virtualInbound", |h| {
+        !virtual_inbound(h).is_empty() && !contains(virtual_inbound(h), RBAC_FILTER)
+    })
+    .await;
+
+    cluster.fake.apply(json!({
+        "apiVersion": "security.istio.io/v1", "kind": "AuthorizationPolicy",
+        "metadata": {"name": "deny-ratings", "namespace": "default"},
+        "spec": {"selector": {"matchLabels": {"app": "ratings"}}, "action": "DENY", "rules": [{}]},
+    }));
+    await_listeners(&mut c, &mut held, "a deny-all virtualInbound", |h| {
+        contains(virtual_inbound(h), RBAC_FILTER)
+    })
+    .await;
+    cluster.await_config_errors("MF0017 names the policy", |errors| {
+        errors
+            .iter()
+            .any(|e| e.contains("deny-ratings") && e.contains("not enforced"))
+    });
+    let status = await_status(
+        &cluster.fake,
+        "AuthorizationPolicy",
+        "deny-ratings",
+        "the policy is not reconciled as written",
+        |s| reconciled(s) == "False",
+    );
+    let message = status["conditions"][0]["message"].as_str().unwrap_or("");
+    assert!(
+        message.contains("not as written") && message.contains("spec.action"),
+        "{status:#}"
+    );
+
+    cluster
+        .fake
+        .delete("AuthorizationPolicy", "default", "deny-ratings");
+    await_listeners(&mut c, &mut held, "open again once deleted", |h| {
+        !virtual_inbound(h).is_empty() && !contains(virtual_inbound(h), RBAC_FILTER)
+    })
+    .await;
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
