@@ -109,7 +109,15 @@ fn describe_scope(scope: &ScopeKey) -> String {
                 .iter()
                 .map(|g| format!("{}/{}", g.namespace, g.name))
                 .collect();
-            format!("router {namespace} selected by [{}]", gws.join(", "))
+            let refusing = match scope.router_security() {
+                Some(s) if s.deny_all => ", refusing every connection (security stopgap)",
+                Some(_) => ", refusing requests that carry a token (security stopgap)",
+                None => "",
+            };
+            format!(
+                "router {namespace} selected by [{}]{refusing}",
+                gws.join(", ")
+            )
         }
     };
     let what = match scope.source_labels() {

@@ -31,6 +31,15 @@ pub fn fixed_clusters(scope: &ScopeKey, connect_timeout_ms: u64) -> Vec<Resource
     }
 }
 
+/// A router scope's resources with what its security policies make its listeners refuse
+/// ([`ScopeKey::router_security`]).
+pub fn apply_router_security(s: &ScopeKey, r: Resource) -> Option<Resource> {
+    match s.router_security() {
+        Some(sec) => listener::with_refusals(r, sec),
+        None => Some(r),
+    }
+}
+
 /// Resource `r` as proxies whose node metadata says `IDLE_TIMEOUT` (`idle_ns`) get it: a
 /// listener with their idle timeout ([`listener::with_idle_timeout`]); anything else, and
 /// anything for proxies without one, as built. Applied to every listener of a scope

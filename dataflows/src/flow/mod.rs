@@ -101,11 +101,15 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     let destination_rules = mesh::complete(i.destination_rules, &mesh, MeshSettings::complete_dr);
     let endpoints = endpoints::resolve(i.endpoints, i.workloads.clone(), i.selections, &chosen);
 
+    let secured = security::per_proxy(i.security, &i.proxies, &mesh);
     let proxy_scopes = scopes::of_proxies(
         &mesh,
         &i.proxies,
-        &i.sidecars,
-        &i.gateways,
+        scopes::ScopeInputs {
+            sidecars: &i.sidecars,
+            gateways: &i.gateways,
+            router_security: &secured.routers,
+        },
         &virtual_services,
         &destination_rules,
         &chosen,
@@ -190,7 +194,6 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         &clusters.placed,
         &merged_drs.rules,
     );
-    let secured = security::per_proxy(i.security, &i.proxies, &mesh);
     let inbound = inbound::per_proxy(
         i.proxies,
         endpoints,
@@ -254,10 +257,11 @@ fn outputs<'s>(
     proxy_scopes: Coll<'s, (ProxyId, ScopeKey)>,
 ) -> Outputs<'s> {
     let (scope_res, proxy_res) = (scoped.resources, owned.resources);
-    // Listeners carry their scope's node metadata `IDLE_TIMEOUT`, whichever stage built them.
-    let scope_res = scope_res.map(|(s, r)| {
+    // Listeners carry their scope's node metadata `IDLE_TIMEOUT`, whichever stage built them,
+    // and a router scope's refusals (the security stopgap).
+    let scope_res = scope_res.flat_map(|(s, r)| {
         let r = crate::assemble::apply_idle_timeout(s.idle_timeout_ns(), r);
-        (s, r)
+        crate::assemble::apply_router_security(&s, r).map(|r| (s, r))
     });
     // Every resource of a scope governed by a Sidecar resource comes from it too.
     let sidecar_prov = scope_res.clone().flat_map(|(s, r)| match &s {

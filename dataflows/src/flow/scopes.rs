@@ -14,19 +14,24 @@ use crate::rules;
 /// selectors of VirtualServices they match, and by their node metadata `IDLE_TIMEOUT`
 /// (which their listeners carry); routers also by where their servers listen (the target
 /// ports of their own Services).
-#[allow(clippy::too_many_arguments)] // each input a proxy's scope depends on
 pub(super) fn of_proxies<'s>(
     mesh: &Mesh<'s>,
     proxies: &Coll<'s, (ProxyId, Proxy)>,
-    sidecars: &Coll<'s, (ConfigKey, Sidecar)>,
-    gateways: &Coll<'s, (ConfigKey, Gateway)>,
+    i: ScopeInputs<'_, 's>,
     vss: &Coll<'s, (ConfigKey, VirtualService)>,
     drs: &Coll<'s, (ConfigKey, DestinationRule)>,
     services: &Coll<'s, (Hostname, Service)>,
     endpoints: &Resolved<'s>,
 ) -> Coll<'s, (ProxyId, ScopeKey)> {
-    let scopes =
-        sidecar_scopes(mesh, proxies, sidecars).concat(router_scopes(proxies, gateways, endpoints));
+    let routers = router_scopes(proxies, i.gateways, endpoints);
+    // A gateway's listeners refuse what the security policies selecting it ask (stopgap).
+    let secured = routers
+        .clone()
+        .join_map(i.router_security.clone(), |id, s, sec| {
+            (id.clone(), s.clone().with_router_security(sec.clone()))
+        })
+        .concat(routers.antijoin(i.router_security.clone().map(|(id, _)| id)));
+    let scopes = sidecar_scopes(mesh, proxies, i.sidecars).concat(secured);
     let matched = source_selectors(proxies, vss, drs);
     let labelled = scopes.clone().join_map(matched.clone(), |id, s, sels| {
         (id.clone(), s.clone().with_source_labels(sels.clone()))
@@ -224,6 +229,14 @@ fn sidecar_scopes<'s>(
         .antijoin(chosen_sc.map(|(id, _)| id))
         .map(|(id, p)| (id, rules::sidecar_scope(&p, None)));
     with_sc.concat(without_sc)
+}
+
+/// What the kinds that choose a proxy's scope give it: the Sidecar in effect for sidecars,
+/// the Gateways and the security stopgap's refusals for routers.
+pub(super) struct ScopeInputs<'a, 's> {
+    pub sidecars: &'a Coll<'s, (ConfigKey, Sidecar)>,
+    pub gateways: &'a Coll<'s, (ConfigKey, Gateway)>,
+    pub router_security: &'a Coll<'s, (ProxyId, InboundSecurity)>,
 }
 
 /// A router's scope is its namespace, the Gateways selecting it (none: no listeners) and

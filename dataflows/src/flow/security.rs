@@ -16,6 +16,9 @@ use crate::model::*;
 pub(super) struct Secured<'s> {
     /// `(sidecar, security)` of each sidecar whose inbound side the policies change.
     pub inbound: Coll<'s, (ProxyId, InboundSecurity)>,
+    /// `(router, security)` of each gateway whose listeners the policies change
+    /// ([`InboundSecurity::for_router`]): it joins the router's scope key.
+    pub routers: Coll<'s, (ProxyId, InboundSecurity)>,
     /// One error per restricting policy that applies to some connected proxy.
     pub errors: Coll<'s, ConfigError>,
 }
@@ -37,48 +40,73 @@ pub(super) fn per_proxy<'s>(
     let in_namespace = rooted
         .filter(|(p, root)| p.key.namespace != *root)
         .map(|(p, root)| (p.key.namespace.clone(), (p, root)));
-    // Whether the stopgap reaches the proxy: a sidecar with its traffic captured, whose
-    // `virtualInbound` it secures. Gateways, proxyless gRPC servers and sidecars without
-    // capture are not reached.
+    // What the stopgap makes of a policy on the proxy: a captured sidecar's `virtualInbound`
+    // and a gateway's listeners fail closed; proxyless gRPC servers and sidecars without
+    // capture are not reached ([`SecurityPolicy::reach`]).
     let by_namespace = proxies.clone().map(|(id, p)| {
-        let reached = p.kind == ProxyKind::Sidecar && !p.interception_none;
-        (p.namespace.clone(), (id, reached, p.labels))
+        let class = (p.kind, !p.interception_none);
+        (p.namespace, (id, p.labels, class))
     });
     let everywhere = by_namespace.clone().map(|(ns, rest)| ((), (ns, rest)));
-    // `(proxy, (reached, root, policy))` for every policy that applies to a proxy.
-    let applied = by_namespace
-        .join_map(in_namespace, |ns, (id, reached, labels), (p, root)| {
+    type Applied = (bool, Reach, String, SecurityPolicy);
+    let applied_to =
+        |id: &ProxyId, &(kind, captured): &(ProxyKind, bool), p: &SecurityPolicy, root| {
+            let router = kind == ProxyKind::Router;
+            (
+                id.clone(),
+                (router, p.reach(kind, captured), root, p.clone()),
+            )
+        };
+    // `(proxy, (router, reach, root, policy))` for every policy that applies to a proxy.
+    let applied: Coll<'s, (ProxyId, Applied)> = by_namespace
+        .join_map(in_namespace, move |ns, (id, labels, proxy), (p, root)| {
             p.applies(ns, labels, root)
-                .then(|| (id.clone(), (*reached, root.clone(), p.clone())))
+                .then(|| applied_to(id, proxy, p, root.clone()))
         })
         .concat(
-            everywhere.join_map(in_root, |_, (ns, (id, reached, labels)), (p, root)| {
+            everywhere.join_map(in_root, move |_, (ns, (id, labels, proxy)), (p, root)| {
                 p.applies(ns, labels, root)
-                    .then(|| (id.clone(), (*reached, root.clone(), p.clone())))
+                    .then(|| applied_to(id, proxy, p, root.clone()))
             }),
         )
         .flat_map(|x| x);
-    let inbound = applied
+    let secured = applied
         .clone()
-        .filter(|(_, (reached, _, _))| *reached)
-        .map(|(id, (_, root, p))| (id, (root, p)))
-        .reduce(|_, vals: &[(&(String, SecurityPolicy), isize)], out| {
-            let root = &vals[0].0 .0;
-            let sec = InboundSecurity::compose(vals.iter().map(|(v, _)| &v.1), root);
-            if !sec.is_open() {
-                out.push((sec, 1isize));
-            }
-        });
-    // Per restricting policy: whether it meets proxies the stopgap reaches, and others.
+        .filter(|(_, (_, reach, _, _))| *reach == Reach::Protected)
+        .map(|(id, (router, _, root, p))| (id, (router, root, p)))
+        .reduce(
+            |_, vals: &[(&(bool, String, SecurityPolicy), isize)], out| {
+                let (router, root) = (vals[0].0 .0, &vals[0].0 .1);
+                let sec = InboundSecurity::compose(vals.iter().map(|(v, _)| &v.2), root);
+                let sec = if router {
+                    sec.for_router()
+                } else {
+                    (!sec.is_open()).then_some(sec)
+                };
+                if let Some(sec) = sec {
+                    out.push(((router, sec), 1isize));
+                }
+            },
+        );
+    let inbound = secured
+        .clone()
+        .flat_map(|(id, (router, sec))| (!router).then_some((id, sec)));
+    let routers = secured.flat_map(|(id, (router, sec))| router.then_some((id, sec)));
+    // Per restricting policy: whether it meets proxies that fail closed in its place, and
+    // proxies it does not protect.
     let errors = applied
-        .filter(|(_, (_, _, p))| p.restricts())
-        .map(|(_, (reached, _, p))| (p, reached))
+        .filter(|(_, (_, _, _, p))| p.restricts())
+        .map(|(_, (_, reach, _, p))| (p, reach))
         .distinct()
-        .reduce(|_, vals: &[(&bool, isize)], out| {
-            let sidecars = vals.iter().any(|(s, _)| **s);
-            let others = vals.iter().any(|(s, _)| !**s);
-            out.push(((sidecars, others), 1isize));
+        .reduce(|_, vals: &[(&Reach, isize)], out| {
+            let protected = vals.iter().any(|(r, _)| **r == Reach::Protected);
+            let others = vals.iter().any(|(r, _)| **r == Reach::Unprotected);
+            out.push(((protected, others), 1isize));
         })
-        .flat_map(|(p, (sidecars, others))| p.not_enforced(sidecars, others));
-    Secured { inbound, errors }
+        .flat_map(|(p, (protected, others))| p.not_enforced(protected, others));
+    Secured {
+        inbound,
+        routers,
+        errors,
+    }
 }

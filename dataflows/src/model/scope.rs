@@ -4,8 +4,8 @@
 
 use super::names::{BLACKHOLE_CLUSTER, PASSTHROUGH_CLUSTER};
 use super::{
-    ConfigKey, EgressProxy, Labels, MeshSettings, ProxyId, ResourceType, Retries, Sidecar,
-    DEFAULT_CONNECT_TIMEOUT_MS,
+    ConfigKey, EgressProxy, InboundSecurity, Labels, MeshSettings, ProxyId, ResourceType, Retries,
+    Sidecar, DEFAULT_CONNECT_TIMEOUT_MS,
 };
 use serde::{Deserialize, Serialize};
 
@@ -58,6 +58,10 @@ pub enum ScopeKey {
         /// on as written.
         #[serde(default)]
         ports: Vec<(u16, u16)>,
+        /// What the security policies selecting its proxies make every listener refuse
+        /// (the fail-closed stopgap, [`InboundSecurity::for_router`]); `None`: nothing.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        security: Option<InboundSecurity>,
     },
 }
 
@@ -183,6 +187,22 @@ impl ScopeKey {
             ScopeKey::Router { ports, .. } => ports,
             ScopeKey::Sidecar { .. } => &[],
         }
+    }
+
+    /// What a router scope's listeners refuse (see [`ScopeKey::Router`]'s `security`).
+    pub fn router_security(&self) -> Option<&InboundSecurity> {
+        match self {
+            ScopeKey::Router { security, .. } => security.as_ref(),
+            ScopeKey::Sidecar { .. } => None,
+        }
+    }
+
+    /// The same router scope for proxies whose listeners refuse per `sec`.
+    pub fn with_router_security(mut self, sec: InboundSecurity) -> Self {
+        if let ScopeKey::Router { security, .. } = &mut self {
+            *security = Some(sec);
+        }
+        self
     }
 
     /// The same router scope for proxies whose servers listen per `map`.

@@ -14,7 +14,7 @@
 //! collection, one join with the proxies and one per-proxy reduce; only what each adds to
 //! a proxy ([`PolicyEffect`]) differs.
 
-use super::{ConfigError, ConfigKey, ErrorCode, Kind, Labels};
+use super::{ConfigError, ConfigKey, ErrorCode, Kind, Labels, ProxyKind};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -60,6 +60,21 @@ pub struct SecurityPolicy {
     pub effect: PolicyEffect,
 }
 
+/// What the stopgap makes of a policy on one proxy it applies to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Reach {
+    /// The proxy fails closed in the policy's place: a sidecar with its traffic captured
+    /// (its `virtualInbound`), or a gateway for an AuthorizationPolicy or a
+    /// RequestAuthentication (every listener of its scope).
+    Protected,
+    /// The policy restricts traffic to the proxy and meshflow does not: a proxyless gRPC
+    /// server, a sidecar without traffic capture.
+    Unprotected,
+    /// The policy means nothing to the proxy: a PeerAuthentication on a gateway, whose
+    /// servers' TLS is the Gateway's to say, as in Istio.
+    NotApplicable,
+}
+
 /// Where a policy attaches, for a proxy: Istio's three PeerAuthentication slots.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Level {
@@ -91,6 +106,19 @@ impl SecurityPolicy {
             (None, true) => Level::Mesh,
             (None, false) => Level::Namespace,
             (Some(_), _) => Level::Workload,
+        }
+    }
+
+    /// What the stopgap makes of the policy on a proxy of `kind` it applies to (`captured`:
+    /// its traffic is, [`Proxy::interception_none`](super::Proxy::interception_none) unset).
+    pub fn reach(&self, kind: ProxyKind, captured: bool) -> Reach {
+        match kind {
+            ProxyKind::Sidecar if captured => Reach::Protected,
+            ProxyKind::Router => match self.effect {
+                PolicyEffect::Peer { .. } => Reach::NotApplicable,
+                PolicyEffect::DenyAll | PolicyEffect::Tokens { .. } => Reach::Protected,
+            },
+            ProxyKind::Sidecar | ProxyKind::Proxyless => Reach::Unprotected,
         }
     }
 
@@ -185,6 +213,14 @@ impl InboundSecurity {
         self.mode_for(port) == MtlsMode::Strict
     }
 
+    /// What of it a gateway's listeners take: the deny-all and the token refusal (a
+    /// PeerAuthentication does not apply to gateways); `None` when that restricts nothing.
+    pub fn for_router(mut self) -> Option<InboundSecurity> {
+        self.mode = None;
+        self.ports.clear();
+        (!self.is_open()).then_some(self)
+    }
+
     /// Whether a RequestAuthentication looks for tokens somewhere.
     pub fn checks_tokens(&self) -> bool {
         !(self.token_headers.is_empty()
@@ -222,28 +258,30 @@ impl SecurityPolicy {
                  accepted (their plaintext inbound chains are removed)"
             }
             PolicyEffect::DenyAll => {
-                "every inbound connection to the sidecars it selects is refused (deny-all)"
+                "every inbound connection to the sidecars and gateways it selects is refused \
+                 (deny-all)"
             }
             PolicyEffect::Tokens { .. } => {
-                "the sidecars it selects refuse (403) every request that carries a token \
-                 where its jwtRules look for one, valid or not, and refuse traffic to ports \
-                 no service declares"
+                "the sidecars and gateways it selects refuse (403) every request that carries \
+                 a token where its jwtRules look for one, valid or not, and the sidecars \
+                 refuse traffic to ports no service declares"
             }
         }
     }
 
-    /// The error that the policy applies to connected proxies: `sidecars`, whose inbound
-    /// side fails closed in its place; `unprotected`, proxies the stopgap does not reach
-    /// (gateways, proxyless gRPC servers, sidecars without traffic capture). `None` for a policy that restricts nothing.
-    pub fn not_enforced(&self, sidecars: bool, unprotected: bool) -> Option<ConfigError> {
-        if !self.restricts() || !(sidecars || unprotected) {
+    /// The error that the policy applies to connected proxies: `protected`, proxies that
+    /// fail closed in its place; `unprotected`, proxies the stopgap does not reach (proxyless
+    /// gRPC servers, sidecars without traffic capture; see [`Reach`]). `None` for a policy
+    /// that restricts nothing or applies to neither.
+    pub fn not_enforced(&self, protected: bool, unprotected: bool) -> Option<ConfigError> {
+        if !self.restricts() || !(protected || unprotected) {
             return None;
         }
         let mut message = format!(
             "{:?} is not enforced by meshflow yet (it is not translated)",
             self.key.kind
         );
-        if sidecars {
+        if protected {
             message.push_str(&format!(
                 "; instead, failing closed, {}",
                 self.fails_closed()
@@ -251,9 +289,9 @@ impl SecurityPolicy {
         }
         if unprotected {
             message.push_str(
-                "; it also selects gateways, proxyless gRPC servers or sidecars without \
-                 traffic capture, which meshflow does NOT protect: traffic to them is not \
-                 restricted by this policy",
+                "; it also selects proxyless gRPC servers or sidecars without traffic \
+                 capture, which meshflow does NOT protect: traffic to them is not restricted \
+                 by this policy",
             );
         }
         Some(ConfigError {

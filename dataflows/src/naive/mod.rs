@@ -229,10 +229,12 @@ fn scope_part(
     res
 }
 
-/// A scope's resources as its proxies get them: listeners with their `IDLE_TIMEOUT`.
+/// A scope's resources as its proxies get them: listeners with their `IDLE_TIMEOUT`, and a
+/// router scope's refusals.
 fn with_idle_timeout(s: &ScopeKey, res: Vec<Resource>) -> Vec<Resource> {
     res.into_iter()
         .map(|r| assemble::apply_idle_timeout(s.idle_timeout_ns(), r))
+        .filter_map(|r| assemble::apply_router_security(s, r))
         .collect()
 }
 

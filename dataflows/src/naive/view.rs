@@ -48,18 +48,22 @@ impl<'a> View<'a> {
         if p.kind != ProxyKind::Sidecar || p.interception_none {
             return InboundSecurity::default();
         }
-        let root = self.mesh.root_namespace.as_str();
-        let applying = self
-            .security
-            .iter()
-            .copied()
-            .filter(|s| s.applies(&p.namespace, &p.labels, root));
-        let sec = InboundSecurity::compose(applying, root);
+        let sec = self.composed_security(p);
         if sec.is_open() {
             InboundSecurity::default()
         } else {
             sec
         }
+    }
+
+    /// The policies that apply to `p` and fail it closed, composed.
+    fn composed_security(&self, p: &Proxy) -> InboundSecurity {
+        let root = self.mesh.root_namespace.as_str();
+        let applying = self.security.iter().copied().filter(|s| {
+            s.applies(&p.namespace, &p.labels, root)
+                && s.reach(p.kind, !p.interception_none) == Reach::Protected
+        });
+        InboundSecurity::compose(applying, root)
     }
 
     pub(super) fn new(snap: &'a Snapshot, mesh: MeshSettings) -> Self {
@@ -249,7 +253,7 @@ impl<'a> View<'a> {
                     .filter_map(|ip| self.router_targets.get(ip))
                     .flatten()
                     .map(|(port, host, target)| (*port, host.as_str(), *target));
-                rules::router_scope(
+                let s = rules::router_scope(
                     p,
                     self.gateways
                         .values()
@@ -257,7 +261,11 @@ impl<'a> View<'a> {
                         .map(|g| g.key.clone())
                         .collect(),
                 )
-                .with_gateway_ports(rules::gateway_ports(targets))
+                .with_gateway_ports(rules::gateway_ports(targets));
+                match self.composed_security(p).for_router() {
+                    Some(sec) => s.with_router_security(sec),
+                    None => s,
+                }
             }
         };
         let mut s = s.with_source_labels(matched);

@@ -58,6 +58,7 @@ pub fn router_scope(p: &Proxy, gateways: Vec<ConfigKey>) -> ScopeKey {
         priority_labels: None,
         idle_timeout_ns: p.idle_timeout_ns,
         ports: Vec::new(),
+        security: None,
     }
 }
 

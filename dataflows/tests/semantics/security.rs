@@ -3,11 +3,13 @@
 //! or workload level, Istio's precedence) leaves only mTLS chains on the ports it covers;
 //! a restricting AuthorizationPolicy puts a deny-all network RBAC filter first on every
 //! inbound chain; a RequestAuthentication refuses requests carrying a token. Each
-//! restricting policy that applies to a connected proxy is an error (MF0017), which says
-//! when gateways it selects are not protected.
+//! restricting policy that applies to a connected proxy is an error (MF0017). Gateways an
+//! AuthorizationPolicy or RequestAuthentication selects refuse on every listener; what the
+//! stopgap does not reach (uncaptured sidecars, proxyless servers) the error says is not
+//! protected.
 
 use crate::support::{
-    endpoint, gateway_errors, labels, px, router_proxy, service, sidecar_proxy, Mesh,
+    endpoint, gateway, gateway_errors, labels, px, router_proxy, service, sidecar_proxy, Mesh,
 };
 use dataflows::model::*;
 use envoy_types::pb::envoy::config::listener::v3::{filter, FilterChain, Listener};
@@ -327,26 +329,103 @@ fn request_authentication_refuses_requests_carrying_tokens() {
     );
 }
 
-/// A restricting policy selecting a gateway: the gateway is not protected, and the error
-/// says so; a policy that selects no connected proxy is no error.
+/// A restricting AuthorizationPolicy selecting a gateway: every chain of every listener of
+/// its scope starts with the deny-all, and the error says it fails closed; a
+/// RequestAuthentication puts the token filter first in its HTTP connection managers; a
+/// STRICT PeerAuthentication changes nothing of a gateway (Istio applies none to them). A
+/// gateway no policy selects keeps its listeners; retracting the policy opens them again.
 #[test]
-fn a_policy_selecting_a_gateway_says_it_is_not_protected() {
+fn a_policy_selecting_a_gateway_fails_its_listeners_closed() {
     let mut m = Mesh::new();
-    let gw = router_proxy(
-        "ingress-1",
+    let ingress = &[("istio", "ingressgateway")];
+    let gw = router_proxy("ingress-1", "istio-system", "10.1.0.9", ingress);
+    let other = router_proxy(
+        "egress-1",
         "istio-system",
-        "10.1.0.9",
-        &[("istio", "ingressgateway")],
+        "10.1.0.10",
+        &[("istio", "egress")],
     );
-    m.insert(vec![px(&gw)]);
+    m.insert(vec![
+        px(&gw),
+        px(&other),
+        gateway(
+            "istio-system",
+            "web",
+            &[("istio", "ingressgateway")],
+            &[(8080, None)],
+        ),
+        gateway(
+            "istio-system",
+            "out",
+            &[("istio", "egress")],
+            &[(8080, None)],
+        ),
+    ]);
+    let open = m.listener_body(&gw, "0.0.0.0_8080");
+    let open_other = m.listener_body(&other, "0.0.0.0_8080");
+    assert!(
+        open.filter_chains
+            .iter()
+            .all(|c| c.filters[0].name == "envoy.filters.network.http_connection_manager"),
+        "{open:?}"
+    );
     let nothing = deny_all("default", "nobody", Some(&[("app", "none")]));
-    m.insert(vec![nothing]);
-    assert!(gateway_errors(&m, ErrorCode::SecurityPolicyFailsClosed).is_empty());
+    m.insert(vec![
+        nothing,
+        peer("istio-system", "mesh", None, MtlsMode::Strict),
+    ]);
+    assert_eq!(
+        m.listener_body(&gw, "0.0.0.0_8080"),
+        open,
+        "PeerAuthentication: not for gateways"
+    );
+
+    let policy = deny_all("istio-system", "gw", Some(ingress));
+    m.insert(vec![policy.clone()]);
+    let denied = m.listener_body(&gw, "0.0.0.0_8080");
+    assert!(!denied.filter_chains.is_empty());
+    for c in &denied.filter_chains {
+        assert_eq!(c.filters[0].name, "envoy.filters.network.rbac", "{c:?}");
+    }
+    assert_eq!(m.listener_body(&other, "0.0.0.0_8080"), open_other);
+    let errors = gateway_errors(&m, ErrorCode::SecurityPolicyFailsClosed);
+    let about_gw: Vec<&String> = errors.iter().filter(|e| e.contains("/gw")).collect();
+    assert!(
+        about_gw.len() == 1
+            && about_gw[0].contains("sidecars and gateways it selects is refused")
+            && !about_gw[0].contains("NOT protect"),
+        "{errors:?}"
+    );
+    m.retract(vec![policy]);
+    assert_eq!(m.listener_body(&gw, "0.0.0.0_8080"), open);
+
+    m.insert(vec![tokens("istio-system", "jwt", Some(ingress))]);
+    let checked = m.listener_body(&gw, "0.0.0.0_8080");
+    for c in &checked.filter_chains {
+        assert_eq!(
+            c.filters[0].name,
+            "envoy.filters.network.http_connection_manager"
+        );
+        assert_eq!(hcm_of(c).http_filters[0].name, "envoy.filters.http.rbac");
+    }
+}
+
+/// A restricting policy selecting a proxy the stopgap does not reach (a sidecar without
+/// traffic capture) says it is not protected; one that selects no connected proxy is no
+/// error.
+#[test]
+fn a_policy_selecting_an_uncaptured_sidecar_says_it_is_not_protected() {
+    let mut m = Mesh::new();
+    let mut bare = sidecar_proxy("bare-1", "default", "10.1.0.11", &[("app", "bare")]);
+    bare.interception_none = true;
+    m.insert(vec![px(&bare)]);
     m.insert(vec![deny_all(
-        "istio-system",
-        "gw",
-        Some(&[("istio", "ingressgateway")]),
+        "default",
+        "nobody",
+        Some(&[("app", "none")]),
     )]);
+    assert!(gateway_errors(&m, ErrorCode::SecurityPolicyFailsClosed).is_empty());
+    m.insert(vec![deny_all("default", "bare", Some(&[("app", "bare")]))]);
     let errors = gateway_errors(&m, ErrorCode::SecurityPolicyFailsClosed);
     assert!(
         errors.len() == 1 && errors[0].contains("NOT protect"),

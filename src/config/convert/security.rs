@@ -231,13 +231,13 @@ pub(super) fn authorization_policy(
     let what = if action == "ALLOW" && rules.is_empty() {
         // ALLOW without rules denies everything: the deny-all is exactly Istio's result.
         "allows nothing, as Istio reads an ALLOW policy without rules: every inbound \
-         connection to the sidecars it selects is refused"
+         connection to the sidecars and gateways it selects is refused"
             .to_string()
     } else {
         format!(
             "{action} is not translated by meshflow yet (its rules are not evaluated; \
-             fail-closed stopgap): every inbound connection to the sidecars it selects is \
-             refused"
+             fail-closed stopgap): every inbound connection to the sidecars and gateways it \
+             selects is refused"
         )
     };
     findings.push(Finding::error("spec.action", what));
@@ -302,9 +302,9 @@ pub(super) fn request_authentication(
     findings.push(Finding::error(
         "spec.jwtRules",
         "not translated by meshflow yet (tokens are not validated; fail-closed stopgap): the \
-         sidecars it selects refuse (403) every HTTP request that carries a token where these \
-         rules look for one (any `Authorization` header by default), valid or not, and \
-         connections to ports no service declares",
+         sidecars and gateways it selects refuse (403) every HTTP request that carries a \
+         token where these rules look for one (any `Authorization` header by default), valid \
+         or not, and the sidecars connections to ports no service declares",
     ));
     Ok(vec![Record::Security(m::SecurityPolicy {
         key: key.clone(),
