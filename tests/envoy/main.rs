@@ -27,6 +27,7 @@ mod locality;
 mod nack;
 mod protocol_detection;
 mod route_actions;
+mod security;
 mod service_entry;
 mod sidecar;
 mod sidecar_ingress_tls;

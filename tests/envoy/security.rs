@@ -1,0 +1,152 @@
+//! The security stopgap (issue 36) in real Envoy, at an ingress gateway: meshflow does not
+//! translate security.istio.io policies yet, so the proxies they select fail closed. A
+//! RequestAuthentication selecting the gateway makes it refuse (403) every request that
+//! carries a token where the rules look for one — the `Authorization` header and the
+//! `access_token` parameter of a rule that names no location, a rule's `fromParams` and
+//! `fromCookies` — valid or not, while requests without a token (and names that only
+//! resemble the ones looked for) pass, as Istio lets them. An AuthorizationPolicy that
+//! restricts makes it refuse every connection. Deleting the policies opens it again, and
+//! Envoy rejects no update. Loopback only.
+
+use crate::support;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+
+use support::reviews::{Binding, Client, Reviews};
+use support::{
+    free_port, only, remove_config, require_envoy, write_config, Envoy, Meshflow, ProxyNode,
+    TestDir, XdsMode, STARTUP_TIMEOUT,
+};
+
+const NET: u8 = 119;
+const GATEWAY: &str = "secured-gateway";
+const HOST: &str = "reviews.example.com";
+
+/// Gateway `secured-gateway` (namespace `default`): HTTP on `127.0.0.1:<port>` for any host,
+/// for the `istio: ingressgateway` proxies.
+fn gateway_yaml(port: u16) -> String {
+    format!(
+        "\
+apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata:
+  name: {GATEWAY}
+  namespace: default
+spec:
+  selector:
+    istio: ingressgateway
+  servers:
+  - port:
+      number: {port}
+      name: http
+      protocol: HTTP
+    bind: 127.0.0.1
+    hosts:
+    - \"*\"
+"
+    )
+}
+
+/// Looks for tokens in the `token` parameter and the `session` cookie (first rule), and where
+/// Envoy looks by default (second rule: no location named).
+const REQUEST_AUTHENTICATION: &str = "\
+apiVersion: security.istio.io/v1
+kind: RequestAuthentication
+metadata:
+  name: gateway-jwt
+  namespace: istio-system
+spec:
+  selector:
+    matchLabels:
+      istio: ingressgateway
+  jwtRules:
+  - issuer: https://issuer.example.com
+    fromParams: [token]
+    fromCookies: [session]
+  - issuer: https://other.example.com
+";
+
+const AUTHORIZATION_POLICY: &str = "\
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata:
+  name: gateway-deny
+  namespace: istio-system
+spec:
+  selector:
+    matchLabels:
+      istio: ingressgateway
+  action: DENY
+  rules:
+  - {}
+";
+
+/// Every outcome a failed connection (no HTTP answer at all).
+fn refused(counts: &HashMap<String, usize>) -> bool {
+    !counts.is_empty() && counts.keys().all(|k| k.starts_with("error"))
+}
+
+#[test]
+fn a_gateway_refuses_what_the_policies_selecting_it_ask() {
+    let envoy_bin = require_envoy!();
+    let dir = TestDir::new("envoy-security-gateway");
+    let config = dir.subdir("config");
+    let port = free_port();
+    let reviews = Reviews::new(NET, 9080, &config);
+    let _v1 = reviews.start_backend("v1");
+    reviews.write_service();
+    reviews.write_pods(&["v1"]);
+    reviews.write_endpoints(&["v1"]);
+    write_config(&config, "gateway.yaml", &gateway_yaml(port));
+    reviews.write_plain_routing(&Binding::Gateway {
+        gateway: GATEWAY.to_owned(),
+        host: HOST.to_owned(),
+    });
+
+    let meshflow = Meshflow::start(&config, dir.path());
+    let node = ProxyNode::router(
+        "istio-ingressgateway-abc",
+        "istio-system",
+        "127.0.0.1",
+        &[("istio", "ingressgateway")],
+    );
+    let envoy = Envoy::start(&envoy_bin, dir.path(), &node, meshflow.xds_addr(), XdsMode::Delta);
+    envoy.wait_live(STARTUP_TIMEOUT);
+    envoy.await_listener(&format!("127.0.0.1_{port}"));
+    let client = Client::new(&envoy, SocketAddr::from(([127, 0, 0, 1], port)), HOST);
+    let open = |what: &str, path: &str, headers: &[(&str, &str)]| {
+        client.converge(what, path, headers, |c| only(c, "reviews-v1"), 10);
+    };
+    open("the gateway serves before any policy", "/r", &[("authorization", "Bearer x")]);
+
+    // Tokens: refused wherever the rules look, valid or not; requests without one pass.
+    write_config(&config, "zz-request-authentication.yaml", REQUEST_AUTHENTICATION);
+    let forbidden = |what: &str, path: &str, headers: &[(&str, &str)]| {
+        let c = client.converge(what, path, headers, |c| only(c, "status 403"), 10);
+        assert!(only(&c, "status 403"), "{what}: {c:?}");
+    };
+    forbidden("a bearer token", "/r", &[("authorization", "Bearer x")]);
+    forbidden("the default parameter", "/r?access_token=x", &[]);
+    forbidden("a fromParams parameter after another", "/r?a=1&token=x", &[]);
+    forbidden("a fromCookies cookie", "/r", &[("cookie", "theme=dark; session=abc")]);
+    let passes = |what: &str, path: &str, headers: &[(&str, &str)]| {
+        let c = client.tally(10, path, headers);
+        assert!(only(&c, "reviews-v1"), "{what}: {c:?}");
+    };
+    passes("no token", "/r", &[]);
+    passes("a parameter that only resembles one", "/r?tokens=x&my_token=y", &[]);
+    passes("a cookie that only resembles one", "/r", &[("cookie", "mysession=abc")]);
+
+    // A restricting AuthorizationPolicy: every connection refused.
+    write_config(&config, "zz-authorization-policy.yaml", AUTHORIZATION_POLICY);
+    let c = client.converge("deny-all", "/r", &[], refused, 10);
+    assert!(refused(&c), "{c:?}");
+
+    // Deleted: open again.
+    remove_config(&config, "zz-authorization-policy.yaml");
+    remove_config(&config, "zz-request-authentication.yaml");
+    open("open again", "/r?access_token=x", &[("authorization", "Bearer x")]);
+    assert_eq!(envoy.rejected_updates(), 0, "{}", envoy.summary());
+    drop(meshflow);
+}
