@@ -551,6 +551,7 @@ mod tests {
             locality: None,
             priority_labels: None,
             idle_timeout_ns: None,
+            security: None,
         }
     }
 

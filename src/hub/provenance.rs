@@ -92,9 +92,13 @@ fn describe_scope(scope: &ScopeKey) -> String {
             ..
         } => {
             let what = if *proxyless { "proxyless" } else { "sidecar" };
+            let refusing = match scope.ingress_security() {
+                Some(_) => ", its bound ingress listeners failing closed (security stopgap)",
+                None => "",
+            };
             match sidecar {
                 Some(k) => format!(
-                    "{what} {namespace} under Sidecar {}/{}",
+                    "{what} {namespace} under Sidecar {}/{}{refusing}",
                     k.namespace, k.name
                 ),
                 None => format!("{what} {namespace}, no Sidecar resource"),
@@ -161,6 +165,7 @@ mod tests {
             locality: None,
             priority_labels: None,
             idle_timeout_ns: None,
+            security: None,
         };
         let route = (
             Holder::Scope(scope.clone()),

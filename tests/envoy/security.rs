@@ -111,42 +111,80 @@ fn a_gateway_refuses_what_the_policies_selecting_it_ask() {
         "127.0.0.1",
         &[("istio", "ingressgateway")],
     );
-    let envoy = Envoy::start(&envoy_bin, dir.path(), &node, meshflow.xds_addr(), XdsMode::Delta);
+    let envoy = Envoy::start(
+        &envoy_bin,
+        dir.path(),
+        &node,
+        meshflow.xds_addr(),
+        XdsMode::Delta,
+    );
     envoy.wait_live(STARTUP_TIMEOUT);
     envoy.await_listener(&format!("127.0.0.1_{port}"));
     let client = Client::new(&envoy, SocketAddr::from(([127, 0, 0, 1], port)), HOST);
     let open = |what: &str, path: &str, headers: &[(&str, &str)]| {
         client.converge(what, path, headers, |c| only(c, "reviews-v1"), 10);
     };
-    open("the gateway serves before any policy", "/r", &[("authorization", "Bearer x")]);
+    open(
+        "the gateway serves before any policy",
+        "/r",
+        &[("authorization", "Bearer x")],
+    );
 
     // Tokens: refused wherever the rules look, valid or not; requests without one pass.
-    write_config(&config, "zz-request-authentication.yaml", REQUEST_AUTHENTICATION);
+    write_config(
+        &config,
+        "zz-request-authentication.yaml",
+        REQUEST_AUTHENTICATION,
+    );
     let forbidden = |what: &str, path: &str, headers: &[(&str, &str)]| {
         let c = client.converge(what, path, headers, |c| only(c, "status 403"), 10);
         assert!(only(&c, "status 403"), "{what}: {c:?}");
     };
     forbidden("a bearer token", "/r", &[("authorization", "Bearer x")]);
     forbidden("the default parameter", "/r?access_token=x", &[]);
-    forbidden("a fromParams parameter after another", "/r?a=1&token=x", &[]);
-    forbidden("a fromCookies cookie", "/r", &[("cookie", "theme=dark; session=abc")]);
+    forbidden(
+        "a fromParams parameter after another",
+        "/r?a=1&token=x",
+        &[],
+    );
+    forbidden(
+        "a fromCookies cookie",
+        "/r",
+        &[("cookie", "theme=dark; session=abc")],
+    );
     let passes = |what: &str, path: &str, headers: &[(&str, &str)]| {
         let c = client.tally(10, path, headers);
         assert!(only(&c, "reviews-v1"), "{what}: {c:?}");
     };
     passes("no token", "/r", &[]);
-    passes("a parameter that only resembles one", "/r?tokens=x&my_token=y", &[]);
-    passes("a cookie that only resembles one", "/r", &[("cookie", "mysession=abc")]);
+    passes(
+        "a parameter that only resembles one",
+        "/r?tokens=x&my_token=y",
+        &[],
+    );
+    passes(
+        "a cookie that only resembles one",
+        "/r",
+        &[("cookie", "mysession=abc")],
+    );
 
     // A restricting AuthorizationPolicy: every connection refused.
-    write_config(&config, "zz-authorization-policy.yaml", AUTHORIZATION_POLICY);
+    write_config(
+        &config,
+        "zz-authorization-policy.yaml",
+        AUTHORIZATION_POLICY,
+    );
     let c = client.converge("deny-all", "/r", &[], refused, 10);
     assert!(refused(&c), "{c:?}");
 
     // Deleted: open again.
     remove_config(&config, "zz-authorization-policy.yaml");
     remove_config(&config, "zz-request-authentication.yaml");
-    open("open again", "/r?access_token=x", &[("authorization", "Bearer x")]);
+    open(
+        "open again",
+        "/r?access_token=x",
+        &[("authorization", "Bearer x")],
+    );
     assert_eq!(envoy.rejected_updates(), 0, "{}", envoy.summary());
     drop(meshflow);
 }

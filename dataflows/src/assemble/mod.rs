@@ -53,12 +53,13 @@ pub fn apply_idle_timeout(idle_ns: Option<u64>, r: Resource) -> Resource {
 
 /// Listeners of a sidecar scope that do not depend on services: one per explicit egress
 /// listener, plus `virtualOutbound` where traffic is captured, and the listeners and
-/// clusters of its `ingress`. Proxyless clients have no
-/// sockets to listen on.
+/// clusters of its `ingress` (with what the security policies make the bound ones refuse,
+/// `sec`). Proxyless clients have no sockets to listen on.
 pub fn sidecar_fixed_listeners(
     spec: &ScopeSpec,
     interception_none: bool,
     proxyless: bool,
+    sec: &InboundSecurity,
 ) -> Vec<Resource> {
     let mut out = Vec::new();
     if proxyless {
@@ -81,20 +82,25 @@ pub fn sidecar_fixed_listeners(
     if !interception_none {
         out.push(listener::virtual_outbound(&spec.outbound_fallback()));
     }
-    out.extend(sidecar_ingress(spec, interception_none));
+    out.extend(sidecar_ingress(spec, interception_none, sec));
     out
 }
 
-/// The listeners of the Sidecar's `ingress` the proxy binds itself; a captured proxy reaches
-/// the port's cluster through `virtualInbound`.
-fn sidecar_ingress(spec: &ScopeSpec, interception_none: bool) -> Vec<Resource> {
+/// The listeners of the Sidecar's `ingress` the proxy binds itself, with what the security
+/// policies make them refuse (`sec`); a captured proxy reaches the port's cluster through
+/// `virtualInbound`.
+fn sidecar_ingress(
+    spec: &ScopeSpec,
+    interception_none: bool,
+    sec: &InboundSecurity,
+) -> Vec<Resource> {
     spec.sidecar
         .iter()
         .flat_map(|s| &s.ingress)
         .filter(|l| interception_none || l.capture_none)
         .map(|l| {
             let addr = l.bind.as_deref().unwrap_or("0.0.0.0");
-            listener::ingress_listener(addr, l.inbound(), spec.detection_timeout_ms)
+            listener::ingress_listener(addr, l.inbound(), spec.detection_timeout_ms, sec)
         })
         .collect()
 }

@@ -19,10 +19,13 @@ pub(super) fn sidecar<'s>(
             interception_none,
             proxyless,
             ..
-        } => assemble::sidecar_fixed_listeners(&spec, *interception_none, *proxyless)
-            .into_iter()
-            .map(|r| (s.clone(), r))
-            .collect(),
+        } => {
+            let sec = s.ingress_security().cloned().unwrap_or_default();
+            assemble::sidecar_fixed_listeners(&spec, *interception_none, *proxyless, &sec)
+        }
+        .into_iter()
+        .map(|r| (s.clone(), r))
+        .collect(),
         ScopeKey::Router { .. } => Vec::new(),
     });
     Built {

@@ -109,6 +109,7 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
             sidecars: &i.sidecars,
             gateways: &i.gateways,
             router_security: &secured.routers,
+            sidecar_security: &secured.bound,
         },
         &virtual_services,
         &destination_rules,

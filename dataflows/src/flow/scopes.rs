@@ -28,10 +28,11 @@ pub(super) fn of_proxies<'s>(
     let secured = routers
         .clone()
         .join_map(i.router_security.clone(), |id, s, sec| {
-            (id.clone(), s.clone().with_router_security(sec.clone()))
+            (id.clone(), s.clone().with_security(sec.clone()))
         })
         .concat(routers.antijoin(i.router_security.clone().map(|(id, _)| id)));
-    let scopes = sidecar_scopes(mesh, proxies, i.sidecars).concat(secured);
+    let sidecars = bound_ingress_secured(sidecar_scopes(mesh, proxies, i.sidecars), &i);
+    let scopes = sidecars.concat(secured);
     let matched = source_selectors(proxies, vss, drs);
     let labelled = scopes.clone().join_map(matched.clone(), |id, s, sels| {
         (id.clone(), s.clone().with_source_labels(sels.clone()))
@@ -231,12 +232,52 @@ fn sidecar_scopes<'s>(
     with_sc.concat(without_sc)
 }
 
-/// What the kinds that choose a proxy's scope give it: the Sidecar in effect for sidecars,
-/// the Gateways and the security stopgap's refusals for routers.
+/// What the kinds that choose a proxy's scope give it: the Sidecar in effect and the
+/// security stopgap's refusals for the `ingress` listeners sidecars bind themselves, the
+/// Gateways and the refusals of their listeners for routers.
 pub(super) struct ScopeInputs<'a, 's> {
     pub sidecars: &'a Coll<'s, (ConfigKey, Sidecar)>,
     pub gateways: &'a Coll<'s, (ConfigKey, Gateway)>,
     pub router_security: &'a Coll<'s, (ProxyId, InboundSecurity)>,
+    pub sidecar_security: &'a Coll<'s, (ProxyId, InboundSecurity)>,
+}
+
+/// The sidecar scopes whose Sidecar in effect binds `ingress` listeners for its proxy
+/// ([`rules::binds_ingress`]) carry what the proxy's security policies make them refuse;
+/// only those: other sidecars' scopes are not split by policy.
+fn bound_ingress_secured<'s>(
+    scopes: Coll<'s, (ProxyId, ScopeKey)>,
+    i: &ScopeInputs<'_, 's>,
+) -> Coll<'s, (ProxyId, ScopeKey)> {
+    let binding = i.sidecars.clone().flat_map(|(k, sc)| {
+        let (captured, uncaptured) = (
+            rules::binds_ingress(&sc, false),
+            rules::binds_ingress(&sc, true),
+        );
+        (captured || uncaptured).then_some((k, (captured, uncaptured)))
+    });
+    let bound = scopes
+        .clone()
+        .flat_map(|(id, s)| match &s {
+            ScopeKey::Sidecar {
+                sidecar: Some(k),
+                proxyless: false,
+                interception_none,
+                ..
+            } => Some((k.clone(), (id, *interception_none, s.clone()))),
+            _ => None,
+        })
+        .join_map(binding, |_, (id, none, s), (captured, uncaptured)| {
+            let binds = if *none { *uncaptured } else { *captured };
+            binds.then(|| (id.clone(), s.clone()))
+        })
+        .flat_map(|x| x);
+    let secured = bound.join_map(i.sidecar_security.clone(), |id, s, sec| {
+        (id.clone(), s.clone().with_security(sec.clone()))
+    });
+    scopes
+        .antijoin(secured.clone().map(|(id, _)| id))
+        .concat(secured)
 }
 
 /// A router's scope is its namespace, the Gateways selecting it (none: no listeners) and

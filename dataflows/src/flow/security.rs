@@ -19,6 +19,9 @@ pub(super) struct Secured<'s> {
     /// `(router, security)` of each gateway whose listeners the policies change
     /// ([`InboundSecurity::for_router`]): it joins the router's scope key.
     pub routers: Coll<'s, (ProxyId, InboundSecurity)>,
+    /// `(sidecar, security)` of every sidecar, captured or not, the policies change: for
+    /// the Sidecar `ingress` listeners it binds itself, if any (it joins the scope key there).
+    pub bound: Coll<'s, (ProxyId, InboundSecurity)>,
     /// One error per restricting policy that applies to some connected proxy.
     pub errors: Coll<'s, ConfigError>,
 }
@@ -40,58 +43,66 @@ pub(super) fn per_proxy<'s>(
     let in_namespace = rooted
         .filter(|(p, root)| p.key.namespace != *root)
         .map(|(p, root)| (p.key.namespace.clone(), (p, root)));
-    // What the stopgap makes of a policy on the proxy: a captured sidecar's `virtualInbound`
-    // and a gateway's listeners fail closed; proxyless gRPC servers and sidecars without
-    // capture are not reached ([`SecurityPolicy::reach`]).
+    // What the stopgap makes of a policy on the proxy ([`SecurityPolicy::reach`]): a
+    // captured sidecar's `virtualInbound` and a gateway's listeners fail closed; an
+    // uncaptured sidecar's bound `ingress` listeners do, but not the application's own
+    // ports; proxyless gRPC servers are not reached.
     let by_namespace = proxies.clone().map(|(id, p)| {
         let class = (p.kind, !p.interception_none);
         (p.namespace, (id, p.labels, class))
     });
     let everywhere = by_namespace.clone().map(|(ns, rest)| ((), (ns, rest)));
-    type Applied = (bool, Reach, String, SecurityPolicy);
-    let applied_to =
-        |id: &ProxyId, &(kind, captured): &(ProxyKind, bool), p: &SecurityPolicy, root| {
-            let router = kind == ProxyKind::Router;
-            (
-                id.clone(),
-                (router, p.reach(kind, captured), root, p.clone()),
-            )
-        };
-    // `(proxy, (router, reach, root, policy))` for every policy that applies to a proxy.
+    type Class = (ProxyKind, bool);
+    type Applied = (Class, Reach, String, SecurityPolicy);
+    let applied_to = |id: &ProxyId, class: &Class, p: &SecurityPolicy, root| {
+        let reach = p.reach(class.0, class.1);
+        (id.clone(), (*class, reach, root, p.clone()))
+    };
+    // `(proxy, ((kind, captured), reach, root, policy))` for every policy that applies to a
+    // proxy.
     let applied: Coll<'s, (ProxyId, Applied)> = by_namespace
-        .join_map(in_namespace, move |ns, (id, labels, proxy), (p, root)| {
+        .join_map(in_namespace, move |ns, (id, labels, class), (p, root)| {
             p.applies(ns, labels, root)
-                .then(|| applied_to(id, proxy, p, root.clone()))
+                .then(|| applied_to(id, class, p, root.clone()))
         })
         .concat(
-            everywhere.join_map(in_root, move |_, (ns, (id, labels, proxy)), (p, root)| {
+            everywhere.join_map(in_root, move |_, (ns, (id, labels, class)), (p, root)| {
                 p.applies(ns, labels, root)
-                    .then(|| applied_to(id, proxy, p, root.clone()))
+                    .then(|| applied_to(id, class, p, root.clone()))
             }),
         )
         .flat_map(|x| x);
+    // Composed per proxy: every policy of a sidecar (an uncaptured one's bound `ingress`
+    // listeners fail closed too), those a gateway fails closed for.
     let secured = applied
         .clone()
-        .filter(|(_, (_, reach, _, _))| *reach == Reach::Protected)
-        .map(|(id, (router, _, root, p))| (id, (router, root, p)))
+        .filter(|(_, ((kind, _), reach, _, _))| match kind {
+            ProxyKind::Sidecar => true,
+            ProxyKind::Router => *reach == Reach::Protected,
+            ProxyKind::Proxyless => false,
+        })
+        .map(|(id, (class, _, root, p))| (id, (class, root, p)))
         .reduce(
-            |_, vals: &[(&(bool, String, SecurityPolicy), isize)], out| {
-                let (router, root) = (vals[0].0 .0, &vals[0].0 .1);
+            |_, vals: &[(&(Class, String, SecurityPolicy), isize)], out| {
+                let (class, root) = (vals[0].0 .0, &vals[0].0 .1);
                 let sec = InboundSecurity::compose(vals.iter().map(|(v, _)| &v.2), root);
-                let sec = if router {
-                    sec.for_router()
-                } else {
-                    (!sec.is_open()).then_some(sec)
+                let sec = match class.0 {
+                    ProxyKind::Router => sec.for_router(),
+                    _ => (!sec.is_open()).then_some(sec),
                 };
                 if let Some(sec) = sec {
-                    out.push(((router, sec), 1isize));
+                    out.push(((class, sec), 1isize));
                 }
             },
         );
-    let inbound = secured
+    let inbound = secured.clone().flat_map(|(id, ((kind, captured), sec))| {
+        (kind == ProxyKind::Sidecar && captured).then_some((id, sec))
+    });
+    let bound = secured
         .clone()
-        .flat_map(|(id, (router, sec))| (!router).then_some((id, sec)));
-    let routers = secured.flat_map(|(id, (router, sec))| router.then_some((id, sec)));
+        .flat_map(|(id, ((kind, _), sec))| (kind == ProxyKind::Sidecar).then_some((id, sec)));
+    let routers =
+        secured.flat_map(|(id, ((kind, _), sec))| (kind == ProxyKind::Router).then_some((id, sec)));
     // Per restricting policy: whether it meets proxies that fail closed in its place, and
     // proxies it does not protect.
     let errors = applied
@@ -107,6 +118,7 @@ pub(super) fn per_proxy<'s>(
     Secured {
         inbound,
         routers,
+        bound,
         errors,
     }
 }

@@ -35,6 +35,11 @@ pub enum ScopeKey {
         /// proxyless clients, which Istio does not give it): their listeners carry it.
         #[serde(default)]
         idle_timeout_ns: Option<u64>,
+        /// What the security policies selecting its proxies make the Sidecar `ingress`
+        /// listeners they bind themselves refuse (the fail-closed stopgap; only where the
+        /// Sidecar in effect binds one, so other scopes are not split by policy).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        security: Option<InboundSecurity>,
     },
     /// A gateway proxy in `namespace` selected by these Gateways (sorted).
     Router {
@@ -197,10 +202,22 @@ impl ScopeKey {
         }
     }
 
-    /// The same router scope for proxies whose listeners refuse per `sec`.
-    pub fn with_router_security(mut self, sec: InboundSecurity) -> Self {
-        if let ScopeKey::Router { security, .. } = &mut self {
-            *security = Some(sec);
+    /// What a sidecar scope's bound `ingress` listeners refuse (see [`ScopeKey::Sidecar`]'s
+    /// `security`).
+    pub fn ingress_security(&self) -> Option<&InboundSecurity> {
+        match self {
+            ScopeKey::Sidecar { security, .. } => security.as_ref(),
+            ScopeKey::Router { .. } => None,
+        }
+    }
+
+    /// The same scope for proxies whose listeners (a router's) or bound `ingress` listeners
+    /// (a sidecar's) refuse per `sec`.
+    pub fn with_security(mut self, sec: InboundSecurity) -> Self {
+        match &mut self {
+            ScopeKey::Router { security, .. } | ScopeKey::Sidecar { security, .. } => {
+                *security = Some(sec)
+            }
         }
         self
     }

@@ -291,7 +291,8 @@ impl SecurityPolicy {
             message.push_str(
                 "; it also selects proxyless gRPC servers or sidecars without traffic \
                  capture, which meshflow does NOT protect: traffic to them is not restricted \
-                 by this policy",
+                 by this policy (but for the Sidecar ingress listeners such sidecars bind, \
+                 which fail closed)",
             );
         }
         Some(ConfigError {

@@ -140,6 +140,7 @@ pub(super) fn sidecar_outbound(
         &spec,
         interception_none,
         proxyless,
+        &s.ingress_security().cloned().unwrap_or_default(),
     ));
     res.extend(api_listeners.into_iter().flat_map(|(h, port)| {
         listener::api_listeners(h, port, s.namespace(), &mesh.domain_suffix)

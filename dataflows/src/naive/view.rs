@@ -56,12 +56,14 @@ impl<'a> View<'a> {
         }
     }
 
-    /// The policies that apply to `p` and fail it closed, composed.
+    /// The policies that apply to `p` and fail it closed (for a sidecar: every one, as its
+    /// bound `ingress` listeners take them whether its traffic is captured or not), composed.
     fn composed_security(&self, p: &Proxy) -> InboundSecurity {
         let root = self.mesh.root_namespace.as_str();
         let applying = self.security.iter().copied().filter(|s| {
             s.applies(&p.namespace, &p.labels, root)
-                && s.reach(p.kind, !p.interception_none) == Reach::Protected
+                && (p.kind == ProxyKind::Sidecar
+                    || s.reach(p.kind, !p.interception_none) == Reach::Protected)
         });
         InboundSecurity::compose(applying, root)
     }
@@ -241,10 +243,19 @@ impl<'a> View<'a> {
                     .sidecars
                     .iter()
                     .filter_map(|sc| {
-                        rules::sidecar_rank(sc, p, &self.mesh.root_namespace).map(|r| (r, &sc.key))
+                        rules::sidecar_rank(sc, p, &self.mesh.root_namespace).map(|r| (r, sc))
                     })
-                    .min();
-                rules::sidecar_scope(p, chosen.map(|(_, k)| k.clone()))
+                    .min_by(|a, b| (a.0, &a.1.key).cmp(&(b.0, &b.1.key)));
+                let s = rules::sidecar_scope(p, chosen.map(|(_, sc)| sc.key.clone()));
+                let binds = chosen.is_some_and(|(_, sc)| {
+                    p.kind == ProxyKind::Sidecar && rules::binds_ingress(sc, p.interception_none)
+                });
+                let sec = self.composed_security(p);
+                if binds && !sec.is_open() {
+                    s.with_security(sec)
+                } else {
+                    s
+                }
             }
             ProxyKind::Router => {
                 let targets = p
@@ -263,7 +274,7 @@ impl<'a> View<'a> {
                 )
                 .with_gateway_ports(rules::gateway_ports(targets));
                 match self.composed_security(p).for_router() {
-                    Some(sec) => s.with_router_security(sec),
+                    Some(sec) => s.with_security(sec),
                     None => s,
                 }
             }

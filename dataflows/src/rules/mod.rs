@@ -26,8 +26,8 @@ pub use hosts::{
     vs_host_specificity,
 };
 pub use sidecar::{
-    egress_bind, egress_listeners, egress_pattern, egress_visible, listeners_importing_vs,
-    sidecar_rank, sidecar_route_ports, sidecar_scope, sidecar_sees_hostless_vs, sidecar_tcp_ports,
-    NsKey,
+    binds_ingress, egress_bind, egress_listeners, egress_pattern, egress_visible,
+    listeners_importing_vs, sidecar_rank, sidecar_route_ports, sidecar_scope,
+    sidecar_sees_hostless_vs, sidecar_tcp_ports, NsKey,
 };
 pub use virtual_service::{destination_hosts, vs_rank};

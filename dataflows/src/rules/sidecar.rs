@@ -227,7 +227,16 @@ pub fn sidecar_scope(p: &Proxy, sidecar: Option<ConfigKey>) -> ScopeKey {
         locality: None,
         priority_labels: None,
         idle_timeout_ns: p.idle_timeout_ns.filter(|_| !proxyless),
+        security: None,
     }
+}
+
+/// Whether a proxy under `sc` binds Sidecar `ingress` listeners itself: every one without
+/// traffic capture (`interception_none`), those with `captureMode: NONE` otherwise.
+pub fn binds_ingress(sc: &Sidecar, interception_none: bool) -> bool {
+    sc.ingress
+        .iter()
+        .any(|l| interception_none || l.capture_none)
 }
 
 /// The ports explicit egress listeners claim: the catch-all listener leaves them alone.

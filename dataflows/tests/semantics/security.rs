@@ -432,3 +432,95 @@ fn a_policy_selecting_an_uncaptured_sidecar_says_it_is_not_protected() {
         "{errors:?}"
     );
 }
+
+/// A Sidecar `ingress` listener the proxy binds itself (`captureMode: NONE` on a captured
+/// sidecar; every `ingress` of a sidecar without capture) refuses what the policies
+/// selecting the proxy ask, as `virtualInbound` does: the deny-all first in every chain, and
+/// under STRICT only the mTLS chain. Proxies under the same Sidecar that no policy selects
+/// keep the open listener (their scope is not split), and retracting the policy opens it.
+#[test]
+fn bound_ingress_listeners_fail_closed_too() {
+    let mut m = Mesh::new();
+    let paid = &[("app", "ratings"), ("tier", "paid")];
+    let captured = sidecar_proxy("ratings-1", "default", "10.1.0.1", paid);
+    let bare = Proxy {
+        interception_none: true,
+        ..sidecar_proxy("ratings-2", "default", "10.1.0.2", paid)
+    };
+    let free = &[("app", "ratings"), ("tier", "free")];
+    let other = sidecar_proxy("ratings-3", "default", "10.1.0.3", free);
+    let ingress = IngressListener {
+        port: 7070,
+        bind: None,
+        endpoint: ("127.0.0.1".into(), 17070),
+        capture_none: true,
+        protocol: Protocol::Http,
+        tls: None,
+        connection_pool: None,
+        fail_closed: None,
+    };
+    m.insert(vec![
+        px(&captured),
+        px(&bare),
+        px(&other),
+        Record::Sidecar(Sidecar {
+            key: ConfigKey::new(Kind::Sidecar, "default", "ratings"),
+            selector: Some(labels(&[("app", "ratings")])),
+            egress: Vec::new(),
+            registry_only: None,
+            ingress: vec![ingress],
+            egress_proxy: None,
+            inbound_connection_pool: None,
+        }),
+    ]);
+    const BOUND: &str = "inbound_0.0.0.0_7070";
+    let open = m.listener_body(&captured, BOUND);
+    assert_eq!(chain_names(&open).len(), 2, "{open:?}");
+    assert_eq!(m.listener_body(&bare, BOUND), open);
+
+    // The paid tier only: `other` keeps the open listener.
+    let not_free = policy(
+        Kind::AuthorizationPolicy,
+        "default",
+        "deny",
+        "",
+        Some(&[("tier", "paid")]),
+        PolicyEffect::DenyAll,
+    );
+    m.insert(vec![not_free.clone()]);
+    assert_eq!(m.listener_body(&other, BOUND), open);
+    for p in [&captured, &bare] {
+        let l = m.listener_body(p, BOUND);
+        assert!(
+            l.filter_chains
+                .iter()
+                .all(|c| c.filters[0].name == "envoy.filters.network.rbac"),
+            "{}: {l:?}",
+            p.id
+        );
+    }
+    m.retract(vec![not_free]);
+    assert_eq!(m.listener_body(&captured, BOUND), open);
+
+    m.insert(vec![peer(
+        "default",
+        "strict",
+        Some(&[("tier", "free")]),
+        MtlsMode::Strict,
+    )]);
+    let strict = m.listener_body(&other, BOUND);
+    assert_eq!(
+        chain_names(&strict),
+        chain_names(&open)
+            .into_iter()
+            .filter(|n| n.ends_with("-mtls"))
+            .collect::<Vec<_>>(),
+        "only the mTLS chain under STRICT"
+    );
+    assert_eq!(m.listener_body(&captured, BOUND), open);
+    let errors = gateway_errors(&m, ErrorCode::SecurityPolicyFailsClosed);
+    assert!(
+        errors.len() == 1 && !errors[0].contains("NOT protect"),
+        "{errors:?}"
+    );
+}

@@ -244,10 +244,14 @@ fn inbound_hcm(
 /// unset both would be `0.0.0.0_PORT`): the plaintext and the mTLS chain of
 /// [`virtual_inbound`]'s ports, to `inbound|PORT||`.
 /// `detection_ms`: the mesh's `protocolDetectionTimeout`, how long the inspectors wait.
-///
-/// Bound by the proxy itself, it is shared by the proxies of a Sidecar's scope, so the
-/// security stopgap (per proxy) does not reach it: see `docs/reference/security.md`.
-pub fn ingress_listener(addr: &str, port: InboundPort, detection_ms: Option<u64>) -> Resource {
+/// `sec`: the security stopgap's part, as for [`virtual_inbound_secured`]'s ports (the
+/// scope of proxies that bind such a listener is split by it).
+pub fn ingress_listener(
+    addr: &str,
+    port: InboundPort,
+    detection_ms: Option<u64>,
+    sec: &InboundSecurity,
+) -> Resource {
     let listener = Listener {
         name: format!("inbound_{}", listener_name(addr, port.port)),
         address: Some(socket_address(addr, port.port)),
@@ -257,7 +261,7 @@ pub fn ingress_listener(addr: &str, port: InboundPort, detection_ms: Option<u64>
         },
         continue_on_listener_filters_timeout: true,
         listener_filters_timeout: detection_ms.map(duration_ms),
-        filter_chains: inbound_chains(&port, &InboundSecurity::default()),
+        filter_chains: secure(inbound_chains(&port, sec), sec),
         traffic_direction: TrafficDirection::Inbound as i32,
         ..Default::default()
     };
@@ -625,7 +629,7 @@ mod tests {
 
         // The listener a proxy binds for the port: the same one chain, behind the TLS
         // inspector that tells TLS from plaintext.
-        let bound = ingress_listener("10.0.0.1", optional, Some(100));
+        let bound = ingress_listener("10.0.0.1", optional, Some(100), &Default::default());
         let bl = Listener::decode(&bound.body.0[..]).expect("a listener");
         assert_eq!(bl.name, "inbound_10.0.0.1_8443");
         assert_eq!(
