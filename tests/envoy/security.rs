@@ -1,22 +1,30 @@
-//! The security stopgap (issue 36) in real Envoy, at an ingress gateway: meshflow does not
-//! translate security.istio.io policies yet, so the proxies they select fail closed. A
+//! The security stopgap (issue 36) in real Envoy: meshflow does not translate
+//! security.istio.io policies yet, so the proxies they select fail closed.
+//!
+//! At an ingress gateway: a
 //! RequestAuthentication selecting the gateway makes it refuse (403) every request that
 //! carries a token where the rules look for one — the `Authorization` header and the
 //! `access_token` parameter of a rule that names no location, a rule's `fromParams` and
 //! `fromCookies` — valid or not, while requests without a token (and names that only
 //! resemble the ones looked for) pass, as Istio lets them. An AuthorizationPolicy that
 //! restricts makes it refuse every connection. Deleting the policies opens it again, and
-//! Envoy rejects no update. Loopback only.
+//! Envoy rejects no update.
+//!
+//! At a server sidecar's Sidecar `ingress` listener (bound by the proxy itself, as every
+//! server sidecar here: no traffic capture on loopback): a STRICT PeerAuthentication leaves
+//! it only its mTLS chain — a client sidecar's mutual TLS still reaches the application, a
+//! plaintext connection finds no chain — and a restricting AuthorizationPolicy refuses the
+//! client sidecar too. Loopback only.
 
 use crate::support;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 
-use support::reviews::{Binding, Client, Reviews};
+use support::reviews::{client_sidecar_yaml, Binding, Client, Reviews};
 use support::{
-    free_port, only, remove_config, require_envoy, write_config, Envoy, Meshflow, ProxyNode,
-    TestDir, XdsMode, STARTUP_TIMEOUT,
+    converge, free_port, http_request, only, remove_config, require_envoy, write_config, Backend,
+    Envoy, Meshflow, ProxyNode, TestDir, XdsMode, CONVERGE_TIMEOUT, STARTUP_TIMEOUT,
 };
 
 const NET: u8 = 119;
@@ -186,5 +194,151 @@ fn a_gateway_refuses_what_the_policies_selecting_it_ask() {
         &[("authorization", "Bearer x")],
     );
     assert_eq!(envoy.rejected_updates(), 0, "{}", envoy.summary());
+    drop(meshflow);
+}
+
+const SIDECAR_NET: u8 = 120;
+
+const STRICT_REVIEWS: &str = "\
+apiVersion: security.istio.io/v1
+kind: PeerAuthentication
+metadata:
+  name: reviews-strict
+  namespace: default
+spec:
+  selector:
+    matchLabels:
+      app: reviews
+  mtls:
+    mode: STRICT
+";
+
+const DENY_REVIEWS: &str = "\
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata:
+  name: reviews-deny
+  namespace: default
+spec:
+  selector:
+    matchLabels:
+      app: reviews
+  action: DENY
+  rules:
+  - {}
+";
+
+#[test]
+fn a_server_sidecar_refuses_what_the_policies_selecting_it_ask() {
+    let envoy_bin = require_envoy!();
+    let dir = TestDir::new("envoy-security-sidecar");
+    let config = dir.subdir("config");
+    let port = free_port();
+    let reviews = Reviews::new(SIDECAR_NET, port, &config);
+    let app_port = free_port();
+    let _app = Backend::start("127.0.0.1", app_port, "reviews-app");
+    reviews.write_service();
+    reviews.write_pods_labelled(&[("v1", "security.istio.io/tlsMode: istio")]);
+    reviews.write_endpoints(&["v1"]);
+    write_config(&config, "sidecar.yaml", &client_sidecar_yaml(port));
+    write_config(
+        &config,
+        "server-sidecar.yaml",
+        &reviews.server_sidecar_yaml(app_port, ""),
+    );
+    let meshflow = Meshflow::start(&config, dir.path());
+    let with_sa = |sa: &'static str| {
+        move |b: &mut serde_json::Value| {
+            b["node"]["metadata"]["SERVICE_ACCOUNT"] = serde_json::json!(sa);
+        }
+    };
+    let pod_ip = reviews.pod_ip("v1");
+    let target = reviews.backend_port();
+    let server_node = ProxyNode::sidecar(
+        "reviews-v1",
+        "default",
+        &pod_ip,
+        &[("app", "reviews"), ("version", "v1")],
+    );
+    let server = Envoy::start_customized(
+        &envoy_bin,
+        dir.path(),
+        &server_node,
+        meshflow.xds_addr(),
+        XdsMode::Delta,
+        with_sa("reviews"),
+    );
+    server.wait_live(STARTUP_TIMEOUT);
+    server.await_listener(&format!("inbound_{pod_ip}_{target}"));
+    let client_node = ProxyNode::sidecar(
+        "client-abc",
+        "default",
+        &reviews.ip(20),
+        &[("app", "client")],
+    );
+    let client = Envoy::start_customized(
+        &envoy_bin,
+        dir.path(),
+        &client_node,
+        meshflow.xds_addr(),
+        XdsMode::Delta,
+        with_sa("sleep"),
+    );
+    client.wait_live(STARTUP_TIMEOUT);
+    client.await_listener(&format!("127.0.0.1_{port}"));
+
+    // What a request answers: the body of a 200, `status N`, or `error`.
+    let outcome = |addr: SocketAddr| match http_request(addr, "GET", "reviews", "/", &[]) {
+        Ok(r) if r.status == 200 => r.text(),
+        Ok(r) => format!("status {}", r.status),
+        Err(_) => "error".to_string(),
+    };
+    let through_client = SocketAddr::from(([127, 0, 0, 1], port));
+    let direct: SocketAddr = format!("{pod_ip}:{target}")
+        .parse()
+        .expect("the pod's address");
+    let both = || (outcome(through_client), outcome(direct));
+    let summary = || format!("{}\n{}", client.summary(), server.summary());
+    let app = "reviews-app".to_string();
+    converge(
+        "PERMISSIVE: mTLS from the client sidecar and plaintext both reach the application",
+        CONVERGE_TIMEOUT,
+        both,
+        |(via, plain)| *via == app && *plain == app,
+        summary,
+    );
+
+    write_config(&config, "zz-strict.yaml", STRICT_REVIEWS);
+    let (via, plain) = converge(
+        "STRICT: plaintext finds no chain",
+        CONVERGE_TIMEOUT,
+        both,
+        |(_, plain)| plain == "error",
+        summary,
+    );
+    assert_eq!(via, app, "mTLS still reaches the application");
+    assert_eq!(plain, "error");
+
+    write_config(&config, "zz-deny.yaml", DENY_REVIEWS);
+    let (via, _) = converge(
+        "deny-all: the client sidecar is refused too",
+        CONVERGE_TIMEOUT,
+        both,
+        |(via, _)| via != &app,
+        summary,
+    );
+    assert!(via.starts_with("status 503") || via == "error", "{via}");
+
+    remove_config(&config, "zz-deny.yaml");
+    remove_config(&config, "zz-strict.yaml");
+    converge(
+        "open again",
+        CONVERGE_TIMEOUT,
+        both,
+        |(via, plain)| *via == app && *plain == app,
+        summary,
+    );
+    assert_eq!(client.rejected_updates(), 0, "{}", client.summary());
+    assert_eq!(server.rejected_updates(), 0, "{}", server.summary());
     drop(meshflow);
 }
