@@ -534,3 +534,34 @@ fn self_signed(name: &str) -> (String, String) {
     let indent = |pem: &str| -> String { pem.lines().map(|l| format!("    {l}\n")).collect() };
     (indent(&cert.pem()), indent(&key.serialize_pem()))
 }
+
+/// `kubectl get -o yaml` writes a `kind: List`: `validate` reads its items (before, the
+/// whole file was read as nothing and `validate` said `ok`), and names an invalid item with
+/// the List's file and line.
+#[test]
+fn validate_reads_the_items_of_a_list() {
+    let dir = TestDir::new("cli-validate-list");
+    let config = dir.subdir("config");
+    let list = "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Service\n  metadata: {name: reviews, namespace: default}\n  spec: {ports: [{name: http, port: 9080}]}\n- apiVersion: networking.istio.io/v1\n  kind: VirtualService\n  metadata: {name: reviews, namespace: default}\n  spec: {hosts: [reviews], http: [{route: [{destination: {host: reviews}}]}]}\n";
+    write_config(&config, "exported.yaml", list);
+    let out = meshflow(&["validate", config.to_str().unwrap()]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(
+        stdout.starts_with("ok: ") && !stdout.starts_with("ok: 0 "),
+        "{stdout}"
+    );
+
+    let broken = list.replace("route: [", "timeout: soon, route: [");
+    write_config(&config, "exported.yaml", &broken);
+    let out = meshflow(&["validate", config.to_str().unwrap()]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l
+                .contains("exported.yaml:1: VirtualService default/reviews: spec.http[0].timeout")),
+        "{stdout}"
+    );
+}

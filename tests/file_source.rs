@@ -1443,3 +1443,55 @@ fn rereads_reusing_unchanged_documents_match_a_fresh_read() {
         );
     }
 }
+
+/// A `kind: List` document holds several objects at one line: each is read, and a rewrite
+/// of another document of the file (which reuses the readings of unchanged documents) keeps
+/// all of them; an edit of one item changes that item only.
+#[test]
+fn the_items_of_a_list_are_read_and_kept_across_rewrites() {
+    let dir = test_dir("list_items");
+    let file = dir.join("exported.yaml");
+    let list = "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Service\n  metadata: {name: a, namespace: ns}\n  spec: {ports: [{name: http, port: 80}]}\n- apiVersion: v1\n  kind: Service\n  metadata: {name: b, namespace: ns}\n  spec: {ports: [{name: http, port: 80}]}\n";
+    let other = "---\napiVersion: v1\nkind: Service\nmetadata: {name: c, namespace: ns}\nspec: {ports: [{name: http, port: 80}]}\n";
+    write(&file, &format!("{list}{other}"));
+    let mut src = source(&dir);
+    let first = src.rescan();
+    assert_no_errors(&first);
+    let services: Vec<(String, isize)> = summary(&first.changes)
+        .into_iter()
+        .filter(|(d, _)| d.starts_with("Service "))
+        .collect();
+    assert_eq!(
+        services,
+        vec![
+            ("Service a.ns.svc.cluster.local".to_string(), 1),
+            ("Service b.ns.svc.cluster.local".to_string(), 1),
+            ("Service c.ns.svc.cluster.local".to_string(), 1),
+        ]
+    );
+    // The other document changes: the List is reused, both its items stay.
+    write(
+        &file,
+        &format!("{list}{}", other.replace("port: 80", "port: 81")),
+    );
+    let scan = src.rescan();
+    assert_no_errors(&scan);
+    let touched: Vec<String> = summary(&scan.changes).into_iter().map(|(d, _)| d).collect();
+    assert!(touched.iter().all(|d| d.contains("c.ns")), "{touched:?}");
+    // One item changes: only it.
+    write(
+        &file,
+        &format!(
+            "{}{}",
+            list.replacen("port: 80", "port: 82", 1),
+            other.replace("port: 80", "port: 81")
+        ),
+    );
+    let scan = src.rescan();
+    assert_no_errors(&scan);
+    let touched: Vec<(String, isize)> = summary(&scan.changes);
+    assert!(
+        !touched.is_empty() && touched.iter().all(|(d, _)| d.contains("a.ns")),
+        "{touched:?}"
+    );
+}

@@ -104,6 +104,9 @@ pub enum Document {
     Unserved(String),
     /// Anything else (a Deployment in the config directory): not mesh config.
     Other,
+    /// A `kind: List` (what `kubectl get -o yaml` writes), or a `…List` of one kind: each of
+    /// its `items` read as a document of its own.
+    List(Vec<Result<Document, Invalid>>),
 }
 
 /// The outcome of reading one file: the valid objects and the rejected documents.
@@ -160,18 +163,30 @@ pub fn parse_file_reusing(
             Some(d) => Ok(d),
             None => read_document(&doc, mesh),
         };
+        out.add(path, line, read);
+    }
+    out
+}
+
+impl FileContents {
+    /// One document's reading, at the line it starts on (a List's items all at its line).
+    fn add(&mut self, path: &Path, line: usize, read: Result<Document, Invalid>) {
         match read {
-            Ok(Document::Object(parsed)) => out.objects.push((line, parsed)),
-            Ok(Document::Unserved(kind)) => out.unserved.push((line, kind)),
+            Ok(Document::Object(parsed)) => self.objects.push((line, parsed)),
+            Ok(Document::Unserved(kind)) => self.unserved.push((line, kind)),
             Ok(Document::Other) => {}
-            Err(invalid) => out.errors.push(DocError {
+            Ok(Document::List(items)) => {
+                for item in items {
+                    self.add(path, line, item);
+                }
+            }
+            Err(invalid) => self.errors.push(DocError {
                 file: path.to_path_buf(),
                 line,
                 invalid,
             }),
         }
     }
-    out
 }
 
 /// Deepest nesting of flow collections (`[`, `{`) a document may have: Kubernetes objects
@@ -277,8 +292,55 @@ fn mesh_group(group: &str) -> bool {
     group.ends_with(".istio.io") || group == "gateway.networking.k8s.io"
 }
 
-/// Reads one decoded object.
+/// Reads one decoded object, or the items of a List.
 pub fn read_value(value: serde_yaml_ng::Value, mesh: &MeshConfig) -> Result<Document, Invalid> {
+    if let Some(items) = list_items(&value)? {
+        let items = items.into_iter().enumerate().map(|(i, item)| {
+            if list_items(&item).ok().flatten().is_some() {
+                return Err(Invalid::field(
+                    format!("items[{i}]"),
+                    "a List inside a List is not read",
+                ));
+            }
+            read_value(item, mesh).map_err(|mut e| {
+                if e.object.is_none() {
+                    e.field = match e.field.as_str() {
+                        "" => format!("items[{i}]"),
+                        f => format!("items[{i}].{f}"),
+                    };
+                }
+                e
+            })
+        });
+        return Ok(Document::List(items.collect()));
+    }
+    read_object(value, mesh)
+}
+
+/// The items of a `kind: List` (`v1`, what `kubectl get -o yaml` writes) or of a
+/// `KindList` (what the API server lists); `None` for any other document.
+fn list_items(value: &serde_yaml_ng::Value) -> Result<Option<Vec<serde_yaml_ng::Value>>, Invalid> {
+    let kind = value
+        .get("kind")
+        .and_then(|k| k.as_str())
+        .unwrap_or_default();
+    let listed = kind == "List"
+        || (kind.len() > 4 && kind.ends_with("List") && value.get("items").is_some());
+    if !listed {
+        return Ok(None);
+    }
+    match value.get("items") {
+        Some(serde_yaml_ng::Value::Sequence(items)) => Ok(Some(items.clone())),
+        None | Some(serde_yaml_ng::Value::Null) => Ok(Some(Vec::new())),
+        Some(_) => Err(Invalid::field(
+            "items",
+            format!("the items of a {kind} must be a list"),
+        )),
+    }
+}
+
+/// Reads one decoded object.
+fn read_object(value: serde_yaml_ng::Value, mesh: &MeshConfig) -> Result<Document, Invalid> {
     let str_at = |path: &[&str]| {
         let mut v = &value;
         for p in path {

@@ -199,3 +199,116 @@ fn finding_lines_name_level_object_and_field() {
     );
     assert_eq!(p.key, ConfigKey::new(Kind::VirtualService, "ns", "r"));
 }
+
+/// `kind: List` (what `kubectl get -o yaml` writes) and a `KindList` are read item by item,
+/// each item as a document of its own at the List's line: objects, kinds not served, kinds
+/// of no use, and an invalid item named by its object (or by its index, when it has none).
+/// An empty List is nothing; `items` that is not a list, and a List inside a List, are errors.
+#[test]
+fn lists_are_read_item_by_item() {
+    let text = "\
+apiVersion: v1
+kind: Service
+metadata: {name: first, namespace: ns}
+spec: {ports: [{name: http, port: 80}]}
+---
+apiVersion: v1
+kind: List
+metadata: {resourceVersion: \"\"}
+items:
+- apiVersion: v1
+  kind: Service
+  metadata: {name: reviews, namespace: ns}
+  spec: {ports: [{name: http, port: 9080}]}
+- apiVersion: networking.istio.io/v1
+  kind: VirtualService
+  metadata: {name: reviews, namespace: ns}
+  spec: {hosts: [reviews], http: [{timeout: soon, route: [{destination: {host: reviews}}]}]}
+- apiVersion: telemetry.istio.io/v1
+  kind: Telemetry
+  metadata: {name: t, namespace: ns}
+  spec: {}
+- apiVersion: apps/v1
+  kind: Deployment
+  metadata: {name: d}
+- {kind: Service}
+- {apiVersion: v1, kind: List, items: []}
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRuleList
+items:
+- apiVersion: networking.istio.io/v1
+  kind: DestinationRule
+  metadata: {name: reviews, namespace: ns}
+  spec: {host: reviews}
+---
+apiVersion: v1
+kind: List
+items: []
+---
+apiVersion: v1
+kind: List
+items: {not: a list}
+";
+    let out = parse_file(std::path::Path::new("f.yaml"), text, &MeshConfig::default());
+    let objects: Vec<(usize, String)> = out
+        .objects
+        .iter()
+        .map(|(l, p)| (*l, format!("{:?} {}", p.key.kind, p.key.name)))
+        .collect();
+    assert_eq!(
+        objects,
+        vec![
+            (1, "Service first".to_string()),
+            (6, "Service reviews".to_string()),
+            (28, "DestinationRule reviews".to_string()),
+        ]
+    );
+    assert_eq!(
+        out.unserved,
+        vec![(6, "Telemetry (telemetry.istio.io/v1)".to_string())]
+    );
+    let errors: Vec<(usize, String)> = out
+        .errors
+        .iter()
+        .map(|e| (e.line, e.invalid.to_string()))
+        .collect();
+    assert_eq!(errors.len(), 4, "{errors:#?}");
+    assert!(
+        errors[0].0 == 6
+            && errors[0].1.contains("VirtualService ns/reviews")
+            && errors[0].1.contains("spec.http[0].timeout"),
+        "{errors:#?}"
+    );
+    assert!(
+        errors[1].1.contains("items[4]") && errors[1].1.contains("apiVersion and kind"),
+        "{errors:#?}"
+    );
+    assert!(
+        errors[2].1.contains("items[5]") && errors[2].1.contains("List inside a List"),
+        "{errors:#?}"
+    );
+    assert!(
+        errors[3].0 == 40 && errors[3].1.contains("items"),
+        "{errors:#?}"
+    );
+}
+
+/// A Service port of a protocol Kubernetes does not have (a file can hold one) is read as
+/// TCP, as Istio reads it, with a warning naming the field; UDP ports carry nothing.
+#[test]
+fn a_service_port_of_an_unknown_protocol_is_read_as_tcp() {
+    let doc = "apiVersion: v1\nkind: Service\nmetadata: {name: legacy, namespace: ns}\nspec:\n  ports:\n  - {name: http, port: 80, protocol: HTTP}\n  - {name: dns, port: 53, protocol: UDP}\n";
+    let p = parse(doc);
+    let Some(Record::Service(svc)) = p.records.first() else {
+        panic!("{:?}", p.records);
+    };
+    let ports: Vec<u16> = svc.ports.iter().map(|p| p.port).collect();
+    assert_eq!(ports, vec![80]);
+    let lines: Vec<String> = p.finding_lines().map(|(_, l)| l).collect();
+    assert!(
+        lines.len() == 1
+            && lines[0].starts_with("warning: Service ns/legacy: spec.ports[0].protocol: \"HTTP\" is not a Kubernetes port protocol"),
+        "{lines:?}"
+    );
+}

@@ -146,8 +146,18 @@ fn memos_of(parsed: &FileContents, hashes: &[(usize, u64)]) -> HashMap<u64, Memo
     let objects: HashMap<usize, &Parsed> = parsed.objects.iter().map(|(l, p)| (*l, p)).collect();
     let unserved: HashMap<usize, &String> = parsed.unserved.iter().map(|(l, k)| (*l, k)).collect();
     let failed: std::collections::HashSet<usize> = parsed.errors.iter().map(|e| e.line).collect();
+    // A List's items all start at its line: such a document is read again whole.
+    let mut at_line: HashMap<usize, usize> = HashMap::new();
+    let lines = parsed.objects.iter().map(|(l, _)| *l);
+    let lines = lines.chain(parsed.unserved.iter().map(|(l, _)| *l));
+    for l in lines.chain(parsed.errors.iter().map(|e| e.line)) {
+        *at_line.entry(l).or_default() += 1;
+    }
     let mut memos = HashMap::new();
     for (line, h) in hashes {
+        if at_line.get(line).copied().unwrap_or(0) > 1 {
+            continue;
+        }
         let memo = if let Some(p) = objects.get(line) {
             if count.get(&p.key).copied().unwrap_or(0) > 1 {
                 continue;

@@ -43,8 +43,19 @@ pub(super) fn service(
     let mut ports = Vec::new();
     for (i, p) in spec.ports.unwrap_or_default().iter().enumerate() {
         let name = p.name.clone().unwrap_or_default();
-        if p.protocol.as_deref().is_some_and(|proto| proto != "TCP") {
-            continue; // UDP/SCTP ports carry no HTTP or TCP proxy config
+        match p.protocol.as_deref() {
+            None | Some("TCP") => {}
+            // UDP/SCTP ports carry no HTTP or TCP proxy config.
+            Some("UDP" | "SCTP") => continue,
+            // The API server refuses any other; a file can hold one. Istio reads every port
+            // but a UDP one as TCP (by its name and appProtocol): so does meshflow, saying so.
+            Some(other) => findings.push(Finding::warning(
+                format!("spec.ports[{i}].protocol"),
+                format!(
+                    "{other:?} is not a Kubernetes port protocol (TCP, UDP, SCTP); read as TCP, \
+                     as Istio reads it"
+                ),
+            )),
         }
         let port = port_u16(p.port.into(), &format!("spec.ports[{i}].port"))?;
         if ports.iter().any(|q: &m::ServicePort| q.port == port) {
