@@ -250,6 +250,22 @@ fn split_secrets<'s>(
     (secrets, rest)
 }
 
+/// The file secrets resource `r` of `holder` names: `((holder, type, name) of r, (holder,
+/// secret))`.
+#[allow(clippy::type_complexity)] // the provenance key and the held secret, as joined
+fn named_files(
+    holder: Holder,
+    r: &Resource,
+) -> Vec<((Holder, ResourceType, String), (Holder, Resource))> {
+    crate::translate::secret::file_secrets(r)
+        .into_iter()
+        .map(|s| {
+            let by = (holder.clone(), r.rtype, r.name.clone());
+            (by, (holder.clone(), s))
+        })
+        .collect()
+}
+
 /// The stages' results as the outputs the driver captures.
 fn outputs<'s>(
     scoped: Built<'s, ScopeKey>,
@@ -277,8 +293,37 @@ fn outputs<'s>(
     let provenance = scoped
         .provenance
         .concat(owned.provenance)
-        .concat(sidecar_prov)
-        .distinct();
+        .concat(sidecar_prov);
+    // The certificates proxies read from their own files, as SDS secrets of their own
+    // (`translate::secret::file_secrets`), held with the resource that names them and coming
+    // from the same objects.
+    let files = scope_res
+        .clone()
+        .flat_map(|(s, r)| named_files(Holder::Scope(s), &r))
+        .concat(
+            proxy_res
+                .clone()
+                .flat_map(|(id, r)| named_files(Holder::Proxy(id), &r)),
+        );
+    let file_prov = files
+        .clone()
+        .map(|(by, (holder, secret))| (by, (holder, secret.name)))
+        .join_map(provenance.clone(), |_, (holder, name), origin| {
+            (
+                (holder.clone(), ResourceType::Secret, name.clone()),
+                origin.clone(),
+            )
+        });
+    let provenance = provenance.concat(file_prov).distinct();
+    let files = files.map(|(_, held)| held).distinct();
+    let scope_res = scope_res.concat(files.clone().flat_map(|(h, r)| match h {
+        Holder::Scope(s) => Some((s, r)),
+        Holder::Proxy(_) => None,
+    }));
+    let proxy_res = proxy_res.concat(files.flat_map(|(h, r)| match h {
+        Holder::Proxy(id) => Some((id, r)),
+        Holder::Scope(_) => None,
+    }));
     // Never joined with `proxy_scopes`: that would write one record per (proxy, resource)
     // pair. Consumers resolve a proxy's set from its scope (`materialize`).
     let scope_resources = scope_res.clone().map(|(s, r)| (s, r.key()));

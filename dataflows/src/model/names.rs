@@ -35,3 +35,10 @@ pub const BLACKHOLE_CLUSTER: &str = "BlackHoleCluster";
 pub fn spiffe_id(trust_domain: &str, namespace: &str, service_account: &str) -> String {
     format!("spiffe://{trust_domain}/ns/{namespace}/sa/{service_account}")
 }
+
+/// The SDS name prefix of a certificate and key a proxy reads from its own files
+/// (`file-cert:CERT~KEY`, Istio's; see `translate::secret::file_secret`).
+pub const FILE_CERT_PREFIX: &str = "file-cert:";
+/// The SDS name prefix of a CA bundle a proxy reads from its own file (`file-root:CA`,
+/// Istio's; `file-root:CA~CRL` with a CRL).
+pub const FILE_ROOT_PREFIX: &str = "file-root:";

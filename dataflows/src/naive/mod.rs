@@ -82,6 +82,7 @@ pub fn compute(mesh: &MeshConfig, snap: &Snapshot) -> ProxyConfigs {
         if names_workload_certificate(&v, &index, p, s) {
             res.extend(crate::translate::secret::workload_secrets(p, &v.mesh));
         }
+        with_file_secrets(&mut res);
         // A proxy that holds nothing (a proxyless client seeing no service) has no entry,
         // as in the dataflow's output, which only knows proxies through their resources.
         for mut r in res {
@@ -170,6 +171,9 @@ pub fn compute_planned<'k>(
         if full && names_workload_certificate(&v, &index, p, &s) {
             res.extend(crate::translate::secret::workload_secrets(p, &v.mesh));
         }
+        if full {
+            with_file_secrets(&mut res);
+        }
         let held = out.configs.entry(p.id.clone()).or_default();
         for r in res {
             held.insert((r.rtype, r.name.clone()), r);
@@ -227,6 +231,15 @@ fn scope_part(
         } => res.extend(router(v, s, namespace, gateways, &names)),
     }
     res
+}
+
+/// With the secrets of the files the resources name (`translate::secret::file_secrets`).
+fn with_file_secrets(res: &mut Vec<Resource>) {
+    let files: Vec<Resource> = res
+        .iter()
+        .flat_map(crate::translate::secret::file_secrets)
+        .collect();
+    res.extend(files);
 }
 
 /// A scope's resources as its proxies get them: listeners with their `IDLE_TIMEOUT`, and a

@@ -66,6 +66,31 @@ pub(super) fn transport(t: &TransportSocket, side: Side) -> Transport {
     }
 }
 
+/// Where the certificate of SDS secret `name` comes from: the proxy's own file for a
+/// `file-cert:` name (the secret is the file's stand-in), else the SDS secret itself.
+fn sds_source(name: &str) -> Source {
+    match name.strip_prefix(crate::model::FILE_CERT_PREFIX) {
+        Some(rest) => Source::File(rest.split_once('~').map_or(rest, |(cert, _)| cert).into()),
+        None => Source::Sds(name.into()),
+    }
+}
+
+/// The CA (and CRL) of SDS secret `name`: files for a `file-root:` name.
+fn sds_validation(t: &mut Tls, name: &str) {
+    match name.strip_prefix(crate::model::FILE_ROOT_PREFIX) {
+        Some(rest) => {
+            let (ca, crl) = rest
+                .split_once('~')
+                .map_or((rest, None), |(c, r)| (c, Some(r)));
+            t.validation = Some(Source::File(ca.into()));
+            if let Some(crl) = crl {
+                t.crl = Some(Source::File(crl.into()));
+            }
+        }
+        None => t.validation = Some(Source::Sds(name.into())),
+    }
+}
+
 fn data_source(d: &envoy_types::pb::envoy::config::core::v3::DataSource) -> Source {
     use envoy_types::pb::envoy::config::core::v3::data_source::Specifier;
     match &d.specifier {
@@ -159,7 +184,7 @@ fn tls_context(
         .chain(
             c.tls_certificate_sds_secret_configs
                 .iter()
-                .map(|s| Source::Sds(s.name.clone())),
+                .map(|s| sds_source(&s.name)),
         )
         .chain(
             c.tls_certificate_provider_instance
@@ -170,15 +195,13 @@ fn tls_context(
     #[allow(deprecated)] // the deprecated providers are still valid config
     match &c.validation_context_type {
         Some(V::ValidationContext(v)) => read_validation(&mut t, v),
-        Some(V::ValidationContextSdsSecretConfig(s)) => {
-            t.validation = Some(Source::Sds(s.name.clone()))
-        }
+        Some(V::ValidationContextSdsSecretConfig(s)) => sds_validation(&mut t, &s.name),
         Some(V::CombinedValidationContext(cv)) => {
             if let Some(d) = &cv.default_validation_context {
                 read_validation(&mut t, d);
             }
             if let Some(s) = &cv.validation_context_sds_secret_config {
-                t.validation = Some(Source::Sds(s.name.clone()));
+                sds_validation(&mut t, &s.name);
             }
         }
         Some(V::ValidationContextCertificateProvider(p)) => {

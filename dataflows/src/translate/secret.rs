@@ -43,6 +43,126 @@ pub const ROOT_CA: &str = "ROOTCA";
 /// Istio's SDS name prefix for Kubernetes Secrets.
 pub const SECRET_PREFIX: &str = "kubernetes://";
 
+/// Istio's SDS name prefixes for a certificate and key the proxy reads from its own files
+/// (`file-cert:CERT~KEY`), and for a CA bundle it reads from one (`file-root:CA`; with a
+/// CRL, meshflow's `file-root:CA~CRL`). Served over SDS rather than inline in the cluster or
+/// listener that names them, so that a file missing on the proxy costs that one secret (its
+/// cluster or listener warms, failing closed) instead of the whole CDS or LDS update.
+pub use crate::model::{FILE_CERT_PREFIX, FILE_ROOT_PREFIX};
+
+/// The SDS name of the certificate and key in files `cert` and `key`.
+pub fn file_cert_name(cert: &str, key: &str) -> String {
+    format!("{FILE_CERT_PREFIX}{cert}~{key}")
+}
+
+/// The SDS name of the CA bundle in file `ca` (and the CRL in `crl`).
+pub fn file_root_name(ca: &str, crl: Option<&str>) -> String {
+    match crl {
+        Some(crl) => format!("{FILE_ROOT_PREFIX}{ca}~{crl}"),
+        None => format!("{FILE_ROOT_PREFIX}{ca}"),
+    }
+}
+
+/// The secret an SDS name of [`file_cert_name`] or [`file_root_name`] stands for: the files,
+/// which the proxy reads (and watches) itself. `None` for any other name.
+pub fn file_secret(name: &str) -> Option<Resource> {
+    let r#type = if let Some(rest) = name.strip_prefix(FILE_CERT_PREFIX) {
+        let (cert, key) = rest.split_once('~')?;
+        secret::Type::TlsCertificate(TlsCertificate {
+            certificate_chain: Some(file(cert)),
+            private_key: Some(file(key)),
+            ..Default::default()
+        })
+    } else {
+        let rest = name.strip_prefix(FILE_ROOT_PREFIX)?;
+        let (ca, crl) = match rest.split_once('~') {
+            Some((ca, crl)) => (ca, Some(crl)),
+            None => (rest, None),
+        };
+        secret::Type::ValidationContext(CertificateValidationContext {
+            trusted_ca: Some(file(ca)),
+            crl: crl.map(file),
+            ..Default::default()
+        })
+    };
+    Some(encode(Secret {
+        name: name.to_string(),
+        r#type: Some(r#type),
+    }))
+}
+
+/// The file secrets ([`file_secret`]) a cluster or listener names in its TLS contexts.
+pub fn file_secrets(r: &Resource) -> Vec<Resource> {
+    use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+    use envoy_types::pb::envoy::config::listener::v3::Listener;
+    use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::UpstreamTlsContext;
+    // Most resources name none: only those whose bytes hold the prefix are decoded.
+    let body = &r.body.0[..];
+    if !body.windows(5).any(|w| w == b"file-") {
+        return Vec::new();
+    }
+    let sockets: Vec<TransportSocket> = match r.rtype {
+        ResourceType::Cluster => match Cluster::decode(body) {
+            Ok(c) => c
+                .transport_socket
+                .into_iter()
+                .chain(
+                    c.transport_socket_matches
+                        .into_iter()
+                        .filter_map(|m| m.transport_socket),
+                )
+                .collect(),
+            Err(_) => Vec::new(),
+        },
+        ResourceType::Listener => match Listener::decode(body) {
+            Ok(l) => l
+                .filter_chains
+                .into_iter()
+                .chain(l.default_filter_chain)
+                .filter_map(|c| c.transport_socket)
+                .collect(),
+            Err(_) => Vec::new(),
+        },
+        _ => Vec::new(),
+    };
+    let mut names = std::collections::BTreeSet::new();
+    for s in sockets {
+        let Some(ConfigType::TypedConfig(any)) = s.config_type else {
+            continue;
+        };
+        let common = if any.type_url.ends_with(".UpstreamTlsContext") {
+            UpstreamTlsContext::decode(&any.value[..])
+                .ok()
+                .and_then(|u| u.common_tls_context)
+        } else if any.type_url.ends_with(".DownstreamTlsContext") {
+            DownstreamTlsContext::decode(&any.value[..])
+                .ok()
+                .and_then(|d| d.common_tls_context)
+        } else {
+            None
+        };
+        let Some(common) = common else {
+            continue;
+        };
+        names.extend(
+            common
+                .tls_certificate_sds_secret_configs
+                .into_iter()
+                .map(|c| c.name),
+        );
+        match common.validation_context_type {
+            Some(ValidationContextType::ValidationContextSdsSecretConfig(c)) => {
+                names.insert(c.name);
+            }
+            Some(ValidationContextType::CombinedValidationContext(c)) => {
+                names.extend(c.validation_context_sds_secret_config.map(|c| c.name));
+            }
+            _ => {}
+        }
+    }
+    names.iter().filter_map(|n| file_secret(n)).collect()
+}
+
 /// The SDS name of the certificate and key of Secret `name`.
 pub fn certificate_name(secret: &str) -> String {
     format!("{SECRET_PREFIX}{secret}")
@@ -182,18 +302,20 @@ pub fn downstream_tls(tls: &ServerTls, http: bool) -> TransportSocket {
             }
         }
         Some(Credential::Files { cert, key, ca }) => {
-            common.tls_certificates = vec![TlsCertificate {
-                certificate_chain: Some(file(cert)),
-                private_key: Some(file(key)),
-                ..Default::default()
-            }];
+            common.tls_certificate_sds_secret_configs = vec![sds(file_cert_name(cert, key))];
             if mutual {
-                common.validation_context_type = Some(ValidationContextType::ValidationContext(
-                    CertificateValidationContext {
-                        trusted_ca: ca.as_deref().map(file),
-                        ..sans
-                    },
-                ));
+                common.validation_context_type = Some(match ca {
+                    Some(ca) => ValidationContextType::CombinedValidationContext(
+                        CombinedCertificateValidationContext {
+                            default_validation_context: Some(sans),
+                            validation_context_sds_secret_config: Some(sds(file_root_name(
+                                ca, None,
+                            ))),
+                            ..Default::default()
+                        },
+                    ),
+                    None => ValidationContextType::ValidationContext(sans),
+                });
             }
         }
         // The gateway's workload certificate; clients verified against the mesh's root

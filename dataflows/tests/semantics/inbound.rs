@@ -171,7 +171,9 @@ fn sidecar_ingress_tls_terminates_on_its_port_alone() {
     };
     assert!(any.type_url.ends_with("DownstreamTlsContext"), "{any:?}");
     let context = String::from_utf8_lossy(&any.value);
-    assert!(context.contains("/etc/certs/cert.pem"), "{context}");
+    // The certificate files come over SDS, as Istio names them.
+    const CERT: &str = "file-cert:/etc/certs/cert.pem~/etc/certs/key.pem";
+    assert!(context.contains(CERT), "{context}");
     let bound = m.listener_body(&pod, "inbound_0.0.0.0_9443");
     assert_eq!(
         chains(&bound),
@@ -189,9 +191,12 @@ fn sidecar_ingress_tls_terminates_on_its_port_alone() {
         );
     }
     assert!(m.clusters(&pod).iter().all(|c| c != "inbound|9080||"));
-    assert!(
-        m.names(&pod, ResourceType::Secret).is_empty(),
-        "no chain names the workload certificate"
+    // No chain names the workload certificate: the secrets are the files' alone (the
+    // MUTUAL port's CA too), held by the proxy (`virtualInbound`) and by its scope (the
+    // bound listener) alike.
+    assert_eq!(
+        m.names(&pod, ResourceType::Secret),
+        set(&[CERT, "file-root:/etc/certs/ca.pem"]),
     );
 
     // A listener without `tls`: its plaintext and mTLS chains, which name the workload
@@ -218,7 +223,7 @@ fn sidecar_ingress_tls_terminates_on_its_port_alone() {
     );
     assert_eq!(
         m.names(&pod, ResourceType::Secret),
-        set(&["ROOTCA", "default"])
+        set(&["ROOTCA", "default", CERT, "file-root:/etc/certs/ca.pem"])
     );
 }
 

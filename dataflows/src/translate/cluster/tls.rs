@@ -77,29 +77,31 @@ pub(super) fn upstream_tls(
     h2: bool,
     system_ca: &str,
 ) -> envoy_types::pb::envoy::config::core::v3::TransportSocket {
+    use crate::translate::secret::{file_cert_name, file_root_name, san_matchers, sds};
     use envoy_types::pb::envoy::config::core::v3::{transport_socket::ConfigType, TransportSocket};
     use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
-        common_tls_context::ValidationContextType, CertificateValidationContext, TlsCertificate,
-        UpstreamTlsContext,
+        common_tls_context::{CombinedCertificateValidationContext, ValidationContextType},
+        CertificateValidationContext, UpstreamTlsContext,
     };
-    let file = |path: &str| crate::translate::secret::file(path);
-    let validation = (!tls.insecure_skip_verify).then(|| CertificateValidationContext {
-        trusted_ca: Some(file(tls.ca.as_deref().unwrap_or(system_ca))),
-        crl: tls.crl.as_deref().map(file),
-        match_typed_subject_alt_names: crate::translate::secret::san_matchers(sans),
-        ..Default::default()
-    });
+    // The files come over SDS (`file-cert:`, `file-root:`, as Istio names them): a file
+    // missing on the proxy then holds up this cluster alone, not the whole CDS update.
     let mut common = origination_context(h2);
-    common.tls_certificates = tls
+    common.tls_certificate_sds_secret_configs = tls
         .client_cert
         .iter()
-        .map(|(cert, key)| TlsCertificate {
-            certificate_chain: Some(file(cert)),
-            private_key: Some(file(key)),
+        .map(|(cert, key)| sds(file_cert_name(cert, key)))
+        .collect();
+    common.validation_context_type = (!tls.insecure_skip_verify).then(|| {
+        let ca = tls.ca.as_deref().unwrap_or(system_ca);
+        ValidationContextType::CombinedValidationContext(CombinedCertificateValidationContext {
+            default_validation_context: Some(CertificateValidationContext {
+                match_typed_subject_alt_names: san_matchers(sans),
+                ..Default::default()
+            }),
+            validation_context_sds_secret_config: Some(sds(file_root_name(ca, tls.crl.as_deref()))),
             ..Default::default()
         })
-        .collect();
-    common.validation_context_type = validation.map(ValidationContextType::ValidationContext);
+    });
     let context = UpstreamTlsContext {
         common_tls_context: Some(common),
         sni: tls.sni.clone().unwrap_or_default(),

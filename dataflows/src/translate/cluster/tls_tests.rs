@@ -203,10 +203,15 @@ fn validation(
     }
 }
 
+/// The CA file the cluster verifies its server against: the file of its `file-root:` SDS
+/// secret (files come over SDS, so that a missing one holds up this cluster alone).
 fn trusted_file(t: &UpstreamTlsContext) -> Option<String> {
-    use envoy_types::pb::envoy::config::core::v3::data_source::Specifier;
-    match validation(t)?.trusted_ca.as_ref()?.specifier.as_ref()? {
-        Specifier::Filename(f) => Some(f.clone()),
+    match &t.common_tls_context.as_ref()?.validation_context_type {
+        Some(ValidationContextType::CombinedValidationContext(v)) => {
+            let name = &v.validation_context_sds_secret_config.as_ref()?.name;
+            let rest = name.strip_prefix("file-root:")?;
+            Some(rest.split_once('~').map_or(rest, |(ca, _)| ca).to_string())
+        }
         _ => None,
     }
 }
@@ -305,7 +310,12 @@ fn sni_and_names_decide_auto_sni_and_san_validation() {
         trusted_file(&t).as_deref(),
         Some("/etc/proxy/ca-bundle.pem")
     );
-    assert_eq!(t.common_tls_context.unwrap().tls_certificates.len(), 1);
+    let certs = t
+        .common_tls_context
+        .unwrap()
+        .tls_certificate_sds_secret_configs;
+    assert_eq!(certs.len(), 1);
+    assert_eq!(certs[0].name, "file-cert:/c.pem~/k.pem");
 }
 
 /// ALPN `h2` where the cluster speaks HTTP/2 by its explicit options, none where it
@@ -456,4 +466,63 @@ fn simple_and_mutual_fail_closed_for_proxyless_clients() {
                 .is_empty());
         }
     }
+}
+
+/// Certificate files come over SDS as Istio names them, and the secrets a cluster names are
+/// derived from it: `file-cert:CERT~KEY` (the client certificate), `file-root:CA~CRL` (the
+/// CA and CRL), each pointing at the proxy's own files; a cluster naming none has none.
+#[test]
+fn certificate_files_are_sds_secrets_of_their_own() {
+    use crate::model::{Resource, ResourceType};
+    use crate::translate::secret::file_secrets;
+    use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+    use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{secret, Secret};
+    use prost::Message;
+    let tls = UpstreamTls {
+        client_cert: Some(("/c.pem".into(), "/k.pem".into())),
+        ca: Some("/ca.pem".into()),
+        crl: Some("/crl.pem".into()),
+        mutual: true,
+        ..Default::default()
+    };
+    let cluster = Cluster {
+        name: "outbound|443||db.example".into(),
+        transport_socket: Some(super::upstream_tls(&tls, &[], false, "/sys.pem")),
+        ..Default::default()
+    };
+    let r = Resource::new(
+        ResourceType::Cluster,
+        cluster.name.clone(),
+        cluster.encode_to_vec(),
+    );
+    let secrets: Vec<(String, String)> = file_secrets(&r)
+        .into_iter()
+        .map(|s| {
+            assert_eq!(s.rtype, ResourceType::Secret);
+            let body = Secret::decode(&s.body.0[..]).expect("a secret");
+            let files = match body.r#type.expect("a type") {
+                secret::Type::TlsCertificate(c) => {
+                    format!("{:?}{:?}", c.certificate_chain, c.private_key)
+                }
+                secret::Type::ValidationContext(v) => format!("{:?}{:?}", v.trusted_ca, v.crl),
+                other => panic!("{other:?}"),
+            };
+            (s.name, files)
+        })
+        .collect();
+    assert_eq!(secrets.len(), 2, "{secrets:?}");
+    assert_eq!(secrets[0].0, "file-cert:/c.pem~/k.pem");
+    assert!(secrets[0].1.contains("/c.pem") && secrets[0].1.contains("/k.pem"));
+    assert_eq!(secrets[1].0, "file-root:/ca.pem~/crl.pem");
+    assert!(secrets[1].1.contains("/ca.pem") && secrets[1].1.contains("/crl.pem"));
+    let plain = Cluster {
+        name: "outbound|80||db.example".into(),
+        ..Default::default()
+    };
+    let r = Resource::new(
+        ResourceType::Cluster,
+        plain.name.clone(),
+        plain.encode_to_vec(),
+    );
+    assert!(file_secrets(&r).is_empty());
 }

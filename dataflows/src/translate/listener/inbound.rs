@@ -580,9 +580,9 @@ mod tests {
         assert_eq!(ctx.require_client_certificate, None);
         let common = ctx.common_tls_context.expect("a common context");
         assert_eq!(common.alpn_protocols, vec!["h2", "http/1.1"]);
-        let files = format!("{:?}", common.tls_certificates);
+        let files = format!("{:?}", common.tls_certificate_sds_secret_configs);
         assert!(
-            files.contains("/etc/certs/cert.pem") && files.contains("/etc/certs/key.pem"),
+            files.contains("file-cert:/etc/certs/cert.pem~/etc/certs/key.pem"),
             "{files}"
         );
         assert!(common.validation_context_type.is_none());
@@ -604,14 +604,17 @@ mod tests {
             mutual.require_client_certificate,
             Some(BoolValue { value: true })
         );
-        let Some(ValidationContextType::ValidationContext(v)) = mutual
+        let Some(ValidationContextType::CombinedValidationContext(v)) = mutual
             .common_tls_context
             .expect("a common context")
             .validation_context_type
         else {
             panic!("no validation context");
         };
-        assert!(format!("{:?}", v.trusted_ca).contains("/etc/certs/ca.pem"));
+        let ca = v
+            .validation_context_sds_secret_config
+            .expect("the CA over SDS");
+        assert_eq!(ca.name, "file-root:/etc/certs/ca.pem");
 
         // OPTIONAL_MUTUAL verifies a certificate presented without requiring one.
         let optional = InboundPort {
