@@ -90,6 +90,12 @@ pub struct DeltaStream {
 /// then freed once written ([`super::grpc`]); no stream keeps an encode buffer.
 pub const MAX_RESPONSE_BYTES: usize = 32 * 1024;
 
+/// A secret of certificate files the proxy reads itself (`file-cert:`, `file-root:`).
+fn is_file_secret(name: &str) -> bool {
+    use dataflows::model::{FILE_CERT_PREFIX, FILE_ROOT_PREFIX};
+    name.starts_with(FILE_CERT_PREFIX) || name.starts_with(FILE_ROOT_PREFIX)
+}
+
 /// A Delta response as a stream produces it: the message, each resource's `Any` without
 /// its value, and beside it the resources' encoded bodies, shared with the hub. Nothing
 /// copies a body: [`super::grpc::delta_frame`] writes the gRPC frame around them (a 53 KB
@@ -340,6 +346,20 @@ impl DeltaStream {
         }
     }
 
+    /// Sends every file secret the client holds again at the next look (see
+    /// `Protocol::retry_file_secrets`); each goes alone, as always.
+    pub fn retry_file_secrets(&mut self) {
+        if let Some(st) = self.types.get_mut(&ResourceType::Secret) {
+            let files: Vec<Name> = st
+                .client
+                .keys()
+                .filter(|n| is_file_secret(n))
+                .cloned()
+                .collect();
+            st.resend.extend(files);
+        }
+    }
+
     pub fn pending_out(&mut self, view: &ProxyView<'_>) -> Vec<DeltaOut> {
         let mut out: Vec<DeltaOut> = std::mem::take(&mut self.unserved)
             .into_iter()
@@ -466,14 +486,20 @@ impl DeltaStream {
                     );
                 }
             }
+            // A secret of files the proxy reads itself goes alone, after the others: Envoy
+            // refuses a whole response when one file is missing, and this one must not take
+            // the workload certificate or another file's secret with it.
+            let alone = |name: &Name| t == ResourceType::Secret && is_file_secret(name);
+            changed.sort_by_key(|(name, _, _)| alone(name));
             let mut resources = Vec::new();
             let mut bodies = Vec::new();
             let mut sent: Vec<(Name, Name)> = Vec::new();
             let mut bytes = 0usize;
             let mut rest = changed.into_iter();
             let mut truncated = false;
+            let mut sent_alone = false;
             for (name, version, body) in rest.by_ref() {
-                if bytes >= MAX_RESPONSE_BYTES {
+                if bytes >= MAX_RESPONSE_BYTES || sent_alone || (alone(&name) && !sent.is_empty()) {
                     // The rest goes in the next response, after this one's ACK.
                     truncated = true;
                     if resend.contains(&name) {
@@ -495,6 +521,7 @@ impl DeltaStream {
                     ..Default::default()
                 });
                 bodies.push(Some(body));
+                sent_alone = alone(&name);
                 sent.push((name, version));
             }
             if truncated {

@@ -43,6 +43,11 @@ const WARMUP_QUIET: std::time::Duration = std::time::Duration::from_millis(50);
 /// hold, so a few hundred of them connecting first delay a healthy proxy's first config by
 /// about a second (a hundred slots turn over four times a second), not by tens.
 const WARMUP_STALL: std::time::Duration = std::time::Duration::from_millis(250);
+/// The first pause before secrets of certificate files are offered again after a refusal,
+/// and the longest (doubling in between).
+const FILE_RETRY_FIRST: std::time::Duration = std::time::Duration::from_secs(2);
+const FILE_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// A stream logs at most one NACK per this interval (the count of the others with it).
 const NACK_LOG_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 /// Largest xDS request accepted.
@@ -72,6 +77,10 @@ trait Protocol: Default + Send + 'static {
     /// Sends `name` of type `t` again at the next look, whatever the client holds (a
     /// renewed workload certificate: same resource version, new body).
     fn resend(&mut self, t: ResourceType, name: Name);
+    /// Sends the secrets of files the proxy reads itself (`file-cert:`, `file-root:`) again
+    /// at the next look: a file missing when the proxy refused one may be there now, which
+    /// no config change would tell (Delta only: a SotW response must hold every secret).
+    fn retry_file_secrets(&mut self) {}
     /// `pending` may have something new to send (see [`DeltaStream::wants_look`]).
     fn wants_look(&self) -> bool {
         true
@@ -111,6 +120,9 @@ impl Protocol for DeltaStream {
     }
     fn resend(&mut self, t: ResourceType, name: Name) {
         DeltaStream::resend(self, t, name)
+    }
+    fn retry_file_secrets(&mut self) {
+        DeltaStream::retry_file_secrets(self)
     }
     fn wants_look(&self) -> bool {
         DeltaStream::wants_look(self)
@@ -273,7 +285,16 @@ async fn serve_stream<P: Protocol>(
     let mut warmed = false;
     let mut woken = true;
     let mut rotations_seen = hub.rotations(&id);
+    // After the proxy refuses secrets (a certificate file not on it, yet), the file secrets
+    // are offered again, less often each time it refuses again.
+    let mut file_retry: Option<tokio::time::Instant> = None;
+    let mut file_retry_pause = FILE_RETRY_FIRST;
     loop {
+        if file_retry.is_some_and(|at| tokio::time::Instant::now() >= at) {
+            file_retry = None;
+            state.retry_file_secrets();
+            woken = true;
+        }
         let rotations = hub.rotations(&id);
         if rotations != rotations_seen {
             rotations_seen = rotations;
@@ -288,6 +309,18 @@ async fn serve_stream<P: Protocol>(
                 break;
             }
             for event in state.events() {
+                match &event {
+                    StreamEvent::Feedback(Feedback::Nack(n)) if n.rtype == ResourceType::Secret => {
+                        file_retry = Some(tokio::time::Instant::now() + file_retry_pause);
+                        file_retry_pause = (file_retry_pause * 2).min(FILE_RETRY_MAX);
+                    }
+                    StreamEvent::Feedback(Feedback::Ack { rtype, .. })
+                        if *rtype == ResourceType::Secret && file_retry.is_none() =>
+                    {
+                        file_retry_pause = FILE_RETRY_FIRST;
+                    }
+                    _ => {}
+                }
                 if let StreamEvent::Feedback(Feedback::Nack(nack)) = &event {
                     // One line per stream per NACK_LOG_EVERY at most; every NACK is still
                     // recorded (metrics, history, debug port).
@@ -322,7 +355,7 @@ async fn serve_stream<P: Protocol>(
             Vec::new()
         };
         woken = false;
-        let mut wake_at = None;
+        let mut wake_at = file_retry;
         if let Some((_, hold)) = &slot {
             let now = tokio::time::Instant::now();
             let deadline = &(*hold).min(progress + WARMUP_STALL);
@@ -339,7 +372,8 @@ async fn serve_stream<P: Protocol>(
                 slot = None;
                 warmed = true;
             } else {
-                wake_at = Some(quiet_end.map_or(*deadline, |q| q.min(*deadline)));
+                let at = quiet_end.map_or(*deadline, |q| q.min(*deadline));
+                wake_at = Some(wake_at.map_or(at, |w: tokio::time::Instant| w.min(at)));
             }
         }
         // Recorded before sending, so an ACK never arrives for a push not yet recorded.

@@ -316,10 +316,20 @@ fn envoy_validation_parses_the_assignments_secrets_and_files_it_embeds() {
         "the endpoint's address",
     );
 
-    // The example's CRL file, replaced by one that is no CRL.
+    // The example's CRL file, replaced by one that is no CRL. It comes with the CA over SDS
+    // (`file-root:CA~CRL`, the secret of the files the proxy reads itself).
     let mut broken = traffic.clone();
-    let crl = &mut cluster(&mut broken, "outbound|80||payments.example")["transport_socket"]
-        ["typed_config"]["common_tls_context"]["validation_context"]["crl"]["filename"];
+    let root = cluster(&mut broken, "outbound|80||payments.example")["transport_socket"]
+        ["typed_config"]["common_tls_context"]["combined_validation_context"]
+        ["validation_context_sds_secret_config"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        root.starts_with("file-root:") && root.contains('~'),
+        "{root}"
+    );
+    let crl = &mut secret(&mut broken, &root)["validation_context"]["crl"]["filename"];
     let shipped = crl.as_str().unwrap_or_default().to_owned();
     assert!(
         shipped.ends_with("examples/traffic-management/files/etc/certs/payments/ca.crl")

@@ -321,3 +321,85 @@ fn simple_tls_without_a_ca_verifies_against_the_system_bundle() {
         );
     }
 }
+
+/// Issue 34's R2: a DestinationRule naming a CA file that is not on the proxy. The files
+/// come over SDS (`file-root:PATH`, as Istio names them), so Envoy refuses that one secret
+/// and nothing else: the CDS update carrying the rule's cluster is accepted (no CDS or LDS
+/// update rejected), the other host keeps being served, the rule's host gets no answer
+/// (failing closed: never plaintext), the refusal is reported on the DestinationRule with
+/// the missing path, and the file's arrival on the proxy is enough to serve the host: the
+/// refused secret is offered again with backoff, as no config change would tell.
+#[test]
+fn a_missing_certificate_file_holds_up_its_cluster_alone() {
+    let envoy_bin = require_envoy!();
+    let server_ca = ca("backend CA");
+    let (cert, key) = leaf(&server_ca, &["secure.example.com"], None);
+    let tls_port = free_port();
+    let _simple = TlsBackend::start("127.0.122.10", tls_port, "tls-simple", &cert, &key, None);
+    let debug = std::net::SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let debug_arg = debug.to_string();
+    let scene = SidecarScene::start(
+        &envoy_bin,
+        "envoy-tls-missing-file",
+        122,
+        &["--debug-addr", &debug_arg],
+        |_| {},
+    );
+    let pki = scene.dir.subdir("pki");
+    let ca_path = pki.join("late-ca.pem");
+    let ca_file = ca_path.display().to_string();
+    write_config(
+        &scene.config,
+        "simple.yaml",
+        &format!(
+            "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {{name: simple, namespace: default}}\nspec:\n  hosts: [simple.example.com]\n  ports: [{{number: {port}, name: http, protocol: HTTP}}]\n  resolution: STATIC\n  location: MESH_EXTERNAL\n  endpoints: [{{address: 127.0.122.10, ports: {{http: {tls_port}}}}}]\n---\napiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {{name: simple, namespace: default}}\nspec:\n  host: simple.example.com\n  trafficPolicy:\n    tls: {{mode: SIMPLE, caCertificates: {ca_file}, sni: secure.example.com}}\n",
+            port = scene.port
+        ),
+    );
+    let outcome = |host: &str| match http_request(scene.listener(), "GET", host, "/", &[]) {
+        Ok(r) if r.status == 200 => r.text(),
+        Ok(r) => format!("status {}", r.status),
+        Err(e) => format!("error {e}"),
+    };
+    // The rejection reaches meshflow's report on the rule, naming the file.
+    let reported = || match support::http_get(debug, "127.0.0.1", "/debug/config_errors", &[]) {
+        Ok((200, body)) => body,
+        other => format!("{other:?}"),
+    };
+    let report = converge(
+        "the missing file is reported on the DestinationRule",
+        CONVERGE_TIMEOUT,
+        reported,
+        |r| r.contains("DestinationRule default/simple") && r.contains(&ca_file),
+        || format!("{}\n{}", reported(), scene.envoy.summary()),
+    );
+    assert!(report.contains("file-root:"), "{report}");
+    let simple = outcome("simple.example.com");
+    assert!(
+        simple != "tls-simple" && !simple.starts_with("status 2"),
+        "{simple}"
+    );
+    let reviews = outcome("reviews");
+    assert!(
+        reviews.starts_with("reviews-v"),
+        "the other host is served: {reviews}"
+    );
+    let whole_updates: Vec<(String, u64)> = scene
+        .envoy
+        .rejected_update_stats()
+        .into_iter()
+        .filter(|(name, _)| name.contains("cds") || name.contains("lds"))
+        .collect();
+    assert!(whole_updates.is_empty(), "{whole_updates:?}");
+
+    // The file arrives on the proxy, and nothing else changes: the refused secret is
+    // offered again (after 2 s, then less often), and the host is served.
+    std::fs::write(&ca_path, &server_ca.pem).expect("write the CA");
+    converge(
+        "once the file is there, the host is served",
+        CONVERGE_TIMEOUT,
+        || outcome("simple.example.com"),
+        |o| o == "tls-simple",
+        || scene.envoy.summary(),
+    );
+}

@@ -194,7 +194,7 @@ pub fn embedded_example(example: &str, nodes: &[(&ProxyNode, ProxyKind)]) -> Vec
                 inline_eds(cluster, &assignments, &node.id);
             }
             // Secrets as the xDS server sends them: the `default` stand-in issued.
-            let secrets: Vec<serde_json::Value> = resources
+            let mut secrets: Vec<serde_json::Value> = resources
                 .iter()
                 .filter(|r| r.rtype == ResourceType::Secret)
                 .map(|r| {
@@ -209,6 +209,8 @@ pub fn embedded_example(example: &str, nodes: &[(&ProxyNode, ProxyKind)]) -> Vec
             static_sds(&mut embedded.1);
             ship_files(&mut embedded.0, &files);
             ship_files(&mut embedded.1, &files);
+            // The certificate files of `file-cert:`/`file-root:` secrets too.
+            ship_files(&mut secrets, &files);
             let mut bootstrap = envoy_bootstrap(node, ([127, 0, 0, 1], 1).into(), XdsMode::Delta);
             bootstrap["static_resources"]["listeners"] = embedded.0.into();
             if let Some(held) = bootstrap["static_resources"]["clusters"].as_array_mut() {
