@@ -91,7 +91,7 @@ pub struct DeltaStream {
 pub const MAX_RESPONSE_BYTES: usize = 32 * 1024;
 
 /// A secret of certificate files the proxy reads itself (`file-cert:`, `file-root:`).
-fn is_file_secret(name: &str) -> bool {
+pub(super) fn is_file_secret(name: &str) -> bool {
     use dataflows::model::{FILE_CERT_PREFIX, FILE_ROOT_PREFIX};
     name.starts_with(FILE_CERT_PREFIX) || name.starts_with(FILE_ROOT_PREFIX)
 }
@@ -486,11 +486,12 @@ impl DeltaStream {
                     );
                 }
             }
-            // A secret of files the proxy reads itself goes alone, after the others: Envoy
+            // A secret of files the proxy reads itself goes alone, before the others: Envoy
             // refuses a whole response when one file is missing, and this one must not take
-            // the workload certificate or another file's secret with it.
+            // the workload certificate or another file's secret with it (nor follow an
+            // accepted response of the same epoch, which would clear its objects of blame).
             let alone = |name: &Name| t == ResourceType::Secret && is_file_secret(name);
-            changed.sort_by_key(|(name, _, _)| alone(name));
+            changed.sort_by_key(|(name, _, _)| !alone(name));
             let mut resources = Vec::new();
             let mut bodies = Vec::new();
             let mut sent: Vec<(Name, Name)> = Vec::new();

@@ -79,8 +79,8 @@ trait Protocol: Default + Send + 'static {
     fn resend(&mut self, t: ResourceType, name: Name);
     /// Sends the secrets of files the proxy reads itself (`file-cert:`, `file-root:`) again
     /// at the next look: a file missing when the proxy refused one may be there now, which
-    /// no config change would tell (Delta only: a SotW response must hold every secret).
-    fn retry_file_secrets(&mut self) {}
+    /// no config change would tell.
+    fn retry_file_secrets(&mut self);
     /// `pending` may have something new to send (see [`DeltaStream::wants_look`]).
     fn wants_look(&self) -> bool {
         true
@@ -162,6 +162,9 @@ impl Protocol for SotwStream {
     }
     fn resend(&mut self, t: ResourceType, name: Name) {
         SotwStream::resend(self, t, name)
+    }
+    fn retry_file_secrets(&mut self) {
+        SotwStream::retry_file_secrets(self)
     }
 }
 

@@ -126,6 +126,19 @@ impl SotwStream {
         }
     }
 
+    /// Sends every file secret the client asked for again at the next look (see
+    /// `Protocol::retry_file_secrets`).
+    pub fn retry_file_secrets(&mut self) {
+        if let Some(st) = self.types.get_mut(&ResourceType::Secret) {
+            let files = st
+                .names
+                .iter()
+                .filter(|n| super::delta::is_file_secret(n))
+                .map(|n| Name::from(n.as_str()));
+            st.resend.extend(files);
+        }
+    }
+
     pub fn pending(&mut self, view: &ProxyView<'_>) -> Vec<DiscoveryResponse> {
         let mut out = std::mem::take(&mut self.unserved);
         if view.generation != self.generation {
@@ -177,6 +190,20 @@ impl SotwStream {
                                 || st.sent.get(*n) != Some(*v))
                     })
                     .collect();
+                // A secret of certificate files goes alone, before the others, as over Delta
+                // (`delta.rs`): a missing file makes Envoy refuse the whole response.
+                let mut selected = selected;
+                if t == ResourceType::Secret {
+                    selected.sort_by_key(|(n, _)| !super::delta::is_file_secret(n));
+                    if selected
+                        .first()
+                        .is_some_and(|(n, _)| super::delta::is_file_secret(n))
+                    {
+                        for (n, _) in selected.drain(1..) {
+                            st.resend.insert(n.clone());
+                        }
+                    }
+                }
                 if selected.is_empty() && !st.must_respond {
                     continue;
                 }

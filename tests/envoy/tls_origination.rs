@@ -10,7 +10,7 @@ use support::pki::{ca, leaf};
 use support::reviews::count;
 use support::tls_backend::TlsBackend;
 use support::{
-    converge, free_port, http_request, only, require_envoy, write_config, SidecarScene,
+    converge, free_port, http_request, only, require_envoy, write_config, SidecarScene, XdsMode,
     CONVERGE_TIMEOUT,
 };
 
@@ -332,17 +332,31 @@ fn simple_tls_without_a_ca_verifies_against_the_system_bundle() {
 #[test]
 fn a_missing_certificate_file_holds_up_its_cluster_alone() {
     let envoy_bin = require_envoy!();
+    missing_file(&envoy_bin, XdsMode::Delta, 122);
+}
+
+/// The same over State-of-the-World ADS, where an SDS response carries the secrets that
+/// changed: the file's secret goes in a response of its own there too.
+#[test]
+fn a_missing_certificate_file_holds_up_its_cluster_alone_over_sotw() {
+    let envoy_bin = require_envoy!();
+    missing_file(&envoy_bin, XdsMode::Sotw, 123);
+}
+
+fn missing_file(envoy_bin: &std::path::Path, mode: XdsMode, net: u8) {
     let server_ca = ca("backend CA");
     let (cert, key) = leaf(&server_ca, &["secure.example.com"], None);
     let tls_port = free_port();
-    let _simple = TlsBackend::start("127.0.122.10", tls_port, "tls-simple", &cert, &key, None);
+    let backend_ip = format!("127.0.{net}.10");
+    let _simple = TlsBackend::start(&backend_ip, tls_port, "tls-simple", &cert, &key, None);
     let debug = std::net::SocketAddr::from(([127, 0, 0, 1], free_port()));
     let debug_arg = debug.to_string();
-    let scene = SidecarScene::start(
-        &envoy_bin,
-        "envoy-tls-missing-file",
-        122,
+    let scene = SidecarScene::start_over(
+        envoy_bin,
+        &format!("envoy-tls-missing-file-{}", mode.label()),
+        net,
         &["--debug-addr", &debug_arg],
+        mode,
         |_| {},
     );
     let pki = scene.dir.subdir("pki");
@@ -352,7 +366,7 @@ fn a_missing_certificate_file_holds_up_its_cluster_alone() {
         &scene.config,
         "simple.yaml",
         &format!(
-            "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {{name: simple, namespace: default}}\nspec:\n  hosts: [simple.example.com]\n  ports: [{{number: {port}, name: http, protocol: HTTP}}]\n  resolution: STATIC\n  location: MESH_EXTERNAL\n  endpoints: [{{address: 127.0.122.10, ports: {{http: {tls_port}}}}}]\n---\napiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {{name: simple, namespace: default}}\nspec:\n  host: simple.example.com\n  trafficPolicy:\n    tls: {{mode: SIMPLE, caCertificates: {ca_file}, sni: secure.example.com}}\n",
+            "apiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {{name: simple, namespace: default}}\nspec:\n  hosts: [simple.example.com]\n  ports: [{{number: {port}, name: http, protocol: HTTP}}]\n  resolution: STATIC\n  location: MESH_EXTERNAL\n  endpoints: [{{address: {backend_ip}, ports: {{http: {tls_port}}}}}]\n---\napiVersion: networking.istio.io/v1\nkind: DestinationRule\nmetadata: {{name: simple, namespace: default}}\nspec:\n  host: simple.example.com\n  trafficPolicy:\n    tls: {{mode: SIMPLE, caCertificates: {ca_file}, sni: secure.example.com}}\n",
             port = scene.port
         ),
     );

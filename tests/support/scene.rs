@@ -33,6 +33,25 @@ impl SidecarScene {
         meshflow_args: &[&str],
         prepare: impl FnOnce(&Path),
     ) -> SidecarScene {
+        Self::start_over(
+            envoy_bin,
+            label,
+            net,
+            meshflow_args,
+            XdsMode::Delta,
+            prepare,
+        )
+    }
+
+    /// [`SidecarScene::start`] with the client speaking `mode`.
+    pub fn start_over(
+        envoy_bin: &Path,
+        label: &str,
+        net: u8,
+        meshflow_args: &[&str],
+        mode: XdsMode,
+        prepare: impl FnOnce(&Path),
+    ) -> SidecarScene {
         let dir = TestDir::new(label);
         let config = dir.subdir("config");
         let port = free_port();
@@ -46,7 +65,14 @@ impl SidecarScene {
         write_config(&config, "sidecar.yaml", &client_sidecar_yaml(port));
         prepare(&config);
         let meshflow = Meshflow::start_with_args(&config, dir.path(), meshflow_args);
-        let envoy = client_envoy(envoy_bin, dir.path(), meshflow.xds_addr(), &reviews, port);
+        let envoy = client_envoy_over(
+            envoy_bin,
+            dir.path(),
+            meshflow.xds_addr(),
+            &reviews,
+            port,
+            mode,
+        );
         SidecarScene {
             envoy,
             meshflow,
@@ -74,13 +100,25 @@ pub fn client_envoy(
     reviews: &Reviews,
     port: u16,
 ) -> Envoy {
+    client_envoy_over(envoy_bin, dir, xds, reviews, port, XdsMode::Delta)
+}
+
+/// [`client_envoy`] speaking `mode`.
+pub fn client_envoy_over(
+    envoy_bin: &Path,
+    dir: &Path,
+    xds: SocketAddr,
+    reviews: &Reviews,
+    port: u16,
+    mode: XdsMode,
+) -> Envoy {
     let node = ProxyNode::sidecar(
         "client-abc",
         "default",
         &reviews.ip(20),
         &[("app", "client")],
     );
-    let envoy = Envoy::start(envoy_bin, dir, &node, xds, XdsMode::Delta);
+    let envoy = Envoy::start(envoy_bin, dir, &node, xds, mode);
     envoy.wait_live(STARTUP_TIMEOUT);
     envoy.await_listener(&format!("127.0.0.1_{port}"));
     envoy
