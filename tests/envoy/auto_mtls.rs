@@ -13,8 +13,8 @@ use std::net::SocketAddr;
 
 use support::reviews::{client_sidecar_yaml, Reviews};
 use support::{
-    converge, free_port, http_request, require_envoy, write_config, Backend, Envoy, Meshflow,
-    ProxyNode, TestDir, XdsMode, CONVERGE_TIMEOUT, STARTUP_TIMEOUT,
+    converge, free_port, http_request, require_envoy, write_config, Backend, Meshflow, TestDir,
+    XdsMode, CONVERGE_TIMEOUT,
 };
 
 const NET: u8 = 98;
@@ -37,51 +37,15 @@ fn auto_mtls_to_sidecars_and_plaintext_to_the_rest() {
     reviews.write_pods_labelled(&[("v1", "security.istio.io/tlsMode: istio"), ("v2", "")]);
     reviews.write_endpoints(&["v1", "v2"]);
     write_config(&config, "sidecar.yaml", &client_sidecar_yaml(port));
-    let pod_ip = reviews.pod_ip("v1");
-    let target = reviews.backend_port();
     write_config(
         &config,
         "server-sidecar.yaml",
         &reviews.server_sidecar_yaml(app_port, ""),
     );
     let meshflow = Meshflow::start(&config, dir.path());
-    let with_sa = |sa: &'static str| {
-        move |b: &mut serde_json::Value| {
-            b["node"]["metadata"]["SERVICE_ACCOUNT"] = serde_json::json!(sa);
-        }
-    };
-    let server_node = ProxyNode::sidecar(
-        "reviews-v1",
-        "default",
-        &pod_ip,
-        &[("app", "reviews"), ("version", "v1")],
-    );
-    let server = Envoy::start_customized(
-        &envoy_bin,
-        dir.path(),
-        &server_node,
-        meshflow.xds_addr(),
-        XdsMode::Delta,
-        with_sa("reviews"),
-    );
-    server.wait_live(STARTUP_TIMEOUT);
-    server.await_listener(&format!("inbound_{pod_ip}_{target}"));
-    let client_node = ProxyNode::sidecar(
-        "client-abc",
-        "default",
-        &reviews.ip(20),
-        &[("app", "client")],
-    );
-    let client = Envoy::start_customized(
-        &envoy_bin,
-        dir.path(),
-        &client_node,
-        meshflow.xds_addr(),
-        XdsMode::Delta,
-        with_sa("sleep"),
-    );
-    client.wait_live(STARTUP_TIMEOUT);
-    client.await_listener(&format!("127.0.0.1_{port}"));
+    let (bin, xds) = (envoy_bin.as_path(), meshflow.xds_addr());
+    let server = reviews.server_sidecar(bin, dir.path(), xds, XdsMode::Delta);
+    let client = reviews.client_sidecar(bin, dir.path(), xds, XdsMode::Delta, port);
 
     // Each answer's body and the client identity it was given, if any.
     let listener = SocketAddr::from(([127, 0, 0, 1], port));

@@ -14,7 +14,7 @@ use crate::support;
 use std::net::SocketAddr;
 use std::path::Path;
 
-use support::reviews::{count, Binding, Client, Reviews};
+use support::reviews::{count, http_gateway_yaml, Binding, Client, Reviews};
 use support::{
     assert_contains_all, dump_cluster_names, dump_eds_cluster_names, dump_listener_names,
     dump_route_config_names, exactly, free_port, only, require_envoy, write_config, Envoy,
@@ -43,30 +43,6 @@ fn gateway_follows_config_changes_over_sotw_ads() {
     gateway_scenario(&envoy_bin, XdsMode::Sotw, 42);
 }
 
-/// Gateway `bookinfo-gateway`: HTTP on `127.0.0.1:<port>` for any host, for `istio: ingressgateway`.
-fn gateway_yaml(port: u16) -> String {
-    format!(
-        "\
-apiVersion: networking.istio.io/v1
-kind: Gateway
-metadata:
-  name: {GATEWAY}
-  namespace: default
-spec:
-  selector:
-    istio: ingressgateway
-  servers:
-  - port:
-      number: {port}
-      name: http
-      protocol: HTTP
-    bind: 127.0.0.1
-    hosts:
-    - \"*\"
-"
-    )
-}
-
 /// The whole scenario; `net` selects this run's loopback /24 (`127.0.<net>.0`).
 fn gateway_scenario(envoy_binary: &Path, mode: XdsMode, net: u8) {
     let dir = TestDir::new(&format!("envoy-gateway-{}", mode.label()));
@@ -82,7 +58,11 @@ fn gateway_scenario(envoy_binary: &Path, mode: XdsMode, net: u8) {
     reviews.write_pods(&["v1", "v2"]);
     reviews.write_endpoints(&["v1", "v2"]);
     reviews.write_destination_rule(&["v1", "v2"]);
-    write_config(&config_dir, "gateway.yaml", &gateway_yaml(port));
+    write_config(
+        &config_dir,
+        "gateway.yaml",
+        &http_gateway_yaml(GATEWAY, port),
+    );
 
     let meshflow = Meshflow::start(&config_dir, dir.path());
     let node = ProxyNode::router(

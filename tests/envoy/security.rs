@@ -21,7 +21,7 @@ use crate::support;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 
-use support::reviews::{client_sidecar_yaml, Binding, Client, Reviews};
+use support::reviews::{client_sidecar_yaml, http_gateway_yaml, Binding, Client, Reviews};
 use support::{
     converge, free_port, http_request, only, remove_config, require_envoy, write_config, Backend,
     Envoy, Meshflow, ProxyNode, TestDir, XdsMode, CONVERGE_TIMEOUT, STARTUP_TIMEOUT,
@@ -30,31 +30,6 @@ use support::{
 const NET: u8 = 119;
 const GATEWAY: &str = "secured-gateway";
 const HOST: &str = "reviews.example.com";
-
-/// Gateway `secured-gateway` (namespace `default`): HTTP on `127.0.0.1:<port>` for any host,
-/// for the `istio: ingressgateway` proxies.
-fn gateway_yaml(port: u16) -> String {
-    format!(
-        "\
-apiVersion: networking.istio.io/v1
-kind: Gateway
-metadata:
-  name: {GATEWAY}
-  namespace: default
-spec:
-  selector:
-    istio: ingressgateway
-  servers:
-  - port:
-      number: {port}
-      name: http
-      protocol: HTTP
-    bind: 127.0.0.1
-    hosts:
-    - \"*\"
-"
-    )
-}
 
 /// Looks for tokens in the `token` parameter and the `session` cookie (first rule), and where
 /// Envoy looks by default (second rule: no location named).
@@ -106,7 +81,7 @@ fn a_gateway_refuses_what_the_policies_selecting_it_ask() {
     reviews.write_service();
     reviews.write_pods(&["v1"]);
     reviews.write_endpoints(&["v1"]);
-    write_config(&config, "gateway.yaml", &gateway_yaml(port));
+    write_config(&config, "gateway.yaml", &http_gateway_yaml(GATEWAY, port));
     reviews.write_plain_routing(&Binding::Gateway {
         gateway: GATEWAY.to_owned(),
         host: HOST.to_owned(),
@@ -247,45 +222,11 @@ fn a_server_sidecar_refuses_what_the_policies_selecting_it_ask() {
         &reviews.server_sidecar_yaml(app_port, ""),
     );
     let meshflow = Meshflow::start(&config, dir.path());
-    let with_sa = |sa: &'static str| {
-        move |b: &mut serde_json::Value| {
-            b["node"]["metadata"]["SERVICE_ACCOUNT"] = serde_json::json!(sa);
-        }
-    };
     let pod_ip = reviews.pod_ip("v1");
     let target = reviews.backend_port();
-    let server_node = ProxyNode::sidecar(
-        "reviews-v1",
-        "default",
-        &pod_ip,
-        &[("app", "reviews"), ("version", "v1")],
-    );
-    let server = Envoy::start_customized(
-        &envoy_bin,
-        dir.path(),
-        &server_node,
-        meshflow.xds_addr(),
-        XdsMode::Delta,
-        with_sa("reviews"),
-    );
-    server.wait_live(STARTUP_TIMEOUT);
-    server.await_listener(&format!("inbound_{pod_ip}_{target}"));
-    let client_node = ProxyNode::sidecar(
-        "client-abc",
-        "default",
-        &reviews.ip(20),
-        &[("app", "client")],
-    );
-    let client = Envoy::start_customized(
-        &envoy_bin,
-        dir.path(),
-        &client_node,
-        meshflow.xds_addr(),
-        XdsMode::Delta,
-        with_sa("sleep"),
-    );
-    client.wait_live(STARTUP_TIMEOUT);
-    client.await_listener(&format!("127.0.0.1_{port}"));
+    let (bin, xds) = (envoy_bin.as_path(), meshflow.xds_addr());
+    let server = reviews.server_sidecar(bin, dir.path(), xds, XdsMode::Delta);
+    let client = reviews.client_sidecar(bin, dir.path(), xds, XdsMode::Delta, port);
 
     // What a request answers: the body of a 200, `status N`, or `error`.
     let outcome = |addr: SocketAddr| match http_request(addr, "GET", "reviews", "/", &[]) {

@@ -10,7 +10,10 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use super::{converge_then, free_port, remove_config, tally, write_config, Backend, Envoy};
+use super::{
+    converge_then, free_port, remove_config, tally, write_config, Backend, Envoy, ProxyNode,
+    XdsMode, STARTUP_TIMEOUT,
+};
 
 pub const NAMESPACE: &str = "default";
 pub const FQDN: &str = "reviews.default.svc.cluster.local";
@@ -95,6 +98,39 @@ impl Reviews {
     /// address at the backends' port (no capture) and hands requests to the application on
     /// `127.0.0.1:app_port`; `ingress_lines` (indented under the ingress entry, ending in a
     /// newline) are added to that entry.
+    /// The sidecar of pod `reviews-v1` (service account `reviews`) speaking `mode` to `xds`,
+    /// live, with the bound `ingress` listener of [`Reviews::server_sidecar_yaml`] in place.
+    pub fn server_sidecar(&self, bin: &Path, dir: &Path, xds: SocketAddr, mode: XdsMode) -> Envoy {
+        let pod_ip = self.pod_ip("v1");
+        let node = ProxyNode::sidecar(
+            "reviews-v1",
+            "default",
+            &pod_ip,
+            &[("app", "reviews"), ("version", "v1")],
+        );
+        let envoy = Envoy::start_customized(bin, dir, &node, xds, mode, as_account("reviews"));
+        envoy.wait_live(STARTUP_TIMEOUT);
+        envoy.await_listener(&format!("inbound_{pod_ip}_{}", self.backend_port));
+        envoy
+    }
+
+    /// The client sidecar `client-abc` (address 20, service account `sleep`) speaking `mode`
+    /// to `xds`, live, with the egress listener of [`client_sidecar_yaml`] on `port`.
+    pub fn client_sidecar(
+        &self,
+        bin: &Path,
+        dir: &Path,
+        xds: SocketAddr,
+        mode: XdsMode,
+        port: u16,
+    ) -> Envoy {
+        let node = ProxyNode::sidecar("client-abc", "default", &self.ip(20), &[("app", "client")]);
+        let envoy = Envoy::start_customized(bin, dir, &node, xds, mode, as_account("sleep"));
+        envoy.wait_live(STARTUP_TIMEOUT);
+        envoy.await_listener(&format!("127.0.0.1_{port}"));
+        envoy
+    }
+
     pub fn server_sidecar_yaml(&self, app_port: u16, ingress_lines: &str) -> String {
         format!(
             "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {{name: reviews, namespace: default}}\nspec:\n  workloadSelector: {{labels: {{app: reviews}}}}\n  ingress:\n  - port: {{number: {target}, protocol: HTTP, name: http}}\n    bind: {pod_ip}\n    captureMode: NONE\n    defaultEndpoint: 127.0.0.1:{app_port}\n{ingress_lines}  egress:\n  - hosts: ['./*']\n",
@@ -412,6 +448,38 @@ impl<'a> Client<'a> {
             || self.envoy.summary(),
         )
     }
+}
+
+/// A bootstrap edit naming the node's service account (node metadata `SERVICE_ACCOUNT`).
+fn as_account(sa: &'static str) -> impl FnOnce(&mut serde_json::Value) {
+    move |b: &mut serde_json::Value| {
+        b["node"]["metadata"]["SERVICE_ACCOUNT"] = serde_json::json!(sa);
+    }
+}
+
+/// An HTTP Gateway `name` in `default` for the `istio: ingressgateway` proxies: any host on
+/// `127.0.0.1:<port>`.
+pub fn http_gateway_yaml(name: &str, port: u16) -> String {
+    format!(
+        "\
+apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata:
+  name: {name}
+  namespace: default
+spec:
+  selector:
+    istio: ingressgateway
+  servers:
+  - port:
+      number: {port}
+      name: http
+      protocol: HTTP
+    bind: 127.0.0.1
+    hosts:
+    - \"*\"
+"
+    )
 }
 
 /// How often `key` was seen.
