@@ -39,7 +39,7 @@ pub enum ScopeKey {
         /// listeners they bind themselves refuse (the fail-closed stopgap; only where the
         /// Sidecar in effect binds one, so other scopes are not split by policy).
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        security: Option<InboundSecurity>,
+        security: Option<Box<InboundSecurity>>,
     },
     /// A gateway proxy in `namespace` selected by these Gateways (sorted).
     Router {
@@ -66,7 +66,7 @@ pub enum ScopeKey {
         /// What the security policies selecting its proxies make every listener refuse
         /// (the fail-closed stopgap, [`InboundSecurity::for_router`]); `None`: nothing.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        security: Option<InboundSecurity>,
+        security: Option<Box<InboundSecurity>>,
     },
 }
 
@@ -197,7 +197,7 @@ impl ScopeKey {
     /// What a router scope's listeners refuse (see [`ScopeKey::Router`]'s `security`).
     pub fn router_security(&self) -> Option<&InboundSecurity> {
         match self {
-            ScopeKey::Router { security, .. } => security.as_ref(),
+            ScopeKey::Router { security, .. } => security.as_deref(),
             ScopeKey::Sidecar { .. } => None,
         }
     }
@@ -206,7 +206,7 @@ impl ScopeKey {
     /// `security`).
     pub fn ingress_security(&self) -> Option<&InboundSecurity> {
         match self {
-            ScopeKey::Sidecar { security, .. } => security.as_ref(),
+            ScopeKey::Sidecar { security, .. } => security.as_deref(),
             ScopeKey::Router { .. } => None,
         }
     }
@@ -216,7 +216,7 @@ impl ScopeKey {
     pub fn with_security(mut self, sec: InboundSecurity) -> Self {
         match &mut self {
             ScopeKey::Router { security, .. } | ScopeKey::Sidecar { security, .. } => {
-                *security = Some(sec)
+                *security = Some(Box::new(sec))
             }
         }
         self
