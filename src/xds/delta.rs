@@ -92,8 +92,7 @@ pub const MAX_RESPONSE_BYTES: usize = 32 * 1024;
 
 /// A secret of certificate files the proxy reads itself (`file-cert:`, `file-root:`).
 pub(super) fn is_file_secret(name: &str) -> bool {
-    use dataflows::model::{FILE_CERT_PREFIX, FILE_ROOT_PREFIX};
-    name.starts_with(FILE_CERT_PREFIX) || name.starts_with(FILE_ROOT_PREFIX)
+    dataflows::model::FileSecret::parse(name).is_some()
 }
 
 /// A Delta response as a stream produces it: the message, each resource's `Any` without

@@ -76,11 +76,7 @@ pub(super) fn per_proxy<'s>(
     // listeners fail closed too), those a gateway fails closed for.
     let secured = applied
         .clone()
-        .filter(|(_, ((kind, _), reach, _, _))| match kind {
-            ProxyKind::Sidecar => true,
-            ProxyKind::Router => *reach == Reach::Protected,
-            ProxyKind::Proxyless => false,
-        })
+        .filter(|(_, ((kind, captured), _, _, p))| p.composes(*kind, *captured))
         .map(|(id, (class, _, root, p))| (id, (class, root, p)))
         .reduce(
             |_, vals: &[(&(Class, String, SecurityPolicy), isize)], out| {

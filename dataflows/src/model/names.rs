@@ -42,3 +42,31 @@ pub const FILE_CERT_PREFIX: &str = "file-cert:";
 /// The SDS name prefix of a CA bundle a proxy reads from its own file (`file-root:CA`,
 /// Istio's; `file-root:CA~CRL` with a CRL).
 pub const FILE_ROOT_PREFIX: &str = "file-root:";
+
+/// The files behind a [`FILE_CERT_PREFIX`] or [`FILE_ROOT_PREFIX`] SDS name, read in one place
+/// for the builder of the secret, the simulation and the xDS server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileSecret<'a> {
+    /// `file-cert:CERT~KEY`.
+    Cert { cert: &'a str, key: &'a str },
+    /// `file-root:CA`, or `file-root:CA~CRL`.
+    Root { ca: &'a str, crl: Option<&'a str> },
+}
+
+impl<'a> FileSecret<'a> {
+    /// `None` for any other name.
+    pub fn parse(name: &'a str) -> Option<Self> {
+        if let Some(rest) = name.strip_prefix(FILE_CERT_PREFIX) {
+            let (cert, key) = rest.split_once('~')?;
+            return Some(FileSecret::Cert { cert, key });
+        }
+        let rest = name.strip_prefix(FILE_ROOT_PREFIX)?;
+        Some(match rest.split_once('~') {
+            Some((ca, crl)) => FileSecret::Root { ca, crl: Some(crl) },
+            None => FileSecret::Root {
+                ca: rest,
+                crl: None,
+            },
+        })
+    }
+}

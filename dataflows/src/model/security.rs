@@ -122,6 +122,17 @@ impl SecurityPolicy {
         }
     }
 
+    /// Whether the policy joins what a proxy of `kind` refuses: every policy of a sidecar (an
+    /// uncaptured one's bound `ingress` listeners take them too), the ones a gateway fails
+    /// closed for, none of a proxyless server.
+    pub fn composes(&self, kind: ProxyKind, captured: bool) -> bool {
+        match kind {
+            ProxyKind::Sidecar => true,
+            ProxyKind::Router => self.reach(kind, captured) == Reach::Protected,
+            ProxyKind::Proxyless => false,
+        }
+    }
+
     /// Istio's order among policies of one slot: the oldest first, then by name.
     fn age(&self) -> (&str, &str, &str) {
         (&self.created, &self.key.name, &self.key.namespace)

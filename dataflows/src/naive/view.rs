@@ -61,9 +61,7 @@ impl<'a> View<'a> {
     fn composed_security(&self, p: &Proxy) -> InboundSecurity {
         let root = self.mesh.root_namespace.as_str();
         let applying = self.security.iter().copied().filter(|s| {
-            s.applies(&p.namespace, &p.labels, root)
-                && (p.kind == ProxyKind::Sidecar
-                    || s.reach(p.kind, !p.interception_none) == Reach::Protected)
+            s.applies(&p.namespace, &p.labels, root) && s.composes(p.kind, !p.interception_none)
         });
         InboundSecurity::compose(applying, root)
     }

@@ -69,25 +69,22 @@ pub(super) fn transport(t: &TransportSocket, side: Side) -> Transport {
 /// Where the certificate of SDS secret `name` comes from: the proxy's own file for a
 /// `file-cert:` name (the secret is the file's stand-in), else the SDS secret itself.
 fn sds_source(name: &str) -> Source {
-    match name.strip_prefix(crate::model::FILE_CERT_PREFIX) {
-        Some(rest) => Source::File(rest.split_once('~').map_or(rest, |(cert, _)| cert).into()),
-        None => Source::Sds(name.into()),
+    match crate::model::FileSecret::parse(name) {
+        Some(crate::model::FileSecret::Cert { cert, .. }) => Source::File(cert.into()),
+        _ => Source::Sds(name.into()),
     }
 }
 
 /// The CA (and CRL) of SDS secret `name`: files for a `file-root:` name.
 fn sds_validation(t: &mut Tls, name: &str) {
-    match name.strip_prefix(crate::model::FILE_ROOT_PREFIX) {
-        Some(rest) => {
-            let (ca, crl) = rest
-                .split_once('~')
-                .map_or((rest, None), |(c, r)| (c, Some(r)));
+    match crate::model::FileSecret::parse(name) {
+        Some(crate::model::FileSecret::Root { ca, crl }) => {
             t.validation = Some(Source::File(ca.into()));
             if let Some(crl) = crl {
                 t.crl = Some(Source::File(crl.into()));
             }
         }
-        None => t.validation = Some(Source::Sds(name.into())),
+        _ => t.validation = Some(Source::Sds(name.into())),
     }
 }
 

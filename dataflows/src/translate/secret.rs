@@ -66,24 +66,21 @@ pub fn file_root_name(ca: &str, crl: Option<&str>) -> String {
 /// The secret an SDS name of [`file_cert_name`] or [`file_root_name`] stands for: the files,
 /// which the proxy reads (and watches) itself. `None` for any other name.
 pub fn file_secret(name: &str) -> Option<Resource> {
-    let r#type = if let Some(rest) = name.strip_prefix(FILE_CERT_PREFIX) {
-        let (cert, key) = rest.split_once('~')?;
-        secret::Type::TlsCertificate(TlsCertificate {
-            certificate_chain: Some(file(cert)),
-            private_key: Some(file(key)),
-            ..Default::default()
-        })
-    } else {
-        let rest = name.strip_prefix(FILE_ROOT_PREFIX)?;
-        let (ca, crl) = match rest.split_once('~') {
-            Some((ca, crl)) => (ca, Some(crl)),
-            None => (rest, None),
-        };
-        secret::Type::ValidationContext(CertificateValidationContext {
-            trusted_ca: Some(file(ca)),
-            crl: crl.map(file),
-            ..Default::default()
-        })
+    let r#type = match crate::model::FileSecret::parse(name)? {
+        crate::model::FileSecret::Cert { cert, key } => {
+            secret::Type::TlsCertificate(TlsCertificate {
+                certificate_chain: Some(file(cert)),
+                private_key: Some(file(key)),
+                ..Default::default()
+            })
+        }
+        crate::model::FileSecret::Root { ca, crl } => {
+            secret::Type::ValidationContext(CertificateValidationContext {
+                trusted_ca: Some(file(ca)),
+                crl: crl.map(file),
+                ..Default::default()
+            })
+        }
     };
     Some(encode(Secret {
         name: name.to_string(),
