@@ -260,6 +260,7 @@ pub fn records(shape: &Shape, mesh: &MeshConfig) -> Vec<Record> {
             );
             out.push(Record::Workload(Workload {
                 service_account: Some("default".into()),
+                peer: None,
                 ip: endpoint_ip(s, e),
                 labels,
                 origin: ConfigKey::new(Kind::Pod, &ns, format!("svc-{s}-{e}")),

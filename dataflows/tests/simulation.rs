@@ -326,6 +326,7 @@ fn gateway_routes_by_host_and_answers_404_otherwise() {
     // The gateway's pod: its labels are what the Gateway's selector finds.
     let gw_pod = Record::Workload(Workload {
         service_account: None,
+        peer: None,
         ip: "10.9.0.2".into(),
         labels: gw_proxy.labels.clone(),
         origin: ConfigKey::new(Kind::Pod, "istio-system", "gw-0"),

@@ -109,6 +109,7 @@ mod tests {
                 weight: None,
             },
             service_account: Some(sa.into()),
+            peer: None,
         })
     }
 

@@ -99,7 +99,10 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     let chosen = services::with_aliases(&services.chosen);
     let virtual_services = mesh::complete(i.virtual_services, &mesh, MeshSettings::complete_vs);
     let destination_rules = mesh::complete(i.destination_rules, &mesh, MeshSettings::complete_dr);
-    let endpoints = endpoints::resolve(i.endpoints, i.workloads.clone(), i.selections, &chosen);
+    // Endpoints carry whether their workload's PeerAuthentication disables mTLS on their
+    // port: what auto mTLS clients send them depends on the destination's policies.
+    let peered = security::with_peer_modes(i.workloads.clone(), &i.security, &mesh);
+    let endpoints = endpoints::resolve(i.endpoints, peered, i.selections, &chosen);
 
     let secured = security::per_proxy(i.security, &i.proxies, &mesh);
     let proxy_scopes = scopes::of_proxies(

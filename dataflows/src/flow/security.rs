@@ -26,11 +26,16 @@ pub(super) struct Secured<'s> {
     pub errors: Coll<'s, ConfigError>,
 }
 
-pub(super) fn per_proxy<'s>(
+/// Policies in the root namespace, keyed by `()` (they meet every workload), and the others
+/// by namespace, each with the root namespace's name.
+#[allow(clippy::type_complexity)]
+fn placed<'s>(
     policies: Coll<'s, (ConfigKey, SecurityPolicy)>,
-    proxies: &Coll<'s, (ProxyId, Proxy)>,
     mesh: &Mesh<'s>,
-) -> Secured<'s> {
+) -> (
+    Coll<'s, ((), (SecurityPolicy, String))>,
+    Coll<'s, (String, (SecurityPolicy, String))>,
+) {
     let rooted = policies
         .map(|(_, p)| ((), p))
         .join_map(mesh.clone(), |_, p, m| {
@@ -43,6 +48,65 @@ pub(super) fn per_proxy<'s>(
     let in_namespace = rooted
         .filter(|(p, root)| p.key.namespace != *root)
         .map(|(p, root)| (p.key.namespace.clone(), (p, root)));
+    (in_root, in_namespace)
+}
+
+/// The workloads (Pods, WorkloadEntries) with what their clients must know of their
+/// PeerAuthentications ([`Workload::peer`]): the modes, where one disables mTLS on some
+/// port. Only PeerAuthentications join; a workload no DISABLE reaches passes unchanged, so
+/// a STRICT or PERMISSIVE edit changes no endpoint.
+pub(super) fn with_peer_modes<'s>(
+    workloads: Coll<'s, (String, Workload)>,
+    policies: &Coll<'s, (ConfigKey, SecurityPolicy)>,
+    mesh: &Mesh<'s>,
+) -> Coll<'s, (String, Workload)> {
+    let peers = policies
+        .clone()
+        .filter(|(_, p)| matches!(p.effect, PolicyEffect::Peer { .. }));
+    let (in_root, in_namespace) = placed(peers, mesh);
+    type Id = (String, ConfigKey);
+    let by_namespace = workloads
+        .clone()
+        .map(|(ip, w)| (w.origin.namespace.clone(), ((ip, w.origin), w.labels)));
+    let everywhere = by_namespace.clone().map(|(ns, rest)| ((), (ns, rest)));
+    let applied: Coll<'s, (Id, (String, SecurityPolicy))> = by_namespace
+        .join_map(in_namespace, |ns, (id, labels), (p, root)| {
+            p.applies(ns, labels, root)
+                .then(|| (id.clone(), (root.clone(), p.clone())))
+        })
+        .concat(
+            everywhere.join_map(in_root, |_, (ns, (id, labels)), (p, root)| {
+                p.applies(ns, labels, root)
+                    .then(|| (id.clone(), (root.clone(), p.clone())))
+            }),
+        )
+        .flat_map(|x| x);
+    let modes = applied.reduce(|_, vals: &[(&(String, SecurityPolicy), isize)], out| {
+        let root = &vals[0].0 .0;
+        if let Some(m) = PeerModes::compose(vals.iter().map(|(v, _)| &v.1), root) {
+            if m.disables_any() {
+                out.push((m, 1isize));
+            }
+        }
+    });
+    let keyed = workloads.map(|(ip, w)| ((ip, w.origin.clone()), w));
+    let changed = keyed.clone().join_map(modes.clone(), |(ip, _), w, m| {
+        let mut w = w.clone();
+        w.peer = Some(m.clone());
+        (ip.clone(), w)
+    });
+    keyed
+        .antijoin(modes.map(|(id, _)| id).distinct())
+        .map(|((ip, _), w)| (ip, w))
+        .concat(changed)
+}
+
+pub(super) fn per_proxy<'s>(
+    policies: Coll<'s, (ConfigKey, SecurityPolicy)>,
+    proxies: &Coll<'s, (ProxyId, Proxy)>,
+    mesh: &Mesh<'s>,
+) -> Secured<'s> {
+    let (in_root, in_namespace) = placed(policies, mesh);
     // What the stopgap makes of a policy on the proxy ([`SecurityPolicy::reach`]): a
     // captured sidecar's `virtualInbound` and a gateway's listeners fail closed; an
     // uncaptured sidecar's bound `ingress` listeners do, but not the application's own

@@ -19,10 +19,14 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// A PeerAuthentication mTLS mode (`UNSET` inherits from the level above).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 pub enum MtlsMode {
     Unset,
     Disable,
+    /// Istio's default where no policy says otherwise.
+    #[default]
     Permissive,
     Strict,
 }
@@ -139,6 +143,68 @@ impl SecurityPolicy {
     }
 }
 
+/// The mTLS modes the PeerAuthentications that apply to one workload put in effect: the
+/// workload's own (for every port `ports` does not name) and its ports'. What its inbound
+/// chains take, and what its clients' auto mTLS sends it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct PeerModes {
+    pub mode: MtlsMode,
+    /// The winning workload policy's `portLevelMtls`, resolved (by workload port).
+    pub ports: BTreeMap<u16, MtlsMode>,
+}
+
+impl PeerModes {
+    /// Composes the PeerAuthentications among `policies` (each for which
+    /// [`SecurityPolicy::applies`] holds; other kinds are passed over), as Istio does: one
+    /// mesh, one namespace and one workload policy (the oldest of each slot), each mode
+    /// overriding the one above unless UNSET, starting from PERMISSIVE; ports from the
+    /// workload policy, an UNSET port taking the workload's mode. `None`: none applies.
+    pub fn compose<'a>(
+        policies: impl IntoIterator<Item = &'a SecurityPolicy>,
+        root: &str,
+    ) -> Option<PeerModes> {
+        let mut slots: BTreeMap<Level, &SecurityPolicy> = BTreeMap::new();
+        for p in policies {
+            if let PolicyEffect::Peer { .. } = &p.effect {
+                let e = slots.entry(p.level(root)).or_insert(p);
+                if p.age() < e.age() {
+                    *e = p;
+                }
+            }
+        }
+        if slots.is_empty() {
+            return None;
+        }
+        let mut mode = MtlsMode::Permissive;
+        for p in slots.values() {
+            if let PolicyEffect::Peer { mode: m, .. } = &p.effect {
+                if *m != MtlsMode::Unset {
+                    mode = *m;
+                }
+            }
+        }
+        let ports = match slots.get(&Level::Workload).map(|p| &p.effect) {
+            Some(PolicyEffect::Peer { ports, .. }) => ports
+                .iter()
+                .map(|(port, m)| (*port, if *m == MtlsMode::Unset { mode } else { *m }))
+                .collect(),
+            _ => BTreeMap::new(),
+        };
+        Some(PeerModes { mode, ports })
+    }
+
+    /// The mode on workload port `port`.
+    pub fn mode_for(&self, port: u16) -> MtlsMode {
+        self.ports.get(&port).copied().unwrap_or(self.mode)
+    }
+
+    /// Whether mTLS is disabled on some port: only then do the workload's clients need to
+    /// know (auto mTLS sends plaintext to its endpoints on those ports).
+    pub fn disables_any(&self) -> bool {
+        self.mode == MtlsMode::Disable || self.ports.values().any(|m| *m == MtlsMode::Disable)
+    }
+}
+
 /// What the security policies applying to one proxy make of its inbound side.
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct InboundSecurity {
@@ -165,16 +231,10 @@ impl InboundSecurity {
         root: &str,
     ) -> InboundSecurity {
         let mut out = InboundSecurity::default();
-        let mut slots: BTreeMap<Level, &SecurityPolicy> = BTreeMap::new();
+        let mut peers = Vec::new();
         for p in policies {
             match &p.effect {
-                PolicyEffect::Peer { .. } => {
-                    let level = p.level(root);
-                    let e = slots.entry(level).or_insert(p);
-                    if p.age() < e.age() {
-                        *e = p;
-                    }
-                }
+                PolicyEffect::Peer { .. } => peers.push(p),
                 PolicyEffect::DenyAll => out.deny_all = true,
                 PolicyEffect::Tokens {
                     headers,
@@ -187,25 +247,9 @@ impl InboundSecurity {
                 }
             }
         }
-        if slots.is_empty() {
-            return out;
-        }
-        let mut mode = MtlsMode::Permissive;
-        for p in slots.values() {
-            if let PolicyEffect::Peer { mode: m, .. } = &p.effect {
-                if *m != MtlsMode::Unset {
-                    mode = *m;
-                }
-            }
-        }
-        out.mode = Some(mode);
-        if let Some(PolicyEffect::Peer { ports, .. }) =
-            slots.get(&Level::Workload).map(|p| &p.effect)
-        {
-            out.ports = ports
-                .iter()
-                .map(|(port, m)| (*port, if *m == MtlsMode::Unset { mode } else { *m }))
-                .collect();
+        if let Some(peer) = PeerModes::compose(peers, root) {
+            out.mode = Some(peer.mode);
+            out.ports = peer.ports;
         }
         out
     }
@@ -239,12 +283,14 @@ impl InboundSecurity {
             && self.token_cookies.is_empty())
     }
 
-    /// Whether the policies change nothing of the inbound side.
+    /// Whether the policies change nothing of the inbound side (a DISABLE mode does: it
+    /// takes the mTLS chains away).
     pub fn is_open(&self) -> bool {
+        let permissive = |m: &MtlsMode| matches!(m, MtlsMode::Permissive | MtlsMode::Unset);
         !self.deny_all
             && !self.checks_tokens()
-            && self.mode != Some(MtlsMode::Strict)
-            && self.ports.values().all(|m| *m != MtlsMode::Strict)
+            && self.mode.as_ref().is_none_or(permissive)
+            && self.ports.values().all(permissive)
     }
 }
 

@@ -2,7 +2,7 @@
 //! ServiceEntry), its endpoints as sources report them and as they resolve, and the
 //! workloads (Pods, WorkloadEntries, a ServiceEntry's `workloadSelector`) behind them.
 
-use super::{spiffe_id, ConfigKey, Hostname, Labels, Protocol};
+use super::{spiffe_id, ConfigKey, Hostname, Labels, MtlsMode, PeerModes, Protocol};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -208,6 +208,11 @@ pub struct Endpoint {
     /// workload's. What `ISTIO_MUTUAL` clients of its service pin the server's identity to.
     #[serde(default)]
     pub identity: Option<(String, String)>,
+    /// Its workload's PeerAuthentication disables mTLS on the endpoint's port: auto mTLS
+    /// clients send it plaintext even though it runs a sidecar (Istio drops the endpoint's
+    /// `tlsMode: istio` metadata alike).
+    #[serde(default)]
+    pub mtls_disabled: bool,
 }
 
 impl Endpoint {
@@ -238,8 +243,12 @@ impl Endpoint {
                     let w = workload?;
                     Some((w.origin.namespace.clone(), w.service_account.clone()?))
                 }),
+            mtls_disabled: workload
+                .and_then(|w| w.peer.as_ref())
+                .is_some_and(|m| m.mode_for(raw.port) == MtlsMode::Disable),
         }
     }
+
 
     /// The endpoint a ServiceEntry's `workloadSelector` makes of a workload it selects, on
     /// port `port` of the entry: at the workload's own port of that name (a WorkloadEntry's
@@ -272,6 +281,11 @@ pub struct Workload {
     /// a WorkloadEntry's `serviceAccount`), in its own namespace.
     #[serde(default)]
     pub service_account: Option<String>,
+    /// What the PeerAuthentications that apply to it say, where one disables mTLS on some
+    /// port (`None` otherwise, and always as the sources read it: the engines fill it in,
+    /// [`PeerModes::compose`]). Its clients' auto mTLS sends plaintext there.
+    #[serde(default)]
+    pub peer: Option<PeerModes>,
 }
 
 /// A ServiceEntry's `workloadSelector`: its endpoints are the Pods and WorkloadEntries of

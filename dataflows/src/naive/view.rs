@@ -15,7 +15,8 @@ pub(super) struct View<'a> {
     /// they build nothing of their own, but a VirtualService may govern their names.
     pub(super) alias_services: BTreeMap<&'a str, &'a Service>,
     endpoints: Vec<(&'a Hostname, &'a RawEndpoint)>,
-    workloads: Vec<&'a Workload>,
+    /// With what their clients must know of their PeerAuthentications ([`Workload::peer`]).
+    workloads: Vec<Workload>,
     selections: Vec<(&'a Hostname, &'a WorkloadSelection)>,
     pub(super) vss: Vec<&'a VirtualService>,
     drs: Vec<&'a DestinationRule>,
@@ -97,7 +98,7 @@ impl<'a> View<'a> {
                     v.services.entry(s.hostname.as_str()).or_insert(s);
                 }
                 Record::Endpoint(h, e) => v.endpoints.push((h, e)),
-                Record::Workload(w) => v.workloads.push(w),
+                Record::Workload(w) => v.workloads.push(w.clone()),
                 Record::VirtualService(vs) => v.vss.push(vs),
                 Record::DestinationRule(dr) => v.drs.push(dr),
                 Record::Gateway(g) => {
@@ -110,6 +111,15 @@ impl<'a> View<'a> {
                 Record::Security(p) => v.security.push(p),
                 Record::Mesh(_) => {}
             }
+        }
+        let root = v.mesh.root_namespace.clone();
+        for w in &mut v.workloads {
+            let applying = v
+                .security
+                .iter()
+                .copied()
+                .filter(|s| s.applies(&w.origin.namespace, &w.labels, &root));
+            w.peer = PeerModes::compose(applying, &root).filter(PeerModes::disables_any);
         }
         let mut by_place: BTreeMap<(&str, &str), Vec<&DestinationRule>> = BTreeMap::new();
         for dr in &v.drs {

@@ -60,7 +60,7 @@ pub fn load_assignment_for<'a>(
                 e.ip.as_str(),
                 e.port,
                 e.placement.weight.unwrap_or(1).max(1),
-                runs_sidecar(&e.labels),
+                takes_mtls(e),
             )
         })
         .collect();
@@ -265,6 +265,13 @@ pub fn runs_sidecar(labels: &crate::model::Labels) -> bool {
         .is_some_and(|v| v.eq_ignore_ascii_case(TLS_MODE_ISTIO))
 }
 
+/// Whether auto mTLS clients speak the mesh's mTLS to an endpoint: it runs a sidecar
+/// ([`runs_sidecar`]) and its workload's PeerAuthentication does not disable mTLS on its
+/// port (Istio's `mtls_checker` alike).
+pub fn takes_mtls(e: &Endpoint) -> bool {
+    runs_sidecar(&e.labels) && !e.mtls_disabled
+}
+
 /// The workload label saying whether it takes the mesh's mutual TLS (Istio's).
 pub const TLS_MODE_LABEL: &str = "security.istio.io/tlsMode";
 
@@ -441,6 +448,7 @@ mod tests {
                 weight: None,
             },
             identity: None,
+            mtls_disabled: false,
         }
     }
 

@@ -245,6 +245,7 @@ fn workload(rng: &mut StdRng, extra: &mut StdRng, slot: usize) -> Record {
     let (ns, svc_name) = (namespace(slot), service_name(slot));
     Record::Workload(Workload {
         service_account: pick(rng, &[None, Some("a"), Some("b")]).map(String::from),
+        peer: None,
         ip: format!("10.0.0.{}", rng.random_range(1..6)),
         labels: {
             let mut l = labels(&[("app", &svc_name), ("version", pick(rng, &["v1", "v2"]))]);

@@ -47,7 +47,7 @@ pub fn security(rng: &mut StdRng) -> Record {
         Kind::PeerAuthentication => {
             let mut ports = BTreeMap::new();
             if selector.is_some() && rng.random_bool(0.5) {
-                ports.insert(pick(rng, &[9080, 8443, 15000]), mode(rng));
+                ports.insert(pick(rng, &[9080, 9081, 8888, 8443, 15000]), mode(rng));
             }
             PolicyEffect::Peer {
                 mode: mode(rng),

@@ -17,6 +17,7 @@ mod gateway;
 mod gateway_tls;
 mod inbound;
 mod locality;
+mod peer_authentication;
 mod proxy;
 mod security;
 mod service_entry;

@@ -53,6 +53,7 @@ fn service_entry_selector_takes_workloads_with_their_placement() {
     let entry_vm = |name: &str, ns: &str, ip: &str, app: &str, port: Option<u16>| {
         Record::Workload(Workload {
             service_account: None,
+            peer: None,
             ip: ip.into(),
             labels: labels(&[("app", app)]),
             origin: ConfigKey::new(Kind::WorkloadEntry, ns, name),

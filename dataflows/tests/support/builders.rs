@@ -200,6 +200,7 @@ pub fn endpoint(svc: &str, ns: &str, ip: &str, ready: bool) -> Record {
 pub fn workload(pod: &str, ns: &str, ip: &str, pod_labels: &[(&str, &str)]) -> Record {
     Record::Workload(Workload {
         service_account: None,
+        peer: None,
         ip: ip.to_string(),
         labels: labels(pod_labels),
         origin: ConfigKey::new(Kind::Pod, ns, pod),

@@ -334,6 +334,7 @@ pub(super) fn pod(key: &ConfigKey, value: Value) -> Result<Vec<Record>> {
                 ports: Default::default(),
                 placement: placement.clone(),
                 service_account: Some(service_account.clone()),
+                peer: None,
             })
         })
         .collect())

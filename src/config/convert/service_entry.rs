@@ -331,6 +331,7 @@ pub(super) fn workload_entry(
         ports,
         placement: placement(&s, "spec")?,
         service_account: s.service_account.clone(),
+        peer: None,
     })])
 }
 

@@ -7,7 +7,7 @@ use super::filters::{
     tls_inspector_filter, PLAINTEXT_HTTP_ALPN,
 };
 use super::rbac;
-use crate::model::{InboundPort, InboundSecurity, Proxying, Resource, ResourceType};
+use crate::model::{InboundPort, InboundSecurity, MtlsMode, Proxying, Resource, ResourceType};
 use crate::translate::{duration_ms, inbound_cluster_name, socket_address, PASSTHROUGH_CLUSTER};
 use envoy_types::pb::envoy::config::core::v3::TrafficDirection;
 use envoy_types::pb::envoy::config::listener::v3::{
@@ -163,15 +163,25 @@ fn inbound_chains(port: &InboundPort, sec: &InboundSecurity) -> Vec<FilterChain>
             tcp(port_chain(name("-tls"), p, "tls", &[]), false),
         ],
     };
-    if !strict {
-        return chains;
+    by_mode(chains, sec.mode_for(p))
+}
+
+/// The chains of a port that its PeerAuthentication mode keeps. STRICT: only those that
+/// terminate the mesh's mTLS (a client certificate of the mesh required); plaintext, and
+/// TLS the application speaks itself, find no chain. DISABLE: only those that do not
+/// (Istio's plaintext chains; TLS the application speaks passes as bytes). PERMISSIVE: all.
+fn by_mode(chains: Vec<FilterChain>, mode: MtlsMode) -> Vec<FilterChain> {
+    match mode {
+        MtlsMode::Strict => chains
+            .into_iter()
+            .filter(|c| c.transport_socket.is_some())
+            .collect(),
+        MtlsMode::Disable => chains
+            .into_iter()
+            .filter(|c| c.transport_socket.is_none())
+            .collect(),
+        MtlsMode::Permissive | MtlsMode::Unset => chains,
     }
-    // STRICT: only the chains that terminate the mesh's mTLS (a client certificate of the
-    // mesh required); plaintext, and TLS the application speaks itself, find no chain.
-    chains
-        .into_iter()
-        .filter(|c| c.transport_socket.is_some())
-        .collect()
 }
 
 /// Every chain of `chains` refuses connections where an AuthorizationPolicy that meshflow
@@ -272,6 +282,52 @@ pub fn ingress_listener(
     )
 }
 
+/// The chains of `virtualInbound` for ports no service declares (`declared`), to
+/// `InboundPassthroughCluster` as bytes: first, as Istio adds them, one set per
+/// `portLevelMtls` port of the workload's policy that is not declared, matched on that port
+/// and kept by its mode; then the catch-all, kept by the workload's mode. Without the
+/// per-port sets a STRICT port of a PERMISSIVE workload would take plaintext through the
+/// catch-all.
+fn passthrough_chains(sec: &InboundSecurity, declared: &[u16]) -> Vec<FilterChain> {
+    let set = |name: &str, port: Option<u16>, mode: MtlsMode| {
+        let matched = |transport: &str, alpn: &[&str]| FilterChainMatch {
+            destination_port: port.map(|p| UInt32Value { value: p as u32 }),
+            transport_protocol: transport.into(),
+            application_protocols: alpn.iter().map(|a| a.to_string()).collect(),
+            ..Default::default()
+        };
+        let suffix = port.map(|p| format!("-{p}")).unwrap_or_default();
+        let catch_all = tcp_to(PASSTHROUGH_CLUSTER, "InboundPassthroughCluster");
+        let mtls = FilterChain {
+            name: format!("{name}-mtls{suffix}"),
+            filter_chain_match: Some(matched("tls", &INBOUND_MTLS_ALPN)),
+            transport_socket: Some(crate::translate::secret::inbound_mtls()),
+            filters: vec![catch_all.clone()],
+            ..Default::default()
+        };
+        let plain = FilterChain {
+            name: format!("{name}-tcp{suffix}"),
+            filter_chain_match: Some(matched("", &[])),
+            filters: vec![catch_all],
+            ..Default::default()
+        };
+        // Under PERMISSIVE the catch-all passes the mesh's mTLS through as bytes too (the
+        // application's port is not known to take it), as it always has.
+        match mode {
+            MtlsMode::Strict => vec![mtls],
+            _ => vec![plain],
+        }
+    };
+    let mut chains: Vec<FilterChain> = sec
+        .ports
+        .iter()
+        .filter(|(p, _)| !declared.contains(p))
+        .flat_map(|(p, m)| set("virtualInbound-catchall", Some(*p), *m))
+        .collect();
+    chains.extend(set("virtualInbound-catchall", None, sec.mode_for(0)));
+    chains
+}
+
 /// `virtualInbound` on 15006: per port of the proxy's own workload (sorted, one each), a
 /// plaintext chain (HTTP, or TCP) and, beside it, an mTLS chain for connections of other
 /// sidecars (TLS with Istio's ALPN), each to `inbound|PORT||`: Istio's default PERMISSIVE
@@ -302,27 +358,11 @@ pub fn virtual_inbound_secured(
     if !detected.is_empty() {
         listener_filters.push(http_inspector_on(&detected));
     }
-    let catch_all = tcp_to(PASSTHROUGH_CLUSTER, "InboundPassthroughCluster");
-    if sec.checks_tokens() {
-        // No catch-all: HTTP to an undeclared port is refused rather than passed unchecked.
-    } else if sec.mode_for(0) == crate::model::MtlsMode::Strict {
-        chains.push(FilterChain {
-            name: "virtualInbound-catchall-mtls".into(),
-            filter_chain_match: Some(FilterChainMatch {
-                transport_protocol: "tls".into(),
-                application_protocols: INBOUND_MTLS_ALPN.iter().map(|a| a.to_string()).collect(),
-                ..Default::default()
-            }),
-            transport_socket: Some(crate::translate::secret::inbound_mtls()),
-            filters: vec![catch_all],
-            ..Default::default()
-        });
-    } else {
-        chains.push(FilterChain {
-            name: "virtualInbound-catchall-tcp".into(),
-            filters: vec![catch_all],
-            ..Default::default()
-        });
+    if !sec.checks_tokens() {
+        // No catch-all where a RequestAuthentication selects the workload: HTTP to an
+        // undeclared port is refused rather than passed unchecked.
+        let declared: Vec<u16> = ports.iter().map(|p| p.port).collect();
+        chains.extend(passthrough_chains(sec, &declared));
     }
     let chains = secure(chains, sec);
     let listener = Listener {
