@@ -174,6 +174,7 @@ pub async fn drive(
             .iter()
             .map(|ep| Endpoint {
                 identity: None,
+                mtls_disabled: false,
                 ip: ep.ip.clone(),
                 port: 8080,
                 ready: true,

@@ -7,7 +7,7 @@
 use super::convert::{export_to, locality_lb_setting, parse_duration_ms, retries};
 use super::findings::{typed_with_ignored, Finding, IGNORED};
 use super::{istio, Invalid};
-use dataflows::model::{ConfigKey, MeshConfig, MeshLayer, MeshSettings};
+use dataflows::model::{ConfigKey, InboundMtls, MeshConfig, MeshLayer, MeshSettings};
 use serde::Deserialize;
 use serde_yaml_ng::Value;
 use std::collections::BTreeMap;
@@ -28,7 +28,47 @@ struct MeshConfigSpec {
     locality_lb_setting: Option<istio::LocalityLbSetting>,
     protocol_detection_timeout: Option<String>,
     default_config: Option<ProxyConfigSpec>,
+    trust_domain_aliases: Option<Vec<String>>,
+    #[serde(rename = "meshMTLS")]
+    mesh_mtls: Option<MeshMtlsSpec>,
 }
+
+/// `meshMTLS`: the TLS of the mesh's mutual TLS, as sidecars' inbound chains take it.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct MeshMtlsSpec {
+    min_protocol_version: Option<String>,
+    cipher_suites: Option<Vec<String>>,
+    ecdh_curves: Option<Vec<String>>,
+}
+
+/// The TLS 1.2 cipher suites Envoy (BoringSSL) accepts by name: a name outside it would
+/// make every sidecar refuse its inbound listener, so the mesh config is refused instead.
+const CIPHER_SUITES: [&str; 20] = [
+    "ECDHE-ECDSA-AES128-GCM-SHA256",
+    "ECDHE-RSA-AES128-GCM-SHA256",
+    "ECDHE-ECDSA-AES256-GCM-SHA384",
+    "ECDHE-RSA-AES256-GCM-SHA384",
+    "ECDHE-ECDSA-CHACHA20-POLY1305",
+    "ECDHE-RSA-CHACHA20-POLY1305",
+    "ECDHE-PSK-CHACHA20-POLY1305",
+    "ECDHE-ECDSA-AES128-SHA",
+    "ECDHE-RSA-AES128-SHA",
+    "ECDHE-PSK-AES128-CBC-SHA",
+    "ECDHE-ECDSA-AES256-SHA",
+    "ECDHE-RSA-AES256-SHA",
+    "ECDHE-PSK-AES256-CBC-SHA",
+    "AES128-GCM-SHA256",
+    "AES256-GCM-SHA384",
+    "AES128-SHA",
+    "PSK-AES128-CBC-SHA",
+    "AES256-SHA",
+    "PSK-AES256-CBC-SHA",
+    "DES-CBC3-SHA",
+];
+
+/// The key exchange groups Envoy accepts by name in `ecdh_curves`.
+const ECDH_CURVES: [&str; 5] = ["X25519", "P-256", "P-384", "P-521", "X25519MLKEM768"];
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
@@ -97,20 +137,9 @@ pub fn parse_mesh(
         settings.root_namespace = ns.clone();
     }
     if let Some(td) = &spec.trust_domain {
-        // It goes into every workload's SPIFFE identity (a URI's authority).
-        let ok = !td.is_empty()
-            && td.len() <= 255
-            && td
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'));
-        if !ok {
-            return Err(Invalid::field(
-                "mesh.trustDomain",
-                format!("{td:?} is not a trust domain (letters, digits, '-', '.', '_')"),
-            ));
-        }
-        settings.trust_domain = td.clone();
+        settings.trust_domain = trust_domain(td, "mesh.trustDomain")?;
     }
+    settings.inbound_mtls = inbound_mtls(&spec, &settings.trust_domain, &mut findings)?;
     settings.registry_only = match spec
         .outbound_traffic_policy
         .as_ref()
@@ -177,6 +206,82 @@ pub fn parse_mesh(
         findings.extend(mesh_networks(text)?);
     }
     Ok(ParsedMesh { settings, findings })
+}
+
+/// A trust domain as it goes into SPIFFE identities (a URI's authority).
+fn trust_domain(td: &str, field: &str) -> Result<String, Invalid> {
+    let ok = !td.is_empty()
+        && td.len() <= 255
+        && td
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'));
+    if !ok {
+        return Err(Invalid::field(
+            field,
+            format!("{td:?} is not a trust domain (letters, digits, '-', '.', '_')"),
+        ));
+    }
+    Ok(td.to_string())
+}
+
+/// What the sidecars' inbound mTLS accepts: identities of the trust domain and its
+/// `trustDomainAliases` (deduplicated, in order), and `meshMTLS`'s TLS. Istio raises
+/// `minProtocolVersion` below TLS 1.2 to 1.2 (said as a warning); names Envoy would refuse
+/// refuse the config.
+fn inbound_mtls(
+    spec: &MeshConfigSpec,
+    td: &str,
+    findings: &mut Vec<Finding>,
+) -> Result<InboundMtls, Invalid> {
+    let mut trust_domains = vec![td.to_string()];
+    for (i, alias) in spec.trust_domain_aliases.iter().flatten().enumerate() {
+        let alias = trust_domain(alias, &format!("mesh.trustDomainAliases[{i}]"))?;
+        if !trust_domains.contains(&alias) {
+            trust_domains.push(alias);
+        }
+    }
+    let mtls = spec.mesh_mtls.as_ref();
+    let min_tls13 = match mtls.and_then(|m| m.min_protocol_version.as_deref()) {
+        None | Some("TLS_AUTO") | Some("TLSV1_2") => false,
+        Some("TLSV1_3") => true,
+        Some(v @ ("TLSV1_0" | "TLSV1_1")) => {
+            findings.push(Finding::warning(
+                "mesh.meshMTLS.minProtocolVersion",
+                format!("{v} is below what the mesh's mTLS speaks: TLS 1.2 is the minimum, as in Istio"),
+            ));
+            false
+        }
+        Some(other) => {
+            return Err(Invalid::field(
+                "mesh.meshMTLS.minProtocolVersion",
+                format!("{other:?} is not TLS_AUTO, TLSV1_0, TLSV1_1, TLSV1_2 or TLSV1_3"),
+            ))
+        }
+    };
+    let named = |list: Option<&Vec<String>>, known: &[&str], field: &str| {
+        let list = list.cloned().unwrap_or_default();
+        match list.iter().position(|c| !known.contains(&c.as_str())) {
+            Some(i) => Err(Invalid::field(
+                format!("{field}[{i}]"),
+                format!("{:?} is not one Envoy accepts ({})", list[i], known.join(", ")),
+            )),
+            None => Ok(list),
+        }
+    };
+    Ok(InboundMtls {
+        trust_domains,
+        min_tls13,
+        cipher_suites: named(
+            mtls.and_then(|m| m.cipher_suites.as_ref()),
+            &CIPHER_SUITES,
+            "mesh.meshMTLS.cipherSuites",
+        )?,
+        ecdh_curves: named(
+            mtls.and_then(|m| m.ecdh_curves.as_ref()),
+            &ECDH_CURVES,
+            "mesh.meshMTLS.ecdhCurves",
+        )?,
+    })
 }
 
 /// The fields Istio acts on that meshflow reads and cannot act on: said, never silent.
@@ -338,6 +443,53 @@ mod tests {
         );
         let e = parse("trustDomain: \"a/b\"\n").unwrap_err();
         assert!(e.to_string().contains("mesh.trustDomain"), "{e}");
+    }
+
+    /// `trustDomainAliases` join the trust domain in what inbound mTLS accepts (once each);
+    /// `meshMTLS` sets its TLS; a name Envoy would refuse refuses the config, naming the
+    /// field and the entry; a version below TLS 1.2 is raised to it, with a warning.
+    #[test]
+    fn trust_domain_aliases_and_mesh_mtls_are_read_and_checked() {
+        let p = parse(
+            "trustDomain: corp.example\ntrustDomainAliases: [old.example, corp.example]\n\
+             meshMTLS:\n  minProtocolVersion: TLSV1_3\n  \
+             cipherSuites: [ECDHE-RSA-AES256-GCM-SHA384]\n  ecdhCurves: [X25519, P-256]\n",
+        )
+        .unwrap();
+        let m = &p.settings.inbound_mtls;
+        assert_eq!(m.trust_domains, ["corp.example", "old.example"]);
+        assert!(m.min_tls13);
+        assert_eq!(m.cipher_suites, ["ECDHE-RSA-AES256-GCM-SHA384"]);
+        assert_eq!(m.ecdh_curves, ["X25519", "P-256"]);
+        assert!(p.findings.is_empty(), "{:?}", p.findings);
+        assert_eq!(
+            parse("").unwrap().settings.inbound_mtls.trust_domains,
+            ["cluster.local"]
+        );
+        let low = parse("meshMTLS: {minProtocolVersion: TLSV1_1}\n").unwrap();
+        assert!(!low.settings.inbound_mtls.min_tls13);
+        assert_eq!(fields(&low), ["mesh.meshMTLS.minProtocolVersion"]);
+        for (text, field) in [
+            (
+                "meshMTLS: {minProtocolVersion: TLS9}\n",
+                "mesh.meshMTLS.minProtocolVersion",
+            ),
+            (
+                "meshMTLS: {cipherSuites: [AES128-GCM-SHA256, RC4-MD5]}\n",
+                "mesh.meshMTLS.cipherSuites[1]",
+            ),
+            (
+                "meshMTLS: {ecdhCurves: [P-999]}\n",
+                "mesh.meshMTLS.ecdhCurves[0]",
+            ),
+            (
+                "trustDomainAliases: [ok.example, \"a b\"]\n",
+                "mesh.trustDomainAliases[1]",
+            ),
+        ] {
+            let e = parse(text).unwrap_err().to_string();
+            assert!(e.contains(field), "{text}: {e}");
+        }
     }
 
     #[test]

@@ -14,7 +14,9 @@
 //! server sidecar here: no traffic capture on loopback): a STRICT PeerAuthentication leaves
 //! it only its mTLS chain — a client sidecar's mutual TLS still reaches the application, a
 //! plaintext connection finds no chain — and a restricting AuthorizationPolicy refuses the
-//! client sidecar too. Loopback only.
+//! client sidecar too. A DISABLE PeerAuthentication (translated as Istio does) leaves the
+//! server only its plaintext chain and makes the client sidecar send it plaintext. Loopback
+//! only.
 
 use crate::support;
 
@@ -188,6 +190,20 @@ spec:
     mode: STRICT
 ";
 
+const DISABLE_REVIEWS: &str = "\
+apiVersion: security.istio.io/v1
+kind: PeerAuthentication
+metadata:
+  name: reviews-plaintext
+  namespace: default
+spec:
+  selector:
+    matchLabels:
+      app: reviews
+  mtls:
+    mode: DISABLE
+";
+
 const DENY_REVIEWS: &str = "\
 apiVersion: security.istio.io/v1
 kind: AuthorizationPolicy
@@ -279,6 +295,44 @@ fn a_server_sidecar_refuses_what_the_policies_selecting_it_ask() {
         |(via, plain)| *via == app && *plain == app,
         summary,
     );
+
+    // DISABLE: the server keeps only its plaintext chain, and the client sidecar, told by
+    // the endpoint's metadata (no `tlsMode: istio` any more), sends plaintext: a client
+    // that kept sending mTLS would find the server's HTTP chain and fail.
+    let tls_mode_endpoints = || {
+        let eds = client.admin_get("/config_dump?resource=dynamic_endpoint_configs&include_eds");
+        eds.matches("tlsMode").count()
+    };
+    assert!(tls_mode_endpoints() > 0, "{}", summary());
+    write_config(&config, "zz-disable.yaml", DISABLE_REVIEWS);
+    converge(
+        "DISABLE: the client holds the endpoint without tlsMode",
+        CONVERGE_TIMEOUT,
+        tls_mode_endpoints,
+        |n| *n == 0,
+        summary,
+    );
+    converge(
+        "DISABLE: plaintext both ways reaches the application",
+        CONVERGE_TIMEOUT,
+        both,
+        |(via, plain)| *via == app && *plain == app,
+        summary,
+    );
+    let server_dump = server.admin_get("/config_dump?resource=dynamic_listeners");
+    assert!(
+        !server_dump.contains("-mtls"),
+        "no mTLS chain under DISABLE: {server_dump}"
+    );
+    remove_config(&config, "zz-disable.yaml");
+    converge(
+        "PERMISSIVE again: the endpoint takes mTLS",
+        CONVERGE_TIMEOUT,
+        tls_mode_endpoints,
+        |n| *n > 0,
+        summary,
+    );
+    assert_eq!(outcome(through_client), app);
     assert_eq!(client.rejected_updates(), 0, "{}", client.summary());
     assert_eq!(server.rejected_updates(), 0, "{}", server.summary());
     drop(meshflow);

@@ -100,7 +100,13 @@ fn sidecar_ingress(
         .filter(|l| interception_none || l.capture_none)
         .map(|l| {
             let addr = l.bind.as_deref().unwrap_or("0.0.0.0");
-            listener::ingress_listener(addr, l.inbound(), spec.detection_timeout_ms, sec)
+            listener::ingress_listener(
+                addr,
+                l.inbound(),
+                spec.detection_timeout_ms,
+                sec,
+                &spec.inbound_mtls,
+            )
         })
         .collect()
 }

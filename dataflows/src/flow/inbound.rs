@@ -488,7 +488,7 @@ fn virtual_inbound<'s>(
         .map(|(id, ports)| ((), (id, ports)))
         .join_map(mesh.clone(), |_, (id, (ports, idle, sec)), m| {
             let detection = m.protocol_detection_timeout_ms;
-            let l = listener::virtual_inbound_secured(ports, detection, sec);
+            let l = listener::virtual_inbound_secured(ports, detection, sec, &m.inbound_mtls);
             (id.clone(), crate::assemble::apply_idle_timeout(*idle, l))
         })
 }

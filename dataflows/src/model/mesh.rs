@@ -111,6 +111,37 @@ pub struct MeshSettings {
     /// `security.istio.io/tlsMode: istio`) and plaintext to the others.
     #[serde(default = "yes")]
     pub auto_mtls: bool,
+    /// `trustDomainAliases` and `meshMTLS`: what sidecars' inbound mTLS accepts.
+    #[serde(default)]
+    pub inbound_mtls: InboundMtls,
+}
+
+/// What a sidecar's inbound mTLS chains accept, from the mesh config: clients whose
+/// certificate names a SPIFFE identity of one of `trust_domains` (the mesh's
+/// `trustDomain` and its `trustDomainAliases`, as Istio validates them), over TLS of at
+/// least `min_tls13` (`meshMTLS.minProtocolVersion: TLSV1_3`) with `cipher_suites`
+/// (`meshMTLS.cipherSuites`, else Istio's list) and `ecdh_curves` (`meshMTLS.ecdhCurves`,
+/// else Envoy's).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct InboundMtls {
+    pub trust_domains: Vec<String>,
+    #[serde(default)]
+    pub min_tls13: bool,
+    #[serde(default)]
+    pub cipher_suites: Vec<String>,
+    #[serde(default)]
+    pub ecdh_curves: Vec<String>,
+}
+
+impl Default for InboundMtls {
+    fn default() -> Self {
+        InboundMtls {
+            trust_domains: vec![default_trust_domain()],
+            min_tls13: false,
+            cipher_suites: Vec::new(),
+            ecdh_curves: Vec::new(),
+        }
+    }
 }
 
 impl MeshSettings {
@@ -148,6 +179,7 @@ impl MeshSettings {
             system_ca_bundle: mesh.system_ca_bundle.clone(),
             protocol_detection_timeout_ms: None,
             auto_mtls: true,
+            inbound_mtls: InboundMtls::default(),
         }
     }
 

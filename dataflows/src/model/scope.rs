@@ -4,7 +4,7 @@
 
 use super::names::{BLACKHOLE_CLUSTER, PASSTHROUGH_CLUSTER};
 use super::{
-    ConfigKey, EgressProxy, InboundSecurity, Labels, MeshSettings, ProxyId, ResourceType, Retries,
+    ConfigKey, EgressProxy, InboundMtls, InboundSecurity, Labels, MeshSettings, ProxyId, ResourceType, Retries,
     Sidecar, DEFAULT_CONNECT_TIMEOUT_MS,
 };
 use serde::{Deserialize, Serialize};
@@ -277,6 +277,9 @@ pub struct ScopeSpec {
     /// The mesh's `protocolDetectionTimeout` ([`MeshSettings::protocol_detection_timeout_ms`]).
     #[serde(default)]
     pub detection_timeout_ms: Option<u64>,
+    /// What the inbound mTLS chains of the Sidecar's bound `ingress` listeners accept.
+    #[serde(default)]
+    pub inbound_mtls: InboundMtls,
 }
 
 fn default_connect_timeout() -> u64 {
@@ -307,6 +310,7 @@ impl ScopeSpec {
             default_retries: mesh.default_retries.clone(),
             connect_timeout_ms: mesh.connect_timeout_ms,
             detection_timeout_ms: mesh.protocol_detection_timeout_ms,
+            inbound_mtls: mesh.inbound_mtls.clone(),
         }
     }
 }

@@ -267,6 +267,7 @@ pub(super) fn inbound(v: &View, index: &EndpointIndex, p: &Proxy, s: &ScopeKey) 
             &InboundPort::of_proxy(own, ingress_ports),
             v.mesh.protocol_detection_timeout_ms,
             &v.inbound_security(p),
+            &v.mesh.inbound_mtls,
         );
         res.push(assemble::apply_idle_timeout(p.idle_timeout_ns, l));
     }

@@ -17,7 +17,7 @@
 
 use super::ads;
 use crate::model::{
-    Credential, MeshSettings, Proxy, ProxyKind, Resource, ResourceType, ServerTls, ServerTlsMode,
+    Credential, InboundMtls, MeshSettings, Proxy, ProxyKind, Resource, ResourceType, ServerTls, ServerTlsMode,
     TlsIdentity,
 };
 use envoy_types::pb::envoy::config::core::v3::{
@@ -461,12 +461,55 @@ pub(crate) fn istio_common_context(
 /// ALPN a sidecar's mTLS carries so the peer's inbound listener tells it from other TLS.
 pub const ISTIO_ALPN: [&str; 2] = ["istio-peer-exchange", "istio"];
 
-/// The transport socket of an inbound mTLS chain: the workload certificate, a client
-/// certificate the mesh's root signed required (any workload of the mesh may connect:
-/// PERMISSIVE, as Istio's default with no PeerAuthentication).
-pub fn inbound_mtls() -> TransportSocket {
+/// Istio's cipher suites for the mesh's mTLS (TLS 1.2; TLS 1.3's are not configurable in
+/// Envoy), where `meshMTLS.cipherSuites` names none.
+pub const ISTIO_MTLS_CIPHERS: [&str; 6] = [
+    "ECDHE-ECDSA-AES256-GCM-SHA384",
+    "ECDHE-RSA-AES256-GCM-SHA384",
+    "ECDHE-ECDSA-AES128-GCM-SHA256",
+    "ECDHE-RSA-AES128-GCM-SHA256",
+    "AES256-GCM-SHA384",
+    "AES128-GCM-SHA256",
+];
+
+/// The transport socket of an inbound mTLS chain, as Istio builds it: the workload
+/// certificate; a client certificate the mesh's root signed required, naming a SPIFFE
+/// identity of one of the mesh's trust domains (`spiffe://TD/` prefixes: `trustDomain` and
+/// `trustDomainAliases`), any workload of them (PERMISSIVE and STRICT alike: who may call
+/// is AuthorizationPolicy's to say); TLS 1.2 or 1.3 (1.3 only under `meshMTLS` asking for
+/// it) with Istio's cipher suites or the mesh's.
+pub fn inbound_mtls(m: &InboundMtls) -> TransportSocket {
+    use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::tls_parameters::TlsProtocol;
+    let sans = m
+        .trust_domains
+        .iter()
+        .map(|td| SubjectAltNameMatcher {
+            san_type: SanType::Uri as i32,
+            matcher: Some(StringMatcher {
+                match_pattern: Some(MatchPattern::Prefix(format!("spiffe://{td}/"))),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .collect();
+    let mut common = istio_common_context(&["h2", "http/1.1"], sans);
+    common.tls_params = Some(TlsParameters {
+        tls_minimum_protocol_version: if m.min_tls13 {
+            TlsProtocol::TlSv13
+        } else {
+            TlsProtocol::TlSv12
+        } as i32,
+        tls_maximum_protocol_version: TlsProtocol::TlSv13 as i32,
+        cipher_suites: if m.cipher_suites.is_empty() {
+            ISTIO_MTLS_CIPHERS.iter().map(|c| c.to_string()).collect()
+        } else {
+            m.cipher_suites.clone()
+        },
+        ecdh_curves: m.ecdh_curves.clone(),
+        ..Default::default()
+    });
     let context = DownstreamTlsContext {
-        common_tls_context: Some(istio_common_context(&["h2", "http/1.1"], Vec::new())),
+        common_tls_context: Some(common),
         require_client_certificate: Some(BoolValue { value: true }),
         ..Default::default()
     };
@@ -479,6 +522,63 @@ pub fn inbound_mtls() -> TransportSocket {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The inbound mTLS accepts the identities of each trust domain (a `spiffe://TD/` URI
+    /// prefix, so `spiffe://TD.evil/` is not one), at TLS 1.3 only when the mesh asks, with
+    /// Istio's ciphers unless the mesh names its own.
+    #[test]
+    fn inbound_mtls_takes_the_mesh_trust_domains_and_tls() {
+        let context = |m: &InboundMtls| {
+            let Some(ConfigType::TypedConfig(any)) = inbound_mtls(m).config_type else {
+                panic!("no config");
+            };
+            let ctx = DownstreamTlsContext::decode(&any.value[..]).expect("a context");
+            assert_eq!(ctx.require_client_certificate, Some(BoolValue { value: true }));
+            ctx.common_tls_context.expect("common")
+        };
+        let common = context(&InboundMtls::default());
+        let params = common.tls_params.clone().expect("params");
+        assert_eq!(params.tls_minimum_protocol_version, 3, "TLS 1.2");
+        assert_eq!(params.tls_maximum_protocol_version, 4, "TLS 1.3");
+        assert_eq!(params.cipher_suites, ISTIO_MTLS_CIPHERS);
+        let prefixes = |c: &CommonTlsContext| -> Vec<(i32, String)> {
+            let Some(ValidationContextType::CombinedValidationContext(v)) =
+                &c.validation_context_type
+            else {
+                panic!("no validation");
+            };
+            v.default_validation_context
+                .as_ref()
+                .expect("default")
+                .match_typed_subject_alt_names
+                .iter()
+                .map(|m| match m.matcher.as_ref().and_then(|x| x.match_pattern.as_ref()) {
+                    Some(MatchPattern::Prefix(p)) => (m.san_type, p.clone()),
+                    other => panic!("{other:?}"),
+                })
+                .collect()
+        };
+        let uri = SanType::Uri as i32;
+        assert_eq!(prefixes(&common), [(uri, "spiffe://cluster.local/".into())]);
+        let m = InboundMtls {
+            trust_domains: vec!["corp.example".into(), "old.example".into()],
+            min_tls13: true,
+            cipher_suites: vec!["ECDHE-RSA-AES256-GCM-SHA384".into()],
+            ecdh_curves: vec!["X25519".into()],
+        };
+        let common = context(&m);
+        assert_eq!(
+            prefixes(&common),
+            [
+                (uri, "spiffe://corp.example/".into()),
+                (uri, "spiffe://old.example/".into())
+            ]
+        );
+        let params = common.tls_params.expect("params");
+        assert_eq!(params.tls_minimum_protocol_version, 4, "TLS 1.3");
+        assert_eq!(params.cipher_suites, ["ECDHE-RSA-AES256-GCM-SHA384"]);
+        assert_eq!(params.ecdh_curves, ["X25519"]);
+    }
 
     /// A name that is an IP address is also matched as an IP SAN (canonical text); other
     /// names as DNS or URI SANs only.

@@ -7,7 +7,9 @@ use super::filters::{
     tls_inspector_filter, PLAINTEXT_HTTP_ALPN,
 };
 use super::rbac;
-use crate::model::{InboundPort, InboundSecurity, MtlsMode, Proxying, Resource, ResourceType};
+use crate::model::{
+    InboundMtls, InboundPort, InboundSecurity, MtlsMode, Proxying, Resource, ResourceType,
+};
 use crate::translate::{duration_ms, inbound_cluster_name, socket_address, PASSTHROUGH_CLUSTER};
 use envoy_types::pb::envoy::config::core::v3::TrafficDirection;
 use envoy_types::pb::envoy::config::listener::v3::{
@@ -99,15 +101,20 @@ fn port_chain(name: String, port: u16, transport: &str, alpn: &[&str]) -> Filter
 /// (and an `ingress` port's `tls` is set aside for them, as Istio honours it only where
 /// mTLS is disabled); HTTP chains refuse requests carrying a token where a
 /// RequestAuthentication looks for one. [`secure`] adds the deny-all filter afterwards.
-fn inbound_chains(port: &InboundPort, sec: &InboundSecurity) -> Vec<FilterChain> {
+fn inbound_chains(
+    port: &InboundPort,
+    sec: &InboundSecurity,
+    mtls: &InboundMtls,
+) -> Vec<FilterChain> {
     let cluster = inbound_cluster_name(port.port);
     let p = port.port;
     let strict = sec.strict(p);
-    let http = |mut c: FilterChain, mtls: bool| {
-        if mtls {
-            c.transport_socket = Some(crate::translate::secret::inbound_mtls());
+    let terminated = || crate::translate::secret::inbound_mtls(mtls);
+    let http = |mut c: FilterChain, tls: bool| {
+        if tls {
+            c.transport_socket = Some(terminated());
         }
-        c.filters = vec![hcm_filter(inbound_hcm(p, &cluster, mtls, sec))];
+        c.filters = vec![hcm_filter(inbound_hcm(p, &cluster, tls, sec))];
         c
     };
     if let Some(tls) = port.tls.as_ref().filter(|_| !strict) {
@@ -121,9 +128,9 @@ fn inbound_chains(port: &InboundPort, sec: &InboundSecurity) -> Vec<FilterChain>
         }];
         return vec![chain];
     }
-    let tcp = |mut c: FilterChain, mtls: bool| {
-        if mtls {
-            c.transport_socket = Some(crate::translate::secret::inbound_mtls());
+    let tcp = |mut c: FilterChain, tls: bool| {
+        if tls {
+            c.transport_socket = Some(terminated());
         }
         c.filters = vec![tcp_to(&cluster, &cluster)];
         c
@@ -261,6 +268,7 @@ pub fn ingress_listener(
     port: InboundPort,
     detection_ms: Option<u64>,
     sec: &InboundSecurity,
+    mtls: &InboundMtls,
 ) -> Resource {
     let listener = Listener {
         name: format!("inbound_{}", listener_name(addr, port.port)),
@@ -271,7 +279,7 @@ pub fn ingress_listener(
         },
         continue_on_listener_filters_timeout: true,
         listener_filters_timeout: detection_ms.map(duration_ms),
-        filter_chains: secure(inbound_chains(&port, sec), sec),
+        filter_chains: secure(inbound_chains(&port, sec, mtls), sec),
         traffic_direction: TrafficDirection::Inbound as i32,
         ..Default::default()
     };
@@ -288,7 +296,11 @@ pub fn ingress_listener(
 /// and kept by its mode; then the catch-all, kept by the workload's mode. Without the
 /// per-port sets a STRICT port of a PERMISSIVE workload would take plaintext through the
 /// catch-all.
-fn passthrough_chains(sec: &InboundSecurity, declared: &[u16]) -> Vec<FilterChain> {
+fn passthrough_chains(
+    sec: &InboundSecurity,
+    declared: &[u16],
+    mtls: &InboundMtls,
+) -> Vec<FilterChain> {
     let set = |name: &str, port: Option<u16>, mode: MtlsMode| {
         let matched = |transport: &str, alpn: &[&str]| FilterChainMatch {
             destination_port: port.map(|p| UInt32Value { value: p as u32 }),
@@ -301,13 +313,14 @@ fn passthrough_chains(sec: &InboundSecurity, declared: &[u16]) -> Vec<FilterChai
         let mtls = FilterChain {
             name: format!("{name}-mtls{suffix}"),
             filter_chain_match: Some(matched("tls", &INBOUND_MTLS_ALPN)),
-            transport_socket: Some(crate::translate::secret::inbound_mtls()),
+            transport_socket: Some(crate::translate::secret::inbound_mtls(mtls)),
             filters: vec![catch_all.clone()],
             ..Default::default()
         };
         let plain = FilterChain {
             name: format!("{name}-tcp{suffix}"),
-            filter_chain_match: Some(matched("", &[])),
+            // The catch-all matches everything (no match at all, as it always had).
+            filter_chain_match: port.map(|_| matched("", &[])),
             filters: vec![catch_all],
             ..Default::default()
         };
@@ -335,7 +348,8 @@ fn passthrough_chains(sec: &InboundSecurity, declared: &[u16]) -> Vec<FilterChai
 /// `detection_ms`: the mesh's `protocolDetectionTimeout`, how long the inspectors wait for
 /// a client's first bytes (`0`: for ever; `None`: Envoy's 15 s) before going on.
 pub fn virtual_inbound(ports: &[InboundPort], detection_ms: Option<u64>) -> Resource {
-    virtual_inbound_secured(ports, detection_ms, &InboundSecurity::default())
+    let (sec, mtls) = (InboundSecurity::default(), InboundMtls::default());
+    virtual_inbound_secured(ports, detection_ms, &sec, &mtls)
 }
 
 /// [`virtual_inbound`] with the security stopgap's part `sec` (see [`inbound_chains`]):
@@ -347,8 +361,12 @@ pub fn virtual_inbound_secured(
     ports: &[InboundPort],
     detection_ms: Option<u64>,
     sec: &InboundSecurity,
+    mtls: &InboundMtls,
 ) -> Resource {
-    let mut chains: Vec<FilterChain> = ports.iter().flat_map(|p| inbound_chains(p, sec)).collect();
+    let mut chains: Vec<FilterChain> = ports
+        .iter()
+        .flat_map(|p| inbound_chains(p, sec, mtls))
+        .collect();
     let detected: Vec<u16> = ports
         .iter()
         .filter(|p| p.proxying == Proxying::Detected)
@@ -362,7 +380,7 @@ pub fn virtual_inbound_secured(
         // No catch-all where a RequestAuthentication selects the workload: HTTP to an
         // undeclared port is refused rather than passed unchecked.
         let declared: Vec<u16> = ports.iter().map(|p| p.port).collect();
-        chains.extend(passthrough_chains(sec, &declared));
+        chains.extend(passthrough_chains(sec, &declared, mtls));
     }
     let chains = secure(chains, sec);
     let listener = Listener {
@@ -672,7 +690,13 @@ mod tests {
 
         // The listener a proxy binds for the port: the same one chain, behind the TLS
         // inspector that tells TLS from plaintext.
-        let bound = ingress_listener("10.0.0.1", optional, Some(100), &Default::default());
+        let bound = ingress_listener(
+            "10.0.0.1",
+            optional,
+            Some(100),
+            &Default::default(),
+            &Default::default(),
+        );
         let bl = Listener::decode(&bound.body.0[..]).expect("a listener");
         assert_eq!(bl.name, "inbound_10.0.0.1_8443");
         assert_eq!(
