@@ -235,20 +235,20 @@ fn validate_reads_a_cluster_and_names_what_it_would_reject() {
         "{stderr}"
     );
 
-    // A security policy of the cluster is read as one of a file: not translated, an error.
+    // A security policy of the cluster is read as one of a file: one not translated yet is
+    // an error.
     fake.delete("VirtualService", "default", "ratings");
     fake.delete("VirtualService", "default", "details");
     fake.apply(serde_json::json!({
-        "apiVersion": "security.istio.io/v1", "kind": "PeerAuthentication",
-        "metadata": {"name": "strict", "namespace": "default"},
-        "spec": {"mtls": {"mode": "STRICT"}},
+        "apiVersion": "security.istio.io/v1", "kind": "AuthorizationPolicy",
+        "metadata": {"name": "deny", "namespace": "default"},
+        "spec": {"action": "DENY", "rules": [{}]},
     }));
     let (ok, stdout, stderr) = validate();
     assert!(!ok, "{stdout}{stderr}");
     assert!(
-        stdout.lines().any(|l| l.starts_with(
-            "error: PeerAuthentication default/strict: spec.mtls.mode: STRICT is not translated"
-        )),
+        stdout.lines().any(|l| l.starts_with("error: AuthorizationPolicy default/deny: ")
+            && l.contains("not translated")),
         "{stdout}"
     );
 }

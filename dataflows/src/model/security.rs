@@ -334,11 +334,21 @@ impl SecurityPolicy {
         if !self.restricts() || !(protected || unprotected) {
             return None;
         }
-        let mut message = format!(
-            "{:?} is not enforced by meshflow yet (it is not translated)",
-            self.key.kind
-        );
-        if protected {
+        // PeerAuthentication is translated: only the proxies it cannot reach are news.
+        let translated = matches!(self.effect, PolicyEffect::Peer { .. });
+        if translated && !unprotected {
+            return None;
+        }
+        let mut message = if translated {
+            "PeerAuthentication: enforced on the sidecars with traffic capture it selects"
+                .to_string()
+        } else {
+            format!(
+                "{:?} is not enforced by meshflow yet (it is not translated)",
+                self.key.kind
+            )
+        };
+        if protected && !translated {
             message.push_str(&format!(
                 "; instead, failing closed, {}",
                 self.fails_closed()

@@ -113,8 +113,8 @@ const OPEN_CHAINS: [&str; 3] = [
 
 /// A mesh-wide STRICT PeerAuthentication (root namespace, no selector) leaves every
 /// sidecar only its mTLS chains: the plaintext chain of 9080 is gone and the catch-all of
-/// undeclared ports takes mTLS only; the policy is reported as not enforced (MF0017).
-/// Retracting it brings the plaintext chains back and the error goes.
+/// undeclared ports takes mTLS only; translated, it is no error. Retracting it brings the
+/// plaintext chains back.
 #[test]
 fn mesh_wide_strict_leaves_only_mtls_chains() {
     let (mut m, ratings, reviews) = two_workloads();
@@ -133,14 +133,9 @@ fn mesh_wide_strict_leaves_only_mtls_chains() {
             assert_eq!(matched.transport_protocol, "tls", "{}", c.name);
         }
     }
+    // Translated as Istio does: no error (it selects no proxy it cannot reach).
     let errors = gateway_errors(&m, ErrorCode::SecurityPolicyFailsClosed);
-    assert_eq!(errors.len(), 1, "{errors:?}");
-    assert!(
-        errors[0].starts_with("PeerAuthentication/istio-system/default: ")
-            && errors[0].contains("not enforced")
-            && errors[0].contains("only mTLS"),
-        "{errors:?}"
-    );
+    assert!(errors.is_empty(), "{errors:?}");
     assert_eq!(
         ErrorCode::SecurityPolicyFailsClosed.message_code().0,
         "MF0017"
@@ -161,11 +156,8 @@ fn peer_authentication_precedence_follows_istio() {
     let ns_permissive = peer("default", "ns", None, MtlsMode::Permissive);
     m.insert(vec![mesh_strict.clone(), ns_permissive.clone()]);
     assert_eq!(chain_names(&inbound(&m, &ratings)), OPEN_CHAINS);
-    // The mesh policy still applies (it restricts, by its own mode): its error stays.
-    assert_eq!(
-        gateway_errors(&m, ErrorCode::SecurityPolicyFailsClosed).len(),
-        1
-    );
+    // Translated: no error.
+    assert!(gateway_errors(&m, ErrorCode::SecurityPolicyFailsClosed).is_empty());
 
     // A workload policy STRICT on ratings, with port 9080 PERMISSIVE: 9080 keeps its
     // plaintext chain, the catch-all (the workload's mode) takes mTLS only.

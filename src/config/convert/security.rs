@@ -1,9 +1,9 @@
-//! PeerAuthentication, AuthorizationPolicy and RequestAuthentication (security.istio.io),
-//! read for the fail-closed stopgap (`dataflows::model::SecurityPolicy`): what selects the
-//! workloads, the mTLS modes, whether an authorization restricts, where tokens are looked
-//! for. Nothing else of them is translated; each object that restricts gets an error
-//! finding saying so and what fails closed in its place, and each field not read is
-//! reported by its path.
+//! PeerAuthentication, AuthorizationPolicy and RequestAuthentication (security.istio.io)
+//! into `dataflows::model::SecurityPolicy`: what selects the workloads, the mTLS modes
+//! (PeerAuthentication is translated whole), and for the two kinds still under the
+//! fail-closed stopgap whether an authorization restricts and where tokens are looked for:
+//! each of their objects that restricts gets an error finding saying so and what fails
+//! closed in its place. Each field not read is reported by its path.
 
 use super::fields::{port_u16, report_ignored, spec};
 use super::Result;
@@ -47,10 +47,6 @@ fn mode(written: Option<&str>, field: &str) -> Result<m::MtlsMode> {
     })
 }
 
-/// What a finding about a mode meshflow does not honour exactly says.
-const DISABLE_NOTE: &str = "DISABLE is not translated by meshflow yet: the workload keeps \
-    accepting mTLS beside plaintext (PERMISSIVE), which restricts nothing more than DISABLE";
-
 pub(super) fn peer_authentication(
     key: &ConfigKey,
     value: &Value,
@@ -60,22 +56,10 @@ pub(super) fn peer_authentication(
     let (spec, ignored): (s::PeerAuthenticationSpec, _) = spec(value)?;
     report_ignored(&ignored, findings, |_| None);
     let selector = selector(spec.selector);
-    let mut note = |mode: m::MtlsMode, field: &str| match mode {
-        m::MtlsMode::Strict => findings.push(Finding::error(
-            field,
-            "STRICT is not translated by meshflow yet (fail-closed stopgap): on the sidecars \
-             it selects, the ports it covers keep only their mTLS inbound chains (plaintext \
-             finds no chain), and where it is the workload's mode, the catch-all of ports \
-             no service declares takes mTLS only",
-        )),
-        m::MtlsMode::Disable => findings.push(Finding::warning(field, DISABLE_NOTE)),
-        _ => {}
-    };
     let workload_mode = mode(
         spec.mtls.as_ref().and_then(|t| t.mode.as_deref()),
         "spec.mtls.mode",
     )?;
-    note(workload_mode, "spec.mtls.mode");
     let mut ports = BTreeMap::new();
     if let Some(list) = spec.port_level_mtls {
         // Istio's validation: ports only with a selector, never an empty map.
@@ -101,9 +85,7 @@ pub(super) fn peer_authentication(
                 .parse()
                 .map_err(|_| Invalid::field(&field, format!("{written:?} is not a port number")))?;
             let port = port_u16(n, &field)?;
-            let pm = mode(v.mode.as_deref(), &format!("{field}.mode"))?;
-            note(pm, &format!("{field}.mode"));
-            ports.insert(port, pm);
+            ports.insert(port, mode(v.mode.as_deref(), &format!("{field}.mode"))?);
         }
     }
     if selector.is_some() && key.namespace == root {

@@ -22,8 +22,8 @@ fn refused(doc: &str) -> crate::config::Invalid {
 const PA: &str = "apiVersion: security.istio.io/v1beta1\nkind: PeerAuthentication\nmetadata: {name: p, namespace: ns, creationTimestamp: \"2024-05-01T10:00:00Z\"}\n";
 
 /// A workload PeerAuthentication: its selector, creation time, mode and port modes (ports
-/// written as numbers or strings); STRICT is an error finding (not translated; fails
-/// closed), DISABLE a warning, an unknown field a warning by its path.
+/// written as numbers or strings); the modes are translated (no finding), an unknown field
+/// is a warning by its path.
 #[test]
 fn peer_authentication_reads_selector_modes_and_ports() {
     let p = parse(&format!(
@@ -46,11 +46,9 @@ fn peer_authentication_reads_selector_modes_and_ports() {
             ports: BTreeMap::from([(8080, MtlsMode::Disable), (9090, MtlsMode::Unset)]),
         }
     );
-    assert_eq!(fields(&p, Level::Error), vec!["spec.mtls.mode"]);
-    assert_eq!(
-        fields(&p, Level::Warning),
-        vec!["spec.extra", "spec.portLevelMtls[8080].mode"]
-    );
+    // Translated: the modes are no finding; the unknown field is.
+    assert!(fields(&p, Level::Error).is_empty());
+    assert_eq!(fields(&p, Level::Warning), vec!["spec.extra"]);
     // Namespace-wide PERMISSIVE: honoured as it is (meshflow's default), nothing to say.
     let open = parse(&format!("{PA}spec: {{mtls: {{mode: PERMISSIVE}}}}\n"));
     assert!(policy(&open).selector.is_none());
