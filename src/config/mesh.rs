@@ -247,7 +247,9 @@ fn inbound_mtls(
         Some(v @ ("TLSV1_0" | "TLSV1_1")) => {
             findings.push(Finding::warning(
                 "mesh.meshMTLS.minProtocolVersion",
-                format!("{v} is below what the mesh's mTLS speaks: TLS 1.2 is the minimum, as in Istio"),
+                format!(
+                    "{v} is below what the mesh's mTLS speaks: TLS 1.2 is the minimum, as in Istio"
+                ),
             ));
             false
         }
@@ -263,7 +265,11 @@ fn inbound_mtls(
         match list.iter().position(|c| !known.contains(&c.as_str())) {
             Some(i) => Err(Invalid::field(
                 format!("{field}[{i}]"),
-                format!("{:?} is not one Envoy accepts ({})", list[i], known.join(", ")),
+                format!(
+                    "{:?} is not one Envoy accepts ({})",
+                    list[i],
+                    known.join(", ")
+                ),
             )),
             None => Ok(list),
         }

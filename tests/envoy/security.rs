@@ -176,33 +176,15 @@ fn a_gateway_refuses_what_the_policies_selecting_it_ask() {
 
 const SIDECAR_NET: u8 = 120;
 
-const STRICT_REVIEWS: &str = "\
-apiVersion: security.istio.io/v1
-kind: PeerAuthentication
-metadata:
-  name: reviews-strict
-  namespace: default
-spec:
-  selector:
-    matchLabels:
-      app: reviews
-  mtls:
-    mode: STRICT
-";
-
-const DISABLE_REVIEWS: &str = "\
-apiVersion: security.istio.io/v1
-kind: PeerAuthentication
-metadata:
-  name: reviews-plaintext
-  namespace: default
-spec:
-  selector:
-    matchLabels:
-      app: reviews
-  mtls:
-    mode: DISABLE
-";
+/// A PeerAuthentication selecting the reviews workload, in `mode`.
+fn reviews_peer_authentication(mode: &str) -> String {
+    let name = mode.to_lowercase();
+    format!(
+        "apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata:\n  \
+         name: reviews-{name}\n  namespace: default\nspec:\n  selector:\n    matchLabels:\n      \
+         app: reviews\n  mtls:\n    mode: {mode}\n"
+    )
+}
 
 const DENY_REVIEWS: &str = "\
 apiVersion: security.istio.io/v1
@@ -265,7 +247,11 @@ fn a_server_sidecar_refuses_what_the_policies_selecting_it_ask() {
         summary,
     );
 
-    write_config(&config, "zz-strict.yaml", STRICT_REVIEWS);
+    write_config(
+        &config,
+        "zz-strict.yaml",
+        &reviews_peer_authentication("STRICT"),
+    );
     let (via, plain) = converge(
         "STRICT: plaintext finds no chain",
         CONVERGE_TIMEOUT,
@@ -304,7 +290,11 @@ fn a_server_sidecar_refuses_what_the_policies_selecting_it_ask() {
         eds.matches("tlsMode").count()
     };
     assert!(tls_mode_endpoints() > 0, "{}", summary());
-    write_config(&config, "zz-disable.yaml", DISABLE_REVIEWS);
+    write_config(
+        &config,
+        "zz-disable.yaml",
+        &reviews_peer_authentication("DISABLE"),
+    );
     converge(
         "DISABLE: the client holds the endpoint without tlsMode",
         CONVERGE_TIMEOUT,

@@ -247,8 +247,10 @@ fn validate_reads_a_cluster_and_names_what_it_would_reject() {
     let (ok, stdout, stderr) = validate();
     assert!(!ok, "{stdout}{stderr}");
     assert!(
-        stdout.lines().any(|l| l.starts_with("error: AuthorizationPolicy default/deny: ")
-            && l.contains("not translated")),
+        stdout.lines().any(
+            |l| l.starts_with("error: AuthorizationPolicy default/deny: ")
+                && l.contains("not translated")
+        ),
         "{stdout}"
     );
 }

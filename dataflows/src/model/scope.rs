@@ -4,8 +4,8 @@
 
 use super::names::{BLACKHOLE_CLUSTER, PASSTHROUGH_CLUSTER};
 use super::{
-    ConfigKey, EgressProxy, InboundMtls, InboundSecurity, Labels, MeshSettings, ProxyId, ResourceType, Retries,
-    Sidecar, DEFAULT_CONNECT_TIMEOUT_MS,
+    ConfigKey, EgressProxy, InboundMtls, InboundSecurity, Labels, MeshSettings, ProxyId,
+    ResourceType, Retries, Sidecar, DEFAULT_CONNECT_TIMEOUT_MS,
 };
 use serde::{Deserialize, Serialize};
 

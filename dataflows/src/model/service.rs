@@ -249,7 +249,6 @@ impl Endpoint {
         }
     }
 
-
     /// The endpoint a ServiceEntry's `workloadSelector` makes of a workload it selects, on
     /// port `port` of the entry: at the workload's own port of that name (a WorkloadEntry's
     /// `ports`), else at the entry's target port.

@@ -17,8 +17,8 @@
 
 use super::ads;
 use crate::model::{
-    Credential, InboundMtls, MeshSettings, Proxy, ProxyKind, Resource, ResourceType, ServerTls, ServerTlsMode,
-    TlsIdentity,
+    Credential, InboundMtls, MeshSettings, Proxy, ProxyKind, Resource, ResourceType, ServerTls,
+    ServerTlsMode, TlsIdentity,
 };
 use envoy_types::pb::envoy::config::core::v3::{
     data_source::Specifier, transport_socket::ConfigType, DataSource, TransportSocket,
@@ -533,7 +533,10 @@ mod tests {
                 panic!("no config");
             };
             let ctx = DownstreamTlsContext::decode(&any.value[..]).expect("a context");
-            assert_eq!(ctx.require_client_certificate, Some(BoolValue { value: true }));
+            assert_eq!(
+                ctx.require_client_certificate,
+                Some(BoolValue { value: true })
+            );
             ctx.common_tls_context.expect("common")
         };
         let common = context(&InboundMtls::default());
@@ -552,10 +555,12 @@ mod tests {
                 .expect("default")
                 .match_typed_subject_alt_names
                 .iter()
-                .map(|m| match m.matcher.as_ref().and_then(|x| x.match_pattern.as_ref()) {
-                    Some(MatchPattern::Prefix(p)) => (m.san_type, p.clone()),
-                    other => panic!("{other:?}"),
-                })
+                .map(
+                    |m| match m.matcher.as_ref().and_then(|x| x.match_pattern.as_ref()) {
+                        Some(MatchPattern::Prefix(p)) => (m.san_type, p.clone()),
+                        other => panic!("{other:?}"),
+                    },
+                )
                 .collect()
         };
         let uri = SanType::Uri as i32;

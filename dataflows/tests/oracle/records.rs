@@ -335,10 +335,13 @@ fn mesh(rng: &mut StdRng, extra: &mut StdRng) -> Record {
         // Replaced by the process's bundle whichever layer is in effect.
         system_ca_bundle: "/layer/bundle.pem".into(),
         inbound_mtls: InboundMtls {
-            trust_domains: pick(extra, &[&["cluster.local"][..], &["corp.example", "old.example"]])
-                .iter()
-                .map(|t| t.to_string())
-                .collect(),
+            trust_domains: pick(
+                extra,
+                &[&["cluster.local"][..], &["corp.example", "old.example"]],
+            )
+            .iter()
+            .map(|t| t.to_string())
+            .collect(),
             min_tls13: extra.random_bool(0.3),
             cipher_suites: Vec::new(),
             ecdh_curves: Vec::new(),

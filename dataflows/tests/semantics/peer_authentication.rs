@@ -58,7 +58,10 @@ fn tls_modes(cla: &ClusterLoadAssignment) -> Vec<Option<String>> {
         .flat_map(|g| &g.lb_endpoints)
         .map(|e| {
             let meta = e.metadata.as_ref()?;
-            let fields = &meta.filter_metadata.get("envoy.transport_socket_match")?.fields;
+            let fields = &meta
+                .filter_metadata
+                .get("envoy.transport_socket_match")?
+                .fields;
             match fields.get("tlsMode")?.kind.as_ref()? {
                 V::StringValue(s) => Some(s.clone()),
                 other => panic!("{other:?}"),
@@ -180,7 +183,11 @@ fn ports_no_service_declares_keep_their_own_mode() {
         chains(&l),
         [
             ("inbound|9080||-mtls".to_string(), Some(9080), true),
-            ("virtualInbound-catchall-mtls-7070".to_string(), Some(7070), true),
+            (
+                "virtualInbound-catchall-mtls-7070".to_string(),
+                Some(7070),
+                true
+            ),
             ("virtualInbound-catchall-tcp".to_string(), None, false),
         ]
     );
@@ -198,7 +205,11 @@ fn ports_no_service_declares_keep_their_own_mode() {
         chains(&m.listener_body(&ratings, "virtualInbound")),
         [
             ("inbound|9080||-mtls".to_string(), Some(9080), true),
-            ("virtualInbound-catchall-tcp-7070".to_string(), Some(7070), false),
+            (
+                "virtualInbound-catchall-tcp-7070".to_string(),
+                Some(7070),
+                false
+            ),
             ("virtualInbound-catchall-mtls".to_string(), None, true),
         ]
     );
