@@ -154,11 +154,11 @@ fn validate_names_kinds_not_served_with_a_code() {
     assert_eq!(out.status.code(), Some(0), "{stdout}");
 }
 
-/// Issue 36's example: a mesh-wide STRICT PeerAuthentication (translated: no error) and a
-/// DENY AuthorizationPolicy selecting `app: ratings` (not translated), so `validate` fails,
-/// naming the AuthorizationPolicy, that it is not enforced and what fails closed in its
-/// place; with the ratings Pod in the config, it also applies to the proxy the Pod
-/// describes (MF0017). A PERMISSIVE namespace policy restricts nothing and is no error.
+/// Issue 36's example (a mesh-wide STRICT PeerAuthentication, a DENY AuthorizationPolicy
+/// selecting `app: ratings`), both translated: no finding. A CUSTOM AuthorizationPolicy
+/// (not translated) makes `validate` fail, naming it, that it is not enforced and what
+/// fails closed in its place; with the ratings Pod in the config, it also applies to the
+/// proxy the Pod describes (MF0017). A PERMISSIVE namespace policy is no error.
 #[test]
 fn validate_fails_on_security_policies_it_does_not_enforce() {
     let dir = TestDir::new("cli-validate-security");
@@ -166,7 +166,7 @@ fn validate_fails_on_security_policies_it_does_not_enforce() {
     write_config(
         &config,
         "security.yaml",
-        "apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: default, namespace: istio-system}\nspec:\n  mtls: {mode: STRICT}\n---\napiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: ratings-deny, namespace: default}\nspec:\n  selector: {matchLabels: {app: ratings}}\n  action: DENY\n  rules: [{}]\n---\napiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: open, namespace: other}\nspec:\n  mtls: {mode: PERMISSIVE}\n",
+        "apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: default, namespace: istio-system}\nspec:\n  mtls: {mode: STRICT}\n---\napiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: ratings-deny, namespace: default}\nspec:\n  selector: {matchLabels: {app: ratings}}\n  action: DENY\n  rules: [{}]\n---\napiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: ratings-ext, namespace: default}\nspec:\n  selector: {matchLabels: {app: ratings}}\n  action: CUSTOM\n  provider: {name: ext}\n  rules: [{}]\n---\napiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: open, namespace: other}\nspec:\n  mtls: {mode: PERMISSIVE}\n",
     );
     let out = meshflow(&["validate", config.to_str().unwrap()]);
     let stdout = text(&out.stdout);
@@ -178,7 +178,11 @@ fn validate_fails_on_security_policies_it_does_not_enforce() {
         line("PeerAuthentication istio-system/default").is_empty(),
         "{stdout}"
     );
-    let authz = line("AuthorizationPolicy default/ratings-deny");
+    assert!(
+        line("AuthorizationPolicy default/ratings-deny").is_empty(),
+        "{stdout}"
+    );
+    let authz = line("AuthorizationPolicy default/ratings-ext");
     assert!(
         authz.len() == 1
             && authz[0].contains("error: ")
@@ -206,7 +210,7 @@ fn validate_fails_on_security_policies_it_does_not_enforce() {
     assert!(
         applied
             .iter()
-            .any(|l| l.contains("ratings-deny") && l.contains("deny-all")),
+            .any(|l| l.contains("ratings-ext") && l.contains("deny-all")),
         "{stdout}"
     );
 }

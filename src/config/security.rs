@@ -1,7 +1,7 @@
 //! Istio's security API types (security.istio.io v1 and v1beta1) as they appear in YAML:
-//! camelCase, unknown fields tolerated (and reported). Only what the fail-closed stopgap
-//! reads is typed; `rules` and the JWT fields it cannot honour are read whole, to be
-//! reported as one field each. Field names follow Istio's API reference.
+//! camelCase, unknown fields tolerated (and reported). AuthorizationPolicy rules are typed
+//! whole; the JWT fields the RequestAuthentication stopgap cannot honour are read whole, to
+//! be reported as one field each. Field names follow Istio's API reference.
 
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -44,8 +44,69 @@ pub struct AuthorizationPolicySpec {
     pub target_refs: Option<serde_yaml_ng::Value>,
     pub action: Option<String>,
     pub provider: Option<serde_yaml_ng::Value>,
-    /// Not evaluated: a restricting policy denies everything instead.
-    pub rules: Option<serde_yaml_ng::Value>,
+    pub rules: Option<Vec<Option<Rule>>>,
+}
+
+/// An AuthorizationPolicy rule: `from`, `to`, `when`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Rule {
+    pub from: Vec<RuleFrom>,
+    pub to: Vec<RuleTo>,
+    pub when: Vec<Condition>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct RuleFrom {
+    pub source: Option<Source>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct RuleTo {
+    pub operation: Option<Operation>,
+}
+
+/// `from[].source`: every field Istio's API has.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Source {
+    pub principals: Vec<String>,
+    pub not_principals: Vec<String>,
+    pub request_principals: Vec<String>,
+    pub not_request_principals: Vec<String>,
+    pub namespaces: Vec<String>,
+    pub not_namespaces: Vec<String>,
+    pub service_accounts: Vec<String>,
+    pub not_service_accounts: Vec<String>,
+    pub ip_blocks: Vec<String>,
+    pub not_ip_blocks: Vec<String>,
+    pub remote_ip_blocks: Vec<String>,
+    pub not_remote_ip_blocks: Vec<String>,
+}
+
+/// `to[].operation`: every field Istio's API has.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Operation {
+    pub hosts: Vec<String>,
+    pub not_hosts: Vec<String>,
+    pub ports: Vec<String>,
+    pub not_ports: Vec<String>,
+    pub methods: Vec<String>,
+    pub not_methods: Vec<String>,
+    pub paths: Vec<String>,
+    pub not_paths: Vec<String>,
+}
+
+/// `when[]`: a key and the values it must (`values`) or must not (`notValues`) have.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Condition {
+    pub key: String,
+    pub values: Vec<String>,
+    pub not_values: Vec<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

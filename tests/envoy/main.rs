@@ -7,6 +7,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod authorization;
 mod auto_mtls;
 mod circuit_breaking;
 mod connection_pool_protocols;

@@ -6,15 +6,16 @@
 //! carries a token where the rules look for one — the `Authorization` header and the
 //! `access_token` parameter of a rule that names no location, a rule's `fromParams` and
 //! `fromCookies` — valid or not, while requests without a token (and names that only
-//! resemble the ones looked for) pass, as Istio lets them. An AuthorizationPolicy that
-//! restricts makes it refuse every connection. Deleting the policies opens it again, and
-//! Envoy rejects no update.
+//! resemble the ones looked for) pass, as Istio lets them. AuthorizationPolicies are
+//! translated (a DENY on a path, an ALLOW on a header: 403 where they say); a CUSTOM one
+//! makes it refuse every connection. Deleting the policies opens it again, and Envoy
+//! rejects no update.
 //!
 //! At a server sidecar's Sidecar `ingress` listener (bound by the proxy itself, as every
 //! server sidecar here: no traffic capture on loopback): a STRICT PeerAuthentication leaves
 //! it only its mTLS chain — a client sidecar's mutual TLS still reaches the application, a
-//! plaintext connection finds no chain — and a restricting AuthorizationPolicy refuses the
-//! client sidecar too. A DISABLE PeerAuthentication (translated as Istio does) leaves the
+//! plaintext connection finds no chain — and a DENY AuthorizationPolicy answers the client
+//! sidecar 403. A DISABLE PeerAuthentication (translated as Istio does) leaves the
 //! server only its plaintext chain and makes the client sidecar send it plaintext. Loopback
 //! only.
 
@@ -52,7 +53,8 @@ spec:
   - issuer: https://other.example.com
 ";
 
-const AUTHORIZATION_POLICY: &str = "\
+/// Translated: DENY `/admin*`; ALLOW only the `blue` team (a request header).
+const AUTHORIZATION_POLICIES: &str = "\
 apiVersion: security.istio.io/v1
 kind: AuthorizationPolicy
 metadata:
@@ -63,6 +65,40 @@ spec:
     matchLabels:
       istio: ingressgateway
   action: DENY
+  rules:
+  - to:
+    - operation:
+        paths: [/admin*]
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata:
+  name: gateway-allow
+  namespace: istio-system
+spec:
+  selector:
+    matchLabels:
+      istio: ingressgateway
+  rules:
+  - when:
+    - key: request.headers[x-team]
+      values: [blue]
+";
+
+/// Not translated (no external authorization yet): every connection refused.
+const CUSTOM_POLICY: &str = "\
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata:
+  name: gateway-ext
+  namespace: istio-system
+spec:
+  selector:
+    matchLabels:
+      istio: ingressgateway
+  action: CUSTOM
+  provider:
+    name: ext
   rules:
   - {}
 ";
@@ -153,18 +189,28 @@ fn a_gateway_refuses_what_the_policies_selecting_it_ask() {
         &[("cookie", "mysession=abc")],
     );
 
-    // A restricting AuthorizationPolicy: every connection refused.
+    // AuthorizationPolicies, translated: the blue team passes, but not to /admin; others
+    // get 403.
+    remove_config(&config, "zz-request-authentication.yaml");
     write_config(
         &config,
         "zz-authorization-policy.yaml",
-        AUTHORIZATION_POLICY,
+        AUTHORIZATION_POLICIES,
     );
-    let c = client.converge("deny-all", "/r", &[], refused, 10);
+    let blue = [("x-team", "blue")];
+    forbidden("no team: the ALLOW policy does not match", "/r", &[]);
+    forbidden("the red team", "/r", &[("x-team", "red")]);
+    forbidden("the blue team to /admin: DENY", "/admin/x", &blue);
+    passes("the blue team", "/r", &blue);
+
+    // CUSTOM (not translated): every connection refused.
+    write_config(&config, "zz-custom.yaml", CUSTOM_POLICY);
+    let c = client.converge("deny-all", "/r", &blue, refused, 10);
     assert!(refused(&c), "{c:?}");
 
     // Deleted: open again.
+    remove_config(&config, "zz-custom.yaml");
     remove_config(&config, "zz-authorization-policy.yaml");
-    remove_config(&config, "zz-request-authentication.yaml");
     open(
         "open again",
         "/r?access_token=x",
@@ -264,13 +310,13 @@ fn a_server_sidecar_refuses_what_the_policies_selecting_it_ask() {
 
     write_config(&config, "zz-deny.yaml", DENY_REVIEWS);
     let (via, _) = converge(
-        "deny-all: the client sidecar is refused too",
+        "DENY every request: the client sidecar is refused too",
         CONVERGE_TIMEOUT,
         both,
         |(via, _)| via != &app,
         summary,
     );
-    assert!(via.starts_with("status 503") || via == "error", "{via}");
+    assert_eq!(via, "status 403", "the server sidecar's RBAC answers");
 
     remove_config(&config, "zz-deny.yaml");
     remove_config(&config, "zz-strict.yaml");

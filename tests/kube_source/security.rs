@@ -1,7 +1,8 @@
 //! Security policies (security.istio.io) read from the cluster hold exactly as those read
-//! from files: an AuthorizationPolicy created through the API makes the sidecars it selects
-//! fail closed (the fail-closed stopgap, until policies are translated), says so on its
-//! status and in the dataflow's errors, and its deletion opens them again.
+//! from files: an AuthorizationPolicy created through the API reaches the sidecars it
+//! selects as Envoy RBAC (its rules named as Istio names them) and is reconciled; a CUSTOM
+//! one (not translated) makes them fail closed and says so on its status and in the
+//! dataflow's errors; deleting them opens the sidecars again.
 //!
 //! Against the fake API server (`support::fake_kube`: the real `kube` client, the API
 //! server's list/watch wire format); the sidecar is a Delta xDS client.
@@ -13,7 +14,8 @@ use serde_json::json;
 use std::collections::HashMap;
 use std::time::Duration;
 
-/// What a virtualInbound that refuses every connection carries: the network RBAC filter.
+/// What a virtualInbound under an AuthorizationPolicy carries (on its chains that proxy
+/// bytes, and the deny-all): the network RBAC filter.
 const RBAC_FILTER: &[u8] = b"envoy.filters.network.rbac";
 
 /// The `virtualInbound` listener the client was last served (empty before).
@@ -48,7 +50,7 @@ async fn await_listeners(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_authorization_policy_from_the_cluster_fails_its_sidecars_closed() {
+async fn an_authorization_policy_from_the_cluster_reaches_its_sidecars() {
     let cluster = start(
         "kube-security",
         |fake| {
@@ -71,24 +73,54 @@ async fn an_authorization_policy_from_the_cluster_fails_its_sidecars_closed() {
     })
     .await;
 
+    // A DENY policy is translated: its rule, by Istio's name, in the sidecar's RBAC; the
+    // policy is reconciled as written.
     cluster.fake.apply(json!({
         "apiVersion": "security.istio.io/v1", "kind": "AuthorizationPolicy",
         "metadata": {"name": "deny-ratings", "namespace": "default"},
-        "spec": {"selector": {"matchLabels": {"app": "ratings"}}, "action": "DENY", "rules": [{}]},
+        "spec": {"selector": {"matchLabels": {"app": "ratings"}}, "action": "DENY",
+                 "rules": [{"to": [{"operation": {"methods": ["DELETE"]}}]}]},
+    }));
+    await_listeners(
+        &mut c,
+        &mut held,
+        "the policy's rule in virtualInbound",
+        |h| {
+            contains(
+                virtual_inbound(h),
+                b"ns[default]-policy[deny-ratings]-rule[0]",
+            )
+        },
+    )
+    .await;
+    await_status(
+        &cluster.fake,
+        "AuthorizationPolicy",
+        "deny-ratings",
+        "the translated policy is reconciled",
+        |s| reconciled(s) == "True",
+    );
+
+    // CUSTOM is not translated: MF0017, deny-all, status False naming the field.
+    cluster.fake.apply(json!({
+        "apiVersion": "security.istio.io/v1", "kind": "AuthorizationPolicy",
+        "metadata": {"name": "ext-ratings", "namespace": "default"},
+        "spec": {"selector": {"matchLabels": {"app": "ratings"}}, "action": "CUSTOM",
+                 "provider": {"name": "ext"}, "rules": [{}]},
     }));
     await_listeners(&mut c, &mut held, "a deny-all virtualInbound", |h| {
-        contains(virtual_inbound(h), RBAC_FILTER)
+        contains(virtual_inbound(h), b"meshflow_authz_not_enforced.")
     })
     .await;
     cluster.await_config_errors("MF0017 names the policy", |errors| {
         errors
             .iter()
-            .any(|e| e.contains("deny-ratings") && e.contains("not enforced"))
+            .any(|e| e.contains("ext-ratings") && e.contains("not enforced"))
     });
     let status = await_status(
         &cluster.fake,
         "AuthorizationPolicy",
-        "deny-ratings",
+        "ext-ratings",
         "the policy is not reconciled as written",
         |s| reconciled(s) == "False",
     );
@@ -98,9 +130,9 @@ async fn an_authorization_policy_from_the_cluster_fails_its_sidecars_closed() {
         "{status:#}"
     );
 
-    cluster
-        .fake
-        .delete("AuthorizationPolicy", "default", "deny-ratings");
+    for name in ["deny-ratings", "ext-ratings"] {
+        cluster.fake.delete("AuthorizationPolicy", "default", name);
+    }
     await_listeners(&mut c, &mut held, "open again once deleted", |h| {
         !virtual_inbound(h).is_empty() && !contains(virtual_inbound(h), RBAC_FILTER)
     })

@@ -7,6 +7,7 @@
 //! wherever it lives. The model imports nothing of `translate` (the names of Istio's
 //! clusters are in [`names`], which `translate` re-exports).
 
+mod authz;
 mod destination_rule;
 mod gateway;
 mod inbound;
@@ -21,6 +22,7 @@ mod sidecar;
 mod tls;
 mod virtual_service;
 
+pub use authz::*;
 pub use destination_rule::*;
 pub use gateway::*;
 pub use inbound::*;

@@ -14,7 +14,7 @@
 //! collection, one join with the proxies and one per-proxy reduce; only what each adds to
 //! a proxy ([`PolicyEffect`]) differs.
 
-use super::{ConfigError, ConfigKey, ErrorCode, Kind, Labels, ProxyKind};
+use super::{AuthzPolicy, ConfigError, ConfigKey, ErrorCode, Kind, Labels, NamedAuthz, ProxyKind};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -39,9 +39,12 @@ pub enum PolicyEffect {
         mode: MtlsMode,
         ports: BTreeMap<u16, MtlsMode>,
     },
-    /// An AuthorizationPolicy whose action restricts (ALLOW, DENY, CUSTOM; not AUDIT, not
-    /// dry-run): every connection to the workload is denied.
+    /// An AuthorizationPolicy with action CUSTOM (not translated yet): every connection
+    /// to the workload is denied.
     DenyAll,
+    /// An AuthorizationPolicy ALLOW, DENY or AUDIT (not dry-run), translated into Envoy's
+    /// RBAC on every inbound chain of the workloads it selects.
+    Authz(AuthzPolicy),
     /// A RequestAuthentication: where its `jwtRules` look for tokens (header names,
     /// lowercase; query parameter and cookie names). A request carrying any is refused.
     Tokens {
@@ -120,7 +123,9 @@ impl SecurityPolicy {
             ProxyKind::Sidecar if captured => Reach::Protected,
             ProxyKind::Router => match self.effect {
                 PolicyEffect::Peer { .. } => Reach::NotApplicable,
-                PolicyEffect::DenyAll | PolicyEffect::Tokens { .. } => Reach::Protected,
+                PolicyEffect::DenyAll | PolicyEffect::Authz(_) | PolicyEffect::Tokens { .. } => {
+                    Reach::Protected
+                }
             },
             ProxyKind::Sidecar | ProxyKind::Proxyless => Reach::Unprotected,
         }
@@ -212,9 +217,10 @@ pub struct InboundSecurity {
     pub mode: Option<MtlsMode>,
     /// The winning workload policy's `portLevelMtls`, resolved.
     pub ports: BTreeMap<u16, MtlsMode>,
-    /// An AuthorizationPolicy that restricts selects the workload: every inbound chain
-    /// denies.
+    /// A CUSTOM AuthorizationPolicy selects the workload: every inbound chain denies.
     pub deny_all: bool,
+    /// The translated AuthorizationPolicies selecting it, sorted (namespace, name).
+    pub authz: Vec<NamedAuthz>,
     /// Token locations of the RequestAuthentications selecting it (lowercase headers).
     pub token_headers: BTreeSet<String>,
     pub token_params: BTreeSet<String>,
@@ -236,6 +242,11 @@ impl InboundSecurity {
             match &p.effect {
                 PolicyEffect::Peer { .. } => peers.push(p),
                 PolicyEffect::DenyAll => out.deny_all = true,
+                PolicyEffect::Authz(a) => out.authz.push(NamedAuthz {
+                    namespace: p.key.namespace.clone(),
+                    name: p.key.name.clone(),
+                    policy: a.clone(),
+                }),
                 PolicyEffect::Tokens {
                     headers,
                     params,
@@ -251,6 +262,7 @@ impl InboundSecurity {
             out.mode = Some(peer.mode);
             out.ports = peer.ports;
         }
+        out.authz.sort();
         out
     }
 
@@ -288,6 +300,7 @@ impl InboundSecurity {
     pub fn is_open(&self) -> bool {
         let permissive = |m: &MtlsMode| matches!(m, MtlsMode::Permissive | MtlsMode::Unset);
         !self.deny_all
+            && self.authz.is_empty()
             && !self.checks_tokens()
             && self.mode.as_ref().is_none_or(permissive)
             && self.ports.values().all(permissive)
@@ -302,7 +315,7 @@ impl SecurityPolicy {
             PolicyEffect::Peer { mode, ports } => {
                 *mode == MtlsMode::Strict || ports.values().any(|m| *m == MtlsMode::Strict)
             }
-            PolicyEffect::DenyAll => true,
+            PolicyEffect::DenyAll | PolicyEffect::Authz(_) => true,
             PolicyEffect::Tokens { .. } => true,
         }
     }
@@ -314,7 +327,7 @@ impl SecurityPolicy {
                 "on the STRICT ports of the sidecars it selects only mTLS connections are \
                  accepted (their plaintext inbound chains are removed)"
             }
-            PolicyEffect::DenyAll => {
+            PolicyEffect::DenyAll | PolicyEffect::Authz(_) => {
                 "every inbound connection to the sidecars and gateways it selects is refused \
                  (deny-all)"
             }
@@ -335,13 +348,18 @@ impl SecurityPolicy {
             return None;
         }
         // PeerAuthentication is translated: only the proxies it cannot reach are news.
-        let translated = matches!(self.effect, PolicyEffect::Peer { .. });
+        let translated = matches!(
+            self.effect,
+            PolicyEffect::Peer { .. } | PolicyEffect::Authz(_)
+        );
         if translated && !unprotected {
             return None;
         }
         let mut message = if translated {
-            "PeerAuthentication: enforced on the sidecars with traffic capture it selects"
-                .to_string()
+            format!(
+                "{:?}: enforced on the sidecars with traffic capture (and the gateways) it                  selects",
+                self.key.kind
+            )
         } else {
             format!(
                 "{:?} is not enforced by meshflow yet (it is not translated)",

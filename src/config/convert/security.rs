@@ -149,12 +149,8 @@ pub(super) fn authorization_policy(
             format!("unknown action {action:?} (ALLOW, DENY, AUDIT, CUSTOM)"),
         ));
     }
-    let rules: Vec<Value> = match &spec.rules {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::Sequence(r)) => r.clone(),
-        Some(_) => return Err(Invalid::field("spec.rules", "rules must be a list")),
-    };
-    if matches!(action, "DENY" | "CUSTOM") && rules.is_empty() {
+    let written = spec.rules.unwrap_or_default();
+    if matches!(action, "DENY" | "CUSTOM") && written.is_empty() {
         return Err(Invalid::field(
             "spec.rules",
             format!("a {action} policy needs rules"),
@@ -165,6 +161,16 @@ pub(super) fn authorization_policy(
             "spec.provider",
             "provider is only allowed with action CUSTOM",
         ));
+    }
+    // Read (and checked) whatever the action, so a bad value is refused alike.
+    let mut rules = Vec::with_capacity(written.len());
+    for (i, r) in written.into_iter().enumerate() {
+        rules.push(authz_rule(
+            r.unwrap_or_default(),
+            i,
+            &key.namespace,
+            findings,
+        )?);
     }
     if target_refs(
         &spec.target_ref,
@@ -177,58 +183,236 @@ pub(super) fn authorization_policy(
     let dry_run = super::fields::metadata_map(value, "annotations")
         .get(DRY_RUN)
         .is_some_and(|v| v == "true");
-    // An empty rule matches every request: an ALLOW policy with one allows everything,
-    // which is what meshflow does without it.
-    let empty_rule = |r: &Value| r.as_mapping().is_none_or(|m| m.is_empty());
-    let allows_all = action == "ALLOW" && rules.iter().any(empty_rule);
-    let restricts = match action {
-        "AUDIT" => {
-            findings.push(Finding::warning(
-                "spec.action",
-                "AUDIT restricts nothing; it is not translated by meshflow yet (no audit log)",
-            ));
-            false
-        }
-        _ if dry_run => {
-            findings.push(Finding::warning(
-                format!("metadata.annotations[{DRY_RUN}]"),
-                "a dry-run policy is not enforced, as in Istio; meshflow does not translate \
-                 its shadow evaluation yet",
-            ));
-            false
-        }
-        _ if allows_all => {
-            findings.push(Finding::warning(
-                "spec.rules",
-                "an empty rule allows every request, which is what meshflow does without this \
-                 policy; it is not translated further",
-            ));
-            false
-        }
-        _ => true,
-    };
-    if !restricts {
+    if dry_run {
+        findings.push(Finding::warning(
+            format!("metadata.annotations[{DRY_RUN}]"),
+            "a dry-run policy is not enforced, as in Istio; meshflow does not translate its \
+             shadow evaluation yet",
+        ));
         return Ok(Vec::new());
     }
-    let what = if action == "ALLOW" && rules.is_empty() {
-        // ALLOW without rules denies everything: the deny-all is exactly Istio's result.
-        "allows nothing, as Istio reads an ALLOW policy without rules: every inbound \
-         connection to the sidecars and gateways it selects is refused"
-            .to_string()
-    } else {
-        format!(
-            "{action} is not translated by meshflow yet (its rules are not evaluated; \
-             fail-closed stopgap): every inbound connection to the sidecars and gateways it \
-             selects is refused"
-        )
+    let effect = match action {
+        "CUSTOM" => {
+            findings.push(Finding::error(
+                "spec.action",
+                "CUSTOM is not translated by meshflow yet (no external authorization; \
+                 fail-closed stopgap): every inbound connection to the sidecars and gateways \
+                 it selects is refused",
+            ));
+            m::PolicyEffect::DenyAll
+        }
+        _ => m::PolicyEffect::Authz(m::AuthzPolicy {
+            action: match action {
+                "ALLOW" => m::AuthzAction::Allow,
+                "DENY" => m::AuthzAction::Deny,
+                _ => m::AuthzAction::Audit,
+            },
+            rules,
+        }),
     };
-    findings.push(Finding::error("spec.action", what));
     Ok(vec![Record::Security(m::SecurityPolicy {
         key: key.clone(),
         created: created(value),
         selector,
-        effect: m::PolicyEffect::DenyAll,
+        effect,
     })])
+}
+
+/// One rule, each field checked as Istio's validation checks it; a field meshflow cannot
+/// check yet (token claims, path templates, Envoy metadata) is kept as such, with an error
+/// finding saying how it fails closed.
+fn authz_rule(
+    r: s::Rule,
+    i: usize,
+    namespace: &str,
+    findings: &mut Vec<Finding>,
+) -> Result<m::AuthzRule> {
+    use m::AuthzField as F;
+    let base = format!("spec.rules[{i}]");
+    let mut unevaluable = |field: &str| {
+        findings.push(Finding::error(
+            field,
+            "not checked by meshflow yet (it needs the JWT or Envoy metadata translation): \
+             failing closed, an ALLOW rule with it allows nothing, and in DENY or AUDIT the \
+             rule matches as if it held",
+        ))
+    };
+    let mut out = m::AuthzRule::default();
+    for (j, f) in r.from.into_iter().enumerate() {
+        let Some(src) = f.source else { continue };
+        let at = |name: &str| format!("{base}.from[{j}].source.{name}");
+        let mut entry = Vec::new();
+        let lists = [
+            (F::Principal, "principals", src.principals, false),
+            (F::Principal, "notPrincipals", src.not_principals, true),
+            (F::Namespace, "namespaces", src.namespaces, false),
+            (F::Namespace, "notNamespaces", src.not_namespaces, true),
+            (
+                F::ServiceAccount,
+                "serviceAccounts",
+                src.service_accounts,
+                false,
+            ),
+            (
+                F::ServiceAccount,
+                "notServiceAccounts",
+                src.not_service_accounts,
+                true,
+            ),
+            (F::SourceIp, "ipBlocks", src.ip_blocks, false),
+            (F::SourceIp, "notIpBlocks", src.not_ip_blocks, true),
+            (F::RemoteIp, "remoteIpBlocks", src.remote_ip_blocks, false),
+            (
+                F::RemoteIp,
+                "notRemoteIpBlocks",
+                src.not_remote_ip_blocks,
+                true,
+            ),
+            (
+                F::Unevaluable("requestPrincipals".into()),
+                "requestPrincipals",
+                src.request_principals,
+                false,
+            ),
+            (
+                F::Unevaluable("notRequestPrincipals".into()),
+                "notRequestPrincipals",
+                src.not_request_principals,
+                true,
+            ),
+        ];
+        for (field, name, values, not) in lists {
+            if values.is_empty() {
+                continue;
+            }
+            check_values(&field, &values, &at(name), namespace)?;
+            if matches!(field, F::Unevaluable(_)) {
+                unevaluable(&at(name));
+            }
+            entry.push(m::AuthzMatch { field, values, not });
+        }
+        out.from.push(entry);
+    }
+    for (j, t) in r.to.into_iter().enumerate() {
+        let Some(op) = t.operation else { continue };
+        let at = |name: &str| format!("{base}.to[{j}].operation.{name}");
+        let mut entry = Vec::new();
+        let lists = [
+            (F::Host, "hosts", op.hosts, false),
+            (F::Host, "notHosts", op.not_hosts, true),
+            (F::Port, "ports", op.ports, false),
+            (F::Port, "notPorts", op.not_ports, true),
+            (F::Method, "methods", op.methods, false),
+            (F::Method, "notMethods", op.not_methods, true),
+            (F::Path, "paths", op.paths, false),
+            (F::Path, "notPaths", op.not_paths, true),
+        ];
+        for (field, name, values, not) in lists {
+            if values.is_empty() {
+                continue;
+            }
+            check_values(&field, &values, &at(name), namespace)?;
+            // A path template (`{*}`, `{**}`) is not matched by meshflow yet.
+            let field = if field == F::Path && values.iter().any(|v| v.contains('{')) {
+                unevaluable(&at(name));
+                F::Unevaluable(format!("{name} template"))
+            } else {
+                field
+            };
+            entry.push(m::AuthzMatch { field, values, not });
+        }
+        out.to.push(entry);
+    }
+    for (j, c) in r.when.into_iter().enumerate() {
+        let at = format!("{base}.when[{j}]");
+        let field = condition_field(&c.key, &format!("{at}.key"))?;
+        if c.values.is_empty() && c.not_values.is_empty() {
+            return Err(Invalid::field(&at, "a condition needs values or notValues"));
+        }
+        if matches!(field, F::Unevaluable(_)) {
+            unevaluable(&format!("{at}.key"));
+        }
+        for (values, not, name) in [
+            (c.values, false, "values"),
+            (c.not_values, true, "notValues"),
+        ] {
+            if values.is_empty() {
+                continue;
+            }
+            check_values(&field, &values, &format!("{at}.{name}"), namespace)?;
+            out.when.push(m::AuthzMatch {
+                field: field.clone(),
+                values,
+                not,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// The field a `when` key names, as Istio reads the keys it accepts.
+fn condition_field(key: &str, at: &str) -> Result<m::AuthzField> {
+    use m::AuthzField as F;
+    Ok(match key {
+        "source.ip" => F::SourceIp,
+        "remote.ip" => F::RemoteIp,
+        "source.namespace" => F::Namespace,
+        "source.principal" => F::Principal,
+        "source.serviceAccount" => F::ServiceAccount,
+        "destination.ip" => F::DestinationIp,
+        "destination.port" => F::Port,
+        "connection.sni" => F::Sni,
+        k if k.starts_with("request.headers[") && k.ends_with(']') && k.len() > 17 => {
+            F::Header(k["request.headers[".len()..k.len() - 1].to_string())
+        }
+        k if k.starts_with("request.auth.") || k.starts_with("experimental.envoy.filters.") => {
+            F::Unevaluable(k.to_string())
+        }
+        other => {
+            return Err(Invalid::field(
+                at,
+                format!("{other:?} is not a condition key Istio accepts"),
+            ))
+        }
+    })
+}
+
+/// Values a field can hold, as Istio's validation checks them: addresses and ranges,
+/// port numbers, service accounts without wildcards, no empty value.
+fn check_values(field: &m::AuthzField, values: &[String], at: &str, _ns: &str) -> Result<()> {
+    use m::AuthzField as F;
+    for (k, v) in values.iter().enumerate() {
+        let at = format!("{at}[{k}]");
+        if v.is_empty() {
+            return Err(Invalid::field(&at, "an empty value"));
+        }
+        let ok = match field {
+            F::SourceIp | F::RemoteIp | F::DestinationIp => cidr_ok(v),
+            F::Port => v.parse::<u16>().is_ok_and(|p| p > 0),
+            F::ServiceAccount => !v.contains('*') && v.split('/').count() <= 2,
+            _ => true,
+        };
+        if !ok {
+            return Err(Invalid::field(
+                &at,
+                format!("{v:?} is not a valid value for {field:?}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// An IP address, or an address and prefix length within its family.
+fn cidr_ok(v: &str) -> bool {
+    let (addr, len) = match v.split_once('/') {
+        Some((a, l)) => (a, Some(l)),
+        None => (v, None),
+    };
+    let Ok(ip) = addr.parse::<std::net::IpAddr>() else {
+        return false;
+    };
+    let max = if ip.is_ipv4() { 32 } else { 128 };
+    len.is_none_or(|l| l.parse::<u8>().is_ok_and(|n| n <= max))
 }
 
 pub(super) fn request_authentication(

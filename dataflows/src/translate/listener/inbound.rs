@@ -194,10 +194,8 @@ fn by_mode(chains: Vec<FilterChain>, mode: MtlsMode) -> Vec<FilterChain> {
 /// Every chain of `chains` refuses connections where an AuthorizationPolicy that meshflow
 /// cannot evaluate selects the workload: the deny-all network RBAC filter first.
 fn secure(mut chains: Vec<FilterChain>, sec: &InboundSecurity) -> Vec<FilterChain> {
-    if sec.deny_all {
-        for c in &mut chains {
-            c.filters.insert(0, rbac::deny_all_filter());
-        }
+    for c in &mut chains {
+        rbac::authorize(c, sec);
     }
     chains
 }

@@ -151,9 +151,7 @@ pub fn with_refusals(r: Resource, sec: &crate::model::InboundSecurity) -> Option
                 *any = pack_any(hcm);
             }
         }
-        if sec.deny_all {
-            chain.filters.insert(0, rbac::deny_all_filter());
-        }
+        rbac::authorize(chain, sec);
     }
     Some(Resource::new(
         ResourceType::Listener,

@@ -6,6 +6,7 @@
 //! Each filter holds at most one policy: `policies` is a map, and one entry keeps the
 //! encoded bytes (the resource's version) the same from one build to the next.
 
+use crate::model::{AuthzAction, AuthzField, AuthzMatch, CheckedRule, NamedAuthz};
 use envoy_types::pb::envoy::config::listener::v3::{filter, Filter};
 use envoy_types::pb::envoy::config::rbac::v3::{
     permission, principal, rbac::Action, Permission, Policy, Principal, Rbac,
@@ -18,7 +19,8 @@ use envoy_types::pb::envoy::extensions::filters::network::http_connection_manage
 use envoy_types::pb::envoy::extensions::filters::network::rbac::v3::Rbac as NetworkRbac;
 use envoy_types::pb::envoy::r#type::matcher::v3::{string_matcher, RegexMatcher, StringMatcher};
 use envoy_types::util::pack_any;
-use std::collections::BTreeSet;
+use prost::Message;
+use std::collections::{BTreeMap, BTreeSet};
 
 const NETWORK_RBAC: &str = "envoy.filters.network.rbac";
 pub const HTTP_RBAC: &str = "envoy.filters.http.rbac";
@@ -137,4 +139,345 @@ pub fn token_filter(
         config_type: Some(http_filter::ConfigType::TypedConfig(pack_any(rbac))),
         ..Default::default()
     })
+}
+
+/// Istio's value patterns: `*` anything (present), `*x` a suffix, `x*` a prefix, else
+/// exact; `prefix` (`spiffe://` for principals) goes before what the value writes.
+fn pattern(v: &str, prefix: &str, ignore_case: bool) -> StringMatcher {
+    use string_matcher::MatchPattern as P;
+    let m = if v == "*" {
+        return StringMatcher {
+            ignore_case,
+            ..regex(".+".into())
+        };
+    } else if let Some(rest) = v.strip_prefix('*') {
+        if prefix.is_empty() {
+            P::Suffix(rest.into())
+        } else {
+            return regex(format!("{}.*{}", quote(prefix), quote(rest)));
+        }
+    } else if let Some(rest) = v.strip_suffix('*') {
+        P::Prefix(format!("{prefix}{rest}"))
+    } else {
+        P::Exact(format!("{prefix}{v}"))
+    };
+    StringMatcher {
+        match_pattern: Some(m),
+        ignore_case,
+        ..Default::default()
+    }
+}
+
+/// A header's value by Istio's patterns, `*` meaning present.
+fn header_value(name: &str, v: &str, ignore_case: bool) -> HeaderMatcher {
+    use header_matcher::HeaderMatchSpecifier as Spec;
+    HeaderMatcher {
+        name: name.into(),
+        header_match_specifier: Some(if v == "*" {
+            Spec::PresentMatch(true)
+        } else {
+            Spec::StringMatch(pattern(v, "", ignore_case))
+        }),
+        ..Default::default()
+    }
+}
+
+/// `10.0.0.0/8` or a bare address as Envoy's range (the conversion checked it).
+fn cidr(v: &str) -> envoy_types::pb::envoy::config::core::v3::CidrRange {
+    crate::translate::tcp::cidr(v)
+}
+
+/// A principal-name regex for a glob (`*` any run).
+fn glob(v: &str) -> String {
+    v.split('*').map(quote).collect::<Vec<_>>().join(".*")
+}
+
+fn principal_name(m: StringMatcher) -> principal::Identifier {
+    principal::Identifier::Authenticated(principal::Authenticated {
+        principal_name: Some(m),
+    })
+}
+
+/// One value of a source-side field as Envoy's principal; `ns`: the policy's namespace.
+fn source_value(field: &AuthzField, v: &str, ns: &str) -> principal::Identifier {
+    use principal::Identifier as I;
+    match field {
+        AuthzField::Principal => principal_name(pattern(v, "spiffe://", false)),
+        AuthzField::Namespace => principal_name(regex(format!(".*/ns/{}/.*", glob(v)))),
+        AuthzField::ServiceAccount => {
+            let (sa_ns, sa) = v.split_once('/').unwrap_or((ns, v));
+            principal_name(regex(format!(
+                "spiffe://[^/]+/ns/{}/sa/{}",
+                quote(sa_ns),
+                quote(sa)
+            )))
+        }
+        AuthzField::SourceIp => I::DirectRemoteIp(cidr(v)),
+        AuthzField::RemoteIp => I::RemoteIp(cidr(v)),
+        AuthzField::Header(name) => I::Header(header_value(name, v, false)),
+        // Operation-side fields are not given here ([`AuthzField::of_source`]).
+        _ => I::NotId(Box::new(Principal {
+            identifier: Some(I::Any(true)),
+        })),
+    }
+}
+
+/// One value of an operation-side field as Envoy's permission.
+fn operation_value(field: &AuthzField, v: &str) -> permission::Rule {
+    use permission::Rule as R;
+    match field {
+        AuthzField::Host => R::Header(header_value(":authority", v, true)),
+        AuthzField::Method => R::Header(header_value(":method", v, false)),
+        AuthzField::Path => R::UrlPath(envoy_types::pb::envoy::r#type::matcher::v3::PathMatcher {
+            rule: Some(
+                envoy_types::pb::envoy::r#type::matcher::v3::path_matcher::Rule::Path(pattern(
+                    v, "", false,
+                )),
+            ),
+        }),
+        AuthzField::Port => R::DestinationPort(v.parse().unwrap_or(0)),
+        AuthzField::DestinationIp => R::DestinationIp(cidr(v)),
+        AuthzField::Sni => R::RequestedServerName(pattern(v, "", false)),
+        // Source-side and unevaluable fields are not given here.
+        _ => R::NotRule(Box::new(Permission {
+            rule: Some(R::Any(true)),
+        })),
+    }
+}
+
+fn source_match(m: &AuthzMatch, ns: &str) -> Principal {
+    use principal::Identifier as I;
+    let ids: Vec<Principal> = m
+        .values
+        .iter()
+        .map(|v| Principal {
+            identifier: Some(source_value(&m.field, v, ns)),
+        })
+        .collect();
+    let any_of = match <[Principal; 1]>::try_from(ids) {
+        Ok([one]) => one,
+        Err(ids) => Principal {
+            identifier: Some(I::OrIds(principal::Set { ids })),
+        },
+    };
+    if m.not {
+        Principal {
+            identifier: Some(I::NotId(Box::new(any_of))),
+        }
+    } else {
+        any_of
+    }
+}
+
+fn operation_match(m: &AuthzMatch) -> Permission {
+    use permission::Rule as R;
+    let rules: Vec<Permission> = m
+        .values
+        .iter()
+        .map(|v| Permission {
+            rule: Some(operation_value(&m.field, v)),
+        })
+        .collect();
+    let any_of = match <[Permission; 1]>::try_from(rules) {
+        Ok([one]) => one,
+        Err(rules) => Permission {
+            rule: Some(R::OrRules(permission::Set { rules })),
+        },
+    };
+    if m.not {
+        Permission {
+            rule: Some(R::NotRule(Box::new(any_of))),
+        }
+    } else {
+        any_of
+    }
+}
+
+/// One rule as Envoy's policy: any of its sources (each all of its matches) and any of its
+/// operations (likewise).
+fn policy_of(rule: &CheckedRule, ns: &str) -> Policy {
+    use permission::Rule as R;
+    use principal::Identifier as I;
+    let principals = rule
+        .sources
+        .iter()
+        .map(|ms| match ms.as_slice() {
+            [] => Principal {
+                identifier: Some(I::Any(true)),
+            },
+            ms => Principal {
+                identifier: Some(I::AndIds(principal::Set {
+                    ids: ms.iter().map(|m| source_match(m, ns)).collect(),
+                })),
+            },
+        })
+        .collect();
+    let permissions = rule
+        .operations
+        .iter()
+        .map(|ms| match ms.as_slice() {
+            [] => Permission {
+                rule: Some(R::Any(true)),
+            },
+            ms => Permission {
+                rule: Some(R::AndRules(permission::Set {
+                    rules: ms.iter().map(operation_match).collect(),
+                })),
+            },
+        })
+        .collect();
+    Policy {
+        permissions,
+        principals,
+        ..Default::default()
+    }
+}
+
+/// Per action present (AUDIT, DENY, ALLOW, in Envoy's order of filters), its policies by
+/// name: the rules of every policy of that action, as a chain (`http` or not) checks them.
+/// An ALLOW policy whose rules all go (or that has none) still makes the ALLOW filter
+/// present, so what no other ALLOW policy allows is denied, as in Istio.
+fn by_action(authz: &[NamedAuthz], http: bool) -> Vec<(AuthzAction, BTreeMap<String, Policy>)> {
+    let mut out: BTreeMap<AuthzAction, BTreeMap<String, Policy>> = BTreeMap::new();
+    for a in authz {
+        let policies = out.entry(a.policy.action).or_default();
+        for (i, rule) in a.policy.rules.iter().enumerate() {
+            if let Some(checked) = rule.on_chain(a.policy.action, http) {
+                policies.insert(a.rule_name(i), policy_of(&checked, &a.namespace));
+            }
+        }
+    }
+    out.into_iter().collect()
+}
+
+/// Envoy's RBAC message with its `policies` in name order: prost keeps maps in a hash
+/// map, whose order would change the bytes (the resource's version) from one build to the
+/// next. The map's entries are written after the other fields, which protobuf allows.
+fn rbac_bytes(action: AuthzAction, policies: &BTreeMap<String, Policy>) -> Vec<u8> {
+    use prost::encoding::{encode_key, encode_varint, WireType};
+    let envoy_action = match action {
+        AuthzAction::Audit => Action::Log,
+        AuthzAction::Deny => Action::Deny,
+        AuthzAction::Allow => Action::Allow,
+    };
+    let mut buf = Rbac {
+        action: envoy_action as i32,
+        ..Default::default()
+    }
+    .encode_to_vec();
+    for (name, policy) in policies {
+        let mut entry = Vec::new();
+        prost::encoding::string::encode(1, name, &mut entry);
+        prost::encoding::message::encode(2, policy, &mut entry);
+        // `policies` is field 2 of envoy.config.rbac.v3.RBAC.
+        encode_key(2, WireType::LengthDelimited, &mut buf);
+        encode_varint(entry.len() as u64, &mut buf);
+        buf.extend_from_slice(&entry);
+    }
+    buf
+}
+
+/// `head` (a filter's config without its `rules`) with `rules` (field 1 of both RBAC
+/// filters' configs) written after it, packed as `type_url`.
+fn with_rules(
+    head: Vec<u8>,
+    rules: Vec<u8>,
+    type_url: &str,
+) -> envoy_types::pb::google::protobuf::Any {
+    use prost::encoding::{encode_key, encode_varint, WireType};
+    let mut value = head;
+    encode_key(1, WireType::LengthDelimited, &mut value);
+    encode_varint(rules.len() as u64, &mut value);
+    value.extend_from_slice(&rules);
+    envoy_types::pb::google::protobuf::Any {
+        type_url: type_url.into(),
+        value,
+    }
+}
+
+/// The network RBAC filters of the AuthorizationPolicies on a chain that proxies bytes,
+/// AUDIT, DENY, ALLOW (Istio's `tcp.` stat prefix).
+pub fn network_authz_filters(authz: &[NamedAuthz]) -> Vec<Filter> {
+    by_action(authz, false)
+        .into_iter()
+        .map(|(action, policies)| {
+            let head = NetworkRbac {
+                stat_prefix: "tcp.".into(),
+                ..Default::default()
+            }
+            .encode_to_vec();
+            let any = with_rules(
+                head,
+                rbac_bytes(action, &policies),
+                "type.googleapis.com/envoy.extensions.filters.network.rbac.v3.RBAC",
+            );
+            Filter {
+                name: NETWORK_RBAC.into(),
+                config_type: Some(filter::ConfigType::TypedConfig(any)),
+            }
+        })
+        .collect()
+}
+
+/// The HTTP RBAC filters of the AuthorizationPolicies on a connection manager, AUDIT,
+/// DENY, ALLOW.
+pub fn http_authz_filters(authz: &[NamedAuthz]) -> Vec<HttpFilter> {
+    by_action(authz, true)
+        .into_iter()
+        .map(|(action, policies)| {
+            let any = with_rules(
+                Vec::new(),
+                rbac_bytes(action, &policies),
+                "type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC",
+            );
+            HttpFilter {
+                name: HTTP_RBAC.into(),
+                config_type: Some(http_filter::ConfigType::TypedConfig(any)),
+                ..Default::default()
+            }
+        })
+        .collect()
+}
+
+/// `chain` with what the security policies make it refuse, first among its filters: the
+/// AuthorizationPolicies' RBAC (in the connection manager for HTTP, as network filters for
+/// a chain that proxies bytes), and before everything the deny-all of a policy meshflow
+/// cannot evaluate. A connection manager that cannot be read back denies everything
+/// instead, so a refusal is never lost.
+pub fn authorize(
+    chain: &mut envoy_types::pb::envoy::config::listener::v3::FilterChain,
+    sec: &crate::model::InboundSecurity,
+) {
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
+    let mut deny_all = sec.deny_all;
+    if !sec.authz.is_empty() {
+        let hcm = chain
+            .filters
+            .iter_mut()
+            .find_map(|f| match &mut f.config_type {
+                Some(filter::ConfigType::TypedConfig(any))
+                    if any.type_url.ends_with(".HttpConnectionManager") =>
+                {
+                    Some(any)
+                }
+                _ => None,
+            });
+        match hcm {
+            Some(any) => match HttpConnectionManager::decode(&any.value[..]) {
+                Ok(mut hcm) => {
+                    let filters = http_authz_filters(&sec.authz);
+                    hcm.http_filters.splice(0..0, filters);
+                    *any = pack_any(hcm);
+                }
+                Err(_) => deny_all = true,
+            },
+            None => {
+                let filters = network_authz_filters(&sec.authz);
+                chain.filters.splice(0..0, filters);
+            }
+        }
+    }
+    if deny_all {
+        chain.filters.insert(0, deny_all_filter());
+    }
 }

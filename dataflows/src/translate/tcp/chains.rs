@@ -127,7 +127,7 @@ pub(super) fn intersect(addresses: &[String], subnets: &[String]) -> Vec<String>
 }
 
 /// `10.0.0.0/8` as Envoy's range (a bare address is a host route).
-pub(in crate::translate) fn cidr(s: &str) -> CidrRange {
+pub(crate) fn cidr(s: &str) -> CidrRange {
     let (addr, len) = match s.split_once('/') {
         Some((a, l)) => (a, l.parse().unwrap_or(0)),
         None => (s, if s.contains(':') { 128 } else { 32 }),

@@ -19,9 +19,10 @@
 mod chains;
 mod sidecar;
 
+pub(crate) use chains::cidr;
 pub(crate) use chains::destinations;
+pub(super) use chains::tcp_proxy;
 pub use chains::{chains, sni_chains, timeout_of, Destinations, SniChain, TcpChain};
-pub(super) use chains::{cidr, tcp_proxy};
 pub use sidecar::{sidecar_listener, OutboundPort, SidecarListener, TcpTarget};
 
 use crate::model::{ResolvedVs, Resource, Source, TcpTimeouts};

@@ -5,7 +5,9 @@
 //! refused naming the field.
 
 use super::*;
-use dataflows::model::{MtlsMode, PolicyEffect, SecurityPolicy};
+use dataflows::model::{
+    AuthzAction, AuthzField, AuthzMatch, AuthzRule, MtlsMode, PolicyEffect, SecurityPolicy,
+};
 use std::collections::{BTreeMap, BTreeSet};
 
 fn policy(p: &Parsed) -> &SecurityPolicy {
@@ -88,39 +90,122 @@ fn peer_authentication_refuses_what_istio_refuses() {
 const AP: &str =
     "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: a, namespace: ns}\n";
 
-/// DENY, CUSTOM and ALLOW with real rules (or none) restrict: a deny-all record and an
-/// error finding; AUDIT, dry-run and an ALLOW with an empty rule (allow all) restrict
-/// nothing: no record, a warning.
+/// ALLOW, DENY and AUDIT are translated: each field of a rule becomes a match by what it
+/// looks at (`not*` fields negated, `when` keys by Istio's names), with no finding; CUSTOM
+/// stays a deny-all with an error; a dry-run policy is a warning and no record.
 #[test]
-fn authorization_policy_restricts_or_says_why_not() {
-    for spec in [
-        "{action: DENY, rules: [{}]}",
-        "{selector: {matchLabels: {app: ratings}}, action: DENY, rules: [{from: [{source: {namespaces: [x]}}]}]}",
-        "{action: ALLOW, rules: [{to: [{operation: {methods: [GET]}}]}]}",
-        "{}",
-        "{action: CUSTOM, provider: {name: ext}, rules: [{}]}",
+fn authorization_policy_rules_are_read_field_by_field() {
+    let p = parse(&format!(
+        "{AP}spec:\n  selector: {{matchLabels: {{app: ratings}}}}\n  action: DENY\n  rules:\n  - from:\n    - source: {{principals: [cluster.local/ns/a/sa/b], notNamespaces: [c], ipBlocks: [10.0.0.0/8], serviceAccounts: [d/e]}}\n    to:\n    - operation: {{hosts: [x.example], notPorts: [\"8080\"], methods: [GET], paths: [/p*]}}\n    when:\n    - key: request.headers[x-team]\n      values: [blue]\n    - key: destination.port\n      notValues: [\"9090\"]\n  - {{}}\n"
+    ));
+    let PolicyEffect::Authz(a) = policy(&p).effect.clone() else {
+        panic!("{:?}", p.records);
+    };
+    assert_eq!(a.action, AuthzAction::Deny);
+    assert_eq!(a.rules.len(), 2);
+    let got = |ms: &[AuthzMatch]| -> Vec<(AuthzField, bool)> {
+        ms.iter().map(|m| (m.field.clone(), m.not)).collect()
+    };
+    use AuthzField as F;
+    assert_eq!(
+        got(&a.rules[0].from[0]),
+        [
+            (F::Principal, false),
+            (F::Namespace, true),
+            (F::ServiceAccount, false),
+            (F::SourceIp, false)
+        ]
+    );
+    assert_eq!(
+        got(&a.rules[0].to[0]),
+        [
+            (F::Host, false),
+            (F::Port, true),
+            (F::Method, false),
+            (F::Path, false)
+        ]
+    );
+    assert_eq!(
+        got(&a.rules[0].when),
+        [(F::Header("x-team".into()), false), (F::Port, true)]
+    );
+    assert_eq!(
+        a.rules[1],
+        AuthzRule::default(),
+        "an empty rule matches all"
+    );
+    assert!(p.findings.is_empty(), "{:?}", p.findings);
+
+    for (spec, action) in [
+        ("{}", AuthzAction::Allow),
+        ("{action: AUDIT, rules: [{}]}", AuthzAction::Audit),
     ] {
         let p = parse(&format!("{AP}spec: {spec}\n"));
-        assert_eq!(policy(&p).effect, PolicyEffect::DenyAll, "{spec}");
-        assert_eq!(fields(&p, Level::Error), vec!["spec.action"], "{spec}");
-        // The rules are read whole: no field of them is reported apart.
-        assert!(fields(&p, Level::Warning).is_empty(), "{spec}: {:?}", p.findings);
+        let PolicyEffect::Authz(a) = &policy(&p).effect else {
+            panic!("{spec}");
+        };
+        assert_eq!(a.action, action, "{spec}");
+        assert!(p.findings.is_empty(), "{spec}: {:?}", p.findings);
     }
-    for (spec, field) in [
-        ("{action: AUDIT, rules: [{}]}", "spec.action"),
-        ("{action: ALLOW, rules: [{}]}", "spec.rules"),
-    ] {
-        let p = parse(&format!("{AP}spec: {spec}\n"));
-        assert!(p.records.is_empty(), "{spec}");
-        assert_eq!(fields(&p, Level::Warning), vec![field], "{spec}");
-        assert!(fields(&p, Level::Error).is_empty(), "{spec}");
-    }
+    let custom = parse(&format!(
+        "{AP}spec: {{action: CUSTOM, provider: {{name: ext}}, rules: [{{}}]}}\n"
+    ));
+    assert_eq!(policy(&custom).effect, PolicyEffect::DenyAll);
+    assert_eq!(fields(&custom, Level::Error), vec!["spec.action"]);
     let dry = parse("apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: a, namespace: ns, annotations: {istio.io/dry-run: \"true\"}}\nspec: {action: DENY, rules: [{}]}\n");
     assert!(dry.records.is_empty());
     assert_eq!(
         fields(&dry, Level::Warning),
         vec!["metadata.annotations[istio.io/dry-run]"]
     );
+}
+
+/// What meshflow cannot check yet (token claims, request principals, path templates) is
+/// kept as such, each with an error naming the field and how it fails closed; values
+/// Istio refuses are refused, naming the entry.
+#[test]
+fn authorization_policy_fields_it_cannot_check_fail_closed_and_bad_values_are_refused() {
+    let p = parse(&format!(
+        "{AP}spec:\n  rules:\n  - from:\n    - source: {{requestPrincipals: [\"*\"]}}\n    to:\n    - operation: {{paths: [\"/a/{{*}}/b\"]}}\n    when:\n    - key: request.auth.claims[iss]\n      values: [x]\n"
+    ));
+    assert_eq!(
+        fields(&p, Level::Error),
+        vec![
+            "spec.rules[0].from[0].source.requestPrincipals",
+            "spec.rules[0].to[0].operation.paths",
+            "spec.rules[0].when[0].key"
+        ]
+    );
+    assert!(
+        p.findings[0].message.contains("allows nothing"),
+        "{:?}",
+        p.findings
+    );
+    for (rules, field) in [
+        (
+            "[{from: [{source: {ipBlocks: [10.0.0.0/33]}}]}]",
+            "spec.rules[0].from[0].source.ipBlocks[0]",
+        ),
+        (
+            "[{to: [{operation: {ports: [\"0\"]}}]}]",
+            "spec.rules[0].to[0].operation.ports[0]",
+        ),
+        (
+            "[{}, {when: [{key: source.colour, values: [x]}]}]",
+            "spec.rules[1].when[0].key",
+        ),
+        ("[{when: [{key: source.ip}]}]", "spec.rules[0].when[0]"),
+        (
+            "[{from: [{source: {serviceAccounts: [\"a*\"]}}]}]",
+            "spec.rules[0].from[0].source.serviceAccounts[0]",
+        ),
+    ] {
+        assert_eq!(
+            refused(&format!("{AP}spec: {{action: DENY, rules: {rules}}}\n")).field,
+            field,
+            "{rules}"
+        );
+    }
 }
 
 /// A `targetRef(s)` policy is for Gateway API gateways and waypoints: an error saying it is

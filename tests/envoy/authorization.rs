@@ -1,0 +1,250 @@
+//! AuthorizationPolicy translated into Envoy's RBAC, in real Envoy: a server sidecar (its
+//! Sidecar `ingress` listener, bound by the proxy itself: no traffic capture on loopback)
+//! under an ALLOW and a DENY policy answers each request of a client matrix as Istio's
+//! documentation says — the client sidecar's mTLS identity (`principals`, then
+//! `namespaces`), plaintext without one, methods, paths, a request header in `when` — and a
+//! DENY beats an ALLOW. Loopback only.
+
+use crate::support;
+
+use std::net::SocketAddr;
+
+use support::reviews::{client_sidecar_yaml, Reviews};
+use support::{
+    converge, free_port, http_request, remove_config, require_envoy, write_config, Backend,
+    Meshflow, TestDir, XdsMode, CONVERGE_TIMEOUT,
+};
+
+const NET: u8 = 121;
+
+/// ALLOW: the client sidecar's identity may GET `/public*`; anyone of the blue team
+/// (request header) may GET anything. DENY: nobody reaches `/public/admin*`.
+fn policies(allowed_source: &str) -> String {
+    format!(
+        "apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata:
+  name: reviews-allow
+  namespace: default
+spec:
+  selector:
+    matchLabels:
+      app: reviews
+  action: ALLOW
+  rules:
+  - from:
+    - source:
+        {allowed_source}
+    to:
+    - operation:
+        methods: [GET]
+        paths: [/public*]
+  - to:
+    - operation:
+        methods: [GET]
+    when:
+    - key: request.headers[x-team]
+      values: [blue]
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata:
+  name: reviews-deny
+  namespace: default
+spec:
+  selector:
+    matchLabels:
+      app: reviews
+  action: DENY
+  rules:
+  - to:
+    - operation:
+        paths: [/public/admin*]
+"
+    )
+}
+
+#[test]
+fn a_server_sidecar_allows_and_denies_each_request_as_its_policies_say() {
+    let envoy_bin = require_envoy!();
+    let dir = TestDir::new("envoy-authorization-sidecar");
+    let config = dir.subdir("config");
+    let port = free_port();
+    let reviews = Reviews::new(NET, port, &config);
+    let app_port = free_port();
+    let _app = Backend::start("127.0.0.1", app_port, "reviews-app");
+    reviews.write_service();
+    reviews.write_pods_labelled(&[("v1", "security.istio.io/tlsMode: istio")]);
+    reviews.write_endpoints(&["v1"]);
+    write_config(&config, "sidecar.yaml", &client_sidecar_yaml(port));
+    write_config(
+        &config,
+        "server-sidecar.yaml",
+        &reviews.server_sidecar_yaml(app_port, ""),
+    );
+    let meshflow = Meshflow::start(&config, dir.path());
+    let (bin, xds) = (envoy_bin.as_path(), meshflow.xds_addr());
+    let server = reviews.server_sidecar(bin, dir.path(), xds, XdsMode::Delta);
+    let client = reviews.client_sidecar(bin, dir.path(), xds, XdsMode::Delta, port);
+    let through_client = SocketAddr::from(([127, 0, 0, 1], port));
+    let direct: SocketAddr = format!("{}:{}", reviews.pod_ip("v1"), reviews.backend_port())
+        .parse()
+        .expect("the pod's address");
+    // What a request answers: `ok` (the application's body), `status N`, or `error`.
+    let ask =
+        |to: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)]| match http_request(
+            to, method, "reviews", path, headers,
+        ) {
+            Ok(r) if r.status == 200 && r.text() == "reviews-app" => "ok".to_string(),
+            Ok(r) => format!("status {}", r.status),
+            Err(_) => "error".to_string(),
+        };
+    let blue = [("x-team", "blue")];
+    // (what, where, method, path, headers, expected)
+    type Case<'a> = (
+        &'a str,
+        SocketAddr,
+        &'a str,
+        &'a str,
+        &'a [(&'a str, &'a str)],
+        &'a str,
+    );
+    let matrix: Vec<Case> = vec![
+        (
+            "the client's identity, GET /public",
+            through_client,
+            "GET",
+            "/public/a",
+            &[],
+            "ok",
+        ),
+        (
+            "the client's identity, POST /public",
+            through_client,
+            "POST",
+            "/public/a",
+            &[],
+            "status 403",
+        ),
+        (
+            "the client's identity, GET /private",
+            through_client,
+            "GET",
+            "/private",
+            &[],
+            "status 403",
+        ),
+        (
+            "the client's identity, DENY path",
+            through_client,
+            "GET",
+            "/public/admin/x",
+            &[],
+            "status 403",
+        ),
+        (
+            "plaintext, no identity, GET /public",
+            direct,
+            "GET",
+            "/public/a",
+            &[],
+            "status 403",
+        ),
+        (
+            "plaintext, blue team, GET /private",
+            direct,
+            "GET",
+            "/private",
+            &blue,
+            "ok",
+        ),
+        (
+            "plaintext, red team",
+            direct,
+            "GET",
+            "/private",
+            &[("x-team", "red")],
+            "status 403",
+        ),
+        (
+            "plaintext, blue team, POST",
+            direct,
+            "POST",
+            "/private",
+            &blue,
+            "status 403",
+        ),
+        (
+            "plaintext, blue team, DENY path",
+            direct,
+            "GET",
+            "/public/admin",
+            &blue,
+            "status 403",
+        ),
+    ];
+    let answers = |matrix: &[Case]| -> Vec<(String, String)> {
+        matrix
+            .iter()
+            .map(|(what, to, m, p, h, _)| (what.to_string(), ask(*to, m, p, h)))
+            .collect()
+    };
+    let expected = |matrix: &[Case]| -> Vec<(String, String)> {
+        matrix
+            .iter()
+            .map(|(what, _, _, _, _, want)| (what.to_string(), want.to_string()))
+            .collect()
+    };
+    let summary = || format!("{}\n{}", client.summary(), server.summary());
+    converge(
+        "open before any policy",
+        CONVERGE_TIMEOUT,
+        || ask(through_client, "POST", "/private", &[]),
+        |a| a == "ok",
+        summary,
+    );
+
+    write_config(
+        &config,
+        "zz-authz.yaml",
+        &policies("principals: [cluster.local/ns/default/sa/sleep]"),
+    );
+    let got = converge(
+        "the policies' answers",
+        CONVERGE_TIMEOUT,
+        || answers(&matrix),
+        |got| *got == expected(&matrix),
+        summary,
+    );
+    assert_eq!(got, expected(&matrix));
+
+    // By namespace: the client's (default) is allowed, another is not.
+    write_config(&config, "zz-authz.yaml", &policies("namespaces: [other]"));
+    converge(
+        "another namespace only: the client's identity is refused",
+        CONVERGE_TIMEOUT,
+        || ask(through_client, "GET", "/public/a", &[]),
+        |a| a == "status 403",
+        summary,
+    );
+    write_config(&config, "zz-authz.yaml", &policies("namespaces: [default]"));
+    converge(
+        "the client's namespace: allowed",
+        CONVERGE_TIMEOUT,
+        || ask(through_client, "GET", "/public/a", &[]),
+        |a| a == "ok",
+        summary,
+    );
+
+    remove_config(&config, "zz-authz.yaml");
+    converge(
+        "open again",
+        CONVERGE_TIMEOUT,
+        || ask(through_client, "POST", "/private", &[]),
+        |a| a == "ok",
+        summary,
+    );
+    assert_eq!(client.rejected_updates(), 0, "{}", client.summary());
+    assert_eq!(server.rejected_updates(), 0, "{}", server.summary());
+    drop(meshflow);
+}
