@@ -54,7 +54,8 @@ pub fn security(rng: &mut StdRng) -> Record {
                 ports,
             }
         }
-        Kind::AuthorizationPolicy => PolicyEffect::DenyAll,
+        Kind::AuthorizationPolicy if rng.random_bool(0.2) => PolicyEffect::DenyAll,
+        Kind::AuthorizationPolicy => PolicyEffect::Authz(authz(rng)),
         _ => {
             let set = |xs: &[&str]| xs.iter().map(|x| x.to_string()).collect::<BTreeSet<_>>();
             PolicyEffect::Tokens {
@@ -70,4 +71,51 @@ pub fn security(rng: &mut StdRng) -> Record {
         selector,
         effect,
     })
+}
+
+/// A random translated AuthorizationPolicy: any action, up to two rules whose matches mix
+/// what every chain checks, what only HTTP chains check, and what none checks yet.
+fn authz(rng: &mut StdRng) -> AuthzPolicy {
+    let action = pick(
+        rng,
+        &[
+            AuthzAction::Allow,
+            AuthzAction::Allow,
+            AuthzAction::Deny,
+            AuthzAction::Audit,
+        ],
+    );
+    let one = |rng: &mut StdRng| {
+        let (field, values): (AuthzField, &[&str]) = match rng.random_range(0..8) {
+            0 => (
+                AuthzField::Principal,
+                &["cluster.local/ns/default/sa/a", "*"],
+            ),
+            1 => (AuthzField::Namespace, &["default", "ns*"]),
+            2 => (AuthzField::SourceIp, &["10.0.0.0/8"]),
+            3 => (AuthzField::Port, &["9080", "15000"]),
+            4 => (AuthzField::Method, &["GET"]),
+            5 => (AuthzField::Path, &["/admin*", "*.png"]),
+            6 => (AuthzField::Header("x-team".into()), &["blue"]),
+            _ => (AuthzField::Unevaluable("requestPrincipals".into()), &["*"]),
+        };
+        AuthzMatch {
+            field,
+            values: values.iter().map(|v| v.to_string()).collect(),
+            not: rng.random_bool(0.3),
+        }
+    };
+    let entries = |rng: &mut StdRng| -> Vec<Vec<AuthzMatch>> {
+        (0..rng.random_range(0..3))
+            .map(|_| (0..rng.random_range(0..3)).map(|_| one(rng)).collect())
+            .collect()
+    };
+    let rules = (0..rng.random_range(0..3))
+        .map(|_| AuthzRule {
+            from: entries(rng),
+            to: entries(rng),
+            when: (0..rng.random_range(0..2)).map(|_| one(rng)).collect(),
+        })
+        .collect();
+    AuthzPolicy { action, rules }
 }

@@ -10,6 +10,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod authorization;
 mod destination_rule;
 mod endpoints;
 mod external_name;
