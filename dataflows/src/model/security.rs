@@ -1,11 +1,11 @@
 //! Istio's security policies (security.istio.io: PeerAuthentication, AuthorizationPolicy,
-//! RequestAuthentication) as the fail-closed stopgap reads them, and what they make of one
-//! proxy's inbound side ([`InboundSecurity`]).
+//! RequestAuthentication) as meshflow reads them, and what they make of one proxy's inbound
+//! side ([`InboundSecurity`]).
 //!
-//! meshflow does not translate these kinds yet. Until it does, it honours each of them in
-//! the one direction that cannot let through what Istio would refuse: a STRICT mTLS mode
-//! removes the plaintext chains of the ports it covers; an AuthorizationPolicy that
-//! restricts (ALLOW, DENY, CUSTOM) denies every connection to the workloads it selects; a
+//! PeerAuthentication ([`PeerModes`]) and AuthorizationPolicy ALLOW, DENY and AUDIT
+//! ([`super::AuthzPolicy`]) are translated. The rest is honoured, until translated, in the
+//! one direction that cannot let through what Istio would refuse: a CUSTOM
+//! AuthorizationPolicy denies every connection to the workloads it selects; a
 //! RequestAuthentication refuses every request that carries a token where its rules look
 //! for one (meshflow cannot tell a valid token from an invalid one yet).
 //!
