@@ -3,7 +3,9 @@
 //! under an ALLOW and a DENY policy answers each request of a client matrix as Istio's
 //! documentation says — the client sidecar's mTLS identity (`principals`, then
 //! `namespaces`), plaintext without one, methods, paths, a request header in `when` — and a
-//! DENY beats an ALLOW. Loopback only.
+//! DENY beats an ALLOW; a DENY path written with a dot segment, a double slash or an escaped
+//! slash is still denied (CVE-2021-31920: the path is normalized before RBAC sees it).
+//! Loopback only.
 
 use crate::support;
 
@@ -179,6 +181,39 @@ fn a_server_sidecar_allows_and_denies_each_request_as_its_policies_say() {
             direct,
             "GET",
             "/public/admin",
+            &blue,
+            "status 403",
+        ),
+        // CVE-2021-31920: the DENY path written otherwise.
+        (
+            "a dot segment",
+            through_client,
+            "GET",
+            "/public/./admin",
+            &[],
+            "status 403",
+        ),
+        (
+            "a double slash",
+            through_client,
+            "GET",
+            "/public//admin",
+            &[],
+            "status 403",
+        ),
+        (
+            "an escaped slash",
+            through_client,
+            "GET",
+            "/public%2Fadmin",
+            &[],
+            "status 307",
+        ),
+        (
+            "a dot segment, plaintext",
+            direct,
+            "GET",
+            "/public/x/../admin",
             &blue,
             "status 403",
         ),

@@ -242,7 +242,7 @@ fn validate_reads_a_cluster_and_names_what_it_would_reject() {
     fake.apply(serde_json::json!({
         "apiVersion": "security.istio.io/v1", "kind": "AuthorizationPolicy",
         "metadata": {"name": "deny", "namespace": "default"},
-        "spec": {"action": "DENY", "rules": [{}]},
+        "spec": {"action": "CUSTOM", "provider": {"name": "ext"}, "rules": [{}]},
     }));
     let (ok, stdout, stderr) = validate();
     assert!(!ok, "{stdout}{stderr}");

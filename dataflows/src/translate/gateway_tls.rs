@@ -6,10 +6,11 @@
 
 pub use super::hosts::server_names;
 
+use super::cidr;
 use super::listener::{hcm_filter, listener_name, rds_hcm};
 use super::secret::downstream_tls;
 use super::socket_address;
-use super::tcp::{cidr, tcp_proxy, Destinations};
+use super::tcp::{tcp_proxy, Destinations};
 use crate::model::{Resource, ResourceType, ServerTls, TcpTimeout};
 use envoy_types::pb::envoy::config::core::v3::TrafficDirection;
 use envoy_types::pb::envoy::config::listener::v3::{

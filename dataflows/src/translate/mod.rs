@@ -59,3 +59,15 @@ pub(crate) fn socket_address(ip: &str, port: u16) -> Address {
         })),
     }
 }
+
+/// `10.0.0.0/8` as Envoy's range (a bare address is a host route).
+pub(crate) fn cidr(s: &str) -> envoy_types::pb::envoy::config::core::v3::CidrRange {
+    let (addr, len) = match s.split_once('/') {
+        Some((a, l)) => (a, l.parse().unwrap_or(0)),
+        None => (s, if s.contains(':') { 128 } else { 32 }),
+    };
+    envoy_types::pb::envoy::config::core::v3::CidrRange {
+        address_prefix: addr.to_string(),
+        prefix_len: Some(envoy_types::pb::google::protobuf::UInt32Value { value: len }),
+    }
+}

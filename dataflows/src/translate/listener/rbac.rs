@@ -14,7 +14,7 @@ use envoy_types::pb::envoy::config::rbac::v3::{
 use envoy_types::pb::envoy::config::route::v3::{header_matcher, HeaderMatcher};
 use envoy_types::pb::envoy::extensions::filters::http::rbac::v3::Rbac as HttpRbac;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
-    http_filter, HttpFilter,
+    http_filter, HttpConnectionManager, HttpFilter,
 };
 use envoy_types::pb::envoy::extensions::filters::network::rbac::v3::Rbac as NetworkRbac;
 use envoy_types::pb::envoy::r#type::matcher::v3::{string_matcher, RegexMatcher, StringMatcher};
@@ -184,7 +184,7 @@ fn header_value(name: &str, v: &str, ignore_case: bool) -> HeaderMatcher {
 
 /// `10.0.0.0/8` or a bare address as Envoy's range (the conversion checked it).
 fn cidr(v: &str) -> envoy_types::pb::envoy::config::core::v3::CidrRange {
-    crate::translate::tcp::cidr(v)
+    crate::translate::cidr(v)
 }
 
 /// A principal-name regex for a glob (`*` any run).
@@ -439,6 +439,19 @@ pub fn http_authz_filters(authz: &[NamedAuthz]) -> Vec<HttpFilter> {
         .collect()
 }
 
+/// Paths as Istio's strictest `pathNormalization` (`DECODE_AND_MERGE_SLASHES`) reads them,
+/// on a connection manager whose requests an AuthorizationPolicy checks: dot segments
+/// resolved (as every connection manager of meshflow's), slashes merged, `%2F` and `%5C`
+/// decoded (the client is redirected to the decoded path). A path rule then sees the path
+/// the application will, so `//admin` and `%2Fadmin` cannot pass a DENY on `/admin*`
+/// (CVE-2021-31920).
+fn normalize_paths(hcm: &mut HttpConnectionManager) {
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::PathWithEscapedSlashesAction;
+    hcm.normalize_path = Some(envoy_types::pb::google::protobuf::BoolValue { value: true });
+    hcm.merge_slashes = true;
+    hcm.path_with_escaped_slashes_action = PathWithEscapedSlashesAction::UnescapeAndRedirect as i32;
+}
+
 /// `chain` with what the security policies make it refuse, first among its filters: the
 /// AuthorizationPolicies' RBAC (in the connection manager for HTTP, as network filters for
 /// a chain that proxies bytes), and before everything the deny-all of a policy meshflow
@@ -448,7 +461,6 @@ pub fn authorize(
     chain: &mut envoy_types::pb::envoy::config::listener::v3::FilterChain,
     sec: &crate::model::InboundSecurity,
 ) {
-    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
     let mut deny_all = sec.deny_all;
     if !sec.authz.is_empty() {
         let hcm = chain
@@ -467,6 +479,7 @@ pub fn authorize(
                 Ok(mut hcm) => {
                     let filters = http_authz_filters(&sec.authz);
                     hcm.http_filters.splice(0..0, filters);
+                    normalize_paths(&mut hcm);
                     *any = pack_any(hcm);
                 }
                 Err(_) => deny_all = true,

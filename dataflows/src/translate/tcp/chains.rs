@@ -126,18 +126,6 @@ pub(super) fn intersect(addresses: &[String], subnets: &[String]) -> Vec<String>
     out.into_iter().collect()
 }
 
-/// `10.0.0.0/8` as Envoy's range (a bare address is a host route).
-pub(crate) fn cidr(s: &str) -> CidrRange {
-    let (addr, len) = match s.split_once('/') {
-        Some((a, l)) => (a, l.parse().unwrap_or(0)),
-        None => (s, if s.contains(':') { 128 } else { 32 }),
-    };
-    CidrRange {
-        address_prefix: addr.to_string(),
-        prefix_len: Some(UInt32Value { value: len }),
-    }
-}
-
 /// The limits Istio gives the `tcp_proxy` of a route to `dests`: those of the rule of the
 /// first destination's host, if `timeouts` has them.
 pub fn timeout_of(timeouts: &TcpTimeouts, dests: &Destinations) -> TcpTimeout {
@@ -198,7 +186,7 @@ fn chain(
 ) -> FilterChain {
     FilterChain {
         filter_chain_match: (!ranges.is_empty() || !names.is_empty()).then(|| FilterChainMatch {
-            prefix_ranges: ranges.iter().map(|r| cidr(r)).collect(),
+            prefix_ranges: ranges.iter().map(|r| crate::translate::cidr(r)).collect(),
             server_names: names,
             ..Default::default()
         }),

@@ -19,7 +19,6 @@
 mod chains;
 mod sidecar;
 
-pub(crate) use chains::cidr;
 pub(crate) use chains::destinations;
 pub(super) use chains::tcp_proxy;
 pub use chains::{chains, sni_chains, timeout_of, Destinations, SniChain, TcpChain};
