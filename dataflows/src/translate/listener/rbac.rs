@@ -164,7 +164,6 @@ fn pattern(v: &str, prefix: &str, ignore_case: bool) -> StringMatcher {
     StringMatcher {
         match_pattern: Some(m),
         ignore_case,
-        ..Default::default()
     }
 }
 

@@ -7,14 +7,13 @@ use crate::model::{
 };
 use crate::translate::listener::{http_chain, PLAINTEXT_HTTP_ALPN};
 use crate::translate::{outbound_cluster_name, socket_address};
-use envoy_types::pb::envoy::config::core::v3::{CidrRange, TrafficDirection};
+use envoy_types::pb::envoy::config::core::v3::TrafficDirection;
 use envoy_types::pb::envoy::config::listener::v3::FilterChainMatch;
 use envoy_types::pb::envoy::config::listener::v3::{filter, Filter, FilterChain, Listener};
 use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::{
     tcp_proxy::{weighted_cluster::ClusterWeight, ClusterSpecifier, WeightedCluster},
     TcpProxy,
 };
-use envoy_types::pb::google::protobuf::UInt32Value;
 use envoy_types::util::pack_any;
 use prost::Message;
 use std::collections::{BTreeMap, BTreeSet};
