@@ -11,10 +11,9 @@ use crate::support;
 
 use std::net::SocketAddr;
 
-use support::reviews::{client_sidecar_yaml, Reviews};
+use support::reviews::SidecarPair;
 use support::{
-    converge, free_port, http_request, remove_config, require_envoy, write_config, Backend,
-    Meshflow, TestDir, XdsMode, CONVERGE_TIMEOUT,
+    converge, http_request, remove_config, require_envoy, write_config, TestDir, CONVERGE_TIMEOUT,
 };
 
 const NET: u8 = 121;
@@ -71,27 +70,8 @@ fn a_server_sidecar_allows_and_denies_each_request_as_its_policies_say() {
     let envoy_bin = require_envoy!();
     let dir = TestDir::new("envoy-authorization-sidecar");
     let config = dir.subdir("config");
-    let port = free_port();
-    let reviews = Reviews::new(NET, port, &config);
-    let app_port = free_port();
-    let _app = Backend::start("127.0.0.1", app_port, "reviews-app");
-    reviews.write_service();
-    reviews.write_pods_labelled(&[("v1", "security.istio.io/tlsMode: istio")]);
-    reviews.write_endpoints(&["v1"]);
-    write_config(&config, "sidecar.yaml", &client_sidecar_yaml(port));
-    write_config(
-        &config,
-        "server-sidecar.yaml",
-        &reviews.server_sidecar_yaml(app_port, ""),
-    );
-    let meshflow = Meshflow::start(&config, dir.path());
-    let (bin, xds) = (envoy_bin.as_path(), meshflow.xds_addr());
-    let server = reviews.server_sidecar(bin, dir.path(), xds, XdsMode::Delta);
-    let client = reviews.client_sidecar(bin, dir.path(), xds, XdsMode::Delta, port);
-    let through_client = SocketAddr::from(([127, 0, 0, 1], port));
-    let direct: SocketAddr = format!("{}:{}", reviews.pod_ip("v1"), reviews.backend_port())
-        .parse()
-        .expect("the pod's address");
+    let pair = SidecarPair::start(NET, &envoy_bin, dir.path(), &config);
+    let (through_client, direct) = (pair.through_client, pair.direct);
     // What a request answers: `ok` (the application's body), `status N`, or `error`.
     let ask =
         |to: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)]| match http_request(
@@ -230,7 +210,7 @@ fn a_server_sidecar_allows_and_denies_each_request_as_its_policies_say() {
             .map(|(what, _, _, _, _, want)| (what.to_string(), want.to_string()))
             .collect()
     };
-    let summary = || format!("{}\n{}", client.summary(), server.summary());
+    let summary = || pair.summary();
     converge(
         "open before any policy",
         CONVERGE_TIMEOUT,
@@ -279,7 +259,6 @@ fn a_server_sidecar_allows_and_denies_each_request_as_its_policies_say() {
         |a| a == "ok",
         summary,
     );
-    assert_eq!(client.rejected_updates(), 0, "{}", client.summary());
-    assert_eq!(server.rejected_updates(), 0, "{}", server.summary());
-    drop(meshflow);
+    assert_eq!(pair.client.rejected_updates(), 0, "{}", pair.summary());
+    assert_eq!(pair.server.rejected_updates(), 0, "{}", pair.summary());
 }

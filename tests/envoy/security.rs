@@ -24,10 +24,10 @@ use crate::support;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 
-use support::reviews::{client_sidecar_yaml, http_gateway_yaml, Binding, Client, Reviews};
+use support::reviews::{http_gateway_yaml, Binding, Client, Reviews, SidecarPair};
 use support::{
-    converge, free_port, http_request, only, remove_config, require_envoy, write_config, Backend,
-    Envoy, Meshflow, ProxyNode, TestDir, XdsMode, CONVERGE_TIMEOUT, STARTUP_TIMEOUT,
+    converge, free_port, http_request, only, remove_config, require_envoy, write_config, Envoy,
+    Meshflow, ProxyNode, TestDir, XdsMode, CONVERGE_TIMEOUT, STARTUP_TIMEOUT,
 };
 
 const NET: u8 = 119;
@@ -252,25 +252,8 @@ fn a_server_sidecar_refuses_what_the_policies_selecting_it_ask() {
     let envoy_bin = require_envoy!();
     let dir = TestDir::new("envoy-security-sidecar");
     let config = dir.subdir("config");
-    let port = free_port();
-    let reviews = Reviews::new(SIDECAR_NET, port, &config);
-    let app_port = free_port();
-    let _app = Backend::start("127.0.0.1", app_port, "reviews-app");
-    reviews.write_service();
-    reviews.write_pods_labelled(&[("v1", "security.istio.io/tlsMode: istio")]);
-    reviews.write_endpoints(&["v1"]);
-    write_config(&config, "sidecar.yaml", &client_sidecar_yaml(port));
-    write_config(
-        &config,
-        "server-sidecar.yaml",
-        &reviews.server_sidecar_yaml(app_port, ""),
-    );
-    let meshflow = Meshflow::start(&config, dir.path());
-    let pod_ip = reviews.pod_ip("v1");
-    let target = reviews.backend_port();
-    let (bin, xds) = (envoy_bin.as_path(), meshflow.xds_addr());
-    let server = reviews.server_sidecar(bin, dir.path(), xds, XdsMode::Delta);
-    let client = reviews.client_sidecar(bin, dir.path(), xds, XdsMode::Delta, port);
+    let pair = SidecarPair::start(SIDECAR_NET, &envoy_bin, dir.path(), &config);
+    let (client, server) = (&pair.client, &pair.server);
 
     // What a request answers: the body of a 200, `status N`, or `error`.
     let outcome = |addr: SocketAddr| match http_request(addr, "GET", "reviews", "/", &[]) {
@@ -278,12 +261,9 @@ fn a_server_sidecar_refuses_what_the_policies_selecting_it_ask() {
         Ok(r) => format!("status {}", r.status),
         Err(_) => "error".to_string(),
     };
-    let through_client = SocketAddr::from(([127, 0, 0, 1], port));
-    let direct: SocketAddr = format!("{pod_ip}:{target}")
-        .parse()
-        .expect("the pod's address");
+    let (through_client, direct) = (pair.through_client, pair.direct);
     let both = || (outcome(through_client), outcome(direct));
-    let summary = || format!("{}\n{}", client.summary(), server.summary());
+    let summary = || pair.summary();
     let app = "reviews-app".to_string();
     converge(
         "PERMISSIVE: mTLS from the client sidecar and plaintext both reach the application",
@@ -371,5 +351,4 @@ fn a_server_sidecar_refuses_what_the_policies_selecting_it_ask() {
     assert_eq!(outcome(through_client), app);
     assert_eq!(client.rejected_updates(), 0, "{}", client.summary());
     assert_eq!(server.rejected_updates(), 0, "{}", server.summary());
-    drop(meshflow);
 }

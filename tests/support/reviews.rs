@@ -513,3 +513,58 @@ spec:
 "
     )
 }
+
+/// A server sidecar in front of the reviews application (pod v1, labelled to take the mesh's
+/// mTLS; its Sidecar `ingress` bound to the pod's address) and a client sidecar listening
+/// on 127.0.0.1 at `port`, both over Delta from one meshflow. The policy tests of
+/// `tests/envoy/security.rs` and `authorization.rs` start from it.
+pub struct SidecarPair {
+    pub meshflow: super::Meshflow,
+    pub server: Envoy,
+    pub client: Envoy,
+    /// Through the client sidecar (mTLS to the server sidecar).
+    pub through_client: SocketAddr,
+    /// Plaintext, straight to the server sidecar's bound listener.
+    pub direct: SocketAddr,
+    _app: Backend,
+}
+
+impl SidecarPair {
+    /// `net`: the test's loopback /24 (see [`Reviews::new`]); `bin`: Envoy; the config and
+    /// the proxies' files go under `dir` (`config`: its config directory).
+    pub fn start(net: u8, bin: &Path, dir: &Path, config: &Path) -> SidecarPair {
+        let port = free_port();
+        let reviews = Reviews::new(net, port, config);
+        let app_port = free_port();
+        let app = Backend::start("127.0.0.1", app_port, "reviews-app");
+        reviews.write_service();
+        reviews.write_pods_labelled(&[("v1", "security.istio.io/tlsMode: istio")]);
+        reviews.write_endpoints(&["v1"]);
+        write_config(config, "sidecar.yaml", &client_sidecar_yaml(port));
+        write_config(
+            config,
+            "server-sidecar.yaml",
+            &reviews.server_sidecar_yaml(app_port, ""),
+        );
+        let meshflow = super::Meshflow::start(config, dir);
+        let xds = meshflow.xds_addr();
+        let server = reviews.server_sidecar(bin, dir, xds, XdsMode::Delta);
+        let client = reviews.client_sidecar(bin, dir, xds, XdsMode::Delta, port);
+        let direct = format!("{}:{}", reviews.pod_ip("v1"), reviews.backend_port())
+            .parse()
+            .expect("the pod's address");
+        SidecarPair {
+            meshflow,
+            server,
+            client,
+            through_client: SocketAddr::from(([127, 0, 0, 1], port)),
+            direct,
+            _app: app,
+        }
+    }
+
+    /// Both proxies' accounts, for failure messages.
+    pub fn summary(&self) -> String {
+        format!("{}\n{}", self.client.summary(), self.server.summary())
+    }
+}
