@@ -155,6 +155,16 @@ pub(super) fn per_proxy<'s>(
                 }
             },
         );
+    // A principal of the mesh's trust domain stands for each alias too.
+    let secured =
+        secured
+            .map(|(id, v)| ((), (id, v)))
+            .join_map(mesh.clone(), |_, (id, (class, sec)), m| {
+                let sec = sec
+                    .clone()
+                    .with_trust_domains(&m.inbound_mtls.trust_domains);
+                (id.clone(), (*class, sec))
+            });
     let inbound = secured.clone().flat_map(|(id, ((kind, captured), sec))| {
         (kind == ProxyKind::Sidecar && captured).then_some((id, sec))
     });

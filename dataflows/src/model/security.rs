@@ -221,6 +221,10 @@ pub struct InboundSecurity {
     pub deny_all: bool,
     /// The translated AuthorizationPolicies selecting it, sorted (namespace, name).
     pub authz: Vec<NamedAuthz>,
+    /// The mesh's trust domains (its own, then its aliases) where `authz` is not empty: a
+    /// principal of one stands for the same account in each ([`Self::with_trust_domains`]).
+    #[serde(default)]
+    pub trust_domains: Vec<String>,
     /// Token locations of the RequestAuthentications selecting it (lowercase headers).
     pub token_headers: BTreeSet<String>,
     pub token_params: BTreeSet<String>,
@@ -264,6 +268,15 @@ impl InboundSecurity {
         }
         out.authz.sort();
         out
+    }
+
+    /// With the mesh's trust domains, where an AuthorizationPolicy needs them (kept out
+    /// otherwise, so a trust-domain change touches only proxies with policies).
+    pub fn with_trust_domains(mut self, tds: &[String]) -> InboundSecurity {
+        if !self.authz.is_empty() {
+            self.trust_domains = tds.to_vec();
+        }
+        self
     }
 
     /// The mode in effect on workload port `port`.

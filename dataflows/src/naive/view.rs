@@ -65,6 +65,7 @@ impl<'a> View<'a> {
             s.applies(&p.namespace, &p.labels, root) && s.composes(p.kind, !p.interception_none)
         });
         InboundSecurity::compose(applying, root)
+            .with_trust_domains(&self.mesh.inbound_mtls.trust_domains)
     }
 
     pub(super) fn new(snap: &'a Snapshot, mesh: MeshSettings) -> Self {

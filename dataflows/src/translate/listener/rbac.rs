@@ -244,10 +244,34 @@ fn operation_value(field: &AuthzField, v: &str) -> permission::Rule {
     }
 }
 
-fn source_match(m: &AuthzMatch, ns: &str) -> Principal {
+/// A principal value for each trust domain of the mesh (`tds`: its own and its aliases), as
+/// Istio migrates them: `TD/ns/NS/sa/SA` whose `TD` is one of them (or Istio's default
+/// `cluster.local`) stands for the same account in every one, since inbound mTLS accepts
+/// them all; anything else as written.
+fn in_trust_domains(v: &str, tds: &[String]) -> Vec<String> {
+    let parts: Vec<&str> = v.split('/').collect();
+    match parts.as_slice() {
+        [td, "ns", _, "sa", _]
+            if !tds.is_empty() && (*td == "cluster.local" || tds.iter().any(|t| t == td)) =>
+        {
+            let rest = &v[td.len()..];
+            tds.iter().map(|t| format!("{t}{rest}")).collect()
+        }
+        _ => vec![v.to_string()],
+    }
+}
+
+fn source_match(m: &AuthzMatch, ns: &str, tds: &[String]) -> Principal {
     use principal::Identifier as I;
-    let ids: Vec<Principal> = m
-        .values
+    let values: Vec<String> = match m.field {
+        AuthzField::Principal => m
+            .values
+            .iter()
+            .flat_map(|v| in_trust_domains(v, tds))
+            .collect(),
+        _ => m.values.clone(),
+    };
+    let ids: Vec<Principal> = values
         .iter()
         .map(|v| Principal {
             identifier: Some(source_value(&m.field, v, ns)),
@@ -294,7 +318,7 @@ fn operation_match(m: &AuthzMatch) -> Permission {
 
 /// One rule as Envoy's policy: any of its sources (each all of its matches) and any of its
 /// operations (likewise).
-fn policy_of(rule: &CheckedRule, ns: &str) -> Policy {
+fn policy_of(rule: &CheckedRule, ns: &str, tds: &[String]) -> Policy {
     use permission::Rule as R;
     use principal::Identifier as I;
     let principals = rule
@@ -306,7 +330,7 @@ fn policy_of(rule: &CheckedRule, ns: &str) -> Policy {
             },
             ms => Principal {
                 identifier: Some(I::AndIds(principal::Set {
-                    ids: ms.iter().map(|m| source_match(m, ns)).collect(),
+                    ids: ms.iter().map(|m| source_match(m, ns, tds)).collect(),
                 })),
             },
         })
@@ -336,13 +360,17 @@ fn policy_of(rule: &CheckedRule, ns: &str) -> Policy {
 /// name: the rules of every policy of that action, as a chain (`http` or not) checks them.
 /// An ALLOW policy whose rules all go (or that has none) still makes the ALLOW filter
 /// present, so what no other ALLOW policy allows is denied, as in Istio.
-fn by_action(authz: &[NamedAuthz], http: bool) -> Vec<(AuthzAction, BTreeMap<String, Policy>)> {
+fn by_action(
+    authz: &[NamedAuthz],
+    tds: &[String],
+    http: bool,
+) -> Vec<(AuthzAction, BTreeMap<String, Policy>)> {
     let mut out: BTreeMap<AuthzAction, BTreeMap<String, Policy>> = BTreeMap::new();
     for a in authz {
         let policies = out.entry(a.policy.action).or_default();
         for (i, rule) in a.policy.rules.iter().enumerate() {
             if let Some(checked) = rule.on_chain(a.policy.action, http) {
-                policies.insert(a.rule_name(i), policy_of(&checked, &a.namespace));
+                policies.insert(a.rule_name(i), policy_of(&checked, &a.namespace, tds));
             }
         }
     }
@@ -396,8 +424,9 @@ fn with_rules(
 
 /// The network RBAC filters of the AuthorizationPolicies on a chain that proxies bytes,
 /// AUDIT, DENY, ALLOW (Istio's `tcp.` stat prefix).
-pub fn network_authz_filters(authz: &[NamedAuthz]) -> Vec<Filter> {
-    by_action(authz, false)
+/// `tds`: the mesh's trust domains ([`in_trust_domains`]).
+pub fn network_authz_filters(authz: &[NamedAuthz], tds: &[String]) -> Vec<Filter> {
+    by_action(authz, tds, false)
         .into_iter()
         .map(|(action, policies)| {
             let head = NetworkRbac {
@@ -420,8 +449,9 @@ pub fn network_authz_filters(authz: &[NamedAuthz]) -> Vec<Filter> {
 
 /// The HTTP RBAC filters of the AuthorizationPolicies on a connection manager, AUDIT,
 /// DENY, ALLOW.
-pub fn http_authz_filters(authz: &[NamedAuthz]) -> Vec<HttpFilter> {
-    by_action(authz, true)
+/// `tds`: the mesh's trust domains ([`in_trust_domains`]).
+pub fn http_authz_filters(authz: &[NamedAuthz], tds: &[String]) -> Vec<HttpFilter> {
+    by_action(authz, tds, true)
         .into_iter()
         .map(|(action, policies)| {
             let any = with_rules(
@@ -476,7 +506,7 @@ pub fn authorize(
         match hcm {
             Some(any) => match HttpConnectionManager::decode(&any.value[..]) {
                 Ok(mut hcm) => {
-                    let filters = http_authz_filters(&sec.authz);
+                    let filters = http_authz_filters(&sec.authz, &sec.trust_domains);
                     hcm.http_filters.splice(0..0, filters);
                     normalize_paths(&mut hcm);
                     *any = pack_any(hcm);
@@ -484,12 +514,43 @@ pub fn authorize(
                 Err(_) => deny_all = true,
             },
             None => {
-                let filters = network_authz_filters(&sec.authz);
+                let filters = network_authz_filters(&sec.authz, &sec.trust_domains);
                 chain.filters.splice(0..0, filters);
             }
         }
     }
     if deny_all {
         chain.filters.insert(0, deny_all_filter());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A principal of the mesh's trust domain (or Istio's default) stands for the same
+    /// account in each alias, which inbound mTLS accepts too: a DENY on it cannot be passed
+    /// with an alias's certificate. Other values stay as written.
+    #[test]
+    fn principals_cover_every_trust_domain_of_the_mesh() {
+        let tds = vec!["corp.example".to_string(), "old.example".to_string()];
+        for v in [
+            "corp.example/ns/a/sa/b",
+            "old.example/ns/a/sa/b",
+            "cluster.local/ns/a/sa/b",
+        ] {
+            assert_eq!(
+                in_trust_domains(v, &tds),
+                ["corp.example/ns/a/sa/b", "old.example/ns/a/sa/b"],
+                "{v}"
+            );
+        }
+        for v in ["other.example/ns/a/sa/b", "*", "corp.example/ns/a/*"] {
+            assert_eq!(in_trust_domains(v, &tds), [v], "{v}");
+        }
+        assert_eq!(
+            in_trust_domains("cluster.local/ns/a/sa/b", &[]),
+            ["cluster.local/ns/a/sa/b"]
+        );
     }
 }
