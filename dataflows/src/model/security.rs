@@ -333,22 +333,21 @@ impl SecurityPolicy {
         }
     }
 
-    /// What the sidecars the policy selects do in its place.
-    fn fails_closed(&self) -> &'static str {
+    /// What the proxies the policy selects do in its place, for a kind not translated yet
+    /// (`None`: translated).
+    fn fails_closed(&self) -> Option<&'static str> {
         match &self.effect {
-            PolicyEffect::Peer { .. } => {
-                "on the STRICT ports of the sidecars it selects only mTLS connections are \
-                 accepted (their plaintext inbound chains are removed)"
-            }
-            PolicyEffect::DenyAll | PolicyEffect::Authz(_) => {
+            // Translated: they fail closed nowhere in anyone's place.
+            PolicyEffect::Peer { .. } | PolicyEffect::Authz(_) => None,
+            PolicyEffect::DenyAll => Some(
                 "every inbound connection to the sidecars and gateways it selects is refused \
-                 (deny-all)"
-            }
-            PolicyEffect::Tokens { .. } => {
+                 (deny-all)",
+            ),
+            PolicyEffect::Tokens { .. } => Some(
                 "the sidecars and gateways it selects refuse (403) every request that carries \
                  a token where its jwtRules look for one, valid or not, and the sidecars \
-                 refuse traffic to ports no service declares"
-            }
+                 refuse traffic to ports no service declares",
+            ),
         }
     }
 
@@ -360,30 +359,24 @@ impl SecurityPolicy {
         if !self.restricts() || !(protected || unprotected) {
             return None;
         }
-        // PeerAuthentication is translated: only the proxies it cannot reach are news.
-        let translated = matches!(
-            self.effect,
-            PolicyEffect::Peer { .. } | PolicyEffect::Authz(_)
-        );
-        if translated && !unprotected {
+        // A translated policy: only the proxies it cannot reach are news.
+        let in_place = self.fails_closed();
+        if in_place.is_none() && !unprotected {
             return None;
         }
-        let mut message = if translated {
-            format!(
-                "{:?}: enforced on the sidecars with traffic capture (and the gateways) it                  selects",
+        let mut message = match in_place {
+            None => format!(
+                "{:?}: enforced on the sidecars with traffic capture (and the gateways) it \
+                 selects",
                 self.key.kind
-            )
-        } else {
-            format!(
+            ),
+            Some(_) => format!(
                 "{:?} is not enforced by meshflow yet (it is not translated)",
                 self.key.kind
-            )
+            ),
         };
-        if protected && !translated {
-            message.push_str(&format!(
-                "; instead, failing closed, {}",
-                self.fails_closed()
-            ));
+        if let Some(f) = in_place.filter(|_| protected) {
+            message.push_str(&format!("; instead, failing closed, {f}"));
         }
         if unprotected {
             message.push_str(

@@ -4,7 +4,7 @@
 //! proxy bytes, where an ALLOW rule with a match only HTTP has goes and a DENY rule loses
 //! just that match, as Istio's TCP rules; rules named `ns[NS]-policy[NAME]-rule[I]`.
 
-use crate::support::{endpoint, labels, px, service, sidecar_proxy, Mesh};
+use crate::support::labels;
 use dataflows::model::*;
 use envoy_types::pb::envoy::config::listener::v3::{filter, FilterChain, Listener};
 use envoy_types::pb::envoy::config::rbac::v3::Rbac;
@@ -75,15 +75,7 @@ fn names(xs: &[&str]) -> BTreeSet<String> {
 /// DENY and only the port rule of the ALLOW; reviews is untouched; retracting opens it.
 #[test]
 fn authorization_policies_become_rbac_on_each_kind_of_chain() {
-    let mut m = Mesh::new();
-    let ratings = sidecar_proxy("ratings-1", "default", "10.1.0.1", &[("app", "ratings")]);
-    let reviews = sidecar_proxy("reviews-1", "default", "10.1.0.2", &[("app", "reviews")]);
-    m.insert(vec![
-        service("ratings", "default"),
-        endpoint("ratings", "default", "10.1.0.1", true),
-        px(&ratings),
-        px(&reviews),
-    ]);
+    let (mut m, ratings, reviews) = crate::security::two_workloads();
     let before_reviews = m.listener_body(&reviews, "virtualInbound");
     let allow = authz(
         "default",

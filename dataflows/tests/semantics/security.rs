@@ -62,7 +62,7 @@ fn tokens(ns: &str, name: &str, selector: Option<&[(&str, &str)]>) -> Record {
 }
 
 /// ratings (default, 10.1.0.1) and reviews (default, 10.1.0.2), each serving HTTP 9080.
-fn two_workloads() -> (Mesh, Proxy, Proxy) {
+pub(crate) fn two_workloads() -> (Mesh, Proxy, Proxy) {
     let mut m = Mesh::new();
     let ratings = sidecar_proxy("ratings-1", "default", "10.1.0.1", &[("app", "ratings")]);
     let reviews = sidecar_proxy("reviews-1", "default", "10.1.0.2", &[("app", "reviews")]);
