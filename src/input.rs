@@ -34,7 +34,15 @@ pub enum Input {
     /// A proxy rejected a push; the runtime names the objects whose change it rejected
     /// (`runtime::rejections`), and changes nothing.
     Rejected(Rejection),
+    /// A fetch of a RequestAuthentication's `jwksUri` finished: the key set, or why not.
+    Jwks {
+        uri: String,
+        outcome: Result<String, String>,
+    },
 }
+
+/// The `jwksUri`s in use, with the longest fetch timeout (ms) a rule gives each.
+pub type JwksUris = std::collections::BTreeMap<String, u64>;
 
 /// A push a proxy rejected (NACK), with what the hub knows of it.
 #[derive(Debug, Clone, PartialEq, Eq)]

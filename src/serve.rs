@@ -37,6 +37,8 @@ pub struct ServeOptions {
     pub debug_public: bool,
     /// How long a debug connection may take to deliver a request's headers.
     pub debug_read_timeout: Duration,
+    /// How often a fetched `jwksUri` is fetched again.
+    pub jwks_refresh: Duration,
     /// Host names the debug port answers to besides IP addresses and `localhost`.
     pub debug_hosts: Vec<String>,
     /// Where the last valid versions of objects whose files turned invalid survive a
@@ -269,6 +271,13 @@ pub async fn serve(opts: ServeOptions) -> Result<(), String> {
     // The initial read of every source enters the input channel before any proxy can
     // connect, so no proxy is ever served a config without it.
     sources::start(sources, &inputs_tx).await?;
+    // RequestAuthentication keys: fetched beside the runtime, which fills them in. Until a
+    // URI's first fetch completes its tokens are refused (fail closed), as in Istio.
+    tokio::spawn(sources::jwks::run(
+        hub.jwks_uris.subscribe(),
+        inputs_tx.clone(),
+        opts.jwks_refresh,
+    ));
 
     let listener = tokio::net::TcpListener::bind(opts.xds_addr)
         .await

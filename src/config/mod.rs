@@ -16,7 +16,7 @@ pub mod re2_size;
 pub mod secret;
 pub mod security;
 
-pub use convert::convert;
+pub use convert::{check_jwks, convert};
 use dataflows::model::{ConfigKey, Kind, MeshConfig, Record};
 pub use findings::{Finding, Level};
 use std::fmt;

@@ -1,7 +1,7 @@
 //! Istio's security API types (security.istio.io v1 and v1beta1) as they appear in YAML:
 //! camelCase, unknown fields tolerated (and reported). AuthorizationPolicy rules are typed
-//! whole; the JWT fields the RequestAuthentication stopgap cannot honour are read whole, to
-//! be reported as one field each. Field names follow Istio's API reference.
+//! and RequestAuthentication JWT rules are typed whole. Field names follow Istio's API
+//! reference.
 
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -118,21 +118,30 @@ pub struct RequestAuthenticationSpec {
     pub jwt_rules: Vec<JwtRule>,
 }
 
-/// A `jwtRules[]` entry: where its token is found; the rest is read whole and reported.
+/// A `jwtRules[]` entry.
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct JwtRule {
+    pub issuer: String,
+    pub audiences: Vec<String>,
+    pub jwks_uri: String,
+    pub jwks: String,
     pub from_headers: Vec<JwtHeader>,
     pub from_params: Vec<String>,
     pub from_cookies: Vec<String>,
-    pub issuer: Option<serde_yaml_ng::Value>,
-    pub audiences: Option<serde_yaml_ng::Value>,
-    pub jwks_uri: Option<serde_yaml_ng::Value>,
-    pub jwks: Option<serde_yaml_ng::Value>,
-    pub output_payload_to_header: Option<serde_yaml_ng::Value>,
-    pub output_claim_to_headers: Option<serde_yaml_ng::Value>,
-    pub forward_original_token: Option<serde_yaml_ng::Value>,
-    pub timeout: Option<serde_yaml_ng::Value>,
+    pub output_payload_to_header: String,
+    pub output_claim_to_headers: Vec<ClaimToHeader>,
+    pub forward_original_token: bool,
+    pub timeout: Option<String>,
+    pub space_delimited_claims: Vec<String>,
+}
+
+/// `outputClaimToHeaders[]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ClaimToHeader {
+    pub header: String,
+    pub claim: String,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -299,6 +299,7 @@ impl Meshflow {
             debug_addr: loopback_any,
             debug_public: false,
             debug_read_timeout: Duration::from_secs(10),
+            jwks_refresh: Duration::from_secs(1200),
             debug_hosts: Vec::new(),
             state_file: None,
             vhds: false,

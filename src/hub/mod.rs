@@ -109,6 +109,9 @@ pub struct Hub {
     pub metrics: Counters,
     /// The objects proxies rejected, where they may say so (published by the runtime; read
     /// by status writing).
+    /// The `jwksUri`s the records in effect use, with their fetch timeouts (ms), published
+    /// by the runtime for the key fetcher (`sources::jwks`).
+    pub jwks_uris: tokio::sync::watch::Sender<crate::input::JwksUris>,
     pub rejections: tokio::sync::watch::Sender<crate::input::ProxyRejections>,
     /// The dataflow's errors by object (read by status writing).
     pub object_errors: tokio::sync::watch::Sender<crate::input::ObjectErrors>,
@@ -132,6 +135,7 @@ impl Hub {
             history: Mutex::new(History::new(options.history)),
             metrics: Counters::default(),
             rejections: tokio::sync::watch::Sender::new(Default::default()),
+            jwks_uris: tokio::sync::watch::Sender::new(Default::default()),
             object_errors: tokio::sync::watch::Sender::new(Default::default()),
             watch: Default::default(),
             next_stream: AtomicU64::new(1),

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 pub mod full_push;
 pub mod istio_style;
+pub mod jwks;
 pub mod rejections;
 
 pub use crate::engine::EngineKind;
@@ -72,6 +73,7 @@ pub fn run(
     };
     hub.health.running();
     let mut rejected = rejections::Rejections::default();
+    let mut keys = jwks::Resolver::default();
     let mut epoch = 0u64;
     while let Ok(first) = inputs.recv() {
         // The window counts from when the source saw the first change (a file burst's
@@ -125,7 +127,7 @@ pub fn run(
                         source_errors.retain(|(s, _)| *s != rejections::SOURCE);
                         source_errors.push((rejections::SOURCE, rejected.errors()));
                     }
-                    changes.extend(c);
+                    changes.extend(keys.rewrite(c));
                     described.extend(d);
                     // A later report of the same source in this epoch replaces its earlier one.
                     source_errors.retain(|(s, _)| *s != source);
@@ -144,8 +146,23 @@ pub fn run(
                     changes.push((Record::Proxy(p), -1));
                 }
                 Input::Rejected(r) => rejections.push(r),
+                Input::Jwks { uri, outcome } => {
+                    let (c, objects) = keys.fetched(&uri, outcome);
+                    n_config += c.len();
+                    changes.extend(c);
+                    described.extend(objects.iter().map(|k| {
+                        InputChange::object(k, crate::input::ChangeOp::Update, format!("jwks {uri}"))
+                    }));
+                }
             }
         }
+        // The key fetcher follows the URIs in use (woken only when they change).
+        hub.jwks_uris.send_if_modified(|published| {
+            let now = keys.uris();
+            let changed = *published != now;
+            *published = now;
+            changed
+        });
         // Rejections after the epoch's own changes: an object that changed again in this
         // epoch is not blamed for a push made before. They change no record: what a proxy
         // says never changes what another is served.

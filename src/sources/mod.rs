@@ -13,6 +13,7 @@
 //! the hub or xDS.
 
 pub mod files;
+pub mod jwks;
 pub mod kube;
 pub mod mesh;
 pub mod objects;

@@ -27,6 +27,7 @@ mod load_balancing;
 mod locality;
 mod nack;
 mod protocol_detection;
+mod request_authentication;
 mod route_actions;
 mod security;
 mod service_entry;

@@ -1,15 +1,14 @@
-//! The security stopgap (issue 36) in real Envoy: meshflow does not translate
-//! security.istio.io policies yet, so the proxies they select fail closed.
+//! Security policies in real Envoy, at an ingress gateway and at server sidecars.
 //!
-//! At an ingress gateway: a
-//! RequestAuthentication selecting the gateway makes it refuse (403) every request that
-//! carries a token where the rules look for one — the `Authorization` header and the
-//! `access_token` parameter of a rule that names no location, a rule's `fromParams` and
-//! `fromCookies` — valid or not, while requests without a token (and names that only
-//! resemble the ones looked for) pass, as Istio lets them. AuthorizationPolicies are
-//! translated (a DENY on a path, an ALLOW on a header: 403 where they say); a CUSTOM one
-//! makes it refuse every connection. Deleting the policies opens it again, and Envoy
-//! rejects no update.
+//! At an ingress gateway: a RequestAuthentication selecting the gateway makes it refuse
+//! (401) a request whose token is invalid where the rules look for one — the
+//! `Authorization` header and the `access_token` parameter of a rule that names no
+//! location, a rule's `fromParams` and `fromCookies` — or valid for another rule's issuer
+//! only, while a valid token, no token at all, and names that only resemble the ones looked
+//! for pass, as Istio lets them; an ALLOW on `requestPrincipals` then requires alice's
+//! token (403 without). AuthorizationPolicies (a DENY on a path, an ALLOW on a header: 403
+//! where they say); a CUSTOM one (not translated) makes it refuse every connection.
+//! Deleting the policies opens it again, and Envoy rejects no update.
 //!
 //! At a server sidecar's Sidecar `ingress` listener (bound by the proxy itself, as every
 //! server sidecar here: no traffic capture on loopback): a STRICT PeerAuthentication leaves
@@ -24,6 +23,7 @@ use crate::support;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 
+use support::jwt::Issuer;
 use support::reviews::{http_gateway_yaml, Binding, Client, Reviews, SidecarPair};
 use support::{
     converge, free_port, http_request, only, remove_config, require_envoy, write_config, Envoy,
@@ -34,10 +34,11 @@ const NET: u8 = 119;
 const GATEWAY: &str = "secured-gateway";
 const HOST: &str = "reviews.example.com";
 
-/// Looks for tokens in the `token` parameter and the `session` cookie (first rule), and where
-/// Envoy looks by default (second rule: no location named).
-const REQUEST_AUTHENTICATION: &str = "\
-apiVersion: security.istio.io/v1
+/// Issuer `a`'s tokens in the `token` parameter and the `session` cookie (first rule),
+/// issuer `b`'s where Envoy looks by default (second rule: no location named); keys inline.
+fn request_authentication(a: &Issuer, b: &Issuer) -> String {
+    format!(
+        "apiVersion: security.istio.io/v1
 kind: RequestAuthentication
 metadata:
   name: gateway-jwt
@@ -47,11 +48,40 @@ spec:
     matchLabels:
       istio: ingressgateway
   jwtRules:
-  - issuer: https://issuer.example.com
+  - issuer: {}
+    jwks: '{}'
     fromParams: [token]
     fromCookies: [session]
-  - issuer: https://other.example.com
-";
+  - issuer: {}
+    jwks: '{}'
+",
+        a.iss,
+        a.jwks(),
+        b.iss,
+        b.jwks()
+    )
+}
+
+/// Only alice's token of issuer `a` passes.
+fn alice_only(a: &Issuer) -> String {
+    format!(
+        "apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata:
+  name: gateway-alice
+  namespace: istio-system
+spec:
+  selector:
+    matchLabels:
+      istio: ingressgateway
+  rules:
+  - from:
+    - source:
+        requestPrincipals: [{}/alice]
+",
+        a.iss
+    )
+}
 
 /// Translated: DENY `/admin*`; ALLOW only the `blue` team (a request header).
 const AUTHORIZATION_POLICIES: &str = "\
@@ -151,33 +181,51 @@ fn a_gateway_refuses_what_the_policies_selecting_it_ask() {
         &[("authorization", "Bearer x")],
     );
 
-    // Tokens: refused wherever the rules look, valid or not; requests without one pass.
+    // Tokens: an invalid one is refused wherever the rules look; a valid one, or none,
+    // passes.
+    let a = Issuer::new("https://issuer.example.com", "a1");
+    let b = Issuer::new("https://other.example.com", "b1");
     write_config(
         &config,
         "zz-request-authentication.yaml",
-        REQUEST_AUTHENTICATION,
+        &request_authentication(&a, &b),
     );
-    let forbidden = |what: &str, path: &str, headers: &[(&str, &str)]| {
-        let c = client.converge(what, path, headers, |c| only(c, "status 403"), 10);
-        assert!(only(&c, "status 403"), "{what}: {c:?}");
+    let answers = |status: &str, what: &str, path: &str, headers: &[(&str, &str)]| {
+        let c = client.converge(what, path, headers, |c| only(c, status), 10);
+        assert!(only(&c, status), "{what}: {c:?}");
     };
-    forbidden("a bearer token", "/r", &[("authorization", "Bearer x")]);
-    forbidden("the default parameter", "/r?access_token=x", &[]);
-    forbidden(
+    let unauthorized = |w: &str, p: &str, h: &[(&str, &str)]| answers("status 401", w, p, h);
+    let forbidden = |w: &str, p: &str, h: &[(&str, &str)]| answers("status 403", w, p, h);
+    unauthorized("a bearer token", "/r", &[("authorization", "Bearer x")]);
+    unauthorized("the default parameter", "/r?access_token=x", &[]);
+    unauthorized(
         "a fromParams parameter after another",
         "/r?a=1&token=x",
         &[],
     );
-    forbidden(
+    unauthorized(
         "a fromCookies cookie",
         "/r",
         &[("cookie", "theme=dark; session=abc")],
     );
+    let alice = a.token("alice", "");
+    let bearer_alice = format!("Bearer {alice}");
+    unauthorized(
+        "issuer a's token where only issuer b's are looked for",
+        "/r",
+        &[("authorization", bearer_alice.as_str())],
+    );
     let passes = |what: &str, path: &str, headers: &[(&str, &str)]| {
-        let c = client.tally(10, path, headers);
-        assert!(only(&c, "reviews-v1"), "{what}: {c:?}");
+        answers("reviews-v1", what, path, headers)
     };
     passes("no token", "/r", &[]);
+    passes("issuer a's token in its parameter", &format!("/r?token={alice}"), &[]);
+    let bearer_b = format!("Bearer {}", b.token("carol", ""));
+    passes(
+        "issuer b's token in the Authorization header",
+        "/r",
+        &[("authorization", bearer_b.as_str())],
+    );
     passes(
         "a parameter that only resembles one",
         "/r?tokens=x&my_token=y",
@@ -188,6 +236,13 @@ fn a_gateway_refuses_what_the_policies_selecting_it_ask() {
         "/r",
         &[("cookie", "mysession=abc")],
     );
+    // requestPrincipals: alice's token required.
+    write_config(&config, "zz-alice.yaml", &alice_only(&a));
+    forbidden("no token: no request principal", "/r", &[]);
+    let bob = a.token("bob", "");
+    forbidden("bob's token", &format!("/r?token={bob}"), &[]);
+    passes("alice's token", &format!("/r?token={alice}"), &[]);
+    remove_config(&config, "zz-alice.yaml");
 
     // AuthorizationPolicies, translated: the blue team passes, but not to /admin; others
     // get 403.

@@ -30,6 +30,7 @@ mod scratch;
 pub mod chromium;
 pub mod envoy_validate;
 pub mod fake_kube;
+pub mod jwt;
 pub mod mongo;
 pub mod pki;
 pub mod reviews;

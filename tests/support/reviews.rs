@@ -533,6 +533,17 @@ impl SidecarPair {
     /// `net`: the test's loopback /24 (see [`Reviews::new`]); `bin`: Envoy; the config and
     /// the proxies' files go under `dir` (`config`: its config directory).
     pub fn start(net: u8, bin: &Path, dir: &Path, config: &Path) -> SidecarPair {
+        Self::start_with_args(net, bin, dir, config, &[])
+    }
+
+    /// [`Self::start`] with more arguments to `meshflow serve`.
+    pub fn start_with_args(
+        net: u8,
+        bin: &Path,
+        dir: &Path,
+        config: &Path,
+        meshflow_args: &[&str],
+    ) -> SidecarPair {
         let port = free_port();
         let reviews = Reviews::new(net, port, config);
         let app_port = free_port();
@@ -546,7 +557,7 @@ impl SidecarPair {
             "server-sidecar.yaml",
             &reviews.server_sidecar_yaml(app_port, ""),
         );
-        let meshflow = super::Meshflow::start(config, dir);
+        let meshflow = super::Meshflow::start_with_args(config, dir, meshflow_args);
         let xds = meshflow.xds_addr();
         let server = reviews.server_sidecar(bin, dir, xds, XdsMode::Delta);
         let client = reviews.client_sidecar(bin, dir, xds, XdsMode::Delta, port);

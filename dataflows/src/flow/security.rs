@@ -1,8 +1,9 @@
-//! The security stopgap's join: which security policies (PeerAuthentication,
+//! The security policies' join: which security policies (PeerAuthentication,
 //! AuthorizationPolicy, RequestAuthentication) apply to which connected proxy, composed
 //! per proxy into what its inbound side must refuse ([`InboundSecurity`]), and the errors
-//! that say each restricting policy that applies is not enforced (and what fails closed
-//! in its place, or that gateways it selects are not protected).
+//! that say where a restricting policy is not enforced (what fails closed in its place,
+//! or proxies it selects that meshflow does not protect), and which RequestAuthentication
+//! keys meshflow could not fetch.
 //!
 //! A policy in a namespace other than the root meets only that namespace's proxies; one in
 //! the root namespace meets every proxy (mesh-wide, or by labels in any namespace), which
@@ -106,6 +107,9 @@ pub(super) fn per_proxy<'s>(
     proxies: &Coll<'s, (ProxyId, Proxy)>,
     mesh: &Mesh<'s>,
 ) -> Secured<'s> {
+    // Keys a RequestAuthentication's `jwksUri` did not yield, whether it selects anyone
+    // yet or not (Istio's analysis reports an unreachable JWKS alike).
+    let jwks_errors = policies.clone().flat_map(|(_, p)| p.jwks_problems());
     let (in_root, in_namespace) = placed(policies, mesh);
     // What the stopgap makes of a policy on the proxy ([`SecurityPolicy::reach`]): a
     // captured sidecar's `virtualInbound` and a gateway's listeners fail closed; an
@@ -184,7 +188,8 @@ pub(super) fn per_proxy<'s>(
             let others = vals.iter().any(|(r, _)| **r == Reach::Unprotected);
             out.push(((protected, others), 1isize));
         })
-        .flat_map(|(p, (protected, others))| p.not_enforced(protected, others));
+        .flat_map(|(p, (protected, others))| p.not_enforced(protected, others))
+        .concat(jwks_errors);
     Secured {
         inbound,
         routers,

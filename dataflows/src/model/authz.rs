@@ -1,7 +1,7 @@
 //! An AuthorizationPolicy as meshflow translates it: its action and its rules, each a set
 //! of source and operation matches and `when` conditions, already sorted into what Envoy's
 //! RBAC can check of a connection ([`AuthzField`]) and what it cannot yet
-//! ([`AuthzField::Unevaluable`]: token claims, which need the JWT translation).
+//! ([`AuthzField::Unevaluable`]: path templates, Envoy filter metadata).
 //!
 //! What a rule cannot check errs the way Istio's own TCP rules err
 //! ([`AuthzRule::on_chain`]): in an ALLOW policy the whole rule goes (less is allowed), in
@@ -47,8 +47,17 @@ pub enum AuthzField {
     Sni,
     /// `request.headers[NAME]`.
     Header(String),
-    /// A field meshflow cannot check yet, by the name Istio gives it
-    /// (`requestPrincipals`, `request.auth.claims[iss]`, a path template …).
+    /// `requestPrincipals`, `request.auth.principal`: `ISS/SUB` of the request's verified
+    /// token (a RequestAuthentication's `jwt_authn` puts its payload where RBAC reads it).
+    RequestPrincipal,
+    /// `request.auth.audiences`: the token's `aud`.
+    Audience,
+    /// `request.auth.presenter`: the token's `azp`.
+    Presenter,
+    /// `request.auth.claims[A][B]…`: a claim of the token, nested claims by path.
+    Claim(Vec<String>),
+    /// A field meshflow cannot check yet, by the name Istio gives it (a path template,
+    /// `experimental.envoy.filters.…`).
     Unevaluable(String),
 }
 
@@ -57,7 +66,14 @@ impl AuthzField {
     pub fn http_only(&self) -> bool {
         matches!(
             self,
-            AuthzField::Host | AuthzField::Method | AuthzField::Path | AuthzField::Header(_)
+            AuthzField::Host
+                | AuthzField::Method
+                | AuthzField::Path
+                | AuthzField::Header(_)
+                | AuthzField::RequestPrincipal
+                | AuthzField::Audience
+                | AuthzField::Presenter
+                | AuthzField::Claim(_)
         )
     }
 
@@ -72,6 +88,10 @@ impl AuthzField {
                 | AuthzField::SourceIp
                 | AuthzField::RemoteIp
                 | AuthzField::Header(_)
+                | AuthzField::RequestPrincipal
+                | AuthzField::Audience
+                | AuthzField::Presenter
+                | AuthzField::Claim(_)
         )
     }
 }
@@ -200,7 +220,7 @@ mod tests {
         );
         let claims = AuthzRule {
             when: vec![m(
-                AuthzField::Unevaluable("request.auth.claims[iss]".into()),
+                AuthzField::Unevaluable("experimental.envoy.filters.a[b]".into()),
                 "x",
             )],
             ..Default::default()

@@ -197,6 +197,12 @@ pub enum ErrorCode {
     /// RequestAuthentication) applies to connected proxies: meshflow does not translate
     /// it, and those proxies fail closed in its place.
     SecurityPolicyFailsClosed,
+    /// A RequestAuthentication rule's `jwksUri` that meshflow has no keys from (not fetched
+    /// yet, or every fetch failed): a request carrying a token of the rule is refused.
+    JwksUnavailable,
+    /// A `jwksUri` whose latest refresh failed: the keys fetched before stay in use (a
+    /// warning).
+    JwksStale,
 }
 
 impl ErrorCode {
@@ -226,6 +232,8 @@ impl ErrorCode {
             }
             ErrorCode::AliasUnresolved => ("MF0015", "UnresolvedExternalNameAlias"),
             ErrorCode::SecurityPolicyFailsClosed => ("MF0017", "SecurityPolicyNotEnforced"),
+            ErrorCode::JwksUnavailable => ("MF0018", "JwksUnavailable"),
+            ErrorCode::JwksStale => ("MF0019", "JwksRefreshFailed"),
         }
     }
 
@@ -234,7 +242,7 @@ impl ErrorCode {
     pub fn is_warning(self) -> bool {
         matches!(
             self,
-            ErrorCode::DestinationRuleMerged | ErrorCode::AliasUnresolved
+            ErrorCode::DestinationRuleMerged | ErrorCode::AliasUnresolved | ErrorCode::JwksStale
         )
     }
 }

@@ -2,21 +2,21 @@
 //! RequestAuthentication) as meshflow reads them, and what they make of one proxy's inbound
 //! side ([`InboundSecurity`]).
 //!
-//! PeerAuthentication ([`PeerModes`]) and AuthorizationPolicy ALLOW, DENY and AUDIT
-//! ([`super::AuthzPolicy`]) are translated. The rest is honoured, until translated, in the
-//! one direction that cannot let through what Istio would refuse: a CUSTOM
-//! AuthorizationPolicy denies every connection to the workloads it selects; a
-//! RequestAuthentication refuses every request that carries a token where its rules look
-//! for one (meshflow cannot tell a valid token from an invalid one yet).
+//! PeerAuthentication ([`PeerModes`]), AuthorizationPolicy ALLOW, DENY and AUDIT
+//! ([`super::AuthzPolicy`]) and RequestAuthentication ([`super::JwtRule`]) are translated.
+//! CUSTOM is honoured, until translated, in the one direction that cannot let through
+//! what Istio would refuse: it denies every connection to the workloads it selects.
 //!
 //! One record type for the three kinds: they attach to workloads alike (namespace,
 //! `selector.matchLabels`, the root namespace's mesh-wide rule), so they share one input
 //! collection, one join with the proxies and one per-proxy reduce; only what each adds to
 //! a proxy ([`PolicyEffect`]) differs.
 
-use super::{AuthzPolicy, ConfigError, ConfigKey, ErrorCode, Kind, Labels, NamedAuthz, ProxyKind};
+use super::{
+    AuthzPolicy, ConfigError, ConfigKey, ErrorCode, JwtRule, Kind, Labels, NamedAuthz, ProxyKind,
+};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 /// A PeerAuthentication mTLS mode (`UNSET` inherits from the level above).
 #[derive(
@@ -45,13 +45,8 @@ pub enum PolicyEffect {
     /// An AuthorizationPolicy ALLOW, DENY or AUDIT (not dry-run), translated into Envoy's
     /// RBAC on every inbound chain of the workloads it selects.
     Authz(AuthzPolicy),
-    /// A RequestAuthentication: where its `jwtRules` look for tokens (header names,
-    /// lowercase; query parameter and cookie names). A request carrying any is refused.
-    Tokens {
-        headers: BTreeSet<String>,
-        params: BTreeSet<String>,
-        cookies: BTreeSet<String>,
-    },
+    /// A RequestAuthentication's `jwtRules`, translated into Envoy's `jwt_authn`.
+    Jwt(Vec<JwtRule>),
 }
 
 /// One security policy object.
@@ -123,7 +118,7 @@ impl SecurityPolicy {
             ProxyKind::Sidecar if captured => Reach::Protected,
             ProxyKind::Router => match self.effect {
                 PolicyEffect::Peer { .. } => Reach::NotApplicable,
-                PolicyEffect::DenyAll | PolicyEffect::Authz(_) | PolicyEffect::Tokens { .. } => {
+                PolicyEffect::DenyAll | PolicyEffect::Authz(_) | PolicyEffect::Jwt(_) => {
                     Reach::Protected
                 }
             },
@@ -225,10 +220,9 @@ pub struct InboundSecurity {
     /// principal of one stands for the same account in each ([`Self::with_trust_domains`]).
     #[serde(default)]
     pub trust_domains: Vec<String>,
-    /// Token locations of the RequestAuthentications selecting it (lowercase headers).
-    pub token_headers: BTreeSet<String>,
-    pub token_params: BTreeSet<String>,
-    pub token_cookies: BTreeSet<String>,
+    /// The JWT rules of the RequestAuthentications selecting it, in Istio's order: by
+    /// issuer, then as the policies come (namespace, name), then as each writes them.
+    pub jwt: Vec<JwtRule>,
 }
 
 impl InboundSecurity {
@@ -242,6 +236,7 @@ impl InboundSecurity {
     ) -> InboundSecurity {
         let mut out = InboundSecurity::default();
         let mut peers = Vec::new();
+        let mut jwt: Vec<(&ConfigKey, &[JwtRule])> = Vec::new();
         for p in policies {
             match &p.effect {
                 PolicyEffect::Peer { .. } => peers.push(p),
@@ -251,17 +246,13 @@ impl InboundSecurity {
                     name: p.key.name.clone(),
                     policy: a.clone(),
                 }),
-                PolicyEffect::Tokens {
-                    headers,
-                    params,
-                    cookies,
-                } => {
-                    out.token_headers.extend(headers.iter().cloned());
-                    out.token_params.extend(params.iter().cloned());
-                    out.token_cookies.extend(cookies.iter().cloned());
-                }
+                PolicyEffect::Jwt(rules) => jwt.push((&p.key, rules)),
             }
         }
+        jwt.sort_by_key(|(k, _)| (&k.namespace, &k.name));
+        out.jwt = jwt.into_iter().flat_map(|(_, r)| r.iter().cloned()).collect();
+        // Stable: rules of one issuer keep the order above.
+        out.jwt.sort_by(|a, b| a.issuer.cmp(&b.issuer));
         if let Some(peer) = PeerModes::compose(peers, root) {
             out.mode = Some(peer.mode);
             out.ports = peer.ports;
@@ -301,11 +292,10 @@ impl InboundSecurity {
         (!self.is_open()).then_some(self)
     }
 
-    /// Whether a RequestAuthentication looks for tokens somewhere.
+    /// Whether a RequestAuthentication selects the workload: its HTTP connection managers
+    /// verify tokens.
     pub fn checks_tokens(&self) -> bool {
-        !(self.token_headers.is_empty()
-            && self.token_params.is_empty()
-            && self.token_cookies.is_empty())
+        !self.jwt.is_empty()
     }
 
     /// Whether the policies change nothing of the inbound side (a DISABLE mode does: it
@@ -328,8 +318,7 @@ impl SecurityPolicy {
             PolicyEffect::Peer { mode, ports } => {
                 *mode == MtlsMode::Strict || ports.values().any(|m| *m == MtlsMode::Strict)
             }
-            PolicyEffect::DenyAll | PolicyEffect::Authz(_) => true,
-            PolicyEffect::Tokens { .. } => true,
+            PolicyEffect::DenyAll | PolicyEffect::Authz(_) | PolicyEffect::Jwt(_) => true,
         }
     }
 
@@ -338,15 +327,10 @@ impl SecurityPolicy {
     fn fails_closed(&self) -> Option<&'static str> {
         match &self.effect {
             // Translated: they fail closed nowhere in anyone's place.
-            PolicyEffect::Peer { .. } | PolicyEffect::Authz(_) => None,
+            PolicyEffect::Peer { .. } | PolicyEffect::Authz(_) | PolicyEffect::Jwt(_) => None,
             PolicyEffect::DenyAll => Some(
                 "every inbound connection to the sidecars and gateways it selects is refused \
                  (deny-all)",
-            ),
-            PolicyEffect::Tokens { .. } => Some(
-                "the sidecars and gateways it selects refuse (403) every request that carries \
-                 a token where its jwtRules look for one, valid or not, and the sidecars \
-                 refuse traffic to ports no service declares",
             ),
         }
     }
@@ -391,6 +375,48 @@ impl SecurityPolicy {
             code: ErrorCode::SecurityPolicyFailsClosed,
             message,
         })
+    }
+}
+
+impl SecurityPolicy {
+    /// What is wrong with the keys of a RequestAuthentication's `jwksUri` rules: none
+    /// fetched yet or every fetch failed (its tokens are refused), or the latest refresh
+    /// failed (the keys fetched before stay in use). One error per rule, naming its field.
+    pub fn jwks_problems(&self) -> Vec<ConfigError> {
+        let PolicyEffect::Jwt(rules) = &self.effect else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (i, r) in rules.iter().enumerate() {
+            let super::Jwks::Uri { uri, keys, problem } = &r.jwks else {
+                continue;
+            };
+            let why = problem.as_deref().unwrap_or("not fetched yet");
+            let (code, message) = match keys {
+                None => (
+                    ErrorCode::JwksUnavailable,
+                    format!(
+                        "spec.jwtRules[{i}].jwksUri: no keys from {uri:?} ({why}): a request \
+                         carrying a token of this rule is refused (401) until they are fetched"
+                    ),
+                ),
+                Some(_) => (
+                    ErrorCode::JwksStale,
+                    format!(
+                        "spec.jwtRules[{i}].jwksUri: refreshing the keys from {uri:?} failed \
+                         ({why}); the keys fetched before stay in use"
+                    ),
+                ),
+            };
+            if keys.is_none() || problem.is_some() {
+                out.push(ConfigError {
+                    object: self.key.clone(),
+                    code,
+                    message,
+                });
+            }
+        }
+        out
     }
 }
 

@@ -8,7 +8,7 @@ use crate::support::labels;
 use dataflows::model::*;
 use rand::rngs::StdRng;
 use rand::Rng;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 fn mode(rng: &mut StdRng) -> MtlsMode {
     pick(
@@ -56,14 +56,7 @@ pub fn security(rng: &mut StdRng) -> Record {
         }
         Kind::AuthorizationPolicy if rng.random_bool(0.2) => PolicyEffect::DenyAll,
         Kind::AuthorizationPolicy => PolicyEffect::Authz(authz(rng)),
-        _ => {
-            let set = |xs: &[&str]| xs.iter().map(|x| x.to_string()).collect::<BTreeSet<_>>();
-            PolicyEffect::Tokens {
-                headers: set(pick(rng, &[&["authorization"][..], &["x-jwt"], &[]])),
-                params: set(pick(rng, &[&["access_token"][..], &[]])),
-                cookies: set(pick(rng, &[&["session"][..], &[]])),
-            }
-        }
+        _ => PolicyEffect::Jwt((0..rng.random_range(1..3)).map(|_| jwt_rule(rng)).collect()),
     };
     Record::Security(SecurityPolicy {
         key: ConfigKey::new(kind, ns, name),
@@ -71,6 +64,54 @@ pub fn security(rng: &mut StdRng) -> Record {
         selector,
         effect,
     })
+}
+
+/// A random JWT rule: one of two issuers, keys written, fetched, stale or not fetched,
+/// tokens where Envoy looks by default or in a header of their own.
+fn jwt_rule(rng: &mut StdRng) -> JwtRule {
+    let keys = r#"{"keys":[{"kty":"EC","crv":"P-256","x":"AA","y":"AA"}]}"#;
+    let uri = "https://idp.example/keys".to_string();
+    let jwks = match rng.random_range(0..4) {
+        0 => Jwks::Inline(keys.into()),
+        1 => Jwks::Uri {
+            uri,
+            keys: Some(keys.into()),
+            problem: None,
+        },
+        2 => Jwks::Uri {
+            uri,
+            keys: Some(keys.into()),
+            problem: Some("timed out".into()),
+        },
+        _ => Jwks::Uri {
+            uri,
+            keys: None,
+            problem: None,
+        },
+    };
+    JwtRule {
+        issuer: pick(rng, &["https://idp.example", "issuer-b"]).into(),
+        audiences: pick(rng, &[&[][..], &["web"]])
+            .iter()
+            .map(|a| a.to_string())
+            .collect(),
+        jwks,
+        from_headers: if rng.random_bool(0.5) {
+            vec![TokenHeader {
+                name: "x-jwt".into(),
+                prefix: String::new(),
+            }]
+        } else {
+            vec![]
+        },
+        from_params: vec![],
+        from_cookies: vec![],
+        forward_original_token: rng.random_bool(0.5),
+        output_payload_to_header: String::new(),
+        output_claim_to_headers: vec![],
+        timeout_ms: DEFAULT_JWKS_TIMEOUT_MS,
+        space_delimited_claims: vec![],
+    }
 }
 
 /// A random translated AuthorizationPolicy: any action, up to two rules whose matches mix
@@ -86,7 +127,7 @@ fn authz(rng: &mut StdRng) -> AuthzPolicy {
         ],
     );
     let one = |rng: &mut StdRng| {
-        let (field, values): (AuthzField, &[&str]) = match rng.random_range(0..8) {
+        let (field, values): (AuthzField, &[&str]) = match rng.random_range(0..10) {
             0 => (
                 AuthzField::Principal,
                 &["cluster.local/ns/default/sa/a", "*"],
@@ -97,7 +138,15 @@ fn authz(rng: &mut StdRng) -> AuthzPolicy {
             4 => (AuthzField::Method, &["GET"]),
             5 => (AuthzField::Path, &["/admin*", "*.png"]),
             6 => (AuthzField::Header("x-team".into()), &["blue"]),
-            _ => (AuthzField::Unevaluable("requestPrincipals".into()), &["*"]),
+            7 => (
+                AuthzField::RequestPrincipal,
+                &["https://idp.example/alice", "*", "*/bob"],
+            ),
+            8 => (AuthzField::Claim(vec!["groups".into()]), &["admin", "ops*"]),
+            _ => (
+                AuthzField::Unevaluable("experimental.envoy.filters.a[b]".into()),
+                &["x"],
+            ),
         };
         AuthzMatch {
             field,

@@ -15,7 +15,7 @@ use dataflows::model::*;
 use envoy_types::pb::envoy::config::listener::v3::{filter, FilterChain, Listener};
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
 use prost::Message;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 fn policy(
     kind: Kind,
@@ -52,13 +52,39 @@ fn deny_all(ns: &str, name: &str, selector: Option<&[(&str, &str)]>) -> Record {
     )
 }
 
-fn tokens(ns: &str, name: &str, selector: Option<&[(&str, &str)]>) -> Record {
-    let effect = PolicyEffect::Tokens {
-        headers: BTreeSet::from(["authorization".to_string()]),
-        params: BTreeSet::from(["access_token".to_string()]),
-        cookies: BTreeSet::new(),
+/// A RequestAuthentication with one rule of `issuer`, keys at `jwks`.
+pub(crate) fn jwt_policy(
+    ns: &str,
+    name: &str,
+    selector: Option<&[(&str, &str)]>,
+    issuer: &str,
+    jwks: Jwks,
+) -> Record {
+    let rule = JwtRule {
+        issuer: issuer.into(),
+        audiences: vec![],
+        jwks,
+        from_headers: vec![],
+        from_params: vec![],
+        from_cookies: vec![],
+        forward_original_token: false,
+        output_payload_to_header: String::new(),
+        output_claim_to_headers: vec![],
+        timeout_ms: DEFAULT_JWKS_TIMEOUT_MS,
+        space_delimited_claims: vec![],
     };
+    let effect = PolicyEffect::Jwt(vec![rule]);
     policy(Kind::RequestAuthentication, ns, name, "", selector, effect)
+}
+
+fn tokens(ns: &str, name: &str, selector: Option<&[(&str, &str)]>) -> Record {
+    jwt_policy(
+        ns,
+        name,
+        selector,
+        "https://idp.example",
+        Jwks::Inline(r#"{"keys":[]}"#.into()),
+    )
 }
 
 /// ratings (default, 10.1.0.1) and reviews (default, 10.1.0.2), each serving HTTP 9080.
@@ -283,11 +309,12 @@ fn authorization_policy_denies_every_chain_of_the_workloads_it_selects() {
         .all(|(_, f)| *f != rbac));
 }
 
-/// A RequestAuthentication selecting ratings puts a DENY HTTP RBAC filter on the token's
-/// locations first in each HTTP chain's connection manager, and drops the catch-all
-/// (which cannot see HTTP); reviews keeps its chains as they were.
+/// A RequestAuthentication selecting ratings puts `jwt_authn` first in each HTTP chain's
+/// connection manager, and drops the catch-all (it proxies bytes: it cannot verify a token
+/// where Istio's HTTP catch-all would); reviews keeps its chains as they were. Translated:
+/// no error says it fails closed.
 #[test]
-fn request_authentication_refuses_requests_carrying_tokens() {
+fn request_authentication_verifies_tokens_first() {
     let (mut m, ratings, reviews) = two_workloads();
     let before_reviews = inbound(&m, &reviews);
     m.insert(vec![tokens("default", "jwt", Some(&[("app", "ratings")]))]);
@@ -299,31 +326,15 @@ fn request_authentication_refuses_requests_carrying_tokens() {
     );
     for c in &l.filter_chains {
         let hcm = hcm_of(c);
-        assert_eq!(hcm.http_filters[0].name, "envoy.filters.http.rbac");
-        use envoy_types::pb::envoy::extensions::filters::http::rbac::v3::Rbac;
-        use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_filter::ConfigType;
-        let Some(ConfigType::TypedConfig(any)) = &hcm.http_filters[0].config_type else {
-            panic!("no config");
-        };
-        let rules = Rbac::decode(&any.value[..])
-            .expect("RBAC")
-            .rules
-            .expect("rules");
-        assert_eq!(rules.action, 1, "DENY");
-        let body = format!("{rules:?}");
-        assert!(body.contains("\"authorization\""), "{body}");
-        assert!(body.contains("access\\\\_token"), "{body}");
+        assert_eq!(hcm.http_filters[0].name, "envoy.filters.http.jwt_authn");
     }
     assert_eq!(inbound(&m, &reviews), before_reviews);
-    assert_eq!(
-        gateway_errors(&m, ErrorCode::SecurityPolicyFailsClosed).len(),
-        1
-    );
+    assert!(gateway_errors(&m, ErrorCode::SecurityPolicyFailsClosed).is_empty());
 }
 
 /// A restricting AuthorizationPolicy selecting a gateway: every chain of every listener of
 /// its scope starts with the deny-all, and the error says it fails closed; a
-/// RequestAuthentication puts the token filter first in its HTTP connection managers; a
+/// RequestAuthentication puts `jwt_authn` first in its HTTP connection managers; a
 /// STRICT PeerAuthentication changes nothing of a gateway (Istio applies none to them). A
 /// gateway no policy selects keeps its listeners; retracting the policy opens them again.
 #[test]
@@ -398,7 +409,10 @@ fn a_policy_selecting_a_gateway_fails_its_listeners_closed() {
             c.filters[0].name,
             "envoy.filters.network.http_connection_manager"
         );
-        assert_eq!(hcm_of(c).http_filters[0].name, "envoy.filters.http.rbac");
+        assert_eq!(
+            hcm_of(c).http_filters[0].name,
+            "envoy.filters.http.jwt_authn"
+        );
     }
 }
 

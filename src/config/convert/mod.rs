@@ -28,6 +28,7 @@ use virtual_service::virtual_service;
 pub(super) use fields::{export_to, parse_duration_ms};
 pub(super) use load_balancer::locality_lb_setting;
 pub(super) use route_actions::retries;
+pub use security::check_jwks;
 
 type Result<T> = std::result::Result<T, Invalid>;
 

@@ -12,7 +12,7 @@ use crate::config::security as s;
 use crate::config::Invalid;
 use dataflows::model::{self as m, ConfigKey, Kind, Labels, MeshConfig, Record};
 use serde_yaml_ng::Value;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 /// Istio's annotation that makes an AuthorizationPolicy log its decision without enforcing it.
 const DRY_RUN: &str = "istio.io/dry-run";
@@ -232,7 +232,7 @@ fn authz_rule(
     let mut unevaluable = |field: &str| {
         findings.push(Finding::error(
             field,
-            "not checked by meshflow yet (it needs the JWT or Envoy metadata translation): \
+            "not checked by meshflow yet (path templates, Envoy filter metadata): \
              failing closed, an ALLOW rule with it allows nothing, and in DENY or AUDIT the \
              rule matches as if it held",
         ))
@@ -269,13 +269,13 @@ fn authz_rule(
                 true,
             ),
             (
-                F::Unevaluable("requestPrincipals".into()),
+                F::RequestPrincipal,
                 "requestPrincipals",
                 src.request_principals,
                 false,
             ),
             (
-                F::Unevaluable("notRequestPrincipals".into()),
+                F::RequestPrincipal,
                 "notRequestPrincipals",
                 src.not_request_principals,
                 true,
@@ -365,9 +365,11 @@ fn condition_field(key: &str, at: &str) -> Result<m::AuthzField> {
         k if k.starts_with("request.headers[") && k.ends_with(']') && k.len() > 17 => {
             F::Header(k["request.headers[".len()..k.len() - 1].to_string())
         }
-        k if k.starts_with("request.auth.") || k.starts_with("experimental.envoy.filters.") => {
-            F::Unevaluable(k.to_string())
-        }
+        "request.auth.principal" => F::RequestPrincipal,
+        "request.auth.audiences" => F::Audience,
+        "request.auth.presenter" => F::Presenter,
+        k if k.starts_with("request.auth.claims") => F::Claim(claim_path(k, at)?),
+        k if k.starts_with("experimental.envoy.filters.") => F::Unevaluable(k.to_string()),
         other => {
             return Err(Invalid::field(
                 at,
@@ -375,6 +377,31 @@ fn condition_field(key: &str, at: &str) -> Result<m::AuthzField> {
             ))
         }
     })
+}
+
+/// `request.auth.claims[A][B]…`'s claim names (nested claims by path).
+fn claim_path(key: &str, at: &str) -> Result<Vec<String>> {
+    let bad = || {
+        Invalid::field(
+            at,
+            format!("{key:?}: a claim is written request.auth.claims[NAME] (nested: [A][B])"),
+        )
+    };
+    let mut rest = &key["request.auth.claims".len()..];
+    let mut path = Vec::new();
+    while !rest.is_empty() {
+        let inner = rest.strip_prefix('[').ok_or_else(bad)?;
+        let (name, after) = inner.split_once(']').ok_or_else(bad)?;
+        if name.is_empty() || name.contains('[') {
+            return Err(bad());
+        }
+        path.push(name.to_string());
+        rest = after;
+    }
+    if path.is_empty() {
+        return Err(bad());
+    }
+    Ok(path)
 }
 
 /// Values a field can hold, as Istio's validation checks them: addresses and ranges,
@@ -431,57 +458,173 @@ pub(super) fn request_authentication(
     )? {
         return Ok(Vec::new());
     }
-    let (mut headers, mut params, mut cookies) =
-        (BTreeSet::new(), BTreeSet::new(), BTreeSet::new());
-    for (i, r) in spec.jwt_rules.iter().enumerate() {
-        let f = format!("spec.jwtRules[{i}]");
-        if r.issuer.is_none() && r.jwks_uri.is_none() {
-            return Err(Invalid::field(&f, "a JWT rule needs issuer or jwksUri"));
-        }
-        let named = |n: &str, field: String| -> Result<String> {
-            let n = n.trim();
-            if n.is_empty() || n.chars().any(|c| c.is_control() || c.is_whitespace()) {
-                return Err(Invalid::field(field, format!("{n:?} is not a valid name")));
-            }
-            Ok(n.to_string())
-        };
-        for (j, h) in r.from_headers.iter().enumerate() {
-            let n = named(&h.name, format!("{f}.fromHeaders[{j}].name"))?;
-            headers.insert(n.to_ascii_lowercase());
-        }
-        for (j, p) in r.from_params.iter().enumerate() {
-            params.insert(named(p, format!("{f}.fromParams[{j}]"))?);
-        }
-        for (j, c) in r.from_cookies.iter().enumerate() {
-            cookies.insert(named(c, format!("{f}.fromCookies[{j}]"))?);
-        }
-        // No location: Envoy's default, the `Authorization` header (`Bearer `) and the
-        // `access_token` query parameter.
-        if r.from_headers.is_empty() && r.from_params.is_empty() && r.from_cookies.is_empty() {
-            headers.insert("authorization".into());
-            params.insert("access_token".into());
-        }
-    }
     if spec.jwt_rules.is_empty() {
         return Ok(Vec::new());
     }
-    findings.push(Finding::error(
-        "spec.jwtRules",
-        "not translated by meshflow yet (tokens are not validated; fail-closed stopgap): the \
-         sidecars and gateways it selects refuse (403) every HTTP request that carries a \
-         token where these rules look for one (any `Authorization` header by default), valid \
-         or not, and the sidecars connections to ports no service declares",
-    ));
+    let rules = spec
+        .jwt_rules
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| jwt_rule(r, &format!("spec.jwtRules[{i}]")))
+        .collect::<Result<Vec<_>>>()?;
     Ok(vec![Record::Security(m::SecurityPolicy {
         key: key.clone(),
         created: created(value),
         selector,
-        effect: m::PolicyEffect::Tokens {
-            headers,
-            params,
-            cookies,
-        },
+        effect: m::PolicyEffect::Jwt(rules),
     })])
+}
+
+/// A name of a header, parameter or cookie: not empty, no space or control character.
+fn location_name(n: &str, field: String) -> Result<String> {
+    if n.is_empty() || n.chars().any(|c| c.is_control() || c.is_whitespace()) {
+        return Err(Invalid::field(field, format!("{n:?} is not a valid name")));
+    }
+    Ok(n.to_string())
+}
+
+/// An HTTP header name as Envoy takes it (RFC 9110 token characters).
+fn header_name(n: &str, field: String) -> Result<String> {
+    let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+    if n.is_empty() || !n.chars().all(token) {
+        return Err(Invalid::field(field, format!("{n:?} is not a valid header name")));
+    }
+    Ok(n.to_string())
+}
+
+/// A JSON Web Key Set (RFC 7517) Envoy can verify with: a JSON object whose `keys` is an
+/// array of objects, each with a `kty`, and at least one a key Envoy reads (RSA `n` and `e`;
+/// EC P-256/384/521 `x` and `y`; `oct` `k`; OKP Ed25519 `x`). Envoy takes no set without
+/// one: the listener carrying it would be refused.
+pub fn check_jwks(text: &str) -> std::result::Result<(), String> {
+    let v: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+    let keys = v
+        .get("keys")
+        .and_then(|k| k.as_array())
+        .ok_or("not a JSON Web Key Set (no `keys` array)")?;
+    let has = |k: &serde_json::Value, m: &str| k.get(m).and_then(|x| x.as_str()).is_some();
+    let mut usable = 0;
+    for (i, k) in keys.iter().enumerate() {
+        let kty = k
+            .get("kty")
+            .and_then(|t| t.as_str())
+            .ok_or_else(|| format!("keys[{i}] has no `kty`"))?;
+        let crv = k.get("crv").and_then(|c| c.as_str()).unwrap_or("");
+        usable += usize::from(match kty {
+            "RSA" => has(k, "n") && has(k, "e"),
+            "EC" => ["P-256", "P-384", "P-521"].contains(&crv) && has(k, "x") && has(k, "y"),
+            "oct" => has(k, "k"),
+            "OKP" => crv == "Ed25519" && has(k, "x"),
+            _ => false,
+        });
+    }
+    if usable == 0 {
+        return Err("no key Envoy can verify with (RSA, EC P-256/384/521, oct, Ed25519)".into());
+    }
+    Ok(())
+}
+
+/// A `jwksUri`: an absolute `http` or `https` URL with a host (Istio's `ParseJwksURI`).
+fn check_jwks_uri(uri: &str, field: &str) -> Result<()> {
+    let rest = uri
+        .strip_prefix("https://")
+        .or_else(|| uri.strip_prefix("http://"))
+        .ok_or_else(|| Invalid::field(field, format!("{uri:?} is not an http or https URL")))?;
+    let host = rest.split(['/', '?', '#']).next().unwrap_or("");
+    if host.is_empty() || uri.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(Invalid::field(field, format!("{uri:?} is not a valid URL")));
+    }
+    Ok(())
+}
+
+fn jwt_rule(r: s::JwtRule, f: &str) -> Result<m::JwtRule> {
+    if r.issuer.is_empty() && r.jwks_uri.is_empty() {
+        return Err(Invalid::field(f, "a JWT rule needs issuer or jwksUri"));
+    }
+    for (j, a) in r.audiences.iter().enumerate() {
+        if a.is_empty() {
+            return Err(Invalid::field(format!("{f}.audiences[{j}]"), "an empty audience"));
+        }
+    }
+    let jwks = if !r.jwks.is_empty() {
+        check_jwks(&r.jwks).map_err(|e| Invalid::field(format!("{f}.jwks"), e))?;
+        m::Jwks::Inline(r.jwks)
+    } else if !r.jwks_uri.is_empty() {
+        check_jwks_uri(&r.jwks_uri, &format!("{f}.jwksUri"))?;
+        m::Jwks::Uri {
+            uri: r.jwks_uri,
+            keys: None,
+            problem: None,
+        }
+    } else {
+        // Istio discovers the keys from the issuer's OpenID configuration; meshflow does
+        // not: the rule verifies no token (one carrying it is refused).
+        return Err(Invalid::field(
+            f,
+            "neither jwks nor jwksUri is set (meshflow does not discover keys from the \
+             issuer's OpenID configuration): write the key set's URL in jwksUri",
+        ));
+    };
+    let mut from_headers = Vec::new();
+    for (j, h) in r.from_headers.iter().enumerate() {
+        from_headers.push(m::TokenHeader {
+            name: header_name(&h.name, format!("{f}.fromHeaders[{j}].name"))?,
+            prefix: h.prefix.clone().unwrap_or_default(),
+        });
+    }
+    let from_params = r
+        .from_params
+        .iter()
+        .enumerate()
+        .map(|(j, p)| location_name(p, format!("{f}.fromParams[{j}]")))
+        .collect::<Result<Vec<_>>>()?;
+    let from_cookies = r
+        .from_cookies
+        .iter()
+        .enumerate()
+        .map(|(j, c)| location_name(c, format!("{f}.fromCookies[{j}]")))
+        .collect::<Result<Vec<_>>>()?;
+    let mut output_claim_to_headers = Vec::new();
+    for (j, c) in r.output_claim_to_headers.iter().enumerate() {
+        let at = format!("{f}.outputClaimToHeaders[{j}]");
+        if c.claim.is_empty() {
+            return Err(Invalid::field(format!("{at}.claim"), "an empty claim"));
+        }
+        output_claim_to_headers.push((
+            header_name(&c.header, format!("{at}.header"))?,
+            c.claim.clone(),
+        ));
+    }
+    if !r.output_payload_to_header.is_empty() {
+        header_name(
+            &r.output_payload_to_header,
+            format!("{f}.outputPayloadToHeader"),
+        )?;
+    }
+    let timeout_ms = match r.timeout.as_deref() {
+        Some(t) => {
+            let ms = super::fields::parse_duration_ms(t, &format!("{f}.timeout"))?;
+            if ms == 0 {
+                return Err(Invalid::field(format!("{f}.timeout"), "must be above zero"));
+            }
+            ms
+        }
+        None => m::DEFAULT_JWKS_TIMEOUT_MS,
+    };
+    Ok(m::JwtRule {
+        issuer: r.issuer,
+        audiences: r.audiences,
+        jwks,
+        from_headers,
+        from_params,
+        from_cookies,
+        forward_original_token: r.forward_original_token,
+        output_payload_to_header: r.output_payload_to_header,
+        output_claim_to_headers,
+        timeout_ms,
+        space_delimited_claims: r.space_delimited_claims,
+    })
 }
 
 /// The kind's converter (`convert`'s dispatch).

@@ -95,8 +95,8 @@ fn http_route(
         findings.push(Finding::error(
             path,
             format!(
-                "a match on a JWT claim needs a RequestAuthentication, which meshflow does \
-                 not read yet; the route {f} is not generated, so it never matches more \
+                "a match on a JWT claim (`@request.auth.claims`) is not translated by \
+                 meshflow yet; the route {f} is not generated, so it never matches more \
                  traffic than written"
             ),
         ));

@@ -97,10 +97,10 @@ fn port_chain(name: String, port: u16, transport: &str, alpn: &[&str]) -> Filter
 /// receives plaintext. Plaintext, and the mesh's mTLS, find no chain there: Istio honours
 /// `tls` only where the port's mTLS is disabled, so the two never share the port.
 ///
-/// `sec`: the security stopgap's part. A port in STRICT mode keeps its mTLS chains only
+/// `sec`: the security policies' part. A port in STRICT mode keeps its mTLS chains only
 /// (and an `ingress` port's `tls` is set aside for them, as Istio honours it only where
-/// mTLS is disabled); HTTP chains refuse requests carrying a token where a
-/// RequestAuthentication looks for one. [`secure`] adds the deny-all filter afterwards.
+/// mTLS is disabled), DISABLE its plaintext ones. [`secure`] adds token verification and
+/// authorization afterwards.
 fn inbound_chains(
     port: &InboundPort,
     sec: &InboundSecurity,
@@ -114,7 +114,7 @@ fn inbound_chains(
         if tls {
             c.transport_socket = Some(terminated());
         }
-        c.filters = vec![hcm_filter(inbound_hcm(p, &cluster, tls, sec))];
+        c.filters = vec![hcm_filter(inbound_hcm(p, &cluster, tls))];
         c
     };
     if let Some(tls) = port.tls.as_ref().filter(|_| !strict) {
@@ -123,7 +123,7 @@ fn inbound_chains(
         // The port's protocol after termination; one told per connection is not generated
         // with `tls` (the conversion fails it closed), and would go on as TCP here.
         chain.filters = vec![match port.proxying {
-            Proxying::Http => hcm_filter(inbound_hcm(p, &cluster, true, sec)),
+            Proxying::Http => hcm_filter(inbound_hcm(p, &cluster, true)),
             Proxying::Tcp | Proxying::Detected => tcp_to(&cluster, &cluster),
         }];
         return vec![chain];
@@ -191,8 +191,8 @@ fn by_mode(chains: Vec<FilterChain>, mode: MtlsMode) -> Vec<FilterChain> {
     }
 }
 
-/// Every chain of `chains` refuses connections where an AuthorizationPolicy that meshflow
-/// cannot evaluate selects the workload: the deny-all network RBAC filter first.
+/// Every chain of `chains` with what the workload's security policies make it refuse
+/// ([`rbac::authorize`]).
 fn secure(mut chains: Vec<FilterChain>, sec: &InboundSecurity) -> Vec<FilterChain> {
     for c in &mut chains {
         rbac::authorize(c, sec);
@@ -203,13 +203,8 @@ fn secure(mut chains: Vec<FilterChain>, sec: &InboundSecurity) -> Vec<FilterChai
 /// The connection manager of an HTTP inbound chain: every request to `cluster`. `tls`: the
 /// chain terminates TLS (the mesh's, or an `ingress` listener's), so a client certificate's
 /// details reach the application in `x-forwarded-client-cert`, as Istio passes them.
-/// `sec`: a RequestAuthentication's token locations put the token filter first.
-fn inbound_hcm(
-    port: u16,
-    cluster: &str,
-    tls: bool,
-    sec: &InboundSecurity,
-) -> HttpConnectionManager {
+/// What the security policies add comes after ([`secure`]).
+fn inbound_hcm(port: u16, cluster: &str, tls: bool) -> HttpConnectionManager {
     use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::{
         ForwardClientCertDetails, SetCurrentClientCertDetails,
     };
@@ -239,9 +234,6 @@ fn inbound_hcm(
         })),
         ..base_hcm(cluster)
     };
-    if let Some(f) = rbac::token_filter(&sec.token_headers, &sec.token_params, &sec.token_cookies) {
-        hcm.http_filters.insert(0, f);
-    }
     if tls {
         hcm.forward_client_cert_details = ForwardClientCertDetails::AppendForward as i32;
         hcm.set_current_client_cert_details = Some(SetCurrentClientCertDetails {
@@ -350,7 +342,7 @@ pub fn virtual_inbound(ports: &[InboundPort], detection_ms: Option<u64>) -> Reso
     virtual_inbound_secured(ports, detection_ms, &sec, &mtls)
 }
 
-/// [`virtual_inbound`] with the security stopgap's part `sec` (see [`inbound_chains`]):
+/// [`virtual_inbound`] with the security policies' part `sec` (see [`inbound_chains`]):
 /// besides each port's chains, the catch-all of ports no service declares takes the
 /// mesh's mTLS only where the workload's mode is STRICT, and is gone where a
 /// RequestAuthentication selects the workload (it proxies bytes, so it cannot see a

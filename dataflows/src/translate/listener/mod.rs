@@ -6,6 +6,7 @@
 
 mod filters;
 mod inbound;
+pub mod jwt;
 pub mod rbac;
 #[cfg(test)]
 mod tests;
@@ -122,35 +123,20 @@ pub fn virtual_outbound(catchall: &str) -> Resource {
 ///
 /// The listener is decoded and encoded again: its builders set no map field with more than
 /// one entry (prost's maps are `HashMap`s), so the encoding stays deterministic.
-/// A gateway's listener with the security stopgap's refusals (`sec`, see
-/// [`crate::model::InboundSecurity::for_router`]): the deny-all network filter first in every
-/// chain, the token filter first in every HTTP connection manager. Other resources pass
-/// as they are. `None` (no listener: the port is closed) for a listener that cannot be
-/// read back, so that a refusal is never lost.
+/// A gateway's listener with what its security policies make it refuse (`sec`, see
+/// [`crate::model::InboundSecurity::for_router`] and [`rbac::authorize`]). Other resources
+/// pass as they are. `None` (no listener: the port is closed) for a listener that cannot
+/// be read back, so that a refusal is never lost.
 pub fn with_refusals(r: Resource, sec: &crate::model::InboundSecurity) -> Option<Resource> {
     if r.rtype != ResourceType::Listener {
         return Some(r);
     }
     let mut listener = Listener::decode(&r.body.0[..]).ok()?;
-    let token = rbac::token_filter(&sec.token_headers, &sec.token_params, &sec.token_cookies);
     let chains = listener
         .filter_chains
         .iter_mut()
         .chain(listener.default_filter_chain.iter_mut());
     for chain in chains {
-        for f in chain.filters.iter_mut() {
-            let Some(filter::ConfigType::TypedConfig(any)) = &mut f.config_type else {
-                continue;
-            };
-            let Some(token) = token.as_ref() else {
-                continue;
-            };
-            if any.type_url.ends_with(".HttpConnectionManager") {
-                let mut hcm = HttpConnectionManager::decode(&any.value[..]).ok()?;
-                hcm.http_filters.insert(0, token.clone());
-                *any = pack_any(hcm);
-            }
-        }
         rbac::authorize(chain, sec);
     }
     Some(Resource::new(

@@ -1,33 +1,31 @@
-//! Envoy's RBAC filters of the security stopgap ([`crate::model::InboundSecurity`]): a
-//! network filter that refuses every connection (an AuthorizationPolicy meshflow cannot
-//! evaluate selects the workload), and an HTTP filter that refuses every request carrying a
-//! token where a RequestAuthentication looks for one (meshflow cannot validate it).
-//!
-//! Each filter holds at most one policy: `policies` is a map, and one entry keeps the
-//! encoded bytes (the resource's version) the same from one build to the next.
+//! Envoy's RBAC filters for the security policies of a workload
+//! ([`crate::model::InboundSecurity`]): the AuthorizationPolicies' rules, per action, on
+//! HTTP connection managers (after the RequestAuthentications' `jwt_authn`, whose verified
+//! payload their token fields read) and on chains that proxy bytes; and a network filter
+//! that refuses every connection where a policy meshflow cannot evaluate (CUSTOM) selects
+//! the workload.
 
 use crate::model::{AuthzAction, AuthzField, AuthzMatch, CheckedRule, NamedAuthz};
 use envoy_types::pb::envoy::config::listener::v3::{filter, Filter};
 use envoy_types::pb::envoy::config::rbac::v3::{
-    permission, principal, rbac::Action, Permission, Policy, Principal, Rbac,
+    permission, principal, rbac::Action, MetadataSource, Permission, Policy, Principal, Rbac,
+    SourcedMetadata,
 };
 use envoy_types::pb::envoy::config::route::v3::{header_matcher, HeaderMatcher};
-use envoy_types::pb::envoy::extensions::filters::http::rbac::v3::Rbac as HttpRbac;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
     http_filter, HttpConnectionManager, HttpFilter,
 };
 use envoy_types::pb::envoy::extensions::filters::network::rbac::v3::Rbac as NetworkRbac;
-use envoy_types::pb::envoy::r#type::matcher::v3::{string_matcher, RegexMatcher, StringMatcher};
+use envoy_types::pb::envoy::r#type::matcher::v3::{
+    list_matcher, metadata_matcher, string_matcher, value_matcher, ListMatcher, MetadataMatcher,
+    OrMatcher, RegexMatcher, StringMatcher, ValueMatcher,
+};
 use envoy_types::util::pack_any;
 use prost::Message;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 const NETWORK_RBAC: &str = "envoy.filters.network.rbac";
 pub const HTTP_RBAC: &str = "envoy.filters.http.rbac";
-
-/// The name of the one policy of the token filter, which Envoy reports in a refused
-/// request's response details (`rbac_access_denied_matched_policy[…]`).
-pub const TOKEN_POLICY: &str = "meshflow-unverified-request-token";
 
 /// The network RBAC filter that refuses every connection: rules with action ALLOW and no
 /// policy, which Envoy's API defines as "if present and empty, DENY". It runs before any
@@ -75,71 +73,6 @@ fn quote(s: &str) -> String {
     out
 }
 
-fn header_rule(name: &str, spec: header_matcher::HeaderMatchSpecifier) -> Permission {
-    Permission {
-        rule: Some(permission::Rule::Header(HeaderMatcher {
-            name: name.into(),
-            header_match_specifier: Some(spec),
-            ..Default::default()
-        })),
-    }
-}
-
-/// The HTTP RBAC filter that refuses (403) a request carrying any of the headers, query
-/// parameters or cookies named: a DENY policy on their presence, whatever their value.
-/// `None` when nothing is named.
-pub fn token_filter(
-    headers: &BTreeSet<String>,
-    params: &BTreeSet<String>,
-    cookies: &BTreeSet<String>,
-) -> Option<HttpFilter> {
-    use header_matcher::HeaderMatchSpecifier as Spec;
-    let mut rules: Vec<Permission> = headers
-        .iter()
-        .map(|h| header_rule(h, Spec::PresentMatch(true)))
-        .collect();
-    // A parameter of the query: `:path` holds it (RE2 matches the whole value).
-    rules.extend(params.iter().map(|p| {
-        header_rule(
-            ":path",
-            Spec::StringMatch(regex(format!("[^?]*\\?(.*&)?{}(=.*|&.*)?", quote(p)))),
-        )
-    }));
-    // A cookie of the `cookie` header (`a=1; b=2`).
-    rules.extend(cookies.iter().map(|c| {
-        header_rule(
-            "cookie",
-            Spec::StringMatch(regex(format!("(.*;\\s*)?{}=.*", quote(c)))),
-        )
-    }));
-    if rules.is_empty() {
-        return None;
-    }
-    let policy = Policy {
-        permissions: vec![Permission {
-            rule: Some(permission::Rule::OrRules(
-                envoy_types::pb::envoy::config::rbac::v3::permission::Set { rules },
-            )),
-        }],
-        principals: vec![Principal {
-            identifier: Some(principal::Identifier::Any(true)),
-        }],
-        ..Default::default()
-    };
-    let rbac = HttpRbac {
-        rules: Some(Rbac {
-            action: Action::Deny as i32,
-            policies: [(TOKEN_POLICY.to_string(), policy)].into_iter().collect(),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    Some(HttpFilter {
-        name: HTTP_RBAC.into(),
-        config_type: Some(http_filter::ConfigType::TypedConfig(pack_any(rbac))),
-        ..Default::default()
-    })
-}
 
 /// Istio's value patterns: `*` anything (present), `*x` a suffix, `x*` a prefix, else
 /// exact; `prefix` (`spiffe://` for principals) goes before what the value writes.
@@ -214,10 +147,108 @@ fn source_value(field: &AuthzField, v: &str, ns: &str) -> principal::Identifier 
         AuthzField::SourceIp => I::DirectRemoteIp(cidr(v)),
         AuthzField::RemoteIp => I::RemoteIp(cidr(v)),
         AuthzField::Header(name) => I::Header(header_value(name, v, false)),
+        AuthzField::RequestPrincipal => request_principal(v),
+        AuthzField::Audience => dynamic(claim(&["aud".into()], pattern(v, "", false))),
+        AuthzField::Presenter => dynamic(claim(&["azp".into()], pattern(v, "", false))),
+        AuthzField::Claim(path) => dynamic(claim(path, pattern(v, "", false))),
         // Operation-side fields are not given here ([`AuthzField::of_source`]).
         _ => I::NotId(Box::new(Principal {
             identifier: Some(I::Any(true)),
         })),
+    }
+}
+
+/// A claim of the request's verified token (`path`: nested claims) matching `m`, whether
+/// it is a string or a list (one of whose strings matches), as `jwt_authn` left it in its
+/// dynamic metadata.
+fn claim(path: &[String], m: StringMatcher) -> MetadataMatcher {
+    use value_matcher::MatchPattern as V;
+    let string = ValueMatcher {
+        match_pattern: Some(V::StringMatch(m)),
+    };
+    let list = ValueMatcher {
+        match_pattern: Some(V::ListMatch(Box::new(ListMatcher {
+            match_pattern: Some(list_matcher::MatchPattern::OneOf(Box::new(string.clone()))),
+        }))),
+    };
+    MetadataMatcher {
+        filter: super::jwt::JWT_AUTHN.into(),
+        path: std::iter::once(super::jwt::PAYLOAD_KEY.to_string())
+            .chain(path.iter().cloned())
+            .map(|k| metadata_matcher::PathSegment {
+                segment: Some(metadata_matcher::path_segment::Segment::Key(k)),
+            })
+            .collect(),
+        value: Some(ValueMatcher {
+            match_pattern: Some(V::OrMatch(OrMatcher {
+                value_matchers: vec![list, string],
+            })),
+        }),
+        ..Default::default()
+    }
+}
+
+/// A `requestPrincipals` value, `ISS/SUB` split at the last `/` (an issuer is often a URL),
+/// as the token's `iss` and `sub`, with Istio's wildcards: `*` any token, `*SUFFIX` and
+/// `PREFIX*` on the whole value, `*/SUB` any issuer, `ISS/*` any subject.
+fn request_principal(v: &str) -> principal::Identifier {
+    use principal::Identifier as I;
+    let any = || regex(".+".into());
+    let exact = |s: &str| StringMatcher {
+        match_pattern: Some(string_matcher::MatchPattern::Exact(s.into())),
+        ignore_case: false,
+    };
+    let (iss, sub) = match v.rsplit_once('/') {
+        Some((i, s)) => (i, Some(s)),
+        None => (v, None),
+    };
+    let (iss_m, sub_m) = if v == "*" {
+        (any(), any())
+    } else if v.starts_with('*') {
+        match sub {
+            Some(s) if iss == "*" => (any(), exact(s)),
+            Some(s) => (pattern(iss, "", false), exact(s)),
+            None => (any(), pattern(v, "", false)),
+        }
+    } else if v.ends_with('*') {
+        match sub {
+            Some("*") => (exact(iss), any()),
+            Some(s) => (exact(iss), pattern(s, "", false)),
+            None => (pattern(v, "", false), any()),
+        }
+    } else {
+        (exact(iss), exact(sub.unwrap_or("")))
+    };
+    let on = |key: &str, m: StringMatcher| Principal {
+        identifier: Some(dynamic(claim_string(key, m))),
+    };
+    I::AndIds(principal::Set {
+        ids: vec![on("iss", iss_m), on("sub", sub_m)],
+    })
+}
+
+/// A principal on the request's dynamic metadata (where `jwt_authn` leaves the payload).
+fn dynamic(m: MetadataMatcher) -> principal::Identifier {
+    principal::Identifier::SourcedMetadata(SourcedMetadata {
+        metadata_matcher: Some(m),
+        metadata_source: MetadataSource::Dynamic as i32,
+    })
+}
+
+/// A string claim of the verified token matching `m` (`iss`, `sub`).
+fn claim_string(key: &str, m: StringMatcher) -> MetadataMatcher {
+    MetadataMatcher {
+        filter: super::jwt::JWT_AUTHN.into(),
+        path: [super::jwt::PAYLOAD_KEY, key]
+            .into_iter()
+            .map(|k| metadata_matcher::PathSegment {
+                segment: Some(metadata_matcher::path_segment::Segment::Key(k.into())),
+            })
+            .collect(),
+        value: Some(ValueMatcher {
+            match_pattern: Some(value_matcher::MatchPattern::StringMatch(m)),
+        }),
+        ..Default::default()
     }
 }
 
@@ -481,17 +512,18 @@ fn normalize_paths(hcm: &mut HttpConnectionManager) {
     hcm.path_with_escaped_slashes_action = PathWithEscapedSlashesAction::UnescapeAndRedirect as i32;
 }
 
-/// `chain` with what the security policies make it refuse, first among its filters: the
-/// AuthorizationPolicies' RBAC (in the connection manager for HTTP, as network filters for
-/// a chain that proxies bytes), and before everything the deny-all of a policy meshflow
-/// cannot evaluate. A connection manager that cannot be read back denies everything
-/// instead, so a refusal is never lost.
+/// `chain` with what the security policies make it refuse, first among its filters: in
+/// the connection manager for HTTP, the RequestAuthentications' token verification, then
+/// the AuthorizationPolicies' RBAC (Istio's order: JWT, AUDIT, DENY, ALLOW); as network
+/// filters on a chain that proxies bytes, the RBAC alone; and before everything the
+/// deny-all of a policy meshflow cannot evaluate. A connection manager that cannot be read
+/// back denies everything instead, so a refusal is never lost.
 pub fn authorize(
     chain: &mut envoy_types::pb::envoy::config::listener::v3::FilterChain,
     sec: &crate::model::InboundSecurity,
 ) {
     let mut deny_all = sec.deny_all;
-    if !sec.authz.is_empty() {
+    if !sec.authz.is_empty() || !sec.jwt.is_empty() {
         let hcm = chain
             .filters
             .iter_mut()
@@ -506,9 +538,13 @@ pub fn authorize(
         match hcm {
             Some(any) => match HttpConnectionManager::decode(&any.value[..]) {
                 Ok(mut hcm) => {
-                    let filters = http_authz_filters(&sec.authz, &sec.trust_domains);
+                    let mut filters: Vec<HttpFilter> =
+                        super::jwt::jwt_filter(&sec.jwt).into_iter().collect();
+                    filters.extend(http_authz_filters(&sec.authz, &sec.trust_domains));
                     hcm.http_filters.splice(0..0, filters);
-                    normalize_paths(&mut hcm);
+                    if !sec.authz.is_empty() {
+                        normalize_paths(&mut hcm);
+                    }
                     *any = pack_any(hcm);
                 }
                 Err(_) => deny_all = true,

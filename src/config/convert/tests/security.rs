@@ -6,9 +6,10 @@
 
 use super::*;
 use dataflows::model::{
-    AuthzAction, AuthzField, AuthzMatch, AuthzRule, MtlsMode, PolicyEffect, SecurityPolicy,
+    AuthzAction, AuthzField, AuthzMatch, AuthzRule, Jwks, MtlsMode, PolicyEffect,
+    SecurityPolicy, TokenHeader, DEFAULT_JWKS_TIMEOUT_MS,
 };
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 fn policy(p: &Parsed) -> &SecurityPolicy {
     match &p.records[..] {
@@ -160,21 +161,29 @@ fn authorization_policy_rules_are_read_field_by_field() {
     );
 }
 
-/// What meshflow cannot check yet (token claims, request principals, path templates) is
-/// kept as such, each with an error naming the field and how it fails closed; values
-/// Istio refuses are refused, naming the entry.
+/// What meshflow cannot check yet (path templates, Envoy filter metadata) is kept as
+/// such, each with an error naming the field and how it fails closed; token fields
+/// (request principals, claims by path) are read as what they check; values Istio refuses
+/// are refused, naming the entry.
 #[test]
 fn authorization_policy_fields_it_cannot_check_fail_closed_and_bad_values_are_refused() {
     let p = parse(&format!(
-        "{AP}spec:\n  rules:\n  - from:\n    - source: {{requestPrincipals: [\"*\"]}}\n    to:\n    - operation: {{paths: [\"/a/{{*}}/b\"]}}\n    when:\n    - key: request.auth.claims[iss]\n      values: [x]\n"
+        "{AP}spec:\n  rules:\n  - from:\n    - source: {{requestPrincipals: [\"*\"]}}\n    to:\n    - operation: {{paths: [\"/a/{{*}}/b\"]}}\n    when:\n    - key: request.auth.claims[groups][0]\n      values: [x]\n    - key: experimental.envoy.filters.a[b]\n      values: [x]\n"
     ));
     assert_eq!(
         fields(&p, Level::Error),
         vec![
-            "spec.rules[0].from[0].source.requestPrincipals",
             "spec.rules[0].to[0].operation.paths",
-            "spec.rules[0].when[0].key"
+            "spec.rules[0].when[1].key"
         ]
+    );
+    let PolicyEffect::Authz(a) = &policy(&p).effect else {
+        panic!("translated")
+    };
+    assert_eq!(a.rules[0].from[0][0].field, AuthzField::RequestPrincipal);
+    assert_eq!(
+        a.rules[0].when[0].field,
+        AuthzField::Claim(vec!["groups".into(), "0".into()])
     );
     assert!(
         p.findings[0].message.contains("allows nothing"),
@@ -243,31 +252,74 @@ fn authorization_policy_target_refs_and_invalid_ones() {
 const RA: &str =
     "apiVersion: security.istio.io/v1\nkind: RequestAuthentication\nmetadata: {name: r, namespace: ns}\n";
 
-/// A RequestAuthentication's token locations: its rules' headers (lowercased), parameters
-/// and cookies; a rule naming none looks where Envoy does by default (`Authorization`,
-/// `access_token`). An error finding on `spec.jwtRules`; none with no rules.
+/// A RequestAuthentication's JWT rules, every field read: token locations (a header's
+/// prefix kept), audiences, keys written or at a URL (not fetched yet), what goes on to the
+/// application, the fetch timeout. No finding: it is translated. Values Istio refuses are
+/// refused naming the field; no rules, no record.
 #[test]
-fn request_authentication_reads_token_locations() {
+fn request_authentication_reads_every_jwt_rule_field() {
     let p = parse(&format!(
-        "{RA}spec:\n  selector: {{matchLabels: {{app: ratings}}}}\n  jwtRules:\n  - issuer: a\n    jwksUri: https://a/keys\n    fromHeaders: [{{name: X-Jwt, prefix: \"Bearer \"}}]\n    fromParams: [tok]\n    fromCookies: [session]\n  - issuer: b\n"
+        "{RA}spec:\n  selector: {{matchLabels: {{app: ratings}}}}\n  jwtRules:\n  - issuer: a\n    audiences: [web]\n    jwksUri: https://a/keys\n    fromHeaders: [{{name: X-Jwt, prefix: \"Bearer \"}}]\n    fromParams: [tok]\n    fromCookies: [session]\n    forwardOriginalToken: true\n    outputPayloadToHeader: x-payload\n    outputClaimToHeaders: [{{header: x-sub, claim: sub}}]\n    timeout: 2s\n    spaceDelimitedClaims: [roles]\n  - issuer: b\n    jwks: '{{\"keys\": [{{\"kty\": \"oct\", \"k\": \"AA\"}}]}}'\n"
     ));
-    let set = |xs: &[&str]| xs.iter().map(|x| x.to_string()).collect::<BTreeSet<_>>();
+    let PolicyEffect::Jwt(rules) = &policy(&p).effect else {
+        panic!("JWT rules")
+    };
+    let a = &rules[0];
+    assert_eq!(a.issuer, "a");
+    assert_eq!(a.audiences, ["web"]);
     assert_eq!(
-        policy(&p).effect,
-        PolicyEffect::Tokens {
-            headers: set(&["authorization", "x-jwt"]),
-            params: set(&["access_token", "tok"]),
-            cookies: set(&["session"]),
+        a.jwks,
+        Jwks::Uri {
+            uri: "https://a/keys".into(),
+            keys: None,
+            problem: None
         }
     );
-    assert_eq!(fields(&p, Level::Error), vec!["spec.jwtRules"]);
+    assert_eq!(
+        a.from_headers,
+        [TokenHeader {
+            name: "X-Jwt".into(),
+            prefix: "Bearer ".into()
+        }]
+    );
+    assert_eq!((a.from_params.clone(), a.from_cookies.clone()), (vec!["tok".to_string()], vec!["session".to_string()]));
+    assert!(a.forward_original_token);
+    assert_eq!(a.output_payload_to_header, "x-payload");
+    assert_eq!(a.output_claim_to_headers, [("x-sub".to_string(), "sub".to_string())]);
+    assert_eq!(a.timeout_ms, 2000);
+    assert_eq!(a.space_delimited_claims, ["roles"]);
+    assert_eq!(
+        rules[1].jwks,
+        Jwks::Inline(r#"{"keys": [{"kty": "oct", "k": "AA"}]}"#.into())
+    );
+    assert_eq!(rules[1].timeout_ms, DEFAULT_JWKS_TIMEOUT_MS);
+    assert!(p.findings.is_empty(), "{:?}", p.findings);
     let none = parse(&format!("{RA}spec: {{}}\n"));
     assert!(none.records.is_empty() && none.findings.is_empty());
     for (spec, field) in [
         ("{jwtRules: [{jwks: x}]}", "spec.jwtRules[0]"),
+        ("{jwtRules: [{issuer: a}]}", "spec.jwtRules[0]"),
+        ("{jwtRules: [{issuer: a, jwks: '{}'}]}", "spec.jwtRules[0].jwks"),
         (
-            "{jwtRules: [{issuer: a, fromHeaders: [{name: \"\"}]}]}",
+            "{jwtRules: [{issuer: a, jwks: '{\"keys\": []}'}]}",
+            "spec.jwtRules[0].jwks",
+        ),
+        ("{jwtRules: [{issuer: a, jwksUri: ftp://x/k}]}", "spec.jwtRules[0].jwksUri"),
+        (
+            "{jwtRules: [{issuer: a, jwksUri: https://x/k, fromHeaders: [{name: \"\"}]}]}",
             "spec.jwtRules[0].fromHeaders[0].name",
+        ),
+        (
+            "{jwtRules: [{issuer: a, jwksUri: https://x/k, outputClaimToHeaders: [{header: \"a b\", claim: c}]}]}",
+            "spec.jwtRules[0].outputClaimToHeaders[0].header",
+        ),
+        (
+            "{jwtRules: [{issuer: a, jwksUri: https://x/k, audiences: [\"\"]}]}",
+            "spec.jwtRules[0].audiences[0]",
+        ),
+        (
+            "{jwtRules: [{issuer: a, jwksUri: https://x/k, timeout: 0s}]}",
+            "spec.jwtRules[0].timeout",
         ),
     ] {
         assert_eq!(
