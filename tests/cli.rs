@@ -565,3 +565,55 @@ fn validate_reads_the_items_of_a_list() {
         "{stdout}"
     );
 }
+
+/// A RequestAuthentication is translated: with keys written, no finding. `validate`
+/// fetches each `jwksUri` once, as `serve` would: keys served on loopback, no finding; a
+/// URI nothing answers on fails the check with MF0018 on the object, naming the rule's field
+/// and why.
+#[test]
+fn validate_fetches_jwks_uris_and_reports_those_it_cannot() {
+    let dir = TestDir::new("cli-validate-jwks");
+    let config = dir.subdir("config");
+    let issuer = support::jwt::Issuer::new("https://idp.example.com", "k1");
+    let keys = support::jwt::KeyServer::start(Some(issuer.jwks()));
+    let closed = support::free_port();
+    let policy = |name: &str, keys: &str| {
+        format!(
+            "apiVersion: security.istio.io/v1\nkind: RequestAuthentication\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  jwtRules:\n  - issuer: https://idp.example.com\n    {keys}\n"
+        )
+    };
+    write_config(
+        &config,
+        "jwt.yaml",
+        &[
+            policy("inline", &format!("jwks: '{}'", issuer.jwks())),
+            policy("fetched", &format!("jwksUri: {}", keys.uri())),
+        ]
+        .join("---\n"),
+    );
+    let out = meshflow(&["validate", config.to_str().unwrap()]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(!stdout.contains("MF00"), "{stdout}");
+    assert_eq!(*keys.requests.lock().unwrap(), 1, "fetched once");
+
+    write_config(
+        &config,
+        "unreachable.yaml",
+        &policy(
+            "unreachable",
+            &format!("jwksUri: http://127.0.0.1:{closed}/keys\n    timeout: 1s"),
+        ),
+    );
+    let out = meshflow(&["validate", config.to_str().unwrap()]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    let lines: Vec<&str> = stdout.lines().filter(|l| l.contains("MF0018")).collect();
+    assert!(
+        lines.len() == 1
+            && lines[0].contains("default/unreachable")
+            && lines[0].contains("spec.jwtRules[0].jwksUri")
+            && lines[0].contains("connecting to"),
+        "{stdout}"
+    );
+}

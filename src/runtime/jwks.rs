@@ -47,12 +47,7 @@ impl Resolver {
         if let Record::Security(p) = &mut r {
             if let PolicyEffect::Jwt(rules) = &mut p.effect {
                 for rule in rules {
-                    if let Jwks::Uri {
-                        uri,
-                        keys,
-                        problem,
-                    } = &mut rule.jwks
-                    {
+                    if let Jwks::Uri { uri, keys, problem } = &mut rule.jwks {
                         let f = self.fetched.get(uri.as_str()).cloned().unwrap_or_default();
                         *keys = f.keys;
                         *problem = f.problem;
@@ -76,10 +71,7 @@ impl Resolver {
                     Some((held, _)) => held.clone(),
                     None => self.resolve(&r),
                 };
-                let entry = self
-                    .held
-                    .entry(r.clone())
-                    .or_insert((resolved.clone(), 0));
+                let entry = self.held.entry(r.clone()).or_insert((resolved.clone(), 0));
                 entry.1 += d;
                 if entry.1 <= 0 {
                     self.held.remove(&r);

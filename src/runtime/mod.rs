@@ -151,7 +151,11 @@ pub fn run(
                     n_config += c.len();
                     changes.extend(c);
                     described.extend(objects.iter().map(|k| {
-                        InputChange::object(k, crate::input::ChangeOp::Update, format!("jwks {uri}"))
+                        InputChange::object(
+                            k,
+                            crate::input::ChangeOp::Update,
+                            format!("jwks {uri}"),
+                        )
                     }));
                 }
             }

@@ -54,7 +54,10 @@ async fn get(uri: &str, tls: Arc<tokio_rustls::rustls::ClientConfig>) -> Result<
     };
     let host = parsed.host().ok_or("no host")?.to_string();
     let port = parsed.port_u16().unwrap_or(if https { 443 } else { 80 });
-    let bare = host.trim_start_matches('[').trim_end_matches(']').to_string();
+    let bare = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string();
     let tcp = tokio::net::TcpStream::connect((bare.as_str(), port))
         .await
         .map_err(|e| format!("connecting to {host}:{port}: {e}"))?;

@@ -100,10 +100,8 @@ fn a_server_sidecar_verifies_tokens_with_keys_meshflow_fetches() {
     let (through_client, direct) = (pair.through_client, pair.direct);
     let ask = |to: SocketAddr, token: Option<&str>| {
         let auth = token.map(|t| format!("Bearer {t}"));
-        let headers: Vec<(&str, &str)> = auth
-            .iter()
-            .map(|a| ("authorization", a.as_str()))
-            .collect();
+        let headers: Vec<(&str, &str)> =
+            auth.iter().map(|a| ("authorization", a.as_str())).collect();
         match http_request(to, "GET", "reviews", "/r", &headers) {
             Ok(r) if r.status == 200 && r.text() == "reviews-app" => "ok".to_string(),
             Ok(r) => format!("status {}", r.status),
@@ -112,7 +110,13 @@ fn a_server_sidecar_verifies_tokens_with_keys_meshflow_fetches() {
     };
     let summary = || pair.summary();
     let expect = |what: &str, to: SocketAddr, token: Option<&str>, want: &str| {
-        let got = converge(what, CONVERGE_TIMEOUT, || ask(to, token), |a| a == want, summary);
+        let got = converge(
+            what,
+            CONVERGE_TIMEOUT,
+            || ask(to, token),
+            |a| a == want,
+            summary,
+        );
         assert_eq!(got, want, "{what}");
     };
     let errors = || debug_json(debug, "/debug/config_errors").to_string();
@@ -121,12 +125,13 @@ fn a_server_sidecar_verifies_tokens_with_keys_meshflow_fetches() {
     let aud = r#""aud":"reviews""#;
     let valid = idp.token("alice", aud);
     let keys = KeyServer::start(None);
-    write_config(
-        &config,
-        "zz-jwt.yaml",
-        &request_authentication(&keys.uri()),
+    write_config(&config, "zz-jwt.yaml", &request_authentication(&keys.uri()));
+    expect(
+        "no keys yet: a valid token is refused",
+        direct,
+        Some(&valid),
+        "status 401",
     );
-    expect("no keys yet: a valid token is refused", direct, Some(&valid), "status 401");
     expect("no token passes", direct, None, "ok");
     converge(
         "MF0018 on the object",
@@ -192,13 +197,23 @@ fn a_server_sidecar_verifies_tokens_with_keys_meshflow_fetches() {
     let dev = rotated.token("alice", &format!(r#"{aud},"groups":["dev"]"#));
     assert_eq!(ask(direct, Some(&dev)), "ok", "another group");
     // Through the client sidecar: the same answers over mTLS.
-    expect("alice via the client sidecar", through_client, Some(&new_token), "ok");
+    expect(
+        "alice via the client sidecar",
+        through_client,
+        Some(&new_token),
+        "ok",
+    );
     assert_eq!(ask(through_client, None), "status 403");
     assert_eq!(ask(through_client, Some(&valid)), "status 401");
 
     remove_config(&config, "zz-authz.yaml");
     remove_config(&config, "zz-jwt.yaml");
     expect("open again: any token passes", direct, Some("x.y.z"), "ok");
-    assert_eq!(pair.server.rejected_updates(), 0, "{}", pair.server.summary());
+    assert_eq!(
+        pair.server.rejected_updates(),
+        0,
+        "{}",
+        pair.server.summary()
+    );
     assert!(*keys.requests.lock().unwrap() >= 3, "fetched, refreshed");
 }

@@ -219,7 +219,11 @@ fn a_gateway_refuses_what_the_policies_selecting_it_ask() {
         answers("reviews-v1", what, path, headers)
     };
     passes("no token", "/r", &[]);
-    passes("issuer a's token in its parameter", &format!("/r?token={alice}"), &[]);
+    passes(
+        "issuer a's token in its parameter",
+        &format!("/r?token={alice}"),
+        &[],
+    );
     let bearer_b = format!("Bearer {}", b.token("carol", ""));
     passes(
         "issuer b's token in the Authorization header",

@@ -76,28 +76,6 @@ pub struct JwtRule {
     pub space_delimited_claims: Vec<String>,
 }
 
-impl JwtRule {
-    /// Where a token for it is looked for (Envoy's defaults when none is written):
-    /// lowercase header names, parameter and cookie names.
-    pub fn locations(&self) -> (Vec<String>, Vec<String>, Vec<String>) {
-        if self.from_headers.is_empty() && self.from_params.is_empty() && self.from_cookies.is_empty() {
-            return (
-                vec!["authorization".into()],
-                vec!["access_token".into()],
-                Vec::new(),
-            );
-        }
-        (
-            self.from_headers
-                .iter()
-                .map(|h| h.name.to_ascii_lowercase())
-                .collect(),
-            self.from_params.clone(),
-            self.from_cookies.clone(),
-        )
-    }
-}
-
 /// Istio's claims always read as space-delimited lists (OAuth's `scope`).
 pub const DEFAULT_SPACE_DELIMITED_CLAIMS: [&str; 2] = ["permission", "scope"];
 

@@ -250,7 +250,10 @@ impl InboundSecurity {
             }
         }
         jwt.sort_by_key(|(k, _)| (&k.namespace, &k.name));
-        out.jwt = jwt.into_iter().flat_map(|(_, r)| r.iter().cloned()).collect();
+        out.jwt = jwt
+            .into_iter()
+            .flat_map(|(_, r)| r.iter().cloned())
+            .collect();
         // Stable: rules of one issuer keep the order above.
         out.jwt.sort_by(|a, b| a.issuer.cmp(&b.issuer));
         if let Some(peer) = PeerModes::compose(peers, root) {

@@ -487,7 +487,10 @@ fn location_name(n: &str, field: String) -> Result<String> {
 fn header_name(n: &str, field: String) -> Result<String> {
     let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
     if n.is_empty() || !n.chars().all(token) {
-        return Err(Invalid::field(field, format!("{n:?} is not a valid header name")));
+        return Err(Invalid::field(
+            field,
+            format!("{n:?} is not a valid header name"),
+        ));
     }
     Ok(n.to_string())
 }
@@ -497,8 +500,7 @@ fn header_name(n: &str, field: String) -> Result<String> {
 /// EC P-256/384/521 `x` and `y`; `oct` `k`; OKP Ed25519 `x`). Envoy takes no set without
 /// one: the listener carrying it would be refused.
 pub fn check_jwks(text: &str) -> std::result::Result<(), String> {
-    let v: serde_json::Value =
-        serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
     let keys = v
         .get("keys")
         .and_then(|k| k.as_array())
@@ -544,7 +546,10 @@ fn jwt_rule(r: s::JwtRule, f: &str) -> Result<m::JwtRule> {
     }
     for (j, a) in r.audiences.iter().enumerate() {
         if a.is_empty() {
-            return Err(Invalid::field(format!("{f}.audiences[{j}]"), "an empty audience"));
+            return Err(Invalid::field(
+                format!("{f}.audiences[{j}]"),
+                "an empty audience",
+            ));
         }
     }
     let jwks = if !r.jwks.is_empty() {

@@ -95,9 +95,9 @@ fn provider(rule: &JwtRule) -> JwtProvider {
         from_params: rule.from_params.clone(),
         from_cookies: rule.from_cookies.clone(),
         jwks_source_specifier: Some(jwt_provider::JwksSourceSpecifier::LocalJwks(DataSource {
-            specifier: Some(data_source::Specifier::InlineString(
-                served_keys(rule.jwks.keys()),
-            )),
+            specifier: Some(data_source::Specifier::InlineString(served_keys(
+                rule.jwks.keys(),
+            ))),
             ..Default::default()
         })),
         ..Default::default()
@@ -228,8 +228,7 @@ mod tests {
                 .map(|n| n.space_delimited_claims.clone()),
             Some(vec!["permission".into(), "roles".into(), "scope".into()])
         );
-        let Some(jwt_provider::JwksSourceSpecifier::LocalJwks(d)) = &p.jwks_source_specifier
-        else {
+        let Some(jwt_provider::JwksSourceSpecifier::LocalJwks(d)) = &p.jwks_source_specifier else {
             panic!("local keys")
         };
         let Some(data_source::Specifier::InlineString(served)) = &d.specifier else {
@@ -282,7 +281,11 @@ mod tests {
         let Some(RequiresType::RequiresAny(or)) = &r.requires_type else {
             panic!("any")
         };
-        assert_eq!(or.requirements.len(), 12, "each provider, or all valid-or-absent");
+        assert_eq!(
+            or.requirements.len(),
+            12,
+            "each provider, or all valid-or-absent"
+        );
         assert!(matches!(
             or.requirements[11].requires_type,
             Some(RequiresType::RequiresAll(_))

@@ -73,7 +73,6 @@ fn quote(s: &str) -> String {
     out
 }
 
-
 /// Istio's value patterns: `*` anything (present), `*x` a suffix, `x*` a prefix, else
 /// exact; `prefix` (`spiffe://` for principals) goes before what the value writes.
 fn pattern(v: &str, prefix: &str, ignore_case: bool) -> StringMatcher {

@@ -6,8 +6,8 @@
 
 use super::*;
 use dataflows::model::{
-    AuthzAction, AuthzField, AuthzMatch, AuthzRule, Jwks, MtlsMode, PolicyEffect,
-    SecurityPolicy, TokenHeader, DEFAULT_JWKS_TIMEOUT_MS,
+    AuthzAction, AuthzField, AuthzMatch, AuthzRule, Jwks, MtlsMode, PolicyEffect, SecurityPolicy,
+    TokenHeader, DEFAULT_JWKS_TIMEOUT_MS,
 };
 use std::collections::BTreeMap;
 
@@ -282,10 +282,16 @@ fn request_authentication_reads_every_jwt_rule_field() {
             prefix: "Bearer ".into()
         }]
     );
-    assert_eq!((a.from_params.clone(), a.from_cookies.clone()), (vec!["tok".to_string()], vec!["session".to_string()]));
+    assert_eq!(
+        (a.from_params.clone(), a.from_cookies.clone()),
+        (vec!["tok".to_string()], vec!["session".to_string()])
+    );
     assert!(a.forward_original_token);
     assert_eq!(a.output_payload_to_header, "x-payload");
-    assert_eq!(a.output_claim_to_headers, [("x-sub".to_string(), "sub".to_string())]);
+    assert_eq!(
+        a.output_claim_to_headers,
+        [("x-sub".to_string(), "sub".to_string())]
+    );
     assert_eq!(a.timeout_ms, 2000);
     assert_eq!(a.space_delimited_claims, ["roles"]);
     assert_eq!(
