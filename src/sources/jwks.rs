@@ -44,8 +44,12 @@ fn tls() -> Arc<tokio_rustls::rustls::ClientConfig> {
 }
 
 /// One GET of `uri` (`http` or `https`) over HTTP/1.1: the body, when the answer is 200
-/// and the body a JSON Web Key Set of at most [`MAX_JWKS_BYTES`].
-async fn get(uri: &str, tls: Arc<tokio_rustls::rustls::ClientConfig>) -> Result<String, String> {
+/// and the body at most [`MAX_JWKS_BYTES`] (and, `keys`, a JSON Web Key Set).
+async fn get(
+    uri: &str,
+    tls: Arc<tokio_rustls::rustls::ClientConfig>,
+    keys: bool,
+) -> Result<String, String> {
     let parsed: hyper::Uri = uri.parse().map_err(|e| format!("not a URL: {e}"))?;
     let https = match parsed.scheme_str() {
         Some("https") => true,
@@ -95,7 +99,9 @@ async fn get(uri: &str, tls: Arc<tokio_rustls::rustls::ClientConfig>) -> Result<
         .map_err(|e| format!("reading the body (at most {MAX_JWKS_BYTES} bytes): {e}"))?
         .to_bytes();
     let text = String::from_utf8(body.to_vec()).map_err(|_| "the body is not UTF-8")?;
-    crate::config::check_jwks(&text)?;
+    if keys {
+        crate::config::check_jwks(&text)?;
+    }
     Ok(text)
 }
 
@@ -126,7 +132,21 @@ async fn fetch_with(
     timeout: Duration,
     tls: Arc<tokio_rustls::rustls::ClientConfig>,
 ) -> Result<String, String> {
-    match tokio::time::timeout(timeout, get(uri, tls)).await {
+    let fetched = async {
+        if !uri.ends_with(dataflows::model::OPENID_CONFIGURATION) {
+            return get(uri, tls, true).await;
+        }
+        // OpenID Connect Discovery: the configuration names the key set's URL.
+        let config = get(uri, tls.clone(), false).await?;
+        let keys_at = serde_json::from_str::<serde_json::Value>(&config)
+            .ok()
+            .and_then(|c| c.get("jwks_uri")?.as_str().map(str::to_string))
+            .ok_or("the OpenID configuration names no jwks_uri")?;
+        get(&keys_at, tls, true)
+            .await
+            .map_err(|e| format!("{keys_at} (its jwks_uri): {e}"))
+    };
+    match tokio::time::timeout(timeout, fetched).await {
         Ok(r) => r,
         Err(_) => Err(format!("no answer within {} ms", timeout.as_millis())),
     }
@@ -260,6 +280,35 @@ mod tests {
             .unwrap_err();
         assert!(why.contains("within 200 ms"), "{why}");
         held.abort();
+    }
+
+    /// A rule without `jwksUri` takes its keys where the issuer's OpenID configuration says.
+    #[tokio::test]
+    async fn discovers_the_key_set_from_the_openid_configuration() {
+        let keys = r#"{"keys":[{"kty":"oct","k":"AA"}]}"#;
+        let keys_uri = serve(vec![ok(keys)]).await;
+        let issuer = serve(vec![ok(&format!(
+            r#"{{"issuer":"x","jwks_uri":"{keys_uri}"}}"#
+        ))])
+        .await
+        .trim_end_matches("/keys")
+        .to_string();
+        let discovery = format!("{issuer}{}", dataflows::model::OPENID_CONFIGURATION);
+        assert_eq!(
+            fetch(&discovery, Duration::from_secs(5)).await.as_deref(),
+            Ok(keys)
+        );
+        let silent = serve(vec![ok("{}")])
+            .await
+            .trim_end_matches("/keys")
+            .to_string();
+        let why = fetch(
+            &format!("{silent}{}", dataflows::model::OPENID_CONFIGURATION),
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap_err();
+        assert!(why.contains("no jwks_uri"), "{why}");
     }
 
     /// The loop fetches a URI once it is in use, sends only outcomes that changed, and

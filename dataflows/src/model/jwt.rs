@@ -15,7 +15,8 @@ use serde::{Deserialize, Serialize};
 pub enum Jwks {
     /// `jwks`: a JSON Web Key Set written in the rule.
     Inline(String),
-    /// `jwksUri`, with what meshflow fetched from it: `keys`, the last key set fetched
+    /// `jwksUri` (or the issuer's OpenID configuration, [`OPENID_CONFIGURATION`]), with
+    /// what meshflow fetched from it: `keys`, the last key set fetched
     /// (kept while a refresh fails); `problem`, why the latest fetch failed (or that none
     /// has completed yet). Both `None` as the object is read, before any fetch.
     Uri {
@@ -75,6 +76,11 @@ pub struct JwtRule {
     /// claims whose space-separated string is matched as a list.
     pub space_delimited_claims: Vec<String>,
 }
+
+/// The path of an issuer's OpenID configuration (OpenID Connect Discovery 1.0): a rule
+/// with neither `jwks` nor `jwksUri` takes its keys from the `jwks_uri` it names, as in
+/// Istio. A [`Jwks::Uri`] ending with it is fetched that way.
+pub const OPENID_CONFIGURATION: &str = "/.well-known/openid-configuration";
 
 /// Istio's claims always read as space-delimited lists (OAuth's `scope`).
 pub const DEFAULT_SPACE_DELIMITED_CLAIMS: [&str; 2] = ["permission", "scope"];

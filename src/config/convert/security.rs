@@ -563,13 +563,27 @@ fn jwt_rule(r: s::JwtRule, f: &str) -> Result<m::JwtRule> {
             problem: None,
         }
     } else {
-        // Istio discovers the keys from the issuer's OpenID configuration; meshflow does
-        // not: the rule verifies no token (one carrying it is refused).
-        return Err(Invalid::field(
-            f,
-            "neither jwks nor jwksUri is set (meshflow does not discover keys from the \
-             issuer's OpenID configuration): write the key set's URL in jwksUri",
-        ));
+        // As Istio: the keys are where the issuer's OpenID configuration says.
+        let uri = format!(
+            "{}{}",
+            r.issuer.trim_end_matches('/'),
+            m::OPENID_CONFIGURATION
+        );
+        check_jwks_uri(&uri, &format!("{f}.issuer")).map_err(|_| {
+            Invalid::field(
+                format!("{f}.issuer"),
+                format!(
+                    "{:?}: with neither jwks nor jwksUri, the keys are discovered from the \
+                     issuer's OpenID configuration, which needs an http or https issuer",
+                    r.issuer
+                ),
+            )
+        })?;
+        m::Jwks::Uri {
+            uri,
+            keys: None,
+            problem: None,
+        }
     };
     let mut from_headers = Vec::new();
     for (j, h) in r.from_headers.iter().enumerate() {

@@ -300,11 +300,22 @@ fn request_authentication_reads_every_jwt_rule_field() {
     );
     assert_eq!(rules[1].timeout_ms, DEFAULT_JWKS_TIMEOUT_MS);
     assert!(p.findings.is_empty(), "{:?}", p.findings);
+    // Neither jwks nor jwksUri: the issuer's OpenID configuration, as in Istio.
+    let discovered = parse(&format!(
+        "{RA}spec:\n  jwtRules:\n  - issuer: https://idp.example.com/\n"
+    ));
+    let PolicyEffect::Jwt(rules) = &policy(&discovered).effect else {
+        panic!("JWT rules")
+    };
+    assert_eq!(
+        rules[0].jwks.uri(),
+        Some("https://idp.example.com/.well-known/openid-configuration")
+    );
     let none = parse(&format!("{RA}spec: {{}}\n"));
     assert!(none.records.is_empty() && none.findings.is_empty());
     for (spec, field) in [
         ("{jwtRules: [{jwks: x}]}", "spec.jwtRules[0]"),
-        ("{jwtRules: [{issuer: a}]}", "spec.jwtRules[0]"),
+        ("{jwtRules: [{issuer: a}]}", "spec.jwtRules[0].issuer"),
         ("{jwtRules: [{issuer: a, jwks: '{}'}]}", "spec.jwtRules[0].jwks"),
         (
             "{jwtRules: [{issuer: a, jwks: '{\"keys\": []}'}]}",
