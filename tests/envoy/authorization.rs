@@ -262,3 +262,154 @@ fn a_server_sidecar_allows_and_denies_each_request_as_its_policies_say() {
     assert_eq!(pair.client.rejected_updates(), 0, "{}", pair.summary());
     assert_eq!(pair.server.rejected_updates(), 0, "{}", pair.summary());
 }
+
+const ADVISORY_NET: u8 = 123;
+
+/// DENY policies on reviews written as Istio's advisories exploited them.
+const ADVISORY_POLICIES: &str = r#"apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata:
+  name: reviews-advisories
+  namespace: default
+spec:
+  selector:
+    matchLabels:
+      app: reviews
+  action: DENY
+  rules:
+  - to:
+    - operation:
+        paths: [/user/profile]
+  - to:
+    - operation:
+        hosts: [secret.example.com]
+  - to:
+    - operation:
+        methods: [DELETE]
+  - to:
+    - operation:
+        paths: ["/files/{*}/private", "/logs/{**}"]
+"#;
+
+/// The service-account DENY of CVE-2026-39350: `sle.p` must not stand for `sleep`.
+fn deny_account(account: &str) -> String {
+    format!(
+        "apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata:
+  name: reviews-account
+  namespace: default
+spec:
+  selector:
+    matchLabels:
+      app: reviews
+  action: DENY
+  rules:
+  - from:
+    - source:
+        serviceAccounts: [default/{account}]
+"
+    )
+}
+
+/// The published bypasses of AuthorizationPolicy matching, one case each, in real Envoy: a
+/// fragment after a denied path (CVE-2021-39156), a denied host in another case
+/// (CVE-2021-39155), a denied method in lower case, and a service account written with a
+/// regex metacharacter (CVE-2026-39350: `default/sle.p` denies nobody, `default/sleep` the
+/// client sidecar). Path templates (`{*}` one segment, `{**}` any) deny what they cover
+/// and nothing more.
+#[test]
+fn published_authorization_bypasses_are_closed() {
+    let envoy_bin = require_envoy!();
+    let dir = TestDir::new("envoy-authorization-advisories");
+    let config = dir.subdir("config");
+    let pair = SidecarPair::start(ADVISORY_NET, &envoy_bin, dir.path(), &config);
+    let (through_client, direct) = (pair.through_client, pair.direct);
+    let ask = |to: SocketAddr, method: &str, host: &str, path: &str| match http_request(
+        to,
+        method,
+        host,
+        path,
+        &[],
+    ) {
+        Ok(r) if r.status == 200 && r.text() == "reviews-app" => "ok".to_string(),
+        Ok(r) => format!("status {}", r.status),
+        Err(_) => "error".to_string(),
+    };
+    let summary = || pair.summary();
+    write_config(&config, "zz-advisories.yaml", ADVISORY_POLICIES);
+    converge(
+        "the DENY policy in effect",
+        CONVERGE_TIMEOUT,
+        || ask(direct, "GET", "reviews", "/user/profile"),
+        |a| a == "status 403",
+        summary,
+    );
+    // (what, method, host, path, allowed)
+    let cases = [
+        (
+            "a fragment after the denied path",
+            "GET",
+            "reviews",
+            "/user/profile#x",
+            false,
+        ),
+        (
+            "the denied host in upper case",
+            "GET",
+            "Secret.Example.COM",
+            "/",
+            false,
+        ),
+        (
+            "the denied method in lower case",
+            "delete",
+            "reviews",
+            "/",
+            false,
+        ),
+        (
+            "{*}: one segment",
+            "GET",
+            "reviews",
+            "/files/a/private",
+            false,
+        ),
+        ("{*}: not two", "GET", "reviews", "/files/a/b/private", true),
+        (
+            "{*}: another last segment",
+            "GET",
+            "reviews",
+            "/files/a/public",
+            true,
+        ),
+        ("{**}: any depth", "GET", "reviews", "/logs/a/b/c", false),
+        ("another path", "GET", "reviews", "/user/profiles", true),
+        ("another host", "GET", "public.example.com", "/", true),
+    ];
+    for (what, method, host, path, allowed) in cases {
+        let got = ask(direct, method, host, path);
+        assert_eq!(got == "ok", allowed, "{what}: {got}");
+    }
+
+    remove_config(&config, "zz-advisories.yaml");
+    write_config(&config, "zz-account.yaml", &deny_account("sleep"));
+    converge(
+        "`sleep` is denied",
+        CONVERGE_TIMEOUT,
+        || ask(through_client, "GET", "reviews", "/"),
+        |a| a == "status 403",
+        summary,
+    );
+    // Replaced in place: the client passes only once `sle.p` is the policy in effect.
+    write_config(&config, "zz-account.yaml", &deny_account("sle.p"));
+    let got = converge(
+        "`sle.p` is not `sleep`: the client passes",
+        CONVERGE_TIMEOUT,
+        || ask(through_client, "GET", "reviews", "/"),
+        |a| a == "ok",
+        summary,
+    );
+    assert_eq!(got, "ok");
+    assert_eq!(pair.server.rejected_updates(), 0, "{}", pair.summary());
+}

@@ -1,12 +1,11 @@
 //! An AuthorizationPolicy as meshflow translates it: its action and its rules, each a set
-//! of source and operation matches and `when` conditions, already sorted into what Envoy's
-//! RBAC can check of a connection ([`AuthzField`]) and what it cannot yet
-//! ([`AuthzField::Unevaluable`]: path templates, Envoy filter metadata).
+//! of source and operation matches and `when` conditions, by what each match looks at
+//! ([`AuthzField`]).
 //!
-//! What a rule cannot check errs the way Istio's own TCP rules err
-//! ([`AuthzRule::on_chain`]): in an ALLOW policy the whole rule goes (less is allowed), in
-//! DENY and AUDIT only the condition (more is denied). The same rule covers HTTP-only
-//! fields (hosts, methods, paths, headers) on a chain that proxies bytes.
+//! What a chain that proxies bytes cannot check (hosts, methods, paths, headers, token
+//! fields) errs the way Istio's own TCP rules err ([`AuthzRule::on_chain`]): in an ALLOW
+//! policy the whole rule goes (less is allowed), in DENY and AUDIT only the condition (more
+//! is denied).
 
 use serde::{Deserialize, Serialize};
 
@@ -56,9 +55,9 @@ pub enum AuthzField {
     Presenter,
     /// `request.auth.claims[A][B]…`: a claim of the token, nested claims by path.
     Claim(Vec<String>),
-    /// A field meshflow cannot check yet, by the name Istio gives it (a path template,
-    /// `experimental.envoy.filters.…`).
-    Unevaluable(String),
+    /// `experimental.envoy.filters.F[K]`: key `K` of Envoy filter `envoy.filters.F`'s
+    /// dynamic metadata (a value written `[v]`: a list holding `v`).
+    FilterMetadata { filter: String, key: String },
 }
 
 impl AuthzField {
@@ -133,9 +132,7 @@ impl AuthzRule {
     /// `None` when it goes (ALLOW, a match it cannot check), else without the matches it
     /// cannot check (DENY, AUDIT: more is matched).
     pub fn on_chain(&self, action: AuthzAction, http: bool) -> Option<CheckedRule> {
-        let checkable = |m: &AuthzMatch| {
-            !matches!(m.field, AuthzField::Unevaluable(_)) && (http || !m.field.http_only())
-        };
+        let checkable = |m: &AuthzMatch| http || !m.field.http_only();
         let all = self.from.iter().chain(&self.to).flatten().chain(&self.when);
         if action == AuthzAction::Allow && !all.clone().all(checkable) {
             return None;
@@ -219,14 +216,11 @@ mod tests {
             "the method goes: that entry matches everything"
         );
         let claims = AuthzRule {
-            when: vec![m(
-                AuthzField::Unevaluable("experimental.envoy.filters.a[b]".into()),
-                "x",
-            )],
+            when: vec![m(AuthzField::Claim(vec!["groups".into()]), "x")],
             ..Default::default()
         };
-        assert_eq!(claims.on_chain(AuthzAction::Allow, true), None);
-        let denied = claims.on_chain(AuthzAction::Deny, true).expect("kept");
+        assert_eq!(claims.on_chain(AuthzAction::Allow, false), None);
+        let denied = claims.on_chain(AuthzAction::Deny, false).expect("kept");
         assert_eq!(denied.sources, vec![Vec::<AuthzMatch>::new()]);
         assert_eq!(denied.operations, vec![Vec::<AuthzMatch>::new()]);
     }

@@ -127,7 +127,7 @@ fn authz(rng: &mut StdRng) -> AuthzPolicy {
         ],
     );
     let one = |rng: &mut StdRng| {
-        let (field, values): (AuthzField, &[&str]) = match rng.random_range(0..10) {
+        let (field, values): (AuthzField, &[&str]) = match rng.random_range(0..11) {
             0 => (
                 AuthzField::Principal,
                 &["cluster.local/ns/default/sa/a", "*"],
@@ -143,10 +143,14 @@ fn authz(rng: &mut StdRng) -> AuthzPolicy {
                 &["https://idp.example/alice", "*", "*/bob"],
             ),
             8 => (AuthzField::Claim(vec!["groups".into()]), &["admin", "ops*"]),
-            _ => (
-                AuthzField::Unevaluable("experimental.envoy.filters.a[b]".into()),
-                &["x"],
+            9 => (
+                AuthzField::FilterMetadata {
+                    filter: "envoy.filters.http.a".into(),
+                    key: "b".into(),
+                },
+                &["x", "[y]"],
             ),
+            _ => (AuthzField::Path, &["/a/{*}/b", "/c/{**}"]),
         };
         AuthzMatch {
             field,

@@ -165,12 +165,7 @@ pub(super) fn authorization_policy(
     // Read (and checked) whatever the action, so a bad value is refused alike.
     let mut rules = Vec::with_capacity(written.len());
     for (i, r) in written.into_iter().enumerate() {
-        rules.push(authz_rule(
-            r.unwrap_or_default(),
-            i,
-            &key.namespace,
-            findings,
-        )?);
+        rules.push(authz_rule(r.unwrap_or_default(), i, &key.namespace)?);
     }
     if target_refs(
         &spec.target_ref,
@@ -218,25 +213,10 @@ pub(super) fn authorization_policy(
     })])
 }
 
-/// One rule, each field checked as Istio's validation checks it; a field meshflow cannot
-/// check yet (token claims, path templates, Envoy metadata) is kept as such, with an error
-/// finding saying how it fails closed.
-fn authz_rule(
-    r: s::Rule,
-    i: usize,
-    namespace: &str,
-    findings: &mut Vec<Finding>,
-) -> Result<m::AuthzRule> {
+/// One rule, each field checked as Istio's validation checks it.
+fn authz_rule(r: s::Rule, i: usize, namespace: &str) -> Result<m::AuthzRule> {
     use m::AuthzField as F;
     let base = format!("spec.rules[{i}]");
-    let mut unevaluable = |field: &str| {
-        findings.push(Finding::error(
-            field,
-            "not checked by meshflow yet (path templates, Envoy filter metadata): \
-             failing closed, an ALLOW rule with it allows nothing, and in DENY or AUDIT the \
-             rule matches as if it held",
-        ))
-    };
     let mut out = m::AuthzRule::default();
     for (j, f) in r.from.into_iter().enumerate() {
         let Some(src) = f.source else { continue };
@@ -286,9 +266,6 @@ fn authz_rule(
                 continue;
             }
             check_values(&field, &values, &at(name), namespace)?;
-            if matches!(field, F::Unevaluable(_)) {
-                unevaluable(&at(name));
-            }
             entry.push(m::AuthzMatch { field, values, not });
         }
         out.from.push(entry);
@@ -312,13 +289,6 @@ fn authz_rule(
                 continue;
             }
             check_values(&field, &values, &at(name), namespace)?;
-            // A path template (`{*}`, `{**}`) is not matched by meshflow yet.
-            let field = if field == F::Path && values.iter().any(|v| v.contains('{')) {
-                unevaluable(&at(name));
-                F::Unevaluable(format!("{name} template"))
-            } else {
-                field
-            };
             entry.push(m::AuthzMatch { field, values, not });
         }
         out.to.push(entry);
@@ -328,9 +298,6 @@ fn authz_rule(
         let field = condition_field(&c.key, &format!("{at}.key"))?;
         if c.values.is_empty() && c.not_values.is_empty() {
             return Err(Invalid::field(&at, "a condition needs values or notValues"));
-        }
-        if matches!(field, F::Unevaluable(_)) {
-            unevaluable(&format!("{at}.key"));
         }
         for (values, not, name) in [
             (c.values, false, "values"),
@@ -369,7 +336,24 @@ fn condition_field(key: &str, at: &str) -> Result<m::AuthzField> {
         "request.auth.audiences" => F::Audience,
         "request.auth.presenter" => F::Presenter,
         k if k.starts_with("request.auth.claims") => F::Claim(claim_path(k, at)?),
-        k if k.starts_with("experimental.envoy.filters.") => F::Unevaluable(k.to_string()),
+        k if k.starts_with("experimental.envoy.filters.") => {
+            // `experimental.envoy.filters.a.b[c]`: filter `envoy.filters.a.b`, key `c`.
+            let inner = k["experimental.".len()..].trim_end_matches(']');
+            match inner.split_once('[') {
+                Some((filter, key)) if !key.is_empty() && !key.contains(['[', ']']) => {
+                    F::FilterMetadata {
+                        filter: filter.to_string(),
+                        key: key.to_string(),
+                    }
+                }
+                _ => {
+                    return Err(Invalid::field(
+                        at,
+                        format!("{k:?}: written experimental.envoy.filters.NAME[KEY]"),
+                    ))
+                }
+            }
+        }
         other => {
             return Err(Invalid::field(
                 at,
@@ -377,6 +361,38 @@ fn condition_field(key: &str, at: &str) -> Result<m::AuthzField> {
             ))
         }
     })
+}
+
+/// A path template as Istio's validation takes it: `{*}` (one segment) and `{**}` (any
+/// number, the last operator) as whole segments, the other segments of RFC 3986 path
+/// characters.
+fn path_template(v: &str) -> std::result::Result<(), String> {
+    if !v.starts_with('/') {
+        return Err(format!("{v:?}: a path template starts with /"));
+    }
+    let literal = |seg: &str| {
+        !seg.is_empty()
+            && seg
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-._~%!$&'()+,;:@=".contains(c))
+    };
+    let mut after_any = false;
+    for seg in v.trim_matches('/').split('/') {
+        match seg {
+            "{*}" | "{**}" if after_any => {
+                return Err(format!("{v:?}: {{**}} is not the last operator"))
+            }
+            "{**}" => after_any = true,
+            "{*}" => {}
+            s if literal(s) => {}
+            s => {
+                return Err(format!(
+                    "{v:?}: segment {s:?} is neither {{*}}, {{**}} nor a literal"
+                ))
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `request.auth.claims[A][B]…`'s claim names (nested claims by path).
@@ -417,6 +433,10 @@ fn check_values(field: &m::AuthzField, values: &[String], at: &str, _ns: &str) -
             F::SourceIp | F::RemoteIp | F::DestinationIp => cidr_ok(v),
             F::Port => v.parse::<u16>().is_ok_and(|p| p > 0),
             F::ServiceAccount => !v.contains('*') && v.split('/').count() <= 2,
+            F::Path if v.contains(['{', '}']) => {
+                path_template(v).map_err(|why| Invalid::field(&at, why))?;
+                true
+            }
             _ => true,
         };
         if !ok {

@@ -137,8 +137,9 @@ fn source_value(field: &AuthzField, v: &str, ns: &str) -> principal::Identifier 
         AuthzField::Namespace => principal_name(regex(format!(".*/ns/{}/.*", glob(v)))),
         AuthzField::ServiceAccount => {
             let (sa_ns, sa) = v.split_once('/').unwrap_or((ns, v));
+            // Istio's (1.29.2, CVE-2026-39350: names quoted, so `.` is no wildcard).
             principal_name(regex(format!(
-                "spiffe://[^/]+/ns/{}/sa/{}",
+                "spiffe://.+/ns/{}/(.+/|)sa/{}(/.+)?",
                 quote(sa_ns),
                 quote(sa)
             )))
@@ -257,6 +258,18 @@ fn operation_value(field: &AuthzField, v: &str) -> permission::Rule {
     match field {
         AuthzField::Host => R::Header(header_value(":authority", v, true)),
         AuthzField::Method => R::Header(header_value(":method", v, false)),
+        // Istio's `{*}` and `{**}` are Envoy's URI template `*` and `**`.
+        AuthzField::Path if v.contains("{*}") || v.contains("{**}") => {
+            use envoy_types::pb::envoy::extensions::path::r#match::uri_template::v3::UriTemplateMatchConfig;
+            R::UriTemplate(
+                envoy_types::pb::envoy::config::core::v3::TypedExtensionConfig {
+                    name: "uri-template".into(),
+                    typed_config: Some(pack_any(UriTemplateMatchConfig {
+                        path_template: v.replace("{**}", "**").replace("{*}", "*"),
+                    })),
+                },
+            )
+        }
         AuthzField::Path => R::UrlPath(envoy_types::pb::envoy::r#type::matcher::v3::PathMatcher {
             rule: Some(
                 envoy_types::pb::envoy::r#type::matcher::v3::path_matcher::Rule::Path(pattern(
@@ -267,6 +280,32 @@ fn operation_value(field: &AuthzField, v: &str) -> permission::Rule {
         AuthzField::Port => R::DestinationPort(v.parse().unwrap_or(0)),
         AuthzField::DestinationIp => R::DestinationIp(cidr(v)),
         AuthzField::Sni => R::RequestedServerName(pattern(v, "", false)),
+        AuthzField::FilterMetadata { filter, key } => {
+            use value_matcher::MatchPattern as V;
+            let value = match v.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+                Some(item) => V::ListMatch(Box::new(ListMatcher {
+                    match_pattern: Some(list_matcher::MatchPattern::OneOf(Box::new(
+                        ValueMatcher {
+                            match_pattern: Some(V::StringMatch(pattern(item, "", false))),
+                        },
+                    ))),
+                })),
+                None => V::StringMatch(pattern(v, "", false)),
+            };
+            R::SourcedMetadata(SourcedMetadata {
+                metadata_matcher: Some(MetadataMatcher {
+                    filter: filter.clone(),
+                    path: vec![metadata_matcher::PathSegment {
+                        segment: Some(metadata_matcher::path_segment::Segment::Key(key.clone())),
+                    }],
+                    value: Some(ValueMatcher {
+                        match_pattern: Some(value),
+                    }),
+                    ..Default::default()
+                }),
+                metadata_source: MetadataSource::Dynamic as i32,
+            })
+        }
         // Source-side and unevaluable fields are not given here.
         _ => R::NotRule(Box::new(Permission {
             rule: Some(R::Any(true)),

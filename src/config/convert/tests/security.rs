@@ -161,22 +161,15 @@ fn authorization_policy_rules_are_read_field_by_field() {
     );
 }
 
-/// What meshflow cannot check yet (path templates, Envoy filter metadata) is kept as
-/// such, each with an error naming the field and how it fails closed; token fields
-/// (request principals, claims by path) are read as what they check; values Istio refuses
-/// are refused, naming the entry.
+/// Token fields (request principals, claims by path), path templates and Envoy filter
+/// metadata are read as what they check, without a finding; values Istio refuses are
+/// refused, naming the entry.
 #[test]
-fn authorization_policy_fields_it_cannot_check_fail_closed_and_bad_values_are_refused() {
+fn authorization_policy_token_and_template_fields_and_bad_values() {
     let p = parse(&format!(
         "{AP}spec:\n  rules:\n  - from:\n    - source: {{requestPrincipals: [\"*\"]}}\n    to:\n    - operation: {{paths: [\"/a/{{*}}/b\"]}}\n    when:\n    - key: request.auth.claims[groups][0]\n      values: [x]\n    - key: experimental.envoy.filters.a[b]\n      values: [x]\n"
     ));
-    assert_eq!(
-        fields(&p, Level::Error),
-        vec![
-            "spec.rules[0].to[0].operation.paths",
-            "spec.rules[0].when[1].key"
-        ]
-    );
+    assert!(p.findings.is_empty(), "{:?}", p.findings);
     let PolicyEffect::Authz(a) = &policy(&p).effect else {
         panic!("translated")
     };
@@ -185,12 +178,26 @@ fn authorization_policy_fields_it_cannot_check_fail_closed_and_bad_values_are_re
         a.rules[0].when[0].field,
         AuthzField::Claim(vec!["groups".into(), "0".into()])
     );
-    assert!(
-        p.findings[0].message.contains("allows nothing"),
-        "{:?}",
-        p.findings
+    assert_eq!(
+        a.rules[0].when[1].field,
+        AuthzField::FilterMetadata {
+            filter: "envoy.filters.a".into(),
+            key: "b".into()
+        }
     );
     for (rules, field) in [
+        (
+            "[{to: [{operation: {paths: [\"/a/{**}/{*}\"]}}]}]",
+            "spec.rules[0].to[0].operation.paths[0]",
+        ),
+        (
+            "[{to: [{operation: {notPaths: [\"/a/x{*}\"]}}]}]",
+            "spec.rules[0].to[0].operation.notPaths[0]",
+        ),
+        (
+            "[{when: [{key: \"experimental.envoy.filters.a\", values: [x]}]}]",
+            "spec.rules[0].when[0].key",
+        ),
         (
             "[{from: [{source: {ipBlocks: [10.0.0.0/33]}}]}]",
             "spec.rules[0].from[0].source.ipBlocks[0]",
