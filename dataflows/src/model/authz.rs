@@ -117,6 +117,9 @@ pub struct AuthzRule {
 pub struct AuthzPolicy {
     pub action: AuthzAction,
     pub rules: Vec<AuthzRule>,
+    /// `istio.io/dry-run`: evaluated and logged (Envoy's shadow rules), not enforced.
+    #[serde(default)]
+    pub dry_run: bool,
 }
 
 /// A rule as one kind of chain can check it: the sources (each all of its matches, the

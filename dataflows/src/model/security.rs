@@ -321,7 +321,8 @@ impl SecurityPolicy {
             PolicyEffect::Peer { mode, ports } => {
                 *mode == MtlsMode::Strict || ports.values().any(|m| *m == MtlsMode::Strict)
             }
-            PolicyEffect::DenyAll | PolicyEffect::Authz(_) | PolicyEffect::Jwt(_) => true,
+            PolicyEffect::Authz(a) => !a.dry_run,
+            PolicyEffect::DenyAll | PolicyEffect::Jwt(_) => true,
         }
     }
 

@@ -170,5 +170,9 @@ fn authz(rng: &mut StdRng) -> AuthzPolicy {
             when: (0..rng.random_range(0..2)).map(|_| one(rng)).collect(),
         })
         .collect();
-    AuthzPolicy { action, rules }
+    AuthzPolicy {
+        action,
+        rules,
+        dry_run: rng.random_bool(0.2),
+    }
 }

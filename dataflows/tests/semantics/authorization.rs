@@ -21,7 +21,11 @@ fn authz(ns: &str, name: &str, action: AuthzAction, rules: Vec<AuthzRule>) -> Re
         key: ConfigKey::new(Kind::AuthorizationPolicy, ns, name),
         created: String::new(),
         selector: Some(labels(&[("app", "ratings")])),
-        effect: PolicyEffect::Authz(AuthzPolicy { action, rules }),
+        effect: PolicyEffect::Authz(AuthzPolicy {
+            action,
+            rules,
+            dry_run: false,
+        }),
     })
 }
 
@@ -137,4 +141,105 @@ fn authorization_policies_become_rbac_on_each_kind_of_chain() {
     m.retract(vec![allow, deny]);
     let l = m.listener_body(&ratings, "virtualInbound");
     assert!(l.filter_chains.iter().all(|c| rbacs(c).is_empty()));
+}
+
+/// `(enforced policy names, shadow policy names, shadow stat prefix)` of each HTTP RBAC
+/// filter of a chain's connection manager, in order (`None`: the field is absent).
+#[allow(clippy::type_complexity)]
+fn shadows(c: &FilterChain) -> Vec<(Option<BTreeSet<String>>, Option<BTreeSet<String>>, String)> {
+    let keys = |r: Option<Rbac>| r.map(|r| r.policies.into_keys().collect());
+    let Some(hcm) = c.filters.iter().find_map(|f| match &f.config_type {
+        Some(filter::ConfigType::TypedConfig(any))
+            if f.name.ends_with("http_connection_manager") =>
+        {
+            HttpConnectionManager::decode(&any.value[..]).ok()
+        }
+        _ => None,
+    }) else {
+        return Vec::new();
+    };
+    hcm.http_filters
+        .iter()
+        .filter(|h| h.name == "envoy.filters.http.rbac")
+        .filter_map(|h| match &h.config_type {
+            Some(http_filter::ConfigType::TypedConfig(any)) => {
+                HttpRbac::decode(&any.value[..]).ok()
+            }
+            _ => None,
+        })
+        .map(|r| {
+            (
+                keys(r.rules),
+                keys(r.shadow_rules),
+                r.shadow_rules_stat_prefix,
+            )
+        })
+        .collect()
+}
+
+/// A dry-run policy (`istio.io/dry-run`) is evaluated, not enforced: its rules are the
+/// filter's `shadow_rules` under Istio's stat prefix. A dry-run DENY alone makes a DENY
+/// filter without `rules` (it enforces nothing); a dry-run ALLOW beside an enforced one
+/// shares its filter, and a dry-run ALLOW alone leaves no `rules`, so it denies nothing.
+#[test]
+fn dry_run_policies_are_shadow_rules() {
+    let (mut m, ratings, _) = crate::security::two_workloads();
+    let dry = |name: &str, action| match authz(
+        "default",
+        name,
+        action,
+        vec![to(AuthzField::Method, "GET")],
+    ) {
+        Record::Security(mut p) => {
+            if let PolicyEffect::Authz(a) = &mut p.effect {
+                a.dry_run = true;
+            }
+            Record::Security(p)
+        }
+        other => other,
+    };
+    let http_chain = |m: &crate::support::Mesh| {
+        let l: Listener = m.listener_body(&ratings, "virtualInbound");
+        l.filter_chains
+            .into_iter()
+            .find(|c| c.name == "inbound|9080||")
+            .expect("the HTTP chain")
+    };
+    m.insert(vec![dry("shadow-deny", AuthzAction::Deny)]);
+    assert_eq!(
+        shadows(&http_chain(&m)),
+        [(
+            None,
+            Some(names(&["ns[default]-policy[shadow-deny]-rule[0]"])),
+            "istio_dry_run_deny_".to_string()
+        )]
+    );
+    m.insert(vec![
+        dry("shadow-allow", AuthzAction::Allow),
+        authz(
+            "default",
+            "allow",
+            AuthzAction::Allow,
+            vec![to(AuthzField::Port, "9080")],
+        ),
+    ]);
+    assert_eq!(
+        shadows(&http_chain(&m))[1],
+        (
+            Some(names(&["ns[default]-policy[allow]-rule[0]"])),
+            Some(names(&["ns[default]-policy[shadow-allow]-rule[0]"])),
+            "istio_dry_run_allow_".to_string()
+        )
+    );
+    m.retract(vec![authz(
+        "default",
+        "allow",
+        AuthzAction::Allow,
+        vec![to(AuthzField::Port, "9080")],
+    )]);
+    assert_eq!(
+        shadows(&http_chain(&m))[1].0,
+        None,
+        "a dry-run ALLOW alone denies nothing"
+    );
 }

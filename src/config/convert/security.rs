@@ -175,14 +175,28 @@ pub(super) fn authorization_policy(
     )? {
         return Ok(Vec::new());
     }
-    let dry_run = super::fields::metadata_map(value, "annotations")
+    // Istio reads the annotation as Go's `ParseBool`; a value it cannot read leaves the
+    // policy enforced.
+    let dry_run = match super::fields::metadata_map(value, "annotations")
         .get(DRY_RUN)
-        .is_some_and(|v| v == "true");
-    if dry_run {
+        .map(String::as_str)
+    {
+        None => false,
+        Some("1" | "t" | "T" | "TRUE" | "true" | "True") => true,
+        Some("0" | "f" | "F" | "FALSE" | "false" | "False") => false,
+        Some(other) => {
+            findings.push(Finding::warning(
+                format!("metadata.annotations[{DRY_RUN}]"),
+                format!("{other:?} is not a boolean: the policy is enforced, as in Istio"),
+            ));
+            false
+        }
+    };
+    if dry_run && action == "CUSTOM" {
         findings.push(Finding::warning(
             format!("metadata.annotations[{DRY_RUN}]"),
-            "a dry-run policy is not enforced, as in Istio; meshflow does not translate its \
-             shadow evaluation yet",
+            "a dry-run CUSTOM policy is not enforced, as in Istio; meshflow does not \
+             translate CUSTOM, so it is not evaluated either",
         ));
         return Ok(Vec::new());
     }
@@ -203,6 +217,7 @@ pub(super) fn authorization_policy(
                 _ => m::AuthzAction::Audit,
             },
             rules,
+            dry_run,
         }),
     };
     Ok(vec![Record::Security(m::SecurityPolicy {

@@ -12,6 +12,7 @@ use envoy_types::pb::envoy::config::rbac::v3::{
     SourcedMetadata,
 };
 use envoy_types::pb::envoy::config::route::v3::{header_matcher, HeaderMatcher};
+use envoy_types::pb::envoy::extensions::filters::http::rbac::v3::Rbac as HttpRbac;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
     http_filter, HttpConnectionManager, HttpFilter,
 };
@@ -20,6 +21,7 @@ use envoy_types::pb::envoy::r#type::matcher::v3::{
     list_matcher, metadata_matcher, string_matcher, value_matcher, ListMatcher, MetadataMatcher,
     OrMatcher, RegexMatcher, StringMatcher, ValueMatcher,
 };
+use envoy_types::pb::google::protobuf::Any;
 use envoy_types::util::pack_any;
 use prost::Message;
 use std::collections::BTreeMap;
@@ -425,18 +427,28 @@ fn policy_of(rule: &CheckedRule, ns: &str, tds: &[String]) -> Policy {
     }
 }
 
+/// The policies of one action's filter, by name: those enforced (`None`: no policy of the
+/// action is, so the filter has no `rules` and enforces nothing) and the dry-run ones, its
+/// `shadow_rules` (`None`: none).
+#[derive(Default)]
+struct ActionRules {
+    enforced: Option<BTreeMap<String, Policy>>,
+    shadow: Option<BTreeMap<String, Policy>>,
+}
+
 /// Per action present (AUDIT, DENY, ALLOW, in Envoy's order of filters), its policies by
 /// name: the rules of every policy of that action, as a chain (`http` or not) checks them.
-/// An ALLOW policy whose rules all go (or that has none) still makes the ALLOW filter
-/// present, so what no other ALLOW policy allows is denied, as in Istio.
-fn by_action(
-    authz: &[NamedAuthz],
-    tds: &[String],
-    http: bool,
-) -> Vec<(AuthzAction, BTreeMap<String, Policy>)> {
-    let mut out: BTreeMap<AuthzAction, BTreeMap<String, Policy>> = BTreeMap::new();
+/// An enforced ALLOW policy whose rules all go (or that has none) still makes the ALLOW
+/// filter's `rules` present, so what no other ALLOW policy allows is denied, as in Istio.
+fn by_action(authz: &[NamedAuthz], tds: &[String], http: bool) -> Vec<(AuthzAction, ActionRules)> {
+    let mut out: BTreeMap<AuthzAction, ActionRules> = BTreeMap::new();
     for a in authz {
-        let policies = out.entry(a.policy.action).or_default();
+        let entry = out.entry(a.policy.action).or_default();
+        let policies = if a.policy.dry_run {
+            entry.shadow.get_or_insert_with(BTreeMap::new)
+        } else {
+            entry.enforced.get_or_insert_with(BTreeMap::new)
+        };
         for (i, rule) in a.policy.rules.iter().enumerate() {
             if let Some(checked) = rule.on_chain(a.policy.action, http) {
                 policies.insert(a.rule_name(i), policy_of(&checked, &a.namespace, tds));
@@ -444,6 +456,34 @@ fn by_action(
         }
     }
     out.into_iter().collect()
+}
+
+/// Istio's stat prefix of a filter's shadow (dry-run) rules.
+fn shadow_prefix(action: AuthzAction) -> &'static str {
+    match action {
+        AuthzAction::Allow => "istio_dry_run_allow_",
+        AuthzAction::Deny => "istio_dry_run_deny_",
+        AuthzAction::Audit => "",
+    }
+}
+
+/// A filter's config: `head` (its other fields) with `rules` (field 1 of both RBAC filters'
+/// configs) and `shadow_rules` (field 2) written after it.
+fn rbac_config(head: Vec<u8>, action: AuthzAction, rules: &ActionRules, type_url: &str) -> Any {
+    use prost::encoding::{encode_key, encode_varint, WireType};
+    let mut value = head;
+    for (field, policies) in [(1, &rules.enforced), (2, &rules.shadow)] {
+        if let Some(policies) = policies {
+            let bytes = rbac_bytes(action, policies);
+            encode_key(field, WireType::LengthDelimited, &mut value);
+            encode_varint(bytes.len() as u64, &mut value);
+            value.extend_from_slice(&bytes);
+        }
+    }
+    Any {
+        type_url: type_url.into(),
+        value,
+    }
 }
 
 /// Envoy's RBAC message with its `policies` in name order: prost keeps maps in a hash
@@ -473,39 +513,27 @@ fn rbac_bytes(action: AuthzAction, policies: &BTreeMap<String, Policy>) -> Vec<u
     buf
 }
 
-/// `head` (a filter's config without its `rules`) with `rules` (field 1 of both RBAC
-/// filters' configs) written after it, packed as `type_url`.
-fn with_rules(
-    head: Vec<u8>,
-    rules: Vec<u8>,
-    type_url: &str,
-) -> envoy_types::pb::google::protobuf::Any {
-    use prost::encoding::{encode_key, encode_varint, WireType};
-    let mut value = head;
-    encode_key(1, WireType::LengthDelimited, &mut value);
-    encode_varint(rules.len() as u64, &mut value);
-    value.extend_from_slice(&rules);
-    envoy_types::pb::google::protobuf::Any {
-        type_url: type_url.into(),
-        value,
-    }
-}
-
 /// The network RBAC filters of the AuthorizationPolicies on a chain that proxies bytes,
 /// AUDIT, DENY, ALLOW (Istio's `tcp.` stat prefix).
 /// `tds`: the mesh's trust domains ([`in_trust_domains`]).
 pub fn network_authz_filters(authz: &[NamedAuthz], tds: &[String]) -> Vec<Filter> {
     by_action(authz, tds, false)
         .into_iter()
-        .map(|(action, policies)| {
+        .map(|(action, rules)| {
             let head = NetworkRbac {
                 stat_prefix: "tcp.".into(),
+                shadow_rules_stat_prefix: rules
+                    .shadow
+                    .as_ref()
+                    .map(|_| shadow_prefix(action).to_string())
+                    .unwrap_or_default(),
                 ..Default::default()
             }
             .encode_to_vec();
-            let any = with_rules(
+            let any = rbac_config(
                 head,
-                rbac_bytes(action, &policies),
+                action,
+                &rules,
                 "type.googleapis.com/envoy.extensions.filters.network.rbac.v3.RBAC",
             );
             Filter {
@@ -522,10 +550,20 @@ pub fn network_authz_filters(authz: &[NamedAuthz], tds: &[String]) -> Vec<Filter
 pub fn http_authz_filters(authz: &[NamedAuthz], tds: &[String]) -> Vec<HttpFilter> {
     by_action(authz, tds, true)
         .into_iter()
-        .map(|(action, policies)| {
-            let any = with_rules(
-                Vec::new(),
-                rbac_bytes(action, &policies),
+        .map(|(action, rules)| {
+            let head = HttpRbac {
+                shadow_rules_stat_prefix: rules
+                    .shadow
+                    .as_ref()
+                    .map(|_| shadow_prefix(action).to_string())
+                    .unwrap_or_default(),
+                ..Default::default()
+            }
+            .encode_to_vec();
+            let any = rbac_config(
+                head,
+                action,
+                &rules,
                 "type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC",
             );
             HttpFilter {

@@ -93,7 +93,8 @@ const AP: &str =
 
 /// ALLOW, DENY and AUDIT are translated: each field of a rule becomes a match by what it
 /// looks at (`not*` fields negated, `when` keys by Istio's names), with no finding; CUSTOM
-/// stays a deny-all with an error; a dry-run policy is a warning and no record.
+/// stays a deny-all with an error; a dry-run policy is translated as such (its `istio.io/dry-run`
+/// read as Istio reads it), but for CUSTOM (a warning and no record).
 #[test]
 fn authorization_policy_rules_are_read_field_by_field() {
     let p = parse(&format!(
@@ -153,10 +154,41 @@ fn authorization_policy_rules_are_read_field_by_field() {
     ));
     assert_eq!(policy(&custom).effect, PolicyEffect::DenyAll);
     assert_eq!(fields(&custom, Level::Error), vec!["spec.action"]);
-    let dry = parse("apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: a, namespace: ns, annotations: {istio.io/dry-run: \"true\"}}\nspec: {action: DENY, rules: [{}]}\n");
-    assert!(dry.records.is_empty());
+    let dry = |value: &str, action: &str| {
+        let provider = if action == "CUSTOM" {
+            ", provider: {name: p}"
+        } else {
+            ""
+        };
+        parse(&format!(
+            "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {{name: a, namespace: ns, annotations: {{istio.io/dry-run: \"{value}\"}}}}\nspec: {{action: {action}{provider}, rules: [{{}}]}}\n"
+        ))
+    };
+    let shadow = dry("True", "DENY");
+    let PolicyEffect::Authz(a) = &policy(&shadow).effect else {
+        panic!("translated")
+    };
+    assert!(
+        a.dry_run && shadow.findings.is_empty(),
+        "{:?}",
+        shadow.findings
+    );
+    let enforced = dry("maybe", "DENY");
+    let PolicyEffect::Authz(a) = &policy(&enforced).effect else {
+        panic!("translated")
+    };
+    assert!(
+        !a.dry_run,
+        "a value Go's ParseBool cannot read leaves it enforced"
+    );
     assert_eq!(
-        fields(&dry, Level::Warning),
+        fields(&enforced, Level::Warning),
+        vec!["metadata.annotations[istio.io/dry-run]"]
+    );
+    let custom = dry("true", "CUSTOM");
+    assert!(custom.records.is_empty());
+    assert_eq!(
+        fields(&custom, Level::Warning),
         vec!["metadata.annotations[istio.io/dry-run]"]
     );
 }
