@@ -11,59 +11,13 @@ use crate::support;
 
 use std::net::SocketAddr;
 
+use support::authz_matrix::{matrix, policies, Case, Via};
 use support::reviews::SidecarPair;
 use support::{
     converge, http_request, remove_config, require_envoy, write_config, TestDir, CONVERGE_TIMEOUT,
 };
 
 const NET: u8 = 121;
-
-/// ALLOW: the client sidecar's identity may GET `/public*`; anyone of the blue team
-/// (request header) may GET anything. DENY: nobody reaches `/public/admin*`.
-fn policies(allowed_source: &str) -> String {
-    format!(
-        "apiVersion: security.istio.io/v1
-kind: AuthorizationPolicy
-metadata:
-  name: reviews-allow
-  namespace: default
-spec:
-  selector:
-    matchLabels:
-      app: reviews
-  action: ALLOW
-  rules:
-  - from:
-    - source:
-        {allowed_source}
-    to:
-    - operation:
-        methods: [GET]
-        paths: [/public*]
-  - to:
-    - operation:
-        methods: [GET]
-    when:
-    - key: request.headers[x-team]
-      values: [blue]
----
-apiVersion: security.istio.io/v1
-kind: AuthorizationPolicy
-metadata:
-  name: reviews-deny
-  namespace: default
-spec:
-  selector:
-    matchLabels:
-      app: reviews
-  action: DENY
-  rules:
-  - to:
-    - operation:
-        paths: [/public/admin*]
-"
-    )
-}
 
 #[test]
 fn a_server_sidecar_allows_and_denies_each_request_as_its_policies_say() {
@@ -81,127 +35,15 @@ fn a_server_sidecar_allows_and_denies_each_request_as_its_policies_say() {
             Ok(r) => format!("status {}", r.status),
             Err(_) => "error".to_string(),
         };
-    let blue = [("x-team", "blue")];
-    // (what, where, method, path, headers, expected)
-    type Case<'a> = (
-        &'a str,
-        SocketAddr,
-        &'a str,
-        &'a str,
-        &'a [(&'a str, &'a str)],
-        &'a str,
-    );
-    let matrix: Vec<Case> = vec![
-        (
-            "the client's identity, GET /public",
-            through_client,
-            "GET",
-            "/public/a",
-            &[],
-            "ok",
-        ),
-        (
-            "the client's identity, POST /public",
-            through_client,
-            "POST",
-            "/public/a",
-            &[],
-            "status 403",
-        ),
-        (
-            "the client's identity, GET /private",
-            through_client,
-            "GET",
-            "/private",
-            &[],
-            "status 403",
-        ),
-        (
-            "the client's identity, DENY path",
-            through_client,
-            "GET",
-            "/public/admin/x",
-            &[],
-            "status 403",
-        ),
-        (
-            "plaintext, no identity, GET /public",
-            direct,
-            "GET",
-            "/public/a",
-            &[],
-            "status 403",
-        ),
-        (
-            "plaintext, blue team, GET /private",
-            direct,
-            "GET",
-            "/private",
-            &blue,
-            "ok",
-        ),
-        (
-            "plaintext, red team",
-            direct,
-            "GET",
-            "/private",
-            &[("x-team", "red")],
-            "status 403",
-        ),
-        (
-            "plaintext, blue team, POST",
-            direct,
-            "POST",
-            "/private",
-            &blue,
-            "status 403",
-        ),
-        (
-            "plaintext, blue team, DENY path",
-            direct,
-            "GET",
-            "/public/admin",
-            &blue,
-            "status 403",
-        ),
-        // CVE-2021-31920: the DENY path written otherwise.
-        (
-            "a dot segment",
-            through_client,
-            "GET",
-            "/public/./admin",
-            &[],
-            "status 403",
-        ),
-        (
-            "a double slash",
-            through_client,
-            "GET",
-            "/public//admin",
-            &[],
-            "status 403",
-        ),
-        (
-            "an escaped slash",
-            through_client,
-            "GET",
-            "/public%2Fadmin",
-            &[],
-            "status 307",
-        ),
-        (
-            "a dot segment, plaintext",
-            direct,
-            "GET",
-            "/public/x/../admin",
-            &blue,
-            "status 403",
-        ),
-    ];
+    let matrix = matrix();
+    let to = |via: Via| match via {
+        Via::Client => through_client,
+        Via::Direct => direct,
+    };
     let answers = |matrix: &[Case]| -> Vec<(String, String)> {
         matrix
             .iter()
-            .map(|(what, to, m, p, h, _)| (what.to_string(), ask(*to, m, p, h)))
+            .map(|(what, via, m, p, h, _)| (what.to_string(), ask(to(*via), m, p, h)))
             .collect()
     };
     let expected = |matrix: &[Case]| -> Vec<(String, String)> {

@@ -15,6 +15,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod authorization;
 mod bookinfo;
 mod fixtures;
 mod gateway;

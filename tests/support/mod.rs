@@ -27,6 +27,7 @@ mod process;
 mod scratch;
 
 // Fixtures and clients that tests name by module (`support::reviews::Reviews`).
+pub mod authz_matrix;
 pub mod chromium;
 pub mod envoy_validate;
 pub mod fake_kube;

@@ -43,6 +43,23 @@ pub struct Call {
     /// inbound capture listener (Istio's `virtualInbound`, whose chains match on the
     /// original destination `address:port`), not a listener of its port.
     pub inbound: bool,
+    /// The URI SAN of the client certificate the connection presents (Istio's mTLS:
+    /// `spiffe://TD/ns/NS/sa/SA`), which RBAC's authenticated principals match.
+    pub peer: Option<String>,
+    /// The connection's source address (RBAC's `direct_remote_ip` and, with no proxy in
+    /// front, `remote_ip`).
+    pub source_ip: Option<String>,
+    /// A JWT the request carries where the proxy's `jwt_authn` looks for one.
+    pub token: Option<Token>,
+}
+
+/// A request's JWT, as far as verification goes: the simulation checks no signature.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Token {
+    /// Signed by a key of its issuer's key set, with these claims (`iss`, `sub`, `aud`, …).
+    Signed(serde_json::Value),
+    /// Not a token that verifies (a bad signature, malformed, expired).
+    Invalid,
 }
 
 /// The ALPN Istio's sidecars offer on mTLS connections to each other (meshflow's outbound
@@ -64,6 +81,9 @@ impl Call {
             tls: false,
             alpn: Vec::new(),
             inbound: false,
+            peer: None,
+            source_ip: None,
+            token: None,
         }
     }
 
@@ -136,6 +156,24 @@ impl Call {
     /// The same call with another method.
     pub fn method(mut self, method: &str) -> Call {
         self.method = method.to_string();
+        self
+    }
+
+    /// The same call with the client certificate of `spiffe` (a URI SAN).
+    pub fn from_peer(mut self, spiffe: &str) -> Call {
+        self.peer = Some(spiffe.to_string());
+        self
+    }
+
+    /// The same call from source address `ip`.
+    pub fn from_ip(mut self, ip: &str) -> Call {
+        self.source_ip = Some(ip.to_string());
+        self
+    }
+
+    /// The same call carrying `token`.
+    pub fn with_token(mut self, token: Token) -> Call {
+        self.token = Some(token);
         self
     }
 }

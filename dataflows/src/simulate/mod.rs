@@ -76,7 +76,8 @@
 //! the cluster's xDS `transport_socket_matcher` (reported; the metadata matches apply),
 //! transport sockets other than TLS and raw buffer (reported as unsupported), source-address
 //! criteria of filter chains, iptables details (which destinations are excluded from capture),
-//! HTTP filters other than fault and CORS (RBAC, ext_authz, Lua, rate limits…: not run), the
+//! HTTP filters other than fault, CORS, RBAC and `jwt_authn` (ext_authz, Lua, rate limits…:
+//! not run; RBAC and JWT as [`authz`] says), the
 //! CORS filter's own answers to preflight requests (the policy is reported), header edits of
 //! weighted clusters when several may be picked (reported), `%…%` substitutions in header values
 //! and host rewrites (kept as written), `auto_host_rewrite`'s resulting host (reported), delays
@@ -93,6 +94,7 @@
 //! `listener` (steps 1–2), `route` (3–6), `effects` (what the route does besides),
 //! `upstream` (7) and `transport` (transport sockets), all reporting into `outcome`'s types.
 
+mod authz;
 mod call;
 mod effects;
 mod listener;
@@ -105,7 +107,7 @@ mod upstream;
 #[cfg(test)]
 mod tests;
 
-pub use call::{Call, ProxyConfig, ISTIO_MTLS_ALPN};
+pub use call::{Call, ProxyConfig, Token, ISTIO_MTLS_ALPN};
 pub use outcome::{
     Action, Cors, Discovery, Fault, FaultAbort, HeaderEdit, HeaderLevel, HeaderOp, HostRewrite,
     HttpEffects, MatchedRoute, Mirror, NoMatch, Outcome, Retry, SanMatcher, SocketMatch, Source,
@@ -138,6 +140,7 @@ impl ProxyConfig {
             downstream_tls: None,
             http: None,
             warnings: Vec::new(),
+            authz: Vec::new(),
         };
         for (t, name, e) in &self.undecodable {
             out.warnings
@@ -212,6 +215,7 @@ impl ProxyConfig {
                 filter_chain: chain_name,
             });
         }
+        authz::network(chain, call, out)?;
         for f in &chain.filters {
             let Some(filter::ConfigType::TypedConfig(any)) = &f.config_type else {
                 continue;

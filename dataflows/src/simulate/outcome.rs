@@ -27,6 +27,9 @@ pub struct Outcome {
     /// Things met on the way that the simulation could not judge exactly (invalid regexes,
     /// matchers not modelled, ambiguous listeners).
     pub warnings: Vec<String>,
+    /// What each filter that may refuse said, in order (`jwt_authn`, RBAC and their dry-run
+    /// rules), e.g. `HTTP RBAC: DENY by ns[default]-policy[deny]-rule[0]`.
+    pub authz: Vec<String>,
 }
 
 /// The route that matched: its position in the virtual host and its name.
@@ -407,6 +410,9 @@ pub enum NoMatch {
     TlsNotTerminated { filter_chain: String },
     /// A configuration this simulation does not model (or cannot decode).
     Unsupported(String),
+    /// A filter refused the call (`by`: which, and why): Envoy answers `status` (401 or
+    /// 403), or closes the connection (`None`: a network RBAC filter).
+    Denied { status: Option<u32>, by: String },
 }
 
 impl Outcome {
@@ -456,6 +462,7 @@ impl Outcome {
         match &self.result {
             Err(NoMatch::NoVirtualHost { .. } | NoMatch::NoRoute) => Some(404),
             Err(NoMatch::ClusterHeaderMissing { .. }) => Some(503),
+            Err(NoMatch::Denied { status, .. }) => *status,
             Err(_) | Ok(Action::Tcp { .. }) => None,
             Ok(Action::DirectResponse { status, .. } | Action::Redirect { status, .. }) => {
                 Some(*status)

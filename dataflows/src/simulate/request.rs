@@ -148,6 +148,21 @@ pub(super) fn normalize_path(path: &str) -> String {
     norm + rest
 }
 
+/// Envoy's `merge_slashes`: runs of `/` in the path (not the query) become one.
+pub(super) fn merge_slashes(path: &str) -> String {
+    let (p, rest) = match path.find(['?', '#']) {
+        Some(i) => path.split_at(i),
+        None => (path, ""),
+    };
+    let mut out = String::with_capacity(p.len());
+    for c in p.chars() {
+        if !(c == '/' && out.ends_with('/')) {
+            out.push(c);
+        }
+    }
+    out + rest
+}
+
 pub(super) fn to_duration(d: &envoy_types::pb::google::protobuf::Duration) -> Duration {
     Duration::new(d.seconds.max(0) as u64, d.nanos.max(0) as u32)
 }

@@ -3,7 +3,7 @@
 
 use super::effects::Effects;
 use super::request::{
-    full_match, header_matches, normalize_path, query_matches, to_duration, Request,
+    full_match, header_matches, merge_slashes, normalize_path, query_matches, to_duration, Request,
 };
 use super::{Action, Call, MatchedRoute, NoMatch, Outcome, ProxyConfig, Retry};
 use envoy_types::pb::envoy::config::route::v3::{
@@ -54,11 +54,42 @@ impl ProxyConfig {
         if strip_any || strip_matching || rc.ignore_port_in_host_matching {
             authority = strip_port(&authority).to_string();
         }
-        let path = if hcm.normalize_path.is_some_and(|b| b.value) {
+        // The connection manager's path handling, before any filter: escaped slashes
+        // (`%2F`, `%5C`) redirected to the decoded path, dot segments resolved, slashes
+        // merged.
+        use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::PathWithEscapedSlashesAction as Escaped;
+        if hcm.path_with_escaped_slashes_action == Escaped::UnescapeAndRedirect as i32 {
+            let p = call
+                .path
+                .split(['?', '#'])
+                .next()
+                .unwrap_or("")
+                .to_ascii_lowercase();
+            if p.contains("%2f") || p.contains("%5c") {
+                return Ok(Action::Redirect {
+                    status: 307,
+                    scheme: None,
+                    host: None,
+                    port: None,
+                    path: Some(
+                        call.path
+                            .replace("%2F", "/")
+                            .replace("%2f", "/")
+                            .replace("%5C", "\\")
+                            .replace("%5c", "\\"),
+                    ),
+                    prefix: None,
+                });
+            }
+        }
+        let mut path = if hcm.normalize_path.is_some_and(|b| b.value) {
             normalize_path(&call.path)
         } else {
             call.path.clone()
         };
+        if hcm.merge_slashes {
+            path = merge_slashes(&path);
+        }
         let mut headers: BTreeMap<String, String> = BTreeMap::new();
         let pseudo = [
             (":authority", authority.as_str()),
@@ -82,6 +113,8 @@ impl ProxyConfig {
             path,
             headers,
         };
+        // The filters that refuse run before the router looks for a route.
+        super::authz::http(hcm, &req, out)?;
         let vh = select_virtual_host(rc, &authority).ok_or_else(|| NoMatch::NoVirtualHost {
             authority: authority.clone(),
         })?;
