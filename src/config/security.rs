@@ -84,6 +84,8 @@ pub struct Source {
     pub not_ip_blocks: Vec<String>,
     pub remote_ip_blocks: Vec<String>,
     pub not_remote_ip_blocks: Vec<String>,
+    pub trust_domains: Vec<String>,
+    pub not_trust_domains: Vec<String>,
 }
 
 /// `to[].operation`: every field Istio's API has.
@@ -125,6 +127,9 @@ pub struct JwtRule {
     pub issuer: String,
     pub audiences: Vec<String>,
     pub jwks_uri: String,
+    /// The API's other spelling of `jwksUri`.
+    #[serde(rename = "jwks_uri")]
+    pub jwks_uri_snake: String,
     pub jwks: String,
     pub from_headers: Vec<JwtHeader>,
     pub from_params: Vec<String>,
@@ -134,6 +139,8 @@ pub struct JwtRule {
     pub forward_original_token: bool,
     pub timeout: Option<String>,
     pub space_delimited_claims: Vec<String>,
+    /// `OPTIONAL` (the default) or `REQUIRED`.
+    pub presence: Option<String>,
 }
 
 /// `outputClaimToHeaders[]`.

@@ -166,6 +166,7 @@ mod tests {
                 output_claim_to_headers: vec![],
                 timeout_ms: DEFAULT_JWKS_TIMEOUT_MS,
                 space_delimited_claims: vec![],
+                required: false,
             }]),
         })
     }

@@ -206,7 +206,18 @@ fn a_server_sidecar_verifies_tokens_with_keys_meshflow_fetches() {
     assert_eq!(ask(through_client, None), "status 403");
     assert_eq!(ask(through_client, Some(&valid)), "status 401");
 
+    // `presence: REQUIRED`: no token, 401 (the authorization policies gone).
     remove_config(&config, "zz-authz.yaml");
+    write_config(
+        &config,
+        "zz-jwt.yaml",
+        &format!(
+            "{}    presence: REQUIRED\n",
+            request_authentication(&keys.uri())
+        ),
+    );
+    expect("a token required", direct, None, "status 401");
+    assert_eq!(ask(direct, Some(&bob)), "ok", "any valid token");
     remove_config(&config, "zz-jwt.yaml");
     expect("open again: any token passes", direct, Some("x.y.z"), "ok");
     assert_eq!(

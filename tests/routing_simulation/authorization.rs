@@ -4,7 +4,7 @@
 //! CVE-2021-31920 path forms — each answered by the simulation's RBAC evaluation as real
 //! Envoy answers it in that test. And the RequestAuthentication of
 //! `envoy/request_authentication.rs`: tokens that verify, that do not, of the wrong
-//! audience, none, and `requestPrincipals`.
+//! audience, none, `requestPrincipals`, and `presence: REQUIRED`.
 
 use crate::support::authz_matrix::{matrix, policies, Via, CLIENT_IDENTITY};
 use crate::support::reviews::Reviews;
@@ -72,6 +72,21 @@ fn the_simulation_answers_the_authorization_matrix_as_envoy_does() {
         let o = mesh.send(&server, &call);
         assert_eq!(answer(&o), expected, "{what}: {:?} {:?}", o.authz, o.result);
     }
+    // `trustDomains`: the client's identity is of `cluster.local`.
+    let mtls = Call::get("reviews", reviews.backend_port(), "/")
+        .to_address(&pod_ip)
+        .istio_mtls("outbound_.9080_._.reviews.default.svc.cluster.local")
+        .from_peer(CLIENT_IDENTITY);
+    for (domains, expected) in [("[other.example]", "status 403"), ("[\"cluster.*\"]", "ok")] {
+        write_config(
+            &mesh.config,
+            "zz-authz.yaml",
+            &format!(
+                "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {{name: td, namespace: default}}\nspec:\n  selector: {{matchLabels: {{app: reviews}}}}\n  rules:\n  - from:\n    - source: {{trustDomains: {domains}}}\n"
+            ),
+        );
+        assert_eq!(answer(&mesh.send(&server, &mtls)), expected, "{domains}");
+    }
 }
 
 #[test]
@@ -107,7 +122,6 @@ fn the_simulation_verifies_tokens_as_envoy_does() {
         "status 403",
         "another audience"
     );
-    drop(ask);
     write_config(
         &mesh.config,
         "zz-authz.yaml",
@@ -117,9 +131,21 @@ fn the_simulation_verifies_tokens_as_envoy_does() {
     );
     let mut ask = |c: Call| answer(&mesh.send(&server, &c));
     assert_eq!(ask(call()), "status 403", "no token: no request principal");
+    assert_eq!(ask(call().with_token(signed("alice", "reviews"))), "ok");
     assert_eq!(
         ask(call().with_token(signed("bob", "reviews"))),
         "status 403"
     );
     assert_eq!(ask(call().with_token(signed("alice", "reviews"))), "ok");
+    // `presence: REQUIRED` without the policy: a token must come.
+    std::fs::remove_file(mesh.config.join("zz-authz.yaml")).expect("remove");
+    let jwt = std::fs::read_to_string(mesh.config.join("zz-jwt.yaml")).expect("read");
+    write_config(
+        &mesh.config,
+        "zz-jwt.yaml",
+        &format!("{jwt}    presence: REQUIRED\n"),
+    );
+    let mut ask = |c: Call| answer(&mesh.send(&server, &c));
+    assert_eq!(ask(call()), "status 401", "required");
+    assert_eq!(ask(call().with_token(signed("bob", "reviews"))), "ok");
 }

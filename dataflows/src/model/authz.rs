@@ -28,6 +28,9 @@ pub enum AuthzField {
     Namespace,
     /// `serviceAccounts`: `SA` or `NS/SA` (the policy's namespace when unwritten).
     ServiceAccount,
+    /// `trustDomains`: the trust domain of the peer's SPIFFE identity (`*` any; one `*`
+    /// within a name, any run of it).
+    TrustDomain,
     /// `ipBlocks`, `source.ip`: the connection's peer address.
     SourceIp,
     /// `remoteIpBlocks`, `remote.ip`: the client address the HTTP connection manager trusts.
@@ -82,6 +85,7 @@ impl AuthzField {
         matches!(
             self,
             AuthzField::Principal
+                | AuthzField::TrustDomain
                 | AuthzField::Namespace
                 | AuthzField::ServiceAccount
                 | AuthzField::SourceIp

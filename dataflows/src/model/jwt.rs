@@ -75,6 +75,9 @@ pub struct JwtRule {
     /// `spaceDelimitedClaims`, with Istio's `scope` and `permission` always among them:
     /// claims whose space-separated string is matched as a list.
     pub space_delimited_claims: Vec<String>,
+    /// `presence: REQUIRED`: a request without a token of this rule is refused (401).
+    #[serde(default)]
+    pub required: bool,
 }
 
 /// The path of an issuer's OpenID configuration (OpenID Connect Discovery 1.0): a rule

@@ -17,7 +17,8 @@ use envoy_types::pb::envoy::config::rbac::v3::{
     permission, principal, rbac::Action, Permission, Principal, Rbac,
 };
 use envoy_types::pb::envoy::extensions::filters::http::jwt_authn::v3::{
-    jwt_provider::JwksSourceSpecifier, JwtAuthentication,
+    jwt_provider::JwksSourceSpecifier, jwt_requirement::RequiresType,
+    requirement_rule::RequirementType, JwtAuthentication, JwtRequirement,
 };
 use envoy_types::pb::envoy::extensions::filters::http::rbac::v3::Rbac as HttpRbac;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
@@ -280,10 +281,7 @@ fn metadata(m: &MetadataMatcher, seen: &Seen, w: &mut Vec<String>) -> bool {
             let keys: Vec<&str> = m
                 .path
                 .iter()
-                .filter_map(|s| match &s.segment {
-                    Some(Segment::Key(k)) => Some(k.as_str()),
-                    None => None,
-                })
+                .filter_map(|s| s.segment.as_ref().map(|Segment::Key(k)| k.as_str()))
                 .collect();
             // The payload sits under `payload` (the providers' `payload_in_metadata`).
             let (first, rest) = keys.split_first()?;
@@ -329,7 +327,12 @@ fn jwt(cfg: &JwtAuthentication, call: &Call, out: &mut Outcome) -> Result<Option
             by,
         })
     };
+    let required = cfg.rules.iter().any(|r| match &r.requirement_type {
+        Some(RequirementType::Requires(req)) => needs_token(req),
+        _ => false,
+    });
     let claims = match &call.token {
+        None if required => return deny(401, "a token is required and there is none".into(), out),
         None => {
             out.authz
                 .push("jwt_authn: no token (allowed: missing)".into());
@@ -384,6 +387,16 @@ fn jwt(cfg: &JwtAuthentication, call: &Call, out: &mut Outcome) -> Result<Option
     out.authz
         .push(format!("jwt_authn: verified by {name} (issuer {iss:?})"));
     Ok(Some(claims.clone()))
+}
+
+/// Whether a requirement fails a request without a token.
+fn needs_token(r: &JwtRequirement) -> bool {
+    match &r.requires_type {
+        Some(RequiresType::ProviderName(_) | RequiresType::ProviderAndAudiences(_)) => true,
+        Some(RequiresType::RequiresAny(any)) => any.requirements.iter().all(needs_token),
+        Some(RequiresType::RequiresAll(all)) => all.requirements.iter().any(needs_token),
+        _ => false,
+    }
 }
 
 #[cfg(test)]

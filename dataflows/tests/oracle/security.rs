@@ -111,6 +111,7 @@ fn jwt_rule(rng: &mut StdRng) -> JwtRule {
         output_claim_to_headers: vec![],
         timeout_ms: DEFAULT_JWKS_TIMEOUT_MS,
         space_delimited_claims: vec![],
+        required: rng.random_bool(0.2),
     }
 }
 
@@ -127,7 +128,7 @@ fn authz(rng: &mut StdRng) -> AuthzPolicy {
         ],
     );
     let one = |rng: &mut StdRng| {
-        let (field, values): (AuthzField, &[&str]) = match rng.random_range(0..11) {
+        let (field, values): (AuthzField, &[&str]) = match rng.random_range(0..12) {
             0 => (
                 AuthzField::Principal,
                 &["cluster.local/ns/default/sa/a", "*"],
@@ -150,6 +151,7 @@ fn authz(rng: &mut StdRng) -> AuthzPolicy {
                 },
                 &["x", "[y]"],
             ),
+            10 => (AuthzField::TrustDomain, &["cluster.local", "*", "corp*"]),
             _ => (AuthzField::Path, &["/a/{*}/b", "/c/{**}"]),
         };
         AuthzMatch {

@@ -72,6 +72,7 @@ pub(crate) fn jwt_policy(
         output_claim_to_headers: vec![],
         timeout_ms: DEFAULT_JWKS_TIMEOUT_MS,
         space_delimited_claims: vec![],
+        required: false,
     };
     let effect = PolicyEffect::Jwt(vec![rule]);
     policy(Kind::RequestAuthentication, ns, name, "", selector, effect)

@@ -263,6 +263,13 @@ fn authz_rule(r: s::Rule, i: usize, namespace: &str) -> Result<m::AuthzRule> {
                 src.not_remote_ip_blocks,
                 true,
             ),
+            (F::TrustDomain, "trustDomains", src.trust_domains, false),
+            (
+                F::TrustDomain,
+                "notTrustDomains",
+                src.not_trust_domains,
+                true,
+            ),
             (
                 F::RequestPrincipal,
                 "requestPrincipals",
@@ -575,7 +582,20 @@ fn check_jwks_uri(uri: &str, field: &str) -> Result<()> {
     Ok(())
 }
 
-fn jwt_rule(r: s::JwtRule, f: &str) -> Result<m::JwtRule> {
+fn jwt_rule(mut r: s::JwtRule, f: &str) -> Result<m::JwtRule> {
+    if r.jwks_uri.is_empty() {
+        r.jwks_uri = std::mem::take(&mut r.jwks_uri_snake);
+    }
+    let required = match r.presence.as_deref() {
+        None | Some("OPTIONAL") => false,
+        Some("REQUIRED") => true,
+        Some(other) => {
+            return Err(Invalid::field(
+                format!("{f}.presence"),
+                format!("unknown presence {other:?} (OPTIONAL, REQUIRED)"),
+            ))
+        }
+    };
     if r.issuer.is_empty() && r.jwks_uri.is_empty() {
         return Err(Invalid::field(f, "a JWT rule needs issuer or jwksUri"));
     }
@@ -678,6 +698,7 @@ fn jwt_rule(r: s::JwtRule, f: &str) -> Result<m::JwtRule> {
         output_claim_to_headers,
         timeout_ms,
         space_delimited_claims: r.space_delimited_claims,
+        required,
     })
 }
 

@@ -112,16 +112,46 @@ fn requires(t: RequiresType) -> JwtRequirement {
 
 /// Istio's requirement over providers `names`: with one, the provider or no token; with
 /// several, any one provider (tokens of several rules in one place), or, for every
-/// provider, its token valid or absent.
-fn requirement(names: &[String]) -> JwtRequirement {
-    let or_missing = |n: &String| {
-        requires(RequiresType::RequiresAny(JwtRequirementOrList {
-            requirements: vec![
-                requires(RequiresType::ProviderName(n.clone())),
-                requires(RequiresType::AllowMissing(Default::default())),
-            ],
-        }))
-    };
+/// provider, its token valid or absent. Providers of rules with `presence: REQUIRED`
+/// (`required`) must verify besides, which Istio does not read yet: meshflow refuses
+/// more, never less.
+fn requirement(names: &[String], required: &[String]) -> JwtRequirement {
+    if required.is_empty() {
+        return any_valid(names);
+    }
+    // `presence: REQUIRED`: each such rule's token must be there and valid, the others
+    // valid or absent. (Not the same provider twice under one AND: Envoy takes the token
+    // off the request once verified, so a second check would find none.)
+    let each: Vec<JwtRequirement> = names
+        .iter()
+        .map(|n| {
+            if required.contains(n) {
+                requires(RequiresType::ProviderName(n.clone()))
+            } else {
+                or_missing(n)
+            }
+        })
+        .collect();
+    match <[JwtRequirement; 1]>::try_from(each) {
+        Ok([one]) => one,
+        Err(each) => requires(RequiresType::RequiresAll(JwtRequirementAndList {
+            requirements: each,
+        })),
+    }
+}
+
+/// A provider's token valid, or no token.
+fn or_missing(n: &String) -> JwtRequirement {
+    requires(RequiresType::RequiresAny(JwtRequirementOrList {
+        requirements: vec![
+            requires(RequiresType::ProviderName(n.clone())),
+            requires(RequiresType::AllowMissing(Default::default())),
+        ],
+    }))
+}
+
+/// Istio's requirement (see [`requirement`]).
+fn any_valid(names: &[String]) -> JwtRequirement {
     if let [one] = names {
         return or_missing(one);
     }
@@ -146,13 +176,19 @@ pub fn jwt_filter(rules: &[JwtRule]) -> Option<HttpFilter> {
         return None;
     }
     let names: Vec<String> = (0..rules.len()).map(|i| format!("origins-{i}")).collect();
+    let required: Vec<String> = names
+        .iter()
+        .zip(rules)
+        .filter(|(_, r)| r.required)
+        .map(|(n, _)| n.clone())
+        .collect();
     let head = JwtAuthentication {
         rules: vec![RequirementRule {
             r#match: Some(RouteMatch {
                 path_specifier: Some(PathSpecifier::Prefix("/".into())),
                 ..Default::default()
             }),
-            requirement_type: Some(RequirementType::Requires(requirement(&names))),
+            requirement_type: Some(RequirementType::Requires(requirement(&names, &required))),
         }],
         bypass_cors_preflight: true,
         ..Default::default()
@@ -204,6 +240,7 @@ mod tests {
             output_claim_to_headers: vec![("x-sub".into(), "sub".into())],
             timeout_ms: 5000,
             space_delimited_claims: vec!["roles".into()],
+            required: false,
         }
     }
 
@@ -291,6 +328,23 @@ mod tests {
             Some(RequiresType::RequiresAll(_))
         ));
         assert!(jwt_filter(&[]).is_none());
+        // `presence: REQUIRED`: the rule's provider alone.
+        let mut must = rule("a", Jwks::Inline(keys.into()));
+        must.required = true;
+        let Some(http_filter::ConfigType::TypedConfig(any)) =
+            jwt_filter(&[must]).and_then(|f| f.config_type)
+        else {
+            panic!("typed config")
+        };
+        let cfg = JwtAuthentication::decode(&any.value[..]).expect("decodes");
+        let Some(RequirementType::Requires(r)) = &cfg.rules[0].requirement_type else {
+            panic!("a requirement")
+        };
+        assert_eq!(
+            r.requires_type,
+            Some(RequiresType::ProviderName("origins-0".into())),
+            "the provider, no token not allowed"
+        );
         assert_eq!(served_keys(Some("not json")), NO_KEYS);
         assert_eq!(served_keys(Some(r#"{"keys":{}}"#)), NO_KEYS);
     }

@@ -101,6 +101,13 @@ fn pattern(v: &str, prefix: &str, ignore_case: bool) -> StringMatcher {
     }
 }
 
+fn prefix(p: String) -> StringMatcher {
+    StringMatcher {
+        match_pattern: Some(string_matcher::MatchPattern::Prefix(p)),
+        ignore_case: false,
+    }
+}
+
 /// A header's value by Istio's patterns, `*` meaning present.
 fn header_value(name: &str, v: &str, ignore_case: bool) -> HeaderMatcher {
     use header_matcher::HeaderMatchSpecifier as Spec;
@@ -137,6 +144,16 @@ fn source_value(field: &AuthzField, v: &str, ns: &str) -> principal::Identifier 
     match field {
         AuthzField::Principal => principal_name(pattern(v, "spiffe://", false)),
         AuthzField::Namespace => principal_name(regex(format!(".*/ns/{}/.*", glob(v)))),
+        // Istio's: any identity; the domain exactly; a pattern within the domain.
+        AuthzField::TrustDomain => principal_name(match v.split_once('*') {
+            None => prefix(format!("spiffe://{v}/")),
+            Some(("", "")) => prefix("spiffe://".into()),
+            Some((before, after)) => regex(format!(
+                "spiffe://{}[^/]*{}/.*",
+                quote(before),
+                quote(after)
+            )),
+        }),
         AuthzField::ServiceAccount => {
             let (sa_ns, sa) = v.split_once('/').unwrap_or((ns, v));
             // Istio's (1.29.2, CVE-2026-39350: names quoted, so `.` is no wildcard).

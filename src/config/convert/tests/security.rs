@@ -206,6 +206,22 @@ fn authorization_policy_token_and_template_fields_and_bad_values() {
         panic!("translated")
     };
     assert_eq!(a.rules[0].from[0][0].field, AuthzField::RequestPrincipal);
+    let domains = parse(&format!(
+        "{AP}spec:\n  rules:\n  - from:\n    - source: {{trustDomains: [corp.example], notTrustDomains: [\"old*\"]}}\n"
+    ));
+    let PolicyEffect::Authz(d) = &policy(&domains).effect else {
+        panic!("translated")
+    };
+    assert_eq!(
+        d.rules[0].from[0]
+            .iter()
+            .map(|m| (m.field.clone(), m.not))
+            .collect::<Vec<_>>(),
+        [
+            (AuthzField::TrustDomain, false),
+            (AuthzField::TrustDomain, true)
+        ]
+    );
     assert_eq!(
         a.rules[0].when[0].field,
         AuthzField::Claim(vec!["groups".into(), "0".into()])
@@ -339,6 +355,16 @@ fn request_authentication_reads_every_jwt_rule_field() {
     );
     assert_eq!(rules[1].timeout_ms, DEFAULT_JWKS_TIMEOUT_MS);
     assert!(p.findings.is_empty(), "{:?}", p.findings);
+    // `jwks_uri`, the API's other spelling; `presence: REQUIRED`.
+    let snake = parse(&format!(
+        "{RA}spec:\n  jwtRules:\n  - issuer: a\n    jwks_uri: https://a/keys\n    presence: REQUIRED\n"
+    ));
+    let PolicyEffect::Jwt(rules) = &policy(&snake).effect else {
+        panic!("JWT rules")
+    };
+    assert_eq!(rules[0].jwks.uri(), Some("https://a/keys"));
+    assert!(rules[0].required);
+    assert!(snake.findings.is_empty(), "{:?}", snake.findings);
     // Neither jwks nor jwksUri: the issuer's OpenID configuration, as in Istio.
     let discovered = parse(&format!(
         "{RA}spec:\n  jwtRules:\n  - issuer: https://idp.example.com/\n"
@@ -376,6 +402,10 @@ fn request_authentication_reads_every_jwt_rule_field() {
         (
             "{jwtRules: [{issuer: a, jwksUri: https://x/k, timeout: 0s}]}",
             "spec.jwtRules[0].timeout",
+        ),
+        (
+            "{jwtRules: [{issuer: a, jwksUri: https://x/k, presence: ALWAYS}]}",
+            "spec.jwtRules[0].presence",
         ),
     ] {
         assert_eq!(
