@@ -409,10 +409,12 @@ fn covered_by(leaf: &str, field: &str) -> bool {
 
 /// The API's field list: kind → fields (`tests/fixtures/istio-networking-v1-fields.txt`).
 fn api_fields() -> BTreeMap<String, Vec<String>> {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/istio-networking-v1-fields.txt"
-    );
+    fields_of("istio-networking-v1-fields.txt")
+}
+
+/// A field list of `tests/fixtures/`: kind → fields.
+fn fields_of(file: &str) -> BTreeMap<String, Vec<String>> {
+    let path = format!("{}/tests/fixtures/{file}", env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read_to_string(path).expect("the field list");
     let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut kind = None;
@@ -439,13 +441,15 @@ struct Doc {
 
 /// The fixture's documents, and what the parser makes of the file.
 fn fixture() -> (Vec<Doc>, FileContents) {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/istio-networking-v1-every-field.yaml"
-    );
-    let text = std::fs::read_to_string(path).expect("the fixture");
+    fixture_of("istio-networking-v1-every-field.yaml")
+}
+
+/// A fixture of `tests/fixtures/`: its documents, and what the parser makes of the file.
+fn fixture_of(file: &str) -> (Vec<Doc>, FileContents) {
+    let path = format!("{}/tests/fixtures/{file}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).expect("the fixture");
     let mesh = dataflows::model::MeshConfig::default();
-    let contents = parse_file(std::path::Path::new(path), &text, &mesh);
+    let contents = parse_file(std::path::Path::new(&path), &text, &mesh);
     let docs = meshflow::config::split_documents(&text)
         .into_iter()
         .map(|(line, doc)| {
@@ -779,4 +783,132 @@ fn every_translated_or_reported_field_has_a_reference_row() {
         "fields of the API neither translated nor reported:\n{}",
         unknown.join("\n")
     );
+}
+
+/// The security API (security.istio.io v1): fields meshflow translates, by kind (see
+/// `docs/reference/security.md`). `targetRef`/`targetRefs` are not: each is an error finding
+/// (the policy is for Gateway API gateways and waypoints, which meshflow does not serve).
+const SECURITY_TRANSLATED: &[(&str, &[&str])] = &[
+    (
+        "AuthorizationPolicy",
+        &[
+            "spec.selector",
+            "spec.action",
+            "spec.rules",
+        ],
+    ),
+    ("PeerAuthentication", &["spec.selector", "spec.mtls", "spec.portLevelMtls"]),
+    ("RequestAuthentication", &["spec.selector", "spec.jwtRules"]),
+];
+
+/// Fields of the security API that are reported, not translated: (kind, field, the field
+/// of the error finding that says so). A CUSTOM policy's provider is said of its action.
+const SECURITY_REPORTED: &[(&str, &str, &str)] = &[
+    ("AuthorizationPolicy", "spec.provider", "spec.action"),
+    ("AuthorizationPolicy", "spec.targetRef", "spec.targetRef"),
+    ("AuthorizationPolicy", "spec.targetRefs", "spec.targetRefs"),
+    ("RequestAuthentication", "spec.targetRef", "spec.targetRef"),
+    ("RequestAuthentication", "spec.targetRefs", "spec.targetRefs"),
+];
+
+fn security_translated(kind: &str, leaf: &str) -> bool {
+    SECURITY_TRANSLATED
+        .iter()
+        .filter(|(k, _)| *k == kind)
+        .flat_map(|(_, fields)| *fields)
+        .any(|t| covered_by(leaf, t))
+}
+
+/// Every field of the security API is set by its fixture, nothing else is, and each is
+/// translated or, where not, named by an error finding of its object; every object of the
+/// fixture is accepted. A field added to the API fails here until it is read (a field that
+/// restricts traffic must never pass unread: Istio's `trustDomains` and `presence` did).
+#[test]
+fn every_security_field_is_set_and_translated_or_reported() {
+    let api = fields_of("istio-security-v1-fields.txt");
+    let (docs, contents) = fixture_of("istio-security-v1-every-field.yaml");
+    assert_eq!(
+        api.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["AuthorizationPolicy", "PeerAuthentication", "RequestAuthentication"]
+    );
+    assert!(contents.errors.is_empty(), "{:?}", contents.errors);
+    let mut unset = Vec::new();
+    let mut unknown = Vec::new();
+    for (kind, fields) in &api {
+        let fields: Vec<Segments> = fields.iter().map(|f| segments(f)).collect();
+        let set: Vec<&Segments> = docs
+            .iter()
+            .filter(|d| &d.kind == kind)
+            .flat_map(|d| &d.leaves)
+            .collect();
+        unset.extend(
+            fields
+                .iter()
+                .filter(|f| !set.iter().any(|l| sets(l, f)))
+                .map(|f| format!("{kind}: {}", joined(f))),
+        );
+        unknown.extend(
+            set.iter()
+                .filter(|l| !fields.iter().any(|f| sets(l, f)))
+                .map(|l| format!("{kind}: {}", joined(l))),
+        );
+    }
+    assert!(unset.is_empty(), "fields the fixture does not set:\n{}", unset.join("\n"));
+    assert!(unknown.is_empty(), "fields not in the API:\n{}", unknown.join("\n"));
+    let mut uncovered = Vec::new();
+    for doc in &docs {
+        let (_, parsed) = contents
+            .objects
+            .iter()
+            .find(|(l, _)| *l == doc.line)
+            .unwrap_or_else(|| panic!("the {} at line {} is an object", doc.kind, doc.line));
+        let errors: Vec<String> = parsed
+            .findings
+            .iter()
+            .filter(|f| f.level == Level::Error)
+            .map(|f| without_indices(&f.field))
+            .collect();
+        // Nothing of the security API is reported as merely ignored (a warning).
+        let warned: Vec<&str> = parsed
+            .findings
+            .iter()
+            .filter(|f| f.level == Level::Warning)
+            .map(|f| f.field.as_str())
+            .collect();
+        assert!(warned.is_empty(), "{} line {}: {warned:?}", doc.kind, doc.line);
+        for leaf in &doc.leaves {
+            let leaf = joined(leaf);
+            let reported = SECURITY_REPORTED.iter().any(|(k, f, at)| {
+                *k == doc.kind && covered_by(&leaf, f) && errors.iter().any(|e| e == at)
+            });
+            if !security_translated(&doc.kind, &leaf) && !reported {
+                uncovered.push(format!("{}: {leaf}", doc.kind));
+            }
+        }
+    }
+    uncovered.sort();
+    uncovered.dedup();
+    assert!(
+        uncovered.is_empty(),
+        "security fields neither translated nor reported:\n{}",
+        uncovered.join("\n")
+    );
+}
+
+/// Every field of the security API has its row in `docs/reference/security.md` (first cell
+/// `` `Kind:field` ``), and every row names a field of the API.
+#[test]
+fn every_security_field_has_a_reference_row() {
+    let api = fields_of("istio-security-v1-fields.txt");
+    let (rows, malformed) = reference_rows("security.md");
+    assert!(malformed.is_empty(), "{malformed:?}");
+    let all: BTreeSet<String> = api
+        .iter()
+        .flat_map(|(k, fs)| fs.iter().map(move |f| format!("{k}:{f}")))
+        .collect();
+    let listed: BTreeSet<String> = rows.iter().cloned().collect();
+    let missing: Vec<&String> = all.iter().filter(|f| !listed.contains(*f)).collect();
+    let stale: Vec<&String> = listed.iter().filter(|r| !all.contains(*r)).collect();
+    assert!(missing.is_empty(), "fields without a row: {missing:#?}");
+    assert!(stale.is_empty(), "rows that name no field: {stale:#?}");
 }
