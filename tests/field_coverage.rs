@@ -791,13 +791,12 @@ fn every_translated_or_reported_field_has_a_reference_row() {
 const SECURITY_TRANSLATED: &[(&str, &[&str])] = &[
     (
         "AuthorizationPolicy",
-        &[
-            "spec.selector",
-            "spec.action",
-            "spec.rules",
-        ],
+        &["spec.selector", "spec.action", "spec.rules"],
     ),
-    ("PeerAuthentication", &["spec.selector", "spec.mtls", "spec.portLevelMtls"]),
+    (
+        "PeerAuthentication",
+        &["spec.selector", "spec.mtls", "spec.portLevelMtls"],
+    ),
     ("RequestAuthentication", &["spec.selector", "spec.jwtRules"]),
 ];
 
@@ -808,7 +807,11 @@ const SECURITY_REPORTED: &[(&str, &str, &str)] = &[
     ("AuthorizationPolicy", "spec.targetRef", "spec.targetRef"),
     ("AuthorizationPolicy", "spec.targetRefs", "spec.targetRefs"),
     ("RequestAuthentication", "spec.targetRef", "spec.targetRef"),
-    ("RequestAuthentication", "spec.targetRefs", "spec.targetRefs"),
+    (
+        "RequestAuthentication",
+        "spec.targetRefs",
+        "spec.targetRefs",
+    ),
 ];
 
 fn security_translated(kind: &str, leaf: &str) -> bool {
@@ -829,7 +832,11 @@ fn every_security_field_is_set_and_translated_or_reported() {
     let (docs, contents) = fixture_of("istio-security-v1-every-field.yaml");
     assert_eq!(
         api.keys().map(String::as_str).collect::<Vec<_>>(),
-        ["AuthorizationPolicy", "PeerAuthentication", "RequestAuthentication"]
+        [
+            "AuthorizationPolicy",
+            "PeerAuthentication",
+            "RequestAuthentication"
+        ]
     );
     assert!(contents.errors.is_empty(), "{:?}", contents.errors);
     let mut unset = Vec::new();
@@ -853,8 +860,16 @@ fn every_security_field_is_set_and_translated_or_reported() {
                 .map(|l| format!("{kind}: {}", joined(l))),
         );
     }
-    assert!(unset.is_empty(), "fields the fixture does not set:\n{}", unset.join("\n"));
-    assert!(unknown.is_empty(), "fields not in the API:\n{}", unknown.join("\n"));
+    assert!(
+        unset.is_empty(),
+        "fields the fixture does not set:\n{}",
+        unset.join("\n")
+    );
+    assert!(
+        unknown.is_empty(),
+        "fields not in the API:\n{}",
+        unknown.join("\n")
+    );
     let mut uncovered = Vec::new();
     for doc in &docs {
         let (_, parsed) = contents
@@ -875,7 +890,12 @@ fn every_security_field_is_set_and_translated_or_reported() {
             .filter(|f| f.level == Level::Warning)
             .map(|f| f.field.as_str())
             .collect();
-        assert!(warned.is_empty(), "{} line {}: {warned:?}", doc.kind, doc.line);
+        assert!(
+            warned.is_empty(),
+            "{} line {}: {warned:?}",
+            doc.kind,
+            doc.line
+        );
         for leaf in &doc.leaves {
             let leaf = joined(leaf);
             let reported = SECURITY_REPORTED.iter().any(|(k, f, at)| {

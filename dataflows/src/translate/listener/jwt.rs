@@ -141,10 +141,10 @@ fn requirement(names: &[String], required: &[String]) -> JwtRequirement {
 }
 
 /// A provider's token valid, or no token.
-fn or_missing(n: &String) -> JwtRequirement {
+fn or_missing(n: &str) -> JwtRequirement {
     requires(RequiresType::RequiresAny(JwtRequirementOrList {
         requirements: vec![
-            requires(RequiresType::ProviderName(n.clone())),
+            requires(RequiresType::ProviderName(n.to_string())),
             requires(RequiresType::AllowMissing(Default::default())),
         ],
     }))
@@ -160,7 +160,7 @@ fn any_valid(names: &[String]) -> JwtRequirement {
         .map(|n| requires(RequiresType::ProviderName(n.clone())))
         .collect();
     any.push(requires(RequiresType::RequiresAll(JwtRequirementAndList {
-        requirements: names.iter().map(or_missing).collect(),
+        requirements: names.iter().map(|n| or_missing(n)).collect(),
     })));
     requires(RequiresType::RequiresAny(JwtRequirementOrList {
         requirements: any,
