@@ -182,6 +182,9 @@ enum Command {
         #[arg(short, long, value_enum, default_value = "table")]
         output: meshflow::debug::client::Output,
     },
+    /// Security policies as a proxy applies them now.
+    #[command(subcommand)]
+    Authz(AuthzCommand),
     /// Which input objects (Services, VirtualServices, DestinationRules, Sidecars,
     /// EndpointSlices, Pods, Gateways) one resource of a proxy was built from.
     ///
@@ -251,6 +254,52 @@ enum Command {
     ///
     /// One line per problem on stdout, then a summary line.
     Validate(ValidateArgs),
+}
+
+#[derive(Subcommand)]
+enum AuthzCommand {
+    /// Which filter and policy decide a request to PROXY, allowed or refused (401, 403, or
+    /// the connection closed), from what the proxy holds now: its config fetched over CSDS
+    /// and run through the routing simulation, `jwt_authn` and RBAC included.
+    ///
+    /// `meshflow authz check reviews-v1.default --port 9080 --from
+    /// cluster.local/ns/default/sa/sleep --method POST --path /admin`
+    Check {
+        proxy: String,
+        /// The destination port.
+        #[arg(long)]
+        port: u16,
+        #[arg(long, default_value = "GET")]
+        method: String,
+        #[arg(long, default_value = "/")]
+        path: String,
+        /// `Host` / `:authority`.
+        #[arg(long, default_value = "localhost")]
+        host: String,
+        /// The client's mTLS identity (`TD/ns/NS/sa/SA` or `spiffe://…`); none: plaintext.
+        #[arg(long)]
+        from: Option<String>,
+        /// The destination address (the workload's), where listeners match on it.
+        #[arg(long)]
+        address: Option<String>,
+        /// The client's address.
+        #[arg(long)]
+        source_ip: Option<String>,
+        /// A request header, `NAME=VALUE`; repeatable.
+        #[arg(long = "header", value_name = "NAME=VALUE")]
+        headers: Vec<String>,
+        /// The request carries a token that verifies, with these claims (a JSON object:
+        /// `{"iss": "…", "sub": "…", "aud": "…"}`).
+        #[arg(long, conflicts_with = "jwt_invalid")]
+        jwt_claims: Option<String>,
+        /// The request carries a token that does not verify.
+        #[arg(long)]
+        jwt_invalid: bool,
+        #[arg(long, default_value = "127.0.0.1:15014")]
+        debug_addr: SocketAddr,
+        #[arg(short, long, value_enum, default_value = "table")]
+        output: meshflow::debug::client::Output,
+    },
 }
 
 /// The shells `meshflow completions` writes for.
@@ -484,6 +533,55 @@ fn main() -> ExitCode {
         } => print_client(meshflow::debug::client::explain(
             debug_addr, &proxy, &resource, output,
         )),
+        Command::Authz(AuthzCommand::Check {
+            proxy,
+            port,
+            method,
+            path,
+            host,
+            from,
+            address,
+            source_ip,
+            headers,
+            jwt_claims,
+            jwt_invalid,
+            debug_addr,
+            output,
+        }) => {
+            let mut parsed = Vec::new();
+            for h in headers {
+                let Some((k, v)) = h.split_once('=') else {
+                    eprintln!("meshflow: --header {h:?}: written NAME=VALUE");
+                    return ExitCode::FAILURE;
+                };
+                parsed.push((k.to_string(), v.to_string()));
+            }
+            let token = match (jwt_claims, jwt_invalid) {
+                (Some(c), _) => match serde_json::from_str::<serde_json::Value>(&c) {
+                    Ok(v) => Some(Some(v)),
+                    Err(e) => {
+                        eprintln!("meshflow: --jwt-claims: not JSON: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                },
+                (None, true) => Some(None),
+                (None, false) => None,
+            };
+            let request = meshflow::debug::client::authz_check::Request {
+                port,
+                method,
+                path,
+                host,
+                from,
+                address,
+                source_ip,
+                headers: parsed,
+                token,
+            };
+            print_client(meshflow::debug::client::authz_check::authz_check(
+                debug_addr, &proxy, &request, output,
+            ))
+        }
         Command::Diff {
             proxy,
             from,

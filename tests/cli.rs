@@ -379,6 +379,7 @@ fn completions_for_each_shell() {
         "proxy-status",
         "proxy-config",
         "explain",
+        "authz",
         "diff",
         "watch",
         "validate",

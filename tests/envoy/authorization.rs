@@ -24,7 +24,14 @@ fn a_server_sidecar_allows_and_denies_each_request_as_its_policies_say() {
     let envoy_bin = require_envoy!();
     let dir = TestDir::new("envoy-authorization-sidecar");
     let config = dir.subdir("config");
-    let pair = SidecarPair::start(NET, &envoy_bin, dir.path(), &config);
+    let debug = format!("127.0.0.1:{}", support::free_port());
+    let pair = SidecarPair::start_with_args(
+        NET,
+        &envoy_bin,
+        dir.path(),
+        &config,
+        &["--debug-addr", &debug],
+    );
     let (through_client, direct) = (pair.through_client, pair.direct);
     // What a request answers: `ok` (the application's body), `status N`, or `error`.
     let ask =
@@ -74,6 +81,51 @@ fn a_server_sidecar_allows_and_denies_each_request_as_its_policies_say() {
         summary,
     );
     assert_eq!(got, expected(&matrix));
+    // `meshflow authz check` answers each case as Envoy did, from the server sidecar's
+    // config (fetched over CSDS, run through the simulation).
+    let pod_ip = direct.ip().to_string();
+    let port = direct.port().to_string();
+    for (what, via, method, path, headers, want) in &matrix {
+        let mut args = vec![
+            "authz",
+            "check",
+            "reviews-v1.default",
+            "--port",
+            &port,
+            "--address",
+            &pod_ip,
+            "--host",
+            "reviews",
+            "--method",
+            method,
+            "--path",
+            path,
+            "--debug-addr",
+            &debug,
+            "-o",
+            "json",
+        ];
+        let pairs: Vec<String> = headers.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        for h in &pairs {
+            args.extend(["--header", h.as_str()]);
+        }
+        if *via == Via::Client {
+            args.extend(["--from", support::authz_matrix::CLIENT_IDENTITY]);
+        }
+        let v: serde_json::Value =
+            serde_json::from_str(&support::meshflow_cli(&args)).expect("JSON");
+        let got = match v["status"].as_u64() {
+            Some(s) => format!("status {s}"),
+            None if v["decision"]
+                .as_str()
+                .is_some_and(|d| d.starts_with("allowed")) =>
+            {
+                "ok".to_string()
+            }
+            None => format!("{v}"),
+        };
+        assert_eq!(got, *want, "authz check, {what}: {v}");
+    }
 
     // By namespace: the client's (default) is allowed, another is not.
     write_config(&config, "zz-authz.yaml", &policies("namespaces: [other]"));

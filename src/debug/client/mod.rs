@@ -1,6 +1,6 @@
 //! The command line's client of the debug port: `meshflow proxy-status`, `meshflow diff`,
-//! `meshflow watch` and `meshflow explain` (Debug API), and `meshflow proxy-config`
-//! (CSDS). Each command connects, asks, turns the answer into its domain type
+//! `meshflow watch` and `meshflow explain` (Debug API), and `meshflow proxy-config` and
+//! `meshflow authz check` (CSDS). Each command connects, asks, turns the answer into its domain type
 //! ([`crate::debug::model`], through [`crate::debug::pb`]) and prints it: tables and text
 //! by default ([`render`], [`config_tables`]); `-o json` prints the same JSON the HTTP
 //! endpoints serve (`/debug/proxies`, `/debug/diff`, `/debug/watch`, `/debug/explain`;
@@ -8,6 +8,7 @@
 //!
 //! The server side of the port never imports this module.
 
+pub mod authz_check;
 pub mod config_tables;
 pub mod render;
 
