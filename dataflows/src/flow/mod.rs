@@ -102,6 +102,7 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     // Endpoints carry whether their workload's PeerAuthentication disables mTLS on their
     // port: what auto mTLS clients send them depends on the destination's policies.
     let peered = security::with_peer_modes(i.workloads.clone(), &i.security, &mesh);
+    let unselected = security::selecting_nothing(&i.security, &i.workloads, &mesh);
     let endpoints = endpoints::resolve(i.endpoints, peered, i.selections, &chosen);
 
     let secured = security::per_proxy(i.security, &i.proxies, &mesh);
@@ -234,6 +235,7 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         .concat(unreachable)
         .concat(clusters.errors)
         .concat(secured.errors)
+        .concat(unselected)
         .concat(secret_errors.concat(gateway_errors).distinct());
     outputs(scoped, inbound, errors, proxy_scopes)
 }

@@ -102,6 +102,47 @@ pub(super) fn with_peer_modes<'s>(
         .concat(changed)
 }
 
+/// A warning for each policy whose selector matches no workload (Pod or WorkloadEntry) it
+/// may select: its namespace's, or every namespace's from the root namespace (Istio's
+/// IST0127 NoMatchingWorkloadsFound). It retracts once a workload matches.
+pub(super) fn selecting_nothing<'s>(
+    policies: &Coll<'s, (ConfigKey, SecurityPolicy)>,
+    workloads: &Coll<'s, (String, Workload)>,
+    mesh: &Mesh<'s>,
+) -> Coll<'s, ConfigError> {
+    let selecting = policies.clone().filter(|(_, p)| p.selector.is_some());
+    let (in_root, in_namespace) = placed(selecting.clone(), mesh);
+    let by_namespace = workloads
+        .clone()
+        .map(|(_, w)| (w.origin.namespace.clone(), w.labels));
+    let everywhere = by_namespace.clone().map(|(ns, labels)| ((), (ns, labels)));
+    let matched = by_namespace
+        .join_map(in_namespace, |ns, labels, (p, root)| {
+            p.applies(ns, labels, root).then(|| p.key.clone())
+        })
+        .concat(everywhere.join_map(in_root, |_, (ns, labels), (p, root)| {
+            p.applies(ns, labels, root).then(|| p.key.clone())
+        }))
+        .flat_map(|x| x)
+        .distinct();
+    selecting
+        .map(|(k, _)| (k, ()))
+        .antijoin(matched)
+        .map(|(key, ())| ConfigError {
+            message: format!(
+                "spec.selector matches no workload (Pod or WorkloadEntry){}: it applies to \
+                 nothing yet",
+                if key.kind == Kind::PeerAuthentication {
+                    ""
+                } else {
+                    " of its namespace, or of any namespace from the root namespace"
+                }
+            ),
+            object: key,
+            code: ErrorCode::SecurityPolicySelectsNothing,
+        })
+}
+
 pub(super) fn per_proxy<'s>(
     policies: Coll<'s, (ConfigKey, SecurityPolicy)>,
     proxies: &Coll<'s, (ProxyId, Proxy)>,

@@ -203,6 +203,8 @@ pub enum ErrorCode {
     /// A `jwksUri` whose latest refresh failed: the keys fetched before stay in use (a
     /// warning).
     JwksStale,
+    /// A security policy whose selector matches no workload (a warning, Istio's IST0127).
+    SecurityPolicySelectsNothing,
 }
 
 impl ErrorCode {
@@ -234,6 +236,7 @@ impl ErrorCode {
             ErrorCode::SecurityPolicyFailsClosed => ("MF0017", "SecurityPolicyNotEnforced"),
             ErrorCode::JwksUnavailable => ("MF0018", "JwksUnavailable"),
             ErrorCode::JwksStale => ("MF0019", "JwksRefreshFailed"),
+            ErrorCode::SecurityPolicySelectsNothing => ("MF0020", "NoMatchingWorkloadsFound"),
         }
     }
 
@@ -242,7 +245,10 @@ impl ErrorCode {
     pub fn is_warning(self) -> bool {
         matches!(
             self,
-            ErrorCode::DestinationRuleMerged | ErrorCode::AliasUnresolved | ErrorCode::JwksStale
+            ErrorCode::DestinationRuleMerged
+                | ErrorCode::AliasUnresolved
+                | ErrorCode::JwksStale
+                | ErrorCode::SecurityPolicySelectsNothing
         )
     }
 }

@@ -9,7 +9,8 @@
 //! protected.
 
 use crate::support::{
-    endpoint, gateway, gateway_errors, labels, px, router_proxy, service, sidecar_proxy, Mesh,
+    endpoint, gateway, gateway_errors, labels, px, router_proxy, service, sidecar_proxy, workload,
+    Mesh,
 };
 use dataflows::model::*;
 use envoy_types::pb::envoy::config::listener::v3::{filter, FilterChain, Listener};
@@ -528,4 +529,39 @@ fn bound_ingress_listeners_fail_closed_too() {
     // Translated, and every proxy it selects reached: no error.
     let errors = gateway_errors(&m, ErrorCode::SecurityPolicyFailsClosed);
     assert!(errors.is_empty(), "{errors:?}");
+}
+
+/// A policy whose selector matches no workload of its namespace (or of any, from the root
+/// namespace) is a warning (MF0020, Istio's IST0127) that retracts once a Pod matches; one
+/// without a selector, or matching, is none.
+#[test]
+fn a_policy_selecting_no_workload_is_a_warning_until_one_matches() {
+    let mut m = Mesh::new();
+    m.insert(vec![
+        deny_all("default", "ratings-only", Some(&[("app", "ratings")])),
+        deny_all("istio-system", "mesh-ratings", Some(&[("app", "ratings")])),
+        tokens("default", "everyone", None),
+    ]);
+    let warned = |m: &Mesh| gateway_errors(m, ErrorCode::SecurityPolicySelectsNothing);
+    let w = warned(&m);
+    assert_eq!(w.len(), 2, "{w:?}");
+    assert!(w.iter().all(|e| e.contains("matches no workload")), "{w:?}");
+    m.insert(vec![workload(
+        "ratings-1",
+        "other",
+        "10.1.0.7",
+        &[("app", "ratings")],
+    )]);
+    let w = warned(&m);
+    assert!(
+        w.len() == 1 && w[0].contains("ratings-only"),
+        "a workload of another namespace matches only the root namespace's policy: {w:?}"
+    );
+    m.insert(vec![workload(
+        "ratings-2",
+        "default",
+        "10.1.0.8",
+        &[("app", "ratings")],
+    )]);
+    assert!(warned(&m).is_empty());
 }
