@@ -567,7 +567,7 @@ fn main() -> ExitCode {
                 (None, true) => Some(None),
                 (None, false) => None,
             };
-            let request = meshflow::debug::client::authz_check::Request {
+            let request = meshflow::debug::authz::Request {
                 port,
                 method,
                 path,

@@ -246,6 +246,7 @@ fn debug_query_strings_never_panic() {
         Just("/debug/config_dump"),
         Just("/debug/config_errors"),
         Just("/debug/explain"),
+        Just("/debug/authz_check"),
         Just("/debug/diff"),
         Just("/metrics"),
         Just("/healthz"),
@@ -257,6 +258,9 @@ fn debug_query_strings_never_panic() {
         Just("to"),
         Just("since"),
         Just("resource"),
+        Just("port"),
+        Just("jwt_claims"),
+        Just("header"),
         Just("x"),
     ];
     let value = "[%0-9a-zA-Z./|~:\\-]{0,16}";

@@ -37,6 +37,7 @@ pub fn router(hub: Arc<Hub>) -> Router {
         .route("/debug/config_dump", get(dump))
         .route("/debug/config_errors", get(errors))
         .route("/debug/explain", get(explain))
+        .route("/debug/authz_check", get(authz_check))
         .route("/debug/diff", get(diff))
         .route("/debug/watch", get(watch))
         .route("/metrics", get(metrics))
@@ -137,6 +138,90 @@ async fn explain(
         ));
     };
     Ok(answer(&super::explain::explain(&hub, &proxy, &resource)?))
+}
+
+#[derive(Deserialize)]
+struct AuthzQuery {
+    proxy: Option<String>,
+    port: Option<u16>,
+    method: Option<String>,
+    path: Option<String>,
+    host: Option<String>,
+    from: Option<String>,
+    address: Option<String>,
+    source_ip: Option<String>,
+    /// `NAME=VALUE`, several joined by `&` once URL-decoded: `header=a%3D1%26b%3D2`.
+    header: Option<String>,
+    jwt_claims: Option<String>,
+    #[serde(default)]
+    jwt_invalid: bool,
+}
+
+/// `/debug/authz_check?proxy=ID&port=N[&method=&path=&host=&from=&address=&source_ip=
+/// &header=NAME%3DVALUE&jwt_claims=JSON|&jwt_invalid=true]`: the verdict of
+/// [`super::authz::check`] on what the proxy holds now.
+async fn authz_check(
+    State(hub): State<Arc<Hub>>,
+    Query(q): Query<AuthzQuery>,
+) -> Result<Response, DebugError> {
+    let (Some(proxy), Some(port)) = (q.proxy.filter(|p| !p.is_empty()), q.port) else {
+        return Err(DebugError::BadRequest(
+            "the proxy and port parameters are required: /debug/authz_check?proxy=ID&port=N".into(),
+        ));
+    };
+    let mut headers = Vec::new();
+    for h in q
+        .header
+        .iter()
+        .flat_map(|h| h.split('&'))
+        .filter(|h| !h.is_empty())
+    {
+        let (k, v) = h
+            .split_once('=')
+            .ok_or_else(|| DebugError::BadRequest(format!("header {h:?}: NAME=VALUE")))?;
+        headers.push((k.to_string(), v.to_string()));
+    }
+    let token = match (q.jwt_claims, q.jwt_invalid) {
+        (Some(c), _) => {
+            Some(Some(serde_json::from_str(&c).map_err(|e| {
+                DebugError::BadRequest(format!("jwt_claims: not JSON: {e}"))
+            })?))
+        }
+        (None, true) => Some(None),
+        (None, false) => None,
+    };
+    let request = super::authz::Request {
+        port,
+        method: q.method.unwrap_or_else(|| "GET".into()),
+        path: q.path.unwrap_or_else(|| "/".into()),
+        host: q.host.unwrap_or_else(|| "localhost".into()),
+        from: q.from,
+        address: q.address,
+        source_ip: q.source_ip,
+        headers,
+        token,
+    };
+    // Copy the bodies under the lock; simulate after releasing it.
+    let (id, bodies) = hub.read(|st| {
+        let id = resolve_proxy(connected(st).map(|e| e.proxy.id.as_str()), &proxy)?;
+        st.proxy(&id)
+            .ok_or_else(|| DebugError::NotFound(format!("no connected proxy {id:?}")))?;
+        let held = st.held(&id);
+        let mut bodies = Vec::new();
+        for t in super::authz::TYPES {
+            for (name, version) in held.versions(t).iter() {
+                if let Some(b) = st.body(t, name, version) {
+                    bodies.push((t, name.to_string(), b.clone()));
+                }
+            }
+        }
+        Ok::<_, DebugError>((id, bodies))
+    })?;
+    let config = dataflows::simulate::ProxyConfig::from_bodies(
+        bodies.iter().map(|(t, n, b)| (*t, n.as_str(), &b.0[..])),
+    );
+    let verdict = super::authz::check(&config, id, &request).map_err(DebugError::BadRequest)?;
+    Ok(answer(&verdict))
 }
 
 async fn errors(State(hub): State<Arc<Hub>>) -> Response {

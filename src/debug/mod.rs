@@ -33,6 +33,7 @@
 //! `crate::runtime` or `crate::sources`. The server side never imports [`client`]; the
 //! client imports only [`model`], [`pb`] and [`envoy_json`] (to print Envoy's JSON).
 
+pub mod authz;
 pub mod client;
 pub mod csds;
 pub mod diff;

@@ -126,6 +126,27 @@ fn a_server_sidecar_allows_and_denies_each_request_as_its_policies_say() {
         };
         assert_eq!(got, *want, "authz check, {what}: {v}");
     }
+    // The same on the debug port.
+    let debug_addr: SocketAddr = debug.parse().expect("an address");
+    let asked = |query: &str| {
+        support::debug_json(
+            debug_addr,
+            &format!(
+                "/debug/authz_check?proxy=reviews-v1.default&port={port}&address={pod_ip}&host=reviews&{query}"
+            ),
+        )
+    };
+    let allowed = asked(&format!(
+        "path=/public/a&from={}",
+        support::authz_matrix::CLIENT_IDENTITY
+    ));
+    assert_eq!(allowed["decision"], "allowed", "{allowed}");
+    let denied = asked("path=/public/a&method=POST");
+    assert_eq!(denied["status"], 403, "{denied}");
+    assert!(
+        denied["filters"].to_string().contains("no policy matches"),
+        "{denied}"
+    );
 
     // By namespace: the client's (default) is allowed, another is not.
     write_config(&config, "zz-authz.yaml", &policies("namespaces: [other]"));

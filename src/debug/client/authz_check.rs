@@ -1,162 +1,29 @@
-//! `meshflow authz check PROXY --port N …`: which filter and policy decide a request to a
-//! proxy, allowed or refused, from what the proxy holds now. The proxy's resources are
-//! fetched over CSDS (as `proxy-config` fetches them) and the routing simulation runs the
-//! call through them, `jwt_authn` and RBAC included (`dataflows::simulate`), so the answer
-//! is what Envoy would do with that config — the simulation is held to real Envoy on the
-//! authorization tests' matrix.
+//! `meshflow authz check PROXY --port N …`: the proxy's resources fetched over CSDS (as
+//! `proxy-config` fetches them), checked by [`crate::debug::authz`] as `/debug/authz_check`
+//! checks what the hub holds.
 
 use super::{fetch_resources, Output};
+use crate::debug::authz::{check, render, Request};
 use crate::debug::envoy_json::print;
-use dataflows::model::ResourceType;
-use dataflows::simulate::{Call, NoMatch, Outcome, ProxyConfig, Token, ISTIO_MTLS_ALPN};
-use serde::Serialize;
+use dataflows::simulate::ProxyConfig;
 use std::net::SocketAddr;
 
-/// The request to check.
-#[derive(Clone, Debug, Default)]
-pub struct Request {
-    pub port: u16,
-    pub method: String,
-    pub path: String,
-    pub host: String,
-    /// The client's identity (`spiffe://…`, or `TD/ns/NS/sa/SA`): the call comes over
-    /// Istio's mTLS with that certificate. `None`: plaintext.
-    pub from: Option<String>,
-    /// The destination address (the workload's), when it matters.
-    pub address: Option<String>,
-    pub source_ip: Option<String>,
-    pub headers: Vec<(String, String)>,
-    /// The claims of a token that verifies (JSON), or `Some(None)`: one that does not.
-    pub token: Option<Option<serde_json::Value>>,
-}
-
-/// The answer, as `-o json` prints it.
-#[derive(Debug, Serialize)]
-pub struct Verdict {
-    pub proxy: String,
-    /// `allowed`, `denied`, or `not routed` (refused before authorization, or no route).
-    pub decision: String,
-    /// The HTTP status Envoy answers, if it answers one.
-    pub status: Option<u32>,
-    /// What each filter that may refuse said, in order.
-    pub filters: Vec<String>,
-    pub listener: Option<String>,
-    pub filter_chain: Option<String>,
-    pub route: Option<String>,
-    pub clusters: Vec<String>,
-    pub why: Option<String>,
-    pub warnings: Vec<String>,
-}
-
-fn call_of(r: &Request, inbound: bool) -> Result<Call, String> {
-    let mut call = Call::get(&r.host, r.port, &r.path).method(&r.method);
-    if let Some(a) = &r.address {
-        call = call.to_address(a);
-    }
-    if let Some(ip) = &r.source_ip {
-        call = call.from_ip(ip);
-    }
-    for (k, v) in &r.headers {
-        call = call.header(k, v);
-    }
-    if let Some(id) = &r.from {
-        let spiffe = if id.starts_with("spiffe://") {
-            id.clone()
-        } else {
-            format!("spiffe://{id}")
-        };
-        call = call.over_tls(None, &ISTIO_MTLS_ALPN).from_peer(&spiffe);
-    }
-    match &r.token {
-        None => {}
-        Some(None) => call = call.with_token(Token::Invalid),
-        Some(Some(claims)) if claims.is_object() => {
-            call = call.with_token(Token::Signed(claims.clone()))
-        }
-        Some(Some(_)) => return Err("--jwt-claims: a JSON object of claims".into()),
-    }
-    Ok(if inbound { call.inbound() } else { call })
-}
-
-/// Checks `request` against `proxy`'s config: a captured inbound call first (a sidecar's
-/// `virtualInbound`), else to the listener of its port (a gateway, a bound listener).
+/// `meshflow authz check`.
 pub async fn authz_check(
     addr: SocketAddr,
     proxy: &str,
     request: &Request,
     output: Output,
 ) -> Result<String, String> {
-    let types = [
-        ResourceType::Listener,
-        ResourceType::Route,
-        ResourceType::Cluster,
-        ResourceType::Endpoint,
-    ];
-    let (id, resources) = fetch_resources(addr, proxy, &types).await?;
+    let (id, resources) = fetch_resources(addr, proxy, &crate::debug::authz::TYPES).await?;
     let config = ProxyConfig::from_bodies(
         resources
             .iter()
             .map(|r| (r.rtype, r.name.as_str(), &r.body[..])),
     );
-    let mut outcome = config.simulate(&call_of(request, true)?);
-    if matches!(outcome.result, Err(NoMatch::NoListener { .. })) {
-        outcome = config.simulate(&call_of(request, false)?);
-    }
-    let verdict = verdict(id, &outcome);
+    let verdict = check(&config, id, request)?;
     match output.format() {
         Some(format) => print(&verdict, format),
         None => Ok(render(&verdict)),
     }
-}
-
-fn verdict(proxy: String, o: &Outcome) -> Verdict {
-    let (decision, why) = match &o.result {
-        Err(NoMatch::Denied { by, .. }) => ("denied", Some(by.clone())),
-        Ok(_) if o.authz.is_empty() => ("allowed (no policy applies)", None),
-        Ok(_) => ("allowed", None),
-        Err(e) => ("not routed", Some(format!("{e:?}"))),
-    };
-    Verdict {
-        proxy,
-        decision: decision.into(),
-        status: o.effective_status(),
-        filters: o.authz.clone(),
-        listener: o.listener.clone(),
-        filter_chain: o.filter_chain.clone(),
-        route: o.route.as_ref().map(|r| r.name.clone()),
-        clusters: o.clusters().into_iter().map(|(c, _)| c).collect(),
-        why,
-        warnings: o.warnings.clone(),
-    }
-}
-
-fn render(v: &Verdict) -> String {
-    let mut out = format!("{}: {}", v.proxy, v.decision.to_uppercase());
-    if let Some(s) = v.status {
-        out.push_str(&format!(" ({s})"));
-    }
-    out.push('\n');
-    if let Some(why) = &v.why {
-        out.push_str(&format!("  because: {why}\n"));
-    }
-    for f in &v.filters {
-        out.push_str(&format!("  {f}\n"));
-    }
-    let at = [
-        ("listener", v.listener.as_deref()),
-        ("filter chain", v.filter_chain.as_deref()),
-        ("route", v.route.as_deref()),
-    ];
-    for (what, name) in at {
-        if let Some(n) = name {
-            out.push_str(&format!("  {what}: {n}\n"));
-        }
-    }
-    for c in &v.clusters {
-        out.push_str(&format!("  cluster: {c}\n"));
-    }
-    for w in &v.warnings {
-        out.push_str(&format!("  warning: {w}\n"));
-    }
-    out
 }

@@ -475,13 +475,18 @@ fn by_action(authz: &[NamedAuthz], tds: &[String], http: bool) -> Vec<(AuthzActi
     out.into_iter().collect()
 }
 
-/// Istio's stat prefix of a filter's shadow (dry-run) rules.
-fn shadow_prefix(action: AuthzAction) -> &'static str {
-    match action {
+/// Istio's stat prefix of a filter's shadow (dry-run) rules (none without them).
+fn shadow_prefix(action: AuthzAction, rules: &ActionRules) -> String {
+    let prefix = match action {
         AuthzAction::Allow => "istio_dry_run_allow_",
         AuthzAction::Deny => "istio_dry_run_deny_",
         AuthzAction::Audit => "",
-    }
+    };
+    rules
+        .shadow
+        .as_ref()
+        .map(|_| prefix.to_string())
+        .unwrap_or_default()
 }
 
 /// A filter's config: `head` (its other fields) with `rules` (field 1 of both RBAC filters'
@@ -539,11 +544,7 @@ pub fn network_authz_filters(authz: &[NamedAuthz], tds: &[String]) -> Vec<Filter
         .map(|(action, rules)| {
             let head = NetworkRbac {
                 stat_prefix: "tcp.".into(),
-                shadow_rules_stat_prefix: rules
-                    .shadow
-                    .as_ref()
-                    .map(|_| shadow_prefix(action).to_string())
-                    .unwrap_or_default(),
+                shadow_rules_stat_prefix: shadow_prefix(action, &rules),
                 ..Default::default()
             }
             .encode_to_vec();
@@ -569,11 +570,7 @@ pub fn http_authz_filters(authz: &[NamedAuthz], tds: &[String]) -> Vec<HttpFilte
         .into_iter()
         .map(|(action, rules)| {
             let head = HttpRbac {
-                shadow_rules_stat_prefix: rules
-                    .shadow
-                    .as_ref()
-                    .map(|_| shadow_prefix(action).to_string())
-                    .unwrap_or_default(),
+                shadow_rules_stat_prefix: shadow_prefix(action, &rules),
                 ..Default::default()
             }
             .encode_to_vec();
