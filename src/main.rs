@@ -368,6 +368,11 @@ struct ServeArgs {
     /// (Istio's default: 20 minutes); a failed fetch is retried sooner, the last keys kept.
     #[arg(long, default_value_t = 1200)]
     jwks_refresh_s: u64,
+    /// Address ranges (CIDRs, comma-separated) keys are never fetched from, whatever a
+    /// RequestAuthentication's `jwksUri` names (Istio's `BLOCKED_CIDRS_IN_JWKS_URIS`): e.g.
+    /// `169.254.0.0/16,10.0.0.0/8`. A URI resolving into one is a failed fetch (MF0018).
+    #[arg(long, value_delimiter = ',')]
+    jwks_blocked_cidrs: Vec<String>,
     /// Timely worker threads.
     #[arg(long, default_value_t = 1)]
     workers: usize,
@@ -658,6 +663,7 @@ fn serve_command(args: ServeArgs) -> ExitCode {
         debug_public,
         debug_read_timeout_ms,
         jwks_refresh_s,
+        jwks_blocked_cidrs,
         debug_host,
         workers,
         engine,
@@ -700,6 +706,16 @@ fn serve_command(args: ServeArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let mut jwks_blocked = Vec::new();
+    for c in &jwks_blocked_cidrs {
+        match meshflow::sources::jwks::Cidr::parse(c) {
+            Ok(c) => jwks_blocked.push(c),
+            Err(e) => {
+                eprintln!("meshflow: --jwks-blocked-cidrs: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
     let opts = ServeOptions {
         config_dir,
         kube: kube.options().map(|mut o| {
@@ -718,6 +734,7 @@ fn serve_command(args: ServeArgs) -> ExitCode {
         debug_public,
         debug_read_timeout: Duration::from_millis(debug_read_timeout_ms),
         jwks_refresh: Duration::from_secs(jwks_refresh_s.max(1)),
+        jwks_blocked,
         debug_hosts: debug_host,
         workers,
         engine,
@@ -900,7 +917,7 @@ fn with_jwks(
     };
     for (uri, timeout_ms) in uris {
         let timeout = Duration::from_millis(timeout_ms);
-        let outcome = rt.block_on(meshflow::sources::jwks::fetch(&uri, timeout));
+        let outcome = rt.block_on(meshflow::sources::jwks::fetch(&uri, timeout, &[]));
         out.extend(keys.fetched(&uri, outcome).0);
     }
     out

@@ -39,6 +39,8 @@ pub struct ServeOptions {
     pub debug_read_timeout: Duration,
     /// How often a fetched `jwksUri` is fetched again.
     pub jwks_refresh: Duration,
+    /// Address ranges keys are never fetched from.
+    pub jwks_blocked: Vec<crate::sources::jwks::Cidr>,
     /// Host names the debug port answers to besides IP addresses and `localhost`.
     pub debug_hosts: Vec<String>,
     /// Where the last valid versions of objects whose files turned invalid survive a
@@ -277,6 +279,7 @@ pub async fn serve(opts: ServeOptions) -> Result<(), String> {
         hub.jwks_uris.subscribe(),
         inputs_tx.clone(),
         opts.jwks_refresh,
+        opts.jwks_blocked.clone(),
     ));
 
     let listener = tokio::net::TcpListener::bind(opts.xds_addr)

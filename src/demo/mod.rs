@@ -300,6 +300,7 @@ impl Meshflow {
             debug_public: false,
             debug_read_timeout: Duration::from_secs(10),
             jwks_refresh: Duration::from_secs(1200),
+            jwks_blocked: Vec::new(),
             debug_hosts: Vec::new(),
             state_file: None,
             vhds: false,

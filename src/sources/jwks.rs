@@ -13,6 +13,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Limited};
 use hyper_util::rt::TokioIo;
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -43,12 +44,64 @@ fn tls() -> Arc<tokio_rustls::rustls::ClientConfig> {
     Arc::new(config)
 }
 
+/// An address range keys are never fetched from (`--jwks-blocked-cidrs`, Istio's
+/// `BLOCKED_CIDRS_IN_JWKS_URIS`): a policy author cannot make the control plane reach into
+/// networks it should not (a cloud's metadata service, the cluster's own services).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cidr {
+    pub net: IpAddr,
+    pub len: u8,
+}
+
+impl Cidr {
+    /// `10.0.0.0/8`, `fd00::/8`, or one address.
+    pub fn parse(s: &str) -> Result<Cidr, String> {
+        let (a, l) = s.split_once('/').unwrap_or((s, ""));
+        let net: IpAddr = a
+            .trim()
+            .parse()
+            .map_err(|_| format!("{s:?}: not an address"))?;
+        let max = if net.is_ipv4() { 32 } else { 128 };
+        let len = if l.is_empty() {
+            max
+        } else {
+            l.parse::<u8>()
+                .ok()
+                .filter(|n| *n <= max)
+                .ok_or_else(|| format!("{s:?}: not a prefix length"))?
+        };
+        Ok(Cidr { net, len })
+    }
+
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
+            v4 => v4,
+        };
+        match (ip, self.net) {
+            (IpAddr::V4(a), IpAddr::V4(b)) => {
+                let mask = u32::MAX.checked_shl(32 - u32::from(self.len)).unwrap_or(0);
+                u32::from(a) & mask == u32::from(b) & mask
+            }
+            (IpAddr::V6(a), IpAddr::V6(b)) => {
+                let mask = u128::MAX
+                    .checked_shl(128 - u32::from(self.len))
+                    .unwrap_or(0);
+                u128::from(a) & mask == u128::from(b) & mask
+            }
+            _ => false,
+        }
+    }
+}
+
 /// One GET of `uri` (`http` or `https`) over HTTP/1.1: the body, when the answer is 200
-/// and the body at most [`MAX_JWKS_BYTES`] (and, `keys`, a JSON Web Key Set).
+/// and the body at most [`MAX_JWKS_BYTES`] (and, `keys`, a JSON Web Key Set). The host is
+/// resolved once and connected to at an address checked against `blocked`.
 async fn get(
     uri: &str,
     tls: Arc<tokio_rustls::rustls::ClientConfig>,
     keys: bool,
+    blocked: &[Cidr],
 ) -> Result<String, String> {
     let parsed: hyper::Uri = uri.parse().map_err(|e| format!("not a URL: {e}"))?;
     let https = match parsed.scheme_str() {
@@ -62,7 +115,21 @@ async fn get(
         .trim_start_matches('[')
         .trim_end_matches(']')
         .to_string();
-    let tcp = tokio::net::TcpStream::connect((bare.as_str(), port))
+    let addrs: Vec<std::net::SocketAddr> = tokio::net::lookup_host((bare.as_str(), port))
+        .await
+        .map_err(|e| format!("resolving {host}: {e}"))?
+        .collect();
+    if let Some(a) = addrs
+        .iter()
+        .find(|a| blocked.iter().any(|c| c.contains(a.ip())))
+    {
+        return Err(format!(
+            "{host} resolves to {}, in a range keys are not fetched from (--jwks-blocked-cidrs)",
+            a.ip()
+        ));
+    }
+    let first = addrs.first().ok_or_else(|| format!("{host}: no address"))?;
+    let tcp = tokio::net::TcpStream::connect(first)
         .await
         .map_err(|e| format!("connecting to {host}:{port}: {e}"))?;
     let authority = parsed
@@ -123,26 +190,27 @@ where
 }
 
 /// Fetches `uri` within `timeout`: the key set, or why not (for the object's status).
-pub async fn fetch(uri: &str, timeout: Duration) -> Result<String, String> {
-    fetch_with(uri, timeout, tls()).await
+pub async fn fetch(uri: &str, timeout: Duration, blocked: &[Cidr]) -> Result<String, String> {
+    fetch_with(uri, timeout, tls(), blocked).await
 }
 
 async fn fetch_with(
     uri: &str,
     timeout: Duration,
     tls: Arc<tokio_rustls::rustls::ClientConfig>,
+    blocked: &[Cidr],
 ) -> Result<String, String> {
     let fetched = async {
         if !uri.ends_with(dataflows::model::OPENID_CONFIGURATION) {
-            return get(uri, tls, true).await;
+            return get(uri, tls, true, blocked).await;
         }
         // OpenID Connect Discovery: the configuration names the key set's URL.
-        let config = get(uri, tls.clone(), false).await?;
+        let config = get(uri, tls.clone(), false, blocked).await?;
         let keys_at = serde_json::from_str::<serde_json::Value>(&config)
             .ok()
             .and_then(|c| c.get("jwks_uri")?.as_str().map(str::to_string))
             .ok_or("the OpenID configuration names no jwks_uri")?;
-        get(&keys_at, tls, true)
+        get(&keys_at, tls, true, blocked)
             .await
             .map_err(|e| format!("{keys_at} (its jwks_uri): {e}"))
     };
@@ -165,6 +233,7 @@ pub async fn run(
     mut uris: tokio::sync::watch::Receiver<JwksUris>,
     inputs: std::sync::mpsc::Sender<Input>,
     refresh: Duration,
+    blocked: Vec<Cidr>,
 ) {
     let tls = tls();
     let mut due: BTreeMap<String, Due> = BTreeMap::new();
@@ -181,7 +250,7 @@ pub async fn run(
         let now = Instant::now();
         for (uri, d) in due.iter_mut().filter(|(_, d)| d.at <= now) {
             let timeout = Duration::from_millis(wanted.get(uri).copied().unwrap_or(5_000));
-            let outcome = fetch_with(uri, timeout, tls.clone()).await;
+            let outcome = fetch_with(uri, timeout, tls.clone(), &blocked).await;
             match &outcome {
                 Ok(_) => {
                     d.failures = 0;
@@ -262,11 +331,14 @@ mod tests {
         ])
         .await;
         let t = Duration::from_secs(5);
-        assert_eq!(fetch(&uri, t).await.as_deref(), Ok(keys));
-        assert!(fetch(&uri, t).await.unwrap_err().contains("404"));
-        assert!(fetch(&uri, t).await.unwrap_err().contains("not JSON"));
-        assert!(fetch(&uri, t).await.unwrap_err().contains("at most"));
-        assert!(fetch(&uri, t).await.unwrap_err().contains("no key Envoy"));
+        assert_eq!(fetch(&uri, t, &[]).await.as_deref(), Ok(keys));
+        assert!(fetch(&uri, t, &[]).await.unwrap_err().contains("404"));
+        assert!(fetch(&uri, t, &[]).await.unwrap_err().contains("not JSON"));
+        assert!(fetch(&uri, t, &[]).await.unwrap_err().contains("at most"));
+        assert!(fetch(&uri, t, &[])
+            .await
+            .unwrap_err()
+            .contains("no key Envoy"));
         // Accepts and never answers.
         let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = silent.local_addr().unwrap();
@@ -275,7 +347,7 @@ mod tests {
             tokio::time::sleep(Duration::from_secs(30)).await;
             drop(s);
         });
-        let why = fetch(&format!("http://{addr}/k"), Duration::from_millis(200))
+        let why = fetch(&format!("http://{addr}/k"), Duration::from_millis(200), &[])
             .await
             .unwrap_err();
         assert!(why.contains("within 200 ms"), "{why}");
@@ -295,7 +367,9 @@ mod tests {
         .to_string();
         let discovery = format!("{issuer}{}", dataflows::model::OPENID_CONFIGURATION);
         assert_eq!(
-            fetch(&discovery, Duration::from_secs(5)).await.as_deref(),
+            fetch(&discovery, Duration::from_secs(5), &[])
+                .await
+                .as_deref(),
             Ok(keys)
         );
         let silent = serve(vec![ok("{}")])
@@ -305,10 +379,21 @@ mod tests {
         let why = fetch(
             &format!("{silent}{}", dataflows::model::OPENID_CONFIGURATION),
             Duration::from_secs(5),
+            &[],
         )
         .await
         .unwrap_err();
         assert!(why.contains("no jwks_uri"), "{why}");
+        // A blocked range: never connected to.
+        let blocked = [Cidr::parse("127.0.0.0/8").expect("a range")];
+        let why = fetch(&discovery, Duration::from_secs(5), &blocked)
+            .await
+            .unwrap_err();
+        assert!(why.contains("--jwks-blocked-cidrs"), "{why}");
+        assert!(Cidr::parse("::ffff:0:0/96").is_ok() && Cidr::parse("10.0.0.0/33").is_err());
+        assert!(Cidr::parse("169.254.169.254")
+            .expect("one address")
+            .contains("169.254.169.254".parse().unwrap()));
     }
 
     /// The loop fetches a URI once it is in use, sends only outcomes that changed, and
@@ -322,7 +407,7 @@ mod tests {
         let uri = serve(vec![ok(a), ok(a), ok(b), ok(b), ok(b), ok(b)]).await;
         let (tx, rx) = std::sync::mpsc::channel();
         let (uris, watched) = tokio::sync::watch::channel(JwksUris::new());
-        let task = tokio::spawn(run(watched, tx, Duration::from_millis(100)));
+        let task = tokio::spawn(run(watched, tx, Duration::from_millis(100), Vec::new()));
         uris.send_replace(JwksUris::from([(uri.clone(), 2_000)]));
         let inputs = tokio::task::spawn_blocking(move || {
             (0..2)
