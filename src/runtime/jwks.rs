@@ -24,6 +24,8 @@ pub struct Resolver {
     fetched: HashMap<String, Fetched>,
     /// Each record as a source gave it, with the form the dataflow holds and its count.
     held: BTreeMap<Record, (Record, isize)>,
+    /// Records with URIs changed since [`Resolver::changed_uris`] last looked.
+    changed: bool,
 }
 
 /// The URIs of a record's rules, with each rule's fetch timeout (ms).
@@ -67,6 +69,7 @@ impl Resolver {
                 if uris_of(&r).is_empty() {
                     return (r, d);
                 }
+                self.changed = true;
                 let resolved = match self.held.get(&r) {
                     Some((held, _)) => held.clone(),
                     None => self.resolve(&r),
@@ -125,6 +128,12 @@ impl Resolver {
         (changes, objects)
     }
 
+    /// [`Resolver::uris`], when the records using URIs changed since the last call (an
+    /// epoch without such a change costs nothing).
+    pub fn changed_uris(&mut self) -> Option<BTreeMap<String, u64>> {
+        std::mem::take(&mut self.changed).then(|| self.uris())
+    }
+
     /// Every URI the records in effect use, with the longest timeout a rule gives it.
     pub fn uris(&mut self) -> BTreeMap<String, u64> {
         let mut out: BTreeMap<String, u64> = BTreeMap::new();
@@ -150,24 +159,14 @@ mod tests {
             key: ConfigKey::new(Kind::RequestAuthentication, "ns", name),
             created: String::new(),
             selector: None,
-            effect: PolicyEffect::Jwt(vec![JwtRule {
-                issuer: "i".into(),
-                audiences: vec![],
-                jwks: Jwks::Uri {
+            effect: PolicyEffect::Jwt(vec![JwtRule::new(
+                "i",
+                Jwks::Uri {
                     uri: uri.into(),
                     keys: None,
                     problem: None,
                 },
-                from_headers: vec![],
-                from_params: vec![],
-                from_cookies: vec![],
-                forward_original_token: false,
-                output_payload_to_header: String::new(),
-                output_claim_to_headers: vec![],
-                timeout_ms: DEFAULT_JWKS_TIMEOUT_MS,
-                space_delimited_claims: vec![],
-                required: false,
-            }]),
+            )]),
         })
     }
 
@@ -200,9 +199,13 @@ mod tests {
         assert_eq!(out[0], (a.clone(), 1), "no keys yet");
         assert_eq!(out[1], (other, 1));
         assert_eq!(
-            r.uris(),
-            BTreeMap::from([("https://idp/keys".to_string(), DEFAULT_JWKS_TIMEOUT_MS)])
+            r.changed_uris(),
+            Some(BTreeMap::from([(
+                "https://idp/keys".to_string(),
+                DEFAULT_JWKS_TIMEOUT_MS
+            )]))
         );
+        assert_eq!(r.changed_uris(), None, "nothing changed since");
 
         let (changes, objects) = r.fetched("https://idp/keys", Ok("K1".into()));
         assert_eq!(changes.len(), 2);

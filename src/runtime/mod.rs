@@ -161,12 +161,13 @@ pub fn run(
             }
         }
         // The key fetcher follows the URIs in use (woken only when they change).
-        hub.jwks_uris.send_if_modified(|published| {
-            let now = keys.uris();
-            let changed = *published != now;
-            *published = now;
-            changed
-        });
+        if let Some(now) = keys.changed_uris() {
+            hub.jwks_uris.send_if_modified(|published| {
+                let changed = *published != now;
+                *published = now;
+                changed
+            });
+        }
         // Rejections after the epoch's own changes: an object that changed again in this
         // epoch is not blamed for a push made before. They change no record: what a proxy
         // says never changes what another is served.

@@ -294,11 +294,13 @@ mod tests {
 
     /// Serves `responses` in turn on a loopback port, one connection each.
     async fn serve(responses: Vec<String>) -> String {
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = l.local_addr().unwrap();
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = l.local_addr().expect("addr");
         tokio::spawn(async move {
             for r in responses {
-                let (mut s, _) = l.accept().await.unwrap();
+                let (mut s, _) = l.accept().await.expect("accept");
                 let mut buf = [0u8; 2048];
                 let _ = s.read(&mut buf).await;
                 let _ = s.write_all(r.as_bytes()).await;
@@ -340,10 +342,12 @@ mod tests {
             .unwrap_err()
             .contains("no key Envoy"));
         // Accepts and never answers.
-        let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = silent.local_addr().unwrap();
+        let silent = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = silent.local_addr().expect("addr");
         let held = tokio::spawn(async move {
-            let (s, _) = silent.accept().await.unwrap();
+            let (s, _) = silent.accept().await.expect("accept");
             tokio::time::sleep(Duration::from_secs(30)).await;
             drop(s);
         });
@@ -393,7 +397,7 @@ mod tests {
         assert!(Cidr::parse("::ffff:0:0/96").is_ok() && Cidr::parse("10.0.0.0/33").is_err());
         assert!(Cidr::parse("169.254.169.254")
             .expect("one address")
-            .contains("169.254.169.254".parse().unwrap()));
+            .contains("169.254.169.254".parse().expect("an address")));
     }
 
     /// The loop fetches a URI once it is in use, sends only outcomes that changed, and
@@ -415,7 +419,7 @@ mod tests {
                 .collect::<Result<Vec<Input>, _>>()
         })
         .await
-        .unwrap()
+        .expect("the waiting task")
         .expect("two outcomes");
         let got: Vec<String> = inputs
             .into_iter()

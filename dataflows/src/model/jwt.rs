@@ -80,6 +80,27 @@ pub struct JwtRule {
     pub required: bool,
 }
 
+impl JwtRule {
+    /// A rule of `issuer` verifying with `jwks`, every other field as Istio defaults it
+    /// (tokens where Envoy looks by default, nothing forwarded, the default timeout).
+    pub fn new(issuer: &str, jwks: Jwks) -> JwtRule {
+        JwtRule {
+            issuer: issuer.into(),
+            audiences: Vec::new(),
+            jwks,
+            from_headers: Vec::new(),
+            from_params: Vec::new(),
+            from_cookies: Vec::new(),
+            forward_original_token: false,
+            output_payload_to_header: String::new(),
+            output_claim_to_headers: Vec::new(),
+            timeout_ms: DEFAULT_JWKS_TIMEOUT_MS,
+            space_delimited_claims: Vec::new(),
+            required: false,
+        }
+    }
+}
+
 /// The path of an issuer's OpenID configuration (OpenID Connect Discovery 1.0): a rule
 /// with neither `jwks` nor `jwksUri` takes its keys from the `jwks_uri` it names, as in
 /// Istio. A [`Jwks::Uri`] ending with it is fetched that way.

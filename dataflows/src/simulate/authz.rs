@@ -33,7 +33,6 @@ use envoy_types::pb::envoy::r#type::matcher::v3::{
 use prost::Message;
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::net::IpAddr;
 
 const JWT_FILTER: &str = "envoy.filters.http.jwt_authn";
 /// Where the providers keep the verified payload (`payload_in_metadata`, Istio's key).
@@ -164,24 +163,8 @@ fn verdict(r: &Rbac, seen: &Seen, w: &mut Vec<String>) -> (bool, String) {
 }
 
 fn in_cidr(ip: Option<&str>, c: &CidrRange) -> bool {
-    let (Some(ip), Ok(net)) = (
-        ip.and_then(|i| i.parse::<IpAddr>().ok()),
-        c.address_prefix.parse::<IpAddr>(),
-    ) else {
-        return false;
-    };
     let len = c.prefix_len.as_ref().map_or(0, |l| l.value);
-    match (ip, net) {
-        (IpAddr::V4(a), IpAddr::V4(b)) => {
-            let mask = u32::MAX.checked_shl(32 - len.min(32)).unwrap_or(0);
-            u32::from(a) & mask == u32::from(b) & mask
-        }
-        (IpAddr::V6(a), IpAddr::V6(b)) => {
-            let mask = u128::MAX.checked_shl(128 - len.min(128)).unwrap_or(0);
-            u128::from(a) & mask == u128::from(b) & mask
-        }
-        _ => false,
-    }
+    ip.is_some_and(|ip| super::listener::in_cidr(ip, &c.address_prefix, len).is_some())
 }
 
 fn is_principal(p: &Principal, seen: &Seen, w: &mut Vec<String>) -> bool {

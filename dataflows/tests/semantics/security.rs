@@ -61,20 +61,7 @@ pub(crate) fn jwt_policy(
     issuer: &str,
     jwks: Jwks,
 ) -> Record {
-    let rule = JwtRule {
-        issuer: issuer.into(),
-        audiences: vec![],
-        jwks,
-        from_headers: vec![],
-        from_params: vec![],
-        from_cookies: vec![],
-        forward_original_token: false,
-        output_payload_to_header: String::new(),
-        output_claim_to_headers: vec![],
-        timeout_ms: DEFAULT_JWKS_TIMEOUT_MS,
-        space_delimited_claims: vec![],
-        required: false,
-    };
+    let rule = JwtRule::new(issuer, jwks);
     let effect = PolicyEffect::Jwt(vec![rule]);
     policy(Kind::RequestAuthentication, ns, name, "", selector, effect)
 }

@@ -473,15 +473,7 @@ fn check_values(field: &m::AuthzField, values: &[String], at: &str, _ns: &str) -
 
 /// An IP address, or an address and prefix length within its family.
 fn cidr_ok(v: &str) -> bool {
-    let (addr, len) = match v.split_once('/') {
-        Some((a, l)) => (a, Some(l)),
-        None => (v, None),
-    };
-    let Ok(ip) = addr.parse::<std::net::IpAddr>() else {
-        return false;
-    };
-    let max = if ip.is_ipv4() { 32 } else { 128 };
-    len.is_none_or(|l| l.parse::<u8>().is_ok_and(|n| n <= max))
+    super::fields::cidr(v, "").is_ok()
 }
 
 pub(super) fn request_authentication(

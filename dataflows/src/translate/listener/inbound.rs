@@ -192,10 +192,11 @@ fn by_mode(chains: Vec<FilterChain>, mode: MtlsMode) -> Vec<FilterChain> {
 }
 
 /// Every chain of `chains` with what the workload's security policies make it refuse
-/// ([`rbac::authorize`]).
+/// ([`rbac::Refusals::authorize`]).
 fn secure(mut chains: Vec<FilterChain>, sec: &InboundSecurity) -> Vec<FilterChain> {
+    let refusals = rbac::Refusals::of(sec);
     for c in &mut chains {
-        rbac::authorize(c, sec);
+        refusals.authorize(c);
     }
     chains
 }

@@ -124,7 +124,7 @@ pub fn virtual_outbound(catchall: &str) -> Resource {
 /// The listener is decoded and encoded again: its builders set no map field with more than
 /// one entry (prost's maps are `HashMap`s), so the encoding stays deterministic.
 /// A gateway's listener with what its security policies make it refuse (`sec`, see
-/// [`crate::model::InboundSecurity::for_router`] and [`rbac::authorize`]). Other resources
+/// [`crate::model::InboundSecurity::for_router`] and [`rbac::Refusals::authorize`]). Other resources
 /// pass as they are. `None` (no listener: the port is closed) for a listener that cannot
 /// be read back, so that a refusal is never lost.
 pub fn with_refusals(r: Resource, sec: &crate::model::InboundSecurity) -> Option<Resource> {
@@ -136,8 +136,9 @@ pub fn with_refusals(r: Resource, sec: &crate::model::InboundSecurity) -> Option
         .filter_chains
         .iter_mut()
         .chain(listener.default_filter_chain.iter_mut());
+    let refusals = rbac::Refusals::of(sec);
     for chain in chains {
-        rbac::authorize(chain, sec);
+        refusals.authorize(chain);
     }
     Some(Resource::new(
         ResourceType::Listener,

@@ -602,51 +602,72 @@ fn normalize_paths(hcm: &mut HttpConnectionManager) {
     hcm.path_with_escaped_slashes_action = PathWithEscapedSlashesAction::UnescapeAndRedirect as i32;
 }
 
-/// `chain` with what the security policies make it refuse, first among its filters: in
-/// the connection manager for HTTP, the RequestAuthentications' token verification, then
-/// the AuthorizationPolicies' RBAC (Istio's order: JWT, AUDIT, DENY, ALLOW); as network
-/// filters on a chain that proxies bytes, the RBAC alone; and before everything the
-/// deny-all of a policy meshflow cannot evaluate. A connection manager that cannot be read
-/// back denies everything instead, so a refusal is never lost.
-pub fn authorize(
-    chain: &mut envoy_types::pb::envoy::config::listener::v3::FilterChain,
-    sec: &crate::model::InboundSecurity,
-) {
-    let mut deny_all = sec.deny_all;
-    if !sec.authz.is_empty() || !sec.jwt.is_empty() {
-        let hcm = chain
-            .filters
-            .iter_mut()
-            .find_map(|f| match &mut f.config_type {
-                Some(filter::ConfigType::TypedConfig(any))
-                    if any.type_url.ends_with(".HttpConnectionManager") =>
-                {
-                    Some(any)
-                }
-                _ => None,
-            });
-        match hcm {
-            Some(any) => match HttpConnectionManager::decode(&any.value[..]) {
-                Ok(mut hcm) => {
-                    let mut filters: Vec<HttpFilter> =
-                        super::jwt::jwt_filter(&sec.jwt).into_iter().collect();
-                    filters.extend(http_authz_filters(&sec.authz, &sec.trust_domains));
-                    hcm.http_filters.splice(0..0, filters);
-                    if !sec.authz.is_empty() {
-                        normalize_paths(&mut hcm);
-                    }
-                    *any = pack_any(hcm);
-                }
-                Err(_) => deny_all = true,
-            },
-            None => {
-                let filters = network_authz_filters(&sec.authz, &sec.trust_domains);
-                chain.filters.splice(0..0, filters);
-            }
+/// What one workload's security policies add to each of its chains, built once for all of
+/// them (a proxy has a chain per port and mode; the filters are the same on each).
+pub struct Refusals<'a> {
+    sec: &'a crate::model::InboundSecurity,
+    http: std::cell::OnceCell<Vec<HttpFilter>>,
+    network: std::cell::OnceCell<Vec<Filter>>,
+}
+
+impl<'a> Refusals<'a> {
+    pub fn of(sec: &'a crate::model::InboundSecurity) -> Refusals<'a> {
+        Refusals {
+            sec,
+            http: Default::default(),
+            network: Default::default(),
         }
     }
-    if deny_all {
-        chain.filters.insert(0, deny_all_filter());
+
+    /// `chain` with what the security policies make it refuse, first among its filters: in
+    /// the connection manager for HTTP, the RequestAuthentications' token verification, then
+    /// the AuthorizationPolicies' RBAC (Istio's order: JWT, AUDIT, DENY, ALLOW); as network
+    /// filters on a chain that proxies bytes, the RBAC alone; and before everything the
+    /// deny-all of a policy meshflow cannot evaluate. A connection manager that cannot be
+    /// read back denies everything instead, so a refusal is never lost.
+    pub fn authorize(&self, chain: &mut envoy_types::pb::envoy::config::listener::v3::FilterChain) {
+        let sec = self.sec;
+        let mut deny_all = sec.deny_all;
+        if !sec.authz.is_empty() || !sec.jwt.is_empty() {
+            let hcm = chain
+                .filters
+                .iter_mut()
+                .find_map(|f| match &mut f.config_type {
+                    Some(filter::ConfigType::TypedConfig(any))
+                        if any.type_url.ends_with(".HttpConnectionManager") =>
+                    {
+                        Some(any)
+                    }
+                    _ => None,
+                });
+            match hcm {
+                Some(any) => match HttpConnectionManager::decode(&any.value[..]) {
+                    Ok(mut hcm) => {
+                        let filters = self.http.get_or_init(|| {
+                            let mut f: Vec<HttpFilter> =
+                                super::jwt::jwt_filter(&sec.jwt).into_iter().collect();
+                            f.extend(http_authz_filters(&sec.authz, &sec.trust_domains));
+                            f
+                        });
+                        hcm.http_filters.splice(0..0, filters.iter().cloned());
+                        if !sec.authz.is_empty() {
+                            normalize_paths(&mut hcm);
+                        }
+                        *any = pack_any(hcm);
+                    }
+                    Err(_) => deny_all = true,
+                },
+                None => {
+                    let filters = self
+                        .network
+                        .get_or_init(|| network_authz_filters(&sec.authz, &sec.trust_domains));
+                    chain.filters.splice(0..0, filters.iter().cloned());
+                }
+            }
+        }
+        if deny_all {
+            chain.filters.insert(0, deny_all_filter());
+        }
     }
 }
 
