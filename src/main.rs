@@ -295,6 +295,10 @@ enum AuthzCommand {
         /// The request carries a token that does not verify.
         #[arg(long)]
         jwt_invalid: bool,
+        /// What the external authorization service of a CUSTOM policy answers, when one is
+        /// asked (without it, the verdict says the service decides).
+        #[arg(long, value_parser = ["allow", "deny"])]
+        ext_authz: Option<String>,
         #[arg(long, default_value = "127.0.0.1:15014")]
         debug_addr: SocketAddr,
         #[arg(short, long, value_enum, default_value = "table")]
@@ -550,6 +554,7 @@ fn main() -> ExitCode {
             headers,
             jwt_claims,
             jwt_invalid,
+            ext_authz,
             debug_addr,
             output,
         }) => {
@@ -582,6 +587,7 @@ fn main() -> ExitCode {
                 source_ip,
                 headers: parsed,
                 token,
+                external_authz: ext_authz.map(|a| a == "allow"),
             };
             print_client(meshflow::debug::client::authz_check::authz_check(
                 debug_addr, &proxy, &request, output,

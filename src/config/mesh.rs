@@ -31,6 +31,7 @@ struct MeshConfigSpec {
     trust_domain_aliases: Option<Vec<String>>,
     #[serde(rename = "meshMTLS")]
     mesh_mtls: Option<MeshMtlsSpec>,
+    extension_providers: Option<Vec<super::ext_authz::ExtensionProviderSpec>>,
 }
 
 /// `meshMTLS`: the TLS of the mesh's mutual TLS, as sidecars' inbound chains take it.
@@ -140,6 +141,10 @@ pub fn parse_mesh(
         settings.trust_domain = trust_domain(td, "mesh.trustDomain")?;
     }
     settings.inbound_mtls = inbound_mtls(&spec, &settings.trust_domain, &mut findings)?;
+    settings.ext_authz = super::ext_authz::providers(
+        spec.extension_providers.as_deref().unwrap_or_default(),
+        &mut findings,
+    );
     settings.registry_only = match spec
         .outbound_traffic_policy
         .as_ref()

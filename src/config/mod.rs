@@ -9,6 +9,7 @@
 
 mod convert;
 pub mod cross;
+mod ext_authz;
 pub mod findings;
 pub mod istio;
 pub mod mesh;

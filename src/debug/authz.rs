@@ -32,6 +32,9 @@ pub struct Request {
     pub headers: Vec<(String, String)>,
     /// The claims of a token that verifies (JSON), or `Some(None)`: one that does not.
     pub token: Option<Option<serde_json::Value>>,
+    /// What an external authorization service a CUSTOM policy asks answers (`true`:
+    /// allows); `None`: unknown, and the verdict says the service decides.
+    pub external_authz: Option<bool>,
 }
 
 /// The answer, as `-o json` prints it.
@@ -79,6 +82,9 @@ fn call_of(r: &Request, inbound: bool) -> Result<Call, String> {
         }
         Some(Some(_)) => return Err("--jwt-claims: a JSON object of claims".into()),
     }
+    if let Some(allows) = r.external_authz {
+        call = call.with_external_authz(allows);
+    }
     Ok(if inbound { call.inbound() } else { call })
 }
 
@@ -96,6 +102,13 @@ pub fn check(config: &ProxyConfig, proxy: String, request: &Request) -> Result<V
 fn verdict(proxy: String, o: &Outcome) -> Verdict {
     let (decision, why) = match &o.result {
         Err(NoMatch::Denied { by, .. }) => ("denied", Some(by.clone())),
+        Err(NoMatch::External { cluster, by }) => (
+            "decided by external authorization",
+            Some(format!(
+                "{by} matches: the service behind {cluster} is asked (say what it answers with \
+                 --ext-authz allow|deny)"
+            )),
+        ),
         Ok(_) if o.authz.is_empty() => ("allowed (no policy applies)", None),
         Ok(_) => ("allowed", None),
         Err(e) => ("not routed", Some(format!("{e:?}"))),

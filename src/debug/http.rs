@@ -155,10 +155,12 @@ struct AuthzQuery {
     jwt_claims: Option<String>,
     #[serde(default)]
     jwt_invalid: bool,
+    /// `allow` or `deny`: what a CUSTOM policy's external service answers.
+    ext_authz: Option<String>,
 }
 
 /// `/debug/authz_check?proxy=ID&port=N[&method=&path=&host=&from=&address=&source_ip=
-/// &header=NAME%3DVALUE&jwt_claims=JSON|&jwt_invalid=true]`: the verdict of
+/// &header=NAME%3DVALUE&jwt_claims=JSON|&jwt_invalid=true&ext_authz=allow|deny]`: the verdict of
 /// [`super::authz::check`] on what the proxy holds now.
 async fn authz_check(
     State(hub): State<Arc<Hub>>,
@@ -200,6 +202,16 @@ async fn authz_check(
         source_ip: q.source_ip,
         headers,
         token,
+        external_authz: match q.ext_authz.as_deref() {
+            None => None,
+            Some("allow") => Some(true),
+            Some("deny") => Some(false),
+            Some(other) => {
+                return Err(DebugError::BadRequest(format!(
+                    "ext_authz: {other:?} is neither allow nor deny"
+                )))
+            }
+        },
     };
     // Copy the bodies under the lock; simulate after releasing it.
     let (id, bodies) = hub.read(|st| {

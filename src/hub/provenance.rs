@@ -114,8 +114,7 @@ fn describe_scope(scope: &ScopeKey) -> String {
                 .map(|g| format!("{}/{}", g.namespace, g.name))
                 .collect();
             let refusing = match scope.router_security() {
-                Some(s) if s.deny_all => ", refusing every connection (security stopgap)",
-                Some(_) => ", refusing requests that carry a token (security stopgap)",
+                Some(_) => ", with its security policies",
                 None => "",
             };
             format!(

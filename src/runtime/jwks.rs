@@ -189,7 +189,10 @@ mod tests {
         let mut r = Resolver::default();
         let a = policy("a", "https://idp/keys");
         let other = Record::Security(SecurityPolicy {
-            effect: PolicyEffect::DenyAll,
+            effect: PolicyEffect::Peer {
+                mode: dataflows::model::MtlsMode::Strict,
+                ports: Default::default(),
+            },
             ..match &a {
                 Record::Security(p) => p.clone(),
                 _ => unreachable!(),

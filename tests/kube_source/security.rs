@@ -1,8 +1,8 @@
 //! Security policies (security.istio.io) read from the cluster hold exactly as those read
 //! from files: an AuthorizationPolicy created through the API reaches the sidecars it
 //! selects as Envoy RBAC (its rules named as Istio names them) and is reconciled; a CUSTOM
-//! one (not translated) makes them fail closed and says so on its status and in the
-//! dataflow's errors; deleting them opens the sidecars again.
+//! one naming a provider the mesh config lacks denies what its rules match and says so on
+//! its status and in the dataflow's errors; deleting them opens the sidecars again.
 //!
 //! Against the fake API server (`support::fake_kube`: the real `kube` client, the API
 //! server's list/watch wire format); the sidecar is a Delta xDS client.
@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 /// What a virtualInbound under an AuthorizationPolicy carries (on its chains that proxy
-/// bytes, and the deny-all): the network RBAC filter.
+/// bytes): the network RBAC filter.
 const RBAC_FILTER: &[u8] = b"envoy.filters.network.rbac";
 
 /// The `virtualInbound` listener the client was last served (empty before).
@@ -101,32 +101,36 @@ async fn an_authorization_policy_from_the_cluster_reaches_its_sidecars() {
         |s| reconciled(s) == "True",
     );
 
-    // CUSTOM is not translated: MF0017, deny-all, status False naming the field.
+    // CUSTOM naming a provider the mesh config lacks: what its rules match is denied (its
+    // RBAC DENY first in the chains), MF0021 names the field.
     cluster.fake.apply(json!({
         "apiVersion": "security.istio.io/v1", "kind": "AuthorizationPolicy",
         "metadata": {"name": "ext-ratings", "namespace": "default"},
         "spec": {"selector": {"matchLabels": {"app": "ratings"}}, "action": "CUSTOM",
                  "provider": {"name": "ext"}, "rules": [{}]},
     }));
-    await_listeners(&mut c, &mut held, "a deny-all virtualInbound", |h| {
-        contains(virtual_inbound(h), b"meshflow_authz_not_enforced.")
+    await_listeners(&mut c, &mut held, "the CUSTOM rules deny", |h| {
+        contains(virtual_inbound(h), b"-deny-due-to-bad-CUSTOM-action")
     })
     .await;
-    cluster.await_config_errors("MF0017 names the policy", |errors| {
+    cluster.await_config_errors("MF0021 names the policy", |errors| {
         errors
             .iter()
-            .any(|e| e.contains("ext-ratings") && e.contains("not enforced"))
+            .any(|e| e.contains("ext-ratings") && e.contains("spec.provider.name"))
     });
+    // In effect as written (the deny is what Istio does too), with the error on its status.
     let status = await_status(
         &cluster.fake,
         "AuthorizationPolicy",
         "ext-ratings",
-        "the policy is not reconciled as written",
-        |s| reconciled(s) == "False",
+        "the policy's status names MF0021",
+        |s| s["validationMessages"].to_string().contains("MF0021"),
     );
-    let message = status["conditions"][0]["message"].as_str().unwrap_or("");
+    assert_eq!(reconciled(&status), "True", "{status:#}");
     assert!(
-        message.contains("not as written") && message.contains("spec.action"),
+        status["validationMessages"]
+            .to_string()
+            .contains("spec.provider.name"),
         "{status:#}"
     );
 

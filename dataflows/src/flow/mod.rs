@@ -105,7 +105,8 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     let unselected = security::selecting_nothing(&i.security, &i.workloads, &mesh);
     let endpoints = endpoints::resolve(i.endpoints, peered, i.selections, &chosen);
 
-    let secured = security::per_proxy(i.security, &i.proxies, &mesh);
+    let providers = security::ext_authz_providers(&mesh, &chosen);
+    let secured = security::per_proxy(i.security, &i.proxies, &mesh, &providers);
     let proxy_scopes = scopes::of_proxies(
         &mesh,
         &i.proxies,

@@ -143,14 +143,84 @@ pub(super) fn selecting_nothing<'s>(
         })
 }
 
+/// The mesh config's external authorization providers, resolved against the services in
+/// effect ([`resolve_providers`]), under the unit key. Only the hosts providers name are
+/// looked up, so a service change elsewhere costs nothing here.
+pub(super) fn ext_authz_providers<'s>(
+    mesh: &Mesh<'s>,
+    services: &Coll<'s, (Hostname, Service)>,
+) -> Coll<'s, ((), ProviderTable)> {
+    let named = mesh
+        .clone()
+        .flat_map(|(_, m)| {
+            m.ext_authz
+                .iter()
+                .map(|p| p.service_ref().1.to_string())
+                .collect::<Vec<_>>()
+        })
+        .distinct();
+    let found = services
+        .clone()
+        .map(|(h, s)| (h, s.origin.namespace))
+        .semijoin(named)
+        .map(|(h, ns)| ((), Some((h, ns))));
+    // One placeholder per mesh settings record, so the table exists with no host found.
+    let defined = mesh.clone().map(|_| ((), None)).concat(found).reduce(
+        |_, vals: &[(&Option<(Hostname, String)>, isize)], out| {
+            let mut by_host: std::collections::BTreeMap<Hostname, Vec<String>> = Default::default();
+            for ((h, ns), _) in vals.iter().filter_map(|(v, d)| v.as_ref().map(|v| (v, d))) {
+                by_host.entry(h.clone()).or_default().push(ns.clone());
+            }
+            out.push((by_host, 1isize));
+        },
+    );
+    mesh.clone().join_map(defined, |_, m, by_host| {
+        ((), resolve_providers(&m.ext_authz, by_host))
+    })
+}
+
+/// One error per CUSTOM AuthorizationPolicy whose provider cannot be used: its requests
+/// are denied instead, whether it selects a workload yet or not.
+fn unusable_providers<'s>(
+    policies: &Coll<'s, (ConfigKey, SecurityPolicy)>,
+    providers: &Coll<'s, ((), ProviderTable)>,
+) -> Coll<'s, ConfigError> {
+    policies
+        .clone()
+        .flat_map(|(k, p)| match p.effect {
+            PolicyEffect::Custom(c) => Some(((), (k, c.provider))),
+            _ => None,
+        })
+        .join_map(providers.clone(), |_, (key, name), table| {
+            let why = match table.get(name) {
+                Some(Ok(_)) => return None,
+                Some(Err(why)) => why.clone(),
+                None => {
+                    format!("the mesh config has no external authorization provider named {name:?}")
+                }
+            };
+            Some(ConfigError {
+                object: key.clone(),
+                code: ErrorCode::ExtAuthzProviderUnusable,
+                message: format!(
+                    "spec.provider.name: provider {name:?} cannot be used ({why}): the requests \
+                     this policy's rules match are denied"
+                ),
+            })
+        })
+        .flat_map(|e| e)
+}
+
 pub(super) fn per_proxy<'s>(
     policies: Coll<'s, (ConfigKey, SecurityPolicy)>,
     proxies: &Coll<'s, (ProxyId, Proxy)>,
     mesh: &Mesh<'s>,
+    providers: &Coll<'s, ((), ProviderTable)>,
 ) -> Secured<'s> {
     // Keys a RequestAuthentication's `jwksUri` did not yield, whether it selects anyone
     // yet or not (Istio's analysis reports an unreachable JWKS alike).
     let jwks_errors = policies.clone().flat_map(|(_, p)| p.jwks_problems());
+    let provider_errors = unusable_providers(&policies, providers);
     let (in_root, in_namespace) = placed(policies, mesh);
     // What the stopgap makes of a policy on the proxy ([`SecurityPolicy::reach`]): a
     // captured sidecar's `virtualInbound` and a gateway's listeners fail closed; an
@@ -210,6 +280,18 @@ pub(super) fn per_proxy<'s>(
                     .with_trust_domains(&m.inbound_mtls.trust_domains);
                 (id.clone(), (*class, sec))
             });
+    // The providers CUSTOM policies name, resolved: only proxies with such policies join
+    // the table, so a provider's edit reaches no one else.
+    let custom = secured
+        .clone()
+        .filter(|(_, (_, sec))| !sec.custom.is_empty())
+        .map(|(id, v)| ((), (id, v)))
+        .join_map(providers.clone(), |_, (id, (class, sec)), table| {
+            (id.clone(), (*class, sec.clone().with_providers(table)))
+        });
+    let secured = secured
+        .filter(|(_, (_, sec))| sec.custom.is_empty())
+        .concat(custom);
     let inbound = secured.clone().flat_map(|(id, ((kind, captured), sec))| {
         (kind == ProxyKind::Sidecar && captured).then_some((id, sec))
     });
@@ -218,19 +300,14 @@ pub(super) fn per_proxy<'s>(
         .flat_map(|(id, ((kind, _), sec))| (kind == ProxyKind::Sidecar).then_some((id, sec)));
     let routers =
         secured.flat_map(|(id, ((kind, _), sec))| (kind == ProxyKind::Router).then_some((id, sec)));
-    // Per restricting policy: whether it meets proxies that fail closed in its place, and
-    // proxies it does not protect.
+    // Per restricting policy that meets proxies it does not protect: the error saying so.
     let errors = applied
-        .filter(|(_, (_, _, _, p))| p.restricts())
-        .map(|(_, (_, reach, _, p))| (p, reach))
+        .filter(|(_, (_, reach, _, p))| *reach == Reach::Unprotected && p.restricts())
+        .map(|(_, (_, _, _, p))| p)
         .distinct()
-        .reduce(|_, vals: &[(&Reach, isize)], out| {
-            let protected = vals.iter().any(|(r, _)| **r == Reach::Protected);
-            let others = vals.iter().any(|(r, _)| **r == Reach::Unprotected);
-            out.push(((protected, others), 1isize));
-        })
-        .flat_map(|(p, (protected, others))| p.not_enforced(protected, others))
-        .concat(jwks_errors);
+        .flat_map(|p| p.not_enforced(true))
+        .concat(jwks_errors)
+        .concat(provider_errors);
     Secured {
         inbound,
         routers,

@@ -9,8 +9,8 @@
 
 use serde::{Deserialize, Serialize};
 
-/// What a policy does with the requests its rules match (CUSTOM is not translated yet:
-/// [`super::PolicyEffect::DenyAll`] stands in for it).
+/// What a policy does with the requests its rules match (CUSTOM, which asks an external
+/// service, is [`super::CustomAuthz`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum AuthzAction {
     /// Envoy's RBAC runs AUDIT (LOG), then DENY, then ALLOW: the order of this enum.

@@ -114,6 +114,10 @@ pub struct MeshSettings {
     /// `trustDomainAliases` and `meshMTLS`: what sidecars' inbound mTLS accepts.
     #[serde(default)]
     pub inbound_mtls: InboundMtls,
+    /// `extensionProviders` of an external authorization kind, as written (in order): what
+    /// CUSTOM AuthorizationPolicies name.
+    #[serde(default)]
+    pub ext_authz: Vec<super::ExtAuthzProvider>,
 }
 
 /// What a sidecar's inbound mTLS chains accept, from the mesh config: clients whose
@@ -180,6 +184,7 @@ impl MeshSettings {
             protocol_detection_timeout_ms: None,
             auto_mtls: true,
             inbound_mtls: InboundMtls::default(),
+            ext_authz: Vec::new(),
         }
     }
 

@@ -9,6 +9,7 @@
 
 mod authz;
 mod destination_rule;
+mod ext_authz;
 mod gateway;
 mod inbound;
 mod jwt;
@@ -25,6 +26,7 @@ mod virtual_service;
 
 pub use authz::*;
 pub use destination_rule::*;
+pub use ext_authz::*;
 pub use gateway::*;
 pub use inbound::*;
 pub use jwt::*;

@@ -193,9 +193,9 @@ pub enum ErrorCode {
     /// in no registry, or its chain loops), or a destination naming an alias whose named
     /// host has no cluster (a warning: the config works as Istio's would).
     AliasUnresolved,
-    /// A security policy (PeerAuthentication STRICT, a restricting AuthorizationPolicy, a
-    /// RequestAuthentication) applies to connected proxies: meshflow does not translate
-    /// it, and those proxies fail closed in its place.
+    /// A restricting security policy (PeerAuthentication STRICT, an AuthorizationPolicy, a
+    /// RequestAuthentication) selects proxies meshflow does not protect (proxyless gRPC
+    /// servers, sidecars without traffic capture).
     SecurityPolicyFailsClosed,
     /// A RequestAuthentication rule's `jwksUri` that meshflow has no keys from (not fetched
     /// yet, or every fetch failed): a request carrying a token of the rule is refused.
@@ -205,6 +205,10 @@ pub enum ErrorCode {
     JwksStale,
     /// A security policy whose selector matches no workload (a warning, Istio's IST0127).
     SecurityPolicySelectsNothing,
+    /// A CUSTOM AuthorizationPolicy names an extension provider that is missing from the
+    /// mesh config, invalid, or whose service is not in the registry: the requests its rules
+    /// match are denied (as in Istio).
+    ExtAuthzProviderUnusable,
 }
 
 impl ErrorCode {
@@ -237,6 +241,7 @@ impl ErrorCode {
             ErrorCode::JwksUnavailable => ("MF0018", "JwksUnavailable"),
             ErrorCode::JwksStale => ("MF0019", "JwksRefreshFailed"),
             ErrorCode::SecurityPolicySelectsNothing => ("MF0020", "NoMatchingWorkloadsFound"),
+            ErrorCode::ExtAuthzProviderUnusable => ("MF0021", "ExtensionProviderUnusable"),
         }
     }
 

@@ -3,9 +3,8 @@
 //! side ([`InboundSecurity`]).
 //!
 //! PeerAuthentication ([`PeerModes`]), AuthorizationPolicy ALLOW, DENY and AUDIT
-//! ([`super::AuthzPolicy`]) and RequestAuthentication ([`super::JwtRule`]) are translated.
-//! CUSTOM is honoured, until translated, in the one direction that cannot let through
-//! what Istio would refuse: it denies every connection to the workloads it selects.
+//! ([`super::AuthzPolicy`]) and CUSTOM ([`super::CustomAuthz`], external authorization),
+//! and RequestAuthentication ([`super::JwtRule`]) are translated.
 //!
 //! One record type for the three kinds: they attach to workloads alike (namespace,
 //! `selector.matchLabels`, the root namespace's mesh-wide rule), so they share one input
@@ -13,7 +12,8 @@
 //! a proxy ([`PolicyEffect`]) differs.
 
 use super::{
-    AuthzPolicy, ConfigError, ConfigKey, ErrorCode, JwtRule, Kind, Labels, NamedAuthz, ProxyKind,
+    AuthzPolicy, ConfigError, ConfigKey, CustomAuthz, ErrorCode, JwtRule, Kind, Labels, NamedAuthz,
+    NamedCustom, ProviderTable, ProxyKind, ResolvedExtAuthz,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -39,9 +39,9 @@ pub enum PolicyEffect {
         mode: MtlsMode,
         ports: BTreeMap<u16, MtlsMode>,
     },
-    /// An AuthorizationPolicy with action CUSTOM (not translated yet): every connection
-    /// to the workload is denied.
-    DenyAll,
+    /// An AuthorizationPolicy with action CUSTOM (not dry-run): the requests its rules
+    /// match are asked of its provider's external authorization service.
+    Custom(CustomAuthz),
     /// An AuthorizationPolicy ALLOW, DENY or AUDIT (not dry-run), translated into Envoy's
     /// RBAC on every inbound chain of the workloads it selects.
     Authz(AuthzPolicy),
@@ -118,7 +118,7 @@ impl SecurityPolicy {
             ProxyKind::Sidecar if captured => Reach::Protected,
             ProxyKind::Router => match self.effect {
                 PolicyEffect::Peer { .. } => Reach::NotApplicable,
-                PolicyEffect::DenyAll | PolicyEffect::Authz(_) | PolicyEffect::Jwt(_) => {
+                PolicyEffect::Custom(_) | PolicyEffect::Authz(_) | PolicyEffect::Jwt(_) => {
                     Reach::Protected
                 }
             },
@@ -212,8 +212,13 @@ pub struct InboundSecurity {
     pub mode: Option<MtlsMode>,
     /// The winning workload policy's `portLevelMtls`, resolved.
     pub ports: BTreeMap<u16, MtlsMode>,
-    /// A CUSTOM AuthorizationPolicy selects the workload: every inbound chain denies.
-    pub deny_all: bool,
+    /// The CUSTOM AuthorizationPolicies selecting it, sorted (namespace, name).
+    #[serde(default)]
+    pub custom: Vec<NamedCustom>,
+    /// The providers `custom` names, resolved (filled in with the mesh's
+    /// [`ProviderTable`]: [`Self::with_providers`]).
+    #[serde(default)]
+    pub ext_authz: BTreeMap<String, Result<ResolvedExtAuthz, String>>,
     /// The translated AuthorizationPolicies selecting it, sorted (namespace, name).
     pub authz: Vec<NamedAuthz>,
     /// The mesh's trust domains (its own, then its aliases) where `authz` is not empty: a
@@ -240,7 +245,11 @@ impl InboundSecurity {
         for p in policies {
             match &p.effect {
                 PolicyEffect::Peer { .. } => peers.push(p),
-                PolicyEffect::DenyAll => out.deny_all = true,
+                PolicyEffect::Custom(c) => out.custom.push(NamedCustom {
+                    namespace: p.key.namespace.clone(),
+                    name: p.key.name.clone(),
+                    custom: c.clone(),
+                }),
                 PolicyEffect::Authz(a) => out.authz.push(NamedAuthz {
                     namespace: p.key.namespace.clone(),
                     name: p.key.name.clone(),
@@ -261,7 +270,29 @@ impl InboundSecurity {
             out.ports = peer.ports;
         }
         out.authz.sort();
+        out.custom.sort();
         out
+    }
+
+    /// With the providers its CUSTOM policies name, from the mesh's `table` (a name the
+    /// table lacks is unusable, as in istiod).
+    pub fn with_providers(mut self, table: &ProviderTable) -> InboundSecurity {
+        self.ext_authz = self
+            .custom
+            .iter()
+            .map(|c| {
+                let name = &c.custom.provider;
+                let got = table.get(name).cloned().unwrap_or_else(|| {
+                    Err(format!(
+                        "no extension provider of an external authorization kind is named \
+                         {name:?} in the mesh config (known: {})",
+                        table.keys().cloned().collect::<Vec<_>>().join(", ")
+                    ))
+                });
+                (name.clone(), got)
+            })
+            .collect();
+        self
     }
 
     /// With the mesh's trust domains, where an AuthorizationPolicy needs them (kept out
@@ -287,7 +318,7 @@ impl InboundSecurity {
         self.mode_for(port) == MtlsMode::Strict
     }
 
-    /// What of it a gateway's listeners take: the deny-all and the token refusal (a
+    /// What of it a gateway's listeners take: the authorization and the token checks (a
     /// PeerAuthentication does not apply to gateways); `None` when that restricts nothing.
     pub fn for_router(mut self) -> Option<InboundSecurity> {
         self.mode = None;
@@ -305,7 +336,7 @@ impl InboundSecurity {
     /// takes the mTLS chains away).
     pub fn is_open(&self) -> bool {
         let permissive = |m: &MtlsMode| matches!(m, MtlsMode::Permissive | MtlsMode::Unset);
-        !self.deny_all
+        self.custom.is_empty()
             && self.authz.is_empty()
             && !self.checks_tokens()
             && self.mode.as_ref().is_none_or(permissive)
@@ -322,62 +353,28 @@ impl SecurityPolicy {
                 *mode == MtlsMode::Strict || ports.values().any(|m| *m == MtlsMode::Strict)
             }
             PolicyEffect::Authz(a) => !a.dry_run,
-            PolicyEffect::DenyAll | PolicyEffect::Jwt(_) => true,
+            PolicyEffect::Custom(_) | PolicyEffect::Jwt(_) => true,
         }
     }
 
-    /// What the proxies the policy selects do in its place, for a kind not translated yet
-    /// (`None`: translated).
-    fn fails_closed(&self) -> Option<&'static str> {
-        match &self.effect {
-            // Translated: they fail closed nowhere in anyone's place.
-            PolicyEffect::Peer { .. } | PolicyEffect::Authz(_) | PolicyEffect::Jwt(_) => None,
-            PolicyEffect::DenyAll => Some(
-                "every inbound connection to the sidecars and gateways it selects is refused \
-                 (deny-all)",
-            ),
-        }
-    }
-
-    /// The error that the policy applies to connected proxies: `protected`, proxies that
-    /// fail closed in its place; `unprotected`, proxies the stopgap does not reach (proxyless
-    /// gRPC servers, sidecars without traffic capture; see [`Reach`]). `None` for a policy
-    /// that restricts nothing or applies to neither.
-    pub fn not_enforced(&self, protected: bool, unprotected: bool) -> Option<ConfigError> {
-        if !self.restricts() || !(protected || unprotected) {
+    /// The error that the policy restricts traffic to proxies meshflow does not protect
+    /// (`unprotected`: proxyless gRPC servers, sidecars without traffic capture; see
+    /// [`Reach`]). `None` for a policy that restricts nothing or reaches none of them.
+    pub fn not_enforced(&self, unprotected: bool) -> Option<ConfigError> {
+        if !self.restricts() || !unprotected {
             return None;
-        }
-        // A translated policy: only the proxies it cannot reach are news.
-        let in_place = self.fails_closed();
-        if in_place.is_none() && !unprotected {
-            return None;
-        }
-        let mut message = match in_place {
-            None => format!(
-                "{:?}: enforced on the sidecars with traffic capture (and the gateways) it \
-                 selects",
-                self.key.kind
-            ),
-            Some(_) => format!(
-                "{:?} is not enforced by meshflow yet (it is not translated)",
-                self.key.kind
-            ),
-        };
-        if let Some(f) = in_place.filter(|_| protected) {
-            message.push_str(&format!("; instead, failing closed, {f}"));
-        }
-        if unprotected {
-            message.push_str(
-                "; it also selects proxyless gRPC servers or sidecars without traffic \
-                 capture, which meshflow does NOT protect: traffic to them is not restricted \
-                 by this policy (but for the Sidecar ingress listeners such sidecars bind, \
-                 which fail closed)",
-            );
         }
         Some(ConfigError {
             object: self.key.clone(),
             code: ErrorCode::SecurityPolicyFailsClosed,
-            message,
+            message: format!(
+                "{:?}: enforced on the sidecars with traffic capture (and the gateways) it \
+                 selects; it also selects proxyless gRPC servers or sidecars without traffic \
+                 capture, which meshflow does NOT protect: traffic to them is not restricted \
+                 by this policy (but for the Sidecar ingress listeners such sidecars bind, \
+                 which enforce it)",
+                self.key.kind
+            ),
         })
     }
 }

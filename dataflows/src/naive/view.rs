@@ -64,8 +64,17 @@ impl<'a> View<'a> {
         let applying = self.security.iter().copied().filter(|s| {
             s.applies(&p.namespace, &p.labels, root) && s.composes(p.kind, !p.interception_none)
         });
-        InboundSecurity::compose(applying, root)
-            .with_trust_domains(&self.mesh.inbound_mtls.trust_domains)
+        let sec = InboundSecurity::compose(applying, root)
+            .with_trust_domains(&self.mesh.inbound_mtls.trust_domains);
+        if sec.custom.is_empty() {
+            return sec;
+        }
+        let by_host = self
+            .services
+            .iter()
+            .map(|(h, s)| (h.to_string(), vec![s.origin.namespace.clone()]))
+            .collect();
+        sec.with_providers(&resolve_providers(&self.mesh.ext_authz, &by_host))
     }
 
     pub(super) fn new(snap: &'a Snapshot, mesh: MeshSettings) -> Self {

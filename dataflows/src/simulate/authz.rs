@@ -2,8 +2,11 @@
 //! filter chain (before its connection manager or TCP proxy), then, in the connection
 //! manager, `jwt_authn` (a token present must verify for some provider; its payload becomes
 //! the dynamic metadata RBAC reads) and the HTTP RBAC filters in their order (LOG, DENY,
-//! ALLOW as Istio writes them). Each filter's verdict is recorded ([`Outcome::authz`]), a
-//! dry-run policy's (shadow rules) too; the first refusal ends the call.
+//! ALLOW as Istio writes them), after the CUSTOM policies' external authorization (an RBAC
+//! filter whose shadow rules name the matching rule, then an ext_authz filter enabled by
+//! that name: the service's answer is the call's [`Call::external_authz`]). Each filter's
+//! verdict is recorded ([`Outcome::authz`]), a dry-run policy's (shadow rules) too; the
+//! first refusal ends the call.
 //!
 //! Tokens are not verified cryptographically: a [`Token::Signed`] verifies with a provider
 //! of its issuer (and audience) whose key set holds a key, one of meshflow's key sets
@@ -12,29 +15,38 @@
 use super::request::{header_matches, string_matches, Request};
 use super::{Call, NoMatch, Outcome, Token};
 use envoy_types::pb::envoy::config::core::v3::{data_source, CidrRange};
+use envoy_types::pb::envoy::config::core::v3::{
+    grpc_service::TargetSpecifier, http_uri::HttpUpstreamType,
+};
 use envoy_types::pb::envoy::config::listener::v3::{filter, FilterChain};
 use envoy_types::pb::envoy::config::rbac::v3::{
     permission, principal, rbac::Action, Permission, Principal, Rbac,
+};
+use envoy_types::pb::envoy::extensions::filters::http::ext_authz::v3::{
+    ext_authz::Services, ExtAuthz as HttpExtAuthz,
 };
 use envoy_types::pb::envoy::extensions::filters::http::jwt_authn::v3::{
     jwt_provider::JwksSourceSpecifier, jwt_requirement::RequiresType,
     requirement_rule::RequirementType, JwtAuthentication, JwtRequirement,
 };
 use envoy_types::pb::envoy::extensions::filters::http::rbac::v3::Rbac as HttpRbac;
+use envoy_types::pb::envoy::extensions::filters::network::ext_authz::v3::ExtAuthz as NetExtAuthz;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
     http_filter, HttpConnectionManager,
 };
 use envoy_types::pb::envoy::extensions::filters::network::rbac::v3::Rbac as NetworkRbac;
 use envoy_types::pb::envoy::extensions::path::r#match::uri_template::v3::UriTemplateMatchConfig;
 use envoy_types::pb::envoy::r#type::matcher::v3::{
-    list_matcher, metadata_matcher::path_segment::Segment, value_matcher, MetadataMatcher,
-    ValueMatcher,
+    list_matcher, metadata_matcher::path_segment::Segment, string_matcher, value_matcher,
+    MetadataMatcher, ValueMatcher,
 };
 use prost::Message;
 use serde_json::Value;
 use std::collections::BTreeMap;
 
 const JWT_FILTER: &str = "envoy.filters.http.jwt_authn";
+/// The shadow stat prefix of a CUSTOM policy's RBAC filter.
+const CUSTOM_PREFIX: &str = "istio_ext_authz_";
 /// Where the providers keep the verified payload (`payload_in_metadata`, Istio's key).
 const PAYLOAD_KEY: &str = "payload";
 /// The kid of the key meshflow serves in a key set it holds no key of.
@@ -50,10 +62,26 @@ struct Seen<'a> {
 /// Runs the network RBAC filters of `chain` on `call`: `Err` when one refuses the
 /// connection (Envoy closes it).
 pub(super) fn network(chain: &FilterChain, call: &Call, out: &mut Outcome) -> Result<(), NoMatch> {
+    let mut custom = None;
     for f in &chain.filters {
         let Some(filter::ConfigType::TypedConfig(any)) = &f.config_type else {
             continue;
         };
+        if any.type_url.ends_with("network.ext_authz.v3.ExtAuthz") {
+            let cfg = NetExtAuthz::decode(&any.value[..])
+                .map_err(|e| NoMatch::Unsupported(format!("ext_authz did not decode: {e}")))?;
+            let cluster = match cfg.grpc_service.and_then(|g| g.target_specifier) {
+                Some(TargetSpecifier::EnvoyGrpc(g)) => g.cluster_name,
+                _ => String::new(),
+            };
+            let enabled = cfg.filter_enabled_metadata;
+            // A refusal closes the connection: no status.
+            external(enabled.as_ref(), &custom, cluster, call, out).map_err(|e| match e {
+                NoMatch::Denied { by, .. } => NoMatch::Denied { status: None, by },
+                e => e,
+            })?;
+            continue;
+        }
         if !any
             .type_url
             .ends_with("envoy.extensions.filters.network.rbac.v3.RBAC")
@@ -67,6 +95,12 @@ pub(super) fn network(chain: &FilterChain, call: &Call, out: &mut Outcome) -> Re
             req: None,
             payload: None,
         };
+        if rbac.shadow_rules_stat_prefix == CUSTOM_PREFIX {
+            asks(&rbac.shadow_rules, &seen, &mut custom, out);
+            if rbac.rules.is_none() {
+                continue;
+            }
+        }
         run(
             &rbac.rules,
             &rbac.shadow_rules,
@@ -86,11 +120,30 @@ pub(super) fn http(
     out: &mut Outcome,
 ) -> Result<(), NoMatch> {
     let mut payload: Option<Value> = None;
+    let mut custom = None;
     for f in &hcm.http_filters {
         let Some(http_filter::ConfigType::TypedConfig(any)) = &f.config_type else {
             continue;
         };
-        if any.type_url.ends_with("jwt_authn.v3.JwtAuthentication") {
+        if any.type_url.ends_with("http.ext_authz.v3.ExtAuthz") {
+            let cfg = HttpExtAuthz::decode(&any.value[..])
+                .map_err(|e| NoMatch::Unsupported(format!("ext_authz did not decode: {e}")))?;
+            let cluster = match cfg.services {
+                Some(Services::GrpcService(g)) => match g.target_specifier {
+                    Some(TargetSpecifier::EnvoyGrpc(g)) => g.cluster_name,
+                    _ => String::new(),
+                },
+                Some(Services::HttpService(h)) => {
+                    match h.server_uri.and_then(|u| u.http_upstream_type) {
+                        Some(HttpUpstreamType::Cluster(c)) => c,
+                        None => String::new(),
+                    }
+                }
+                None => String::new(),
+            };
+            let enabled = cfg.filter_enabled_metadata;
+            external(enabled.as_ref(), &custom, cluster, req.call, out)?;
+        } else if any.type_url.ends_with("jwt_authn.v3.JwtAuthentication") {
             let cfg = JwtAuthentication::decode(&any.value[..])
                 .map_err(|e| NoMatch::Unsupported(format!("jwt_authn did not decode: {e}")))?;
             payload = jwt(&cfg, req.call, out)?;
@@ -105,6 +158,12 @@ pub(super) fn http(
                 req: Some(req),
                 payload: payload.as_ref(),
             };
+            if rbac.shadow_rules_stat_prefix == CUSTOM_PREFIX {
+                asks(&rbac.shadow_rules, &seen, &mut custom, out);
+                if rbac.rules.is_none() {
+                    continue;
+                }
+            }
             run(
                 &rbac.rules,
                 &rbac.shadow_rules,
@@ -116,6 +175,77 @@ pub(super) fn http(
         }
     }
     Ok(())
+}
+
+/// The shadow rules of a CUSTOM policy's RBAC filter: the first that matches is named in
+/// the dynamic metadata (`custom`), which enables the ext_authz filter after it.
+fn asks(shadow: &Option<Rbac>, seen: &Seen, custom: &mut Option<String>, out: &mut Outcome) {
+    let Some(s) = shadow else { return };
+    let sorted: BTreeMap<&String, _> = s.policies.iter().collect();
+    let hit = sorted.into_iter().find(|(_, p)| {
+        p.permissions
+            .iter()
+            .any(|x| permits(x, seen, &mut out.warnings))
+            && p.principals
+                .iter()
+                .any(|x| is_principal(x, seen, &mut out.warnings))
+    });
+    match hit {
+        Some((name, _)) => {
+            out.authz.push(format!(
+                "CUSTOM: {name} matches: the external service is asked"
+            ));
+            *custom = Some(name.clone());
+        }
+        None => out
+            .authz
+            .push("CUSTOM: no rule matches: the external service is not asked".into()),
+    }
+}
+
+/// An ext_authz filter: asked when the CUSTOM rule last named (`custom`) enables it; the
+/// call's [`Call::external_authz`] is the answer (`None` ends the simulation there).
+fn external(
+    enabled: Option<&MetadataMatcher>,
+    custom: &Option<String>,
+    cluster: String,
+    call: &Call,
+    out: &mut Outcome,
+) -> Result<(), NoMatch> {
+    let prefix = match enabled
+        .and_then(|m| m.value.as_ref())
+        .and_then(|v| v.match_pattern.as_ref())
+    {
+        Some(value_matcher::MatchPattern::StringMatch(m)) => match &m.match_pattern {
+            Some(string_matcher::MatchPattern::Prefix(p)) => p.clone(),
+            _ => String::new(),
+        },
+        _ => String::new(),
+    };
+    let Some(by) = custom.as_ref().filter(|n| n.starts_with(&prefix)) else {
+        return Ok(());
+    };
+    match call.external_authz {
+        None => Err(NoMatch::External {
+            cluster,
+            by: by.clone(),
+        }),
+        Some(true) => {
+            out.authz
+                .push(format!("ext_authz ({cluster}): allowed (for {by})"));
+            Ok(())
+        }
+        Some(false) => {
+            // The service's refusal: Envoy answers with the status it gives (403 here; a
+            // network ext_authz closes the connection).
+            let line = format!("ext_authz ({cluster}): denied (for {by})");
+            out.authz.push(line.clone());
+            Err(NoMatch::Denied {
+                status: Some(403),
+                by: line,
+            })
+        }
+    }
 }
 
 /// One RBAC filter: its enforced rules decide, its shadow rules are only recorded.

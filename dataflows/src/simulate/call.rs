@@ -51,6 +51,10 @@ pub struct Call {
     pub source_ip: Option<String>,
     /// A JWT the request carries where the proxy's `jwt_authn` looks for one.
     pub token: Option<Token>,
+    /// What an external authorization service asked about the call answers (`true`:
+    /// allowed); `None`: unknown, so a call that would be asked ends there
+    /// ([`super::NoMatch::External`]).
+    pub external_authz: Option<bool>,
 }
 
 /// A request's JWT, as far as verification goes: the simulation checks no signature.
@@ -84,6 +88,7 @@ impl Call {
             peer: None,
             source_ip: None,
             token: None,
+            external_authz: None,
         }
     }
 
@@ -168,6 +173,12 @@ impl Call {
     /// The same call from source address `ip`.
     pub fn from_ip(mut self, ip: &str) -> Call {
         self.source_ip = Some(ip.to_string());
+        self
+    }
+
+    /// The same call, with an external authorization service that answers `allows`.
+    pub fn with_external_authz(mut self, allows: bool) -> Call {
+        self.external_authz = Some(allows);
         self
     }
 

@@ -413,6 +413,10 @@ pub enum NoMatch {
     /// A filter refused the call (`by`: which, and why): Envoy answers `status` (401 or
     /// 403), or closes the connection (`None`: a network RBAC filter).
     Denied { status: Option<u32>, by: String },
+    /// A CUSTOM policy's rule (`by`) matches: the external authorization service behind
+    /// `cluster` decides, and the call does not say what it answers
+    /// ([`super::Call::external_authz`]).
+    External { cluster: String, by: String },
 }
 
 impl Outcome {

@@ -346,7 +346,50 @@ fn mesh(rng: &mut StdRng, extra: &mut StdRng) -> Record {
             cipher_suites: Vec::new(),
             ecdh_curves: Vec::new(),
         },
+        ext_authz: ext_authz_providers(extra),
     })
+}
+
+/// Some of three external authorization providers: a gRPC one and an HTTP one naming
+/// services the draws may define (or not), and one istiod would refuse.
+fn ext_authz_providers(extra: &mut StdRng) -> Vec<ExtAuthzProvider> {
+    let provider =
+        |name: &str, api: ExtAuthzApi, service: &str, problem: Option<&str>| ExtAuthzProvider {
+            name: name.into(),
+            api,
+            service: service.into(),
+            port: 9000,
+            timeout_ms: Some(500),
+            fail_open: false,
+            status_on_error: Some(503),
+            body: None,
+            problem: problem.map(str::to_string),
+        };
+    let all = [
+        provider(
+            "grpc-authz",
+            ExtAuthzApi::Grpc,
+            "svc0.default.svc.cluster.local",
+            None,
+        ),
+        provider(
+            "http-authz",
+            ExtAuthzApi::Http(HttpExtAuthz {
+                path_prefix: "/check".into(),
+                request_headers: vec!["x-user".into()],
+                ..Default::default()
+            }),
+            "other/svc1.other.svc.cluster.local",
+            None,
+        ),
+        provider(
+            "broken",
+            ExtAuthzApi::Grpc,
+            "svc2.default.svc.cluster.local",
+            Some("bad"),
+        ),
+    ];
+    all.into_iter().filter(|_| extra.random_bool(0.6)).collect()
 }
 
 /// A connected proxy: a router, a proxyless gRPC client or a sidecar.

@@ -54,7 +54,10 @@ pub fn security(rng: &mut StdRng) -> Record {
                 ports,
             }
         }
-        Kind::AuthorizationPolicy if rng.random_bool(0.2) => PolicyEffect::DenyAll,
+        Kind::AuthorizationPolicy if rng.random_bool(0.2) => PolicyEffect::Custom(CustomAuthz {
+            provider: pick(rng, &["grpc-authz", "http-authz", "broken", "missing"]).into(),
+            rules: authz(rng).rules,
+        }),
         Kind::AuthorizationPolicy => PolicyEffect::Authz(authz(rng)),
         _ => PolicyEffect::Jwt((0..rng.random_range(1..3)).map(|_| jwt_rule(rng)).collect()),
     };

@@ -9,12 +9,14 @@
 //! protected.
 
 use crate::support::{
-    endpoint, gateway, gateway_errors, labels, px, router_proxy, service, sidecar_proxy, workload,
-    Mesh,
+    endpoint, gateway, gateway_errors, labels, mesh_settings, px, router_proxy, service,
+    sidecar_proxy, workload, Mesh,
 };
 use dataflows::model::*;
 use envoy_types::pb::envoy::config::listener::v3::{filter, FilterChain, Listener};
-use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+    http_filter, HttpConnectionManager,
+};
 use prost::Message;
 use std::collections::BTreeMap;
 
@@ -42,6 +44,8 @@ fn peer(ns: &str, name: &str, selector: Option<&[(&str, &str)]>, mode: MtlsMode)
     policy(Kind::PeerAuthentication, ns, name, "", selector, effect)
 }
 
+/// A CUSTOM policy of `rules: [{}]` whose provider the mesh config lacks: every request
+/// and connection to what it selects is denied, as istiod denies them.
 fn deny_all(ns: &str, name: &str, selector: Option<&[(&str, &str)]>) -> Record {
     policy(
         Kind::AuthorizationPolicy,
@@ -49,7 +53,10 @@ fn deny_all(ns: &str, name: &str, selector: Option<&[(&str, &str)]>) -> Record {
         name,
         "",
         selector,
-        PolicyEffect::DenyAll,
+        PolicyEffect::Custom(CustomAuthz {
+            provider: "missing".into(),
+            rules: vec![AuthzRule::default()],
+        }),
     )
 }
 
@@ -100,12 +107,48 @@ fn chain_names(l: &Listener) -> Vec<String> {
     l.filter_chains.iter().map(|c| c.name.clone()).collect()
 }
 
-/// Whether every chain is plaintext-free: each terminates TLS.
+/// Per chain, its first filter, or for a chain that starts with a connection manager, the
+/// manager's first HTTP filter: where a refusal would be.
 fn first_filters(l: &Listener) -> Vec<(String, String)> {
     l.filter_chains
         .iter()
-        .map(|c| (c.name.clone(), c.filters[0].name.clone()))
+        .map(|c| {
+            let first = &c.filters[0].name;
+            let name = if first == "envoy.filters.network.http_connection_manager" {
+                hcm_of(c)
+                    .http_filters
+                    .first()
+                    .map(|f| f.name.clone())
+                    .unwrap_or_default()
+            } else {
+                first.clone()
+            };
+            (c.name.clone(), name)
+        })
         .collect()
+}
+
+/// The enforcing rules of a chain's first RBAC filter (network, or HTTP in its manager).
+fn first_rbac_rules(c: &FilterChain) -> envoy_types::pb::envoy::config::rbac::v3::Rbac {
+    use envoy_types::pb::envoy::extensions::filters::http::rbac::v3::Rbac as HttpRbac;
+    use envoy_types::pb::envoy::extensions::filters::network::rbac::v3::Rbac as NetRbac;
+    if c.filters[0].name == "envoy.filters.network.rbac" {
+        let Some(filter::ConfigType::TypedConfig(any)) = &c.filters[0].config_type else {
+            panic!("no config");
+        };
+        return NetRbac::decode(&any.value[..])
+            .expect("RBAC")
+            .rules
+            .expect("rules");
+    }
+    let hcm = hcm_of(c);
+    let Some(http_filter::ConfigType::TypedConfig(any)) = &hcm.http_filters[0].config_type else {
+        panic!("no config");
+    };
+    HttpRbac::decode(&any.value[..])
+        .expect("RBAC")
+        .rules
+        .expect("rules")
 }
 
 fn hcm_of(c: &FilterChain) -> HttpConnectionManager {
@@ -248,54 +291,54 @@ fn peer_authentication_precedence_follows_istio() {
     assert!(gateway_errors(&m, ErrorCode::SecurityPolicyFailsClosed).is_empty());
 }
 
-/// An AuthorizationPolicy selecting `app: ratings` puts the deny-all network RBAC filter
-/// first on every chain of ratings' `virtualInbound` (the catch-all too); reviews is
-/// untouched. One in the root namespace with a selector applies in every namespace.
+/// A CUSTOM AuthorizationPolicy selecting `app: ratings` whose provider the mesh config
+/// lacks puts an RBAC DENY of its rules first on every chain of ratings' `virtualInbound`
+/// (the catch-all too: network RBAC; HTTP chains: first in the connection manager), named
+/// as Istio names it, and the policy's error says why; reviews is untouched. One in the
+/// root namespace with a selector applies in every namespace.
 #[test]
 fn authorization_policy_denies_every_chain_of_the_workloads_it_selects() {
     let (mut m, ratings, reviews) = two_workloads();
     let deny = deny_all("default", "ratings-deny", Some(&[("app", "ratings")]));
     m.insert(vec![deny.clone()]);
-    let rbac = "envoy.filters.network.rbac".to_string();
+    let rbac = |f: &String| f.ends_with(".rbac");
     let firsts = first_filters(&inbound(&m, &ratings));
     assert_eq!(firsts.len(), 3, "{firsts:?}");
-    assert!(firsts.iter().all(|(_, f)| *f == rbac), "{firsts:?}");
+    assert!(firsts.iter().all(|(_, f)| rbac(f)), "{firsts:?}");
     assert!(first_filters(&inbound(&m, &reviews))
         .iter()
-        .all(|(_, f)| *f != rbac));
-    // The filter's rules: action ALLOW, no policy (Envoy: present and empty denies).
-    {
-        use envoy_types::pb::envoy::extensions::filters::network::rbac::v3::Rbac;
-        let l = inbound(&m, &ratings);
-        let Some(filter::ConfigType::TypedConfig(any)) = &l.filter_chains[0].filters[0].config_type
-        else {
-            panic!("no config");
-        };
-        let r = Rbac::decode(&any.value[..]).expect("RBAC");
-        let rules = r.rules.expect("enforcing rules");
-        assert_eq!(rules.action, 0, "ALLOW");
-        assert!(rules.policies.is_empty());
+        .all(|(_, f)| !rbac(f)));
+    for c in &inbound(&m, &ratings).filter_chains {
+        let rules = first_rbac_rules(c);
+        assert_eq!(rules.action, 1, "DENY");
+        let names: Vec<&String> = rules.policies.keys().collect();
+        assert_eq!(
+            names,
+            ["istio-ext-authz-missing-ns[default]-policy[ratings-deny]-rule[0]-deny-due-to-bad-CUSTOM-action"],
+            "{}",
+            c.name
+        );
     }
-    let errors = gateway_errors(&m, ErrorCode::SecurityPolicyFailsClosed);
+    let errors = gateway_errors(&m, ErrorCode::ExtAuthzProviderUnusable);
     assert!(
-        errors.len() == 1 && errors[0].contains("deny-all"),
+        errors.len() == 1 && errors[0].contains("ratings-deny") && errors[0].contains("missing"),
         "{errors:?}"
     );
     m.retract(vec![deny]);
     assert_eq!(chain_names(&inbound(&m, &ratings)), OPEN_CHAINS);
     assert!(first_filters(&inbound(&m, &ratings))
         .iter()
-        .all(|(_, f)| *f != rbac));
+        .all(|(_, f)| !rbac(f)));
 
     // Root namespace, selector: every `app: reviews` workload of any namespace.
     let root = deny_all("istio-system", "reviews", Some(&[("app", "reviews")]));
     m.insert(vec![root]);
     assert!(first_filters(&inbound(&m, &reviews))
         .iter()
-        .all(|(_, f)| *f == rbac));
+        .all(|(_, f)| rbac(f)));
     assert!(first_filters(&inbound(&m, &ratings))
         .iter()
-        .all(|(_, f)| *f != rbac));
+        .all(|(_, f)| !rbac(f)));
 }
 
 /// A RequestAuthentication selecting ratings puts `jwt_authn` first in each HTTP chain's
@@ -321,8 +364,9 @@ fn request_authentication_verifies_tokens_first() {
     assert!(gateway_errors(&m, ErrorCode::SecurityPolicyFailsClosed).is_empty());
 }
 
-/// A restricting AuthorizationPolicy selecting a gateway: every chain of every listener of
-/// its scope starts with the deny-all, and the error says it fails closed; a
+/// A restricting AuthorizationPolicy (CUSTOM, its provider missing) selecting a gateway:
+/// every chain of every listener of its scope starts with its RBAC DENY, and the error
+/// names the provider field; a
 /// RequestAuthentication puts `jwt_authn` first in its HTTP connection managers; a
 /// STRICT PeerAuthentication changes nothing of a gateway (Istio applies none to them). A
 /// gateway no policy selects keeps its listeners; retracting the policy opens them again.
@@ -376,15 +420,18 @@ fn a_policy_selecting_a_gateway_fails_its_listeners_closed() {
     m.insert(vec![policy.clone()]);
     let denied = m.listener_body(&gw, "0.0.0.0_8080");
     assert!(!denied.filter_chains.is_empty());
+    for (chain, first) in first_filters(&denied) {
+        assert_eq!(first, "envoy.filters.http.rbac", "{chain}");
+    }
     for c in &denied.filter_chains {
-        assert_eq!(c.filters[0].name, "envoy.filters.network.rbac", "{c:?}");
+        assert_eq!(first_rbac_rules(c).action, 1, "DENY");
     }
     assert_eq!(m.listener_body(&other, "0.0.0.0_8080"), open_other);
-    let errors = gateway_errors(&m, ErrorCode::SecurityPolicyFailsClosed);
+    let errors = gateway_errors(&m, ErrorCode::ExtAuthzProviderUnusable);
     let about_gw: Vec<&String> = errors.iter().filter(|e| e.contains("/gw")).collect();
     assert!(
         about_gw.len() == 1
-            && about_gw[0].contains("sidecars and gateways it selects is refused")
+            && about_gw[0].contains("spec.provider.name")
             && !about_gw[0].contains("NOT protect"),
         "{errors:?}"
     );
@@ -480,16 +527,18 @@ fn bound_ingress_listeners_fail_closed_too() {
         "deny",
         "",
         Some(&[("tier", "paid")]),
-        PolicyEffect::DenyAll,
+        PolicyEffect::Authz(AuthzPolicy {
+            action: AuthzAction::Deny,
+            rules: vec![AuthzRule::default()],
+            dry_run: false,
+        }),
     );
     m.insert(vec![not_free.clone()]);
     assert_eq!(m.listener_body(&other, BOUND), open);
     for p in [&captured, &bare] {
         let l = m.listener_body(p, BOUND);
         assert!(
-            l.filter_chains
-                .iter()
-                .all(|c| c.filters[0].name == "envoy.filters.network.rbac"),
+            first_filters(&l).iter().all(|(_, f)| f.ends_with(".rbac")),
             "{}: {l:?}",
             p.id
         );
@@ -551,4 +600,117 @@ fn a_policy_selecting_no_workload_is_a_warning_until_one_matches() {
         &[("app", "ratings")],
     )]);
     assert!(warned(&m).is_empty());
+}
+
+/// A CUSTOM policy whose provider the mesh config defines and whose service exists: on
+/// ratings' HTTP chains an RBAC filter whose shadow rules are the policy's (Istio's names),
+/// then ext_authz enabled by them, asking the provider's cluster; on the TCP catch-all
+/// (a gRPC provider) the network pair. The provider's service going away turns both into
+/// the enforcing deny, with the error; reviews never changes. An HTTP provider cannot
+/// check a TCP connection: its rules deny there instead.
+#[test]
+fn a_custom_policy_asks_its_provider_and_fails_closed_without_it() {
+    let (mut m, ratings, reviews) = two_workloads();
+    let before_reviews = inbound(&m, &reviews);
+    let provider = |api: ExtAuthzApi| ExtAuthzProvider {
+        name: "authz".into(),
+        api,
+        service: "default/ext.default.svc.cluster.local".into(),
+        port: 9000,
+        timeout_ms: Some(250),
+        fail_open: false,
+        status_on_error: None,
+        body: None,
+        problem: None,
+    };
+    let grpc_mesh = mesh_settings(|s| s.ext_authz = vec![provider(ExtAuthzApi::Grpc)]);
+    let ext = service("ext", "default");
+    let custom = policy(
+        Kind::AuthorizationPolicy,
+        "default",
+        "ask",
+        "",
+        Some(&[("app", "ratings")]),
+        PolicyEffect::Custom(CustomAuthz {
+            provider: "authz".into(),
+            rules: vec![AuthzRule::default()],
+        }),
+    );
+    m.insert(vec![grpc_mesh.clone(), ext.clone(), custom]);
+    let rule = "istio-ext-authz-authz-ns[default]-policy[ask]-rule[0]";
+    let cluster = "outbound|9000||ext.default.svc.cluster.local";
+    let l = inbound(&m, &ratings);
+    for c in &l.filter_chains {
+        let names: Vec<String> =
+            if c.filters[0].name == "envoy.filters.network.http_connection_manager" {
+                hcm_of(c)
+                    .http_filters
+                    .iter()
+                    .map(|f| f.name.clone())
+                    .take(2)
+                    .collect()
+            } else {
+                c.filters.iter().map(|f| f.name.clone()).take(2).collect()
+            };
+        assert!(
+            names[0].ends_with(".rbac") && names[1].ends_with(".ext_authz"),
+            "{}: {names:?}",
+            c.name
+        );
+        let bytes = String::from_utf8_lossy(&c.encode_to_vec()).into_owned();
+        assert!(
+            bytes.contains(rule) && bytes.contains(cluster),
+            "{}",
+            c.name
+        );
+        assert!(bytes.contains("istio_ext_authz_"), "{}", c.name);
+    }
+    assert!(gateway_errors(&m, ErrorCode::ExtAuthzProviderUnusable).is_empty());
+    assert_eq!(inbound(&m, &reviews), before_reviews);
+
+    // Its service gone: the rules deny, and the error names the policy.
+    m.retract(vec![ext.clone()]);
+    for c in &inbound(&m, &ratings).filter_chains {
+        let rules = first_rbac_rules(c);
+        assert_eq!(rules.action, 1, "DENY");
+        assert!(
+            rules
+                .policies
+                .contains_key(&format!("{rule}-deny-due-to-bad-CUSTOM-action")),
+            "{}",
+            c.name
+        );
+    }
+    let errors = gateway_errors(&m, ErrorCode::ExtAuthzProviderUnusable);
+    assert!(
+        errors.len() == 1 && errors[0].contains("/ask"),
+        "{errors:?}"
+    );
+    assert_eq!(inbound(&m, &reviews), before_reviews);
+
+    // Back, as an HTTP provider: HTTP chains ask it, the TCP catch-all denies.
+    m.insert(vec![ext]);
+    let http_mesh =
+        mesh_settings(|s| s.ext_authz = vec![provider(ExtAuthzApi::Http(HttpExtAuthz::default()))]);
+    m.replace(grpc_mesh, http_mesh);
+    let l = inbound(&m, &ratings);
+    let mut tcp = 0;
+    for c in &l.filter_chains {
+        if c.filters[0].name == "envoy.filters.network.http_connection_manager" {
+            assert_eq!(
+                hcm_of(c).http_filters[1].name,
+                "envoy.filters.http.ext_authz"
+            );
+        } else {
+            tcp += 1;
+            let rules = first_rbac_rules(c);
+            assert_eq!(rules.action, 1, "DENY");
+            assert!(rules
+                .policies
+                .contains_key(&format!("{rule}-deny-due-to-http-provider-on-tcp")));
+        }
+    }
+    assert!(tcp > 0, "the catch-all proxies bytes");
+    assert!(gateway_errors(&m, ErrorCode::ExtAuthzProviderUnusable).is_empty());
+    assert_eq!(inbound(&m, &reviews), before_reviews);
 }

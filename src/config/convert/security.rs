@@ -162,10 +162,18 @@ pub(super) fn authorization_policy(
             "provider is only allowed with action CUSTOM",
         ));
     }
+    let provider = match action {
+        "CUSTOM" => Some(custom_provider(spec.provider.as_ref())?),
+        _ => None,
+    };
     // Read (and checked) whatever the action, so a bad value is refused alike.
     let mut rules = Vec::with_capacity(written.len());
     for (i, r) in written.into_iter().enumerate() {
-        rules.push(authz_rule(r.unwrap_or_default(), i, &key.namespace)?);
+        let r = r.unwrap_or_default();
+        if provider.is_some() {
+            custom_rule_fields(&r, i)?;
+        }
+        rules.push(authz_rule(r, i, &key.namespace)?);
     }
     if target_refs(
         &spec.target_ref,
@@ -195,22 +203,14 @@ pub(super) fn authorization_policy(
     if dry_run && action == "CUSTOM" {
         findings.push(Finding::warning(
             format!("metadata.annotations[{DRY_RUN}]"),
-            "a dry-run CUSTOM policy is not enforced, as in Istio; meshflow does not \
-             translate CUSTOM, so it is not evaluated either",
+            "a dry-run CUSTOM policy is neither enforced nor evaluated (its external \
+             authorization service is not asked): it is left out",
         ));
         return Ok(Vec::new());
     }
-    let effect = match action {
-        "CUSTOM" => {
-            findings.push(Finding::error(
-                "spec.action",
-                "CUSTOM is not translated by meshflow yet (no external authorization; \
-                 fail-closed stopgap): every inbound connection to the sidecars and gateways \
-                 it selects is refused",
-            ));
-            m::PolicyEffect::DenyAll
-        }
-        _ => m::PolicyEffect::Authz(m::AuthzPolicy {
+    let effect = match provider {
+        Some(provider) => m::PolicyEffect::Custom(m::CustomAuthz { provider, rules }),
+        None => m::PolicyEffect::Authz(m::AuthzPolicy {
             action: match action {
                 "ALLOW" => m::AuthzAction::Allow,
                 "DENY" => m::AuthzAction::Deny,
@@ -226,6 +226,68 @@ pub(super) fn authorization_policy(
         selector,
         effect,
     })])
+}
+
+/// A CUSTOM policy's `provider.name` (required, as Istio's validation says).
+fn custom_provider(provider: Option<&Value>) -> Result<String> {
+    let name = provider
+        .and_then(|p| p.get("name"))
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if name.is_empty() {
+        return Err(Invalid::field(
+            "spec.provider.name",
+            "a CUSTOM policy names its extension provider",
+        ));
+    }
+    Ok(name.to_string())
+}
+
+/// Istio refuses, in a CUSTOM rule, what its external authorization filter runs too early
+/// to know: the peer's identity (it runs before the RBAC that reads it, as in Istio) and
+/// the request's token (before `jwt_authn`).
+fn custom_rule_fields(r: &s::Rule, i: usize) -> Result<()> {
+    for (j, f) in r.from.iter().enumerate() {
+        let Some(src) = &f.source else { continue };
+        let refused = [
+            ("principals", src.principals.is_empty()),
+            ("notPrincipals", src.not_principals.is_empty()),
+            ("requestPrincipals", src.request_principals.is_empty()),
+            (
+                "notRequestPrincipals",
+                src.not_request_principals.is_empty(),
+            ),
+            ("namespaces", src.namespaces.is_empty()),
+            ("notNamespaces", src.not_namespaces.is_empty()),
+            ("serviceAccounts", src.service_accounts.is_empty()),
+            ("notServiceAccounts", src.not_service_accounts.is_empty()),
+            ("trustDomains", src.trust_domains.is_empty()),
+            ("notTrustDomains", src.not_trust_domains.is_empty()),
+        ];
+        if let Some((name, _)) = refused.iter().find(|(_, empty)| !empty) {
+            return Err(Invalid::field(
+                format!("spec.rules[{i}].from[{j}].source.{name}"),
+                "not supported with action CUSTOM (as in Istio)",
+            ));
+        }
+    }
+    for (j, w) in r.when.iter().enumerate() {
+        let k = w.key.as_str();
+        if matches!(
+            k,
+            "source.namespace"
+                | "source.serviceAccount"
+                | "source.trustDomain"
+                | "source.principal"
+        ) || k.starts_with("request.auth.")
+        {
+            return Err(Invalid::field(
+                format!("spec.rules[{i}].when[{j}].key"),
+                format!("{k:?} is not supported with action CUSTOM (as in Istio)"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// One rule, each field checked as Istio's validation checks it.

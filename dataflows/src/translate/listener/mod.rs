@@ -4,6 +4,7 @@
 //! timeout; `inbound.rs` the inbound ones; `filters.rs` the pieces they share; `rbac.rs`
 //! the security stopgap's RBAC filters.
 
+pub mod ext_authz;
 mod filters;
 mod inbound;
 pub mod jwt;

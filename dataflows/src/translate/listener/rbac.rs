@@ -1,9 +1,9 @@
 //! Envoy's RBAC filters for the security policies of a workload
 //! ([`crate::model::InboundSecurity`]): the AuthorizationPolicies' rules, per action, on
 //! HTTP connection managers (after the RequestAuthentications' `jwt_authn`, whose verified
-//! payload their token fields read) and on chains that proxy bytes; and a network filter
-//! that refuses every connection where a policy meshflow cannot evaluate (CUSTOM) selects
-//! the workload.
+//! payload their token fields read) and on chains that proxy bytes, after the CUSTOM
+//! policies' external authorization ([`super::ext_authz`]); and a network filter that
+//! refuses every connection of a chain whose connection manager cannot be read back.
 
 use crate::model::{AuthzAction, AuthzField, AuthzMatch, CheckedRule, NamedAuthz};
 use envoy_types::pb::envoy::config::listener::v3::{filter, Filter};
@@ -26,7 +26,7 @@ use envoy_types::util::pack_any;
 use prost::Message;
 use std::collections::BTreeMap;
 
-const NETWORK_RBAC: &str = "envoy.filters.network.rbac";
+pub const NETWORK_RBAC: &str = "envoy.filters.network.rbac";
 pub const HTTP_RBAC: &str = "envoy.filters.http.rbac";
 
 /// The network RBAC filter that refuses every connection: rules with action ALLOW and no
@@ -406,7 +406,7 @@ fn operation_match(m: &AuthzMatch) -> Permission {
 
 /// One rule as Envoy's policy: any of its sources (each all of its matches) and any of its
 /// operations (likewise).
-fn policy_of(rule: &CheckedRule, ns: &str, tds: &[String]) -> Policy {
+pub(super) fn policy_of(rule: &CheckedRule, ns: &str, tds: &[String]) -> Policy {
     use permission::Rule as R;
     use principal::Identifier as I;
     let principals = rule
@@ -448,9 +448,9 @@ fn policy_of(rule: &CheckedRule, ns: &str, tds: &[String]) -> Policy {
 /// action is, so the filter has no `rules` and enforces nothing) and the dry-run ones, its
 /// `shadow_rules` (`None`: none).
 #[derive(Default)]
-struct ActionRules {
-    enforced: Option<BTreeMap<String, Policy>>,
-    shadow: Option<BTreeMap<String, Policy>>,
+pub(super) struct ActionRules {
+    pub(super) enforced: Option<BTreeMap<String, Policy>>,
+    pub(super) shadow: Option<BTreeMap<String, Policy>>,
 }
 
 /// Per action present (AUDIT, DENY, ALLOW, in Envoy's order of filters), its policies by
@@ -491,7 +491,12 @@ fn shadow_prefix(action: AuthzAction, rules: &ActionRules) -> String {
 
 /// A filter's config: `head` (its other fields) with `rules` (field 1 of both RBAC filters'
 /// configs) and `shadow_rules` (field 2) written after it.
-fn rbac_config(head: Vec<u8>, action: AuthzAction, rules: &ActionRules, type_url: &str) -> Any {
+pub(super) fn rbac_config(
+    head: Vec<u8>,
+    action: AuthzAction,
+    rules: &ActionRules,
+    type_url: &str,
+) -> Any {
     use prost::encoding::{encode_key, encode_varint, WireType};
     let mut value = head;
     for (field, policies) in [(1, &rules.enforced), (2, &rules.shadow)] {
@@ -627,8 +632,8 @@ impl<'a> Refusals<'a> {
     /// read back denies everything instead, so a refusal is never lost.
     pub fn authorize(&self, chain: &mut envoy_types::pb::envoy::config::listener::v3::FilterChain) {
         let sec = self.sec;
-        let mut deny_all = sec.deny_all;
-        if !sec.authz.is_empty() || !sec.jwt.is_empty() {
+        let mut deny_all = false;
+        if !sec.authz.is_empty() || !sec.jwt.is_empty() || !sec.custom.is_empty() {
             let hcm = chain
                 .filters
                 .iter_mut()
@@ -644,13 +649,17 @@ impl<'a> Refusals<'a> {
                 Some(any) => match HttpConnectionManager::decode(&any.value[..]) {
                     Ok(mut hcm) => {
                         let filters = self.http.get_or_init(|| {
-                            let mut f: Vec<HttpFilter> =
-                                super::jwt::jwt_filter(&sec.jwt).into_iter().collect();
+                            let mut f = super::ext_authz::http_custom_filters(
+                                &sec.custom,
+                                &sec.ext_authz,
+                                &sec.trust_domains,
+                            );
+                            f.extend(super::jwt::jwt_filter(&sec.jwt));
                             f.extend(http_authz_filters(&sec.authz, &sec.trust_domains));
                             f
                         });
                         hcm.http_filters.splice(0..0, filters.iter().cloned());
-                        if !sec.authz.is_empty() {
+                        if !sec.authz.is_empty() || !sec.custom.is_empty() {
                             normalize_paths(&mut hcm);
                         }
                         *any = pack_any(hcm);
@@ -658,9 +667,15 @@ impl<'a> Refusals<'a> {
                     Err(_) => deny_all = true,
                 },
                 None => {
-                    let filters = self
-                        .network
-                        .get_or_init(|| network_authz_filters(&sec.authz, &sec.trust_domains));
+                    let filters = self.network.get_or_init(|| {
+                        let mut f = super::ext_authz::network_custom_filters(
+                            &sec.custom,
+                            &sec.ext_authz,
+                            &sec.trust_domains,
+                        );
+                        f.extend(network_authz_filters(&sec.authz, &sec.trust_domains));
+                        f
+                    });
                     chain.filters.splice(0..0, filters.iter().cloned());
                 }
             }

@@ -6,8 +6,8 @@
 
 use super::*;
 use dataflows::model::{
-    AuthzAction, AuthzField, AuthzMatch, AuthzRule, Jwks, MtlsMode, PolicyEffect, SecurityPolicy,
-    TokenHeader, DEFAULT_JWKS_TIMEOUT_MS,
+    AuthzAction, AuthzField, AuthzMatch, AuthzRule, CustomAuthz, Jwks, MtlsMode, PolicyEffect,
+    SecurityPolicy, TokenHeader, DEFAULT_JWKS_TIMEOUT_MS,
 };
 use std::collections::BTreeMap;
 
@@ -152,8 +152,14 @@ fn authorization_policy_rules_are_read_field_by_field() {
     let custom = parse(&format!(
         "{AP}spec: {{action: CUSTOM, provider: {{name: ext}}, rules: [{{}}]}}\n"
     ));
-    assert_eq!(policy(&custom).effect, PolicyEffect::DenyAll);
-    assert_eq!(fields(&custom, Level::Error), vec!["spec.action"]);
+    assert_eq!(
+        policy(&custom).effect,
+        PolicyEffect::Custom(CustomAuthz {
+            provider: "ext".into(),
+            rules: vec![AuthzRule::default()],
+        })
+    );
+    assert!(custom.findings.is_empty(), "{:?}", custom.findings);
     let dry = |value: &str, action: &str| {
         let provider = if action == "CUSTOM" {
             ", provider: {name: p}"
@@ -414,4 +420,54 @@ fn request_authentication_reads_every_jwt_rule_field() {
             "{spec}"
         );
     }
+}
+
+/// A CUSTOM policy needs `provider.name`, and its rules may not name what Istio's external
+/// authorization runs too early to know (the peer's identity, the request's token): each
+/// refused by its field, as Istio's validation refuses it.
+#[test]
+fn custom_policies_are_checked_as_istio_checks_them() {
+    let ap = "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: a, namespace: ns}\n";
+    let field = |spec: &str| refused(&format!("{ap}spec: {spec}\n")).to_string();
+    assert!(field("{action: CUSTOM, rules: [{}]}").contains("spec.provider.name"));
+    assert!(
+        field("{action: CUSTOM, provider: {name: \"\"}, rules: [{}]}")
+            .contains("spec.provider.name")
+    );
+    for (rule, at) in [
+        (
+            "{from: [{source: {principals: [x]}}]}",
+            "spec.rules[0].from[0].source.principals",
+        ),
+        (
+            "{from: [{source: {ipBlocks: [10.0.0.0/8]}}, {source: {requestPrincipals: [\"*\"]}}]}",
+            "spec.rules[0].from[1].source.requestPrincipals",
+        ),
+        (
+            "{from: [{source: {notNamespaces: [x]}}]}",
+            "spec.rules[0].from[0].source.notNamespaces",
+        ),
+        (
+            "{when: [{key: \"request.auth.claims[iss]\", values: [x]}]}",
+            "spec.rules[0].when[0].key",
+        ),
+        (
+            "{when: [{key: source.principal, values: [x]}]}",
+            "spec.rules[0].when[0].key",
+        ),
+    ] {
+        let e = field(&format!(
+            "{{action: CUSTOM, provider: {{name: p}}, rules: [{rule}]}}"
+        ));
+        assert!(e.contains(at) && e.contains("CUSTOM"), "{rule}: {e}");
+    }
+    // What it may match on: addresses, operations, headers.
+    let ok = parse(&format!(
+        "{ap}spec: {{action: CUSTOM, provider: {{name: p}}, rules: [{{from: [{{source: {{ipBlocks: [10.0.0.0/8]}}}}], to: [{{operation: {{paths: [\"/admin*\"]}}}}], when: [{{key: \"request.headers[x-a]\", values: [b]}}]}}]}}\n"
+    ));
+    let PolicyEffect::Custom(c) = &policy(&ok).effect else {
+        panic!("custom")
+    };
+    assert_eq!(c.provider, "p");
+    assert_eq!(c.rules.len(), 1);
 }
