@@ -14,6 +14,7 @@ mod connection_pool_protocols;
 mod delegate;
 mod destination_rule_hosts;
 mod examples;
+mod ext_authz;
 mod fail_closed;
 mod faults;
 mod gateway;

@@ -30,6 +30,7 @@ mod scratch;
 pub mod authz_matrix;
 pub mod chromium;
 pub mod envoy_validate;
+pub mod ext_authz;
 pub mod fake_kube;
 pub mod jwt;
 pub mod mongo;
