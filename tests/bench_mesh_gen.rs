@@ -36,6 +36,7 @@ fn shape(sidecar_scoping: bool, vs_every: usize) -> Shape {
         shared_namespaces: 2,
         gateways: 0,
         gateway_vs_every: 10,
+        authz_policies: 0,
     }
 }
 
@@ -64,9 +65,15 @@ fn synth_without_proxies(shape: &Shape, mesh: &MeshConfig) -> BTreeMap<Record, i
 #[test]
 fn generated_configs_read_back_as_synth_records() {
     let mesh = MeshConfig::default();
-    for (scoping, vs_every, gateways) in [(true, 4, 0), (false, 3, 0), (true, 0, 0), (true, 4, 2)] {
+    for (scoping, vs_every, gateways, policies) in [
+        (true, 4, 0, 0),
+        (false, 3, 0, 0),
+        (true, 0, 0, 30),
+        (true, 4, 2, 0),
+    ] {
         let mut shape = shape(scoping, vs_every);
         shape.gateways = gateways;
+        shape.authz_policies = policies;
         shape.gateway_vs_every = 3;
         let dir = temp_dir("meshgen");
         let state = MeshState::new(shape.clone(), mesh.clone()).unwrap();
@@ -84,6 +91,34 @@ fn generated_configs_read_back_as_synth_records() {
         assert_eq!(read, expected);
         let _ = std::fs::remove_dir_all(&dir);
     }
+}
+
+/// The `authz-policy` scenario's edit reads back as the policy's next revision, and the
+/// `peer-auth` one as a namespace-wide STRICT PeerAuthentication.
+#[test]
+fn security_edits_read_back_as_their_records() {
+    let mesh = MeshConfig::default();
+    let mut shape = shape(true, 4);
+    shape.authz_policies = 5;
+    let dir = temp_dir("meshgen-security");
+    let mut state = MeshState::new(shape.clone(), mesh.clone()).unwrap();
+    mesh_gen::write_mesh(&dir, &state, false, |_, _| {}).unwrap();
+    let edit = state.edit_authz(3);
+    mesh_gen::apply_edit(&dir, &edit).unwrap();
+    let peer = state.peer_authentication(4, Some("STRICT"));
+    mesh_gen::apply_edit(&dir, &peer).unwrap();
+    let read = read(&dir, &mesh);
+    assert!(read.contains_key(&synth::authz_policy(3, 1, &shape, &mesh)));
+    assert!(!read.contains_key(&synth::authz_policy(3, 0, &shape, &mesh)));
+    let strict = read.keys().any(|r| {
+        matches!(r, Record::Security(p) if p.key.namespace == "ns-4"
+        && p.selector.is_none()
+        && matches!(p.effect, dataflows::model::PolicyEffect::Peer {
+            mode: dataflows::model::MtlsMode::Strict, ..
+        }))
+    });
+    assert!(strict, "the namespace's STRICT PeerAuthentication");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

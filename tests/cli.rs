@@ -156,11 +156,12 @@ fn validate_names_kinds_not_served_with_a_code() {
 
 /// Issue 36's example (a mesh-wide STRICT PeerAuthentication, a DENY AuthorizationPolicy
 /// selecting `app: ratings`), both translated: no finding. A CUSTOM AuthorizationPolicy
-/// (not translated) makes `validate` fail, naming it, that it is not enforced and what
-/// fails closed in its place; with the ratings Pod in the config, it also applies to the
-/// proxy the Pod describes (MF0017). A PERMISSIVE namespace policy is no error.
+/// naming a provider the mesh config lacks makes `validate` fail, naming it and its field
+/// (MF0021: what its rules match is denied); with the ratings Pod in the config nothing
+/// else is said (every policy is enforced on the proxy the Pod describes: no MF0017). A
+/// PERMISSIVE namespace policy is no error.
 #[test]
-fn validate_fails_on_security_policies_it_does_not_enforce() {
+fn validate_fails_on_a_custom_policy_without_its_provider() {
     let dir = TestDir::new("cli-validate-security");
     let config = dir.subdir("config");
     write_config(
@@ -191,14 +192,15 @@ fn validate_fails_on_security_policies_it_does_not_enforce() {
     assert!(
         authz.len() == 1
             && authz[0].contains("error: ")
-            && authz[0].contains("not translated")
-            && authz[0].contains("refused"),
+            && authz[0].contains("MF0021")
+            && authz[0].contains("spec.provider.name")
+            && authz[0].contains("denied"),
         "{stdout}"
     );
     assert!(line("other/open").is_empty(), "{stdout}");
     assert!(stdout.contains("1 error(s)"), "{stdout}");
 
-    // The ratings Pod: each policy applies to its proxy (MF0017).
+    // The ratings Pod: each policy is enforced on its proxy (no MF0017); MF0021 stays.
     write_config(
         &config,
         "pod.yaml",
@@ -211,11 +213,10 @@ fn validate_fails_on_security_policies_it_does_not_enforce() {
         .lines()
         .filter(|l| l.contains("MF0017 SecurityPolicyNotEnforced"))
         .collect();
-    assert_eq!(applied.len(), 1, "{stdout}");
-    assert!(
-        applied
-            .iter()
-            .any(|l| l.contains("ratings-ext") && l.contains("deny-all")),
+    assert!(applied.is_empty(), "{stdout}");
+    assert_eq!(
+        stdout.lines().filter(|l| l.contains("MF0021")).count(),
+        1,
         "{stdout}"
     );
     assert!(!stdout.contains("MF0020"), "the Pod matches: {stdout}");

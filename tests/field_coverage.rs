@@ -791,7 +791,12 @@ fn every_translated_or_reported_field_has_a_reference_row() {
 const SECURITY_TRANSLATED: &[(&str, &[&str])] = &[
     (
         "AuthorizationPolicy",
-        &["spec.selector", "spec.action", "spec.rules"],
+        &[
+            "spec.selector",
+            "spec.action",
+            "spec.provider",
+            "spec.rules",
+        ],
     ),
     (
         "PeerAuthentication",
@@ -801,9 +806,8 @@ const SECURITY_TRANSLATED: &[(&str, &[&str])] = &[
 ];
 
 /// Fields of the security API that are reported, not translated: (kind, field, the field
-/// of the error finding that says so). A CUSTOM policy's provider is said of its action.
+/// of the error finding that says so).
 const SECURITY_REPORTED: &[(&str, &str, &str)] = &[
-    ("AuthorizationPolicy", "spec.provider", "spec.action"),
     ("AuthorizationPolicy", "spec.targetRef", "spec.targetRef"),
     ("AuthorizationPolicy", "spec.targetRefs", "spec.targetRefs"),
     ("RequestAuthentication", "spec.targetRef", "spec.targetRef"),

@@ -26,6 +26,8 @@ pub struct Shape {
     /// Every `gateway_vs_every`-th service gets a VirtualService bound to the Gateway
     /// (0: none).
     pub gateway_vs_every: usize,
+    /// AuthorizationPolicies ([`authz_policy`]): policy `i` selects proxy `i mod proxies`.
+    pub authz_policies: usize,
 }
 
 impl Shape {
@@ -40,6 +42,7 @@ impl Shape {
             shared_namespaces: 1,
             gateways: 0,
             gateway_vs_every: 10,
+            authz_policies: 0,
         }
     }
 
@@ -56,6 +59,7 @@ impl Shape {
             shared_namespaces: 1,
             gateways: 0,
             gateway_vs_every: 10,
+            authz_policies: 0,
         }
     }
 
@@ -72,6 +76,7 @@ impl Shape {
             shared_namespaces: 2,
             gateways: 0,
             gateway_vs_every: 10,
+            authz_policies: 0,
         }
     }
 
@@ -88,6 +93,7 @@ impl Shape {
             shared_namespaces: 2,
             gateways: 0,
             gateway_vs_every: 10,
+            authz_policies: 0,
         }
     }
 }
@@ -310,9 +316,47 @@ pub fn records(shape: &Shape, mesh: &MeshConfig) -> Vec<Record> {
             }));
         }
     }
+    out.extend((0..shape.authz_policies).map(|i| authz_policy(i, 0, shape, mesh)));
     out.extend((0..shape.proxies).map(|p| proxy(p, shape)));
     out.extend((0..shape.gateways).map(|g| Record::Proxy(router(g, mesh))));
     out
+}
+
+/// The proxy AuthorizationPolicy `i` selects (`i mod proxies`; 0 without proxies).
+pub fn authz_target(i: usize, shape: &Shape) -> usize {
+    i % shape.proxies.max(1)
+}
+
+/// AuthorizationPolicy `authz-I` in the namespace of the proxy it selects
+/// ([`authz_target`], `app: client-P`): ALLOW to port 8080 from the namespace's `default`
+/// service account and, from revision 1 on, from `rev-R` too (an edit changes only it).
+pub fn authz_policy(i: usize, revision: usize, shape: &Shape, mesh: &MeshConfig) -> Record {
+    let p = authz_target(i, shape);
+    let ns = namespace(p % shape.namespaces.max(1));
+    let _ = mesh;
+    let mut principals = vec![format!("cluster.local/ns/{ns}/sa/default")];
+    if revision > 0 {
+        principals.push(format!("cluster.local/ns/{ns}/sa/rev-{revision}"));
+    }
+    let one = |field, values: Vec<String>| AuthzMatch {
+        field,
+        values,
+        not: false,
+    };
+    Record::Security(SecurityPolicy {
+        key: ConfigKey::new(Kind::AuthorizationPolicy, &ns, format!("authz-{i}")),
+        created: String::new(),
+        selector: Some([("app".to_string(), format!("client-{p}"))].into()),
+        effect: PolicyEffect::Authz(AuthzPolicy {
+            action: AuthzAction::Allow,
+            rules: vec![AuthzRule {
+                from: vec![vec![one(AuthzField::Principal, principals)]],
+                to: vec![vec![one(AuthzField::Port, vec!["8080".into()])]],
+                when: vec![],
+            }],
+            dry_run: false,
+        }),
+    })
 }
 
 /// The egress hosts of every namespace's Sidecar: `./*` and the shared namespaces.

@@ -46,6 +46,9 @@ pub struct MeshGenArgs {
     /// Every G-th service gets a VirtualService bound to the ingress Gateway (0: none).
     #[arg(long, default_value_t = 10)]
     pub gateway_vs_every: usize,
+    /// AuthorizationPolicies, each selecting one proxy (policy I selects proxy I mod P).
+    #[arg(long, default_value_t = 0)]
+    pub authz_policies: usize,
     /// Write into a non-empty directory.
     #[arg(long)]
     pub force: bool,
@@ -66,6 +69,7 @@ pub fn mesh_gen(a: MeshGenArgs) -> ExitCode {
         shared_namespaces: a.shared_namespaces,
         gateways: a.gateways,
         gateway_vs_every: a.gateway_vs_every,
+        authz_policies: a.authz_policies,
     };
     let mesh = MeshConfig {
         root_namespace: a.root_namespace,
@@ -249,6 +253,9 @@ pub struct BenchArgs {
     /// Every G-th service gets a VirtualService bound to the ingress Gateway (0: none).
     #[arg(long)]
     pub gateway_vs_every: Option<usize>,
+    /// AuthorizationPolicies, each selecting one proxy; overrides the shape's (0).
+    #[arg(long)]
+    pub authz_policies: Option<usize>,
     /// Hold this lock file (flock) around each engine's run only, releasing it in between,
     /// instead of wrapping the whole command in `flock` (do not do both: it would wait for
     /// itself).
@@ -302,6 +309,7 @@ fn bench_options(a: BenchArgs) -> Result<Options, String> {
     over!(sidecar_scoping);
     over!(gateways);
     over!(gateway_vs_every);
+    over!(authz_policies);
     if custom {
         name.push_str("-custom");
     }

@@ -80,6 +80,8 @@ pub struct MeshState {
     /// The 10.254/16 addresses endpoints hold now: after 65,536 moves (11 minutes of the
     /// default churn) the counter wraps, and skips these.
     fresh_in_use: std::collections::HashSet<String>,
+    /// AuthorizationPolicies edited so far, by index: their revision (the others: 0).
+    authz_revisions: std::collections::BTreeMap<usize, usize>,
 }
 
 /// Checks that a shape can be generated (unique IPs, valid node ids).
@@ -128,6 +130,7 @@ impl MeshState {
             sidecars,
             next_fresh_ip: 0,
             fresh_in_use: Default::default(),
+            authz_revisions: Default::default(),
         })
     }
 
@@ -149,6 +152,76 @@ impl MeshState {
 
     pub fn namespace_path(&self, n: usize) -> PathBuf {
         PathBuf::from(synth::namespace(n)).join("namespace.yaml")
+    }
+
+    /// AuthorizationPolicy `i`, in the namespace of the proxy it selects.
+    pub fn authz_path(&self, i: usize) -> PathBuf {
+        let p = synth::authz_target(i, &self.shape);
+        PathBuf::from(synth::namespace(p % self.shape.namespaces)).join(format!("authz-{i}.yaml"))
+    }
+
+    /// AuthorizationPolicy `i` ([`synth::authz_policy`]) at its revision.
+    pub fn render_authz(&self, i: usize) -> String {
+        let p = synth::authz_target(i, &self.shape);
+        let ns = synth::namespace(p % self.shape.namespaces);
+        let revision = self.authz_revisions.get(&i).copied().unwrap_or(0);
+        let mut principals = format!("        - cluster.local/ns/{ns}/sa/default\n");
+        if revision > 0 {
+            principals.push_str(&format!(
+                "        - cluster.local/ns/{ns}/sa/rev-{revision}\n"
+            ));
+        }
+        format!(
+            "apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata:
+  name: authz-{i}
+  namespace: {ns}
+spec:
+  selector:
+    matchLabels:
+      app: client-{p}
+  action: ALLOW
+  rules:
+  - from:
+    - source:
+        principals:
+{principals}    to:
+    - operation:
+        ports: [\"8080\"]
+"
+        )
+    }
+
+    /// AuthorizationPolicy `i` takes its next revision (one more principal allowed): a
+    /// change to the listeners of the one proxy it selects.
+    pub fn edit_authz(&mut self, i: usize) -> Edit {
+        *self.authz_revisions.entry(i).or_insert(0) += 1;
+        Edit {
+            path: self.authz_path(i),
+            content: Some(self.render_authz(i)),
+        }
+    }
+
+    /// A namespace-wide PeerAuthentication of namespace `n` with `mode` (`None`: removed).
+    pub fn peer_authentication(&self, n: usize, mode: Option<&str>) -> Edit {
+        let ns = synth::namespace(n);
+        Edit {
+            path: PathBuf::from(&ns).join("peer-authentication.yaml"),
+            content: mode.map(|mode| {
+                format!(
+                    "apiVersion: security.istio.io/v1
+kind: PeerAuthentication
+metadata:
+  name: default
+  namespace: {ns}
+spec:
+  mtls:
+    mode: {mode}
+"
+                )
+            }),
+        }
     }
 
     pub fn gateway_path(&self) -> PathBuf {
@@ -205,6 +278,12 @@ spec:
         }
         for s in 0..self.services.len() {
             out.push(self.service_edit(s));
+        }
+        for i in 0..self.shape.authz_policies {
+            out.push(Edit {
+                path: self.authz_path(i),
+                content: Some(self.render_authz(i)),
+            });
         }
         out
     }
@@ -544,6 +623,7 @@ pub fn shape_json(shape: &Shape, mesh: &MeshConfig) -> serde_json::Value {
         "shared_namespaces": shape.shared_namespaces,
         "gateways": shape.gateways,
         "gateway_vs_every": shape.gateway_vs_every,
+        "authz_policies": shape.authz_policies,
         "root_namespace": mesh.root_namespace,
         "domain_suffix": mesh.domain_suffix,
     })

@@ -81,6 +81,8 @@ pub static SCENARIOS: &[Scenario] = &[
     Scenario { name: "new-service",     change: Change::Edit(new_service) },
     Scenario { name: "sidecar",         change: Change::Edit(sidecar) },
     Scenario { name: "mesh-wide",       change: Change::Edit(mesh_wide) },
+    Scenario { name: "authz-policy",    change: Change::Edit(authz_policy) },
+    Scenario { name: "peer-auth",       change: Change::Edit(peer_auth) },
     Scenario { name: "unrelated",       change: Change::Sequence(unrelated, UNRELATED_GAP_MS) },
     Scenario { name: "rollout",         change: Change::Rollout },
     Scenario { name: "churn",           change: Change::Churn },
@@ -259,6 +261,48 @@ fn mesh_wide(state: &mut MeshState) -> Result<(String, Edit), String> {
     let edit = state.shift_weight(0, w)?;
     Ok((
         format!("VirtualService svc-0 (seen by every proxy): v1 weight → {w}"),
+        edit,
+    ))
+}
+
+/// An AuthorizationPolicy selecting one proxy allows one more principal (created if the
+/// shape has none): that proxy's listeners change, and no other proxy's.
+fn authz_policy(state: &mut MeshState) -> Result<(String, Edit), String> {
+    if state.shape.proxies == 0 {
+        return Err("the mesh has no proxy for a policy to select".into());
+    }
+    let existed = state.shape.authz_policies > 0;
+    if !existed {
+        state.shape.authz_policies = 1;
+    }
+    let edit = state.edit_authz(0);
+    Ok((
+        format!(
+            "AuthorizationPolicy authz-0 ({} of {} in the mesh) allows one more principal to \
+             the one proxy it selects (client-0)",
+            if existed {
+                "one"
+            } else {
+                "the only one, created,"
+            },
+            state.shape.authz_policies
+        ),
+        edit,
+    ))
+}
+
+/// The last namespace becomes STRICT (a namespace-wide PeerAuthentication): the inbound
+/// listeners of its proxies lose their plaintext chains; no client's clusters change (its
+/// endpoints were not DISABLE), and no other namespace's proxy.
+fn peer_auth(state: &mut MeshState) -> Result<(String, Edit), String> {
+    let n = state.shape.namespaces - 1;
+    let edit = state.peer_authentication(n, Some("STRICT"));
+    Ok((
+        format!(
+            "namespace {} flips to STRICT (PeerAuthentication): its proxies' inbound listeners \
+             change",
+            dataflows::synth::namespace(n)
+        ),
         edit,
     ))
 }

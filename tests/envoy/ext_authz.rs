@@ -100,11 +100,7 @@ fn custom_policies_ask_their_external_service_about_what_their_rules_match() {
     let config = dir.subdir("config");
     let ip = format!("127.0.{NET}.50");
     let services = ExtAuthz::start(&ip);
-    write_config(
-        dir.path(),
-        "mesh.yaml",
-        &mesh_config(),
-    );
+    write_config(dir.path(), "mesh.yaml", &mesh_config());
     write_config(
         &config,
         "ext-authz.yaml",
@@ -153,13 +149,23 @@ fn custom_policies_ask_their_external_service_about_what_their_rules_match() {
     // The HTTP provider.
     write_config(&config, "zz-policy.yaml", &policy("http-authz"));
     expect("http: the service allows", direct, "/admin", true, "ok");
-    expect("http: the service refuses", direct, "/admin/x", false, "status 403");
+    expect(
+        "http: the service refuses",
+        direct,
+        "/admin/x",
+        false,
+        "status 403",
+    );
     let before = services.asked();
     assert_eq!(ask(direct, "/r", false), "ok", "not matched: passes");
     assert_eq!(ask(through, "/r", false), "ok", "not matched, over mTLS");
     assert_eq!(services.asked(), before, "not matched: never asked");
     assert_eq!(ask(through, "/admin", true), "ok", "over mTLS, allowed");
-    assert_eq!(ask(through, "/admin", false), "status 403", "over mTLS, refused");
+    assert_eq!(
+        ask(through, "/admin", false),
+        "status 403",
+        "over mTLS, refused"
+    );
     let after = services.asked();
     assert_eq!(after.0, before.0 + 2, "the HTTP service asked twice");
     assert_eq!(after.1, 0, "the gRPC service never");

@@ -82,7 +82,8 @@ impl ExtAuthz {
             .enable_all()
             .build()
             .expect("a runtime for the ext_authz services");
-        let (http_asked, grpc_asked) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let (http_asked, grpc_asked) =
+            (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
         let bind = |rt: &tokio::runtime::Runtime| {
             rt.block_on(tokio::net::TcpListener::bind(format!("{ip}:0")))
                 .expect("bind an ext_authz service")

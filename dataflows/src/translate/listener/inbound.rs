@@ -6,7 +6,6 @@ use super::filters::{
     base_hcm, hcm_filter, http_inspector_filter, listener_name, original_dst_filter, tcp_to,
     tls_inspector_filter, PLAINTEXT_HTTP_ALPN,
 };
-use super::rbac;
 use crate::model::{
     InboundMtls, InboundPort, InboundSecurity, MtlsMode, Proxying, Resource, ResourceType,
 };
@@ -192,9 +191,9 @@ fn by_mode(chains: Vec<FilterChain>, mode: MtlsMode) -> Vec<FilterChain> {
 }
 
 /// Every chain of `chains` with what the workload's security policies make it refuse
-/// ([`rbac::Refusals::authorize`]).
+/// ([`super::refusals::Refusals::authorize`]).
 fn secure(mut chains: Vec<FilterChain>, sec: &InboundSecurity) -> Vec<FilterChain> {
-    let refusals = rbac::Refusals::of(sec);
+    let refusals = super::refusals::Refusals::of(sec);
     for c in &mut chains {
         refusals.authorize(c);
     }

@@ -9,6 +9,7 @@ mod filters;
 mod inbound;
 pub mod jwt;
 pub mod rbac;
+mod refusals;
 #[cfg(test)]
 mod tests;
 
@@ -125,7 +126,7 @@ pub fn virtual_outbound(catchall: &str) -> Resource {
 /// The listener is decoded and encoded again: its builders set no map field with more than
 /// one entry (prost's maps are `HashMap`s), so the encoding stays deterministic.
 /// A gateway's listener with what its security policies make it refuse (`sec`, see
-/// [`crate::model::InboundSecurity::for_router`] and [`rbac::Refusals::authorize`]). Other resources
+/// [`crate::model::InboundSecurity::for_router`] and [`refusals::Refusals::authorize`]). Other resources
 /// pass as they are. `None` (no listener: the port is closed) for a listener that cannot
 /// be read back, so that a refusal is never lost.
 pub fn with_refusals(r: Resource, sec: &crate::model::InboundSecurity) -> Option<Resource> {
@@ -137,7 +138,7 @@ pub fn with_refusals(r: Resource, sec: &crate::model::InboundSecurity) -> Option
         .filter_chains
         .iter_mut()
         .chain(listener.default_filter_chain.iter_mut());
-    let refusals = rbac::Refusals::of(sec);
+    let refusals = refusals::Refusals::of(sec);
     for chain in chains {
         refusals.authorize(chain);
     }
