@@ -235,8 +235,8 @@ fn validate_reads_a_cluster_and_names_what_it_would_reject() {
         "{stderr}"
     );
 
-    // A security policy of the cluster is read as one of a file: one not translated yet is
-    // an error.
+    // A security policy of the cluster is read as one of a file: a CUSTOM one naming a
+    // provider the mesh config lacks is an error (MF0021).
     fake.delete("VirtualService", "default", "ratings");
     fake.delete("VirtualService", "default", "details");
     fake.apply(serde_json::json!({
@@ -248,8 +248,7 @@ fn validate_reads_a_cluster_and_names_what_it_would_reject() {
     assert!(!ok, "{stdout}{stderr}");
     assert!(
         stdout.lines().any(
-            |l| l.starts_with("error: AuthorizationPolicy default/deny: ")
-                && l.contains("not translated")
+            |l| l.starts_with("error: AuthorizationPolicy default/deny: ") && l.contains("MF0021")
         ),
         "{stdout}"
     );

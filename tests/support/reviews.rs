@@ -365,8 +365,14 @@ spec:
     /// VirtualService `reviews` with one route to the whole service (no subset): what a Gateway
     /// needs to reach `reviews` at all.
     pub fn write_plain_routing(&self, binding: &Binding) {
+        self.write_plain_routing_after(binding, "");
+    }
+
+    /// [`Reviews::write_plain_routing`] with `routes` first (HTTP routes as YAML list
+    /// items, indented by two spaces, ending in a newline).
+    pub fn write_plain_routing_after(&self, binding: &Binding, routes: &str) {
         let http = format!(
-            "  - route:\n    - destination:\n        host: reviews\n{port}",
+            "{routes}  - route:\n    - destination:\n        host: reviews\n{port}",
             port = self.destination_port(binding)
         );
         self.write_virtual_service(binding, &http);

@@ -89,6 +89,8 @@ impl<'s, H: differential_dataflow::ExchangeData> Built<'s, H> {
 /// Builds the whole dataflow from its inputs.
 pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     let mesh = mesh::in_effect(i.mesh, config);
+    let unknown_namespaces =
+        security::unknown_namespaces(&i.security, &i.workloads, &i.services, &i.proxies);
     let services = services::one_per_host(mesh::complete(
         i.services,
         &mesh,
@@ -102,7 +104,8 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     // Endpoints carry whether their workload's PeerAuthentication disables mTLS on their
     // port: what auto mTLS clients send them depends on the destination's policies.
     let peered = security::with_peer_modes(i.workloads.clone(), &i.security, &mesh);
-    let unselected = security::selecting_nothing(&i.security, &i.workloads, &mesh);
+    let unselected =
+        security::selecting_nothing(&i.security, &i.workloads, &mesh).concat(unknown_namespaces);
     let endpoints = endpoints::resolve(i.endpoints, peered, i.selections, &chosen);
 
     let providers = security::ext_authz_providers(&mesh, &chosen);

@@ -125,6 +125,28 @@ pub(super) fn selecting_nothing<'s>(
         }))
         .flat_map(|x| x)
         .distinct();
+    // A namespace-wide AuthorizationPolicy (not the root namespace's) in a namespace with
+    // no workload, as Istio's analyzer says too.
+    let occupied = workloads
+        .clone()
+        .map(|(_, w)| w.origin.namespace)
+        .distinct();
+    let empty = policies
+        .clone()
+        .filter(|(k, p)| p.selector.is_none() && k.kind == Kind::AuthorizationPolicy)
+        .map(|(k, _)| (k.namespace.clone(), k))
+        .antijoin(occupied)
+        .map(|(_, k)| ((), k))
+        .join_map(mesh.clone(), |_, k, m| {
+            (k.namespace != m.root_namespace).then(|| ConfigError {
+                message: "its namespace has no workload (Pod or WorkloadEntry): it applies to \
+                          nothing yet"
+                    .to_string(),
+                object: k.clone(),
+                code: ErrorCode::SecurityPolicySelectsNothing,
+            })
+        })
+        .flat_map(|e| e);
     selecting
         .map(|(k, _)| (k, ()))
         .antijoin(matched)
@@ -141,6 +163,69 @@ pub(super) fn selecting_nothing<'s>(
             object: key,
             code: ErrorCode::SecurityPolicySelectsNothing,
         })
+        .concat(empty)
+}
+
+/// A warning for each namespace an AuthorizationPolicy's rules name (`namespaces`,
+/// `notNamespaces`, and the `ns/NS` of `principals`) that matches no namespace of the mesh
+/// (Istio's IST0101 ReferencedResourceNotFound for namespaces): a namespace is known when
+/// some workload, service or connected proxy lives in it (Namespace objects are not records).
+/// Values are matched as Istio matches them (`*`, `x*`, `*x`, else exactly, ignoring case).
+/// A warning, not Istio's error: a namespace that holds only its Namespace object is not
+/// seen. It retracts once something lives in the namespace.
+pub(super) fn unknown_namespaces<'s>(
+    policies: &Coll<'s, (ConfigKey, SecurityPolicy)>,
+    workloads: &Coll<'s, (String, Workload)>,
+    services: &Coll<'s, (Hostname, Service)>,
+    proxies: &Coll<'s, (ProxyId, Proxy)>,
+) -> Coll<'s, ConfigError> {
+    let referenced = policies.clone().flat_map(|(key, p)| {
+        p.namespace_refs()
+            .into_iter()
+            .map(move |(at, ns)| ((), (key.clone(), at, ns)))
+    });
+    let known = workloads
+        .clone()
+        .map(|(_, w)| w.origin.namespace)
+        .concat(services.clone().map(|(_, s)| s.origin.namespace))
+        .concat(proxies.clone().map(|(_, p)| p.namespace))
+        .distinct()
+        .map(|ns| ((), Some(ns)));
+    // One placeholder per reference, so the set exists when nothing lives anywhere.
+    let set = referenced.clone().map(|_| ((), None)).concat(known).reduce(
+        |_, vals: &[(&Option<String>, isize)], out| {
+            let set: std::collections::BTreeSet<String> =
+                vals.iter().filter_map(|(v, _)| (*v).clone()).collect();
+            out.push((set, 1isize));
+        },
+    );
+    referenced
+        .join_map(set, |_, (key, at, ns), known| {
+            (!known.iter().any(|k| namespace_matches(k, ns))).then(|| ConfigError {
+                object: key.clone(),
+                code: ErrorCode::NamespaceNotFound,
+                message: format!(
+                    "{at}: namespace {ns:?} matches no namespace that holds a workload, a \
+                     service or a proxy: the rule never matches a peer of it"
+                ),
+            })
+        })
+        .flat_map(|e| e)
+}
+
+/// Istio's namespace patterns: `*` any, `*x` a suffix, `x*` a prefix, else exactly (case
+/// ignored).
+fn namespace_matches(ns: &str, pattern: &str) -> bool {
+    if pattern == "*" {
+        return true;
+    }
+    if let Some(rest) = pattern.strip_prefix('*') {
+        return ns.ends_with(rest);
+    }
+    if let Some(rest) = pattern.strip_suffix('*') {
+        return ns.starts_with(rest);
+    }
+    ns.eq_ignore_ascii_case(pattern)
 }
 
 /// The mesh config's external authorization providers, resolved against the services in

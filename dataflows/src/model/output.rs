@@ -209,6 +209,9 @@ pub enum ErrorCode {
     /// mesh config, invalid, or whose service is not in the registry: the requests its rules
     /// match are denied (as in Istio).
     ExtAuthzProviderUnusable,
+    /// An AuthorizationPolicy names a namespace (in `namespaces`, `notNamespaces` or a
+    /// principal) in which nothing lives (a warning, Istio's IST0101 for namespaces).
+    NamespaceNotFound,
 }
 
 impl ErrorCode {
@@ -242,6 +245,7 @@ impl ErrorCode {
             ErrorCode::JwksStale => ("MF0019", "JwksRefreshFailed"),
             ErrorCode::SecurityPolicySelectsNothing => ("MF0020", "NoMatchingWorkloadsFound"),
             ErrorCode::ExtAuthzProviderUnusable => ("MF0021", "ExtensionProviderUnusable"),
+            ErrorCode::NamespaceNotFound => ("MF0022", "ReferencedNamespaceNotFound"),
         }
     }
 
@@ -254,6 +258,7 @@ impl ErrorCode {
                 | ErrorCode::AliasUnresolved
                 | ErrorCode::JwksStale
                 | ErrorCode::SecurityPolicySelectsNothing
+                | ErrorCode::NamespaceNotFound
         )
     }
 }

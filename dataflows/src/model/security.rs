@@ -380,6 +380,48 @@ impl SecurityPolicy {
 }
 
 impl SecurityPolicy {
+    /// The namespaces an AuthorizationPolicy's rules name, with where: `namespaces` and
+    /// `notNamespaces` values, and the namespace of `principals` written
+    /// `TRUST_DOMAIN/ns/NS/sa/SA` (without a wildcard there).
+    pub fn namespace_refs(&self) -> Vec<(String, String)> {
+        let rules = match &self.effect {
+            PolicyEffect::Authz(a) => &a.rules,
+            PolicyEffect::Custom(c) => &c.rules,
+            _ => return Vec::new(),
+        };
+        let mut out = Vec::new();
+        for (i, r) in rules.iter().enumerate() {
+            let from = r.from.iter().flatten().map(|m| (m, false));
+            for (m, when) in from.chain(r.when.iter().map(|m| (m, true))) {
+                let field = match (&m.field, m.not, when) {
+                    (super::AuthzField::Namespace, _, true) => "when[source.namespace]",
+                    (super::AuthzField::Principal, _, true) => "when[source.principal]",
+                    (super::AuthzField::Namespace, false, _) => "from.source.namespaces",
+                    (super::AuthzField::Namespace, true, _) => "from.source.notNamespaces",
+                    (super::AuthzField::Principal, false, _) => "from.source.principals",
+                    (super::AuthzField::Principal, true, _) => "from.source.notPrincipals",
+                    _ => continue,
+                };
+                for v in &m.values {
+                    let ns = match m.field {
+                        super::AuthzField::Namespace => Some(v.as_str()),
+                        _ => v
+                            .split_once("/ns/")
+                            .and_then(|(_, rest)| rest.split_once("/sa/"))
+                            .map(|(ns, _)| ns)
+                            .filter(|ns| !ns.contains('*') && !ns.is_empty()),
+                    };
+                    if let Some(ns) = ns {
+                        out.push((format!("spec.rules[{i}].{field}"), ns.to_string()));
+                    }
+                }
+            }
+        }
+        out.sort();
+        out.dedup();
+        out
+    }
+
     /// What is wrong with the keys of a RequestAuthentication's `jwksUri` rules: none
     /// fetched yet or every fetch failed (its tokens are refused), or the latest refresh
     /// failed (the keys fetched before stay in use). One error per rule, naming its field.

@@ -121,6 +121,35 @@ pub struct HttpMatch {
     pub source_labels: Option<Labels>,
 }
 
+/// The claim path of a `headers`/`withoutHeaders` condition on a JWT claim, as Istio reads
+/// its name: `@request.auth.claims.a.b` or `@request.auth.claims[a][b]` (the prefix in any
+/// case). `None`: not a claim condition (a request header), or a malformed one
+/// ([`is_claim_condition`] tells them apart).
+pub fn jwt_claim_path(name: &str) -> Option<Vec<String>> {
+    const PREFIX: &str = "@request.auth.claims";
+    if !is_claim_condition(name) {
+        return None;
+    }
+    let rest = &name[PREFIX.len()..];
+    let claims: Vec<String> = if let Some(dotted) = rest.strip_prefix('.') {
+        dotted.split('.').map(str::to_string).collect()
+    } else if rest.len() > 2 && rest.starts_with('[') && rest.ends_with(']') {
+        rest[1..rest.len() - 1]
+            .split("][")
+            .map(str::to_string)
+            .collect()
+    } else {
+        return None;
+    };
+    (!claims.iter().any(String::is_empty)).then_some(claims)
+}
+
+/// Whether a condition's name is on a JWT claim (starts `@request.auth.claims`, any case).
+pub fn is_claim_condition(name: &str) -> bool {
+    name.get(..20)
+        .is_some_and(|p| p.eq_ignore_ascii_case("@request.auth.claims"))
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum StringMatch {
     Exact(String),

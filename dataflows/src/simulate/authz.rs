@@ -114,12 +114,15 @@ pub(super) fn network(chain: &FilterChain, call: &Call, out: &mut Outcome) -> Re
 }
 
 /// Runs the connection manager's `jwt_authn` and RBAC filters on the request `req`.
+/// `Ok` holds the verified payload when the route is chosen after verification (a provider
+/// clears the route cache, as on gateways): what route matches on claims see.
 pub(super) fn http(
     hcm: &HttpConnectionManager,
     req: &Request,
     out: &mut Outcome,
-) -> Result<(), NoMatch> {
+) -> Result<Option<Value>, NoMatch> {
     let mut payload: Option<Value> = None;
+    let mut clears_route = false;
     let mut custom = None;
     for f in &hcm.http_filters {
         let Some(http_filter::ConfigType::TypedConfig(any)) = &f.config_type else {
@@ -146,6 +149,7 @@ pub(super) fn http(
         } else if any.type_url.ends_with("jwt_authn.v3.JwtAuthentication") {
             let cfg = JwtAuthentication::decode(&any.value[..])
                 .map_err(|e| NoMatch::Unsupported(format!("jwt_authn did not decode: {e}")))?;
+            clears_route = cfg.providers.values().any(|p| p.clear_route_cache);
             payload = jwt(&cfg, req.call, out)?;
         } else if any
             .type_url
@@ -174,7 +178,7 @@ pub(super) fn http(
             )?;
         }
     }
-    Ok(())
+    Ok(payload.filter(|_| clears_route))
 }
 
 /// The shadow rules of a CUSTOM policy's RBAC filter: the first that matches is named in
@@ -387,8 +391,18 @@ fn uri_template(template: &str, path: &str) -> bool {
 /// A metadata matcher over the request's dynamic metadata: only `jwt_authn`'s (the verified
 /// payload); other filters' metadata is absent here.
 fn metadata(m: &MetadataMatcher, seen: &Seen, w: &mut Vec<String>) -> bool {
+    payload_matches(m, seen.payload, w)
+}
+
+/// A metadata matcher over `jwt_authn`'s verified payload (`None`: no token verified, or
+/// none visible where the matcher runs).
+pub(super) fn payload_matches(
+    m: &MetadataMatcher,
+    payload: Option<&Value>,
+    w: &mut Vec<String>,
+) -> bool {
     let found = (m.filter == JWT_FILTER)
-        .then_some(seen.payload)
+        .then_some(payload)
         .flatten()
         .and_then(|payload| {
             let keys: Vec<&str> = m

@@ -114,7 +114,7 @@ impl ProxyConfig {
             headers,
         };
         // The filters that refuse run before the router looks for a route.
-        super::authz::http(hcm, &req, out)?;
+        let payload = super::authz::http(hcm, &req, out)?;
         let vh = select_virtual_host(rc, &authority).ok_or_else(|| NoMatch::NoVirtualHost {
             authority: authority.clone(),
         })?;
@@ -126,7 +126,7 @@ impl ProxyConfig {
             .find(|(_, r)| {
                 r.r#match
                     .as_ref()
-                    .is_some_and(|m| route_matches(m, &req, &mut out.warnings))
+                    .is_some_and(|m| route_matches(m, &req, payload.as_ref(), &mut out.warnings))
             })
             .ok_or(NoMatch::NoRoute)?;
         out.route = Some(MatchedRoute {
@@ -316,7 +316,14 @@ pub fn select_virtual_host<'a>(
         .or_else(|| domains().find(|(d, _)| d == "*").map(|(_, vh)| vh))
 }
 
-fn route_matches(m: &RouteMatch, req: &Request, warnings: &mut Vec<String>) -> bool {
+/// Whether route match `m` takes `req`; `payload`: the verified token's, when the route is
+/// chosen after verification (what claim conditions match).
+fn route_matches(
+    m: &RouteMatch,
+    req: &Request,
+    payload: Option<&serde_json::Value>,
+    warnings: &mut Vec<String>,
+) -> bool {
     let case_sensitive = m.case_sensitive.is_none_or(|b| b.value);
     let eq = |a: &str, b: &str| {
         if case_sensitive {
@@ -370,9 +377,15 @@ fn route_matches(m: &RouteMatch, req: &Request, warnings: &mut Vec<String>) -> b
     }) {
         return false;
     }
+    if !m
+        .dynamic_metadata
+        .iter()
+        .all(|d| super::authz::payload_matches(d, payload, warnings))
+    {
+        return false;
+    }
     let unmodelled = [
         (!m.cookies.is_empty(), "cookie"),
-        (!m.dynamic_metadata.is_empty(), "dynamic metadata"),
         (!m.filter_state.is_empty(), "filter state"),
     ];
     for (present, what) in unmodelled {

@@ -4,6 +4,7 @@
 //!
 //! May import: `crate::model` and Envoy's protos (`envoy-types`); nothing of the dataflow.
 
+pub mod claims;
 pub mod cluster;
 pub mod endpoint;
 pub mod gateway_tls;

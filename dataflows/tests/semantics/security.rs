@@ -714,3 +714,86 @@ fn a_custom_policy_asks_its_provider_and_fails_closed_without_it() {
     assert!(gateway_errors(&m, ErrorCode::ExtAuthzProviderUnusable).is_empty());
     assert_eq!(inbound(&m, &reviews), before_reviews);
 }
+
+/// A namespace an AuthorizationPolicy's rules name (`namespaces`, a principal's `ns/NS`)
+/// where nothing lives is a warning naming the field (MF0022, Istio's IST0101 for
+/// namespaces), patterns matched as Istio matches them; it retracts once a workload lives
+/// there. A namespace-wide AuthorizationPolicy in a namespace with no workload is MF0020.
+#[test]
+fn a_policy_naming_an_empty_namespace_is_a_warning() {
+    let (mut m, _, _) = two_workloads();
+    let m_of = |field, values: &[&str]| AuthzMatch {
+        field,
+        values: values.iter().map(|v| v.to_string()).collect(),
+        not: false,
+    };
+    let allow = policy(
+        Kind::AuthorizationPolicy,
+        "default",
+        "refs",
+        "",
+        Some(&[("app", "ratings")]),
+        PolicyEffect::Authz(AuthzPolicy {
+            action: AuthzAction::Allow,
+            rules: vec![AuthzRule {
+                from: vec![
+                    vec![m_of(
+                        AuthzField::Namespace,
+                        &["default", "nowhere", "def*", "*-x"],
+                    )],
+                    vec![m_of(
+                        AuthzField::Principal,
+                        &[
+                            "cluster.local/ns/ghost/sa/a",
+                            "cluster.local/ns/default/sa/b",
+                            "*",
+                        ],
+                    )],
+                ],
+                to: vec![],
+                when: vec![],
+            }],
+            dry_run: false,
+        }),
+    );
+    m.insert(vec![allow]);
+    let warned = gateway_errors(&m, ErrorCode::NamespaceNotFound);
+    assert_eq!(warned.len(), 3, "{warned:?}");
+    let says = |ns: &str, field: &str| {
+        warned
+            .iter()
+            .any(|w| w.contains(&format!("{field}: namespace \"{ns}\"")))
+    };
+    assert!(says("*-x", "from.source.namespaces"), "{warned:?}");
+    assert!(says("nowhere", "from.source.namespaces"), "{warned:?}");
+    assert!(says("ghost", "from.source.principals"), "{warned:?}");
+    m.insert(vec![workload("g-1", "ghost", "10.1.0.9", &[("app", "g")])]);
+    assert_eq!(gateway_errors(&m, ErrorCode::NamespaceNotFound).len(), 2);
+
+    let empty = policy(
+        Kind::AuthorizationPolicy,
+        "empty",
+        "all",
+        "",
+        None,
+        PolicyEffect::Authz(AuthzPolicy {
+            action: AuthzAction::Allow,
+            rules: vec![],
+            dry_run: false,
+        }),
+    );
+    m.insert(vec![empty]);
+    let nothing = gateway_errors(&m, ErrorCode::SecurityPolicySelectsNothing);
+    assert!(
+        nothing
+            .iter()
+            .any(|e| e.contains("empty/all") && e.contains("no workload")),
+        "{nothing:?}"
+    );
+    m.insert(vec![workload("e-1", "empty", "10.1.0.10", &[("app", "e")])]);
+    let nothing = gateway_errors(&m, ErrorCode::SecurityPolicySelectsNothing);
+    assert!(
+        !nothing.iter().any(|e| e.contains("empty/all")),
+        "{nothing:?}"
+    );
+}

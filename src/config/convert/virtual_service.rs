@@ -91,17 +91,6 @@ fn http_route(
     mesh: &MeshConfig,
     findings: &mut Vec<Finding>,
 ) -> Result<Option<m::HttpRoute>> {
-    if let Some(path) = claim_condition(r, f) {
-        findings.push(Finding::error(
-            path,
-            format!(
-                "a match on a JWT claim (`@request.auth.claims`) is not translated by \
-                 meshflow yet; the route {f} is not generated, so it never matches more \
-                 traffic than written"
-            ),
-        ));
-        return Ok(None);
-    }
     if let Some(path) = query_prefix_condition(r, f) {
         findings.push(Finding::error(
             path,
@@ -292,21 +281,6 @@ struct NotGenerated {
     tls: Vec<usize>,
 }
 
-/// The first `headers` or `withoutHeaders` condition of route `f` on a JWT claim
-/// (`@request.auth.claims.…`): Istio matches those against the claims its JWT filter
-/// verified, not a request header. As a header, a `withoutHeaders` on a claim would match
-/// every request.
-fn claim_condition(r: &istio::HttpRoute, f: &str) -> Option<String> {
-    r.matches.iter().enumerate().find_map(|(mi, mr)| {
-        let on_claim = |h: &&String| h.starts_with("@request.auth.claims");
-        let header = mr.headers.keys().find(on_claim).map(|h| ("headers", h));
-        let without = mr.without_headers.keys().find(on_claim);
-        header
-            .or(without.map(|h| ("withoutHeaders", h)))
-            .map(|(field, h)| format!("{f}.match[{mi}].{field}.{h}"))
-    })
-}
-
 /// The first `queryParams` condition of route `f` matching by `prefix`, which Istio's API
 /// says is not supported for query parameters: the route is left out rather than matching
 /// more than written.
@@ -334,11 +308,13 @@ fn http_match(
         .transpose()?;
     let mut headers = std::collections::BTreeMap::new();
     for (h, sm) in &mr.headers {
+        let field = format!("{f}.headers.{h}");
+        if m::is_claim_condition(h) {
+            headers.insert(claim_name(h, &field)?, value_match(sm, &field, mesh)?);
+            continue;
+        }
         match_header_name(h, &format!("{f}.headers"), true, findings)?;
-        headers.insert(
-            h.to_ascii_lowercase(),
-            value_match(sm, &format!("{f}.headers.{h}"), mesh)?,
-        );
+        headers.insert(h.to_ascii_lowercase(), value_match(sm, &field, mesh)?);
     }
     // Istio matches these as the pseudo-headers Envoy sees.
     for (field, header, sm) in [
@@ -355,11 +331,13 @@ fn http_match(
     }
     let mut without_headers = std::collections::BTreeMap::new();
     for (h, sm) in &mr.without_headers {
+        let field = format!("{f}.withoutHeaders.{h}");
+        if m::is_claim_condition(h) {
+            without_headers.insert(claim_name(h, &field)?, value_match(sm, &field, mesh)?);
+            continue;
+        }
         match_header_name(h, &format!("{f}.withoutHeaders"), false, findings)?;
-        without_headers.insert(
-            h.to_ascii_lowercase(),
-            value_match(sm, &format!("{f}.withoutHeaders.{h}"), mesh)?,
-        );
+        without_headers.insert(h.to_ascii_lowercase(), value_match(sm, &field, mesh)?);
     }
     let mut query_params = std::collections::BTreeMap::new();
     for (q, sm) in &mr.query_params {
@@ -384,6 +362,22 @@ fn http_match(
     })
 }
 
+/// A condition on a verified token's claim (`@request.auth.claims.a.b` or
+/// `@request.auth.claims[a][b]`), kept as written: claim names are case-sensitive. It
+/// matches what the proxy's `jwt_authn` verified (a RequestAuthentication selecting a
+/// gateway); with no verified token, or on a sidecar (whose route is chosen before the token
+/// is verified, as in Istio), it never matches.
+fn claim_name(h: &str, field: &str) -> Result<String> {
+    match m::jwt_claim_path(h) {
+        Some(_) => Ok(h.to_string()),
+        None => Err(Invalid::field(
+            field,
+            "a JWT claim condition is written @request.auth.claims.NAME[.NESTED] or \
+             @request.auth.claims[NAME][NESTED]",
+        )),
+    }
+}
+
 /// A header's or query parameter's match, where Istio's empty match means "present".
 fn value_match(sm: &istio::StringMatch, field: &str, mesh: &MeshConfig) -> Result<m::StringMatch> {
     match (&sm.exact, &sm.prefix, &sm.regex) {
@@ -402,7 +396,7 @@ fn value_match(sm: &istio::StringMatch, field: &str, mesh: &MeshConfig) -> Resul
 /// whole route configuration of the port (an empty name, or one with NUL, CR or LF).
 /// Istio accepts any other name, and so does meshflow; a name that is neither a token nor a
 /// pseudo-header (`:authority`) is never in a request, which a warning says. JWT claim
-/// conditions (`@request.auth.claims.…`) never reach here (see [`claim_condition`]).
+/// conditions (`@request.auth.claims.…`) never reach here (see [`claim_name`]).
 fn match_header_name(
     name: &str,
     field: &str,

@@ -18,10 +18,7 @@ use envoy_types::pb::envoy::extensions::filters::network::http_connection_manage
 };
 use prost::Message;
 
-pub const JWT_AUTHN: &str = "envoy.filters.http.jwt_authn";
-
-/// The key of the verified payload in the filter's dynamic metadata (Istio's).
-pub const PAYLOAD_KEY: &str = "payload";
+pub use crate::translate::claims::{JWT_AUTHN, PAYLOAD_KEY};
 
 /// What a rule verifies with while meshflow holds none of its keys, so that a token of it
 /// is refused (Envoy answers 401) and none is accepted unverified: one P-256 public key
@@ -199,7 +196,14 @@ pub fn jwt_filter(rules: &[JwtRule]) -> Option<HttpFilter> {
     for (name, rule) in sorted {
         let mut entry = Vec::new();
         prost::encoding::string::encode(1, name, &mut entry);
-        prost::encoding::message::encode(2, &provider(rule), &mut entry);
+        // A verified token clears the route cache, on sidecars too (Istio: gateways only),
+        // so routes on its claims (`@request.auth.claims` conditions) see it everywhere, and
+        // a `withoutHeaders` claim route never matches a token not verified yet.
+        let provider = JwtProvider {
+            clear_route_cache: true,
+            ..provider(rule)
+        };
+        prost::encoding::message::encode(2, &provider, &mut entry);
         // `providers` is field 1 of JwtAuthentication.
         encode_key(1, WireType::LengthDelimited, &mut value);
         encode_varint(entry.len() as u64, &mut value);

@@ -19,7 +19,7 @@ use envoy_types::pb::envoy::extensions::filters::network::http_connection_manage
 use envoy_types::pb::envoy::extensions::filters::network::rbac::v3::Rbac as NetworkRbac;
 use envoy_types::pb::envoy::r#type::matcher::v3::{
     list_matcher, metadata_matcher, string_matcher, value_matcher, ListMatcher, MetadataMatcher,
-    OrMatcher, RegexMatcher, StringMatcher, ValueMatcher,
+    RegexMatcher, StringMatcher, ValueMatcher,
 };
 use envoy_types::pb::google::protobuf::Any;
 use envoy_types::util::pack_any;
@@ -177,35 +177,7 @@ fn source_value(field: &AuthzField, v: &str, ns: &str) -> principal::Identifier 
     }
 }
 
-/// A claim of the request's verified token (`path`: nested claims) matching `m`, whether
-/// it is a string or a list (one of whose strings matches), as `jwt_authn` left it in its
-/// dynamic metadata.
-fn claim(path: &[String], m: StringMatcher) -> MetadataMatcher {
-    use value_matcher::MatchPattern as V;
-    let string = ValueMatcher {
-        match_pattern: Some(V::StringMatch(m)),
-    };
-    let list = ValueMatcher {
-        match_pattern: Some(V::ListMatch(Box::new(ListMatcher {
-            match_pattern: Some(list_matcher::MatchPattern::OneOf(Box::new(string.clone()))),
-        }))),
-    };
-    MetadataMatcher {
-        filter: super::jwt::JWT_AUTHN.into(),
-        path: std::iter::once(super::jwt::PAYLOAD_KEY.to_string())
-            .chain(path.iter().cloned())
-            .map(|k| metadata_matcher::PathSegment {
-                segment: Some(metadata_matcher::path_segment::Segment::Key(k)),
-            })
-            .collect(),
-        value: Some(ValueMatcher {
-            match_pattern: Some(V::OrMatch(OrMatcher {
-                value_matchers: vec![list, string],
-            })),
-        }),
-        ..Default::default()
-    }
-}
+use crate::translate::claims::claim;
 
 /// A `requestPrincipals` value, `ISS/SUB` split at the last `/` (an issuer is often a URL),
 /// as the token's `iss` and `sub`, with Istio's wildcards: `*` any token, `*SUFFIX` and

@@ -1,7 +1,8 @@
 //! Envoy's route matches of a VirtualService's `match` conditions: the URI, headers
-//! (`headers`, `withoutHeaders`), query parameters, and `ignoreUriCase`.
+//! (`headers`, `withoutHeaders`; those on a verified token's claims as dynamic metadata
+//! matches), query parameters, and `ignoreUriCase`.
 
-use crate::model::{HttpMatch, StringMatch};
+use crate::model::{jwt_claim_path, HttpMatch, StringMatch};
 use envoy_types::pb::envoy::config::route::v3::{
     header_matcher::HeaderMatchSpecifier, query_parameter_matcher::QueryParameterMatchSpecifier,
     route_match::PathSpecifier, HeaderMatcher, QueryParameterMatcher, RouteMatch,
@@ -62,16 +63,32 @@ pub(super) fn route_match(m: Option<&HttpMatch>) -> RouteMatch {
             ..Default::default()
         };
     };
-    let headers = m
+    // Conditions on a verified token's claims match `jwt_authn`'s dynamic metadata, as
+    // Istio translates them (the conversion admits only well-formed claim names).
+    let conditions = m
         .headers
         .iter()
-        .map(|(name, sm)| header_matcher(name, sm, false))
-        .chain(
-            m.without_headers
-                .iter()
-                .map(|(name, sm)| header_matcher(name, sm, true)),
-        )
-        .collect();
+        .map(|(n, sm)| (n, sm, false))
+        .chain(m.without_headers.iter().map(|(n, sm)| (n, sm, true)));
+    let mut headers = Vec::new();
+    let mut dynamic_metadata = Vec::new();
+    for (name, sm, invert) in conditions {
+        match jwt_claim_path(name) {
+            Some(path) => {
+                let value = string_matcher(sm, false).unwrap_or_else(|| StringMatcher {
+                    match_pattern: Some(MatchPattern::SafeRegex(RegexMatcher {
+                        regex: ".+".into(),
+                        ..Default::default()
+                    })),
+                    ignore_case: false,
+                });
+                let mut matcher = crate::translate::claims::claim(&path, value);
+                matcher.invert = invert;
+                dynamic_metadata.push(matcher);
+            }
+            None => headers.push(header_matcher(name, sm, invert)),
+        }
+    }
     let query_parameters = m
         .query_params
         .iter()
@@ -89,6 +106,7 @@ pub(super) fn route_match(m: Option<&HttpMatch>) -> RouteMatch {
         case_sensitive: m.ignore_uri_case.then_some(BoolValue { value: false }),
         headers,
         query_parameters,
+        dynamic_metadata,
         ..Default::default()
     }
 }

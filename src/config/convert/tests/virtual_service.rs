@@ -99,20 +99,21 @@ fn tcp_and_mesh_tls_routes_are_translated_without_findings() {
     assert_eq!(route.route[0].host, "mongo.ns.svc.cluster.local");
 }
 
-/// A `headers` or `withoutHeaders` condition on a JWT claim (`@request.auth.claims.…`) is
-/// matched by Istio against verified claims, which meshflow does not read: the route is left
-/// out with an error naming the condition. (Taken as a header, `withoutHeaders` on a claim
-/// would match every request, since no request carries that header.)
+/// `headers` and `withoutHeaders` conditions on a JWT claim (`@request.auth.claims.…`, both
+/// of Istio's spellings) are kept as written (claim names are case-sensitive), with no
+/// finding; a malformed claim name is refused naming the condition.
 #[test]
-fn a_match_on_a_jwt_claim_keeps_its_route_out() {
-    for (field, cond) in [
+fn a_match_on_a_jwt_claim_is_kept_as_written() {
+    for (field, cond, name) in [
         (
             "headers",
-            "headers: {'@request.auth.claims.group': {exact: admin}}",
+            "headers: {'@request.auth.claims.Group': {exact: admin}}",
+            "@request.auth.claims.Group",
         ),
         (
             "withoutHeaders",
-            "withoutHeaders: {'@request.auth.claims.group': {exact: admin}}",
+            "withoutHeaders: {'@request.auth.claims[realm][role]': {prefix: adm}}",
+            "@request.auth.claims[realm][role]",
         ),
     ] {
         let doc = format!(
@@ -120,19 +121,28 @@ fn a_match_on_a_jwt_claim_keeps_its_route_out() {
         );
         let p = parse(&doc);
         let v = vs(&p);
-        assert_eq!(
-            v.http.len(),
-            1,
-            "{cond}: only the second route is generated"
+        assert_eq!(v.http.len(), 2, "{cond}: both routes");
+        let m = &v.http[0].matches[0];
+        let conditions = if field == "headers" {
+            &m.headers
+        } else {
+            &m.without_headers
+        };
+        assert!(conditions.contains_key(name), "{cond}: {m:?}");
+        assert!(p.findings.is_empty(), "{cond}: {:?}", p.findings);
+    }
+    for bad in [
+        "@request.auth.claims",
+        "@request.auth.claims[]",
+        "@request.auth.claims.a..b",
+    ] {
+        let doc = format!(
+            "{VS}  http:\n  - match:\n    - {{headers: {{'{bad}': {{exact: x}}}}}}\n    route:\n    - destination: {{host: reviews}}\n"
         );
-        assert_eq!(v.http[0].route[0].subset.as_deref(), Some("v1"), "{cond}");
-        assert_eq!(
-            fields(&p, Level::Error),
-            vec![format!(
-                "spec.http[0].match[0].{field}.@request.auth.claims.group"
-            )],
-            "{cond}"
-        );
+        let e = parse_document(&doc, &MeshConfig::default())
+            .expect_err("refused")
+            .to_string();
+        assert!(e.contains("@request.auth.claims"), "{bad}: {e}");
     }
 }
 
@@ -339,14 +349,11 @@ fn match_header_names_are_checked_as_istio_and_envoy_check_them() {
     let m = &vs(&p).http[0].matches[0];
     assert!(m.headers.contains_key(":authority") && m.headers.contains_key("x-upper_1"));
     assert!(m.without_headers.contains_key("x(y)"));
-    // A JWT claim is not a header name: its route is left out, as before, with no refusal.
+    // A JWT claim is not a header name: no finding about its name.
     let p = parse(&format!(
         "{VS}  http:\n  - match: [{{headers: {{\"@request.auth.claims.group\": {{exact: a}}}}}}]\n{route}"
     ));
-    assert_eq!(
-        fields(&p, Level::Error),
-        vec!["spec.http[0].match[0].headers.@request.auth.claims.group"]
-    );
+    assert!(p.findings.is_empty(), "{:?}", p.findings);
 }
 
 #[test]
