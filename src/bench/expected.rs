@@ -136,6 +136,8 @@ fn namespace_mode_exact(records: &BTreeSet<Record>, proxies: &[Proxy]) -> bool {
         .collect();
     records.iter().all(|r| match r {
         Record::Sidecar(s) => s.selector.is_none(),
+        // A security policy with a selector may apply to some proxies of a namespace only.
+        Record::Security(p) => p.selector.is_none(),
         Record::Endpoint(_, e) => !proxy_ips.contains(e.ip.as_str()),
         _ => true,
     })
@@ -398,4 +400,43 @@ pub fn same_records(dir: &Path, mesh: MeshConfig, inputs: &Inputs) -> bool {
         .map(|(r, _)| r)
         .collect();
     served_set == inputs.set() && scan.errors.is_empty()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dataflows::synth::{self, Shape};
+
+    /// Namespace verification shares one proxy's config with its namespace: exact only where
+    /// no config tells proxies of a namespace apart — a selector Sidecar, an endpoint on a
+    /// proxy's address, or a security policy with a selector falls back to full.
+    #[test]
+    fn a_selector_security_policy_makes_namespace_mode_inexact() {
+        let mesh = MeshConfig::default();
+        let mut shape = Shape::small();
+        let records = |shape: &Shape| -> (BTreeSet<Record>, Vec<Proxy>) {
+            let mut records = BTreeSet::new();
+            let mut proxies = Vec::new();
+            for r in synth::records(shape, &mesh) {
+                match r {
+                    Record::Proxy(p) => proxies.push(p),
+                    r => {
+                        records.insert(r);
+                    }
+                }
+            }
+            (records, proxies)
+        };
+        let (plain, proxies) = records(&shape);
+        assert_eq!(
+            resolve_mode(VerifyMode::Namespace, &plain, &proxies),
+            (VerifyMode::Namespace, false)
+        );
+        shape.authz_policies = 3;
+        let (policies, proxies) = records(&shape);
+        assert_eq!(
+            resolve_mode(VerifyMode::Namespace, &policies, &proxies),
+            (VerifyMode::Full, true)
+        );
+    }
 }
