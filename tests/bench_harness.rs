@@ -173,6 +173,8 @@ fn check(v: &Value, protocol: &str) {
             "new-service",
             "sidecar",
             "mesh-wide",
+            "authz-policy",
+            "peer-auth",
             "unrelated",
             "rollout",
             "churn"
@@ -196,6 +198,16 @@ fn check(v: &Value, protocol: &str) {
         assert!(s["latency_ms"]["p99"].as_f64().is_some(), "{s:#}");
     }
     let by_name = |n: &str| scenarios.iter().find(|s| s["scenario"] == n).unwrap();
+    // A security policy edit reaches exactly the proxies it changes, one message each: the
+    // policy's one proxy; the STRICT namespace's proxies.
+    let authz = by_name("authz-policy");
+    assert_eq!(authz["affected_proxies"], 1, "{authz:#}");
+    assert_eq!(authz["received"]["messages"]["total"], 1, "{authz:#}");
+    let peer = by_name("peer-auth");
+    assert_eq!(
+        peer["received"]["messages"]["total"], peer["affected_proxies"],
+        "{peer:#}"
+    );
     // Every sidecar is affected by the change to svc-0 (in the shared namespace ns-0); the
     // gateways route by their own VirtualServices only.
     assert_eq!(by_name("mesh-wide")["affected_proxies"], 12);

@@ -90,7 +90,7 @@ impl<'s, H: differential_dataflow::ExchangeData> Built<'s, H> {
 pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     let mesh = mesh::in_effect(i.mesh, config);
     let unknown_namespaces =
-        security::unknown_namespaces(&i.security, &i.workloads, &i.services, &i.proxies);
+        security::unknown_namespaces(&i.security, &i.workloads, &i.services, &i.proxies, &mesh);
     let services = services::one_per_host(mesh::complete(
         i.services,
         &mesh,

@@ -178,6 +178,7 @@ pub(super) fn unknown_namespaces<'s>(
     workloads: &Coll<'s, (String, Workload)>,
     services: &Coll<'s, (Hostname, Service)>,
     proxies: &Coll<'s, (ProxyId, Proxy)>,
+    mesh: &Mesh<'s>,
 ) -> Coll<'s, ConfigError> {
     let referenced = policies.clone().flat_map(|(key, p)| {
         p.namespace_refs()
@@ -191,8 +192,9 @@ pub(super) fn unknown_namespaces<'s>(
         .concat(proxies.clone().map(|(_, p)| p.namespace))
         .distinct()
         .map(|ns| ((), Some(ns)));
-    // One placeholder per reference, so the set exists when nothing lives anywhere.
-    let set = referenced.clone().map(|_| ((), None)).concat(known).reduce(
+    // The mesh settings' one record stands in, so the set exists when nothing lives
+    // anywhere, and a policy edit leaves the set's group alone.
+    let set = mesh.clone().map(|_| ((), None)).concat(known).reduce(
         |_, vals: &[(&Option<String>, isize)], out| {
             let set: std::collections::BTreeSet<String> =
                 vals.iter().filter_map(|(v, _)| (*v).clone()).collect();
