@@ -185,17 +185,8 @@ pub(super) fn http(
 /// the dynamic metadata (`custom`), which enables the ext_authz filter after it.
 fn asks(shadow: &Option<Rbac>, seen: &Seen, custom: &mut Option<String>, out: &mut Outcome) {
     let Some(s) = shadow else { return };
-    let sorted: BTreeMap<&String, _> = s.policies.iter().collect();
-    let hit = sorted.into_iter().find(|(_, p)| {
-        p.permissions
-            .iter()
-            .any(|x| permits(x, seen, &mut out.warnings))
-            && p.principals
-                .iter()
-                .any(|x| is_principal(x, seen, &mut out.warnings))
-    });
-    match hit {
-        Some((name, _)) => {
+    match first_match(s, seen, &mut out.warnings) {
+        Some(name) => {
             out.authz.push(format!(
                 "CUSTOM: {name} matches: the external service is asked"
             ));
@@ -280,20 +271,27 @@ fn run(
 
 /// Whether `r` lets the call through, and why (the policy that decided).
 fn verdict(r: &Rbac, seen: &Seen, w: &mut Vec<String>) -> (bool, String) {
-    // Envoy stops at the first policy that matches; names in order, as the map is written.
-    let sorted: BTreeMap<&String, _> = r.policies.iter().collect();
-    let hit = sorted.into_iter().find(|(_, p)| {
-        p.permissions.iter().any(|x| permits(x, seen, w))
-            && p.principals.iter().any(|x| is_principal(x, seen, w))
-    });
-    match (Action::try_from(r.action), hit) {
-        (Ok(Action::Allow), Some((name, _))) => (true, format!("ALLOW by {name}")),
+    match (Action::try_from(r.action), first_match(r, seen, w)) {
+        (Ok(Action::Allow), Some(name)) => (true, format!("ALLOW by {name}")),
         (Ok(Action::Allow), None) => (false, "ALLOW: no policy matches (denied)".into()),
-        (Ok(Action::Deny), Some((name, _))) => (false, format!("DENY by {name}")),
+        (Ok(Action::Deny), Some(name)) => (false, format!("DENY by {name}")),
         (Ok(Action::Deny), None) => (true, "DENY: no policy matches".into()),
-        (_, Some((name, _))) => (true, format!("LOG by {name}")),
+        (_, Some(name)) => (true, format!("LOG by {name}")),
         (_, None) => (true, "LOG: no policy matches".into()),
     }
+}
+
+/// The policy of `r` that matches first: Envoy stops there, taking names in order, as the
+/// map is written.
+fn first_match<'a>(r: &'a Rbac, seen: &Seen, w: &mut Vec<String>) -> Option<&'a String> {
+    let sorted: BTreeMap<&String, _> = r.policies.iter().collect();
+    sorted
+        .into_iter()
+        .find(|(_, p)| {
+            p.permissions.iter().any(|x| permits(x, seen, w))
+                && p.principals.iter().any(|x| is_principal(x, seen, w))
+        })
+        .map(|(name, _)| name)
 }
 
 fn in_cidr(ip: Option<&str>, c: &CidrRange) -> bool {

@@ -42,3 +42,20 @@ pub fn claim(path: &[String], m: StringMatcher) -> MetadataMatcher {
         ..Default::default()
     }
 }
+
+/// A string claim of the verified token matching `m` (`iss`, `sub`).
+pub fn claim_string(key: &str, m: StringMatcher) -> MetadataMatcher {
+    MetadataMatcher {
+        filter: JWT_AUTHN.into(),
+        path: [PAYLOAD_KEY, key]
+            .into_iter()
+            .map(|k| metadata_matcher::PathSegment {
+                segment: Some(metadata_matcher::path_segment::Segment::Key(k.into())),
+            })
+            .collect(),
+        value: Some(ValueMatcher {
+            match_pattern: Some(value_matcher::MatchPattern::StringMatch(m)),
+        }),
+        ..Default::default()
+    }
+}

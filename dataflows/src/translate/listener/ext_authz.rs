@@ -11,7 +11,9 @@
 //! meshflow denies the ones the rules match (`-deny-due-to-http-provider-on-tcp`): a
 //! restriction it cannot honour fails closed.
 
-use super::rbac::{policy_of, rbac_config, ActionRules, HTTP_RBAC, NETWORK_RBAC};
+use super::rbac::{
+    http_rbac_filter, network_rbac_filter, policy_of, ActionRules, HTTP_RBAC, NETWORK_RBAC,
+};
 use crate::model::{provider_prefix, AuthzAction, ExtAuthzApi, NamedCustom, ResolvedExtAuthz};
 use envoy_types::pb::envoy::config::core::v3::{
     grpc_service, http_uri, ApiVersion, GrpcService, HeaderValue, HttpUri,
@@ -19,12 +21,10 @@ use envoy_types::pb::envoy::config::core::v3::{
 use envoy_types::pb::envoy::config::listener::v3::{filter, Filter};
 use envoy_types::pb::envoy::config::rbac::v3::Policy;
 use envoy_types::pb::envoy::extensions::filters::http::ext_authz::v3 as http_ext;
-use envoy_types::pb::envoy::extensions::filters::http::rbac::v3::Rbac as HttpRbac;
 use envoy_types::pb::envoy::extensions::filters::network::ext_authz::v3 as net_ext;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
     http_filter, HttpFilter,
 };
-use envoy_types::pb::envoy::extensions::filters::network::rbac::v3::Rbac as NetworkRbac;
 use envoy_types::pb::envoy::r#type::matcher::v3::{
     metadata_matcher::{path_segment, PathSegment},
     string_matcher, value_matcher, ListStringMatcher, MetadataMatcher, StringMatcher, ValueMatcher,
@@ -32,7 +32,6 @@ use envoy_types::pb::envoy::r#type::matcher::v3::{
 use envoy_types::pb::envoy::r#type::v3::HttpStatus;
 use envoy_types::pb::google::protobuf::Duration;
 use envoy_types::util::pack_any;
-use prost::Message;
 use std::collections::BTreeMap;
 
 pub const HTTP_EXT_AUTHZ: &str = "envoy.filters.http.ext_authz";
@@ -223,40 +222,13 @@ fn http_ext_authz(p: &ResolvedExtAuthz) -> http_ext::ExtAuthz {
     out
 }
 
+/// A RBAC filter of CUSTOM rules: action DENY, as Istio builds them.
 fn http_rbac(rules: &ActionRules, shadow_prefix: &str) -> HttpFilter {
-    let head = HttpRbac {
-        shadow_rules_stat_prefix: shadow_prefix.into(),
-        ..Default::default()
-    }
-    .encode_to_vec();
-    HttpFilter {
-        name: HTTP_RBAC.into(),
-        config_type: Some(http_filter::ConfigType::TypedConfig(rbac_config(
-            head,
-            AuthzAction::Deny,
-            rules,
-            "type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC",
-        ))),
-        ..Default::default()
-    }
+    http_rbac_filter(AuthzAction::Deny, rules, shadow_prefix.into())
 }
 
 fn network_rbac(rules: &ActionRules, shadow_prefix: &str) -> Filter {
-    let head = NetworkRbac {
-        stat_prefix: "tcp.".into(),
-        shadow_rules_stat_prefix: shadow_prefix.into(),
-        ..Default::default()
-    }
-    .encode_to_vec();
-    Filter {
-        name: NETWORK_RBAC.into(),
-        config_type: Some(filter::ConfigType::TypedConfig(rbac_config(
-            head,
-            AuthzAction::Deny,
-            rules,
-            "type.googleapis.com/envoy.extensions.filters.network.rbac.v3.RBAC",
-        ))),
-    }
+    network_rbac_filter(AuthzAction::Deny, rules, shadow_prefix.into())
 }
 
 /// The CUSTOM filters of a connection manager, first among its HTTP filters.

@@ -177,7 +177,7 @@ fn source_value(field: &AuthzField, v: &str, ns: &str) -> principal::Identifier 
     }
 }
 
-use crate::translate::claims::claim;
+use crate::translate::claims::{claim, claim_string};
 
 /// A `requestPrincipals` value, `ISS/SUB` split at the last `/` (an issuer is often a URL),
 /// as the token's `iss` and `sub`, with Istio's wildcards: `*` any token, `*SUFFIX` and
@@ -224,23 +224,6 @@ fn dynamic(m: MetadataMatcher) -> principal::Identifier {
         metadata_matcher: Some(m),
         metadata_source: MetadataSource::Dynamic as i32,
     })
-}
-
-/// A string claim of the verified token matching `m` (`iss`, `sub`).
-fn claim_string(key: &str, m: StringMatcher) -> MetadataMatcher {
-    MetadataMatcher {
-        filter: super::jwt::JWT_AUTHN.into(),
-        path: [super::jwt::PAYLOAD_KEY, key]
-            .into_iter()
-            .map(|k| metadata_matcher::PathSegment {
-                segment: Some(metadata_matcher::path_segment::Segment::Key(k.into())),
-            })
-            .collect(),
-        value: Some(ValueMatcher {
-            match_pattern: Some(value_matcher::MatchPattern::StringMatch(m)),
-        }),
-        ..Default::default()
-    }
 }
 
 /// One value of an operation-side field as Envoy's permission.
@@ -512,30 +495,62 @@ fn rbac_bytes(action: AuthzAction, policies: &BTreeMap<String, Policy>) -> Vec<u
     buf
 }
 
+/// One network RBAC filter of `action` with `rules` (Istio's `tcp.` stat prefix) and, when
+/// it has shadow rules, their stat prefix `shadow_prefix`.
+pub(super) fn network_rbac_filter(
+    action: AuthzAction,
+    rules: &ActionRules,
+    shadow_prefix: String,
+) -> Filter {
+    let head = NetworkRbac {
+        stat_prefix: "tcp.".into(),
+        shadow_rules_stat_prefix: shadow_prefix,
+        ..Default::default()
+    }
+    .encode_to_vec();
+    let any = rbac_config(
+        head,
+        action,
+        rules,
+        "type.googleapis.com/envoy.extensions.filters.network.rbac.v3.RBAC",
+    );
+    Filter {
+        name: NETWORK_RBAC.into(),
+        config_type: Some(filter::ConfigType::TypedConfig(any)),
+    }
+}
+
+/// One HTTP RBAC filter of `action` with `rules`, as [`network_rbac_filter`].
+pub(super) fn http_rbac_filter(
+    action: AuthzAction,
+    rules: &ActionRules,
+    shadow_prefix: String,
+) -> HttpFilter {
+    let head = HttpRbac {
+        shadow_rules_stat_prefix: shadow_prefix,
+        ..Default::default()
+    }
+    .encode_to_vec();
+    let any = rbac_config(
+        head,
+        action,
+        rules,
+        "type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC",
+    );
+    HttpFilter {
+        name: HTTP_RBAC.into(),
+        config_type: Some(http_filter::ConfigType::TypedConfig(any)),
+        ..Default::default()
+    }
+}
+
 /// The network RBAC filters of the AuthorizationPolicies on a chain that proxies bytes,
 /// AUDIT, DENY, ALLOW (Istio's `tcp.` stat prefix).
 /// `tds`: the mesh's trust domains ([`in_trust_domains`]).
 pub fn network_authz_filters(authz: &[NamedAuthz], tds: &[String]) -> Vec<Filter> {
     by_action(authz, tds, false)
         .into_iter()
-        .map(|(action, rules)| {
-            let head = NetworkRbac {
-                stat_prefix: "tcp.".into(),
-                shadow_rules_stat_prefix: shadow_prefix(action, &rules),
-                ..Default::default()
-            }
-            .encode_to_vec();
-            let any = rbac_config(
-                head,
-                action,
-                &rules,
-                "type.googleapis.com/envoy.extensions.filters.network.rbac.v3.RBAC",
-            );
-            Filter {
-                name: NETWORK_RBAC.into(),
-                config_type: Some(filter::ConfigType::TypedConfig(any)),
-            }
-        })
+        .map(|(action, rules)| network_rbac_filter(action, &rules, shadow_prefix(action, &rules)))
         .collect()
 }
 
@@ -545,24 +560,7 @@ pub fn network_authz_filters(authz: &[NamedAuthz], tds: &[String]) -> Vec<Filter
 pub fn http_authz_filters(authz: &[NamedAuthz], tds: &[String]) -> Vec<HttpFilter> {
     by_action(authz, tds, true)
         .into_iter()
-        .map(|(action, rules)| {
-            let head = HttpRbac {
-                shadow_rules_stat_prefix: shadow_prefix(action, &rules),
-                ..Default::default()
-            }
-            .encode_to_vec();
-            let any = rbac_config(
-                head,
-                action,
-                &rules,
-                "type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC",
-            );
-            HttpFilter {
-                name: HTTP_RBAC.into(),
-                config_type: Some(http_filter::ConfigType::TypedConfig(any)),
-                ..Default::default()
-            }
-        })
+        .map(|(action, rules)| http_rbac_filter(action, &rules, shadow_prefix(action, &rules)))
         .collect()
 }
 
