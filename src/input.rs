@@ -199,6 +199,7 @@ pub fn record_key(r: &Record) -> Option<&ConfigKey> {
         Record::Proxy(_) => None,
         Record::Selection(_, s) => Some(&s.origin),
         Record::Security(p) => Some(&p.key),
+        Record::MtlsHold(_) => None,
         Record::Mesh(m) => m.origin.as_ref(),
     }
 }

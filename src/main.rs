@@ -397,6 +397,12 @@ struct ServeArgs {
     /// in Istio; the default when only `--debounce-after-ms` is given).
     #[arg(long)]
     debounce_max_ms: Option<u64>,
+    /// How long (ms) one step of a PeerAuthentication change that flips what clients send a
+    /// workload (plaintext or mTLS) waits for the proxies' acknowledgments: the workload's
+    /// sidecar first accepts both, then its clients move, then it takes the new mode. Past
+    /// this, the mode takes effect at once. 0: flip at once, as Istio does.
+    #[arg(long, default_value_t = 10_000)]
+    mtls_transition_timeout_ms: u64,
     /// Concurrent xDS streams served; more are refused with RESOURCE_EXHAUSTED.
     #[arg(long, default_value_t = 50_000)]
     max_streams: usize,
@@ -676,6 +682,7 @@ fn serve_command(args: ServeArgs) -> ExitCode {
         debounce_ms,
         debounce_after_ms,
         debounce_max_ms,
+        mtls_transition_timeout_ms,
         max_streams,
         keepalive_interval_s,
         keepalive_timeout_s,
@@ -751,6 +758,7 @@ fn serve_command(args: ServeArgs) -> ExitCode {
                 max: Duration::from_millis(max.unwrap_or(10_000)),
             },
         },
+        mtls_transition_timeout: Duration::from_millis(mtls_transition_timeout_ms),
         mesh: mesh.mesh(),
         mesh_source,
         limits: meshflow::xds::server::Limits {

@@ -53,6 +53,9 @@ pub struct ServeOptions {
     pub workers: usize,
     pub engine: EngineKind,
     pub debounce: crate::runtime::Debounce,
+    /// How long one step of a held mTLS change waits for acknowledgments (zero: no holds;
+    /// [`crate::runtime::mtls_transition`]).
+    pub mtls_transition_timeout: Duration,
     pub mesh: MeshConfig,
     /// The mesh config's source: its files or its ConfigMap, watched (none: Istio's
     /// defaults and the flags).
@@ -213,12 +216,15 @@ pub async fn serve(opts: ServeOptions) -> Result<(), String> {
     let (runtime_end_tx, runtime_end) = tokio::sync::oneshot::channel::<Result<(), String>>();
     {
         let hub = hub.clone();
-        let (engine, workers, mesh, debounce) =
-            (opts.engine, opts.workers, opts.mesh.clone(), opts.debounce);
+        let (engine, workers, mesh) = (opts.engine, opts.workers, opts.mesh.clone());
+        let pacing = runtime::Pacing {
+            debounce: opts.debounce,
+            mtls_transition_timeout: opts.mtls_transition_timeout,
+        };
         std::thread::Builder::new()
             .name("meshflow-runtime".into())
             .spawn(move || {
-                let result = runtime::run(engine, workers, mesh, debounce, inputs_rx, hub);
+                let result = runtime::run(engine, workers, mesh, pacing, inputs_rx, hub);
                 let _ = runtime_end_tx.send(result);
             })
             .map_err(|e| format!("starting the runtime: {e}"))?;

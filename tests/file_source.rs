@@ -209,6 +209,7 @@ fn describe(r: &Record) -> String {
         Record::Secret(s) => format!("Secret {}", s.key),
         Record::Selection(h, s) => format!("Selection {h} ({})", s.origin),
         Record::Security(p) => format!("Security {}", p.key),
+        Record::MtlsHold(h) => format!("MtlsHold {} {}", h.ip, h.workload),
         Record::Mesh(m) => format!("Mesh {:?}", m.origin),
     }
 }

@@ -73,6 +73,7 @@ struct Sessions {
     mesh: InputSession<u64, MeshSettings, isize>,
     selections: InputSession<u64, (Hostname, WorkloadSelection), isize>,
     security: InputSession<u64, (ConfigKey, SecurityPolicy), isize>,
+    mtls_holds: InputSession<u64, MtlsHold, isize>,
 }
 
 impl Sessions {
@@ -91,6 +92,7 @@ impl Sessions {
                 .update(((s.key.namespace.clone(), s.key.name.clone()), s), diff),
             Record::Selection(h, sel) => self.selections.update((h, sel), diff),
             Record::Security(p) => self.security.update((p.key.clone(), p), diff),
+            Record::MtlsHold(h) => self.mtls_holds.update(h, diff),
             Record::Mesh(m) => self.mesh.update(m, diff),
         }
     }
@@ -111,7 +113,8 @@ impl Sessions {
             secrets,
             mesh,
             selections,
-            security
+            security,
+            mtls_holds
         );
     }
 }
@@ -155,6 +158,7 @@ impl Engine {
                         let (secrets, s11) = scope.new_collection();
                         let (selections, s10) = scope.new_collection();
                         let (security, s12) = scope.new_collection();
+                        let (mtls_holds, s13) = scope.new_collection();
                         // The built-in settings are always there, below any configured
                         // ones: the mesh has settings before (and without) a mesh config.
                         if index == 0 {
@@ -175,6 +179,7 @@ impl Engine {
                                 mesh: s9,
                                 selections: s10,
                                 security: s12,
+                                mtls_holds: s13,
                             },
                         );
                         capture(out, &cap, &probe);
@@ -191,6 +196,7 @@ impl Engine {
                             mesh: mesh_input,
                             selections,
                             security,
+                            mtls_holds,
                         }
                     });
                     if index == 0 {

@@ -100,6 +100,9 @@ pub type NameChange = (Name, Option<Name>, Option<Name>);
 pub struct Applied {
     /// Proxies whose resources (or scope) changed, sorted.
     pub touched: Vec<ProxyId>,
+    /// Per touched proxy, the types that changed (only when asked for; every type for a
+    /// proxy that changed scope).
+    pub touched_types: Vec<(ProxyId, ResourceType)>,
     /// Per proxy and type, the resources that changed (only when asked for).
     pub changes: Vec<(ProxyId, ResourceType, Vec<NameChange>)>,
 }
@@ -141,6 +144,12 @@ impl Materialized {
     /// Applies one epoch's `proxy_scopes`, `scope_resources` and `proxy_resources`.
     /// With `changes`, also reports each touched proxy's changed resources.
     pub fn apply(&mut self, out: &EpochOutput, changes: bool) -> Applied {
+        self.apply_typed(out, changes, false)
+    }
+
+    /// [`Materialized::apply`], with `types` also reporting which types of each touched
+    /// proxy changed ([`Applied::touched_types`]).
+    pub fn apply_typed(&mut self, out: &EpochOutput, changes: bool, types: bool) -> Applied {
         // Proxies that change scope (connect, disconnect, relabel): their before-image is
         // their whole resolved set, taken now.
         let mut switching: Vec<ProxyId> = out
@@ -198,8 +207,23 @@ impl Materialized {
         touched.sort();
         touched.dedup();
 
+        let mut touched_types = Vec::new();
+        if types {
+            for p in &switching {
+                touched_types.extend(ResourceType::ALL.map(|t| (p.clone(), t)));
+            }
+            for (s, t) in scope_olds.keys() {
+                if let Some(ss) = self.scopes.get(s) {
+                    touched_types.extend(ss.members.iter().map(|p| (p.clone(), *t)));
+                }
+            }
+            touched_types.extend(own_olds.keys().cloned());
+            touched_types.sort();
+            touched_types.dedup();
+        }
         let mut applied = Applied {
             touched,
+            touched_types,
             changes: Vec::new(),
         };
         if changes {

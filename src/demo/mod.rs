@@ -307,6 +307,7 @@ impl Meshflow {
             workers: 1,
             engine: crate::engine::EngineKind::Meshflow,
             debounce: crate::serve::Debounce::fixed(Duration::from_millis(20)),
+            mtls_transition_timeout: Duration::from_secs(10),
             mesh: Default::default(),
             mesh_source: None,
             limits: Default::default(),

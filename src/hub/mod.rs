@@ -282,12 +282,26 @@ impl Hub {
     /// they belong to are woken, and their streams resend them ([`ProxyView::forced`]).
     pub fn apply_resending(
         &self,
-        mut out: EpochOutput,
+        out: EpochOutput,
         meta: EpochMeta,
         up: &[ProxyId],
         down: &[ProxyId],
         resend: Resend,
     ) {
+        self.apply_tracking(out, meta, up, down, resend, false);
+    }
+
+    /// [`Hub::apply_resending`]; with `track`, returns which types of which proxies the
+    /// epoch changed (what they must acknowledge to hold it: [`Hub::unacknowledged`]).
+    pub fn apply_tracking(
+        &self,
+        mut out: EpochOutput,
+        meta: EpochMeta,
+        up: &[ProxyId],
+        down: &[ProxyId],
+        resend: Resend,
+        track: bool,
+    ) -> Vec<(ProxyId, ResourceType)> {
         self.provenance.apply(&out.proxy_scopes, &out.provenance);
         let epoch = out.epoch;
         for c in &meta.inputs {
@@ -304,8 +318,9 @@ impl Hub {
         st.bodies.add(&mut st.held, std::mem::take(&mut out.bodies));
         // The history lock is taken after the state lock, never the other way round.
         let recording = self.history().limits().max_bytes > 0;
-        let applied = st.held.apply(&out, recording);
+        let applied = st.held.apply_typed(&out, recording, track);
         let mut touched = applied.touched;
+        let touched_types = applied.touched_types;
         if recording {
             let mut history = self.history();
             history.record_epoch(epoch, meta.received, meta.inputs);
@@ -397,6 +412,35 @@ impl Hub {
         for n in wake {
             n.notify_one();
         }
+        touched_types
+    }
+
+    /// Keeps of `pending` the (proxy, type) pairs whose proxy has not yet acknowledged
+    /// what it was to hold of that type as of `epoch`: it acknowledged a response sent at
+    /// or after the epoch, or it has nothing in flight and acknowledged exactly what it
+    /// holds (a resumed stream, a change undone before it was sent). A proxy gone, or a
+    /// stream not subscribed to the type, has nothing to wait for; a NACK since keeps it.
+    pub fn unacknowledged(&self, pending: &mut Vec<(ProxyId, ResourceType)>, epoch: u64) {
+        let st = self.lock();
+        pending.retain(|(id, t)| {
+            let Some(e) = st.proxies.get(id).filter(|e| e.connected()) else {
+                return false;
+            };
+            if !sync::asked(e, *t) {
+                return false;
+            }
+            let s = &e.sync[*t];
+            // Envoy keeps the last configuration it took: one taken at or after the epoch
+            // stands, whatever it refused since.
+            if s.acked_epoch >= epoch {
+                return false;
+            }
+            if s.last_nack.is_some() {
+                return true;
+            }
+            let caught_up = s.in_flight.is_none() && st.held.held(id).versions(*t) == s.acked;
+            !caught_up
+        });
     }
 
     /// Runs `f` on the proxy's view if the proxy is connected and computed.

@@ -150,7 +150,7 @@ pub fn sync_state(st: &HubState, entry: &ProxyEntry, t: ResourceType) -> SyncSta
 
 /// Whether a stream of the proxy subscribes to type `t` (as its streams last reported);
 /// before any stream reported, it is taken to.
-fn asked(entry: &ProxyEntry, t: ResourceType) -> bool {
+pub(super) fn asked(entry: &ProxyEntry, t: ResourceType) -> bool {
     let reported: Vec<_> = entry
         .stream_info
         .values()

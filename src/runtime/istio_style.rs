@@ -433,6 +433,7 @@ impl IstioStyle {
             // A policy changes inbound listeners of the proxies it selects; Istio pushes
             // every proxy on a security policy change.
             Record::Security(_) => t.everything = true,
+            Record::MtlsHold(_) => t.everything = true,
             Record::Proxy(p) => {
                 if d > 0 {
                     t.up.insert(p.id.clone());

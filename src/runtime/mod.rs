@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 pub mod full_push;
 pub mod istio_style;
 pub mod jwks;
+pub mod mtls_transition;
 pub mod rejections;
 
 pub use crate::engine::EngineKind;
@@ -49,6 +50,17 @@ impl Debounce {
     }
 }
 
+/// When epochs close, and how long a held mTLS change waits for acknowledgments.
+#[derive(Clone, Copy, Debug)]
+pub struct Pacing {
+    pub debounce: Debounce,
+    /// Zero: PeerAuthentication changes flip at once ([`mtls_transition`]).
+    pub mtls_transition_timeout: Duration,
+}
+
+/// How often acknowledgments are looked at while an mTLS change is held.
+const HOLD_POLL: Duration = Duration::from_millis(10);
+
 enum Compute {
     Dataflow(Engine),
     FullPush(Box<full_push::FullPush>),
@@ -61,11 +73,14 @@ pub fn run(
     engine_kind: EngineKind,
     workers: usize,
     mesh: MeshConfig,
-    debounce: Debounce,
+    pacing: Pacing,
     inputs: Receiver<Input>,
     hub: Arc<Hub>,
 ) -> Result<(), String> {
+    let debounce = pacing.debounce;
     let root_namespace = mesh.root_namespace.clone();
+    let mut transitions =
+        mtls_transition::Transitions::new(pacing.mtls_transition_timeout, &root_namespace);
     let mut engine = match engine_kind {
         EngineKind::Meshflow => Compute::Dataflow(Engine::start(workers, mesh)),
         EngineKind::FullPush => Compute::FullPush(Box::new(full_push::FullPush::new(mesh))),
@@ -75,17 +90,35 @@ pub fn run(
     let mut rejected = rejections::Rejections::default();
     let mut keys = jwks::Resolver::default();
     let mut epoch = 0u64;
-    while let Ok(first) = inputs.recv() {
+    loop {
+        // While an mTLS change is held, acknowledgments are looked at between inputs.
+        let first = if transitions.active() {
+            match inputs.recv_timeout(HOLD_POLL) {
+                Ok(i) => Some(i),
+                Err(RecvTimeoutError::Timeout) => None,
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+        } else {
+            match inputs.recv() {
+                Ok(i) => Some(i),
+                Err(_) => break,
+            }
+        };
+        let steps = transitions.advance(&hub);
+        if first.is_none() && steps.is_empty() {
+            continue;
+        }
         // The window counts from when the source saw the first change (a file burst's
         // first event, before it settled and was read), not from when it was handed over.
         let started = match &first {
-            Input::Changes { seen, .. } => (*seen).min(Instant::now()),
+            Some(Input::Changes { seen, .. }) => (*seen).min(Instant::now()),
             _ => Instant::now(),
         };
-        let mut batch = vec![first];
+        let mut batch: Vec<Input> = first.into_iter().collect();
         let mut last = started;
-        // Collect what arrives within the debounce window into the same epoch.
-        loop {
+        // Collect what arrives within the debounce window into the same epoch (a step of
+        // a held change alone goes at once).
+        while !batch.is_empty() {
             let left = debounce.left(started, last);
             if left.is_zero() {
                 break;
@@ -189,6 +222,17 @@ pub fn run(
             records = changes.len(),
             "epoch batched"
         );
+        // Holds after the epoch's own changes, so a policy change enters with its hold.
+        let holds = hold_changes(steps, transitions.observe(&changes));
+        described.extend(holds.iter().filter_map(|(r, _)| match r {
+            Record::MtlsHold(h) => Some(InputChange::object(
+                &h.workload,
+                crate::input::ChangeOp::Update,
+                "mtls transition".to_string(),
+            )),
+            _ => None,
+        }));
+        changes.extend(holds);
         hub.note_workloads(&changes);
         let batch = Batch { epoch, changes };
         let stepped = Instant::now();
@@ -225,9 +269,26 @@ pub fn run(
             source_errors,
             source_analysis,
         };
-        hub.apply_resending(out, meta, &up, &down, resend);
+        let tracking = transitions.tracking();
+        let touched = hub.apply_tracking(out, meta, &up, &down, resend, tracking);
+        if tracking {
+            transitions.applied(epoch, &touched);
+        }
     }
     Ok(())
+}
+
+/// The hold records of one epoch (the steps acknowledged, then the changes the epoch's
+/// inputs start or end), netted out: a hold moved and restarted at once appears once.
+fn hold_changes(
+    steps: Vec<(Record, isize)>,
+    observed: Vec<(Record, isize)>,
+) -> Vec<(Record, isize)> {
+    let mut net: std::collections::BTreeMap<Record, isize> = Default::default();
+    for (r, d) in steps.into_iter().chain(observed) {
+        *net.entry(r).or_default() += d;
+    }
+    net.into_iter().filter(|(_, d)| *d != 0).collect()
 }
 
 #[cfg(test)]

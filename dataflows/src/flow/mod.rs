@@ -49,6 +49,8 @@ pub struct Inputs<'s> {
     pub selections: Coll<'s, (Hostname, WorkloadSelection)>,
     /// Security policies (PeerAuthentication, AuthorizationPolicy, RequestAuthentication).
     pub security: Coll<'s, (ConfigKey, SecurityPolicy)>,
+    /// Workloads whose PeerAuthentication change is held part-way ([`MtlsHold`]).
+    pub mtls_holds: Coll<'s, MtlsHold>,
 }
 
 pub struct Outputs<'s> {
@@ -103,13 +105,13 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     let destination_rules = mesh::complete(i.destination_rules, &mesh, MeshSettings::complete_dr);
     // Endpoints carry whether their workload's PeerAuthentication disables mTLS on their
     // port: what auto mTLS clients send them depends on the destination's policies.
-    let peered = security::with_peer_modes(i.workloads.clone(), &i.security, &mesh);
+    let peered = security::with_peer_modes(i.workloads.clone(), &i.security, &i.mtls_holds, &mesh);
     let unselected =
         security::selecting_nothing(&i.security, &i.workloads, &mesh).concat(unknown_namespaces);
     let endpoints = endpoints::resolve(i.endpoints, peered, i.selections, &chosen);
 
     let providers = security::ext_authz_providers(&mesh, &chosen);
-    let secured = security::per_proxy(i.security, &i.proxies, &mesh, &providers);
+    let secured = security::per_proxy(i.security, &i.proxies, &mesh, &providers, &i.mtls_holds);
     let proxy_scopes = scopes::of_proxies(
         &mesh,
         &i.proxies,

@@ -56,9 +56,12 @@ fn placed<'s>(
 /// PeerAuthentications ([`Workload::peer`]): the modes, where one disables mTLS on some
 /// port. Only PeerAuthentications join; a workload no DISABLE reaches passes unchanged, so
 /// a STRICT or PERMISSIVE edit changes no endpoint.
+/// A workload whose change is held part-way ([`MtlsHold`]) shows its clients the hold's
+/// view instead.
 pub(super) fn with_peer_modes<'s>(
     workloads: Coll<'s, (String, Workload)>,
     policies: &Coll<'s, (ConfigKey, SecurityPolicy)>,
+    holds: &Coll<'s, MtlsHold>,
     mesh: &Mesh<'s>,
 ) -> Coll<'s, (String, Workload)> {
     let peers = policies
@@ -90,6 +93,12 @@ pub(super) fn with_peer_modes<'s>(
             }
         }
     });
+    let held = holds
+        .clone()
+        .map(|h| ((h.ip.clone(), h.workload.clone()), h.client_view().cloned()));
+    let modes = modes
+        .antijoin(held.clone().map(|(id, _)| id).distinct())
+        .concat(held.flat_map(|(id, view)| view.map(|v| (id, v))));
     let keyed = workloads.map(|(ip, w)| ((ip, w.origin.clone()), w));
     let changed = keyed.clone().join_map(modes.clone(), |(ip, _), w, m| {
         let mut w = w.clone();
@@ -303,6 +312,7 @@ pub(super) fn per_proxy<'s>(
     proxies: &Coll<'s, (ProxyId, Proxy)>,
     mesh: &Mesh<'s>,
     providers: &Coll<'s, ((), ProviderTable)>,
+    holds: &Coll<'s, MtlsHold>,
 ) -> Secured<'s> {
     // Keys a RequestAuthentication's `jwksUri` did not yield, whether it selects anyone
     // yet or not (Istio's analysis reports an unreachable JWKS alike).
@@ -379,6 +389,7 @@ pub(super) fn per_proxy<'s>(
     let secured = secured
         .filter(|(_, (_, sec))| sec.custom.is_empty())
         .concat(custom);
+    let secured = bridged(secured, proxies, holds);
     let inbound = secured.clone().flat_map(|(id, ((kind, captured), sec))| {
         (kind == ProxyKind::Sidecar && captured).then_some((id, sec))
     });
@@ -401,4 +412,41 @@ pub(super) fn per_proxy<'s>(
         bound,
         errors,
     }
+}
+
+/// The sidecars of workloads whose PeerAuthentication change is held part-way accept both
+/// mTLS and plaintext on the ports that flip ([`MtlsHold::bridge`]); one left restricting
+/// nothing drops out, as an open one never enters. Only the held sidecars join.
+#[allow(clippy::type_complexity)]
+fn bridged<'s>(
+    secured: Coll<'s, (ProxyId, ((ProxyKind, bool), InboundSecurity))>,
+    proxies: &Coll<'s, (ProxyId, Proxy)>,
+    holds: &Coll<'s, MtlsHold>,
+) -> Coll<'s, (ProxyId, ((ProxyKind, bool), InboundSecurity))> {
+    let at = holds
+        .clone()
+        .map(|h| ((h.workload.namespace.clone(), h.ip.clone()), h));
+    let held = proxies
+        .clone()
+        .filter(|(_, p)| p.kind == ProxyKind::Sidecar)
+        .flat_map(|(id, p)| {
+            p.ips
+                .into_iter()
+                .map(move |ip| ((p.namespace.clone(), ip), id.clone()))
+        })
+        .join_map(at, |_, id, h| (id.clone(), h.clone()))
+        .reduce(|_, vals: &[(&MtlsHold, isize)], out| {
+            out.push((
+                vals.iter().map(|(h, _)| (*h).clone()).collect::<Vec<_>>(),
+                1isize,
+            ));
+        });
+    let changed = secured
+        .clone()
+        .join_map(held.clone(), |id, (class, sec), holds| {
+            let sec = holds.iter().fold(sec.clone(), |s, h| h.bridge(s));
+            (id.clone(), (*class, sec))
+        })
+        .filter(|(_, (_, sec))| !sec.is_open());
+    secured.antijoin(held.map(|(id, _)| id)).concat(changed)
 }

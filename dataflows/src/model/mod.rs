@@ -15,6 +15,7 @@ mod inbound;
 mod jwt;
 mod locality;
 mod mesh;
+mod mtls_hold;
 pub mod names;
 mod output;
 mod scope;
@@ -32,6 +33,7 @@ pub use inbound::*;
 pub use jwt::*;
 pub use locality::*;
 pub use mesh::*;
+pub use mtls_hold::*;
 pub use names::*;
 pub use output::*;
 pub use scope::*;
@@ -157,6 +159,9 @@ pub enum Record {
     Selection(Hostname, WorkloadSelection),
     /// A PeerAuthentication, AuthorizationPolicy or RequestAuthentication.
     Security(SecurityPolicy),
+    /// A workload's PeerAuthentication change part-way through (written by the runtime's
+    /// transition controller, never by a source).
+    MtlsHold(MtlsHold),
     /// The mesh config in effect (one per layer). Keep it the last variant: records sort by
     /// variant, and the naive recompute reads mesh records from the end of a snapshot.
     Mesh(MeshSettings),

@@ -27,6 +27,8 @@ pub(super) struct View<'a> {
     pub(super) proxies: Vec<&'a Proxy>,
     pub(super) secrets: Vec<&'a TlsSecret>,
     pub(super) security: Vec<&'a SecurityPolicy>,
+    /// PeerAuthentication changes held part-way, by the workload's (namespace, IP).
+    holds: BTreeMap<(&'a str, &'a str), Vec<&'a MtlsHold>>,
     /// Every `sourceLabels` selector of the VirtualServices, sorted.
     source_selectors: Vec<Labels>,
     /// The mesh settings in effect.
@@ -64,8 +66,20 @@ impl<'a> View<'a> {
         let applying = self.security.iter().copied().filter(|s| {
             s.applies(&p.namespace, &p.labels, root) && s.composes(p.kind, !p.interception_none)
         });
-        let sec = InboundSecurity::compose(applying, root)
+        let mut sec = InboundSecurity::compose(applying, root)
             .with_trust_domains(&self.mesh.inbound_mtls.trust_domains);
+        if p.kind == ProxyKind::Sidecar {
+            for ip in &p.ips {
+                for h in self
+                    .holds
+                    .get(&(p.namespace.as_str(), ip.as_str()))
+                    .into_iter()
+                    .flatten()
+                {
+                    sec = h.bridge(sec);
+                }
+            }
+        }
         if sec.custom.is_empty() {
             return sec;
         }
@@ -93,6 +107,7 @@ impl<'a> View<'a> {
             proxies: Vec::new(),
             secrets: Vec::new(),
             security: Vec::new(),
+            holds: BTreeMap::new(),
             source_selectors: Vec::new(),
             by_locality: false,
             priority_keys: Vec::new(),
@@ -119,6 +134,11 @@ impl<'a> View<'a> {
                 Record::Secret(s) => v.secrets.push(s),
                 Record::Selection(h, sel) => v.selections.push((h, sel)),
                 Record::Security(p) => v.security.push(p),
+                Record::MtlsHold(h) => v
+                    .holds
+                    .entry((h.workload.namespace.as_str(), h.ip.as_str()))
+                    .or_default()
+                    .push(h),
                 Record::Mesh(_) => {}
             }
         }
@@ -130,6 +150,10 @@ impl<'a> View<'a> {
                 .copied()
                 .filter(|s| s.applies(&w.origin.namespace, &w.labels, &root));
             w.peer = PeerModes::compose(applying, &root).filter(PeerModes::disables_any);
+            let held = v.holds.get(&(w.origin.namespace.as_str(), w.ip.as_str()));
+            if let Some(h) = held.into_iter().flatten().find(|h| h.workload == w.origin) {
+                w.peer = h.client_view().cloned();
+            }
         }
         let mut by_place: BTreeMap<(&str, &str), Vec<&DestinationRule>> = BTreeMap::new();
         for dr in &v.drs {

@@ -38,6 +38,7 @@ fn identity(r: &Record) -> String {
         Record::Secret(s) => format!("secret/{}", s.key),
         Record::Selection(h, s) => format!("sel/{h}/{}", s.origin),
         Record::Security(p) => format!("sec/{}", p.key),
+        Record::MtlsHold(h) => format!("hold/{}/{}", h.ip, h.workload),
         // One mesh config, as a mesh config source holds.
         Record::Mesh(_) => "mesh".into(),
     }
@@ -149,6 +150,8 @@ fn run(seed: u64, steps: usize, workers: usize) {
     // Security policies, from a generator of their own: added to an epoch's changes after
     // the others, so the logs the other generators draw stay what they were.
     let mut policies = StdRng::seed_from_u64(seed ^ 0x7365_6375);
+    // Held mTLS changes of live workloads, from a generator of their own too.
+    let mut holds = StdRng::seed_from_u64(seed ^ 0x686f_6c64);
     // A CA's root: every sidecar and router holds its workload secrets.
     let mesh = MeshConfig {
         trust_root: Some("-----BEGIN CERTIFICATE-----\noracle\n-----END CERTIFICATE-----\n".into()),
@@ -186,6 +189,29 @@ fn run(seed: u64, steps: usize, workers: usize) {
             if !delete {
                 live.insert(id, record.clone());
                 changes.push((record, 1));
+            }
+        }
+        if holds.random_bool(0.3) {
+            let workloads: Vec<&Workload> = live
+                .values()
+                .filter_map(|r| match r {
+                    Record::Workload(w) => Some(w),
+                    _ => None,
+                })
+                .collect();
+            if !workloads.is_empty() {
+                let w = workloads[holds.random_range(0..workloads.len())];
+                let record = security::hold(&mut holds, w);
+                let id = identity(&record);
+                let old = live.remove(&id);
+                let delete = old.is_some() && holds.random_bool(0.4);
+                if let Some(old) = old {
+                    changes.push((old, -1));
+                }
+                if !delete {
+                    live.insert(id, record.clone());
+                    changes.push((record, 1));
+                }
             }
         }
         let out = engine

@@ -181,3 +181,28 @@ fn authz(rng: &mut StdRng) -> AuthzPolicy {
         dry_run: rng.random_bool(0.2),
     }
 }
+
+/// A random held mTLS change of workload `w`: from and to any client view (mTLS
+/// everywhere, or plaintext on the workload or on one port), clients moved or not.
+pub fn hold(rng: &mut StdRng, w: &Workload) -> Record {
+    let view = |rng: &mut StdRng| match rng.random_range(0..3) {
+        0 => None,
+        1 => Some(PeerModes {
+            mode: MtlsMode::Disable,
+            ports: BTreeMap::new(),
+        }),
+        _ => Some(PeerModes {
+            mode: pick(rng, &[MtlsMode::Strict, MtlsMode::Permissive]),
+            ports: [(pick(rng, &[9080, 8888]), MtlsMode::Disable)]
+                .into_iter()
+                .collect(),
+        }),
+    };
+    Record::MtlsHold(MtlsHold {
+        ip: w.ip.clone(),
+        workload: w.origin.clone(),
+        from: view(rng),
+        to: view(rng),
+        clients_moved: rng.random_bool(0.5),
+    })
+}

@@ -214,3 +214,86 @@ fn ports_no_service_declares_keep_their_own_mode() {
         ]
     );
 }
+
+/// A DISABLE → STRICT change held by the transition controller serves each of its steps:
+/// held, clients keep plaintext (no `tlsMode`) while the server accepts both (PERMISSIVE's
+/// chains); clients moved, they send mTLS and the server still accepts both; retracted,
+/// the server takes STRICT (TLS chains only). The policy alone would have flipped both
+/// sides in one epoch.
+#[test]
+fn a_held_flip_serves_each_step_in_order() {
+    let (mut m, ratings, reviews) = mesh();
+    let sel = Some(&[("app", "ratings")][..]);
+    let open = [
+        ("inbound|9080||".to_string(), Some(9080), false),
+        ("inbound|9080||-mtls".to_string(), Some(9080), true),
+        ("virtualInbound-catchall-tcp".to_string(), None, false),
+    ];
+    let disabled = PeerModes {
+        mode: MtlsMode::Disable,
+        ports: BTreeMap::new(),
+    };
+    let hold = |clients_moved| {
+        Record::MtlsHold(MtlsHold {
+            ip: "10.1.0.1".into(),
+            workload: ConfigKey::new(Kind::Pod, "default", "ratings-1"),
+            from: Some(disabled.clone()),
+            to: None,
+            clients_moved,
+        })
+    };
+    m.insert(vec![peer(
+        "default",
+        "ratings",
+        sel,
+        MtlsMode::Disable,
+        &[],
+    )]);
+    assert_eq!(tls_modes(&m.cla(&reviews, RATINGS_EDS)), vec![None]);
+
+    // The policy turns STRICT in the same epoch as its hold.
+    m.step(vec![
+        (peer("default", "ratings", sel, MtlsMode::Disable, &[]), -1),
+        (peer("default", "ratings", sel, MtlsMode::Strict, &[]), 1),
+        (hold(false), 1),
+    ]);
+    assert_eq!(tls_modes(&m.cla(&reviews, RATINGS_EDS)), vec![None]);
+    assert_eq!(chains(&m.listener_body(&ratings, "virtualInbound")), open);
+
+    m.replace(hold(false), hold(true));
+    let istio = vec![Some("istio".to_string())];
+    assert_eq!(tls_modes(&m.cla(&reviews, RATINGS_EDS)), istio);
+    assert_eq!(chains(&m.listener_body(&ratings, "virtualInbound")), open);
+
+    m.retract(vec![hold(true)]);
+    assert_eq!(tls_modes(&m.cla(&reviews, RATINGS_EDS)), istio);
+    let strict = chains(&m.listener_body(&ratings, "virtualInbound"));
+    assert!(!strict.is_empty());
+    assert!(
+        strict.iter().all(|(_, _, tls)| *tls),
+        "STRICT: TLS chains only: {strict:?}"
+    );
+}
+
+/// A hold naming a workload at another address (its Pod moved) changes nothing for the
+/// Pod's clients, and bridges no sidecar that does not run at the hold's address.
+#[test]
+fn a_hold_of_another_address_changes_nothing() {
+    let (mut m, ratings, reviews) = mesh();
+    let sel = Some(&[("app", "ratings")][..]);
+    m.insert(vec![peer("default", "ratings", sel, MtlsMode::Strict, &[])]);
+    let before_cla = tls_modes(&m.cla(&reviews, RATINGS_EDS));
+    let before = chains(&m.listener_body(&ratings, "virtualInbound"));
+    m.insert(vec![Record::MtlsHold(MtlsHold {
+        ip: "10.1.0.9".into(),
+        workload: ConfigKey::new(Kind::Pod, "default", "ratings-1"),
+        from: None,
+        to: Some(PeerModes {
+            mode: MtlsMode::Disable,
+            ports: BTreeMap::new(),
+        }),
+        clients_moved: false,
+    })]);
+    assert_eq!(tls_modes(&m.cla(&reviews, RATINGS_EDS)), before_cla);
+    assert_eq!(chains(&m.listener_body(&ratings, "virtualInbound")), before);
+}
