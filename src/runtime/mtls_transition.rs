@@ -112,9 +112,10 @@ impl Transitions {
         if affected.is_empty() && namespaces.is_empty() && !everywhere {
             return Vec::new();
         }
-        let existed: BTreeSet<Id> = affected
+        // Workloads this epoch brings: their clients have nothing to move from.
+        let arriving: BTreeSet<Id> = affected
             .iter()
-            .filter(|id| self.workloads.contains_key(*id))
+            .filter(|id| !self.workloads.contains_key(*id))
             .cloned()
             .collect();
         for (r, d) in changes
@@ -151,7 +152,7 @@ impl Transitions {
         }
         let mut out = Vec::new();
         for id in affected {
-            self.revisit(&id, existed.contains(&id), &mut out);
+            self.revisit(&id, !arriving.contains(&id), &mut out);
         }
         out
     }
@@ -277,5 +278,209 @@ impl Transitions {
             self.holds.remove(&id);
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hub::HubOptions;
+    use dataflows::model::{Kind, Labels, MtlsMode, Placement};
+
+    fn pod(name: &str, ip: &str) -> Workload {
+        Workload {
+            ip: ip.into(),
+            labels: [("app".to_string(), name.to_string())]
+                .into_iter()
+                .collect::<Labels>(),
+            origin: ConfigKey::new(Kind::Pod, "default", name),
+            ports: Default::default(),
+            placement: Placement::default(),
+            service_account: None,
+            peer: None,
+        }
+    }
+
+    fn namespace_mode(mode: MtlsMode) -> SecurityPolicy {
+        SecurityPolicy {
+            key: ConfigKey::new(Kind::PeerAuthentication, "default", "default"),
+            created: String::new(),
+            selector: None,
+            effect: PolicyEffect::Peer {
+                mode,
+                ports: Default::default(),
+            },
+        }
+    }
+
+    fn holds(changes: &[(Record, isize)]) -> Vec<(MtlsHold, isize)> {
+        changes
+            .iter()
+            .filter_map(|(r, d)| match r {
+                Record::MtlsHold(h) => Some((h.clone(), *d)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn hub() -> Arc<Hub> {
+        let (tx, _rx) = std::sync::mpsc::channel();
+        Hub::new(tx, HubOptions::default())
+    }
+    use std::sync::Arc;
+
+    /// DISABLE → STRICT of a namespace holds its existing workload (clients keep
+    /// plaintext), moves its clients once the step is acknowledged (no proxy here: nothing
+    /// to wait for), then ends; a workload that arrives with the policy is not held.
+    #[test]
+    fn a_flip_is_held_moved_and_ended() {
+        let mut t = Transitions::new(Duration::from_secs(10), "istio-system");
+        let a = pod("a", "10.0.0.1");
+        let disable = namespace_mode(MtlsMode::Disable);
+        let strict = namespace_mode(MtlsMode::Strict);
+        let first = t.observe(&[
+            (Record::Workload(a.clone()), 1),
+            (Record::Security(disable.clone()), 1),
+        ]);
+        assert!(
+            first.is_empty(),
+            "a new workload has no clients to move: {first:?}"
+        );
+        assert!(!t.active());
+
+        let flip = holds(&t.observe(&[
+            (Record::Security(disable), -1),
+            (Record::Security(strict.clone()), 1),
+            (Record::Workload(pod("b", "10.0.0.2")), 1),
+        ]));
+        assert_eq!(flip.len(), 1, "only the existing workload: {flip:?}");
+        let (held, d) = &flip[0];
+        assert_eq!(*d, 1);
+        assert_eq!(held.workload, a.origin);
+        assert_eq!(held.from.as_ref().map(|m| m.mode), Some(MtlsMode::Disable));
+        assert_eq!(held.to, None);
+        assert!(!held.clients_moved);
+        assert!(t.tracking());
+
+        let hub = hub();
+        assert!(
+            t.advance(&hub).is_empty(),
+            "not applied yet: nothing to advance"
+        );
+        t.applied(7, &[]);
+        let moved = holds(&t.advance(&hub));
+        assert_eq!(moved.len(), 2, "{moved:?}");
+        assert!(moved.contains(&(held.clone(), -1)));
+        assert!(moved.iter().any(|(h, d)| *d == 1 && h.clients_moved));
+        t.applied(8, &[]);
+        let ended = holds(&t.advance(&hub));
+        assert_eq!(ended.len(), 1);
+        assert_eq!(ended[0].1, -1);
+        assert!(!t.active());
+    }
+
+    /// A change undone before its hold ended retracts the hold; a step waiting past the
+    /// timeout ends too; a zero timeout holds nothing.
+    #[test]
+    fn undone_timed_out_and_disabled_holds() {
+        let a = pod("a", "10.0.0.1");
+        let disable = namespace_mode(MtlsMode::Disable);
+        let strict = namespace_mode(MtlsMode::Strict);
+        let setup = [
+            (Record::Workload(a.clone()), 1),
+            (Record::Security(disable.clone()), 1),
+        ];
+        let flip = [
+            (Record::Security(disable.clone()), -1),
+            (Record::Security(strict.clone()), 1),
+        ];
+        let back = [
+            (Record::Security(strict.clone()), -1),
+            (Record::Security(disable.clone()), 1),
+        ];
+
+        let mut t = Transitions::new(Duration::from_secs(10), "istio-system");
+        t.observe(&setup);
+        assert_eq!(holds(&t.observe(&flip)).len(), 1);
+        let undone = holds(&t.observe(&back));
+        assert_eq!(undone.len(), 1);
+        assert_eq!(undone[0].1, -1);
+        assert!(!t.active());
+
+        // A connected proxy that holds a listener it never acknowledges: the step waits,
+        // then ends at the timeout; a proxy that is gone is not waited for.
+        let hub = hub();
+        let id = "sidecar~10.0.0.7~c.default~default.svc.cluster.local".to_string();
+        hub.connect(dataflows::model::Proxy {
+            id: id.clone(),
+            kind: dataflows::model::ProxyKind::Sidecar,
+            ips: vec!["10.0.0.7".into()],
+            namespace: "default".into(),
+            labels: Default::default(),
+            interception_none: false,
+            service_account: None,
+            locality: String::new(),
+            idle_timeout_ns: None,
+        })
+        .expect("connects");
+        let listener = dataflows::model::Resource::new(
+            ResourceType::Listener,
+            "virtualOutbound".into(),
+            b"listener".to_vec(),
+        );
+        let out = dataflows::driver::EpochOutput {
+            epoch: 3,
+            proxy_resources: vec![(
+                (
+                    id.clone(),
+                    dataflows::model::ResourceKey {
+                        rtype: ResourceType::Listener,
+                        name: listener.name.clone(),
+                        version: listener.version.clone(),
+                    },
+                ),
+                1,
+            )],
+            bodies: vec![(listener, 1)],
+            ..Default::default()
+        };
+        let touched = hub.apply_tracking(
+            out,
+            crate::input::EpochMeta::now(),
+            std::slice::from_ref(&id),
+            &[],
+            Vec::new(),
+            true,
+        );
+        assert!(
+            touched.contains(&(id.clone(), ResourceType::Listener)),
+            "{touched:?}"
+        );
+
+        let mut t = Transitions::new(Duration::from_millis(30), "istio-system");
+        t.observe(&setup);
+        t.observe(&flip);
+        t.applied(3, &touched);
+        assert!(
+            t.advance(&hub).is_empty(),
+            "the listener is not acknowledged"
+        );
+        std::thread::sleep(Duration::from_millis(40));
+        let ended = holds(&t.advance(&hub));
+        assert_eq!(ended.len(), 1, "{ended:?}");
+        assert_eq!(ended[0].1, -1, "the timeout ends the hold");
+        assert!(!t.active());
+
+        let mut t = Transitions::new(Duration::from_millis(30), "istio-system");
+        t.observe(&setup);
+        t.observe(&flip);
+        hub.disconnect(&id, 0);
+        t.applied(3, &touched);
+        let moved = holds(&t.advance(&hub));
+        assert_eq!(moved.len(), 2, "a proxy gone is not waited for: {moved:?}");
+
+        let mut t = Transitions::new(Duration::ZERO, "istio-system");
+        t.observe(&setup);
+        assert!(t.observe(&flip).is_empty(), "a zero timeout flips at once");
     }
 }

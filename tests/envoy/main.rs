@@ -26,6 +26,7 @@ mod inbound_pool;
 mod istio_mutual;
 mod load_balancing;
 mod locality;
+mod mtls_transition;
 mod nack;
 mod protocol_detection;
 mod request_authentication;

@@ -34,6 +34,7 @@ pub mod ext_authz;
 pub mod fake_kube;
 pub mod jwt;
 pub mod mongo;
+pub mod pausable_link;
 pub mod pki;
 pub mod reviews;
 pub mod scene;

@@ -532,6 +532,9 @@ pub struct SidecarPair {
     pub through_client: SocketAddr,
     /// Plaintext, straight to the server sidecar's bound listener.
     pub direct: SocketAddr,
+    /// Between the server sidecar and meshflow, when started with one
+    /// ([`Self::start_with_server_link`]).
+    pub server_link: Option<super::pausable_link::PausableLink>,
     _app: Backend,
 }
 
@@ -550,6 +553,29 @@ impl SidecarPair {
         config: &Path,
         meshflow_args: &[&str],
     ) -> SidecarPair {
+        Self::start_inner(net, bin, dir, config, meshflow_args, false)
+    }
+
+    /// [`Self::start_with_args`], the server sidecar's xDS stream going through a
+    /// [`super::pausable_link::PausableLink`] the test can pause.
+    pub fn start_with_server_link(
+        net: u8,
+        bin: &Path,
+        dir: &Path,
+        config: &Path,
+        meshflow_args: &[&str],
+    ) -> SidecarPair {
+        Self::start_inner(net, bin, dir, config, meshflow_args, true)
+    }
+
+    fn start_inner(
+        net: u8,
+        bin: &Path,
+        dir: &Path,
+        config: &Path,
+        meshflow_args: &[&str],
+        linked: bool,
+    ) -> SidecarPair {
         let port = free_port();
         let reviews = Reviews::new(net, port, config);
         let app_port = free_port();
@@ -565,7 +591,9 @@ impl SidecarPair {
         );
         let meshflow = super::Meshflow::start_with_args(config, dir, meshflow_args);
         let xds = meshflow.xds_addr();
-        let server = reviews.server_sidecar(bin, dir, xds, XdsMode::Delta);
+        let server_link = linked.then(|| super::pausable_link::PausableLink::start(xds));
+        let server_xds = server_link.as_ref().map_or(xds, |l| l.addr());
+        let server = reviews.server_sidecar(bin, dir, server_xds, XdsMode::Delta);
         let client = reviews.client_sidecar(bin, dir, xds, XdsMode::Delta, port);
         let direct = format!("{}:{}", reviews.pod_ip("v1"), reviews.backend_port())
             .parse()
@@ -576,6 +604,7 @@ impl SidecarPair {
             client,
             through_client: SocketAddr::from(([127, 0, 0, 1], port)),
             direct,
+            server_link,
             _app: app,
         }
     }
