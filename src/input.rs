@@ -78,6 +78,26 @@ pub struct ProxyRejection {
     pub since: SystemTime,
 }
 
+/// A workload's PeerAuthentication change held part-way (published by the runtime for the
+/// debug port: `/debug/mtls_transitions`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MtlsTransition {
+    /// The workload's object (`Pod/NS/NAME` or `WorkloadEntry/NS/NAME`) and address.
+    pub workload: String,
+    pub ip: String,
+    /// What its clients sent before and send after, described.
+    pub from: String,
+    pub to: String,
+    /// `server-accepts-both` (clients keep `from`) or `clients-moved` (clients sent `to`,
+    /// the server still accepts both).
+    pub step: &'static str,
+    /// When the step began (ms since the Unix epoch).
+    pub step_since_unix_ms: u64,
+    /// How many (proxy, type) acknowledgments the step still waits for, and the first few.
+    pub waiting: usize,
+    pub waiting_for: Vec<String>,
+}
+
 /// The objects proxies reject now, published by the runtime (a `watch` channel:
 /// readers see the latest state).
 pub type ProxyRejections = std::collections::BTreeMap<ConfigKey, ProxyRejection>;

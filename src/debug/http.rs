@@ -6,6 +6,8 @@
 //!   `/config_dump` form. `ID` is the node id or its `pod.namespace` part (`proxyID` is
 //!   accepted too, as Istio spells it).
 //! - `GET /debug/config_errors`: rejected input objects and dataflow conflicts.
+//! - `GET /debug/mtls_transitions`: PeerAuthentication changes held part-way, each with its
+//!   step and the acknowledgments it waits for.
 //! - `GET /debug/explain?proxy=ID&resource=TYPE/NAME`: the input objects a resource of the
 //!   proxy was built from ([`super::explain`]); a bare NAME unique among the proxy's
 //!   resources will do (400 listing the candidates when it is not).
@@ -36,6 +38,7 @@ pub fn router(hub: Arc<Hub>) -> Router {
         .route("/debug/proxies", get(proxies))
         .route("/debug/config_dump", get(dump))
         .route("/debug/config_errors", get(errors))
+        .route("/debug/mtls_transitions", get(mtls_transitions))
         .route("/debug/explain", get(explain))
         .route("/debug/authz_check", get(authz_check))
         .route("/debug/diff", get(diff))
@@ -238,6 +241,12 @@ async fn authz_check(
 
 async fn errors(State(hub): State<Arc<Hub>>) -> Response {
     answer(&hub.read(config_errors))
+}
+
+/// The PeerAuthentication changes held part-way now ([`crate::runtime::mtls_transition`]).
+async fn mtls_transitions(State(hub): State<Arc<Hub>>) -> Response {
+    let now = hub.mtls_transitions.borrow().clone();
+    answer(&now)
 }
 
 async fn metrics(State(hub): State<Arc<Hub>>) -> Result<Response, DebugError> {

@@ -112,6 +112,8 @@ pub struct Hub {
     /// The `jwksUri`s the records in effect use, with their fetch timeouts (ms), published
     /// by the runtime for the key fetcher (`sources::jwks`).
     pub jwks_uris: tokio::sync::watch::Sender<crate::input::JwksUris>,
+    /// The mTLS changes held part-way now, published by the runtime.
+    pub mtls_transitions: tokio::sync::watch::Sender<Vec<crate::input::MtlsTransition>>,
     pub rejections: tokio::sync::watch::Sender<crate::input::ProxyRejections>,
     /// The dataflow's errors by object (read by status writing).
     pub object_errors: tokio::sync::watch::Sender<crate::input::ObjectErrors>,
@@ -136,6 +138,7 @@ impl Hub {
             metrics: Counters::default(),
             rejections: tokio::sync::watch::Sender::new(Default::default()),
             jwks_uris: tokio::sync::watch::Sender::new(Default::default()),
+            mtls_transitions: tokio::sync::watch::Sender::new(Vec::new()),
             object_errors: tokio::sync::watch::Sender::new(Default::default()),
             watch: Default::default(),
             next_stream: AtomicU64::new(1),

@@ -106,6 +106,7 @@ pub fn run(
         };
         let steps = transitions.advance(&hub);
         if first.is_none() && steps.is_empty() {
+            publish_transitions(&hub, &transitions);
             continue;
         }
         // The window counts from when the source saw the first change (a file burst's
@@ -274,8 +275,22 @@ pub fn run(
         if tracking {
             transitions.applied(epoch, &touched);
         }
+        publish_transitions(&hub, &transitions);
     }
     Ok(())
+}
+
+/// Publishes the holds in progress for the debug port (nothing to do while there are none).
+fn publish_transitions(hub: &Hub, transitions: &mtls_transition::Transitions) {
+    if !transitions.active() && hub.mtls_transitions.borrow().is_empty() {
+        return;
+    }
+    let now = transitions.status();
+    hub.mtls_transitions.send_if_modified(|published| {
+        let changed = *published != now;
+        *published = now;
+        changed
+    });
 }
 
 /// The hold records of one epoch (the steps acknowledged, then the changes the epoch's

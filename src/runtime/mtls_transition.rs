@@ -22,11 +22,11 @@
 
 use crate::hub::Hub;
 use dataflows::model::{
-    ConfigKey, MtlsHold, PeerModes, PolicyEffect, ProxyId, Record, ResourceType, SecurityPolicy,
-    Workload,
+    ConfigKey, MtlsHold, MtlsMode, PeerModes, PolicyEffect, ProxyId, Record, ResourceType,
+    SecurityPolicy, Workload,
 };
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 /// A workload: its address and its object.
 type Id = (String, ConfigKey);
@@ -47,6 +47,7 @@ enum Step {
 struct Held {
     hold: MtlsHold,
     since: Instant,
+    since_wall: SystemTime,
     step: Step,
 }
 
@@ -87,6 +88,43 @@ impl Transitions {
         self.holds
             .values()
             .any(|h| matches!(h.step, Step::Unapplied))
+    }
+
+    /// The holds in progress, for the debug port, by workload.
+    pub fn status(&self) -> Vec<crate::input::MtlsTransition> {
+        let mut out: Vec<_> = self
+            .holds
+            .values()
+            .map(|h| {
+                let pending: &[(ProxyId, ResourceType)] = match &h.step {
+                    Step::Waiting { pending, .. } => pending,
+                    Step::Unapplied => &[],
+                };
+                crate::input::MtlsTransition {
+                    workload: h.hold.workload.to_string(),
+                    ip: h.hold.ip.clone(),
+                    from: describe(h.hold.from.as_ref()),
+                    to: describe(h.hold.to.as_ref()),
+                    step: if h.hold.clients_moved {
+                        "clients-moved"
+                    } else {
+                        "server-accepts-both"
+                    },
+                    step_since_unix_ms: h
+                        .since_wall
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_millis() as u64),
+                    waiting: pending.len(),
+                    waiting_for: pending
+                        .iter()
+                        .take(5)
+                        .map(|(p, t)| format!("{p} {t:?}"))
+                        .collect(),
+                }
+            })
+            .collect();
+        out.sort_by(|a, b| (&a.workload, &a.ip).cmp(&(&b.workload, &b.ip)));
+        out
     }
 
     /// Reads one epoch's input changes; returns the hold records to add to the epoch.
@@ -215,6 +253,7 @@ impl Transitions {
             Held {
                 hold,
                 since: Instant::now(),
+                since_wall: SystemTime::now(),
                 step: Step::Unapplied,
             },
         );
@@ -226,6 +265,7 @@ impl Transitions {
         for h in self.holds.values_mut() {
             if matches!(h.step, Step::Unapplied) {
                 h.since = Instant::now();
+                h.since_wall = SystemTime::now();
                 h.step = Step::Waiting {
                     epoch,
                     pending: touched.to_vec(),
@@ -278,6 +318,27 @@ impl Transitions {
             self.holds.remove(&id);
         }
         out
+    }
+}
+
+/// What clients send under `view`: `mtls`, `plaintext`, or which ports differ.
+fn describe(view: Option<&PeerModes>) -> String {
+    let Some(m) = view else {
+        return "mtls".to_string();
+    };
+    let plain = |mode: &MtlsMode| *mode == MtlsMode::Disable;
+    let base = if plain(&m.mode) { "plaintext" } else { "mtls" };
+    let others: Vec<String> = m
+        .ports
+        .iter()
+        .filter(|(_, mode)| plain(mode) != plain(&m.mode))
+        .map(|(p, _)| p.to_string())
+        .collect();
+    if others.is_empty() {
+        base.to_string()
+    } else {
+        let other = if plain(&m.mode) { "mtls" } else { "plaintext" };
+        format!("{base}, {other} on port(s) {}", others.join(", "))
     }
 }
 

@@ -90,6 +90,7 @@ fn flip_under_traffic(
     net: u8,
     name: &str,
     args: &[&str],
+    debug: Option<SocketAddr>,
 ) -> (Traffic, String) {
     let dir = TestDir::new(name);
     let config = dir.subdir("config");
@@ -117,7 +118,26 @@ fn flip_under_traffic(
     std::thread::sleep(Duration::from_millis(300));
     link.pause();
     write_config(&config, "zz-peer.yaml", &peer_authentication("STRICT"));
-    std::thread::sleep(PAUSE);
+    let paused = Instant::now();
+    if let Some(debug) = debug {
+        // The debug port shows the hold at its first step, waiting for the server.
+        let mut last = serde_json::Value::Null;
+        let seen = support::wait_until(PAUSE / 2, || {
+            last = support::debug_json(debug, "/debug/mtls_transitions");
+            last.as_array().is_some_and(|holds| {
+                holds.len() == 1
+                    && holds[0]["step"] == "server-accepts-both"
+                    && holds[0]["from"] == "plaintext"
+                    && holds[0]["to"] == "mtls"
+                    && holds[0]["waiting"].as_u64().unwrap_or(0) > 0
+            })
+        });
+        assert!(
+            seen,
+            "/debug/mtls_transitions while the server is held back: {last}"
+        );
+    }
+    std::thread::sleep(PAUSE.saturating_sub(paused.elapsed()));
     link.resume();
     converge(
         "STRICT in effect: plaintext finds no chain",
@@ -158,7 +178,14 @@ fn flip_under_traffic(
 #[test]
 fn held_flips_between_disable_and_strict_fail_no_request() {
     let envoy_bin = require_envoy!();
-    let (t, log) = flip_under_traffic(&envoy_bin, HELD_NET, "envoy-mtls-flip-held", &[]);
+    let debug = SocketAddr::from(([127, 0, 0, 1], support::free_port()));
+    let (t, log) = flip_under_traffic(
+        &envoy_bin,
+        HELD_NET,
+        "envoy-mtls-flip-held",
+        &["--debug-addr", &debug.to_string()],
+        Some(debug),
+    );
     // The steps, in order, each acknowledged (none ended by the timeout).
     let at = |step: &str| {
         log.find(step)
@@ -192,6 +219,7 @@ fn the_same_flips_all_at_once_fail_requests() {
         AT_ONCE_NET,
         "envoy-mtls-flip-at-once",
         &["--mtls-transition-timeout-ms", "0"],
+        None,
     );
     assert!(
         !t.failed.is_empty(),
