@@ -3,7 +3,8 @@
 //! the debug port's endpoints, and the rendered page is checked — the proxy and its sync
 //! state, its resources in Envoy's JSON, its history and a diff between two epochs, `explain`
 //! as a graph from input objects to the proxies holding the resource, config errors and
-//! analysis, and the convergence histogram. Screenshots of every view are kept as test
+//! analysis, an authorization check (the form and its verdict naming the deciding policy),
+//! the mTLS changes in progress, and the convergence histogram. Screenshots of every view are kept as test
 //! artefacts in `target/ui-screenshots/` (the README's come from there).
 
 use crate::support;
@@ -173,6 +174,65 @@ fn every_view_renders_in_a_real_browser() {
     assert!(counted > 0, "no acknowledged push in the histogram: {dom}");
     assert!(dom.contains("pushes acknowledged"), "{dom}");
     shoot("convergence", "/convergence");
+
+    // The authorization check: a DENY selecting the client's workload decides a request
+    // to an inbound listener it binds (a Sidecar `ingress`), named with its policy, as
+    // `meshflow authz check` would say.
+    let ingress_port = free_port();
+    let client_ip = scene.reviews.ip(20);
+    write_config(
+        &scene.config,
+        "sidecar.yaml",
+        &format!(
+            "{}  ingress:\n  - port: {{number: {ingress_port}, protocol: HTTP, name: http}}\n    bind: {client_ip}\n    captureMode: NONE\n    defaultEndpoint: 127.0.0.1:{ingress_port}\n",
+            support::reviews::client_sidecar_yaml(scene.port)
+        ),
+    );
+    write_config(&scene.config, "zz-deny.yaml", "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: client-deny, namespace: default}\nspec:\n  selector: {matchLabels: {app: client}}\n  action: DENY\n  rules:\n  - to:\n    - operation: {paths: [/admin*]}\n");
+    let check = |path: &str| {
+        support::debug_json(
+            debug,
+            &format!(
+                "/debug/authz_check?proxy={}&port={ingress_port}&address={client_ip}&path={path}",
+                enc(&id)
+            ),
+        )
+    };
+    assert!(
+        wait_until(CONVERGE_TIMEOUT, || check("/admin")["status"] == 403),
+        "the DENY in effect: {}",
+        check("/admin")
+    );
+    let authz = format!(
+        "/authz/{}?port={ingress_port}&address={client_ip}&method=GET&path=%2Fadmin",
+        enc(&id)
+    );
+    let dom = browser.dom(&url(&authz), scratch.path());
+    assert!(dom.contains("id=\"verdict\""), "{dom}");
+    assert!(dom.contains("(403)"), "the DENY's status: {dom}");
+    assert!(
+        dom.contains("client-deny"),
+        "the deciding policy named: {dom}"
+    );
+    assert!(dom.contains("id=\"authz-form\""), "{dom}");
+    shoot("authz", &authz);
+    let dom = browser.dom(
+        &url(&format!(
+            "/authz/{}?port={ingress_port}&address={client_ip}&path=%2Fpublic",
+            enc(&id)
+        )),
+        scratch.path(),
+    );
+    assert!(
+        dom.contains("data-decision=\"allowed"),
+        "another path passes: {dom}"
+    );
+    // No PeerAuthentication change in progress.
+    let dom = browser.dom(&url("/mtls"), scratch.path());
+    assert!(
+        dom.contains("every PeerAuthentication change is complete"),
+        "{dom}"
+    );
 
     // A view that cannot load says why instead of staying blank.
     let dom = browser.dom(&url("/proxy/nobody"), scratch.path());

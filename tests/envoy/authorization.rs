@@ -5,13 +5,15 @@
 //! `namespaces`), plaintext without one, methods, paths, a request header in `when` — and a
 //! DENY beats an ALLOW; a DENY path written with a dot segment, a double slash or an escaped
 //! slash is still denied (CVE-2021-31920: the path is normalized before RBAC sees it).
+//! The same matrix under a STRICT PeerAuthentication (plaintext finds no chain) and a
+//! DISABLE one (the client sidecar sends plaintext: no request carries its identity).
 //! Loopback only.
 
 use crate::support;
 
 use std::net::SocketAddr;
 
-use support::authz_matrix::{matrix, policies, Case, Via};
+use support::authz_matrix::{matrix, matrix_under, policies, Case, PeerMode, Via};
 use support::reviews::SidecarPair;
 use support::{
     converge, http_request, remove_config, require_envoy, write_config, TestDir, CONVERGE_TIMEOUT,
@@ -326,5 +328,59 @@ fn published_authorization_bypasses_are_closed() {
         summary,
     );
     assert_eq!(got, "ok");
+    assert_eq!(pair.server.rejected_updates(), 0, "{}", pair.summary());
+}
+
+const MODES_NET: u8 = 118;
+
+#[test]
+fn the_matrix_under_strict_and_disable_is_istios() {
+    let envoy_bin = require_envoy!();
+    let dir = TestDir::new("envoy-authorization-modes");
+    let config = dir.subdir("config");
+    write_config(
+        &config,
+        "zz-authz.yaml",
+        &policies("principals: [cluster.local/ns/default/sa/sleep]"),
+    );
+    let pair = SidecarPair::start(MODES_NET, &envoy_bin, dir.path(), &config);
+    let (through_client, direct) = (pair.through_client, pair.direct);
+    let ask =
+        |to: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)]| match http_request(
+            to, method, "reviews", path, headers,
+        ) {
+            Ok(r) if r.status == 200 && r.text() == "reviews-app" => "ok".to_string(),
+            Ok(r) => format!("status {}", r.status),
+            Err(_) => "error".to_string(),
+        };
+    let to = |via: Via| match via {
+        Via::Client => through_client,
+        Via::Direct => direct,
+    };
+    let answers = |cases: &[Case]| -> Vec<(String, String)> {
+        cases
+            .iter()
+            .map(|(what, via, m, p, h, _)| (what.to_string(), ask(to(*via), m, p, h)))
+            .collect()
+    };
+    let expected = |cases: &[Case]| -> Vec<(String, String)> {
+        cases
+            .iter()
+            .map(|(what, _, _, _, _, want)| (what.to_string(), want.to_string()))
+            .collect()
+    };
+    for mode in [PeerMode::Strict, PeerMode::Disable] {
+        write_config(&config, "zz-peer.yaml", &mode.policy());
+        let cases = matrix_under(mode);
+        let got = converge(
+            &format!("the matrix under {}", mode.name()),
+            CONVERGE_TIMEOUT,
+            || answers(&cases),
+            |got| *got == expected(&cases),
+            || pair.summary(),
+        );
+        assert_eq!(got, expected(&cases), "{}", mode.name());
+    }
+    assert_eq!(pair.client.rejected_updates(), 0, "{}", pair.summary());
     assert_eq!(pair.server.rejected_updates(), 0, "{}", pair.summary());
 }

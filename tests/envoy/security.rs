@@ -429,10 +429,14 @@ fn a_server_sidecar_refuses_what_the_policies_selecting_it_ask() {
         |(via, plain)| *via == app && *plain == app,
         summary,
     );
-    let server_dump = server.admin_get("/config_dump?resource=dynamic_listeners");
-    assert!(
-        !server_dump.contains("-mtls"),
-        "no mTLS chain under DISABLE: {server_dump}"
+    // The server drops its mTLS chain once the client acknowledged sending plaintext (the
+    // change is held until then: `mtls_transition.rs`).
+    converge(
+        "DISABLE: no mTLS chain left on the server",
+        CONVERGE_TIMEOUT,
+        || server.admin_get("/config_dump?resource=dynamic_listeners"),
+        |dump| !dump.contains("-mtls"),
+        summary,
     );
     remove_config(&config, "zz-disable.yaml");
     converge(

@@ -49,6 +49,15 @@ fn vhds_over_delta_ads_in_envoy() {
     let route = scene.port.to_string();
     let vhost = format!("{route}/reviews.default.svc.cluster.local:{route}");
 
+    // Both versions serve first: a sample of v1 alone must come from the routing below,
+    // not from v2's endpoint not being known yet.
+    client.converge(
+        "both versions answer",
+        "/reviews/1",
+        &[],
+        |c| count(c, "reviews-v1") > 0 && count(c, "reviews-v2") > 0,
+        10,
+    );
     // Routing through a virtual host that only VHDS delivered.
     scene
         .reviews

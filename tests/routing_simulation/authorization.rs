@@ -2,11 +2,13 @@
 //! same ALLOW and DENY policies, and the same client matrix (`support::authz_matrix`) — the
 //! client sidecar's mTLS identity or plaintext, methods, paths, a header condition, the
 //! CVE-2021-31920 path forms — each answered by the simulation's RBAC evaluation as real
-//! Envoy answers it in that test. And the RequestAuthentication of
+//! Envoy answers it in that test, also under STRICT and DISABLE. And the RequestAuthentication of
 //! `envoy/request_authentication.rs`: tokens that verify, that do not, of the wrong
 //! audience, none, `requestPrincipals`, and `presence: REQUIRED`.
 
-use crate::support::authz_matrix::{matrix, policies, Via, CLIENT_IDENTITY};
+use crate::support::authz_matrix::{
+    matrix, matrix_under, policies, PeerMode, Via, CLIENT_IDENTITY,
+};
 use crate::support::reviews::Reviews;
 use crate::support::{write_config, ProxyNode};
 use crate::Mesh;
@@ -148,4 +150,49 @@ fn the_simulation_verifies_tokens_as_envoy_does() {
     let mut ask = |c: Call| answer(&mesh.send(&server, &c));
     assert_eq!(ask(call()), "status 401", "required");
     assert_eq!(ask(call().with_token(signed("bob", "reviews"))), "ok");
+}
+
+/// The matrix under a STRICT and a DISABLE PeerAuthentication (`authz_matrix::matrix_under`),
+/// answered as real Envoy answers it in `envoy/authorization.rs`: under STRICT a plaintext
+/// request finds no chain; under DISABLE the client sidecar sends plaintext (what its
+/// endpoint for the server says: no `tlsMode`), so its requests carry no identity.
+#[test]
+fn the_simulation_answers_the_matrix_under_each_mode_as_envoy_does() {
+    let (mut mesh, reviews, server) = server("authorization-modes");
+    write_config(
+        &mesh.config,
+        "zz-authz.yaml",
+        &policies("principals: [cluster.local/ns/default/sa/sleep]"),
+    );
+    let pod_ip = reviews.pod_ip("v1");
+    for mode in [PeerMode::Strict, PeerMode::Disable] {
+        write_config(&mesh.config, "zz-peer.yaml", &mode.policy());
+        for (what, via, method, path, headers, expected) in matrix_under(mode) {
+            let mut call = Call::get("reviews", reviews.backend_port(), path)
+                .method(method)
+                .to_address(&pod_ip);
+            for (k, v) in headers {
+                call = call.header(k, v);
+            }
+            if via == Via::Client && mode != PeerMode::Disable {
+                call = call
+                    .istio_mtls("outbound_.9080_._.reviews.default.svc.cluster.local")
+                    .from_peer(CLIENT_IDENTITY);
+            }
+            let o = mesh.send(&server, &call);
+            let got = answer(&o);
+            let agrees = match expected {
+                // No chain takes the connection: Envoy closes it.
+                "error" => got.starts_with("error"),
+                _ => got == expected,
+            };
+            assert!(
+                agrees,
+                "{} {what}: expected {expected}, got {got}: {:?} {:?}",
+                mode.name(),
+                o.authz,
+                o.result
+            );
+        }
+    }
 }

@@ -188,3 +188,54 @@ pub fn matrix() -> Vec<Case> {
         ),
     ]
 }
+
+/// The PeerAuthentication mode the server sidecar runs under (the matrix of [`matrix`] is
+/// PERMISSIVE's: no policy).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PeerMode {
+    Strict,
+    Disable,
+}
+
+impl PeerMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            PeerMode::Strict => "STRICT",
+            PeerMode::Disable => "DISABLE",
+        }
+    }
+
+    /// A PeerAuthentication selecting the server (`app: reviews`) with this mode.
+    pub fn policy(self) -> String {
+        format!(
+            "apiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata:\n  \
+             name: reviews\n  namespace: default\nspec:\n  selector:\n    matchLabels:\n      \
+             app: reviews\n  mtls:\n    mode: {}\n",
+            self.name()
+        )
+    }
+}
+
+/// [`matrix`] under `mode`, as Istio's documentation states it. STRICT: a plaintext
+/// connection finds no chain (`error`), whatever the request; the client sidecar's mTLS is
+/// answered as before. DISABLE: the client sidecar sends plaintext too (auto mTLS follows
+/// the server's mode), so no request carries its identity: the one request the ALLOW lets
+/// through by identity alone (GET `/public/a`, no header) is refused; the others answer as
+/// before (the DENY, methods, paths and the header do not read the identity).
+pub fn matrix_under(mode: PeerMode) -> Vec<Case> {
+    matrix()
+        .into_iter()
+        .map(|(what, via, method, path, headers, expected)| {
+            let expected = match (mode, via) {
+                (PeerMode::Strict, Via::Direct) => "error",
+                (PeerMode::Disable, Via::Client)
+                    if (method, path) == ("GET", "/public/a") && headers.is_empty() =>
+                {
+                    "status 403"
+                }
+                _ => expected,
+            };
+            (what, via, method, path, headers, expected)
+        })
+        .collect()
+}

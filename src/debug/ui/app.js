@@ -1,6 +1,7 @@
 // meshflow's debug UI: views drawn from the debug port's JSON endpoints, chosen by the URL
-// fragment (#/proxies, #/proxy/ID, #/history/ID, #/explain/ID/TYPE/NAME, #/errors,
-// #/convergence). Every text from the server goes in as text, never as markup.
+// fragment (#/proxies, #/proxy/ID, #/history/ID, #/explain/ID/TYPE/NAME, #/authz/ID?…,
+// #/errors, #/mtls, #/convergence). Every text from the server goes in as text, never as
+// markup.
 "use strict";
 
 const TYPES = ["CDS", "EDS", "LDS", "RDS", "SDS"];
@@ -97,7 +98,8 @@ async function proxyView(id) {
     items.map(([name, body]) => el("details", { "data-resource": `${type}/${name}` },
       el("summary", {}, name, " ", link(`#/explain/${enc(id)}/${type}/${enc(name)}`, "explain")),
       el("pre", {}, JSON.stringify(body, null, 2))))));
-  return [el("h1", {}, id), el("p", {}, link(`#/history/${enc(id)}`, "history and diff")), parts];
+  return [el("h1", {}, id), el("p", {}, link(`#/history/${enc(id)}`, "history and diff"), " · ",
+    link(`#/authz/${enc(id)}`, "authorization check")), parts];
 }
 
 function describeInput(i) {
@@ -169,6 +171,57 @@ async function explainView(id, type, name) {
     el("ul", { id: "holders" }, e.holders.map((h) => el("li", {}, link(`#/proxy/${enc(h)}`, h))))];
 }
 
+/// The request fields of `/debug/authz_check` (as `meshflow authz check` names them), with
+/// what the form starts from.
+const AUTHZ_FIELDS = [["port", ""], ["method", "GET"], ["path", "/"], ["host", ""],
+  ["from", ""], ["address", ""], ["source_ip", ""], ["header", ""], ["jwt_claims", ""],
+  ["ext_authz", ""]];
+
+/// Which filter and policy of the proxy decide a request: a form, and its verdict.
+async function authzView(id, query) {
+  const inputs = AUTHZ_FIELDS.map(([name, start]) => el("input", {
+    name, value: query.get(name) ?? start, placeholder: name === "header" ? "NAME=VALUE" : name,
+  }));
+  const go = () => {
+    const q = new URLSearchParams();
+    for (const i of inputs) if (i.value) q.set(i.name, i.value);
+    location.hash = `#/authz/${enc(id)}?${q}`;
+  };
+  const head = [el("h1", {}, `Authorization check on ${id}`),
+    el("p", {}, link(`#/proxy/${enc(id)}`, "resources")),
+    el("p", { class: "pick", id: "authz-form" },
+      inputs.map((i) => el("label", {}, `${i.name} `, i, " ")),
+      el("button", { onclick: go }, "check"))];
+  if (!query.get("port")) {
+    return [...head, el("p", {}, "Describe a request (at least its port) to see which filter " +
+      "and policy decide it, from what the proxy holds now.")];
+  }
+  const q = new URLSearchParams(query);
+  q.set("proxy", id);
+  const v = await json(`/debug/authz_check?${q}`);
+  const row = (k, val) => el("tr", {}, el("th", {}, k), el("td", {}, val || "—"));
+  return [...head, el("section", { id: "verdict", "data-decision": v.decision },
+    el("h2", {}, v.status ? `${v.decision} (${v.status})` : v.decision),
+    el("ol", { id: "authz-filters" }, v.filters.map((f) => el("li", {}, f))),
+    el("table", {}, row("listener", v.listener), row("filter chain", v.filter_chain),
+      row("route", v.route), row("clusters", v.clusters.join(", "))),
+    v.why ? el("p", { class: "why" }, v.why) : null,
+    v.warnings.map((w) => el("p", { class: "warning" }, w)))];
+}
+
+/// PeerAuthentication changes held part-way: each workload's step and what it waits for.
+async function mtlsView() {
+  const list = await json("/debug/mtls_transitions");
+  const head = el("tr", {}, ["workload", "address", "clients sent", "clients send",
+    "step", "since", "waits for"].map((h) => el("th", {}, h)));
+  return [el("h1", {}, "mTLS changes in progress"),
+    list.length ? el("table", { id: "mtls" }, head, list.map((t) => el("tr", {},
+      el("td", {}, t.workload), el("td", {}, t.ip), el("td", {}, t.from), el("td", {}, t.to),
+      el("td", {}, t.step), el("td", {}, ago(t.step_since_unix_ms / 1000)),
+      el("td", {}, `${t.waiting} acknowledgment(s)`, t.waiting_for.map((w) => el("div", {}, w))))))
+      : el("p", { id: "mtls" }, "None: every PeerAuthentication change is complete.")];
+}
+
 async function errorsView() {
   const e = await json("/debug/config_errors");
   const list = (id, title, items) => [el("h2", {}, `${title} (${items.length})`),
@@ -226,7 +279,9 @@ async function route() {
     case "proxy": render = () => proxyView(parts[1]); break;
     case "history": render = () => historyView(parts[1], query); break;
     case "explain": render = () => explainView(parts[1], parts[2], parts.slice(3).join("/")); break;
+    case "authz": render = () => authzView(parts[1], query); break;
     case "errors": render = errorsView; break;
+    case "mtls": render = mtlsView; break;
     case "convergence": render = convergenceView; break;
     default: render = proxiesView;
   }
