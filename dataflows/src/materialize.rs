@@ -575,6 +575,7 @@ mod tests {
             locality: None,
             priority_labels: None,
             idle_timeout_ns: None,
+            path_normalization: Default::default(),
             security: None,
         }
     }

@@ -7,7 +7,9 @@
 use super::convert::{export_to, locality_lb_setting, parse_duration_ms, retries};
 use super::findings::{typed_with_ignored, Finding, IGNORED};
 use super::{istio, Invalid};
-use dataflows::model::{ConfigKey, InboundMtls, MeshConfig, MeshLayer, MeshSettings};
+use dataflows::model::{
+    ConfigKey, InboundMtls, MeshConfig, MeshLayer, MeshSettings, PathNormalization,
+};
 use serde::Deserialize;
 use serde_yaml_ng::Value;
 use std::collections::BTreeMap;
@@ -32,6 +34,14 @@ struct MeshConfigSpec {
     #[serde(rename = "meshMTLS")]
     mesh_mtls: Option<MeshMtlsSpec>,
     extension_providers: Option<Vec<super::ext_authz::ExtensionProviderSpec>>,
+    path_normalization: Option<PathNormalizationSpec>,
+}
+
+/// `pathNormalization`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct PathNormalizationSpec {
+    normalization: Option<String>,
 }
 
 /// `meshMTLS`: the TLS of the mesh's mutual TLS, as sidecars' inbound chains take it.
@@ -145,6 +155,25 @@ pub fn parse_mesh(
         spec.extension_providers.as_deref().unwrap_or_default(),
         &mut findings,
     );
+    settings.path_normalization = match spec
+        .path_normalization
+        .as_ref()
+        .and_then(|p| p.normalization.as_deref())
+    {
+        None | Some("DEFAULT") | Some("BASE") => PathNormalization::Base,
+        Some("NONE") => PathNormalization::None,
+        Some("MERGE_SLASHES") => PathNormalization::MergeSlashes,
+        Some("DECODE_AND_MERGE_SLASHES") => PathNormalization::DecodeAndMergeSlashes,
+        Some(other) => {
+            return Err(Invalid::field(
+                "mesh.pathNormalization.normalization",
+                format!(
+                    "unknown normalization {other:?} (DEFAULT, NONE, BASE, MERGE_SLASHES, \
+                     DECODE_AND_MERGE_SLASHES)"
+                ),
+            ))
+        }
+    };
     settings.registry_only = match spec
         .outbound_traffic_policy
         .as_ref()
@@ -415,6 +444,41 @@ mod tests {
         // Auto mTLS is Istio's default, and meshflow's.
         assert!(p.settings.auto_mtls);
         assert_eq!(fields(&p), Vec::<&str>::new());
+    }
+
+    /// `pathNormalization.normalization` in Istio's names (`DEFAULT` is `BASE`); an unknown
+    /// one refuses the config, naming the field.
+    #[test]
+    fn path_normalization_is_read() {
+        for (text, want) in [
+            ("", PathNormalization::Base),
+            (
+                "pathNormalization: {normalization: DEFAULT}",
+                PathNormalization::Base,
+            ),
+            (
+                "pathNormalization: {normalization: NONE}",
+                PathNormalization::None,
+            ),
+            (
+                "pathNormalization: {normalization: MERGE_SLASHES}",
+                PathNormalization::MergeSlashes,
+            ),
+            (
+                "pathNormalization: {normalization: DECODE_AND_MERGE_SLASHES}",
+                PathNormalization::DecodeAndMergeSlashes,
+            ),
+        ] {
+            let p = parse(text).unwrap();
+            assert_eq!(p.settings.path_normalization, want, "{text}");
+            assert_eq!(fields(&p), Vec::<&str>::new(), "{text}: nothing ignored");
+        }
+        let err = parse("pathNormalization: {normalization: SOMETIMES}").expect_err("refused");
+        assert!(
+            err.to_string()
+                .contains("mesh.pathNormalization.normalization"),
+            "{err}"
+        );
     }
 
     #[test]

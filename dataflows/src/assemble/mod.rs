@@ -51,6 +51,16 @@ pub fn apply_idle_timeout(idle_ns: Option<u64>, r: Resource) -> Resource {
     }
 }
 
+/// Resource `r` under the mesh's `pathNormalization` `n`: a listener's connection managers
+/// rewritten ([`listener::with_path_normalization`]); anything else, and anything under
+/// `BASE` (as every connection manager is built), as built.
+pub fn apply_path_normalization(n: PathNormalization, r: Resource) -> Resource {
+    if n.is_base() || r.rtype != ResourceType::Listener {
+        return r;
+    }
+    listener::with_path_normalization(&r, n)
+}
+
 /// Listeners of a sidecar scope that do not depend on services: one per explicit egress
 /// listener, plus `virtualOutbound` where traffic is captured, and the listeners and
 /// clusters of its `ingress` (with what the security policies make the bound ones refuse,

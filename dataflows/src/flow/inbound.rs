@@ -489,6 +489,7 @@ fn virtual_inbound<'s>(
         .join_map(mesh.clone(), |_, (id, (ports, idle, sec)), m| {
             let detection = m.protocol_detection_timeout_ms;
             let l = listener::virtual_inbound_secured(ports, detection, sec, &m.inbound_mtls);
+            let l = crate::assemble::apply_path_normalization(m.path_normalization, l);
             (id.clone(), crate::assemble::apply_idle_timeout(*idle, l))
         })
 }

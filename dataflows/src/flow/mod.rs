@@ -285,10 +285,11 @@ fn outputs<'s>(
     proxy_scopes: Coll<'s, (ProxyId, ScopeKey)>,
 ) -> Outputs<'s> {
     let (scope_res, proxy_res) = (scoped.resources, owned.resources);
-    // Listeners carry their scope's node metadata `IDLE_TIMEOUT`, whichever stage built them,
-    // and a router scope's refusals (the security stopgap).
+    // Listeners carry their scope's node metadata `IDLE_TIMEOUT` and the mesh's
+    // `pathNormalization`, whichever stage built them, and a router scope's refusals.
     let scope_res = scope_res.flat_map(|(s, r)| {
         let r = crate::assemble::apply_idle_timeout(s.idle_timeout_ns(), r);
+        let r = crate::assemble::apply_path_normalization(s.path_normalization(), r);
         crate::assemble::apply_router_security(&s, r).map(|r| (s, r))
     });
     // Every resource of a scope governed by a Sidecar resource comes from it too.

@@ -11,8 +11,8 @@ use crate::rules;
 
 /// `(proxy, scope)` for every connected proxy: sidecars and proxyless clients by the Sidecar
 /// resource in effect, routers by the Gateways that select them; both by the `sourceLabels`
-/// selectors of VirtualServices they match, and by their node metadata `IDLE_TIMEOUT`
-/// (which their listeners carry); routers also by where their servers listen (the target
+/// selectors of VirtualServices they match, by their node metadata `IDLE_TIMEOUT` and the
+/// mesh's `pathNormalization` (which their listeners carry); routers also by where their servers listen (the target
 /// ports of their own Services).
 pub(super) fn of_proxies<'s>(
     mesh: &Mesh<'s>,
@@ -46,12 +46,35 @@ pub(super) fn of_proxies<'s>(
         })
         .concat(scopes.antijoin(placed.map(|(id, _)| id)));
     let valued = priority_values(mesh, proxies, drs, services);
-    scopes
+    let scopes = scopes
         .clone()
         .join_map(valued.clone(), |id, s, values| {
             (id.clone(), s.clone().with_priority_labels(values.clone()))
         })
-        .concat(scopes.antijoin(valued.map(|(id, _)| id)))
+        .concat(scopes.antijoin(valued.map(|(id, _)| id)));
+    let normalized = path_normalizations(mesh, proxies);
+    scopes
+        .clone()
+        .join_map(normalized.clone(), |id, s, n| {
+            (id.clone(), s.clone().with_path_normalization(*n))
+        })
+        .concat(scopes.antijoin(normalized.map(|(id, _)| id)))
+}
+
+/// `(proxy, normalization)` for every proxy while the mesh's `pathNormalization` is not
+/// `BASE` (what every connection manager is built with): only then are scopes split by it.
+fn path_normalizations<'s>(
+    mesh: &Mesh<'s>,
+    proxies: &Coll<'s, (ProxyId, Proxy)>,
+) -> Coll<'s, (ProxyId, PathNormalization)> {
+    let set = mesh
+        .clone()
+        .filter(|(_, m)| !m.path_normalization.is_base())
+        .map(|(k, m)| (k, m.path_normalization));
+    proxies
+        .clone()
+        .map(|(id, _)| ((), id))
+        .join_map(set, |_, id, n| (id.clone(), *n))
 }
 
 /// `(proxy, values)`: each proxy's values (sorted by key) of the labels some

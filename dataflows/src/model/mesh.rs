@@ -65,6 +65,29 @@ pub enum MeshLayer {
     Configured,
 }
 
+/// `pathNormalization.normalization`: how every HTTP connection manager rewrites request
+/// paths before routing and filters see them (Istio's names; `DEFAULT` is `BASE`).
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+pub enum PathNormalization {
+    /// Paths as the client sent them.
+    None,
+    /// RFC 3986 normalization: dot segments resolved (Istio's default).
+    #[default]
+    Base,
+    /// `BASE`, and repeated slashes merged.
+    MergeSlashes,
+    /// `MERGE_SLASHES`, and escaped slashes (`%2F`, `%5C`) decoded and forwarded.
+    DecodeAndMergeSlashes,
+}
+
+impl PathNormalization {
+    pub fn is_base(&self) -> bool {
+        *self == PathNormalization::Base
+    }
+}
+
 /// Istio's MeshConfig, the part that changes generated config: an input of the dataflow,
 /// so a change reaches only the proxies whose output it changes.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -118,6 +141,10 @@ pub struct MeshSettings {
     /// CUSTOM AuthorizationPolicies name.
     #[serde(default)]
     pub ext_authz: Vec<super::ExtAuthzProvider>,
+    /// `pathNormalization`: what every connection manager no security policy checks does to
+    /// paths (those policies check keep the strictest: [`PathNormalization`]).
+    #[serde(default)]
+    pub path_normalization: PathNormalization,
 }
 
 /// What a sidecar's inbound mTLS chains accept, from the mesh config: clients whose
@@ -185,6 +212,7 @@ impl MeshSettings {
             auto_mtls: true,
             inbound_mtls: InboundMtls::default(),
             ext_authz: Vec::new(),
+            path_normalization: PathNormalization::Base,
         }
     }
 

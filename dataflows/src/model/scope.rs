@@ -4,8 +4,8 @@
 
 use super::names::{BLACKHOLE_CLUSTER, PASSTHROUGH_CLUSTER};
 use super::{
-    ConfigKey, EgressProxy, InboundMtls, InboundSecurity, Labels, MeshSettings, ProxyId,
-    ResourceType, Retries, Sidecar, DEFAULT_CONNECT_TIMEOUT_MS,
+    ConfigKey, EgressProxy, InboundMtls, InboundSecurity, Labels, MeshSettings, PathNormalization,
+    ProxyId, ResourceType, Retries, Sidecar, DEFAULT_CONNECT_TIMEOUT_MS,
 };
 use serde::{Deserialize, Serialize};
 
@@ -35,6 +35,10 @@ pub enum ScopeKey {
         /// proxyless clients, which Istio does not give it): their listeners carry it.
         #[serde(default)]
         idle_timeout_ns: Option<u64>,
+        /// The mesh's `pathNormalization`, where it is not `BASE`: its listeners' connection
+        /// managers carry it.
+        #[serde(default, skip_serializing_if = "PathNormalization::is_base")]
+        path_normalization: PathNormalization,
         /// What the security policies selecting its proxies make the Sidecar `ingress`
         /// listeners they bind themselves refuse (the fail-closed stopgap; only where the
         /// Sidecar in effect binds one, so other scopes are not split by policy).
@@ -57,6 +61,9 @@ pub enum ScopeKey {
         /// As for sidecars.
         #[serde(default)]
         idle_timeout_ns: Option<u64>,
+        /// As for sidecars.
+        #[serde(default, skip_serializing_if = "PathNormalization::is_base")]
+        path_normalization: PathNormalization,
         /// `(service port, target port)`: where a server of a service port listens, as
         /// Istio's gateways listen on the target port of the Service of their pods that has
         /// the server's port ([`crate::rules::gateway_ports`]); a port not here is listened
@@ -149,6 +156,35 @@ impl ScopeKey {
     /// their scopes whole.
     ///
     /// [`DestinationRule::may_balance_by_locality`]: super::DestinationRule::may_balance_by_locality
+    /// The mesh's `pathNormalization` its listeners carry.
+    pub fn path_normalization(&self) -> PathNormalization {
+        match self {
+            ScopeKey::Sidecar {
+                path_normalization, ..
+            }
+            | ScopeKey::Router {
+                path_normalization, ..
+            } => *path_normalization,
+        }
+    }
+
+    /// The scope under the mesh's `pathNormalization` (proxyless clients have no connection
+    /// manager of Istio's making: they keep theirs).
+    pub fn with_path_normalization(mut self, n: PathNormalization) -> Self {
+        if self.is_proxyless() {
+            return self;
+        }
+        match &mut self {
+            ScopeKey::Sidecar {
+                path_normalization, ..
+            }
+            | ScopeKey::Router {
+                path_normalization, ..
+            } => *path_normalization = n,
+        }
+        self
+    }
+
     pub fn with_locality(mut self, loc: String) -> Self {
         match &mut self {
             ScopeKey::Sidecar { locality, .. } | ScopeKey::Router { locality, .. } => {

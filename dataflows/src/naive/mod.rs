@@ -242,11 +242,12 @@ fn with_file_secrets(res: &mut Vec<Resource>) {
     res.extend(files);
 }
 
-/// A scope's resources as its proxies get them: listeners with their `IDLE_TIMEOUT`, and a
-/// router scope's refusals.
+/// A scope's resources as its proxies get them: listeners with their `IDLE_TIMEOUT` and the
+/// mesh's `pathNormalization`, and a router scope's refusals.
 fn with_idle_timeout(s: &ScopeKey, res: Vec<Resource>) -> Vec<Resource> {
     res.into_iter()
         .map(|r| assemble::apply_idle_timeout(s.idle_timeout_ns(), r))
+        .map(|r| assemble::apply_path_normalization(s.path_normalization(), r))
         .filter_map(|r| assemble::apply_router_security(s, r))
         .collect()
 }

@@ -269,6 +269,7 @@ pub(super) fn inbound(v: &View, index: &EndpointIndex, p: &Proxy, s: &ScopeKey) 
             &v.inbound_security(p),
             &v.mesh.inbound_mtls,
         );
+        let l = assemble::apply_path_normalization(v.mesh.path_normalization, l);
         res.push(assemble::apply_idle_timeout(p.idle_timeout_ns, l));
     }
     res

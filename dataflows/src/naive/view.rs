@@ -332,7 +332,7 @@ impl<'a> View<'a> {
             });
             s = s.with_priority_labels(values.collect());
         }
-        s
+        s.with_path_normalization(self.mesh.path_normalization)
     }
 
     pub(super) fn sidecar_spec(&self, s: &ScopeKey) -> Option<&'a Sidecar> {

@@ -57,6 +57,7 @@ pub fn router_scope(p: &Proxy, gateways: Vec<ConfigKey>) -> ScopeKey {
         locality: None,
         priority_labels: None,
         idle_timeout_ns: p.idle_timeout_ns,
+        path_normalization: Default::default(),
         ports: Vec::new(),
         security: None,
     }

@@ -227,6 +227,7 @@ pub fn sidecar_scope(p: &Proxy, sidecar: Option<ConfigKey>) -> ScopeKey {
         locality: None,
         priority_labels: None,
         idle_timeout_ns: p.idle_timeout_ns.filter(|_| !proxyless),
+        path_normalization: Default::default(),
         security: None,
     }
 }

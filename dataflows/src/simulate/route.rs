@@ -82,10 +82,25 @@ impl ProxyConfig {
                 });
             }
         }
-        let mut path = if hcm.normalize_path.is_some_and(|b| b.value) {
-            normalize_path(&call.path)
+        // `UNESCAPE_AND_FORWARD` (the mesh's `DECODE_AND_MERGE_SLASHES`): decoded in place.
+        let raw = if hcm.path_with_escaped_slashes_action == Escaped::UnescapeAndForward as i32 {
+            let (p, rest) = match call.path.find(['?', '#']) {
+                Some(i) => call.path.split_at(i),
+                None => (call.path.as_str(), ""),
+            };
+            let decoded = p
+                .replace("%2F", "/")
+                .replace("%2f", "/")
+                .replace("%5C", "\\")
+                .replace("%5c", "\\");
+            format!("{decoded}{rest}")
         } else {
             call.path.clone()
+        };
+        let mut path = if hcm.normalize_path.is_some_and(|b| b.value) {
+            normalize_path(&raw)
+        } else {
+            raw
         };
         if hcm.merge_slashes {
             path = merge_slashes(&path);

@@ -347,6 +347,15 @@ fn mesh(rng: &mut StdRng, extra: &mut StdRng) -> Record {
             ecdh_curves: Vec::new(),
         },
         ext_authz: ext_authz_providers(extra),
+        path_normalization: pick(
+            extra,
+            &[
+                PathNormalization::Base,
+                PathNormalization::None,
+                PathNormalization::MergeSlashes,
+                PathNormalization::DecodeAndMergeSlashes,
+            ],
+        ),
     })
 }
 

@@ -226,3 +226,134 @@ fn idle_timeout_metadata_reaches_every_listener_of_its_proxy() {
         assert_eq!(idle, None, "virtualInbound to {to}");
     }
 }
+
+/// Per connection manager of a listener's chains (the default chain last): whether it
+/// resolves dot segments, merges slashes, and what it does with escaped slashes.
+fn path_handling(
+    l: &envoy_types::pb::envoy::config::listener::v3::Listener,
+) -> Vec<(bool, bool, i32)> {
+    use envoy_types::pb::envoy::config::listener::v3::filter::ConfigType;
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
+    l.filter_chains
+        .iter()
+        .chain(l.default_filter_chain.iter())
+        .flat_map(|c| c.filters.iter())
+        .filter_map(|f| match &f.config_type {
+            Some(ConfigType::TypedConfig(any))
+                if any.type_url.ends_with("HttpConnectionManager") =>
+            {
+                let h =
+                    HttpConnectionManager::decode(&any.value[..]).expect("a connection manager");
+                Some((
+                    h.normalize_path.is_some_and(|b| b.value),
+                    h.merge_slashes,
+                    h.path_with_escaped_slashes_action,
+                ))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// Proves the mesh config's `pathNormalization` on every connection manager of sidecars
+/// (outbound HTTP, `virtualInbound`) and gateways, as Istio sets it (`NONE`: nothing;
+/// `MERGE_SLASHES`: dot segments and slashes; `DECODE_AND_MERGE_SLASHES`: escaped slashes
+/// decoded and forwarded too); a connection manager an AuthorizationPolicy checks keeps the
+/// strictest normalization whatever the mesh says; back to `BASE`, every listener is as
+/// before the change (the same versions).
+#[test]
+fn the_mesh_path_normalization_reaches_every_connection_manager() {
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::PathWithEscapedSlashesAction as Escaped;
+    let mut m = Mesh::new();
+    let server = sidecar_proxy("reviews-1", "default", "10.0.0.1", &[("app", "reviews")]);
+    let checked = sidecar_proxy("ratings-1", "default", "10.0.0.2", &[("app", "ratings")]);
+    let gw = router_proxy(
+        "gw",
+        "istio-system",
+        "10.0.0.9",
+        &[("istio", "ingressgateway")],
+    );
+    m.insert(vec![
+        service("reviews", "default"),
+        service("ratings", "default"),
+        endpoint("reviews", "default", "10.0.0.1", true),
+        endpoint("ratings", "default", "10.0.0.2", true),
+        gateway(
+            "istio-system",
+            "gw",
+            &[("istio", "ingressgateway")],
+            &[(8080, None)],
+        ),
+        virtual_service(
+            "istio-system",
+            "gw-routes",
+            &["*"],
+            &["gw"],
+            &host("reviews", "default"),
+        ),
+        Record::Security(SecurityPolicy {
+            key: ConfigKey::new(Kind::AuthorizationPolicy, "default", "ratings-deny"),
+            created: String::new(),
+            selector: Some(crate::support::labels(&[("app", "ratings")])),
+            effect: PolicyEffect::Authz(AuthzPolicy {
+                action: AuthzAction::Deny,
+                rules: vec![AuthzRule::default()],
+                dry_run: false,
+            }),
+        }),
+        px(&server),
+        px(&checked),
+        px(&gw),
+    ]);
+    let listeners = [
+        (&server, "0.0.0.0_9080"),
+        (&server, "virtualInbound"),
+        (&gw, "0.0.0.0_8080"),
+    ];
+    let before: Vec<String> = listeners
+        .iter()
+        .map(|(p, n)| m.version(p, ResourceType::Listener, n))
+        .collect();
+    for (p, n) in listeners {
+        for h in path_handling(&m.listener_body(p, n)) {
+            assert_eq!(h, (true, false, Escaped::KeepUnchanged as i32), "BASE: {n}");
+        }
+    }
+    let strictest = (true, true, Escaped::UnescapeAndRedirect as i32);
+    let checked_inbound = path_handling(&m.listener_body(&checked, "virtualInbound"));
+    assert!(checked_inbound.contains(&strictest), "{checked_inbound:?}");
+
+    for (n, want) in [
+        (
+            PathNormalization::None,
+            (false, false, Escaped::KeepUnchanged as i32),
+        ),
+        (
+            PathNormalization::MergeSlashes,
+            (true, true, Escaped::KeepUnchanged as i32),
+        ),
+        (
+            PathNormalization::DecodeAndMergeSlashes,
+            (true, true, Escaped::UnescapeAndForward as i32),
+        ),
+    ] {
+        let config = crate::support::mesh_settings(|s| s.path_normalization = n);
+        m.insert(vec![config.clone()]);
+        for (p, name) in listeners {
+            let handling = path_handling(&m.listener_body(p, name));
+            assert!(!handling.is_empty(), "{name} has connection managers");
+            for h in handling {
+                assert_eq!(h, want, "{n:?}: {name}");
+            }
+        }
+        // The checked workload's HTTP chains keep the strictest.
+        let inbound = path_handling(&m.listener_body(&checked, "virtualInbound"));
+        assert!(inbound.contains(&strictest), "{n:?}: {inbound:?}");
+        m.retract(vec![config]);
+    }
+    let after: Vec<String> = listeners
+        .iter()
+        .map(|(p, n)| m.version(p, ResourceType::Listener, n))
+        .collect();
+    assert_eq!(after, before, "BASE again: the listeners as built");
+}

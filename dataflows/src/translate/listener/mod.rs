@@ -20,7 +20,7 @@ pub(super) use filters::{
 };
 pub use inbound::{ingress_listener, virtual_inbound, virtual_inbound_secured};
 
-use crate::model::{Resource, ResourceType};
+use crate::model::{PathNormalization, Resource, ResourceType};
 use crate::translate::socket_address;
 use envoy_types::pb::envoy::config::core::v3::{HttpProtocolOptions, TrafficDirection};
 use envoy_types::pb::envoy::config::listener::v3::{filter, ApiListener, FilterChain, Listener};
@@ -147,6 +147,53 @@ pub fn with_refusals(r: Resource, sec: &crate::model::InboundSecurity) -> Option
         r.name,
         listener.encode_to_vec(),
     ))
+}
+
+/// Listener `r` with every connection manager under the mesh's `pathNormalization` `n`, as
+/// Istio sets it on each: `NONE` leaves paths alone, `BASE` resolves dot segments,
+/// `MERGE_SLASHES` also merges slashes, `DECODE_AND_MERGE_SLASHES` also decodes escaped
+/// slashes and forwards the decoded path. A connection manager whose requests a security
+/// policy checks keeps the strictest normalization it was built with
+/// (`refusals.rs` sets it): a weaker mesh setting must not reopen the
+/// bypasses of CVE-2021-31920.
+pub fn with_path_normalization(r: &Resource, n: PathNormalization) -> Resource {
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::PathWithEscapedSlashesAction as Escaped;
+    let Ok(mut listener) = Listener::decode(&r.body.0[..]) else {
+        return r.clone();
+    };
+    let chains = listener
+        .filter_chains
+        .iter_mut()
+        .chain(listener.default_filter_chain.iter_mut());
+    for f in chains.flat_map(|c| c.filters.iter_mut()) {
+        let Some(filter::ConfigType::TypedConfig(any)) = &mut f.config_type else {
+            continue;
+        };
+        if !any.type_url.ends_with(".HttpConnectionManager") {
+            continue;
+        }
+        let Ok(mut hcm) = HttpConnectionManager::decode(&any.value[..]) else {
+            continue;
+        };
+        if hcm.path_with_escaped_slashes_action == Escaped::UnescapeAndRedirect as i32 {
+            continue; // checked by a security policy: the strictest stays
+        }
+        let (normalize, merge, escaped) = match n {
+            PathNormalization::None => (false, false, Escaped::KeepUnchanged),
+            PathNormalization::Base => (true, false, Escaped::KeepUnchanged),
+            PathNormalization::MergeSlashes => (true, true, Escaped::KeepUnchanged),
+            PathNormalization::DecodeAndMergeSlashes => (true, true, Escaped::UnescapeAndForward),
+        };
+        hcm.normalize_path = Some(BoolValue { value: normalize });
+        hcm.merge_slashes = merge;
+        hcm.path_with_escaped_slashes_action = escaped as i32;
+        *any = pack_any(hcm);
+    }
+    Resource::new(
+        ResourceType::Listener,
+        r.name.clone(),
+        listener.encode_to_vec(),
+    )
 }
 
 pub fn with_idle_timeout(r: &Resource, idle_ns: u64) -> Resource {
