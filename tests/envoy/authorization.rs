@@ -21,6 +21,37 @@ use support::{
 
 const NET: u8 = 121;
 
+/// What a request answers: `ok` (the application's body), `status N`, or `error`.
+fn ask(to: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)]) -> String {
+    match http_request(to, method, "reviews", path, headers) {
+        Ok(r) if r.status == 200 && r.text() == "reviews-app" => "ok".to_string(),
+        Ok(r) => format!("status {}", r.status),
+        Err(_) => "error".to_string(),
+    }
+}
+
+/// What each case answers through the pair, by its description.
+fn answers(pair: &SidecarPair, cases: &[Case]) -> Vec<(String, String)> {
+    cases
+        .iter()
+        .map(|(what, via, m, p, h, _)| {
+            let to = match via {
+                Via::Client => pair.through_client,
+                Via::Direct => pair.direct,
+            };
+            (what.to_string(), ask(to, m, p, h))
+        })
+        .collect()
+}
+
+/// What each case should answer, by its description.
+fn expected(cases: &[Case]) -> Vec<(String, String)> {
+    cases
+        .iter()
+        .map(|(what, _, _, _, _, want)| (what.to_string(), want.to_string()))
+        .collect()
+}
+
 #[test]
 fn a_server_sidecar_allows_and_denies_each_request_as_its_policies_say() {
     let envoy_bin = require_envoy!();
@@ -35,32 +66,8 @@ fn a_server_sidecar_allows_and_denies_each_request_as_its_policies_say() {
         &["--debug-addr", &debug],
     );
     let (through_client, direct) = (pair.through_client, pair.direct);
-    // What a request answers: `ok` (the application's body), `status N`, or `error`.
-    let ask =
-        |to: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)]| match http_request(
-            to, method, "reviews", path, headers,
-        ) {
-            Ok(r) if r.status == 200 && r.text() == "reviews-app" => "ok".to_string(),
-            Ok(r) => format!("status {}", r.status),
-            Err(_) => "error".to_string(),
-        };
     let matrix = matrix();
-    let to = |via: Via| match via {
-        Via::Client => through_client,
-        Via::Direct => direct,
-    };
-    let answers = |matrix: &[Case]| -> Vec<(String, String)> {
-        matrix
-            .iter()
-            .map(|(what, via, m, p, h, _)| (what.to_string(), ask(to(*via), m, p, h)))
-            .collect()
-    };
-    let expected = |matrix: &[Case]| -> Vec<(String, String)> {
-        matrix
-            .iter()
-            .map(|(what, _, _, _, _, want)| (what.to_string(), want.to_string()))
-            .collect()
-    };
+    let answers = |cases: &[Case]| answers(&pair, cases);
     let summary = || pair.summary();
     converge(
         "open before any policy",
@@ -344,38 +351,13 @@ fn the_matrix_under_strict_and_disable_is_istios() {
         &policies("principals: [cluster.local/ns/default/sa/sleep]"),
     );
     let pair = SidecarPair::start(MODES_NET, &envoy_bin, dir.path(), &config);
-    let (through_client, direct) = (pair.through_client, pair.direct);
-    let ask =
-        |to: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)]| match http_request(
-            to, method, "reviews", path, headers,
-        ) {
-            Ok(r) if r.status == 200 && r.text() == "reviews-app" => "ok".to_string(),
-            Ok(r) => format!("status {}", r.status),
-            Err(_) => "error".to_string(),
-        };
-    let to = |via: Via| match via {
-        Via::Client => through_client,
-        Via::Direct => direct,
-    };
-    let answers = |cases: &[Case]| -> Vec<(String, String)> {
-        cases
-            .iter()
-            .map(|(what, via, m, p, h, _)| (what.to_string(), ask(to(*via), m, p, h)))
-            .collect()
-    };
-    let expected = |cases: &[Case]| -> Vec<(String, String)> {
-        cases
-            .iter()
-            .map(|(what, _, _, _, _, want)| (what.to_string(), want.to_string()))
-            .collect()
-    };
     for mode in [PeerMode::Strict, PeerMode::Disable] {
         write_config(&config, "zz-peer.yaml", &mode.policy());
         let cases = matrix_under(mode);
         let got = converge(
             &format!("the matrix under {}", mode.name()),
             CONVERGE_TIMEOUT,
-            || answers(&cases),
+            || answers(&pair, &cases),
             |got| *got == expected(&cases),
             || pair.summary(),
         );

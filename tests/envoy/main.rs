@@ -28,6 +28,7 @@ mod load_balancing;
 mod locality;
 mod mtls_transition;
 mod nack;
+mod path_normalization;
 mod protocol_detection;
 mod request_authentication;
 mod route_actions;

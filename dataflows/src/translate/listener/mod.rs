@@ -153,65 +153,41 @@ pub fn with_refusals(r: Resource, sec: &crate::model::InboundSecurity) -> Option
 /// Istio sets it on each: `NONE` leaves paths alone, `BASE` resolves dot segments,
 /// `MERGE_SLASHES` also merges slashes, `DECODE_AND_MERGE_SLASHES` also decodes escaped
 /// slashes and forwards the decoded path. A connection manager whose requests a security
-/// policy checks keeps the strictest normalization it was built with
-/// (`refusals.rs` sets it): a weaker mesh setting must not reopen the
-/// bypasses of CVE-2021-31920.
+/// policy checks keeps the strictest normalization it was built with (`refusals.rs` sets
+/// it): a weaker mesh setting must not reopen the bypasses of CVE-2021-31920.
 pub fn with_path_normalization(r: &Resource, n: PathNormalization) -> Resource {
     use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::PathWithEscapedSlashesAction as Escaped;
-    let Ok(mut listener) = Listener::decode(&r.body.0[..]) else {
-        return r.clone();
+    let (normalize, merge, escaped) = match n {
+        PathNormalization::None => (false, false, Escaped::KeepUnchanged),
+        PathNormalization::Base => (true, false, Escaped::KeepUnchanged),
+        PathNormalization::MergeSlashes => (true, true, Escaped::KeepUnchanged),
+        PathNormalization::DecodeAndMergeSlashes => (true, true, Escaped::UnescapeAndForward),
     };
-    let chains = listener
-        .filter_chains
-        .iter_mut()
-        .chain(listener.default_filter_chain.iter_mut());
-    for f in chains.flat_map(|c| c.filters.iter_mut()) {
-        let Some(filter::ConfigType::TypedConfig(any)) = &mut f.config_type else {
-            continue;
-        };
+    rewrite_filters(r, |any| {
         if !any.type_url.ends_with(".HttpConnectionManager") {
-            continue;
+            return;
         }
         let Ok(mut hcm) = HttpConnectionManager::decode(&any.value[..]) else {
-            continue;
+            return;
         };
         if hcm.path_with_escaped_slashes_action == Escaped::UnescapeAndRedirect as i32 {
-            continue; // checked by a security policy: the strictest stays
+            return; // checked by a security policy: the strictest stays
         }
-        let (normalize, merge, escaped) = match n {
-            PathNormalization::None => (false, false, Escaped::KeepUnchanged),
-            PathNormalization::Base => (true, false, Escaped::KeepUnchanged),
-            PathNormalization::MergeSlashes => (true, true, Escaped::KeepUnchanged),
-            PathNormalization::DecodeAndMergeSlashes => (true, true, Escaped::UnescapeAndForward),
-        };
         hcm.normalize_path = Some(BoolValue { value: normalize });
         hcm.merge_slashes = merge;
         hcm.path_with_escaped_slashes_action = escaped as i32;
         *any = pack_any(hcm);
-    }
-    Resource::new(
-        ResourceType::Listener,
-        r.name.clone(),
-        listener.encode_to_vec(),
-    )
+    })
 }
 
+/// Listener `r` with the node metadata `IDLE_TIMEOUT` (`idle_ns`) on every connection manager
+/// and on every `tcp_proxy` that has no idle timeout of its own (a DestinationRule's wins).
 pub fn with_idle_timeout(r: &Resource, idle_ns: u64) -> Resource {
     if r.rtype != ResourceType::Listener {
         return r.clone();
     }
-    let Ok(mut listener) = Listener::decode(&r.body.0[..]) else {
-        return r.clone();
-    };
     let idle = crate::translate::duration_ns(idle_ns);
-    let chains = listener
-        .filter_chains
-        .iter_mut()
-        .chain(listener.default_filter_chain.iter_mut());
-    for f in chains.flat_map(|c| c.filters.iter_mut()) {
-        let Some(filter::ConfigType::TypedConfig(any)) = &mut f.config_type else {
-            continue;
-        };
+    rewrite_filters(r, |any| {
         if any.type_url.ends_with(".HttpConnectionManager") {
             if let Ok(mut hcm) = HttpConnectionManager::decode(&any.value[..]) {
                 let options = hcm.common_http_protocol_options.take().unwrap_or_default();
@@ -228,6 +204,26 @@ pub fn with_idle_timeout(r: &Resource, idle_ns: u64) -> Resource {
                     *any = pack_any(proxy);
                 }
             }
+        }
+    })
+}
+
+/// Listener `r` with `f` run on the typed config of every filter of its chains (the default
+/// chain's too); `r` as it is if it does not decode.
+fn rewrite_filters(
+    r: &Resource,
+    mut f: impl FnMut(&mut envoy_types::pb::google::protobuf::Any),
+) -> Resource {
+    let Ok(mut listener) = Listener::decode(&r.body.0[..]) else {
+        return r.clone();
+    };
+    let chains = listener
+        .filter_chains
+        .iter_mut()
+        .chain(listener.default_filter_chain.iter_mut());
+    for filter in chains.flat_map(|c| c.filters.iter_mut()) {
+        if let Some(filter::ConfigType::TypedConfig(any)) = &mut filter.config_type {
+            f(any);
         }
     }
     Resource::new(
