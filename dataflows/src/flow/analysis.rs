@@ -7,7 +7,9 @@
 //! no workload (no proxy serves its servers), and a Gateway TLS server whose Secret is
 //! missing or cannot be served in the namespace of a workload it selects; a Kubernetes
 //! `ExternalName` alias that resolves to no service, and a destination naming an alias whose
-//! named host has no cluster (`MF0015`, warnings).
+//! named host has no cluster (`MF0015`, warnings); VirtualService rules no request reaches
+//! and matches an earlier one takes whole (`MF0023`, `MF0024`, warnings:
+//! [`rules::shadowed_rules`]).
 //! In: VirtualServices, DestinationRules, Gateways, services, workloads, Secrets. Out: one
 //! [`ConfigError`] per such reference and object, retracted when the referenced object
 //! appears or the reference changes.
@@ -66,6 +68,7 @@ pub(super) fn findings<'s>(i: Inputs<'_, 's>) -> Coll<'s, ConfigError> {
         .concat(conflicting_mesh_vss(vss))
         .concat(undefined_delegates(vss))
         .concat(unresolved_aliases(vss, i.services, i.aliased))
+        .concat(vss.clone().flat_map(|(_, vs)| rules::shadowed_rules(&vs)))
 }
 
 fn undefined_subsets<'s>(

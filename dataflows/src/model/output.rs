@@ -212,6 +212,10 @@ pub enum ErrorCode {
     /// An AuthorizationPolicy names a namespace (in `namespaces`, `notNamespaces` or a
     /// principal) in which nothing lives (a warning, Istio's IST0101 for namespaces).
     NamespaceNotFound,
+    /// A VirtualService rule no request reaches (a warning, Istio's IST0130).
+    UnreachableRule,
+    /// A VirtualService match an earlier one takes whole (a warning, Istio's IST0131).
+    IneffectiveMatch,
 }
 
 impl ErrorCode {
@@ -246,6 +250,8 @@ impl ErrorCode {
             ErrorCode::SecurityPolicySelectsNothing => ("MF0020", "NoMatchingWorkloadsFound"),
             ErrorCode::ExtAuthzProviderUnusable => ("MF0021", "ExtensionProviderUnusable"),
             ErrorCode::NamespaceNotFound => ("MF0022", "ReferencedNamespaceNotFound"),
+            ErrorCode::UnreachableRule => ("MF0023", "VirtualServiceUnreachableRule"),
+            ErrorCode::IneffectiveMatch => ("MF0024", "VirtualServiceIneffectiveMatch"),
         }
     }
 
@@ -259,6 +265,8 @@ impl ErrorCode {
                 | ErrorCode::JwksStale
                 | ErrorCode::SecurityPolicySelectsNothing
                 | ErrorCode::NamespaceNotFound
+                | ErrorCode::UnreachableRule
+                | ErrorCode::IneffectiveMatch
         )
     }
 }

@@ -74,6 +74,10 @@ pub struct ResolvedVs {
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct HttpRoute {
+    /// Its position in `spec.http` as written (routes not generated leave gaps): what
+    /// analysis messages name.
+    #[serde(default)]
+    pub index: usize,
     pub name: Option<String>,
     /// Any of these matches (OR); empty matches everything.
     pub matches: Vec<HttpMatch>,
@@ -349,6 +353,9 @@ impl L4Match {
 /// A VirtualService's `tcp[]` or `tls[]` route: where matching connections go.
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct L4Route {
+    /// Its position in `spec.tcp` or `spec.tls` as written (as [`HttpRoute::index`]).
+    #[serde(default)]
+    pub index: usize,
     /// Any of these matches (OR); empty matches every connection (TCP only: a TLS route
     /// needs a match).
     pub matches: Vec<L4Match>,

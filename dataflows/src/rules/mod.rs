@@ -8,6 +8,7 @@ mod aliases;
 mod destination_rule;
 mod gateway;
 mod hosts;
+mod shadowed;
 mod sidecar;
 mod virtual_service;
 
@@ -25,6 +26,7 @@ pub use hosts::{
     covering_patterns, exported_to, host_matches, host_namespace, hosts_overlap, labels_match,
     vs_host_specificity,
 };
+pub use shadowed::shadowed_rules;
 pub use sidecar::{
     binds_ingress, egress_bind, egress_listeners, egress_pattern, egress_visible,
     listeners_importing_vs, sidecar_rank, sidecar_route_ports, sidecar_scope,

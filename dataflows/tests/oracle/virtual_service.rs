@@ -77,6 +77,7 @@ fn tcp_routes(rng: &mut StdRng, ns: &str, target: &str, w: u32) -> Vec<L4Route> 
         0 => vec![],
         _ => vec![
             L4Route {
+                index: 0,
                 matches: vec![tcp_match(rng, ns), tcp_match(rng, ns)],
                 route: vec![
                     dest(target, Some("v1"), w),
@@ -84,6 +85,7 @@ fn tcp_routes(rng: &mut StdRng, ns: &str, target: &str, w: u32) -> Vec<L4Route> 
                 ],
             },
             L4Route {
+                index: 0,
                 matches: if rng.random_bool(0.5) {
                     vec![]
                 } else {
@@ -111,6 +113,7 @@ fn tls_routes(
         return vec![];
     }
     let mut routes = vec![L4Route {
+        index: 0,
         matches: vec![L4Match {
             sni_hosts: vec![pick(rng, &[vs_host, "nowhere.example"]).into()],
             port: rng.random_bool(0.3).then_some(8444),
@@ -144,6 +147,7 @@ fn tls_routes(
     if extra.random_bool(0.5) {
         // A second route: another name of the host, or any name.
         routes.push(L4Route {
+            index: 0,
             matches: vec![L4Match {
                 sni_hosts: vec![pick(extra, &[vs_host, "*"]).into()],
                 destination_subnets: if extra.random_bool(0.3) {

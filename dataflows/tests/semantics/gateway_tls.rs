@@ -62,6 +62,7 @@ fn tls_route_vs(name: &str, host: &str, sni: &str, dest: &str) -> Record {
         http: vec![],
         tcp: vec![],
         tls: vec![L4Route {
+            index: 0,
             matches: vec![L4Match {
                 sni_hosts: vec![sni.into()],
                 ..Default::default()
@@ -267,6 +268,7 @@ fn terminating_tls_server_routes_decrypted_stream_by_tcp_routes() {
         export_to: vec![],
         http: vec![],
         tcp: vec![L4Route {
+            index: 0,
             matches: vec![L4Match {
                 port: Some(443),
                 ..Default::default()

@@ -193,6 +193,7 @@ fn sni_vs(name: &str, hosts: &[&str], sni: &str, dest: &str, subset: &str) -> Re
         http: vec![],
         tcp: vec![],
         tls: vec![L4Route {
+            index: 0,
             matches: vec![L4Match {
                 sni_hosts: vec![sni.into()],
                 ..Default::default()

@@ -37,7 +37,7 @@ pub(super) fn virtual_service(
         }
         let f = format!("spec.http[{ri}]");
         if let Some(route) = http_route(r, &f, ns, mesh, findings)? {
-            http.push(route);
+            http.push(m::HttpRoute { index: ri, ..route });
         }
     }
     let gateways = gateway_refs(&s.gateways, ns);
@@ -183,6 +183,7 @@ fn http_route(
         ));
     }
     Ok(Some(m::HttpRoute {
+        index: 0,
         name: r.name.clone(),
         matches,
         route,
@@ -590,6 +591,7 @@ fn l4_routes<'r, M: 'r>(
             .map(|(mi, mr)| read_match(mr, &format!("{f}.match[{mi}]")))
             .collect::<Result<Vec<_>>>()?;
         out.push(m::L4Route {
+            index: ri,
             matches,
             route: weighted_destinations(route, &f, ns, mesh, false)?,
         });
