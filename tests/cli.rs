@@ -331,6 +331,64 @@ fn validate_counts_subsets_of_wildcard_and_merged_rules_and_warns_of_the_merge()
     );
 }
 
+/// A rule after a catch-all and a match an earlier one takes are warnings `validate` prints
+/// with their file, line and field (`MF0023`, `MF0024`); the check passes; reordered, it is
+/// silent.
+#[test]
+fn validate_warns_of_shadowed_virtual_service_rules() {
+    let dir = TestDir::new("cli-validate-shadowed");
+    let config = dir.subdir("config");
+    write_config(
+        &config,
+        "service.yaml",
+        "apiVersion: v1\nkind: Service\nmetadata: {name: reviews, namespace: default}\nspec:\n  ports: [{name: http, port: 9080}]\n",
+    );
+    let routes = |rules: &str| {
+        format!(
+            "apiVersion: networking.istio.io/v1\nkind: VirtualService\nmetadata: {{name: r, namespace: default}}\nspec:\n  hosts: [reviews]\n  http:\n{rules}"
+        )
+    };
+    let api = "  - match: [{uri: {prefix: /api}}]\n    route: [{destination: {host: reviews}}]\n";
+    let v1 = "  - match: [{uri: {prefix: /api/v1}}]\n    route: [{destination: {host: reviews}}]\n";
+    let rest = "  - route: [{destination: {host: reviews}}]\n";
+    write_config(
+        &config,
+        "routes.yaml",
+        &routes(&format!("{api}{v1}{rest}{api}")),
+    );
+    let out = meshflow(&["validate", config.to_str().unwrap()]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "warnings only: {stdout}");
+    let has = |what: &str, code: &str| {
+        stdout.lines().any(|l| {
+            l.contains("warning: VirtualService default/r: ")
+                && l.contains(what)
+                && l.ends_with(code)
+        })
+    };
+    assert!(
+        has(
+            "spec.http[1].match[0]: never taken: spec.http[0].match[0]",
+            "[MF0024 VirtualServiceIneffectiveMatch]"
+        ),
+        "{stdout}"
+    );
+    assert!(
+        has(
+            "spec.http[3]: never reached: spec.http[2] before it has no match",
+            "[MF0023 VirtualServiceUnreachableRule]"
+        ),
+        "{stdout}"
+    );
+    write_config(&config, "routes.yaml", &routes(&format!("{v1}{api}{rest}")));
+    let out = meshflow(&["validate", config.to_str().unwrap()]);
+    let stdout = text(&out.stdout);
+    assert!(
+        !stdout.contains("MF0023") && !stdout.contains("MF0024"),
+        "reordered: {stdout}"
+    );
+}
+
 /// `--version` names the commit the binary was built from: git's HEAD in a checkout.
 #[test]
 fn version_names_the_git_commit() {

@@ -1,8 +1,9 @@
 //! VirtualService hosts on sidecars: wildcard hosts governing the services they cover,
-//! hosts outside the registry, and destinations without a port.
+//! hosts outside the registry, destinations without a port, and rules other rules shadow.
 
 use crate::support::{
-    host, outbound, px, service, service_on, sidecar, sidecar_proxy, virtual_service, Mesh,
+    gateway_errors, host, outbound, px, service, service_on, sidecar, sidecar_proxy,
+    virtual_service, Mesh,
 };
 use dataflows::model::*;
 
@@ -248,4 +249,83 @@ fn a_destination_without_a_port_takes_the_request_port_and_is_reported() {
         Some(format!("outbound|9090||{reviews_host}").as_str())
     );
     assert!(m.errors.is_empty(), "{:?}", m.errors);
+}
+
+/// VirtualService rules no request reaches (`MF0023`) and matches an earlier one takes
+/// (`MF0024`) are reported through the dataflow on the VirtualService, by field, and
+/// retracted when the rules are reordered.
+#[test]
+fn shadowed_rules_are_reported_and_retracted_when_reordered() {
+    let mut m = Mesh::new();
+    let Record::VirtualService(base) = virtual_service(
+        "default",
+        "reviews",
+        &["reviews"],
+        &[],
+        &host("reviews", "default"),
+    ) else {
+        unreachable!()
+    };
+    let catch_all = base.http[0].clone();
+    let prefix = |p: &str, index| HttpRoute {
+        index,
+        matches: vec![HttpMatch {
+            uri: Some(StringMatch::Prefix(p.into())),
+            ..Default::default()
+        }],
+        ..catch_all.clone()
+    };
+    let shadowed = VirtualService {
+        http: vec![
+            prefix("/api", 0),
+            prefix("/api/v1", 1),
+            HttpRoute {
+                index: 2,
+                ..catch_all.clone()
+            },
+            prefix("/other", 3),
+        ],
+        ..base.clone()
+    };
+    m.insert(vec![
+        service("reviews", "default"),
+        Record::VirtualService(shadowed.clone()),
+    ]);
+    assert_eq!(
+        gateway_errors(&m, ErrorCode::IneffectiveMatch),
+        vec![
+            "VirtualService/default/reviews: spec.http[1].match[0]: never taken: \
+             spec.http[0].match[0] before it takes everything it matches"
+                .to_string()
+        ]
+    );
+    let unreachable = gateway_errors(&m, ErrorCode::UnreachableRule);
+    assert_eq!(unreachable.len(), 2, "{unreachable:?}");
+    assert!(
+        unreachable[0].contains("spec.http[1]: never reached"),
+        "{unreachable:?}"
+    );
+    assert!(
+        unreachable[1].contains("spec.http[3]: never reached: spec.http[2] before it has no match"),
+        "{unreachable:?}"
+    );
+    // Reordered: the longer prefix first, the catch-all last. Nothing to say.
+    let fixed = VirtualService {
+        http: vec![
+            prefix("/api/v1", 0),
+            prefix("/api", 1),
+            prefix("/other", 2),
+            HttpRoute {
+                index: 3,
+                ..catch_all
+            },
+        ],
+        ..base
+    };
+    m.replace(
+        Record::VirtualService(shadowed),
+        Record::VirtualService(fixed),
+    );
+    assert!(gateway_errors(&m, ErrorCode::IneffectiveMatch).is_empty());
+    assert!(gateway_errors(&m, ErrorCode::UnreachableRule).is_empty());
 }
