@@ -9,7 +9,7 @@
 //! `ExternalName` alias that resolves to no service, and a destination naming an alias whose
 //! named host has no cluster (`MF0015`, warnings); VirtualService rules no request reaches
 //! and matches an earlier one takes whole (`MF0023`, `MF0024`, warnings:
-//! [`rules::shadowed_rules`]).
+//! [`rules::shadowed_rules`]); ports sidecars must guess about (`MF0025`–`MF0027`).
 //! In: VirtualServices, DestinationRules, Gateways, services, workloads, Secrets. Out: one
 //! [`ConfigError`] per such reference and object, retracted when the referenced object
 //! appears or the reference changes.
@@ -69,6 +69,78 @@ pub(super) fn findings<'s>(i: Inputs<'_, 's>) -> Coll<'s, ConfigError> {
         .concat(undefined_delegates(vss))
         .concat(unresolved_aliases(vss, i.services, i.aliased))
         .concat(vss.clone().flat_map(|(_, vs)| rules::shadowed_rules(&vs)))
+        .concat(port_findings(i.services))
+}
+
+/// Per service, what its ports say about how sidecars will carry them: a ServiceEntry TCP
+/// port (or one whose protocol is detected) without addresses (`MF0025`, Istio's IST0134);
+/// a Kubernetes Service port whose name and `appProtocol` name no protocol (`MF0026`,
+/// IST0118); an `ExternalName` Service port so named, or named `tcp` (`MF0027`, IST0150).
+/// Warnings, once per object (a ServiceEntry of several hosts says it once).
+fn port_findings<'s>(services: &Coll<'s, (Hostname, Service)>) -> Coll<'s, ConfigError> {
+    services
+        .clone()
+        .flat_map(|(_, s)| {
+            let error = |code, message: String| ConfigError {
+                object: s.origin.clone(),
+                code,
+                message,
+            };
+            let detected = |p: &ServicePort| p.protocol == Protocol::Auto;
+            let mut out = Vec::new();
+            match s.origin.kind {
+                Kind::ServiceEntry if s.addresses.is_empty() => {
+                    for (i, p) in s.ports.iter().enumerate() {
+                        if p.protocol == Protocol::Tcp || detected(p) {
+                            out.push(error(
+                                ErrorCode::AddressesRequired,
+                                format!(
+                                    "spec.ports[{i}]: port {} ({}) carries TCP and the entry has \
+                                     no addresses: sidecars can tell its connections apart by \
+                                     port only, so every TCP service on that port shares one \
+                                     route",
+                                    p.port,
+                                    if detected(p) {
+                                        "protocol detected"
+                                    } else {
+                                        "TCP"
+                                    }
+                                ),
+                            ));
+                        }
+                    }
+                }
+                Kind::Service if s.alias_for.is_some() => {
+                    for p in s.ports.iter().filter(|p| detected(p) || p.name == "tcp") {
+                        out.push(error(
+                            ErrorCode::ExternalNamePortName,
+                            format!(
+                                "spec.ports: port {:?} ({}) of an ExternalName Service: its name \
+                                 names no protocol, or names tcp; traffic to it may not pass as \
+                                 the application expects",
+                                p.name, p.port
+                            ),
+                        ));
+                    }
+                }
+                Kind::Service => {
+                    for p in s.ports.iter().filter(|p| detected(p)) {
+                        out.push(error(
+                            ErrorCode::PortNameConvention,
+                            format!(
+                                "spec.ports: port {:?} ({}): neither its name (PROTOCOL or \
+                                 PROTOCOL-SUFFIX) nor its appProtocol names a protocol, so \
+                                 sidecars detect the protocol per connection",
+                                p.name, p.port
+                            ),
+                        ));
+                    }
+                }
+                _ => {}
+            }
+            out
+        })
+        .distinct()
 }
 
 fn undefined_subsets<'s>(

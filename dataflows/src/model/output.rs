@@ -216,6 +216,15 @@ pub enum ErrorCode {
     UnreachableRule,
     /// A VirtualService match an earlier one takes whole (a warning, Istio's IST0131).
     IneffectiveMatch,
+    /// A ServiceEntry TCP port (or one whose protocol is detected) without addresses (a
+    /// warning, Istio's IST0134).
+    AddressesRequired,
+    /// A Kubernetes Service port whose name and `appProtocol` name no protocol (a warning;
+    /// Istio's IST0118 is informational).
+    PortNameConvention,
+    /// An `ExternalName` Service port whose name names no protocol, or `tcp` (a warning,
+    /// Istio's IST0150).
+    ExternalNamePortName,
 }
 
 impl ErrorCode {
@@ -252,6 +261,9 @@ impl ErrorCode {
             ErrorCode::NamespaceNotFound => ("MF0022", "ReferencedNamespaceNotFound"),
             ErrorCode::UnreachableRule => ("MF0023", "VirtualServiceUnreachableRule"),
             ErrorCode::IneffectiveMatch => ("MF0024", "VirtualServiceIneffectiveMatch"),
+            ErrorCode::AddressesRequired => ("MF0025", "ServiceEntryAddressesRequired"),
+            ErrorCode::PortNameConvention => ("MF0026", "PortNameIsNotUnderNamingConvention"),
+            ErrorCode::ExternalNamePortName => ("MF0027", "ExternalNameServiceTypeInvalidPortName"),
         }
     }
 
@@ -267,6 +279,9 @@ impl ErrorCode {
                 | ErrorCode::NamespaceNotFound
                 | ErrorCode::UnreachableRule
                 | ErrorCode::IneffectiveMatch
+                | ErrorCode::AddressesRequired
+                | ErrorCode::PortNameConvention
+                | ErrorCode::ExternalNamePortName
         )
     }
 }

@@ -2,8 +2,8 @@
 //! `resolution: NONE` (original destinations for sidecars, EDS for gateways).
 
 use crate::support::{
-    endpoint, gateway, labels, outbound, px, router_proxy, service, set, sidecar_proxy, workload,
-    Mesh,
+    endpoint, gateway, gateway_errors, labels, outbound, px, router_proxy, service, set,
+    sidecar_proxy, workload, Mesh,
 };
 use dataflows::model::*;
 use envoy_types::pb::envoy::config::cluster::v3::cluster::{ClusterDiscoveryType, DiscoveryType};
@@ -163,4 +163,75 @@ fn resolution_none_entries_are_original_destinations_for_sidecars_and_eds_for_ga
         Some(ClusterDiscoveryType::Type(DiscoveryType::Eds as i32))
     );
     assert_eq!(m.eds_addresses(&gw, &name), set(&["10.1.0.7:9080"]));
+}
+
+/// Ports sidecars must guess about, reported on their object and retracted when fixed: a
+/// ServiceEntry TCP port without addresses (`MF0025`), a Service port whose name names no
+/// protocol (`MF0026`), an ExternalName Service port named `tcp` (`MF0027`); an HTTP port,
+/// a TLS one and an entry with an address say nothing.
+#[test]
+fn ports_sidecars_must_guess_about_are_reported() {
+    let mut m = Mesh::new();
+    let entry = |name: &str, addresses: Vec<String>, protocol| {
+        let Record::Service(mut s) = service(name, "default") else {
+            unreachable!()
+        };
+        s.hostname = format!("{name}.example.com");
+        s.origin = ConfigKey::new(Kind::ServiceEntry, "default", name);
+        s.ports = vec![
+            ServicePort {
+                name: "http".into(),
+                port: 80,
+                protocol: Protocol::Http,
+            },
+            ServicePort {
+                name: "db".into(),
+                port: 5432,
+                protocol,
+            },
+        ];
+        s.addresses = addresses;
+        Record::Service(s)
+    };
+    let named = |name: &str, protocol, alias: Option<&str>| {
+        let Record::Service(mut s) = service("web", "default") else {
+            unreachable!()
+        };
+        s.ports[0].name = name.into();
+        s.ports[0].protocol = protocol;
+        s.alias_for = alias.map(String::from);
+        Record::Service(s)
+    };
+    let bare = entry("db", Vec::new(), Protocol::Tcp);
+    let guessed = named("web", Protocol::Auto, None);
+    m.insert(vec![bare.clone(), guessed.clone()]);
+    let found = gateway_errors(&m, ErrorCode::AddressesRequired);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].starts_with("ServiceEntry/default/db: spec.ports[1]: port 5432 (TCP)"));
+    let found = gateway_errors(&m, ErrorCode::PortNameConvention);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].starts_with("Service/default/web: spec.ports: port \"web\" (9080)"));
+
+    m.replace(bare, entry("db", vec!["10.9.0.1".into()], Protocol::Tcp));
+    m.replace(guessed, named("http-web", Protocol::Http, None));
+    assert!(gateway_errors(&m, ErrorCode::AddressesRequired).is_empty());
+    assert!(gateway_errors(&m, ErrorCode::PortNameConvention).is_empty());
+
+    let tls_entry = entry("tls", Vec::new(), Protocol::Tls);
+    m.insert(vec![tls_entry]);
+    assert!(
+        gateway_errors(&m, ErrorCode::AddressesRequired).is_empty(),
+        "TLS routes by SNI"
+    );
+
+    let external = named("tcp", Protocol::Tcp, Some("db.example.com"));
+    m.replace(named("http-web", Protocol::Http, None), external.clone());
+    let found = gateway_errors(&m, ErrorCode::ExternalNamePortName);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(gateway_errors(&m, ErrorCode::PortNameConvention).is_empty());
+    m.replace(
+        external,
+        named("https", Protocol::Tls, Some("db.example.com")),
+    );
+    assert!(gateway_errors(&m, ErrorCode::ExternalNamePortName).is_empty());
 }
