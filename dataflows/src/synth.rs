@@ -237,6 +237,7 @@ pub fn records(shape: &Shape, mesh: &MeshConfig) -> Vec<Record> {
         let ns = namespace(s % shape.namespaces);
         let host = hostname(s, shape, mesh);
         out.push(Record::Service(Service {
+            control_plane: false,
             mesh_external: false,
             prefer_close: false,
             headless: false,

@@ -446,6 +446,7 @@ fn egress_proxy_takes_what_would_pass_through() {
         }],
     });
     let db = Record::Service(Service {
+        control_plane: false,
         mesh_external: false,
         prefer_close: false,
         headless: false,

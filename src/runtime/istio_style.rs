@@ -651,6 +651,7 @@ mod tests {
     fn istio_style_service_nobody_imports_pushes_nothing() {
         let mut run = Run::start();
         let svc = Service {
+            control_plane: false,
             subject_alt_names: Vec::new(),
             mesh_external: false,
             prefer_close: false,

@@ -269,6 +269,8 @@ fn endpoint_slice(service: &str, namespace: &str, ips: &[&str]) -> Value {
 /// A VirtualService with a field meshflow does not translate (analysis: a warning).
 fn with_untranslated(name: &str) -> Value {
     let mut vs = virtual_service(name, name, "1s");
+    // The first route matches a prefix, so the added one is reached (no MF0023).
+    vs["spec"]["http"][0]["match"] = json!([{"uri": {"prefix": "/api"}}]);
     let moved =
         json!({"redirect": {"uri": "/moved"}, "fault": {"abort": {"http2Error": "CANCEL"}}});
     vs["spec"]["http"]

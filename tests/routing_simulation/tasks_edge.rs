@@ -40,7 +40,16 @@ fn task_mesh(task: &str) -> (Mesh, ProxyId, ProxyId) {
         &[("app", "sleep")],
     ));
     mesh.sync_clean();
-    mesh.assert_no_errors();
+    // The TLS passthrough task's my-nginx Service names no port protocol, as the task's
+    // does: MF0026 says so (Istio's analyzer says IST0118). Nothing else is reported.
+    let unexpected: Vec<&String> = mesh
+        .dataflow_errors
+        .keys()
+        .filter(|e| {
+            !e.starts_with("Service/default/my-nginx: spec.ports: port \"\" (443): neither")
+        })
+        .collect();
+    assert!(unexpected.is_empty(), "{unexpected:?}");
     (mesh, gateway, sleep)
 }
 

@@ -9,7 +9,9 @@
 //! `ExternalName` alias that resolves to no service, and a destination naming an alias whose
 //! named host has no cluster (`MF0015`, warnings); VirtualService rules no request reaches
 //! and matches an earlier one takes whole (`MF0023`, `MF0024`, warnings:
-//! [`rules::shadowed_rules`]); ports sidecars must guess about (`MF0025`–`MF0027`).
+//! [`rules::shadowed_rules`]); ports sidecars must guess about (`MF0025`–`MF0027`); Sidecars
+//! that leave a workload to a tie-break (`MF0028`, `MF0029`); a VirtualService bound to a
+//! Gateway that serves none of its hosts (`MF0030`).
 //! In: VirtualServices, DestinationRules, Gateways, services, workloads, Secrets. Out: one
 //! [`ConfigError`] per such reference and object, retracted when the referenced object
 //! appears or the reference changes.
@@ -46,6 +48,7 @@ fn references<'s, R: differential_dataflow::ExchangeData + std::hash::Hash>(
 /// What the analyses below read.
 pub(super) struct Inputs<'a, 's> {
     pub virtual_services: &'a Coll<'s, (ConfigKey, VirtualService)>,
+    pub sidecars: &'a Coll<'s, (ConfigKey, Sidecar)>,
     pub destination_rules: &'a Coll<'s, (ConfigKey, DestinationRule)>,
     pub gateways: &'a Coll<'s, (ConfigKey, Gateway)>,
     pub workloads: &'a Coll<'s, (String, Workload)>,
@@ -70,13 +73,127 @@ pub(super) fn findings<'s>(i: Inputs<'_, 's>) -> Coll<'s, ConfigError> {
         .concat(unresolved_aliases(vss, i.services, i.aliased))
         .concat(vss.clone().flat_map(|(_, vs)| rules::shadowed_rules(&vs)))
         .concat(port_findings(i.services))
+        .concat(ambiguous_sidecars(i.sidecars, i.workloads))
+        .concat(hosts_not_in_gateways(vss, i.gateways))
+}
+
+/// A VirtualService bound to a Gateway none of whose servers serves any of its hosts (for
+/// the VirtualService's namespace): its routes reach no proxy through that Gateway
+/// (`MF0030`, a warning, Istio's IST0132). As Istio, one matching host is enough: hosts
+/// meant for another of its gateways are not reported.
+fn hosts_not_in_gateways<'s>(
+    vss: &Coll<'s, (ConfigKey, VirtualService)>,
+    gateways: &Coll<'s, (ConfigKey, Gateway)>,
+) -> Coll<'s, ConfigError> {
+    let bound = vss.clone().flat_map(|(key, vs)| {
+        let mut refs: Vec<ConfigKey> = vs
+            .gateways
+            .iter()
+            .filter_map(|g| rules::gateway_ref(g))
+            .collect();
+        refs.sort();
+        refs.dedup();
+        refs.into_iter()
+            .map(|g| (g, (key.clone(), vs.hosts.clone())))
+            .collect::<Vec<_>>()
+    });
+    bound
+        .join_map(gateways.clone(), |gw, (key, hosts), g| {
+            let served = g.servers.iter().flat_map(|s| &s.hosts).any(|server_host| {
+                hosts.iter().any(|h| {
+                    rules::gateway_domain(server_host, &gw.namespace, &key.namespace, h).is_some()
+                })
+            });
+            (!served).then(|| ConfigError {
+                object: key.clone(),
+                code: ErrorCode::HostNotInGateway,
+                message: format!(
+                    "spec.gateways: Gateway {}/{} serves none of the hosts [{}] to namespace \
+                     {}: the VirtualService's routes reach no proxy through it",
+                    gw.namespace,
+                    gw.name,
+                    hosts.join(", "),
+                    key.namespace
+                ),
+            })
+        })
+        .flat_map(|e| e)
+}
+
+/// Sidecars that leave a workload's configuration to a tie-break: several with a
+/// `workloadSelector` selecting one workload (`MF0028`, Istio's IST0110), several without
+/// one in a namespace (`MF0029`, IST0111). Each is reported, naming the others; meshflow
+/// applies the first by name. Errors, as in Istio.
+fn ambiguous_sidecars<'s>(
+    sidecars: &Coll<'s, (ConfigKey, Sidecar)>,
+    workloads: &Coll<'s, (String, Workload)>,
+) -> Coll<'s, ConfigError> {
+    let report = |code, keys: &[&ConfigKey], what: String| {
+        let names: Vec<String> = keys.iter().map(|k| k.name.clone()).collect();
+        keys.iter()
+            .map(|k| ConfigError {
+                object: (*k).clone(),
+                code,
+                message: format!(
+                    "the Sidecars [{}] of namespace {} {what}: only one applies (the first \
+                     by name)",
+                    names.join(", "),
+                    k.namespace
+                ),
+            })
+            .collect::<Vec<_>>()
+    };
+    let namespace_wide = sidecars
+        .clone()
+        .filter(|(_, sc)| sc.selector.as_ref().is_none_or(|s| s.is_empty()))
+        .map(|(k, _)| (k.namespace.clone(), k))
+        .reduce(move |_, vals: &[(&ConfigKey, isize)], out| {
+            if vals.len() > 1 {
+                let keys: Vec<&ConfigKey> = vals.iter().map(|(k, _)| *k).collect();
+                for e in report(
+                    ErrorCode::SidecarsWithoutSelector,
+                    &keys,
+                    "have no workloadSelector".to_string(),
+                ) {
+                    out.push((e, 1isize));
+                }
+            }
+        })
+        .map(|(_, e)| e);
+    let selecting = sidecars.clone().flat_map(|(k, sc)| {
+        sc.selector
+            .filter(|s| !s.is_empty())
+            .map(|sel| (k.namespace.clone(), (k, sel)))
+    });
+    let selected = workloads
+        .clone()
+        .map(|(_, w)| (w.origin.namespace.clone(), (w.origin, w.labels)))
+        .join_map(selecting, |_, (origin, labels), (k, sel)| {
+            rules::labels_match(sel, labels).then(|| (origin.clone(), k.clone()))
+        })
+        .flat_map(|x| x)
+        .reduce(move |origin, vals: &[(&ConfigKey, isize)], out| {
+            if vals.len() > 1 {
+                let keys: Vec<&ConfigKey> = vals.iter().map(|(k, _)| *k).collect();
+                let what = format!(
+                    "select the same workload ({:?} {})",
+                    origin.kind, origin.name
+                );
+                for e in report(ErrorCode::SidecarSelectorsConflict, &keys, what) {
+                    out.push((e, 1isize));
+                }
+            }
+        })
+        .map(|(_, e)| e);
+    namespace_wide.concat(selected)
 }
 
 /// Per service, what its ports say about how sidecars will carry them: a ServiceEntry TCP
 /// port (or one whose protocol is detected) without addresses (`MF0025`, Istio's IST0134);
 /// a Kubernetes Service port whose name and `appProtocol` name no protocol (`MF0026`,
-/// IST0118); an `ExternalName` Service port so named, or named `tcp` (`MF0027`, IST0150).
-/// Warnings, once per object (a ServiceEntry of several hosts says it once).
+/// IST0118); an `ExternalName` Service port so named, or named `tcp` (`MF0027`, IST0150);
+/// not Istio's own Services ([`Service::control_plane`]), as Istio. Warnings, once per
+/// object (a ServiceEntry of several hosts says it once).
 fn port_findings<'s>(services: &Coll<'s, (Hostname, Service)>) -> Coll<'s, ConfigError> {
     services
         .clone()
@@ -110,6 +227,7 @@ fn port_findings<'s>(services: &Coll<'s, (Hostname, Service)>) -> Coll<'s, Confi
                         }
                     }
                 }
+                Kind::Service if s.control_plane => {}
                 Kind::Service if s.alias_for.is_some() => {
                     for p in s.ports.iter().filter(|p| detected(p) || p.name == "tcp") {
                         out.push(error(

@@ -133,6 +133,7 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     let merged_drs = clusters::consolidated(&destination_rules);
     let findings = analysis::findings(analysis::Inputs {
         virtual_services: &virtual_services,
+        sidecars: &i.sidecars,
         destination_rules: &destination_rules,
         gateways: &i.gateways,
         workloads: &i.workloads,

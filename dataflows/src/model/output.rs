@@ -225,6 +225,13 @@ pub enum ErrorCode {
     /// An `ExternalName` Service port whose name names no protocol, or `tcp` (a warning,
     /// Istio's IST0150).
     ExternalNamePortName,
+    /// Several Sidecars with a `workloadSelector` select one workload (Istio's IST0110).
+    SidecarSelectorsConflict,
+    /// Several Sidecars without a `workloadSelector` in one namespace (Istio's IST0111).
+    SidecarsWithoutSelector,
+    /// A VirtualService bound to a Gateway that serves none of its hosts (a warning,
+    /// Istio's IST0132).
+    HostNotInGateway,
 }
 
 impl ErrorCode {
@@ -264,6 +271,13 @@ impl ErrorCode {
             ErrorCode::AddressesRequired => ("MF0025", "ServiceEntryAddressesRequired"),
             ErrorCode::PortNameConvention => ("MF0026", "PortNameIsNotUnderNamingConvention"),
             ErrorCode::ExternalNamePortName => ("MF0027", "ExternalNameServiceTypeInvalidPortName"),
+            ErrorCode::SidecarSelectorsConflict => {
+                ("MF0028", "ConflictingSidecarWorkloadSelectors")
+            }
+            ErrorCode::SidecarsWithoutSelector => {
+                ("MF0029", "MultipleSidecarsWithoutWorkloadSelectors")
+            }
+            ErrorCode::HostNotInGateway => ("MF0030", "VirtualServiceHostNotFoundInGateway"),
         }
     }
 
@@ -282,6 +296,7 @@ impl ErrorCode {
                 | ErrorCode::AddressesRequired
                 | ErrorCode::PortNameConvention
                 | ErrorCode::ExternalNamePortName
+                | ErrorCode::HostNotInGateway
         )
     }
 }

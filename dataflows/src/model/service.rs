@@ -78,6 +78,10 @@ pub struct Service {
     /// names (through any chain of aliases) answers to its names too ([`Service::aliases`]).
     #[serde(default)]
     pub alias_for: Option<Hostname>,
+    /// Labelled as Istio's own (an `istio` label, or `release: istio`): analysis leaves its
+    /// port names alone, as Istio's does (a gateway's `status-port` is named so on purpose).
+    #[serde(default)]
+    pub control_plane: bool,
     /// The hosts of the `ExternalName` Services that resolve to this one, sorted: its
     /// virtual hosts take their names as well (Istio's `Aliases` of a service). Filled by the
     /// dataflow ([`crate::rules::resolve_aliases`]); empty as sources write it.

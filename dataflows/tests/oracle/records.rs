@@ -152,6 +152,7 @@ fn service(rng: &mut StdRng, extra: &mut StdRng, slot: usize, draws: ServiceDraw
         alias_for,
     } = draws;
     Record::Service(Service {
+        control_plane: false,
         // Outside the mesh: AUTO_PASSTHROUGH gateways take no cluster of it.
         mesh_external: extra.random_bool(0.2),
         prefer_close: extra.random_bool(0.2),

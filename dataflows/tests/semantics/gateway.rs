@@ -2,8 +2,8 @@
 //! port of the router's own Service), and HTTP2 and GRPC servers served as HTTP.
 
 use crate::support::{
-    endpoint, gateway, host, labels, outbound, px, router_proxy, service, set, virtual_service,
-    Mesh,
+    endpoint, gateway, gateway_errors, host, labels, outbound, px, router_proxy, service, set,
+    virtual_service, Mesh,
 };
 use dataflows::model::*;
 use prost::Message;
@@ -298,4 +298,57 @@ fn gateway_http2_and_grpc_servers_serve_http_routes() {
             "{port}: {vhosts:?}"
         );
     }
+}
+
+/// A VirtualService bound to a Gateway none of whose servers serves its hosts (for its
+/// namespace) is told so (`MF0030`); one of its hosts served is enough; a server host
+/// restricted to another namespace does not count; the message retracts when the Gateway
+/// serves the host.
+#[test]
+fn a_virtual_service_whose_hosts_a_gateway_does_not_serve_is_reported() {
+    let mut m = Mesh::new();
+    let with_hosts = |hosts: &[&str]| {
+        let Record::Gateway(mut g) = gateway(
+            "istio-system",
+            "gw",
+            &[("istio", "ingressgateway")],
+            &[(8080, None)],
+        ) else {
+            unreachable!()
+        };
+        g.servers[0].hosts = hosts.iter().map(|h| h.to_string()).collect();
+        Record::Gateway(g)
+    };
+    let bound = |name: &str, hosts: &[&str]| {
+        virtual_service(
+            "default",
+            name,
+            hosts,
+            &["istio-system/gw"],
+            &host("reviews", "default"),
+        )
+    };
+    let shop = with_hosts(&["*/shop.example.com", "other/api.example.com"]);
+    m.insert(vec![
+        service("reviews", "default"),
+        shop.clone(),
+        bound("shop", &["shop.example.com"]),
+        bound("both", &["shop.example.com", "blog.example.com"]),
+        bound("api", &["api.example.com"]),
+    ]);
+    let found = gateway_errors(&m, ErrorCode::HostNotInGateway);
+    assert_eq!(
+        found,
+        vec![
+            "VirtualService/default/api: spec.gateways: Gateway istio-system/gw serves none of \
+             the hosts [api.example.com] to namespace default: the VirtualService's routes \
+             reach no proxy through it"
+                .to_string()
+        ]
+    );
+    m.replace(
+        shop,
+        with_hosts(&["*/shop.example.com", "default/api.example.com"]),
+    );
+    assert!(gateway_errors(&m, ErrorCode::HostNotInGateway).is_empty());
 }

@@ -20,6 +20,7 @@ fn service_entry_selector_takes_workloads_with_their_placement() {
     let vm = "vm.example.com".to_string();
     let client = sidecar_proxy("a", "default", "10.1.0.1", &[("app", "a")]);
     let entry = Record::Service(Service {
+        control_plane: false,
         mesh_external: false,
         prefer_close: false,
         headless: false,

@@ -1,10 +1,10 @@
 //! Which services and VirtualServices a proxy sees: Sidecar egress hosts (per egress
 //! listener too) and which Sidecar applies, `exportTo`, and the mesh config's defaults
-//! (`defaultServiceExportTo`, `rootNamespace`).
+//! (`defaultServiceExportTo`, `rootNamespace`); Sidecars that tie for a workload.
 
 use crate::support::{
-    host, mesh_settings, outbound, px, service, service_exported, set, sidecar, sidecar_proxy,
-    virtual_service, Mesh,
+    gateway_errors, host, mesh_settings, outbound, px, service, service_exported, set, sidecar,
+    sidecar_proxy, virtual_service, workload, Mesh,
 };
 use dataflows::model::*;
 use std::collections::BTreeSet;
@@ -408,4 +408,52 @@ fn virtual_services_are_selected_per_egress_listener() {
     m.insert(vec![egress(&["./*", "routing/*"])]);
     assert_eq!(routed(&m, 9080).as_deref(), Some(ratings.as_str()));
     assert_eq!(routed(&m, 9070).as_deref(), Some(ratings.as_str()));
+}
+
+/// Sidecars that leave a workload to a tie-break are reported on each, naming the others:
+/// two selecting one Pod (`MF0028`), two namespace defaults (`MF0029`); a Sidecar whose
+/// selector another Pod matches, or a default in another namespace, says nothing; removing
+/// one retracts the messages.
+#[test]
+fn sidecars_that_tie_are_reported_until_one_goes() {
+    let mut m = Mesh::new();
+    let a = sidecar("default", "a", Some(&[("app", "reviews")]), &["./*"]);
+    let b = sidecar("default", "b", Some(&[("version", "v1")]), &["./*"]);
+    let other = sidecar("default", "c", Some(&[("app", "ratings")]), &["./*"]);
+    let wide1 = sidecar("default", "wide1", None, &["./*"]);
+    let wide2 = sidecar("default", "wide2", None, &["./*"]);
+    let elsewhere = sidecar("other", "wide", None, &["./*"]);
+    m.insert(vec![
+        workload(
+            "reviews-v1",
+            "default",
+            "10.0.0.1",
+            &[("app", "reviews"), ("version", "v1")],
+        ),
+        workload("ratings-1", "default", "10.0.0.2", &[("app", "ratings")]),
+        a.clone(),
+        b,
+        other,
+        wide1,
+        wide2.clone(),
+        elsewhere,
+    ]);
+    let conflicts = gateway_errors(&m, ErrorCode::SidecarSelectorsConflict);
+    assert_eq!(
+        conflicts,
+        vec![
+            "Sidecar/default/a: the Sidecars [a, b] of namespace default select the same \
+             workload (Pod reviews-v1): only one applies (the first by name)"
+                .to_string(),
+            "Sidecar/default/b: the Sidecars [a, b] of namespace default select the same \
+             workload (Pod reviews-v1): only one applies (the first by name)"
+                .to_string(),
+        ]
+    );
+    let wide = gateway_errors(&m, ErrorCode::SidecarsWithoutSelector);
+    assert_eq!(wide.len(), 2, "{wide:?}");
+    assert!(wide[0].starts_with("Sidecar/default/wide1: the Sidecars [wide1, wide2]"));
+    m.retract(vec![a, wide2]);
+    assert!(gateway_errors(&m, ErrorCode::SidecarSelectorsConflict).is_empty());
+    assert!(gateway_errors(&m, ErrorCode::SidecarsWithoutSelector).is_empty());
 }

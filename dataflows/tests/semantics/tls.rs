@@ -161,6 +161,7 @@ fn credential_name_takes_the_secret_of_each_clients_own_namespace() {
 /// addresses, of Istio's default location (outside the mesh).
 fn tls_entry(name: &str, host: &str, resolution: Resolution) -> Record {
     Record::Service(Service {
+        control_plane: false,
         mesh_external: true,
         prefer_close: false,
         headless: false,

@@ -21,6 +21,7 @@ pub fn outbound(port: u16, subset: &str, name: &str, ns: &str) -> String {
 
 pub fn service(name: &str, ns: &str) -> Record {
     Record::Service(Service {
+        control_plane: false,
         mesh_external: false,
         prefer_close: false,
         headless: false,

@@ -16,6 +16,9 @@ pub(super) fn service(
     findings: &mut Vec<Finding>,
 ) -> Result<Vec<Record>> {
     let annotations = metadata_map(&value, "annotations");
+    let labels = metadata_map(&value, "labels");
+    let control_plane =
+        labels.contains_key("istio") || labels.get("release").is_some_and(|r| r == "istio");
     let svc: k8s_openapi::api::core::v1::Service = typed(value, "")?;
     let spec = svc.spec.unwrap_or_default();
     service_fields_not_read(&spec, findings);
@@ -99,6 +102,7 @@ pub(super) fn service(
         headless,
         alias_for: external_name.map(|n| n.trim_end_matches('.').to_ascii_lowercase()),
         aliases: Vec::new(),
+        control_plane,
     })])
 }
 

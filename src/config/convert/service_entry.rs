@@ -123,6 +123,7 @@ pub(super) fn service_entry(
     let mut out = Vec::new();
     for host in &s.hosts {
         out.push(Record::Service(m::Service {
+            control_plane: false,
             hostname: host.clone(),
             origin: key.clone(),
             ports: ports.clone(),

@@ -10,6 +10,7 @@ use envoy_types::pb::envoy::config::core::v3::Http2ProtocolOptions;
 use envoy_types::pb::envoy::config::endpoint::v3::lb_endpoint::HostIdentifier;
 pub(super) fn reviews() -> Service {
     Service {
+        control_plane: false,
         mesh_external: false,
         prefer_close: false,
         headless: false,
