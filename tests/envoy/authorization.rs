@@ -6,7 +6,9 @@
 //! DENY beats an ALLOW; a DENY path written with a dot segment, a double slash or an escaped
 //! slash is still denied (CVE-2021-31920: the path is normalized before RBAC sees it).
 //! The same matrix under a STRICT PeerAuthentication (plaintext finds no chain) and a
-//! DISABLE one (the client sidecar sends plaintext: no request carries its identity).
+//! DISABLE one (the client sidecar sends plaintext: no request carries its identity). On a
+//! TCP port: a DENY by port, an ALLOW needing HTTP (dropped there: nothing allowed), an
+//! ALLOW by address.
 //! Loopback only.
 
 use crate::support;
@@ -364,5 +366,110 @@ fn the_matrix_under_strict_and_disable_is_istios() {
         assert_eq!(got, expected(&cases), "{}", mode.name());
     }
     assert_eq!(pair.client.rejected_updates(), 0, "{}", pair.summary());
+    assert_eq!(pair.server.rejected_updates(), 0, "{}", pair.summary());
+}
+
+const TCP_NET: u8 = 116;
+
+/// An AuthorizationPolicy on a TCP port of a server sidecar (a Sidecar `ingress` listener of
+/// protocol TCP in front of an echo server), in real Envoy: a DENY on the port closes the
+/// connection before the application sees a byte; an ALLOW whose only rule needs HTTP
+/// (`methods`) cannot be checked on a TCP chain, so the rule is dropped there and the port
+/// refuses every connection, while the HTTP port still takes the GETs it allows (Istio's
+/// fail-closed rule); an ALLOW by the peer's address (`ipBlocks`) is checked on TCP too.
+#[test]
+fn a_tcp_port_enforces_what_it_can_check_and_refuses_the_rest() {
+    let envoy_bin = require_envoy!();
+    let dir = TestDir::new("envoy-authorization-tcp");
+    let config = dir.subdir("config");
+    let pair = SidecarPair::start(TCP_NET, &envoy_bin, dir.path(), &config);
+    let pod_ip = pair.direct.ip().to_string();
+    let (tcp_port, echo_port) = (support::free_port(), support::free_port());
+    let _echo = support::tcp_echo::TcpEcho::start("127.0.0.1", echo_port, "echo");
+    write_config(
+        &config,
+        "server-sidecar.yaml",
+        &format!(
+            "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {{name: reviews, namespace: default}}\nspec:\n  workloadSelector: {{labels: {{app: reviews}}}}\n  ingress:\n  - port: {{number: {http}, protocol: HTTP, name: http}}\n    bind: {pod_ip}\n    captureMode: NONE\n    defaultEndpoint: 127.0.0.1:{app}\n  - port: {{number: {tcp_port}, protocol: TCP, name: tcp}}\n    bind: {pod_ip}\n    captureMode: NONE\n    defaultEndpoint: 127.0.0.1:{echo_port}\n  egress:\n  - hosts: ['./*']\n",
+            http = pair.direct.port(),
+            app = pair.app_port,
+        ),
+    );
+    let tcp: SocketAddr = format!("{pod_ip}:{tcp_port}").parse().expect("an address");
+    let exchange = || support::tcp_echo::tcp_exchange(tcp);
+    let http_get = || ask(pair.direct, "GET", "/", &[]);
+    let summary = || pair.summary();
+    converge(
+        "the TCP port, open",
+        CONVERGE_TIMEOUT,
+        exchange,
+        |a| a == "echo",
+        summary,
+    );
+
+    let policy = |action: &str, rule: &str| {
+        format!(
+            "apiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {{name: reviews-tcp, namespace: default}}\nspec:\n  selector: {{matchLabels: {{app: reviews}}}}\n  action: {action}\n  rules:\n{rule}"
+        )
+    };
+    write_config(
+        &config,
+        "zz-authz.yaml",
+        &policy(
+            "DENY",
+            &format!("  - to: [{{operation: {{ports: [\"{tcp_port}\"]}}}}]\n"),
+        ),
+    );
+    converge(
+        "DENY on the TCP port",
+        CONVERGE_TIMEOUT,
+        exchange,
+        |a| a.starts_with("error"),
+        summary,
+    );
+    assert_eq!(http_get(), "ok", "the HTTP port is not denied");
+
+    write_config(
+        &config,
+        "zz-authz.yaml",
+        &policy("ALLOW", "  - to: [{operation: {methods: [GET]}}]\n"),
+    );
+    converge(
+        "ALLOW GET: the HTTP port takes GET",
+        CONVERGE_TIMEOUT,
+        || (http_get(), ask(pair.direct, "POST", "/", &[])),
+        |(get, post)| get == "ok" && post == "status 403",
+        summary,
+    );
+    let refused = exchange();
+    assert!(
+        refused.starts_with("error"),
+        "a TCP chain cannot check a method: the rule is dropped and nothing is allowed: {refused}"
+    );
+
+    write_config(
+        &config,
+        "zz-authz.yaml",
+        &policy("ALLOW", "  - from: [{source: {ipBlocks: [127.0.0.0/8]}}]\n"),
+    );
+    converge(
+        "ALLOW by address on TCP",
+        CONVERGE_TIMEOUT,
+        exchange,
+        |a| a == "echo",
+        summary,
+    );
+    write_config(
+        &config,
+        "zz-authz.yaml",
+        &policy("ALLOW", "  - from: [{source: {ipBlocks: [10.0.0.0/8]}}]\n"),
+    );
+    converge(
+        "ALLOW another address range",
+        CONVERGE_TIMEOUT,
+        exchange,
+        |a| a.starts_with("error"),
+        summary,
+    );
     assert_eq!(pair.server.rejected_updates(), 0, "{}", pair.summary());
 }

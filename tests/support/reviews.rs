@@ -535,6 +535,8 @@ pub struct SidecarPair {
     /// Between the server sidecar and meshflow, when started with one
     /// ([`Self::start_with_server_link`]).
     pub server_link: Option<super::pausable_link::PausableLink>,
+    /// Where the application behind the server sidecar listens (127.0.0.1).
+    pub app_port: u16,
     _app: Backend,
 }
 
@@ -605,6 +607,7 @@ impl SidecarPair {
             through_client: SocketAddr::from(([127, 0, 0, 1], port)),
             direct,
             server_link,
+            app_port,
             _app: app,
         }
     }
