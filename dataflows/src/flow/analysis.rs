@@ -11,7 +11,8 @@
 //! and matches an earlier one takes whole (`MF0023`, `MF0024`, warnings:
 //! [`rules::shadowed_rules`]); ports sidecars must guess about (`MF0025`–`MF0027`); Sidecars
 //! that leave a workload to a tie-break (`MF0028`, `MF0029`); a VirtualService bound to a
-//! Gateway that serves none of its hosts (`MF0030`).
+//! Gateway that serves none of its hosts (`MF0030`); one certificate on the TLS servers of
+//! two Gateways of the same workloads (`MF0031`).
 //! In: VirtualServices, DestinationRules, Gateways, services, workloads, Secrets. Out: one
 //! [`ConfigError`] per such reference and object, retracted when the referenced object
 //! appears or the reference changes.
@@ -75,6 +76,58 @@ pub(super) fn findings<'s>(i: Inputs<'_, 's>) -> Coll<'s, ConfigError> {
         .concat(port_findings(i.services))
         .concat(ambiguous_sidecars(i.sidecars, i.workloads))
         .concat(hosts_not_in_gateways(vss, i.gateways))
+        .concat(duplicate_certificates(i.gateways))
+}
+
+/// A Gateway with a TLS server whose certificate (the same `credentialName`, or the same
+/// certificate and key files) a server of another Gateway also uses, where that Gateway
+/// selects every workload this one does (its selector holds this one's labels): clients
+/// that reuse one HTTP/2 connection for both servers' hosts may reach the wrong one and get
+/// 404s (`MF0031`, a warning, Istio's IST0138). Gateways are few: they are paired whole.
+fn duplicate_certificates<'s>(gateways: &Coll<'s, (ConfigKey, Gateway)>) -> Coll<'s, ConfigError> {
+    let certificates = |g: &Gateway| -> Vec<String> {
+        let mut out: Vec<String> = g
+            .servers
+            .iter()
+            .filter_map(|s| match s.tls.as_ref()?.credential.as_ref()? {
+                Credential::Secret(name) => Some(format!("credentialName {name}")),
+                Credential::Files { cert, key, .. } => Some(format!("files {cert} and {key}")),
+            })
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    };
+    let all = gateways.clone().map(|(k, g)| ((), (k, g)));
+    all.clone()
+        .join_map(all, move |_, (ka, ga), (kb, gb)| {
+            let covers = ga
+                .selector
+                .iter()
+                .all(|(k, v)| gb.selector.get(k) == Some(v));
+            if ka == kb || !covers {
+                return None;
+            }
+            let theirs = certificates(gb);
+            let shared: Vec<String> = certificates(ga)
+                .into_iter()
+                .filter(|c| theirs.contains(c))
+                .collect();
+            (!shared.is_empty()).then(|| ConfigError {
+                object: ka.clone(),
+                code: ErrorCode::DuplicateCertificate,
+                message: format!(
+                    "spec.servers: the {} of a TLS server is also used by Gateway {}/{} for \
+                     the same workloads: clients that reuse one HTTP/2 connection for both \
+                     servers' hosts may reach the wrong one (404)",
+                    shared.join(", "),
+                    kb.namespace,
+                    kb.name
+                ),
+            })
+        })
+        .flat_map(|e| e)
+        .distinct()
 }
 
 /// A VirtualService bound to a Gateway none of whose servers serves any of its hosts (for

@@ -232,6 +232,9 @@ pub enum ErrorCode {
     /// A VirtualService bound to a Gateway that serves none of its hosts (a warning,
     /// Istio's IST0132).
     HostNotInGateway,
+    /// A TLS server's certificate another Gateway of the same workloads also uses (a
+    /// warning, Istio's IST0138).
+    DuplicateCertificate,
 }
 
 impl ErrorCode {
@@ -278,6 +281,7 @@ impl ErrorCode {
                 ("MF0029", "MultipleSidecarsWithoutWorkloadSelectors")
             }
             ErrorCode::HostNotInGateway => ("MF0030", "VirtualServiceHostNotFoundInGateway"),
+            ErrorCode::DuplicateCertificate => ("MF0031", "GatewayDuplicateCertificate"),
         }
     }
 
@@ -297,6 +301,7 @@ impl ErrorCode {
                 | ErrorCode::PortNameConvention
                 | ErrorCode::ExternalNamePortName
                 | ErrorCode::HostNotInGateway
+                | ErrorCode::DuplicateCertificate
         )
     }
 }

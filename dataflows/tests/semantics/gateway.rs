@@ -352,3 +352,44 @@ fn a_virtual_service_whose_hosts_a_gateway_does_not_serve_is_reported() {
     );
     assert!(gateway_errors(&m, ErrorCode::HostNotInGateway).is_empty());
 }
+
+/// Two Gateways of the same workloads whose TLS servers use one certificate are each told
+/// so (`MF0031`, Istio's IST0138); a Gateway selecting other workloads, or another
+/// certificate, says nothing; the message retracts when one certificate changes.
+#[test]
+fn one_certificate_on_two_gateways_of_the_same_workloads_is_reported() {
+    let mut m = Mesh::new();
+    let tls_gateway = |name: &str, selector: &[(&str, &str)], credential: &str| {
+        let Record::Gateway(mut g) = gateway("istio-system", name, selector, &[(443, None)]) else {
+            unreachable!()
+        };
+        g.servers[0].protocol = Protocol::Http;
+        g.servers[0].tls = Some(Box::new(ServerTls {
+            mode: ServerTlsMode::Simple,
+            credential: Some(Credential::Secret(credential.into())),
+            min_version: None,
+            max_version: None,
+            cipher_suites: Vec::new(),
+            subject_alt_names: Vec::new(),
+            tcp: false,
+        }));
+        Record::Gateway(g)
+    };
+    let ingress = [("istio", "ingressgateway")];
+    let b = tls_gateway("b", &ingress, "shop-cert");
+    m.insert(vec![
+        tls_gateway("a", &ingress, "shop-cert"),
+        b.clone(),
+        tls_gateway("c", &[("istio", "egressgateway")], "shop-cert"),
+        tls_gateway("d", &ingress, "blog-cert"),
+    ]);
+    let found = gateway_errors(&m, ErrorCode::DuplicateCertificate);
+    assert_eq!(found.len(), 2, "{found:?}");
+    assert!(found[0].starts_with(
+        "Gateway/istio-system/a: spec.servers: the credentialName shop-cert of a TLS server is \
+         also used by Gateway istio-system/b"
+    ));
+    assert!(found[1].starts_with("Gateway/istio-system/b:"), "{found:?}");
+    m.replace(b, tls_gateway("b", &ingress, "other-cert"));
+    assert!(gateway_errors(&m, ErrorCode::DuplicateCertificate).is_empty());
+}
