@@ -441,7 +441,11 @@ impl Hub {
             if s.last_nack.is_some() {
                 return true;
             }
-            let caught_up = s.in_flight.is_none() && st.held.held(id).versions(*t) == s.acked;
+            // Compared in place: this runs every few milliseconds while a hold waits.
+            let held = st.held.held(id);
+            let caught_up = s.in_flight.is_none()
+                && held.len(*t) == s.acked.len()
+                && held.iter(*t).all(|(n, v)| s.acked.get(n) == Some(v));
             !caught_up
         });
     }

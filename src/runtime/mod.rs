@@ -79,8 +79,7 @@ pub fn run(
 ) -> Result<(), String> {
     let debounce = pacing.debounce;
     let root_namespace = mesh.root_namespace.clone();
-    let mut transitions =
-        mtls_transition::Transitions::new(pacing.mtls_transition_timeout, &root_namespace);
+    let mut transitions = mtls_transition::Transitions::new(pacing.mtls_transition_timeout, &mesh);
     let mut engine = match engine_kind {
         EngineKind::Meshflow => Compute::Dataflow(Engine::start(workers, mesh)),
         EngineKind::FullPush => Compute::FullPush(Box::new(full_push::FullPush::new(mesh))),

@@ -17,13 +17,16 @@
 //! proxy NACKs or hangs) ends the hold as a flip would: the policy's mode takes effect,
 //! with a warning naming who did not answer. A zero timeout turns holds off.
 //!
+//! The root namespace is the one the engine uses: the mesh config records in effect are
+//! read too.
+//!
 //! What it cannot see: a proxy served by another control plane acknowledges nothing here,
 //! so a server or client beside istiod is not waited for.
 
 use crate::hub::Hub;
 use dataflows::model::{
-    ConfigKey, MtlsHold, MtlsMode, PeerModes, PolicyEffect, ProxyId, Record, ResourceType,
-    SecurityPolicy, Workload,
+    ConfigKey, MeshConfig, MeshSettings, MtlsHold, MtlsMode, PeerModes, PolicyEffect, ProxyId,
+    Record, ResourceType, SecurityPolicy, Workload,
 };
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant, SystemTime};
@@ -55,6 +58,10 @@ struct Held {
 /// view each workload's policies give, and the holds in progress.
 pub struct Transitions {
     timeout: Duration,
+    /// The process's mesh settings, and the mesh config records in effect over them: the
+    /// root namespace is the one the engine uses.
+    mesh: MeshConfig,
+    layers: Vec<MeshSettings>,
     root: String,
     workloads: HashMap<Id, Workload>,
     peers: BTreeMap<ConfigKey, SecurityPolicy>,
@@ -64,12 +71,14 @@ pub struct Transitions {
 }
 
 impl Transitions {
-    /// `timeout`: how long a step may wait for acknowledgments (zero: no holds);
-    /// `root`: the mesh's root namespace.
-    pub fn new(timeout: Duration, root: &str) -> Transitions {
+    /// `timeout`: how long a step may wait for acknowledgments (zero: no holds); `mesh`:
+    /// the settings mesh config records are layered over.
+    pub fn new(timeout: Duration, mesh: &MeshConfig) -> Transitions {
         Transitions {
             timeout,
-            root: root.to_string(),
+            root: mesh.root_namespace.clone(),
+            mesh: mesh.clone(),
+            layers: Vec::new(),
             workloads: HashMap::new(),
             peers: BTreeMap::new(),
             views: HashMap::new(),
@@ -131,7 +140,8 @@ impl Transitions {
     pub fn observe(&mut self, changes: &[(Record, isize)]) -> Vec<(Record, isize)> {
         let mut affected: BTreeSet<Id> = BTreeSet::new();
         let mut namespaces: BTreeSet<String> = BTreeSet::new();
-        let mut everywhere = false;
+        // A mesh config that moves the root namespace changes which policies are mesh-wide.
+        let mut everywhere = self.follow_mesh(changes);
         for (r, _) in changes {
             match r {
                 Record::Workload(w) => {
@@ -195,6 +205,32 @@ impl Transitions {
         out
     }
 
+    /// Takes the epoch's mesh config records; whether the root namespace moved.
+    fn follow_mesh(&mut self, changes: &[(Record, isize)]) -> bool {
+        let mut seen = false;
+        for (r, d) in changes
+            .iter()
+            .filter(|(_, d)| *d < 0)
+            .chain(changes.iter().filter(|(_, d)| *d > 0))
+        {
+            if let Record::Mesh(m) = r {
+                seen = true;
+                if *d > 0 {
+                    self.layers.push(m.clone());
+                } else if let Some(i) = self.layers.iter().position(|l| l == m) {
+                    self.layers.remove(i);
+                }
+            }
+        }
+        if !seen {
+            return false;
+        }
+        let root = MeshSettings::in_effect(self.layers.iter(), &self.mesh).root_namespace;
+        let moved = root != self.root;
+        self.root = root;
+        moved
+    }
+
     /// Compares what a workload's clients are sent with what its policies now give, and
     /// starts, restarts or ends its hold. `existed`: it was there before this epoch (a new
     /// workload's clients have nothing to move from).
@@ -206,12 +242,7 @@ impl Transitions {
             }
             return;
         };
-        let root = self.root.as_str();
-        let applying = self
-            .peers
-            .values()
-            .filter(|p| p.applies(&w.origin.namespace, &w.labels, root));
-        let now = PeerModes::compose(applying, root).filter(PeerModes::disables_any);
+        let now = PeerModes::client_view(self.peers.values(), w, &self.root);
         let before = match now.clone() {
             Some(v) => self.views.insert(id.clone(), v),
             None => self.views.remove(id),
@@ -395,7 +426,7 @@ mod tests {
     /// to wait for), then ends; a workload that arrives with the policy is not held.
     #[test]
     fn a_flip_is_held_moved_and_ended() {
-        let mut t = Transitions::new(Duration::from_secs(10), "istio-system");
+        let mut t = Transitions::new(Duration::from_secs(10), &MeshConfig::default());
         let a = pod("a", "10.0.0.1");
         let disable = namespace_mode(MtlsMode::Disable);
         let strict = namespace_mode(MtlsMode::Strict);
@@ -440,6 +471,31 @@ mod tests {
         assert!(!t.active());
     }
 
+    /// The root namespace is the mesh config's: a policy there is mesh-wide, and its flip
+    /// holds a workload of another namespace.
+    #[test]
+    fn the_root_namespace_follows_the_mesh_config() {
+        let mut t = Transitions::new(Duration::from_secs(10), &MeshConfig::default());
+        let mut layer = MeshSettings::builtin(&MeshConfig::default());
+        layer.layer = dataflows::model::MeshLayer::Configured;
+        layer.root_namespace = "mesh-root".into();
+        let mesh_wide = |mode| SecurityPolicy {
+            key: ConfigKey::new(Kind::PeerAuthentication, "mesh-root", "default"),
+            ..namespace_mode(mode)
+        };
+        t.observe(&[
+            (Record::Mesh(layer), 1),
+            (Record::Workload(pod("a", "10.0.0.1")), 1),
+            (Record::Security(mesh_wide(MtlsMode::Disable)), 1),
+        ]);
+        let flip = holds(&t.observe(&[
+            (Record::Security(mesh_wide(MtlsMode::Disable)), -1),
+            (Record::Security(mesh_wide(MtlsMode::Strict)), 1),
+        ]));
+        assert_eq!(flip.len(), 1, "{flip:?}");
+        assert_eq!(flip[0].0.workload.namespace, "default");
+    }
+
     /// A change undone before its hold ended retracts the hold; a step waiting past the
     /// timeout ends too; a zero timeout holds nothing.
     #[test]
@@ -460,7 +516,7 @@ mod tests {
             (Record::Security(disable.clone()), 1),
         ];
 
-        let mut t = Transitions::new(Duration::from_secs(10), "istio-system");
+        let mut t = Transitions::new(Duration::from_secs(10), &MeshConfig::default());
         t.observe(&setup);
         assert_eq!(holds(&t.observe(&flip)).len(), 1);
         let undone = holds(&t.observe(&back));
@@ -518,7 +574,7 @@ mod tests {
             "{touched:?}"
         );
 
-        let mut t = Transitions::new(Duration::from_millis(30), "istio-system");
+        let mut t = Transitions::new(Duration::from_millis(30), &MeshConfig::default());
         t.observe(&setup);
         t.observe(&flip);
         t.applied(3, &touched);
@@ -532,7 +588,7 @@ mod tests {
         assert_eq!(ended[0].1, -1, "the timeout ends the hold");
         assert!(!t.active());
 
-        let mut t = Transitions::new(Duration::from_millis(30), "istio-system");
+        let mut t = Transitions::new(Duration::from_millis(30), &MeshConfig::default());
         t.observe(&setup);
         t.observe(&flip);
         hub.disconnect(&id, 0);
@@ -540,7 +596,7 @@ mod tests {
         let moved = holds(&t.advance(&hub));
         assert_eq!(moved.len(), 2, "a proxy gone is not waited for: {moved:?}");
 
-        let mut t = Transitions::new(Duration::ZERO, "istio-system");
+        let mut t = Transitions::new(Duration::ZERO, &MeshConfig::default());
         t.observe(&setup);
         assert!(t.observe(&flip).is_empty(), "a zero timeout flips at once");
     }

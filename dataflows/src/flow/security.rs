@@ -87,10 +87,8 @@ pub(super) fn with_peer_modes<'s>(
         .flat_map(|x| x);
     let modes = applied.reduce(|_, vals: &[(&(String, SecurityPolicy), isize)], out| {
         let root = &vals[0].0 .0;
-        if let Some(m) = PeerModes::compose(vals.iter().map(|(v, _)| &v.1), root) {
-            if m.disables_any() {
-                out.push((m, 1isize));
-            }
+        if let Some(m) = PeerModes::for_clients(vals.iter().map(|(v, _)| &v.1), root) {
+            out.push((m, 1isize));
         }
     });
     let held = holds

@@ -193,6 +193,29 @@ impl PeerModes {
         Some(PeerModes { mode, ports })
     }
 
+    /// What the clients of a workload must know of `policies` (each for which
+    /// [`SecurityPolicy::applies`] holds): the composed modes where one disables mTLS on some
+    /// port, `None` otherwise ([`Workload::peer`]).
+    pub fn for_clients<'a>(
+        policies: impl IntoIterator<Item = &'a SecurityPolicy>,
+        root: &str,
+    ) -> Option<PeerModes> {
+        Self::compose(policies, root).filter(PeerModes::disables_any)
+    }
+
+    /// [`Self::for_clients`] of workload `w`, from any `policies` (those that apply to it
+    /// are picked).
+    pub fn client_view<'a>(
+        policies: impl IntoIterator<Item = &'a SecurityPolicy>,
+        w: &super::Workload,
+        root: &str,
+    ) -> Option<PeerModes> {
+        let applying = policies
+            .into_iter()
+            .filter(|p| p.applies(&w.origin.namespace, &w.labels, root));
+        Self::for_clients(applying, root)
+    }
+
     /// The mode on workload port `port`.
     pub fn mode_for(&self, port: u16) -> MtlsMode {
         self.ports.get(&port).copied().unwrap_or(self.mode)

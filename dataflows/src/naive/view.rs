@@ -144,12 +144,7 @@ impl<'a> View<'a> {
         }
         let root = v.mesh.root_namespace.clone();
         for w in &mut v.workloads {
-            let applying = v
-                .security
-                .iter()
-                .copied()
-                .filter(|s| s.applies(&w.origin.namespace, &w.labels, &root));
-            w.peer = PeerModes::compose(applying, &root).filter(PeerModes::disables_any);
+            w.peer = PeerModes::client_view(v.security.iter().copied(), w, &root);
             let held = v.holds.get(&(w.origin.namespace.as_str(), w.ip.as_str()));
             if let Some(h) = held.into_iter().flatten().find(|h| h.workload == w.origin) {
                 w.peer = h.client_view().cloned();
