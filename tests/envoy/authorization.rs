@@ -386,13 +386,15 @@ fn a_tcp_port_enforces_what_it_can_check_and_refuses_the_rest() {
     let pod_ip = pair.direct.ip().to_string();
     let (tcp_port, echo_port) = (support::free_port(), support::free_port());
     let _echo = support::tcp_echo::TcpEcho::start("127.0.0.1", echo_port, "echo");
+    // A second `ingress` entry: the TCP port, in front of the echo server.
     write_config(
         &config,
         "server-sidecar.yaml",
-        &format!(
-            "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {{name: reviews, namespace: default}}\nspec:\n  workloadSelector: {{labels: {{app: reviews}}}}\n  ingress:\n  - port: {{number: {http}, protocol: HTTP, name: http}}\n    bind: {pod_ip}\n    captureMode: NONE\n    defaultEndpoint: 127.0.0.1:{app}\n  - port: {{number: {tcp_port}, protocol: TCP, name: tcp}}\n    bind: {pod_ip}\n    captureMode: NONE\n    defaultEndpoint: 127.0.0.1:{echo_port}\n  egress:\n  - hosts: ['./*']\n",
-            http = pair.direct.port(),
-            app = pair.app_port,
+        &pair.reviews.server_sidecar_yaml(
+            pair.app_port,
+            &format!(
+                "  - port: {{number: {tcp_port}, protocol: TCP, name: tcp}}\n    bind: {pod_ip}\n    captureMode: NONE\n    defaultEndpoint: 127.0.0.1:{echo_port}\n"
+            ),
         ),
     );
     let tcp: SocketAddr = format!("{pod_ip}:{tcp_port}").parse().expect("an address");

@@ -97,7 +97,7 @@ impl Reviews {
     /// A Sidecar for the `reviews` pods whose one `ingress` listener binds pod `reviews-v1`'s
     /// address at the backends' port (no capture) and hands requests to the application on
     /// `127.0.0.1:app_port`; `ingress_lines` (indented under the ingress entry, ending in a
-    /// newline) are added to that entry.
+    /// newline) are added to that entry, or, starting `  - port:`, add entries of their own.
     /// The sidecar of pod `reviews-v1` (service account `reviews`) speaking `mode` to `xds`,
     /// live, with the bound `ingress` listener of [`Reviews::server_sidecar_yaml`] in place.
     pub fn server_sidecar(&self, bin: &Path, dir: &Path, xds: SocketAddr, mode: XdsMode) -> Envoy {
@@ -537,6 +537,8 @@ pub struct SidecarPair {
     pub server_link: Option<super::pausable_link::PausableLink>,
     /// Where the application behind the server sidecar listens (127.0.0.1).
     pub app_port: u16,
+    /// The fixture the pair was started from (addresses, ports, its Sidecar's YAML).
+    pub reviews: Reviews,
     _app: Backend,
 }
 
@@ -608,6 +610,7 @@ impl SidecarPair {
             direct,
             server_link,
             app_port,
+            reviews,
             _app: app,
         }
     }
