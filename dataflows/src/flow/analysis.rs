@@ -54,9 +54,11 @@ pub(super) struct Inputs<'a, 's> {
     pub gateways: &'a Coll<'s, (ConfigKey, Gateway)>,
     pub workloads: &'a Coll<'s, (String, Workload)>,
     /// The services as defined, aliases unresolved.
-    pub services: &'a Coll<'s, (Hostname, Service)>,
+    pub services: &'a Coll<'s, (Hostname, HostServices)>,
     /// The services with `ExternalName` aliases resolved.
-    pub aliased: &'a Coll<'s, (Hostname, Service)>,
+    pub aliased: &'a Coll<'s, (Hostname, HostServices)>,
+    /// Every definition as its object writes it, before one namespace's merge.
+    pub defined: &'a Coll<'s, (Hostname, Service)>,
 }
 
 /// Every finding of the reference analyses that needs no built resource: subsets,
@@ -73,7 +75,7 @@ pub(super) fn findings<'s>(i: Inputs<'_, 's>) -> Coll<'s, ConfigError> {
         .concat(undefined_delegates(vss))
         .concat(unresolved_aliases(vss, i.services, i.aliased))
         .concat(vss.clone().flat_map(|(_, vs)| rules::shadowed_rules(&vs)))
-        .concat(port_findings(i.services))
+        .concat(port_findings(i.defined))
         .concat(ambiguous_sidecars(i.sidecars, i.workloads))
         .concat(hosts_not_in_gateways(vss, i.gateways))
         .concat(duplicate_certificates(i.gateways))
@@ -478,21 +480,65 @@ fn undefined_delegates<'s>(vss: &Coll<'s, (ConfigKey, VirtualService)>) -> Coll<
     })
 }
 
-/// A route or mirror destination host no service (Service or ServiceEntry) defines.
+/// A route or mirror destination host no service (Service or ServiceEntry) defines, or
+/// whose services are exported to none of the namespaces the VirtualService is (Istio's
+/// IST0101 for a host, exportTo included).
 fn undefined_hosts<'s>(
     vss: &Coll<'s, (ConfigKey, VirtualService)>,
-    services: &Coll<'s, (Hostname, Service)>,
+    services: &Coll<'s, (Hostname, HostServices)>,
 ) -> Coll<'s, ConfigError> {
     let wanted = references(vss, |d| Some(d.host.clone()));
     let defined = services.clone().map(|(h, _)| h).distinct();
-    wanted.antijoin(defined).map(|(host, key)| ConfigError {
+    let missing = wanted.clone().antijoin(defined).map(|(host, key)| ConfigError {
         object: key,
         code: ErrorCode::HostNotFound,
         message: format!(
             "host {host} is defined by no Service or ServiceEntry: requests routed to it are \
              answered 503 (IST0101 ReferencedResourceNotFound)"
         ),
-    })
+    });
+    let exports = vss
+        .clone()
+        .map(|(key, vs)| (key, vs.export_to))
+        .distinct();
+    let hidden = wanted
+        .map(|(host, key)| (key, host))
+        .join_map(exports, |key, host, export_to| {
+            (host.clone(), (key.clone(), export_to.clone()))
+        })
+        .join_map(services.clone(), |host, (key, export_to), set| {
+            let scopes: Vec<&str> = if export_to.is_empty() {
+                vec![key.namespace.as_str()]
+            } else {
+                export_to
+                    .iter()
+                    .map(|e| if e == "." { key.namespace.as_str() } else { e.as_str() })
+                    .collect()
+            };
+            let seen = scopes.iter().any(|ns| match *ns {
+                "*" => set
+                    .all()
+                    .iter()
+                    .any(|s| s.export_to.is_empty() || s.export_to.iter().any(|e| e == "*")),
+                ns => set.for_namespace(ns).is_some(),
+            });
+            (!seen).then(|| {
+                let defs: Vec<String> = set.all().iter().map(|s| s.origin.to_string()).collect();
+                ConfigError {
+                    object: key.clone(),
+                    code: ErrorCode::HostNotFound,
+                    message: format!(
+                        "host {host} is defined ({}) but not exported to namespace {}: requests \
+                         routed to it there are answered 503 (IST0101 \
+                         ReferencedResourceNotFound)",
+                        defs.join(", "),
+                        scopes.join(", ")
+                    ),
+                }
+            })
+        })
+        .flat_map(|x| x);
+    missing.concat(hidden)
 }
 
 /// A destination whose port its host does not have, or that names no port where its host
@@ -501,19 +547,18 @@ fn undefined_hosts<'s>(
 /// exists only if the host has that port too.
 fn undefined_ports<'s>(
     vss: &Coll<'s, (ConfigKey, VirtualService)>,
-    services: &Coll<'s, (Hostname, Service)>,
+    services: &Coll<'s, (Hostname, HostServices)>,
 ) -> Coll<'s, ConfigError> {
     let wanted = references(vss, |d| Some((d.host.clone(), d.port)));
-    let ports = services.clone().map(|(h, s)| {
-        let mut ports: Vec<u16> = s.ports.iter().map(|p| p.port).collect();
-        ports.sort();
-        ports.dedup();
-        (h, ports)
-    });
+    // The ports of the service the VirtualService's namespace gets.
     wanted
         .map(|((host, port), key)| (host, (port, key)))
-        .join_map(ports, |host, (port, key), ports| {
-            (host.clone(), *port, key.clone(), ports.clone())
+        .join_map(services.clone(), |host, (port, key), set| {
+            let svc = set.for_namespace(&key.namespace).unwrap_or(set.first());
+            let mut ports: Vec<u16> = svc.ports.iter().map(|p| p.port).collect();
+            ports.sort();
+            ports.dedup();
+            (host.clone(), *port, key.clone(), ports)
         })
         .flat_map(|(host, port, key, ports)| {
             let list = ports
@@ -670,13 +715,17 @@ fn unselected_gateways<'s>(
 /// services with aliases resolved ([`super::services::with_aliases`]).
 fn unresolved_aliases<'s>(
     vss: &Coll<'s, (ConfigKey, VirtualService)>,
-    services: &Coll<'s, (Hostname, Service)>,
-    resolved: &Coll<'s, (Hostname, Service)>,
+    services: &Coll<'s, (Hostname, HostServices)>,
+    resolved: &Coll<'s, (Hostname, HostServices)>,
 ) -> Coll<'s, ConfigError> {
-    let raw = services
+    let raw = services.clone().flat_map(|(h, s)| {
+        let s = s.first();
+        s.alias_for.clone().map(|t| (h, (t, s.origin.clone())))
+    });
+    let resolving = resolved
         .clone()
-        .flat_map(|(h, s)| s.alias_for.map(|t| (h, (t, s.origin))));
-    let resolving = resolved.clone().flat_map(|(_, s)| s.aliases).distinct();
+        .flat_map(|(_, s)| s.first().aliases.clone())
+        .distinct();
     let defined = services.clone().map(|(h, _)| h).distinct();
     let by_target = raw
         .clone()
@@ -709,7 +758,7 @@ fn unresolved_aliases<'s>(
     // Aliases whose named host has no cluster of its own: it is no service, or an alias.
     let concrete = services
         .clone()
-        .filter(|(_, s)| s.alias_for.is_none())
+        .filter(|(_, s)| s.first().alias_for.is_none())
         .map(|(h, _)| h);
     let dead_ends = raw
         .map(|(alias, (target, _))| (target, alias))

@@ -19,7 +19,12 @@ use crate::translate::cluster;
 /// cluster's body depends on. The namespace is there only for a rule with a
 /// `credentialName` (and not for gRPC, which fails those closed anyway): whether its
 /// clusters can use the Secret depends on the client proxy's namespace.
-type Group = (Hostname, (Option<ConfigKey>, Client, Option<String>));
+/// `(host, (rule in effect, client, namespace of a credentialName rule's clients,
+/// namespace whose service of the host it is where several define it))`.
+type Group = (
+    Hostname,
+    (Option<ConfigKey>, Client, Option<String>, Option<String>),
+);
 
 /// Who a group's clusters are for. Gateways share the sidecars' clusters except for hosts
 /// with a port whose protocol is told per connection, whose clusters differ for them
@@ -53,11 +58,13 @@ impl Client {
 /// (`Client::Gateway`).
 fn gateway_groups<'s>(
     groups: Coll<'s, (Group, ScopeKey)>,
-    services: &Coll<'s, (Hostname, Service)>,
+    services: &Coll<'s, (Hostname, HostServices)>,
 ) -> Coll<'s, (Group, ScopeKey)> {
     let detected = services
         .clone()
-        .filter(|(_, svc)| svc.differs_for_gateways())
+        // Where any namespace's service differs: a gateway group of one that does not
+        // builds the same clusters as the sidecars'.
+        .filter(|(_, set)| set.all().iter().any(Service::differs_for_gateways))
         .map(|(h, _)| h)
         .distinct();
     let routers = groups
@@ -67,7 +74,7 @@ fn gateway_groups<'s>(
     let moved = routers
         .clone()
         .semijoin(detected.clone())
-        .map(|(h, ((d, _, ns), s))| ((h, (d, Client::Gateway, ns)), s));
+        .map(|(h, ((d, _, ns, p), s))| ((h, (d, Client::Gateway, ns, p)), s));
     groups
         .filter(|(_, s)| !matches!(s, ScopeKey::Router { .. }))
         .concat(routers.antijoin(detected).map(|(h, (d, s))| ((h, d), s)))
@@ -130,8 +137,8 @@ pub(super) fn outbound<'s>(
     scopes: &Coll<'s, ScopeKey>,
     visible: &Visible<'s>,
     merged_drs: &Consolidated<'s>,
-    services: &Coll<'s, (Hostname, Service)>,
-    identified: &Coll<'s, (Hostname, Service)>,
+    services: &Coll<'s, (Hostname, HostServices)>,
+    identified: &Coll<'s, (Hostname, HostServices)>,
     secrets: &Coll<'s, ((String, String), TlsSecret)>,
 ) -> Clusters<'s> {
     let placed = placed(mesh, &merged_drs.entries, services);
@@ -155,7 +162,7 @@ pub(super) fn outbound<'s>(
         .flat_map(|s| s);
     let mtls_scopes = scope_groups
         .clone()
-        .flat_map(|((_, (d, _, _)), s)| d.map(|k| (k, s)))
+        .flat_map(|((_, (d, _, _, _)), s)| d.map(|k| (k, s)))
         .semijoin(mtls_drs)
         .map(|(_, s)| s)
         .concat(auto_mtls_scopes)
@@ -268,7 +275,7 @@ fn hashing<'s>(
         .filter(|(_, h)| !h.is_empty());
     scope_groups
         .clone()
-        .flat_map(|((h, (d, _, _)), s)| d.map(|k| (k, (h, s))))
+        .flat_map(|((h, (d, _, _, _)), s)| d.map(|k| (k, (h, s))))
         .join_map(rule_hashing, |_, (h, s), hashing| {
             ((s.clone(), h.clone()), hashing.clone())
         })
@@ -285,7 +292,7 @@ fn tcp_idle<'s>(
         .flat_map(|(k, dr)| dr.tcp_timeout().map(|t| (k, t)));
     scope_groups
         .clone()
-        .flat_map(|((h, (d, _, _)), s)| d.map(|k| (k, (h, s))))
+        .flat_map(|((h, (d, _, _, _)), s)| d.map(|k| (k, (h, s))))
         .join_map(rule_idle, |_, (h, s), ms| ((s.clone(), h.clone()), *ms))
 }
 
@@ -369,12 +376,17 @@ pub(super) type Placed<'s> = Coll<'s, (Hostname, (DrEntry, String, String))>;
 fn placed<'s>(
     mesh: &Mesh<'s>,
     dr_entries: &Coll<'s, DrEntry>,
-    services: &Coll<'s, (Hostname, Service)>,
+    services: &Coll<'s, (Hostname, HostServices)>,
 ) -> Placed<'s> {
     let by_pattern = dr_entries.clone().map(|e| (e.host.clone(), e));
     services
         .clone()
-        .map(|(h, svc)| (h, svc.namespace().to_string()))
+        .flat_map(|(h, set)| {
+            set.all()
+                .iter()
+                .map(|svc| (h.clone(), svc.namespace().to_string()))
+                .collect::<Vec<_>>()
+        })
         .flat_map(|(h, ns)| {
             rules::covering_patterns(&h)
                 .into_iter()
@@ -394,10 +406,18 @@ fn rule_in_effect<'s>(
     visible: &Visible<'s>,
     host_entries: &Placed<'s>,
 ) -> Coll<'s, (Group, ScopeKey)> {
-    let dr_chosen = visible
-        .host_scopes()
-        .join_map(host_entries.clone(), |h, s, (e, svc_ns, root)| {
-            rules::dr_entry_relevant(&e.namespace, s.namespace(), svc_ns, root).then(|| {
+    // Each (scope, host) with the namespace whose service it gets, where several define it.
+    let picked = super::visibility::with_picks(
+        visible.scope_hosts.clone().map(|(s, h)| ((s, h), ())),
+        &visible.picks,
+    );
+    let dr_chosen = picked
+        .clone()
+        .map(|((s, h), p)| (h, (s, p)))
+        .join_map(host_entries.clone(), |h, (s, p), (e, svc_ns, root)| {
+            (p.as_ref().is_none_or(|p| p == svc_ns)
+                && rules::dr_entry_relevant(&e.namespace, s.namespace(), svc_ns, root))
+            .then(|| {
                 (
                     (s.clone(), h.clone()),
                     (e.clone(), svc_ns.clone(), root.clone()),
@@ -414,18 +434,17 @@ fn rule_in_effect<'s>(
                 }
             },
         );
-    let scope_host_keyed = visible.scope_hosts.clone().map(|(s, h)| ((s, h), ()));
-    scope_host_keyed
+    picked
         .clone()
-        .join_map(dr_chosen.clone(), |(s, h), _, (k, creds)| {
+        .join_map(dr_chosen.clone(), |(s, h), p, (k, creds)| {
             let client = Client::of(s);
             let ns = (*creds && client != Client::Grpc).then(|| s.namespace().to_string());
-            ((h.clone(), (Some(k.clone()), client, ns)), s.clone())
+            ((h.clone(), (Some(k.clone()), client, ns, p.clone())), s.clone())
         })
         .concat(
-            scope_host_keyed
+            picked
                 .antijoin(dr_chosen.map(|(k, _)| k))
-                .map(|((s, h), _)| ((h, (None, Client::of(&s), None)), s)),
+                .map(|((s, h), p)| ((h, (None, Client::of(&s), None, p)), s)),
         )
 }
 
@@ -436,13 +455,13 @@ fn rule_in_effect<'s>(
 fn per_group<'s>(
     scope_groups: &Coll<'s, (Group, ScopeKey)>,
     drs: Coll<'s, (ConfigKey, DestinationRule)>,
-    services: &Coll<'s, (Hostname, Service)>,
+    services: &Coll<'s, (Hostname, HostServices)>,
     mesh: &Mesh<'s>,
     secrets: &Coll<'s, ((String, String), TlsSecret)>,
 ) -> (Coll<'s, (Group, ClusterRow)>, Coll<'s, (Group, CredOut)>) {
     let groups = scope_groups.clone().map(|(g, _)| g).distinct();
     let groups_grpc = groups.clone().flat_map(|g| match &g.1 {
-        (Some(k), Client::Grpc, _) => Some((k.clone(), g.clone())),
+        (Some(k), Client::Grpc, _, _) => Some((k.clone(), g.clone())),
         _ => None,
     });
     let drs_for_grpc = drs
@@ -450,28 +469,33 @@ fn per_group<'s>(
         .filter(|(_, dr)| !dr.encrypting_tls().is_empty());
     // The mesh's connect timeout joins once per group, before the rule does.
     let groups_svc = groups
-        .join_map(services.clone(), |h, d, svc| {
-            ((), (d.clone(), (h.clone(), svc.clone())))
+        .join_map(services.clone(), |h, d, set| {
+            let svc = match &d.3 {
+                Some(ns) => set.of_namespace(ns)?,
+                None => set.first(),
+            };
+            Some(((), (d.clone(), (h.clone(), svc.clone()))))
         })
+        .flat_map(|x| x)
         .join_map(mesh.clone(), |_, (d, (h, svc)), m| {
             (d.clone(), (h.clone(), svc.clone(), d.1.defaults(m)))
         });
     let plain = groups_svc
         .clone()
-        .flat_map(|((d, grpc, ns), (h, svc, timeout))| match (d, ns) {
-            (Some(k), None) => Some((k, (h, svc, grpc, timeout))),
+        .flat_map(|((d, grpc, ns, p), (h, svc, timeout))| match (d, ns) {
+            (Some(k), None) => Some((k, (h, svc, grpc, p, timeout))),
             _ => None,
         })
-        .join_map(drs.clone(), |k, (h, svc, grpc, timeout), dr| {
+        .join_map(drs.clone(), |k, (h, svc, grpc, p, timeout), dr| {
             (
-                (h.clone(), (Some(k.clone()), *grpc, None)),
+                (h.clone(), (Some(k.clone()), *grpc, None, p.clone())),
                 cluster::outbound_all_for(svc, Some(dr), *grpc == Client::Grpc, timeout),
             )
         })
-        .concat(groups_svc.clone().filter(|((d, _, _), _)| d.is_none()).map(
-            |((_, grpc, _), (h, svc, timeout))| {
+        .concat(groups_svc.clone().filter(|((d, _, _, _), _)| d.is_none()).map(
+            |((_, grpc, _, p), (h, svc, timeout))| {
                 (
-                    (h, (None, grpc, None)),
+                    (h, (None, grpc, None, p)),
                     cluster::outbound_all_for(&svc, None, grpc == Client::Grpc, &timeout),
                 )
             },
@@ -479,13 +503,13 @@ fn per_group<'s>(
         .flat_map(|(g, list)| list.into_iter().map(move |c| (g.clone(), c)));
     // A `credentialName` rule's groups: one per namespace its clients are in.
     let cred_base = groups_svc
-        .flat_map(|((d, grpc, ns), (h, svc, timeout))| match (d, ns) {
-            (Some(k), Some(ns)) => Some((k, (h, svc, grpc, ns, timeout))),
+        .flat_map(|((d, grpc, ns, p), (h, svc, timeout))| match (d, ns) {
+            (Some(k), Some(ns)) => Some((k, (h, svc, grpc, ns, p, timeout))),
             _ => None,
         })
-        .join_map(drs, |k, (h, svc, grpc, ns, timeout), dr| {
+        .join_map(drs, |k, (h, svc, grpc, ns, p, timeout), dr| {
             (
-                (h.clone(), (Some(k.clone()), *grpc, Some(ns.clone()))),
+                (h.clone(), (Some(k.clone()), *grpc, Some(ns.clone()), p.clone())),
                 CredItem::Base(Box::new((svc.clone(), dr.clone(), timeout.clone()))),
             )
         });
@@ -555,22 +579,29 @@ fn per_group<'s>(
 /// A cluster (and its assignment) comes from the service and the DestinationRule in effect.
 fn provenance<'s>(
     scope_cluster_groups: Coll<'s, (ScopeKey, ClusterRow, Group)>,
-    services: &Coll<'s, (Hostname, Service)>,
+    services: &Coll<'s, (Hostname, HostServices)>,
     contributors: &Coll<'s, (ConfigKey, ConfigKey)>,
 ) -> Coll<'s, ProvenanceRow> {
-    let svc_origin = services.clone().map(|(h, svc)| (h, svc.origin));
-    let cluster_keys = scope_cluster_groups
-        .map(|(s, (res, _, labels), (h, (d, _, _)))| (h, (s, res.name, labels.is_some(), d)));
+    let cluster_keys = scope_cluster_groups.map(|(s, (res, _, labels), (h, (d, _, _, p)))| {
+        (h, (s, res.name, labels.is_some(), d, p))
+    });
     cluster_keys
         .clone()
-        .join_map(svc_origin, |_, row, o| (row.clone(), o.clone()))
+        .join_map(services.clone(), |_, row, set| {
+            let svc = match &row.4 {
+                Some(ns) => set.of_namespace(ns)?,
+                None => set.first(),
+            };
+            Some((row.clone(), svc.origin.clone()))
+        })
+        .flat_map(|x| x)
         .concat(
             // Every rule merged into the entry in effect.
             cluster_keys
                 .flat_map(|(_, row)| row.3.clone().map(|d| (d, row)))
                 .join_map(contributors.clone(), |_, row, k| (row.clone(), k.clone())),
         )
-        .flat_map(|((s, name, eds, _), input)| {
+        .flat_map(|((s, name, eds, _, _), input)| {
             let mut rows = vec![(
                 (
                     Holder::Scope(s.clone()),

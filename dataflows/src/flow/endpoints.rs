@@ -18,7 +18,7 @@ pub(super) fn resolve<'s>(
     endpoints: Coll<'s, (Hostname, RawEndpoint)>,
     workloads: Coll<'s, (String, Workload)>,
     selections: Coll<'s, (Hostname, WorkloadSelection)>,
-    services: &Coll<'s, (Hostname, Service)>,
+    services: &Coll<'s, (Hostname, HostServices)>,
 ) -> Resolved<'s> {
     let ep_by_ip = endpoints.map(|(h, e)| (e.ip.clone(), (h, e)));
     let labeled = ep_by_ip
@@ -45,14 +45,21 @@ pub(super) fn resolve<'s>(
             },
         )
         .flat_map(|x| x)
-        .join_map(services.clone(), |h, (name, ep), svc| {
-            let port = svc.ports.iter().find(|p| &p.name == name)?;
+        .join_map(services.clone(), |h, (name, ep), set| {
+            let port = set
+                .of_namespace(ep.service_namespace())?
+                .ports
+                .iter()
+                .find(|p| &p.name == name)?;
             Some(((h.clone(), port.port), ep.clone()))
         })
         .flat_map(|x| x);
     labeled
         .concat(unlabeled)
-        .join_map(services.clone(), |h, (e, w), svc| {
+        // Each endpoint serves the service of its own namespace (Istio's endpoint shards are
+        // per host and namespace).
+        .join_map(services.clone(), |h, (e, w), set| {
+            let svc = set.of_namespace(&e.origin.namespace)?;
             let port = match svc.ports.as_slice() {
                 [only] if e.port_name.is_empty() => Some(only),
                 ports => ports.iter().find(|p| p.name == e.port_name),
@@ -69,8 +76,9 @@ pub(super) fn resolve<'s>(
 )]
 enum IdentityItem {
     // Boxed: a service is many times the size of an identity.
-    Service(Box<Service>),
-    Identity(String),
+    Service(Box<HostServices>),
+    /// An identity of an endpoint of the namespace's service.
+    Identity(String, String),
 }
 
 /// The services in effect, each with the SPIFFE identities of its endpoints among its
@@ -78,31 +86,41 @@ enum IdentityItem {
 /// reaches the clusters only when it changes a service's set of identities.
 pub(super) fn identified<'s>(
     resolved: &Resolved<'s>,
-    services: &Coll<'s, (Hostname, Service)>,
+    services: &Coll<'s, (Hostname, HostServices)>,
     mesh: &super::mesh::Mesh<'s>,
-) -> Coll<'s, (Hostname, Service)> {
+) -> Coll<'s, (Hostname, HostServices)> {
     let identities = resolved
         .clone()
-        .flat_map(|((h, _), ep)| ep.identity.map(|i| ((), (h, i))))
+        .flat_map(|((h, _), ep)| {
+            let svc_ns = ep.service_namespace().to_string();
+            ep.identity.map(|i| ((), (h, svc_ns, i)))
+        })
         .distinct()
-        .join_map(mesh.clone(), |_, (h, (ns, sa)), m| {
-            (h.clone(), IdentityItem::Identity(m.spiffe_id(ns, sa)))
+        .join_map(mesh.clone(), |_, (h, svc_ns, (ns, sa)), m| {
+            (
+                h.clone(),
+                IdentityItem::Identity(svc_ns.clone(), m.spiffe_id(ns, sa)),
+            )
         });
     services
         .clone()
         .map(|(h, svc)| (h, IdentityItem::Service(Box::new(svc))))
         .concat(identities)
         .reduce(|_, vals: &[(&IdentityItem, isize)], out| {
-            let mut svc = None;
+            let mut set = None;
             let mut ids = Vec::new();
             for (v, _) in vals {
                 match v {
-                    IdentityItem::Service(s) => svc = Some(&**s),
-                    IdentityItem::Identity(id) => ids.push(id),
+                    IdentityItem::Service(s) => set = Some(&**s),
+                    IdentityItem::Identity(ns, id) => ids.push((ns, id)),
                 }
             }
-            if let Some(svc) = svc {
-                out.push((svc.with_identities(ids), 1isize));
+            if let Some(set) = set {
+                let set = set.map_each(|svc| {
+                    let own = ids.iter().filter(|(ns, _)| *ns == svc.namespace());
+                    *svc = svc.with_identities(own.map(|(_, id)| *id));
+                });
+                out.push((set, 1isize));
             }
         })
 }
@@ -118,8 +136,9 @@ pub(super) fn assignments<'s>(eds: Eds<'s>, resolved: &Resolved<'s>) -> Built<'s
         .defs
         .clone()
         .join_map(resolved.clone(), |_, (name, sel), ep| {
-            rules::labels_match(&sel.labels, &ep.labels)
-                .then(|| ((name.clone(), sel.clone()), ep.clone()))
+            (ep.service_namespace() == sel.service_namespace
+                && rules::labels_match(&sel.labels, &ep.labels))
+            .then(|| ((name.clone(), sel.clone()), ep.clone()))
         })
         .flat_map(|x| x);
     let cla_origins = cla_members

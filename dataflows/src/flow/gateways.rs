@@ -55,7 +55,7 @@ pub(super) fn routers<'s>(
     tcp_idle: &Coll<'s, ((ScopeKey, Hostname), TcpTimeout)>,
     secrets: &Coll<'s, ((String, String), TlsSecret)>,
     clusters: &Coll<'s, (ScopeKey, Resource)>,
-    services: &Coll<'s, (Hostname, Service)>,
+    services: &Coll<'s, (Hostname, HostServices)>,
 ) -> (
     Built<'s, ScopeKey>,
     Coll<'s, ConfigError>,
@@ -95,12 +95,6 @@ pub(super) fn routers<'s>(
         .filter(|(_, gw)| gw.uses_auto_passthrough())
         .map(|(s, _)| s)
         .distinct();
-    // Not those of services outside the mesh, as Istio's AUTO_PASSTHROUGH servers.
-    let external = services
-        .clone()
-        .filter(|(_, svc)| svc.mesh_external)
-        .map(|(h, _)| h)
-        .distinct();
     let router_cluster_items = clusters
         .clone()
         .filter(|(_, r)| r.rtype == ResourceType::Cluster && r.name.starts_with("outbound|"))
@@ -112,8 +106,14 @@ pub(super) fn routers<'s>(
                 (s, name),
             )
         })
-        .antijoin(external)
-        .map(|(h, (s, name))| (s, (h, name)));
+        // Not those of services outside the mesh, as Istio's AUTO_PASSTHROUGH servers (the
+        // service the gateway's namespace gets).
+        .join_map(services.clone(), |h, (s, name), set| {
+            set.for_namespace(s.namespace())
+                .is_some_and(|svc| !svc.mesh_external)
+                .then(|| (s.clone(), (h.clone(), name.clone())))
+        })
+        .flat_map(|x| x);
     // The hosts of those clusters: their AUTO_PASSTHROUGH chains take the hosts' TCP limits.
     let auto_hosts = router_cluster_items
         .clone()

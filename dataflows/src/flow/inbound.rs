@@ -62,6 +62,9 @@ pub(super) struct ScopeInputs<'s> {
     pub ingress_ports: Coll<'s, (ProxyId, (InboundPort, bool))>,
     /// `(scope, host)`: what each scope sees ([`super::visibility::Visible::scope_hosts`]).
     pub scope_hosts: Coll<'s, (ScopeKey, Hostname)>,
+    /// Whose service of a host several namespaces define each scope gets
+    /// ([`super::visibility::Visible::picks`]).
+    pub picks: Coll<'s, ((ScopeKey, Hostname), String)>,
     /// Every DestinationRule entry with the hosts it covers ([`super::clusters::Placed`]).
     pub placed: Placed<'s>,
     /// `(entry key, merged rule)` of every entry.
@@ -107,6 +110,7 @@ pub(super) fn scope_inputs<'s>(
         sidecars,
         ingress_ports,
         scope_hosts: visible.scope_hosts.clone(),
+        picks: visible.picks.clone(),
         placed: placed.clone(),
         merged_rules: merged_rules.clone(),
     };
@@ -123,7 +127,7 @@ pub(super) fn scope_inputs<'s>(
 pub(super) fn per_proxy<'s>(
     proxies: Coll<'s, (ProxyId, Proxy)>,
     endpoints: Resolved<'s>,
-    services: &Coll<'s, (Hostname, Service)>,
+    services: &Coll<'s, (Hostname, HostServices)>,
     mesh: &Mesh<'s>,
     scope: ScopeInputs<'s>,
     mtls: Coll<'s, ProxyId>,
@@ -134,6 +138,7 @@ pub(super) fn per_proxy<'s>(
         sidecars,
         ingress_ports,
         scope_hosts,
+        picks,
         placed,
         merged_rules,
     } = scope;
@@ -178,7 +183,13 @@ pub(super) fn per_proxy<'s>(
                 .collect::<Vec<_>>()
         })
         .distinct();
-    let rule_parts = rule_parts(&own.least, proxy_scopes, scope_hosts, placed, merged_rules);
+    let rule_parts = rule_parts(
+        &own.least,
+        proxy_scopes,
+        (scope_hosts, picks),
+        placed,
+        merged_rules,
+    );
     let clusters = inbound_clusters(own.least, proxy_sidecar, rule_parts, mesh);
     let virtual_inbound = virtual_inbound(
         sidecar_proxies,
@@ -216,7 +227,7 @@ impl<'s> OwnPorts<'s> {
     fn of(
         sidecar_proxies: &Coll<'s, (ProxyId, Proxy)>,
         endpoints: Resolved<'s>,
-        services: &Coll<'s, (Hostname, Service)>,
+        services: &Coll<'s, (Hostname, HostServices)>,
         with_ingress: &Coll<'s, ProxyId>,
     ) -> Self {
         let proxy_ips = sidecar_proxies.clone().flat_map(|(id, p)| {
@@ -225,13 +236,24 @@ impl<'s> OwnPorts<'s> {
                 .map(|ip| (ip.clone(), id.clone()))
                 .collect::<Vec<_>>()
         });
-        let protocols = services.clone().flat_map(|(h, s)| {
-            s.ports
+        // Each endpoint serves its own namespace's service of the host.
+        let protocols = services.clone().flat_map(|(h, set)| {
+            set.all()
                 .iter()
-                .map(|p| ((h.clone(), p.port), p.protocol))
+                .flat_map(|s| {
+                    let ns = s.namespace().to_string();
+                    let h = h.clone();
+                    s.ports
+                        .iter()
+                        .map(move |p| ((h.clone(), p.port, ns.clone()), p.protocol))
+                })
                 .collect::<Vec<_>>()
         });
-        let endpoints = endpoints.join_map(protocols, |(h, sp), ep, protocol| {
+        let endpoints = endpoints.map(|((h, sp), ep)| {
+            let ns = ep.service_namespace().to_string();
+            ((h, sp, ns), ep)
+        });
+        let endpoints = endpoints.join_map(protocols, |(h, sp, _), ep, protocol| {
             (
                 ep.clone(),
                 OwnPort {
@@ -328,7 +350,10 @@ fn workload_secrets<'s>(
 fn rule_parts<'s>(
     own: &Coll<'s, ((ProxyId, u16), OwnPort)>,
     proxy_scopes: Coll<'s, (ProxyId, ScopeKey)>,
-    scope_hosts: Coll<'s, (ScopeKey, Hostname)>,
+    (scope_hosts, picks): (
+        Coll<'s, (ScopeKey, Hostname)>,
+        Coll<'s, ((ScopeKey, Hostname), String)>,
+    ),
     placed: Placed<'s>,
     merged_rules: Coll<'s, (ConfigKey, DestinationRule)>,
 ) -> Coll<'s, ((ProxyId, u16), Part)> {
@@ -342,11 +367,13 @@ fn rule_parts<'s>(
         .clone()
         .map(|(k, _)| (k, ()))
         .distinct()
-        .semijoin(scope_hosts)
-        .map(|((s, h), ())| (h, s));
-    let chosen = needed
-        .join_map(placed, |h, s, (e, svc_ns, root)| {
-            rules::dr_entry_relevant(&e.namespace, s.namespace(), svc_ns, root).then(|| {
+        .semijoin(scope_hosts);
+    let chosen = super::visibility::with_picks(needed, &picks)
+        .map(|((s, h), p)| (h, (s, p)))
+        .join_map(placed, |h, (s, p), (e, svc_ns, root)| {
+            (p.as_ref().is_none_or(|p| p == svc_ns)
+                && rules::dr_entry_relevant(&e.namespace, s.namespace(), svc_ns, root))
+            .then(|| {
                 (
                     (s.clone(), h.clone()),
                     (e.clone(), svc_ns.clone(), root.clone()),

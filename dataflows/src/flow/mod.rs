@@ -93,11 +93,8 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     let mesh = mesh::in_effect(i.mesh, config);
     let unknown_namespaces =
         security::unknown_namespaces(&i.security, &i.workloads, &i.services, &i.proxies, &mesh);
-    let services = services::one_per_host(mesh::complete(
-        i.services,
-        &mesh,
-        MeshSettings::complete_service,
-    ));
+    let defined = mesh::complete(i.services, &mesh, MeshSettings::complete_service);
+    let services = services::per_namespace(defined.clone());
     // What every stage but the analysis of references routes by: `ExternalName` aliases
     // resolved into the services they name.
     let chosen = services::with_aliases(&services.chosen);
@@ -139,6 +136,7 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         workloads: &i.workloads,
         services: &services.chosen,
         aliased: &chosen,
+        defined: &defined,
     });
     let dr_merge_warnings = merged_drs.warnings.clone();
     let secret_errors = analysis::gateway_secrets(&i.gateways, &i.workloads, &i.secrets);

@@ -63,11 +63,13 @@ impl<'s> Aliases<'s> {
     /// `ExternalName` aliases build nothing of their own: only a VirtualService of their own
     /// host gives their names a virtual host (see `route::SidecarVhosts::aliases`).
     pub(super) fn of(
-        services: &Coll<'s, (Hostname, Service)>,
+        services: &Coll<'s, (Hostname, HostServices)>,
         specs: &Coll<'s, (ScopeKey, ScopeSpec)>,
         routed_vss: &Coll<'s, (ConfigKey, VirtualService)>,
     ) -> Self {
-        let alias_services = services.clone().filter(|(_, s)| s.alias_for.is_some());
+        let alias_services = services
+            .clone()
+            .filter(|(_, s)| s.first().alias_for.is_some());
         let visible = super::visibility::hosts(specs, &alias_services);
         let covering =
             super::virtual_services::mesh_covering(routed_vss, &alias_services, &visible, specs);
@@ -83,7 +85,7 @@ type Rows<'s> = Coll<'s, ((ScopeKey, u16), RouteRow)>;
 /// Sidecar route ports per (scope, host), from the egress listener that made it visible.
 pub(super) fn ports<'s>(
     visible: &super::visibility::Visible<'s>,
-    services: &Coll<'s, (Hostname, Service)>,
+    services: &Coll<'s, (Hostname, HostServices)>,
     specs: &Coll<'s, (ScopeKey, ScopeSpec)>,
 ) -> Ports<'s> {
     super::visibility::per_listener(visible, services, specs, |v| {

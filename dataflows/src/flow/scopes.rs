@@ -20,7 +20,7 @@ pub(super) fn of_proxies<'s>(
     i: ScopeInputs<'_, 's>,
     vss: &Coll<'s, (ConfigKey, VirtualService)>,
     drs: &Coll<'s, (ConfigKey, DestinationRule)>,
-    services: &Coll<'s, (Hostname, Service)>,
+    services: &Coll<'s, (Hostname, HostServices)>,
     endpoints: &Resolved<'s>,
 ) -> Coll<'s, (ProxyId, ScopeKey)> {
     let routers = router_scopes(proxies, i.gateways, endpoints);
@@ -85,11 +85,11 @@ fn priority_values<'s>(
     mesh: &Mesh<'s>,
     proxies: &Coll<'s, (ProxyId, Proxy)>,
     drs: &Coll<'s, (ConfigKey, DestinationRule)>,
-    services: &Coll<'s, (Hostname, Service)>,
+    services: &Coll<'s, (Hostname, HostServices)>,
 ) -> Coll<'s, (ProxyId, Vec<(String, String)>)> {
     let prefer_close = services
         .clone()
-        .filter(|(_, s)| s.prefer_close)
+        .filter(|(_, s)| s.all().iter().any(|s| s.prefer_close))
         .map(|_| ())
         .distinct()
         .flat_map(|()| PREFER_CLOSE_LABELS.map(String::from));

@@ -242,7 +242,7 @@ fn namespace_matches(ns: &str, pattern: &str) -> bool {
 /// looked up, so a service change elsewhere costs nothing here.
 pub(super) fn ext_authz_providers<'s>(
     mesh: &Mesh<'s>,
-    services: &Coll<'s, (Hostname, Service)>,
+    services: &Coll<'s, (Hostname, HostServices)>,
 ) -> Coll<'s, ((), ProviderTable)> {
     let named = mesh
         .clone()
@@ -255,7 +255,12 @@ pub(super) fn ext_authz_providers<'s>(
         .distinct();
     let found = services
         .clone()
-        .map(|(h, s)| (h, s.origin.namespace))
+        .flat_map(|(h, s)| {
+            s.all()
+                .iter()
+                .map(|s| (h.clone(), s.origin.namespace.clone()))
+                .collect::<Vec<_>>()
+        })
         .semijoin(named)
         .map(|(h, ns)| ((), Some((h, ns))));
     // One placeholder per mesh settings record, so the table exists with no host found.

@@ -1,6 +1,8 @@
-//! Services: one per hostname. In: every `(hostname, Service)` from all sources. Out: the
-//! service in effect per hostname (what every later stage joins on) and a [`ConfigError`] for
-//! each service that another one of the same hostname shadows. [`with_aliases`]: those
+//! Services: one per hostname and namespace, as Istio keeps them. In: every `(hostname,
+//! Service)` from all sources. Out: per hostname, the services of every namespace that
+//! defines it ([`HostServices`]: each proxy gets the one its namespace picks), and a
+//! [`ConfigError`] for each definition set aside, and for ServiceEntries that give one port
+//! of a host different protocols where their `exportTo` overlap. [`with_aliases`]: those
 //! services with Kubernetes `ExternalName` aliases resolved, as every later stage but the
 //! analysis of references sees them.
 
@@ -8,34 +10,104 @@ use super::Coll;
 use crate::model::*;
 
 pub(super) struct Services<'s> {
-    /// The service in effect per hostname.
-    pub chosen: Coll<'s, (Hostname, Service)>,
-    /// One error per shadowed service, retracted when the conflict goes.
+    /// Per hostname, the service of each namespace that defines it.
+    pub chosen: Coll<'s, (Hostname, HostServices)>,
+    /// Definitions set aside, and protocol conflicts; retracted when the conflict goes.
     pub conflicts: Coll<'s, ConfigError>,
 }
 
-/// Kubernetes Services win over ServiceEntries, then by name: the order `Service` sorts in,
-/// so the winner is the first value of each hostname's group.
-pub(super) fn one_per_host<'s>(all: Coll<'s, (Hostname, Service)>) -> Services<'s> {
-    let chosen = all
-        .clone()
-        .reduce(|_h, vals, out| out.push((vals[0].0.clone(), 1isize)));
+/// Per hostname and namespace, Kubernetes Services win over ServiceEntries, then by name
+/// (the order `Service` sorts in); the ServiceEntries of one namespace merge their ports
+/// ([`HostServices::fold`]).
+pub(super) fn per_namespace<'s>(all: Coll<'s, (Hostname, Service)>) -> Services<'s> {
+    let chosen = all.clone().reduce(|_h, vals, out| {
+        let (set, _) = HostServices::fold(vals.iter().map(|(s, _)| *s));
+        out.push((set, 1isize))
+    });
     let conflicts = all.reduce(|h, vals, out| {
-        for (svc, _) in vals.iter().skip(1) {
-            out.push((
-                ConfigError {
-                    object: svc.origin.clone(),
-                    code: ErrorCode::HostConflict,
-                    message: format!("host {h} is already defined by {}", vals[0].0.origin),
-                },
-                1isize,
-            ))
+        let defs: Vec<&Service> = vals.iter().map(|(s, _)| *s).collect();
+        let (_, folded) = HostServices::fold(defs.iter().copied());
+        for (origin, f) in folded {
+            if let Folded::SetAside { by, why } = f {
+                out.push((
+                    ConfigError {
+                        object: origin,
+                        code: ErrorCode::HostConflict,
+                        message: format!(
+                            "host {h} is already defined by {by} in its namespace ({why}): it is set aside"
+                        ),
+                    },
+                    1isize,
+                ))
+            }
+        }
+        for e in protocol_conflicts(h, &defs) {
+            out.push((e, 1isize))
         }
     });
     Services {
         chosen,
         conflicts: conflicts.map(|(_, e)| e),
     }
+}
+
+/// ServiceEntries of one host that give one port number different protocols where their
+/// `exportTo` overlap (Istio's IST0177 ConflictingServiceEntryProtocol): one error on each,
+/// naming the others.
+fn protocol_conflicts(h: &Hostname, defs: &[&Service]) -> Vec<ConfigError> {
+    let entries: Vec<&Service> = defs
+        .iter()
+        .copied()
+        .filter(|s| s.origin.kind == Kind::ServiceEntry)
+        .collect();
+    let mut out = Vec::new();
+    for s in &entries {
+        for p in &s.ports {
+            let others: Vec<String> = entries
+                .iter()
+                .filter(|o| o.origin != s.origin && exports_overlap(s, o))
+                .filter_map(|o| {
+                    let q = o.ports.iter().find(|q| q.port == p.port)?;
+                    (q.protocol != p.protocol)
+                        .then(|| format!("{} ({:?})", o.origin, q.protocol))
+                })
+                .collect();
+            if !others.is_empty() {
+                out.push(ConfigError {
+                    object: s.origin.clone(),
+                    code: ErrorCode::ServiceEntryProtocolConflict,
+                    message: format!(
+                        "spec.ports: port {} of host {h} is {:?} here and otherwise in {}, exported to namespaces in common: their sidecars serve only one of them",
+                        p.port,
+                        p.protocol,
+                        others.join(", ")
+                    ),
+                });
+                break;
+            }
+        }
+    }
+    out
+}
+
+/// Whether two services are exported to a namespace in common (`*`, a name both list, or
+/// one's own namespace the other exports to).
+fn exports_overlap(a: &Service, b: &Service) -> bool {
+    let scopes = |s: &Service| -> Vec<String> {
+        if s.export_to.is_empty() || s.export_to.iter().any(|e| e == "*") {
+            return vec!["*".to_string()];
+        }
+        s.export_to
+            .iter()
+            .filter(|e| e.as_str() != "~")
+            .map(|e| if e == "." { s.namespace().to_string() } else { e.clone() })
+            .collect()
+    };
+    let (sa, sb) = (scopes(a), scopes(b));
+    let star = |v: &[String]| v.iter().any(|e| e == "*");
+    (star(&sa) && !sb.is_empty())
+        || (star(&sb) && !sa.is_empty())
+        || sa.iter().any(|n| sb.contains(n))
 }
 
 /// The services in effect with `ExternalName` aliases resolved
@@ -46,12 +118,13 @@ pub(super) fn one_per_host<'s>(all: Coll<'s, (Hostname, Service)>) -> Services<'
 /// loops has none and resolves to nothing. A change touches only the aliases on its chains
 /// and the services they end at.
 pub(super) fn with_aliases<'s>(
-    chosen: &Coll<'s, (Hostname, Service)>,
-) -> Coll<'s, (Hostname, Service)> {
+    chosen: &Coll<'s, (Hostname, HostServices)>,
+) -> Coll<'s, (Hostname, HostServices)> {
     use differential_dataflow::operators::Iterate;
+    // An alias is a Kubernetes `ExternalName` Service: it sorts first among its host's.
     let raw = chosen
         .clone()
-        .flat_map(|(h, s)| s.alias_for.map(|t| (h, t)));
+        .flat_map(|(h, s)| s.first().alias_for.clone().map(|t| (h, t)));
     let alias_hosts = raw.clone().map(|(a, _)| a);
     // `(alias, host)`: every host on the alias's chain, after the first hop.
     let on_chain = raw.clone().iterate(|scope, reached| {
@@ -70,10 +143,11 @@ pub(super) fn with_aliases<'s>(
             ))
         },
     );
-    let concrete = chosen.clone().filter(|(_, s)| s.alias_for.is_none());
+    let concrete = chosen
+        .clone()
+        .filter(|(_, s)| s.first().alias_for.is_none());
     let with = concrete.clone().join_map(aliases.clone(), |h, s, aliases| {
-        let mut s = s.clone();
-        s.aliases = aliases.clone();
+        let s = s.map_each(|s| s.aliases = aliases.clone());
         (h.clone(), s)
     });
     let without = concrete.antijoin(aliases.map(|(h, _)| h));

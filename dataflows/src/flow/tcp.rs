@@ -43,7 +43,7 @@ type TcpRows<'s> = Coll<'s, ((ScopeKey, Hostname), (u16, PortListener, Service, 
 /// VirtualServices are selected per egress listener).
 fn tcp_ports<'s>(
     visible: &Visible<'s>,
-    services: &Coll<'s, (Hostname, Service)>,
+    services: &Coll<'s, (Hostname, HostServices)>,
     specs: &Coll<'s, (ScopeKey, ScopeSpec)>,
 ) -> TcpRows<'s> {
     super::visibility::per_listener(visible, services, specs, |v| {
@@ -65,7 +65,7 @@ fn tcp_ports<'s>(
 
 pub(super) fn sidecar<'s>(
     visible: &Visible<'s>,
-    services: &Coll<'s, (Hostname, Service)>,
+    services: &Coll<'s, (Hostname, HostServices)>,
     specs: &Coll<'s, (ScopeKey, ScopeSpec)>,
     covering: super::virtual_services::Covering<'s>,
     vss: &Coll<'s, (ConfigKey, ResolvedVs)>,

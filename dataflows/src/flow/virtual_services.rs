@@ -65,11 +65,13 @@ enum AliasPart {
 /// only the aliases it names, so an alias's change re-resolves only those.
 pub(super) fn alias_destinations<'s>(
     vss: Coll<'s, (ConfigKey, VirtualService)>,
-    services: &Coll<'s, (Hostname, Service)>,
+    services: &Coll<'s, (Hostname, HostServices)>,
 ) -> Coll<'s, (ConfigKey, VirtualService)> {
+    // An alias is a Kubernetes `ExternalName` Service: first among its host's services.
     let aliases = services.clone().flat_map(|(h, s)| {
+        let s = s.first();
         let ports = s.ports.iter().map(|p| p.port).collect::<Vec<_>>();
-        s.alias_for.map(|t| (h, (t, ports)))
+        s.alias_for.clone().map(|t| (h, (t, ports)))
     });
     let named = vss
         .clone()
@@ -116,7 +118,7 @@ enum VsPart {
 /// so a service's port change re-resolves only the VirtualServices routing to it.
 pub(super) fn resolve<'s>(
     vss: &Coll<'s, (ConfigKey, VirtualService)>,
-    services: &Coll<'s, (Hostname, Service)>,
+    services: &Coll<'s, (Hostname, HostServices)>,
 ) -> Coll<'s, (ConfigKey, ResolvedVs)> {
     let vs_dest_ports = vss
         .clone()
@@ -133,7 +135,10 @@ pub(super) fn resolve<'s>(
             hosts.dedup();
             hosts.into_iter().map(move |h| (h, k.clone()))
         })
-        .join_map(services.clone(), |h, k, svc| {
+        // The ports of the service the VirtualService's own namespace gets (where several
+        // namespaces define the host, proxies elsewhere may get another's).
+        .join_map(services.clone(), |h, k, set| {
+            let svc = set.for_namespace(&k.namespace).unwrap_or(set.first());
             (
                 k.clone(),
                 VsPart::Dest(h.clone(), svc.ports.iter().map(|p| p.port).collect()),
@@ -185,7 +190,7 @@ type Cover = ((u8, usize), VirtualService);
 
 pub(super) fn mesh_covering<'s>(
     vss: &Coll<'s, (ConfigKey, VirtualService)>,
-    services: &Coll<'s, (Hostname, Service)>,
+    services: &Coll<'s, (Hostname, HostServices)>,
     visible: &Visible<'s>,
     specs: &Coll<'s, (ScopeKey, ScopeSpec)>,
 ) -> Covering<'s> {
@@ -263,7 +268,7 @@ pub(super) fn with_mesh_vs<'s, T: differential_dataflow::ExchangeData>(
 pub(super) fn hostless<'s>(
     routed: &Coll<'s, (ConfigKey, VirtualService)>,
     resolved: &Coll<'s, (ConfigKey, ResolvedVs)>,
-    services: &Coll<'s, (Hostname, Service)>,
+    services: &Coll<'s, (Hostname, HostServices)>,
 ) -> Coll<'s, (ConfigKey, ResolvedVs)> {
     let mesh = routed
         .clone()
@@ -290,7 +295,7 @@ fn distinct_hosts(vs: &VirtualService) -> Vec<Hostname> {
 /// `(pattern, service host)`: every host pattern that could cover a service's host
 /// ([`rules::covering_patterns`]: itself, `*.` and each suffix after a dot, `*`), so joins
 /// with VirtualService hosts meet only the VirtualServices of a service.
-fn service_patterns<'s>(services: &Coll<'s, (Hostname, Service)>) -> Coll<'s, (String, Hostname)> {
+fn service_patterns<'s>(services: &Coll<'s, (Hostname, HostServices)>) -> Coll<'s, (String, Hostname)> {
     services.clone().map(|(h, _)| h).distinct().flat_map(|h| {
         rules::covering_patterns(&h)
             .into_iter()

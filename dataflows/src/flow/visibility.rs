@@ -11,6 +11,10 @@ pub(super) struct Visible<'s> {
     pub views: Coll<'s, ((ScopeKey, usize), Hostname)>,
     /// `(scope, host)`: every host a scope sees through any of its listeners.
     pub scope_hosts: Coll<'s, (ScopeKey, Hostname)>,
+    /// `((scope, host), namespace)` for the hosts several namespaces define: whose service
+    /// the scope gets ([`HostServices::for_namespace`]). A host one namespace defines has
+    /// no row: its one service is every scope's.
+    pub picks: Coll<'s, ((ScopeKey, Hostname), String)>,
 }
 
 impl<'s> Visible<'s> {
@@ -20,11 +24,27 @@ impl<'s> Visible<'s> {
     }
 }
 
+/// `rows` of `(scope, host)` with the namespace whose service the scope gets where several
+/// namespaces define the host (`picks`, [`Visible::picks`]), `None` where one does: what
+/// DestinationRule lookups read the service's namespace from.
+pub(super) fn with_picks<'s>(
+    rows: Coll<'s, ((ScopeKey, Hostname), ())>,
+    picks: &Coll<'s, ((ScopeKey, Hostname), String)>,
+) -> Coll<'s, ((ScopeKey, Hostname), Option<String>)> {
+    let picked = rows
+        .clone()
+        .join_map(picks.clone(), |k, (), ns| (k.clone(), Some(ns.clone())));
+    picked.concat(
+        rows.antijoin(picks.clone().map(|(k, _)| k))
+            .map(|(k, ())| (k, None)),
+    )
+}
+
 /// Joined on the namespace a pattern names so a scoped Sidecar never meets services outside
 /// its namespaces (`*/` patterns join on [`NsKey::Any`], which every service is also under).
 pub(super) fn hosts<'s>(
     specs: &Coll<'s, (ScopeKey, ScopeSpec)>,
-    services: &Coll<'s, (Hostname, Service)>,
+    services: &Coll<'s, (Hostname, HostServices)>,
 ) -> Visible<'s> {
     let view_rules = specs.clone().flat_map(|(s, spec)| {
         let mut rows = Vec::new();
@@ -40,22 +60,48 @@ pub(super) fn hosts<'s>(
         }
         rows
     });
-    let svc_by_ns = services.clone().flat_map(|(_, svc)| {
-        [
-            (NsKey::Any, svc.clone()),
-            (NsKey::Ns(svc.namespace().to_string()), svc),
-        ]
+    // Under each namespace that defines the host, and once under any.
+    let svc_by_ns = services.clone().flat_map(|(_, set)| {
+        let mut rows: Vec<(NsKey, HostServices)> = set
+            .all()
+            .iter()
+            .map(|s| (NsKey::Ns(s.namespace().to_string()), set.clone()))
+            .collect();
+        rows.push((NsKey::Any, set));
+        rows
     });
+    // An `ns/host` pattern imports the host if `ns`'s service of it is exported to the
+    // scope; the scope then gets the service its namespace picks
+    // ([`HostServices::for_namespace`]), as every later stage reads it.
     let views = view_rules
-        .join_map(svc_by_ns, |_, (view, host_pat), svc| {
-            (rules::host_matches(host_pat, &svc.hostname)
-                && rules::exported_to(&svc.export_to, svc.namespace(), view.0.namespace()))
-            .then(|| (view.clone(), svc.hostname.clone()))
+        .join_map(svc_by_ns, |key, (view, host_pat), set| {
+            let viewer = view.0.namespace();
+            let exported = match key {
+                NsKey::Any => set.for_namespace(viewer).is_some(),
+                NsKey::Ns(ns) => set
+                    .of_namespace(ns)
+                    .is_some_and(|s| rules::exported_to(&s.export_to, ns, viewer)),
+            };
+            (exported && rules::host_matches(host_pat, set.hostname()))
+                .then(|| (view.clone(), set.hostname().clone()))
         })
         .flat_map(|x| x)
         .distinct();
     let scope_hosts = views.clone().map(|((s, _), h)| (s, h)).distinct();
-    Visible { views, scope_hosts }
+    let contested = services.clone().filter(|(_, set)| set.all().len() > 1);
+    let picks = scope_hosts
+        .clone()
+        .map(|(s, h)| (h, s))
+        .join_map(contested, |h, s, set| {
+            let svc = set.for_namespace(s.namespace())?;
+            Some(((s.clone(), h.clone()), svc.namespace().to_string()))
+        })
+        .flat_map(|x| x);
+    Visible {
+        views,
+        scope_hosts,
+        picks,
+    }
 }
 
 /// What each visible service gets from the egress listener that made it visible: `rows` of
@@ -63,7 +109,7 @@ pub(super) fn hosts<'s>(
 /// `((scope, host), T)` rows, distinct. Routes and TCP listeners both start here.
 pub(super) fn per_listener<'s, T, F>(
     visible: &Visible<'s>,
-    services: &Coll<'s, (Hostname, Service)>,
+    services: &Coll<'s, (Hostname, HostServices)>,
     specs: &Coll<'s, (ScopeKey, ScopeSpec)>,
     rows: F,
 ) -> Coll<'s, ((ScopeKey, Hostname), T)>
@@ -75,9 +121,11 @@ where
         .views
         .clone()
         .map(|((s, idx), h)| (h, (s, idx)))
-        .join_map(services.clone(), |_, (s, idx), svc| {
-            (s.clone(), (*idx, svc.clone()))
+        .join_map(services.clone(), |_, (s, idx), set| {
+            set.for_namespace(s.namespace())
+                .map(|svc| (s.clone(), (*idx, svc.clone())))
         })
+        .flat_map(|x| x)
         .join_map(specs.clone(), move |s, (idx, svc), spec| {
             let ScopeKey::Sidecar {
                 interception_none,

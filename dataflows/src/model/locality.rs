@@ -175,6 +175,10 @@ pub struct EdsSel {
     /// class from these (`translate::cluster::localized_dns`). `None` for an EDS cluster.
     #[serde(default)]
     pub inline_hosts: Option<Vec<InlineHost>>,
+    /// The namespace of the service whose endpoints it takes: a host several namespaces
+    /// define has a service (and endpoints) per namespace.
+    #[serde(default)]
+    pub service_namespace: String,
 }
 
 impl EdsSel {

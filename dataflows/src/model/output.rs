@@ -235,6 +235,9 @@ pub enum ErrorCode {
     /// A TLS server's certificate another Gateway of the same workloads also uses (a
     /// warning, Istio's IST0138).
     DuplicateCertificate,
+    /// ServiceEntries of one host give one port different protocols where their `exportTo`
+    /// overlap (a warning, Istio's IST0177).
+    ServiceEntryProtocolConflict,
 }
 
 impl ErrorCode {
@@ -282,6 +285,9 @@ impl ErrorCode {
             }
             ErrorCode::HostNotInGateway => ("MF0030", "VirtualServiceHostNotFoundInGateway"),
             ErrorCode::DuplicateCertificate => ("MF0031", "GatewayDuplicateCertificate"),
+            ErrorCode::ServiceEntryProtocolConflict => {
+                ("MF0032", "ConflictingServiceEntryProtocol")
+            }
         }
     }
 
@@ -302,6 +308,7 @@ impl ErrorCode {
                 | ErrorCode::ExternalNamePortName
                 | ErrorCode::HostNotInGateway
                 | ErrorCode::DuplicateCertificate
+                | ErrorCode::ServiceEntryProtocolConflict
         )
     }
 }

@@ -220,6 +220,12 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
+    /// The namespace of the service it serves: its EndpointSlice's, or its ServiceEntry's
+    /// (the first of its origins).
+    pub fn service_namespace(&self) -> &str {
+        self.origins.first().map_or("", |o| o.namespace.as_str())
+    }
+
     /// `raw` with the labels of its workload (if one matched its IP) under its own: both
     /// engines resolve endpoints through here so they cannot disagree on precedence.
     /// Its placement likewise: the endpoint's own over its workload's.

@@ -57,7 +57,9 @@ pub(super) fn clusters_of(
         if only.is_some_and(|o| !o.contains(h)) {
             continue;
         }
-        let svc = v.services[h];
+        let Some(svc) = v.service(s.namespace(), h) else {
+            continue;
+        };
         let dr = v.dr_for(s, svc);
         for (res, _port, labels) in cluster::outbound_all_with(
             index.identified(svc),
@@ -89,7 +91,8 @@ pub(super) struct EndpointIndex<'e> {
     pub(super) by_ip: HashMap<&'e str, Vec<(&'e str, u16, &'e Endpoint)>>,
     /// The services whose endpoints run as known service accounts, with their SPIFFE
     /// identities added: built once per recompute, not per scope.
-    identified: HashMap<&'e str, Service>,
+    /// Keyed by host and the namespace of the service.
+    identified: HashMap<(&'e str, &'e str), Service>,
 }
 
 impl<'e> EndpointIndex<'e> {
@@ -105,21 +108,24 @@ impl<'e> EndpointIndex<'e> {
                 .or_default()
                 .push((h.as_str(), *port, ep));
         }
-        let mut identities: HashMap<&str, BTreeSet<&(String, String)>> = HashMap::new();
+        let mut identities: HashMap<(&str, &str), BTreeSet<&(String, String)>> = HashMap::new();
         for ((h, _), ep) in eps {
             if let Some(id) = &ep.identity {
-                identities.entry(h.as_str()).or_default().insert(id);
+                identities
+                    .entry((h.as_str(), ep.service_namespace()))
+                    .or_default()
+                    .insert(id);
             }
         }
         let identified = identities
             .into_iter()
-            .filter_map(|(h, ids)| {
-                let svc = v.services.get(h)?;
+            .filter_map(|((h, ns), ids)| {
+                let svc = v.service_of_namespace(h, ns)?;
                 let ids: Vec<String> = ids
                     .into_iter()
                     .map(|(ns, sa)| v.mesh.spiffe_id(ns, sa))
                     .collect();
-                Some((h, svc.with_identities(&ids)))
+                Some(((h, ns), svc.with_identities(&ids)))
             })
             .collect();
         EndpointIndex {
@@ -131,7 +137,9 @@ impl<'e> EndpointIndex<'e> {
 
     /// `svc` with the SPIFFE identities of its endpoints, as clusters are built from it.
     fn identified<'s>(&'s self, svc: &'s Service) -> &'s Service {
-        self.identified.get(svc.hostname.as_str()).unwrap_or(svc)
+        self.identified
+            .get(&(svc.hostname.as_str(), svc.namespace()))
+            .unwrap_or(svc)
     }
 
     /// An assignment per (cluster, subset labels) from the endpoints of that host and port
@@ -144,7 +152,10 @@ impl<'e> EndpointIndex<'e> {
             .into_iter()
             .flatten()
             .copied()
-            .filter(|ep| rules::labels_match(&sel.labels, &ep.labels));
+            .filter(|ep| {
+                ep.service_namespace() == sel.service_namespace
+                    && rules::labels_match(&sel.labels, &ep.labels)
+            });
         let class = sel.client_class(s);
         let locality = sel.locality.as_deref().map(|m| (m, &class));
         endpoint::load_assignment_for(&c.name, members, locality)

@@ -261,7 +261,8 @@ fn names_workload_certificate(v: &View, index: &EndpointIndex, p: &Proxy, s: &Sc
     // With auto mTLS, any scope but a proxyless client's may name it.
     let mtls = (v.mesh.auto_mtls && !s.is_proxyless())
         || hosts.iter().any(|h| {
-            v.dr_for(s, v.services[h])
+            v.service(s.namespace(), h)
+                .and_then(|svc| v.dr_for(s, svc))
                 .is_some_and(|dr| dr.uses_istio_mutual())
         });
     let ScopeKey::Sidecar {

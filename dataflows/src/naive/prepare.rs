@@ -33,6 +33,33 @@ pub(super) fn prepare<'s>(
                 .collect(),
         });
     }
+    // One service per host and namespace, as the dataflow's `services` stage keeps them:
+    // a namespace's ServiceEntries of one host merged ([`HostServices::fold`]).
+    let mut defs: BTreeMap<&str, Vec<&Service>> = BTreeMap::new();
+    for r in &snap.records {
+        if let Record::Service(s) = r {
+            defs.entry(s.hostname.as_str()).or_default().push(s);
+        }
+    }
+    if defs.values().any(|d| d.len() > 1) {
+        let folded: Vec<Record> = defs
+            .values()
+            .flat_map(|d| {
+                let (set, _) = HostServices::fold(d.iter().copied());
+                set.all().iter().cloned().map(Record::Service).collect::<Vec<_>>()
+            })
+            .collect();
+        let records = snap
+            .records
+            .iter()
+            .filter(|r| !matches!(r, Record::Service(_)))
+            .cloned()
+            .chain(folded)
+            .collect();
+        snap = Cow::Owned(Snapshot { records });
+    } else {
+        drop(defs);
+    }
     // `ExternalName` aliases resolved, as the dataflow's `services` stage resolves them:
     // the service in effect per host (the least record), alias ones gone, the rest with the
     // aliases that resolve to them. Route destinations naming one are retargeted below.
@@ -66,6 +93,12 @@ pub(super) fn prepare<'s>(
                 Record::Service(s) if !resolved.contains_key(&s.hostname) => {}
                 Record::Service(s) if chosen.get(s.hostname.as_str()) == Some(&s) => {
                     records.insert(Record::Service(resolved[&s.hostname].clone()));
+                }
+                // Another namespace's service of the host: the same aliases resolve to it.
+                Record::Service(s) => {
+                    let mut s = s.clone();
+                    s.aliases = resolved[&s.hostname].aliases.clone();
+                    records.insert(Record::Service(s));
                 }
                 other => {
                     records.insert(other.clone());

@@ -43,9 +43,8 @@ pub(super) fn router(
         .iter()
         .filter(|c| c.starts_with("outbound|"))
         .filter(|c| {
-            v.services
-                .get(crate::translate::outbound_cluster_host(c))
-                .is_none_or(|svc| !svc.mesh_external)
+            v.service(namespace, crate::translate::outbound_cluster_host(c))
+                .is_some_and(|svc| !svc.mesh_external)
         })
         .cloned()
         .collect();

@@ -41,7 +41,9 @@ pub(super) fn sidecar_outbound(
     }
     for (idx, hosts) in v.view_hosts(s).into_iter().enumerate() {
         for h in hosts {
-            let svc = v.services[h];
+            let Some(svc) = v.service(s.namespace(), h) else {
+                continue;
+            };
             for (port, addr, bind, detect) in
                 rules::sidecar_tcp_ports(&listeners, idx, svc, interception_none, proxyless)
             {
@@ -87,7 +89,7 @@ pub(super) fn sidecar_outbound(
             aliases: alias_rows.remove(&port).unwrap_or_default(),
             services: vhosts
                 .into_iter()
-                .map(|(h, vs)| (v.services[h].clone(), vs))
+                .filter_map(|(h, vs)| Some((v.service(s.namespace(), h)?.clone(), vs)))
                 .collect(),
             hostless: if port == 80 {
                 v.hostless_vss(s, &listeners, proxyless)
@@ -117,7 +119,7 @@ pub(super) fn sidecar_outbound(
         let tcp = tcp_ports.get(&port).map(|(how, targets)| {
             let targets: Vec<TcpTarget> = targets
                 .iter()
-                .map(|(h, vs)| (v.services[h].clone(), vs.clone()))
+                .filter_map(|(h, vs)| Some((v.service(s.namespace(), h)?.clone(), vs.clone())))
                 .collect();
             (how, targets)
         });
@@ -165,7 +167,7 @@ fn alias_rows(
         .enumerate()
     {
         for h in hosts {
-            let alias = v.alias_services[h];
+            let alias = v.alias_services[h][0];
             let Some(vs) = v.vs_for(s, listener_at(listeners, idx), h) else {
                 continue;
             };
@@ -214,7 +216,7 @@ pub(super) fn inbound(v: &View, index: &EndpointIndex, p: &Proxy, s: &ScopeKey) 
         .filter(|_| !proxyless && !no_inbound)
         .flat_map(|ip| index.by_ip.get(ip.as_str()).into_iter().flatten())
         .filter_map(|(h, svc_port, ep)| {
-            let svc = v.services.get(h)?;
+            let svc = v.service_of_namespace(h, ep.service_namespace())?;
             let sp = svc.ports.iter().find(|sp| sp.port == *svc_port)?;
             let own = OwnPort {
                 host: h.to_string(),
@@ -250,7 +252,7 @@ pub(super) fn inbound(v: &View, index: &EndpointIndex, p: &Proxy, s: &ScopeKey) 
             let own = chosen.get(port).copied();
             let rule = own
                 .filter(|o| seen.contains(o.host.as_str()))
-                .and_then(|o| v.inbound_dr_for(s, v.services.get(o.host.as_str())?))
+                .and_then(|o| v.inbound_dr_for(s, v.service(s.namespace(), &o.host)?))
                 .map(|dr| dr.inbound_pools())
                 .filter(|pools| !pools.is_empty());
             let spec = assemble::inbound_cluster_spec(*port, own, sidecar.as_ref(), rule.as_ref())?;

@@ -10,10 +10,12 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// The records of a snapshot by kind, with what the stages look up in them.
 pub(super) struct View<'a> {
-    pub(super) services: BTreeMap<&'a str, &'a Service>,
+    /// Per host, its service in each namespace that defines it (Kubernetes Services first,
+    /// then by namespace): a scope gets the one its namespace picks ([`View::service`]).
+    pub(super) services: BTreeMap<&'a str, Vec<&'a Service>>,
     /// The `ExternalName` alias services in effect (one per host), apart from `services`:
     /// they build nothing of their own, but a VirtualService may govern their names.
-    pub(super) alias_services: BTreeMap<&'a str, &'a Service>,
+    pub(super) alias_services: BTreeMap<&'a str, Vec<&'a Service>>,
     endpoints: Vec<(&'a Hostname, &'a RawEndpoint)>,
     /// With what their clients must know of their PeerAuthentications ([`Workload::peer`]).
     workloads: Vec<Workload>,
@@ -86,7 +88,11 @@ impl<'a> View<'a> {
         let by_host = self
             .services
             .iter()
-            .map(|(h, s)| (h.to_string(), vec![s.origin.namespace.clone()]))
+            .map(|(h, list)| {
+                let mut ns: Vec<String> = list.iter().map(|s| s.origin.namespace.clone()).collect();
+                ns.sort();
+                (h.to_string(), ns)
+            })
             .collect();
         sec.with_providers(&resolve_providers(&self.mesh.ext_authz, &by_host))
     }
@@ -117,10 +123,10 @@ impl<'a> View<'a> {
         for r in &snap.records {
             match r {
                 Record::Service(s) if s.alias_for.is_some() => {
-                    v.alias_services.entry(s.hostname.as_str()).or_insert(s);
+                    v.alias_services.entry(s.hostname.as_str()).or_default().push(s);
                 }
                 Record::Service(s) => {
-                    v.services.entry(s.hostname.as_str()).or_insert(s);
+                    v.services.entry(s.hostname.as_str()).or_default().push(s);
                 }
                 Record::Endpoint(h, e) => v.endpoints.push((h, e)),
                 Record::Workload(w) => v.workloads.push(w.clone()),
@@ -172,7 +178,7 @@ impl<'a> View<'a> {
         v.priority_keys = v.mesh.failover_priority_keys();
         v.priority_keys
             .extend(v.drs.iter().flat_map(|dr| dr.failover_priority_keys()));
-        if v.services.values().any(|s| s.prefer_close) {
+        if v.services.values().flatten().any(|s| s.prefer_close) {
             v.priority_keys
                 .extend(PREFER_CLOSE_LABELS.iter().map(|k| k.to_string()));
         }
@@ -223,7 +229,8 @@ impl<'a> View<'a> {
             if !wanted(h) || !at(&e.ip) {
                 continue;
             }
-            let Some(svc) = self.services.get(h.as_str()) else {
+            // Each endpoint serves its own namespace's service of the host.
+            let Some(svc) = self.service_of_namespace(h, &e.origin.namespace) else {
                 continue;
             };
             let port = match svc.ports.as_slice() {
@@ -246,7 +253,7 @@ impl<'a> View<'a> {
             if !wanted(h) {
                 continue;
             }
-            let Some(svc) = self.services.get(h.as_str()) else {
+            let Some(svc) = self.service_of_namespace(h, &sel.origin.namespace) else {
                 continue;
             };
             // A selected endpoint is at its workload's IP: workloads elsewhere are skipped
@@ -339,6 +346,22 @@ impl<'a> View<'a> {
         }
     }
 
+    /// The service of host `h` proxies reading config in namespace `ns` get
+    /// ([`HostServices::for_namespace`]).
+    pub(super) fn service(&self, ns: &str, h: &str) -> Option<&'a Service> {
+        let list = self.services.get(h)?;
+        pick_for_namespace(list, ns).and_then(|s| list.iter().copied().find(|l| std::ptr::eq(*l, s)))
+    }
+
+    /// The service namespace `ns` defines for host `h`, if any.
+    pub(super) fn service_of_namespace(&self, h: &str, ns: &str) -> Option<&'a Service> {
+        self.services
+            .get(h)?
+            .iter()
+            .copied()
+            .find(|s| s.namespace() == ns)
+    }
+
     /// Hosts visible through each egress listener of the scope.
     pub(super) fn view_hosts(&self, s: &ScopeKey) -> Vec<BTreeSet<&'a str>> {
         self.view_hosts_of(s, &self.services)
@@ -348,7 +371,7 @@ impl<'a> View<'a> {
     pub(super) fn view_hosts_of(
         &self,
         s: &ScopeKey,
-        services: &BTreeMap<&'a str, &'a Service>,
+        services: &BTreeMap<&'a str, Vec<&'a Service>>,
     ) -> Vec<BTreeSet<&'a str>> {
         let spec = self.sidecar_spec(s);
         rules::egress_listeners(spec)
@@ -356,10 +379,11 @@ impl<'a> View<'a> {
             .map(|l| {
                 services
                     .iter()
-                    .filter(|(_, svc)| {
-                        l.hosts
-                            .iter()
-                            .any(|pat| rules::egress_visible(pat, s.namespace(), svc))
+                    .filter(|(_, list)| {
+                        l.hosts.iter().any(|pat| {
+                            list.iter()
+                                .any(|svc| rules::egress_visible(pat, s.namespace(), svc))
+                        })
                     })
                     .map(|(h, _)| *h)
                     .collect()
@@ -396,7 +420,7 @@ impl<'a> View<'a> {
         hosts
             .into_iter()
             .filter_map(|h| {
-                let hh = cluster::hashing(self.dr_for(s, self.services[h])?);
+                let hh = cluster::hashing(self.dr_for(s, self.service(s.namespace(), h)?)?);
                 (!hh.is_empty()).then(|| (h.to_string(), hh))
             })
             .collect()
@@ -409,7 +433,9 @@ impl<'a> View<'a> {
         hosts
             .into_iter()
             .filter_map(|h| {
-                let t = self.dr_for(s, self.services[h])?.tcp_timeout()?;
+                let t = self
+                    .dr_for(s, self.service(s.namespace(), h)?)?
+                    .tcp_timeout()?;
                 Some((h.to_string(), t))
             })
             .collect()
@@ -426,7 +452,11 @@ impl<'a> View<'a> {
             .chain(tcp)
             .chain(tls)
         {
-            if let Some(svc) = self.services.get(d.host.as_str()) {
+            // The service the VirtualService's own namespace gets, as the dataflow resolves it.
+            let svc = self
+                .service(&vs.key.namespace, &d.host)
+                .or_else(|| self.services.get(d.host.as_str())?.first().copied());
+            if let Some(svc) = svc {
                 dest_ports.insert(d.host.clone(), svc.ports.iter().map(|p| p.port).collect());
             }
         }

@@ -429,11 +429,13 @@ pub fn outbound_all_with(
                 labels: labels.clone(),
                 locality,
                 inline_hosts: None,
+                service_namespace: service.namespace().to_string(),
             }),
             Resolution::Dns if !service.dns_endpoints.is_empty() => locality.map(|mode| EdsSel {
                 labels: crate::model::Labels::new(),
                 locality: Some(mode),
                 inline_hosts: Some(dns_members(service, port, labels)),
+                service_namespace: service.namespace().to_string(),
             }),
             _ => None,
         }
