@@ -12,6 +12,7 @@ mod destination_rule;
 mod gateway;
 mod records;
 mod security;
+mod shared_host;
 mod sidecar;
 mod virtual_service;
 
@@ -27,7 +28,7 @@ use std::collections::{BTreeMap, BTreeSet};
 /// The key a source would hold one version of.
 fn identity(r: &Record) -> String {
     match r {
-        Record::Service(s) => format!("svc/{}", s.hostname),
+        Record::Service(s) => format!("svc/{}/{}", s.hostname, s.origin),
         Record::Endpoint(h, e) => format!("ep/{h}/{}/{}/{}", e.ip, e.port_name, e.port),
         Record::Workload(w) => format!("wl/{}", w.origin),
         Record::VirtualService(v) => format!("vs/{}", v.key),
@@ -143,6 +144,27 @@ fn check_reported_changes(before: &Held, after: &Held, applied: &Applied, epoch:
     }
 }
 
+/// `record` replaces the live version of its object (a change of −1 and +1); an object
+/// already live is deleted instead with probability `delete` (drawn from `rng`).
+fn replace(
+    live: &mut BTreeMap<String, Record>,
+    changes: &mut Vec<(Record, isize)>,
+    record: Record,
+    rng: &mut StdRng,
+    delete: f64,
+) {
+    let id = identity(&record);
+    let old = live.remove(&id);
+    let deleted = old.is_some() && rng.random_bool(delete);
+    if let Some(old) = old {
+        changes.push((old, -1));
+    }
+    if !deleted {
+        live.insert(id, record.clone());
+        changes.push((record, 1));
+    }
+}
+
 fn run(seed: u64, steps: usize, workers: usize) {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut extra = StdRng::seed_from_u64(seed ^ 0x6d74_6c73);
@@ -152,6 +174,8 @@ fn run(seed: u64, steps: usize, workers: usize) {
     let mut policies = StdRng::seed_from_u64(seed ^ 0x7365_6375);
     // Held mTLS changes of live workloads, from a generator of their own too.
     let mut holds = StdRng::seed_from_u64(seed ^ 0x686f_6c64);
+    // ServiceEntries sharing hosts across namespaces, from a generator of their own too.
+    let mut shared = StdRng::seed_from_u64(seed ^ 0x7368_6172);
     // A CA's root: every sidecar and router holds its workload secrets.
     let mesh = MeshConfig {
         trust_root: Some("-----BEGIN CERTIFICATE-----\noracle\n-----END CERTIFICATE-----\n".into()),
@@ -180,16 +204,7 @@ fn run(seed: u64, steps: usize, workers: usize) {
         }
         if policies.random_bool(0.4) {
             let record = security::security(&mut policies);
-            let id = identity(&record);
-            let old = live.remove(&id);
-            let delete = old.is_some() && policies.random_bool(0.3);
-            if let Some(old) = old {
-                changes.push((old, -1));
-            }
-            if !delete {
-                live.insert(id, record.clone());
-                changes.push((record, 1));
-            }
+            replace(&mut live, &mut changes, record, &mut policies, 0.3);
         }
         if holds.random_bool(0.3) {
             let workloads: Vec<&Workload> = live
@@ -202,17 +217,12 @@ fn run(seed: u64, steps: usize, workers: usize) {
             if !workloads.is_empty() {
                 let w = workloads[holds.random_range(0..workloads.len())];
                 let record = security::hold(&mut holds, w);
-                let id = identity(&record);
-                let old = live.remove(&id);
-                let delete = old.is_some() && holds.random_bool(0.4);
-                if let Some(old) = old {
-                    changes.push((old, -1));
-                }
-                if !delete {
-                    live.insert(id, record.clone());
-                    changes.push((record, 1));
-                }
+                replace(&mut live, &mut changes, record, &mut holds, 0.4);
             }
+        }
+        if shared.random_bool(0.4) {
+            let record = shared_host::shared_host(&mut shared);
+            replace(&mut live, &mut changes, record, &mut shared, 0.3);
         }
         let out = engine
             .step(Batch { epoch, changes })
