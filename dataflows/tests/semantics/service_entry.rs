@@ -3,7 +3,7 @@
 
 use crate::support::{
     endpoint, gateway, gateway_errors, labels, outbound, px, router_proxy, service, set,
-    sidecar_proxy, workload, Mesh,
+    sidecar_proxy, virtual_service, workload, Mesh,
 };
 use dataflows::model::*;
 use envoy_types::pb::envoy::config::cluster::v3::cluster::{ClusterDiscoveryType, DiscoveryType};
@@ -235,4 +235,151 @@ fn ports_sidecars_must_guess_about_are_reported() {
         named("https", Protocol::Tls, Some("db.example.com")),
     );
     assert!(gateway_errors(&m, ErrorCode::ExternalNamePortName).is_empty());
+}
+
+/// A ServiceEntry of host `api.example.com` in namespace `ns` named `name`, on HTTP `ports`.
+fn api_entry(ns: &str, name: &str, ports: &[u16]) -> Service {
+    let Record::Service(mut s) = service(name, ns) else {
+        unreachable!()
+    };
+    s.hostname = "api.example.com".into();
+    s.origin = ConfigKey::new(Kind::ServiceEntry, ns, name);
+    s.ports = ports
+        .iter()
+        .map(|p| ServicePort {
+            name: format!("http-{p}"),
+            port: *p,
+            protocol: Protocol::Http,
+        })
+        .collect();
+    s
+}
+
+/// An endpoint of the entry `ns/name` of `api.example.com` at `ip`, on its port `port`.
+fn api_endpoint(ns: &str, name: &str, ip: &str, port: u16) -> Record {
+    let Record::Endpoint(_, mut e) = endpoint(name, ns, ip, true) else {
+        unreachable!()
+    };
+    e.origin = ConfigKey::new(Kind::ServiceEntry, ns, name);
+    e.port_name = format!("http-{port}");
+    e.port = port;
+    Record::Endpoint("api.example.com".into(), e)
+}
+
+/// Istio keeps a service per host and namespace: ServiceEntries of one host in two
+/// namespaces each serve their own namespace's sidecars (their ports, their endpoints), a
+/// third namespace gets the first by namespace, and neither is reported. Once one goes, its
+/// namespace gets the other's.
+#[test]
+fn entries_of_one_host_in_two_namespaces_serve_their_own() {
+    let mut m = Mesh::new();
+    let a = sidecar_proxy("ca", "a", "10.6.1.1", &[("app", "c")]);
+    let b = sidecar_proxy("cb", "b", "10.6.1.2", &[("app", "c")]);
+    let c = sidecar_proxy("cc", "c", "10.6.1.3", &[("app", "c")]);
+    let in_b = Record::Service(api_entry("b", "api", &[80, 8080]));
+    let ep_b = api_endpoint("b", "api", "10.6.0.2", 80);
+    m.insert(vec![
+        Record::Service(api_entry("a", "api", &[80])),
+        api_endpoint("a", "api", "10.6.0.1", 80),
+        in_b.clone(),
+        ep_b.clone(),
+        px(&a),
+        px(&b),
+        px(&c),
+    ]);
+    let c80 = "outbound|80||api.example.com";
+    let c8080 = "outbound|8080||api.example.com";
+    assert_eq!(m.eds_addresses(&a, c80), set(&["10.6.0.1:80"]));
+    assert_eq!(m.eds_addresses(&b, c80), set(&["10.6.0.2:80"]));
+    assert_eq!(m.eds_addresses(&c, c80), set(&["10.6.0.1:80"]), "the first by namespace");
+    assert!(!m.clusters(&a).contains(c8080));
+    assert!(m.clusters(&b).contains(c8080), "b's entry has port 8080");
+    assert!(gateway_errors(&m, ErrorCode::HostConflict).is_empty());
+    assert!(gateway_errors(&m, ErrorCode::ServiceEntryProtocolConflict).is_empty());
+    m.retract(vec![in_b, ep_b]);
+    assert_eq!(m.eds_addresses(&b, c80), set(&["10.6.0.1:80"]));
+    assert!(!m.clusters(&b).contains(c8080));
+}
+
+/// The ServiceEntries of one namespace for one host merge their ports (their resolutions
+/// and `exportTo` alike, as Istio's `canMergeServices` asks) and their endpoints; one that
+/// cannot merge is set aside and reported (MF0005), until it can.
+#[test]
+fn entries_of_one_host_in_one_namespace_merge_their_ports() {
+    let mut m = Mesh::new();
+    let a = sidecar_proxy("ca", "a", "10.6.2.1", &[("app", "c")]);
+    let second = api_entry("a", "api-admin", &[80, 9000]);
+    m.insert(vec![
+        Record::Service(api_entry("a", "api", &[80])),
+        Record::Service(second.clone()),
+        api_endpoint("a", "api", "10.6.0.1", 80),
+        api_endpoint("a", "api-admin", "10.6.0.3", 9000),
+        px(&a),
+    ]);
+    let c9000 = "outbound|9000||api.example.com";
+    assert!(m.clusters(&a).contains(c9000), "{:?}", m.clusters(&a));
+    assert_eq!(m.eds_addresses(&a, c9000), set(&["10.6.0.3:9000"]));
+    assert!(gateway_errors(&m, ErrorCode::HostConflict).is_empty());
+    let mut dns = second.clone();
+    dns.resolution = Resolution::Dns;
+    m.replace(Record::Service(second.clone()), Record::Service(dns.clone()));
+    assert!(!m.clusters(&a).contains(c9000));
+    let errors = gateway_errors(&m, ErrorCode::HostConflict);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].starts_with("ServiceEntry/a/api-admin:")
+            && errors[0].contains("their resolutions differ"),
+        "{errors:?}"
+    );
+    m.replace(Record::Service(dns), Record::Service(second));
+    assert!(m.clusters(&a).contains(c9000));
+    assert!(gateway_errors(&m, ErrorCode::HostConflict).is_empty());
+}
+
+/// Entries of one host that give one port different protocols where their `exportTo`
+/// overlap are each reported (Istio's IST0177): one exported to its own namespace only
+/// still overlaps one exported everywhere; once both are, the reports go.
+#[test]
+fn entries_giving_a_port_two_protocols_are_reported_where_they_overlap() {
+    let mut m = Mesh::new();
+    let mut tcp = api_entry("b", "api", &[80]);
+    tcp.ports[0].protocol = Protocol::Tcp;
+    let mut http = api_entry("a", "api", &[80]);
+    http.export_to = vec![".".into()];
+    m.insert(vec![Record::Service(http), Record::Service(tcp.clone())]);
+    let mut errors = gateway_errors(&m, ErrorCode::ServiceEntryProtocolConflict);
+    errors.sort();
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert!(errors[0].starts_with("ServiceEntry/a/api: spec.ports: port 80"));
+    assert!(errors[0].contains("ServiceEntry/b/api (Tcp)"), "{errors:?}");
+    assert!(errors[1].starts_with("ServiceEntry/b/api:"));
+    let mut private = tcp.clone();
+    private.export_to = vec![".".into()];
+    m.replace(Record::Service(tcp), Record::Service(private));
+    assert!(gateway_errors(&m, ErrorCode::ServiceEntryProtocolConflict).is_empty());
+}
+
+/// A VirtualService routing to a host whose only entry is not exported to the
+/// VirtualService's namespace is reported (Istio's IST0101 for a host), and not once the
+/// entry is exported there.
+#[test]
+fn a_destination_not_exported_to_the_virtual_service_is_reported() {
+    let mut m = Mesh::new();
+    let mut private = api_entry("a", "api", &[80]);
+    private.export_to = vec![".".into()];
+    m.insert(vec![
+        Record::Service(private.clone()),
+        virtual_service("c", "to-api", &["front.example.com"], &[], "api.example.com"),
+    ]);
+    let errors = gateway_errors(&m, ErrorCode::HostNotFound);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].starts_with("VirtualService/c/to-api: host api.example.com is defined")
+            && errors[0].contains("not exported to namespace c"),
+        "{errors:?}"
+    );
+    let mut public = private.clone();
+    public.export_to = vec![];
+    m.replace(Record::Service(private), Record::Service(public));
+    assert!(gateway_errors(&m, ErrorCode::HostNotFound).is_empty());
 }
