@@ -273,3 +273,119 @@ spec:
         scene.envoy.rejected_update_stats()
     );
 }
+
+/// Two namespaces define one host with ServiceEntries of their own, and one of them a
+/// second entry of that host on another port: as Istio keeps a service per host and
+/// namespace, each namespace's sidecar reaches its own namespace's endpoints on the shared
+/// port (not one entry for the whole mesh), and the namespace with two entries reaches the
+/// second's port too (their ports merge). `meshflow validate` calls the files valid.
+#[test]
+fn entries_of_one_host_route_per_namespace_in_envoy() {
+    let envoy_bin = require_envoy!();
+    let dir = support::TestDir::new("envoy-shared-host");
+    let config = dir.subdir("config");
+    let (port, admin_port, backend_port) = (
+        support::free_port(),
+        support::free_port(),
+        support::free_port(),
+    );
+    let reviews = support::reviews::Reviews::new(141, port, &config);
+    let own_a = Backend::start(&reviews.ip(31), backend_port, "entry-a");
+    let own_b = Backend::start(&reviews.ip(32), backend_port, "entry-b");
+    let admin = Backend::start(&reviews.ip(33), backend_port, "entry-a-admin");
+    let (client_a, client_b) = (reviews.ip(20), reviews.ip(21));
+    let entry = |ns: &str, name: &str, number: u16, ip: &str| {
+        format!(
+            "apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {{name: {name}, namespace: {ns}}}
+spec:
+  hosts: [api.example.com]
+  location: MESH_INTERNAL
+  ports: [{{number: {number}, name: http-{number}, protocol: HTTP}}]
+  resolution: STATIC
+  endpoints: [{{address: {ip}, ports: {{http-{number}: {backend_port}}}}}]
+"
+        )
+    };
+    // Each client's egress listeners bound to its own address; every namespace imported.
+    let sidecar = |ns: &str, ip: &str, ports: &[u16]| {
+        let listeners: String = ports
+            .iter()
+            .map(|p| {
+                format!(
+                    "  - port: {{number: {p}, protocol: HTTP, name: http-{p}}}\n    bind: {ip}\n    captureMode: NONE\n    hosts: ['*/*']\n"
+                )
+            })
+            .collect();
+        format!(
+            "apiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {{name: client, namespace: {ns}}}\nspec:\n  workloadSelector: {{labels: {{app: client}}}}\n  egress:\n{listeners}"
+        )
+    };
+    let files = [
+        entry("a", "api", port, &own_a.addr().ip().to_string()),
+        entry("a", "api-admin", admin_port, &admin.addr().ip().to_string()),
+        entry("b", "api", port, &own_b.addr().ip().to_string()),
+        sidecar("a", &client_a, &[port, admin_port]),
+        sidecar("b", &client_b, &[port]),
+    ];
+    reviews.write("shared-host.yaml", &files.join("---\n"));
+    let checked = support::meshflow_cli(&["validate", &config.display().to_string()]);
+    assert!(!checked.contains("MF0005"), "{checked}");
+    let meshflow = support::Meshflow::start(&config, dir.path());
+    let start = |pod: &str, ns: &str, ip: &str| {
+        let node = support::ProxyNode::sidecar(pod, ns, ip, &[("app", "client")]);
+        let envoy = support::Envoy::start(
+            &envoy_bin,
+            dir.path(),
+            &node,
+            meshflow.xds_addr(),
+            support::XdsMode::Delta,
+        );
+        envoy.wait_live(support::STARTUP_TIMEOUT);
+        envoy.await_listener(&format!("{ip}_{port}"));
+        envoy
+    };
+    let envoy_a = start("client-a", "a", &client_a);
+    let envoy_b = start("client-b", "b", &client_b);
+    let at = |ip: &str, p: u16| -> std::net::SocketAddr {
+        format!("{ip}:{p}").parse().expect("an address")
+    };
+    let from_a = support::reviews::Client::new(&envoy_a, at(&client_a, port), "api.example.com");
+    let from_b = support::reviews::Client::new(&envoy_b, at(&client_b, port), "api.example.com");
+    let counts = from_a.converge(
+        "a reaches its own entry",
+        "/",
+        &[],
+        |c| count(c, "entry-a") == 10,
+        10,
+    );
+    assert_eq!(count(&counts, "entry-a"), 10, "{counts:?}");
+    let counts = from_b.converge(
+        "b reaches its own entry",
+        "/",
+        &[],
+        |c| count(c, "entry-b") == 10,
+        10,
+    );
+    assert_eq!(count(&counts, "entry-b"), 10, "{counts:?}");
+    envoy_a.await_listener(&format!("{client_a}_{admin_port}"));
+    let merged =
+        support::reviews::Client::new(&envoy_a, at(&client_a, admin_port), "api.example.com");
+    let counts = merged.converge(
+        "a reaches the second entry's port",
+        "/",
+        &[],
+        |c| count(c, "entry-a-admin") == 10,
+        10,
+    );
+    assert_eq!(count(&counts, "entry-a-admin"), 10, "{counts:?}");
+    for envoy in [&envoy_a, &envoy_b] {
+        assert_eq!(
+            envoy.rejected_updates(),
+            0,
+            "{:?}",
+            envoy.rejected_update_stats()
+        );
+    }
+}

@@ -489,18 +489,18 @@ fn undefined_hosts<'s>(
 ) -> Coll<'s, ConfigError> {
     let wanted = references(vss, |d| Some(d.host.clone()));
     let defined = services.clone().map(|(h, _)| h).distinct();
-    let missing = wanted.clone().antijoin(defined).map(|(host, key)| ConfigError {
-        object: key,
-        code: ErrorCode::HostNotFound,
-        message: format!(
-            "host {host} is defined by no Service or ServiceEntry: requests routed to it are \
-             answered 503 (IST0101 ReferencedResourceNotFound)"
-        ),
-    });
-    let exports = vss
+    let missing = wanted
         .clone()
-        .map(|(key, vs)| (key, vs.export_to))
-        .distinct();
+        .antijoin(defined)
+        .map(|(host, key)| ConfigError {
+            object: key,
+            code: ErrorCode::HostNotFound,
+            message: format!(
+                "host {host} is defined by no Service or ServiceEntry: requests routed to it are \
+             answered 503 (IST0101 ReferencedResourceNotFound)"
+            ),
+        });
+    let exports = vss.clone().map(|(key, vs)| (key, vs.export_to)).distinct();
     let hidden = wanted
         .map(|(host, key)| (key, host))
         .join_map(exports, |key, host, export_to| {
@@ -512,7 +512,13 @@ fn undefined_hosts<'s>(
             } else {
                 export_to
                     .iter()
-                    .map(|e| if e == "." { key.namespace.as_str() } else { e.as_str() })
+                    .map(|e| {
+                        if e == "." {
+                            key.namespace.as_str()
+                        } else {
+                            e.as_str()
+                        }
+                    })
                     .collect()
             };
             let seen = scopes.iter().any(|ns| match *ns {

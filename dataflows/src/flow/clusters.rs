@@ -439,7 +439,10 @@ fn rule_in_effect<'s>(
         .join_map(dr_chosen.clone(), |(s, h), p, (k, creds)| {
             let client = Client::of(s);
             let ns = (*creds && client != Client::Grpc).then(|| s.namespace().to_string());
-            ((h.clone(), (Some(k.clone()), client, ns, p.clone())), s.clone())
+            (
+                (h.clone(), (Some(k.clone()), client, ns, p.clone())),
+                s.clone(),
+            )
         })
         .concat(
             picked
@@ -492,14 +495,17 @@ fn per_group<'s>(
                 cluster::outbound_all_for(svc, Some(dr), *grpc == Client::Grpc, timeout),
             )
         })
-        .concat(groups_svc.clone().filter(|((d, _, _, _), _)| d.is_none()).map(
-            |((_, grpc, _, p), (h, svc, timeout))| {
-                (
-                    (h, (None, grpc, None, p)),
-                    cluster::outbound_all_for(&svc, None, grpc == Client::Grpc, &timeout),
-                )
-            },
-        ))
+        .concat(
+            groups_svc
+                .clone()
+                .filter(|((d, _, _, _), _)| d.is_none())
+                .map(|((_, grpc, _, p), (h, svc, timeout))| {
+                    (
+                        (h, (None, grpc, None, p)),
+                        cluster::outbound_all_for(&svc, None, grpc == Client::Grpc, &timeout),
+                    )
+                }),
+        )
         .flat_map(|(g, list)| list.into_iter().map(move |c| (g.clone(), c)));
     // A `credentialName` rule's groups: one per namespace its clients are in.
     let cred_base = groups_svc
@@ -509,7 +515,10 @@ fn per_group<'s>(
         })
         .join_map(drs, |k, (h, svc, grpc, ns, p, timeout), dr| {
             (
-                (h.clone(), (Some(k.clone()), *grpc, Some(ns.clone()), p.clone())),
+                (
+                    h.clone(),
+                    (Some(k.clone()), *grpc, Some(ns.clone()), p.clone()),
+                ),
                 CredItem::Base(Box::new((svc.clone(), dr.clone(), timeout.clone()))),
             )
         });
@@ -582,9 +591,8 @@ fn provenance<'s>(
     services: &Coll<'s, (Hostname, HostServices)>,
     contributors: &Coll<'s, (ConfigKey, ConfigKey)>,
 ) -> Coll<'s, ProvenanceRow> {
-    let cluster_keys = scope_cluster_groups.map(|(s, (res, _, labels), (h, (d, _, _, p)))| {
-        (h, (s, res.name, labels.is_some(), d, p))
-    });
+    let cluster_keys = scope_cluster_groups
+        .map(|(s, (res, _, labels), (h, (d, _, _, p)))| (h, (s, res.name, labels.is_some(), d, p)));
     cluster_keys
         .clone()
         .join_map(services.clone(), |_, row, set| {

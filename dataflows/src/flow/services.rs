@@ -68,8 +68,7 @@ fn protocol_conflicts(h: &Hostname, defs: &[&Service]) -> Vec<ConfigError> {
                 .filter(|o| o.origin != s.origin && exports_overlap(s, o))
                 .filter_map(|o| {
                     let q = o.ports.iter().find(|q| q.port == p.port)?;
-                    (q.protocol != p.protocol)
-                        .then(|| format!("{} ({:?})", o.origin, q.protocol))
+                    (q.protocol != p.protocol).then(|| format!("{} ({:?})", o.origin, q.protocol))
                 })
                 .collect();
             if !others.is_empty() {
@@ -100,7 +99,13 @@ fn exports_overlap(a: &Service, b: &Service) -> bool {
         s.export_to
             .iter()
             .filter(|e| e.as_str() != "~")
-            .map(|e| if e == "." { s.namespace().to_string() } else { e.clone() })
+            .map(|e| {
+                if e == "." {
+                    s.namespace().to_string()
+                } else {
+                    e.clone()
+                }
+            })
             .collect()
     };
     let (sa, sb) = (scopes(a), scopes(b));

@@ -295,7 +295,9 @@ fn distinct_hosts(vs: &VirtualService) -> Vec<Hostname> {
 /// `(pattern, service host)`: every host pattern that could cover a service's host
 /// ([`rules::covering_patterns`]: itself, `*.` and each suffix after a dot, `*`), so joins
 /// with VirtualService hosts meet only the VirtualServices of a service.
-fn service_patterns<'s>(services: &Coll<'s, (Hostname, HostServices)>) -> Coll<'s, (String, Hostname)> {
+fn service_patterns<'s>(
+    services: &Coll<'s, (Hostname, HostServices)>,
+) -> Coll<'s, (String, Hostname)> {
     services.clone().map(|(h, _)| h).distinct().flat_map(|h| {
         rules::covering_patterns(&h)
             .into_iter()

@@ -31,7 +31,9 @@ impl HostServices {
     /// ports of the later ones it can merge with (the same resolution and `exportTo`, as
     /// Istio's `canMergeServices` asks) appended. Also returns what became of each
     /// definition that is not the kept one of its namespace.
-    pub fn fold<'a>(defs: impl IntoIterator<Item = &'a Service>) -> (Self, Vec<(ConfigKey, Folded)>) {
+    pub fn fold<'a>(
+        defs: impl IntoIterator<Item = &'a Service>,
+    ) -> (Self, Vec<(ConfigKey, Folded)>) {
         let mut variants: Vec<Service> = Vec::new();
         let mut folded = Vec::new();
         for svc in defs {

@@ -46,7 +46,11 @@ pub(super) fn prepare<'s>(
             .values()
             .flat_map(|d| {
                 let (set, _) = HostServices::fold(d.iter().copied());
-                set.all().iter().cloned().map(Record::Service).collect::<Vec<_>>()
+                set.all()
+                    .iter()
+                    .cloned()
+                    .map(Record::Service)
+                    .collect::<Vec<_>>()
             })
             .collect();
         let records = snap

@@ -123,7 +123,10 @@ impl<'a> View<'a> {
         for r in &snap.records {
             match r {
                 Record::Service(s) if s.alias_for.is_some() => {
-                    v.alias_services.entry(s.hostname.as_str()).or_default().push(s);
+                    v.alias_services
+                        .entry(s.hostname.as_str())
+                        .or_default()
+                        .push(s);
                 }
                 Record::Service(s) => {
                     v.services.entry(s.hostname.as_str()).or_default().push(s);
@@ -350,7 +353,8 @@ impl<'a> View<'a> {
     /// ([`HostServices::for_namespace`]).
     pub(super) fn service(&self, ns: &str, h: &str) -> Option<&'a Service> {
         let list = self.services.get(h)?;
-        pick_for_namespace(list, ns).and_then(|s| list.iter().copied().find(|l| std::ptr::eq(*l, s)))
+        pick_for_namespace(list, ns)
+            .and_then(|s| list.iter().copied().find(|l| std::ptr::eq(*l, s)))
     }
 
     /// The service namespace `ns` defines for host `h`, if any.

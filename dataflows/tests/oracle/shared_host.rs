@@ -78,8 +78,17 @@ fn entry(rng: &mut StdRng, host: String, ns: &str, name: String) -> Record {
     if rng.random_bool(0.15) {
         ports[0].protocol = Protocol::Tcp;
     }
-    let other = if ns == NAMESPACES[0] { NAMESPACES[1] } else { NAMESPACES[0] };
-    let exports: [Vec<String>; 4] = [vec![], vec![".".into()], vec![other.into()], vec!["*".into()]];
+    let other = if ns == NAMESPACES[0] {
+        NAMESPACES[1]
+    } else {
+        NAMESPACES[0]
+    };
+    let exports: [Vec<String>; 4] = [
+        vec![],
+        vec![".".into()],
+        vec![other.into()],
+        vec!["*".into()],
+    ];
     Record::Service(Service {
         hostname: host,
         origin: ConfigKey::new(Kind::ServiceEntry, ns, &name),

@@ -291,7 +291,11 @@ fn entries_of_one_host_in_two_namespaces_serve_their_own() {
     let c8080 = "outbound|8080||api.example.com";
     assert_eq!(m.eds_addresses(&a, c80), set(&["10.6.0.1:80"]));
     assert_eq!(m.eds_addresses(&b, c80), set(&["10.6.0.2:80"]));
-    assert_eq!(m.eds_addresses(&c, c80), set(&["10.6.0.1:80"]), "the first by namespace");
+    assert_eq!(
+        m.eds_addresses(&c, c80),
+        set(&["10.6.0.1:80"]),
+        "the first by namespace"
+    );
     assert!(!m.clusters(&a).contains(c8080));
     assert!(m.clusters(&b).contains(c8080), "b's entry has port 8080");
     assert!(gateway_errors(&m, ErrorCode::HostConflict).is_empty());
@@ -322,7 +326,10 @@ fn entries_of_one_host_in_one_namespace_merge_their_ports() {
     assert!(gateway_errors(&m, ErrorCode::HostConflict).is_empty());
     let mut dns = second.clone();
     dns.resolution = Resolution::Dns;
-    m.replace(Record::Service(second.clone()), Record::Service(dns.clone()));
+    m.replace(
+        Record::Service(second.clone()),
+        Record::Service(dns.clone()),
+    );
     assert!(!m.clusters(&a).contains(c9000));
     let errors = gateway_errors(&m, ErrorCode::HostConflict);
     assert_eq!(errors.len(), 1, "{errors:?}");
@@ -369,7 +376,13 @@ fn a_destination_not_exported_to_the_virtual_service_is_reported() {
     private.export_to = vec![".".into()];
     m.insert(vec![
         Record::Service(private.clone()),
-        virtual_service("c", "to-api", &["front.example.com"], &[], "api.example.com"),
+        virtual_service(
+            "c",
+            "to-api",
+            &["front.example.com"],
+            &[],
+            "api.example.com",
+        ),
     ]);
     let errors = gateway_errors(&m, ErrorCode::HostNotFound);
     assert_eq!(errors.len(), 1, "{errors:?}");
