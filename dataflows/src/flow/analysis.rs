@@ -59,6 +59,11 @@ pub(super) struct Inputs<'a, 's> {
     pub aliased: &'a Coll<'s, (Hostname, HostServices)>,
     /// Every definition as its object writes it, before one namespace's merge.
     pub defined: &'a Coll<'s, (Hostname, Service)>,
+    /// The endpoints, resolved to their services' ports.
+    pub endpoints: &'a super::endpoints::Resolved<'s>,
+    pub security: &'a Coll<'s, (ConfigKey, SecurityPolicy)>,
+    pub proxies: &'a Coll<'s, (ProxyId, Proxy)>,
+    pub mesh: &'a super::mesh::Mesh<'s>,
 }
 
 /// Every finding of the reference analyses that needs no built resource: subsets,
@@ -76,9 +81,23 @@ pub(super) fn findings<'s>(i: Inputs<'_, 's>) -> Coll<'s, ConfigError> {
         .concat(unresolved_aliases(vss, i.services, i.aliased))
         .concat(vss.clone().flat_map(|(_, vs)| rules::shadowed_rules(&vs)))
         .concat(port_findings(i.defined))
-        .concat(ambiguous_sidecars(i.sidecars, i.workloads))
+        .concat(ambiguous_sidecars(i.sidecars, i.workloads, i.proxies))
         .concat(hosts_not_in_gateways(vss, i.gateways))
         .concat(duplicate_certificates(i.gateways))
+        .concat(unknown_rule_hosts(i.destination_rules, i.services))
+        .concat(subsets_selecting_nothing(i.destination_rules, i.endpoints))
+        .concat(claim_routes_unverified(
+            vss,
+            i.gateways,
+            i.workloads,
+            i.security,
+            i.mesh,
+        ))
+        .concat(gateway_ports_not_on_services(
+            i.gateways,
+            i.workloads,
+            i.endpoints,
+        ))
 }
 
 /// A Gateway with a TLS server whose certificate (the same `credentialName`, or the same
@@ -182,6 +201,7 @@ fn hosts_not_in_gateways<'s>(
 fn ambiguous_sidecars<'s>(
     sidecars: &Coll<'s, (ConfigKey, Sidecar)>,
     workloads: &Coll<'s, (String, Workload)>,
+    proxies: &Coll<'s, (ProxyId, Proxy)>,
 ) -> Coll<'s, ConfigError> {
     let report = |code, keys: &[&ConfigKey], what: String| {
         let names: Vec<String> = keys.iter().map(|k| k.name.clone()).collect();
@@ -220,13 +240,36 @@ fn ambiguous_sidecars<'s>(
             .filter(|s| !s.is_empty())
             .map(|sel| (k.namespace.clone(), (k, sel)))
     });
-    let selected = workloads
+    let pairs = workloads
         .clone()
         .map(|(_, w)| (w.origin.namespace.clone(), (w.origin, w.labels)))
-        .join_map(selecting, |_, (origin, labels), (k, sel)| {
+        .join_map(selecting.clone(), |_, (origin, labels), (k, sel)| {
             rules::labels_match(sel, labels).then(|| (origin.clone(), k.clone()))
         })
-        .flat_map(|x| x)
+        .flat_map(|x| x);
+    // A selector no workload of its namespace matches (Istio's IST0101 for a Sidecar's
+    // selector): a warning here, as for security policies (MF0020). A connected proxy the
+    // selector matches counts as a workload (files may hold no Pods).
+    let proxied = proxies
+        .clone()
+        .map(|(_, p)| (p.namespace.clone(), p.labels))
+        .join_map(selecting.clone(), |_, labels, (k, sel)| {
+            rules::labels_match(sel, labels).then(|| k.clone())
+        })
+        .flat_map(|x| x);
+    let unmatched = selecting
+        .map(|(_, (k, _))| (k, ()))
+        .antijoin(pairs.clone().map(|(_, k)| k).concat(proxied).distinct())
+        .map(|(k, ())| ConfigError {
+            message: format!(
+                "spec.workloadSelector: matches no workload (Pod or WorkloadEntry) of namespace \
+                 {}: the Sidecar applies to nothing yet (IST0101 ReferencedResourceNotFound)",
+                k.namespace
+            ),
+            object: k,
+            code: ErrorCode::SidecarSelectsNothing,
+        });
+    let selected = pairs
         .reduce(move |origin, vals: &[(&ConfigKey, isize)], out| {
             if vals.len() > 1 {
                 let keys: Vec<&ConfigKey> = vals.iter().map(|(k, _)| *k).collect();
@@ -240,7 +283,187 @@ fn ambiguous_sidecars<'s>(
             }
         })
         .map(|(_, e)| e);
-    namespace_wide.concat(selected)
+    namespace_wide.concat(selected).concat(unmatched)
+}
+
+/// A DestinationRule whose host no service's host is or covers (Istio's IST0174
+/// UnknownDestinationRuleHost, a warning): it applies to nothing yet.
+fn unknown_rule_hosts<'s>(
+    drs: &Coll<'s, (ConfigKey, DestinationRule)>,
+    services: &Coll<'s, (Hostname, HostServices)>,
+) -> Coll<'s, ConfigError> {
+    let covered = services
+        .clone()
+        .flat_map(|(h, _)| rules::covering_patterns(&h))
+        .distinct();
+    drs.clone()
+        .map(|(k, dr)| (dr.host, k))
+        .antijoin(covered)
+        .map(|(host, k)| ConfigError {
+            object: k,
+            code: ErrorCode::DestinationRuleHostUnknown,
+            message: format!(
+                "spec.host: {host} is the host of no Service or ServiceEntry (nor covers one): \
+                 the rule applies to nothing (IST0174 UnknownDestinationRuleHost)"
+            ),
+        })
+}
+
+/// A subset whose labels select none of its host's endpoints, where the host has some
+/// (Istio's IST0173 DestinationRuleSubsetNotSelectPods): requests routed to it find no
+/// upstream (503). A subset without labels takes every endpoint; a host without endpoints
+/// (files with no EndpointSlices, a DNS entry) says nothing. A warning where Istio's is an
+/// error: endpoints come and go with rollouts.
+fn subsets_selecting_nothing<'s>(
+    drs: &Coll<'s, (ConfigKey, DestinationRule)>,
+    endpoints: &super::endpoints::Resolved<'s>,
+) -> Coll<'s, ConfigError> {
+    let subsets = drs.clone().flat_map(|(k, dr)| {
+        dr.subsets
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| !s.labels.is_empty())
+            .map(|(i, s)| {
+                (
+                    dr.host.clone(),
+                    (k.clone(), i, s.name.clone(), s.labels.clone()),
+                )
+            })
+            .collect::<Vec<_>>()
+    });
+    let labelled = endpoints
+        .clone()
+        .map(|((h, _), ep)| (h, ep.labels))
+        .distinct();
+    subsets
+        .join_map(labelled, |h, (k, i, name, labels), ep| {
+            (
+                (h.clone(), k.clone(), *i, name.clone()),
+                rules::labels_match(labels, ep),
+            )
+        })
+        .reduce(|_, vals: &[(&bool, isize)], out| {
+            if !vals.iter().any(|(m, _)| **m) {
+                out.push(((), 1isize))
+            }
+        })
+        .map(|((h, k, i, name), ())| ConfigError {
+            object: k,
+            code: ErrorCode::SubsetSelectsNothing,
+            message: format!(
+                "spec.subsets[{i}]: subset {name:?} selects none of the endpoints of {h}: \
+                 requests routed to it are answered 503 (IST0173 \
+                 DestinationRuleSubsetNotSelectPods)"
+            ),
+        })
+}
+
+/// A VirtualService bound to a Gateway that routes on a JWT claim (`@request.auth.claims…`
+/// in `headers` or `withoutHeaders`) where no RequestAuthentication applies to a workload
+/// the Gateway selects (Istio's IST0149): that gateway never verifies a token, so the
+/// condition never holds there. One error per (gateway, workload).
+fn claim_routes_unverified<'s>(
+    vss: &Coll<'s, (ConfigKey, VirtualService)>,
+    gateways: &Coll<'s, (ConfigKey, Gateway)>,
+    workloads: &Coll<'s, (String, Workload)>,
+    policies: &Coll<'s, (ConfigKey, SecurityPolicy)>,
+    mesh: &super::mesh::Mesh<'s>,
+) -> Coll<'s, ConfigError> {
+    let claims = vss.clone().flat_map(|(k, vs)| {
+        let key = vs
+            .http
+            .iter()
+            .flat_map(|r| &r.matches)
+            .flat_map(|m| m.headers.keys().chain(m.without_headers.keys()))
+            .find(|h| is_claim_condition(h))
+            .cloned();
+        let Some(key) = key else {
+            return Vec::new();
+        };
+        vs.gateways
+            .iter()
+            .filter_map(|g| rules::gateway_ref(g))
+            .map(|g| (g, (k.clone(), key.clone())))
+            .collect()
+    });
+    let jwt = policies
+        .clone()
+        .filter(|(k, _)| k.kind == Kind::RequestAuthentication);
+    let verified = super::security::applying(jwt, workloads, mesh)
+        .map(|(w, _)| w)
+        .distinct();
+    gateway_workloads(gateways, workloads)
+        .map(|(g, w)| (w.origin.clone(), g))
+        .antijoin(verified)
+        .map(|(w, g)| (g, w))
+        .join_map(claims, |g, w, (vs, key)| ConfigError {
+            object: vs.clone(),
+            code: ErrorCode::ClaimRouteUnverified,
+            message: format!(
+                "spec.http: routes on the JWT claim {key:?} through Gateway {}/{}, and no \
+                 RequestAuthentication applies to its workload {:?} {}/{}: that gateway never \
+                 verifies a token, so the condition never holds there (IST0149 \
+                 JwtClaimBasedRoutingWithoutRequestAuthN)",
+                g.namespace, g.name, w.kind, w.namespace, w.name
+            ),
+        })
+}
+
+/// A Gateway server port that is neither a port nor a target port of the services whose
+/// endpoints run on the workloads the Gateway selects (Istio's IST0162
+/// GatewayPortNotDefinedOnService, a warning): clients through the gateway's Service cannot
+/// reach it. Checked where some endpoint runs on those workloads (meshflow reads Services'
+/// endpoints, not their selectors).
+fn gateway_ports_not_on_services<'s>(
+    gateways: &Coll<'s, (ConfigKey, Gateway)>,
+    workloads: &Coll<'s, (String, Workload)>,
+    endpoints: &super::endpoints::Resolved<'s>,
+) -> Coll<'s, ConfigError> {
+    // `(IP, gateway)` of every workload it selects.
+    let at = gateway_workloads(gateways, workloads)
+        .map(|(key, w)| (w.ip, key))
+        .distinct();
+    let served = endpoints
+        .clone()
+        .map(|((_, port), ep)| (ep.ip, (port, ep.port)))
+        .distinct();
+    at.join_map(served, |_, key, ports| (key.clone(), *ports))
+        .distinct()
+        .map(|(key, (port, target))| (key, Some((port, target))))
+        .concat(gateways.clone().map(|(k, _)| (k, None)))
+        .join_map(gateways.clone(), |k, ports, gw| {
+            ((k.clone(), gw.clone()), ports.clone())
+        })
+        .reduce(|(_, gw), vals: &[(&Option<(u16, u16)>, isize)], out| {
+            let ports: Vec<(u16, u16)> = vals.iter().filter_map(|(p, _)| **p).collect();
+            if ports.is_empty() {
+                return;
+            }
+            let mut list: Vec<String> = ports.iter().map(|(p, t)| format!("{p}→{t}")).collect();
+            list.sort();
+            list.dedup();
+            for (i, server) in gw.servers.iter().enumerate() {
+                let n = server.port;
+                if ports.iter().any(|(p, t)| *p == n || *t == n) {
+                    continue;
+                }
+                out.push((
+                    format!(
+                        "spec.servers[{i}].port.number: port {n} is neither a port nor a target \
+                         port of the services whose endpoints run on the workloads the Gateway \
+                         selects ({}): clients through those services cannot reach it \
+                         (IST0162 GatewayPortNotDefinedOnService)",
+                        list.join(", ")
+                    ),
+                    1isize,
+                ))
+            }
+        })
+        .map(|((k, _), message)| ConfigError {
+            object: k,
+            code: ErrorCode::GatewayPortNotOnService,
+            message,
+        })
 }
 
 /// Per service, what its ports say about how sidecars will carry them: a ServiceEntry TCP
@@ -608,6 +831,17 @@ fn selected_namespaces<'s>(
     gateways: &Coll<'s, (ConfigKey, Gateway)>,
     workloads: &Coll<'s, (String, Workload)>,
 ) -> Coll<'s, (ConfigKey, String)> {
+    gateway_workloads(gateways, workloads)
+        .map(|(key, w)| (key, w.origin.namespace))
+        .distinct()
+}
+
+/// `(gateway, workload)` for every workload (Pod or WorkloadEntry) a Gateway's selector
+/// matches, in any namespace as Istio matches them; selectors joined on their first label.
+fn gateway_workloads<'s>(
+    gateways: &Coll<'s, (ConfigKey, Gateway)>,
+    workloads: &Coll<'s, (String, Workload)>,
+) -> Coll<'s, (ConfigKey, Workload)> {
     let by_first = gateways.clone().flat_map(|(key, gw)| {
         let first = gw
             .selector
@@ -619,15 +853,12 @@ fn selected_namespaces<'s>(
     let labelled = workloads.clone().flat_map(|(_, w)| {
         w.labels
             .iter()
-            .map(|(k, v)| {
-                let ns = w.origin.namespace.clone();
-                ((k.clone(), v.clone()), (w.labels.clone(), ns))
-            })
+            .map(|(k, v)| ((k.clone(), v.clone()), w.clone()))
             .collect::<Vec<_>>()
     });
     by_first
-        .join_map(labelled, |_, (key, selector), (labels, ns)| {
-            crate::rules::labels_match(selector, labels).then(|| (key.clone(), ns.clone()))
+        .join_map(labelled, |_, (key, selector), w| {
+            crate::rules::labels_match(selector, &w.labels).then(|| (key.clone(), w.clone()))
         })
         .flat_map(|k| k)
         .distinct()

@@ -108,7 +108,13 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     let endpoints = endpoints::resolve(i.endpoints, peered, i.selections, &chosen);
 
     let providers = security::ext_authz_providers(&mesh, &chosen);
-    let secured = security::per_proxy(i.security, &i.proxies, &mesh, &providers, &i.mtls_holds);
+    let secured = security::per_proxy(
+        i.security.clone(),
+        &i.proxies,
+        &mesh,
+        &providers,
+        &i.mtls_holds,
+    );
     let proxy_scopes = scopes::of_proxies(
         &mesh,
         &i.proxies,
@@ -137,6 +143,10 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         services: &services.chosen,
         aliased: &chosen,
         defined: &defined,
+        endpoints: &endpoints,
+        security: &i.security,
+        proxies: &i.proxies,
+        mesh: &mesh,
     });
     let dr_merge_warnings = merged_drs.warnings.clone();
     let secret_errors = analysis::gateway_secrets(&i.gateways, &i.workloads, &i.secrets);

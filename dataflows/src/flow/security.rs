@@ -30,6 +30,32 @@ pub(super) struct Secured<'s> {
 /// Policies in the root namespace, keyed by `()` (they meet every workload), and the others
 /// by namespace, each with the root namespace's name.
 #[allow(clippy::type_complexity)]
+/// `(workload, policy)` for every policy of `policies` that applies to a workload (its
+/// namespace's, or the root namespace's, selecting it or not: [`SecurityPolicy::applies`]).
+pub(super) fn applying<'s>(
+    policies: Coll<'s, (ConfigKey, SecurityPolicy)>,
+    workloads: &Coll<'s, (String, Workload)>,
+    mesh: &Mesh<'s>,
+) -> Coll<'s, (ConfigKey, ConfigKey)> {
+    let (in_root, in_namespace) = placed(policies, mesh);
+    let by_namespace = workloads
+        .clone()
+        .map(|(_, w)| (w.origin.namespace.clone(), (w.origin, w.labels)));
+    let everywhere = by_namespace.clone().map(|(ns, w)| ((), (ns, w)));
+    by_namespace
+        .join_map(in_namespace, |ns, (w, labels), (p, root)| {
+            p.applies(ns, labels, root)
+                .then(|| (w.clone(), p.key.clone()))
+        })
+        .concat(
+            everywhere.join_map(in_root, |_, (ns, (w, labels)), (p, root)| {
+                p.applies(ns, labels, root)
+                    .then(|| (w.clone(), p.key.clone()))
+            }),
+        )
+        .flat_map(|x| x)
+}
+
 fn placed<'s>(
     policies: Coll<'s, (ConfigKey, SecurityPolicy)>,
     mesh: &Mesh<'s>,
@@ -118,19 +144,8 @@ pub(super) fn selecting_nothing<'s>(
     mesh: &Mesh<'s>,
 ) -> Coll<'s, ConfigError> {
     let selecting = policies.clone().filter(|(_, p)| p.selector.is_some());
-    let (in_root, in_namespace) = placed(selecting.clone(), mesh);
-    let by_namespace = workloads
-        .clone()
-        .map(|(_, w)| (w.origin.namespace.clone(), w.labels));
-    let everywhere = by_namespace.clone().map(|(ns, labels)| ((), (ns, labels)));
-    let matched = by_namespace
-        .join_map(in_namespace, |ns, labels, (p, root)| {
-            p.applies(ns, labels, root).then(|| p.key.clone())
-        })
-        .concat(everywhere.join_map(in_root, |_, (ns, labels), (p, root)| {
-            p.applies(ns, labels, root).then(|| p.key.clone())
-        }))
-        .flat_map(|x| x)
+    let matched = applying(selecting.clone(), workloads, mesh)
+        .map(|(_, k)| k)
         .distinct();
     // A namespace-wide AuthorizationPolicy (not the root namespace's) in a namespace with
     // no workload, as Istio's analyzer says too.

@@ -4,8 +4,7 @@
 //! namespace for one host merge their ports. Which one a proxy gets depends on the namespace
 //! it reads config in ([`HostServices::for_namespace`]).
 
-use super::{ConfigKey, Hostname, Kind, Service};
-use crate::rules;
+use super::{exported_to, ConfigKey, Hostname, Kind, Service};
 use serde::{Deserialize, Serialize};
 
 /// The services of one hostname, one per namespace (Kubernetes Services first, then by
@@ -159,7 +158,7 @@ pub fn pick_for_namespace<'a, S: std::borrow::Borrow<Service>>(
         .iter()
         .map(|s| s.borrow())
         .enumerate()
-        .filter(|(_, s)| rules::exported_to(&s.export_to, s.namespace(), ns))
+        .filter(|(_, s)| exported_to(&s.export_to, s.namespace(), ns))
         .min_by_key(|(i, s)| {
             (
                 s.namespace() != ns,

@@ -238,6 +238,20 @@ pub enum ErrorCode {
     /// ServiceEntries of one host give one port different protocols where their `exportTo`
     /// overlap (a warning, Istio's IST0177).
     ServiceEntryProtocolConflict,
+    /// A Sidecar's `workloadSelector` matches no workload of its namespace (a warning,
+    /// Istio's IST0101 for a selector).
+    SidecarSelectsNothing,
+    /// A DestinationRule host no service's host is or covers (a warning, Istio's IST0174).
+    DestinationRuleHostUnknown,
+    /// A subset whose labels select none of its host's endpoints (a warning, Istio's
+    /// IST0173).
+    SubsetSelectsNothing,
+    /// A Gateway server port no service of its workloads exposes (a warning, Istio's
+    /// IST0162).
+    GatewayPortNotOnService,
+    /// A VirtualService routes on a JWT claim through a Gateway whose workloads no
+    /// RequestAuthentication applies to (Istio's IST0149): the condition never holds there.
+    ClaimRouteUnverified,
 }
 
 impl ErrorCode {
@@ -269,7 +283,9 @@ impl ErrorCode {
             ErrorCode::SecurityPolicyFailsClosed => ("MF0017", "SecurityPolicyNotEnforced"),
             ErrorCode::JwksUnavailable => ("MF0018", "JwksUnavailable"),
             ErrorCode::JwksStale => ("MF0019", "JwksRefreshFailed"),
-            ErrorCode::SecurityPolicySelectsNothing => ("MF0020", "NoMatchingWorkloadsFound"),
+            ErrorCode::SecurityPolicySelectsNothing | ErrorCode::SidecarSelectsNothing => {
+                ("MF0020", "NoMatchingWorkloadsFound")
+            }
             ErrorCode::ExtAuthzProviderUnusable => ("MF0021", "ExtensionProviderUnusable"),
             ErrorCode::NamespaceNotFound => ("MF0022", "ReferencedNamespaceNotFound"),
             ErrorCode::UnreachableRule => ("MF0023", "VirtualServiceUnreachableRule"),
@@ -287,6 +303,12 @@ impl ErrorCode {
             ErrorCode::DuplicateCertificate => ("MF0031", "GatewayDuplicateCertificate"),
             ErrorCode::ServiceEntryProtocolConflict => {
                 ("MF0032", "ConflictingServiceEntryProtocol")
+            }
+            ErrorCode::DestinationRuleHostUnknown => ("MF0033", "UnknownDestinationRuleHost"),
+            ErrorCode::SubsetSelectsNothing => ("MF0034", "DestinationRuleSubsetNotSelectPods"),
+            ErrorCode::GatewayPortNotOnService => ("MF0035", "GatewayPortNotDefinedOnService"),
+            ErrorCode::ClaimRouteUnverified => {
+                ("MF0036", "JwtClaimBasedRoutingWithoutRequestAuthN")
             }
         }
     }
@@ -309,6 +331,10 @@ impl ErrorCode {
                 | ErrorCode::HostNotInGateway
                 | ErrorCode::DuplicateCertificate
                 | ErrorCode::ServiceEntryProtocolConflict
+                | ErrorCode::SidecarSelectsNothing
+                | ErrorCode::DestinationRuleHostUnknown
+                | ErrorCode::SubsetSelectsNothing
+                | ErrorCode::GatewayPortNotOnService
         )
     }
 }

@@ -139,6 +139,15 @@ impl Service {
     }
 }
 
+/// Whether an object of namespace `owner_ns` with `export_to` (empty: everywhere) is
+/// visible from namespace `ns`: `*`, `.` (its own namespace) or `ns` itself.
+pub fn exported_to(export_to: &[String], owner_ns: &str, ns: &str) -> bool {
+    export_to.is_empty()
+        || export_to
+            .iter()
+            .any(|e| e == "*" || (e == "." && owner_ns == ns) || e == ns)
+}
+
 /// One endpoint of a DNS ServiceEntry: a host name (or IP) Envoy resolves, and the port it
 /// listens on for each of the entry's ports.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

@@ -7,12 +7,7 @@ pub use crate::translate::hosts::host_matches;
 use crate::model::*;
 
 /// `exportTo`: empty or `*` is everyone, `.` the owner's namespace, `~` no one.
-pub fn exported_to(export_to: &[String], owner_ns: &str, ns: &str) -> bool {
-    export_to.is_empty()
-        || export_to
-            .iter()
-            .any(|e| e == "*" || (e == "." && owner_ns == ns) || e == ns)
-}
+pub use crate::model::exported_to;
 
 /// How closely a VirtualService host covers a service host, lower first; `None` when it does
 /// not cover it. As Istio picks the VirtualService of a sidecar's service: the host itself

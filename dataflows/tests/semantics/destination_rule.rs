@@ -607,3 +607,72 @@ fn passthrough_load_balancing_sends_to_the_original_destination() {
     assert_eq!(c.lb_policy, LbPolicy::LeastRequest as i32);
     assert_eq!(m.eds_addresses(&client, &names[0]), set(&["10.2.0.1:9080"]));
 }
+
+/// A DestinationRule whose host no service's host is or covers is a warning (Istio's
+/// IST0174); a wildcard host covering a service says nothing; defining the host ends it.
+#[test]
+fn a_rule_for_no_known_host_is_a_warning_until_the_host_is_defined() {
+    let mut m = Mesh::new();
+    let missing = host("ghost", "default");
+    m.insert(vec![
+        service("reviews", "default"),
+        destination_rule("default", "ghost", &missing, &[]),
+        destination_rule("default", "wide", "*.default.svc.cluster.local", &[]),
+    ]);
+    assert_eq!(
+        gateway_errors(&m, ErrorCode::DestinationRuleHostUnknown),
+        vec![format!(
+            "DestinationRule/default/ghost: spec.host: {missing} is the host of no Service or \
+             ServiceEntry (nor covers one): the rule applies to nothing (IST0174 \
+             UnknownDestinationRuleHost)"
+        )]
+    );
+    assert_eq!(
+        ErrorCode::DestinationRuleHostUnknown.message_code(),
+        ("MF0033", "UnknownDestinationRuleHost")
+    );
+    m.insert(vec![service("ghost", "default")]);
+    assert!(gateway_errors(&m, ErrorCode::DestinationRuleHostUnknown).is_empty());
+}
+
+/// A subset whose labels select none of its host's endpoints is a warning (Istio's
+/// IST0173): requests routed to it would find no upstream. A host without endpoints says
+/// nothing; relabelling a Pod into the subset ends it.
+#[test]
+fn a_subset_selecting_no_endpoint_is_a_warning_until_one_matches() {
+    let mut m = Mesh::new();
+    let reviews = host("reviews", "default");
+    m.insert(vec![
+        service("reviews", "default"),
+        destination_rule(
+            "default",
+            "reviews",
+            &reviews,
+            &[("v1", "v1"), ("v3", "v3")],
+        ),
+    ]);
+    assert!(
+        gateway_errors(&m, ErrorCode::SubsetSelectsNothing).is_empty(),
+        "no endpoint yet: nothing to say"
+    );
+    let v3 = workload("reviews-b", "default", "10.0.4.2", &[("version", "v2")]);
+    m.insert(vec![
+        endpoint("reviews", "default", "10.0.4.1", true),
+        endpoint("reviews", "default", "10.0.4.2", true),
+        workload("reviews-a", "default", "10.0.4.1", &[("version", "v1")]),
+        v3.clone(),
+    ]);
+    assert_eq!(
+        gateway_errors(&m, ErrorCode::SubsetSelectsNothing),
+        vec![format!(
+            "DestinationRule/default/reviews: spec.subsets[1]: subset \"v3\" selects none of \
+             the endpoints of {reviews}: requests routed to it are answered 503 (IST0173 \
+             DestinationRuleSubsetNotSelectPods)"
+        )]
+    );
+    m.replace(
+        v3,
+        workload("reviews-b", "default", "10.0.4.2", &[("version", "v3")]),
+    );
+    assert!(gateway_errors(&m, ErrorCode::SubsetSelectsNothing).is_empty());
+}

@@ -393,3 +393,40 @@ fn one_certificate_on_two_gateways_of_the_same_workloads_is_reported() {
     m.replace(b, tls_gateway("b", &ingress, "other-cert"));
     assert!(gateway_errors(&m, ErrorCode::DuplicateCertificate).is_empty());
 }
+
+/// A Gateway server port that neither a port nor a target port of the services running on
+/// the Gateway's workloads is (Istio's IST0162) is a warning; a port that is the service's
+/// port, or its target port, says nothing; with no endpoint on its workloads, nothing is
+/// said.
+#[test]
+fn a_gateway_port_no_service_of_its_workloads_exposes_is_a_warning() {
+    let mut m = Mesh::new();
+    let gw = gateway(
+        "istio-system",
+        "gw",
+        &[("istio", "ingressgateway")],
+        &[(9080, None), (8443, None)],
+    );
+    let pod = crate::support::workload(
+        "ingress-0",
+        "istio-system",
+        "10.0.5.1",
+        &[("istio", "ingressgateway")],
+    );
+    m.insert(vec![gw, pod]);
+    assert!(gateway_errors(&m, ErrorCode::GatewayPortNotOnService).is_empty());
+    let ep = endpoint("ingressgateway", "istio-system", "10.0.5.1", true);
+    m.insert(vec![service("ingressgateway", "istio-system"), ep.clone()]);
+    assert_eq!(
+        gateway_errors(&m, ErrorCode::GatewayPortNotOnService),
+        vec![
+            "Gateway/istio-system/gw: spec.servers[1].port.number: port 8443 is neither a \
+             port nor a target port of the services whose endpoints run on the workloads the \
+             Gateway selects (9080→9080): clients through those services cannot reach it \
+             (IST0162 GatewayPortNotDefinedOnService)"
+                .to_string()
+        ]
+    );
+    m.retract(vec![ep]);
+    assert!(gateway_errors(&m, ErrorCode::GatewayPortNotOnService).is_empty());
+}

@@ -797,3 +797,63 @@ fn a_policy_naming_an_empty_namespace_is_a_warning() {
         "{nothing:?}"
     );
 }
+
+/// A VirtualService bound to a Gateway that routes on a JWT claim, where no
+/// RequestAuthentication applies to the gateway's workload, is an error (Istio's IST0149):
+/// the gateway never verifies a token, so the route never matches. One selecting the
+/// workload (or a namespace-wide one of its namespace) ends it.
+#[test]
+fn claim_routes_through_a_gateway_without_request_authentication_are_reported() {
+    let mut m = Mesh::new();
+    let Record::VirtualService(mut vs) = crate::support::virtual_service(
+        "default",
+        "claims",
+        &["bookinfo.example.com"],
+        &["istio-system/gw"],
+        &crate::support::host("reviews", "default"),
+    ) else {
+        unreachable!()
+    };
+    vs.http[0].matches = vec![HttpMatch {
+        headers: [(
+            "@request.auth.claims.groups".to_string(),
+            StringMatch::Exact("admin".into()),
+        )]
+        .into(),
+        ..Default::default()
+    }];
+    m.insert(vec![
+        service("reviews", "default"),
+        gateway(
+            "istio-system",
+            "gw",
+            &[("istio", "ingressgateway")],
+            &[(80, None)],
+        ),
+        workload(
+            "ingress-0",
+            "istio-system",
+            "10.0.6.1",
+            &[("istio", "ingressgateway")],
+        ),
+        Record::VirtualService(vs),
+    ]);
+    assert_eq!(
+        gateway_errors(&m, ErrorCode::ClaimRouteUnverified),
+        vec![
+            "VirtualService/default/claims: spec.http: routes on the JWT claim \
+             \"@request.auth.claims.groups\" through Gateway istio-system/gw, and no \
+             RequestAuthentication applies to its workload Pod istio-system/ingress-0: that \
+             gateway never verifies a token, so the condition never holds there (IST0149 \
+             JwtClaimBasedRoutingWithoutRequestAuthN)"
+                .to_string()
+        ]
+    );
+    assert!(!ErrorCode::ClaimRouteUnverified.is_warning());
+    m.insert(vec![tokens(
+        "istio-system",
+        "jwt",
+        Some(&[("istio", "ingressgateway")]),
+    )]);
+    assert!(gateway_errors(&m, ErrorCode::ClaimRouteUnverified).is_empty());
+}

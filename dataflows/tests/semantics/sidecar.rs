@@ -457,3 +457,51 @@ fn sidecars_that_tie_are_reported_until_one_goes() {
     assert!(gateway_errors(&m, ErrorCode::SidecarSelectorsConflict).is_empty());
     assert!(gateway_errors(&m, ErrorCode::SidecarsWithoutSelector).is_empty());
 }
+
+/// A Sidecar whose `workloadSelector` matches no workload of its namespace is a warning
+/// (Istio's IST0101 for a selector, MF0020 here); a workload of another namespace with the
+/// labels does not count; once one of its namespace (a Pod, or a connected proxy) matches,
+/// the warning goes.
+#[test]
+fn a_sidecar_selecting_no_workload_is_a_warning_until_one_matches() {
+    let mut m = Mesh::new();
+    m.insert(vec![
+        sidecar("default", "db", Some(&[("app", "db")]), &["./*"]),
+        workload("db-0", "other", "10.0.3.1", &[("app", "db")]),
+    ]);
+    assert_eq!(
+        gateway_errors(&m, ErrorCode::SidecarSelectsNothing),
+        vec![
+            "Sidecar/default/db: spec.workloadSelector: matches no workload (Pod or \
+             WorkloadEntry) of namespace default: the Sidecar applies to nothing yet (IST0101 \
+             ReferencedResourceNotFound)"
+                .to_string()
+        ]
+    );
+    assert_eq!(
+        ErrorCode::SidecarSelectsNothing.message_code(),
+        ("MF0020", "NoMatchingWorkloadsFound")
+    );
+    assert!(ErrorCode::SidecarSelectsNothing.is_warning());
+    // A connected proxy the selector matches is a workload too (files may hold no Pods).
+    let connected = px(&sidecar_proxy(
+        "db-2",
+        "default",
+        "10.0.3.3",
+        &[("app", "db")],
+    ));
+    m.insert(vec![connected.clone()]);
+    assert!(gateway_errors(&m, ErrorCode::SidecarSelectsNothing).is_empty());
+    m.retract(vec![connected]);
+    assert_eq!(
+        gateway_errors(&m, ErrorCode::SidecarSelectsNothing).len(),
+        1
+    );
+    m.insert(vec![workload(
+        "db-1",
+        "default",
+        "10.0.3.2",
+        &[("app", "db")],
+    )]);
+    assert!(gateway_errors(&m, ErrorCode::SidecarSelectsNothing).is_empty());
+}
