@@ -14,6 +14,9 @@ use std::fmt;
 pub enum Level {
     Error,
     Warning,
+    /// A warning that a field is deprecated in Istio's API: still honoured as Istio honours
+    /// it, with the field that replaces it named (Istio's IST0156).
+    Deprecated,
 }
 
 impl Level {
@@ -24,6 +27,7 @@ impl Level {
         match self {
             Level::Error => ("MF0002", "ConfigNotFullyGenerated"),
             Level::Warning => ("MF0001", "FieldNotSupported"),
+            Level::Deprecated => ("MF0037", "Deprecated"),
         }
     }
 
@@ -39,7 +43,7 @@ impl fmt::Display for Level {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Level::Error => "error",
-            Level::Warning => "warning",
+            Level::Warning | Level::Deprecated => "warning",
         })
     }
 }
@@ -57,6 +61,15 @@ impl Finding {
     pub fn warning(field: impl Into<String>, message: impl Into<String>) -> Self {
         Finding {
             level: Level::Warning,
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+
+    /// A deprecated field, honoured: `message` names what replaces it.
+    pub fn deprecated(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Finding {
+            level: Level::Deprecated,
             field: field.into(),
             message: message.into(),
         }

@@ -181,6 +181,8 @@ pub struct FaultDelay {
     /// Read only to say it is not generated (Istio does not implement it either).
     pub exponential_delay: Option<String>,
     pub percentage: Option<Percent>,
+    /// Deprecated whole percent, read where `percentage` is unset (as Istio reads it).
+    pub percent: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

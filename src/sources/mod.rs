@@ -42,6 +42,9 @@ pub fn log_finding(level: crate::config::Level, line: &str) {
         crate::config::Level::Warning => {
             tracing::info!(target: PROBLEMS_LOG_TARGET, analysis = %line, "config field not supported")
         }
+        crate::config::Level::Deprecated => {
+            tracing::info!(target: PROBLEMS_LOG_TARGET, analysis = %line, "config field deprecated")
+        }
     }
 }
 

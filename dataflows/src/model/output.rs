@@ -153,7 +153,8 @@ impl ConfigError {
 /// `validationMessages` code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum ErrorCode {
-    /// A host another service already defines.
+    /// A ServiceEntry set aside: a Kubernetes Service of its host in its namespace, or an
+    /// earlier entry it cannot merge with, wins (a warning: Istio sets it aside too).
     HostConflict,
     /// A route or mirror destination names a subset no DestinationRule of its host defines.
     SubsetNotDefined,
@@ -319,6 +320,7 @@ impl ErrorCode {
         matches!(
             self,
             ErrorCode::DestinationRuleMerged
+                | ErrorCode::HostConflict
                 | ErrorCode::AliasUnresolved
                 | ErrorCode::JwksStale
                 | ErrorCode::SecurityPolicySelectsNothing

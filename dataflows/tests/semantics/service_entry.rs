@@ -338,6 +338,10 @@ fn entries_of_one_host_in_one_namespace_merge_their_ports() {
             && errors[0].contains("their resolutions differ"),
         "{errors:?}"
     );
+    assert!(
+        ErrorCode::HostConflict.is_warning(),
+        "Istio sets it aside too"
+    );
     m.replace(Record::Service(dns), Record::Service(second));
     assert!(m.clusters(&a).contains(c9000));
     assert!(gateway_errors(&m, ErrorCode::HostConflict).is_empty());

@@ -22,6 +22,7 @@ pub(super) fn service(
     let svc: k8s_openapi::api::core::v1::Service = typed(value, "")?;
     let spec = svc.spec.unwrap_or_default();
     service_fields_not_read(&spec, findings);
+    istio_annotations_not_read(&annotations, findings);
     let prefer_close = prefers_close(&spec, &annotations);
     let headless = spec.cluster_ip.as_deref() == Some("None");
     // An ExternalName service is an alias of the host it names, as Istio (1.21 and later)
@@ -154,6 +155,32 @@ fn service_fields_not_read(
             "externalIPs",
             "meshflow serves the service at its cluster IPs only",
         );
+    }
+}
+
+/// The Istio annotations (of a domain ending in `istio.io`) meshflow reads on a Service.
+const SERVICE_ANNOTATIONS: [&str; 2] = [
+    "networking.istio.io/exportTo",
+    TRAFFIC_DISTRIBUTION_ANNOTATION,
+];
+
+/// Each Istio annotation (of a domain ending in `istio.io`) on a Service that meshflow does
+/// not read, by name: one Istio does not know, one meant for another kind (a Pod's
+/// `sidecar.istio.io/…`), or one meshflow does not translate (Istio's IST0108
+/// UnknownAnnotation and IST0107 MisplacedAnnotation, as meshflow can tell them).
+fn istio_annotations_not_read(annotations: &Labels, findings: &mut Vec<Finding>) {
+    for name in annotations.keys() {
+        let domain = name.split_once('/').map_or("", |(d, _)| d);
+        if domain.ends_with("istio.io") && !SERVICE_ANNOTATIONS.contains(&name.as_str()) {
+            findings.push(Finding::warning(
+                format!("metadata.annotations[{name}]"),
+                format!(
+                    "{IGNORED} on a Service (meshflow reads {} there; Istio's IST0107/IST0108 \
+                     say whether Istio does)",
+                    SERVICE_ANNOTATIONS.join(", ")
+                ),
+            ));
+        }
     }
 }
 

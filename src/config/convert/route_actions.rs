@@ -400,10 +400,34 @@ pub(super) fn fault(
                     "a delay must be at least 1ms",
                 ));
             }
-            Some((
-                ms,
-                fraction(&d.percentage, format!("{f}.delay.percentage"))?,
-            ))
+            // `percentage` wins over the deprecated whole `percent`, as in Istio.
+            let share = match (&d.percentage, d.percent) {
+                (None, Some(p)) if (0..=100).contains(&p) => {
+                    findings.push(Finding::deprecated(
+                        format!("{f}.delay.percent"),
+                        format!(
+                            "deprecated: use percentage; read as percentage {{value: {p}}}, as \
+                             Istio reads it (IST0156)"
+                        ),
+                    ));
+                    p as m::PerMillion * 10_000
+                }
+                (None, Some(p)) => {
+                    return Err(Invalid::field(
+                        format!("{f}.delay.percent"),
+                        format!("{p} is not a percentage in 0..100"),
+                    ))
+                }
+                (Some(_), Some(_)) => {
+                    findings.push(Finding::deprecated(
+                        format!("{f}.delay.percent"),
+                        "deprecated: use percentage, which is set and wins (IST0156)",
+                    ));
+                    fraction(&d.percentage, format!("{f}.delay.percentage"))?
+                }
+                _ => fraction(&d.percentage, format!("{f}.delay.percentage"))?,
+            };
+            Some((ms, share))
         }
     };
     let abort = match &ft.abort {

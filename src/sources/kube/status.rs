@@ -11,7 +11,7 @@
 //!   names the field: `spec.http[0].corsPolicy: …`), and the dataflow's findings across
 //!   objects (published by the hub): a destination subset no DestinationRule defines or a
 //!   gateway no Gateway defines (`MF0004 ReferencedResourceNotFound`, Istio's IST0101), a
-//!   host another service already defines (`MF0005 ConflictingHost`).
+//!   ServiceEntry set aside for another of its namespace (`MF0005 ConflictingHost`).
 //! - NACK attribution: while proxies reject a resource that the object's latest change
 //!   altered (`runtime::rejections`, published through the hub; only proxies of the
 //!   object's own namespace or of the root namespace are reported here), `Reconciled` is
@@ -140,7 +140,7 @@ impl ObjectStatus {
                 let (code, name) = level.message_code();
                 let level = match level {
                     Level::Error => "ERROR",
-                    Level::Warning => "WARNING",
+                    Level::Warning | Level::Deprecated => "WARNING",
                 };
                 json!({"type": {"code": code, "name": name}, "level": level, "description": description})
             })

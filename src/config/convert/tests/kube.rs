@@ -118,3 +118,28 @@ fn traffic_distribution_prefer_close_is_read_and_other_values_are_said() {
         assert_eq!(fields(&p, Level::Warning), expected, "{spec}{annotation}");
     }
 }
+
+/// Istio annotations on a Service that meshflow does not read are reported by name (a
+/// Pod's `sidecar.istio.io/inject` misplaced there, one of no Istio meaning); those it
+/// reads, and other domains' annotations, say nothing.
+#[test]
+fn istio_annotations_a_service_carries_and_meshflow_does_not_read_are_reported() {
+    let doc = "apiVersion: v1\nkind: Service\nmetadata:\n  name: db\n  namespace: ns\n  annotations:\n    networking.istio.io/exportTo: '.'\n    networking.istio.io/traffic-distribution: PreferClose\n    sidecar.istio.io/inject: 'false'\n    networking.istio.io/made-up: x\n    example.com/note: y\nspec:\n  ports: [{name: http, port: 80}]\n";
+    let p = parse(doc);
+    assert_eq!(
+        fields(&p, Level::Warning),
+        vec![
+            "metadata.annotations[networking.istio.io/made-up]",
+            "metadata.annotations[sidecar.istio.io/inject]",
+        ]
+    );
+    let Record::Service(s) = &p.records[0] else {
+        panic!()
+    };
+    assert_eq!(
+        s.export_to,
+        vec![".".to_string()],
+        "the read ones still apply"
+    );
+    assert!(s.prefer_close);
+}

@@ -234,3 +234,42 @@ fn an_exponential_delay_is_said_and_not_generated() {
     .expect_err("both");
     assert_eq!(e.field, "spec.http[0].fault.delay");
 }
+
+/// `fault.delay.percent` (deprecated, a whole percent) is read where `percentage` is unset,
+/// as Istio reads it, with a deprecation warning (MF0037, Istio's IST0156) naming the field
+/// and its replacement; `percentage` wins where both are set; out of range is refused.
+#[test]
+fn a_delay_percent_is_read_as_deprecated() {
+    let route = "    route: [{destination: {host: reviews}}]\n";
+    let p = parse(&format!(
+        "{VS}  http:\n  - fault: {{delay: {{fixedDelay: 2s, percent: 30}}}}\n{route}"
+    ));
+    let fault = vs(&p).http[0].fault.clone().expect("a fault");
+    assert_eq!(fault.delay, Some((2000, 300_000)), "30% in millionths");
+    assert_eq!(
+        fields(&p, Level::Deprecated),
+        vec!["spec.http[0].fault.delay.percent"]
+    );
+    assert!(p.findings[0].message.contains("use percentage"));
+    assert_eq!(Level::Deprecated.message_code(), ("MF0037", "Deprecated"));
+    let both = parse(&format!(
+        "{VS}  http:\n  - fault: {{delay: {{fixedDelay: 2s, percent: 30, percentage: {{value: 5}}}}}}\n{route}"
+    ));
+    assert_eq!(
+        vs(&both).http[0].fault.as_ref().and_then(|f| f.delay),
+        Some((2000, 50_000))
+    );
+    assert_eq!(
+        fields(&both, Level::Deprecated),
+        vec!["spec.http[0].fault.delay.percent"]
+    );
+    let e = parse_document(
+        &format!("{VS}  http:\n  - fault: {{delay: {{fixedDelay: 2s, percent: 130}}}}\n{route}"),
+        &MeshConfig::default(),
+    )
+    .expect_err("refused");
+    assert!(
+        e.to_string().contains("spec.http[0].fault.delay.percent"),
+        "{e}"
+    );
+}
