@@ -17,6 +17,8 @@ pub enum Level {
     /// A warning that a field is deprecated in Istio's API: still honoured as Istio honours
     /// it, with the field that replaces it named (Istio's IST0156).
     Deprecated,
+    /// A warning that a certificate has expired or expires soon, as read.
+    Expiring,
 }
 
 impl Level {
@@ -28,6 +30,7 @@ impl Level {
             Level::Error => ("MF0002", "ConfigNotFullyGenerated"),
             Level::Warning => ("MF0001", "FieldNotSupported"),
             Level::Deprecated => ("MF0037", "Deprecated"),
+            Level::Expiring => ("MF0038", "CertificateExpiring"),
         }
     }
 
@@ -43,7 +46,7 @@ impl fmt::Display for Level {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Level::Error => "error",
-            Level::Warning | Level::Deprecated => "warning",
+            Level::Warning | Level::Deprecated | Level::Expiring => "warning",
         })
     }
 }

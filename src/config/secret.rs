@@ -8,6 +8,7 @@
 //! says so. Key material is never put in a message; a Secret is shown by its certificate's
 //! SHA-256 fingerprint.
 
+use super::findings::{Finding, Level};
 use super::Invalid;
 use base64::Engine;
 use dataflows::model::{ConfigKey, Record, TlsIdentity, TlsSecret};
@@ -75,6 +76,53 @@ fn certificates(key: &str, pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, S
     Ok(certs)
 }
 
+/// How long before its end a certificate read is reported as expiring.
+const EXPIRY_NOTICE_S: i64 = 30 * 24 * 3600;
+
+/// What to say of a certificate at `field` (SHA-256 `fp`) valid until `not_after` (seconds
+/// since the Unix epoch; `until` as the certificate writes it), read at `now`: expired, or
+/// expiring within [`EXPIRY_NOTICE_S`]; nothing otherwise.
+pub fn expiry_finding(
+    field: &str,
+    fp: &str,
+    (not_after, until): (i64, &str),
+    now: i64,
+) -> Option<Finding> {
+    let message = if not_after <= now {
+        format!("the certificate (sha256:{fp}) expired on {until}: clients refuse it")
+    } else if not_after - now <= EXPIRY_NOTICE_S {
+        let days = (not_after - now) / (24 * 3600);
+        format!("the certificate (sha256:{fp}) expires on {until}, in {days} days: renew it")
+    } else {
+        return None;
+    };
+    Some(Finding {
+        level: Level::Expiring,
+        field: field.to_string(),
+        message,
+    })
+}
+
+/// Each certificate of the PEM bundle at `key` that has expired or expires soon, as read
+/// now (a Secret is checked when it is read: by `validate`, and on each change `serve` sees).
+fn expiries(key: &str, pem: &[u8], findings: &mut Vec<Finding>) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    for c in CertificateDer::pem_slice_iter(pem).flatten() {
+        if let Ok((_, x509)) = x509_parser::parse_x509_certificate(&c) {
+            let end = x509.validity().not_after;
+            let until = end.to_string();
+            findings.extend(expiry_finding(
+                &format!("data.{key}"),
+                &fingerprint(&c),
+                (end.timestamp(), &until),
+                now,
+            ));
+        }
+    }
+}
+
 /// The certificate chain and key, checked: both PEM, and the key the certificate's.
 fn identity(cert: (&str, &[u8]), key: (&str, &[u8])) -> Result<TlsIdentity, String> {
     let chain = certificates(cert.0, cert.1)?;
@@ -108,11 +156,18 @@ fn identity(cert: (&str, &[u8]), key: (&str, &[u8])) -> Result<TlsIdentity, Stri
 
 /// A Secret's record: its TLS material, or why it cannot be served. Secrets with no TLS
 /// keys at all are records too (without material), so a gateway naming one says so.
-pub fn secret(key: &ConfigKey, value: &Value) -> Result<Vec<Record>, Invalid> {
+pub fn secret(
+    key: &ConfigKey,
+    value: &Value,
+    findings: &mut Vec<Finding>,
+) -> Result<Vec<Record>, Invalid> {
     let entries = entries(value)?;
     let cert = pick(&entries, &["tls.crt", "cert"]);
     let private = pick(&entries, &["tls.key", "key"]);
     let ca = pick(&entries, &["ca.crt", "cacert"]);
+    for (name, pem) in [cert, ca].into_iter().flatten() {
+        expiries(name, pem, findings);
+    }
     let mut problem = None;
     let identity = match (cert, private) {
         (Some(c), Some(k)) => identity(c, k).map_err(|e| problem = Some(e)).ok(),
@@ -170,7 +225,7 @@ mod tests {
     fn parse(yaml: &str) -> TlsSecret {
         let v: Value = serde_yaml_ng::from_str(yaml).unwrap();
         let key = ConfigKey::new(Kind::Secret, "istio-system", "cred");
-        match secret(&key, &v).unwrap().remove(0) {
+        match secret(&key, &v, &mut Vec::new()).unwrap().remove(0) {
             Record::Secret(s) => s,
             other => panic!("{other:?}"),
         }
@@ -239,5 +294,50 @@ mod tests {
             .contains("tls.crt holds no PEM certificate"));
         let s = parse("type: Opaque\nstringData:\n  password: x\n");
         assert!(s.problem.unwrap().contains("holds no TLS material"));
+    }
+
+    /// A certificate past its end, or within 30 days of it, is reported at its key when the
+    /// Secret is read (MF0038, a warning); one further off says nothing.
+    #[test]
+    fn expired_and_expiring_certificates_are_reported() {
+        let day = 24 * 3600;
+        let now = 1_800_000_000;
+        let expired = expiry_finding("data.tls.crt", "ab", (now - day, "then"), now).unwrap();
+        assert_eq!(expired.level, Level::Expiring);
+        assert_eq!(expired.field, "data.tls.crt");
+        assert!(
+            expired.message.contains("expired on then"),
+            "{}",
+            expired.message
+        );
+        let soon = expiry_finding("data.ca.crt", "ab", (now + 10 * day, "soon"), now).unwrap();
+        assert!(soon.message.contains("in 10 days"), "{}", soon.message);
+        assert!(expiry_finding("data.tls.crt", "ab", (now + 40 * day, "later"), now).is_none());
+        assert_eq!(
+            Level::Expiring.message_code(),
+            ("MF0038", "CertificateExpiring")
+        );
+        // Through a Secret: a certificate that ended yesterday.
+        let kp = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(vec!["old.example.com".into()]).unwrap();
+        params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+        params.not_after = rcgen::date_time_ymd(2021, 1, 1);
+        let cert = params.self_signed(&kp).unwrap();
+        let v: Value = serde_yaml_ng::from_str(&format!(
+            "type: kubernetes.io/tls\nstringData:\n  tls.crt: |\n{}  tls.key: |\n{}",
+            indent(&cert.pem()),
+            indent(&kp.serialize_pem())
+        ))
+        .unwrap();
+        let key = ConfigKey::new(Kind::Secret, "istio-system", "old");
+        let mut findings = Vec::new();
+        secret(&key, &v, &mut findings).unwrap();
+        assert_eq!(findings.len(), 1, "{findings:?}");
+        assert_eq!(findings[0].field, "data.tls.crt");
+        assert!(
+            findings[0].message.contains("expired on"),
+            "{}",
+            findings[0].message
+        );
     }
 }

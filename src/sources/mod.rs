@@ -45,6 +45,9 @@ pub fn log_finding(level: crate::config::Level, line: &str) {
         crate::config::Level::Deprecated => {
             tracing::info!(target: PROBLEMS_LOG_TARGET, analysis = %line, "config field deprecated")
         }
+        crate::config::Level::Expiring => {
+            tracing::warn!(target: PROBLEMS_LOG_TARGET, analysis = %line, "certificate expiring")
+        }
     }
 }
 

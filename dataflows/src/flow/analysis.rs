@@ -86,6 +86,7 @@ pub(super) fn findings<'s>(i: Inputs<'_, 's>) -> Coll<'s, ConfigError> {
         .concat(duplicate_certificates(i.gateways))
         .concat(unknown_rule_hosts(i.destination_rules, i.services))
         .concat(subsets_selecting_nothing(i.destination_rules, i.endpoints))
+        .concat(gateways_sharing_hosts(i.gateways, i.workloads))
         .concat(claim_routes_unverified(
             vss,
             i.gateways,
@@ -354,6 +355,97 @@ fn subsets_selecting_nothing<'s>(
                 "spec.subsets[{i}]: subset {name:?} selects none of the endpoints of {h}: \
                  requests routed to it are answered 503 (IST0173 \
                  DestinationRuleSubsetNotSelectPods)"
+            ),
+        })
+}
+
+/// What puts two Gateways' servers on one proxy: the same selector, or a workload both
+/// select.
+#[derive(
+    Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+enum Together {
+    Selector(Labels),
+    Workload(ConfigKey),
+}
+
+/// Servers of two Gateways that one proxy runs (the same selector, or a workload both
+/// select) of one protocol on one port and bind that list the same host (Istio's IST0145
+/// ConflictingGateways, on each Gateway): the proxy serves them on one listener, the
+/// VirtualServices of both answering for that host. (Two protocols on one port are the
+/// other MF0011, which the router's assembly reports.) Grouped by (what puts them
+/// together, port, protocol, bind, host), so no Gateway is compared with every other.
+fn gateways_sharing_hosts<'s>(
+    gateways: &Coll<'s, (ConfigKey, Gateway)>,
+    workloads: &Coll<'s, (String, Workload)>,
+) -> Coll<'s, ConfigError> {
+    type Spot = (Together, (u16, Protocol), Option<String>, String);
+    let spots = |together: &Together, gw: &Gateway| -> Vec<Spot> {
+        let mut out: Vec<Spot> = gw
+            .servers
+            .iter()
+            .flat_map(|s| {
+                s.hosts.iter().map(|h| {
+                    (
+                        together.clone(),
+                        (s.port, s.protocol),
+                        s.bind.clone(),
+                        h.clone(),
+                    )
+                })
+            })
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    };
+    let by_selector = gateways.clone().flat_map(move |(k, gw)| {
+        spots(&Together::Selector(gw.selector.clone()), &gw)
+            .into_iter()
+            .map(|spot| (spot, k.clone()))
+            .collect::<Vec<_>>()
+    });
+    let by_workload = gateway_workloads(gateways, workloads)
+        .map(|(k, w)| (k, w.origin))
+        .join_map(gateways.clone(), move |k, w, gw| {
+            spots(&Together::Workload(w.clone()), gw)
+                .into_iter()
+                .map(|spot| (spot, k.clone()))
+                .collect::<Vec<_>>()
+        })
+        .flat_map(|x| x);
+    by_selector
+        .concat(by_workload)
+        .distinct()
+        .reduce(
+            |(_, (port, _), _, host), vals: &[(&ConfigKey, isize)], out| {
+                for (k, _) in vals {
+                    for (other, _) in vals.iter().filter(|(o, _)| o != k) {
+                        out.push((
+                            ((*k).clone(), *port, host.clone(), (*other).clone()),
+                            1isize,
+                        ));
+                    }
+                }
+            },
+        )
+        .map(|(_, pair)| pair)
+        .distinct()
+        .map(|(k, port, host, other)| ((k, port, host), other))
+        .reduce(|_, vals: &[(&ConfigKey, isize)], out| {
+            let others: Vec<String> = vals
+                .iter()
+                .map(|(o, _)| format!("{}/{}", o.namespace, o.name))
+                .collect();
+            out.push((others.join(", "), 1isize))
+        })
+        .map(|((k, port, host), others)| ConfigError {
+            object: k,
+            code: ErrorCode::GatewayHostShared,
+            message: format!(
+                "spec.servers: port {port} serves host {host:?} here and in Gateway {others} \
+                 on the same workloads: one listener serves both, the VirtualServices of both \
+                 answering for it (IST0145 ConflictingGateways)"
             ),
         })
 }

@@ -253,6 +253,9 @@ pub enum ErrorCode {
     /// A VirtualService routes on a JWT claim through a Gateway whose workloads no
     /// RequestAuthentication applies to (Istio's IST0149): the condition never holds there.
     ClaimRouteUnverified,
+    /// Servers of two Gateways on the same workloads, port and bind list one host (a
+    /// warning, Istio's IST0145).
+    GatewayHostShared,
 }
 
 impl ErrorCode {
@@ -274,7 +277,9 @@ impl ErrorCode {
             ErrorCode::GatewaySecret => ("MF0008", "InvalidGatewayCredential"),
             ErrorCode::TlsRouteUnmatched => ("MF0009", "TlsRouteNotServed"),
             ErrorCode::DestinationRuleSecret => ("MF0010", "InvalidDestinationRuleCredential"),
-            ErrorCode::GatewayPortConflict => ("MF0011", "ConflictingGateways"),
+            ErrorCode::GatewayPortConflict | ErrorCode::GatewayHostShared => {
+                ("MF0011", "ConflictingGateways")
+            }
             ErrorCode::DestinationRuleMerged => ("MF0012", "MergedDestinationRules"),
             ErrorCode::ProxylessTls => ("MF0013", "UnsupportedProxylessTls"),
             ErrorCode::PortSelectorRequired => {
@@ -337,6 +342,7 @@ impl ErrorCode {
                 | ErrorCode::DestinationRuleHostUnknown
                 | ErrorCode::SubsetSelectsNothing
                 | ErrorCode::GatewayPortNotOnService
+                | ErrorCode::GatewayHostShared
         )
     }
 }

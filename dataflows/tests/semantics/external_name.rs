@@ -106,14 +106,7 @@ fn external_name_ports(name: &str, ns: &str, target: &str, ports: &[u16]) -> Rec
     let Record::Service(mut s) = external_name(name, ns, target) else {
         unreachable!()
     };
-    s.ports = ports
-        .iter()
-        .map(|p| ServicePort {
-            name: format!("http-{p}"),
-            port: *p,
-            protocol: Protocol::Http,
-        })
-        .collect();
+    s.ports = crate::support::http_ports(ports);
     Record::Service(s)
 }
 

@@ -430,3 +430,75 @@ fn a_gateway_port_no_service_of_its_workloads_exposes_is_a_warning() {
     m.retract(vec![ep]);
     assert!(gateway_errors(&m, ErrorCode::GatewayPortNotOnService).is_empty());
 }
+
+/// Two Gateways of the same selector whose servers on one port list one host are each
+/// reported (Istio's IST0145, MF0011), naming the other; another host, another port or a
+/// selector matching other workloads says nothing; Gateways of different selectors that a
+/// workload both match are reported once it runs; renaming the host ends it.
+#[test]
+fn gateways_listing_one_host_on_one_port_of_one_workload_are_each_reported() {
+    let mut m = Mesh::new();
+    let with_host = |name: &str, selector: &[(&str, &str)], port: u16, host: &str| {
+        let Record::Gateway(mut gw) = gateway("istio-system", name, selector, &[(port, None)])
+        else {
+            unreachable!()
+        };
+        gw.servers[0].hosts = vec![host.to_string()];
+        Record::Gateway(gw)
+    };
+    let ingress: &[(&str, &str)] = &[("istio", "ingressgateway")];
+    let b = with_host("b", ingress, 80, "shop.example.com");
+    m.insert(vec![
+        with_host("a", ingress, 80, "shop.example.com"),
+        b.clone(),
+        with_host("c", ingress, 80, "blog.example.com"),
+        with_host("d", ingress, 8080, "shop.example.com"),
+        with_host("e", &[("istio", "egressgateway")], 80, "shop.example.com"),
+    ]);
+    let message = |k: &str, other: &str| {
+        format!(
+            "Gateway/istio-system/{k}: spec.servers: port 80 serves host \"shop.example.com\" \
+             here and in Gateway istio-system/{other} on the same workloads: one listener \
+             serves both, the VirtualServices of both answering for it (IST0145 \
+             ConflictingGateways)"
+        )
+    };
+    let mut found = gateway_errors(&m, ErrorCode::GatewayHostShared);
+    found.sort();
+    assert_eq!(found, vec![message("a", "b"), message("b", "a")]);
+    assert_eq!(
+        ErrorCode::GatewayHostShared.message_code(),
+        ("MF0011", "ConflictingGateways")
+    );
+    // A workload both `e`'s and `a`'s selectors match puts them together.
+    m.insert(vec![crate::support::workload(
+        "both-0",
+        "istio-system",
+        "10.0.7.1",
+        &[("istio", "ingressgateway"), ("role", "edge")],
+    )]);
+    let Record::Gateway(mut e) = with_host("e", &[("role", "edge")], 80, "shop.example.com") else {
+        unreachable!()
+    };
+    e.servers[0].hosts = vec!["shop.example.com".into()];
+    m.replace(
+        with_host("e", &[("istio", "egressgateway")], 80, "shop.example.com"),
+        Record::Gateway(e),
+    );
+    let found = gateway_errors(&m, ErrorCode::GatewayHostShared);
+    assert!(
+        found
+            .iter()
+            .any(|f| f.starts_with("Gateway/istio-system/e:")
+                && f.contains("Gateway istio-system/a, istio-system/b")),
+        "{found:?}"
+    );
+    m.replace(b, with_host("b", ingress, 80, "other.example.com"));
+    m.retract(vec![with_host(
+        "e",
+        &[("role", "edge")],
+        80,
+        "shop.example.com",
+    )]);
+    assert!(gateway_errors(&m, ErrorCode::GatewayHostShared).is_empty());
+}

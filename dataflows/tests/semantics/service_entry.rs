@@ -244,14 +244,7 @@ fn api_entry(ns: &str, name: &str, ports: &[u16]) -> Service {
     };
     s.hostname = "api.example.com".into();
     s.origin = ConfigKey::new(Kind::ServiceEntry, ns, name);
-    s.ports = ports
-        .iter()
-        .map(|p| ServicePort {
-            name: format!("http-{p}"),
-            port: *p,
-            protocol: Protocol::Http,
-        })
-        .collect();
+    s.ports = crate::support::http_ports(ports);
     s
 }
 

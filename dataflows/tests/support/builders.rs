@@ -43,6 +43,18 @@ pub fn service(name: &str, ns: &str) -> Record {
     })
 }
 
+/// HTTP ports `http-PORT` on each of `ports`.
+pub fn http_ports(ports: &[u16]) -> Vec<ServicePort> {
+    ports
+        .iter()
+        .map(|p| ServicePort {
+            name: format!("http-{p}"),
+            port: *p,
+            protocol: Protocol::Http,
+        })
+        .collect()
+}
+
 pub fn service_exported(name: &str, ns: &str, export_to: &[&str]) -> Record {
     let Record::Service(mut s) = service(name, ns) else {
         unreachable!()

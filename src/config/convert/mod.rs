@@ -58,7 +58,7 @@ pub fn convert(
         Kind::WorkloadEntry => workload_entry(key, &value, &mut f),
         // Read by `config::mesh`, never as an object of a config directory.
         Kind::MeshConfig => Ok(Vec::new()),
-        Kind::Secret => super::secret::secret(key, &value),
+        Kind::Secret => super::secret::secret(key, &value, &mut f),
         Kind::PeerAuthentication | Kind::AuthorizationPolicy | Kind::RequestAuthentication => {
             security::security(key, &value, mesh, &mut f)
         }

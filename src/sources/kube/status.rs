@@ -140,7 +140,7 @@ impl ObjectStatus {
                 let (code, name) = level.message_code();
                 let level = match level {
                     Level::Error => "ERROR",
-                    Level::Warning | Level::Deprecated => "WARNING",
+                    Level::Warning | Level::Deprecated | Level::Expiring => "WARNING",
                 };
                 json!({"type": {"code": code, "name": name}, "level": level, "description": description})
             })
