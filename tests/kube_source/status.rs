@@ -153,7 +153,7 @@ fn status_says_what_is_in_effect_and_what_is_not_translated() {
     assert_eq!(message["level"], "ERROR", "{status:#}");
     assert!(
         descriptions(&status)[0]
-            .starts_with("subset \"v2\" of host reviews.default.svc.cluster.local is defined by no DestinationRule"),
+            .starts_with("spec.http[0].route[0].destination.subset: subset \"v2\" of host reviews.default.svc.cluster.local is defined by no DestinationRule"),
         "{status:#}"
     );
     // Once the rule defines it, the message goes.

@@ -224,7 +224,8 @@ fn validate_reads_a_cluster_and_names_what_it_would_reject() {
     // Across objects, as `serve` would find it: `details` routes to a host nothing defines.
     assert!(
         lines[2].starts_with(
-            "error: VirtualService default/details: host details.default.svc.cluster.local"
+            "error: VirtualService default/details: spec.http[0].route[0].destination.host: \
+             host details.default.svc.cluster.local"
         ) && lines[2].ends_with("[MF0004 ReferencedResourceNotFound]"),
         "{stdout}"
     );

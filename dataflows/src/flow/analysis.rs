@@ -22,26 +22,54 @@ use crate::model::*;
 use crate::rules;
 
 /// What each VirtualService's destinations (of `http`, `tcp` and `tls` routes, and mirrors)
-/// reference (`pick`), once per VirtualService.
+/// reference (`pick`), once per VirtualService, with the field of the first destination
+/// that does (`spec.http[0].route[1].destination`).
 fn references<'s, R: differential_dataflow::ExchangeData + std::hash::Hash>(
     vss: &Coll<'s, (ConfigKey, VirtualService)>,
     pick: fn(&RouteDestination) -> Option<R>,
-) -> Coll<'s, (R, ConfigKey)> {
+) -> Coll<'s, (R, (ConfigKey, String))> {
     vss.clone().flat_map(move |(key, vs)| {
-        let http = vs.http.iter().flat_map(|r| {
-            r.route
-                .iter()
-                .chain(r.mirrors.iter().map(|m| &m.destination))
-        });
-        let tcp = vs.tcp.iter().flat_map(|r| &r.route);
-        let tls = vs.tls.iter().flat_map(|r| &r.route);
-        let mut out: Vec<(R, ConfigKey)> = http
-            .chain(tcp)
-            .chain(tls)
-            .filter_map(|d| Some((pick(d)?, key.clone())))
-            .collect();
-        out.sort();
-        out.dedup();
+        let at =
+            |kind: &str, i: usize, j: usize| format!("spec.{kind}[{i}].route[{j}].destination");
+        let mut named: Vec<(String, &RouteDestination)> = Vec::new();
+        for (i, r) in vs.http.iter().enumerate() {
+            named.extend(
+                r.route
+                    .iter()
+                    .enumerate()
+                    .map(|(j, d)| (at("http", i, j), d)),
+            );
+            named.extend(r.mirrors.iter().enumerate().map(|(j, m)| {
+                (
+                    format!("spec.http[{i}].mirrors[{j}].destination"),
+                    &m.destination,
+                )
+            }));
+        }
+        for (i, r) in vs.tcp.iter().enumerate() {
+            named.extend(
+                r.route
+                    .iter()
+                    .enumerate()
+                    .map(|(j, d)| (at("tcp", i, j), d)),
+            );
+        }
+        for (i, r) in vs.tls.iter().enumerate() {
+            named.extend(
+                r.route
+                    .iter()
+                    .enumerate()
+                    .map(|(j, d)| (at("tls", i, j), d)),
+            );
+        }
+        let mut out: Vec<(R, (ConfigKey, String))> = Vec::new();
+        for (field, d) in named {
+            if let Some(r) = pick(d) {
+                if !out.iter().any(|(o, _)| *o == r) {
+                    out.push((r, (key.clone(), field)));
+                }
+            }
+        }
         out
     })
 }
@@ -661,12 +689,13 @@ fn undefined_subsets<'s>(
         .distinct();
     wanted
         .antijoin(found)
-        .map(|((host, subset), key)| ConfigError {
+        .map(|((host, subset), (key, at))| ConfigError {
             object: key,
             code: ErrorCode::SubsetNotDefined,
             message: format!(
-                "subset {subset:?} of host {host} is defined by no DestinationRule: requests \
-                 routed to it are answered 503 (IST0101 ReferencedResourceNotFound)"
+                "{at}.subset: subset {subset:?} of host {host} is defined by no \
+                 DestinationRule: requests routed to it are answered 503 (IST0101 \
+                 ReferencedResourceNotFound)"
             ),
         })
 }
@@ -807,21 +836,21 @@ fn undefined_hosts<'s>(
     let missing = wanted
         .clone()
         .antijoin(defined)
-        .map(|(host, key)| ConfigError {
+        .map(|(host, (key, at))| ConfigError {
             object: key,
             code: ErrorCode::HostNotFound,
             message: format!(
-                "host {host} is defined by no Service or ServiceEntry: requests routed to it are \
-             answered 503 (IST0101 ReferencedResourceNotFound)"
+                "{at}.host: host {host} is defined by no Service or ServiceEntry: requests \
+                 routed to it are answered 503 (IST0101 ReferencedResourceNotFound)"
             ),
         });
     let exports = vss.clone().map(|(key, vs)| (key, vs.export_to)).distinct();
     let hidden = wanted
-        .map(|(host, key)| (key, host))
-        .join_map(exports, |key, host, export_to| {
-            (host.clone(), (key.clone(), export_to.clone()))
+        .map(|(host, (key, at))| (key, (host, at)))
+        .join_map(exports, |key, (host, at), export_to| {
+            (host.clone(), (key.clone(), at.clone(), export_to.clone()))
         })
-        .join_map(services.clone(), |host, (key, export_to), set| {
+        .join_map(services.clone(), |host, (key, at, export_to), set| {
             let scopes: Vec<&str> = if export_to.is_empty() {
                 vec![key.namespace.as_str()]
             } else {
@@ -849,8 +878,8 @@ fn undefined_hosts<'s>(
                     object: key.clone(),
                     code: ErrorCode::HostNotFound,
                     message: format!(
-                        "host {host} is defined ({}) but not exported to namespace {}: requests \
-                         routed to it there are answered 503 (IST0101 \
+                        "{at}.host: host {host} is defined ({}) but not exported to namespace \
+                         {}: requests routed to it there are answered 503 (IST0101 \
                          ReferencedResourceNotFound)",
                         defs.join(", "),
                         scopes.join(", ")
@@ -873,15 +902,17 @@ fn undefined_ports<'s>(
     let wanted = references(vss, |d| Some((d.host.clone(), d.port)));
     // The ports of the service the VirtualService's namespace gets.
     wanted
-        .map(|((host, port), key)| (host, (port, key)))
-        .join_map(services.clone(), |host, (port, key), set| {
-            let svc = set.for_namespace(&key.namespace).unwrap_or(set.first());
+        .map(|((host, port), referrer)| (host, (port, referrer)))
+        .join_map(services.clone(), |host, (port, referrer), set| {
+            let svc = set
+                .for_namespace(&referrer.0.namespace)
+                .unwrap_or(set.first());
             let mut ports: Vec<u16> = svc.ports.iter().map(|p| p.port).collect();
             ports.sort();
             ports.dedup();
-            (host.clone(), *port, key.clone(), ports)
+            (host.clone(), *port, referrer.clone(), ports)
         })
-        .flat_map(|(host, port, key, ports)| {
+        .flat_map(|(host, port, (key, at), ports)| {
             let list = ports
                 .iter()
                 .map(u16::to_string)
@@ -891,7 +922,8 @@ fn undefined_ports<'s>(
                 Some(p) if !ports.contains(&p) => (
                     ErrorCode::PortNotFound,
                     format!(
-                        "port {p} of host {host} is defined by no Service or ServiceEntry (its \
+                        "{at}.port: port {p} of host {host} is defined by no Service or \
+                         ServiceEntry (its \
                          ports: {list}): requests routed to it are answered 503 (IST0101 \
                          ReferencedResourceNotFound)"
                     ),
@@ -899,7 +931,8 @@ fn undefined_ports<'s>(
                 None if ports.len() > 1 => (
                     ErrorCode::PortSelectorRequired,
                     format!(
-                        "a destination of host {host} names no port and the host has several \
+                        "{at}.port: a destination of host {host} names no port and the host has \
+                         several \
                          ({list}): it is sent to the port the request arrived on, and answered \
                          503 where the host has no such port; add destination.port \
                          (IST0112 VirtualServiceDestinationPortSelectorRequired)"

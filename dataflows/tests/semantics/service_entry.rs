@@ -384,8 +384,10 @@ fn a_destination_not_exported_to_the_virtual_service_is_reported() {
     let errors = gateway_errors(&m, ErrorCode::HostNotFound);
     assert_eq!(errors.len(), 1, "{errors:?}");
     assert!(
-        errors[0].starts_with("VirtualService/c/to-api: host api.example.com is defined")
-            && errors[0].contains("not exported to namespace c"),
+        errors[0].starts_with(
+            "VirtualService/c/to-api: spec.http[0].route[0].destination.host: host \
+             api.example.com is defined"
+        ) && errors[0].contains("not exported to namespace c"),
         "{errors:?}"
     );
     let mut public = private.clone();
