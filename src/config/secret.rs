@@ -225,7 +225,7 @@ mod tests {
     fn parse(yaml: &str) -> TlsSecret {
         let v: Value = serde_yaml_ng::from_str(yaml).unwrap();
         let key = ConfigKey::new(Kind::Secret, "istio-system", "cred");
-        match secret(&key, &v, &mut Vec::new()).unwrap().remove(0) {
+        match secret(&key, &v, &mut Vec::new()).expect("read").remove(0) {
             Record::Secret(s) => s,
             other => panic!("{other:?}"),
         }
@@ -302,7 +302,8 @@ mod tests {
     fn expired_and_expiring_certificates_are_reported() {
         let day = 24 * 3600;
         let now = 1_800_000_000;
-        let expired = expiry_finding("data.tls.crt", "ab", (now - day, "then"), now).unwrap();
+        let expired =
+            expiry_finding("data.tls.crt", "ab", (now - day, "then"), now).expect("expired");
         assert_eq!(expired.level, Level::Expiring);
         assert_eq!(expired.field, "data.tls.crt");
         assert!(
@@ -310,7 +311,8 @@ mod tests {
             "{}",
             expired.message
         );
-        let soon = expiry_finding("data.ca.crt", "ab", (now + 10 * day, "soon"), now).unwrap();
+        let soon =
+            expiry_finding("data.ca.crt", "ab", (now + 10 * day, "soon"), now).expect("soon");
         assert!(soon.message.contains("in 10 days"), "{}", soon.message);
         assert!(expiry_finding("data.tls.crt", "ab", (now + 40 * day, "later"), now).is_none());
         assert_eq!(
@@ -318,20 +320,21 @@ mod tests {
             ("MF0038", "CertificateExpiring")
         );
         // Through a Secret: a certificate that ended yesterday.
-        let kp = rcgen::KeyPair::generate().unwrap();
-        let mut params = rcgen::CertificateParams::new(vec!["old.example.com".into()]).unwrap();
+        let kp = rcgen::KeyPair::generate().expect("a key");
+        let mut params =
+            rcgen::CertificateParams::new(vec!["old.example.com".into()]).expect("params");
         params.not_before = rcgen::date_time_ymd(2020, 1, 1);
         params.not_after = rcgen::date_time_ymd(2021, 1, 1);
-        let cert = params.self_signed(&kp).unwrap();
+        let cert = params.self_signed(&kp).expect("a certificate");
         let v: Value = serde_yaml_ng::from_str(&format!(
             "type: kubernetes.io/tls\nstringData:\n  tls.crt: |\n{}  tls.key: |\n{}",
             indent(&cert.pem()),
             indent(&kp.serialize_pem())
         ))
-        .unwrap();
+        .expect("YAML");
         let key = ConfigKey::new(Kind::Secret, "istio-system", "old");
         let mut findings = Vec::new();
-        secret(&key, &v, &mut findings).unwrap();
+        secret(&key, &v, &mut findings).expect("read");
         assert_eq!(findings.len(), 1, "{findings:?}");
         assert_eq!(findings[0].field, "data.tls.crt");
         assert!(
