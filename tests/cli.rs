@@ -533,9 +533,22 @@ fn validate_reports_what_serve_finds_for_the_pods_the_files_describe() {
         secret.iter().all(|l| !l.contains("namespace default")),
         "the Secret's own namespace is served: {stdout}"
     );
+    // On both Gateways of the pair: an error on `db` (its TCP server gets nothing), a
+    // warning on `web` (its HTTP server holds the port).
     let clash = lines("MF0011");
-    assert_eq!(clash.len(), 1, "{stdout}");
-    assert!(clash[0].contains("Gateway istio-system/db"), "{}", clash[0]);
+    assert_eq!(clash.len(), 2, "{stdout}");
+    assert!(
+        clash
+            .iter()
+            .any(|l| l.contains("error: Gateway istio-system/db")),
+        "{stdout}"
+    );
+    assert!(
+        clash
+            .iter()
+            .any(|l| l.contains("warning: Gateway istio-system/web") && l.contains("db")),
+        "{stdout}"
+    );
 }
 
 /// An HTTPS gateway whose Secret does not exist (in the gateway workload's namespace) is an

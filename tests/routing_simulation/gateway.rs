@@ -108,7 +108,8 @@ fn match_source_labels_apply_to_the_proxies_carrying_them() {
 /// Two Gateways selecting one router, an HTTP server and a TCP server on the same address
 /// and port: the HTTP server keeps the port (its routes still answer), and the TCP server of
 /// the other Gateway is reported by name (Istio's ConflictingGateways) rather than vanishing;
-/// the report goes with the second Gateway.
+/// the report goes with the second Gateway (and a warning with the first, which holds the
+/// port).
 #[test]
 fn a_tcp_server_on_another_gateways_http_port_is_reported() {
     let (mut mesh, reviews, gateway, binding) = gateway_setup("gateway-port-clash", &["v1"]);
@@ -119,11 +120,20 @@ fn a_tcp_server_on_another_gateways_http_port_is_reported() {
     write_config(&mesh.config, "tcp-gateway.yaml", &tcp_gateway);
     let o = mesh.send(&gateway, &via_gateway(GATEWAY_HOST, "/"));
     assert_routes_to(&o, &reviews.cluster(""), &[pod(&reviews, "v1")]);
-    mesh.assert_one_error(&[
-        "Gateway/default/tcp-gateway",
-        "spec.servers[0].port",
-        &format!("port {PORT}"),
-        "HTTP server's (Gateway default/bookinfo-gateway)",
+    // Both Gateways of the pair say it: an error on the one that gets nothing, a warning on
+    // the one holding the port.
+    mesh.assert_errors(&[
+        &[
+            "Gateway/default/bookinfo-gateway: spec.servers: port",
+            "is its HTTP server's; the Tcp server of Gateway default/tcp-gateway on it gets \
+             nothing (IST0145 ConflictingGateways)",
+        ],
+        &[
+            "Gateway/default/tcp-gateway",
+            "spec.servers[0].port",
+            &format!("port {PORT}"),
+            "HTTP server's (Gateway default/bookinfo-gateway)",
+        ],
     ]);
     std::fs::remove_file(mesh.config.join("tcp-gateway.yaml")).expect("remove");
     let o = mesh.send(&gateway, &via_gateway(GATEWAY_HOST, "/"));

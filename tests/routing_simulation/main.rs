@@ -182,6 +182,18 @@ impl Mesh {
         }
     }
 
+    /// Asserts the dataflow reports exactly one error per entry of `each`, in order (of the
+    /// errors sorted), each containing every one of its needles.
+    fn assert_errors(&self, each: &[&[&str]]) {
+        let reported: Vec<&String> = self.dataflow_errors.keys().collect();
+        assert_eq!(reported.len(), each.len(), "{reported:?}");
+        for (r, needles) in reported.iter().zip(each) {
+            for n in *needles {
+                assert!(r.contains(n), "{n:?} not in {r:?}");
+            }
+        }
+    }
+
     /// Asserts the dataflow reports no error.
     fn assert_no_errors(&self) {
         assert!(

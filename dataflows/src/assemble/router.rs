@@ -169,12 +169,12 @@ fn gateway_tcp_listeners(
             // A clash within one Gateway is left out (and said) when it is read.
             if let Some(holders) = http.get(&key) {
                 if !holders.contains(&gw.key) {
-                    errors.push(ConfigError::port_taken(gw, server, holders, "HTTP"));
+                    errors.extend(ConfigError::port_clash(gw, server, holders, "HTTP"));
                 }
                 continue;
             }
             if let Some(holders) = tls.get(&key) {
-                errors.push(ConfigError::port_taken(gw, server, holders, "HTTPS/TLS"));
+                errors.extend(ConfigError::port_clash(gw, server, holders, "HTTPS/TLS"));
                 continue;
             }
             let (_, list, inputs) = servers

@@ -147,7 +147,7 @@ pub fn servers(
             if let Some(holders) = http.get(&key) {
                 if !holders.contains(&gw.key) {
                     out.errors
-                        .push(ConfigError::port_taken(gw, server, holders, "HTTP"));
+                        .extend(ConfigError::port_clash(gw, server, holders, "HTTP"));
                 }
                 continue;
             }

@@ -123,6 +123,28 @@ pub struct ConfigError {
 }
 
 impl ConfigError {
+    /// `server` of `gw` gets nothing on its port, which servers of another protocol hold
+    /// (`holders`: their Gateways; `what`: their protocol): the error on `gw`, and a warning
+    /// on each holder, so both Gateways of the pair say it (as Istio's IST0145 does).
+    pub fn port_clash(
+        gw: &Gateway,
+        server: &GatewayServer,
+        holders: &std::collections::BTreeSet<ConfigKey>,
+        what: &str,
+    ) -> Vec<ConfigError> {
+        let mut out = vec![ConfigError::port_taken(gw, server, holders, what)];
+        out.extend(holders.iter().map(|h| ConfigError {
+            object: h.clone(),
+            code: ErrorCode::GatewayPortHeld,
+            message: format!(
+                "spec.servers: port {} of this workload is its {what} server's; the {:?} \
+                 server of Gateway {}/{} on it gets nothing (IST0145 ConflictingGateways)",
+                server.port, server.protocol, gw.key.namespace, gw.key.name
+            ),
+        }));
+        out
+    }
+
     /// `server` of `gw` gets nothing on its port: servers of another protocol hold it
     /// (`holders`: their Gateways; `what`: their protocol).
     pub fn port_taken(
@@ -256,6 +278,10 @@ pub enum ErrorCode {
     /// Servers of two Gateways on the same workloads, port and bind list one host (a
     /// warning, Istio's IST0145).
     GatewayHostShared,
+    /// A Gateway server holds a port on which another Gateway's server of another protocol
+    /// gets nothing (a warning on the holder; the other's error is
+    /// [`ErrorCode::GatewayPortConflict`]).
+    GatewayPortHeld,
 }
 
 impl ErrorCode {
@@ -277,9 +303,9 @@ impl ErrorCode {
             ErrorCode::GatewaySecret => ("MF0008", "InvalidGatewayCredential"),
             ErrorCode::TlsRouteUnmatched => ("MF0009", "TlsRouteNotServed"),
             ErrorCode::DestinationRuleSecret => ("MF0010", "InvalidDestinationRuleCredential"),
-            ErrorCode::GatewayPortConflict | ErrorCode::GatewayHostShared => {
-                ("MF0011", "ConflictingGateways")
-            }
+            ErrorCode::GatewayPortConflict
+            | ErrorCode::GatewayHostShared
+            | ErrorCode::GatewayPortHeld => ("MF0011", "ConflictingGateways"),
             ErrorCode::DestinationRuleMerged => ("MF0012", "MergedDestinationRules"),
             ErrorCode::ProxylessTls => ("MF0013", "UnsupportedProxylessTls"),
             ErrorCode::PortSelectorRequired => {
@@ -343,6 +369,7 @@ impl ErrorCode {
                 | ErrorCode::SubsetSelectsNothing
                 | ErrorCode::GatewayPortNotOnService
                 | ErrorCode::GatewayHostShared
+                | ErrorCode::GatewayPortHeld
         )
     }
 }
