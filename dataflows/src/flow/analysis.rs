@@ -81,6 +81,8 @@ pub(super) struct Inputs<'a, 's> {
     pub destination_rules: &'a Coll<'s, (ConfigKey, DestinationRule)>,
     pub gateways: &'a Coll<'s, (ConfigKey, Gateway)>,
     pub workloads: &'a Coll<'s, (String, Workload)>,
+    /// `(gateway, workload)` of every workload a Gateway selects ([`gateway_workloads`]).
+    pub gateway_workloads: &'a Coll<'s, (ConfigKey, Workload)>,
     /// The services as defined, aliases unresolved.
     pub services: &'a Coll<'s, (Hostname, HostServices)>,
     /// The services with `ExternalName` aliases resolved.
@@ -103,7 +105,7 @@ pub(super) fn findings<'s>(i: Inputs<'_, 's>) -> Coll<'s, ConfigError> {
         .concat(undefined_gateways(vss, i.gateways))
         .concat(undefined_hosts(vss, i.services))
         .concat(undefined_ports(vss, i.services))
-        .concat(unselected_gateways(i.gateways, i.workloads))
+        .concat(unselected_gateways(i.gateways, i.gateway_workloads))
         .concat(conflicting_mesh_vss(vss))
         .concat(undefined_delegates(vss))
         .concat(unresolved_aliases(vss, i.services, i.aliased))
@@ -114,17 +116,17 @@ pub(super) fn findings<'s>(i: Inputs<'_, 's>) -> Coll<'s, ConfigError> {
         .concat(duplicate_certificates(i.gateways))
         .concat(unknown_rule_hosts(i.destination_rules, i.services))
         .concat(subsets_selecting_nothing(i.destination_rules, i.endpoints))
-        .concat(gateways_sharing_hosts(i.gateways, i.workloads))
+        .concat(gateways_sharing_hosts(i.gateways, i.gateway_workloads))
         .concat(claim_routes_unverified(
             vss,
-            i.gateways,
+            i.gateway_workloads,
             i.workloads,
             i.security,
             i.mesh,
         ))
         .concat(gateway_ports_not_on_services(
             i.gateways,
-            i.workloads,
+            i.gateway_workloads,
             i.endpoints,
         ))
 }
@@ -405,7 +407,7 @@ enum Together {
 /// together, port, protocol, bind, host), so no Gateway is compared with every other.
 fn gateways_sharing_hosts<'s>(
     gateways: &Coll<'s, (ConfigKey, Gateway)>,
-    workloads: &Coll<'s, (String, Workload)>,
+    selected: &Coll<'s, (ConfigKey, Workload)>,
 ) -> Coll<'s, ConfigError> {
     type Spot = (Together, (u16, Protocol), Option<String>, String);
     let spots = |together: &Together, gw: &Gateway| -> Vec<Spot> {
@@ -433,7 +435,8 @@ fn gateways_sharing_hosts<'s>(
             .map(|spot| (spot, k.clone()))
             .collect::<Vec<_>>()
     });
-    let by_workload = gateway_workloads(gateways, workloads)
+    let by_workload = selected
+        .clone()
         .map(|(k, w)| (k, w.origin))
         .join_map(gateways.clone(), move |k, w, gw| {
             spots(&Together::Workload(w.clone()), gw)
@@ -484,7 +487,7 @@ fn gateways_sharing_hosts<'s>(
 /// condition never holds there. One error per (gateway, workload).
 fn claim_routes_unverified<'s>(
     vss: &Coll<'s, (ConfigKey, VirtualService)>,
-    gateways: &Coll<'s, (ConfigKey, Gateway)>,
+    selected: &Coll<'s, (ConfigKey, Workload)>,
     workloads: &Coll<'s, (String, Workload)>,
     policies: &Coll<'s, (ConfigKey, SecurityPolicy)>,
     mesh: &super::mesh::Mesh<'s>,
@@ -512,7 +515,8 @@ fn claim_routes_unverified<'s>(
     let verified = super::security::applying(jwt, workloads, mesh)
         .map(|(w, _)| w)
         .distinct();
-    gateway_workloads(gateways, workloads)
+    selected
+        .clone()
         .map(|(g, w)| (w.origin.clone(), g))
         .antijoin(verified)
         .map(|(w, g)| (g, w))
@@ -536,13 +540,11 @@ fn claim_routes_unverified<'s>(
 /// endpoints, not their selectors).
 fn gateway_ports_not_on_services<'s>(
     gateways: &Coll<'s, (ConfigKey, Gateway)>,
-    workloads: &Coll<'s, (String, Workload)>,
+    selected: &Coll<'s, (ConfigKey, Workload)>,
     endpoints: &super::endpoints::Resolved<'s>,
 ) -> Coll<'s, ConfigError> {
     // `(IP, gateway)` of every workload it selects.
-    let at = gateway_workloads(gateways, workloads)
-        .map(|(key, w)| (w.ip, key))
-        .distinct();
+    let at = selected.clone().map(|(key, w)| (w.ip, key)).distinct();
     let served = endpoints
         .clone()
         .map(|((_, port), ep)| (ep.ip, (port, ep.port)))
@@ -953,17 +955,18 @@ fn undefined_ports<'s>(
 /// `scopes` matches them against proxies; Istio matches them across namespaces.
 /// `(gateway, namespace)` for every namespace holding a workload the Gateway selects.
 fn selected_namespaces<'s>(
-    gateways: &Coll<'s, (ConfigKey, Gateway)>,
-    workloads: &Coll<'s, (String, Workload)>,
+    selected: &Coll<'s, (ConfigKey, Workload)>,
 ) -> Coll<'s, (ConfigKey, String)> {
-    gateway_workloads(gateways, workloads)
+    selected
+        .clone()
         .map(|(key, w)| (key, w.origin.namespace))
         .distinct()
 }
 
 /// `(gateway, workload)` for every workload (Pod or WorkloadEntry) a Gateway's selector
 /// matches, in any namespace as Istio matches them; selectors joined on their first label.
-fn gateway_workloads<'s>(
+/// Computed once: every analysis of Gateways' workloads reads it.
+pub(super) fn gateway_workloads<'s>(
     gateways: &Coll<'s, (ConfigKey, Gateway)>,
     workloads: &Coll<'s, (String, Workload)>,
 ) -> Coll<'s, (ConfigKey, Workload)> {
@@ -994,7 +997,7 @@ fn gateway_workloads<'s>(
 /// `validate` reports a missing or invalid one with no proxy connected.
 pub(super) fn gateway_secrets<'s>(
     gateways: &Coll<'s, (ConfigKey, Gateway)>,
-    workloads: &Coll<'s, (String, Workload)>,
+    selected: &Coll<'s, (ConfigKey, Workload)>,
     secrets: &Coll<'s, ((String, String), TlsSecret)>,
 ) -> Coll<'s, ConfigError> {
     #[derive(
@@ -1004,10 +1007,9 @@ pub(super) fn gateway_secrets<'s>(
         Gateway(Gateway),
         Secret(TlsSecret),
     }
-    let placed = selected_namespaces(gateways, workloads)
-        .join_map(gateways.clone(), |key, ns, gw| {
-            ((key.clone(), ns.clone()), gw.clone())
-        });
+    let placed = selected_namespaces(selected).join_map(gateways.clone(), |key, ns, gw| {
+        ((key.clone(), ns.clone()), gw.clone())
+    });
     let found = placed
         .clone()
         .flat_map(|(at, gw)| {
@@ -1043,11 +1045,9 @@ pub(super) fn gateway_secrets<'s>(
 
 fn unselected_gateways<'s>(
     gateways: &Coll<'s, (ConfigKey, Gateway)>,
-    workloads: &Coll<'s, (String, Workload)>,
+    selected: &Coll<'s, (ConfigKey, Workload)>,
 ) -> Coll<'s, ConfigError> {
-    let selected = selected_namespaces(gateways, workloads)
-        .map(|(k, _)| k)
-        .distinct();
+    let selected = selected_namespaces(selected).map(|(k, _)| k).distinct();
     gateways
         .clone()
         .map(|(key, gw)| (key, gw.selector))

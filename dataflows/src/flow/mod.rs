@@ -134,12 +134,14 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     let visible = visibility::hosts(&specs, &chosen);
 
     let merged_drs = clusters::consolidated(&destination_rules);
+    let gateway_workloads = analysis::gateway_workloads(&i.gateways, &i.workloads);
     let findings = analysis::findings(analysis::Inputs {
         virtual_services: &virtual_services,
         sidecars: &i.sidecars,
         destination_rules: &destination_rules,
         gateways: &i.gateways,
         workloads: &i.workloads,
+        gateway_workloads: &gateway_workloads,
         services: &services.chosen,
         aliased: &chosen,
         defined: &defined,
@@ -149,7 +151,7 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         mesh: &mesh,
     });
     let dr_merge_warnings = merged_drs.warnings.clone();
-    let secret_errors = analysis::gateway_secrets(&i.gateways, &i.workloads, &i.secrets);
+    let secret_errors = analysis::gateway_secrets(&i.gateways, &gateway_workloads, &i.secrets);
     let identified = endpoints::identified(&endpoints, &chosen, &mesh);
     let clusters = clusters::outbound(
         &mesh,
