@@ -20,34 +20,34 @@ pub(super) struct Services<'s> {
 /// (the order `Service` sorts in); the ServiceEntries of one namespace merge their ports
 /// ([`HostServices::fold`]).
 pub(super) fn per_namespace<'s>(all: Coll<'s, (Hostname, Service)>) -> Services<'s> {
-    let chosen = all.clone().reduce(|_h, vals, out| {
-        let (set, _) = HostServices::fold(vals.iter().map(|(s, _)| *s));
-        out.push((set, 1isize))
-    });
-    let conflicts = all.reduce(|h, vals, out| {
+    // One fold per host change gives both the services and the conflicts.
+    let folded = all.reduce(|h, vals, out| {
         let defs: Vec<&Service> = vals.iter().map(|(s, _)| *s).collect();
-        let (_, folded) = HostServices::fold(defs.iter().copied());
-        for (origin, f) in folded {
-            if let Folded::SetAside { by, why } = f {
-                out.push((
-                    ConfigError {
-                        object: origin,
-                        code: ErrorCode::HostConflict,
-                        message: format!(
-                            "host {h} is already defined by {by} in its namespace ({why}): it is set aside"
-                        ),
-                    },
-                    1isize,
-                ))
-            }
+        let (set, set_aside) = HostServices::fold(defs.iter().copied());
+        for SetAside { origin, by, why } in set_aside {
+            out.push((
+                Err(ConfigError {
+                    object: origin,
+                    code: ErrorCode::HostConflict,
+                    message: format!(
+                        "host {h} is already defined by {by} in its namespace ({why}): it is set aside"
+                    ),
+                }),
+                1isize,
+            ))
         }
         for e in protocol_conflicts(h, &defs) {
-            out.push((e, 1isize))
+            out.push((Err(e), 1isize))
         }
+        out.push((Ok(set), 1isize))
     });
     Services {
-        chosen,
-        conflicts: conflicts.map(|(_, e)| e),
+        chosen: folded
+            .clone()
+            .flat_map(|(h, r): (Hostname, Result<HostServices, ConfigError>)| {
+                r.ok().map(|s| (h, s))
+            }),
+        conflicts: folded.flat_map(|(_, r)| r.err()),
     }
 }
 

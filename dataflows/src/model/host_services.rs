@@ -14,13 +14,13 @@ pub struct HostServices {
     variants: Vec<Service>,
 }
 
-/// What became of one definition of a host within its namespace.
+/// A definition of a host set aside: `by` defines the host in its namespace and the two
+/// cannot merge (`why`).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Folded {
-    /// Its ports (those the kept one lacks) were merged into `into`.
-    Merged { into: ConfigKey },
-    /// Set aside: `by` defines the host in its namespace and the two cannot merge (`why`).
-    SetAside { by: ConfigKey, why: &'static str },
+pub struct SetAside {
+    pub origin: ConfigKey,
+    pub by: ConfigKey,
+    pub why: &'static str,
 }
 
 impl HostServices {
@@ -28,13 +28,10 @@ impl HostServices {
     /// Kubernetes Service if there is one (ServiceEntries of its host in its namespace are
     /// set aside, as Istio's registry sets them aside), else the first ServiceEntry with the
     /// ports of the later ones it can merge with (the same resolution and `exportTo`, as
-    /// Istio's `canMergeServices` asks) appended. Also returns what became of each
-    /// definition that is not the kept one of its namespace.
-    pub fn fold<'a>(
-        defs: impl IntoIterator<Item = &'a Service>,
-    ) -> (Self, Vec<(ConfigKey, Folded)>) {
+    /// Istio's `canMergeServices` asks) appended. Also returns the definitions set aside.
+    pub fn fold<'a>(defs: impl IntoIterator<Item = &'a Service>) -> (Self, Vec<SetAside>) {
         let mut variants: Vec<Service> = Vec::new();
-        let mut folded = Vec::new();
+        let mut set_aside = Vec::new();
         for svc in defs {
             let Some(kept) = variants
                 .iter_mut()
@@ -57,13 +54,11 @@ impl HostServices {
                 None
             };
             if let Some(why) = why {
-                folded.push((
-                    svc.origin.clone(),
-                    Folded::SetAside {
-                        by: kept.origin.clone(),
-                        why,
-                    },
-                ));
+                set_aside.push(SetAside {
+                    origin: svc.origin.clone(),
+                    by: kept.origin.clone(),
+                    why,
+                });
                 continue;
             }
             for p in &svc.ports {
@@ -89,21 +84,8 @@ impl HostServices {
                     kept.subject_alt_names.push(s.clone());
                 }
             }
-            folded.push((
-                svc.origin.clone(),
-                Folded::Merged {
-                    into: kept.origin.clone(),
-                },
-            ));
         }
-        (HostServices { variants }, folded)
-    }
-
-    /// One service only (tests, and hosts only one namespace defines).
-    pub fn one(svc: Service) -> Self {
-        HostServices {
-            variants: vec![svc],
-        }
+        (HostServices { variants }, set_aside)
     }
 
     pub fn hostname(&self) -> &Hostname {
@@ -115,7 +97,7 @@ impl HostServices {
     /// Service, else one exported to `ns` by name before one exported to every namespace,
     /// else the first. `None` when none is exported to `ns`.
     pub fn for_namespace(&self, ns: &str) -> Option<&Service> {
-        pick_for_namespace(&self.variants, ns)
+        pick_for_namespace(&self.variants, ns).map(|i| &self.variants[i])
     }
 
     /// The first: a Kubernetes Service if one defines the host, else the first
@@ -140,20 +122,15 @@ impl HostServices {
         variants.iter_mut().for_each(|s| f(s));
         HostServices { variants }
     }
-
-    /// Each service changed by `f`; those `f` turns to `None` leave. `None` when none is left.
-    pub fn filter_map(&self, f: impl FnMut(&Service) -> Option<Service>) -> Option<Self> {
-        let variants: Vec<Service> = self.variants.iter().filter_map(f).collect();
-        (!variants.is_empty()).then_some(HostServices { variants })
-    }
 }
 
 /// [`HostServices::for_namespace`] over `variants` (one host's services, one per namespace,
-/// in [`HostServices`] order): the naive recompute picks with it too.
-pub fn pick_for_namespace<'a, S: std::borrow::Borrow<Service>>(
-    variants: &'a [S],
+/// in [`HostServices`] order), as the index of the one picked: the naive recompute picks
+/// with it too.
+pub fn pick_for_namespace<S: std::borrow::Borrow<Service>>(
+    variants: &[S],
     ns: &str,
-) -> Option<&'a Service> {
+) -> Option<usize> {
     variants
         .iter()
         .map(|s| s.borrow())
@@ -167,5 +144,5 @@ pub fn pick_for_namespace<'a, S: std::borrow::Borrow<Service>>(
                 *i,
             )
         })
-        .map(|(_, s)| s)
+        .map(|(i, _)| i)
 }

@@ -353,8 +353,7 @@ impl<'a> View<'a> {
     /// ([`HostServices::for_namespace`]).
     pub(super) fn service(&self, ns: &str, h: &str) -> Option<&'a Service> {
         let list = self.services.get(h)?;
-        pick_for_namespace(list, ns)
-            .and_then(|s| list.iter().copied().find(|l| std::ptr::eq(*l, s)))
+        pick_for_namespace(list, ns).map(|i| list[i])
     }
 
     /// The service namespace `ns` defines for host `h`, if any.
