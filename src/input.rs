@@ -220,6 +220,7 @@ pub fn record_key(r: &Record) -> Option<&ConfigKey> {
         Record::Selection(_, s) => Some(&s.origin),
         Record::Security(p) => Some(&p.key),
         Record::MtlsHold(_) => None,
+        Record::GatewayApi(o) => Some(o.key()),
         Record::Mesh(m) => m.origin.as_ref(),
     }
 }

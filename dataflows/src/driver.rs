@@ -74,6 +74,7 @@ struct Sessions {
     selections: InputSession<u64, (Hostname, WorkloadSelection), isize>,
     security: InputSession<u64, (ConfigKey, SecurityPolicy), isize>,
     mtls_holds: InputSession<u64, MtlsHold, isize>,
+    gateway_api: InputSession<u64, (ConfigKey, GatewayApiObject), isize>,
 }
 
 impl Sessions {
@@ -93,6 +94,7 @@ impl Sessions {
             Record::Selection(h, sel) => self.selections.update((h, sel), diff),
             Record::Security(p) => self.security.update((p.key.clone(), p), diff),
             Record::MtlsHold(h) => self.mtls_holds.update(h, diff),
+            Record::GatewayApi(o) => self.gateway_api.update((o.key().clone(), o), diff),
             Record::Mesh(m) => self.mesh.update(m, diff),
         }
     }
@@ -114,7 +116,8 @@ impl Sessions {
             mesh,
             selections,
             security,
-            mtls_holds
+            mtls_holds,
+            gateway_api
         );
     }
 }
@@ -159,6 +162,7 @@ impl Engine {
                         let (selections, s10) = scope.new_collection();
                         let (security, s12) = scope.new_collection();
                         let (mtls_holds, s13) = scope.new_collection();
+                        let (gateway_api, s14) = scope.new_collection();
                         // The built-in settings are always there, below any configured
                         // ones: the mesh has settings before (and without) a mesh config.
                         if index == 0 {
@@ -180,6 +184,7 @@ impl Engine {
                                 selections: s10,
                                 security: s12,
                                 mtls_holds: s13,
+                                gateway_api: s14,
                             },
                         );
                         capture(out, &cap, &probe);
@@ -197,6 +202,7 @@ impl Engine {
                             selections,
                             security,
                             mtls_holds,
+                            gateway_api,
                         }
                     });
                     if index == 0 {

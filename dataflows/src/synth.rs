@@ -161,6 +161,7 @@ pub fn gateway(mesh: &MeshConfig) -> Gateway {
             tls: None,
             field: "spec.servers[0]".into(),
         }],
+        same_namespace: false,
     }
 }
 

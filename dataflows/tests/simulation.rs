@@ -315,6 +315,7 @@ fn gateway_routes_by_host_and_answers_404_otherwise() {
             tls: None,
             field: String::new(),
         }],
+        same_namespace: false,
     });
     let mut vs = reviews_vs(&["default/gw"], &["reviews.example.com"]);
     if let Record::VirtualService(v) = &mut vs {

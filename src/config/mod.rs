@@ -11,6 +11,7 @@ mod convert;
 pub mod cross;
 mod ext_authz;
 pub mod findings;
+pub mod gateway_api;
 pub mod istio;
 pub mod mesh;
 pub mod re2_size;
@@ -545,6 +546,11 @@ fn kind_of(api_version: &str, kind: &str) -> Option<Kind> {
             api_version.rsplit('/').next(),
             Some("v1" | "v1beta1" | "v1alpha3")
         );
+    let gateway_api = group == "gateway.networking.k8s.io"
+        && matches!(
+            api_version.rsplit('/').next(),
+            Some("v1" | "v1beta1" | "v1alpha2")
+        );
     let security =
         group == SECURITY && matches!(api_version.rsplit('/').next(), Some("v1" | "v1beta1"));
     Some(match (group, kind) {
@@ -563,6 +569,9 @@ fn kind_of(api_version: &str, kind: &str) -> Option<Kind> {
         (_, "PeerAuthentication") if security => Kind::PeerAuthentication,
         (_, "AuthorizationPolicy") if security => Kind::AuthorizationPolicy,
         (_, "RequestAuthentication") if security => Kind::RequestAuthentication,
+        (_, "Gateway") if gateway_api => Kind::KubernetesGateway,
+        (_, "HTTPRoute") if gateway_api => Kind::HttpRoute,
+        (_, "ReferenceGrant") if gateway_api => Kind::ReferenceGrant,
         _ => return None,
     })
 }

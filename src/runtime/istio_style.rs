@@ -425,7 +425,8 @@ impl IstioStyle {
                 t.config_hosts.insert(dr.host.clone());
                 t.routers = true;
             }
-            Record::Gateway(_) | Record::Secret(_) => t.routers = true,
+            // The Gateway API routes gateways only (mesh routes are not served yet).
+            Record::Gateway(_) | Record::Secret(_) | Record::GatewayApi(_) => t.routers = true,
             Record::Sidecar(sc) => {
                 t.sidecar_namespaces.insert(sc.key.namespace.clone());
             }

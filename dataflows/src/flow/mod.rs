@@ -13,6 +13,7 @@
 mod analysis;
 mod clusters;
 mod endpoints;
+mod gateway_api;
 mod gateways;
 mod inbound;
 mod listeners;
@@ -51,6 +52,8 @@ pub struct Inputs<'s> {
     pub security: Coll<'s, (ConfigKey, SecurityPolicy)>,
     /// Workloads whose PeerAuthentication change is held part-way ([`MtlsHold`]).
     pub mtls_holds: Coll<'s, MtlsHold>,
+    /// Gateway API objects, translated into Gateways and VirtualServices first.
+    pub gateway_api: Coll<'s, (ConfigKey, GatewayApiObject)>,
 }
 
 pub struct Outputs<'s> {
@@ -90,6 +93,13 @@ impl<'s, H: differential_dataflow::ExchangeData> Built<'s, H> {
 
 /// Builds the whole dataflow from its inputs.
 pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
+    // The Gateway API becomes Istio's Gateways and VirtualServices, served as written ones.
+    let translated = gateway_api::translate(&i.gateway_api);
+    let i = Inputs {
+        gateways: i.gateways.concat(translated.gateways),
+        virtual_services: i.virtual_services.concat(translated.virtual_services),
+        ..i
+    };
     let mesh = mesh::in_effect(i.mesh, config);
     let unknown_namespaces =
         security::unknown_namespaces(&i.security, &i.workloads, &i.services, &i.proxies, &mesh);

@@ -8,6 +8,10 @@ pub struct Gateway {
     pub key: ConfigKey,
     pub selector: Labels,
     pub servers: Vec<GatewayServer>,
+    /// Selects routers of its own namespace only (a Gateway API Gateway's deployment; an
+    /// Istio Gateway selects in every namespace).
+    #[serde(default)]
+    pub same_namespace: bool,
 }
 
 impl Gateway {

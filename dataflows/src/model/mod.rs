@@ -11,6 +11,7 @@ mod authz;
 mod destination_rule;
 mod ext_authz;
 mod gateway;
+mod gateway_api;
 mod host_services;
 mod inbound;
 mod jwt;
@@ -30,6 +31,7 @@ pub use authz::*;
 pub use destination_rule::*;
 pub use ext_authz::*;
 pub use gateway::*;
+pub use gateway_api::*;
 pub use host_services::*;
 pub use inbound::*;
 pub use jwt::*;
@@ -79,6 +81,10 @@ pub enum Kind {
     PeerAuthentication,
     AuthorizationPolicy,
     RequestAuthentication,
+    /// The Gateway API's `Gateway` (gateway.networking.k8s.io).
+    KubernetesGateway,
+    HttpRoute,
+    ReferenceGrant,
 }
 
 /// Identity of an input object: kind/namespace/name.
@@ -164,6 +170,8 @@ pub enum Record {
     /// A workload's PeerAuthentication change part-way through (written by the runtime's
     /// transition controller, never by a source).
     MtlsHold(MtlsHold),
+    /// A Gateway API object, translated by the dataflow's `gateway_api` stage.
+    GatewayApi(GatewayApiObject),
     /// The mesh config in effect (one per layer). Keep it the last variant: records sort by
     /// variant, and the naive recompute reads mesh records from the end of a snapshot.
     Mesh(MeshSettings),

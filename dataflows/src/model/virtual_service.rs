@@ -159,6 +159,10 @@ pub enum StringMatch {
     Exact(String),
     Prefix(String),
     Regex(String),
+    /// A path prefix matched segment by segment (the Gateway API's `PathPrefix`): `/foo`
+    /// matches `/foo` and `/foo/bar`, not `/foobar`. Never `/`, never ending in `/`; only
+    /// on the path.
+    SegmentPrefix(String),
     /// Any value, as long as there is one: Istio's empty match of a header or query
     /// parameter (never of the URI).
     Present,

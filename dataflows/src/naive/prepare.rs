@@ -13,6 +13,24 @@ pub(super) fn prepare<'s>(
     mesh: &MeshConfig,
     snap: &'s Snapshot,
 ) -> (MeshSettings, Cow<'s, Snapshot>) {
+    let mut snap = Cow::Borrowed(snap);
+    // The Gateway API's objects become Gateways and VirtualServices, as the dataflow's
+    // `gateway_api` stage makes them, before anything reads those.
+    let api: Vec<&GatewayApiObject> = snap
+        .records
+        .iter()
+        .filter_map(|r| match r {
+            Record::GatewayApi(o) => Some(o),
+            _ => None,
+        })
+        .collect();
+    if !api.is_empty() {
+        let (gateways, vss) = rules::gateway_api::translate_all(&api);
+        let mut records = snap.records.clone();
+        records.extend(gateways.into_iter().map(Record::Gateway));
+        records.extend(vss.into_iter().map(Record::VirtualService));
+        snap = Cow::Owned(Snapshot { records });
+    }
     // Mesh records sort last (the last variant of `Record`): read from the end, not a scan.
     let settings = MeshSettings::in_effect(
         snap.records.iter().rev().map_while(|r| match r {
@@ -21,7 +39,6 @@ pub(super) fn prepare<'s>(
         }),
         mesh,
     );
-    let mut snap = Cow::Borrowed(snap);
     // The mesh's defaults complete the records that take them, as the dataflow's `mesh`
     // stage does; with none to apply (the usual case) the snapshot is used as it is.
     if !settings.completes_nothing() {

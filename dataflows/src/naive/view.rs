@@ -148,7 +148,8 @@ impl<'a> View<'a> {
                     .entry((h.workload.namespace.as_str(), h.ip.as_str()))
                     .or_default()
                     .push(h),
-                Record::Mesh(_) => {}
+                // Translated into Gateways and VirtualServices by `prepare`.
+                Record::Mesh(_) | Record::GatewayApi(_) => {}
             }
         }
         let root = v.mesh.root_namespace.clone();

@@ -6,9 +6,12 @@ use super::hosts::{host_matches, labels_match};
 use crate::model::*;
 use std::collections::BTreeMap;
 
-/// A Gateway applies to a router whose labels match its (non-empty) selector.
+/// A Gateway applies to a router whose labels match its (non-empty) selector (of its own
+/// namespace, for one translated from the Gateway API).
 pub fn gateway_selects(gw: &Gateway, proxy: &Proxy) -> bool {
-    !gw.selector.is_empty() && labels_match(&gw.selector, &proxy.labels)
+    !gw.selector.is_empty()
+        && labels_match(&gw.selector, &proxy.labels)
+        && (!gw.same_namespace || gw.key.namespace == proxy.namespace)
 }
 
 /// `gateways` entries of a VirtualService name Gateways as `ns/name`.

@@ -7,6 +7,7 @@
 mod aliases;
 mod destination_rule;
 mod gateway;
+pub mod gateway_api;
 mod hosts;
 mod shadowed;
 mod sidecar;

@@ -26,6 +26,7 @@ pub fn gateway(rng: &mut StdRng, extra: &mut StdRng) -> Record {
             })
             .chain(tls_server)
             .collect(),
+        same_namespace: false,
     })
 }
 

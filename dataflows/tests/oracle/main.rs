@@ -40,6 +40,7 @@ fn identity(r: &Record) -> String {
         Record::Selection(h, s) => format!("sel/{h}/{}", s.origin),
         Record::Security(p) => format!("sec/{}", p.key),
         Record::MtlsHold(h) => format!("hold/{}/{}", h.ip, h.workload),
+        Record::GatewayApi(o) => format!("gwapi/{}", o.key()),
         // One mesh config, as a mesh config source holds.
         Record::Mesh(_) => "mesh".into(),
     }

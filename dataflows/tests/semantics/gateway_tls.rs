@@ -49,6 +49,7 @@ fn tls_gateway(mode: ServerTlsMode) -> Record {
                 "spec.servers[1]",
             ),
         ],
+        same_namespace: false,
     })
 }
 
@@ -361,6 +362,7 @@ fn auto_passthrough_chains_take_their_hosts_tcp_limits() {
             })),
             field: "spec.servers[0]".into(),
         }],
+        same_namespace: false,
     });
     let reviews = host("reviews", "default");
     let rule = |pool: Option<ConnectionPool>| {
@@ -431,6 +433,7 @@ fn auto_passthrough_server_has_a_chain_per_cluster_by_its_sni() {
         key: ConfigKey::new(Kind::Gateway, "istio-system", "cross-network"),
         selector: labels(&[("istio", "eastwestgateway")]),
         servers: vec![server],
+        same_namespace: false,
     });
     m.insert(vec![
         px(&gw),

@@ -15,6 +15,7 @@ mod destination_rule;
 mod endpoints;
 mod external_name;
 mod gateway;
+mod gateway_api;
 mod gateway_tls;
 mod inbound;
 mod locality;

@@ -158,6 +158,7 @@ pub fn gateway(
                 field: String::new(),
             })
             .collect(),
+        same_namespace: false,
     })
 }
 

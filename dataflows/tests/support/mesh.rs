@@ -199,6 +199,18 @@ impl Mesh {
             .expect("a Listener")
     }
 
+    /// The RouteConfiguration `name` that `proxy` holds.
+    pub fn route_body(
+        &self,
+        proxy: &Proxy,
+        name: &str,
+    ) -> envoy_types::pb::envoy::config::route::v3::RouteConfiguration {
+        let version = self.version(proxy, ResourceType::Route, name);
+        let (body, _) = &self.bodies[&(ResourceType::Route, name.to_string(), version)];
+        envoy_types::pb::envoy::config::route::v3::RouteConfiguration::decode(&body.body.0[..])
+            .expect("a RouteConfiguration")
+    }
+
     /// The cluster each virtual host of route configuration `name` sends its first route to,
     /// by virtual host name.
     pub fn vhost_clusters(&self, proxy: &Proxy, name: &str) -> BTreeMap<String, String> {

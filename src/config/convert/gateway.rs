@@ -144,6 +144,7 @@ pub(super) fn gateway(
         key: key.clone(),
         selector: s.selector,
         servers,
+        same_namespace: false,
     })])
 }
 

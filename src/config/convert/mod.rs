@@ -6,6 +6,7 @@
 mod destination_rule;
 mod fields;
 mod gateway;
+mod gateway_api;
 mod kube;
 mod load_balancer;
 mod route_actions;
@@ -62,6 +63,9 @@ pub fn convert(
         Kind::PeerAuthentication | Kind::AuthorizationPolicy | Kind::RequestAuthentication => {
             security::security(key, &value, mesh, &mut f)
         }
+        Kind::KubernetesGateway => gateway_api::kubernetes_gateway(key, &value, &mut f),
+        Kind::HttpRoute => gateway_api::http_route(key, &value, mesh, &mut f),
+        Kind::ReferenceGrant => gateway_api::reference_grant(key, &value, &mut f),
     }?;
     Ok((records, f))
 }

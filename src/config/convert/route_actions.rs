@@ -222,7 +222,11 @@ fn is_authority_header(name: &str) -> bool {
 /// The edits of one direction. On requests (`request` true), a `host`/`:authority` set or
 /// added becomes the authority rewrite, as in Istio; anywhere else, as in Istio's
 /// validation, `host` and `:`-prefixed names are refused (Envoy rejects the configuration).
-fn header_edits(ops: &istio::HeaderOperations, f: &str, request: bool) -> Result<m::HeaderEdits> {
+pub(super) fn header_edits(
+    ops: &istio::HeaderOperations,
+    f: &str,
+    request: bool,
+) -> Result<m::HeaderEdits> {
     let names = ops
         .set
         .keys()

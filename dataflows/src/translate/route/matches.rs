@@ -22,6 +22,12 @@ pub(super) fn string_matcher(m: &StringMatch, ignore_case: bool) -> Option<Strin
             regex: s.clone(),
             ..Default::default()
         }),
+        // Only paths take one, and a path gets `path_separated_prefix`; anywhere else the
+        // same segment-wise match as a regular expression.
+        StringMatch::SegmentPrefix(s) => MatchPattern::SafeRegex(RegexMatcher {
+            regex: format!("{}(/.*)?", regex::escape(s)),
+            ..Default::default()
+        }),
         StringMatch::Present => return None,
     };
     Some(StringMatcher {
@@ -52,6 +58,7 @@ pub(super) fn route_match(m: Option<&HttpMatch>) -> RouteMatch {
         None | Some(StringMatch::Present) => PathSpecifier::Prefix("/".into()),
         Some(StringMatch::Exact(s)) => PathSpecifier::Path(s.clone()),
         Some(StringMatch::Prefix(s)) => PathSpecifier::Prefix(s.clone()),
+        Some(StringMatch::SegmentPrefix(s)) => PathSpecifier::PathSeparatedPrefix(s.clone()),
         Some(StringMatch::Regex(s)) => PathSpecifier::SafeRegex(RegexMatcher {
             regex: s.clone(),
             ..Default::default()

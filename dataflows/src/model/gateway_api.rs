@@ -1,0 +1,189 @@
+//! The Kubernetes Gateway API's objects (`gateway.networking.k8s.io`), validated: Gateways
+//! with their listeners, HTTPRoutes with their rules, ReferenceGrants. The dataflow's
+//! `gateway_api` stage turns them into the Gateways and VirtualServices the rest of the
+//! dataflow serves, as Istio translates them ([`crate::rules::gateway_api`]).
+//!
+//! An HTTPRoute rule is carried as the VirtualService route it becomes, less its
+//! destinations: the backends need the ReferenceGrants of their namespaces, which only the
+//! dataflow has.
+
+use super::{ConfigKey, HttpMatch, HttpRoute, Labels};
+use serde::{Deserialize, Serialize};
+
+/// The GatewayClass names whose Gateways meshflow serves: Istio's own class (an operator
+/// moving from istiod keeps their Gateways as written) and meshflow's.
+pub const OWNED_CLASSES: [&str; 2] = ["istio", "meshflow"];
+
+/// The label Istio puts on the gateway deployment it provisions for a Gateway (and an
+/// operator deploying one by hand puts on theirs): the Gateway's name.
+pub const GATEWAY_NAME_LABEL: &str = "gateway.networking.k8s.io/gateway-name";
+
+/// One Gateway API object.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum GatewayApiObject {
+    Gateway(KubeGateway),
+    HttpRoute(KubeHttpRoute),
+    ReferenceGrant(ReferenceGrant),
+}
+
+impl GatewayApiObject {
+    pub fn key(&self) -> &ConfigKey {
+        match self {
+            GatewayApiObject::Gateway(g) => &g.key,
+            GatewayApiObject::HttpRoute(r) => &r.key,
+            GatewayApiObject::ReferenceGrant(g) => &g.key,
+        }
+    }
+}
+
+/// A `Gateway` (kind `KubernetesGateway` here: Istio's `Gateway` has the name).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct KubeGateway {
+    pub key: ConfigKey,
+    /// `spec.gatewayClassName`.
+    pub class: String,
+    pub listeners: Vec<Listener>,
+}
+
+impl KubeGateway {
+    /// Of a class meshflow serves.
+    pub fn owned(&self) -> bool {
+        OWNED_CLASSES.contains(&self.class.as_str())
+    }
+}
+
+/// One of a Gateway's `listeners`.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Listener {
+    pub name: String,
+    /// `hostname`: exact or `*.suffix`; `None` matches every host.
+    pub hostname: Option<String>,
+    pub port: u16,
+    pub protocol: ListenerProtocol,
+    pub tls: Option<ListenerTls>,
+    pub allowed_namespaces: AllowedNamespaces,
+    /// `allowedRoutes.kinds` by kind name (group `gateway.networking.k8s.io`); empty: the
+    /// kinds the protocol takes.
+    pub allowed_kinds: Vec<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum ListenerProtocol {
+    Http,
+    Https,
+    Tls,
+    Tcp,
+}
+
+impl ListenerProtocol {
+    /// The route kinds a listener of this protocol takes when `allowedRoutes.kinds` is unset.
+    pub fn default_kinds(self) -> &'static [&'static str] {
+        match self {
+            ListenerProtocol::Http | ListenerProtocol::Https => &["HTTPRoute", "GRPCRoute"],
+            ListenerProtocol::Tls => &["TLSRoute"],
+            ListenerProtocol::Tcp => &["TCPRoute"],
+        }
+    }
+}
+
+/// A listener's `tls`.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ListenerTls {
+    pub passthrough: bool,
+    /// `certificateRefs` as (namespace, name) of Secrets.
+    pub certificates: Vec<(String, String)>,
+}
+
+/// `allowedRoutes.namespaces.from`.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum AllowedNamespaces {
+    Same,
+    All,
+    /// Namespaces whose labels match (`matchLabels`).
+    Selector(Labels),
+}
+
+/// An `HTTPRoute`.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct KubeHttpRoute {
+    pub key: ConfigKey,
+    /// `metadata.creationTimestamp` (RFC 3339, what the API server writes; empty in a file
+    /// that has none): the oldest route wins a precedence tie.
+    pub created: String,
+    pub parents: Vec<ParentRef>,
+    /// `hostnames`, as written (exact or `*.suffix`).
+    pub hostnames: Vec<String>,
+    pub rules: Vec<HttpRouteRule>,
+}
+
+/// One of a route's `parentRefs`.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ParentRef {
+    pub kind: ParentKind,
+    pub namespace: String,
+    pub name: String,
+    /// `sectionName`: a listener's name.
+    pub section: Option<String>,
+    pub port: Option<u16>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum ParentKind {
+    Gateway,
+    /// A Service (the mesh, GAMMA).
+    Service,
+}
+
+/// One of a route's `rules`: the VirtualService route it becomes (`route` left empty) for
+/// each of its matches, and its backends.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct HttpRouteRule {
+    /// The route as Istio's form has it: filters, timeouts and retries set, no matches and
+    /// no destinations.
+    pub template: HttpRoute,
+    /// `matches`; empty: the rule's one match, the path prefix `/`.
+    pub matches: Vec<HttpMatch>,
+    pub backends: Vec<BackendRef>,
+}
+
+/// One of a rule's `backendRefs`.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct BackendRef {
+    /// The fully qualified host it names (a Service's `name.namespace.svc.<domain>`, or an
+    /// Istio `Hostname`); `None`: a kind meshflow cannot route to, which answers 500.
+    pub host: Option<String>,
+    /// The namespace of the object named: a namespace other than the route's needs a
+    /// ReferenceGrant there.
+    pub namespace: String,
+    /// The kind named (`Service`, `Hostname`, …), for ReferenceGrants.
+    pub kind: String,
+    pub name: String,
+    pub port: Option<u16>,
+    pub weight: u32,
+    /// The backend's own `RequestHeaderModifier`/`ResponseHeaderModifier` filters.
+    pub headers: super::HeaderOps,
+}
+
+/// A `ReferenceGrant`: what objects of other namespaces may name in its own.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ReferenceGrant {
+    pub key: ConfigKey,
+    /// `from`: (kind, namespace) of the objects that may refer.
+    pub from: Vec<(String, String)>,
+    /// `to`: (kind, name) of what they may name here; `None`: any object of the kind.
+    pub to: Vec<(String, Option<String>)>,
+}
+
+impl ReferenceGrant {
+    /// Whether an object of kind `from_kind` in `from_ns` may name `to_kind` `to_name` in the
+    /// grant's namespace.
+    pub fn allows(&self, from_kind: &str, from_ns: &str, to_kind: &str, to_name: &str) -> bool {
+        self.from
+            .iter()
+            .any(|(k, ns)| k == from_kind && ns == from_ns)
+            && self
+                .to
+                .iter()
+                .any(|(k, n)| k == to_kind && n.as_deref().is_none_or(|n| n == to_name))
+    }
+}

@@ -1,0 +1,265 @@
+//! The Gateway API at a gateway: a `Gateway` of an owned class becomes listeners on the
+//! routers its name label selects in its namespace; HTTPRoutes attach to its listeners by
+//! parent reference, `allowedRoutes` and hostname; their rules are ordered across routes by
+//! the spec's precedence; a backend in another namespace needs a ReferenceGrant there.
+
+use crate::support::{host, px, router_proxy, service, Mesh};
+use dataflows::model::*;
+use envoy_types::pb::envoy::config::route::v3::{route::Action, route_match::PathSpecifier};
+
+fn listener(name: &str, port: u16, hostname: Option<&str>, from: AllowedNamespaces) -> Listener {
+    Listener {
+        name: name.into(),
+        hostname: hostname.map(str::to_string),
+        port,
+        protocol: ListenerProtocol::Http,
+        tls: None,
+        allowed_namespaces: from,
+        allowed_kinds: Vec::new(),
+    }
+}
+
+fn kube_gateway(ns: &str, name: &str, class: &str, listeners: Vec<Listener>) -> Record {
+    Record::GatewayApi(GatewayApiObject::Gateway(KubeGateway {
+        key: ConfigKey::new(Kind::KubernetesGateway, ns, name),
+        class: class.into(),
+        listeners,
+    }))
+}
+
+fn backend(name: &str, ns: &str, port: u16) -> BackendRef {
+    BackendRef {
+        host: Some(host(name, ns)),
+        namespace: ns.into(),
+        kind: "Service".into(),
+        name: name.into(),
+        port: Some(port),
+        weight: 1,
+        headers: HeaderOps::default(),
+    }
+}
+
+/// An HTTPRoute on Gateway `default/gw` with one rule per (path match, backend).
+fn http_route(
+    ns: &str,
+    name: &str,
+    created: &str,
+    hostnames: &[&str],
+    rules: Vec<(StringMatch, BackendRef)>,
+) -> Record {
+    Record::GatewayApi(GatewayApiObject::HttpRoute(KubeHttpRoute {
+        key: ConfigKey::new(Kind::HttpRoute, ns, name),
+        created: created.into(),
+        parents: vec![ParentRef {
+            kind: ParentKind::Gateway,
+            namespace: "default".into(),
+            name: "gw".into(),
+            section: None,
+            port: None,
+        }],
+        hostnames: hostnames.iter().map(|h| h.to_string()).collect(),
+        rules: rules
+            .into_iter()
+            .map(|(path, b)| HttpRouteRule {
+                template: HttpRoute::default(),
+                matches: vec![HttpMatch {
+                    uri: Some(path),
+                    ..HttpMatch::default()
+                }],
+                backends: vec![b],
+            })
+            .collect(),
+    }))
+}
+
+/// (domains, [(path, cluster or "500")]) of each virtual host of `route`.
+fn table(m: &Mesh, p: &Proxy, route: &str) -> Vec<(Vec<String>, Vec<(String, String)>)> {
+    m.route_body(p, route)
+        .virtual_hosts
+        .into_iter()
+        .map(|vh| {
+            let routes = vh
+                .routes
+                .iter()
+                .map(|r| {
+                    let path = match r.r#match.as_ref().and_then(|m| m.path_specifier.clone()) {
+                        Some(PathSpecifier::Path(p)) => format!("={p}"),
+                        Some(PathSpecifier::Prefix(p)) => format!("{p}*"),
+                        Some(PathSpecifier::PathSeparatedPrefix(p)) => format!("{p}/*"),
+                        other => format!("{other:?}"),
+                    };
+                    let to = match &r.action {
+                        Some(Action::Route(ra)) => format!("{:?}", ra.cluster_specifier),
+                        Some(Action::DirectResponse(d)) => d.status.to_string(),
+                        other => format!("{other:?}"),
+                    };
+                    (path, to)
+                })
+                .collect();
+            (vh.domains, routes)
+        })
+        .collect()
+}
+
+/// Two routes on one listener hostname: the newer route's exact path and longer prefix
+/// come before the older route's shorter prefix (precedence across routes, not route
+/// order); a route from a namespace `allowedRoutes: Same` does not admit is not attached;
+/// a backend in another namespace answers 500 until a ReferenceGrant there allows it. A
+/// router of another namespace carrying the name label gets nothing; retracting the
+/// Gateway removes its listener.
+#[test]
+fn routes_attach_by_listener_and_order_by_precedence_across_routes() {
+    let mut m = Mesh::new();
+    let gw_pod = router_proxy(
+        "gw-abc",
+        "default",
+        "10.9.0.1",
+        &[(GATEWAY_NAME_LABEL, "gw")],
+    );
+    let other_ns = router_proxy("gw-xyz", "other", "10.9.0.2", &[(GATEWAY_NAME_LABEL, "gw")]);
+    let gw = kube_gateway(
+        "default",
+        "gw",
+        "istio",
+        vec![listener(
+            "http",
+            8080,
+            Some("*.example.com"),
+            AllowedNamespaces::Same,
+        )],
+    );
+    let older = http_route(
+        "default",
+        "a-older",
+        "2026-01-01T00:00:00Z",
+        &["shop.example.com"],
+        vec![(
+            StringMatch::Prefix("/".into()),
+            backend("web", "default", 80),
+        )],
+    );
+    let newer = http_route(
+        "default",
+        "b-newer",
+        "2026-02-01T00:00:00Z",
+        &["shop.example.com", "elsewhere.org"],
+        vec![
+            (
+                StringMatch::SegmentPrefix("/api".into()),
+                backend("api", "default", 80),
+            ),
+            (
+                StringMatch::Exact("/login".into()),
+                backend("auth", "backend", 80),
+            ),
+        ],
+    );
+    let foreign = http_route(
+        "team",
+        "c-foreign",
+        "2025-01-01T00:00:00Z",
+        &["shop.example.com"],
+        vec![(
+            StringMatch::Exact("/stolen".into()),
+            backend("thief", "team", 80),
+        )],
+    );
+    m.insert(vec![
+        service("web", "default"),
+        service("api", "default"),
+        service("auth", "backend"),
+        service("thief", "team"),
+        gw.clone(),
+        older,
+        newer,
+        foreign,
+        px(&gw_pod),
+        px(&other_ns),
+    ]);
+    assert_eq!(m.listeners(&gw_pod), crate::support::set(&["0.0.0.0_8080"]));
+    assert!(
+        m.listeners(&other_ns).is_empty(),
+        "a Gateway selects in its own namespace"
+    );
+    let rows = table(&m, &gw_pod, "http.8080");
+    let shop: Vec<_> = rows
+        .iter()
+        .filter(|(d, _)| d.iter().any(|d| d == "shop.example.com"))
+        .collect();
+    assert_eq!(shop.len(), 1, "{rows:?}");
+    let paths: Vec<(&str, &str)> = shop[0]
+        .1
+        .iter()
+        .map(|(p, to)| {
+            (
+                p.as_str(),
+                if to.contains("web") {
+                    "web"
+                } else if to.contains("api") {
+                    "api"
+                } else if to == "500" {
+                    "500"
+                } else {
+                    to.as_str()
+                },
+            )
+        })
+        .collect();
+    assert_eq!(
+        paths,
+        vec![("=/login", "500"), ("/api/*", "api"), ("/*", "web")],
+        "exact, then the longest prefix, then the older route's `/`; the foreign route is not there"
+    );
+    assert!(
+        !rows
+            .iter()
+            .any(|(d, _)| d.iter().any(|d| d == "elsewhere.org")),
+        "a hostname outside the listener's is not served: {rows:?}"
+    );
+
+    // A grant in `backend` for HTTPRoutes of `default` lets /login reach `auth`.
+    let grant = Record::GatewayApi(GatewayApiObject::ReferenceGrant(ReferenceGrant {
+        key: ConfigKey::new(Kind::ReferenceGrant, "backend", "allow-default"),
+        from: vec![("HTTPRoute".into(), "default".into())],
+        to: vec![("Service".into(), None)],
+    }));
+    m.insert(vec![grant.clone()]);
+    let rows = table(&m, &gw_pod, "http.8080");
+    let login = rows
+        .iter()
+        .flat_map(|(_, r)| r)
+        .find(|(p, _)| p == "=/login")
+        .expect("the /login route");
+    assert!(login.1.contains("auth.backend"), "{login:?}");
+    m.retract(vec![grant]);
+    let rows = table(&m, &gw_pod, "http.8080");
+    assert!(rows
+        .iter()
+        .flat_map(|(_, r)| r)
+        .any(|(p, to)| p == "=/login" && to == "500"));
+
+    m.retract(vec![gw]);
+    assert!(m.listeners(&gw_pod).is_empty());
+}
+
+/// A Gateway of a class meshflow does not own is not served.
+#[test]
+fn a_gateway_of_another_class_is_not_served() {
+    let mut m = Mesh::new();
+    let gw_pod = router_proxy(
+        "gw-abc",
+        "default",
+        "10.9.0.1",
+        &[(GATEWAY_NAME_LABEL, "gw")],
+    );
+    m.insert(vec![
+        kube_gateway(
+            "default",
+            "gw",
+            "nginx",
+            vec![listener("http", 8080, None, AllowedNamespaces::All)],
+        ),
+        px(&gw_pod),
+    ]);
+    assert!(m.listeners(&gw_pod).is_empty());
+}

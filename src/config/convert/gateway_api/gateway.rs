@@ -1,0 +1,237 @@
+//! A Gateway API `Gateway`: its class and listeners. A listener meshflow cannot serve as
+//! written is left out with an error naming it — never served without its TLS.
+
+use super::super::fields::{report_ignored, spec};
+use super::super::Result;
+use super::{hostname, port, GROUP};
+use crate::config::findings::Finding;
+use crate::config::{gateway_api as api, Invalid};
+use dataflows::model::{self as m, ConfigKey, Record};
+use serde_yaml_ng::Value;
+
+pub(in crate::config::convert) fn kubernetes_gateway(
+    key: &ConfigKey,
+    value: &Value,
+    findings: &mut Vec<Finding>,
+) -> Result<Vec<Record>> {
+    let (s, ignored): (api::GatewaySpec, _) = spec(value)?;
+    if s.gateway_class_name.is_empty() {
+        return Err(Invalid::field(
+            "spec.gatewayClassName",
+            "a Gateway needs a gatewayClassName",
+        ));
+    }
+    let owned = m::OWNED_CLASSES.contains(&s.gateway_class_name.as_str());
+    // Another controller's Gateway: nothing of it is meshflow's to report.
+    if owned {
+        report_ignored(&ignored, findings, |_| None);
+    }
+    if s.listeners.is_empty() {
+        return Err(Invalid::field(
+            "spec.listeners",
+            "a Gateway needs at least one listener",
+        ));
+    }
+    let mut listeners: Vec<m::Listener> = Vec::new();
+    for (i, l) in s.listeners.iter().enumerate() {
+        let f = format!("spec.listeners[{i}]");
+        if l.name.is_empty() {
+            return Err(Invalid::field(
+                format!("{f}.name"),
+                "a listener needs a name",
+            ));
+        }
+        if s.listeners[..i].iter().any(|o| o.name == l.name) {
+            return Err(Invalid::field(
+                format!("{f}.name"),
+                format!("{:?} names two listeners", l.name),
+            ));
+        }
+        let number = port(l.port, &format!("{f}.port"))?;
+        if let Some(h) = &l.hostname {
+            hostname(h, &format!("{f}.hostname"))?;
+        }
+        let protocol = match l.protocol.as_str() {
+            "HTTP" => m::ListenerProtocol::Http,
+            "HTTPS" => m::ListenerProtocol::Https,
+            "TLS" => m::ListenerProtocol::Tls,
+            "TCP" => m::ListenerProtocol::Tcp,
+            other => {
+                if owned {
+                    findings.push(Finding::error(
+                        format!("{f}.protocol"),
+                        format!("{other:?} is not served by meshflow; the listener is left out"),
+                    ));
+                }
+                continue;
+            }
+        };
+        let tls = match (&l.tls, protocol) {
+            (None, m::ListenerProtocol::Https | m::ListenerProtocol::Tls) => {
+                return Err(Invalid::field(
+                    format!("{f}.tls"),
+                    format!("a {} listener needs tls", l.protocol),
+                ))
+            }
+            (Some(_), m::ListenerProtocol::Http | m::ListenerProtocol::Tcp) => {
+                return Err(Invalid::field(
+                    format!("{f}.tls"),
+                    format!("a {} listener takes no tls", l.protocol),
+                ))
+            }
+            (None, _) => None,
+            (Some(t), _) => Some(listener_tls(
+                t,
+                protocol,
+                &key.namespace,
+                &f,
+                owned,
+                findings,
+            )?),
+        };
+        if tls
+            .as_ref()
+            .is_some_and(|t| !t.passthrough && t.certificates.is_empty())
+        {
+            // Left out (reported): the listener cannot terminate without a certificate.
+            continue;
+        }
+        let (allowed_namespaces, allowed_kinds) = allowed_routes(l, &f, owned, findings)?;
+        listeners.push(m::Listener {
+            name: l.name.clone(),
+            hostname: l.hostname.clone(),
+            port: number,
+            protocol,
+            tls,
+            allowed_namespaces,
+            allowed_kinds,
+        });
+    }
+    Ok(vec![Record::GatewayApi(m::GatewayApiObject::Gateway(
+        m::KubeGateway {
+            key: ConfigKey::new(m::Kind::KubernetesGateway, &key.namespace, &key.name),
+            class: s.gateway_class_name.clone(),
+            listeners,
+        },
+    ))])
+}
+
+fn listener_tls(
+    t: &api::ListenerTls,
+    protocol: m::ListenerProtocol,
+    gw_ns: &str,
+    f: &str,
+    owned: bool,
+    findings: &mut Vec<Finding>,
+) -> Result<m::ListenerTls> {
+    let passthrough = match t.mode.as_deref() {
+        None | Some("Terminate") => false,
+        Some("Passthrough") if protocol == m::ListenerProtocol::Tls => true,
+        Some("Passthrough") => {
+            return Err(Invalid::field(
+                format!("{f}.tls.mode"),
+                "Passthrough is for TLS listeners only",
+            ))
+        }
+        Some(other) => {
+            return Err(Invalid::field(
+                format!("{f}.tls.mode"),
+                format!("{other:?} is not a TLS mode (Terminate, Passthrough)"),
+            ))
+        }
+    };
+    let mut certificates = Vec::new();
+    for (j, c) in t.certificate_refs.iter().enumerate() {
+        let cf = format!("{f}.tls.certificateRefs[{j}]");
+        let group = c.group.as_deref().unwrap_or("");
+        let kind = c.kind.as_deref().unwrap_or("Secret");
+        if group != "" || kind != "Secret" {
+            if owned {
+                findings.push(Finding::error(
+                    cf,
+                    format!("a {kind} of group {group:?} is not a certificate meshflow reads (a Secret is)"),
+                ));
+            }
+            continue;
+        }
+        let ns = c.namespace.clone().unwrap_or_else(|| gw_ns.to_string());
+        if ns != gw_ns && owned {
+            findings.push(Finding::error(
+                format!("{cf}.namespace"),
+                "a certificate of another namespace is not served yet (ReferenceGrants to \
+                 Secrets are not read): the listener is left out",
+            ));
+        }
+        certificates.push((ns, c.name.clone()));
+    }
+    if !passthrough && certificates.is_empty() && owned {
+        findings.push(Finding::error(
+            format!("{f}.tls.certificateRefs"),
+            "a listener that terminates TLS needs a certificate (a Secret); the listener is left out",
+        ));
+    }
+    Ok(m::ListenerTls {
+        passthrough,
+        certificates,
+    })
+}
+
+fn allowed_routes(
+    l: &api::Listener,
+    f: &str,
+    owned: bool,
+    findings: &mut Vec<Finding>,
+) -> Result<(m::AllowedNamespaces, Vec<String>)> {
+    let Some(a) = &l.allowed_routes else {
+        return Ok((m::AllowedNamespaces::Same, Vec::new()));
+    };
+    let from = a.namespaces.as_ref().and_then(|n| n.from.as_deref());
+    let namespaces = match from {
+        None | Some("Same") => m::AllowedNamespaces::Same,
+        Some("All") => m::AllowedNamespaces::All,
+        Some("Selector") => {
+            let labels = a
+                .namespaces
+                .as_ref()
+                .and_then(|n| n.selector.as_ref())
+                .map(|s| s.match_labels.clone())
+                .unwrap_or_default();
+            if owned {
+                findings.push(Finding::error(
+                    format!("{f}.allowedRoutes.namespaces.selector"),
+                    "namespace selectors are not matched yet (meshflow does not read \
+                     Namespaces): the listener takes routes of its own namespace only",
+                ));
+            }
+            m::AllowedNamespaces::Selector(labels)
+        }
+        Some(other) => {
+            return Err(Invalid::field(
+                format!("{f}.allowedRoutes.namespaces.from"),
+                format!("{other:?} is not one of All, Same, Selector"),
+            ))
+        }
+    };
+    let mut kinds = Vec::new();
+    for (j, k) in a.kinds.iter().enumerate() {
+        let group = k.group.as_deref().unwrap_or(GROUP);
+        if group != GROUP {
+            if owned {
+                findings.push(Finding::warning(
+                    format!("{f}.allowedRoutes.kinds[{j}]"),
+                    format!(
+                        "{} of group {group:?} is not a route kind meshflow serves",
+                        k.kind
+                    ),
+                ));
+            }
+            continue;
+        }
+        kinds.push(k.kind.clone());
+    }
+    // Kinds listed but none of them known: the listener takes no route, as the spec has it.
+    if !a.kinds.is_empty() && kinds.is_empty() {
+        kinds.push(String::from("-"));
+    }
+    Ok((namespaces, kinds))
+}

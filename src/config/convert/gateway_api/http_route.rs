@@ -1,0 +1,485 @@
+//! An HTTPRoute: its parents, hostnames and rules. Each rule becomes the VirtualService
+//! route Istio makes of it (matches, filters, timeouts) with its backends beside it; a
+//! filter meshflow cannot apply makes the rule answer 500, as the spec requires of a filter
+//! an implementation does not support — never skipped.
+
+use super::super::fields::{fqdn, report_ignored, spec, string_match};
+use super::super::route_actions::header_edits;
+use super::super::{parse_duration_ms, Result};
+use super::{hostname, port, GROUP};
+use crate::config::findings::Finding;
+use crate::config::{gateway_api as api, istio, Invalid};
+use dataflows::model::{self as m, ConfigKey, MeshConfig, Record};
+use serde_yaml_ng::Value;
+
+pub(in crate::config::convert) fn http_route(
+    key: &ConfigKey,
+    value: &Value,
+    mesh: &MeshConfig,
+    findings: &mut Vec<Finding>,
+) -> Result<Vec<Record>> {
+    let (s, ignored): (api::HttpRouteSpec, _) = spec(value)?;
+    report_ignored(&ignored, findings, |p| {
+        // A field of a rule not read could change where its requests go: said as an error.
+        p.index_under("rules").map(|_| {
+            Finding::error(
+                p.to_string(),
+                "not supported by meshflow yet; the rule is served without it",
+            )
+        })
+    });
+    let ns = &key.namespace;
+    let mut parents = Vec::new();
+    for (i, p) in s.parent_refs.iter().enumerate() {
+        let f = format!("spec.parentRefs[{i}]");
+        let group = p.group.as_deref().unwrap_or(GROUP);
+        let kind = p.kind.as_deref().unwrap_or("Gateway");
+        let parent_kind = match (group, kind) {
+            (GROUP, "Gateway") => m::ParentKind::Gateway,
+            ("" | "core", "Service") => {
+                findings.push(Finding::error(
+                    f.clone(),
+                    "routes of the mesh (a Service parent) are not served yet",
+                ));
+                m::ParentKind::Service
+            }
+            _ => {
+                findings.push(Finding::error(
+                    f.clone(),
+                    format!("a {kind} of group {group:?} is not a parent meshflow serves"),
+                ));
+                continue;
+            }
+        };
+        parents.push(m::ParentRef {
+            kind: parent_kind,
+            namespace: p.namespace.clone().unwrap_or_else(|| ns.clone()),
+            name: p.name.clone(),
+            section: p.section_name.clone(),
+            port: p.port.map(|n| port(n, &format!("{f}.port"))).transpose()?,
+        });
+    }
+    for (i, h) in s.hostnames.iter().enumerate() {
+        hostname(h, &format!("spec.hostnames[{i}]"))?;
+    }
+    let rules = s
+        .rules
+        .iter()
+        .enumerate()
+        .map(|(i, r)| rule(r, &format!("spec.rules[{i}]"), ns, mesh, findings))
+        .collect::<Result<Vec<_>>>()?;
+    let created = value
+        .get("metadata")
+        .and_then(|md| md.get("creationTimestamp"))
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    Ok(vec![Record::GatewayApi(m::GatewayApiObject::HttpRoute(
+        m::KubeHttpRoute {
+            key: key.clone(),
+            created,
+            parents,
+            hostnames: s.hostnames.clone(),
+            rules,
+        },
+    ))])
+}
+
+fn rule(
+    r: &api::HttpRouteRule,
+    f: &str,
+    ns: &str,
+    mesh: &MeshConfig,
+    findings: &mut Vec<Finding>,
+) -> Result<m::HttpRouteRule> {
+    let matches = r
+        .matches
+        .iter()
+        .enumerate()
+        .map(|(j, mt)| route_match(mt, &format!("{f}.matches[{j}]"), mesh))
+        .collect::<Result<Vec<_>>>()?;
+    let mut template = m::HttpRoute {
+        name: r.name.clone(),
+        ..m::HttpRoute::default()
+    };
+    let mut unsupported = false;
+    for (j, filter) in r.filters.iter().enumerate() {
+        let ff = format!("{f}.filters[{j}]");
+        unsupported |= !apply_filter(filter, &ff, ns, mesh, &mut template, findings)?;
+    }
+    if let Some(t) = &r.timeouts {
+        if let Some(req) = &t.request {
+            template.timeout_ms = Some(parse_duration_ms(req, &format!("{f}.timeouts.request"))?);
+        }
+        if t.backend_request.is_some() {
+            findings.push(Finding::error(
+                format!("{f}.timeouts.backendRequest"),
+                "not supported by meshflow yet; the rule has no per-attempt timeout",
+            ));
+        }
+    }
+    if unsupported {
+        // The spec's answer to a filter the implementation cannot apply.
+        template.redirect = None;
+        template.direct_response = Some(m::DirectResponse {
+            status: 500,
+            body: None,
+        });
+    }
+    let backends = r
+        .backend_refs
+        .iter()
+        .enumerate()
+        .map(|(j, b)| backend(b, &format!("{f}.backendRefs[{j}]"), ns, mesh, findings))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(m::HttpRouteRule {
+        template,
+        matches,
+        backends,
+    })
+}
+
+fn route_match(mt: &api::HttpRouteMatch, f: &str, mesh: &MeshConfig) -> Result<m::HttpMatch> {
+    let mut out = m::HttpMatch::default();
+    let path = mt.path.as_ref();
+    let kind = path.and_then(|p| p.kind.as_deref()).unwrap_or("PathPrefix");
+    let value = path
+        .and_then(|p| p.value.clone())
+        .unwrap_or_else(|| "/".into());
+    out.uri = Some(match kind {
+        "PathPrefix" | "Exact" if !value.starts_with('/') => {
+            return Err(Invalid::field(
+                format!("{f}.path.value"),
+                format!("{value:?} must start with /"),
+            ))
+        }
+        "PathPrefix" => {
+            // "A trailing / is ignored": /foo/ is the prefix /foo.
+            let trimmed = value.trim_end_matches('/');
+            if trimmed.is_empty() {
+                m::StringMatch::Prefix("/".into())
+            } else {
+                m::StringMatch::SegmentPrefix(trimmed.to_string())
+            }
+        }
+        "Exact" => m::StringMatch::Exact(value),
+        "RegularExpression" => regex(&value, &format!("{f}.path"), mesh)?,
+        other => {
+            return Err(Invalid::field(
+                format!("{f}.path.type"),
+                format!("{other:?} is not one of Exact, PathPrefix, RegularExpression"),
+            ))
+        }
+    });
+    for (k, h) in mt.headers.iter().enumerate() {
+        let hf = format!("{f}.headers[{k}]");
+        let name = h.name.to_ascii_lowercase();
+        if !super::super::fields::is_header_token(&name) {
+            return Err(Invalid::field(
+                format!("{hf}.name"),
+                format!("{:?} is not an HTTP header name", h.name),
+            ));
+        }
+        // "The first entry with an equivalent name MUST be considered for a match."
+        if out.headers.contains_key(&name) {
+            continue;
+        }
+        let value = value_match(h, &hf, mesh)?;
+        out.headers.insert(name, value);
+    }
+    for (k, q) in mt.query_params.iter().enumerate() {
+        let qf = format!("{f}.queryParams[{k}]");
+        if q.name.is_empty() {
+            return Err(Invalid::field(format!("{qf}.name"), "a name is required"));
+        }
+        if out.query_params.contains_key(&q.name) {
+            continue;
+        }
+        let value = value_match(q, &qf, mesh)?;
+        out.query_params.insert(q.name.clone(), value);
+    }
+    if let Some(method) = &mt.method {
+        out.headers
+            .insert(":method".into(), m::StringMatch::Exact(method.clone()));
+    }
+    Ok(out)
+}
+
+fn value_match(v: &api::NameValueMatch, f: &str, mesh: &MeshConfig) -> Result<m::StringMatch> {
+    match v.kind.as_deref().unwrap_or("Exact") {
+        "Exact" => Ok(m::StringMatch::Exact(v.value.clone())),
+        "RegularExpression" => regex(&v.value, f, mesh),
+        other => Err(Invalid::field(
+            format!("{f}.type"),
+            format!("{other:?} is not one of Exact, RegularExpression"),
+        )),
+    }
+}
+
+/// A regular expression, checked as a VirtualService's is (RE2, Envoy's program size).
+fn regex(r: &str, f: &str, mesh: &MeshConfig) -> Result<m::StringMatch> {
+    let sm = istio::StringMatch {
+        regex: Some(r.to_string()),
+        ..istio::StringMatch::default()
+    };
+    string_match(&sm, f, mesh).map_err(|mut e| {
+        e.field = format!("{f}.value");
+        e
+    })
+}
+
+/// Applies one filter to the rule's route; `false` for one meshflow cannot apply (reported).
+fn apply_filter(
+    filter: &api::HttpRouteFilter,
+    f: &str,
+    ns: &str,
+    mesh: &MeshConfig,
+    route: &mut m::HttpRoute,
+    findings: &mut Vec<Finding>,
+) -> Result<bool> {
+    let missing = |field: &str| {
+        Invalid::field(
+            format!("{f}.{field}"),
+            format!("a {} filter needs {field}", filter.kind),
+        )
+    };
+    match filter.kind.as_str() {
+        "RequestHeaderModifier" => {
+            let h = filter
+                .request_header_modifier
+                .as_ref()
+                .ok_or_else(|| missing("requestHeaderModifier"))?;
+            merge_edits(
+                &mut route.headers.request,
+                headers(h, &format!("{f}.requestHeaderModifier"), true)?,
+            );
+        }
+        "ResponseHeaderModifier" => {
+            let h = filter
+                .response_header_modifier
+                .as_ref()
+                .ok_or_else(|| missing("responseHeaderModifier"))?;
+            merge_edits(
+                &mut route.headers.response,
+                headers(h, &format!("{f}.responseHeaderModifier"), false)?,
+            );
+        }
+        "RequestRedirect" => {
+            let r = filter
+                .request_redirect
+                .as_ref()
+                .ok_or_else(|| missing("requestRedirect"))?;
+            let rf = format!("{f}.requestRedirect");
+            let code = r.status_code.unwrap_or(302);
+            if !matches!(code, 301 | 302) {
+                return Err(Invalid::field(
+                    format!("{rf}.statusCode"),
+                    format!("{code} is not one of 301, 302"),
+                ));
+            }
+            let uri = match &r.path {
+                None => None,
+                Some(p) if p.kind == "ReplaceFullPath" => p.replace_full_path.clone(),
+                Some(p) => {
+                    findings.push(Finding::error(
+                        format!("{rf}.path"),
+                        format!("{:?} redirects are not supported by meshflow yet; the rule answers 500", p.kind),
+                    ));
+                    return Ok(false);
+                }
+            };
+            route.redirect = Some(m::Redirect {
+                uri,
+                authority: r.hostname.clone(),
+                port: r.port.map(|n| port(n, &format!("{rf}.port"))).transpose()?,
+                from_request_port: false,
+                scheme: r.scheme.clone(),
+                code: code as u32,
+            });
+        }
+        "URLRewrite" => {
+            let r = filter
+                .url_rewrite
+                .as_ref()
+                .ok_or_else(|| missing("urlRewrite"))?;
+            let mut rw = m::Rewrite {
+                authority: r.hostname.clone(),
+                ..m::Rewrite::default()
+            };
+            match &r.path {
+                None => {}
+                Some(p) if p.kind == "ReplacePrefixMatch" => {
+                    rw.uri = Some(p.replace_prefix_match.clone().unwrap_or_else(|| "/".into()));
+                }
+                Some(p) if p.kind == "ReplaceFullPath" => {
+                    let full = p.replace_full_path.clone().unwrap_or_else(|| "/".into());
+                    rw.uri_regex = Some(("^.*$".into(), full));
+                }
+                Some(p) => {
+                    return Err(Invalid::field(
+                        format!("{f}.urlRewrite.path.type"),
+                        format!(
+                            "{:?} is not one of ReplaceFullPath, ReplacePrefixMatch",
+                            p.kind
+                        ),
+                    ))
+                }
+            }
+            route.rewrite = Some(rw);
+        }
+        "RequestMirror" => {
+            let r = filter
+                .request_mirror
+                .as_ref()
+                .ok_or_else(|| missing("requestMirror"))?;
+            let mf = format!("{f}.requestMirror.backendRef");
+            let b = &r.backend_ref;
+            let kind = b.kind.as_deref().unwrap_or("Service");
+            let group = b.group.as_deref().unwrap_or("");
+            let target_ns = b.namespace.clone().unwrap_or_else(|| ns.to_string());
+            if group != "" || kind != "Service" || target_ns != ns {
+                findings.push(Finding::error(
+                    mf,
+                    "only a Service of the route's namespace is mirrored to yet; nothing is mirrored",
+                ));
+                return Ok(true);
+            }
+            let fraction = match (&r.percent, &r.fraction) {
+                (Some(p), _) => Some((*p).clamp(0, 100) as u32 * 10_000),
+                (None, Some(fr)) => {
+                    let den = fr.denominator.unwrap_or(100).max(1);
+                    Some(((fr.numerator.clamp(0, den) * 1_000_000) / den) as u32)
+                }
+                (None, None) => None,
+            };
+            route.mirrors.push(m::Mirror {
+                destination: m::RouteDestination {
+                    host: fqdn(&b.name, ns, mesh),
+                    subset: None,
+                    port: b.port.map(|n| port(n, &format!("{mf}.port"))).transpose()?,
+                    weight: 100,
+                    headers: m::HeaderOps::default(),
+                    via_alias: None,
+                },
+                fraction,
+            });
+        }
+        other => {
+            findings.push(Finding::error(
+                f.to_string(),
+                format!("the filter {other:?} is not supported by meshflow; the rule answers 500"),
+            ));
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// A header modifier as a VirtualService's header edits (the same checks).
+fn headers(h: &api::HeaderFilter, f: &str, request: bool) -> Result<m::HeaderEdits> {
+    let ops = istio::HeaderOperations {
+        set: h
+            .set
+            .iter()
+            .map(|v| (v.name.to_ascii_lowercase(), v.value.clone()))
+            .collect(),
+        add: h
+            .add
+            .iter()
+            .map(|v| (v.name.to_ascii_lowercase(), v.value.clone()))
+            .collect(),
+        remove: h.remove.iter().map(|n| n.to_ascii_lowercase()).collect(),
+    };
+    header_edits(&ops, f, request)
+}
+
+fn merge_edits(into: &mut m::HeaderEdits, more: m::HeaderEdits) {
+    into.set.extend(more.set);
+    into.add.extend(more.add);
+    into.remove.extend(more.remove);
+    if more.authority.is_some() {
+        into.authority = more.authority;
+    }
+}
+
+fn backend(
+    b: &api::HttpBackendRef,
+    f: &str,
+    ns: &str,
+    mesh: &MeshConfig,
+    findings: &mut Vec<Finding>,
+) -> Result<m::BackendRef> {
+    let group = b.group.as_deref().unwrap_or("");
+    let kind = b.kind.as_deref().unwrap_or("Service");
+    let namespace = b.namespace.clone().unwrap_or_else(|| ns.to_string());
+    let port_number = b.port.map(|n| port(n, &format!("{f}.port"))).transpose()?;
+    let weight = b.weight.unwrap_or(1);
+    if !(0..=1_000_000).contains(&weight) {
+        return Err(Invalid::field(
+            format!("{f}.weight"),
+            format!("{weight} is not a weight (0-1000000)"),
+        ));
+    }
+    let host = match (group, kind) {
+        ("" | "core", "Service") if port_number.is_none() => {
+            findings.push(Finding::error(
+                format!("{f}.port"),
+                "a Service backend needs a port; its share of requests is answered 500",
+            ));
+            None
+        }
+        ("" | "core", "Service") => {
+            Some(format!("{}.{namespace}.svc.{}", b.name, mesh.domain_suffix))
+        }
+        ("networking.istio.io", "Hostname") => Some(b.name.clone()),
+        _ => {
+            findings.push(Finding::error(
+                f.to_string(),
+                format!("a {kind} of group {group:?} is not a backend meshflow routes to; its share of requests is answered 500"),
+            ));
+            None
+        }
+    };
+    let mut headers = m::HeaderOps::default();
+    for (j, filter) in b.filters.iter().enumerate() {
+        let ff = format!("{f}.filters[{j}]");
+        match (
+            filter.kind.as_str(),
+            &filter.request_header_modifier,
+            &filter.response_header_modifier,
+        ) {
+            ("RequestHeaderModifier", Some(h), _) => merge_edits(
+                &mut headers.request,
+                self::headers(h, &format!("{ff}.requestHeaderModifier"), true)?,
+            ),
+            ("ResponseHeaderModifier", _, Some(h)) => merge_edits(
+                &mut headers.response,
+                self::headers(h, &format!("{ff}.responseHeaderModifier"), false)?,
+            ),
+            (other, _, _) => {
+                findings.push(Finding::error(
+                    ff,
+                    format!("the backend filter {other:?} is not supported by meshflow; the backend is not routed to"),
+                ));
+                return Ok(m::BackendRef {
+                    host: None,
+                    namespace,
+                    kind: kind.to_string(),
+                    name: b.name.clone(),
+                    port: port_number,
+                    weight: weight as u32,
+                    headers,
+                });
+            }
+        }
+    }
+    Ok(m::BackendRef {
+        host,
+        namespace,
+        kind: kind.to_string(),
+        name: b.name.clone(),
+        port: port_number,
+        weight: weight as u32,
+        headers,
+    })
+}

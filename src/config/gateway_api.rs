@@ -1,0 +1,247 @@
+//! Gateway API types (gateway.networking.k8s.io v1, v1beta1, v1alpha2) as they appear in
+//! YAML: camelCase, unknown fields collected and reported by name. Only the fields meshflow
+//! acts on are typed; the names follow the Gateway API's reference (v1.x).
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct GatewaySpec {
+    pub gateway_class_name: String,
+    pub listeners: Vec<Listener>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Listener {
+    pub name: String,
+    pub hostname: Option<String>,
+    pub port: i64,
+    pub protocol: String,
+    pub tls: Option<ListenerTls>,
+    pub allowed_routes: Option<AllowedRoutes>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ListenerTls {
+    pub mode: Option<String>,
+    pub certificate_refs: Vec<ObjectRef>,
+}
+
+/// A reference by group, kind, namespace and name (`certificateRefs`, `backendRefs`,
+/// `parentRefs`), with the fields each of those adds.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ObjectRef {
+    pub group: Option<String>,
+    pub kind: Option<String>,
+    pub name: String,
+    pub namespace: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct AllowedRoutes {
+    pub namespaces: Option<RouteNamespaces>,
+    pub kinds: Vec<RouteGroupKind>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct RouteNamespaces {
+    pub from: Option<String>,
+    pub selector: Option<LabelSelector>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct LabelSelector {
+    pub match_labels: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct RouteGroupKind {
+    pub group: Option<String>,
+    pub kind: String,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HttpRouteSpec {
+    pub parent_refs: Vec<ParentReference>,
+    pub hostnames: Vec<String>,
+    pub rules: Vec<HttpRouteRule>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ParentReference {
+    pub group: Option<String>,
+    pub kind: Option<String>,
+    pub namespace: Option<String>,
+    pub name: String,
+    pub section_name: Option<String>,
+    pub port: Option<i64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HttpRouteRule {
+    pub name: Option<String>,
+    pub matches: Vec<HttpRouteMatch>,
+    pub filters: Vec<HttpRouteFilter>,
+    pub backend_refs: Vec<HttpBackendRef>,
+    pub timeouts: Option<HttpRouteTimeouts>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HttpRouteMatch {
+    pub path: Option<HttpPathMatch>,
+    pub headers: Vec<NameValueMatch>,
+    pub query_params: Vec<NameValueMatch>,
+    pub method: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HttpPathMatch {
+    #[serde(rename = "type")]
+    pub kind: Option<String>,
+    pub value: Option<String>,
+}
+
+/// A header or query parameter match.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct NameValueMatch {
+    #[serde(rename = "type")]
+    pub kind: Option<String>,
+    pub name: String,
+    pub value: String,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HttpRouteFilter {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub request_header_modifier: Option<HeaderFilter>,
+    pub response_header_modifier: Option<HeaderFilter>,
+    pub request_redirect: Option<RequestRedirect>,
+    #[serde(rename = "urlRewrite")]
+    pub url_rewrite: Option<UrlRewrite>,
+    pub request_mirror: Option<RequestMirror>,
+    pub extension_ref: Option<ObjectRef>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HeaderFilter {
+    pub set: Vec<HeaderValue>,
+    pub add: Vec<HeaderValue>,
+    pub remove: Vec<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HeaderValue {
+    pub name: String,
+    pub value: String,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct RequestRedirect {
+    pub scheme: Option<String>,
+    pub hostname: Option<String>,
+    pub path: Option<PathModifier>,
+    pub port: Option<i64>,
+    pub status_code: Option<i64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct PathModifier {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub replace_full_path: Option<String>,
+    pub replace_prefix_match: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct UrlRewrite {
+    pub hostname: Option<String>,
+    pub path: Option<PathModifier>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct RequestMirror {
+    pub backend_ref: ObjectRefWithPort,
+    pub percent: Option<i64>,
+    pub fraction: Option<Fraction>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Fraction {
+    pub numerator: i64,
+    pub denominator: Option<i64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ObjectRefWithPort {
+    pub group: Option<String>,
+    pub kind: Option<String>,
+    pub name: String,
+    pub namespace: Option<String>,
+    pub port: Option<i64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HttpBackendRef {
+    pub group: Option<String>,
+    pub kind: Option<String>,
+    pub name: String,
+    pub namespace: Option<String>,
+    pub port: Option<i64>,
+    pub weight: Option<i64>,
+    pub filters: Vec<HttpRouteFilter>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HttpRouteTimeouts {
+    pub request: Option<String>,
+    pub backend_request: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ReferenceGrantSpec {
+    pub from: Vec<GrantFrom>,
+    pub to: Vec<GrantTo>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct GrantFrom {
+    pub group: String,
+    pub kind: String,
+    pub namespace: String,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct GrantTo {
+    pub group: String,
+    pub kind: String,
+    pub name: Option<String>,
+}
