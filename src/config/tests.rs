@@ -110,12 +110,16 @@ fn mistyped_api_versions_are_errors_and_other_apis_are_skipped() {
         Some(ConfigKey::new(Kind::Service, "default", "s"))
     );
     assert!(err.message.contains("is read as v1"), "{}", err.message);
-    for other in [
-        "apiVersion: serving.knative.dev/v1\nkind: Service\nmetadata: {name: s}\n",
-        "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: g}\n",
-    ] {
-        assert_eq!(parse_document(other, &mesh()), Ok(None), "{other}");
-    }
+    let other = "apiVersion: serving.knative.dev/v1\nkind: Service\nmetadata: {name: s}\n";
+    assert_eq!(parse_document(other, &mesh()), Ok(None), "{other}");
+    // The Gateway API's Gateway is read as its own kind, not as Istio's.
+    let k8s_gw = "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: g}\n";
+    let err = parse_document(k8s_gw, &mesh()).unwrap_err();
+    assert_eq!(
+        err.object,
+        Some(ConfigKey::new(Kind::KubernetesGateway, "default", "g"))
+    );
+    assert_eq!(err.field, "spec.gatewayClassName");
     assert!(parse_document(&vs("networking.istio.io/v1beta1"), &mesh())
         .unwrap()
         .is_some());
@@ -169,7 +173,7 @@ fn invalid_regexes_and_names_are_refused() {
 
 #[test]
 fn kinds_not_served_are_listed_and_other_kinds_skipped() {
-    let text = "apiVersion: telemetry.istio.io/v1\nkind: Telemetry\nmetadata: {name: p}\nspec: {}\n---\napiVersion: networking.istio.io/v1alpha3\nkind: EnvoyFilter\nmetadata: {name: e}\n---\napiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: h}\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\n";
+    let text = "apiVersion: telemetry.istio.io/v1\nkind: Telemetry\nmetadata: {name: p}\nspec: {}\n---\napiVersion: networking.istio.io/v1alpha3\nkind: EnvoyFilter\nmetadata: {name: e}\n---\napiVersion: gateway.networking.k8s.io/v1alpha2\nkind: TCPRoute\nmetadata: {name: h}\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\n";
     let out = parse_file(std::path::Path::new("f.yaml"), text, &MeshConfig::default());
     assert!(out.errors.is_empty() && out.objects.is_empty());
     let kinds: Vec<&str> = out.unserved.iter().map(|(_, k)| k.as_str()).collect();
@@ -178,7 +182,7 @@ fn kinds_not_served_are_listed_and_other_kinds_skipped() {
         vec![
             "Telemetry (telemetry.istio.io/v1)",
             "EnvoyFilter (networking.istio.io/v1alpha3)",
-            "HTTPRoute (gateway.networking.k8s.io/v1)",
+            "TCPRoute (gateway.networking.k8s.io/v1alpha2)",
         ]
     );
     assert_eq!(out.unserved[1].0, 6);

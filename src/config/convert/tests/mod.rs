@@ -4,6 +4,7 @@
 
 mod destination_rule;
 mod gateway;
+mod gateway_api;
 mod kube;
 mod load_balancer;
 mod route_actions;

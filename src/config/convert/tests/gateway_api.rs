@@ -1,0 +1,273 @@
+//! The Gateway API's kinds read into their records: listeners with their TLS and
+//! `allowedRoutes`, HTTPRoute rules as the routes they become, ReferenceGrants; what is
+//! not translated is said by field, and a filter meshflow cannot apply answers 500.
+
+use super::{fields, parse};
+use crate::config::{parse_document, Level};
+use dataflows::model::*;
+
+fn object(p: &crate::config::Parsed) -> &GatewayApiObject {
+    match &p.records[0] {
+        Record::GatewayApi(o) => o,
+        other => panic!("{other:?}"),
+    }
+}
+
+const GATEWAY: &str = "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: shop-gateway, namespace: shop}
+spec:
+  gatewayClassName: istio
+  listeners:
+  - name: http
+    port: 80
+    protocol: HTTP
+    hostname: \"*.shop.example\"
+    allowedRoutes:
+      namespaces: {from: All}
+  - name: https
+    port: 443
+    protocol: HTTPS
+    tls:
+      certificateRefs: [{name: shop-cert}]
+  - name: udp
+    port: 53
+    protocol: UDP
+";
+
+#[test]
+fn gateway_listeners_are_read_with_tls_and_allowed_routes() {
+    let p = parse(GATEWAY);
+    assert_eq!(p.key.kind, Kind::KubernetesGateway);
+    let GatewayApiObject::Gateway(g) = object(&p) else {
+        panic!()
+    };
+    assert!(g.owned());
+    let names: Vec<&str> = g.listeners.iter().map(|l| l.name.as_str()).collect();
+    assert_eq!(names, ["http", "https"], "the UDP listener is left out");
+    assert_eq!(g.listeners[0].allowed_namespaces, AllowedNamespaces::All);
+    assert_eq!(g.listeners[0].hostname.as_deref(), Some("*.shop.example"));
+    assert_eq!(
+        g.listeners[1].tls,
+        Some(ListenerTls {
+            passthrough: false,
+            certificates: vec![("shop".into(), "shop-cert".into())],
+        })
+    );
+    assert_eq!(g.listeners[1].allowed_namespaces, AllowedNamespaces::Same);
+    assert_eq!(fields(&p, Level::Error), ["spec.listeners[2].protocol"]);
+}
+
+#[test]
+fn invalid_gateways_name_the_field() {
+    for (edit, field) in [
+        (
+            GATEWAY.replace("port: 80\n", "port: 0\n"),
+            "spec.listeners[0].port",
+        ),
+        (
+            GATEWAY.replace("name: udp", "name: http"),
+            "spec.listeners[2].name",
+        ),
+        (
+            GATEWAY.replace("\"*.shop.example\"", "\"Shop.Example\""),
+            "spec.listeners[0].hostname",
+        ),
+        (
+            GATEWAY.replace("    tls:\n      certificateRefs: [{name: shop-cert}]\n", ""),
+            "spec.listeners[1].tls",
+        ),
+        (
+            GATEWAY.replace("{from: All}", "{from: Some}"),
+            "spec.listeners[0].allowedRoutes.namespaces.from",
+        ),
+    ] {
+        let err = parse_document(&edit, &super::mesh()).unwrap_err();
+        assert_eq!(err.field, field, "{edit}");
+    }
+}
+
+/// A namespace selector cannot be matched yet: reported, and the listener admits its own
+/// namespace only (closed, not open).
+#[test]
+fn a_namespace_selector_is_reported() {
+    let p = parse(&GATEWAY.replace(
+        "{from: All}",
+        "{from: Selector, selector: {matchLabels: {shared: \"true\"}}}",
+    ));
+    let GatewayApiObject::Gateway(g) = object(&p) else {
+        panic!()
+    };
+    assert!(matches!(
+        g.listeners[0].allowed_namespaces,
+        AllowedNamespaces::Selector(_)
+    ));
+    assert!(fields(&p, Level::Error)
+        .contains(&"spec.listeners[0].allowedRoutes.namespaces.selector".to_string()));
+    // Another controller's Gateway: nothing said about it.
+    let other = parse(&GATEWAY.replace("gatewayClassName: istio", "gatewayClassName: nginx"));
+    assert!(other.findings.is_empty(), "{:?}", other.findings);
+}
+
+const ROUTE: &str = "apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: shop, namespace: shop, creationTimestamp: \"2026-03-01T10:00:00Z\"}
+spec:
+  parentRefs:
+  - name: shop-gateway
+    sectionName: http
+  hostnames: [www.shop.example]
+  rules:
+  - matches:
+    - path: {type: PathPrefix, value: /cart/}
+      headers: [{name: X-Team, value: a}, {name: x-team, value: b}]
+      queryParams: [{type: RegularExpression, name: v, value: \"[0-9]+\"}]
+      method: POST
+    - path: {type: Exact, value: /}
+    filters:
+    - type: RequestHeaderModifier
+      requestHeaderModifier:
+        set: [{name: X-Via, value: gw}]
+        remove: [x-debug]
+    - type: URLRewrite
+      urlRewrite: {path: {type: ReplacePrefixMatch, replacePrefixMatch: /basket}}
+    backendRefs:
+    - {name: cart, port: 8080, weight: 90}
+    - {name: cart-next, namespace: canary, port: 8080, weight: 10}
+    timeouts: {request: 2s}
+  - backendRefs:
+    - {name: web, port: 80}
+";
+
+#[test]
+fn http_route_rules_become_routes_with_their_backends() {
+    let p = parse(ROUTE);
+    assert!(p.findings.is_empty(), "{:?}", p.findings);
+    let GatewayApiObject::HttpRoute(r) = object(&p) else {
+        panic!()
+    };
+    assert_eq!(r.created, "2026-03-01T10:00:00Z");
+    assert_eq!(
+        r.parents,
+        vec![ParentRef {
+            kind: ParentKind::Gateway,
+            namespace: "shop".into(),
+            name: "shop-gateway".into(),
+            section: Some("http".into()),
+            port: None,
+        }]
+    );
+    let rule = &r.rules[0];
+    let m0 = &rule.matches[0];
+    assert_eq!(m0.uri, Some(StringMatch::SegmentPrefix("/cart".into())));
+    assert_eq!(
+        m0.headers["x-team"],
+        StringMatch::Exact("a".into()),
+        "the first of a name wins"
+    );
+    assert_eq!(m0.headers[":method"], StringMatch::Exact("POST".into()));
+    assert_eq!(m0.query_params["v"], StringMatch::Regex("[0-9]+".into()));
+    assert_eq!(rule.matches[1].uri, Some(StringMatch::Exact("/".into())));
+    assert_eq!(rule.template.headers.request.set["x-via"], "gw");
+    assert_eq!(rule.template.headers.request.remove, ["x-debug"]);
+    assert_eq!(
+        rule.template.rewrite.as_ref().unwrap().uri.as_deref(),
+        Some("/basket")
+    );
+    assert_eq!(rule.template.timeout_ms, Some(2000));
+    let hosts: Vec<_> = rule
+        .backends
+        .iter()
+        .map(|b| (b.host.clone().unwrap(), b.namespace.as_str(), b.weight))
+        .collect();
+    assert_eq!(
+        hosts,
+        [
+            ("cart.shop.svc.cluster.local".to_string(), "shop", 90),
+            (
+                "cart-next.canary.svc.cluster.local".to_string(),
+                "canary",
+                10
+            ),
+        ]
+    );
+    assert!(
+        r.rules[1].matches.is_empty(),
+        "no match: the rule's default, added when attached"
+    );
+}
+
+/// A filter meshflow cannot apply makes its rule answer 500 (reported); a backend of an
+/// unknown kind or a Service without a port is not routed to (reported); an unknown field
+/// of a rule is an error naming it.
+#[test]
+fn what_cannot_be_applied_fails_closed_and_is_named() {
+    let doc = ROUTE
+        .replace(
+            "    - type: URLRewrite\n",
+            "    - type: ExtensionRef\n      extensionRef: {group: example.io, kind: Auth, name: a}\n    - type: URLRewrite\n",
+        )
+        .replace("    - {name: web, port: 80}\n", "    - {name: web}\n    - {group: example.io, kind: Bucket, name: b}\n    sessionPersistence: {type: Cookie}\n");
+    let p = parse(&doc);
+    let GatewayApiObject::HttpRoute(r) = object(&p) else {
+        panic!()
+    };
+    assert_eq!(
+        r.rules[0].template.direct_response,
+        Some(DirectResponse {
+            status: 500,
+            body: None
+        })
+    );
+    assert!(r.rules[1].backends.iter().all(|b| b.host.is_none()));
+    let errors = fields(&p, Level::Error);
+    for f in [
+        "spec.rules[0].filters[1]",
+        "spec.rules[1].backendRefs[0].port",
+        "spec.rules[1].backendRefs[1]",
+        "spec.rules[1].sessionPersistence",
+    ] {
+        assert!(errors.iter().any(|e| e == f), "{f} not in {errors:?}");
+    }
+    for (edit, field) in [
+        (
+            ROUTE.replace("value: /cart/}", "value: cart}"),
+            "spec.rules[0].matches[0].path.value",
+        ),
+        (
+            ROUTE.replace("value: \"[0-9]+\"", "value: \"[0-9\""),
+            "spec.rules[0].matches[0].queryParams[0].value",
+        ),
+        (
+            ROUTE.replace("weight: 90", "weight: -1"),
+            "spec.rules[0].backendRefs[0].weight",
+        ),
+        (
+            ROUTE.replace("[www.shop.example]", "[\"10.0.0.1\"]"),
+            "spec.hostnames[0]",
+        ),
+    ] {
+        let err = parse_document(&edit, &super::mesh()).unwrap_err();
+        assert_eq!(err.field, field, "{edit}");
+    }
+}
+
+#[test]
+fn reference_grants_are_read() {
+    let p = parse(
+        "apiVersion: gateway.networking.k8s.io/v1beta1
+kind: ReferenceGrant
+metadata: {name: from-shop, namespace: canary}
+spec:
+  from: [{group: gateway.networking.k8s.io, kind: HTTPRoute, namespace: shop}]
+  to: [{group: \"\", kind: Service, name: cart-next}]
+",
+    );
+    let GatewayApiObject::ReferenceGrant(g) = object(&p) else {
+        panic!()
+    };
+    assert!(g.allows("HTTPRoute", "shop", "Service", "cart-next"));
+    assert!(!g.allows("HTTPRoute", "shop", "Service", "other"));
+    assert!(!g.allows("HTTPRoute", "elsewhere", "Service", "cart-next"));
+    assert!(!g.allows("GRPCRoute", "shop", "Service", "cart-next"));
+}
