@@ -210,6 +210,7 @@ fn describe(r: &Record) -> String {
         Record::Selection(h, s) => format!("Selection {h} ({})", s.origin),
         Record::Security(p) => format!("Security {}", p.key),
         Record::MtlsHold(h) => format!("MtlsHold {} {}", h.ip, h.workload),
+        Record::GatewayApi(o) => format!("GatewayApi {}", o.key()),
         Record::Mesh(m) => format!("Mesh {:?}", m.origin),
     }
 }

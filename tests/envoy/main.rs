@@ -18,6 +18,7 @@ mod ext_authz;
 mod fail_closed;
 mod faults;
 mod gateway;
+mod gateway_api;
 mod gateway_auto_passthrough;
 mod gateway_tls;
 mod gateway_tls_tcp;
