@@ -10,6 +10,7 @@ mod support;
 
 mod destination_rule;
 mod gateway;
+mod gateway_api;
 mod records;
 mod security;
 mod shared_host;
@@ -177,6 +178,8 @@ fn run(seed: u64, steps: usize, workers: usize) {
     let mut holds = StdRng::seed_from_u64(seed ^ 0x686f_6c64);
     // ServiceEntries sharing hosts across namespaces, from a generator of their own too.
     let mut shared = StdRng::seed_from_u64(seed ^ 0x7368_6172);
+    // Gateway API objects and their routers, from a generator of their own too.
+    let mut gateway_api = StdRng::seed_from_u64(seed ^ 0x6b67_7761);
     // A CA's root: every sidecar and router holds its workload secrets.
     let mesh = MeshConfig {
         trust_root: Some("-----BEGIN CERTIFICATE-----\noracle\n-----END CERTIFICATE-----\n".into()),
@@ -224,6 +227,10 @@ fn run(seed: u64, steps: usize, workers: usize) {
         if shared.random_bool(0.4) {
             let record = shared_host::shared_host(&mut shared);
             replace(&mut live, &mut changes, record, &mut shared, 0.3);
+        }
+        if gateway_api.random_bool(0.4) {
+            let record = gateway_api::gateway_api(&mut gateway_api);
+            replace(&mut live, &mut changes, record, &mut gateway_api, 0.3);
         }
         let out = engine
             .step(Batch { epoch, changes })

@@ -1,0 +1,135 @@
+//! Random Gateway API objects: Gateways of an owned class or another, with one or two HTTP
+//! listeners (hostnames, `allowedRoutes`), HTTPRoutes naming them (by listener or not) with
+//! a few rules to services of either namespace, ReferenceGrants, and the routers that run
+//! the Gateways. Drawn from a generator of their own, so the logs of the others stay.
+
+use crate::records::{pick, NAMESPACES};
+use crate::support::{host, router_proxy};
+use dataflows::model::*;
+use rand::rngs::StdRng;
+use rand::Rng;
+
+/// One random Gateway API record, or a router of one of the Gateways.
+pub fn gateway_api(rng: &mut StdRng) -> Record {
+    let ns = pick(rng, &NAMESPACES[..2]);
+    match rng.random_range(0..8) {
+        0 | 1 => gateway(rng, ns),
+        2..=5 => route(rng, ns),
+        6 => Record::GatewayApi(GatewayApiObject::ReferenceGrant(ReferenceGrant {
+            key: ConfigKey::new(
+                Kind::ReferenceGrant,
+                ns,
+                format!("g{}", rng.random_range(0..2)),
+            ),
+            from: vec![("HTTPRoute".into(), pick(rng, &NAMESPACES[..2]).into())],
+            to: vec![(
+                "Service".into(),
+                rng.random_bool(0.5)
+                    .then(|| format!("svc{}", rng.random_range(0..4))),
+            )],
+        })),
+        _ => {
+            let gw = format!("gw{}", rng.random_range(0..2));
+            let ip = format!(
+                "10.7.{}.{}",
+                usize::from(ns == "other"),
+                rng.random_range(1..3)
+            );
+            Record::Proxy(router_proxy(
+                &format!("{gw}-pod"),
+                ns,
+                &ip,
+                &[(GATEWAY_NAME_LABEL, &gw)],
+            ))
+        }
+    }
+}
+
+fn gateway(rng: &mut StdRng, ns: &str) -> Record {
+    let listeners = (0..rng.random_range(1..3))
+        .map(|i| Listener {
+            name: format!("l{i}"),
+            hostname: pick(rng, &[None, Some("*.example.com"), Some("a.example.com")])
+                .map(str::to_string),
+            port: pick(rng, &[8080u16, 8081]),
+            protocol: ListenerProtocol::Http,
+            tls: None,
+            allowed_namespaces: if rng.random_bool(0.5) {
+                AllowedNamespaces::Same
+            } else {
+                AllowedNamespaces::All
+            },
+            allowed_kinds: Vec::new(),
+        })
+        .collect();
+    Record::GatewayApi(GatewayApiObject::Gateway(KubeGateway {
+        key: ConfigKey::new(
+            Kind::KubernetesGateway,
+            ns,
+            format!("gw{}", rng.random_range(0..2)),
+        ),
+        class: pick(rng, &["istio", "istio", "meshflow", "nginx"]).into(),
+        listeners,
+    }))
+}
+
+fn route(rng: &mut StdRng, ns: &str) -> Record {
+    let parents = (0..rng.random_range(1..3))
+        .map(|_| ParentRef {
+            kind: ParentKind::Gateway,
+            namespace: pick(rng, &NAMESPACES[..2]).into(),
+            name: format!("gw{}", rng.random_range(0..2)),
+            section: rng
+                .random_bool(0.3)
+                .then(|| format!("l{}", rng.random_range(0..2))),
+            port: None,
+        })
+        .collect();
+    let hostnames = match rng.random_range(0..4) {
+        0 => vec![],
+        1 => vec!["a.example.com".into()],
+        2 => vec!["*.example.com".into(), "b.example.com".into()],
+        _ => vec!["other.org".into()],
+    };
+    let rules = (0..rng.random_range(1..3))
+        .map(|_| HttpRouteRule {
+            template: HttpRoute::default(),
+            matches: (0..rng.random_range(0..3))
+                .map(|_| HttpMatch {
+                    uri: Some(match rng.random_range(0..3) {
+                        0 => StringMatch::Exact(format!("/p{}", rng.random_range(0..3))),
+                        1 => StringMatch::SegmentPrefix(format!("/p{}", rng.random_range(0..3))),
+                        _ => StringMatch::Prefix("/".into()),
+                    }),
+                    ..HttpMatch::default()
+                })
+                .collect(),
+            backends: (0..rng.random_range(0..3))
+                .map(|_| {
+                    let svc = format!("svc{}", rng.random_range(0..4));
+                    let b_ns = if rng.random_bool(0.7) {
+                        ns
+                    } else {
+                        pick(rng, &NAMESPACES[..2])
+                    };
+                    BackendRef {
+                        host: Some(host(&svc, b_ns)),
+                        namespace: b_ns.into(),
+                        kind: "Service".into(),
+                        name: svc,
+                        port: Some(9080),
+                        weight: pick(rng, &[0u32, 1, 3]),
+                        headers: HeaderOps::default(),
+                    }
+                })
+                .collect(),
+        })
+        .collect();
+    Record::GatewayApi(GatewayApiObject::HttpRoute(KubeHttpRoute {
+        key: ConfigKey::new(Kind::HttpRoute, ns, format!("r{}", rng.random_range(0..3))),
+        created: pick(rng, &["", "2026-01-01T00:00:00Z", "2026-02-01T00:00:00Z"]).into(),
+        parents,
+        hostnames,
+        rules,
+    }))
+}
