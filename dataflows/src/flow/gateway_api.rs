@@ -1,24 +1,46 @@
 //! The Gateway API, translated: Gateway API objects → the Gateways and VirtualServices the
-//! rest of the dataflow serves ([`crate::rules::gateway_api`] says how). A route meets the
-//! ReferenceGrants of the namespaces its backends are in and the Gateways its parents name;
-//! the routes of one (listener, hostname) meet in one group, so a route's edit re-sorts only
-//! the hostnames it is on.
+//! rest of the dataflow serves ([`crate::rules::gateway_api`] says how), and what is wrong
+//! with each route (errors, retracted when fixed). A route meets the ReferenceGrants of the
+//! namespaces its backends are in, the services its backends name and the Gateways its
+//! parents name; the routes of one (listener, hostname) meet in one group, so a route's edit
+//! re-sorts only the hostnames it is on.
 
 use super::Coll;
 use crate::model::*;
-use crate::rules::gateway_api as rules;
+use crate::rules::gateway_api::{self as rules, RouteContext};
+use serde::{Deserialize, Serialize};
 
 /// What the Gateway API objects become.
 pub(super) struct Translated<'s> {
     pub gateways: Coll<'s, (ConfigKey, Gateway)>,
     pub virtual_services: Coll<'s, (ConfigKey, VirtualService)>,
+    pub errors: Coll<'s, ConfigError>,
 }
 
-pub(super) fn translate<'s>(objects: &Coll<'s, (ConfigKey, GatewayApiObject)>) -> Translated<'s> {
-    let kube_gateways = objects.clone().flat_map(|(k, o)| match o {
-        GatewayApiObject::Gateway(g) if g.owned() => Some(((k.namespace, k.name), g)),
+/// One piece of a route's [`RouteContext`], gathered per route.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+enum Part {
+    Route,
+    Grant(ReferenceGrant),
+    Known(Hostname),
+}
+
+/// A route with its context, or a Gateway one of its parents names, gathered per route.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+enum Found {
+    Route(KubeHttpRoute, RouteContext),
+    Parent(KubeGateway),
+}
+
+pub(super) fn translate<'s>(
+    objects: &Coll<'s, (ConfigKey, GatewayApiObject)>,
+    services: &Coll<'s, (Hostname, Service)>,
+) -> Translated<'s> {
+    let all_gateways = objects.clone().flat_map(|(k, o)| match o {
+        GatewayApiObject::Gateway(g) => Some(((k.namespace, k.name), g)),
         _ => None,
     });
+    let kube_gateways = all_gateways.clone().filter(|(_, g)| g.owned());
     let routes = objects.clone().flat_map(|(_, o)| match o {
         GatewayApiObject::HttpRoute(r) => Some(r),
         _ => None,
@@ -33,8 +55,8 @@ pub(super) fn translate<'s>(objects: &Coll<'s, (ConfigKey, GatewayApiObject)>) -
             .map(|gw| (gw.key.clone(), gw))
     });
 
-    // Each route with the grants of the other namespaces its backends are in (an empty
-    // list for a route with none: every route passes the reduce).
+    // Each route's context: the grants of the other namespaces its backends are in, and
+    // which of its backends' hosts are services (every route has one, maybe empty).
     let foreign = routes.clone().flat_map(|r| {
         let mut namespaces: Vec<String> = r
             .rules
@@ -48,20 +70,44 @@ pub(super) fn translate<'s>(objects: &Coll<'s, (ConfigKey, GatewayApiObject)>) -
         let key = r.key.clone();
         namespaces.into_iter().map(move |ns| (ns, key.clone()))
     });
-    let granted = foreign
-        .join_map(grants, |_, route, g| (route.clone(), Some(g.clone())))
-        .concat(routes.clone().map(|r| (r.key, None)))
-        .reduce(|_, vals: &[(&Option<ReferenceGrant>, isize)], out| {
-            let grants: Vec<ReferenceGrant> =
-                vals.iter().filter_map(|(g, _)| (*g).clone()).collect();
-            out.push((grants, 1isize));
+    let service_hosts = services.clone().map(|(h, _)| (h, ())).distinct();
+    let known = routes
+        .clone()
+        .flat_map(|r| {
+            let key = r.key.clone();
+            let mut hosts: Vec<String> = rules::backend_hosts(&r).collect();
+            hosts.sort();
+            hosts.dedup();
+            hosts.into_iter().map(move |h| (h, key.clone()))
+        })
+        .join_map(service_hosts, |h, route, _| {
+            (route.clone(), Part::Known(h.clone()))
         });
-    let with_grants = routes
+    let contexts = foreign
+        .join_map(grants, |_, route, g| {
+            (route.clone(), Part::Grant(g.clone()))
+        })
+        .concat(known)
+        .concat(routes.clone().map(|r| (r.key, Part::Route)))
+        .reduce(|_, vals: &[(&Part, isize)], out| {
+            let mut ctx = RouteContext::default();
+            for (p, _) in vals {
+                match p {
+                    Part::Grant(g) => ctx.grants.push(g.clone()),
+                    Part::Known(h) => {
+                        ctx.known_hosts.insert(h.clone());
+                    }
+                    Part::Route => {}
+                }
+            }
+            out.push((ctx, 1isize));
+        });
+    let with_context = routes
         .map(|r| (r.key.clone(), r))
-        .join_map(granted, |_, r, g| (r.clone(), g.clone()));
+        .join_map(contexts, |_, r, ctx| (r.clone(), ctx.clone()));
 
     // Each route at the Gateways its parents name.
-    let by_parent = with_grants.flat_map(|(r, g)| {
+    let by_parent = with_context.clone().flat_map(|(r, ctx)| {
         let mut parents: Vec<(String, String)> = r
             .parents
             .iter()
@@ -72,11 +118,11 @@ pub(super) fn translate<'s>(objects: &Coll<'s, (ConfigKey, GatewayApiObject)>) -
         parents.dedup();
         parents
             .into_iter()
-            .map(move |p| (p, (r.clone(), g.clone())))
+            .map(move |p| (p, (r.clone(), ctx.clone())))
     });
-    let attached = by_parent.join_map(kube_gateways, |_, (r, grants), gw| {
-        rules::attach(r, gw, grants)
-    });
+    let attached = by_parent
+        .clone()
+        .join_map(kube_gateways, |_, (r, ctx), gw| rules::attach(r, gw, ctx));
     let virtual_services = attached
         .flat_map(|rows| rows)
         .reduce(
@@ -86,8 +132,32 @@ pub(super) fn translate<'s>(objects: &Coll<'s, (ConfigKey, GatewayApiObject)>) -
             },
         )
         .map(|(_, vs)| (vs.key.clone(), vs));
+
+    // What is wrong with each route: it meets the Gateways its parents name that exist.
+    let errors = by_parent
+        .join_map(all_gateways, |_, (r, _), gw| {
+            (r.key.clone(), Found::Parent(gw.clone()))
+        })
+        .concat(with_context.map(|(r, ctx)| (r.key.clone(), Found::Route(r, ctx))))
+        .reduce(|_, vals: &[(&Found, isize)], out| {
+            let mut route = None;
+            let mut found = Vec::new();
+            for (v, _) in vals {
+                match v {
+                    Found::Route(r, ctx) => route = Some((r, ctx)),
+                    Found::Parent(g) => found.push(g),
+                }
+            }
+            if let Some((r, ctx)) = route {
+                for e in rules::route_problems(r, ctx, &found) {
+                    out.push((e, 1isize));
+                }
+            }
+        })
+        .map(|(_, e)| e);
     Translated {
         gateways,
         virtual_services,
+        errors,
     }
 }

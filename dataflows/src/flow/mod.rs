@@ -94,7 +94,8 @@ impl<'s, H: differential_dataflow::ExchangeData> Built<'s, H> {
 /// Builds the whole dataflow from its inputs.
 pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     // The Gateway API becomes Istio's Gateways and VirtualServices, served as written ones.
-    let translated = gateway_api::translate(&i.gateway_api);
+    let translated = gateway_api::translate(&i.gateway_api, &i.services);
+    let gateway_api_errors = translated.errors;
     let i = Inputs {
         gateways: i.gateways.concat(translated.gateways),
         virtual_services: i.virtual_services.concat(translated.virtual_services),
@@ -263,7 +264,8 @@ pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
         .concat(clusters.errors)
         .concat(secured.errors)
         .concat(unselected)
-        .concat(secret_errors.concat(gateway_errors).distinct());
+        .concat(secret_errors.concat(gateway_errors).distinct())
+        .concat(gateway_api_errors);
     outputs(scoped, inbound, errors, proxy_scopes)
 }
 

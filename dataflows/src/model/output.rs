@@ -282,6 +282,12 @@ pub enum ErrorCode {
     /// gets nothing (a warning on the holder; the other's error is
     /// [`ErrorCode::GatewayPortConflict`]).
     GatewayPortHeld,
+    /// A Gateway API route a parent it names does not accept (the spec's reasons
+    /// `NoMatchingParent`, `NotAllowedByListeners`, `NoMatchingListenerHostname`).
+    RouteNotAccepted,
+    /// A Gateway API route's backend that cannot be resolved (`BackendNotFound`,
+    /// `RefNotPermitted`): its share of requests is answered 500.
+    BackendNotResolved,
 }
 
 impl ErrorCode {
@@ -342,6 +348,8 @@ impl ErrorCode {
             ErrorCode::ClaimRouteUnverified => {
                 ("MF0036", "JwtClaimBasedRoutingWithoutRequestAuthN")
             }
+            ErrorCode::RouteNotAccepted => ("MF0039", "GatewayApiRouteNotAccepted"),
+            ErrorCode::BackendNotResolved => ("MF0040", "GatewayApiBackendNotResolved"),
         }
     }
 

@@ -25,7 +25,15 @@ pub(super) fn prepare<'s>(
         })
         .collect();
     if !api.is_empty() {
-        let (gateways, vss) = rules::gateway_api::translate_all(&api);
+        let services: BTreeSet<&str> = snap
+            .records
+            .iter()
+            .filter_map(|r| match r {
+                Record::Service(s) => Some(s.hostname.as_str()),
+                _ => None,
+            })
+            .collect();
+        let (gateways, vss) = rules::gateway_api::translate_all(&api, &services);
         let mut records = snap.records.clone();
         records.extend(gateways.into_iter().map(Record::Gateway));
         records.extend(vss.into_iter().map(Record::VirtualService));

@@ -263,3 +263,118 @@ fn a_gateway_of_another_class_is_not_served() {
     ]);
     assert!(m.listeners(&gw_pod).is_empty());
 }
+
+/// The messages of the errors in effect on `key`.
+fn errors_of(m: &Mesh, key: &ConfigKey) -> Vec<String> {
+    m.errors
+        .keys()
+        .filter(|e| e.object == *key)
+        .map(|e| e.message.clone())
+        .collect()
+}
+
+/// What is wrong with a route is an error naming the field and the spec's reason, and is
+/// retracted when fixed: a parent that does not exist, a listener name that does not, a
+/// listener that does not admit the route's namespace, a hostname no listener serves, a
+/// backend that does not exist and one in another namespace without a grant.
+#[test]
+fn route_problems_are_errors_naming_the_field_and_retract_when_fixed() {
+    let mut m = Mesh::new();
+    let gw = kube_gateway(
+        "default",
+        "gw",
+        "istio",
+        vec![listener(
+            "http",
+            8080,
+            Some("*.example.com"),
+            AllowedNamespaces::Same,
+        )],
+    );
+    let route =
+        |parents: Vec<ParentRef>, hostnames: &[&str], backends: Vec<BackendRef>, ns: &str| {
+            Record::GatewayApi(GatewayApiObject::HttpRoute(KubeHttpRoute {
+                key: ConfigKey::new(Kind::HttpRoute, ns, "r"),
+                created: String::new(),
+                parents,
+                hostnames: hostnames.iter().map(|h| h.to_string()).collect(),
+                rules: vec![HttpRouteRule {
+                    template: HttpRoute::default(),
+                    matches: vec![],
+                    backends,
+                }],
+            }))
+        };
+    let parent = |name: &str, section: Option<&str>| ParentRef {
+        kind: ParentKind::Gateway,
+        namespace: "default".into(),
+        name: name.into(),
+        section: section.map(str::to_string),
+        port: None,
+    };
+    let key = ConfigKey::new(Kind::HttpRoute, "default", "r");
+    let bad = route(
+        vec![parent("missing", None), parent("gw", Some("https"))],
+        &[],
+        vec![
+            backend("nowhere", "default", 80),
+            backend("auth", "backend", 80),
+        ],
+        "default",
+    );
+    m.insert(vec![gw.clone(), service("auth", "backend"), bad.clone()]);
+    let errors = errors_of(&m, &key);
+    for expected in [
+        "spec.parentRefs[0]: NoMatchingParent: Gateway default/missing does not exist",
+        "spec.parentRefs[1]: NoMatchingParent: Gateway default/gw has no listener named \"https\"",
+        "spec.rules[0].backendRefs[0]: BackendNotFound",
+        "spec.rules[0].backendRefs[1]: RefNotPermitted",
+    ] {
+        assert!(
+            errors.iter().any(|e| e.starts_with(expected)),
+            "{expected} not in {errors:?}"
+        );
+    }
+
+    let wrong_host = route(
+        vec![parent("gw", None)],
+        &["shop.example.org"],
+        vec![],
+        "default",
+    );
+    m.replace(bad, wrong_host.clone());
+    let errors = errors_of(&m, &key);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].contains("NoMatchingListenerHostname"),
+        "{errors:?}"
+    );
+
+    let foreign = route(vec![parent("gw", None)], &[], vec![], "team");
+    m.replace(wrong_host, foreign.clone());
+    let team = ConfigKey::new(Kind::HttpRoute, "team", "r");
+    assert!(errors_of(&m, &key).is_empty(), "retracted with the route");
+    let errors = errors_of(&m, &team);
+    assert!(
+        errors.iter().any(|e| e.contains("NotAllowedByListeners")),
+        "{errors:?}"
+    );
+
+    let fixed = route(
+        vec![parent("gw", None)],
+        &["shop.example.com"],
+        vec![backend("auth", "backend", 80)],
+        "default",
+    );
+    let grant = Record::GatewayApi(GatewayApiObject::ReferenceGrant(ReferenceGrant {
+        key: ConfigKey::new(Kind::ReferenceGrant, "backend", "g"),
+        from: vec![("HTTPRoute".into(), "default".into())],
+        to: vec![("Service".into(), Some("auth".into()))],
+    }));
+    m.step(vec![(foreign, -1), (fixed, 1), (grant, 1)]);
+    assert!(
+        m.errors.keys().all(|e| e.object.kind != Kind::HttpRoute),
+        "{:?}",
+        m.errors
+    );
+}
