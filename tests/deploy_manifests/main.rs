@@ -201,6 +201,9 @@ const WATCHED: &[(&str, &str)] = &[
     ("security.istio.io", "peerauthentications"),
     ("security.istio.io", "authorizationpolicies"),
     ("security.istio.io", "requestauthentications"),
+    ("gateway.networking.k8s.io", "gateways"),
+    ("gateway.networking.k8s.io", "httproutes"),
+    ("gateway.networking.k8s.io", "referencegrants"),
 ];
 
 fn one<'a>(docs: &'a [Value], kind: &str) -> &'a Value {

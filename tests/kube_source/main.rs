@@ -19,6 +19,7 @@
 mod support;
 
 mod envoy;
+mod gateway_api;
 mod security;
 mod status;
 mod watch;

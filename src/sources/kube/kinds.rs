@@ -7,6 +7,10 @@
 //! most stable version served (`v1`, else `v1beta1`, else `v1alpha3` where the group had it).
 //! A kind the cluster does not serve is reported by name, never silently skipped.
 //!
+//! The Gateway API's group (gateway.networking.k8s.io) is discovered the same way; a cluster
+//! without its CRDs is not missing anything (they are installed by choice), so its absence
+//! is no error.
+//!
 //! Secrets are watched for the TLS material gateways serve (`credentialName`); every
 //! Secret becomes a record, those without TLS keys an empty one that says so.
 //!
@@ -31,6 +35,10 @@ pub struct IstioGroup {
     /// The versions meshflow reads, most stable first.
     pub versions: &'static [&'static str],
     pub kinds: &'static [(Kind, &'static str)],
+    /// A cluster without the group is not missing anything meshflow needs (the Gateway
+    /// API's CRDs are installed by choice): said once at start, not an error. A kind of the
+    /// group that a served version lacks still is.
+    pub optional: bool,
 }
 
 /// Istio's traffic kinds.
@@ -45,6 +53,7 @@ pub const NETWORKING: IstioGroup = IstioGroup {
         (Kind::Sidecar, "Sidecar"),
         (Kind::WorkloadEntry, "WorkloadEntry"),
     ],
+    optional: false,
 };
 
 /// Istio's security policies: read so that a policy in the cluster is enforced (or fails
@@ -58,10 +67,24 @@ pub const SECURITY: IstioGroup = IstioGroup {
         (Kind::AuthorizationPolicy, "AuthorizationPolicy"),
         (Kind::RequestAuthentication, "RequestAuthentication"),
     ],
+    optional: false,
 };
 
-/// Every Istio group the source discovers.
-pub const ISTIO_GROUPS: [IstioGroup; 2] = [NETWORKING, SECURITY];
+/// The Kubernetes Gateway API (custom resources too, found the same way): watched where its
+/// CRDs are installed.
+pub const GATEWAY_API: IstioGroup = IstioGroup {
+    group: "gateway.networking.k8s.io",
+    versions: &["v1", "v1beta1", "v1alpha2"],
+    kinds: &[
+        (Kind::KubernetesGateway, "Gateway"),
+        (Kind::HttpRoute, "HTTPRoute"),
+        (Kind::ReferenceGrant, "ReferenceGrant"),
+    ],
+    optional: true,
+};
+
+/// Every custom-resource group the source discovers.
+pub const ISTIO_GROUPS: [IstioGroup; 3] = [NETWORKING, SECURITY, GATEWAY_API];
 
 /// Services, Pods, EndpointSlices and Secrets.
 pub fn kubernetes_kinds() -> Vec<WatchedKind> {
@@ -106,6 +129,9 @@ pub async fn discover_istio(
             }
             Err(e) => return Err(e),
         };
+        if g.optional && served.is_empty() {
+            continue;
+        }
         let (f, m) = istio_kinds(g, &served);
         found.extend(f);
         missing.extend(m);
@@ -240,6 +266,32 @@ mod tests {
             "{}",
             missing[0]
         );
+    }
+
+    /// The Gateway API's kinds are found at their most stable version; a release without
+    /// one of them (no ReferenceGrant in v1) falls back to an older version of the group.
+    #[test]
+    fn gateway_api_kinds_are_found_at_their_most_stable_version() {
+        let all = ["list", "watch", "get"];
+        let group = [
+            served("v1", &["Gateway", "HTTPRoute"], &all),
+            served("v1beta1", &["Gateway", "HTTPRoute", "ReferenceGrant"], &all),
+        ];
+        let (found, missing) = istio_kinds(&GATEWAY_API, &group);
+        let versions: Vec<(Kind, &str)> = found
+            .iter()
+            .map(|w| (w.kind, w.resource.version.as_str()))
+            .collect();
+        assert_eq!(
+            versions,
+            vec![
+                (Kind::KubernetesGateway, "v1"),
+                (Kind::HttpRoute, "v1"),
+                (Kind::ReferenceGrant, "v1beta1"),
+            ]
+        );
+        assert!(missing.is_empty(), "{missing:?}");
+        assert!(GATEWAY_API.optional && !NETWORKING.optional && !SECURITY.optional);
     }
 
     #[test]

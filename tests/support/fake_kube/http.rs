@@ -2,8 +2,9 @@
 //! watch streams, each answered in the API server's JSON.
 
 use super::store::{
-    event, status, type_of_kind, Key, ResourceType, Scope, Selector, Snapshot, Store, Watch,
-    WatchFrame, COORDINATION_GROUP, EVENTS_GROUP, ISTIO_GROUP, SECURITY_GROUP, TYPES,
+    event, status, type_of_object, Key, ResourceType, Scope, Selector, Snapshot, Store, Watch,
+    WatchFrame, COORDINATION_GROUP, EVENTS_GROUP, GATEWAY_API_GROUP, ISTIO_GROUP, SECURITY_GROUP,
+    TYPES,
 };
 use bytes::Bytes;
 use http_body_util::{combinators::BoxBody, BodyExt, Full, StreamBody};
@@ -223,7 +224,7 @@ fn create(st: &mut Store, scope: &Scope, mut object: Value) -> Response<Body> {
         .as_str()
         .unwrap_or("")
         .to_string();
-    let key: Key = (scope.rtype.kind.to_string(), ns.clone(), name.clone());
+    let key: Key = (scope.rtype.key_kind().to_string(), ns.clone(), name.clone());
     if st.objects.contains_key(&key) {
         return failure(
             StatusCode::CONFLICT,
@@ -245,7 +246,11 @@ fn update(st: &mut Store, scope: &Scope, name: &str, mut object: Value) -> Respo
     if let Some(answer) = identity_problem(scope, &ns, &object, Some(name)) {
         return answer;
     }
-    let key: Key = (scope.rtype.kind.to_string(), ns.clone(), name.to_string());
+    let key: Key = (
+        scope.rtype.key_kind().to_string(),
+        ns.clone(),
+        name.to_string(),
+    );
     let Some(current) = st.objects.get(&key) else {
         return failure(
             StatusCode::NOT_FOUND,
@@ -319,7 +324,7 @@ fn identity_problem(
 /// GET of one object.
 fn get_one(st: &Store, scope: &Scope, name: &str) -> Response<Body> {
     let ns = scope.namespace.clone().unwrap_or_default();
-    let key: Key = (scope.rtype.kind.to_string(), ns, name.to_string());
+    let key: Key = (scope.rtype.key_kind().to_string(), ns, name.to_string());
     match st.objects.get(&key) {
         Some(o) => full(StatusCode::OK, &scope.served(o)),
         None => failure(
@@ -342,7 +347,11 @@ fn patch_status(
     let Some(rtype) = type_of_plural(group, plural) else {
         return not_found(plural);
     };
-    let key: Key = (rtype.kind.to_string(), ns.to_string(), name.to_string());
+    let key: Key = (
+        rtype.key_kind().to_string(),
+        ns.to_string(),
+        name.to_string(),
+    );
     *st.status_patches.entry(key.clone()).or_default() += 1;
     if content_type != "application/merge-patch+json" {
         return failure(
@@ -451,6 +460,7 @@ fn versions_of<'a>(st: &'a Store, group: &str) -> Vec<&'a str> {
     match group {
         ISTIO_GROUP => st.istio_versions.clone(),
         SECURITY_GROUP => st.security_versions.clone(),
+        GATEWAY_API_GROUP => st.gateway_api_versions.clone(),
         "discovery.k8s.io" | COORDINATION_GROUP | EVENTS_GROUP => vec!["v1"],
         _ => Vec::new(),
     }
@@ -481,6 +491,7 @@ fn group_list(st: &Store) -> Value {
     ];
     groups.push(api_group(st, ISTIO_GROUP));
     groups.push(api_group(st, SECURITY_GROUP));
+    groups.push(api_group(st, GATEWAY_API_GROUP));
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups.into_iter().flatten().collect::<Vec<_>>()})
 }
 
@@ -725,7 +736,9 @@ pub fn key_of(object: &Value) -> (ResourceType, Key) {
     let kind = object["kind"]
         .as_str()
         .unwrap_or_else(|| panic!("an object without kind: {object}"));
-    let rtype = type_of_kind(kind).unwrap_or_else(|| panic!("the fake does not serve {kind}"));
+    let api_version = object["apiVersion"].as_str().unwrap_or("v1");
+    let rtype = type_of_object(api_version, kind)
+        .unwrap_or_else(|| panic!("the fake does not serve {kind}"));
     let name = object["metadata"]["name"]
         .as_str()
         .unwrap_or_else(|| panic!("an object without metadata.name: {object}"));
@@ -738,6 +751,10 @@ pub fn key_of(object: &Value) -> (ResourceType, Key) {
     };
     (
         rtype,
-        (kind.to_string(), namespace.to_string(), name.to_string()),
+        (
+            rtype.key_kind().to_string(),
+            namespace.to_string(),
+            name.to_string(),
+        ),
     )
 }

@@ -8,9 +8,11 @@
 //!   form), `/apis/GROUP`, `/apis/GROUP/VERSION` (`APIResourceList` with verbs and `/status`
 //!   subresources) for the core group, `discovery.k8s.io/v1`, and `networking.istio.io` and
 //!   `security.istio.io` at the versions a test chooses ([`FakeKube::serve_istio_versions`],
-//!   [`FakeKube::serve_security_versions`]), and `/version`.
+//!   [`FakeKube::serve_security_versions`]), `gateway.networking.k8s.io` when a test installs
+//!   its CRDs ([`FakeKube::serve_gateway_api_versions`]), and `/version`.
 //! - Lists of Namespaces, Services, Pods, ConfigMaps, Secrets, EndpointSlices, the six Istio
-//!   networking kinds and the three security kinds, cluster-wide or `namespaces/NS/`, with `labelSelector` (`=`, `==`,
+//!   networking kinds, the three security kinds and the Gateway API's Gateway, HTTPRoute and
+//!   ReferenceGrant, cluster-wide or `namespaces/NS/`, with `labelSelector` (`=`, `==`,
 //!   `!=`, existence; a set-based selector is answered 400), `fieldSelector` of
 //!   `metadata.name=NAME` only (any other is answered 400), `metadata.resourceVersion`, and `limit` +
 //!   `continue` pagination over a consistent snapshot (pages are cut at `limit` or at the
@@ -227,6 +229,12 @@ impl FakeKube {
         self.store().security_versions = versions.to_vec();
     }
 
+    /// Which versions of gateway.networking.k8s.io it serves (none by default: the Gateway
+    /// API's CRDs are not installed).
+    pub fn serve_gateway_api_versions(&self, versions: &[&'static str]) {
+        self.store().gateway_api_versions = versions.to_vec();
+    }
+
     /// The most items one list page holds.
     pub fn set_max_page(&self, n: usize) {
         self.store().max_page = n.max(1);
@@ -327,7 +335,7 @@ impl FakeKube {
         st.watches.retain(|w| !w.tx.is_closed());
         st.watches
             .iter()
-            .filter(|w| w.scope.rtype.kind == kind)
+            .filter(|w| w.scope.rtype.key_kind() == kind)
             .count()
     }
 

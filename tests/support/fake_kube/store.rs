@@ -20,10 +20,19 @@ pub struct ResourceType {
 }
 
 impl ResourceType {
+    /// The kind as objects are keyed by (what tests name it): its kind, but
+    /// `KubernetesGateway` for the Gateway API's Gateway, which Istio's has the name of.
+    pub fn key_kind(&self) -> &'static str {
+        match (self.group, self.kind) {
+            (GATEWAY_API_GROUP, "Gateway") => "KubernetesGateway",
+            (_, kind) => kind,
+        }
+    }
+
     /// Built-in kinds: list items come without `apiVersion` and `kind`, as the real API
     /// server sends them; custom resources keep theirs.
     pub fn builtin(&self) -> bool {
-        self.group != ISTIO_GROUP && self.group != SECURITY_GROUP
+        self.group != ISTIO_GROUP && self.group != SECURITY_GROUP && self.group != GATEWAY_API_GROUP
     }
 
     pub fn api_version(&self, version: &str) -> String {
@@ -37,6 +46,7 @@ impl ResourceType {
 
 pub const ISTIO_GROUP: &str = "networking.istio.io";
 pub const SECURITY_GROUP: &str = "security.istio.io";
+pub const GATEWAY_API_GROUP: &str = "gateway.networking.k8s.io";
 
 pub const TYPES: &[ResourceType] = &[
     rt("", "namespaces", "Namespace", false, &["ns"]),
@@ -96,6 +106,15 @@ pub const TYPES: &[ResourceType] = &[
         true,
         &["ra"],
     ),
+    rt(GATEWAY_API_GROUP, "gateways", "Gateway", true, &[]),
+    rt(GATEWAY_API_GROUP, "httproutes", "HTTPRoute", true, &[]),
+    rt(
+        GATEWAY_API_GROUP,
+        "referencegrants",
+        "ReferenceGrant",
+        true,
+        &[],
+    ),
     // What clients write: the status writer's Lease and the Events it reports with.
     rt(COORDINATION_GROUP, "leases", "Lease", true, &[]),
     rt(EVENTS_GROUP, "events", "Event", true, &["ev"]),
@@ -140,6 +159,17 @@ pub fn type_of_kind(kind: &str) -> Option<ResourceType> {
     TYPES.iter().copied().find(|t| t.kind == kind)
 }
 
+/// The type of an object of `apiVersion` and `kind` (its group tells Istio's Gateway from
+/// the Gateway API's).
+pub fn type_of_object(api_version: &str, kind: &str) -> Option<ResourceType> {
+    let group = api_version.rsplit_once('/').map(|(g, _)| g).unwrap_or("");
+    TYPES
+        .iter()
+        .copied()
+        .find(|t| t.group == group && t.kind == kind)
+        .or_else(|| type_of_kind(kind))
+}
+
 /// A frame of a watch response body; an `Err` aborts the connection mid-stream.
 pub type WatchFrame = Result<Frame<Bytes>, std::io::Error>;
 
@@ -157,7 +187,7 @@ pub struct Scope {
 
 impl Scope {
     pub fn matches(&self, key: &Key, object: &Value) -> bool {
-        key.0 == self.rtype.kind
+        key.0 == self.rtype.key_kind()
             && self.namespace.as_ref().is_none_or(|ns| *ns == key.1)
             && self.name.as_ref().is_none_or(|n| *n == key.2)
             && self.selector.matches(object)
@@ -276,6 +306,9 @@ pub struct Store {
     pub istio_versions: Vec<&'static str>,
     /// The versions of security.istio.io served (none: the group's CRDs are not installed).
     pub security_versions: Vec<&'static str>,
+    /// The versions of gateway.networking.k8s.io served (none, the default: its CRDs are not
+    /// installed).
+    pub gateway_api_versions: Vec<&'static str>,
     /// The most items a list page holds, whatever `limit` asks.
     pub max_page: usize,
     /// Events are logged but not sent to open watches (a watch that silently misses them).
@@ -309,6 +342,7 @@ impl Store {
             requests: Vec::new(),
             istio_versions: vec!["v1", "v1beta1", "v1alpha3"],
             security_versions: vec!["v1", "v1beta1"],
+            gateway_api_versions: Vec::new(),
             max_page: 500,
             quiet: false,
             gone_as_http: false,

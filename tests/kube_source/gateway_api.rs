@@ -1,0 +1,132 @@
+//! The Gateway API from the cluster: where its CRDs are installed, Gateways, HTTPRoutes and
+//! ReferenceGrants are watched and served as those from files are; where they are not, that
+//! is no error.
+//!
+//! Against the fake API server (`support::fake_kube`: the real `kube` client, the API
+//! server's list/watch wire format); the gateway is a Delta xDS client.
+
+use crate::support::xds_client::{node, DeltaClient, LDS, RDS};
+use crate::{service, start};
+use serde_json::json;
+use std::collections::HashMap;
+use std::time::Duration;
+
+const ROUTER: &str = "router~10.1.0.9~shop-gateway-istio-abc.shop~shop.svc.cluster.local";
+
+/// Receives until `accept` holds for the resources held, or the convergence timeout.
+async fn await_held(
+    c: &mut DeltaClient,
+    held: &mut HashMap<String, Vec<u8>>,
+    what: &str,
+    accept: impl Fn(&HashMap<String, Vec<u8>>) -> bool,
+) {
+    let deadline = tokio::time::Instant::now() + crate::support::CONVERGE_TIMEOUT;
+    while !accept(held) {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        assert!(!left.is_zero(), "{what}: held {:?}", held.keys());
+        let Some(resp) = c.recv(left.min(Duration::from_secs(1))).await else {
+            continue;
+        };
+        for r in resp.resources {
+            held.insert(r.name, r.resource.map(|a| a.value).unwrap_or_default());
+        }
+        for n in resp.removed_resources {
+            held.remove(&n);
+        }
+    }
+}
+
+fn contains(haystack: &[u8], needle: &str) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|w| w == needle.as_bytes())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_api_objects_from_the_cluster_reach_their_gateway() {
+    let cluster = start(
+        "kube-gateway-api",
+        |fake| {
+            fake.serve_gateway_api_versions(&["v1", "v1beta1"]);
+            fake.apply(service("cart", "shop", 8080));
+            fake.apply(json!({
+                "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+                "metadata": {"name": "shop-gateway", "namespace": "shop"},
+                "spec": {"gatewayClassName": "istio", "listeners": [
+                    {"name": "http", "port": 8080, "protocol": "HTTP"}
+                ]}
+            }));
+        },
+        &[],
+    );
+    assert!(cluster.errors().is_empty(), "{:?}", cluster.errors());
+    let mut c = DeltaClient::connect(
+        cluster.meshflow.xds_addr(),
+        node(
+            ROUTER,
+            "shop",
+            &[("gateway.networking.k8s.io/gateway-name", "shop-gateway")],
+        ),
+    )
+    .await;
+    c.subscribe(LDS, &[], HashMap::new()).await;
+    let mut held = HashMap::new();
+    await_held(&mut c, &mut held, "the Gateway's listener", |h| {
+        h.contains_key("0.0.0.0_8080")
+    })
+    .await;
+
+    // A route created through the API reaches the gateway's route configuration.
+    cluster.fake.apply(json!({
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+        "metadata": {"name": "cart", "namespace": "shop"},
+        "spec": {"parentRefs": [{"name": "shop-gateway"}], "hostnames": ["shop.example"],
+                 "rules": [{"backendRefs": [{"name": "cart", "port": 8080}]}]}
+    }));
+    c.subscribe(RDS, &["http.8080".to_string()], HashMap::new())
+        .await;
+    await_held(&mut c, &mut held, "the route to cart", |h| {
+        h.get("http.8080").is_some_and(|b| {
+            contains(b, "shop.example") && contains(b, "cart.shop.svc.cluster.local")
+        })
+    })
+    .await;
+
+    // Deleted through the API: gone from the route configuration.
+    cluster.fake.delete("HTTPRoute", "shop", "cart");
+    await_held(&mut c, &mut held, "the route removed", |h| {
+        h.get("http.8080")
+            .is_some_and(|b| !contains(b, "cart.shop.svc.cluster.local"))
+    })
+    .await;
+    // The Gateway deleted: its listener goes.
+    cluster
+        .fake
+        .delete("KubernetesGateway", "shop", "shop-gateway");
+    await_held(&mut c, &mut held, "the listener removed", |h| {
+        !h.contains_key("0.0.0.0_8080")
+    })
+    .await;
+}
+
+/// A cluster without the Gateway API's CRDs: nothing of it is watched, and that is no
+/// error (Istio's kinds missing still are).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_without_the_gateway_api_is_not_an_error() {
+    let cluster = start(
+        "kube-no-gateway-api",
+        |fake| {
+            fake.apply(service("cart", "shop", 8080));
+        },
+        &[],
+    );
+    cluster.await_input_changes("Service", "insert", 1.0);
+    assert!(cluster.errors().is_empty(), "{:?}", cluster.errors());
+    let requests = cluster.fake.requests();
+    assert!(
+        !requests
+            .iter()
+            .any(|r| r.contains("/apis/gateway.networking.k8s.io/v1/")),
+        "{requests:#?}"
+    );
+}
