@@ -245,3 +245,52 @@ pub struct GrantTo {
     pub kind: String,
     pub name: Option<String>,
 }
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct GrpcRouteSpec {
+    pub parent_refs: Vec<ParentReference>,
+    pub hostnames: Vec<String>,
+    pub rules: Vec<GrpcRouteRule>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct GrpcRouteRule {
+    pub name: Option<String>,
+    pub matches: Vec<GrpcRouteMatch>,
+    pub filters: Vec<HttpRouteFilter>,
+    pub backend_refs: Vec<HttpBackendRef>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct GrpcRouteMatch {
+    pub method: Option<GrpcMethodMatch>,
+    pub headers: Vec<NameValueMatch>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct GrpcMethodMatch {
+    #[serde(rename = "type")]
+    pub kind: Option<String>,
+    pub service: Option<String>,
+    pub method: Option<String>,
+}
+
+/// A TCPRoute's or TLSRoute's spec (a TCPRoute has no hostnames).
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct L4RouteSpec {
+    pub parent_refs: Vec<ParentReference>,
+    pub hostnames: Vec<String>,
+    pub rules: Vec<L4RouteRule>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct L4RouteRule {
+    pub name: Option<String>,
+    pub backend_refs: Vec<HttpBackendRef>,
+}

@@ -571,6 +571,9 @@ fn kind_of(api_version: &str, kind: &str) -> Option<Kind> {
         (_, "RequestAuthentication") if security => Kind::RequestAuthentication,
         (_, "Gateway") if gateway_api => Kind::KubernetesGateway,
         (_, "HTTPRoute") if gateway_api => Kind::HttpRoute,
+        (_, "GRPCRoute") if gateway_api => Kind::GrpcRoute,
+        (_, "TCPRoute") if gateway_api => Kind::TcpRoute,
+        (_, "TLSRoute") if gateway_api => Kind::TlsRoute,
         (_, "ReferenceGrant") if gateway_api => Kind::ReferenceGrant,
         _ => return None,
     })

@@ -203,6 +203,9 @@ const WATCHED: &[(&str, &str)] = &[
     ("security.istio.io", "requestauthentications"),
     ("gateway.networking.k8s.io", "gateways"),
     ("gateway.networking.k8s.io", "httproutes"),
+    ("gateway.networking.k8s.io", "grpcroutes"),
+    ("gateway.networking.k8s.io", "tcproutes"),
+    ("gateway.networking.k8s.io", "tlsroutes"),
     ("gateway.networking.k8s.io", "referencegrants"),
 ];
 

@@ -7,7 +7,7 @@
 
 use super::Coll;
 use crate::model::*;
-use crate::rules::gateway_api::{self as rules, RouteContext};
+use crate::rules::gateway_api::{self as rules, RouteContext, RouteView};
 use serde::{Deserialize, Serialize};
 
 /// What the Gateway API objects become.
@@ -28,7 +28,7 @@ enum Part {
 /// A route with its context, or a Gateway one of its parents names, gathered per route.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 enum Found {
-    Route(KubeHttpRoute, RouteContext),
+    Route(GatewayApiObject, RouteContext),
     Parent(KubeGateway),
 }
 
@@ -41,10 +41,8 @@ pub(super) fn translate<'s>(
         _ => None,
     });
     let kube_gateways = all_gateways.clone().filter(|(_, g)| g.owned());
-    let routes = objects.clone().flat_map(|(_, o)| match o {
-        GatewayApiObject::HttpRoute(r) => Some(r),
-        _ => None,
-    });
+    // Routes of every kind, by key.
+    let routes = objects.clone().filter(|(_, o)| RouteView::of(o).is_some());
     let grants = objects.clone().flat_map(|(k, o)| match o {
         GatewayApiObject::ReferenceGrant(g) => Some((k.namespace, g)),
         _ => None,
@@ -57,28 +55,19 @@ pub(super) fn translate<'s>(
 
     // Each route's context: the grants of the other namespaces its backends are in, and
     // which of its backends' hosts are services (every route has one, maybe empty).
-    let foreign = routes.clone().flat_map(|r| {
-        let mut namespaces: Vec<String> = r
-            .rules
-            .iter()
-            .flat_map(|rule| &rule.backends)
-            .map(|b| b.namespace.clone())
-            .filter(|ns| *ns != r.key.namespace)
-            .collect();
-        namespaces.sort();
-        namespaces.dedup();
-        let key = r.key.clone();
-        namespaces.into_iter().map(move |ns| (ns, key.clone()))
+    let foreign = routes.clone().flat_map(|(key, r)| {
+        let namespaces = RouteView::of(&r).map(|v| v.foreign_namespaces());
+        namespaces
+            .into_iter()
+            .flatten()
+            .map(move |ns| (ns, key.clone()))
     });
     let service_hosts = services.clone().map(|(h, _)| (h, ())).distinct();
     let known = routes
         .clone()
-        .flat_map(|r| {
-            let key = r.key.clone();
-            let mut hosts: Vec<String> = rules::backend_hosts(&r).collect();
-            hosts.sort();
-            hosts.dedup();
-            hosts.into_iter().map(move |h| (h, key.clone()))
+        .flat_map(|(key, r)| {
+            let hosts = RouteView::of(&r).map(|v| v.backend_hosts());
+            hosts.into_iter().flatten().map(move |h| (h, key.clone()))
         })
         .join_map(service_hosts, |h, route, _| {
             (route.clone(), Part::Known(h.clone()))
@@ -88,7 +77,7 @@ pub(super) fn translate<'s>(
             (route.clone(), Part::Grant(g.clone()))
         })
         .concat(known)
-        .concat(routes.clone().map(|r| (r.key, Part::Route)))
+        .concat(routes.clone().map(|(key, _)| (key, Part::Route)))
         .reduce(|_, vals: &[(&Part, isize)], out| {
             let mut ctx = RouteContext::default();
             for (p, _) in vals {
@@ -102,22 +91,14 @@ pub(super) fn translate<'s>(
             }
             out.push((ctx, 1isize));
         });
-    let with_context = routes
-        .map(|r| (r.key.clone(), r))
-        .join_map(contexts, |_, r, ctx| (r.clone(), ctx.clone()));
+    let with_context = routes.join_map(contexts, |_, r, ctx| (r.clone(), ctx.clone()));
 
     // Each route at the Gateways its parents name.
     let by_parent = with_context.clone().flat_map(|(r, ctx)| {
-        let mut parents: Vec<(String, String)> = r
-            .parents
-            .iter()
-            .filter(|p| p.kind == ParentKind::Gateway)
-            .map(|p| (p.namespace.clone(), p.name.clone()))
-            .collect();
-        parents.sort();
-        parents.dedup();
+        let parents = RouteView::of(&r).map(|v| v.parent_gateways());
         parents
             .into_iter()
+            .flatten()
             .map(move |p| (p, (r.clone(), ctx.clone())))
     });
     let attached = by_parent
@@ -126,7 +107,7 @@ pub(super) fn translate<'s>(
     let virtual_services = attached
         .flat_map(|rows| rows)
         .reduce(
-            |key, vals: &[(&(rules::RouteOrder, Vec<HttpRoute>), isize)], out| {
+            |key, vals: &[(&(rules::RouteOrder, rules::Contribution), isize)], out| {
                 let entries = vals.iter().map(|(e, _)| (*e).clone()).collect();
                 out.push((rules::merge(key, entries), 1isize));
             },
@@ -136,9 +117,9 @@ pub(super) fn translate<'s>(
     // What is wrong with each route: it meets the Gateways its parents name that exist.
     let errors = by_parent
         .join_map(all_gateways, |_, (r, _), gw| {
-            (r.key.clone(), Found::Parent(gw.clone()))
+            (r.key().clone(), Found::Parent(gw.clone()))
         })
-        .concat(with_context.map(|(r, ctx)| (r.key.clone(), Found::Route(r, ctx))))
+        .concat(with_context.map(|(r, ctx)| (r.key().clone(), Found::Route(r, ctx))))
         .reduce(|_, vals: &[(&Found, isize)], out| {
             let mut route = None;
             let mut found = Vec::new();

@@ -7,7 +7,7 @@
 //! destinations: the backends need the ReferenceGrants of their namespaces, which only the
 //! dataflow has.
 
-use super::{ConfigKey, HttpMatch, HttpRoute, Labels};
+use super::{ConfigKey, HttpMatch, HttpRoute, Kind, Labels};
 use serde::{Deserialize, Serialize};
 
 /// The GatewayClass names whose Gateways meshflow serves: Istio's own class (an operator
@@ -22,7 +22,10 @@ pub const GATEWAY_NAME_LABEL: &str = "gateway.networking.k8s.io/gateway-name";
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum GatewayApiObject {
     Gateway(KubeGateway),
+    /// An HTTPRoute or a GRPCRoute (its key's kind says which).
     HttpRoute(KubeHttpRoute),
+    /// A TCPRoute or a TLSRoute (its key's kind says which).
+    L4Route(KubeL4Route),
     ReferenceGrant(ReferenceGrant),
 }
 
@@ -31,6 +34,7 @@ impl GatewayApiObject {
         match self {
             GatewayApiObject::Gateway(g) => &g.key,
             GatewayApiObject::HttpRoute(r) => &r.key,
+            GatewayApiObject::L4Route(r) => &r.key,
             GatewayApiObject::ReferenceGrant(g) => &g.key,
         }
     }
@@ -103,7 +107,30 @@ pub enum AllowedNamespaces {
     Selector(Labels),
 }
 
-/// An `HTTPRoute`.
+/// The Gateway API's name of a route kind (`HTTPRoute`, …): what listeners'
+/// `allowedRoutes.kinds` and ReferenceGrants' `from` name.
+pub fn route_kind_name(kind: Kind) -> &'static str {
+    match kind {
+        Kind::GrpcRoute => "GRPCRoute",
+        Kind::TcpRoute => "TCPRoute",
+        Kind::TlsRoute => "TLSRoute",
+        _ => "HTTPRoute",
+    }
+}
+
+/// A `TCPRoute` or `TLSRoute`: each rule's backends share the connections it takes.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct KubeL4Route {
+    pub key: ConfigKey,
+    pub created: String,
+    pub parents: Vec<ParentRef>,
+    /// A TLSRoute's `hostnames` (SNI); empty for a TCPRoute.
+    pub hostnames: Vec<String>,
+    /// Each rule's backends.
+    pub rules: Vec<Vec<BackendRef>>,
+}
+
+/// An `HTTPRoute` or `GRPCRoute`.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct KubeHttpRoute {
     pub key: ConfigKey,

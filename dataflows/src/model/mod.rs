@@ -85,6 +85,9 @@ pub enum Kind {
     KubernetesGateway,
     HttpRoute,
     ReferenceGrant,
+    GrpcRoute,
+    TcpRoute,
+    TlsRoute,
 }
 
 /// Identity of an input object: kind/namespace/name.

@@ -144,6 +144,11 @@ pub fn listener_allows(l: &Listener, gw_ns: &str, kind: &str, route_ns: &str) ->
         "HTTPRoute" | "GRPCRoute" => {
             matches!(l.protocol, ListenerProtocol::Http | ListenerProtocol::Https) && !passthrough
         }
+        "TCPRoute" => {
+            l.protocol == ListenerProtocol::Tcp
+                || (l.protocol == ListenerProtocol::Tls && !passthrough)
+        }
+        "TLSRoute" => l.protocol == ListenerProtocol::Tls && passthrough,
         _ => false,
     };
     let ns_ok = match &l.allowed_namespaces {
@@ -180,17 +185,22 @@ pub struct RouteContext {
 impl RouteContext {
     /// Why backend `b` of a route in `route_ns` cannot be routed to (the spec's reason and
     /// what it says), if it cannot.
-    pub fn unresolved(&self, route_ns: &str, b: &BackendRef) -> Option<(&'static str, String)> {
+    pub fn unresolved(
+        &self,
+        route_kind: &str,
+        route_ns: &str,
+        b: &BackendRef,
+    ) -> Option<(&'static str, String)> {
         let host = b.host.as_ref()?;
         if b.namespace != route_ns
             && !self.grants.iter().any(|g| {
-                g.key.namespace == b.namespace && g.allows("HTTPRoute", route_ns, &b.kind, &b.name)
+                g.key.namespace == b.namespace && g.allows(route_kind, route_ns, &b.kind, &b.name)
             })
         {
             return Some((
                 "RefNotPermitted",
                 format!(
-                    "{} {}/{} is in another namespace and no ReferenceGrant there allows HTTPRoutes of {route_ns} to name it",
+                    "{} {}/{} is in another namespace and no ReferenceGrant there allows {route_kind}s of {route_ns} to name it",
                     b.kind, b.namespace, b.name
                 ),
             ));
@@ -215,17 +225,117 @@ pub type AttachKey = (String, String);
 /// name.
 pub type RouteOrder = (String, String, String);
 
-/// The routes an HTTPRoute contributes through its parent references naming `gw`, per
-/// (listener's Gateway, hostname), each with the route's [`RouteOrder`].
+/// What one route gives one (listener, hostname): HTTP routes, or the routes of
+/// connections (`tcp[]`, `tls[]`).
+#[derive(
+    Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+pub enum Contribution {
+    Http(Vec<HttpRoute>),
+    Tcp(Vec<L4Route>),
+    Tls(Vec<L4Route>),
+}
+
+/// A route of any kind, as attachment and analysis read it.
+pub struct RouteView<'a> {
+    pub key: &'a ConfigKey,
+    pub created: &'a str,
+    pub parents: &'a [ParentRef],
+    pub hostnames: &'a [String],
+    /// Each rule's backends.
+    pub backends: Vec<&'a [BackendRef]>,
+}
+
+impl<'a> RouteView<'a> {
+    /// The route an object is; `None` for a Gateway or a grant.
+    pub fn of(o: &'a GatewayApiObject) -> Option<RouteView<'a>> {
+        match o {
+            GatewayApiObject::HttpRoute(r) => Some(RouteView {
+                key: &r.key,
+                created: &r.created,
+                parents: &r.parents,
+                hostnames: &r.hostnames,
+                backends: r.rules.iter().map(|rule| &rule.backends[..]).collect(),
+            }),
+            GatewayApiObject::L4Route(r) => Some(RouteView {
+                key: &r.key,
+                created: &r.created,
+                parents: &r.parents,
+                hostnames: &r.hostnames,
+                backends: r.rules.iter().map(|rule| &rule[..]).collect(),
+            }),
+            _ => None,
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        route_kind_name(self.key.kind)
+    }
+
+    fn order(&self) -> RouteOrder {
+        (
+            self.created.to_string(),
+            self.key.namespace.clone(),
+            self.key.name.clone(),
+        )
+    }
+
+    /// The Gateways its parents name, as (namespace, name), once each.
+    pub fn parent_gateways(&self) -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = self
+            .parents
+            .iter()
+            .filter(|p| p.kind == ParentKind::Gateway)
+            .map(|p| (p.namespace.clone(), p.name.clone()))
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    /// The namespaces other than its own that its backends are in, once each.
+    pub fn foreign_namespaces(&self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .backends
+            .iter()
+            .flat_map(|b| b.iter())
+            .map(|b| b.namespace.clone())
+            .filter(|ns| *ns != self.key.namespace)
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    /// The hosts its backends name, once each.
+    pub fn backend_hosts(&self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .backends
+            .iter()
+            .flat_map(|b| b.iter())
+            .filter_map(|b| b.host.clone())
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+}
+
+/// What a route (of any kind) contributes through its parent references naming `gw`, per
+/// (listener's Gateway, hostname), each with the route's [`RouteOrder`]. A TCPRoute's
+/// hostname is `*`.
 pub fn attach(
-    route: &KubeHttpRoute,
+    route: &GatewayApiObject,
     gw: &KubeGateway,
     ctx: &RouteContext,
-) -> Vec<(AttachKey, (RouteOrder, Vec<HttpRoute>))> {
+) -> Vec<(AttachKey, (RouteOrder, Contribution))> {
+    let Some(view) = RouteView::of(route) else {
+        return Vec::new();
+    };
     if !gw.owned() {
         return Vec::new();
     }
-    let parents: Vec<&ParentRef> = route
+    let parents: Vec<&ParentRef> = view
         .parents
         .iter()
         .filter(|p| {
@@ -237,28 +347,77 @@ pub fn attach(
     if parents.is_empty() {
         return Vec::new();
     }
-    let rules = resolve_rules(route, ctx);
-    let order = (
-        route.created.clone(),
-        route.key.namespace.clone(),
-        route.key.name.clone(),
-    );
+    let http = match route {
+        GatewayApiObject::HttpRoute(r) => Some(resolve_rules(r, ctx)),
+        _ => None,
+    };
+    let order = view.order();
     let mut out = Vec::new();
     for l in &gw.listeners {
         if !parents.iter().any(|p| parent_names(p, l))
-            || !listener_allows(l, &gw.key.namespace, "HTTPRoute", &route.key.namespace)
+            || !listener_allows(l, &gw.key.namespace, view.kind(), &view.key.namespace)
         {
             continue;
         }
         let name = listener_gateway_name(&gw.key.name, &l.name);
         let gateway = format!("{}/{name}", gw.key.namespace);
-        for host in intersect_hostnames(l.hostname.as_deref(), &route.hostnames) {
-            out.push(((gateway.clone(), host), (order.clone(), rules.clone())));
+        if view.key.kind == Kind::TcpRoute {
+            let tcp = l4_routes(&view, ctx, None);
+            out.push((
+                (gateway, "*".to_string()),
+                (order.clone(), Contribution::Tcp(tcp)),
+            ));
+            continue;
+        }
+        for host in intersect_hostnames(l.hostname.as_deref(), view.hostnames) {
+            let contribution = match &http {
+                Some(rules) => Contribution::Http(rules.clone()),
+                None => Contribution::Tls(l4_routes(&view, ctx, Some(&host))),
+            };
+            out.push(((gateway.clone(), host), (order.clone(), contribution)));
         }
     }
     out.sort();
     out.dedup();
     out
+}
+
+/// A TCPRoute's or TLSRoute's rules as Istio's `tcp[]`/`tls[]` routes (by SNI `host` for
+/// TLS); a rule with no backend left takes no connection.
+fn l4_routes(view: &RouteView, ctx: &RouteContext, sni: Option<&str>) -> Vec<L4Route> {
+    let ns = &view.key.namespace;
+    view.backends
+        .iter()
+        .enumerate()
+        .filter_map(|(i, backends)| {
+            let route: Vec<RouteDestination> = backends
+                .iter()
+                .filter(|b| b.weight > 0 && ctx.unresolved(view.kind(), ns, b).is_none())
+                .filter_map(|b| {
+                    Some(RouteDestination {
+                        host: b.host.clone()?,
+                        subset: None,
+                        port: b.port,
+                        weight: b.weight,
+                        headers: HeaderOps::default(),
+                        via_alias: None,
+                    })
+                })
+                .collect();
+            (!route.is_empty()).then(|| L4Route {
+                index: i,
+                matches: sni
+                    .map(|h| {
+                        vec![L4Match {
+                            sni_hosts: vec![h.to_string()],
+                            ..L4Match::default()
+                        }]
+                    })
+                    .unwrap_or_default(),
+                route,
+            })
+        })
+        .collect()
 }
 
 /// A route's rules as VirtualService routes: one per match (the spec orders matches, not
@@ -271,7 +430,12 @@ pub fn resolve_rules(route: &KubeHttpRoute, ctx: &RouteContext) -> Vec<HttpRoute
         let destinations: Vec<RouteDestination> = rule
             .backends
             .iter()
-            .filter(|b| b.weight > 0 && ctx.unresolved(ns, b).is_none())
+            .filter(|b| {
+                b.weight > 0
+                    && ctx
+                        .unresolved(route_kind_name(route.key.kind), ns, b)
+                        .is_none()
+            })
             .filter_map(|b| {
                 Some(RouteDestination {
                     host: b.host.clone()?,
@@ -346,13 +510,23 @@ fn precedence(h: &HttpRoute) -> (i8, usize, bool, usize, usize) {
 /// The VirtualService of one (listener's Gateway, hostname): every attached route's rules,
 /// ordered as the spec orders them across routes (ties: the oldest route, then namespace
 /// and name, then rule and match order).
-pub fn merge(key: &AttachKey, mut entries: Vec<(RouteOrder, Vec<HttpRoute>)>) -> VirtualService {
+pub fn merge(key: &AttachKey, mut entries: Vec<(RouteOrder, Contribution)>) -> VirtualService {
     let (gateway, host) = key;
     entries.sort();
-    let mut http: Vec<HttpRoute> = entries.into_iter().flat_map(|(_, r)| r).collect();
+    let (mut http, mut tcp, mut tls) = (Vec::new(), Vec::new(), Vec::new());
+    for (_, c) in entries {
+        match c {
+            Contribution::Http(r) => http.extend(r),
+            Contribution::Tcp(r) => tcp.extend(r),
+            Contribution::Tls(r) => tls.extend(r),
+        }
+    }
     http.sort_by_key(|h| Reverse(precedence(h)));
     for (i, h) in http.iter_mut().enumerate() {
         h.index = i;
+    }
+    for (i, r) in tcp.iter_mut().chain(tls.iter_mut()).enumerate() {
+        r.index = i;
     }
     let (ns, name) = gateway.split_once('/').unwrap_or(("", gateway));
     VirtualService {
@@ -361,8 +535,8 @@ pub fn merge(key: &AttachKey, mut entries: Vec<(RouteOrder, Vec<HttpRoute>)>) ->
         gateways: vec![gateway.clone()],
         export_to: Vec::new(),
         http,
-        tcp: Vec::new(),
-        tls: Vec::new(),
+        tcp,
+        tls,
     }
 }
 
@@ -374,33 +548,37 @@ pub fn translate_all(
 ) -> (Vec<Gateway>, Vec<VirtualService>) {
     let mut gateways = Vec::new();
     let mut kube_gateways = Vec::new();
-    let mut routes = Vec::new();
     let mut grants = Vec::new();
     for o in objects {
         match o {
             GatewayApiObject::Gateway(g) => kube_gateways.push(g),
-            GatewayApiObject::HttpRoute(r) => routes.push(r),
             GatewayApiObject::ReferenceGrant(g) => grants.push((*g).clone()),
+            GatewayApiObject::HttpRoute(_) | GatewayApiObject::L4Route(_) => {}
         }
     }
     for g in &kube_gateways {
         gateways.extend(listener_gateways(g));
     }
-    let mut attached: std::collections::BTreeMap<AttachKey, Vec<(RouteOrder, Vec<HttpRoute>)>> =
+    let mut attached: std::collections::BTreeMap<AttachKey, Vec<(RouteOrder, Contribution)>> =
         Default::default();
-    for r in &routes {
+    for o in objects {
+        let Some(view) = RouteView::of(o) else {
+            continue;
+        };
         let ctx = RouteContext {
             grants: grants
                 .iter()
-                .filter(|g| g.key.namespace != r.key.namespace)
+                .filter(|g| g.key.namespace != view.key.namespace)
                 .cloned()
                 .collect(),
-            known_hosts: backend_hosts(r)
+            known_hosts: view
+                .backend_hosts()
+                .into_iter()
                 .filter(|h| services.contains(h.as_str()))
                 .collect(),
         };
         for g in &kube_gateways {
-            for (key, entry) in attach(r, g, &ctx) {
+            for (key, entry) in attach(o, g, &ctx) {
                 attached.entry(key).or_default().push(entry);
             }
         }
@@ -412,23 +590,19 @@ pub fn translate_all(
     (gateways, vss)
 }
 
-/// The hosts a route's backends name.
-pub fn backend_hosts(r: &KubeHttpRoute) -> impl Iterator<Item = String> + '_ {
-    r.rules
-        .iter()
-        .flat_map(|rule| &rule.backends)
-        .filter_map(|b| b.host.clone())
-}
-
 /// What a route's parents and backends say is wrong with it: each parent Gateway (of a
 /// class meshflow owns) that does not accept it, by the spec's reason, and each backend that
 /// does not resolve. `found`: the Gateways its parents name that exist (of any class).
 pub fn route_problems(
-    route: &KubeHttpRoute,
+    object: &GatewayApiObject,
     ctx: &RouteContext,
     found: &[&KubeGateway],
 ) -> Vec<ConfigError> {
+    let Some(route) = RouteView::of(object) else {
+        return Vec::new();
+    };
     let ns = &route.key.namespace;
+    let kind = route.kind();
     let error = |code, message: String| ConfigError {
         object: route.key.clone(),
         code,
@@ -459,7 +633,7 @@ pub fn route_problems(
         let named: Vec<&Listener> = gw.listeners.iter().filter(|l| parent_names(p, l)).collect();
         let allowed: Vec<&&Listener> = named
             .iter()
-            .filter(|l| listener_allows(l, &gw.key.namespace, "HTTPRoute", ns))
+            .filter(|l| listener_allows(l, &gw.key.namespace, kind, ns))
             .collect();
         let why = if named.is_empty() {
             Some(format!(
@@ -474,12 +648,13 @@ pub fn route_problems(
             ))
         } else if allowed.is_empty() {
             Some(format!(
-                "NotAllowedByListeners: no listener of Gateway {}/{} it names admits HTTPRoutes of namespace {ns}",
+                "NotAllowedByListeners: no listener of Gateway {}/{} it names admits {kind}s of namespace {ns}",
                 p.namespace, p.name
             ))
-        } else if allowed
-            .iter()
-            .all(|l| intersect_hostnames(l.hostname.as_deref(), &route.hostnames).is_empty())
+        } else if route.key.kind != Kind::TcpRoute
+            && allowed
+                .iter()
+                .all(|l| intersect_hostnames(l.hostname.as_deref(), route.hostnames).is_empty())
         {
             Some(format!(
                 "NoMatchingListenerHostname: none of spec.hostnames {:?} is served by a listener of Gateway {}/{} it names",
@@ -492,9 +667,9 @@ pub fn route_problems(
             out.push(error(ErrorCode::RouteNotAccepted, format!("{f}: {why}")));
         }
     }
-    for (r, rule) in route.rules.iter().enumerate() {
-        for (b, backend) in rule.backends.iter().enumerate() {
-            if let Some((reason, why)) = ctx.unresolved(ns, backend) {
+    for (r, backends) in route.backends.iter().enumerate() {
+        for (b, backend) in backends.iter().enumerate() {
+            if let Some((reason, why)) = ctx.unresolved(kind, ns, backend) {
                 out.push(error(
                     ErrorCode::BackendNotResolved,
                     format!("spec.rules[{r}].backendRefs[{b}]: {reason}: {why}; its share of requests is answered 500"),

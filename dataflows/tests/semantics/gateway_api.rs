@@ -378,3 +378,190 @@ fn route_problems_are_errors_naming_the_field_and_retract_when_fixed() {
         m.errors
     );
 }
+
+fn l4_route(kind: Kind, name: &str, hostnames: &[&str], backends: Vec<BackendRef>) -> Record {
+    Record::GatewayApi(GatewayApiObject::L4Route(KubeL4Route {
+        key: ConfigKey::new(kind, "default", name),
+        created: String::new(),
+        parents: vec![ParentRef {
+            kind: ParentKind::Gateway,
+            namespace: "default".into(),
+            name: "gw".into(),
+            section: None,
+            port: None,
+        }],
+        hostnames: hostnames.iter().map(|h| h.to_string()).collect(),
+        rules: vec![backends],
+    }))
+}
+
+/// A TCP listener proxies a TCPRoute's connections to its backend; a TLS passthrough
+/// listener sends each SNI a TLSRoute names to its backend; a TLSRoute cannot attach to
+/// the TCP listener (NotAllowedByListeners) and a TCPRoute not to the passthrough one.
+#[test]
+fn tcp_and_tls_routes_take_connections() {
+    let mut m = Mesh::new();
+    let gw_pod = router_proxy(
+        "gw-abc",
+        "default",
+        "10.9.0.1",
+        &[(GATEWAY_NAME_LABEL, "gw")],
+    );
+    let mut tls = listener("tls", 8443, None, AllowedNamespaces::Same);
+    tls.protocol = ListenerProtocol::Tls;
+    tls.tls = Some(ListenerTls {
+        passthrough: true,
+        certificates: vec![],
+    });
+    let mut tcp = listener("tcp", 3306, None, AllowedNamespaces::Same);
+    tcp.protocol = ListenerProtocol::Tcp;
+    m.insert(vec![
+        service("db", "default"),
+        service("secure", "default"),
+        kube_gateway("default", "gw", "istio", vec![tcp, tls]),
+        l4_route(
+            Kind::TcpRoute,
+            "db",
+            &[],
+            vec![backend("db", "default", 80)],
+        ),
+        l4_route(
+            Kind::TlsRoute,
+            "secure",
+            &["secure.example.com"],
+            vec![backend("secure", "default", 80)],
+        ),
+        px(&gw_pod),
+    ]);
+    assert_eq!(
+        m.listeners(&gw_pod),
+        crate::support::set(&["0.0.0.0_3306", "0.0.0.0_8443"])
+    );
+    let chains = m.listener_body(&gw_pod, "0.0.0.0_3306").filter_chains;
+    let to: Vec<_> = chains
+        .iter()
+        .filter_map(crate::support::tcp_proxy_cluster)
+        .collect();
+    assert_eq!(to, vec![crate::support::outbound(80, "", "db", "default")]);
+    let chains = m.listener_body(&gw_pod, "0.0.0.0_8443").filter_chains;
+    let sni: Vec<(Vec<String>, Option<String>)> = chains
+        .iter()
+        .map(|c| {
+            (
+                c.filter_chain_match
+                    .as_ref()
+                    .map(|m| m.server_names.clone())
+                    .unwrap_or_default(),
+                crate::support::tcp_proxy_cluster(c),
+            )
+        })
+        .collect();
+    assert!(
+        sni.contains(&(
+            vec!["secure.example.com".to_string()],
+            Some(crate::support::outbound(80, "", "secure", "default"))
+        )),
+        "{sni:?}"
+    );
+    let tls_key = ConfigKey::new(Kind::TlsRoute, "default", "secure");
+    let tcp_key = ConfigKey::new(Kind::TcpRoute, "default", "db");
+    assert!(
+        errors_of(&m, &tls_key).is_empty(),
+        "{:?}",
+        errors_of(&m, &tls_key)
+    );
+    assert!(
+        errors_of(&m, &tcp_key).is_empty(),
+        "{:?}",
+        errors_of(&m, &tcp_key)
+    );
+
+    // A TLSRoute naming only the TCP listener is not allowed there.
+    let wrong = KubeL4Route {
+        key: ConfigKey::new(Kind::TlsRoute, "default", "wrong"),
+        created: String::new(),
+        parents: vec![ParentRef {
+            kind: ParentKind::Gateway,
+            namespace: "default".into(),
+            name: "gw".into(),
+            section: Some("tcp".into()),
+            port: None,
+        }],
+        hostnames: vec!["x.example.com".into()],
+        rules: vec![vec![backend("secure", "default", 80)]],
+    };
+    m.insert(vec![Record::GatewayApi(GatewayApiObject::L4Route(
+        wrong.clone(),
+    ))]);
+    let errors = errors_of(&m, &wrong.key);
+    assert!(
+        errors.iter().any(|e| e.contains("NotAllowedByListeners")),
+        "{errors:?}"
+    );
+}
+
+/// A GRPCRoute's method match is a path match, ordered with the HTTPRoutes of its hostname
+/// (an exact method before a service's prefix).
+#[test]
+fn grpc_routes_route_by_method_path() {
+    let mut m = Mesh::new();
+    let gw_pod = router_proxy(
+        "gw-abc",
+        "default",
+        "10.9.0.1",
+        &[(GATEWAY_NAME_LABEL, "gw")],
+    );
+    let grpc = |name: &str, path: StringMatch, svc: &str| {
+        Record::GatewayApi(GatewayApiObject::HttpRoute(KubeHttpRoute {
+            key: ConfigKey::new(Kind::GrpcRoute, "default", name),
+            created: String::new(),
+            parents: vec![ParentRef {
+                kind: ParentKind::Gateway,
+                namespace: "default".into(),
+                name: "gw".into(),
+                section: None,
+                port: None,
+            }],
+            hostnames: vec!["grpc.example.com".into()],
+            rules: vec![HttpRouteRule {
+                template: HttpRoute::default(),
+                matches: vec![HttpMatch {
+                    uri: Some(path),
+                    ..HttpMatch::default()
+                }],
+                backends: vec![backend(svc, "default", 80)],
+            }],
+        }))
+    };
+    m.insert(vec![
+        service("greeter", "default"),
+        service("hello", "default"),
+        kube_gateway(
+            "default",
+            "gw",
+            "istio",
+            vec![listener("http", 8080, None, AllowedNamespaces::Same)],
+        ),
+        grpc(
+            "a",
+            StringMatch::Prefix("/helloworld.Greeter/".into()),
+            "greeter",
+        ),
+        grpc(
+            "b",
+            StringMatch::Exact("/helloworld.Greeter/SayHello".into()),
+            "hello",
+        ),
+        px(&gw_pod),
+    ]);
+    let rows = table(&m, &gw_pod, "http.8080");
+    let routes: Vec<&str> = rows
+        .iter()
+        .filter(|(d, _)| d.iter().any(|d| d == "grpc.example.com"))
+        .flat_map(|(_, r)| r.iter().map(|(p, _)| p.as_str()))
+        .collect();
+    assert_eq!(
+        routes,
+        vec!["=/helloworld.Greeter/SayHello", "/helloworld.Greeter/*"]
+    );
+}

@@ -65,6 +65,8 @@ pub fn convert(
         }
         Kind::KubernetesGateway => gateway_api::kubernetes_gateway(key, &value, &mut f),
         Kind::HttpRoute => gateway_api::http_route(key, &value, mesh, &mut f),
+        Kind::GrpcRoute => gateway_api::grpc_route(key, &value, mesh, &mut f),
+        Kind::TcpRoute | Kind::TlsRoute => gateway_api::l4_route(key, &value, mesh, &mut f),
         Kind::ReferenceGrant => gateway_api::reference_grant(key, &value, &mut f),
     }?;
     Ok((records, f))

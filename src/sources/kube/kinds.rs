@@ -35,9 +35,9 @@ pub struct IstioGroup {
     /// The versions meshflow reads, most stable first.
     pub versions: &'static [&'static str],
     pub kinds: &'static [(Kind, &'static str)],
-    /// A cluster without the group is not missing anything meshflow needs (the Gateway
-    /// API's CRDs are installed by choice): said once at start, not an error. A kind of the
-    /// group that a served version lacks still is.
+    /// The group's CRDs are installed by choice, and its channels differ in kinds (the
+    /// Gateway API's standard channel has no TCPRoute): a kind the cluster does not serve
+    /// is not an error, it is simply not watched.
     pub optional: bool,
 }
 
@@ -78,7 +78,11 @@ pub const GATEWAY_API: IstioGroup = IstioGroup {
     kinds: &[
         (Kind::KubernetesGateway, "Gateway"),
         (Kind::HttpRoute, "HTTPRoute"),
+        (Kind::GrpcRoute, "GRPCRoute"),
         (Kind::ReferenceGrant, "ReferenceGrant"),
+        // The experimental channel's: a cluster of the standard channel has none.
+        (Kind::TcpRoute, "TCPRoute"),
+        (Kind::TlsRoute, "TLSRoute"),
     ],
     optional: true,
 };
@@ -129,12 +133,11 @@ pub async fn discover_istio(
             }
             Err(e) => return Err(e),
         };
-        if g.optional && served.is_empty() {
-            continue;
-        }
         let (f, m) = istio_kinds(g, &served);
         found.extend(f);
-        missing.extend(m);
+        if !g.optional {
+            missing.extend(m);
+        }
     }
     Ok((found, missing))
 }
@@ -274,7 +277,7 @@ mod tests {
     fn gateway_api_kinds_are_found_at_their_most_stable_version() {
         let all = ["list", "watch", "get"];
         let group = [
-            served("v1", &["Gateway", "HTTPRoute"], &all),
+            served("v1", &["Gateway", "HTTPRoute", "GRPCRoute"], &all),
             served("v1beta1", &["Gateway", "HTTPRoute", "ReferenceGrant"], &all),
         ];
         let (found, missing) = istio_kinds(&GATEWAY_API, &group);
@@ -287,10 +290,12 @@ mod tests {
             vec![
                 (Kind::KubernetesGateway, "v1"),
                 (Kind::HttpRoute, "v1"),
+                (Kind::GrpcRoute, "v1"),
                 (Kind::ReferenceGrant, "v1beta1"),
             ]
         );
-        assert!(missing.is_empty(), "{missing:?}");
+        // TCPRoute and TLSRoute (experimental) are not served: named, but not errors.
+        assert_eq!(missing.len(), 2, "{missing:?}");
         assert!(GATEWAY_API.optional && !NETWORKING.optional && !SECURITY.optional);
     }
 

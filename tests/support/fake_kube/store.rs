@@ -108,6 +108,9 @@ pub const TYPES: &[ResourceType] = &[
     ),
     rt(GATEWAY_API_GROUP, "gateways", "Gateway", true, &[]),
     rt(GATEWAY_API_GROUP, "httproutes", "HTTPRoute", true, &[]),
+    rt(GATEWAY_API_GROUP, "grpcroutes", "GRPCRoute", true, &[]),
+    rt(GATEWAY_API_GROUP, "tcproutes", "TCPRoute", true, &[]),
+    rt(GATEWAY_API_GROUP, "tlsroutes", "TLSRoute", true, &[]),
     rt(
         GATEWAY_API_GROUP,
         "referencegrants",

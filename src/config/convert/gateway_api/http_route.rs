@@ -6,7 +6,7 @@
 use super::super::fields::{fqdn, report_ignored, spec, string_match};
 use super::super::route_actions::header_edits;
 use super::super::{parse_duration_ms, Result};
-use super::{hostname, port, GROUP};
+use super::{created, hostnames, parents, port};
 use crate::config::findings::Finding;
 use crate::config::{gateway_api as api, istio, Invalid};
 use dataflows::model::{self as m, ConfigKey, MeshConfig, Record};
@@ -29,51 +29,15 @@ pub(in crate::config::convert) fn http_route(
         })
     });
     let ns = &key.namespace;
-    let mut parents = Vec::new();
-    for (i, p) in s.parent_refs.iter().enumerate() {
-        let f = format!("spec.parentRefs[{i}]");
-        let group = p.group.as_deref().unwrap_or(GROUP);
-        let kind = p.kind.as_deref().unwrap_or("Gateway");
-        let parent_kind = match (group, kind) {
-            (GROUP, "Gateway") => m::ParentKind::Gateway,
-            ("" | "core", "Service") => {
-                findings.push(Finding::error(
-                    f.clone(),
-                    "routes of the mesh (a Service parent) are not served yet",
-                ));
-                m::ParentKind::Service
-            }
-            _ => {
-                findings.push(Finding::error(
-                    f.clone(),
-                    format!("a {kind} of group {group:?} is not a parent meshflow serves"),
-                ));
-                continue;
-            }
-        };
-        parents.push(m::ParentRef {
-            kind: parent_kind,
-            namespace: p.namespace.clone().unwrap_or_else(|| ns.clone()),
-            name: p.name.clone(),
-            section: p.section_name.clone(),
-            port: p.port.map(|n| port(n, &format!("{f}.port"))).transpose()?,
-        });
-    }
-    for (i, h) in s.hostnames.iter().enumerate() {
-        hostname(h, &format!("spec.hostnames[{i}]"))?;
-    }
+    let parents = parents(&s.parent_refs, ns, findings)?;
+    hostnames(&s.hostnames)?;
     let rules = s
         .rules
         .iter()
         .enumerate()
         .map(|(i, r)| rule(r, &format!("spec.rules[{i}]"), ns, mesh, findings))
         .collect::<Result<Vec<_>>>()?;
-    let created = value
-        .get("metadata")
-        .and_then(|md| md.get("creationTimestamp"))
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string();
+    let created = created(value);
     Ok(vec![Record::GatewayApi(m::GatewayApiObject::HttpRoute(
         m::KubeHttpRoute {
             key: key.clone(),
@@ -83,6 +47,108 @@ pub(in crate::config::convert) fn http_route(
             rules,
         },
     ))])
+}
+
+/// A GRPCRoute: an HTTPRoute whose matches are on the gRPC service and method (the path
+/// `/Service/Method`); its filters and backends are an HTTPRoute's.
+pub(in crate::config::convert) fn grpc_route(
+    key: &ConfigKey,
+    value: &Value,
+    mesh: &MeshConfig,
+    findings: &mut Vec<Finding>,
+) -> Result<Vec<Record>> {
+    let (s, ignored): (api::GrpcRouteSpec, _) = spec(value)?;
+    report_ignored(&ignored, findings, |p| {
+        p.index_under("rules").map(|_| {
+            Finding::error(
+                p.to_string(),
+                "not supported by meshflow yet; the rule is served without it",
+            )
+        })
+    });
+    let ns = &key.namespace;
+    let parents = parents(&s.parent_refs, ns, findings)?;
+    hostnames(&s.hostnames)?;
+    let mut rules = Vec::new();
+    for (i, r) in s.rules.iter().enumerate() {
+        let f = format!("spec.rules[{i}]");
+        let matches = r
+            .matches
+            .iter()
+            .enumerate()
+            .map(|(j, mt)| grpc_match(mt, &format!("{f}.matches[{j}]"), mesh))
+            .collect::<Result<Vec<_>>>()?;
+        let http = api::HttpRouteRule {
+            name: r.name.clone(),
+            matches: Vec::new(),
+            filters: Vec::new(),
+            backend_refs: Vec::new(),
+            timeouts: None,
+        };
+        let mut converted = rule_with(&http, &r.filters, &r.backend_refs, &f, ns, mesh, findings)?;
+        converted.matches = matches;
+        rules.push(converted);
+    }
+    Ok(vec![Record::GatewayApi(m::GatewayApiObject::HttpRoute(
+        m::KubeHttpRoute {
+            key: key.clone(),
+            created: created(value),
+            parents,
+            hostnames: s.hostnames.clone(),
+            rules,
+        },
+    ))])
+}
+
+/// A gRPC method match as a path match (Istio's form): the exact `/Service/Method`, a
+/// service's `/Service/` prefix, any service's method by expression, or expressions of both.
+fn grpc_match(mt: &api::GrpcRouteMatch, f: &str, mesh: &MeshConfig) -> Result<m::HttpMatch> {
+    let mut out = m::HttpMatch::default();
+    if let Some(method) = &mt.method {
+        let exact = method.kind.as_deref().unwrap_or("Exact");
+        let (svc, meth) = (method.service.as_deref(), method.method.as_deref());
+        out.uri = Some(match (exact, svc, meth) {
+            (_, None, None) => {
+                return Err(Invalid::field(
+                    format!("{f}.method"),
+                    "a method match needs a service or a method",
+                ))
+            }
+            ("Exact", Some(s), Some(m)) => m::StringMatch::Exact(format!("/{s}/{m}")),
+            ("Exact", Some(s), None) => m::StringMatch::Prefix(format!("/{s}/")),
+            ("Exact", None, Some(m)) => regex(
+                &format!("/[^/]+/{}", regex::escape(m)),
+                &format!("{f}.method"),
+                mesh,
+            )?,
+            ("RegularExpression", s, m) => regex(
+                &format!("/{}/{}", s.unwrap_or("[^/]+"), m.unwrap_or("[^/]+")),
+                &format!("{f}.method"),
+                mesh,
+            )?,
+            (other, _, _) => {
+                return Err(Invalid::field(
+                    format!("{f}.method.type"),
+                    format!("{other:?} is not one of Exact, RegularExpression"),
+                ))
+            }
+        });
+    }
+    for (k, h) in mt.headers.iter().enumerate() {
+        let hf = format!("{f}.headers[{k}]");
+        let name = h.name.to_ascii_lowercase();
+        if !super::super::fields::is_header_token(&name) {
+            return Err(Invalid::field(
+                format!("{hf}.name"),
+                format!("{:?} is not a header name", h.name),
+            ));
+        }
+        if !out.headers.contains_key(&name) {
+            let value = value_match(h, &hf, mesh)?;
+            out.headers.insert(name, value);
+        }
+    }
+    Ok(out)
 }
 
 fn rule(
@@ -98,12 +164,27 @@ fn rule(
         .enumerate()
         .map(|(j, mt)| route_match(mt, &format!("{f}.matches[{j}]"), mesh))
         .collect::<Result<Vec<_>>>()?;
+    let mut out = rule_with(r, &r.filters, &r.backend_refs, f, ns, mesh, findings)?;
+    out.matches = matches;
+    Ok(out)
+}
+
+/// A rule's route (its filters and timeouts) and backends; the matches are the caller's.
+fn rule_with(
+    r: &api::HttpRouteRule,
+    filters: &[api::HttpRouteFilter],
+    backend_refs: &[api::HttpBackendRef],
+    f: &str,
+    ns: &str,
+    mesh: &MeshConfig,
+    findings: &mut Vec<Finding>,
+) -> Result<m::HttpRouteRule> {
     let mut template = m::HttpRoute {
         name: r.name.clone(),
         ..m::HttpRoute::default()
     };
     let mut unsupported = false;
-    for (j, filter) in r.filters.iter().enumerate() {
+    for (j, filter) in filters.iter().enumerate() {
         let ff = format!("{f}.filters[{j}]");
         unsupported |= !apply_filter(filter, &ff, ns, mesh, &mut template, findings)?;
     }
@@ -126,15 +207,14 @@ fn rule(
             body: None,
         });
     }
-    let backends = r
-        .backend_refs
+    let backends = backend_refs
         .iter()
         .enumerate()
         .map(|(j, b)| backend(b, &format!("{f}.backendRefs[{j}]"), ns, mesh, findings))
         .collect::<Result<Vec<_>>>()?;
     Ok(m::HttpRouteRule {
         template,
-        matches,
+        matches: Vec::new(),
         backends,
     })
 }
@@ -402,7 +482,7 @@ fn merge_edits(into: &mut m::HeaderEdits, more: m::HeaderEdits) {
     }
 }
 
-fn backend(
+pub(super) fn backend(
     b: &api::HttpBackendRef,
     f: &str,
     ns: &str,

@@ -271,3 +271,86 @@ spec:
     assert!(!g.allows("HTTPRoute", "elsewhere", "Service", "cart-next"));
     assert!(!g.allows("GRPCRoute", "shop", "Service", "cart-next"));
 }
+
+/// A GRPCRoute's method matches become path matches as Istio writes them; TCPRoutes and
+/// TLSRoutes keep each rule's backends (a TLSRoute its SNI hostnames).
+#[test]
+fn grpc_tcp_and_tls_routes_are_read() {
+    let p = parse(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: GRPCRoute
+metadata: {name: greeter, namespace: shop}
+spec:
+  parentRefs: [{name: shop-gateway}]
+  rules:
+  - matches:
+    - method: {service: helloworld.Greeter, method: SayHello}
+    - method: {service: helloworld.Greeter}
+    - method: {method: SayHello}
+    - method: {type: RegularExpression, service: \"helloworld\\\\..*\"}
+      headers: [{name: X-Env, value: canary}]
+    backendRefs: [{name: greeter, port: 50051}]
+",
+    );
+    assert_eq!(p.key.kind, Kind::GrpcRoute);
+    let GatewayApiObject::HttpRoute(r) = object(&p) else {
+        panic!()
+    };
+    let uris: Vec<_> = r.rules[0]
+        .matches
+        .iter()
+        .map(|m| m.uri.clone().unwrap())
+        .collect();
+    assert_eq!(
+        uris,
+        [
+            StringMatch::Exact("/helloworld.Greeter/SayHello".into()),
+            StringMatch::Prefix("/helloworld.Greeter/".into()),
+            StringMatch::Regex("/[^/]+/SayHello".into()),
+            StringMatch::Regex("/helloworld\\..*/[^/]+".into()),
+        ]
+    );
+    assert_eq!(
+        r.rules[0].matches[3].headers["x-env"],
+        StringMatch::Exact("canary".into())
+    );
+    let err = parse_document(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: GRPCRoute
+metadata: {name: g, namespace: shop}
+spec:
+  rules: [{matches: [{method: {type: Exact}}]}]
+",
+        &super::mesh(),
+    )
+    .unwrap_err();
+    assert_eq!(err.field, "spec.rules[0].matches[0].method");
+
+    for (kind, hostnames) in [("TCPRoute", 0), ("TLSRoute", 1)] {
+        let p = parse(&format!(
+            "apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: {kind}
+metadata: {{name: db, namespace: shop}}
+spec:
+  parentRefs: [{{name: shop-gateway, sectionName: l4}}]
+  hostnames: [db.shop.example]
+  rules:
+  - backendRefs: [{{name: db, port: 5432, weight: 3}}, {{name: db-next, port: 5432}}]
+"
+        ));
+        let GatewayApiObject::L4Route(r) = object(&p) else {
+            panic!()
+        };
+        assert_eq!(r.hostnames.len(), hostnames, "{kind}");
+        let weights: Vec<u32> = r.rules[0].iter().map(|b| b.weight).collect();
+        assert_eq!(weights, [3, 1], "{kind}");
+        assert_eq!(
+            fields(&p, Level::Warning),
+            if kind == "TCPRoute" {
+                vec!["spec.hostnames".to_string()]
+            } else {
+                vec![]
+            }
+        );
+    }
+}
