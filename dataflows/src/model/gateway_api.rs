@@ -47,12 +47,25 @@ pub struct KubeGateway {
     /// `spec.gatewayClassName`.
     pub class: String,
     pub listeners: Vec<Listener>,
+    /// Listeners left out as written, with the spec's reason and why (an unsupported
+    /// protocol, a certificate that cannot be served): their status says so.
+    #[serde(default)]
+    pub refused: Vec<(String, String, String)>,
 }
 
 impl KubeGateway {
     /// Of a class meshflow serves.
     pub fn owned(&self) -> bool {
         OWNED_CLASSES.contains(&self.class.as_str())
+    }
+
+    /// The `controllerName` its class names (meshflow serves Istio's class in istiod's
+    /// place, under Istio's name).
+    pub fn controller_name(&self) -> &'static str {
+        match self.class.as_str() {
+            "istio" => "istio.io/gateway-controller",
+            _ => "meshflow.dev/gateway-controller",
+        }
     }
 }
 

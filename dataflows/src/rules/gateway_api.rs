@@ -268,7 +268,7 @@ impl<'a> RouteView<'a> {
         }
     }
 
-    fn kind(&self) -> &'static str {
+    pub fn kind(&self) -> &'static str {
         route_kind_name(self.key.kind)
     }
 
@@ -590,6 +590,67 @@ pub fn translate_all(
     (gateways, vss)
 }
 
+/// What a Gateway (of a class meshflow owns) makes of a route's reference to it: the
+/// listeners that take the route, or the spec's reason none does.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Accepted(Vec<String>),
+    Refused(&'static str, String),
+}
+
+pub fn parent_verdict(route: &RouteView, p: &ParentRef, gw: &KubeGateway) -> Verdict {
+    let ns = &route.key.namespace;
+    let kind = route.kind();
+    let named: Vec<&Listener> = gw.listeners.iter().filter(|l| parent_names(p, l)).collect();
+    let allowed: Vec<&Listener> = named
+        .iter()
+        .copied()
+        .filter(|l| listener_allows(l, &gw.key.namespace, kind, ns))
+        .collect();
+    if named.is_empty() {
+        return Verdict::Refused(
+            "NoMatchingParent",
+            format!(
+                "Gateway {}/{} has no listener{}{}",
+                p.namespace,
+                p.name,
+                p.section
+                    .as_ref()
+                    .map(|s| format!(" named {s:?}"))
+                    .unwrap_or_default(),
+                p.port.map(|n| format!(" on port {n}")).unwrap_or_default(),
+            ),
+        );
+    }
+    if allowed.is_empty() {
+        return Verdict::Refused(
+            "NotAllowedByListeners",
+            format!(
+                "no listener of Gateway {}/{} it names admits {kind}s of namespace {ns}",
+                p.namespace, p.name
+            ),
+        );
+    }
+    let taking: Vec<String> = allowed
+        .iter()
+        .filter(|l| {
+            route.key.kind == Kind::TcpRoute
+                || !intersect_hostnames(l.hostname.as_deref(), route.hostnames).is_empty()
+        })
+        .map(|l| l.name.clone())
+        .collect();
+    if taking.is_empty() {
+        return Verdict::Refused(
+            "NoMatchingListenerHostname",
+            format!(
+                "none of spec.hostnames {:?} is served by a listener of Gateway {}/{} it names",
+                route.hostnames, p.namespace, p.name
+            ),
+        );
+    }
+    Verdict::Accepted(taking)
+}
+
 /// What a route's parents and backends say is wrong with it: each parent Gateway (of a
 /// class meshflow owns) that does not accept it, by the spec's reason, and each backend that
 /// does not resolve. `found`: the Gateways its parents name that exist (of any class).
@@ -630,38 +691,9 @@ pub fn route_problems(
         if !gw.owned() {
             continue;
         }
-        let named: Vec<&Listener> = gw.listeners.iter().filter(|l| parent_names(p, l)).collect();
-        let allowed: Vec<&&Listener> = named
-            .iter()
-            .filter(|l| listener_allows(l, &gw.key.namespace, kind, ns))
-            .collect();
-        let why = if named.is_empty() {
-            Some(format!(
-                "NoMatchingParent: Gateway {}/{} has no listener{}{}",
-                p.namespace,
-                p.name,
-                p.section
-                    .as_ref()
-                    .map(|s| format!(" named {s:?}"))
-                    .unwrap_or_default(),
-                p.port.map(|n| format!(" on port {n}")).unwrap_or_default(),
-            ))
-        } else if allowed.is_empty() {
-            Some(format!(
-                "NotAllowedByListeners: no listener of Gateway {}/{} it names admits {kind}s of namespace {ns}",
-                p.namespace, p.name
-            ))
-        } else if route.key.kind != Kind::TcpRoute
-            && allowed
-                .iter()
-                .all(|l| intersect_hostnames(l.hostname.as_deref(), route.hostnames).is_empty())
-        {
-            Some(format!(
-                "NoMatchingListenerHostname: none of spec.hostnames {:?} is served by a listener of Gateway {}/{} it names",
-                route.hostnames, p.namespace, p.name
-            ))
-        } else {
-            None
+        let why = match parent_verdict(&route, p, gw) {
+            Verdict::Accepted(_) => None,
+            Verdict::Refused(reason, message) => Some(format!("{reason}: {message}")),
         };
         if let Some(why) = why {
             out.push(error(ErrorCode::RouteNotAccepted, format!("{f}: {why}")));

@@ -12,16 +12,20 @@ use rand::Rng;
 /// One random Gateway API record, or a router of one of the Gateways.
 pub fn gateway_api(rng: &mut StdRng) -> Record {
     let ns = pick(rng, &NAMESPACES[..2]);
-    match rng.random_range(0..8) {
+    match rng.random_range(0..9) {
         0 | 1 => gateway(rng, ns),
-        2..=5 => route(rng, ns),
+        2..=4 => route(rng, ns),
+        5 => l4_route(rng, ns),
         6 => Record::GatewayApi(GatewayApiObject::ReferenceGrant(ReferenceGrant {
             key: ConfigKey::new(
                 Kind::ReferenceGrant,
                 ns,
                 format!("g{}", rng.random_range(0..2)),
             ),
-            from: vec![("HTTPRoute".into(), pick(rng, &NAMESPACES[..2]).into())],
+            from: vec![(
+                pick(rng, &["HTTPRoute", "TCPRoute", "GRPCRoute"]).into(),
+                pick(rng, &NAMESPACES[..2]).into(),
+            )],
             to: vec![(
                 "Service".into(),
                 rng.random_bool(0.5)
@@ -46,14 +50,37 @@ pub fn gateway_api(rng: &mut StdRng) -> Record {
 }
 
 fn gateway(rng: &mut StdRng, ns: &str) -> Record {
-    let listeners = (0..rng.random_range(1..3))
-        .map(|i| Listener {
+    let protocols: Vec<(usize, ListenerProtocol)> = (0..rng.random_range(1..3))
+        .map(|i| {
+            // Now and then a TCP listener, or TLS passing through.
+            let protocol = pick(
+                rng,
+                &[
+                    ListenerProtocol::Http,
+                    ListenerProtocol::Http,
+                    ListenerProtocol::Tcp,
+                    ListenerProtocol::Tls,
+                ],
+            );
+            (i, protocol)
+        })
+        .collect();
+    let listeners = protocols
+        .into_iter()
+        .map(|(i, protocol)| Listener {
             name: format!("l{i}"),
             hostname: pick(rng, &[None, Some("*.example.com"), Some("a.example.com")])
                 .map(str::to_string),
-            port: pick(rng, &[8080u16, 8081]),
-            protocol: ListenerProtocol::Http,
-            tls: None,
+            port: match protocol {
+                ListenerProtocol::Tcp => 3306,
+                ListenerProtocol::Tls => 8443,
+                _ => pick(rng, &[8080u16, 8081]),
+            },
+            protocol,
+            tls: (protocol == ListenerProtocol::Tls).then(|| ListenerTls {
+                passthrough: true,
+                certificates: Vec::new(),
+            }),
             allowed_namespaces: if rng.random_bool(0.5) {
                 AllowedNamespaces::Same
             } else {
@@ -70,6 +97,7 @@ fn gateway(rng: &mut StdRng, ns: &str) -> Record {
         ),
         class: pick(rng, &["istio", "istio", "meshflow", "nginx"]).into(),
         listeners,
+        refused: Vec::new(),
     }))
 }
 
@@ -131,5 +159,42 @@ fn route(rng: &mut StdRng, ns: &str) -> Record {
         parents,
         hostnames,
         rules,
+    }))
+}
+
+/// A TCPRoute or TLSRoute on the Gateways, to services of either namespace.
+fn l4_route(rng: &mut StdRng, ns: &str) -> Record {
+    let kind = pick(rng, &[Kind::TcpRoute, Kind::TlsRoute]);
+    let parents = vec![ParentRef {
+        kind: ParentKind::Gateway,
+        namespace: pick(rng, &NAMESPACES[..2]).into(),
+        name: format!("gw{}", rng.random_range(0..2)),
+        section: None,
+        port: None,
+    }];
+    let svc = format!("svc{}", rng.random_range(0..4));
+    let b_ns = if rng.random_bool(0.7) {
+        ns
+    } else {
+        pick(rng, &NAMESPACES[..2])
+    };
+    Record::GatewayApi(GatewayApiObject::L4Route(KubeL4Route {
+        key: ConfigKey::new(kind, ns, format!("t{}", rng.random_range(0..2))),
+        created: pick(rng, &["", "2026-01-01T00:00:00Z"]).into(),
+        parents,
+        hostnames: if kind == Kind::TlsRoute {
+            vec![pick(rng, &["a.example.com", "b.example.com"]).into()]
+        } else {
+            Vec::new()
+        },
+        rules: vec![vec![BackendRef {
+            host: Some(host(&svc, b_ns)),
+            namespace: b_ns.into(),
+            kind: "Service".into(),
+            name: svc,
+            port: Some(9080),
+            weight: 1,
+            headers: HeaderOps::default(),
+        }]],
     }))
 }

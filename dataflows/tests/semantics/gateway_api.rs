@@ -24,6 +24,7 @@ fn kube_gateway(ns: &str, name: &str, class: &str, listeners: Vec<Listener>) -> 
         key: ConfigKey::new(Kind::KubernetesGateway, ns, name),
         class: class.into(),
         listeners,
+        refused: Vec::new(),
     }))
 }
 

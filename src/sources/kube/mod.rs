@@ -24,6 +24,7 @@
 //! Runs its own single-threaded tokio runtime on the source's thread.
 
 pub mod events;
+mod gateway_status;
 pub mod kinds;
 pub mod lease;
 pub mod mesh_configmap;

@@ -178,8 +178,7 @@ impl Session {
                 Ok(event) => {
                     w.failure = None;
                     w.watched.apply(event);
-                    self.status_kinds_touched |=
-                        super::status::STATUS_KINDS.contains(&w.resource.kind.as_str());
+                    self.status_kinds_touched |= super::status::writes_status(&w.resource);
                 }
                 Err(watcher::Error::InitialListFailed(kube::Error::Api(status)))
                     if status.code == 400 =>
@@ -273,15 +272,42 @@ impl Session {
     /// What the status of each object of a kind that has status holds now
     /// ([`status::STATUS_KINDS`](super::status::STATUS_KINDS)).
     pub fn statuses(&self) -> super::status::Statuses {
+        use super::gateway_status;
         let mut out = super::status::Statuses::new();
+        let mut api = Vec::new();
         for w in &self.watches {
-            if !super::status::STATUS_KINDS.contains(&w.resource.kind.as_str()) {
+            if !super::status::writes_status(&w.resource) {
                 continue;
             }
             for seen in w.watched.statuses() {
+                if gateway_status::is_gateway_api(seen.key.kind) {
+                    api.push((&w.resource, seen));
+                    continue;
+                }
                 out.insert(
                     seen.key.clone(),
                     super::status::ObjectStatus::new(&w.resource, &seen),
+                );
+            }
+        }
+        // The Gateway API's status is of the objects together (routes attach to Gateways).
+        let objects: Vec<_> = api
+            .iter()
+            .flat_map(|(_, seen)| {
+                seen.records.iter().filter_map(move |r| match r {
+                    dataflows::model::Record::GatewayApi(o) => {
+                        Some((o, seen.generation, seen.status))
+                    }
+                    _ => None,
+                })
+            })
+            .collect();
+        let mut desired = gateway_status::desired(&objects);
+        for (resource, seen) in &api {
+            if let Some(status) = desired.remove(seen.key) {
+                out.insert(
+                    seen.key.clone(),
+                    super::status::ObjectStatus::gateway_api(resource, seen, status),
                 );
             }
         }

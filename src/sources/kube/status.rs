@@ -55,6 +55,23 @@ pub const STATUS_KINDS: [&str; 8] = [
     "RequestAuthentication",
 ];
 
+/// Whether meshflow writes the status of objects of this resource: Istio's kinds of
+/// [`STATUS_KINDS`] in Istio's groups, and the Gateway API's Gateways and routes (of the
+/// classes meshflow owns only, [`gateway_status`](super::gateway_status)). Never a kind of
+/// another group that shares a name (the Gateway API's `Gateway` is not Istio's).
+pub fn writes_status(resource: &ApiResource) -> bool {
+    match resource.group.as_str() {
+        "networking.istio.io" | "security.istio.io" => {
+            STATUS_KINDS.contains(&resource.kind.as_str())
+        }
+        "gateway.networking.k8s.io" => matches!(
+            resource.kind.as_str(),
+            "Gateway" | "HTTPRoute" | "GRPCRoute" | "TCPRoute" | "TLSRoute"
+        ),
+        _ => false,
+    }
+}
+
 /// The proxies a rejection names (all are counted).
 pub const PROXIES_NAMED: usize = 5;
 
@@ -78,6 +95,9 @@ pub struct ObjectStatus {
     pub message: String,
     /// `validationMessages`.
     pub messages: Vec<Value>,
+    /// For a Gateway API object, its whole `status` in the Gateway API's shape
+    /// ([`gateway_status`](super::gateway_status)), written instead of Istio's.
+    pub gateway_api: Option<Value>,
     /// The status the API server held when the source last saw the object.
     pub stored: StoredStatus,
 }
@@ -154,11 +174,35 @@ impl ObjectStatus {
             reconciled,
             message,
             messages,
+            gateway_api: None,
+        }
+    }
+
+    /// A Gateway API object's status (`status`: the Gateway API's shape).
+    pub fn gateway_api(resource: &ApiResource, seen: &Seen, status: Value) -> Self {
+        let reconciled = !status.to_string().contains(r#""status":"False""#);
+        ObjectStatus {
+            resource: resource.clone(),
+            namespace: seen.key.namespace.clone(),
+            name: seen.key.name.clone(),
+            uid: seen.uid.map(str::to_string),
+            stored: StoredStatus(seen.status.cloned()),
+            reconciled,
+            message: String::new(),
+            messages: Vec::new(),
+            gateway_api: Some(status),
         }
     }
 
     /// With the dataflow's errors that name the object.
     fn with_errors(mut self, errors: &[ConfigError]) -> Self {
+        if let Some(status) = &mut self.gateway_api {
+            if let Some(key) = errors.first().map(|e| e.object.clone()) {
+                super::gateway_status::with_route_errors(status, &key, errors);
+                self.reconciled = !status.to_string().contains(r#""status":"False""#);
+            }
+            return self;
+        }
         for e in errors {
             let (code, name) = e.code.message_code();
             self.messages.push(json!({
@@ -190,6 +234,9 @@ impl ObjectStatus {
     /// The merge patch of the status subresource, `since` the Reconciled condition's
     /// last transition.
     fn patch(&self, since: &str) -> Value {
+        if let Some(status) = &self.gateway_api {
+            return json!({"status": super::gateway_status::stamped(status, since)});
+        }
         let messages = if self.messages.is_empty() {
             // Merge patch: null removes the field.
             Value::Null
@@ -430,6 +477,13 @@ fn from_stored(status: &ObjectStatus) -> (Option<String>, bool) {
     let Some(stored) = &status.stored.0 else {
         return (None, false);
     };
+    if status.gateway_api.is_some() {
+        let since = super::gateway_status::stored_since(stored);
+        let current = since
+            .as_deref()
+            .is_some_and(|since| &status.patch(since)["status"] == stored);
+        return (since, current);
+    }
     let condition = &stored["conditions"][0];
     let state = if status.reconciled { "True" } else { "False" };
     let since = (condition["type"] == "Reconciled" && condition["status"] == state)

@@ -38,6 +38,8 @@ struct Listing {
 #[derive(Default)]
 struct Stored {
     uid: Option<String>,
+    /// `metadata.generation`: what a Gateway API condition's `observedGeneration` says.
+    generation: Option<i64>,
     status: Option<serde_json::Value>,
 }
 
@@ -45,6 +47,7 @@ impl Stored {
     fn of(obj: &KubeObject) -> Stored {
         Stored {
             uid: obj.metadata.uid.clone(),
+            generation: obj.metadata.generation,
             status: obj
                 .decoded
                 .as_ref()
@@ -66,6 +69,9 @@ pub struct Seen<'a> {
     pub error: Option<&'a String>,
     /// The findings of the version in effect.
     pub findings: &'a [(Level, String)],
+    /// The records of the version in effect (none while invalid and never valid).
+    pub records: &'a [dataflows::model::Record],
+    pub generation: Option<i64>,
 }
 
 /// One watch's state (see the module documentation).
@@ -228,6 +234,12 @@ impl Watched {
                 .get(key)
                 .map(Vec::as_slice)
                 .unwrap_or_default(),
+            records: self
+                .held
+                .get(key)
+                .map(|o| o.records.as_slice())
+                .unwrap_or_default(),
+            generation: self.stored.get(key).and_then(|s| s.generation),
         })
     }
 

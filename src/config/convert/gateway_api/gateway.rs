@@ -33,6 +33,7 @@ pub(in crate::config::convert) fn kubernetes_gateway(
         ));
     }
     let mut listeners: Vec<m::Listener> = Vec::new();
+    let mut refused: Vec<(String, String, String)> = Vec::new();
     for (i, l) in s.listeners.iter().enumerate() {
         let f = format!("spec.listeners[{i}]");
         if l.name.is_empty() {
@@ -57,12 +58,11 @@ pub(in crate::config::convert) fn kubernetes_gateway(
             "TLS" => m::ListenerProtocol::Tls,
             "TCP" => m::ListenerProtocol::Tcp,
             other => {
+                let why = format!("{other:?} is not served by meshflow; the listener is left out");
                 if owned {
-                    findings.push(Finding::error(
-                        format!("{f}.protocol"),
-                        format!("{other:?} is not served by meshflow; the listener is left out"),
-                    ));
+                    findings.push(Finding::error(format!("{f}.protocol"), why.clone()));
                 }
+                refused.push((l.name.clone(), "UnsupportedProtocol".into(), why));
                 continue;
             }
         };
@@ -89,11 +89,25 @@ pub(in crate::config::convert) fn kubernetes_gateway(
                 findings,
             )?),
         };
+        let cross_namespace = tls.as_ref().is_some_and(|t| {
+            !t.passthrough
+                && t.certificates
+                    .first()
+                    .is_some_and(|(ns, _)| *ns != key.namespace)
+        });
         if tls
             .as_ref()
             .is_some_and(|t| !t.passthrough && t.certificates.is_empty())
+            || cross_namespace
         {
-            // Left out (reported): the listener cannot terminate without a certificate.
+            // Left out (reported): the listener cannot terminate without a certificate it
+            // can serve.
+            refused.push((
+                l.name.clone(),
+                "InvalidCertificateRef".into(),
+                "no certificate meshflow can serve: a Secret of the Gateway's namespace is needed"
+                    .into(),
+            ));
             continue;
         }
         let (allowed_namespaces, allowed_kinds) = allowed_routes(l, &f, owned, findings)?;
@@ -112,6 +126,7 @@ pub(in crate::config::convert) fn kubernetes_gateway(
             key: ConfigKey::new(m::Kind::KubernetesGateway, &key.namespace, &key.name),
             class: s.gateway_class_name.clone(),
             listeners,
+            refused,
         },
     ))])
 }
