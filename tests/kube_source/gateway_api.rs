@@ -5,6 +5,7 @@
 //! Against the fake API server (`support::fake_kube`: the real `kube` client, the API
 //! server's list/watch wire format); the gateway is a Delta xDS client.
 
+use crate::status::await_status;
 use crate::support::xds_client::{node, DeltaClient, LDS, RDS};
 use crate::{service, start};
 use serde_json::json;
@@ -128,5 +129,110 @@ async fn a_cluster_without_the_gateway_api_is_not_an_error() {
             .iter()
             .any(|r| r.contains("/apis/gateway.networking.k8s.io/v1/")),
         "{requests:#?}"
+    );
+}
+
+/// With `--write-status`, the Gateway API's own status: the Gateway Accepted and Programmed,
+/// its listener counting the routes attached; each route's parent entry Accepted, or not
+/// with the spec's reason; ResolvedRefs False (BackendNotFound) for a backend no service
+/// has; another controller's entry on a route kept; a Gateway of another class never
+/// written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_api_status_is_written_in_the_specs_shape() {
+    let cluster = start(
+        "kube-gateway-api-status",
+        |fake| {
+            fake.serve_gateway_api_versions(&["v1"]);
+            fake.apply(service("cart", "default", 8080));
+            fake.apply(json!({
+                "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+                "metadata": {"name": "gw", "namespace": "default", "generation": 3},
+                "spec": {"gatewayClassName": "istio", "listeners": [
+                    {"name": "http", "port": 8080, "protocol": "HTTP", "hostname": "*.example"},
+                    {"name": "dns", "port": 53, "protocol": "UDP"}
+                ]}
+            }));
+            fake.apply(json!({
+                "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+                "metadata": {"name": "theirs", "namespace": "default"},
+                "spec": {"gatewayClassName": "nginx", "listeners": [
+                    {"name": "http", "port": 80, "protocol": "HTTP"}
+                ]}
+            }));
+            fake.apply(json!({
+                "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+                "metadata": {"name": "cart", "namespace": "default"},
+                "spec": {"parentRefs": [{"name": "gw"}, {"name": "theirs"}],
+                         "hostnames": ["shop.example"],
+                         "rules": [{"backendRefs": [{"name": "cart", "port": 8080}]}]},
+                "status": {"parents": [{"parentRef": {"name": "theirs"},
+                    "controllerName": "example.net/nginx",
+                    "conditions": [{"type": "Accepted", "status": "True", "reason": "Accepted",
+                                    "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}]}
+            }));
+            fake.apply(json!({
+                "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+                "metadata": {"name": "lost", "namespace": "default"},
+                "spec": {"parentRefs": [{"name": "gw", "sectionName": "https"}],
+                         "rules": [{"backendRefs": [{"name": "gone", "port": 80}]}]}
+            }));
+        },
+        &["--write-status"],
+    );
+    let gw = await_status(
+        &cluster.fake,
+        "KubernetesGateway",
+        "gw",
+        "the Gateway's status",
+        |s| s["listeners"][0]["attachedRoutes"] == 1,
+    );
+    assert_eq!(gw["conditions"][0]["type"], "Accepted");
+    assert_eq!(gw["conditions"][0]["status"], "True");
+    assert_eq!(gw["conditions"][0]["observedGeneration"], 3);
+    assert_eq!(gw["conditions"][1]["type"], "Programmed");
+    assert_eq!(gw["conditions"][1]["status"], "True");
+    assert!(
+        gw["conditions"][0]["lastTransitionTime"].is_string(),
+        "{gw:#}"
+    );
+    let http = &gw["listeners"][0];
+    assert_eq!(http["name"], "http");
+    assert_eq!(http["supportedKinds"][0]["kind"], "HTTPRoute");
+    let dns = &gw["listeners"][1];
+    assert_eq!(dns["name"], "dns");
+    assert_eq!(dns["conditions"][0]["status"], "False");
+    assert_eq!(dns["conditions"][0]["reason"], "UnsupportedProtocol");
+
+    let cart = await_status(
+        &cluster.fake,
+        "HTTPRoute",
+        "cart",
+        "the route's parents",
+        |s| s["parents"].as_array().is_some_and(|p| p.len() == 2),
+    );
+    let parents = cart["parents"].as_array().unwrap();
+    assert_eq!(
+        parents[0]["controllerName"], "example.net/nginx",
+        "kept: {cart:#}"
+    );
+    assert_eq!(parents[1]["controllerName"], "istio.io/gateway-controller");
+    assert_eq!(parents[1]["parentRef"]["name"], "gw");
+    assert_eq!(parents[1]["conditions"][0]["type"], "Accepted");
+    assert_eq!(parents[1]["conditions"][0]["status"], "True");
+    assert_eq!(parents[1]["conditions"][1]["type"], "ResolvedRefs");
+    assert_eq!(parents[1]["conditions"][1]["status"], "True");
+
+    let lost = await_status(&cluster.fake, "HTTPRoute", "lost", "a refused route", |s| {
+        s["parents"][0]["conditions"][1]["reason"] == "BackendNotFound"
+    });
+    let entry = &lost["parents"][0];
+    assert_eq!(entry["conditions"][0]["status"], "False");
+    assert_eq!(entry["conditions"][0]["reason"], "NoMatchingParent");
+    assert_eq!(entry["conditions"][1]["status"], "False");
+    assert_eq!(
+        cluster
+            .fake
+            .status_patches("KubernetesGateway", "default", "theirs"),
+        0
     );
 }

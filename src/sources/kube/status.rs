@@ -556,6 +556,8 @@ mod tests {
             status: None,
             error,
             findings,
+            records: &[],
+            generation: None,
         }
     }
 

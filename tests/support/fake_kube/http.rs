@@ -82,7 +82,7 @@ pub fn handle(store: &Arc<Mutex<Store>>, req: Request<Bytes>) -> Response<Body> 
         return token_review(&st, req.body());
     }
     if req.method() == hyper::Method::PATCH {
-        if let ["apis", group @ (ISTIO_GROUP | SECURITY_GROUP), version, "namespaces", ns, plural, name, "status"] =
+        if let ["apis", group @ (ISTIO_GROUP | SECURITY_GROUP | GATEWAY_API_GROUP), version, "namespaces", ns, plural, name, "status"] =
             parts.as_slice()
         {
             if served(&st, group, version) {
