@@ -15,17 +15,24 @@ use support::{
 };
 
 const NET: u8 = 144;
+/// The mesh test's loopback /24.
+const MESH_NET: u8 = 145;
 const HOST: &str = "bookinfo.example";
 
 /// Service `reviews-<version>` on port 9080 with its EndpointSlice: the pod of that version.
 fn version_service(reviews: &Reviews, version: &str) -> String {
+    version_service_on(reviews, version, 9080)
+}
+
+/// [`version_service`] on Service port `port`.
+fn version_service_on(reviews: &Reviews, version: &str, port: u16) -> String {
     format!(
         "apiVersion: v1
 kind: Service
 metadata: {{name: reviews-{version}, namespace: default}}
 spec:
   selector: {{app: reviews, version: {version}}}
-  ports: [{{name: http, port: 9080, targetPort: {target}}}]
+  ports: [{{name: http, port: {port}, targetPort: {target}}}]
 ---
 apiVersion: discovery.k8s.io/v1
 kind: EndpointSlice
@@ -214,5 +221,182 @@ fn gateway_api_routes_through_envoy() {
         10,
     );
     assert_eq!(count(&counts, "status 404"), 10, "{counts:?}");
+    assert_eq!(envoy.rejected_updates(), 0, "{}", envoy.summary());
+}
+
+/// A TCP listener, a ServiceEntry per echo backend (named by an Istio `Hostname` backend).
+fn tcp_yaml(port: u16, echo_port: u16) -> String {
+    let entry = |v: &str, host: u8| {
+        format!(
+            "apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {{name: db-{v}, namespace: default}}
+spec:
+  hosts: [db-{v}.internal]
+  ports: [{{number: 5432, name: tcp, protocol: TCP}}]
+  resolution: STATIC
+  endpoints: [{{address: \"127.0.{NET}.{host}\", ports: {{tcp: {echo_port}}}}}]
+"
+        )
+    };
+    format!(
+        "{}---\n{}---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: db-gateway, namespace: default}}
+spec:
+  gatewayClassName: meshflow
+  listeners:
+  - {{name: db, port: {port}, protocol: TCP}}
+",
+        entry("v1", 21),
+        entry("v2", 22)
+    )
+}
+
+/// TCPRoute `db` to one of the two entries.
+fn tcp_route(version: &str) -> String {
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: TCPRoute
+metadata: {{name: db, namespace: default}}
+spec:
+  parentRefs: [{{name: db-gateway, sectionName: db}}]
+  rules:
+  - backendRefs:
+    - {{group: networking.istio.io, kind: Hostname, name: db-{version}.internal, port: 5432}}
+"
+    )
+}
+
+/// Proves a TCPRoute carries connections through a Gateway API TCP listener of real Envoy,
+/// both ways, to the backend it names (an Istio `Hostname`: a ServiceEntry's host), and
+/// that editing the route moves new connections to the other backend.
+#[test]
+fn tcp_routes_carry_connections_through_envoy() {
+    use support::tcp_echo::{tcp_tally, TcpEcho};
+    let envoy_bin = require_envoy!();
+    let dir = TestDir::new("envoy-gateway-api-tcp");
+    let config_dir = dir.subdir("config");
+    let (port, echo_port) = (free_port(), free_port());
+    let _v1 = TcpEcho::start(&format!("127.0.{NET}.21"), echo_port, "db-v1");
+    let _v2 = TcpEcho::start(&format!("127.0.{NET}.22"), echo_port, "db-v2");
+    write_config(&config_dir, "mesh.yaml", &tcp_yaml(port, echo_port));
+    write_config(&config_dir, "route.yaml", &tcp_route("v1"));
+    let meshflow = Meshflow::start(&config_dir, dir.path());
+    let label = [("gateway.networking.k8s.io/gateway-name", "db-gateway")];
+    let node = ProxyNode::router("db-gateway-abc", "default", "127.0.0.1", &label);
+    let envoy = Envoy::start(
+        &envoy_bin,
+        dir.path(),
+        &node,
+        meshflow.xds_addr(),
+        XdsMode::Delta,
+    );
+    envoy.wait_live(STARTUP_TIMEOUT);
+    envoy.await_listener(&format!("0.0.0.0_{port}"));
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut last = Default::default();
+    let ok = support::wait_until(support::CONVERGE_TIMEOUT, || {
+        last = tcp_tally(addr, 5);
+        only(&last, "db-v1")
+    });
+    assert!(ok, "connections to db-v1: {last:?}\n{}", envoy.summary());
+    write_config(&config_dir, "route.yaml", &tcp_route("v2"));
+    let ok = support::wait_until(support::CONVERGE_TIMEOUT, || {
+        last = tcp_tally(addr, 5);
+        only(&last, "db-v2")
+    });
+    assert!(ok, "connections to db-v2: {last:?}\n{}", envoy.summary());
+    assert_eq!(envoy.rejected_updates(), 0, "{}", envoy.summary());
+}
+
+/// HTTPRoute `reviews` in `default` whose parent is the Service `reviews` (GAMMA): the
+/// sidecars' requests to `reviews` split between the version Services by weight.
+fn mesh_route(port: u16, v1: u32, v2: u32) -> String {
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: reviews, namespace: default}}
+spec:
+  parentRefs: [{{group: \"\", kind: Service, name: reviews, port: {port}}}]
+  rules:
+  - backendRefs:
+    - {{name: reviews-v1, port: {port}, weight: {v1}}}
+    - {{name: reviews-v2, port: {port}, weight: {v2}}}
+"
+    )
+}
+
+/// Proves the mesh side of the Gateway API (GAMMA) through a real client sidecar: an
+/// HTTPRoute whose parent is the Service `reviews` shifts the sidecar's requests to
+/// `reviews` between two version Services by weight (all v1, half and half, all v2), and
+/// deleting it gives the Service's own endpoints back.
+#[test]
+fn mesh_routes_shift_reviews_by_weight_through_a_sidecar() {
+    let envoy_bin = require_envoy!();
+    let dir = TestDir::new("envoy-gateway-api-mesh");
+    let config_dir = dir.subdir("config");
+    let port = free_port();
+    // The Service port equals the sidecar's egress listener port.
+    let reviews = Reviews::new(MESH_NET, port, &config_dir);
+    let _v1 = reviews.start_backend("v1");
+    let _v2 = reviews.start_backend("v2");
+    reviews.write_service();
+    reviews.write_pods(&["v1", "v2"]);
+    reviews.write_endpoints(&["v1", "v2"]);
+    let services = [
+        version_service_on(&reviews, "v1", port),
+        version_service_on(&reviews, "v2", port),
+    ];
+    write_config(&config_dir, "services.yaml", &services.join("---\n"));
+    write_config(
+        &config_dir,
+        "sidecar.yaml",
+        &support::reviews::client_sidecar_yaml(port),
+    );
+    write_config(&config_dir, "route.yaml", &mesh_route(port, 1, 0));
+    let meshflow = Meshflow::start(&config_dir, dir.path());
+    let node = ProxyNode::sidecar(
+        "client-abc",
+        "default",
+        &reviews.ip(20),
+        &[("app", "client")],
+    );
+    let envoy = Envoy::start(
+        &envoy_bin,
+        dir.path(),
+        &node,
+        meshflow.xds_addr(),
+        XdsMode::Delta,
+    );
+    envoy.wait_live(STARTUP_TIMEOUT);
+    envoy.await_listener(&format!("127.0.0.1_{port}"));
+    let client = Client::new(&envoy, SocketAddr::from(([127, 0, 0, 1], port)), "reviews");
+    let (v1, v2) = ("reviews-v1", "reviews-v2");
+
+    let counts = client.converge("all to v1", "/reviews/1", &[], |c| only(c, v1), 20);
+    assert_eq!(count(&counts, v1), 20, "{counts:?}");
+    write_config(&config_dir, "route.yaml", &mesh_route(port, 50, 50));
+    let counts = client.converge(
+        "half and half",
+        "/reviews/1",
+        &[],
+        |c| exactly(c, &[v1, v2]),
+        40,
+    );
+    assert!(exactly(&counts, &[v1, v2]), "{counts:?}");
+    write_config(&config_dir, "route.yaml", &mesh_route(port, 0, 1));
+    let counts = client.converge("all to v2", "/reviews/1", &[], |c| only(c, v2), 20);
+    assert_eq!(count(&counts, v2), 20, "{counts:?}");
+    std::fs::remove_file(config_dir.join("route.yaml")).expect("remove route.yaml");
+    let counts = client.converge(
+        "the Service's own endpoints",
+        "/reviews/1",
+        &[],
+        |c| exactly(c, &[v1, v2]),
+        40,
+    );
+    assert!(exactly(&counts, &[v1, v2]), "{counts:?}");
     assert_eq!(envoy.rejected_updates(), 0, "{}", envoy.summary());
 }

@@ -33,6 +33,7 @@ enum Found {
 }
 
 pub(super) fn translate<'s>(
+    config: &MeshConfig,
     objects: &Coll<'s, (ConfigKey, GatewayApiObject)>,
     services: &Coll<'s, (Hostname, Service)>,
 ) -> Translated<'s> {
@@ -101,9 +102,16 @@ pub(super) fn translate<'s>(
             .flatten()
             .map(move |p| (p, (r.clone(), ctx.clone())))
     });
+    let domain = config.domain_suffix.clone();
     let attached = by_parent
         .clone()
-        .join_map(kube_gateways, |_, (r, ctx), gw| rules::attach(r, gw, ctx));
+        .join_map(kube_gateways, |_, (r, ctx), gw| rules::attach(r, gw, ctx))
+        // Routes whose parents are Services: the sidecars' routes (GAMMA).
+        .concat(
+            with_context
+                .clone()
+                .map(move |(r, ctx)| rules::attach_mesh(&r, &ctx, &domain)),
+        );
     let virtual_services = attached
         .flat_map(|rows| rows)
         .reduce(

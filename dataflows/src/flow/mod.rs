@@ -94,7 +94,7 @@ impl<'s, H: differential_dataflow::ExchangeData> Built<'s, H> {
 /// Builds the whole dataflow from its inputs.
 pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
     // The Gateway API becomes Istio's Gateways and VirtualServices, served as written ones.
-    let translated = gateway_api::translate(&i.gateway_api, &i.services);
+    let translated = gateway_api::translate(config, &i.gateway_api, &i.services);
     let gateway_api_errors = translated.errors;
     let i = Inputs {
         gateways: i.gateways.concat(translated.gateways),

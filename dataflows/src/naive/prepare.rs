@@ -33,7 +33,8 @@ pub(super) fn prepare<'s>(
                 _ => None,
             })
             .collect();
-        let (gateways, vss) = rules::gateway_api::translate_all(&api, &services);
+        let (gateways, vss) =
+            rules::gateway_api::translate_all(&api, &services, &mesh.domain_suffix);
         let mut records = snap.records.clone();
         records.extend(gateways.into_iter().map(Record::Gateway));
         records.extend(vss.into_iter().map(Record::VirtualService));

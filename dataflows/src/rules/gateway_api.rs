@@ -218,8 +218,25 @@ impl RouteContext {
     }
 }
 
-/// Where a route's rules go on one parent: `(gateway ref "ns/name", hostname)`.
-pub type AttachKey = (String, String);
+/// What a route's rules attach to.
+#[derive(
+    Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+pub enum Parent {
+    /// A listener's Gateway, `namespace/name`.
+    Listener(String),
+    /// A Service's sidecar routes (GAMMA), as routes of namespace `namespace` (the
+    /// Service's own: producer routes, for every client; another: consumer routes, for the
+    /// clients of that namespace only), on the parent's `port` only when it names one.
+    Mesh {
+        namespace: String,
+        producer: bool,
+        port: Option<u16>,
+    },
+}
+
+/// Where a route's rules go on one parent: (parent, hostname).
+pub type AttachKey = (Parent, String);
 
 /// The tie-break between routes of equal precedence: the oldest, then by namespace and
 /// name.
@@ -360,7 +377,7 @@ pub fn attach(
             continue;
         }
         let name = listener_gateway_name(&gw.key.name, &l.name);
-        let gateway = format!("{}/{name}", gw.key.namespace);
+        let gateway = Parent::Listener(format!("{}/{name}", gw.key.namespace));
         if view.key.kind == Kind::TcpRoute {
             let tcp = l4_routes(&view, ctx, None);
             out.push((
@@ -376,6 +393,47 @@ pub fn attach(
             };
             out.push(((gateway.clone(), host), (order.clone(), contribution)));
         }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// What an HTTPRoute or GRPCRoute whose parents are Services (GAMMA) contributes to the
+/// sidecars' routes of each: its rules under the Service's host, as producer routes (in the
+/// Service's namespace) or consumer routes (another namespace's), on the parent's port only
+/// when it names one. A TCPRoute or TLSRoute on a Service is not served yet.
+pub fn attach_mesh(
+    route: &GatewayApiObject,
+    ctx: &RouteContext,
+    domain_suffix: &str,
+) -> Vec<(AttachKey, (RouteOrder, Contribution))> {
+    let GatewayApiObject::HttpRoute(r) = route else {
+        return Vec::new();
+    };
+    let Some(view) = RouteView::of(route) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let services = r.parents.iter().filter(|p| p.kind == ParentKind::Service);
+    let mut rules: Option<Vec<HttpRoute>> = None;
+    for p in services {
+        let rules = rules.get_or_insert_with(|| resolve_rules(r, ctx));
+        let host = format!("{}.{}.svc.{domain_suffix}", p.name, p.namespace);
+        let mut routes = rules.clone();
+        if let Some(port) = p.port {
+            for h in &mut routes {
+                for m in &mut h.matches {
+                    m.port = Some(port);
+                }
+            }
+        }
+        let parent = Parent::Mesh {
+            namespace: r.key.namespace.clone(),
+            producer: r.key.namespace == p.namespace,
+            port: p.port,
+        };
+        out.push(((parent, host), (view.order(), Contribution::Http(routes))));
     }
     out.sort();
     out.dedup();
@@ -511,7 +569,7 @@ fn precedence(h: &HttpRoute) -> (i8, usize, bool, usize, usize) {
 /// ordered as the spec orders them across routes (ties: the oldest route, then namespace
 /// and name, then rule and match order).
 pub fn merge(key: &AttachKey, mut entries: Vec<(RouteOrder, Contribution)>) -> VirtualService {
-    let (gateway, host) = key;
+    let (parent, host) = key;
     entries.sort();
     let (mut http, mut tcp, mut tls) = (Vec::new(), Vec::new(), Vec::new());
     for (_, c) in entries {
@@ -528,12 +586,42 @@ pub fn merge(key: &AttachKey, mut entries: Vec<(RouteOrder, Contribution)>) -> V
     for (i, r) in tcp.iter_mut().chain(tls.iter_mut()).enumerate() {
         r.index = i;
     }
-    let (ns, name) = gateway.split_once('/').unwrap_or(("", gateway));
+    let (key, gateways, export_to) = match parent {
+        Parent::Listener(gateway) => {
+            let (ns, name) = gateway.split_once('/').unwrap_or(("", gateway));
+            (
+                ConfigKey::new(Kind::VirtualService, ns, format!("{name}~{host}")),
+                vec![gateway.clone()],
+                Vec::new(),
+            )
+        }
+        // A consumer route is its namespace's own: exported there only.
+        Parent::Mesh {
+            namespace,
+            producer,
+            port,
+        } => (
+            ConfigKey::new(
+                Kind::VirtualService,
+                namespace,
+                match port {
+                    Some(p) => format!("{host}~{p}~mesh"),
+                    None => format!("{host}~mesh"),
+                },
+            ),
+            vec!["mesh".to_string()],
+            if *producer {
+                vec!["*".to_string()]
+            } else {
+                vec![".".to_string()]
+            },
+        ),
+    };
     VirtualService {
-        key: ConfigKey::new(Kind::VirtualService, ns, format!("{name}~{host}")),
+        key,
         hosts: vec![host.clone()],
-        gateways: vec![gateway.clone()],
-        export_to: Vec::new(),
+        gateways,
+        export_to,
         http,
         tcp,
         tls,
@@ -545,6 +633,7 @@ pub fn merge(key: &AttachKey, mut entries: Vec<(RouteOrder, Contribution)>) -> V
 pub fn translate_all(
     objects: &[&GatewayApiObject],
     services: &BTreeSet<&str>,
+    domain_suffix: &str,
 ) -> (Vec<Gateway>, Vec<VirtualService>) {
     let mut gateways = Vec::new();
     let mut kube_gateways = Vec::new();
@@ -581,6 +670,9 @@ pub fn translate_all(
             for (key, entry) in attach(o, g, &ctx) {
                 attached.entry(key).or_default().push(entry);
             }
+        }
+        for (key, entry) in attach_mesh(o, &ctx, domain_suffix) {
+            attached.entry(key).or_default().push(entry);
         }
     }
     let vss = attached

@@ -566,3 +566,140 @@ fn grpc_routes_route_by_method_path() {
         vec!["=/helloworld.Greeter/SayHello", "/helloworld.Greeter/*"]
     );
 }
+
+/// A parent reference's `port` names the listener on that port (another port: not
+/// attached, NoMatchingParent); a rule's `name` names its Envoy route.
+#[test]
+fn a_parent_port_names_its_listener_and_a_rule_name_its_route() {
+    let mut m = Mesh::new();
+    let gw_pod = router_proxy(
+        "gw-abc",
+        "default",
+        "10.9.0.1",
+        &[(GATEWAY_NAME_LABEL, "gw")],
+    );
+    let route = |port: u16| {
+        Record::GatewayApi(GatewayApiObject::HttpRoute(KubeHttpRoute {
+            key: ConfigKey::new(Kind::HttpRoute, "default", "r"),
+            created: String::new(),
+            parents: vec![ParentRef {
+                kind: ParentKind::Gateway,
+                namespace: "default".into(),
+                name: "gw".into(),
+                section: None,
+                port: Some(port),
+            }],
+            hostnames: vec![],
+            rules: vec![HttpRouteRule {
+                template: HttpRoute {
+                    name: Some("checkout".into()),
+                    ..HttpRoute::default()
+                },
+                matches: vec![],
+                backends: vec![backend("web", "default", 80)],
+            }],
+        }))
+    };
+    m.insert(vec![
+        service("web", "default"),
+        kube_gateway(
+            "default",
+            "gw",
+            "istio",
+            vec![
+                listener("a", 8080, None, AllowedNamespaces::Same),
+                listener("b", 8081, None, AllowedNamespaces::Same),
+            ],
+        ),
+        route(8081),
+        px(&gw_pod),
+    ]);
+    let names = |m: &Mesh, rc: &str| -> Vec<String> {
+        m.route_body(&gw_pod, rc)
+            .virtual_hosts
+            .iter()
+            .flat_map(|vh| vh.routes.iter().map(|r| r.name.clone()))
+            .collect()
+    };
+    assert_eq!(
+        names(&m, "http.8081"),
+        vec!["default.r.checkout.0".to_string()]
+    );
+    assert!(!names(&m, "http.8080")
+        .iter()
+        .any(|n| n.starts_with("default.r.")));
+    m.replace(route(8081), route(9999));
+    let errors = errors_of(&m, &ConfigKey::new(Kind::HttpRoute, "default", "r"));
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("NoMatchingParent") && e.contains("on port 9999")),
+        "{errors:?}"
+    );
+}
+
+/// An HTTPRoute whose parent is a Service (GAMMA) governs the sidecars' routes to it: a
+/// producer route (in the Service's namespace) for every client; a consumer route (in the
+/// client's namespace) for that namespace's clients only, in place of the producer's;
+/// retracting the consumer route hands its clients back to the producer's. (The consumer's
+/// backend is in the Service's namespace, which a ReferenceGrant there allows.)
+#[test]
+fn mesh_routes_govern_the_sidecars_routes_to_their_service() {
+    let mut m = Mesh::new();
+    let here = crate::support::sidecar_proxy("sleep-1", "default", "10.0.0.5", &[("app", "sleep")]);
+    let there = crate::support::sidecar_proxy("sleep-2", "team", "10.0.0.6", &[("app", "sleep")]);
+    let mesh_route = |ns: &str, name: &str, to: &str| {
+        Record::GatewayApi(GatewayApiObject::HttpRoute(KubeHttpRoute {
+            key: ConfigKey::new(Kind::HttpRoute, ns, name),
+            created: String::new(),
+            parents: vec![ParentRef {
+                kind: ParentKind::Service,
+                namespace: "default".into(),
+                name: "reviews".into(),
+                section: None,
+                port: None,
+            }],
+            hostnames: vec![],
+            rules: vec![HttpRouteRule {
+                template: HttpRoute::default(),
+                matches: vec![],
+                backends: vec![backend(to, "default", 9080)],
+            }],
+        }))
+    };
+    let vh = format!("{}:9080", host("reviews", "default"));
+    let to = |name: &str| crate::support::outbound(9080, "", name, "default");
+    let producer = mesh_route("default", "reviews-v2", "reviews-v2");
+    m.insert(vec![
+        service("reviews", "default"),
+        service("reviews-v2", "default"),
+        service("reviews-v3", "default"),
+        px(&here),
+        px(&there),
+    ]);
+    assert_eq!(m.vhost_clusters(&here, "9080")[&vh], to("reviews"));
+    m.insert(vec![producer]);
+    assert_eq!(m.vhost_clusters(&here, "9080")[&vh], to("reviews-v2"));
+    assert_eq!(m.vhost_clusters(&there, "9080")[&vh], to("reviews-v2"));
+
+    // The consumer route's backend is in the Service's namespace: granted there.
+    let consumer = mesh_route("team", "reviews-v3", "reviews-v3");
+    let grant = Record::GatewayApi(GatewayApiObject::ReferenceGrant(ReferenceGrant {
+        key: ConfigKey::new(Kind::ReferenceGrant, "default", "from-team"),
+        from: vec![("HTTPRoute".into(), "team".into())],
+        to: vec![("Service".into(), None)],
+    }));
+    m.insert(vec![consumer.clone(), grant]);
+    assert_eq!(
+        m.vhost_clusters(&there, "9080")[&vh],
+        to("reviews-v3"),
+        "the consumer's own"
+    );
+    assert_eq!(
+        m.vhost_clusters(&here, "9080")[&vh],
+        to("reviews-v2"),
+        "not for others"
+    );
+    m.retract(vec![consumer]);
+    assert_eq!(m.vhost_clusters(&there, "9080")[&vh], to("reviews-v2"));
+}

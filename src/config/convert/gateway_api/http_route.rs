@@ -29,7 +29,7 @@ pub(in crate::config::convert) fn http_route(
         })
     });
     let ns = &key.namespace;
-    let parents = parents(&s.parent_refs, ns, findings)?;
+    let parents = parents(&s.parent_refs, ns, false, findings)?;
     hostnames(&s.hostnames)?;
     let rules = s
         .rules
@@ -67,7 +67,7 @@ pub(in crate::config::convert) fn grpc_route(
         })
     });
     let ns = &key.namespace;
-    let parents = parents(&s.parent_refs, ns, findings)?;
+    let parents = parents(&s.parent_refs, ns, false, findings)?;
     hostnames(&s.hostnames)?;
     let mut rules = Vec::new();
     for (i, r) in s.rules.iter().enumerate() {
@@ -351,10 +351,10 @@ fn apply_filter(
                 .ok_or_else(|| missing("requestRedirect"))?;
             let rf = format!("{f}.requestRedirect");
             let code = r.status_code.unwrap_or(302);
-            if !matches!(code, 301 | 302) {
+            if !matches!(code, 301 | 302 | 303 | 307 | 308) {
                 return Err(Invalid::field(
                     format!("{rf}.statusCode"),
-                    format!("{code} is not one of 301, 302"),
+                    format!("{code} is not one of 301, 302, 303, 307, 308"),
                 ));
             }
             let uri = match &r.path {

@@ -26,7 +26,7 @@ pub(in crate::config::convert) fn l4_route(
         })
     });
     let ns = &key.namespace;
-    let parents = parents(&s.parent_refs, ns, findings)?;
+    let parents = parents(&s.parent_refs, ns, true, findings)?;
     hostnames(&s.hostnames)?;
     if key.kind == m::Kind::TcpRoute && !s.hostnames.is_empty() {
         findings.push(Finding::warning(

@@ -68,11 +68,12 @@ fn hostnames(hosts: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// A route's `parentRefs`: Gateways, and Services (the mesh, reported: not served yet);
-/// another kind is reported and left out.
+/// A route's `parentRefs`: Gateways, and Services (the mesh: an HTTPRoute's or GRPCRoute's
+/// only); another kind is reported and left out.
 fn parents(
     refs: &[api::ParentReference],
     ns: &str,
+    l4: bool,
     findings: &mut Vec<Finding>,
 ) -> Result<Vec<m::ParentRef>> {
     let mut parents = Vec::new();
@@ -82,12 +83,13 @@ fn parents(
         let kind = p.kind.as_deref().unwrap_or("Gateway");
         let parent_kind = match (group, kind) {
             (GROUP, "Gateway") => m::ParentKind::Gateway,
+            ("" | "core", "Service") if !l4 => m::ParentKind::Service,
             ("" | "core", "Service") => {
                 findings.push(Finding::error(
                     f.clone(),
-                    "routes of the mesh (a Service parent) are not served yet",
+                    "TCP and TLS routes of the mesh (a Service parent) are not served yet",
                 ));
-                m::ParentKind::Service
+                continue;
             }
             _ => {
                 findings.push(Finding::error(

@@ -354,3 +354,54 @@ spec:
         );
     }
 }
+
+/// Redirects take the spec's status codes (301, 302 core; 303, 307, 308 extended) with the
+/// scheme, hostname, port and a full path; a rule's name names its routes.
+#[test]
+fn redirects_and_named_rules_are_read() {
+    for code in [301, 302, 303, 307, 308] {
+        let p = parse(&format!(
+            "apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: r, namespace: shop}}
+spec:
+  rules:
+  - name: moved
+    filters:
+    - type: RequestRedirect
+      requestRedirect: {{scheme: https, hostname: new.example, port: 8443, statusCode: {code}, path: {{type: ReplaceFullPath, replaceFullPath: /new}}}}
+"
+        ));
+        let GatewayApiObject::HttpRoute(r) = object(&p) else {
+            panic!()
+        };
+        let t = &r.rules[0].template;
+        assert_eq!(t.name.as_deref(), Some("moved"));
+        assert_eq!(
+            t.redirect,
+            Some(Redirect {
+                uri: Some("/new".into()),
+                authority: Some("new.example".into()),
+                port: Some(8443),
+                from_request_port: false,
+                scheme: Some("https".into()),
+                code,
+            })
+        );
+    }
+    let err = parse_document(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: r, namespace: shop}
+spec:
+  rules:
+  - filters: [{type: RequestRedirect, requestRedirect: {statusCode: 304}}]
+",
+        &super::mesh(),
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.field,
+        "spec.rules[0].filters[0].requestRedirect.statusCode"
+    );
+}
