@@ -696,3 +696,47 @@ fn validate_fetches_jwks_uris_and_reports_those_it_cannot() {
         "{stdout}"
     );
 }
+
+/// The Gateway API through `validate`: a valid Gateway and HTTPRoute (no gateway pod in the
+/// files: meshflow provisions none, so that is no error) pass; a route naming a listener the
+/// Gateway lacks and a backend that does not exist fail, each error naming the route, the
+/// field and the spec's reason.
+#[test]
+fn validate_reports_gateway_api_routes_by_field_and_reason() {
+    let dir = TestDir::new("cli-validate-gateway-api");
+    let config = dir.subdir("config");
+    write_config(
+        &config,
+        "gateway.yaml",
+        "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: default}\nspec:\n  ports: [{name: http, port: 80}]\n---\napiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: gw, namespace: default}\nspec:\n  gatewayClassName: istio\n  listeners: [{name: http, port: 8080, protocol: HTTP}]\n---\napiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: web, namespace: default}\nspec:\n  parentRefs: [{name: gw}]\n  rules: [{backendRefs: [{name: web, port: 80}]}]\n",
+    );
+    let out = meshflow(&["validate", config.to_str().unwrap()]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+
+    write_config(
+        &config,
+        "broken.yaml",
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: broken, namespace: default}\nspec:\n  parentRefs: [{name: gw, sectionName: https}]\n  rules: [{backendRefs: [{name: nowhere, port: 80}]}]\n",
+    );
+    let out = meshflow(&["validate", config.to_str().unwrap()]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    for (what, code) in [
+        (
+            "spec.parentRefs[0]: NoMatchingParent: Gateway default/gw has no listener named \"https\"",
+            "[MF0039 GatewayApiRouteNotAccepted]",
+        ),
+        (
+            "spec.rules[0].backendRefs[0]: BackendNotFound",
+            "[MF0040 GatewayApiBackendNotResolved]",
+        ),
+    ] {
+        assert!(
+            stdout
+                .lines()
+                .any(|l| l.contains("HttpRoute default/broken") && l.contains(what) && l.ends_with(code)),
+            "{what}: {stdout}"
+        );
+    }
+}

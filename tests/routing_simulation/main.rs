@@ -19,6 +19,7 @@ mod authorization;
 mod bookinfo;
 mod fixtures;
 mod gateway;
+mod gateway_api;
 mod matching;
 mod route_actions;
 mod services;

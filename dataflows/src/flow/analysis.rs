@@ -976,7 +976,7 @@ pub(super) fn gateway_workloads<'s>(
             .iter()
             .next()
             .map(|(k, v)| (k.clone(), v.clone()));
-        first.map(|label| (label, (key, gw.selector)))
+        first.map(|label| (label, (key, gw.selector, gw.same_namespace)))
     });
     let labelled = workloads.clone().flat_map(|(_, w)| {
         w.labels
@@ -985,8 +985,11 @@ pub(super) fn gateway_workloads<'s>(
             .collect::<Vec<_>>()
     });
     by_first
-        .join_map(labelled, |_, (key, selector), w| {
-            crate::rules::labels_match(selector, &w.labels).then(|| (key.clone(), w.clone()))
+        .join_map(labelled, |_, (key, selector, same_namespace), w| {
+            // A Gateway API Gateway's deployment is in its own namespace.
+            let here = !same_namespace || w.origin.namespace == key.namespace;
+            (here && crate::rules::labels_match(selector, &w.labels))
+                .then(|| (key.clone(), w.clone()))
         })
         .flat_map(|k| k)
         .distinct()
@@ -1050,6 +1053,10 @@ fn unselected_gateways<'s>(
     let selected = selected_namespaces(selected).map(|(k, _)| k).distinct();
     gateways
         .clone()
+        // A Gateway API Gateway's deployment is the operator's (meshflow provisions none):
+        // its absence is its status's to say (Programmed), not an Istio analysis of a
+        // Gateway nobody wrote.
+        .filter(|(_, gw)| !gw.same_namespace)
         .map(|(key, gw)| (key, gw.selector))
         .antijoin(selected)
         .map(|(key, selector)| {

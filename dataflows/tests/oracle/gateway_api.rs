@@ -1,5 +1,6 @@
-//! Random Gateway API objects: Gateways of an owned class or another, with one or two HTTP
-//! listeners (hostnames, `allowedRoutes`), HTTPRoutes naming them (by listener or not) with
+//! Random Gateway API objects: Gateways of an owned class or another, with one or two
+//! listeners (HTTP, TCP, TLS passthrough; hostnames, `allowedRoutes`), HTTPRoutes naming them
+//! (by listener or not) or a Service (the mesh), TCPRoutes and TLSRoutes, with
 //! a few rules to services of either namespace, ReferenceGrants, and the routers that run
 //! the Gateways. Drawn from a generator of their own, so the logs of the others stay.
 
@@ -103,14 +104,26 @@ fn gateway(rng: &mut StdRng, ns: &str) -> Record {
 
 fn route(rng: &mut StdRng, ns: &str) -> Record {
     let parents = (0..rng.random_range(1..3))
-        .map(|_| ParentRef {
-            kind: ParentKind::Gateway,
-            namespace: pick(rng, &NAMESPACES[..2]).into(),
-            name: format!("gw{}", rng.random_range(0..2)),
-            section: rng
-                .random_bool(0.3)
-                .then(|| format!("l{}", rng.random_range(0..2))),
-            port: None,
+        .map(|_| {
+            // Now and then a Service (the mesh): the sidecars' routes to it.
+            if rng.random_bool(0.25) {
+                return ParentRef {
+                    kind: ParentKind::Service,
+                    namespace: pick(rng, &NAMESPACES[..2]).into(),
+                    name: format!("svc{}", rng.random_range(0..4)),
+                    section: None,
+                    port: rng.random_bool(0.3).then_some(9080),
+                };
+            }
+            ParentRef {
+                kind: ParentKind::Gateway,
+                namespace: pick(rng, &NAMESPACES[..2]).into(),
+                name: format!("gw{}", rng.random_range(0..2)),
+                section: rng
+                    .random_bool(0.3)
+                    .then(|| format!("l{}", rng.random_range(0..2))),
+                port: None,
+            }
         })
         .collect();
     let hostnames = match rng.random_range(0..4) {

@@ -427,8 +427,10 @@ fn apply_filter(
             let fraction = match (&r.percent, &r.fraction) {
                 (Some(p), _) => Some((*p).clamp(0, 100) as u32 * 10_000),
                 (None, Some(fr)) => {
-                    let den = fr.denominator.unwrap_or(100).max(1);
-                    Some(((fr.numerator.clamp(0, den) * 1_000_000) / den) as u32)
+                    // In i128: a numerator near i64's end times a million would overflow.
+                    let den = i128::from(fr.denominator.unwrap_or(100).max(1));
+                    let num = i128::from(fr.numerator).clamp(0, den);
+                    Some(u32::try_from(num * 1_000_000 / den).unwrap_or(1_000_000))
                 }
                 (None, None) => None,
             };
