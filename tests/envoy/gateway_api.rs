@@ -17,6 +17,8 @@ use support::{
 const NET: u8 = 144;
 /// The mesh test's loopback /24.
 const MESH_NET: u8 = 145;
+/// The HTTPS test's loopback /24.
+const HTTPS_NET: u8 = 146;
 const HOST: &str = "bookinfo.example";
 
 /// Service `reviews-<version>` on port 9080 with its EndpointSlice: the pod of that version.
@@ -398,5 +400,113 @@ fn mesh_routes_shift_reviews_by_weight_through_a_sidecar() {
         40,
     );
     assert!(exactly(&counts, &[v1, v2]), "{counts:?}");
+    assert_eq!(envoy.rejected_updates(), 0, "{}", envoy.summary());
+}
+
+/// A `kubernetes.io/tls` Secret `name` in `default`.
+fn tls_secret(name: &str, cert: &str, key: &str) -> String {
+    use base64::Engine;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: {name}, namespace: default}}\ntype: kubernetes.io/tls\ndata:\n  tls.crt: {}\n  tls.key: {}\n",
+        b64(cert),
+        b64(key)
+    )
+}
+
+/// Proves an HTTPS listener of a Gateway API Gateway terminates TLS with the Secret its
+/// `certificateRefs` name (a client trusting only that certificate's CA completes the
+/// handshake for the listener's hostname) and routes the decrypted request by the
+/// HTTPRoute; the same port does not answer plaintext HTTP — nothing is served in clear on
+/// a listener written as HTTPS.
+#[test]
+fn an_https_listener_terminates_with_its_certificate_ref() {
+    use support::pki::{ca, leaf};
+    use support::tls_client::{tls_get_path, Trust};
+    let envoy_bin = require_envoy!();
+    let dir = TestDir::new("envoy-gateway-api-https");
+    let config_dir = dir.subdir("config");
+    let port = free_port();
+    let reviews = Reviews::new(HTTPS_NET, 9080, &config_dir);
+    let _v1 = reviews.start_backend("v1");
+    reviews.write_pods(&["v1"]);
+    write_config(
+        &config_dir,
+        "services.yaml",
+        &version_service(&reviews, "v1"),
+    );
+    let authority = ca("shop CA");
+    let (cert, key) = leaf(&authority, &["shop.example"], None);
+    write_config(
+        &config_dir,
+        "secret.yaml",
+        &tls_secret("shop-cert", &cert, &key),
+    );
+    write_config(
+        &config_dir,
+        "gateway.yaml",
+        &format!(
+            "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: shop, namespace: default}}
+spec:
+  gatewayClassName: istio
+  listeners:
+  - name: https
+    port: {port}
+    protocol: HTTPS
+    hostname: shop.example
+    tls:
+      mode: Terminate
+      certificateRefs: [{{name: shop-cert}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: shop, namespace: default}}
+spec:
+  parentRefs: [{{name: shop}}]
+  hostnames: [shop.example]
+  rules: [{{backendRefs: [{{name: reviews-v1, port: 9080}}]}}]
+"
+        ),
+    );
+    let meshflow = Meshflow::start(&config_dir, dir.path());
+    let label = [("gateway.networking.k8s.io/gateway-name", "shop")];
+    let node = ProxyNode::router("shop-abc", "default", "127.0.0.1", &label);
+    let envoy = Envoy::start(
+        &envoy_bin,
+        dir.path(),
+        &node,
+        meshflow.xds_addr(),
+        XdsMode::Delta,
+    );
+    envoy.wait_live(STARTUP_TIMEOUT);
+    envoy.await_listener(&format!("0.0.0.0_{port}"));
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut last = Err("not tried".to_string());
+    let ok = support::wait_until(support::CONVERGE_TIMEOUT, || {
+        last = tls_get_path(
+            addr,
+            "shop.example",
+            "/reviews/1",
+            Trust::Roots(&authority.pem),
+            &[],
+            None,
+        );
+        last.as_ref()
+            .is_ok_and(|(r, peer)| r.contains("reviews-v1") && !peer.is_empty())
+    });
+    assert!(
+        ok,
+        "HTTPS through the listener: {last:?}\n{}",
+        envoy.summary()
+    );
+    let plain = support::http_get(addr, "shop.example", "/reviews/1", &[]);
+    assert!(
+        !plain
+            .as_ref()
+            .is_ok_and(|(status, body)| *status == 200 || body.contains("reviews-v1")),
+        "plaintext must not be served on an HTTPS listener: {plain:?}"
+    );
     assert_eq!(envoy.rejected_updates(), 0, "{}", envoy.summary());
 }
