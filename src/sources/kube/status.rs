@@ -533,7 +533,7 @@ fn now_rfc3339() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dataflows::model::Kind;
+    use dataflows::model::{ErrorCode, Kind};
 
     fn resource() -> ApiResource {
         ApiResource {
@@ -586,6 +586,48 @@ mod tests {
         assert_eq!(from_stored(&s), (None, false));
         s.stored = StoredStatus(None);
         assert_eq!(from_stored(&s), (None, false));
+    }
+
+    /// A Gateway API status the API server already holds as meshflow would write it is left
+    /// alone (a restarted writer or a new Lease holder does not rewrite every route), its
+    /// transition time kept; one that says otherwise is written. MF0040 errors turn a
+    /// route's ResolvedRefs False on meshflow's entries only.
+    #[test]
+    fn a_gateway_api_status_already_written_is_left_alone() {
+        let key = ConfigKey::new(Kind::HttpRoute, "default", "r");
+        let desired = json!({"parents": [
+            {"parentRef": {"name": "theirs"}, "controllerName": "example.net/x",
+             "conditions": [{"type": "Accepted", "status": "True", "reason": "Accepted",
+                             "lastTransitionTime": "2025-01-01T00:00:00Z"}]},
+            {"parentRef": {"name": "gw"}, "controllerName": "istio.io/gateway-controller",
+             "conditions": [{"type": "Accepted", "status": "True", "reason": "Accepted"},
+                            {"type": "ResolvedRefs", "status": "True", "reason": "ResolvedRefs"}]}
+        ]});
+        let mut s = ObjectStatus::gateway_api(&resource(), &seen(&key, None, &[]), desired);
+        assert!(s.reconciled);
+        let written = s.patch("2026-01-01T00:00:00Z")["status"].clone();
+        assert_eq!(
+            written["parents"][0]["conditions"][0]["lastTransitionTime"], "2025-01-01T00:00:00Z",
+            "another controller's condition is not restamped"
+        );
+        s.stored = StoredStatus(Some(written.clone()));
+        assert_eq!(
+            from_stored(&s),
+            (Some("2026-01-01T00:00:00Z".to_string()), true)
+        );
+        let error = ConfigError {
+            object: key.clone(),
+            code: ErrorCode::BackendNotResolved,
+            message: "spec.rules[0].backendRefs[0]: RefNotPermitted: no grant".into(),
+        };
+        let s = s.with_errors(&[error]);
+        assert!(!s.reconciled);
+        let patched = s.patch("2026-01-01T00:00:00Z");
+        let ours = &patched["status"]["parents"][1]["conditions"][1];
+        assert_eq!(ours["status"], "False");
+        assert_eq!(ours["reason"], "RefNotPermitted");
+        assert_eq!(patched["status"]["parents"][0], written["parents"][0]);
+        assert_eq!(from_stored(&s).1, false, "it now says otherwise: written");
     }
 
     #[test]

@@ -3,10 +3,10 @@
 //! filter meshflow cannot apply makes the rule answer 500, as the spec requires of a filter
 //! an implementation does not support — never skipped.
 
-use super::super::fields::{fqdn, report_ignored, spec, string_match};
+use super::super::fields::{fqdn, spec, string_match};
 use super::super::route_actions::header_edits;
 use super::super::{parse_duration_ms, Result};
-use super::{created, hostnames, parents, port};
+use super::{created, hostnames, parents, port, report_route_fields};
 use crate::config::findings::Finding;
 use crate::config::{gateway_api as api, istio, Invalid};
 use dataflows::model::{self as m, ConfigKey, MeshConfig, Record};
@@ -19,15 +19,7 @@ pub(in crate::config::convert) fn http_route(
     findings: &mut Vec<Finding>,
 ) -> Result<Vec<Record>> {
     let (s, ignored): (api::HttpRouteSpec, _) = spec(value)?;
-    report_ignored(&ignored, findings, |p| {
-        // A field of a rule not read could change where its requests go: said as an error.
-        p.index_under("rules").map(|_| {
-            Finding::error(
-                p.to_string(),
-                "not supported by meshflow yet; the rule is served without it",
-            )
-        })
-    });
+    report_route_fields(&ignored, findings);
     let ns = &key.namespace;
     let parents = parents(&s.parent_refs, ns, false, findings)?;
     hostnames(&s.hostnames)?;
@@ -58,14 +50,7 @@ pub(in crate::config::convert) fn grpc_route(
     findings: &mut Vec<Finding>,
 ) -> Result<Vec<Record>> {
     let (s, ignored): (api::GrpcRouteSpec, _) = spec(value)?;
-    report_ignored(&ignored, findings, |p| {
-        p.index_under("rules").map(|_| {
-            Finding::error(
-                p.to_string(),
-                "not supported by meshflow yet; the rule is served without it",
-            )
-        })
-    });
+    report_route_fields(&ignored, findings);
     let ns = &key.namespace;
     let parents = parents(&s.parent_refs, ns, false, findings)?;
     hostnames(&s.hostnames)?;

@@ -1,10 +1,10 @@
 //! A TCPRoute or a TLSRoute: connections, not requests. Each rule's backends become one
 //! route of Istio's `tcp[]` (TCP) or `tls[]` (TLS, by SNI: the route's hostnames).
 
-use super::super::fields::{report_ignored, spec};
+use super::super::fields::spec;
 use super::super::Result;
 use super::http_route::backend;
-use super::{created, hostnames, parents};
+use super::{created, hostnames, parents, report_route_fields};
 use crate::config::findings::Finding;
 use crate::config::gateway_api as api;
 use dataflows::model::{self as m, ConfigKey, MeshConfig, Record};
@@ -17,14 +17,7 @@ pub(in crate::config::convert) fn l4_route(
     findings: &mut Vec<Finding>,
 ) -> Result<Vec<Record>> {
     let (s, ignored): (api::L4RouteSpec, _) = spec(value)?;
-    report_ignored(&ignored, findings, |p| {
-        p.index_under("rules").map(|_| {
-            Finding::error(
-                p.to_string(),
-                "not supported by meshflow yet; the rule is served without it",
-            )
-        })
-    });
+    report_route_fields(&ignored, findings);
     let ns = &key.namespace;
     let parents = parents(&s.parent_refs, ns, true, findings)?;
     hostnames(&s.hostnames)?;

@@ -50,6 +50,22 @@ fn hostname(h: &str, field: &str) -> Result<()> {
     Ok(())
 }
 
+/// A route's fields not read: a warning, but an error inside `rules[]` (it could change
+/// where the rule's requests go; the rule is served without it).
+fn report_route_fields(
+    ignored: &[crate::config::findings::FieldPath],
+    findings: &mut Vec<Finding>,
+) {
+    super::fields::report_ignored(ignored, findings, |p| {
+        p.index_under("rules").map(|_| {
+            Finding::error(
+                p.to_string(),
+                "not supported by meshflow yet; the rule is served without it",
+            )
+        })
+    });
+}
+
 /// `metadata.creationTimestamp` as the API server writes it (empty when a file has none).
 fn created(value: &Value) -> String {
     value
