@@ -135,7 +135,20 @@ pub struct HttpRouteFilter {
     #[serde(rename = "urlRewrite")]
     pub url_rewrite: Option<UrlRewrite>,
     pub request_mirror: Option<RequestMirror>,
+    pub cors: Option<CorsFilter>,
     pub extension_ref: Option<ObjectRef>,
+}
+
+/// The `CORS` filter (`HTTPCORSFilter`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct CorsFilter {
+    pub allow_origins: Vec<String>,
+    pub allow_credentials: Option<bool>,
+    pub allow_methods: Vec<String>,
+    pub allow_headers: Vec<String>,
+    pub expose_headers: Vec<String>,
+    pub max_age: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

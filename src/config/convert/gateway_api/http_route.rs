@@ -177,11 +177,18 @@ fn rule_with(
         if let Some(req) = &t.request {
             template.timeout_ms = Some(parse_duration_ms(req, &format!("{f}.timeouts.request"))?);
         }
-        if t.backend_request.is_some() {
-            findings.push(Finding::error(
-                format!("{f}.timeouts.backendRequest"),
-                "not supported by meshflow yet; the rule has no per-attempt timeout",
-            ));
+        // As Istio: the attempt's timeout is the route's when the request has none; with
+        // both, a per-attempt timeout is not expressed (said).
+        if let Some(backend) = &t.backend_request {
+            let ms = parse_duration_ms(backend, &format!("{f}.timeouts.backendRequest"))?;
+            if template.timeout_ms.is_none() {
+                template.timeout_ms = Some(ms);
+            } else {
+                findings.push(Finding::warning(
+                    format!("{f}.timeouts.backendRequest"),
+                    "with timeouts.request set, the per-attempt timeout is not applied (the request's holds)",
+                ));
+            }
         }
     }
     if unsupported {
@@ -431,6 +438,10 @@ fn apply_filter(
                 fraction,
             });
         }
+        "CORS" => {
+            let c = filter.cors.as_ref().ok_or_else(|| missing("cors"))?;
+            route.cors = Some(Box::new(cors(c, &format!("{f}.cors"))?));
+        }
         other => {
             findings.push(Finding::error(
                 f.to_string(),
@@ -440,6 +451,43 @@ fn apply_filter(
         }
     }
     Ok(true)
+}
+
+/// The `CORS` filter as the VirtualService's `corsPolicy` Envoy's CORS filter takes: an
+/// origin `*` any origin, one with a `*` in its host a pattern, the rest exact.
+fn cors(c: &api::CorsFilter, f: &str) -> Result<m::Cors> {
+    let allow_origins = c
+        .allow_origins
+        .iter()
+        .map(|o| {
+            if o == "*" {
+                m::StringMatch::Regex(".*".into())
+            } else if o.contains('*') {
+                let pattern = regex::escape(o).replace(r"\*", "[^.]+");
+                m::StringMatch::Regex(pattern)
+            } else {
+                m::StringMatch::Exact(o.clone())
+            }
+        })
+        .collect();
+    let max_age_s = match c.max_age {
+        Some(a) if a < 0 => {
+            return Err(Invalid::field(
+                format!("{f}.maxAge"),
+                format!("{a} is not a number of seconds"),
+            ))
+        }
+        a => a.map(|a| a as u64),
+    };
+    Ok(m::Cors {
+        allow_origins,
+        allow_methods: c.allow_methods.clone(),
+        allow_headers: c.allow_headers.clone(),
+        expose_headers: c.expose_headers.clone(),
+        max_age_s,
+        allow_credentials: c.allow_credentials,
+        forward_unmatched_preflights: true,
+    })
 }
 
 /// A header modifier as a VirtualService's header edits (the same checks).

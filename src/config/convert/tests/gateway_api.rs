@@ -405,3 +405,45 @@ spec:
         "spec.rules[0].filters[0].requestRedirect.statusCode"
     );
 }
+
+/// The CORS filter becomes the route's CORS policy (`*` any origin, a wildcard host a
+/// pattern); `timeouts.backendRequest` alone is the route's timeout.
+#[test]
+fn cors_and_backend_timeouts_are_read() {
+    let p = parse(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: r, namespace: shop}
+spec:
+  rules:
+  - filters:
+    - type: CORS
+      cors:
+        allowOrigins: [\"https://shop.example\", \"https://*.shop.example\"]
+        allowMethods: [GET, POST]
+        allowHeaders: [x-shop]
+        exposeHeaders: [x-trace]
+        allowCredentials: true
+        maxAge: 600
+    timeouts: {backendRequest: 2s}
+    backendRefs: [{name: web, port: 80}]
+",
+    );
+    assert!(fields(&p, Level::Error).is_empty(), "{:?}", p.findings);
+    let GatewayApiObject::HttpRoute(r) = object(&p) else {
+        panic!()
+    };
+    let t = &r.rules[0].template;
+    let cors = t.cors.as_deref().expect("a CORS policy");
+    assert_eq!(
+        cors.allow_origins,
+        [
+            StringMatch::Exact("https://shop.example".into()),
+            StringMatch::Regex("https://[^.]+\\.shop\\.example".into()),
+        ]
+    );
+    assert_eq!(cors.max_age_s, Some(600));
+    assert_eq!(cors.allow_credentials, Some(true));
+    assert_eq!(t.timeout_ms, Some(2000));
+    assert!(t.direct_response.is_none());
+}
