@@ -19,6 +19,8 @@ const NET: u8 = 144;
 const MESH_NET: u8 = 145;
 /// The HTTPS test's loopback /24.
 const HTTPS_NET: u8 = 146;
+/// The twenty-routes test's loopback /24.
+const EDIT_NET: u8 = 149;
 const HOST: &str = "bookinfo.example";
 
 /// Service `reviews-<version>` on port 9080 with its EndpointSlice: the pod of that version.
@@ -508,5 +510,113 @@ spec:
             .is_ok_and(|(status, body)| *status == 200 || body.contains("reviews-v1")),
         "plaintext must not be served on an HTTPS listener: {plain:?}"
     );
+    assert_eq!(envoy.rejected_updates(), 0, "{}", envoy.summary());
+}
+
+/// HTTPRoute `r<i>` for host `h<i>.example`, to one version Service.
+fn host_route(i: usize, version: &str) -> String {
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: r{i}, namespace: default}}
+spec:
+  parentRefs: [{{name: bookinfo-gateway}}]
+  hostnames: [h{i}.example]
+  rules: [{{backendRefs: [{{name: reviews-{version}, port: 9080}}]}}]
+"
+    )
+}
+
+/// Proves that editing 20 routes at once fails no request: traffic to the 20 hostnames runs
+/// throughout while every route moves from v1 to v2 in one write of the config directory;
+/// every request is answered by v1 or v2 (no 404 or 5xx while the gateway's route
+/// configuration changes), and each host ends on v2.
+#[test]
+fn twenty_routes_edited_at_once_fail_no_request() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    const ROUTES: usize = 20;
+    let envoy_bin = require_envoy!();
+    let dir = TestDir::new("envoy-gateway-api-twenty");
+    let config_dir = dir.subdir("config");
+    let port = free_port();
+    let reviews = Reviews::new(EDIT_NET, 9080, &config_dir);
+    let _v1 = reviews.start_backend("v1");
+    let _v2 = reviews.start_backend("v2");
+    reviews.write_pods(&["v1", "v2"]);
+    let services = [
+        version_service(&reviews, "v1"),
+        version_service(&reviews, "v2"),
+    ];
+    write_config(&config_dir, "services.yaml", &services.join("---\n"));
+    write_config(
+        &config_dir,
+        "gateway.yaml",
+        &gateway_yaml(port).replace("    hostname: \"*.example\"\n", ""),
+    );
+    let all = |version: &str| -> String {
+        (0..ROUTES)
+            .map(|i| host_route(i, version))
+            .collect::<Vec<_>>()
+            .join("---\n")
+    };
+    write_config(&config_dir, "routes.yaml", &all("v1"));
+    let meshflow = Meshflow::start(&config_dir, dir.path());
+    let label = [("gateway.networking.k8s.io/gateway-name", "bookinfo-gateway")];
+    let node = ProxyNode::router("gw-abc", "default", "127.0.0.1", &label);
+    let envoy = Envoy::start(
+        &envoy_bin,
+        dir.path(),
+        &node,
+        meshflow.xds_addr(),
+        XdsMode::Delta,
+    );
+    envoy.wait_live(STARTUP_TIMEOUT);
+    envoy.await_listener(&format!("0.0.0.0_{port}"));
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    for i in 0..ROUTES {
+        let client = Client::new(&envoy, addr, &format!("h{i}.example"));
+        client.converge("each host on v1", "/", &[], |c| only(c, "reviews-v1"), 2);
+    }
+
+    let running = Arc::new(AtomicBool::new(true));
+    let traffic = {
+        let running = running.clone();
+        std::thread::spawn(move || {
+            let mut outcomes: std::collections::HashMap<String, usize> = Default::default();
+            let mut i = 0;
+            while running.load(Ordering::Relaxed) {
+                let host = format!("h{}.example", i % ROUTES);
+                let outcome = match support::http_get(addr, &host, "/", &[]) {
+                    Ok((200, body)) => body.trim().to_string(),
+                    Ok((status, _)) => format!("status {status}"),
+                    Err(e) => format!("error: {e}"),
+                };
+                *outcomes.entry(outcome).or_default() += 1;
+                i += 1;
+            }
+            outcomes
+        })
+    };
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    write_config(&config_dir, "routes.yaml", &all("v2"));
+    for i in 0..ROUTES {
+        let client = Client::new(&envoy, addr, &format!("h{i}.example"));
+        client.converge("each host on v2", "/", &[], |c| only(c, "reviews-v2"), 2);
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    running.store(false, Ordering::Relaxed);
+    let outcomes = traffic.join().expect("the traffic thread");
+    let answered = count(&outcomes, "reviews-v1") + count(&outcomes, "reviews-v2");
+    let total: usize = outcomes.values().sum();
+    assert!(
+        total > ROUTES * 2,
+        "too little traffic to say anything: {outcomes:?}"
+    );
+    assert_eq!(
+        answered, total,
+        "every request answered by v1 or v2: {outcomes:?}"
+    );
+    assert!(count(&outcomes, "reviews-v2") > 0, "{outcomes:?}");
     assert_eq!(envoy.rejected_updates(), 0, "{}", envoy.summary());
 }
