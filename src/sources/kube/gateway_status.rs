@@ -148,23 +148,30 @@ pub fn desired(
             })
             .collect();
         for (name, reason, why) in &g.refused {
-            let accepted = reason != "InvalidCertificateRef";
+            let conditions = match reason.as_str() {
+                "InvalidCertificateRef" => vec![
+                    condition("Accepted", true, "Accepted", why, *generation),
+                    condition("Programmed", false, "Invalid", why, *generation),
+                    condition("ResolvedRefs", false, reason, why, *generation),
+                ],
+                "ProtocolConflict" | "HostnameConflict" => vec![
+                    condition("Accepted", false, reason, why, *generation),
+                    condition("Programmed", false, "Invalid", why, *generation),
+                    condition("ResolvedRefs", true, "ResolvedRefs", why, *generation),
+                    condition("Conflicted", true, reason, why, *generation),
+                ],
+                _ => vec![
+                    condition("Accepted", false, reason, why, *generation),
+                    condition("Programmed", false, "Invalid", why, *generation),
+                    condition("ResolvedRefs", true, "ResolvedRefs", why, *generation),
+                ],
+            };
             listeners.push(json!({
                 "name": name,
                 "supportedKinds": [],
                 "attachedRoutes": 0,
-                "conditions": [
-                    condition("Accepted", accepted, if accepted { "Accepted" } else { reason }, why, *generation),
-                    condition("Programmed", false, "Invalid", why, *generation),
-                    condition("ResolvedRefs", accepted, if accepted { "ResolvedRefs" } else { reason }, why, *generation),
-                ],
+                "conditions": conditions,
             }));
-            if accepted {
-                // An unsupported protocol is refused at acceptance.
-                let last = listeners.len() - 1;
-                listeners[last]["conditions"][0] =
-                    condition("Accepted", false, reason, why, *generation);
-            }
         }
         let programmed = !g.listeners.is_empty();
         let gateway_conditions = vec![

@@ -121,6 +121,9 @@ pub(in crate::config::convert) fn kubernetes_gateway(
             allowed_kinds,
         });
     }
+    // Names are unique (checked above): a listener's index by its name.
+    let index_of = |name: &str| s.listeners.iter().position(|l| l.name == name).unwrap_or(0);
+    let listeners = without_conflicts(listeners, &mut refused, index_of, owned, findings);
     Ok(vec![Record::GatewayApi(m::GatewayApiObject::Gateway(
         m::KubeGateway {
             key: ConfigKey::new(m::Kind::KubernetesGateway, &key.namespace, &key.name),
@@ -249,4 +252,67 @@ fn allowed_routes(
         kinds.push(String::from("-"));
     }
     Ok((namespaces, kinds))
+}
+
+/// What can share a port: HTTP with HTTP, HTTPS and TLS with each other (told apart by SNI),
+/// TCP with nothing.
+fn port_class(p: m::ListenerProtocol) -> u8 {
+    match p {
+        m::ListenerProtocol::Http => 0,
+        m::ListenerProtocol::Https | m::ListenerProtocol::Tls => 1,
+        m::ListenerProtocol::Tcp => 2,
+    }
+}
+
+/// Listeners that conflict with an earlier one of the Gateway are left out, as the spec has
+/// it (`Conflicted`): on a port another protocol holds (`ProtocolConflict`), or with the
+/// same port, protocol class and hostname (`HostnameConflict`; TCP has no hostname to tell
+/// two apart). The first listener written keeps the port.
+fn without_conflicts(
+    listeners: Vec<m::Listener>,
+    refused: &mut Vec<(String, String, String)>,
+    index_of: impl Fn(&str) -> usize,
+    owned: bool,
+    findings: &mut Vec<Finding>,
+) -> Vec<m::Listener> {
+    let mut kept: Vec<m::Listener> = Vec::new();
+    for l in listeners {
+        let same_port: Vec<&m::Listener> = kept.iter().filter(|k| k.port == l.port).collect();
+        let conflict = if same_port
+            .iter()
+            .any(|k| port_class(k.protocol) != port_class(l.protocol))
+        {
+            Some((
+                "ProtocolConflict",
+                format!("port {} is another protocol's listener's", l.port),
+            ))
+        } else if same_port
+            .iter()
+            .any(|k| k.hostname == l.hostname || l.protocol == m::ListenerProtocol::Tcp)
+        {
+            Some((
+                "HostnameConflict",
+                format!(
+                    "another listener has port {} and hostname {}",
+                    l.port,
+                    l.hostname.as_deref().unwrap_or("(none)")
+                ),
+            ))
+        } else {
+            None
+        };
+        match conflict {
+            Some((reason, why)) => {
+                if owned {
+                    findings.push(Finding::error(
+                        format!("spec.listeners[{}]", index_of(&l.name)),
+                        format!("{reason}: {why}; the listener is left out"),
+                    ));
+                }
+                refused.push((l.name.clone(), reason.to_string(), why));
+            }
+            None => kept.push(l),
+        }
+    }
+    kept
 }

@@ -447,3 +447,53 @@ spec:
     assert_eq!(t.timeout_ms, Some(2000));
     assert!(t.direct_response.is_none());
 }
+
+/// Listeners that conflict with an earlier one are left out with the spec's reason: a port
+/// another protocol holds, the same port and hostname twice, two TCP listeners on a port;
+/// HTTPS and TLS share a port by hostname.
+#[test]
+fn conflicting_listeners_are_left_out_with_the_reason() {
+    let p = parse(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: shop}
+spec:
+  gatewayClassName: istio
+  listeners:
+  - {name: a, port: 80, protocol: HTTP, hostname: a.example}
+  - {name: b, port: 80, protocol: HTTP, hostname: b.example}
+  - {name: a-again, port: 80, protocol: HTTP, hostname: a.example}
+  - {name: raw, port: 80, protocol: TCP}
+  - {name: db, port: 5432, protocol: TCP}
+  - {name: db-too, port: 5432, protocol: TCP}
+  - {name: s, port: 443, protocol: HTTPS, hostname: s.example, tls: {certificateRefs: [{name: c}]}}
+  - {name: t, port: 443, protocol: TLS, hostname: t.example, tls: {mode: Passthrough}}
+",
+    );
+    let GatewayApiObject::Gateway(g) = object(&p) else {
+        panic!()
+    };
+    let kept: Vec<&str> = g.listeners.iter().map(|l| l.name.as_str()).collect();
+    assert_eq!(kept, ["a", "b", "db", "s", "t"]);
+    let refused: Vec<(&str, &str)> = g
+        .refused
+        .iter()
+        .map(|(n, r, _)| (n.as_str(), r.as_str()))
+        .collect();
+    assert_eq!(
+        refused,
+        [
+            ("a-again", "HostnameConflict"),
+            ("raw", "ProtocolConflict"),
+            ("db-too", "HostnameConflict"),
+        ]
+    );
+    assert_eq!(
+        fields(&p, Level::Error),
+        [
+            "spec.listeners[2]",
+            "spec.listeners[3]",
+            "spec.listeners[5]"
+        ]
+    );
+}
