@@ -136,7 +136,7 @@ async fn a_cluster_without_the_gateway_api_is_not_an_error() {
 /// its listener counting the routes attached; each route's parent entry Accepted, or not
 /// with the spec's reason; ResolvedRefs False (BackendNotFound) for a backend no service
 /// has; another controller's entry on a route kept; a Gateway of another class never
-/// written.
+/// written; a route whose parents are Services accepted where the Service exists.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gateway_api_status_is_written_in_the_specs_shape() {
     let cluster = start(
@@ -169,6 +169,13 @@ async fn gateway_api_status_is_written_in_the_specs_shape() {
                     "controllerName": "example.net/nginx",
                     "conditions": [{"type": "Accepted", "status": "True", "reason": "Accepted",
                                     "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}]}
+            }));
+            fake.apply(json!({
+                "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+                "metadata": {"name": "mesh", "namespace": "default"},
+                "spec": {"parentRefs": [{"group": "", "kind": "Service", "name": "cart", "port": 8080},
+                                        {"group": "", "kind": "Service", "name": "ghost"}],
+                         "rules": [{"backendRefs": [{"name": "cart", "port": 8080}]}]}
             }));
             fake.apply(json!({
                 "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
@@ -235,4 +242,20 @@ async fn gateway_api_status_is_written_in_the_specs_shape() {
             .status_patches("KubernetesGateway", "default", "theirs"),
         0
     );
+
+    // A route of the mesh: accepted on the Service that exists, not on the one that does not.
+    let mesh = await_status(
+        &cluster.fake,
+        "HTTPRoute",
+        "mesh",
+        "the mesh route's parents",
+        |s| s["parents"].as_array().is_some_and(|p| p.len() == 2),
+    );
+    let parents = mesh["parents"].as_array().unwrap();
+    assert_eq!(parents[0]["parentRef"]["kind"], "Service");
+    assert_eq!(parents[0]["parentRef"]["port"], 8080);
+    assert_eq!(parents[0]["controllerName"], "meshflow.dev/mesh-controller");
+    assert_eq!(parents[0]["conditions"][0]["status"], "True");
+    assert_eq!(parents[1]["conditions"][0]["status"], "False");
+    assert_eq!(parents[1]["conditions"][0]["reason"], "NoMatchingParent");
 }

@@ -16,6 +16,9 @@ use std::collections::BTreeMap;
 
 const GROUP: &str = "gateway.networking.k8s.io";
 
+/// The `controllerName` of the route parents that are Services (the mesh has no class).
+const MESH_CONTROLLER: &str = "meshflow.dev/mesh-controller";
+
 /// The kinds whose status is the Gateway API's.
 pub fn is_gateway_api(kind: Kind) -> bool {
     matches!(
@@ -46,6 +49,7 @@ fn condition(kind: &str, ok: bool, reason: &str, message: &str, generation: Opti
 /// `(object, generation, status the API server holds)`.
 pub fn desired(
     objects: &[(&GatewayApiObject, Option<i64>, Option<&Value>)],
+    services: &std::collections::BTreeSet<(String, String)>,
 ) -> BTreeMap<ConfigKey, Value> {
     let gateways: BTreeMap<(&str, &str), &KubeGateway> = objects
         .iter()
@@ -93,6 +97,39 @@ pub fn desired(
                 "controllerName": gw.controller_name(),
                 "conditions": [
                     condition("Accepted", ok, reason, &message, *generation),
+                    condition("ResolvedRefs", true, "ResolvedRefs", "every backend resolves", *generation),
+                ],
+            }));
+        }
+        // Services (the mesh): accepted where the Service exists.
+        for p in route
+            .parents
+            .iter()
+            .filter(|p| p.kind == ParentKind::Service)
+        {
+            let exists = services.contains(&(p.namespace.clone(), p.name.clone()));
+            let (reason, message) = if exists {
+                (
+                    "Accepted",
+                    "the sidecars' routes to the Service".to_string(),
+                )
+            } else {
+                (
+                    "NoMatchingParent",
+                    format!("Service {}/{} does not exist", p.namespace, p.name),
+                )
+            };
+            controllers.push(MESH_CONTROLLER);
+            let mut parent =
+                json!({"group": "", "kind": "Service", "namespace": p.namespace, "name": p.name});
+            if let Some(port) = p.port {
+                parent["port"] = json!(port);
+            }
+            ours.push(json!({
+                "parentRef": parent,
+                "controllerName": MESH_CONTROLLER,
+                "conditions": [
+                    condition("Accepted", exists, reason, &message, *generation),
                     condition("ResolvedRefs", true, "ResolvedRefs", "every backend resolves", *generation),
                 ],
             }));
@@ -255,7 +292,7 @@ pub fn with_route_errors(status: &mut Value, key: &ConfigKey, errors: &[ConfigEr
 fn ours(entry: &Value) -> bool {
     matches!(
         entry["controllerName"].as_str(),
-        Some("istio.io/gateway-controller" | "meshflow.dev/gateway-controller")
+        Some("istio.io/gateway-controller" | "meshflow.dev/gateway-controller" | MESH_CONTROLLER)
     )
 }
 

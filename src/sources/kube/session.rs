@@ -302,7 +302,15 @@ impl Session {
                 })
             })
             .collect();
-        let mut desired = gateway_status::desired(&objects);
+        // The Services that exist: a route whose parent is a Service is accepted there.
+        let services: std::collections::BTreeSet<(String, String)> = self
+            .watches
+            .iter()
+            .filter(|w| w.resource.group.is_empty() && w.resource.kind == "Service")
+            .flat_map(|w| w.watched.statuses())
+            .map(|seen| (seen.key.namespace.clone(), seen.key.name.clone()))
+            .collect();
+        let mut desired = gateway_status::desired(&objects, &services);
         for (resource, seen) in &api {
             if let Some(status) = desired.remove(seen.key) {
                 out.insert(
