@@ -21,6 +21,8 @@ const MESH_NET: u8 = 145;
 const HTTPS_NET: u8 = 146;
 /// The twenty-routes test's loopback /24.
 const EDIT_NET: u8 = 149;
+/// The gRPC test's loopback /24.
+const GRPC_NET: u8 = 151;
 const HOST: &str = "bookinfo.example";
 
 /// Service `reviews-<version>` on port 9080 with its EndpointSlice: the pod of that version.
@@ -618,5 +620,138 @@ fn twenty_routes_edited_at_once_fail_no_request() {
         "every request answered by v1 or v2: {outcomes:?}"
     );
     assert!(count(&outcomes, "reviews-v2") > 0, "{outcomes:?}");
+    assert_eq!(envoy.rejected_updates(), 0, "{}", envoy.summary());
+}
+
+/// Service `authz` (port name `grpc`: HTTP/2 upstream) with its EndpointSlice at `at`.
+fn grpc_service(at: SocketAddr) -> String {
+    format!(
+        "apiVersion: v1
+kind: Service
+metadata: {{name: authz, namespace: default}}
+spec:
+  ports: [{{name: grpc, port: 9000, targetPort: {port}}}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: authz-abcde
+  namespace: default
+  labels: {{kubernetes.io/service-name: authz}}
+addressType: IPv4
+ports: [{{name: grpc, port: {port}, protocol: TCP}}]
+endpoints:
+- addresses: [{ip}]
+  conditions: {{ready: true}}
+",
+        port = at.port(),
+        ip = at.ip(),
+    )
+}
+
+/// GRPCRoute `authz` on the Gateway, matching one method of Envoy's authorization service.
+fn grpc_route(method: &str) -> String {
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: GRPCRoute
+metadata: {{name: authz, namespace: default}}
+spec:
+  parentRefs: [{{name: grpc-gateway}}]
+  rules:
+  - matches: [{{method: {{service: envoy.service.auth.v3.Authorization, method: {method}}}}}]
+    backendRefs: [{{name: authz, port: 9000}}]
+"
+    )
+}
+
+/// One `Authorization/Check` call through the gateway: the gRPC status code it ends with
+/// (0 or 7 from the service; 12 UNIMPLEMENTED when no route takes the method).
+fn check_through(addr: SocketAddr) -> Result<i32, String> {
+    use envoy_types::pb::envoy::service::auth::v3::authorization_client::AuthorizationClient;
+    use envoy_types::pb::envoy::service::auth::v3::CheckRequest;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    rt.block_on(async {
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+            .map_err(|e| e.to_string())?
+            .connect_timeout(std::time::Duration::from_secs(2))
+            .timeout(std::time::Duration::from_secs(5))
+            .connect()
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut client = AuthorizationClient::new(channel);
+        match client.check(CheckRequest::default()).await {
+            Ok(r) => Ok(r.into_inner().status.map(|s| s.code).unwrap_or(0)),
+            Err(status) => Ok(status.code() as i32),
+        }
+    })
+}
+
+/// Proves a GRPCRoute routes real gRPC through a Gateway API gateway to an HTTP/2 backend by
+/// service and method: the call reaches the service (which counts it) while the route
+/// matches its method, and is answered UNIMPLEMENTED (no route) without reaching it once the
+/// route matches another method.
+#[test]
+fn grpc_routes_route_calls_by_method_through_envoy() {
+    let envoy_bin = require_envoy!();
+    let dir = TestDir::new("envoy-gateway-api-grpc");
+    let config_dir = dir.subdir("config");
+    let port = free_port();
+    let authz = support::ext_authz::ExtAuthz::start(&format!("127.0.{GRPC_NET}.11"));
+    write_config(&config_dir, "service.yaml", &grpc_service(authz.grpc));
+    write_config(
+        &config_dir,
+        "gateway.yaml",
+        &format!(
+            "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: grpc-gateway, namespace: default}}
+spec:
+  gatewayClassName: istio
+  listeners: [{{name: grpc, port: {port}, protocol: HTTP}}]
+"
+        ),
+    );
+    write_config(&config_dir, "route.yaml", &grpc_route("Check"));
+    let meshflow = Meshflow::start(&config_dir, dir.path());
+    let label = [("gateway.networking.k8s.io/gateway-name", "grpc-gateway")];
+    let node = ProxyNode::router("grpc-gateway-abc", "default", "127.0.0.1", &label);
+    let envoy = Envoy::start(
+        &envoy_bin,
+        dir.path(),
+        &node,
+        meshflow.xds_addr(),
+        XdsMode::Delta,
+    );
+    envoy.wait_live(STARTUP_TIMEOUT);
+    envoy.await_listener(&format!("0.0.0.0_{port}"));
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut last = Err("not tried".to_string());
+    let ok = support::wait_until(support::CONVERGE_TIMEOUT, || {
+        last = check_through(addr);
+        matches!(last, Ok(0 | 7))
+    });
+    assert!(
+        ok,
+        "Check through the gateway: {last:?}\n{}",
+        envoy.summary()
+    );
+    assert!(authz.asked().1 >= 1, "the service answered it");
+
+    write_config(&config_dir, "route.yaml", &grpc_route("NotCheck"));
+    let ok = support::wait_until(support::CONVERGE_TIMEOUT, || {
+        last = check_through(addr);
+        last == Ok(12)
+    });
+    assert!(
+        ok,
+        "Check once the route takes another method: {last:?}\n{}",
+        envoy.summary()
+    );
+    let asked = authz.asked().1;
+    assert_eq!(check_through(addr), Ok(12));
+    assert_eq!(authz.asked().1, asked, "not sent to the service");
     assert_eq!(envoy.rejected_updates(), 0, "{}", envoy.summary());
 }
