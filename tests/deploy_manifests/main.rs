@@ -174,7 +174,8 @@ fn merge(into: &mut Value, from: Value) {
 // Checks
 // ---------------------------------------------------------------------------------------------
 
-/// The Istio kinds (group, plural) whose status `--write-status` patches.
+/// The kinds (group, plural) whose status `--write-status` patches: Istio's, and the
+/// Gateway API's Gateways and routes.
 const STATUS_WRITTEN: &[(&str, &str)] = &[
     ("networking.istio.io", "virtualservices"),
     ("networking.istio.io", "destinationrules"),
@@ -184,6 +185,11 @@ const STATUS_WRITTEN: &[(&str, &str)] = &[
     ("security.istio.io", "peerauthentications"),
     ("security.istio.io", "authorizationpolicies"),
     ("security.istio.io", "requestauthentications"),
+    ("gateway.networking.k8s.io", "gateways"),
+    ("gateway.networking.k8s.io", "httproutes"),
+    ("gateway.networking.k8s.io", "grpcroutes"),
+    ("gateway.networking.k8s.io", "tcproutes"),
+    ("gateway.networking.k8s.io", "tlsroutes"),
 ];
 
 /// What `serve --kube` watches, as RBAC names it.
