@@ -23,6 +23,8 @@ const HTTPS_NET: u8 = 146;
 const EDIT_NET: u8 = 149;
 /// The gRPC test's loopback /24.
 const GRPC_NET: u8 = 151;
+/// The helloworld test's loopback /24.
+const HELLO_NET: u8 = 153;
 const HOST: &str = "bookinfo.example";
 
 /// Service `reviews-<version>` on port 9080 with its EndpointSlice: the pod of that version.
@@ -753,5 +755,155 @@ spec:
     let asked = authz.asked().1;
     assert_eq!(check_through(addr), Ok(12));
     assert_eq!(authz.asked().1, asked, "not sent to the service");
+    assert_eq!(envoy.rejected_updates(), 0, "{}", envoy.summary());
+}
+
+/// Istio's helloworld sample's objects as its Gateway API task states them (our own
+/// fixtures): Services `helloworld` (both versions) and `helloworld-v1`/`-v2` on port 5000,
+/// the pods' EndpointSlices, and Gateway `helloworld-gateway` (HTTP, routes of its own
+/// namespace).
+fn helloworld_yaml(port: u16, backend_port: u16) -> String {
+    let ip = |v: u8| format!("127.0.{HELLO_NET}.{}", 10 + v);
+    let service = |name: &str, selector: &str, ips: &[String]| {
+        let endpoints: String = ips
+            .iter()
+            .map(|ip| format!("- addresses: [{ip}]\n  conditions: {{ready: true}}\n"))
+            .collect();
+        format!(
+            "apiVersion: v1
+kind: Service
+metadata: {{name: {name}, namespace: default}}
+spec:
+  selector: {{{selector}}}
+  ports: [{{name: http, port: 5000, targetPort: {backend_port}}}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: {name}-abcde
+  namespace: default
+  labels: {{kubernetes.io/service-name: {name}}}
+addressType: IPv4
+ports: [{{name: http, port: {backend_port}, protocol: TCP}}]
+endpoints:
+{endpoints}---
+"
+        )
+    };
+    format!(
+        "{}{}{}apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: helloworld-gateway, namespace: default}}
+spec:
+  gatewayClassName: istio
+  listeners:
+  - name: http
+    port: {port}
+    protocol: HTTP
+    allowedRoutes:
+      namespaces: {{from: Same}}
+",
+        service("helloworld", "app: helloworld", &[ip(1), ip(2)]),
+        service("helloworld-v1", "app: helloworld, version: v1", &[ip(1)]),
+        service("helloworld-v2", "app: helloworld, version: v2", &[ip(2)]),
+    )
+}
+
+/// HTTPRoute `helloworld`: exactly `/hello`, to the given (Service, weight) backends.
+fn helloworld_route(backends: &[(&str, u32)]) -> String {
+    let refs: String = backends
+        .iter()
+        .map(|(name, weight)| format!("    - {{name: {name}, port: 5000, weight: {weight}}}\n"))
+        .collect();
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: helloworld, namespace: default}}
+spec:
+  parentRefs: [{{name: helloworld-gateway}}]
+  rules:
+  - matches: [{{path: {{type: Exact, value: /hello}}}}]
+    backendRefs:
+{refs}"
+    )
+}
+
+/// Proves Istio's helloworld Gateway API flow through real Envoy: `/hello` through the
+/// gateway reaches both versions behind `helloworld` (and only `/hello`: an exact match),
+/// then, the route moved to the version Services by weight, all of it goes to v2.
+#[test]
+fn helloworld_gateway_api_flow_through_envoy() {
+    use support::Backend;
+    let envoy_bin = require_envoy!();
+    let dir = TestDir::new("envoy-gateway-api-helloworld");
+    let config_dir = dir.subdir("config");
+    let (port, backend_port) = (free_port(), free_port());
+    let _v1 = Backend::start(
+        &format!("127.0.{HELLO_NET}.11"),
+        backend_port,
+        "helloworld-v1",
+    );
+    let _v2 = Backend::start(
+        &format!("127.0.{HELLO_NET}.12"),
+        backend_port,
+        "helloworld-v2",
+    );
+    write_config(
+        &config_dir,
+        "helloworld.yaml",
+        &helloworld_yaml(port, backend_port),
+    );
+    write_config(
+        &config_dir,
+        "route.yaml",
+        &helloworld_route(&[("helloworld", 1)]),
+    );
+    let meshflow = Meshflow::start(&config_dir, dir.path());
+    let label = [(
+        "gateway.networking.k8s.io/gateway-name",
+        "helloworld-gateway",
+    )];
+    let node = ProxyNode::router(
+        "helloworld-gateway-istio-abc",
+        "default",
+        "127.0.0.1",
+        &label,
+    );
+    let envoy = Envoy::start(
+        &envoy_bin,
+        dir.path(),
+        &node,
+        meshflow.xds_addr(),
+        XdsMode::Delta,
+    );
+    envoy.wait_live(STARTUP_TIMEOUT);
+    envoy.await_listener(&format!("0.0.0.0_{port}"));
+    let client = Client::new(
+        &envoy,
+        SocketAddr::from(([127, 0, 0, 1], port)),
+        "helloworld.example",
+    );
+    let (v1, v2) = ("helloworld-v1", "helloworld-v2");
+    let counts = client.converge(
+        "both versions",
+        "/hello",
+        &[],
+        |c| exactly(c, &[v1, v2]),
+        40,
+    );
+    assert!(exactly(&counts, &[v1, v2]), "{counts:?}");
+    let counts = client.tally(5, "/hello/again", &[]);
+    assert_eq!(
+        count(&counts, "status 404"),
+        5,
+        "an exact match: {counts:?}"
+    );
+    write_config(
+        &config_dir,
+        "route.yaml",
+        &helloworld_route(&[("helloworld-v1", 0), ("helloworld-v2", 100)]),
+    );
+    let counts = client.converge("all to v2", "/hello", &[], |c| only(c, v2), 20);
+    assert_eq!(count(&counts, v2), 20, "{counts:?}");
     assert_eq!(envoy.rejected_updates(), 0, "{}", envoy.summary());
 }
