@@ -554,7 +554,7 @@ fn gateway_ports_not_on_services<'s>(
         .map(|(key, (port, target))| (key, Some((port, target))))
         .concat(gateways.clone().map(|(k, _)| (k, None)))
         .join_map(gateways.clone(), |k, ports, gw| {
-            ((k.clone(), gw.clone()), ports.clone())
+            ((k.clone(), gw.clone()), *ports)
         })
         .reduce(|(_, gw), vals: &[(&Option<(u16, u16)>, isize)], out| {
             let ports: Vec<(u16, u16)> = vals.iter().filter_map(|(p, _)| **p).collect();

@@ -117,9 +117,9 @@ impl HostServices {
     }
 
     /// Each service changed by `f`.
-    pub fn map_each(&self, mut f: impl FnMut(&mut Service)) -> Self {
+    pub fn map_each(&self, f: impl FnMut(&mut Service)) -> Self {
         let mut variants = self.variants.clone();
-        variants.iter_mut().for_each(|s| f(s));
+        variants.iter_mut().for_each(f);
         HostServices { variants }
     }
 }

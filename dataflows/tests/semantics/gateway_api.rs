@@ -73,8 +73,11 @@ fn http_route(
     }))
 }
 
+/// A virtual host's domains and its routes as (path, where to).
+type VirtualHostRows = (Vec<String>, Vec<(String, String)>);
+
 /// (domains, [(path, cluster or "500")]) of each virtual host of `route`.
-fn table(m: &Mesh, p: &Proxy, route: &str) -> Vec<(Vec<String>, Vec<(String, String)>)> {
+fn table(m: &Mesh, p: &Proxy, route: &str) -> Vec<VirtualHostRows> {
     m.route_body(p, route)
         .virtual_hosts
         .into_iter()

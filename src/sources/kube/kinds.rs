@@ -296,7 +296,12 @@ mod tests {
         );
         // TCPRoute and TLSRoute (experimental) are not served: named, but not errors.
         assert_eq!(missing.len(), 2, "{missing:?}");
-        assert!(GATEWAY_API.optional && !NETWORKING.optional && !SECURITY.optional);
+        let optional: Vec<bool> = ISTIO_GROUPS.iter().map(|g| g.optional).collect();
+        assert_eq!(
+            optional,
+            [false, false, true],
+            "only the Gateway API's group"
+        );
     }
 
     #[test]

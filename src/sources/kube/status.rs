@@ -627,7 +627,7 @@ mod tests {
         assert_eq!(ours["status"], "False");
         assert_eq!(ours["reason"], "RefNotPermitted");
         assert_eq!(patched["status"]["parents"][0], written["parents"][0]);
-        assert_eq!(from_stored(&s).1, false, "it now says otherwise: written");
+        assert!(!from_stored(&s).1, "it now says otherwise: written");
     }
 
     #[test]

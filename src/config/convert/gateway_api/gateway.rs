@@ -163,7 +163,7 @@ fn listener_tls(
         let cf = format!("{f}.tls.certificateRefs[{j}]");
         let group = c.group.as_deref().unwrap_or("");
         let kind = c.kind.as_deref().unwrap_or("Secret");
-        if group != "" || kind != "Secret" {
+        if !group.is_empty() || kind != "Secret" {
             if owned {
                 findings.push(Finding::error(
                     cf,

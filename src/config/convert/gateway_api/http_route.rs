@@ -128,9 +128,8 @@ fn grpc_match(mt: &api::GrpcRouteMatch, f: &str, mesh: &MeshConfig) -> Result<m:
                 format!("{:?} is not a header name", h.name),
             ));
         }
-        if !out.headers.contains_key(&name) {
-            let value = value_match(h, &hf, mesh)?;
-            out.headers.insert(name, value);
+        if let std::collections::btree_map::Entry::Vacant(e) = out.headers.entry(name) {
+            e.insert(value_match(h, &hf, mesh)?);
         }
     }
     Ok(out)
@@ -409,7 +408,7 @@ fn apply_filter(
             let kind = b.kind.as_deref().unwrap_or("Service");
             let group = b.group.as_deref().unwrap_or("");
             let target_ns = b.namespace.clone().unwrap_or_else(|| ns.to_string());
-            if group != "" || kind != "Service" || target_ns != ns {
+            if !group.is_empty() || kind != "Service" || target_ns != ns {
                 findings.push(Finding::error(
                     mf,
                     "only a Service of the route's namespace is mirrored to yet; nothing is mirrored",
