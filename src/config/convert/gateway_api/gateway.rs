@@ -182,6 +182,12 @@ fn listener_tls(
         }
         certificates.push((ns, c.name.clone()));
     }
+    if certificates.len() > 1 && owned {
+        findings.push(Finding::warning(
+            format!("{f}.tls.certificateRefs"),
+            "only the first certificate is served (one per listener, as a gateway server's credentialName)",
+        ));
+    }
     if !passthrough && certificates.is_empty() && owned {
         findings.push(Finding::error(
             format!("{f}.tls.certificateRefs"),

@@ -497,3 +497,32 @@ spec:
         ]
     );
 }
+
+/// What would be served more widely than written is not: a Service parent naming a port by
+/// `sectionName` is left out (an error naming it); a listener's certificates past the first
+/// are said not to be served.
+#[test]
+fn restrictions_not_read_are_named_and_fail_closed() {
+    let p = parse(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: r, namespace: shop}
+spec:
+  parentRefs: [{group: \"\", kind: Service, name: cart, sectionName: http}]
+  rules: [{backendRefs: [{name: cart, port: 80}]}]
+",
+    );
+    let GatewayApiObject::HttpRoute(r) = object(&p) else {
+        panic!()
+    };
+    assert!(r.parents.is_empty(), "{:?}", r.parents);
+    assert_eq!(fields(&p, Level::Error), ["spec.parentRefs[0].sectionName"]);
+    let two = parse(&GATEWAY.replace(
+        "certificateRefs: [{name: shop-cert}]",
+        "certificateRefs: [{name: shop-cert}, {name: shop-ecdsa}]",
+    ));
+    assert_eq!(
+        fields(&two, Level::Warning),
+        ["spec.listeners[1].tls.certificateRefs"]
+    );
+}
