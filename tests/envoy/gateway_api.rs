@@ -27,6 +27,32 @@ const GRPC_NET: u8 = 151;
 const HELLO_NET: u8 = 153;
 const HOST: &str = "bookinfo.example";
 
+/// meshflow over `config_dir`, and the Envoy of Gateway `gateway`'s deployment (pod `pod` of
+/// `default`, labelled `gateway.networking.k8s.io/gateway-name`) on Delta ADS, once it
+/// listens on the Gateway's `port`.
+fn start_gateway(
+    envoy_bin: &std::path::Path,
+    dir: &TestDir,
+    config_dir: &std::path::Path,
+    gateway: &str,
+    pod: &str,
+    port: u16,
+) -> (Meshflow, Envoy) {
+    let meshflow = Meshflow::start(config_dir, dir.path());
+    let label = [("gateway.networking.k8s.io/gateway-name", gateway)];
+    let node = ProxyNode::router(pod, "default", "127.0.0.1", &label);
+    let envoy = Envoy::start(
+        envoy_bin,
+        dir.path(),
+        &node,
+        meshflow.xds_addr(),
+        XdsMode::Delta,
+    );
+    envoy.wait_live(STARTUP_TIMEOUT);
+    envoy.await_listener(&format!("0.0.0.0_{port}"));
+    (meshflow, envoy)
+}
+
 /// Service `reviews-<version>` on port 9080 with its EndpointSlice: the pod of that version.
 fn version_service(reviews: &Reviews, version: &str) -> String {
     version_service_on(reviews, version, 9080)
@@ -120,7 +146,6 @@ fn gateway_api_routes_through_envoy() {
     let dir = TestDir::new("envoy-gateway-api");
     let config_dir = dir.subdir("config");
     let port = free_port();
-    let listener = format!("0.0.0.0_{port}");
     let route_config = format!("http.{port}");
 
     let reviews = Reviews::new(NET, 9080, &config_dir);
@@ -134,18 +159,14 @@ fn gateway_api_routes_through_envoy() {
     write_config(&config_dir, "services.yaml", &services.join("---\n"));
     write_config(&config_dir, "gateway.yaml", &gateway_yaml(port));
 
-    let meshflow = Meshflow::start(&config_dir, dir.path());
-    let label = [("gateway.networking.k8s.io/gateway-name", "bookinfo-gateway")];
-    let node = ProxyNode::router("bookinfo-gateway-istio-abc", "default", "127.0.0.1", &label);
-    let envoy = Envoy::start(
+    let (_meshflow, envoy) = start_gateway(
         &envoy_bin,
-        dir.path(),
-        &node,
-        meshflow.xds_addr(),
-        XdsMode::Delta,
+        &dir,
+        &config_dir,
+        "bookinfo-gateway",
+        "bookinfo-gateway-istio-abc",
+        port,
     );
-    envoy.wait_live(STARTUP_TIMEOUT);
-    envoy.await_listener(&listener);
     let client = Client::new(&envoy, SocketAddr::from(([127, 0, 0, 1], port)), HOST);
     let (v1, v2) = ("reviews-v1", "reviews-v2");
 
@@ -291,18 +312,14 @@ fn tcp_routes_carry_connections_through_envoy() {
     let _v2 = TcpEcho::start(&format!("127.0.{NET}.22"), echo_port, "db-v2");
     write_config(&config_dir, "mesh.yaml", &tcp_yaml(port, echo_port));
     write_config(&config_dir, "route.yaml", &tcp_route("v1"));
-    let meshflow = Meshflow::start(&config_dir, dir.path());
-    let label = [("gateway.networking.k8s.io/gateway-name", "db-gateway")];
-    let node = ProxyNode::router("db-gateway-abc", "default", "127.0.0.1", &label);
-    let envoy = Envoy::start(
+    let (_meshflow, envoy) = start_gateway(
         &envoy_bin,
-        dir.path(),
-        &node,
-        meshflow.xds_addr(),
-        XdsMode::Delta,
+        &dir,
+        &config_dir,
+        "db-gateway",
+        "db-gateway-abc",
+        port,
     );
-    envoy.wait_live(STARTUP_TIMEOUT);
-    envoy.await_listener(&format!("0.0.0.0_{port}"));
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let mut last = Default::default();
     let ok = support::wait_until(support::CONVERGE_TIMEOUT, || {
@@ -476,18 +493,7 @@ spec:
 "
         ),
     );
-    let meshflow = Meshflow::start(&config_dir, dir.path());
-    let label = [("gateway.networking.k8s.io/gateway-name", "shop")];
-    let node = ProxyNode::router("shop-abc", "default", "127.0.0.1", &label);
-    let envoy = Envoy::start(
-        &envoy_bin,
-        dir.path(),
-        &node,
-        meshflow.xds_addr(),
-        XdsMode::Delta,
-    );
-    envoy.wait_live(STARTUP_TIMEOUT);
-    envoy.await_listener(&format!("0.0.0.0_{port}"));
+    let (_meshflow, envoy) = start_gateway(&envoy_bin, &dir, &config_dir, "shop", "shop-abc", port);
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let mut last = Err("not tried".to_string());
     let ok = support::wait_until(support::CONVERGE_TIMEOUT, || {
@@ -565,18 +571,14 @@ fn twenty_routes_edited_at_once_fail_no_request() {
             .join("---\n")
     };
     write_config(&config_dir, "routes.yaml", &all("v1"));
-    let meshflow = Meshflow::start(&config_dir, dir.path());
-    let label = [("gateway.networking.k8s.io/gateway-name", "bookinfo-gateway")];
-    let node = ProxyNode::router("gw-abc", "default", "127.0.0.1", &label);
-    let envoy = Envoy::start(
+    let (_meshflow, envoy) = start_gateway(
         &envoy_bin,
-        dir.path(),
-        &node,
-        meshflow.xds_addr(),
-        XdsMode::Delta,
+        &dir,
+        &config_dir,
+        "bookinfo-gateway",
+        "gw-abc",
+        port,
     );
-    envoy.wait_live(STARTUP_TIMEOUT);
-    envoy.await_listener(&format!("0.0.0.0_{port}"));
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     for i in 0..ROUTES {
         let client = Client::new(&envoy, addr, &format!("h{i}.example"));
@@ -717,18 +719,14 @@ spec:
         ),
     );
     write_config(&config_dir, "route.yaml", &grpc_route("Check"));
-    let meshflow = Meshflow::start(&config_dir, dir.path());
-    let label = [("gateway.networking.k8s.io/gateway-name", "grpc-gateway")];
-    let node = ProxyNode::router("grpc-gateway-abc", "default", "127.0.0.1", &label);
-    let envoy = Envoy::start(
+    let (_meshflow, envoy) = start_gateway(
         &envoy_bin,
-        dir.path(),
-        &node,
-        meshflow.xds_addr(),
-        XdsMode::Delta,
+        &dir,
+        &config_dir,
+        "grpc-gateway",
+        "grpc-gateway-abc",
+        port,
     );
-    envoy.wait_live(STARTUP_TIMEOUT);
-    envoy.await_listener(&format!("0.0.0.0_{port}"));
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let mut last = Err("not tried".to_string());
     let ok = support::wait_until(support::CONVERGE_TIMEOUT, || {
@@ -858,26 +856,14 @@ fn helloworld_gateway_api_flow_through_envoy() {
         "route.yaml",
         &helloworld_route(&[("helloworld", 1)]),
     );
-    let meshflow = Meshflow::start(&config_dir, dir.path());
-    let label = [(
-        "gateway.networking.k8s.io/gateway-name",
-        "helloworld-gateway",
-    )];
-    let node = ProxyNode::router(
-        "helloworld-gateway-istio-abc",
-        "default",
-        "127.0.0.1",
-        &label,
-    );
-    let envoy = Envoy::start(
+    let (_meshflow, envoy) = start_gateway(
         &envoy_bin,
-        dir.path(),
-        &node,
-        meshflow.xds_addr(),
-        XdsMode::Delta,
+        &dir,
+        &config_dir,
+        "helloworld-gateway",
+        "helloworld-gateway-istio-abc",
+        port,
     );
-    envoy.wait_live(STARTUP_TIMEOUT);
-    envoy.await_listener(&format!("0.0.0.0_{port}"));
     let client = Client::new(
         &envoy,
         SocketAddr::from(([127, 0, 0, 1], port)),
