@@ -7,8 +7,9 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-// What the istio-style baseline sends on the tiny mesh (12 sidecars, 2 gateways), per type
-// (CDS, EDS, LDS, RDS): messages, then resources.
+// What the istio-style baseline sends on the tiny mesh (12 sidecars, 2 gateways, each
+// running the Istio Gateway on port 80 and the Gateway API Gateway on 8080), per type (CDS,
+// EDS, LDS, RDS): messages, then resources.
 // An endpoint move of a service without subsets: its assignment to the 5 proxies that see it.
 const ISTIO_ENDPOINT_IP_MESSAGES: [u64; 4] = [0, 5, 0, 0];
 const ISTIO_ENDPOINT_IP_RESOURCES: [u64; 4] = [0, 5, 0, 0];
@@ -16,11 +17,15 @@ const ISTIO_ENDPOINT_IP_RESOURCES: [u64; 4] = [0, 5, 0, 0];
 // service's 3 clusters (and their assignments, which Envoy needs after a cluster update)
 // and every listener and route configuration it holds, changed or not.
 const ISTIO_VS_WEIGHT_MESSAGES: [u64; 4] = [14, 14, 14, 14];
-const ISTIO_VS_WEIGHT_RESOURCES: [u64; 4] = [42, 42, 38, 14];
+const ISTIO_VS_WEIGHT_RESOURCES: [u64; 4] = [42, 42, 40, 16];
 // 17 pod relabels push the service's 3 assignments to its 14 holders; 16 DestinationRules
 // for no host push the 2 gateways' listeners and routes; 17 Services nobody sees, nothing.
 const ISTIO_UNRELATED_MESSAGES: [u64; 4] = [0, 238, 32, 32];
-const ISTIO_UNRELATED_RESOURCES: [u64; 4] = [0, 714, 32, 32];
+const ISTIO_UNRELATED_RESOURCES: [u64; 4] = [0, 714, 64, 64];
+// 20 HTTPRoute edits: each pushes the 2 gateways their 2 listeners and 2 route
+// configurations; the sidecars get nothing.
+const ISTIO_HTTPROUTE_MESSAGES: [u64; 4] = [0, 0, 40, 40];
+const ISTIO_HTTPROUTE_RESOURCES: [u64; 4] = [0, 0, 80, 80];
 // 10 endpoint replacements of a service with subsets, 14 holders: all 3 of its assignments
 // each time.
 const ISTIO_ROLLOUT_MESSAGES: [u64; 4] = [0, 140, 0, 0];
@@ -28,7 +33,7 @@ const ISTIO_ROLLOUT_RESOURCES: [u64; 4] = [0, 420, 0, 0];
 
 // What meshflow sends over Delta on the same mesh, per scenario and type (CDS, EDS, LDS,
 // RDS): the precision the bench tracks; a change here is a change of what is pushed.
-const MESHFLOW_DELTA_MESSAGES: [(&str, [u64; 4]); 12] = [
+const MESHFLOW_DELTA_MESSAGES: [(&str, [u64; 4]); 13] = [
     // Every proxy's first config: one response per type.
     ("connect", [14, 14, 14, 14]),
     ("idle", [0, 0, 0, 0]),
@@ -45,6 +50,9 @@ const MESHFLOW_DELTA_MESSAGES: [(&str, [u64; 4]); 12] = [
     // The namespace's 3 proxies: the newly imported clusters, assignments and routes.
     ("sidecar", [3, 3, 0, 3]),
     ("mesh-wide", [0, 0, 0, 12]),
+    // 20 HTTPRoute edits: the route configuration of the Gateway API Gateway's port to the 2
+    // gateways, each time; no sidecar routes by it.
+    ("httproute", [0, 0, 0, 40]),
     // Nothing changes any proxy's output: nothing is sent.
     ("unrelated", [0, 0, 0, 0]),
     // One assignment response per change and proxy holding the service: 10 × 14.
@@ -111,6 +119,8 @@ fn bench_args(protocol: &str, engine: &str, scenarios: Option<&str>, extra: &[&s
             "2",
             "--gateway-vs-every",
             "5",
+            "--http-routes",
+            "8",
             "--out",
         ])
         .arg(&out_dir)
@@ -175,6 +185,7 @@ fn check(v: &Value, protocol: &str) {
             "mesh-wide",
             "authz-policy",
             "peer-auth",
+            "httproute",
             "unrelated",
             "rollout",
             "churn"
@@ -299,7 +310,8 @@ fn bench_skips_full_push_above_its_limit() {
 /// and still converges to the full recompute: an endpoint move sends only assignments, to
 /// the proxies holding them; a VirtualService change resends every listener and route
 /// configuration of the proxies that see the service, changed or not, and pushes the
-/// gateways (not scoped); of the unrelated changes, the Services nobody sees push nothing,
+/// gateways (not scoped); an HTTPRoute edit resends the gateways' listeners and route
+/// configurations (meshflow: the one route configuration); of the unrelated changes, the Services nobody sees push nothing,
 /// while the pod label pushes the relabelled service's assignments to every proxy holding
 /// them and the DestinationRules push the gateways.
 #[test]
@@ -307,7 +319,7 @@ fn bench_istio_style_pushes_as_istio() {
     let v = bench_with(
         "delta",
         "istio-style",
-        Some("endpoint-ip,vs-weight,unrelated,rollout"),
+        Some("endpoint-ip,vs-weight,httproute,unrelated,rollout"),
     );
     assert_eq!(v["ok"], true, "{v:#}");
     let engine = &v["engines"][0];
@@ -347,6 +359,9 @@ fn bench_istio_style_pushes_as_istio() {
     let (m, r) = counts("vs-weight");
     assert_eq!(m, ISTIO_VS_WEIGHT_MESSAGES, "{:#}", by_name("vs-weight"));
     assert_eq!(r, ISTIO_VS_WEIGHT_RESOURCES, "{:#}", by_name("vs-weight"));
+    let (m, r) = counts("httproute");
+    assert_eq!(m, ISTIO_HTTPROUTE_MESSAGES, "{:#}", by_name("httproute"));
+    assert_eq!(r, ISTIO_HTTPROUTE_RESOURCES, "{:#}", by_name("httproute"));
     let (m, r) = counts("unrelated");
     assert_eq!(m, ISTIO_UNRELATED_MESSAGES, "{:#}", by_name("unrelated"));
     assert_eq!(r, ISTIO_UNRELATED_RESOURCES, "{:#}", by_name("unrelated"));

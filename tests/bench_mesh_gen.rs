@@ -37,6 +37,7 @@ fn shape(sidecar_scoping: bool, vs_every: usize) -> Shape {
         gateways: 0,
         gateway_vs_every: 10,
         authz_policies: 0,
+        http_routes: 0,
     }
 }
 
@@ -65,15 +66,20 @@ fn synth_without_proxies(shape: &Shape, mesh: &MeshConfig) -> BTreeMap<Record, i
 #[test]
 fn generated_configs_read_back_as_synth_records() {
     let mesh = MeshConfig::default();
-    for (scoping, vs_every, gateways, policies) in [
-        (true, 4, 0, 0),
-        (false, 3, 0, 0),
-        (true, 0, 0, 30),
-        (true, 4, 2, 0),
+    for (scoping, vs_every, gateways, policies, routes) in [
+        (true, 4, 0, 0, 0),
+        (false, 3, 0, 0, 0),
+        (true, 0, 0, 30, 0),
+        (true, 4, 2, 0, 0),
+        // With the Gateway API Gateway and an HTTPRoute for 20 of the 37 services.
+        (true, 4, 2, 0, 20),
+        // HTTPRoutes without gateway proxies: none generated.
+        (true, 4, 0, 0, 20),
     ] {
         let mut shape = shape(scoping, vs_every);
         shape.gateways = gateways;
         shape.authz_policies = policies;
+        shape.http_routes = routes;
         shape.gateway_vs_every = 3;
         let dir = temp_dir("meshgen");
         let state = MeshState::new(shape.clone(), mesh.clone()).unwrap();
@@ -118,6 +124,35 @@ fn security_edits_read_back_as_their_records() {
         }))
     });
     assert!(strict, "the namespace's STRICT PeerAuthentication");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The `httproute` scenario's edit reads back as the route with its canary (synth's record
+/// of the same route), and taking the canary back as the route as generated.
+#[test]
+fn route_canary_edits_read_back_as_their_records() {
+    let mesh = MeshConfig::default();
+    let mut shape = shape(true, 4);
+    shape.gateways = 1;
+    shape.http_routes = 10;
+    let dir = temp_dir("meshgen-routes");
+    let mut state = MeshState::new(shape.clone(), mesh.clone()).unwrap();
+    mesh_gen::write_mesh(&dir, &state, false, |_, _| {}).unwrap();
+    let route = |s, canary| {
+        Record::GatewayApi(dataflows::model::GatewayApiObject::HttpRoute(
+            synth::http_route(s, canary, &shape, &mesh),
+        ))
+    };
+    let edit = state.set_route_canary(3, Some(10)).unwrap();
+    mesh_gen::apply_edit(&dir, &edit).unwrap();
+    let read_back = read(&dir, &mesh);
+    // svc-3's canary is svc-8: the next service of ns-3 (5 namespaces).
+    assert!(read_back.contains_key(&route(3, Some((10, 8)))));
+    assert!(!read_back.contains_key(&route(3, None)));
+    mesh_gen::apply_edit(&dir, &state.set_route_canary(3, None).unwrap()).unwrap();
+    assert_eq!(read(&dir, &mesh), synth_without_proxies(&shape, &mesh));
+    // A service without a route has none to edit.
+    assert!(state.set_route_canary(10, Some(10)).is_err());
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -181,6 +216,9 @@ fn bad_shapes_are_refused() {
     assert!(MeshState::new(s, MeshConfig::default()).is_err());
     let mut s = shape(true, 4);
     s.endpoints_per_service = 5000;
+    assert!(MeshState::new(s, MeshConfig::default()).is_err());
+    let mut s = shape(true, 4);
+    s.http_routes = s.services + 1;
     assert!(MeshState::new(s, MeshConfig::default()).is_err());
 }
 

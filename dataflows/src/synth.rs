@@ -4,8 +4,12 @@
 //! connected sidecar proxies, and optionally ingress gateways: `gateways` router proxies
 //! (`istio: ingressgateway`, in the root namespace) selected by one Gateway `ingress` (HTTP
 //! port 80, every host), with a VirtualService `svc-S-gw` bound to it for every
-//! `gateway_vs_every`-th service (host `svc-S.example.com` → that service).
+//! `gateway_vs_every`-th service (host `svc-S.example.com` → that service); with
+//! `http_routes`, the same proxies also run a Gateway API Gateway `web` (class `istio`, HTTP
+//! on port 8080 for `*.web.example`) and services `0..http_routes` each have an HTTPRoute
+//! `svc-S` on it (host `svc-S.web.example` → that service).
 
+use crate::model::gateway_api;
 use crate::model::*;
 
 #[derive(Clone, Debug)]
@@ -28,6 +32,9 @@ pub struct Shape {
     pub gateway_vs_every: usize,
     /// AuthorizationPolicies ([`authz_policy`]): policy `i` selects proxy `i mod proxies`.
     pub authz_policies: usize,
+    /// HTTPRoutes on the Gateway API Gateway `web` ([`http_route`]), one for each of the
+    /// first `http_routes` services (with gateway proxies; at most `services`).
+    pub http_routes: usize,
 }
 
 impl Shape {
@@ -43,6 +50,7 @@ impl Shape {
             gateways: 0,
             gateway_vs_every: 10,
             authz_policies: 0,
+            http_routes: 0,
         }
     }
 
@@ -60,6 +68,7 @@ impl Shape {
             gateways: 0,
             gateway_vs_every: 10,
             authz_policies: 0,
+            http_routes: 0,
         }
     }
 
@@ -77,6 +86,7 @@ impl Shape {
             gateways: 0,
             gateway_vs_every: 10,
             authz_policies: 0,
+            http_routes: 0,
         }
     }
 
@@ -94,6 +104,7 @@ impl Shape {
             gateways: 0,
             gateway_vs_every: 10,
             authz_policies: 0,
+            http_routes: 0,
         }
     }
 }
@@ -193,7 +204,91 @@ pub fn gateway_vs(s: usize, shape: &Shape, mesh: &MeshConfig) -> VirtualService 
     }
 }
 
-/// Gateway proxy `g`: `router~10.253.x.y~istio-ingressgateway-G.ROOT~ROOT.svc.cluster.local`.
+/// The name of the generated Gateway API Gateway (in the root namespace), which the gateway
+/// proxies also run (they carry its `gateway.networking.k8s.io/gateway-name` label).
+pub const K8S_GATEWAY_NAME: &str = "web";
+
+/// The port of the Gateway API Gateway's one listener.
+pub const K8S_GATEWAY_PORT: u16 = 8080;
+
+/// Whether the mesh has the Gateway API Gateway and its HTTPRoutes.
+pub fn has_http_routes(shape: &Shape) -> bool {
+    shape.gateways > 0 && shape.http_routes > 0
+}
+
+/// The host service `s`'s HTTPRoute serves at the Gateway API Gateway.
+pub fn http_route_host(s: usize) -> String {
+    format!("svc-{s}.web.example")
+}
+
+/// The Gateway API Gateway `web`: class `istio`, one HTTP listener `http` on
+/// [`K8S_GATEWAY_PORT`] for `*.web.example`, routes from every namespace.
+pub fn k8s_gateway(mesh: &MeshConfig) -> gateway_api::KubeGateway {
+    gateway_api::KubeGateway {
+        key: ConfigKey::new(
+            Kind::KubernetesGateway,
+            &mesh.root_namespace,
+            K8S_GATEWAY_NAME,
+        ),
+        class: "istio".into(),
+        listeners: vec![gateway_api::Listener {
+            name: "http".into(),
+            hostname: Some("*.web.example".into()),
+            port: K8S_GATEWAY_PORT,
+            protocol: gateway_api::ListenerProtocol::Http,
+            tls: None,
+            allowed_namespaces: gateway_api::AllowedNamespaces::All,
+            allowed_kinds: vec![],
+        }],
+        refused: vec![],
+    }
+}
+
+/// Service `s`'s HTTPRoute `svc-S` (in its namespace) on the Gateway `web`: every request
+/// for [`http_route_host`] to `svc-S` port 80, or with `canary` (weight, service), that
+/// share of them to the canary service (of the same namespace) and the rest to `svc-S`.
+pub fn http_route(
+    s: usize,
+    canary: Option<(u32, usize)>,
+    shape: &Shape,
+    mesh: &MeshConfig,
+) -> gateway_api::KubeHttpRoute {
+    let ns = namespace(s % shape.namespaces);
+    let backend = |t: usize, weight: u32| gateway_api::BackendRef {
+        host: Some(hostname(t, shape, mesh)),
+        namespace: ns.clone(),
+        kind: "Service".into(),
+        name: format!("svc-{t}"),
+        port: Some(80),
+        weight,
+        headers: Default::default(),
+    };
+    let backends = match canary {
+        None => vec![backend(s, 1)],
+        Some((w, t)) => vec![backend(s, 100 - w.min(100)), backend(t, w.min(100))],
+    };
+    gateway_api::KubeHttpRoute {
+        key: ConfigKey::new(Kind::HttpRoute, &ns, format!("svc-{s}")),
+        created: String::new(),
+        parents: vec![gateway_api::ParentRef {
+            kind: gateway_api::ParentKind::Gateway,
+            namespace: mesh.root_namespace.clone(),
+            name: K8S_GATEWAY_NAME.into(),
+            section: None,
+            port: None,
+        }],
+        hostnames: vec![http_route_host(s)],
+        rules: vec![gateway_api::HttpRouteRule {
+            template: HttpRoute::default(),
+            matches: vec![],
+            backends,
+        }],
+    }
+}
+
+/// Gateway proxy `g`: `router~10.253.x.y~istio-ingressgateway-G.ROOT~ROOT.svc.cluster.local`,
+/// labelled `istio: ingressgateway` (the Istio Gateway `ingress` selects it) and
+/// `gateway.networking.k8s.io/gateway-name: web` (it runs the Gateway API Gateway `web`).
 pub fn router(g: usize, mesh: &MeshConfig) -> Proxy {
     let ns = &mesh.root_namespace;
     let ip = format!("10.253.{}.{}", (g / 256) % 256, g % 256);
@@ -202,7 +297,14 @@ pub fn router(g: usize, mesh: &MeshConfig) -> Proxy {
         kind: ProxyKind::Router,
         ips: vec![ip],
         namespace: ns.clone(),
-        labels: [("istio".to_string(), "ingressgateway".to_string())].into(),
+        labels: [
+            ("istio".to_string(), "ingressgateway".to_string()),
+            (
+                gateway_api::GATEWAY_NAME_LABEL.to_string(),
+                K8S_GATEWAY_NAME.to_string(),
+            ),
+        ]
+        .into(),
         interception_none: false,
         service_account: None,
         locality: String::new(),
@@ -295,9 +397,19 @@ pub fn records(shape: &Shape, mesh: &MeshConfig) -> Vec<Record> {
         if has_gateway_vs(s, shape) {
             out.push(Record::VirtualService(gateway_vs(s, shape, mesh)));
         }
+        if has_http_routes(shape) && s < shape.http_routes {
+            out.push(Record::GatewayApi(
+                gateway_api::GatewayApiObject::HttpRoute(http_route(s, None, shape, mesh)),
+            ));
+        }
     }
     if shape.gateways > 0 {
         out.push(Record::Gateway(gateway(mesh)));
+    }
+    if has_http_routes(shape) {
+        out.push(Record::GatewayApi(gateway_api::GatewayApiObject::Gateway(
+            k8s_gateway(mesh),
+        )));
     }
     if shape.sidecar_scoping {
         for n in 0..shape.namespaces {

@@ -49,6 +49,10 @@ pub struct MeshGenArgs {
     /// AuthorizationPolicies, each selecting one proxy (policy I selects proxy I mod P).
     #[arg(long, default_value_t = 0)]
     pub authz_policies: usize,
+    /// HTTPRoutes, one for each of the first R services, on a Gateway API Gateway `web`
+    /// (class istio, HTTP port 8080) the gateway proxies also run (needs --gateways).
+    #[arg(long, default_value_t = 0)]
+    pub http_routes: usize,
     /// Write into a non-empty directory.
     #[arg(long)]
     pub force: bool,
@@ -70,6 +74,7 @@ pub fn mesh_gen(a: MeshGenArgs) -> ExitCode {
         gateways: a.gateways,
         gateway_vs_every: a.gateway_vs_every,
         authz_policies: a.authz_policies,
+        http_routes: a.http_routes,
     };
     let mesh = MeshConfig {
         root_namespace: a.root_namespace,
@@ -256,6 +261,10 @@ pub struct BenchArgs {
     /// AuthorizationPolicies, each selecting one proxy; overrides the shape's (0).
     #[arg(long)]
     pub authz_policies: Option<usize>,
+    /// HTTPRoutes on a Gateway API Gateway the gateway proxies also run, one for each of
+    /// the first R services (needs --gateways); overrides the shape's (0).
+    #[arg(long)]
+    pub http_routes: Option<usize>,
     /// Hold this lock file (flock) around each engine's run only, releasing it in between,
     /// instead of wrapping the whole command in `flock` (do not do both: it would wait for
     /// itself).
@@ -310,6 +319,7 @@ fn bench_options(a: BenchArgs) -> Result<Options, String> {
     over!(gateways);
     over!(gateway_vs_every);
     over!(authz_policies);
+    over!(http_routes);
     if custom {
         name.push_str("-custom");
     }

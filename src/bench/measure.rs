@@ -1,9 +1,9 @@
 //! How each scenario is measured on a running engine: `connect` (every proxy opens its
 //! stream at once), `idle` (the server's background cost), then every row of
 //! [`super::scenarios::SCENARIOS`] asked for — a one-file edit ([`Change::Edit`]), a
-//! sequence of edits ([`Change::Sequence`]), the sustained churn ([`Change::Churn`]) or a
-//! rolling update ([`Change::Rollout`]) — each timed, counted and checked against the full
-//! recompute.
+//! sequence of edits ([`Change::Sequence`]), one-file edits one after another
+//! ([`Change::Repeat`]), the sustained churn ([`Change::Churn`]) or a rolling update
+//! ([`Change::Rollout`]) — each timed, counted and checked against the full recompute.
 
 use super::churn;
 use super::expected::{self, Affected, Expected, Inputs, Oracle};
@@ -158,6 +158,7 @@ impl RunContext<'_> {
         match scenario.change {
             Change::Edit(edit) => self.edit(edit, lg, result).await,
             Change::Sequence(edits, gap_ms) => self.sequence(edits, gap_ms, lg, result).await,
+            Change::Repeat(edit, times) => self.repeat(edit, times, lg, result).await,
             Change::Churn => {
                 let (cfg, moves) = (self.opts.churn, churn::Moves::RoundRobin);
                 self.churn(cfg, moves, lg, result).await
@@ -315,6 +316,76 @@ impl RunContext<'_> {
             .count();
         record_check(result, expected::verify(lg, &next));
         self.expected = next;
+        Ok(())
+    }
+
+    /// `times` one-file edits, each measured as [`Self::edit`] measures one (the recompute
+    /// on the shadow copy before its write, then the wait until its affected proxies hold
+    /// it, then quiet) before the next: one latency sample per (edit, affected proxy), and
+    /// every message in the window counts (the harness's recomputes between edits fall in
+    /// the window: they cost the bench process, not the server).
+    async fn repeat(
+        &mut self,
+        edit_fn: EditFn,
+        times: usize,
+        lg: &Loadgen,
+        result: &mut ScenarioResult,
+    ) -> Result<(), String> {
+        let opts = self.opts;
+        let mut affected_set = BTreeSet::new();
+        let mut window = None;
+        let start = Instant::now();
+        for _ in 0..times {
+            let (description, edit) = match edit_fn(self.state) {
+                Ok(x) => x,
+                Err(why) => {
+                    result.skipped = Some(why);
+                    return Ok(());
+                }
+            };
+            if result.description.is_empty() {
+                result.description = description;
+            }
+            mesh_gen::apply_edit(self.shadow_dir, &edit)?;
+            let next = self.recompute().await?;
+            let (affected, min_bytes) = expected::affected_changes(&self.expected, &next);
+            result.affected += affected.len();
+            result.min_bytes += min_bytes.responses;
+            result.min_body_bytes += min_bytes.bodies;
+            affected_set.extend(affected.iter().map(|(p, _)| *p));
+            if window.is_none() {
+                window = Some(Window::open(self.server, Some(lg))?);
+            }
+            let t0 = Instant::now();
+            mesh_gen::apply_edit(self.config_dir, &edit)?;
+            let pending = wait_converged(lg, &affected, t0, opts.timeout, result).await?;
+            result.converged += affected.len() - pending;
+            result.changes += 1;
+            let floor = later(
+                t0,
+                Duration::from_millis(opts.debounce_ms).saturating_add(opts.settle),
+            );
+            tokio::time::sleep(floor.saturating_duration_since(Instant::now())).await;
+            lg.wait_quiet(opts.settle, QUIET_LIMIT).await;
+            self.expected = next;
+            if pending > 0 {
+                break;
+            }
+        }
+        let Some(window) = window else {
+            return Ok(());
+        };
+        let messaged = window.close(self.server, lg, result)?;
+        result.unaffected_messaged = messaged
+            .iter()
+            .filter(|i| !affected_set.contains(i))
+            .count();
+        result.window_s = Some(start.elapsed().as_secs_f64());
+        result.description = format!(
+            "{} edits one after another, each converged before the next; the first: {}",
+            result.changes, result.description
+        );
+        record_check(result, expected::verify(lg, &self.expected));
         Ok(())
     }
 

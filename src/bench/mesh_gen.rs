@@ -14,8 +14,9 @@
 //!
 //! Layout: `ns-K/namespace.yaml` (the Namespace), `ns-K/sidecar.yaml`, and one file per
 //! service, `ns-K/svc-S.yaml`, holding its Service, EndpointSlice, Pods, DestinationRule and
-//! VirtualService(s), and `ROOT/gateway.yaml` the Gateway — so a scenario edits one small
-//! file and the file source re-parses only it.
+//! VirtualService(s) and HTTPRoute, `ROOT/gateway.yaml` the Gateway and
+//! `ROOT/k8s-gateway.yaml` the Gateway API Gateway — so a scenario edits one small file and
+//! the file source re-parses only it.
 //! `.meshflow-mesh.json` (a dot file, which the file source ignores) records the shape.
 //!
 //! [`MeshState`] is the generator's model of the mesh: the bench harness mutates it (an
@@ -58,6 +59,9 @@ pub struct ServiceState {
     pods_created: usize,
     /// A `rev` label on every pod, which no subset selects (`None`: no such label).
     pub pod_revision: Option<usize>,
+    /// Its HTTPRoute's canary: (weight, service of the same namespace) taking that share
+    /// of its requests (`None`: every request to the service itself).
+    pub route_canary: Option<(u32, usize)>,
 }
 
 /// A file to write (`Some` content) or delete (`None`), relative to the config directory.
@@ -82,6 +86,8 @@ pub struct MeshState {
     fresh_in_use: std::collections::HashSet<String>,
     /// AuthorizationPolicies edited so far, by index: their revision (the others: 0).
     authz_revisions: std::collections::BTreeMap<usize, usize>,
+    /// HTTPRoute edits so far (the next one edits route `route_edits mod http_routes`).
+    pub route_edits: usize,
 }
 
 /// Checks that a shape can be generated (unique IPs, valid node ids).
@@ -105,6 +111,9 @@ pub fn check_shape(shape: &Shape) -> Result<(), String> {
     }
     if shape.shared_namespaces > shape.namespaces {
         return Err("--shared-namespaces must not exceed --namespaces".into());
+    }
+    if shape.http_routes > shape.services {
+        return Err("--http-routes must not exceed --services (one route per service)".into());
     }
     Ok(())
 }
@@ -131,6 +140,7 @@ impl MeshState {
             next_fresh_ip: 0,
             fresh_in_use: Default::default(),
             authz_revisions: Default::default(),
+            route_edits: 0,
         })
     }
 
@@ -255,12 +265,50 @@ spec:
         ))
     }
 
+    pub fn k8s_gateway_path(&self) -> PathBuf {
+        PathBuf::from(&self.mesh.root_namespace).join("k8s-gateway.yaml")
+    }
+
+    /// The Gateway API Gateway ([`synth::k8s_gateway`]; `None` without HTTPRoutes).
+    pub fn render_k8s_gateway(&self) -> Option<String> {
+        if !synth::has_http_routes(&self.shape) {
+            return None;
+        }
+        Some(format!(
+            "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata:
+  name: {name}
+  namespace: {ns}
+spec:
+  gatewayClassName: istio
+  listeners:
+  - name: http
+    hostname: \"*.web.example\"
+    port: {port}
+    protocol: HTTP
+    allowedRoutes:
+      namespaces:
+        from: All
+",
+            name = synth::K8S_GATEWAY_NAME,
+            ns = self.mesh.root_namespace,
+            port = synth::K8S_GATEWAY_PORT,
+        ))
+    }
+
     /// Every file of the mesh.
     pub fn files(&self) -> Vec<Edit> {
         let mut out = Vec::new();
         if let Some(content) = self.render_gateway() {
             out.push(Edit {
                 path: self.gateway_path(),
+                content: Some(content),
+            });
+        }
+        if let Some(content) = self.render_k8s_gateway() {
+            out.push(Edit {
+                path: self.k8s_gateway_path(),
                 content: Some(content),
             });
         }
@@ -378,6 +426,26 @@ spec:
         if !svc.subsets.iter().any(|x| x == name) {
             svc.subsets.push(name.to_string());
         }
+        Ok(self.service_edit(s))
+    }
+
+    /// The HTTPRoute of `s` sends `weight`% of its requests to a second service of its
+    /// namespace (`None`: all to `s` again).
+    pub fn set_route_canary(&mut self, s: usize, weight: Option<u32>) -> Result<Edit, String> {
+        if !synth::has_http_routes(&self.shape) || s >= self.shape.http_routes {
+            return Err(format!("svc-{s} has no HTTPRoute"));
+        }
+        let k = self.shape.namespaces;
+        let n = self.services.len();
+        // Another service of the same namespace: no ReferenceGrant needed.
+        let canary = if s + k < n {
+            s + k
+        } else if s >= k {
+            s - k
+        } else {
+            s
+        };
+        self.service_mut(s)?.route_canary = weight.map(|w| (w.min(100), canary));
         Ok(self.service_edit(s))
     }
 
@@ -521,7 +589,8 @@ status:
     }
 
     /// The routing part of service `s`'s file, appended to `y`: its DestinationRule,
-    /// VirtualService and the VirtualService bound to the ingress Gateway, those it has.
+    /// VirtualService, the VirtualService bound to the ingress Gateway and its HTTPRoute,
+    /// those it has.
     fn render_routing(&self, s: usize, y: &mut String) {
         let Some(svc) = self.services.get(s) else {
             return;
@@ -604,6 +673,46 @@ spec:
                 gw = synth::GATEWAY_NAME,
             );
         }
+        if synth::has_http_routes(&self.shape) && s < self.shape.http_routes {
+            let backends = match svc.route_canary {
+                None => format!(
+                    "    - name: svc-{s}
+      port: 80
+"
+                ),
+                Some((w, t)) => format!(
+                    "    - name: svc-{s}
+      port: 80
+      weight: {rest}
+    - name: svc-{t}
+      port: 80
+      weight: {w}
+",
+                    rest = 100 - w
+                ),
+            };
+            let _ = write!(
+                y,
+                "---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata:
+  name: svc-{s}
+  namespace: {ns}
+spec:
+  parentRefs:
+  - name: {gw}
+    namespace: {root}
+  hostnames:
+  - {host}
+  rules:
+  - backendRefs:
+{backends}",
+                gw = synth::K8S_GATEWAY_NAME,
+                root = self.mesh.root_namespace,
+                host = synth::http_route_host(s),
+            );
+        }
     }
 
     /// The shape as JSON (written to [`SHAPE_FILE`]).
@@ -624,6 +733,7 @@ pub fn shape_json(shape: &Shape, mesh: &MeshConfig) -> serde_json::Value {
         "gateways": shape.gateways,
         "gateway_vs_every": shape.gateway_vs_every,
         "authz_policies": shape.authz_policies,
+        "http_routes": shape.http_routes,
         "root_namespace": mesh.root_namespace,
         "domain_suffix": mesh.domain_suffix,
     })
@@ -657,6 +767,7 @@ impl ServiceState {
             v1_weight: with_rules.then_some(90),
             pods_created: shape.endpoints_per_service,
             pod_revision: None,
+            route_canary: None,
         }
     }
 }

@@ -28,6 +28,10 @@ pub enum Change {
     /// epoch): measured as one window, every message any proxy receives counted, the
     /// affected proxies those whose config differs at the end; then the same check.
     Sequence(SequenceFn, u64),
+    /// One-file edits made one after another, this many: each measured as an `Edit` (its
+    /// affected proxies timed until they hold it) before the next is written; one latency
+    /// sample per (edit, affected proxy), the messages of all of them counted.
+    Repeat(EditFn, usize),
     /// Sustained endpoint churn at `--churn-rate` for `--churn-seconds` ([`super::churn`]):
     /// one latency sample per change and proxy, then the same check.
     Churn,
@@ -40,6 +44,9 @@ pub enum Change {
 /// Endpoints a `rollout` replaces, and the time between two replacements.
 pub const ROLLOUT_CHANGES: usize = 10;
 pub const ROLLOUT_GAP_MS: u64 = 200;
+
+/// HTTPRoute edits `httproute` makes, one after another.
+pub const ROUTE_EDITS: usize = 20;
 
 /// Changes `unrelated` writes, and the time between two (longer than any debounce window
 /// the bench uses, so each is its own epoch).
@@ -83,6 +90,7 @@ pub static SCENARIOS: &[Scenario] = &[
     Scenario { name: "mesh-wide",       change: Change::Edit(mesh_wide) },
     Scenario { name: "authz-policy",    change: Change::Edit(authz_policy) },
     Scenario { name: "peer-auth",       change: Change::Edit(peer_auth) },
+    Scenario { name: "httproute",       change: Change::Repeat(http_route, ROUTE_EDITS) },
     Scenario { name: "unrelated",       change: Change::Sequence(unrelated, UNRELATED_GAP_MS) },
     Scenario { name: "rollout",         change: Change::Rollout },
     Scenario { name: "churn",           change: Change::Churn },
@@ -303,6 +311,31 @@ fn peer_auth(state: &mut MeshState) -> Result<(String, Edit), String> {
              change",
             dataflows::synth::namespace(n)
         ),
+        edit,
+    ))
+}
+
+/// An HTTPRoute on the gateways' Gateway API Gateway sends 10% of its requests to a
+/// canary service of its namespace, or takes it back: the routes in turn (route `i mod R`
+/// at the `i`-th call). Only the gateway proxies route by it.
+fn http_route(state: &mut MeshState) -> Result<(String, Edit), String> {
+    let routes = state.shape.http_routes.min(state.services.len());
+    if !synth::has_http_routes(&state.shape) || routes == 0 {
+        return Err("the mesh has no HTTPRoute (it needs --gateways and --http-routes)".into());
+    }
+    let s = state.route_edits % routes;
+    state.route_edits += 1;
+    let weight = match state.services[s].route_canary {
+        Some(_) => None,
+        None => Some(10),
+    };
+    let edit = state.set_route_canary(s, weight)?;
+    let what = match state.services[s].route_canary {
+        Some((w, t)) => format!("sends {w}% to svc-{t}"),
+        None => "takes its canary back".to_string(),
+    };
+    Ok((
+        format!("HTTPRoute svc-{s} (one of {routes} on the gateways' Gateway API Gateway) {what}"),
         edit,
     ))
 }

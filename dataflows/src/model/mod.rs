@@ -11,7 +11,7 @@ mod authz;
 mod destination_rule;
 mod ext_authz;
 mod gateway;
-mod gateway_api;
+pub mod gateway_api;
 mod host_services;
 mod inbound;
 mod jwt;
