@@ -25,6 +25,13 @@ const EDIT_NET: u8 = 149;
 const GRPC_NET: u8 = 151;
 /// The helloworld test's loopback /24.
 const HELLO_NET: u8 = 153;
+/// The migration test's loopback /24.
+const MIGRATE_NET: u8 = 154;
+/// The SotW runs' loopback /24s (the gateway's, the mesh's).
+const SOTW_NET: u8 = 155;
+const MESH_SOTW_NET: u8 = 156;
+/// The MESH-HTTP extended features test's loopback /24.
+const MESH_EXT_NET: u8 = 157;
 const HOST: &str = "bookinfo.example";
 
 /// meshflow over `config_dir`, and the Envoy of Gateway `gateway`'s deployment (pod `pod` of
@@ -38,16 +45,27 @@ fn start_gateway(
     pod: &str,
     port: u16,
 ) -> (Meshflow, Envoy) {
+    start_gateway_over(
+        envoy_bin,
+        dir,
+        config_dir,
+        (gateway, pod, port),
+        XdsMode::Delta,
+    )
+}
+
+/// [`start_gateway`] over ADS flavour `mode`.
+fn start_gateway_over(
+    envoy_bin: &std::path::Path,
+    dir: &TestDir,
+    config_dir: &std::path::Path,
+    (gateway, pod, port): (&str, &str, u16),
+    mode: XdsMode,
+) -> (Meshflow, Envoy) {
     let meshflow = Meshflow::start(config_dir, dir.path());
     let label = [("gateway.networking.k8s.io/gateway-name", gateway)];
     let node = ProxyNode::router(pod, "default", "127.0.0.1", &label);
-    let envoy = Envoy::start(
-        envoy_bin,
-        dir.path(),
-        &node,
-        meshflow.xds_addr(),
-        XdsMode::Delta,
-    );
+    let envoy = Envoy::start(envoy_bin, dir.path(), &node, meshflow.xds_addr(), mode);
     envoy.wait_live(STARTUP_TIMEOUT);
     envoy.await_listener(&format!("0.0.0.0_{port}"));
     (meshflow, envoy)
@@ -143,12 +161,25 @@ spec:
 #[test]
 fn gateway_api_routes_through_envoy() {
     let envoy_bin = require_envoy!();
-    let dir = TestDir::new("envoy-gateway-api");
+    gateway_api_scenario(&envoy_bin, XdsMode::Delta, NET);
+}
+
+/// Proves the same Gateway API routing as [`gateway_api_routes_through_envoy`] when the
+/// gateway's Envoy speaks State-of-the-World ADS.
+#[test]
+fn gateway_api_routes_through_envoy_over_sotw() {
+    let envoy_bin = require_envoy!();
+    gateway_api_scenario(&envoy_bin, XdsMode::Sotw, SOTW_NET);
+}
+
+/// The bookinfo gateway scenario over `mode`, on loopback /24 `net`.
+fn gateway_api_scenario(envoy_bin: &std::path::Path, mode: XdsMode, net: u8) {
+    let dir = TestDir::new(&format!("envoy-gateway-api-{}", mode.label()));
     let config_dir = dir.subdir("config");
     let port = free_port();
     let route_config = format!("http.{port}");
 
-    let reviews = Reviews::new(NET, 9080, &config_dir);
+    let reviews = Reviews::new(net, 9080, &config_dir);
     let _v1 = reviews.start_backend("v1");
     let _v2 = reviews.start_backend("v2");
     reviews.write_pods(&["v1", "v2"]);
@@ -159,13 +190,12 @@ fn gateway_api_routes_through_envoy() {
     write_config(&config_dir, "services.yaml", &services.join("---\n"));
     write_config(&config_dir, "gateway.yaml", &gateway_yaml(port));
 
-    let (_meshflow, envoy) = start_gateway(
-        &envoy_bin,
+    let (_meshflow, envoy) = start_gateway_over(
+        envoy_bin,
         &dir,
         &config_dir,
-        "bookinfo-gateway",
-        "bookinfo-gateway-istio-abc",
-        port,
+        ("bookinfo-gateway", "bookinfo-gateway-istio-abc", port),
+        mode,
     );
     let client = Client::new(&envoy, SocketAddr::from(([127, 0, 0, 1], port)), HOST);
     let (v1, v2) = ("reviews-v1", "reviews-v2");
@@ -360,49 +390,90 @@ spec:
 #[test]
 fn mesh_routes_shift_reviews_by_weight_through_a_sidecar() {
     let envoy_bin = require_envoy!();
-    let dir = TestDir::new("envoy-gateway-api-mesh");
-    let config_dir = dir.subdir("config");
-    let port = free_port();
-    // The Service port equals the sidecar's egress listener port.
-    let reviews = Reviews::new(MESH_NET, port, &config_dir);
-    let _v1 = reviews.start_backend("v1");
-    let _v2 = reviews.start_backend("v2");
-    reviews.write_service();
-    reviews.write_pods(&["v1", "v2"]);
-    reviews.write_endpoints(&["v1", "v2"]);
-    let services = [
-        version_service_on(&reviews, "v1", port),
-        version_service_on(&reviews, "v2", port),
-    ];
-    write_config(&config_dir, "services.yaml", &services.join("---\n"));
-    write_config(
-        &config_dir,
-        "sidecar.yaml",
-        &support::reviews::client_sidecar_yaml(port),
-    );
-    write_config(&config_dir, "route.yaml", &mesh_route(port, 1, 0));
-    let meshflow = Meshflow::start(&config_dir, dir.path());
-    let node = ProxyNode::sidecar(
-        "client-abc",
-        "default",
-        &reviews.ip(20),
-        &[("app", "client")],
-    );
-    let envoy = Envoy::start(
-        &envoy_bin,
-        dir.path(),
-        &node,
-        meshflow.xds_addr(),
-        XdsMode::Delta,
-    );
-    envoy.wait_live(STARTUP_TIMEOUT);
-    envoy.await_listener(&format!("127.0.0.1_{port}"));
-    let client = Client::new(&envoy, SocketAddr::from(([127, 0, 0, 1], port)), "reviews");
+    mesh_scenario(&envoy_bin, XdsMode::Delta, MESH_NET);
+}
+
+/// Proves the same mesh routing as [`mesh_routes_shift_reviews_by_weight_through_a_sidecar`]
+/// when the client's sidecar speaks State-of-the-World ADS.
+#[test]
+fn mesh_routes_shift_reviews_by_weight_through_a_sidecar_over_sotw() {
+    let envoy_bin = require_envoy!();
+    mesh_scenario(&envoy_bin, XdsMode::Sotw, MESH_SOTW_NET);
+}
+
+/// A client sidecar (pod `client-abc` of `default`) and the Service `reviews` with its two
+/// version Services, each with its backend, on loopback /24 `net`, under the HTTPRoute
+/// `route(port)`; the Service port is the sidecar's egress listener port. Fields drop in
+/// order: Envoy, then meshflow, then the backends.
+struct MeshClient {
+    envoy: Envoy,
+    _meshflow: Meshflow,
+    _backends: [support::Backend; 2],
+    config_dir: std::path::PathBuf,
+    port: u16,
+    _dir: TestDir,
+}
+
+impl MeshClient {
+    fn start(
+        envoy_bin: &std::path::Path,
+        label: &str,
+        (net, mode): (u8, XdsMode),
+        route: impl Fn(u16) -> String,
+    ) -> MeshClient {
+        let dir = TestDir::new(label);
+        let config_dir = dir.subdir("config");
+        let port = free_port();
+        let reviews = Reviews::new(net, port, &config_dir);
+        let backends = [reviews.start_backend("v1"), reviews.start_backend("v2")];
+        reviews.write_service();
+        reviews.write_pods(&["v1", "v2"]);
+        reviews.write_endpoints(&["v1", "v2"]);
+        let services = [
+            version_service_on(&reviews, "v1", port),
+            version_service_on(&reviews, "v2", port),
+        ];
+        write_config(&config_dir, "services.yaml", &services.join("---\n"));
+        write_config(
+            &config_dir,
+            "sidecar.yaml",
+            &support::reviews::client_sidecar_yaml(port),
+        );
+        write_config(&config_dir, "route.yaml", &route(port));
+        let meshflow = Meshflow::start(&config_dir, dir.path());
+        let labels = [("app", "client")];
+        let node = ProxyNode::sidecar("client-abc", "default", &reviews.ip(20), &labels);
+        let envoy = Envoy::start(envoy_bin, dir.path(), &node, meshflow.xds_addr(), mode);
+        envoy.wait_live(STARTUP_TIMEOUT);
+        envoy.await_listener(&format!("127.0.0.1_{port}"));
+        MeshClient {
+            envoy,
+            _meshflow: meshflow,
+            _backends: backends,
+            config_dir,
+            port,
+            _dir: dir,
+        }
+    }
+
+    fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+}
+
+/// The GAMMA weight scenario over `mode`, on loopback /24 `net`.
+fn mesh_scenario(envoy_bin: &std::path::Path, mode: XdsMode, net: u8) {
+    let label = format!("envoy-gateway-api-mesh-{}", mode.label());
+    let mesh = MeshClient::start(envoy_bin, &label, (net, mode), |port| {
+        mesh_route(port, 1, 0)
+    });
+    let (envoy, config_dir, port) = (&mesh.envoy, &mesh.config_dir, mesh.port);
+    let client = Client::new(envoy, mesh.addr(), "reviews");
     let (v1, v2) = ("reviews-v1", "reviews-v2");
 
     let counts = client.converge("all to v1", "/reviews/1", &[], |c| only(c, v1), 20);
     assert_eq!(count(&counts, v1), 20, "{counts:?}");
-    write_config(&config_dir, "route.yaml", &mesh_route(port, 50, 50));
+    write_config(config_dir, "route.yaml", &mesh_route(port, 50, 50));
     let counts = client.converge(
         "half and half",
         "/reviews/1",
@@ -411,7 +482,7 @@ fn mesh_routes_shift_reviews_by_weight_through_a_sidecar() {
         40,
     );
     assert!(exactly(&counts, &[v1, v2]), "{counts:?}");
-    write_config(&config_dir, "route.yaml", &mesh_route(port, 0, 1));
+    write_config(config_dir, "route.yaml", &mesh_route(port, 0, 1));
     let counts = client.converge("all to v2", "/reviews/1", &[], |c| only(c, v2), 20);
     assert_eq!(count(&counts, v2), 20, "{counts:?}");
     std::fs::remove_file(config_dir.join("route.yaml")).expect("remove route.yaml");
@@ -423,6 +494,112 @@ fn mesh_routes_shift_reviews_by_weight_through_a_sidecar() {
         40,
     );
     assert!(exactly(&counts, &[v1, v2]), "{counts:?}");
+    assert_eq!(envoy.rejected_updates(), 0, "{}", envoy.summary());
+}
+
+/// An HTTPRoute on the Service `reviews` with one rule per MESH-HTTP extended feature: a
+/// query parameter match (named rule `by-query`), a path prefix rewrite, scheme, port and
+/// full-path redirects, a backend's own request header, and a default rule to v1.
+fn mesh_extended_route(port: u16) -> String {
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: reviews, namespace: default}}
+spec:
+  parentRefs: [{{group: \"\", kind: Service, name: reviews, port: {port}}}]
+  rules:
+  - name: by-query
+    matches: [{{queryParams: [{{name: v, value: \"2\"}}]}}]
+    backendRefs: [{{name: reviews-v2, port: {port}}}]
+  - matches: [{{path: {{type: PathPrefix, value: /old}}}}]
+    filters:
+    - type: URLRewrite
+      urlRewrite: {{path: {{type: ReplacePrefixMatch, replacePrefixMatch: /new}}}}
+    backendRefs: [{{name: reviews-v1, port: {port}}}]
+  - matches: [{{path: {{type: PathPrefix, value: /scheme}}}}]
+    filters: [{{type: RequestRedirect, requestRedirect: {{scheme: https}}}}]
+  - matches: [{{path: {{type: PathPrefix, value: /port}}}}]
+    filters: [{{type: RequestRedirect, requestRedirect: {{port: 8443}}}}]
+  - matches: [{{path: {{type: PathPrefix, value: /path}}}}]
+    filters:
+    - type: RequestRedirect
+      requestRedirect: {{path: {{type: ReplaceFullPath, replaceFullPath: /elsewhere}}}}
+  - matches: [{{path: {{type: PathPrefix, value: /tagged}}}}]
+    backendRefs:
+    - name: reviews-v1
+      port: {port}
+      filters:
+      - type: RequestHeaderModifier
+        requestHeaderModifier: {{set: [{{name: x-mesh-tag, value: tagged}}]}}
+  - backendRefs: [{{name: reviews-v1, port: {port}}}]
+"
+    )
+}
+
+/// Proves the MESH-HTTP extended features through a real client sidecar, one request each
+/// (the behaviours of the upstream mesh conformance cases, written here): a query parameter
+/// match picks v2 (MeshHTTPRouteQueryParamMatching); `/old/x` arrives at the backend as
+/// `/new/x` (MeshHTTPRouteRewritePath); scheme, port and full-path redirects answer 302
+/// with the Location the filter says (MeshHTTPRouteSchemeRedirect, MeshHTTPRouteRedirectPort,
+/// MeshHTTPRouteRedirectPath); a backend's own header modifier reaches that backend
+/// (MeshHTTPRouteBackendRequestHeaderModification); the rule's name is in its Envoy route's name
+/// (MeshHTTPRouteNamedRouteRule).
+#[test]
+fn mesh_routes_apply_the_extended_features_through_a_sidecar() {
+    use support::http_request;
+    let envoy_bin = require_envoy!();
+    let mesh = MeshClient::start(
+        &envoy_bin,
+        "envoy-gateway-api-mesh-extended",
+        (MESH_EXT_NET, XdsMode::Delta),
+        mesh_extended_route,
+    );
+    let (envoy, addr) = (&mesh.envoy, mesh.addr());
+    let client = Client::new(envoy, addr, "reviews");
+    let v2 = "reviews-v2";
+    let counts = client.converge("v=2 to v2", "/?v=2", &[], |c| only(c, v2), 10);
+    assert_eq!(count(&counts, v2), 10, "{counts:?}");
+    let get = |path: &str| {
+        http_request(addr, "GET", "reviews", path, &[])
+            .unwrap_or_else(|e| panic!("GET {path}: {e}\n{}", envoy.summary()))
+    };
+    let r = get("/?v=1");
+    assert_eq!(r.header("x-backend"), Some("reviews-v1"), "{r:?}");
+    let r = get("/old/x");
+    assert_eq!(
+        r.header("x-echo-path"),
+        Some("/new/x"),
+        "prefix rewritten: {r:?}"
+    );
+    let r = get("/scheme");
+    assert_eq!(r.status, 302, "{r:?}");
+    let location = r.header("location").unwrap_or_default();
+    assert!(location.starts_with("https://reviews"), "{location}");
+    let r = get("/port");
+    assert_eq!(r.status, 302, "{r:?}");
+    let location = r.header("location").unwrap_or_default();
+    assert!(
+        location.starts_with("http://reviews:8443/port"),
+        "{location}"
+    );
+    let r = get("/path/x");
+    assert_eq!(r.status, 302, "{r:?}");
+    let location = r.header("location").unwrap_or_default();
+    assert!(location.ends_with("/elsewhere"), "{location}");
+    let r = get("/tagged");
+    assert_eq!(r.header("x-echo-x-mesh-tag"), Some("tagged"), "{r:?}");
+    let r = get("/untagged");
+    assert_eq!(
+        r.header("x-echo-x-mesh-tag"),
+        None,
+        "only that backend's: {r:?}"
+    );
+    let dump = envoy.config_dump().to_string();
+    assert!(
+        dump.contains("\"name\":\"default.reviews.by-query.0\""),
+        "the named rule's Envoy route is named by it (namespace, route, rule, match): {}",
+        envoy.summary()
+    );
     assert_eq!(envoy.rejected_updates(), 0, "{}", envoy.summary());
 }
 
@@ -892,4 +1069,205 @@ fn helloworld_gateway_api_flow_through_envoy() {
     let counts = client.converge("all to v2", "/hello", &[], |c| only(c, v2), 20);
     assert_eq!(count(&counts, v2), 20, "{counts:?}");
     assert_eq!(envoy.rejected_updates(), 0, "{}", envoy.summary());
+}
+
+/// The two Services of the migration test, `reviews-v1` and `reviews-v2` (port 9080), each
+/// with its one backend.
+fn migration_services(backend_port: u16) -> String {
+    ["v1", "v2"]
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            format!(
+                "apiVersion: v1
+kind: Service
+metadata: {{name: reviews-{v}, namespace: default}}
+spec:
+  selector: {{app: reviews, version: {v}}}
+  ports: [{{name: http, port: 9080, targetPort: {backend_port}}}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: reviews-{v}-abcde
+  namespace: default
+  labels: {{kubernetes.io/service-name: reviews-{v}}}
+addressType: IPv4
+ports: [{{name: http, port: {backend_port}, protocol: TCP}}]
+endpoints:
+- addresses: [127.0.{MIGRATE_NET}.{ip}]
+  conditions: {{ready: true}}
+---
+",
+                ip = 11 + i
+            )
+        })
+        .collect()
+}
+
+/// The gateway in Istio's form: a Gateway on `port` for `bookinfo.example` and a
+/// VirtualService sending `/reviews` 80/20 to the two versions.
+fn istio_form(port: u16) -> String {
+    format!(
+        "apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {{name: bookinfo-gateway, namespace: default}}
+spec:
+  selector: {{istio: ingressgateway}}
+  servers:
+  - port: {{number: {port}, name: http, protocol: HTTP}}
+    hosts: [{HOST}]
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {{name: reviews, namespace: default}}
+spec:
+  hosts: [{HOST}]
+  gateways: [bookinfo-gateway]
+  http:
+  - match: [{{uri: {{prefix: /reviews}}}}]
+    route:
+    - destination: {{host: reviews-v1, port: {{number: 9080}}}}
+      weight: 80
+    - destination: {{host: reviews-v2, port: {{number: 9080}}}}
+      weight: 20
+"
+    )
+}
+
+/// The same gateway in the Gateway API's form, as `docs/gateway-api.md` says to write it:
+/// a Gateway of class istio with the server as its listener, and an HTTPRoute for the
+/// VirtualService.
+fn gateway_api_form(port: u16) -> String {
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: bookinfo-gateway, namespace: default}}
+spec:
+  gatewayClassName: istio
+  listeners:
+  - name: http
+    port: {port}
+    protocol: HTTP
+    hostname: {HOST}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: reviews, namespace: default}}
+spec:
+  parentRefs: [{{name: bookinfo-gateway}}]
+  hostnames: [{HOST}]
+  rules:
+  - matches: [{{path: {{type: PathPrefix, value: /reviews}}}}]
+    backendRefs:
+    - {{name: reviews-v1, port: 9080, weight: 80}}
+    - {{name: reviews-v2, port: 9080, weight: 20}}
+"
+    )
+}
+
+/// Proves the migration `docs/gateway-api.md` describes on a running gateway: the pod
+/// carries both forms' labels, the Istio Gateway/VirtualService are replaced by a Gateway
+/// and an HTTPRoute in one write, the traffic keeps its split (both versions answer, nothing
+/// else) while the path prefix now matches by segment (`/reviewsX`, routed by Istio's string
+/// prefix, answers 404), and `meshflow diff` of the gateway proxy names what it was sent: its route
+/// configuration modified in place (the same name, the route now `PathPrefix` by segment;
+/// no listener or cluster touched),
+/// with the Istio objects' removal and the Gateway API objects' arrival as the epoch's input
+/// changes. The diff is printed for the docs' example.
+#[test]
+fn moving_a_gateway_to_the_gateway_api_keeps_its_traffic_and_diff_shows_the_change() {
+    use support::Backend;
+    let envoy_bin = require_envoy!();
+    let dir = TestDir::new("envoy-gateway-api-migration");
+    let config_dir = dir.subdir("config");
+    let (port, backend_port) = (free_port(), free_port());
+    let _v1 = Backend::start(
+        &format!("127.0.{MIGRATE_NET}.11"),
+        backend_port,
+        "reviews-v1",
+    );
+    let _v2 = Backend::start(
+        &format!("127.0.{MIGRATE_NET}.12"),
+        backend_port,
+        "reviews-v2",
+    );
+    write_config(
+        &config_dir,
+        "services.yaml",
+        &migration_services(backend_port),
+    );
+    write_config(&config_dir, "gateway.yaml", &istio_form(port));
+    let debug = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let debug_s = debug.to_string();
+    let meshflow = Meshflow::start_with_args(&config_dir, dir.path(), &["--debug-addr", &debug_s]);
+    let labels = [
+        ("istio", "ingressgateway"),
+        ("gateway.networking.k8s.io/gateway-name", "bookinfo-gateway"),
+    ];
+    let node = ProxyNode::router(
+        "bookinfo-gateway-istio-abc",
+        "default",
+        "127.0.0.1",
+        &labels,
+    );
+    let envoy = Envoy::start(
+        &envoy_bin,
+        dir.path(),
+        &node,
+        meshflow.xds_addr(),
+        XdsMode::Delta,
+    );
+    envoy.wait_live(STARTUP_TIMEOUT);
+    envoy.await_listener(&format!("0.0.0.0_{port}"));
+    let client = Client::new(&envoy, SocketAddr::from(([127, 0, 0, 1], port)), HOST);
+    let (v1, v2) = ("reviews-v1", "reviews-v2");
+    let both = |c: &std::collections::HashMap<String, usize>| exactly(c, &[v1, v2]);
+    let counts = client.converge("Istio's form: both versions", "/reviews", &[], both, 40);
+    assert!(both(&counts), "{counts:?}");
+    // Istio's `prefix` is a string prefix: `/reviewsX` is routed too.
+    let counts = client.tally(10, "/reviewsX", &[]);
+    assert_eq!(count(&counts, "status 404"), 0, "{counts:?}");
+
+    write_config(&config_dir, "gateway.yaml", &gateway_api_form(port));
+    // The Gateway API's PathPrefix matches by segment: `/reviewsX` no longer is.
+    let is_404 = |c: &std::collections::HashMap<String, usize>| count(c, "status 404") == 10;
+    client.converge("the Gateway API's form", "/reviewsX", &[], is_404, 10);
+    let counts = client.tally(40, "/reviews", &[]);
+    assert!(both(&counts), "the same split: {counts:?}");
+    assert_eq!(envoy.rejected_updates(), 0, "{}", envoy.summary());
+
+    // The proxy's last change: the migration's epoch.
+    let diff = support::meshflow_cli(&["diff", &node.id, "--debug-addr", &debug_s]);
+    eprintln!("meshflow diff {}:\n{diff}", node.id);
+    let route = format!("http.{port}");
+    assert!(
+        diff.lines()
+            .any(|l| l.starts_with("~ RDS ") && l.contains(&route)),
+        "the route configuration {route} modified in place:\n{diff}"
+    );
+    assert!(
+        diff.lines()
+            .any(|l| l.trim_start().starts_with("+ ") && l.contains("path_separated_prefix")),
+        "the route's new match as a + line:\n{diff}"
+    );
+    assert!(
+        !diff
+            .lines()
+            .any(|l| ["~ LDS ", "+ LDS ", "- LDS ", "~ CDS ", "- CDS "]
+                .iter()
+                .any(|p| l.starts_with(p))),
+        "the listener and clusters untouched: only the route configuration changes:\n{diff}"
+    );
+    for input in [
+        "VirtualService default/reviews delete",
+        "Gateway default/bookinfo-gateway delete",
+        "KubernetesGateway default/bookinfo-gateway insert",
+        "HttpRoute default/reviews insert",
+    ] {
+        assert!(
+            diff.contains(input),
+            "the epoch's input change {input:?}:\n{diff}"
+        );
+    }
 }

@@ -167,7 +167,7 @@ pub struct ParentRef {
     pub port: Option<u16>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum ParentKind {
     Gateway,
     /// A Service (the mesh, GAMMA).

@@ -139,8 +139,21 @@ pub fn listener_allows(l: &Listener, gw_ns: &str, kind: &str, route_ns: &str) ->
     } else {
         l.allowed_kinds.iter().any(|k| k == kind)
     };
+    let protocol_ok = listener_serves_kind(l, kind);
+    let ns_ok = match &l.allowed_namespaces {
+        AllowedNamespaces::All => true,
+        AllowedNamespaces::Same | AllowedNamespaces::Selector(_) => route_ns == gw_ns,
+    };
+    kinds_ok && protocol_ok && ns_ok
+}
+
+/// Whether meshflow serves routes of `kind` on a listener of this protocol and TLS mode:
+/// HTTP and GRPC routes on HTTP and terminated HTTPS, TCP routes on TCP and terminated TLS,
+/// TLS routes (by SNI) on passthrough TLS. What a listener's `allowedRoutes.kinds` lists
+/// beyond these is `InvalidRouteKinds` on its status.
+pub fn listener_serves_kind(l: &Listener, kind: &str) -> bool {
     let passthrough = l.tls.as_ref().is_some_and(|t| t.passthrough);
-    let protocol_ok = match kind {
+    match kind {
         "HTTPRoute" | "GRPCRoute" => {
             matches!(l.protocol, ListenerProtocol::Http | ListenerProtocol::Https) && !passthrough
         }
@@ -150,12 +163,7 @@ pub fn listener_allows(l: &Listener, gw_ns: &str, kind: &str, route_ns: &str) ->
         }
         "TLSRoute" => l.protocol == ListenerProtocol::Tls && passthrough,
         _ => false,
-    };
-    let ns_ok = match &l.allowed_namespaces {
-        AllowedNamespaces::All => true,
-        AllowedNamespaces::Same | AllowedNamespaces::Selector(_) => route_ns == gw_ns,
-    };
-    kinds_ok && protocol_ok && ns_ok
+    }
 }
 
 /// Whether a parent reference names this listener (`sectionName`, `port`).
@@ -184,15 +192,20 @@ pub struct RouteContext {
 
 impl RouteContext {
     /// Why backend `b` of a route in `route_ns` cannot be routed to (the spec's reason and
-    /// what it says), if it cannot.
+    /// what it says), if it cannot. `at` says for which parents: a gateway's routes expose
+    /// backends, so one of another namespace needs a ReferenceGrant there; a mesh route
+    /// (GAMMA) only refines traffic its clients could already send, and needs none (GEP-1294,
+    /// as the mesh conformance cases write consumer routes).
     pub fn unresolved(
         &self,
         route_kind: &str,
         route_ns: &str,
         b: &BackendRef,
+        at: ParentKind,
     ) -> Option<(&'static str, String)> {
         let host = b.host.as_ref()?;
-        if b.namespace != route_ns
+        if at == ParentKind::Gateway
+            && b.namespace != route_ns
             && !self.grants.iter().any(|g| {
                 g.key.namespace == b.namespace && g.allows(route_kind, route_ns, &b.kind, &b.name)
             })
@@ -365,7 +378,7 @@ pub fn attach(
         return Vec::new();
     }
     let http = match route {
-        GatewayApiObject::HttpRoute(r) => Some(resolve_rules(r, ctx)),
+        GatewayApiObject::HttpRoute(r) => Some(resolve_rules(r, ctx, ParentKind::Gateway)),
         _ => None,
     };
     let order = view.order();
@@ -418,7 +431,7 @@ pub fn attach_mesh(
     let services = r.parents.iter().filter(|p| p.kind == ParentKind::Service);
     let mut rules: Option<Vec<HttpRoute>> = None;
     for p in services {
-        let rules = rules.get_or_insert_with(|| resolve_rules(r, ctx));
+        let rules = rules.get_or_insert_with(|| resolve_rules(r, ctx, ParentKind::Service));
         let host = format!("{}.{}.svc.{domain_suffix}", p.name, p.namespace);
         let mut routes = rules.clone();
         if let Some(port) = p.port {
@@ -450,7 +463,12 @@ fn l4_routes(view: &RouteView, ctx: &RouteContext, sni: Option<&str>) -> Vec<L4R
         .filter_map(|(i, backends)| {
             let route: Vec<RouteDestination> = backends
                 .iter()
-                .filter(|b| b.weight > 0 && ctx.unresolved(view.kind(), ns, b).is_none())
+                .filter(|b| {
+                    b.weight > 0
+                        && ctx
+                            .unresolved(view.kind(), ns, b, ParentKind::Gateway)
+                            .is_none()
+                })
                 .filter_map(|b| {
                     Some(RouteDestination {
                         host: b.host.clone()?,
@@ -481,7 +499,7 @@ fn l4_routes(view: &RouteView, ctx: &RouteContext, sni: Option<&str>) -> Vec<L4R
 /// A route's rules as VirtualService routes: one per match (the spec orders matches, not
 /// rules), its backends resolved. A backend that does not resolve ([`RouteContext`]) is left
 /// out; a rule left with no backend answers 500, as the spec requires.
-pub fn resolve_rules(route: &KubeHttpRoute, ctx: &RouteContext) -> Vec<HttpRoute> {
+pub fn resolve_rules(route: &KubeHttpRoute, ctx: &RouteContext, at: ParentKind) -> Vec<HttpRoute> {
     let ns = &route.key.namespace;
     let mut out = Vec::new();
     for (r, rule) in route.rules.iter().enumerate() {
@@ -491,7 +509,7 @@ pub fn resolve_rules(route: &KubeHttpRoute, ctx: &RouteContext) -> Vec<HttpRoute
             .filter(|b| {
                 b.weight > 0
                     && ctx
-                        .unresolved(route_kind_name(route.key.kind), ns, b)
+                        .unresolved(route_kind_name(route.key.kind), ns, b, at)
                         .is_none()
             })
             .filter_map(|b| {
@@ -791,9 +809,16 @@ pub fn route_problems(
             out.push(error(ErrorCode::RouteNotAccepted, format!("{f}: {why}")));
         }
     }
+    // Reported for the strictest parent the route has: a grant missing for its Gateway
+    // parents (its mesh parents route there all the same).
+    let at = if route.parents.iter().any(|p| p.kind == ParentKind::Gateway) {
+        ParentKind::Gateway
+    } else {
+        ParentKind::Service
+    };
     for (r, backends) in route.backends.iter().enumerate() {
         for (b, backend) in backends.iter().enumerate() {
-            if let Some((reason, why)) = ctx.unresolved(kind, ns, backend) {
+            if let Some((reason, why)) = ctx.unresolved(kind, ns, backend, at) {
                 out.push(error(
                     ErrorCode::BackendNotResolved,
                     format!("spec.rules[{r}].backendRefs[{b}]: {reason}: {why}; its share of requests is answered 500"),

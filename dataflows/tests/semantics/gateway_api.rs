@@ -644,8 +644,9 @@ fn a_parent_port_names_its_listener_and_a_rule_name_its_route() {
 /// An HTTPRoute whose parent is a Service (GAMMA) governs the sidecars' routes to it: a
 /// producer route (in the Service's namespace) for every client; a consumer route (in the
 /// client's namespace) for that namespace's clients only, in place of the producer's;
-/// retracting the consumer route hands its clients back to the producer's. (The consumer's
-/// backend is in the Service's namespace, which a ReferenceGrant there allows.)
+/// retracting the consumer route hands its clients back to the producer's. The consumer's
+/// backend is in the Service's namespace, with no ReferenceGrant there: a mesh route needs
+/// none (GEP-1294), unlike a gateway's, and no error is raised for it.
 #[test]
 fn mesh_routes_govern_the_sidecars_routes_to_their_service() {
     let mut m = Mesh::new();
@@ -685,14 +686,11 @@ fn mesh_routes_govern_the_sidecars_routes_to_their_service() {
     assert_eq!(m.vhost_clusters(&here, "9080")[&vh], to("reviews-v2"));
     assert_eq!(m.vhost_clusters(&there, "9080")[&vh], to("reviews-v2"));
 
-    // The consumer route's backend is in the Service's namespace: granted there.
+    // The consumer route's backend is in the Service's namespace: no grant needed.
     let consumer = mesh_route("team", "reviews-v3", "reviews-v3");
-    let grant = Record::GatewayApi(GatewayApiObject::ReferenceGrant(ReferenceGrant {
-        key: ConfigKey::new(Kind::ReferenceGrant, "default", "from-team"),
-        from: vec![("HTTPRoute".into(), "team".into())],
-        to: vec![("Service".into(), None)],
-    }));
-    m.insert(vec![consumer.clone(), grant]);
+    m.insert(vec![consumer.clone()]);
+    let key = ConfigKey::new(Kind::HttpRoute, "team", "reviews-v3");
+    assert!(errors_of(&m, &key).is_empty(), "{:?}", errors_of(&m, &key));
     assert_eq!(
         m.vhost_clusters(&there, "9080")[&vh],
         to("reviews-v3"),

@@ -8,9 +8,10 @@
 //! reference to one, are left alone.
 
 use dataflows::model::{
-    ConfigError, ConfigKey, ErrorCode, GatewayApiObject, Kind, KubeGateway, ParentKind, ParentRef,
+    ConfigError, ConfigKey, ErrorCode, GatewayApiObject, Kind, KubeGateway, Listener,
+    ListenerProtocol, ParentKind, ParentRef,
 };
-use dataflows::rules::gateway_api::{parent_verdict, RouteView, Verdict};
+use dataflows::rules::gateway_api::{listener_serves_kind, parent_verdict, RouteView, Verdict};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
@@ -163,25 +164,15 @@ pub fn desired(
             .listeners
             .iter()
             .map(|l| {
-                let kinds: Vec<&str> = if l.allowed_kinds.is_empty() {
-                    l.protocol.default_kinds().to_vec()
-                } else {
-                    l.allowed_kinds.iter().map(String::as_str).filter(|k| *k != "-").collect()
-                };
                 let count = attached
-                    .get(&(g.key.namespace.as_str(), g.key.name.as_str(), l.name.clone()))
+                    .get(&(
+                        g.key.namespace.as_str(),
+                        g.key.name.as_str(),
+                        l.name.clone(),
+                    ))
                     .copied()
                     .unwrap_or(0);
-                json!({
-                    "name": l.name,
-                    "supportedKinds": kinds.iter().map(|k| json!({"group": GROUP, "kind": k})).collect::<Vec<_>>(),
-                    "attachedRoutes": count,
-                    "conditions": [
-                        condition("Accepted", true, "Accepted", "the listener is served", *generation),
-                        condition("Programmed", true, "Programmed", "the listener is served to the gateway's proxies", *generation),
-                        condition("ResolvedRefs", true, "ResolvedRefs", "its references resolve", *generation),
-                    ],
-                })
+                listener_status(l, count, *generation)
             })
             .collect();
         for (name, reason, why) in &g.refused {
@@ -237,6 +228,85 @@ pub fn desired(
         );
     }
     out
+}
+
+/// A served listener's status: the route kinds it takes (`supportedKinds`: those its
+/// `allowedRoutes.kinds` lists, or its protocol's, that meshflow serves on it), and
+/// `ResolvedRefs` False with `InvalidRouteKinds` naming the kinds listed that it cannot
+/// take; a TLS listener that terminates and is left with no kind is `UnsupportedValue`
+/// (meshflow terminates TLS for TCPRoutes only, not TLSRoutes).
+fn listener_status(l: &Listener, attached: usize, generation: Option<i64>) -> Value {
+    let listed: Vec<&str> = if l.allowed_kinds.is_empty() {
+        l.protocol.default_kinds().to_vec()
+    } else {
+        l.allowed_kinds.iter().map(String::as_str).collect()
+    };
+    let (served, invalid): (Vec<&str>, Vec<&str>) =
+        listed.iter().partition(|k| listener_serves_kind(l, k));
+    let mut conditions = Vec::new();
+    let terminate_without_kinds = l.protocol == ListenerProtocol::Tls
+        && l.tls.as_ref().is_none_or(|t| !t.passthrough)
+        && served.is_empty();
+    if terminate_without_kinds {
+        let why = "a TLS listener that terminates takes TCPRoutes only: TLSRoutes are not terminated by meshflow";
+        conditions.push(condition(
+            "Accepted",
+            false,
+            "UnsupportedValue",
+            why,
+            generation,
+        ));
+        conditions.push(condition("Programmed", false, "Invalid", why, generation));
+    } else {
+        conditions.push(condition(
+            "Accepted",
+            true,
+            "Accepted",
+            "the listener is served",
+            generation,
+        ));
+        conditions.push(condition(
+            "Programmed",
+            true,
+            "Programmed",
+            "the listener is served to the gateway's proxies",
+            generation,
+        ));
+    }
+    if invalid.is_empty() {
+        conditions.push(condition(
+            "ResolvedRefs",
+            true,
+            "ResolvedRefs",
+            "its references resolve",
+            generation,
+        ));
+    } else {
+        let names: Vec<&str> = invalid
+            .iter()
+            .map(|k| {
+                if *k == "-" {
+                    "kinds of other groups"
+                } else {
+                    k
+                }
+            })
+            .collect();
+        let why = format!("not route kinds this listener takes: {}", names.join(", "));
+        conditions.push(condition(
+            "ResolvedRefs",
+            false,
+            "InvalidRouteKinds",
+            &why,
+            generation,
+        ));
+    }
+    json!({
+        "name": l.name,
+        "supportedKinds": served.iter().map(|k| json!({"group": GROUP, "kind": k})).collect::<Vec<_>>(),
+        "attachedRoutes": attached,
+        "conditions": conditions,
+    })
 }
 
 fn parent_ref(p: &ParentRef) -> Value {
@@ -335,4 +405,113 @@ pub fn stored_since(stored: &Value) -> Option<String> {
         None => Some(&stored["conditions"][0]),
     }?;
     first["lastTransitionTime"].as_str().map(str::to_string)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::desired;
+    use dataflows::model::{
+        AllowedNamespaces, ConfigKey, GatewayApiObject, Kind, KubeGateway, Listener,
+        ListenerProtocol, ListenerTls,
+    };
+    use serde_json::Value;
+
+    fn listener(
+        name: &str,
+        protocol: ListenerProtocol,
+        passthrough: Option<bool>,
+        kinds: &[&str],
+    ) -> Listener {
+        Listener {
+            name: name.into(),
+            hostname: None,
+            port: 443,
+            protocol,
+            tls: passthrough.map(|passthrough| ListenerTls {
+                passthrough,
+                certificates: if passthrough {
+                    vec![]
+                } else {
+                    vec![("edge".into(), "cert".into())]
+                },
+            }),
+            allowed_namespaces: AllowedNamespaces::Same,
+            allowed_kinds: kinds.iter().map(|k| k.to_string()).collect(),
+        }
+    }
+
+    /// A listener's `supportedKinds` are the kinds it lists (or its protocol's) that
+    /// meshflow serves on it; a kind listed that it cannot take is `InvalidRouteKinds`; a
+    /// terminating TLS listener left with no kind is `UnsupportedValue`, not served.
+    #[test]
+    fn listener_status_names_the_route_kinds_it_cannot_take() {
+        let gw = GatewayApiObject::Gateway(KubeGateway {
+            key: ConfigKey::new(Kind::KubernetesGateway, "edge", "gw"),
+            class: "istio".into(),
+            listeners: vec![
+                listener("web", ListenerProtocol::Http, None, &[]),
+                listener(
+                    "pass",
+                    ListenerProtocol::Tls,
+                    Some(true),
+                    &["TCPRoute", "TLSRoute"],
+                ),
+                listener("term", ListenerProtocol::Tls, Some(false), &[]),
+                listener(
+                    "term-tcp",
+                    ListenerProtocol::Tls,
+                    Some(false),
+                    &["TCPRoute"],
+                ),
+            ],
+            refused: vec![],
+        });
+        let status = desired(&[(&gw, Some(3), None)], &Default::default());
+        let listeners = &status[gw.key()]["listeners"];
+        let find = |name: &str| -> &Value {
+            listeners
+                .as_array()
+                .and_then(|ls| ls.iter().find(|l| l["name"] == name))
+                .unwrap_or(&Value::Null)
+        };
+        let kinds = |name: &str| -> Vec<String> {
+            find(name)["supportedKinds"]
+                .as_array()
+                .map(|ks| {
+                    ks.iter()
+                        .map(|k| k["kind"].as_str().unwrap_or_default().to_string())
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let cond = |name: &str, kind: &str| -> (String, String) {
+            let c = find(name)["conditions"]
+                .as_array()
+                .and_then(|cs| cs.iter().find(|c| c["type"] == kind))
+                .cloned()
+                .unwrap_or(Value::Null);
+            (
+                c["status"].as_str().unwrap_or_default().into(),
+                c["reason"].as_str().unwrap_or_default().into(),
+            )
+        };
+        let pair = |a: &str, b: &str| (a.to_string(), b.to_string());
+        assert_eq!(kinds("web"), ["HTTPRoute", "GRPCRoute"]);
+        assert_eq!(cond("web", "ResolvedRefs"), pair("True", "ResolvedRefs"));
+        assert_eq!(kinds("pass"), ["TLSRoute"]);
+        assert_eq!(
+            cond("pass", "ResolvedRefs"),
+            pair("False", "InvalidRouteKinds")
+        );
+        assert_eq!(cond("pass", "Accepted"), pair("True", "Accepted"));
+        assert!(kinds("term").is_empty());
+        assert_eq!(cond("term", "Accepted"), pair("False", "UnsupportedValue"));
+        assert_eq!(cond("term", "Programmed"), pair("False", "Invalid"));
+        assert_eq!(kinds("term-tcp"), ["TCPRoute"]);
+        assert_eq!(cond("term-tcp", "Accepted"), pair("True", "Accepted"));
+        assert_eq!(
+            cond("term-tcp", "ResolvedRefs"),
+            pair("True", "ResolvedRefs")
+        );
+    }
 }

@@ -453,7 +453,9 @@ fn apply_filter(
 }
 
 /// The `CORS` filter as the VirtualService's `corsPolicy` Envoy's CORS filter takes: an
-/// origin `*` any origin, one with a `*` in its host a pattern, the rest exact.
+/// origin `*` any origin, one with a `*` in its host a pattern (the `*` greedy to the left
+/// over any number of DNS labels, as the spec says: host characters and periods, nothing
+/// that would let an origin of another scheme or port through), the rest exact.
 fn cors(c: &api::CorsFilter, f: &str) -> Result<m::Cors> {
     let allow_origins = c
         .allow_origins
@@ -462,7 +464,7 @@ fn cors(c: &api::CorsFilter, f: &str) -> Result<m::Cors> {
             if o == "*" {
                 m::StringMatch::Regex(".*".into())
             } else if o.contains('*') {
-                let pattern = regex::escape(o).replace(r"\*", "[^.]+");
+                let pattern = regex::escape(o).replace(r"\*", "[A-Za-z0-9.-]+");
                 m::StringMatch::Regex(pattern)
             } else {
                 m::StringMatch::Exact(o.clone())

@@ -7,6 +7,20 @@ use crate::config::{gateway_api as api, Invalid};
 use dataflows::model::{self as m, ConfigKey, Record};
 use serde_yaml_ng::Value;
 
+/// The group of the route kinds a grant's `from` names.
+const GATEWAY_API_GROUP: &str = "gateway.networking.k8s.io";
+
+/// The group meshflow reads a grant's `to` kind from: the core group for Services and
+/// Secrets, Istio's for `Hostname` backends; `None` for a kind no reference of meshflow's
+/// names.
+fn target_group(kind: &str) -> Option<&'static str> {
+    match kind {
+        "Service" | "Secret" => Some(""),
+        "Hostname" => Some("networking.istio.io"),
+        _ => None,
+    }
+}
+
 pub(in crate::config::convert) fn reference_grant(
     key: &ConfigKey,
     value: &Value,
@@ -24,13 +38,18 @@ pub(in crate::config::convert) fn reference_grant(
             "a ReferenceGrant needs at least one `from` and one `to`",
         ));
     }
+    // A grant names kinds by group and kind: an entry of another group than the one meshflow
+    // reads that kind from grants nothing meshflow checks (a route kind of another API, a
+    // `Service` of another group), and is left out rather than matched by kind alone.
     let from = s
         .from
         .iter()
+        .filter(|f| f.group == GATEWAY_API_GROUP)
         .map(|f| (f.kind.clone(), f.namespace.clone()))
         .collect();
     let to =
         s.to.iter()
+            .filter(|t| target_group(&t.kind) == Some(t.group.as_str()))
             .map(|t| (t.kind.clone(), t.name.clone().filter(|n| !n.is_empty())))
             .collect();
     Ok(vec![Record::GatewayApi(

@@ -272,6 +272,37 @@ spec:
     assert!(!g.allows("GRPCRoute", "shop", "Service", "cart-next"));
 }
 
+/// A grant's kinds are named with their groups: `from` a kind of another API than the
+/// Gateway API's, or `to` a `Service` of another group than the core one, grants nothing (a
+/// grant matched by kind alone would permit what its writer did not).
+#[test]
+fn reference_grants_of_other_groups_grant_nothing() {
+    let grant = |from_group: &str, to_group: &str| {
+        let p = parse(&format!(
+            "apiVersion: gateway.networking.k8s.io/v1beta1
+kind: ReferenceGrant
+metadata: {{name: from-shop, namespace: canary}}
+spec:
+  from: [{{group: \"{from_group}\", kind: HTTPRoute, namespace: shop}}]
+  to: [{{group: \"{to_group}\", kind: Service}}, {{group: networking.istio.io, kind: Hostname}}]
+"
+        ));
+        let GatewayApiObject::ReferenceGrant(g) = object(&p).clone() else {
+            panic!()
+        };
+        g
+    };
+    let right = grant("gateway.networking.k8s.io", "");
+    assert!(right.allows("HTTPRoute", "shop", "Service", "cart"));
+    assert!(right.allows("HTTPRoute", "shop", "Hostname", "db.internal"));
+    let wrong_from = grant("example.com", "");
+    assert!(!wrong_from.allows("HTTPRoute", "shop", "Service", "cart"));
+    assert!(!wrong_from.allows("HTTPRoute", "shop", "Hostname", "db.internal"));
+    let wrong_to = grant("gateway.networking.k8s.io", "example.com");
+    assert!(!wrong_to.allows("HTTPRoute", "shop", "Service", "cart"));
+    assert!(wrong_to.allows("HTTPRoute", "shop", "Hostname", "db.internal"));
+}
+
 /// A GRPCRoute's method matches become path matches as Istio writes them; TCPRoutes and
 /// TLSRoutes keep each rule's backends (a TLSRoute its SNI hostnames).
 #[test]
@@ -439,9 +470,20 @@ spec:
         cors.allow_origins,
         [
             StringMatch::Exact("https://shop.example".into()),
-            StringMatch::Regex("https://[^.]+\\.shop\\.example".into()),
+            StringMatch::Regex("https://[A-Za-z0-9.-]+\\.shop\\.example".into()),
         ]
     );
+    // The wildcard takes any number of labels to its left (Envoy matches the whole origin),
+    // and nothing else.
+    let StringMatch::Regex(pattern) = &cors.allow_origins[1] else {
+        panic!()
+    };
+    let whole = regex::Regex::new(&format!("^(?:{pattern})$")).expect("a regex");
+    assert!(whole.is_match("https://www.shop.example"));
+    assert!(whole.is_match("https://a.b.shop.example"));
+    assert!(!whole.is_match("https://shop.example"));
+    assert!(!whole.is_match("http://www.shop.example"));
+    assert!(!whole.is_match("https://evil.example:8443/x.shop.example"));
     assert_eq!(cors.max_age_s, Some(600));
     assert_eq!(cors.allow_credentials, Some(true));
     assert_eq!(t.timeout_ms, Some(2000));
@@ -525,4 +567,82 @@ spec:
         fields(&two, Level::Warning),
         ["spec.listeners[1].tls.certificateRefs"]
     );
+}
+
+/// A rule's filters become its route's edits as the VirtualService has them: request and
+/// response header modifiers (names lower-cased), a backend's own response header modifier
+/// on that destination only, a hostname and full-path rewrite, a mirror to a Service of the
+/// route's namespace at its percentage.
+#[test]
+fn header_modifiers_rewrites_and_mirrors_are_read() {
+    let p = parse(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: cart, namespace: shop}
+spec:
+  parentRefs: [{name: shop-gateway}]
+  rules:
+  - filters:
+    - type: RequestHeaderModifier
+      requestHeaderModifier:
+        set: [{name: X-Set, value: '1'}]
+        add: [{name: X-Add, value: '2'}]
+        remove: [X-Gone]
+    - type: ResponseHeaderModifier
+      responseHeaderModifier:
+        set: [{name: X-Served-By, value: cart}]
+    - type: URLRewrite
+      urlRewrite:
+        hostname: cart.internal
+        path: {type: ReplaceFullPath, replaceFullPath: /v2/cart}
+    - type: RequestMirror
+      requestMirror:
+        backendRef: {name: cart-shadow, port: 8080}
+        percent: 25
+    backendRefs:
+    - name: cart
+      port: 8080
+      filters:
+      - type: ResponseHeaderModifier
+        responseHeaderModifier:
+          add: [{name: X-Backend, value: cart}]
+",
+    );
+    assert!(p.findings.is_empty(), "{:?}", p.findings);
+    let GatewayApiObject::HttpRoute(r) = object(&p) else {
+        panic!()
+    };
+    let rule = &r.rules[0];
+    let t = &rule.template;
+    let req = &t.headers.request;
+    assert_eq!(req.set.get("x-set").map(String::as_str), Some("1"));
+    assert_eq!(req.add.get("x-add").map(String::as_str), Some("2"));
+    assert_eq!(req.remove, ["x-gone"]);
+    assert_eq!(
+        t.headers
+            .response
+            .set
+            .get("x-served-by")
+            .map(String::as_str),
+        Some("cart")
+    );
+    let rw = t.rewrite.as_ref().expect("a rewrite");
+    assert_eq!(rw.authority.as_deref(), Some("cart.internal"));
+    assert_eq!(rw.uri_regex, Some(("^.*$".into(), "/v2/cart".into())));
+    assert_eq!(rw.uri, None);
+    assert_eq!(t.mirrors.len(), 1);
+    let mirror = &t.mirrors[0];
+    assert_eq!(
+        mirror.destination.host,
+        "cart-shadow.shop.svc.cluster.local"
+    );
+    assert_eq!(mirror.destination.port, Some(8080));
+    assert_eq!(mirror.fraction, Some(250_000));
+    // The backend's own modifier: on its destination, not the route's.
+    let b = &rule.backends[0];
+    assert_eq!(
+        b.headers.response.add.get("x-backend").map(String::as_str),
+        Some("cart")
+    );
+    assert!(!t.headers.response.add.contains_key("x-backend"));
 }
