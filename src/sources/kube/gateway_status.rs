@@ -514,4 +514,205 @@ mod tests {
             pair("True", "ResolvedRefs")
         );
     }
+
+    /// The status-only cases of the Gateway API's conformance suite, as behaviours of our own
+    /// (`docs/gateway-api-conformance-cases.md`), from files read by the file source: a
+    /// route's parent entry says why it is not attached with the spec's reason, and a
+    /// listener counts only the routes attached to it.
+    #[test]
+    fn status_only_conformance_cases_from_files() {
+        use crate::sources::files::FileSource;
+        use dataflows::model::{MeshConfig, Record};
+        let dir = std::env::temp_dir().join(format!(
+            "meshflow-status-cases-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("a temporary directory");
+        let gateways = "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: same-only, namespace: infra}
+spec:
+  gatewayClassName: istio
+  listeners:
+  - {name: http, port: 80, protocol: HTTP}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: tls-only, namespace: infra}
+spec:
+  gatewayClassName: istio
+  listeners:
+  - name: tls
+    port: 443
+    protocol: TLS
+    tls: {mode: Passthrough}
+    allowedRoutes:
+      namespaces: {from: All}
+      kinds: [{kind: TLSRoute}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: mixed, namespace: infra}
+spec:
+  gatewayClassName: istio
+  listeners:
+  - {name: http, port: 80, protocol: HTTP, allowedRoutes: {namespaces: {from: All}}}
+  - {name: tcp, port: 9000, protocol: TCP, allowedRoutes: {namespaces: {from: All}}}
+  - name: tls
+    port: 443
+    protocol: TLS
+    hostname: \"*.tls.example\"
+    tls: {mode: Passthrough}
+    allowedRoutes: {namespaces: {from: All}}
+";
+        let route = |kind: &str, version: &str, name: &str, parent: &str, extra: &str| {
+            format!(
+                "---
+apiVersion: gateway.networking.k8s.io/{version}
+kind: {kind}
+metadata: {{name: {name}, namespace: apps}}
+spec:
+  parentRefs: [{{name: {parent}, namespace: infra{extra}}}]
+  rules: [{{backendRefs: [{{name: web, port: 80}}]}}]
+"
+            )
+        };
+        let routes = [
+            // HTTPRouteInvalidCrossNamespaceParentRef
+            route("HTTPRoute", "v1", "cross", "same-only", ""),
+            // HTTPRouteInvalidParentRefNotMatchingListenerPort
+            route("HTTPRoute", "v1", "wrong-port", "mixed", ", port: 81"),
+            // HTTPRouteInvalidParentRefSectionNameNotMatchingPort
+            route(
+                "HTTPRoute",
+                "v1",
+                "section-port",
+                "mixed",
+                ", sectionName: http, port: 81",
+            ),
+            // HTTPRouteDisallowedKind
+            route("HTTPRoute", "v1", "disallowed", "tls-only", ""),
+            // TCPRouteInvalidNonTCPListener
+            route(
+                "TCPRoute",
+                "v1alpha2",
+                "tcp-on-http",
+                "mixed",
+                ", sectionName: http",
+            ),
+            // TLSRouteInvalidNoMatchingListener (both halves)
+            route("TLSRoute", "v1alpha2", "tls-on-http", "same-only", ""),
+            route(
+                "TLSRoute",
+                "v1alpha2",
+                "tls-no-section",
+                "mixed",
+                ", sectionName: nope",
+            ),
+            // GatewayWithAttachedRoutes
+            route("HTTPRoute", "v1", "good", "mixed", ""),
+            route(
+                "TCPRoute",
+                "v1alpha2",
+                "good-tcp",
+                "mixed",
+                ", sectionName: tcp",
+            ),
+        ];
+        let tls_miss = "---
+apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: TLSRoute
+metadata: {name: tls-hostname-miss, namespace: apps}
+spec:
+  parentRefs: [{name: mixed, namespace: infra, sectionName: tls}]
+  hostnames: [db.other.example]
+  rules: [{backendRefs: [{name: db, port: 5432}]}]
+";
+        let text = format!("{gateways}{}{tls_miss}", routes.concat());
+        std::fs::write(dir.join("cases.yaml"), text).expect("the cases' file");
+        let mut source = FileSource::new(&dir, MeshConfig::default());
+        let scan = source.rescan();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(scan.errors.is_empty(), "{:?}", scan.errors);
+        let objects: Vec<GatewayApiObject> = scan
+            .changes
+            .into_iter()
+            .filter_map(|(r, _)| match r {
+                Record::GatewayApi(o) => Some(o),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(objects.len(), 13, "{objects:?}");
+        let inputs: Vec<_> = objects.iter().map(|o| (o, None, None)).collect();
+        let status = desired(&inputs, &Default::default());
+        let by_name = |kind: Kind, name: &str| -> Value {
+            status
+                .iter()
+                .find(|(k, _)| k.kind == kind && k.name == name)
+                .map(|(_, v)| v.clone())
+                .unwrap_or(Value::Null)
+        };
+        let accepted = |kind: Kind, name: &str| -> (String, String) {
+            let v = by_name(kind, name);
+            let c = v["parents"][0]["conditions"]
+                .as_array()
+                .and_then(|cs| cs.iter().find(|c| c["type"] == "Accepted"))
+                .cloned()
+                .unwrap_or(Value::Null);
+            let text = |x: &Value| x.as_str().unwrap_or_default().to_string();
+            (text(&c["status"]), text(&c["reason"]))
+        };
+        let refused = |reason: &str| ("False".to_string(), reason.to_string());
+        let yes = ("True".to_string(), "Accepted".to_string());
+        assert_eq!(
+            accepted(Kind::HttpRoute, "cross"),
+            refused("NotAllowedByListeners")
+        );
+        assert_eq!(
+            accepted(Kind::HttpRoute, "wrong-port"),
+            refused("NoMatchingParent")
+        );
+        assert_eq!(
+            accepted(Kind::HttpRoute, "section-port"),
+            refused("NoMatchingParent")
+        );
+        assert_eq!(
+            accepted(Kind::HttpRoute, "disallowed"),
+            refused("NotAllowedByListeners")
+        );
+        assert_eq!(
+            accepted(Kind::TcpRoute, "tcp-on-http"),
+            refused("NotAllowedByListeners")
+        );
+        assert_eq!(
+            accepted(Kind::TlsRoute, "tls-on-http"),
+            refused("NotAllowedByListeners")
+        );
+        assert_eq!(
+            accepted(Kind::TlsRoute, "tls-no-section"),
+            refused("NoMatchingParent")
+        );
+        assert_eq!(
+            accepted(Kind::TlsRoute, "tls-hostname-miss"),
+            refused("NoMatchingListenerHostname")
+        );
+        assert_eq!(accepted(Kind::HttpRoute, "good"), yes);
+        assert_eq!(accepted(Kind::TcpRoute, "good-tcp"), yes);
+        let attached = |gateway: &str, listener: &str| {
+            by_name(Kind::KubernetesGateway, gateway)["listeners"]
+                .as_array()
+                .and_then(|ls| ls.iter().find(|l| l["name"] == listener))
+                .map(|l| l["attachedRoutes"].clone())
+                .unwrap_or(Value::Null)
+        };
+        // Only the attached routes count: `good` on http (the TCP and TLS listeners do not
+        // take HTTPRoutes), `good-tcp` on tcp, none of the refused ones anywhere.
+        assert_eq!(attached("mixed", "http"), 1);
+        assert_eq!(attached("mixed", "tcp"), 1);
+        assert_eq!(attached("mixed", "tls"), 0);
+        assert_eq!(attached("same-only", "http"), 0);
+        assert_eq!(attached("tls-only", "tls"), 0);
+    }
 }
