@@ -134,6 +134,13 @@ fn markdown_header(report: &Report) -> String {
                  VirtualService bound to it for every {}th service.\n\n",
             s.gateways, s.gateway_vs_every
         ));
+        if s.http_routes > 0 {
+            md.push_str(&format!(
+                "The gateway proxies also run the Gateway API Gateway `web` (HTTP on port 8080) \
+                 with {} HTTPRoutes, one for each of the first {} services.\n\n",
+                s.http_routes, s.http_routes
+            ));
+        }
     }
     if o.scenarios.iter().any(|s| s.is_churn()) {
         md.push_str(&format!(
