@@ -32,6 +32,8 @@ const SOTW_NET: u8 = 155;
 const MESH_SOTW_NET: u8 = 156;
 /// The MESH-HTTP extended features test's loopback /24.
 const MESH_EXT_NET: u8 = 157;
+/// The listener isolation test's loopback /24.
+const ISOLATION_NET: u8 = 158;
 const HOST: &str = "bookinfo.example";
 
 /// meshflow over `config_dir`, and the Envoy of Gateway `gateway`'s deployment (pod `pod` of
@@ -1270,4 +1272,128 @@ fn moving_a_gateway_to_the_gateway_api_keeps_its_traffic_and_diff_shows_the_chan
             "the epoch's input change {input:?}:\n{diff}"
         );
     }
+}
+
+/// The listener isolation case's listeners on one port: (listener, hostname, the path prefix
+/// its route takes, the Service it routes to).
+const ISOLATED: [(&str, Option<&str>, &str, &str); 4] = [
+    ("empty", None, "/", "iso-empty"),
+    ("wildcard", Some("*.example.com"), "/", "iso-wild"),
+    ("foo", Some("*.foo.example.com"), "/", "iso-foo"),
+    ("abc", Some("abc.foo.example.com"), "/abc", "iso-abc"),
+];
+
+/// A Gateway with the [`ISOLATED`] listeners on `port`, an HTTPRoute per listener (attached
+/// by `sectionName`, no hostnames of its own) and a Service with one backend per listener.
+fn isolation_yaml(port: u16, backend_port: u16) -> String {
+    let mut listeners = String::new();
+    let mut objects = String::new();
+    for (i, (name, hostname, prefix, service)) in ISOLATED.iter().enumerate() {
+        let host = hostname
+            .map(|h| format!(", hostname: \"{h}\""))
+            .unwrap_or_default();
+        listeners.push_str(&format!(
+            "  - {{name: {name}, port: {port}, protocol: HTTP{host}}}\n"
+        ));
+        objects.push_str(&format!(
+            "---
+apiVersion: v1
+kind: Service
+metadata: {{name: {service}, namespace: default}}
+spec:
+  ports: [{{name: http, port: 80, targetPort: {backend_port}}}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: {service}-abcde
+  namespace: default
+  labels: {{kubernetes.io/service-name: {service}}}
+addressType: IPv4
+ports: [{{name: http, port: {backend_port}, protocol: TCP}}]
+endpoints:
+- addresses: [127.0.{ISOLATION_NET}.{ip}]
+  conditions: {{ready: true}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: {name}, namespace: default}}
+spec:
+  parentRefs: [{{name: isolation, sectionName: {name}}}]
+  rules:
+  - matches: [{{path: {{type: PathPrefix, value: {prefix}}}}}]
+    backendRefs: [{{name: {service}, port: 80}}]
+",
+            ip = 11 + i
+        ));
+    }
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: isolation, namespace: default}}
+spec:
+  gatewayClassName: istio
+  listeners:
+{listeners}{objects}"
+    )
+}
+
+/// Proves HTTP listener isolation (the conformance suite's GatewayHTTPListenerIsolation,
+/// written here) through real Envoy: four listeners on one port — no hostname,
+/// `*.example.com`, `*.foo.example.com`, `abc.foo.example.com` — each with a route attached
+/// to it alone. A request is served only by the routes of the most specific listener its
+/// host matches: `bar.com` by the hostname-less listener's, `bar.example.com` by the
+/// wildcard's, `bar.foo.example.com` by the narrower wildcard's, `abc.foo.example.com` by its
+/// own; and a path the most specific listener's routes do not take answers 404, rather than
+/// falling through to a wider listener's routes.
+#[test]
+fn http_listeners_on_one_port_serve_only_their_own_routes() {
+    use support::Backend;
+    let envoy_bin = require_envoy!();
+    let dir = TestDir::new("envoy-gateway-api-isolation");
+    let config_dir = dir.subdir("config");
+    let (port, backend_port) = (free_port(), free_port());
+    let _backends: Vec<Backend> = ISOLATED
+        .iter()
+        .enumerate()
+        .map(|(i, (_, _, _, service))| {
+            Backend::start(
+                &format!("127.0.{ISOLATION_NET}.{}", 11 + i),
+                backend_port,
+                service,
+            )
+        })
+        .collect();
+    write_config(
+        &config_dir,
+        "isolation.yaml",
+        &isolation_yaml(port, backend_port),
+    );
+    let (_meshflow, envoy) = start_gateway(
+        &envoy_bin,
+        &dir,
+        &config_dir,
+        "isolation",
+        "isolation-abc",
+        port,
+    );
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    for (host, path, expected) in [
+        ("bar.com", "/", "iso-empty"),
+        ("bar.example.com", "/", "iso-wild"),
+        ("bar.foo.example.com", "/", "iso-foo"),
+        ("abc.foo.example.com", "/abc", "iso-abc"),
+        ("abc.foo.example.com", "/other", "status 404"),
+    ] {
+        let client = Client::new(&envoy, addr, host);
+        let counts = client.converge(
+            &format!("{host}{path}"),
+            path,
+            &[],
+            |c| only(c, expected),
+            5,
+        );
+        assert_eq!(count(&counts, expected), 5, "{host}{path}: {counts:?}");
+    }
+    assert_eq!(envoy.rejected_updates(), 0, "{}", envoy.summary());
 }
