@@ -1005,26 +1005,24 @@ spec:
     )
 }
 
+/// Two backends answering as `names`, at `127.0.<net>.11` and `.12` on `port`.
+fn two_backends(net: u8, port: u16, names: [&str; 2]) -> [support::Backend; 2] {
+    names.map(|name| {
+        let host = if name == names[0] { 11 } else { 12 };
+        support::Backend::start(&format!("127.0.{net}.{host}"), port, name)
+    })
+}
+
 /// Proves Istio's helloworld Gateway API flow through real Envoy: `/hello` through the
 /// gateway reaches both versions behind `helloworld` (and only `/hello`: an exact match),
 /// then, the route moved to the version Services by weight, all of it goes to v2.
 #[test]
 fn helloworld_gateway_api_flow_through_envoy() {
-    use support::Backend;
     let envoy_bin = require_envoy!();
     let dir = TestDir::new("envoy-gateway-api-helloworld");
     let config_dir = dir.subdir("config");
     let (port, backend_port) = (free_port(), free_port());
-    let _v1 = Backend::start(
-        &format!("127.0.{HELLO_NET}.11"),
-        backend_port,
-        "helloworld-v1",
-    );
-    let _v2 = Backend::start(
-        &format!("127.0.{HELLO_NET}.12"),
-        backend_port,
-        "helloworld-v2",
-    );
+    let _backends = two_backends(HELLO_NET, backend_port, ["helloworld-v1", "helloworld-v2"]);
     write_config(
         &config_dir,
         "helloworld.yaml",
@@ -1172,28 +1170,18 @@ spec:
 /// carries both forms' labels, the Istio Gateway/VirtualService are replaced by a Gateway
 /// and an HTTPRoute in one write, the traffic keeps its split (both versions answer, nothing
 /// else) while the path prefix now matches by segment (`/reviewsX`, routed by Istio's string
-/// prefix, answers 404), and `meshflow diff` of the gateway proxy names what it was sent: its route
-/// configuration modified in place (the same name, the route now `PathPrefix` by segment;
-/// no listener or cluster touched),
-/// with the Istio objects' removal and the Gateway API objects' arrival as the epoch's input
-/// changes. The diff is printed for the docs' example.
+/// prefix, answers 404), and `meshflow diff` of the gateway proxy names what it was sent:
+/// its route configuration modified in place (the same name, the route now `PathPrefix` by
+/// segment; no listener or cluster touched), with the Istio objects' removal and the Gateway
+/// API objects' arrival as the epoch's input changes. The diff is printed for the docs'
+/// example.
 #[test]
 fn moving_a_gateway_to_the_gateway_api_keeps_its_traffic_and_diff_shows_the_change() {
-    use support::Backend;
     let envoy_bin = require_envoy!();
     let dir = TestDir::new("envoy-gateway-api-migration");
     let config_dir = dir.subdir("config");
     let (port, backend_port) = (free_port(), free_port());
-    let _v1 = Backend::start(
-        &format!("127.0.{MIGRATE_NET}.11"),
-        backend_port,
-        "reviews-v1",
-    );
-    let _v2 = Backend::start(
-        &format!("127.0.{MIGRATE_NET}.12"),
-        backend_port,
-        "reviews-v2",
-    );
+    let _backends = two_backends(MIGRATE_NET, backend_port, ["reviews-v1", "reviews-v2"]);
     write_config(
         &config_dir,
         "services.yaml",
