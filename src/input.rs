@@ -180,7 +180,7 @@ impl InputChange {
     /// An object of a source (`source`: the file, or the source's name).
     pub fn object(key: &ConfigKey, op: ChangeOp, source: String) -> InputChange {
         InputChange {
-            kind: format!("{:?}", key.kind),
+            kind: key.kind.to_string(),
             namespace: key.namespace.clone(),
             name: key.name.clone(),
             op,

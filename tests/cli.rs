@@ -735,7 +735,7 @@ fn validate_reports_gateway_api_routes_by_field_and_reason() {
         assert!(
             stdout
                 .lines()
-                .any(|l| l.contains("HttpRoute default/broken") && l.contains(what) && l.ends_with(code)),
+                .any(|l| l.contains("HTTPRoute default/broken") && l.contains(what) && l.ends_with(code)),
             "{what}: {stdout}"
         );
     }

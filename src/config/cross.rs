@@ -84,7 +84,7 @@ pub fn error_line(e: &ConfigError, location: Option<String>) -> String {
     let (code, name) = e.code.message_code();
     let o = &e.object;
     format!(
-        "{}{}: {:?} {}/{}: {} [{code} {name}]",
+        "{}{}: {} {}/{}: {} [{code} {name}]",
         location.map(|l| format!("{l}: ")).unwrap_or_default(),
         if e.code.is_warning() {
             "warning"

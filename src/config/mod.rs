@@ -57,7 +57,7 @@ pub struct DocError {
 impl fmt::Display for Invalid {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if let Some(o) = &self.object {
-            write!(f, "{:?} {}/{}: ", o.kind, o.namespace, o.name)?;
+            write!(f, "{} {}/{}: ", o.kind, o.namespace, o.name)?;
         }
         if !self.field.is_empty() {
             write!(f, "{}: ", self.field)?;
@@ -89,7 +89,7 @@ impl Parsed {
             (
                 f.level,
                 format!(
-                    "{}: {:?} {}/{}: {}: {}",
+                    "{}: {} {}/{}: {}: {}",
                     f.level, o.kind, o.namespace, o.name, f.field, f.message
                 ),
             )

@@ -48,7 +48,7 @@ pub fn explain(
             inputs: inputs
                 .into_iter()
                 .map(|k| Input {
-                    kind: format!("{:?}", k.kind),
+                    kind: k.kind.to_string(),
                     namespace: k.namespace,
                     name: k.name,
                 })

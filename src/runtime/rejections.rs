@@ -135,7 +135,7 @@ impl Rejections {
             let report = obj.rejected.get_or_insert_with(|| {
                 changed = true;
                 tracing::warn!(
-                    object = %format!("{:?} {}/{}", key.kind, key.namespace, key.name),
+                    object = %format!("{} {}/{}", key.kind, key.namespace, key.name),
                     proxy = %r.proxy,
                     "rejected: {why}"
                 );
@@ -182,7 +182,7 @@ impl Rejections {
                     n => format!(" ({n} proxies rejected it)"),
                 };
                 Some(format!(
-                    "{:?} {}/{}: {}{more}",
+                    "{} {}/{}: {}{more}",
                     k.kind, k.namespace, k.name, r.why
                 ))
             })

@@ -629,7 +629,7 @@ impl FileSource {
             for (key, records) in &state.objects {
                 if let Some(first) = all.get(key) {
                     duplicates.push(format!(
-                        "{}: {:?} {}/{} is also defined in {}; this copy is ignored",
+                        "{}: {} {}/{} is also defined in {}; this copy is ignored",
                         path.display(),
                         key.kind,
                         key.namespace,

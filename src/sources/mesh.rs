@@ -146,7 +146,7 @@ impl MeshState {
                 _ => ChangeOp::Update,
             };
             vec![InputChange {
-                kind: format!("{:?}", self.origin.kind),
+                kind: self.origin.kind.to_string(),
                 namespace: self.origin.namespace.clone(),
                 name: self.origin.name.clone(),
                 op,

@@ -1252,8 +1252,8 @@ fn moving_a_gateway_to_the_gateway_api_keeps_its_traffic_and_diff_shows_the_chan
     for input in [
         "VirtualService default/reviews delete",
         "Gateway default/bookinfo-gateway delete",
-        "KubernetesGateway default/bookinfo-gateway insert",
-        "HttpRoute default/reviews insert",
+        "Gateway.gateway.networking.k8s.io default/bookinfo-gateway insert",
+        "HTTPRoute default/reviews insert",
     ] {
         assert!(
             diff.contains(input),

@@ -525,7 +525,7 @@ fn claim_routes_unverified<'s>(
             code: ErrorCode::ClaimRouteUnverified,
             message: format!(
                 "spec.http: routes on the JWT claim {key:?} through Gateway {}/{}, and no \
-                 RequestAuthentication applies to its workload {:?} {}/{}: that gateway never \
+                 RequestAuthentication applies to its workload {} {}/{}: that gateway never \
                  verifies a token, so the condition never holds there (IST0149 \
                  JwtClaimBasedRoutingWithoutRequestAuthN)",
                 g.namespace, g.name, w.kind, w.namespace, w.name

@@ -110,7 +110,23 @@ impl ConfigKey {
 
 impl std::fmt::Display for ConfigKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:?}/{}/{}", self.kind, self.namespace, self.name)
+        write!(f, "{}/{}/{}", self.kind, self.namespace, self.name)
+    }
+}
+
+/// A kind as its users write it: the Kubernetes and Istio kinds by their own names, the
+/// Gateway API's as its `kind` field spells them (`HTTPRoute`, not the variant's
+/// `HttpRoute`), its `Gateway` with its group (Istio's `Gateway` has the bare name).
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Kind::KubernetesGateway => f.write_str("Gateway.gateway.networking.k8s.io"),
+            Kind::HttpRoute => f.write_str("HTTPRoute"),
+            Kind::GrpcRoute => f.write_str("GRPCRoute"),
+            Kind::TcpRoute => f.write_str("TCPRoute"),
+            Kind::TlsRoute => f.write_str("TLSRoute"),
+            other => write!(f, "{other:?}"),
+        }
     }
 }
 

@@ -121,7 +121,7 @@ impl ObjectStatus {
     /// the findings (`level: Kind ns/name: field: message`) of the version in effect.
     pub fn new(resource: &ApiResource, seen: &Seen) -> Self {
         let key = seen.key;
-        let prefix = format!("{:?} {}/{}: ", key.kind, key.namespace, key.name);
+        let prefix = format!("{} {}/{}: ", key.kind, key.namespace, key.name);
         // An error finding of a valid version is a part meshflow cannot honour as written
         // (a security policy, a match, a TLS server): it fails closed, and the object is not
         // in effect as its author wrote it.
@@ -521,7 +521,7 @@ async fn write(client: &Client, key: &ConfigKey, status: &ObjectStatus, since: &
 }
 
 pub(super) fn key_name(key: &ConfigKey) -> String {
-    format!("{:?} {}/{}", key.kind, key.namespace, key.name)
+    format!("{} {}/{}", key.kind, key.namespace, key.name)
 }
 
 fn now_rfc3339() -> String {
