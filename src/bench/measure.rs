@@ -278,52 +278,13 @@ impl RunContext<'_> {
         lg: &Loadgen,
         result: &mut ScenarioResult,
     ) -> Result<(), String> {
-        let opts = self.opts;
-        let (description, edit) = match edit_fn(self.state) {
-            Ok(x) => x,
-            Err(why) => {
-                result.skipped = Some(why);
-                return Ok(());
-            }
-        };
-        result.description = description;
-        mesh_gen::apply_edit(self.shadow_dir, &edit)?;
-        let next = self.recompute().await?;
-        let (affected, min_bytes) = expected::affected_changes(&self.expected, &next);
-        result.affected = affected.len();
-        result.min_bytes = min_bytes.responses;
-        result.min_body_bytes = min_bytes.bodies;
-        let window = Window::open(self.server, Some(lg))?;
-
-        let t0 = Instant::now();
-        mesh_gen::apply_edit(self.config_dir, &edit)?;
-        let pending = wait_converged(lg, &affected, t0, opts.timeout, result).await?;
-        result.converged = result.affected - pending;
-        // Whatever else the change causes (resends, late pushes, pushes to proxies that
-        // should get nothing) counts too: wait at least a debounce window and a settle
-        // period past the write, then until the proxies are quiet.
-        let floor = later(
-            t0,
-            Duration::from_millis(opts.debounce_ms).saturating_add(opts.settle),
-        );
-        tokio::time::sleep(floor.saturating_duration_since(Instant::now())).await;
-        lg.wait_quiet(opts.settle, QUIET_LIMIT).await;
-        let messaged = window.close(self.server, lg, result)?;
-        let affected_set: BTreeSet<usize> = affected.iter().map(|(p, _)| *p).collect();
-        result.unaffected_messaged = messaged
-            .iter()
-            .filter(|i| !affected_set.contains(i))
-            .count();
-        record_check(result, expected::verify(lg, &next));
-        self.expected = next;
-        Ok(())
+        self.edits(edit_fn, 1, lg, result).await.map(|_| ())
     }
 
-    /// `times` one-file edits, each measured as [`Self::edit`] measures one (the recompute
-    /// on the shadow copy before its write, then the wait until its affected proxies hold
-    /// it, then quiet) before the next: one latency sample per (edit, affected proxy), and
-    /// every message in the window counts (the harness's recomputes between edits fall in
-    /// the window: they cost the bench process, not the server).
+    /// `times` one-file edits, each measured as [`Self::edit`] measures one, before the
+    /// next: one latency sample per (edit, affected proxy), and every message in the window
+    /// counts (the harness's recomputes between edits fall in the window: they cost the
+    /// bench process, not the server).
     async fn repeat(
         &mut self,
         edit_fn: EditFn,
@@ -331,16 +292,41 @@ impl RunContext<'_> {
         lg: &Loadgen,
         result: &mut ScenarioResult,
     ) -> Result<(), String> {
+        if let Some((start, made)) = self.edits(edit_fn, times, lg, result).await? {
+            result.changes = made;
+            result.window_s = Some(start.elapsed().as_secs_f64());
+            result.description = format!(
+                "{made} edits one after another, each converged before the next; the first: {}",
+                result.description
+            );
+        }
+        Ok(())
+    }
+
+    /// Up to `times` one-file edits, one after another: for each, the recompute on the
+    /// shadow copy, then the file renamed into the served directory and the affected
+    /// proxies timed until they hold it, then a debounce window, the settle period and
+    /// quiet; every proxy's held set checked against the last recompute at the end. Stops
+    /// early when an edit does not converge. Returns when the first edit was written and
+    /// how many were made (`None`: skipped, the reason in `result`).
+    async fn edits(
+        &mut self,
+        edit_fn: EditFn,
+        times: usize,
+        lg: &Loadgen,
+        result: &mut ScenarioResult,
+    ) -> Result<Option<(Instant, usize)>, String> {
         let opts = self.opts;
         let mut affected_set = BTreeSet::new();
         let mut window = None;
         let start = Instant::now();
+        let mut made = 0;
         for _ in 0..times {
             let (description, edit) = match edit_fn(self.state) {
                 Ok(x) => x,
                 Err(why) => {
                     result.skipped = Some(why);
-                    return Ok(());
+                    return Ok(None);
                 }
             };
             if result.description.is_empty() {
@@ -360,7 +346,10 @@ impl RunContext<'_> {
             mesh_gen::apply_edit(self.config_dir, &edit)?;
             let pending = wait_converged(lg, &affected, t0, opts.timeout, result).await?;
             result.converged += affected.len() - pending;
-            result.changes += 1;
+            made += 1;
+            // Whatever else the change causes (resends, late pushes, pushes to proxies that
+            // should get nothing) counts too: wait at least a debounce window and a settle
+            // period past the write, then until the proxies are quiet.
             let floor = later(
                 t0,
                 Duration::from_millis(opts.debounce_ms).saturating_add(opts.settle),
@@ -373,20 +362,15 @@ impl RunContext<'_> {
             }
         }
         let Some(window) = window else {
-            return Ok(());
+            return Ok(None);
         };
         let messaged = window.close(self.server, lg, result)?;
         result.unaffected_messaged = messaged
             .iter()
             .filter(|i| !affected_set.contains(i))
             .count();
-        result.window_s = Some(start.elapsed().as_secs_f64());
-        result.description = format!(
-            "{} edits one after another, each converged before the next; the first: {}",
-            result.changes, result.description
-        );
         record_check(result, expected::verify(lg, &self.expected));
-        Ok(())
+        Ok(Some((start, made)))
     }
 
     /// Several edits, `gap_ms` apart: the recompute of the end state first, on the shadow

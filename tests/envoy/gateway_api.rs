@@ -67,10 +67,24 @@ fn start_gateway_over(
     let meshflow = Meshflow::start(config_dir, dir.path());
     let label = [("gateway.networking.k8s.io/gateway-name", gateway)];
     let node = ProxyNode::router(pod, "default", "127.0.0.1", &label);
-    let envoy = Envoy::start(envoy_bin, dir.path(), &node, meshflow.xds_addr(), mode);
+    let envoy = gateway_envoy(envoy_bin, dir, &meshflow, &node, port, mode);
+    (meshflow, envoy)
+}
+
+/// The Envoy of gateway proxy `node`, served by `meshflow` over `mode`, once it listens on
+/// `port`.
+fn gateway_envoy(
+    envoy_bin: &std::path::Path,
+    dir: &TestDir,
+    meshflow: &Meshflow,
+    node: &ProxyNode,
+    port: u16,
+    mode: XdsMode,
+) -> Envoy {
+    let envoy = Envoy::start(envoy_bin, dir.path(), node, meshflow.xds_addr(), mode);
     envoy.wait_live(STARTUP_TIMEOUT);
     envoy.await_listener(&format!("0.0.0.0_{port}"));
-    (meshflow, envoy)
+    envoy
 }
 
 /// Service `reviews-<version>` on port 9080 with its EndpointSlice: the pod of that version.
@@ -1201,15 +1215,7 @@ fn moving_a_gateway_to_the_gateway_api_keeps_its_traffic_and_diff_shows_the_chan
         "127.0.0.1",
         &labels,
     );
-    let envoy = Envoy::start(
-        &envoy_bin,
-        dir.path(),
-        &node,
-        meshflow.xds_addr(),
-        XdsMode::Delta,
-    );
-    envoy.wait_live(STARTUP_TIMEOUT);
-    envoy.await_listener(&format!("0.0.0.0_{port}"));
+    let envoy = gateway_envoy(&envoy_bin, &dir, &meshflow, &node, port, XdsMode::Delta);
     let client = Client::new(&envoy, SocketAddr::from(([127, 0, 0, 1], port)), HOST);
     let (v1, v2) = ("reviews-v1", "reviews-v2");
     let both = |c: &std::collections::HashMap<String, usize>| exactly(c, &[v1, v2]);

@@ -416,6 +416,23 @@ mod tests {
     };
     use serde_json::Value;
 
+    /// The element of the array `list` named `name` (`Null` when none is).
+    fn named<'a>(list: &'a Value, name: &str) -> &'a Value {
+        list.as_array()
+            .and_then(|items| items.iter().find(|i| i["name"] == name))
+            .unwrap_or(&Value::Null)
+    }
+
+    /// `(status, reason)` of the condition of type `kind` of `object` (empty when none is).
+    fn condition_of(object: &Value, kind: &str) -> (String, String) {
+        let c = object["conditions"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["type"] == kind))
+            .unwrap_or(&Value::Null);
+        let text = |x: &Value| x.as_str().unwrap_or_default().to_string();
+        (text(&c["status"]), text(&c["reason"]))
+    }
+
     fn listener(
         name: &str,
         protocol: ListenerProtocol,
@@ -468,14 +485,8 @@ mod tests {
         });
         let status = desired(&[(&gw, Some(3), None)], &Default::default());
         let listeners = &status[gw.key()]["listeners"];
-        let find = |name: &str| -> &Value {
-            listeners
-                .as_array()
-                .and_then(|ls| ls.iter().find(|l| l["name"] == name))
-                .unwrap_or(&Value::Null)
-        };
         let kinds = |name: &str| -> Vec<String> {
-            find(name)["supportedKinds"]
+            named(listeners, name)["supportedKinds"]
                 .as_array()
                 .map(|ks| {
                     ks.iter()
@@ -484,17 +495,7 @@ mod tests {
                 })
                 .unwrap_or_default()
         };
-        let cond = |name: &str, kind: &str| -> (String, String) {
-            let c = find(name)["conditions"]
-                .as_array()
-                .and_then(|cs| cs.iter().find(|c| c["type"] == kind))
-                .cloned()
-                .unwrap_or(Value::Null);
-            (
-                c["status"].as_str().unwrap_or_default().into(),
-                c["reason"].as_str().unwrap_or_default().into(),
-            )
-        };
+        let cond = |name: &str, kind: &str| condition_of(named(listeners, name), kind);
         let pair = |a: &str, b: &str| (a.to_string(), b.to_string());
         assert_eq!(kinds("web"), ["HTTPRoute", "GRPCRoute"]);
         assert_eq!(cond("web", "ResolvedRefs"), pair("True", "ResolvedRefs"));
@@ -654,16 +655,8 @@ spec:
                 .map(|(_, v)| v.clone())
                 .unwrap_or(Value::Null)
         };
-        let accepted = |kind: Kind, name: &str| -> (String, String) {
-            let v = by_name(kind, name);
-            let c = v["parents"][0]["conditions"]
-                .as_array()
-                .and_then(|cs| cs.iter().find(|c| c["type"] == "Accepted"))
-                .cloned()
-                .unwrap_or(Value::Null);
-            let text = |x: &Value| x.as_str().unwrap_or_default().to_string();
-            (text(&c["status"]), text(&c["reason"]))
-        };
+        let accepted =
+            |kind: Kind, name: &str| condition_of(&by_name(kind, name)["parents"][0], "Accepted");
         let refused = |reason: &str| ("False".to_string(), reason.to_string());
         let yes = ("True".to_string(), "Accepted".to_string());
         assert_eq!(
@@ -701,11 +694,11 @@ spec:
         assert_eq!(accepted(Kind::HttpRoute, "good"), yes);
         assert_eq!(accepted(Kind::TcpRoute, "good-tcp"), yes);
         let attached = |gateway: &str, listener: &str| {
-            by_name(Kind::KubernetesGateway, gateway)["listeners"]
-                .as_array()
-                .and_then(|ls| ls.iter().find(|l| l["name"] == listener))
-                .map(|l| l["attachedRoutes"].clone())
-                .unwrap_or(Value::Null)
+            named(
+                &by_name(Kind::KubernetesGateway, gateway)["listeners"],
+                listener,
+            )["attachedRoutes"]
+                .clone()
         };
         // Only the attached routes count: `good` on http (the TCP and TLS listeners do not
         // take HTTPRoutes), `good-tcp` on tcp, none of the refused ones anywhere.

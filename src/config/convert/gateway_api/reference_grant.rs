@@ -7,9 +7,6 @@ use crate::config::{gateway_api as api, Invalid};
 use dataflows::model::{self as m, ConfigKey, Record};
 use serde_yaml_ng::Value;
 
-/// The group of the route kinds a grant's `from` names.
-const GATEWAY_API_GROUP: &str = "gateway.networking.k8s.io";
-
 /// The group meshflow reads a grant's `to` kind from: the core group for Services and
 /// Secrets, Istio's for `Hostname` backends; `None` for a kind no reference of meshflow's
 /// names.
@@ -44,7 +41,7 @@ pub(in crate::config::convert) fn reference_grant(
     let from = s
         .from
         .iter()
-        .filter(|f| f.group == GATEWAY_API_GROUP)
+        .filter(|f| f.group == super::GROUP)
         .map(|f| (f.kind.clone(), f.namespace.clone()))
         .collect();
     let to =
