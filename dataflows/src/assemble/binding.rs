@@ -48,11 +48,14 @@ pub(crate) fn server_vhosts(
 /// Each domain's VirtualServices in key order, each with its gateways sorted: the order
 /// routes are concatenated in, the same whichever order inputs arrived in.
 pub(crate) fn sort_vhosts(vhosts: &mut route::GatewayVhosts) {
-    for list in vhosts.values_mut() {
-        list.sort_by(|a, b| a.0.vs.key.cmp(&b.0.vs.key));
-        for (_, via) in list.iter_mut() {
-            via.sort();
-        }
+    vhosts.values_mut().for_each(sort_vhost);
+}
+
+/// One domain's VirtualServices in key order, each with its gateways sorted.
+pub(crate) fn sort_vhost(list: &mut Vec<(ResolvedVs, Vec<String>)>) {
+    list.sort_by(|a, b| a.0.vs.key.cmp(&b.0.vs.key));
+    for (_, via) in list.iter_mut() {
+        via.sort();
     }
 }
 

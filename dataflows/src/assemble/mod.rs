@@ -8,7 +8,11 @@ mod binding;
 mod router;
 pub mod router_tls;
 
-pub use router::{router_resources, Router};
+pub(crate) use binding::{add_via, sort_vhost};
+pub use router::{
+    http_placements, http_route_configs, https_redirect_hosts, router_resources, router_servers,
+    HttpPlacement, HttpRouteConfig, Router,
+};
 
 use crate::model::*;
 use crate::rules::{egress_bind, egress_listeners};

@@ -2,11 +2,12 @@
 //! servers, their route configurations, and those of its TLS servers (`router_tls.rs`),
 //! each with the Gateways, VirtualServices and Secrets it was built from.
 
-use super::binding::{add_via, listen_port, server_vhosts, sort_vhosts, Listeners};
+use super::binding::{add_via, listen_port, sort_vhosts, Listeners};
 use super::router_tls;
 use crate::model::*;
 use crate::rules::{exported_to, gateway_domain};
 use crate::translate::{listener, route, tcp};
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// What a gateway proxy holds, each resource with the Gateways, VirtualServices and
@@ -41,6 +42,29 @@ pub fn router_resources(
     clusters: &[String],
     ports: &[(u16, u16)],
 ) -> Router {
+    let mut out = router_servers(
+        source, namespace, gateways, vss, secrets, hashing, idle, clusters, ports,
+    );
+    out.resources.extend(http_route_resources(
+        source, namespace, gateways, vss, hashing, ports,
+    ));
+    out
+}
+
+/// What [`router_resources`] gives but the route configurations of the HTTP servers: the
+/// dataflow builds those one virtual host at a time (`flow/router_routes.rs`).
+#[allow(clippy::too_many_arguments)] // the router's inputs, each of its own kind
+pub fn router_servers(
+    source: Source,
+    namespace: &str,
+    gateways: &[&Gateway],
+    vss: &[(&ConfigKey, &ResolvedVs)],
+    secrets: &[&TlsSecret],
+    hashing: &Hashing,
+    idle: &TcpTimeouts,
+    clusters: &[String],
+    ports: &[(u16, u16)],
+) -> Router {
     // As Istio (`VirtualServicesForGateway` of the proxy's namespace): a VirtualService bound
     // to a Gateway serves the gateway proxies of the namespaces it is exported to, wherever
     // the Gateway resource itself lives.
@@ -50,43 +74,11 @@ pub fn router_resources(
         .copied()
         .collect();
     let vss = vss.as_slice();
-    let mut listeners: BTreeMap<(String, u16), BTreeSet<ConfigKey>> = BTreeMap::new();
-    // Per address and port listened on: the route configuration's name and the server port
-    // its routes are built for (the first server's, where several ports listen on one);
-    // per domain, the VirtualServices with the gateways they came through; the domains an
-    // `httpsRedirect` server sends to https.
-    let mut routes: BTreeMap<(String, u16), HttpRoutes> = BTreeMap::new();
-    let mut route_inputs: BTreeMap<(String, u16), BTreeSet<ConfigKey>> = BTreeMap::new();
-    for gw in gateways {
-        for server in gw.servers.iter().filter(|s| s.protocol.is_http()) {
-            let addr = server.bind.clone().unwrap_or_else(|| "0.0.0.0".into());
-            let key = (addr, listen_port(ports, server.port));
-            listeners
-                .entry(key.clone())
-                .or_default()
-                .insert(gw.key.clone());
-            let inputs = route_inputs.entry(key.clone()).or_default();
-            inputs.insert(gw.key.clone());
-            let HttpRoutes {
-                vhosts, redirect, ..
-            } = routes.entry(key.clone()).or_insert_with(|| HttpRoutes {
-                name: http_route_name(key.1, server.bind.as_deref()),
-                port: server.port,
-                vhosts: Default::default(),
-                redirect: Default::default(),
-            });
-            let domains = server_vhosts(gw, server, vss, inputs, vhosts);
-            if server.https_redirect {
-                // Istio redirects a server's hosts even where no VirtualService serves them.
-                for host in server.hosts.iter() {
-                    let bare = host.split_once('/').map_or(host.as_str(), |(_, h)| h);
-                    vhosts.entry(bare.to_string()).or_default();
-                    redirect.insert(bare.to_string());
-                }
-                redirect.extend(domains);
-            }
-        }
-    }
+    let configs = http_route_configs(gateways, ports);
+    let listeners: Listeners = configs
+        .iter()
+        .map(|(at, (_, gws))| (at.clone(), gws.clone()))
+        .collect();
     let tls = router_tls::servers(
         source, namespace, gateways, vss, secrets, hashing, idle, &listeners, clusters, ports,
     );
@@ -100,37 +92,161 @@ pub fn router_resources(
         ports,
         &mut errors,
     );
-    let mut out: Vec<(Resource, BTreeSet<ConfigKey>)> = Vec::new();
-    for ((addr, port), inputs) in listeners {
-        if let Some(r) = routes.get(&(addr.clone(), port)) {
-            out.push((
-                listener::http_listener(&addr, port, true, &r.name, true),
-                inputs,
-            ));
-        }
-    }
+    let mut out: Vec<(Resource, BTreeSet<ConfigKey>)> = configs
+        .into_iter()
+        .map(|((addr, port), (rc, inputs))| {
+            let l = listener::http_listener(&addr, port, true, &rc.name, true);
+            (l, inputs)
+        })
+        .collect();
     out.extend(tcp_listeners);
     out.extend(tls.resources);
-    for (key, mut r) in routes {
-        sort_vhosts(&mut r.vhosts);
-        let inputs = route_inputs.remove(&key).unwrap_or_default();
-        out.push((
-            route::gateway_route_config(&r.name, r.port, source, &r.vhosts, &r.redirect, hashing),
-            inputs,
-        ));
-    }
     Router {
         resources: out,
         errors,
     }
 }
 
-/// The HTTP routes of a router's listener (see [`router_resources`]).
-struct HttpRoutes {
-    name: String,
-    port: u16,
-    vhosts: route::GatewayVhosts,
-    redirect: BTreeSet<String>,
+/// The route configurations of a router's HTTP servers, each with the Gateways and
+/// VirtualServices it was built from.
+fn http_route_resources(
+    source: Source,
+    namespace: &str,
+    gateways: &[&Gateway],
+    vss: &[(&ConfigKey, &ResolvedVs)],
+    hashing: &Hashing,
+    ports: &[(u16, u16)],
+) -> Vec<(Resource, BTreeSet<ConfigKey>)> {
+    let mut routes = http_route_configs(gateways, ports);
+    // Per route configuration: each domain's VirtualServices with the gateways they came
+    // through, and the domains an `httpsRedirect` server sends to https.
+    let mut vhosts: BTreeMap<(String, u16), (route::GatewayVhosts, BTreeSet<String>)> =
+        BTreeMap::new();
+    for gw in gateways {
+        for (_, rvs) in vss.iter().filter(|(k, _)| **k == gw.key) {
+            for p in http_placements(gw, rvs, namespace, ports) {
+                if let Some((_, inputs)) = routes.get_mut(&p.at) {
+                    inputs.insert(rvs.vs.key.clone());
+                }
+                let (domains, redirect) = vhosts.entry(p.at).or_default();
+                add_via(domains.entry(p.domain.clone()).or_default(), rvs, &gw.key);
+                if p.https_redirect {
+                    redirect.insert(p.domain);
+                }
+            }
+        }
+        for (at, host) in https_redirect_hosts(gw, ports) {
+            let (domains, redirect) = vhosts.entry(at).or_default();
+            domains.entry(host.clone()).or_default();
+            redirect.insert(host);
+        }
+    }
+    routes
+        .into_iter()
+        .map(|(at, (rc, inputs))| {
+            let (mut domains, redirect) = vhosts.remove(&at).unwrap_or_default();
+            sort_vhosts(&mut domains);
+            let r = route::gateway_route_config(&rc.name, rc.port, source, &domains, &redirect, hashing);
+            (r, inputs)
+        })
+        .collect()
+}
+
+/// The route configuration a router's HTTP servers on one address and port listened on
+/// share.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct HttpRouteConfig {
+    /// `http.PORT`, or `http.PORT.BIND` ([`http_route_name`]).
+    pub name: String,
+    /// The server port its routes are built for: the first server's, where servers of
+    /// several ports listen on one.
+    pub port: u16,
+}
+
+/// Per address and port listened on by a router's HTTP servers: their route configuration,
+/// and the Gateways with a server there (what its listener is built from).
+pub fn http_route_configs(
+    gateways: &[&Gateway],
+    ports: &[(u16, u16)],
+) -> BTreeMap<(String, u16), (HttpRouteConfig, BTreeSet<ConfigKey>)> {
+    let mut out: BTreeMap<(String, u16), (HttpRouteConfig, BTreeSet<ConfigKey>)> =
+        BTreeMap::new();
+    for gw in gateways {
+        for server in gw.servers.iter().filter(|s| s.protocol.is_http()) {
+            let (addr, listen) = server_at(server, ports);
+            let (_, inputs) = out.entry((addr, listen)).or_insert_with(|| {
+                let rc = HttpRouteConfig {
+                    name: http_route_name(listen, server.bind.as_deref()),
+                    port: server.port,
+                };
+                (rc, BTreeSet::new())
+            });
+            inputs.insert(gw.key.clone());
+        }
+    }
+    out
+}
+
+/// One domain a VirtualService is served on by an HTTP server of a router.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HttpPlacement {
+    /// Where the server listens (address, port listened on): its route configuration.
+    pub at: (String, u16),
+    pub domain: String,
+    /// The server redirects plaintext requests to https (`httpsRedirect`).
+    pub https_redirect: bool,
+}
+
+/// Where `rvs`, bound to `gw`, is served by `gw`'s HTTP servers on a router in `namespace`:
+/// a domain per server host that takes one of its hosts; none if the VirtualService is not
+/// exported to that namespace.
+pub fn http_placements(
+    gw: &Gateway,
+    rvs: &ResolvedVs,
+    namespace: &str,
+    ports: &[(u16, u16)],
+) -> Vec<HttpPlacement> {
+    if !exported_to(&rvs.vs.export_to, &rvs.vs.key.namespace, namespace) {
+        return Vec::new();
+    }
+    let vs_ns = &rvs.vs.key.namespace;
+    let mut out = Vec::new();
+    for server in gw.servers.iter().filter(|s| s.protocol.is_http()) {
+        for vs_host in &rvs.vs.hosts {
+            for server_host in &server.hosts {
+                if let Some(domain) = gateway_domain(server_host, &gw.key.namespace, vs_ns, vs_host)
+                {
+                    out.push(HttpPlacement {
+                        at: server_at(server, ports),
+                        domain,
+                        https_redirect: server.https_redirect,
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The hosts `gw`'s `httpsRedirect` HTTP servers redirect, where each listens: Istio gives
+/// each a virtual host that redirects, even where no VirtualService serves it.
+pub fn https_redirect_hosts(gw: &Gateway, ports: &[(u16, u16)]) -> Vec<((String, u16), String)> {
+    gw.servers
+        .iter()
+        .filter(|s| s.protocol.is_http() && s.https_redirect)
+        .flat_map(|server| {
+            server.hosts.iter().map(|host| {
+                let bare = host.split_once('/').map_or(host.as_str(), |(_, h)| h);
+                (server_at(server, ports), bare.to_string())
+            })
+        })
+        .collect()
+}
+
+/// The address and port a server listens on.
+fn server_at(server: &GatewayServer, ports: &[(u16, u16)]) -> (String, u16) {
+    let addr = server.bind.clone().unwrap_or_else(|| "0.0.0.0".into());
+    (addr, listen_port(ports, server.port))
 }
 
 /// The route configuration of a router's HTTP servers listening on `port` (at `bind`, if

@@ -69,7 +69,7 @@ pub(super) fn routers<'s>(
     });
     let router_gws = router_gw
         .clone()
-        .join_map(gateways, |_, s, gw| (s.clone(), gw.clone()));
+        .join_map(gateways.clone(), |_, s, gw| (s.clone(), gw.clone()));
     // Routers with an `ISTIO_MUTUAL` server: their proxies need their workload identity.
     let mtls_scopes = router_gws
         .clone()
@@ -121,7 +121,7 @@ pub(super) fn routers<'s>(
         .distinct();
     let router_cluster_items =
         router_cluster_items.map(|(s, (_, name))| (s, GwItem::Cluster(name)));
-    let router_gw_items = router_gws.map(|(s, gw)| (s, GwItem::Gateway(gw)));
+    let router_gw_items = router_gws.clone().map(|(s, gw)| (s, GwItem::Gateway(gw)));
     let vs_by_gw = vss.flat_map(|(k, vs)| {
         vs.gateways
             .iter()
@@ -129,11 +129,21 @@ pub(super) fn routers<'s>(
             .map(|g| (g, k.clone()))
             .collect::<Vec<_>>()
     });
-    let router_vs_items = router_gw
+    // Each VirtualService bound to a Gateway of a scope, by that Gateway.
+    let bound = router_gw
         .join_map(vs_by_gw, |g, s, vk| (vk.clone(), (s.clone(), g.clone())))
         .join_map(resolved, |_, (s, g), rvs| {
-            (s.clone(), GwItem::Vs(g.clone(), rvs.clone()))
+            (g.clone(), (s.clone(), rvs.clone()))
         });
+    let http_routes = super::router_routes::http(&router_gws, &bound, &gateways, hashing);
+    // The scope's other resources take the VirtualServices of the Gateways with servers
+    // other than plain HTTP only: an HTTPRoute's edit does not rebuild them.
+    let beyond_http = gateways
+        .filter(|(_, gw)| gw.serves_beyond_http())
+        .map(|(k, _)| k);
+    let router_vs_items = bound
+        .semijoin(beyond_http)
+        .map(|(g, (s, rvs))| (s, GwItem::Vs(g, rvs)));
     let router_hash_items = router_vs_items
         .clone()
         .flat_map(|(s, item)| match item {
@@ -193,10 +203,11 @@ pub(super) fn routers<'s>(
         resources: router_out.map(|(s, (r, _))| (s, r)),
         provenance,
     };
-    (built, errors, mtls_scopes)
+    (built.concat(http_routes), errors, mtls_scopes)
 }
 
-/// One router scope's resources, each with its inputs, sorted and deduplicated, and its
+/// One router scope's resources but its HTTP route configurations
+/// ([`super::router_routes`]), each with its inputs, sorted and deduplicated, and its
 /// errors.
 fn resources(s: &ScopeKey, vals: &[(&GwItem, isize)]) -> assemble::Router {
     let gws: Vec<&Gateway> = vals
@@ -247,7 +258,7 @@ fn resources(s: &ScopeKey, vals: &[(&GwItem, isize)]) -> assemble::Router {
             _ => None,
         })
         .collect();
-    let mut out = assemble::router_resources(
+    let mut out = assemble::router_servers(
         s.source(),
         s.namespace(),
         &gws,

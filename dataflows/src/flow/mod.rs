@@ -18,6 +18,7 @@ mod gateways;
 mod inbound;
 mod listeners;
 mod mesh;
+mod router_routes;
 mod routes;
 mod scopes;
 mod security;

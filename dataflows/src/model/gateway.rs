@@ -15,6 +15,14 @@ pub struct Gateway {
 }
 
 impl Gateway {
+    /// Some server is not plain HTTP (it has `tls`, or is TCP or TLS): the VirtualServices
+    /// bound to the Gateway matter beyond the HTTP route configurations.
+    pub fn serves_beyond_http(&self) -> bool {
+        self.servers
+            .iter()
+            .any(|s| s.tls.is_some() || !s.protocol.is_http())
+    }
+
     /// Some server is AUTO_PASSTHROUGH: the gateway proxies it selects route by their
     /// outbound clusters' names.
     pub fn uses_auto_passthrough(&self) -> bool {

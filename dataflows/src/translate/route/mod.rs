@@ -383,35 +383,67 @@ pub fn gateway_route_config(
     require_tls: &BTreeSet<String>,
     hashing: &Hashing,
 ) -> Resource {
-    let virtual_hosts = vhosts
+    let encoded: Vec<Vec<u8>> = vhosts
         .iter()
-        .map(|(domain, vss)| VirtualHost {
-            name: format!("{domain}:{port}"),
-            // Exact hosts match on any port (behind a load balancer the port differs);
-            // wildcard hosts as themselves and with the server's port, as Istio writes
-            // them; the port of a `Host` is ignored anyway (below).
-            domains: if domain == "*" {
-                vec!["*".into()]
-            } else if domain.starts_with('*') {
-                vec![domain.clone(), format!("{domain}:{port}")]
-            } else {
-                vec![domain.clone(), format!("{domain}:*")]
-            },
-            routes: vss
-                .iter()
-                .flat_map(|(vs, via)| vs_routes(vs, port, via, source, hashing))
-                .collect(),
-            require_tls: if require_tls.contains(domain) {
-                virtual_host::TlsRequirementType::All as i32
-            } else {
-                0
-            },
-            ..Default::default()
+        .map(|(domain, vss)| {
+            let tls = require_tls.contains(domain);
+            gateway_vhost(domain, port, source, vss, tls, hashing).encode_to_vec()
         })
         .collect();
-    let rc = RouteConfiguration {
+    gateway_route_config_of(name, encoded.iter().map(Vec::as_slice))
+}
+
+/// The virtual host of `domain` in a gateway route configuration of server port `port`:
+/// the routes of `vss` (in precedence order, each with the gateways it came through)
+/// concatenated; with `require_tls`, plaintext requests answer a 301 to https.
+pub fn gateway_vhost(
+    domain: &str,
+    port: u16,
+    source: Source,
+    vss: &[(ResolvedVs, Vec<String>)],
+    require_tls: bool,
+    hashing: &Hashing,
+) -> VirtualHost {
+    VirtualHost {
+        name: format!("{domain}:{port}"),
+        // Exact hosts match on any port (behind a load balancer the port differs);
+        // wildcard hosts as themselves and with the server's port, as Istio writes
+        // them; the port of a `Host` is ignored anyway (below).
+        domains: if domain == "*" {
+            vec!["*".into()]
+        } else if domain.starts_with('*') {
+            vec![domain.to_string(), format!("{domain}:{port}")]
+        } else {
+            vec![domain.to_string(), format!("{domain}:*")]
+        },
+        routes: vss
+            .iter()
+            .flat_map(|(vs, via)| vs_routes(vs, port, via, source, hashing))
+            .collect(),
+        require_tls: if require_tls {
+            virtual_host::TlsRequirementType::All as i32
+        } else {
+            0
+        },
+        ..Default::default()
+    }
+}
+
+/// A gateway route configuration `name` from its virtual hosts already encoded (in domain
+/// order): the dataflow builds each virtual host on its own, so one VirtualService's edit
+/// encodes one virtual host and copies the others' bytes. The same bytes as encoding the
+/// whole message: a repeated message field is its elements' encodings one after another,
+/// each with its tag and length, and prost writes fields in field-number order
+/// (`name` = 1, `virtual_hosts` = 2, the rest after).
+pub fn gateway_route_config_of<'a>(
+    name: &str,
+    vhosts: impl Iterator<Item = &'a [u8]>,
+) -> Resource {
+    let head = RouteConfiguration {
         name: name.to_string(),
-        virtual_hosts,
+        ..Default::default()
+    };
+    let tail = RouteConfiguration {
         validate_clusters: Some(BoolValue { value: false }),
         // As Istio's gateway route configurations: a `Host` naming the port the gateway
         // listens on (a port-forward to the pod, not the load balancer's port) still
@@ -419,5 +451,49 @@ pub fn gateway_route_config(
         ignore_port_in_host_matching: true,
         ..Default::default()
     };
-    Resource::new(ResourceType::Route, rc.name.clone(), rc.encode_to_vec())
+    let mut bytes = head.encode_to_vec();
+    for vhost in vhosts {
+        prost::encoding::encode_key(2, prost::encoding::WireType::LengthDelimited, &mut bytes);
+        prost::encoding::encode_varint(vhost.len() as u64, &mut bytes);
+        bytes.extend_from_slice(vhost);
+    }
+    bytes.extend(tail.encode_to_vec());
+    Resource::new(ResourceType::Route, name.to_string(), bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A route configuration assembled from encoded virtual hosts is byte for byte prost's
+    /// encoding of the whole message (the field order the assembly relies on), with none,
+    /// one or several virtual hosts.
+    #[test]
+    fn route_config_from_encoded_vhosts_is_the_whole_message_encoded() {
+        let vhost = |domain: &str| VirtualHost {
+            name: format!("{domain}:80"),
+            domains: vec![domain.to_string(), format!("{domain}:*")],
+            routes: vec![Route {
+                name: "r".into(),
+                r#match: Some(route_match(None)),
+                ..Default::default()
+            }],
+            require_tls: virtual_host::TlsRequirementType::All as i32,
+            ..Default::default()
+        };
+        for n in [0, 1, 3] {
+            let vhosts: Vec<VirtualHost> = (0..n).map(|i| vhost(&format!("h{i}.example"))).collect();
+            let whole = RouteConfiguration {
+                name: "http.80".into(),
+                virtual_hosts: vhosts.clone(),
+                validate_clusters: Some(BoolValue { value: false }),
+                ignore_port_in_host_matching: true,
+                ..Default::default()
+            };
+            let encoded: Vec<Vec<u8>> = vhosts.iter().map(|v| v.encode_to_vec()).collect();
+            let assembled = gateway_route_config_of("http.80", encoded.iter().map(Vec::as_slice));
+            assert_eq!(&*assembled.body.0, whole.encode_to_vec().as_slice(), "{n} virtual hosts");
+            assert_eq!(assembled.name, "http.80");
+        }
+    }
 }
