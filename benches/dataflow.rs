@@ -1,10 +1,10 @@
 //! Cost of one change: the incremental dataflow's epoch vs a full recompute of every
-//! proxy's config (the baseline's work), side by side on the same synthetic mesh; and the
-//! cost of encoding resources.
+//! proxy's config (the baseline's work), side by side on the same synthetic mesh; one
+//! HTTPRoute's edit on gateways with 5,000 routes; and the cost of encoding resources.
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use dataflows::driver::{Batch, Engine};
-use dataflows::model::{MeshConfig, Record};
+use dataflows::model::{GatewayApiObject, MeshConfig, Record};
 use dataflows::naive::{self, Snapshot};
 use dataflows::synth::{self, Shape};
 use std::hint::black_box;
@@ -69,6 +69,58 @@ fn one_change(c: &mut Criterion) {
     group.finish();
 }
 
+/// One HTTPRoute's edit on gateways serving 5,000 HTTPRoutes (and 500 VirtualServices):
+/// the `httproute` scenario's dataflow step alone, without sidecars, so the gateways'
+/// route configuration is all the epoch builds.
+fn gateway_route(c: &mut Criterion) {
+    let mesh = MeshConfig::default();
+    let shape = Shape {
+        endpoints_per_service: 1,
+        proxies: 0,
+        gateways: 2,
+        http_routes: 5_000,
+        ..Shape::large()
+    };
+    let records = synth::records(&shape, &mesh);
+    let engine = Engine::start(1, mesh.clone());
+    let mut epoch = 1;
+    engine
+        .step(Batch {
+            epoch,
+            changes: records.into_iter().map(|r| (r, 1)).collect(),
+        })
+        .expect("engine");
+    let route = |canary| {
+        let r = synth::http_route(0, canary, &shape, &mesh);
+        Record::GatewayApi(GatewayApiObject::HttpRoute(r))
+    };
+    // Route svc-0 sends 10% to svc-100 (its namespace's next service) or takes it back.
+    let (plain, canary) = (route(None), route(Some((10, shape.namespaces))));
+    let mut flip = false;
+    let mut group = c.benchmark_group("one_change");
+    group.sample_size(20);
+    group.bench_function("http_route/incremental", |b| {
+        b.iter(|| {
+            epoch += 1;
+            let (old, new) = if flip {
+                (&canary, &plain)
+            } else {
+                (&plain, &canary)
+            };
+            flip = !flip;
+            black_box(
+                engine
+                    .step(Batch {
+                        epoch,
+                        changes: vec![(old.clone(), -1), (new.clone(), 1)],
+                    })
+                    .expect("engine"),
+            );
+        })
+    });
+    group.finish();
+}
+
 fn encoding(c: &mut Criterion) {
     let mesh = MeshConfig::default();
     let shape = Shape::small();
@@ -88,5 +140,5 @@ fn encoding(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, one_change, encoding);
+criterion_group!(benches, one_change, gateway_route, encoding);
 criterion_main!(benches);

@@ -1,11 +1,14 @@
 //! The Gateway API at a gateway, through the generated config: requests sent through the
 //! listener's route configuration land where the spec says — a segment-wise prefix, the
 //! precedence across routes, a redirect, and 500 for a filter meshflow cannot apply and for
-//! a backend that does not exist.
+//! a backend that does not exist; and the conformance suite's traffic cases that the route
+//! table decides alone.
 
 use crate::fixtures::{pod, reviews_mesh, via_gateway, PORT};
 use crate::support::{write_config, ProxyNode};
 use crate::{assert_routes_to, assert_status, Mesh};
+use dataflows::simulate::{Action, HeaderOp, Outcome};
+use std::time::Duration;
 
 const ROUTES: &str = "apiVersion: gateway.networking.k8s.io/v1
 kind: HTTPRoute
@@ -73,4 +76,170 @@ fn gateway_api_routes_land_where_the_spec_says() {
         &mesh.send(&gateway, &via_gateway("other.example", "/reviews/1")),
         404,
     );
+}
+
+/// Routes of the conformance suite's traffic cases that the route table decides alone.
+const CASES: &str = "apiVersion: v1
+kind: Service
+metadata: {name: ratings, namespace: default}
+spec: {ports: [{name: http, port: 9080}]}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: cases, namespace: default}
+spec:
+  parentRefs: [{name: gw}]
+  hostnames: [cases.example]
+  rules:
+  # HTTPRouteMethodMatching, HTTPRouteHeaderMatching and their precedence: a method match
+  # outranks header matches, which outrank none.
+  - matches: [{path: {type: PathPrefix, value: /match}, headers: [{name: version, value: two}]}]
+    backendRefs: [{name: ratings, port: 9080}]
+  - matches: [{path: {type: PathPrefix, value: /match}}]
+    backendRefs: [{name: reviews, port: 9080}]
+  - matches: [{path: {type: PathPrefix, value: /match}, method: POST}]
+    filters: [{type: RequestRedirect, requestRedirect: {hostname: posted.example, statusCode: 302}}]
+  # HTTPRouteQueryParamMatching
+  - matches: [{path: {type: Exact, value: /q}, queryParams: [{name: animal, value: whale}]}]
+    backendRefs: [{name: ratings, port: 9080}]
+  - matches: [{path: {type: Exact, value: /q}}]
+    backendRefs: [{name: reviews, port: 9080}]
+  # HTTPRouteNoBackendRefs
+  - matches: [{path: {type: Exact, value: /none}}]
+  # HTTPRouteRewritePath, HTTPRouteRewriteHost
+  - matches: [{path: {type: PathPrefix, value: /prefix/one}}]
+    filters: [{type: URLRewrite, urlRewrite: {hostname: rewritten.example, path: {type: ReplacePrefixMatch, replacePrefixMatch: /one}}}]
+    backendRefs: [{name: reviews, port: 9080}]
+  - matches: [{path: {type: PathPrefix, value: /strip-prefix}}]
+    filters: [{type: URLRewrite, urlRewrite: {path: {type: ReplacePrefixMatch, replacePrefixMatch: /}}}]
+    backendRefs: [{name: reviews, port: 9080}]
+  - matches: [{path: {type: PathPrefix, value: /full}}]
+    filters: [{type: URLRewrite, urlRewrite: {path: {type: ReplaceFullPath, replaceFullPath: /one}}}]
+    backendRefs: [{name: reviews, port: 9080}]
+  # HTTPRouteRequestHeaderModifier, HTTPRouteResponseHeaderModifier, HTTPRouteRequestMirror
+  - matches: [{path: {type: PathPrefix, value: /headers}}]
+    filters:
+    - type: RequestHeaderModifier
+      requestHeaderModifier:
+        set: [{name: X-Header-Set, value: set-overwrites-values}]
+        add: [{name: X-Header-Add, value: add-appends-values}]
+        remove: [X-Header-Remove]
+    - type: ResponseHeaderModifier
+      responseHeaderModifier:
+        set: [{name: X-Response-Set, value: set}]
+        remove: [X-Response-Remove]
+    - type: RequestMirror
+      requestMirror: {backendRef: {name: ratings, port: 9080}}
+    backendRefs: [{name: reviews, port: 9080}]
+  # HTTPRouteRequestTimeout, HTTPRouteDisableRequestTimeout
+  - matches: [{path: {type: PathPrefix, value: /slow}}]
+    timeouts: {request: 500ms}
+    backendRefs: [{name: reviews, port: 9080}]
+  - matches: [{path: {type: PathPrefix, value: /forever}}]
+    timeouts: {request: 0s}
+    backendRefs: [{name: reviews, port: 9080}]
+";
+
+/// The conformance suite's traffic cases the route table decides, through the generated
+/// config: method, header and query-parameter matches in the spec's precedence, a rule
+/// without backends answering 500, path and host rewrites, request and response header
+/// modifiers, a mirror, and request timeouts (`0s` disables Envoy's default).
+#[test]
+fn gateway_api_conformance_traffic_cases_through_the_route_table() {
+    let mut mesh = Mesh::new("gateway-api-cases");
+    let reviews = reviews_mesh(&mesh, 9080, &["v1"]);
+    write_config(
+        &mesh.config,
+        "gateway.yaml",
+        &format!(
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{name: gw, namespace: default}}\nspec:\n  gatewayClassName: istio\n  listeners:\n  - {{name: http, port: {PORT}, protocol: HTTP}}\n"
+        ),
+    );
+    write_config(&mesh.config, "cases.yaml", CASES);
+    let gateway = mesh.connect(&ProxyNode::router(
+        "gw-abc",
+        "default",
+        "127.0.0.1",
+        &[("gateway.networking.k8s.io/gateway-name", "gw")],
+    ));
+    let ratings = "outbound|9080||ratings.default.svc.cluster.local";
+    let to = |path: &str| via_gateway("cases.example", path);
+    let v1 = [pod(&reviews, "v1")];
+
+    let o = mesh.send(&gateway, &to("/match/a").header("version", "two"));
+    assert_eq!(o.cluster(), Some(ratings), "{o:#?}");
+    assert_routes_to(
+        &mesh.send(&gateway, &to("/match/a")),
+        &reviews.cluster(""),
+        &v1,
+    );
+    let o = mesh.send(
+        &gateway,
+        &to("/match").method("POST").header("version", "two"),
+    );
+    assert_status(&o, 302);
+    let o = mesh.send(&gateway, &to("/q?animal=whale"));
+    assert_eq!(o.cluster(), Some(ratings), "{o:#?}");
+    let o = mesh.send(&gateway, &to("/q?animal=dolphin"));
+    assert_routes_to(&o, &reviews.cluster(""), &v1);
+    assert_status(&mesh.send(&gateway, &to("/none")), 500);
+
+    let effects = |o: &Outcome| o.http.clone().expect("a matched route's effects");
+    let o = mesh.send(&gateway, &to("/prefix/one/two"));
+    assert_routes_to(&o, &reviews.cluster(""), &v1);
+    assert_eq!(effects(&o).upstream_path, "/one/two");
+    assert_eq!(effects(&o).upstream_authority, "rewritten.example");
+    // Stripping the whole prefix leaves `/` (not an empty path), and a slash between.
+    let o = mesh.send(&gateway, &to("/strip-prefix/three"));
+    assert_eq!(effects(&o).upstream_path, "/three");
+    let o = mesh.send(&gateway, &to("/strip-prefix"));
+    assert_eq!(effects(&o).upstream_path, "/");
+    let o = mesh.send(&gateway, &to("/full/one/two"));
+    assert_eq!(effects(&o).upstream_path, "/one");
+    assert_eq!(effects(&o).upstream_authority, "cases.example");
+
+    let o = mesh.send(
+        &gateway,
+        &to("/headers")
+            .header("x-header-set", "original")
+            .header("x-header-remove", "gone"),
+    );
+    assert_routes_to(&o, &reviews.cluster(""), &v1);
+    let up = effects(&o).upstream_headers;
+    let values = |name: &str| -> Vec<&str> {
+        up.iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+            .collect()
+    };
+    assert_eq!(values("x-header-set"), ["set-overwrites-values"], "{up:?}");
+    assert_eq!(values("x-header-add"), ["add-appends-values"], "{up:?}");
+    assert!(values("x-header-remove").is_empty(), "{up:?}");
+    let response = effects(&o).response_headers;
+    assert!(
+        response
+            .iter()
+            .any(|e| e.name == "x-response-set" && e.op == HeaderOp::Set && e.value == "set"),
+        "{response:?}"
+    );
+    assert!(
+        response
+            .iter()
+            .any(|e| e.name == "x-response-remove" && e.op == HeaderOp::Remove),
+        "{response:?}"
+    );
+    let mirrors = effects(&o).mirrors;
+    assert_eq!(mirrors.len(), 1, "{mirrors:?}");
+    assert_eq!(mirrors[0].cluster, ratings);
+    assert!(mirrors[0].cluster_found, "{mirrors:?}");
+
+    let timeout = |o: &Outcome| match &o.result {
+        Ok(Action::Route { timeout, .. }) => *timeout,
+        other => panic!("not routed: {other:?}"),
+    };
+    let slow = mesh.send(&gateway, &to("/slow"));
+    assert_eq!(timeout(&slow), Some(Duration::from_millis(500)));
+    let forever = mesh.send(&gateway, &to("/forever"));
+    assert_eq!(timeout(&forever), Some(Duration::ZERO));
+    mesh.assert_no_errors();
 }

@@ -146,7 +146,9 @@ fn http_route_resources(
         .map(|(at, (rc, inputs))| {
             let (mut domains, redirect) = vhosts.remove(&at).unwrap_or_default();
             sort_vhosts(&mut domains);
-            let r = route::gateway_route_config(&rc.name, rc.port, source, &domains, &redirect, hashing);
+            let r = route::gateway_route_config(
+                &rc.name, rc.port, source, &domains, &redirect, hashing,
+            );
             (r, inputs)
         })
         .collect()
@@ -169,8 +171,7 @@ pub fn http_route_configs(
     gateways: &[&Gateway],
     ports: &[(u16, u16)],
 ) -> BTreeMap<(String, u16), (HttpRouteConfig, BTreeSet<ConfigKey>)> {
-    let mut out: BTreeMap<(String, u16), (HttpRouteConfig, BTreeSet<ConfigKey>)> =
-        BTreeMap::new();
+    let mut out: BTreeMap<(String, u16), (HttpRouteConfig, BTreeSet<ConfigKey>)> = BTreeMap::new();
     for gw in gateways {
         for server in gw.servers.iter().filter(|s| s.protocol.is_http()) {
             let (addr, listen) = server_at(server, ports);

@@ -74,7 +74,10 @@ pub(super) fn http<'s>(
                 .into_iter()
                 .map(|p| {
                     let at = (s.clone(), p.at.0, p.at.1);
-                    (at, (p.domain, p.https_redirect, Some((rvs.clone(), g.clone()))))
+                    (
+                        at,
+                        (p.domain, p.https_redirect, Some((rvs.clone(), g.clone()))),
+                    )
                 })
                 .collect::<Vec<_>>()
         })
@@ -85,12 +88,13 @@ pub(super) fn http<'s>(
             .map(|((addr, listen), host)| ((s.clone(), addr, listen), (host, true, None)))
             .collect::<Vec<_>>()
     });
-    let rows = placed
-        .concat(redirects)
-        .join_map(config_at.clone(), |(s, _, _), (domain, redirect, vs), rc| {
+    let rows = placed.concat(redirects).join_map(
+        config_at.clone(),
+        |(s, _, _), (domain, redirect, vs), rc| {
             let key: VhostKey = (s.clone(), rc.name.clone(), rc.port, domain.clone());
             (key, (*redirect, vs.clone()))
-        });
+        },
+    );
     let vs_provenance = rows.clone().flat_map(|((s, name, _, _), (_, vs))| {
         vs.map(|(rvs, _)| ((Holder::Scope(s), ResourceType::Route, name), rvs.vs.key))
     });
@@ -116,17 +120,21 @@ pub(super) fn http<'s>(
         .join_map(hashing.clone(), |(_, h), key, hh| {
             (key.clone(), VhostRow::Hash(h.clone(), hh.clone()))
         });
-    let vhosts = vhost_rows
-        .concat(hash_rows)
-        .reduce(|key: &VhostKey, vals: &[(&VhostRow, isize)], out| {
-            if let Some(bytes) = vhost(key, vals) {
-                out.push((bytes, 1isize));
-            }
-        });
+    let vhosts =
+        vhost_rows
+            .concat(hash_rows)
+            .reduce(|key: &VhostKey, vals: &[(&VhostRow, isize)], out| {
+                if let Some(bytes) = vhost(key, vals) {
+                    out.push((bytes, 1isize));
+                }
+            });
 
     let resources = vhosts
         .map(|((s, name, _, domain), bytes)| ((s, name), ConfigRow::Vhost(domain, bytes)))
-        .concat(config_at.map(|((s, _, _), rc): (_, HttpRouteConfig)| ((s, rc.name), ConfigRow::Exists)))
+        .concat(
+            config_at
+                .map(|((s, _, _), rc): (_, HttpRouteConfig)| ((s, rc.name), ConfigRow::Exists)),
+        )
         .reduce(|(_, name), vals: &[(&ConfigRow, isize)], out| {
             if !vals.iter().any(|(r, _)| **r == ConfigRow::Exists) {
                 return;

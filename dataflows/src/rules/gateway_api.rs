@@ -203,6 +203,17 @@ impl RouteContext {
         b: &BackendRef,
         at: ParentKind,
     ) -> Option<(&'static str, String)> {
+        // A Service without a host lacks its port or has a filter meshflow does not take:
+        // the converter said so; any other kind without one is not routable.
+        if b.host.is_none() && b.kind != "Service" {
+            return Some((
+                "InvalidKind",
+                format!(
+                    "{} {}/{} is not a kind of backend meshflow routes to (Service, or Istio's Hostname)",
+                    b.kind, b.namespace, b.name
+                ),
+            ));
+        }
         let host = b.host.as_ref()?;
         if at == ParentKind::Gateway
             && b.namespace != route_ns

@@ -435,10 +435,7 @@ pub fn gateway_vhost(
 /// whole message: a repeated message field is its elements' encodings one after another,
 /// each with its tag and length, and prost writes fields in field-number order
 /// (`name` = 1, `virtual_hosts` = 2, the rest after).
-pub fn gateway_route_config_of<'a>(
-    name: &str,
-    vhosts: impl Iterator<Item = &'a [u8]>,
-) -> Resource {
+pub fn gateway_route_config_of<'a>(name: &str, vhosts: impl Iterator<Item = &'a [u8]>) -> Resource {
     let head = RouteConfiguration {
         name: name.to_string(),
         ..Default::default()
@@ -482,7 +479,8 @@ mod tests {
             ..Default::default()
         };
         for n in [0, 1, 3] {
-            let vhosts: Vec<VirtualHost> = (0..n).map(|i| vhost(&format!("h{i}.example"))).collect();
+            let vhosts: Vec<VirtualHost> =
+                (0..n).map(|i| vhost(&format!("h{i}.example"))).collect();
             let whole = RouteConfiguration {
                 name: "http.80".into(),
                 virtual_hosts: vhosts.clone(),
@@ -492,7 +490,11 @@ mod tests {
             };
             let encoded: Vec<Vec<u8>> = vhosts.iter().map(|v| v.encode_to_vec()).collect();
             let assembled = gateway_route_config_of("http.80", encoded.iter().map(Vec::as_slice));
-            assert_eq!(&*assembled.body.0, whole.encode_to_vec().as_slice(), "{n} virtual hosts");
+            assert_eq!(
+                &*assembled.body.0,
+                whole.encode_to_vec().as_slice(),
+                "{n} virtual hosts"
+            );
             assert_eq!(assembled.name, "http.80");
         }
     }

@@ -556,6 +556,13 @@ pub(super) fn backend(
             None
         }
     };
+    // A kind meshflow does not route to keeps its group in its name (`Kind.group`), so that
+    // the route's status and messages say which kind it was (`InvalidKind`).
+    let kind = match (group, kind) {
+        ("" | "core", k) => k.to_string(),
+        ("networking.istio.io", "Hostname") => kind.to_string(),
+        (g, k) => format!("{k}.{g}"),
+    };
     let mut headers = m::HeaderOps::default();
     for (j, filter) in b.filters.iter().enumerate() {
         let ff = format!("{f}.filters[{j}]");
@@ -580,7 +587,7 @@ pub(super) fn backend(
                 return Ok(m::BackendRef {
                     host: None,
                     namespace,
-                    kind: kind.to_string(),
+                    kind,
                     name: b.name.clone(),
                     port: port_number,
                     weight: weight as u32,
@@ -592,7 +599,7 @@ pub(super) fn backend(
     Ok(m::BackendRef {
         host,
         namespace,
-        kind: kind.to_string(),
+        kind,
         name: b.name.clone(),
         port: port_number,
         weight: weight as u32,
