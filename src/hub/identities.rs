@@ -4,6 +4,7 @@
 //! otherwise take a proxy's node id first and lock the real proxy out).
 
 use dataflows::model::{Kind, Proxy, Record};
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 
 /// (namespace, service account)
@@ -24,10 +25,22 @@ fn bump<K: std::hash::Hash + Eq>(
     a: Account,
     d: isize,
 ) {
-    let inner = m.entry(k).or_default();
+    // Emptied entries go at once: sweeping the maps every epoch cost O(workloads) per epoch.
+    let mut entry = match m.entry(k) {
+        Entry::Occupied(e) => e,
+        Entry::Vacant(e) if d > 0 => {
+            e.insert([(a, d)].into());
+            return;
+        }
+        Entry::Vacant(_) => return,
+    };
+    let inner = entry.get_mut();
     *inner.entry(a.clone()).or_default() += d;
     if inner.get(&a).is_some_and(|n| *n <= 0) {
         inner.remove(&a);
+    }
+    if inner.is_empty() {
+        entry.remove();
     }
 }
 
@@ -46,8 +59,6 @@ impl WorkloadAccounts {
             }
             bump(&mut self.by_ip, w.ip.clone(), account, *d);
         }
-        self.by_pod.retain(|_, m| !m.is_empty());
-        self.by_ip.retain(|_, m| !m.is_empty());
     }
 
     /// Why a stream proved to be `namespace`/`service_account` may not speak for `proxy`:

@@ -93,7 +93,12 @@ pub fn file_secrets(r: &Resource) -> Vec<Resource> {
     use envoy_types::pb::envoy::config::cluster::v3::Cluster;
     use envoy_types::pb::envoy::config::listener::v3::Listener;
     use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::UpstreamTlsContext;
-    // Most resources name none: only those whose bytes hold the prefix are decoded.
+    // Only clusters and listeners have TLS contexts (a gateway's route configuration can be
+    // megabytes: it is not scanned), and most name no file: only those whose bytes hold the
+    // prefix are decoded.
+    if !matches!(r.rtype, ResourceType::Cluster | ResourceType::Listener) {
+        return Vec::new();
+    }
     let body = &r.body.0[..];
     if !body.windows(5).any(|w| w == b"file-") {
         return Vec::new();

@@ -448,13 +448,23 @@ pub fn gateway_route_config_of<'a>(name: &str, vhosts: impl Iterator<Item = &'a 
         ignore_port_in_host_matching: true,
         ..Default::default()
     };
-    let mut bytes = head.encode_to_vec();
+    let vhosts: Vec<&[u8]> = vhosts.collect();
+    // Sized once: a gateway's route configuration can be megabytes.
+    let framed = |v: &[u8]| {
+        prost::encoding::key_len(2) + prost::encoding::encoded_len_varint(v.len() as u64) + v.len()
+    };
+    let size =
+        head.encoded_len() + vhosts.iter().map(|v| framed(v)).sum::<usize>() + tail.encoded_len();
+    let mut bytes = Vec::with_capacity(size);
+    head.encode(&mut bytes)
+        .expect("the buffer was sized for the whole message");
     for vhost in vhosts {
         prost::encoding::encode_key(2, prost::encoding::WireType::LengthDelimited, &mut bytes);
         prost::encoding::encode_varint(vhost.len() as u64, &mut bytes);
         bytes.extend_from_slice(vhost);
     }
-    bytes.extend(tail.encode_to_vec());
+    tail.encode(&mut bytes)
+        .expect("the buffer was sized for the whole message");
     Resource::new(ResourceType::Route, name.to_string(), bytes)
 }
 
