@@ -7,6 +7,7 @@
 use crate::fixtures::{pod, reviews_mesh, via_gateway, PORT};
 use crate::support::{write_config, ProxyNode};
 use crate::{assert_routes_to, assert_status, Mesh};
+use dataflows::model::ProxyId;
 use dataflows::simulate::{Action, HeaderOp, Outcome};
 use std::time::Duration;
 
@@ -42,24 +43,30 @@ spec:
       requestRedirect: {hostname: pinned.example, statusCode: 302}
 ";
 
-#[test]
-fn gateway_api_routes_land_where_the_spec_says() {
-    let mut mesh = Mesh::new("gateway-api");
-    let reviews = reviews_mesh(&mesh, 9080, &["v1"]);
+/// Gateway API Gateway `gw` (class `istio`) with one HTTP listener on [`PORT`] (`extra`:
+/// more of the listener's fields), and its deployment's proxy, connected.
+fn gateway_api_router(mesh: &mut Mesh, extra: &str) -> ProxyId {
     write_config(
         &mesh.config,
         "gateway.yaml",
         &format!(
-            "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{name: gw, namespace: default}}\nspec:\n  gatewayClassName: istio\n  listeners:\n  - {{name: http, port: {PORT}, protocol: HTTP, hostname: \"*.example\"}}\n"
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{name: gw, namespace: default}}\nspec:\n  gatewayClassName: istio\n  listeners:\n  - {{name: http, port: {PORT}, protocol: HTTP{extra}}}\n"
         ),
     );
-    write_config(&mesh.config, "routes.yaml", ROUTES);
-    let gateway = mesh.connect(&ProxyNode::router(
+    mesh.connect(&ProxyNode::router(
         "gw-abc",
         "default",
         "127.0.0.1",
         &[("gateway.networking.k8s.io/gateway-name", "gw")],
-    ));
+    ))
+}
+
+#[test]
+fn gateway_api_routes_land_where_the_spec_says() {
+    let mut mesh = Mesh::new("gateway-api");
+    let reviews = reviews_mesh(&mesh, 9080, &["v1"]);
+    let gateway = gateway_api_router(&mut mesh, ", hostname: \"*.example\"");
+    write_config(&mesh.config, "routes.yaml", ROUTES);
     let to = |path: &str| via_gateway("shop.example", path);
     let o = mesh.send(&gateway, &to("/reviews/1"));
     assert_routes_to(&o, &reviews.cluster(""), &[pod(&reviews, "v1")]);
@@ -148,20 +155,8 @@ spec:
 fn gateway_api_conformance_traffic_cases_through_the_route_table() {
     let mut mesh = Mesh::new("gateway-api-cases");
     let reviews = reviews_mesh(&mesh, 9080, &["v1"]);
-    write_config(
-        &mesh.config,
-        "gateway.yaml",
-        &format!(
-            "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{name: gw, namespace: default}}\nspec:\n  gatewayClassName: istio\n  listeners:\n  - {{name: http, port: {PORT}, protocol: HTTP}}\n"
-        ),
-    );
+    let gateway = gateway_api_router(&mut mesh, "");
     write_config(&mesh.config, "cases.yaml", CASES);
-    let gateway = mesh.connect(&ProxyNode::router(
-        "gw-abc",
-        "default",
-        "127.0.0.1",
-        &[("gateway.networking.k8s.io/gateway-name", "gw")],
-    ));
     let ratings = "outbound|9080||ratings.default.svc.cluster.local";
     let to = |path: &str| via_gateway("cases.example", path);
     let v1 = [pod(&reviews, "v1")];

@@ -50,7 +50,20 @@ pub struct KubeGateway {
     /// Listeners left out as written, with the spec's reason and why (an unsupported
     /// protocol, a certificate that cannot be served): their status says so.
     #[serde(default)]
-    pub refused: Vec<(String, String, String)>,
+    pub refused: Vec<RefusedListener>,
+}
+
+/// A listener left out, as its status reports it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct RefusedListener {
+    pub name: String,
+    /// The spec's reason (`UnsupportedProtocol`, `InvalidCertificateRef`, `RefNotPermitted`,
+    /// `ProtocolConflict`, `HostnameConflict`).
+    pub reason: String,
+    pub why: String,
+    /// The route kinds it would take (its status's `supportedKinds`): a listener refused
+    /// for its certificate or a conflict still says what it is for.
+    pub kinds: Vec<String>,
 }
 
 impl KubeGateway {

@@ -175,9 +175,10 @@ pub fn desired(
                 listener_status(l, count, *generation)
             })
             .collect();
-        for (name, reason, why) in &g.refused {
+        for r in &g.refused {
+            let (reason, why) = (&r.reason, &r.why);
             let conditions = match reason.as_str() {
-                "InvalidCertificateRef" => vec![
+                "InvalidCertificateRef" | "RefNotPermitted" => vec![
                     condition("Accepted", true, "Accepted", why, *generation),
                     condition("Programmed", false, "Invalid", why, *generation),
                     condition("ResolvedRefs", false, reason, why, *generation),
@@ -195,8 +196,8 @@ pub fn desired(
                 ],
             };
             listeners.push(json!({
-                "name": name,
-                "supportedKinds": [],
+                "name": r.name,
+                "supportedKinds": r.kinds.iter().map(|k| json!({"group": GROUP, "kind": k})).collect::<Vec<_>>(),
                 "attachedRoutes": 0,
                 "conditions": conditions,
             }));
@@ -433,6 +434,54 @@ mod tests {
         (text(&c["status"]), text(&c["reason"]))
     }
 
+    /// The kinds of `listeners`' element `name`'s `supportedKinds`, in order.
+    fn supported_kinds(listeners: &Value, name: &str) -> Vec<String> {
+        named(listeners, name)["supportedKinds"]
+            .as_array()
+            .map(|ks| {
+                ks.iter()
+                    .map(|k| k["kind"].as_str().unwrap_or_default().to_string())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// What the file source reads from `yaml`, written as the one file of a directory of
+    /// its own (`label` names it): every record, and the Gateway API objects apart.
+    /// Reading errors fail the test.
+    #[allow(clippy::type_complexity)] // the records and the objects among them
+    fn read_files(
+        label: &str,
+        yaml: &str,
+    ) -> (
+        Vec<(dataflows::model::Record, isize)>,
+        Vec<GatewayApiObject>,
+    ) {
+        use crate::sources::files::FileSource;
+        use dataflows::model::{MeshConfig, Record};
+        let dir = std::env::temp_dir().join(format!(
+            "meshflow-{label}-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("a temporary directory");
+        std::fs::write(dir.join("cases.yaml"), yaml).expect("the cases' file");
+        let mut source = FileSource::new(&dir, MeshConfig::default());
+        let scan = source.rescan();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(scan.errors.is_empty(), "{:?}", scan.errors);
+        let objects = scan
+            .changes
+            .iter()
+            .filter_map(|(r, _)| match r {
+                Record::GatewayApi(o) => Some(o.clone()),
+                _ => None,
+            })
+            .collect();
+        (scan.changes, objects)
+    }
+
     fn listener(
         name: &str,
         protocol: ListenerProtocol,
@@ -485,16 +534,7 @@ mod tests {
         });
         let status = desired(&[(&gw, Some(3), None)], &Default::default());
         let listeners = &status[gw.key()]["listeners"];
-        let kinds = |name: &str| -> Vec<String> {
-            named(listeners, name)["supportedKinds"]
-                .as_array()
-                .map(|ks| {
-                    ks.iter()
-                        .map(|k| k["kind"].as_str().unwrap_or_default().to_string())
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
+        let kinds = |name: &str| supported_kinds(listeners, name);
         let cond = |name: &str, kind: &str| condition_of(named(listeners, name), kind);
         let pair = |a: &str, b: &str| (a.to_string(), b.to_string());
         assert_eq!(kinds("web"), ["HTTPRoute", "GRPCRoute"]);
@@ -522,15 +562,6 @@ mod tests {
     /// listener counts only the routes attached to it.
     #[test]
     fn status_only_conformance_cases_from_files() {
-        use crate::sources::files::FileSource;
-        use dataflows::model::{MeshConfig, Record};
-        let dir = std::env::temp_dir().join(format!(
-            "meshflow-status-cases-{}-{:?}",
-            std::process::id(),
-            std::thread::current().id()
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("a temporary directory");
         let gateways = "apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
 metadata: {name: same-only, namespace: infra}
@@ -632,19 +663,7 @@ spec:
   rules: [{backendRefs: [{name: db, port: 5432}]}]
 ";
         let text = format!("{gateways}{}{tls_miss}", routes.concat());
-        std::fs::write(dir.join("cases.yaml"), text).expect("the cases' file");
-        let mut source = FileSource::new(&dir, MeshConfig::default());
-        let scan = source.rescan();
-        let _ = std::fs::remove_dir_all(&dir);
-        assert!(scan.errors.is_empty(), "{:?}", scan.errors);
-        let objects: Vec<GatewayApiObject> = scan
-            .changes
-            .into_iter()
-            .filter_map(|(r, _)| match r {
-                Record::GatewayApi(o) => Some(o),
-                _ => None,
-            })
-            .collect();
+        let (_, objects) = read_files("status-cases", &text);
         assert_eq!(objects.len(), 13, "{objects:?}");
         let inputs: Vec<_> = objects.iter().map(|o| (o, None, None)).collect();
         let status = desired(&inputs, &Default::default());
@@ -718,16 +737,8 @@ spec:
     /// backend granted by a ReferenceGrant of its namespace resolves.
     #[test]
     fn resolved_refs_conformance_cases_from_files() {
-        use crate::sources::files::FileSource;
         use dataflows::driver::{Batch, Engine};
-        use dataflows::model::{MeshConfig, Record};
-        let dir = std::env::temp_dir().join(format!(
-            "meshflow-resolved-refs-{}-{:?}",
-            std::process::id(),
-            std::thread::current().id()
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("a temporary directory");
+        use dataflows::model::MeshConfig;
         let base = "apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
 metadata: {name: gw, namespace: infra}
@@ -854,31 +865,16 @@ spec:
             route("HTTPRoute", "v1", "apps", "http-local", "http", "name: web"),
         ];
         let text = format!("{base}{}", cases.concat());
-        std::fs::write(dir.join("cases.yaml"), text).expect("the cases' file");
-        let mut source = FileSource::new(&dir, MeshConfig::default());
-        let scan = source.rescan();
-        let _ = std::fs::remove_dir_all(&dir);
-        assert!(scan.errors.is_empty(), "{:?}", scan.errors);
+        let (changes, objects) = read_files("resolved-refs", &text);
         let engine = Engine::start(1, MeshConfig::default());
         let out = engine
-            .step(Batch {
-                epoch: 1,
-                changes: scan.changes.clone(),
-            })
+            .step(Batch { epoch: 1, changes })
             .expect("the engine steps");
         let errors: Vec<ConfigError> = out
             .errors
             .into_iter()
             .filter(|(_, d)| *d > 0)
             .map(|(e, _)| e)
-            .collect();
-        let objects: Vec<GatewayApiObject> = scan
-            .changes
-            .into_iter()
-            .filter_map(|(r, _)| match r {
-                Record::GatewayApi(o) => Some(o),
-                _ => None,
-            })
             .collect();
         let inputs: Vec<_> = objects.iter().map(|o| (o, None, None)).collect();
         let mut status = desired(&inputs, &Default::default());
@@ -947,5 +943,59 @@ spec:
             "{}",
             unknown.message
         );
+    }
+
+    /// GatewayInvalidTLSConfiguration and GatewaySecretInvalidReferenceGrant, from files: an
+    /// HTTPS listener whose certificate is not a Secret, and one whose Secret is in another
+    /// namespace, are left out with the spec's reasons (`InvalidCertificateRef`,
+    /// `RefNotPermitted`) and keep the kinds they are for; a conflicted listener too.
+    #[test]
+    fn refused_listeners_keep_their_kinds_and_the_specs_reason() {
+        let gateway = "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: infra}
+spec:
+  gatewayClassName: istio
+  listeners:
+  - name: wrong-kind
+    port: 443
+    protocol: HTTPS
+    hostname: a.example
+    tls: {certificateRefs: [{group: '', kind: ConfigMap, name: cert}]}
+  - name: other-namespace
+    port: 443
+    protocol: HTTPS
+    hostname: b.example
+    tls: {certificateRefs: [{name: cert, namespace: elsewhere}]}
+  - {name: web, port: 80, protocol: HTTP}
+  - {name: web-again, port: 80, protocol: HTTP}
+";
+        let (_, objects) = read_files("refused-listeners", gateway);
+        assert_eq!(objects.len(), 1, "{objects:?}");
+        let status = desired(&[(&objects[0], Some(1), None)], &Default::default());
+        let listeners = &status[objects[0].key()]["listeners"];
+        let kinds = |name: &str| supported_kinds(listeners, name);
+        let listener = |name: &str| named(listeners, name).clone();
+        for (name, reason) in [
+            ("wrong-kind", "InvalidCertificateRef"),
+            ("other-namespace", "RefNotPermitted"),
+        ] {
+            let l = listener(name);
+            assert_eq!(kinds(name), ["HTTPRoute", "GRPCRoute"], "{l:#}");
+            assert_eq!(
+                condition_of(&l, "ResolvedRefs"),
+                ("False".to_string(), reason.to_string()),
+                "{l:#}"
+            );
+            assert_eq!(condition_of(&l, "Programmed").0, "False", "{l:#}");
+            assert_eq!(l["attachedRoutes"], 0);
+        }
+        let conflicted = listener("web-again");
+        assert_eq!(kinds("web-again"), ["HTTPRoute", "GRPCRoute"]);
+        assert_eq!(
+            condition_of(&conflicted, "Conflicted"),
+            ("True".to_string(), "HostnameConflict".to_string())
+        );
+        assert_eq!(condition_of(&listener("web"), "Accepted").0, "True");
     }
 }

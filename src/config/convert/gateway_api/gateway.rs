@@ -33,7 +33,7 @@ pub(in crate::config::convert) fn kubernetes_gateway(
         ));
     }
     let mut listeners: Vec<m::Listener> = Vec::new();
-    let mut refused: Vec<(String, String, String)> = Vec::new();
+    let mut refused: Vec<m::RefusedListener> = Vec::new();
     for (i, l) in s.listeners.iter().enumerate() {
         let f = format!("spec.listeners[{i}]");
         if l.name.is_empty() {
@@ -62,7 +62,12 @@ pub(in crate::config::convert) fn kubernetes_gateway(
                 if owned {
                     findings.push(Finding::error(format!("{f}.protocol"), why.clone()));
                 }
-                refused.push((l.name.clone(), "UnsupportedProtocol".into(), why));
+                refused.push(m::RefusedListener {
+                    name: l.name.clone(),
+                    reason: "UnsupportedProtocol".into(),
+                    why,
+                    kinds: Vec::new(),
+                });
                 continue;
             }
         };
@@ -95,19 +100,31 @@ pub(in crate::config::convert) fn kubernetes_gateway(
                     .first()
                     .is_some_and(|(ns, _)| *ns != key.namespace)
         });
-        if tls
+        let no_certificate = tls
             .as_ref()
-            .is_some_and(|t| !t.passthrough && t.certificates.is_empty())
-            || cross_namespace
-        {
+            .is_some_and(|t| !t.passthrough && t.certificates.is_empty());
+        if no_certificate || cross_namespace {
             // Left out (reported): the listener cannot terminate without a certificate it
-            // can serve.
-            refused.push((
-                l.name.clone(),
-                "InvalidCertificateRef".into(),
-                "no certificate meshflow can serve: a Secret of the Gateway's namespace is needed"
-                    .into(),
-            ));
+            // can serve. A Secret of another namespace is the spec's `RefNotPermitted`:
+            // meshflow reads no ReferenceGrant for certificates, so none permits it.
+            let (reason, why) = if cross_namespace {
+                ("RefNotPermitted", "the certificate is a Secret of another namespace, and meshflow serves certificates of the Gateway's namespace only (ReferenceGrants are not read for certificateRefs)")
+            } else {
+                ("InvalidCertificateRef", "no certificate meshflow can serve: a Secret of the Gateway's namespace is needed")
+            };
+            let kinds = protocol
+                .default_kinds()
+                .iter()
+                // A terminating TLS listener's own kind (TLSRoute) is not served anyway.
+                .filter(|k| matches!(**k, "HTTPRoute" | "GRPCRoute"))
+                .map(|k| k.to_string())
+                .collect();
+            refused.push(m::RefusedListener {
+                name: l.name.clone(),
+                reason: reason.into(),
+                why: why.into(),
+                kinds,
+            });
             continue;
         }
         let (allowed_namespaces, allowed_kinds) = allowed_routes(l, &f, owned, findings)?;
@@ -276,7 +293,7 @@ fn port_class(p: m::ListenerProtocol) -> u8 {
 /// two apart). The first listener written keeps the port.
 fn without_conflicts(
     listeners: Vec<m::Listener>,
-    refused: &mut Vec<(String, String, String)>,
+    refused: &mut Vec<m::RefusedListener>,
     index_of: impl Fn(&str) -> usize,
     owned: bool,
     findings: &mut Vec<Finding>,
@@ -315,7 +332,25 @@ fn without_conflicts(
                         format!("{reason}: {why}; the listener is left out"),
                     ));
                 }
-                refused.push((l.name.clone(), reason.to_string(), why));
+                let listed: Vec<String> = if l.allowed_kinds.is_empty() {
+                    l.protocol
+                        .default_kinds()
+                        .iter()
+                        .map(|k| k.to_string())
+                        .collect()
+                } else {
+                    l.allowed_kinds.clone()
+                };
+                let kinds = listed
+                    .into_iter()
+                    .filter(|k| dataflows::rules::gateway_api::listener_serves_kind(&l, k))
+                    .collect();
+                refused.push(m::RefusedListener {
+                    name: l.name.clone(),
+                    reason: reason.to_string(),
+                    why,
+                    kinds,
+                });
             }
             None => kept.push(l),
         }

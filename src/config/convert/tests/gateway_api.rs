@@ -520,7 +520,7 @@ spec:
     let refused: Vec<(&str, &str)> = g
         .refused
         .iter()
-        .map(|(n, r, _)| (n.as_str(), r.as_str()))
+        .map(|r| (r.name.as_str(), r.reason.as_str()))
         .collect();
     assert_eq!(
         refused,
