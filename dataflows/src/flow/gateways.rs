@@ -147,12 +147,9 @@ pub(super) fn routers<'s>(
     let router_hash_items = router_vs_items
         .clone()
         .flat_map(|(s, item)| match item {
-            GwItem::Vs(_, rvs) => rvs
-                .vs
-                .http
-                .iter()
-                .flat_map(|r| r.route.iter())
-                .map(|d| ((s.clone(), d.host.clone()), ()))
+            GwItem::Vs(_, rvs) => crate::translate::route::routed_hosts_of(&rvs)
+                .into_iter()
+                .map(|h| ((s.clone(), h), ()))
                 .collect(),
             _ => Vec::new(),
         })

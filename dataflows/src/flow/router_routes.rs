@@ -107,12 +107,9 @@ pub(super) fn http<'s>(
     let hash_rows = vhost_rows
         .clone()
         .flat_map(|(key, row)| match row {
-            VhostRow::Vs(rvs, _) => rvs
-                .vs
-                .http
-                .iter()
-                .flat_map(|r| r.route.iter())
-                .map(|d| ((key.0.clone(), d.host.clone()), key.clone()))
+            VhostRow::Vs(rvs, _) => route::routed_hosts_of(&rvs)
+                .into_iter()
+                .map(|h| ((key.0.clone(), h), key.clone()))
                 .collect(),
             _ => Vec::new(),
         })
