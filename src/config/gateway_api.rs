@@ -95,6 +95,16 @@ pub struct HttpRouteRule {
     pub filters: Vec<HttpRouteFilter>,
     pub backend_refs: Vec<HttpBackendRef>,
     pub timeouts: Option<HttpRouteTimeouts>,
+    pub retry: Option<HttpRouteRetry>,
+}
+
+/// A rule's `retry` (experimental channel, `HTTPRouteRetry`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HttpRouteRetry {
+    pub codes: Vec<i64>,
+    pub attempts: Option<i64>,
+    pub backoff: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

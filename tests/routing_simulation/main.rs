@@ -20,6 +20,7 @@ mod bookinfo;
 mod fixtures;
 mod gateway;
 mod gateway_api;
+mod gateway_api_filters;
 mod matching;
 mod route_actions;
 mod services;

@@ -206,6 +206,7 @@ pub fn servers(
                     let rc = route::gateway_route_config(
                         &name,
                         server.port,
+                        true,
                         source,
                         &vhosts,
                         &BTreeSet::new(),

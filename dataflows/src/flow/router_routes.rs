@@ -168,6 +168,6 @@ fn vhost((s, _, port, domain): &VhostKey, vals: &[(&VhostRow, isize)]) -> Option
         return None;
     }
     assemble::sort_vhost(&mut list);
-    let vh = route::gateway_vhost(domain, *port, s.source(), &list, redirect, &hashing);
+    let vh = route::gateway_vhost(domain, *port, false, s.source(), &list, redirect, &hashing);
     Some(vh.encode_to_vec())
 }

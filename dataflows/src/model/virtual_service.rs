@@ -218,7 +218,12 @@ pub type PerMillion = u32;
 /// `redirect`: answered by the proxy with a 3xx to the rewritten location.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct Redirect {
+    /// The whole path of the location.
     pub uri: Option<String>,
+    /// The path's matched prefix replaced by this (the Gateway API's `ReplacePrefixMatch`;
+    /// Envoy's `prefix_rewrite`); `uri` and `prefix` are alternatives.
+    #[serde(default)]
+    pub prefix: Option<String>,
     pub authority: Option<String>,
     pub port: Option<u16>,
     /// `derivePort: FROM_REQUEST_PORT`: the port of the route configuration the route is

@@ -49,7 +49,7 @@ pub(super) fn per_million(
     u32::try_from((u64::from(f.numerator) * scale).min(u64::from(ALL))).unwrap_or(ALL)
 }
 
-fn header_edits(
+pub(super) fn header_edits(
     level: HeaderLevel,
     remove: &[String],
     add: &[envoy_types::pb::envoy::config::core::v3::HeaderValueOption],
@@ -211,17 +211,12 @@ impl Effects<'_> {
                 match live.as_slice() {
                     [one] => Some(*one),
                     many => {
-                        let edits = many.iter().any(|c| {
-                            !c.request_headers_to_add.is_empty()
-                                || !c.request_headers_to_remove.is_empty()
-                                || !c.response_headers_to_add.is_empty()
-                                || !c.response_headers_to_remove.is_empty()
-                                || c.host_rewrite_specifier.is_some()
-                        });
-                        if edits {
+                        // Header edits travel with each upstream ([`Upstream::request_headers`]);
+                        // a host rewrite of its own would change the authority below.
+                        if many.iter().any(|c| c.host_rewrite_specifier.is_some()) {
                             self.warnings.push(
-                                "weighted clusters edit headers of their own: those depend on \
-                                 the cluster picked and are not reported"
+                                "weighted clusters rewrite the host themselves: the upstream \
+                                 authority depends on the cluster picked and is not reported"
                                     .into(),
                             );
                         }

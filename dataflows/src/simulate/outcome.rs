@@ -100,6 +100,11 @@ pub struct Upstream {
     /// criteria its metadata under `envoy.transport_socket_match` holds (else its locality's
     /// metadata; else `transport`). See [`UpstreamEndpoint::socket`].
     pub socket_matches: Vec<SocketMatch>,
+    /// A weighted cluster's own request header edits, applied when the request is sent to
+    /// it (before the route's); empty for a route to a single cluster.
+    pub request_headers: Vec<HeaderEdit>,
+    /// A weighted cluster's own response header edits.
+    pub response_headers: Vec<HeaderEdit>,
 }
 
 /// One entry of a cluster's `transport_socket_matches`.

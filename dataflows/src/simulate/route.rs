@@ -1,11 +1,11 @@
 //! Steps 3 to 6: the HTTP connection manager's route configuration, the virtual host by
 //! domain, the first route whose match holds (path, headers, query parameters) and its action.
 
-use super::effects::Effects;
+use super::effects::{header_edits, Effects};
 use super::request::{
     full_match, header_matches, merge_slashes, normalize_path, query_matches, to_duration, Request,
 };
-use super::{Action, Call, MatchedRoute, NoMatch, Outcome, ProxyConfig, Retry};
+use super::{Action, Call, HeaderLevel, MatchedRoute, NoMatch, Outcome, ProxyConfig, Retry};
 use envoy_types::pb::envoy::config::route::v3::{
     redirect_action, route::Action as RouteActionKind, route_action::ClusterSpecifier,
     route_match::PathSpecifier, RetryPolicy, RouteAction, RouteConfiguration, RouteMatch,
@@ -250,10 +250,36 @@ impl ProxyConfig {
                 ))
             }
         };
+        // A weighted cluster's own header edits travel with it: they apply when it is picked.
+        let own_edits = |i: usize| match &ra.cluster_specifier {
+            Some(ClusterSpecifier::WeightedClusters(w)) => w.clusters.get(i).map(|c| {
+                (
+                    header_edits(
+                        HeaderLevel::WeightedCluster,
+                        &c.request_headers_to_remove,
+                        &c.request_headers_to_add,
+                    ),
+                    header_edits(
+                        HeaderLevel::WeightedCluster,
+                        &c.response_headers_to_remove,
+                        &c.response_headers_to_add,
+                    ),
+                )
+            }),
+            _ => None,
+        };
         Ok(Action::Route {
             upstreams: targets
                 .into_iter()
-                .map(|(c, w)| self.upstream(&c, w, req.call))
+                .enumerate()
+                .map(|(i, (c, w))| {
+                    let mut up = self.upstream(&c, w, req.call);
+                    if let Some((request, response)) = own_edits(i) {
+                        up.request_headers = request;
+                        up.response_headers = response;
+                    }
+                    up
+                })
                 .collect(),
             timeout: ra.timeout.as_ref().map(to_duration),
             retry: ra

@@ -18,6 +18,8 @@ impl ProxyConfig {
             endpoints: Vec::new(),
             transport: Transport::Plaintext,
             socket_matches: Vec::new(),
+            request_headers: Vec::new(),
+            response_headers: Vec::new(),
         };
         let Some(c) = self.clusters.get(cluster) else {
             return up;

@@ -164,6 +164,7 @@ pub(super) fn redirect(rd: &istio::HttpRedirect, f: &str) -> Result<m::Redirect>
     }
     Ok(m::Redirect {
         uri: rd.uri.clone(),
+        prefix: None,
         authority: rd.authority.clone(),
         port: rd
             .port

@@ -175,6 +175,9 @@ pub fn resolve_port(dest: &RouteDestination, current: u16, vs: &ResolvedVs) -> u
 pub(super) struct At {
     pub(super) port: u16,
     pub(super) sidecar: bool,
+    /// The route configuration is for a server that terminates TLS (requests arrive as
+    /// https): a redirect without a scheme keeps https.
+    pub(super) tls: bool,
 }
 
 /// The host and port of a destination's cluster. A sidecar's route configuration for port
@@ -285,10 +288,11 @@ pub(super) fn fraction(f: PerMillion) -> FractionalPercent {
     }
 }
 
-/// A `redirect` on the route configuration of port `current`: `derivePort:
-/// FROM_REQUEST_PORT` writes that port, as Istio does (every route configuration is for one
-/// port, so it is the port the request came to).
-pub(super) fn redirect_action(r: &Redirect, current: u16) -> RedirectAction {
+/// A `redirect` on the route configuration at `at`: `derivePort: FROM_REQUEST_PORT` writes
+/// its port, as Istio does (every route configuration is for one port, so it is the port
+/// the request came to); as Istio, a location on its scheme's own port (`:80` for http,
+/// `:443` for https — the scheme written, or the server's) names no port.
+pub(super) fn redirect_action(r: &Redirect, at: At) -> RedirectAction {
     use redirect_action::{
         PathRewriteSpecifier, RedirectResponseCode as C, SchemeRewriteSpecifier,
     };
@@ -299,16 +303,30 @@ pub(super) fn redirect_action(r: &Redirect, current: u16) -> RedirectAction {
         308 => C::PermanentRedirect,
         _ => C::MovedPermanently,
     };
+    let port = match r.port {
+        Some(p) => u32::from(p),
+        None if r.from_request_port => u32::from(at.port),
+        None => 0,
+    };
+    let scheme = r
+        .scheme
+        .as_deref()
+        .unwrap_or(if at.tls { "https" } else { "http" });
+    let port = match (scheme, port) {
+        ("http", 80) | ("https", 443) => 0,
+        _ => port,
+    };
+    let path = match (&r.uri, &r.prefix) {
+        (Some(uri), _) => Some(PathRewriteSpecifier::PathRedirect(uri.clone())),
+        (None, Some(prefix)) => Some(PathRewriteSpecifier::PrefixRewrite(prefix.clone())),
+        (None, None) => None,
+    };
     RedirectAction {
         host_redirect: r.authority.clone().unwrap_or_default(),
-        port_redirect: match r.port {
-            Some(p) => u32::from(p),
-            None if r.from_request_port => u32::from(current),
-            None => 0,
-        },
+        port_redirect: port,
         response_code: code as i32,
         scheme_rewrite_specifier: r.scheme.clone().map(SchemeRewriteSpecifier::SchemeRedirect),
-        path_rewrite_specifier: r.uri.clone().map(PathRewriteSpecifier::PathRedirect),
+        path_rewrite_specifier: path,
         ..Default::default()
     }
 }
@@ -350,33 +368,85 @@ pub(super) fn headers_to_add(e: &HeaderEdits) -> Vec<HeaderValueOption> {
 mod tests {
     use super::*;
 
-    fn redirect(port: Option<u16>, from_request_port: bool) -> Redirect {
+    fn redirect(port: Option<u16>, from_request_port: bool, scheme: Option<&str>) -> Redirect {
         Redirect {
             uri: Some("/new".into()),
+            prefix: None,
             authority: None,
             port,
             from_request_port,
-            scheme: None,
+            scheme: scheme.map(str::to_string),
             code: 301,
         }
     }
 
+    fn port_at(r: &Redirect, port: u16, tls: bool) -> u32 {
+        let at = At {
+            port,
+            sidecar: false,
+            tls,
+        };
+        redirect_action(r, at).port_redirect
+    }
+
     /// `derivePort: FROM_REQUEST_PORT` writes the route configuration's port; without it
-    /// (`FROM_PROTOCOL_DEFAULT`) no port is written; an explicit `port` is kept.
+    /// (`FROM_PROTOCOL_DEFAULT`) no port is written; an explicit `port` is kept — except a
+    /// scheme's own port, which the location leaves out (the Gateway API's
+    /// HTTPRouteRedirectPortAndScheme cases).
     #[test]
     fn redirect_port_from_the_request_is_the_route_configurations() {
+        assert_eq!(port_at(&redirect(None, true, None), 8080, false), 8080);
+        assert_eq!(port_at(&redirect(None, false, None), 8080, false), 0);
+        assert_eq!(port_at(&redirect(Some(9), false, None), 8080, false), 9);
+        // The scheme's own port: from the request, explicit, on http and on https.
+        assert_eq!(port_at(&redirect(None, true, None), 80, false), 0);
+        assert_eq!(port_at(&redirect(None, true, None), 443, true), 0);
+        assert_eq!(port_at(&redirect(Some(80), false, None), 8080, false), 0);
+        assert_eq!(port_at(&redirect(Some(443), false, None), 443, true), 0);
         assert_eq!(
-            redirect_action(&redirect(None, true), 8080).port_redirect,
-            8080
-        );
-        assert_eq!(redirect_action(&redirect(None, true), 80).port_redirect, 80);
-        assert_eq!(
-            redirect_action(&redirect(None, false), 8080).port_redirect,
+            port_at(&redirect(Some(443), false, Some("https")), 80, false),
             0
         );
         assert_eq!(
-            redirect_action(&redirect(Some(9), false), 8080).port_redirect,
-            9
+            port_at(&redirect(Some(80), false, Some("http")), 443, true),
+            0
+        );
+        // Another scheme's port is named.
+        assert_eq!(port_at(&redirect(None, true, None), 443, false), 443);
+        assert_eq!(
+            port_at(&redirect(Some(80), false, Some("https")), 80, false),
+            80
+        );
+        assert_eq!(
+            port_at(&redirect(Some(8443), false, Some("https")), 80, false),
+            8443
+        );
+        assert_eq!(
+            port_at(&redirect(Some(8080), false, Some("http")), 443, true),
+            8080
+        );
+    }
+
+    /// `ReplacePrefixMatch` is Envoy's `prefix_rewrite`; a whole path wins over a prefix.
+    #[test]
+    fn a_redirects_prefix_is_a_prefix_rewrite() {
+        use redirect_action::PathRewriteSpecifier as P;
+        let at = At {
+            port: 80,
+            sidecar: false,
+            tls: false,
+        };
+        let mut r = redirect(None, false, None);
+        r.uri = None;
+        r.prefix = Some("/replacement-prefix".into());
+        assert_eq!(
+            redirect_action(&r, at).path_rewrite_specifier,
+            Some(P::PrefixRewrite("/replacement-prefix".into()))
+        );
+        r.uri = Some("/full".into());
+        assert_eq!(
+            redirect_action(&r, at).path_rewrite_specifier,
+            Some(P::PathRedirect("/full".into()))
         );
     }
 }

@@ -94,7 +94,7 @@ fn envoy_route(
     proxyless: bool,
 ) -> Route {
     let action = match (&http.redirect, &http.direct_response) {
-        (Some(r), _) => Action::Redirect(redirect_action(r, at.port)),
+        (Some(r), _) => Action::Redirect(redirect_action(r, at)),
         (None, Some(d)) => Action::DirectResponse(direct_response_action(d)),
         (None, None) => {
             let mut a = action(http, at, vs, hashing);
@@ -160,10 +160,12 @@ fn envoy_route(
 
 /// Envoy routes for one VirtualService: one route per match of each HTTP route, in order.
 /// `via`: the gateways (`namespace/name`) the VirtualService is applied through, or `mesh`;
-/// `source`: the proxies the configuration is for (`sourceNamespace`, `sourceLabels`).
+/// `source`: the proxies the configuration is for (`sourceNamespace`, `sourceLabels`);
+/// `tls`: the route configuration is for a server that terminates TLS.
 pub fn vs_routes(
     vs: &ResolvedVs,
     current: u16,
+    tls: bool,
     via: &[String],
     source: Source,
     hashing: &Hashing,
@@ -172,6 +174,7 @@ pub fn vs_routes(
     let at = At {
         port: current,
         sidecar: via.iter().any(|v| v == MESH),
+        tls,
     };
     let mut out = Vec::new();
     for (i, http) in vs.vs.http.iter().enumerate() {
@@ -252,7 +255,14 @@ mod tests {
                 proxyless,
                 ..Default::default()
             };
-            let routes = vs_routes(&vs, 9080, &[MESH.to_string()], source, &Hashing::new());
+            let routes = vs_routes(
+                &vs,
+                9080,
+                false,
+                &[MESH.to_string()],
+                source,
+                &Hashing::new(),
+            );
             let Some(Action::Route(a)) = &routes[0].action else {
                 panic!("{routes:?}")
             };

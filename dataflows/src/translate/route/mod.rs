@@ -147,7 +147,7 @@ pub fn sidecar_route_config(
             name: format!("{}:{}", svc.hostname, port),
             domains: domains(&svc.hostname, port, proxy_ns, domain_suffix),
             routes: match vs {
-                Some(vs) => vs_routes(vs, port, &[MESH.to_string()], source, hashing),
+                Some(vs) => vs_routes(vs, port, false, &[MESH.to_string()], source, hashing),
                 None => vec![default_route(svc, port, default_retries, hashing)],
             },
             ..Default::default()
@@ -251,7 +251,7 @@ fn alias_vhosts(
         if named_first {
             continue;
         }
-        let routes = vs_routes(vs, port, &[MESH.to_string()], source, hashing);
+        let routes = vs_routes(vs, port, false, &[MESH.to_string()], source, hashing);
         if routes.is_empty() {
             continue;
         }
@@ -342,7 +342,7 @@ fn vs_host_vhosts(
         if hosts.is_empty() {
             continue;
         }
-        let routes = vs_routes(vs, port, &[MESH.to_string()], source, hashing);
+        let routes = vs_routes(vs, port, false, &[MESH.to_string()], source, hashing);
         if routes.is_empty() {
             continue;
         }
@@ -374,10 +374,11 @@ fn vs_host_vhosts(
 /// maps each domain to the VirtualServices serving it, in precedence order; their routes are
 /// concatenated. Domains in `require_tls` (an HTTP server's `httpsRedirect`) answer plaintext
 /// requests with a 301 to https (`require_tls: ALL`). `hashing`: the consistent-hash keys of
-/// the hosts the routes go to.
+/// the hosts the routes go to; `tls`: the server terminates TLS (an HTTPS server's own).
 pub fn gateway_route_config(
     name: &str,
     port: u16,
+    tls: bool,
     source: Source,
     vhosts: &GatewayVhosts,
     require_tls: &BTreeSet<String>,
@@ -386,19 +387,21 @@ pub fn gateway_route_config(
     let encoded: Vec<Vec<u8>> = vhosts
         .iter()
         .map(|(domain, vss)| {
-            let tls = require_tls.contains(domain);
-            gateway_vhost(domain, port, source, vss, tls, hashing).encode_to_vec()
+            let redirect = require_tls.contains(domain);
+            gateway_vhost(domain, port, tls, source, vss, redirect, hashing).encode_to_vec()
         })
         .collect();
     gateway_route_config_of(name, encoded.iter().map(Vec::as_slice))
 }
 
-/// The virtual host of `domain` in a gateway route configuration of server port `port`:
-/// the routes of `vss` (in precedence order, each with the gateways it came through)
-/// concatenated; with `require_tls`, plaintext requests answer a 301 to https.
+/// The virtual host of `domain` in a gateway route configuration of server port `port`
+/// (`tls`: of a server that terminates TLS): the routes of `vss` (in precedence order, each
+/// with the gateways it came through) concatenated; with `require_tls`, plaintext requests
+/// answer a 301 to https.
 pub fn gateway_vhost(
     domain: &str,
     port: u16,
+    tls: bool,
     source: Source,
     vss: &[(ResolvedVs, Vec<String>)],
     require_tls: bool,
@@ -418,7 +421,7 @@ pub fn gateway_vhost(
         },
         routes: vss
             .iter()
-            .flat_map(|(vs, via)| vs_routes(vs, port, via, source, hashing))
+            .flat_map(|(vs, via)| vs_routes(vs, port, tls, via, source, hashing))
             .collect(),
         require_tls: if require_tls {
             virtual_host::TlsRequirementType::All as i32

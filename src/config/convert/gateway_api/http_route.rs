@@ -69,6 +69,7 @@ pub(in crate::config::convert) fn grpc_route(
             filters: Vec::new(),
             backend_refs: Vec::new(),
             timeouts: None,
+            retry: None,
         };
         let mut converted = rule_with(&http, &r.filters, &r.backend_refs, &f, ns, mesh, findings)?;
         converted.matches = matches;
@@ -148,6 +149,7 @@ fn rule(
         .enumerate()
         .map(|(j, mt)| route_match(mt, &format!("{f}.matches[{j}]"), mesh))
         .collect::<Result<Vec<_>>>()?;
+    prefix_replacement_has_one_prefix_match(r, f)?;
     let mut out = rule_with(r, &r.filters, &r.backend_refs, f, ns, mesh, findings)?;
     out.matches = matches;
     Ok(out)
@@ -172,20 +174,28 @@ fn rule_with(
         let ff = format!("{f}.filters[{j}]");
         unsupported |= !apply_filter(filter, &ff, ns, mesh, &mut template, findings)?;
     }
+    template.retries = r
+        .retry
+        .as_ref()
+        .map(|rt| retry(rt, &format!("{f}.retry")))
+        .transpose()?;
     if let Some(t) = &r.timeouts {
         if let Some(req) = &t.request {
             template.timeout_ms = Some(parse_duration_ms(req, &format!("{f}.timeouts.request"))?);
         }
-        // As Istio: the attempt's timeout is the route's when the request has none; with
-        // both, a per-attempt timeout is not expressed (said).
+        // As Istio: with a retry policy, the backend request's timeout is each attempt's;
+        // without, the route's when the request has none; with both, a per-attempt timeout
+        // is not expressed (said).
         if let Some(backend) = &t.backend_request {
             let ms = parse_duration_ms(backend, &format!("{f}.timeouts.backendRequest"))?;
-            if template.timeout_ms.is_none() {
+            if let Some(retries) = template.retries.as_mut() {
+                retries.per_try_timeout_ms = Some(ms);
+            } else if template.timeout_ms.is_none() {
                 template.timeout_ms = Some(ms);
             } else {
                 findings.push(Finding::warning(
                     format!("{f}.timeouts.backendRequest"),
-                    "with timeouts.request set, the per-attempt timeout is not applied (the request's holds)",
+                    "with timeouts.request set and no retry, the per-attempt timeout is not applied (the request's holds)",
                 ));
             }
         }
@@ -207,6 +217,77 @@ fn rule_with(
         template,
         matches: Vec::new(),
         backends,
+    })
+}
+
+/// `ReplacePrefixMatch` (a redirect's or a rewrite's) replaces the prefix a `PathPrefix`
+/// match matched: the API's validation asks for exactly one match, of that type (a rule
+/// without matches has the default one, `PathPrefix /`). With another, the replacement
+/// would take the whole path.
+fn prefix_replacement_has_one_prefix_match(r: &api::HttpRouteRule, f: &str) -> Result<()> {
+    let replaces_prefix =
+        |p: Option<&api::PathModifier>| p.is_some_and(|p| p.kind == "ReplacePrefixMatch");
+    let at = r.filters.iter().position(|filter| {
+        replaces_prefix(
+            filter
+                .request_redirect
+                .as_ref()
+                .and_then(|r| r.path.as_ref()),
+        ) || replaces_prefix(filter.url_rewrite.as_ref().and_then(|r| r.path.as_ref()))
+    });
+    let Some(j) = at else { return Ok(()) };
+    let prefix_match = |mt: &api::HttpRouteMatch| {
+        mt.path
+            .as_ref()
+            .and_then(|p| p.kind.as_deref())
+            .is_none_or(|k| k == "PathPrefix")
+    };
+    match r.matches.as_slice() {
+        [] => Ok(()),
+        [one] if prefix_match(one) => Ok(()),
+        _ => Err(Invalid::field(
+            format!("{f}.filters[{j}]"),
+            "ReplacePrefixMatch needs the rule to have exactly one match, a PathPrefix",
+        )),
+    }
+}
+
+/// A rule's `retry` as Istio maps it: the spec's "SHOULD retry on connection errors"
+/// (connect failures, refused and reset streams) and the codes listed; two attempts when
+/// none are given (Istio's default).
+fn retry(rt: &api::HttpRouteRetry, f: &str) -> Result<m::Retries> {
+    let attempts = match rt.attempts {
+        None => 2,
+        Some(n) => u32::try_from(n).ok().filter(|n| *n >= 1).ok_or_else(|| {
+            Invalid::field(format!("{f}.attempts"), format!("{n} is not at least 1"))
+        })?,
+    };
+    let mut on = vec![
+        "connect-failure".to_string(),
+        "refused-stream".into(),
+        "unavailable".into(),
+        "cancelled".into(),
+    ];
+    for (i, code) in rt.codes.iter().enumerate() {
+        if !(400..=599).contains(code) {
+            return Err(Invalid::field(
+                format!("{f}.codes[{i}]"),
+                format!("{code} is not a status code in 400-599"),
+            ));
+        }
+        on.push(code.to_string());
+    }
+    Ok(m::Retries {
+        attempts,
+        per_try_timeout_ms: None,
+        retry_on: Some(on.join(",")),
+        remote_localities: false,
+        ignore_previous_hosts: None,
+        backoff_ms: rt
+            .backoff
+            .as_deref()
+            .map(|b| parse_duration_ms(b, &format!("{f}.backoff")))
+            .transpose()?,
     })
 }
 
@@ -348,23 +429,47 @@ fn apply_filter(
                     format!("{code} is not one of 301, 302, 303, 307, 308"),
                 ));
             }
-            let uri = match &r.path {
-                None => None,
-                Some(p) if p.kind == "ReplaceFullPath" => p.replace_full_path.clone(),
+            let (uri, prefix) = match &r.path {
+                None => (None, None),
+                Some(p) if p.kind == "ReplaceFullPath" => (
+                    Some(p.replace_full_path.clone().unwrap_or_else(|| "/".into())),
+                    None,
+                ),
+                Some(p) if p.kind == "ReplacePrefixMatch" => (
+                    None,
+                    Some(p.replace_prefix_match.clone().unwrap_or_else(|| "/".into())),
+                ),
                 Some(p) => {
-                    findings.push(Finding::error(
-                        format!("{rf}.path"),
-                        format!("{:?} redirects are not supported by meshflow yet; the rule answers 500", p.kind),
-                    ));
-                    return Ok(false);
+                    return Err(Invalid::field(
+                        format!("{rf}.path.type"),
+                        format!(
+                            "{:?} is not one of ReplaceFullPath, ReplacePrefixMatch",
+                            p.kind
+                        ),
+                    ))
                 }
             };
+            let scheme = match r.scheme.as_deref() {
+                None => None,
+                Some(s @ ("http" | "https")) => Some(s.to_string()),
+                Some(other) => {
+                    return Err(Invalid::field(
+                        format!("{rf}.scheme"),
+                        format!("{other:?} is not one of http, https"),
+                    ))
+                }
+            };
+            // The spec's port: the one written; else the scheme's well-known port when a
+            // scheme is written (no port in the location); else the listener's — the port
+            // of the route configuration, which is the port the request came to.
+            let port = r.port.map(|n| port(n, &format!("{rf}.port"))).transpose()?;
             route.redirect = Some(m::Redirect {
                 uri,
+                prefix,
                 authority: r.hostname.clone(),
-                port: r.port.map(|n| port(n, &format!("{rf}.port"))).transpose()?,
-                from_request_port: false,
-                scheme: r.scheme.clone(),
+                from_request_port: port.is_none() && scheme.is_none(),
+                port,
+                scheme,
                 code: code as u32,
             });
         }

@@ -130,7 +130,7 @@ spec:
         set: [{name: X-Via, value: gw}]
         remove: [x-debug]
     - type: URLRewrite
-      urlRewrite: {path: {type: ReplacePrefixMatch, replacePrefixMatch: /basket}}
+      urlRewrite: {path: {type: ReplaceFullPath, replaceFullPath: /basket}}
     backendRefs:
     - {name: cart, port: 8080, weight: 90}
     - {name: cart-next, namespace: canary, port: 8080, weight: 10}
@@ -171,8 +171,8 @@ fn http_route_rules_become_routes_with_their_backends() {
     assert_eq!(rule.template.headers.request.set["x-via"], "gw");
     assert_eq!(rule.template.headers.request.remove, ["x-debug"]);
     assert_eq!(
-        rule.template.rewrite.as_ref().unwrap().uri.as_deref(),
-        Some("/basket")
+        rule.template.rewrite.as_ref().unwrap().uri_regex,
+        Some(("^.*$".into(), "/basket".into()))
     );
     assert_eq!(rule.template.timeout_ms, Some(2000));
     let hosts: Vec<_> = rule
@@ -412,6 +412,7 @@ spec:
             t.redirect,
             Some(Redirect {
                 uri: Some("/new".into()),
+                prefix: None,
                 authority: Some("new.example".into()),
                 port: Some(8443),
                 from_request_port: false,
@@ -435,6 +436,41 @@ spec:
         err.field,
         "spec.rules[0].filters[0].requestRedirect.statusCode"
     );
+}
+
+/// What the API's validation refuses in a redirect or a retry is refused by field: a prefix
+/// replacement without exactly one `PathPrefix` match (it would take the whole path), a
+/// scheme other than http/https, zero attempts, a code outside 400-599.
+#[test]
+fn invalid_redirects_and_retries_are_refused_by_field() {
+    let rule = |body: &str| {
+        parse_document(
+            &format!(
+                "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: r, namespace: shop}}\nspec:\n  rules:\n  - {body}\n"
+            ),
+            &super::mesh(),
+        )
+    };
+    let prefix = "filters: [{type: RequestRedirect, requestRedirect: {path: {type: ReplacePrefixMatch, replacePrefixMatch: /b}}}]";
+    let rewrite = "filters: [{type: URLRewrite, urlRewrite: {path: {type: ReplacePrefixMatch, replacePrefixMatch: /b}}}]";
+    for body in [
+        format!("matches: [{{path: {{type: Exact, value: /a}}}}]\n    {prefix}"),
+        format!("matches: [{{path: {{value: /a}}}}, {{path: {{value: /c}}}}]\n    {rewrite}"),
+    ] {
+        let err = rule(&body).unwrap_err();
+        assert_eq!(err.field, "spec.rules[0].filters[0]", "{body}: {err:?}");
+    }
+    assert!(rule(&format!("matches: [{{path: {{value: /a}}}}]\n    {prefix}")).is_ok());
+    assert!(rule(prefix).is_ok(), "no match: the default PathPrefix /");
+    let err =
+        rule("filters: [{type: RequestRedirect, requestRedirect: {scheme: ftp}}]").unwrap_err();
+    assert_eq!(err.field, "spec.rules[0].filters[0].requestRedirect.scheme");
+    let err = rule("retry: {attempts: 0}").unwrap_err();
+    assert_eq!(err.field, "spec.rules[0].retry.attempts");
+    let err = rule("retry: {codes: [503, 600]}").unwrap_err();
+    assert_eq!(err.field, "spec.rules[0].retry.codes[1]");
+    let err = rule("retry: {backoff: soon}").unwrap_err();
+    assert_eq!(err.field, "spec.rules[0].retry.backoff");
 }
 
 /// The CORS filter becomes the route's CORS policy (`*` any origin, a wildcard host a

@@ -1,0 +1,259 @@
+//! The Gateway API's redirects, retries and per-backend filters at a gateway, through the
+//! generated config, as the conformance suite's traffic cases expect them:
+//! HTTPRouteRedirectPortAndScheme (the location's port derived from the scheme and the
+//! listener, a scheme's own port left out), HTTPRouteRedirectPath (`ReplacePrefixMatch` and
+//! `ReplaceFullPath`), HTTPRouteRetry (codes, attempts, backoff, the backend request's
+//! timeout per attempt), HTTPRouteRequestHeaderModifierBackendWeights (each backend's own
+//! header edit travels with it) and HTTPRouteRequestMultipleMirrors.
+
+use crate::fixtures::reviews_mesh;
+use crate::support;
+use crate::support::{write_config, ProxyNode};
+use crate::Mesh;
+use dataflows::simulate::{Action, Call, HeaderOp, Outcome};
+use std::time::Duration;
+
+/// A redirect rule per case, named by its path: `/scheme-<s|nil>-and-port-<p|nil>`.
+fn redirect_rules(cases: &[(Option<&str>, Option<u16>)]) -> String {
+    cases
+        .iter()
+        .map(|(scheme, port)| {
+            let path = format!(
+                "/scheme-{}-and-port-{}",
+                scheme.unwrap_or("nil"),
+                port.map_or("nil".to_string(), |p| p.to_string())
+            );
+            let mut fields = vec!["hostname: example.org".to_string()];
+            fields.extend(scheme.map(|s| format!("scheme: {s}")));
+            fields.extend(port.map(|p| format!("port: {p}")));
+            format!(
+                "  - matches: [{{path: {{type: PathPrefix, value: {path}}}}}]\n    filters: [{{type: RequestRedirect, requestRedirect: {{{}}}}}]\n",
+                fields.join(", ")
+            )
+        })
+        .collect()
+}
+
+fn route(name: &str, section: &str, rules: &str) -> String {
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  parentRefs: [{{name: gw, sectionName: {section}}}]\n  rules:\n{rules}"
+    )
+}
+
+/// The redirect's scheme and port as the location will carry them (`None`: the request's
+/// scheme; no port).
+fn scheme_and_port(o: &Outcome) -> (Option<String>, Option<u32>) {
+    match &o.result {
+        Ok(Action::Redirect {
+            scheme, host, port, ..
+        }) => {
+            assert_eq!(host.as_deref(), Some("example.org"), "{o:#?}");
+            (scheme.clone(), *port)
+        }
+        other => panic!("not a redirect: {other:?}"),
+    }
+}
+
+#[test]
+fn gateway_api_redirects_retries_and_backend_filters_as_the_conformance_cases_expect() {
+    use base64::Engine;
+    let mut mesh = Mesh::new("gateway-api-filters");
+    let _reviews = reviews_mesh(&mesh, 9080, &["v1"]);
+    let ca = support::pki::ca("gateway-api-ca");
+    let (cert, key) = support::pki::leaf(&ca, &["example.org"], None);
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let none: Option<&str> = None;
+    let (http, https) = (Some("http"), Some("https"));
+    let mut config = vec![
+        format!(
+            "apiVersion: v1\nkind: Secret\nmetadata: {{name: gw-cert, namespace: default}}\ntype: kubernetes.io/tls\ndata:\n  tls.crt: {}\n  tls.key: {}\n",
+            b64(&cert),
+            b64(&key)
+        ),
+        "apiVersion: v1
+kind: Service
+metadata: {name: ratings, namespace: default}
+spec: {ports: [{name: http, port: 9080}]}
+"
+        .to_string(),
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: default}
+spec:
+  gatewayClassName: istio
+  listeners:
+  - {name: http, port: 80, protocol: HTTP}
+  - {name: http-8080, port: 8080, protocol: HTTP}
+  - name: https
+    port: 443
+    protocol: HTTPS
+    tls: {mode: Terminate, certificateRefs: [{name: gw-cert}]}
+"
+        .to_string(),
+    ];
+    let on_80 = redirect_rules(&[
+        (none, None),
+        (none, Some(80)),
+        (none, Some(8080)),
+        (https, None),
+        (https, Some(443)),
+        (https, Some(8443)),
+    ]);
+    let more_on_80 = "  - matches: [{path: {type: PathPrefix, value: /original-prefix}}]
+    filters: [{type: RequestRedirect, requestRedirect: {path: {type: ReplacePrefixMatch, replacePrefixMatch: /replacement-prefix}}}]
+  - matches: [{path: {type: PathPrefix, value: /full}}]
+    filters: [{type: RequestRedirect, requestRedirect: {statusCode: 301, path: {type: ReplaceFullPath, replaceFullPath: /full-path-replacement}}}]
+  - matches: [{path: {type: PathPrefix, value: /retry}}]
+    retry: {codes: [500, 502], attempts: 3, backoff: 100ms}
+    timeouts: {request: 10s, backendRequest: 2s}
+    backendRefs: [{name: reviews, port: 9080}]
+  - matches: [{path: {type: PathPrefix, value: /backends}}]
+    backendRefs:
+    - name: reviews
+      port: 9080
+      filters: [{type: RequestHeaderModifier, requestHeaderModifier: {set: [{name: Backend, value: reviews}]}}]
+    - name: ratings
+      port: 9080
+      filters: [{type: RequestHeaderModifier, requestHeaderModifier: {set: [{name: Backend, value: ratings}]}}]
+  - matches: [{path: {type: PathPrefix, value: /mirrors}}]
+    filters:
+    - {type: RequestMirror, requestMirror: {backendRef: {name: ratings, port: 9080}}}
+    - {type: RequestMirror, requestMirror: {backendRef: {name: reviews, port: 9080}, percent: 50}}
+    backendRefs: [{name: reviews, port: 9080}]
+";
+    config.push(route("on-80", "http", &format!("{on_80}{more_on_80}")));
+    config.push(route(
+        "on-8080",
+        "http-8080",
+        &redirect_rules(&[(none, None), (none, Some(80)), (https, None)]),
+    ));
+    config.push(route(
+        "on-443",
+        "https",
+        &redirect_rules(&[
+            (none, None),
+            (none, Some(443)),
+            (none, Some(8443)),
+            (http, None),
+            (http, Some(80)),
+            (http, Some(8080)),
+        ]),
+    ));
+    write_config(&mesh.config, "gateway-api.yaml", &config.join("---\n"));
+    let gateway = mesh.connect(&ProxyNode::router(
+        "gw-abc",
+        "default",
+        "127.0.0.1",
+        &[("gateway.networking.k8s.io/gateway-name", "gw")],
+    ));
+
+    // HTTPRouteRedirectPortAndScheme: (listener port, path) → the location's scheme and port.
+    let s = |s: &str| Some(s.to_string());
+    let cases: [(u16, &str, (Option<String>, Option<u32>)); 15] = [
+        (80, "/scheme-nil-and-port-nil", (None, None)),
+        (80, "/scheme-nil-and-port-80", (None, None)),
+        (80, "/scheme-nil-and-port-8080", (None, Some(8080))),
+        (80, "/scheme-https-and-port-nil", (s("https"), None)),
+        (80, "/scheme-https-and-port-443", (s("https"), None)),
+        (80, "/scheme-https-and-port-8443", (s("https"), Some(8443))),
+        (8080, "/scheme-nil-and-port-nil", (None, Some(8080))),
+        (8080, "/scheme-nil-and-port-80", (None, None)),
+        (8080, "/scheme-https-and-port-nil", (s("https"), None)),
+        (443, "/scheme-nil-and-port-nil", (None, None)),
+        (443, "/scheme-nil-and-port-443", (None, None)),
+        (443, "/scheme-nil-and-port-8443", (None, Some(8443))),
+        (443, "/scheme-http-and-port-nil", (s("http"), None)),
+        (443, "/scheme-http-and-port-80", (s("http"), None)),
+        (443, "/scheme-http-and-port-8080", (s("http"), Some(8080))),
+    ];
+    for (port, path, want) in cases {
+        let call = if port == 443 {
+            Call::https("example.org", 443, path, "example.org")
+        } else {
+            Call::get("example.org", port, path)
+        };
+        let o = mesh.send(&gateway, &call.to_address("127.0.0.1"));
+        assert_eq!(scheme_and_port(&o), want, "{port} {path}: {o:#?}");
+    }
+
+    let to = |path: &str| Call::get("example.org", 80, path).to_address("127.0.0.1");
+    // HTTPRouteRedirectPath: the matched prefix replaced, or the whole path.
+    match mesh.send(&gateway, &to("/original-prefix/lemon")).result {
+        Ok(Action::Redirect {
+            status,
+            path,
+            prefix,
+            ..
+        }) => {
+            assert_eq!(status, 302);
+            assert_eq!(path, None);
+            assert_eq!(prefix.as_deref(), Some("/replacement-prefix"));
+        }
+        other => panic!("not a redirect: {other:?}"),
+    }
+    match mesh.send(&gateway, &to("/full/path/original")).result {
+        Ok(Action::Redirect {
+            status,
+            path,
+            prefix,
+            ..
+        }) => {
+            assert_eq!(status, 301);
+            assert_eq!(path.as_deref(), Some("/full-path-replacement"));
+            assert_eq!(prefix, None);
+        }
+        other => panic!("not a redirect: {other:?}"),
+    }
+
+    // HTTPRouteRetry: connection errors and the codes, three attempts 100 ms apart, each
+    // bounded by the backend request's timeout; the request's bounds them all.
+    match mesh.send(&gateway, &to("/retry")).result {
+        Ok(Action::Route { retry, timeout, .. }) => {
+            let retry = retry.expect("a retry policy");
+            assert_eq!(
+                retry.retry_on,
+                "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes"
+            );
+            assert_eq!(retry.retriable_status_codes, [500, 502]);
+            assert_eq!(retry.num_retries, 3);
+            assert_eq!(retry.backoff, Some(Duration::from_millis(100)));
+            assert_eq!(retry.per_try_timeout, Some(Duration::from_secs(2)));
+            assert_eq!(timeout, Some(Duration::from_secs(10)));
+        }
+        other => panic!("not routed: {other:?}"),
+    }
+
+    // HTTPRouteRequestHeaderModifierBackendWeights: the header names the backend picked.
+    match mesh.send(&gateway, &to("/backends")).result {
+        Ok(Action::Route { upstreams, .. }) => {
+            assert_eq!(upstreams.len(), 2, "{upstreams:#?}");
+            for up in &upstreams {
+                let name = if up.cluster.contains("ratings") {
+                    "ratings"
+                } else {
+                    "reviews"
+                };
+                let edits: Vec<_> = up
+                    .request_headers
+                    .iter()
+                    .map(|e| (e.op, e.name.as_str(), e.value.as_str()))
+                    .collect();
+                assert_eq!(edits, [(HeaderOp::Set, "backend", name)], "{up:#?}");
+            }
+        }
+        other => panic!("not routed: {other:?}"),
+    }
+
+    // HTTPRouteRequestMultipleMirrors: both mirrors, the second to half the requests.
+    let o = mesh.send(&gateway, &to("/mirrors"));
+    let mirrors = o.http.clone().expect("a matched route's effects").mirrors;
+    assert_eq!(mirrors.len(), 2, "{mirrors:#?}");
+    assert!(mirrors.iter().all(|m| m.cluster_found), "{mirrors:#?}");
+    assert!(mirrors[0].cluster.contains("ratings"), "{mirrors:#?}");
+    assert!(mirrors[1].cluster.contains("reviews"), "{mirrors:#?}");
+    assert_eq!(
+        (mirrors[0].per_million, mirrors[1].per_million),
+        (1_000_000, 500_000)
+    );
+    mesh.assert_no_errors();
+}
