@@ -241,6 +241,7 @@ pub fn k8s_gateway(mesh: &MeshConfig) -> gateway_api::KubeGateway {
             allowed_kinds: vec![],
         }],
         refused: vec![],
+        invalid_parameters: None,
     }
 }
 

@@ -10,6 +10,16 @@ use std::collections::BTreeMap;
 pub struct GatewaySpec {
     pub gateway_class_name: String,
     pub listeners: Vec<Listener>,
+    pub infrastructure: Option<GatewayInfrastructure>,
+}
+
+/// `spec.infrastructure`: what a provisioning implementation puts on what it creates.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct GatewayInfrastructure {
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    pub parameters_ref: Option<ObjectRef>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -195,6 +195,8 @@ async fn gateway_api_status_is_written_in_the_specs_shape() {
     );
     assert_eq!(gw["conditions"][0]["type"], "Accepted");
     assert_eq!(gw["conditions"][0]["status"], "True");
+    // Accepted, with the UDP listener not: the spec's reason says so.
+    assert_eq!(gw["conditions"][0]["reason"], "ListenersNotValid");
     assert_eq!(gw["conditions"][0]["observedGeneration"], 3);
     assert_eq!(gw["conditions"][1]["type"], "Programmed");
     assert_eq!(gw["conditions"][1]["status"], "True");

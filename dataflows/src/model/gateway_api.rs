@@ -51,6 +51,10 @@ pub struct KubeGateway {
     /// protocol, a certificate that cannot be served): their status says so.
     #[serde(default)]
     pub refused: Vec<RefusedListener>,
+    /// Why the Gateway is not accepted for its `infrastructure.parametersRef` (the spec's
+    /// `InvalidParameters`): none of its listeners is served.
+    #[serde(default)]
+    pub invalid_parameters: Option<String>,
 }
 
 /// A listener left out, as its status reports it.

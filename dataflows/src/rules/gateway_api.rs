@@ -720,6 +720,12 @@ pub enum Verdict {
 }
 
 pub fn parent_verdict(route: &RouteView, p: &ParentRef, gw: &KubeGateway) -> Verdict {
+    if let Some(why) = &gw.invalid_parameters {
+        return Verdict::Refused(
+            "NoMatchingParent",
+            format!("Gateway {}/{} is not accepted: {why}", p.namespace, p.name),
+        );
+    }
     let ns = &route.key.namespace;
     let kind = route.kind();
     let named: Vec<&Listener> = gw.listeners.iter().filter(|l| parent_names(p, l)).collect();

@@ -99,6 +99,7 @@ fn gateway(rng: &mut StdRng, ns: &str) -> Record {
         class: pick(rng, &["istio", "istio", "meshflow", "nginx"]).into(),
         listeners,
         refused: Vec::new(),
+        invalid_parameters: None,
     }))
 }
 

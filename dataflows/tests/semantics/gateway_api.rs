@@ -25,6 +25,7 @@ fn kube_gateway(ns: &str, name: &str, class: &str, listeners: Vec<Listener>) -> 
         class: class.into(),
         listeners,
         refused: Vec::new(),
+        invalid_parameters: None,
     }))
 }
 

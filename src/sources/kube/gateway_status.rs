@@ -9,11 +9,11 @@
 
 use dataflows::model::{
     ConfigError, ConfigKey, ErrorCode, GatewayApiObject, Kind, KubeGateway, Listener,
-    ListenerProtocol, ParentKind, ParentRef,
+    ListenerProtocol, ParentKind, ParentRef, TlsSecret,
 };
 use dataflows::rules::gateway_api::{listener_serves_kind, parent_verdict, RouteView, Verdict};
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 const GROUP: &str = "gateway.networking.k8s.io";
 
@@ -46,12 +46,49 @@ fn condition(kind: &str, ok: bool, reason: &str, message: &str, generation: Opti
     c
 }
 
+/// What the status is judged against besides the Gateway API's objects, by
+/// `(namespace, name)`.
+#[derive(Default)]
+pub struct Known {
+    /// The Services that exist: a route whose parent is a Service is accepted there.
+    pub services: BTreeSet<(String, String)>,
+    /// The Secrets that exist, with why one cannot be served as a listener's certificate
+    /// (`None`: it can) — the test the gateway's filter chains are built by.
+    pub secrets: BTreeMap<(String, String), Option<String>>,
+}
+
+impl Known {
+    /// Records the Secret a source read.
+    pub fn add_secret(&mut self, s: &TlsSecret) {
+        let problem = match (&s.problem, &s.identity) {
+            (Some(p), _) => Some(format!("cannot be served: {p}")),
+            (None, None) => Some("holds no certificate and key".to_string()),
+            (None, Some(_)) => None,
+        };
+        self.secrets
+            .insert((s.key.namespace.clone(), s.key.name.clone()), problem);
+    }
+
+    /// Why a terminating listener's certificates cannot be served, if they cannot.
+    fn certificate_problem(&self, l: &Listener) -> Option<String> {
+        let tls = l.tls.as_ref().filter(|t| !t.passthrough)?;
+        tls.certificates.iter().find_map(|(ns, name)| {
+            match self.secrets.get(&(ns.clone(), name.clone())) {
+                None => Some(format!("Secret {ns}/{name} does not exist")),
+                Some(Some(problem)) => Some(format!("Secret {ns}/{name} {problem}")),
+                Some(None) => None,
+            }
+        })
+    }
+}
+
 /// The desired `status` of every Gateway API object meshflow speaks for, from all of them:
 /// `(object, generation, status the API server holds)`.
 pub fn desired(
     objects: &[(&GatewayApiObject, Option<i64>, Option<&Value>)],
-    services: &std::collections::BTreeSet<(String, String)>,
+    known: &Known,
 ) -> BTreeMap<ConfigKey, Value> {
+    let services = &known.services;
     let gateways: BTreeMap<(&str, &str), &KubeGateway> = objects
         .iter()
         .filter_map(|(o, _, _)| match o {
@@ -160,40 +197,55 @@ pub fn desired(
         if !g.owned() {
             continue;
         }
-        let mut listeners: Vec<Value> = g
-            .listeners
-            .iter()
-            .map(|l| {
-                let count = attached
-                    .get(&(
-                        g.key.namespace.as_str(),
-                        g.key.name.as_str(),
-                        l.name.clone(),
-                    ))
-                    .copied()
-                    .unwrap_or(0);
-                listener_status(l, count, *generation)
-            })
-            .collect();
+        let mut listeners = Vec::new();
+        let (mut accepted, mut not_accepted, mut programmed) = (0, 0, 0);
+        for l in &g.listeners {
+            let count = attached
+                .get(&(
+                    g.key.namespace.as_str(),
+                    g.key.name.as_str(),
+                    l.name.clone(),
+                ))
+                .copied()
+                .unwrap_or(0);
+            let cert = known.certificate_problem(l);
+            let (status, ok) = listener_status(l, count, cert.as_deref(), *generation);
+            listeners.push(status);
+            if ok {
+                accepted += 1;
+                programmed += usize::from(cert.is_none());
+            } else {
+                not_accepted += 1;
+            }
+        }
         for r in &g.refused {
             let (reason, why) = (&r.reason, &r.why);
             let conditions = match reason.as_str() {
-                "InvalidCertificateRef" | "RefNotPermitted" => vec![
-                    condition("Accepted", true, "Accepted", why, *generation),
-                    condition("Programmed", false, "Invalid", why, *generation),
-                    condition("ResolvedRefs", false, reason, why, *generation),
-                ],
-                "ProtocolConflict" | "HostnameConflict" => vec![
-                    condition("Accepted", false, reason, why, *generation),
-                    condition("Programmed", false, "Invalid", why, *generation),
-                    condition("ResolvedRefs", true, "ResolvedRefs", why, *generation),
-                    condition("Conflicted", true, reason, why, *generation),
-                ],
-                _ => vec![
-                    condition("Accepted", false, reason, why, *generation),
-                    condition("Programmed", false, "Invalid", why, *generation),
-                    condition("ResolvedRefs", true, "ResolvedRefs", why, *generation),
-                ],
+                "InvalidCertificateRef" | "RefNotPermitted" => {
+                    accepted += 1;
+                    vec![
+                        condition("Accepted", true, "Accepted", why, *generation),
+                        condition("Programmed", false, "Invalid", why, *generation),
+                        condition("ResolvedRefs", false, reason, why, *generation),
+                    ]
+                }
+                "ProtocolConflict" | "HostnameConflict" => {
+                    not_accepted += 1;
+                    vec![
+                        condition("Accepted", false, reason, why, *generation),
+                        condition("Programmed", false, "Invalid", why, *generation),
+                        condition("ResolvedRefs", true, "ResolvedRefs", why, *generation),
+                        condition("Conflicted", true, reason, why, *generation),
+                    ]
+                }
+                _ => {
+                    not_accepted += 1;
+                    vec![
+                        condition("Accepted", false, reason, why, *generation),
+                        condition("Programmed", false, "Invalid", why, *generation),
+                        condition("ResolvedRefs", true, "ResolvedRefs", why, *generation),
+                    ]
+                }
             };
             listeners.push(json!({
                 "name": r.name,
@@ -202,15 +254,18 @@ pub fn desired(
                 "conditions": conditions,
             }));
         }
-        let programmed = !g.listeners.is_empty();
+        // The spec's Gateway `Accepted`: `InvalidParameters` for its parameters; with a
+        // listener not accepted, `ListenersNotValid` — False when no listener is accepted,
+        // True when some are.
+        let invalid_listeners = format!("{not_accepted} of its listeners are not accepted");
+        let (ok, reason, message) = match &g.invalid_parameters {
+            Some(why) => (false, "InvalidParameters", why.clone()),
+            None if not_accepted > 0 => (accepted > 0, "ListenersNotValid", invalid_listeners),
+            None => (true, "Accepted", "of a class meshflow serves".to_string()),
+        };
+        let programmed = ok && programmed > 0;
         let gateway_conditions = vec![
-            condition(
-                "Accepted",
-                true,
-                "Accepted",
-                "of a class meshflow serves",
-                *generation,
-            ),
+            condition("Accepted", ok, reason, &message, *generation),
             condition(
                 "Programmed",
                 programmed,
@@ -236,7 +291,12 @@ pub fn desired(
 /// `ResolvedRefs` False with `InvalidRouteKinds` naming the kinds listed that it cannot
 /// take; a TLS listener that terminates and is left with no kind is `UnsupportedValue`
 /// (meshflow terminates TLS for TCPRoutes only, not TLSRoutes).
-fn listener_status(l: &Listener, attached: usize, generation: Option<i64>) -> Value {
+fn listener_status(
+    l: &Listener,
+    attached: usize,
+    certificate_problem: Option<&str>,
+    generation: Option<i64>,
+) -> (Value, bool) {
     let listed: Vec<&str> = if l.allowed_kinds.is_empty() {
         l.protocol.default_kinds().to_vec()
     } else {
@@ -266,15 +326,27 @@ fn listener_status(l: &Listener, attached: usize, generation: Option<i64>) -> Va
             "the listener is served",
             generation,
         ));
+        conditions.push(match certificate_problem {
+            // The gateway's filter chain is not built without its certificate: not served.
+            Some(why) => condition("Programmed", false, "Invalid", why, generation),
+            None => condition(
+                "Programmed",
+                true,
+                "Programmed",
+                "the listener is served to the gateway's proxies",
+                generation,
+            ),
+        });
+    }
+    if let Some(why) = certificate_problem {
         conditions.push(condition(
-            "Programmed",
-            true,
-            "Programmed",
-            "the listener is served to the gateway's proxies",
+            "ResolvedRefs",
+            false,
+            "InvalidCertificateRef",
+            why,
             generation,
         ));
-    }
-    if invalid.is_empty() {
+    } else if invalid.is_empty() {
         conditions.push(condition(
             "ResolvedRefs",
             true,
@@ -302,12 +374,13 @@ fn listener_status(l: &Listener, attached: usize, generation: Option<i64>) -> Va
             generation,
         ));
     }
-    json!({
+    let status = json!({
         "name": l.name,
         "supportedKinds": served.iter().map(|k| json!({"group": GROUP, "kind": k})).collect::<Vec<_>>(),
         "attachedRoutes": attached,
         "conditions": conditions,
-    })
+    });
+    (status, !terminate_without_kinds)
 }
 
 fn parent_ref(p: &ParentRef) -> Value {
@@ -410,12 +483,12 @@ pub fn stored_since(stored: &Value) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{desired, with_route_errors};
+    use super::{desired, with_route_errors, Known};
     use dataflows::model::{
         AllowedNamespaces, ConfigError, ConfigKey, GatewayApiObject, Kind, KubeGateway, Listener,
         ListenerProtocol, ListenerTls,
     };
-    use serde_json::Value;
+    use serde_json::{json, Value};
 
     /// The element of the array `list` named `name` (`Null` when none is).
     fn named<'a>(list: &'a Value, name: &str) -> &'a Value {
@@ -450,12 +523,15 @@ mod tests {
     /// its own (`label` names it): every record, and the Gateway API objects apart.
     /// Reading errors fail the test.
     #[allow(clippy::type_complexity)] // the records and the objects among them
+    /// The Gateway API objects in `yaml` as the file source reads them, with the records
+    /// read and what the status is judged against (the Secrets read).
     fn read_files(
         label: &str,
         yaml: &str,
     ) -> (
         Vec<(dataflows::model::Record, isize)>,
         Vec<GatewayApiObject>,
+        Known,
     ) {
         use crate::sources::files::FileSource;
         use dataflows::model::{MeshConfig, Record};
@@ -471,15 +547,16 @@ mod tests {
         let scan = source.rescan();
         let _ = std::fs::remove_dir_all(&dir);
         assert!(scan.errors.is_empty(), "{:?}", scan.errors);
-        let objects = scan
-            .changes
-            .iter()
-            .filter_map(|(r, _)| match r {
-                Record::GatewayApi(o) => Some(o.clone()),
-                _ => None,
-            })
-            .collect();
-        (scan.changes, objects)
+        let mut known = Known::default();
+        let mut objects = Vec::new();
+        for (r, _) in &scan.changes {
+            match r {
+                Record::GatewayApi(o) => objects.push(o.clone()),
+                Record::Secret(secret) => known.add_secret(secret),
+                _ => {}
+            }
+        }
+        (scan.changes, objects, known)
     }
 
     fn listener(
@@ -531,8 +608,11 @@ mod tests {
                 ),
             ],
             refused: vec![],
+            invalid_parameters: None,
         });
-        let status = desired(&[(&gw, Some(3), None)], &Default::default());
+        let mut known = Known::default();
+        known.secrets.insert(("edge".into(), "cert".into()), None);
+        let status = desired(&[(&gw, Some(3), None)], &known);
         let listeners = &status[gw.key()]["listeners"];
         let kinds = |name: &str| supported_kinds(listeners, name);
         let cond = |name: &str, kind: &str| condition_of(named(listeners, name), kind);
@@ -554,6 +634,48 @@ mod tests {
             cond("term-tcp", "ResolvedRefs"),
             pair("True", "ResolvedRefs")
         );
+        // One listener not accepted among accepted ones: the Gateway is accepted, and says
+        // its listeners are not all valid.
+        let gateway = &status[gw.key()];
+        assert_eq!(
+            condition_of(gateway, "Accepted"),
+            pair("True", "ListenersNotValid")
+        );
+        assert_eq!(condition_of(gateway, "Programmed").0, "True");
+
+        // Without the certificate's Secret (or with one that cannot be served) the
+        // terminating listener is accepted but neither programmed nor resolved; a
+        // passthrough listener needs none.
+        for (secret, why) in [
+            (None, "Secret edge/cert does not exist"),
+            (
+                Some(Some("cannot be served: not PEM".to_string())),
+                "Secret edge/cert cannot be served: not PEM",
+            ),
+        ] {
+            let mut known = Known::default();
+            if let Some(problem) = secret {
+                known
+                    .secrets
+                    .insert(("edge".into(), "cert".into()), problem);
+            }
+            let status = desired(&[(&gw, Some(3), None)], &known);
+            let listeners = &status[gw.key()]["listeners"];
+            let term_tcp = named(listeners, "term-tcp");
+            assert_eq!(
+                condition_of(term_tcp, "ResolvedRefs"),
+                pair("False", "InvalidCertificateRef")
+            );
+            assert_eq!(condition_of(term_tcp, "Programmed").0, "False");
+            assert_eq!(condition_of(term_tcp, "Accepted").0, "True");
+            let message = term_tcp["conditions"]
+                .as_array()
+                .and_then(|c| c.iter().find(|c| c["type"] == "ResolvedRefs"))
+                .map(|c| c["message"].clone());
+            assert_eq!(message, Some(json!(why)));
+            let pass = named(listeners, "pass");
+            assert_eq!(condition_of(pass, "Programmed").0, "True");
+        }
     }
 
     /// The status-only cases of the Gateway API's conformance suite, as behaviours of our own
@@ -663,10 +785,10 @@ spec:
   rules: [{backendRefs: [{name: db, port: 5432}]}]
 ";
         let text = format!("{gateways}{}{tls_miss}", routes.concat());
-        let (_, objects) = read_files("status-cases", &text);
+        let (_, objects, known) = read_files("status-cases", &text);
         assert_eq!(objects.len(), 13, "{objects:?}");
         let inputs: Vec<_> = objects.iter().map(|o| (o, None, None)).collect();
-        let status = desired(&inputs, &Default::default());
+        let status = desired(&inputs, &known);
         let by_name = |kind: Kind, name: &str| -> Value {
             status
                 .iter()
@@ -865,7 +987,7 @@ spec:
             route("HTTPRoute", "v1", "apps", "http-local", "http", "name: web"),
         ];
         let text = format!("{base}{}", cases.concat());
-        let (changes, objects) = read_files("resolved-refs", &text);
+        let (changes, objects, known) = read_files("resolved-refs", &text);
         let engine = Engine::start(1, MeshConfig::default());
         let out = engine
             .step(Batch { epoch: 1, changes })
@@ -877,7 +999,7 @@ spec:
             .map(|(e, _)| e)
             .collect();
         let inputs: Vec<_> = objects.iter().map(|o| (o, None, None)).collect();
-        let mut status = desired(&inputs, &Default::default());
+        let mut status = desired(&inputs, &known);
         for (key, value) in status.iter_mut() {
             let mine: Vec<ConfigError> = errors
                 .iter()
@@ -970,9 +1092,9 @@ spec:
   - {name: web, port: 80, protocol: HTTP}
   - {name: web-again, port: 80, protocol: HTTP}
 ";
-        let (_, objects) = read_files("refused-listeners", gateway);
+        let (_, objects, known) = read_files("refused-listeners", gateway);
         assert_eq!(objects.len(), 1, "{objects:?}");
-        let status = desired(&[(&objects[0], Some(1), None)], &Default::default());
+        let status = desired(&[(&objects[0], Some(1), None)], &known);
         let listeners = &status[objects[0].key()]["listeners"];
         let kinds = |name: &str| supported_kinds(listeners, name);
         let listener = |name: &str| named(listeners, name).clone();
@@ -997,5 +1119,187 @@ spec:
             ("True".to_string(), "HostnameConflict".to_string())
         );
         assert_eq!(condition_of(&listener("web"), "Accepted").0, "True");
+    }
+
+    /// The Gateway-level cases of the conformance suite, from files: a Gateway whose only
+    /// listener has an unsupported protocol is `Accepted=False/ListenersNotValid`, one with a
+    /// valid listener beside it `Accepted=True/ListenersNotValid`
+    /// (GatewayListenerUnsupportedProtocol); a `parametersRef` of a kind meshflow does not
+    /// read is `Accepted=False/InvalidParameters`, nothing of it served and its routes not
+    /// accepted (GatewayInvalidParametersRef), a ConfigMap is accepted; an HTTPS listener
+    /// whose Secret does not exist or holds no servable certificate is
+    /// `ResolvedRefs=False/InvalidCertificateRef` and not programmed, yet counts the route
+    /// attached to it (GatewayInvalidTLSConfiguration, GatewayWithAttachedRoutes).
+    #[test]
+    fn gateway_conditions_conformance_cases_from_files() {
+        let kp = rcgen::KeyPair::generate().expect("a key");
+        let cert = rcgen::CertificateParams::new(vec!["good.example".into()])
+            .expect("params")
+            .self_signed(&kp)
+            .expect("a certificate");
+        let indent = |pem: &str| -> String { pem.lines().map(|l| format!("    {l}\n")).collect() };
+        let yaml = format!(
+            "apiVersion: v1
+kind: Secret
+metadata: {{name: good-cert, namespace: infra}}
+type: kubernetes.io/tls
+stringData:
+  tls.crt: |
+{}  tls.key: |
+{}---
+apiVersion: v1
+kind: Secret
+metadata: {{name: bad-cert, namespace: infra}}
+type: kubernetes.io/tls
+stringData: {{tls.crt: not a certificate, tls.key: not a key}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: only-unsupported, namespace: infra}}
+spec:
+  gatewayClassName: istio
+  listeners: [{{name: invalid, port: 1111, protocol: INVALID}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: supported-and-unsupported, namespace: infra}}
+spec:
+  gatewayClassName: istio
+  listeners:
+  - {{name: http, port: 80, protocol: HTTP}}
+  - {{name: invalid, port: 1111, protocol: INVALID}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: invalid-parameters, namespace: infra}}
+spec:
+  gatewayClassName: istio
+  listeners: [{{name: http, port: 80, protocol: HTTP}}]
+  infrastructure:
+    parametersRef: {{group: invalid.io, kind: InvalidParameters, name: invalid}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: configmap-parameters, namespace: infra}}
+spec:
+  gatewayClassName: istio
+  listeners: [{{name: http, port: 80, protocol: HTTP}}]
+  infrastructure:
+    parametersRef: {{group: '', kind: ConfigMap, name: gateway-options}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: certificates, namespace: infra}}
+spec:
+  gatewayClassName: istio
+  listeners:
+  - name: missing
+    port: 443
+    protocol: HTTPS
+    hostname: missing.example
+    tls: {{certificateRefs: [{{name: does-not-exist}}]}}
+  - name: malformed
+    port: 443
+    protocol: HTTPS
+    hostname: malformed.example
+    tls: {{certificateRefs: [{{name: bad-cert}}]}}
+  - name: good
+    port: 443
+    protocol: HTTPS
+    hostname: good.example
+    tls: {{certificateRefs: [{{name: good-cert}}]}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: on-missing, namespace: infra}}
+spec:
+  parentRefs: [{{name: certificates, sectionName: missing}}]
+  rules: [{{backendRefs: [{{name: web, port: 80}}]}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: on-invalid-parameters, namespace: infra}}
+spec:
+  parentRefs: [{{name: invalid-parameters}}]
+  rules: [{{backendRefs: [{{name: web, port: 80}}]}}]
+",
+            indent(&cert.pem()),
+            indent(&kp.serialize_pem())
+        );
+        let (_, objects, known) = read_files("gateway-conditions", &yaml);
+        let inputs: Vec<_> = objects.iter().map(|o| (o, Some(1), None)).collect();
+        let status = desired(&inputs, &known);
+        let of = |kind: Kind, name: &str| -> &Value {
+            status
+                .iter()
+                .find(|(k, _)| k.kind == kind && k.name == name)
+                .map(|(_, v)| v)
+                .unwrap_or_else(|| panic!("no status for {name}"))
+        };
+        let gateway = |name: &str| of(Kind::KubernetesGateway, name);
+        let pair = |a: &str, b: &str| (a.to_string(), b.to_string());
+
+        let only = gateway("only-unsupported");
+        assert_eq!(
+            condition_of(only, "Accepted"),
+            pair("False", "ListenersNotValid")
+        );
+        assert_eq!(condition_of(only, "Programmed").0, "False");
+        let invalid = named(&only["listeners"], "invalid");
+        assert_eq!(
+            condition_of(invalid, "Accepted"),
+            pair("False", "UnsupportedProtocol")
+        );
+        assert!(supported_kinds(&only["listeners"], "invalid").is_empty());
+        let mixed = gateway("supported-and-unsupported");
+        assert_eq!(
+            condition_of(mixed, "Accepted"),
+            pair("True", "ListenersNotValid")
+        );
+        assert_eq!(
+            condition_of(named(&mixed["listeners"], "http"), "Accepted"),
+            pair("True", "Accepted")
+        );
+
+        let params = gateway("invalid-parameters");
+        assert_eq!(
+            condition_of(params, "Accepted"),
+            pair("False", "InvalidParameters")
+        );
+        assert_eq!(condition_of(params, "Programmed").0, "False");
+        assert_eq!(
+            condition_of(named(&params["listeners"], "http"), "Programmed").0,
+            "False"
+        );
+        let refused = &of(Kind::HttpRoute, "on-invalid-parameters")["parents"][0];
+        assert_eq!(
+            condition_of(refused, "Accepted"),
+            pair("False", "NoMatchingParent")
+        );
+        assert_eq!(
+            condition_of(gateway("configmap-parameters"), "Accepted"),
+            pair("True", "Accepted")
+        );
+
+        let certs = gateway("certificates");
+        assert_eq!(condition_of(certs, "Accepted"), pair("True", "Accepted"));
+        assert_eq!(condition_of(certs, "Programmed").0, "True");
+        for name in ["missing", "malformed"] {
+            let l = named(&certs["listeners"], name);
+            assert_eq!(
+                condition_of(l, "ResolvedRefs"),
+                pair("False", "InvalidCertificateRef"),
+                "{l:#}"
+            );
+            assert_eq!(condition_of(l, "Programmed").0, "False", "{l:#}");
+            assert_eq!(condition_of(l, "Accepted").0, "True", "{l:#}");
+        }
+        assert_eq!(named(&certs["listeners"], "missing")["attachedRoutes"], 1);
+        let good = named(&certs["listeners"], "good");
+        assert_eq!(
+            condition_of(good, "ResolvedRefs"),
+            pair("True", "ResolvedRefs")
+        );
+        assert_eq!(condition_of(good, "Programmed"), pair("True", "Programmed"));
     }
 }

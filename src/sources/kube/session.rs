@@ -302,15 +302,29 @@ impl Session {
                 })
             })
             .collect();
-        // The Services that exist: a route whose parent is a Service is accepted there.
-        let services: std::collections::BTreeSet<(String, String)> = self
-            .watches
-            .iter()
-            .filter(|w| w.resource.group.is_empty() && w.resource.kind == "Service")
-            .flat_map(|w| w.watched.statuses())
-            .map(|seen| (seen.key.namespace.clone(), seen.key.name.clone()))
-            .collect();
-        let mut desired = gateway_status::desired(&objects, &services);
+        // The Services that exist (a route whose parent is a Service is accepted there) and
+        // the Secrets (a listener's certificate).
+        let mut known = gateway_status::Known::default();
+        for w in self.watches.iter().filter(|w| w.resource.group.is_empty()) {
+            match w.resource.kind.as_str() {
+                "Service" => known.services.extend(
+                    w.watched
+                        .statuses()
+                        .map(|seen| (seen.key.namespace.clone(), seen.key.name.clone())),
+                ),
+                "Secret" => {
+                    for seen in w.watched.statuses() {
+                        for r in seen.records {
+                            if let dataflows::model::Record::Secret(secret) = r {
+                                known.add_secret(secret);
+                            }
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        let mut desired = gateway_status::desired(&objects, &known);
         for (resource, seen) in &api {
             if let Some(status) = desired.remove(seen.key) {
                 out.insert(

@@ -140,15 +140,81 @@ pub(in crate::config::convert) fn kubernetes_gateway(
     }
     // Names are unique (checked above): a listener's index by its name.
     let index_of = |name: &str| s.listeners.iter().position(|l| l.name == name).unwrap_or(0);
-    let listeners = without_conflicts(listeners, &mut refused, index_of, owned, findings);
+    let mut listeners = without_conflicts(listeners, &mut refused, index_of, owned, findings);
+    let invalid_parameters = s
+        .infrastructure
+        .as_ref()
+        .and_then(|i| infrastructure(i, owned, findings));
+    if let Some(why) = &invalid_parameters {
+        // Not accepted: nothing of it is served, and each listener says why.
+        for l in listeners.drain(..) {
+            refused.push(m::RefusedListener {
+                kinds: l
+                    .protocol
+                    .default_kinds()
+                    .iter()
+                    .map(|k| k.to_string())
+                    .collect(),
+                name: l.name,
+                reason: "Pending".into(),
+                why: format!("the Gateway is not accepted: {why}"),
+            });
+        }
+    }
     Ok(vec![Record::GatewayApi(m::GatewayApiObject::Gateway(
         m::KubeGateway {
             key: ConfigKey::new(m::Kind::KubernetesGateway, &key.namespace, &key.name),
             class: s.gateway_class_name.clone(),
             listeners,
             refused,
+            invalid_parameters,
         },
     ))])
+}
+
+/// `spec.infrastructure`: meshflow provisions nothing, so labels and annotations have nowhere
+/// to go (said). A `parametersRef` to a ConfigMap (the kind Istio reads for the deployment
+/// it provisions) is said to be unread; one to any other kind is the spec's
+/// `InvalidParameters` — the reason returned, the Gateway not accepted.
+fn infrastructure(
+    i: &api::GatewayInfrastructure,
+    owned: bool,
+    findings: &mut Vec<Finding>,
+) -> Option<String> {
+    let mut say = |f: Finding| {
+        if owned {
+            findings.push(f);
+        }
+    };
+    for (field, map) in [("labels", &i.labels), ("annotations", &i.annotations)] {
+        if !map.is_empty() {
+            say(Finding::warning(
+                format!("spec.infrastructure.{field}"),
+                "meshflow provisions no deployment: nothing carries them",
+            ));
+        }
+    }
+    let p = i.parameters_ref.as_ref()?;
+    let group = p.group.as_deref().unwrap_or("");
+    let kind = p.kind.as_deref().unwrap_or("");
+    if matches!(group, "" | "core") && kind == "ConfigMap" {
+        say(Finding::warning(
+            "spec.infrastructure.parametersRef",
+            format!(
+                "meshflow provisions no deployment: ConfigMap {} is not read",
+                p.name
+            ),
+        ));
+        return None;
+    }
+    let why = format!(
+        "parametersRef names a {kind} of group {group:?}, not parameters meshflow reads (a ConfigMap)"
+    );
+    say(Finding::error(
+        "spec.infrastructure.parametersRef",
+        format!("{why}; the Gateway is not accepted and none of its listeners is served"),
+    ));
+    Some(why)
 }
 
 fn listener_tls(

@@ -87,6 +87,38 @@ fn invalid_gateways_name_the_field() {
     }
 }
 
+/// `spec.infrastructure`: labels and annotations have nowhere to go (warned); a ConfigMap
+/// `parametersRef` is not read (warned); another kind is `InvalidParameters` — an error, and
+/// none of the Gateway's listeners served.
+#[test]
+fn infrastructure_is_said_and_unknown_parameters_refuse_the_gateway() {
+    let with = |infra: &str| parse(&format!("{GATEWAY}  infrastructure: {infra}\n"));
+    let p = with("{labels: {team: a}, parametersRef: {group: '', kind: ConfigMap, name: opts}}");
+    let GatewayApiObject::Gateway(g) = object(&p) else {
+        panic!()
+    };
+    assert_eq!(g.invalid_parameters, None);
+    assert_eq!(g.listeners.len(), 2);
+    assert_eq!(
+        fields(&p, Level::Warning),
+        [
+            "spec.infrastructure.labels",
+            "spec.infrastructure.parametersRef"
+        ]
+    );
+    let p = with("{parametersRef: {group: invalid.io, kind: InvalidParameters, name: x}}");
+    let GatewayApiObject::Gateway(g) = object(&p) else {
+        panic!()
+    };
+    assert!(g.invalid_parameters.is_some());
+    assert!(g.listeners.is_empty(), "nothing served");
+    assert!(g
+        .refused
+        .iter()
+        .any(|r| r.name == "http" && r.reason == "Pending"));
+    assert!(fields(&p, Level::Error).contains(&"spec.infrastructure.parametersRef".to_string()));
+}
+
 /// A namespace selector cannot be matched yet: reported, and the listener admits its own
 /// namespace only (closed, not open).
 #[test]
