@@ -69,6 +69,15 @@ pub struct RouteNamespaces {
 #[serde(rename_all = "camelCase", default)]
 pub struct LabelSelector {
     pub match_labels: BTreeMap<String, String>,
+    pub match_expressions: Vec<LabelSelectorRequirement>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct LabelSelectorRequirement {
+    pub key: String,
+    pub operator: String,
+    pub values: Vec<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -194,6 +194,7 @@ const STATUS_WRITTEN: &[(&str, &str)] = &[
 
 /// What `serve --kube` watches, as RBAC names it.
 const WATCHED: &[(&str, &str)] = &[
+    ("", "namespaces"),
     ("", "services"),
     ("", "pods"),
     ("", "secrets"),

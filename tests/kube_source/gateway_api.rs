@@ -5,7 +5,7 @@
 //! Against the fake API server (`support::fake_kube`: the real `kube` client, the API
 //! server's list/watch wire format); the gateway is a Delta xDS client.
 
-use crate::status::await_status;
+use crate::status::{await_status, await_status_in};
 use crate::support::xds_client::{node, DeltaClient, LDS, RDS};
 use crate::{service, start};
 use serde_json::json;
@@ -136,7 +136,9 @@ async fn a_cluster_without_the_gateway_api_is_not_an_error() {
 /// its listener counting the routes attached; each route's parent entry Accepted, or not
 /// with the spec's reason; ResolvedRefs False (BackendNotFound) for a backend no service
 /// has; another controller's entry on a route kept; a Gateway of another class never
-/// written; a route whose parents are Services accepted where the Service exists.
+/// written; a route whose parents are Services accepted where the Service exists; a route
+/// of a namespace a listener's selector matches (by the labels the Namespace watch reads)
+/// accepted there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gateway_api_status_is_written_in_the_specs_shape() {
     let cluster = start(
@@ -176,6 +178,26 @@ async fn gateway_api_status_is_written_in_the_specs_shape() {
                 "spec": {"parentRefs": [{"group": "", "kind": "Service", "name": "cart", "port": 8080},
                                         {"group": "", "kind": "Service", "name": "ghost"}],
                          "rules": [{"backendRefs": [{"name": "cart", "port": 8080}]}]}
+            }));
+            // A listener taking routes of the namespaces labelled shared=yes.
+            fake.apply(json!({
+                "apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": "team", "labels": {"shared": "yes"}}
+            }));
+            fake.apply(json!({
+                "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+                "metadata": {"name": "shared", "namespace": "default"},
+                "spec": {"gatewayClassName": "istio", "listeners": [
+                    {"name": "http", "port": 8081, "protocol": "HTTP",
+                     "allowedRoutes": {"namespaces": {"from": "Selector",
+                        "selector": {"matchLabels": {"shared": "yes"}}}}}
+                ]}
+            }));
+            fake.apply(json!({
+                "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+                "metadata": {"name": "team-route", "namespace": "team"},
+                "spec": {"parentRefs": [{"name": "shared", "namespace": "default"}],
+                         "rules": [{"backendRefs": [{"name": "cart", "namespace": "default", "port": 8080}]}]}
             }));
             fake.apply(json!({
                 "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
@@ -244,6 +266,17 @@ async fn gateway_api_status_is_written_in_the_specs_shape() {
             .status_patches("KubernetesGateway", "default", "theirs"),
         0
     );
+
+    // The route of a namespace the selector matches (its labels from the Namespace watch).
+    let team = await_status_in(
+        &cluster.fake,
+        "HTTPRoute",
+        "team",
+        "team-route",
+        "the selected namespace's route",
+        |s| s["parents"][0]["conditions"][0]["status"] == "True",
+    );
+    assert_eq!(team["parents"][0]["conditions"][0]["reason"], "Accepted");
 
     // A route of the mesh: accepted on the Service that exists, not on the one that does not.
     let mesh = await_status(

@@ -17,15 +17,24 @@ pub(crate) fn await_status(
     what: &str,
     accept: impl Fn(&Value) -> bool,
 ) -> Value {
+    await_status_in(fake, kind, "default", name, what, accept)
+}
+
+/// [`await_status`] of an object of namespace `ns`.
+pub(crate) fn await_status_in(
+    fake: &FakeKube,
+    kind: &str,
+    ns: &str,
+    name: &str,
+    what: &str,
+    accept: impl Fn(&Value) -> bool,
+) -> Value {
     let mut last = Value::Null;
     let ok = wait_until(CONVERGE_TIMEOUT, || {
-        last = fake.status_of(kind, "default", name);
+        last = fake.status_of(kind, ns, name);
         accept(&last)
     });
-    assert!(
-        ok,
-        "{what}: the status of {kind} default/{name} is {last:#}"
-    );
+    assert!(ok, "{what}: the status of {kind} {ns}/{name} is {last:#}");
     last
 }
 

@@ -23,6 +23,7 @@ enum Part {
     Route,
     Grant(ReferenceGrant),
     Known(Hostname),
+    NamespaceLabels(Labels),
 }
 
 /// A route with its context, or a Gateway one of its parents names, gathered per route.
@@ -48,14 +49,19 @@ pub(super) fn translate<'s>(
         GatewayApiObject::ReferenceGrant(g) => Some((k.namespace, g)),
         _ => None,
     });
+    let namespaces = objects.clone().flat_map(|(k, o)| match o {
+        GatewayApiObject::Namespace(n) => Some((k.name, n.labels)),
+        _ => None,
+    });
     let gateways = kube_gateways.clone().flat_map(|(_, g)| {
         rules::listener_gateways(&g)
             .into_iter()
             .map(|gw| (gw.key.clone(), gw))
     });
 
-    // Each route's context: the grants of the other namespaces its backends are in, and
-    // which of its backends' hosts are services (every route has one, maybe empty).
+    // Each route's context: the grants of the other namespaces its backends are in, which
+    // of its backends' hosts are services, and its Namespace's labels (every route has one,
+    // maybe empty).
     let foreign = routes.clone().flat_map(|(key, r)| {
         let namespaces = RouteView::of(&r).map(|v| v.foreign_namespaces());
         namespaces
@@ -78,6 +84,14 @@ pub(super) fn translate<'s>(
             (route.clone(), Part::Grant(g.clone()))
         })
         .concat(known)
+        .concat(
+            routes
+                .clone()
+                .map(|(key, _)| (key.namespace.clone(), key))
+                .join_map(namespaces, |_, route, labels| {
+                    (route.clone(), Part::NamespaceLabels(labels.clone()))
+                }),
+        )
         .concat(routes.clone().map(|(key, _)| (key, Part::Route)))
         .reduce(|_, vals: &[(&Part, isize)], out| {
             let mut ctx = RouteContext::default();
@@ -87,6 +101,7 @@ pub(super) fn translate<'s>(
                     Part::Known(h) => {
                         ctx.known_hosts.insert(h.clone());
                     }
+                    Part::NamespaceLabels(l) => ctx.namespace_labels = Some(l.clone()),
                     Part::Route => {}
                 }
             }

@@ -27,6 +27,15 @@ pub enum GatewayApiObject {
     /// A TCPRoute or a TLSRoute (its key's kind says which).
     L4Route(KubeL4Route),
     ReferenceGrant(ReferenceGrant),
+    /// A Namespace's labels: what listeners' `allowedRoutes.namespaces.selector` match.
+    Namespace(NamespaceLabels),
+}
+
+/// A Namespace, by its labels (its key: kind `Namespace`, no namespace, its name).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct NamespaceLabels {
+    pub key: ConfigKey,
+    pub labels: Labels,
 }
 
 impl GatewayApiObject {
@@ -36,6 +45,7 @@ impl GatewayApiObject {
             GatewayApiObject::HttpRoute(r) => &r.key,
             GatewayApiObject::L4Route(r) => &r.key,
             GatewayApiObject::ReferenceGrant(g) => &g.key,
+            GatewayApiObject::Namespace(n) => &n.key,
         }
     }
 }
@@ -133,8 +143,38 @@ pub struct ListenerTls {
 pub enum AllowedNamespaces {
     Same,
     All,
-    /// Namespaces whose labels match (`matchLabels`).
-    Selector(Labels),
+    /// Namespaces whose labels match.
+    Selector(NamespaceSelector),
+}
+
+/// A Kubernetes label selector (`matchLabels` and `matchExpressions`, all of them must
+/// hold), as a listener's `allowedRoutes.namespaces.selector` is.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct NamespaceSelector {
+    pub match_labels: Labels,
+    pub expressions: Vec<LabelExpression>,
+}
+
+/// One of `matchExpressions`.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum LabelExpression {
+    In(String, Vec<String>),
+    NotIn(String, Vec<String>),
+    Exists(String),
+    DoesNotExist(String),
+}
+
+impl NamespaceSelector {
+    /// Whether labels `of` satisfy the selector (an empty selector selects everything).
+    pub fn matches(&self, of: &Labels) -> bool {
+        self.match_labels.iter().all(|(k, v)| of.get(k) == Some(v))
+            && self.expressions.iter().all(|e| match e {
+                LabelExpression::In(k, vs) => of.get(k).is_some_and(|v| vs.contains(v)),
+                LabelExpression::NotIn(k, vs) => of.get(k).is_none_or(|v| !vs.contains(v)),
+                LabelExpression::Exists(k) => of.contains_key(k),
+                LabelExpression::DoesNotExist(k) => !of.contains_key(k),
+            })
+    }
 }
 
 /// The Gateway API's name of a route kind (`HTTPRoute`, …): what listeners'

@@ -130,10 +130,20 @@ pub fn intersect_hostnames(listener: Option<&str>, route: &[String]) -> Vec<Stri
     out
 }
 
+/// The label Kubernetes puts on every Namespace, naming it (since 1.22).
+pub const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
+
 /// Whether a listener takes a route of kind `kind` from namespace `route_ns` (the
-/// listener's `allowedRoutes`). A namespace selector is not matched yet (Namespaces are not
-/// read): such a listener takes no route of another namespace — closed, not open.
-pub fn listener_allows(l: &Listener, gw_ns: &str, kind: &str, route_ns: &str) -> bool {
+/// listener's `allowedRoutes`). A namespace selector is matched against the labels of
+/// `route_ns` (`ns_labels`; unknown: only the name label Kubernetes gives every Namespace,
+/// so a selector on any other label takes nothing from it — closed, not open).
+pub fn listener_allows(
+    l: &Listener,
+    gw_ns: &str,
+    kind: &str,
+    route_ns: &str,
+    ns_labels: Option<&Labels>,
+) -> bool {
     let kinds_ok = if l.allowed_kinds.is_empty() {
         l.protocol.default_kinds().contains(&kind)
     } else {
@@ -142,7 +152,14 @@ pub fn listener_allows(l: &Listener, gw_ns: &str, kind: &str, route_ns: &str) ->
     let protocol_ok = listener_serves_kind(l, kind);
     let ns_ok = match &l.allowed_namespaces {
         AllowedNamespaces::All => true,
-        AllowedNamespaces::Same | AllowedNamespaces::Selector(_) => route_ns == gw_ns,
+        AllowedNamespaces::Same => route_ns == gw_ns,
+        AllowedNamespaces::Selector(selector) => {
+            let mut labels = ns_labels.cloned().unwrap_or_default();
+            labels
+                .entry(NAMESPACE_NAME_LABEL.to_string())
+                .or_insert_with(|| route_ns.to_string());
+            selector.matches(&labels)
+        }
     };
     kinds_ok && protocol_ok && ns_ok
 }
@@ -188,6 +205,9 @@ fn parent_names(p: &ParentRef, l: &Listener) -> bool {
 pub struct RouteContext {
     pub grants: Vec<ReferenceGrant>,
     pub known_hosts: BTreeSet<String>,
+    /// The labels of the route's Namespace, when it is known (listeners' namespace
+    /// selectors match them).
+    pub namespace_labels: Option<Labels>,
 }
 
 impl RouteContext {
@@ -396,7 +416,13 @@ pub fn attach(
     let mut out = Vec::new();
     for l in &gw.listeners {
         if !parents.iter().any(|p| parent_names(p, l))
-            || !listener_allows(l, &gw.key.namespace, view.kind(), &view.key.namespace)
+            || !listener_allows(
+                l,
+                &gw.key.namespace,
+                view.kind(),
+                &view.key.namespace,
+                ctx.namespace_labels.as_ref(),
+            )
         {
             continue;
         }
@@ -667,10 +693,14 @@ pub fn translate_all(
     let mut gateways = Vec::new();
     let mut kube_gateways = Vec::new();
     let mut grants = Vec::new();
+    let mut namespaces = std::collections::BTreeMap::new();
     for o in objects {
         match o {
             GatewayApiObject::Gateway(g) => kube_gateways.push(g),
             GatewayApiObject::ReferenceGrant(g) => grants.push((*g).clone()),
+            GatewayApiObject::Namespace(n) => {
+                namespaces.insert(n.key.name.as_str(), &n.labels);
+            }
             GatewayApiObject::HttpRoute(_) | GatewayApiObject::L4Route(_) => {}
         }
     }
@@ -694,6 +724,9 @@ pub fn translate_all(
                 .into_iter()
                 .filter(|h| services.contains(h.as_str()))
                 .collect(),
+            namespace_labels: namespaces
+                .get(view.key.namespace.as_str())
+                .map(|l| (*l).clone()),
         };
         for g in &kube_gateways {
             for (key, entry) in attach(o, g, &ctx) {
@@ -719,7 +752,12 @@ pub enum Verdict {
     Refused(&'static str, String),
 }
 
-pub fn parent_verdict(route: &RouteView, p: &ParentRef, gw: &KubeGateway) -> Verdict {
+pub fn parent_verdict(
+    route: &RouteView,
+    p: &ParentRef,
+    gw: &KubeGateway,
+    ns_labels: Option<&Labels>,
+) -> Verdict {
     if let Some(why) = &gw.invalid_parameters {
         return Verdict::Refused(
             "NoMatchingParent",
@@ -732,7 +770,7 @@ pub fn parent_verdict(route: &RouteView, p: &ParentRef, gw: &KubeGateway) -> Ver
     let allowed: Vec<&Listener> = named
         .iter()
         .copied()
-        .filter(|l| listener_allows(l, &gw.key.namespace, kind, ns))
+        .filter(|l| listener_allows(l, &gw.key.namespace, kind, ns, ns_labels))
         .collect();
     if named.is_empty() {
         return Verdict::Refused(
@@ -818,7 +856,7 @@ pub fn route_problems(
         if !gw.owned() {
             continue;
         }
-        let why = match parent_verdict(&route, p, gw) {
+        let why = match parent_verdict(&route, p, gw, ctx.namespace_labels.as_ref()) {
             Verdict::Accepted(_) => None,
             Verdict::Refused(reason, message) => Some(format!("{reason}: {message}")),
         };

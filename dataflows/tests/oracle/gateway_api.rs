@@ -1,8 +1,8 @@
 //! Random Gateway API objects: Gateways of an owned class or another, with one or two
 //! listeners (HTTP, TCP, TLS passthrough; hostnames, `allowedRoutes`), HTTPRoutes naming them
 //! (by listener or not) or a Service (the mesh), TCPRoutes and TLSRoutes, with
-//! a few rules to services of either namespace, ReferenceGrants, and the routers that run
-//! the Gateways. Drawn from a generator of their own, so the logs of the others stay.
+//! a few rules to services of either namespace, ReferenceGrants, Namespaces with labels
+//! (listeners select routes' namespaces by them), and the routers that run the Gateways. Drawn from a generator of their own, so the logs of the others stay.
 
 use crate::records::{pick, NAMESPACES};
 use crate::support::{host, router_proxy};
@@ -13,10 +13,21 @@ use rand::Rng;
 /// One random Gateway API record, or a router of one of the Gateways.
 pub fn gateway_api(rng: &mut StdRng) -> Record {
     let ns = pick(rng, &NAMESPACES[..2]);
-    match rng.random_range(0..9) {
+    match rng.random_range(0..10) {
         0 | 1 => gateway(rng, ns),
         2..=4 => route(rng, ns),
         5 => l4_route(rng, ns),
+        9 => {
+            // A Namespace's labels: a selector's label, or not.
+            let mut labels = Labels::new();
+            if rng.random_bool(0.5) {
+                labels.insert("shared".into(), pick(rng, &["yes", "no"]).into());
+            }
+            Record::GatewayApi(GatewayApiObject::Namespace(NamespaceLabels {
+                key: ConfigKey::new(Kind::Namespace, "", ns),
+                labels,
+            }))
+        }
         6 => Record::GatewayApi(GatewayApiObject::ReferenceGrant(ReferenceGrant {
             key: ConfigKey::new(
                 Kind::ReferenceGrant,
@@ -82,10 +93,20 @@ fn gateway(rng: &mut StdRng, ns: &str) -> Record {
                 passthrough: true,
                 certificates: Vec::new(),
             }),
-            allowed_namespaces: if rng.random_bool(0.5) {
-                AllowedNamespaces::Same
-            } else {
-                AllowedNamespaces::All
+            allowed_namespaces: match rng.random_range(0..5) {
+                0 | 1 => AllowedNamespaces::Same,
+                2 | 3 => AllowedNamespaces::All,
+                _ => AllowedNamespaces::Selector(NamespaceSelector {
+                    match_labels: [("shared".to_string(), "yes".to_string())].into(),
+                    expressions: if rng.random_bool(0.5) {
+                        vec![LabelExpression::NotIn(
+                            "kubernetes.io/metadata.name".into(),
+                            vec![ns.to_string()],
+                        )]
+                    } else {
+                        Vec::new()
+                    },
+                }),
             },
             allowed_kinds: Vec::new(),
         })

@@ -269,6 +269,105 @@ fn a_gateway_of_another_class_is_not_served() {
     assert!(m.listeners(&gw_pod).is_empty());
 }
 
+fn namespace(name: &str, labels: &[(&str, &str)]) -> Record {
+    Record::GatewayApi(GatewayApiObject::Namespace(NamespaceLabels {
+        key: ConfigKey::new(Kind::Namespace, "", name),
+        labels: labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    }))
+}
+
+/// `from: Selector`: a listener takes the routes of the namespaces whose labels its
+/// selector matches — `matchLabels` and `matchExpressions` —, and follows the labels as
+/// they change; a namespace whose labels are not known has only its name label, so a
+/// selector on anything else takes nothing from it (closed). A route it does not take is
+/// `NotAllowedByListeners`.
+#[test]
+fn a_namespace_selector_takes_the_routes_of_the_namespaces_it_matches() {
+    let mut m = Mesh::new();
+    let gw_pod = router_proxy(
+        "gw-abc",
+        "default",
+        "10.9.0.1",
+        &[(GATEWAY_NAME_LABEL, "gw")],
+    );
+    let selector = NamespaceSelector {
+        match_labels: [("shared".to_string(), "yes".to_string())].into(),
+        expressions: vec![LabelExpression::NotIn("env".into(), vec!["test".into()])],
+    };
+    let gw = kube_gateway(
+        "default",
+        "gw",
+        "istio",
+        vec![listener(
+            "http",
+            8080,
+            None,
+            AllowedNamespaces::Selector(selector),
+        )],
+    );
+    let route = |ns: &str| {
+        http_route(
+            ns,
+            "r",
+            "2026-01-01T00:00:00Z",
+            &[&format!("{ns}.example.com")],
+            vec![(StringMatch::Prefix("/".into()), backend("web", ns, 80))],
+        )
+    };
+    let served = |m: &Mesh| -> Vec<String> {
+        table(m, &gw_pod, "http.8080")
+            .into_iter()
+            .flat_map(|(d, _)| d)
+            .filter(|d| !d.contains(':'))
+            .collect()
+    };
+    m.insert(vec![
+        service("web", "team-a"),
+        service("web", "team-b"),
+        service("web", "team-c"),
+        gw,
+        route("team-a"),
+        route("team-b"),
+        route("team-c"),
+        namespace("team-a", &[("shared", "yes")]),
+        namespace("team-b", &[("shared", "yes"), ("env", "test")]),
+        px(&gw_pod),
+    ]);
+    assert_eq!(served(&m), ["team-a.example.com"]);
+    let refused = ConfigKey::new(Kind::HttpRoute, "team-b", "r");
+    assert!(
+        errors_of(&m, &refused)
+            .iter()
+            .any(|e| e.contains("NotAllowedByListeners")),
+        "{:?}",
+        errors_of(&m, &refused)
+    );
+    // team-b leaves the test environment, team-c's labels become known: both are taken.
+    m.retract(vec![namespace(
+        "team-b",
+        &[("shared", "yes"), ("env", "test")],
+    )]);
+    m.insert(vec![
+        namespace("team-b", &[("shared", "yes"), ("env", "prod")]),
+        namespace("team-c", &[("shared", "yes")]),
+    ]);
+    assert_eq!(
+        served(&m),
+        [
+            "team-a.example.com",
+            "team-b.example.com",
+            "team-c.example.com"
+        ]
+    );
+    assert!(errors_of(&m, &refused).is_empty());
+    // Its Namespace gone, team-a keeps only its name label: not taken.
+    m.retract(vec![namespace("team-a", &[("shared", "yes")])]);
+    assert_eq!(served(&m), ["team-b.example.com", "team-c.example.com"]);
+}
+
 /// The messages of the errors in effect on `key`.
 fn errors_of(m: &Mesh, key: &ConfigKey) -> Vec<String> {
     m.errors

@@ -1,6 +1,6 @@
 //! Kubernetes kinds: a Service to its service record, Endpoints and EndpointSlices to
-//! endpoints, a Pod to its workloads. (A Namespace gives no record; a Secret is
-//! [`crate::config::secret`]'s.)
+//! endpoints, a Pod to its workloads, a Namespace to its labels (what Gateway listeners'
+//! namespace selectors match). (A Secret is [`crate::config::secret`]'s.)
 
 use super::fields::{cidr, export_to, is_fqdn, metadata_map, port_u16, protocol_of, typed};
 use super::Result;
@@ -8,6 +8,21 @@ use crate::config::findings::{Finding, IGNORED};
 use crate::config::Invalid;
 use dataflows::model::{self as m, ConfigKey, Labels, MeshConfig, Record};
 use serde_yaml_ng::Value;
+
+/// A Namespace's labels, with the name label Kubernetes gives every Namespace (a file may
+/// leave it out; the API server never does).
+pub(super) fn namespace(key: &ConfigKey, value: &Value) -> Result<Vec<Record>> {
+    let mut labels = metadata_map(value, "labels");
+    labels
+        .entry(dataflows::rules::gateway_api::NAMESPACE_NAME_LABEL.to_string())
+        .or_insert_with(|| key.name.clone());
+    Ok(vec![Record::GatewayApi(m::GatewayApiObject::Namespace(
+        m::NamespaceLabels {
+            key: key.clone(),
+            labels,
+        },
+    ))])
+}
 
 pub(super) fn service(
     key: &ConfigKey,

@@ -19,7 +19,7 @@ use super::{Finding, Invalid};
 use dataflows::model::{ConfigKey, Kind, MeshConfig, Record};
 use destination_rule::destination_rule;
 use gateway::gateway;
-use kube::{endpoint_slice, endpoints, pod, service};
+use kube::{endpoint_slice, endpoints, namespace, pod, service};
 use serde_yaml_ng::Value;
 use service_entry::{service_entry, workload_entry};
 use sidecar::sidecar;
@@ -46,7 +46,7 @@ pub fn convert(
 ) -> Result<(Vec<Record>, Vec<Finding>)> {
     let mut f = Vec::new();
     let records = match key.kind {
-        Kind::Namespace => Ok(Vec::new()),
+        Kind::Namespace => namespace(key, &value),
         Kind::Service => service(key, value, mesh, &mut f),
         Kind::EndpointSlice => endpoint_slice(key, value, mesh),
         Kind::Endpoints => endpoints(key, value, mesh),

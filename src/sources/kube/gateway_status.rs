@@ -8,7 +8,7 @@
 //! reference to one, are left alone.
 
 use dataflows::model::{
-    ConfigError, ConfigKey, ErrorCode, GatewayApiObject, Kind, KubeGateway, Listener,
+    ConfigError, ConfigKey, ErrorCode, GatewayApiObject, Kind, KubeGateway, Labels, Listener,
     ListenerProtocol, ParentKind, ParentRef, TlsSecret,
 };
 use dataflows::rules::gateway_api::{listener_serves_kind, parent_verdict, RouteView, Verdict};
@@ -55,6 +55,8 @@ pub struct Known {
     /// The Secrets that exist, with why one cannot be served as a listener's certificate
     /// (`None`: it can) — the test the gateway's filter chains are built by.
     pub secrets: BTreeMap<(String, String), Option<String>>,
+    /// The Namespaces' labels, by name (listeners' namespace selectors match them).
+    pub namespaces: BTreeMap<String, Labels>,
 }
 
 impl Known {
@@ -89,6 +91,17 @@ pub fn desired(
     known: &Known,
 ) -> BTreeMap<ConfigKey, Value> {
     let services = &known.services;
+    // The Namespaces' labels: those the sources read, and those among the objects.
+    let mut namespaces: BTreeMap<&str, &Labels> = known
+        .namespaces
+        .iter()
+        .map(|(n, l)| (n.as_str(), l))
+        .collect();
+    for (o, _, _) in objects {
+        if let GatewayApiObject::Namespace(n) = o {
+            namespaces.insert(n.key.name.as_str(), &n.labels);
+        }
+    }
     let gateways: BTreeMap<(&str, &str), &KubeGateway> = objects
         .iter()
         .filter_map(|(o, _, _)| match o {
@@ -114,7 +127,8 @@ pub fn desired(
             let Some(gw) = gateways.get(&(p.namespace.as_str(), p.name.as_str())) else {
                 continue;
             };
-            let (ok, reason, message) = match parent_verdict(&route, p, gw) {
+            let labels = namespaces.get(route.key.namespace.as_str()).copied();
+            let (ok, reason, message) = match parent_verdict(&route, p, gw, labels) {
                 Verdict::Accepted(listeners) => {
                     for l in &listeners {
                         *attached
@@ -1301,5 +1315,72 @@ spec:
             pair("True", "ResolvedRefs")
         );
         assert_eq!(condition_of(good, "Programmed"), pair("True", "Programmed"));
+    }
+
+    /// HTTPRouteCrossNamespace, from files: a listener taking routes `from: Selector`
+    /// accepts the route of a namespace whose labels match (the Namespace read from a file)
+    /// and counts it; a route of a namespace that does not match is NotAllowedByListeners.
+    #[test]
+    fn a_namespace_selector_accepts_the_routes_of_matching_namespaces_from_files() {
+        let yaml = "apiVersion: v1
+kind: Namespace
+metadata: {name: web-backend, labels: {gateway-conformance: backend}}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: elsewhere}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: backend-namespaces, namespace: infra}
+spec:
+  gatewayClassName: istio
+  listeners:
+  - name: http
+    port: 80
+    protocol: HTTP
+    allowedRoutes:
+      namespaces:
+        from: Selector
+        selector: {matchLabels: {gateway-conformance: backend}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: backend-route, namespace: web-backend}
+spec:
+  parentRefs: [{name: backend-namespaces, namespace: infra}]
+  rules: [{backendRefs: [{name: web-backend, port: 8080}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: other-route, namespace: elsewhere}
+spec:
+  parentRefs: [{name: backend-namespaces, namespace: infra}]
+  rules: [{backendRefs: [{name: web, port: 8080}]}]
+";
+        let (_, objects, known) = read_files("namespace-selector", yaml);
+        let inputs: Vec<_> = objects.iter().map(|o| (o, Some(1), None)).collect();
+        let status = desired(&inputs, &known);
+        let parent = |name: &str| {
+            let (_, s) = status
+                .iter()
+                .find(|(k, _)| k.kind == Kind::HttpRoute && k.name == name)
+                .expect("the route's status");
+            condition_of(&s["parents"][0], "Accepted")
+        };
+        assert_eq!(
+            parent("backend-route"),
+            ("True".to_string(), "Accepted".to_string())
+        );
+        assert_eq!(
+            parent("other-route"),
+            ("False".to_string(), "NotAllowedByListeners".to_string())
+        );
+        let gateway = status
+            .iter()
+            .find(|(k, _)| k.kind == Kind::KubernetesGateway)
+            .map(|(_, s)| s)
+            .expect("the Gateway's status");
+        assert_eq!(named(&gateway["listeners"], "http")["attachedRoutes"], 1);
     }
 }

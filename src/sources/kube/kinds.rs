@@ -14,8 +14,11 @@
 //! Secrets are watched for the TLS material gateways serve (`credentialName`); every
 //! Secret becomes a record, those without TLS keys an empty one that says so.
 //!
-//! Not watched, and why: Namespaces (the config layer derives nothing from them), Endpoints
-//! (EndpointSlices supersede them; watching both would count every endpoint twice).
+//! Namespaces are watched for their labels (Gateway listeners' namespace selectors), whole:
+//! cluster-scoped, one watch whatever `--namespaces` and `--selector` say.
+//!
+//! Not watched, and why: Endpoints (EndpointSlices supersede them; watching both would count
+//! every endpoint twice).
 
 use dataflows::model::Kind;
 use kube::discovery::{verbs, ApiCapabilities, ApiResource};
@@ -90,11 +93,15 @@ pub const GATEWAY_API: IstioGroup = IstioGroup {
 /// Every custom-resource group the source discovers.
 pub const ISTIO_GROUPS: [IstioGroup; 3] = [NETWORKING, SECURITY, GATEWAY_API];
 
-/// Services, Pods, EndpointSlices and Secrets.
+/// Services, Pods, EndpointSlices, Secrets and Namespaces.
 pub fn kubernetes_kinds() -> Vec<WatchedKind> {
-    use k8s_openapi::api::core::v1::{Pod, Secret, Service};
+    use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, Service};
     use k8s_openapi::api::discovery::v1::EndpointSlice;
     vec![
+        WatchedKind {
+            kind: Kind::Namespace,
+            resource: ApiResource::erase::<Namespace>(&()),
+        },
         WatchedKind {
             kind: Kind::Service,
             resource: ApiResource::erase::<Service>(&()),

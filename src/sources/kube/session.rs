@@ -98,7 +98,15 @@ impl Session {
             if !self.kinds.insert(k.kind) {
                 continue;
             }
-            for ns in &self.scope.namespaces {
+            // Namespaces are cluster-scoped, watched whole and unfiltered: listeners'
+            // namespace selectors match their labels, whatever `--selector` keeps.
+            let cluster_scoped = k.kind == Kind::Namespace;
+            let scopes = if cluster_scoped {
+                vec![None]
+            } else {
+                self.scope.namespaces.clone()
+            };
+            for ns in &scopes {
                 let client = self.scope.client.clone();
                 let api: Api<KubeObject> = match ns {
                     Some(ns) => Api::namespaced_with(client, ns, &k.resource),
@@ -122,7 +130,11 @@ impl Session {
                     resource: k.resource.clone(),
                     failure: None,
                 });
-                let config = self.scope.config.clone();
+                let config = if cluster_scoped {
+                    watcher::Config::default()
+                } else {
+                    self.scope.config.clone()
+                };
                 tokio::spawn(run_watch(index, api, config, self.tx.clone()));
             }
         }
@@ -312,6 +324,20 @@ impl Session {
                         .statuses()
                         .map(|seen| (seen.key.namespace.clone(), seen.key.name.clone())),
                 ),
+                "Namespace" => {
+                    for seen in w.watched.statuses() {
+                        for r in seen.records {
+                            if let dataflows::model::Record::GatewayApi(
+                                dataflows::model::GatewayApiObject::Namespace(n),
+                            ) = r
+                            {
+                                known
+                                    .namespaces
+                                    .insert(n.key.name.clone(), n.labels.clone());
+                            }
+                        }
+                    }
+                }
                 "Secret" => {
                     for seen in w.watched.statuses() {
                         for r in seen.records {

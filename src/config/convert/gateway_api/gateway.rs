@@ -297,20 +297,11 @@ fn allowed_routes(
         None | Some("Same") => m::AllowedNamespaces::Same,
         Some("All") => m::AllowedNamespaces::All,
         Some("Selector") => {
-            let labels = a
-                .namespaces
-                .as_ref()
-                .and_then(|n| n.selector.as_ref())
-                .map(|s| s.match_labels.clone())
-                .unwrap_or_default();
-            if owned {
-                findings.push(Finding::error(
-                    format!("{f}.allowedRoutes.namespaces.selector"),
-                    "namespace selectors are not matched yet (meshflow does not read \
-                     Namespaces): the listener takes routes of its own namespace only",
-                ));
-            }
-            m::AllowedNamespaces::Selector(labels)
+            let sf = format!("{f}.allowedRoutes.namespaces.selector");
+            let Some(selector) = a.namespaces.as_ref().and_then(|n| n.selector.as_ref()) else {
+                return Err(Invalid::field(sf, "from: Selector needs a selector"));
+            };
+            m::AllowedNamespaces::Selector(namespace_selector(selector, &sf)?)
         }
         Some(other) => {
             return Err(Invalid::field(
@@ -422,4 +413,58 @@ fn without_conflicts(
         }
     }
     kept
+}
+
+/// A label selector as Kubernetes defines it: `matchLabels` and `matchExpressions`
+/// (`In`, `NotIn`, `Exists`, `DoesNotExist`), all of which must hold.
+fn namespace_selector(s: &api::LabelSelector, f: &str) -> Result<m::NamespaceSelector> {
+    let mut expressions = Vec::new();
+    for (i, e) in s.match_expressions.iter().enumerate() {
+        let ef = format!("{f}.matchExpressions[{i}]");
+        if e.key.is_empty() {
+            return Err(Invalid::field(format!("{ef}.key"), "a key is required"));
+        }
+        let with_values = |values: &[String]| {
+            if values.is_empty() {
+                Err(Invalid::field(
+                    format!("{ef}.values"),
+                    format!("{} needs values", e.operator),
+                ))
+            } else {
+                Ok(values.to_vec())
+            }
+        };
+        let without_values = || {
+            if e.values.is_empty() {
+                Ok(())
+            } else {
+                Err(Invalid::field(
+                    format!("{ef}.values"),
+                    format!("{} takes no values", e.operator),
+                ))
+            }
+        };
+        expressions.push(match e.operator.as_str() {
+            "In" => m::LabelExpression::In(e.key.clone(), with_values(&e.values)?),
+            "NotIn" => m::LabelExpression::NotIn(e.key.clone(), with_values(&e.values)?),
+            "Exists" => {
+                without_values()?;
+                m::LabelExpression::Exists(e.key.clone())
+            }
+            "DoesNotExist" => {
+                without_values()?;
+                m::LabelExpression::DoesNotExist(e.key.clone())
+            }
+            other => {
+                return Err(Invalid::field(
+                    format!("{ef}.operator"),
+                    format!("{other:?} is not one of In, NotIn, Exists, DoesNotExist"),
+                ))
+            }
+        });
+    }
+    Ok(m::NamespaceSelector {
+        match_labels: s.match_labels.clone(),
+        expressions,
+    })
 }

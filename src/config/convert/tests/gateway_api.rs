@@ -119,26 +119,79 @@ fn infrastructure_is_said_and_unknown_parameters_refuse_the_gateway() {
     assert!(fields(&p, Level::Error).contains(&"spec.infrastructure.parametersRef".to_string()));
 }
 
-/// A namespace selector cannot be matched yet: reported, and the listener admits its own
-/// namespace only (closed, not open).
+/// A namespace selector is read whole (`matchLabels`, `matchExpressions`); an operator that
+/// is not Kubernetes', values where none are taken or none where they are needed, and a
+/// `Selector` without a selector are errors naming the field.
 #[test]
-fn a_namespace_selector_is_reported() {
-    let p = parse(&GATEWAY.replace(
-        "{from: All}",
-        "{from: Selector, selector: {matchLabels: {shared: \"true\"}}}",
+fn namespace_selectors_are_read_with_their_expressions() {
+    let with =
+        |selector: &str| GATEWAY.replace("{from: All}", &format!("{{from: Selector{selector}}}"));
+    let p = parse(&with(
+        ", selector: {matchLabels: {shared: \"true\"}, matchExpressions: [{key: env, operator: NotIn, values: [test]}, {key: team, operator: Exists}]}",
     ));
     let GatewayApiObject::Gateway(g) = object(&p) else {
         panic!()
     };
-    assert!(matches!(
+    assert_eq!(
         g.listeners[0].allowed_namespaces,
-        AllowedNamespaces::Selector(_)
-    ));
-    assert!(fields(&p, Level::Error)
-        .contains(&"spec.listeners[0].allowedRoutes.namespaces.selector".to_string()));
+        AllowedNamespaces::Selector(NamespaceSelector {
+            match_labels: [("shared".to_string(), "true".to_string())].into(),
+            expressions: vec![
+                LabelExpression::NotIn("env".into(), vec!["test".into()]),
+                LabelExpression::Exists("team".into()),
+            ],
+        })
+    );
+    assert!(
+        !fields(&p, Level::Error)
+            .iter()
+            .any(|f| f.contains("allowedRoutes")),
+        "{:?}",
+        p.findings
+    );
+    let selector = "spec.listeners[0].allowedRoutes.namespaces.selector";
+    for (bad, field) in [
+        ("", selector.to_string()),
+        (
+            ", selector: {matchExpressions: [{key: env, operator: Like, values: [a]}]}",
+            format!("{selector}.matchExpressions[0].operator"),
+        ),
+        (
+            ", selector: {matchExpressions: [{key: env, operator: In}]}",
+            format!("{selector}.matchExpressions[0].values"),
+        ),
+        (
+            ", selector: {matchExpressions: [{key: env, operator: Exists, values: [a]}]}",
+            format!("{selector}.matchExpressions[0].values"),
+        ),
+    ] {
+        let err = parse_document(&with(bad), &super::mesh()).unwrap_err();
+        assert_eq!(err.field, field, "{bad}");
+    }
     // Another controller's Gateway: nothing said about it.
     let other = parse(&GATEWAY.replace("gatewayClassName: istio", "gatewayClassName: nginx"));
     assert!(other.findings.is_empty(), "{:?}", other.findings);
+}
+
+/// A Namespace is its labels, with the name label Kubernetes gives every Namespace.
+#[test]
+fn a_namespace_is_its_labels() {
+    let p = parse(
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: team-a, labels: {shared: \"yes\"}}\n",
+    );
+    let GatewayApiObject::Namespace(n) = object(&p) else {
+        panic!()
+    };
+    assert_eq!(n.key, ConfigKey::new(Kind::Namespace, "", "team-a"));
+    let want: Labels = [
+        (
+            "kubernetes.io/metadata.name".to_string(),
+            "team-a".to_string(),
+        ),
+        ("shared".to_string(), "yes".to_string()),
+    ]
+    .into();
+    assert_eq!(n.labels, want);
 }
 
 const ROUTE: &str = "apiVersion: gateway.networking.k8s.io/v1
