@@ -1383,4 +1383,149 @@ spec:
             .expect("the Gateway's status");
         assert_eq!(named(&gateway["listeners"], "http")["attachedRoutes"], 1);
     }
+
+    /// Attachment counts of the conformance suite, from files: two routes on one listener
+    /// count 2 (GatewayWithAttachedRoutes); a route naming one of two listeners counts there
+    /// only (…WithPort8080); two TCPRoutes on one TCP listener are both Accepted
+    /// (TCPRouteMultipleRoutesAttachment); a TCPRoute with neither sectionName nor port
+    /// attaches to every TCP listener, one with a port or a port and a sectionName to that
+    /// listener (TCPRouteParentRefAttachAll, …PortAndSectionName); an exact listener hostname
+    /// a TLSRoute's hostnames miss is NoMatchingListenerHostname
+    /// (TLSRouteInvalidNoMatchingListenerHostname); an unknown kind in `allowedRoutes.kinds`,
+    /// alone or beside HTTPRoute, is InvalidRouteKinds and left out of supportedKinds
+    /// (GatewayInvalidRouteKind).
+    #[test]
+    fn attachment_counts_conformance_cases_from_files() {
+        let yaml = "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: two-listeners, namespace: infra}
+spec:
+  gatewayClassName: istio
+  listeners:
+  - {name: http, port: 80, protocol: HTTP}
+  - {name: http-unattached, port: 8080, protocol: HTTP}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: tcp-four, namespace: infra}
+spec:
+  gatewayClassName: istio
+  listeners:
+  - {name: tcp-1, port: 9001, protocol: TCP}
+  - {name: tcp-2, port: 9002, protocol: TCP}
+  - {name: tcp-3, port: 9003, protocol: TCP}
+  - {name: tcp-4, port: 9004, protocol: TCP}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: tls-exact, namespace: infra}
+spec:
+  gatewayClassName: istio
+  listeners:
+  - {name: tls, port: 443, protocol: TLS, hostname: db.example, tls: {mode: Passthrough}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: route-kinds, namespace: infra}
+spec:
+  gatewayClassName: istio
+  listeners:
+  - {name: unknown, port: 80, protocol: HTTP, allowedRoutes: {kinds: [{kind: FooRoute}]}}
+  - {name: both, port: 81, protocol: HTTP, allowedRoutes: {kinds: [{kind: FooRoute}, {kind: HTTPRoute}]}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: one, namespace: infra}
+spec:
+  parentRefs: [{name: two-listeners, sectionName: http}]
+  rules: [{backendRefs: [{name: web, port: 80}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: two, namespace: infra}
+spec:
+  parentRefs: [{name: two-listeners, sectionName: http}]
+  rules: [{backendRefs: [{name: web, port: 80}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: TCPRoute
+metadata: {name: all, namespace: infra}
+spec:
+  parentRefs: [{name: tcp-four}]
+  rules: [{backendRefs: [{name: db, port: 5432}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: TCPRoute
+metadata: {name: by-port, namespace: infra}
+spec:
+  parentRefs: [{name: tcp-four, port: 9002}]
+  rules: [{backendRefs: [{name: db, port: 5432}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: TCPRoute
+metadata: {name: by-both, namespace: infra}
+spec:
+  parentRefs: [{name: tcp-four, sectionName: tcp-3, port: 9003}]
+  rules: [{backendRefs: [{name: db, port: 5432}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: TLSRoute
+metadata: {name: exact-miss, namespace: infra}
+spec:
+  parentRefs: [{name: tls-exact}]
+  hostnames: [other.example]
+  rules: [{backendRefs: [{name: db, port: 5432}]}]
+";
+        let (_, objects, known) = read_files("attachment-counts", yaml);
+        let inputs: Vec<_> = objects.iter().map(|o| (o, Some(1), None)).collect();
+        let status = desired(&inputs, &known);
+        let of = |kind: Kind, name: &str| -> &Value {
+            status
+                .iter()
+                .find(|(k, _)| k.kind == kind && k.name == name)
+                .map(|(_, v)| v)
+                .unwrap_or_else(|| panic!("no status for {name}"))
+        };
+        let attached = |gateway: &str, listener: &str| {
+            named(&of(Kind::KubernetesGateway, gateway)["listeners"], listener)["attachedRoutes"]
+                .clone()
+        };
+        let accepted =
+            |kind: Kind, name: &str| condition_of(&of(kind, name)["parents"][0], "Accepted");
+        let yes = ("True".to_string(), "Accepted".to_string());
+
+        assert_eq!(attached("two-listeners", "http"), 2);
+        assert_eq!(attached("two-listeners", "http-unattached"), 0);
+        assert_eq!(accepted(Kind::HttpRoute, "one"), yes);
+        assert_eq!(accepted(Kind::HttpRoute, "two"), yes);
+
+        for route in ["all", "by-port", "by-both"] {
+            assert_eq!(accepted(Kind::TcpRoute, route), yes, "{route}");
+        }
+        // `all` everywhere, `by-port` on 9002, `by-both` on tcp-3.
+        assert_eq!(attached("tcp-four", "tcp-1"), 1);
+        assert_eq!(attached("tcp-four", "tcp-2"), 2);
+        assert_eq!(attached("tcp-four", "tcp-3"), 2);
+        assert_eq!(attached("tcp-four", "tcp-4"), 1);
+
+        assert_eq!(
+            accepted(Kind::TlsRoute, "exact-miss"),
+            (
+                "False".to_string(),
+                "NoMatchingListenerHostname".to_string()
+            )
+        );
+        assert_eq!(attached("tls-exact", "tls"), 0);
+
+        let listeners = &of(Kind::KubernetesGateway, "route-kinds")["listeners"];
+        assert!(supported_kinds(listeners, "unknown").is_empty());
+        assert_eq!(supported_kinds(listeners, "both"), ["HTTPRoute"]);
+        for l in ["unknown", "both"] {
+            assert_eq!(
+                condition_of(named(listeners, l), "ResolvedRefs"),
+                ("False".to_string(), "InvalidRouteKinds".to_string()),
+                "{l}"
+            );
+        }
+    }
 }
