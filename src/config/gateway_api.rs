@@ -7,6 +7,13 @@ use std::collections::BTreeMap;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
+pub struct GatewayClassSpec {
+    pub controller_name: String,
+    pub description: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
 pub struct GatewaySpec {
     pub gateway_class_name: String,
     pub listeners: Vec<Listener>,

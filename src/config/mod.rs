@@ -388,7 +388,7 @@ fn read_object(value: serde_yaml_ng::Value, mesh: &MeshConfig) -> Result<Documen
             format!("{kind:?} has no name"),
         ));
     };
-    let namespace = if kind == Kind::Namespace {
+    let namespace = if matches!(kind, Kind::Namespace | Kind::GatewayClass) {
         String::new()
     } else {
         str_at(&["metadata", "namespace"]).unwrap_or_else(|| "default".into())
@@ -575,6 +575,7 @@ fn kind_of(api_version: &str, kind: &str) -> Option<Kind> {
         (_, "TCPRoute") if gateway_api => Kind::TcpRoute,
         (_, "TLSRoute") if gateway_api => Kind::TlsRoute,
         (_, "ReferenceGrant") if gateway_api => Kind::ReferenceGrant,
+        (_, "GatewayClass") if gateway_api => Kind::GatewayClass,
         _ => return None,
     })
 }

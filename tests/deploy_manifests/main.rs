@@ -175,7 +175,7 @@ fn merge(into: &mut Value, from: Value) {
 // ---------------------------------------------------------------------------------------------
 
 /// The kinds (group, plural) whose status `--write-status` patches: Istio's, and the
-/// Gateway API's Gateways and routes.
+/// Gateway API's GatewayClasses, Gateways and routes.
 const STATUS_WRITTEN: &[(&str, &str)] = &[
     ("networking.istio.io", "virtualservices"),
     ("networking.istio.io", "destinationrules"),
@@ -185,6 +185,7 @@ const STATUS_WRITTEN: &[(&str, &str)] = &[
     ("security.istio.io", "peerauthentications"),
     ("security.istio.io", "authorizationpolicies"),
     ("security.istio.io", "requestauthentications"),
+    ("gateway.networking.k8s.io", "gatewayclasses"),
     ("gateway.networking.k8s.io", "gateways"),
     ("gateway.networking.k8s.io", "httproutes"),
     ("gateway.networking.k8s.io", "grpcroutes"),
@@ -208,6 +209,7 @@ const WATCHED: &[(&str, &str)] = &[
     ("security.istio.io", "peerauthentications"),
     ("security.istio.io", "authorizationpolicies"),
     ("security.istio.io", "requestauthentications"),
+    ("gateway.networking.k8s.io", "gatewayclasses"),
     ("gateway.networking.k8s.io", "gateways"),
     ("gateway.networking.k8s.io", "httproutes"),
     ("gateway.networking.k8s.io", "grpcroutes"),

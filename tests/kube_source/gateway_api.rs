@@ -138,7 +138,8 @@ async fn a_cluster_without_the_gateway_api_is_not_an_error() {
 /// has; another controller's entry on a route kept; a Gateway of another class never
 /// written; a route whose parents are Services accepted where the Service exists; a route
 /// of a namespace a listener's selector matches (by the labels the Namespace watch reads)
-/// accepted there.
+/// accepted there; the GatewayClass of meshflow's controller Accepted (cluster-scoped: its
+/// status patched without a namespace), another controller's class never written.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gateway_api_status_is_written_in_the_specs_shape() {
     let cluster = start(
@@ -178,6 +179,17 @@ async fn gateway_api_status_is_written_in_the_specs_shape() {
                 "spec": {"parentRefs": [{"group": "", "kind": "Service", "name": "cart", "port": 8080},
                                         {"group": "", "kind": "Service", "name": "ghost"}],
                          "rules": [{"backendRefs": [{"name": "cart", "port": 8080}]}]}
+            }));
+            // The class meshflow answers for, and another controller's.
+            fake.apply(json!({
+                "apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
+                "metadata": {"name": "istio", "generation": 2},
+                "spec": {"controllerName": "istio.io/gateway-controller"}
+            }));
+            fake.apply(json!({
+                "apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
+                "metadata": {"name": "nginx"},
+                "spec": {"controllerName": "example.net/nginx"}
             }));
             // A listener taking routes of the namespaces labelled shared=yes.
             fake.apply(json!({
@@ -266,6 +278,22 @@ async fn gateway_api_status_is_written_in_the_specs_shape() {
             .status_patches("KubernetesGateway", "default", "theirs"),
         0
     );
+
+    // The GatewayClass of meshflow's controller: accepted, at the version read.
+    let class = await_status_in(
+        &cluster.fake,
+        "GatewayClass",
+        "",
+        "istio",
+        "the class's status",
+        |s| s["conditions"].is_array(),
+    );
+    assert_eq!(class["conditions"][0]["type"], "Accepted");
+    assert_eq!(class["conditions"][0]["status"], "True");
+    assert_eq!(class["conditions"][0]["observedGeneration"], 2);
+    assert_eq!(class["conditions"][1]["type"], "SupportedVersion");
+    assert_eq!(class["conditions"][1]["status"], "True");
+    assert_eq!(cluster.fake.status_patches("GatewayClass", "", "nginx"), 0);
 
     // The route of a namespace the selector matches (its labels from the Namespace watch).
     let team = await_status_in(

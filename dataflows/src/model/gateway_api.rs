@@ -29,7 +29,24 @@ pub enum GatewayApiObject {
     ReferenceGrant(ReferenceGrant),
     /// A Namespace's labels: what listeners' `allowedRoutes.namespaces.selector` match.
     Namespace(NamespaceLabels),
+    /// A GatewayClass: its status is meshflow's when its controller is.
+    GatewayClass(KubeGatewayClass),
 }
+
+/// A `GatewayClass` (its key: kind `GatewayClass`, no namespace, its name).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct KubeGatewayClass {
+    pub key: ConfigKey,
+    /// `spec.controllerName`.
+    pub controller: String,
+}
+
+/// The `controllerName`s meshflow answers for: Istio's (meshflow serves the `istio` class in
+/// istiod's place) and its own.
+pub const OWNED_CONTROLLERS: [&str; 2] = [
+    "istio.io/gateway-controller",
+    "meshflow.dev/gateway-controller",
+];
 
 /// A Namespace, by its labels (its key: kind `Namespace`, no namespace, its name).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -46,6 +63,7 @@ impl GatewayApiObject {
             GatewayApiObject::L4Route(r) => &r.key,
             GatewayApiObject::ReferenceGrant(g) => &g.key,
             GatewayApiObject::Namespace(n) => &n.key,
+            GatewayApiObject::GatewayClass(c) => &c.key,
         }
     }
 }

@@ -88,6 +88,8 @@ pub enum Kind {
     GrpcRoute,
     TcpRoute,
     TlsRoute,
+    /// The Gateway API's `GatewayClass` (cluster-scoped).
+    GatewayClass,
 }
 
 /// Identity of an input object: kind/namespace/name.

@@ -701,7 +701,9 @@ pub fn translate_all(
             GatewayApiObject::Namespace(n) => {
                 namespaces.insert(n.key.name.as_str(), &n.labels);
             }
-            GatewayApiObject::HttpRoute(_) | GatewayApiObject::L4Route(_) => {}
+            GatewayApiObject::HttpRoute(_)
+            | GatewayApiObject::L4Route(_)
+            | GatewayApiObject::GatewayClass(_) => {}
         }
     }
     for g in &kube_gateways {

@@ -68,6 +68,7 @@ pub fn convert(
         Kind::GrpcRoute => gateway_api::grpc_route(key, &value, mesh, &mut f),
         Kind::TcpRoute | Kind::TlsRoute => gateway_api::l4_route(key, &value, mesh, &mut f),
         Kind::ReferenceGrant => gateway_api::reference_grant(key, &value, &mut f),
+        Kind::GatewayClass => gateway_api::gateway_class(key, &value, &mut f),
     }?;
     Ok((records, f))
 }

@@ -1,5 +1,6 @@
 //! The Gateway API's status, as the spec defines it, for the objects of the classes
-//! meshflow owns (`istio`, `meshflow`): on a Gateway its `Accepted` and `Programmed`
+//! meshflow owns (`istio`, `meshflow`): on a GatewayClass whose controller meshflow answers
+//! for, `Accepted` and `SupportedVersion`; on a Gateway its `Accepted` and `Programmed`
 //! conditions and, per listener, `supportedKinds`, `attachedRoutes` and `Accepted`,
 //! `Programmed`, `ResolvedRefs`; on a route, one `parents[]` entry per reference to such a
 //! Gateway with `Accepted` (the spec's reason when refused) and `ResolvedRefs` (from the
@@ -8,8 +9,8 @@
 //! reference to one, are left alone.
 
 use dataflows::model::{
-    ConfigError, ConfigKey, ErrorCode, GatewayApiObject, Kind, KubeGateway, Labels, Listener,
-    ListenerProtocol, ParentKind, ParentRef, TlsSecret,
+    ConfigError, ConfigKey, ErrorCode, GatewayApiObject, Kind, KubeGateway, KubeGatewayClass,
+    Labels, Listener, ListenerProtocol, ParentKind, ParentRef, TlsSecret, OWNED_CONTROLLERS,
 };
 use dataflows::rules::gateway_api::{listener_serves_kind, parent_verdict, RouteView, Verdict};
 use serde_json::{json, Value};
@@ -24,7 +25,8 @@ const MESH_CONTROLLER: &str = "meshflow.dev/mesh-controller";
 pub fn is_gateway_api(kind: Kind) -> bool {
     matches!(
         kind,
-        Kind::KubernetesGateway
+        Kind::GatewayClass
+            | Kind::KubernetesGateway
             | Kind::HttpRoute
             | Kind::GrpcRoute
             | Kind::TcpRoute
@@ -205,6 +207,12 @@ pub fn desired(
         out.insert(route.key.clone(), json!({"parents": parents}));
     }
     for (o, generation, _) in objects {
+        if let GatewayApiObject::GatewayClass(c) = o {
+            if let Some(status) = class_status(c, *generation) {
+                out.insert(c.key.clone(), status);
+            }
+            continue;
+        }
         let GatewayApiObject::Gateway(g) = o else {
             continue;
         };
@@ -298,6 +306,19 @@ pub fn desired(
         );
     }
     out
+}
+
+/// A GatewayClass's status, for a class whose controller meshflow answers for (none for
+/// another's: its status is that controller's): `Accepted`, and `SupportedVersion` — meshflow
+/// reads the Gateway API's v1 kinds (and v1beta1/v1alpha2 where a kind has no v1).
+fn class_status(c: &KubeGatewayClass, generation: Option<i64>) -> Option<Value> {
+    if !OWNED_CONTROLLERS.contains(&c.controller.as_str()) {
+        return None;
+    }
+    Some(json!({"conditions": [
+        condition("Accepted", true, "Accepted", "meshflow serves this class's Gateways", generation),
+        condition("SupportedVersion", true, "SupportedVersion", "the Gateway API's v1 kinds are read", generation),
+    ]}))
 }
 
 /// A served listener's status: the route kinds it takes (`supportedKinds`: those its
@@ -1527,5 +1548,45 @@ spec:
                 "{l}"
             );
         }
+    }
+
+    /// GatewayClassObservedGenerationBump's condition, from files: a class whose controller
+    /// meshflow answers for (Istio's, meshflow's) is Accepted with SupportedVersion at its
+    /// generation; another controller's class gets no status from meshflow.
+    #[test]
+    fn gateway_classes_of_meshflows_controllers_are_accepted() {
+        let yaml = "apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: istio}
+spec: {controllerName: istio.io/gateway-controller}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: meshflow}
+spec: {controllerName: meshflow.dev/gateway-controller}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: nginx}
+spec: {controllerName: example.net/nginx}
+";
+        let (_, objects, known) = read_files("gateway-classes", yaml);
+        assert_eq!(objects.len(), 3, "{objects:?}");
+        let inputs: Vec<_> = objects.iter().map(|o| (o, Some(4), None)).collect();
+        let status = desired(&inputs, &known);
+        for name in ["istio", "meshflow"] {
+            let key = ConfigKey::new(Kind::GatewayClass, "", name);
+            let s = &status[&key];
+            assert_eq!(
+                condition_of(s, "Accepted"),
+                ("True".to_string(), "Accepted".to_string())
+            );
+            assert_eq!(
+                condition_of(s, "SupportedVersion"),
+                ("True".to_string(), "SupportedVersion".to_string())
+            );
+            assert_eq!(s["conditions"][0]["observedGeneration"], 4);
+        }
+        assert!(!status.contains_key(&ConfigKey::new(Kind::GatewayClass, "", "nginx")));
     }
 }

@@ -79,6 +79,9 @@ pub const GATEWAY_API: IstioGroup = IstioGroup {
     group: "gateway.networking.k8s.io",
     versions: &["v1", "v1beta1", "v1alpha2"],
     kinds: &[
+        // Cluster-scoped, watched whole (its status is written for the classes meshflow's
+        // controllers answer for).
+        (Kind::GatewayClass, "GatewayClass"),
         (Kind::KubernetesGateway, "Gateway"),
         (Kind::HttpRoute, "HTTPRoute"),
         (Kind::GrpcRoute, "GRPCRoute"),
@@ -284,7 +287,11 @@ mod tests {
     fn gateway_api_kinds_are_found_at_their_most_stable_version() {
         let all = ["list", "watch", "get"];
         let group = [
-            served("v1", &["Gateway", "HTTPRoute", "GRPCRoute"], &all),
+            served(
+                "v1",
+                &["GatewayClass", "Gateway", "HTTPRoute", "GRPCRoute"],
+                &all,
+            ),
             served("v1beta1", &["Gateway", "HTTPRoute", "ReferenceGrant"], &all),
         ];
         let (found, missing) = istio_kinds(&GATEWAY_API, &group);
@@ -295,6 +302,7 @@ mod tests {
         assert_eq!(
             versions,
             vec![
+                (Kind::GatewayClass, "v1"),
                 (Kind::KubernetesGateway, "v1"),
                 (Kind::HttpRoute, "v1"),
                 (Kind::GrpcRoute, "v1"),

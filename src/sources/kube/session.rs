@@ -98,9 +98,10 @@ impl Session {
             if !self.kinds.insert(k.kind) {
                 continue;
             }
-            // Namespaces are cluster-scoped, watched whole and unfiltered: listeners'
-            // namespace selectors match their labels, whatever `--selector` keeps.
-            let cluster_scoped = k.kind == Kind::Namespace;
+            // Namespaces and GatewayClasses are cluster-scoped, watched whole and unfiltered:
+            // listeners' namespace selectors match Namespaces' labels, whatever `--selector`
+            // keeps.
+            let cluster_scoped = matches!(k.kind, Kind::Namespace | Kind::GatewayClass);
             let scopes = if cluster_scoped {
                 vec![None]
             } else {

@@ -56,8 +56,8 @@ pub const STATUS_KINDS: [&str; 8] = [
 ];
 
 /// Whether meshflow writes the status of objects of this resource: Istio's kinds of
-/// [`STATUS_KINDS`] in Istio's groups, and the Gateway API's Gateways and routes (of the
-/// classes meshflow owns only, [`gateway_status`](super::gateway_status)). Never a kind of
+/// [`STATUS_KINDS`] in Istio's groups, and the Gateway API's GatewayClasses, Gateways and
+/// routes (of the classes meshflow owns only, [`gateway_status`](super::gateway_status)). Never a kind of
 /// another group that shares a name (the Gateway API's `Gateway` is not Istio's).
 pub fn writes_status(resource: &ApiResource) -> bool {
     match resource.group.as_str() {
@@ -66,7 +66,7 @@ pub fn writes_status(resource: &ApiResource) -> bool {
         }
         "gateway.networking.k8s.io" => matches!(
             resource.kind.as_str(),
-            "Gateway" | "HTTPRoute" | "GRPCRoute" | "TCPRoute" | "TLSRoute"
+            "GatewayClass" | "Gateway" | "HTTPRoute" | "GRPCRoute" | "TCPRoute" | "TLSRoute"
         ),
         _ => false,
     }
@@ -506,8 +506,12 @@ async fn sleep_until(at: Option<Instant>) {
 }
 
 async fn write(client: &Client, key: &ConfigKey, status: &ObjectStatus, since: &str) {
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), &status.namespace, &status.resource);
+    // A cluster-scoped object (a GatewayClass) has no namespace.
+    let api: Api<DynamicObject> = if status.namespace.is_empty() {
+        Api::all_with(client.clone(), &status.resource)
+    } else {
+        Api::namespaced_with(client.clone(), &status.namespace, &status.resource)
+    };
     let patch = status.patch(since);
     match api
         .patch_status(&status.name, &PatchParams::default(), &Patch::Merge(&patch))

@@ -250,7 +250,7 @@ impl Watched {
 
     fn key_of(&self, obj: &KubeObject) -> ConfigKey {
         let namespace = match self.kind {
-            Kind::Namespace => String::new(),
+            Kind::Namespace | Kind::GatewayClass => String::new(),
             _ => obj
                 .metadata
                 .namespace

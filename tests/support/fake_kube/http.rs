@@ -82,16 +82,23 @@ pub fn handle(store: &Arc<Mutex<Store>>, req: Request<Bytes>) -> Response<Body> 
         return token_review(&st, req.body());
     }
     if req.method() == hyper::Method::PATCH {
-        if let ["apis", group @ (ISTIO_GROUP | SECURITY_GROUP | GATEWAY_API_GROUP), version, "namespaces", ns, plural, name, "status"] =
-            parts.as_slice()
-        {
-            if served(&st, group, version) {
-                let content_type = req
-                    .headers()
-                    .get("content-type")
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or("");
-                let object = (*group, *ns, *plural, *name);
+        let content_type = req
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        // A namespaced object's status, or a cluster-scoped one's (a GatewayClass).
+        let object = match parts.as_slice() {
+            ["apis", group @ (ISTIO_GROUP | SECURITY_GROUP | GATEWAY_API_GROUP), version, "namespaces", ns, plural, name, "status"] => {
+                Some((*version, (*group, *ns, *plural, *name)))
+            }
+            ["apis", group @ GATEWAY_API_GROUP, version, plural, name, "status"] => {
+                Some((*version, (*group, "", *plural, *name)))
+            }
+            _ => None,
+        };
+        if let Some((version, object)) = object {
+            if served(&st, object.0, version) {
                 return patch_status(&mut st, version, object, content_type, req.body());
             }
         }
@@ -385,7 +392,7 @@ fn patch_status(
     let scope = Scope {
         rtype,
         api_version: rtype.api_version(version),
-        namespace: Some(ns.to_string()),
+        namespace: (!ns.is_empty()).then(|| ns.to_string()),
         selector: Selector::parse("").unwrap_or_else(|e| panic!("the empty selector: {e}")),
         name: None,
     };

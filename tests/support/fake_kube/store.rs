@@ -106,6 +106,13 @@ pub const TYPES: &[ResourceType] = &[
         true,
         &["ra"],
     ),
+    rt(
+        GATEWAY_API_GROUP,
+        "gatewayclasses",
+        "GatewayClass",
+        false,
+        &[],
+    ),
     rt(GATEWAY_API_GROUP, "gateways", "Gateway", true, &[]),
     rt(GATEWAY_API_GROUP, "httproutes", "HTTPRoute", true, &[]),
     rt(GATEWAY_API_GROUP, "grpcroutes", "GRPCRoute", true, &[]),

@@ -3,11 +3,13 @@
 //! and what a ReferenceGrant allows, is the dataflow's to decide: these read one object.
 
 mod gateway;
+mod gateway_class;
 mod http_route;
 mod l4_route;
 mod reference_grant;
 
 pub(super) use gateway::kubernetes_gateway;
+pub(super) use gateway_class::gateway_class;
 pub(super) use http_route::{grpc_route, http_route};
 pub(super) use l4_route::l4_route;
 pub(super) use reference_grant::reference_grant;
