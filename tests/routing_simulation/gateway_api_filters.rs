@@ -257,3 +257,107 @@ spec:
     );
     mesh.assert_no_errors();
 }
+
+/// GRPCRouteRequestHeaderModifier and GRPCRouteWeight through the route table: a GRPCRoute's
+/// method match takes the call's `/Service/Method` path, its header modifier edits the
+/// metadata the backend receives (set overwrites, add appends, remove deletes), and its
+/// weighted backends are weighted clusters.
+#[test]
+fn grpc_route_header_modifiers_and_weights_through_the_route_table() {
+    let mut mesh = Mesh::new("gateway-api-grpc");
+    let _reviews = reviews_mesh(&mesh, 9080, &["v1"]);
+    write_config(
+        &mesh.config,
+        "grpc.yaml",
+        "apiVersion: v1
+kind: Service
+metadata: {name: ratings, namespace: default}
+spec: {ports: [{name: grpc, port: 9080}]}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: default}
+spec:
+  gatewayClassName: istio
+  listeners: [{name: http, port: 8080, protocol: HTTP}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: GRPCRoute
+metadata: {name: echo, namespace: default}
+spec:
+  parentRefs: [{name: gw}]
+  hostnames: [grpc.example]
+  rules:
+  - matches: [{method: {service: gateway_api_conformance.echo_basic.grpcecho.GrpcEcho, method: Echo}}]
+    filters:
+    - type: RequestHeaderModifier
+      requestHeaderModifier:
+        set: [{name: X-Header-Set, value: set-overwrites-values}]
+        add: [{name: X-Header-Add, value: add-appends-values}]
+        remove: [X-Header-Remove]
+    backendRefs: [{name: reviews, port: 9080}]
+  - matches: [{method: {service: gateway_api_conformance.echo_basic.grpcecho.GrpcEcho, method: EchoTwo}}]
+    backendRefs:
+    - {name: reviews, port: 9080, weight: 70}
+    - {name: ratings, port: 9080, weight: 30}
+",
+    );
+    let gateway = mesh.connect(&ProxyNode::router(
+        "gw-abc",
+        "default",
+        "127.0.0.1",
+        &[("gateway.networking.k8s.io/gateway-name", "gw")],
+    ));
+    let call = |method: &str| {
+        Call::get(
+            "grpc.example",
+            8080,
+            &format!("/gateway_api_conformance.echo_basic.grpcecho.GrpcEcho/{method}"),
+        )
+        .method("POST")
+        .header("content-type", "application/grpc")
+        .to_address("127.0.0.1")
+    };
+    let o = mesh.send(
+        &gateway,
+        &call("Echo")
+            .header("x-header-set", "original")
+            .header("x-header-add", "first")
+            .header("x-header-remove", "gone"),
+    );
+    let up = o
+        .http
+        .clone()
+        .expect("a matched route's effects")
+        .upstream_headers;
+    let values = |name: &str| -> Vec<&str> {
+        up.iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+            .collect()
+    };
+    assert_eq!(values("x-header-set"), ["set-overwrites-values"], "{up:?}");
+    assert_eq!(
+        values("x-header-add"),
+        ["first", "add-appends-values"],
+        "{up:?}"
+    );
+    assert!(values("x-header-remove").is_empty(), "{up:?}");
+    match mesh.send(&gateway, &call("EchoTwo")).result {
+        Ok(Action::Route { upstreams, .. }) => {
+            let weights: Vec<(bool, Option<u32>)> = upstreams
+                .iter()
+                .map(|u| (u.cluster.contains("ratings"), u.weight))
+                .collect();
+            assert_eq!(
+                weights,
+                [(false, Some(70)), (true, Some(30))],
+                "{upstreams:#?}"
+            );
+        }
+        other => panic!("not routed: {other:?}"),
+    }
+    // A method the route does not take: no route (the gateway answers 404).
+    assert!(mesh.send(&gateway, &call("EchoThree")).result.is_err());
+    mesh.assert_no_errors();
+}
