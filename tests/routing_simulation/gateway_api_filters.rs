@@ -361,3 +361,108 @@ spec:
     assert!(mesh.send(&gateway, &call("EchoThree")).result.is_err());
     mesh.assert_no_errors();
 }
+
+/// Three Services the listener and gateway cases route to, by version.
+const BACKENDS: &str = "apiVersion: v1
+kind: Service
+metadata: {name: infra-backend-v1, namespace: default}
+spec: {ports: [{name: http, port: 8080}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: infra-backend-v2, namespace: default}
+spec: {ports: [{name: http, port: 8080}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: infra-backend-v3, namespace: default}
+spec: {ports: [{name: http, port: 8080}]}
+";
+
+/// An HTTPRoute `name` with parents `parents` (flow YAML) and one rule to `backend`.
+fn backend_route(name: &str, parents: &str, path: &str, backend: &str) -> String {
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  parentRefs: {parents}\n  rules:\n  - matches: [{{path: {{type: PathPrefix, value: {path}}}}}]\n    backendRefs: [{{name: {backend}, port: 8080}}]\n"
+    )
+}
+
+/// Which of the three backends a call reached (`None`: not routed).
+fn version_of(o: &Outcome) -> Option<&'static str> {
+    let cluster = o.cluster()?;
+    ["v1", "v2", "v3"]
+        .into_iter()
+        .find(|v| cluster.contains(&format!("infra-backend-{v}.")))
+}
+
+/// HTTPRouteListenerHostnameMatching: listeners on one port for `bar.com`, `foo.bar.com`,
+/// `*.bar.com` and `*.foo.com`, each with its route by sectionName: a host is served by the
+/// most specific listener that matches it, and a host no listener matches is not routed.
+/// HTTPRouteMultipleGateways: a route parented to two Gateways answers through both, each
+/// Gateway's own route through it alone.
+#[test]
+fn listener_hostnames_and_multiple_gateways_as_the_conformance_cases_expect() {
+    let mut mesh = Mesh::new("gateway-api-listeners");
+    let gateway = |name: &str, listeners: &str| {
+        format!(
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  gatewayClassName: istio\n  listeners:\n{listeners}"
+        )
+    };
+    let docs = [
+        BACKENDS.to_string(),
+        gateway(
+            "hostnames",
+            "  - {name: bar, port: 8080, protocol: HTTP, hostname: bar.com}
+  - {name: foo-bar, port: 8080, protocol: HTTP, hostname: foo.bar.com}
+  - {name: wildcard-bar, port: 8080, protocol: HTTP, hostname: \"*.bar.com\"}
+  - {name: wildcard-foo, port: 8080, protocol: HTTP, hostname: \"*.foo.com\"}
+",
+        ),
+        backend_route("v1", "[{name: hostnames, sectionName: bar}]", "/", "infra-backend-v1"),
+        backend_route("v2", "[{name: hostnames, sectionName: foo-bar}]", "/", "infra-backend-v2"),
+        backend_route(
+            "v3",
+            "[{name: hostnames, sectionName: wildcard-bar}, {name: hostnames, sectionName: wildcard-foo}]",
+            "/",
+            "infra-backend-v3",
+        ),
+        gateway("gw-a", "  - {name: http, port: 8080, protocol: HTTP}\n"),
+        gateway("gw-b", "  - {name: http, port: 8080, protocol: HTTP}\n"),
+        backend_route("shared", "[{name: gw-a}, {name: gw-b}]", "/shared", "infra-backend-v1"),
+        backend_route("only-a", "[{name: gw-a}]", "/", "infra-backend-v2"),
+        backend_route("only-b", "[{name: gw-b}]", "/", "infra-backend-v3"),
+    ];
+    write_config(&mesh.config, "listeners.yaml", &docs.join("---\n"));
+    let router = |mesh: &mut Mesh, gw: &str| {
+        mesh.connect(&ProxyNode::router(
+            &format!("{gw}-abc"),
+            "default",
+            "127.0.0.1",
+            &[("gateway.networking.k8s.io/gateway-name", gw)],
+        ))
+    };
+    let hostnames = router(&mut mesh, "hostnames");
+    let (a, b) = (router(&mut mesh, "gw-a"), router(&mut mesh, "gw-b"));
+    let get = |host: &str, path: &str| Call::get(host, 8080, path).to_address("127.0.0.1");
+
+    for (host, want) in [
+        ("bar.com", Some("v1")),
+        ("foo.bar.com", Some("v2")),
+        ("baz.bar.com", Some("v3")),
+        ("boo.bar.com", Some("v3")),
+        ("multiple.prefixes.bar.com", Some("v3")),
+        ("multiple.prefixes.foo.com", Some("v3")),
+        ("foo.com", None),
+        ("no.matching.host", None),
+    ] {
+        let o = mesh.send(&hostnames, &get(host, "/"));
+        assert_eq!(version_of(&o), want, "{host}: {o:#?}");
+    }
+
+    for (gw, want) in [(&a, "v2"), (&b, "v3")] {
+        let o = mesh.send(gw, &get("example.com", "/shared"));
+        assert_eq!(version_of(&o), Some("v1"), "{gw}: {o:#?}");
+        let o = mesh.send(gw, &get("example.com", "/"));
+        assert_eq!(version_of(&o), Some(want), "{gw}: {o:#?}");
+    }
+    mesh.assert_no_errors();
+}
