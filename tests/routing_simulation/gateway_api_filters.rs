@@ -398,7 +398,8 @@ fn version_of(o: &Outcome) -> Option<&'static str> {
 /// `*.bar.com` and `*.foo.com`, each with its route by sectionName: a host is served by the
 /// most specific listener that matches it, and a host no listener matches is not routed.
 /// HTTPRouteMultipleGateways: a route parented to two Gateways answers through both, each
-/// Gateway's own route through it alone.
+/// Gateway's own route through it alone. HTTPRouteListenerPortMatching: routes naming a
+/// listener by port, on listeners of 80 and 8090 for `foo.com` and 8080 for any host.
 #[test]
 fn listener_hostnames_and_multiple_gateways_as_the_conformance_cases_expect() {
     let mut mesh = Mesh::new("gateway-api-listeners");
@@ -430,6 +431,16 @@ fn listener_hostnames_and_multiple_gateways_as_the_conformance_cases_expect() {
         backend_route("shared", "[{name: gw-a}, {name: gw-b}]", "/shared", "infra-backend-v1"),
         backend_route("only-a", "[{name: gw-a}]", "/", "infra-backend-v2"),
         backend_route("only-b", "[{name: gw-b}]", "/", "infra-backend-v3"),
+        gateway(
+            "ports",
+            "  - {name: http-80, port: 80, protocol: HTTP, hostname: foo.com}
+  - {name: http-8080, port: 8080, protocol: HTTP}
+  - {name: http-8090, port: 8090, protocol: HTTP, hostname: foo.com}
+",
+        ),
+        backend_route("port-80", "[{name: ports, port: 80}]", "/", "infra-backend-v1"),
+        backend_route("port-8080", "[{name: ports, port: 8080}]", "/", "infra-backend-v2"),
+        backend_route("port-8090", "[{name: ports, port: 8090}]", "/", "infra-backend-v3"),
     ];
     write_config(&mesh.config, "listeners.yaml", &docs.join("---\n"));
     let router = |mesh: &mut Mesh, gw: &str| {
@@ -442,6 +453,7 @@ fn listener_hostnames_and_multiple_gateways_as_the_conformance_cases_expect() {
     };
     let hostnames = router(&mut mesh, "hostnames");
     let (a, b) = (router(&mut mesh, "gw-a"), router(&mut mesh, "gw-b"));
+    let ports = router(&mut mesh, "ports");
     let get = |host: &str, path: &str| Call::get(host, 8080, path).to_address("127.0.0.1");
 
     for (host, want) in [
@@ -463,6 +475,19 @@ fn listener_hostnames_and_multiple_gateways_as_the_conformance_cases_expect() {
         assert_eq!(version_of(&o), Some("v1"), "{gw}: {o:#?}");
         let o = mesh.send(gw, &get("example.com", "/"));
         assert_eq!(version_of(&o), Some(want), "{gw}: {o:#?}");
+    }
+
+    // HTTPRouteListenerPortMatching: a parentRef's port picks the listener.
+    for (host, port, want) in [
+        ("foo.com", 80, Some("v1")),
+        ("foo.com", 8080, Some("v2")),
+        ("bar.com", 8080, Some("v2")),
+        ("foo.com", 8090, Some("v3")),
+        ("bar.com", 8090, None),
+    ] {
+        let call = Call::get(host, port, "/").to_address("127.0.0.1");
+        let o = mesh.send(&ports, &call);
+        assert_eq!(version_of(&o), want, "{host}:{port}: {o:#?}");
     }
     mesh.assert_no_errors();
 }
