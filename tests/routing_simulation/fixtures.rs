@@ -104,6 +104,24 @@ pub(crate) fn via_gateway(host: &str, path: &str) -> Call {
     Call::get(host, PORT, path).to_address("127.0.0.1")
 }
 
+/// The proxy of the deployment that runs Gateway API Gateway `gw` (its name label, as Istio
+/// labels the deployment it provisions), connected.
+pub(crate) fn gateway_api_proxy(mesh: &mut Mesh, gw: &str) -> ProxyId {
+    mesh.connect(&ProxyNode::router(
+        &format!("{gw}-abc"),
+        "default",
+        "127.0.0.1",
+        &[("gateway.networking.k8s.io/gateway-name", gw)],
+    ))
+}
+
+/// A second Service beside `reviews`, on the same port.
+pub(crate) const RATINGS: &str = "apiVersion: v1
+kind: Service
+metadata: {name: ratings, namespace: default}
+spec: {ports: [{name: http, port: 9080}]}
+";
+
 pub(crate) const BOOKINFO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/bookinfo/config");
 
 /// `examples/bookinfo/config` as shipped, with the two proxies of `tests/bookinfo.rs`.

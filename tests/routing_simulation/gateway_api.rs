@@ -4,8 +4,8 @@
 //! a backend that does not exist; and the conformance suite's traffic cases that the route
 //! table decides alone.
 
-use crate::fixtures::{pod, reviews_mesh, via_gateway, PORT};
-use crate::support::{write_config, ProxyNode};
+use crate::fixtures::{gateway_api_proxy, pod, reviews_mesh, via_gateway, PORT, RATINGS};
+use crate::support::write_config;
 use crate::{assert_routes_to, assert_status, Mesh};
 use dataflows::model::ProxyId;
 use dataflows::simulate::{Action, HeaderOp, Outcome};
@@ -53,12 +53,7 @@ fn gateway_api_router(mesh: &mut Mesh, extra: &str) -> ProxyId {
             "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{name: gw, namespace: default}}\nspec:\n  gatewayClassName: istio\n  listeners:\n  - {{name: http, port: {PORT}, protocol: HTTP{extra}}}\n"
         ),
     );
-    mesh.connect(&ProxyNode::router(
-        "gw-abc",
-        "default",
-        "127.0.0.1",
-        &[("gateway.networking.k8s.io/gateway-name", "gw")],
-    ))
+    gateway_api_proxy(mesh, "gw")
 }
 
 #[test]
@@ -86,12 +81,7 @@ fn gateway_api_routes_land_where_the_spec_says() {
 }
 
 /// Routes of the conformance suite's traffic cases that the route table decides alone.
-const CASES: &str = "apiVersion: v1
-kind: Service
-metadata: {name: ratings, namespace: default}
-spec: {ports: [{name: http, port: 9080}]}
----
-apiVersion: gateway.networking.k8s.io/v1
+const CASES: &str = "apiVersion: gateway.networking.k8s.io/v1
 kind: HTTPRoute
 metadata: {name: cases, namespace: default}
 spec:
@@ -156,7 +146,11 @@ fn gateway_api_conformance_traffic_cases_through_the_route_table() {
     let mut mesh = Mesh::new("gateway-api-cases");
     let reviews = reviews_mesh(&mesh, 9080, &["v1"]);
     let gateway = gateway_api_router(&mut mesh, "");
-    write_config(&mesh.config, "cases.yaml", CASES);
+    write_config(
+        &mesh.config,
+        "cases.yaml",
+        &format!("{RATINGS}---\n{CASES}"),
+    );
     let ratings = "outbound|9080||ratings.default.svc.cluster.local";
     let to = |path: &str| via_gateway("cases.example", path);
     let v1 = [pod(&reviews, "v1")];

@@ -6,9 +6,9 @@
 //! timeout per attempt), HTTPRouteRequestHeaderModifierBackendWeights (each backend's own
 //! header edit travels with it) and HTTPRouteRequestMultipleMirrors.
 
-use crate::fixtures::reviews_mesh;
+use crate::fixtures::{gateway_api_proxy, reviews_mesh, RATINGS};
 use crate::support;
-use crate::support::{write_config, ProxyNode};
+use crate::support::write_config;
 use crate::Mesh;
 use dataflows::simulate::{Action, Call, HeaderOp, Outcome};
 use std::time::Duration;
@@ -70,12 +70,7 @@ fn gateway_api_redirects_retries_and_backend_filters_as_the_conformance_cases_ex
             b64(&cert),
             b64(&key)
         ),
-        "apiVersion: v1
-kind: Service
-metadata: {name: ratings, namespace: default}
-spec: {ports: [{name: http, port: 9080}]}
-"
-        .to_string(),
+        RATINGS.to_string(),
         "apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
 metadata: {name: gw, namespace: default}
@@ -140,12 +135,7 @@ spec:
         ]),
     ));
     write_config(&mesh.config, "gateway-api.yaml", &config.join("---\n"));
-    let gateway = mesh.connect(&ProxyNode::router(
-        "gw-abc",
-        "default",
-        "127.0.0.1",
-        &[("gateway.networking.k8s.io/gateway-name", "gw")],
-    ));
+    let gateway = gateway_api_proxy(&mut mesh, "gw");
 
     // HTTPRouteRedirectPortAndScheme: (listener port, path) → the location's scheme and port.
     let s = |s: &str| Some(s.to_string());
@@ -258,23 +248,9 @@ spec:
     mesh.assert_no_errors();
 }
 
-/// GRPCRouteRequestHeaderModifier and GRPCRouteWeight through the route table: a GRPCRoute's
-/// method match takes the call's `/Service/Method` path, its header modifier edits the
-/// metadata the backend receives (set overwrites, add appends, remove deletes), and its
-/// weighted backends are weighted clusters.
-#[test]
-fn grpc_route_header_modifiers_and_weights_through_the_route_table() {
-    let mut mesh = Mesh::new("gateway-api-grpc");
-    let _reviews = reviews_mesh(&mesh, 9080, &["v1"]);
-    write_config(
-        &mesh.config,
-        "grpc.yaml",
-        "apiVersion: v1
-kind: Service
-metadata: {name: ratings, namespace: default}
-spec: {ports: [{name: grpc, port: 9080}]}
----
-apiVersion: gateway.networking.k8s.io/v1
+/// A Gateway with one HTTP listener and a GRPCRoute on it: a header modifier on one method,
+/// weighted backends on another.
+const GRPC_ROUTES: &str = "apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
 metadata: {name: gw, namespace: default}
 spec:
@@ -300,14 +276,22 @@ spec:
     backendRefs:
     - {name: reviews, port: 9080, weight: 70}
     - {name: ratings, port: 9080, weight: 30}
-",
+";
+
+/// GRPCRouteRequestHeaderModifier and GRPCRouteWeight through the route table: a GRPCRoute's
+/// method match takes the call's `/Service/Method` path, its header modifier edits the
+/// metadata the backend receives (set overwrites, add appends, remove deletes), and its
+/// weighted backends are weighted clusters.
+#[test]
+fn grpc_route_header_modifiers_and_weights_through_the_route_table() {
+    let mut mesh = Mesh::new("gateway-api-grpc");
+    let _reviews = reviews_mesh(&mesh, 9080, &["v1"]);
+    write_config(
+        &mesh.config,
+        "grpc.yaml",
+        &format!("{RATINGS}---\n{GRPC_ROUTES}"),
     );
-    let gateway = mesh.connect(&ProxyNode::router(
-        "gw-abc",
-        "default",
-        "127.0.0.1",
-        &[("gateway.networking.k8s.io/gateway-name", "gw")],
-    ));
+    let gateway = gateway_api_proxy(&mut mesh, "gw");
     let call = |method: &str| {
         Call::get(
             "grpc.example",
@@ -443,17 +427,12 @@ fn listener_hostnames_and_multiple_gateways_as_the_conformance_cases_expect() {
         backend_route("port-8090", "[{name: ports, port: 8090}]", "/", "infra-backend-v3"),
     ];
     write_config(&mesh.config, "listeners.yaml", &docs.join("---\n"));
-    let router = |mesh: &mut Mesh, gw: &str| {
-        mesh.connect(&ProxyNode::router(
-            &format!("{gw}-abc"),
-            "default",
-            "127.0.0.1",
-            &[("gateway.networking.k8s.io/gateway-name", gw)],
-        ))
-    };
-    let hostnames = router(&mut mesh, "hostnames");
-    let (a, b) = (router(&mut mesh, "gw-a"), router(&mut mesh, "gw-b"));
-    let ports = router(&mut mesh, "ports");
+    let hostnames = gateway_api_proxy(&mut mesh, "hostnames");
+    let (a, b) = (
+        gateway_api_proxy(&mut mesh, "gw-a"),
+        gateway_api_proxy(&mut mesh, "gw-b"),
+    );
+    let ports = gateway_api_proxy(&mut mesh, "ports");
     let get = |host: &str, path: &str| Call::get(host, 8080, path).to_address("127.0.0.1");
 
     for (host, want) in [
