@@ -412,6 +412,22 @@ pub fn records(shape: &Shape, mesh: &MeshConfig) -> Vec<Record> {
             k8s_gateway(mesh),
         )));
     }
+    // The Namespaces, as the generator writes them (labelled for injection) and as Kubernetes
+    // names them.
+    for n in 0..shape.namespaces {
+        let ns = namespace(n);
+        let labels: Labels = [
+            ("istio-injection".to_string(), "enabled".to_string()),
+            (gateway_api::NAMESPACE_NAME_LABEL.to_string(), ns.clone()),
+        ]
+        .into();
+        out.push(Record::GatewayApi(
+            gateway_api::GatewayApiObject::Namespace(gateway_api::NamespaceLabels {
+                key: ConfigKey::new(Kind::Namespace, "", ns),
+                labels,
+            }),
+        ));
+    }
     if shape.sidecar_scoping {
         for n in 0..shape.namespaces {
             let ns = namespace(n);

@@ -48,6 +48,9 @@ pub const OWNED_CONTROLLERS: [&str; 2] = [
     "meshflow.dev/gateway-controller",
 ];
 
+/// The label Kubernetes puts on every Namespace, naming it (since 1.22).
+pub const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
+
 /// A Namespace, by its labels (its key: kind `Namespace`, no namespace, its name).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct NamespaceLabels {

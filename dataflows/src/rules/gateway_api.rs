@@ -130,9 +130,6 @@ pub fn intersect_hostnames(listener: Option<&str>, route: &[String]) -> Vec<Stri
     out
 }
 
-/// The label Kubernetes puts on every Namespace, naming it (since 1.22).
-pub const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
-
 /// Whether a listener takes a route of kind `kind` from namespace `route_ns` (the
 /// listener's `allowedRoutes`). A namespace selector is matched against the labels of
 /// `route_ns` (`ns_labels`; unknown: only the name label Kubernetes gives every Namespace,

@@ -14,7 +14,7 @@ use serde_yaml_ng::Value;
 pub(super) fn namespace(key: &ConfigKey, value: &Value) -> Result<Vec<Record>> {
     let mut labels = metadata_map(value, "labels");
     labels
-        .entry(dataflows::rules::gateway_api::NAMESPACE_NAME_LABEL.to_string())
+        .entry(m::NAMESPACE_NAME_LABEL.to_string())
         .or_insert_with(|| key.name.clone());
     Ok(vec![Record::GatewayApi(m::GatewayApiObject::Namespace(
         m::NamespaceLabels {
