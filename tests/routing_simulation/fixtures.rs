@@ -115,6 +115,15 @@ pub(crate) fn gateway_api_proxy(mesh: &mut Mesh, gw: &str) -> ProxyId {
     ))
 }
 
+/// The values of header `name` among headers as a request leaves for its upstream, in order.
+pub(crate) fn header_values<'a>(headers: &'a [(String, String)], name: &str) -> Vec<&'a str> {
+    headers
+        .iter()
+        .filter(|(n, _)| n == name)
+        .map(|(_, v)| v.as_str())
+        .collect()
+}
+
 /// A second Service beside `reviews`, on the same port.
 pub(crate) const RATINGS: &str = "apiVersion: v1
 kind: Service

@@ -4,7 +4,9 @@
 //! a backend that does not exist; and the conformance suite's traffic cases that the route
 //! table decides alone.
 
-use crate::fixtures::{gateway_api_proxy, pod, reviews_mesh, via_gateway, PORT, RATINGS};
+use crate::fixtures::{
+    gateway_api_proxy, header_values, pod, reviews_mesh, via_gateway, PORT, RATINGS,
+};
 use crate::support::write_config;
 use crate::{assert_routes_to, assert_status, Mesh};
 use dataflows::model::ProxyId;
@@ -195,12 +197,7 @@ fn gateway_api_conformance_traffic_cases_through_the_route_table() {
     );
     assert_routes_to(&o, &reviews.cluster(""), &v1);
     let up = effects(&o).upstream_headers;
-    let values = |name: &str| -> Vec<&str> {
-        up.iter()
-            .filter(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
-            .collect()
-    };
+    let values = |name: &str| header_values(&up, name);
     assert_eq!(values("x-header-set"), ["set-overwrites-values"], "{up:?}");
     assert_eq!(values("x-header-add"), ["add-appends-values"], "{up:?}");
     assert!(values("x-header-remove").is_empty(), "{up:?}");

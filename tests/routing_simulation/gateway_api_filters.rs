@@ -6,7 +6,7 @@
 //! timeout per attempt), HTTPRouteRequestHeaderModifierBackendWeights (each backend's own
 //! header edit travels with it) and HTTPRouteRequestMultipleMirrors.
 
-use crate::fixtures::{gateway_api_proxy, reviews_mesh, RATINGS};
+use crate::fixtures::{gateway_api_proxy, header_values, reviews_mesh, RATINGS};
 use crate::support;
 use crate::support::write_config;
 use crate::Mesh;
@@ -314,12 +314,7 @@ fn grpc_route_header_modifiers_and_weights_through_the_route_table() {
         .clone()
         .expect("a matched route's effects")
         .upstream_headers;
-    let values = |name: &str| -> Vec<&str> {
-        up.iter()
-            .filter(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
-            .collect()
-    };
+    let values = |name: &str| header_values(&up, name);
     assert_eq!(values("x-header-set"), ["set-overwrites-values"], "{up:?}");
     assert_eq!(
         values("x-header-add"),
