@@ -375,7 +375,8 @@ fn version_of(o: &Outcome) -> Option<&'static str> {
 
 /// HTTPRouteListenerHostnameMatching: listeners on one port for `bar.com`, `foo.bar.com`,
 /// `*.bar.com` and `*.foo.com`, each with its route by sectionName: a host is served by the
-/// most specific listener that matches it, and a host no listener matches is not routed.
+/// most specific listener that matches it, and a host no listener matches is not routed —
+/// for HTTPRoutes, and for GRPCRoutes (GRPCRouteListenerHostnameMatching).
 /// HTTPRouteMultipleGateways: a route parented to two Gateways answers through both, each
 /// Gateway's own route through it alone. HTTPRouteListenerPortMatching: routes naming a
 /// listener by port, on listeners of 80 and 8090 for `foo.com` and 8080 for any host.
@@ -387,15 +388,32 @@ fn listener_hostnames_and_multiple_gateways_as_the_conformance_cases_expect() {
             "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  gatewayClassName: istio\n  listeners:\n{listeners}"
         )
     };
+    // The four listeners of the hostname cases, on `port`.
+    let four = |port: u16| {
+        format!(
+            "  - {{name: bar, port: {port}, protocol: HTTP, hostname: bar.com}}
+  - {{name: foo-bar, port: {port}, protocol: HTTP, hostname: foo.bar.com}}
+  - {{name: wildcard-bar, port: {port}, protocol: HTTP, hostname: \"*.bar.com\"}}
+  - {{name: wildcard-foo, port: {port}, protocol: HTTP, hostname: \"*.foo.com\"}}
+"
+        )
+    };
+    // A GRPCRoute taking every method, to `backend`.
+    let grpc_route = |name: &str, parents: &str, backend: &str| {
+        format!(
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: GRPCRoute\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  parentRefs: {parents}\n  rules: [{{backendRefs: [{{name: {backend}, port: 8080}}]}}]\n"
+        )
+    };
     let docs = [
         BACKENDS.to_string(),
-        gateway(
-            "hostnames",
-            "  - {name: bar, port: 8080, protocol: HTTP, hostname: bar.com}
-  - {name: foo-bar, port: 8080, protocol: HTTP, hostname: foo.bar.com}
-  - {name: wildcard-bar, port: 8080, protocol: HTTP, hostname: \"*.bar.com\"}
-  - {name: wildcard-foo, port: 8080, protocol: HTTP, hostname: \"*.foo.com\"}
-",
+        gateway("hostnames", &four(8080)),
+        gateway("grpc-hostnames", &four(8080)),
+        grpc_route("grpc-v1", "[{name: grpc-hostnames, sectionName: bar}]", "infra-backend-v1"),
+        grpc_route("grpc-v2", "[{name: grpc-hostnames, sectionName: foo-bar}]", "infra-backend-v2"),
+        grpc_route(
+            "grpc-v3",
+            "[{name: grpc-hostnames, sectionName: wildcard-bar}, {name: grpc-hostnames, sectionName: wildcard-foo}]",
+            "infra-backend-v3",
         ),
         backend_route("v1", "[{name: hostnames, sectionName: bar}]", "/", "infra-backend-v1"),
         backend_route("v2", "[{name: hostnames, sectionName: foo-bar}]", "/", "infra-backend-v2"),
@@ -423,6 +441,7 @@ fn listener_hostnames_and_multiple_gateways_as_the_conformance_cases_expect() {
     ];
     write_config(&mesh.config, "listeners.yaml", &docs.join("---\n"));
     let hostnames = gateway_api_proxy(&mut mesh, "hostnames");
+    let grpc_hostnames = gateway_api_proxy(&mut mesh, "grpc-hostnames");
     let (a, b) = (
         gateway_api_proxy(&mut mesh, "gw-a"),
         gateway_api_proxy(&mut mesh, "gw-b"),
@@ -442,6 +461,17 @@ fn listener_hostnames_and_multiple_gateways_as_the_conformance_cases_expect() {
     ] {
         let o = mesh.send(&hostnames, &get(host, "/"));
         assert_eq!(version_of(&o), want, "{host}: {o:#?}");
+        // GRPCRouteListenerHostnameMatching: the same, for a gRPC call by :authority.
+        let call = Call::get(
+            host,
+            8080,
+            "/gateway_api_conformance.echo_basic.grpcecho.GrpcEcho/Echo",
+        )
+        .method("POST")
+        .header("content-type", "application/grpc")
+        .to_address("127.0.0.1");
+        let o = mesh.send(&grpc_hostnames, &call);
+        assert_eq!(version_of(&o), want, "gRPC {host}: {o:#?}");
     }
 
     for (gw, want) in [(&a, "v2"), (&b, "v3")] {
