@@ -57,14 +57,7 @@ pub fn credential(
             "does not exist (a gateway uses Secrets of its workload's namespace only)".into(),
         ));
     };
-    if let Some(p) = &s.problem {
-        return Err(fail(format!("cannot be served: {p}")));
-    }
-    let Some(id) = &s.identity else {
-        return Err(fail(
-            "holds no certificate and key (tls.crt and tls.key, or cert and key)".into(),
-        ));
-    };
+    let id = s.serving_identity().map_err(fail)?;
     let mut out = vec![(
         secret::certificate(&secret::certificate_name(name), id),
         s.key.clone(),

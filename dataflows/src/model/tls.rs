@@ -102,6 +102,19 @@ pub struct TlsSecret {
     pub problem: Option<String>,
 }
 
+impl TlsSecret {
+    /// The certificate and key a server presents from this Secret, or why it has none to
+    /// present (what a gateway's filter chain and a listener's status both say).
+    pub fn serving_identity(&self) -> Result<&TlsIdentity, String> {
+        if let Some(p) = &self.problem {
+            return Err(format!("cannot be served: {p}"));
+        }
+        self.identity.as_ref().ok_or_else(|| {
+            "holds no certificate and key (tls.crt and tls.key, or cert and key)".to_string()
+        })
+    }
+}
+
 /// A certificate chain with its private key.
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct TlsIdentity {

@@ -64,13 +64,10 @@ pub struct Known {
 impl Known {
     /// Records the Secret a source read.
     pub fn add_secret(&mut self, s: &TlsSecret) {
-        let problem = match (&s.problem, &s.identity) {
-            (Some(p), _) => Some(format!("cannot be served: {p}")),
-            (None, None) => Some("holds no certificate and key".to_string()),
-            (None, Some(_)) => None,
-        };
-        self.secrets
-            .insert((s.key.namespace.clone(), s.key.name.clone()), problem);
+        self.secrets.insert(
+            (s.key.namespace.clone(), s.key.name.clone()),
+            s.serving_identity().err(),
+        );
     }
 
     /// Why a terminating listener's certificates cannot be served, if they cannot.
