@@ -366,12 +366,12 @@ async fn a_gateway_secret_from_the_api_is_served_over_sds() {
         },
         &[],
     );
+    // Started means each kind's initial list is done; its watch request follows the list,
+    // so it is awaited rather than expected at once.
     assert!(
-        cluster
-            .fake
-            .requests()
-            .iter()
-            .any(|r| r.starts_with("GET /api/v1/secrets?") && r.contains("watch=true")),
+        wait_until(CONVERGE_TIMEOUT, || cluster.fake.requests().iter().any(
+            |r| r.starts_with("GET /api/v1/secrets?") && r.contains("watch=true")
+        )),
         "Secrets are watched"
     );
     cluster.await_config_errors("the missing Secret is named", |e| {

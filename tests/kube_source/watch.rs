@@ -54,13 +54,15 @@ async fn lists_in_pages_then_follows_adds_modifies_and_deletes() {
             >= 2,
         "{service_lists:#?}"
     );
+    // The watch request follows the initial list: awaited, not expected at once.
     assert!(
-        requests
-            .iter()
-            .any(|r| r.starts_with("GET /api/v1/services?")
+        wait_until(CONVERGE_TIMEOUT, || cluster.fake.requests().iter().any(
+            |r| r.starts_with("GET /api/v1/services?")
                 && r.contains("watch=true")
-                && r.contains("allowWatchBookmarks=true")),
-        "{requests:#?}"
+                && r.contains("allowWatchBookmarks=true")
+        )),
+        "{:#?}",
+        cluster.fake.requests()
     );
     assert!(
         requests
