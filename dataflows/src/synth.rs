@@ -232,6 +232,7 @@ pub fn k8s_gateway(mesh: &MeshConfig) -> gateway_api::KubeGateway {
         ),
         class: "istio".into(),
         listeners: vec![gateway_api::Listener {
+            index: 0,
             name: "http".into(),
             hostname: Some("*.web.example".into()),
             port: K8S_GATEWAY_PORT,

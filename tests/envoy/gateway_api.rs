@@ -34,6 +34,10 @@ const MESH_SOTW_NET: u8 = 156;
 const MESH_EXT_NET: u8 = 157;
 /// The listener isolation test's loopback /24.
 const ISOLATION_NET: u8 = 158;
+/// The misdirected-request test's loopback /24.
+const MISDIRECTED_NET: u8 = 172;
+/// The WebSocket and h2c test's loopback /24.
+const UPGRADE_NET: u8 = 173;
 const HOST: &str = "bookinfo.example";
 
 /// meshflow over `config_dir`, and the Envoy of Gateway `gateway`'s deployment (pod `pod` of
@@ -90,6 +94,20 @@ fn gateway_envoy(
 /// Service `reviews-<version>` on port 9080 with its EndpointSlice: the pod of that version.
 fn version_service(reviews: &Reviews, version: &str) -> String {
     version_service_on(reviews, version, 9080)
+}
+
+/// Service `reviews-v1` (port 9080) in `config_dir`, its pod on loopback /24 `net`, and the
+/// backend answering there (kept running while the returned value lives).
+fn reviews_v1(net: u8, config_dir: &std::path::Path) -> support::Backend {
+    let reviews = Reviews::new(net, 9080, config_dir);
+    let backend = reviews.start_backend("v1");
+    reviews.write_pods(&["v1"]);
+    write_config(
+        config_dir,
+        "services.yaml",
+        &version_service(&reviews, "v1"),
+    );
+    backend
 }
 
 /// [`version_service`] on Service port `port`.
@@ -619,12 +637,12 @@ fn mesh_routes_apply_the_extended_features_through_a_sidecar() {
     assert_eq!(envoy.rejected_updates(), 0, "{}", envoy.summary());
 }
 
-/// A `kubernetes.io/tls` Secret `name` in `default`.
-fn tls_secret(name: &str, cert: &str, key: &str) -> String {
+/// A `kubernetes.io/tls` Secret `namespace/name`.
+fn tls_secret(namespace: &str, name: &str, cert: &str, key: &str) -> String {
     use base64::Engine;
     let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
     format!(
-        "apiVersion: v1\nkind: Secret\nmetadata: {{name: {name}, namespace: default}}\ntype: kubernetes.io/tls\ndata:\n  tls.crt: {}\n  tls.key: {}\n",
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: {name}, namespace: {namespace}}}\ntype: kubernetes.io/tls\ndata:\n  tls.crt: {}\n  tls.key: {}\n",
         b64(cert),
         b64(key)
     )
@@ -634,7 +652,10 @@ fn tls_secret(name: &str, cert: &str, key: &str) -> String {
 /// `certificateRefs` name (a client trusting only that certificate's CA completes the
 /// handshake for the listener's hostname) and routes the decrypted request by the
 /// HTTPRoute; the same port does not answer plaintext HTTP — nothing is served in clear on
-/// a listener written as HTTPS.
+/// a listener written as HTTPS. A second listener on the port names a Secret of another
+/// namespace: no handshake completes for its hostname until a ReferenceGrant there allows
+/// the Gateway's namespace to name it, then its own certificate is served (over SDS as
+/// `kubernetes-gateway://certs/api-cert`), and again none once the grant is deleted.
 #[test]
 fn an_https_listener_terminates_with_its_certificate_ref() {
     use support::pki::{ca, leaf};
@@ -643,20 +664,20 @@ fn an_https_listener_terminates_with_its_certificate_ref() {
     let dir = TestDir::new("envoy-gateway-api-https");
     let config_dir = dir.subdir("config");
     let port = free_port();
-    let reviews = Reviews::new(HTTPS_NET, 9080, &config_dir);
-    let _v1 = reviews.start_backend("v1");
-    reviews.write_pods(&["v1"]);
-    write_config(
-        &config_dir,
-        "services.yaml",
-        &version_service(&reviews, "v1"),
-    );
+    let _v1 = reviews_v1(HTTPS_NET, &config_dir);
     let authority = ca("shop CA");
     let (cert, key) = leaf(&authority, &["shop.example"], None);
     write_config(
         &config_dir,
         "secret.yaml",
-        &tls_secret("shop-cert", &cert, &key),
+        &tls_secret("default", "shop-cert", &cert, &key),
+    );
+    let api_authority = ca("api CA");
+    let (api_cert, api_key) = leaf(&api_authority, &["api.example"], None);
+    write_config(
+        &config_dir,
+        "certs.yaml",
+        &tls_secret("certs", "api-cert", &api_cert, &api_key),
     );
     write_config(
         &config_dir,
@@ -675,13 +696,19 @@ spec:
     tls:
       mode: Terminate
       certificateRefs: [{{name: shop-cert}}]
+  - name: api
+    port: {port}
+    protocol: HTTPS
+    hostname: api.example
+    tls:
+      certificateRefs: [{{name: api-cert, namespace: certs}}]
 ---
 apiVersion: gateway.networking.k8s.io/v1
 kind: HTTPRoute
 metadata: {{name: shop, namespace: default}}
 spec:
   parentRefs: [{{name: shop}}]
-  hostnames: [shop.example]
+  hostnames: [shop.example, api.example]
   rules: [{{backendRefs: [{{name: reviews-v1, port: 9080}}]}}]
 "
         ),
@@ -712,6 +739,281 @@ spec:
             .as_ref()
             .is_ok_and(|(status, body)| *status == 200 || body.contains("reviews-v1")),
         "plaintext must not be served on an HTTPS listener: {plain:?}"
+    );
+
+    // The listener whose certificate is another namespace's, by its ReferenceGrants.
+    let api = || {
+        tls_get_path(
+            addr,
+            "api.example",
+            "/reviews/1",
+            Trust::Roots(&api_authority.pem),
+            &[],
+            None,
+        )
+    };
+    assert!(
+        api().is_err(),
+        "no grant: the listener is not served, nothing completes a handshake for it"
+    );
+    let grant = "apiVersion: gateway.networking.k8s.io/v1beta1
+kind: ReferenceGrant
+metadata: {name: gateways-of-default, namespace: certs}
+spec:
+  from: [{group: gateway.networking.k8s.io, kind: Gateway, namespace: default}]
+  to: [{group: '', kind: Secret, name: api-cert}]
+";
+    write_config(&config_dir, "grant.yaml", grant);
+    let mut last = Err("not tried".to_string());
+    let ok = support::wait_until(support::CONVERGE_TIMEOUT, || {
+        last = api();
+        last.as_ref()
+            .is_ok_and(|(r, peer)| r.contains("reviews-v1") && !peer.is_empty())
+    });
+    assert!(
+        ok,
+        "HTTPS with the granted certificate: {last:?}\n{}",
+        envoy.summary()
+    );
+    std::fs::remove_file(config_dir.join("grant.yaml")).expect("the grant's file");
+    let gone = support::wait_until(support::CONVERGE_TIMEOUT, || api().is_err());
+    assert!(gone, "the grant deleted, the listener is served no more");
+    assert!(
+        tls_get_path(
+            addr,
+            "shop.example",
+            "/reviews/1",
+            Trust::Roots(&authority.pem),
+            &[],
+            None
+        )
+        .is_ok(),
+        "the other listener is untouched"
+    );
+    assert_eq!(envoy.rejected_updates(), 0, "{}", envoy.summary());
+}
+
+/// Proves the misdirected-request rule through a real Envoy
+/// (HTTPRouteHTTPSListenerDetectMisdirectedRequests): three HTTPS listeners on one port —
+/// `foo.example.com`, `*.example.com` and none — and a route for `foo.example.com` and
+/// `bar.example.com`. A request whose SNI and Host select the same listener reaches the
+/// backend; one whose Host another listener matches more specifically, or that the SNI's
+/// listener does not match while another does, is answered 421 (the client should open a
+/// connection for it); an unknown host on the hostname-less listener is a 404.
+#[test]
+fn https_listeners_on_one_port_answer_421_to_misdirected_requests() {
+    use support::pki::{ca, leaf};
+    use support::tls_client::{tls_get_sni, Trust};
+    let envoy_bin = require_envoy!();
+    let dir = TestDir::new("envoy-gateway-api-421");
+    let config_dir = dir.subdir("config");
+    let port = free_port();
+    let _v1 = reviews_v1(MISDIRECTED_NET, &config_dir);
+    let authority = ca("edge CA");
+    let (cert, key) = leaf(
+        &authority,
+        &["foo.example.com", "*.example.com", "unknown.test"],
+        None,
+    );
+    write_config(
+        &config_dir,
+        "secret.yaml",
+        &tls_secret("default", "edge-cert", &cert, &key),
+    );
+    let listener = |name: &str, hostname: Option<&str>| {
+        format!(
+            "  - name: {name}\n    port: {port}\n    protocol: HTTPS\n{}    tls: {{certificateRefs: [{{name: edge-cert}}]}}\n",
+            hostname.map(|h| format!("    hostname: \"{h}\"\n")).unwrap_or_default()
+        )
+    };
+    write_config(
+        &config_dir,
+        "gateway.yaml",
+        &format!(
+            "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: edge, namespace: default}}
+spec:
+  gatewayClassName: istio
+  listeners:
+{}{}{}---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: web, namespace: default}}
+spec:
+  parentRefs: [{{name: edge}}]
+  hostnames: [foo.example.com, bar.example.com]
+  rules: [{{backendRefs: [{{name: reviews-v1, port: 9080}}]}}]
+",
+            listener("foo", Some("foo.example.com")),
+            listener("wild", Some("*.example.com")),
+            listener("any", None),
+        ),
+    );
+    let (_meshflow, envoy) = start_gateway(&envoy_bin, &dir, &config_dir, "edge", "edge-abc", port);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let status = |sni: &str, host: &str| -> Result<u16, String> {
+        let (response, _) = tls_get_sni(
+            addr,
+            sni,
+            host,
+            "/reviews/1",
+            Trust::Roots(&authority.pem),
+            &[],
+            None,
+        )?;
+        response
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .ok_or(response)
+    };
+    let converged = support::wait_until(support::CONVERGE_TIMEOUT, || {
+        status("foo.example.com", "foo.example.com") == Ok(200)
+    });
+    assert!(
+        converged,
+        "{:?}\n{}",
+        status("foo.example.com", "foo.example.com"),
+        envoy.summary()
+    );
+    for (sni, host, want) in [
+        ("foo.example.com", "foo.example.com", 200),
+        ("bar.example.com", "bar.example.com", 200),
+        // A more specific listener (the exact one) serves foo: misdirected on the wildcard's
+        // connection, and on the hostname-less one's.
+        ("bar.example.com", "foo.example.com", 421),
+        ("unknown.test", "foo.example.com", 421),
+        // The SNI's listener does not match the host, another does.
+        ("foo.example.com", "bar.example.com", 421),
+        ("foo.example.com", "unknown.test", 421),
+        ("unknown.test", "bar.example.com", 421),
+        // Only the SNI's listener matches, and no route takes the host.
+        ("unknown.test", "unknown.test", 404),
+        ("baz.example.com", "baz.example.com", 404),
+    ] {
+        assert_eq!(status(sni, host), Ok(want), "SNI {sni}, Host {host}");
+    }
+    assert_eq!(envoy.rejected_updates(), 0, "{}", envoy.summary());
+}
+
+/// Service `name` of `default` on port `port` with `appProtocol` `app_protocol`, its one
+/// endpoint `ip:target`.
+fn app_protocol_service(
+    name: &str,
+    port: u16,
+    app_protocol: &str,
+    ip: &str,
+    target: u16,
+) -> String {
+    format!(
+        "apiVersion: v1
+kind: Service
+metadata: {{name: {name}, namespace: default}}
+spec:
+  ports: [{{name: web, port: {port}, targetPort: {target}, appProtocol: {app_protocol}}}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: {name}-abcde
+  namespace: default
+  labels: {{kubernetes.io/service-name: {name}}}
+addressType: IPv4
+ports: [{{name: web, port: {target}, protocol: TCP}}]
+endpoints:
+- addresses: [{ip}]
+  conditions: {{ready: true}}
+"
+    )
+}
+
+/// Proves HTTPRouteBackendProtocolWebSocket and HTTPRouteBackendProtocolH2C through a real
+/// Envoy gateway: a WebSocket to a Service whose port's `appProtocol` is `kubernetes.io/ws`
+/// is upgraded through the HTTP listener and its text and binary messages come back from the
+/// backend that accepted it; an h2c request (HTTP/2 with prior knowledge) to a Service of
+/// `appProtocol: kubernetes.io/h2c` reaches its backend over HTTP/2 — a server that speaks
+/// nothing else.
+#[test]
+fn http_routes_carry_websockets_and_h2c_to_their_backends() {
+    use support::upgrades::{h2c_get, ws_exchange, H2cBackend, WsEcho};
+    use tungstenite::Message;
+    let envoy_bin = require_envoy!();
+    let dir = TestDir::new("envoy-gateway-api-upgrades");
+    let config_dir = dir.subdir("config");
+    let port = free_port();
+    let (ws_ip, h2c_ip) = (
+        format!("127.0.{UPGRADE_NET}.11"),
+        format!("127.0.{UPGRADE_NET}.12"),
+    );
+    let (ws_port, h2c_port) = (free_port(), free_port());
+    let _ws = WsEcho::start(&ws_ip, ws_port, "socket-v1");
+    let _h2c = H2cBackend::start(&h2c_ip, h2c_port, "h2c-v1");
+    write_config(
+        &config_dir,
+        "services.yaml",
+        &format!(
+            "{}---\n{}",
+            app_protocol_service("socket", 8080, "kubernetes.io/ws", &ws_ip, ws_port),
+            app_protocol_service("h2c", 8081, "kubernetes.io/h2c", &h2c_ip, h2c_port),
+        ),
+    );
+    write_config(
+        &config_dir,
+        "gateway.yaml",
+        &format!(
+            "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: edge, namespace: default}}
+spec:
+  gatewayClassName: istio
+  listeners: [{{name: http, port: {port}, protocol: HTTP}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: socket, namespace: default}}
+spec:
+  parentRefs: [{{name: edge}}]
+  hostnames: [ws.example]
+  rules: [{{backendRefs: [{{name: socket, port: 8080}}]}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: h2c, namespace: default}}
+spec:
+  parentRefs: [{{name: edge}}]
+  hostnames: [h2c.example]
+  rules: [{{backendRefs: [{{name: h2c, port: 8081}}]}}]
+"
+        ),
+    );
+    let (_meshflow, envoy) = start_gateway(&envoy_bin, &dir, &config_dir, "edge", "edge-abc", port);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let messages = [
+        Message::Text("hello through the gateway".into()),
+        Message::Binary(vec![0u8, 1, 2, 254, 255].into()),
+    ];
+    let mut last = Err("not tried".to_string());
+    let ok = support::wait_until(support::CONVERGE_TIMEOUT, || {
+        last = ws_exchange(addr, "ws.example", "/chat", &messages);
+        last.is_ok()
+    });
+    assert!(ok, "the WebSocket: {last:?}\n{}", envoy.summary());
+    let exchange = last.expect("checked");
+    assert_eq!(exchange.backend, "socket-v1");
+    assert_eq!(exchange.echoed, messages.to_vec(), "text and binary echoed");
+
+    let mut last = Err("not tried".to_string());
+    let ok = support::wait_until(support::CONVERGE_TIMEOUT, || {
+        last = h2c_get(addr, "h2c.example", "/");
+        last.as_ref().is_ok_and(|r| r.status == 200)
+    });
+    assert!(ok, "h2c: {last:?}\n{}", envoy.summary());
+    let r = last.expect("checked");
+    assert_eq!(
+        (r.backend.as_str(), r.version.as_str()),
+        ("h2c-v1", "HTTP/2.0"),
+        "{r:?}"
     );
     assert_eq!(envoy.rejected_updates(), 0, "{}", envoy.summary());
 }

@@ -42,6 +42,7 @@ pub mod tasks;
 pub mod tcp_echo;
 pub mod tls_backend;
 pub mod tls_client;
+pub mod upgrades;
 pub mod xds_client;
 
 // The harness's surface. In a test binary `support` is a private module, so rustc reports each

@@ -142,7 +142,22 @@ pub fn tls_get_path(
     alpn: &[&str],
     client: Option<(&str, &str)>,
 ) -> Result<(String, Vec<u8>), String> {
-    let mut tls = tls_connect(addr, host, trust, alpn, client)?;
+    tls_get_sni(addr, host, host, path, trust, alpn, client)
+}
+
+/// As [`tls_get_path`], with an SNI name (`sni`, also the name the certificate is verified
+/// for) that need not be the request's `Host` — a client reusing a connection for another
+/// host.
+pub fn tls_get_sni(
+    addr: SocketAddr,
+    sni: &str,
+    host: &str,
+    path: &str,
+    trust: Trust<'_>,
+    alpn: &[&str],
+    client: Option<(&str, &str)>,
+) -> Result<(String, Vec<u8>), String> {
+    let mut tls = tls_connect(addr, sni, trust, alpn, client)?;
     let req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
     tls.write_all(req.as_bytes())
         .map_err(|e| format!("write: {e}"))?;

@@ -147,7 +147,14 @@ fn http_route_resources(
             let (mut domains, redirect) = vhosts.remove(&at).unwrap_or_default();
             sort_vhosts(&mut domains);
             let r = route::gateway_route_config(
-                &rc.name, rc.port, false, source, &domains, &redirect, hashing,
+                &rc.name,
+                rc.port,
+                false,
+                source,
+                &domains,
+                &redirect,
+                &BTreeSet::new(),
+                hashing,
             );
             (r, inputs)
         })

@@ -1,6 +1,6 @@
 //! A gateway proxy's TLS servers, shared by the dataflow and the naive recompute: which
-//! Secrets a terminating server takes its certificate from (only its workload's namespace,
-//! as Istio allows), the SNI chains of HTTPS, terminating TLS and PASSTHROUGH servers, and
+//! Secrets a terminating server takes its certificate from (its workload's namespace, as
+//! Istio allows, or the one a Gateway API certificate a ReferenceGrant allows is in), the SNI chains of HTTPS, terminating TLS and PASSTHROUGH servers, and
 //! each HTTPS server's own route configuration. What cannot be served fails closed: a server whose
 //! Secret is missing or invalid, or a `tls[]` route whose SNI names the server does not
 //! serve, gets no chain, and an error names the Gateway (or VirtualService), the field and
@@ -35,7 +35,13 @@ pub fn credential(
     let Some(tls) = server.tls.as_deref() else {
         return Ok(Vec::new());
     };
-    let Some(Credential::Secret(name)) = &tls.credential else {
+    let (namespace, name) = match &tls.credential {
+        Some(Credential::Secret(name)) => (namespace, name),
+        Some(Credential::Granted { namespace, name }) => (namespace.as_str(), name),
+        _ => return Ok(Vec::new()),
+    };
+    let Some((cert_name, ca_name)) = tls.credential.as_ref().and_then(secret::credential_names)
+    else {
         return Ok(Vec::new());
     };
     let find = |n: &str| {
@@ -58,10 +64,7 @@ pub fn credential(
         ));
     };
     let id = s.serving_identity().map_err(fail)?;
-    let mut out = vec![(
-        secret::certificate(&secret::certificate_name(name), id),
-        s.key.clone(),
-    )];
+    let mut out = vec![(secret::certificate(&cert_name, id), s.key.clone())];
     if matches!(
         tls.mode,
         ServerTlsMode::Mutual | ServerTlsMode::OptionalMutual
@@ -94,7 +97,7 @@ pub fn credential(
                 }
             },
         };
-        out.push((secret::validation(&secret::ca_name(name), &ca.0), ca.1));
+        out.push((secret::validation(&ca_name, &ca.0), ca.1));
     }
     Ok(out)
 }
@@ -196,6 +199,7 @@ pub fn servers(
                     let mut vhosts = route::GatewayVhosts::new();
                     server_vhosts(gw, server, vss, &mut route_inputs, &mut vhosts);
                     sort_vhosts(&mut vhosts);
+                    let misdirected = misdirected(server, tls, &mut vhosts);
                     let rc = route::gateway_route_config(
                         &name,
                         server.port,
@@ -203,6 +207,7 @@ pub fn servers(
                         source,
                         &vhosts,
                         &BTreeSet::new(),
+                        &misdirected,
                         hashing,
                     );
                     out.resources.push((rc, route_inputs));
@@ -234,6 +239,57 @@ pub fn servers(
             .collect();
         out.resources.push((chains.listener(&addr, port), inputs));
         out.ports.insert((addr, port), gateways);
+    }
+    out
+}
+
+/// The domains a terminating HTTPS server answers 421 for (its `misdirected` siblings: the
+/// other HTTPS listeners of its Gateway API Gateway on its port). A domain of the server's
+/// own virtual hosts that a sibling matches more specifically than the server's listener
+/// hostname does leaves its routes and is answered 421 as well (the spec: another listener
+/// with an exact match or a more specific wildcard takes it); a sibling hostname the server
+/// keeps a virtual host of is not repeated (its domains would clash). Where a sibling is
+/// less specific than the server (a wildcard covering its hostname, or none), a host of the
+/// server's own hostname without routes answers 404 from an empty virtual host of that
+/// hostname, not the sibling's 421: the server's listener is the one that matches it.
+fn misdirected(
+    server: &GatewayServer,
+    tls: &ServerTls,
+    vhosts: &mut route::GatewayVhosts,
+) -> BTreeSet<String> {
+    if tls.misdirected.is_empty() {
+        return BTreeSet::new();
+    }
+    let own = server
+        .hosts
+        .first()
+        .and_then(|h| h.split_once('/'))
+        .map_or("*", |(_, h)| h);
+    let claimed: Vec<String> = vhosts
+        .keys()
+        .filter(|d| {
+            tls.misdirected
+                .iter()
+                .any(|s| crate::rules::gateway_api::misdirected_to(s, own, d))
+        })
+        .cloned()
+        .collect();
+    let mut out: BTreeSet<String> = claimed.into_iter().collect();
+    for d in &out {
+        vhosts.remove(d);
+    }
+    out.extend(
+        tls.misdirected
+            .iter()
+            .filter(|s| !vhosts.contains_key(*s))
+            .cloned(),
+    );
+    let covered = tls
+        .misdirected
+        .iter()
+        .any(|s| s != own && crate::rules::gateway_api::hostname_covers(s, own));
+    if own != "*" && covered && !out.contains(own) {
+        vhosts.entry(own.to_string()).or_default();
     }
     out
 }

@@ -143,6 +143,9 @@ fn duplicate_certificates<'s>(gateways: &Coll<'s, (ConfigKey, Gateway)>) -> Coll
             .iter()
             .filter_map(|s| match s.tls.as_ref()?.credential.as_ref()? {
                 Credential::Secret(name) => Some(format!("credentialName {name}")),
+                Credential::Granted { namespace, name } => {
+                    Some(format!("certificateRef {namespace}/{name}"))
+                }
                 Credential::Files { cert, key, .. } => Some(format!("files {cert} and {key}")),
             })
             .collect();

@@ -1,8 +1,9 @@
 //! The Gateway API, translated: Gateway API objects → the Gateways and VirtualServices the
 //! rest of the dataflow serves ([`crate::rules::gateway_api`] says how), and what is wrong
-//! with each route (errors, retracted when fixed). A route meets the ReferenceGrants of the
-//! namespaces its backends are in, the services its backends name and the Gateways its
-//! parents name; the routes of one (listener, hostname) meet in one group, so a route's edit
+//! with each route (errors, retracted when fixed). A Gateway meets the ReferenceGrants of
+//! the namespaces its certificates are in (a listener they do not allow is refused). A
+//! route meets the ReferenceGrants of the namespaces its backends are in, the services its
+//! backends name and the Gateways its parents name; the routes of one (listener, hostname) meet in one group, so a route's edit
 //! re-sorts only the hostnames it is on.
 
 use super::Coll;
@@ -33,22 +34,60 @@ enum Found {
     Parent(KubeGateway),
 }
 
+/// A Gateway, or a ReferenceGrant of a namespace its certificates are in, gathered per
+/// Gateway.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+enum GwPart {
+    Gateway(KubeGateway),
+    Grant(ReferenceGrant),
+}
+
 pub(super) fn translate<'s>(
     config: &MeshConfig,
     objects: &Coll<'s, (ConfigKey, GatewayApiObject)>,
     services: &Coll<'s, (Hostname, Service)>,
 ) -> Translated<'s> {
-    let all_gateways = objects.clone().flat_map(|(k, o)| match o {
-        GatewayApiObject::Gateway(g) => Some(((k.namespace, k.name), g)),
-        _ => None,
-    });
-    let kube_gateways = all_gateways.clone().filter(|(_, g)| g.owned());
-    // Routes of every kind, by key.
-    let routes = objects.clone().filter(|(_, o)| RouteView::of(o).is_some());
     let grants = objects.clone().flat_map(|(k, o)| match o {
         GatewayApiObject::ReferenceGrant(g) => Some((k.namespace, g)),
         _ => None,
     });
+    let written_gateways = objects.clone().flat_map(|(k, o)| match o {
+        GatewayApiObject::Gateway(g) => Some(((k.namespace, k.name), g)),
+        _ => None,
+    });
+    // Each Gateway of a class meshflow owns meets the grants of the namespaces its
+    // certificates are in (most have none: they meet nothing), and is served as they allow.
+    let owned = written_gateways.clone().filter(|(_, g)| g.owned());
+    let granted = owned
+        .clone()
+        .flat_map(|(k, g)| {
+            rules::certificate_namespaces(&g)
+                .into_iter()
+                .map(move |ns| (ns, k.clone()))
+        })
+        .join_map(grants.clone(), |_, k, g| {
+            (k.clone(), GwPart::Grant(g.clone()))
+        })
+        .concat(owned.map(|(k, g)| (k, GwPart::Gateway(g))))
+        .reduce(|_, vals: &[(&GwPart, isize)], out| {
+            let grants = vals.iter().filter_map(|(p, _)| match p {
+                GwPart::Grant(g) => Some(g),
+                GwPart::Gateway(_) => None,
+            });
+            for (p, _) in vals {
+                if let GwPart::Gateway(g) = p {
+                    out.push((rules::grant_certificates(g, grants.clone()), 1isize));
+                }
+            }
+        });
+    let kube_gateways = granted.clone().map(|(k, (g, _))| (k, g));
+    let gateway_errors = granted.flat_map(|(_, (_, errors))| errors);
+    // Every Gateway its routes may name: those meshflow serves as granted, and the others.
+    let all_gateways = kube_gateways
+        .clone()
+        .concat(written_gateways.filter(|(_, g)| !g.owned()));
+    // Routes of every kind, by key.
+    let routes = objects.clone().filter(|(_, o)| RouteView::of(o).is_some());
     let namespaces = objects.clone().flat_map(|(k, o)| match o {
         GatewayApiObject::Namespace(n) => Some((k.name, n.labels)),
         _ => None,
@@ -158,7 +197,8 @@ pub(super) fn translate<'s>(
                 }
             }
         })
-        .map(|(_, e)| e);
+        .map(|(_, e)| e)
+        .concat(gateway_errors);
     Translated {
         gateways,
         virtual_services,

@@ -4,7 +4,8 @@
 //! each was built from, and the errors of servers that cannot be served (fail closed).
 //!
 //! A scope joins only the Secrets its servers name (`credentialName` and its `-cacert`
-//! companion) in its own namespace, so a Secret change reaches only the gateways using it.
+//! companion) in its own namespace (a Gateway API certificate a ReferenceGrant allows: in
+//! its own), so a Secret change reaches only the gateways using it.
 
 use super::{Built, Coll};
 use crate::assemble;
@@ -26,17 +27,19 @@ enum GwItem {
     Cluster(String),
 }
 
-/// The Secrets (namespace, name) a Gateway's servers may take from a workload in `ns`.
+/// The Secrets (namespace, name) a Gateway's servers may take from a workload in `ns` (or,
+/// for a Gateway API certificate a ReferenceGrant allows, from its own namespace).
 pub(super) fn wanted_secrets(ns: &str, gw: &Gateway) -> Vec<(String, String)> {
     gw.servers
         .iter()
         .filter_map(
             |s| match s.tls.as_deref().and_then(|t| t.credential.as_ref()) {
-                Some(Credential::Secret(name)) => Some(name),
+                Some(Credential::Secret(name)) => Some((ns, name)),
+                Some(Credential::Granted { namespace, name }) => Some((namespace.as_str(), name)),
                 _ => None,
             },
         )
-        .flat_map(|name| {
+        .flat_map(|(ns, name)| {
             [
                 (ns.to_string(), name.clone()),
                 (ns.to_string(), format!("{name}-cacert")),

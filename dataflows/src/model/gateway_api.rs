@@ -121,6 +121,9 @@ impl KubeGateway {
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct Listener {
     pub name: String,
+    /// Its index in `spec.listeners`, for the field paths problems are reported at.
+    #[serde(default)]
+    pub index: usize,
     /// `hostname`: exact or `*.suffix`; `None` matches every host.
     pub hostname: Option<String>,
     pub port: u16,

@@ -54,6 +54,11 @@ pub struct ServerTls {
     /// routed by the `tcp[]` routes of the VirtualServices bound to the gateway.
     #[serde(default)]
     pub tcp: bool,
+    /// The hostnames (`*` for none) of the other HTTPS listeners on this one's port, of a
+    /// Gateway API Gateway: a request on this server's connection for a host one of them
+    /// serves better is answered 421 (Misdirected Request), as the spec asks.
+    #[serde(default)]
+    pub misdirected: Vec<String>,
 }
 
 /// How a gateway server treats TLS.
@@ -80,6 +85,10 @@ pub enum ServerTlsMode {
 pub enum Credential {
     /// `credentialName`: a Secret in the gateway workload's namespace, served over SDS.
     Secret(String),
+    /// A Gateway API `certificateRef` to a Secret of another namespace that a ReferenceGrant
+    /// there lets the Gateway name: served over SDS as `kubernetes-gateway://NAMESPACE/NAME`
+    /// (Istio's name for it).
+    Granted { namespace: String, name: String },
     /// `serverCertificate`/`privateKey`/`caCertificates`: files the proxy reads itself.
     Files {
         cert: String,

@@ -30,9 +30,8 @@ pub fn listener_gateways(gw: &KubeGateway) -> Vec<Gateway> {
     let selector: Labels = [(GATEWAY_NAME_LABEL.to_string(), gw.key.name.clone())].into();
     gw.listeners
         .iter()
-        .enumerate()
-        .filter_map(|(i, l)| {
-            let server = listener_server(l, &gw.key.namespace, i)?;
+        .filter_map(|l| {
+            let server = listener_server(l, gw)?;
             Some(Gateway {
                 key: ConfigKey::new(
                     Kind::Gateway,
@@ -47,10 +46,85 @@ pub fn listener_gateways(gw: &KubeGateway) -> Vec<Gateway> {
         .collect()
 }
 
-/// A listener's server; `None` for one that cannot be served as written (a certificate in
-/// another namespace, which needs a ReferenceGrant meshflow does not read for Secrets yet):
-/// no listener rather than one without its certificate.
-fn listener_server(l: &Listener, gw_ns: &str, index: usize) -> Option<GatewayServer> {
+/// The namespaces other than its own whose Secrets a Gateway's terminating listeners name:
+/// the ReferenceGrants of those namespaces decide whether it may ([`grant_certificates`]).
+pub fn certificate_namespaces(gw: &KubeGateway) -> BTreeSet<String> {
+    gw.listeners
+        .iter()
+        .filter_map(|l| foreign_certificate(l, &gw.key.namespace))
+        .map(|(ns, _)| ns.clone())
+        .collect()
+}
+
+/// The certificate a terminating listener serves (its first `certificateRefs`), when it is a
+/// Secret of another namespace than the Gateway's.
+fn foreign_certificate<'a>(l: &'a Listener, gw_ns: &str) -> Option<&'a (String, String)> {
+    let tls = l.tls.as_ref().filter(|t| !t.passthrough)?;
+    tls.certificates.first().filter(|(ns, _)| ns != gw_ns)
+}
+
+/// A Gateway with the ReferenceGrants for its certificates applied (`grants`: those of the
+/// namespaces its certificates are in; others are ignored). A terminating listener whose
+/// certificate is a Secret of another namespace is served only where a grant there lets
+/// Gateways of the Gateway's namespace name that Secret; otherwise it is refused with the
+/// spec's `RefNotPermitted` and an error names the field (fail closed: no listener rather
+/// than one without its certificate).
+pub fn grant_certificates<'a>(
+    gw: &KubeGateway,
+    grants: impl IntoIterator<Item = &'a ReferenceGrant> + Clone,
+) -> (KubeGateway, Vec<ConfigError>) {
+    let ns = &gw.key.namespace;
+    let mut out = gw.clone();
+    let mut errors = Vec::new();
+    out.listeners.retain(|l| {
+        let Some((cert_ns, cert)) = foreign_certificate(l, ns) else {
+            return true;
+        };
+        let granted = grants
+            .clone()
+            .into_iter()
+            .any(|g| g.key.namespace == *cert_ns && g.allows("Gateway", ns, "Secret", cert));
+        if granted {
+            return true;
+        }
+        let why = format!(
+            "Secret {cert_ns}/{cert} is in another namespace and no ReferenceGrant there \
+             allows Gateways of {ns} to name it; the listener is left out"
+        );
+        if gw.owned() {
+            errors.push(ConfigError {
+                object: gw.key.clone(),
+                code: ErrorCode::GatewaySecret,
+                message: format!(
+                    "spec.listeners[{}].tls.certificateRefs[0]: RefNotPermitted: {why}",
+                    l.index
+                ),
+            });
+        }
+        out.refused.push(RefusedListener {
+            name: l.name.clone(),
+            reason: "RefNotPermitted".into(),
+            why,
+            // A terminating TLS listener's own kind (TLSRoute) is not served anyway.
+            kinds: l
+                .protocol
+                .default_kinds()
+                .iter()
+                .filter(|k| matches!(**k, "HTTPRoute" | "GRPCRoute"))
+                .map(|k| k.to_string())
+                .collect(),
+        });
+        false
+    });
+    (out, errors)
+}
+
+/// A listener's server; `None` for one that cannot be served as written (TLS that
+/// terminates without a certificate): no listener rather than one without its
+/// certificate. A certificate of another namespace is taken as granted: the Gateway's
+/// grants were applied before ([`grant_certificates`]).
+fn listener_server(l: &Listener, gw: &KubeGateway) -> Option<GatewayServer> {
+    let gw_ns = gw.key.namespace.as_str();
     let (protocol, tls) = match l.protocol {
         ListenerProtocol::Http => (Protocol::Http, None),
         ListenerProtocol::Tcp => (Protocol::Tcp, None),
@@ -68,20 +142,31 @@ fn listener_server(l: &Listener, gw_ns: &str, index: usize) -> Option<GatewaySer
                     cipher_suites: Vec::new(),
                     subject_alt_names: Vec::new(),
                     tcp: false,
+                    misdirected: Vec::new(),
                 }
             } else {
                 let (ns, name) = tls.certificates.first()?;
-                if ns != gw_ns {
-                    return None;
-                }
+                let credential = if ns == gw_ns {
+                    Credential::Secret(name.clone())
+                } else {
+                    Credential::Granted {
+                        namespace: ns.clone(),
+                        name: name.clone(),
+                    }
+                };
                 ServerTls {
                     mode: ServerTlsMode::Simple,
-                    credential: Some(Credential::Secret(name.clone())),
+                    credential: Some(credential),
                     min_version: None,
                     max_version: None,
                     cipher_suites: Vec::new(),
                     subject_alt_names: Vec::new(),
                     tcp: l.protocol == ListenerProtocol::Tls,
+                    misdirected: if l.protocol == ListenerProtocol::Https {
+                        https_siblings(l, gw)
+                    } else {
+                        Vec::new()
+                    },
                 }
             };
             (protocol, Some(Box::new(server_tls)))
@@ -95,8 +180,44 @@ fn listener_server(l: &Listener, gw_ns: &str, index: usize) -> Option<GatewaySer
         hosts: vec![format!("*/{}", l.hostname.as_deref().unwrap_or("*"))],
         https_redirect: false,
         tls,
-        field: format!("spec.listeners[{index}]"),
+        field: format!("spec.listeners[{}]", l.index),
     })
+}
+
+/// The hostnames (`*` for none) of the other HTTPS listeners of `gw` on `l`'s port, sorted.
+fn https_siblings(l: &Listener, gw: &KubeGateway) -> Vec<String> {
+    let mut out: Vec<String> = gw
+        .listeners
+        .iter()
+        .filter(|o| o.name != l.name && o.port == l.port && o.protocol == ListenerProtocol::Https)
+        .map(|o| o.hostname.clone().unwrap_or_else(|| "*".into()))
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// How specific a listener hostname is: an exact name, then wildcards by the length of
+/// their suffix, then none (`*`).
+fn specificity(h: &str) -> (u8, usize) {
+    match h {
+        "*" => (0, 0),
+        w if w.starts_with('*') => (1, w.len()),
+        _ => (2, h.len()),
+    }
+}
+
+/// Whether a request for `domain` (a virtual host of the server of listener hostname
+/// `own`) belongs to a sibling listener of hostname `sibling` on the same port: it matches
+/// the domain and is more specific than `own` (the spec's misdirected-request rule).
+pub fn misdirected_to(sibling: &str, own: &str, domain: &str) -> bool {
+    hostname_covers(sibling, domain) && specificity(sibling) > specificity(own)
+}
+
+/// Whether listener hostname `wide` (`*` for none) matches every host `narrow` (a name or a
+/// wildcard) matches.
+pub fn hostname_covers(wide: &str, narrow: &str) -> bool {
+    wide == "*" || wide == narrow || covers(wide, narrow)
 }
 
 /// Whether `wild` (`*.suffix`) covers `host` (a name, or a narrower wildcard): the Gateway
@@ -703,6 +824,10 @@ pub fn translate_all(
             | GatewayApiObject::GatewayClass(_) => {}
         }
     }
+    let kube_gateways: Vec<KubeGateway> = kube_gateways
+        .into_iter()
+        .map(|g| grant_certificates(g, &grants).0)
+        .collect();
     for g in &kube_gateways {
         gateways.extend(listener_gateways(g));
     }

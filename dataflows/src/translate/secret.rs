@@ -170,6 +170,24 @@ pub fn certificate_name(secret: &str) -> String {
     format!("{SECRET_PREFIX}{secret}")
 }
 
+/// Istio's SDS name prefix for a Gateway API certificate of another namespace.
+pub const GRANTED_SECRET_PREFIX: &str = "kubernetes-gateway://";
+
+/// The SDS names of a Secret credential's certificate and key and of its CA bundle (`None`
+/// for files): `kubernetes://NAME` for a Secret of the workload's namespace,
+/// `kubernetes-gateway://NAMESPACE/NAME` for one of another namespace a ReferenceGrant
+/// allows.
+pub fn credential_names(credential: &Credential) -> Option<(String, String)> {
+    match credential {
+        Credential::Secret(name) => Some((certificate_name(name), ca_name(name))),
+        Credential::Granted { namespace, name } => Some((
+            format!("{GRANTED_SECRET_PREFIX}{namespace}/{name}"),
+            format!("{GRANTED_SECRET_PREFIX}{namespace}/{name}-cacert"),
+        )),
+        Credential::Files { .. } => None,
+    }
+}
+
 /// The SDS name of the CA bundle that goes with Secret `name` (its own `ca.crt`/`cacert`,
 /// or the `NAME-cacert` Secret's).
 pub fn ca_name(secret: &str) -> String {
@@ -290,14 +308,15 @@ pub fn downstream_tls(tls: &ServerTls, http: bool) -> TransportSocket {
         ..Default::default()
     };
     match &tls.credential {
-        Some(Credential::Secret(name)) => {
-            common.tls_certificate_sds_secret_configs = vec![sds(certificate_name(name))];
+        Some(c @ (Credential::Secret(_) | Credential::Granted { .. })) => {
+            let (cert, ca) = credential_names(c).unwrap_or_default();
+            common.tls_certificate_sds_secret_configs = vec![sds(cert)];
             if mutual {
                 common.validation_context_type =
                     Some(ValidationContextType::CombinedValidationContext(
                         CombinedCertificateValidationContext {
                             default_validation_context: Some(sans),
-                            validation_context_sds_secret_config: Some(sds(ca_name(name))),
+                            validation_context_sds_secret_config: Some(sds(ca)),
                             ..Default::default()
                         },
                     ));

@@ -79,6 +79,7 @@ fn tls_server(rng: &mut StdRng, extra: &mut StdRng) -> GatewayServer {
                 mode,
                 ServerTlsMode::Passthrough | ServerTlsMode::AutoPassthrough
             ) && extra.random_bool(0.4),
+            misdirected: Vec::new(),
         })),
         field: "spec.servers[2]".into(),
     }

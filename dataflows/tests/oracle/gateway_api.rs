@@ -1,7 +1,8 @@
 //! Random Gateway API objects: Gateways of an owned class or another, with one or two
-//! listeners (HTTP, TCP, TLS passthrough; hostnames, `allowedRoutes`), HTTPRoutes naming them
-//! (by listener or not) or a Service (the mesh), TCPRoutes and TLSRoutes, with
-//! a few rules to services of either namespace, ReferenceGrants, Namespaces with labels
+//! listeners (HTTP, TCP, TLS passthrough, HTTPS with a certificate of its namespace or
+//! another; hostnames, `allowedRoutes`), HTTPRoutes naming them (by listener or not) or a
+//! Service (the mesh), TCPRoutes and TLSRoutes, with a few rules to services of either
+//! namespace, ReferenceGrants (to Services and to Secrets), Namespaces with labels
 //! (listeners select routes' namespaces by them), and the routers that run the Gateways. Drawn from a generator of their own, so the logs of the others stay.
 
 use crate::records::{pick, NAMESPACES};
@@ -35,14 +36,23 @@ pub fn gateway_api(rng: &mut StdRng) -> Record {
                 format!("g{}", rng.random_range(0..2)),
             ),
             from: vec![(
-                pick(rng, &["HTTPRoute", "TCPRoute", "GRPCRoute"]).into(),
+                pick(rng, &["HTTPRoute", "TCPRoute", "GRPCRoute", "Gateway"]).into(),
                 pick(rng, &NAMESPACES[..2]).into(),
             )],
-            to: vec![(
-                "Service".into(),
-                rng.random_bool(0.5)
-                    .then(|| format!("svc{}", rng.random_range(0..4))),
-            )],
+            // To backends, or to the certificates of terminating listeners.
+            to: vec![if rng.random_bool(0.7) {
+                (
+                    "Service".into(),
+                    rng.random_bool(0.5)
+                        .then(|| format!("svc{}", rng.random_range(0..4))),
+                )
+            } else {
+                (
+                    "Secret".into(),
+                    rng.random_bool(0.5)
+                        .then(|| pick(rng, &["cred", "other"]).to_string()),
+                )
+            }],
         })),
         _ => {
             let gw = format!("gw{}", rng.random_range(0..2));
@@ -72,6 +82,7 @@ fn gateway(rng: &mut StdRng, ns: &str) -> Record {
                     ListenerProtocol::Http,
                     ListenerProtocol::Tcp,
                     ListenerProtocol::Tls,
+                    ListenerProtocol::Https,
                 ],
             );
             (i, protocol)
@@ -80,19 +91,33 @@ fn gateway(rng: &mut StdRng, ns: &str) -> Record {
     let listeners = protocols
         .into_iter()
         .map(|(i, protocol)| Listener {
+            index: i,
             name: format!("l{i}"),
             hostname: pick(rng, &[None, Some("*.example.com"), Some("a.example.com")])
                 .map(str::to_string),
             port: match protocol {
                 ListenerProtocol::Tcp => 3306,
                 ListenerProtocol::Tls => 8443,
+                ListenerProtocol::Https => 443,
                 _ => pick(rng, &[8080u16, 8081]),
             },
             protocol,
-            tls: (protocol == ListenerProtocol::Tls).then(|| ListenerTls {
-                passthrough: true,
-                certificates: Vec::new(),
-            }),
+            tls: match protocol {
+                ListenerProtocol::Tls => Some(ListenerTls {
+                    passthrough: true,
+                    certificates: Vec::new(),
+                }),
+                // A certificate of the Gateway's namespace, or of another one: served where
+                // a ReferenceGrant there allows it.
+                ListenerProtocol::Https => Some(ListenerTls {
+                    passthrough: false,
+                    certificates: vec![(
+                        pick(rng, &[ns, "default", "istio-system"]).to_string(),
+                        pick(rng, &["cred", "other"]).to_string(),
+                    )],
+                }),
+                _ => None,
+            },
             allowed_namespaces: match rng.random_range(0..5) {
                 0 | 1 => AllowedNamespaces::Same,
                 2 | 3 => AllowedNamespaces::All,

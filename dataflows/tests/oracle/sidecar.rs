@@ -75,6 +75,7 @@ fn ingress(extra: &mut StdRng) -> Vec<IngressListener> {
                     cipher_suites: vec![],
                     subject_alt_names: vec![],
                     tcp: false,
+                    misdirected: Vec::new(),
                 })
             }),
             fail_closed: None,

@@ -372,6 +372,7 @@ fn one_certificate_on_two_gateways_of_the_same_workloads_is_reported() {
             cipher_suites: Vec::new(),
             subject_alt_names: Vec::new(),
             tcp: false,
+            misdirected: Vec::new(),
         }));
         Record::Gateway(g)
     };

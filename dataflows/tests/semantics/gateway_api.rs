@@ -9,6 +9,7 @@ use envoy_types::pb::envoy::config::route::v3::{route::Action, route_match::Path
 
 fn listener(name: &str, port: u16, hostname: Option<&str>, from: AllowedNamespaces) -> Listener {
     Listener {
+        index: 0,
         name: name.into(),
         hostname: hostname.map(str::to_string),
         port,
@@ -17,6 +18,16 @@ fn listener(name: &str, port: u16, hostname: Option<&str>, from: AllowedNamespac
         allowed_namespaces: from,
         allowed_kinds: Vec::new(),
     }
+}
+
+/// The gateway proxy of Gateway `default/gw` (its name label), pod `gw-abc`.
+fn gw_pod() -> Proxy {
+    router_proxy(
+        "gw-abc",
+        "default",
+        "10.9.0.1",
+        &[(GATEWAY_NAME_LABEL, "gw")],
+    )
 }
 
 fn kube_gateway(ns: &str, name: &str, class: &str, listeners: Vec<Listener>) -> Record {
@@ -115,12 +126,7 @@ fn table(m: &Mesh, p: &Proxy, route: &str) -> Vec<VirtualHostRows> {
 #[test]
 fn routes_attach_by_listener_and_order_by_precedence_across_routes() {
     let mut m = Mesh::new();
-    let gw_pod = router_proxy(
-        "gw-abc",
-        "default",
-        "10.9.0.1",
-        &[(GATEWAY_NAME_LABEL, "gw")],
-    );
+    let gw_pod = gw_pod();
     let other_ns = router_proxy("gw-xyz", "other", "10.9.0.2", &[(GATEWAY_NAME_LABEL, "gw")]);
     let gw = kube_gateway(
         "default",
@@ -251,12 +257,7 @@ fn routes_attach_by_listener_and_order_by_precedence_across_routes() {
 #[test]
 fn a_gateway_of_another_class_is_not_served() {
     let mut m = Mesh::new();
-    let gw_pod = router_proxy(
-        "gw-abc",
-        "default",
-        "10.9.0.1",
-        &[(GATEWAY_NAME_LABEL, "gw")],
-    );
+    let gw_pod = gw_pod();
     m.insert(vec![
         kube_gateway(
             "default",
@@ -287,12 +288,7 @@ fn namespace(name: &str, labels: &[(&str, &str)]) -> Record {
 #[test]
 fn a_namespace_selector_takes_the_routes_of_the_namespaces_it_matches() {
     let mut m = Mesh::new();
-    let gw_pod = router_proxy(
-        "gw-abc",
-        "default",
-        "10.9.0.1",
-        &[(GATEWAY_NAME_LABEL, "gw")],
-    );
+    let gw_pod = gw_pod();
     let selector = NamespaceSelector {
         match_labels: [("shared".to_string(), "yes".to_string())].into(),
         expressions: vec![LabelExpression::NotIn("env".into(), vec!["test".into()])],
@@ -505,12 +501,7 @@ fn l4_route(kind: Kind, name: &str, hostnames: &[&str], backends: Vec<BackendRef
 #[test]
 fn tcp_and_tls_routes_take_connections() {
     let mut m = Mesh::new();
-    let gw_pod = router_proxy(
-        "gw-abc",
-        "default",
-        "10.9.0.1",
-        &[(GATEWAY_NAME_LABEL, "gw")],
-    );
+    let gw_pod = gw_pod();
     let mut tls = listener("tls", 8443, None, AllowedNamespaces::Same);
     tls.protocol = ListenerProtocol::Tls;
     tls.tls = Some(ListenerTls {
@@ -547,19 +538,7 @@ fn tcp_and_tls_routes_take_connections() {
         .filter_map(crate::support::tcp_proxy_cluster)
         .collect();
     assert_eq!(to, vec![crate::support::outbound(80, "", "db", "default")]);
-    let chains = m.listener_body(&gw_pod, "0.0.0.0_8443").filter_chains;
-    let sni: Vec<(Vec<String>, Option<String>)> = chains
-        .iter()
-        .map(|c| {
-            (
-                c.filter_chain_match
-                    .as_ref()
-                    .map(|m| m.server_names.clone())
-                    .unwrap_or_default(),
-                crate::support::tcp_proxy_cluster(c),
-            )
-        })
-        .collect();
+    let sni = sni_chains(&m, &gw_pod, "0.0.0.0_8443");
     assert!(
         sni.contains(&(
             vec!["secure.example.com".to_string()],
@@ -609,12 +588,7 @@ fn tcp_and_tls_routes_take_connections() {
 #[test]
 fn grpc_routes_route_by_method_path() {
     let mut m = Mesh::new();
-    let gw_pod = router_proxy(
-        "gw-abc",
-        "default",
-        "10.9.0.1",
-        &[(GATEWAY_NAME_LABEL, "gw")],
-    );
+    let gw_pod = gw_pod();
     let grpc = |name: &str, path: StringMatch, svc: &str| {
         Record::GatewayApi(GatewayApiObject::HttpRoute(KubeHttpRoute {
             key: ConfigKey::new(Kind::GrpcRoute, "default", name),
@@ -675,12 +649,7 @@ fn grpc_routes_route_by_method_path() {
 #[test]
 fn a_parent_port_names_its_listener_and_a_rule_name_its_route() {
     let mut m = Mesh::new();
-    let gw_pod = router_proxy(
-        "gw-abc",
-        "default",
-        "10.9.0.1",
-        &[(GATEWAY_NAME_LABEL, "gw")],
-    );
+    let gw_pod = gw_pod();
     let route = |port: u16| {
         Record::GatewayApi(GatewayApiObject::HttpRoute(KubeHttpRoute {
             key: ConfigKey::new(Kind::HttpRoute, "default", "r"),
@@ -803,4 +772,394 @@ fn mesh_routes_govern_the_sidecars_routes_to_their_service() {
     );
     m.retract(vec![consumer]);
     assert_eq!(m.vhost_clusters(&there, "9080")[&vh], to("reviews-v2"));
+}
+
+/// A terminating listener whose certificate is a Secret of another namespace is served only
+/// while a ReferenceGrant there lets Gateways of its namespace name that Secret: without one
+/// the listener is left out and an error names the field and the spec's reason; a grant to
+/// all Secrets or to that one serves it (the certificate over SDS under Istio's
+/// `kubernetes-gateway://NAMESPACE/NAME`), a grant to another Secret or from another
+/// namespace does not, and retracting the grant takes the listener away again.
+#[test]
+fn a_certificate_of_another_namespace_is_served_as_its_reference_grants_allow() {
+    let mut m = Mesh::new();
+    let gw_pod = gw_pod();
+    let mut https = listener(
+        "https",
+        443,
+        Some("web.example.com"),
+        AllowedNamespaces::Same,
+    );
+    https.protocol = ListenerProtocol::Https;
+    https.index = 1;
+    https.tls = Some(ListenerTls {
+        passthrough: false,
+        certificates: vec![("certs".into(), "web".into())],
+    });
+    let http = listener("http", 80, None, AllowedNamespaces::Same);
+    let gw_key = ConfigKey::new(Kind::KubernetesGateway, "default", "gw");
+    m.insert(vec![
+        service("reviews", "default"),
+        kube_gateway("default", "gw", "istio", vec![http, https]),
+        http_route(
+            "default",
+            "r",
+            "",
+            &[],
+            vec![(
+                StringMatch::Prefix("/".into()),
+                backend("reviews", "default", 80),
+            )],
+        ),
+        crate::support::tls_secret("certs", "web", "fp1", None, None),
+        px(&gw_pod),
+    ]);
+    let sds = "kubernetes-gateway://certs/web";
+    let refused = |m: &Mesh| {
+        errors_of(m, &gw_key).iter().any(|e| {
+            e.starts_with("spec.listeners[1].tls.certificateRefs[0]: RefNotPermitted")
+                && e.contains("Secret certs/web")
+        })
+    };
+    assert_eq!(m.listeners(&gw_pod), crate::support::set(&["0.0.0.0_80"]));
+    assert!(m.names(&gw_pod, ResourceType::Secret).is_empty());
+    assert!(refused(&m), "{:?}", errors_of(&m, &gw_key));
+
+    let grant = |name: &str, from_ns: &str, to: Option<&str>| {
+        Record::GatewayApi(GatewayApiObject::ReferenceGrant(ReferenceGrant {
+            key: ConfigKey::new(Kind::ReferenceGrant, "certs", name),
+            from: vec![("Gateway".into(), from_ns.into())],
+            to: vec![("Secret".into(), to.map(str::to_string))],
+        }))
+    };
+    // Grants that do not cover it: another Secret, another namespace's Gateways, and
+    // (by kind) routes of this one.
+    let not_these = vec![
+        grant("other-secret", "default", Some("api")),
+        grant("other-namespace", "edge", None),
+        Record::GatewayApi(GatewayApiObject::ReferenceGrant(ReferenceGrant {
+            key: ConfigKey::new(Kind::ReferenceGrant, "certs", "routes"),
+            from: vec![("HTTPRoute".into(), "default".into())],
+            to: vec![("Secret".into(), None)],
+        })),
+    ];
+    m.insert(not_these);
+    assert_eq!(m.listeners(&gw_pod), crate::support::set(&["0.0.0.0_80"]));
+    assert!(refused(&m));
+
+    for g in [
+        grant("all", "default", None),
+        grant("this", "default", Some("web")),
+    ] {
+        m.insert(vec![g.clone()]);
+        assert_eq!(
+            m.listeners(&gw_pod),
+            crate::support::set(&["0.0.0.0_80", "0.0.0.0_443"])
+        );
+        assert_eq!(
+            m.names(&gw_pod, ResourceType::Secret),
+            crate::support::set(&[sds])
+        );
+        let chains = m.listener_body(&gw_pod, "0.0.0.0_443").filter_chains;
+        let certs: Vec<String> = chains
+            .iter()
+            .flat_map(|c| {
+                downstream_tls(c)
+                    .common_tls_context
+                    .unwrap_or_default()
+                    .tls_certificate_sds_secret_configs
+            })
+            .map(|c| c.name)
+            .collect();
+        assert_eq!(
+            certs,
+            vec![sds.to_string()],
+            "the chain takes the granted Secret"
+        );
+        assert!(!refused(&m), "{:?}", errors_of(&m, &gw_key));
+        m.retract(vec![g]);
+        assert_eq!(m.listeners(&gw_pod), crate::support::set(&["0.0.0.0_80"]));
+        assert!(m.names(&gw_pod, ResourceType::Secret).is_empty());
+        assert!(refused(&m));
+    }
+}
+
+/// The TLS context a filter chain terminates with.
+fn downstream_tls(
+    chain: &envoy_types::pb::envoy::config::listener::v3::FilterChain,
+) -> envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::DownstreamTlsContext {
+    use envoy_types::pb::envoy::config::core::v3::transport_socket::ConfigType;
+    match chain
+        .transport_socket
+        .as_ref()
+        .and_then(|t| t.config_type.as_ref())
+    {
+        Some(ConfigType::TypedConfig(any)) => {
+            prost::Message::decode(any.value.as_slice()).unwrap_or_else(|e| panic!("{e}: {any:?}"))
+        }
+        other => panic!("no TLS on the chain: {other:?}"),
+    }
+}
+
+/// The misdirected-request rule (GatewayHTTPSListenerDetectMisdirectedRequests): three
+/// HTTPS listeners on one port — `foo.example.com`, `*.example.com` and none — each
+/// answer 421 for a host another of them matches more specifically (or that theirs does
+/// not match and another does), and 404 for a host only theirs matches without a route;
+/// a route's own host keeps its route on the listener that matches it best. HTTP
+/// listeners, and a Gateway with one HTTPS listener on the port, answer no 421.
+#[test]
+fn https_listeners_on_one_port_answer_421_for_each_others_hosts() {
+    let mut m = Mesh::new();
+    let gw_pod = gw_pod();
+    let https = |name: &str, hostname: Option<&str>| {
+        let mut l = listener(name, 443, hostname, AllowedNamespaces::Same);
+        l.protocol = ListenerProtocol::Https;
+        l.tls = Some(ListenerTls {
+            passthrough: false,
+            certificates: vec![("default".into(), "cert".into())],
+        });
+        l
+    };
+    m.insert(vec![
+        service("reviews", "default"),
+        crate::support::tls_secret("default", "cert", "fp1", None, None),
+        kube_gateway(
+            "default",
+            "gw",
+            "istio",
+            vec![
+                https("foo", Some("foo.example.com")),
+                https("wild", Some("*.example.com")),
+                https("any", None),
+                listener("http", 80, None, AllowedNamespaces::Same),
+            ],
+        ),
+        http_route(
+            "default",
+            "r",
+            "",
+            &["foo.example.com", "bar.example.com"],
+            vec![(
+                StringMatch::Prefix("/".into()),
+                backend("reviews", "default", 80),
+            )],
+        ),
+        px(&gw_pod),
+    ]);
+    let to = crate::support::outbound(80, "", "reviews", "default");
+    // Each virtual host by its first domain: "route", "421", or "404" (no routes).
+    let outcome = |route: &str| -> Vec<(String, String)> {
+        let name = m
+            .routes(&gw_pod)
+            .into_iter()
+            .find(|r| r.starts_with(&format!("https.443.{route}.")))
+            .unwrap_or_else(|| {
+                panic!("no route configuration of {route}: {:?}", m.routes(&gw_pod))
+            });
+        table(&m, &gw_pod, &name)
+            .into_iter()
+            .map(|(domains, routes)| {
+                let what = match routes.as_slice() {
+                    [] => "404".to_string(),
+                    [(_, s)] if s == "421" => "421".to_string(),
+                    rs if rs.iter().all(|(_, c)| c.contains(&to)) => "route".to_string(),
+                    rs => format!("{rs:?}"),
+                };
+                (domains[0].clone(), what)
+            })
+            .collect()
+    };
+    let pairs = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+        let mut v: Vec<(String, String)> = v
+            .iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect();
+        v.sort();
+        v
+    };
+    let sorted = |mut v: Vec<(String, String)>| {
+        v.sort();
+        v
+    };
+    assert_eq!(
+        sorted(outcome("foo")),
+        pairs(&[
+            ("foo.example.com", "route"),
+            ("*.example.com", "421"),
+            ("*", "421")
+        ])
+    );
+    assert_eq!(
+        sorted(outcome("wild")),
+        pairs(&[
+            ("bar.example.com", "route"),
+            ("foo.example.com", "421"),
+            ("*.example.com", "404"),
+            ("*", "421"),
+        ])
+    );
+    assert_eq!(
+        sorted(outcome("any")),
+        pairs(&[
+            ("foo.example.com", "421"),
+            ("bar.example.com", "421"),
+            ("*.example.com", "421"),
+        ])
+    );
+    // The HTTP listener's route configuration has no 421.
+    let http = m
+        .routes(&gw_pod)
+        .into_iter()
+        .find(|r| r == "http.80")
+        .unwrap_or_else(|| panic!("{:?}", m.routes(&gw_pod)));
+    assert!(table(&m, &gw_pod, &http)
+        .iter()
+        .all(|(_, routes)| routes.iter().all(|(_, s)| s != "421")));
+}
+
+/// An L4 route of `default` on listener `section` of Gateway `default/gw`.
+fn l4_route_on(
+    kind: Kind,
+    name: &str,
+    section: &str,
+    hostnames: &[&str],
+    backends: Vec<BackendRef>,
+) -> Record {
+    let Record::GatewayApi(GatewayApiObject::L4Route(mut r)) =
+        l4_route(kind, name, hostnames, backends)
+    else {
+        unreachable!("l4_route makes an L4 route")
+    };
+    r.parents[0].section = Some(section.into());
+    Record::GatewayApi(GatewayApiObject::L4Route(r))
+}
+
+/// The (SNI names, cluster) of each filter chain of a router's listener.
+fn sni_chains(m: &Mesh, p: &Proxy, listener: &str) -> Vec<(Vec<String>, Option<String>)> {
+    m.listener_body(p, listener)
+        .filter_chains
+        .iter()
+        .map(|c| {
+            (
+                c.filter_chain_match
+                    .as_ref()
+                    .map(|m| m.server_names.clone())
+                    .unwrap_or_default(),
+                crate::support::tcp_proxy_cluster(c),
+            )
+        })
+        .collect()
+}
+
+/// TLSRouteHostnameIntersection: a passthrough listener serves a TLSRoute on the
+/// intersection of their hostnames — a wildcard route on an exact listener takes the
+/// listener's name, an exact route on a wildcard listener its own, a route on a listener
+/// without a hostname its own wildcard — and no SNI outside it.
+#[test]
+fn tls_routes_serve_the_intersection_of_their_hostnames_and_the_listeners() {
+    let mut m = Mesh::new();
+    let gw_pod = gw_pod();
+    let passthrough = |name: &str, port: u16, hostname: Option<&str>| {
+        let mut l = listener(name, port, hostname, AllowedNamespaces::Same);
+        l.protocol = ListenerProtocol::Tls;
+        l.tls = Some(ListenerTls {
+            passthrough: true,
+            certificates: vec![],
+        });
+        l
+    };
+    m.insert(vec![
+        service("secure", "default"),
+        kube_gateway(
+            "default",
+            "gw",
+            "istio",
+            vec![
+                passthrough("exact", 8443, Some("abc.example.com")),
+                passthrough("wild", 8444, Some("*.example.com")),
+                passthrough("empty", 8445, None),
+            ],
+        ),
+        l4_route_on(
+            Kind::TlsRoute,
+            "wild-on-exact",
+            "exact",
+            &["*.example.com"],
+            vec![backend("secure", "default", 80)],
+        ),
+        l4_route_on(
+            Kind::TlsRoute,
+            "exact-on-wild",
+            "wild",
+            &["abc.example.com"],
+            vec![backend("secure", "default", 80)],
+        ),
+        l4_route_on(
+            Kind::TlsRoute,
+            "wider-on-empty",
+            "empty",
+            &["*.com"],
+            vec![backend("secure", "default", 80)],
+        ),
+        px(&gw_pod),
+    ]);
+    let to = Some(crate::support::outbound(80, "", "secure", "default"));
+    let only = |names: &[&str]| {
+        vec![(
+            names.iter().map(|n| n.to_string()).collect::<Vec<_>>(),
+            to.clone(),
+        )]
+    };
+    assert_eq!(
+        sni_chains(&m, &gw_pod, "0.0.0.0_8443"),
+        only(&["abc.example.com"])
+    );
+    assert_eq!(
+        sni_chains(&m, &gw_pod, "0.0.0.0_8444"),
+        only(&["abc.example.com"])
+    );
+    assert_eq!(sni_chains(&m, &gw_pod, "0.0.0.0_8445"), only(&["*.com"]));
+}
+
+/// TCPRouteReferenceGrant: a TCPRoute's backend in another namespace carries the listener's
+/// connections while a ReferenceGrant there allows TCPRoutes of the route's namespace to
+/// name it; once the grant is retracted the route's backend is refused by field with
+/// `RefNotPermitted` and the listener sends nothing there.
+#[test]
+fn a_tcp_routes_backend_of_another_namespace_follows_its_reference_grant() {
+    let mut m = Mesh::new();
+    let gw_pod = gw_pod();
+    let mut tcp = listener("tcp", 3306, None, AllowedNamespaces::Same);
+    tcp.protocol = ListenerProtocol::Tcp;
+    let grant = Record::GatewayApi(GatewayApiObject::ReferenceGrant(ReferenceGrant {
+        key: ConfigKey::new(Kind::ReferenceGrant, "data", "tcp-routes"),
+        from: vec![("TCPRoute".into(), "default".into())],
+        to: vec![("Service".into(), Some("db".into()))],
+    }));
+    m.insert(vec![
+        service("db", "data"),
+        kube_gateway("default", "gw", "istio", vec![tcp]),
+        l4_route(Kind::TcpRoute, "db", &[], vec![backend("db", "data", 80)]),
+        grant.clone(),
+        px(&gw_pod),
+    ]);
+    let db = crate::support::outbound(80, "", "db", "data");
+    let to_db = |m: &Mesh| {
+        m.listeners(&gw_pod).contains("0.0.0.0_3306")
+            && sni_chains(m, &gw_pod, "0.0.0.0_3306")
+                .iter()
+                .any(|(_, c)| c.as_deref() == Some(db.as_str()))
+    };
+    let key = ConfigKey::new(Kind::TcpRoute, "default", "db");
+    assert!(to_db(&m), "granted: {:?}", m.listeners(&gw_pod));
+    assert!(errors_of(&m, &key).is_empty(), "{:?}", errors_of(&m, &key));
+    m.retract(vec![grant]);
+    assert!(!to_db(&m), "the grant retracted, nothing goes to db");
+    assert!(
+        errors_of(&m, &key)
+            .iter()
+            .any(|e| e.starts_with("spec.rules[0].backendRefs[0]") && e.contains("RefNotPermitted")),
+        "{:?}",
+        errors_of(&m, &key)
+    );
 }

@@ -27,6 +27,7 @@ fn tls_gateway(mode: ServerTlsMode) -> Record {
             cipher_suites: vec![],
             subject_alt_names: vec![],
             tcp: false,
+            misdirected: Vec::new(),
         })),
         field: field.into(),
     };
@@ -359,6 +360,7 @@ fn auto_passthrough_chains_take_their_hosts_tcp_limits() {
                 cipher_suites: vec![],
                 subject_alt_names: vec![],
                 tcp: false,
+                misdirected: Vec::new(),
             })),
             field: "spec.servers[0]".into(),
         }],
@@ -426,6 +428,7 @@ fn auto_passthrough_server_has_a_chain_per_cluster_by_its_sni() {
             cipher_suites: vec![],
             subject_alt_names: vec![],
             tcp: false,
+            misdirected: Vec::new(),
         })),
         field: "spec.servers[0]".into(),
     };

@@ -78,6 +78,7 @@ fn ingress_tls(mode: ServerTlsMode) -> Option<Box<ServerTls>> {
         cipher_suites: vec![],
         subject_alt_names: vec![],
         tcp: false,
+        misdirected: Vec::new(),
     }))
 }
 

@@ -78,7 +78,8 @@ pub fn protocol_of(name: &str, app_protocol: Option<&str>) -> m::Protocol {
     match p.to_ascii_lowercase().trim_start_matches("kubernetes.io/") {
         "http2" | "h2c" => m::Protocol::Http2,
         "grpc" | "grpc-web" => m::Protocol::Grpc,
-        "tls" | "https" => m::Protocol::Tls,
+        // `kubernetes.io/wss` is a WebSocket over TLS: opaque to the proxy, as TLS is.
+        "tls" | "https" | "wss" => m::Protocol::Tls,
         "tcp" | "mongo" | "mysql" | "redis" => m::Protocol::Tcp,
         _ => m::Protocol::Http,
     }
@@ -89,12 +90,21 @@ const PROTOCOL_NAMES: &[&str] = &[
     "http", "http2", "h2c", "grpc", "grpc-web", "https", "tls", "tcp", "mongo", "mysql", "redis",
 ];
 
+/// The `appProtocol`s of KEP-3726 (`kubernetes.io/…`) besides `h2c`: a WebSocket over
+/// HTTP/1.1 (`ws`, HTTP, whose upgrade the proxies carry) and over TLS (`wss`).
+const KUBERNETES_APP_PROTOCOLS: &[&str] = &["ws", "wss"];
+
 /// Whether a port's name prefix or `appProtocol` names a protocol Istio knows; where none
 /// does, Istio detects the protocol per connection.
 fn names_protocol(name: &str, app_protocol: Option<&str>) -> bool {
     let known = |p: &str| PROTOCOL_NAMES.contains(&p.to_ascii_lowercase().as_str());
     match app_protocol {
-        Some(p) => known(p) || known(p.trim_start_matches("kubernetes.io/")),
+        Some(p) => {
+            known(p)
+                || p.strip_prefix("kubernetes.io/").is_some_and(|k| {
+                    known(k) || KUBERNETES_APP_PROTOCOLS.contains(&k.to_ascii_lowercase().as_str())
+                })
+        }
         None => known(name.split('-').next().unwrap_or("")),
     }
 }

@@ -343,6 +343,7 @@ pub(super) fn server_tls(
     }
     Ok(Some(m::ServerTls {
         tcp: false,
+        misdirected: Vec::new(),
         mode,
         credential,
         min_version: tls

@@ -10,9 +10,12 @@
 
 use dataflows::model::{
     ConfigError, ConfigKey, ErrorCode, GatewayApiObject, Kind, KubeGateway, KubeGatewayClass,
-    Labels, Listener, ListenerProtocol, ParentKind, ParentRef, TlsSecret, OWNED_CONTROLLERS,
+    Labels, Listener, ListenerProtocol, ParentKind, ParentRef, ReferenceGrant, TlsSecret,
+    OWNED_CONTROLLERS,
 };
-use dataflows::rules::gateway_api::{listener_serves_kind, parent_verdict, RouteView, Verdict};
+use dataflows::rules::gateway_api::{
+    grant_certificates, listener_serves_kind, parent_verdict, RouteView, Verdict,
+};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -101,14 +104,27 @@ pub fn desired(
             namespaces.insert(n.key.name.as_str(), &n.labels);
         }
     }
-    let gateways: BTreeMap<(&str, &str), &KubeGateway> = objects
+    // The Gateways meshflow serves, with the ReferenceGrants for their certificates applied
+    // as the dataflow applies them.
+    let grants: Vec<&ReferenceGrant> = objects
+        .iter()
+        .filter_map(|(o, _, _)| match o {
+            GatewayApiObject::ReferenceGrant(g) => Some(g),
+            _ => None,
+        })
+        .collect();
+    let granted: BTreeMap<&ConfigKey, KubeGateway> = objects
         .iter()
         .filter_map(|(o, _, _)| match o {
             GatewayApiObject::Gateway(g) if g.owned() => {
-                Some(((g.key.namespace.as_str(), g.key.name.as_str()), g))
+                Some((&g.key, grant_certificates(g, grants.iter().copied()).0))
             }
             _ => None,
         })
+        .collect();
+    let gateways: BTreeMap<(&str, &str), &KubeGateway> = granted
+        .iter()
+        .map(|(k, g)| ((k.namespace.as_str(), k.name.as_str()), g))
         .collect();
     let mut attached: BTreeMap<(&str, &str, String), usize> = BTreeMap::new();
     let mut out = BTreeMap::new();
@@ -213,9 +229,9 @@ pub fn desired(
         let GatewayApiObject::Gateway(g) = o else {
             continue;
         };
-        if !g.owned() {
+        let Some(g) = granted.get(&g.key) else {
             continue;
-        }
+        };
         let mut listeners = Vec::new();
         let (mut accepted, mut not_accepted, mut programmed) = (0, 0, 0);
         for l in &g.listeners {
@@ -598,6 +614,7 @@ mod tests {
         kinds: &[&str],
     ) -> Listener {
         Listener {
+            index: 0,
             name: name.into(),
             hostname: None,
             port: 443,
@@ -1151,6 +1168,198 @@ spec:
             ("True".to_string(), "HostnameConflict".to_string())
         );
         assert_eq!(condition_of(&listener("web"), "Accepted").0, "True");
+    }
+
+    /// GatewayModifyListeners, GatewayNameMaximumLength and HTTPRouteObservedGenerationBump,
+    /// from files: a listener added to a Gateway appears in its status, accepted and
+    /// resolved with the route attached to it, at the new generation; a listener removed
+    /// leaves only the others; a Gateway named with the longest name Kubernetes allows (253
+    /// characters) gets its conditions; a route's parent conditions carry the route's
+    /// generation after an edit.
+    #[test]
+    fn listener_edits_long_names_and_generations_conformance_cases_from_files() {
+        let gateway = |name: &str, listeners: &str| {
+            format!(
+                "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: {name}, namespace: infra}}
+spec:
+  gatewayClassName: istio
+  listeners:
+{listeners}---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: web, namespace: infra}}
+spec:
+  parentRefs: [{{name: {name}}}]
+  rules: [{{backendRefs: [{{name: web, port: 80}}]}}]
+"
+            )
+        };
+        let http = "  - {name: http, port: 80, protocol: HTTP}\n";
+        let second = "  - {name: http-2, port: 8080, protocol: HTTP}\n";
+        let status_at = |label: &str, yaml: &str, generation: i64| {
+            let (_, objects, known) = read_files(label, yaml);
+            let with: Vec<_> = objects
+                .iter()
+                .map(|o| (o, Some(generation), None))
+                .collect();
+            desired(&with, &known)
+        };
+        let key = |name: &str| ConfigKey::new(Kind::KubernetesGateway, "infra", name);
+        let names = |status: &Value| -> Vec<String> {
+            status["listeners"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|l| l["name"].as_str().unwrap_or_default().to_string())
+                .collect()
+        };
+        let gw_v1 = status_at("modify-listeners-1", &gateway("gw", http), 1);
+        assert_eq!(names(&gw_v1[&key("gw")]), ["http"]);
+        // Added: both listeners, the new one accepted and resolved with the route.
+        let gw_v2 = status_at(
+            "modify-listeners-2",
+            &gateway("gw", &format!("{http}{second}")),
+            2,
+        );
+        let status = &gw_v2[&key("gw")];
+        assert_eq!(names(status), ["http", "http-2"]);
+        let added = named(&status["listeners"], "http-2");
+        for c in ["Accepted", "ResolvedRefs", "Programmed"] {
+            assert_eq!(condition_of(added, c).0, "True", "{c}: {added:#}");
+        }
+        assert_eq!(added["attachedRoutes"], 1, "{added:#}");
+        for c in added["conditions"].as_array().into_iter().flatten() {
+            assert_eq!(c["observedGeneration"], 2, "{c:#}");
+        }
+        // The route's parent entry carries the route's new generation.
+        let route = &gw_v2[&ConfigKey::new(Kind::HttpRoute, "infra", "web")];
+        for c in route["parents"][0]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            assert_eq!(c["observedGeneration"], 2, "{c:#}");
+        }
+        // Removed: only the other is left.
+        let gw_v3 = status_at("modify-listeners-3", &gateway("gw", second), 3);
+        assert_eq!(names(&gw_v3[&key("gw")]), ["http-2"]);
+        assert_eq!(
+            named(&gw_v3[&key("gw")]["listeners"], "http-2")["attachedRoutes"],
+            1
+        );
+
+        // The longest name: 253 characters in labels of at most 63.
+        let long = format!("{0}.{0}.{0}.{1}", "a".repeat(63), "b".repeat(61));
+        assert_eq!(long.len(), 253);
+        let status = status_at("long-name", &gateway(&long, http), 1);
+        let gw = &status[&key(&long)];
+        assert_eq!(
+            condition_of(gw, "Accepted"),
+            ("True".into(), "Accepted".into()),
+            "{gw:#}"
+        );
+        assert_eq!(condition_of(gw, "Programmed").0, "True", "{gw:#}");
+        assert_eq!(gw["conditions"][0]["observedGeneration"], 1);
+    }
+
+    /// GatewaySecretReferenceGrantAllInNamespace, GatewaySecretReferenceGrantSpecific,
+    /// GatewaySecretInvalidReferenceGrant and GatewaySecretMissingReferenceGrant, from files:
+    /// an HTTPS listener whose certificate is a Secret of another namespace is accepted,
+    /// programmed and resolved where a ReferenceGrant there lets Gateways of its namespace
+    /// name all Secrets or that one; a grant to another Secret, from another namespace, or
+    /// none at all, leaves it `ResolvedRefs=False/RefNotPermitted` and not programmed.
+    #[test]
+    fn certificate_reference_grants_conformance_cases_from_files() {
+        let kp = rcgen::KeyPair::generate().expect("a key");
+        let cert = rcgen::CertificateParams::new(vec!["*.example".into()])
+            .expect("params")
+            .self_signed(&kp)
+            .expect("a certificate");
+        let indent = |pem: &str| -> String { pem.lines().map(|l| format!("    {l}\n")).collect() };
+        let gateway = |ns: &str| {
+            format!(
+                "---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: gw, namespace: {ns}}}
+spec:
+  gatewayClassName: istio
+  listeners:
+  - name: https
+    port: 443
+    protocol: HTTPS
+    tls: {{certificateRefs: [{{name: cert, namespace: certs}}]}}
+"
+            )
+        };
+        let yaml = format!(
+            "apiVersion: v1
+kind: Secret
+metadata: {{name: cert, namespace: certs}}
+type: kubernetes.io/tls
+stringData:
+  tls.crt: |
+{}  tls.key: |
+{}---
+apiVersion: gateway.networking.k8s.io/v1beta1
+kind: ReferenceGrant
+metadata: {{name: all-secrets, namespace: certs}}
+spec:
+  from: [{{group: gateway.networking.k8s.io, kind: Gateway, namespace: all-in-namespace}}]
+  to: [{{group: '', kind: Secret}}]
+---
+apiVersion: gateway.networking.k8s.io/v1beta1
+kind: ReferenceGrant
+metadata: {{name: this-secret, namespace: certs}}
+spec:
+  from: [{{group: gateway.networking.k8s.io, kind: Gateway, namespace: specific}}]
+  to: [{{group: '', kind: Secret, name: cert}}]
+---
+apiVersion: gateway.networking.k8s.io/v1beta1
+kind: ReferenceGrant
+metadata: {{name: another-secret, namespace: certs}}
+spec:
+  from: [{{group: gateway.networking.k8s.io, kind: Gateway, namespace: invalid}}]
+  to: [{{group: '', kind: Secret, name: not-the-cert}}]
+{}{}{}{}",
+            indent(&cert.pem()),
+            indent(&kp.serialize_pem()),
+            gateway("all-in-namespace"),
+            gateway("specific"),
+            gateway("invalid"),
+            gateway("missing"),
+        );
+        let (_, objects, known) = read_files("certificate-grants", &yaml);
+        let with_generation: Vec<_> = objects.iter().map(|o| (o, Some(1), None)).collect();
+        let status = desired(&with_generation, &known);
+        let of = |ns: &str| {
+            let key = ConfigKey::new(Kind::KubernetesGateway, ns, "gw");
+            named(&status[&key]["listeners"], "https").clone()
+        };
+        for ns in ["all-in-namespace", "specific"] {
+            let l = of(ns);
+            for c in ["Accepted", "Programmed", "ResolvedRefs"] {
+                assert_eq!(condition_of(&l, c).0, "True", "{ns}: {l:#}");
+            }
+        }
+        for ns in ["invalid", "missing"] {
+            let l = of(ns);
+            assert_eq!(
+                condition_of(&l, "ResolvedRefs"),
+                ("False".to_string(), "RefNotPermitted".to_string()),
+                "{ns}: {l:#}"
+            );
+            assert_eq!(condition_of(&l, "Programmed").0, "False", "{ns}: {l:#}");
+            assert_eq!(
+                supported_kinds(
+                    &status[&ConfigKey::new(Kind::KubernetesGateway, ns, "gw")]["listeners"],
+                    "https"
+                ),
+                ["HTTPRoute", "GRPCRoute"]
+            );
+        }
     }
 
     /// The Gateway-level cases of the conformance suite, from files: a Gateway whose only

@@ -553,6 +553,7 @@ mod tests {
             cipher_suites: vec!["ECDHE-RSA-AES256-GCM-SHA384".into()],
             subject_alt_names: vec![],
             tcp: false,
+            misdirected: Vec::new(),
         }))
     }
 

@@ -375,6 +375,7 @@ fn vs_host_vhosts(
 /// concatenated. Domains in `require_tls` (an HTTP server's `httpsRedirect`) answer plaintext
 /// requests with a 301 to https (`require_tls: ALL`). `hashing`: the consistent-hash keys of
 /// the hosts the routes go to; `tls`: the server terminates TLS (an HTTPS server's own).
+#[allow(clippy::too_many_arguments)] // the route configuration's parts
 pub fn gateway_route_config(
     name: &str,
     port: u16,
@@ -382,6 +383,7 @@ pub fn gateway_route_config(
     source: Source,
     vhosts: &GatewayVhosts,
     require_tls: &BTreeSet<String>,
+    misdirected: &BTreeSet<String>,
     hashing: &Hashing,
 ) -> Resource {
     let encoded: Vec<Vec<u8>> = vhosts
@@ -390,8 +392,48 @@ pub fn gateway_route_config(
             let redirect = require_tls.contains(domain);
             gateway_vhost(domain, port, tls, source, vss, redirect, hashing).encode_to_vec()
         })
+        .chain(
+            misdirected
+                .iter()
+                .map(|d| misdirected_vhost(d, port).encode_to_vec()),
+        )
         .collect();
     gateway_route_config_of(name, encoded.iter().map(Vec::as_slice))
+}
+
+/// How a gateway virtual host's domain is written: exact hosts match on any port (behind a
+/// load balancer the port differs); wildcard hosts as themselves and with the server's
+/// port, as Istio writes them.
+fn gateway_domains(domain: &str, port: u16) -> Vec<String> {
+    if domain == "*" {
+        vec!["*".into()]
+    } else if domain.starts_with('*') {
+        vec![domain.to_string(), format!("{domain}:{port}")]
+    } else {
+        vec![domain.to_string(), format!("{domain}:*")]
+    }
+}
+
+/// The virtual host of `domain`, which another HTTPS listener on the port serves: every
+/// request for it on this listener's connection (a client reusing a connection across
+/// hosts) is answered 421 Misdirected Request, so that the client opens a connection whose
+/// SNI selects that listener.
+pub fn misdirected_vhost(domain: &str, port: u16) -> VirtualHost {
+    let name = format!("misdirected:{domain}:{port}");
+    VirtualHost {
+        domains: gateway_domains(domain, port),
+        routes: vec![Route {
+            name: name.clone(),
+            r#match: Some(route_match(None)),
+            action: Some(Action::DirectResponse(DirectResponseAction {
+                status: 421,
+                ..Default::default()
+            })),
+            ..Default::default()
+        }],
+        name,
+        ..Default::default()
+    }
 }
 
 /// The virtual host of `domain` in a gateway route configuration of server port `port`
@@ -409,16 +451,8 @@ pub fn gateway_vhost(
 ) -> VirtualHost {
     VirtualHost {
         name: format!("{domain}:{port}"),
-        // Exact hosts match on any port (behind a load balancer the port differs);
-        // wildcard hosts as themselves and with the server's port, as Istio writes
-        // them; the port of a `Host` is ignored anyway (below).
-        domains: if domain == "*" {
-            vec!["*".into()]
-        } else if domain.starts_with('*') {
-            vec![domain.to_string(), format!("{domain}:{port}")]
-        } else {
-            vec![domain.to_string(), format!("{domain}:*")]
-        },
+        // The port of a `Host` is ignored anyway (below).
+        domains: gateway_domains(domain, port),
         routes: vss
             .iter()
             .flat_map(|(vs, via)| vs_routes(vs, port, tls, via, source, hashing))

@@ -94,24 +94,19 @@ pub(in crate::config::convert) fn kubernetes_gateway(
                 findings,
             )?),
         };
-        let cross_namespace = tls.as_ref().is_some_and(|t| {
-            !t.passthrough
-                && t.certificates
-                    .first()
-                    .is_some_and(|(ns, _)| *ns != key.namespace)
-        });
         let no_certificate = tls
             .as_ref()
             .is_some_and(|t| !t.passthrough && t.certificates.is_empty());
-        if no_certificate || cross_namespace {
+        // A certificate of another namespace is kept: whether a ReferenceGrant there allows
+        // it depends on other objects, and is judged where they meet (the dataflow, the
+        // status writer).
+        if no_certificate {
             // Left out (reported): the listener cannot terminate without a certificate it
-            // can serve. A Secret of another namespace is the spec's `RefNotPermitted`:
-            // meshflow reads no ReferenceGrant for certificates, so none permits it.
-            let (reason, why) = if cross_namespace {
-                ("RefNotPermitted", "the certificate is a Secret of another namespace, and meshflow serves certificates of the Gateway's namespace only (ReferenceGrants are not read for certificateRefs)")
-            } else {
-                ("InvalidCertificateRef", "no certificate meshflow can serve: a Secret of the Gateway's namespace is needed")
-            };
+            // can serve.
+            let (reason, why) = (
+                "InvalidCertificateRef",
+                "no certificate meshflow can serve: a Secret is needed",
+            );
             let kinds = protocol
                 .default_kinds()
                 .iter()
@@ -129,6 +124,7 @@ pub(in crate::config::convert) fn kubernetes_gateway(
         }
         let (allowed_namespaces, allowed_kinds) = allowed_routes(l, &f, owned, findings)?;
         listeners.push(m::Listener {
+            index: i,
             name: l.name.clone(),
             hostname: l.hostname.clone(),
             port: number,
@@ -256,13 +252,6 @@ fn listener_tls(
             continue;
         }
         let ns = c.namespace.clone().unwrap_or_else(|| gw_ns.to_string());
-        if ns != gw_ns && owned {
-            findings.push(Finding::error(
-                format!("{cf}.namespace"),
-                "a certificate of another namespace is not served yet (ReferenceGrants to \
-                 Secrets are not read): the listener is left out",
-            ));
-        }
         certificates.push((ns, c.name.clone()));
     }
     if certificates.len() > 1 && owned {

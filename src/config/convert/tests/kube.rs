@@ -54,10 +54,11 @@ fn external_name_services_alias_their_name() {
 
 /// A Service port whose name and `appProtocol` name no protocol is told per connection
 /// (Istio's protocol sniffing), without a word: it is translated; `kubernetes.io/h2c` is
-/// HTTP/2. Service fields that steer traffic and are not read are named.
+/// HTTP/2, `kubernetes.io/ws` HTTP (a WebSocket's upgrade), `kubernetes.io/wss` TLS.
+/// Service fields that steer traffic and are not read are named.
 #[test]
 fn service_ports_without_a_protocol_are_detected_and_fields_not_read_are_said() {
-    let doc = "apiVersion: v1\nkind: Service\nmetadata: {name: s, namespace: ns}\nspec:\n  clusterIP: 10.0.0.9\n  internalTrafficPolicy: Local\n  sessionAffinity: ClientIP\n  ports:\n  - {name: http-web, port: 80}\n  - {port: 81}\n  - {name: metrics, port: 82}\n  - {name: web, port: 83, appProtocol: kubernetes.io/h2c}\n  - {name: db, port: 84, appProtocol: mysql}\n  - {name: web2, port: 85, appProtocol: custom}\n";
+    let doc = "apiVersion: v1\nkind: Service\nmetadata: {name: s, namespace: ns}\nspec:\n  clusterIP: 10.0.0.9\n  internalTrafficPolicy: Local\n  sessionAffinity: ClientIP\n  ports:\n  - {name: http-web, port: 80}\n  - {port: 81}\n  - {name: metrics, port: 82}\n  - {name: web, port: 83, appProtocol: kubernetes.io/h2c}\n  - {name: db, port: 84, appProtocol: mysql}\n  - {name: web2, port: 85, appProtocol: custom}\n  - {name: socket, port: 86, appProtocol: kubernetes.io/ws}\n  - {name: secure-socket, port: 87, appProtocol: kubernetes.io/wss}\n";
     let p = parse(doc);
     assert_eq!(
         fields(&p, Level::Warning),
@@ -76,7 +77,9 @@ fn service_ports_without_a_protocol_are_detected_and_fields_not_read_are_said() 
             (82, Auto),
             (83, Http2),
             (84, Tcp),
-            (85, Auto)
+            (85, Auto),
+            (86, Http),
+            (87, Tls)
         ]
     );
 }
