@@ -1163,3 +1163,64 @@ fn a_tcp_routes_backend_of_another_namespace_follows_its_reference_grant() {
         errors_of(&m, &key)
     );
 }
+
+/// MeshPorts: a mesh route whose Service parent names a `port` governs the sidecars' routes
+/// to that port only — the Service's other port keeps its default route —, and one whose
+/// parent names no port governs every port of its Service.
+#[test]
+fn a_mesh_routes_parent_port_picks_the_ports_it_governs() {
+    let mut m = Mesh::new();
+    let client =
+        crate::support::sidecar_proxy("sleep-1", "default", "10.0.0.5", &[("app", "sleep")]);
+    let two_ports = |name: &str| {
+        let Record::Service(mut s) = service(name, "default") else {
+            unreachable!("service makes a Service")
+        };
+        s.ports = crate::support::http_ports(&[80, 8080]);
+        Record::Service(s)
+    };
+    let mesh_route = |name: &str, parent: &str, port: Option<u16>, to: &str, to_port: u16| {
+        Record::GatewayApi(GatewayApiObject::HttpRoute(KubeHttpRoute {
+            key: ConfigKey::new(Kind::HttpRoute, "default", name),
+            created: String::new(),
+            parents: vec![ParentRef {
+                kind: ParentKind::Service,
+                namespace: "default".into(),
+                name: parent.into(),
+                section: None,
+                port,
+            }],
+            hostnames: vec![],
+            rules: vec![HttpRouteRule {
+                template: HttpRoute::default(),
+                matches: vec![],
+                backends: vec![backend(to, "default", to_port)],
+            }],
+        }))
+    };
+    m.insert(vec![
+        two_ports("echo-v1"),
+        two_ports("echo-v2"),
+        two_ports("canary"),
+        mesh_route("v1-port-80", "echo-v1", Some(80), "canary", 80),
+        mesh_route("v2-every-port", "echo-v2", None, "canary", 8080),
+        px(&client),
+    ]);
+    let routed = |svc: &str, port: u16| {
+        let vhosts = m.vhost_clusters(&client, &port.to_string());
+        let name = format!("{}:{port}", host(svc, "default"));
+        vhosts
+            .get(&name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {name}: {vhosts:#?}"))
+    };
+    let to = |svc: &str, port: u16| crate::support::outbound(port, "", svc, "default");
+    assert_eq!(routed("echo-v1", 80), to("canary", 80));
+    assert_eq!(
+        routed("echo-v1", 8080),
+        to("echo-v1", 8080),
+        "port 8080 untouched"
+    );
+    assert_eq!(routed("echo-v2", 80), to("canary", 8080));
+    assert_eq!(routed("echo-v2", 8080), to("canary", 8080));
+}

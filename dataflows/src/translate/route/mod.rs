@@ -146,9 +146,15 @@ pub fn sidecar_route_config(
         .map(|(svc, vs)| VirtualHost {
             name: format!("{}:{}", svc.hostname, port),
             domains: domains(&svc.hostname, port, proxy_ns, domain_suffix),
-            routes: match vs {
-                Some(vs) => vs_routes(vs, port, false, &[MESH.to_string()], source, hashing),
-                None => vec![default_route(svc, port, default_retries, hashing)],
+            // A VirtualService none of whose routes applies on this port (each matches
+            // another port, or other source labels) leaves the service its default route
+            // here, as Istio does, rather than an empty virtual host (404 for every request).
+            routes: match vs
+                .as_ref()
+                .map(|vs| vs_routes(vs, port, false, &[MESH.to_string()], source, hashing))
+            {
+                Some(routes) if !routes.is_empty() => routes,
+                _ => vec![default_route(svc, port, default_retries, hashing)],
             },
             ..Default::default()
         })

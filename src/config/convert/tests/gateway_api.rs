@@ -388,8 +388,9 @@ spec:
     assert!(wrong_to.allows("HTTPRoute", "shop", "Hostname", "db.internal"));
 }
 
-/// A GRPCRoute's method matches become path matches as Istio writes them; TCPRoutes and
-/// TLSRoutes keep each rule's backends (a TLSRoute its SNI hostnames).
+/// A GRPCRoute's method matches become path matches as Istio writes them, and its rules'
+/// names name their routes; TCPRoutes and TLSRoutes keep each rule's backends (a TLSRoute
+/// its SNI hostnames).
 #[test]
 fn grpc_tcp_and_tls_routes_are_read() {
     let p = parse(
@@ -399,13 +400,17 @@ metadata: {name: greeter, namespace: shop}
 spec:
   parentRefs: [{name: shop-gateway}]
   rules:
-  - matches:
+  - name: greeter-rule
+    matches:
     - method: {service: helloworld.Greeter, method: SayHello}
     - method: {service: helloworld.Greeter}
     - method: {method: SayHello}
     - method: {type: RegularExpression, service: \"helloworld\\\\..*\"}
       headers: [{name: X-Env, value: canary}]
     backendRefs: [{name: greeter, port: 50051}]
+  - name: echo-two
+    matches: [{method: {service: gateway_api_conformance.echo_basic.grpcecho.GrpcEcho, method: EchoTwo}}]
+    backendRefs: [{name: greeter-v2, port: 50051}]
 ",
     );
     assert_eq!(p.key.kind, Kind::GrpcRoute);
@@ -430,6 +435,9 @@ spec:
         r.rules[0].matches[3].headers["x-env"],
         StringMatch::Exact("canary".into())
     );
+    // GRPCRouteNamedRule: each rule's name names its routes.
+    let names: Vec<_> = r.rules.iter().map(|x| x.template.name.as_deref()).collect();
+    assert_eq!(names, [Some("greeter-rule"), Some("echo-two")]);
     let err = parse_document(
         "apiVersion: gateway.networking.k8s.io/v1
 kind: GRPCRoute
