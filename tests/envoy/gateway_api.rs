@@ -38,6 +38,8 @@ const ISOLATION_NET: u8 = 158;
 const MISDIRECTED_NET: u8 = 172;
 /// The WebSocket and h2c test's loopback /24.
 const UPGRADE_NET: u8 = 173;
+/// The Service types test's loopback /24.
+const SERVICE_TYPES_NET: u8 = 174;
 const HOST: &str = "bookinfo.example";
 
 /// meshflow over `config_dir`, and the Envoy of Gateway `gateway`'s deployment (pod `pod` of
@@ -898,7 +900,7 @@ spec:
 }
 
 /// Service `name` of `default` on port `port` with `appProtocol` `app_protocol`, its one
-/// endpoint `ip:target`.
+/// endpoint `ip:target` in an EndpointSlice of its own (no selector: managed by hand).
 fn app_protocol_service(
     name: &str,
     port: u16,
@@ -906,12 +908,28 @@ fn app_protocol_service(
     ip: &str,
     target: u16,
 ) -> String {
+    service_with(
+        name,
+        &format!("appProtocol: {app_protocol}, "),
+        "",
+        (port, ip, target),
+    )
+}
+
+/// Service `name` of `default` on port `port` (its port's `extra` fields, its spec's
+/// `spec_extra` lines), with a hand-managed EndpointSlice of one endpoint `ip:target`.
+fn service_with(
+    name: &str,
+    extra: &str,
+    spec_extra: &str,
+    (port, ip, target): (u16, &str, u16),
+) -> String {
     format!(
         "apiVersion: v1
 kind: Service
 metadata: {{name: {name}, namespace: default}}
 spec:
-  ports: [{{name: web, port: {port}, targetPort: {target}, appProtocol: {app_protocol}}}]
+{spec_extra}  ports: [{{name: web, port: {port}, targetPort: {target}, {extra}protocol: TCP}}]
 ---
 apiVersion: discovery.k8s.io/v1
 kind: EndpointSlice
@@ -1015,6 +1033,84 @@ spec:
         ("h2c-v1", "HTTP/2.0"),
         "{r:?}"
     );
+    assert_eq!(envoy.rejected_updates(), 0, "{}", envoy.summary());
+}
+
+/// Proves HTTPRouteServiceTypes (IPv4) through a real Envoy gateway: a headless Service
+/// (`clusterIP: None`) and a Service whose EndpointSlice is managed by hand (no selector)
+/// are each reachable through an HTTPRoute, each request answered by its own backend.
+#[test]
+fn http_routes_reach_headless_and_hand_managed_services() {
+    let envoy_bin = require_envoy!();
+    let dir = TestDir::new("envoy-gateway-api-service-types");
+    let config_dir = dir.subdir("config");
+    let port = free_port();
+    let (headless_ip, manual_ip) = (
+        format!("127.0.{SERVICE_TYPES_NET}.11"),
+        format!("127.0.{SERVICE_TYPES_NET}.12"),
+    );
+    let (headless_port, manual_port) = (free_port(), free_port());
+    let _headless = support::Backend::start(&headless_ip, headless_port, "headless-v1");
+    let _manual = support::Backend::start(&manual_ip, manual_port, "manual-v1");
+    write_config(
+        &config_dir,
+        "services.yaml",
+        &format!(
+            "{}---\n{}",
+            service_with(
+                "headless",
+                "",
+                "  clusterIP: None\n",
+                (8080, &headless_ip, headless_port)
+            ),
+            service_with(
+                "manual",
+                "",
+                "  clusterIP: 10.96.0.12\n",
+                (8080, &manual_ip, manual_port)
+            ),
+        ),
+    );
+    let route = |name: &str| {
+        format!(
+            "---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: {name}, namespace: default}}
+spec:
+  parentRefs: [{{name: edge}}]
+  hostnames: [{name}.example]
+  rules: [{{backendRefs: [{{name: {name}, port: 8080}}]}}]
+"
+        )
+    };
+    write_config(
+        &config_dir,
+        "gateway.yaml",
+        &format!(
+            "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: edge, namespace: default}}
+spec:
+  gatewayClassName: istio
+  listeners: [{{name: http, port: {port}, protocol: HTTP}}]
+{}{}",
+            route("headless"),
+            route("manual")
+        ),
+    );
+    let (_meshflow, envoy) = start_gateway(&envoy_bin, &dir, &config_dir, "edge", "edge-abc", port);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    for name in ["headless", "manual"] {
+        let host = format!("{name}.example");
+        let mut last = Err("not tried".to_string());
+        let ok = support::wait_until(support::CONVERGE_TIMEOUT, || {
+            last = support::http_get(addr, &host, "/", &[]);
+            last.as_ref()
+                .is_ok_and(|(s, body)| *s == 200 && body.contains(&format!("{name}-v1")))
+        });
+        assert!(ok, "{name}: {last:?}\n{}", envoy.summary());
+    }
     assert_eq!(envoy.rejected_updates(), 0, "{}", envoy.summary());
 }
 
