@@ -40,6 +40,8 @@ const MISDIRECTED_NET: u8 = 172;
 const UPGRADE_NET: u8 = 173;
 /// The Service types test's loopback /24.
 const SERVICE_TYPES_NET: u8 = 174;
+/// The TLSRoute termination test's loopback /24.
+const TLS_TERMINATE_NET: u8 = 175;
 const HOST: &str = "bookinfo.example";
 
 /// meshflow over `config_dir`, and the Envoy of Gateway `gateway`'s deployment (pod `pod` of
@@ -1111,6 +1113,118 @@ spec:
         });
         assert!(ok, "{name}: {last:?}\n{}", envoy.summary());
     }
+    assert_eq!(envoy.rejected_updates(), 0, "{}", envoy.summary());
+}
+
+/// Proves TLSRouteModeTerminate and TLSRouteModeMixed through a real Envoy gateway: on one
+/// port, a TLS listener that terminates (`*.example.com`) and one that passes TLS through
+/// (`pass.example.net`). A client's TLS connection for `a.example.com` or `b.example.com` is
+/// terminated with the listener's certificate and its plaintext reaches the TCP backend of
+/// that name's TLSRoute; one for `pass.example.net` reaches its backend's own TLS (the
+/// client sees the backend's certificate); a name of the terminating listener no TLSRoute
+/// takes completes no handshake.
+#[test]
+fn tls_routes_are_terminated_or_passed_through_by_their_listener() {
+    use support::pki::{ca, leaf};
+    use support::tcp_echo::TcpEcho;
+    use support::tls_backend::TlsBackend;
+    use support::tls_client::{tls_echo, tls_get_path, Trust};
+    let envoy_bin = require_envoy!();
+    let dir = TestDir::new("envoy-gateway-api-tls-terminate");
+    let config_dir = dir.subdir("config");
+    let port = free_port();
+    let ip = |host: u8| format!("127.0.{TLS_TERMINATE_NET}.{host}");
+    let (echo_port, tls_port) = (free_port(), free_port());
+    let _a = TcpEcho::start(&ip(11), echo_port, "db-a");
+    let _b = TcpEcho::start(&ip(12), echo_port, "db-b");
+    let backend_ca = ca("backend CA");
+    let (bcert, bkey) = leaf(&backend_ca, &["pass.example.net"], None);
+    let _secure = TlsBackend::start(&ip(13), tls_port, "secure-v1", &bcert, &bkey, None);
+    let edge_ca = ca("edge CA");
+    let (cert, key) = leaf(&edge_ca, &["*.example.com"], None);
+    write_config(
+        &config_dir,
+        "secret.yaml",
+        &tls_secret("default", "edge-cert", &cert, &key),
+    );
+    let tcp = "appProtocol: tcp, ";
+    write_config(
+        &config_dir,
+        "services.yaml",
+        &format!(
+            "{}---\n{}---\n{}",
+            service_with("db-a", tcp, "", (5432, &ip(11), echo_port)),
+            service_with("db-b", tcp, "", (5432, &ip(12), echo_port)),
+            service_with("secure", "appProtocol: tls, ", "", (443, &ip(13), tls_port)),
+        ),
+    );
+    let route = |name: &str, section: &str, host: &str, to: &str, to_port: u16| {
+        format!(
+            "---
+apiVersion: gateway.networking.k8s.io/v1
+kind: TLSRoute
+metadata: {{name: {name}, namespace: default}}
+spec:
+  parentRefs: [{{name: edge, sectionName: {section}}}]
+  hostnames: [{host}]
+  rules: [{{backendRefs: [{{name: {to}, port: {to_port}}}]}}]
+"
+        )
+    };
+    write_config(
+        &config_dir,
+        "gateway.yaml",
+        &format!(
+            "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: edge, namespace: default}}
+spec:
+  gatewayClassName: istio
+  listeners:
+  - name: terminate
+    port: {port}
+    protocol: TLS
+    hostname: \"*.example.com\"
+    tls: {{mode: Terminate, certificateRefs: [{{name: edge-cert}}]}}
+  - name: passthrough
+    port: {port}
+    protocol: TLS
+    hostname: pass.example.net
+    tls: {{mode: Passthrough}}
+{}{}{}",
+            route("a", "terminate", "a.example.com", "db-a", 5432),
+            route("b", "terminate", "b.example.com", "db-b", 5432),
+            route("pass", "passthrough", "pass.example.net", "secure", 443),
+        ),
+    );
+    let (_meshflow, envoy) = start_gateway(&envoy_bin, &dir, &config_dir, "edge", "edge-abc", port);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let edge = Trust::Roots(&edge_ca.pem);
+    for (sni, backend) in [("a.example.com", "db-a"), ("b.example.com", "db-b")] {
+        let mut last = Err("not tried".to_string());
+        let ok = support::wait_until(support::CONVERGE_TIMEOUT, || {
+            last = tls_echo(addr, sni, edge, None);
+            last.as_deref() == Ok(backend)
+        });
+        assert!(ok, "{sni}: {last:?}\n{}", envoy.summary());
+    }
+    let passed = tls_get_path(
+        addr,
+        "pass.example.net",
+        "/",
+        Trust::Roots(&backend_ca.pem),
+        &[],
+        None,
+    );
+    assert!(
+        passed.as_ref().is_ok_and(|(r, _)| r.contains("secure-v1")),
+        "the passthrough listener's TLSRoute reaches the backend's own TLS: {passed:?}"
+    );
+    let unrouted = tls_echo(addr, "c.example.com", edge, None);
+    assert!(
+        unrouted.is_err(),
+        "no TLSRoute names c.example.com: {unrouted:?}"
+    );
     assert_eq!(envoy.rejected_updates(), 0, "{}", envoy.summary());
 }
 

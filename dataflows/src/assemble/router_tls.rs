@@ -164,15 +164,22 @@ pub fn servers(
                     if tls.tcp {
                         let added =
                             terminate_tcp(gw, server, tls, vss, source, idle, chains, inputs);
-                        match added {
-                            Added::All | Added::Some => {
+                        // A Gateway API listener's TLSRoutes: chains by their SNI names.
+                        let by_sni = if tls.sni_routes {
+                            let at = (source, idle, Some(tls));
+                            sni_routes(gw, server, vss, at, chains, inputs, &mut out.errors)
+                        } else {
+                            0
+                        };
+                        match (added, by_sni) {
+                            (Added::All | Added::Some, _) | (_, 1..) => {
                                 for (r, from) in material {
                                     inputs.insert(from.clone());
                                     out.resources.push((r, [gw.key.clone(), from].into()));
                                 }
                             }
-                            Added::Taken => out.errors.push(taken(gw, server)),
-                            Added::NoRoute => {}
+                            (Added::Taken, 0) => out.errors.push(taken(gw, server)),
+                            (Added::NoRoute, 0) => {}
                         }
                         continue;
                     }
@@ -213,16 +220,8 @@ pub fn servers(
                     out.resources.push((rc, route_inputs));
                 }
                 ServerTlsMode::Passthrough => {
-                    passthrough(
-                        gw,
-                        server,
-                        vss,
-                        source,
-                        idle,
-                        chains,
-                        inputs,
-                        &mut out.errors,
-                    );
+                    let at = (source, idle, None);
+                    sni_routes(gw, server, vss, at, chains, inputs, &mut out.errors);
                 }
                 ServerTlsMode::AutoPassthrough => auto_passthrough(server, clusters, idle, chains),
             }
@@ -423,20 +422,23 @@ fn taken(gw: &Gateway, server: &GatewayServer) -> ConfigError {
     }
 }
 
-/// The chains of a PASSTHROUGH server: one per applicable match of each `tls[]` route of
-/// the VirtualServices bound to the gateway whose hosts it serves, for the match's SNI
-/// names the server serves. A match left with none is an error naming it.
+/// The chains of a server's `tls[]` routes: one per applicable match of each `tls[]` route
+/// of the VirtualServices bound to the gateway whose hosts it serves, for the match's SNI
+/// names the server serves — passed through (a PASSTHROUGH server: `terminate` is `None`),
+/// or terminated with `terminate` and the decrypted stream passed on (a Gateway API TLS
+/// listener that terminates, its TLSRoutes). A match left with none is an error naming it.
+/// How many chains were added.
 #[allow(clippy::too_many_arguments)] // the server, its routes and what it adds to
-fn passthrough<'a>(
+fn sni_routes<'a>(
     gw: &Gateway,
     server: &GatewayServer,
-    vss: &[(&ConfigKey, &'a ResolvedVs)],
-    source: Source,
-    idle: &TcpTimeouts,
+    vss: &[(&ConfigKey, &ResolvedVs)],
+    (source, idle, terminate): (Source, &TcpTimeouts, Option<&'a ServerTls>),
     chains: &mut TlsChains<'a>,
     inputs: &mut BTreeSet<ConfigKey>,
     errors: &mut Vec<ConfigError>,
-) {
+) -> usize {
+    let mut added = 0;
     let via = format!("{}/{}", gw.key.namespace, gw.key.name);
     let mut bound: Vec<(ResolvedVs, Vec<String>)> = Vec::new();
     for (_, rvs) in vss.iter().filter(|(k, _)| **k == gw.key) {
@@ -474,12 +476,24 @@ fn passthrough<'a>(
                     errors.push(unmatched(&rvs.vs.key, &field, &m.sni_hosts, gw, server));
                     continue;
                 }
-                let chain = TlsChain::Passthrough {
-                    ranges: m.destination_subnets.clone(),
-                    dests: dests.clone(),
-                    timeout: tcp::timeout_of(idle, &dests),
+                let (ranges, timeout) =
+                    (m.destination_subnets.clone(), tcp::timeout_of(idle, &dests));
+                let chain = match terminate {
+                    None => TlsChain::Passthrough {
+                        ranges,
+                        dests: dests.clone(),
+                        timeout,
+                    },
+                    Some(tls) => TlsChain::TerminateTcp {
+                        tls,
+                        ranges,
+                        dests: dests.clone(),
+                        timeout,
+                    },
                 };
-                if chains.add(names, chain).is_none() {
+                if chains.add(names, chain).is_some() {
+                    added += 1;
+                } else {
                     errors.push(ConfigError {
                         object: rvs.vs.key.clone(),
                         code: ErrorCode::TlsRouteUnmatched,
@@ -493,6 +507,7 @@ fn passthrough<'a>(
             }
         }
     }
+    added
 }
 
 /// What is said of a `tls[]` match whose SNI names the gateway server does not serve.

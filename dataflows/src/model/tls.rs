@@ -59,6 +59,12 @@ pub struct ServerTls {
     /// serves better is answered 421 (Misdirected Request), as the spec asks.
     #[serde(default)]
     pub misdirected: Vec<String>,
+    /// A Gateway API TLS listener that terminates (`tcp`): besides the `tcp[]` routes
+    /// (TCPRoutes), it takes the `tls[]` routes (TLSRoutes) of its VirtualServices, each
+    /// match on a chain of its own SNI names that terminates and passes the decrypted stream
+    /// on. Istio's own TLS servers route `tls[]` only when they pass TLS through.
+    #[serde(default)]
+    pub sni_routes: bool,
 }
 
 /// How a gateway server treats TLS.

@@ -105,12 +105,10 @@ pub fn grant_certificates<'a>(
             name: l.name.clone(),
             reason: "RefNotPermitted".into(),
             why,
-            // A terminating TLS listener's own kind (TLSRoute) is not served anyway.
             kinds: l
                 .protocol
                 .default_kinds()
                 .iter()
-                .filter(|k| matches!(**k, "HTTPRoute" | "GRPCRoute"))
                 .map(|k| k.to_string())
                 .collect(),
         });
@@ -143,6 +141,7 @@ fn listener_server(l: &Listener, gw: &KubeGateway) -> Option<GatewayServer> {
                     subject_alt_names: Vec::new(),
                     tcp: false,
                     misdirected: Vec::new(),
+                    sni_routes: false,
                 }
             } else {
                 let (ns, name) = tls.certificates.first()?;
@@ -167,6 +166,7 @@ fn listener_server(l: &Listener, gw: &KubeGateway) -> Option<GatewayServer> {
                     } else {
                         Vec::new()
                     },
+                    sni_routes: l.protocol == ListenerProtocol::Tls,
                 }
             };
             (protocol, Some(Box::new(server_tls)))
@@ -284,7 +284,7 @@ pub fn listener_allows(
 
 /// Whether meshflow serves routes of `kind` on a listener of this protocol and TLS mode:
 /// HTTP and GRPC routes on HTTP and terminated HTTPS, TCP routes on TCP and terminated TLS,
-/// TLS routes (by SNI) on passthrough TLS. What a listener's `allowedRoutes.kinds` lists
+/// TLS routes (by SNI) on TLS, passed through or terminated. What a listener's `allowedRoutes.kinds` lists
 /// beyond these is `InvalidRouteKinds` on its status.
 pub fn listener_serves_kind(l: &Listener, kind: &str) -> bool {
     let passthrough = l.tls.as_ref().is_some_and(|t| t.passthrough);
@@ -296,7 +296,8 @@ pub fn listener_serves_kind(l: &Listener, kind: &str) -> bool {
             l.protocol == ListenerProtocol::Tcp
                 || (l.protocol == ListenerProtocol::Tls && !passthrough)
         }
-        "TLSRoute" => l.protocol == ListenerProtocol::Tls && passthrough,
+        // On a listener that terminates, the decrypted stream (TLSRouteModeTerminate).
+        "TLSRoute" => l.protocol == ListenerProtocol::Tls,
         _ => false,
     }
 }

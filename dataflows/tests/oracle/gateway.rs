@@ -80,6 +80,7 @@ fn tls_server(rng: &mut StdRng, extra: &mut StdRng) -> GatewayServer {
                 ServerTlsMode::Passthrough | ServerTlsMode::AutoPassthrough
             ) && extra.random_bool(0.4),
             misdirected: Vec::new(),
+            sni_routes: false,
         })),
         field: "spec.servers[2]".into(),
     }

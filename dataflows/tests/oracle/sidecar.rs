@@ -76,6 +76,7 @@ fn ingress(extra: &mut StdRng) -> Vec<IngressListener> {
                     subject_alt_names: vec![],
                     tcp: false,
                     misdirected: Vec::new(),
+                    sni_routes: false,
                 })
             }),
             fail_closed: None,

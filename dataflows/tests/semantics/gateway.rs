@@ -373,6 +373,7 @@ fn one_certificate_on_two_gateways_of_the_same_workloads_is_reported() {
             subject_alt_names: Vec::new(),
             tcp: false,
             misdirected: Vec::new(),
+            sni_routes: false,
         }));
         Record::Gateway(g)
     };

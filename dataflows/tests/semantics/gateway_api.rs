@@ -1224,3 +1224,109 @@ fn a_mesh_routes_parent_port_picks_the_ports_it_governs() {
     assert_eq!(routed("echo-v2", 80), to("canary", 8080));
     assert_eq!(routed("echo-v2", 8080), to("canary", 8080));
 }
+
+/// TLSRouteModeTerminate and TLSRouteModeMixed: TLSRoutes on a TLS listener that terminates
+/// each get a chain of their own SNI names that terminates with the listener's certificate
+/// and passes the decrypted stream to the route's backend; a passthrough listener on the same
+/// port keeps its TLSRoute's chain passing TLS through; an SNI of the terminating listener's
+/// hostname no route names gets no chain.
+#[test]
+fn tls_routes_on_a_terminating_listener_are_terminated_by_sni() {
+    let mut m = Mesh::new();
+    let gw_pod = gw_pod();
+    let mut terminate = listener(
+        "terminate",
+        8443,
+        Some("*.example.com"),
+        AllowedNamespaces::Same,
+    );
+    terminate.protocol = ListenerProtocol::Tls;
+    terminate.tls = Some(ListenerTls {
+        passthrough: false,
+        certificates: vec![("default".into(), "edge-cert".into())],
+    });
+    let mut pass = listener(
+        "passthrough",
+        8443,
+        Some("pass.example.net"),
+        AllowedNamespaces::Same,
+    );
+    pass.index = 1;
+    pass.protocol = ListenerProtocol::Tls;
+    pass.tls = Some(ListenerTls {
+        passthrough: true,
+        certificates: vec![],
+    });
+    m.insert(vec![
+        service("db-a", "default"),
+        service("db-b", "default"),
+        service("secure", "default"),
+        crate::support::tls_secret("default", "edge-cert", "fp1", None, None),
+        kube_gateway("default", "gw", "istio", vec![terminate, pass]),
+        l4_route_on(
+            Kind::TlsRoute,
+            "a",
+            "terminate",
+            &["a.example.com"],
+            vec![backend("db-a", "default", 80)],
+        ),
+        l4_route_on(
+            Kind::TlsRoute,
+            "b",
+            "terminate",
+            &["b.example.com"],
+            vec![backend("db-b", "default", 80)],
+        ),
+        l4_route_on(
+            Kind::TlsRoute,
+            "pass",
+            "passthrough",
+            &["pass.example.net"],
+            vec![backend("secure", "default", 80)],
+        ),
+        px(&gw_pod),
+    ]);
+    let to = |svc: &str| Some(crate::support::outbound(80, "", svc, "default"));
+    let mut chains = sni_chains(&m, &gw_pod, "0.0.0.0_8443");
+    chains.sort();
+    assert_eq!(
+        chains,
+        vec![
+            (vec!["a.example.com".to_string()], to("db-a")),
+            (vec!["b.example.com".to_string()], to("db-b")),
+            (vec!["pass.example.net".to_string()], to("secure")),
+        ]
+    );
+    // The terminating chains carry the listener's certificate; the passthrough one none.
+    let body = m.listener_body(&gw_pod, "0.0.0.0_8443");
+    for c in &body.filter_chains {
+        let sni = &c
+            .filter_chain_match
+            .as_ref()
+            .expect("an SNI match")
+            .server_names[0];
+        if sni == "pass.example.net" {
+            assert!(c.transport_socket.is_none(), "passed through: {c:?}");
+        } else {
+            let certs: Vec<String> = downstream_tls(c)
+                .common_tls_context
+                .unwrap_or_default()
+                .tls_certificate_sds_secret_configs
+                .into_iter()
+                .map(|s| s.name)
+                .collect();
+            assert_eq!(certs, ["kubernetes://edge-cert"], "{sni}");
+        }
+    }
+    assert!(m
+        .names(&gw_pod, ResourceType::Secret)
+        .contains("kubernetes://edge-cert"));
+    for name in ["a", "b", "pass"] {
+        let key = ConfigKey::new(Kind::TlsRoute, "default", name);
+        assert!(
+            errors_of(&m, &key).is_empty(),
+            "{name}: {:?}",
+            errors_of(&m, &key)
+        );
+    }
+}

@@ -28,6 +28,7 @@ fn tls_gateway(mode: ServerTlsMode) -> Record {
             subject_alt_names: vec![],
             tcp: false,
             misdirected: Vec::new(),
+            sni_routes: false,
         })),
         field: field.into(),
     };
@@ -361,6 +362,7 @@ fn auto_passthrough_chains_take_their_hosts_tcp_limits() {
                 subject_alt_names: vec![],
                 tcp: false,
                 misdirected: Vec::new(),
+                sni_routes: false,
             })),
             field: "spec.servers[0]".into(),
         }],
@@ -429,6 +431,7 @@ fn auto_passthrough_server_has_a_chain_per_cluster_by_its_sni() {
             subject_alt_names: vec![],
             tcp: false,
             misdirected: Vec::new(),
+            sni_routes: false,
         })),
         field: "spec.servers[0]".into(),
     };

@@ -79,6 +79,7 @@ fn ingress_tls(mode: ServerTlsMode) -> Option<Box<ServerTls>> {
         subject_alt_names: vec![],
         tcp: false,
         misdirected: Vec::new(),
+        sni_routes: false,
     }))
 }
 

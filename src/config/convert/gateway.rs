@@ -344,6 +344,7 @@ pub(super) fn server_tls(
     Ok(Some(m::ServerTls {
         tcp: false,
         misdirected: Vec::new(),
+        sni_routes: false,
         mode,
         credential,
         min_version: tls

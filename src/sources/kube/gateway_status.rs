@@ -10,8 +10,7 @@
 
 use dataflows::model::{
     ConfigError, ConfigKey, ErrorCode, GatewayApiObject, Kind, KubeGateway, KubeGatewayClass,
-    Labels, Listener, ListenerProtocol, ParentKind, ParentRef, ReferenceGrant, TlsSecret,
-    OWNED_CONTROLLERS,
+    Labels, Listener, ParentKind, ParentRef, ReferenceGrant, TlsSecret, OWNED_CONTROLLERS,
 };
 use dataflows::rules::gateway_api::{
     grant_certificates, listener_serves_kind, parent_verdict, RouteView, Verdict,
@@ -244,14 +243,10 @@ pub fn desired(
                 .copied()
                 .unwrap_or(0);
             let cert = known.certificate_problem(l);
-            let (status, ok) = listener_status(l, count, cert.as_deref(), *generation);
-            listeners.push(status);
-            if ok {
-                accepted += 1;
-                programmed += usize::from(cert.is_none());
-            } else {
-                not_accepted += 1;
-            }
+            // A served listener is accepted; programmed where its certificate can be served.
+            listeners.push(listener_status(l, count, cert.as_deref(), *generation));
+            accepted += 1;
+            programmed += usize::from(cert.is_none());
         }
         for r in &g.refused {
             let (reason, why) = (&r.reason, &r.why);
@@ -337,14 +332,13 @@ fn class_status(c: &KubeGatewayClass, generation: Option<i64>) -> Option<Value> 
 /// A served listener's status: the route kinds it takes (`supportedKinds`: those its
 /// `allowedRoutes.kinds` lists, or its protocol's, that meshflow serves on it), and
 /// `ResolvedRefs` False with `InvalidRouteKinds` naming the kinds listed that it cannot
-/// take; a TLS listener that terminates and is left with no kind is `UnsupportedValue`
-/// (meshflow terminates TLS for TCPRoutes only, not TLSRoutes).
+/// take.
 fn listener_status(
     l: &Listener,
     attached: usize,
     certificate_problem: Option<&str>,
     generation: Option<i64>,
-) -> (Value, bool) {
+) -> Value {
     let listed: Vec<&str> = if l.allowed_kinds.is_empty() {
         l.protocol.default_kinds().to_vec()
     } else {
@@ -352,29 +346,15 @@ fn listener_status(
     };
     let (served, invalid): (Vec<&str>, Vec<&str>) =
         listed.iter().partition(|k| listener_serves_kind(l, k));
-    let mut conditions = Vec::new();
-    let terminate_without_kinds = l.protocol == ListenerProtocol::Tls
-        && l.tls.as_ref().is_none_or(|t| !t.passthrough)
-        && served.is_empty();
-    if terminate_without_kinds {
-        let why = "a TLS listener that terminates takes TCPRoutes only: TLSRoutes are not terminated by meshflow";
-        conditions.push(condition(
-            "Accepted",
-            false,
-            "UnsupportedValue",
-            why,
-            generation,
-        ));
-        conditions.push(condition("Programmed", false, "Invalid", why, generation));
-    } else {
-        conditions.push(condition(
+    let mut conditions = vec![
+        condition(
             "Accepted",
             true,
             "Accepted",
             "the listener is served",
             generation,
-        ));
-        conditions.push(match certificate_problem {
+        ),
+        match certificate_problem {
             // The gateway's filter chain is not built without its certificate: not served.
             Some(why) => condition("Programmed", false, "Invalid", why, generation),
             None => condition(
@@ -384,8 +364,8 @@ fn listener_status(
                 "the listener is served to the gateway's proxies",
                 generation,
             ),
-        });
-    }
+        },
+    ];
     if let Some(why) = certificate_problem {
         conditions.push(condition(
             "ResolvedRefs",
@@ -422,13 +402,12 @@ fn listener_status(
             generation,
         ));
     }
-    let status = json!({
+    json!({
         "name": l.name,
         "supportedKinds": served.iter().map(|k| json!({"group": GROUP, "kind": k})).collect::<Vec<_>>(),
         "attachedRoutes": attached,
         "conditions": conditions,
-    });
-    (status, !terminate_without_kinds)
+    })
 }
 
 fn parent_ref(p: &ParentRef) -> Value {
@@ -634,7 +613,7 @@ mod tests {
 
     /// A listener's `supportedKinds` are the kinds it lists (or its protocol's) that
     /// meshflow serves on it; a kind listed that it cannot take is `InvalidRouteKinds`; a
-    /// terminating TLS listener left with no kind is `UnsupportedValue`, not served.
+    /// terminating TLS listener takes TLSRoutes.
     #[test]
     fn listener_status_names_the_route_kinds_it_cannot_take() {
         let gw = GatewayApiObject::Gateway(KubeGateway {
@@ -674,22 +653,20 @@ mod tests {
             pair("False", "InvalidRouteKinds")
         );
         assert_eq!(cond("pass", "Accepted"), pair("True", "Accepted"));
-        assert!(kinds("term").is_empty());
-        assert_eq!(cond("term", "Accepted"), pair("False", "UnsupportedValue"));
-        assert_eq!(cond("term", "Programmed"), pair("False", "Invalid"));
+        // TLSRouteListenerTerminateSupportedKinds: a terminating TLS listener takes
+        // TLSRoutes (its decrypted stream routed by SNI).
+        assert_eq!(kinds("term"), ["TLSRoute"]);
+        assert_eq!(cond("term", "Accepted"), pair("True", "Accepted"));
+        assert_eq!(cond("term", "ResolvedRefs"), pair("True", "ResolvedRefs"));
         assert_eq!(kinds("term-tcp"), ["TCPRoute"]);
         assert_eq!(cond("term-tcp", "Accepted"), pair("True", "Accepted"));
         assert_eq!(
             cond("term-tcp", "ResolvedRefs"),
             pair("True", "ResolvedRefs")
         );
-        // One listener not accepted among accepted ones: the Gateway is accepted, and says
-        // its listeners are not all valid.
+        // Every listener accepted: so is the Gateway.
         let gateway = &status[gw.key()];
-        assert_eq!(
-            condition_of(gateway, "Accepted"),
-            pair("True", "ListenersNotValid")
-        );
+        assert_eq!(condition_of(gateway, "Accepted"), pair("True", "Accepted"));
         assert_eq!(condition_of(gateway, "Programmed").0, "True");
 
         // Without the certificate's Secret (or with one that cannot be served) the

@@ -554,6 +554,7 @@ mod tests {
             subject_alt_names: vec![],
             tcp: false,
             misdirected: Vec::new(),
+            sni_routes: false,
         }))
     }
 

@@ -110,8 +110,6 @@ pub(in crate::config::convert) fn kubernetes_gateway(
             let kinds = protocol
                 .default_kinds()
                 .iter()
-                // A terminating TLS listener's own kind (TLSRoute) is not served anyway.
-                .filter(|k| matches!(**k, "HTTPRoute" | "GRPCRoute"))
                 .map(|k| k.to_string())
                 .collect();
             refused.push(m::RefusedListener {
