@@ -47,7 +47,7 @@ const HOST: &str = "bookinfo.example";
 /// meshflow over `config_dir`, and the Envoy of Gateway `gateway`'s deployment (pod `pod` of
 /// `default`, labelled `gateway.networking.k8s.io/gateway-name`) on Delta ADS, once it
 /// listens on the Gateway's `port`.
-fn start_gateway(
+pub(crate) fn start_gateway(
     envoy_bin: &std::path::Path,
     dir: &TestDir,
     config_dir: &std::path::Path,
@@ -96,7 +96,7 @@ fn gateway_envoy(
 }
 
 /// Service `reviews-<version>` on port 9080 with its EndpointSlice: the pod of that version.
-fn version_service(reviews: &Reviews, version: &str) -> String {
+pub(crate) fn version_service(reviews: &Reviews, version: &str) -> String {
     version_service_on(reviews, version, 9080)
 }
 

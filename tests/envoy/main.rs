@@ -19,6 +19,7 @@ mod fail_closed;
 mod faults;
 mod gateway;
 mod gateway_api;
+mod gateway_api_matching;
 mod gateway_auto_passthrough;
 mod gateway_tls;
 mod gateway_tls_tcp;

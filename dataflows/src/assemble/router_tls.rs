@@ -1,10 +1,11 @@
 //! A gateway proxy's TLS servers, shared by the dataflow and the naive recompute: which
 //! Secrets a terminating server takes its certificate from (its workload's namespace, as
-//! Istio allows, or the one a Gateway API certificate a ReferenceGrant allows is in), the SNI chains of HTTPS, terminating TLS and PASSTHROUGH servers, and
-//! each HTTPS server's own route configuration. What cannot be served fails closed: a server whose
-//! Secret is missing or invalid, or a `tls[]` route whose SNI names the server does not
-//! serve, gets no chain, and an error names the Gateway (or VirtualService), the field and
-//! the Secret.
+//! Istio allows, or, for a Gateway API certificate a ReferenceGrant allows, the Secret's
+//! own), the SNI chains of HTTPS, terminating TLS and PASSTHROUGH servers, and each HTTPS
+//! server's own route configuration (with the 421s of its misdirected hosts). What cannot
+//! be served fails closed: a server whose Secret is missing or invalid, or a `tls[]` route
+//! whose SNI names the server does not serve, gets no chain, and an error names the
+//! Gateway (or VirtualService), the field and the Secret.
 
 use super::binding::{add_via, listen_port, server_vhosts, sort_vhosts};
 use crate::model::*;
@@ -59,9 +60,10 @@ pub fn credential(
         ),
     };
     let Some(s) = find(name) else {
-        return Err(fail(
-            "does not exist (a gateway uses Secrets of its workload's namespace only)".into(),
-        ));
+        return Err(fail(match &tls.credential {
+            Some(Credential::Granted { .. }) => "does not exist".into(),
+            _ => "does not exist (a gateway uses Secrets of its workload's namespace only)".into(),
+        }));
     };
     let id = s.serving_identity().map_err(fail)?;
     let mut out = vec![(secret::certificate(&cert_name, id), s.key.clone())];

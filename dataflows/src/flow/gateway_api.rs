@@ -3,8 +3,8 @@
 //! with each route (errors, retracted when fixed). A Gateway meets the ReferenceGrants of
 //! the namespaces its certificates are in (a listener they do not allow is refused). A
 //! route meets the ReferenceGrants of the namespaces its backends are in, the services its
-//! backends name and the Gateways its parents name; the routes of one (listener, hostname) meet in one group, so a route's edit
-//! re-sorts only the hostnames it is on.
+//! backends name and the Gateways its parents name; the routes of one (listener, hostname)
+//! meet in one group, so a route's edit re-sorts only the hostnames it is on.
 
 use super::Coll;
 use crate::model::*;
