@@ -1,7 +1,8 @@
 //! The Gateway API's matching and filter conformance cases with real requests through a real
 //! Envoy gateway (until now proved on the route table only): exact paths (a trailing slash is
 //! another path), header, query parameter and method matches, redirects' `Location` and
-//! status, response header edits (set, add, remove) and a backend request's host rewritten.
+//! status, response header edits (set, add, remove), a backend request's host rewritten,
+//! CORS preflights and simple requests, and weights as proportions of real requests.
 //! Each host of the Gateway's HTTP listener carries one case's HTTPRoute; the backends echo
 //! the path, host and `x-` headers they received.
 
@@ -13,8 +14,12 @@ use std::net::SocketAddr;
 use support::reviews::Reviews;
 use support::{free_port, require_envoy, write_config, HttpResponse, TestDir};
 
-/// This test's loopback /24.
+/// The matching test's loopback /24.
 const NET: u8 = 176;
+/// The CORS test's loopback /24.
+const CORS_NET: u8 = 177;
+/// The weights test's loopback /24.
+const WEIGHT_NET: u8 = 178;
 
 /// HTTPRoute `name` for host `NAME.example` on Gateway `edge`, its `rules` (YAML, indented as
 /// the list under `rules:`).
@@ -234,5 +239,198 @@ spec:
         "{:?}",
         r.headers
     );
+    assert_eq!(envoy.rejected_updates(), 0, "{}", envoy.summary());
+}
+
+/// Proves HTTPRouteCORS through a real Envoy gateway: a preflight from an exact allowed
+/// origin, and from one a wildcard origin matches (`https://*.bar.com` takes
+/// `https://xpto.www.bar.com`), is answered with that origin, the methods, the headers,
+/// `max-age` and credentials; a simple request from an allowed origin gets the origin and
+/// the exposed headers; an origin not allowed gets no `access-control-allow-origin` (its
+/// preflight goes on to the backend, which answers without one).
+#[test]
+fn http_route_cors_through_a_real_gateway() {
+    let envoy_bin = require_envoy!();
+    let dir = TestDir::new("envoy-gateway-api-cors");
+    let config_dir = dir.subdir("config");
+    let port = free_port();
+    let reviews = Reviews::new(CORS_NET, 9080, &config_dir);
+    let _v1 = reviews.start_backend("v1");
+    reviews.write_pods(&["v1"]);
+    write_config(
+        &config_dir,
+        "services.yaml",
+        &version_service(&reviews, "v1"),
+    );
+    write_config(
+        &config_dir,
+        "gateway.yaml",
+        &format!(
+            "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: edge, namespace: default}}
+spec:
+  gatewayClassName: istio
+  listeners: [{{name: http, port: {port}, protocol: HTTP}}]
+{}",
+            route(
+                "cors",
+                "  - filters:
+    - type: CORS
+      cors:
+        allowOrigins: [\"https://www.foo.com\", \"https://*.bar.com\"]
+        allowMethods: [GET, OPTIONS]
+        allowHeaders: [x-header-1, x-header-2]
+        exposeHeaders: [x-header-3, x-header-4]
+        allowCredentials: true
+        maxAge: 3600
+    backendRefs: [{name: reviews-v1, port: 9080}]
+"
+            )
+        ),
+    );
+    let (_meshflow, envoy) = start_gateway(&envoy_bin, &dir, &config_dir, "edge", "edge-abc", port);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let converged = support::wait_until(support::CONVERGE_TIMEOUT, || {
+        support::http_request(addr, "GET", "cors.example", "/", &[]).is_ok_and(|r| r.status == 200)
+    });
+    assert!(converged, "{}", envoy.summary());
+    let preflight = |origin: &str| {
+        support::http_request(
+            addr,
+            "OPTIONS",
+            "cors.example",
+            "/",
+            &[
+                ("origin", origin),
+                ("access-control-request-method", "GET"),
+                ("access-control-request-headers", "x-header-1"),
+            ],
+        )
+        .unwrap_or_else(|e| panic!("preflight from {origin}: {e}"))
+    };
+    for origin in ["https://www.foo.com", "https://xpto.www.bar.com"] {
+        let r = preflight(origin);
+        assert_eq!(r.status, 200, "{origin}: {:?}", r.headers);
+        assert_eq!(
+            r.header("access-control-allow-origin"),
+            Some(origin),
+            "{:?}",
+            r.headers
+        );
+        let methods = r.header("access-control-allow-methods").unwrap_or_default();
+        assert!(
+            methods.contains("GET") && methods.contains("OPTIONS"),
+            "{methods}"
+        );
+        let headers = r.header("access-control-allow-headers").unwrap_or_default();
+        assert!(
+            headers.contains("x-header-1") && headers.contains("x-header-2"),
+            "{headers}"
+        );
+        assert_eq!(r.header("access-control-max-age"), Some("3600"));
+        assert_eq!(r.header("access-control-allow-credentials"), Some("true"));
+    }
+    for origin in [
+        "https://evil.example",
+        "https://bar.com",
+        "http://www.foo.com",
+    ] {
+        let r = preflight(origin);
+        assert_eq!(
+            r.header("access-control-allow-origin"),
+            None,
+            "{origin}: {:?}",
+            r.headers
+        );
+    }
+    let simple = support::http_request(
+        addr,
+        "GET",
+        "cors.example",
+        "/",
+        &[("origin", "https://www.foo.com")],
+    )
+    .expect("a simple request");
+    assert_eq!(simple.status, 200);
+    assert_eq!(
+        simple.header("access-control-allow-origin"),
+        Some("https://www.foo.com")
+    );
+    let exposed = simple
+        .header("access-control-expose-headers")
+        .unwrap_or_default();
+    assert!(
+        exposed.contains("x-header-3") && exposed.contains("x-header-4"),
+        "{exposed}"
+    );
+    assert_eq!(envoy.rejected_updates(), 0, "{}", envoy.summary());
+}
+
+/// Proves HTTPRouteWeight through a real Envoy gateway, by proportion: backends weighted
+/// 70/30/0 share 300 requests about 70/30 (each within 12 percentage points, several
+/// standard deviations of a fair draw) and the backend of weight 0 gets none.
+#[test]
+fn http_route_weights_split_real_requests_in_proportion() {
+    let envoy_bin = require_envoy!();
+    let dir = TestDir::new("envoy-gateway-api-weights");
+    let config_dir = dir.subdir("config");
+    let port = free_port();
+    let reviews = Reviews::new(WEIGHT_NET, 9080, &config_dir);
+    let backends: Vec<_> = ["v1", "v2", "v3"]
+        .iter()
+        .map(|v| reviews.start_backend(v))
+        .collect();
+    reviews.write_pods(&["v1", "v2", "v3"]);
+    write_config(
+        &config_dir,
+        "services.yaml",
+        &["v1", "v2", "v3"]
+            .map(|v| version_service(&reviews, v))
+            .join("---\n"),
+    );
+    write_config(
+        &config_dir,
+        "gateway.yaml",
+        &format!(
+            "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: edge, namespace: default}}
+spec:
+  gatewayClassName: istio
+  listeners: [{{name: http, port: {port}, protocol: HTTP}}]
+{}",
+            route(
+                "weights",
+                "  - backendRefs:
+    - {name: reviews-v1, port: 9080, weight: 70}
+    - {name: reviews-v2, port: 9080, weight: 30}
+    - {name: reviews-v3, port: 9080, weight: 0}
+"
+            )
+        ),
+    );
+    let (_meshflow, envoy) = start_gateway(&envoy_bin, &dir, &config_dir, "edge", "edge-abc", port);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let converged = support::wait_until(support::CONVERGE_TIMEOUT, || {
+        support::http_get(addr, "weights.example", "/", &[]).is_ok_and(|(s, _)| s == 200)
+    });
+    assert!(converged, "{}", envoy.summary());
+    let before: Vec<usize> = backends.iter().map(|b| b.requests_served()).collect();
+    const N: usize = 300;
+    for _ in 0..N {
+        let (status, _) = support::http_get(addr, "weights.example", "/", &[]).expect("a request");
+        assert_eq!(status, 200);
+    }
+    let got: Vec<usize> = backends
+        .iter()
+        .zip(&before)
+        .map(|(b, n)| b.requests_served() - n)
+        .collect();
+    assert_eq!(got.iter().sum::<usize>(), N, "{got:?}");
+    let share = |n: usize| n as f64 / N as f64;
+    assert!((share(got[0]) - 0.7).abs() < 0.12, "v1 {got:?}");
+    assert!((share(got[1]) - 0.3).abs() < 0.12, "v2 {got:?}");
+    assert_eq!(got[2], 0, "weight 0 takes nothing: {got:?}");
     assert_eq!(envoy.rejected_updates(), 0, "{}", envoy.summary());
 }

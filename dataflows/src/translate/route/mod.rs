@@ -84,12 +84,21 @@ pub fn domains(host: &str, port: u16, proxy_ns: &str, domain_suffix: &str) -> Ve
     out
 }
 
-/// The hosts a virtual host's routes send to: the service's own (its default route), or
-/// the destinations of its VirtualService's HTTP routes.
+/// The hosts a virtual host's routes may send to: the service's own (its default route),
+/// and the destinations of its VirtualService's HTTP routes.
 pub fn routed_hosts(service: &Service, vs: Option<&ResolvedVs>) -> Vec<String> {
     match vs {
         None => vec![service.hostname.clone()],
-        Some(vs) => routed_hosts_of(vs),
+        // The service's own host too: on a port none of the VirtualService's routes applies
+        // to, the service keeps its default route ([`sidecar_route_config`]).
+        Some(vs) => {
+            let mut hosts = routed_hosts_of(vs);
+            if !hosts.contains(&service.hostname) {
+                hosts.push(service.hostname.clone());
+                hosts.sort();
+            }
+            hosts
+        }
     }
 }
 
