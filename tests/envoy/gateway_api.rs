@@ -100,9 +100,39 @@ pub(crate) fn version_service(reviews: &Reviews, version: &str) -> String {
     version_service_on(reviews, version, 9080)
 }
 
+/// Gateway `edge` of `default` (class `istio`) with one HTTP listener on `port`, then
+/// `routes` (YAML documents, each starting `---`).
+pub(crate) fn edge_gateway(port: u16, routes: &str) -> String {
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: edge, namespace: default}}
+spec:
+  gatewayClassName: istio
+  listeners: [{{name: http, port: {port}, protocol: HTTP}}]
+{routes}"
+    )
+}
+
+/// HTTPRoute `name` for host `NAME.example` on Gateway `edge`, its `rules` (YAML, indented
+/// as the list under `rules:`).
+pub(crate) fn edge_route(name: &str, rules: &str) -> String {
+    format!(
+        "---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: {name}, namespace: default}}
+spec:
+  parentRefs: [{{name: edge}}]
+  hostnames: [{name}.example]
+  rules:
+{rules}"
+    )
+}
+
 /// Service `reviews-v1` (port 9080) in `config_dir`, its pod on loopback /24 `net`, and the
 /// backend answering there (kept running while the returned value lives).
-fn reviews_v1(net: u8, config_dir: &std::path::Path) -> support::Backend {
+pub(crate) fn reviews_v1(net: u8, config_dir: &std::path::Path) -> support::Backend {
     let reviews = Reviews::new(net, 9080, config_dir);
     let backend = reviews.start_backend("v1");
     reviews.write_pods(&["v1"]);
@@ -981,30 +1011,13 @@ fn http_routes_carry_websockets_and_h2c_to_their_backends() {
     write_config(
         &config_dir,
         "gateway.yaml",
-        &format!(
-            "apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: edge, namespace: default}}
-spec:
-  gatewayClassName: istio
-  listeners: [{{name: http, port: {port}, protocol: HTTP}}]
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {{name: socket, namespace: default}}
-spec:
-  parentRefs: [{{name: edge}}]
-  hostnames: [ws.example]
-  rules: [{{backendRefs: [{{name: socket, port: 8080}}]}}]
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {{name: h2c, namespace: default}}
-spec:
-  parentRefs: [{{name: edge}}]
-  hostnames: [h2c.example]
-  rules: [{{backendRefs: [{{name: h2c, port: 8081}}]}}]
-"
+        &edge_gateway(
+            port,
+            &[
+                edge_route("ws", "  - backendRefs: [{name: socket, port: 8080}]\n"),
+                edge_route("h2c", "  - backendRefs: [{name: h2c, port: 8081}]\n"),
+            ]
+            .concat(),
         ),
     );
     let (_meshflow, envoy) = start_gateway(&envoy_bin, &dir, &config_dir, "edge", "edge-abc", port);
@@ -1074,32 +1087,15 @@ fn http_routes_reach_headless_and_hand_managed_services() {
         ),
     );
     let route = |name: &str| {
-        format!(
-            "---
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {{name: {name}, namespace: default}}
-spec:
-  parentRefs: [{{name: edge}}]
-  hostnames: [{name}.example]
-  rules: [{{backendRefs: [{{name: {name}, port: 8080}}]}}]
-"
+        edge_route(
+            name,
+            &format!("  - backendRefs: [{{name: {name}, port: 8080}}]\n"),
         )
     };
     write_config(
         &config_dir,
         "gateway.yaml",
-        &format!(
-            "apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: edge, namespace: default}}
-spec:
-  gatewayClassName: istio
-  listeners: [{{name: http, port: {port}, protocol: HTTP}}]
-{}{}",
-            route("headless"),
-            route("manual")
-        ),
+        &edge_gateway(port, &[route("headless"), route("manual")].concat()),
     );
     let (_meshflow, envoy) = start_gateway(&envoy_bin, &dir, &config_dir, "edge", "edge-abc", port);
     let addr = SocketAddr::from(([127, 0, 0, 1], port));

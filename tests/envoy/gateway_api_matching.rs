@@ -6,7 +6,9 @@
 //! Each host of the Gateway's HTTP listener carries one case's HTTPRoute; the backends echo
 //! the path, host and `x-` headers they received.
 
-use crate::gateway_api::{start_gateway, version_service};
+use crate::gateway_api::{
+    edge_gateway, edge_route as route, reviews_v1, start_gateway, version_service,
+};
 use crate::support;
 
 use std::net::SocketAddr;
@@ -21,20 +23,12 @@ const CORS_NET: u8 = 177;
 /// The weights test's loopback /24.
 const WEIGHT_NET: u8 = 178;
 
-/// HTTPRoute `name` for host `NAME.example` on Gateway `edge`, its `rules` (YAML, indented as
-/// the list under `rules:`).
-fn route(name: &str, rules: &str) -> String {
-    format!(
-        "---
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {{name: {name}, namespace: default}}
-spec:
-  parentRefs: [{{name: edge}}]
-  hostnames: [{name}.example]
-  rules:
-{rules}"
-    )
+/// Waits until `GET /` for `host` through `addr` answers 200.
+fn await_served(addr: SocketAddr, host: &str, envoy: &support::Envoy) {
+    let served = support::wait_until(support::CONVERGE_TIMEOUT, || {
+        support::http_request(addr, "GET", host, "/", &[]).is_ok_and(|r| r.status == 200)
+    });
+    assert!(served, "{host} is not served\n{}", envoy.summary());
 }
 
 /// Proves, through a real Envoy gateway: HTTPRouteExactPathMatching (`/one` exact, `/one/`
@@ -125,16 +119,7 @@ fn http_route_matches_and_filters_through_a_real_gateway() {
     write_config(
         &config_dir,
         "gateway.yaml",
-        &format!(
-            "apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: edge, namespace: default}}
-spec:
-  gatewayClassName: istio
-  listeners: [{{name: http, port: {port}, protocol: HTTP}}]
-{}",
-            routes.concat()
-        ),
+        &edge_gateway(port, &routes.concat()),
     );
     let (_meshflow, envoy) = start_gateway(&envoy_bin, &dir, &config_dir, "edge", "edge-abc", port);
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
@@ -143,11 +128,7 @@ spec:
             .unwrap_or_else(|e| panic!("{method} {host} {path}: {e}\n{}", envoy.summary()))
     };
     // Every route is in one push: once the last host answers, all are served.
-    let converged = support::wait_until(support::CONVERGE_TIMEOUT, || {
-        support::http_request(addr, "GET", "rewrite.example", "/", &[])
-            .is_ok_and(|r| r.status == 200)
-    });
-    assert!(converged, "{}", envoy.summary());
+    await_served(addr, "rewrite.example", &envoy);
     let backend = |r: &HttpResponse| (r.status, r.text());
 
     // HTTPRouteExactPathMatching.
@@ -254,26 +235,13 @@ fn http_route_cors_through_a_real_gateway() {
     let dir = TestDir::new("envoy-gateway-api-cors");
     let config_dir = dir.subdir("config");
     let port = free_port();
-    let reviews = Reviews::new(CORS_NET, 9080, &config_dir);
-    let _v1 = reviews.start_backend("v1");
-    reviews.write_pods(&["v1"]);
-    write_config(
-        &config_dir,
-        "services.yaml",
-        &version_service(&reviews, "v1"),
-    );
+    let _v1 = reviews_v1(CORS_NET, &config_dir);
     write_config(
         &config_dir,
         "gateway.yaml",
-        &format!(
-            "apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: edge, namespace: default}}
-spec:
-  gatewayClassName: istio
-  listeners: [{{name: http, port: {port}, protocol: HTTP}}]
-{}",
-            route(
+        &edge_gateway(
+            port,
+            &route(
                 "cors",
                 "  - filters:
     - type: CORS
@@ -285,16 +253,13 @@ spec:
         allowCredentials: true
         maxAge: 3600
     backendRefs: [{name: reviews-v1, port: 9080}]
-"
-            )
+",
+            ),
         ),
     );
     let (_meshflow, envoy) = start_gateway(&envoy_bin, &dir, &config_dir, "edge", "edge-abc", port);
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let converged = support::wait_until(support::CONVERGE_TIMEOUT, || {
-        support::http_request(addr, "GET", "cors.example", "/", &[]).is_ok_and(|r| r.status == 200)
-    });
-    assert!(converged, "{}", envoy.summary());
+    await_served(addr, "cors.example", &envoy);
     let preflight = |origin: &str| {
         support::http_request(
             addr,
@@ -392,30 +357,21 @@ fn http_route_weights_split_real_requests_in_proportion() {
     write_config(
         &config_dir,
         "gateway.yaml",
-        &format!(
-            "apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: edge, namespace: default}}
-spec:
-  gatewayClassName: istio
-  listeners: [{{name: http, port: {port}, protocol: HTTP}}]
-{}",
-            route(
+        &edge_gateway(
+            port,
+            &route(
                 "weights",
                 "  - backendRefs:
     - {name: reviews-v1, port: 9080, weight: 70}
     - {name: reviews-v2, port: 9080, weight: 30}
     - {name: reviews-v3, port: 9080, weight: 0}
-"
-            )
+",
+            ),
         ),
     );
     let (_meshflow, envoy) = start_gateway(&envoy_bin, &dir, &config_dir, "edge", "edge-abc", port);
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let converged = support::wait_until(support::CONVERGE_TIMEOUT, || {
-        support::http_get(addr, "weights.example", "/", &[]).is_ok_and(|(s, _)| s == 200)
-    });
-    assert!(converged, "{}", envoy.summary());
+    await_served(addr, "weights.example", &envoy);
     let before: Vec<usize> = backends.iter().map(|b| b.requests_served()).collect();
     const N: usize = 300;
     for _ in 0..N {
