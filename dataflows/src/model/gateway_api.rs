@@ -152,6 +152,11 @@ impl ListenerProtocol {
             ListenerProtocol::Tcp => &["TCPRoute"],
         }
     }
+
+    /// [`Self::default_kinds`], owned (a refused listener's status still lists them).
+    pub fn default_kind_names(self) -> Vec<String> {
+        self.default_kinds().iter().map(|k| k.to_string()).collect()
+    }
 }
 
 /// A listener's `tls`.

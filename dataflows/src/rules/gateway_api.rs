@@ -105,12 +105,7 @@ pub fn grant_certificates<'a>(
             name: l.name.clone(),
             reason: "RefNotPermitted".into(),
             why,
-            kinds: l
-                .protocol
-                .default_kinds()
-                .iter()
-                .map(|k| k.to_string())
-                .collect(),
+            kinds: l.protocol.default_kind_names(),
         });
         false
     });

@@ -107,11 +107,7 @@ pub(in crate::config::convert) fn kubernetes_gateway(
                 "InvalidCertificateRef",
                 "no certificate meshflow can serve: a Secret is needed",
             );
-            let kinds = protocol
-                .default_kinds()
-                .iter()
-                .map(|k| k.to_string())
-                .collect();
+            let kinds = protocol.default_kind_names();
             refused.push(m::RefusedListener {
                 name: l.name.clone(),
                 reason: reason.into(),
@@ -143,12 +139,7 @@ pub(in crate::config::convert) fn kubernetes_gateway(
         // Not accepted: nothing of it is served, and each listener says why.
         for l in listeners.drain(..) {
             refused.push(m::RefusedListener {
-                kinds: l
-                    .protocol
-                    .default_kinds()
-                    .iter()
-                    .map(|k| k.to_string())
-                    .collect(),
+                kinds: l.protocol.default_kind_names(),
                 name: l.name,
                 reason: "Pending".into(),
                 why: format!("the Gateway is not accepted: {why}"),
@@ -377,11 +368,7 @@ fn without_conflicts(
                     ));
                 }
                 let listed: Vec<String> = if l.allowed_kinds.is_empty() {
-                    l.protocol
-                        .default_kinds()
-                        .iter()
-                        .map(|k| k.to_string())
-                        .collect()
+                    l.protocol.default_kind_names()
                 } else {
                     l.allowed_kinds.clone()
                 };
