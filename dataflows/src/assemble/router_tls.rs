@@ -36,13 +36,13 @@ pub fn credential(
     let Some(tls) = server.tls.as_deref() else {
         return Ok(Vec::new());
     };
-    let (namespace, name) = match &tls.credential {
-        Some(Credential::Secret(name)) => (namespace, name),
-        Some(Credential::Granted { namespace, name }) => (namespace.as_str(), name),
-        _ => return Ok(Vec::new()),
+    let Some(credential) = tls.credential.as_ref() else {
+        return Ok(Vec::new());
     };
-    let Some((cert_name, ca_name)) = tls.credential.as_ref().and_then(secret::credential_names)
-    else {
+    let (Some((namespace, name)), Some((cert_name, ca_name))) = (
+        credential.secret(namespace),
+        secret::credential_names(credential),
+    ) else {
         return Ok(Vec::new());
     };
     let find = |n: &str| {

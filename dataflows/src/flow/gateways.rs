@@ -32,16 +32,10 @@ enum GwItem {
 pub(super) fn wanted_secrets(ns: &str, gw: &Gateway) -> Vec<(String, String)> {
     gw.servers
         .iter()
-        .filter_map(
-            |s| match s.tls.as_deref().and_then(|t| t.credential.as_ref()) {
-                Some(Credential::Secret(name)) => Some((ns, name)),
-                Some(Credential::Granted { namespace, name }) => Some((namespace.as_str(), name)),
-                _ => None,
-            },
-        )
+        .filter_map(|s| s.tls.as_deref()?.credential.as_ref()?.secret(ns))
         .flat_map(|(ns, name)| {
             [
-                (ns.to_string(), name.clone()),
+                (ns.to_string(), name.to_string()),
                 (ns.to_string(), format!("{name}-cacert")),
             ]
         })

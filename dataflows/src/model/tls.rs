@@ -103,6 +103,19 @@ pub enum Credential {
     },
 }
 
+impl Credential {
+    /// The Secret it names, as (namespace, name), for a gateway workload in `workload_ns`: a
+    /// `credentialName` is of the workload's namespace, a granted certificate of its own;
+    /// `None` for files.
+    pub fn secret<'a>(&'a self, workload_ns: &'a str) -> Option<(&'a str, &'a str)> {
+        match self {
+            Credential::Secret(name) => Some((workload_ns, name)),
+            Credential::Granted { namespace, name } => Some((namespace, name)),
+            Credential::Files { .. } => None,
+        }
+    }
+}
+
 /// A TLS Secret (`kubernetes.io/tls` with `tls.crt`/`tls.key`/`ca.crt`, or Istio's generic
 /// form with `cert`/`key`/`cacert`), validated by the source: PEM that parses and a key
 /// that matches the certificate, or the reason it cannot be served.
