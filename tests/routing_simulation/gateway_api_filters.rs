@@ -202,7 +202,7 @@ spec:
             let retry = retry.expect("a retry policy");
             assert_eq!(
                 retry.retry_on,
-                "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes"
+                "connect-failure,refused-stream,unavailable,cancelled,reset,retriable-status-codes"
             );
             assert_eq!(retry.retriable_status_codes, [500, 502]);
             assert_eq!(retry.num_retries, 3);

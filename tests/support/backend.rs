@@ -1,12 +1,15 @@
 //! Backends: tiny loopback HTTP/1.1 servers that play the workloads behind Envoy. Each answers
-//! with its identity, so a test can tell which endpoint a request reached.
+//! with its identity, so a test can tell which endpoint a request reached. A request can also
+//! ask for a failure (a status, a dropped connection, a delay) the first few times it arrives,
+//! which is how the retry and timeout tests make a backend misbehave on cue.
 
+use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
@@ -14,12 +17,20 @@ use super::http_wire::{read_body, Framing, Head};
 
 /// A tiny HTTP/1.1 server on one loopback address: every request gets `200`, body `identity`,
 /// header `x-backend: identity`. Keep-alive and pipelining work; it stops on drop.
+///
+/// Test-only request headers make it misbehave:
+/// - `x-delay-ms: N` answers after N milliseconds;
+/// - `x-fail-key: K`, `x-fail-times: N`, `x-fail-with: F`: the first N requests carrying key
+///   K fail with F — a status code (`500`), `reset` (the connection is closed with no
+///   response) or `delay-MS` (answered after MS milliseconds) — and later ones are answered.
+///   [`Backend::arrivals`] counts the requests of a key, so a test sees how often it was tried.
 pub struct Backend {
     /// Where it listens; `None` for a Unix domain socket.
     addr: Option<SocketAddr>,
     identity: String,
     stop: Arc<AtomicBool>,
     served: Arc<AtomicUsize>,
+    arrivals: Arc<Mutex<HashMap<String, usize>>>,
     acceptor: Option<JoinHandle<()>>,
 }
 
@@ -50,13 +61,17 @@ impl Backend {
 
     fn serve(addr: Option<SocketAddr>, listener: impl Accept, identity: &str) -> Backend {
         let stop = Arc::new(AtomicBool::new(false));
-        let served = Arc::new(AtomicUsize::new(0));
+        let shared = Shared {
+            identity: identity.to_owned(),
+            served: Arc::new(AtomicUsize::new(0)),
+            arrivals: Arc::default(),
+        };
+        let (served, arrivals) = (shared.served.clone(), shared.arrivals.clone());
         let acceptor = {
-            let (stop, served) = (stop.clone(), served.clone());
-            let identity = identity.to_owned();
+            let stop = stop.clone();
             thread::Builder::new()
                 .name(format!("backend-{identity}"))
-                .spawn(move || accept_loop(listener, &identity, &stop, &served))
+                .spawn(move || accept_loop(listener, &shared, &stop))
                 .expect("spawn backend thread")
         };
         Backend {
@@ -64,6 +79,7 @@ impl Backend {
             identity: identity.to_owned(),
             stop,
             served,
+            arrivals,
             acceptor: Some(acceptor),
         }
     }
@@ -81,6 +97,20 @@ impl Backend {
     pub fn requests_served(&self) -> usize {
         self.served.load(Ordering::SeqCst)
     }
+
+    /// How many requests with `x-fail-key: key` have arrived (failed or answered).
+    pub fn arrivals(&self, key: &str) -> usize {
+        let arrivals = self.arrivals.lock().unwrap_or_else(|e| e.into_inner());
+        arrivals.get(key).copied().unwrap_or(0)
+    }
+}
+
+/// What the accept loop hands every connection: who the backend is and what it counts.
+#[derive(Clone)]
+struct Shared {
+    identity: String,
+    served: Arc<AtomicUsize>,
+    arrivals: Arc<Mutex<HashMap<String, usize>>>,
 }
 
 impl Drop for Backend {
@@ -133,17 +163,13 @@ impl Conn for UnixStream {
     }
 }
 
-fn accept_loop(
-    listener: impl Accept,
-    identity: &str,
-    stop: &Arc<AtomicBool>,
-    served: &Arc<AtomicUsize>,
-) {
+fn accept_loop(listener: impl Accept, shared: &Shared, stop: &Arc<AtomicBool>) {
+    let identity = &shared.identity;
     while !stop.load(Ordering::SeqCst) {
         match listener.accept_conn() {
             Ok(stream) => {
-                let (identity, stop, served) = (identity.to_owned(), stop.clone(), served.clone());
-                thread::spawn(move || serve_connection(stream, &identity, &stop, &served));
+                let (shared, stop) = (shared.clone(), stop.clone());
+                thread::spawn(move || serve_connection(stream, &shared, &stop));
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 thread::sleep(Duration::from_millis(5))
@@ -159,12 +185,8 @@ fn accept_loop(
 
 /// Serves requests on one connection until the peer closes, asks to close, sends garbage, or the
 /// backend stops (checked every 100 ms).
-fn serve_connection(
-    mut stream: impl Conn,
-    identity: &str,
-    stop: &AtomicBool,
-    served: &AtomicUsize,
-) {
+fn serve_connection(mut stream: impl Conn, shared: &Shared, stop: &AtomicBool) {
+    let identity = shared.identity.as_str();
     if stream.prepare(Duration::from_millis(100)).is_err() {
         return;
     }
@@ -182,10 +204,17 @@ fn serve_connection(
                 }
             };
             buf.drain(..request.len);
-            served.fetch_add(1, Ordering::SeqCst);
+            let status = match request.behaviour.answer(&shared.arrivals) {
+                Answer::Drop => return,
+                Answer::After(delay, status) => {
+                    thread::sleep(delay);
+                    status
+                }
+            };
+            shared.served.fetch_add(1, Ordering::SeqCst);
             if write_response(
                 &mut stream,
-                200,
+                status,
                 identity,
                 &request.echo,
                 identity,
@@ -220,6 +249,76 @@ struct RequestFrame {
     /// Response header lines telling what arrived: `x-echo-path`, `x-echo-host`, and each
     /// `x-` request header as `x-echo-<name>` (how tests see rewrites and header edits).
     echo: String,
+    behaviour: Behaviour,
+}
+
+/// The misbehaviour a request asks for (see [`Backend`]).
+#[derive(Default)]
+struct Behaviour {
+    delay: Duration,
+    /// Key, how many of its first requests fail, and how.
+    fail: Option<(String, usize, String)>,
+}
+
+/// How the backend answers one request.
+enum Answer {
+    /// Close the connection without a response.
+    Drop,
+    /// Wait, then answer with this status.
+    After(Duration, u16),
+}
+
+impl Behaviour {
+    fn read(head: &Head) -> Result<Behaviour, String> {
+        let get = |name: &str| {
+            head.headers
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.as_str())
+        };
+        let number = |name: &str| -> Result<Option<u64>, String> {
+            get(name)
+                .map(|v| {
+                    v.parse()
+                        .map_err(|_| format!("{name}: {v:?} is not a number"))
+                })
+                .transpose()
+        };
+        let delay = Duration::from_millis(number("x-delay-ms")?.unwrap_or(0));
+        let fail = match get("x-fail-key") {
+            None => None,
+            Some(key) => {
+                let times = number("x-fail-times")?.unwrap_or(1) as usize;
+                let with = get("x-fail-with").unwrap_or("500").to_owned();
+                Some((key.to_owned(), times, with))
+            }
+        };
+        Ok(Behaviour { delay, fail })
+    }
+
+    /// Counts the request under its key and picks its answer.
+    fn answer(&self, arrivals: &Mutex<HashMap<String, usize>>) -> Answer {
+        let ok = Answer::After(self.delay, 200);
+        let Some((key, times, with)) = &self.fail else {
+            return ok;
+        };
+        let nth = {
+            let mut arrivals = arrivals.lock().unwrap_or_else(|e| e.into_inner());
+            let n = arrivals.entry(key.clone()).or_insert(0);
+            *n += 1;
+            *n
+        };
+        if nth > *times {
+            return ok;
+        }
+        if with == "reset" {
+            return Answer::Drop;
+        }
+        if let Some(ms) = with.strip_prefix("delay-").and_then(|ms| ms.parse().ok()) {
+            return Answer::After(Duration::from_millis(ms), 200);
+        }
+        Answer::After(self.delay, with.parse().unwrap_or(500))
+    }
 }
 
 fn echo_lines(head: &Head) -> String {
@@ -251,6 +350,7 @@ fn parse_request(buf: &[u8]) -> Result<Option<RequestFrame>, String> {
         len: head.len + body_len,
         close,
         echo: echo_lines(&head),
+        behaviour: Behaviour::read(&head)?,
     }))
 }
 
@@ -262,7 +362,11 @@ fn write_response(
     identity: &str,
     close: bool,
 ) -> io::Result<()> {
-    let reason = if status == 200 { "OK" } else { "Bad Request" };
+    let reason = match status {
+        200 => "OK",
+        400 => "Bad Request",
+        _ => "Failed On Request",
+    };
     let connection = if close { "connection: close\r\n" } else { "" };
     let response = format!(
         "HTTP/1.1 {status} {reason}\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\

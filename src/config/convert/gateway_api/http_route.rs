@@ -252,14 +252,15 @@ fn prefix_replacement_has_one_prefix_match(r: &api::HttpRouteRule, f: &str) -> R
     }
 }
 
-/// A rule's `retry` as Istio maps it: the spec's "SHOULD retry on connection errors"
-/// (connect failures, refused and reset streams) and the codes listed; two attempts when
-/// none are given (Istio's default).
+/// A rule's `retry`: the spec's connection errors (a failed connect, a refused stream, and a
+/// connection dropped or reset before the response — Envoy's `reset`, which also retries an
+/// attempt that ran past `timeouts.backendRequest`) and the codes listed; two attempts when
+/// none are given (Istio's default), none at all for `attempts: 0`.
 fn retry(rt: &api::HttpRouteRetry, f: &str) -> Result<m::Retries> {
     let attempts = match rt.attempts {
         None => 2,
-        Some(n) => u32::try_from(n).ok().filter(|n| *n >= 1).ok_or_else(|| {
-            Invalid::field(format!("{f}.attempts"), format!("{n} is not at least 1"))
+        Some(n) => u32::try_from(n).map_err(|_| {
+            Invalid::field(format!("{f}.attempts"), format!("{n} is not at least 0"))
         })?,
     };
     let mut on = vec![
@@ -267,6 +268,7 @@ fn retry(rt: &api::HttpRouteRetry, f: &str) -> Result<m::Retries> {
         "refused-stream".into(),
         "unavailable".into(),
         "cancelled".into(),
+        "reset".into(),
     ];
     for (i, code) in rt.codes.iter().enumerate() {
         if !(400..=599).contains(code) {

@@ -533,7 +533,8 @@ spec:
 
 /// What the API's validation refuses in a redirect or a retry is refused by field: a prefix
 /// replacement without exactly one `PathPrefix` match (it would take the whole path), a
-/// scheme other than http/https, zero attempts, a code outside 400-599.
+/// scheme other than http/https, negative attempts, a code outside 400-599. Zero attempts is
+/// valid: no retries.
 #[test]
 fn invalid_redirects_and_retries_are_refused_by_field() {
     let rule = |body: &str| {
@@ -558,8 +559,9 @@ fn invalid_redirects_and_retries_are_refused_by_field() {
     let err =
         rule("filters: [{type: RequestRedirect, requestRedirect: {scheme: ftp}}]").unwrap_err();
     assert_eq!(err.field, "spec.rules[0].filters[0].requestRedirect.scheme");
-    let err = rule("retry: {attempts: 0}").unwrap_err();
+    let err = rule("retry: {attempts: -1}").unwrap_err();
     assert_eq!(err.field, "spec.rules[0].retry.attempts");
+    assert!(rule("retry: {attempts: 0}").is_ok());
     let err = rule("retry: {codes: [503, 600]}").unwrap_err();
     assert_eq!(err.field, "spec.rules[0].retry.codes[1]");
     let err = rule("retry: {backoff: soon}").unwrap_err();
