@@ -183,20 +183,21 @@ fn rule_with(
         if let Some(req) = &t.request {
             template.timeout_ms = Some(parse_duration_ms(req, &format!("{f}.timeouts.request"))?);
         }
-        // As Istio: with a retry policy, the backend request's timeout is each attempt's;
-        // without, the route's when the request has none; with both, a per-attempt timeout
-        // is not expressed (said).
+        // With a retry policy, the backend request's timeout is each attempt's (as Istio).
+        // Without one, the route's timeout is the smaller of the two: every attempt is then
+        // within `backendRequest` and the whole request within `request` (the spec has
+        // `backendRequest` no longer than `request`; the mesh's default retries of a refused
+        // connection then share the smaller bound rather than exceed one of them).
         if let Some(backend) = &t.backend_request {
             let ms = parse_duration_ms(backend, &format!("{f}.timeouts.backendRequest"))?;
             if let Some(retries) = template.retries.as_mut() {
                 retries.per_try_timeout_ms = Some(ms);
-            } else if template.timeout_ms.is_none() {
-                template.timeout_ms = Some(ms);
             } else {
-                findings.push(Finding::warning(
-                    format!("{f}.timeouts.backendRequest"),
-                    "with timeouts.request set and no retry, the per-attempt timeout is not applied (the request's holds)",
-                ));
+                // `0s` is "no timeout" for either field.
+                template.timeout_ms = match template.timeout_ms {
+                    Some(req) if req != 0 && (ms == 0 || req < ms) => Some(req),
+                    _ => Some(ms),
+                };
             }
         }
     }

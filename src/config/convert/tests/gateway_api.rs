@@ -621,6 +621,52 @@ spec:
     assert!(t.direct_response.is_none());
 }
 
+/// Both timeouts without a retry: the route's timeout is the smaller (each attempt within
+/// `backendRequest`, the whole within `request`), `0s` meaning none; with a retry,
+/// `backendRequest` is each attempt's and `request` the whole's.
+#[test]
+fn request_and_backend_timeouts_both_hold() {
+    let timeouts = |lines: &str| {
+        let p = parse(&format!(
+            "apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: r, namespace: shop}}
+spec:
+  rules:
+  - {lines}
+    backendRefs: [{{name: web, port: 80}}]
+"
+        ));
+        assert!(fields(&p, Level::Warning).is_empty(), "{:?}", p.findings);
+        let GatewayApiObject::HttpRoute(r) = object(&p) else {
+            panic!()
+        };
+        let t = &r.rules[0].template;
+        (
+            t.timeout_ms,
+            t.retries.as_ref().and_then(|r| r.per_try_timeout_ms),
+        )
+    };
+    let both = "timeouts: {request: 10s, backendRequest: 2s}";
+    assert_eq!(timeouts(both), (Some(2000), None));
+    assert_eq!(
+        timeouts("timeouts: {request: 1s, backendRequest: 2s}"),
+        (Some(1000), None)
+    );
+    assert_eq!(
+        timeouts("timeouts: {request: 0s, backendRequest: 2s}"),
+        (Some(2000), None)
+    );
+    assert_eq!(
+        timeouts("timeouts: {request: 3s, backendRequest: 0s}"),
+        (Some(3000), None)
+    );
+    assert_eq!(
+        timeouts(&format!("{both}\n    retry: {{attempts: 2}}")),
+        (Some(10000), Some(2000))
+    );
+}
+
 /// Listeners that conflict with an earlier one are left out with the spec's reason: a port
 /// another protocol holds, the same port and hostname twice, two TCP listeners on a port;
 /// HTTPS and TLS share a port by hostname.
