@@ -20,6 +20,7 @@ mod faults;
 mod gateway;
 mod gateway_api;
 mod gateway_api_matching;
+mod gateway_api_mesh_grpc;
 mod gateway_api_resilience;
 mod gateway_auto_passthrough;
 mod gateway_tls;

@@ -32,6 +32,7 @@ pub mod chromium;
 pub mod envoy_validate;
 pub mod ext_authz;
 pub mod fake_kube;
+pub mod grpc_echo;
 pub mod jwt;
 pub mod mongo;
 pub mod pausable_link;

@@ -717,17 +717,24 @@ pub fn resolve_rules(route: &KubeHttpRoute, ctx: &RouteContext, at: ParentKind) 
 }
 
 /// The spec's precedence of a (single-match) route, greatest first: an exact path, then
-/// the longest prefix (a regular expression after a prefix, as Istio ranks it), then a
-/// method, then the most header matches, then the most query parameter matches.
+/// the longest prefix, then a regular expression (implementation-specific in the spec),
+/// then a match on every path (`/`, or none: a GRPCRoute match without a method), then a
+/// method, the most header matches, the most query parameter matches. A GRPCRoute's
+/// service and method are its path, so the same order gives its spec's: an exact method
+/// over a service's prefix, those over a method by expression, and any of them over a
+/// match on headers alone, which is over a rule that matches everything.
 fn precedence(h: &HttpRoute) -> (i8, usize, bool, usize, usize) {
     let Some(m) = h.matches.first() else {
-        return (-1, 0, false, 0, 0);
+        return (0, 0, false, 0, 0);
     };
     let (rank, len) = match &m.uri {
         Some(StringMatch::Exact(s)) => (3, s.len()),
-        Some(StringMatch::Prefix(s)) | Some(StringMatch::SegmentPrefix(s)) => (2, s.len()),
+        Some(StringMatch::Prefix(s)) | Some(StringMatch::SegmentPrefix(s)) if s != "/" => {
+            (2, s.len())
+        }
         Some(StringMatch::Regex(s)) => (1, s.len()),
-        Some(StringMatch::Present) | None => (-1, 0),
+        Some(StringMatch::Prefix(_) | StringMatch::SegmentPrefix(_) | StringMatch::Present)
+        | None => (0, 0),
     };
     let method = m.headers.contains_key(":method");
     let headers = m.headers.len() - usize::from(method);

@@ -644,6 +644,105 @@ fn grpc_routes_route_by_method_path() {
     );
 }
 
+/// One GRPCRoute's rules in the spec's order, whatever their order in the route: an exact
+/// method, a service, a method of any service (by expression), a match on a header alone,
+/// and a rule without matches last — a header-only match is not shadowed by the catch-all
+/// (it was, with a header-only match ranked below every path).
+#[test]
+fn grpc_route_rules_order_by_service_method_then_headers() {
+    let mut m = Mesh::new();
+    let gw_pod = gw_pod();
+    let rule = |uri: Option<StringMatch>, header: Option<&str>, svc: &str| HttpRouteRule {
+        template: HttpRoute::default(),
+        matches: if uri.is_none() && header.is_none() {
+            Vec::new()
+        } else {
+            vec![HttpMatch {
+                uri,
+                headers: header
+                    .map(|v| ("x-test-case".to_string(), StringMatch::Exact(v.into())))
+                    .into_iter()
+                    .collect(),
+                ..HttpMatch::default()
+            }]
+        },
+        backends: vec![backend(svc, "default", 80)],
+    };
+    let route = Record::GatewayApi(GatewayApiObject::HttpRoute(KubeHttpRoute {
+        key: ConfigKey::new(Kind::GrpcRoute, "default", "echo"),
+        created: String::new(),
+        parents: vec![ParentRef {
+            kind: ParentKind::Gateway,
+            namespace: "default".into(),
+            name: "gw".into(),
+            section: None,
+            port: None,
+        }],
+        hostnames: vec!["grpc.example.com".into()],
+        rules: vec![
+            rule(None, None, "everything"),
+            rule(None, Some("set"), "by-header"),
+            rule(
+                Some(StringMatch::Regex("/[^/]+/Ping".into())),
+                None,
+                "by-method",
+            ),
+            rule(
+                Some(StringMatch::Prefix("/echo.Echo/".into())),
+                None,
+                "by-service",
+            ),
+            rule(
+                Some(StringMatch::Exact("/echo.Echo/Ping".into())),
+                None,
+                "exact",
+            ),
+        ],
+    }));
+    let services = [
+        "everything",
+        "by-header",
+        "by-method",
+        "by-service",
+        "exact",
+    ];
+    let mut records: Vec<Record> = services.iter().map(|s| service(s, "default")).collect();
+    records.extend([
+        kube_gateway(
+            "default",
+            "gw",
+            "istio",
+            vec![listener("http", 8080, None, AllowedNamespaces::Same)],
+        ),
+        route,
+        px(&gw_pod),
+    ]);
+    m.insert(records);
+    let rows = table(&m, &gw_pod, "http.8080");
+    let order: Vec<&str> = rows
+        .iter()
+        .filter(|(d, _)| d.iter().any(|d| d == "grpc.example.com"))
+        .flat_map(|(_, r)| r.iter())
+        .map(|(_, to)| {
+            let to = to.as_str();
+            *services
+                .iter()
+                .find(|s| to.contains(&format!("|{s}.default")))
+                .unwrap_or(&to)
+        })
+        .collect();
+    assert_eq!(
+        order,
+        [
+            "exact",
+            "by-service",
+            "by-method",
+            "by-header",
+            "everything"
+        ]
+    );
+}
+
 /// A parent reference's `port` names the listener on that port (another port: not
 /// attached, NoMatchingParent); a rule's `name` names its Envoy route.
 #[test]

@@ -1,0 +1,240 @@
+//! The mesh gRPC conformance cases (MESH-GRPC: a GRPCRoute whose parent is a Service) with
+//! real gRPC calls from a client behind its own sidecar: the route's request header edits
+//! reach the backend as metadata, and its weights split real calls. The backends are gRPC
+//! echo servers (`support::grpc_echo`) that report which of them answered and the metadata
+//! they received.
+
+use crate::support;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+use support::grpc_echo::{Echoed, GrpcEcho, GrpcEchoClient};
+use support::{
+    free_port, require_envoy, write_config, Envoy, Meshflow, ProxyNode, TestDir, XdsMode,
+    STARTUP_TIMEOUT,
+};
+
+/// This test's loopback /24.
+const NET: u8 = 181;
+
+/// Service `name` (gRPC port `port`, the pods on `target`) and its EndpointSlice of `ips`.
+fn grpc_service(name: &str, port: u16, target: u16, ips: &[String]) -> String {
+    let endpoints: String = ips
+        .iter()
+        .map(|ip| format!("- addresses: [{ip}]\n  conditions: {{ready: true}}\n"))
+        .collect();
+    format!(
+        "---
+apiVersion: v1
+kind: Service
+metadata: {{name: {name}, namespace: default}}
+spec:
+  ports: [{{name: grpc, port: {port}, targetPort: {target}}}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: {name}-abcde
+  namespace: default
+  labels: {{kubernetes.io/service-name: {name}}}
+addressType: IPv4
+ports: [{{name: grpc, port: {target}, protocol: TCP}}]
+endpoints:
+{endpoints}"
+    )
+}
+
+/// The client's Sidecar: one gRPC egress listener on `port`, bound to loopback.
+fn client_sidecar(port: u16) -> String {
+    format!(
+        "apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {{name: client, namespace: default}}
+spec:
+  workloadSelector: {{labels: {{app: client}}}}
+  egress:
+  - port: {{number: {port}, protocol: GRPC, name: grpc}}
+    bind: 127.0.0.1
+    captureMode: NONE
+    hosts: [\"./*\"]
+"
+    )
+}
+
+/// GRPCRoute `echo` on Service `echo`: by `x-test-case`, a set, an add, a remove, all three,
+/// and a 70/30 split between `echo-v1` and `echo-v2`; everything else to `echo-v1`.
+fn echo_route(port: u16) -> String {
+    let case = |name: &str, filter: &str| {
+        format!(
+            "  - matches: [{{headers: [{{name: x-test-case, value: {name}}}]}}]
+    filters:
+    - type: RequestHeaderModifier
+      requestHeaderModifier: {{{filter}}}
+    backendRefs: [{{name: echo-v1, port: {port}}}]
+"
+        )
+    };
+    let set = "set: [{name: X-Header-Set, value: set-overwrites-values}]";
+    let add = "add: [{name: X-Header-Add, value: add-appends-values}]";
+    let remove = "remove: [X-Header-Remove]";
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: GRPCRoute
+metadata: {{name: echo, namespace: default}}
+spec:
+  parentRefs: [{{group: \"\", kind: Service, name: echo, port: {port}}}]
+  rules:
+{}{}{}{}  - matches: [{{headers: [{{name: x-test-case, value: weights}}]}}]
+    backendRefs:
+    - {{name: echo-v1, port: {port}, weight: 70}}
+    - {{name: echo-v2, port: {port}, weight: 30}}
+  - backendRefs: [{{name: echo-v1, port: {port}}}]
+",
+        case("set", set),
+        case("add", add),
+        case("remove", remove),
+        case("multi", &format!("{set}, {add}, {remove}")),
+    )
+}
+
+/// Proves MeshGRPCRouteRequestHeaderModifier and MeshGRPCRouteWeight through a real client
+/// sidecar: a GRPCRoute on Service `echo` sets, adds and removes request metadata (alone and
+/// together) before the call reaches the backend, a call without a test case reaches the
+/// default backend untouched, and 300 calls split 70/30 between two Services (each share
+/// within 12 points, about 3.7 standard deviations).
+#[test]
+fn mesh_grpc_routes_edit_metadata_and_split_calls_through_a_sidecar() {
+    let envoy_bin = require_envoy!();
+    let dir = TestDir::new("envoy-gateway-api-mesh-grpc");
+    let config_dir = dir.subdir("config");
+    let (port, target) = (free_port(), free_port());
+    let ip = |host: u8| format!("127.0.{NET}.{host}");
+    let v1 = GrpcEcho::start(&ip(11), target, "echo-v1");
+    let v2 = GrpcEcho::start(&ip(12), target, "echo-v2");
+    write_config(
+        &config_dir,
+        "services.yaml",
+        &[
+            grpc_service("echo", port, target, &[ip(11), ip(12)]),
+            grpc_service("echo-v1", port, target, &[ip(11)]),
+            grpc_service("echo-v2", port, target, &[ip(12)]),
+        ]
+        .concat(),
+    );
+    write_config(&config_dir, "sidecar.yaml", &client_sidecar(port));
+    write_config(&config_dir, "route.yaml", &echo_route(port));
+    let meshflow = Meshflow::start(&config_dir, dir.path());
+    let node = ProxyNode::sidecar("client-abc", "default", &ip(20), &[("app", "client")]);
+    let envoy = Envoy::start(
+        &envoy_bin,
+        dir.path(),
+        &node,
+        meshflow.xds_addr(),
+        XdsMode::Delta,
+    );
+    envoy.wait_live(STARTUP_TIMEOUT);
+    envoy.await_listener(&format!("127.0.0.1_{port}"));
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut client = GrpcEchoClient::connect(addr, &format!("echo:{port}"))
+        .unwrap_or_else(|e| panic!("{e}\n{}", envoy.summary()));
+    let mut call = |metadata: &[(&str, &str)]| -> Echoed {
+        client
+            .call(metadata)
+            .unwrap_or_else(|e| panic!("{metadata:?}: {e}\n{}", envoy.summary()))
+    };
+    let echoed = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+
+    let mut last = None;
+    let routed = support::wait_until(support::CONVERGE_TIMEOUT, || {
+        let r = call(&[("x-test-case", "set"), ("x-header-set", "original")]);
+        let done = r.code == 0
+            && r.metadata
+                .get("x-header-set")
+                .is_some_and(|v| v != "original");
+        last = Some(r);
+        done
+    });
+    assert!(
+        routed,
+        "the route never applied: {last:?}\n{}",
+        envoy.summary()
+    );
+
+    // MeshGRPCRouteRequestHeaderModifier.
+    let r = call(&[("x-test-case", "set"), ("x-header-set", "original")]);
+    assert_eq!(r.backend.as_deref(), Some("echo-v1"));
+    assert_eq!(
+        r.metadata,
+        echoed(&[
+            ("x-test-case", "set"),
+            ("x-header-set", "set-overwrites-values")
+        ])
+    );
+    let r = call(&[("x-test-case", "add"), ("x-header-add", "from-client")]);
+    assert_eq!(
+        r.metadata,
+        echoed(&[
+            ("x-test-case", "add"),
+            ("x-header-add", "from-client,add-appends-values")
+        ])
+    );
+    let r = call(&[
+        ("x-test-case", "remove"),
+        ("x-header-remove", "gone"),
+        ("x-kept", "kept"),
+    ]);
+    assert_eq!(
+        r.metadata,
+        echoed(&[("x-test-case", "remove"), ("x-kept", "kept")])
+    );
+    let r = call(&[
+        ("x-test-case", "multi"),
+        ("x-header-set", "original"),
+        ("x-header-add", "from-client"),
+        ("x-header-remove", "gone"),
+    ]);
+    assert_eq!(
+        r.metadata,
+        echoed(&[
+            ("x-test-case", "multi"),
+            ("x-header-set", "set-overwrites-values"),
+            ("x-header-add", "from-client,add-appends-values"),
+        ])
+    );
+    let r = call(&[("x-header-remove", "kept")]);
+    assert_eq!(
+        (r.backend.as_deref(), r.metadata),
+        (Some("echo-v1"), echoed(&[("x-header-remove", "kept")])),
+        "no test case: the default rule, nothing edited"
+    );
+
+    // MeshGRPCRouteWeight.
+    let (before1, before2) = (v1.calls(), v2.calls());
+    let mut by_backend: BTreeMap<String, usize> = BTreeMap::new();
+    const CALLS: usize = 300;
+    for _ in 0..CALLS {
+        let r = call(&[("x-test-case", "weights")]);
+        assert_eq!(r.code, 0, "{r:?}");
+        *by_backend.entry(r.backend.unwrap_or_default()).or_default() += 1;
+    }
+    let share = |name: &str| by_backend.get(name).copied().unwrap_or(0) * 100 / CALLS;
+    assert_eq!(
+        by_backend.keys().collect::<Vec<_>>(),
+        ["echo-v1", "echo-v2"],
+        "{by_backend:?}"
+    );
+    assert!((58..=82).contains(&share("echo-v1")), "{by_backend:?}");
+    assert!((18..=42).contains(&share("echo-v2")), "{by_backend:?}");
+    assert_eq!(
+        (v1.calls() - before1) + (v2.calls() - before2),
+        CALLS,
+        "each call answered once, by the backend it names"
+    );
+    assert_eq!(envoy.rejected_updates(), 0, "{}", envoy.summary());
+}
