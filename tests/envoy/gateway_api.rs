@@ -494,7 +494,7 @@ impl MeshClient {
         let port = free_port();
         let reviews = Reviews::new(net, port, &config_dir);
         let backends = [reviews.start_backend("v1"), reviews.start_backend("v2")];
-        reviews.write_service();
+        reviews.write_service_with(&format!("  clusterIP: {}\n", cluster_ip(net)));
         reviews.write_pods(&["v1", "v2"]);
         reviews.write_endpoints(&["v1", "v2"]);
         let services = [
@@ -527,6 +527,12 @@ impl MeshClient {
     fn addr(&self) -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], self.port))
     }
+}
+
+/// The ClusterIP of [`MeshClient`]'s Service `reviews` on loopback /24 `net` (never dialled:
+/// clients reach the sidecar's bound listener and name the address only as the `Host`).
+fn cluster_ip(net: u8) -> String {
+    format!("10.96.{net}.1")
 }
 
 /// The GAMMA weight scenario over `mode`, on loopback /24 `net`.
@@ -611,7 +617,8 @@ spec:
 /// with the Location the filter says (MeshHTTPRouteSchemeRedirect, MeshHTTPRouteRedirectPort,
 /// MeshHTTPRouteRedirectPath); a backend's own header modifier reaches that backend
 /// (MeshHTTPRouteBackendRequestHeaderModification); the rule's name is in its Envoy route's name
-/// (MeshHTTPRouteNamedRouteRule).
+/// (MeshHTTPRouteNamedRouteRule); a request naming the Service by its ClusterIP is routed by
+/// the same route.
 #[test]
 fn mesh_routes_apply_the_extended_features_through_a_sidecar() {
     use support::http_request;
@@ -633,6 +640,15 @@ fn mesh_routes_apply_the_extended_features_through_a_sidecar() {
     };
     let r = get("/?v=1");
     assert_eq!(r.header("x-backend"), Some("reviews-v1"), "{r:?}");
+    // The Service's ClusterIP as the host: the Service's virtual host, so its route applies.
+    let by_ip = format!("{}:{}", cluster_ip(MESH_EXT_NET), mesh.port);
+    let r = http_request(addr, "GET", &by_ip, "/?v=2", &[])
+        .unwrap_or_else(|e| panic!("GET {by_ip}: {e}\n{}", envoy.summary()));
+    assert_eq!(
+        r.header("x-backend"),
+        Some("reviews-v2"),
+        "by ClusterIP: {r:?}"
+    );
     let r = get("/old/x");
     assert_eq!(
         r.header("x-echo-path"),

@@ -14,7 +14,7 @@ mod tls;
 mod traffic_policy;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 #[cfg(test)]
 mod tls_tests;
 

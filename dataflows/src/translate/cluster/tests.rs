@@ -8,7 +8,7 @@ use crate::model::{
 };
 use envoy_types::pb::envoy::config::core::v3::Http2ProtocolOptions;
 use envoy_types::pb::envoy::config::endpoint::v3::lb_endpoint::HostIdentifier;
-pub(super) fn reviews() -> Service {
+pub(crate) fn reviews() -> Service {
     Service {
         control_plane: false,
         mesh_external: false,

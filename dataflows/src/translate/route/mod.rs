@@ -25,11 +25,11 @@ use envoy_types::pb::envoy::config::route::v3::{
 use envoy_types::pb::google::protobuf::BoolValue;
 use matches::route_match;
 use prost::Message;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// A gateway route configuration's domains, each with its VirtualServices (in precedence
 /// order) and the gateways (`namespace/name`) each came through.
-pub type GatewayVhosts = std::collections::BTreeMap<String, Vec<(ResolvedVs, Vec<String>)>>;
+pub type GatewayVhosts = BTreeMap<String, Vec<(ResolvedVs, Vec<String>)>>;
 
 fn default_route(
     service: &Service,
@@ -188,6 +188,7 @@ pub fn sidecar_route_config(
     virtual_hosts.extend(own);
     let extra = vs_host_vhosts(port, vhosts, &virtual_hosts, source, hashing);
     virtual_hosts.extend(extra);
+    add_address_domains(&mut virtual_hosts, &sorted, port);
     let catch_all = |name: &str, action: Action| VirtualHost {
         name: name.into(),
         domains: vec!["*".into()],
@@ -316,6 +317,58 @@ fn add_alias_domains(
                 }
             }
         }
+    }
+}
+
+/// A client may address a service by its ClusterIP (the Gateway API's MeshClusterIPMatching;
+/// Istio's `generateVirtualHostDomains` adds it too), so each service's virtual host also
+/// answers to its own addresses: `10.96.0.5` and `10.96.0.5:port` (IPv6 in brackets). Only
+/// single addresses (a ServiceEntry's CIDR range names no host), only one service's (an
+/// address two services claim goes to neither, whatever their order), and only names no
+/// virtual host of the configuration already has (Envoy refuses a domain twice).
+/// `services[i]` is `virtual_hosts[i]`'s; runs after every other virtual host is placed.
+fn add_address_domains(virtual_hosts: &mut [VirtualHost], services: &[&SidecarVhost], port: u16) {
+    let mut claims: BTreeMap<String, BTreeSet<usize>> = BTreeMap::new();
+    for (i, (svc, _)) in services.iter().enumerate() {
+        for address in svc.addresses.iter().filter_map(|a| single_address(a)) {
+            claims.entry(address).or_default().insert(i);
+        }
+    }
+    if claims.is_empty() {
+        return;
+    }
+    let taken: BTreeSet<String> = virtual_hosts
+        .iter()
+        .flat_map(|v| v.domains.iter().map(|d| d.to_ascii_lowercase()))
+        .collect();
+    for (address, owners) in claims {
+        let mut owners = owners.into_iter();
+        let (Some(i), None) = (owners.next(), owners.next()) else {
+            continue;
+        };
+        for d in [format!("{address}:{port}"), address] {
+            if !taken.contains(&d) {
+                virtual_hosts[i].domains.push(d);
+            }
+        }
+    }
+}
+
+/// The host form of a service address that is one IP (`10.96.0.5/32`, a bare IP, or an
+/// IPv6 `/128`, bracketed); none for a wider range or anything unreadable.
+fn single_address(address: &str) -> Option<String> {
+    let (ip, prefix) = match address.split_once('/') {
+        Some((ip, prefix)) => (ip, Some(prefix.parse::<u8>().ok()?)),
+        None => (address, None),
+    };
+    match ip.parse::<std::net::IpAddr>().ok()? {
+        std::net::IpAddr::V4(v4) if prefix.is_none_or(|p| p == 32) && !v4.is_unspecified() => {
+            Some(v4.to_string())
+        }
+        std::net::IpAddr::V6(v6) if prefix.is_none_or(|p| p == 128) && !v6.is_unspecified() => {
+            Some(format!("[{v6}]"))
+        }
+        _ => None,
     }
 }
 
@@ -523,6 +576,45 @@ pub fn gateway_route_config_of<'a>(name: &str, vhosts: impl Iterator<Item = &'a 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A service's virtual host answers to its single addresses, with and without the port
+    /// (IPv6 bracketed); not to a range, nor to an address another service also claims
+    /// (neither gets it), nor to a name another virtual host already has.
+    #[test]
+    fn services_answer_to_their_own_addresses_only() {
+        let svc = |name: &str, addresses: &[&str]| {
+            let mut s = crate::translate::cluster::tests::reviews();
+            s.hostname = format!("{name}.default.svc.cluster.local").into();
+            s.addresses = addresses.iter().map(|a| a.to_string()).collect();
+            (s, None)
+        };
+        let services = [
+            svc("a", &["10.96.0.1/32", "fd00::1/128", "10.0.0.0/16"]),
+            svc("b", &["10.96.0.2/32"]),
+            svc("c", &["10.96.0.2/32", "10.96.0.3"]),
+        ];
+        let mut vhosts: Vec<VirtualHost> = services
+            .iter()
+            .map(|(s, _)| VirtualHost {
+                domains: vec![s.hostname.to_string()],
+                ..Default::default()
+            })
+            .collect();
+        // Another virtual host already answers to 10.96.0.3:80.
+        vhosts.push(VirtualHost {
+            domains: vec!["10.96.0.3:80".into()],
+            ..Default::default()
+        });
+        let sorted: Vec<&SidecarVhost> = services.iter().collect();
+        add_address_domains(&mut vhosts, &sorted, 80);
+        let added = |i: usize| vhosts[i].domains[1..].to_vec();
+        assert_eq!(
+            added(0),
+            ["10.96.0.1:80", "10.96.0.1", "[fd00::1]:80", "[fd00::1]"]
+        );
+        assert!(added(1).is_empty(), "10.96.0.2 is claimed twice");
+        assert_eq!(added(2), ["10.96.0.3"]);
+    }
 
     /// A route configuration assembled from encoded virtual hosts is byte for byte prost's
     /// encoding of the whole message (the field order the assembly relies on), with none,
