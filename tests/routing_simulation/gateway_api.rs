@@ -10,7 +10,7 @@ use crate::fixtures::{
 use crate::support::write_config;
 use crate::{assert_routes_to, assert_status, Mesh};
 use dataflows::model::ProxyId;
-use dataflows::simulate::{Action, HeaderOp, Outcome};
+use dataflows::simulate::{Action, Call, HeaderOp, Outcome};
 use std::time::Duration;
 
 const ROUTES: &str = "apiVersion: gateway.networking.k8s.io/v1
@@ -228,4 +228,66 @@ fn gateway_api_conformance_traffic_cases_through_the_route_table() {
     let forever = mesh.send(&gateway, &to("/forever"));
     assert_eq!(timeout(&forever), Some(Duration::ZERO));
     mesh.assert_no_errors();
+}
+
+/// MeshFrontend and the ClusterIP half of MeshClusterIPMatching, through a captured sidecar
+/// (every port's listener, Istio's passthrough for hosts outside the registry): a mesh
+/// route on Service `reviews` that sets a response header applies to a request for the
+/// Service by name and by its ClusterIP as the host, and not to one sent straight to a pod's
+/// address, which passes through to it untouched.
+#[test]
+fn a_mesh_route_applies_to_its_service_and_not_to_a_pods_address() {
+    let mut mesh = Mesh::new("mesh-frontend");
+    let reviews = reviews_mesh(&mesh, PORT, &["v1"]);
+    let cluster_ip = "10.96.60.1";
+    reviews.write_service_with(&format!("  clusterIP: {cluster_ip}\n"));
+    write_config(
+        &mesh.config,
+        "route.yaml",
+        &format!(
+            "apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: reviews, namespace: default}}
+spec:
+  parentRefs: [{{group: \"\", kind: Service, name: reviews, port: {PORT}}}]
+  rules:
+  - filters:
+    - type: ResponseHeaderModifier
+      responseHeaderModifier: {{set: [{{name: x-header-set, value: set}}]}}
+    backendRefs: [{{name: reviews, port: {PORT}}}]
+"
+        ),
+    );
+    let proxy = mesh.connect_captured(&client_node(&reviews));
+    let header_set = |o: &Outcome| {
+        o.http.as_ref().is_some_and(|fx| {
+            fx.response_headers
+                .iter()
+                .any(|e| e.name == "x-header-set" && e.op == HeaderOp::Set)
+        })
+    };
+    let v1 = [pod(&reviews, "v1")];
+    for host in ["reviews".to_string(), format!("{cluster_ip}:{PORT}")] {
+        let o = mesh.send(&proxy, &Call::get(&host, PORT, "/").to_address(cluster_ip));
+        assert_routes_to(&o, &reviews.cluster(""), &v1);
+        assert!(header_set(&o), "{host}: {o:#?}");
+    }
+    let pod_ip = reviews.pod_ip("v1");
+    let o = mesh.send(
+        &proxy,
+        &Call::get(&format!("{pod_ip}:{PORT}"), PORT, "/").to_address(&pod_ip),
+    );
+    assert_eq!(o.cluster(), Some("PassthroughCluster"), "{o:#?}");
+    assert!(!header_set(&o), "{o:#?}");
+    mesh.assert_no_errors();
+}
+
+/// The client pod of the mesh scenarios, as a sidecar node.
+fn client_node(reviews: &crate::support::reviews::Reviews) -> crate::support::ProxyNode {
+    crate::support::ProxyNode::sidecar(
+        "client-abc",
+        "default",
+        &reviews.ip(20),
+        &[("app", "client")],
+    )
 }
