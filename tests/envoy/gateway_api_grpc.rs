@@ -1,9 +1,10 @@
-//! The mesh gRPC conformance cases (MESH-GRPC: a GRPCRoute whose parent is a Service) with
-//! real gRPC calls from a client behind its own sidecar: the route's request header edits
-//! reach the backend as metadata, and its weights split real calls. The backends are gRPC
-//! echo servers (`support::grpc_echo`) that report which of them answered and the metadata
-//! they received.
+//! GRPCRoute conformance cases with real gRPC calls: at a Gateway API gateway (header
+//! matches, weights) and in the mesh (MESH-GRPC: a GRPCRoute whose parent is a Service,
+//! called by a client behind its own sidecar: metadata edits and weights). The backends are
+//! gRPC echo servers (`support::grpc_echo`) that report which of them answered and the
+//! metadata they received.
 
+use crate::gateway_api::start_gateway;
 use crate::support;
 
 use std::collections::BTreeMap;
@@ -15,8 +16,32 @@ use support::{
     STARTUP_TIMEOUT,
 };
 
-/// This test's loopback /24.
+/// The mesh test's loopback /24.
 const NET: u8 = 181;
+/// The gateway test's loopback /24.
+const GATEWAY_NET: u8 = 182;
+
+/// Whether `share` percent is within 12 points of `expected` (about 3.7 standard
+/// deviations over 300 calls).
+fn near(share: usize, expected: usize) -> bool {
+    share.abs_diff(expected) <= 12
+}
+
+/// Makes `calls` calls with `metadata` and counts them by the backend that answered; each
+/// call must succeed.
+fn split(
+    client: &mut GrpcEchoClient,
+    calls: usize,
+    metadata: &[(&str, &str)],
+) -> BTreeMap<String, usize> {
+    let mut by_backend = BTreeMap::new();
+    for _ in 0..calls {
+        let r = client.call(metadata).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(r.code, 0, "{r:?}");
+        *by_backend.entry(r.backend.unwrap_or_default()).or_default() += 1;
+    }
+    by_backend
+}
 
 /// Service `name` (gRPC port `port`, the pods on `target`) and its EndpointSlice of `ips`.
 fn grpc_service(name: &str, port: u16, target: u16, ips: &[String]) -> String {
@@ -216,25 +241,135 @@ fn mesh_grpc_routes_edit_metadata_and_split_calls_through_a_sidecar() {
 
     // MeshGRPCRouteWeight.
     let (before1, before2) = (v1.calls(), v2.calls());
-    let mut by_backend: BTreeMap<String, usize> = BTreeMap::new();
     const CALLS: usize = 300;
-    for _ in 0..CALLS {
-        let r = call(&[("x-test-case", "weights")]);
-        assert_eq!(r.code, 0, "{r:?}");
-        *by_backend.entry(r.backend.unwrap_or_default()).or_default() += 1;
-    }
+    drop(call);
+    let by_backend = split(&mut client, CALLS, &[("x-test-case", "weights")]);
     let share = |name: &str| by_backend.get(name).copied().unwrap_or(0) * 100 / CALLS;
     assert_eq!(
         by_backend.keys().collect::<Vec<_>>(),
         ["echo-v1", "echo-v2"],
         "{by_backend:?}"
     );
-    assert!((58..=82).contains(&share("echo-v1")), "{by_backend:?}");
-    assert!((18..=42).contains(&share("echo-v2")), "{by_backend:?}");
+    assert!(near(share("echo-v1"), 70), "{by_backend:?}");
+    assert!(near(share("echo-v2"), 30), "{by_backend:?}");
     assert_eq!(
         (v1.calls() - before1) + (v2.calls() - before2),
         CALLS,
         "each call answered once, by the backend it names"
     );
+    assert_eq!(envoy.rejected_updates(), 0, "{}", envoy.summary());
+}
+
+/// The gateway's GRPCRoutes: on `headers.example`, rules by header (an exact value, two
+/// headers together, a regular expression); on `weights.example`, a 70/30/0 split.
+fn gateway_routes(port: u16) -> String {
+    let to = |v: &str| format!("backendRefs: [{{name: echo-{v}, port: {port}}}]");
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: grpc-edge, namespace: default}}
+spec:
+  gatewayClassName: istio
+  listeners: [{{name: grpc, port: {port}, protocol: HTTP}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: GRPCRoute
+metadata: {{name: headers, namespace: default}}
+spec:
+  parentRefs: [{{name: grpc-edge}}]
+  hostnames: [headers.example]
+  rules:
+  - matches: [{{headers: [{{name: version, value: one}}]}}]
+    {v1}
+  - matches: [{{headers: [{{name: version, value: two}}]}}]
+    {v2}
+  - matches: [{{headers: [{{name: version, value: two}}, {{name: color, value: orange}}]}}]
+    {v1}
+  - matches: [{{headers: [{{type: RegularExpression, name: color, value: \"^(red|blue)$\"}}]}}]
+    {v2}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: GRPCRoute
+metadata: {{name: weights, namespace: default}}
+spec:
+  parentRefs: [{{name: grpc-edge}}]
+  hostnames: [weights.example]
+  rules:
+  - backendRefs:
+    - {{name: echo-v1, port: {port}, weight: 70}}
+    - {{name: echo-v2, port: {port}, weight: 30}}
+    - {{name: echo-v3, port: {port}, weight: 0}}
+",
+        v1 = to("v1"),
+        v2 = to("v2"),
+    )
+}
+
+/// Proves GRPCRouteHeaderMatching and GRPCRouteWeight through a real Envoy gateway with real
+/// gRPC calls: an exact header picks its backend, two headers together take precedence over
+/// one, a regular expression matches, a call no rule matches is UNIMPLEMENTED; 300 calls
+/// split 70/30 with none to the weight-0 backend.
+#[test]
+fn grpc_routes_match_headers_and_split_calls_through_a_real_gateway() {
+    let envoy_bin = require_envoy!();
+    let dir = TestDir::new("envoy-gateway-api-grpc-edge");
+    let config_dir = dir.subdir("config");
+    let (port, target) = (free_port(), free_port());
+    let ip = |host: u8| format!("127.0.{GATEWAY_NET}.{host}");
+    let echoes: Vec<GrpcEcho> = (1..=3)
+        .map(|v| GrpcEcho::start(&ip(10 + v), target, &format!("echo-v{v}")))
+        .collect();
+    let services: String = (1..=3)
+        .map(|v| grpc_service(&format!("echo-v{v}"), port, target, &[ip(10 + v)]))
+        .collect();
+    write_config(&config_dir, "services.yaml", &services);
+    write_config(&config_dir, "gateway.yaml", &gateway_routes(port));
+    let (_meshflow, envoy) = start_gateway(
+        &envoy_bin,
+        &dir,
+        &config_dir,
+        "grpc-edge",
+        "grpc-edge-abc",
+        port,
+    );
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let connect = |host: &str| {
+        GrpcEchoClient::connect(addr, host).unwrap_or_else(|e| panic!("{e}\n{}", envoy.summary()))
+    };
+    let mut headers = connect("headers.example");
+    let mut ask = |metadata: &[(&str, &str)]| {
+        let r = headers
+            .call(metadata)
+            .unwrap_or_else(|e| panic!("{metadata:?}: {e}\n{}", envoy.summary()));
+        (r.code, r.backend)
+    };
+    let v = |n: u8| (0, Some(format!("echo-v{n}")));
+    let routed = support::wait_until(support::CONVERGE_TIMEOUT, || {
+        ask(&[("version", "one")]) == v(1)
+    });
+    assert!(routed, "never routed\n{}", envoy.summary());
+
+    // GRPCRouteHeaderMatching.
+    assert_eq!(ask(&[("version", "two")]), v(2));
+    assert_eq!(
+        ask(&[("version", "two"), ("color", "orange")]),
+        v(1),
+        "two headers over one"
+    );
+    assert_eq!(ask(&[("color", "blue")]), v(2), "the regular expression");
+    assert_eq!(
+        ask(&[("color", "green")]),
+        (12, None),
+        "no rule: UNIMPLEMENTED"
+    );
+    assert_eq!(ask(&[]), (12, None), "no rule: UNIMPLEMENTED");
+
+    // GRPCRouteWeight.
+    let mut weights = connect("weights.example");
+    let by_backend = split(&mut weights, 300, &[]);
+    let share = |name: &str| by_backend.get(name).copied().unwrap_or(0) * 100 / 300;
+    assert!(near(share("echo-v1"), 70), "{by_backend:?}");
+    assert!(near(share("echo-v2"), 30), "{by_backend:?}");
+    assert_eq!(echoes[2].calls(), 0, "none to weight 0: {by_backend:?}");
     assert_eq!(envoy.rejected_updates(), 0, "{}", envoy.summary());
 }
