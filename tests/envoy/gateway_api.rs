@@ -966,7 +966,7 @@ fn app_protocol_service(
 
 /// Service `name` of `default` on port `port` (its port's `extra` fields, its spec's
 /// `spec_extra` lines), with a hand-managed EndpointSlice of one endpoint `ip:target`.
-fn service_with(
+pub(crate) fn service_with(
     name: &str,
     extra: &str,
     spec_extra: &str,
@@ -1134,7 +1134,8 @@ fn http_routes_reach_headless_and_hand_managed_services() {
 /// terminated with the listener's certificate and its plaintext reaches the TCP backend of
 /// that name's TLSRoute; one for `pass.example.net` reaches its backend's own TLS (the
 /// client sees the backend's certificate); a name of the terminating listener no TLSRoute
-/// takes completes no handshake.
+/// takes completes no handshake, nor does a passthrough name whose TLSRoute's backend is
+/// missing or of an unknown kind.
 #[test]
 fn tls_routes_are_terminated_or_passed_through_by_their_listener() {
     use support::pki::{ca, leaf};
@@ -1201,12 +1202,27 @@ spec:
   - name: passthrough
     port: {port}
     protocol: TLS
-    hostname: pass.example.net
+    hostname: \"*.example.net\"
     tls: {{mode: Passthrough}}
-{}{}{}",
+{}{}{}{}---
+apiVersion: gateway.networking.k8s.io/v1
+kind: TLSRoute
+metadata: {{name: odd, namespace: default}}
+spec:
+  parentRefs: [{{name: edge, sectionName: passthrough}}]
+  hostnames: [odd.example.net]
+  rules: [{{backendRefs: [{{group: unknownkind.example.com, kind: NonExistent, name: secure}}]}}]
+",
             route("a", "terminate", "a.example.com", "db-a", 5432),
             route("b", "terminate", "b.example.com", "db-b", 5432),
             route("pass", "passthrough", "pass.example.net", "secure", 443),
+            route(
+                "missing",
+                "passthrough",
+                "missing.example.net",
+                "nowhere",
+                443
+            ),
         ),
     );
     let (_meshflow, envoy) = start_gateway(&envoy_bin, &dir, &config_dir, "edge", "edge-abc", port);
@@ -1237,6 +1253,13 @@ spec:
         unrouted.is_err(),
         "no TLSRoute names c.example.com: {unrouted:?}"
     );
+    // TLSRouteInvalidBackendRefNonexistent, TLSRouteInvalidBackendRefUnknownKind: a route
+    // whose backend is missing or of an unknown kind carries no connection.
+    let backend_trust = Trust::Roots(&backend_ca.pem);
+    for sni in ["missing.example.net", "odd.example.net"] {
+        let refused = tls_get_path(addr, sni, "/", backend_trust, &[], None);
+        assert!(refused.is_err(), "{sni}: {refused:?}");
+    }
     assert_eq!(envoy.rejected_updates(), 0, "{}", envoy.summary());
 }
 

@@ -1,0 +1,113 @@
+//! TCPRoute attachment through a real Envoy gateway, with real connections: a route without
+//! `sectionName` or `port` on every TCP listener, routes attached by port and by section
+//! name, and several routes on one listener, of which the oldest carries the connections.
+
+use crate::gateway_api::{service_with, start_gateway};
+use crate::support;
+
+use std::net::SocketAddr;
+
+use support::tcp_echo::{tcp_tally, TcpEcho};
+use support::{free_port, require_envoy, write_config, TestDir};
+
+/// This test's loopback /24.
+const NET: u8 = 183;
+
+/// TCPRoute `name` created at `created`, attached by `parent` (the fields after `name:
+/// edge`), to Service `to` on port 5432.
+fn tcp_route(name: &str, created: &str, parent: &str, to: &str) -> String {
+    format!(
+        "---
+apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: TCPRoute
+metadata: {{name: {name}, namespace: default, creationTimestamp: \"{created}\"}}
+spec:
+  parentRefs: [{{name: edge{parent}}}]
+  rules: [{{backendRefs: [{{name: {to}, port: 5432}}]}}]
+"
+    )
+}
+
+/// Proves TCPRouteParentRefAttachAll, TCPRouteParentRefPortAndSectionName and
+/// TCPRouteMultipleRoutesAttachment with real connections through three TCP listeners:
+/// route `all` (no section, no port) carries listener `c`'s connections; on listener `a` it
+/// shares with the newer route `by-section` and, being older, carries them; on listener `b`
+/// the older route `by-port` carries them. With `all` deleted, `a`'s connections go to
+/// `by-section`'s backend.
+#[test]
+fn tcp_routes_attach_by_parent_and_the_oldest_carries_the_connections() {
+    let envoy_bin = require_envoy!();
+    let dir = TestDir::new("envoy-gateway-api-tcp-attach");
+    let config_dir = dir.subdir("config");
+    let ports = [free_port(), free_port(), free_port()];
+    let echo_port = free_port();
+    let ip = |host: u8| format!("127.0.{NET}.{host}");
+    let _v1 = TcpEcho::start(&ip(11), echo_port, "db-v1");
+    let _v2 = TcpEcho::start(&ip(12), echo_port, "db-v2");
+    let tcp = "appProtocol: tcp, ";
+    write_config(
+        &config_dir,
+        "services.yaml",
+        &format!(
+            "{}---\n{}",
+            service_with("db-v1", tcp, "", (5432, &ip(11), echo_port)),
+            service_with("db-v2", tcp, "", (5432, &ip(12), echo_port)),
+        ),
+    );
+    let [a, b, c] = ports;
+    let gateway = format!(
+        "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: edge, namespace: default}}
+spec:
+  gatewayClassName: istio
+  listeners:
+  - {{name: a, port: {a}, protocol: TCP}}
+  - {{name: b, port: {b}, protocol: TCP}}
+  - {{name: c, port: {c}, protocol: TCP}}
+"
+    );
+    write_config(&config_dir, "gateway.yaml", &gateway);
+    let all = tcp_route("all", "2026-01-01T00:00:00Z", "", "db-v1");
+    write_config(&config_dir, "all.yaml", &all);
+    write_config(
+        &config_dir,
+        "routes.yaml",
+        &[
+            tcp_route(
+                "by-section",
+                "2026-02-01T00:00:00Z",
+                ", sectionName: a",
+                "db-v2",
+            ),
+            tcp_route(
+                "by-port",
+                "2025-12-01T00:00:00Z",
+                &format!(", port: {b}"),
+                "db-v2",
+            ),
+        ]
+        .concat(),
+    );
+    let (_meshflow, envoy) = start_gateway(&envoy_bin, &dir, &config_dir, "edge", "edge-abc", a);
+    let carried_by = |port: u16, backend: &str| {
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let mut last = Default::default();
+        let ok = support::wait_until(support::CONVERGE_TIMEOUT, || {
+            last = tcp_tally(addr, 4);
+            support::only(&last, backend)
+        });
+        assert!(
+            ok,
+            "port {port}: connections to {backend}: {last:?}\n{}",
+            envoy.summary()
+        );
+    };
+    carried_by(c, "db-v1");
+    carried_by(a, "db-v1");
+    carried_by(b, "db-v2");
+    support::remove_config(&config_dir, "all.yaml");
+    carried_by(a, "db-v2");
+    carried_by(b, "db-v2");
+    assert_eq!(envoy.rejected_updates(), 0, "{}", envoy.summary());
+}
