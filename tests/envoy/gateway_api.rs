@@ -473,17 +473,17 @@ fn mesh_routes_shift_reviews_by_weight_through_a_sidecar_over_sotw() {
 /// version Services, each with its backend, on loopback /24 `net`, under the HTTPRoute
 /// `route(port)`; the Service port is the sidecar's egress listener port. Fields drop in
 /// order: Envoy, then meshflow, then the backends.
-struct MeshClient {
-    envoy: Envoy,
+pub(crate) struct MeshClient {
+    pub(crate) envoy: Envoy,
     _meshflow: Meshflow,
     _backends: [support::Backend; 2],
     config_dir: std::path::PathBuf,
-    port: u16,
+    pub(crate) port: u16,
     _dir: TestDir,
 }
 
 impl MeshClient {
-    fn start(
+    pub(crate) fn start(
         envoy_bin: &std::path::Path,
         label: &str,
         (net, mode): (u8, XdsMode),
@@ -524,7 +524,7 @@ impl MeshClient {
         }
     }
 
-    fn addr(&self) -> SocketAddr {
+    pub(crate) fn addr(&self) -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], self.port))
     }
 }
