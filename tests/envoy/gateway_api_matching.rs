@@ -34,8 +34,9 @@ fn await_served(addr: SocketAddr, host: &str, envoy: &support::Envoy) {
 /// Proves, through a real Envoy gateway: HTTPRouteExactPathMatching (`/one` exact, `/one/`
 /// not), HTTPRouteHeaderMatching (an exact header picks its rule, a regular expression
 /// another, neither the default), HTTPRouteQueryParamMatching, HTTPRouteMethodMatching
-/// (POST to one backend, GET to the other), HTTPRouteRedirectHostAndStatus and
-/// HTTPRouteRedirectScheme (the `Location` and status a client receives),
+/// (POST to one backend, GET to the other), HTTPRouteRedirectHostAndStatus,
+/// HTTPRouteRedirectScheme, HTTPRoute303/307/308Redirect and HTTPRouteRedirectPort (the
+/// `Location` and status a client receives),
 /// HTTPRouteResponseHeaderModifier (set, add and remove on the response) and
 /// HTTPRouteRewriteHost (the host the backend receives).
 #[test]
@@ -96,7 +97,17 @@ fn http_route_matches_and_filters_through_a_real_gateway() {
             "  - matches: [{path: {type: PathPrefix, value: /host}}]\n    \
              filters: [{type: RequestRedirect, requestRedirect: {hostname: moved.example, statusCode: 301}}]\n  \
              - matches: [{path: {type: PathPrefix, value: /scheme}}]\n    \
-             filters: [{type: RequestRedirect, requestRedirect: {scheme: https, statusCode: 302}}]\n",
+             filters: [{type: RequestRedirect, requestRedirect: {scheme: https, statusCode: 302}}]\n  \
+             - matches: [{path: {type: PathPrefix, value: /s303}}]\n    \
+             filters: [{type: RequestRedirect, requestRedirect: {statusCode: 303}}]\n  \
+             - matches: [{path: {type: PathPrefix, value: /s307}}]\n    \
+             filters: [{type: RequestRedirect, requestRedirect: {statusCode: 307}}]\n  \
+             - matches: [{path: {type: PathPrefix, value: /s308}}]\n    \
+             filters: [{type: RequestRedirect, requestRedirect: {statusCode: 308}}]\n  \
+             - matches: [{path: {type: PathPrefix, value: /port}}]\n    \
+             filters: [{type: RequestRedirect, requestRedirect: {port: 8083}}]\n  \
+             - matches: [{path: {type: PathPrefix, value: /to-https-port}}]\n    \
+             filters: [{type: RequestRedirect, requestRedirect: {scheme: https, port: 8443}}]\n",
         ),
         route(
             "response",
@@ -201,6 +212,34 @@ fn http_route_matches_and_filters_through_a_real_gateway() {
     assert_eq!(
         r.header("location"),
         Some("https://redirect.example/scheme/b"),
+        "{:?}",
+        r.headers
+    );
+
+    // HTTPRoute303/307/308RedirectStatusCode (the listener's port kept), HTTPRouteRedirectPort
+    // (a port written is the Location's; with https, one other than 443 is kept too).
+    for code in [303u16, 307, 308] {
+        let r = ask("GET", "redirect", &format!("/s{code}/c"), &[]);
+        assert_eq!(r.status, code);
+        assert_eq!(
+            r.header("location"),
+            Some(format!("http://redirect.example:{port}/s{code}/c").as_str()),
+            "{:?}",
+            r.headers
+        );
+    }
+    let r = ask("GET", "redirect", "/port/d", &[]);
+    assert_eq!(r.status, 302);
+    assert_eq!(
+        r.header("location"),
+        Some("http://redirect.example:8083/port/d"),
+        "{:?}",
+        r.headers
+    );
+    let r = ask("GET", "redirect", "/to-https-port/e", &[]);
+    assert_eq!(
+        r.header("location"),
+        Some("https://redirect.example:8443/to-https-port/e"),
         "{:?}",
         r.headers
     );
