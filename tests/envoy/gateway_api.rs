@@ -972,26 +972,12 @@ pub(crate) fn service_with(
     spec_extra: &str,
     (port, ip, target): (u16, &str, u16),
 ) -> String {
-    format!(
-        "apiVersion: v1
-kind: Service
-metadata: {{name: {name}, namespace: default}}
-spec:
-{spec_extra}  ports: [{{name: web, port: {port}, targetPort: {target}, {extra}protocol: TCP}}]
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: {name}-abcde
-  namespace: default
-  labels: {{kubernetes.io/service-name: {name}}}
-addressType: IPv4
-ports: [{{name: web, port: {target}, protocol: TCP}}]
-endpoints:
-- addresses: [{ip}]
-  conditions: {{ready: true}}
-"
-    )
+    support::kube_yaml::HandService {
+        port_extra: extra,
+        spec_extra,
+        ..support::kube_yaml::HandService::web(name, port, target)
+    }
+    .with_endpoints(&[ip])
 }
 
 /// Proves HTTPRouteBackendProtocolWebSocket and HTTPRouteBackendProtocolH2C through a real

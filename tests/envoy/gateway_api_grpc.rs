@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
 use support::grpc_echo::{Echoed, GrpcEcho, GrpcEchoClient};
+use support::kube_yaml::HandService;
 use support::{
     free_port, require_envoy, write_config, Envoy, Meshflow, ProxyNode, TestDir, XdsMode,
     STARTUP_TIMEOUT,
@@ -45,29 +46,12 @@ fn split(
 
 /// Service `name` (gRPC port `port`, the pods on `target`) and its EndpointSlice of `ips`.
 fn grpc_service(name: &str, port: u16, target: u16, ips: &[String]) -> String {
-    let endpoints: String = ips
-        .iter()
-        .map(|ip| format!("- addresses: [{ip}]\n  conditions: {{ready: true}}\n"))
-        .collect();
-    format!(
-        "---
-apiVersion: v1
-kind: Service
-metadata: {{name: {name}, namespace: default}}
-spec:
-  ports: [{{name: grpc, port: {port}, targetPort: {target}}}]
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: {name}-abcde
-  namespace: default
-  labels: {{kubernetes.io/service-name: {name}}}
-addressType: IPv4
-ports: [{{name: grpc, port: {target}, protocol: TCP}}]
-endpoints:
-{endpoints}"
-    )
+    let ips: Vec<&str> = ips.iter().map(String::as_str).collect();
+    let service = HandService {
+        port_name: "grpc",
+        ..HandService::web(name, port, target)
+    };
+    format!("---\n{}", service.with_endpoints(&ips))
 }
 
 /// The client's Sidecar: one gRPC egress listener on `port`, bound to loopback.

@@ -9,6 +9,7 @@
 use crate::gateway_api::{
     edge_gateway, edge_route as route, reviews_v1, start_gateway, version_service,
 };
+use crate::gateway_api_resilience::await_status;
 use crate::support;
 
 use std::net::SocketAddr;
@@ -25,10 +26,7 @@ const WEIGHT_NET: u8 = 178;
 
 /// Waits until `GET /` for `host` through `addr` answers 200.
 fn await_served(addr: SocketAddr, host: &str, envoy: &support::Envoy) {
-    let served = support::wait_until(support::CONVERGE_TIMEOUT, || {
-        support::http_request(addr, "GET", host, "/", &[]).is_ok_and(|r| r.status == 200)
-    });
-    assert!(served, "{host} is not served\n{}", envoy.summary());
+    await_status(addr, host, 200, envoy);
 }
 
 /// Proves, through a real Envoy gateway: HTTPRouteExactPathMatching (`/one` exact, `/one/`

@@ -11,6 +11,7 @@ use crate::support;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use support::kube_yaml::HandService;
 use support::reviews::Reviews;
 use support::{free_port, require_envoy, write_config, HttpResponse, TestDir};
 
@@ -33,7 +34,7 @@ fn failing(key: &str, times: usize, with: &str) -> [(String, String); 3] {
 }
 
 /// Waits until `GET /` for `host` through `addr` answers `status`.
-fn await_status(addr: SocketAddr, host: &str, status: u16, envoy: &support::Envoy) {
+pub(crate) fn await_status(addr: SocketAddr, host: &str, status: u16, envoy: &support::Envoy) {
     let served = support::wait_until(support::CONVERGE_TIMEOUT, || {
         support::http_request(addr, "GET", host, "/", &[]).is_ok_and(|r| r.status == status)
     });
@@ -156,29 +157,12 @@ fn http_route_timeouts_and_retries_through_a_real_gateway() {
 
 /// Service `name` of namespace `other` whose one endpoint is `reviews`'s v1 pod.
 fn other_service(reviews: &Reviews, name: &str) -> String {
-    format!(
-        "---
-apiVersion: v1
-kind: Service
-metadata: {{name: {name}, namespace: other}}
-spec:
-  ports: [{{name: http, port: 9080, targetPort: {target}}}]
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: {name}-abcde
-  namespace: other
-  labels: {{kubernetes.io/service-name: {name}}}
-addressType: IPv4
-ports: [{{name: http, port: {target}, protocol: TCP}}]
-endpoints:
-- addresses: [{ip}]
-  conditions: {{ready: true}}
-",
-        target = reviews.backend_port(),
-        ip = reviews.pod_ip("v1"),
-    )
+    let service = HandService {
+        namespace: "other",
+        port_name: "http",
+        ..HandService::web(name, 9080, reviews.backend_port())
+    };
+    service.with_endpoints(&[&reviews.pod_ip("v1")])
 }
 
 /// Proves, through a real Envoy gateway:

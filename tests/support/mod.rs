@@ -34,6 +34,7 @@ pub mod ext_authz;
 pub mod fake_kube;
 pub mod grpc_echo;
 pub mod jwt;
+pub mod kube_yaml;
 pub mod mongo;
 pub mod pausable_link;
 pub mod pki;
