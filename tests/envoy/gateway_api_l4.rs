@@ -1,6 +1,7 @@
 //! TCPRoute attachment through a real Envoy gateway, with real connections: a route without
 //! `sectionName` or `port` on every TCP listener, routes attached by port and by section
-//! name, and several routes on one listener, of which the oldest carries the connections.
+//! name, several routes on one listener, of which the oldest carries the connections, and
+//! a route's weights as shares of real connections.
 
 use crate::gateway_api::{service_with, start_gateway};
 use crate::support;
@@ -32,14 +33,15 @@ spec:
 /// TCPRouteMultipleRoutesAttachment with real connections through three TCP listeners:
 /// route `all` (no section, no port) carries listener `c`'s connections; on listener `a` it
 /// shares with the newer route `by-section` and, being older, carries them; on listener `b`
-/// the older route `by-port` carries them. With `all` deleted, `a`'s connections go to
-/// `by-section`'s backend.
+/// the older route `by-port` carries them; on listener `d`, route `weighted` splits 200
+/// connections 3 to 1 (TCPRouteWeightedRouting, within 12 points). With `all` deleted,
+/// `a`'s connections go to `by-section`'s backend.
 #[test]
 fn tcp_routes_attach_by_parent_and_the_oldest_carries_the_connections() {
     let envoy_bin = require_envoy!();
     let dir = TestDir::new("envoy-gateway-api-tcp-attach");
     let config_dir = dir.subdir("config");
-    let ports = [free_port(), free_port(), free_port()];
+    let ports = [free_port(), free_port(), free_port(), free_port()];
     let echo_port = free_port();
     let ip = |host: u8| format!("127.0.{NET}.{host}");
     let _v1 = TcpEcho::start(&ip(11), echo_port, "db-v1");
@@ -54,7 +56,7 @@ fn tcp_routes_attach_by_parent_and_the_oldest_carries_the_connections() {
             service_with("db-v2", tcp, "", (5432, &ip(12), echo_port)),
         ),
     );
-    let [a, b, c] = ports;
+    let [a, b, c, d] = ports;
     let gateway = format!(
         "apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
@@ -65,6 +67,7 @@ spec:
   - {{name: a, port: {a}, protocol: TCP}}
   - {{name: b, port: {b}, protocol: TCP}}
   - {{name: c, port: {c}, protocol: TCP}}
+  - {{name: d, port: {d}, protocol: TCP}}
 "
     );
     write_config(&config_dir, "gateway.yaml", &gateway);
@@ -86,6 +89,19 @@ spec:
                 &format!(", port: {b}"),
                 "db-v2",
             ),
+            // TCPRouteWeightedRouting: listener d's connections split 3 to 1, older than `all`.
+            "---
+apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: TCPRoute
+metadata: {name: weighted, namespace: default, creationTimestamp: \"2025-11-01T00:00:00Z\"}
+spec:
+  parentRefs: [{name: edge, sectionName: d}]
+  rules:
+  - backendRefs:
+    - {name: db-v1, port: 5432, weight: 3}
+    - {name: db-v2, port: 5432, weight: 1}
+"
+            .to_string(),
         ]
         .concat(),
     );
@@ -106,6 +122,13 @@ spec:
     carried_by(c, "db-v1");
     carried_by(a, "db-v1");
     carried_by(b, "db-v2");
+    // 200 connections to listener d: db-v1's share within 12 points of 75 %.
+    let split = tcp_tally(SocketAddr::from(([127, 0, 0, 1], d)), 200);
+    let share = |backend: &str| split.get(backend).copied().unwrap_or(0) * 100 / 200;
+    let answered =
+        split.get("db-v1").copied().unwrap_or(0) + split.get("db-v2").copied().unwrap_or(0);
+    assert_eq!(answered, 200, "every connection answered: {split:?}");
+    assert!(share("db-v1").abs_diff(75) <= 12, "{split:?}");
     support::remove_config(&config_dir, "all.yaml");
     carried_by(a, "db-v2");
     carried_by(b, "db-v2");
