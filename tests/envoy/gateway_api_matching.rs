@@ -35,7 +35,8 @@ fn await_served(addr: SocketAddr, host: &str, envoy: &support::Envoy) {
 /// (POST to one backend, GET to the other), HTTPRouteRedirectHostAndStatus,
 /// HTTPRouteRedirectScheme, HTTPRoute303/307/308Redirect and HTTPRouteRedirectPort (the
 /// `Location` and status a client receives),
-/// HTTPRouteResponseHeaderModifier (set, add and remove on the response) and
+/// HTTPRouteResponseHeaderModifier (set, add and remove on the response),
+/// HTTPRouteBackendRequestHeaderModifier (set, add and remove at the backend) and
 /// HTTPRouteRewriteHost (the host the backend receives).
 #[test]
 fn http_route_matches_and_filters_through_a_real_gateway() {
@@ -116,6 +117,14 @@ fn http_route_matches_and_filters_through_a_real_gateway() {
                  remove: [x-backend]\n    {}\n",
                 to("v1")
             ),
+        ),
+        route(
+            "backend-headers",
+            "  - backendRefs:\n    - name: reviews-v1\n      port: 9080\n      filters:\n      \
+             - type: RequestHeaderModifier\n        requestHeaderModifier:\n          \
+             set: [{name: X-Header-Set, value: set-overwrites-values}]\n          \
+             add: [{name: X-Header-Add, value: add-appends-values}]\n          \
+             remove: [X-Header-Remove]\n",
         ),
         route(
             "rewrite",
@@ -248,6 +257,35 @@ fn http_route_matches_and_filters_through_a_real_gateway() {
     assert_eq!(r.header("x-set"), Some("set-value"));
     assert_eq!(r.header("x-added"), Some("added-value"));
     assert_eq!(r.header("x-backend"), None, "removed: {:?}", r.headers);
+
+    // HTTPRouteBackendRequestHeaderModifier: set, add and remove at the backend.
+    let r = ask(
+        "GET",
+        "backend-headers",
+        "/",
+        &[
+            ("x-header-set", "original"),
+            ("x-header-add", "client"),
+            ("x-header-remove", "gone"),
+        ],
+    );
+    let values = |name: &str| -> Vec<&str> {
+        r.headers
+            .iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+            .collect()
+    };
+    assert_eq!(values("x-echo-x-header-set"), ["set-overwrites-values"]);
+    assert_eq!(
+        values("x-echo-x-header-add"),
+        ["client", "add-appends-values"]
+    );
+    assert!(
+        values("x-echo-x-header-remove").is_empty(),
+        "{:?}",
+        r.headers
+    );
 
     // HTTPRouteRewriteHost: the backend receives the rewritten host.
     let r = ask("GET", "rewrite", "/", &[]);

@@ -166,7 +166,9 @@ fn other_service(reviews: &Reviews, name: &str) -> String {
 }
 
 /// Proves, through a real Envoy gateway:
-/// - HTTPRouteRequestMirror: the request is answered by v1 and a copy reaches v2.
+/// - HTTPRouteRequestMirror: the request is answered by v1 and a copy reaches v2;
+///   HTTPRouteRequestPercentageMirror: `percent: 50` and a `fraction` of 1/4 mirror that
+///   share of 200 requests.
 /// - HTTPRouteInvalidBackendRefUnknownKind, HTTPRouteInvalidNonExistentBackendRef,
 ///   HTTPRouteInvalidCrossNamespaceBackendRef: a rule whose backend is of an unknown kind,
 ///   missing, or in another namespace without a ReferenceGrant answers 500.
@@ -210,6 +212,18 @@ spec:
             ),
         ),
         route(
+            "mirror-half",
+            &format!(
+                "  - filters: [{{type: RequestMirror, requestMirror: {{backendRef: {{name: reviews-v2, port: 9080}}, percent: 50}}}}]\n    {TO_V1}\n"
+            ),
+        ),
+        route(
+            "mirror-quarter",
+            &format!(
+                "  - filters: [{{type: RequestMirror, requestMirror: {{backendRef: {{name: reviews-v2, port: 9080}}, fraction: {{numerator: 1, denominator: 4}}}}}}]\n    {TO_V1}\n"
+            ),
+        ),
+        route(
             "unknown-kind",
             "  - backendRefs: [{group: unknownkind.example.com, kind: NonExistent, name: v1}]\n",
         ),
@@ -246,6 +260,22 @@ spec:
         "v2 received {} copies",
         v2.requests_served() - before
     );
+
+    // HTTPRouteRequestPercentageMirror: 200 requests each, copies in proportion (within 12
+    // points: about 3.4 standard deviations at 50 %, 3.9 at 25 %).
+    for (host, percent) in [("mirror-half", 50), ("mirror-quarter", 25)] {
+        let before = v2.requests_served();
+        for _ in 0..200 {
+            assert_eq!(ask(host, "/").status, 200, "{host}");
+        }
+        // The copies are sent alongside; let the last ones land.
+        std::thread::sleep(Duration::from_millis(300));
+        let copies = v2.requests_served() - before;
+        assert!(
+            (copies * 100 / 200).abs_diff(percent) <= 12,
+            "{host}: {copies} copies of 200 requests"
+        );
+    }
 
     // Invalid backends answer 500.
     assert_eq!(
