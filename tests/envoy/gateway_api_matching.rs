@@ -36,7 +36,10 @@ fn await_served(addr: SocketAddr, host: &str, envoy: &support::Envoy) {
 /// HTTPRouteRedirectScheme, HTTPRoute303/307/308Redirect and HTTPRouteRedirectPort (the
 /// `Location` and status a client receives),
 /// HTTPRouteResponseHeaderModifier (set, add and remove on the response),
-/// HTTPRouteBackendRequestHeaderModifier (set, add and remove at the backend) and
+/// HTTPRouteBackendRequestHeaderModifier (set, add and remove at the backend),
+/// HTTPRouteMatching (a prefix by segment, a path or a header) and
+/// HTTPRouteMatchingAcrossRoutes (a later route's path-or-header rule on one of an earlier
+/// route's two hostnames), and
 /// HTTPRouteRewriteHost (the host the backend receives).
 #[test]
 fn http_route_matches_and_filters_through_a_real_gateway() {
@@ -117,6 +120,43 @@ fn http_route_matches_and_filters_through_a_real_gateway() {
                  remove: [x-backend]\n    {}\n",
                 to("v1")
             ),
+        ),
+        // HTTPRouteMatching: a prefix by segment, a path OR a header.
+        route(
+            "matching",
+            &format!(
+                "  - matches: [{{path: {{type: PathPrefix, value: /}}}}]\n    {}\n  \
+                 - matches: [{{path: {{type: PathPrefix, value: /v2}}}}, {{headers: [{{name: version, value: two}}]}}]\n    {}\n",
+                to("v1"),
+                to("v2")
+            ),
+        ),
+        // HTTPRouteMatchingAcrossRoutes: a route of two hostnames, and a later one of one of
+        // them with a path OR a header.
+        format!(
+            "---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: across-a, namespace: default, creationTimestamp: \"2026-01-01T00:00:00Z\"}}
+spec:
+  parentRefs: [{{name: edge}}]
+  hostnames: [across.example, across.net]
+  rules:
+  - matches: [{{path: {{type: PathPrefix, value: /}}}}]
+    {}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: across-b, namespace: default, creationTimestamp: \"2026-02-01T00:00:00Z\"}}
+spec:
+  parentRefs: [{{name: edge}}]
+  hostnames: [across.example]
+  rules:
+  - matches: [{{path: {{type: PathPrefix, value: /v2}}}}, {{headers: [{{name: version, value: two}}]}}]
+    {}
+",
+            to("v1"),
+            to("v2")
         ),
         route(
             "backend-headers",
@@ -257,6 +297,47 @@ fn http_route_matches_and_filters_through_a_real_gateway() {
     assert_eq!(r.header("x-set"), Some("set-value"));
     assert_eq!(r.header("x-added"), Some("added-value"));
     assert_eq!(r.header("x-backend"), None, "removed: {:?}", r.headers);
+
+    // HTTPRouteMatching.
+    for (path, headers, want) in [
+        ("/", &[][..], "reviews-v1"),
+        ("/example", &[], "reviews-v1"),
+        ("/v2", &[], "reviews-v2"),
+        ("/v2/", &[], "reviews-v2"),
+        ("/v2example", &[], "reviews-v1"),
+        ("/foo/v2/example", &[], "reviews-v1"),
+        ("/", &[("version", "two")], "reviews-v2"),
+    ] {
+        assert_eq!(
+            backend(&ask("GET", "matching", path, headers)),
+            (200, want.into()),
+            "{path} {headers:?}"
+        );
+    }
+    // HTTPRouteMatchingAcrossRoutes: the hosts are `across.example` and `across.net` (not
+    // `NAME.example`), so these are asked directly.
+    let across = |host: &str, path: &str, headers: &[(&str, &str)]| {
+        let r = support::http_request(addr, "GET", host, path, headers)
+            .unwrap_or_else(|e| panic!("{host}{path}: {e}"));
+        backend(&r)
+    };
+    assert_eq!(
+        across("across.example", "/v2", &[]),
+        (200, "reviews-v2".into())
+    );
+    assert_eq!(
+        across("across.example", "/", &[("version", "two")]),
+        (200, "reviews-v2".into())
+    );
+    assert_eq!(
+        across("across.example", "/", &[]),
+        (200, "reviews-v1".into())
+    );
+    assert_eq!(across("across.net", "/v2", &[]), (200, "reviews-v1".into()));
+    assert_eq!(
+        across("across.net", "/", &[("version", "two")]),
+        (200, "reviews-v1".into())
+    );
 
     // HTTPRouteBackendRequestHeaderModifier: set, add and remove at the backend.
     let r = ask(
