@@ -849,7 +849,8 @@ spec:
 /// `bar.example.com`. A request whose SNI and Host select the same listener reaches the
 /// backend; one whose Host another listener matches more specifically, or that the SNI's
 /// listener does not match while another does, is answered 421 (the client should open a
-/// connection for it); an unknown host on the hostname-less listener is a 404.
+/// connection for it); an unknown host on the hostname-less listener is a 404; a route without
+/// hostnames on listener `second.test` serves that host (HTTPRouteHTTPSListener).
 #[test]
 fn https_listeners_on_one_port_answer_421_to_misdirected_requests() {
     use support::pki::{ca, leaf};
@@ -862,7 +863,12 @@ fn https_listeners_on_one_port_answer_421_to_misdirected_requests() {
     let authority = ca("edge CA");
     let (cert, key) = leaf(
         &authority,
-        &["foo.example.com", "*.example.com", "unknown.test"],
+        &[
+            "foo.example.com",
+            "*.example.com",
+            "unknown.test",
+            "second.test",
+        ],
         None,
     );
     write_config(
@@ -886,7 +892,7 @@ metadata: {{name: edge, namespace: default}}
 spec:
   gatewayClassName: istio
   listeners:
-{}{}{}---
+{}{}{}{}---
 apiVersion: gateway.networking.k8s.io/v1
 kind: HTTPRoute
 metadata: {{name: web, namespace: default}}
@@ -894,10 +900,18 @@ spec:
   parentRefs: [{{name: edge}}]
   hostnames: [foo.example.com, bar.example.com]
   rules: [{{backendRefs: [{{name: reviews-v1, port: 9080}}]}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: hostless, namespace: default}}
+spec:
+  parentRefs: [{{name: edge, sectionName: second}}]
+  rules: [{{backendRefs: [{{name: reviews-v1, port: 9080}}]}}]
 ",
             listener("foo", Some("foo.example.com")),
             listener("wild", Some("*.example.com")),
             listener("any", None),
+            listener("second", Some("second.test")),
         ),
     );
     let (_meshflow, envoy) = start_gateway(&envoy_bin, &dir, &config_dir, "edge", "edge-abc", port);
@@ -940,6 +954,10 @@ spec:
         ("unknown.test", "bar.example.com", 421),
         // Only the SNI's listener matches, and no route takes the host.
         ("unknown.test", "unknown.test", 404),
+        // HTTPRouteHTTPSListener: a route without hostnames serves its listener's hostname;
+        // asked of another listener's connection, that host is misdirected.
+        ("second.test", "second.test", 200),
+        ("unknown.test", "second.test", 421),
         ("baz.example.com", "baz.example.com", 404),
     ] {
         assert_eq!(status(sni, host), Ok(want), "SNI {sni}, Host {host}");
