@@ -1,18 +1,22 @@
 //! TCPRoute attachment through a real Envoy gateway, with real connections: a route without
 //! `sectionName` or `port` on every TCP listener, routes attached by port and by section
 //! name, several routes on one listener, of which the oldest carries the connections, and
-//! a route's weights as shares of real connections.
+//! a route's weights as shares of real connections; a backend in another namespace by its
+//! ReferenceGrant.
 
 use crate::gateway_api::{service_with, start_gateway};
 use crate::support;
 
 use std::net::SocketAddr;
 
+use support::kube_yaml::HandService;
 use support::tcp_echo::{tcp_tally, TcpEcho};
 use support::{free_port, require_envoy, write_config, TestDir};
 
-/// This test's loopback /24.
+/// The attachment test's loopback /24.
 const NET: u8 = 183;
+/// The grant test's loopback /24.
+const GRANT_NET: u8 = 185;
 
 /// TCPRoute `name` created at `created`, attached by `parent` (the fields after `name:
 /// edge`), to Service `to` on port 5432.
@@ -132,5 +136,73 @@ spec:
     support::remove_config(&config_dir, "all.yaml");
     carried_by(a, "db-v2");
     carried_by(b, "db-v2");
+    assert_eq!(envoy.rejected_updates(), 0, "{}", envoy.summary());
+}
+
+/// Proves TCPRouteReferenceGrant with real connections: a TCPRoute's backend in another
+/// namespace carries connections while a ReferenceGrant there allows TCPRoutes of the
+/// route's namespace, and none once the grant is deleted.
+#[test]
+fn a_tcp_routes_backend_of_another_namespace_carries_connections_while_granted() {
+    let envoy_bin = require_envoy!();
+    let dir = TestDir::new("envoy-gateway-api-tcp-grant");
+    let config_dir = dir.subdir("config");
+    let (port, echo_port) = (free_port(), free_port());
+    let _db = TcpEcho::start(&format!("127.0.{GRANT_NET}.11"), echo_port, "db-data");
+    let service = HandService {
+        namespace: "data",
+        port_extra: "appProtocol: tcp, ",
+        ..HandService::web("db", 5432, echo_port)
+    };
+    write_config(
+        &config_dir,
+        "service.yaml",
+        &service.with_endpoints(&[&format!("127.0.{GRANT_NET}.11")]),
+    );
+    write_config(
+        &config_dir,
+        "gateway.yaml",
+        &format!(
+            "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: edge, namespace: default}}
+spec:
+  gatewayClassName: istio
+  listeners: [{{name: db, port: {port}, protocol: TCP}}]
+---
+apiVersion: gateway.networking.k8s.io/v1alpha2
+kind: TCPRoute
+metadata: {{name: db, namespace: default}}
+spec:
+  parentRefs: [{{name: edge}}]
+  rules: [{{backendRefs: [{{name: db, namespace: data, port: 5432}}]}}]
+"
+        ),
+    );
+    write_config(
+        &config_dir,
+        "grant.yaml",
+        "apiVersion: gateway.networking.k8s.io/v1beta1
+kind: ReferenceGrant
+metadata: {name: tcp-from-default, namespace: data}
+spec:
+  from: [{group: gateway.networking.k8s.io, kind: TCPRoute, namespace: default}]
+  to: [{group: '', kind: Service}]
+",
+    );
+    let (_meshflow, envoy) = start_gateway(&envoy_bin, &dir, &config_dir, "edge", "edge-abc", port);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut last = Default::default();
+    let granted = support::wait_until(support::CONVERGE_TIMEOUT, || {
+        last = tcp_tally(addr, 4);
+        support::only(&last, "db-data")
+    });
+    assert!(granted, "granted: {last:?}\n{}", envoy.summary());
+    support::remove_config(&config_dir, "grant.yaml");
+    let refused = support::wait_until(support::CONVERGE_TIMEOUT, || {
+        last = tcp_tally(addr, 4);
+        !last.contains_key("db-data")
+    });
+    assert!(refused, "the grant deleted: {last:?}\n{}", envoy.summary());
     assert_eq!(envoy.rejected_updates(), 0, "{}", envoy.summary());
 }
