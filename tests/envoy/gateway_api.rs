@@ -34,6 +34,8 @@ const MESH_SOTW_NET: u8 = 156;
 const MESH_EXT_NET: u8 = 157;
 /// The listener isolation test's loopback /24.
 const ISOLATION_NET: u8 = 158;
+/// The listener isolation test's loopback /24, with route hostnames.
+const ISOLATION_HOSTNAMES_NET: u8 = 186;
 /// The misdirected-request test's loopback /24.
 const MISDIRECTED_NET: u8 = 172;
 /// The WebSocket and h2c test's loopback /24.
@@ -1830,7 +1832,7 @@ const ISOLATED: [(&str, Option<&str>, &str, &str); 4] = [
 
 /// A Gateway with the [`ISOLATED`] listeners on `port`, an HTTPRoute per listener (attached
 /// by `sectionName`, no hostnames of its own) and a Service with one backend per listener.
-fn isolation_yaml(port: u16, backend_port: u16) -> String {
+fn isolation_yaml(port: u16, backend_port: u16, net: u8, route_hostnames: &str) -> String {
     let mut listeners = String::new();
     let mut objects = String::new();
     for (i, (name, hostname, prefix, service)) in ISOLATED.iter().enumerate() {
@@ -1857,7 +1859,7 @@ metadata:
 addressType: IPv4
 ports: [{{name: http, port: {backend_port}, protocol: TCP}}]
 endpoints:
-- addresses: [127.0.{ISOLATION_NET}.{ip}]
+- addresses: [127.0.{net}.{ip}]
   conditions: {{ready: true}}
 ---
 apiVersion: gateway.networking.k8s.io/v1
@@ -1865,7 +1867,7 @@ kind: HTTPRoute
 metadata: {{name: {name}, namespace: default}}
 spec:
   parentRefs: [{{name: isolation, sectionName: {name}}}]
-  rules:
+{route_hostnames}  rules:
   - matches: [{{path: {{type: PathPrefix, value: {prefix}}}}}]
     backendRefs: [{{name: {service}, port: 80}}]
 ",
@@ -1893,29 +1895,45 @@ spec:
 /// falling through to a wider listener's routes.
 #[test]
 fn http_listeners_on_one_port_serve_only_their_own_routes() {
-    use support::Backend;
     let envoy_bin = require_envoy!();
-    let dir = TestDir::new("envoy-gateway-api-isolation");
+    isolation_scenario(&envoy_bin, ISOLATION_NET, "");
+}
+
+/// [`http_listeners_on_one_port_serve_only_their_own_routes`] when every route also names
+/// all four hostnames (the conformance case's "with hostname intersection" half): each
+/// route serves the intersection with its own listener, and a host is still served only by
+/// its most specific listener's route.
+#[test]
+fn http_listeners_on_one_port_serve_only_their_own_routes_with_route_hostnames() {
+    let envoy_bin = require_envoy!();
+    isolation_scenario(
+        &envoy_bin,
+        ISOLATION_HOSTNAMES_NET,
+        "  hostnames: [bar.com, \"*.example.com\", \"*.foo.example.com\", abc.foo.example.com]\n",
+    );
+}
+
+/// The isolation scenario on loopback /24 `net`, each route with `route_hostnames` (a
+/// `hostnames:` line of its spec, or nothing).
+fn isolation_scenario(envoy_bin: &std::path::Path, net: u8, route_hostnames: &str) {
+    use support::Backend;
+    let dir = TestDir::new(&format!("envoy-gateway-api-isolation-{net}"));
     let config_dir = dir.subdir("config");
     let (port, backend_port) = (free_port(), free_port());
     let _backends: Vec<Backend> = ISOLATED
         .iter()
         .enumerate()
         .map(|(i, (_, _, _, service))| {
-            Backend::start(
-                &format!("127.0.{ISOLATION_NET}.{}", 11 + i),
-                backend_port,
-                service,
-            )
+            Backend::start(&format!("127.0.{net}.{}", 11 + i), backend_port, service)
         })
         .collect();
     write_config(
         &config_dir,
         "isolation.yaml",
-        &isolation_yaml(port, backend_port),
+        &isolation_yaml(port, backend_port, net, route_hostnames),
     );
     let (_meshflow, envoy) = start_gateway(
-        &envoy_bin,
+        envoy_bin,
         &dir,
         &config_dir,
         "isolation",

@@ -5,7 +5,9 @@
 //!   one listener), selecting the Gateway's deployment in its namespace by the
 //!   `gateway.networking.k8s.io/gateway-name` label;
 //! - an HTTPRoute attached to a listener contributes, per hostname of the intersection of
-//!   the listener's and the route's, one route per match of each rule ([`attach`]);
+//!   the listener's and the route's, one route per match of each rule ([`attach`]) — but
+//!   not a hostname a more specific HTTP listener of the same port takes whole (listener
+//!   isolation);
 //! - every route of one (listener, hostname) makes one VirtualService, its routes in the
 //!   spec's precedence order across all the routes ([`merge`]).
 
@@ -551,6 +553,9 @@ pub fn attach(
             continue;
         }
         for host in intersect_hostnames(l.hostname.as_deref(), view.hostnames) {
+            if http.is_some() && isolated_from(l, gw, &host) {
+                continue;
+            }
             let contribution = match &http {
                 Some(rules) => Contribution::Http(rules.clone()),
                 None => Contribution::Tls(l4_routes(&view, ctx, Some(&host))),
@@ -561,6 +566,23 @@ pub fn attach(
     out.sort();
     out.dedup();
     out
+}
+
+/// Whether hostname `host` of a route on plain-HTTP listener `l` belongs to a more specific
+/// HTTP listener of the same Gateway and port that matches all of it (listener isolation):
+/// the HTTP listeners of a port share one route configuration, so without this the route
+/// would serve, in the same virtual host, requests the other listener selects. HTTPS
+/// listeners have a route configuration each, where the same rule answers 421
+/// ([`misdirected_to`]).
+fn isolated_from(l: &Listener, gw: &KubeGateway, host: &str) -> bool {
+    let own = l.hostname.as_deref().unwrap_or("*");
+    l.protocol == ListenerProtocol::Http
+        && gw.listeners.iter().any(|o| {
+            o.name != l.name
+                && o.port == l.port
+                && o.protocol == ListenerProtocol::Http
+                && misdirected_to(o.hostname.as_deref().unwrap_or("*"), own, host)
+        })
 }
 
 /// What an HTTPRoute or GRPCRoute whose parents are Services (GAMMA) contributes to the
