@@ -337,9 +337,13 @@ fn add_address_domains(virtual_hosts: &mut [VirtualHost], services: &[&SidecarVh
     if claims.is_empty() {
         return;
     }
+    // Only a domain shaped like an address can be one (the others are host names): the
+    // configuration's other domains are not copied.
     let taken: BTreeSet<String> = virtual_hosts
         .iter()
-        .flat_map(|v| v.domains.iter().map(|d| d.to_ascii_lowercase()))
+        .flat_map(|v| v.domains.iter())
+        .filter(|d| d.starts_with(|c: char| c.is_ascii_digit() || c == '['))
+        .map(|d| d.to_ascii_lowercase())
         .collect();
     for (address, owners) in claims {
         let mut owners = owners.into_iter();
