@@ -13,20 +13,14 @@ use std::net::SocketAddr;
 use support::grpc_echo::{Echoed, GrpcEcho, GrpcEchoClient};
 use support::kube_yaml::HandService;
 use support::{
-    free_port, require_envoy, write_config, Envoy, Meshflow, ProxyNode, TestDir, XdsMode,
-    STARTUP_TIMEOUT,
+    free_port, require_envoy, share_near, write_config, Envoy, Meshflow, ProxyNode, TestDir,
+    XdsMode, STARTUP_TIMEOUT,
 };
 
 /// The mesh test's loopback /24.
 const NET: u8 = 181;
 /// The gateway test's loopback /24.
 const GATEWAY_NET: u8 = 182;
-
-/// Whether `share` percent is within 12 points of `expected` (about 3.7 standard
-/// deviations over 300 calls).
-fn near(share: usize, expected: usize) -> bool {
-    share.abs_diff(expected) <= 12
-}
 
 /// Makes `calls` calls with `metadata` and counts them by the backend that answered; each
 /// call must succeed.
@@ -228,14 +222,14 @@ fn mesh_grpc_routes_edit_metadata_and_split_calls_through_a_sidecar() {
     const CALLS: usize = 300;
     drop(call);
     let by_backend = split(&mut client, CALLS, &[("x-test-case", "weights")]);
-    let share = |name: &str| by_backend.get(name).copied().unwrap_or(0) * 100 / CALLS;
+    let count = |name: &str| by_backend.get(name).copied().unwrap_or(0);
     assert_eq!(
         by_backend.keys().collect::<Vec<_>>(),
         ["echo-v1", "echo-v2"],
         "{by_backend:?}"
     );
-    assert!(near(share("echo-v1"), 70), "{by_backend:?}");
-    assert!(near(share("echo-v2"), 30), "{by_backend:?}");
+    assert!(share_near(count("echo-v1"), CALLS, 70), "{by_backend:?}");
+    assert!(share_near(count("echo-v2"), CALLS, 30), "{by_backend:?}");
     assert_eq!(
         (v1.calls() - before1) + (v2.calls() - before2),
         CALLS,
@@ -351,9 +345,9 @@ fn grpc_routes_match_headers_and_split_calls_through_a_real_gateway() {
     // GRPCRouteWeight.
     let mut weights = connect("weights.example");
     let by_backend = split(&mut weights, 300, &[]);
-    let share = |name: &str| by_backend.get(name).copied().unwrap_or(0) * 100 / 300;
-    assert!(near(share("echo-v1"), 70), "{by_backend:?}");
-    assert!(near(share("echo-v2"), 30), "{by_backend:?}");
+    let count = |name: &str| by_backend.get(name).copied().unwrap_or(0);
+    assert!(share_near(count("echo-v1"), 300, 70), "{by_backend:?}");
+    assert!(share_near(count("echo-v2"), 300, 30), "{by_backend:?}");
     assert_eq!(echoes[2].calls(), 0, "none to weight 0: {by_backend:?}");
     assert_eq!(envoy.rejected_updates(), 0, "{}", envoy.summary());
 }

@@ -350,13 +350,7 @@ spec:
             ("x-header-remove", "gone"),
         ],
     );
-    let values = |name: &str| -> Vec<&str> {
-        r.headers
-            .iter()
-            .filter(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
-            .collect()
-    };
+    let values = |name: &str| r.header_values(name);
     assert_eq!(values("x-echo-x-header-set"), ["set-overwrites-values"]);
     assert_eq!(
         values("x-echo-x-header-add"),

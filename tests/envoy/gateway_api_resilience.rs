@@ -272,7 +272,7 @@ spec:
         std::thread::sleep(Duration::from_millis(300));
         let copies = v2.requests_served() - before;
         assert!(
-            (copies * 100 / 200).abs_diff(percent) <= 12,
+            support::share_near(copies, 200, percent),
             "{host}: {copies} copies of 200 requests"
         );
     }

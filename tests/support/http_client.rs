@@ -25,6 +25,16 @@ impl HttpResponse {
         header_value(&self.headers, &name.to_ascii_lowercase())
     }
 
+    /// Every value of header `name`, in the order received.
+    pub fn header_values(&self, name: &str) -> Vec<&str> {
+        let name = name.to_ascii_lowercase();
+        self.headers
+            .iter()
+            .filter(|(n, _)| *n == name)
+            .map(|(_, v)| v.as_str())
+            .collect()
+    }
+
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
     }

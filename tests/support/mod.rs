@@ -64,7 +64,7 @@ pub use self::{
     envoy_bootstrap::{envoy_bootstrap, ProxyNode, XdsMode},
     http_client::{http_get, http_request, HttpResponse, IO_TIMEOUT},
     meshflow::{debug_json, meshflow_cli, Meshflow, PROVEN_KEYS_ONLY},
-    outcomes::{exactly, only, outcome_key, tally},
+    outcomes::{exactly, only, outcome_key, share_near, tally},
     polling::{converge, converge_then, wait_until, CONVERGE_TIMEOUT, STARTUP_TIMEOUT},
     process::log_tail,
     scene::{client_envoy, SidecarScene},

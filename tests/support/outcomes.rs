@@ -25,6 +25,13 @@ pub fn tally(
     counts
 }
 
+/// Whether `n` draws of `total` are within 12 percentage points of `percent` (the share in
+/// whole percent, rounded down): the proportion tests' tolerance, 3.4 to 3.9 standard
+/// deviations of a fair draw over 200 to 300 draws.
+pub fn share_near(n: usize, total: usize, percent: usize) -> bool {
+    (n * 100 / total).abs_diff(percent) <= 12
+}
+
 /// True if every outcome in `counts` is `key`.
 pub fn only(counts: &HashMap<String, usize>, key: &str) -> bool {
     counts.len() == 1 && counts.contains_key(key)
