@@ -301,8 +301,13 @@ pub async fn serve(opts: ServeOptions) -> Result<(), String> {
                 debug: debug_addr,
             });
         }
-        // The line scripts and tests wait for; a caller told by `ready` prints its own.
-        None => eprintln!("meshflow: xDS server listening on {local}"),
+        // The lines scripts and tests wait for; a caller told by `ready` prints its own.
+        None => {
+            if let Some(addr) = debug_addr {
+                eprintln!("meshflow: debug API listening on {addr}");
+            }
+            eprintln!("meshflow: xDS server listening on {local}")
+        }
     }
     tokio::select! {
         served = server::serve(hub, opts.limits, opts.auth, acceptor, listener) => {

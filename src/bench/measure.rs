@@ -22,6 +22,8 @@ use std::time::{Duration, Instant};
 
 /// How long the `idle` row watches the server with nothing changing.
 const IDLE_WINDOW: Duration = Duration::from_secs(1);
+/// How many times the `proxy-status` row asks for the list of every proxy.
+const PROXY_STATUS_CALLS: usize = 5;
 
 /// How long to wait for the proxies to go quiet at most.
 const QUIET_LIMIT: Duration = Duration::from_secs(30);
@@ -115,6 +117,9 @@ pub async fn run_scenarios(
     let (opts, ui) = (ctx.opts, ctx.ui);
     let mut lg = ctx.connect(protocol, results).await?;
     results.push(ctx.idle(&lg).await?);
+    if let Some(r) = ctx.proxy_status(&lg).await? {
+        results.push(r);
+    }
 
     let pb = ui.bar(opts.scenarios.len() as u64, "scenarios");
     // After a scenario that did not converge, the server is still busy with it: what
@@ -267,6 +272,49 @@ impl RunContext<'_> {
         record_check(&mut idle, expected::verify(lg, &self.expected));
         self.ui.say(&render::line(&idle));
         Ok(idle)
+    }
+
+    /// `proxy-status`: the debug port's list of every connected proxy with its sync state
+    /// per type, fetched and printed as `meshflow proxy-status` does, [`PROXY_STATUS_CALLS`]
+    /// times one after the other; one latency sample per call (request sent → table
+    /// rendered). Converged: the calls that listed every proxy, none of them STALE or
+    /// NACKED on any type. `None` for a server that does not say where its debug API
+    /// listens (a `--server-binary` from before it did).
+    async fn proxy_status(&self, lg: &Loadgen) -> Result<Option<ScenarioResult>, String> {
+        let Some(addr) = self.server.server.debug_addr else {
+            return Ok(None);
+        };
+        let window = Window::open(self.server, Some(lg))?;
+        let mut r = ScenarioResult {
+            name: "proxy-status".into(),
+            description: format!(
+                "`meshflow proxy-status` over {} proxies, {PROXY_STATUS_CALLS} calls",
+                lg.proxies.len()
+            ),
+            affected: PROXY_STATUS_CALLS,
+            ..Default::default()
+        };
+        for _ in 0..PROXY_STATUS_CALLS {
+            let t0 = Instant::now();
+            let list = crate::debug::client::list_proxies(addr).await?;
+            let table = crate::debug::client::render::proxy_status(&list, false);
+            r.latency_ms.push(ms(t0.elapsed()));
+            // After `idle` nothing is in flight or refused: every type a proxy asked for
+            // is SYNCED, and the ones it never asked for are NOT SENT.
+            let synced = list.proxies.iter().all(|p| {
+                p.types
+                    .iter()
+                    .all(|t| t.sync == "SYNCED" || t.sync == "NOT SENT")
+            });
+            if list.proxies.len() == lg.proxies.len() && synced && !table.is_empty() {
+                r.converged += 1;
+            }
+        }
+        window.close(self.server, lg, &mut r)?;
+        r.unaffected_messaged = r.proxies_messaged;
+        record_check(&mut r, expected::verify(lg, &self.expected));
+        self.ui.say(&render::line(&r));
+        Ok(Some(r))
     }
 
     /// A one-file edit: the recompute first, on the shadow copy, before the clock starts;

@@ -32,6 +32,7 @@ fn scenario_json(r: &ScenarioResult) -> serde_json::Value {
         "min_bytes": r.min_bytes,
         "min_body_bytes": r.min_body_bytes,
         "server_cpu_s": r.server_cpu_s,
+        "server_cpu_us_per_message": r.cpu_us_per_message(),
         "server_cpu_task_s": r.server_cpu_task_s,
         "loadgen_cpu_s": r.loadgen_cpu_s,
         "loadgen_peak_rss_kib": r.loadgen_peak_rss_kib,
@@ -159,16 +160,16 @@ fn markdown_runs(report: &Report) -> String {
     md.push_str(
             "| run | engine | xDS | scenario | affected proxies | proxies messaged | p50 ms | p99 ms | max ms \
              | messages | messages per affected proxy | resources | bytes | min bytes | server CPU s \
-             | loadgen CPU s | peak RSS MiB | verified |\n",
+             | server CPU µs per message | loadgen CPU s | peak RSS MiB | verified |\n",
         );
     md.push_str(
-        "|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
+        "|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
     );
     let f = |v: Option<f64>| v.map(|x| format!("{x:.1}")).unwrap_or_else(|| "–".into());
     for e in &report.engines {
         if let Some(why) = &e.skipped {
             md.push_str(&format!(
-                "| {} | {} | {} | (skipped: {}) |||||||||||||||\n",
+                "| {} | {} | {} | (skipped: {}) ||||||||||||||||\n",
                 e.run + 1,
                 e.engine.name(),
                 e.protocol.name(),
@@ -177,7 +178,7 @@ fn markdown_runs(report: &Report) -> String {
         }
         if let Some(err) = &e.error {
             md.push_str(&format!(
-                "| {} | {} | {} | (did not run: {}) |||||||||||||||\n",
+                "| {} | {} | {} | (did not run: {}) ||||||||||||||||\n",
                 e.run + 1,
                 e.engine.name(),
                 e.protocol.name(),
@@ -187,7 +188,7 @@ fn markdown_runs(report: &Report) -> String {
         for r in &e.results {
             if let Some(why) = &r.skipped {
                 md.push_str(&format!(
-                    "| {} | {} | {} | {} (skipped: {}) |||||||||||||||\n",
+                    "| {} | {} | {} | {} (skipped: {}) ||||||||||||||||\n",
                     e.run + 1,
                     e.engine.name(),
                     e.protocol.name(),
@@ -212,7 +213,7 @@ fn markdown_runs(report: &Report) -> String {
                 )
             };
             md.push_str(&format!(
-                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.3} | {} | {} | {} |\n",
+                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.3} | {} | {} | {} | {} |\n",
                     e.run + 1,
                     e.engine.name(),
                     e.protocol.name(),
@@ -230,6 +231,7 @@ fn markdown_runs(report: &Report) -> String {
                     r.received.total_bytes(),
                     r.min_bytes,
                     r.server_cpu_s,
+                    f(r.cpu_us_per_message()),
                     r.loadgen_cpu_s
                         .map(|c| format!("{c:.3}"))
                         .unwrap_or_else(|| "–".into()),
@@ -250,6 +252,8 @@ fn markdown_runs(report: &Report) -> String {
              resources to the proxies that need them (one response per type per proxy: type \
              URL, a 16-character nonce, each resource's name, version and body; removed \
              names), protobuf-encoded as the bytes column is. Server CPU: utime+stime of the server process from /proc/PID/stat; \
+             server CPU µs per message: that ÷ messages (every cost of the scenario, \
+             dataflow and kernel included, spread over what was sent); \
              loadgen CPU s: the same of the bench process (the simulated proxies and the harness); \
              peak RSS: VmHWM, reset before each scenario.\n",
         );
@@ -264,7 +268,7 @@ pub fn line(r: &ScenarioResult) -> String {
     let lat = r.sorted_latency();
     let f = |v: Option<f64>| v.map(|x| format!("{x:.1}")).unwrap_or_else(|| "-".into());
     format!(
-        "{:<12} affected {:>5} (converged {:>5}) p50 {:>7} ms p99 {:>7} ms | {} msgs {} res {} B (min {} B) | cpu {:.3} s (loadgen {}) | {}",
+        "{:<12} affected {:>5} (converged {:>5}) p50 {:>7} ms p99 {:>7} ms | {} msgs {} res {} B (min {} B) | cpu {:.3} s ({} µs/msg, loadgen {}) | {}",
         r.name,
         r.affected,
         r.converged,
@@ -275,6 +279,7 @@ pub fn line(r: &ScenarioResult) -> String {
         r.received.total_bytes(),
         r.min_bytes,
         r.server_cpu_s,
+        f(r.cpu_us_per_message()),
         r.loadgen_cpu_s
             .map(|c| format!("{c:.3} s"))
             .unwrap_or_else(|| "-".into()),

@@ -66,6 +66,14 @@ impl ScenarioResult {
         (self.affected > 0).then(|| self.received.total_messages() as f64 / self.affected as f64)
     }
 
+    /// Server CPU per message received by the simulated proxies, µs: what one push costs
+    /// the server, all of it (dataflow, hub, streams, HTTP/2, the kernel's sends) divided
+    /// over what it sent. `None` when nothing was sent.
+    pub fn cpu_us_per_message(&self) -> Option<f64> {
+        let messages = self.received.total_messages();
+        (messages > 0).then(|| self.server_cpu_s * 1e6 / messages as f64)
+    }
+
     /// Server CPU cores used over a sustained scenario's window.
     pub fn cpu_cores(&self) -> Option<f64> {
         self.window_s

@@ -24,6 +24,9 @@ pub struct Server {
     child: Child,
     log: PathBuf,
     pub xds_addr: std::net::SocketAddr,
+    /// The debug API (`proxy-status` and the other commands' port), if the server said
+    /// where it listens.
+    pub debug_addr: Option<std::net::SocketAddr>,
 }
 
 impl Server {
@@ -43,6 +46,13 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The address on the whole line after `label` in a server's log.
+fn listed_addr(log: &str, label: &str) -> Option<std::net::SocketAddr> {
+    let at = log.find(label)?;
+    let (line, _) = log[at + label.len()..].split_once('\n')?;
+    line.trim().parse().ok()
 }
 
 fn start_server(
@@ -100,6 +110,7 @@ fn start_server(
         child,
         log: log.to_path_buf(),
         xds_addr: ([127, 0, 0, 1], 0).into(),
+        debug_addr: None,
     };
     let deadline = Instant::now() + Duration::from_secs(120);
     const LISTENING: &str = "xDS server listening on ";
@@ -111,6 +122,8 @@ fn start_server(
             let addr = rest.split_once('\n').map(|(line, _)| line.trim());
             if let Some(Ok(addr)) = addr.map(str::parse) {
                 server.xds_addr = addr;
+                // Printed before the xDS line, by servers that have the line.
+                server.debug_addr = listed_addr(&text, "debug API listening on ");
                 return Ok(server);
             }
         }

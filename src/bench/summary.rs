@@ -49,6 +49,8 @@ pub struct MedianRow {
     pub bytes: Option<f64>,
     pub min_bytes: Option<f64>,
     pub cpu_s: Option<f64>,
+    /// Server CPU µs per message received ([`ScenarioResult::cpu_us_per_message`]).
+    pub cpu_us_per_msg: Option<f64>,
     pub cpu_cores: Option<f64>,
     /// The bench process's CPU seconds (the simulated proxies).
     pub loadgen_cpu_s: Option<f64>,
@@ -131,6 +133,7 @@ pub fn median_rows(engines: &[EngineReport]) -> Vec<MedianRow> {
                 bytes: med(&rs, |r| Some(r.received.total_bytes() as f64)),
                 min_bytes: med(&rs, |r| (r.min_bytes > 0).then_some(r.min_bytes as f64)),
                 cpu_s: med(&rs, |r| Some(r.server_cpu_s)),
+                cpu_us_per_msg: med(&rs, ScenarioResult::cpu_us_per_message),
                 cpu_cores: med(&rs, ScenarioResult::cpu_cores),
                 loadgen_cpu_s: med(&rs, |r| r.loadgen_cpu_s),
                 rss_mib: med(&rs, |r| r.peak_rss_kib.map(|k| k as f64 / 1024.0)),
@@ -254,11 +257,11 @@ pub fn markdown(engines: &[EngineReport], runs: usize) -> String {
     md.push_str(&format!("Medians over {runs} repetition(s):\n\n"));
     md.push_str(
         "| engine | xDS | scenario | runs | affected proxies | proxies messaged | p50 ms | p99 ms | max ms \
-         | messages | messages per affected proxy | resources | bytes | min bytes | server CPU s | CPU cores \
+         | messages | messages per affected proxy | resources | bytes | min bytes | server CPU s | server CPU µs per message | CPU cores \
          | loadgen CPU s | peak RSS MiB | verified |\n",
     );
     md.push_str(
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
     );
     for r in median_rows(engines) {
         let affected = if r.not_converged == 0 {
@@ -271,7 +274,7 @@ pub fn markdown(engines: &[EngineReport], runs: usize) -> String {
             )
         };
         md.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             r.engine.name(),
             r.protocol,
             r.scenario,
@@ -287,6 +290,7 @@ pub fn markdown(engines: &[EngineReport], runs: usize) -> String {
             f0(r.bytes),
             f0(r.min_bytes),
             f3(r.cpu_s),
+            f1(r.cpu_us_per_msg),
             r.cpu_cores.map(|c| format!("{c:.3}")).unwrap_or_else(|| "–".into()),
             f3(r.loadgen_cpu_s),
             f0(r.rss_mib),
@@ -337,6 +341,7 @@ pub fn json(engines: &[EngineReport]) -> serde_json::Value {
             "bytes": r.bytes,
             "min_bytes": r.min_bytes,
             "server_cpu_s": r.cpu_s,
+            "server_cpu_us_per_message": r.cpu_us_per_msg,
             "server_cpu_cores": r.cpu_cores,
             "loadgen_cpu_s": r.loadgen_cpu_s,
             "peak_rss_mib": r.rss_mib,

@@ -31,7 +31,9 @@ use super::per_type::PerType;
 use crate::input::InputChange;
 use dataflows::materialize::Name;
 use dataflows::model::{Body, ResourceType};
-use std::collections::{HashMap, VecDeque};
+// foldhash (hashbrown's hasher): every push and ACK finds its proxy here.
+use hashbrown::HashMap;
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 

@@ -38,7 +38,7 @@ use dataflows::model::{Body, ConfigError, Proxy, ProxyId, ResourceType};
 use events::WatchEvent;
 use history::{History, HistoryLimits, ResourceChange};
 use provenance::ProvenanceStore;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -73,10 +73,28 @@ impl Default for HubOptions {
     }
 }
 
+/// What one stream of a proxy watches, shared with the proxy's entry so that a wake-up
+/// reads it without the hub's lock.
+pub struct StreamWatch {
+    /// Notified when the proxy's resources change.
+    pub notify: Arc<Notify>,
+    /// How many times the proxy's workload certificate was renewed while connected.
+    pub rotations: Arc<AtomicU64>,
+}
+
+impl StreamWatch {
+    /// Renewals so far ([`Hub::certificates_rotated`]).
+    pub fn rotations(&self) -> u64 {
+        self.rotations.load(Ordering::Relaxed)
+    }
+}
+
 #[derive(Default)]
 pub struct HubState {
     pub epoch: u64,
-    proxies: HashMap<ProxyId, ProxyEntry>,
+    /// By node id; hashed with foldhash (hashbrown's): every stream's every look, push and
+    /// ACK finds its proxy here.
+    proxies: hashbrown::HashMap<ProxyId, ProxyEntry>,
     /// What every proxy holds, shared per scope.
     held: Materialized,
     bodies: Bodies,
@@ -204,7 +222,7 @@ impl Hub {
         for e in st.proxies.values_mut().filter(|e| e.connected()) {
             let mine = format!("/ns/{}/sa/{}", e.proxy.namespace, e.proxy.service_account());
             if identities.iter().any(|i| i.ends_with(&mine)) {
-                e.rotations += 1;
+                e.rotations.fetch_add(1, Ordering::Relaxed);
                 e.notify.notify_one();
             }
         }
@@ -212,7 +230,10 @@ impl Hub {
 
     /// How many times proxy `id`'s workload certificate was renewed while connected.
     pub fn rotations(&self, id: &str) -> u64 {
-        self.lock().proxies.get(id).map_or(0, |e| e.rotations)
+        self.lock()
+            .proxies
+            .get(id)
+            .map_or(0, |e| e.rotations.load(Ordering::Relaxed))
     }
 
     /// A fresh id for a new stream.
@@ -226,12 +247,13 @@ impl Hub {
     }
 
     /// Registers a stream for `proxy`; the first stream makes the proxy a dataflow input.
-    /// Returns the handle that is notified when the proxy's resources change.
+    /// Returns what the stream watches: the handle notified when the proxy's resources
+    /// change, and its certificate renewals.
     ///
     /// One node id is one proxy: while a stream is open for it, a stream that describes the
     /// node differently (namespace, labels, IPs, kind) is refused, so it can neither be
     /// served nor change what the open stream is served.
-    pub fn connect(&self, proxy: Proxy) -> Result<Arc<Notify>, String> {
+    pub fn connect(&self, proxy: Proxy) -> Result<StreamWatch, String> {
         let mut st = self.lock();
         let entry = st
             .proxies
@@ -258,7 +280,10 @@ impl Hub {
                     .fail("the runtime stopped: proxies can no longer be computed");
             }
         }
-        Ok(entry.notify.clone())
+        Ok(StreamWatch {
+            notify: entry.notify.clone(),
+            rotations: entry.rotations.clone(),
+        })
     }
 
     /// Unregisters a stream; the last one retracts the proxy from the dataflow.

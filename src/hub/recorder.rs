@@ -160,19 +160,24 @@ impl Hub {
     fn record_push(&self, id: &str, stream: u64, push: Push) {
         let now = Instant::now();
         let wall = SystemTime::now();
+        let watched = self.watch.watched();
+        let (rtype, bytes, nonce) = (push.rtype, push.bytes, push.nonce.clone());
+        let (resources, removed) = (push.resources.len(), push.removed.len());
+        // The push itself goes into the sync state; a watcher needs a copy of it.
+        let shown = watched.then(|| push.clone());
         let epoch = {
             let mut st = self.lock();
             let epoch = st.epoch;
             if let Some(e) = st.proxies.get_mut(id) {
-                let sync = &mut e.sync[push.rtype];
+                let sync = &mut e.sync[rtype];
                 sync.last_sent = Some(wall);
                 sync.in_flight = Some(InFlight {
                     stream,
-                    nonce: push.nonce.clone(),
+                    nonce: nonce.clone(),
                     sent_at: now,
                     sent_wall: wall,
                     epoch,
-                    push: push.clone(),
+                    push,
                 });
             }
             epoch
@@ -180,31 +185,26 @@ impl Hub {
         // Under a span named like the runtime's, so `RUST_LOG=meshflow=debug` shows the push
         // next to the epoch's dataflow step and hub apply.
         let _span = tracing::debug_span!("epoch", epoch).entered();
-        self.metrics.push(push.rtype, push.bytes);
-        let covered = self.history().record_push(
-            id,
-            stream,
-            push.rtype,
-            &push.nonce,
-            wall,
-            self.watch.watched(),
-        );
+        self.metrics.push(rtype, bytes);
+        let covered = self
+            .history()
+            .record_push(id, stream, rtype, &nonce, wall, watched);
         // Logged under the hub's target, next to "hub applied epoch".
         tracing::debug!(
             target: "meshflow::hub",
             epoch,
             proxy = id,
-            rtype = push.rtype.short(),
-            nonce = %push.nonce,
-            resources = push.resources.len(),
-            removed = push.removed.len(),
-            bytes = push.bytes,
+            rtype = rtype.short(),
+            nonce = %nonce,
+            resources,
+            removed,
+            bytes,
             epochs_covered = covered.len(),
             "push"
         );
-        if !self.watch.watched() {
+        let Some(push) = shown else {
             return;
-        }
+        };
         let mut changes: Vec<NameChange> = if covered.is_empty() {
             // Nothing recorded for it (a resend, a first full answer): what it carries.
             push.resources

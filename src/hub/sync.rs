@@ -88,7 +88,9 @@ pub struct ProxyEntry {
     /// Resources the engine's latest pushes resend unchanged: (epoch, type, name).
     pub(super) forced: Vec<(u64, ResourceType, Name)>,
     /// Bumped each time its workload certificate is renewed: its streams resend `default`.
-    pub(super) rotations: u64,
+    /// Shared with the streams ([`super::StreamWatch`]), which read it at every wake-up
+    /// without taking the hub's lock.
+    pub(super) rotations: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl ProxyEntry {
@@ -102,7 +104,7 @@ impl ProxyEntry {
             ready_at: None,
             stream_info: BTreeMap::new(),
             forced: Vec::new(),
-            rotations: 0,
+            rotations: Default::default(),
         }
     }
 

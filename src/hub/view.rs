@@ -37,7 +37,12 @@ impl Equivalent<BodyKey> for BodyKeyRef<'_> {
 /// The encoded body of every resource version some proxy holds, once each, counted by how
 /// many times the dataflow emitted it.
 #[derive(Default)]
-pub struct Bodies(HashMap<BodyKey, (Body, isize)>);
+pub struct Bodies {
+    counted: HashMap<BodyKey, (Body, isize)>,
+    /// Keys whose count fell to zero in the epoch being applied: what [`Bodies::retire`]
+    /// looks at, so an epoch costs its own changes and not a pass over every body.
+    dropped: Vec<BodyKey>,
+}
 
 impl Bodies {
     /// Counts one epoch's body changes; names and versions use `held`'s shared copies.
@@ -46,25 +51,35 @@ impl Bodies {
     pub fn add(&mut self, held: &mut Materialized, changes: Vec<(Resource, isize)>) {
         for (r, d) in changes {
             let key = (r.rtype, held.intern(&r.name), held.intern(&r.version));
-            self.0.entry(key).or_insert((r.body, 0)).1 += d;
+            let count = &mut self.counted.entry(key.clone()).or_insert((r.body, 0)).1;
+            *count += d;
+            if *count <= 0 {
+                self.dropped.push(key);
+            }
         }
     }
 
     /// Forgets the bodies no resource holds any more.
     pub fn retire(&mut self) {
-        self.0.retain(|_, (_, c)| *c > 0);
+        for key in std::mem::take(&mut self.dropped) {
+            if self.counted.get(&key).is_some_and(|(_, c)| *c <= 0) {
+                self.counted.remove(&key);
+            }
+        }
     }
 
     pub fn get(&self, t: ResourceType, name: &Name, version: &Name) -> Option<&Body> {
-        self.0.get(&BodyKeyRef(t, name, version)).map(|(b, _)| b)
+        self.counted
+            .get(&BodyKeyRef(t, name, version))
+            .map(|(b, _)| b)
     }
 
     pub fn len(&self) -> usize {
-        self.0.len()
+        self.counted.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.counted.is_empty()
     }
 }
 

@@ -59,6 +59,9 @@ trait Protocol: Default + Send + 'static {
     type Resp: prost::Message + Send + 'static;
     const NAME: &'static str;
     fn node(req: &Self::Req) -> Option<&Node>;
+    /// Whether [`Protocol::on_request`] may ask for shared names: a plain ACK names no
+    /// resource, and then costs no look at the hub.
+    fn names_resources(req: &Self::Req) -> bool;
     /// `name` gives the hub's shared copy of a resource name or version.
     fn on_request(
         &mut self,
@@ -94,6 +97,11 @@ impl Protocol for DeltaStream {
     const NAME: &'static str = "delta";
     fn node(req: &Self::Req) -> Option<&Node> {
         req.node.as_ref()
+    }
+    fn names_resources(req: &Self::Req) -> bool {
+        !req.resource_names_subscribe.is_empty()
+            || !req.resource_names_unsubscribe.is_empty()
+            || !req.initial_resource_versions.is_empty()
     }
     fn on_request(
         &mut self,
@@ -136,6 +144,10 @@ impl Protocol for SotwStream {
     const NAME: &'static str = "sotw";
     fn node(req: &Self::Req) -> Option<&Node> {
         req.node.as_ref()
+    }
+    fn names_resources(_req: &Self::Req) -> bool {
+        // SotW keeps its names as the client sent them.
+        false
     }
     fn on_request(
         &mut self,
@@ -241,7 +253,7 @@ async fn serve_stream<P: Protocol>(
         }
     };
     let id = proxy.id.clone();
-    let notify = match hub.connect(proxy) {
+    let watched = match hub.connect(proxy) {
         Ok(n) => n,
         Err(why) => {
             tracing::warn!(proxy = %id, reason = %why, "stream refused");
@@ -287,7 +299,7 @@ async fn serve_stream<P: Protocol>(
     let mut progress = tokio::time::Instant::now();
     let mut warmed = false;
     let mut woken = true;
-    let mut rotations_seen = hub.rotations(&id);
+    let mut rotations_seen = watched.rotations();
     // After the proxy refuses secrets (a certificate file not on it, yet), the file secrets
     // are offered again, less often each time it refuses again.
     let mut file_retry: Option<tokio::time::Instant> = None;
@@ -298,7 +310,7 @@ async fn serve_stream<P: Protocol>(
             state.retry_file_secrets();
             woken = true;
         }
-        let rotations = hub.rotations(&id);
+        let rotations = watched.rotations();
         if rotations != rotations_seen {
             rotations_seen = rotations;
             if trust.keys {
@@ -307,7 +319,12 @@ async fn serve_stream<P: Protocol>(
         }
         if let Some(req) = next.take() {
             progress = tokio::time::Instant::now();
-            if let Err(e) = hub.with_names(|name| state.on_request(&req, name)) {
+            let taken = if P::names_resources(&req) {
+                hub.with_names(|name| state.on_request(&req, name))
+            } else {
+                state.on_request(&req, &|n| Name::from(n))
+            };
+            if let Err(e) = taken {
                 let _ = tx.send(Err(Status::invalid_argument(e.to_string()))).await;
                 break;
             }
@@ -425,7 +442,7 @@ async fn serve_stream<P: Protocol>(
                     break;
                 }
             },
-            _ = notify.notified() => woken = true,
+            _ = watched.notify.notified() => woken = true,
             _ = tokio::time::sleep_until(wake_at.unwrap_or_else(tokio::time::Instant::now)), if wake_at.is_some() => {}
         }
     }

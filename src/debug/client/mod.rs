@@ -179,7 +179,8 @@ pub async fn watch(addr: SocketAddr, proxy: &str, output: Output) -> Result<Stri
     }
 }
 
-async fn list_proxies(addr: SocketAddr) -> Result<ProxyList, String> {
+/// Every connected proxy's sync state, as `proxy-status` fetches it.
+pub async fn list_proxies(addr: SocketAddr) -> Result<ProxyList, String> {
     let mut client = debug_client(addr).await?;
     Ok(client
         .list_proxies(ListProxiesRequest {})
