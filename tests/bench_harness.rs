@@ -175,6 +175,7 @@ fn check(v: &Value, protocol: &str) {
         [
             "connect",
             "idle",
+            "proxy-status",
             "endpoint-ip",
             "endpoint-shared",
             "scale-up",
@@ -200,7 +201,21 @@ fn check(v: &Value, protocol: &str) {
             assert_eq!(s["received"]["bytes"]["total"], 0, "{s:#}");
             continue;
         }
+        if s["scenario"] == "proxy-status" {
+            // Five calls of the debug port's proxy list, each listing every proxy and none
+            // of them stale; asking sends the proxies nothing.
+            assert_eq!(s["affected_proxies"], 5, "{s:#}");
+            assert_eq!(s["converged_proxies"], 5, "{s:#}");
+            assert_eq!(s["received"]["messages"]["total"], 0, "{s:#}");
+            assert!(s["latency_ms"]["p99"].as_f64().unwrap() > 0.0, "{s:#}");
+            continue;
+        }
         assert_eq!(s["affected_proxies"], s["converged_proxies"], "{s:#}");
+        // What the server spent per message it sent, dataflow and kernel included.
+        let per_message = s["server_cpu_us_per_message"].as_f64();
+        let cpu = s["server_cpu_s"].as_f64().unwrap();
+        let messages = s["received"]["messages"]["total"].as_f64().unwrap();
+        assert_eq!(per_message, Some(cpu * 1e6 / messages), "{s:#}");
         assert!(s["affected_proxies"].as_u64().unwrap() > 0, "{s:#}");
         assert!(
             s["received"]["bytes"]["total"].as_u64().unwrap() > 0,

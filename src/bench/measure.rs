@@ -296,7 +296,7 @@ impl RunContext<'_> {
         };
         for _ in 0..PROXY_STATUS_CALLS {
             let t0 = Instant::now();
-            let list = crate::debug::client::list_proxies(addr).await?;
+            let list = crate::debug::client::list_proxies(addr, false).await?;
             let table = crate::debug::client::render::proxy_status(&list, false);
             r.latency_ms.push(ms(t0.elapsed()));
             // After `idle` nothing is in flight or refused: every type a proxy asked for

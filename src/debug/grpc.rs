@@ -49,9 +49,14 @@ impl Debug for DebugService {
 
     async fn list_proxies(
         &self,
-        _: Request<ListProxiesRequest>,
+        req: Request<ListProxiesRequest>,
     ) -> Result<Response<ListProxiesResponse>, Status> {
-        Ok(Response::new(self.hub.read(status::list_proxies).into()))
+        let names = !req.get_ref().without_names;
+        Ok(Response::new(
+            self.hub
+                .read(|st| status::list_proxies_with(st, names))
+                .into(),
+        ))
     }
 
     async fn list_config_errors(

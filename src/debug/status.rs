@@ -39,6 +39,12 @@ pub fn kind_name(kind: ProxyKind) -> &'static str {
 
 /// The streams of a proxy: protocol, subscriptions, in flight.
 pub fn stream_details(e: &ProxyEntry) -> Vec<model::StreamInfo> {
+    stream_details_with(e, true)
+}
+
+/// [`stream_details`], with or without the subscribed names (copying and sorting hundreds
+/// of names per proxy is most of the list's cost).
+fn stream_details_with(e: &ProxyEntry, names: bool) -> Vec<model::StreamInfo> {
     e.stream_info
         .iter()
         .map(|(id, info)| model::StreamInfo {
@@ -61,7 +67,11 @@ pub fn stream_details(e: &ProxyEntry) -> Vec<model::StreamInfo> {
                     Some(model::StreamSubscription {
                         rtype: t.short().into(),
                         wildcard: sub.wildcard,
-                        names: sub.shown_names(),
+                        names: if names {
+                            sub.shown_names()
+                        } else {
+                            Vec::new()
+                        },
                         in_flight,
                     })
                 })
@@ -95,6 +105,11 @@ fn type_syncs(st: &HubState, e: &ProxyEntry, now: Instant) -> Vec<model::TypeSyn
 
 /// Every connected proxy with its state per type, sorted by id.
 pub fn list_proxies(st: &HubState) -> model::ProxyList {
+    list_proxies_with(st, true)
+}
+
+/// [`list_proxies`]; without `names`, each stream's subscriptions list no names.
+pub fn list_proxies_with(st: &HubState, names: bool) -> model::ProxyList {
     let now = Instant::now();
     let mut proxies: Vec<model::ProxyInfo> = connected(st)
         .map(|e| model::ProxyInfo {
@@ -104,7 +119,7 @@ pub fn list_proxies(st: &HubState) -> model::ProxyList {
             streams: e.streams() as u32,
             ready: e.ready,
             types: type_syncs(st, e, now),
-            stream_details: stream_details(e),
+            stream_details: stream_details_with(e, names),
         })
         .collect();
     proxies.sort_by(|a, b| a.id.cmp(&b.id));

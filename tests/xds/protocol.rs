@@ -369,7 +369,7 @@ async fn debug_api_lists_proxies_and_config_errors() {
         .await
         .expect("debug API");
     let proxies = client
-        .list_proxies(ListProxiesRequest {})
+        .list_proxies(ListProxiesRequest::default())
         .await
         .unwrap()
         .into_inner()
@@ -384,6 +384,35 @@ async fn debug_api_lists_proxies_and_config_errors() {
     let cds = p.types.iter().find(|t| t.r#type == "CDS").unwrap();
     assert_eq!(cds.resources as usize, a.names(CDS).len());
     assert!(cds.acks >= 1);
+    // The stream's named subscriptions are listed; `without_names` (what the proxy-status
+    // table asks for) leaves only the names out.
+    let named = |p: &meshflow::debug::pb::ProxyStatus| -> usize {
+        p.stream_details
+            .iter()
+            .flat_map(|s| &s.types)
+            .map(|t| t.names.len())
+            .sum()
+    };
+    assert!(named(p) > 0, "{p:?}");
+    let short = client
+        .list_proxies(ListProxiesRequest {
+            without_names: true,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .proxies;
+    assert_eq!(short.len(), 1);
+    assert_eq!(named(&short[0]), 0, "{:?}", short[0]);
+    assert_eq!(short[0].types, p.types);
+    let subscribed = |p: &meshflow::debug::pb::ProxyStatus| -> Vec<(String, bool)> {
+        p.stream_details
+            .iter()
+            .flat_map(|s| &s.types)
+            .map(|t| (t.r#type.clone(), t.wildcard))
+            .collect()
+    };
+    assert_eq!(subscribed(&short[0]), subscribed(p));
 
     let errors = client
         .list_config_errors(ListConfigErrorsRequest {})

@@ -179,11 +179,14 @@ pub async fn watch(addr: SocketAddr, proxy: &str, output: Output) -> Result<Stri
     }
 }
 
-/// Every connected proxy's sync state, as `proxy-status` fetches it.
-pub async fn list_proxies(addr: SocketAddr) -> Result<ProxyList, String> {
+/// Every connected proxy's sync state, as `proxy-status` fetches it (`names`: with each
+/// stream's subscribed names, which only the JSON and YAML outputs show).
+pub async fn list_proxies(addr: SocketAddr, names: bool) -> Result<ProxyList, String> {
     let mut client = debug_client(addr).await?;
     Ok(client
-        .list_proxies(ListProxiesRequest {})
+        .list_proxies(ListProxiesRequest {
+            without_names: !names,
+        })
         .await
         .map_err(|e| format!("listing proxies: {}", e.message()))?
         .into_inner()
@@ -193,7 +196,8 @@ pub async fn list_proxies(addr: SocketAddr) -> Result<ProxyList, String> {
 /// `meshflow proxy-status`: one row per connected proxy with its sync state per type (and
 /// the resource count), then the NACK messages.
 pub async fn proxy_status(addr: SocketAddr, output: Output) -> Result<String, String> {
-    let list = list_proxies(addr).await?;
+    // The table shows no subscribed names: not asking for them keeps the hub's lock short.
+    let list = list_proxies(addr, output.format().is_some()).await?;
     match output.format() {
         Some(format) => print(&model::to_json(&list), format),
         None => Ok(render::proxy_status(&list, use_color())),
@@ -238,7 +242,7 @@ async fn fetch_resources(
     proxy: &str,
     types: &[ResourceType],
 ) -> Result<(String, Vec<Fetched>), String> {
-    let listed = list_proxies(addr).await?;
+    let listed = list_proxies(addr, false).await?;
     let id = resolve_proxy(listed.proxies.iter().map(|p| p.id.as_str()), proxy)
         .map_err(|e| e.to_string())?;
     let mut client = ClientStatusDiscoveryServiceClient::connect(format!("http://{addr}"))
