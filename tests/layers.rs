@@ -7,7 +7,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// What each top-level module may import of this crate. `serve` and `main` wire
-/// everything; `bench` drives a server from outside and may use any lower layer; `demo`
+/// everything; `bench` drives a server from outside and may use any lower layer (and the
+/// debug port's client, to time `proxy-status` as a user runs it); `demo`
 /// runs `serve` and drives it as a user would (debug client, simulated proxies).
 const ALLOWED: &[(&str, &[&str])] = &[
     ("engine", &[]),
@@ -28,6 +29,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "config",
             "sources",
             "xds",
+            "debug",
             "async_runtime",
         ],
     ),

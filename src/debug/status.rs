@@ -67,11 +67,7 @@ fn stream_details_with(e: &ProxyEntry, names: bool) -> Vec<model::StreamInfo> {
                     Some(model::StreamSubscription {
                         rtype: t.short().into(),
                         wildcard: sub.wildcard,
-                        names: if names {
-                            sub.shown_names()
-                        } else {
-                            Vec::new()
-                        },
+                        names: if names { sub.shown_names() } else { Vec::new() },
                         in_flight,
                     })
                 })
