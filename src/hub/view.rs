@@ -190,4 +190,47 @@ mod tests {
         assert!(bodies.get(ResourceType::Cluster, &name, &other).is_none());
         assert!(bodies.get(ResourceType::Endpoint, &name, &v).is_none());
     }
+
+    /// An epoch retires the bodies it took the last count of, after the history could read
+    /// them, and only those: a body taken back and given again in one epoch stays, and so
+    /// do the ones the epoch did not touch.
+    #[test]
+    fn an_epoch_retires_only_the_bodies_it_dropped() {
+        let mut held = Materialized::default();
+        let mut bodies = Bodies::default();
+        let res =
+            |name: &str, bytes: u8| Resource::new(ResourceType::Cluster, name.into(), vec![bytes]);
+        bodies.add(
+            &mut held,
+            vec![(res("a", 1), 1), (res("b", 2), 1), (res("c", 3), 1)],
+        );
+        bodies.retire();
+        assert_eq!(bodies.len(), 3);
+        let get = |bodies: &Bodies, held: &Materialized, r: &Resource| {
+            bodies
+                .get(r.rtype, &held.lookup(&r.name), &held.lookup(&r.version))
+                .is_some()
+        };
+        // `a` is replaced by a new version, `b` is taken back and given again.
+        bodies.add(
+            &mut held,
+            vec![
+                (res("a", 1), -1),
+                (res("a", 9), 1),
+                (res("b", 2), -1),
+                (res("b", 2), 1),
+            ],
+        );
+        // Until the epoch is retired, the replaced version can still be read.
+        assert!(get(&bodies, &held, &res("a", 1)));
+        bodies.retire();
+        assert!(!get(&bodies, &held, &res("a", 1)));
+        for kept in [res("a", 9), res("b", 2), res("c", 3)] {
+            assert!(get(&bodies, &held, &kept), "{}", kept.name);
+        }
+        assert_eq!(bodies.len(), 3);
+        // Nothing dropped since: retiring again forgets nothing.
+        bodies.retire();
+        assert_eq!(bodies.len(), 3);
+    }
 }
