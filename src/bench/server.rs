@@ -48,7 +48,8 @@ impl Drop for Server {
     }
 }
 
-/// The address on the whole line after `label` in a server's log.
+/// The address on the line after `label` in a server's log, once the line is whole (the
+/// port may still be half written).
 fn listed_addr(log: &str, label: &str) -> Option<std::net::SocketAddr> {
     let at = log.find(label)?;
     let (line, _) = log[at + label.len()..].split_once('\n')?;
@@ -113,19 +114,13 @@ fn start_server(
         debug_addr: None,
     };
     let deadline = Instant::now() + Duration::from_secs(120);
-    const LISTENING: &str = "xDS server listening on ";
     loop {
         let text = std::fs::read_to_string(log).unwrap_or_default();
-        if let Some(at) = text.find(LISTENING) {
-            // Only a whole line: the port may still be half written.
-            let rest = &text[at + LISTENING.len()..];
-            let addr = rest.split_once('\n').map(|(line, _)| line.trim());
-            if let Some(Ok(addr)) = addr.map(str::parse) {
-                server.xds_addr = addr;
-                // Printed before the xDS line, by servers that have the line.
-                server.debug_addr = listed_addr(&text, "debug API listening on ");
-                return Ok(server);
-            }
+        if let Some(addr) = listed_addr(&text, "xDS server listening on ") {
+            server.xds_addr = addr;
+            // Printed before the xDS line, by servers that have the line.
+            server.debug_addr = listed_addr(&text, "debug API listening on ");
+            return Ok(server);
         }
         if let Ok(Some(status)) = server.child.try_wait() {
             return Err(format!(

@@ -228,14 +228,6 @@ impl Hub {
         }
     }
 
-    /// How many times proxy `id`'s workload certificate was renewed while connected.
-    pub fn rotations(&self, id: &str) -> u64 {
-        self.lock()
-            .proxies
-            .get(id)
-            .map_or(0, |e| e.rotations.load(Ordering::Relaxed))
-    }
-
     /// A fresh id for a new stream.
     pub fn next_stream_id(&self) -> u64 {
         self.next_stream.fetch_add(1, Ordering::Relaxed)
