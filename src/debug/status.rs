@@ -37,14 +37,9 @@ pub fn kind_name(kind: ProxyKind) -> &'static str {
     }
 }
 
-/// The streams of a proxy: protocol, subscriptions, in flight.
-pub fn stream_details(e: &ProxyEntry) -> Vec<model::StreamInfo> {
-    stream_details_with(e, true)
-}
-
-/// [`stream_details`], with or without the subscribed names (copying and sorting hundreds
-/// of names per proxy is most of the list's cost).
-fn stream_details_with(e: &ProxyEntry, names: bool) -> Vec<model::StreamInfo> {
+/// The streams of a proxy: protocol, subscriptions (with or without the subscribed names:
+/// copying and sorting hundreds of names per proxy is most of the list's cost), in flight.
+fn stream_details(e: &ProxyEntry, names: bool) -> Vec<model::StreamInfo> {
     e.stream_info
         .iter()
         .map(|(id, info)| model::StreamInfo {
@@ -115,7 +110,7 @@ pub fn list_proxies_with(st: &HubState, names: bool) -> model::ProxyList {
             streams: e.streams() as u32,
             ready: e.ready,
             types: type_syncs(st, e, now),
-            stream_details: stream_details_with(e, names),
+            stream_details: stream_details(e, names),
         })
         .collect();
     proxies.sort_by(|a, b| a.id.cmp(&b.id));
