@@ -12,6 +12,7 @@ use crate::ca::WorkloadCa;
 use dataflows::materialize::{Held, Materialized, Name};
 use dataflows::model::{Body, Resource, ResourceType};
 use dataflows::translate::secret;
+use hashbrown::hash_map::Entry;
 use hashbrown::{Equivalent, HashMap};
 
 type BodyKey = (ResourceType, Name, Name);
@@ -51,10 +52,14 @@ impl Bodies {
     pub fn add(&mut self, held: &mut Materialized, changes: Vec<(Resource, isize)>) {
         for (r, d) in changes {
             let key = (r.rtype, held.intern(&r.name), held.intern(&r.version));
-            let count = &mut self.counted.entry(key.clone()).or_insert((r.body, 0)).1;
-            *count += d;
-            if *count <= 0 {
-                self.dropped.push(key);
+            let mut counted = match self.counted.entry(key) {
+                Entry::Occupied(o) => o,
+                Entry::Vacant(v) => v.insert_entry((r.body, 0)),
+            };
+            counted.get_mut().1 += d;
+            // The key is copied only for the bodies the epoch drops.
+            if counted.get().1 <= 0 {
+                self.dropped.push(counted.key().clone());
             }
         }
     }
