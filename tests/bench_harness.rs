@@ -287,6 +287,80 @@ fn check(v: &Value, protocol: &str) {
     }
 }
 
+/// Two replicas on one directory: the proxies' connections alternate between them (three
+/// streams each here), each replica's figures are reported, and the run ends with
+/// `failover` — the second replica killed while an endpoint every proxy sees moves. Every
+/// proxy that was on it resumes on the first and is sent exactly what the proxies that
+/// stayed are sent for the change (one assignment response, nothing it held again), a
+/// fraction of its whole config; every proxy verifies against the recompute.
+#[test]
+fn bench_failover_resumes_on_the_replica_left() {
+    let v = bench_args(
+        "delta",
+        "meshflow",
+        Some("endpoint-shared"),
+        &["--replicas", "2", "--streams-per-connection", "3"],
+    );
+    assert_eq!(v["ok"], true, "{v:#}");
+    assert_eq!(v["replicas"], 2, "{v:#}");
+    let scenarios = v["engines"][0]["scenarios"].as_array().unwrap();
+    let names: Vec<&str> = scenarios
+        .iter()
+        .map(|s| s["scenario"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "connect",
+            "idle",
+            "proxy-status",
+            "endpoint-shared",
+            "failover"
+        ]
+    );
+    let by_name = |n: &str| scenarios.iter().find(|s| s["scenario"] == n).unwrap();
+    // 14 proxies, 3 per connection, connections alternating: 8 on the first, 6 on the
+    // second; both served them.
+    let connect = by_name("connect");
+    let replicas = connect["replicas"].as_array().unwrap();
+    assert_eq!(replicas.len(), 2, "{connect:#}");
+    for (r, proxies) in replicas.iter().zip([8, 6]) {
+        assert_eq!(r["proxies"], proxies, "{connect:#}");
+        assert!(r["cpu_s"].as_f64().unwrap() > 0.0, "{connect:#}");
+        assert!(r["peak_rss_kib"].as_u64().unwrap() > 0, "{connect:#}");
+    }
+    let f = by_name("failover");
+    assert_eq!(f["verified"], true, "{f:#}");
+    // Every proxy holds the change in the end, the moved ones on a new stream.
+    assert_eq!(f["affected_proxies"], 14, "{f:#}");
+    assert_eq!(f["converged_proxies"], 14, "{f:#}");
+    assert_eq!(f["received"]["messages"]["total"], 14, "{f:#}");
+    assert_eq!(f["unaffected_proxies_messaged"], 0, "{f:#}");
+    let fo = &f["failover"];
+    assert_eq!(fo["killed_replica"], 2, "{f:#}");
+    assert_eq!(fo["moved_proxies"], 6, "{f:#}");
+    assert_eq!(fo["resumed_proxies"], 6, "{f:#}");
+    assert!(fo["resync_ms"]["p99"].as_f64().unwrap() > 0.0, "{f:#}");
+    // At the end every proxy is on the replica left.
+    let after = f["replicas"].as_array().unwrap();
+    assert_eq!(after[0]["proxies"], 14, "{f:#}");
+    assert!(after[1]["cpu_s"].is_null(), "{f:#}");
+    // Resuming re-sends nothing held: the moved proxies get what the others get for the
+    // change, one response with the service's two assignments each.
+    let moved = &fo["moved_received"];
+    let stayed = &fo["stayed_received"];
+    for t in ["CDS", "LDS", "RDS"] {
+        assert_eq!(moved["messages"][t], 0, "{t}: {f:#}");
+    }
+    assert_eq!(moved["messages"]["EDS"], 6, "{f:#}");
+    assert_eq!(moved["resources"]["EDS"], 12, "{f:#}");
+    assert_eq!(stayed["messages"]["total"], 8, "{f:#}");
+    assert_eq!(stayed["resources"]["EDS"], 16, "{f:#}");
+    let per_min = fo["moved_bytes_per_min"].as_f64().unwrap();
+    assert!((0.8..1.2).contains(&per_min), "{f:#}");
+    assert!(fo["moved_bytes_per_full"].as_f64().unwrap() < 0.2, "{f:#}");
+}
+
 #[test]
 fn bench_delta_converges_and_verifies() {
     check(&bench("delta"), "delta");

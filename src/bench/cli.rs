@@ -130,6 +130,13 @@ pub struct LoadgenArgs {
     /// The namespace of the gateway proxies.
     #[arg(long, default_value = "istio-system")]
     pub root_namespace: String,
+    /// Another replica of the server (repeatable): connections are spread over
+    /// `--xds-addr` and these, one after another.
+    #[arg(long = "replica-addr")]
+    pub replica_addrs: Vec<SocketAddr>,
+    /// A Delta stream that ends opens again on the next server and resumes what it holds.
+    #[arg(long)]
+    pub failover: bool,
 }
 
 fn seconds(s: f64, what: &str) -> Result<Duration, String> {
@@ -153,6 +160,8 @@ pub fn loadgen(a: LoadgenArgs) -> ExitCode {
             streams_per_connection: a.streams_per_connection,
             gateways: a.gateways,
             root_namespace: a.root_namespace,
+            more_servers: a.replica_addrs,
+            failover: a.failover,
         };
         let rt = crate::async_runtime::multi_thread(None)
             .build()
@@ -290,6 +299,12 @@ pub struct BenchArgs {
     /// being started (each of its changes recomputes every proxy's whole config).
     #[arg(long, default_value_t = 10_000)]
     pub full_push_max_proxies: usize,
+    /// Servers per engine (replicas on the same config directory, as a Deployment's pods):
+    /// the proxies' connections are spread over them, one after another, each replica's
+    /// CPU and memory is reported, and with 2 or more the run ends with `failover` (the
+    /// last replica killed, its proxies resuming on the others).
+    #[arg(long, default_value_t = 1)]
+    pub replicas: usize,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
@@ -339,6 +354,14 @@ fn bench_options(a: BenchArgs) -> Result<Options, String> {
     if engines.is_empty() {
         return Err("--engine names no engine".into());
     }
+    if a.replicas == 0 {
+        return Err("--replicas must be at least 1".into());
+    }
+    if a.replicas > 1 && a.vhds {
+        // A proxy resuming on another replica would have to resubscribe its virtual hosts
+        // too; the simulated proxies do not.
+        return Err("--replicas above 1 cannot be combined with --vhds".into());
+    }
     let command = std::env::args()
         .map(|a| if a.contains(' ') { format!("'{a}'") } else { a })
         .collect::<Vec<_>>()
@@ -375,6 +398,7 @@ fn bench_options(a: BenchArgs) -> Result<Options, String> {
         vhds: a.vhds,
         loadgen_threads: a.loadgen_threads,
         full_push_max_proxies: a.full_push_max_proxies,
+        replicas: a.replicas,
         churn: ChurnConfig {
             rate: a.churn_rate,
             duration: seconds(a.churn_seconds, "--churn-seconds")?,

@@ -26,9 +26,15 @@ impl Expected {
     /// What `connect` must send at least: every proxy's whole config, as the smallest
     /// Delta responses that carry it ([`delta_min_bytes`]: one per type).
     pub fn total_bytes(&self) -> u64 {
+        self.bytes_of(0..self.per_proxy.len())
+    }
+
+    /// [`Self::total_bytes`] of the proxies at these positions only.
+    pub fn bytes_of(&self, proxies: impl IntoIterator<Item = usize>) -> u64 {
         let mut per_config: HashMap<usize, u64> = HashMap::new();
-        self.per_proxy
-            .iter()
+        proxies
+            .into_iter()
+            .filter_map(|p| self.per_proxy.get(p))
             .map(|c| {
                 *per_config
                     .entry(Arc::as_ptr(c) as usize)
@@ -258,11 +264,23 @@ type Diffed = (Arc<Vec<ResourceChange>>, MinBytes);
 pub type Affected = Vec<(usize, Arc<Vec<ResourceChange>>)>;
 
 pub fn affected_changes(old: &Expected, new: &Expected) -> (Affected, MinBytes) {
+    affected_among(old, new, 0..old.per_proxy.len())
+}
+
+/// [`affected_changes`] of the proxies at these positions only.
+pub fn affected_among(
+    old: &Expected,
+    new: &Expected,
+    proxies: impl IntoIterator<Item = usize>,
+) -> (Affected, MinBytes) {
     // Keyed by the addresses of the two shared configs.
     let mut cache: HashMap<(usize, usize), Diffed> = HashMap::new();
     let mut out = Vec::new();
     let mut min_bytes = MinBytes::default();
-    for (i, (o, n)) in old.per_proxy.iter().zip(&new.per_proxy).enumerate() {
+    for i in proxies {
+        let (Some(o), Some(n)) = (old.per_proxy.get(i), new.per_proxy.get(i)) else {
+            continue;
+        };
         let key = (Arc::as_ptr(o) as usize, Arc::as_ptr(n) as usize);
         let (changes, bytes) = cache
             .entry(key)

@@ -106,6 +106,9 @@ pub struct Options {
     pub loadgen_threads: usize,
     /// Above this many proxies the full-push baseline is not run (see [`skip_reason`]).
     pub full_push_max_proxies: usize,
+    /// Servers per engine, replicas on the same directory; the simulated proxies' connections
+    /// are spread over them, and with two or more the run ends with `failover`.
+    pub replicas: usize,
 }
 
 /// Why `engine` is not run on this shape, if it is not: the full-push baseline recomputes

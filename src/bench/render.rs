@@ -3,7 +3,7 @@
 
 use super::loadgen::percentile;
 use super::mesh_gen;
-use super::report::{Report, ScenarioResult};
+use super::report::{Failover, Report, ScenarioResult};
 use super::summary;
 use serde_json::json;
 
@@ -40,8 +40,71 @@ fn scenario_json(r: &ScenarioResult) -> serde_json::Value {
         "verified": r.verified,
         "mismatched_proxies": r.mismatched_proxies,
         "mismatches": r.mismatches,
+        "replicas": r.replicas.iter().map(|f| json!({
+            "cpu_s": f.cpu_s,
+            "peak_rss_kib": f.peak_rss_kib,
+            "proxies": f.proxies,
+        })).collect::<Vec<_>>(),
+        "failover": r.failover.as_ref().map(failover_json),
         "ok": r.ok(),
     })
+}
+
+fn failover_json(f: &Failover) -> serde_json::Value {
+    json!({
+        "killed_replica": f.killed,
+        "moved_proxies": f.moved,
+        "resumed_proxies": f.resumed,
+        "resync_ms": resync_json(f),
+        "moved_received": f.moved_received.json(),
+        "stayed_received": f.stayed_received.json(),
+        "moved_min_bytes": f.moved_min_bytes,
+        "moved_full_bytes": f.moved_full_bytes,
+        "moved_bytes_per_min": ratio(f.moved_received.total_bytes(), f.moved_min_bytes),
+        "moved_bytes_per_full": ratio(f.moved_received.total_bytes(), f.moved_full_bytes),
+    })
+}
+
+/// The moved proxies' resync times: p50, p99, max.
+fn resync_json(f: &Failover) -> serde_json::Value {
+    let mut v = f.resync_ms.clone();
+    v.sort_by(f64::total_cmp);
+    json!({"p50": percentile(&v, 0.5), "p99": percentile(&v, 0.99), "max": v.last()})
+}
+
+/// `a / b`, `None` when `b` is 0.
+fn ratio(a: u64, b: u64) -> Option<f64> {
+    (b > 0).then(|| a as f64 / b as f64)
+}
+
+/// `failover`'s figures in one sentence.
+fn failover_text(f: &Failover) -> String {
+    let x = |v: Option<f64>| v.map(|r| format!("{r:.3}×")).unwrap_or_else(|| "–".into());
+    let mut resync = f.resync_ms.clone();
+    resync.sort_by(f64::total_cmp);
+    let at = |q| {
+        percentile(&resync, q)
+            .map(|v| format!("{v:.1}"))
+            .unwrap_or_else(|| "–".into())
+    };
+    format!(
+        "{} of {} moved proxies resumed (kill → resumed and holding the change: p50 {} ms, \
+         p99 {} ms); they received {} messages, {} B ({} the change's \
+         minimum for them, {} B; {} their whole configs, {} B); the proxies that stayed \
+         received {} messages, {} B",
+        f.resumed,
+        f.moved,
+        at(0.5),
+        at(0.99),
+        f.moved_received.total_messages(),
+        f.moved_received.total_bytes(),
+        x(ratio(f.moved_received.total_bytes(), f.moved_min_bytes)),
+        f.moved_min_bytes,
+        x(ratio(f.moved_received.total_bytes(), f.moved_full_bytes)),
+        f.moved_full_bytes,
+        f.stayed_received.total_messages(),
+        f.stayed_received.total_bytes(),
+    )
 }
 
 /// The whole run's JSON.
@@ -54,6 +117,7 @@ pub fn json(report: &Report) -> serde_json::Value {
         "shape_name": o.shape_name,
         "shape": mesh_gen::shape_json(&o.shape, &o.mesh),
         "workers": o.workers,
+        "replicas": o.replicas,
         "debounce_ms": o.debounce_ms,
         "settle_ms": o.settle.as_millis() as u64,
         "runs": o.runs,
@@ -81,6 +145,49 @@ pub fn markdown(report: &Report) -> String {
     md.push_str("\nEvery repetition:\n\n");
     md.push_str(&markdown_runs(report));
     md.push_str(&markdown_rss(report));
+    md.push_str(&markdown_replicas(report));
+    md
+}
+
+/// With several replicas: each one's CPU and peak memory per scenario, and `failover`.
+fn markdown_replicas(report: &Report) -> String {
+    let mut md = String::new();
+    for e in &report.engines {
+        for r in e.results.iter().filter(|r| !r.replicas.is_empty()) {
+            let each: Vec<String> = r
+                .replicas
+                .iter()
+                .enumerate()
+                .map(|(i, f)| match (f.cpu_s, f.peak_rss_kib) {
+                    (Some(cpu), rss) => format!(
+                        "replica {}: {} proxies, CPU {cpu:.3} s, peak RSS {} MiB",
+                        i + 1,
+                        f.proxies,
+                        rss.map(|k| format!("{:.0}", k as f64 / 1024.0))
+                            .unwrap_or_else(|| "–".into())
+                    ),
+                    (None, _) => format!("replica {}: killed", i + 1),
+                })
+                .collect();
+            md.push_str(&format!(
+                "\nReplicas during `{}`, run {} {}: {}\n",
+                r.name,
+                e.run + 1,
+                e.engine.name(),
+                each.join("; ")
+            ));
+        }
+        for r in e.results.iter() {
+            if let Some(f) = &r.failover {
+                md.push_str(&format!(
+                    "\nFailover, run {} {}: {}.\n",
+                    e.run + 1,
+                    e.engine.name(),
+                    failover_text(f)
+                ));
+            }
+        }
+    }
     md
 }
 
@@ -129,6 +236,15 @@ fn markdown_header(report: &Report) -> String {
         o.workers,
         o.debounce_ms,
     ));
+    if o.replicas > 1 {
+        md.push_str(&format!(
+            "{} replicas of the server on the same directory, the proxies' connections spread \
+             over them one after another; server figures are their sums (each one's below the \
+             table). The run ends with `failover`: the last replica killed while an endpoint \
+             every proxy sees moves, its proxies resuming on the others.\n\n",
+            o.replicas
+        ));
+    }
     if s.gateways > 0 {
         md.push_str(&format!(
             "{} gateway proxies (`router`, selected by one Gateway on port 80) and a \
@@ -267,8 +383,13 @@ pub fn line(r: &ScenarioResult) -> String {
     }
     let lat = r.sorted_latency();
     let f = |v: Option<f64>| v.map(|x| format!("{x:.1}")).unwrap_or_else(|| "-".into());
+    let failover = r
+        .failover
+        .as_ref()
+        .map(|x| format!("\n{:<12} {}", "", failover_text(x)))
+        .unwrap_or_default();
     format!(
-        "{:<12} affected {:>5} (converged {:>5}) p50 {:>7} ms p99 {:>7} ms | {} msgs {} res {} B (min {} B) | cpu {:.3} s ({} µs/msg, loadgen {}) | {}",
+        "{:<12} affected {:>5} (converged {:>5}) p50 {:>7} ms p99 {:>7} ms | {} msgs {} res {} B (min {} B) | cpu {:.3} s ({} µs/msg, loadgen {}) | {}{failover}",
         r.name,
         r.affected,
         r.converged,

@@ -47,6 +47,45 @@ pub struct ScenarioResult {
     /// [`super::measure::RSS_EVERY`] (or a tenth of a shorter run), with the seconds since
     /// the scenario began: flat after warm-up, or the server leaks.
     pub rss_samples: Vec<(f64, f64)>,
+    /// With several replicas (`--replicas`): each one's figures over the scenario, in
+    /// start order (the server figures above are their sums).
+    pub replicas: Vec<ReplicaFigures>,
+    /// `failover`'s own figures.
+    pub failover: Option<Failover>,
+}
+
+/// One replica's share of a scenario.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ReplicaFigures {
+    /// CPU seconds over the scenario; `None` for a replica killed during it.
+    pub cpu_s: Option<f64>,
+    /// Peak resident memory over the scenario, KiB.
+    pub peak_rss_kib: Option<u64>,
+    /// Proxies whose stream was on it at the end of the scenario.
+    pub proxies: usize,
+}
+
+/// What `failover` measured: the last replica killed, a change written at the same moment,
+/// its proxies resuming on the replicas left.
+#[derive(Clone, Debug, Default)]
+pub struct Failover {
+    /// The replica killed (1-based, start order).
+    pub killed: usize,
+    /// The proxies that were on it, and how many of them resumed on another.
+    pub moved: usize,
+    pub resumed: usize,
+    /// Per moved proxy that resumed: kill → a new stream open and every change held, ms.
+    pub resync_ms: Vec<f64>,
+    /// What the moved proxies received from the kill on, and what the proxies that stayed
+    /// received (both got the change).
+    pub moved_received: Counters,
+    pub stayed_received: Counters,
+    /// The change's minimum for the moved proxies ([`ScenarioResult::min_bytes`]'s share of
+    /// them): what resuming should cost them.
+    pub moved_min_bytes: u64,
+    /// Their whole configs as the smallest Delta responses: what connecting again without
+    /// resuming would cost at least.
+    pub moved_full_bytes: u64,
 }
 
 impl ScenarioResult {

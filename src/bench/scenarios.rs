@@ -194,7 +194,7 @@ pub fn shared_service(state: &MeshState) -> Result<usize, String> {
 
 /// An endpoint of a service that every proxy imports moves: the fan-out element of
 /// `churn` on its own.
-fn endpoint_shared(state: &mut MeshState) -> Result<(String, Edit), String> {
+pub fn endpoint_shared(state: &mut MeshState) -> Result<(String, Edit), String> {
     let s = shared_service(state)?;
     let edit = state.move_endpoint(s, 0)?;
     Ok((

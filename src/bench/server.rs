@@ -1,6 +1,6 @@
-//! The server under test: a `meshflow serve` child process on the generated config
-//! directory ([`Running`]), its `/proc` figures, and a watchdog that stops it when its
-//! resident memory passes `--max-server-rss-mib`.
+//! The server under test: `--replicas` `meshflow serve` child processes on the generated
+//! config directory ([`Running`]), their `/proc` figures, a watchdog that stops one when its
+//! resident memory passes `--max-server-rss-mib`, and the kill `failover` measures.
 
 use super::options::Options;
 use super::procstat::{self, ProcStats};
@@ -184,43 +184,152 @@ impl Drop for RssWatchdog {
     }
 }
 
-/// A started server and its memory watchdog: what the scenarios read the server's figures
-/// from.
-pub struct Running {
-    pub server: Server,
+/// One started replica and its memory watchdog.
+struct Replica {
+    server: Server,
     watchdog: RssWatchdog,
+    /// Killed on purpose ([`Running::kill`]): its figures are gone.
+    killed: std::sync::atomic::AtomicBool,
+}
+
+impl Replica {
+    fn alive(&self) -> bool {
+        !self.killed.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn stats(&self) -> Result<ProcStats, String> {
+        procstat::read(self.server.pid()).map_err(|e| match self.watchdog.killed() {
+            Some(why) => why,
+            None => e,
+        })
+    }
+}
+
+/// The started replicas (one unless `--replicas`): what the scenarios read the server's
+/// figures from, summed over the replicas alive.
+pub struct Running {
+    replicas: Vec<Replica>,
+}
+
+/// The log of replica `i`: `log` itself for the first, `…-replicaN.log` for the others.
+fn replica_log(log: &Path, i: usize) -> PathBuf {
+    if i == 0 {
+        return log.to_path_buf();
+    }
+    let stem = log.file_stem().and_then(|s| s.to_str()).unwrap_or("server");
+    log.with_file_name(format!("{stem}-replica{}.log", i + 1))
 }
 
 impl Running {
-    /// Starts the server and its watchdog.
+    /// Starts `opts.replicas` servers on the same directory, one after another, each with
+    /// its own watchdog.
     pub fn start(
         opts: &Options,
         engine: EngineKind,
         config_dir: &Path,
         log: &Path,
     ) -> Result<Running, String> {
-        let server = start_server(opts, engine, config_dir, log)?;
-        let watchdog = RssWatchdog::start(server.pid(), opts.max_server_rss_mib);
-        Ok(Running { server, watchdog })
+        let mut replicas = Vec::new();
+        for i in 0..opts.replicas.max(1) {
+            let server = start_server(opts, engine, config_dir, &replica_log(log, i))?;
+            let watchdog = RssWatchdog::start(server.pid(), opts.max_server_rss_mib);
+            replicas.push(Replica {
+                server,
+                watchdog,
+                killed: Default::default(),
+            });
+        }
+        Ok(Running { replicas })
     }
 
-    /// The server's CPU and memory now; the watchdog's reason if it stopped the server.
+    pub fn count(&self) -> usize {
+        self.replicas.len()
+    }
+
+    /// Every replica's xDS address, in start order.
+    pub fn xds_addrs(&self) -> Vec<std::net::SocketAddr> {
+        self.replicas.iter().map(|r| r.server.xds_addr).collect()
+    }
+
+    /// The live replicas' debug APIs; empty unless every one said where it listens.
+    pub fn debug_addrs(&self) -> Vec<std::net::SocketAddr> {
+        let live = self.replicas.iter().filter(|r| r.alive());
+        live.map(|r| r.server.debug_addr)
+            .collect::<Option<Vec<_>>>()
+            .unwrap_or_default()
+    }
+
+    /// The end of each replica's log.
+    pub fn log_tail(&self) -> String {
+        let tails: Vec<String> = self
+            .replicas
+            .iter()
+            .enumerate()
+            .map(|(i, r)| match self.replicas.len() {
+                1 => r.server.log_tail(),
+                _ => format!("replica {}:\n{}", i + 1, r.server.log_tail()),
+            })
+            .collect();
+        tails.join("\n")
+    }
+
+    /// Each replica's CPU and memory now (`None` for one killed on purpose).
+    pub fn stats_each(&self) -> Result<Vec<Option<ProcStats>>, String> {
+        self.replicas
+            .iter()
+            .map(|r| r.alive().then(|| r.stats()).transpose())
+            .collect()
+    }
+
+    /// The live replicas' CPU and memory now, summed; the watchdog's reason if it stopped
+    /// one.
     pub fn stats(&self) -> Result<ProcStats, String> {
-        procstat::read(self.server.pid()).map_err(|e| match self.watchdog.killed() {
-            Some(why) => why,
-            None => e,
-        })
+        let mut sum = ProcStats::default();
+        for s in self.stats_each()?.into_iter().flatten() {
+            sum.cpu_s += s.cpu_s;
+            sum.cpu_task_s += s.cpu_task_s;
+            sum.rss_kib += s.rss_kib;
+            sum.hwm_kib += s.hwm_kib;
+        }
+        Ok(sum)
     }
 
-    /// Resets the server's peak RSS (see [`procstat::reset_peak`]).
+    /// Resets every live replica's peak RSS (see [`procstat::reset_peak`]).
     pub fn reset_peak(&self) -> bool {
-        procstat::reset_peak(self.server.pid())
+        self.replicas
+            .iter()
+            .filter(|r| r.alive())
+            .all(|r| procstat::reset_peak(r.server.pid()))
     }
 
-    /// Stops the server; why the watchdog stopped it first, if it did.
+    /// Kills replica `i` (SIGKILL: no goodbye to its streams, as a node failure).
+    pub fn kill(&self, i: usize) -> Result<(), String> {
+        let r = self
+            .replicas
+            .get(i)
+            .ok_or_else(|| format!("no replica {}", i + 1))?;
+        r.killed.store(true, std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: signalling our own child process, not yet reaped (dropping it reaps it).
+        if unsafe { libc::kill(r.server.pid() as i32, libc::SIGKILL) } != 0 {
+            return Err(format!(
+                "killing replica {}: {}",
+                i + 1,
+                std::io::Error::last_os_error()
+            ));
+        }
+        Ok(())
+    }
+
+    /// Stops every replica; why a watchdog stopped one first, if it did.
     pub fn stop(self) -> Option<String> {
-        let Running { server, watchdog } = self;
-        drop(server);
-        watchdog.killed()
+        let mut why = None;
+        for r in self.replicas {
+            let Replica {
+                server, watchdog, ..
+            } = r;
+            drop(server);
+            why = why.or(watchdog.killed());
+        }
+        why
     }
 }

@@ -2,11 +2,69 @@
 
 use super::*;
 
+/// What a proxy's Delta streams carry from one to the next (one, unless it fails over).
+#[derive(Default)]
+pub(super) struct Session {
+    /// Which EDS/RDS names its clusters and listeners call for.
+    derived: Derived,
+    lds_requested: bool,
+    /// A stream opened in this session (the next one resumes).
+    pub(super) opened: bool,
+    /// The latest stream opened (the server answered its request).
+    pub(super) live: bool,
+}
+
+/// The requests that open a stream: wildcard CDS carrying the node; on a resumed session,
+/// every type held again, each with `initial_resource_versions` (what the proxy holds) and
+/// its EDS/RDS names, as Envoy resubscribes after a reconnect.
+fn opening_requests(h: &ProxyHandle, node: Node, session: &Session) -> Vec<DeltaDiscoveryRequest> {
+    let st = h.lock();
+    let held = |t: ResourceType| -> HashMap<String, String> {
+        if !session.opened {
+            return HashMap::new();
+        }
+        st.held[type_index(t)]
+            .iter()
+            .map(|(n, held)| (n.clone(), held.version.clone()))
+            .collect()
+    };
+    let mut out = vec![DeltaDiscoveryRequest {
+        node: Some(node),
+        type_url: CDS.type_url().into(),
+        initial_resource_versions: held(CDS),
+        ..Default::default()
+    }];
+    if !session.opened {
+        return out;
+    }
+    let named = |t: ResourceType, names: &BTreeSet<String>| DeltaDiscoveryRequest {
+        type_url: t.type_url().into(),
+        resource_names_subscribe: names.iter().cloned().collect(),
+        initial_resource_versions: held(t),
+        ..Default::default()
+    };
+    if !st.eds_subscribed.is_empty() {
+        out.push(named(EDS, &st.eds_subscribed));
+    }
+    if session.lds_requested {
+        out.push(DeltaDiscoveryRequest {
+            type_url: LDS.type_url().into(),
+            initial_resource_versions: held(LDS),
+            ..Default::default()
+        });
+    }
+    if !st.rds_subscribed.is_empty() {
+        out.push(named(RDS, &st.rds_subscribed));
+    }
+    out
+}
+
 pub(super) async fn run_delta(
     h: &ProxyHandle,
     shared: &Shared,
     channel: Channel,
     node: Node,
+    session: &mut Session,
 ) -> Result<(), String> {
     let mut client = AggregatedDiscoveryServiceClient::new(channel)
         .max_decoding_message_size(MAX_RESPONSE_BYTES);
@@ -19,21 +77,25 @@ pub(super) async fn run_delta(
                 .map_err(|_| "the request stream closed".to_string())
         }
     };
-    // Wildcard CDS (the legacy form: a first request naming nothing), carrying the node.
-    send(DeltaDiscoveryRequest {
-        node: Some(node),
-        type_url: CDS.type_url().into(),
-        ..Default::default()
-    })
-    .await?;
+    // Wildcard CDS (the legacy form: a first request naming nothing), carrying the node;
+    // resuming, every type held.
+    for req in opening_requests(h, node, session) {
+        send(req).await?;
+    }
     let mut inbound = client
         .delta_aggregated_resources(ReceiverStream::new(rx))
         .await
         .map_err(|e| format!("opening the Delta stream: {e}"))?
         .into_inner();
-    h.lock().connected_at = Some(Instant::now());
-    let mut derived = Derived::default();
-    let mut lds_requested = false;
+    {
+        let mut st = h.lock();
+        st.connected_at = Some(Instant::now());
+        if session.opened {
+            st.reconnects += 1;
+        }
+    }
+    session.opened = true;
+    session.live = true;
     while let Some(resp) = inbound
         .message()
         .await
@@ -71,8 +133,8 @@ pub(super) async fn run_delta(
                     }
                 }
                 match t {
-                    ResourceType::Cluster => derived.on_cluster(&r.name, body),
-                    ResourceType::Listener => derived.on_listener(&r.name, body),
+                    ResourceType::Cluster => session.derived.on_cluster(&r.name, body),
+                    ResourceType::Listener => session.derived.on_listener(&r.name, body),
                     ResourceType::Route if !vhost => {
                         if body.is_some_and(has_vhds) {
                             st.vhds_routes.insert(r.name.clone());
@@ -87,8 +149,8 @@ pub(super) async fn run_delta(
             for n in &resp.removed_resources {
                 st.forget(i, n, now);
                 match t {
-                    ResourceType::Cluster => derived.on_cluster(n, None),
-                    ResourceType::Listener => derived.on_listener(n, None),
+                    ResourceType::Cluster => session.derived.on_cluster(n, None),
+                    ResourceType::Listener => session.derived.on_listener(n, None),
                     ResourceType::Route if !vhost => {
                         st.vhds_routes.remove(n);
                     }
@@ -107,8 +169,8 @@ pub(super) async fn run_delta(
                 }
             };
             match t {
-                ResourceType::Cluster => follow(&mut st, EDS, derived.eds()),
-                ResourceType::Listener => follow(&mut st, RDS, derived.rds()),
+                ResourceType::Cluster => follow(&mut st, EDS, session.derived.eds()),
+                ResourceType::Listener => follow(&mut st, RDS, session.derived.rds()),
                 _ => {}
             }
             if matches!(t, ResourceType::Listener | ResourceType::Route) && !vhost {
@@ -136,8 +198,8 @@ pub(super) async fn run_delta(
             ..Default::default()
         })
         .await?;
-        if t == CDS && !lds_requested {
-            lds_requested = true;
+        if t == CDS && !session.lds_requested {
+            session.lds_requested = true;
             send(DeltaDiscoveryRequest {
                 type_url: LDS.type_url().into(),
                 ..Default::default()

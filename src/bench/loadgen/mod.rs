@@ -18,6 +18,13 @@
 //! resources of names no longer subscribed are dropped, as Envoy does. Every response is
 //! ACKed (never NACKed).
 //!
+//! With several servers (replicas of one control plane), connection `c` goes to server
+//! `c mod n`, as a Kubernetes Service spreads connections over its pods. With `failover`, a
+//! Delta stream that ends (its server was killed) opens again on the next server at once,
+//! resuming as Envoy does: every type it holds is asked for again with
+//! `initial_resource_versions` (what it holds) and its EDS/RDS names, so the server sends
+//! only what differs ([`failover`]).
+//!
 //! Recorded per proxy: for every `(type, name)` the version held and when it arrived, when
 //! each name was last removed, and messages / resources / bytes received per type. Bytes are
 //! the protobuf-encoded size of each response message (`encoded_len`), without gRPC and
@@ -26,12 +33,14 @@
 //! Delta the loadgen checks the two agree (`version_mismatches`).
 
 mod delta;
+mod failover;
 mod nodes;
 mod sotw;
 mod state;
 mod subscribe;
 
 use delta::*;
+use failover::*;
 pub use nodes::*;
 use sotw::*;
 pub use state::*;
@@ -99,6 +108,21 @@ pub struct Config {
     /// (position `proxies + g`), in `root_namespace`.
     pub gateways: usize,
     pub root_namespace: String,
+    /// Further servers, replicas of `xds_addr`: connection `c` goes to server `c mod n` of
+    /// `[xds_addr, more_servers…]`.
+    pub more_servers: Vec<SocketAddr>,
+    /// A Delta stream that ends resumes on the next server instead of failing (SotW
+    /// streams fail as before).
+    pub failover: bool,
+}
+
+impl Config {
+    /// Every server, `xds_addr` first.
+    pub fn servers(&self) -> Vec<SocketAddr> {
+        std::iter::once(self.xds_addr)
+            .chain(self.more_servers.iter().copied())
+            .collect()
+    }
 }
 
 /// The index of a resource type in per-type arrays (CDS, EDS, LDS, RDS).
@@ -179,6 +203,8 @@ impl Loadgen {
             streams_per_connection: nodes.len().max(1),
             gateways: 0,
             root_namespace: String::new(),
+            more_servers: Vec::new(),
+            failover: false,
         };
         Self::spawn_streams(config, nodes, keep_bodies).await
     }
@@ -193,9 +219,10 @@ impl Loadgen {
         let per_conn = config.streams_per_connection.max(1);
         let streams = nodes.len();
         let connections = streams.div_ceil(per_conn);
-        let uri = format!("http://{}", config.xds_addr);
+        let servers = config.servers();
         let mut channels: Vec<Channel> = Vec::with_capacity(connections);
-        for _ in 0..connections {
+        for c in 0..connections {
+            let uri = format!("http://{}", servers[c % servers.len()]);
             let ch = Endpoint::from_shared(uri.clone())
                 .map_err(|e| format!("xDS address {uri}: {e}"))?
                 .connect_timeout(Duration::from_secs(10))
@@ -209,14 +236,17 @@ impl Loadgen {
             epoch: started,
             last_message_ns: AtomicU64::new(0),
         });
+        let pool = Arc::new(Pool::new(servers.clone(), per_conn));
         let mut proxies = Vec::with_capacity(streams);
         let mut tasks = Vec::with_capacity(streams);
         for (i, node) in nodes.into_iter().enumerate() {
+            let server = (i / per_conn) % servers.len();
             let handle = Arc::new(ProxyHandle {
                 index: config.first_proxy + i,
                 id: node.id.clone(),
                 state: Mutex::new(ProxyState {
                     bodies: keep_bodies.then(Default::default),
+                    server,
                     ..Default::default()
                 }),
             });
@@ -224,10 +254,16 @@ impl Loadgen {
                 return Err("internal: no connection for a proxy".into());
             };
             let (h, sh, protocol) = (handle.clone(), shared.clone(), config.protocol);
+            let pool = (config.failover && protocol == Protocol::Delta).then(|| pool.clone());
             tasks.push(tokio::spawn(async move {
-                let result = match protocol {
-                    Protocol::Delta => run_delta(&h, &sh, channel, node).await,
-                    Protocol::Sotw => run_sotw(&h, &sh, channel, node).await,
+                let result = match (protocol, pool) {
+                    (Protocol::Delta, Some(pool)) => {
+                        run_failover(&h, &sh, &pool, channel, node).await
+                    }
+                    (Protocol::Delta, None) => {
+                        run_delta(&h, &sh, channel, node, &mut Session::default()).await
+                    }
+                    (Protocol::Sotw, _) => run_sotw(&h, &sh, channel, node).await,
                 };
                 let mut st = h.lock();
                 st.error = Some(match result {
@@ -353,6 +389,7 @@ impl Loadgen {
             .count();
         serde_json::json!({
             "xds_addr": self.config.xds_addr.to_string(),
+            "servers": self.config.servers().iter().map(|a| a.to_string()).collect::<Vec<_>>(),
             "protocol": self.config.protocol.name(),
             "proxies": self.proxies.len(),
             "first_proxy": self.config.first_proxy,

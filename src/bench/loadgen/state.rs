@@ -69,7 +69,14 @@ pub struct ProxyState {
     /// Per type: name → when it was last removed (by the server or by unsubscribing).
     pub removed_at: [HashMap<String, Instant>; ResourceType::COUNT],
     pub counters: Counters,
+    /// When its (latest) stream opened.
     pub connected_at: Option<Instant>,
+    /// Which server (position in [`Config::servers`]) its stream is on.
+    pub server: usize,
+    /// Streams opened again after one ended (failover).
+    pub reconnects: u32,
+    /// Why its last stream ended, when it failed over.
+    pub disconnected: Option<String>,
     /// When it first held CDS, LDS and every EDS/RDS name it subscribed to.
     pub synced_at: Option<Instant>,
     pub last_message_at: Option<Instant>,

@@ -3,7 +3,10 @@
 //! [`super::scenarios::SCENARIOS`] asked for — a one-file edit ([`Change::Edit`]), a
 //! sequence of edits ([`Change::Sequence`]), one-file edits one after another
 //! ([`Change::Repeat`]), the sustained churn ([`Change::Churn`]) or a rolling update
-//! ([`Change::Rollout`]) — each timed, counted and checked against the full recompute.
+//! ([`Change::Rollout`]) — each timed, counted and checked against the full recompute;
+//! with several replicas, `failover` last ([`failover`]).
+
+mod failover;
 
 use super::churn;
 use super::expected::{self, Affected, Expected, Inputs, Oracle};
@@ -12,7 +15,7 @@ use super::mesh_gen::{self, MeshState};
 use super::options::Options;
 use super::procstat::{self, ProcStats};
 use super::render;
-use super::report::ScenarioResult;
+use super::report::{ReplicaFigures, ScenarioResult};
 use super::scenarios::{self, Change, EditFn, Scenario, SequenceFn};
 use super::server::Running;
 use super::ui::Ui;
@@ -44,7 +47,8 @@ pub struct RunContext<'a> {
 
 /// The server's figures and the proxies' counters at a scenario's start.
 struct Window {
-    before: ProcStats,
+    /// Each replica's.
+    before: Vec<Option<ProcStats>>,
     /// The bench process's own figures (the load generator's CPU).
     before_self: Option<ProcStats>,
     peak_reset: bool,
@@ -58,36 +62,62 @@ impl Window {
         Ok(Window {
             counters: lg.map(Loadgen::totals).unwrap_or_default(),
             messages: lg.map(Loadgen::messages_per_proxy).unwrap_or_default(),
-            before: server.stats()?,
+            before: server.stats_each()?,
             before_self: procstat::read(std::process::id()).ok(),
             peak_reset: server.reset_peak(),
         })
     }
 
-    /// Fills in the server's CPU and peak memory and what the proxies received since the
-    /// window opened; returns the positions of the proxies that received a message.
+    /// Fills in the server's CPU and peak memory (summed over the replicas alive at both
+    /// ends, and each one's with several) and what the proxies received since the window
+    /// opened; returns the positions of the proxies that received a message.
     fn close(
         self,
         server: &Running,
         lg: &Loadgen,
         r: &mut ScenarioResult,
     ) -> Result<Vec<usize>, String> {
-        let after = server.stats()?;
-        r.server_cpu_s = after.cpu_s - self.before.cpu_s;
-        r.server_cpu_task_s = (after.cpu_task_s - self.before.cpu_task_s).max(0.0);
+        let after = server.stats_each()?;
+        let mut on = vec![0; server.count()];
+        for p in &lg.proxies {
+            if let Some(n) = on.get_mut(p.lock().server) {
+                *n += 1;
+            }
+        }
+        let (mut peak_sum, mut replicas) = (0, Vec::new());
+        r.server_cpu_s = 0.0;
+        r.server_cpu_task_s = 0.0;
+        for (i, proxies) in on.into_iter().enumerate() {
+            let mut fig = ReplicaFigures {
+                proxies,
+                ..Default::default()
+            };
+            if let (Some(Some(b)), Some(Some(a))) = (self.before.get(i), after.get(i)) {
+                let cpu = a.cpu_s - b.cpu_s;
+                r.server_cpu_s += cpu;
+                r.server_cpu_task_s += (a.cpu_task_s - b.cpu_task_s).max(0.0);
+                let peak = if self.peak_reset {
+                    a.hwm_kib
+                } else {
+                    a.hwm_kib.max(b.hwm_kib)
+                };
+                peak_sum += peak;
+                fig.cpu_s = Some(cpu);
+                // A process being torn down reports no memory: no figure rather than 0.
+                fig.peak_rss_kib = (peak > 0).then_some(peak);
+            }
+            replicas.push(fig);
+        }
+        if replicas.len() > 1 {
+            r.replicas = replicas;
+        }
         let own = procstat::read(std::process::id()).ok();
         r.loadgen_cpu_s = self
             .before_self
             .zip(own)
             .map(|(b, a)| (a.cpu_s - b.cpu_s).max(0.0));
         r.loadgen_peak_rss_kib = own.map(|a| a.hwm_kib);
-        let peak = if self.peak_reset {
-            after.hwm_kib
-        } else {
-            after.hwm_kib.max(self.before.hwm_kib)
-        };
-        // A process being torn down reports no memory: no figure rather than 0.
-        r.peak_rss_kib = (peak > 0).then_some(peak);
+        r.peak_rss_kib = (peak_sum > 0).then_some(peak_sum);
         r.received = lg.totals().since(&self.counters);
         let messaged: Vec<usize> = lg
             .messages_per_proxy()
@@ -149,6 +179,25 @@ pub async fn run_scenarios(
         pb.inc(1);
     }
     pb.finish_and_clear();
+    if ctx.server.count() > 1 {
+        let mut result = ScenarioResult {
+            name: "failover".into(),
+            ..Default::default()
+        };
+        match &stuck {
+            Some(prev) => {
+                result.skipped = Some(format!(
+                    "not run: {prev} did not converge within {:.0} s",
+                    opts.timeout.as_secs_f64()
+                ))
+            }
+            None => ctx.failover(&lg, protocol, &mut result).await?,
+        }
+        if result.skipped.is_none() {
+            ui.say(&render::line(&result));
+        }
+        results.push(result);
+    }
     lg.stop();
     Ok(())
 }
@@ -210,8 +259,15 @@ impl RunContext<'_> {
         let (opts, proxies) = (self.opts, self.oracle.proxies.len());
         let window = Window::open(self.server, None)?;
         let t0 = Instant::now();
+        let servers = self.server.xds_addrs();
+        let (first, more) = servers
+            .split_first()
+            .ok_or("internal: no server was started")?;
         let lg = Loadgen::start(loadgen::Config {
-            xds_addr: self.server.server.xds_addr,
+            xds_addr: *first,
+            more_servers: more.to_vec(),
+            // Only `failover` ends a replica's streams.
+            failover: !more.is_empty(),
             proxies: opts.shape.proxies,
             first_proxy: 0,
             namespaces: opts.shape.namespaces,
@@ -246,10 +302,7 @@ impl RunContext<'_> {
         self.ui.say(&render::line(&connect));
         results.push(connect);
         if let Err(e) = synced {
-            return Err(format!(
-                "{e}\nserver log:\n{}",
-                self.server.server.log_tail()
-            ));
+            return Err(format!("{e}\nserver log:\n{}", self.server.log_tail()));
         }
         Ok(lg)
     }
@@ -277,13 +330,15 @@ impl RunContext<'_> {
     /// `proxy-status`: the debug port's list of every connected proxy with its sync state
     /// per type, fetched and printed as `meshflow proxy-status` does, [`PROXY_STATUS_CALLS`]
     /// times one after the other; one latency sample per call (request sent → table
-    /// rendered). Converged: the calls that listed every proxy, none of them STALE or
-    /// NACKED on any type. `None` for a server that does not say where its debug API
-    /// listens (a `--server-binary` from before it did).
+    /// rendered). With several replicas each is asked in turn and the lists are merged, as
+    /// an operator asks every pod. Converged: the calls that listed every proxy, none of
+    /// them STALE or NACKED on any type. `None` for a server that does not say where its
+    /// debug API listens (a `--server-binary` from before it did).
     async fn proxy_status(&self, lg: &Loadgen) -> Result<Option<ScenarioResult>, String> {
-        let Some(addr) = self.server.server.debug_addr else {
+        let addrs = self.server.debug_addrs();
+        if addrs.is_empty() {
             return Ok(None);
-        };
+        }
         let window = Window::open(self.server, Some(lg))?;
         let mut r = ScenarioResult {
             name: "proxy-status".into(),
@@ -296,7 +351,13 @@ impl RunContext<'_> {
         };
         for _ in 0..PROXY_STATUS_CALLS {
             let t0 = Instant::now();
-            let list = crate::debug::client::list_proxies(addr, false).await?;
+            let mut list = crate::debug::client::list_proxies(addrs[0], false).await?;
+            for addr in &addrs[1..] {
+                let more = crate::debug::client::list_proxies(*addr, false).await?;
+                list.epoch = list.epoch.max(more.epoch);
+                list.proxies.extend(more.proxies);
+            }
+            list.proxies.sort_by(|a, b| a.id.cmp(&b.id));
             let table = crate::debug::client::render::proxy_status(&list, false);
             r.latency_ms.push(ms(t0.elapsed()));
             // After `idle` nothing is in flight or refused: every type a proxy asked for
