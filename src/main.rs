@@ -515,7 +515,8 @@ enum CompletionShell {
     Fish,
 }
 
-/// See Cargo.toml for why.
+/// See Cargo.toml for why (and for the `system-allocator` feature that leaves it out).
+#[cfg(not(feature = "system-allocator"))]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -176,9 +176,11 @@ impl OneRun<'_> {
         drop(lock);
         if !opts.keep_work {
             let _ = std::fs::remove_dir_all(&self.dir);
-            // The server's log is kept only when something went wrong.
+            // The servers' logs are kept only when something went wrong.
             if report.ok() {
-                let _ = std::fs::remove_file(&self.log);
+                for i in 0..opts.replicas.max(1) {
+                    let _ = std::fs::remove_file(super::server::replica_log(&self.log, i));
+                }
                 report.server_log = None;
             }
         }

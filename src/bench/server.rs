@@ -212,7 +212,7 @@ pub struct Running {
 }
 
 /// The log of replica `i`: `log` itself for the first, `…-replicaN.log` for the others.
-fn replica_log(log: &Path, i: usize) -> PathBuf {
+pub fn replica_log(log: &Path, i: usize) -> PathBuf {
     if i == 0 {
         return log.to_path_buf();
     }

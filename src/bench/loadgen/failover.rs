@@ -91,3 +91,29 @@ pub(super) async fn run_failover(
         channel = pool.channel(next)?;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Streams failing over onto a server share its failover connections
+    /// `streams_per_connection` at a time, counted per server, as the first connections
+    /// were filled.
+    #[tokio::test]
+    async fn failover_connections_fill_per_server() {
+        let servers: Vec<SocketAddr> = vec![
+            "127.0.0.1:1".parse().unwrap(),
+            "127.0.0.1:2".parse().unwrap(),
+        ];
+        let pool = Pool::new(servers, 2);
+        for _ in 0..5 {
+            pool.channel(0).unwrap();
+        }
+        pool.channel(1).unwrap();
+        let by_server = pool.by_server.lock().unwrap();
+        assert_eq!((by_server[0].0.len(), by_server[0].1), (3, 5));
+        assert_eq!((by_server[1].0.len(), by_server[1].1), (1, 1));
+        drop(by_server);
+        assert!(pool.channel(2).is_err());
+    }
+}
