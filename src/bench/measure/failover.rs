@@ -131,18 +131,9 @@ impl RunContext<'_> {
         result.converged = result.latency_ms.len();
         figures.resumed = figures.resync_ms.len();
         // Whatever else the resumption causes (resends) counts too.
-        let floor = later(
-            t0,
-            Duration::from_millis(opts.debounce_ms).saturating_add(opts.settle),
-        );
-        tokio::time::sleep(floor.saturating_duration_since(Instant::now())).await;
-        lg.wait_quiet(opts.settle, QUIET_LIMIT).await;
-        let messaged = window.close(self.server, lg, result)?;
+        settle_after(opts, lg, t0).await;
         let affected_set: BTreeSet<usize> = affected.iter().map(|(p, _)| *p).collect();
-        result.unaffected_messaged = messaged
-            .iter()
-            .filter(|i| !affected_set.contains(i))
-            .count();
+        window.close_counting(self.server, lg, result, &affected_set)?;
         for (i, (p, (counters, _))) in lg.proxies.iter().zip(&before).enumerate() {
             let got = p.lock().counters.since(counters);
             if is_moved[i] {

@@ -129,6 +129,31 @@ impl Window {
         r.proxies_messaged = messaged.len();
         Ok(messaged)
     }
+
+    /// [`Window::close`], then counts the proxies messaged that are not in `affected`.
+    fn close_counting(
+        self,
+        server: &Running,
+        lg: &Loadgen,
+        r: &mut ScenarioResult,
+        affected: &BTreeSet<usize>,
+    ) -> Result<(), String> {
+        let messaged = self.close(server, lg, r)?;
+        r.unaffected_messaged = messaged.iter().filter(|i| !affected.contains(i)).count();
+        Ok(())
+    }
+}
+
+/// Whatever else a change causes (resends, late pushes, pushes to proxies that should get
+/// nothing) counts too: waits at least a debounce window and a settle period past `from`,
+/// then until the proxies are quiet.
+async fn settle_after(opts: &Options, lg: &Loadgen, from: Instant) {
+    let floor = later(
+        from,
+        Duration::from_millis(opts.debounce_ms).saturating_add(opts.settle),
+    );
+    tokio::time::sleep(floor.saturating_duration_since(Instant::now())).await;
+    lg.wait_quiet(opts.settle, QUIET_LIMIT).await;
 }
 
 /// Records the check of every proxy's held set: (proxies that differ, examples).
@@ -456,15 +481,7 @@ impl RunContext<'_> {
             let pending = wait_converged(lg, &affected, t0, opts.timeout, result).await?;
             result.converged += affected.len() - pending;
             made += 1;
-            // Whatever else the change causes (resends, late pushes, pushes to proxies that
-            // should get nothing) counts too: wait at least a debounce window and a settle
-            // period past the write, then until the proxies are quiet.
-            let floor = later(
-                t0,
-                Duration::from_millis(opts.debounce_ms).saturating_add(opts.settle),
-            );
-            tokio::time::sleep(floor.saturating_duration_since(Instant::now())).await;
-            lg.wait_quiet(opts.settle, QUIET_LIMIT).await;
+            settle_after(opts, lg, t0).await;
             self.expected = next;
             if pending > 0 {
                 break;
@@ -473,11 +490,7 @@ impl RunContext<'_> {
         let Some(window) = window else {
             return Ok(None);
         };
-        let messaged = window.close(self.server, lg, result)?;
-        result.unaffected_messaged = messaged
-            .iter()
-            .filter(|i| !affected_set.contains(i))
-            .count();
+        window.close_counting(self.server, lg, result, &affected_set)?;
         record_check(result, expected::verify(lg, &self.expected));
         Ok(Some((start, made)))
     }
@@ -525,18 +538,9 @@ impl RunContext<'_> {
         }
         let pending = wait_converged(lg, &affected, last, opts.timeout, result).await?;
         result.converged = result.affected - pending;
-        let floor = later(
-            last,
-            Duration::from_millis(opts.debounce_ms).saturating_add(opts.settle),
-        );
-        tokio::time::sleep(floor.saturating_duration_since(Instant::now())).await;
-        lg.wait_quiet(opts.settle, QUIET_LIMIT).await;
-        let messaged = window.close(self.server, lg, result)?;
+        settle_after(opts, lg, last).await;
         let affected_set: BTreeSet<usize> = affected.iter().map(|(p, _)| *p).collect();
-        result.unaffected_messaged = messaged
-            .iter()
-            .filter(|i| !affected_set.contains(i))
-            .count();
+        window.close_counting(self.server, lg, result, &affected_set)?;
         result.window_s = Some(last.saturating_duration_since(start).as_secs_f64());
         record_check(result, expected::verify(lg, &next));
         self.expected = next;
