@@ -134,7 +134,8 @@ pub struct LoadgenArgs {
     /// `--xds-addr` and these, one after another.
     #[arg(long = "replica-addr")]
     pub replica_addrs: Vec<SocketAddr>,
-    /// A Delta stream that ends opens again on the next server and resumes what it holds.
+    /// A Delta stream that ends opens again on the next server and resumes what it holds
+    /// (its VHDS virtual hosts are not asked for again: do not combine with `serve --vhds`).
     #[arg(long)]
     pub failover: bool,
 }
