@@ -149,41 +149,22 @@ pub fn markdown(report: &Report) -> String {
     md
 }
 
-/// With several replicas: each one's CPU and peak memory per scenario, and `failover`.
-fn markdown_replicas(report: &Report) -> String {
+/// One line per scenario and run for which `line` has something: `LABEL during `name`,
+/// run N engine: …` (the rows' figures that do not fit the table).
+fn per_scenario_lines(
+    report: &Report,
+    label: &str,
+    line: impl Fn(&ScenarioResult) -> Option<String>,
+) -> String {
     let mut md = String::new();
     for e in &report.engines {
-        for r in e.results.iter().filter(|r| !r.replicas.is_empty()) {
-            let each: Vec<String> = r
-                .replicas
-                .iter()
-                .enumerate()
-                .map(|(i, f)| match (f.cpu_s, f.peak_rss_kib) {
-                    (Some(cpu), rss) => format!(
-                        "replica {}: {} proxies, CPU {cpu:.3} s, peak RSS {} MiB",
-                        i + 1,
-                        f.proxies,
-                        rss.map(|k| format!("{:.0}", k as f64 / 1024.0))
-                            .unwrap_or_else(|| "–".into())
-                    ),
-                    (None, _) => format!("replica {}: killed", i + 1),
-                })
-                .collect();
-            md.push_str(&format!(
-                "\nReplicas during `{}`, run {} {}: {}\n",
-                r.name,
-                e.run + 1,
-                e.engine.name(),
-                each.join("; ")
-            ));
-        }
-        for r in e.results.iter() {
-            if let Some(f) = &r.failover {
+        for r in &e.results {
+            if let Some(text) = line(r) {
                 md.push_str(&format!(
-                    "\nFailover, run {} {}: {}.\n",
+                    "\n{label} during `{}`, run {} {}: {text}\n",
+                    r.name,
                     e.run + 1,
                     e.engine.name(),
-                    failover_text(f)
                 ));
             }
         }
@@ -191,26 +172,44 @@ fn markdown_replicas(report: &Report) -> String {
     md
 }
 
+/// With several replicas: each one's CPU and peak memory per scenario, and `failover`.
+fn markdown_replicas(report: &Report) -> String {
+    let replicas = per_scenario_lines(report, "Replicas", |r| {
+        let each: Vec<String> = r
+            .replicas
+            .iter()
+            .enumerate()
+            .map(|(i, f)| match (f.cpu_s, f.peak_rss_kib) {
+                (Some(cpu), rss) => format!(
+                    "replica {}: {} proxies, CPU {cpu:.3} s, peak RSS {} MiB",
+                    i + 1,
+                    f.proxies,
+                    rss.map(|k| format!("{:.0}", k as f64 / 1024.0))
+                        .unwrap_or_else(|| "–".into())
+                ),
+                (None, _) => format!("replica {}: killed", i + 1),
+            })
+            .collect();
+        (!each.is_empty()).then(|| each.join("; "))
+    });
+    let failover = per_scenario_lines(report, "Failover", |r| {
+        r.failover
+            .as_ref()
+            .map(|f| format!("{}.", failover_text(f)))
+    });
+    replicas + &failover
+}
+
 /// The server's resident memory over each sustained scenario (`churn`), one line per run.
 fn markdown_rss(report: &Report) -> String {
-    let mut md = String::new();
-    for e in &report.engines {
-        for r in e.results.iter().filter(|r| !r.rss_samples.is_empty()) {
-            let points: Vec<String> = r
-                .rss_samples
-                .iter()
-                .map(|(t, mib)| format!("{t:.0} s {mib:.0}"))
-                .collect();
-            md.push_str(&format!(
-                "\nRSS MiB during `{}`, run {} {}: {}\n",
-                r.name,
-                e.run + 1,
-                e.engine.name(),
-                points.join(", ")
-            ));
-        }
-    }
-    md
+    per_scenario_lines(report, "RSS MiB", |r| {
+        let points: Vec<String> = r
+            .rss_samples
+            .iter()
+            .map(|(t, mib)| format!("{t:.0} s {mib:.0}"))
+            .collect();
+        (!points.is_empty()).then(|| points.join(", "))
+    })
 }
 
 fn markdown_header(report: &Report) -> String {

@@ -53,9 +53,7 @@ impl Debug for DebugService {
     ) -> Result<Response<ListProxiesResponse>, Status> {
         let names = !req.get_ref().without_names;
         Ok(Response::new(
-            self.hub
-                .read(|st| status::list_proxies_with(st, names))
-                .into(),
+            self.hub.read(|st| status::list_proxies(st, names)).into(),
         ))
     }
 

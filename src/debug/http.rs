@@ -73,7 +73,7 @@ fn answer<T: Serialize>(value: &T) -> Response {
 }
 
 async fn proxies(State(hub): State<Arc<Hub>>) -> Response {
-    answer(&hub.read(list_proxies))
+    answer(&hub.read(|st| list_proxies(st, true)))
 }
 
 #[derive(Deserialize)]

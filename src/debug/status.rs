@@ -94,13 +94,9 @@ fn type_syncs(st: &HubState, e: &ProxyEntry, now: Instant) -> Vec<model::TypeSyn
         .collect()
 }
 
-/// Every connected proxy with its state per type, sorted by id.
-pub fn list_proxies(st: &HubState) -> model::ProxyList {
-    list_proxies_with(st, true)
-}
-
-/// [`list_proxies`]; without `names`, each stream's subscriptions list no names.
-pub fn list_proxies_with(st: &HubState, names: bool) -> model::ProxyList {
+/// Every connected proxy with its state per type, sorted by id; without `names`, each
+/// stream's subscriptions list no names.
+pub fn list_proxies(st: &HubState, names: bool) -> model::ProxyList {
     let now = Instant::now();
     let mut proxies: Vec<model::ProxyInfo> = connected(st)
         .map(|e| model::ProxyInfo {

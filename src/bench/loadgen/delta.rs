@@ -18,43 +18,39 @@ pub(super) struct Session {
 /// every type held again, each with `initial_resource_versions` (what the proxy holds) and
 /// its EDS/RDS names, as Envoy resubscribes after a reconnect.
 fn opening_requests(h: &ProxyHandle, node: Node, session: &Session) -> Vec<DeltaDiscoveryRequest> {
-    let st = h.lock();
-    let held = |t: ResourceType| -> HashMap<String, String> {
-        if !session.opened {
-            return HashMap::new();
-        }
-        st.held[type_index(t)]
-            .iter()
-            .map(|(n, held)| (n.clone(), held.version.clone()))
-            .collect()
-    };
-    let mut out = vec![DeltaDiscoveryRequest {
+    let first = DeltaDiscoveryRequest {
         node: Some(node),
         type_url: CDS.type_url().into(),
-        initial_resource_versions: held(CDS),
-        ..Default::default()
-    }];
-    if !session.opened {
-        return out;
-    }
-    let named = |t: ResourceType, names: &BTreeSet<String>| DeltaDiscoveryRequest {
-        type_url: t.type_url().into(),
-        resource_names_subscribe: names.iter().cloned().collect(),
-        initial_resource_versions: held(t),
         ..Default::default()
     };
+    if !session.opened {
+        return vec![first];
+    }
+    let st = h.lock();
+    // One type asked for again: the names it subscribes to (none for a wildcard type) and
+    // the versions it holds.
+    let resume = |t: ResourceType, names: &BTreeSet<String>| DeltaDiscoveryRequest {
+        type_url: t.type_url().into(),
+        resource_names_subscribe: names.iter().cloned().collect(),
+        initial_resource_versions: st.held[type_index(t)]
+            .iter()
+            .map(|(n, held)| (n.clone(), held.version.clone()))
+            .collect(),
+        ..Default::default()
+    };
+    let wildcard = BTreeSet::new();
+    let mut out = vec![DeltaDiscoveryRequest {
+        node: first.node,
+        ..resume(CDS, &wildcard)
+    }];
     if !st.eds_subscribed.is_empty() {
-        out.push(named(EDS, &st.eds_subscribed));
+        out.push(resume(EDS, &st.eds_subscribed));
     }
     if session.lds_requested {
-        out.push(DeltaDiscoveryRequest {
-            type_url: LDS.type_url().into(),
-            initial_resource_versions: held(LDS),
-            ..Default::default()
-        });
+        out.push(resume(LDS, &wildcard));
     }
     if !st.rds_subscribed.is_empty() {
-        out.push(named(RDS, &st.rds_subscribed));
+        out.push(resume(RDS, &st.rds_subscribed));
     }
     out
 }

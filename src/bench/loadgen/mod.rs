@@ -360,6 +360,17 @@ impl Loadgen {
             .collect()
     }
 
+    /// How many proxies have their stream on each of `servers` servers now.
+    pub fn proxies_per_server(&self, servers: usize) -> Vec<usize> {
+        let mut on = vec![0; servers];
+        for p in &self.proxies {
+            if let Some(n) = on.get_mut(p.lock().server) {
+                *n += 1;
+            }
+        }
+        on
+    }
+
     /// Ends every stream.
     pub fn stop(&mut self) {
         for t in self.tasks.drain(..) {

@@ -78,12 +78,10 @@ impl Window {
         r: &mut ScenarioResult,
     ) -> Result<Vec<usize>, String> {
         let after = server.stats_each()?;
-        let mut on = vec![0; server.count()];
-        for p in &lg.proxies {
-            if let Some(n) = on.get_mut(p.lock().server) {
-                *n += 1;
-            }
-        }
+        let on = match server.count() {
+            1 => vec![lg.proxies.len()],
+            n => lg.proxies_per_server(n),
+        };
         let (mut peak_sum, mut replicas) = (0, Vec::new());
         r.server_cpu_s = 0.0;
         r.server_cpu_task_s = 0.0;
