@@ -161,15 +161,20 @@ fn bench_args(protocol: &str, engine: &str, scenarios: Option<&str>, extra: &[&s
     v
 }
 
+/// The rows of an engine's run, in order.
+fn scenario_names(scenarios: &[Value]) -> Vec<&str> {
+    scenarios
+        .iter()
+        .map(|s| s["scenario"].as_str().unwrap())
+        .collect()
+}
+
 fn check(v: &Value, protocol: &str) {
     assert_eq!(v["ok"], true, "{v:#}");
     let engine = &v["engines"][0];
     assert_eq!(engine["protocol"], protocol);
     let scenarios = engine["scenarios"].as_array().unwrap();
-    let names: Vec<&str> = scenarios
-        .iter()
-        .map(|s| s["scenario"].as_str().unwrap())
-        .collect();
+    let names = scenario_names(scenarios);
     assert_eq!(
         names,
         [
@@ -304,10 +309,7 @@ fn bench_failover_resumes_on_the_replica_left() {
     assert_eq!(v["ok"], true, "{v:#}");
     assert_eq!(v["replicas"], 2, "{v:#}");
     let scenarios = v["engines"][0]["scenarios"].as_array().unwrap();
-    let names: Vec<&str> = scenarios
-        .iter()
-        .map(|s| s["scenario"].as_str().unwrap())
-        .collect();
+    let names = scenario_names(scenarios);
     assert_eq!(
         names,
         [
