@@ -136,7 +136,8 @@ pub struct LoadgenArgs {
     pub replica_addrs: Vec<SocketAddr>,
     /// A Delta stream that ends opens again on the next server and resumes what it holds
     /// (its VHDS virtual hosts are not asked for again: do not combine with `serve --vhds`).
-    #[arg(long)]
+    /// Delta only: a SotW stream that opens again is sent everything, nothing resumes.
+    #[arg(long, conflicts_with = "sotw")]
     pub failover: bool,
 }
 
