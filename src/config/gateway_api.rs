@@ -343,3 +343,49 @@ pub struct L4RouteRule {
     pub name: Option<String>,
     pub backend_refs: Vec<HttpBackendRef>,
 }
+
+/// A BackendTLSPolicy's spec (v1).
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct BackendTlsPolicySpec {
+    pub target_refs: Vec<PolicyTargetRef>,
+    pub validation: Option<BackendTlsValidation>,
+    /// Implementation-specific TLS options: none is read (each key reported by name).
+    pub options: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct PolicyTargetRef {
+    pub group: String,
+    pub kind: String,
+    pub name: String,
+    pub section_name: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct BackendTlsValidation {
+    pub ca_certificate_refs: Vec<LocalRef>,
+    pub well_known_ca_certificates: Option<String>,
+    pub hostname: String,
+    pub subject_alt_names: Vec<SubjectAltName>,
+}
+
+/// A local object reference (the referrer's namespace).
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct LocalRef {
+    pub group: String,
+    pub kind: String,
+    pub name: String,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct SubjectAltName {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub hostname: Option<String>,
+    pub uri: Option<String>,
+}

@@ -559,6 +559,7 @@ fn kind_of(api_version: &str, kind: &str) -> Option<Kind> {
         ("", "Endpoints") => Kind::Endpoints,
         ("", "Pod") => Kind::Pod,
         ("", "Secret") => Kind::Secret,
+        ("", "ConfigMap") => Kind::ConfigMap,
         ("discovery.k8s.io", "EndpointSlice") => Kind::EndpointSlice,
         (_, "VirtualService") if istio => Kind::VirtualService,
         (_, "DestinationRule") if istio => Kind::DestinationRule,
@@ -576,6 +577,7 @@ fn kind_of(api_version: &str, kind: &str) -> Option<Kind> {
         (_, "TLSRoute") if gateway_api => Kind::TlsRoute,
         (_, "ReferenceGrant") if gateway_api => Kind::ReferenceGrant,
         (_, "GatewayClass") if gateway_api => Kind::GatewayClass,
+        (_, "BackendTLSPolicy") if gateway_api => Kind::BackendTlsPolicy,
         _ => return None,
     })
 }

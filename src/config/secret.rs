@@ -7,6 +7,9 @@
 //! still a record, carrying why: the gateway naming it then fails closed with an error that
 //! says so. Key material is never put in a message; a Secret is shown by its certificate's
 //! SHA-256 fingerprint.
+//!
+//! ConfigMaps are read here too, for the one thing meshflow takes from them: the CA bundle
+//! (`ca.crt`) a BackendTLSPolicy names.
 
 use super::findings::{Finding, Level};
 use super::Invalid;
@@ -152,6 +155,31 @@ fn identity(cert: (&str, &[u8]), key: (&str, &[u8])) -> Result<TlsIdentity, Stri
         private_key: text(key.1),
         fingerprint: fp,
     })
+}
+
+/// A ConfigMap's record: the CA bundle of its `ca.crt` (PEM certificates that parse), or
+/// why it has none. Every ConfigMap is one (a BackendTLSPolicy naming one without a CA
+/// says so); nothing else of a ConfigMap is read.
+pub fn ca_config_map(key: &ConfigKey, value: &Value) -> Result<Vec<Record>, Invalid> {
+    let ca = value
+        .get("data")
+        .and_then(|d| d.get(dataflows::rules::backend_tls::CA_KEY))
+        .and_then(Value::as_str);
+    let (ca, problem) = match ca {
+        None => (None, Some("has no ca.crt".to_string())),
+        Some("") => (None, Some("has an empty ca.crt".to_string())),
+        Some(pem) => match certificates("ca.crt", pem.as_bytes()) {
+            Ok(_) => (Some(pem.to_string()), None),
+            Err(e) => (None, Some(e)),
+        },
+    };
+    Ok(vec![Record::GatewayApi(
+        dataflows::model::GatewayApiObject::ConfigMap(dataflows::model::CaConfigMap {
+            key: key.clone(),
+            ca,
+            problem,
+        }),
+    )])
 }
 
 /// A Secret's record: its TLS material, or why it cannot be served. Secrets with no TLS

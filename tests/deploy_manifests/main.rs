@@ -191,6 +191,7 @@ const STATUS_WRITTEN: &[(&str, &str)] = &[
     ("gateway.networking.k8s.io", "grpcroutes"),
     ("gateway.networking.k8s.io", "tcproutes"),
     ("gateway.networking.k8s.io", "tlsroutes"),
+    ("gateway.networking.k8s.io", "backendtlspolicies"),
 ];
 
 /// What `serve --kube` watches, as RBAC names it.
@@ -199,6 +200,7 @@ const WATCHED: &[(&str, &str)] = &[
     ("", "services"),
     ("", "pods"),
     ("", "secrets"),
+    ("", "configmaps"),
     ("discovery.k8s.io", "endpointslices"),
     ("networking.istio.io", "virtualservices"),
     ("networking.istio.io", "destinationrules"),
@@ -216,6 +218,7 @@ const WATCHED: &[(&str, &str)] = &[
     ("gateway.networking.k8s.io", "tcproutes"),
     ("gateway.networking.k8s.io", "tlsroutes"),
     ("gateway.networking.k8s.io", "referencegrants"),
+    ("gateway.networking.k8s.io", "backendtlspolicies"),
 ];
 
 fn one<'a>(docs: &'a [Value], kind: &str) -> &'a Value {

@@ -19,6 +19,7 @@ mod fail_closed;
 mod faults;
 mod gateway;
 mod gateway_api;
+mod gateway_api_backend_tls;
 mod gateway_api_grpc;
 mod gateway_api_l4;
 mod gateway_api_matching;

@@ -8,6 +8,7 @@
 
 use super::Coll;
 use crate::model::*;
+use crate::rules::backend_tls;
 use crate::rules::gateway_api::{self as rules, RouteContext, RouteView};
 use serde::{Deserialize, Serialize};
 
@@ -15,7 +16,152 @@ use serde::{Deserialize, Serialize};
 pub(super) struct Translated<'s> {
     pub gateways: Coll<'s, (ConfigKey, Gateway)>,
     pub virtual_services: Coll<'s, (ConfigKey, VirtualService)>,
+    /// BackendTLSPolicies, as the DestinationRules of the Services they target.
+    pub destination_rules: Coll<'s, (ConfigKey, DestinationRule)>,
     pub errors: Coll<'s, ConfigError>,
+}
+
+/// A BackendTLSPolicy, or a ConfigMap its CA references name, gathered per policy.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+enum PolicyPart {
+    Policy(BackendTlsPolicy),
+    Map(CaConfigMap),
+}
+
+/// A policy with its CA, or a Service, gathered per host.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+enum HostPart {
+    Policy(Box<(BackendTlsPolicy, backend_tls::CaVerdict)>),
+    Service(Service),
+}
+
+/// What the policies of one host become.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+enum HostOut {
+    Rule(DestinationRule),
+    Error(ConfigError),
+}
+
+/// BackendTLSPolicies → DestinationRules: each policy meets the ConfigMaps its CA
+/// references name (its CA, decided once per policy), then the policies of each Service
+/// meet the Service (its ports, by name); a policy's or a ConfigMap's change recomputes
+/// the Services it targets only.
+fn backend_tls_rules<'s>(
+    config: &MeshConfig,
+    objects: &Coll<'s, (ConfigKey, GatewayApiObject)>,
+    services: &Coll<'s, (Hostname, Service)>,
+) -> (
+    Coll<'s, (ConfigKey, DestinationRule)>,
+    Coll<'s, ConfigError>,
+) {
+    let policies = objects.clone().flat_map(|(k, o)| match o {
+        GatewayApiObject::BackendTlsPolicy(p) => Some((k, p)),
+        _ => None,
+    });
+    let maps = objects.clone().flat_map(|(k, o)| match o {
+        GatewayApiObject::ConfigMap(c) => Some(((k.namespace, k.name), c)),
+        _ => None,
+    });
+    let named = policies
+        .clone()
+        .flat_map(|(k, p)| {
+            p.ca_refs
+                .iter()
+                .map(|r| ((k.namespace.clone(), r.name.clone()), k.clone()))
+                .collect::<Vec<_>>()
+        })
+        .join_map(maps, |_, k, c| (k.clone(), PolicyPart::Map(c.clone())));
+    let resolved = policies
+        .clone()
+        .map(|(k, p)| (k, PolicyPart::Policy(p)))
+        .concat(named)
+        .reduce(|_, vals: &[(&PolicyPart, isize)], out| {
+            let maps: Vec<&CaConfigMap> = vals
+                .iter()
+                .filter_map(|(v, _)| match v {
+                    PolicyPart::Map(c) => Some(c),
+                    PolicyPart::Policy(_) => None,
+                })
+                .collect();
+            for (v, _) in vals {
+                if let PolicyPart::Policy(p) = v {
+                    let ca = backend_tls::resolve_ca(p, |name| {
+                        maps.iter().copied().find(|c| c.key.name == name)
+                    });
+                    out.push(((p.clone(), ca), 1isize));
+                }
+            }
+        });
+    let domain = config.domain_suffix.clone();
+    let by_host = resolved.flat_map(move |(_, (p, ca))| {
+        let hosts: std::collections::BTreeSet<String> = p
+            .targets
+            .iter()
+            .filter_map(|t| backend_tls::target_host(&p, t, &domain))
+            .collect();
+        hosts
+            .into_iter()
+            .map(|h| (h, HostPart::Policy(Box::new((p.clone(), ca.clone())))))
+            .collect::<Vec<_>>()
+    });
+    let targeted = by_host.clone().map(|(h, _)| h).distinct();
+    let domain = config.domain_suffix.clone();
+    let out = services
+        .clone()
+        .semijoin(targeted)
+        .map(|(h, s)| (h, HostPart::Service(s)))
+        .concat(by_host)
+        .reduce(move |host, vals: &[(&HostPart, isize)], out| {
+            let mut policies = Vec::new();
+            let mut cas = Vec::new();
+            let mut services = Vec::new();
+            for (v, _) in vals {
+                match v {
+                    HostPart::Policy(b) => {
+                        policies.push(&b.0);
+                        cas.push((&b.0.key, &b.1));
+                    }
+                    HostPart::Service(s) => services.push(s),
+                }
+            }
+            let service = backend_tls::kube_service(services.into_iter());
+            let (rule, errors) = backend_tls::rules_for_host(
+                host,
+                service,
+                &policies,
+                |p| {
+                    cas.iter()
+                        .find(|(k, _)| **k == p.key)
+                        .map(|(_, c)| (*c).clone())
+                        .unwrap_or(backend_tls::CaVerdict::System)
+                },
+                &domain,
+            );
+            if let Some(r) = rule {
+                out.push((HostOut::Rule(r), 1isize));
+            }
+            for e in errors {
+                out.push((HostOut::Error(e), 1isize));
+            }
+        });
+    let rules = out.clone().flat_map(|(_, o)| match o {
+        HostOut::Rule(r) => Some((r.key.clone(), r)),
+        HostOut::Error(_) => None,
+    });
+    let errors = out
+        .flat_map(|(_, o)| match o {
+            HostOut::Error(e) => Some(e),
+            HostOut::Rule(_) => None,
+        })
+        .concat(policies.flat_map(|(_, p)| {
+            p.targets
+                .iter()
+                .enumerate()
+                .filter(|(_, t)| !t.is_service())
+                .map(|(i, t)| backend_tls::unsupported_target(&p, i, t))
+                .collect::<Vec<_>>()
+        }));
+    (rules, errors)
 }
 
 /// One piece of a route's [`RouteContext`], gathered per route.
@@ -199,9 +345,11 @@ pub(super) fn translate<'s>(
         })
         .map(|(_, e)| e)
         .concat(gateway_errors);
+    let (destination_rules, policy_errors) = backend_tls_rules(config, objects, services);
     Translated {
         gateways,
         virtual_services,
-        errors,
+        destination_rules,
+        errors: errors.concat(policy_errors),
     }
 }

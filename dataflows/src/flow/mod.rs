@@ -94,12 +94,14 @@ impl<'s, H: differential_dataflow::ExchangeData> Built<'s, H> {
 
 /// Builds the whole dataflow from its inputs.
 pub fn build<'s>(config: &MeshConfig, i: Inputs<'s>) -> Outputs<'s> {
-    // The Gateway API becomes Istio's Gateways and VirtualServices, served as written ones.
+    // The Gateway API becomes Istio's Gateways, VirtualServices and DestinationRules (its
+    // BackendTLSPolicies), served as written ones.
     let translated = gateway_api::translate(config, &i.gateway_api, &i.services);
     let gateway_api_errors = translated.errors;
     let i = Inputs {
         gateways: i.gateways.concat(translated.gateways),
         virtual_services: i.virtual_services.concat(translated.virtual_services),
+        destination_rules: i.destination_rules.concat(translated.destination_rules),
         ..i
     };
     let mesh = mesh::in_effect(i.mesh, config);

@@ -185,7 +185,7 @@ impl TrafficPolicy {
     }
 
     /// Whether `tls` is given, `DISABLE` included.
-    fn sets_tls(&self) -> bool {
+    pub fn sets_tls(&self) -> bool {
         self.tls.is_some() || self.tls_disabled
     }
 

@@ -31,6 +31,71 @@ pub enum GatewayApiObject {
     Namespace(NamespaceLabels),
     /// A GatewayClass: its status is meshflow's when its controller is.
     GatewayClass(KubeGatewayClass),
+    /// A BackendTLSPolicy: TLS to the Services it targets ([`crate::rules::backend_tls`]).
+    BackendTlsPolicy(BackendTlsPolicy),
+    /// A ConfigMap, for the CA bundle a BackendTLSPolicy may name.
+    ConfigMap(CaConfigMap),
+}
+
+/// A `BackendTLSPolicy` (gateway.networking.k8s.io/v1): every proxy connecting to the
+/// Service ports it targets speaks TLS to them, with `hostname` as SNI, verifying the
+/// server's certificate against its CA and names.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct BackendTlsPolicy {
+    pub key: ConfigKey,
+    /// `metadata.creationTimestamp` (RFC 3339, empty in a file without one): the older of
+    /// two policies on one target wins.
+    pub created: String,
+    /// `spec.targetRefs`, in order.
+    pub targets: Vec<PolicyTarget>,
+    /// `spec.validation.caCertificateRefs`, in order.
+    pub ca_refs: Vec<CaRef>,
+    /// `spec.validation.wellKnownCACertificates: System`: the proxy's system CA bundle.
+    pub system_ca: bool,
+    /// `spec.validation.hostname`: the SNI, and the name the certificate must carry unless
+    /// `subject_alt_names` are given.
+    pub hostname: String,
+    /// `spec.validation.subjectAltNames` (hostnames and URIs): the names the certificate
+    /// must carry one of, in place of `hostname`.
+    pub subject_alt_names: Vec<String>,
+    /// Why the policy cannot be applied as written (the spec's `Invalid`: a
+    /// `wellKnownCACertificates` other than `System`): it fails closed.
+    pub invalid: Option<String>,
+}
+
+/// One of a policy's `targetRefs`.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct PolicyTarget {
+    pub group: String,
+    pub kind: String,
+    pub name: String,
+    /// `sectionName`: a port of the Service, by name.
+    pub section: Option<String>,
+}
+
+impl PolicyTarget {
+    /// A Service of the core group: the only kind of target meshflow applies policies to.
+    pub fn is_service(&self) -> bool {
+        self.group.is_empty() && self.kind == "Service"
+    }
+}
+
+/// One of a policy's `caCertificateRefs` (a local reference: the policy's namespace).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct CaRef {
+    pub group: String,
+    pub kind: String,
+    pub name: String,
+}
+
+/// A ConfigMap as a CA bundle: its `ca.crt`, PEM certificates that parse, or why it is not
+/// one (no such key, empty, not PEM). Every ConfigMap read is one, so a policy naming one
+/// without a CA can say so.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct CaConfigMap {
+    pub key: ConfigKey,
+    pub ca: Option<String>,
+    pub problem: Option<String>,
 }
 
 /// A `GatewayClass` (its key: kind `GatewayClass`, no namespace, its name).
@@ -67,6 +132,8 @@ impl GatewayApiObject {
             GatewayApiObject::ReferenceGrant(g) => &g.key,
             GatewayApiObject::Namespace(n) => &n.key,
             GatewayApiObject::GatewayClass(c) => &c.key,
+            GatewayApiObject::BackendTlsPolicy(p) => &p.key,
+            GatewayApiObject::ConfigMap(c) => &c.key,
         }
     }
 }

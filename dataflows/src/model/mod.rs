@@ -90,6 +90,10 @@ pub enum Kind {
     TlsRoute,
     /// The Gateway API's `GatewayClass` (cluster-scoped).
     GatewayClass,
+    /// The Gateway API's `BackendTLSPolicy`: TLS from proxies to a Service's endpoints.
+    BackendTlsPolicy,
+    /// A Kubernetes ConfigMap, read for the CA bundle (`ca.crt`) a BackendTLSPolicy names.
+    ConfigMap,
 }
 
 /// Identity of an input object: kind/namespace/name.
@@ -127,6 +131,7 @@ impl std::fmt::Display for Kind {
             Kind::GrpcRoute => f.write_str("GRPCRoute"),
             Kind::TcpRoute => f.write_str("TCPRoute"),
             Kind::TlsRoute => f.write_str("TLSRoute"),
+            Kind::BackendTlsPolicy => f.write_str("BackendTLSPolicy"),
             other => write!(f, "{other:?}"),
         }
     }

@@ -288,6 +288,9 @@ pub enum ErrorCode {
     /// A Gateway API route's backend that cannot be resolved (`BackendNotFound`,
     /// `RefNotPermitted`): its share of requests is answered 500.
     BackendNotResolved,
+    /// A BackendTLSPolicy not in effect, or in effect failing closed (the spec's reasons
+    /// `Conflicted`, `TargetNotFound`, `NoValidCACertificate`, `Invalid`): which, and why.
+    BackendTlsPolicyNotApplied,
 }
 
 impl ErrorCode {
@@ -350,6 +353,7 @@ impl ErrorCode {
             }
             ErrorCode::RouteNotAccepted => ("MF0039", "GatewayApiRouteNotAccepted"),
             ErrorCode::BackendNotResolved => ("MF0040", "GatewayApiBackendNotResolved"),
+            ErrorCode::BackendTlsPolicyNotApplied => ("MF0041", "BackendTlsPolicyNotApplied"),
         }
     }
 

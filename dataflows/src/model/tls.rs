@@ -33,6 +33,14 @@ pub struct UpstreamTls {
     /// Mode `MUTUAL` (a client certificate is presented: from files, or the Secret's).
     #[serde(default)]
     pub mutual: bool,
+    /// A BackendTLSPolicy's CA bundle (PEM, from a ConfigMap), given to the proxy inline in
+    /// place of a file or a Secret.
+    #[serde(default)]
+    pub ca_pem: Option<String>,
+    /// Why this TLS cannot be originated (a BackendTLSPolicy with no valid CA): its
+    /// clusters fail closed, never plaintext.
+    #[serde(default)]
+    pub unusable: Option<String>,
 }
 
 /// A gateway server's `tls` in a mode meshflow generates (also a Sidecar `ingress`

@@ -35,9 +35,19 @@ pub(super) fn prepare<'s>(
             .collect();
         let (gateways, vss) =
             rules::gateway_api::translate_all(&api, &services, &mesh.domain_suffix);
+        let defined: Vec<&Service> = snap
+            .records
+            .iter()
+            .filter_map(|r| match r {
+                Record::Service(s) => Some(s),
+                _ => None,
+            })
+            .collect();
+        let (drs, _) = rules::backend_tls::translate_all(&api, &defined, &mesh.domain_suffix);
         let mut records = snap.records.clone();
         records.extend(gateways.into_iter().map(Record::Gateway));
         records.extend(vss.into_iter().map(Record::VirtualService));
+        records.extend(drs.into_iter().map(Record::DestinationRule));
         snap = Cow::Owned(Snapshot { records });
     }
     // Mesh records sort last (the last variant of `Record`): read from the end, not a scan.

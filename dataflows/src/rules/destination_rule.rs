@@ -108,13 +108,75 @@ fn merge_run(rules: &[&DestinationRule]) -> Vec<MergedDr> {
                     merged.subsets.push(sub.clone());
                 }
             }
-            if merged.traffic_policy.is_none() {
+            if r.key.kind == Kind::BackendTlsPolicy {
+                fill_policy_tls(merged, r);
+            } else if merged.traffic_policy.is_none() {
                 merged.traffic_policy = r.traffic_policy.clone();
             }
             from.push(r.key.clone());
         }
         if append {
             out.push((export, (*r).clone(), vec![r.key.clone()]));
+        }
+    }
+    out
+}
+
+/// A BackendTLSPolicy's rule merged into an earlier entry (a written rule goes first, as
+/// Istio orders them): it fills the `tls` the entry leaves unset — the entry's own, and
+/// on a port, that port's entry (a port the entry has none for gets one, with the entry's
+/// other settings, so that only `tls` differs there) — and nothing else.
+fn fill_policy_tls(merged: &mut DestinationRule, policy: &DestinationRule) {
+    let Some(from) = &policy.traffic_policy else {
+        return;
+    };
+    let into = merged.traffic_policy.get_or_insert_with(Default::default);
+    // The policies' ports first: on its own port a sectioned policy goes before one on the
+    // whole Service.
+    for (port, entry) in &from.port_level {
+        match into.port_level.iter_mut().find(|(p, _)| p == port) {
+            Some((_, e)) if !e.sets_tls() => e.tls = entry.tls.clone(),
+            Some(_) => {}
+            None => {
+                let mut e = into.at_port(None).0;
+                e.tls = entry.tls.clone();
+                e.tls_disabled = false;
+                into.port_level.push((*port, e));
+            }
+        }
+    }
+    if from.tls.is_some() {
+        if !into.sets_tls() {
+            into.tls = from.tls.clone();
+        }
+        // A written port entry replaces the rule's settings whole: one that leaves `tls`
+        // unset would send plaintext where the policy requires TLS.
+        for (port, e) in into.port_level.iter_mut() {
+            if !e.sets_tls() && !from.port_level.iter().any(|(p, _)| p == port) {
+                e.tls = from.tls.clone();
+            }
+        }
+    }
+    into.port_level.sort_by_key(|(p, _)| *p);
+}
+
+/// Where a BackendTLSPolicy's rule merged into `merged` is not in effect, because the
+/// written rule sets `tls` there first: "the whole Service", "port N".
+pub fn policy_tls_overridden(merged: &DestinationRule, policy: &DestinationRule) -> Vec<String> {
+    let Some(from) = &policy.traffic_policy else {
+        return Vec::new();
+    };
+    let Some(into) = &merged.traffic_policy else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    if from.tls.is_some() && into.tls != from.tls {
+        out.push("the whole Service".to_string());
+    }
+    for (port, entry) in &from.port_level {
+        let held = into.port_level.iter().find(|(p, _)| p == port);
+        if held.is_some_and(|(_, e)| e.tls != entry.tls) {
+            out.push(format!("port {port}"));
         }
     }
     out
@@ -192,6 +254,24 @@ pub fn dr_merge_warnings(rules: &[&DestinationRule]) -> Vec<ConfigError> {
         let Some((_, merged, _)) = into.first() else {
             continue;
         };
+        if r.key.kind == Kind::BackendTlsPolicy {
+            // A policy fills what the written rules leave: said only where they set `tls`.
+            let held = policy_tls_overridden(merged, r);
+            if !held.is_empty() {
+                let names: Vec<&str> = into.iter().map(|(_, m, _)| m.key.name.as_str()).collect();
+                out.push(ConfigError {
+                    object: r.key.clone(),
+                    code: ErrorCode::DestinationRuleMerged,
+                    message: format!(
+                        "host {}: DestinationRule {} sets its own tls, which applies instead of                          this policy's on {} (a written DestinationRule goes first, as in Istio)",
+                        r.host,
+                        names.join(", "),
+                        held.join(", ")
+                    ),
+                });
+            }
+            continue;
+        }
         let mut notes = Vec::new();
         // The subsets the merged rule takes from an earlier rule, not from this one.
         let shadowed: Vec<&str> = r

@@ -846,7 +846,9 @@ pub fn translate_all(
             }
             GatewayApiObject::HttpRoute(_)
             | GatewayApiObject::L4Route(_)
-            | GatewayApiObject::GatewayClass(_) => {}
+            | GatewayApiObject::GatewayClass(_)
+            | GatewayApiObject::BackendTlsPolicy(_)
+            | GatewayApiObject::ConfigMap(_) => {}
         }
     }
     let kube_gateways: Vec<KubeGateway> = kube_gateways

@@ -5,6 +5,7 @@
 //! is re-exported here, as `crate::rules::NAME`.
 
 mod aliases;
+pub mod backend_tls;
 mod destination_rule;
 mod gateway;
 pub mod gateway_api;
@@ -18,7 +19,7 @@ pub use aliases::{
 };
 pub use destination_rule::{
     consolidate_drs, dr_entry_relevant, dr_export_set, dr_in_effect, dr_in_effect_inbound,
-    dr_merge_warnings, DrEntry, DrIndex,
+    dr_merge_warnings, policy_tls_overridden, DrEntry, DrIndex,
 };
 pub use gateway::{
     gateway_domain, gateway_ports, gateway_ref, gateway_ref_str, gateway_selects, router_scope,

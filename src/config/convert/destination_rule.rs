@@ -271,6 +271,7 @@ fn client_tls(
                     credential: None,
                     mutual: mode == "MUTUAL",
                     field: field.to_string(),
+                    ..Default::default()
                 }),
             ))
         }

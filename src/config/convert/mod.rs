@@ -69,6 +69,8 @@ pub fn convert(
         Kind::TcpRoute | Kind::TlsRoute => gateway_api::l4_route(key, &value, mesh, &mut f),
         Kind::ReferenceGrant => gateway_api::reference_grant(key, &value, &mut f),
         Kind::GatewayClass => gateway_api::gateway_class(key, &value, &mut f),
+        Kind::BackendTlsPolicy => gateway_api::backend_tls_policy(key, &value, &mut f),
+        Kind::ConfigMap => super::secret::ca_config_map(key, &value),
     }?;
     Ok((records, f))
 }

@@ -9,8 +9,9 @@
 //! reference to one, are left alone.
 
 use dataflows::model::{
-    ConfigError, ConfigKey, ErrorCode, GatewayApiObject, Kind, KubeGateway, KubeGatewayClass,
-    Labels, Listener, ParentKind, ParentRef, ReferenceGrant, TlsSecret, OWNED_CONTROLLERS,
+    CaConfigMap, ConfigError, ConfigKey, ErrorCode, GatewayApiObject, Kind, KubeGateway,
+    KubeGatewayClass, Labels, Listener, ParentKind, ParentRef, ReferenceGrant, ServicePort,
+    TlsSecret, OWNED_CONTROLLERS,
 };
 use dataflows::rules::gateway_api::{
     grant_certificates, listener_serves_kind, parent_verdict, RouteView, Verdict,
@@ -21,7 +22,7 @@ use std::collections::{BTreeMap, BTreeSet};
 const GROUP: &str = "gateway.networking.k8s.io";
 
 /// The `controllerName` of the route parents that are Services (the mesh has no class).
-const MESH_CONTROLLER: &str = "meshflow.dev/mesh-controller";
+pub(super) const MESH_CONTROLLER: &str = "meshflow.dev/mesh-controller";
 
 /// The kinds whose status is the Gateway API's.
 pub fn is_gateway_api(kind: Kind) -> bool {
@@ -33,11 +34,18 @@ pub fn is_gateway_api(kind: Kind) -> bool {
             | Kind::GrpcRoute
             | Kind::TcpRoute
             | Kind::TlsRoute
+            | Kind::BackendTlsPolicy
     )
 }
 
 /// One condition (its `lastTransitionTime` is the writer's to add).
-fn condition(kind: &str, ok: bool, reason: &str, message: &str, generation: Option<i64>) -> Value {
+pub(super) fn condition(
+    kind: &str,
+    ok: bool,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+) -> Value {
     let mut c = json!({
         "type": kind,
         "status": if ok { "True" } else { "False" },
@@ -61,6 +69,10 @@ pub struct Known {
     pub secrets: BTreeMap<(String, String), Option<String>>,
     /// The Namespaces' labels, by name (listeners' namespace selectors match them).
     pub namespaces: BTreeMap<String, Labels>,
+    /// The Services' ports (a BackendTLSPolicy's `sectionName` names one).
+    pub service_ports: BTreeMap<(String, String), Vec<ServicePort>>,
+    /// The ConfigMaps, as CA bundles (a BackendTLSPolicy's `caCertificateRefs`).
+    pub config_maps: BTreeMap<(String, String), CaConfigMap>,
 }
 
 impl Known {
@@ -313,6 +325,7 @@ pub fn desired(
             json!({"conditions": gateway_conditions, "listeners": listeners}),
         );
     }
+    super::backend_tls_status::policy_statuses(objects, known, &gateways, &mut out);
     out
 }
 

@@ -14,6 +14,9 @@
 //! Secrets are watched for the TLS material gateways serve (`credentialName`); every
 //! Secret becomes a record, those without TLS keys an empty one that says so.
 //!
+//! ConfigMaps are watched for the CA bundles (`ca.crt`) BackendTLSPolicies name; every
+//! ConfigMap becomes a record holding that key alone (or why it has none).
+//!
 //! Namespaces are watched for their labels (Gateway listeners' namespace selectors), whole:
 //! cluster-scoped, one watch whatever `--namespaces` and `--selector` say.
 //!
@@ -86,6 +89,7 @@ pub const GATEWAY_API: IstioGroup = IstioGroup {
         (Kind::HttpRoute, "HTTPRoute"),
         (Kind::GrpcRoute, "GRPCRoute"),
         (Kind::ReferenceGrant, "ReferenceGrant"),
+        (Kind::BackendTlsPolicy, "BackendTLSPolicy"),
         // The experimental channel's: a cluster of the standard channel has none.
         (Kind::TcpRoute, "TCPRoute"),
         (Kind::TlsRoute, "TLSRoute"),
@@ -96,9 +100,9 @@ pub const GATEWAY_API: IstioGroup = IstioGroup {
 /// Every custom-resource group the source discovers.
 pub const ISTIO_GROUPS: [IstioGroup; 3] = [NETWORKING, SECURITY, GATEWAY_API];
 
-/// Services, Pods, EndpointSlices, Secrets and Namespaces.
+/// Services, Pods, EndpointSlices, Secrets, ConfigMaps and Namespaces.
 pub fn kubernetes_kinds() -> Vec<WatchedKind> {
-    use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, Service};
+    use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret, Service};
     use k8s_openapi::api::discovery::v1::EndpointSlice;
     vec![
         WatchedKind {
@@ -120,6 +124,10 @@ pub fn kubernetes_kinds() -> Vec<WatchedKind> {
         WatchedKind {
             kind: Kind::Secret,
             resource: ApiResource::erase::<Secret>(&()),
+        },
+        WatchedKind {
+            kind: Kind::ConfigMap,
+            resource: ApiResource::erase::<ConfigMap>(&()),
         },
     ]
 }
@@ -289,7 +297,13 @@ mod tests {
         let group = [
             served(
                 "v1",
-                &["GatewayClass", "Gateway", "HTTPRoute", "GRPCRoute"],
+                &[
+                    "GatewayClass",
+                    "Gateway",
+                    "HTTPRoute",
+                    "GRPCRoute",
+                    "BackendTLSPolicy",
+                ],
                 &all,
             ),
             served("v1beta1", &["Gateway", "HTTPRoute", "ReferenceGrant"], &all),
@@ -307,6 +321,7 @@ mod tests {
                 (Kind::HttpRoute, "v1"),
                 (Kind::GrpcRoute, "v1"),
                 (Kind::ReferenceGrant, "v1beta1"),
+                (Kind::BackendTlsPolicy, "v1"),
             ]
         );
         // TCPRoute and TLSRoute (experimental) are not served: named, but not errors.

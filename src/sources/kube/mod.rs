@@ -23,6 +23,7 @@
 //!
 //! Runs its own single-threaded tokio runtime on the source's thread.
 
+mod backend_tls_status;
 pub mod events;
 mod gateway_status;
 pub mod kinds;

@@ -320,11 +320,32 @@ impl Session {
         let mut known = gateway_status::Known::default();
         for w in self.watches.iter().filter(|w| w.resource.group.is_empty()) {
             match w.resource.kind.as_str() {
-                "Service" => known.services.extend(
-                    w.watched
-                        .statuses()
-                        .map(|seen| (seen.key.namespace.clone(), seen.key.name.clone())),
-                ),
+                "Service" => {
+                    for seen in w.watched.statuses() {
+                        let key = (seen.key.namespace.clone(), seen.key.name.clone());
+                        for r in seen.records {
+                            if let dataflows::model::Record::Service(s) = r {
+                                known.service_ports.insert(key.clone(), s.ports.clone());
+                            }
+                        }
+                        known.services.insert(key);
+                    }
+                }
+                "ConfigMap" => {
+                    for seen in w.watched.statuses() {
+                        for r in seen.records {
+                            if let dataflows::model::Record::GatewayApi(
+                                dataflows::model::GatewayApiObject::ConfigMap(c),
+                            ) = r
+                            {
+                                known.config_maps.insert(
+                                    (c.key.namespace.clone(), c.key.name.clone()),
+                                    c.clone(),
+                                );
+                            }
+                        }
+                    }
+                }
                 "Namespace" => {
                     for seen in w.watched.statuses() {
                         for r in seen.records {

@@ -66,7 +66,13 @@ pub fn writes_status(resource: &ApiResource) -> bool {
         }
         "gateway.networking.k8s.io" => matches!(
             resource.kind.as_str(),
-            "GatewayClass" | "Gateway" | "HTTPRoute" | "GRPCRoute" | "TCPRoute" | "TLSRoute"
+            "GatewayClass"
+                | "Gateway"
+                | "HTTPRoute"
+                | "GRPCRoute"
+                | "TCPRoute"
+                | "TLSRoute"
+                | "BackendTLSPolicy"
         ),
         _ => false,
     }

@@ -125,6 +125,13 @@ pub const TYPES: &[ResourceType] = &[
         true,
         &[],
     ),
+    rt(
+        GATEWAY_API_GROUP,
+        "backendtlspolicies",
+        "BackendTLSPolicy",
+        true,
+        &["btlspolicy"],
+    ),
     // What clients write: the status writer's Lease and the Events it reports with.
     rt(COORDINATION_GROUP, "leases", "Lease", true, &[]),
     rt(EVENTS_GROUP, "events", "Event", true, &["ev"]),

@@ -92,6 +92,14 @@ pub(super) fn upstream_tls(
         .map(|(cert, key)| sds(file_cert_name(cert, key)))
         .collect();
     common.validation_context_type = (!tls.insecure_skip_verify).then(|| {
+        // A BackendTLSPolicy's bundle is the proxy's inline: it has no file to read.
+        if let Some(pem) = &tls.ca_pem {
+            return ValidationContextType::ValidationContext(CertificateValidationContext {
+                trusted_ca: Some(inline_pem(pem)),
+                match_typed_subject_alt_names: san_matchers(sans),
+                ..Default::default()
+            });
+        }
         let ca = tls.ca.as_deref().unwrap_or(system_ca);
         ValidationContextType::CombinedValidationContext(CombinedCertificateValidationContext {
             default_validation_context: Some(CertificateValidationContext {
@@ -110,6 +118,15 @@ pub(super) fn upstream_tls(
     TransportSocket {
         name: "envoy.transport_sockets.tls".into(),
         config_type: Some(ConfigType::TypedConfig(pack_any(context))),
+    }
+}
+
+/// PEM given to Envoy inline.
+fn inline_pem(pem: &str) -> envoy_types::pb::envoy::config::core::v3::DataSource {
+    use envoy_types::pb::envoy::config::core::v3::{data_source::Specifier, DataSource};
+    DataSource {
+        specifier: Some(Specifier::InlineString(pem.to_string())),
+        ..Default::default()
     }
 }
 
@@ -172,6 +189,7 @@ pub(super) fn fail_closed(
                 .into(),
         ),
         Some(t) if grpc => Some(proxyless_tls_reason(t)),
+        Some(t) if t.unusable.is_some() => t.unusable.clone(),
         Some(t) if t.credential.is_some() => secrets
             .resolve(t)
             .err()

@@ -526,3 +526,41 @@ fn certificate_files_are_sds_secrets_of_their_own() {
     );
     assert!(file_secrets(&r).is_empty());
 }
+
+/// A BackendTLSPolicy's TLS: its CA inline (the proxy has no file of it), its hostname as
+/// SNI and the names it verifies; one without a usable CA fails closed (no endpoints, no
+/// assignment), never plaintext.
+#[test]
+fn backend_tls_policy_tls_is_inline_or_fails_closed() {
+    let pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+    let dr = rule(UpstreamTls {
+        sni: Some("abc.example.com".into()),
+        subject_alt_names: vec!["abc.example.com".into()],
+        ca_pem: Some(pem.into()),
+        field: "spec.validation".into(),
+        ..Default::default()
+    });
+    let got = contexts(&dr, false);
+    let (_, tls, _) = got
+        .iter()
+        .find(|(n, _, _)| n == "outbound|9080||reviews.default.svc.cluster.local")
+        .expect("the service's cluster");
+    let tls = tls.as_ref().expect("TLS");
+    assert_eq!(tls.sni, "abc.example.com");
+    let common = tls.common_tls_context.as_ref().unwrap();
+    let Some(ValidationContextType::ValidationContext(v)) = &common.validation_context_type else {
+        panic!("an inline validation context: {common:?}");
+    };
+    assert!(format!("{:?}", v.trusted_ca).contains("MIIB"), "{v:?}");
+    assert!(format!("{:?}", v.match_typed_subject_alt_names).contains("abc.example.com"));
+
+    let dr = rule(UpstreamTls {
+        sni: Some("abc.example.com".into()),
+        unusable: Some("BackendTLSPolicy default/p: no CA".into()),
+        ..Default::default()
+    });
+    for (name, _, assignment) in contexts(&dr, false) {
+        let endpoints = assignment.map(|a| a.endpoints.len()).unwrap_or(0);
+        assert_eq!(endpoints, 0, "{name} fails closed");
+    }
+}

@@ -2,12 +2,14 @@
 //! `dataflows::model::gateway_api`, one file per kind. Which Gateway a route attaches to,
 //! and what a ReferenceGrant allows, is the dataflow's to decide: these read one object.
 
+mod backend_tls_policy;
 mod gateway;
 mod gateway_class;
 mod http_route;
 mod l4_route;
 mod reference_grant;
 
+pub(super) use backend_tls_policy::backend_tls_policy;
 pub(super) use gateway::kubernetes_gateway;
 pub(super) use gateway_class::gateway_class;
 pub(super) use http_route::{grpc_route, http_route};

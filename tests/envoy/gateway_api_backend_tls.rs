@@ -1,0 +1,251 @@
+//! BackendTLSPolicy through a real Envoy gateway: a Gateway API route to a Service whose
+//! endpoint speaks only TLS (a loopback rustls server that says which SNI it was sent).
+//! The policy makes the gateway originate TLS with the policy's hostname as SNI, verifying
+//! the server against the CA of a ConfigMap and the policy's names; a policy whose names
+//! the certificate does not carry, or whose CA is missing, empty or another one, makes
+//! requests fail — never plaintext, never unverified (the conformance cases
+//! BackendTLSPolicy, BackendTLSPolicySANValidation, BackendTLSPolicyInvalidCACertificateRef,
+//! BackendTLSPolicyInvalidKind and BackendTLSPolicyConflictResolution, by traffic).
+
+use crate::gateway_api::{edge_gateway, edge_route, start_gateway};
+use crate::support;
+
+use std::net::SocketAddr;
+
+use support::kube_yaml::HandService;
+use support::pki::{ca, leaf};
+use support::tls_backend::TlsBackend;
+use support::{free_port, require_envoy, write_config, TestDir};
+
+/// This test's loopback /24.
+const NET: u8 = 187;
+
+/// A ConfigMap `name` of `default` whose `ca.crt` is `pem` (indented as a block scalar).
+fn ca_config_map(name: &str, pem: &str) -> String {
+    let body: String = pem.lines().map(|l| format!("    {l}\n")).collect();
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: default}}\ndata:\n  ca.crt: |\n{body}"
+    )
+}
+
+/// BackendTLSPolicy `name` on Service `secure` (`section`: one port's name), verifying
+/// with `validation` (YAML flow-mapping fields).
+fn policy(name: &str, section: Option<&str>, validation: &str) -> String {
+    let section = section
+        .map(|s| format!(", sectionName: {s}"))
+        .unwrap_or_default();
+    format!(
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: BackendTLSPolicy\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  targetRefs: [{{group: '', kind: Service, name: secure{section}}}]\n  validation: {{{validation}}}\n"
+    )
+}
+
+#[test]
+fn backend_tls_policies_originate_verified_tls_through_a_real_gateway() {
+    let envoy_bin = require_envoy!();
+    let dir = TestDir::new("envoy-gateway-api-backend-tls");
+    let config_dir = dir.subdir("config");
+    let port = free_port();
+    let backend_ca = ca("backend CA");
+    let other_ca = ca("another CA");
+    let (cert, key) = leaf(
+        &backend_ca,
+        &["abc.example.com"],
+        Some("spiffe://example/backend"),
+    );
+    let tls_port = free_port();
+    let ip = format!("127.0.{NET}.10");
+    let backend = TlsBackend::start(&ip, tls_port, "tls-backend", &cert, &key, None);
+    let service = HandService {
+        port_name: "http",
+        ..HandService::web("secure", 443, tls_port)
+    };
+    write_config(&config_dir, "service.yaml", &service.with_endpoints(&[&ip]));
+    write_config(
+        &config_dir,
+        "gateway.yaml",
+        &edge_gateway(
+            port,
+            &edge_route("secure", "  - backendRefs: [{name: secure, port: 443}]\n"),
+        ),
+    );
+    write_config(
+        &config_dir,
+        "ca.yaml",
+        &ca_config_map("backend-ca", &backend_ca.pem),
+    );
+    let (_meshflow, envoy) = start_gateway(&envoy_bin, &dir, &config_dir, "edge", "edge-abc", port);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let get = || support::http_request(addr, "GET", "secure.example", "/", &[]);
+    // Until the policy applies, the gateway speaks plaintext to a TLS server: no answer
+    // from it (the route is served: not 404).
+    let routed = support::wait_until(support::CONVERGE_TIMEOUT, || {
+        get().is_ok_and(|r| r.status != 404)
+    });
+    assert!(routed, "the route is not served\n{}", envoy.summary());
+    assert_eq!(backend.requests_served(), 0, "plaintext is no TLS request");
+
+    // The policy: SNI abc.example.com, verified against the ConfigMap's CA and that name.
+    let refs = "caCertificateRefs: [{group: '', kind: ConfigMap, name: backend-ca}]";
+    let answered = |want: u16| move || get().is_ok_and(|r| r.status == want);
+    let expect = |what: &str, ok: bool| {
+        let want = if ok { 200 } else { 503 };
+        let done = support::wait_until(support::CONVERGE_TIMEOUT, answered(want));
+        assert!(done, "{what}: not {want}\n{}", envoy.summary());
+    };
+    write_config(
+        &config_dir,
+        "policy.yaml",
+        &policy(
+            "secure-tls",
+            None,
+            &format!("{refs}, hostname: abc.example.com"),
+        ),
+    );
+    expect("the policy in effect", true);
+    let r = get().expect("a request");
+    assert_eq!(r.text(), "tls-backend");
+    assert_eq!(r.header("x-echo-sni"), Some("abc.example.com"));
+
+    // A hostname the certificate does not name: the handshake is refused, nothing served.
+    write_config(
+        &config_dir,
+        "policy.yaml",
+        &policy(
+            "secure-tls",
+            None,
+            &format!("{refs}, hostname: other.example.com"),
+        ),
+    );
+    expect("a hostname the certificate lacks", false);
+    let served = backend.requests_served();
+    assert!(get().is_ok_and(|r| r.status == 503));
+    assert_eq!(
+        backend.requests_served(),
+        served,
+        "no request after a refused handshake"
+    );
+
+    // subjectAltNames replace the hostname for verification (the SNI stays the hostname):
+    // a URI the certificate carries is enough; a DNS name it lacks is not.
+    write_config(
+        &config_dir,
+        "policy.yaml",
+        &policy(
+            "secure-tls",
+            None,
+            &format!(
+                "{refs}, hostname: other.example.com, subjectAltNames: [{{type: URI, uri: 'spiffe://example/backend'}}]"
+            ),
+        ),
+    );
+    expect("a SAN the certificate carries", true);
+    assert_eq!(
+        get().expect("a request").header("x-echo-sni"),
+        Some("other.example.com")
+    );
+    write_config(
+        &config_dir,
+        "policy.yaml",
+        &policy(
+            "secure-tls",
+            None,
+            &format!(
+                "{refs}, hostname: abc.example.com, subjectAltNames: [{{type: Hostname, hostname: dce.example.com}}]"
+            ),
+        ),
+    );
+    expect(
+        "a SAN the certificate lacks, though the hostname matches",
+        false,
+    );
+
+    // The CA: missing, empty, another one — each fails closed; restored, served again
+    // (restored between them, so that each failure is one this change made).
+    write_config(
+        &config_dir,
+        "policy.yaml",
+        &policy(
+            "secure-tls",
+            None,
+            &format!("{refs}, hostname: abc.example.com"),
+        ),
+    );
+    expect("restored", true);
+    let good_ca = ca_config_map("backend-ca", &backend_ca.pem);
+    std::fs::remove_file(config_dir.join("ca.yaml")).expect("remove the ConfigMap");
+    expect("the ConfigMap deleted", false);
+    for (what, bad) in [
+        (
+            "a ConfigMap without ca.crt",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: backend-ca, namespace: default}\ndata: {}\n".to_string(),
+        ),
+        ("another CA", ca_config_map("backend-ca", &other_ca.pem)),
+    ] {
+        write_config(&config_dir, "ca.yaml", &good_ca);
+        expect("the CA restored", true);
+        write_config(&config_dir, "ca.yaml", &bad);
+        expect(what, false);
+    }
+    write_config(&config_dir, "ca.yaml", &good_ca);
+    expect("the CA restored", true);
+    // A CA reference of a kind meshflow does not read (the spec's InvalidKind).
+    write_config(
+        &config_dir,
+        "policy.yaml",
+        &policy(
+            "secure-tls",
+            None,
+            "caCertificateRefs: [{group: invalid.io, kind: InvalidKind, name: backend-ca}], hostname: abc.example.com",
+        ),
+    );
+    expect("a CA reference of an invalid kind", false);
+
+    // Two policies on the whole Service: the older (by name, in files) applies; a policy on
+    // the port itself goes before both.
+    write_config(
+        &config_dir,
+        "policy.yaml",
+        &[
+            policy(
+                "a-first",
+                None,
+                &format!("{refs}, hostname: abc.example.com"),
+            ),
+            policy(
+                "b-second",
+                None,
+                &format!("{refs}, hostname: other.example.com"),
+            ),
+        ]
+        .join("---\n"),
+    );
+    expect("the older policy applies", true);
+    write_config(
+        &config_dir,
+        "policy.yaml",
+        &[
+            policy("a-first", None, &format!("{refs}, hostname: other.example.com")),
+            policy(
+                "b-section",
+                Some("http"),
+                &format!(
+                    "{refs}, hostname: sectioned.example.com, subjectAltNames: [{{type: Hostname, hostname: abc.example.com}}]"
+                ),
+            ),
+        ]
+        .join("---\n"),
+    );
+    // Served either way: the SNI the backend saw tells which policy applies.
+    let sectioned = support::wait_until(support::CONVERGE_TIMEOUT, || {
+        get().is_ok_and(|r| {
+            r.status == 200 && r.header("x-echo-sni") == Some("sectioned.example.com")
+        })
+    });
+    assert!(sectioned, "the port's policy applies\n{}", envoy.summary());
+    assert_eq!(
+        envoy.rejected_updates(),
+        0,
+        "Envoy accepted every update: {:?}",
+        envoy.rejected_update_stats()
+    );
+}
