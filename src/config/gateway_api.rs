@@ -367,6 +367,7 @@ pub struct PolicyTargetRef {
 #[serde(rename_all = "camelCase", default)]
 pub struct BackendTlsValidation {
     pub ca_certificate_refs: Vec<LocalRef>,
+    #[serde(rename = "wellKnownCACertificates")]
     pub well_known_ca_certificates: Option<String>,
     pub hostname: String,
     pub subject_alt_names: Vec<SubjectAltName>,

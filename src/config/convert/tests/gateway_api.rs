@@ -823,3 +823,127 @@ spec:
     );
     assert!(!t.headers.response.add.contains_key("x-backend"));
 }
+
+const POLICY: &str = "apiVersion: gateway.networking.k8s.io/v1
+kind: BackendTLSPolicy
+metadata: {name: tls, namespace: shop, creationTimestamp: '2026-01-01T00:00:00Z'}
+spec:
+  targetRefs:
+  - {group: '', kind: Service, name: cart, sectionName: https}
+  validation:
+    caCertificateRefs: [{group: '', kind: ConfigMap, name: cart-ca}]
+    hostname: cart.shop.example
+    subjectAltNames:
+    - {type: Hostname, hostname: cart.example}
+    - {type: URI, uri: 'spiffe://shop/cart'}
+  options: {example.com/cipher: x}
+";
+
+/// A BackendTLSPolicy is read with its targets, CA references, hostname and names; its
+/// options are said by key; what the spec's validation refuses names the field.
+#[test]
+fn backend_tls_policies_are_read_and_invalid_ones_name_the_field() {
+    let p = parse(POLICY);
+    assert_eq!(p.key.kind, Kind::BackendTlsPolicy);
+    let GatewayApiObject::BackendTlsPolicy(b) = object(&p) else {
+        panic!()
+    };
+    assert_eq!(b.created, "2026-01-01T00:00:00Z");
+    assert_eq!(b.targets[0].section.as_deref(), Some("https"));
+    assert!(b.targets[0].is_service());
+    assert_eq!(b.ca_refs[0].name, "cart-ca");
+    assert_eq!(b.hostname, "cart.shop.example");
+    assert_eq!(b.subject_alt_names, ["cart.example", "spiffe://shop/cart"]);
+    assert!(!b.system_ca && b.invalid.is_none());
+    assert_eq!(
+        fields(&p, Level::Warning),
+        ["spec.options.example.com/cipher"]
+    );
+    let system = POLICY.replace(
+        "caCertificateRefs: [{group: '', kind: ConfigMap, name: cart-ca}]",
+        "wellKnownCACertificates: System",
+    );
+    let GatewayApiObject::BackendTlsPolicy(b) = object(&parse(&system)).clone() else {
+        panic!()
+    };
+    assert!(b.system_ca && b.ca_refs.is_empty());
+    let vendor = system.replace("System", "vendor.example/roots");
+    let GatewayApiObject::BackendTlsPolicy(b) = object(&parse(&vendor)).clone() else {
+        panic!()
+    };
+    assert!(b
+        .invalid
+        .as_deref()
+        .unwrap()
+        .contains("vendor.example/roots"));
+    for (edit, field) in [
+        (
+            POLICY.replace("  - {group: '', kind: Service, name: cart, sectionName: https}\n", ""),
+            "spec.targetRefs",
+        ),
+        (
+            POLICY.replace(
+                "  - {group: '', kind: Service, name: cart, sectionName: https}\n",
+                "  - {group: '', kind: Service, name: cart}\n  - {group: '', kind: Service, name: cart, sectionName: https}\n",
+            ),
+            "spec.targetRefs[0].sectionName",
+        ),
+        (
+            POLICY.replace("hostname: cart.shop.example", "hostname: '*.shop.example'"),
+            "spec.validation.hostname",
+        ),
+        (
+            POLICY.replace(
+                "    hostname: cart.shop.example\n",
+                "    hostname: cart.shop.example\n    wellKnownCACertificates: System\n",
+            ),
+            "spec.validation",
+        ),
+        (
+            POLICY.replace("{type: URI, uri: 'spiffe://shop/cart'}", "{type: URI, hostname: x.example}"),
+            "spec.validation.subjectAltNames[1]",
+        ),
+        (
+            POLICY.replace("{type: Hostname, hostname: cart.example}", "{type: IP, hostname: cart.example}"),
+            "spec.validation.subjectAltNames[0].type",
+        ),
+    ] {
+        let err = parse_document(&edit, &super::mesh()).unwrap_err();
+        assert_eq!(err.field, field, "{edit}");
+    }
+}
+
+/// A ConfigMap is read for its `ca.crt` alone: PEM certificates that parse, or why not.
+#[test]
+fn config_maps_are_read_as_ca_bundles() {
+    let kp = rcgen::KeyPair::generate().expect("a key");
+    let pem = rcgen::CertificateParams::new(vec!["ca.example".into()])
+        .expect("params")
+        .self_signed(&kp)
+        .expect("a certificate")
+        .pem();
+    let indented: String = pem.lines().map(|l| format!("    {l}\n")).collect();
+    let cm = |data: &str| {
+        let p = parse(&format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: ca, namespace: shop}}\n{data}"
+        ));
+        match object(&p) {
+            GatewayApiObject::ConfigMap(c) => (c.ca.clone(), c.problem.clone()),
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(
+        cm(&format!("data:\n  ca.crt: |\n{indented}")),
+        (Some(pem), None)
+    );
+    assert_eq!(
+        cm("data: {other: x}\n"),
+        (None, Some("has no ca.crt".into()))
+    );
+    assert_eq!(
+        cm("data: {ca.crt: ''}\n"),
+        (None, Some("has an empty ca.crt".into()))
+    );
+    let (ca, problem) = cm("data: {ca.crt: not a certificate}\n");
+    assert!(ca.is_none() && problem.unwrap().contains("ca.crt"));
+}
