@@ -690,7 +690,7 @@ fn mesh_routes_apply_the_extended_features_through_a_sidecar() {
 }
 
 /// A `kubernetes.io/tls` Secret `namespace/name`.
-fn tls_secret(namespace: &str, name: &str, cert: &str, key: &str) -> String {
+pub(crate) fn tls_secret(namespace: &str, name: &str, cert: &str, key: &str) -> String {
     use base64::Engine;
     let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
     format!(

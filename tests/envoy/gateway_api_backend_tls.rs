@@ -7,7 +7,7 @@
 //! BackendTLSPolicy, BackendTLSPolicySANValidation, BackendTLSPolicyInvalidCACertificateRef,
 //! BackendTLSPolicyInvalidKind and BackendTLSPolicyConflictResolution, by traffic).
 
-use crate::gateway_api::{edge_gateway, edge_route, start_gateway};
+use crate::gateway_api::{edge_route, start_gateway, tls_secret};
 use crate::support;
 
 use std::net::SocketAddr;
@@ -15,6 +15,7 @@ use std::net::SocketAddr;
 use support::kube_yaml::HandService;
 use support::pki::{ca, leaf};
 use support::tls_backend::TlsBackend;
+use support::tls_client::{tls_get_path, Trust};
 use support::{free_port, require_envoy, write_config, TestDir};
 
 /// This test's loopback /24.
@@ -60,12 +61,30 @@ fn backend_tls_policies_originate_verified_tls_through_a_real_gateway() {
         ..HandService::web("secure", 443, tls_port)
     };
     write_config(&config_dir, "service.yaml", &service.with_endpoints(&[&ip]));
+    // Gateway `edge`: an HTTP listener, and an HTTPS one terminating with its own
+    // certificate; the route attaches to both.
+    let https_port = free_port();
+    let gateway_ca = ca("gateway CA");
+    let (gw_cert, gw_key) = leaf(&gateway_ca, &["secure.example"], None);
+    write_config(
+        &config_dir,
+        "gateway-cert.yaml",
+        &tls_secret("default", "gw-cert", &gw_cert, &gw_key),
+    );
     write_config(
         &config_dir,
         "gateway.yaml",
-        &edge_gateway(
-            port,
-            &edge_route("secure", "  - backendRefs: [{name: secure, port: 443}]\n"),
+        &format!(
+            "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: edge, namespace: default}}
+spec:
+  gatewayClassName: istio
+  listeners:
+  - {{name: http, port: {port}, protocol: HTTP}}
+  - {{name: https, port: {https_port}, protocol: HTTPS, hostname: secure.example, tls: {{certificateRefs: [{{name: gw-cert}}]}}}}
+{}",
+            edge_route("secure", "  - backendRefs: [{name: secure, port: 443}]\n")
         ),
     );
     write_config(
@@ -105,6 +124,22 @@ fn backend_tls_policies_originate_verified_tls_through_a_real_gateway() {
     let r = get().expect("a request");
     assert_eq!(r.text(), "tls-backend");
     assert_eq!(r.header("x-echo-sni"), Some("abc.example.com"));
+    // Through the HTTPS listener too: TLS terminated at the gateway, originated again.
+    let https = SocketAddr::from(([127, 0, 0, 1], https_port));
+    let (response, _) = tls_get_path(
+        https,
+        "secure.example",
+        "/",
+        Trust::Roots(&gateway_ca.pem),
+        &[],
+        None,
+    )
+    .unwrap_or_else(|e| panic!("HTTPS through the gateway: {e}\n{}", envoy.summary()));
+    assert!(response.contains("tls-backend"), "{response}");
+    assert!(
+        response.contains("x-echo-sni: abc.example.com"),
+        "{response}"
+    );
 
     // A hostname the certificate does not name: the handshake is refused, nothing served.
     write_config(
@@ -158,6 +193,19 @@ fn backend_tls_policies_originate_verified_tls_through_a_real_gateway() {
         "a SAN the certificate lacks, though the hostname matches",
         false,
     );
+    // Several names: one the certificate carries is enough.
+    write_config(
+        &config_dir,
+        "policy.yaml",
+        &policy(
+            "secure-tls",
+            None,
+            &format!(
+                "{refs}, hostname: abc.example.com, subjectAltNames: [{{type: Hostname, hostname: dce.example.com}}, {{type: URI, uri: 'spiffe://example/backend'}}]"
+            ),
+        ),
+    );
+    expect("one of several SANs the certificate carries", true);
 
     // The CA: missing, empty, another one — each fails closed; restored, served again
     // (restored between them, so that each failure is one this change made).

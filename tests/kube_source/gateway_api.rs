@@ -8,7 +8,7 @@
 use crate::status::{await_status, await_status_in};
 use crate::support::xds_client::{node, DeltaClient, LDS, RDS};
 use crate::{service, start};
-use serde_json::json;
+use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -321,4 +321,156 @@ async fn gateway_api_status_is_written_in_the_specs_shape() {
     assert_eq!(parents[0]["conditions"][0]["status"], "True");
     assert_eq!(parents[1]["conditions"][0]["status"], "False");
     assert_eq!(parents[1]["conditions"][0]["reason"], "NoMatchingParent");
+}
+
+/// A BackendTLSPolicy and the ConfigMap of its CA from the cluster: the gateway's cluster
+/// of the Service originates TLS with the policy's SNI and the ConfigMap's CA; the policy's
+/// status says so at the Service and at the Gateway whose route sends there, and follows
+/// the ConfigMap's deletion (NoValidCACertificate) and a generation bump
+/// (BackendTLSPolicyObservedGenerationBump).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backend_tls_policies_and_their_config_maps_from_the_cluster() {
+    use crate::support::xds_client::CDS;
+    let authority = crate::support::pki::ca("backend CA");
+    let policy = |generation: i64, hostname: &str| {
+        json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "BackendTLSPolicy",
+            "metadata": {"name": "cart-tls", "namespace": "shop", "generation": generation},
+            "spec": {"targetRefs": [{"group": "", "kind": "Service", "name": "cart"}],
+                     "validation": {"caCertificateRefs": [{"group": "", "kind": "ConfigMap", "name": "cart-ca"}],
+                                    "hostname": hostname}}
+        })
+    };
+    let config_map = json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "cart-ca", "namespace": "shop"},
+        "data": {"ca.crt": authority.pem}
+    });
+    let cluster = start(
+        "kube-backend-tls",
+        |fake| {
+            fake.serve_gateway_api_versions(&["v1"]);
+            fake.apply(service("cart", "shop", 8080));
+            fake.apply(json!({
+                "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+                "metadata": {"name": "shop-gateway", "namespace": "shop"},
+                "spec": {"gatewayClassName": "istio", "listeners": [
+                    {"name": "http", "port": 8080, "protocol": "HTTP"}
+                ]}
+            }));
+            fake.apply(json!({
+                "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+                "metadata": {"name": "cart", "namespace": "shop"},
+                "spec": {"parentRefs": [{"name": "shop-gateway"}],
+                         "rules": [{"backendRefs": [{"name": "cart", "port": 8080}]}]}
+            }));
+            fake.apply(config_map.clone());
+            fake.apply(policy(1, "cart.example.com"));
+        },
+        &["--write-status"],
+    );
+    assert!(cluster.errors().is_empty(), "{:?}", cluster.errors());
+    let mut c = DeltaClient::connect(
+        cluster.meshflow.xds_addr(),
+        node(
+            ROUTER,
+            "shop",
+            &[("gateway.networking.k8s.io/gateway-name", "shop-gateway")],
+        ),
+    )
+    .await;
+    c.subscribe(CDS, &[], HashMap::new()).await;
+    let mut held = HashMap::new();
+    let name = "outbound|8080||cart.shop.svc.cluster.local";
+    let ca_line = authority
+        .pem
+        .lines()
+        .nth(1)
+        .expect("a PEM line")
+        .to_string();
+    await_held(
+        &mut c,
+        &mut held,
+        "the cluster with the policy's TLS",
+        |h| {
+            h.get(name)
+                .is_some_and(|b| contains(b, "cart.example.com") && contains(b, &ca_line))
+        },
+    )
+    .await;
+    let accepted = |s: &Value, kind: &str| -> (String, String) {
+        let entry = s["ancestors"]
+            .as_array()
+            .and_then(|a| a.iter().find(|e| e["ancestorRef"]["kind"] == kind))
+            .cloned()
+            .unwrap_or_default();
+        let c = &entry["conditions"][0];
+        (
+            c["status"].as_str().unwrap_or_default().into(),
+            c["reason"].as_str().unwrap_or_default().into(),
+        )
+    };
+    let status = await_status_in(
+        &cluster.fake,
+        "BackendTLSPolicy",
+        "shop",
+        "cart-tls",
+        "the policy's status",
+        |s| s["ancestors"].as_array().is_some_and(|a| a.len() == 2),
+    );
+    for kind in ["Service", "Gateway"] {
+        assert_eq!(
+            accepted(&status, kind),
+            ("True".into(), "Accepted".into()),
+            "{status:#}"
+        );
+    }
+    assert_eq!(
+        status["ancestors"][0]["conditions"][0]["observedGeneration"],
+        1
+    );
+
+    // The ConfigMap deleted: the cluster fails closed (no endpoints) and the status says why.
+    cluster.fake.delete("ConfigMap", "shop", "cart-ca");
+    let status = await_status_in(
+        &cluster.fake,
+        "BackendTLSPolicy",
+        "shop",
+        "cart-tls",
+        "the policy without its CA",
+        |s| s["ancestors"][0]["conditions"][0]["status"] == "False",
+    );
+    assert_eq!(
+        accepted(&status, "Gateway"),
+        ("False".into(), "NoValidCACertificate".into())
+    );
+    assert_eq!(
+        status["ancestors"][0]["conditions"][1]["reason"],
+        "InvalidCACertificateRef"
+    );
+    await_held(&mut c, &mut held, "the cluster without the CA", |h| {
+        h.get(name).is_some_and(|b| !contains(b, &ca_line))
+    })
+    .await;
+
+    // Restored, and the policy edited: Accepted again, at the new generation.
+    cluster.fake.apply(config_map);
+    cluster.fake.apply(policy(2, "cart2.example.com"));
+    let status = await_status_in(
+        &cluster.fake,
+        "BackendTLSPolicy",
+        "shop",
+        "cart-tls",
+        "the edited policy",
+        |s| s["ancestors"][0]["conditions"][0]["observedGeneration"] == 2,
+    );
+    assert_eq!(
+        accepted(&status, "Service"),
+        ("True".into(), "Accepted".into())
+    );
+    await_held(&mut c, &mut held, "the edited policy's SNI", |h| {
+        h.get(name)
+            .is_some_and(|b| contains(b, "cart2.example.com"))
+    })
+    .await;
 }

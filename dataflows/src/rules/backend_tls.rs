@@ -310,6 +310,8 @@ pub fn rules_for_host(
         return (None, errors);
     };
     ports.sort();
+    // One entry per port (a policy naming one port twice is refused by its reader).
+    ports.dedup_by_key(|(port, _)| *port);
     let rule = DestinationRule {
         key: rule_key(named, host, domain_suffix),
         host: host.to_string(),

@@ -3,7 +3,8 @@
 //! another; hostnames, `allowedRoutes`), HTTPRoutes naming them (by listener or not) or a
 //! Service (the mesh), TCPRoutes and TLSRoutes, with a few rules to services of either
 //! namespace, ReferenceGrants (to Services and to Secrets), Namespaces with labels
-//! (listeners select routes' namespaces by them), and the routers that run the Gateways. Drawn from a generator of their own, so the logs of the others stay.
+//! (listeners select routes' namespaces by them), BackendTLSPolicies with the ConfigMaps
+//! their CAs come from, and the routers that run the Gateways. Drawn from a generator of their own, so the logs of the others stay.
 
 use crate::records::{pick, NAMESPACES};
 use crate::support::{host, router_proxy};
@@ -14,8 +15,18 @@ use rand::Rng;
 /// One random Gateway API record, or a router of one of the Gateways.
 pub fn gateway_api(rng: &mut StdRng) -> Record {
     let ns = pick(rng, &NAMESPACES[..2]);
-    match rng.random_range(0..10) {
+    match rng.random_range(0..12) {
         0 | 1 => gateway(rng, ns),
+        10 => backend_tls_policy(rng, ns),
+        11 => {
+            // A CA bundle, or a ConfigMap that is none.
+            let ok = rng.random_bool(0.7);
+            Record::GatewayApi(GatewayApiObject::ConfigMap(CaConfigMap {
+                key: ConfigKey::new(Kind::ConfigMap, ns, format!("ca{}", rng.random_range(0..2))),
+                ca: ok.then(|| format!("PEM {}", rng.random_range(0..3))),
+                problem: (!ok).then(|| "has no ca.crt".to_string()),
+            }))
+        }
         2..=4 => route(rng, ns),
         5 => l4_route(rng, ns),
         9 => {
@@ -69,6 +80,52 @@ pub fn gateway_api(rng: &mut StdRng) -> Record {
             ))
         }
     }
+}
+
+/// A BackendTLSPolicy on a Service of its namespace (the whole Service or a port, now and
+/// then one it lacks), its CA from a ConfigMap (sometimes of a kind meshflow does not
+/// read) or the system's; policies of one name differ in age, so conflicts go both ways.
+fn backend_tls_policy(rng: &mut StdRng, ns: &str) -> Record {
+    let name = format!("p{}", rng.random_range(0..3));
+    let targets = (0..rng.random_range(1..3))
+        .map(|i| PolicyTarget {
+            group: String::new(),
+            kind: "Service".into(),
+            name: format!("svc{}", rng.random_range(0..4)),
+            section: match rng.random_range(0..4) {
+                0 => Some("http".into()),
+                1 => Some(pick(rng, &["http-alt", "nope"]).into()),
+                _ if i > 0 => Some("tcp-db".into()),
+                _ => None,
+            },
+        })
+        .collect();
+    let system_ca = rng.random_bool(0.2);
+    let ca_refs = if system_ca {
+        Vec::new()
+    } else {
+        vec![CaRef {
+            group: String::new(),
+            kind: pick(rng, &["ConfigMap", "ConfigMap", "ConfigMap", "Secret"]).into(),
+            name: format!("ca{}", rng.random_range(0..2)),
+        }]
+    };
+    Record::GatewayApi(GatewayApiObject::BackendTlsPolicy(BackendTlsPolicy {
+        key: ConfigKey::new(Kind::BackendTlsPolicy, ns, &name),
+        created: pick(rng, &["", "2026-01-01T00:00:00Z", "2026-02-01T00:00:00Z"]).into(),
+        targets,
+        ca_refs,
+        system_ca,
+        hostname: format!("{name}.example.com"),
+        subject_alt_names: if rng.random_bool(0.3) {
+            vec!["spiffe://example/backend".into()]
+        } else {
+            Vec::new()
+        },
+        invalid: rng
+            .random_bool(0.1)
+            .then(|| "wellKnownCACertificates: \"Vendor\" is not supported".into()),
+    }))
 }
 
 fn gateway(rng: &mut StdRng, ns: &str) -> Record {

@@ -281,9 +281,18 @@ fn run(seed: u64, steps: usize, workers: usize) {
     );
 }
 
+// One worker, six seeds, in two tests: each stays well inside the time a test is given on
+// a busy 2-core machine, and the two run side by side.
 #[test]
 fn oracle_one_worker() {
-    for seed in 0..6 {
+    for seed in 0..3 {
+        run(seed, 120, 1);
+    }
+}
+
+#[test]
+fn oracle_one_worker_more_seeds() {
+    for seed in 3..6 {
         run(seed, 120, 1);
     }
 }
