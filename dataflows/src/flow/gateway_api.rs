@@ -32,7 +32,7 @@ enum PolicyPart {
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 enum HostPart {
     Policy(Box<(BackendTlsPolicy, backend_tls::CaVerdict)>),
-    Service(Service),
+    Service(Box<Service>),
 }
 
 /// What the policies of one host become.
@@ -109,7 +109,7 @@ fn backend_tls_rules<'s>(
     let out = services
         .clone()
         .semijoin(targeted)
-        .map(|(h, s)| (h, HostPart::Service(s)))
+        .map(|(h, s)| (h, HostPart::Service(Box::new(s))))
         .concat(by_host)
         .reduce(move |host, vals: &[(&HostPart, isize)], out| {
             let mut policies = Vec::new();
@@ -124,7 +124,7 @@ fn backend_tls_rules<'s>(
                     HostPart::Service(s) => services.push(s),
                 }
             }
-            let service = backend_tls::kube_service(services.into_iter());
+            let service = backend_tls::kube_service(services.into_iter().map(|s| &**s));
             let (rule, errors) = backend_tls::rules_for_host(
                 host,
                 service,
