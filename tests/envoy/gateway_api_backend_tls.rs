@@ -111,15 +111,15 @@ spec:
         let done = support::wait_until(support::CONVERGE_TIMEOUT, answered(want));
         assert!(done, "{what}: not {want}\n{}", envoy.summary());
     };
-    write_config(
-        &config_dir,
-        "policy.yaml",
-        &policy(
-            "secure-tls",
-            None,
-            &format!("{refs}, hostname: abc.example.com"),
-        ),
-    );
+    // The one policy `secure-tls` on the whole Service, verifying with `validation`.
+    let set_policy = |validation: &str| {
+        write_config(
+            &config_dir,
+            "policy.yaml",
+            &policy("secure-tls", None, validation),
+        )
+    };
+    set_policy(&format!("{refs}, hostname: abc.example.com"));
     expect("the policy in effect", true);
     let r = get().expect("a request");
     assert_eq!(r.text(), "tls-backend");
@@ -142,15 +142,7 @@ spec:
     );
 
     // A hostname the certificate does not name: the handshake is refused, nothing served.
-    write_config(
-        &config_dir,
-        "policy.yaml",
-        &policy(
-            "secure-tls",
-            None,
-            &format!("{refs}, hostname: other.example.com"),
-        ),
-    );
+    set_policy(&format!("{refs}, hostname: other.example.com"));
     expect("a hostname the certificate lacks", false);
     let served = backend.requests_served();
     assert!(get().is_ok_and(|r| r.status == 503));
@@ -162,62 +154,30 @@ spec:
 
     // subjectAltNames replace the hostname for verification (the SNI stays the hostname):
     // a URI the certificate carries is enough; a DNS name it lacks is not.
-    write_config(
-        &config_dir,
-        "policy.yaml",
-        &policy(
-            "secure-tls",
-            None,
-            &format!(
+    set_policy(&format!(
                 "{refs}, hostname: other.example.com, subjectAltNames: [{{type: URI, uri: 'spiffe://example/backend'}}]"
-            ),
-        ),
-    );
+            ));
     expect("a SAN the certificate carries", true);
     assert_eq!(
         get().expect("a request").header("x-echo-sni"),
         Some("other.example.com")
     );
-    write_config(
-        &config_dir,
-        "policy.yaml",
-        &policy(
-            "secure-tls",
-            None,
-            &format!(
+    set_policy(&format!(
                 "{refs}, hostname: abc.example.com, subjectAltNames: [{{type: Hostname, hostname: dce.example.com}}]"
-            ),
-        ),
-    );
+            ));
     expect(
         "a SAN the certificate lacks, though the hostname matches",
         false,
     );
     // Several names: one the certificate carries is enough.
-    write_config(
-        &config_dir,
-        "policy.yaml",
-        &policy(
-            "secure-tls",
-            None,
-            &format!(
+    set_policy(&format!(
                 "{refs}, hostname: abc.example.com, subjectAltNames: [{{type: Hostname, hostname: dce.example.com}}, {{type: URI, uri: 'spiffe://example/backend'}}]"
-            ),
-        ),
-    );
+            ));
     expect("one of several SANs the certificate carries", true);
 
     // The CA: missing, empty, another one — each fails closed; restored, served again
     // (restored between them, so that each failure is one this change made).
-    write_config(
-        &config_dir,
-        "policy.yaml",
-        &policy(
-            "secure-tls",
-            None,
-            &format!("{refs}, hostname: abc.example.com"),
-        ),
-    );
+    set_policy(&format!("{refs}, hostname: abc.example.com"));
     expect("restored", true);
     let good_ca = ca_config_map("backend-ca", &backend_ca.pem);
     std::fs::remove_file(config_dir.join("ca.yaml")).expect("remove the ConfigMap");
@@ -237,15 +197,7 @@ spec:
     write_config(&config_dir, "ca.yaml", &good_ca);
     expect("the CA restored", true);
     // A CA reference of a kind meshflow does not read (the spec's InvalidKind).
-    write_config(
-        &config_dir,
-        "policy.yaml",
-        &policy(
-            "secure-tls",
-            None,
-            "caCertificateRefs: [{group: invalid.io, kind: InvalidKind, name: backend-ca}], hostname: abc.example.com",
-        ),
-    );
+    set_policy("caCertificateRefs: [{group: invalid.io, kind: InvalidKind, name: backend-ca}], hostname: abc.example.com");
     expect("a CA reference of an invalid kind", false);
 
     // Two policies on the whole Service: the older (by name, in files) applies; a policy on

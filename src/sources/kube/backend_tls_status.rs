@@ -7,7 +7,7 @@
 //! `dataflows::rules::backend_tls` as the dataflow decides them. Entries other controllers
 //! wrote stay; at most 16 ancestors, as the API allows.
 
-use super::gateway_status::{condition, Known, MESH_CONTROLLER};
+use super::gateway_status::{condition, others_entries, Known, MESH_CONTROLLER};
 use dataflows::model::{BackendTlsPolicy, ConfigKey, GatewayApiObject, KubeGateway, ParentKind};
 use dataflows::rules::backend_tls::{resolve_ca, target_host, verdicts, CaVerdict, TargetVerdict};
 use dataflows::rules::gateway_api::RouteView;
@@ -190,17 +190,7 @@ pub(super) fn policy_statuses(
             }));
         }
         // Entries of other controllers stay as they are, first.
-        let mut ancestors: Vec<Value> = stored
-            .and_then(|s| s["ancestors"].as_array())
-            .into_iter()
-            .flatten()
-            .filter(|e| {
-                !controllers
-                    .iter()
-                    .any(|c| e["controllerName"].as_str() == Some(c))
-            })
-            .cloned()
-            .collect();
+        let mut ancestors = others_entries(*stored, "ancestors", &controllers);
         ancestors.extend(ours);
         ancestors.truncate(MAX_ANCESTORS);
         out.insert(p.key.clone(), json!({ "ancestors": ancestors }));

@@ -58,6 +58,18 @@ pub(super) fn condition(
     c
 }
 
+/// The entries of the list `field` (a route's `parents`, a policy's `ancestors`) of the
+/// status the API server holds that other controllers than `ours` wrote: kept as they are.
+pub(super) fn others_entries(stored: Option<&Value>, field: &str, ours: &[&str]) -> Vec<Value> {
+    stored
+        .and_then(|s| s[field].as_array())
+        .into_iter()
+        .flatten()
+        .filter(|e| !ours.iter().any(|c| e["controllerName"].as_str() == Some(c)))
+        .cloned()
+        .collect()
+}
+
 /// What the status is judged against besides the Gateway API's objects, by
 /// `(namespace, name)`.
 #[derive(Default)]
@@ -216,17 +228,7 @@ pub fn desired(
             continue;
         }
         // Entries of other controllers stay as they are.
-        let mut parents: Vec<Value> = stored
-            .and_then(|s| s["parents"].as_array())
-            .into_iter()
-            .flatten()
-            .filter(|e| {
-                !controllers
-                    .iter()
-                    .any(|c| e["controllerName"].as_str() == Some(c))
-            })
-            .cloned()
-            .collect();
+        let mut parents = others_entries(*stored, "parents", &controllers);
         parents.extend(ours);
         out.insert(route.key.clone(), json!({"parents": parents}));
     }
