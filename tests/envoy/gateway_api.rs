@@ -44,6 +44,8 @@ const UPGRADE_NET: u8 = 173;
 const SERVICE_TYPES_NET: u8 = 174;
 /// The TLSRoute termination test's loopback /24.
 const TLS_TERMINATE_NET: u8 = 175;
+/// The TLSRoute hostname intersection test's loopback /24.
+const TLS_INTERSECTION_NET: u8 = 188;
 const HOST: &str = "bookinfo.example";
 
 /// meshflow over `config_dir`, and the Envoy of Gateway `gateway`'s deployment (pod `pod` of
@@ -1265,6 +1267,140 @@ spec:
     for sni in ["missing.example.net", "odd.example.net"] {
         let refused = tls_get_path(addr, sni, "/", backend_trust, &[], None);
         assert!(refused.is_err(), "{sni}: {refused:?}");
+    }
+    assert_eq!(envoy.rejected_updates(), 0, "{}", envoy.summary());
+}
+
+/// Proves TLSRouteHostnameIntersection with real TLS connections through a real Envoy
+/// gateway: passthrough listeners with an exact hostname, a wildcard, a more specific
+/// wildcard and none, each with a TLSRoute whose hostnames are wider, narrower or partly
+/// outside; a connection whose SNI is in the intersection reaches that route's backend (its
+/// own TLS, end to end), one outside it completes no handshake.
+#[test]
+fn tls_routes_take_the_intersection_of_their_hostnames_and_the_listeners() {
+    use support::pki::{ca, leaf};
+    use support::tls_backend::TlsBackend;
+    use support::tls_client::{tls_get_sni, Trust};
+    let envoy_bin = require_envoy!();
+    let dir = TestDir::new("envoy-gateway-api-tls-intersection");
+    let config_dir = dir.subdir("config");
+    let ip = |host: u8| format!("127.0.{TLS_INTERSECTION_NET}.{host}");
+    let backend_ca = ca("backend CA");
+    let names = [
+        "*.example.com",
+        "*.sub.example.com",
+        "*.example.net",
+        "*.example.org",
+    ];
+    let (cert, key) = leaf(&backend_ca, &names, None);
+    let tls_port = free_port();
+    let backends: Vec<TlsBackend> = ["a", "b", "c", "d"]
+        .iter()
+        .zip(11u8..)
+        .map(|(name, host)| {
+            let identity = format!("backend-{name}");
+            TlsBackend::start(&ip(host), tls_port, &identity, &cert, &key, None)
+        })
+        .collect();
+    let services: Vec<String> = ["a", "b", "c", "d"]
+        .iter()
+        .zip(11u8..)
+        .map(|(name, host)| {
+            service_with(name, "appProtocol: tls, ", "", (443, &ip(host), tls_port))
+        })
+        .collect();
+    write_config(&config_dir, "services.yaml", &services.join("---\n"));
+    let ports = [free_port(), free_port(), free_port(), free_port()];
+    let listener = |name: &str, port: u16, hostname: &str| {
+        format!("  - {{name: {name}, port: {port}, protocol: TLS, {hostname}tls: {{mode: Passthrough}}}}\n")
+    };
+    let route = |name: &str, section: &str, hostnames: &str| {
+        format!(
+            "---
+apiVersion: gateway.networking.k8s.io/v1
+kind: TLSRoute
+metadata: {{name: {name}, namespace: default}}
+spec:
+  parentRefs: [{{name: edge, sectionName: {section}}}]
+  hostnames: {hostnames}
+  rules: [{{backendRefs: [{{name: {name}, port: 443}}]}}]
+"
+        )
+    };
+    write_config(
+        &config_dir,
+        "gateway.yaml",
+        &format!(
+            "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: edge, namespace: default}}
+spec:
+  gatewayClassName: istio
+  listeners:
+{}{}{}{}{}{}{}{}",
+            listener("exact", ports[0], "hostname: abc.example.com, "),
+            listener("wildcard", ports[1], "hostname: '*.example.com', "),
+            listener("narrow", ports[2], "hostname: '*.sub.example.com', "),
+            listener("any", ports[3], ""),
+            // A wider route on an exact listener: the listener's name only.
+            route("a", "exact", "['*.example.com']"),
+            // An exact name inside the listener's wildcard, and one outside it.
+            route("b", "wildcard", "[foo.example.com, bar.example.org]"),
+            // A wider wildcard on a narrower one: the narrower.
+            route("c", "narrow", "['*.example.com']"),
+            // Any name on a listener without a hostname.
+            route("d", "any", "['*.example.net']"),
+        ),
+    );
+    let (_meshflow, envoy) =
+        start_gateway(&envoy_bin, &dir, &config_dir, "edge", "edge-abc", ports[0]);
+    let trust = Trust::Roots(&backend_ca.pem);
+    let connect = |port: u16, sni: &str| {
+        tls_get_sni(
+            SocketAddr::from(([127, 0, 0, 1], port)),
+            sni,
+            sni,
+            "/",
+            trust,
+            &[],
+            None,
+        )
+    };
+    let reached = [
+        (ports[0], "abc.example.com", "a"),
+        (ports[1], "foo.example.com", "b"),
+        (ports[2], "x.sub.example.com", "c"),
+        (ports[3], "x.example.net", "d"),
+    ];
+    for (port, sni, backend) in reached {
+        let mut last = Err("not tried".to_string());
+        let ok = support::wait_until(support::CONVERGE_TIMEOUT, || {
+            last = connect(port, sni);
+            last.as_ref()
+                .is_ok_and(|(r, _)| r.ends_with(&format!("backend-{backend}")))
+        });
+        assert!(
+            ok,
+            "{sni} on :{port} reaches {backend}: {last:?}\n{}",
+            envoy.summary()
+        );
+    }
+    let refused = [
+        (ports[0], "other.example.com"),
+        (ports[1], "bar.example.com"),
+        (ports[1], "bar.example.org"),
+        (ports[2], "y.example.com"),
+        (ports[3], "x.example.com"),
+    ];
+    for (port, sni) in refused {
+        let got = connect(port, sni);
+        assert!(
+            got.is_err(),
+            "{sni} on :{port} is outside every intersection: {got:?}"
+        );
+    }
+    for b in &backends {
+        assert!(b.requests_served() > 0, "each backend answered");
     }
     assert_eq!(envoy.rejected_updates(), 0, "{}", envoy.summary());
 }

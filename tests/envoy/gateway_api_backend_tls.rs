@@ -5,7 +5,8 @@
 //! the certificate does not carry, or whose CA is missing, empty or another one, makes
 //! requests fail — never plaintext, never unverified (the conformance cases
 //! BackendTLSPolicy, BackendTLSPolicySANValidation, BackendTLSPolicyInvalidCACertificateRef,
-//! BackendTLSPolicyInvalidKind and BackendTLSPolicyConflictResolution, by traffic).
+//! BackendTLSPolicyInvalidKind, BackendTLSPolicyConflictResolution and
+//! BackendTLSPolicyTLSRouteTerminate, by traffic).
 
 use crate::gateway_api::{edge_route, start_gateway, tls_secret};
 use crate::support;
@@ -62,8 +63,10 @@ fn backend_tls_policies_originate_verified_tls_through_a_real_gateway() {
     };
     write_config(&config_dir, "service.yaml", &service.with_endpoints(&[&ip]));
     // Gateway `edge`: an HTTP listener, and an HTTPS one terminating with its own
-    // certificate; the route attaches to both.
+    // certificate, which the HTTPRoute attaches to; a TLS listener terminating with it too,
+    // whose TLSRoute passes the decrypted stream on to the same Service.
     let https_port = free_port();
+    let tls_listener_port = free_port();
     let gateway_ca = ca("gateway CA");
     let (gw_cert, gw_key) = leaf(&gateway_ca, &["secure.example"], None);
     write_config(
@@ -83,7 +86,16 @@ spec:
   listeners:
   - {{name: http, port: {port}, protocol: HTTP}}
   - {{name: https, port: {https_port}, protocol: HTTPS, hostname: secure.example, tls: {{certificateRefs: [{{name: gw-cert}}]}}}}
-{}",
+  - {{name: tls, port: {tls_listener_port}, protocol: TLS, hostname: secure.example, tls: {{mode: Terminate, certificateRefs: [{{name: gw-cert}}]}}}}
+{}---
+apiVersion: gateway.networking.k8s.io/v1
+kind: TLSRoute
+metadata: {{name: secure-tls, namespace: default}}
+spec:
+  parentRefs: [{{name: edge, sectionName: tls}}]
+  hostnames: [secure.example]
+  rules: [{{backendRefs: [{{name: secure, port: 443}}]}}]
+",
             edge_route("secure", "  - backendRefs: [{name: secure, port: 443}]\n")
         ),
     );
@@ -124,22 +136,30 @@ spec:
     let r = get().expect("a request");
     assert_eq!(r.text(), "tls-backend");
     assert_eq!(r.header("x-echo-sni"), Some("abc.example.com"));
-    // Through the HTTPS listener too: TLS terminated at the gateway, originated again.
-    let https = SocketAddr::from(([127, 0, 0, 1], https_port));
-    let (response, _) = tls_get_path(
-        https,
-        "secure.example",
-        "/",
-        Trust::Roots(&gateway_ca.pem),
-        &[],
-        None,
-    )
-    .unwrap_or_else(|e| panic!("HTTPS through the gateway: {e}\n{}", envoy.summary()));
-    assert!(response.contains("tls-backend"), "{response}");
-    assert!(
-        response.contains("x-echo-sni: abc.example.com"),
-        "{response}"
-    );
+    // Through the HTTPS listener too: TLS terminated at the gateway, originated again; and
+    // through the terminating TLS listener and its TLSRoute, whose decrypted stream is
+    // encrypted again under the policy (BackendTLSPolicyTLSRouteTerminate).
+    for (what, listener) in [("HTTPS", https_port), ("a TLSRoute", tls_listener_port)] {
+        let addr = SocketAddr::from(([127, 0, 0, 1], listener));
+        let mut last = Err("not tried".to_string());
+        let reached = support::wait_until(support::CONVERGE_TIMEOUT, || {
+            last = tls_get_path(
+                addr,
+                "secure.example",
+                "/",
+                Trust::Roots(&gateway_ca.pem),
+                &[],
+                None,
+            );
+            last.as_ref().is_ok_and(|(r, _)| r.contains("tls-backend"))
+        });
+        assert!(reached, "{what}: {last:?}\n{}", envoy.summary());
+        let (response, _) = last.expect("a response");
+        assert!(
+            response.contains("x-echo-sni: abc.example.com"),
+            "{what}: {response}"
+        );
+    }
 
     // A hostname the certificate does not name: the handshake is refused, nothing served.
     set_policy(&format!("{refs}, hostname: other.example.com"));

@@ -72,14 +72,23 @@ fn conditions(verdict: &TargetVerdict, ca: &CaVerdict, generation: Option<i64>) 
     [accepted, resolved]
 }
 
-/// The desired status of every BackendTLSPolicy among `objects`, into `out`; `gateways`:
-/// the Gateways meshflow serves, by (namespace, name).
+/// The desired status of every BackendTLSPolicy among `objects` (all the Gateway API's
+/// objects, as [`super::gateway_status::desired`] takes them), into `out`.
 pub(super) fn policy_statuses(
     objects: &[(&GatewayApiObject, Option<i64>, Option<&Value>)],
     known: &Known,
-    gateways: &BTreeMap<(&str, &str), &KubeGateway>,
     out: &mut BTreeMap<ConfigKey, Value>,
 ) {
+    // The Gateways of the classes meshflow owns, by (namespace, name).
+    let gateways: BTreeMap<(&str, &str), &KubeGateway> = objects
+        .iter()
+        .filter_map(|(o, _, _)| match o {
+            GatewayApiObject::Gateway(g) if g.owned() => {
+                Some(((g.key.namespace.as_str(), g.key.name.as_str()), g))
+            }
+            _ => None,
+        })
+        .collect();
     let policies: Vec<&BackendTlsPolicy> = objects
         .iter()
         .filter_map(|(o, _, _)| match o {
@@ -194,5 +203,231 @@ pub(super) fn policy_statuses(
         ancestors.extend(ours);
         ancestors.truncate(MAX_ANCESTORS);
         out.insert(p.key.clone(), json!({ "ancestors": ancestors }));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::gateway_status::tests::{condition_of, read_files};
+    use super::super::gateway_status::Known;
+    use dataflows::model::{ConfigKey, GatewayApiObject, Kind};
+    use serde_json::Value;
+    use std::collections::BTreeMap;
+
+    /// The policies' desired status.
+    fn statuses(
+        objects: &[(&GatewayApiObject, Option<i64>, Option<&Value>)],
+        known: &Known,
+    ) -> BTreeMap<ConfigKey, Value> {
+        let mut out = BTreeMap::new();
+        super::policy_statuses(objects, known, &mut out);
+        out
+    }
+
+    /// BackendTLSPolicy's status cases, from files: BackendTLSPolicy (Accepted and
+    /// ResolvedRefs at the Gateway whose route sends to the Service, and at the Service),
+    /// BackendTLSPolicyConflictResolution (the older of two on one target Conflicted, a
+    /// sectioned policy beside an unsectioned one both Accepted),
+    /// BackendTLSPolicyInvalidCACertificateRef (a missing ConfigMap, one without `ca.crt`),
+    /// BackendTLSPolicyInvalidKind, and BackendTLSPolicyObservedGenerationBump (every
+    /// condition carries the generation it was judged at); a section the Service lacks is
+    /// TargetNotFound.
+    #[test]
+    fn backend_tls_policy_conformance_cases_from_files() {
+        let ca = rcgen::KeyPair::generate().expect("a key");
+        let pem = rcgen::CertificateParams::new(vec!["ca.example".into()])
+            .expect("params")
+            .self_signed(&ca)
+            .expect("a certificate")
+            .pem();
+        let indent: String = pem.lines().map(|l| format!("    {l}\n")).collect();
+        let policy = |name: &str, created: &str, section: &str, cm: &str, kind: &str| {
+            format!(
+                "---
+apiVersion: gateway.networking.k8s.io/v1
+kind: BackendTLSPolicy
+metadata: {{name: {name}, namespace: infra, creationTimestamp: '{created}'}}
+spec:
+  targetRefs: [{{group: '', kind: Service, name: tls-backend{section}}}]
+  validation:
+    caCertificateRefs: [{{group: '', kind: {kind}, name: {cm}}}]
+    hostname: abc.example.com
+"
+            )
+        };
+        let yaml = [
+            format!(
+                "apiVersion: v1
+kind: ConfigMap
+metadata: {{name: ca, namespace: infra}}
+data:
+  ca.crt: |
+{indent}---
+apiVersion: v1
+kind: ConfigMap
+metadata: {{name: empty, namespace: infra}}
+data: {{}}
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: tls-backend, namespace: infra}}
+spec:
+  ports: [{{name: https-1, port: 443}}, {{name: https-2, port: 8443}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: same-namespace, namespace: infra}}
+spec:
+  gatewayClassName: istio
+  listeners: [{{name: http, port: 80, protocol: HTTP}}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: to-tls, namespace: infra}}
+spec:
+  parentRefs: [{{name: same-namespace}}]
+  rules: [{{backendRefs: [{{name: tls-backend, port: 443}}]}}]
+"
+            ),
+            policy(
+                "conflicted-1",
+                "2026-01-01T00:00:00Z",
+                "",
+                "ca",
+                "ConfigMap",
+            ),
+            policy(
+                "conflicted-2",
+                "2026-01-01T00:00:00Z",
+                "",
+                "ca",
+                "ConfigMap",
+            ),
+            policy(
+                "sectioned",
+                "2026-01-02T00:00:00Z",
+                ", sectionName: https-1",
+                "ca",
+                "ConfigMap",
+            ),
+            policy(
+                "missing-cm",
+                "2026-01-03T00:00:00Z",
+                ", sectionName: https-2",
+                "nothing",
+                "ConfigMap",
+            ),
+            policy(
+                "no-section",
+                "2026-01-03T00:00:00Z",
+                ", sectionName: https-9",
+                "ca",
+                "ConfigMap",
+            ),
+        ]
+        .concat();
+        let (_, objects, known) = read_files("backend-tls-policies", &yaml);
+        let with_generation: Vec<_> = objects.iter().map(|o| (o, Some(4), None)).collect();
+        let status = statuses(&with_generation, &known);
+        let ancestors = |name: &str| -> Vec<Value> {
+            let key = ConfigKey::new(Kind::BackendTlsPolicy, "infra", name);
+            status[&key]["ancestors"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        };
+        let at = |name: &str, kind: &str| -> Value {
+            ancestors(name)
+                .into_iter()
+                .find(|a| a["ancestorRef"]["kind"] == kind)
+                .unwrap_or(Value::Null)
+        };
+        let pair = |s: &str, r: &str| (s.to_string(), r.to_string());
+        for kind in ["Gateway", "Service"] {
+            let a = at("conflicted-1", kind);
+            assert_eq!(
+                condition_of(&a, "Accepted"),
+                pair("True", "Accepted"),
+                "{a:#}"
+            );
+            assert_eq!(
+                condition_of(&a, "ResolvedRefs"),
+                pair("True", "ResolvedRefs")
+            );
+            let b = at("conflicted-2", kind);
+            assert_eq!(
+                condition_of(&b, "Accepted"),
+                pair("False", "Conflicted"),
+                "{b:#}"
+            );
+            let s = at("sectioned", kind);
+            assert_eq!(
+                condition_of(&s, "Accepted"),
+                pair("True", "Accepted"),
+                "{s:#}"
+            );
+        }
+        let gw = at("conflicted-1", "Gateway");
+        assert_eq!(gw["ancestorRef"]["name"], "same-namespace");
+        assert_eq!(gw["controllerName"], "istio.io/gateway-controller");
+        assert_eq!(
+            at("sectioned", "Service")["ancestorRef"]["sectionName"],
+            "https-1"
+        );
+        let missing = at("missing-cm", "Service");
+        assert_eq!(
+            condition_of(&missing, "Accepted"),
+            pair("False", "NoValidCACertificate")
+        );
+        assert_eq!(
+            condition_of(&missing, "ResolvedRefs"),
+            pair("False", "InvalidCACertificateRef")
+        );
+        let none = at("no-section", "Service");
+        assert_eq!(
+            condition_of(&none, "Accepted"),
+            pair("False", "TargetNotFound"),
+            "{none:#}"
+        );
+        // Every condition carries the generation it was judged at.
+        for a in ancestors("conflicted-1") {
+            for c in a["conditions"].as_array().expect("conditions") {
+                assert_eq!(c["observedGeneration"], 4, "{c:#}");
+            }
+        }
+        // A ConfigMap without ca.crt, and a reference of an invalid kind.
+        let yaml = yaml.replace("name: nothing", "name: empty");
+        let (_, objects, known) = read_files("backend-tls-policies-2", &yaml);
+        let with_generation: Vec<_> = objects.iter().map(|o| (o, Some(5), None)).collect();
+        let status = statuses(&with_generation, &known);
+        let key = ConfigKey::new(Kind::BackendTlsPolicy, "infra", "missing-cm");
+        let a = &status[&key]["ancestors"][0];
+        assert_eq!(
+            condition_of(a, "ResolvedRefs"),
+            pair("False", "InvalidCACertificateRef"),
+            "{a:#}"
+        );
+        assert!(
+            a.to_string()
+                .contains("ConfigMap infra/empty has no ca.crt"),
+            "{a:#}"
+        );
+        let yaml = yaml.replace(
+            "kind: ConfigMap, name: empty",
+            "kind: InvalidKind, name: empty",
+        );
+        let (_, objects, known) = read_files("backend-tls-policies-3", &yaml);
+        let with_generation: Vec<_> = objects.iter().map(|o| (o, Some(5), None)).collect();
+        let status = statuses(&with_generation, &known);
+        let a = &status[&key]["ancestors"][0];
+        assert_eq!(
+            condition_of(a, "Accepted"),
+            pair("False", "NoValidCACertificate")
+        );
+        assert_eq!(
+            condition_of(a, "ResolvedRefs"),
+            pair("False", "InvalidKind"),
+            "{a:#}"
+        );
     }
 }

@@ -373,6 +373,7 @@ impl Session {
             }
         }
         let mut desired = gateway_status::desired(&objects, &known);
+        super::backend_tls_status::policy_statuses(&objects, &known, &mut desired);
         for (resource, seen) in &api {
             if let Some(status) = desired.remove(seen.key) {
                 out.insert(
