@@ -23,6 +23,8 @@ const NET: u8 = 176;
 const CORS_NET: u8 = 177;
 /// The weights test's loopback /24.
 const WEIGHT_NET: u8 = 178;
+/// The hostname intersection test's loopback /24.
+const INTERSECTION_NET: u8 = 189;
 
 /// Waits until `GET /` for `host` through `addr` answers 200.
 fn await_served(addr: SocketAddr, host: &str, envoy: &support::Envoy) {
@@ -538,5 +540,137 @@ fn http_route_weights_split_real_requests_in_proportion() {
     assert!((share(got[0]) - 0.7).abs() < 0.12, "v1 {got:?}");
     assert!((share(got[1]) - 0.3).abs() < 0.12, "v2 {got:?}");
     assert_eq!(got[2], 0, "weight 0 takes nothing: {got:?}");
+    assert_eq!(envoy.rejected_updates(), 0, "{}", envoy.summary());
+}
+
+/// Proves HTTPRouteHostnameIntersection's traffic through a real Envoy gateway: three HTTP
+/// listeners on one port (an exact hostname and two wildcards), routes whose hostnames are
+/// partly inside and partly outside them (specific in specific, specific in wildcard,
+/// wildcard in specific, wildcard in wildcard); each request is answered by the route whose
+/// hostnames intersect its listener's, `Host` with the port too; a host outside every
+/// intersection — among them a wildcard's bare parent, which `*.` does not cover — gets 404,
+/// and so does a route none of whose hostnames intersects (its status half is
+/// `gateway_status`'s `hostname_intersection_conformance_case_from_files`).
+#[test]
+fn http_routes_take_the_intersection_of_their_hostnames_and_the_listeners() {
+    let envoy_bin = require_envoy!();
+    let dir = TestDir::new("envoy-gateway-api-hostname-intersection");
+    let config_dir = dir.subdir("config");
+    let port = free_port();
+    let reviews = Reviews::new(INTERSECTION_NET, 9080, &config_dir);
+    let _backends: Vec<_> = ["v1", "v2", "v3"]
+        .iter()
+        .map(|v| reviews.start_backend(v))
+        .collect();
+    reviews.write_pods(&["v1", "v2", "v3"]);
+    write_config(
+        &config_dir,
+        "services.yaml",
+        &["v1", "v2", "v3"]
+            .iter()
+            .map(|v| version_service(&reviews, v))
+            .collect::<Vec<_>>()
+            .join("---\n"),
+    );
+    let route = |name: &str, hostnames: &str, prefix: &str, version: &str| {
+        format!(
+            "---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: {name}, namespace: default}}
+spec:
+  parentRefs: [{{name: edge}}]
+  hostnames: {hostnames}
+  rules:
+  - matches: [{{path: {{type: PathPrefix, value: {prefix}}}}}]
+    backendRefs: [{{name: reviews-{version}, port: 9080}}]
+"
+        )
+    };
+    let listener = |name: &str, hostname: &str| {
+        format!("  - {{name: {name}, port: {port}, protocol: HTTP, hostname: '{hostname}'}}\n")
+    };
+    write_config(
+        &config_dir,
+        "gateway.yaml",
+        &format!(
+            "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: edge, namespace: default}}
+spec:
+  gatewayClassName: istio
+  listeners:
+{}{}{}{}",
+            listener("exact", "api.shop.example"),
+            listener("apps", "*.apps.example"),
+            listener("other", "*.other.example"),
+            [
+                route(
+                    "specific-in-specific",
+                    "[non.matching.example, '*.nomatch.example', api.shop.example]",
+                    "/s1",
+                    "v1"
+                ),
+                route(
+                    "specific-in-wildcard",
+                    "[non.matching.example, apps.example, foo.apps.example, bar.apps.example, foo.bar.apps.example]",
+                    "/s2",
+                    "v2"
+                ),
+                route(
+                    "wildcard-in-specific",
+                    "[non.matching.example, '*.shop.example']",
+                    "/s3",
+                    "v3"
+                ),
+                route("wildcard-in-wildcard", "['*.other.example']", "/s4", "v1"),
+                route(
+                    "no-intersection",
+                    "[wrong.shop.example.net, apps.example]",
+                    "/s5",
+                    "v2"
+                ),
+            ]
+            .concat()
+        ),
+    );
+    let (_meshflow, envoy) = start_gateway(&envoy_bin, &dir, &config_dir, "edge", "edge-abc", port);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let ask = |host: &str, path: &str| {
+        let r = support::http_request(addr, "GET", host, path, &[])
+            .unwrap_or_else(|e| panic!("{host}{path}: {e}"));
+        if r.status == 200 {
+            r.text()
+        } else {
+            r.status.to_string()
+        }
+    };
+    // Every route is in one push: once one is served, all are.
+    let served = support::wait_until(support::CONVERGE_TIMEOUT, || {
+        ask("x.other.example", "/s4") == "reviews-v1"
+    });
+    assert!(served, "the routes are not served\n{}", envoy.summary());
+    let with_port = format!("api.shop.example:{port}");
+    let cases: &[(&str, &str, &str)] = &[
+        ("api.shop.example", "/s1", "reviews-v1"),
+        (&with_port, "/s1", "reviews-v1"),
+        ("api.shop.example", "/s3", "reviews-v3"),
+        ("foo.apps.example", "/s2", "reviews-v2"),
+        ("bar.apps.example", "/s2", "reviews-v2"),
+        ("foo.bar.apps.example", "/s2", "reviews-v2"),
+        ("x.other.example", "/s4", "reviews-v1"),
+        // Outside every intersection.
+        ("non.matching.example", "/s1", "404"),
+        ("x.nomatch.example", "/s1", "404"),
+        ("apps.example", "/s2", "404"),
+        ("api.shop.example", "/s2", "404"),
+        ("foo.apps.example", "/s1", "404"),
+        ("foo.apps.example", "/s3", "404"),
+        ("wrong.shop.example.net", "/s5", "404"),
+        ("apps.example", "/s5", "404"),
+    ];
+    for (host, path, want) in cases {
+        assert_eq!(&ask(host, path), want, "{host}{path}");
+    }
     assert_eq!(envoy.rejected_updates(), 0, "{}", envoy.summary());
 }

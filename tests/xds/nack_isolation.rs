@@ -66,8 +66,15 @@ async fn follow(c: &mut DeltaClient, quiet: Duration) {
         c.subscribe(RDS, &["9080".to_string()], HashMap::new())
             .await;
     }
+    // Quiet counts from the first answer: on a busy machine the first push may take longer
+    // than `quiet` itself, and a client that stopped before it would hold nothing.
+    let deadline = tokio::time::Instant::now() + crate::support::CONVERGE_TIMEOUT;
     loop {
         let got = c.drain(quiet).await;
+        let nothing_yet = !c.held.contains_key(CDS) && c.nacks == 0;
+        if got.is_empty() && nothing_yet && tokio::time::Instant::now() < deadline {
+            continue;
+        }
         let eds: Vec<String> = c
             .names(CDS)
             .into_iter()

@@ -133,7 +133,12 @@ fn backend_tls_rules<'s>(
                     cas.iter()
                         .find(|(k, _)| **k == p.key)
                         .map(|(_, c)| (*c).clone())
-                        .unwrap_or(backend_tls::CaVerdict::System)
+                        // Every policy comes with its CA; were one not to, it fails closed.
+                        .unwrap_or_else(|| backend_tls::CaVerdict::None {
+                            accepted_reason: "NoValidCACertificate".into(),
+                            resolved_reason: None,
+                            why: "its CA is not known".into(),
+                        })
                 },
                 &domain,
             );

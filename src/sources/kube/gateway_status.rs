@@ -1791,4 +1791,80 @@ spec: {controllerName: example.net/nginx}
         }
         assert!(!status.contains_key(&ConfigKey::new(Kind::GatewayClass, "", "nginx")));
     }
+
+    /// HTTPRouteHostnameIntersection's status half, from files: three HTTP listeners on one
+    /// port (an exact hostname, two wildcards); the routes whose hostnames intersect a
+    /// listener's are Accepted and counted on that listener only (2, 1, 1: a route counts
+    /// where it intersects), the one that intersects none is Accepted=False with
+    /// NoMatchingListenerHostname. Its traffic half is the real-Envoy test
+    /// `http_routes_take_the_intersection_of_their_hostnames_and_the_listeners`.
+    #[test]
+    fn hostname_intersection_conformance_case_from_files() {
+        let route = |name: &str, hostnames: &str| {
+            format!(
+                "---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: {name}, namespace: default}}
+spec:
+  parentRefs: [{{name: edge}}]
+  hostnames: {hostnames}
+  rules: [{{backendRefs: [{{name: web, port: 80}}]}}]
+"
+            )
+        };
+        let yaml = [
+            "apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: edge, namespace: default}
+spec:
+  gatewayClassName: istio
+  listeners:
+  - {name: exact, port: 80, protocol: HTTP, hostname: api.shop.example}
+  - {name: apps, port: 80, protocol: HTTP, hostname: '*.apps.example'}
+  - {name: other, port: 80, protocol: HTTP, hostname: '*.other.example'}
+"
+            .to_string(),
+            route(
+                "specific-in-specific",
+                "[non.matching.example, '*.nomatch.example', api.shop.example]",
+            ),
+            route(
+                "specific-in-wildcard",
+                "[non.matching.example, apps.example, foo.apps.example, foo.bar.apps.example]",
+            ),
+            route(
+                "wildcard-in-specific",
+                "[non.matching.example, '*.shop.example']",
+            ),
+            route("wildcard-in-wildcard", "['*.other.example']"),
+            route("no-intersection", "[wrong.shop.example.net, apps.example]"),
+        ]
+        .concat();
+        let (_, objects, known) = read_files("hostname-intersection", &yaml);
+        let with_generation: Vec<_> = objects.iter().map(|o| (o, Some(1), None)).collect();
+        let status = desired(&with_generation, &known);
+        let gateway = &status[&ConfigKey::new(Kind::KubernetesGateway, "default", "edge")];
+        let counts: Vec<Value> = ["exact", "apps", "other"]
+            .iter()
+            .map(|l| named(&gateway["listeners"], l)["attachedRoutes"].clone())
+            .collect();
+        assert_eq!(counts, [json!(2), json!(1), json!(1)], "{gateway:#}");
+        let accepted = |name: &str| {
+            let route = &status[&ConfigKey::new(Kind::HttpRoute, "default", name)];
+            condition_of(&route["parents"][0], "Accepted")
+        };
+        for name in [
+            "specific-in-specific",
+            "specific-in-wildcard",
+            "wildcard-in-specific",
+            "wildcard-in-wildcard",
+        ] {
+            assert_eq!(accepted(name), ("True".into(), "Accepted".into()), "{name}");
+        }
+        assert_eq!(
+            accepted("no-intersection"),
+            ("False".into(), "NoMatchingListenerHostname".into())
+        );
+    }
 }
