@@ -78,7 +78,7 @@ fn the_older_policy_wins_and_a_ports_policy_goes_before_the_services() {
     let (port, entry) = &tp.port_level[0];
     assert_eq!(*port, 9080);
     assert_eq!(
-        entry.tls.as_ref().unwrap().sni.as_deref(),
+        entry.tls.as_ref().expect("the port's TLS").sni.as_deref(),
         Some("s.example.com")
     );
     // Same creation time: the name decides.
@@ -186,8 +186,14 @@ fn the_ca_resolves_to_a_bundle_the_system_or_a_reason() {
         |p| resolve_ca(p, |_| None),
         DOMAIN,
     );
-    let tls = rule.unwrap().traffic_policy.unwrap().tls.unwrap();
-    assert!(tls.unusable.as_deref().unwrap().contains("does not exist"));
+    let tls = rule
+        .and_then(|r| r.traffic_policy)
+        .and_then(|p| p.tls)
+        .expect("the policy's TLS");
+    assert!(tls
+        .unusable
+        .as_deref()
+        .is_some_and(|u| u.contains("does not exist")));
     assert!(
         errors[0].message.starts_with("NoValidCACertificate:"),
         "{}",
@@ -207,7 +213,7 @@ fn a_written_rule_goes_first_and_the_policy_fills_its_tls() {
         bundle,
         DOMAIN,
     );
-    let from_policy = rule.unwrap();
+    let from_policy = rule.expect("a rule");
     let written = |tp: TrafficPolicy| DestinationRule {
         key: ConfigKey::new(Kind::DestinationRule, "default", "z-written"),
         host: HOST.into(),
@@ -231,13 +237,13 @@ fn a_written_rule_goes_first_and_the_policy_fills_its_tls() {
     let (_, rule, from) = merged
         .iter()
         .find(|(e, _, _)| e.index == DrIndex::Exported)
-        .unwrap();
+        .expect("the exported entry");
     assert_eq!(rule.key, user.key, "the written rule is the entry");
     assert_eq!(from, &vec![user.key.clone(), from_policy.key.clone()]);
-    let tp = rule.traffic_policy.as_ref().unwrap();
+    let tp = rule.traffic_policy.as_ref().expect("a policy");
     assert_eq!(tp.load_balancer, Some(LoadBalancer::Random));
     assert_eq!(
-        tp.tls.as_ref().unwrap().sni.as_deref(),
+        tp.tls.as_ref().expect("TLS").sni.as_deref(),
         Some("p.example.com")
     );
     assert_eq!(
@@ -255,7 +261,7 @@ fn a_written_rule_goes_first_and_the_policy_fills_its_tls() {
         ..Default::default()
     });
     let merged = consolidate_drs(&[&from_policy, &disabled]);
-    let tp = merged[0].1.traffic_policy.as_ref().unwrap();
+    let tp = merged[0].1.traffic_policy.as_ref().expect("a policy");
     assert!(tp.tls.is_none() && tp.tls_disabled);
     let warnings = dr_merge_warnings(&[&from_policy, &disabled]);
     assert_eq!(warnings.len(), 1);

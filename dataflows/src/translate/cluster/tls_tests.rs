@@ -547,7 +547,7 @@ fn backend_tls_policy_tls_is_inline_or_fails_closed() {
         .expect("the service's cluster");
     let tls = tls.as_ref().expect("TLS");
     assert_eq!(tls.sni, "abc.example.com");
-    let common = tls.common_tls_context.as_ref().unwrap();
+    let common = tls.common_tls_context.as_ref().expect("a common context");
     let Some(ValidationContextType::ValidationContext(v)) = &common.validation_context_type else {
         panic!("an inline validation context: {common:?}");
     };

@@ -874,8 +874,7 @@ fn backend_tls_policies_are_read_and_invalid_ones_name_the_field() {
     assert!(b
         .invalid
         .as_deref()
-        .unwrap()
-        .contains("vendor.example/roots"));
+        .is_some_and(|w| w.contains("vendor.example/roots")));
     for (edit, field) in [
         (
             POLICY.replace("  - {group: '', kind: Service, name: cart, sectionName: https}\n", ""),
@@ -945,5 +944,5 @@ fn config_maps_are_read_as_ca_bundles() {
         (None, Some("has an empty ca.crt".into()))
     );
     let (ca, problem) = cm("data: {ca.crt: not a certificate}\n");
-    assert!(ca.is_none() && problem.unwrap().contains("ca.crt"));
+    assert!(ca.is_none() && problem.is_some_and(|p| p.contains("ca.crt")));
 }
