@@ -315,7 +315,8 @@ pub fn rules_for_host(
     let rule = DestinationRule {
         key: rule_key(named, host, domain_suffix),
         host: host.to_string(),
-        export_to: Vec::new(),
+        // Everywhere, whatever the mesh's default: every client must originate it.
+        export_to: vec!["*".into()],
         traffic_policy: Some(TrafficPolicy {
             tls: whole.map(|(_, t)| t),
             port_level: ports,

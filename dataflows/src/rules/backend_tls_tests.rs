@@ -272,3 +272,65 @@ fn a_written_rule_goes_first_and_the_policy_fills_its_tls() {
         warnings[0].message
     );
 }
+
+/// Whatever a written rule's `exportTo`, its entries take the policy's TLS (a rule the
+/// policy's rule did not merge into would otherwise send plaintext to its proxies), down
+/// to a subset's port entry, which replaces the settings above it whole; the policy's rule
+/// is exported everywhere, whatever the mesh's default.
+#[test]
+fn every_written_entry_takes_the_policys_tls_down_to_subset_ports() {
+    let (rule, _) = rules_for_host(
+        HOST,
+        Some(&reviews()),
+        &[&policy("p", "", None)],
+        bundle,
+        DOMAIN,
+    );
+    let from_policy = rule.expect("a rule");
+    assert_eq!(from_policy.export_to, vec!["*".to_string()]);
+    let user = DestinationRule {
+        key: ConfigKey::new(Kind::DestinationRule, "default", "local"),
+        host: HOST.into(),
+        export_to: vec![".".into()],
+        traffic_policy: None,
+        subsets: vec![Subset {
+            name: "v1".into(),
+            labels: Labels::new(),
+            traffic_policy: Some(TrafficPolicy {
+                port_level: vec![(
+                    9080,
+                    TrafficPolicy {
+                        load_balancer: Some(LoadBalancer::Random),
+                        ..Default::default()
+                    },
+                )],
+                ..Default::default()
+            }),
+        }],
+        selector: None,
+    };
+    let merged = consolidate_drs(&[&from_policy, &user]);
+    let written: Vec<_> = merged
+        .iter()
+        .filter(|(_, r, _)| r.key == user.key)
+        .collect();
+    assert!(!written.is_empty());
+    for (_, rule, from) in written {
+        assert!(from.contains(&from_policy.key), "{from:?}");
+        let tp = rule.traffic_policy.as_ref().expect("the policy's");
+        assert_eq!(
+            tp.tls.as_ref().and_then(|t| t.sni.as_deref()),
+            Some("p.example.com")
+        );
+        let sub = rule.subsets[0]
+            .traffic_policy
+            .as_ref()
+            .expect("the subset's");
+        let (_, port) = &sub.port_level[0];
+        assert_eq!(port.load_balancer, Some(LoadBalancer::Random));
+        assert_eq!(
+            port.tls, tp.tls,
+            "the subset's port entry takes the policy's TLS"
+        );
+    }
+}

@@ -92,6 +92,17 @@ fn merge_run(rules: &[&DestinationRule]) -> Vec<MergedDr> {
     let mut out: Vec<MergedDr> = Vec::new();
     for r in rules {
         let export = dr_export_set(r);
+        // A BackendTLSPolicy's rule (they sort after the written ones) fills the TLS of
+        // every written entry of the host, whatever its `exportTo` or selector — a written
+        // rule that did not take it would send plaintext to its proxies — and is an entry
+        // of its own only where there is none.
+        if r.key.kind == Kind::BackendTlsPolicy && !out.is_empty() {
+            for (_, merged, from) in out.iter_mut() {
+                fill_policy_tls(merged, r);
+                from.push(r.key.clone());
+            }
+            continue;
+        }
         let mut append = true;
         for (entry_export, merged, from) in out.iter_mut() {
             // Istio's test, entry by entry: the last comparison decides whether the rule
@@ -145,19 +156,36 @@ fn fill_policy_tls(merged: &mut DestinationRule, policy: &DestinationRule) {
             }
         }
     }
-    if from.tls.is_some() {
-        if !into.sets_tls() {
-            into.tls = from.tls.clone();
-        }
-        // A written port entry replaces the rule's settings whole: one that leaves `tls`
-        // unset would send plaintext where the policy requires TLS.
-        for (port, e) in into.port_level.iter_mut() {
-            if !e.sets_tls() && !from.port_level.iter().any(|(p, _)| p == port) {
-                e.tls = from.tls.clone();
-            }
+    if from.tls.is_some() && !into.sets_tls() {
+        into.tls = from.tls.clone();
+    }
+    // A written port entry replaces the settings above it whole, the rule's and a
+    // subset's: one that leaves `tls` unset would send plaintext where the policy requires
+    // TLS. Each takes the policy's TLS for its port.
+    let tls_at = |port: u16| {
+        from.port_level
+            .iter()
+            .find(|(p, _)| *p == port)
+            .and_then(|(_, e)| e.tls.clone())
+            .or_else(|| from.tls.clone())
+    };
+    for (port, e) in into.port_level.iter_mut() {
+        if !e.sets_tls() {
+            e.tls = tls_at(*port);
         }
     }
     into.port_level.sort_by_key(|(p, _)| *p);
+    for sub in &mut merged.subsets {
+        for (port, e) in sub
+            .traffic_policy
+            .iter_mut()
+            .flat_map(|tp| tp.port_level.iter_mut())
+        {
+            if !e.sets_tls() {
+                e.tls = tls_at(*port);
+            }
+        }
+    }
 }
 
 /// Where a BackendTLSPolicy's rule merged into `merged` is not in effect, because the
@@ -173,10 +201,32 @@ pub fn policy_tls_overridden(merged: &DestinationRule, policy: &DestinationRule)
     if from.tls.is_some() && into.tls != from.tls {
         out.push("the whole Service".to_string());
     }
-    for (port, entry) in &from.port_level {
-        let held = into.port_level.iter().find(|(p, _)| p == port);
-        if held.is_some_and(|(_, e)| e.tls != entry.tls) {
+    for (port, e) in &into.port_level {
+        let wanted = from
+            .port_level
+            .iter()
+            .find(|(p, _)| p == port)
+            .map(|(_, w)| &w.tls)
+            .unwrap_or(&from.tls);
+        if wanted.is_some() && e.tls != *wanted {
             out.push(format!("port {port}"));
+        }
+    }
+    for sub in &merged.subsets {
+        for (port, e) in sub
+            .traffic_policy
+            .iter()
+            .flat_map(|tp| tp.port_level.iter())
+        {
+            let wanted = from
+                .port_level
+                .iter()
+                .find(|(p, _)| p == port)
+                .map(|(_, w)| &w.tls)
+                .unwrap_or(&from.tls);
+            if wanted.is_some() && e.tls != *wanted {
+                out.push(format!("subset {} port {port}", sub.name));
+            }
         }
     }
     out
@@ -202,18 +252,24 @@ pub fn consolidate_drs(
     sorted.sort_by(|a, b| merge_order(a, b));
     let mut out = Vec::new();
     for index in [DrIndex::Local, DrIndex::Exported, DrIndex::RootLocal] {
+        let in_index = |r: &DestinationRule| {
+            let export = dr_export_set(r);
+            let ns = r.key.namespace.as_str();
+            match index {
+                DrIndex::Local => dr_local(&export, ns),
+                DrIndex::Exported => !dr_private_only(&export, ns),
+                DrIndex::RootLocal => dr_private_only(&export, ns),
+            }
+        };
+        // A BackendTLSPolicy's rule also fills the written entries of an index its own
+        // export does not reach: every entry of the host must originate its TLS.
+        let written = sorted
+            .iter()
+            .any(|r| r.key.kind != Kind::BackendTlsPolicy && in_index(r));
         let held: Vec<&DestinationRule> = sorted
             .iter()
             .copied()
-            .filter(|r| {
-                let export = dr_export_set(r);
-                let ns = r.key.namespace.as_str();
-                match index {
-                    DrIndex::Local => dr_local(&export, ns),
-                    DrIndex::Exported => !dr_private_only(&export, ns),
-                    DrIndex::RootLocal => dr_private_only(&export, ns),
-                }
-            })
+            .filter(|r| in_index(r) || (written && r.key.kind == Kind::BackendTlsPolicy))
             .collect();
         for (order, (export, merged, from)) in merge_run(&held).into_iter().enumerate() {
             let mut key = merged.key.clone();
@@ -263,7 +319,8 @@ pub fn dr_merge_warnings(rules: &[&DestinationRule]) -> Vec<ConfigError> {
                     object: r.key.clone(),
                     code: ErrorCode::DestinationRuleMerged,
                     message: format!(
-                        "host {}: DestinationRule {} sets its own tls, which applies instead of                          this policy's on {} (a written DestinationRule goes first, as in Istio)",
+                        "host {}: DestinationRule {} sets its own tls, which applies instead of \
+                         this policy's on {} (a written DestinationRule goes first, as in Istio)",
                         r.host,
                         names.join(", "),
                         held.join(", ")

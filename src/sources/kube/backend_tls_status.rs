@@ -179,8 +179,15 @@ pub(super) fn policy_statuses(
             }));
             if t.is_service() {
                 for gw in reached.get(&(ns, t.name.as_str())).into_iter().flatten() {
-                    // A Gateway reaching several targets shows the first one's verdict.
-                    at_gateways.entry(&gw.key).or_insert((gw, conds.clone()));
+                    // A Gateway reaching several targets shows the first one in effect
+                    // (else the first one's verdict).
+                    let in_effect = conds[0]["status"] == "True";
+                    match at_gateways.get(&gw.key) {
+                        Some((_, held)) if !in_effect || held[0]["status"] == "True" => {}
+                        _ => {
+                            at_gateways.insert(&gw.key, (gw, conds.clone()));
+                        }
+                    }
                 }
             }
         }
@@ -199,9 +206,11 @@ pub(super) fn policy_statuses(
             }));
         }
         // Entries of other controllers stay as they are, first.
+        // Ours first in what the API's limit keeps: the others' entries fill what is left.
+        ours.truncate(MAX_ANCESTORS);
         let mut ancestors = others_entries(*stored, "ancestors", &controllers);
+        ancestors.truncate(MAX_ANCESTORS - ours.len());
         ancestors.extend(ours);
-        ancestors.truncate(MAX_ANCESTORS);
         out.insert(p.key.clone(), json!({ "ancestors": ancestors }));
     }
 }
