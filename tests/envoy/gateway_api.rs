@@ -107,14 +107,23 @@ pub(crate) fn version_service(reviews: &Reviews, version: &str) -> String {
 /// Gateway `edge` of `default` (class `istio`) with one HTTP listener on `port`, then
 /// `routes` (YAML documents, each starting `---`).
 pub(crate) fn edge_gateway(port: u16, routes: &str) -> String {
+    edge_gateway_of(
+        &format!("  - {{name: http, port: {port}, protocol: HTTP}}\n"),
+        routes,
+    )
+}
+
+/// Gateway `edge` of `default` (class `istio`) with `listeners` (YAML list items, each
+/// `  - …` on a line of its own), then `rest` (YAML documents, each starting `---`).
+pub(crate) fn edge_gateway_of(listeners: &str, rest: &str) -> String {
     format!(
         "apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
 metadata: {{name: edge, namespace: default}}
 spec:
   gatewayClassName: istio
-  listeners: [{{name: http, port: {port}, protocol: HTTP}}]
-{routes}"
+  listeners:
+{listeners}{rest}"
     )
 }
 
@@ -1330,26 +1339,25 @@ spec:
     write_config(
         &config_dir,
         "gateway.yaml",
-        &format!(
-            "apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: edge, namespace: default}}
-spec:
-  gatewayClassName: istio
-  listeners:
-{}{}{}{}{}{}{}{}",
-            listener("exact", ports[0], "hostname: abc.example.com, "),
-            listener("wildcard", ports[1], "hostname: '*.example.com', "),
-            listener("narrow", ports[2], "hostname: '*.sub.example.com', "),
-            listener("any", ports[3], ""),
-            // A wider route on an exact listener: the listener's name only.
-            route("a", "exact", "['*.example.com']"),
-            // An exact name inside the listener's wildcard, and one outside it.
-            route("b", "wildcard", "[foo.example.com, bar.example.org]"),
-            // A wider wildcard on a narrower one: the narrower.
-            route("c", "narrow", "['*.example.com']"),
-            // Any name on a listener without a hostname.
-            route("d", "any", "['*.example.net']"),
+        &edge_gateway_of(
+            &[
+                listener("exact", ports[0], "hostname: abc.example.com, "),
+                listener("wildcard", ports[1], "hostname: '*.example.com', "),
+                listener("narrow", ports[2], "hostname: '*.sub.example.com', "),
+                listener("any", ports[3], ""),
+            ]
+            .concat(),
+            &[
+                // A wider route on an exact listener: the listener's name only.
+                route("a", "exact", "['*.example.com']"),
+                // An exact name inside the listener's wildcard, and one outside it.
+                route("b", "wildcard", "[foo.example.com, bar.example.org]"),
+                // A wider wildcard on a narrower one: the narrower.
+                route("c", "narrow", "['*.example.com']"),
+                // Any name on a listener without a hostname.
+                route("d", "any", "['*.example.net']"),
+            ]
+            .concat(),
         ),
     );
     let (_meshflow, envoy) =

@@ -8,7 +8,7 @@
 //! BackendTLSPolicyInvalidKind, BackendTLSPolicyConflictResolution and
 //! BackendTLSPolicyTLSRouteTerminate, by traffic).
 
-use crate::gateway_api::{edge_route, start_gateway, tls_secret};
+use crate::gateway_api::{edge_gateway_of, edge_route, start_gateway, tls_secret};
 use crate::support;
 
 use std::net::SocketAddr;
@@ -77,17 +77,15 @@ fn backend_tls_policies_originate_verified_tls_through_a_real_gateway() {
     write_config(
         &config_dir,
         "gateway.yaml",
-        &format!(
-            "apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: edge, namespace: default}}
-spec:
-  gatewayClassName: istio
-  listeners:
-  - {{name: http, port: {port}, protocol: HTTP}}
+        &edge_gateway_of(
+            &format!(
+                "  - {{name: http, port: {port}, protocol: HTTP}}
   - {{name: https, port: {https_port}, protocol: HTTPS, hostname: secure.example, tls: {{certificateRefs: [{{name: gw-cert}}]}}}}
   - {{name: tls, port: {tls_listener_port}, protocol: TLS, hostname: secure.example, tls: {{mode: Terminate, certificateRefs: [{{name: gw-cert}}]}}}}
-{}---
+"
+            ),
+            &format!(
+                "{}---
 apiVersion: gateway.networking.k8s.io/v1
 kind: TLSRoute
 metadata: {{name: secure-tls, namespace: default}}
@@ -96,7 +94,8 @@ spec:
   hostnames: [secure.example]
   rules: [{{backendRefs: [{{name: secure, port: 443}}]}}]
 ",
-            edge_route("secure", "  - backendRefs: [{name: secure, port: 443}]\n")
+                edge_route("secure", "  - backendRefs: [{name: secure, port: 443}]\n")
+            ),
         ),
     );
     write_config(

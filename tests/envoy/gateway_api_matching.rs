@@ -7,7 +7,7 @@
 //! the path, host and `x-` headers they received.
 
 use crate::gateway_api::{
-    edge_gateway, edge_route as route, reviews_v1, start_gateway, version_service,
+    edge_gateway, edge_gateway_of, edge_route as route, reviews_v1, start_gateway, version_service,
 };
 use crate::gateway_api_resilience::await_status;
 use crate::support;
@@ -593,18 +593,14 @@ spec:
     write_config(
         &config_dir,
         "gateway.yaml",
-        &format!(
-            "apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: edge, namespace: default}}
-spec:
-  gatewayClassName: istio
-  listeners:
-{}{}{}{}",
-            listener("exact", "api.shop.example"),
-            listener("apps", "*.apps.example"),
-            listener("other", "*.other.example"),
-            [
+        &edge_gateway_of(
+            &[
+                listener("exact", "api.shop.example"),
+                listener("apps", "*.apps.example"),
+                listener("other", "*.other.example"),
+            ]
+            .concat(),
+            &[
                 route(
                     "specific-in-specific",
                     "[non.matching.example, '*.nomatch.example', api.shop.example]",
