@@ -243,6 +243,8 @@ pub fn k8s_gateway(mesh: &MeshConfig) -> gateway_api::KubeGateway {
         }],
         refused: vec![],
         invalid_parameters: None,
+        allowed_listeners: gateway_api::AllowedListeners::None,
+        sets: vec![],
     }
 }
 

@@ -18,6 +18,25 @@ pub struct GatewaySpec {
     pub gateway_class_name: String,
     pub listeners: Vec<Listener>,
     pub infrastructure: Option<GatewayInfrastructure>,
+    pub allowed_listeners: Option<AllowedListeners>,
+}
+
+/// A Gateway's `spec.allowedListeners`: the namespaces whose ListenerSets it takes.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct AllowedListeners {
+    /// `from` (`All`, `Same`, `Selector`, `None`) and `selector`, as a listener's
+    /// `allowedRoutes.namespaces` has them.
+    pub namespaces: Option<RouteNamespaces>,
+}
+
+/// A ListenerSet's spec (v1): the Gateway it adds listeners to, and its listeners (each
+/// a Gateway listener's fields).
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ListenerSetSpec {
+    pub parent_ref: Option<ObjectRef>,
+    pub listeners: Vec<Listener>,
 }
 
 /// `spec.infrastructure`: what a provisioning implementation puts on what it creates.

@@ -578,6 +578,7 @@ fn kind_of(api_version: &str, kind: &str) -> Option<Kind> {
         (_, "ReferenceGrant") if gateway_api => Kind::ReferenceGrant,
         (_, "GatewayClass") if gateway_api => Kind::GatewayClass,
         (_, "BackendTLSPolicy") if gateway_api => Kind::BackendTlsPolicy,
+        (_, "ListenerSet") if gateway_api => Kind::ListenerSet,
         _ => return None,
     })
 }

@@ -173,7 +173,7 @@ fn invalid_regexes_and_names_are_refused() {
 
 #[test]
 fn kinds_not_served_are_listed_and_other_kinds_skipped() {
-    let text = "apiVersion: telemetry.istio.io/v1\nkind: Telemetry\nmetadata: {name: p}\nspec: {}\n---\napiVersion: networking.istio.io/v1alpha3\nkind: EnvoyFilter\nmetadata: {name: e}\n---\napiVersion: gateway.networking.k8s.io/v1\nkind: ListenerSet\nmetadata: {name: h}\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\n";
+    let text = "apiVersion: telemetry.istio.io/v1\nkind: Telemetry\nmetadata: {name: p}\nspec: {}\n---\napiVersion: networking.istio.io/v1alpha3\nkind: EnvoyFilter\nmetadata: {name: e}\n---\napiVersion: gateway.networking.k8s.io/v1alpha2\nkind: UDPRoute\nmetadata: {name: h}\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\n";
     let out = parse_file(std::path::Path::new("f.yaml"), text, &MeshConfig::default());
     assert!(out.errors.is_empty() && out.objects.is_empty());
     let kinds: Vec<&str> = out.unserved.iter().map(|(_, k)| k.as_str()).collect();
@@ -182,7 +182,7 @@ fn kinds_not_served_are_listed_and_other_kinds_skipped() {
         vec![
             "Telemetry (telemetry.istio.io/v1)",
             "EnvoyFilter (networking.istio.io/v1alpha3)",
-            "ListenerSet (gateway.networking.k8s.io/v1)",
+            "UDPRoute (gateway.networking.k8s.io/v1alpha2)",
         ]
     );
     assert_eq!(out.unserved[1].0, 6);

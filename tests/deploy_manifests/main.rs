@@ -192,6 +192,7 @@ const STATUS_WRITTEN: &[(&str, &str)] = &[
     ("gateway.networking.k8s.io", "tcproutes"),
     ("gateway.networking.k8s.io", "tlsroutes"),
     ("gateway.networking.k8s.io", "backendtlspolicies"),
+    ("gateway.networking.k8s.io", "listenersets"),
 ];
 
 /// What `serve --kube` watches, as RBAC names it.
@@ -219,6 +220,7 @@ const WATCHED: &[(&str, &str)] = &[
     ("gateway.networking.k8s.io", "tlsroutes"),
     ("gateway.networking.k8s.io", "referencegrants"),
     ("gateway.networking.k8s.io", "backendtlspolicies"),
+    ("gateway.networking.k8s.io", "listenersets"),
 ];
 
 fn one<'a>(docs: &'a [Value], kind: &str) -> &'a Value {

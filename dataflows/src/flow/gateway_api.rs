@@ -10,6 +10,7 @@ use super::Coll;
 use crate::model::*;
 use crate::rules::backend_tls;
 use crate::rules::gateway_api::{self as rules, RouteContext, RouteView};
+use crate::rules::listener_set;
 use serde::{Deserialize, Serialize};
 
 /// What the Gateway API objects become.
@@ -185,12 +186,15 @@ enum Found {
     Parent(KubeGateway),
 }
 
-/// A Gateway, or a ReferenceGrant of a namespace its certificates are in, gathered per
+/// A Gateway, a ReferenceGrant of a namespace its (or its ListenerSets') certificates are
+/// in, a ListenerSet naming it, or the labels of such a set's Namespace, gathered per
 /// Gateway.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 enum GwPart {
     Gateway(KubeGateway),
     Grant(ReferenceGrant),
+    Set(KubeListenerSet),
+    SetNamespace(String, Labels),
 }
 
 pub(super) fn translate<'s>(
@@ -206,48 +210,94 @@ pub(super) fn translate<'s>(
         GatewayApiObject::Gateway(g) => Some(((k.namespace, k.name), g)),
         _ => None,
     });
-    // Each Gateway of a class meshflow owns meets the grants of the namespaces its
-    // certificates are in (most have none: they meet nothing), and is served as they allow.
-    let owned = written_gateways.clone().filter(|(_, g)| g.owned());
-    let granted = owned
-        .clone()
-        .flat_map(|(k, g)| {
-            rules::certificate_namespaces(&g)
-                .into_iter()
-                .map(move |ns| (ns, k.clone()))
-        })
-        .join_map(grants.clone(), |_, k, g| {
-            (k.clone(), GwPart::Grant(g.clone()))
-        })
-        .concat(owned.map(|(k, g)| (k, GwPart::Gateway(g))))
-        .reduce(|_, vals: &[(&GwPart, isize)], out| {
-            let grants = vals.iter().filter_map(|(p, _)| match p {
-                GwPart::Grant(g) => Some(g),
-                GwPart::Gateway(_) => None,
-            });
-            for (p, _) in vals {
-                if let GwPart::Gateway(g) = p {
-                    out.push((rules::grant_certificates(g, grants.clone()), 1isize));
-                }
-            }
-        });
-    let kube_gateways = granted.clone().map(|(k, (g, _))| (k, g));
-    let gateway_errors = granted.flat_map(|(_, (_, errors))| errors);
-    // Every Gateway its routes may name: those meshflow serves as granted, and the others.
-    let all_gateways = kube_gateways
-        .clone()
-        .concat(written_gateways.filter(|(_, g)| !g.owned()));
-    // Routes of every kind, by key.
-    let routes = objects.clone().filter(|(_, o)| RouteView::of(o).is_some());
     let namespaces = objects.clone().flat_map(|(k, o)| match o {
         GatewayApiObject::Namespace(n) => Some((k.name, n.labels)),
         _ => None,
     });
-    let gateways = kube_gateways.clone().flat_map(|(_, g)| {
-        rules::listener_gateways(&g)
-            .into_iter()
-            .map(|gw| (gw.key.clone(), gw))
+    // The ListenerSets, by the Gateway they name.
+    let sets = objects.clone().flat_map(|(_, o)| match o {
+        GatewayApiObject::ListenerSet(s) => Some((s.parent.clone(), s)),
+        _ => None,
     });
+    // Each Gateway meets the grants of the namespaces its certificates, and its
+    // ListenerSets', are in (most have none: they meet nothing), its sets and their
+    // Namespaces' labels, and is served as they allow. A Gateway of a class meshflow does
+    // not own meets its sets too: a route naming one of them is that class's, not an error.
+    let gateway_grants = written_gateways
+        .clone()
+        .filter(|(_, g)| g.owned())
+        .flat_map(|(k, g)| {
+            rules::certificate_namespaces(&g)
+                .into_iter()
+                .map(move |ns| (ns, k.clone()))
+        });
+    let set_grants = sets.clone().flat_map(|(gw, s)| {
+        listener_set::set_certificate_namespaces(&s)
+            .into_iter()
+            .map(move |ns| (ns, gw.clone()))
+    });
+    let set_namespaces = sets
+        .clone()
+        .map(|(gw, s)| (s.key.namespace, gw))
+        .join_map(namespaces.clone(), |ns, gw, labels| {
+            (gw.clone(), GwPart::SetNamespace(ns.clone(), labels.clone()))
+        });
+    let granted = gateway_grants
+        .concat(set_grants)
+        .distinct()
+        .join_map(grants.clone(), |_, k, g| {
+            (k.clone(), GwPart::Grant(g.clone()))
+        })
+        .concat(written_gateways.map(|(k, g)| (k, GwPart::Gateway(g))))
+        .concat(sets.map(|(k, s)| (k, GwPart::Set(s))))
+        .concat(set_namespaces)
+        .reduce(|_, vals: &[(&GwPart, isize)], out| {
+            let mut grants = Vec::new();
+            let mut sets = Vec::new();
+            let mut labels = std::collections::BTreeMap::new();
+            for (p, _) in vals {
+                match p {
+                    GwPart::Grant(g) => grants.push(g),
+                    GwPart::Set(s) => sets.push(s),
+                    GwPart::SetNamespace(ns, l) => {
+                        labels.insert(ns.as_str(), l);
+                    }
+                    GwPart::Gateway(_) => {}
+                }
+            }
+            for (p, _) in vals {
+                if let GwPart::Gateway(g) = p {
+                    let (g, mut errors) = rules::grant_certificates(g, grants.iter().copied());
+                    let (g, set_errors) = listener_set::attach_sets(
+                        &g,
+                        &sets,
+                        |ns| labels.get(ns).copied(),
+                        &grants,
+                    );
+                    errors.extend(set_errors);
+                    out.push(((g, errors), 1isize));
+                }
+            }
+        });
+    let gateway_errors = granted.clone().flat_map(|(_, (_, errors))| errors);
+    // Every Gateway its routes may name (those meshflow serves, with their sets, and the
+    // others), by each object a route names it through: itself and its ListenerSets.
+    let all_gateways = granted.flat_map(|(_, (g, _))| {
+        rules::parent_objects(&g)
+            .into_iter()
+            .map(move |o| (o, g.clone()))
+    });
+    let kube_gateways = all_gateways.clone().filter(|(_, g)| g.owned());
+    // Routes of every kind, by key.
+    let routes = objects.clone().filter(|(_, o)| RouteView::of(o).is_some());
+    let gateways = kube_gateways
+        .clone()
+        .filter(|((kind, _, _), _)| *kind == ParentKind::Gateway)
+        .flat_map(|(_, g)| {
+            rules::listener_gateways(&g)
+                .into_iter()
+                .map(|gw| (gw.key.clone(), gw))
+        });
 
     // Each route's context: the grants of the other namespaces its backends are in, which
     // of its backends' hosts are services, and its Namespace's labels (every route has one,
@@ -310,7 +360,7 @@ pub(super) fn translate<'s>(
     let domain = config.domain_suffix.clone();
     let attached = by_parent
         .clone()
-        .join_map(kube_gateways, |_, (r, ctx), gw| rules::attach(r, gw, ctx))
+        .join_map(kube_gateways, |via, (r, ctx), gw| rules::attach(r, gw, via, ctx))
         // Routes whose parents are Services: the sidecars' routes (GAMMA).
         .concat(
             with_context

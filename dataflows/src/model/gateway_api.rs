@@ -35,6 +35,69 @@ pub enum GatewayApiObject {
     BackendTlsPolicy(BackendTlsPolicy),
     /// A ConfigMap, for the CA bundle a BackendTLSPolicy may name.
     ConfigMap(CaConfigMap),
+    /// A ListenerSet: listeners for a Gateway that admits them
+    /// ([`crate::rules::listener_set`]).
+    ListenerSet(KubeListenerSet),
+}
+
+/// A `ListenerSet` (gateway.networking.k8s.io/v1): listeners another object adds to a
+/// Gateway whose `allowedListeners` admits its namespace. Routes attach to them through a
+/// `parentRef` to the set, never through one to the Gateway.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct KubeListenerSet {
+    /// Its key (kind `ListenerSet`).
+    pub key: ConfigKey,
+    /// `metadata.creationTimestamp` (RFC 3339, empty in a file without one): of two sets
+    /// whose listeners conflict, the older keeps its listener.
+    pub created: String,
+    /// `spec.parentRef`: the Gateway, as (namespace, name).
+    pub parent: (String, String),
+    /// Its listeners (their `index` is in `spec.listeners`).
+    pub listeners: Vec<Listener>,
+    /// Listeners left out as written (an unsupported protocol, no certificate), with the
+    /// spec's reason.
+    pub refused: Vec<RefusedListener>,
+}
+
+/// A Gateway's `spec.allowedListeners.namespaces.from`: the namespaces whose ListenerSets
+/// it takes. Unset is `None`: a Gateway takes no ListenerSet unless it says so.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum AllowedListeners {
+    #[default]
+    None,
+    Same,
+    All,
+    Selector(NamespaceSelector),
+}
+
+/// A ListenerSet as its Gateway takes it ([`crate::rules::listener_set::attach_sets`]).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct AttachedSet {
+    pub key: ConfigKey,
+    /// Why the Gateway does not take it (the spec's reason — `NotAllowed`,
+    /// `ListenersNotValid`, `ParentNotAccepted` — and what it says); `None`: accepted, its
+    /// `listeners` served.
+    pub refused: Option<(String, String)>,
+    /// The listeners served (none when refused).
+    pub listeners: Vec<Listener>,
+    /// The listeners left out: as written, for their certificate, or for a conflict with
+    /// a listener before them.
+    pub refused_listeners: Vec<RefusedListener>,
+}
+
+/// A listener a Gateway serves: its own (`set` `None`) or an accepted ListenerSet's.
+#[derive(Clone, Copy, Debug)]
+pub struct Served<'a> {
+    pub set: Option<&'a ConfigKey>,
+    pub listener: &'a Listener,
+}
+
+impl Served<'_> {
+    /// The namespace of the object the listener is written in (its `allowedRoutes` `Same`,
+    /// its certificates' default namespace).
+    pub fn namespace<'g>(&'g self, gw: &'g KubeGateway) -> &'g str {
+        self.set.map_or(gw.key.namespace.as_str(), |k| k.namespace.as_str())
+    }
 }
 
 /// A `BackendTLSPolicy` (gateway.networking.k8s.io/v1): every proxy connecting to the
@@ -134,6 +197,7 @@ impl GatewayApiObject {
             GatewayApiObject::GatewayClass(c) => &c.key,
             GatewayApiObject::BackendTlsPolicy(p) => &p.key,
             GatewayApiObject::ConfigMap(c) => &c.key,
+            GatewayApiObject::ListenerSet(l) => &l.key,
         }
     }
 }
@@ -153,6 +217,13 @@ pub struct KubeGateway {
     /// `InvalidParameters`): none of its listeners is served.
     #[serde(default)]
     pub invalid_parameters: Option<String>,
+    /// `spec.allowedListeners`.
+    #[serde(default)]
+    pub allowed_listeners: AllowedListeners,
+    /// The ListenerSets naming it, as it takes them, oldest first (empty as read: filled
+    /// where the Gateway meets its sets, [`crate::rules::listener_set::attach_sets`]).
+    #[serde(default)]
+    pub sets: Vec<AttachedSet>,
 }
 
 /// A listener left out, as its status reports it.
@@ -172,6 +243,26 @@ impl KubeGateway {
     /// Of a class meshflow serves.
     pub fn owned(&self) -> bool {
         OWNED_CLASSES.contains(&self.class.as_str())
+    }
+
+    /// Every listener it serves: its own, then its accepted ListenerSets' in precedence
+    /// order.
+    pub fn served(&self) -> impl Iterator<Item = Served<'_>> {
+        let own = self.listeners.iter().map(|listener| Served {
+            set: None,
+            listener,
+        });
+        let sets = self
+            .sets
+            .iter()
+            .filter(|s| s.refused.is_none())
+            .flat_map(|s| {
+                s.listeners.iter().map(move |listener| Served {
+                    set: Some(&s.key),
+                    listener,
+                })
+            });
+        own.chain(sets)
     }
 
     /// The `controllerName` its class names (meshflow serves Istio's class in istiod's
@@ -323,6 +414,8 @@ pub struct ParentRef {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum ParentKind {
     Gateway,
+    /// A ListenerSet: its listeners, on its Gateway.
+    ListenerSet,
     /// A Service (the mesh, GAMMA).
     Service,
 }

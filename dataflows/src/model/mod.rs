@@ -94,6 +94,8 @@ pub enum Kind {
     BackendTlsPolicy,
     /// A Kubernetes ConfigMap, read for the CA bundle (`ca.crt`) a BackendTLSPolicy names.
     ConfigMap,
+    /// The Gateway API's `ListenerSet`: listeners another object adds to a Gateway.
+    ListenerSet,
 }
 
 /// Identity of an input object: kind/namespace/name.
@@ -132,6 +134,7 @@ impl std::fmt::Display for Kind {
             Kind::TcpRoute => f.write_str("TCPRoute"),
             Kind::TlsRoute => f.write_str("TLSRoute"),
             Kind::BackendTlsPolicy => f.write_str("BackendTLSPolicy"),
+            Kind::ListenerSet => f.write_str("ListenerSet"),
             other => write!(f, "{other:?}"),
         }
     }

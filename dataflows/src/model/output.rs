@@ -291,6 +291,9 @@ pub enum ErrorCode {
     /// A BackendTLSPolicy not in effect, or in effect failing closed (the spec's reasons
     /// `Conflicted`, `TargetNotFound`, `NoValidCACertificate`, `Invalid`): which, and why.
     BackendTlsPolicyNotApplied,
+    /// A ListenerSet, or one of its listeners, its Gateway does not take (the spec's
+    /// reasons `NotAllowed`, `ListenersNotValid`, `HostnameConflict`, `ProtocolConflict`).
+    ListenerSetNotAccepted,
 }
 
 impl ErrorCode {
@@ -354,6 +357,7 @@ impl ErrorCode {
             ErrorCode::RouteNotAccepted => ("MF0039", "GatewayApiRouteNotAccepted"),
             ErrorCode::BackendNotResolved => ("MF0040", "GatewayApiBackendNotResolved"),
             ErrorCode::BackendTlsPolicyNotApplied => ("MF0041", "BackendTlsPolicyNotApplied"),
+            ErrorCode::ListenerSetNotAccepted => ("MF0042", "GatewayApiListenerSetNotAccepted"),
         }
     }
 

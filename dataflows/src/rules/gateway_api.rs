@@ -23,6 +23,19 @@ pub fn listener_gateway_name(gateway: &str, listener: &str) -> String {
     format!("{gateway}-{GENERATED}-{listener}")
 }
 
+/// The generated Gateway of a listener `served` by `gw`: a ListenerSet's is named for the
+/// set too (`~` cannot be in a Kubernetes name: no listener of the Gateway's own has it),
+/// in the Gateway's namespace, where its proxies are.
+pub fn served_gateway_name(gw: &KubeGateway, served: &Served) -> String {
+    match served.set {
+        None => listener_gateway_name(&gw.key.name, &served.listener.name),
+        Some(set) => format!(
+            "{}-{GENERATED}~{}~{}~{}",
+            gw.key.name, set.namespace, set.name, served.listener.name
+        ),
+    }
+}
+
 /// The Gateways a Gateway API Gateway becomes: one per listener meshflow can serve, none
 /// for a class it does not own.
 pub fn listener_gateways(gw: &KubeGateway) -> Vec<Gateway> {
@@ -30,15 +43,14 @@ pub fn listener_gateways(gw: &KubeGateway) -> Vec<Gateway> {
         return Vec::new();
     }
     let selector: Labels = [(GATEWAY_NAME_LABEL.to_string(), gw.key.name.clone())].into();
-    gw.listeners
-        .iter()
-        .filter_map(|l| {
-            let server = listener_server(l, gw)?;
+    gw.served()
+        .filter_map(|served| {
+            let server = listener_server(&served, gw)?;
             Some(Gateway {
                 key: ConfigKey::new(
                     Kind::Gateway,
                     gw.key.namespace.clone(),
-                    listener_gateway_name(&gw.key.name, &l.name),
+                    served_gateway_name(gw, &served),
                 ),
                 selector: selector.clone(),
                 servers: vec![server],
@@ -117,8 +129,10 @@ pub fn grant_certificates<'a>(
 /// A listener's server; `None` for one that cannot be served as written (TLS that
 /// terminates without a certificate): no listener rather than one without its
 /// certificate. A certificate of another namespace is taken as granted: the Gateway's
-/// grants were applied before ([`grant_certificates`]).
-fn listener_server(l: &Listener, gw: &KubeGateway) -> Option<GatewayServer> {
+/// grants were applied before ([`grant_certificates`]), and a ListenerSet's
+/// ([`super::listener_set::attach_sets`]).
+fn listener_server(served: &Served, gw: &KubeGateway) -> Option<GatewayServer> {
+    let l = served.listener;
     let gw_ns = gw.key.namespace.as_str();
     let (protocol, tls) = match l.protocol {
         ListenerProtocol::Http => (Protocol::Http, None),
@@ -159,7 +173,7 @@ fn listener_server(l: &Listener, gw: &KubeGateway) -> Option<GatewayServer> {
                     subject_alt_names: Vec::new(),
                     tcp: l.protocol == ListenerProtocol::Tls,
                     misdirected: if l.protocol == ListenerProtocol::Https {
-                        https_siblings(l, gw)
+                        https_siblings(served, gw)
                     } else {
                         Vec::new()
                     },
@@ -177,17 +191,33 @@ fn listener_server(l: &Listener, gw: &KubeGateway) -> Option<GatewayServer> {
         hosts: vec![format!("*/{}", l.hostname.as_deref().unwrap_or("*"))],
         https_redirect: false,
         tls,
-        field: format!("spec.listeners[{}]", l.index),
+        field: match served.set {
+            None => format!("spec.listeners[{}]", l.index),
+            Some(set) => format!(
+                "ListenerSet {}/{} spec.listeners[{}]",
+                set.namespace, set.name, l.index
+            ),
+        },
     })
 }
 
-/// The hostnames (`*` for none) of the other HTTPS listeners of `gw` on `l`'s port, sorted.
-fn https_siblings(l: &Listener, gw: &KubeGateway) -> Vec<String> {
+/// Whether two listeners a Gateway serves are the same one.
+fn same_listener(a: &Served, b: &Served) -> bool {
+    a.set == b.set && a.listener.name == b.listener.name
+}
+
+/// The hostnames (`*` for none) of the other HTTPS listeners `gw` serves on `l`'s port (its
+/// ListenerSets' too: they share the proxies' port), sorted.
+fn https_siblings(l: &Served, gw: &KubeGateway) -> Vec<String> {
+    let port = l.listener.port;
     let mut out: Vec<String> = gw
-        .listeners
-        .iter()
-        .filter(|o| o.name != l.name && o.port == l.port && o.protocol == ListenerProtocol::Https)
-        .map(|o| o.hostname.clone().unwrap_or_else(|| "*".into()))
+        .served()
+        .filter(|o| {
+            !same_listener(o, l)
+                && o.listener.port == port
+                && o.listener.protocol == ListenerProtocol::Https
+        })
+        .map(|o| o.listener.hostname.clone().unwrap_or_else(|| "*".into()))
         .collect();
     out.sort();
     out.dedup();
@@ -299,9 +329,48 @@ pub fn listener_serves_kind(l: &Listener, kind: &str) -> bool {
     }
 }
 
-/// Whether a parent reference names this listener (`sectionName`, `port`).
-fn parent_names(p: &ParentRef, l: &Listener) -> bool {
-    p.section.as_ref().is_none_or(|s| *s == l.name) && p.port.is_none_or(|port| port == l.port)
+/// Whether a parent reference names this listener: the object it is written in (a
+/// reference to the Gateway names its own listeners only, one to a ListenerSet that set's),
+/// then `sectionName` and `port`.
+fn parent_names(p: &ParentRef, gw: &KubeGateway, served: &Served) -> bool {
+    let object = match (p.kind, served.set) {
+        (ParentKind::Gateway, None) => {
+            p.namespace == gw.key.namespace && p.name == gw.key.name
+        }
+        (ParentKind::ListenerSet, Some(set)) => {
+            p.namespace == set.namespace && p.name == set.name
+        }
+        _ => false,
+    };
+    let l = served.listener;
+    object
+        && p.section.as_ref().is_none_or(|s| *s == l.name)
+        && p.port.is_none_or(|port| port == l.port)
+}
+
+/// A parent object a route may name: (kind, namespace, name) of a Gateway or a
+/// ListenerSet.
+pub type ParentObject = (ParentKind, String, String);
+
+/// Every object a route names `gw` through: the Gateway, and each ListenerSet naming it
+/// (taken or not: a route's reference to a refused set is answered by the Gateway too).
+pub fn parent_objects(gw: &KubeGateway) -> Vec<ParentObject> {
+    let mut out = vec![(
+        ParentKind::Gateway,
+        gw.key.namespace.clone(),
+        gw.key.name.clone(),
+    )];
+    out.extend(
+        gw.sets
+            .iter()
+            .map(|s| (ParentKind::ListenerSet, s.key.namespace.clone(), s.key.name.clone())),
+    );
+    out
+}
+
+/// Whether parent reference `p` names `object`.
+fn refers_to(p: &ParentRef, object: &ParentObject) -> bool {
+    p.kind == object.0 && p.namespace == object.1 && p.name == object.2
 }
 
 /// What a route's backends resolve against: the ReferenceGrants of the other namespaces
@@ -457,13 +526,13 @@ impl<'a> RouteView<'a> {
         )
     }
 
-    /// The Gateways its parents name, as (namespace, name), once each.
-    pub fn parent_gateways(&self) -> Vec<(String, String)> {
-        let mut out: Vec<(String, String)> = self
+    /// The Gateways and ListenerSets its parents name, once each.
+    pub fn parent_gateways(&self) -> Vec<ParentObject> {
+        let mut out: Vec<ParentObject> = self
             .parents
             .iter()
-            .filter(|p| p.kind == ParentKind::Gateway)
-            .map(|p| (p.namespace.clone(), p.name.clone()))
+            .filter(|p| p.kind != ParentKind::Service)
+            .map(|p| (p.kind, p.namespace.clone(), p.name.clone()))
             .collect();
         out.sort();
         out.dedup();
@@ -498,12 +567,13 @@ impl<'a> RouteView<'a> {
     }
 }
 
-/// What a route (of any kind) contributes through its parent references naming `gw`, per
-/// (listener's Gateway, hostname), each with the route's [`RouteOrder`]. A TCPRoute's
-/// hostname is `*`.
+/// What a route (of any kind) contributes through its parent references naming `via` (`gw`
+/// or one of its ListenerSets), per (listener's Gateway, hostname), each with the route's
+/// [`RouteOrder`]. A TCPRoute's hostname is `*`.
 pub fn attach(
     route: &GatewayApiObject,
     gw: &KubeGateway,
+    via: &ParentObject,
     ctx: &RouteContext,
 ) -> Vec<(AttachKey, (RouteOrder, Contribution))> {
     let Some(view) = RouteView::of(route) else {
@@ -515,11 +585,7 @@ pub fn attach(
     let parents: Vec<&ParentRef> = view
         .parents
         .iter()
-        .filter(|p| {
-            p.kind == ParentKind::Gateway
-                && p.namespace == gw.key.namespace
-                && p.name == gw.key.name
-        })
+        .filter(|p| refers_to(p, via))
         .collect();
     if parents.is_empty() {
         return Vec::new();
@@ -530,11 +596,12 @@ pub fn attach(
     };
     let order = view.order();
     let mut out = Vec::new();
-    for l in &gw.listeners {
-        if !parents.iter().any(|p| parent_names(p, l))
+    for served in gw.served() {
+        let l = served.listener;
+        if !parents.iter().any(|p| parent_names(p, gw, &served))
             || !listener_allows(
                 l,
-                &gw.key.namespace,
+                served.namespace(gw),
                 view.kind(),
                 &view.key.namespace,
                 ctx.namespace_labels.as_ref(),
@@ -542,7 +609,7 @@ pub fn attach(
         {
             continue;
         }
-        let name = listener_gateway_name(&gw.key.name, &l.name);
+        let name = served_gateway_name(gw, &served);
         let gateway = Parent::Listener(format!("{}/{name}", gw.key.namespace));
         if view.key.kind == Kind::TcpRoute {
             let tcp = l4_routes(&view, ctx, None);
@@ -553,7 +620,7 @@ pub fn attach(
             continue;
         }
         for host in intersect_hostnames(l.hostname.as_deref(), view.hostnames) {
-            if http.is_some() && isolated_from(l, gw, &host) {
+            if http.is_some() && isolated_from(&served, gw, &host) {
                 continue;
             }
             let contribution = match &http {
@@ -574,11 +641,13 @@ pub fn attach(
 /// would serve, in the same virtual host, requests the other listener selects. HTTPS
 /// listeners have a route configuration each, where the same rule answers 421
 /// ([`misdirected_to`]).
-fn isolated_from(l: &Listener, gw: &KubeGateway, host: &str) -> bool {
+fn isolated_from(served: &Served, gw: &KubeGateway, host: &str) -> bool {
+    let l = served.listener;
     let own = l.hostname.as_deref().unwrap_or("*");
     l.protocol == ListenerProtocol::Http
-        && gw.listeners.iter().any(|o| {
-            o.name != l.name
+        && gw.served().any(|other| {
+            let o = other.listener;
+            !same_listener(&other, served)
                 && o.port == l.port
                 && o.protocol == ListenerProtocol::Http
                 && misdirected_to(o.hostname.as_deref().unwrap_or("*"), own, host)
@@ -836,10 +905,12 @@ pub fn translate_all(
     let mut gateways = Vec::new();
     let mut kube_gateways = Vec::new();
     let mut grants = Vec::new();
+    let mut sets = Vec::new();
     let mut namespaces = std::collections::BTreeMap::new();
     for o in objects {
         match o {
             GatewayApiObject::Gateway(g) => kube_gateways.push(g),
+            GatewayApiObject::ListenerSet(s) => sets.push(s),
             GatewayApiObject::ReferenceGrant(g) => grants.push((*g).clone()),
             GatewayApiObject::Namespace(n) => {
                 namespaces.insert(n.key.name.as_str(), &n.labels);
@@ -851,9 +922,24 @@ pub fn translate_all(
             | GatewayApiObject::ConfigMap(_) => {}
         }
     }
+    let grant_refs: Vec<&ReferenceGrant> = grants.iter().collect();
     let kube_gateways: Vec<KubeGateway> = kube_gateways
         .into_iter()
-        .map(|g| grant_certificates(g, &grants).0)
+        .map(|g| {
+            let granted = grant_certificates(g, &grants).0;
+            let own: Vec<&KubeListenerSet> = sets
+                .iter()
+                .copied()
+                .filter(|s| s.parent == (g.key.namespace.clone(), g.key.name.clone()))
+                .collect();
+            super::listener_set::attach_sets(
+                &granted,
+                &own,
+                |ns| namespaces.get(ns).copied(),
+                &grant_refs,
+            )
+            .0
+        })
         .collect();
     for g in &kube_gateways {
         gateways.extend(listener_gateways(g));
@@ -879,9 +965,12 @@ pub fn translate_all(
                 .get(view.key.namespace.as_str())
                 .map(|l| (*l).clone()),
         };
+        let named = view.parent_gateways();
         for g in &kube_gateways {
-            for (key, entry) in attach(o, g, &ctx) {
-                attached.entry(key).or_default().push(entry);
+            for via in parent_objects(g).iter().filter(|o| named.contains(o)) {
+                for (key, entry) in attach(o, g, via, &ctx) {
+                    attached.entry(key).or_default().push(entry);
+                }
             }
         }
         for (key, entry) in attach_mesh(o, &ctx, domain_suffix) {
@@ -909,25 +998,49 @@ pub fn parent_verdict(
     gw: &KubeGateway,
     ns_labels: Option<&Labels>,
 ) -> Verdict {
+    let parent = match p.kind {
+        ParentKind::ListenerSet => "ListenerSet",
+        _ => "Gateway",
+    };
     if let Some(why) = &gw.invalid_parameters {
         return Verdict::Refused(
             "NoMatchingParent",
-            format!("Gateway {}/{} is not accepted: {why}", p.namespace, p.name),
+            format!(
+                "Gateway {}/{} is not accepted: {why}",
+                gw.key.namespace, gw.key.name
+            ),
         );
+    }
+    if p.kind == ParentKind::ListenerSet {
+        let set = gw
+            .sets
+            .iter()
+            .find(|s| s.key.namespace == p.namespace && s.key.name == p.name);
+        if let Some((reason, why)) = set.and_then(|s| s.refused.as_ref()) {
+            return Verdict::Refused(
+                "NoMatchingParent",
+                format!(
+                    "ListenerSet {}/{} is not accepted ({reason}): {why}",
+                    p.namespace, p.name
+                ),
+            );
+        }
     }
     let ns = &route.key.namespace;
     let kind = route.kind();
-    let named: Vec<&Listener> = gw.listeners.iter().filter(|l| parent_names(p, l)).collect();
-    let allowed: Vec<&Listener> = named
+    let named: Vec<Served> = gw
+        .served()
+        .filter(|l| parent_names(p, gw, l))
+        .collect();
+    let allowed: Vec<&Served> = named
         .iter()
-        .copied()
-        .filter(|l| listener_allows(l, &gw.key.namespace, kind, ns, ns_labels))
+        .filter(|l| listener_allows(l.listener, l.namespace(gw), kind, ns, ns_labels))
         .collect();
     if named.is_empty() {
         return Verdict::Refused(
             "NoMatchingParent",
             format!(
-                "Gateway {}/{} has no listener{}{}",
+                "{parent} {}/{} has no listener{}{}",
                 p.namespace,
                 p.name,
                 p.section
@@ -942,7 +1055,7 @@ pub fn parent_verdict(
         return Verdict::Refused(
             "NotAllowedByListeners",
             format!(
-                "no listener of Gateway {}/{} it names admits {kind}s of namespace {ns}",
+                "no listener of {parent} {}/{} it names admits {kind}s of namespace {ns}",
                 p.namespace, p.name
             ),
         );
@@ -951,15 +1064,16 @@ pub fn parent_verdict(
         .iter()
         .filter(|l| {
             route.key.kind == Kind::TcpRoute
-                || !intersect_hostnames(l.hostname.as_deref(), route.hostnames).is_empty()
+                || !intersect_hostnames(l.listener.hostname.as_deref(), route.hostnames)
+                    .is_empty()
         })
-        .map(|l| l.name.clone())
+        .map(|l| l.listener.name.clone())
         .collect();
     if taking.is_empty() {
         return Verdict::Refused(
             "NoMatchingListenerHostname",
             format!(
-                "none of spec.hostnames {:?} is served by a listener of Gateway {}/{} it names",
+                "none of spec.hostnames {:?} is served by a listener of {parent} {}/{} it names",
                 route.hostnames, p.namespace, p.name
             ),
         );
@@ -987,19 +1101,27 @@ pub fn route_problems(
     };
     let mut out = Vec::new();
     for (i, p) in route.parents.iter().enumerate() {
-        if p.kind != ParentKind::Gateway {
+        if p.kind == ParentKind::Service {
             continue;
         }
         let f = format!("spec.parentRefs[{i}]");
-        let Some(gw) = found
-            .iter()
-            .find(|g| g.key.namespace == p.namespace && g.key.name == p.name)
-        else {
+        let object = (p.kind, p.namespace.clone(), p.name.clone());
+        let Some(gw) = found.iter().find(|g| parent_objects(g).contains(&object)) else {
+            let what = match p.kind {
+                ParentKind::ListenerSet => "ListenerSet",
+                _ => "Gateway",
+            };
             out.push(error(
                 ErrorCode::RouteNotAccepted,
                 format!(
-                    "{f}: NoMatchingParent: Gateway {}/{} does not exist",
-                    p.namespace, p.name
+                    "{f}: NoMatchingParent: {what} {}/{} does not exist{}",
+                    p.namespace,
+                    p.name,
+                    if p.kind == ParentKind::ListenerSet {
+                        ", or names no Gateway that exists"
+                    } else {
+                        ""
+                    }
                 ),
             ));
             continue;
@@ -1017,7 +1139,7 @@ pub fn route_problems(
     }
     // Reported for the strictest parent the route has: a grant missing for its Gateway
     // parents (its mesh parents route there all the same).
-    let at = if route.parents.iter().any(|p| p.kind == ParentKind::Gateway) {
+    let at = if route.parents.iter().any(|p| p.kind != ParentKind::Service) {
         ParentKind::Gateway
     } else {
         ParentKind::Service

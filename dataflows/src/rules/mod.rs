@@ -10,6 +10,7 @@ mod destination_rule;
 mod gateway;
 pub mod gateway_api;
 mod hosts;
+pub mod listener_set;
 mod shadowed;
 mod sidecar;
 mod virtual_service;

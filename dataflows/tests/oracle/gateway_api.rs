@@ -203,6 +203,8 @@ fn gateway(rng: &mut StdRng, ns: &str) -> Record {
         listeners,
         refused: Vec::new(),
         invalid_parameters: None,
+        allowed_listeners: AllowedListeners::None,
+        sets: Vec::new(),
     }))
 }
 

@@ -37,6 +37,8 @@ fn kube_gateway(ns: &str, name: &str, class: &str, listeners: Vec<Listener>) -> 
         listeners,
         refused: Vec::new(),
         invalid_parameters: None,
+        allowed_listeners: AllowedListeners::None,
+        sets: Vec::new(),
     }))
 }
 

@@ -71,6 +71,7 @@ pub fn convert(
         Kind::GatewayClass => gateway_api::gateway_class(key, &value, &mut f),
         Kind::BackendTlsPolicy => gateway_api::backend_tls_policy(key, &value, &mut f),
         Kind::ConfigMap => super::secret::ca_config_map(key, &value),
+        Kind::ListenerSet => gateway_api::listener_set(key, &value, &mut f),
     }?;
     Ok((records, f))
 }

@@ -13,9 +13,12 @@ use dataflows::model::{
     KubeGatewayClass, Labels, Listener, ParentKind, ParentRef, ReferenceGrant, ServicePort,
     TlsSecret, OWNED_CONTROLLERS,
 };
+use dataflows::model::{AllowedListeners, KubeListenerSet, RefusedListener};
 use dataflows::rules::gateway_api::{
-    grant_certificates, listener_serves_kind, parent_verdict, RouteView, Verdict,
+    grant_certificates, listener_serves_kind, parent_objects, parent_verdict, ParentObject,
+    RouteView, Verdict,
 };
+use dataflows::rules::listener_set::attach_sets;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -35,6 +38,7 @@ pub fn is_gateway_api(kind: Kind) -> bool {
             | Kind::TcpRoute
             | Kind::TlsRoute
             | Kind::BackendTlsPolicy
+            | Kind::ListenerSet
     )
 }
 
@@ -136,20 +140,37 @@ pub fn desired(
             _ => None,
         })
         .collect();
+    // With the ListenerSets naming them, taken as the dataflow takes them.
+    let sets: Vec<&KubeListenerSet> = objects
+        .iter()
+        .filter_map(|(o, _, _)| match o {
+            GatewayApiObject::ListenerSet(s) => Some(s),
+            _ => None,
+        })
+        .collect();
     let granted: BTreeMap<&ConfigKey, KubeGateway> = objects
         .iter()
         .filter_map(|(o, _, _)| match o {
             GatewayApiObject::Gateway(g) if g.owned() => {
-                Some((&g.key, grant_certificates(g, grants.iter().copied()).0))
+                let own: Vec<&KubeListenerSet> = sets
+                    .iter()
+                    .copied()
+                    .filter(|s| s.parent.0 == g.key.namespace && s.parent.1 == g.key.name)
+                    .collect();
+                let granted = grant_certificates(g, grants.iter().copied()).0;
+                let taken = attach_sets(&granted, &own, |ns| namespaces.get(ns).copied(), &grants);
+                Some((&g.key, taken.0))
             }
             _ => None,
         })
         .collect();
-    let gateways: BTreeMap<(&str, &str), &KubeGateway> = granted
-        .iter()
-        .map(|(k, g)| ((k.namespace.as_str(), k.name.as_str()), g))
+    // Each Gateway by every object a route names it through: itself and its ListenerSets.
+    let gateways: BTreeMap<ParentObject, &KubeGateway> = granted
+        .values()
+        .flat_map(|g| parent_objects(g).into_iter().map(move |o| (o, g)))
         .collect();
-    let mut attached: BTreeMap<(&str, &str, String), usize> = BTreeMap::new();
+    // Routes attached, by (the object named, listener).
+    let mut attached: BTreeMap<(ParentObject, String), usize> = BTreeMap::new();
     let mut out = BTreeMap::new();
     for (o, generation, stored) in objects {
         let Some(route) = RouteView::of(o) else {
@@ -160,18 +181,17 @@ pub fn desired(
         for p in route
             .parents
             .iter()
-            .filter(|p| p.kind == ParentKind::Gateway)
+            .filter(|p| p.kind != ParentKind::Service)
         {
-            let Some(gw) = gateways.get(&(p.namespace.as_str(), p.name.as_str())) else {
+            let object = (p.kind, p.namespace.clone(), p.name.clone());
+            let Some(gw) = gateways.get(&object) else {
                 continue;
             };
             let labels = namespaces.get(route.key.namespace.as_str()).copied();
             let (ok, reason, message) = match parent_verdict(&route, p, gw, labels) {
                 Verdict::Accepted(listeners) => {
                     for l in &listeners {
-                        *attached
-                            .entry((gw.key.namespace.as_str(), gw.key.name.as_str(), l.clone()))
-                            .or_default() += 1;
+                        *attached.entry((object.clone(), l.clone())).or_default() += 1;
                     }
                     (
                         true,
@@ -239,65 +259,34 @@ pub fn desired(
             }
             continue;
         }
+        if let GatewayApiObject::ListenerSet(set) = o {
+            let object = (ParentKind::ListenerSet, set.key.namespace.clone(), set.key.name.clone());
+            // Of a Gateway meshflow serves only: another's (or one missing) is not ours to
+            // speak for.
+            if let Some(gw) = gateways.get(&object) {
+                let status = set_status(set, gw, &attached, known, *generation);
+                out.insert(set.key.clone(), status);
+            }
+            continue;
+        }
         let GatewayApiObject::Gateway(g) = o else {
             continue;
         };
         let Some(g) = granted.get(&g.key) else {
             continue;
         };
-        let mut listeners = Vec::new();
-        let (mut accepted, mut not_accepted, mut programmed) = (0, 0, 0);
-        for l in &g.listeners {
-            let count = attached
-                .get(&(
-                    g.key.namespace.as_str(),
-                    g.key.name.as_str(),
-                    l.name.clone(),
-                ))
+        let object = (ParentKind::Gateway, g.key.namespace.clone(), g.key.name.clone());
+        let counts = |l: &Listener| {
+            attached
+                .get(&(object.clone(), l.name.clone()))
                 .copied()
-                .unwrap_or(0);
-            let cert = known.certificate_problem(l);
-            // A served listener is accepted; programmed where its certificate can be served.
-            listeners.push(listener_status(l, count, cert.as_deref(), *generation));
-            accepted += 1;
-            programmed += usize::from(cert.is_none());
-        }
-        for r in &g.refused {
-            let (reason, why) = (&r.reason, &r.why);
-            let conditions = match reason.as_str() {
-                "InvalidCertificateRef" | "RefNotPermitted" => {
-                    accepted += 1;
-                    vec![
-                        condition("Accepted", true, "Accepted", why, *generation),
-                        condition("Programmed", false, "Invalid", why, *generation),
-                        condition("ResolvedRefs", false, reason, why, *generation),
-                    ]
-                }
-                "ProtocolConflict" | "HostnameConflict" => {
-                    not_accepted += 1;
-                    vec![
-                        condition("Accepted", false, reason, why, *generation),
-                        condition("Programmed", false, "Invalid", why, *generation),
-                        condition("ResolvedRefs", true, "ResolvedRefs", why, *generation),
-                        condition("Conflicted", true, reason, why, *generation),
-                    ]
-                }
-                _ => {
-                    not_accepted += 1;
-                    vec![
-                        condition("Accepted", false, reason, why, *generation),
-                        condition("Programmed", false, "Invalid", why, *generation),
-                        condition("ResolvedRefs", true, "ResolvedRefs", why, *generation),
-                    ]
-                }
-            };
-            listeners.push(json!({
-                "name": r.name,
-                "supportedKinds": r.kinds.iter().map(|k| json!({"group": GROUP, "kind": k})).collect::<Vec<_>>(),
-                "attachedRoutes": 0,
-                "conditions": conditions,
-            }));
-        }
+                .unwrap_or(0)
+        };
+        let listeners =
+            listeners_status(&g.listeners, &g.refused, counts, known, false, *generation);
+        let (accepted, not_accepted, programmed) =
+            (listeners.accepted, listeners.not_accepted, listeners.programmed);
+        let listeners = listeners.entries;
         // The spec's Gateway `Accepted`: `InvalidParameters` for its parameters; with a
         // listener not accepted, `ListenersNotValid` — False when no listener is accepted,
         // True when some are.
@@ -322,12 +311,185 @@ pub fn desired(
                 *generation,
             ),
         ];
-        out.insert(
-            g.key.clone(),
-            json!({"conditions": gateway_conditions, "listeners": listeners}),
-        );
+        let mut status = json!({"conditions": gateway_conditions, "listeners": listeners});
+        // Where the Gateway takes ListenerSets: how many it serves.
+        if g.allowed_listeners != AllowedListeners::None {
+            let taken = g.sets.iter().filter(|s| s.refused.is_none()).count();
+            status["attachedListenerSets"] = json!(taken);
+        }
+        out.insert(g.key.clone(), status);
     }
     out
+}
+
+/// The status of listeners (served and left out), and how many are accepted, not
+/// accepted, and programmed.
+struct ListenersStatus {
+    entries: Vec<Value>,
+    accepted: usize,
+    not_accepted: usize,
+    programmed: usize,
+}
+
+/// The `listeners` of a Gateway's or a ListenerSet's status: those served (`attached`:
+/// how many routes each takes), then those left out with the spec's reason. A
+/// ListenerSet's also say `Conflicted` False when they are not (`conflicts`), as its
+/// conformance cases read them.
+fn listeners_status(
+    served: &[Listener],
+    refused: &[RefusedListener],
+    attached: impl Fn(&Listener) -> usize,
+    known: &Known,
+    conflicts: bool,
+    generation: Option<i64>,
+) -> ListenersStatus {
+    let mut out = ListenersStatus {
+        entries: Vec::new(),
+        accepted: 0,
+        not_accepted: 0,
+        programmed: 0,
+    };
+    for l in served {
+        let cert = known.certificate_problem(l);
+        // A served listener is accepted; programmed where its certificate can be served.
+        let mut entry = listener_status(l, attached(l), cert.as_deref(), generation);
+        if conflicts {
+            if let Some(c) = entry["conditions"].as_array_mut() {
+                c.push(condition(
+                    "Conflicted",
+                    false,
+                    "NoConflicts",
+                    "no listener before it has its port and hostname",
+                    generation,
+                ));
+            }
+        }
+        out.entries.push(entry);
+        out.accepted += 1;
+        out.programmed += usize::from(cert.is_none());
+    }
+    for r in refused {
+        let (reason, why) = (&r.reason, &r.why);
+        let conditions = match reason.as_str() {
+            "InvalidCertificateRef" | "RefNotPermitted" => {
+                out.accepted += 1;
+                vec![
+                    condition("Accepted", true, "Accepted", why, generation),
+                    condition("Programmed", false, "Invalid", why, generation),
+                    condition("ResolvedRefs", false, reason, why, generation),
+                ]
+            }
+            "ProtocolConflict" | "HostnameConflict" => {
+                out.not_accepted += 1;
+                vec![
+                    condition("Accepted", false, reason, why, generation),
+                    condition("Programmed", false, if conflicts { reason } else { "Invalid" }, why, generation),
+                    condition("ResolvedRefs", true, "ResolvedRefs", why, generation),
+                    condition("Conflicted", true, reason, why, generation),
+                ]
+            }
+            _ => {
+                out.not_accepted += 1;
+                vec![
+                    condition("Accepted", false, reason, why, generation),
+                    condition("Programmed", false, "Invalid", why, generation),
+                    condition("ResolvedRefs", true, "ResolvedRefs", why, generation),
+                ]
+            }
+        };
+        out.entries.push(json!({
+            "name": r.name,
+            "supportedKinds": r.kinds.iter().map(|k| json!({"group": GROUP, "kind": k})).collect::<Vec<_>>(),
+            "attachedRoutes": 0,
+            "conditions": conditions,
+        }));
+    }
+    out
+}
+
+/// A ListenerSet's status on a Gateway meshflow serves: `Accepted` and `Programmed` with
+/// the spec's reasons (`NotAllowed` by the Gateway's `allowedListeners`, the Gateway not
+/// accepted, `ListenersNotValid` when none of its listeners can be served) and, for a set
+/// the Gateway takes, its listeners as a Gateway's are written.
+fn set_status(
+    set: &KubeListenerSet,
+    gw: &KubeGateway,
+    attached: &BTreeMap<(ParentObject, String), usize>,
+    known: &Known,
+    generation: Option<i64>,
+) -> Value {
+    let taken = gw.sets.iter().find(|s| s.key == set.key);
+    let object = (ParentKind::ListenerSet, set.key.namespace.clone(), set.key.name.clone());
+    let (accepted, programmed, listeners) = match taken {
+        None => {
+            let why = "its Gateway does not take it".to_string();
+            (
+                ("NotAllowed", false, why.clone()),
+                ("NotAllowed", false, why),
+                Vec::new(),
+            )
+        }
+        Some(t) => {
+            let counts = |l: &Listener| {
+                attached
+                    .get(&(object.clone(), l.name.clone()))
+                    .copied()
+                    .unwrap_or(0)
+            };
+            let listeners = listeners_status(
+                &t.listeners,
+                &t.refused_listeners,
+                counts,
+                known,
+                true,
+                generation,
+            );
+            match &t.refused {
+                // Refused by the Gateway: nothing of it is served, and no listener is
+                // listed (it has none on the Gateway).
+                Some((reason, why)) if reason != "ListenersNotValid" => {
+                    let programmed = if reason == "ParentNotAccepted" {
+                        "ParentNotProgrammed"
+                    } else {
+                        reason.as_str()
+                    };
+                    (
+                        (reason.as_str(), false, why.clone()),
+                        (programmed, false, why.clone()),
+                        Vec::new(),
+                    )
+                }
+                Some((reason, why)) => (
+                    (reason.as_str(), false, why.clone()),
+                    (reason.as_str(), false, why.clone()),
+                    listeners.entries,
+                ),
+                None if listeners.not_accepted > 0 => {
+                    let why = format!(
+                        "{} of its listeners are not accepted",
+                        listeners.not_accepted
+                    );
+                    (
+                        ("ListenersNotValid", true, why),
+                        ("Programmed", true, "served to the Gateway's proxies".to_string()),
+                        listeners.entries,
+                    )
+                }
+                None => (
+                    ("Accepted", true, format!("taken by Gateway {}/{}", gw.key.namespace, gw.key.name)),
+                    ("Programmed", true, "served to the Gateway's proxies".to_string()),
+                    listeners.entries,
+                ),
+            }
+        }
+    };
+    json!({
+        "conditions": [
+            condition("Accepted", accepted.1, accepted.0, &accepted.2, generation),
+            condition("Programmed", programmed.1, programmed.0, &programmed.2, generation),
+        ],
+        "listeners": listeners,
+    })
 }
 
 /// A GatewayClass's status, for a class whose controller meshflow answers for (none for
@@ -425,8 +587,11 @@ fn listener_status(
 }
 
 fn parent_ref(p: &ParentRef) -> Value {
-    let mut r =
-        json!({"group": GROUP, "kind": "Gateway", "namespace": p.namespace, "name": p.name});
+    let kind = match p.kind {
+        ParentKind::ListenerSet => "ListenerSet",
+        _ => "Gateway",
+    };
+    let mut r = json!({"group": GROUP, "kind": kind, "namespace": p.namespace, "name": p.name});
     if let Some(s) = &p.section {
         r["sectionName"] = json!(s);
     }
@@ -521,6 +686,10 @@ pub fn stored_since(stored: &Value) -> Option<String> {
     }?;
     first["lastTransitionTime"].as_str().map(str::to_string)
 }
+
+#[cfg(test)]
+#[path = "listener_set_status_tests.rs"]
+mod listener_set_tests;
 
 #[cfg(test)]
 pub(super) mod tests {
@@ -656,6 +825,8 @@ pub(super) mod tests {
             ],
             refused: vec![],
             invalid_parameters: None,
+            allowed_listeners: dataflows::model::AllowedListeners::None,
+            sets: Vec::new(),
         });
         let mut known = Known::default();
         known.secrets.insert(("edge".into(), "cert".into()), None);

@@ -90,6 +90,7 @@ pub const GATEWAY_API: IstioGroup = IstioGroup {
         (Kind::GrpcRoute, "GRPCRoute"),
         (Kind::ReferenceGrant, "ReferenceGrant"),
         (Kind::BackendTlsPolicy, "BackendTLSPolicy"),
+        (Kind::ListenerSet, "ListenerSet"),
         // The experimental channel's: a cluster of the standard channel has none.
         (Kind::TcpRoute, "TCPRoute"),
         (Kind::TlsRoute, "TLSRoute"),
@@ -303,6 +304,7 @@ mod tests {
                     "HTTPRoute",
                     "GRPCRoute",
                     "BackendTLSPolicy",
+                    "ListenerSet",
                 ],
                 &all,
             ),
@@ -322,6 +324,7 @@ mod tests {
                 (Kind::GrpcRoute, "v1"),
                 (Kind::ReferenceGrant, "v1beta1"),
                 (Kind::BackendTlsPolicy, "v1"),
+                (Kind::ListenerSet, "v1"),
             ]
         );
         // TCPRoute and TLSRoute (experimental) are not served: named, but not errors.

@@ -73,6 +73,7 @@ pub fn writes_status(resource: &ApiResource) -> bool {
                 | "TCPRoute"
                 | "TLSRoute"
                 | "BackendTLSPolicy"
+                | "ListenerSet"
         ),
         _ => false,
     }

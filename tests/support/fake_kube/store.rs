@@ -132,6 +132,13 @@ pub const TYPES: &[ResourceType] = &[
         true,
         &["btlspolicy"],
     ),
+    rt(
+        GATEWAY_API_GROUP,
+        "listenersets",
+        "ListenerSet",
+        true,
+        &["lset"],
+    ),
     // What clients write: the status writer's Lease and the Events it reports with.
     rt(COORDINATION_GROUP, "leases", "Lease", true, &[]),
     rt(EVENTS_GROUP, "events", "Event", true, &["ev"]),

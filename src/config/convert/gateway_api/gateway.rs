@@ -7,6 +7,7 @@ use super::{hostname, port, GROUP};
 use crate::config::findings::Finding;
 use crate::config::{gateway_api as api, Invalid};
 use dataflows::model::{self as m, ConfigKey, Record};
+use dataflows::rules::listener_set;
 use serde_yaml_ng::Value;
 
 pub(in crate::config::convert) fn kubernetes_gateway(
@@ -32,9 +33,76 @@ pub(in crate::config::convert) fn kubernetes_gateway(
             "a Gateway needs at least one listener",
         ));
     }
+    let (mut listeners, mut refused) =
+        read_listeners(&s.listeners, &key.namespace, owned, findings)?;
+    let invalid_parameters = s
+        .infrastructure
+        .as_ref()
+        .and_then(|i| infrastructure(i, owned, findings));
+    if let Some(why) = &invalid_parameters {
+        // Not accepted: nothing of it is served, and each listener says why.
+        for l in listeners.drain(..) {
+            refused.push(m::RefusedListener {
+                kinds: l.protocol.default_kind_names(),
+                name: l.name,
+                reason: "Pending".into(),
+                why: format!("the Gateway is not accepted: {why}"),
+            });
+        }
+    }
+    let allowed_listeners = match &s.allowed_listeners {
+        None => m::AllowedListeners::None,
+        Some(a) => allowed_listeners(a)?,
+    };
+    Ok(vec![Record::GatewayApi(m::GatewayApiObject::Gateway(
+        m::KubeGateway {
+            key: ConfigKey::new(m::Kind::KubernetesGateway, &key.namespace, &key.name),
+            class: s.gateway_class_name.clone(),
+            listeners,
+            refused,
+            invalid_parameters,
+            allowed_listeners,
+            sets: Vec::new(),
+        },
+    ))])
+}
+
+/// `spec.allowedListeners`: which namespaces' ListenerSets the Gateway takes.
+fn allowed_listeners(a: &api::AllowedListeners) -> Result<m::AllowedListeners> {
+    let from = a.namespaces.as_ref().and_then(|n| n.from.as_deref());
+    Ok(match from {
+        None | Some("None") => m::AllowedListeners::None,
+        Some("Same") => m::AllowedListeners::Same,
+        Some("All") => m::AllowedListeners::All,
+        Some("Selector") => {
+            let f = "spec.allowedListeners.namespaces.selector";
+            let Some(selector) = a.namespaces.as_ref().and_then(|n| n.selector.as_ref()) else {
+                return Err(Invalid::field(f, "from: Selector needs a selector"));
+            };
+            m::AllowedListeners::Selector(namespace_selector(selector, f)?)
+        }
+        Some(other) => {
+            return Err(Invalid::field(
+                "spec.allowedListeners.namespaces.from",
+                format!("{other:?} is not one of All, Same, Selector, None"),
+            ))
+        }
+    })
+}
+
+/// A Gateway's or a ListenerSet's `spec.listeners` (of namespace `ns`): those meshflow can
+/// serve, and those left out with the spec's reason (a protocol it does not serve, TLS that
+/// terminates without a certificate, a conflict with a listener before). `report`: whether
+/// what is left out is meshflow's to report (not for another controller's Gateway).
+pub(super) fn read_listeners(
+    written: &[api::Listener],
+    ns: &str,
+    owned: bool,
+    findings: &mut Vec<Finding>,
+) -> Result<(Vec<m::Listener>, Vec<m::RefusedListener>)> {
     let mut listeners: Vec<m::Listener> = Vec::new();
     let mut refused: Vec<m::RefusedListener> = Vec::new();
-    for (i, l) in s.listeners.iter().enumerate() {
+    for (i, l) in written.iter().enumerate() {
         let f = format!("spec.listeners[{i}]");
         if l.name.is_empty() {
             return Err(Invalid::field(
@@ -42,7 +110,7 @@ pub(in crate::config::convert) fn kubernetes_gateway(
                 "a listener needs a name",
             ));
         }
-        if s.listeners[..i].iter().any(|o| o.name == l.name) {
+        if written[..i].iter().any(|o| o.name == l.name) {
             return Err(Invalid::field(
                 format!("{f}.name"),
                 format!("{:?} names two listeners", l.name),
@@ -88,7 +156,7 @@ pub(in crate::config::convert) fn kubernetes_gateway(
             (Some(t), _) => Some(listener_tls(
                 t,
                 protocol,
-                &key.namespace,
+                ns,
                 &f,
                 owned,
                 findings,
@@ -128,33 +196,8 @@ pub(in crate::config::convert) fn kubernetes_gateway(
             allowed_kinds,
         });
     }
-    // Names are unique (checked above): a listener's index by its name.
-    let index_of = |name: &str| s.listeners.iter().position(|l| l.name == name).unwrap_or(0);
-    let mut listeners = without_conflicts(listeners, &mut refused, index_of, owned, findings);
-    let invalid_parameters = s
-        .infrastructure
-        .as_ref()
-        .and_then(|i| infrastructure(i, owned, findings));
-    if let Some(why) = &invalid_parameters {
-        // Not accepted: nothing of it is served, and each listener says why.
-        for l in listeners.drain(..) {
-            refused.push(m::RefusedListener {
-                kinds: l.protocol.default_kind_names(),
-                name: l.name,
-                reason: "Pending".into(),
-                why: format!("the Gateway is not accepted: {why}"),
-            });
-        }
-    }
-    Ok(vec![Record::GatewayApi(m::GatewayApiObject::Gateway(
-        m::KubeGateway {
-            key: ConfigKey::new(m::Kind::KubernetesGateway, &key.namespace, &key.name),
-            class: s.gateway_class_name.clone(),
-            listeners,
-            refused,
-            invalid_parameters,
-        },
-    ))])
+    let listeners = without_conflicts(listeners, &mut refused, owned, findings);
+    Ok((listeners, refused))
 }
 
 /// `spec.infrastructure`: meshflow provisions nothing, so labels and annotations have nowhere
@@ -312,75 +355,30 @@ fn allowed_routes(
     Ok((namespaces, kinds))
 }
 
-/// What can share a port: HTTP with HTTP, HTTPS and TLS with each other (told apart by SNI),
-/// TCP with nothing.
-fn port_class(p: m::ListenerProtocol) -> u8 {
-    match p {
-        m::ListenerProtocol::Http => 0,
-        m::ListenerProtocol::Https | m::ListenerProtocol::Tls => 1,
-        m::ListenerProtocol::Tcp => 2,
-    }
-}
-
-/// Listeners that conflict with an earlier one of the Gateway are left out, as the spec has
-/// it (`Conflicted`): on a port another protocol holds (`ProtocolConflict`), or with the
-/// same port, protocol class and hostname (`HostnameConflict`; TCP has no hostname to tell
-/// two apart). The first listener written keeps the port.
+/// Listeners that conflict with an earlier one are left out, as the spec has it
+/// (`Conflicted`, [`listener_set::listener_conflict`]): the first listener written keeps
+/// the port.
 fn without_conflicts(
     listeners: Vec<m::Listener>,
     refused: &mut Vec<m::RefusedListener>,
-    index_of: impl Fn(&str) -> usize,
     owned: bool,
     findings: &mut Vec<Finding>,
 ) -> Vec<m::Listener> {
     let mut kept: Vec<m::Listener> = Vec::new();
     for l in listeners {
-        let same_port: Vec<&m::Listener> = kept.iter().filter(|k| k.port == l.port).collect();
-        let conflict = if same_port
-            .iter()
-            .any(|k| port_class(k.protocol) != port_class(l.protocol))
-        {
-            Some((
-                "ProtocolConflict",
-                format!("port {} is another protocol's listener's", l.port),
-            ))
-        } else if same_port
-            .iter()
-            .any(|k| k.hostname == l.hostname || l.protocol == m::ListenerProtocol::Tcp)
-        {
-            Some((
-                "HostnameConflict",
-                format!(
-                    "another listener has port {} and hostname {}",
-                    l.port,
-                    l.hostname.as_deref().unwrap_or("(none)")
-                ),
-            ))
-        } else {
-            None
-        };
-        match conflict {
+        match listener_set::listener_conflict(&kept, &l) {
             Some((reason, why)) => {
                 if owned {
                     findings.push(Finding::error(
-                        format!("spec.listeners[{}]", index_of(&l.name)),
+                        format!("spec.listeners[{}]", l.index),
                         format!("{reason}: {why}; the listener is left out"),
                     ));
                 }
-                let listed: Vec<String> = if l.allowed_kinds.is_empty() {
-                    l.protocol.default_kind_names()
-                } else {
-                    l.allowed_kinds.clone()
-                };
-                let kinds = listed
-                    .into_iter()
-                    .filter(|k| dataflows::rules::gateway_api::listener_serves_kind(&l, k))
-                    .collect();
                 refused.push(m::RefusedListener {
                     name: l.name.clone(),
                     reason: reason.to_string(),
                     why,
-                    kinds,
+                    kinds: listener_set::refused_kinds(&l),
                 });
             }
             None => kept.push(l),

@@ -7,6 +7,7 @@ mod gateway;
 mod gateway_class;
 mod http_route;
 mod l4_route;
+mod listener_set;
 mod reference_grant;
 
 pub(super) use backend_tls_policy::backend_tls_policy;
@@ -14,6 +15,7 @@ pub(super) use gateway::kubernetes_gateway;
 pub(super) use gateway_class::gateway_class;
 pub(super) use http_route::{grpc_route, http_route};
 pub(super) use l4_route::l4_route;
+pub(super) use listener_set::listener_set;
 pub(super) use reference_grant::reference_grant;
 
 use super::Result;
@@ -88,7 +90,7 @@ fn hostnames(hosts: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// A route's `parentRefs`: Gateways, and Services (the mesh: an HTTPRoute's or GRPCRoute's
+/// A route's `parentRefs`: Gateways, ListenerSets, and Services (the mesh: an HTTPRoute's or GRPCRoute's
 /// only); another kind is reported and left out.
 fn parents(
     refs: &[api::ParentReference],
@@ -103,6 +105,7 @@ fn parents(
         let kind = p.kind.as_deref().unwrap_or("Gateway");
         let parent_kind = match (group, kind) {
             (GROUP, "Gateway") => m::ParentKind::Gateway,
+            (GROUP, "ListenerSet") => m::ParentKind::ListenerSet,
             // A Service port by name is a restriction the mesh routes do not read yet: the
             // parent is left out rather than routed on every port.
             ("" | "core", "Service") if !l4 && p.section_name.is_some() => {
