@@ -22,6 +22,7 @@ mod gateway_api;
 mod gateway_api_backend_tls;
 mod gateway_api_grpc;
 mod gateway_api_l4;
+mod gateway_api_listener_set;
 mod gateway_api_matching;
 mod gateway_api_mesh;
 mod gateway_api_resilience;

@@ -474,3 +474,153 @@ async fn backend_tls_policies_and_their_config_maps_from_the_cluster() {
     })
     .await;
 }
+
+/// A ListenerSet from the cluster: its listener's route reaches the Gateway's proxies (in
+/// the shared route configuration of the port), its status and the Gateway's say it is
+/// taken, and when the Gateway stops admitting sets (a generation bump through the API)
+/// the set is `NotAllowed` and its hostname leaves the route configuration while the
+/// Gateway's own stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listener_sets_from_the_cluster() {
+    let gateway = |generation: i64, from: &str| {
+        json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+            "metadata": {"name": "shop-gateway", "namespace": "shop", "generation": generation},
+            "spec": {"gatewayClassName": "istio",
+                     "allowedListeners": {"namespaces": {"from": from}},
+                     "listeners": [{"name": "http", "port": 8080, "protocol": "HTTP",
+                                    "hostname": "shop.example"}]}
+        })
+    };
+    let cluster = start(
+        "kube-listener-sets",
+        |fake| {
+            fake.serve_gateway_api_versions(&["v1"]);
+            fake.apply(service("cart", "shop", 8080));
+            fake.apply(gateway(1, "Same"));
+            fake.apply(json!({
+                "apiVersion": "gateway.networking.k8s.io/v1", "kind": "ListenerSet",
+                "metadata": {"name": "team", "namespace": "shop", "generation": 1},
+                "spec": {"parentRef": {"name": "shop-gateway"},
+                         "listeners": [{"name": "http", "port": 8080, "protocol": "HTTP",
+                                        "hostname": "team.example"},
+                                       {"name": "https", "port": 8443, "protocol": "HTTPS",
+                                        "hostname": "secure.example",
+                                        "tls": {"certificateRefs": [{"name": "cert", "namespace": "certs"}]}}]}
+            }));
+            // Its certificate, of another namespace, granted to the sets of shop.
+            let key = rcgen::KeyPair::generate().expect("a key");
+            let cert = rcgen::CertificateParams::new(vec!["secure.example".into()])
+                .expect("params")
+                .self_signed(&key)
+                .expect("a certificate");
+            use base64::Engine;
+            let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+            fake.apply(json!({
+                "apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": "cert", "namespace": "certs"},
+                "type": "kubernetes.io/tls",
+                "data": {"tls.crt": b64(&cert.pem()), "tls.key": b64(&key.serialize_pem())},
+            }));
+            fake.apply(json!({
+                "apiVersion": "gateway.networking.k8s.io/v1", "kind": "ReferenceGrant",
+                "metadata": {"name": "shop-sets", "namespace": "certs"},
+                "spec": {"from": [{"group": "gateway.networking.k8s.io", "kind": "ListenerSet", "namespace": "shop"}],
+                         "to": [{"group": "", "kind": "Secret"}]}
+            }));
+            for (name, parent) in [
+                ("own", json!({"name": "shop-gateway"})),
+                ("team", json!({"group": "gateway.networking.k8s.io", "kind": "ListenerSet", "name": "team"})),
+            ] {
+                fake.apply(json!({
+                    "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+                    "metadata": {"name": name, "namespace": "shop"},
+                    "spec": {"parentRefs": [parent],
+                             "rules": [{"backendRefs": [{"name": "cart", "port": 8080}]}]}
+                }));
+            }
+        },
+        &["--write-status"],
+    );
+    assert!(cluster.errors().is_empty(), "{:?}", cluster.errors());
+    let mut c = DeltaClient::connect(
+        cluster.meshflow.xds_addr(),
+        node(
+            ROUTER,
+            "shop",
+            &[("gateway.networking.k8s.io/gateway-name", "shop-gateway")],
+        ),
+    )
+    .await;
+    c.subscribe(RDS, &["http.8080".to_string()], HashMap::new())
+        .await;
+    let mut held = HashMap::new();
+    await_held(&mut c, &mut held, "the set's and the Gateway's hosts", |h| {
+        h.get("http.8080")
+            .is_some_and(|b| contains(b, "team.example") && contains(b, "shop.example"))
+    })
+    .await;
+    let set = await_status(
+        &cluster.fake,
+        "ListenerSet",
+        "team",
+        "the set's status",
+        |s| s["listeners"][0]["attachedRoutes"] == 1,
+    );
+    assert_eq!(set["conditions"][0]["type"], "Accepted");
+    assert_eq!(set["conditions"][0]["status"], "True", "{set:#}");
+    assert_eq!(set["conditions"][1]["reason"], "Programmed");
+    assert_eq!(set["conditions"][0]["observedGeneration"], 1);
+    // The HTTPS listener's certificate is granted (the status judges with the grants).
+    let https = &set["listeners"][1];
+    assert_eq!(https["name"], "https", "{set:#}");
+    for (i, kind) in ["Accepted", "Programmed", "ResolvedRefs"].iter().enumerate() {
+        assert_eq!(https["conditions"][i]["type"], *kind);
+        assert_eq!(https["conditions"][i]["status"], "True", "{set:#}");
+    }
+    let gw = await_status(
+        &cluster.fake,
+        "KubernetesGateway",
+        "shop-gateway",
+        "the Gateway's status",
+        |s| s["attachedListenerSets"] == 1,
+    );
+    // The Gateway's own listener counts its own route only.
+    assert_eq!(gw["listeners"][0]["attachedRoutes"], 1, "{gw:#}");
+    let team = await_status(
+        &cluster.fake,
+        "HTTPRoute",
+        "team",
+        "the set's route",
+        |s| s["parents"][0]["conditions"][0]["status"] == "True",
+    );
+    assert_eq!(team["parents"][0]["parentRef"]["kind"], "ListenerSet");
+
+    // The Gateway admits no set any more.
+    cluster.fake.apply(gateway(2, "None"));
+    let set = await_status(
+        &cluster.fake,
+        "ListenerSet",
+        "team",
+        "the set refused",
+        |s| s["conditions"][0]["reason"] == "NotAllowed",
+    );
+    assert_eq!(set["conditions"][1]["reason"], "NotAllowed");
+    assert_eq!(set["listeners"], json!([]));
+    await_held(&mut c, &mut held, "the set's host gone", |h| {
+        h.get("http.8080")
+            .is_some_and(|b| !contains(b, "team.example") && contains(b, "shop.example"))
+    })
+    .await;
+    let gw = await_status(
+        &cluster.fake,
+        "KubernetesGateway",
+        "shop-gateway",
+        "the Gateway at generation 2",
+        |s| s["conditions"][0]["observedGeneration"] == 2,
+    );
+    assert!(
+        gw.get("attachedListenerSets").is_none(),
+        "a Gateway taking no set says nothing of them: {gw:#}"
+    );
+}

@@ -4,7 +4,8 @@
 //! Service (the mesh), TCPRoutes and TLSRoutes, with a few rules to services of either
 //! namespace, ReferenceGrants (to Services and to Secrets), Namespaces with labels
 //! (listeners select routes' namespaces by them), BackendTLSPolicies with the ConfigMaps
-//! their CAs come from, and the routers that run the Gateways. Drawn from a generator of their own, so the logs of the others stay.
+//! their CAs come from, ListenerSets on the Gateways (routes name them too), and the
+//! routers that run the Gateways. Drawn from a generator of their own, so the logs of the others stay.
 
 use crate::records::{pick, NAMESPACES};
 use crate::support::{host, router_proxy};
@@ -15,8 +16,9 @@ use rand::Rng;
 /// One random Gateway API record, or a router of one of the Gateways.
 pub fn gateway_api(rng: &mut StdRng) -> Record {
     let ns = pick(rng, &NAMESPACES[..2]);
-    match rng.random_range(0..12) {
+    match rng.random_range(0..13) {
         0 | 1 => gateway(rng, ns),
+        12 => listener_set(rng, ns),
         10 => backend_tls_policy(rng, ns),
         11 => {
             // A CA bundle, or a ConfigMap that is none.
@@ -47,7 +49,11 @@ pub fn gateway_api(rng: &mut StdRng) -> Record {
                 format!("g{}", rng.random_range(0..2)),
             ),
             from: vec![(
-                pick(rng, &["HTTPRoute", "TCPRoute", "GRPCRoute", "Gateway"]).into(),
+                pick(
+                    rng,
+                    &["HTTPRoute", "TCPRoute", "GRPCRoute", "Gateway", "ListenerSet"],
+                )
+                .into(),
                 pick(rng, &NAMESPACES[..2]).into(),
             )],
             // To backends, or to the certificates of terminating listeners.
@@ -128,7 +134,8 @@ fn backend_tls_policy(rng: &mut StdRng, ns: &str) -> Record {
     }))
 }
 
-fn gateway(rng: &mut StdRng, ns: &str) -> Record {
+/// One or two random listeners of an object of namespace `ns`, named `{prefix}0`, ….
+fn listeners(rng: &mut StdRng, ns: &str, prefix: &str) -> Vec<Listener> {
     let protocols: Vec<(usize, ListenerProtocol)> = (0..rng.random_range(1..3))
         .map(|i| {
             // Now and then a TCP listener, or TLS passing through.
@@ -145,13 +152,21 @@ fn gateway(rng: &mut StdRng, ns: &str) -> Record {
             (i, protocol)
         })
         .collect();
-    let listeners = protocols
+    protocols
         .into_iter()
         .map(|(i, protocol)| Listener {
             index: i,
-            name: format!("l{i}"),
-            hostname: pick(rng, &[None, Some("*.example.com"), Some("a.example.com")])
-                .map(str::to_string),
+            name: format!("{prefix}{i}"),
+            hostname: pick(
+                rng,
+                &[
+                    None,
+                    Some("*.example.com"),
+                    Some("a.example.com"),
+                    Some("b.example.com"),
+                ],
+            )
+            .map(str::to_string),
             port: match protocol {
                 ListenerProtocol::Tcp => 3306,
                 ListenerProtocol::Tls => 8443,
@@ -192,7 +207,36 @@ fn gateway(rng: &mut StdRng, ns: &str) -> Record {
             },
             allowed_kinds: Vec::new(),
         })
-        .collect();
+        .collect()
+}
+
+/// A ListenerSet of `ns` on one of the Gateways, its listeners named like theirs or its
+/// own; sets of one name differ in age, so precedence goes both ways.
+fn listener_set(rng: &mut StdRng, ns: &str) -> Record {
+    let prefix = pick(rng, &["l", "s"]);
+    Record::GatewayApi(GatewayApiObject::ListenerSet(KubeListenerSet {
+        key: ConfigKey::new(Kind::ListenerSet, ns, format!("ls{}", rng.random_range(0..2))),
+        created: pick(rng, &["", "2026-01-01T00:00:00Z", "2026-02-01T00:00:00Z"]).into(),
+        parent: (
+            pick(rng, &NAMESPACES[..2]).into(),
+            format!("gw{}", rng.random_range(0..2)),
+        ),
+        listeners: listeners(rng, ns, prefix),
+        refused: Vec::new(),
+    }))
+}
+
+fn gateway(rng: &mut StdRng, ns: &str) -> Record {
+    let listeners = listeners(rng, ns, "l");
+    let allowed_listeners = match rng.random_range(0..6) {
+        0 | 1 => AllowedListeners::None,
+        2 => AllowedListeners::Same,
+        3 | 4 => AllowedListeners::All,
+        _ => AllowedListeners::Selector(NamespaceSelector {
+            match_labels: [("shared".to_string(), "yes".to_string())].into(),
+            expressions: Vec::new(),
+        }),
+    };
     Record::GatewayApi(GatewayApiObject::Gateway(KubeGateway {
         key: ConfigKey::new(
             Kind::KubernetesGateway,
@@ -203,7 +247,7 @@ fn gateway(rng: &mut StdRng, ns: &str) -> Record {
         listeners,
         refused: Vec::new(),
         invalid_parameters: None,
-        allowed_listeners: AllowedListeners::None,
+        allowed_listeners,
         sets: Vec::new(),
     }))
 }
@@ -221,13 +265,19 @@ fn route(rng: &mut StdRng, ns: &str) -> Record {
                     port: rng.random_bool(0.3).then_some(9080),
                 };
             }
+            // A Gateway, or now and then one of the ListenerSets.
+            let set = rng.random_bool(0.25);
             ParentRef {
-                kind: ParentKind::Gateway,
+                kind: if set {
+                    ParentKind::ListenerSet
+                } else {
+                    ParentKind::Gateway
+                },
                 namespace: pick(rng, &NAMESPACES[..2]).into(),
-                name: format!("gw{}", rng.random_range(0..2)),
+                name: format!("{}{}", if set { "ls" } else { "gw" }, rng.random_range(0..2)),
                 section: rng
                     .random_bool(0.3)
-                    .then(|| format!("l{}", rng.random_range(0..2))),
+                    .then(|| format!("{}{}", pick(rng, &["l", "s"]), rng.random_range(0..2))),
                 port: None,
             }
         })

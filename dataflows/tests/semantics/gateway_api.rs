@@ -1431,3 +1431,149 @@ fn tls_routes_on_a_terminating_listener_are_terminated_by_sni() {
         );
     }
 }
+
+/// A ListenerSet's listeners on the Gateway's proxies share its ports with the Gateway's
+/// own: an HTTPS listener of a set more specific than the Gateway's wildcard listener takes
+/// its hostname away from it (421 there, served on the set's listener to the set's route,
+/// whose `Same` is the set's namespace); when the Gateway stops taking sets, the set's route
+/// configuration goes, the wildcard listener serves that hostname again, and the set's
+/// errors say why (MF0042, retracted when taken again).
+#[test]
+fn a_listener_sets_listeners_share_the_gateways_ports() {
+    let mut m = Mesh::new();
+    let gw_pod = gw_pod();
+    let https = |name: &str, hostname: &str, ns: &str| {
+        let mut l = listener(name, 443, Some(hostname), AllowedNamespaces::Same);
+        l.protocol = ListenerProtocol::Https;
+        l.tls = Some(ListenerTls {
+            passthrough: false,
+            certificates: vec![(ns.into(), "cert".into())],
+        });
+        l
+    };
+    let gateway = |allowed: AllowedListeners| {
+        let Record::GatewayApi(GatewayApiObject::Gateway(mut g)) = kube_gateway(
+            "default",
+            "gw",
+            "istio",
+            vec![https("wild", "*.example.com", "default")],
+        ) else {
+            unreachable!("kube_gateway makes a Gateway")
+        };
+        g.allowed_listeners = allowed;
+        Record::GatewayApi(GatewayApiObject::Gateway(g))
+    };
+    let set_key = ConfigKey::new(Kind::ListenerSet, "team", "team");
+    let set = Record::GatewayApi(GatewayApiObject::ListenerSet(KubeListenerSet {
+        key: set_key.clone(),
+        created: String::new(),
+        parent: ("default".into(), "gw".into()),
+        listeners: vec![https("foo", "foo.example.com", "team")],
+        refused: Vec::new(),
+    }));
+    let Record::GatewayApi(GatewayApiObject::HttpRoute(mut team_route)) = http_route(
+        "team",
+        "t",
+        "",
+        &[],
+        vec![(StringMatch::Prefix("/".into()), backend("ratings", "team", 80))],
+    ) else {
+        unreachable!("http_route makes an HTTPRoute")
+    };
+    team_route.parents[0].kind = ParentKind::ListenerSet;
+    team_route.parents[0].namespace = "team".into();
+    team_route.parents[0].name = "team".into();
+    m.insert(vec![
+        service("reviews", "default"),
+        service("ratings", "team"),
+        crate::support::tls_secret("default", "cert", "fp1", None, None),
+        crate::support::tls_secret("team", "cert", "fp2", None, None),
+        gateway(AllowedListeners::All),
+        set.clone(),
+        Record::GatewayApi(GatewayApiObject::HttpRoute(team_route)),
+        http_route(
+            "default",
+            "r",
+            "",
+            &["foo.example.com", "bar.example.com"],
+            vec![(
+                StringMatch::Prefix("/".into()),
+                backend("reviews", "default", 80),
+            )],
+        ),
+        px(&gw_pod),
+    ]);
+    let reviews = crate::support::outbound(80, "", "reviews", "default");
+    let ratings = crate::support::outbound(80, "", "ratings", "team");
+    // What each virtual host of the route configuration of listener `name` answers, by
+    // its first domain: the cluster, "421", or "404"; `None` when there is no such route
+    // configuration.
+    let outcome = |m: &Mesh, name: &str| -> Option<Vec<(String, String)>> {
+        let route = m
+            .routes(&gw_pod)
+            .into_iter()
+            .find(|r| r.starts_with(&format!("https.443.{name}.")))?;
+        let mut rows: Vec<(String, String)> = table(m, &gw_pod, &route)
+            .into_iter()
+            .map(|(domains, routes)| {
+                let what = match routes.as_slice() {
+                    [] => "404".to_string(),
+                    [(_, s)] if s == "421" => "421".to_string(),
+                    [(_, c)] if c.contains(&reviews) => "reviews".to_string(),
+                    [(_, c)] if c.contains(&ratings) => "ratings".to_string(),
+                    rs => format!("{rs:?}"),
+                };
+                (domains[0].clone(), what)
+            })
+            .collect();
+        rows.sort();
+        Some(rows)
+    };
+    let rows = |v: &[(&str, &str)]| -> Option<Vec<(String, String)>> {
+        let mut v: Vec<(String, String)> = v
+            .iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect();
+        v.sort();
+        Some(v)
+    };
+    assert_eq!(
+        outcome(&m, "wild"),
+        rows(&[
+            ("bar.example.com", "reviews"),
+            ("foo.example.com", "421"),
+            ("*.example.com", "404"),
+        ])
+    );
+    assert_eq!(
+        outcome(&m, "foo"),
+        rows(&[("foo.example.com", "ratings"), ("*.example.com", "421")])
+    );
+    assert!(errors_of(&m, &set_key).is_empty());
+
+    // The Gateway takes no set any more.
+    m.replace(gateway(AllowedListeners::All), gateway(AllowedListeners::None));
+    assert_eq!(outcome(&m, "foo"), None);
+    assert_eq!(
+        outcome(&m, "wild"),
+        rows(&[
+            ("bar.example.com", "reviews"),
+            ("foo.example.com", "reviews"),
+            ("*.example.com", "404"),
+        ])
+    );
+    let errors = errors_of(&m, &set_key);
+    assert!(
+        errors.len() == 1 && errors[0].contains("spec.parentRef: NotAllowed"),
+        "{errors:?}"
+    );
+    m.replace(gateway(AllowedListeners::None), gateway(AllowedListeners::Same));
+    // `Same` is the Gateway's namespace: still not the set's.
+    assert_eq!(outcome(&m, "foo"), None);
+    m.replace(gateway(AllowedListeners::Same), gateway(AllowedListeners::All));
+    assert_eq!(
+        outcome(&m, "foo"),
+        rows(&[("foo.example.com", "ratings"), ("*.example.com", "421")])
+    );
+    assert!(errors_of(&m, &set_key).is_empty());
+}

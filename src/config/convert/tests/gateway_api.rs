@@ -946,3 +946,105 @@ fn config_maps_are_read_as_ca_bundles() {
     let (ca, problem) = cm("data: {ca.crt: not a certificate}\n");
     assert!(ca.is_none() && problem.is_some_and(|p| p.contains("ca.crt")));
 }
+
+const LISTENER_SET: &str = "apiVersion: gateway.networking.k8s.io/v1
+kind: ListenerSet
+metadata: {name: team, namespace: apps, creationTimestamp: '2026-01-01T00:00:00Z'}
+spec:
+  parentRef: {name: shop-gateway, namespace: shop}
+  listeners:
+  - name: http
+    port: 80
+    protocol: HTTP
+    hostname: team.example
+  - name: https
+    port: 443
+    protocol: HTTPS
+    hostname: team.example
+    tls:
+      certificateRefs: [{name: team-cert}]
+  - name: udp
+    port: 53
+    protocol: UDP
+";
+
+/// A ListenerSet is read with the Gateway it names (of its own namespace unless it says)
+/// and its listeners as a Gateway's are (certificates of its namespace unless they say,
+/// a protocol meshflow does not serve left out by field); a parent of another kind, or no
+/// listener, names the field. A Gateway's `allowedListeners` is read, `None` when unset.
+#[test]
+fn listener_sets_and_allowed_listeners_are_read() {
+    let p = parse(LISTENER_SET);
+    assert_eq!(p.key.kind, Kind::ListenerSet);
+    let GatewayApiObject::ListenerSet(s) = object(&p) else {
+        panic!()
+    };
+    assert_eq!(s.parent, ("shop".to_string(), "shop-gateway".to_string()));
+    assert_eq!(s.created, "2026-01-01T00:00:00Z");
+    let names: Vec<&str> = s.listeners.iter().map(|l| l.name.as_str()).collect();
+    assert_eq!(names, ["http", "https"]);
+    assert_eq!(
+        s.listeners[1].tls.as_ref().map(|t| t.certificates.clone()),
+        Some(vec![("apps".to_string(), "team-cert".to_string())])
+    );
+    assert_eq!(s.refused[0].reason, "UnsupportedProtocol");
+    assert_eq!(fields(&p, Level::Error), ["spec.listeners[2].protocol"]);
+    let local = LISTENER_SET.replace("{name: shop-gateway, namespace: shop}", "{name: gw}");
+    let GatewayApiObject::ListenerSet(s) = object(&parse(&local)).clone() else {
+        panic!()
+    };
+    assert_eq!(s.parent, ("apps".to_string(), "gw".to_string()));
+    for (edit, field) in [
+        (
+            LISTENER_SET.replace("{name: shop-gateway, namespace: shop}", "{name: x, kind: Service, group: ''}"),
+            "spec.parentRef",
+        ),
+        (
+            LISTENER_SET[..LISTENER_SET.find("  listeners:").unwrap_or(0)].to_string(),
+            "spec.listeners",
+        ),
+        (
+            LISTENER_SET.replace("port: 80\n", "port: 0\n"),
+            "spec.listeners[0].port",
+        ),
+    ] {
+        let err = parse_document(&edit, &super::mesh()).unwrap_err();
+        assert_eq!(err.field, field, "{edit}");
+    }
+
+    let GatewayApiObject::Gateway(g) = object(&parse(GATEWAY)).clone() else {
+        panic!()
+    };
+    assert_eq!(g.allowed_listeners, AllowedListeners::None);
+    let gateway = |allowed: &str| {
+        GATEWAY.replace(
+            "  gatewayClassName: istio\n",
+            &format!("  gatewayClassName: istio\n  allowedListeners: {allowed}\n"),
+        )
+    };
+    for (allowed, want) in [
+        ("{namespaces: {from: All}}", AllowedListeners::All),
+        ("{namespaces: {from: Same}}", AllowedListeners::Same),
+        ("{namespaces: {from: None}}", AllowedListeners::None),
+        (
+            "{namespaces: {from: Selector, selector: {matchLabels: {team: a}}}}",
+            AllowedListeners::Selector(NamespaceSelector {
+                match_labels: [("team".to_string(), "a".to_string())].into(),
+                expressions: Vec::new(),
+            }),
+        ),
+    ] {
+        let GatewayApiObject::Gateway(g) = object(&parse(&gateway(allowed))).clone() else {
+            panic!()
+        };
+        assert_eq!(g.allowed_listeners, want, "{allowed}");
+        assert!(g.sets.is_empty(), "filled where the Gateway meets its sets only");
+    }
+    for (allowed, field) in [
+        ("{namespaces: {from: Some}}", "spec.allowedListeners.namespaces.from"),
+        ("{namespaces: {from: Selector}}", "spec.allowedListeners.namespaces.selector"),
+    ] {
+        let err = parse_document(&gateway(allowed), &super::mesh()).unwrap_err();
+        assert_eq!(err.field, field, "{allowed}");
+    }
+}
