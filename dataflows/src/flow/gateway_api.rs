@@ -268,12 +268,8 @@ pub(super) fn translate<'s>(
             for (p, _) in vals {
                 if let GwPart::Gateway(g) = p {
                     let (g, mut errors) = rules::grant_certificates(g, grants.iter().copied());
-                    let (g, set_errors) = listener_set::attach_sets(
-                        &g,
-                        &sets,
-                        |ns| labels.get(ns).copied(),
-                        &grants,
-                    );
+                    let (g, set_errors) =
+                        listener_set::attach_sets(&g, &sets, |ns| labels.get(ns).copied(), &grants);
                     errors.extend(set_errors);
                     out.push(((g, errors), 1isize));
                 }
@@ -360,7 +356,9 @@ pub(super) fn translate<'s>(
     let domain = config.domain_suffix.clone();
     let attached = by_parent
         .clone()
-        .join_map(kube_gateways, |via, (r, ctx), gw| rules::attach(r, gw, via, ctx))
+        .join_map(kube_gateways, |via, (r, ctx), gw| {
+            rules::attach(r, gw, via, ctx)
+        })
         // Routes whose parents are Services: the sidecars' routes (GAMMA).
         .concat(
             with_context

@@ -96,7 +96,8 @@ impl Served<'_> {
     /// The namespace of the object the listener is written in (its `allowedRoutes` `Same`,
     /// its certificates' default namespace).
     pub fn namespace<'g>(&'g self, gw: &'g KubeGateway) -> &'g str {
-        self.set.map_or(gw.key.namespace.as_str(), |k| k.namespace.as_str())
+        self.set
+            .map_or(gw.key.namespace.as_str(), |k| k.namespace.as_str())
     }
 }
 
@@ -291,6 +292,43 @@ pub struct Listener {
     /// `allowedRoutes.kinds` by kind name (group `gateway.networking.k8s.io`); empty: the
     /// kinds the protocol takes.
     pub allowed_kinds: Vec<String>,
+}
+
+impl Listener {
+    /// Whether meshflow serves routes of `kind` on this listener, by its protocol and TLS
+    /// mode: HTTP and GRPC routes on HTTP and terminated HTTPS, TCP routes on TCP and
+    /// terminated TLS, TLS routes (by SNI) on TLS, passed through or terminated. What a
+    /// listener's `allowedRoutes.kinds` lists beyond these is `InvalidRouteKinds` on its
+    /// status.
+    pub fn serves_kind(&self, kind: &str) -> bool {
+        let passthrough = self.tls.as_ref().is_some_and(|t| t.passthrough);
+        match kind {
+            "HTTPRoute" | "GRPCRoute" => {
+                matches!(
+                    self.protocol,
+                    ListenerProtocol::Http | ListenerProtocol::Https
+                ) && !passthrough
+            }
+            "TCPRoute" => {
+                self.protocol == ListenerProtocol::Tcp
+                    || (self.protocol == ListenerProtocol::Tls && !passthrough)
+            }
+            // On a listener that terminates, the decrypted stream (TLSRouteModeTerminate).
+            "TLSRoute" => self.protocol == ListenerProtocol::Tls,
+            _ => false,
+        }
+    }
+
+    /// The route kinds it says it is for, left out or not: those its `allowedRoutes` lists,
+    /// or its protocol's, that it would serve.
+    pub fn kinds_served(&self) -> Vec<String> {
+        let listed: Vec<String> = if self.allowed_kinds.is_empty() {
+            self.protocol.default_kind_names()
+        } else {
+            self.allowed_kinds.clone()
+        };
+        listed.into_iter().filter(|k| self.serves_kind(k)).collect()
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

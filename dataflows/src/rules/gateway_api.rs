@@ -309,24 +309,9 @@ pub fn listener_allows(
     kinds_ok && protocol_ok && ns_ok
 }
 
-/// Whether meshflow serves routes of `kind` on a listener of this protocol and TLS mode:
-/// HTTP and GRPC routes on HTTP and terminated HTTPS, TCP routes on TCP and terminated TLS,
-/// TLS routes (by SNI) on TLS, passed through or terminated. What a listener's `allowedRoutes.kinds` lists
-/// beyond these is `InvalidRouteKinds` on its status.
+/// Whether meshflow serves routes of `kind` on listener `l` ([`Listener::serves_kind`]).
 pub fn listener_serves_kind(l: &Listener, kind: &str) -> bool {
-    let passthrough = l.tls.as_ref().is_some_and(|t| t.passthrough);
-    match kind {
-        "HTTPRoute" | "GRPCRoute" => {
-            matches!(l.protocol, ListenerProtocol::Http | ListenerProtocol::Https) && !passthrough
-        }
-        "TCPRoute" => {
-            l.protocol == ListenerProtocol::Tcp
-                || (l.protocol == ListenerProtocol::Tls && !passthrough)
-        }
-        // On a listener that terminates, the decrypted stream (TLSRouteModeTerminate).
-        "TLSRoute" => l.protocol == ListenerProtocol::Tls,
-        _ => false,
-    }
+    l.serves_kind(kind)
 }
 
 /// Whether a parent reference names this listener: the object it is written in (a
@@ -334,12 +319,8 @@ pub fn listener_serves_kind(l: &Listener, kind: &str) -> bool {
 /// then `sectionName` and `port`.
 fn parent_names(p: &ParentRef, gw: &KubeGateway, served: &Served) -> bool {
     let object = match (p.kind, served.set) {
-        (ParentKind::Gateway, None) => {
-            p.namespace == gw.key.namespace && p.name == gw.key.name
-        }
-        (ParentKind::ListenerSet, Some(set)) => {
-            p.namespace == set.namespace && p.name == set.name
-        }
+        (ParentKind::Gateway, None) => p.namespace == gw.key.namespace && p.name == gw.key.name,
+        (ParentKind::ListenerSet, Some(set)) => p.namespace == set.namespace && p.name == set.name,
         _ => false,
     };
     let l = served.listener;
@@ -360,11 +341,13 @@ pub fn parent_objects(gw: &KubeGateway) -> Vec<ParentObject> {
         gw.key.namespace.clone(),
         gw.key.name.clone(),
     )];
-    out.extend(
-        gw.sets
-            .iter()
-            .map(|s| (ParentKind::ListenerSet, s.key.namespace.clone(), s.key.name.clone())),
-    );
+    out.extend(gw.sets.iter().map(|s| {
+        (
+            ParentKind::ListenerSet,
+            s.key.namespace.clone(),
+            s.key.name.clone(),
+        )
+    }));
     out
 }
 
@@ -582,11 +565,7 @@ pub fn attach(
     if !gw.owned() {
         return Vec::new();
     }
-    let parents: Vec<&ParentRef> = view
-        .parents
-        .iter()
-        .filter(|p| refers_to(p, via))
-        .collect();
+    let parents: Vec<&ParentRef> = view.parents.iter().filter(|p| refers_to(p, via)).collect();
     if parents.is_empty() {
         return Vec::new();
     }
@@ -1028,10 +1007,7 @@ pub fn parent_verdict(
     }
     let ns = &route.key.namespace;
     let kind = route.kind();
-    let named: Vec<Served> = gw
-        .served()
-        .filter(|l| parent_names(p, gw, l))
-        .collect();
+    let named: Vec<Served> = gw.served().filter(|l| parent_names(p, gw, l)).collect();
     let allowed: Vec<&Served> = named
         .iter()
         .filter(|l| listener_allows(l.listener, l.namespace(gw), kind, ns, ns_labels))
@@ -1064,8 +1040,7 @@ pub fn parent_verdict(
         .iter()
         .filter(|l| {
             route.key.kind == Kind::TcpRoute
-                || !intersect_hostnames(l.listener.hostname.as_deref(), route.hostnames)
-                    .is_empty()
+                || !intersect_hostnames(l.listener.hostname.as_deref(), route.hostnames).is_empty()
         })
         .map(|l| l.listener.name.clone())
         .collect();

@@ -56,20 +56,6 @@ pub fn listener_conflict<'a>(
     None
 }
 
-/// The route kinds a listener left out still says it is for: those its `allowedRoutes`
-/// lists, or its protocol's, that it would serve.
-pub fn refused_kinds(l: &Listener) -> Vec<String> {
-    let listed: Vec<String> = if l.allowed_kinds.is_empty() {
-        l.protocol.default_kind_names()
-    } else {
-        l.allowed_kinds.clone()
-    };
-    listed
-        .into_iter()
-        .filter(|k| super::gateway_api::listener_serves_kind(l, k))
-        .collect()
-}
-
 /// Whether Gateway `gw` takes ListenerSets of namespace `set_ns` (`labels`: the
 /// namespace's, when known; a selector also sees the name label Kubernetes gives every
 /// Namespace).
@@ -201,7 +187,7 @@ pub fn attach_sets<'a>(
                     name: l.name.clone(),
                     reason: reason.to_string(),
                     why,
-                    kinds: refused_kinds(l),
+                    kinds: l.kinds_served(),
                 });
                 continue;
             }

@@ -51,7 +51,13 @@ pub fn gateway_api(rng: &mut StdRng) -> Record {
             from: vec![(
                 pick(
                     rng,
-                    &["HTTPRoute", "TCPRoute", "GRPCRoute", "Gateway", "ListenerSet"],
+                    &[
+                        "HTTPRoute",
+                        "TCPRoute",
+                        "GRPCRoute",
+                        "Gateway",
+                        "ListenerSet",
+                    ],
                 )
                 .into(),
                 pick(rng, &NAMESPACES[..2]).into(),
@@ -215,7 +221,11 @@ fn listeners(rng: &mut StdRng, ns: &str, prefix: &str) -> Vec<Listener> {
 fn listener_set(rng: &mut StdRng, ns: &str) -> Record {
     let prefix = pick(rng, &["l", "s"]);
     Record::GatewayApi(GatewayApiObject::ListenerSet(KubeListenerSet {
-        key: ConfigKey::new(Kind::ListenerSet, ns, format!("ls{}", rng.random_range(0..2))),
+        key: ConfigKey::new(
+            Kind::ListenerSet,
+            ns,
+            format!("ls{}", rng.random_range(0..2)),
+        ),
         created: pick(rng, &["", "2026-01-01T00:00:00Z", "2026-02-01T00:00:00Z"]).into(),
         parent: (
             pick(rng, &NAMESPACES[..2]).into(),
@@ -274,7 +284,11 @@ fn route(rng: &mut StdRng, ns: &str) -> Record {
                     ParentKind::Gateway
                 },
                 namespace: pick(rng, &NAMESPACES[..2]).into(),
-                name: format!("{}{}", if set { "ls" } else { "gw" }, rng.random_range(0..2)),
+                name: format!(
+                    "{}{}",
+                    if set { "ls" } else { "gw" },
+                    rng.random_range(0..2)
+                ),
                 section: rng
                     .random_bool(0.3)
                     .then(|| format!("{}{}", pick(rng, &["l", "s"]), rng.random_range(0..2))),

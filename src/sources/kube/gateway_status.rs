@@ -13,7 +13,7 @@ use dataflows::model::{
     KubeGatewayClass, Labels, Listener, ParentKind, ParentRef, ReferenceGrant, ServicePort,
     TlsSecret, OWNED_CONTROLLERS,
 };
-use dataflows::model::{AllowedListeners, KubeListenerSet, RefusedListener};
+use dataflows::model::{KubeListenerSet, RefusedListener};
 use dataflows::rules::gateway_api::{
     grant_certificates, listener_serves_kind, parent_objects, parent_verdict, ParentObject,
     RouteView, Verdict,
@@ -260,7 +260,11 @@ pub fn desired(
             continue;
         }
         if let GatewayApiObject::ListenerSet(set) = o {
-            let object = (ParentKind::ListenerSet, set.key.namespace.clone(), set.key.name.clone());
+            let object = (
+                ParentKind::ListenerSet,
+                set.key.namespace.clone(),
+                set.key.name.clone(),
+            );
             // Of a Gateway meshflow serves only: another's (or one missing) is not ours to
             // speak for.
             if let Some(gw) = gateways.get(&object) {
@@ -275,7 +279,11 @@ pub fn desired(
         let Some(g) = granted.get(&g.key) else {
             continue;
         };
-        let object = (ParentKind::Gateway, g.key.namespace.clone(), g.key.name.clone());
+        let object = (
+            ParentKind::Gateway,
+            g.key.namespace.clone(),
+            g.key.name.clone(),
+        );
         let counts = |l: &Listener| {
             attached
                 .get(&(object.clone(), l.name.clone()))
@@ -284,8 +292,11 @@ pub fn desired(
         };
         let listeners =
             listeners_status(&g.listeners, &g.refused, counts, known, false, *generation);
-        let (accepted, not_accepted, programmed) =
-            (listeners.accepted, listeners.not_accepted, listeners.programmed);
+        let (accepted, not_accepted, programmed) = (
+            listeners.accepted,
+            listeners.not_accepted,
+            listeners.programmed,
+        );
         let listeners = listeners.entries;
         // The spec's Gateway `Accepted`: `InvalidParameters` for its parameters; with a
         // listener not accepted, `ListenersNotValid` — False when no listener is accepted,
@@ -311,13 +322,17 @@ pub fn desired(
                 *generation,
             ),
         ];
-        let mut status = json!({"conditions": gateway_conditions, "listeners": listeners});
-        // Where the Gateway takes ListenerSets: how many it serves.
-        if g.allowed_listeners != AllowedListeners::None {
-            let taken = g.sets.iter().filter(|s| s.refused.is_none()).count();
-            status["attachedListenerSets"] = json!(taken);
-        }
-        out.insert(g.key.clone(), status);
+        // How many ListenerSets it serves: written every time (0 when none), as a status
+        // patch leaves a field it does not name as it was.
+        let taken = g.sets.iter().filter(|s| s.refused.is_none()).count();
+        out.insert(
+            g.key.clone(),
+            json!({
+                "conditions": gateway_conditions,
+                "listeners": listeners,
+                "attachedListenerSets": taken,
+            }),
+        );
     }
     out
 }
@@ -383,7 +398,13 @@ fn listeners_status(
                 out.not_accepted += 1;
                 vec![
                     condition("Accepted", false, reason, why, generation),
-                    condition("Programmed", false, if conflicts { reason } else { "Invalid" }, why, generation),
+                    condition(
+                        "Programmed",
+                        false,
+                        if conflicts { reason } else { "Invalid" },
+                        why,
+                        generation,
+                    ),
                     condition("ResolvedRefs", true, "ResolvedRefs", why, generation),
                     condition("Conflicted", true, reason, why, generation),
                 ]
@@ -419,7 +440,11 @@ fn set_status(
     generation: Option<i64>,
 ) -> Value {
     let taken = gw.sets.iter().find(|s| s.key == set.key);
-    let object = (ParentKind::ListenerSet, set.key.namespace.clone(), set.key.name.clone());
+    let object = (
+        ParentKind::ListenerSet,
+        set.key.namespace.clone(),
+        set.key.name.clone(),
+    );
     let (accepted, programmed, listeners) = match taken {
         None => {
             let why = "its Gateway does not take it".to_string();
@@ -471,13 +496,25 @@ fn set_status(
                     );
                     (
                         ("ListenersNotValid", true, why),
-                        ("Programmed", true, "served to the Gateway's proxies".to_string()),
+                        (
+                            "Programmed",
+                            true,
+                            "served to the Gateway's proxies".to_string(),
+                        ),
                         listeners.entries,
                     )
                 }
                 None => (
-                    ("Accepted", true, format!("taken by Gateway {}/{}", gw.key.namespace, gw.key.name)),
-                    ("Programmed", true, "served to the Gateway's proxies".to_string()),
+                    (
+                        "Accepted",
+                        true,
+                        format!("taken by Gateway {}/{}", gw.key.namespace, gw.key.name),
+                    ),
+                    (
+                        "Programmed",
+                        true,
+                        "served to the Gateway's proxies".to_string(),
+                    ),
                     listeners.entries,
                 ),
             }

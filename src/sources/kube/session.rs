@@ -291,7 +291,8 @@ impl Session {
         for w in &self.watches {
             // ReferenceGrants have no status, but the Gateways' and sets' does depend on
             // them (a certificate of another namespace): judged with the others.
-            if w.resource.group == "gateway.networking.k8s.io" && w.resource.kind == "ReferenceGrant"
+            if w.resource.group == "gateway.networking.k8s.io"
+                && w.resource.kind == "ReferenceGrant"
             {
                 api.extend(w.watched.statuses().map(|seen| (&w.resource, seen)));
                 continue;

@@ -153,14 +153,7 @@ pub(super) fn read_listeners(
                 ))
             }
             (None, _) => None,
-            (Some(t), _) => Some(listener_tls(
-                t,
-                protocol,
-                ns,
-                &f,
-                owned,
-                findings,
-            )?),
+            (Some(t), _) => Some(listener_tls(t, protocol, ns, &f, owned, findings)?),
         };
         let no_certificate = tls
             .as_ref()
@@ -378,7 +371,7 @@ fn without_conflicts(
                     name: l.name.clone(),
                     reason: reason.to_string(),
                     why,
-                    kinds: listener_set::refused_kinds(&l),
+                    kinds: l.kinds_served(),
                 });
             }
             None => kept.push(l),

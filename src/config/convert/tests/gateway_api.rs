@@ -996,7 +996,10 @@ fn listener_sets_and_allowed_listeners_are_read() {
     assert_eq!(s.parent, ("apps".to_string(), "gw".to_string()));
     for (edit, field) in [
         (
-            LISTENER_SET.replace("{name: shop-gateway, namespace: shop}", "{name: x, kind: Service, group: ''}"),
+            LISTENER_SET.replace(
+                "{name: shop-gateway, namespace: shop}",
+                "{name: x, kind: Service, group: ''}",
+            ),
             "spec.parentRef",
         ),
         (
@@ -1038,11 +1041,20 @@ fn listener_sets_and_allowed_listeners_are_read() {
             panic!()
         };
         assert_eq!(g.allowed_listeners, want, "{allowed}");
-        assert!(g.sets.is_empty(), "filled where the Gateway meets its sets only");
+        assert!(
+            g.sets.is_empty(),
+            "filled where the Gateway meets its sets only"
+        );
     }
     for (allowed, field) in [
-        ("{namespaces: {from: Some}}", "spec.allowedListeners.namespaces.from"),
-        ("{namespaces: {from: Selector}}", "spec.allowedListeners.namespaces.selector"),
+        (
+            "{namespaces: {from: Some}}",
+            "spec.allowedListeners.namespaces.from",
+        ),
+        (
+            "{namespaces: {from: Selector}}",
+            "spec.allowedListeners.namespaces.selector",
+        ),
     ] {
         let err = parse_document(&gateway(allowed), &super::mesh()).unwrap_err();
         assert_eq!(err.field, field, "{allowed}");
