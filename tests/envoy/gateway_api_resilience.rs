@@ -5,7 +5,9 @@
 //! route table only; here the client sees the status the spec asks for, and the backend the
 //! number of attempts.
 
-use crate::gateway_api::{edge_gateway, edge_route as route, start_gateway, version_service};
+use crate::gateway_api::{
+    edge_gateway, edge_gateway_of, edge_route as route, start_gateway, version_service,
+};
 use crate::support;
 
 use std::net::SocketAddr;
@@ -300,4 +302,136 @@ spec:
     support::remove_config(&config_dir, "grant.yaml");
     await_status(addr, "partial.example", 500, &envoy);
     assert_eq!(ask("partial", "/v2").status, 500);
+}
+
+/// The loopback /24 of the wrong-grants test.
+const GRANTS_NET: u8 = 191;
+
+/// Proves HTTPRouteInvalidReferenceGrant through a real Envoy gateway: seven routes, each
+/// of a namespace of its own, send to `reviews-v1` of `default` under a ReferenceGrant
+/// wrong in exactly one way — written in the route's namespace instead of the backend's,
+/// `from` of another group, kind or namespace, `to` of another group, kind or name — and
+/// each answers 500 (the rule keeps no backend); the eighth, under a right grant, reaches
+/// the backend. Envoy rejects no update.
+#[test]
+fn routes_under_a_reference_grant_wrong_in_one_way_answer_500() {
+    let envoy_bin = require_envoy!();
+    let dir = TestDir::new("envoy-gateway-api-wrong-grants");
+    let config_dir = dir.subdir("config");
+    let port = free_port();
+    let reviews = Reviews::new(GRANTS_NET, 9080, &config_dir);
+    let _v1 = reviews.start_backend("v1");
+    reviews.write_pods(&["v1"]);
+    write_config(
+        &config_dir,
+        "services.yaml",
+        &version_service(&reviews, "v1"),
+    );
+    // (route namespace, where the grant is, its `from`, its `to`).
+    let from = |group: &str, kind: &str, ns: &str| {
+        format!("{{group: '{group}', kind: {kind}, namespace: {ns}}}")
+    };
+    let to = |group: &str, kind: &str, name: &str| {
+        format!("{{group: '{group}', kind: {kind}, name: {name}}}")
+    };
+    const API: &str = "gateway.networking.k8s.io";
+    let cases: Vec<(&str, &str, String, String)> = vec![
+        (
+            "in-route-namespace",
+            "in-route-namespace",
+            from(API, "HTTPRoute", "in-route-namespace"),
+            to("", "Service", "reviews-v1"),
+        ),
+        (
+            "from-group",
+            "default",
+            from("example.com", "HTTPRoute", "from-group"),
+            to("", "Service", "reviews-v1"),
+        ),
+        (
+            "from-kind",
+            "default",
+            from(API, "GRPCRoute", "from-kind"),
+            to("", "Service", "reviews-v1"),
+        ),
+        (
+            "from-namespace",
+            "default",
+            from(API, "HTTPRoute", "elsewhere"),
+            to("", "Service", "reviews-v1"),
+        ),
+        (
+            "to-group",
+            "default",
+            from(API, "HTTPRoute", "to-group"),
+            to("apps", "Service", "reviews-v1"),
+        ),
+        (
+            "to-kind",
+            "default",
+            from(API, "HTTPRoute", "to-kind"),
+            to("", "Secret", "reviews-v1"),
+        ),
+        (
+            "to-name",
+            "default",
+            from(API, "HTTPRoute", "to-name"),
+            to("", "Service", "reviews-v2"),
+        ),
+        (
+            "right",
+            "default",
+            from(API, "HTTPRoute", "right"),
+            to("", "Service", "reviews-v1"),
+        ),
+    ];
+    let objects: String = cases
+        .iter()
+        .map(|(ns, grant_ns, from, to)| {
+            format!(
+                "---
+apiVersion: gateway.networking.k8s.io/v1
+kind: ReferenceGrant
+metadata: {{name: grant-{ns}, namespace: {grant_ns}}}
+spec:
+  from: [{from}]
+  to: [{to}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: route, namespace: {ns}}}
+spec:
+  parentRefs: [{{name: edge, namespace: default}}]
+  hostnames: [{ns}.example]
+  rules: [{{backendRefs: [{{name: reviews-v1, namespace: default, port: 9080}}]}}]
+"
+            )
+        })
+        .collect();
+    write_config(
+        &config_dir,
+        "gateway.yaml",
+        &edge_gateway_of(
+            &format!(
+                "  - {{name: http, port: {port}, protocol: HTTP, allowedRoutes: {{namespaces: {{from: All}}}}}}\n"
+            ),
+            &objects,
+        ),
+    );
+    let (_meshflow, envoy) = start_gateway(&envoy_bin, &dir, &config_dir, "edge", "edge-abc", port);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    await_status(addr, "right.example", 200, &envoy);
+    for (ns, _, from, to) in &cases {
+        let host = format!("{ns}.example");
+        let (status, body) = support::http_get(addr, &host, "/", &[]).expect("a request");
+        if *ns == "right" {
+            assert_eq!((status, body.as_str()), (200, "reviews-v1"), "{host}");
+        } else {
+            assert_eq!(
+                status, 500,
+                "{host}: a grant from {from} to {to} grants nothing"
+            );
+        }
+    }
+    assert_eq!(envoy.rejected_updates(), 0, "{}", envoy.summary());
 }

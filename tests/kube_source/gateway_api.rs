@@ -482,14 +482,29 @@ async fn backend_tls_policies_and_their_config_maps_from_the_cluster() {
 /// Gateway's own stays.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn listener_sets_from_the_cluster() {
+    // At generation 2 the Gateway also gains a listener.
     let gateway = |generation: i64, from: &str| {
+        let mut listeners = vec![json!({"name": "http", "port": 8080, "protocol": "HTTP",
+                                        "hostname": "shop.example"})];
+        if generation > 1 {
+            listeners.push(json!({"name": "extra", "port": 8080, "protocol": "HTTP",
+                                  "hostname": "extra.example"}));
+        }
         json!({
             "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
             "metadata": {"name": "shop-gateway", "namespace": "shop", "generation": generation},
             "spec": {"gatewayClassName": "istio",
                      "allowedListeners": {"namespaces": {"from": from}},
-                     "listeners": [{"name": "http", "port": 8080, "protocol": "HTTP",
-                                    "hostname": "shop.example"}]}
+                     "listeners": listeners}
+        })
+    };
+    // The class, its description bumped at generation 2.
+    let class = |generation: i64| {
+        json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
+            "metadata": {"name": "istio", "generation": generation},
+            "spec": {"controllerName": "istio.io/gateway-controller",
+                     "description": format!("edition {generation}")}
         })
     };
     let cluster = start(
@@ -497,6 +512,7 @@ async fn listener_sets_from_the_cluster() {
         |fake| {
             fake.serve_gateway_api_versions(&["v1"]);
             fake.apply(service("cart", "shop", 8080));
+            fake.apply(class(1));
             fake.apply(gateway(1, "Same"));
             fake.apply(json!({
                 "apiVersion": "gateway.networking.k8s.io/v1", "kind": "ListenerSet",
@@ -610,8 +626,21 @@ async fn listener_sets_from_the_cluster() {
     );
     assert_eq!(team["parents"][0]["parentRef"]["kind"], "ListenerSet");
 
-    // The Gateway admits no set any more.
+    let accepted_class = await_status_in(
+        &cluster.fake,
+        "GatewayClass",
+        "",
+        "istio",
+        "the class's status",
+        |s| s["conditions"][0]["observedGeneration"] == 1,
+    );
+    assert_eq!(accepted_class["conditions"][0]["status"], "True");
+
+    // The Gateway admits no set any more, and has a listener more; the class's
+    // description is edited (GatewayObservedGenerationBump,
+    // GatewayClassObservedGenerationBump).
     cluster.fake.apply(gateway(2, "None"));
+    cluster.fake.apply(class(2));
     let set = await_status_in(
         &cluster.fake,
         "ListenerSet",
@@ -637,4 +666,26 @@ async fn listener_sets_from_the_cluster() {
     );
     // Said as 0, not left out: the status the API server holds would keep the 1.
     assert_eq!(gw["attachedListenerSets"], 0, "{gw:#}");
+    // Every condition, the Gateway's and each listener's (the new one too), is of
+    // generation 2.
+    let mut conditions: Vec<&Value> = gw["conditions"].as_array().into_iter().flatten().collect();
+    let listeners = gw["listeners"].as_array().cloned().unwrap_or_default();
+    assert_eq!(listeners.len(), 2, "{gw:#}");
+    for l in &listeners {
+        conditions.extend(l["conditions"].as_array().into_iter().flatten());
+    }
+    assert!(conditions.len() >= 8, "{gw:#}");
+    for c in conditions {
+        assert_eq!(c["observedGeneration"], 2, "{c}");
+    }
+    let bumped = await_status_in(
+        &cluster.fake,
+        "GatewayClass",
+        "",
+        "istio",
+        "the class at generation 2",
+        |s| s["conditions"][0]["observedGeneration"] == 2,
+    );
+    assert_eq!(bumped["conditions"][0]["status"], "True");
+    assert_eq!(bumped["conditions"][1]["observedGeneration"], 2);
 }
