@@ -104,6 +104,29 @@ pub(crate) fn version_service(reviews: &Reviews, version: &str) -> String {
     version_service_on(reviews, version, 9080)
 }
 
+/// Backends `reviews-VERSION` of `default` for each of `versions`, on loopback /24 `net`:
+/// each started, its pod and its Service (port 9080, with its EndpointSlice) written to
+/// `config_dir` (`services.yaml`).
+pub(crate) fn reviews_services(
+    net: u8,
+    config_dir: &std::path::Path,
+    versions: &[&str],
+) -> (Reviews, Vec<support::Backend>) {
+    let reviews = Reviews::new(net, 9080, config_dir);
+    let backends = versions.iter().map(|v| reviews.start_backend(v)).collect();
+    reviews.write_pods(versions);
+    write_config(
+        config_dir,
+        "services.yaml",
+        &versions
+            .iter()
+            .map(|v| version_service(&reviews, v))
+            .collect::<Vec<_>>()
+            .join("---\n"),
+    );
+    (reviews, backends)
+}
+
 /// Gateway `edge` of `default` (class `istio`) with one HTTP listener on `port`, then
 /// `routes` (YAML documents, each starting `---`).
 pub(crate) fn edge_gateway(port: u16, routes: &str) -> String {

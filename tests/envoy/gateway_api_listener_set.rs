@@ -2,12 +2,11 @@
 //! ListenerSet conformance cases (their status halves are asserted from files in
 //! `src/sources/kube/listener_set_status_tests.rs`).
 
-use crate::gateway_api::{edge_gateway_of, start_gateway, version_service};
+use crate::gateway_api::{edge_gateway_of, reviews_services, start_gateway};
 use crate::support;
 
 use std::net::SocketAddr;
 
-use support::reviews::Reviews;
 use support::{free_port, require_envoy, write_config, TestDir};
 
 /// This test's loopback /24.
@@ -81,21 +80,7 @@ fn listener_sets_add_listeners_their_routes_alone_are_served_on() {
     let dir = TestDir::new("envoy-gateway-api-listener-sets");
     let config_dir = dir.subdir("config");
     let port = free_port();
-    let reviews = Reviews::new(NET, 9080, &config_dir);
-    let _backends: Vec<_> = ["v1", "v2", "v3"]
-        .iter()
-        .map(|v| reviews.start_backend(v))
-        .collect();
-    reviews.write_pods(&["v1", "v2", "v3"]);
-    write_config(
-        &config_dir,
-        "services.yaml",
-        &["v1", "v2", "v3"]
-            .iter()
-            .map(|v| version_service(&reviews, v))
-            .collect::<Vec<_>>()
-            .join("---\n"),
-    );
+    let (_reviews, _backends) = reviews_services(NET, &config_dir, &["v1", "v2", "v3"]);
     // The routes of `team` may send to the Services of `default`.
     write_config(
         &config_dir,

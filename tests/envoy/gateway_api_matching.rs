@@ -7,7 +7,8 @@
 //! the path, host and `x-` headers they received.
 
 use crate::gateway_api::{
-    edge_gateway, edge_gateway_of, edge_route as route, reviews_v1, start_gateway, version_service,
+    edge_gateway, edge_gateway_of, edge_route as route, reviews_services, reviews_v1,
+    start_gateway, version_service,
 };
 use crate::gateway_api_resilience::await_status;
 use crate::support;
@@ -493,19 +494,7 @@ fn http_route_weights_split_real_requests_in_proportion() {
     let dir = TestDir::new("envoy-gateway-api-weights");
     let config_dir = dir.subdir("config");
     let port = free_port();
-    let reviews = Reviews::new(WEIGHT_NET, 9080, &config_dir);
-    let backends: Vec<_> = ["v1", "v2", "v3"]
-        .iter()
-        .map(|v| reviews.start_backend(v))
-        .collect();
-    reviews.write_pods(&["v1", "v2", "v3"]);
-    write_config(
-        &config_dir,
-        "services.yaml",
-        &["v1", "v2", "v3"]
-            .map(|v| version_service(&reviews, v))
-            .join("---\n"),
-    );
+    let (_reviews, backends) = reviews_services(WEIGHT_NET, &config_dir, &["v1", "v2", "v3"]);
     write_config(
         &config_dir,
         "gateway.yaml",
@@ -557,21 +546,8 @@ fn http_routes_take_the_intersection_of_their_hostnames_and_the_listeners() {
     let dir = TestDir::new("envoy-gateway-api-hostname-intersection");
     let config_dir = dir.subdir("config");
     let port = free_port();
-    let reviews = Reviews::new(INTERSECTION_NET, 9080, &config_dir);
-    let _backends: Vec<_> = ["v1", "v2", "v3"]
-        .iter()
-        .map(|v| reviews.start_backend(v))
-        .collect();
-    reviews.write_pods(&["v1", "v2", "v3"]);
-    write_config(
-        &config_dir,
-        "services.yaml",
-        &["v1", "v2", "v3"]
-            .iter()
-            .map(|v| version_service(&reviews, v))
-            .collect::<Vec<_>>()
-            .join("---\n"),
-    );
+    let (_reviews, _backends) =
+        reviews_services(INTERSECTION_NET, &config_dir, &["v1", "v2", "v3"]);
     let route = |name: &str, hostnames: &str, prefix: &str, version: &str| {
         format!(
             "---

@@ -37,6 +37,19 @@ async fn await_held(
     }
 }
 
+/// A Delta xDS client as the proxy of Gateway `shop/shop-gateway` (its name label).
+async fn shop_gateway(cluster: &crate::Cluster) -> DeltaClient {
+    DeltaClient::connect(
+        cluster.meshflow.xds_addr(),
+        node(
+            ROUTER,
+            "shop",
+            &[("gateway.networking.k8s.io/gateway-name", "shop-gateway")],
+        ),
+    )
+    .await
+}
+
 fn contains(haystack: &[u8], needle: &str) -> bool {
     haystack
         .windows(needle.len())
@@ -61,15 +74,7 @@ async fn gateway_api_objects_from_the_cluster_reach_their_gateway() {
         &[],
     );
     assert!(cluster.errors().is_empty(), "{:?}", cluster.errors());
-    let mut c = DeltaClient::connect(
-        cluster.meshflow.xds_addr(),
-        node(
-            ROUTER,
-            "shop",
-            &[("gateway.networking.k8s.io/gateway-name", "shop-gateway")],
-        ),
-    )
-    .await;
+    let mut c = shop_gateway(&cluster).await;
     c.subscribe(LDS, &[], HashMap::new()).await;
     let mut held = HashMap::new();
     await_held(&mut c, &mut held, "the Gateway's listener", |h| {
@@ -370,15 +375,7 @@ async fn backend_tls_policies_and_their_config_maps_from_the_cluster() {
         &["--write-status"],
     );
     assert!(cluster.errors().is_empty(), "{:?}", cluster.errors());
-    let mut c = DeltaClient::connect(
-        cluster.meshflow.xds_addr(),
-        node(
-            ROUTER,
-            "shop",
-            &[("gateway.networking.k8s.io/gateway-name", "shop-gateway")],
-        ),
-    )
-    .await;
+    let mut c = shop_gateway(&cluster).await;
     c.subscribe(CDS, &[], HashMap::new()).await;
     let mut held = HashMap::new();
     let name = "outbound|8080||cart.shop.svc.cluster.local";
@@ -562,15 +559,7 @@ async fn listener_sets_from_the_cluster() {
         &["--write-status"],
     );
     assert!(cluster.errors().is_empty(), "{:?}", cluster.errors());
-    let mut c = DeltaClient::connect(
-        cluster.meshflow.xds_addr(),
-        node(
-            ROUTER,
-            "shop",
-            &[("gateway.networking.k8s.io/gateway-name", "shop-gateway")],
-        ),
-    )
-    .await;
+    let mut c = shop_gateway(&cluster).await;
     c.subscribe(RDS, &["http.8080".to_string()], HashMap::new())
         .await;
     let mut held = HashMap::new();

@@ -20,6 +20,17 @@ fn listener(name: &str, port: u16, hostname: Option<&str>, from: AllowedNamespac
     }
 }
 
+/// An HTTPS listener on 443 terminating with Secret `cert` of namespace `cert_ns`.
+fn https_listener(name: &str, hostname: Option<&str>, cert_ns: &str) -> Listener {
+    let mut l = listener(name, 443, hostname, AllowedNamespaces::Same);
+    l.protocol = ListenerProtocol::Https;
+    l.tls = Some(ListenerTls {
+        passthrough: false,
+        certificates: vec![(cert_ns.into(), "cert".into())],
+    });
+    l
+}
+
 /// The gateway proxy of Gateway `default/gw` (its name label), pod `gw-abc`.
 fn gw_pod() -> Proxy {
     router_proxy(
@@ -1012,15 +1023,7 @@ fn downstream_tls(
 fn https_listeners_on_one_port_answer_421_for_each_others_hosts() {
     let mut m = Mesh::new();
     let gw_pod = gw_pod();
-    let https = |name: &str, hostname: Option<&str>| {
-        let mut l = listener(name, 443, hostname, AllowedNamespaces::Same);
-        l.protocol = ListenerProtocol::Https;
-        l.tls = Some(ListenerTls {
-            passthrough: false,
-            certificates: vec![("default".into(), "cert".into())],
-        });
-        l
-    };
+    let https = |name: &str, hostname: Option<&str>| https_listener(name, hostname, "default");
     m.insert(vec![
         service("reviews", "default"),
         crate::support::tls_secret("default", "cert", "fp1", None, None),
@@ -1442,15 +1445,7 @@ fn tls_routes_on_a_terminating_listener_are_terminated_by_sni() {
 fn a_listener_sets_listeners_share_the_gateways_ports() {
     let mut m = Mesh::new();
     let gw_pod = gw_pod();
-    let https = |name: &str, hostname: &str, ns: &str| {
-        let mut l = listener(name, 443, Some(hostname), AllowedNamespaces::Same);
-        l.protocol = ListenerProtocol::Https;
-        l.tls = Some(ListenerTls {
-            passthrough: false,
-            certificates: vec![(ns.into(), "cert".into())],
-        });
-        l
-    };
+    let https = |name: &str, hostname: &str, ns: &str| https_listener(name, Some(hostname), ns);
     let gateway = |allowed: AllowedListeners| {
         let Record::GatewayApi(GatewayApiObject::Gateway(mut g)) = kube_gateway(
             "default",

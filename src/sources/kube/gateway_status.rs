@@ -811,6 +811,30 @@ pub(super) mod tests {
         (scan.changes, objects, known)
     }
 
+    /// A `kubernetes.io/tls` Secret `ns/name` (a YAML document, `---` first) holding a new
+    /// self-signed certificate for `dns` and its key: one a listener can serve.
+    pub(in crate::sources::kube) fn tls_secret_yaml(ns: &str, name: &str, dns: &str) -> String {
+        let kp = rcgen::KeyPair::generate().expect("a key");
+        let cert = rcgen::CertificateParams::new(vec![dns.into()])
+            .expect("params")
+            .self_signed(&kp)
+            .expect("a certificate");
+        let indent = |pem: &str| -> String { pem.lines().map(|l| format!("    {l}\n")).collect() };
+        format!(
+            "---
+apiVersion: v1
+kind: Secret
+metadata: {{name: {name}, namespace: {ns}}}
+type: kubernetes.io/tls
+stringData:
+  tls.crt: |
+{}  tls.key: |
+{}",
+            indent(&cert.pem()),
+            indent(&kp.serialize_pem())
+        )
+    }
+
     fn listener(
         name: &str,
         protocol: ListenerProtocol,
@@ -1476,12 +1500,6 @@ spec:
     /// none at all, leaves it `ResolvedRefs=False/RefNotPermitted` and not programmed.
     #[test]
     fn certificate_reference_grants_conformance_cases_from_files() {
-        let kp = rcgen::KeyPair::generate().expect("a key");
-        let cert = rcgen::CertificateParams::new(vec!["*.example".into()])
-            .expect("params")
-            .self_signed(&kp)
-            .expect("a certificate");
-        let indent = |pem: &str| -> String { pem.lines().map(|l| format!("    {l}\n")).collect() };
         let gateway = |ns: &str| {
             format!(
                 "---
@@ -1498,15 +1516,9 @@ spec:
 "
             )
         };
-        let yaml = format!(
-            "apiVersion: v1
-kind: Secret
-metadata: {{name: cert, namespace: certs}}
-type: kubernetes.io/tls
-stringData:
-  tls.crt: |
-{}  tls.key: |
-{}---
+        let yaml = tls_secret_yaml("certs", "cert", "*.example")
+            + &format!(
+                "---
 apiVersion: gateway.networking.k8s.io/v1beta1
 kind: ReferenceGrant
 metadata: {{name: all-secrets, namespace: certs}}
@@ -1528,13 +1540,11 @@ spec:
   from: [{{group: gateway.networking.k8s.io, kind: Gateway, namespace: invalid}}]
   to: [{{group: '', kind: Secret, name: not-the-cert}}]
 {}{}{}{}",
-            indent(&cert.pem()),
-            indent(&kp.serialize_pem()),
-            gateway("all-in-namespace"),
-            gateway("specific"),
-            gateway("invalid"),
-            gateway("missing"),
-        );
+                gateway("all-in-namespace"),
+                gateway("specific"),
+                gateway("invalid"),
+                gateway("missing"),
+            );
         let (_, objects, known) = read_files("certificate-grants", &yaml);
         let with_generation: Vec<_> = objects.iter().map(|o| (o, Some(1), None)).collect();
         let status = desired(&with_generation, &known);
@@ -1577,64 +1587,51 @@ spec:
     /// attached to it (GatewayInvalidTLSConfiguration, GatewayWithAttachedRoutes).
     #[test]
     fn gateway_conditions_conformance_cases_from_files() {
-        let kp = rcgen::KeyPair::generate().expect("a key");
-        let cert = rcgen::CertificateParams::new(vec!["good.example".into()])
-            .expect("params")
-            .self_signed(&kp)
-            .expect("a certificate");
-        let indent = |pem: &str| -> String { pem.lines().map(|l| format!("    {l}\n")).collect() };
-        let yaml = format!(
-            "apiVersion: v1
-kind: Secret
-metadata: {{name: good-cert, namespace: infra}}
-type: kubernetes.io/tls
-stringData:
-  tls.crt: |
-{}  tls.key: |
-{}---
+        let yaml = tls_secret_yaml("infra", "good-cert", "good.example")
+            + "---
 apiVersion: v1
 kind: Secret
-metadata: {{name: bad-cert, namespace: infra}}
+metadata: {name: bad-cert, namespace: infra}
 type: kubernetes.io/tls
-stringData: {{tls.crt: not a certificate, tls.key: not a key}}
+stringData: {tls.crt: not a certificate, tls.key: not a key}
 ---
 apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
-metadata: {{name: only-unsupported, namespace: infra}}
+metadata: {name: only-unsupported, namespace: infra}
 spec:
   gatewayClassName: istio
-  listeners: [{{name: invalid, port: 1111, protocol: INVALID}}]
+  listeners: [{name: invalid, port: 1111, protocol: INVALID}]
 ---
 apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
-metadata: {{name: supported-and-unsupported, namespace: infra}}
+metadata: {name: supported-and-unsupported, namespace: infra}
 spec:
   gatewayClassName: istio
   listeners:
-  - {{name: http, port: 80, protocol: HTTP}}
-  - {{name: invalid, port: 1111, protocol: INVALID}}
+  - {name: http, port: 80, protocol: HTTP}
+  - {name: invalid, port: 1111, protocol: INVALID}
 ---
 apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
-metadata: {{name: invalid-parameters, namespace: infra}}
+metadata: {name: invalid-parameters, namespace: infra}
 spec:
   gatewayClassName: istio
-  listeners: [{{name: http, port: 80, protocol: HTTP}}]
+  listeners: [{name: http, port: 80, protocol: HTTP}]
   infrastructure:
-    parametersRef: {{group: invalid.io, kind: InvalidParameters, name: invalid}}
+    parametersRef: {group: invalid.io, kind: InvalidParameters, name: invalid}
 ---
 apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
-metadata: {{name: configmap-parameters, namespace: infra}}
+metadata: {name: configmap-parameters, namespace: infra}
 spec:
   gatewayClassName: istio
-  listeners: [{{name: http, port: 80, protocol: HTTP}}]
+  listeners: [{name: http, port: 80, protocol: HTTP}]
   infrastructure:
-    parametersRef: {{group: '', kind: ConfigMap, name: gateway-options}}
+    parametersRef: {group: '', kind: ConfigMap, name: gateway-options}
 ---
 apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway
-metadata: {{name: certificates, namespace: infra}}
+metadata: {name: certificates, namespace: infra}
 spec:
   gatewayClassName: istio
   listeners:
@@ -1642,35 +1639,32 @@ spec:
     port: 443
     protocol: HTTPS
     hostname: missing.example
-    tls: {{certificateRefs: [{{name: does-not-exist}}]}}
+    tls: {certificateRefs: [{name: does-not-exist}]}
   - name: malformed
     port: 443
     protocol: HTTPS
     hostname: malformed.example
-    tls: {{certificateRefs: [{{name: bad-cert}}]}}
+    tls: {certificateRefs: [{name: bad-cert}]}
   - name: good
     port: 443
     protocol: HTTPS
     hostname: good.example
-    tls: {{certificateRefs: [{{name: good-cert}}]}}
+    tls: {certificateRefs: [{name: good-cert}]}
 ---
 apiVersion: gateway.networking.k8s.io/v1
 kind: HTTPRoute
-metadata: {{name: on-missing, namespace: infra}}
+metadata: {name: on-missing, namespace: infra}
 spec:
-  parentRefs: [{{name: certificates, sectionName: missing}}]
-  rules: [{{backendRefs: [{{name: web, port: 80}}]}}]
+  parentRefs: [{name: certificates, sectionName: missing}]
+  rules: [{backendRefs: [{name: web, port: 80}]}]
 ---
 apiVersion: gateway.networking.k8s.io/v1
 kind: HTTPRoute
-metadata: {{name: on-invalid-parameters, namespace: infra}}
+metadata: {name: on-invalid-parameters, namespace: infra}
 spec:
-  parentRefs: [{{name: invalid-parameters}}]
-  rules: [{{backendRefs: [{{name: web, port: 80}}]}}]
-",
-            indent(&cert.pem()),
-            indent(&kp.serialize_pem())
-        );
+  parentRefs: [{name: invalid-parameters}]
+  rules: [{backendRefs: [{name: web, port: 80}]}]
+";
         let (_, objects, known) = read_files("gateway-conditions", &yaml);
         let inputs: Vec<_> = objects.iter().map(|o| (o, Some(1), None)).collect();
         let status = desired(&inputs, &known);

@@ -3,7 +3,7 @@
 //! written from what each case asserts). Their traffic halves are the real-Envoy tests of
 //! `tests/envoy/gateway_api_listener_set.rs`.
 
-use super::tests::{condition_of, read_files};
+use super::tests::{condition_of, read_files, tls_secret_yaml};
 use super::{desired, Known};
 use dataflows::model::{ConfigKey, GatewayApiObject, Kind};
 use serde_json::Value;
@@ -44,12 +44,13 @@ fn accepted_programmed(s: &Value) -> [(String, String); 2] {
     [condition_of(s, "Accepted"), condition_of(s, "Programmed")]
 }
 
-/// A Gateway `name` of namespace `infra` with one HTTP listener on port 80, taking the
+/// A Gateway `name` of namespace `infra` with `listeners` (YAML flow entries), taking the
 /// ListenerSets `allowed` says (YAML of `allowedListeners`, or none).
-fn gateway_yaml(name: &str, allowed: Option<&str>) -> String {
+fn gateway_yaml(name: &str, allowed: Option<&str>, listeners: &[&str]) -> String {
     let allowed = allowed
         .map(|a| format!("  allowedListeners: {a}\n"))
         .unwrap_or_default();
+    let listeners: String = listeners.iter().map(|l| format!("  - {l}\n")).collect();
     format!(
         "---
 apiVersion: gateway.networking.k8s.io/v1
@@ -58,10 +59,15 @@ metadata: {{name: {name}, namespace: infra}}
 spec:
   gatewayClassName: istio
 {allowed}  listeners:
-  - {{name: gateway-listener, port: 80, protocol: HTTP}}
-"
+{listeners}"
     )
 }
+
+/// `allowedListeners` for the sets of the Gateway's namespace.
+const SAME: &str = "{namespaces: {from: Same}}";
+
+/// The one HTTP listener of the Gateways that need no more.
+const GATEWAY_LISTENER: &str = "{name: gateway-listener, port: 80, protocol: HTTP}";
 
 /// A ListenerSet of `ns` on Gateway `infra/gw` with `listeners` (YAML flow entries).
 fn set_yaml(ns: &str, name: &str, gw: &str, created: &str, listeners: &[&str]) -> String {
@@ -92,11 +98,15 @@ fn allowed_listeners_conformance_cases_from_files() {
     let listener = "{name: l, port: 80, protocol: HTTP, hostname: a.example}";
     let t = "2026-01-01T00:00:00Z";
     let yaml = [
-        gateway_yaml("default", None),
+        gateway_yaml("default", None, &[GATEWAY_LISTENER]),
         set_yaml("infra", "default-ls", "default", t, &[listener]),
-        gateway_yaml("none", Some("{namespaces: {from: None}}")),
+        gateway_yaml(
+            "none",
+            Some("{namespaces: {from: None}}"),
+            &[GATEWAY_LISTENER],
+        ),
         set_yaml("infra", "none-ls", "none", t, &[listener]),
-        gateway_yaml("same", Some("{namespaces: {from: Same}}")),
+        gateway_yaml("same", Some(SAME), &[GATEWAY_LISTENER]),
         set_yaml("infra", "same-ls", "same", t, &[listener]),
         set_yaml("other", "other-ls", "same", t, &[listener]),
         namespace_yaml("picked", "{allowed: ns}"),
@@ -104,6 +114,7 @@ fn allowed_listeners_conformance_cases_from_files() {
         gateway_yaml(
             "selector",
             Some("{namespaces: {from: Selector, selector: {matchLabels: {allowed: ns}}}}"),
+            &[GATEWAY_LISTENER],
         ),
         set_yaml("picked", "picked-ls", "selector", t, &[listener]),
         set_yaml("unpicked", "unpicked-ls", "selector", t, &[listener]),
@@ -164,17 +175,14 @@ fn listener_conflicts_conformance_cases_from_files() {
         ),
         ("ProtocolConflict", "{name: clash, port: 80, protocol: TCP}"),
     ] {
-        let gw = "---
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: gw, namespace: infra}
-spec:
-  gatewayClassName: istio
-  allowedListeners: {namespaces: {from: Same}}
-  listeners:
-  - {name: gateway-listener, port: 80, protocol: HTTP, hostname: gw.example}
-  - {name: clash, port: 80, protocol: HTTP, hostname: clash.example}
-";
+        let gw = gateway_yaml(
+            "gw",
+            Some(SAME),
+            &[
+                "{name: gateway-listener, port: 80, protocol: HTTP, hostname: gw.example}",
+                "{name: clash, port: 80, protocol: HTTP, hostname: clash.example}",
+            ],
+        );
         let (clash_with_set, second) = if reason == "HostnameConflict" {
             (
                 "{name: set-clash, port: 80, protocol: HTTP, hostname: set.example}",
@@ -187,7 +195,7 @@ spec:
             )
         };
         let yaml = [
-            gw.to_string(),
+            gw,
             // The same creation time: the name orders them (…-1 before …-2).
             set_yaml(
                 "infra",
@@ -298,25 +306,7 @@ spec:
 /// listener is `RefNotPermitted` and a set with no other listener `ListenersNotValid`.
 #[test]
 fn supported_kinds_and_reference_grants_conformance_cases_from_files() {
-    let kp = rcgen::KeyPair::generate().expect("a key");
-    let cert = rcgen::CertificateParams::new(vec!["*.example".into()])
-        .expect("params")
-        .self_signed(&kp)
-        .expect("a certificate");
-    let indent = |pem: &str| -> String { pem.lines().map(|l| format!("    {l}\n")).collect() };
-    let secret = format!(
-        "---
-apiVersion: v1
-kind: Secret
-metadata: {{name: cert, namespace: certs}}
-type: kubernetes.io/tls
-stringData:
-  tls.crt: |
-{}  tls.key: |
-{}",
-        indent(&cert.pem()),
-        indent(&kp.serialize_pem())
-    );
+    let secret = tls_secret_yaml("certs", "cert", "*.example");
     let https = |name: &str| {
         format!(
             "{{name: {name}, port: 443, protocol: HTTPS, hostname: {name}.example, \
@@ -335,18 +325,10 @@ spec:
 "
         )
     };
-    let gw = format!(
-        "---
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: gw, namespace: infra}}
-spec:
-  gatewayClassName: istio
-  allowedListeners: {{namespaces: {{from: All}}}}
-  listeners:
-  - {}
-",
-        https("gateway")
+    let gw = gateway_yaml(
+        "gw",
+        Some("{namespaces: {from: All}}"),
+        &[&https("gateway")],
     );
     let t = "2026-01-01T00:00:00Z";
     let yaml = [
@@ -428,20 +410,15 @@ spec:
 "
         )
     };
-    let gw = "---
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: gw, namespace: infra}
-spec:
-  gatewayClassName: istio
-  allowedListeners: {namespaces: {from: Same}}
-  listeners:
-  - {name: gw-listener, port: 80, protocol: HTTP, hostname: gw.example}
-";
+    let gw = gateway_yaml(
+        "gw",
+        Some(SAME),
+        &["{name: gw-listener, port: 80, protocol: HTTP, hostname: gw.example}"],
+    );
     let ls = "{kind: ListenerSet, group: gateway.networking.k8s.io, name: ls}";
     let t = "2026-01-01T00:00:00Z";
     let yaml = [
-        gw.to_string(),
+        gw,
         set_yaml(
             "infra",
             "ls",
