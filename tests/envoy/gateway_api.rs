@@ -127,6 +127,18 @@ pub(crate) fn reviews_services(
     (reviews, backends)
 }
 
+/// What `GET path` for `host` through `addr` answers: the body of a 200 (the backend's
+/// name), else the status.
+pub(crate) fn answer(addr: SocketAddr, host: &str, path: &str) -> String {
+    let r = support::http_request(addr, "GET", host, path, &[])
+        .unwrap_or_else(|e| panic!("{host}{path}: {e}"));
+    if r.status == 200 {
+        r.text()
+    } else {
+        r.status.to_string()
+    }
+}
+
 /// Gateway `edge` of `default` (class `istio`) with one HTTP listener on `port`, then
 /// `routes` (YAML documents, each starting `---`).
 pub(crate) fn edge_gateway(port: u16, routes: &str) -> String {

@@ -2,7 +2,7 @@
 //! ListenerSet conformance cases (their status halves are asserted from files in
 //! `src/sources/kube/listener_set_status_tests.rs`).
 
-use crate::gateway_api::{edge_gateway_of, reviews_services, start_gateway};
+use crate::gateway_api::{answer, edge_gateway_of, reviews_services, start_gateway};
 use crate::support;
 
 use std::net::SocketAddr;
@@ -192,15 +192,7 @@ spec:
     write_config(&config_dir, "routes.yaml", &routes);
     let (_meshflow, envoy) = start_gateway(&envoy_bin, &dir, &config_dir, "edge", "edge-abc", port);
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let ask = |host: &str, path: &str| {
-        let r = support::http_request(addr, "GET", host, path, &[])
-            .unwrap_or_else(|e| panic!("{host}{path}: {e}"));
-        if r.status == 200 {
-            r.text()
-        } else {
-            r.status.to_string()
-        }
-    };
+    let ask = |host: &str, path: &str| answer(addr, host, path);
     // Every route is in one push: once one is served, all are.
     let served = support::wait_until(support::CONVERGE_TIMEOUT, || {
         ask("ls2-l1.example", "/all") == "reviews-v1"

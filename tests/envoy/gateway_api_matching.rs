@@ -7,7 +7,7 @@
 //! the path, host and `x-` headers they received.
 
 use crate::gateway_api::{
-    edge_gateway, edge_gateway_of, edge_route as route, reviews_services, reviews_v1,
+    answer, edge_gateway, edge_gateway_of, edge_route as route, reviews_services, reviews_v1,
     start_gateway, version_service,
 };
 use crate::gateway_api_resilience::await_status;
@@ -608,15 +608,7 @@ spec:
     );
     let (_meshflow, envoy) = start_gateway(&envoy_bin, &dir, &config_dir, "edge", "edge-abc", port);
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let ask = |host: &str, path: &str| {
-        let r = support::http_request(addr, "GET", host, path, &[])
-            .unwrap_or_else(|e| panic!("{host}{path}: {e}"));
-        if r.status == 200 {
-            r.text()
-        } else {
-            r.status.to_string()
-        }
-    };
+    let ask = |host: &str, path: &str| answer(addr, host, path);
     // Every route is in one push: once one is served, all are.
     let served = support::wait_until(support::CONVERGE_TIMEOUT, || {
         ask("x.other.example", "/s4") == "reviews-v1"
