@@ -242,6 +242,17 @@ pub(super) fn translate<'s>(
         .join_map(namespaces.clone(), |ns, gw, labels| {
             (gw.clone(), GwPart::SetNamespace(ns.clone(), labels.clone()))
         });
+    // A set naming no Gateway that exists: said, nothing of it served.
+    let orphans = sets
+        .clone()
+        .antijoin(written_gateways.clone().map(|(k, _)| k).distinct())
+        .map(|((ns, name), s)| ConfigError {
+            object: s.key.clone(),
+            code: ErrorCode::ListenerSetNotAccepted,
+            message: format!(
+                "spec.parentRef: Gateway {ns}/{name} does not exist; none of its listeners is served"
+            ),
+        });
     let granted = gateway_grants
         .concat(set_grants)
         .distinct()
@@ -275,7 +286,10 @@ pub(super) fn translate<'s>(
                 }
             }
         });
-    let gateway_errors = granted.clone().flat_map(|(_, (_, errors))| errors);
+    let gateway_errors = granted
+        .clone()
+        .flat_map(|(_, (_, errors))| errors)
+        .concat(orphans);
     // Every Gateway its routes may name (those meshflow serves, with their sets, and the
     // others), by each object a route names it through: itself and its ListenerSets.
     let all_gateways = granted.flat_map(|(_, (g, _))| {

@@ -238,12 +238,33 @@ pub struct RefusedListener {
     /// The route kinds it would take (its status's `supportedKinds`): a listener refused
     /// for its certificate or a conflict still says what it is for.
     pub kinds: Vec<String>,
+    /// The listener, when it still holds its port and hostname though it is not served:
+    /// one refused for its certificate is accepted all the same (the spec's
+    /// `InvalidCertificateRef`, `RefNotPermitted`), so a listener after it on the same port
+    /// and hostname conflicts with it rather than taking its traffic.
+    #[serde(default)]
+    pub holds: Option<Listener>,
 }
 
 impl KubeGateway {
     /// Of a class meshflow serves.
     pub fn owned(&self) -> bool {
         OWNED_CLASSES.contains(&self.class.as_str())
+    }
+
+    /// Its own listeners that hold their port and hostname: those served, and those refused
+    /// for their certificate ([`RefusedListener::holds`]).
+    pub fn claims(&self) -> impl Iterator<Item = &Listener> {
+        self.listeners
+            .iter()
+            .chain(self.refused.iter().filter_map(|r| r.holds.as_ref()))
+    }
+
+    /// Whether the Gateway itself is accepted: its parameters are read and one of its own
+    /// listeners at least is accepted (served, or refused for its certificate only). Its
+    /// ListenerSets are served only then.
+    pub fn accepted(&self) -> bool {
+        self.invalid_parameters.is_none() && self.claims().next().is_some()
     }
 
     /// Every listener it serves: its own, then its accepted ListenerSets' in precedence
@@ -390,6 +411,24 @@ pub enum LabelExpression {
 }
 
 impl NamespaceSelector {
+    /// Whether Namespace `ns` is selected, `labels` being its labels when known. Kubernetes
+    /// gives every Namespace its name label ([`NAMESPACE_NAME_LABEL`]); of a Namespace not
+    /// read nothing else is known, so an expression that holds for a missing label
+    /// (`NotIn`, `DoesNotExist` on another key) does not select it: closed, not open.
+    pub fn selects(&self, ns: &str, labels: Option<&Labels>) -> bool {
+        let mut of = labels.cloned().unwrap_or_default();
+        of.entry(NAMESPACE_NAME_LABEL.to_string())
+            .or_insert_with(|| ns.to_string());
+        let unknown_negative = labels.is_none()
+            && self.expressions.iter().any(|e| match e {
+                LabelExpression::NotIn(k, _) | LabelExpression::DoesNotExist(k) => {
+                    k != NAMESPACE_NAME_LABEL
+                }
+                LabelExpression::In(..) | LabelExpression::Exists(_) => false,
+            });
+        !unknown_negative && self.matches(&of)
+    }
+
     /// Whether labels `of` satisfy the selector (an empty selector selects everything).
     pub fn matches(&self, of: &Labels) -> bool {
         self.match_labels.iter().all(|(k, v)| of.get(k) == Some(v))

@@ -120,6 +120,7 @@ pub fn grant_certificates<'a>(
             reason: "RefNotPermitted".into(),
             why,
             kinds: l.protocol.default_kind_names(),
+            holds: Some(l.clone()),
         });
         false
     });
@@ -298,13 +299,7 @@ pub fn listener_allows(
     let ns_ok = match &l.allowed_namespaces {
         AllowedNamespaces::All => true,
         AllowedNamespaces::Same => route_ns == gw_ns,
-        AllowedNamespaces::Selector(selector) => {
-            let mut labels = ns_labels.cloned().unwrap_or_default();
-            labels
-                .entry(NAMESPACE_NAME_LABEL.to_string())
-                .or_insert_with(|| route_ns.to_string());
-            selector.matches(&labels)
-        }
+        AllowedNamespaces::Selector(selector) => selector.selects(route_ns, ns_labels),
     };
     kinds_ok && protocol_ok && ns_ok
 }

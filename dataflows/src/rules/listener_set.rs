@@ -5,8 +5,10 @@
 //!   when unset), others are `NotAllowed`;
 //! - the listeners are validated as one Gateway's would be, in precedence order: the
 //!   Gateway's own first, then the sets' by creation time, then by namespace and name; a
-//!   listener that conflicts with one before it is left out (`Conflicted`), as is one
-//!   whose certificate of another namespace no ReferenceGrant *from ListenerSets* allows;
+//!   listener that conflicts with one before it is left out (`Conflicted`) — one refused
+//!   for its certificate still holds its place —, as is one whose certificate of another
+//!   namespace no ReferenceGrant *from ListenerSets* allows;
+//! - a Gateway that is not accepted itself serves none of its sets (`ParentNotAccepted`);
 //! - a set with no listener left is `ListenersNotValid`; one with some is accepted and its
 //!   listeners are served on the Gateway's proxies, for the routes that name the set.
 
@@ -57,20 +59,13 @@ pub fn listener_conflict<'a>(
 }
 
 /// Whether Gateway `gw` takes ListenerSets of namespace `set_ns` (`labels`: the
-/// namespace's, when known; a selector also sees the name label Kubernetes gives every
-/// Namespace).
+/// namespace's, when known; [`NamespaceSelector::selects`]).
 pub fn admits(gw: &KubeGateway, set_ns: &str, labels: Option<&Labels>) -> bool {
     match &gw.allowed_listeners {
         AllowedListeners::None => false,
         AllowedListeners::All => true,
         AllowedListeners::Same => set_ns == gw.key.namespace,
-        AllowedListeners::Selector(selector) => {
-            let mut labels = labels.cloned().unwrap_or_default();
-            labels
-                .entry(NAMESPACE_NAME_LABEL.to_string())
-                .or_insert_with(|| set_ns.to_string());
-            selector.matches(&labels)
-        }
+        AllowedListeners::Selector(selector) => selector.selects(set_ns, labels),
     }
 }
 
@@ -110,8 +105,10 @@ pub fn attach_sets<'a>(
         }
     };
     let gw_name = format!("Gateway {}/{}", gw.key.namespace, gw.key.name);
-    // The listeners served so far, in precedence order: each set's are checked against them.
-    let mut taken: Vec<Listener> = gw.listeners.clone();
+    // The listeners that hold their port and hostname so far, in precedence order (served,
+    // or accepted though refused for their certificate): each set's are checked against
+    // them.
+    let mut taken: Vec<Listener> = gw.claims().cloned().collect();
     for set in sets {
         let refuse = |reason: &str, why: String| AttachedSet {
             key: set.key.clone(),
@@ -126,8 +123,11 @@ pub fn attach_sets<'a>(
             ));
             continue;
         }
-        if let Some(why) = &gw.invalid_parameters {
-            let why = format!("{gw_name} is not accepted: {why}");
+        if !gw.accepted() {
+            let why = match &gw.invalid_parameters {
+                Some(why) => format!("{gw_name} is not accepted: {why}"),
+                None => format!("{gw_name} is not accepted: none of its own listeners is"),
+            };
             error(
                 set,
                 ErrorCode::ListenerSetNotAccepted,
@@ -154,26 +154,29 @@ pub fn attach_sets<'a>(
             out.sets.push(refuse("NotAllowed", why));
             continue;
         }
+        // The set's listeners that claim a place, in the order written: those it may
+        // serve, and those refused for their certificate as written (accepted, they hold
+        // their port and hostname). A conflict goes first: a listener that conflicts is
+        // `Conflicted` whatever its certificate.
+        let mut claimants: Vec<(&Listener, Option<&RefusedListener>)> = set
+            .listeners
+            .iter()
+            .map(|l| (l, None))
+            .chain(
+                set.refused
+                    .iter()
+                    .filter_map(|r| r.holds.as_ref().map(|l| (l, Some(r)))),
+            )
+            .collect();
+        claimants.sort_by_key(|(l, _)| l.index);
         let mut kept = Vec::new();
-        let mut refused_listeners = set.refused.clone();
-        for l in &set.listeners {
-            if let Some(why) = ungranted_certificate(l, &set.key.namespace, grants) {
-                error(
-                    set,
-                    ErrorCode::GatewaySecret,
-                    format!(
-                        "spec.listeners[{}].tls.certificateRefs[0]: RefNotPermitted: {why}",
-                        l.index
-                    ),
-                );
-                refused_listeners.push(RefusedListener {
-                    name: l.name.clone(),
-                    reason: "RefNotPermitted".into(),
-                    why,
-                    kinds: l.protocol.default_kind_names(),
-                });
-                continue;
-            }
+        let mut refused_listeners: Vec<RefusedListener> = set
+            .refused
+            .iter()
+            .filter(|r| r.holds.is_none())
+            .cloned()
+            .collect();
+        for (l, as_written) in claimants {
             if let Some((reason, why)) = listener_conflict(&taken, l) {
                 error(
                     set,
@@ -188,17 +191,41 @@ pub fn attach_sets<'a>(
                     reason: reason.to_string(),
                     why,
                     kinds: l.kinds_served(),
+                    holds: None,
                 });
                 continue;
             }
             taken.push(l.clone());
+            if let Some(r) = as_written {
+                refused_listeners.push(r.clone());
+                continue;
+            }
+            if let Some(why) = ungranted_certificate(l, &set.key.namespace, grants) {
+                error(
+                    set,
+                    ErrorCode::GatewaySecret,
+                    format!(
+                        "spec.listeners[{}].tls.certificateRefs[0]: RefNotPermitted: {why}",
+                        l.index
+                    ),
+                );
+                refused_listeners.push(RefusedListener {
+                    name: l.name.clone(),
+                    reason: "RefNotPermitted".into(),
+                    why,
+                    kinds: l.protocol.default_kind_names(),
+                    holds: Some(l.clone()),
+                });
+                continue;
+            }
             kept.push(l.clone());
         }
         refused_listeners.sort_by_key(|r| {
             set.listeners
                 .iter()
-                .position(|l| l.name == r.name)
-                .unwrap_or(usize::MAX)
+                .chain(set.refused.iter().filter_map(|r| r.holds.as_ref()))
+                .find(|l| l.name == r.name)
+                .map_or(usize::MAX, |l| l.index)
         });
         let refused = kept.is_empty().then(|| {
             let why = "none of its listeners can be served".to_string();

@@ -1578,4 +1578,25 @@ fn a_listener_sets_listeners_share_the_gateways_ports() {
         rows(&[("foo.example.com", "ratings"), ("*.example.com", "421")])
     );
     assert!(errors_of(&m, &set_key).is_empty());
+
+    // A set naming a Gateway that does not exist is said to, until the Gateway does.
+    let lost_key = ConfigKey::new(Kind::ListenerSet, "team", "lost");
+    let lost = Record::GatewayApi(GatewayApiObject::ListenerSet(KubeListenerSet {
+        key: lost_key.clone(),
+        created: String::new(),
+        parent: ("default".into(), "elsewhere".into()),
+        listeners: vec![https("bar", "bar.example.com", "team")],
+        refused: Vec::new(),
+    }));
+    m.insert(vec![lost]);
+    let errors = errors_of(&m, &lost_key);
+    assert!(
+        errors.len() == 1 && errors[0].contains("Gateway default/elsewhere does not exist"),
+        "{errors:?}"
+    );
+    assert_eq!(
+        outcome(&m, "wild"),
+        rows(&[("bar.example.com", "reviews"), ("foo.example.com", "421"),]),
+        "nothing of it served"
+    );
 }

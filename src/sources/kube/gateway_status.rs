@@ -489,34 +489,30 @@ fn set_status(
                     (reason.as_str(), false, why.clone()),
                     listeners.entries,
                 ),
-                None if listeners.not_accepted > 0 => {
-                    let why = format!(
-                        "{} of its listeners are not accepted",
-                        listeners.not_accepted
-                    );
-                    (
-                        ("ListenersNotValid", true, why),
+                None => {
+                    let accepted = if listeners.not_accepted > 0 {
+                        let why = format!(
+                            "{} of its listeners are not accepted",
+                            listeners.not_accepted
+                        );
+                        ("ListenersNotValid", true, why)
+                    } else {
+                        let why = format!("taken by Gateway {}/{}", gw.key.namespace, gw.key.name);
+                        ("Accepted", true, why)
+                    };
+                    // Programmed where a listener's filter chain can be built (a
+                    // certificate that cannot be served builds none), as a Gateway's.
+                    let programmed = if listeners.programmed > 0 {
                         (
                             "Programmed",
                             true,
                             "served to the Gateway's proxies".to_string(),
-                        ),
-                        listeners.entries,
-                    )
+                        )
+                    } else {
+                        ("Invalid", false, "no listener can be served".to_string())
+                    };
+                    (accepted, programmed, listeners.entries)
                 }
-                None => (
-                    (
-                        "Accepted",
-                        true,
-                        format!("taken by Gateway {}/{}", gw.key.namespace, gw.key.name),
-                    ),
-                    (
-                        "Programmed",
-                        true,
-                        "served to the Gateway's proxies".to_string(),
-                    ),
-                    listeners.entries,
-                ),
             }
         }
     };

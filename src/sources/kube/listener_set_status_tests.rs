@@ -118,6 +118,16 @@ fn allowed_listeners_conformance_cases_from_files() {
         ),
         set_yaml("picked", "picked-ls", "selector", t, &[listener]),
         set_yaml("unpicked", "unpicked-ls", "selector", t, &[listener]),
+        // A label that must be missing: of a Namespace read, judged; of one not read (its
+        // labels unknown), not taken.
+        gateway_yaml(
+            "without-label",
+            Some("{namespaces: {from: Selector, selector: {matchExpressions: [{key: allowed, operator: DoesNotExist}]}}}"),
+            &[GATEWAY_LISTENER],
+        ),
+        namespace_yaml("plain", "{team: a}"),
+        set_yaml("plain", "plain-ls", "without-label", t, &[listener]),
+        set_yaml("unread", "unread-ls", "without-label", t, &[listener]),
     ]
     .concat();
     let status = statuses("ls-allowed", &yaml);
@@ -128,12 +138,17 @@ fn allowed_listeners_conformance_cases_from_files() {
         ("infra", "none-ls"),
         ("other", "other-ls"),
         ("unpicked", "unpicked-ls"),
+        ("unread", "unread-ls"),
     ] {
         let s = set(&status, ns, name);
         assert_eq!(accepted_programmed(s), not_allowed, "{ns}/{name}: {s:#}");
         assert_eq!(s["listeners"], serde_json::json!([]), "{name}");
     }
-    for (ns, name) in [("infra", "same-ls"), ("picked", "picked-ls")] {
+    for (ns, name) in [
+        ("infra", "same-ls"),
+        ("picked", "picked-ls"),
+        ("plain", "plain-ls"),
+    ] {
         let s = set(&status, ns, name);
         assert_eq!(accepted_programmed(s), taken, "{ns}/{name}: {s:#}");
         let l = named(&s["listeners"], "l");
@@ -148,7 +163,13 @@ fn allowed_listeners_conformance_cases_from_files() {
         assert_eq!(s["conditions"][0]["observedGeneration"], 1);
     }
     // The Gateways stay accepted, and count the sets they take (0 said, not left out).
-    for (name, count) in [("default", 0), ("none", 0), ("same", 1), ("selector", 1)] {
+    for (name, count) in [
+        ("default", 0),
+        ("none", 0),
+        ("same", 1),
+        ("selector", 1),
+        ("without-label", 1),
+    ] {
         let g = gateway(&status, name);
         assert_eq!(
             condition_of(g, "Accepted"),
@@ -521,4 +542,116 @@ spec:
         "{g:#}"
     );
     assert_eq!(g["attachedListenerSets"], 1);
+}
+
+/// A listener of the Gateway refused for its certificate (no grant for its Secret, or no
+/// certificate at all) is accepted all the same and keeps its port and hostname: a set's
+/// listener on them is `Conflicted`, never served in its place; so is a set's listener
+/// after another set's listener refused for its certificate. A Gateway none of whose own
+/// listeners is accepted serves none of its sets (`ParentNotAccepted`).
+#[test]
+fn listeners_refused_for_their_certificates_keep_their_place_from_files() {
+    let https = |name: &str, host: &str, port: u16, cert: &str| {
+        format!(
+            "{{name: {name}, port: {port}, protocol: HTTPS, hostname: {host}, \
+             tls: {{certificateRefs: [{cert}]}}}}"
+        )
+    };
+    let t1 = "2026-01-01T00:00:00Z";
+    let t2 = "2026-01-02T00:00:00Z";
+    let yaml = [
+        tls_secret_yaml("certs", "cert", "*.example"),
+        tls_secret_yaml("infra", "own", "*.example"),
+        gateway_yaml(
+            "gw",
+            Some("{namespaces: {from: All}}"),
+            &[
+                GATEWAY_LISTENER,
+                // No grant in certs for it: RefNotPermitted, accepted.
+                &https(
+                    "held",
+                    "held.example",
+                    443,
+                    "{name: cert, namespace: certs}",
+                ),
+            ],
+        ),
+        set_yaml(
+            "infra",
+            "thief",
+            "gw",
+            t1,
+            &[
+                &https("held", "held.example", 443, "{name: own}"),
+                // Ungranted too: it keeps its place from the later set.
+                &https(
+                    "first",
+                    "first.example",
+                    443,
+                    "{name: cert, namespace: certs}",
+                ),
+            ],
+        ),
+        set_yaml(
+            "infra",
+            "later",
+            "gw",
+            t2,
+            &[&https("first", "first.example", 443, "{name: own}")],
+        ),
+        gateway_yaml(
+            "udp-only",
+            Some("{namespaces: {from: All}}"),
+            &["{name: dns, port: 53, protocol: UDP}"],
+        ),
+        set_yaml(
+            "infra",
+            "orphaned",
+            "udp-only",
+            t1,
+            &["{name: l, port: 80, protocol: HTTP, hostname: a.example}"],
+        ),
+    ]
+    .concat();
+    let status = statuses("ls-held", &yaml);
+    let g = gateway(&status, "gw");
+    assert_eq!(
+        condition_of(named(&g["listeners"], "held"), "ResolvedRefs"),
+        pair("False", "RefNotPermitted"),
+        "{g:#}"
+    );
+    let thief = set(&status, "infra", "thief");
+    assert_eq!(
+        condition_of(named(&thief["listeners"], "held"), "Conflicted"),
+        pair("True", "HostnameConflict"),
+        "{thief:#}"
+    );
+    assert_eq!(
+        condition_of(named(&thief["listeners"], "first"), "ResolvedRefs"),
+        pair("False", "RefNotPermitted")
+    );
+    // Nothing of it can be served: the set is not accepted.
+    assert_eq!(
+        accepted_programmed(thief),
+        [
+            pair("False", "ListenersNotValid"),
+            pair("False", "ListenersNotValid")
+        ]
+    );
+    let later = set(&status, "infra", "later");
+    assert_eq!(
+        condition_of(named(&later["listeners"], "first"), "Conflicted"),
+        pair("True", "HostnameConflict"),
+        "{later:#}"
+    );
+    let orphaned = set(&status, "infra", "orphaned");
+    assert_eq!(
+        accepted_programmed(orphaned),
+        [
+            pair("False", "ParentNotAccepted"),
+            pair("False", "ParentNotProgrammed")
+        ],
+        "{orphaned:#}"
+    );
+    assert_eq!(gateway(&status, "udp-only")["attachedListenerSets"], 0);
 }

@@ -47,6 +47,7 @@ pub(in crate::config::convert) fn kubernetes_gateway(
                 name: l.name,
                 reason: "Pending".into(),
                 why: format!("the Gateway is not accepted: {why}"),
+                holds: None,
             });
         }
     }
@@ -100,7 +101,9 @@ pub(super) fn read_listeners(
     owned: bool,
     findings: &mut Vec<Finding>,
 ) -> Result<(Vec<m::Listener>, Vec<m::RefusedListener>)> {
-    let mut listeners: Vec<m::Listener> = Vec::new();
+    // Each listener meshflow can read, with why it is not served when it is refused for its
+    // certificate (it still holds its port and hostname).
+    let mut listeners: Vec<(m::Listener, Option<&'static str>)> = Vec::new();
     let mut refused: Vec<m::RefusedListener> = Vec::new();
     for (i, l) in written.iter().enumerate() {
         let f = format!("spec.listeners[{i}]");
@@ -135,6 +138,7 @@ pub(super) fn read_listeners(
                     reason: "UnsupportedProtocol".into(),
                     why,
                     kinds: Vec::new(),
+                    holds: None,
                 });
                 continue;
             }
@@ -160,34 +164,22 @@ pub(super) fn read_listeners(
             .is_some_and(|t| !t.passthrough && t.certificates.is_empty());
         // A certificate of another namespace is kept: whether a ReferenceGrant there allows
         // it depends on other objects, and is judged where they meet (the dataflow, the
-        // status writer).
-        if no_certificate {
-            // Left out (reported): the listener cannot terminate without a certificate it
-            // can serve.
-            let (reason, why) = (
-                "InvalidCertificateRef",
-                "no certificate meshflow can serve: a Secret is needed",
-            );
-            let kinds = protocol.default_kind_names();
-            refused.push(m::RefusedListener {
-                name: l.name.clone(),
-                reason: reason.into(),
-                why: why.into(),
-                kinds,
-            });
-            continue;
-        }
+        // status writer). One that terminates with no certificate is left out (reported):
+        // it cannot terminate without one it can serve.
         let (allowed_namespaces, allowed_kinds) = allowed_routes(l, &f, owned, findings)?;
-        listeners.push(m::Listener {
-            index: i,
-            name: l.name.clone(),
-            hostname: l.hostname.clone(),
-            port: number,
-            protocol,
-            tls,
-            allowed_namespaces,
-            allowed_kinds,
-        });
+        listeners.push((
+            m::Listener {
+                index: i,
+                name: l.name.clone(),
+                hostname: l.hostname.clone(),
+                port: number,
+                protocol,
+                tls,
+                allowed_namespaces,
+                allowed_kinds,
+            },
+            no_certificate.then_some("no certificate meshflow can serve: a Secret is needed"),
+        ));
     }
     let listeners = without_conflicts(listeners, &mut refused, owned, findings);
     Ok((listeners, refused))
@@ -350,30 +342,42 @@ fn allowed_routes(
 
 /// Listeners that conflict with an earlier one are left out, as the spec has it
 /// (`Conflicted`, [`listener_set::listener_conflict`]): the first listener written keeps
-/// the port.
+/// the port, served or refused for its certificate (`InvalidCertificateRef`: accepted, it
+/// holds its port and hostname).
 fn without_conflicts(
-    listeners: Vec<m::Listener>,
+    listeners: Vec<(m::Listener, Option<&'static str>)>,
     refused: &mut Vec<m::RefusedListener>,
     owned: bool,
     findings: &mut Vec<Finding>,
 ) -> Vec<m::Listener> {
+    let mut claimed: Vec<m::Listener> = Vec::new();
     let mut kept: Vec<m::Listener> = Vec::new();
-    for l in listeners {
-        match listener_set::listener_conflict(&kept, &l) {
-            Some((reason, why)) => {
-                if owned {
-                    findings.push(Finding::error(
-                        format!("spec.listeners[{}]", l.index),
-                        format!("{reason}: {why}; the listener is left out"),
-                    ));
-                }
-                refused.push(m::RefusedListener {
-                    name: l.name.clone(),
-                    reason: reason.to_string(),
-                    why,
-                    kinds: l.kinds_served(),
-                });
+    for (l, no_certificate) in listeners {
+        if let Some((reason, why)) = listener_set::listener_conflict(&claimed, &l) {
+            if owned {
+                findings.push(Finding::error(
+                    format!("spec.listeners[{}]", l.index),
+                    format!("{reason}: {why}; the listener is left out"),
+                ));
             }
+            refused.push(m::RefusedListener {
+                name: l.name.clone(),
+                reason: reason.to_string(),
+                why,
+                kinds: l.kinds_served(),
+                holds: None,
+            });
+            continue;
+        }
+        claimed.push(l.clone());
+        match no_certificate {
+            Some(why) => refused.push(m::RefusedListener {
+                name: l.name.clone(),
+                reason: "InvalidCertificateRef".into(),
+                why: why.into(),
+                kinds: l.protocol.default_kind_names(),
+                holds: Some(l),
+            }),
             None => kept.push(l),
         }
     }
