@@ -1544,6 +1544,13 @@ fn a_listener_sets_listeners_share_the_gateways_ports() {
         rows(&[("foo.example.com", "ratings"), ("*.example.com", "421")])
     );
     assert!(errors_of(&m, &set_key).is_empty());
+    // The set's listener terminates with the Secret of the set's namespace.
+    let set_secret = "kubernetes-gateway://team/cert";
+    assert!(
+        m.names(&gw_pod, ResourceType::Secret).contains(set_secret),
+        "{:?}",
+        m.names(&gw_pod, ResourceType::Secret)
+    );
 
     // The Gateway takes no set any more.
     m.replace(
@@ -1563,6 +1570,7 @@ fn a_listener_sets_listeners_share_the_gateways_ports() {
         errors.len() == 1 && errors[0].contains("spec.parentRef: NotAllowed"),
         "{errors:?}"
     );
+    assert!(!m.names(&gw_pod, ResourceType::Secret).contains(set_secret));
     m.replace(
         gateway(AllowedListeners::None),
         gateway(AllowedListeners::Same),
