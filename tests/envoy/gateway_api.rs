@@ -1224,17 +1224,7 @@ fn tls_routes_are_terminated_or_passed_through_by_their_listener() {
         ),
     );
     let route = |name: &str, section: &str, host: &str, to: &str, to_port: u16| {
-        format!(
-            "---
-apiVersion: gateway.networking.k8s.io/v1
-kind: TLSRoute
-metadata: {{name: {name}, namespace: default}}
-spec:
-  parentRefs: [{{name: edge, sectionName: {section}}}]
-  hostnames: [{host}]
-  rules: [{{backendRefs: [{{name: {to}, port: {to_port}}}]}}]
-"
-        )
+        tls_route(name, section, &format!("[{host}]"), to, to_port)
     };
     write_config(
         &config_dir,
@@ -1358,19 +1348,8 @@ fn tls_routes_take_the_intersection_of_their_hostnames_and_the_listeners() {
     let listener = |name: &str, port: u16, hostname: &str| {
         format!("  - {{name: {name}, port: {port}, protocol: TLS, {hostname}tls: {{mode: Passthrough}}}}\n")
     };
-    let route = |name: &str, section: &str, hostnames: &str| {
-        format!(
-            "---
-apiVersion: gateway.networking.k8s.io/v1
-kind: TLSRoute
-metadata: {{name: {name}, namespace: default}}
-spec:
-  parentRefs: [{{name: edge, sectionName: {section}}}]
-  hostnames: {hostnames}
-  rules: [{{backendRefs: [{{name: {name}, port: 443}}]}}]
-"
-        )
-    };
+    let route =
+        |name: &str, section: &str, hostnames: &str| tls_route(name, section, hostnames, name, 443);
     write_config(
         &config_dir,
         "gateway.yaml",
@@ -1446,6 +1425,22 @@ spec:
         assert!(b.requests_served() > 0, "each backend answered");
     }
     assert_eq!(envoy.rejected_updates(), 0, "{}", envoy.summary());
+}
+
+/// TLSRoute `name` of `default` on listener `section` of Gateway `edge`, for `hostnames`
+/// (a YAML list), to Service `to` port `to_port`.
+fn tls_route(name: &str, section: &str, hostnames: &str, to: &str, to_port: u16) -> String {
+    format!(
+        "---
+apiVersion: gateway.networking.k8s.io/v1
+kind: TLSRoute
+metadata: {{name: {name}, namespace: default}}
+spec:
+  parentRefs: [{{name: edge, sectionName: {section}}}]
+  hostnames: {hostnames}
+  rules: [{{backendRefs: [{{name: {to}, port: {to_port}}}]}}]
+"
+    )
 }
 
 /// HTTPRoute `r<i>` for host `h<i>.example`, to one version Service.

@@ -31,6 +31,44 @@ fn https_listener(name: &str, hostname: Option<&str>, cert_ns: &str) -> Listener
     l
 }
 
+/// What each virtual host of the HTTPS route configuration of listener `listener` on
+/// `p` answers, by its first domain, sorted: "404" (no routes), "421", or what `routed`
+/// calls its routes as (path, where to); `None` when there is no such route configuration.
+fn https_outcomes(
+    m: &Mesh,
+    p: &Proxy,
+    listener: &str,
+    routed: impl Fn(&[(String, String)]) -> String,
+) -> Option<Vec<(String, String)>> {
+    let route = m
+        .routes(p)
+        .into_iter()
+        .find(|r| r.starts_with(&format!("https.443.{listener}.")))?;
+    let mut rows: Vec<(String, String)> = table(m, p, &route)
+        .into_iter()
+        .map(|(domains, routes)| {
+            let what = match routes.as_slice() {
+                [] => "404".to_string(),
+                [(_, s)] if s == "421" => "421".to_string(),
+                rs => routed(rs),
+            };
+            (domains[0].clone(), what)
+        })
+        .collect();
+    rows.sort();
+    Some(rows)
+}
+
+/// `(a, b)` pairs owned and sorted, as [`https_outcomes`] gives them.
+fn sorted_pairs(v: &[(&str, &str)]) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = v
+        .iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
+    v.sort();
+    v
+}
+
 /// The gateway proxy of Gateway `default/gw` (its name label), pod `gw-abc`.
 fn gw_pod() -> Proxy {
     router_proxy(
@@ -1053,34 +1091,16 @@ fn https_listeners_on_one_port_answer_421_for_each_others_hosts() {
     let to = crate::support::outbound(80, "", "reviews", "default");
     // Each virtual host by its first domain: "route", "421", or "404" (no routes).
     let outcome = |route: &str| -> Vec<(String, String)> {
-        let name = m
-            .routes(&gw_pod)
-            .into_iter()
-            .find(|r| r.starts_with(&format!("https.443.{route}.")))
-            .unwrap_or_else(|| {
-                panic!("no route configuration of {route}: {:?}", m.routes(&gw_pod))
-            });
-        table(&m, &gw_pod, &name)
-            .into_iter()
-            .map(|(domains, routes)| {
-                let what = match routes.as_slice() {
-                    [] => "404".to_string(),
-                    [(_, s)] if s == "421" => "421".to_string(),
-                    rs if rs.iter().all(|(_, c)| c.contains(&to)) => "route".to_string(),
-                    rs => format!("{rs:?}"),
-                };
-                (domains[0].clone(), what)
-            })
-            .collect()
+        https_outcomes(&m, &gw_pod, route, |rs| {
+            if rs.iter().all(|(_, c)| c.contains(&to)) {
+                "route".to_string()
+            } else {
+                format!("{rs:?}")
+            }
+        })
+        .unwrap_or_else(|| panic!("no route configuration of {route}: {:?}", m.routes(&gw_pod)))
     };
-    let pairs = |v: &[(&str, &str)]| -> Vec<(String, String)> {
-        let mut v: Vec<(String, String)> = v
-            .iter()
-            .map(|(a, b)| (a.to_string(), b.to_string()))
-            .collect();
-        v.sort();
-        v
-    };
+    let pairs = sorted_pairs;
     let sorted = |mut v: Vec<(String, String)>| {
         v.sort();
         v
@@ -1503,38 +1523,16 @@ fn a_listener_sets_listeners_share_the_gateways_ports() {
     ]);
     let reviews = crate::support::outbound(80, "", "reviews", "default");
     let ratings = crate::support::outbound(80, "", "ratings", "team");
-    // What each virtual host of the route configuration of listener `name` answers, by
-    // its first domain: the cluster, "421", or "404"; `None` when there is no such route
-    // configuration.
-    let outcome = |m: &Mesh, name: &str| -> Option<Vec<(String, String)>> {
-        let route = m
-            .routes(&gw_pod)
-            .into_iter()
-            .find(|r| r.starts_with(&format!("https.443.{name}.")))?;
-        let mut rows: Vec<(String, String)> = table(m, &gw_pod, &route)
-            .into_iter()
-            .map(|(domains, routes)| {
-                let what = match routes.as_slice() {
-                    [] => "404".to_string(),
-                    [(_, s)] if s == "421" => "421".to_string(),
-                    [(_, c)] if c.contains(&reviews) => "reviews".to_string(),
-                    [(_, c)] if c.contains(&ratings) => "ratings".to_string(),
-                    rs => format!("{rs:?}"),
-                };
-                (domains[0].clone(), what)
-            })
-            .collect();
-        rows.sort();
-        Some(rows)
+    // What each virtual host of listener `name`'s route configuration answers: the
+    // backend, "421" or "404"; `None` when there is none.
+    let outcome = |m: &Mesh, name: &str| {
+        https_outcomes(m, &gw_pod, name, |rs| match rs {
+            [(_, c)] if c.contains(&reviews) => "reviews".to_string(),
+            [(_, c)] if c.contains(&ratings) => "ratings".to_string(),
+            rs => format!("{rs:?}"),
+        })
     };
-    let rows = |v: &[(&str, &str)]| -> Option<Vec<(String, String)>> {
-        let mut v: Vec<(String, String)> = v
-            .iter()
-            .map(|(a, b)| (a.to_string(), b.to_string()))
-            .collect();
-        v.sort();
-        Some(v)
-    };
+    let rows = |v: &[(&str, &str)]| Some(sorted_pairs(v));
     assert_eq!(
         outcome(&m, "wild"),
         rows(&[("bar.example.com", "reviews"), ("foo.example.com", "421"),])
