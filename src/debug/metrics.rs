@@ -10,7 +10,9 @@
 //!   input changes by kind and op (`meshflow_input_changes_total{kind,op}`), convergence
 //!   time from an epoch's first input to the ACK of a push that carried it
 //!   (`meshflow_convergence_seconds`), and the dataflow's epoch lag, from an epoch's first
-//!   input to its output reaching the hub (`meshflow_dataflow_epoch_lag_seconds`).
+//!   input to its output reaching the hub (`meshflow_dataflow_epoch_lag_seconds`), and the
+//!   dataflow's steps by when they ran (`meshflow_dataflow_steps_total{when}`: `ahead`
+//!   inside an idle engine's window, or at the `close`).
 //!
 //! The counters are `prometheus-client` atomics: counting takes no lock.
 
@@ -59,6 +61,11 @@ pub fn render(st: &HubState, counters: &Counters) -> Result<String, std::fmt::Er
         "dataflow_epoch_lag_seconds",
         "From the first input of an epoch to its output applied to the xDS hub",
         counters.epoch_lag.clone(),
+    );
+    registry.register(
+        "dataflow_steps",
+        "Dataflow steps, by when they ran: ahead (inside an idle engine's window) or at the close",
+        counters.steps.clone(),
     );
 
     let proxies = Gauge::<i64>::default();

@@ -94,6 +94,11 @@ pub async fn serve(
                 continue;
             }
         };
+        // Nagle off: a watch stream's event is one short write that must not wait for the
+        // ACK of the one before (up to the client's 40 ms delayed ACK).
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::warn!(error = %e, "debug port: TCP_NODELAY not set");
+        }
         tokio::spawn(connection(tcp, app.clone(), read_timeout));
     }
 }

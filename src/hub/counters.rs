@@ -1,6 +1,7 @@
 //! The event counters behind `/metrics` ([`crate::debug::metrics`] renders them): pushes
 //! and bytes by type, NACKs by type, input changes by kind and op, convergence time from an
-//! epoch's first input to the ACK of a push that carried it, and the dataflow's epoch lag.
+//! epoch's first input to the ACK of a push that carried it, the dataflow's epoch lag, and the
+//! dataflow's steps (inside an epoch's window or at its close).
 //! Counted where the event happens; `prometheus-client` atomics, so counting takes no lock.
 
 use dataflows::model::ResourceType;
@@ -17,6 +18,9 @@ pub struct Counters {
     pub input_changes: Family<Labels, Counter>,
     pub convergence: Histogram,
     pub epoch_lag: Histogram,
+    /// Dataflow steps, by when they ran: `ahead` (an idle engine's epoch stepped inside its
+    /// window) or `close` (at the window's close).
+    pub steps: Family<Labels, Counter>,
 }
 
 impl Default for Counters {
@@ -29,7 +33,11 @@ impl Default for Counters {
             // 1 ms to ~65 s.
             convergence: Histogram::new(exponential_buckets(0.001, 2.0, 17)),
             epoch_lag: Histogram::new(exponential_buckets(0.001, 2.0, 17)),
+            steps: Family::default(),
         };
+        for when in ["ahead", "close"] {
+            let _ = c.steps.get_or_create(&labels(&[("when", when)]));
+        }
         // Every type's series exists from the start, at zero.
         for t in ResourceType::ALL {
             let ty = labels(&[("type", t.short())]);
@@ -52,6 +60,11 @@ impl Counters {
         self.nacks
             .get_or_create(&labels(&[("type", t.short())]))
             .inc();
+    }
+
+    /// A dataflow step, `ahead` of its epoch's close or at the `close`.
+    pub fn step(&self, when: &str) {
+        self.steps.get_or_create(&labels(&[("when", when)])).inc();
     }
 
     pub fn input_change(&self, kind: &str, op: &str) {

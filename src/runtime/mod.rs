@@ -1,6 +1,9 @@
 //! The runtime: owns the dataflow engine on its own threads, batches input changes into
 //! epochs (debounced), steps the dataflow one epoch at a time and hands each epoch's
-//! output to the hub. A proxy never sees half an epoch. The engine is the incremental
+//! output to the hub. A proxy never sees half an epoch. A change that finds the engine
+//! idle is stepped as soon as it settles, inside its window, and its epoch handed over at
+//! the window's close (what arrives after the early step is stepped then, and the two
+//! outputs netted into one): the window then hides the step instead of preceding it. The engine is the incremental
 //! dataflow or a baseline: full push ([`full_push`]) or Istio's push algorithm
 //! ([`istio_style`]).
 //!
@@ -9,13 +12,14 @@
 
 use crate::hub::Hub;
 use crate::input::{EpochMeta, Input, InputChange};
-use dataflows::driver::{Batch, Engine};
-use dataflows::model::{MeshConfig, ProxyId, Record};
+use dataflows::driver::{Batch, Engine, EpochOutput};
+use dataflows::model::{MeshConfig, Record};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub mod full_push;
+mod gather;
 pub mod istio_style;
 pub mod jwks;
 pub mod mtls_transition;
@@ -61,6 +65,11 @@ pub struct Pacing {
 /// How often acknowledgments are looked at while an mTLS change is held.
 const HOLD_POLL: Duration = Duration::from_millis(10);
 
+/// How long an idle engine's epoch waits without a new input before it is stepped ahead of
+/// its close: the sources hand over settled bursts (a file burst settles for 5 ms first), so
+/// a short quiet is enough to tell one burst from the next.
+const EARLY_QUIET: Duration = Duration::from_millis(2);
+
 enum Compute {
     Dataflow(Engine),
     FullPush(Box<full_push::FullPush>),
@@ -89,6 +98,10 @@ pub fn run(
     let mut rejected = rejections::Rejections::default();
     let mut keys = jwks::Resolver::default();
     let mut epoch = 0u64;
+    // The dataflow's own clock: an epoch is one tick, or two when it was stepped ahead.
+    let mut tick = 0u64;
+    // When the last epoch was handed to the hub.
+    let mut closed: Option<Instant> = None;
     loop {
         // While an mTLS change is held, acknowledgments are looked at between inputs.
         let first = if transitions.active() {
@@ -108,91 +121,98 @@ pub fn run(
             publish_transitions(&hub, &transitions);
             continue;
         }
+        epoch += 1;
+        let span = tracing::debug_span!("epoch", epoch);
+        let _entered = span.enter();
         // The window counts from when the source saw the first change (a file burst's
         // first event, before it settled and was read), not from when it was handed over.
         let started = match &first {
             Some(Input::Changes { seen, .. }) => (*seen).min(Instant::now()),
             _ => Instant::now(),
         };
-        let mut batch: Vec<Input> = first.into_iter().collect();
+        let mut gathered = gather::Gathered::default();
+        if let Some(i) = first {
+            gathered.take(i, epoch, &mut rejected, &mut keys);
+        }
+        // A change that finds the engine idle (no epoch closed within the debounce's quiet
+        // period: the window itself when fixed) is computed as soon as it has settled,
+        // while the window is still open; the epoch is still handed over whole at the
+        // window's close. Under a stream of changes epochs are computed at their close
+        // only, once each: the early step would double the per-epoch cost exactly when the
+        // engine is busiest.
+        let idle = epoch > 1
+            && !transitions.active()
+            && closed.is_none_or(|c| started.saturating_duration_since(c) >= debounce.after)
+            && matches!(engine, Compute::Dataflow(_));
+        let mut early: Option<EpochOutput> = None;
         let mut last = started;
         // Collect what arrives within the debounce window into the same epoch (a step of
         // a held change alone goes at once).
-        while !batch.is_empty() {
+        while gathered.any {
             let left = debounce.left(started, last);
             if left.is_zero() {
                 break;
             }
-            match inputs.recv_timeout(left) {
+            let ahead = idle && early.is_none() && !gathered.changes.is_empty();
+            let wait = if ahead {
+                left.min(EARLY_QUIET.saturating_sub(last.elapsed()))
+            } else {
+                left
+            };
+            match inputs.recv_timeout(wait) {
                 Ok(i) => {
-                    batch.push(i);
+                    gathered.take(i, epoch, &mut rejected, &mut keys);
                     last = Instant::now();
                 }
-                Err(RecvTimeoutError::Timeout) => break,
+                Err(RecvTimeoutError::Timeout) if ahead && last.elapsed() >= EARLY_QUIET => {
+                    let Compute::Dataflow(e) = &mut engine else {
+                        break;
+                    };
+                    let changes = std::mem::take(&mut gathered.changes);
+                    tick += 1;
+                    let stepped = Instant::now();
+                    let Some(out) = e.step(Batch {
+                        epoch: tick,
+                        changes: changes.clone(),
+                    }) else {
+                        return Err(stopped(&hub, epoch));
+                    };
+                    tracing::debug!(
+                        epoch,
+                        records = changes.len(),
+                        step_ms = stepped.elapsed().as_secs_f64() * 1e3,
+                        elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
+                        "epoch stepped before its close"
+                    );
+                    hub.metrics.step("ahead");
+                    gathered.stepped.extend(changes);
+                    early = Some(out);
+                    // What arrived while the step ran arrived within the window: it is
+                    // this epoch's, however long the step took (and with a quiet-period
+                    // debounce it moves the quiet period on).
+                    while let Ok(i) = inputs.try_recv() {
+                        gathered.take(i, epoch, &mut rejected, &mut keys);
+                        last = Instant::now();
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => break,
             }
         }
-        epoch += 1;
-        let span = tracing::debug_span!("epoch", epoch);
-        let _entered = span.enter();
         let now = std::time::SystemTime::now();
         let received = now.checked_sub(started.elapsed()).unwrap_or(now);
-        let mut described: Vec<InputChange> = Vec::new();
-        let mut changes = Vec::new();
-        let mut up: Vec<ProxyId> = Vec::new();
-        let mut down: Vec<ProxyId> = Vec::new();
-        let mut source_errors = Vec::new();
-        let mut source_analysis: Vec<(_, Vec<String>)> = Vec::new();
-        let mut n_config = 0usize;
-        let mut rejections = Vec::new();
-        for input in batch {
-            match input {
-                Input::Changes {
-                    source,
-                    changes: c,
-                    described: d,
-                    errors,
-                    analysis,
-                    ..
-                } => {
-                    n_config += c.len();
-                    if rejected.admit(epoch, &c) {
-                        source_errors.retain(|(s, _)| *s != rejections::SOURCE);
-                        source_errors.push((rejections::SOURCE, rejected.errors()));
-                    }
-                    changes.extend(keys.rewrite(c));
-                    described.extend(d);
-                    // A later report of the same source in this epoch replaces its earlier one.
-                    source_errors.retain(|(s, _)| *s != source);
-                    source_errors.push((source, errors));
-                    source_analysis.retain(|(s, _)| *s != source);
-                    source_analysis.push((source, analysis));
-                }
-                Input::ProxyUp(p) => {
-                    up.push(p.id.clone());
-                    described.push(InputChange::proxy(&p, true));
-                    changes.push((Record::Proxy(p), 1));
-                }
-                Input::ProxyDown(p) => {
-                    down.push(p.id.clone());
-                    described.push(InputChange::proxy(&p, false));
-                    changes.push((Record::Proxy(p), -1));
-                }
-                Input::Rejected(r) => rejections.push(r),
-                Input::Jwks { uri, outcome } => {
-                    let (c, objects) = keys.fetched(&uri, outcome);
-                    n_config += c.len();
-                    changes.extend(c);
-                    described.extend(objects.iter().map(|k| {
-                        InputChange::object(
-                            k,
-                            crate::input::ChangeOp::Update,
-                            format!("jwks {uri}"),
-                        )
-                    }));
-                }
-            }
-        }
+        let gather::Gathered {
+            stepped: ahead,
+            changes: rest,
+            mut described,
+            up,
+            down,
+            mut source_errors,
+            source_analysis,
+            n_config,
+            rejections,
+            ..
+        } = gathered;
         // The key fetcher follows the URIs in use (woken only when they change).
         if let Some(now) = keys.changed_uris() {
             hub.jwks_uris.send_if_modified(|published| {
@@ -217,12 +237,16 @@ pub fn run(
             *published = now;
             changed
         });
+        let stepped_ahead = ahead.len();
+        let mut changes = ahead;
+        changes.extend(rest);
         tracing::debug!(
             inputs = described.len(),
             records = changes.len(),
             "epoch batched"
         );
-        // Holds after the epoch's own changes, so a policy change enters with its hold.
+        // Holds after the epoch's own changes (all of them, the ones stepped ahead
+        // included), so a policy change enters with its hold.
         let holds = hold_changes(steps, transitions.observe(&changes));
         described.extend(holds.iter().filter_map(|(r, _)| match r {
             Record::MtlsHold(h) => Some(InputChange::object(
@@ -234,30 +258,49 @@ pub fn run(
         }));
         changes.extend(holds);
         hub.note_workloads(&changes);
-        let batch = Batch { epoch, changes };
+        let rest = changes.split_off(stepped_ahead);
         let stepped = Instant::now();
         let mut resend = crate::hub::Resend::new();
-        let out = match &mut engine {
-            Compute::Dataflow(e) => e.step(batch),
-            Compute::FullPush(f) => Some(f.step(batch)),
-            Compute::IstioStyle(i) => {
-                let (out, r) = i.step(batch);
+        let out = match (&mut engine, early) {
+            // Stepped ahead, and nothing came since: the early step is the epoch.
+            (_, Some(out)) if rest.is_empty() => Some(out),
+            (Compute::Dataflow(e), early) => {
+                tick += 1;
+                hub.metrics.step("close");
+                e.step(Batch {
+                    epoch: tick,
+                    changes: rest,
+                })
+                .map(|out| match early {
+                    Some(before) => gather::joined(before, out),
+                    None => out,
+                })
+            }
+            (Compute::FullPush(f), _) => Some(f.step(Batch {
+                epoch,
+                changes: rest,
+            })),
+            (Compute::IstioStyle(i), _) => {
+                let (out, r) = i.step(Batch {
+                    epoch,
+                    changes: rest,
+                });
                 resend = r;
                 Some(out)
             }
         };
-        let Some(out) = out else {
-            let why = format!("the dataflow stopped at epoch {epoch}");
-            tracing::error!("{why}");
-            hub.health.fail(why.clone());
-            return Err(why);
+        let Some(mut out) = out else {
+            return Err(stopped(&hub, epoch));
         };
+        // The hub counts epochs, whatever ticks the dataflow took for one.
+        out.epoch = epoch;
         tracing::debug!(
             epoch,
             config_changes = n_config,
             proxies_up = up.len(),
             proxies_down = down.len(),
             output_changes = out.proxy_resources.len() + out.scope_resources.len(),
+            stepped_ahead,
             step_ms = stepped.elapsed().as_secs_f64() * 1e3,
             elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
             "epoch computed"
@@ -271,12 +314,21 @@ pub fn run(
         };
         let tracking = transitions.tracking();
         let touched = hub.apply_tracking(out, meta, &up, &down, resend, tracking);
+        closed = Some(Instant::now());
         if tracking {
             transitions.applied(epoch, &touched);
         }
         publish_transitions(&hub, &transitions);
     }
     Ok(())
+}
+
+/// Records that the dataflow stopped at `epoch` (the hub's health) and says so.
+fn stopped(hub: &Hub, epoch: u64) -> String {
+    let why = format!("the dataflow stopped at epoch {epoch}");
+    tracing::error!("{why}");
+    hub.health.fail(why.clone());
+    why
 }
 
 /// Publishes the holds in progress for the debug port (nothing to do while there are none).
@@ -309,6 +361,157 @@ fn hold_changes(
 mod tests {
     use super::Debounce;
     use std::time::{Duration, Instant};
+
+    /// The real dataflow behind a real hub, fed as the sources feed it: a change that finds
+    /// the engine idle is stepped inside its window (`steps{when="ahead"}`), yet its epoch
+    /// reaches the hub only at the window's close, with what came after the early step in
+    /// the same epoch; a change undone within the window reaches the hub as no change; and
+    /// a change right after an epoch (a busy engine) is stepped at its close only. The
+    /// window is long (600 ms) against the pauses the test relies on (a 250 ms gap between
+    /// two sends, a send within ms of a close), and only its lower bound is asserted as a
+    /// time (the runtime waits it out).
+    #[test]
+    fn an_epoch_stepped_ahead_is_handed_over_whole_at_its_close() {
+        use crate::hub::counters::labels;
+        use crate::hub::{Hub, HubOptions};
+        use crate::input::Input;
+        use dataflows::model::{MeshConfig, Record, ResourceType};
+        use dataflows::synth;
+
+        const WINDOW: Duration = Duration::from_millis(600);
+        let mesh = MeshConfig::default();
+        let shape = synth::Shape {
+            services: 4,
+            endpoints_per_service: 2,
+            namespaces: 1,
+            proxies: 1,
+            ..synth::Shape::small()
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        // The hub's own sender (streams' proxies) is not this test's: the runtime stops when
+        // `tx` is dropped.
+        let hub = Hub::new(std::sync::mpsc::channel().0, HubOptions::default());
+        let runner = {
+            let (hub, mesh) = (hub.clone(), mesh.clone());
+            let pacing = super::Pacing {
+                debounce: Debounce::fixed(WINDOW),
+                mtls_transition_timeout: Duration::ZERO,
+            };
+            std::thread::spawn(move || {
+                super::run(super::EngineKind::Meshflow, 1, mesh, pacing, rx, hub)
+            })
+        };
+        let send = |changes: Vec<(Record, isize)>| {
+            tx.send(Input::Changes {
+                source: "files",
+                changes,
+                described: Vec::new(),
+                errors: Vec::new(),
+                analysis: Vec::new(),
+                seen: Instant::now(),
+            })
+            .unwrap();
+        };
+        let wait_epoch = |n: u64| {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while hub.read(|st| st.epoch) < n {
+                assert!(Instant::now() < deadline, "epoch {n} never reached the hub");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        };
+        let steps = |when: &str| {
+            hub.metrics
+                .steps
+                .get_or_create(&labels(&[("when", when)]))
+                .get()
+        };
+        let proxy = match synth::proxy(0, &shape) {
+            Record::Proxy(p) => p.id,
+            _ => unreachable!(),
+        };
+        let host = synth::hostname(0, &shape, &mesh);
+        // The endpoints of svc-0 as the proxy holds them: (version, body). The service's
+        // own cluster, not a subset's (its DestinationRule's subsets select labels these
+        // endpoints do not have).
+        let eds = dataflows::model::names::outbound_cluster_name(80, None, &host);
+        let held = || {
+            hub.read(|st| {
+                let held = st.held(&proxy);
+                let (name, version) = held
+                    .get_entry(ResourceType::Endpoint, &eds)
+                    .expect("the proxy holds svc-0's endpoints");
+                let body = st.body(ResourceType::Endpoint, name, version).unwrap();
+                (version.to_string(), body.0.to_vec())
+            })
+        };
+        let has = |body: &[u8], ip: &str| body.windows(ip.len()).any(|w| w == ip.as_bytes());
+        let (ip_a, ip_b) = (synth::endpoint_ip(0, 5), synth::endpoint_ip(0, 6));
+        let a = || synth::endpoint(0, 5, &shape, &mesh);
+        let b = || synth::endpoint(0, 6, &shape, &mesh);
+
+        send(
+            synth::records(&shape, &mesh)
+                .into_iter()
+                .map(|r| (r, 1))
+                .collect(),
+        );
+        wait_epoch(1);
+        let (before, _) = held();
+        assert_eq!((steps("ahead"), steps("close")), (0, 1), "the first epoch");
+
+        // Idle for longer than a window: A is stepped ahead; B comes after that step.
+        std::thread::sleep(WINDOW + Duration::from_millis(200));
+        let sent_a = Instant::now();
+        send(vec![(a(), 1)]);
+        std::thread::sleep(Duration::from_millis(250));
+        assert_eq!(
+            hub.read(|st| st.epoch),
+            1,
+            "nothing is handed over before the close"
+        );
+        send(vec![(b(), 1)]);
+        wait_epoch(2);
+        assert!(
+            sent_a.elapsed() >= WINDOW,
+            "closed after {:?}",
+            sent_a.elapsed()
+        );
+        assert_eq!(hub.read(|st| st.epoch), 2, "A and B are one epoch");
+        let (after, body) = held();
+        assert_ne!(after, before);
+        assert!(
+            has(&body, &ip_a) && has(&body, &ip_b),
+            "both endpoints are served"
+        );
+        assert_eq!(
+            (steps("ahead"), steps("close")),
+            (1, 2),
+            "A ahead, B at the close"
+        );
+
+        // Undone within the window: an epoch that changes nothing the proxy holds.
+        std::thread::sleep(WINDOW + Duration::from_millis(200));
+        send(vec![(a(), -1)]);
+        std::thread::sleep(Duration::from_millis(250));
+        send(vec![(a(), 1)]);
+        wait_epoch(3);
+        assert_eq!(held().0, after, "A removed and put back is no change");
+        assert_eq!((steps("ahead"), steps("close")), (2, 3));
+
+        // Right after a close the engine is busy: the next epoch is stepped at its close.
+        send(vec![(b(), -1)]);
+        wait_epoch(4);
+        let (_, body) = held();
+        assert!(has(&body, &ip_a) && !has(&body, &ip_b), "B is gone");
+        assert_eq!(
+            (steps("ahead"), steps("close")),
+            (2, 4),
+            "no step ahead when busy"
+        );
+
+        drop(tx);
+        runner.join().unwrap().unwrap();
+    }
 
     #[test]
     fn debounce_closes_on_quiet_or_at_the_maximum() {

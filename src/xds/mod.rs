@@ -14,6 +14,7 @@ pub mod grpc;
 pub mod identity;
 pub mod node;
 pub mod server;
+mod socket;
 pub mod sotw;
 pub mod tls;
 pub mod token_review;

@@ -401,6 +401,10 @@ async fn serve_stream<P: Protocol>(
             hub.record(from, event);
         }
         let sent_any = !responses.is_empty();
+        if sent_any {
+            // With timestamps, where a change's time goes between the hub and the wire.
+            tracing::debug!(proxy = %id, responses = responses.len(), "responses due");
+        }
         for r in responses {
             // A client that does not read fills the channel and holds this task here: the
             // slot's deadline is kept while waiting, so no client can hold a slot longer.
@@ -654,9 +658,10 @@ pub async fn serve(
                 .await
         }
         None => {
-            router
-                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
-                .await
+            use tokio_stream::StreamExt as _;
+            let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener)
+                .map(|tcp| tcp.map(super::socket::no_delay));
+            router.serve_with_incoming(incoming).await
         }
     }
 }

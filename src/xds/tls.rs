@@ -223,6 +223,7 @@ pub fn incoming(
                     continue;
                 }
             };
+            let tcp = super::socket::no_delay(tcp);
             let (acceptor, tx) = (acceptor.clone(), tx.clone());
             tokio::spawn(async move {
                 let handshake =

@@ -452,7 +452,8 @@ async fn watch_streams_pushes_and_acks() {
 }
 
 /// The counters of `/metrics` move: pushes and bytes by type after a change, input changes
-/// by kind, the convergence histogram after the ACK, NACKs by type after a NACK.
+/// by kind, the convergence histogram after the ACK, the dataflow's steps, NACKs by type
+/// after a NACK.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_count_pushes_inputs_convergence_and_nacks() {
     let mut s = setup("debug-history-metrics").await;
@@ -493,6 +494,16 @@ async fn metrics_count_pushes_inputs_convergence_and_nacks() {
         sample(&after, converged) > sample(&before, converged),
         "{after}"
     );
+    // The move was stepped, ahead of its window's close or at it.
+    let steps = |text: &str| {
+        sample(text, "meshflow_dataflow_steps_total{when=\"ahead\"}")
+            + sample(text, "meshflow_dataflow_steps_total{when=\"close\"}")
+    };
+    assert!(
+        before.contains("meshflow_dataflow_steps_total{when=\"ahead\"}"),
+        "{before}"
+    );
+    assert!(steps(&after) > steps(&before), "{after}");
     assert_eq!(
         sample(&after, "meshflow_xds_pushes_total{type=\"CDS\"}"),
         sample(&before, "meshflow_xds_pushes_total{type=\"CDS\"}"),

@@ -476,7 +476,11 @@ impl RunContext<'_> {
             }
             let t0 = Instant::now();
             mesh_gen::apply_edit(self.config_dir, &edit)?;
+            tracing::debug!(edit = made, "edit written");
+            let before = result.latency_ms.len();
             let pending = wait_converged(lg, &affected, t0, opts.timeout, result).await?;
+            // The edit's own samples, to read beside the server's log (`MESHFLOW_SERVER_LOG`).
+            tracing::debug!(edit = made, samples_ms = ?&result.latency_ms[before..], "edit converged");
             result.converged += affected.len() - pending;
             made += 1;
             settle_after(opts, lg, t0).await;
