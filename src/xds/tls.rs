@@ -219,7 +219,9 @@ pub fn incoming(
             let (tcp, peer) = match listener.accept().await {
                 Ok(c) => c,
                 Err(e) => {
+                    // Out of file descriptors, say: wait rather than spin, and go on.
                     tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                     continue;
                 }
             };
