@@ -246,6 +246,19 @@ pub struct RefusedListener {
     pub holds: Option<Listener>,
 }
 
+impl RefusedListener {
+    /// `l`, left out for a conflict with a listener before it (`reason`: the spec's).
+    pub fn conflicted(l: &Listener, reason: &str, why: String) -> RefusedListener {
+        RefusedListener {
+            name: l.name.clone(),
+            reason: reason.to_string(),
+            why,
+            kinds: l.kinds_served(),
+            holds: None,
+        }
+    }
+}
+
 impl KubeGateway {
     /// Of a class meshflow serves.
     pub fn owned(&self) -> bool {

@@ -186,13 +186,7 @@ pub fn attach_sets<'a>(
                         l.index
                     ),
                 );
-                refused_listeners.push(RefusedListener {
-                    name: l.name.clone(),
-                    reason: reason.to_string(),
-                    why,
-                    kinds: l.kinds_served(),
-                    holds: None,
-                });
+                refused_listeners.push(RefusedListener::conflicted(l, reason, why));
                 continue;
             }
             taken.push(l.clone());

@@ -360,13 +360,7 @@ fn without_conflicts(
                     format!("{reason}: {why}; the listener is left out"),
                 ));
             }
-            refused.push(m::RefusedListener {
-                name: l.name.clone(),
-                reason: reason.to_string(),
-                why,
-                kinds: l.kinds_served(),
-                holds: None,
-            });
+            refused.push(m::RefusedListener::conflicted(&l, reason, why));
             continue;
         }
         claimed.push(l.clone());
