@@ -245,6 +245,7 @@ pub fn k8s_gateway(mesh: &MeshConfig) -> gateway_api::KubeGateway {
         invalid_parameters: None,
         allowed_listeners: gateway_api::AllowedListeners::None,
         sets: vec![],
+        frontend: Default::default(),
     }
 }
 

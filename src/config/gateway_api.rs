@@ -19,6 +19,49 @@ pub struct GatewaySpec {
     pub listeners: Vec<Listener>,
     pub infrastructure: Option<GatewayInfrastructure>,
     pub allowed_listeners: Option<AllowedListeners>,
+    pub tls: Option<GatewayTls>,
+}
+
+/// A Gateway's `spec.tls`: `frontend` (how clients' certificates are verified on its HTTPS
+/// listeners). `backend` (a client certificate for TLS backends) is not typed: it is
+/// reported as not translated.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct GatewayTls {
+    pub frontend: Option<FrontendTls>,
+}
+
+/// `spec.tls.frontend`: the validation of every HTTPS listener (`default`), and of those
+/// on a port (`perPort`, which replaces the default there).
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct FrontendTls {
+    pub default: Option<FrontendTlsConfig>,
+    pub per_port: Vec<FrontendPortTls>,
+}
+
+/// One of `spec.tls.frontend.perPort`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct FrontendPortTls {
+    pub port: i64,
+    pub tls: Option<FrontendTlsConfig>,
+}
+
+/// A `TLSConfig` of `spec.tls.frontend`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct FrontendTlsConfig {
+    pub validation: Option<FrontendValidation>,
+}
+
+/// `validation`: the CA bundles a client's certificate must chain to, and `mode`
+/// (`AllowValidOnly`, the default, or `AllowInsecureFallback`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct FrontendValidation {
+    pub ca_certificate_refs: Vec<ObjectRef>,
+    pub mode: Option<String>,
 }
 
 /// A Gateway's `spec.allowedListeners`: the namespaces whose ListenerSets it takes.

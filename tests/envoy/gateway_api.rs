@@ -1119,9 +1119,11 @@ fn http_routes_carry_websockets_and_h2c_to_their_backends() {
     assert_eq!(envoy.rejected_updates(), 0, "{}", envoy.summary());
 }
 
-/// Proves HTTPRouteServiceTypes (IPv4) through a real Envoy gateway: a headless Service
-/// (`clusterIP: None`) and a Service whose EndpointSlice is managed by hand (no selector)
-/// are each reachable through an HTTPRoute, each request answered by its own backend.
+/// Proves HTTPRouteServiceTypes through a real Envoy gateway: a headless Service
+/// (`clusterIP: None`) and a Service whose EndpointSlice is managed by hand (no selector),
+/// each once with an IPv4 slice and once with an IPv6 one (`addressType: IPv6`, its backend
+/// on `::1`), are each reachable through an HTTPRoute, each request answered by its own
+/// backend.
 #[test]
 fn http_routes_reach_headless_and_hand_managed_services() {
     let envoy_bin = require_envoy!();
@@ -1135,24 +1137,42 @@ fn http_routes_reach_headless_and_hand_managed_services() {
     let (headless_port, manual_port) = (free_port(), free_port());
     let _headless = support::Backend::start(&headless_ip, headless_port, "headless-v1");
     let _manual = support::Backend::start(&manual_ip, manual_port, "manual-v1");
+    // IPv6: the machines' loopback has `::1` (the test fails where it has not: the case
+    // needs an IPv6 endpoint to be real).
+    let (headless6_port, manual6_port) = (free_port(), free_port());
+    let _headless6 = support::Backend::start("::1", headless6_port, "headless6-v1");
+    let _manual6 = support::Backend::start("::1", manual6_port, "manual6-v1");
+    let v6 = "  ipFamilies: [IPv6]\n";
     write_config(
         &config_dir,
         "services.yaml",
-        &format!(
-            "{}---\n{}",
+        &[
             service_with(
                 "headless",
                 "",
                 "  clusterIP: None\n",
-                (8080, &headless_ip, headless_port)
+                (8080, &headless_ip, headless_port),
             ),
             service_with(
                 "manual",
                 "",
                 "  clusterIP: 10.96.0.12\n",
-                (8080, &manual_ip, manual_port)
+                (8080, &manual_ip, manual_port),
             ),
-        ),
+            service_with(
+                "headless6",
+                "",
+                &format!("  clusterIP: None\n{v6}"),
+                (8080, "::1", headless6_port),
+            ),
+            service_with(
+                "manual6",
+                "",
+                &format!("  clusterIP: \"fd00:10:96::12\"\n{v6}"),
+                (8080, "::1", manual6_port),
+            ),
+        ]
+        .join("---\n"),
     );
     let route = |name: &str| {
         edge_route(
@@ -1163,11 +1183,16 @@ fn http_routes_reach_headless_and_hand_managed_services() {
     write_config(
         &config_dir,
         "gateway.yaml",
-        &edge_gateway(port, &[route("headless"), route("manual")].concat()),
+        &edge_gateway(
+            port,
+            &["headless", "manual", "headless6", "manual6"]
+                .map(route)
+                .concat(),
+        ),
     );
     let (_meshflow, envoy) = start_gateway(&envoy_bin, &dir, &config_dir, "edge", "edge-abc", port);
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    for name in ["headless", "manual"] {
+    for name in ["headless", "manual", "headless6", "manual6"] {
         let host = format!("{name}.example");
         let mut last = Err("not tried".to_string());
         let ok = support::wait_until(support::CONVERGE_TIMEOUT, || {

@@ -23,7 +23,7 @@ use support::{free_port, require_envoy, write_config, TestDir};
 const NET: u8 = 187;
 
 /// A ConfigMap `name` of `default` whose `ca.crt` is `pem` (indented as a block scalar).
-fn ca_config_map(name: &str, pem: &str) -> String {
+pub(crate) fn ca_config_map(name: &str, pem: &str) -> String {
     let body: String = pem.lines().map(|l| format!("    {l}\n")).collect();
     format!(
         "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: default}}\ndata:\n  ca.crt: |\n{body}"
@@ -33,11 +33,16 @@ fn ca_config_map(name: &str, pem: &str) -> String {
 /// BackendTLSPolicy `name` on Service `secure` (`section`: one port's name), verifying
 /// with `validation` (YAML flow-mapping fields).
 fn policy(name: &str, section: Option<&str>, validation: &str) -> String {
+    policy_on("secure", name, section, validation)
+}
+
+/// BackendTLSPolicy `name` on Service `service`, as [`policy`].
+fn policy_on(service: &str, name: &str, section: Option<&str>, validation: &str) -> String {
     let section = section
         .map(|s| format!(", sectionName: {s}"))
         .unwrap_or_default();
     format!(
-        "apiVersion: gateway.networking.k8s.io/v1\nkind: BackendTLSPolicy\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  targetRefs: [{{group: '', kind: Service, name: secure{section}}}]\n  validation: {{{validation}}}\n"
+        "apiVersion: gateway.networking.k8s.io/v1\nkind: BackendTLSPolicy\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  targetRefs: [{{group: '', kind: Service, name: {service}{section}}}]\n  validation: {{{validation}}}\n"
     )
 }
 
@@ -267,4 +272,126 @@ spec:
         "Envoy accepted every update: {:?}",
         envoy.rejected_update_stats()
     );
+}
+
+/// Proves BackendTLSPolicyGRPCRoute with real gRPC calls through a real Envoy gateway: a
+/// GRPCRoute to a Service whose endpoint is a gRPC server speaking only TLS (ALPN `h2`).
+/// Without a policy no call succeeds (the gateway's plaintext HTTP/2 is no TLS); with one
+/// naming the server's name and CA, calls are encrypted again and answered by it; with a
+/// name the certificate does not carry, or another CA, every call fails — never plaintext,
+/// never unverified.
+#[test]
+fn a_backend_tls_policy_re_encrypts_grpc_calls_through_a_real_gateway() {
+    use support::grpc_echo::{GrpcEcho, GrpcEchoClient};
+    let envoy_bin = require_envoy!();
+    let dir = TestDir::new("envoy-gateway-api-backend-tls-grpc");
+    let config_dir = dir.subdir("config");
+    let port = free_port();
+    let backend_ca = ca("backend CA");
+    let other_ca = ca("another CA");
+    let (cert, key) = leaf(&backend_ca, &["grpc.example.com"], None);
+    let tls_port = free_port();
+    let ip = format!("127.0.{NET}.20");
+    let echo = GrpcEcho::start_tls(&ip, tls_port, "grpc-tls", (&cert, &key));
+    let service = HandService {
+        port_name: "grpc",
+        ..HandService::web("secure-grpc", 443, tls_port)
+    };
+    write_config(&config_dir, "service.yaml", &service.with_endpoints(&[&ip]));
+    write_config(
+        &config_dir,
+        "gateway.yaml",
+        &edge_gateway_of(
+            &format!("  - {{name: http, port: {port}, protocol: HTTP}}\n"),
+            "---
+apiVersion: gateway.networking.k8s.io/v1
+kind: GRPCRoute
+metadata: {name: secure-grpc, namespace: default}
+spec:
+  parentRefs: [{name: edge}]
+  hostnames: [grpc.example]
+  rules: [{backendRefs: [{name: secure-grpc, port: 443}]}]
+",
+        ),
+    );
+    let (_meshflow, envoy) = start_gateway(&envoy_bin, &dir, &config_dir, "edge", "edge-abc", port);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut client = GrpcEchoClient::connect(addr, "grpc.example")
+        .unwrap_or_else(|e| panic!("{e}\n{}", envoy.summary()));
+    let mut call = || {
+        let r = client
+            .call(&[])
+            .unwrap_or_else(|e| panic!("{e}\n{}", envoy.summary()));
+        (r.code, r.backend)
+    };
+    // Until a policy applies, the route is served (not UNIMPLEMENTED, Envoy's 404) and no
+    // call reaches the TLS server.
+    let mut last = None;
+    let routed = support::wait_until(support::CONVERGE_TIMEOUT, || {
+        let r = call();
+        let done = r.0 != 0 && r.0 != 12;
+        last = Some(r);
+        done
+    });
+    assert!(
+        routed,
+        "the route is not served: {last:?}\n{}",
+        envoy.summary()
+    );
+    assert_eq!(echo.calls(), 0, "plaintext is no call");
+
+    let refs = "caCertificateRefs: [{group: '', kind: ConfigMap, name: grpc-ca}]";
+    let set = |ca_pem: &str, hostname: &str| {
+        write_config(&config_dir, "ca.yaml", &ca_config_map("grpc-ca", ca_pem));
+        write_config(
+            &config_dir,
+            "policy.yaml",
+            &policy_on(
+                "secure-grpc",
+                "secure-grpc-tls",
+                None,
+                &format!("{refs}, hostname: {hostname}"),
+            ),
+        );
+    };
+    let answered = (0, Some("grpc-tls".to_owned()));
+    set(&backend_ca.pem, "grpc.example.com");
+    let mut last = None;
+    let ok = support::wait_until(support::CONVERGE_TIMEOUT, || {
+        let r = call();
+        let done = r == answered;
+        last = Some(r);
+        done
+    });
+    assert!(ok, "the policy in effect: {last:?}\n{}", envoy.summary());
+    for _ in 0..5 {
+        assert_eq!(call(), answered);
+    }
+    for (what, ca_pem, hostname) in [
+        (
+            "a name the certificate does not carry",
+            &backend_ca.pem,
+            "wrong.example.com",
+        ),
+        ("another CA", &other_ca.pem, "grpc.example.com"),
+    ] {
+        set(ca_pem, hostname);
+        let before = echo.calls();
+        let refused = support::wait_until(support::CONVERGE_TIMEOUT, || call().0 == 14);
+        assert!(refused, "{what}: calls still answered\n{}", envoy.summary());
+        for _ in 0..5 {
+            assert_eq!(call().0, 14, "{what}: UNAVAILABLE");
+        }
+        // Calls made while the change converged may have been answered; none after.
+        let settled = echo.calls();
+        assert!(settled >= before, "{what}");
+        for _ in 0..3 {
+            assert_eq!(call().0, 14, "{what}");
+        }
+        assert_eq!(echo.calls(), settled, "{what}: no call reached the server");
+        set(&backend_ca.pem, "grpc.example.com");
+        let back = support::wait_until(support::CONVERGE_TIMEOUT, || call() == answered);
+        assert!(back, "{what}: the valid policy again\n{}", envoy.summary());
+    }
+    assert_eq!(envoy.rejected_updates(), 0, "{}", envoy.summary());
 }

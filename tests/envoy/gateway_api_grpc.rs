@@ -10,7 +10,7 @@ use crate::support;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
-use support::grpc_echo::{Echoed, GrpcEcho, GrpcEchoClient};
+use support::grpc_echo::{Echoed, GrpcEcho, GrpcEchoClient, Method};
 use support::kube_yaml::HandService;
 use support::{
     free_port, require_envoy, share_near, write_config, Envoy, Meshflow, ProxyNode, TestDir,
@@ -239,7 +239,8 @@ fn mesh_grpc_routes_edit_metadata_and_split_calls_through_a_sidecar() {
 }
 
 /// The gateway's GRPCRoutes: on `headers.example`, rules by header (an exact value, two
-/// headers together, a regular expression); on `weights.example`, a 70/30/0 split.
+/// headers together, a regular expression); on `weights.example`, a 70/30/0 split; on
+/// `named.example`, two named rules by method (`check` to v1, `limit` to v2).
 fn gateway_routes(port: u16) -> String {
     let to = |v: &str| format!("backendRefs: [{{name: echo-{v}, port: {port}}}]");
     format!(
@@ -277,16 +278,31 @@ spec:
     - {{name: echo-v1, port: {port}, weight: 70}}
     - {{name: echo-v2, port: {port}, weight: 30}}
     - {{name: echo-v3, port: {port}, weight: 0}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: GRPCRoute
+metadata: {{name: named, namespace: default}}
+spec:
+  parentRefs: [{{name: grpc-edge}}]
+  hostnames: [named.example]
+  rules:
+  - name: check
+    matches: [{{method: {{service: envoy.service.auth.v3.Authorization, method: Check}}}}]
+    {v1}
+  - name: limit
+    matches: [{{method: {{service: envoy.service.ratelimit.v3.RateLimitService, method: ShouldRateLimit}}}}]
+    {v2}
 ",
         v1 = to("v1"),
         v2 = to("v2"),
     )
 }
 
-/// Proves GRPCRouteHeaderMatching and GRPCRouteWeight through a real Envoy gateway with real
-/// gRPC calls: an exact header picks its backend, two headers together take precedence over
-/// one, a regular expression matches, a call no rule matches is UNIMPLEMENTED; 300 calls
-/// split 70/30 with none to the weight-0 backend.
+/// Proves GRPCRouteHeaderMatching, GRPCRouteWeight and GRPCRouteNamedRule through a real
+/// Envoy gateway with real gRPC calls: an exact header picks its backend, two headers
+/// together take precedence over one, a regular expression matches, a call no rule matches
+/// is UNIMPLEMENTED; 300 calls split 70/30 with none to the weight-0 backend; two named
+/// rules send each method to its own backend, their Envoy routes named by the rules.
 #[test]
 fn grpc_routes_match_headers_and_split_calls_through_a_real_gateway() {
     let envoy_bin = require_envoy!();
@@ -349,5 +365,24 @@ fn grpc_routes_match_headers_and_split_calls_through_a_real_gateway() {
     assert!(share_near(count("echo-v1"), 300, 70), "{by_backend:?}");
     assert!(share_near(count("echo-v2"), 300, 30), "{by_backend:?}");
     assert_eq!(echoes[2].calls(), 0, "none to weight 0: {by_backend:?}");
+
+    // GRPCRouteNamedRule.
+    let mut named = connect("named.example");
+    let mut by_method = |method: Method| {
+        let r = named
+            .call_method(method, &[])
+            .unwrap_or_else(|e| panic!("{method:?}: {e}\n{}", envoy.summary()));
+        (r.code, r.backend)
+    };
+    assert_eq!(by_method(Method::Check), v(1), "rule `check`");
+    assert_eq!(by_method(Method::ShouldRateLimit), v(2), "rule `limit`");
+    let dump = envoy.config_dump().to_string();
+    for rule in ["check", "limit"] {
+        assert!(
+            dump.contains(&format!("\"name\":\"default.named.{rule}.0\"")),
+            "rule {rule}'s Envoy route is named by it: {}",
+            envoy.summary()
+        );
+    }
     assert_eq!(envoy.rejected_updates(), 0, "{}", envoy.summary());
 }

@@ -37,8 +37,9 @@ pub struct Backend {
 impl Backend {
     /// Listens on `ip:port` (e.g. `127.0.10.3:18080`); panics if the address cannot be bound.
     pub fn start(ip: &str, port: u16, identity: &str) -> Backend {
-        let addr: SocketAddr = format!("{ip}:{port}")
-            .parse()
+        let addr: SocketAddr = ip
+            .parse::<std::net::IpAddr>()
+            .map(|ip| SocketAddr::new(ip, port))
             .unwrap_or_else(|e| panic!("backend address {ip}:{port}: {e}"));
         let listener =
             TcpListener::bind(addr).unwrap_or_else(|e| panic!("backend bind {addr}: {e}"));

@@ -30,7 +30,8 @@ impl HandService<'_> {
         }
     }
 
-    /// The Service and an EndpointSlice of one ready endpoint per address of `ips`.
+    /// The Service and an EndpointSlice of one ready endpoint per address of `ips` (all of
+    /// one family: the slice's `addressType` is IPv6 when the first is).
     pub fn with_endpoints(&self, ips: &[&str]) -> String {
         let HandService {
             namespace,
@@ -43,8 +44,13 @@ impl HandService<'_> {
         } = self;
         let endpoints: String = ips
             .iter()
-            .map(|ip| format!("- addresses: [{ip}]\n  conditions: {{ready: true}}\n"))
+            .map(|ip| format!("- addresses: [\"{ip}\"]\n  conditions: {{ready: true}}\n"))
             .collect();
+        let family = if ips.first().is_some_and(|ip| ip.contains(':')) {
+            "IPv6"
+        } else {
+            "IPv4"
+        };
         format!(
             "apiVersion: v1
 kind: Service
@@ -58,7 +64,7 @@ metadata:
   name: {name}-abcde
   namespace: {namespace}
   labels: {{kubernetes.io/service-name: {name}}}
-addressType: IPv4
+addressType: {family}
 ports: [{{name: {port_name}, port: {target}, protocol: TCP}}]
 endpoints:
 {endpoints}"

@@ -67,7 +67,10 @@ pub fn credential(
     };
     let id = s.serving_identity().map_err(fail)?;
     let mut out = vec![(secret::certificate(&cert_name, id), s.key.clone())];
-    if matches!(
+    if let Some(c) = &tls.client_ca {
+        // A Gateway API frontend validation: its CA bundle, from ConfigMaps.
+        out.push((secret::validation(&c.sds_name, &c.pem), gw.key.clone()));
+    } else if matches!(
         tls.mode,
         ServerTlsMode::Mutual | ServerTlsMode::OptionalMutual
     ) {

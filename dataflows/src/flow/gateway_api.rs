@@ -186,13 +186,14 @@ enum Found {
     Parent(KubeGateway),
 }
 
-/// A Gateway, a ReferenceGrant of a namespace its (or its ListenerSets') certificates are
-/// in, a ListenerSet naming it, or the labels of such a set's Namespace, gathered per
-/// Gateway.
+/// A Gateway, a ReferenceGrant of a namespace its (or its ListenerSets') certificates or
+/// its frontend validation's CAs are in, a ConfigMap its frontend validation names, a
+/// ListenerSet naming it, or the labels of such a set's Namespace, gathered per Gateway.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 enum GwPart {
     Gateway(KubeGateway),
     Grant(ReferenceGrant),
+    CaMap(CaConfigMap),
     Set(KubeListenerSet),
     SetNamespace(String, Labels),
 }
@@ -227,10 +228,24 @@ pub(super) fn translate<'s>(
         .clone()
         .filter(|(_, g)| g.owned())
         .flat_map(|(k, g)| {
-            rules::certificate_namespaces(&g)
-                .into_iter()
-                .map(move |ns| (ns, k.clone()))
+            let mut namespaces = rules::certificate_namespaces(&g);
+            namespaces.extend(crate::rules::ca_namespaces(&g));
+            namespaces.into_iter().map(move |ns| (ns, k.clone()))
         });
+    // The ConfigMaps its frontend validation names (most Gateways name none).
+    let config_maps = objects.clone().flat_map(|(k, o)| match o {
+        GatewayApiObject::ConfigMap(c) => Some(((k.namespace, k.name), c)),
+        _ => None,
+    });
+    let gateway_maps = written_gateways
+        .clone()
+        .filter(|(_, g)| g.owned())
+        .flat_map(|(k, g)| {
+            crate::rules::ca_config_maps(&g)
+                .into_iter()
+                .map(move |m| (m, k.clone()))
+        })
+        .join_map(config_maps, |_, k, c| (k.clone(), GwPart::CaMap(c.clone())));
     let set_grants = sets.clone().flat_map(|(gw, s)| {
         listener_set::set_certificate_namespaces(&s)
             .into_iter()
@@ -259,16 +274,19 @@ pub(super) fn translate<'s>(
         .join_map(grants.clone(), |_, k, g| {
             (k.clone(), GwPart::Grant(g.clone()))
         })
+        .concat(gateway_maps)
         .concat(written_gateways.map(|(k, g)| (k, GwPart::Gateway(g))))
         .concat(sets.map(|(k, s)| (k, GwPart::Set(s))))
         .concat(set_namespaces)
         .reduce(|_, vals: &[(&GwPart, isize)], out| {
             let mut grants = Vec::new();
+            let mut maps = Vec::new();
             let mut sets = Vec::new();
             let mut labels = std::collections::BTreeMap::new();
             for (p, _) in vals {
                 match p {
                     GwPart::Grant(g) => grants.push(g),
+                    GwPart::CaMap(c) => maps.push(c),
                     GwPart::Set(s) => sets.push(s),
                     GwPart::SetNamespace(ns, l) => {
                         labels.insert(ns.as_str(), l);
@@ -278,10 +296,14 @@ pub(super) fn translate<'s>(
             }
             for (p, _) in vals {
                 if let GwPart::Gateway(g) = p {
-                    let (g, mut errors) = rules::grant_certificates(g, grants.iter().copied());
-                    let (g, set_errors) =
-                        listener_set::attach_sets(&g, &sets, |ns| labels.get(ns).copied(), &grants);
-                    errors.extend(set_errors);
+                    let find = |ns: &str, name: &str| {
+                        maps.iter()
+                            .copied()
+                            .find(|c| c.key.namespace == ns && c.key.name == name)
+                    };
+                    let (g, errors) = rules::served_gateway(g, &grants, find, &sets, |ns| {
+                        labels.get(ns).copied()
+                    });
                     out.push(((g, errors), 1isize));
                 }
             }

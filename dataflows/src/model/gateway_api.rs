@@ -225,6 +225,62 @@ pub struct KubeGateway {
     /// where the Gateway meets its sets, [`crate::rules::listener_set::attach_sets`]).
     #[serde(default)]
     pub sets: Vec<AttachedSet>,
+    /// `spec.tls.frontend`: how its HTTPS listeners verify clients' certificates (applied
+    /// to them where the Gateway meets the ConfigMaps it names,
+    /// [`crate::rules::frontend_validation`]).
+    #[serde(default)]
+    pub frontend: FrontendTls,
+}
+
+/// A Gateway's `spec.tls.frontend`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct FrontendTls {
+    /// `default`: for the HTTPS listeners of a port `per_port` does not name.
+    pub default: Option<FrontendValidation>,
+    /// `perPort`: a port's own (`None`: the port's listeners verify no client).
+    pub per_port: Vec<(u16, Option<FrontendValidation>)>,
+}
+
+impl FrontendTls {
+    /// The validation of the HTTPS listeners on `port`.
+    pub fn for_port(&self, port: u16) -> Option<&FrontendValidation> {
+        match self.per_port.iter().find(|(p, _)| *p == port) {
+            Some((_, v)) => v.as_ref(),
+            None => self.default.as_ref(),
+        }
+    }
+
+    /// Whether any of it lets clients without a valid certificate in (the Gateway's
+    /// `InsecureFrontendValidationMode` condition).
+    pub fn insecure(&self) -> bool {
+        self.default
+            .iter()
+            .chain(self.per_port.iter().filter_map(|(_, v)| v.as_ref()))
+            .any(|v| v.insecure_fallback)
+    }
+}
+
+/// One `validation` of `spec.tls.frontend`.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct FrontendValidation {
+    /// `caCertificateRefs`, each with its namespace (the Gateway's when not written).
+    pub ca_refs: Vec<(CaRef, String)>,
+    /// `mode: AllowInsecureFallback`: a client without a certificate, or with one the CAs
+    /// did not sign, is let in all the same.
+    pub insecure_fallback: bool,
+    /// Where it is written (`spec.tls.frontend.default.validation`), for what is said of it.
+    pub field: String,
+}
+
+/// A served HTTPS listener's client-certificate validation, its CA references resolved.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ClientValidation {
+    /// The CA bundle (PEM) of the references that resolved.
+    pub ca_pem: String,
+    pub insecure_fallback: bool,
+    /// The first reference that did not resolve: the listener's `ResolvedRefs` reason and
+    /// why (every unresolved one is in the message).
+    pub unresolved: Option<(String, String)>,
 }
 
 /// A listener left out, as its status reports it.
@@ -244,6 +300,11 @@ pub struct RefusedListener {
     /// and hostname conflicts with it rather than taking its traffic.
     #[serde(default)]
     pub holds: Option<Listener>,
+    /// The listener's `Accepted` reason when it is not accepted for a reason `reason`
+    /// (its `ResolvedRefs` reason) does not name: `NoValidCACertificate`, for a frontend
+    /// validation none of whose CA references resolve.
+    #[serde(default)]
+    pub accepted_reason: Option<String>,
 }
 
 impl RefusedListener {
@@ -255,6 +316,7 @@ impl RefusedListener {
             why,
             kinds: l.kinds_served(),
             holds: None,
+            accepted_reason: None,
         }
     }
 }
@@ -395,6 +457,10 @@ pub struct ListenerTls {
     pub passthrough: bool,
     /// `certificateRefs` as (namespace, name) of Secrets.
     pub certificates: Vec<(String, String)>,
+    /// The Gateway's `spec.tls.frontend` validation of this (HTTPS) listener, resolved
+    /// ([`crate::rules::frontend_validation`]; `None` as read).
+    #[serde(default)]
+    pub clients: Option<ClientValidation>,
 }
 
 /// `allowedRoutes.namespaces.from`.

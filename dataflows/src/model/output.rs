@@ -294,6 +294,11 @@ pub enum ErrorCode {
     /// A ListenerSet, or one of its listeners, its Gateway does not take (the spec's
     /// reasons `NotAllowed`, `ListenersNotValid`, `HostnameConflict`, `ProtocolConflict`).
     ListenerSetNotAccepted,
+    /// A Gateway's `spec.tls.frontend` validation with a CA reference that does not
+    /// resolve (`InvalidCACertificateRef`, `InvalidCACertificateKind`, `RefNotPermitted`):
+    /// an HTTPS listener none of whose references resolve is not served
+    /// (`NoValidCACertificate`).
+    FrontendValidationNotApplied,
 }
 
 impl ErrorCode {
@@ -358,6 +363,9 @@ impl ErrorCode {
             ErrorCode::BackendNotResolved => ("MF0040", "GatewayApiBackendNotResolved"),
             ErrorCode::BackendTlsPolicyNotApplied => ("MF0041", "BackendTlsPolicyNotApplied"),
             ErrorCode::ListenerSetNotAccepted => ("MF0042", "GatewayApiListenerSetNotAccepted"),
+            ErrorCode::FrontendValidationNotApplied => {
+                ("MF0043", "GatewayFrontendValidationNotApplied")
+            }
         }
     }
 

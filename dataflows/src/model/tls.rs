@@ -73,6 +73,23 @@ pub struct ServerTls {
     /// on. Istio's own TLS servers route `tls[]` only when they pass TLS through.
     #[serde(default)]
     pub sni_routes: bool,
+    /// A Gateway API HTTPS listener's frontend validation: the CA bundle client
+    /// certificates are verified against (mode MUTUAL, or OPTIONAL_MUTUAL for the spec's
+    /// `AllowInsecureFallback`), in place of the credential's own CA.
+    #[serde(default)]
+    pub client_ca: Option<ClientCa>,
+}
+
+/// The CA bundle of a Gateway API Gateway's frontend validation, as its HTTPS listeners
+/// on one port verify clients against it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ClientCa {
+    /// The SDS name it is served under.
+    pub sds_name: String,
+    pub pem: String,
+    /// `AllowInsecureFallback`: a certificate the CAs did not sign is let in too (as is
+    /// none, the mode being OPTIONAL_MUTUAL).
+    pub accept_untrusted: bool,
 }
 
 /// How a gateway server treats TLS.

@@ -66,28 +66,15 @@ pub fn resolve_ca<'a>(
                 ),
             ))
         } else {
-            match find(&r.name) {
-                None => Some((
+            match config_map_bundle(find(&r.name), ns, &r.name) {
+                Ok(ca) => {
+                    push_bundle(&mut pem, ca);
+                    None
+                }
+                Err(why) => Some((
                     "InvalidCACertificateRef".to_string(),
-                    format!("{field}: ConfigMap {ns}/{} does not exist", r.name),
+                    format!("{field}: {why}"),
                 )),
-                Some(cm) => match (&cm.ca, &cm.problem) {
-                    (Some(ca), None) => {
-                        pem.push_str(ca);
-                        if !pem.ends_with('\n') {
-                            pem.push('\n');
-                        }
-                        None
-                    }
-                    (_, p) => Some((
-                        "InvalidCACertificateRef".to_string(),
-                        format!(
-                            "{field}: ConfigMap {ns}/{} {}",
-                            r.name,
-                            p.as_deref().unwrap_or("holds no CA certificate")
-                        ),
-                    )),
-                },
             }
         };
         if let Some(p) = problem {
@@ -110,6 +97,33 @@ pub fn resolve_ca<'a>(
         };
     }
     CaVerdict::Bundle { pem, unresolved }
+}
+
+/// The CA bundle of the ConfigMap `ns/name` a `caCertificateRefs` entry names (`cm`, as
+/// found), or why it gives none (the spec's `InvalidCACertificateRef`).
+pub fn config_map_bundle<'a>(
+    cm: Option<&'a CaConfigMap>,
+    ns: &str,
+    name: &str,
+) -> Result<&'a str, String> {
+    match cm {
+        None => Err(format!("ConfigMap {ns}/{name} does not exist")),
+        Some(cm) => match (&cm.ca, &cm.problem) {
+            (Some(ca), None) => Ok(ca),
+            (_, p) => Err(format!(
+                "ConfigMap {ns}/{name} {}",
+                p.as_deref().unwrap_or("holds no CA certificate")
+            )),
+        },
+    }
+}
+
+/// Appends one ConfigMap's PEM to a bundle, each ending its line.
+pub fn push_bundle(pem: &mut String, ca: &str) {
+    pem.push_str(ca);
+    if !pem.ends_with('\n') {
+        pem.push('\n');
+    }
 }
 
 /// How one policy stands on one of its targets.

@@ -121,10 +121,36 @@ pub fn grant_certificates<'a>(
             why,
             kinds: l.protocol.default_kind_names(),
             holds: Some(l.clone()),
+            accepted_reason: None,
         });
         false
     });
     (out, errors)
+}
+
+/// A Gateway as meshflow serves it — the same in the dataflow, the naive recompute and the
+/// status writer: the ReferenceGrants for its certificates applied ([`grant_certificates`]),
+/// its frontend validation on its own HTTPS listeners, its ListenerSets attached
+/// ([`super::listener_set::attach_sets`]), then the validation on theirs
+/// ([`super::frontend_validation`]). `grants`: those of the namespaces its certificates
+/// and CAs are in; `find_map`: a ConfigMap by (namespace, name); `sets`: those naming it;
+/// `ns_labels`: their Namespaces' labels.
+pub fn served_gateway<'a>(
+    gw: &KubeGateway,
+    grants: &[&'a ReferenceGrant],
+    find_map: impl Fn(&str, &str) -> Option<&'a CaConfigMap>,
+    sets: &[&KubeListenerSet],
+    ns_labels: impl Fn(&str) -> Option<&'a Labels>,
+) -> (KubeGateway, Vec<ConfigError>) {
+    use super::{frontend_validation, Applied};
+    let (g, mut errors) = grant_certificates(gw, grants.iter().copied());
+    let (g, own) = frontend_validation(&g, Applied::Own, grants.iter().copied(), &find_map);
+    errors.extend(own);
+    let (g, set_errors) = super::listener_set::attach_sets(&g, sets, ns_labels, grants);
+    errors.extend(set_errors);
+    let (g, theirs) = frontend_validation(&g, Applied::Sets, grants.iter().copied(), &find_map);
+    errors.extend(theirs);
+    (g, errors)
 }
 
 /// A listener's server; `None` for one that cannot be served as written (TLS that
@@ -146,6 +172,7 @@ fn listener_server(served: &Served, gw: &KubeGateway) -> Option<GatewayServer> {
             let server_tls = if tls.passthrough {
                 ServerTls {
                     mode: ServerTlsMode::Passthrough,
+                    client_ca: None,
                     credential: None,
                     min_version: None,
                     max_version: None,
@@ -165,8 +192,26 @@ fn listener_server(served: &Served, gw: &KubeGateway) -> Option<GatewayServer> {
                         name: name.clone(),
                     }
                 };
+                // The Gateway's frontend validation: clients must present a certificate
+                // its CAs signed, or (insecure fallback) any certificate or none.
+                let (mode, client_ca) = match &tls.clients {
+                    None => (ServerTlsMode::Simple, None),
+                    Some(c) => (
+                        if c.insecure_fallback {
+                            ServerTlsMode::OptionalMutual
+                        } else {
+                            ServerTlsMode::Mutual
+                        },
+                        Some(ClientCa {
+                            sds_name: frontend_ca_name(gw, l.port),
+                            pem: c.ca_pem.clone(),
+                            accept_untrusted: c.insecure_fallback,
+                        }),
+                    ),
+                };
                 ServerTls {
-                    mode: ServerTlsMode::Simple,
+                    mode,
+                    client_ca,
                     credential: Some(credential),
                     min_version: None,
                     max_version: None,
@@ -200,6 +245,15 @@ fn listener_server(served: &Served, gw: &KubeGateway) -> Option<GatewayServer> {
             ),
         },
     })
+}
+
+/// The SDS name of the CA bundle a Gateway's HTTPS listeners on `port` verify clients
+/// against: one per (Gateway, port), as the spec's validation is per port.
+fn frontend_ca_name(gw: &KubeGateway, port: u16) -> String {
+    format!(
+        "kubernetes-gateway-frontend-ca://{}/{}/{port}",
+        gw.key.namespace, gw.key.name
+    )
 }
 
 /// Whether two listeners a Gateway serves are the same one.
@@ -880,6 +934,7 @@ pub fn translate_all(
     let mut kube_gateways = Vec::new();
     let mut grants = Vec::new();
     let mut sets = Vec::new();
+    let mut maps: Vec<&CaConfigMap> = Vec::new();
     let mut namespaces = std::collections::BTreeMap::new();
     for o in objects {
         match o {
@@ -889,30 +944,28 @@ pub fn translate_all(
             GatewayApiObject::Namespace(n) => {
                 namespaces.insert(n.key.name.as_str(), &n.labels);
             }
+            GatewayApiObject::ConfigMap(c) => maps.push(c),
             GatewayApiObject::HttpRoute(_)
             | GatewayApiObject::L4Route(_)
             | GatewayApiObject::GatewayClass(_)
-            | GatewayApiObject::BackendTlsPolicy(_)
-            | GatewayApiObject::ConfigMap(_) => {}
+            | GatewayApiObject::BackendTlsPolicy(_) => {}
         }
     }
     let grant_refs: Vec<&ReferenceGrant> = grants.iter().collect();
     let kube_gateways: Vec<KubeGateway> = kube_gateways
         .into_iter()
         .map(|g| {
-            let granted = grant_certificates(g, &grants).0;
             let own: Vec<&KubeListenerSet> = sets
                 .iter()
                 .copied()
                 .filter(|s| s.parent == (g.key.namespace.clone(), g.key.name.clone()))
                 .collect();
-            super::listener_set::attach_sets(
-                &granted,
-                &own,
-                |ns| namespaces.get(ns).copied(),
-                &grant_refs,
-            )
-            .0
+            let find = |ns: &str, name: &str| {
+                maps.iter()
+                    .copied()
+                    .find(|c| c.key.namespace == ns && c.key.name == name)
+            };
+            served_gateway(g, &grant_refs, find, &own, |ns| namespaces.get(ns).copied()).0
         })
         .collect();
     for g in &kube_gateways {

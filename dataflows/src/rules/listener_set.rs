@@ -209,6 +209,7 @@ pub fn attach_sets<'a>(
                     why,
                     kinds: l.protocol.default_kind_names(),
                     holds: Some(l.clone()),
+                    accepted_reason: None,
                 });
                 continue;
             }

@@ -7,6 +7,7 @@
 mod aliases;
 pub mod backend_tls;
 mod destination_rule;
+mod frontend_tls;
 mod gateway;
 pub mod gateway_api;
 mod hosts;
@@ -22,6 +23,7 @@ pub use destination_rule::{
     consolidate_drs, dr_entry_relevant, dr_export_set, dr_in_effect, dr_in_effect_inbound,
     dr_merge_warnings, policy_tls_overridden, DrEntry, DrIndex,
 };
+pub use frontend_tls::{ca_config_maps, ca_namespaces, frontend_validation, Applied};
 pub use gateway::{
     gateway_domain, gateway_ports, gateway_ref, gateway_ref_str, gateway_selects, router_scope,
 };

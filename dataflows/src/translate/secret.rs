@@ -24,6 +24,7 @@ use envoy_types::pb::envoy::config::core::v3::{
     data_source::Specifier, transport_socket::ConfigType, DataSource, TransportSocket,
 };
 use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::{
+    certificate_validation_context::TrustChainVerification,
     common_tls_context::{CombinedCertificateValidationContext, ValidationContextType},
     secret,
     subject_alt_name_matcher::SanType,
@@ -286,8 +287,14 @@ pub fn downstream_tls(tls: &ServerTls, http: bool) -> TransportSocket {
         ServerTlsMode::Mutual | ServerTlsMode::IstioMutual | ServerTlsMode::OptionalMutual
     );
     let required = mutual && tls.mode != ServerTlsMode::OptionalMutual;
+    let accept_untrusted = tls.client_ca.as_ref().is_some_and(|c| c.accept_untrusted);
     let sans = CertificateValidationContext {
         match_typed_subject_alt_names: san_matchers(&tls.subject_alt_names),
+        trust_chain_verification: if accept_untrusted {
+            TrustChainVerification::AcceptUntrusted as i32
+        } else {
+            TrustChainVerification::VerifyTrustChain as i32
+        },
         ..Default::default()
     };
     let mut common = CommonTlsContext {
@@ -310,6 +317,8 @@ pub fn downstream_tls(tls: &ServerTls, http: bool) -> TransportSocket {
     match &tls.credential {
         Some(c @ (Credential::Secret(_) | Credential::Granted { .. })) => {
             let (cert, ca) = credential_names(c).unwrap_or_default();
+            // A Gateway API frontend validation's CA, in place of the Secret's own.
+            let ca = tls.client_ca.as_ref().map_or(ca, |c| c.sds_name.clone());
             common.tls_certificate_sds_secret_configs = vec![sds(cert)];
             if mutual {
                 common.validation_context_type =

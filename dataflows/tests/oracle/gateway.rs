@@ -81,6 +81,7 @@ fn tls_server(rng: &mut StdRng, extra: &mut StdRng) -> GatewayServer {
             ) && extra.random_bool(0.4),
             misdirected: Vec::new(),
             sni_routes: false,
+            client_ca: None,
         })),
         field: "spec.servers[2]".into(),
     }

@@ -63,11 +63,18 @@ pub fn gateway_api(rng: &mut StdRng) -> Record {
                 pick(rng, &NAMESPACES[..2]).into(),
             )],
             // To backends, or to the certificates of terminating listeners.
-            to: vec![if rng.random_bool(0.7) {
+            to: vec![if rng.random_bool(0.6) {
                 (
                     "Service".into(),
                     rng.random_bool(0.5)
                         .then(|| format!("svc{}", rng.random_range(0..4))),
+                )
+            } else if rng.random_bool(0.25) {
+                // To the CA bundles of Gateways' frontend validations.
+                (
+                    "ConfigMap".into(),
+                    rng.random_bool(0.5)
+                        .then(|| format!("ca{}", rng.random_range(0..2))),
                 )
             } else {
                 (
@@ -182,12 +189,14 @@ fn listeners(rng: &mut StdRng, ns: &str, prefix: &str) -> Vec<Listener> {
             protocol,
             tls: match protocol {
                 ListenerProtocol::Tls => Some(ListenerTls {
+                    clients: None,
                     passthrough: true,
                     certificates: Vec::new(),
                 }),
                 // A certificate of the Gateway's namespace, or of another one: served where
                 // a ReferenceGrant there allows it.
                 ListenerProtocol::Https => Some(ListenerTls {
+                    clients: None,
                     passthrough: false,
                     certificates: vec![(
                         pick(rng, &[ns, "default", "istio-system"]).to_string(),
@@ -259,7 +268,46 @@ fn gateway(rng: &mut StdRng, ns: &str) -> Record {
         invalid_parameters: None,
         allowed_listeners,
         sets: Vec::new(),
+        frontend: frontend(rng, ns),
     }))
+}
+
+/// Now and then a frontend validation: by default and for port 443 (the HTTPS listeners'),
+/// its CAs the ConfigMaps of this namespace or the other (granted or not), or a reference
+/// of a kind meshflow does not read; now and then the insecure fallback.
+fn frontend(rng: &mut StdRng, ns: &str) -> FrontendTls {
+    let validation = |rng: &mut StdRng, field: &str| {
+        rng.random_bool(0.7).then(|| FrontendValidation {
+            ca_refs: (0..rng.random_range(1..3))
+                .map(|_| {
+                    (
+                        CaRef {
+                            group: String::new(),
+                            kind: pick(rng, &["ConfigMap", "ConfigMap", "ConfigMap", "Secret"])
+                                .into(),
+                            name: format!("ca{}", rng.random_range(0..2)),
+                        },
+                        pick(rng, &[ns, ns, NAMESPACES[0], NAMESPACES[1]]).to_string(),
+                    )
+                })
+                .collect(),
+            insecure_fallback: rng.random_bool(0.2),
+            field: field.into(),
+        })
+    };
+    if rng.random_bool(0.5) {
+        return FrontendTls::default();
+    }
+    let default = validation(rng, "spec.tls.frontend.default.validation");
+    let per_port = if rng.random_bool(0.3) {
+        vec![(
+            443,
+            validation(rng, "spec.tls.frontend.perPort[0].tls.validation"),
+        )]
+    } else {
+        Vec::new()
+    };
+    FrontendTls { default, per_port }
 }
 
 fn route(rng: &mut StdRng, ns: &str) -> Record {

@@ -77,6 +77,7 @@ fn ingress(extra: &mut StdRng) -> Vec<IngressListener> {
                     tcp: false,
                     misdirected: Vec::new(),
                     sni_routes: false,
+                    client_ca: None,
                 })
             }),
             fail_closed: None,

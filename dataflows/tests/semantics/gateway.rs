@@ -374,6 +374,7 @@ fn one_certificate_on_two_gateways_of_the_same_workloads_is_reported() {
             tcp: false,
             misdirected: Vec::new(),
             sni_routes: false,
+            client_ca: None,
         }));
         Record::Gateway(g)
     };

@@ -25,6 +25,7 @@ fn https_listener(name: &str, hostname: Option<&str>, cert_ns: &str) -> Listener
     let mut l = listener(name, 443, hostname, AllowedNamespaces::Same);
     l.protocol = ListenerProtocol::Https;
     l.tls = Some(ListenerTls {
+        clients: None,
         passthrough: false,
         certificates: vec![(cert_ns.into(), "cert".into())],
     });
@@ -88,6 +89,7 @@ fn kube_gateway(ns: &str, name: &str, class: &str, listeners: Vec<Listener>) -> 
         invalid_parameters: None,
         allowed_listeners: AllowedListeners::None,
         sets: Vec::new(),
+        frontend: Default::default(),
     }))
 }
 
@@ -556,6 +558,7 @@ fn tcp_and_tls_routes_take_connections() {
     let mut tls = listener("tls", 8443, None, AllowedNamespaces::Same);
     tls.protocol = ListenerProtocol::Tls;
     tls.tls = Some(ListenerTls {
+        clients: None,
         passthrough: true,
         certificates: vec![],
     });
@@ -943,6 +946,7 @@ fn a_certificate_of_another_namespace_is_served_as_its_reference_grants_allow() 
     https.protocol = ListenerProtocol::Https;
     https.index = 1;
     https.tls = Some(ListenerTls {
+        clients: None,
         passthrough: false,
         certificates: vec![("certs".into(), "web".into())],
     });
@@ -1187,6 +1191,7 @@ fn tls_routes_serve_the_intersection_of_their_hostnames_and_the_listeners() {
         let mut l = listener(name, port, hostname, AllowedNamespaces::Same);
         l.protocol = ListenerProtocol::Tls;
         l.tls = Some(ListenerTls {
+            clients: None,
             passthrough: true,
             certificates: vec![],
         });
@@ -1366,6 +1371,7 @@ fn tls_routes_on_a_terminating_listener_are_terminated_by_sni() {
     );
     terminate.protocol = ListenerProtocol::Tls;
     terminate.tls = Some(ListenerTls {
+        clients: None,
         passthrough: false,
         certificates: vec![("default".into(), "edge-cert".into())],
     });
@@ -1378,6 +1384,7 @@ fn tls_routes_on_a_terminating_listener_are_terminated_by_sni() {
     pass.index = 1;
     pass.protocol = ListenerProtocol::Tls;
     pass.tls = Some(ListenerTls {
+        clients: None,
         passthrough: true,
         certificates: vec![],
     });

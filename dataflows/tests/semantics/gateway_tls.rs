@@ -29,6 +29,7 @@ fn tls_gateway(mode: ServerTlsMode) -> Record {
             tcp: false,
             misdirected: Vec::new(),
             sni_routes: false,
+            client_ca: None,
         })),
         field: field.into(),
     };
@@ -363,6 +364,7 @@ fn auto_passthrough_chains_take_their_hosts_tcp_limits() {
                 tcp: false,
                 misdirected: Vec::new(),
                 sni_routes: false,
+                client_ca: None,
             })),
             field: "spec.servers[0]".into(),
         }],
@@ -432,6 +434,7 @@ fn auto_passthrough_server_has_a_chain_per_cluster_by_its_sni() {
             tcp: false,
             misdirected: Vec::new(),
             sni_routes: false,
+            client_ca: None,
         })),
         field: "spec.servers[0]".into(),
     };

@@ -80,6 +80,7 @@ fn ingress_tls(mode: ServerTlsMode) -> Option<Box<ServerTls>> {
         tcp: false,
         misdirected: Vec::new(),
         sni_routes: false,
+        client_ca: None,
     }))
 }
 

@@ -345,6 +345,7 @@ pub(super) fn server_tls(
         tcp: false,
         misdirected: Vec::new(),
         sni_routes: false,
+        client_ca: None,
         mode,
         credential,
         min_version: tls

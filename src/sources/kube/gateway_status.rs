@@ -15,10 +15,9 @@ use dataflows::model::{
 };
 use dataflows::model::{KubeListenerSet, RefusedListener};
 use dataflows::rules::gateway_api::{
-    grant_certificates, listener_serves_kind, parent_objects, parent_verdict, ParentObject,
-    RouteView, Verdict,
+    listener_serves_kind, parent_objects, parent_verdict, served_gateway, ParentObject, RouteView,
+    Verdict,
 };
-use dataflows::rules::listener_set::attach_sets;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -148,6 +147,19 @@ pub fn desired(
             _ => None,
         })
         .collect();
+    // And the ConfigMaps their frontend validations name.
+    let maps: Vec<&CaConfigMap> = objects
+        .iter()
+        .filter_map(|(o, _, _)| match o {
+            GatewayApiObject::ConfigMap(c) => Some(c),
+            _ => None,
+        })
+        .collect();
+    let find_map = |ns: &str, name: &str| {
+        maps.iter()
+            .copied()
+            .find(|c| c.key.namespace == ns && c.key.name == name)
+    };
     let granted: BTreeMap<&ConfigKey, KubeGateway> = objects
         .iter()
         .filter_map(|(o, _, _)| match o {
@@ -157,9 +169,9 @@ pub fn desired(
                     .copied()
                     .filter(|s| s.parent.0 == g.key.namespace && s.parent.1 == g.key.name)
                     .collect();
-                let granted = grant_certificates(g, grants.iter().copied()).0;
-                let taken = attach_sets(&granted, &own, |ns| namespaces.get(ns).copied(), &grants);
-                Some((&g.key, taken.0))
+                let served =
+                    served_gateway(g, &grants, find_map, &own, |ns| namespaces.get(ns).copied());
+                Some((&g.key, served.0))
             }
             _ => None,
         })
@@ -308,7 +320,7 @@ pub fn desired(
             None => (true, "Accepted", "of a class meshflow serves".to_string()),
         };
         let programmed = ok && programmed > 0;
-        let gateway_conditions = vec![
+        let mut gateway_conditions = vec![
             condition("Accepted", ok, reason, &message, *generation),
             condition(
                 "Programmed",
@@ -322,6 +334,17 @@ pub fn desired(
                 *generation,
             ),
         ];
+        // Written only while a validation lets clients in without a valid certificate:
+        // the conditions are written whole, so it goes when the fallback does.
+        if g.frontend.insecure() {
+            gateway_conditions.push(condition(
+                "InsecureFrontendValidationMode",
+                true,
+                "ConfigurationChanged",
+                "spec.tls.frontend lets clients in without a valid certificate (AllowInsecureFallback)",
+                *generation,
+            ));
+        }
         // How many ListenerSets it serves: written every time (0 when none), as a status
         // patch leaves a field it does not name as it was.
         let taken = g.sets.iter().filter(|s| s.refused.is_none()).count();
@@ -385,8 +408,17 @@ fn listeners_status(
     }
     for r in refused {
         let (reason, why) = (&r.reason, &r.why);
-        let conditions = match reason.as_str() {
-            "InvalidCertificateRef" | "RefNotPermitted" => {
+        let conditions = match (reason.as_str(), &r.accepted_reason) {
+            // Not accepted for a reference (a frontend validation's CAs): both say so.
+            (_, Some(accepted)) => {
+                out.not_accepted += 1;
+                vec![
+                    condition("Accepted", false, accepted, why, generation),
+                    condition("Programmed", false, "Invalid", why, generation),
+                    condition("ResolvedRefs", false, reason, why, generation),
+                ]
+            }
+            ("InvalidCertificateRef" | "RefNotPermitted", None) => {
                 out.accepted += 1;
                 vec![
                     condition("Accepted", true, "Accepted", why, generation),
@@ -394,7 +426,7 @@ fn listeners_status(
                     condition("ResolvedRefs", false, reason, why, generation),
                 ]
             }
-            "ProtocolConflict" | "HostnameConflict" => {
+            ("ProtocolConflict" | "HostnameConflict", None) => {
                 out.not_accepted += 1;
                 vec![
                     condition("Accepted", false, reason, why, generation),
@@ -575,6 +607,12 @@ fn listener_status(
             ),
         },
     ];
+    // A frontend validation's CA reference that did not resolve beside one that did.
+    let unresolved_ca = l
+        .tls
+        .as_ref()
+        .and_then(|t| t.clients.as_ref())
+        .and_then(|c| c.unresolved.as_ref());
     if let Some(why) = certificate_problem {
         conditions.push(condition(
             "ResolvedRefs",
@@ -583,6 +621,8 @@ fn listener_status(
             why,
             generation,
         ));
+    } else if let Some((reason, why)) = unresolved_ca {
+        conditions.push(condition("ResolvedRefs", false, reason, why, generation));
     } else if invalid.is_empty() {
         conditions.push(condition(
             "ResolvedRefs",
@@ -844,6 +884,7 @@ stringData:
             port: 443,
             protocol,
             tls: passthrough.map(|passthrough| ListenerTls {
+                clients: None,
                 passthrough,
                 certificates: if passthrough {
                     vec![]
@@ -884,6 +925,7 @@ stringData:
             invalid_parameters: None,
             allowed_listeners: dataflows::model::AllowedListeners::None,
             sets: Vec::new(),
+            frontend: Default::default(),
         });
         let mut known = Known::default();
         known.secrets.insert(("edge".into(), "cert".into()), None);
@@ -1568,6 +1610,178 @@ spec:
                     "https"
                 ),
                 ["HTTPRoute", "GRPCRoute"]
+            );
+        }
+    }
+    /// GatewayInvalidFrontendClientCertificateValidation,
+    /// GatewayFrontendInvalidDefaultClientCertificateValidation and the status of
+    /// GatewayFrontendClientCertificateValidationInsecureFallback, from files: per HTTPS
+    /// listener, a CA that resolves is all True; a ConfigMap that does not exist is
+    /// `InvalidCACertificateRef`, a reference of another kind `InvalidCACertificateKind`,
+    /// one of another namespace without a grant `RefNotPermitted` — each also `Accepted`
+    /// False `NoValidCACertificate` and not programmed, where a grant makes the same
+    /// reference resolve; an HTTP listener is untouched by a `perPort` entry on its port;
+    /// a reference that does not resolve beside one that does leaves the listener served,
+    /// `ResolvedRefs` False; `AllowInsecureFallback` anywhere makes the Gateway's
+    /// `InsecureFrontendValidationMode` True (`ConfigurationChanged`), and no condition of
+    /// that type is written otherwise.
+    #[test]
+    fn frontend_validation_conformance_cases_from_files() {
+        let kp = rcgen::KeyPair::generate().expect("a key");
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca = params.self_signed(&kp).expect("a CA").pem();
+        let config_map = |ns: &str, name: &str| {
+            let body: String = ca.lines().map(|l| format!("    {l}\n")).collect();
+            format!(
+                "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: {ns}}}\ndata:\n  ca.crt: |\n{body}"
+            )
+        };
+        let yaml = tls_secret_yaml("infra", "good-cert", "good.example")
+            + &config_map("infra", "valid-ca")
+            + &config_map("web", "web-ca")
+            + &config_map("granted", "granted-ca")
+            + "---
+apiVersion: gateway.networking.k8s.io/v1beta1
+kind: ReferenceGrant
+metadata: {name: gateways, namespace: granted}
+spec:
+  from: [{group: gateway.networking.k8s.io, kind: Gateway, namespace: infra}]
+  to: [{group: '', kind: ConfigMap}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: invalid-validation, namespace: infra}
+spec:
+  gatewayClassName: istio
+  tls:
+    frontend:
+      default:
+        validation: {caCertificateRefs: [{group: '', kind: ConfigMap, name: valid-ca}]}
+      perPort:
+      - {port: 7443, tls: {validation: {caCertificateRefs: [{group: '', kind: ConfigMap, name: non-existing}]}}}
+      - {port: 8443, tls: {validation: {caCertificateRefs: [{group: '', kind: Service, name: valid-ca}]}}}
+      - {port: 6443, tls: {validation: {caCertificateRefs: [{group: '', kind: ConfigMap, name: web-ca, namespace: web}]}}}
+      - {port: 5443, tls: {validation: {caCertificateRefs: [{group: '', kind: ConfigMap, name: granted-ca, namespace: granted}]}}}
+      - {port: 4443, tls: {validation: {caCertificateRefs: [{group: '', kind: ConfigMap, name: non-existing}, {group: '', kind: ConfigMap, name: valid-ca}]}}}
+  listeners:
+  - {name: https, port: 443, protocol: HTTPS, tls: {certificateRefs: [{name: good-cert}]}}
+  - {name: https-unresolved, port: 7443, protocol: HTTPS, tls: {certificateRefs: [{name: good-cert}]}}
+  - {name: https-invalid-kind, port: 8443, protocol: HTTPS, tls: {certificateRefs: [{name: good-cert}]}}
+  - {name: https-grant-missing, port: 6443, protocol: HTTPS, tls: {certificateRefs: [{name: good-cert}]}}
+  - {name: https-granted, port: 5443, protocol: HTTPS, tls: {certificateRefs: [{name: good-cert}]}}
+  - {name: https-partly, port: 4443, protocol: HTTPS, tls: {certificateRefs: [{name: good-cert}]}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: invalid-default, namespace: infra}
+spec:
+  gatewayClassName: istio
+  tls:
+    frontend:
+      default:
+        validation: {caCertificateRefs: [{group: '', kind: ConfigMap, name: does-not-exist}]}
+      perPort:
+      - {port: 80, tls: {validation: {caCertificateRefs: [{group: '', kind: ConfigMap, name: valid-ca}]}}}
+  listeners:
+  - {name: https, port: 443, protocol: HTTPS, tls: {certificateRefs: [{name: good-cert}]}}
+  - {name: http, port: 80, protocol: HTTP}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: insecure-fallback, namespace: infra}
+spec:
+  gatewayClassName: istio
+  tls:
+    frontend:
+      default:
+        validation: {caCertificateRefs: [{group: '', kind: ConfigMap, name: valid-ca}]}
+      perPort:
+      - {port: 8443, tls: {validation: {mode: AllowInsecureFallback, caCertificateRefs: [{group: '', kind: ConfigMap, name: valid-ca}]}}}
+  listeners:
+  - {name: https, port: 443, protocol: HTTPS, tls: {certificateRefs: [{name: good-cert}]}}
+  - {name: https-port, port: 8443, protocol: HTTPS, tls: {certificateRefs: [{name: good-cert}]}}
+";
+        let (_, objects, known) = read_files("frontend-validation", &yaml);
+        let inputs: Vec<_> = objects.iter().map(|o| (o, Some(1), None)).collect();
+        let status = desired(&inputs, &known);
+        let gateway = |name: &str| -> &Value {
+            status
+                .iter()
+                .find(|(k, _)| k.kind == Kind::KubernetesGateway && k.name == name)
+                .map(|(_, v)| v)
+                .unwrap_or_else(|| panic!("no status for {name}"))
+        };
+        let pair = |a: &str, b: &str| (a.to_string(), b.to_string());
+        let conditions = |gw: &str, listener: &str| {
+            let l = named(&gateway(gw)["listeners"], listener);
+            (
+                condition_of(l, "Accepted"),
+                condition_of(l, "Programmed").0,
+                condition_of(l, "ResolvedRefs"),
+            )
+        };
+        let good = (
+            pair("True", "Accepted"),
+            "True".to_string(),
+            pair("True", "ResolvedRefs"),
+        );
+        let refused = |reason: &str| {
+            (
+                pair("False", "NoValidCACertificate"),
+                "False".to_string(),
+                pair("False", reason),
+            )
+        };
+        assert_eq!(conditions("invalid-validation", "https"), good);
+        assert_eq!(
+            conditions("invalid-validation", "https-unresolved"),
+            refused("InvalidCACertificateRef")
+        );
+        assert_eq!(
+            conditions("invalid-validation", "https-invalid-kind"),
+            refused("InvalidCACertificateKind")
+        );
+        assert_eq!(
+            conditions("invalid-validation", "https-grant-missing"),
+            refused("RefNotPermitted")
+        );
+        assert_eq!(conditions("invalid-validation", "https-granted"), good);
+        assert_eq!(
+            conditions("invalid-validation", "https-partly"),
+            (
+                pair("True", "Accepted"),
+                "True".to_string(),
+                pair("False", "InvalidCACertificateRef")
+            ),
+            "served with the CA that resolves"
+        );
+        assert_eq!(
+            condition_of(gateway("invalid-validation"), "Accepted"),
+            pair("True", "ListenersNotValid")
+        );
+        assert_eq!(
+            conditions("invalid-default", "https"),
+            refused("InvalidCACertificateRef")
+        );
+        assert_eq!(
+            conditions("invalid-default", "http"),
+            good,
+            "a port's validation is for HTTPS listeners"
+        );
+        assert_eq!(
+            condition_of(
+                gateway("insecure-fallback"),
+                "InsecureFrontendValidationMode"
+            ),
+            pair("True", "ConfigurationChanged")
+        );
+        assert_eq!(conditions("insecure-fallback", "https-port"), good);
+        for strict in ["invalid-validation", "invalid-default"] {
+            assert_eq!(
+                condition_of(gateway(strict), "InsecureFrontendValidationMode"),
+                pair("", ""),
+                "{strict}: no fallback, no condition"
             );
         }
     }

@@ -555,6 +555,7 @@ mod tests {
             tcp: false,
             misdirected: Vec::new(),
             sni_routes: false,
+            client_ca: None,
         }))
     }
 

@@ -48,6 +48,7 @@ pub(in crate::config::convert) fn kubernetes_gateway(
                 reason: "Pending".into(),
                 why: format!("the Gateway is not accepted: {why}"),
                 holds: None,
+                accepted_reason: None,
             });
         }
     }
@@ -55,6 +56,7 @@ pub(in crate::config::convert) fn kubernetes_gateway(
         None => m::AllowedListeners::None,
         Some(a) => allowed_listeners(a)?,
     };
+    let frontend = frontend_tls(s.tls.as_ref(), &key.namespace)?;
     Ok(vec![Record::GatewayApi(m::GatewayApiObject::Gateway(
         m::KubeGateway {
             key: ConfigKey::new(m::Kind::KubernetesGateway, &key.namespace, &key.name),
@@ -64,8 +66,88 @@ pub(in crate::config::convert) fn kubernetes_gateway(
             invalid_parameters,
             allowed_listeners,
             sets: Vec::new(),
+            frontend,
         },
     ))])
+}
+
+/// `spec.tls.frontend`: the validation of the HTTPS listeners by default and per port.
+/// A mode meshflow does not know, or a validation without a CA, is an error: the Gateway
+/// keeps its last valid version rather than serve a listener that checks less than asked.
+fn frontend_tls(t: Option<&api::GatewayTls>, gw_ns: &str) -> Result<m::FrontendTls> {
+    let Some(f) = t.and_then(|t| t.frontend.as_ref()) else {
+        return Ok(m::FrontendTls::default());
+    };
+    let base = "spec.tls.frontend";
+    let default = match &f.default {
+        Some(c) => frontend_validation(c, gw_ns, &format!("{base}.default"))?,
+        None => None,
+    };
+    let mut per_port: Vec<(u16, Option<m::FrontendValidation>)> = Vec::new();
+    for (i, p) in f.per_port.iter().enumerate() {
+        let field = format!("{base}.perPort[{i}]");
+        let number = port(p.port, &format!("{field}.port"))?;
+        if per_port.iter().any(|(n, _)| *n == number) {
+            return Err(Invalid::field(
+                format!("{field}.port"),
+                format!("port {number} is configured twice"),
+            ));
+        }
+        let validation = match &p.tls {
+            Some(c) => frontend_validation(c, gw_ns, &format!("{field}.tls"))?,
+            None => None,
+        };
+        per_port.push((number, validation));
+    }
+    Ok(m::FrontendTls { default, per_port })
+}
+
+/// One `TLSConfig` of `spec.tls.frontend` (at `field`): its `validation`, if any.
+fn frontend_validation(
+    c: &api::FrontendTlsConfig,
+    gw_ns: &str,
+    field: &str,
+) -> Result<Option<m::FrontendValidation>> {
+    let Some(v) = &c.validation else {
+        return Ok(None);
+    };
+    let field = format!("{field}.validation");
+    let insecure_fallback =
+        match v.mode.as_deref() {
+            None | Some("AllowValidOnly") => false,
+            Some("AllowInsecureFallback") => true,
+            Some(other) => return Err(Invalid::field(
+                format!("{field}.mode"),
+                format!(
+                    "{other:?} is not a validation mode (AllowValidOnly, AllowInsecureFallback)"
+                ),
+            )),
+        };
+    if v.ca_certificate_refs.is_empty() {
+        return Err(Invalid::field(
+            format!("{field}.caCertificateRefs"),
+            "a validation needs at least one CA certificate",
+        ));
+    }
+    let ca_refs = v
+        .ca_certificate_refs
+        .iter()
+        .map(|r| {
+            (
+                m::CaRef {
+                    group: r.group.clone().unwrap_or_default(),
+                    kind: r.kind.clone().unwrap_or_default(),
+                    name: r.name.clone(),
+                },
+                r.namespace.clone().unwrap_or_else(|| gw_ns.to_string()),
+            )
+        })
+        .collect();
+    Ok(Some(m::FrontendValidation {
+        ca_refs,
+        insecure_fallback,
+        field,
+    }))
 }
 
 /// `spec.allowedListeners`: which namespaces' ListenerSets the Gateway takes.
@@ -139,6 +221,7 @@ pub(super) fn read_listeners(
                     why,
                     kinds: Vec::new(),
                     holds: None,
+                    accepted_reason: None,
                 });
                 continue;
             }
@@ -284,6 +367,7 @@ fn listener_tls(
         ));
     }
     Ok(m::ListenerTls {
+        clients: None,
         passthrough,
         certificates,
     })
@@ -371,6 +455,7 @@ fn without_conflicts(
                 why: why.into(),
                 kinds: l.protocol.default_kind_names(),
                 holds: Some(l),
+                accepted_reason: None,
             }),
             None => kept.push(l),
         }

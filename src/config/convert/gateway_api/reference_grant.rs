@@ -7,12 +7,13 @@ use crate::config::{gateway_api as api, Invalid};
 use dataflows::model::{self as m, ConfigKey, Record};
 use serde_yaml_ng::Value;
 
-/// The group meshflow reads a grant's `to` kind from: the core group for Services and
-/// Secrets, Istio's for `Hostname` backends; `None` for a kind no reference of meshflow's
+/// The group meshflow reads a grant's `to` kind from: the core group for Services,
+/// Secrets and ConfigMaps (a Gateway's frontend CA bundles), Istio's for `Hostname`
+/// backends; `None` for a kind no reference of meshflow's
 /// names.
 fn target_group(kind: &str) -> Option<&'static str> {
     match kind {
-        "Service" | "Secret" => Some(""),
+        "Service" | "Secret" | "ConfigMap" => Some(""),
         "Hostname" => Some("networking.istio.io"),
         _ => None,
     }

@@ -50,6 +50,7 @@ fn gateway_listeners_are_read_with_tls_and_allowed_routes() {
     assert_eq!(
         g.listeners[1].tls,
         Some(ListenerTls {
+            clients: None,
             passthrough: false,
             certificates: vec![("shop".into(), "shop-cert".into())],
         })
@@ -84,6 +85,96 @@ fn invalid_gateways_name_the_field() {
     ] {
         let err = parse_document(&edit, &super::mesh()).unwrap_err();
         assert_eq!(err.field, field, "{edit}");
+    }
+}
+
+/// `spec.tls.frontend`: the default validation and each port's (a port of its own without
+/// a validation verifies no one), references with their namespaces (the Gateway's when not
+/// written) and the insecure fallback; `spec.tls.backend`, not translated, is said by field.
+/// A mode meshflow does not know, a validation without a CA or a port written twice
+/// refuses the Gateway by field.
+#[test]
+fn frontend_validation_is_read_per_port() {
+    let with_tls = |tls: &str| {
+        GATEWAY.replace(
+            "  gatewayClassName: istio\n",
+            &format!("  gatewayClassName: istio\n  tls:\n{tls}"),
+        )
+    };
+    let yaml = with_tls(
+        "    frontend:
+      default:
+        validation: {caCertificateRefs: [{group: '', kind: ConfigMap, name: clients-ca}]}
+      perPort:
+      - port: 8443
+        tls:
+          validation:
+            mode: AllowInsecureFallback
+            caCertificateRefs: [{group: '', kind: ConfigMap, name: port-ca, namespace: cas}]
+      - {port: 9443, tls: {}}
+    backend:
+      clientCertificateRef: {name: gateway-client}
+",
+    );
+    let p = parse(&yaml);
+    let GatewayApiObject::Gateway(g) = object(&p) else {
+        panic!()
+    };
+    let config_map = |name: &str| CaRef {
+        group: String::new(),
+        kind: "ConfigMap".into(),
+        name: name.into(),
+    };
+    let default = FrontendValidation {
+        ca_refs: vec![(config_map("clients-ca"), "shop".into())],
+        insecure_fallback: false,
+        field: "spec.tls.frontend.default.validation".into(),
+    };
+    let port = FrontendValidation {
+        ca_refs: vec![(config_map("port-ca"), "cas".into())],
+        insecure_fallback: true,
+        field: "spec.tls.frontend.perPort[0].tls.validation".into(),
+    };
+    assert_eq!(
+        g.frontend,
+        FrontendTls {
+            default: Some(default.clone()),
+            per_port: vec![(8443, Some(port.clone())), (9443, None)],
+        }
+    );
+    assert_eq!(g.frontend.for_port(443), Some(&default));
+    assert_eq!(g.frontend.for_port(8443), Some(&port));
+    assert_eq!(
+        g.frontend.for_port(9443),
+        None,
+        "a port of its own without a validation"
+    );
+    assert!(g.frontend.insecure());
+    let warned = fields(&p, Level::Warning);
+    assert!(
+        warned.iter().any(|f| f.starts_with("spec.tls.backend")),
+        "{warned:?}"
+    );
+    for (tls, field) in [
+        (
+            "    frontend: {default: {validation: {mode: AllowAll, caCertificateRefs: [{group: '', kind: ConfigMap, name: ca}]}}}\n",
+            "spec.tls.frontend.default.validation.mode",
+        ),
+        (
+            "    frontend: {default: {validation: {caCertificateRefs: []}}}\n",
+            "spec.tls.frontend.default.validation.caCertificateRefs",
+        ),
+        (
+            "    frontend: {default: {}, perPort: [{port: 8443, tls: {}}, {port: 8443, tls: {}}]}\n",
+            "spec.tls.frontend.perPort[1].port",
+        ),
+        (
+            "    frontend: {default: {}, perPort: [{port: 0, tls: {}}]}\n",
+            "spec.tls.frontend.perPort[0].port",
+        ),
+    ] {
+        let err = parse_document(&with_tls(tls), &super::mesh()).unwrap_err();
+        assert_eq!(err.field, field, "{tls}");
     }
 }
 
