@@ -19,6 +19,7 @@ mod fail_closed;
 mod faults;
 mod gateway;
 mod gateway_api;
+mod gateway_api_backend_filters;
 mod gateway_api_backend_tls;
 mod gateway_api_frontend_tls;
 mod gateway_api_grpc;

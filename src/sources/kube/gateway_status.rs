@@ -147,19 +147,19 @@ pub fn desired(
             _ => None,
         })
         .collect();
-    // And the ConfigMaps their frontend validations name.
-    let maps: Vec<&CaConfigMap> = objects
+    // And the ConfigMaps their frontend validations name: those the sources read, and
+    // those among the objects.
+    let mut maps: BTreeMap<(&str, &str), &CaConfigMap> = known
+        .config_maps
         .iter()
-        .filter_map(|(o, _, _)| match o {
-            GatewayApiObject::ConfigMap(c) => Some(c),
-            _ => None,
-        })
+        .map(|((ns, name), c)| ((ns.as_str(), name.as_str()), c))
         .collect();
-    let find_map = |ns: &str, name: &str| {
-        maps.iter()
-            .copied()
-            .find(|c| c.key.namespace == ns && c.key.name == name)
-    };
+    for (o, _, _) in objects {
+        if let GatewayApiObject::ConfigMap(c) = o {
+            maps.insert((c.key.namespace.as_str(), c.key.name.as_str()), c);
+        }
+    }
+    let find_map = |ns: &str, name: &str| maps.get(&(ns, name)).copied();
     let granted: BTreeMap<&ConfigKey, KubeGateway> = objects
         .iter()
         .filter_map(|(o, _, _)| match o {
@@ -1624,7 +1624,8 @@ spec:
     /// a reference that does not resolve beside one that does leaves the listener served,
     /// `ResolvedRefs` False; `AllowInsecureFallback` anywhere makes the Gateway's
     /// `InsecureFrontendValidationMode` True (`ConfigurationChanged`), and no condition of
-    /// that type is written otherwise.
+    /// that type is written otherwise. The ConfigMaps are the sources' (not among the
+    /// objects), as the Kubernetes source gives them.
     #[test]
     fn frontend_validation_conformance_cases_from_files() {
         let kp = rcgen::KeyPair::generate().expect("a key");
@@ -1702,7 +1703,18 @@ spec:
   - {name: https, port: 443, protocol: HTTPS, tls: {certificateRefs: [{name: good-cert}]}}
   - {name: https-port, port: 8443, protocol: HTTPS, tls: {certificateRefs: [{name: good-cert}]}}
 ";
-        let (_, objects, known) = read_files("frontend-validation", &yaml);
+        let (_, objects, mut known) = read_files("frontend-validation", &yaml);
+        // The ConfigMaps as the Kubernetes source hands them over: read, not among the
+        // objects whose status is written.
+        let (maps, objects): (Vec<_>, Vec<_>) = objects
+            .into_iter()
+            .partition(|o| matches!(o, GatewayApiObject::ConfigMap(_)));
+        for m in maps {
+            if let GatewayApiObject::ConfigMap(c) = m {
+                let at = (c.key.namespace.clone(), c.key.name.clone());
+                known.config_maps.insert(at, c);
+            }
+        }
         let inputs: Vec<_> = objects.iter().map(|o| (o, Some(1), None)).collect();
         let status = desired(&inputs, &known);
         let gateway = |name: &str| -> &Value {

@@ -174,6 +174,14 @@ fn rule_with(
         let ff = format!("{f}.filters[{j}]");
         unsupported |= !apply_filter(filter, &ff, ns, mesh, &mut template, findings)?;
     }
+    // The one backend's redirect or rewrite is the rule's: every request of the rule goes
+    // to that backend (HTTPRouteBackendRequestRedirect, HTTPRouteBackendURLRewrite).
+    let hoisted = hoisted_filters(filters, backend_refs);
+    for &j in &hoisted {
+        let ff = format!("{f}.backendRefs[0].filters[{j}]");
+        let filter = &backend_refs[0].filters[j];
+        unsupported |= !apply_filter(filter, &ff, ns, mesh, &mut template, findings)?;
+    }
     template.retries = r
         .retry
         .as_ref()
@@ -212,13 +220,45 @@ fn rule_with(
     let backends = backend_refs
         .iter()
         .enumerate()
-        .map(|(j, b)| backend(b, &format!("{f}.backendRefs[{j}]"), ns, mesh, findings))
+        .map(|(j, b)| {
+            let taken = if j == 0 { hoisted.as_slice() } else { &[] };
+            backend(
+                b,
+                &format!("{f}.backendRefs[{j}]"),
+                ns,
+                mesh,
+                taken,
+                findings,
+            )
+        })
         .collect::<Result<Vec<_>>>()?;
     Ok(m::HttpRouteRule {
         template,
         matches: Vec::new(),
         backends,
     })
+}
+
+/// The filters of a rule's backend that are the rule's own, by index: a `RequestRedirect` or
+/// a `URLRewrite` on the rule's only backend (of a weight above 0), where the rule has no
+/// filter of that type itself. Anywhere else such a filter cannot be applied to one backend
+/// apart from the others, and that backend is not routed to.
+fn hoisted_filters(rule: &[api::HttpRouteFilter], backends: &[api::HttpBackendRef]) -> Vec<usize> {
+    let [only] = backends else {
+        return Vec::new();
+    };
+    if only.weight == Some(0) {
+        return Vec::new();
+    }
+    let whole_rule = |kind: &str| matches!(kind, "RequestRedirect" | "URLRewrite");
+    only.filters
+        .iter()
+        .enumerate()
+        .filter(|(_, filter)| {
+            whole_rule(&filter.kind) && !rule.iter().any(|r| r.kind == filter.kind)
+        })
+        .map(|(j, _)| j)
+        .collect()
 }
 
 /// `ReplacePrefixMatch` (a redirect's or a rewrite's) replaces the prefix a `PathPrefix`
@@ -228,15 +268,26 @@ fn rule_with(
 fn prefix_replacement_has_one_prefix_match(r: &api::HttpRouteRule, f: &str) -> Result<()> {
     let replaces_prefix =
         |p: Option<&api::PathModifier>| p.is_some_and(|p| p.kind == "ReplacePrefixMatch");
-    let at = r.filters.iter().position(|filter| {
+    let replaces = |filter: &api::HttpRouteFilter| {
         replaces_prefix(
             filter
                 .request_redirect
                 .as_ref()
                 .and_then(|r| r.path.as_ref()),
         ) || replaces_prefix(filter.url_rewrite.as_ref().and_then(|r| r.path.as_ref()))
-    });
-    let Some(j) = at else { return Ok(()) };
+    };
+    let own = r
+        .filters
+        .iter()
+        .position(replaces)
+        .map(|j| format!("{f}.filters[{j}]"));
+    let backend = hoisted_filters(&r.filters, &r.backend_refs)
+        .into_iter()
+        .find(|&j| replaces(&r.backend_refs[0].filters[j]))
+        .map(|j| format!("{f}.backendRefs[0].filters[{j}]"));
+    let Some(field) = own.or(backend) else {
+        return Ok(());
+    };
     let prefix_match = |mt: &api::HttpRouteMatch| {
         mt.path
             .as_ref()
@@ -247,7 +298,7 @@ fn prefix_replacement_has_one_prefix_match(r: &api::HttpRouteRule, f: &str) -> R
         [] => Ok(()),
         [one] if prefix_match(one) => Ok(()),
         _ => Err(Invalid::field(
-            format!("{f}.filters[{j}]"),
+            field,
             "ReplacePrefixMatch needs the rule to have exactly one match, a PathPrefix",
         )),
     }
@@ -626,11 +677,14 @@ fn merge_edits(into: &mut m::HeaderEdits, more: m::HeaderEdits) {
     }
 }
 
+/// A backend reference; `taken`: the indices of its filters its rule applies as its own
+/// ([`hoisted_filters`]).
 pub(super) fn backend(
     b: &api::HttpBackendRef,
     f: &str,
     ns: &str,
     mesh: &MeshConfig,
+    taken: &[usize],
     findings: &mut Vec<Finding>,
 ) -> Result<m::BackendRef> {
     let group = b.group.as_deref().unwrap_or("");
@@ -673,6 +727,9 @@ pub(super) fn backend(
     };
     let mut headers = m::HeaderOps::default();
     for (j, filter) in b.filters.iter().enumerate() {
+        if taken.contains(&j) {
+            continue;
+        }
         let ff = format!("{f}.filters[{j}]");
         match (
             filter.kind.as_str(),
@@ -690,7 +747,7 @@ pub(super) fn backend(
             (other, _, _) => {
                 findings.push(Finding::error(
                     ff,
-                    format!("the backend filter {other:?} is not supported by meshflow; the backend is not routed to"),
+                    format!("the backend filter {other:?} is applied only on a rule's one backend (a RequestRedirect or URLRewrite the rule has not itself) or as a header modifier; the backend is not routed to"),
                 ));
                 return Ok(m::BackendRef {
                     host: None,

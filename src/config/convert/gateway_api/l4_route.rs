@@ -41,6 +41,7 @@ pub(in crate::config::convert) fn l4_route(
                         &format!("spec.rules[{i}].backendRefs[{j}]"),
                         ns,
                         mesh,
+                        &[],
                         findings,
                     )
                 })

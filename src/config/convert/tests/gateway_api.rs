@@ -1151,3 +1151,78 @@ fn listener_sets_and_allowed_listeners_are_read() {
         assert_eq!(err.field, field, "{allowed}");
     }
 }
+
+/// A `URLRewrite` or `RequestRedirect` on a rule's one backend is the rule's (no finding);
+/// on one of two backends, or beside a rule filter of its type, it cannot be applied to
+/// that backend alone: an error names it and that backend is left out; a
+/// `ReplacePrefixMatch` on the one backend still needs the rule's one `PathPrefix` match.
+#[test]
+fn a_rules_one_backend_redirects_and_rewrites_for_it() {
+    let route = |rule: &str| {
+        format!(
+            "apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {{name: r, namespace: shop}}
+spec:
+  rules:
+  - {rule}
+"
+        )
+    };
+    let rewrite = "{type: URLRewrite, urlRewrite: {path: {type: ReplacePrefixMatch, replacePrefixMatch: /new}}}";
+    let redirect = "{type: RequestRedirect, requestRedirect: {statusCode: 301, hostname: example.org}}";
+    let one = parse(&route(&format!(
+        "matches: [{{path: {{type: PathPrefix, value: /old}}}}]
+    backendRefs: [{{name: web, port: 80, filters: [{rewrite}]}}]"
+    )));
+    assert!(one.findings.is_empty(), "{:?}", one.findings);
+    let GatewayApiObject::HttpRoute(r) = object(&one) else {
+        panic!()
+    };
+    assert_eq!(
+        r.rules[0].template.rewrite.as_ref().and_then(|w| w.uri.as_deref()),
+        Some("/new")
+    );
+    assert!(r.rules[0].backends[0].host.is_some(), "the backend is routed to");
+    let redirected = parse(&route(&format!(
+        "backendRefs: [{{name: web, port: 80, filters: [{redirect}]}}]"
+    )));
+    assert!(redirected.findings.is_empty(), "{:?}", redirected.findings);
+    let GatewayApiObject::HttpRoute(r) = object(&redirected) else {
+        panic!()
+    };
+    let to = r.rules[0].template.redirect.as_ref().expect("the rule redirects");
+    assert_eq!(to.authority.as_deref(), Some("example.org"));
+
+    for (rule, field) in [
+        (
+            format!(
+                "backendRefs: [{{name: web, port: 80}}, {{name: api, port: 80, filters: [{redirect}]}}]"
+            ),
+            "spec.rules[0].backendRefs[1].filters[0]",
+        ),
+        (
+            format!(
+                "filters: [{redirect}]\n    backendRefs: [{{name: web, port: 80, filters: [{redirect}]}}]"
+            ),
+            "spec.rules[0].backendRefs[0].filters[0]",
+        ),
+    ] {
+        let p = parse(&route(&rule));
+        assert_eq!(fields(&p, Level::Error), [field], "{rule}");
+        let GatewayApiObject::HttpRoute(r) = object(&p) else {
+            panic!()
+        };
+        let left_out = r.rules[0].backends.last().expect("a backend");
+        assert!(left_out.host.is_none(), "{rule}: not routed to");
+    }
+    let err = parse_document(
+        &route(&format!(
+            "matches: [{{path: {{type: Exact, value: /old}}}}]
+    backendRefs: [{{name: web, port: 80, filters: [{rewrite}]}}]"
+        )),
+        &super::mesh(),
+    )
+    .unwrap_err();
+    assert_eq!(err.field, "spec.rules[0].backendRefs[0].filters[0]");
+}
