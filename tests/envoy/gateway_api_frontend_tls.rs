@@ -89,11 +89,14 @@ fn frontend_validation_admits_only_the_clients_its_cas_signed() {
     let validation = |name: &str, mode: &str| {
         format!("{{caCertificateRefs: [{{group: '', kind: ConfigMap, name: {name}}}]{mode}}}")
     };
-    let strict = format!(
-        "      default: {{validation: {}}}\n      perPort: [{{port: {}, tls: {{validation: {}}}}}]\n",
-        validation("default-ca", ""),
+    // `spec.tls.frontend`: `default` validating against one ConfigMap, and one port's own.
+    let frontend = |default: &str, port: u16, own: &str| {
+        format!("      default: {{validation: {default}}}\n      perPort: [{{port: {port}, tls: {{validation: {own}}}}}]\n")
+    };
+    let strict = frontend(
+        &validation("default-ca", ""),
         ports.1,
-        validation("port-ca", "")
+        &validation("port-ca", ""),
     );
     write_config(&config_dir, "gateway.yaml", &gateway(ports, &strict));
     let (_meshflow, envoy) =
@@ -145,11 +148,10 @@ fn frontend_validation_admits_only_the_clients_its_cas_signed() {
 
     // AllowInsecureFallback on both: every client is let in.
     let fallback = ", mode: AllowInsecureFallback";
-    let insecure = format!(
-        "      default: {{validation: {}}}\n      perPort: [{{port: {}, tls: {{validation: {}}}}}]\n",
-        validation("default-ca", fallback),
+    let insecure = frontend(
+        &validation("default-ca", fallback),
         ports.1,
-        validation("port-ca", fallback)
+        &validation("port-ca", fallback),
     );
     write_config(&config_dir, "gateway.yaml", &gateway(ports, &insecure));
     converged("no certificate, under the fallback", &|| {
@@ -163,11 +165,10 @@ fn frontend_validation_admits_only_the_clients_its_cas_signed() {
 
     // A default whose ConfigMap does not exist: its HTTPS listener is not served; the port
     // of its own (here the HTTP listener's port: it verifies no one) changes nothing.
-    let broken = format!(
-        "      default: {{validation: {}}}\n      perPort: [{{port: {}, tls: {{validation: {}}}}}]\n",
-        validation("does-not-exist", ""),
+    let broken = frontend(
+        &validation("does-not-exist", ""),
         ports.2,
-        validation("default-ca", "")
+        &validation("default-ca", ""),
     );
     write_config(&config_dir, "gateway.yaml", &gateway(ports, &broken));
     converged("the listener without a CA is not served", &|| {

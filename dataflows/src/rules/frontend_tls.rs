@@ -66,7 +66,8 @@ pub fn frontend_validation<'a>(
 ) -> (KubeGateway, Vec<ConfigError>) {
     let mut out = gw.clone();
     let mut errors = Vec::new();
-    if validations(&gw.frontend).next().is_none() {
+    // Another controller's Gateway is not meshflow's to serve nor to speak for.
+    if !gw.owned() || validations(&gw.frontend).next().is_none() {
         return (out, errors);
     }
     let resolve = |v: &FrontendValidation| resolve_ca(v, &gw.key.namespace, grants.clone(), &find);
@@ -202,4 +203,77 @@ fn resolve_ca<'a>(
         insecure_fallback: v.insecure_fallback,
         unresolved,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A Gateway of `class` with one HTTPS listener on 443, validating clients against a
+    /// ConfigMap that does not exist.
+    fn gateway(class: &str) -> KubeGateway {
+        KubeGateway {
+            key: ConfigKey::new(Kind::KubernetesGateway, "infra", "gw"),
+            class: class.into(),
+            listeners: vec![Listener {
+                name: "https".into(),
+                index: 0,
+                hostname: None,
+                port: 443,
+                protocol: ListenerProtocol::Https,
+                tls: Some(ListenerTls {
+                    passthrough: false,
+                    certificates: vec![("infra".into(), "cert".into())],
+                    clients: None,
+                }),
+                allowed_namespaces: AllowedNamespaces::Same,
+                allowed_kinds: Vec::new(),
+            }],
+            refused: Vec::new(),
+            invalid_parameters: None,
+            allowed_listeners: AllowedListeners::None,
+            sets: Vec::new(),
+            frontend: FrontendTls {
+                default: Some(FrontendValidation {
+                    ca_refs: vec![(
+                        CaRef {
+                            group: String::new(),
+                            kind: "ConfigMap".into(),
+                            name: "missing".into(),
+                        },
+                        "infra".into(),
+                    )],
+                    insecure_fallback: false,
+                    field: "spec.tls.frontend.default.validation".into(),
+                }),
+                per_port: Vec::new(),
+            },
+        }
+    }
+
+    /// A listener of meshflow's Gateway whose CA does not resolve is left out with an
+    /// error; another controller's Gateway is left as it is, and nothing is said of it.
+    #[test]
+    fn only_meshflows_gateways_are_validated_and_spoken_for() {
+        let none = |_: &str, _: &str| None;
+        let (ours, errors) = frontend_validation(&gateway("istio"), Applied::Own, [], none);
+        assert!(ours.listeners.is_empty());
+        assert_eq!(ours.refused.len(), 1);
+        assert_eq!(
+            ours.refused[0].accepted_reason.as_deref(),
+            Some("NoValidCACertificate")
+        );
+        assert_eq!(errors.len(), 1);
+        assert!(
+            errors[0]
+                .message
+                .starts_with("spec.tls.frontend.default.validation.caCertificateRefs[0]: "),
+            "{}",
+            errors[0].message
+        );
+        let other = gateway("nginx");
+        let (theirs, errors) = frontend_validation(&other, Applied::Own, [], none);
+        assert_eq!(theirs, other);
+        assert!(errors.is_empty());
+    }
 }

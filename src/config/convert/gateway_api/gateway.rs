@@ -112,17 +112,18 @@ fn frontend_validation(
         return Ok(None);
     };
     let field = format!("{field}.validation");
-    let insecure_fallback =
-        match v.mode.as_deref() {
-            None | Some("AllowValidOnly") => false,
-            Some("AllowInsecureFallback") => true,
-            Some(other) => return Err(Invalid::field(
+    let insecure_fallback = match v.mode.as_deref() {
+        None | Some("AllowValidOnly") => false,
+        Some("AllowInsecureFallback") => true,
+        Some(other) => {
+            return Err(Invalid::field(
                 format!("{field}.mode"),
                 format!(
                     "{other:?} is not a validation mode (AllowValidOnly, AllowInsecureFallback)"
                 ),
-            )),
-        };
+            ))
+        }
+    };
     if v.ca_certificate_refs.is_empty() {
         return Err(Invalid::field(
             format!("{field}.caCertificateRefs"),

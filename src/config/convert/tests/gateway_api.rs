@@ -1170,7 +1170,8 @@ spec:
         )
     };
     let rewrite = "{type: URLRewrite, urlRewrite: {path: {type: ReplacePrefixMatch, replacePrefixMatch: /new}}}";
-    let redirect = "{type: RequestRedirect, requestRedirect: {statusCode: 301, hostname: example.org}}";
+    let redirect =
+        "{type: RequestRedirect, requestRedirect: {statusCode: 301, hostname: example.org}}";
     let one = parse(&route(&format!(
         "matches: [{{path: {{type: PathPrefix, value: /old}}}}]
     backendRefs: [{{name: web, port: 80, filters: [{rewrite}]}}]"
@@ -1180,10 +1181,17 @@ spec:
         panic!()
     };
     assert_eq!(
-        r.rules[0].template.rewrite.as_ref().and_then(|w| w.uri.as_deref()),
+        r.rules[0]
+            .template
+            .rewrite
+            .as_ref()
+            .and_then(|w| w.uri.as_deref()),
         Some("/new")
     );
-    assert!(r.rules[0].backends[0].host.is_some(), "the backend is routed to");
+    assert!(
+        r.rules[0].backends[0].host.is_some(),
+        "the backend is routed to"
+    );
     let redirected = parse(&route(&format!(
         "backendRefs: [{{name: web, port: 80, filters: [{redirect}]}}]"
     )));
@@ -1191,7 +1199,11 @@ spec:
     let GatewayApiObject::HttpRoute(r) = object(&redirected) else {
         panic!()
     };
-    let to = r.rules[0].template.redirect.as_ref().expect("the rule redirects");
+    let to = r.rules[0]
+        .template
+        .redirect
+        .as_ref()
+        .expect("the rule redirects");
     assert_eq!(to.authority.as_deref(), Some("example.org"));
 
     for (rule, field) in [
