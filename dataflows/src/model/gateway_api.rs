@@ -253,10 +253,14 @@ impl FrontendTls {
     /// Whether any of it lets clients without a valid certificate in (the Gateway's
     /// `InsecureFrontendValidationMode` condition).
     pub fn insecure(&self) -> bool {
+        self.validations().any(|v| v.insecure_fallback)
+    }
+
+    /// Every validation written: the default's and the ports'.
+    pub fn validations(&self) -> impl Iterator<Item = &FrontendValidation> {
         self.default
             .iter()
             .chain(self.per_port.iter().filter_map(|(_, v)| v.as_ref()))
-            .any(|v| v.insecure_fallback)
     }
 }
 

@@ -16,7 +16,8 @@ use std::collections::BTreeSet;
 
 /// The ConfigMaps, as (namespace, name), a Gateway's frontend validation names.
 pub fn ca_config_maps(gw: &KubeGateway) -> BTreeSet<(String, String)> {
-    validations(&gw.frontend)
+    gw.frontend
+        .validations()
         .flat_map(|v| v.ca_refs.iter())
         .filter(|(r, _)| is_config_map(r))
         .map(|(r, ns)| (ns.clone(), r.name.clone()))
@@ -31,12 +32,6 @@ pub fn ca_namespaces(gw: &KubeGateway) -> BTreeSet<String> {
         .map(|(ns, _)| ns)
         .filter(|ns| *ns != gw.key.namespace)
         .collect()
-}
-
-fn validations(f: &FrontendTls) -> impl Iterator<Item = &FrontendValidation> {
-    f.default
-        .iter()
-        .chain(f.per_port.iter().filter_map(|(_, v)| v.as_ref()))
 }
 
 fn is_config_map(r: &CaRef) -> bool {
@@ -67,7 +62,7 @@ pub fn frontend_validation<'a>(
     let mut out = gw.clone();
     let mut errors = Vec::new();
     // Another controller's Gateway is not meshflow's to serve nor to speak for.
-    if !gw.owned() || validations(&gw.frontend).next().is_none() {
+    if !gw.owned() || gw.frontend.validations().next().is_none() {
         return (out, errors);
     }
     let resolve = |v: &FrontendValidation| resolve_ca(v, &gw.key.namespace, grants.clone(), &find);

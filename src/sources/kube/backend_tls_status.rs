@@ -99,16 +99,7 @@ pub(super) fn policy_statuses(
     if policies.is_empty() {
         return;
     }
-    // The ConfigMaps: those the sources read, and those among the objects.
-    let mut maps = BTreeMap::new();
-    for ((ns, name), c) in &known.config_maps {
-        maps.insert((ns.as_str(), name.as_str()), c);
-    }
-    for (o, _, _) in objects {
-        if let GatewayApiObject::ConfigMap(c) = o {
-            maps.insert((c.key.namespace.as_str(), c.key.name.as_str()), c);
-        }
-    }
+    let maps = known.config_maps_with(objects);
     // Which Gateways meshflow serves send to each Service, by (namespace, name).
     let mut reached: BTreeMap<(&str, &str), Vec<&KubeGateway>> = BTreeMap::new();
     for (o, _, _) in objects {

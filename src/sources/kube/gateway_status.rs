@@ -91,6 +91,25 @@ pub struct Known {
 }
 
 impl Known {
+    /// Every ConfigMap by (namespace, name): those the sources read, and those among the
+    /// objects (which win: they are what the status is judged on).
+    pub fn config_maps_with<'a>(
+        &'a self,
+        objects: &'a [(&GatewayApiObject, Option<i64>, Option<&Value>)],
+    ) -> BTreeMap<(&'a str, &'a str), &'a CaConfigMap> {
+        let mut maps: BTreeMap<(&str, &str), &CaConfigMap> = self
+            .config_maps
+            .iter()
+            .map(|((ns, name), c)| ((ns.as_str(), name.as_str()), c))
+            .collect();
+        for (o, _, _) in objects {
+            if let GatewayApiObject::ConfigMap(c) = o {
+                maps.insert((c.key.namespace.as_str(), c.key.name.as_str()), c);
+            }
+        }
+        maps
+    }
+
     /// Records the Secret a source read.
     pub fn add_secret(&mut self, s: &TlsSecret) {
         self.secrets.insert(
@@ -147,18 +166,8 @@ pub fn desired(
             _ => None,
         })
         .collect();
-    // And the ConfigMaps their frontend validations name: those the sources read, and
-    // those among the objects.
-    let mut maps: BTreeMap<(&str, &str), &CaConfigMap> = known
-        .config_maps
-        .iter()
-        .map(|((ns, name), c)| ((ns.as_str(), name.as_str()), c))
-        .collect();
-    for (o, _, _) in objects {
-        if let GatewayApiObject::ConfigMap(c) = o {
-            maps.insert((c.key.namespace.as_str(), c.key.name.as_str()), c);
-        }
-    }
+    // And the ConfigMaps their frontend validations name.
+    let maps = known.config_maps_with(objects);
     let find_map = |ns: &str, name: &str| maps.get(&(ns, name)).copied();
     let granted: BTreeMap<&ConfigKey, KubeGateway> = objects
         .iter()
